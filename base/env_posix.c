@@ -1,0 +1,294 @@
+/* env_posix.c — the real file system behind st_env, plus the whole-file helpers. */
+#include "strata/env.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct st_wfile {
+    int fd;
+    char path[];
+};
+
+struct st_rfile {
+    int fd;
+    char path[];
+};
+
+/* Maps errno to a code and a sentence that says what to do. */
+static st_code io_err(st_err *err, const char *what, const char *path, int e) {
+    st_code code = e == ENOENT ? ST_NOT_FOUND : (e == ENOSPC || e == EDQUOT) ? ST_RESOURCE_EXHAUSTED
+                                                                             : ST_INTERNAL;
+    const char *hint = code == ST_RESOURCE_EXHAUSTED ? "; free disk space and retry"
+                       : code == ST_NOT_FOUND        ? ""
+                                                     : "; check the disk and permissions";
+    return st_err_set(err, code, "%s %s: %s%s", what, path, strerror(e), hint);
+}
+
+static st_code open_w(const char *path, int flags, st_wfile **out, st_err *err) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
+    if (fd < 0)
+        return io_err(err, "open for writing", path, errno);
+    st_wfile *f = malloc(sizeof *f + strlen(path) + 1);
+    if (!f) {
+        close(fd);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening %s", path);
+    }
+    f->fd = fd;
+    strcpy(f->path, path);
+    *out = f;
+    return ST_OK;
+}
+
+static st_code px_wopen(st_env *env, const char *path, st_wfile **out, st_err *err) {
+    (void)env;
+    return open_w(path, O_TRUNC, out, err);
+}
+
+static st_code px_wopen_append(st_env *env, const char *path, st_wfile **out, st_err *err) {
+    (void)env;
+    return open_w(path, O_APPEND, out, err);
+}
+
+static st_code px_append(st_wfile *f, const void *data, size_t len, st_err *err) {
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t n = write(f->fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return io_err(err, "write", f->path, errno);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return ST_OK;
+}
+
+static st_code px_sync(st_wfile *f, st_err *err) {
+    if (fdatasync(f->fd) != 0)
+        return io_err(err, "fdatasync", f->path, errno);
+    return ST_OK;
+}
+
+static st_code px_wclose(st_wfile *f, st_err *err) {
+    st_code rc = ST_OK;
+    if (close(f->fd) != 0)
+        rc = io_err(err, "close", f->path, errno);
+    free(f);
+    return rc;
+}
+
+static st_code px_ropen(st_env *env, const char *path, st_rfile **out, st_err *err) {
+    (void)env;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return io_err(err, "open", path, errno);
+    st_rfile *f = malloc(sizeof *f + strlen(path) + 1);
+    if (!f) {
+        close(fd);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening %s", path);
+    }
+    f->fd = fd;
+    strcpy(f->path, path);
+    *out = f;
+    return ST_OK;
+}
+
+static st_code px_pread(st_rfile *f, uint64_t off, void *buf, size_t len, size_t *got, st_err *err) {
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(f->fd, (uint8_t *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return io_err(err, "read", f->path, errno);
+        }
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    *got = done;
+    return ST_OK;
+}
+
+static st_code px_rsize(st_rfile *f, uint64_t *size, st_err *err) {
+    struct stat st;
+    if (fstat(f->fd, &st) != 0)
+        return io_err(err, "stat", f->path, errno);
+    *size = (uint64_t)st.st_size;
+    return ST_OK;
+}
+
+static void px_rclose(st_rfile *f) {
+    close(f->fd);
+    free(f);
+}
+
+static st_code px_remove(st_env *env, const char *path, st_err *err) {
+    (void)env;
+    if (unlink(path) != 0)
+        return io_err(err, "remove", path, errno);
+    return ST_OK;
+}
+
+static st_code px_rename(st_env *env, const char *from, const char *to, st_err *err) {
+    (void)env;
+    if (rename(from, to) != 0)
+        return io_err(err, "rename to", to, errno);
+    return ST_OK;
+}
+
+static st_code px_link(st_env *env, const char *from, const char *to, st_err *err) {
+    (void)env;
+    if (link(from, to) != 0)
+        return io_err(err, "hard link to", to, errno);
+    return ST_OK;
+}
+
+static st_code px_mkdirs(st_env *env, const char *path, st_err *err) {
+    (void)env;
+    char tmp[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof tmp)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "bad directory path '%s'", path);
+    memcpy(tmp, path, n + 1);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            return io_err(err, "mkdir", tmp, errno);
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return io_err(err, "mkdir", tmp, errno);
+    return ST_OK;
+}
+
+static st_code px_sync_dir(st_env *env, const char *path, st_err *err) {
+    (void)env;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return io_err(err, "open directory", path, errno);
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0)
+        return io_err(err, "fsync directory", path, e);
+    return ST_OK;
+}
+
+static st_code px_exists(st_env *env, const char *path, bool *out, st_err *err) {
+    (void)env;
+    (void)err;
+    *out = access(path, F_OK) == 0;
+    return ST_OK;
+}
+
+static st_code px_file_size(st_env *env, const char *path, uint64_t *size, st_err *err) {
+    (void)env;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return io_err(err, "stat", path, errno);
+    *size = (uint64_t)st.st_size;
+    return ST_OK;
+}
+
+static st_code px_list(st_env *env, const char *dir, st_code (*fn)(const char *, void *), void *arg,
+                       st_err *err) {
+    (void)env;
+    DIR *d = opendir(dir);
+    if (!d)
+        return io_err(err, "list directory", dir, errno);
+    st_code rc = ST_OK;
+    struct dirent *e;
+    while (rc == ST_OK && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        rc = fn(e->d_name, arg);
+    }
+    closedir(d);
+    return rc;
+}
+
+static void px_destroy(st_env *env) { (void)env; }
+
+static const st_env_ops posix_ops = {
+    .wopen = px_wopen,     .wopen_append = px_wopen_append, .append = px_append,
+    .sync = px_sync,       .wclose = px_wclose,             .ropen = px_ropen,
+    .pread = px_pread,     .rsize = px_rsize,               .rclose = px_rclose,
+    .remove = px_remove,   .rename = px_rename,             .link = px_link,
+    .mkdirs = px_mkdirs,   .sync_dir = px_sync_dir,         .exists = px_exists,
+    .file_size = px_file_size, .list = px_list,             .destroy = px_destroy,
+};
+
+/* Constant table: stateless and shared by the whole process. */
+static st_env posix_env = {&posix_ops};
+
+st_env *st_env_posix(void) { return &posix_env; }
+
+/* ---- helpers over any env ---- */
+
+st_code st_env_read_all(st_env *env, const char *path, st_buf *out, st_err *err) {
+    st_rfile *f;
+    st_code rc = env->ops->ropen(env, path, &f, err);
+    if (rc != ST_OK)
+        return rc;
+    uint64_t size;
+    rc = env->ops->rsize(f, &size, err);
+    if (rc == ST_OK && st_buf_reserve(out, (size_t)size) != ST_OK)
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading %s", path);
+    size_t got = 0;
+    if (rc == ST_OK)
+        rc = env->ops->pread(f, 0, out->data + out->len, (size_t)size, &got, err);
+    if (rc == ST_OK)
+        out->len += got;
+    env->ops->rclose(f);
+    return rc;
+}
+
+/* Directory part of path ("." when none), for syncing the directory after a rename. */
+static void dir_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        snprintf(dir, cap, ".");
+        return;
+    }
+    size_t n = (size_t)(slash - path);
+    if (n == 0)
+        n = 1;
+    snprintf(dir, cap, "%.*s", (int)n, path);
+}
+
+st_code st_env_write_atomic(st_env *env, const char *path, const void *data, size_t len,
+                            st_err *err) {
+    char tmp[4200], dir[4200];
+    if (strlen(path) >= 4096)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "path too long: %.64s...", path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    st_wfile *f;
+    st_code rc = env->ops->wopen(env, tmp, &f, err);
+    if (rc != ST_OK)
+        return rc;
+    rc = env->ops->append(f, data, len, err);
+    if (rc == ST_OK)
+        rc = env->ops->sync(f, err);
+    st_code crc = env->ops->wclose(f, rc == ST_OK ? err : NULL);
+    if (rc == ST_OK)
+        rc = crc;
+    if (rc == ST_OK)
+        rc = env->ops->rename(env, tmp, path, err);
+    if (rc == ST_OK) {
+        dir_of(path, dir, sizeof dir);
+        rc = env->ops->sync_dir(env, dir, err);
+    }
+    if (rc != ST_OK)
+        env->ops->remove(env, tmp, NULL);
+    return rc;
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds a normal build and an AddressSanitizer+UBSan
+# build, and runs every test in both through CTest. Usage: ops/test.sh [ctest args...]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+bash ops/setup.sh
+
+jobs=${STRATA_JOBS:-2}
+run_build() {
+  local dir=$1; shift
+  echo "== configure $dir $*"
+  cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
+  echo "== build $dir"
+  ninja -C "$dir" -j "$jobs"
+}
+
+run_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+run_build build-asan -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON
+
+status=0
+for dir in build build-asan; do
+  echo "== test $dir"
+  # ASan: fail on leaks too; UBSan already aborts on the first report (-fno-sanitize-recover).
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    ctest --test-dir "$dir" --output-on-failure --timeout 900 -j "$jobs" "$@" || status=1
+done
+if [ $status -ne 0 ]; then
+  echo "ops/test.sh: some tests failed (see above); rerun one with: ctest --test-dir build -R NAME -V"
+fi
+exit $status

@@ -1,0 +1,246 @@
+/* strata/rpc.h — gRPC over HTTP/2 (nghttp2 on libevent, optional TLS via OpenSSL), used by every
+ * Strata server (router public port, node internal port) and client (router->node, bench, tests).
+ *
+ * It moves serialized protobuf bytes; handlers unpack them with protobuf-c themselves (through the
+ * call's arena). Unary and server-streaming calls; client streaming is not supported (a request
+ * stream carrying more than one message ends with INVALID_ARGUMENT).
+ *
+ * Threading: a server or client lives on one libevent event_base and every function here must be
+ * called on that base's thread, except rpc_server_post (any thread) and the blocking helpers
+ * (which run their own event_base in the calling thread).
+ *
+ * What ends what (the fatal band):
+ *   - a bad request on one stream (malformed gRPC prefix, compressed message, oversized message,
+ *     unknown method, wrong :method or content-type, bad grpc-timeout, too many headers) ends THAT
+ *     stream with a gRPC status; the connection and the others carry on;
+ *   - a protocol error in the HTTP/2 byte stream (garbage, bad frames, failed TLS handshake, ALPN
+ *     not h2), a socket error or an allocation failure ends THAT connection: every call on it is
+ *     marked cancelled;
+ *   - nothing a peer sends ends the process. */
+#ifndef STRATA_RPC_H
+#define STRATA_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/base.h"
+
+struct event_base;
+struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
+
+/* ---- named maxima and defaults ---- */
+#define RPC_MESSAGE_BYTES_MAX_DEFAULT ((size_t)256 << 20) /* one gRPC message, either way */
+#define RPC_SEND_QUEUE_BYTES_DEFAULT ((size_t)1 << 20)   /* per call: "writable" below this */
+#define RPC_STREAMS_MAX_DEFAULT 256u                     /* SETTINGS_MAX_CONCURRENT_STREAMS */
+#define RPC_HEADER_BYTES_MAX ((size_t)64 << 10)          /* request metadata per stream */
+#define RPC_HEADERS_COUNT_MAX 64u                        /* request metadata entries per stream */
+#define H2_CONN_OUTPUT_HIGH_WATER_BYTES ((size_t)1 << 20) /* socket output stops filling here */
+#define H2_CONN_REQUEST_BYTES_MAX ((size_t)512 << 20)    /* request bytes buffered per conn */
+#define H2_STREAM_WINDOW_BYTES ((int32_t)1 << 20)        /* HTTP/2 initial stream window */
+#define H2_CONN_WINDOW_BYTES ((int32_t)16 << 20)         /* HTTP/2 connection window */
+#define RPC_CALL_ARENA_BLOCK_BYTES ((size_t)4096)
+#define RPC_POST_QUEUE_MAX ((size_t)1 << 20) /* pending rpc_server_post functions */
+#define RPC_GRPC_MESSAGE_MAX 1024            /* bytes of grpc-message text kept */
+
+/* ---- the gRPC length-prefixed message deframer (exposed for the fuzz target and tests) ----
+ * Each message is 1 flag byte (0 = plain, 1 = compressed), a 4-byte big-endian length, then the
+ * bytes. Messages may be split across DATA frames and several may share one. */
+typedef struct rpc_deframer {
+    uint8_t prefix[5];
+    size_t prefix_len;  /* bytes of prefix[] filled */
+    size_t msg_len;     /* length announced by the prefix */
+    st_buf msg;         /* the message being reassembled; grows as bytes arrive */
+    size_t bytes_max;   /* largest accepted message */
+    uint64_t messages;  /* complete messages delivered */
+} rpc_deframer;
+
+/* Called once per complete message; the slice is valid only during the call. Return ST_OK to go
+ * on; any other code stops rpc_deframer_feed, which returns it. */
+typedef st_code (*rpc_deframer_msg_fn)(st_slice msg, void *arg);
+
+void rpc_deframer_init(rpc_deframer *d, size_t bytes_max);
+void rpc_deframer_deinit(rpc_deframer *d);
+/* Feeds bytes; calls on_msg for each message completed. Errors (the stream is then dead):
+ * UNIMPLEMENTED for a compressed message (we negotiate no compression), INTERNAL for a flag byte
+ * other than 0/1, RESOURCE_EXHAUSTED for a message over bytes_max or out of memory. */
+st_code rpc_deframer_feed(rpc_deframer *d, const uint8_t *data, size_t len, st_err *err,
+                          rpc_deframer_msg_fn on_msg, void *arg);
+/* At end of stream: INTERNAL when a message was cut short, else ST_OK. */
+st_code rpc_deframer_finish(const rpc_deframer *d, st_err *err);
+/* Writes the 5-byte prefix for a plain message of len bytes. */
+void rpc_frame_prefix(uint8_t out[5], uint32_t len);
+
+/* grpc-timeout text ("100m", "5S", "2H"...) to microseconds; false if malformed. */
+bool rpc_timeout_parse(const char *text, size_t len, int64_t *timeout_us);
+/* Microseconds to grpc-timeout text (at most 8 digits plus unit, rounded up). */
+void rpc_timeout_format(int64_t timeout_us, char out[16]);
+/* Percent-encodes a grpc-message (bytes outside 0x20..0x7e and '%') into out (NUL-terminated,
+ * truncated to fit); rpc_percent_decode is its inverse (invalid escapes kept literally). */
+void rpc_percent_encode(const char *in, char *out, size_t out_size);
+void rpc_percent_decode(const char *in, size_t in_len, char *out, size_t out_size);
+
+/* ---- server ---- */
+typedef struct rpc_server rpc_server;
+typedef struct rpc_call rpc_call;
+
+/* A handler runs on the loop thread when the request (exactly one message) has fully arrived.
+ * `request` is valid until the call is released (rpc_call_finish). The handler owns one
+ * reference to the call and must call rpc_call_finish exactly once, now or later (asynchronous
+ * completion: keep the pointer, do the work elsewhere, come back with rpc_server_post). */
+typedef void (*rpc_handler_fn)(rpc_call *call, st_slice request, void *arg);
+
+typedef struct rpc_server_opts {
+    size_t message_bytes_max;    /* 0 = RPC_MESSAGE_BYTES_MAX_DEFAULT */
+    size_t send_queue_bytes_max; /* 0 = RPC_SEND_QUEUE_BYTES_DEFAULT */
+    uint32_t streams_max;        /* 0 = RPC_STREAMS_MAX_DEFAULT */
+    struct ssl_ctx_st *ssl_ctx;  /* NULL = plaintext h2c; borrowed, outlives the server; prepare
+                                    it with rpc_tls_server_ctx_prepare (ALPN h2) */
+} rpc_server_opts;
+
+typedef struct rpc_server_stats {
+    uint64_t conns_accepted;
+    uint64_t conns_open;
+    uint64_t calls_started;
+    uint64_t calls_active;       /* calls whose stream is open */
+    uint64_t calls_cancelled;    /* by RST_STREAM, connection loss or deadline */
+    uint64_t queued_bytes;       /* response bytes queued in calls, not yet given to HTTP/2 */
+    uint64_t queued_bytes_peak;  /* high-water mark of queued_bytes */
+    uint64_t bad_streams;        /* streams ended with an error status by the layer itself */
+} rpc_server_stats;
+
+/* NULL on failure (err says why). opts may be NULL. Free with rpc_server_free. */
+rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts, st_err *err);
+/* Registers a method by full path ("/google.bigtable.v2.Bigtable/ReadRows"); the path string is
+ * copied. ALREADY_EXISTS for a duplicate path, RESOURCE_EXHAUSTED if out of memory. */
+st_code rpc_server_add_method(rpc_server *s, const char *path, rpc_handler_fn handler, void *arg);
+/* Listens on host:port (host NULL = all interfaces, port 0 = ephemeral); *bound_port (may be
+ * NULL) receives the port. UNAVAILABLE if the address cannot be bound. May be called several
+ * times for several listeners. */
+st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16_t *bound_port,
+                          st_err *err);
+/* Closes listeners and connections (calls become cancelled; their memory goes when the handler
+ * finishes) and frees the server. Pending posted functions are dropped. Loop thread only. */
+void rpc_server_free(rpc_server *s);
+/* Thread-safe: runs fn(arg) on the server's loop thread soon. RESOURCE_EXHAUSTED if the queue is
+ * full (RPC_POST_QUEUE_MAX) or memory runs out, in which case fn will not run. */
+st_code rpc_server_post(rpc_server *s, void (*fn)(void *arg), void *arg);
+struct event_base *rpc_server_base(rpc_server *s);
+/* Any thread (counters are read atomically one by one). */
+void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out);
+
+/* ---- the server side of one call (loop thread only) ---- */
+/* Request metadata by lower-case name ("authorization", "x-goog-request-params",
+ * "bigtable-features"); NULL if absent. Valid until the call is released. */
+const char *rpc_call_header(const rpc_call *call, const char *name);
+const char *rpc_call_path(const rpc_call *call);
+/* The call's arena, freed when the call is released: unpack the request through it. */
+st_arena *rpc_call_arena(rpc_call *call);
+/* Monotonic deadline in microseconds (st_mono_us clock) from grpc-timeout; 0 if none. */
+int64_t rpc_call_deadline_us(const rpc_call *call);
+/* True once the peer reset the stream, the connection died or the deadline passed: stop working,
+ * then call rpc_call_finish (which is then a no-op apart from releasing the call). */
+bool rpc_call_cancelled(const rpc_call *call);
+/* Runs on the loop thread when the call becomes cancelled (at most once, never after finish). */
+void rpc_call_set_cancel_cb(rpc_call *call, void (*on_cancel)(rpc_call *call, void *arg),
+                            void *arg);
+/* Queues one response message (copied). Server streaming: call it as often as wanted, but stop
+ * when rpc_call_writable() is false and resume from the writable callback. Returns ST_OK,
+ * CANCELLED if the call is cancelled or finished (nothing queued), RESOURCE_EXHAUSTED if the
+ * message exceeds the message maximum or the queue would exceed send_queue_bytes_max plus one
+ * maximum message. */
+st_code rpc_call_send(rpc_call *call, st_slice msg);
+/* True while the queued response bytes are below send_queue_bytes_max. */
+bool rpc_call_writable(const rpc_call *call);
+size_t rpc_call_queued_bytes(const rpc_call *call);
+/* Runs on the loop thread (from the loop, never inside rpc_call_send) when the queue, having been
+ * at or above the bound, drained below half of it — or when it became empty. The producer
+ * queues its next batch there. Slow readers thus throttle the producer through HTTP/2 flow
+ * control instead of the server buffering the whole answer. */
+void rpc_call_set_writable_cb(rpc_call *call, void (*on_writable)(rpc_call *call, void *arg),
+                              void *arg);
+/* Ends the call: after the queued messages, trailers carry grpc-status = code and grpc-message =
+ * message (percent-encoded; may be NULL). Releases the handler's reference: the call must not be
+ * touched afterwards unless an extra reference is held. A no-op (apart from the release) when the
+ * call was cancelled. */
+void rpc_call_finish(rpc_call *call, st_code code, const char *message);
+/* Extra references for code that keeps a call across rpc_call_finish. */
+void rpc_call_ref(rpc_call *call);
+void rpc_call_unref(rpc_call *call);
+
+/* ---- client (loop thread of its base) ---- */
+typedef struct rpc_client rpc_client;
+typedef struct rpc_ccall rpc_ccall;
+
+typedef struct rpc_metadata {
+    const char *name; /* lower case */
+    const char *value;
+} rpc_metadata;
+
+typedef struct rpc_client_opts {
+    size_t message_bytes_max;   /* 0 = RPC_MESSAGE_BYTES_MAX_DEFAULT, for responses */
+    struct ssl_ctx_st *ssl_ctx; /* NULL = plaintext; borrowed; prepare with
+                                   rpc_tls_client_ctx_prepare */
+    const char *server_name;    /* TLS SNI and certificate name check; NULL = the host */
+} rpc_client_opts;
+
+/* Per response message (streaming); slice valid during the callback only. */
+typedef void (*rpc_ccall_msg_fn)(rpc_ccall *call, st_slice msg, void *arg);
+/* Exactly once per call: the final status (from trailers, or CANCELLED / DEADLINE_EXCEEDED /
+ * UNAVAILABLE when the call ended locally or the connection failed). The rpc_ccall is freed when
+ * this returns. */
+typedef void (*rpc_ccall_done_fn)(rpc_ccall *call, st_code code, const char *message, void *arg);
+/* Unary completion: response is the single response message (empty slice if none). */
+typedef void (*rpc_unary_done_fn)(st_code code, const char *message, st_slice response, void *arg);
+
+/* Starts connecting to host:port (a blocking getaddrinfo, then a non-blocking connect); calls can
+ * be started at once and go out when connected. NULL on failure. opts may be NULL. A client whose
+ * connection fails ends every call with UNAVAILABLE; rpc_client_alive then returns false and the
+ * owner should make a new client. */
+rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t port,
+                           const rpc_client_opts *opts, st_err *err);
+/* Ends every outstanding call (done callbacks run with CANCELLED) and frees the client. Never from
+ * inside one of its callbacks. */
+void rpc_client_free(rpc_client *c);
+bool rpc_client_alive(const rpc_client *c);
+/* Starts a call: sends the request (one message), with metadata and a deadline (timeout_ms <= 0:
+ * none; sent as grpc-timeout and enforced locally). on_msg may be NULL. Returns the call, valid
+ * until on_done returns; NULL if the client is dead or memory runs out (then on_done never
+ * runs). */
+rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
+                           const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
+                           rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg);
+/* Unary convenience over rpc_client_call. ST_OK if started; otherwise on_done will not run. */
+st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request,
+                         const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
+                         rpc_unary_done_fn on_done, void *arg);
+/* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. */
+void rpc_ccall_cancel(rpc_ccall *call);
+
+/* ---- blocking helpers for tests and CLI tools (own event_base, calling thread) ---- */
+/* addr is "host:port" ("[::1]:port" for IPv6). Returns the call's gRPC status (transport failures
+ * are UNAVAILABLE); status (may be NULL) receives code and message. On ST_OK, resp (initialised by
+ * the caller) receives the response message. opts may be NULL. */
+st_code rpc_blocking_unary(const char *addr, const rpc_client_opts *opts, const char *path,
+                           st_slice request, const rpc_metadata *md, size_t md_count,
+                           int64_t timeout_ms, st_buf *resp, st_err *status);
+/* Server streaming: on_msg (may be NULL) runs for each response message. */
+st_code rpc_blocking_stream(const char *addr, const rpc_client_opts *opts, const char *path,
+                            st_slice request, const rpc_metadata *md, size_t md_count,
+                            int64_t timeout_ms, void (*on_msg)(st_slice msg, void *arg),
+                            void *arg, st_err *status);
+
+/* ---- TLS ---- */
+/* Server context from PEM files; client_ca_path non-NULL requires and verifies client
+ * certificates. Already prepared (ALPN h2, TLS >= 1.2). NULL on failure. SSL_CTX_free it. */
+struct ssl_ctx_st *rpc_tls_server_ctx_new(const char *cert_path, const char *key_path,
+                                          const char *client_ca_path, st_err *err);
+/* Client context; ca_path NULL = no server verification (say so loudly where used); cert/key
+ * optional (client certificates). Already prepared. NULL on failure. */
+struct ssl_ctx_st *rpc_tls_client_ctx_new(const char *ca_path, const char *cert_path,
+                                          const char *key_path, st_err *err);
+/* Make a caller-built context usable: ALPN h2 (server: select; client: offer), TLS >= 1.2. */
+st_code rpc_tls_server_ctx_prepare(struct ssl_ctx_st *ctx, st_err *err);
+st_code rpc_tls_client_ctx_prepare(struct ssl_ctx_st *ctx, st_err *err);
+
+#endif

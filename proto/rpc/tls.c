@@ -1,0 +1,207 @@
+/* TLS for the RPC layer: contexts with ALPN h2, and the plain/TLS transport table. */
+#include <string.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <event2/bufferevent_ssl.h>
+#include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+
+#include "rpc_internal.h"
+
+static const unsigned char alpn_h2[] = {2, 'h', '2'};
+
+static void tls_err_text(char *out, size_t n) {
+    unsigned long e = ERR_get_error();
+    if (e == 0)
+        snprintf(out, n, "no OpenSSL error queued");
+    else
+        ERR_error_string_n(e, out, n);
+    ERR_clear_error();
+}
+
+static int alpn_select_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                          const unsigned char *in, unsigned int inlen, void *arg) {
+    (void)ssl;
+    (void)arg;
+    /* Only h2: a peer that cannot speak HTTP/2 cannot speak gRPC. */
+    for (unsigned int i = 0; i < inlen;) {
+        unsigned int l = in[i];
+        if (i + 1 + l > inlen)
+            break;
+        if (l == 2 && memcmp(in + i + 1, "h2", 2) == 0) {
+            *out = in + i + 1;
+            *outlen = 2;
+            return SSL_TLSEXT_ERR_OK;
+        }
+        i += 1 + l;
+    }
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
+st_code rpc_tls_server_ctx_prepare(SSL_CTX *ctx, st_err *err) {
+    if (!SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION))
+        return st_err_set(err, ST_INTERNAL, "cannot require TLS 1.2");
+    SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_SESSION_RESUMPTION_ON_RENEGOTIATION |
+                                 SSL_OP_NO_RENEGOTIATION);
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_select_cb, NULL);
+    return ST_OK;
+}
+
+st_code rpc_tls_client_ctx_prepare(SSL_CTX *ctx, st_err *err) {
+    if (!SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION))
+        return st_err_set(err, ST_INTERNAL, "cannot require TLS 1.2");
+    SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+    if (SSL_CTX_set_alpn_protos(ctx, alpn_h2, sizeof(alpn_h2)) != 0)
+        return st_err_set(err, ST_INTERNAL, "cannot set ALPN h2");
+    return ST_OK;
+}
+
+SSL_CTX *rpc_tls_server_ctx_new(const char *cert_path, const char *key_path,
+                                const char *client_ca_path, st_err *err) {
+    char why[256];
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx) {
+        tls_err_text(why, sizeof(why));
+        st_err_set(err, ST_INTERNAL, "SSL_CTX_new failed: %s", why);
+        return NULL;
+    }
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert_path) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, key_path, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1) {
+        tls_err_text(why, sizeof(why));
+        st_err_set(err, ST_INVALID_ARGUMENT,
+                   "cannot load TLS certificate %s / key %s (%s); check the paths and that the "
+                   "key matches the certificate",
+                   cert_path, key_path, why);
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    if (client_ca_path) {
+        if (SSL_CTX_load_verify_locations(ctx, client_ca_path, NULL) != 1) {
+            tls_err_text(why, sizeof(why));
+            st_err_set(err, ST_INVALID_ARGUMENT, "cannot load client CA %s: %s", client_ca_path,
+                       why);
+            SSL_CTX_free(ctx);
+            return NULL;
+        }
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    }
+    if (rpc_tls_server_ctx_prepare(ctx, err) != ST_OK) {
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+SSL_CTX *rpc_tls_client_ctx_new(const char *ca_path, const char *cert_path, const char *key_path,
+                                st_err *err) {
+    char why[256];
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx) {
+        tls_err_text(why, sizeof(why));
+        st_err_set(err, ST_INTERNAL, "SSL_CTX_new failed: %s", why);
+        return NULL;
+    }
+    if (ca_path) {
+        if (SSL_CTX_load_verify_locations(ctx, ca_path, NULL) != 1) {
+            tls_err_text(why, sizeof(why));
+            st_err_set(err, ST_INVALID_ARGUMENT, "cannot load CA %s: %s", ca_path, why);
+            SSL_CTX_free(ctx);
+            return NULL;
+        }
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    } else {
+        st_log(ST_LOG_WARN, "rpc", "msg=\"TLS client without a CA: server NOT verified\"");
+    }
+    if (cert_path && key_path &&
+        (SSL_CTX_use_certificate_chain_file(ctx, cert_path) != 1 ||
+         SSL_CTX_use_PrivateKey_file(ctx, key_path, SSL_FILETYPE_PEM) != 1)) {
+        tls_err_text(why, sizeof(why));
+        st_err_set(err, ST_INVALID_ARGUMENT, "cannot load client certificate %s: %s", cert_path,
+                   why);
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    if (rpc_tls_client_ctx_prepare(ctx, err) != ST_OK) {
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+/* ---- transports ---- */
+
+static struct bufferevent *plain_bev_new(struct event_base *base, int fd, SSL_CTX *ctx,
+                                         bool server, const char *server_name) {
+    (void)ctx;
+    (void)server;
+    (void)server_name;
+    struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev && fd >= 0)
+        close(fd);
+    return bev;
+}
+
+static bool plain_negotiated_h2(struct bufferevent *bev) {
+    (void)bev;
+    return true; /* h2c with prior knowledge, as gRPC does */
+}
+
+static struct bufferevent *tls_bev_new(struct event_base *base, int fd, SSL_CTX *ctx, bool server,
+                                       const char *server_name) {
+    SSL *ssl = SSL_new(ctx);
+    if (!ssl) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    if (!server && server_name) {
+        unsigned char ip[16];
+        bool is_ip = inet_pton(AF_INET, server_name, ip) == 1 ||
+                     inet_pton(AF_INET6, server_name, ip) == 1;
+        if (is_ip) {
+            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), server_name);
+        } else {
+            SSL_set_tlsext_host_name(ssl, server_name);
+            SSL_set1_host(ssl, server_name);
+        }
+    }
+    struct bufferevent *bev = bufferevent_openssl_socket_new(
+        base, fd, ssl, server ? BUFFEREVENT_SSL_ACCEPTING : BUFFEREVENT_SSL_CONNECTING,
+        BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        SSL_free(ssl);
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    return bev;
+}
+
+static bool tls_negotiated_h2(struct bufferevent *bev) {
+    SSL *ssl = bufferevent_openssl_get_ssl(bev);
+    const unsigned char *proto = NULL;
+    unsigned int len = 0;
+    if (!ssl)
+        return false;
+    SSL_get0_alpn_selected(ssl, &proto, &len);
+    return len == 2 && memcmp(proto, "h2", 2) == 0;
+}
+
+const h2_transport h2_transport_plain = {"plain", plain_bev_new, plain_negotiated_h2};
+const h2_transport h2_transport_tls = {"tls", tls_bev_new, tls_negotiated_h2};
+
+static void libevent_log_cb(int severity, const char *msg) {
+    st_log_level lvl = severity >= EVENT_LOG_ERR    ? ST_LOG_ERROR
+                       : severity >= EVENT_LOG_WARN ? ST_LOG_WARN
+                                                    : ST_LOG_DEBUG;
+    st_log(lvl, "libevent", "msg=\"%s\"", msg);
+}
+
+void h2_logging_init(void) {
+    /* Idempotent and harmless to repeat; the setters take plain function pointers. */
+    event_set_log_callback(libevent_log_cb);
+}

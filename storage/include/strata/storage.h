@@ -1,0 +1,256 @@
+/* strata/storage.h — the LSM engine of one node: tablets (key-range stores) that share one
+ * commit log, a block cache and background flush/compaction threads.
+ *
+ * Data model. A cell is keyed by (row, family, qualifier, timestamp) and has a byte-string value.
+ * Every row mutation carries a caller-chosen 64-bit `version` (the node derives it from the
+ * commit timestamp and the origin cluster): for two writes of the same cell the higher version
+ * wins, and a delete covers only entries with a lower version. Applying the same row mutation
+ * twice therefore changes nothing, and applying a set of row mutations in any order gives the
+ * same contents — the property replication relies on.
+ *
+ * Threads. All calls are thread-safe. sto_write blocks until the write is durable (group commit:
+ * concurrent writers share one fdatasync); sto_write_async returns at once and calls back from
+ * the engine's commit thread. Flush and compaction run on the engine's own threads. storage/
+ * never includes libevent: callers that run an event loop post the callback into it themselves.
+ *
+ * Errors. ST_INVALID_ARGUMENT for a bad request; ST_NOT_FOUND for a missing tablet or the end of
+ * an iteration; ST_RESOURCE_EXHAUSTED for a full disk (the write is not applied; the engine keeps
+ * serving reads and retries flushes); ST_DATA_LOSS for corruption (checksum mismatch, bad block),
+ * which ends the read that met it and marks the tablet read-only; ST_INTERNAL for other I/O errors.
+ * The engine never aborts on bad data. */
+#ifndef STRATA_STORAGE_H
+#define STRATA_STORAGE_H
+
+#include "strata/base.h"
+#include "strata/env.h"
+
+typedef struct sto_db sto_db;
+typedef struct sto_tablet sto_tablet;
+typedef struct sto_snapshot sto_snapshot;
+typedef struct sto_iter sto_iter;
+typedef struct sto_log_reader sto_log_reader;
+
+/* ---- options ---- */
+typedef struct sto_options {
+    st_env *env;                     /* NULL = st_env_posix() */
+    st_clock *clock;                 /* NULL = st_clock_system(); used for GC max-age */
+    bool sync;                       /* false: writes are not durable before ack (logged loudly) */
+    size_t memtable_bytes;           /* a tablet's memtable is frozen at this size (32 MiB) */
+    size_t memtable_budget_bytes;    /* all memtables of the node; above it, flush largest (256 MiB) */
+    size_t block_cache_bytes;        /* block cache bound (64 MiB) */
+    size_t block_bytes;              /* target uncompressed data block size (16 KiB) */
+    int bloom_bits_per_key;          /* 10 */
+    int zstd_level;                  /* 1 */
+    int compaction_trigger;          /* SSTables per tablet that start a compaction (4) */
+    int write_stall_tables;          /* SSTables per tablet at which writes stall (20) */
+    size_t log_segment_bytes;        /* commit log segment size (64 MiB) */
+    size_t log_max_unflushed_bytes;  /* force flushes when the unflushed log exceeds this (512 MiB) */
+    int64_t tombstone_grace_us;      /* compactions keep tombstones this long (7 days) */
+    int background_threads;          /* flush + compaction workers (2) */
+} sto_options;
+
+/* Fills o with the defaults in the comments above. */
+void sto_options_default(sto_options *o);
+
+/* ---- garbage-collection rules (per family) ---- */
+typedef enum sto_gc_kind {
+    STO_GC_NONE = 0,         /* keep everything */
+    STO_GC_MAX_VERSIONS = 1, /* keep the newest max_versions cells of each column */
+    STO_GC_MAX_AGE = 2,      /* drop cells whose timestamp is older than now - max_age_us */
+    STO_GC_UNION = 3,        /* garbage if any child says so */
+    STO_GC_INTERSECTION = 4, /* garbage only if every child says so */
+} sto_gc_kind;
+
+typedef struct sto_gc_rule {
+    sto_gc_kind kind;
+    int64_t max_versions;
+    int64_t max_age_us;
+    const struct sto_gc_rule *children;
+    size_t n_children;
+} sto_gc_rule;
+
+typedef struct sto_family_gc {
+    st_slice family;
+    sto_gc_rule rule;
+} sto_family_gc;
+
+/* ---- mutations ---- */
+typedef enum sto_mut_type {
+    STO_MUT_SET_CELL = 1,
+    STO_MUT_DEL_COLUMN = 2, /* cells of (family, qualifier) with ts in [ts_start_us, ts_end_us) */
+    STO_MUT_DEL_FAMILY = 3,
+    STO_MUT_DEL_ROW = 4,
+} sto_mut_type;
+
+#define STO_TS_END_INF INT64_MAX
+
+typedef struct sto_mut {
+    sto_mut_type type;
+    st_slice family;    /* SET_CELL, DEL_COLUMN, DEL_FAMILY */
+    st_slice qualifier; /* SET_CELL, DEL_COLUMN */
+    int64_t ts_us;      /* SET_CELL: resolved timestamp, >= 0 */
+    int64_t ts_start_us, ts_end_us; /* DEL_COLUMN; end STO_TS_END_INF = unbounded */
+    st_slice value;     /* SET_CELL */
+} sto_mut;
+
+/* One row's mutations, applied atomically (all or nothing, also across a crash) in list order:
+ * within one row mutation a later SetCell of the same cell replaces an earlier one. */
+typedef struct sto_row_mut {
+    uint64_t tablet_id;
+    st_slice row;
+    const sto_mut *muts;
+    size_t n_muts;
+    uint64_t version;      /* conflict order, STO_VERSION(commit_ts_us, tiebreak); see the top */
+    uint64_t commit_ts_us; /* origin commit time, carried to the log for replication/streams */
+    uint32_t origin;       /* origin cluster number, carried to the log */
+    uint32_t flags;        /* STO_ROW_* below, carried to the log */
+} sto_row_mut;
+
+/* A version is the commit timestamp in microseconds with a tiebreaker (the origin cluster number)
+ * in the low bits, so versions order writes by (commit time, cluster) and storage can tell a
+ * tombstone's age for tombstone_grace_us. */
+#define STO_VERSION_TIEBREAK_BITS 10
+#define STO_VERSION(commit_ts_us, tiebreak)                                                        \
+    (((uint64_t)(commit_ts_us) << STO_VERSION_TIEBREAK_BITS) | ((uint64_t)(tiebreak) & 1023u))
+#define STO_VERSION_TS_US(version) ((int64_t)((version) >> STO_VERSION_TIEBREAK_BITS))
+
+#define STO_ROW_REPLICATED 1u /* came in by replication: never shipped onward */
+#define STO_ROW_GC 2u         /* a garbage-collection delete (change streams) */
+
+#define STO_ROW_KEY_MAX 4096
+#define STO_QUALIFIER_MAX 16384
+#define STO_VALUE_MAX (100u << 20)
+
+/* ---- the node's engine ---- */
+
+/* Opens (creating when absent) the engine in dir and recovers: replays the commit log after each
+ * tablet's flushed point; a torn tail record is discarded. Options are copied. */
+st_code sto_db_open(const char *dir, const sto_options *opts, sto_db **out, st_err *err);
+/* Waits for background work to stop and closes. Unflushed data stays in the log. */
+void sto_db_close(sto_db *db);
+
+/* Tablets. A tablet covers rows [start, end) of one table; an empty end is unbounded. Tablet ids
+ * are chosen by the caller and unique within the node. Returned pointers are valid until the
+ * tablet is dropped or split, or the db is closed. */
+typedef struct sto_tablet_info {
+    uint64_t id;
+    st_slice table; /* the table name, opaque to storage */
+    st_slice start, end;
+    uint64_t approx_bytes; /* SSTables + memtable */
+    uint64_t flushed_lsn;
+    int sst_count;
+    bool read_only; /* set after corruption was met */
+} sto_tablet_info;
+
+st_code sto_tablet_create(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
+                          sto_tablet **out, st_err *err);
+st_code sto_tablet_get(sto_db *db, uint64_t id, sto_tablet **out); /* ST_NOT_FOUND */
+/* Calls fn for each tablet (in id order) with info valid during the call. */
+void sto_tablet_list(sto_db *db, void (*fn)(const sto_tablet_info *info, void *arg), void *arg);
+void sto_tablet_info_get(sto_tablet *t, sto_tablet_info *out); /* slices valid while t lives */
+/* Drops the tablet and, once no snapshot uses them, its files. */
+st_code sto_tablet_drop(sto_db *db, uint64_t id, st_err *err);
+/* Splits at split_row (start < split_row < end): left = [start, split_row), right =
+ * [split_row, end). Both children share the parent's SSTables (no data copy); the parent id is
+ * gone afterwards. Durable when it returns. */
+st_code sto_tablet_split(sto_db *db, uint64_t id, st_slice split_row, uint64_t left_id,
+                         uint64_t right_id, st_err *err);
+/* Replaces the family GC rules of the tablet (kept in memory; the node sets them after open).
+ * Families without a rule keep everything. Rules and slices are copied. */
+st_code sto_tablet_set_gc(sto_tablet *t, const sto_family_gc *fams, size_t n, st_err *err);
+/* Deletes every row with the given prefix (empty = all rows): DropRowRange. Durable on return. */
+st_code sto_tablet_drop_prefix(sto_db *db, uint64_t id, st_slice prefix, uint64_t version,
+                               st_err *err);
+/* Freezes and flushes the tablet's memtable now (tests, backups). */
+st_code sto_tablet_flush(sto_db *db, uint64_t id, st_err *err);
+/* Compacts all SSTables of the tablet into one now (tests, the CLI). */
+st_code sto_tablet_compact(sto_db *db, uint64_t id, st_err *err);
+
+/* ---- writes ---- */
+
+/* Applies n row mutations (each atomic on its own) and returns when all are durable. The tablet
+ * must cover each row (ST_OUT_OF_RANGE otherwise, nothing applied). *lsn_out (may be NULL)
+ * receives the log position of the last record. Stalls, not fails, while flushing lags. */
+st_code sto_write(sto_db *db, const sto_row_mut *rows, size_t n, uint64_t *lsn_out, st_err *err);
+
+typedef void (*sto_write_done_fn)(st_code code, uint64_t lsn, const st_err *err, void *arg);
+/* Like sto_write, but returns at once after validation and copying; done runs on the engine's
+ * commit thread once durable (or failed). Validation errors are returned directly, done not
+ * called. */
+st_code sto_write_async(sto_db *db, const sto_row_mut *rows, size_t n, st_err *err,
+                        sto_write_done_fn done, void *arg);
+
+/* ---- reads ---- */
+
+/* A consistent view of one tablet, stable while writes, flushes and compactions proceed. */
+st_code sto_snapshot_new(sto_tablet *t, sto_snapshot **out, st_err *err);
+void sto_snapshot_free(sto_snapshot *s);
+
+typedef struct sto_range {
+    st_slice start;       /* empty = from the first row */
+    bool start_exclusive; /* (start, ...] */
+    st_slice end;         /* empty = to the last row */
+    bool end_inclusive;   /* [..., end] */
+} sto_range;
+
+/* One visible cell: deletes and GC rules already applied. Slices are valid until the next call
+ * on the iterator. */
+typedef struct sto_cell {
+    st_slice row;
+    st_slice family;
+    st_slice qualifier;
+    int64_t ts_us;
+    st_slice value;
+} sto_cell;
+
+/* Iterates visible cells of rows in range, rows ascending (or descending when reverse), and
+ * within a row always family, qualifier ascending and timestamp descending. */
+st_code sto_iter_new(sto_snapshot *s, const sto_range *range, bool reverse, sto_iter **out,
+                     st_err *err);
+/* Next cell; ST_NOT_FOUND at the end; ST_DATA_LOSS / ST_INTERNAL on a bad block. */
+st_code sto_iter_next(sto_iter *it, sto_cell *cell, st_err *err);
+/* Skips the rest of the current row (the next call starts at the next row). */
+void sto_iter_skip_row(sto_iter *it);
+/* The last row key the iterator looked at, visible cells or not (for last_scanned_row_key). */
+st_slice sto_iter_last_scanned_row(sto_iter *it);
+void sto_iter_free(sto_iter *it);
+
+/* Approximate row keys splitting the tablet into chunks of about every_bytes (SampleRowKeys);
+ * fn gets each key and the approximate bytes before it. */
+st_code sto_tablet_sample_keys(sto_tablet *t, uint64_t every_bytes,
+                               void (*fn)(st_slice row, uint64_t offset_bytes, void *arg),
+                               void *arg, st_err *err);
+/* A row key near the middle of the tablet's data, for size-based splits; ST_NOT_FOUND when the
+ * tablet has fewer than two distinct rows. The key is copied into out. */
+st_code sto_tablet_mid_key(sto_tablet *t, st_buf *out, st_err *err);
+
+/* ---- the commit log as a source (replication, change streams) ---- */
+
+/* A record read back from the log. The row mutation's slices are valid until the next call. */
+typedef struct sto_log_record {
+    uint64_t lsn;
+    sto_row_mut row;
+} sto_log_record;
+
+/* Reads records with lsn >= from_lsn in order. */
+st_code sto_log_reader_open(sto_db *db, uint64_t from_lsn, sto_log_reader **out, st_err *err);
+/* Next record; ST_NOT_FOUND when caught up (call again later: new records appear). */
+st_code sto_log_reader_next(sto_log_reader *r, sto_log_record *rec, st_err *err);
+void sto_log_reader_close(sto_log_reader *r);
+/* Registers or moves a named holder (durably): log segments holding records with lsn >= lsn are
+ * kept until every holder and every tablet's flushed point has passed them. */
+st_code sto_log_hold(sto_db *db, const char *holder, uint64_t lsn, st_err *err);
+st_code sto_log_release(sto_db *db, const char *holder, st_err *err);
+uint64_t sto_log_last_lsn(sto_db *db); /* the lsn of the last durable record (0 = none) */
+
+/* ---- statistics ---- */
+typedef struct sto_stats {
+    uint64_t memtable_bytes;
+    uint64_t cache_bytes, cache_hits, cache_misses;
+    uint64_t log_bytes;
+    uint64_t flushes, compactions, stalls_us;
+    uint64_t sst_count;
+} sto_stats;
+void sto_db_stats(sto_db *db, sto_stats *out);
+
+#endif

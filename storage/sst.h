@@ -1,0 +1,62 @@
+/* sst.h — immutable sorted tables, their blocks, bloom filter and the block cache (private to
+ * storage/; format: docs/formats/sstable.md).
+ *
+ * An SSTable is data blocks (restart-point prefix compression, zstd when it saves space, each with
+ * a crc32c trailer), a bloom filter over row keys (the enc(row) prefix of each ikey), an index
+ * block (last ikey of each data block -> offset, size), and a fixed-size footer with the offsets,
+ * entry count, smallest/largest ikey lengths, a magic number and a checksum. Every read checks
+ * checksums; a mismatch or a malformed block is ST_DATA_LOSS, never a crash. */
+#ifndef STO_SST_H
+#define STO_SST_H
+
+#include "kviter.h"
+#include "strata/env.h"
+
+typedef struct sto_cache sto_cache;
+typedef struct sto_sst_writer sto_sst_writer;
+typedef struct sto_sst sto_sst;
+
+/* A sharded LRU of decompressed blocks, bounded by capacity_bytes (charged by block size). */
+st_code sto_cache_new(size_t capacity_bytes, sto_cache **out);
+void sto_cache_free(sto_cache *c);
+void sto_cache_stats(sto_cache *c, uint64_t *bytes, uint64_t *hits, uint64_t *misses);
+
+typedef struct sto_sst_options {
+    size_t block_bytes;
+    int bloom_bits_per_key;
+    int zstd_level;
+} sto_sst_options;
+
+/* Writes a new table at path; keys must be added in strictly increasing memcmp order. */
+st_code sto_sst_writer_new(st_env *env, const char *path, const sto_sst_options *o,
+                           sto_sst_writer **out, st_err *err);
+st_code sto_sst_writer_add(sto_sst_writer *w, st_slice ikey, st_slice value, st_err *err);
+uint64_t sto_sst_writer_bytes(sto_sst_writer *w); /* estimated file size so far */
+/* Writes index, filter and footer, syncs and closes; frees w in every case. */
+st_code sto_sst_writer_finish(sto_sst_writer *w, uint64_t *file_bytes, st_err *err);
+void sto_sst_writer_abandon(sto_sst_writer *w); /* closes and removes the partial file */
+
+/* Opens a table; id must be unique per process lifetime (it keys the cache). Refcounted. */
+st_code sto_sst_open(st_env *env, const char *path, uint64_t id, sto_cache *cache, sto_sst **out,
+                     st_err *err);
+void sto_sst_ref(sto_sst *t);
+void sto_sst_unref(sto_sst *t); /* closes at zero */
+/* When set, the file is removed when the last reference goes (obsolete after compaction). */
+void sto_sst_mark_obsolete(sto_sst *t);
+
+uint64_t sto_sst_file_bytes(const sto_sst *t);
+uint64_t sto_sst_entries(const sto_sst *t);
+st_slice sto_sst_smallest(const sto_sst *t); /* ikeys; valid while t lives */
+st_slice sto_sst_largest(const sto_sst *t);
+/* False when the bloom filter proves row_prefix (enc(row), key.h) absent. */
+bool sto_sst_may_contain_row(sto_sst *t, st_slice row_prefix);
+/* Approximate byte offset of the first entry >= ikey (SampleRowKeys, split points). */
+uint64_t sto_sst_approx_offset(sto_sst *t, st_slice ikey);
+/* Calls fn with the last key of each data block and its end offset (sampling). */
+void sto_sst_for_each_block(sto_sst *t, void (*fn)(st_slice last_ikey, uint64_t end_offset, void *arg),
+                            void *arg);
+
+/* An iterator over the table (holds a reference on t). */
+sto_kviter *sto_sst_iter_new(sto_sst *t);
+
+#endif
