@@ -1,0 +1,919 @@
+/* The gRPC server, shaped like nghttp2's examples/libevent-server.c, in layers:
+ *   rpc_server — listeners, the method table, a cross-thread post queue (eventfd);
+ *   h2_conn    — one per connection: a bufferevent, an nghttp2 session, its calls, and ONE close
+ *                function (h2_conn_close) that every failure reaches. Output stops at
+ *                H2_CONN_OUTPUT_HIGH_WATER_BYTES and resumes when the socket drains;
+ *   rpc_call   — one per stream: arena, headers, deadline, request deframer, response queue.
+ *
+ * Lifetime of a call: the stream holds one reference until nghttp2 closes the stream (or the
+ * connection dies); the handler holds one from dispatch until rpc_call_finish. Whatever is left
+ * after the stream is gone is "detached": sends and finishes on it are no-ops. */
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/listener.h>
+#include <nghttp2/nghttp2.h>
+
+#include "rpc_internal.h"
+
+#define STAT_ADD(srv, field, n) __atomic_fetch_add(&(srv)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
+#define STAT_SUB(srv, field, n) __atomic_fetch_sub(&(srv)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
+#define RPC_LISTENERS_MAX 8
+#define RPC_METHODS_MAX 1024
+
+typedef struct rpc_method_ent {
+    char *path;
+    rpc_handler_fn handler;
+    void *arg;
+} rpc_method_ent;
+
+typedef struct post_item {
+    void (*fn)(void *arg);
+    void *arg;
+    struct post_item *next;
+} post_item;
+
+typedef struct h2_conn h2_conn;
+
+struct rpc_server {
+    struct event_base *base;
+    rpc_server_opts opts; /* defaults filled in */
+    rpc_method_ent *methods;
+    size_t methods_len;
+    struct evconnlistener *listeners[RPC_LISTENERS_MAX];
+    size_t listeners_len;
+    h2_conn *conns;
+    pthread_mutex_t post_mu;
+    post_item *post_head, *post_tail;
+    size_t post_len;
+    int post_fd;
+    struct event *post_ev;
+    rpc_server_stats stats; /* updated and read with __atomic builtins */
+};
+
+struct h2_conn {
+    rpc_server *srv;
+    const h2_transport *tp;
+    struct bufferevent *bev;
+    nghttp2_session *session;
+    rpc_call *calls;
+    size_t request_bytes; /* request bytes buffered by this connection's calls */
+    bool busy;            /* inside nghttp2: flushing is left to the outer caller */
+    h2_conn *prev, *next;
+};
+
+typedef struct call_hdr {
+    const char *name;
+    const char *value;
+} call_hdr;
+
+struct rpc_call {
+    int refs;
+    h2_conn *conn; /* NULL once detached */
+    int32_t stream_id;
+    st_arena arena;
+    const rpc_method_ent *method;
+    const char *path;
+    call_hdr hdrs[RPC_HEADERS_COUNT_MAX];
+    size_t hdrs_len;
+    size_t hdr_bytes;
+    st_err early; /* a header problem found while parsing, reported at END_HEADERS */
+    int http_status;
+    bool saw_post, saw_content_type;
+    int64_t deadline_us;
+    struct event *deadline_ev;
+    rpc_deframer deframer;
+    st_buf request;
+    size_t request_bytes; /* counted in conn->request_bytes */
+    bool dispatched, finished, cancelled, headers_sent, handler_ref, was_full;
+    st_code status;
+    const char *status_msg; /* percent-encoded, in the arena */
+    st_buf out;             /* framed response bytes; [out_off, out.len) still queued */
+    size_t out_off;
+    void (*on_cancel)(rpc_call *, void *);
+    void *on_cancel_arg;
+    void (*on_writable)(rpc_call *, void *);
+    void *on_writable_arg;
+    struct event *notify_ev;
+    rpc_call *prev, *next;
+};
+
+static void h2_conn_close(h2_conn *conn);
+static void call_finish_internal(rpc_call *call, st_code code, const char *msg);
+
+#define NV(n, v)                                                                                   \
+    {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+
+/* ---- calls ---- */
+
+static void call_release(rpc_call *call) {
+    rpc_deframer_deinit(&call->deframer);
+    st_buf_free(&call->request);
+    st_buf_free(&call->out);
+    st_arena_deinit(&call->arena);
+    free(call);
+}
+
+void rpc_call_ref(rpc_call *call) { call->refs++; }
+
+void rpc_call_unref(rpc_call *call) {
+    ST_ASSERT(call->refs > 0);
+    if (--call->refs == 0)
+        call_release(call);
+}
+
+static rpc_call *call_new(h2_conn *conn, int32_t stream_id) {
+    rpc_call *call = calloc(1, sizeof(*call));
+    if (!call)
+        return NULL;
+    call->refs = 1; /* the stream's */
+    call->conn = conn;
+    call->stream_id = stream_id;
+    call->http_status = 200;
+    st_arena_init(&call->arena, RPC_CALL_ARENA_BLOCK_BYTES);
+    rpc_deframer_init(&call->deframer, conn->srv->opts.message_bytes_max);
+    st_buf_init(&call->request);
+    st_buf_init(&call->out);
+    call->next = conn->calls;
+    if (conn->calls)
+        conn->calls->prev = call;
+    conn->calls = call;
+    STAT_ADD(conn->srv, calls_started, 1);
+    STAT_ADD(conn->srv, calls_active, 1);
+    return call;
+}
+
+static void call_run_cancel(rpc_call *call) {
+    if (call->cancelled)
+        return;
+    call->cancelled = true;
+    if (call->on_cancel) {
+        rpc_call_ref(call);
+        call->on_cancel(call, call->on_cancel_arg);
+        rpc_call_unref(call);
+    }
+}
+
+/* The stream is gone (closed normally, reset, or its connection died). */
+static void call_detach(rpc_call *call) {
+    h2_conn *conn = call->conn;
+    if (!conn)
+        return;
+    rpc_server *srv = conn->srv;
+    if (call->prev)
+        call->prev->next = call->next;
+    else
+        conn->calls = call->next;
+    if (call->next)
+        call->next->prev = call->prev;
+    call->prev = call->next = NULL;
+    conn->request_bytes -= call->request_bytes;
+    call->request_bytes = 0;
+    STAT_SUB(srv, queued_bytes, call->out.len - call->out_off);
+    STAT_SUB(srv, calls_active, 1);
+    st_buf_free(&call->out);
+    call->out_off = 0;
+    if (call->deadline_ev)
+        event_free(call->deadline_ev);
+    if (call->notify_ev)
+        event_free(call->notify_ev);
+    call->deadline_ev = call->notify_ev = NULL;
+    call->conn = NULL;
+    if (!call->finished) {
+        STAT_ADD(srv, calls_cancelled, 1);
+        call_run_cancel(call);
+    }
+    rpc_call_unref(call);
+}
+
+const char *rpc_call_header(const rpc_call *call, const char *name) {
+    for (size_t i = 0; i < call->hdrs_len; i++)
+        if (strcmp(call->hdrs[i].name, name) == 0)
+            return call->hdrs[i].value;
+    return NULL;
+}
+
+const char *rpc_call_path(const rpc_call *call) { return call->path ? call->path : ""; }
+st_arena *rpc_call_arena(rpc_call *call) { return &call->arena; }
+int64_t rpc_call_deadline_us(const rpc_call *call) { return call->deadline_us; }
+bool rpc_call_cancelled(const rpc_call *call) { return call->cancelled || !call->conn; }
+size_t rpc_call_queued_bytes(const rpc_call *call) { return call->out.len - call->out_off; }
+
+bool rpc_call_writable(const rpc_call *call) {
+    return call->conn && !call->finished &&
+           rpc_call_queued_bytes(call) < call->conn->srv->opts.send_queue_bytes_max;
+}
+
+void rpc_call_set_cancel_cb(rpc_call *call, void (*on_cancel)(rpc_call *, void *), void *arg) {
+    call->on_cancel = on_cancel;
+    call->on_cancel_arg = arg;
+}
+
+static void call_notify_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rpc_call *call = arg;
+    if (!call->conn || call->finished || call->cancelled || !call->on_writable)
+        return;
+    rpc_call_ref(call);
+    call->on_writable(call, call->on_writable_arg);
+    rpc_call_unref(call);
+}
+
+void rpc_call_set_writable_cb(rpc_call *call, void (*on_writable)(rpc_call *, void *), void *arg) {
+    call->on_writable = on_writable;
+    call->on_writable_arg = arg;
+    if (call->conn && !call->notify_ev)
+        call->notify_ev = event_new(call->conn->srv->base, -1, 0, call_notify_cb, call);
+}
+
+/* ---- connection output ---- */
+
+static bool h2_conn_flush(h2_conn *conn) {
+    conn->busy = true;
+    int rv = nghttp2_session_send(conn->session);
+    conn->busy = false;
+    if (rv != 0) {
+        st_log(ST_LOG_INFO, "rpc", "msg=\"h2 send failed\" err=\"%s\"", nghttp2_strerror(rv));
+        return false;
+    }
+    if (!nghttp2_session_want_read(conn->session) && !nghttp2_session_want_write(conn->session) &&
+        evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
+        return false; /* GOAWAY exchanged and everything written: done */
+    return true;
+}
+
+/* After user code queued output: flush now unless nghttp2 is on the stack (then the caller that
+ * entered nghttp2 flushes when it returns). */
+static void h2_conn_kick(h2_conn *conn) {
+    if (conn->busy)
+        return;
+    if (!h2_conn_flush(conn))
+        h2_conn_close(conn);
+}
+
+static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t length, int flags,
+                       void *user_data) {
+    (void)session;
+    (void)flags;
+    h2_conn *conn = user_data;
+    struct evbuffer *out = bufferevent_get_output(conn->bev);
+    if (evbuffer_get_length(out) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
+        return NGHTTP2_ERR_WOULDBLOCK; /* resumed by the write callback */
+    if (bufferevent_write(conn->bev, data, length) != 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    return (ssize_t)length;
+}
+
+/* ---- responses ---- */
+
+static int submit_trailers(h2_conn *conn, rpc_call *call) {
+    char code[12];
+    snprintf(code, sizeof(code), "%d", (int)call->status);
+    nghttp2_nv nva[] = {NV("grpc-status", code), NV("grpc-message", call->status_msg)};
+    size_t n = call->status_msg[0] ? 2 : 1;
+    return nghttp2_submit_trailer(conn->session, call->stream_id, nva, n);
+}
+
+static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
+                            size_t length, uint32_t *data_flags, nghttp2_data_source *source,
+                            void *user_data) {
+    (void)session;
+    (void)stream_id;
+    h2_conn *conn = user_data;
+    rpc_call *call = source->ptr;
+    size_t avail = call->out.len - call->out_off;
+    if (avail == 0) {
+        if (!call->finished)
+            return NGHTTP2_ERR_DEFERRED; /* resumed by rpc_call_send / rpc_call_finish */
+        *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        if (submit_trailers(conn, call) != 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        return 0;
+    }
+    size_t n = avail < length ? avail : length;
+    memcpy(buf, call->out.data + call->out_off, n);
+    call->out_off += n;
+    STAT_SUB(conn->srv, queued_bytes, n);
+    size_t left = call->out.len - call->out_off;
+    if (left == 0) {
+        st_buf_reset(&call->out);
+        call->out_off = 0;
+    }
+    size_t bound = conn->srv->opts.send_queue_bytes_max;
+    if (call->notify_ev && !call->finished &&
+        ((call->was_full && left < bound / 2) || left == 0)) {
+        call->was_full = false;
+        event_active(call->notify_ev, EV_TIMEOUT, 0);
+    }
+    return (ssize_t)n;
+}
+
+static int submit_headers(h2_conn *conn, rpc_call *call, bool with_body) {
+    nghttp2_data_provider prd = {.source = {.ptr = call}, .read_callback = data_read_cb};
+    nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+    call->headers_sent = true;
+    return nghttp2_submit_response(conn->session, call->stream_id, nva, 2,
+                                   with_body ? &prd : NULL);
+}
+
+/* A response with no messages: one HEADERS frame carrying the status (gRPC "trailers-only"). */
+static int submit_trailers_only(h2_conn *conn, rpc_call *call) {
+    char code[12], http[8];
+    snprintf(code, sizeof(code), "%d", (int)call->status);
+    snprintf(http, sizeof(http), "%d", call->http_status);
+    nghttp2_nv nva[] = {NV(":status", http), NV("content-type", "application/grpc"),
+                        NV("grpc-status", code), NV("grpc-message", call->status_msg)};
+    call->headers_sent = true;
+    return nghttp2_submit_response(conn->session, call->stream_id, nva,
+                                   call->status_msg[0] ? 4 : 3, NULL);
+}
+
+static void call_finish_internal(rpc_call *call, st_code code, const char *msg) {
+    if (call->finished)
+        return;
+    call->finished = true;
+    call->status = code;
+    char enc[RPC_GRPC_MESSAGE_MAX];
+    rpc_percent_encode(msg, enc, sizeof(enc));
+    char *dup = st_arena_dup(&call->arena, enc, strlen(enc) + 1);
+    call->status_msg = dup ? dup : "";
+    if (call->deadline_ev)
+        event_del(call->deadline_ev);
+    h2_conn *conn = call->conn;
+    if (!conn)
+        return;
+    int rv = call->headers_sent ? nghttp2_session_resume_data(conn->session, call->stream_id)
+                                : submit_trailers_only(conn, call);
+    (void)rv; /* resume fails harmlessly when the provider is not deferred */
+    h2_conn_kick(conn);
+}
+
+/* The layer itself ends a stream with an error (bad request). */
+static void call_fail(rpc_call *call, st_code code, const char *msg) {
+    if (call->finished)
+        return;
+    if (call->conn)
+        STAT_ADD(call->conn->srv, bad_streams, 1);
+    st_log(ST_LOG_DEBUG, "rpc", "msg=\"stream failed\" code=%s detail=\"%s\"", st_code_name(code),
+           msg);
+    call_finish_internal(call, code, msg);
+}
+
+st_code rpc_call_send(rpc_call *call, st_slice msg) {
+    h2_conn *conn = call->conn;
+    if (!conn || call->finished || call->cancelled)
+        return ST_CANCELLED;
+    rpc_server *srv = conn->srv;
+    size_t queued = rpc_call_queued_bytes(call);
+    if (msg.len > srv->opts.message_bytes_max ||
+        queued + msg.len > srv->opts.send_queue_bytes_max + srv->opts.message_bytes_max)
+        return ST_RESOURCE_EXHAUSTED;
+    if (call->out_off > 0 && call->out_off >= call->out.len / 2) {
+        memmove(call->out.data, call->out.data + call->out_off, queued);
+        call->out.len = queued;
+        call->out_off = 0;
+    }
+    uint8_t prefix[5];
+    rpc_frame_prefix(prefix, (uint32_t)msg.len);
+    if (st_buf_reserve(&call->out, 5 + msg.len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    st_buf_append(&call->out, prefix, 5);
+    st_buf_append(&call->out, msg.data, msg.len);
+    uint64_t now = STAT_ADD(srv, queued_bytes, 5 + msg.len) + 5 + msg.len;
+    uint64_t peak = __atomic_load_n(&srv->stats.queued_bytes_peak, __ATOMIC_RELAXED);
+    if (now > peak)
+        __atomic_store_n(&srv->stats.queued_bytes_peak, now, __ATOMIC_RELAXED);
+    if (rpc_call_queued_bytes(call) >= srv->opts.send_queue_bytes_max)
+        call->was_full = true;
+    int rv = call->headers_sent ? nghttp2_session_resume_data(conn->session, call->stream_id)
+                                : submit_headers(conn, call, true);
+    if (rv != 0 && !call->headers_sent)
+        return ST_INTERNAL;
+    h2_conn_kick(conn);
+    return ST_OK;
+}
+
+void rpc_call_finish(rpc_call *call, st_code code, const char *message) {
+    if (!call->cancelled)
+        call_finish_internal(call, code, message);
+    if (call->handler_ref) {
+        call->handler_ref = false;
+        rpc_call_unref(call);
+    }
+}
+
+static void deadline_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rpc_call *call = arg;
+    if (call->finished || !call->conn)
+        return;
+    h2_conn *conn = call->conn;
+    rpc_call_ref(call);
+    STAT_ADD(conn->srv, calls_cancelled, 1);
+    call_finish_internal(call, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+    call_run_cancel(call);
+    rpc_call_unref(call);
+}
+
+/* ---- requests ---- */
+
+static const rpc_method_ent *method_find(const rpc_server *srv, const char *path) {
+    for (size_t i = 0; i < srv->methods_len; i++)
+        if (strcmp(srv->methods[i].path, path) == 0)
+            return &srv->methods[i];
+    return NULL;
+}
+
+static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame,
+                            void *user_data) {
+    h2_conn *conn = user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    rpc_call *call = call_new(conn, frame->hd.stream_id);
+    if (!call)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM for this one */
+    nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, call);
+    return 0;
+}
+
+static bool content_type_ok(const uint8_t *v, size_t len) {
+    static const char ct[] = "application/grpc";
+    size_t n = sizeof(ct) - 1;
+    return len >= n && memcmp(v, ct, n) == 0 && (len == n || v[n] == '+' || v[n] == ';');
+}
+
+static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, const uint8_t *value,
+                         size_t valuelen) {
+    call->hdr_bytes += namelen + valuelen + 32;
+    if (call->hdrs_len == RPC_HEADERS_COUNT_MAX || call->hdr_bytes > RPC_HEADER_BYTES_MAX) {
+        if (call->early.code == ST_OK)
+            st_err_set(&call->early, ST_RESOURCE_EXHAUSTED,
+                       "request metadata exceeds %u entries or %zu bytes", RPC_HEADERS_COUNT_MAX,
+                       RPC_HEADER_BYTES_MAX);
+        return;
+    }
+    char *n = st_arena_alloc(&call->arena, namelen + 1);
+    char *v = st_arena_alloc(&call->arena, valuelen + 1);
+    if (!n || !v) {
+        st_err_set(&call->early, ST_RESOURCE_EXHAUSTED, "out of memory for request metadata");
+        return;
+    }
+    memcpy(n, name, namelen);
+    n[namelen] = 0;
+    memcpy(v, value, valuelen);
+    v[valuelen] = 0;
+    call->hdrs[call->hdrs_len++] = (call_hdr){n, v};
+    if (strcmp(n, ":path") == 0)
+        call->path = v;
+}
+
+static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                     void *user_data) {
+    (void)flags;
+    (void)user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0; /* request trailers carry nothing we use */
+    rpc_call *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (!call)
+        return 0;
+    if (namelen == 7 && memcmp(name, ":method", 7) == 0) {
+        call->saw_post = valuelen == 4 && memcmp(value, "POST", 4) == 0;
+        return 0;
+    }
+    if (namelen == 12 && memcmp(name, "content-type", 12) == 0) {
+        call->saw_content_type = content_type_ok(value, valuelen);
+        return 0;
+    }
+    if (namelen == 12 && memcmp(name, "grpc-timeout", 12) == 0) {
+        int64_t us;
+        if (!rpc_timeout_parse((const char *)value, valuelen, &us))
+            st_err_set(&call->early, ST_INVALID_ARGUMENT, "malformed grpc-timeout");
+        else
+            call->deadline_us = st_mono_us() + us;
+        return 0;
+    }
+    header_store(call, name, namelen, value, valuelen);
+    return 0;
+}
+
+/* END_HEADERS of a request: decide whether this stream can become a call at all. */
+static void request_headers_done(h2_conn *conn, rpc_call *call) {
+    if (!call->saw_post) {
+        call->http_status = 405;
+        call_fail(call, ST_UNIMPLEMENTED, "gRPC requires the POST method");
+        return;
+    }
+    if (!call->saw_content_type) {
+        call->http_status = 415;
+        call_fail(call, ST_INVALID_ARGUMENT, "content-type must be application/grpc");
+        return;
+    }
+    if (call->early.code != ST_OK) {
+        call_fail(call, call->early.code, call->early.msg);
+        return;
+    }
+    if (!call->path || !(call->method = method_find(conn->srv, call->path))) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "unknown method %.200s", call->path ? call->path : "(none)");
+        call_fail(call, ST_UNIMPLEMENTED, msg);
+        return;
+    }
+    if (call->deadline_us) {
+        int64_t left = call->deadline_us - st_mono_us();
+        struct timeval tv = {0, 0};
+        if (left > 0) {
+            tv.tv_sec = (time_t)(left / 1000000);
+            tv.tv_usec = (suseconds_t)(left % 1000000);
+        }
+        call->deadline_ev = evtimer_new(conn->srv->base, deadline_cb, call);
+        if (!call->deadline_ev || evtimer_add(call->deadline_ev, &tv) != 0)
+            call_fail(call, ST_RESOURCE_EXHAUSTED, "cannot arm the deadline timer");
+    }
+}
+
+static st_code request_msg(st_slice msg, void *arg) {
+    rpc_call *call = arg;
+    if (call->deframer.messages > 1)
+        return ST_INVALID_ARGUMENT; /* client streaming is not supported */
+    if (msg.len > 0 && msg.data == call->deframer.msg.data) {
+        /* Take the reassembled buffer instead of copying a possibly huge message. */
+        call->request = call->deframer.msg;
+        st_buf_init(&call->deframer.msg);
+        return ST_OK;
+    }
+    return st_buf_append(&call->request, msg.data, msg.len);
+}
+
+static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id,
+                         const uint8_t *data, size_t len, void *user_data) {
+    (void)flags;
+    h2_conn *conn = user_data;
+    rpc_call *call = nghttp2_session_get_stream_user_data(session, stream_id);
+    if (!call || call->finished || call->dispatched)
+        return 0; /* nghttp2 still returns the flow-control window */
+    if (conn->request_bytes + len > H2_CONN_REQUEST_BYTES_MAX) {
+        call_fail(call, ST_RESOURCE_EXHAUSTED, "connection buffers too many request bytes");
+        return 0;
+    }
+    conn->request_bytes += len;
+    call->request_bytes += len;
+    st_err err = {0};
+    st_code rc = rpc_deframer_feed(&call->deframer, data, len, &err, request_msg, call);
+    if (rc == ST_INVALID_ARGUMENT && err.code == ST_OK)
+        st_err_set(&err, rc, "more than one request message: client streaming is unsupported");
+    if (rc != ST_OK)
+        call_fail(call, rc, err.msg);
+    return 0;
+}
+
+/* END_STREAM from the client: the request is complete; run the handler. */
+static void request_done(rpc_call *call) {
+    if (call->finished || call->dispatched)
+        return;
+    st_err err = {0};
+    if (rpc_deframer_finish(&call->deframer, &err) != ST_OK) {
+        call_fail(call, err.code, err.msg);
+        return;
+    }
+    if (call->deframer.messages != 1) {
+        call_fail(call, ST_INTERNAL, "request carried no message");
+        return;
+    }
+    call->dispatched = true;
+    call->handler_ref = true;
+    rpc_call_ref(call);
+    call->method->handler(call, st_buf_slice(&call->request), call->method->arg);
+}
+
+static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    h2_conn *conn = user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
+        return 0;
+    rpc_call *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (!call)
+        return 0;
+    rpc_call_ref(call);
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
+        request_headers_done(conn, call);
+    if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && call->conn)
+        request_done(call);
+    rpc_call_unref(call);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code,
+                           void *user_data) {
+    (void)error_code;
+    (void)user_data;
+    rpc_call *call = nghttp2_session_get_stream_user_data(session, stream_id);
+    if (call) {
+        nghttp2_session_set_stream_user_data(session, stream_id, NULL);
+        call_detach(call);
+    }
+    return 0;
+}
+
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    (void)user_data;
+    /* Once our END_STREAM is out, a client still sending (e.g. an oversized request we refused)
+     * is told to stop with RST_STREAM(NO_ERROR), as gRPC servers do. */
+    if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+        (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0)
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+/* ---- connections ---- */
+
+static void h2_conn_close(h2_conn *conn) {
+    rpc_server *srv = conn->srv;
+    if (conn->prev)
+        conn->prev->next = conn->next;
+    else
+        srv->conns = conn->next;
+    if (conn->next)
+        conn->next->prev = conn->prev;
+    while (conn->calls)
+        call_detach(conn->calls); /* nghttp2_session_del runs no stream-close callbacks */
+    if (conn->session)
+        nghttp2_session_del(conn->session);
+    if (conn->bev)
+        bufferevent_free(conn->bev);
+    STAT_SUB(srv, conns_open, 1);
+    free(conn);
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg) {
+    h2_conn *conn = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t n;
+    while ((n = evbuffer_get_contiguous_space(in)) > 0) {
+        const uint8_t *p = evbuffer_pullup(in, (ssize_t)n);
+        conn->busy = true;
+        ssize_t rv = nghttp2_session_mem_recv(conn->session, p, n);
+        conn->busy = false;
+        if (rv < 0) {
+            st_log(ST_LOG_INFO, "rpc", "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",
+                   nghttp2_strerror((int)rv));
+            h2_conn_flush(conn); /* try to get the GOAWAY out */
+            h2_conn_close(conn);
+            return;
+        }
+        evbuffer_drain(in, n);
+    }
+    if (!h2_conn_flush(conn))
+        h2_conn_close(conn);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg) {
+    (void)bev;
+    h2_conn *conn = arg;
+    if (!h2_conn_flush(conn))
+        h2_conn_close(conn);
+}
+
+static void conn_event_cb(struct bufferevent *bev, short events, void *arg) {
+    h2_conn *conn = arg;
+    if (events & BEV_EVENT_CONNECTED) {
+        if (!conn->tp->negotiated_h2(bev)) {
+            st_log(ST_LOG_INFO, "rpc", "msg=\"closing connection: ALPN did not select h2\"");
+            h2_conn_close(conn);
+        }
+        return;
+    }
+    if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+        h2_conn_close(conn);
+}
+
+static bool h2_session_start(h2_conn *conn) {
+    nghttp2_session_callbacks *cbs;
+    if (nghttp2_session_callbacks_new(&cbs) != 0)
+        return false;
+    nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+    int rv = nghttp2_session_server_new(&conn->session, cbs, conn);
+    nghttp2_session_callbacks_del(cbs);
+    if (rv != 0)
+        return false;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, conn->srv->opts.streams_max},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)H2_STREAM_WINDOW_BYTES},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)RPC_HEADER_BYTES_MAX},
+    };
+    if (nghttp2_submit_settings(conn->session, NGHTTP2_FLAG_NONE, iv, 3) != 0 ||
+        nghttp2_session_set_local_window_size(conn->session, NGHTTP2_FLAG_NONE, 0,
+                                              H2_CONN_WINDOW_BYTES) != 0)
+        return false;
+    return h2_conn_flush(conn);
+}
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr,
+                      int addrlen, void *arg) {
+    (void)l;
+    (void)addr;
+    (void)addrlen;
+    rpc_server *srv = arg;
+    h2_conn *conn = calloc(1, sizeof(*conn));
+    if (!conn) {
+        close(fd);
+        return;
+    }
+    conn->srv = srv;
+    conn->tp = srv->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
+    conn->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = conn;
+    srv->conns = conn;
+    STAT_ADD(srv, conns_accepted, 1);
+    STAT_ADD(srv, conns_open, 1);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    conn->bev = conn->tp->bev_new(srv->base, fd, srv->opts.ssl_ctx, true, NULL);
+    if (!conn->bev) {
+        h2_conn_close(conn);
+        return;
+    }
+    bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
+    bufferevent_setwatermark(conn->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
+    if (bufferevent_enable(conn->bev, EV_READ | EV_WRITE) != 0 || !h2_session_start(conn))
+        h2_conn_close(conn);
+}
+
+/* ---- the server ---- */
+
+static void post_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    rpc_server *srv = arg;
+    uint64_t v;
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        st_log(ST_LOG_WARN, "rpc", "msg=\"eventfd read failed\" errno=%d", errno);
+    pthread_mutex_lock(&srv->post_mu);
+    post_item *it = srv->post_head;
+    srv->post_head = srv->post_tail = NULL;
+    srv->post_len = 0;
+    pthread_mutex_unlock(&srv->post_mu);
+    while (it) {
+        post_item *next = it->next;
+        it->fn(it->arg);
+        free(it);
+        it = next;
+    }
+}
+
+st_code rpc_server_post(rpc_server *s, void (*fn)(void *arg), void *arg) {
+    post_item *it = malloc(sizeof(*it));
+    if (!it)
+        return ST_RESOURCE_EXHAUSTED;
+    *it = (post_item){fn, arg, NULL};
+    pthread_mutex_lock(&s->post_mu);
+    if (s->post_len >= RPC_POST_QUEUE_MAX) {
+        pthread_mutex_unlock(&s->post_mu);
+        free(it);
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    if (s->post_tail)
+        s->post_tail->next = it;
+    else
+        s->post_head = it;
+    s->post_tail = it;
+    s->post_len++;
+    pthread_mutex_unlock(&s->post_mu);
+    uint64_t one = 1;
+    ssize_t w = write(s->post_fd, &one, sizeof(one));
+    (void)w; /* EAGAIN means the counter is already non-zero: the loop will wake anyway */
+    return ST_OK;
+}
+
+rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts, st_err *err) {
+    h2_logging_init();
+    rpc_server *s = calloc(1, sizeof(*s));
+    if (!s) {
+        st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating the RPC server");
+        return NULL;
+    }
+    s->base = base;
+    if (opts)
+        s->opts = *opts;
+    if (!s->opts.message_bytes_max)
+        s->opts.message_bytes_max = RPC_MESSAGE_BYTES_MAX_DEFAULT;
+    if (s->opts.message_bytes_max > UINT32_MAX)
+        s->opts.message_bytes_max = UINT32_MAX;
+    if (!s->opts.send_queue_bytes_max)
+        s->opts.send_queue_bytes_max = RPC_SEND_QUEUE_BYTES_DEFAULT;
+    if (!s->opts.streams_max)
+        s->opts.streams_max = RPC_STREAMS_MAX_DEFAULT;
+    pthread_mutex_init(&s->post_mu, NULL);
+    s->post_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->post_fd < 0 ||
+        !(s->post_ev = event_new(base, s->post_fd, EV_READ | EV_PERSIST, post_cb, s)) ||
+        event_add(s->post_ev, NULL) != 0) {
+        st_err_set(err, ST_INTERNAL, "cannot set up the server's post queue: %s",
+                   strerror(errno));
+        rpc_server_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+st_code rpc_server_add_method(rpc_server *s, const char *path, rpc_handler_fn handler, void *arg) {
+    if (method_find(s, path))
+        return ST_ALREADY_EXISTS;
+    if (s->methods_len == RPC_METHODS_MAX)
+        return ST_RESOURCE_EXHAUSTED;
+    rpc_method_ent *m = realloc(s->methods, (s->methods_len + 1) * sizeof(*m));
+    if (!m)
+        return ST_RESOURCE_EXHAUSTED;
+    s->methods = m;
+    char *p = strdup(path);
+    if (!p)
+        return ST_RESOURCE_EXHAUSTED;
+    s->methods[s->methods_len++] = (rpc_method_ent){p, handler, arg};
+    return ST_OK;
+}
+
+st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16_t *bound_port,
+                          st_err *err) {
+    if (s->listeners_len == RPC_LISTENERS_MAX)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "too many listeners (max %d)",
+                          RPC_LISTENERS_MAX);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char portstr[8];
+    snprintf(portstr, sizeof(portstr), "%u", port);
+    int gai = getaddrinfo(host, portstr, &hints, &res);
+    if (gai != 0)
+        return st_err_set(err, ST_UNAVAILABLE, "cannot resolve listen address %s: %s",
+                          host ? host : "*", gai_strerror(gai));
+    struct evconnlistener *l = NULL;
+    for (struct addrinfo *ai = res; ai && !l; ai = ai->ai_next)
+        l = evconnlistener_new_bind(s->base, accept_cb, s,
+                                    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+                                    -1, ai->ai_addr, (int)ai->ai_addrlen);
+    freeaddrinfo(res);
+    if (!l)
+        return st_err_set(err, ST_UNAVAILABLE, "cannot listen on %s:%u: %s; is the port in use?",
+                          host ? host : "*", port, strerror(errno));
+    s->listeners[s->listeners_len++] = l;
+    if (bound_port) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        getsockname(evconnlistener_get_fd(l), (struct sockaddr *)&ss, &sl);
+        *bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                               : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    }
+    return ST_OK;
+}
+
+void rpc_server_free(rpc_server *s) {
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->listeners_len; i++)
+        evconnlistener_free(s->listeners[i]);
+    while (s->conns)
+        h2_conn_close(s->conns);
+    if (s->post_ev)
+        event_free(s->post_ev);
+    if (s->post_fd >= 0)
+        close(s->post_fd);
+    for (post_item *it = s->post_head, *next; it; it = next) {
+        next = it->next;
+        free(it);
+    }
+    pthread_mutex_destroy(&s->post_mu);
+    for (size_t i = 0; i < s->methods_len; i++)
+        free(s->methods[i].path);
+    free(s->methods);
+    free(s);
+}
+
+struct event_base *rpc_server_base(rpc_server *s) { return s->base; }
+
+void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out) {
+    out->conns_accepted = __atomic_load_n(&s->stats.conns_accepted, __ATOMIC_RELAXED);
+    out->conns_open = __atomic_load_n(&s->stats.conns_open, __ATOMIC_RELAXED);
+    out->calls_started = __atomic_load_n(&s->stats.calls_started, __ATOMIC_RELAXED);
+    out->calls_active = __atomic_load_n(&s->stats.calls_active, __ATOMIC_RELAXED);
+    out->calls_cancelled = __atomic_load_n(&s->stats.calls_cancelled, __ATOMIC_RELAXED);
+    out->queued_bytes = __atomic_load_n(&s->stats.queued_bytes, __ATOMIC_RELAXED);
+    out->queued_bytes_peak = __atomic_load_n(&s->stats.queued_bytes_peak, __ATOMIC_RELAXED);
+    out->bad_streams = __atomic_load_n(&s->stats.bad_streams, __ATOMIC_RELAXED);
+}
