@@ -131,7 +131,7 @@ void rpc_timeout_format(int64_t timeout_us, char out[16]) {
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
         int64_t v = (timeout_us + units[i].us - 1) / units[i].us;
         if (v <= 99999999) {
-            snprintf(out, 16, "%lld%c", (long long)v, units[i].unit);
+            snprintf(out, 16, "%u%c", (unsigned)v, units[i].unit);
             return;
         }
     }

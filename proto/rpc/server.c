@@ -18,6 +18,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
 #include <event2/buffer.h>
 #include <event2/listener.h>
 #include <nghttp2/nghttp2.h>

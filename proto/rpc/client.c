@@ -1,0 +1,653 @@
+/* The gRPC client: one HTTP/2 connection (rpc_client) carrying many concurrent calls (rpc_ccall)
+ * on a caller-provided event_base, plus blocking helpers that run their own base.
+ *
+ * A client whose connection fails is dead for good: client_fail ends every call with UNAVAILABLE
+ * and later calls are refused; the owner makes a new client (reconnect policy belongs to the
+ * caller, who knows whether a retry is idempotent). */
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <event2/buffer.h>
+#include <nghttp2/nghttp2.h>
+
+#include "rpc_internal.h"
+
+struct rpc_client {
+    struct event_base *base;
+    rpc_client_opts opts;
+    const h2_transport *tp;
+    char *host;
+    struct bufferevent *bev;
+    nghttp2_session *session;
+    rpc_ccall *calls;
+    bool dead;
+    bool busy; /* inside nghttp2: the outer caller flushes */
+    bool fail_pending;
+    struct event *fail_ev; /* runs client_fail from the loop when a failure is found while busy */
+    char fail_msg[256];
+};
+
+struct rpc_ccall {
+    rpc_client *c;
+    int32_t stream_id;
+    rpc_deframer deframer;
+    rpc_ccall_msg_fn on_msg;
+    rpc_ccall_done_fn on_done;
+    void *arg;
+    st_buf body; /* the framed request */
+    size_t body_off;
+    int http_status;
+    bool got_status, cancelled, deadline_hit;
+    st_code status;
+    char message[RPC_GRPC_MESSAGE_MAX];
+    st_err local; /* an error found on our side (bad response framing) */
+    struct event *deadline_ev;
+    rpc_ccall *prev, *next;
+};
+
+#define NV(n, v)                                                                                   \
+    {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+
+static void client_fail(rpc_client *c, const char *why);
+
+/* ---- call completion ---- */
+
+static void ccall_complete(rpc_ccall *call, st_code code, const char *message) {
+    rpc_client *c = call->c;
+    if (call->prev)
+        call->prev->next = call->next;
+    else
+        c->calls = call->next;
+    if (call->next)
+        call->next->prev = call->prev;
+    if (call->deadline_ev)
+        event_free(call->deadline_ev);
+    if (c->session && call->stream_id > 0)
+        nghttp2_session_set_stream_user_data(c->session, call->stream_id, NULL);
+    call->on_done(call, code, message ? message : "", call->arg);
+    rpc_deframer_deinit(&call->deframer);
+    st_buf_free(&call->body);
+    free(call);
+}
+
+/* gRPC's mapping of HTTP status when no grpc-status arrived. */
+static st_code http_to_code(int http) {
+    switch (http) {
+    case 400: return ST_INTERNAL;
+    case 401: return ST_UNAUTHENTICATED;
+    case 403: return ST_PERMISSION_DENIED;
+    case 404: return ST_UNIMPLEMENTED;
+    case 429:
+    case 502:
+    case 503:
+    case 504: return ST_UNAVAILABLE;
+    default: return ST_UNKNOWN;
+    }
+}
+
+static st_code h2_error_to_code(uint32_t e) {
+    switch (e) {
+    case NGHTTP2_REFUSED_STREAM: return ST_UNAVAILABLE;
+    case NGHTTP2_CANCEL: return ST_CANCELLED;
+    case NGHTTP2_ENHANCE_YOUR_CALM: return ST_RESOURCE_EXHAUSTED;
+    case NGHTTP2_INADEQUATE_SECURITY: return ST_PERMISSION_DENIED;
+    default: return ST_INTERNAL;
+    }
+}
+
+static void ccall_stream_closed(rpc_ccall *call, uint32_t error_code) {
+    if (call->local.code != ST_OK)
+        ccall_complete(call, call->local.code, call->local.msg);
+    else if (call->deadline_hit)
+        ccall_complete(call, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+    else if (call->cancelled)
+        ccall_complete(call, ST_CANCELLED, "cancelled by the client");
+    else if (call->got_status && call->status == ST_OK && call->deframer.prefix_len != 0)
+        ccall_complete(call, ST_INTERNAL, "response ended inside a message");
+    else if (call->got_status)
+        ccall_complete(call, call->status, call->message);
+    else if (call->http_status != 0 && call->http_status != 200)
+        ccall_complete(call, http_to_code(call->http_status), "HTTP error without grpc-status");
+    else {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "stream closed without status (HTTP/2 error %s)",
+                 nghttp2_http2_strerror(error_code));
+        ccall_complete(call, h2_error_to_code(error_code), msg);
+    }
+}
+
+/* ---- output ---- */
+
+static bool client_flush(rpc_client *c) {
+    c->busy = true;
+    int rv = nghttp2_session_send(c->session);
+    c->busy = false;
+    if (rv != 0) {
+        snprintf(c->fail_msg, sizeof(c->fail_msg), "HTTP/2 send failed: %s", nghttp2_strerror(rv));
+        return false;
+    }
+    return true;
+}
+
+static void fail_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rpc_client *c = arg;
+    client_fail(c, c->fail_msg);
+}
+
+/* Flush after user code queued output, unless nghttp2 is on the stack. */
+static void client_kick(rpc_client *c) {
+    if (c->busy || c->dead)
+        return;
+    if (!client_flush(c) && !c->fail_pending) {
+        c->fail_pending = true; /* fail from the loop: the caller may be holding a call */
+        event_active(c->fail_ev, EV_TIMEOUT, 0);
+    }
+}
+
+static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t length, int flags,
+                       void *user_data) {
+    (void)session;
+    (void)flags;
+    rpc_client *c = user_data;
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
+        return NGHTTP2_ERR_WOULDBLOCK;
+    if (bufferevent_write(c->bev, data, length) != 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    return (ssize_t)length;
+}
+
+static ssize_t body_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
+                            size_t length, uint32_t *data_flags, nghttp2_data_source *source,
+                            void *user_data) {
+    (void)session;
+    (void)stream_id;
+    (void)user_data;
+    rpc_ccall *call = source->ptr;
+    size_t n = call->body.len - call->body_off;
+    if (n > length)
+        n = length;
+    memcpy(buf, call->body.data + call->body_off, n);
+    call->body_off += n;
+    if (call->body_off == call->body.len) {
+        *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+        st_buf_free(&call->body); /* sent: no need to keep it */
+        call->body_off = 0;
+    }
+    return (ssize_t)n;
+}
+
+/* ---- input ---- */
+
+static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                     void *user_data) {
+    (void)flags;
+    (void)user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    rpc_ccall *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (!call)
+        return 0;
+    if (namelen == 7 && memcmp(name, ":status", 7) == 0) {
+        call->http_status = 0;
+        for (size_t i = 0; i < valuelen && i < 3; i++)
+            call->http_status = call->http_status * 10 + (value[i] - '0');
+    } else if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0) {
+        int v = 0;
+        for (size_t i = 0; i < valuelen && i < 3; i++)
+            v = v * 10 + (value[i] >= '0' && value[i] <= '9' ? value[i] - '0' : 0);
+        call->got_status = true;
+        call->status = v <= 16 ? (st_code)v : ST_UNKNOWN;
+    } else if (namelen == 12 && memcmp(name, "grpc-message", 12) == 0) {
+        rpc_percent_decode((const char *)value, valuelen, call->message, sizeof(call->message));
+    }
+    return 0;
+}
+
+static st_code response_msg(st_slice msg, void *arg) {
+    rpc_ccall *call = arg;
+    if (call->on_msg && !call->cancelled && !call->deadline_hit)
+        call->on_msg(call, msg, call->arg);
+    return ST_OK;
+}
+
+static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id,
+                         const uint8_t *data, size_t len, void *user_data) {
+    (void)flags;
+    (void)user_data;
+    rpc_ccall *call = nghttp2_session_get_stream_user_data(session, stream_id);
+    if (!call || call->local.code != ST_OK || call->cancelled || call->deadline_hit)
+        return 0;
+    if (rpc_deframer_feed(&call->deframer, data, len, &call->local, response_msg, call) != ST_OK)
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    (void)user_data;
+    /* Our request may still be going out when the server has answered (e.g. it refused an
+     * oversized request): stop sending, as gRPC clients do. */
+    if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+        (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        nghttp2_session_get_stream_local_close(session, frame->hd.stream_id) == 0)
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code,
+                           void *user_data) {
+    (void)user_data;
+    rpc_ccall *call = nghttp2_session_get_stream_user_data(session, stream_id);
+    if (call)
+        ccall_stream_closed(call, error_code);
+    return 0;
+}
+
+/* ---- the connection ---- */
+
+/* The one close function every client failure reaches. */
+static void client_fail(rpc_client *c, const char *why) {
+    if (c->dead)
+        return;
+    c->dead = true;
+    st_log(ST_LOG_INFO, "rpc", "msg=\"client connection failed\" host=%s why=\"%s\"", c->host,
+           why);
+    char msg[300];
+    snprintf(msg, sizeof(msg), "connection to %s failed: %s", c->host, why);
+    while (c->calls)
+        ccall_complete(c->calls, c->calls->deadline_hit ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
+                       msg);
+    if (c->session)
+        nghttp2_session_del(c->session);
+    c->session = NULL;
+    if (c->bev)
+        bufferevent_free(c->bev);
+    c->bev = NULL;
+}
+
+static void client_read_cb(struct bufferevent *bev, void *arg) {
+    rpc_client *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t n;
+    while (!c->dead && (n = evbuffer_get_contiguous_space(in)) > 0) {
+        const uint8_t *p = evbuffer_pullup(in, (ssize_t)n);
+        c->busy = true;
+        ssize_t rv = nghttp2_session_mem_recv(c->session, p, n);
+        c->busy = false;
+        if (rv < 0) {
+            client_fail(c, nghttp2_strerror((int)rv));
+            return;
+        }
+        evbuffer_drain(in, n);
+    }
+    if (!c->dead && !client_flush(c))
+        client_fail(c, c->fail_msg);
+}
+
+static void client_write_cb(struct bufferevent *bev, void *arg) {
+    (void)bev;
+    rpc_client *c = arg;
+    if (!c->dead && !client_flush(c))
+        client_fail(c, c->fail_msg);
+}
+
+static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
+    rpc_client *c = arg;
+    if (events & BEV_EVENT_CONNECTED) {
+        int one = 1;
+        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (!c->tp->negotiated_h2(bev))
+            client_fail(c, "TLS ALPN did not select h2");
+        else if (!client_flush(c))
+            client_fail(c, c->fail_msg);
+        return;
+    }
+    if (events & BEV_EVENT_EOF)
+        client_fail(c, "connection closed by the server");
+    else if (events & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+        client_fail(c, "connect or socket error (is the server up? TLS mismatch?)");
+}
+
+static bool client_session_new(rpc_client *c) {
+    nghttp2_session_callbacks *cbs;
+    if (nghttp2_session_callbacks_new(&cbs) != 0)
+        return false;
+    nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    int rv = nghttp2_session_client_new(&c->session, cbs, c);
+    nghttp2_session_callbacks_del(cbs);
+    if (rv != 0)
+        return false;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)H2_STREAM_WINDOW_BYTES},
+    };
+    return nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 2) == 0 &&
+           nghttp2_session_set_local_window_size(c->session, NGHTTP2_FLAG_NONE, 0,
+                                                 H2_CONN_WINDOW_BYTES) == 0;
+}
+
+rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t port,
+                           const rpc_client_opts *opts, st_err *err) {
+    h2_logging_init();
+    rpc_client *c = calloc(1, sizeof(*c));
+    if (!c || !(c->host = strdup(host))) {
+        free(c);
+        st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating an RPC client");
+        return NULL;
+    }
+    c->base = base;
+    if (opts)
+        c->opts = *opts;
+    if (!c->opts.message_bytes_max)
+        c->opts.message_bytes_max = RPC_MESSAGE_BYTES_MAX_DEFAULT;
+    if (c->opts.message_bytes_max > UINT32_MAX)
+        c->opts.message_bytes_max = UINT32_MAX;
+    c->tp = c->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char portstr[8];
+    snprintf(portstr, sizeof(portstr), "%u", port);
+    int gai = getaddrinfo(host, portstr, &hints, &res);
+    if (gai != 0) {
+        st_err_set(err, ST_UNAVAILABLE, "cannot resolve %s: %s", host, gai_strerror(gai));
+        rpc_client_free(c);
+        return NULL;
+    }
+    const char *sni = c->opts.server_name ? c->opts.server_name : host;
+    c->fail_ev = event_new(base, -1, 0, fail_cb, c);
+    c->bev = c->tp->bev_new(base, -1, c->opts.ssl_ctx, false, sni);
+    if (!c->fail_ev || !c->bev || !client_session_new(c)) {
+        freeaddrinfo(res);
+        st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot set up a connection to %s", host);
+        rpc_client_free(c);
+        return NULL;
+    }
+    bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
+    bufferevent_setwatermark(c->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
+    int rv = bufferevent_socket_connect(c->bev, res->ai_addr, (int)res->ai_addrlen);
+    freeaddrinfo(res);
+    if (rv != 0 || bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0) {
+        st_err_set(err, ST_UNAVAILABLE, "cannot connect to %s:%u", host, port);
+        rpc_client_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void rpc_client_free(rpc_client *c) {
+    if (!c)
+        return;
+    while (c->calls)
+        ccall_complete(c->calls, ST_CANCELLED, "client closed");
+    if (c->session)
+        nghttp2_session_del(c->session);
+    if (c->bev)
+        bufferevent_free(c->bev);
+    if (c->fail_ev)
+        event_free(c->fail_ev);
+    free(c->host);
+    free(c);
+}
+
+bool rpc_client_alive(const rpc_client *c) { return !c->dead && !c->fail_pending; }
+
+/* ---- calls ---- */
+
+static void ccall_deadline_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rpc_ccall *call = arg;
+    rpc_client *c = call->c;
+    call->deadline_hit = true;
+    if (call->stream_id > 0 && c->session)
+        nghttp2_submit_rst_stream(c->session, NGHTTP2_FLAG_NONE, call->stream_id, NGHTTP2_CANCEL);
+    client_kick(c);
+}
+
+void rpc_ccall_cancel(rpc_ccall *call) {
+    if (call->cancelled || call->deadline_hit)
+        return;
+    call->cancelled = true;
+    rpc_client *c = call->c;
+    if (call->stream_id > 0 && c->session)
+        nghttp2_submit_rst_stream(c->session, NGHTTP2_FLAG_NONE, call->stream_id, NGHTTP2_CANCEL);
+    client_kick(c);
+}
+
+static bool ccall_submit(rpc_client *c, rpc_ccall *call, const char *path, const rpc_metadata *md,
+                         size_t md_count, int64_t timeout_ms) {
+    char timeout[16] = "";
+    nghttp2_nv fixed[] = {NV(":method", "POST"), NV(":scheme", c->opts.ssl_ctx ? "https" : "http"),
+                          NV(":path", path), NV(":authority", c->host),
+                          NV("content-type", "application/grpc"), NV("te", "trailers"),
+                          NV("grpc-timeout", timeout)};
+    size_t nfixed = 6;
+    if (timeout_ms > 0) {
+        rpc_timeout_format(timeout_ms * 1000, timeout);
+        fixed[6].valuelen = strlen(timeout);
+        nfixed = 7;
+    }
+    if (md_count > RPC_HEADERS_COUNT_MAX)
+        return false;
+    nghttp2_nv nva[7 + RPC_HEADERS_COUNT_MAX];
+    memcpy(nva, fixed, nfixed * sizeof(nghttp2_nv));
+    for (size_t i = 0; i < md_count; i++)
+        nva[nfixed + i] = (nghttp2_nv){(uint8_t *)md[i].name, (uint8_t *)md[i].value,
+                                       strlen(md[i].name), strlen(md[i].value),
+                                       NGHTTP2_NV_FLAG_NONE};
+    nghttp2_data_provider prd = {.source = {.ptr = call}, .read_callback = body_read_cb};
+    call->stream_id =
+        nghttp2_submit_request(c->session, NULL, nva, nfixed + md_count, &prd, call);
+    return call->stream_id > 0;
+}
+
+rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
+                           const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
+                           rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg) {
+    if (c->dead || c->fail_pending || request.len > c->opts.message_bytes_max)
+        return NULL;
+    rpc_ccall *call = calloc(1, sizeof(*call));
+    if (!call)
+        return NULL;
+    call->c = c;
+    call->on_msg = on_msg;
+    call->on_done = on_done;
+    call->arg = arg;
+    rpc_deframer_init(&call->deframer, c->opts.message_bytes_max);
+    st_buf_init(&call->body);
+    uint8_t prefix[5];
+    rpc_frame_prefix(prefix, (uint32_t)request.len);
+    bool ok = st_buf_append(&call->body, prefix, 5) == ST_OK &&
+              st_buf_append(&call->body, request.data, request.len) == ST_OK;
+    if (ok && timeout_ms > 0) {
+        struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)(timeout_ms % 1000) * 1000};
+        call->deadline_ev = evtimer_new(c->base, ccall_deadline_cb, call);
+        ok = call->deadline_ev && evtimer_add(call->deadline_ev, &tv) == 0;
+    }
+    if (!ok || !ccall_submit(c, call, path, md, md_count, timeout_ms)) {
+        if (call->deadline_ev)
+            event_free(call->deadline_ev);
+        rpc_deframer_deinit(&call->deframer);
+        st_buf_free(&call->body);
+        free(call);
+        return NULL;
+    }
+    call->next = c->calls;
+    if (c->calls)
+        c->calls->prev = call;
+    c->calls = call;
+    client_kick(c);
+    return call;
+}
+
+/* ---- unary ---- */
+
+typedef struct unary_ctx {
+    rpc_unary_done_fn on_done;
+    void *arg;
+    st_buf resp;
+    uint64_t messages;
+} unary_ctx;
+
+static void unary_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    unary_ctx *u = arg;
+    if (u->messages++ == 0 && st_buf_append(&u->resp, msg.data, msg.len) != ST_OK)
+        u->messages = UINT64_MAX; /* reported as RESOURCE_EXHAUSTED below */
+}
+
+static void unary_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    unary_ctx *u = arg;
+    if (code == ST_OK && u->messages == UINT64_MAX) {
+        code = ST_RESOURCE_EXHAUSTED;
+        message = "out of memory holding the response";
+    } else if (code == ST_OK && u->messages != 1) {
+        code = ST_INTERNAL;
+        message = u->messages == 0 ? "unary response carried no message"
+                                   : "unary response carried several messages";
+    }
+    u->on_done(code, message, code == ST_OK ? st_buf_slice(&u->resp) : st_slice_make(NULL, 0),
+               u->arg);
+    st_buf_free(&u->resp);
+    free(u);
+}
+
+st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request,
+                         const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
+                         rpc_unary_done_fn on_done, void *arg) {
+    unary_ctx *u = calloc(1, sizeof(*u));
+    if (!u)
+        return ST_RESOURCE_EXHAUSTED;
+    u->on_done = on_done;
+    u->arg = arg;
+    st_buf_init(&u->resp);
+    if (!rpc_client_call(c, path, request, md, md_count, timeout_ms, unary_msg, unary_done, u)) {
+        free(u);
+        return c->dead ? ST_UNAVAILABLE : ST_RESOURCE_EXHAUSTED;
+    }
+    return ST_OK;
+}
+
+/* ---- blocking helpers ---- */
+
+typedef struct blocking_ctx {
+    struct event_base *base;
+    void (*on_msg)(st_slice msg, void *arg);
+    void *arg;
+    st_buf *resp;
+    uint64_t messages;
+    bool done;
+    st_code code;
+    char message[RPC_GRPC_MESSAGE_MAX];
+} blocking_ctx;
+
+static void blocking_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    blocking_ctx *b = arg;
+    b->messages++;
+    if (b->on_msg)
+        b->on_msg(msg, b->arg);
+    if (b->resp && b->messages == 1 && st_buf_append(b->resp, msg.data, msg.len) != ST_OK)
+        b->messages = UINT64_MAX;
+}
+
+static void blocking_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    blocking_ctx *b = arg;
+    b->done = true;
+    b->code = code;
+    snprintf(b->message, sizeof(b->message), "%s", message);
+    event_base_loopbreak(b->base);
+}
+
+static bool split_addr(const char *addr, char *host, size_t host_size, uint16_t *port) {
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr)
+        return false;
+    const char *h = addr;
+    size_t hl = (size_t)(colon - addr);
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    if (hl + 1 > host_size)
+        return false;
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p <= 0 || p > 65535)
+        return false;
+    *port = (uint16_t)p;
+    return true;
+}
+
+static st_code blocking_run(const char *addr, const rpc_client_opts *opts, const char *path,
+                            st_slice request, const rpc_metadata *md, size_t md_count,
+                            int64_t timeout_ms, blocking_ctx *b, st_err *status) {
+    char host[256];
+    uint16_t port;
+    if (!split_addr(addr, host, sizeof(host), &port))
+        return st_err_set(status, ST_INVALID_ARGUMENT, "bad address %s (want host:port)", addr);
+    b->base = event_base_new();
+    if (!b->base)
+        return st_err_set(status, ST_RESOURCE_EXHAUSTED, "cannot create an event_base");
+    rpc_client *c = rpc_client_new(b->base, host, port, opts, status);
+    if (!c) {
+        event_base_free(b->base);
+        return status ? status->code : ST_UNAVAILABLE;
+    }
+    if (!rpc_client_call(c, path, request, md, md_count, timeout_ms, blocking_msg, blocking_done,
+                         b)) {
+        b->done = true;
+        b->code = ST_UNAVAILABLE;
+        snprintf(b->message, sizeof(b->message), "cannot start the call");
+    }
+    while (!b->done && event_base_dispatch(b->base) == 0)
+        ;
+    rpc_client_free(c);
+    event_base_free(b->base);
+    if (b->code == ST_OK && b->messages == UINT64_MAX)
+        return st_err_set(status, ST_RESOURCE_EXHAUSTED, "out of memory holding the response");
+    if (b->code == ST_OK) {
+        st_err_clear(status);
+        return ST_OK;
+    }
+    return st_err_set(status, b->code, "%s", b->message);
+}
+
+st_code rpc_blocking_unary(const char *addr, const rpc_client_opts *opts, const char *path,
+                           st_slice request, const rpc_metadata *md, size_t md_count,
+                           int64_t timeout_ms, st_buf *resp, st_err *status) {
+    blocking_ctx b = {.resp = resp};
+    if (resp)
+        st_buf_reset(resp);
+    st_code rc = blocking_run(addr, opts, path, request, md, md_count, timeout_ms, &b, status);
+    if (rc == ST_OK && b.messages != 1)
+        return st_err_set(status, ST_INTERNAL, "unary response carried %llu messages",
+                          (unsigned long long)b.messages);
+    return rc;
+}
+
+st_code rpc_blocking_stream(const char *addr, const rpc_client_opts *opts, const char *path,
+                            st_slice request, const rpc_metadata *md, size_t md_count,
+                            int64_t timeout_ms, void (*on_msg)(st_slice msg, void *arg),
+                            void *arg, st_err *status) {
+    blocking_ctx b = {.on_msg = on_msg, .arg = arg};
+    return blocking_run(addr, opts, path, request, md, md_count, timeout_ms, &b, status);
+}

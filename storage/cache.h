@@ -1,0 +1,29 @@
+/* cache.h — the block cache's handle API, used by sst.c (private to the SSTable module; the
+ * constructor and stats are in sst.h).
+ *
+ * Entries are keyed by (sst id, block offset) and charged by their decompressed size. A lookup or
+ * insert returns a referenced handle; the value stays valid until sto_cache_release even if the
+ * entry is evicted or replaced meanwhile. Thread-safe: 16 shards, each with its own mutex. */
+#ifndef STO_CACHE_H
+#define STO_CACHE_H
+
+#include "sst.h"
+
+#define STO_CACHE_SHARDS 16
+
+typedef struct sto_cache_handle sto_cache_handle;
+typedef void (*sto_cache_deleter)(void *value);
+
+/* NULL on a miss (counted). */
+sto_cache_handle *sto_cache_lookup(sto_cache *c, uint64_t id, uint64_t off);
+/* Inserts value (replacing any entry with the same key) and returns a handle on it; the cache
+ * calls deleter(value) once the entry is evicted and released. With capacity 0 nothing is kept:
+ * the handle works and the value is deleted at release. NULL only when memory runs out, in which
+ * case nothing was inserted and the caller still owns value. */
+sto_cache_handle *sto_cache_insert(sto_cache *c, uint64_t id, uint64_t off, void *value,
+                                   size_t charge, sto_cache_deleter deleter);
+void *sto_cache_value(sto_cache_handle *h);
+void sto_cache_release(sto_cache *c, sto_cache_handle *h);
+size_t sto_cache_capacity(const sto_cache *c);
+
+#endif
