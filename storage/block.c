@@ -129,28 +129,29 @@ st_code sto_block_seal(st_slice contents, void *cctx, int zstd_level, st_buf *ou
     return ST_OK;
 }
 
-static st_code unseal_zstd(const uint8_t *src, size_t n, void *dctx, st_slice *contents,
-                           uint8_t **owned, st_err *err) {
+static st_code unseal_zstd(const uint8_t *src, size_t n, void *dctx, size_t prefix,
+                           st_slice *contents, uint8_t **owned, st_err *err) {
     unsigned long long size = ZSTD_getFrameContentSize(src, n);
     if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR ||
         size > STO_BLOCK_BYTES_MAX)
         return st_err_set(err, ST_DATA_LOSS, "compressed block has a bad frame header");
-    uint8_t *dst = malloc(size ? (size_t)size : 1);
-    if (!dst)
+    uint8_t *mem = malloc(prefix + (size_t)size + 1);
+    if (!mem)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory decompressing a block");
+    uint8_t *dst = mem + prefix;
     size_t got = ZSTD_decompressDCtx(dctx, dst, (size_t)size, src, n);
     if (ZSTD_isError(got) || got != size) {
-        free(dst);
+        free(mem);
         return st_err_set(err, ST_DATA_LOSS, "compressed block does not decompress (%s)",
                           ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short output");
     }
     *contents = st_slice_make(dst, (size_t)size);
-    *owned = dst;
+    *owned = mem;
     return ST_OK;
 }
 
-st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, st_slice *contents,
-                         uint8_t **owned, st_err *err) {
+st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, size_t prefix,
+                         st_slice *contents, uint8_t **owned, st_err *err) {
     *owned = NULL;
     if (len < STO_BLOCK_TRAILER_BYTES)
         return st_err_set(err, ST_DATA_LOSS, "block of %zu bytes is shorter than its trailer",
@@ -168,7 +169,7 @@ st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, st_slice *c
     case STO_BLOCK_ZSTD:
         if (!dctx)
             return st_err_set(err, ST_INTERNAL, "no decompression context for a zstd block");
-        return unseal_zstd(raw, n, dctx, contents, owned, err);
+        return unseal_zstd(raw, n, dctx, prefix, contents, owned, err);
     default:
         return st_err_set(err, ST_DATA_LOSS, "block has unknown compression type %u", raw[n]);
     }

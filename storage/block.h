@@ -47,10 +47,11 @@ st_code sto_block_seal(st_slice contents, void *cctx, int zstd_level, st_buf *ou
 
 /* Checks the trailer of a block read from disk (contents + trailer, `len` bytes) and returns its
  * decompressed contents: either a slice of raw (uncompressed blocks) with *owned = NULL, or a
- * fresh malloc'd buffer in *owned (the caller frees it). dctx is a ZSTD_DCtx *.
+ * fresh malloc'd buffer in *owned (the caller frees it) holding `prefix` bytes left for the
+ * caller followed by the contents. dctx is a ZSTD_DCtx *.
  * ST_DATA_LOSS on a checksum mismatch or a malformed block. */
-st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, st_slice *contents,
-                         uint8_t **owned, st_err *err);
+st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, size_t prefix,
+                         st_slice *contents, uint8_t **owned, st_err *err);
 
 /* ---- reading ---- */
 typedef struct sto_block {

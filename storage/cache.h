@@ -18,7 +18,8 @@ typedef void (*sto_cache_deleter)(void *value);
 sto_cache_handle *sto_cache_lookup(sto_cache *c, uint64_t id, uint64_t off);
 /* Inserts value (replacing any entry with the same key) and returns a handle on it; the cache
  * calls deleter(value) once the entry is evicted and released. With capacity 0 nothing is kept:
- * the handle works and the value is deleted at release. NULL only when memory runs out, in which
+ * the handle works and the value is deleted at release. c may be NULL in these three calls,
+ * meaning no cache (lookups miss, handles are private). NULL only when memory runs out, in which
  * case nothing was inserted and the caller still owns value. */
 sto_cache_handle *sto_cache_insert(sto_cache *c, uint64_t id, uint64_t off, void *value,
                                    size_t charge, sto_cache_deleter deleter);

@@ -50,4 +50,27 @@ bool sto_key_row(st_slice ikey, st_slice *row, st_buf *scratch);
  * these prefixes are equal, with no decoding. */
 size_t sto_key_row_prefix_len(st_slice ikey);
 
+/* ---- additions for the readers (rowread.c), which work on encoded prefixes ---- */
+
+/* Byte sizes of the fixed trailers: ~version, ~ts, be64(end) be64(start). */
+#define STO_KEY_STAMP_BYTES 8
+
+/* Where the components of an ikey end, without copying anything: ikey[0, row_end) is enc(row),
+ * ikey[0, fam_end) ends with enc(family) and ikey[0, qual_end) with enc(qualifier) (0 when the
+ * kind has no such component). *_esc tells whether the component holds an escaped 0x00. */
+typedef struct sto_key_parts {
+    sto_key_kind kind;
+    size_t row_end, fam_end, qual_end;
+    bool row_esc, fam_esc, qual_esc;
+    int64_t ts_us;
+    uint64_t version;
+    int64_t del_start_us, del_end_us;
+} sto_key_parts;
+
+/* Validates ikey fully (as sto_key_decode) and fills p. False on malformed input. */
+bool sto_key_parse(st_slice ikey, sto_key_parts *p);
+/* enc is one encoded component including its 0x00 0x01 terminator; out is reset and receives
+ * the raw bytes. ST_DATA_LOSS if malformed, ST_RESOURCE_EXHAUSTED if memory runs out. */
+st_code sto_key_unescape(st_slice enc, st_buf *out);
+
 #endif

@@ -14,10 +14,19 @@
 
 typedef struct sto_log sto_log;
 
+/* Named maxima (helper addition). A row mutation whose encoding exceeds STO_LOG_RECORD_BYTES_MAX
+ * or that has more than STO_LOG_ROW_MUTS_MAX mutations is refused (ST_INVALID_ARGUMENT). Appended
+ * but not yet durable records take at most STO_LOG_QUEUE_BYTES_MAX bytes; appenders wait above
+ * it (backpressure); one append larger than that proceeds alone. */
+#define STO_LOG_RECORD_BYTES_MAX (256u << 20)
+#define STO_LOG_ROW_MUTS_MAX 100000u
+#define STO_LOG_QUEUE_BYTES_MAX ((size_t)32 << 20)
+#define STO_LOG_SEGMENT_BYTES_DEFAULT ((size_t)64 << 20)
+
 typedef struct sto_log_options {
-    st_env *env;
-    bool sync;
-    size_t segment_bytes;
+    st_env *env;          /* NULL = st_env_posix() */
+    bool sync;            /* false: no fdatasync; records count as durable once written */
+    size_t segment_bytes; /* 0 = STO_LOG_SEGMENT_BYTES_DEFAULT */
 } sto_log_options;
 
 /* Called on the commit thread once the group holding the records is durable (or failed); first_lsn
@@ -30,23 +39,46 @@ st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out
 void sto_log_close(sto_log *log);
 
 /* Replays every record with lsn >= from_lsn in order, then positions appends after the last good
- * record (truncating a torn tail). fn returns non-OK to stop. */
+ * record (truncating a torn tail). fn returns non-OK to stop. Records below the oldest stored
+ * lsn were trimmed on purpose and are skipped silently. A torn tail is not rewritten: appends
+ * continue in a new segment and the torn bytes are ignored from then on (docs/formats/log.md).
+ * ST_DATA_LOSS for a bad record before the tail; ST_FAILED_PRECONDITION once appends started. */
 st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
                        st_code (*fn)(const sto_log_record *rec, void *arg), void *arg,
                        st_err *err);
 
 /* Queues n row mutations (copied before return) as n consecutive records; done runs later on the
- * commit thread. Returns non-OK (and does not call done) only if the log is closed or failed. */
+ * commit thread. Returns non-OK (and does not call done) only if the log is closed or failed,
+ * or for a bad request: n == 0 or a row over the maxima above (ST_INVALID_ARGUMENT), no memory
+ * (ST_RESOURCE_EXHAUSTED), or during sto_log_replay (ST_FAILED_PRECONDITION). Blocks while
+ * STO_LOG_QUEUE_BYTES_MAX bytes are queued (not when called from a done callback). A group whose
+ * write or sync fails gives its error to every done of the group (first_lsn 0); the log stays
+ * usable and continues in a fresh segment. If appends start without a replay, the commit thread
+ * positions the log after the last good record of the last segment itself. */
 st_code sto_log_append(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_done_fn done,
                        void *arg, st_err *err);
 
+/* 0 until the log is positioned (by sto_log_replay or the first append). */
 uint64_t sto_log_last_durable_lsn(sto_log *log);
 uint64_t sto_log_bytes(sto_log *log);          /* bytes in live segments */
 uint64_t sto_log_oldest_lsn(sto_log *log);     /* first lsn still stored */
 /* Deletes whole segments whose records all have lsn < keep_from. */
 st_code sto_log_trim(sto_log *log, uint64_t keep_from, st_err *err);
 
-/* Reading in order from any position, concurrently with appends (replication, change streams). */
+/* Counters for tests and metrics (helper addition). */
+typedef struct sto_log_stats {
+    uint64_t appends;       /* sto_log_append calls queued */
+    uint64_t records;       /* records made durable */
+    uint64_t groups;        /* groups written successfully */
+    uint64_t syncs;         /* fdatasync calls on records (not segment headers) */
+    uint64_t failed_groups; /* groups whose write or sync failed */
+    uint64_t segments_created;
+} sto_log_stats;
+void sto_log_stats_get(sto_log *log, sto_log_stats *out);
+
+/* Reading in order from any position, concurrently with appends (replication, change streams).
+ * A cursor sees only records whose done callbacks have run. Open gives ST_OUT_OF_RANGE when
+ * from_lsn was trimmed; next gives it when the cursor fell behind a trim. */
 typedef struct sto_log_cursor sto_log_cursor;
 st_code sto_log_cursor_open(sto_log *log, uint64_t from_lsn, sto_log_cursor **out, st_err *err);
 /* ST_NOT_FOUND when caught up with the durable end. */

@@ -5,6 +5,7 @@
 #define STO_MEMTABLE_H
 
 #include "kviter.h"
+#include "strata/storage.h"
 
 typedef struct sto_memtable sto_memtable;
 
@@ -20,10 +21,15 @@ size_t sto_memtable_bytes(sto_memtable *m);
 uint64_t sto_memtable_max_lsn(sto_memtable *m);
 bool sto_memtable_empty(sto_memtable *m);
 
-/* An iterator that sees only entries with lsn <= max_lsn. Holds a reference on m. */
+/* An iterator that sees only entries with lsn <= max_lsn (an entry replaced at a later lsn still
+ * shows its older value). Holds a reference on m. NULL if memory runs out. */
 sto_kviter *sto_memtable_iter_new(sto_memtable *m, uint64_t max_lsn);
 
-/* Turns a row mutation into memtable entries (ikeys per key.h). */
+/* Turns a row mutation into memtable entries (ikeys per key.h), all with row->version. Mutations
+ * apply in list order: as all entries of one row mutation share its version, a SetCell that a
+ * later delete of the same row mutation covers is not written at all. A DeleteFromColumn with an
+ * empty time range writes nothing. ST_INVALID_ARGUMENT (nothing written) for a bad mutation;
+ * ST_RESOURCE_EXHAUSTED if memory runs out (entries may be partly written). */
 st_code sto_memtable_apply(sto_memtable *m, const sto_row_mut *row, uint64_t lsn);
 
 #endif

@@ -17,13 +17,30 @@
 
 /* An immutable family -> GC rule map, refcounted so snapshots keep the one they started with. */
 typedef struct sto_gc_set sto_gc_set;
-st_code sto_gc_set_new(const sto_family_gc *fams, size_t n, sto_gc_set **out); /* deep copy */
+#define STO_GC_FAMILIES_MAX 4096  /* families in one set */
+#define STO_GC_DEPTH_MAX 16       /* nesting of union / intersection */
+#define STO_GC_RULE_NODES_MAX 256 /* rules in one family's tree (Bigtable: <= 500 bytes) */
+/* Deep copy. ST_INVALID_ARGUMENT for a bad rule (unknown kind, negative limit, too deep or large)
+ * or a family named twice; ST_RESOURCE_EXHAUSTED if memory runs out. Free with unref. */
+st_code sto_gc_set_new(const sto_family_gc *fams, size_t n, sto_gc_set **out);
 void sto_gc_set_ref(sto_gc_set *g);
 void sto_gc_set_unref(sto_gc_set *g);
 const sto_gc_rule *sto_gc_set_find(const sto_gc_set *g, st_slice family); /* NULL = keep all */
+/* Whether a visible cell is garbage under r: rank is its 1-based position among the visible cells
+ * of its column, newest first; max_age garbage is ts_us < now_us - max_age_us. With
+ * versions_known false, MAX_VERSIONS counts as "not garbage" (what is safe for a compaction that
+ * does not see every table); rules are monotone, so that errs towards keeping. An empty
+ * intersection keeps everything. */
+bool sto_gc_rule_garbage(const sto_gc_rule *r, int64_t rank, int64_t ts_us, int64_t now_us,
+                         bool versions_known);
 
-/* The tablet reader behind sto_iter: takes the merged iterator, refs gc (may be NULL). Rows
- * outside range are never returned. */
+/* The tablet reader behind sto_iter: takes the merged iterator (freed by sto_rowreader_free, or
+ * at once when creation fails), refs gc (may be NULL). Rows outside range are never returned.
+ * next: ST_NOT_FOUND at the end; ST_DATA_LOSS for a malformed key; the merged iterator's error
+ * otherwise; errors are sticky. The cell's slices are valid until the next call on r.
+ * skip_row: the next call starts at the row after the last returned cell's row (no-op before
+ * the first cell). last_scanned_row: the last in-range row examined, cells visible or not
+ * (empty before any); valid until the next call on r. */
 typedef struct sto_rowreader sto_rowreader;
 st_code sto_rowreader_new(sto_kviter *merged, sto_gc_set *gc, int64_t now_us,
                           const sto_range *range, bool reverse, sto_rowreader **out, st_err *err);
@@ -32,9 +49,11 @@ void sto_rowreader_skip_row(sto_rowreader *r);
 st_slice sto_rowreader_last_scanned_row(sto_rowreader *r);
 void sto_rowreader_free(sto_rowreader *r);
 
-/* Wraps the merged inputs of a compaction and yields only the entries to keep, in order
- * (forward only: seek_first then next). Tombstones whose version is below drop_tombstones_below
- * are dropped when full. */
+/* Wraps the merged inputs of a compaction (taken) and yields only the entries to keep, in order
+ * (forward only: seek_first then next; seek, seek_last and prev make it fail with ST_INTERNAL).
+ * Tombstones whose version is below drop_tombstones_below are dropped when full; a tombstone that
+ * a kept tombstone of the same or a wider scope with a version at least as high makes redundant
+ * is dropped always. A malformed key ends it with ST_DATA_LOSS. NULL if memory runs out. */
 sto_kviter *sto_compact_iter_new(sto_kviter *merged, sto_gc_set *gc, int64_t now_us, bool full,
                                  uint64_t drop_tombstones_below);
 

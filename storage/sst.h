@@ -22,9 +22,9 @@ void sto_cache_free(sto_cache *c);
 void sto_cache_stats(sto_cache *c, uint64_t *bytes, uint64_t *hits, uint64_t *misses);
 
 typedef struct sto_sst_options {
-    size_t block_bytes;
-    int bloom_bits_per_key;
-    int zstd_level;
+    size_t block_bytes;     /* target uncompressed data block size; 0 = 16 KiB */
+    int bloom_bits_per_key; /* <= 0: 10 (~1% false positives) */
+    int zstd_level;         /* 0 = 1; < 0 stores every block uncompressed */
 } sto_sst_options;
 
 /* Writes a new table at path; keys must be added in strictly increasing memcmp order. */
@@ -45,6 +45,9 @@ void sto_sst_unref(sto_sst *t); /* closes at zero */
 void sto_sst_mark_obsolete(sto_sst *t);
 
 uint64_t sto_sst_file_bytes(const sto_sst *t);
+/* Memory the open table keeps outside the block cache (its index, filter and meta blocks), so
+ * the db can report it. Added by the SSTable module. */
+size_t sto_sst_memory_bytes(const sto_sst *t);
 uint64_t sto_sst_entries(const sto_sst *t);
 st_slice sto_sst_smallest(const sto_sst *t); /* ikeys; valid while t lives */
 st_slice sto_sst_largest(const sto_sst *t);

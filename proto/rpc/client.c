@@ -458,7 +458,7 @@ static bool ccall_submit(rpc_client *c, rpc_ccall *call, const char *path, const
 rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
                            const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
                            rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg) {
-    if (c->dead || c->fail_pending || request.len > c->opts.message_bytes_max)
+    if (c->dead || c->fail_pending || request.len > UINT32_MAX)
         return NULL;
     rpc_ccall *call = calloc(1, sizeof(*call));
     if (!call)
@@ -615,12 +615,15 @@ static st_code blocking_run(const char *addr, const rpc_client_opts *opts, const
     if (!rpc_client_call(c, path, request, md, md_count, timeout_ms, blocking_msg, blocking_done,
                          b)) {
         b->done = true;
-        b->code = ST_UNAVAILABLE;
+        b->code = rpc_client_alive(c) ? ST_RESOURCE_EXHAUSTED : ST_UNAVAILABLE;
         snprintf(b->message, sizeof(b->message), "cannot start the call");
     }
     while (!b->done && event_base_dispatch(b->base) == 0)
         ;
     rpc_client_free(c);
+    /* Let libevent run the bufferevent's deferred teardown (finalizers, and for TLS the SSL
+     * object) before the base goes away. */
+    event_base_loop(b->base, EVLOOP_NONBLOCK);
     event_base_free(b->base);
     if (b->code == ST_OK && b->messages == UINT64_MAX)
         return st_err_set(status, ST_RESOURCE_EXHAUSTED, "out of memory holding the response");

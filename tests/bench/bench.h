@@ -18,10 +18,10 @@
 
 /* Engine settings shared by all adapters; each maps them onto its own options. */
 typedef struct bench_engine_cfg {
-    size_t cache_bytes;      /* block cache (LRU) */
-    size_t memtable_bytes;   /* one memtable / write buffer */
-    int bloom_bits_per_key;  /* 10 */
-    bool sync;               /* writes durable before they return (fsync/fdatasync) */
+    size_t cache_bytes;     /* block cache (LRU) */
+    size_t memtable_bytes;  /* one memtable / write buffer */
+    int bloom_bits_per_key; /* 10 */
+    bool sync;              /* writes durable before they return (fsync/fdatasync) */
 } bench_engine_cfg;
 
 /* One key/value to write. */

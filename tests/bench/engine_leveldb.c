@@ -27,18 +27,25 @@ static int ldb_fail(char *lerr, const char *what, char *err) {
 
 static void ldb_close(void *p) {
     ldb *d = p;
-    if (d->db) leveldb_close(d->db);
-    if (d->ropts) leveldb_readoptions_destroy(d->ropts);
-    if (d->wopts) leveldb_writeoptions_destroy(d->wopts);
-    if (d->opts) leveldb_options_destroy(d->opts);
-    if (d->bloom) leveldb_filterpolicy_destroy(d->bloom);
-    if (d->cache) leveldb_cache_destroy(d->cache);
+    if (d->db)
+        leveldb_close(d->db);
+    if (d->ropts)
+        leveldb_readoptions_destroy(d->ropts);
+    if (d->wopts)
+        leveldb_writeoptions_destroy(d->wopts);
+    if (d->opts)
+        leveldb_options_destroy(d->opts);
+    if (d->bloom)
+        leveldb_filterpolicy_destroy(d->bloom);
+    if (d->cache)
+        leveldb_cache_destroy(d->cache);
     free(d);
 }
 
 static int ldb_open(const char *dir, const bench_engine_cfg *cfg, void **out, char *err) {
     ldb *d = calloc(1, sizeof(*d));
-    if (!d) return snprintf(err, BENCH_ERR_MAX, "leveldb open: out of memory"), -1;
+    if (!d)
+        return snprintf(err, BENCH_ERR_MAX, "leveldb open: out of memory"), -1;
     d->opts = leveldb_options_create();
     d->cache = leveldb_cache_create_lru(cfg->cache_bytes);
     d->bloom = leveldb_filterpolicy_create_bloom(cfg->bloom_bits_per_key);
@@ -82,10 +89,12 @@ static int ldb_get(void *p, const uint8_t *key, size_t key_len, bool *found, siz
     char *lerr = NULL;
     size_t vlen = 0;
     char *v = leveldb_get(d->db, d->ropts, (const char *)key, key_len, &vlen, &lerr);
-    if (lerr) return ldb_fail(lerr, "get", err);
+    if (lerr)
+        return ldb_fail(lerr, "get", err);
     *found = v != NULL;
     *value_len = vlen;
-    if (v && check) *mismatch = memcmp(v, check, vlen) != 0;
+    if (v && check)
+        *mismatch = memcmp(v, check, vlen) != 0;
     leveldb_free(v);
     return 0;
 }

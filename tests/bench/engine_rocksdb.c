@@ -28,18 +28,25 @@ static int rdb_fail(char *rerr, const char *what, char *err) {
 
 static void rdb_close(void *p) {
     rdb *d = p;
-    if (d->db) rocksdb_close(d->db);
-    if (d->ropts) rocksdb_readoptions_destroy(d->ropts);
-    if (d->wopts) rocksdb_writeoptions_destroy(d->wopts);
-    if (d->opts) rocksdb_options_destroy(d->opts);
-    if (d->topts) rocksdb_block_based_options_destroy(d->topts);
-    if (d->cache) rocksdb_cache_destroy(d->cache);
+    if (d->db)
+        rocksdb_close(d->db);
+    if (d->ropts)
+        rocksdb_readoptions_destroy(d->ropts);
+    if (d->wopts)
+        rocksdb_writeoptions_destroy(d->wopts);
+    if (d->opts)
+        rocksdb_options_destroy(d->opts);
+    if (d->topts)
+        rocksdb_block_based_options_destroy(d->topts);
+    if (d->cache)
+        rocksdb_cache_destroy(d->cache);
     free(d);
 }
 
 static int rdb_open(const char *dir, const bench_engine_cfg *cfg, void **out, char *err) {
     rdb *d = calloc(1, sizeof(*d));
-    if (!d) return snprintf(err, BENCH_ERR_MAX, "rocksdb open: out of memory"), -1;
+    if (!d)
+        return snprintf(err, BENCH_ERR_MAX, "rocksdb open: out of memory"), -1;
     d->cache = rocksdb_cache_create_lru(cfg->cache_bytes);
     d->topts = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_cache(d->topts, d->cache);
@@ -86,14 +93,16 @@ static int rdb_get(void *p, const uint8_t *key, size_t key_len, bool *found, siz
     char *rerr = NULL;
     rocksdb_pinnableslice_t *ps =
         rocksdb_get_pinned(d->db, d->ropts, (const char *)key, key_len, &rerr);
-    if (rerr) return rdb_fail(rerr, "get", err);
+    if (rerr)
+        return rdb_fail(rerr, "get", err);
     *found = ps != NULL;
     *value_len = 0;
     if (ps) {
         size_t vlen = 0;
         const char *v = rocksdb_pinnableslice_value(ps, &vlen);
         *value_len = vlen;
-        if (check) *mismatch = memcmp(v, check, vlen) != 0;
+        if (check)
+            *mismatch = memcmp(v, check, vlen) != 0;
         rocksdb_pinnableslice_destroy(ps);
     }
     return 0;

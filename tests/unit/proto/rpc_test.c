@@ -1,1 +1,1036 @@
-int main(void) { return 0; }
+/* rpc_test proves the gRPC-over-HTTP/2 layer end to end: a real server on a loopback ephemeral
+ * port (its event_base on a background thread) and real clients in this process — the async
+ * client on a main-thread event_base, the blocking helpers, and a raw nghttp2 client that shapes
+ * DATA frames by hand (split messages, truncated prefixes, compressed flags, wrong headers).
+ * It checks framing, unary and streaming calls, many streams per connection, flow control with a
+ * slow reader (the server's queue stays bounded), deadlines, cancellation, size limits, bad input
+ * that must end one stream or one connection while others are still served, and TLS with ALPN h2
+ * on a certificate generated at run time. No wall-clock performance assertions. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <nghttp2/nghttp2.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include "strata/rpc.h"
+
+/* ---- small helpers ---- */
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Waits (without a wall-clock assertion: up to a generous bound) for *flag to become non-zero. */
+static bool wait_flag(int *flag) {
+    for (int i = 0; i < 30000; i++) {
+        if (__atomic_load_n(flag, __ATOMIC_ACQUIRE))
+            return true;
+        sleep_ms(1);
+    }
+    return false;
+}
+
+/* ---- the test service ---- */
+
+typedef struct svc_state {
+    int never_started;
+    int never_cancelled;
+    int stream_cancelled;
+    uint64_t stream_produced; /* bytes queued by the streaming handler */
+    rpc_server *srv;
+} svc_state;
+
+static void h_echo(rpc_call *call, st_slice req, void *arg) {
+    (void)arg;
+    rpc_call_finish(call, rpc_call_send(call, req), NULL);
+}
+
+/* Replies with the x-goog-request-params and authorization metadata, "|"-joined. */
+static void h_meta(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    (void)arg;
+    const char *a = rpc_call_header(call, "x-goog-request-params");
+    const char *b = rpc_call_header(call, "authorization");
+    char out[512];
+    snprintf(out, sizeof(out), "%s|%s|%s", a ? a : "-", b ? b : "-", rpc_call_path(call));
+    rpc_call_send(call, st_slice_cstr(out));
+    rpc_call_finish(call, ST_OK, NULL);
+}
+
+static void h_fail(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    (void)arg;
+    rpc_call_finish(call, ST_NOT_FOUND, "row \xc3\xbc" "ber 100% gone\nnext line");
+}
+
+static void never_cancel(rpc_call *call, void *arg) {
+    svc_state *st = arg;
+    __atomic_store_n(&st->never_cancelled, 1, __ATOMIC_RELEASE);
+    rpc_call_send(call, ST_SLICE_LIT("late")); /* must be a safe no-op */
+    rpc_call_finish(call, ST_OK, NULL);        /* releases the handler's reference */
+}
+
+static void h_never(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    svc_state *st = arg;
+    rpc_call_set_cancel_cb(call, never_cancel, st);
+    __atomic_store_n(&st->never_started, 1, __ATOMIC_RELEASE);
+}
+
+/* Server streaming: request = total bytes (8, LE) + chunk bytes (4, LE). Produces only while the
+ * call is writable, resuming from the writable callback. */
+typedef struct stream_job {
+    svc_state *st;
+    uint64_t total, sent;
+    uint32_t chunk;
+    uint8_t *buf;
+} stream_job;
+
+static void stream_job_end(rpc_call *call, stream_job *job, st_code code) {
+    free(job->buf);
+    free(job);
+    rpc_call_finish(call, code, NULL);
+}
+
+static void stream_pump(rpc_call *call, void *arg) {
+    stream_job *job = arg;
+    while (job->sent < job->total && rpc_call_writable(call)) {
+        uint64_t n = job->total - job->sent < job->chunk ? job->total - job->sent : job->chunk;
+        memset(job->buf, (int)(job->sent / job->chunk) & 0xff, n);
+        st_code rc = rpc_call_send(call, st_slice_make(job->buf, n));
+        if (rc != ST_OK) {
+            stream_job_end(call, job, rc);
+            return;
+        }
+        job->sent += n;
+        __atomic_fetch_add(&job->st->stream_produced, n, __ATOMIC_RELAXED);
+    }
+    if (job->sent == job->total)
+        stream_job_end(call, job, ST_OK);
+}
+
+static void stream_cancel(rpc_call *call, void *arg) {
+    stream_job *job = arg;
+    __atomic_store_n(&job->st->stream_cancelled, 1, __ATOMIC_RELEASE);
+    stream_job_end(call, job, ST_CANCELLED);
+}
+
+static void h_stream(rpc_call *call, st_slice req, void *arg) {
+    if (req.len != 12) {
+        rpc_call_finish(call, ST_INVALID_ARGUMENT, "want 12 bytes");
+        return;
+    }
+    stream_job *job = calloc(1, sizeof(*job));
+    job->st = arg;
+    job->total = st_get_fixed64(req.data);
+    job->chunk = st_get_fixed32(req.data + 8);
+    job->buf = malloc(job->chunk ? job->chunk : 1);
+    rpc_call_set_cancel_cb(call, stream_cancel, job);
+    rpc_call_set_writable_cb(call, stream_pump, job);
+    stream_pump(call, job);
+}
+
+/* Asynchronous completion: a worker thread "does the work" and posts the finish to the loop. */
+typedef struct async_job {
+    rpc_server *srv;
+    rpc_call *call;
+    st_buf data;
+} async_job;
+
+static void async_finish_on_loop(void *arg) {
+    async_job *job = arg;
+    rpc_call_send(job->call, st_buf_slice(&job->data));
+    rpc_call_finish(job->call, ST_OK, NULL);
+    st_buf_free(&job->data);
+    free(job);
+}
+
+static void *async_worker(void *arg) {
+    async_job *job = arg;
+    sleep_ms(2);
+    st_code rc = rpc_server_post(job->srv, async_finish_on_loop, job);
+    ST_ASSERT(rc == ST_OK);
+    return NULL;
+}
+
+static void h_async(rpc_call *call, st_slice req, void *arg) {
+    svc_state *st = arg;
+    async_job *job = calloc(1, sizeof(*job));
+    job->srv = st->srv;
+    job->call = call;
+    st_buf_init(&job->data);
+    st_buf_append(&job->data, req.data, req.len);
+    pthread_t th;
+    pthread_create(&th, NULL, async_worker, job);
+    pthread_detach(th);
+}
+
+/* ---- server fixture: the loop runs on its own thread ---- */
+
+typedef struct fixture {
+    struct event_base *base;
+    rpc_server *srv;
+    uint16_t port;
+    pthread_t th;
+    char addr[64];
+    svc_state st;
+} fixture;
+
+static void *loop_thread(void *arg) {
+    fixture *f = arg;
+    event_base_dispatch(f->base);
+    return NULL;
+}
+
+static fixture *fixture_start(const rpc_server_opts *opts) {
+    fixture *f = calloc(1, sizeof(*f));
+    st_err err = {0};
+    f->base = event_base_new();
+    assert_non_null(f->base);
+    f->srv = rpc_server_new(f->base, opts, &err);
+    assert_non_null(f->srv);
+    f->st.srv = f->srv;
+    assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Echo", h_echo, &f->st), ST_OK);
+    assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Echo", h_echo, &f->st),
+                     ST_ALREADY_EXISTS);
+    assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Meta", h_meta, &f->st), ST_OK);
+    assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Fail", h_fail, &f->st), ST_OK);
+    assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Never", h_never, &f->st), ST_OK);
+    assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Stream", h_stream, &f->st), ST_OK);
+    assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Async", h_async, &f->st), ST_OK);
+    assert_int_equal(rpc_server_listen(f->srv, "127.0.0.1", 0, &f->port, &err), ST_OK);
+    assert_true(f->port != 0);
+    snprintf(f->addr, sizeof(f->addr), "127.0.0.1:%u", f->port);
+    assert_int_equal(pthread_create(&f->th, NULL, loop_thread, f), 0);
+    return f;
+}
+
+static void loop_stop(void *arg) { event_base_loopbreak(arg); }
+
+static void fixture_stop(fixture *f) {
+    assert_int_equal(rpc_server_post(f->srv, loop_stop, f->base), ST_OK);
+    pthread_join(f->th, NULL);
+    rpc_server_free(f->srv);
+    event_base_loop(f->base, EVLOOP_NONBLOCK);
+    event_base_free(f->base);
+    free(f);
+}
+
+/* ---- a raw HTTP/2 client with hand-shaped DATA frames, on a blocking socket ---- */
+
+typedef struct raw_call {
+    int fd;
+    const uint8_t *body;
+    size_t body_len, body_off, chunk;
+    int grpc_status;
+    int http_status;
+    bool closed;
+    st_buf data; /* response DATA bytes (still framed) */
+} raw_call;
+
+static ssize_t raw_send(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *u) {
+    (void)s;
+    (void)flags;
+    raw_call *r = u;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(r->fd, data + off, len - off, MSG_NOSIGNAL);
+        if (n <= 0)
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        off += (size_t)n;
+    }
+    return (ssize_t)len;
+}
+
+/* Each call produces one DATA frame of at most r->chunk bytes: that is how we split. */
+static ssize_t raw_body(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length,
+                        uint32_t *flags, nghttp2_data_source *src, void *u) {
+    (void)s;
+    (void)sid;
+    (void)src;
+    raw_call *r = u;
+    size_t n = r->body_len - r->body_off;
+    if (n > length)
+        n = length;
+    if (n > r->chunk)
+        n = r->chunk;
+    memcpy(buf, r->body + r->body_off, n);
+    r->body_off += n;
+    if (r->body_off == r->body_len)
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+}
+
+static int raw_header(nghttp2_session *s, const nghttp2_frame *fr, const uint8_t *name,
+                      size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                      void *u) {
+    (void)s;
+    (void)fr;
+    (void)flags;
+    (void)valuelen;
+    raw_call *r = u;
+    if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0)
+        r->grpc_status = atoi((const char *)value);
+    if (namelen == 7 && memcmp(name, ":status", 7) == 0)
+        r->http_status = atoi((const char *)value);
+    return 0;
+}
+
+static int raw_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *data,
+                     size_t len, void *u) {
+    (void)s;
+    (void)flags;
+    (void)sid;
+    raw_call *r = u;
+    st_buf_append(&r->data, data, len);
+    return 0;
+}
+
+static int raw_close(nghttp2_session *s, int32_t sid, uint32_t code, void *u) {
+    (void)s;
+    (void)sid;
+    (void)code;
+    ((raw_call *)u)->closed = true;
+    return 0;
+}
+
+static int tcp_connect(uint16_t port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    struct timeval tv = {30, 0}; /* a hang becomes a failure, not a stuck test */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* One call with the given body cut into DATA frames of `chunk` bytes; returns grpc-status. */
+static int raw_h2_call(uint16_t port, const char *path, const char *content_type,
+                       const uint8_t *body, size_t len, size_t chunk, st_buf *resp_data) {
+    raw_call r = {.fd = tcp_connect(port), .body = body, .body_len = len, .chunk = chunk,
+                  .grpc_status = -1};
+    st_buf_init(&r.data);
+    nghttp2_session_callbacks *cbs;
+    nghttp2_session *s;
+    nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_callbacks_set_send_callback(cbs, raw_send);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, raw_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, raw_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, raw_close);
+    nghttp2_session_client_new(&s, cbs, &r);
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, NULL, 0);
+    nghttp2_nv nva[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":path", (uint8_t *)path, 5, strlen(path), 0},
+        {(uint8_t *)":authority", (uint8_t *)"localhost", 10, 9, 0},
+        {(uint8_t *)"content-type", (uint8_t *)content_type, 12, strlen(content_type), 0},
+    };
+    nghttp2_data_provider prd = {.read_callback = raw_body};
+    assert_true(nghttp2_submit_request(s, NULL, nva, 5, &prd, NULL) > 0);
+    uint8_t buf[16384];
+    while (!r.closed) {
+        if (nghttp2_session_send(s) != 0)
+            break;
+        ssize_t n = recv(r.fd, buf, sizeof(buf), 0);
+        if (n <= 0 || nghttp2_session_mem_recv(s, buf, (size_t)n) < 0)
+            break;
+    }
+    nghttp2_session_del(s);
+    close(r.fd);
+    if (resp_data)
+        st_buf_append(resp_data, r.data.data, r.data.len);
+    st_buf_free(&r.data);
+    return r.grpc_status;
+}
+
+static size_t frame_msg(uint8_t *out, const void *msg, size_t len) {
+    rpc_frame_prefix(out, (uint32_t)len);
+    memcpy(out + 5, msg, len);
+    return 5 + len;
+}
+
+/* ---- tests: pure functions ---- */
+
+typedef struct collected {
+    size_t n;
+    size_t lens[8];
+    uint8_t first[8];
+} collected;
+
+static st_code collect(st_slice msg, void *arg) {
+    collected *c = arg;
+    if (c->n < 8) {
+        c->lens[c->n] = msg.len;
+        c->first[c->n] = msg.len ? msg.data[0] : 0;
+    }
+    c->n++;
+    return ST_OK;
+}
+
+static void test_rpc_deframer_any_split(void **state) {
+    (void)state;
+    static uint8_t big[3000];
+    memset(big, 'b', sizeof(big));
+    uint8_t wire[5 + 0 + 5 + 1 + 5 + sizeof(big)];
+    size_t len = frame_msg(wire, "", 0);
+    len += frame_msg(wire + len, "a", 1);
+    len += frame_msg(wire + len, big, sizeof(big));
+    uint64_t seed = st_test_seed("test_rpc_deframer_any_split");
+    st_rng rng;
+    st_rng_seed(&rng, seed);
+    for (int round = 0; round < 200; round++) {
+        rpc_deframer d;
+        rpc_deframer_init(&d, 4096);
+        collected c = {0};
+        for (size_t off = 0; off < len;) {
+            size_t n = round == 0 ? 1 : 1 + (size_t)st_rng_below(&rng, 700);
+            if (n > len - off)
+                n = len - off;
+            assert_int_equal(rpc_deframer_feed(&d, wire + off, n, NULL, collect, &c), ST_OK);
+            off += n;
+        }
+        assert_int_equal(rpc_deframer_finish(&d, NULL), ST_OK);
+        assert_int_equal(c.n, 3);
+        assert_int_equal(c.lens[0], 0);
+        assert_int_equal(c.lens[1], 1);
+        assert_int_equal(c.first[1], 'a');
+        assert_int_equal(c.lens[2], sizeof(big));
+        assert_int_equal(c.first[2], 'b');
+        rpc_deframer_deinit(&d);
+    }
+}
+
+static void test_rpc_deframer_rejects_bad_input(void **state) {
+    (void)state;
+    rpc_deframer d;
+    st_err err = {0};
+    uint8_t comp[] = {1, 0, 0, 0, 1, 'x'};
+    rpc_deframer_init(&d, 100);
+    assert_int_equal(rpc_deframer_feed(&d, comp, sizeof(comp), &err, NULL, NULL),
+                     ST_UNIMPLEMENTED);
+    rpc_deframer_deinit(&d);
+    uint8_t flag[] = {7, 0, 0, 0, 0};
+    rpc_deframer_init(&d, 100);
+    assert_int_equal(rpc_deframer_feed(&d, flag, sizeof(flag), &err, NULL, NULL), ST_INTERNAL);
+    rpc_deframer_deinit(&d);
+    uint8_t huge[] = {0, 0, 0, 0, 101};
+    rpc_deframer_init(&d, 100);
+    assert_int_equal(rpc_deframer_feed(&d, huge, sizeof(huge), &err, NULL, NULL),
+                     ST_RESOURCE_EXHAUSTED);
+    rpc_deframer_deinit(&d);
+    uint8_t cut[] = {0, 0, 0, 0, 9, 'a'};
+    rpc_deframer_init(&d, 100);
+    assert_int_equal(rpc_deframer_feed(&d, cut, 3, &err, NULL, NULL), ST_OK);
+    assert_int_equal(rpc_deframer_finish(&d, &err), ST_INTERNAL);
+    assert_int_equal(rpc_deframer_feed(&d, cut + 3, 3, &err, NULL, NULL), ST_OK);
+    assert_int_equal(rpc_deframer_finish(&d, &err), ST_INTERNAL);
+    rpc_deframer_deinit(&d);
+}
+
+static void test_rpc_timeout_and_message_encodings(void **state) {
+    (void)state;
+    int64_t us;
+    assert_true(rpc_timeout_parse("100m", 4, &us));
+    assert_int_equal(us, 100000);
+    assert_true(rpc_timeout_parse("5S", 2, &us));
+    assert_int_equal(us, 5000000);
+    assert_true(rpc_timeout_parse("2H", 2, &us));
+    assert_int_equal(us, 7200000000LL);
+    assert_true(rpc_timeout_parse("1500n", 5, &us));
+    assert_int_equal(us, 2);
+    assert_false(rpc_timeout_parse("m", 1, &us));
+    assert_false(rpc_timeout_parse("123456789S", 10, &us));
+    assert_false(rpc_timeout_parse("10x", 3, &us));
+    assert_false(rpc_timeout_parse("1-S", 3, &us));
+    char t[16];
+    rpc_timeout_format(250000, t);
+    assert_true(rpc_timeout_parse(t, strlen(t), &us));
+    assert_true(us >= 250000);
+    rpc_timeout_format(INT64_C(1) << 50, t);
+    assert_true(rpc_timeout_parse(t, strlen(t), &us));
+    assert_true(us >= (INT64_C(1) << 50));
+    char enc[64], dec[64];
+    rpc_percent_encode("a%b\n\xc3\xbc", enc, sizeof(enc));
+    assert_string_equal(enc, "a%25b%0A%C3%BC");
+    rpc_percent_decode(enc, strlen(enc), dec, sizeof(dec));
+    assert_string_equal(dec, "a%b\n\xc3\xbc");
+    rpc_percent_decode("bad%zz%4", 8, dec, sizeof(dec));
+    assert_string_equal(dec, "bad%zz%4");
+}
+
+/* ---- tests: calls ---- */
+
+static void test_rpc_unary_echo_and_metadata(void **state) {
+    (void)state;
+    fixture *f = fixture_start(NULL);
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("hello"), NULL,
+                                        0, 5000, &resp, &status),
+                     ST_OK);
+    assert_int_equal(resp.len, 5);
+    assert_memory_equal(resp.data, "hello", 5);
+    /* An empty message is a message: a 5-byte prefix with length 0. */
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(NULL, 0), NULL,
+                                        0, 0, &resp, &status),
+                     ST_OK);
+    assert_int_equal(resp.len, 0);
+    rpc_metadata md[] = {{"x-goog-request-params", "table_name=projects/p/t"},
+                         {"authorization", "Bearer tok"}};
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Meta", ST_SLICE_LIT("x"), md, 2, 0,
+                                        &resp, &status),
+                     ST_OK);
+    assert_int_equal(resp.len, strlen("table_name=projects/p/t|Bearer tok|/t.T/Meta"));
+    assert_memory_equal(resp.data, "table_name=projects/p/t|Bearer tok|/t.T/Meta", resp.len);
+    /* Asynchronous completion through rpc_server_post from a worker thread. */
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Async", ST_SLICE_LIT("later"), NULL,
+                                        0, 0, &resp, &status),
+                     ST_OK);
+    assert_memory_equal(resp.data, "later", 5);
+    st_buf_free(&resp);
+    fixture_stop(f);
+}
+
+static void test_rpc_status_message_and_unknown_method(void **state) {
+    (void)state;
+    fixture *f = fixture_start(NULL);
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Fail", ST_SLICE_LIT("x"), NULL, 0,
+                                        0, NULL, &status),
+                     ST_NOT_FOUND);
+    assert_string_equal(status.msg, "row \xc3\xbc" "ber 100% gone\nnext line");
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Nope", ST_SLICE_LIT("x"), NULL, 0,
+                                        0, NULL, &status),
+                     ST_UNIMPLEMENTED);
+    assert_non_null(strstr(status.msg, "/t.T/Nope"));
+    /* Nobody listening: UNAVAILABLE, not a hang. */
+    char dead[64];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sa);
+    bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    getsockname(fd, (struct sockaddr *)&sa, &sl);
+    snprintf(dead, sizeof(dead), "127.0.0.1:%u", ntohs(sa.sin_port));
+    assert_int_equal(rpc_blocking_unary(dead, NULL, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0, 0,
+                                        NULL, &status),
+                     ST_UNAVAILABLE);
+    close(fd);
+    fixture_stop(f);
+}
+
+static void test_rpc_message_size_limits(void **state) {
+    (void)state;
+    rpc_server_opts opts = {.message_bytes_max = 1 << 20};
+    fixture *f = fixture_start(&opts);
+    size_t n = 2u << 20;
+    uint8_t *big = calloc(1, n);
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, n), NULL,
+                                        0, 0, NULL, &status),
+                     ST_RESOURCE_EXHAUSTED);
+    print_message("oversized: %s\n", status.msg);
+    /* The response side: the client's own limit. */
+    rpc_client_opts copts = {.message_bytes_max = 1000};
+    assert_int_equal(rpc_blocking_unary(f->addr, &copts, "/t.T/Echo", st_slice_make(big, 5000),
+                                        NULL, 0, 0, NULL, &status),
+                     ST_RESOURCE_EXHAUSTED);
+    /* The server still serves. */
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, 1000),
+                                        NULL, 0, 0, NULL, &status),
+                     ST_OK);
+    free(big);
+    fixture_stop(f);
+}
+
+static void test_rpc_20mib_round_trip(void **state) {
+    (void)state;
+    fixture *f = fixture_start(NULL);
+    size_t n = 20u << 20;
+    uint8_t *big = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (uint8_t)(i * 131 + (i >> 13));
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, n), NULL,
+                                        0, 0, &resp, &status),
+                     ST_OK);
+    assert_int_equal(resp.len, n);
+    assert_true(memcmp(resp.data, big, n) == 0);
+    st_buf_free(&resp);
+    free(big);
+    fixture_stop(f);
+}
+
+/* Many concurrent calls on one connection, mixing synchronous and asynchronous handlers. */
+typedef struct many_ctx {
+    int done, ok;
+    struct event_base *base;
+    int expect;
+} many_ctx;
+
+typedef struct one_call {
+    many_ctx *m;
+    char want[32];
+} one_call;
+
+static void many_done(st_code code, const char *message, st_slice resp, void *arg) {
+    (void)message;
+    one_call *oc = arg;
+    if (code == ST_OK && resp.len == strlen(oc->want) && memcmp(resp.data, oc->want, resp.len) == 0)
+        oc->m->ok++;
+    if (++oc->m->done == oc->m->expect)
+        event_base_loopbreak(oc->m->base);
+}
+
+static void test_rpc_many_concurrent_streams(void **state) {
+    (void)state;
+    fixture *f = fixture_start(NULL);
+    enum { N = 600 }; /* more than SETTINGS_MAX_CONCURRENT_STREAMS: nghttp2 queues the rest */
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    assert_non_null(c);
+    many_ctx m = {.base = base, .expect = N};
+    one_call *calls = calloc(N, sizeof(*calls));
+    for (int i = 0; i < N; i++) {
+        calls[i].m = &m;
+        snprintf(calls[i].want, sizeof(calls[i].want), "msg-%d", i);
+        assert_int_equal(rpc_client_unary(c, i % 3 ? "/t.T/Echo" : "/t.T/Async",
+                                          st_slice_cstr(calls[i].want), NULL, 0, 30000, many_done,
+                                          &calls[i]),
+                         ST_OK);
+    }
+    while (m.done < N && event_base_dispatch(base) == 0)
+        ;
+    assert_int_equal(m.ok, N);
+    rpc_server_stats stats;
+    rpc_server_stats_get(f->srv, &stats);
+    assert_int_equal(stats.conns_accepted, 1);
+    assert_true(stats.calls_started >= N);
+    assert_true(rpc_client_alive(c));
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    free(calls);
+    fixture_stop(f);
+}
+
+/* A slow reader of a 64 MiB stream: the producer is paused by flow control, so the server's queue
+ * stays under its bound and production never runs far ahead of what the client has read. */
+typedef struct slow_ctx {
+    fixture *f;
+    uint64_t received, messages;
+    uint64_t ahead_max; /* produced - received, sampled after pauses */
+    bool done;
+    st_code code;
+    struct event_base *base;
+} slow_ctx;
+
+static void slow_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    slow_ctx *s = arg;
+    if (msg.len && msg.data[0] != (uint8_t)(s->messages & 0xff))
+        s->code = ST_DATA_LOSS;
+    s->received += msg.len;
+    s->messages++;
+    if (s->messages % 64 == 0) {
+        sleep_ms(40); /* the slow part: the loop (and so the socket) is not read meanwhile */
+        uint64_t produced = __atomic_load_n(&s->f->st.stream_produced, __ATOMIC_RELAXED);
+        if (produced - s->received > s->ahead_max)
+            s->ahead_max = produced - s->received;
+    }
+}
+
+static void slow_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    (void)message;
+    slow_ctx *s = arg;
+    s->done = true;
+    if (s->code == ST_OK)
+        s->code = code;
+    event_base_loopbreak(s->base);
+}
+
+static void test_rpc_stream_slow_reader_bounded(void **state) {
+    (void)state;
+    rpc_server_opts opts = {.send_queue_bytes_max = 256 << 10};
+    fixture *f = fixture_start(&opts);
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    uint64_t total = 64u << 20;
+    uint32_t chunk = 64u << 10;
+    uint8_t req[12];
+    st_put_fixed64(req, total);
+    st_put_fixed32(req + 8, chunk);
+    slow_ctx s = {.f = f, .base = base};
+    assert_non_null(rpc_client_call(c, "/t.T/Stream", st_slice_make(req, 12), NULL, 0, 0,
+                                    slow_msg, slow_done, &s));
+    while (!s.done && event_base_dispatch(base) == 0)
+        ;
+    assert_int_equal(s.code, ST_OK);
+    assert_int_equal(s.received, total);
+    assert_int_equal(s.messages, total / chunk);
+    rpc_server_stats stats;
+    rpc_server_stats_get(f->srv, &stats);
+    /* The queue never exceeded its bound plus one message. */
+    assert_true(stats.queued_bytes_peak <= opts.send_queue_bytes_max + chunk + 5);
+    /* Production ran ahead of the reader by at most the pipes in between (queue, socket output
+     * high-water, HTTP/2 windows, kernel socket buffers) — far less than the whole answer. */
+    print_message("slow reader: peak queued %llu bytes, producer ahead by at most %llu bytes\n",
+                  (unsigned long long)stats.queued_bytes_peak, (unsigned long long)s.ahead_max);
+    assert_true(s.ahead_max < total / 2);
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    fixture_stop(f);
+}
+
+/* Many small messages: the server packs several into one DATA frame; the client splits them. */
+typedef struct small_ctx {
+    uint64_t messages, bytes;
+    bool order_ok;
+} small_ctx;
+
+static void small_msg(st_slice msg, void *arg) {
+    small_ctx *sc = arg;
+    if (msg.len != 7 || msg.data[0] != (uint8_t)(sc->messages & 0xff))
+        sc->order_ok = false;
+    sc->messages++;
+    sc->bytes += msg.len;
+}
+
+static void test_rpc_stream_many_small_messages(void **state) {
+    (void)state;
+    fixture *f = fixture_start(NULL);
+    uint8_t req[12];
+    st_put_fixed64(req, 7 * 5000);
+    st_put_fixed32(req + 8, 7);
+    small_ctx sc = {.order_ok = true};
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_stream(f->addr, NULL, "/t.T/Stream", st_slice_make(req, 12),
+                                         NULL, 0, 0, small_msg, &sc, &status),
+                     ST_OK);
+    assert_int_equal(sc.messages, 5000);
+    assert_int_equal(sc.bytes, 7 * 5000);
+    assert_true(sc.order_ok);
+    /* A stream of zero messages ends with just the status. */
+    st_put_fixed64(req, 0);
+    sc = (small_ctx){.order_ok = true};
+    assert_int_equal(rpc_blocking_stream(f->addr, NULL, "/t.T/Stream", st_slice_make(req, 12),
+                                         NULL, 0, 0, small_msg, &sc, &status),
+                     ST_OK);
+    assert_int_equal(sc.messages, 0);
+    fixture_stop(f);
+}
+
+/* Cancelling a huge stream midway stops the producer through its cancel callback. */
+typedef struct midway_ctx {
+    rpc_ccall *call;
+    uint64_t messages;
+    bool done;
+    st_code code;
+} midway_ctx;
+
+static void midway_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)msg;
+    midway_ctx *m = arg;
+    if (++m->messages == 10)
+        rpc_ccall_cancel(call); /* from inside a callback: allowed */
+}
+
+static void midway_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    (void)message;
+    midway_ctx *m = arg;
+    m->done = true;
+    m->code = code;
+}
+
+static void test_rpc_stream_cancel_midway(void **state) {
+    (void)state;
+    fixture *f = fixture_start(NULL);
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    uint8_t req[12];
+    st_put_fixed64(req, UINT64_C(1) << 40); /* would never end by itself */
+    st_put_fixed32(req + 8, 32u << 10);
+    midway_ctx m = {0};
+    m.call = rpc_client_call(c, "/t.T/Stream", st_slice_make(req, 12), NULL, 0, 0, midway_msg,
+                             midway_done, &m);
+    assert_non_null(m.call);
+    while (!m.done && event_base_loop(base, EVLOOP_ONCE) == 0)
+        ;
+    assert_int_equal(m.code, ST_CANCELLED);
+    assert_true(m.messages >= 10);
+    for (int i = 0; i < 30000 && !__atomic_load_n(&f->st.stream_cancelled, __ATOMIC_ACQUIRE);
+         i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        sleep_ms(1);
+    }
+    assert_true(f->st.stream_cancelled);
+    rpc_server_stats stats;
+    for (int i = 0; i < 30000; i++) { /* the cancelled call's queue is released */
+        rpc_server_stats_get(f->srv, &stats);
+        if (stats.calls_active == 0)
+            break;
+        sleep_ms(1);
+    }
+    assert_int_equal(stats.calls_active, 0);
+    assert_int_equal(stats.queued_bytes, 0);
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    fixture_stop(f);
+}
+
+static void test_rpc_deadline_cancels_server_call(void **state) {
+    (void)state;
+    fixture *f = fixture_start(NULL);
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0,
+                                        200, NULL, &status),
+                     ST_DEADLINE_EXCEEDED);
+    assert_true(wait_flag(&f->st.never_cancelled));
+    rpc_server_stats stats;
+    rpc_server_stats_get(f->srv, &stats);
+    assert_true(stats.calls_cancelled >= 1);
+    fixture_stop(f);
+}
+
+typedef struct cancel_ctx {
+    bool done;
+    st_code code;
+} cancel_ctx;
+
+static void cancel_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    (void)message;
+    cancel_ctx *cc = arg;
+    cc->done = true;
+    cc->code = code;
+}
+
+static void test_rpc_client_cancel_reaches_handler(void **state) {
+    (void)state;
+    fixture *f = fixture_start(NULL);
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    cancel_ctx cc = {0};
+    rpc_ccall *call = rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 0, NULL,
+                                      cancel_done, &cc);
+    assert_non_null(call);
+    for (int i = 0; i < 30000 && !__atomic_load_n(&f->st.never_started, __ATOMIC_ACQUIRE); i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        sleep_ms(1);
+    }
+    assert_true(f->st.never_started);
+    rpc_ccall_cancel(call);
+    while (!cc.done && event_base_loop(base, EVLOOP_ONCE) == 0)
+        ;
+    assert_int_equal(cc.code, ST_CANCELLED);
+    /* Keep the client's loop turning so the RST_STREAM leaves its output buffer. */
+    for (int i = 0; i < 30000 && !__atomic_load_n(&f->st.never_cancelled, __ATOMIC_ACQUIRE); i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        sleep_ms(1);
+    }
+    assert_true(f->st.never_cancelled);
+    /* The connection carries on. */
+    assert_true(rpc_client_alive(c));
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    fixture_stop(f);
+}
+
+static void test_rpc_bad_frames_end_stream_or_connection(void **state) {
+    (void)state;
+    fixture *f = fixture_start(NULL);
+    /* Garbage instead of the HTTP/2 preface: that connection is closed. */
+    int fd = tcp_connect(f->port);
+    const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\x00\x01\x02garbage";
+    assert_int_equal(send(fd, junk, sizeof(junk), MSG_NOSIGNAL), (ssize_t)sizeof(junk));
+    uint8_t buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
+        ;
+    assert_int_equal(n, 0); /* EOF, not the 30 s receive timeout */
+    close(fd);
+
+    uint8_t body[64];
+    st_buf resp;
+    st_buf_init(&resp);
+    /* A truncated gRPC prefix ends that stream with INTERNAL. */
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc",
+                                 (const uint8_t *)"\0\0\0", 3, 1, NULL),
+                     ST_INTERNAL);
+    /* A truncated message body, too. */
+    size_t len = frame_msg(body, "hello", 5);
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len - 2, 100,
+                                 NULL),
+                     ST_INTERNAL);
+    /* One message split into 1-byte DATA frames is reassembled. */
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len, 1, &resp),
+                     ST_OK);
+    assert_int_equal(resp.len, len);
+    assert_memory_equal(resp.data, body, len);
+    /* Two messages in one frame: client streaming is not supported. */
+    size_t len2 = len + frame_msg(body + len, "again", 5);
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len2, 1000,
+                                 NULL),
+                     ST_INVALID_ARGUMENT);
+    /* A compressed message without negotiated compression. */
+    body[0] = 1;
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len, 1000, NULL),
+                     ST_UNIMPLEMENTED);
+    body[0] = 0;
+    /* Wrong content-type. */
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "text/plain", body, len, 1000, NULL),
+                     ST_INVALID_ARGUMENT);
+    /* A content-type with a codec suffix is fine. */
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc+proto", body, len, 1000,
+                                 NULL),
+                     ST_OK);
+    /* And a second, ordinary client is still served. */
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("still"), NULL,
+                                        0, 0, &resp, &status),
+                     ST_OK);
+    assert_memory_equal(resp.data, "still", 5);
+    rpc_server_stats stats;
+    rpc_server_stats_get(f->srv, &stats);
+    assert_true(stats.bad_streams >= 5);
+    st_buf_free(&resp);
+    fixture_stop(f);
+}
+
+/* ---- TLS with a self-signed certificate made at run time ---- */
+
+static void make_cert(EVP_PKEY **key_out, X509 **cert_out) {
+    EVP_PKEY *key = EVP_EC_gen("P-256");
+    assert_non_null(key);
+    X509 *x = X509_new();
+    X509_set_version(x, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+    X509_gmtime_adj(X509_getm_notBefore(x), -60);
+    X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+    X509_set_pubkey(x, key);
+    X509_NAME *name = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1,
+                               -1, 0);
+    X509_set_issuer_name(x, name);
+    X509V3_CTX v3;
+    X509V3_set_ctx(&v3, x, x, NULL, NULL, 0);
+    X509_EXTENSION *ext =
+        X509V3_EXT_conf_nid(NULL, &v3, NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost");
+    assert_non_null(ext);
+    X509_add_ext(x, ext, -1);
+    X509_EXTENSION_free(ext);
+    assert_true(X509_sign(x, key, EVP_sha256()) > 0);
+    *key_out = key;
+    *cert_out = x;
+}
+
+static void test_rpc_tls_alpn_h2(void **state) {
+    (void)state;
+    EVP_PKEY *key;
+    X509 *cert;
+    make_cert(&key, &cert);
+    SSL_CTX *sctx = SSL_CTX_new(TLS_server_method());
+    assert_int_equal(SSL_CTX_use_certificate(sctx, cert), 1);
+    assert_int_equal(SSL_CTX_use_PrivateKey(sctx, key), 1);
+    assert_int_equal(rpc_tls_server_ctx_prepare(sctx, NULL), ST_OK);
+    SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
+    X509_STORE_add_cert(SSL_CTX_get_cert_store(cctx), cert);
+    SSL_CTX_set_verify(cctx, SSL_VERIFY_PEER, NULL);
+    assert_int_equal(rpc_tls_client_ctx_prepare(cctx, NULL), ST_OK);
+
+    rpc_server_opts opts = {.ssl_ctx = sctx};
+    fixture *f = fixture_start(&opts);
+    rpc_client_opts copts = {.ssl_ctx = cctx};
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, &copts, "/t.T/Echo", ST_SLICE_LIT("secret"),
+                                        NULL, 0, 10000, &resp, &status),
+                     ST_OK);
+    assert_memory_equal(resp.data, "secret", 6);
+    /* Large enough to cross many TLS records and HTTP/2 windows. */
+    size_t n = 3u << 20;
+    uint8_t *big = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (uint8_t)(i ^ (i >> 11));
+    assert_int_equal(rpc_blocking_unary(f->addr, &copts, "/t.T/Echo", st_slice_make(big, n), NULL,
+                                        0, 0, &resp, &status),
+                     ST_OK);
+    assert_int_equal(resp.len, n);
+    assert_true(memcmp(resp.data, big, n) == 0);
+    free(big);
+    /* A plaintext client to the TLS port fails cleanly, and the server carries on. */
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0,
+                                        5000, NULL, &status),
+                     ST_UNAVAILABLE);
+    /* A client that does not trust the certificate is refused. */
+    SSL_CTX *untrusting = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_verify(untrusting, SSL_VERIFY_PEER, NULL);
+    rpc_tls_client_ctx_prepare(untrusting, NULL);
+    rpc_client_opts uopts = {.ssl_ctx = untrusting};
+    assert_int_equal(rpc_blocking_unary(f->addr, &uopts, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0,
+                                        5000, NULL, &status),
+                     ST_UNAVAILABLE);
+    assert_int_equal(rpc_blocking_unary(f->addr, &copts, "/t.T/Echo", ST_SLICE_LIT("again"),
+                                        NULL, 0, 10000, &resp, &status),
+                     ST_OK);
+    st_buf_free(&resp);
+    fixture_stop(f);
+    SSL_CTX_free(untrusting);
+    SSL_CTX_free(cctx);
+    SSL_CTX_free(sctx);
+    X509_free(cert);
+    EVP_PKEY_free(key);
+}
+
+int main(void) {
+    st_log_set_level(getenv("RPC_TEST_DEBUG") ? ST_LOG_DEBUG : ST_LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rpc_deframer_any_split),
+        cmocka_unit_test(test_rpc_deframer_rejects_bad_input),
+        cmocka_unit_test(test_rpc_timeout_and_message_encodings),
+        cmocka_unit_test(test_rpc_unary_echo_and_metadata),
+        cmocka_unit_test(test_rpc_status_message_and_unknown_method),
+        cmocka_unit_test(test_rpc_message_size_limits),
+        cmocka_unit_test(test_rpc_20mib_round_trip),
+        cmocka_unit_test(test_rpc_many_concurrent_streams),
+        cmocka_unit_test(test_rpc_stream_slow_reader_bounded),
+        cmocka_unit_test(test_rpc_stream_many_small_messages),
+        cmocka_unit_test(test_rpc_stream_cancel_midway),
+        cmocka_unit_test(test_rpc_deadline_cancels_server_call),
+        cmocka_unit_test(test_rpc_client_cancel_reaches_handler),
+        cmocka_unit_test(test_rpc_bad_frames_end_stream_or_connection),
+        cmocka_unit_test(test_rpc_tls_alpn_h2),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

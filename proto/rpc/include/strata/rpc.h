@@ -120,7 +120,8 @@ st_code rpc_server_add_method(rpc_server *s, const char *path, rpc_handler_fn ha
 st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16_t *bound_port,
                           st_err *err);
 /* Closes listeners and connections (calls become cancelled; their memory goes when the handler
- * finishes) and frees the server. Pending posted functions are dropped. Loop thread only. */
+ * finishes) and frees the server. Pending posted functions are dropped. Loop thread only, with the
+ * loop not running a server callback; as for clients, turn the base once before freeing it. */
 void rpc_server_free(rpc_server *s);
 /* Thread-safe: runs fn(arg) on the server's loop thread soon. RESOURCE_EXHAUSTED if the queue is
  * full (RPC_POST_QUEUE_MAX) or memory runs out, in which case fn will not run. */
@@ -200,7 +201,9 @@ typedef void (*rpc_unary_done_fn)(st_code code, const char *message, st_slice re
 rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t port,
                            const rpc_client_opts *opts, st_err *err);
 /* Ends every outstanding call (done callbacks run with CANCELLED) and frees the client. Never from
- * inside one of its callbacks. */
+ * inside one of its callbacks. Output not yet written is dropped. libevent defers part of a
+ * bufferevent's teardown: turn the base once (event_base_loop(base, EVLOOP_NONBLOCK)) before
+ * event_base_free, or TLS objects leak. */
 void rpc_client_free(rpc_client *c);
 bool rpc_client_alive(const rpc_client *c);
 /* Starts a call: sends the request (one message), with metadata and a deadline (timeout_ms <= 0:

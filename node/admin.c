@@ -1,0 +1,609 @@
+/* admin.c — the table admin API of a node: tables, column families with GC rules, DropRowRange
+ * and consistency tokens. Admin calls are rare and run to completion on the loop thread. */
+#include "node_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef Google__Bigtable__Admin__V2__GcRule pb_gc;
+typedef Google__Bigtable__Admin__V2__Table pb_table;
+
+#define ADMIN_SPLITS_MAX 1000 /* initial_splits accepted by CreateTable */
+
+/* ---- GC rules: protobuf <-> catalog ---- */
+
+static st_code gc_from_pb(const pb_gc *r, node_gc *out, int depth, st_err *err) {
+    memset(out, 0, sizeof *out);
+    if (!r)
+        return ST_OK;
+    if (depth > NODE_GC_DEPTH_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "GC rule nested deeper than %d levels",
+                          NODE_GC_DEPTH_MAX);
+    Google__Bigtable__Admin__V2__GcRule **kids = NULL;
+    size_t n_kids = 0;
+    switch (r->rule_case) {
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE__NOT_SET:
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS:
+        if (r->max_num_versions < 1)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "GC rule max_num_versions must be at least 1, got %d",
+                              r->max_num_versions);
+        out->kind = STO_GC_MAX_VERSIONS;
+        out->max_versions = r->max_num_versions;
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_AGE:
+        if (!r->max_age || r->max_age->seconds < 0 || r->max_age->nanos < 0)
+            return st_err_set(err, ST_INVALID_ARGUMENT, "GC rule max_age must be positive");
+        out->kind = STO_GC_MAX_AGE;
+        out->max_age_us = r->max_age->seconds * 1000000 + r->max_age->nanos / 1000;
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_INTERSECTION:
+        out->kind = STO_GC_INTERSECTION;
+        if (r->intersection) {
+            kids = r->intersection->rules;
+            n_kids = r->intersection->n_rules;
+        }
+        break;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_UNION:
+        out->kind = STO_GC_UNION;
+        if (r->union_) {
+            kids = r->union_->rules;
+            n_kids = r->union_->n_rules;
+        }
+        break;
+    default:
+        return st_err_set(err, ST_INVALID_ARGUMENT, "unknown GC rule kind %d", (int)r->rule_case);
+    }
+    if (n_kids > NODE_GC_NODES_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "GC rule has more than %d parts",
+                          NODE_GC_NODES_MAX);
+    out->children = calloc(n_kids ? n_kids : 1, sizeof *out->children);
+    if (!out->children)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a GC rule");
+    out->n_children = n_kids;
+    for (size_t i = 0; i < n_kids; i++) {
+        st_code rc = gc_from_pb(kids[i], &out->children[i], depth + 1, err);
+        if (rc != ST_OK) {
+            node_gc_free(out);
+            return rc;
+        }
+    }
+    return ST_OK;
+}
+
+static pb_gc *gc_to_pb(const node_gc *g, st_arena *a) {
+    pb_gc *r = st_arena_alloc(a, sizeof *r);
+    if (!r)
+        return NULL;
+    google__bigtable__admin__v2__gc_rule__init(r);
+    if (g->kind == STO_GC_MAX_VERSIONS) {
+        r->rule_case = GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS;
+        r->max_num_versions = (int32_t)g->max_versions;
+    } else if (g->kind == STO_GC_MAX_AGE) {
+        Google__Protobuf__Duration *d = st_arena_alloc(a, sizeof *d);
+        if (!d)
+            return NULL;
+        google__protobuf__duration__init(d);
+        d->seconds = g->max_age_us / 1000000;
+        d->nanos = (int32_t)(g->max_age_us % 1000000) * 1000;
+        r->rule_case = GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_AGE;
+        r->max_age = d;
+    } else if (g->kind == STO_GC_UNION || g->kind == STO_GC_INTERSECTION) {
+        pb_gc **kids = st_arena_alloc(a, (g->n_children + 1) * sizeof *kids);
+        if (!kids)
+            return NULL;
+        for (size_t i = 0; i < g->n_children; i++)
+            if (!(kids[i] = gc_to_pb(&g->children[i], a)))
+                return NULL;
+        if (g->kind == STO_GC_UNION) {
+            Google__Bigtable__Admin__V2__GcRule__Union *u = st_arena_alloc(a, sizeof *u);
+            if (!u)
+                return NULL;
+            google__bigtable__admin__v2__gc_rule__union__init(u);
+            u->n_rules = g->n_children;
+            u->rules = kids;
+            r->rule_case = GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_UNION;
+            r->union_ = u;
+        } else {
+            Google__Bigtable__Admin__V2__GcRule__Intersection *x = st_arena_alloc(a, sizeof *x);
+            if (!x)
+                return NULL;
+            google__bigtable__admin__v2__gc_rule__intersection__init(x);
+            x->n_rules = g->n_children;
+            x->rules = kids;
+            r->rule_case = GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_INTERSECTION;
+            r->intersection = x;
+        }
+    }
+    return r;
+}
+
+/* The Table message for a catalog entry; families unless names_only. NULL when out of memory. */
+static pb_table *table_to_pb(const node_table *t, bool names_only, st_arena *a) {
+    pb_table *pt = st_arena_alloc(a, sizeof *pt);
+    if (!pt)
+        return NULL;
+    google__bigtable__admin__v2__table__init(pt);
+    pt->name = (char *)t->name;
+    if (names_only)
+        return pt;
+    pt->granularity = GOOGLE__BIGTABLE__ADMIN__V2__TABLE__TIMESTAMP_GRANULARITY__MILLIS;
+    pt->deletion_protection = t->deletion_protection;
+    pt->column_families = st_arena_alloc(a, (t->n_families + 1) * sizeof *pt->column_families);
+    if (!pt->column_families)
+        return NULL;
+    for (size_t i = 0; i < t->n_families; i++) {
+        Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *e = st_arena_alloc(a, sizeof *e);
+        Google__Bigtable__Admin__V2__ColumnFamily *cf = st_arena_alloc(a, sizeof *cf);
+        if (!e || !cf)
+            return NULL;
+        google__bigtable__admin__v2__table__column_families_entry__init(e);
+        google__bigtable__admin__v2__column_family__init(cf);
+        e->key = (char *)t->families[i].name;
+        if (t->families[i].gc.kind != STO_GC_NONE && !(cf->gc_rule = gc_to_pb(&t->families[i].gc, a)))
+            return NULL;
+        e->value = cf;
+        pt->column_families[pt->n_column_families++] = e;
+    }
+    return pt;
+}
+
+/* ---- names ---- */
+
+/* "projects/P/instances/I" followed by "/tables/T" makes a table name. */
+static st_code check_parent(const char *parent, st_err *err) {
+    char probe[NODE_TABLE_NAME_MAX + 16];
+    snprintf(probe, sizeof probe, "%s/tables/x", parent);
+    if (node_check_table_name(probe, NULL) != ST_OK)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "invalid parent '%s': expected projects/<project>/instances/<instance>",
+                          parent);
+    return ST_OK;
+}
+
+/* Table ids: [_a-zA-Z0-9][-_.a-zA-Z0-9]*, at most 50 characters. */
+static bool valid_table_id(const char *id) {
+    size_t n = strlen(id);
+    if (n == 0 || n > 50 || id[0] == '-' || id[0] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-' || c == '.';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* Family names: [-_.a-zA-Z0-9]+, at most 64 characters. */
+static bool valid_family(const char *f) {
+    size_t n = strlen(f);
+    if (n == 0 || n > NODE_FAMILY_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = f[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+/* ---- CreateTable ---- */
+
+static int split_cmp(const void *a, const void *b) {
+    const ProtobufCBinaryData *x = a, *y = b;
+    return st_slice_cmp(st_slice_make(x->data, x->len), st_slice_make(y->data, y->len));
+}
+
+/* Sorted, deduplicated, non-empty split keys (copied into the call arena). */
+static st_code normalize_splits(const Google__Bigtable__Admin__V2__CreateTableRequest *req,
+                                st_arena *a, ProtobufCBinaryData **out, size_t *n, st_err *err) {
+    if (req->n_initial_splits > ADMIN_SPLITS_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "at most %d initial splits",
+                          ADMIN_SPLITS_MAX);
+    ProtobufCBinaryData *v = st_arena_alloc(a, (req->n_initial_splits + 1) * sizeof *v);
+    if (!v)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < req->n_initial_splits; i++) {
+        ProtobufCBinaryData key = req->initial_splits[i]->key;
+        if (key.len > NODE_ROW_KEY_MAX)
+            return st_err_set(err, ST_INVALID_ARGUMENT, "split key longer than %d bytes",
+                              NODE_ROW_KEY_MAX);
+        if (key.len > 0)
+            v[k++] = key;
+    }
+    qsort(v, k, sizeof *v, split_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++)
+        if (m == 0 || split_cmp(&v[m - 1], &v[i]) != 0)
+            v[m++] = v[i];
+    *out = v;
+    *n = m;
+    return ST_OK;
+}
+
+static st_code create_families(node_table *t, const pb_table *spec, st_err *err) {
+    for (size_t i = 0; spec && i < spec->n_column_families; i++) {
+        const char *fam = spec->column_families[i]->key;
+        if (!valid_family(fam))
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]", fam);
+        node_gc gc;
+        const Google__Bigtable__Admin__V2__ColumnFamily *cf = spec->column_families[i]->value;
+        st_code rc = gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, err);
+        if (rc == ST_OK)
+            rc = node_table_family_set(t, fam, &gc, err);
+        node_gc_free(&gc);
+        if (rc != ST_OK)
+            return rc;
+    }
+    return ST_OK;
+}
+
+/* Creates the table's tablets: one per split interval. */
+static st_code create_tablets(node_ctx *n, const char *name, const ProtobufCBinaryData *splits,
+                              size_t n_splits, st_err *err) {
+    node_tablets *t = node_tables_add(n, name);
+    if (!t)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating table");
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i <= n_splits; i++) {
+        st_slice start = i ? st_slice_make(splits[i - 1].data, splits[i - 1].len)
+                           : st_slice_make("", 0);
+        st_slice end = i < n_splits ? st_slice_make(splits[i].data, splits[i].len)
+                                    : st_slice_make("", 0);
+        t = node_tablets_find(n, name);
+        rc = node_tablet_create(n, t, start, end, err);
+    }
+    return rc;
+}
+
+static void drop_table_tablets(node_ctx *n, const char *name) {
+    node_tablets *t = node_tablets_find(n, name);
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n; i++)
+        sto_tablet_drop(n->db, t->v[i].id, NULL);
+    node_tables_remove(n, t);
+}
+
+void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__Admin__V2__CreateTableRequest *req =
+        (void *)node_unpack(call, &google__bigtable__admin__v2__create_table_request__descriptor,
+                            req_bytes);
+    if (!req)
+        return;
+    st_err err = {0};
+    char name[NODE_TABLE_NAME_MAX + 64];
+    if (check_parent(req->parent, &err) != ST_OK)
+        return node_fail(call, err.code, "%s", err.msg);
+    if (!valid_table_id(req->table_id))
+        return node_fail(call, ST_INVALID_ARGUMENT,
+                         "invalid table id '%s': use 1-50 of [-_.a-zA-Z0-9], not starting with - or .",
+                         req->table_id);
+    snprintf(name, sizeof name, "%s/tables/%s", req->parent, req->table_id);
+    if (node_catalog_find(n->catalog, name))
+        return node_fail(call, ST_ALREADY_EXISTS, "table \"%s\" already exists", name);
+    ProtobufCBinaryData *splits = NULL;
+    size_t n_splits = 0;
+    node_table *t = NULL;
+    st_code rc = normalize_splits(req, rpc_call_arena(call), &splits, &n_splits, &err);
+    if (rc == ST_OK)
+        rc = node_catalog_add(n->catalog, name, st_wall_us(), &t, &err);
+    if (rc != ST_OK)
+        return node_fail(call, rc, "%s", err.msg);
+    t->deletion_protection = req->table && req->table->deletion_protection;
+    rc = create_families(t, req->table, &err);
+    if (rc == ST_OK)
+        rc = node_catalog_save(n->catalog, &err);
+    if (rc == ST_OK)
+        rc = create_tablets(n, name, splits, n_splits, &err);
+    if (rc == ST_OK)
+        rc = node_table_push_gc(n, node_catalog_find(n->catalog, name), &err);
+    if (rc != ST_OK) {
+        drop_table_tablets(n, name);
+        node_catalog_remove(n->catalog, name, NULL);
+        node_catalog_save(n->catalog, NULL);
+        return node_fail(call, rc, "%s", err.msg);
+    }
+    st_log(ST_LOG_INFO, "admin", "created table=%s tablets=%zu", name, n_splits + 1);
+    pb_table *pt = table_to_pb(node_catalog_find(n->catalog, name), false, rpc_call_arena(call));
+    if (!pt)
+        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    node_reply(call, &pt->base);
+}
+
+/* ---- GetTable, ListTables, DeleteTable ---- */
+
+void node_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__Admin__V2__GetTableRequest *req = (void *)node_unpack(
+        call, &google__bigtable__admin__v2__get_table_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    node_table *meta;
+    if (!node_table_or_fail(n, call, req->name, &meta))
+        return;
+    bool names_only = req->view == GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
+    pb_table *pt = table_to_pb(meta, names_only, rpc_call_arena(call));
+    if (!pt)
+        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    node_reply(call, &pt->base);
+}
+
+void node_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__Admin__V2__ListTablesRequest *req = (void *)node_unpack(
+        call, &google__bigtable__admin__v2__list_tables_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    st_err err;
+    if (check_parent(req->parent, &err) != ST_OK)
+        return node_fail(call, err.code, "%s", err.msg);
+    st_arena *a = rpc_call_arena(call);
+    Google__Bigtable__Admin__V2__ListTablesResponse resp;
+    google__bigtable__admin__v2__list_tables_response__init(&resp);
+    size_t count = node_catalog_count(n->catalog);
+    resp.tables = st_arena_alloc(a, (count + 1) * sizeof *resp.tables);
+    if (!resp.tables)
+        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    size_t plen = strlen(req->parent);
+    bool full = req->view != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__VIEW_UNSPECIFIED &&
+                req->view != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
+    for (size_t i = 0; i < count; i++) {
+        node_table *t = node_catalog_at(n->catalog, i);
+        if (strncmp(t->name, req->parent, plen) != 0 || strncmp(t->name + plen, "/tables/", 8))
+            continue;
+        pb_table *pt = table_to_pb(t, !full, a);
+        if (!pt)
+            return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        resp.tables[resp.n_tables++] = pt;
+    }
+    node_reply(call, &resp.base);
+}
+
+void node_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__Admin__V2__DeleteTableRequest *req = (void *)node_unpack(
+        call, &google__bigtable__admin__v2__delete_table_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    node_table *meta;
+    if (!node_table_or_fail(n, call, req->name, &meta))
+        return;
+    if (meta->deletion_protection)
+        return node_fail(call, ST_FAILED_PRECONDITION,
+                         "table %s has deletion protection; turn it off before deleting",
+                         req->name);
+    st_err err;
+    /* Catalog first: a crash after it leaves orphan tablets, which the next start drops. */
+    st_code rc = node_catalog_remove(n->catalog, req->name, &err);
+    if (rc == ST_OK)
+        rc = node_catalog_save(n->catalog, &err);
+    if (rc != ST_OK)
+        return node_fail(call, rc, "%s", err.msg);
+    drop_table_tablets(n, req->name);
+    st_log(ST_LOG_INFO, "admin", "deleted table=%s", req->name);
+    Google__Protobuf__Empty empty;
+    google__protobuf__empty__init(&empty);
+    node_reply(call, &empty.base);
+}
+
+/* ---- ModifyColumnFamilies ---- */
+
+typedef Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification pb_mod;
+
+/* Checks every modification against the families as they will be when it applies, so the
+ * request is applied all or nothing. */
+static st_code check_mods(const node_table *t, pb_mod **mods, size_t n_mods, st_err *err) {
+    const char **names = calloc(t->n_families + n_mods + 1, sizeof *names);
+    if (!names)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    size_t count = 0;
+    for (size_t i = 0; i < t->n_families; i++)
+        names[count++] = t->families[i].name;
+    st_code rc = ST_OK;
+    for (size_t m = 0; rc == ST_OK && m < n_mods; m++) {
+        const char *id = mods[m]->id;
+        size_t at = count;
+        for (size_t i = 0; i < count; i++)
+            if (names[i] && strcmp(names[i], id) == 0)
+                at = i;
+        switch (mods[m]->mod_case) {
+        case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE:
+            if (!valid_family(id))
+                rc = st_err_set(err, ST_INVALID_ARGUMENT,
+                                "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]", id);
+            else if (at < count)
+                rc = st_err_set(err, ST_ALREADY_EXISTS, "column family %s already exists", id);
+            else
+                names[count++] = id;
+            break;
+        case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_UPDATE:
+            if (at == count)
+                rc = st_err_set(err, ST_NOT_FOUND, "column family %s not found", id);
+            break;
+        case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP:
+            if (at == count)
+                rc = st_err_set(err, ST_NOT_FOUND, "column family %s not found", id);
+            else
+                names[at] = NULL;
+            break;
+        default:
+            rc = st_err_set(err, ST_INVALID_ARGUMENT, "modification of %s has no action", id);
+        }
+    }
+    free(names);
+    return rc;
+}
+
+/* Writes a DeleteFromFamily for every row of the table holding cells of family, so a dropped
+ * family's data is gone (and does not come back if the family is created again). */
+static st_code purge_family(node_ctx *n, node_tablets *t, const char *family, st_err *err) {
+    sto_mut del = {.type = STO_MUT_DEL_FAMILY, .family = st_slice_cstr(family)};
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < t->n; i++) {
+        sto_snapshot *snap;
+        sto_iter *it;
+        rc = sto_snapshot_new(t->v[i].st, &snap, err);
+        if (rc != ST_OK)
+            break;
+        sto_range all = {0};
+        rc = sto_iter_new(snap, &all, false, &it, err);
+        if (rc != ST_OK) {
+            sto_snapshot_free(snap);
+            break;
+        }
+        sto_cell cell;
+        while ((rc = sto_iter_next(it, &cell, err)) == ST_OK) {
+            if (!st_slice_eq(cell.family, del.family))
+                continue;
+            sto_row_mut row = {.tablet_id = t->v[i].id, .row = cell.row, .muts = &del,
+                               .n_muts = 1, .version = node_next_version(n)};
+            row.commit_ts_us = (uint64_t)STO_VERSION_TS_US(row.version);
+            rc = sto_write(n->db, &row, 1, NULL, err);
+            if (rc != ST_OK)
+                break;
+            sto_iter_skip_row(it);
+        }
+        if (rc == ST_NOT_FOUND)
+            rc = ST_OK;
+        sto_iter_free(it);
+        sto_snapshot_free(snap);
+    }
+    return rc;
+}
+
+static st_code apply_mod(node_ctx *n, node_table *t, const pb_mod *m, st_err *err) {
+    const char *id = m->id;
+    if (m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP) {
+        st_code rc = node_table_family_drop(t, id, err);
+        node_tablets *tt = node_tablets_find(n, t->name);
+        return rc == ST_OK && tt ? purge_family(n, tt, id, err) : rc;
+    }
+    const Google__Bigtable__Admin__V2__ColumnFamily *cf =
+        m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE
+            ? m->create
+            : m->update;
+    node_gc gc;
+    st_code rc = gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, err);
+    if (rc == ST_OK)
+        rc = node_table_family_set(t, id, &gc, err);
+    node_gc_free(&gc);
+    return rc;
+}
+
+void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req = (void *)node_unpack(
+        call, &google__bigtable__admin__v2__modify_column_families_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    node_table *meta;
+    if (!node_table_or_fail(n, call, req->name, &meta))
+        return;
+    st_err err;
+    /* GC rules are validated before anything changes, too. */
+    for (size_t i = 0; i < req->n_modifications; i++) {
+        const pb_mod *m = req->modifications[i];
+        const Google__Bigtable__Admin__V2__ColumnFamily *cf =
+            m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE ? m->create
+            : m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_UPDATE ? m->update
+            : NULL;
+        node_gc gc;
+        if (gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, &err) != ST_OK)
+            return node_fail(call, err.code, "%s", err.msg);
+        node_gc_free(&gc);
+    }
+    st_code rc = check_mods(meta, req->modifications, req->n_modifications, &err);
+    for (size_t i = 0; rc == ST_OK && i < req->n_modifications; i++)
+        rc = apply_mod(n, meta, req->modifications[i], &err);
+    if (rc == ST_OK)
+        rc = node_catalog_save(n->catalog, &err);
+    if (rc == ST_OK)
+        rc = node_table_push_gc(n, meta, &err);
+    if (rc != ST_OK)
+        return node_fail(call, rc, "%s", err.msg);
+    pb_table *pt = table_to_pb(meta, false, rpc_call_arena(call));
+    if (!pt)
+        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    node_reply(call, &pt->base);
+}
+
+/* ---- DropRowRange ---- */
+
+void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__Admin__V2__DropRowRangeRequest *req = (void *)node_unpack(
+        call, &google__bigtable__admin__v2__drop_row_range_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    node_tablets *t = node_table_or_fail(n, call, req->name, NULL);
+    if (!t)
+        return;
+    st_slice prefix = {0};
+    if (req->target_case ==
+        GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_ROW_KEY_PREFIX) {
+        prefix = st_slice_make(req->row_key_prefix.data, req->row_key_prefix.len);
+        if (prefix.len == 0)
+            return node_fail(call, ST_INVALID_ARGUMENT, "row_key_prefix must not be empty");
+    } else if (req->target_case !=
+                   GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_DELETE_ALL_DATA_FROM_TABLE ||
+               !req->delete_all_data_from_table) {
+        return node_fail(call, ST_INVALID_ARGUMENT,
+                         "set row_key_prefix or delete_all_data_from_table");
+    }
+    st_err err;
+    uint64_t version = node_next_version(n);
+    for (size_t i = 0; i < t->n; i++) {
+        st_code rc = sto_tablet_drop_prefix(n->db, t->v[i].id, prefix, version, &err);
+        if (rc != ST_OK)
+            return node_fail(call, rc, "%s", err.msg);
+    }
+    Google__Protobuf__Empty empty;
+    google__protobuf__empty__init(&empty);
+    node_reply(call, &empty.base);
+}
+
+/* ---- consistency tokens ----
+ * On one node every acknowledged write is already readable, so a token (the log position when it
+ * was made) is consistent at once; replication makes CheckConsistency wait for peers. */
+
+void node_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__Admin__V2__GenerateConsistencyTokenRequest *req = (void *)node_unpack(
+        call, &google__bigtable__admin__v2__generate_consistency_token_request__descriptor,
+        req_bytes);
+    if (!req || !node_table_or_fail(n, call, req->name, NULL))
+        return;
+    char token[32];
+    snprintf(token, sizeof token, "%" PRIu64, sto_log_last_lsn(n->db));
+    Google__Bigtable__Admin__V2__GenerateConsistencyTokenResponse resp;
+    google__bigtable__admin__v2__generate_consistency_token_response__init(&resp);
+    resp.consistency_token = token;
+    node_reply(call, &resp.base);
+}
+
+void node_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__Admin__V2__CheckConsistencyRequest *req = (void *)node_unpack(
+        call, &google__bigtable__admin__v2__check_consistency_request__descriptor, req_bytes);
+    if (!req || !node_table_or_fail(n, call, req->name, NULL))
+        return;
+    char *end = NULL;
+    unsigned long long lsn = strtoull(req->consistency_token, &end, 10);
+    if (!req->consistency_token[0] || !end || *end)
+        return node_fail(call, ST_INVALID_ARGUMENT, "invalid consistency token '%s'",
+                         req->consistency_token);
+    Google__Bigtable__Admin__V2__CheckConsistencyResponse resp;
+    google__bigtable__admin__v2__check_consistency_response__init(&resp);
+    resp.consistent = lsn <= sto_log_last_lsn(n->db);
+    node_reply(call, &resp.base);
+}

@@ -1,0 +1,487 @@
+/* node.c — opening a node (storage + catalog + tablet map), the clock, and the request helpers
+ * every handler uses. */
+#include "node_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "google/bigtable/v2/feature_flags.pb-c.h"
+
+void node_opts_default(node_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->listen_host = "127.0.0.1";
+    o->sync = true;
+}
+
+/* ---- tablet map ---- */
+
+static int tables_cmp(const void *a, const void *b) {
+    return strcmp(((const node_tablets *)a)->name, ((const node_tablets *)b)->name);
+}
+
+node_tablets *node_tablets_find(node_ctx *n, const char *table) {
+    node_tablets key;
+    snprintf(key.name, sizeof key.name, "%s", table);
+    return bsearch(&key, n->tables, n->n_tables, sizeof *n->tables, tables_cmp);
+}
+
+size_t node_tablet_index(node_tablets *t, st_slice key) {
+    /* Last tablet whose start <= key. Tablets are contiguous, the first starts at "". */
+    size_t lo = 0, hi = t->n;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (st_slice_cmp(st_buf_slice(&t->v[mid].start), key) <= 0)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+node_tablet *node_tablet_for_row(node_tablets *t, st_slice row) {
+    return t->n ? &t->v[node_tablet_index(t, row)] : NULL;
+}
+
+static int tablet_cmp(const void *a, const void *b) {
+    return st_slice_cmp(st_buf_slice(&((const node_tablet *)a)->start),
+                        st_buf_slice(&((const node_tablet *)b)->start));
+}
+
+static void tablets_free(node_tablets *t) {
+    for (size_t i = 0; i < t->n; i++) {
+        st_buf_free(&t->v[i].start);
+        st_buf_free(&t->v[i].end);
+    }
+    free(t->v);
+    t->v = NULL;
+    t->n = 0;
+}
+
+/* Adds an entry for a storage tablet to the in-memory map of its table. */
+static st_code map_add(node_tablets *t, sto_tablet *st, const sto_tablet_info *info) {
+    node_tablet *v = realloc(t->v, (t->n + 1) * sizeof *v);
+    if (!v)
+        return ST_RESOURCE_EXHAUSTED;
+    t->v = v;
+    node_tablet *nt = &v[t->n++];
+    memset(nt, 0, sizeof *nt);
+    nt->id = info->id;
+    nt->st = st;
+    if (st_buf_append(&nt->start, info->start.data, info->start.len) != ST_OK ||
+        st_buf_append(&nt->end, info->end.data, info->end.len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    qsort(t->v, t->n, sizeof *t->v, tablet_cmp);
+    return ST_OK;
+}
+
+typedef struct load_state {
+    node_ctx *n;
+    uint64_t *orphans;
+    size_t n_orphans;
+    uint64_t max_id;
+    st_code rc;
+} load_state;
+
+static void load_one(const sto_tablet_info *info, void *arg) {
+    load_state *ls = arg;
+    if (info->id > ls->max_id)
+        ls->max_id = info->id;
+    char name[NODE_TABLE_NAME_MAX + 1];
+    snprintf(name, sizeof name, "%.*s", (int)info->table.len, (const char *)info->table.data);
+    node_tablets *t = node_tablets_find(ls->n, name);
+    sto_tablet *st = NULL;
+    if (!t || sto_tablet_get(ls->n->db, info->id, &st) != ST_OK) {
+        uint64_t *o = realloc(ls->orphans, (ls->n_orphans + 1) * sizeof *o);
+        if (o) {
+            ls->orphans = o;
+            o[ls->n_orphans++] = info->id;
+        }
+        return;
+    }
+    if (ls->rc == ST_OK)
+        ls->rc = map_add(t, st, info);
+}
+
+/* Creates one tablet covering all rows of a table, and registers it in the map. */
+st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
+                           st_err *err) {
+    uint64_t id = node_catalog_next_tablet_id(n->catalog);
+    st_code rc = node_catalog_save(n->catalog, err);
+    sto_tablet *st = NULL;
+    if (rc == ST_OK)
+        rc = sto_tablet_create(n->db, id, st_slice_cstr(t->name), start, end, &st, err);
+    if (rc != ST_OK)
+        return rc;
+    sto_tablet_info info;
+    sto_tablet_info_get(st, &info);
+    if (map_add(t, st, &info) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a tablet");
+    return ST_OK;
+}
+
+/* Builds the table -> tablets map from the catalog and storage's tablets; drops orphan tablets
+ * (a crash between the two records) and gives a table without tablets its first one. */
+static st_code load_tablets(node_ctx *n, st_err *err) {
+    size_t count = node_catalog_count(n->catalog);
+    n->tables = calloc(count ? count : 1, sizeof *n->tables);
+    if (!n->tables)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory loading tablets");
+    n->n_tables = count;
+    for (size_t i = 0; i < count; i++)
+        snprintf(n->tables[i].name, sizeof n->tables[i].name, "%s",
+                 node_catalog_at(n->catalog, i)->name);
+    load_state ls = {.n = n, .rc = ST_OK};
+    sto_tablet_list(n->db, load_one, &ls);
+    for (size_t i = 0; i < ls.n_orphans; i++) {
+        st_log(ST_LOG_WARN, "node", "dropping tablet %llu of a table the catalog lacks",
+               (unsigned long long)ls.orphans[i]);
+        sto_tablet_drop(n->db, ls.orphans[i], NULL);
+    }
+    free(ls.orphans);
+    if (ls.rc != ST_OK)
+        return st_err_set(err, ls.rc, "out of memory loading tablets");
+    while (node_catalog_next_tablet_id(n->catalog) <= ls.max_id) {
+    }
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < count; i++) {
+        if (n->tables[i].n == 0)
+            rc = node_tablet_create(n, &n->tables[i], st_slice_make("", 0), st_slice_make("", 0),
+                                    err);
+        if (rc == ST_OK)
+            rc = node_table_push_gc(n, node_catalog_at(n->catalog, i), err);
+    }
+    return rc;
+}
+
+st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err) {
+    node_tablets *t = node_tablets_find(n, meta->name);
+    if (!t)
+        return ST_OK;
+    sto_family_gc *fams = calloc(meta->n_families ? meta->n_families : 1, sizeof *fams);
+    sto_gc_rule *scratch = calloc(NODE_GC_NODES_MAX * (meta->n_families ? meta->n_families : 1),
+                                  sizeof *scratch);
+    if (!fams || !scratch) {
+        free(fams);
+        free(scratch);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory setting GC rules");
+    }
+    size_t used = 0;
+    for (size_t i = 0; i < meta->n_families; i++) {
+        fams[i].family = st_slice_cstr(meta->families[i].name);
+        node_gc_to_sto(&meta->families[i].gc, &fams[i].rule, scratch, &used);
+    }
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < t->n; i++)
+        rc = sto_tablet_set_gc(t->v[i].st, fams, meta->n_families, err);
+    free(fams);
+    free(scratch);
+    return rc;
+}
+
+/* Adds an empty tablet map entry for a new table, keeping the array sorted. */
+node_tablets *node_tables_add(node_ctx *n, const char *name) {
+    node_tablets *v = realloc(n->tables, (n->n_tables + 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    n->tables = v;
+    size_t i = 0;
+    while (i < n->n_tables && strcmp(v[i].name, name) < 0)
+        i++;
+    memmove(&v[i + 1], &v[i], (n->n_tables - i) * sizeof *v);
+    n->n_tables++;
+    memset(&v[i], 0, sizeof v[i]);
+    snprintf(v[i].name, sizeof v[i].name, "%s", name);
+    return &v[i];
+}
+
+/* Removes a table's map entry (its tablets must already be dropped from storage). */
+void node_tables_remove(node_ctx *n, node_tablets *t) {
+    tablets_free(t);
+    size_t i = (size_t)(t - n->tables);
+    memmove(&n->tables[i], &n->tables[i + 1], (n->n_tables - i - 1) * sizeof *n->tables);
+    n->n_tables--;
+}
+
+/* ---- clock ---- */
+
+int64_t node_server_ts_us(node_ctx *n) {
+    (void)n;
+    return st_wall_us() / 1000 * 1000;
+}
+
+uint64_t node_next_version(node_ctx *n) {
+    int64_t now = st_wall_us();
+    n->hlc_last_us = now > n->hlc_last_us ? now : n->hlc_last_us + 1;
+    return STO_VERSION(n->hlc_last_us, n->opts.cluster_num);
+}
+
+/* ---- request helpers ---- */
+
+static void *arena_pb_alloc(void *data, size_t size) { return st_arena_alloc(data, size); }
+static void arena_pb_free(void *data, void *ptr) {
+    (void)data;
+    (void)ptr;
+}
+
+ProtobufCMessage *node_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
+                              st_slice bytes) {
+    ProtobufCAllocator alloc = {arena_pb_alloc, arena_pb_free, rpc_call_arena(call)};
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, bytes.len, bytes.data);
+    if (!m)
+        node_fail(call, ST_INVALID_ARGUMENT, "malformed %s: the request could not be parsed",
+                  desc->name);
+    return m;
+}
+
+st_code node_send(rpc_call *call, const ProtobufCMessage *msg) {
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len ? len : 1);
+    if (!buf)
+        return ST_RESOURCE_EXHAUSTED;
+    protobuf_c_message_pack(msg, buf);
+    return rpc_call_send(call, st_slice_make(buf, len));
+}
+
+void node_reply(rpc_call *call, const ProtobufCMessage *msg) {
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory building the response");
+        return;
+    }
+    protobuf_c_message_pack(msg, buf);
+    st_code rc = rpc_call_send(call, st_slice_make(buf, len));
+    free(buf);
+    rpc_call_finish(call, rc == ST_CANCELLED ? ST_CANCELLED : rc,
+                    rc == ST_OK ? NULL : "response could not be sent");
+}
+
+void node_fail(rpc_call *call, st_code code, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    st_log(ST_LOG_DEBUG, "node", "call=%s code=%s msg=\"%s\"", rpc_call_path(call),
+           st_code_name(code), msg);
+    rpc_call_finish(call, code, msg);
+}
+
+/* Decodes standard base64 (padding optional); false on a bad character. */
+static bool base64_decode(const char *in, uint8_t *out, size_t cap, size_t *len) {
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t n = 0;
+    for (const char *p = in; *p && *p != '='; p++) {
+        int v;
+        char ch = *p;
+        if (ch >= 'A' && ch <= 'Z') v = ch - 'A';
+        else if (ch >= 'a' && ch <= 'z') v = ch - 'a' + 26;
+        else if (ch >= '0' && ch <= '9') v = ch - '0' + 52;
+        else if (ch == '+' || ch == '-') v = 62;
+        else if (ch == '/' || ch == '_') v = 63;
+        else return false;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (n == cap)
+                return false;
+            out[n++] = (uint8_t)(acc >> bits);
+        }
+    }
+    *len = n;
+    return true;
+}
+
+bool node_feature(rpc_call *call, uint32_t field_number) {
+    const char *h = rpc_call_header(call, "bigtable-features");
+    if (!h)
+        return false;
+    uint8_t raw[512];
+    size_t len;
+    if (!base64_decode(h, raw, sizeof raw, &len))
+        return false;
+    /* FeatureFlags are booleans: scan for a varint field with the given number set to 1. */
+    const uint8_t *p = raw, *end = raw + len;
+    while (p < end) {
+        uint64_t key, v;
+        if (!st_get_varint64(&p, end, &key))
+            return false;
+        uint32_t wire = (uint32_t)(key & 7), num = (uint32_t)(key >> 3);
+        if (wire == 0) {
+            if (!st_get_varint64(&p, end, &v))
+                return false;
+            if (num == field_number)
+                return v != 0;
+        } else if (wire == 2) {
+            st_slice s;
+            if (!st_get_len_prefixed(&p, end, &s))
+                return false;
+        } else {
+            return false;
+        }
+    }
+    return false;
+}
+
+st_code node_check_table_name(const char *name, st_err *err) {
+    /* projects/P/instances/I/tables/T with non-empty, slash-free parts. */
+    static const char *const parts[] = {"projects", NULL, "instances", NULL, "tables", NULL};
+    const char *p = name;
+    for (int i = 0; i < 6; i++) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        bool last = i == 5;
+        if (len == 0 || (last && slash) || (!last && !slash) ||
+            (parts[i] && (strlen(parts[i]) != len || strncmp(p, parts[i], len) != 0)))
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "invalid table name '%s': expected "
+                              "projects/<project>/instances/<instance>/tables/<table>",
+                              name);
+        p += len + (slash ? 1 : 0);
+    }
+    if (strlen(name) > NODE_TABLE_NAME_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "table name longer than %d bytes",
+                          NODE_TABLE_NAME_MAX);
+    return ST_OK;
+}
+
+node_tablets *node_table_or_fail(node_ctx *n, rpc_call *call, const char *table_name,
+                                 node_table **meta) {
+    st_err err;
+    if (node_check_table_name(table_name, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return NULL;
+    }
+    node_table *m = node_catalog_find(n->catalog, table_name);
+    node_tablets *t = m ? node_tablets_find(n, table_name) : NULL;
+    if (!t) {
+        node_fail(call, ST_NOT_FOUND, "table \"%s\" not found", table_name);
+        return NULL;
+    }
+    if (meta)
+        *meta = m;
+    return t;
+}
+
+/* ---- writes ---- */
+
+typedef struct write_op {
+    node_ctx *n;
+    node_write_done_fn done;
+    void *arg;
+    st_code code;
+    char msg[ST_ERR_MSG_MAX];
+} write_op;
+
+static void write_finish_on_loop(void *arg) {
+    write_op *op = arg;
+    op->done(op->n, op->code, op->code == ST_OK ? NULL : op->msg, op->arg);
+    free(op);
+}
+
+/* Runs on storage's commit thread: hand the result to the loop. */
+static void write_durable(st_code code, uint64_t lsn, const st_err *err, void *arg) {
+    (void)lsn;
+    write_op *op = arg;
+    op->code = code;
+    if (code != ST_OK)
+        snprintf(op->msg, sizeof op->msg, "%s", err ? err->msg : st_code_name(code));
+    if (rpc_server_post(op->n->rpc, write_finish_on_loop, op) != ST_OK) {
+        /* The loop is gone or its queue is full: nobody can be told; the write stands. */
+        st_log(ST_LOG_ERROR, "node", "could not deliver a write completion to the loop");
+        free(op);
+    }
+}
+
+st_code node_write(node_ctx *n, const sto_row_mut *rows, size_t count, st_err *err,
+                   node_write_done_fn done, void *arg) {
+    write_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory queueing a write");
+    op->n = n;
+    op->done = done;
+    op->arg = arg;
+    st_code rc = sto_write_async(n->db, rows, count, err, write_durable, op);
+    if (rc != ST_OK)
+        free(op);
+    return rc;
+}
+
+/* ---- open and close ---- */
+
+static st_code open_storage(node_ctx *n, st_err *err) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/storage", n->data_dir);
+    sto_options so;
+    sto_options_default(&so);
+    so.sync = n->opts.sync;
+    if (n->opts.block_cache_bytes)
+        so.block_cache_bytes = n->opts.block_cache_bytes;
+    if (n->opts.memtable_bytes)
+        so.memtable_bytes = n->opts.memtable_bytes;
+    if (!so.sync)
+        st_log(ST_LOG_WARN, "node",
+               "sync is OFF: acknowledged writes can be lost in a crash (--no-sync)");
+    return sto_db_open(dir, &so, &n->db, err);
+}
+
+st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out, st_err *err) {
+    node_ctx *n = calloc(1, sizeof *n);
+    if (!n)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
+    n->opts = *opts;
+    n->base = base;
+    snprintf(n->data_dir, sizeof n->data_dir, "%s", opts->data_dir);
+    st_env *env = st_env_posix();
+    st_code rc = env->ops->mkdirs(env, n->data_dir, err);
+    if (rc == ST_OK)
+        rc = node_catalog_open(env, n->data_dir, &n->catalog, err);
+    if (rc == ST_OK)
+        rc = open_storage(n, err);
+    if (rc == ST_OK)
+        rc = load_tablets(n, err);
+    if (rc == ST_OK && !(n->rowlocks = node_rowlocks_new()))
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
+    if (rc == ST_OK) {
+        n->rpc = rpc_server_new(base, NULL, err);
+        rc = n->rpc ? node_server_register(n, err) : (err ? err->code : ST_INTERNAL);
+    }
+    if (rc == ST_OK)
+        rc = rpc_server_listen(n->rpc, opts->listen_host, opts->listen_port, &n->port, err);
+    if (rc != ST_OK) {
+        node_close(n);
+        return rc;
+    }
+    st_log(ST_LOG_INFO, "node", "serving data=%s listen=%s:%u tables=%zu", n->data_dir,
+           opts->listen_host, n->port, n->n_tables);
+    *out = n;
+    return ST_OK;
+}
+
+uint16_t node_port(const node_ctx *n) { return n->port; }
+
+void node_close(node_ctx *n) {
+    if (!n)
+        return;
+    n->closing = true;
+    /* Storage first: its commit thread drains and posts the last completions to the loop, which
+     * runs them once more before the server goes. */
+    if (n->db)
+        sto_db_close(n->db);
+    n->db = NULL;
+    if (n->rpc) {
+        event_base_loop(n->base, EVLOOP_NONBLOCK);
+        rpc_server_free(n->rpc);
+    }
+    for (size_t i = 0; i < n->n_tables; i++)
+        tablets_free(&n->tables[i]);
+    free(n->tables);
+    node_catalog_free(n->catalog);
+    node_rowlocks_free(n->rowlocks);
+    free(n);
+}

@@ -1,0 +1,39 @@
+/* server.c — the node's method table: Cloud Bigtable data API and table admin API paths mapped to
+ * their handlers. Everything is served on one port (the emulator does the same), so `cbt` and the
+ * client libraries reach data and admin through BIGTABLE_EMULATOR_HOST alone. */
+#include "node_internal.h"
+
+typedef struct method {
+    const char *path;
+    rpc_handler_fn fn;
+} method;
+
+#define BT "/google.bigtable.v2.Bigtable/"
+#define TA "/google.bigtable.admin.v2.BigtableTableAdmin/"
+
+static const method methods[] = {
+    {BT "ReadRows", node_h_read_rows},
+    {BT "SampleRowKeys", node_h_sample_row_keys},
+    {BT "MutateRow", node_h_mutate_row},
+    {BT "MutateRows", node_h_mutate_rows},
+    {BT "CheckAndMutateRow", node_h_check_and_mutate_row},
+    {BT "ReadModifyWriteRow", node_h_read_modify_write_row},
+    {BT "PingAndWarm", node_h_ping_and_warm},
+    {TA "CreateTable", node_h_create_table},
+    {TA "GetTable", node_h_get_table},
+    {TA "ListTables", node_h_list_tables},
+    {TA "DeleteTable", node_h_delete_table},
+    {TA "ModifyColumnFamilies", node_h_modify_column_families},
+    {TA "DropRowRange", node_h_drop_row_range},
+    {TA "GenerateConsistencyToken", node_h_generate_consistency_token},
+    {TA "CheckConsistency", node_h_check_consistency},
+};
+
+st_code node_server_register(node_ctx *n, st_err *err) {
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+        st_code rc = rpc_server_add_method(n->rpc, methods[i].path, methods[i].fn, n);
+        if (rc != ST_OK)
+            return st_err_set(err, rc, "registering %s failed", methods[i].path);
+    }
+    return ST_OK;
+}

@@ -1,0 +1,277 @@
+/* cache.c — the sharded LRU block cache (see cache.h). LevelDB's design: each shard keeps the
+ * entries only the cache references on an LRU list (evictable) and the entries some reader holds
+ * on an in-use list (not evictable, but charged), so eviction never frees a block in use. */
+#include "cache.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sto_cache_handle {
+    uint64_t id, off, hash;
+    void *value;
+    size_t charge;
+    sto_cache_deleter deleter;
+    uint32_t refs; /* readers + 1 while in the cache */
+    bool in_cache;
+    sto_cache_handle *next_hash;
+    sto_cache_handle *prev, *next; /* lru or in_use list */
+};
+
+#define CACHE_BUCKETS_MIN 256
+
+typedef struct cache_shard {
+    pthread_mutex_t mu;
+    size_t capacity, usage;
+    sto_cache_handle lru;    /* dummy head; lru.next is the oldest */
+    sto_cache_handle in_use; /* dummy head */
+    sto_cache_handle **table;
+    size_t buckets, count;
+    uint64_t hits, misses;
+} cache_shard;
+
+struct sto_cache {
+    size_t capacity;
+    cache_shard shards[STO_CACHE_SHARDS];
+};
+
+static uint64_t key_hash(uint64_t id, uint64_t off) {
+    uint64_t k[2] = {id, off};
+    return st_hash64(k, sizeof(k), 0x6361636865ull);
+}
+
+static cache_shard *shard_of(sto_cache *c, uint64_t hash) {
+    return &c->shards[hash >> 60];
+}
+
+static void list_remove(sto_cache_handle *e) {
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+}
+
+static void list_append(sto_cache_handle *head, sto_cache_handle *e) {
+    e->next = head;
+    e->prev = head->prev;
+    e->prev->next = e;
+    e->next->prev = e;
+}
+
+st_code sto_cache_new(size_t capacity_bytes, sto_cache **out) {
+    sto_cache *c = calloc(1, sizeof(*c));
+    if (!c)
+        return ST_RESOURCE_EXHAUSTED;
+    c->capacity = capacity_bytes;
+    size_t per = capacity_bytes / STO_CACHE_SHARDS + (capacity_bytes % STO_CACHE_SHARDS != 0);
+    for (int i = 0; i < STO_CACHE_SHARDS; i++) {
+        cache_shard *s = &c->shards[i];
+        pthread_mutex_init(&s->mu, NULL);
+        s->capacity = per;
+        s->lru.next = s->lru.prev = &s->lru;
+        s->in_use.next = s->in_use.prev = &s->in_use;
+        s->table = calloc(CACHE_BUCKETS_MIN, sizeof(*s->table));
+        s->buckets = CACHE_BUCKETS_MIN;
+        if (!s->table) {
+            for (int j = 0; j <= i; j++)
+                free(c->shards[j].table);
+            free(c);
+            return ST_RESOURCE_EXHAUSTED;
+        }
+    }
+    *out = c;
+    return ST_OK;
+}
+
+void sto_cache_free(sto_cache *c) {
+    if (!c)
+        return;
+    for (int i = 0; i < STO_CACHE_SHARDS; i++) {
+        cache_shard *s = &c->shards[i];
+        /* Every handle must be released before the cache goes: readers hold blocks by pointer. */
+        ST_ASSERT(s->in_use.next == &s->in_use);
+        for (sto_cache_handle *e = s->lru.next, *n; e != &s->lru; e = n) {
+            n = e->next;
+            e->deleter(e->value);
+            free(e);
+        }
+        free(s->table);
+        pthread_mutex_destroy(&s->mu);
+    }
+    free(c);
+}
+
+size_t sto_cache_capacity(const sto_cache *c) { return c->capacity; }
+
+void sto_cache_stats(sto_cache *c, uint64_t *bytes, uint64_t *hits, uint64_t *misses) {
+    uint64_t b = 0, h = 0, m = 0;
+    for (int i = 0; i < STO_CACHE_SHARDS; i++) {
+        cache_shard *s = &c->shards[i];
+        pthread_mutex_lock(&s->mu);
+        b += s->usage;
+        h += s->hits;
+        m += s->misses;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (bytes)
+        *bytes = b;
+    if (hits)
+        *hits = h;
+    if (misses)
+        *misses = m;
+}
+
+static sto_cache_handle **find_slot(cache_shard *s, uint64_t id, uint64_t off, uint64_t hash) {
+    sto_cache_handle **p = &s->table[hash & (s->buckets - 1)];
+    while (*p && ((*p)->id != id || (*p)->off != off))
+        p = &(*p)->next_hash;
+    return p;
+}
+
+/* Doubling keeps chains short; when memory runs out the table just stays smaller. */
+static void maybe_grow(cache_shard *s) {
+    if (s->count <= s->buckets)
+        return;
+    size_t nb = s->buckets * 2;
+    sto_cache_handle **t = calloc(nb, sizeof(*t));
+    if (!t)
+        return;
+    for (size_t i = 0; i < s->buckets; i++) {
+        for (sto_cache_handle *e = s->table[i], *n; e; e = n) {
+            n = e->next_hash;
+            sto_cache_handle **slot = &t[e->hash & (nb - 1)];
+            e->next_hash = *slot;
+            *slot = e;
+        }
+    }
+    free(s->table);
+    s->table = t;
+    s->buckets = nb;
+}
+
+/* Drops one reference under the lock; returns e when it must be deleted (outside the lock). */
+static sto_cache_handle *unref_locked(cache_shard *s, sto_cache_handle *e) {
+    ST_ASSERT(e->refs > 0);
+    e->refs--;
+    if (e->refs == 0)
+        return e;
+    if (e->in_cache && e->refs == 1) {
+        list_remove(e);
+        list_append(&s->lru, e);
+    }
+    return NULL;
+}
+
+/* Takes e out of the table and lists; returns it when its last reference went. */
+static sto_cache_handle *detach_locked(cache_shard *s, sto_cache_handle *e) {
+    sto_cache_handle **slot = find_slot(s, e->id, e->off, e->hash);
+    ST_ASSERT(*slot == e);
+    *slot = e->next_hash;
+    s->count--;
+    list_remove(e);
+    e->in_cache = false;
+    s->usage -= e->charge;
+    e->next = e->prev = e;
+    return unref_locked(s, e);
+}
+
+static void delete_entry(sto_cache_handle *e) {
+    if (!e)
+        return;
+    e->deleter(e->value);
+    free(e);
+}
+
+/* Evicts the oldest unused entries until the shard fits; the victims are chained on *dead. */
+static void evict_locked(cache_shard *s, sto_cache_handle **dead) {
+    while (s->usage > s->capacity && s->lru.next != &s->lru) {
+        sto_cache_handle *d = detach_locked(s, s->lru.next);
+        if (d) {
+            d->next_hash = *dead;
+            *dead = d;
+        }
+    }
+}
+
+static void delete_chain(sto_cache_handle *dead) {
+    for (sto_cache_handle *n; dead; dead = n) {
+        n = dead->next_hash;
+        delete_entry(dead);
+    }
+}
+
+sto_cache_handle *sto_cache_lookup(sto_cache *c, uint64_t id, uint64_t off) {
+    if (!c)
+        return NULL;
+    uint64_t hash = key_hash(id, off);
+    cache_shard *s = shard_of(c, hash);
+    pthread_mutex_lock(&s->mu);
+    sto_cache_handle *e = *find_slot(s, id, off, hash);
+    if (e) {
+        if (e->refs == 1) { /* leaving the LRU: it is in use now */
+            list_remove(e);
+            list_append(&s->in_use, e);
+        }
+        e->refs++;
+        s->hits++;
+    } else {
+        s->misses++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return e;
+}
+
+sto_cache_handle *sto_cache_insert(sto_cache *c, uint64_t id, uint64_t off, void *value,
+                                   size_t charge, sto_cache_deleter deleter) {
+    sto_cache_handle *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    uint64_t hash = key_hash(id, off);
+    *e = (sto_cache_handle){.id = id, .off = off, .hash = hash, .value = value,
+                            .charge = charge, .deleter = deleter, .refs = 1};
+    e->next = e->prev = e;
+    if (!c || c->capacity == 0)
+        return e; /* caching off: a private handle, deleted at release */
+    cache_shard *s = shard_of(c, hash);
+    sto_cache_handle *dead = NULL;
+    pthread_mutex_lock(&s->mu);
+    sto_cache_handle **slot = find_slot(s, id, off, hash);
+    if (*slot) {
+        sto_cache_handle *old = detach_locked(s, *slot);
+        if (old) {
+            old->next_hash = dead;
+            dead = old;
+        }
+        slot = find_slot(s, id, off, hash);
+    }
+    e->refs = 2;
+    e->in_cache = true;
+    e->next_hash = *slot;
+    *slot = e;
+    s->count++;
+    s->usage += charge;
+    list_append(&s->in_use, e);
+    evict_locked(s, &dead);
+    maybe_grow(s);
+    pthread_mutex_unlock(&s->mu);
+    delete_chain(dead);
+    return e;
+}
+
+void *sto_cache_value(sto_cache_handle *h) { return h->value; }
+
+void sto_cache_release(sto_cache *c, sto_cache_handle *h) {
+    if (!c || c->capacity == 0) {
+        delete_entry(h); /* private handle of a cache that keeps nothing */
+        return;
+    }
+    cache_shard *s = shard_of(c, h->hash);
+    sto_cache_handle *dead = NULL;
+    pthread_mutex_lock(&s->mu);
+    sto_cache_handle *d = unref_locked(s, h);
+    if (d) {
+        d->next_hash = NULL;
+        dead = d;
+    }
+    evict_locked(s, &dead);
+    pthread_mutex_unlock(&s->mu);
+    delete_chain(dead);
+}

@@ -1,0 +1,529 @@
+/* db.c — the node's engine: open and recovery, close, the tablet map, SSTable file bookkeeping,
+ * background workers, statistics and the commit log as a source (readers, holders). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db_impl.h"
+
+void sto_options_default(sto_options *o) {
+    memset(o, 0, sizeof *o);
+    o->sync = true;
+    o->memtable_bytes = 32u << 20;
+    o->memtable_budget_bytes = 256u << 20;
+    o->block_cache_bytes = 64u << 20;
+    o->block_bytes = 16u << 10;
+    o->bloom_bits_per_key = 10;
+    o->zstd_level = 1;
+    o->compaction_trigger = 4;
+    o->write_stall_tables = 20;
+    o->log_segment_bytes = 64u << 20;
+    o->log_max_unflushed_bytes = 512u << 20;
+    o->tombstone_grace_us = 7LL * 24 * 3600 * 1000000;
+    o->background_threads = 2;
+}
+
+int64_t sto_db_now_us(sto_db *db) { return st_clock_now(db->clock); }
+
+/* ---- tablet map ---- */
+
+static size_t tablet_pos_locked(sto_db *db, uint64_t id) {
+    size_t lo = 0, hi = db->n_tablets;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (db->tablets[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+sto_tablet *sto_db_find_locked(sto_db *db, uint64_t id) {
+    size_t i = tablet_pos_locked(db, id);
+    return i < db->n_tablets && db->tablets[i]->id == id ? db->tablets[i] : NULL;
+}
+
+static st_code grow(void **arr, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap)
+        return ST_OK;
+    size_t ncap = *cap ? *cap * 2 : 8;
+    while (ncap < need)
+        ncap *= 2;
+    void *p = realloc(*arr, ncap * elem);
+    if (!p)
+        return ST_RESOURCE_EXHAUSTED;
+    *arr = p;
+    *cap = ncap;
+    return ST_OK;
+}
+
+st_code sto_db_insert_locked(sto_db *db, sto_tablet *t, st_err *err) {
+    if (db->n_tablets >= STO_TABLETS_MAX)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "node holds %d tablets, the maximum",
+                          STO_TABLETS_MAX);
+    if (grow((void **)&db->tablets, &db->cap_tablets, db->n_tablets + 1, sizeof(sto_tablet *)) ||
+        grow((void **)&db->dead, &db->cap_dead, db->n_dead + db->n_tablets + 1,
+             sizeof(sto_tablet *)))
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a tablet");
+    size_t i = tablet_pos_locked(db, t->id);
+    memmove(&db->tablets[i + 1], &db->tablets[i], (db->n_tablets - i) * sizeof(sto_tablet *));
+    db->tablets[i] = t;
+    db->n_tablets++;
+    return ST_OK;
+}
+
+void sto_db_remove_locked(sto_db *db, sto_tablet *t) {
+    size_t i = tablet_pos_locked(db, t->id);
+    ST_ASSERT(i < db->n_tablets && db->tablets[i] == t);
+    memmove(&db->tablets[i], &db->tablets[i + 1], (db->n_tablets - i - 1) * sizeof(sto_tablet *));
+    db->n_tablets--;
+    t->dead = true;
+    /* insert reserved room for every live tablet, so this cannot fail */
+    ST_ASSERT(db->n_dead < db->cap_dead);
+    db->dead[db->n_dead++] = t;
+}
+
+static st_code buf_set(st_buf *b, st_slice s) {
+    st_buf_reset(b);
+    return st_buf_append(b, s.data ? s.data : (const uint8_t *)"", s.len);
+}
+
+st_code sto_tablet_alloc(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
+                         sto_tablet **out, st_err *err) {
+    sto_tablet *t = calloc(1, sizeof *t);
+    if (!t)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating tablet %" PRIu64, id);
+    t->db = db;
+    t->id = id;
+    st_buf_init(&t->table);
+    st_buf_init(&t->start);
+    st_buf_init(&t->end);
+    st_buf_init(&t->lo);
+    st_buf_init(&t->hi);
+    pthread_rwlock_init(&t->gate, NULL);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    atomic_init(&t->inflight, 0);
+    atomic_init(&t->n_ssts_hint, 0);
+    atomic_init(&t->n_imm_hint, 0);
+    atomic_init(&t->ro_hint, false);
+    st_code rc = buf_set(&t->table, table);
+    if (rc == ST_OK)
+        rc = buf_set(&t->start, start);
+    if (rc == ST_OK)
+        rc = buf_set(&t->end, end);
+    if (rc == ST_OK && start.len)
+        rc = sto_key_encode_row_prefix(&t->lo, start);
+    if (rc == ST_OK && end.len)
+        rc = sto_key_encode_row_prefix(&t->hi, end);
+    if (rc == ST_OK)
+        rc = sto_memtable_new(&t->active);
+    if (rc == ST_OK)
+        rc = sto_gc_set_new(NULL, 0, &t->gc);
+    if (rc != ST_OK) {
+        sto_tablet_release(t);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating tablet %" PRIu64,
+                          id);
+    }
+    *out = t;
+    return ST_OK;
+}
+
+/* Frees the tablet and its memtables; file references must have been dropped already. */
+void sto_tablet_release(sto_tablet *t) {
+    if (!t)
+        return;
+    if (t->active)
+        sto_memtable_unref(t->active);
+    for (size_t i = 0; i < t->n_imm; i++)
+        sto_memtable_unref(t->imm[i].m);
+    free(t->imm);
+    free(t->ssts);
+    if (t->gc)
+        sto_gc_set_unref(t->gc);
+    st_buf_free(&t->table);
+    st_buf_free(&t->start);
+    st_buf_free(&t->end);
+    st_buf_free(&t->lo);
+    st_buf_free(&t->hi);
+    pthread_rwlock_destroy(&t->gate);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+}
+
+void sto_tablet_mark_read_only(sto_tablet *t, st_code code, const char *msg) {
+    pthread_mutex_lock(&t->mu);
+    if (!t->read_only) {
+        t->read_only = true;
+        snprintf(t->ro_msg, sizeof t->ro_msg, "%s", msg ? msg : "");
+        st_log(ST_LOG_ERROR, "storage",
+               "event=tablet_read_only tablet=%" PRIu64 " code=%s reason=\"%s\"", t->id,
+               st_code_name(code), t->ro_msg);
+    }
+    atomic_store(&t->ro_hint, true);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* ---- files ---- */
+
+void sto_db_sst_path(const sto_db *db, uint64_t number, char *out, size_t cap) {
+    snprintf(out, cap, "%s/sst/%020" PRIu64 ".sst", db->dir, number);
+}
+
+uint64_t sto_db_new_file_number(sto_db *db) {
+    pthread_mutex_lock(&db->mu);
+    uint64_t n = db->next_file++;
+    pthread_mutex_unlock(&db->mu);
+    return n;
+}
+
+st_code sto_file_new(sto_db *db, uint64_t number, sto_file **out, st_err *err) {
+    sto_file *f = calloc(1, sizeof *f);
+    if (!f)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening an SSTable");
+    f->number = number;
+    char path[STO_PATH_MAX + 64];
+    sto_db_sst_path(db, number, path, sizeof path);
+    st_code rc = sto_sst_open(db->env, path, number, db->cache, &f->sst, err);
+    if (rc != ST_OK) {
+        free(f);
+        return rc;
+    }
+    f->bytes = sto_sst_file_bytes(f->sst);
+    *out = f;
+    return ST_OK;
+}
+
+void sto_file_drop_ref(sto_db *db, sto_file *f) {
+    ST_ASSERT(f->tablet_refs > 0);
+    if (--f->tablet_refs > 0)
+        return;
+    if (grow((void **)&db->obsolete, &db->cap_obsolete, db->n_obsolete + 1, sizeof(sto_file *)) ==
+        ST_OK) {
+        db->obsolete[db->n_obsolete++] = f;
+        return;
+    }
+    /* No memory to queue it: keep the file (an orphan removed at the next open). */
+    if (f->sst)
+        sto_sst_unref(f->sst);
+    free(f);
+}
+
+void sto_db_release_obsolete(sto_db *db) {
+    for (size_t i = 0; i < db->n_obsolete; i++) {
+        sto_file *f = db->obsolete[i];
+        if (f->sst) {
+            sto_sst_mark_obsolete(f->sst);
+            sto_sst_unref(f->sst);
+        }
+        free(f);
+    }
+    db->n_obsolete = 0;
+}
+
+bool sto_tsst_needs_wrap(const sto_tablet *t, const sto_file *f) {
+    if (!f->sst)
+        return false;
+    st_slice lo = st_buf_slice(&t->lo), hi = st_buf_slice(&t->hi);
+    if (lo.len && st_slice_cmp(sto_sst_smallest(f->sst), lo) < 0)
+        return true;
+    if (hi.len && st_slice_cmp(sto_sst_largest(f->sst), hi) >= 0)
+        return true;
+    return false;
+}
+
+/* ---- workers ---- */
+
+void sto_db_kick(sto_db *db) {
+    pthread_mutex_lock(&db->mu);
+    pthread_cond_broadcast(&db->bg_cv);
+    pthread_mutex_unlock(&db->mu);
+}
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (us % 1000000) * 1000;
+    ts.tv_sec += (time_t)(us / 1000000 + ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* Flushes first (they unblock writers and let the log shrink), then compactions. The timed
+ * wait is the backstop for retries after failures and for memory/log pressure checks. */
+static void *worker_main(void *arg) {
+    sto_db *db = arg;
+    pthread_mutex_lock(&db->mu);
+    while (!db->stopping) {
+        pthread_mutex_unlock(&db->mu);
+        sto_flush_check_pressure(db);
+        pthread_mutex_lock(&db->mu);
+        if (db->stopping)
+            break;
+        if (sto_flush_pick_and_run(db))
+            continue;
+        if (sto_compaction_pick_and_run(db))
+            continue;
+        timed_wait(&db->bg_cv, &db->mu, 100000);
+    }
+    pthread_mutex_unlock(&db->mu);
+    return NULL;
+}
+
+static st_code start_workers(sto_db *db, st_err *err) {
+    int n = db->o.background_threads > 0 ? db->o.background_threads : 1;
+    if (n > 64)
+        n = 64;
+    db->workers = calloc((size_t)n, sizeof(pthread_t));
+    if (!db->workers)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting workers");
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&db->workers[i], NULL, worker_main, db) != 0)
+            return st_err_set(err, ST_INTERNAL, "cannot start a background thread");
+        db->n_workers++;
+    }
+    return ST_OK;
+}
+
+static void stop_workers(sto_db *db) {
+    pthread_mutex_lock(&db->mu);
+    db->stopping = true;
+    pthread_cond_broadcast(&db->bg_cv);
+    pthread_cond_broadcast(&db->stall_cv);
+    pthread_mutex_unlock(&db->mu);
+    for (int i = 0; i < db->n_workers; i++)
+        pthread_join(db->workers[i], NULL);
+    db->n_workers = 0;
+    free(db->workers);
+    db->workers = NULL;
+}
+
+/* ---- open / close ---- */
+
+static st_code replay_fn(const sto_log_record *rec, void *arg) {
+    return sto_replay_apply(arg, rec);
+}
+
+static st_code db_init(sto_db *db, const char *dir, const sto_options *opts, st_err *err) {
+    if (strlen(dir) >= STO_PATH_MAX - 64)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "storage directory path too long");
+    snprintf(db->dir, sizeof db->dir, "%s", dir);
+    if (opts)
+        db->o = *opts;
+    else
+        sto_options_default(&db->o);
+    db->env = db->o.env ? db->o.env : st_env_posix();
+    db->clock = db->o.clock ? db->o.clock : st_clock_system();
+    if (db->o.memtable_bytes == 0 || db->o.compaction_trigger < 2 || db->o.write_stall_tables < 2)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "bad storage options: memtable_bytes must be > 0, compaction_trigger "
+                          "and write_stall_tables >= 2");
+    pthread_mutex_init(&db->meta_mu, NULL);
+    pthread_mutex_init(&db->mu, NULL);
+    pthread_cond_init(&db->bg_cv, NULL);
+    pthread_cond_init(&db->stall_cv, NULL);
+    atomic_init(&db->applied_lsn, 0);
+    atomic_init(&db->mem_bytes, 0);
+    atomic_init(&db->flushes, 0);
+    atomic_init(&db->compactions, 0);
+    atomic_init(&db->stalls_us, 0);
+    db->next_file = 1;
+    if (!db->o.sync)
+        st_log(ST_LOG_WARN, "storage",
+               "event=unsafe_options sync=false msg=\"writes are acknowledged before they are "
+               "durable: a crash loses recent writes\"");
+    char sub[STO_PATH_MAX + 16];
+    snprintf(sub, sizeof sub, "%s/sst", db->dir);
+    st_code rc = db->env->ops->mkdirs(db->env, sub, err);
+    if (rc == ST_OK)
+        rc = sto_cache_new(db->o.block_cache_bytes, &db->cache);
+    return rc;
+}
+
+static st_code db_recover(sto_db *db, st_err *err) {
+    uint64_t from = 1;
+    st_code rc = sto_manifest_load(db, &from, err);
+    if (rc != ST_OK)
+        return rc;
+    char logdir[STO_PATH_MAX + 16];
+    snprintf(logdir, sizeof logdir, "%s/log", db->dir);
+    sto_log_options lo = {db->env, db->o.sync, db->o.log_segment_bytes};
+    rc = sto_log_open(logdir, &lo, &db->log, err);
+    if (rc != ST_OK)
+        return rc;
+    uint64_t oldest = sto_log_oldest_lsn(db->log);
+    if (from < oldest)
+        from = oldest;
+    rc = sto_log_replay(db->log, from, replay_fn, db, err);
+    if (rc != ST_OK) {
+        st_err_prefix(err, "replaying the commit log in %s: ", logdir);
+        return rc;
+    }
+    atomic_store(&db->applied_lsn, sto_log_last_durable_lsn(db->log));
+    sto_manifest_remove_orphans(db);
+    return ST_OK;
+}
+
+st_code sto_db_open(const char *dir, const sto_options *opts, sto_db **out, st_err *err) {
+    sto_db *db = calloc(1, sizeof *db);
+    if (!db)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening the engine");
+    st_code rc = db_init(db, dir, opts, err);
+    if (rc == ST_OK)
+        rc = db_recover(db, err);
+    if (rc == ST_OK) {
+        /* Record the recovered state (and each tablet's replay point) before serving. */
+        pthread_mutex_lock(&db->meta_mu);
+        rc = sto_manifest_write(db, NULL, NULL, err);
+        pthread_mutex_unlock(&db->meta_mu);
+    }
+    if (rc == ST_OK)
+        rc = start_workers(db, err);
+    if (rc != ST_OK) {
+        sto_db_close(db);
+        return rc;
+    }
+    *out = db;
+    return ST_OK;
+}
+
+static void free_tablet_files(sto_db *db, sto_tablet *t) {
+    for (size_t i = 0; i < t->n_ssts; i++)
+        sto_file_drop_ref(db, t->ssts[i].f);
+    t->n_ssts = 0;
+}
+
+void sto_db_close(sto_db *db) {
+    if (!db)
+        return;
+    stop_workers(db);
+    if (db->log) {
+        sto_log_close(db->log);
+        db->log = NULL;
+    }
+    pthread_mutex_lock(&db->meta_mu);
+    for (size_t i = 0; i < db->n_tablets; i++) {
+        free_tablet_files(db, db->tablets[i]);
+        sto_tablet_release(db->tablets[i]);
+    }
+    for (size_t i = 0; i < db->n_dead; i++)
+        sto_tablet_release(db->dead[i]);
+    /* Files still queued were never made unreferenced durably: drop our refs, keep the files
+     * (the next open removes what the manifest does not list). */
+    for (size_t i = 0; i < db->n_obsolete; i++) {
+        if (db->obsolete[i]->sst)
+            sto_sst_unref(db->obsolete[i]->sst);
+        free(db->obsolete[i]);
+    }
+    pthread_mutex_unlock(&db->meta_mu);
+    free(db->obsolete);
+    free(db->tablets);
+    free(db->dead);
+    if (db->cache)
+        sto_cache_free(db->cache);
+    pthread_mutex_destroy(&db->meta_mu);
+    pthread_mutex_destroy(&db->mu);
+    pthread_cond_destroy(&db->bg_cv);
+    pthread_cond_destroy(&db->stall_cv);
+    free(db);
+}
+
+/* ---- statistics ---- */
+
+void sto_db_stats(sto_db *db, sto_stats *out) {
+    memset(out, 0, sizeof *out);
+    long long mem = atomic_load(&db->mem_bytes);
+    out->memtable_bytes = mem > 0 ? (uint64_t)mem : 0;
+    sto_cache_stats(db->cache, &out->cache_bytes, &out->cache_hits, &out->cache_misses);
+    out->log_bytes = sto_log_bytes(db->log);
+    out->flushes = atomic_load(&db->flushes);
+    out->compactions = atomic_load(&db->compactions);
+    out->stalls_us = atomic_load(&db->stalls_us);
+    pthread_mutex_lock(&db->mu);
+    for (size_t i = 0; i < db->n_tablets; i++)
+        out->sst_count += (uint64_t)atomic_load(&db->tablets[i]->n_ssts_hint);
+    pthread_mutex_unlock(&db->mu);
+}
+
+/* ---- the commit log as a source ---- */
+
+struct sto_log_reader {
+    sto_log_cursor *c;
+};
+
+st_code sto_log_reader_open(sto_db *db, uint64_t from_lsn, sto_log_reader **out, st_err *err) {
+    sto_log_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening a log reader");
+    st_code rc = sto_log_cursor_open(db->log, from_lsn, &r->c, err);
+    if (rc != ST_OK) {
+        free(r);
+        return rc;
+    }
+    *out = r;
+    return ST_OK;
+}
+
+st_code sto_log_reader_next(sto_log_reader *r, sto_log_record *rec, st_err *err) {
+    return sto_log_cursor_next(r->c, rec, err);
+}
+
+void sto_log_reader_close(sto_log_reader *r) {
+    if (!r)
+        return;
+    sto_log_cursor_close(r->c);
+    free(r);
+}
+
+typedef struct hold_arg {
+    const char *name;
+    uint64_t lsn;
+    bool remove;
+} hold_arg;
+
+static st_code hold_edit(sto_mf_state *st, void *arg, st_err *err) {
+    hold_arg *h = arg;
+    return sto_mf_set_holder(st, h->name, h->lsn, h->remove, err);
+}
+
+/* Holders live in db->holders; the manifest is written with the edit first, then memory
+ * follows, so memory never claims more than is durable. */
+static st_code hold_change(sto_db *db, const char *holder, uint64_t lsn, bool remove,
+                           st_err *err) {
+    if (!holder || !holder[0] || strlen(holder) >= STO_HOLDER_NAME_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "log holder name must be 1..%d bytes",
+                          STO_HOLDER_NAME_MAX - 1);
+    hold_arg h = {holder, lsn, remove};
+    pthread_mutex_lock(&db->meta_mu);
+    st_code rc = sto_manifest_write(db, hold_edit, &h, err);
+    if (rc == ST_OK) {
+        pthread_mutex_lock(&db->mu);
+        size_t i = 0;
+        while (i < db->n_holders && strcmp(db->holders[i].name, holder) != 0)
+            i++;
+        if (remove && i < db->n_holders) {
+            db->holders[i] = db->holders[--db->n_holders];
+        } else if (!remove) {
+            if (i == db->n_holders)
+                db->n_holders++;
+            snprintf(db->holders[i].name, sizeof db->holders[i].name, "%s", holder);
+            db->holders[i].lsn = lsn;
+        }
+        pthread_mutex_unlock(&db->mu);
+    }
+    pthread_mutex_unlock(&db->meta_mu);
+    return rc;
+}
+
+st_code sto_log_hold(sto_db *db, const char *holder, uint64_t lsn, st_err *err) {
+    return hold_change(db, holder, lsn, false, err);
+}
+
+st_code sto_log_release(sto_db *db, const char *holder, st_err *err) {
+    return hold_change(db, holder, 0, true, err);
+}
+
+uint64_t sto_log_last_lsn(sto_db *db) { return sto_log_last_durable_lsn(db->log); }

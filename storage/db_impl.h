@@ -1,0 +1,196 @@
+/* db_impl.h — the engine's private structures, shared by db.c, tablet.c, write.c, flush.c,
+ * compaction.c and manifest.c (private to storage/).
+ *
+ * Locks, always taken in this order (never the reverse):
+ *   db->meta_mu   serialises metadata changes (SSTable lists, tablet set, holders) together with the
+ *                 manifest rewrite that makes them durable; held across that I/O, but no writer or
+ *                 reader ever takes it.
+ *   t->gate       (rwlock) writers read-hold it from validation to log append; split and drop
+ *                 write-hold it so no new record for the tablet enters the log.
+ *   db->mu        the tablet map, job flags, holders, stall and worker conditions. Short.
+ *   t->mu         the tablet's memtable and SSTable lists. Short; the commit thread holds it while
+ *                 it applies one record, snapshots while they copy the lists.
+ * The commit thread (the log's) is the single memtable writer; it takes only t->mu. */
+#ifndef STO_DB_IMPL_H
+#define STO_DB_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "key.h"
+#include "kviter.h"
+#include "log.h"
+#include "memtable.h"
+#include "rowread.h"
+#include "sst.h"
+#include "strata/storage.h"
+
+#define STO_IMM_STALL_MAX 2                  /* immutable memtables above which writers stall */
+#define STO_COMPACT_OUTPUT_BYTES (64u << 20) /* compaction output files are cut near this size */
+#define STO_COMPACT_INPUTS_MAX 32            /* SSTables merged by one size-tiered compaction */
+#define STO_SMALL_SST_BYTES (2u << 20)       /* tables below this size form one tier */
+#define STO_HOLDERS_MAX 64                   /* named log holders */
+#define STO_HOLDER_NAME_MAX 128
+#define STO_PATH_MAX 4096
+#define STO_TABLETS_MAX 100000              /* tablets per node */
+#define STO_RETRY_MIN_US 50000               /* first retry of a failed flush */
+#define STO_RETRY_MAX_US 5000000             /* backoff cap for failed flushes/compactions */
+#define STO_WRITE_ROWS_MAX 1000000           /* row mutations per sto_write call */
+#define STO_MUTS_PER_ROW_MAX 100000          /* mutations per row mutation */
+#define STO_RO_MSG_MAX 256
+
+/* One SSTable file known to the engine. Tablets list it (tablet_refs, under meta_mu); when the
+ * last tablet lets go it is marked obsolete and the db's reference dropped, so the file goes once
+ * the last snapshot reading it ends. sst is NULL when the file could not be opened at recovery. */
+typedef struct sto_file {
+    uint64_t number;
+    sto_sst *sst;
+    uint64_t bytes;
+    int tablet_refs;
+} sto_file;
+
+/* A tablet's use of a file: wrap when the file holds rows outside the tablet (shared with the
+ * other half of a split), so reads restrict it with sto_range_iter_new. */
+typedef struct sto_tsst {
+    sto_file *f;
+    bool wrap;
+} sto_tsst;
+
+/* A frozen memtable waiting for flush; upto_lsn: every record of the tablet with lsn <= upto_lsn
+ * is in this or an older memtable (or already flushed). */
+typedef struct sto_imm {
+    sto_memtable *m;
+    uint64_t upto_lsn;
+    size_t bytes;
+} sto_imm;
+
+struct sto_tablet {
+    sto_db *db;
+    uint64_t id;
+    st_buf table, start, end; /* owned copies */
+    st_buf lo, hi;            /* enc(start), enc(end): ikey bounds ([lo, hi), empty = open) */
+    pthread_rwlock_t gate;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* inflight reached zero */
+    /* under mu */
+    sto_memtable *active;
+    size_t active_bytes;
+    uint64_t active_first_lsn; /* lsn of the first record in active (0 = empty) */
+    sto_imm *imm;              /* oldest first */
+    size_t n_imm, cap_imm;
+    sto_tsst *ssts; /* newest first */
+    size_t n_ssts, cap_ssts;
+    sto_gc_set *gc;
+    uint64_t last_applied_lsn;
+    uint64_t flushed_lsn;
+    bool read_only;
+    bool broken; /* an SSTable could not be opened: reads fail too */
+    char ro_msg[STO_RO_MSG_MAX];
+    atomic_long inflight;   /* records appended to the log, not yet applied */
+    atomic_int n_ssts_hint; /* copies readable without mu (job picking, stalls) */
+    atomic_int n_imm_hint;
+    atomic_bool ro_hint;
+    /* under db->mu */
+    bool dead, busy, flushing, compacting;
+    st_code bg_code;
+    char bg_msg[STO_RO_MSG_MAX];
+    int64_t retry_at_us, backoff_us;
+};
+
+typedef struct sto_holder {
+    char name[STO_HOLDER_NAME_MAX];
+    uint64_t lsn;
+} sto_holder;
+
+struct sto_db {
+    char dir[STO_PATH_MAX];
+    sto_options o;
+    st_env *env;
+    st_clock *clock;
+    sto_log *log;
+    sto_cache *cache;
+    pthread_mutex_t meta_mu;
+    pthread_mutex_t mu;
+    pthread_cond_t bg_cv;    /* work for the workers */
+    pthread_cond_t stall_cv; /* a tablet's lists shrank: stalled writers, flush claims */
+    /* under mu */
+    sto_tablet **tablets; /* sorted by id */
+    size_t n_tablets, cap_tablets;
+    sto_tablet **dead; /* split or dropped tablets, freed at close (pointers stay valid) */
+    size_t n_dead, cap_dead;
+    uint64_t next_file;
+    sto_holder holders[STO_HOLDERS_MAX];
+    size_t n_holders;
+    bool stopping;
+    int64_t mem_check_at_us;
+    /* under meta_mu */
+    sto_file **obsolete; /* unreferenced files awaiting a successful manifest write */
+    size_t n_obsolete, cap_obsolete;
+    bool manifest_dirty;
+    pthread_t *workers;
+    int n_workers;
+    atomic_uint_fast64_t applied_lsn; /* last record applied to memtables */
+    atomic_llong mem_bytes;
+    atomic_uint_fast64_t flushes, compactions, stalls_us;
+};
+
+/* ---- db.c ---- */
+sto_tablet *sto_db_find_locked(sto_db *db, uint64_t id); /* db->mu held */
+st_code sto_db_insert_locked(sto_db *db, sto_tablet *t, st_err *err);
+void sto_db_remove_locked(sto_db *db, sto_tablet *t); /* moves t to the dead list */
+st_code sto_tablet_alloc(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
+                         sto_tablet **out, st_err *err);
+void sto_tablet_release(sto_tablet *t); /* frees a tablet never published or at close */
+void sto_db_sst_path(const sto_db *db, uint64_t number, char *out, size_t cap);
+uint64_t sto_db_new_file_number(sto_db *db);
+st_code sto_file_new(sto_db *db, uint64_t number, sto_file **out, st_err *err); /* opens */
+/* meta_mu held: one tablet reference less; at zero queue for deletion after the manifest write. */
+void sto_file_drop_ref(sto_db *db, sto_file *f);
+/* meta_mu held, after a successful manifest write: delete queued files. */
+void sto_db_release_obsolete(sto_db *db);
+bool sto_tsst_needs_wrap(const sto_tablet *t, const sto_file *f);
+void sto_db_kick(sto_db *db); /* wakes workers */
+void sto_tablet_mark_read_only(sto_tablet *t, st_code code, const char *msg);
+int64_t sto_db_now_us(sto_db *db);
+
+/* ---- manifest.c (docs/formats/manifest.md) ---- */
+/* meta_mu held: writes the current state (plus optional edits applied by edit(state, arg)),
+ * trims the log on success and releases obsolete files. */
+typedef struct sto_mf_state sto_mf_state;
+typedef st_code (*sto_mf_edit_fn)(sto_mf_state *st, void *arg, st_err *err);
+st_code sto_manifest_write(sto_db *db, sto_mf_edit_fn edit, void *arg, st_err *err);
+/* Edits available to edit callbacks. */
+st_code sto_mf_remove_tablet(sto_mf_state *st, uint64_t id);
+st_code sto_mf_add_tablet(sto_mf_state *st, uint64_t id, st_slice table, st_slice start,
+                          st_slice end, uint64_t flushed_lsn, const uint64_t *files, size_t n,
+                          st_err *err);
+st_code sto_mf_set_holder(sto_mf_state *st, const char *name, uint64_t lsn, bool remove,
+                          st_err *err);
+/* Reads the manifest (absent = fresh db) and builds tablets and files; recovery. */
+st_code sto_manifest_load(sto_db *db, uint64_t *replay_from, st_err *err);
+/* Removes SSTable files no tablet lists (crashed flushes and compactions). */
+void sto_manifest_remove_orphans(sto_db *db);
+
+/* ---- write.c ---- */
+/* t->mu held: freezes the active memtable when not empty; returns true if it did. */
+bool sto_tablet_freeze_locked(sto_tablet *t);
+st_code sto_validate_mut(const sto_row_mut *r, st_err *err);
+/* Applies one replayed record (recovery, single-threaded). */
+st_code sto_replay_apply(sto_db *db, const sto_log_record *rec);
+
+/* ---- flush.c ---- */
+/* Flushes the tablet's frozen memtables (oldest first) now, in the calling thread. */
+st_code sto_tablet_flush_imms(sto_db *db, sto_tablet *t, st_err *err);
+/* A worker's turn: flushes one memtable if any is due. db->mu held on entry and exit. */
+bool sto_flush_pick_and_run(sto_db *db);
+/* Freezes memtables when the node-wide budget or the unflushed log is over its bound. */
+void sto_flush_check_pressure(sto_db *db);
+
+/* ---- compaction.c ---- */
+bool sto_compaction_pick_and_run(sto_db *db); /* db->mu held on entry and exit */
+/* Compacts all of the tablet's SSTables (full), claiming the tablet's compaction slot. */
+st_code sto_compaction_full(sto_db *db, sto_tablet *t, st_err *err);
+/* The merged kviter over a set of files of t (range-wrapped where shared); NULL on OOM. */
+sto_kviter *sto_tablet_sst_merge(sto_tablet *t, sto_tsst *files, size_t n);
+
+#endif

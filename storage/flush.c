@@ -1,0 +1,253 @@
+/* flush.c — frozen memtables to SSTables, oldest first per tablet, on the background workers (or
+ * in the caller for sto_tablet_flush and splits). A tablet's flushed_lsn advances when its SSTable
+ * is installed; the manifest rewrite that follows makes it durable and lets the log shrink.
+ * A failed flush (full disk) keeps the memtable, records the error for stalled writers and is
+ * retried with exponential backoff. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db_impl.h"
+
+static st_code write_sst(sto_db *db, sto_memtable *m, sto_file **out, st_err *err) {
+    uint64_t number = sto_db_new_file_number(db);
+    char path[STO_PATH_MAX + 64];
+    sto_db_sst_path(db, number, path, sizeof path);
+    sto_sst_options so = {db->o.block_bytes, db->o.bloom_bits_per_key, db->o.zstd_level};
+    sto_sst_writer *w;
+    st_code rc = sto_sst_writer_new(db->env, path, &so, &w, err);
+    if (rc != ST_OK)
+        return rc;
+    sto_kviter *it = sto_memtable_iter_new(m, UINT64_MAX);
+    if (!it) {
+        sto_sst_writer_abandon(w);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory flushing a memtable");
+    }
+    for (it->ops->seek_first(it); rc == ST_OK && it->ops->valid(it); it->ops->next(it))
+        rc = sto_sst_writer_add(w, it->ops->key(it), it->ops->value(it), err);
+    if (rc == ST_OK)
+        rc = it->ops->status(it, err);
+    it->ops->free(it);
+    if (rc != ST_OK) {
+        sto_sst_writer_abandon(w);
+        return rc;
+    }
+    uint64_t bytes;
+    rc = sto_sst_writer_finish(w, &bytes, err);
+    if (rc == ST_OK)
+        rc = sto_file_new(db, number, out, err);
+    if (rc != ST_OK)
+        db->env->ops->remove(db->env, path, NULL);
+    return rc;
+}
+
+static bool grow_ssts(sto_tablet *t, size_t extra) {
+    if (t->n_ssts + extra <= t->cap_ssts)
+        return true;
+    size_t ncap = t->cap_ssts ? t->cap_ssts * 2 : 8;
+    while (ncap < t->n_ssts + extra)
+        ncap *= 2;
+    sto_tsst *p = realloc(t->ssts, ncap * sizeof *p);
+    if (!p)
+        return false;
+    t->ssts = p;
+    t->cap_ssts = ncap;
+    return true;
+}
+
+/* meta_mu held: the SSTable replaces the oldest frozen memtable in one step under t->mu, so a
+ * snapshot sees the data exactly once. */
+static st_code install(sto_db *db, sto_tablet *t, sto_file *f, st_err *err) {
+    pthread_mutex_lock(&t->mu);
+    if (!grow_ssts(t, 1)) {
+        pthread_mutex_unlock(&t->mu);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory installing a flush");
+    }
+    memmove(&t->ssts[1], &t->ssts[0], t->n_ssts * sizeof(sto_tsst));
+    f->tablet_refs = 1;
+    t->ssts[0] = (sto_tsst){f, sto_tsst_needs_wrap(t, f)};
+    t->n_ssts++;
+    sto_imm imm = t->imm[0];
+    memmove(&t->imm[0], &t->imm[1], (t->n_imm - 1) * sizeof(sto_imm));
+    t->n_imm--;
+    if (imm.upto_lsn > t->flushed_lsn)
+        t->flushed_lsn = imm.upto_lsn;
+    atomic_store(&t->n_ssts_hint, (int)t->n_ssts);
+    atomic_store(&t->n_imm_hint, (int)t->n_imm);
+    pthread_mutex_unlock(&t->mu);
+    atomic_fetch_sub(&db->mem_bytes, (long long)imm.bytes);
+    sto_memtable_unref(imm.m);
+    return ST_OK;
+}
+
+/* Flushes the oldest frozen memtable of t; the caller holds t's flush claim. *did = false when
+ * there was none. */
+static st_code flush_one(sto_db *db, sto_tablet *t, bool *did, st_err *err) {
+    pthread_mutex_lock(&t->mu);
+    *did = t->n_imm > 0;
+    sto_memtable *m = *did ? t->imm[0].m : NULL;
+    if (m)
+        sto_memtable_ref(m);
+    pthread_mutex_unlock(&t->mu);
+    if (!m)
+        return ST_OK;
+    sto_file *f = NULL;
+    st_code rc = write_sst(db, m, &f, err);
+    sto_memtable_unref(m);
+    if (rc != ST_OK)
+        return rc;
+    pthread_mutex_lock(&db->meta_mu);
+    rc = install(db, t, f, err);
+    if (rc == ST_OK) {
+        /* A failed manifest write keeps the log untrimmed; the data stays safe in it. */
+        st_err e;
+        sto_manifest_write(db, NULL, NULL, &e);
+    } else {
+        sto_sst_mark_obsolete(f->sst);
+        sto_sst_unref(f->sst);
+        free(f);
+    }
+    pthread_mutex_unlock(&db->meta_mu);
+    if (rc == ST_OK) {
+        atomic_fetch_add(&db->flushes, 1);
+        st_log(ST_LOG_DEBUG, "storage", "event=flush tablet=%" PRIu64 " file=%" PRIu64, t->id,
+               f->number);
+    }
+    return rc;
+}
+
+/* db->mu held: records a background failure for stalled writers and schedules the retry. */
+static void note_result(sto_db *db, sto_tablet *t, st_code rc, const st_err *e) {
+    if (rc == ST_OK) {
+        t->bg_code = ST_OK;
+        t->backoff_us = 0;
+        t->retry_at_us = 0;
+        return;
+    }
+    t->bg_code = rc;
+    snprintf(t->bg_msg, sizeof t->bg_msg, "%s", e->msg);
+    t->backoff_us = t->backoff_us ? t->backoff_us * 2 : STO_RETRY_MIN_US;
+    if (t->backoff_us > STO_RETRY_MAX_US)
+        t->backoff_us = STO_RETRY_MAX_US;
+    t->retry_at_us = st_mono_us() + t->backoff_us;
+    st_log(ST_LOG_WARN, "storage", "event=background_failed tablet=%" PRIu64 " code=%s msg=\"%s\"",
+           t->id, st_code_name(rc), e->msg);
+}
+
+st_code sto_tablet_flush_imms(sto_db *db, sto_tablet *t, st_err *err) {
+    pthread_mutex_lock(&db->mu);
+    while (t->flushing)
+        pthread_cond_wait(&db->stall_cv, &db->mu);
+    t->flushing = true;
+    pthread_mutex_unlock(&db->mu);
+    st_code rc = ST_OK;
+    bool did = true;
+    st_err e;
+    st_err_clear(&e);
+    while (rc == ST_OK && did)
+        rc = flush_one(db, t, &did, &e);
+    pthread_mutex_lock(&db->mu);
+    note_result(db, t, rc, &e);
+    t->flushing = false;
+    pthread_cond_broadcast(&db->stall_cv);
+    pthread_cond_broadcast(&db->bg_cv);
+    pthread_mutex_unlock(&db->mu);
+    if (rc != ST_OK && err)
+        *err = e;
+    return rc;
+}
+
+bool sto_flush_pick_and_run(sto_db *db) {
+    sto_tablet *best = NULL;
+    int64_t now = st_mono_us();
+    for (size_t i = 0; i < db->n_tablets; i++) {
+        sto_tablet *t = db->tablets[i];
+        int n = atomic_load(&t->n_imm_hint);
+        if (n == 0 || t->flushing || t->busy || t->dead || t->retry_at_us > now)
+            continue;
+        if (!best || n > atomic_load(&best->n_imm_hint))
+            best = t;
+    }
+    if (!best)
+        return false;
+    best->flushing = true;
+    pthread_mutex_unlock(&db->mu);
+    bool did;
+    st_err e;
+    st_err_clear(&e);
+    st_code rc = flush_one(db, best, &did, &e);
+    pthread_mutex_lock(&db->mu);
+    note_result(db, best, rc, &e);
+    best->flushing = false;
+    pthread_cond_broadcast(&db->stall_cv);
+    return true;
+}
+
+/* ---- memory and log pressure ---- */
+
+/* db->mu held. The tablet to freeze: the largest active memtable (memory pressure) or the one
+ * holding the oldest unflushed record in the older half of the live log (log pressure). */
+static sto_tablet *pressure_victim(sto_db *db, bool mem, uint64_t old_below) {
+    sto_tablet *victim = NULL;
+    size_t best_bytes = 0;
+    uint64_t best_lsn = UINT64_MAX;
+    for (size_t i = 0; i < db->n_tablets; i++) {
+        sto_tablet *t = db->tablets[i];
+        if (t->busy)
+            continue;
+        pthread_mutex_lock(&t->mu);
+        size_t bytes = t->active_bytes;
+        uint64_t first = t->active_first_lsn;
+        pthread_mutex_unlock(&t->mu);
+        if (mem && bytes > best_bytes) {
+            victim = t;
+            best_bytes = bytes;
+        } else if (!mem && first && first < old_below && first < best_lsn) {
+            victim = t;
+            best_lsn = first;
+        }
+    }
+    return victim;
+}
+
+static bool any_imm_locked(sto_db *db) {
+    for (size_t i = 0; i < db->n_tablets; i++)
+        if (atomic_load(&db->tablets[i]->n_imm_hint) > 0)
+            return true;
+    return false;
+}
+
+void sto_flush_check_pressure(sto_db *db) {
+    if (db->manifest_dirty) { /* racy peek; rechecked under meta_mu */
+        pthread_mutex_lock(&db->meta_mu);
+        if (db->manifest_dirty) {
+            st_err e;
+            sto_manifest_write(db, NULL, NULL, &e);
+        }
+        pthread_mutex_unlock(&db->meta_mu);
+    }
+    long long mem = atomic_load(&db->mem_bytes);
+    bool mem_over = mem > 0 && (size_t)mem > db->o.memtable_budget_bytes;
+    bool log_over = db->o.log_max_unflushed_bytes &&
+                    sto_log_bytes(db->log) > db->o.log_max_unflushed_bytes;
+    if (!mem_over && !log_over)
+        return;
+    uint64_t oldest = sto_log_oldest_lsn(db->log), last = sto_log_last_durable_lsn(db->log);
+    if (!mem_over && last < oldest)
+        return;
+    if (last < oldest)
+        last = oldest;
+    pthread_mutex_lock(&db->mu);
+    sto_tablet *v = NULL;
+    if (!any_imm_locked(db))
+        v = pressure_victim(db, mem_over, oldest + (last - oldest) / 2 + 1);
+    bool froze = false;
+    if (v) {
+        pthread_mutex_lock(&v->mu);
+        froze = sto_tablet_freeze_locked(v);
+        pthread_mutex_unlock(&v->mu);
+    }
+    pthread_mutex_unlock(&db->mu);
+    (void)froze;
+}

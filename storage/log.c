@@ -1,0 +1,1110 @@
+/* log.c — the node's commit log: segments of checksummed records, a commit thread doing group
+ * commit, recovery with torn-tail handling, trimming and cursors. Format: docs/formats/log.md.
+ *
+ * Threads. Appenders encode their rows and queue them (bounded by STO_LOG_QUEUE_BYTES_MAX). One
+ * commit thread takes everything queued as a group, assigns lsns, writes the group with one
+ * write and one fdatasync, runs the done callbacks in order and only then publishes the new
+ * durable end to cursors. The writer state (open file, next lsn) belongs to the commit thread;
+ * sto_log_replay may touch it only before the first append. Everything else is under `mu`. */
+#include "log.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOG_SEG_MAGIC 0x474c5453u /* "STLG" */
+#define LOG_SEG_VERSION 1u
+#define LOG_SEG_HDR_BYTES 24
+#define LOG_REC_HDR_BYTES 16
+#define LOG_ROW_FORMAT 1
+#define LOG_SEGMENTS_MAX 65536         /* live segments; trim keeps far fewer */
+#define LOG_PATH_MAX 4096
+#define LOG_READ_CHUNK ((size_t)256 << 10) /* read-ahead of the record reader */
+#define LOG_NAME_DIGITS 20
+
+_Static_assert(LOG_SEG_HDR_BYTES == 4 + 4 + 8 + 4 + 4, "segment header layout");
+_Static_assert(LOG_REC_HDR_BYTES == 4 + 4 + 8, "record header layout");
+_Static_assert(STO_LOG_RECORD_BYTES_MAX <= UINT32_MAX, "record length fits its u32 field");
+
+/* One segment file. last_lsn is the last record readers may see (first_lsn - 1 when none);
+ * good_bytes ends that record, UINT64_MAX when unknown (an old segment not scanned: read it by
+ * lsn up to last_lsn). */
+typedef struct log_seg {
+    uint64_t first_lsn;
+    uint64_t last_lsn;
+    uint64_t good_bytes;
+    uint64_t bytes; /* file size as far as known, for sto_log_bytes */
+} log_seg;
+
+/* One sto_log_append call: its framed records, lsn and crc filled in by the commit thread. */
+typedef struct log_entry {
+    struct log_entry *next;
+    sto_log_done_fn done;
+    void *arg;
+    size_t n_records;
+    uint64_t first_lsn;
+    st_buf buf;
+} log_entry;
+
+typedef enum log_wstate {
+    W_UNPOSITIONED, /* neither replayed nor appended yet */
+    W_REOPEN,       /* positioned at the clean end of the last segment, file not open yet */
+    W_NEW_SEGMENT,  /* the next group goes into a new segment named next_lsn */
+    W_OPEN,
+} log_wstate;
+
+struct sto_log {
+    st_env *env;
+    bool sync;
+    size_t segment_bytes;
+    char dir[LOG_PATH_MAX];
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  /* commit thread: entries queued or closing */
+    pthread_cond_t space_cv; /* appenders: queue room */
+
+    /* Under mu. */
+    log_seg *segs;
+    size_t n_segs, cap_segs;
+    log_entry *head, *tail;
+    size_t queued_bytes; /* queued and in flight */
+    uint64_t durable_lsn; /* published to cursors after the done callbacks */
+    bool closing, appends_started, replaying;
+    st_code failed; /* sticky: positioning found the last segment corrupt */
+    st_err failed_err;
+    sto_log_stats stats;
+
+    /* Commit thread only (and sto_log_replay before any append). */
+    log_wstate wstate;
+    st_wfile *wf;
+    uint64_t next_lsn;
+    uint64_t wbytes; /* bytes written to the open segment */
+    st_buf group;
+};
+
+/* ---- row mutation encoding ---- */
+
+static uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+
+static bool put_bytes(st_buf *b, st_slice s) {
+    return st_buf_append_varint64(b, s.len) == ST_OK && st_buf_append(b, s.data, s.len) == ST_OK;
+}
+
+static bool put_mut(st_buf *b, const sto_mut *m) {
+    if (st_buf_append_byte(b, (uint8_t)m->type) != ST_OK)
+        return false;
+    switch (m->type) {
+    case STO_MUT_SET_CELL:
+        return put_bytes(b, m->family) && put_bytes(b, m->qualifier) &&
+               st_buf_append_varint64(b, zigzag(m->ts_us)) == ST_OK && put_bytes(b, m->value);
+    case STO_MUT_DEL_COLUMN:
+        return put_bytes(b, m->family) && put_bytes(b, m->qualifier) &&
+               st_buf_append_varint64(b, zigzag(m->ts_start_us)) == ST_OK &&
+               st_buf_append_varint64(b, zigzag(m->ts_end_us)) == ST_OK;
+    case STO_MUT_DEL_FAMILY:
+        return put_bytes(b, m->family);
+    case STO_MUT_DEL_ROW:
+        return true;
+    }
+    return false;
+}
+
+static bool mut_type_ok(sto_mut_type t) { return t >= STO_MUT_SET_CELL && t <= STO_MUT_DEL_ROW; }
+
+st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row) {
+    if (row->n_muts > STO_LOG_ROW_MUTS_MAX || row->row.len > STO_ROW_KEY_MAX)
+        return ST_INVALID_ARGUMENT;
+    for (size_t i = 0; i < row->n_muts; i++)
+        if (!mut_type_ok(row->muts[i].type))
+            return ST_INVALID_ARGUMENT;
+    size_t start = out->len;
+    bool ok = st_buf_append_byte(out, LOG_ROW_FORMAT) == ST_OK &&
+              st_buf_append_varint64(out, row->tablet_id) == ST_OK && put_bytes(out, row->row) &&
+              st_buf_append_varint64(out, row->version) == ST_OK &&
+              st_buf_append_varint64(out, row->commit_ts_us) == ST_OK &&
+              st_buf_append_varint64(out, row->origin) == ST_OK &&
+              st_buf_append_varint64(out, row->flags) == ST_OK &&
+              st_buf_append_varint64(out, row->n_muts) == ST_OK;
+    for (size_t i = 0; ok && i < row->n_muts; i++)
+        ok = put_mut(out, &row->muts[i]);
+    if (!ok) {
+        out->len = start;
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    return ST_OK;
+}
+
+static bool get_bytes_max(const uint8_t **p, const uint8_t *end, st_slice *out, size_t max) {
+    return st_get_len_prefixed(p, end, out) && out->len <= max;
+}
+
+static bool get_zigzag(const uint8_t **p, const uint8_t *end, int64_t *v) {
+    uint64_t u;
+    if (!st_get_varint64(p, end, &u))
+        return false;
+    *v = unzigzag(u);
+    return true;
+}
+
+static bool get_mut(const uint8_t **p, const uint8_t *end, sto_mut *m) {
+    memset(m, 0, sizeof *m);
+    if (*p >= end)
+        return false;
+    m->type = (sto_mut_type)*(*p)++;
+    switch (m->type) {
+    case STO_MUT_SET_CELL:
+        return get_bytes_max(p, end, &m->family, SIZE_MAX) &&
+               get_bytes_max(p, end, &m->qualifier, STO_QUALIFIER_MAX) &&
+               get_zigzag(p, end, &m->ts_us) && m->ts_us >= 0 &&
+               get_bytes_max(p, end, &m->value, STO_VALUE_MAX);
+    case STO_MUT_DEL_COLUMN:
+        return get_bytes_max(p, end, &m->family, SIZE_MAX) &&
+               get_bytes_max(p, end, &m->qualifier, STO_QUALIFIER_MAX) &&
+               get_zigzag(p, end, &m->ts_start_us) && get_zigzag(p, end, &m->ts_end_us);
+    case STO_MUT_DEL_FAMILY:
+        return get_bytes_max(p, end, &m->family, SIZE_MAX);
+    case STO_MUT_DEL_ROW:
+        return true;
+    }
+    return false; /* unknown type */
+}
+
+bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena) {
+    const uint8_t *p = data.data, *end = data.data + data.len;
+    uint64_t origin, flags, n;
+    memset(row, 0, sizeof *row);
+    if (data.len == 0 || *p++ != LOG_ROW_FORMAT)
+        return false;
+    if (!st_get_varint64(&p, end, &row->tablet_id) ||
+        !get_bytes_max(&p, end, &row->row, STO_ROW_KEY_MAX) ||
+        !st_get_varint64(&p, end, &row->version) || !st_get_varint64(&p, end, &row->commit_ts_us) ||
+        !st_get_varint64(&p, end, &origin) || origin > UINT32_MAX ||
+        !st_get_varint64(&p, end, &flags) || flags > UINT32_MAX || !st_get_varint64(&p, end, &n))
+        return false;
+    /* Each mutation takes at least one byte: bounds the allocation by the input. */
+    if (n > STO_LOG_ROW_MUTS_MAX || n > (uint64_t)(end - p))
+        return false;
+    sto_mut *muts = NULL;
+    if (n > 0 && !(muts = st_arena_alloc(arena, (size_t)n * sizeof *muts)))
+        return false;
+    for (uint64_t i = 0; i < n; i++)
+        if (!get_mut(&p, end, &muts[i]))
+            return false;
+    if (p != end)
+        return false;
+    row->origin = (uint32_t)origin;
+    row->flags = (uint32_t)flags;
+    row->muts = muts;
+    row->n_muts = (size_t)n;
+    return true;
+}
+
+/* ---- paths and headers ---- */
+
+static void seg_path(const sto_log *log, uint64_t first_lsn, char *out) {
+    /* sto_log_open checked that the directory leaves room for the name. */
+    int n = snprintf(out, LOG_PATH_MAX, "%s/%020" PRIu64 ".log", log->dir, first_lsn);
+    ST_ASSERT(n > 0 && n < LOG_PATH_MAX);
+}
+
+static void seg_header_make(uint8_t *h, uint64_t first_lsn) {
+    st_put_fixed32(h, LOG_SEG_MAGIC);
+    st_put_fixed32(h + 4, LOG_SEG_VERSION);
+    st_put_fixed64(h + 8, first_lsn);
+    st_put_fixed32(h + 16, st_crc_mask(st_crc32c(0, h, 16)));
+    st_put_fixed32(h + 20, 0);
+}
+
+/* Checks a header read from disk; on failure returns false with the reason in why. */
+static bool seg_header_ok(const uint8_t *h, size_t got, uint64_t first_lsn, const char **why) {
+    if (got < LOG_SEG_HDR_BYTES)
+        *why = "truncated segment header";
+    else if (st_get_fixed32(h) != LOG_SEG_MAGIC)
+        *why = "bad magic in segment header";
+    else if (st_crc_unmask(st_get_fixed32(h + 16)) != st_crc32c(0, h, 16))
+        *why = "checksum mismatch in segment header";
+    else if (st_get_fixed32(h + 4) != LOG_SEG_VERSION)
+        *why = "unknown segment format version";
+    else if (st_get_fixed64(h + 8) != first_lsn)
+        *why = "segment header names a different first lsn than the file name";
+    else
+        return true;
+    return false;
+}
+
+/* ---- record reader: sequential reads through a read-ahead window ---- */
+
+typedef struct rec_reader {
+    st_env *env;
+    st_rfile *f;
+    char path[LOG_PATH_MAX];
+    uint64_t limit;   /* bytes that may be read */
+    uint64_t win_off; /* file offset of win.data[0] */
+    st_buf win;
+} rec_reader;
+
+typedef enum rec_status { REC_OK, REC_END, REC_BAD } rec_status;
+
+/* One record as read: lsn, payload (valid until the next read), and where the next one starts. */
+typedef struct rec_view {
+    uint64_t lsn;
+    st_slice payload;
+    uint64_t next_off;
+    const char *why; /* REC_BAD: what was wrong */
+} rec_view;
+
+static void reader_close(rec_reader *r) {
+    if (r->f)
+        r->env->ops->rclose(r->f);
+    r->f = NULL;
+    st_buf_free(&r->win);
+    r->win_off = 0;
+}
+
+static st_code reader_open(rec_reader *r, st_env *env, const char *path, st_err *err) {
+    reader_close(r);
+    r->env = env;
+    snprintf(r->path, sizeof r->path, "%s", path);
+    r->limit = 0;
+    return env->ops->ropen(env, path, &r->f, err);
+}
+
+/* Makes [off, off + n) available in the window; *out is NULL when the file is shorter. */
+static st_code reader_fill(rec_reader *r, uint64_t off, size_t n, const uint8_t **out, st_err *err) {
+    if (off >= r->win_off && off - r->win_off + n <= r->win.len) {
+        *out = r->win.data + (off - r->win_off);
+        return ST_OK;
+    }
+    size_t want = n > LOG_READ_CHUNK ? n : LOG_READ_CHUNK;
+    if (want > r->limit - off)
+        want = (size_t)(r->limit - off);
+    st_buf_reset(&r->win);
+    r->win_off = off;
+    if (st_buf_reserve(&r->win, want) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading log segment %s",
+                          r->path);
+    size_t got = 0;
+    st_code rc = r->env->ops->pread(r->f, off, r->win.data, want, &got, err);
+    if (rc != ST_OK)
+        return rc;
+    r->win.len = got;
+    *out = got >= n ? r->win.data : NULL;
+    return ST_OK;
+}
+
+/* Reads the record at off (callers guarantee off <= limit). I/O errors are returned; a record
+ * that is short, too long or fails its checksum is REC_BAD, the exact end is REC_END. */
+static st_code reader_next(rec_reader *r, uint64_t off, rec_status *st, rec_view *v, st_err *err) {
+    const uint8_t *h;
+    *st = REC_BAD;
+    if (off == r->limit) {
+        *st = REC_END;
+        return ST_OK;
+    }
+    if (r->limit - off < LOG_REC_HDR_BYTES) {
+        v->why = "truncated record header";
+        return ST_OK;
+    }
+    st_code rc = reader_fill(r, off, LOG_REC_HDR_BYTES, &h, err);
+    if (rc != ST_OK || !h) {
+        v->why = "file shorter than expected";
+        return rc;
+    }
+    uint32_t len = st_get_fixed32(h + 4);
+    if (len > STO_LOG_RECORD_BYTES_MAX || len > r->limit - off - LOG_REC_HDR_BYTES) {
+        v->why = len > STO_LOG_RECORD_BYTES_MAX ? "record length too large" : "truncated record";
+        return ST_OK;
+    }
+    rc = reader_fill(r, off, LOG_REC_HDR_BYTES + (size_t)len, &h, err);
+    if (rc != ST_OK || !h) {
+        v->why = "file shorter than expected";
+        return rc;
+    }
+    if (st_crc_unmask(st_get_fixed32(h)) != st_crc32c(0, h + 4, 12 + (size_t)len)) {
+        v->why = "record checksum mismatch";
+        return ST_OK;
+    }
+    v->lsn = st_get_fixed64(h + 8);
+    v->payload = st_slice_make(h + LOG_REC_HDR_BYTES, len);
+    v->next_off = off + LOG_REC_HDR_BYTES + len;
+    *st = REC_OK;
+    return ST_OK;
+}
+
+/* Opens a segment for reading and checks its header; *bad_why set (rc OK) when it is bad. */
+static st_code reader_open_seg(rec_reader *r, sto_log *log, uint64_t first_lsn, uint64_t *size,
+                               const char **bad_why, st_err *err) {
+    char path[LOG_PATH_MAX];
+    seg_path(log, first_lsn, path);
+    *bad_why = NULL;
+    st_code rc = reader_open(r, log->env, path, err);
+    if (rc == ST_OK)
+        rc = log->env->ops->rsize(r->f, size, err);
+    if (rc != ST_OK)
+        return rc;
+    r->limit = *size;
+    const uint8_t *h = NULL;
+    size_t n = *size < LOG_SEG_HDR_BYTES ? (size_t)*size : LOG_SEG_HDR_BYTES;
+    if (n > 0 && (rc = reader_fill(r, 0, n, &h, err)) != ST_OK)
+        return rc;
+    if (!h || !seg_header_ok(h, n, first_lsn, bad_why))
+        *bad_why = *bad_why ? *bad_why : "truncated segment header";
+    return ST_OK;
+}
+
+/* ---- scanning segments (replay and positioning) ---- */
+
+typedef st_code (*replay_fn)(const sto_log_record *rec, void *arg);
+
+typedef struct scan_result {
+    uint64_t last_lsn;   /* last good record (first_lsn - 1 when none) */
+    uint64_t good_bytes; /* end of that record; 0 when the header is bad */
+    uint64_t file_bytes;
+    bool torn; /* the last segment has bytes after good_bytes */
+} scan_result;
+
+typedef struct scan_ctx {
+    sto_log *log;
+    rec_reader rd;
+    st_arena arena;
+    uint64_t from_lsn;
+    replay_fn fn;
+    void *arg;
+} scan_ctx;
+
+static st_code scan_deliver(scan_ctx *c, const rec_view *v, st_err *err) {
+    sto_log_record rec = {.lsn = v->lsn};
+    st_arena_deinit(&c->arena);
+    if (!sto_row_mut_decode(v->payload, &rec.row, &c->arena))
+        return st_err_set(err, ST_DATA_LOSS,
+                          "log record lsn %" PRIu64 " in %s has a good checksum but does not "
+                          "decode as a row mutation; restore the node from a replica",
+                          v->lsn, c->rd.path);
+    st_code rc = c->fn(&rec, c->arg);
+    if (rc != ST_OK && err && err->code != rc)
+        st_err_set(err, rc, "log replay stopped by its callback at lsn %" PRIu64 " (%s)", v->lsn,
+                   st_code_name(rc));
+    return rc;
+}
+
+/* Reads one segment's records in order. For a non-last segment, records first..stop_lsn must all
+ * be good and later bytes are ignored; in the last segment the first bad record ends the log. */
+static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint64_t stop_lsn,
+                            scan_result *res, st_err *err) {
+    const char *why;
+    memset(res, 0, sizeof *res);
+    res->last_lsn = first_lsn - 1;
+    st_code rc = reader_open_seg(&c->rd, c->log, first_lsn, &res->file_bytes, &why, err);
+    if (rc != ST_OK)
+        return rc;
+    if (why && is_last && res->file_bytes <= LOG_SEG_HDR_BYTES) {
+        res->torn = true; /* a crash while the segment was being created */
+        return ST_OK;
+    }
+    if (why)
+        return st_err_set(err, ST_DATA_LOSS, "commit log segment %s: %s; restore the node from "
+                          "a replica", c->rd.path, why);
+    uint64_t off = LOG_SEG_HDR_BYTES;
+    res->good_bytes = off;
+    for (uint64_t expect = first_lsn; is_last || expect <= stop_lsn; expect++) {
+        rec_status st;
+        rec_view v = {0};
+        if ((rc = reader_next(&c->rd, off, &st, &v, err)) != ST_OK)
+            return rc;
+        if (st == REC_OK && v.lsn != expect) {
+            st = REC_BAD;
+            v.why = "record has an unexpected lsn";
+        }
+        if (st != REC_OK && is_last)
+            break;
+        if (st == REC_END)
+            return st_err_set(err, ST_DATA_LOSS, "commit log segment %s ends after lsn %" PRIu64
+                              " but the next segment starts at lsn %" PRIu64 ": records are "
+                              "missing; restore the node from a replica",
+                              c->rd.path, expect - 1, stop_lsn + 1);
+        if (st == REC_BAD)
+            return st_err_set(err, ST_DATA_LOSS, "commit log segment %s: %s at offset %" PRIu64
+                              " (lsn %" PRIu64 " expected) before the end of the log; restore "
+                              "the node from a replica", c->rd.path, v.why, off, expect);
+        if (c->fn && v.lsn >= c->from_lsn && (rc = scan_deliver(c, &v, err)) != ST_OK)
+            return rc;
+        res->last_lsn = v.lsn;
+        off = res->good_bytes = v.next_off;
+    }
+    res->torn = is_last && res->good_bytes < res->file_bytes;
+    return ST_OK;
+}
+
+/* ---- the segment list (under mu) ---- */
+
+static bool segs_push(sto_log *log, log_seg s) {
+    if (log->n_segs == log->cap_segs) {
+        size_t cap = log->cap_segs ? log->cap_segs * 2 : 16;
+        log_seg *v = realloc(log->segs, cap * sizeof *v);
+        if (!v)
+            return false;
+        log->segs = v;
+        log->cap_segs = cap;
+    }
+    log->segs[log->n_segs++] = s;
+    return true;
+}
+
+/* Index of the segment that holds lsn (the last one starting at or before it), or -1. */
+static ptrdiff_t segs_find(const sto_log *log, uint64_t lsn) {
+    size_t lo = 0, hi = log->n_segs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (log->segs[mid].first_lsn <= lsn)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (ptrdiff_t)lo - 1;
+}
+
+/* "<20 digits>.log" → its first lsn; 0 for any other name. */
+static uint64_t seg_name_lsn(const char *name) {
+    if (strlen(name) != LOG_NAME_DIGITS + 4 || strcmp(name + LOG_NAME_DIGITS, ".log") != 0)
+        return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < LOG_NAME_DIGITS; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return 0;
+        uint64_t d = (uint64_t)(name[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+    }
+    return v;
+}
+
+static st_code list_one(const char *name, void *arg) {
+    sto_log *log = arg;
+    uint64_t lsn = seg_name_lsn(name);
+    if (lsn == 0)
+        return ST_OK; /* not a segment (a temporary or foreign file) */
+    if (log->n_segs >= LOG_SEGMENTS_MAX || !segs_push(log, (log_seg){lsn, 0, UINT64_MAX, 0}))
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+static int seg_cmp(const void *a, const void *b) {
+    uint64_t x = ((const log_seg *)a)->first_lsn, y = ((const log_seg *)b)->first_lsn;
+    return x < y ? -1 : x > y;
+}
+
+/* Lists the segment files at open; non-last segments end where the next begins. */
+static st_code segs_load(sto_log *log, st_err *err) {
+    st_code rc = log->env->ops->list(log->env, log->dir, list_one, log, err);
+    if (rc == ST_RESOURCE_EXHAUSTED)
+        return st_err_set(err, rc, "commit log %s: more than %d segments or out of memory",
+                          log->dir, LOG_SEGMENTS_MAX);
+    if (rc != ST_OK)
+        return rc;
+    qsort(log->segs, log->n_segs, sizeof *log->segs, seg_cmp);
+    for (size_t i = 0; i < log->n_segs; i++) {
+        log_seg *s = &log->segs[i];
+        char path[LOG_PATH_MAX];
+        seg_path(log, s->first_lsn, path);
+        if ((rc = log->env->ops->file_size(log->env, path, &s->bytes, err)) != ST_OK)
+            return rc;
+        s->last_lsn = i + 1 < log->n_segs ? log->segs[i + 1].first_lsn - 1 : s->first_lsn - 1;
+    }
+    return ST_OK;
+}
+
+/* ---- positioning ---- */
+
+/* Sets the writer after a scan of the last segment (or an empty directory). */
+static void position_apply(sto_log *log, bool have_seg, const scan_result *res) {
+    pthread_mutex_lock(&log->mu);
+    if (!have_seg || log->n_segs == 0) {
+        log->next_lsn = log->durable_lsn + 1;
+        log->wstate = W_NEW_SEGMENT;
+    } else {
+        log_seg *s = &log->segs[log->n_segs - 1];
+        s->last_lsn = res->last_lsn;
+        s->good_bytes = res->good_bytes;
+        s->bytes = res->file_bytes;
+        log->durable_lsn = res->last_lsn;
+        log->next_lsn = res->last_lsn + 1;
+        log->wbytes = res->good_bytes;
+        log->wstate = res->torn || res->good_bytes < LOG_SEG_HDR_BYTES ? W_NEW_SEGMENT : W_REOPEN;
+    }
+    pthread_mutex_unlock(&log->mu);
+}
+
+/* Scans only the last segment to find where appends go (appends without a replay). */
+static st_code position_lazily(sto_log *log, st_err *err) {
+    pthread_mutex_lock(&log->mu);
+    bool have = log->n_segs > 0;
+    uint64_t first = have ? log->segs[log->n_segs - 1].first_lsn : 0;
+    pthread_mutex_unlock(&log->mu);
+    scan_result res = {0};
+    st_code rc = ST_OK;
+    if (have) {
+        scan_ctx c = {.log = log, .from_lsn = UINT64_MAX};
+        st_arena_init(&c.arena, 4096);
+        rc = scan_segment(&c, first, true, 0, &res, err);
+        reader_close(&c.rd);
+        st_arena_deinit(&c.arena);
+    }
+    if (rc == ST_OK)
+        position_apply(log, have, &res);
+    return rc;
+}
+
+/* ---- the writer (commit thread) ---- */
+
+static void writer_close_file(sto_log *log) {
+    if (log->wf)
+        log->env->ops->wclose(log->wf, NULL);
+    log->wf = NULL;
+}
+
+/* Creates segment first_lsn with its header, durable (file and directory entry) before any record
+ * goes in, so a crash cannot lose a segment that holds acknowledged records. A leftover file of
+ * that name can only be a last segment without a good record, and is truncated. */
+static st_code segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
+    char path[LOG_PATH_MAX];
+    uint8_t hdr[LOG_SEG_HDR_BYTES];
+    pthread_mutex_lock(&log->mu);
+    bool full = log->n_segs >= LOG_SEGMENTS_MAX;
+    pthread_mutex_unlock(&log->mu);
+    if (full)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "commit log %s has %d segments; flush "
+                          "tablets so the log can be trimmed", log->dir, LOG_SEGMENTS_MAX);
+    writer_close_file(log);
+    seg_path(log, first_lsn, path);
+    seg_header_make(hdr, first_lsn);
+    st_wfile *f;
+    st_code rc = log->env->ops->wopen(log->env, path, &f, err);
+    if (rc != ST_OK)
+        return rc;
+    rc = log->env->ops->append(f, hdr, sizeof hdr, err);
+    if (rc == ST_OK && log->sync)
+        rc = log->env->ops->sync(f, err);
+    if (rc == ST_OK && log->sync)
+        rc = log->env->ops->sync_dir(log->env, log->dir, err);
+    if (rc != ST_OK) {
+        log->env->ops->wclose(f, NULL);
+        return rc;
+    }
+    pthread_mutex_lock(&log->mu);
+    log_seg s = {first_lsn, first_lsn - 1, LOG_SEG_HDR_BYTES, LOG_SEG_HDR_BYTES};
+    if (log->n_segs > 0 && log->segs[log->n_segs - 1].first_lsn == first_lsn) {
+        log->segs[log->n_segs - 1] = s;
+    } else {
+        ST_ASSERT(log->n_segs == 0 || log->segs[log->n_segs - 1].first_lsn < first_lsn);
+        if (!segs_push(log, s))
+            rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding log segment");
+    }
+    if (rc == ST_OK)
+        log->stats.segments_created++;
+    pthread_mutex_unlock(&log->mu);
+    if (rc != ST_OK) {
+        log->env->ops->wclose(f, NULL);
+        return rc;
+    }
+    log->wf = f;
+    log->wbytes = LOG_SEG_HDR_BYTES;
+    log->wstate = W_OPEN;
+    return ST_OK;
+}
+
+/* Gets an open segment with room for group_bytes: positions, reopens or rolls over as needed. */
+static st_code writer_ready(sto_log *log, size_t group_bytes, st_err *err) {
+    st_code rc = ST_OK;
+    if (log->wstate == W_UNPOSITIONED && (rc = position_lazily(log, err)) != ST_OK) {
+        if (rc == ST_DATA_LOSS) {
+            pthread_mutex_lock(&log->mu);
+            log->failed = rc;
+            log->failed_err = *err;
+            pthread_mutex_unlock(&log->mu);
+        }
+        return rc;
+    }
+    if (log->wstate == W_REOPEN) {
+        char path[LOG_PATH_MAX];
+        pthread_mutex_lock(&log->mu);
+        seg_path(log, log->segs[log->n_segs - 1].first_lsn, path);
+        pthread_mutex_unlock(&log->mu);
+        if ((rc = log->env->ops->wopen_append(log->env, path, &log->wf, err)) != ST_OK)
+            return rc;
+        log->wstate = W_OPEN;
+    }
+    if (log->wstate == W_OPEN && log->wbytes > LOG_SEG_HDR_BYTES &&
+        log->wbytes + group_bytes > log->segment_bytes)
+        log->wstate = W_NEW_SEGMENT; /* every record in it is durable: just move on */
+    if (log->wstate == W_NEW_SEGMENT)
+        rc = segment_create(log, log->next_lsn, err);
+    return rc;
+}
+
+/* Fills lsn and checksum of every record of the group and concatenates them. */
+static st_code group_build(sto_log *log, log_entry *batch, st_err *err) {
+    uint64_t lsn = log->next_lsn;
+    st_buf_reset(&log->group);
+    for (log_entry *e = batch; e; e = e->next) {
+        e->first_lsn = lsn;
+        for (size_t off = 0; off < e->buf.len;) {
+            uint8_t *h = e->buf.data + off;
+            uint32_t len = st_get_fixed32(h + 4);
+            st_put_fixed64(h + 8, lsn++);
+            st_put_fixed32(h, st_crc_mask(st_crc32c(0, h + 4, 12 + (size_t)len)));
+            off += LOG_REC_HDR_BYTES + (size_t)len;
+        }
+        if (st_buf_append(&log->group, e->buf.data, e->buf.len) != ST_OK)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building a log group");
+    }
+    return ST_OK;
+}
+
+/* After a successful write + sync: acknowledge in order, then publish to cursors. */
+static void group_succeeded(sto_log *log, log_entry *batch, size_t bytes, uint64_t n) {
+    log->wbytes += bytes;
+    log->next_lsn += n;
+    for (log_entry *e = batch; e; e = e->next)
+        if (e->done)
+            e->done(ST_OK, e->first_lsn, NULL, e->arg);
+    pthread_mutex_lock(&log->mu);
+    log_seg *s = &log->segs[log->n_segs - 1];
+    s->last_lsn = log->next_lsn - 1;
+    s->good_bytes = s->bytes = log->wbytes;
+    log->durable_lsn = log->next_lsn - 1;
+    log->stats.groups++;
+    log->stats.records += n;
+    pthread_mutex_unlock(&log->mu);
+}
+
+/* A failed group: nobody is acknowledged, the segment is abandoned (its failed bytes lie after
+ * its last needed record) and a fresh segment named after the failed lsns is tried at once. */
+static void group_failed(sto_log *log, log_entry *batch, size_t bytes, st_code rc,
+                         const st_err *err) {
+    bool opened = log->wstate == W_OPEN;
+    writer_close_file(log);
+    if (log->wstate != W_UNPOSITIONED)
+        log->wstate = W_NEW_SEGMENT;
+    pthread_mutex_lock(&log->mu);
+    if (opened && log->n_segs > 0)
+        log->segs[log->n_segs - 1].bytes += bytes;
+    log->stats.failed_groups++;
+    pthread_mutex_unlock(&log->mu);
+    st_log(ST_LOG_WARN, "log", "event=group_failed code=%s msg=\"%s\"", st_code_name(rc),
+           err->msg);
+    for (log_entry *e = batch; e; e = e->next)
+        if (e->done)
+            e->done(rc, 0, err, e->arg);
+    if (opened && log->wstate == W_NEW_SEGMENT)
+        segment_create(log, log->next_lsn, NULL); /* best effort; retried by the next group */
+}
+
+static void group_commit(sto_log *log, log_entry *batch) {
+    size_t bytes = 0;
+    uint64_t n = 0;
+    for (log_entry *e = batch; e; e = e->next) {
+        bytes += e->buf.len;
+        n += e->n_records;
+    }
+    st_err err;
+    st_err_clear(&err);
+    st_code rc = writer_ready(log, bytes, &err);
+    if (rc == ST_OK)
+        rc = group_build(log, batch, &err);
+    if (rc == ST_OK)
+        rc = log->env->ops->append(log->wf, log->group.data, log->group.len, &err);
+    if (rc == ST_OK && log->sync) {
+        rc = log->env->ops->sync(log->wf, &err);
+        pthread_mutex_lock(&log->mu);
+        log->stats.syncs++;
+        pthread_mutex_unlock(&log->mu);
+    }
+    if (rc == ST_OK)
+        group_succeeded(log, batch, bytes, n);
+    else
+        group_failed(log, batch, bytes, rc, &err);
+    if (log->group.cap > STO_LOG_QUEUE_BYTES_MAX)
+        st_buf_free(&log->group); /* do not keep a huge single append's buffer around */
+}
+
+static void entry_free(log_entry *e) {
+    st_buf_free(&e->buf);
+    free(e);
+}
+
+static void *commit_main(void *arg) {
+    sto_log *log = arg;
+    pthread_mutex_lock(&log->mu);
+    for (;;) {
+        while (!log->head && !log->closing)
+            pthread_cond_wait(&log->work_cv, &log->mu);
+        if (!log->head)
+            break; /* closing and drained */
+        log_entry *batch = log->head;
+        log->head = log->tail = NULL;
+        pthread_mutex_unlock(&log->mu);
+        group_commit(log, batch);
+        size_t freed = 0;
+        while (batch) {
+            log_entry *next = batch->next;
+            freed += batch->buf.len;
+            entry_free(batch);
+            batch = next;
+        }
+        pthread_mutex_lock(&log->mu);
+        log->queued_bytes -= freed;
+        pthread_cond_broadcast(&log->space_cv);
+    }
+    pthread_mutex_unlock(&log->mu);
+    return NULL;
+}
+
+/* ---- open, close, replay ---- */
+
+st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out, st_err *err) {
+    if (strlen(dir) + LOG_NAME_DIGITS + 8 >= LOG_PATH_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "commit log path too long: %.64s...", dir);
+    sto_log *log = calloc(1, sizeof *log);
+    if (!log)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening the commit log");
+    log->env = opts->env ? opts->env : st_env_posix();
+    log->sync = opts->sync;
+    log->segment_bytes = opts->segment_bytes ? opts->segment_bytes : STO_LOG_SEGMENT_BYTES_DEFAULT;
+    snprintf(log->dir, sizeof log->dir, "%s", dir);
+    pthread_mutex_init(&log->mu, NULL);
+    pthread_cond_init(&log->work_cv, NULL);
+    pthread_cond_init(&log->space_cv, NULL);
+    log->wstate = W_UNPOSITIONED;
+    st_code rc = log->env->ops->mkdirs(log->env, dir, err);
+    if (rc == ST_OK)
+        rc = segs_load(log, err);
+    if (rc == ST_OK && pthread_create(&log->thread, NULL, commit_main, log) != 0)
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot start the commit log thread");
+    if (rc != ST_OK) {
+        st_err_prefix(err, "opening commit log %s: ", dir);
+        free(log->segs);
+        pthread_cond_destroy(&log->space_cv);
+        pthread_cond_destroy(&log->work_cv);
+        pthread_mutex_destroy(&log->mu);
+        free(log);
+        return rc;
+    }
+    if (!log->sync)
+        st_log(ST_LOG_WARN, "log", "event=open_nosync dir=%s msg=\"commit log without fdatasync: "
+               "acknowledged writes can be lost in a crash\"", dir);
+    *out = log;
+    return ST_OK;
+}
+
+/* Drains what was queued (every done runs), stops the commit thread and frees. */
+void sto_log_close(sto_log *log) {
+    if (!log)
+        return;
+    pthread_mutex_lock(&log->mu);
+    log->closing = true;
+    pthread_cond_broadcast(&log->work_cv);
+    pthread_cond_broadcast(&log->space_cv);
+    pthread_mutex_unlock(&log->mu);
+    pthread_join(log->thread, NULL);
+    writer_close_file(log);
+    st_buf_free(&log->group);
+    free(log->segs);
+    pthread_cond_destroy(&log->space_cv);
+    pthread_cond_destroy(&log->work_cv);
+    pthread_mutex_destroy(&log->mu);
+    free(log);
+}
+
+/* Scans segments [i0, n) delivering records >= from_lsn; the last one positions the log. */
+static st_code replay_segments(sto_log *log, scan_ctx *c, size_t i0, size_t n, st_err *err) {
+    scan_result res = {0};
+    for (size_t i = i0; i < n; i++) {
+        bool last = i + 1 == n;
+        pthread_mutex_lock(&log->mu);
+        uint64_t first = log->segs[i].first_lsn;
+        uint64_t stop = last ? 0 : log->segs[i + 1].first_lsn - 1;
+        pthread_mutex_unlock(&log->mu);
+        st_code rc = scan_segment(c, first, last, stop, &res, err);
+        if (rc != ST_OK)
+            return rc;
+        if (!last) {
+            pthread_mutex_lock(&log->mu);
+            log->segs[i].good_bytes = res.good_bytes;
+            pthread_mutex_unlock(&log->mu);
+        }
+    }
+    position_apply(log, n > 0, &res);
+    return ST_OK;
+}
+
+st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
+                       st_code (*fn)(const sto_log_record *rec, void *arg), void *arg,
+                       st_err *err) {
+    pthread_mutex_lock(&log->mu);
+    bool busy = log->appends_started || log->replaying;
+    if (!busy)
+        log->replaying = true;
+    size_t n = log->n_segs;
+    ptrdiff_t i0 = segs_find(log, from_lsn);
+    pthread_mutex_unlock(&log->mu);
+    if (busy)
+        return st_err_set(err, ST_FAILED_PRECONDITION, "commit log %s: replay must come before "
+                          "the first append", log->dir);
+    scan_ctx c = {.log = log, .from_lsn = from_lsn, .fn = fn, .arg = arg};
+    st_arena_init(&c.arena, 4096);
+    st_code rc = replay_segments(log, &c, i0 < 0 ? 0 : (size_t)i0, n, err);
+    reader_close(&c.rd);
+    st_arena_deinit(&c.arena);
+    pthread_mutex_lock(&log->mu);
+    log->replaying = false;
+    pthread_mutex_unlock(&log->mu);
+    return rc;
+}
+
+/* ---- appends ---- */
+
+/* Frames n rows as records with lsn and crc left for the commit thread. */
+static st_code entry_encode(log_entry *e, const sto_row_mut *rows, size_t n, st_err *err) {
+    for (size_t i = 0; i < n; i++) {
+        size_t at = e->buf.len;
+        uint8_t zero[LOG_REC_HDR_BYTES] = {0};
+        st_code rc = st_buf_append(&e->buf, zero, sizeof zero);
+        if (rc == ST_OK)
+            rc = sto_row_mut_encode(&e->buf, &rows[i]);
+        if (rc == ST_INVALID_ARGUMENT)
+            return st_err_set(err, rc, "row mutation %zu: bad mutation type, row key over %d "
+                              "bytes or over %u mutations", i, STO_ROW_KEY_MAX,
+                              STO_LOG_ROW_MUTS_MAX);
+        if (rc != ST_OK)
+            return st_err_set(err, rc, "out of memory encoding a log record");
+        size_t len = e->buf.len - at - LOG_REC_HDR_BYTES;
+        if (len > STO_LOG_RECORD_BYTES_MAX)
+            return st_err_set(err, ST_INVALID_ARGUMENT, "row mutation %zu encodes to %zu bytes, "
+                              "over the log record limit of %u", i, len, STO_LOG_RECORD_BYTES_MAX);
+        st_put_fixed32(e->buf.data + at + 4, (uint32_t)len);
+    }
+    e->n_records = n;
+    return ST_OK;
+}
+
+/* Why appends are refused right now (under mu), or ST_OK. */
+static st_code append_refusal(sto_log *log, st_err *err) {
+    if (log->closing)
+        return st_err_set(err, ST_UNAVAILABLE, "commit log %s is closing", log->dir);
+    if (log->failed != ST_OK) {
+        if (err)
+            *err = log->failed_err;
+        return log->failed;
+    }
+    if (log->replaying)
+        return st_err_set(err, ST_FAILED_PRECONDITION, "commit log %s is replaying", log->dir);
+    return ST_OK;
+}
+
+st_code sto_log_append(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_done_fn done,
+                       void *arg, st_err *err) {
+    if (n == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "log append of zero row mutations");
+    log_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory queueing a log append");
+    e->done = done;
+    e->arg = arg;
+    st_code rc = entry_encode(e, rows, n, err);
+    if (rc != ST_OK) {
+        entry_free(e);
+        return rc;
+    }
+    /* The commit thread must not wait for room only it can make (done calling append). */
+    bool committer = pthread_equal(pthread_self(), log->thread);
+    pthread_mutex_lock(&log->mu);
+    while ((rc = append_refusal(log, err)) == ST_OK && !committer && log->queued_bytes > 0 &&
+           log->queued_bytes + e->buf.len > STO_LOG_QUEUE_BYTES_MAX)
+        pthread_cond_wait(&log->space_cv, &log->mu);
+    if (rc == ST_OK) {
+        log->appends_started = true;
+        if (log->tail)
+            log->tail->next = e;
+        else
+            log->head = e;
+        log->tail = e;
+        log->queued_bytes += e->buf.len;
+        log->stats.appends++;
+        pthread_cond_signal(&log->work_cv);
+    }
+    pthread_mutex_unlock(&log->mu);
+    if (rc != ST_OK)
+        entry_free(e);
+    return rc;
+}
+
+/* ---- accessors and trim ---- */
+
+uint64_t sto_log_last_durable_lsn(sto_log *log) {
+    pthread_mutex_lock(&log->mu);
+    uint64_t v = log->durable_lsn;
+    pthread_mutex_unlock(&log->mu);
+    return v;
+}
+
+uint64_t sto_log_bytes(sto_log *log) {
+    uint64_t sum = 0;
+    pthread_mutex_lock(&log->mu);
+    for (size_t i = 0; i < log->n_segs; i++)
+        sum += log->segs[i].bytes;
+    pthread_mutex_unlock(&log->mu);
+    return sum;
+}
+
+uint64_t sto_log_oldest_lsn(sto_log *log) {
+    pthread_mutex_lock(&log->mu);
+    uint64_t v = log->n_segs ? log->segs[0].first_lsn : log->durable_lsn + 1;
+    pthread_mutex_unlock(&log->mu);
+    return v;
+}
+
+void sto_log_stats_get(sto_log *log, sto_log_stats *out) {
+    pthread_mutex_lock(&log->mu);
+    *out = log->stats;
+    pthread_mutex_unlock(&log->mu);
+}
+
+/* Takes whole segments off the list (never the last, which the writer may use), then removes
+ * their files. A removal lost in a crash only leaves an old segment that replay skips. */
+st_code sto_log_trim(sto_log *log, uint64_t keep_from, st_err *err) {
+    pthread_mutex_lock(&log->mu);
+    size_t k = 0;
+    while (k + 1 < log->n_segs && log->segs[k + 1].first_lsn <= keep_from)
+        k++;
+    uint64_t *firsts = k ? malloc(k * sizeof *firsts) : NULL;
+    if (k && !firsts) {
+        pthread_mutex_unlock(&log->mu);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory trimming the commit log");
+    }
+    for (size_t i = 0; i < k; i++)
+        firsts[i] = log->segs[i].first_lsn;
+    memmove(log->segs, log->segs + k, (log->n_segs - k) * sizeof *log->segs);
+    log->n_segs -= k;
+    pthread_mutex_unlock(&log->mu);
+    st_code rc = ST_OK;
+    for (size_t i = 0; i < k && rc == ST_OK; i++) {
+        char path[LOG_PATH_MAX];
+        seg_path(log, firsts[i], path);
+        rc = log->env->ops->remove(log->env, path, err);
+        if (rc == ST_NOT_FOUND)
+            rc = ST_OK;
+    }
+    if (rc == ST_OK && k)
+        rc = log->env->ops->sync_dir(log->env, log->dir, err);
+    free(firsts);
+    return rc;
+}
+
+/* ---- cursors ---- */
+
+struct sto_log_cursor {
+    sto_log *log;
+    uint64_t next_lsn;
+    uint64_t seg_first; /* segment open in rd (0 = none) */
+    uint64_t off;       /* offset of the next record to read in it */
+    uint64_t seg_size;  /* its size when opened (the limit for segments of unknown length) */
+    rec_reader rd;
+    st_arena arena;
+};
+
+st_code sto_log_cursor_open(sto_log *log, uint64_t from_lsn, sto_log_cursor **out, st_err *err) {
+    if (from_lsn == 0)
+        from_lsn = 1;
+    pthread_mutex_lock(&log->mu);
+    uint64_t oldest = log->n_segs ? log->segs[0].first_lsn : log->durable_lsn + 1;
+    pthread_mutex_unlock(&log->mu);
+    if (from_lsn < oldest)
+        return st_err_set(err, ST_OUT_OF_RANGE, "commit log records before lsn %" PRIu64
+                          " were trimmed (asked from %" PRIu64 ")", oldest, from_lsn);
+    sto_log_cursor *c = calloc(1, sizeof *c);
+    if (!c)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening a log cursor");
+    c->log = log;
+    c->next_lsn = from_lsn;
+    st_arena_init(&c->arena, 4096);
+    *out = c;
+    return ST_OK;
+}
+
+void sto_log_cursor_close(sto_log_cursor *c) {
+    if (!c)
+        return;
+    reader_close(&c->rd);
+    st_arena_deinit(&c->arena);
+    free(c);
+}
+
+/* Finds the segment holding the cursor's next lsn and how far it may read in it. */
+static st_code cursor_locate(sto_log_cursor *c, log_seg *seg, st_err *err) {
+    sto_log *log = c->log;
+    st_code rc = ST_OK;
+    pthread_mutex_lock(&log->mu);
+    ptrdiff_t i = segs_find(log, c->next_lsn);
+    if (c->next_lsn > log->durable_lsn)
+        rc = st_err_set(err, ST_NOT_FOUND, "caught up with the durable end of the log");
+    else if (i < 0 || log->segs[i].last_lsn < c->next_lsn)
+        rc = st_err_set(err, ST_OUT_OF_RANGE, "commit log record %" PRIu64 " was trimmed while "
+                        "the cursor was reading", c->next_lsn);
+    else
+        *seg = log->segs[i];
+    pthread_mutex_unlock(&log->mu);
+    return rc;
+}
+
+static st_code cursor_switch(sto_log_cursor *c, uint64_t first_lsn, st_err *err) {
+    const char *why;
+    c->seg_first = 0;
+    st_code rc = reader_open_seg(&c->rd, c->log, first_lsn, &c->seg_size, &why, err);
+    if (rc != ST_OK)
+        return rc;
+    if (why)
+        return st_err_set(err, ST_DATA_LOSS, "commit log segment %s: %s", c->rd.path, why);
+    c->seg_first = first_lsn;
+    c->off = LOG_SEG_HDR_BYTES;
+    return ST_OK;
+}
+
+st_code sto_log_cursor_next(sto_log_cursor *c, sto_log_record *rec, st_err *err) {
+    log_seg seg = {0};
+    st_code rc = cursor_locate(c, &seg, err);
+    if (rc == ST_OK && seg.first_lsn != c->seg_first)
+        rc = cursor_switch(c, seg.first_lsn, err);
+    if (rc != ST_OK)
+        return rc;
+    /* Only the durable part of the segment; an old segment of unknown extent is read up to its
+     * size, and lsns keep the cursor from going past its last needed record. */
+    c->rd.limit = seg.good_bytes != UINT64_MAX ? seg.good_bytes : c->seg_size;
+    for (;;) {
+        rec_status st = REC_BAD;
+        rec_view v = {0};
+        if (c->off > c->rd.limit)
+            v.why = "read position past the end of the segment";
+        else if ((rc = reader_next(&c->rd, c->off, &st, &v, err)) != ST_OK)
+            return rc;
+        if (st == REC_OK && v.lsn > c->next_lsn)
+            st = REC_BAD, v.why = "lsn gap";
+        if (st != REC_OK)
+            return st_err_set(err, ST_DATA_LOSS, "commit log segment %s: %s at offset %" PRIu64
+                              " while reading lsn %" PRIu64, c->rd.path,
+                              st == REC_END ? "end of segment" : v.why, c->off, c->next_lsn);
+        c->off = v.next_off;
+        if (v.lsn < c->next_lsn)
+            continue; /* skipping from the segment start to from_lsn */
+        st_arena_deinit(&c->arena);
+        if (!sto_row_mut_decode(v.payload, &rec->row, &c->arena))
+            return st_err_set(err, ST_DATA_LOSS, "commit log record %" PRIu64 " in %s does not "
+                              "decode as a row mutation", v.lsn, c->rd.path);
+        rec->lsn = v.lsn;
+        c->next_lsn++;
+        return ST_OK;
+    }
+}

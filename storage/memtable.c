@@ -1,0 +1,421 @@
+/* memtable.c — a skiplist in one arena (LevelDB's SkipList): one writer, lock-free readers.
+ *
+ * Readers never lock: a node is fully written before a release store links it in, and readers
+ * follow links with acquire loads, so they see either the old or the new list, never a torn node.
+ * Only the writer touches the arena. A value lives in an immutable record {lsn, len, bytes}; an
+ * insert of an equal key pushes a new record in front of the old one (one release store), so a
+ * reader at an older snapshot still finds the value it is entitled to further down the chain. */
+#include "memtable.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "key.h"
+
+#define MT_HEIGHT_MAX 12        /* 4^12 entries before the list degrades: plenty per memtable */
+#define MT_BRANCHING 4          /* each level holds ~1/4 of the one below */
+#define MT_ARENA_BLOCK_BYTES (64u << 10)
+
+/* An immutable value version; `older` is the record it replaced (NULL for the first). */
+typedef struct mt_rec {
+    uint64_t lsn;
+    const struct mt_rec *older;
+    size_t len;
+    uint8_t bytes[];
+} mt_rec;
+
+typedef struct mt_node {
+    _Atomic(const mt_rec *) rec;
+    uint32_t key_len;
+    uint32_t height;
+    _Atomic(struct mt_node *) next[]; /* height links, then key_len key bytes */
+} mt_node;
+
+struct sto_memtable {
+    atomic_int refs;
+    atomic_int height;     /* current list height; relaxed (LevelDB: stale values are safe) */
+    _Atomic size_t bytes;  /* arena bytes, published for other threads */
+    _Atomic uint64_t max_lsn; /* release/acquire: entries up to it are linked when it is seen */
+    atomic_bool has_entries;
+    mt_node *head;
+    st_arena arena; /* writer only */
+    st_rng rng;     /* writer only: node heights */
+    st_buf key_buf; /* writer only: sto_memtable_apply's keys */
+};
+
+static inline const uint8_t *mt_key_ptr(const mt_node *n) {
+    return (const uint8_t *)&n->next[n->height];
+}
+static inline st_slice mt_key(const mt_node *n) { return st_slice_make(mt_key_ptr(n), n->key_len); }
+static inline mt_node *mt_next(mt_node *n, int level) {
+    return atomic_load_explicit(&n->next[level], memory_order_acquire);
+}
+
+static mt_node *mt_node_new(sto_memtable *m, st_slice key, int height) {
+    size_t size = sizeof(mt_node) + (size_t)height * sizeof(_Atomic(mt_node *)) + key.len;
+    mt_node *n = st_arena_alloc(&m->arena, size);
+    if (!n)
+        return NULL;
+    atomic_init(&n->rec, NULL);
+    n->key_len = (uint32_t)key.len;
+    n->height = (uint32_t)height;
+    for (int i = 0; i < height; i++)
+        atomic_init(&n->next[i], NULL);
+    if (key.len)
+        memcpy((uint8_t *)mt_key_ptr(n), key.data, key.len);
+    return n;
+}
+
+st_code sto_memtable_new(sto_memtable **out) {
+    sto_memtable *m = calloc(1, sizeof *m);
+    if (!m)
+        return ST_RESOURCE_EXHAUSTED;
+    st_arena_init(&m->arena, MT_ARENA_BLOCK_BYTES);
+    st_rng_seed(&m->rng, 0x5eed5eedu);
+    st_buf_init(&m->key_buf);
+    m->head = mt_node_new(m, st_slice_make(NULL, 0), MT_HEIGHT_MAX);
+    if (!m->head) {
+        st_arena_deinit(&m->arena);
+        free(m);
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    atomic_init(&m->refs, 1);
+    atomic_init(&m->height, 1);
+    atomic_init(&m->bytes, m->arena.total_bytes);
+    atomic_init(&m->max_lsn, 0);
+    atomic_init(&m->has_entries, false);
+    *out = m;
+    return ST_OK;
+}
+
+void sto_memtable_ref(sto_memtable *m) { atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed); }
+
+void sto_memtable_unref(sto_memtable *m) {
+    if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    st_arena_deinit(&m->arena);
+    st_buf_free(&m->key_buf);
+    free(m);
+}
+
+size_t sto_memtable_bytes(sto_memtable *m) {
+    return atomic_load_explicit(&m->bytes, memory_order_relaxed);
+}
+uint64_t sto_memtable_max_lsn(sto_memtable *m) {
+    return atomic_load_explicit(&m->max_lsn, memory_order_acquire);
+}
+bool sto_memtable_empty(sto_memtable *m) {
+    return !atomic_load_explicit(&m->has_entries, memory_order_acquire);
+}
+
+static int mt_random_height(sto_memtable *m) {
+    int h = 1;
+    while (h < MT_HEIGHT_MAX && st_rng_below(&m->rng, MT_BRANCHING) == 0)
+        h++;
+    return h;
+}
+
+/* First node with key >= target (NULL = none); fills prev[level] when prev is not NULL. */
+static mt_node *mt_find_ge(sto_memtable *m, st_slice target, mt_node **prev) {
+    mt_node *x = m->head;
+    int level = atomic_load_explicit(&m->height, memory_order_relaxed) - 1;
+    for (;;) {
+        mt_node *next = mt_next(x, level);
+        if (next && st_slice_cmp(mt_key(next), target) < 0) {
+            x = next;
+            continue;
+        }
+        if (prev)
+            prev[level] = x;
+        if (level == 0)
+            return next;
+        level--;
+    }
+}
+
+/* Last node with key < target (head when none). */
+static mt_node *mt_find_lt(sto_memtable *m, st_slice target) {
+    mt_node *x = m->head;
+    int level = atomic_load_explicit(&m->height, memory_order_relaxed) - 1;
+    for (;;) {
+        mt_node *next = mt_next(x, level);
+        if (next && st_slice_cmp(mt_key(next), target) < 0) {
+            x = next;
+            continue;
+        }
+        if (level == 0)
+            return x;
+        level--;
+    }
+}
+
+static mt_node *mt_find_last(sto_memtable *m) {
+    mt_node *x = m->head;
+    int level = atomic_load_explicit(&m->height, memory_order_relaxed) - 1;
+    for (;;) {
+        mt_node *next = mt_next(x, level);
+        if (next) {
+            x = next;
+            continue;
+        }
+        if (level == 0)
+            return x;
+        level--;
+    }
+}
+
+static const mt_rec *mt_rec_new(sto_memtable *m, st_slice value, uint64_t lsn, const mt_rec *older) {
+    mt_rec *r = st_arena_alloc(&m->arena, sizeof *r + value.len);
+    if (!r)
+        return NULL;
+    r->lsn = lsn;
+    r->older = older;
+    r->len = value.len;
+    if (value.len)
+        memcpy(r->bytes, value.data, value.len);
+    return r;
+}
+
+/* Links a new node after prev[] at every level of its height, bottom up, each with a release
+ * store after the node's own link is set (LevelDB's Insert). */
+static st_code mt_link(sto_memtable *m, st_slice key, const mt_rec *rec, mt_node **prev) {
+    int height = mt_random_height(m);
+    int cur = atomic_load_explicit(&m->height, memory_order_relaxed);
+    for (int i = cur; i < height; i++)
+        prev[i] = m->head;
+    mt_node *n = mt_node_new(m, key, height);
+    if (!n)
+        return ST_RESOURCE_EXHAUSTED;
+    atomic_store_explicit(&n->rec, rec, memory_order_relaxed);
+    if (height > cur)
+        atomic_store_explicit(&m->height, height, memory_order_relaxed);
+    for (int i = 0; i < height; i++) {
+        atomic_store_explicit(&n->next[i], atomic_load_explicit(&prev[i]->next[i], memory_order_relaxed),
+                              memory_order_relaxed);
+        atomic_store_explicit(&prev[i]->next[i], n, memory_order_release);
+    }
+    return ST_OK;
+}
+
+st_code sto_memtable_put(sto_memtable *m, st_slice ikey, st_slice value, uint64_t lsn) {
+    if (ikey.len > UINT32_MAX)
+        return ST_INVALID_ARGUMENT;
+    mt_node *prev[MT_HEIGHT_MAX];
+    mt_node *x = mt_find_ge(m, ikey, prev);
+    st_code rc;
+    if (x && st_slice_eq(mt_key(x), ikey)) {
+        const mt_rec *old = atomic_load_explicit(&x->rec, memory_order_relaxed);
+        const mt_rec *rec = mt_rec_new(m, value, lsn, old);
+        if (!rec)
+            return ST_RESOURCE_EXHAUSTED;
+        atomic_store_explicit(&x->rec, rec, memory_order_release);
+        rc = ST_OK;
+    } else {
+        const mt_rec *rec = mt_rec_new(m, value, lsn, NULL);
+        rc = rec ? mt_link(m, ikey, rec, prev) : ST_RESOURCE_EXHAUSTED;
+    }
+    atomic_store_explicit(&m->bytes, m->arena.total_bytes, memory_order_relaxed);
+    if (rc != ST_OK)
+        return rc;
+    if (lsn > atomic_load_explicit(&m->max_lsn, memory_order_relaxed))
+        atomic_store_explicit(&m->max_lsn, lsn, memory_order_release);
+    atomic_store_explicit(&m->has_entries, true, memory_order_release);
+    return ST_OK;
+}
+
+/* ---- applying row mutations ---- */
+
+/* Where the last deletes of a row mutation are (SIZE_MAX = none). */
+typedef struct mt_dels {
+    size_t last_row_del, last_del;
+} mt_dels;
+
+/* Whether a later delete of the same row mutation covers SET_CELL muts[i]: within one mutation
+ * all entries share one version, so "later delete wins" has to be settled here, by not writing
+ * the cell at all (Bigtable applies a row's mutations in list order). */
+static bool mt_set_is_deleted_later(const sto_row_mut *row, size_t i, const mt_dels *dels) {
+    const sto_mut *s = &row->muts[i];
+    if (dels->last_row_del != SIZE_MAX && dels->last_row_del > i)
+        return true;
+    if (dels->last_del == SIZE_MAX || dels->last_del < i)
+        return false; /* the common case: no delete after this cell */
+    for (size_t j = i + 1; j <= dels->last_del; j++) {
+        const sto_mut *d = &row->muts[j];
+        if (d->type == STO_MUT_SET_CELL || !st_slice_eq(d->family, s->family))
+            continue;
+        if (d->type == STO_MUT_DEL_FAMILY)
+            return true;
+        if (d->type == STO_MUT_DEL_COLUMN && st_slice_eq(d->qualifier, s->qualifier) &&
+            s->ts_us >= d->ts_start_us && s->ts_us < d->ts_end_us)
+            return true;
+    }
+    return false;
+}
+
+/* Fills k for muts[i]; false when the mutation writes nothing (an empty time range, or a cell a
+ * later delete of the same mutation removes). */
+static bool mt_mut_key(const sto_row_mut *row, size_t i, const mt_dels *dels, sto_key *k) {
+    const sto_mut *mu = &row->muts[i];
+    memset(k, 0, sizeof *k);
+    k->row = row->row;
+    k->family = mu->family;
+    k->qualifier = mu->qualifier;
+    k->version = row->version;
+    switch (mu->type) {
+    case STO_MUT_SET_CELL:
+        k->kind = STO_KEY_CELL;
+        k->ts_us = mu->ts_us;
+        return !mt_set_is_deleted_later(row, i, dels);
+    case STO_MUT_DEL_COLUMN:
+        k->kind = STO_KEY_COLUMN_DEL;
+        /* Stored cells have ts >= 0, so a negative start means the same as 0. */
+        k->del_start_us = mu->ts_start_us < 0 ? 0 : mu->ts_start_us;
+        k->del_end_us = mu->ts_end_us;
+        return k->del_end_us > k->del_start_us;
+    case STO_MUT_DEL_FAMILY:
+        k->kind = STO_KEY_FAMILY_DEL;
+        return true;
+    case STO_MUT_DEL_ROW:
+        k->kind = STO_KEY_ROW_DEL;
+        return true;
+    }
+    return false;
+}
+
+/* Encodes every key first (into m->key_buf, as offsets) so a bad mutation fails before anything
+ * is inserted; only running out of memory can stop the inserts half-way. */
+st_code sto_memtable_apply(sto_memtable *m, const sto_row_mut *row, uint64_t lsn) {
+    mt_dels dels = {SIZE_MAX, SIZE_MAX};
+    for (size_t i = 0; i < row->n_muts; i++) {
+        if (row->muts[i].type < STO_MUT_SET_CELL || row->muts[i].type > STO_MUT_DEL_ROW)
+            return ST_INVALID_ARGUMENT;
+        if (row->muts[i].type == STO_MUT_DEL_ROW)
+            dels.last_row_del = i;
+        if (row->muts[i].type != STO_MUT_SET_CELL)
+            dels.last_del = i;
+    }
+    st_buf_reset(&m->key_buf);
+    for (size_t i = 0; i < row->n_muts; i++) {
+        sto_key k;
+        size_t start = m->key_buf.len;
+        /* Each key is preceded by its length so the second pass can find it. */
+        st_code rc = st_buf_append_fixed64(&m->key_buf, 0);
+        if (rc != ST_OK)
+            return rc;
+        if (mt_mut_key(row, i, &dels, &k) && (rc = sto_key_encode(&m->key_buf, &k)) != ST_OK)
+            return rc;
+        st_put_fixed64(m->key_buf.data + start, m->key_buf.len - start - 8);
+    }
+    size_t pos = 0;
+    for (size_t i = 0; i < row->n_muts; i++) {
+        uint64_t klen = st_get_fixed64(m->key_buf.data + pos);
+        st_slice key = st_slice_make(m->key_buf.data + pos + 8, (size_t)klen);
+        pos += 8 + (size_t)klen;
+        if (klen == 0)
+            continue;
+        st_slice value = row->muts[i].type == STO_MUT_SET_CELL ? row->muts[i].value
+                                                                : st_slice_make(NULL, 0);
+        st_code rc = sto_memtable_put(m, key, value, lsn);
+        if (rc != ST_OK)
+            return rc;
+    }
+    return ST_OK;
+}
+
+/* ---- iterator ---- */
+
+typedef struct mt_iter {
+    sto_kviter base;
+    sto_memtable *m;
+    uint64_t max_lsn;
+    mt_node *node;      /* NULL = not valid */
+    const mt_rec *rec;  /* the record visible at max_lsn */
+} mt_iter;
+
+/* The newest record of n with lsn <= max_lsn, or NULL when n is invisible to the snapshot. */
+static const mt_rec *mt_visible(const mt_node *n, uint64_t max_lsn) {
+    const mt_rec *r = atomic_load_explicit(&n->rec, memory_order_acquire);
+    while (r && r->lsn > max_lsn)
+        r = r->older;
+    return r;
+}
+
+/* Moves forward from n to the first node visible to the snapshot. */
+static void mt_settle_forward(mt_iter *it, mt_node *n) {
+    while (n && !(it->rec = mt_visible(n, it->max_lsn)))
+        n = mt_next(n, 0);
+    it->node = n;
+}
+
+/* Moves backward from n (head = none) to the first node visible to the snapshot. */
+static void mt_settle_backward(mt_iter *it, mt_node *n) {
+    while (n != it->m->head && !(it->rec = mt_visible(n, it->max_lsn)))
+        n = mt_find_lt(it->m, mt_key(n));
+    it->node = n == it->m->head ? NULL : n;
+}
+
+static void mt_iter_seek(sto_kviter *b, st_slice target) {
+    mt_iter *it = (mt_iter *)b;
+    mt_settle_forward(it, mt_find_ge(it->m, target, NULL));
+}
+static void mt_iter_seek_first(sto_kviter *b) {
+    mt_iter *it = (mt_iter *)b;
+    mt_settle_forward(it, mt_next(it->m->head, 0));
+}
+static void mt_iter_seek_last(sto_kviter *b) {
+    mt_iter *it = (mt_iter *)b;
+    mt_settle_backward(it, mt_find_last(it->m));
+}
+static void mt_iter_next(sto_kviter *b) {
+    mt_iter *it = (mt_iter *)b;
+    ST_ASSERT(it->node);
+    mt_settle_forward(it, mt_next(it->node, 0));
+}
+static void mt_iter_prev(sto_kviter *b) {
+    mt_iter *it = (mt_iter *)b;
+    ST_ASSERT(it->node);
+    mt_settle_backward(it, mt_find_lt(it->m, mt_key(it->node)));
+}
+static bool mt_iter_valid(sto_kviter *b) { return ((mt_iter *)b)->node != NULL; }
+static st_slice mt_iter_key(sto_kviter *b) { return mt_key(((mt_iter *)b)->node); }
+static st_slice mt_iter_value(sto_kviter *b) {
+    const mt_rec *r = ((mt_iter *)b)->rec;
+    return st_slice_make(r->bytes, r->len);
+}
+static st_code mt_iter_status(sto_kviter *b, st_err *err) {
+    (void)b;
+    (void)err;
+    return ST_OK;
+}
+static void mt_iter_free(sto_kviter *b) {
+    mt_iter *it = (mt_iter *)b;
+    if (!it)
+        return;
+    sto_memtable_unref(it->m);
+    free(it);
+}
+
+static const sto_kviter_ops mt_iter_ops = {
+    .seek = mt_iter_seek,
+    .seek_first = mt_iter_seek_first,
+    .seek_last = mt_iter_seek_last,
+    .next = mt_iter_next,
+    .prev = mt_iter_prev,
+    .valid = mt_iter_valid,
+    .key = mt_iter_key,
+    .value = mt_iter_value,
+    .status = mt_iter_status,
+    .free = mt_iter_free,
+};
+
+sto_kviter *sto_memtable_iter_new(sto_memtable *m, uint64_t max_lsn) {
+    mt_iter *it = calloc(1, sizeof *it);
+    if (!it)
+        return NULL;
+    it->base.ops = &mt_iter_ops;
+    it->m = m;
+    it->max_lsn = max_lsn;
+    sto_memtable_ref(m);
+    return &it->base;
+}

@@ -1,0 +1,802 @@
+/* sst.c — SSTable writer, reader and two-level iterator (see sst.h, docs/formats/sstable.md).
+ *
+ * File layout: data blocks | filter block | meta block | index block | footer (80 bytes).
+ * Each block carries the 5-byte trailer of block.h. The footer is checked (magic, masked crc,
+ * version, handle bounds) and the whole index is validated when a table opens, so the read path
+ * can trust every block handle it takes from the index; data blocks are checked (crc, restart
+ * array, entry bounds) every time they are read from disk. */
+#include "sst.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "block.h"
+#include "bloom.h"
+#include "cache.h"
+
+#define STO_SST_MAGIC 0x31545353415453ull /* "STASST1\0" little endian */
+#define STO_SST_FORMAT_VERSION 1u
+#define STO_SST_FOOTER_BYTES 80
+#define STO_SST_BLOCK_BYTES_DEFAULT (16u << 10)
+#define STO_SST_DCTX_POOL_MAX 16 /* idle decompression contexts kept per table */
+#define STO_SST_INDEX_RESTART_INTERVAL 1 /* index keys uncompressed: pure binary search */
+
+typedef struct sst_handle {
+    uint64_t off, size; /* size excludes the trailer */
+} sst_handle;
+
+typedef struct sst_footer {
+    sst_handle index, filter, meta;
+    uint64_t entries;
+    uint64_t data_end; /* end of the last data block */
+    uint32_t version;
+} sst_footer;
+
+/* Footer byte layout (little endian): index off/size, filter off/size, meta off/size (u64 each),
+ * entries u64, data_end u64, version u32, masked crc32c of bytes [0, 68) u32, magic u64. */
+enum {
+    FOOTER_ENTRIES = 48,
+    FOOTER_DATA_END = 56,
+    FOOTER_VERSION = 64,
+    FOOTER_CRC = 68,
+    FOOTER_MAGIC = 72,
+};
+_Static_assert(FOOTER_MAGIC + 8 == STO_SST_FOOTER_BYTES, "footer layout must fill 80 bytes");
+
+/* The length of the enc(row) prefix of an ikey (a private copy of sto_key_row_prefix_len, so
+ * this module builds alone): enc() escapes 0x00 as 0x00 0xff and ends with 0x00 0x01. */
+static size_t row_prefix_len(st_slice k) {
+    const uint8_t *p = k.data, *end = k.data + k.len;
+    while (p < end) {
+        const uint8_t *z = memchr(p, 0, (size_t)(end - p));
+        if (!z || z + 1 >= end)
+            return 0;
+        if (z[1] == 0x01)
+            return (size_t)(z + 2 - k.data);
+        if (z[1] != 0xff)
+            return 0;
+        p = z + 2;
+    }
+    return 0;
+}
+
+static void encode_footer(const sst_footer *f, uint8_t *p) {
+    const sst_handle *hs[3] = {&f->index, &f->filter, &f->meta};
+    for (int i = 0; i < 3; i++) {
+        st_put_fixed64(p + 16 * i, hs[i]->off);
+        st_put_fixed64(p + 16 * i + 8, hs[i]->size);
+    }
+    st_put_fixed64(p + FOOTER_ENTRIES, f->entries);
+    st_put_fixed64(p + FOOTER_DATA_END, f->data_end);
+    st_put_fixed32(p + FOOTER_VERSION, f->version);
+    st_put_fixed32(p + FOOTER_CRC, st_crc_mask(st_crc32c(0, p, FOOTER_CRC)));
+    st_put_fixed64(p + FOOTER_MAGIC, STO_SST_MAGIC);
+}
+
+static bool handle_ok(sst_handle h, uint64_t lo, uint64_t hi) {
+    return h.off >= lo && h.off <= hi && h.size <= hi - h.off &&
+           h.size + STO_BLOCK_TRAILER_BYTES <= hi - h.off && h.size <= STO_BLOCK_BYTES_MAX;
+}
+
+static st_code decode_footer(const uint8_t *p, uint64_t file_bytes, sst_footer *f, st_err *err) {
+    if (st_get_fixed64(p + FOOTER_MAGIC) != STO_SST_MAGIC)
+        return st_err_set(err, ST_DATA_LOSS, "bad magic number: not an SSTable or truncated");
+    uint32_t want = st_crc_unmask(st_get_fixed32(p + FOOTER_CRC));
+    if (st_crc32c(0, p, FOOTER_CRC) != want)
+        return st_err_set(err, ST_DATA_LOSS, "footer checksum mismatch");
+    sst_handle *hs[3] = {&f->index, &f->filter, &f->meta};
+    for (int i = 0; i < 3; i++) {
+        hs[i]->off = st_get_fixed64(p + 16 * i);
+        hs[i]->size = st_get_fixed64(p + 16 * i + 8);
+    }
+    f->entries = st_get_fixed64(p + FOOTER_ENTRIES);
+    f->data_end = st_get_fixed64(p + FOOTER_DATA_END);
+    f->version = st_get_fixed32(p + FOOTER_VERSION);
+    if (f->version != STO_SST_FORMAT_VERSION)
+        return st_err_set(err, ST_DATA_LOSS, "unsupported format version %u (this build reads %u)",
+                          f->version, STO_SST_FORMAT_VERSION);
+    uint64_t limit = file_bytes - STO_SST_FOOTER_BYTES;
+    if (f->data_end > limit || !handle_ok(f->index, f->data_end, limit) ||
+        !handle_ok(f->filter, f->data_end, limit) || !handle_ok(f->meta, f->data_end, limit))
+        return st_err_set(err, ST_DATA_LOSS, "footer block handles point outside the file");
+    return ST_OK;
+}
+
+/* ======================== writer ======================== */
+
+struct sto_sst_writer {
+    st_env *env;
+    char *path;
+    st_wfile *f;
+    size_t block_bytes;
+    int zstd_level;
+    ZSTD_CCtx *cctx;
+    sto_block_builder data, index;
+    sto_bloom_builder bloom;
+    st_buf first_key, last_key, last_row, sealed, scratch;
+    uint64_t offset, entries;
+    st_code failed; /* sticky I/O or memory failure */
+};
+
+static void writer_free(sto_sst_writer *w) {
+    sto_block_builder_deinit(&w->data);
+    sto_block_builder_deinit(&w->index);
+    sto_bloom_builder_deinit(&w->bloom);
+    st_buf_free(&w->first_key);
+    st_buf_free(&w->last_key);
+    st_buf_free(&w->last_row);
+    st_buf_free(&w->sealed);
+    st_buf_free(&w->scratch);
+    ZSTD_freeCCtx(w->cctx);
+    free(w->path);
+    free(w);
+}
+
+st_code sto_sst_writer_new(st_env *env, const char *path, const sto_sst_options *o,
+                           sto_sst_writer **out, st_err *err) {
+    sto_sst_writer *w = calloc(1, sizeof(*w));
+    if (!w || !(w->path = strdup(path))) {
+        free(w);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating SSTable %s", path);
+    }
+    w->env = env;
+    w->block_bytes = o && o->block_bytes ? o->block_bytes : STO_SST_BLOCK_BYTES_DEFAULT;
+    w->zstd_level = o && o->zstd_level ? o->zstd_level : 1;
+    sto_block_builder_init(&w->data, STO_BLOCK_RESTART_INTERVAL);
+    sto_block_builder_init(&w->index, STO_SST_INDEX_RESTART_INTERVAL);
+    sto_bloom_builder_init(&w->bloom, o ? o->bloom_bits_per_key : 0);
+    if (w->zstd_level > 0 && !(w->cctx = ZSTD_createCCtx())) {
+        writer_free(w);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating SSTable %s", path);
+    }
+    st_code rc = env->ops->wopen(env, path, &w->f, err);
+    if (rc != ST_OK) {
+        st_err_prefix(err, "creating SSTable: ");
+        writer_free(w);
+        return rc;
+    }
+    *out = w;
+    return ST_OK;
+}
+
+static st_code writer_fail(sto_sst_writer *w, st_code rc, st_err *err) {
+    w->failed = rc;
+    st_err_prefix(err, "writing SSTable %s: ", w->path);
+    return rc;
+}
+
+/* Seals contents (compressing when level > 0) and appends it; *h receives its handle. */
+static st_code write_block(sto_sst_writer *w, st_slice contents, int level, sst_handle *h,
+                           st_err *err) {
+    st_code rc = sto_block_seal(contents, w->cctx, level, &w->sealed, err);
+    if (rc == ST_OK)
+        rc = w->env->ops->append(w->f, w->sealed.data, w->sealed.len, err);
+    if (rc != ST_OK)
+        return rc;
+    h->off = w->offset;
+    h->size = w->sealed.len - STO_BLOCK_TRAILER_BYTES;
+    w->offset += w->sealed.len;
+    return ST_OK;
+}
+
+static st_code add_index_entry(sto_sst_writer *w, sst_handle h) {
+    uint8_t v[2 * ST_VARINT64_MAX];
+    size_t n = st_put_varint64(v, h.off);
+    n += st_put_varint64(v + n, h.size);
+    return sto_block_builder_add(&w->index, st_buf_slice(&w->last_key), st_slice_make(v, n));
+}
+
+static st_code flush_data_block(sto_sst_writer *w, st_err *err) {
+    st_slice contents;
+    sst_handle h;
+    st_code rc = sto_block_builder_finish(&w->data, &contents);
+    if (rc != ST_OK)
+        return st_err_set(err, rc, "out of memory finishing a data block");
+    rc = write_block(w, contents, w->zstd_level, &h, err);
+    if (rc != ST_OK)
+        return rc;
+    /* The index key is the block's last key in full, so for_each_block can report real keys. */
+    if ((rc = add_index_entry(w, h)) != ST_OK)
+        return st_err_set(err, rc, "out of memory growing the index");
+    sto_block_builder_reset(&w->data);
+    return ST_OK;
+}
+
+/* Adds the row of key to the bloom filter the first time the row is seen. */
+static st_code add_row_to_bloom(sto_sst_writer *w, st_slice key) {
+    size_t plen = row_prefix_len(key);
+    st_slice row = plen ? st_slice_make(key.data, plen) : key; /* not an ikey: the whole key */
+    if (w->entries > 0 && st_slice_eq(row, st_buf_slice(&w->last_row)))
+        return ST_OK;
+    st_buf_reset(&w->last_row);
+    st_code rc = st_buf_append(&w->last_row, row.data, row.len);
+    return rc != ST_OK ? rc : sto_bloom_builder_add(&w->bloom, row);
+}
+
+st_code sto_sst_writer_add(sto_sst_writer *w, st_slice ikey, st_slice value, st_err *err) {
+    if (w->failed != ST_OK)
+        return st_err_set(err, w->failed, "SSTable %s failed earlier; abandon it", w->path);
+    if (w->entries > 0 && st_slice_cmp(ikey, st_buf_slice(&w->last_key)) <= 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "SSTable %s: keys must be added in strictly increasing order", w->path);
+    st_code rc = add_row_to_bloom(w, ikey);
+    if (rc == ST_OK)
+        rc = sto_block_builder_add(&w->data, ikey, value);
+    if (rc == ST_INVALID_ARGUMENT)
+        return st_err_set(err, rc, "SSTable %s: entry of %zu + %zu bytes is too large", w->path,
+                          ikey.len, value.len);
+    if (rc == ST_OK && w->entries == 0)
+        rc = st_buf_append(&w->first_key, ikey.data, ikey.len);
+    if (rc == ST_OK) {
+        st_buf_reset(&w->last_key);
+        rc = st_buf_append(&w->last_key, ikey.data, ikey.len);
+    }
+    if (rc != ST_OK)
+        return writer_fail(w, st_err_set(err, rc, "out of memory"), err);
+    w->entries++;
+    if (sto_block_builder_size(&w->data) >= w->block_bytes &&
+        (rc = flush_data_block(w, err)) != ST_OK)
+        return writer_fail(w, rc, err);
+    return ST_OK;
+}
+
+uint64_t sto_sst_writer_bytes(sto_sst_writer *w) {
+    return w->offset + (sto_block_builder_empty(&w->data) ? 0 : sto_block_builder_size(&w->data));
+}
+
+/* Meta block: varint-length-prefixed smallest and largest ikeys, then the entry count. */
+static st_code write_meta(sto_sst_writer *w, sst_handle *h, st_err *err) {
+    st_buf *m = &w->scratch;
+    st_buf_reset(m);
+    st_code rc = st_buf_append_varint64(m, w->first_key.len);
+    if (rc == ST_OK)
+        rc = st_buf_append(m, w->first_key.data, w->first_key.len);
+    if (rc == ST_OK)
+        rc = st_buf_append_varint64(m, w->last_key.len);
+    if (rc == ST_OK)
+        rc = st_buf_append(m, w->last_key.data, w->last_key.len);
+    if (rc == ST_OK)
+        rc = st_buf_append_varint64(m, w->entries);
+    if (rc != ST_OK)
+        return st_err_set(err, rc, "out of memory building the meta block");
+    return write_block(w, st_buf_slice(m), 0, h, err);
+}
+
+static st_code write_tail(sto_sst_writer *w, st_err *err) {
+    sst_footer f = {.entries = w->entries, .version = STO_SST_FORMAT_VERSION};
+    st_code rc = ST_OK;
+    if (!sto_block_builder_empty(&w->data) && (rc = flush_data_block(w, err)) != ST_OK)
+        return rc;
+    f.data_end = w->offset;
+    st_buf_reset(&w->scratch);
+    if ((rc = sto_bloom_builder_finish(&w->bloom, &w->scratch)) != ST_OK)
+        return st_err_set(err, rc, "out of memory building the bloom filter");
+    if ((rc = write_block(w, st_buf_slice(&w->scratch), 0, &f.filter, err)) != ST_OK ||
+        (rc = write_meta(w, &f.meta, err)) != ST_OK)
+        return rc;
+    st_slice index;
+    if ((rc = sto_block_builder_finish(&w->index, &index)) != ST_OK)
+        return st_err_set(err, rc, "out of memory finishing the index");
+    if ((rc = write_block(w, index, 0, &f.index, err)) != ST_OK)
+        return rc;
+    uint8_t footer[STO_SST_FOOTER_BYTES];
+    encode_footer(&f, footer);
+    if ((rc = w->env->ops->append(w->f, footer, sizeof(footer), err)) != ST_OK)
+        return rc;
+    w->offset += sizeof(footer);
+    return w->env->ops->sync(w->f, err);
+}
+
+st_code sto_sst_writer_finish(sto_sst_writer *w, uint64_t *file_bytes, st_err *err) {
+    st_code rc = w->failed;
+    if (rc != ST_OK)
+        st_err_set(err, rc, "SSTable %s failed earlier", w->path);
+    else if ((rc = write_tail(w, err)) != ST_OK)
+        st_err_prefix(err, "finishing SSTable %s: ", w->path);
+    if (rc != ST_OK) {
+        sto_sst_writer_abandon(w);
+        return rc;
+    }
+    rc = w->env->ops->wclose(w->f, err);
+    w->f = NULL;
+    if (rc != ST_OK) {
+        w->env->ops->remove(w->env, w->path, NULL);
+        writer_free(w);
+        return rc;
+    }
+    if (file_bytes)
+        *file_bytes = w->offset;
+    writer_free(w);
+    return ST_OK;
+}
+
+void sto_sst_writer_abandon(sto_sst_writer *w) {
+    if (!w)
+        return;
+    if (w->f)
+        w->env->ops->wclose(w->f, NULL);
+    w->env->ops->remove(w->env, w->path, NULL);
+    writer_free(w);
+}
+
+/* ======================== reader ======================== */
+
+struct sto_sst {
+    st_env *env;
+    char *path;
+    uint64_t id;
+    sto_cache *cache;
+    st_rfile *file;
+    atomic_int refs;
+    atomic_bool obsolete;
+    uint64_t file_bytes, entries, data_end;
+    uint8_t *index_mem, *filter_mem, *meta_mem; /* hot blocks, kept out of the cache */
+    sto_block index;
+    st_slice filter, smallest, largest;
+    size_t mem_bytes;
+    pthread_mutex_t pool_mu;
+    ZSTD_DCtx *dctx_pool[STO_SST_DCTX_POOL_MAX];
+    int n_dctx;
+};
+
+/* Decompression contexts are costly to create: tables keep a few idle ones for readers. */
+static ZSTD_DCtx *dctx_get(sto_sst *t) {
+    ZSTD_DCtx *d = NULL;
+    pthread_mutex_lock(&t->pool_mu);
+    if (t->n_dctx > 0)
+        d = t->dctx_pool[--t->n_dctx];
+    pthread_mutex_unlock(&t->pool_mu);
+    return d ? d : ZSTD_createDCtx();
+}
+
+static void dctx_put(sto_sst *t, ZSTD_DCtx *d) {
+    if (!d)
+        return;
+    pthread_mutex_lock(&t->pool_mu);
+    if (t->n_dctx < STO_SST_DCTX_POOL_MAX) {
+        t->dctx_pool[t->n_dctx++] = d;
+        d = NULL;
+    }
+    pthread_mutex_unlock(&t->pool_mu);
+    ZSTD_freeDCtx(d);
+}
+
+static st_code read_exact(sto_sst *t, uint64_t off, void *buf, size_t len, st_err *err) {
+    size_t got = 0;
+    st_code rc = t->env->ops->pread(t->file, off, buf, len, &got, err);
+    if (rc != ST_OK)
+        return rc;
+    if (got != len)
+        return st_err_set(err, ST_DATA_LOSS, "short read: %zu of %zu bytes at offset %llu", got,
+                          len, (unsigned long long)off);
+    return ST_OK;
+}
+
+/* Reads, checks and decompresses the block at h. The contents live in *mem, a malloc'd buffer
+ * of which the first `prefix` bytes are left for the caller (room for a header struct). */
+static st_code read_block(sto_sst *t, sst_handle h, size_t prefix, uint8_t **mem,
+                          st_slice *contents, st_err *err) {
+    size_t n = (size_t)h.size + STO_BLOCK_TRAILER_BYTES;
+    uint8_t *raw = malloc(prefix + n);
+    if (!raw)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a %zu-byte block", n);
+    st_code rc = read_exact(t, h.off, raw + prefix, n, err);
+    uint8_t *owned = NULL;
+    if (rc == ST_OK && raw[prefix + h.size] != STO_BLOCK_NONE) {
+        ZSTD_DCtx *d = dctx_get(t);
+        rc = sto_block_unseal(raw + prefix, n, d, prefix, contents, &owned, err);
+        dctx_put(t, d);
+    } else if (rc == ST_OK) {
+        rc = sto_block_unseal(raw + prefix, n, NULL, prefix, contents, &owned, err);
+    }
+    if (rc != ST_OK) {
+        free(raw);
+        return rc;
+    }
+    if (owned) { /* decompressed into a fresh buffer: the raw bytes are done with */
+        free(raw);
+        raw = owned;
+    }
+    *mem = raw;
+    return ST_OK;
+}
+
+static bool decode_handle(st_slice v, sst_handle *h) {
+    const uint8_t *p = v.data, *end = v.data + v.len;
+    return st_get_varint64(&p, end, &h->off) && st_get_varint64(&p, end, &h->size) && p == end;
+}
+
+/* Checks every index entry once at open: ordered keys and in-bounds, ordered data blocks. */
+static st_code validate_index(sto_sst *t, st_err *err) {
+    sto_block_iter it;
+    sto_block_iter_init(&it);
+    sto_block_iter_set(&it, &t->index);
+    uint64_t next_off = 0, blocks = 0;
+    st_buf prev;
+    st_buf_init(&prev);
+    st_code rc = ST_OK;
+    for (sto_block_iter_seek_first(&it); rc == ST_OK && sto_block_iter_valid(&it);
+         sto_block_iter_next(&it), blocks++) {
+        sst_handle h;
+        st_slice k = sto_block_iter_key(&it);
+        if (!decode_handle(it.value, &h) || h.off != next_off ||
+            !handle_ok(h, next_off, t->data_end) || (blocks && st_slice_cmp(k, st_buf_slice(&prev)) <= 0))
+            rc = st_err_set(err, ST_DATA_LOSS, "index entry %llu is invalid",
+                            (unsigned long long)blocks);
+        next_off = h.off + h.size + STO_BLOCK_TRAILER_BYTES;
+        st_buf_reset(&prev);
+        if (rc == ST_OK && st_buf_append(&prev, k.data, k.len) != ST_OK)
+            rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory checking the index");
+    }
+    if (rc == ST_OK && it.status != ST_OK)
+        rc = st_err_set(err, ST_DATA_LOSS, "index block has a malformed entry");
+    if (rc == ST_OK && next_off != t->data_end)
+        rc = st_err_set(err, ST_DATA_LOSS, "index does not cover the data blocks");
+    sto_block_iter_deinit(&it);
+    st_buf_free(&prev);
+    return rc;
+}
+
+static st_code parse_meta(sto_sst *t, st_slice m, uint64_t footer_entries, st_err *err) {
+    const uint8_t *p = m.data, *end = m.data + m.len;
+    uint64_t entries;
+    if (!st_get_len_prefixed(&p, end, &t->smallest) || !st_get_len_prefixed(&p, end, &t->largest) ||
+        !st_get_varint64(&p, end, &entries) || entries != footer_entries)
+        return st_err_set(err, ST_DATA_LOSS, "meta block is malformed");
+    if (entries > 0 && st_slice_cmp(t->smallest, t->largest) > 0)
+        return st_err_set(err, ST_DATA_LOSS, "meta block has smallest key > largest key");
+    return ST_OK;
+}
+
+static st_code load_hot_blocks(sto_sst *t, const sst_footer *f, st_err *err) {
+    st_slice c;
+    st_code rc = read_block(t, f->index, 0, &t->index_mem, &c, err);
+    if (rc == ST_OK)
+        t->mem_bytes += c.len;
+    if (rc == ST_OK && (rc = sto_block_parse(c, &t->index, err)) == ST_OK)
+        rc = validate_index(t, err);
+    if (rc == ST_OK && (rc = read_block(t, f->filter, 0, &t->filter_mem, &t->filter, err)) == ST_OK) {
+        t->mem_bytes += t->filter.len;
+        if (!sto_bloom_valid(t->filter))
+            rc = st_err_set(err, ST_DATA_LOSS, "bloom filter block is malformed");
+    }
+    if (rc == ST_OK && (rc = read_block(t, f->meta, 0, &t->meta_mem, &c, err)) == ST_OK) {
+        t->mem_bytes += c.len;
+        rc = parse_meta(t, c, f->entries, err);
+    }
+    return rc;
+}
+
+static void sst_destroy(sto_sst *t) {
+    if (t->file)
+        t->env->ops->rclose(t->file);
+    if (atomic_load(&t->obsolete) && t->path) {
+        st_err e;
+        if (t->env->ops->remove(t->env, t->path, &e) != ST_OK)
+            st_log(ST_LOG_WARN, "sst", "event=remove_failed path=%s err=\"%s\"", t->path, e.msg);
+    }
+    for (int i = 0; i < t->n_dctx; i++)
+        ZSTD_freeDCtx(t->dctx_pool[i]);
+    pthread_mutex_destroy(&t->pool_mu);
+    free(t->index_mem);
+    free(t->filter_mem);
+    free(t->meta_mem);
+    free(t->path);
+    free(t);
+}
+
+static st_code open_file(sto_sst *t, st_err *err) {
+    st_code rc = t->env->ops->ropen(t->env, t->path, &t->file, err);
+    if (rc == ST_OK)
+        rc = t->env->ops->rsize(t->file, &t->file_bytes, err);
+    if (rc != ST_OK)
+        return rc;
+    if (t->file_bytes < STO_SST_FOOTER_BYTES)
+        return st_err_set(err, ST_DATA_LOSS, "file of %llu bytes is too short for a footer",
+                          (unsigned long long)t->file_bytes);
+    uint8_t buf[STO_SST_FOOTER_BYTES];
+    sst_footer f;
+    if ((rc = read_exact(t, t->file_bytes - sizeof(buf), buf, sizeof(buf), err)) != ST_OK ||
+        (rc = decode_footer(buf, t->file_bytes, &f, err)) != ST_OK)
+        return rc;
+    t->entries = f.entries;
+    t->data_end = f.data_end;
+    return load_hot_blocks(t, &f, err);
+}
+
+st_code sto_sst_open(st_env *env, const char *path, uint64_t id, sto_cache *cache, sto_sst **out,
+                     st_err *err) {
+    sto_sst *t = calloc(1, sizeof(*t));
+    if (!t || !(t->path = strdup(path))) {
+        free(t);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening SSTable %s", path);
+    }
+    t->env = env;
+    t->id = id;
+    t->cache = cache;
+    atomic_init(&t->refs, 1);
+    atomic_init(&t->obsolete, false);
+    pthread_mutex_init(&t->pool_mu, NULL);
+    st_code rc = open_file(t, err);
+    if (rc != ST_OK) {
+        st_err_prefix(err, "opening SSTable %s: ", path);
+        sst_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return ST_OK;
+}
+
+void sto_sst_ref(sto_sst *t) { atomic_fetch_add(&t->refs, 1); }
+
+void sto_sst_unref(sto_sst *t) {
+    if (t && atomic_fetch_sub(&t->refs, 1) == 1)
+        sst_destroy(t);
+}
+
+void sto_sst_mark_obsolete(sto_sst *t) { atomic_store(&t->obsolete, true); }
+uint64_t sto_sst_file_bytes(const sto_sst *t) { return t->file_bytes; }
+size_t sto_sst_memory_bytes(const sto_sst *t) { return t->mem_bytes + sizeof(*t); }
+uint64_t sto_sst_entries(const sto_sst *t) { return t->entries; }
+st_slice sto_sst_smallest(const sto_sst *t) { return t->smallest; }
+st_slice sto_sst_largest(const sto_sst *t) { return t->largest; }
+
+bool sto_sst_may_contain_row(sto_sst *t, st_slice row_prefix) {
+    return sto_bloom_may_contain(t->filter, row_prefix);
+}
+
+uint64_t sto_sst_approx_offset(sto_sst *t, st_slice ikey) {
+    sto_block_iter it;
+    sto_block_iter_init(&it);
+    sto_block_iter_set(&it, &t->index);
+    sto_block_iter_seek(&it, ikey);
+    sst_handle h;
+    uint64_t off = t->data_end;
+    if (sto_block_iter_valid(&it) && decode_handle(it.value, &h))
+        off = h.off;
+    sto_block_iter_deinit(&it);
+    return off;
+}
+
+void sto_sst_for_each_block(sto_sst *t, void (*fn)(st_slice last_ikey, uint64_t end_offset, void *arg),
+                            void *arg) {
+    sto_block_iter it;
+    sto_block_iter_init(&it);
+    sto_block_iter_set(&it, &t->index);
+    sst_handle h;
+    for (sto_block_iter_seek_first(&it); sto_block_iter_valid(&it); sto_block_iter_next(&it)) {
+        if (decode_handle(it.value, &h))
+            fn(sto_block_iter_key(&it), h.off + h.size + STO_BLOCK_TRAILER_BYTES, arg);
+    }
+    sto_block_iter_deinit(&it);
+}
+
+/* ======================== data blocks through the cache ======================== */
+
+/* A parsed data block; its contents follow the struct in the same allocation. */
+typedef struct sst_blk {
+    sto_block block;
+} sst_blk;
+
+static void blk_delete(void *v) { free(v); }
+
+/* Returns a handle on the data block at h, from the cache or read from disk. */
+static st_code get_block(sto_sst *t, sto_cache *cache, sst_handle h, sto_cache_handle **out,
+                         st_err *err) {
+    sto_cache_handle *ch = sto_cache_lookup(cache, t->id, h.off);
+    if (ch) {
+        *out = ch;
+        return ST_OK;
+    }
+    uint8_t *mem;
+    st_slice c;
+    st_code rc = read_block(t, h, sizeof(sst_blk), &mem, &c, err);
+    if (rc != ST_OK)
+        return rc;
+    sst_blk *b = (sst_blk *)(void *)mem;
+    if ((rc = sto_block_parse(c, &b->block, err)) != ST_OK) {
+        free(mem);
+        return rc;
+    }
+    ch = sto_cache_insert(cache, t->id, h.off, b, sizeof(sst_blk) + c.len, blk_delete);
+    if (!ch) {
+        free(mem);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory caching a block");
+    }
+    *out = ch;
+    return ST_OK;
+}
+
+/* ======================== the two-level iterator ======================== */
+
+typedef struct sst_iter {
+    sto_kviter base;
+    sto_sst *t;
+    sto_cache *cache; /* t->cache; NULL means no caching */
+    sto_block_iter index_it, data_it;
+    sto_cache_handle *ch; /* current data block */
+    uint64_t blk_off;
+    st_code status;
+    st_err err;
+} sst_iter;
+
+static void release_block(sst_iter *it) {
+    if (it->ch) {
+        sto_cache_release(it->cache, it->ch);
+        it->ch = NULL;
+    }
+    it->data_it.b = NULL;
+}
+
+static void iter_fail(sst_iter *it, st_code rc) {
+    if (it->status == ST_OK) {
+        it->status = rc;
+        st_err_prefix(&it->err, "reading SSTable %s: ", it->t->path);
+    }
+    release_block(it);
+}
+
+/* Points data_it at the block the index iterator is on; false at the end or on error. */
+static bool load_data_block(sst_iter *it) {
+    if (!sto_block_iter_valid(&it->index_it)) {
+        if (it->index_it.status != ST_OK)
+            iter_fail(it, st_err_set(&it->err, ST_DATA_LOSS, "malformed index entry"));
+        release_block(it);
+        return false;
+    }
+    sst_handle h;
+    if (!decode_handle(it->index_it.value, &h)) {
+        iter_fail(it, st_err_set(&it->err, ST_DATA_LOSS, "malformed block handle in the index"));
+        return false;
+    }
+    if (it->ch && it->blk_off == h.off) {
+        sto_block_iter_set(&it->data_it, &((sst_blk *)sto_cache_value(it->ch))->block);
+        return true;
+    }
+    release_block(it);
+    st_code rc = get_block(it->t, it->cache, h, &it->ch, &it->err);
+    if (rc != ST_OK) {
+        st_err_prefix(&it->err, "block at offset %llu: ", (unsigned long long)h.off);
+        iter_fail(it, rc);
+        return false;
+    }
+    it->blk_off = h.off;
+    sto_block_iter_set(&it->data_it, &((sst_blk *)sto_cache_value(it->ch))->block);
+    return true;
+}
+
+/* A data-block iterator that stopped on a malformed entry fails the whole iterator. */
+static bool data_ok(sst_iter *it) {
+    if (it->data_it.b && it->data_it.status != ST_OK) {
+        st_code rc = it->data_it.status;
+        iter_fail(it, st_err_set(&it->err, rc, "malformed entry in the block at offset %llu",
+                                 (unsigned long long)it->blk_off));
+        return false;
+    }
+    return it->status == ST_OK;
+}
+
+static bool data_valid(sst_iter *it) {
+    return it->status == ST_OK && it->data_it.b && sto_block_iter_valid(&it->data_it);
+}
+
+static void skip_forward(sst_iter *it) {
+    while (data_ok(it) && !data_valid(it)) {
+        sto_block_iter_next(&it->index_it);
+        if (!load_data_block(it))
+            return;
+        sto_block_iter_seek_first(&it->data_it);
+    }
+}
+
+static void skip_backward(sst_iter *it) {
+    while (data_ok(it) && !data_valid(it)) {
+        sto_block_iter_prev(&it->index_it);
+        if (!load_data_block(it))
+            return;
+        sto_block_iter_seek_last(&it->data_it);
+    }
+}
+
+static void it_seek(sto_kviter *base, st_slice target) {
+    sst_iter *it = (sst_iter *)base;
+    if (it->status != ST_OK)
+        return;
+    sto_block_iter_seek(&it->index_it, target);
+    if (load_data_block(it)) {
+        sto_block_iter_seek(&it->data_it, target);
+        skip_forward(it);
+    }
+}
+
+static void it_seek_first(sto_kviter *base) {
+    sst_iter *it = (sst_iter *)base;
+    if (it->status != ST_OK)
+        return;
+    sto_block_iter_seek_first(&it->index_it);
+    if (load_data_block(it)) {
+        sto_block_iter_seek_first(&it->data_it);
+        skip_forward(it);
+    }
+}
+
+static void it_seek_last(sto_kviter *base) {
+    sst_iter *it = (sst_iter *)base;
+    if (it->status != ST_OK)
+        return;
+    sto_block_iter_seek_last(&it->index_it);
+    if (load_data_block(it)) {
+        sto_block_iter_seek_last(&it->data_it);
+        skip_backward(it);
+    }
+}
+
+static void it_next(sto_kviter *base) {
+    sst_iter *it = (sst_iter *)base;
+    if (!data_valid(it))
+        return;
+    sto_block_iter_next(&it->data_it);
+    skip_forward(it);
+}
+
+static void it_prev(sto_kviter *base) {
+    sst_iter *it = (sst_iter *)base;
+    if (!data_valid(it))
+        return;
+    sto_block_iter_prev(&it->data_it);
+    skip_backward(it);
+}
+
+static bool it_valid(sto_kviter *base) { return data_valid((sst_iter *)base); }
+
+static st_slice it_key(sto_kviter *base) {
+    return sto_block_iter_key(&((sst_iter *)base)->data_it);
+}
+
+static st_slice it_value(sto_kviter *base) { return ((sst_iter *)base)->data_it.value; }
+
+static st_code it_status(sto_kviter *base, st_err *err) {
+    sst_iter *it = (sst_iter *)base;
+    if (it->status != ST_OK && err)
+        *err = it->err;
+    return it->status;
+}
+
+static void it_free(sto_kviter *base) {
+    sst_iter *it = (sst_iter *)base;
+    release_block(it);
+    sto_block_iter_deinit(&it->index_it);
+    sto_block_iter_deinit(&it->data_it);
+    sto_sst_unref(it->t);
+    free(it);
+}
+
+static const sto_kviter_ops sst_iter_ops = {
+    .seek = it_seek,
+    .seek_first = it_seek_first,
+    .seek_last = it_seek_last,
+    .next = it_next,
+    .prev = it_prev,
+    .valid = it_valid,
+    .key = it_key,
+    .value = it_value,
+    .status = it_status,
+    .free = it_free,
+};
+
+sto_kviter *sto_sst_iter_new(sto_sst *t) {
+    sst_iter *it = calloc(1, sizeof(*it));
+    if (!it)
+        return NULL;
+    it->base.ops = &sst_iter_ops;
+    it->t = t;
+    it->cache = t->cache;
+    sto_sst_ref(t);
+    sto_block_iter_init(&it->index_it);
+    sto_block_iter_init(&it->data_it);
+    sto_block_iter_set(&it->index_it, &t->index);
+    return &it->base;
+}
