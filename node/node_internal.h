@@ -132,6 +132,8 @@ void node_rowlocks_free(node_rowlocks *l); /* NULL is fine */
 st_code node_rowlock_acquire(node_ctx *n, const char *table, st_slice row, node_rowlock_fn fn,
                              void *arg);
 void node_rowlock_release(node_ctx *n, const char *table, st_slice row);
+/* Takes the lock only if (table, row) is free now; true when taken. */
+bool node_rowlock_try(node_ctx *n, const char *table, st_slice row);
 
 /* ---- reading one row (CheckAndMutateRow, ReadModifyWriteRow) ---- */
 typedef struct node_row_cell {

@@ -113,8 +113,8 @@ st_code sto_block_seal(st_slice contents, void *cctx, int zstd_level, st_buf *ou
                           contents.len);
     uint8_t type = STO_BLOCK_NONE;
     if (cctx && zstd_level > 0 && contents.len > 0) {
-        size_t n = ZSTD_compressCCtx(cctx, out->data, bound, contents.data, contents.len,
-                                     zstd_level);
+        size_t n =
+            ZSTD_compressCCtx(cctx, out->data, bound, contents.data, contents.len, zstd_level);
         /* Compression costs every later read a decompression: keep it only when it pays. */
         if (!ZSTD_isError(n) && n <= contents.len - contents.len / 8) {
             type = STO_BLOCK_ZSTD;
@@ -154,8 +154,7 @@ st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, size_t pref
                          st_slice *contents, uint8_t **owned, st_err *err) {
     *owned = NULL;
     if (len < STO_BLOCK_TRAILER_BYTES)
-        return st_err_set(err, ST_DATA_LOSS, "block of %zu bytes is shorter than its trailer",
-                          len);
+        return st_err_set(err, ST_DATA_LOSS, "block of %zu bytes is shorter than its trailer", len);
     size_t n = len - STO_BLOCK_TRAILER_BYTES;
     uint32_t want = st_crc_unmask(st_get_fixed32(raw + n + 1));
     uint32_t got = st_crc32c(0, raw, n + 1);
@@ -190,11 +189,13 @@ st_code sto_block_parse(st_slice c, sto_block *b, st_err *err) {
     /* Restarts must increase and point inside the entries (an empty block has one at 0). */
     for (uint32_t i = 0; i < n; i++) {
         uint32_t r = st_get_fixed32(arr + 4 * (size_t)i);
-        bool ok = restarts == 0 ? (n == 1 && r == 0)
-                                : (r < restarts && (i == 0 ? r == 0 : r > st_get_fixed32(arr + 4 * (size_t)(i - 1))));
+        bool ok = restarts == 0
+                      ? (n == 1 && r == 0)
+                      : (r < restarts &&
+                         (i == 0 ? r == 0 : r > st_get_fixed32(arr + 4 * (size_t)(i - 1))));
         if (!ok)
-            return st_err_set(err, ST_DATA_LOSS, "block restart point %u (offset %u) is invalid",
-                              i, r);
+            return st_err_set(err, ST_DATA_LOSS, "block restart point %u (offset %u) is invalid", i,
+                              r);
     }
     b->data = c.data;
     b->restarts = restarts;
@@ -291,8 +292,8 @@ static void seek_to_restart(sto_block_iter *it, uint32_t i) {
 /* The full key stored at restart i (shared must be 0 there); false when malformed. */
 static bool key_at_restart(const sto_block *b, uint32_t i, st_slice *key) {
     uint64_t shared, unshared, vlen;
-    const uint8_t *p = decode_header(b->data + restart_at(b, i), b->data + b->restarts, &shared,
-                                     &unshared, &vlen);
+    const uint8_t *p =
+        decode_header(b->data + restart_at(b, i), b->data + b->restarts, &shared, &unshared, &vlen);
     if (!p || shared != 0)
         return false;
     *key = st_slice_make(p, (size_t)unshared);

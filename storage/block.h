@@ -39,7 +39,9 @@ st_code sto_block_builder_add(sto_block_builder *b, st_slice key, st_slice value
 /* Appends the restart array; the returned contents are valid until the next reset. */
 st_code sto_block_builder_finish(sto_block_builder *b, st_slice *contents);
 size_t sto_block_builder_size(const sto_block_builder *b); /* contents size if finished now */
-static inline bool sto_block_builder_empty(const sto_block_builder *b) { return b->entries == 0; }
+static inline bool sto_block_builder_empty(const sto_block_builder *b) {
+    return b->entries == 0;
+}
 
 /* Writes contents + trailer to out (reset first). With zstd_level > 0 and cctx, the block is
  * stored zstd-compressed when that saves at least 1/8 of its size. cctx is a ZSTD_CCtx *. */
@@ -56,7 +58,7 @@ st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, size_t pref
 /* ---- reading ---- */
 typedef struct sto_block {
     const uint8_t *data;
-    uint32_t restarts;   /* offset of the restart array = end of the entries */
+    uint32_t restarts; /* offset of the restart array = end of the entries */
     uint32_t n_restarts;
 } sto_block;
 

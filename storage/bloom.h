@@ -12,8 +12,9 @@
 
 #define STO_BLOOM_SEED 0x5354524154414246ull /* "STRATABF" */
 #define STO_BLOOM_PROBES_MAX 30
-/* A filter covers at most this many bits (positions are 32-bit): ~400 M keys at 10 bits/key. */
-#define STO_BLOOM_BITS_MAX 0xffffffc0u
+/* A filter has at most this many bits, so its block stays under STO_BLOCK_BYTES_MAX (128 MiB):
+ * ~107 M rows at 10 bits/key; bigger tables get a denser (less selective) filter. */
+#define STO_BLOOM_BITS_MAX ((1u << 30) - 64)
 
 typedef struct sto_bloom_builder {
     uint64_t *hashes;

@@ -2,11 +2,12 @@
  * compaction.c and manifest.c (private to storage/).
  *
  * Locks, always taken in this order (never the reverse):
+ *   t->gate       (rwlock) writers read-hold it from validation to log append (tablets in id
+ *                 order); split and drop write-hold it so no new record for the tablet enters
+ *                 the log while they wait for the records already there to be applied.
  *   db->meta_mu   serialises metadata changes (SSTable lists, tablet set, holders) together with the
  *                 manifest rewrite that makes them durable; held across that I/O, but no writer or
  *                 reader ever takes it.
- *   t->gate       (rwlock) writers read-hold it from validation to log append; split and drop
- *                 write-hold it so no new record for the tablet enters the log.
  *   db->mu        the tablet map, job flags, holders, stall and worker conditions. Short.
  *   t->mu         the tablet's memtable and SSTable lists. Short; the commit thread holds it while
  *                 it applies one record, snapshots while they copy the lists.
@@ -37,7 +38,7 @@
 #define STO_RETRY_MAX_US 5000000             /* backoff cap for failed flushes/compactions */
 #define STO_WRITE_ROWS_MAX 1000000           /* row mutations per sto_write call */
 #define STO_MUTS_PER_ROW_MAX 100000          /* mutations per row mutation */
-#define STO_RO_MSG_MAX 256
+#define STO_RO_MSG_MAX ST_ERR_MSG_MAX
 
 /* One SSTable file known to the engine. Tablets list it (tablet_refs, under meta_mu); when the
  * last tablet lets go it is marked obsolete and the db's reference dropped, so the file goes once

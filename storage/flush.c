@@ -118,7 +118,7 @@ static st_code flush_one(sto_db *db, sto_tablet *t, bool *did, st_err *err) {
 }
 
 /* db->mu held: records a background failure for stalled writers and schedules the retry. */
-static void note_result(sto_db *db, sto_tablet *t, st_code rc, const st_err *e) {
+static void note_result(sto_tablet *t, st_code rc, const st_err *e) {
     if (rc == ST_OK) {
         t->bg_code = ST_OK;
         t->backoff_us = 0;
@@ -148,7 +148,7 @@ st_code sto_tablet_flush_imms(sto_db *db, sto_tablet *t, st_err *err) {
     while (rc == ST_OK && did)
         rc = flush_one(db, t, &did, &e);
     pthread_mutex_lock(&db->mu);
-    note_result(db, t, rc, &e);
+    note_result(t, rc, &e);
     t->flushing = false;
     pthread_cond_broadcast(&db->stall_cv);
     pthread_cond_broadcast(&db->bg_cv);
@@ -178,7 +178,7 @@ bool sto_flush_pick_and_run(sto_db *db) {
     st_err_clear(&e);
     st_code rc = flush_one(db, best, &did, &e);
     pthread_mutex_lock(&db->mu);
-    note_result(db, best, rc, &e);
+    note_result(best, rc, &e);
     best->flushing = false;
     pthread_cond_broadcast(&db->stall_cv);
     return true;

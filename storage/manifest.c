@@ -403,8 +403,8 @@ static st_code build_tablet(sto_db *db, const mf_tablet *m, sto_file **files, si
 }
 
 static st_code load_state(sto_db *db, sto_mf_state *st, uint64_t *replay_from, st_err *err) {
-    sto_file **files;
-    size_t n_files;
+    sto_file **files = NULL;
+    size_t n_files = 0;
     st_code rc = open_files(db, st, &files, &n_files, err);
     if (rc != ST_OK)
         return rc;

@@ -59,7 +59,8 @@ uint64_t sto_sst_approx_offset(sto_sst *t, st_slice ikey);
 void sto_sst_for_each_block(sto_sst *t, void (*fn)(st_slice last_ikey, uint64_t end_offset, void *arg),
                             void *arg);
 
-/* An iterator over the table (holds a reference on t). */
+/* An iterator over the table (holds a reference on t); NULL when memory runs out. Data blocks
+ * are read through the cache given to sto_sst_open (NULL cache: read and dropped per block). */
 sto_kviter *sto_sst_iter_new(sto_sst *t);
 
 #endif

@@ -47,6 +47,14 @@ struct rpc_ccall {
     st_code status;
     char message[RPC_GRPC_MESSAGE_MAX];
     st_err local; /* an error found on our side (bad response framing) */
+    /* Kept to resubmit a request the server refused before processing it (REFUSED_STREAM, e.g.
+     * sent before its SETTINGS_MAX_CONCURRENT_STREAMS arrived), as gRPC clients do. */
+    st_arena arena;
+    const char *path;
+    rpc_metadata *md;
+    size_t md_count;
+    int64_t deadline_us; /* st_mono_us; 0 = none */
+    int refused_retries;
     struct event *deadline_ev;
     rpc_ccall *prev, *next;
 };
@@ -73,6 +81,7 @@ static void ccall_complete(rpc_ccall *call, st_code code, const char *message) {
     call->on_done(call, code, message ? message : "", call->arg);
     rpc_deframer_deinit(&call->deframer);
     st_buf_free(&call->body);
+    st_arena_deinit(&call->arena);
     free(call);
 }
 
@@ -176,11 +185,8 @@ static ssize_t body_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
         n = length;
     memcpy(buf, call->body.data + call->body_off, n);
     call->body_off += n;
-    if (call->body_off == call->body.len) {
+    if (call->body_off == call->body.len)
         *data_flags |= NGHTTP2_DATA_FLAG_EOF;
-        st_buf_free(&call->body); /* sent: no need to keep it */
-        call->body_off = 0;
-    }
     return (ssize_t)n;
 }
 
@@ -243,12 +249,48 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     return 0;
 }
 
+static bool ccall_submit(rpc_client *c, rpc_ccall *call);
+
 static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code,
                            void *user_data) {
-    (void)user_data;
+    rpc_client *c = user_data;
     rpc_ccall *call = nghttp2_session_get_stream_user_data(session, stream_id);
-    if (call)
-        ccall_stream_closed(call, error_code);
+    if (!call)
+        return 0;
+    if (error_code == NGHTTP2_REFUSED_STREAM && !call->got_status && call->http_status == 0 &&
+        call->deframer.messages == 0 && !call->cancelled && !call->deadline_hit &&
+        call->local.code == ST_OK && call->refused_retries < RPC_REFUSED_RETRIES_MAX) {
+        call->refused_retries++;
+        call->body_off = 0;
+        rpc_deframer_deinit(&call->deframer);
+        rpc_deframer_init(&call->deframer, c->opts.message_bytes_max);
+        if (ccall_submit(c, call))
+            return 0;
+    }
+    ccall_stream_closed(call, error_code);
+    return 0;
+}
+
+/* A request whose HEADERS never went out (cancelled or timed out while waiting for a stream slot
+ * under the server's SETTINGS_MAX_CONCURRENT_STREAMS): nghttp2 opened no stream, so no close
+ * callback will come; complete the call here. */
+static int on_frame_not_send(nghttp2_session *session, const nghttp2_frame *frame, int lib_error,
+                             void *user_data) {
+    (void)session;
+    rpc_client *c = user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    for (rpc_ccall *call = c->calls; call; call = call->next) {
+        if (call->stream_id != frame->hd.stream_id)
+            continue;
+        st_log(ST_LOG_DEBUG, "rpc", "msg=\"request headers not sent\" stream=%d err=\"%s\"",
+               call->stream_id, nghttp2_strerror(lib_error));
+        if (!call->cancelled && !call->deadline_hit)
+            st_err_set(&call->local, ST_UNAVAILABLE, "request not sent: %s",
+                       nghttp2_strerror(lib_error));
+        ccall_stream_closed(call, NGHTTP2_CANCEL);
+        break;
+    }
     return 0;
 }
 
@@ -326,6 +368,7 @@ static bool client_session_new(rpc_client *c) {
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
     int rv = nghttp2_session_client_new(&c->session, cbs, c);
     nghttp2_session_callbacks_del(cbs);
     if (rv != 0)
@@ -428,31 +471,47 @@ void rpc_ccall_cancel(rpc_ccall *call) {
     client_kick(c);
 }
 
-static bool ccall_submit(rpc_client *c, rpc_ccall *call, const char *path, const rpc_metadata *md,
-                         size_t md_count, int64_t timeout_ms) {
+static bool ccall_submit(rpc_client *c, rpc_ccall *call) {
     char timeout[16] = "";
     nghttp2_nv fixed[] = {NV(":method", "POST"), NV(":scheme", c->opts.ssl_ctx ? "https" : "http"),
-                          NV(":path", path), NV(":authority", c->host),
+                          NV(":path", call->path), NV(":authority", c->host),
                           NV("content-type", "application/grpc"), NV("te", "trailers"),
                           NV("grpc-timeout", timeout)};
     size_t nfixed = 6;
-    if (timeout_ms > 0) {
-        rpc_timeout_format(timeout_ms * 1000, timeout);
+    if (call->deadline_us) {
+        rpc_timeout_format(call->deadline_us - st_mono_us(), timeout);
         fixed[6].valuelen = strlen(timeout);
         nfixed = 7;
     }
-    if (md_count > RPC_HEADERS_COUNT_MAX)
-        return false;
     nghttp2_nv nva[7 + RPC_HEADERS_COUNT_MAX];
     memcpy(nva, fixed, nfixed * sizeof(nghttp2_nv));
-    for (size_t i = 0; i < md_count; i++)
-        nva[nfixed + i] = (nghttp2_nv){(uint8_t *)md[i].name, (uint8_t *)md[i].value,
-                                       strlen(md[i].name), strlen(md[i].value),
+    for (size_t i = 0; i < call->md_count; i++)
+        nva[nfixed + i] = (nghttp2_nv){(uint8_t *)call->md[i].name, (uint8_t *)call->md[i].value,
+                                       strlen(call->md[i].name), strlen(call->md[i].value),
                                        NGHTTP2_NV_FLAG_NONE};
     nghttp2_data_provider prd = {.source = {.ptr = call}, .read_callback = body_read_cb};
     call->stream_id =
-        nghttp2_submit_request(c->session, NULL, nva, nfixed + md_count, &prd, call);
+        nghttp2_submit_request(c->session, NULL, nva, nfixed + call->md_count, &prd, call);
     return call->stream_id > 0;
+}
+
+/* Copies path and metadata into the call's arena so a refused request can be resubmitted. */
+static bool ccall_keep_request(rpc_ccall *call, const char *path, const rpc_metadata *md,
+                               size_t md_count) {
+    if (md_count > RPC_HEADERS_COUNT_MAX)
+        return false;
+    call->path = st_arena_dup(&call->arena, path, strlen(path) + 1);
+    call->md = md_count ? st_arena_alloc(&call->arena, md_count * sizeof(*md)) : NULL;
+    if (!call->path || (md_count && !call->md))
+        return false;
+    for (size_t i = 0; i < md_count; i++) {
+        call->md[i].name = st_arena_dup(&call->arena, md[i].name, strlen(md[i].name) + 1);
+        call->md[i].value = st_arena_dup(&call->arena, md[i].value, strlen(md[i].value) + 1);
+        if (!call->md[i].name || !call->md[i].value)
+            return false;
+    }
+    call->md_count = md_count;
+    return true;
 }
 
 rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
@@ -469,20 +528,24 @@ rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
     call->arg = arg;
     rpc_deframer_init(&call->deframer, c->opts.message_bytes_max);
     st_buf_init(&call->body);
+    st_arena_init(&call->arena, 1024);
     uint8_t prefix[5];
     rpc_frame_prefix(prefix, (uint32_t)request.len);
     bool ok = st_buf_append(&call->body, prefix, 5) == ST_OK &&
               st_buf_append(&call->body, request.data, request.len) == ST_OK;
+    ok = ok && ccall_keep_request(call, path, md, md_count);
     if (ok && timeout_ms > 0) {
+        call->deadline_us = st_mono_us() + timeout_ms * 1000;
         struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)(timeout_ms % 1000) * 1000};
         call->deadline_ev = evtimer_new(c->base, ccall_deadline_cb, call);
         ok = call->deadline_ev && evtimer_add(call->deadline_ev, &tv) == 0;
     }
-    if (!ok || !ccall_submit(c, call, path, md, md_count, timeout_ms)) {
+    if (!ok || !ccall_submit(c, call)) {
         if (call->deadline_ev)
             event_free(call->deadline_ev);
         rpc_deframer_deinit(&call->deframer);
         st_buf_free(&call->body);
+        st_arena_deinit(&call->arena);
         free(call);
         return NULL;
     }

@@ -237,6 +237,9 @@ void rpc_call_set_writable_cb(rpc_call *call, void (*on_writable)(rpc_call *, vo
     call->on_writable_arg = arg;
     if (call->conn && !call->notify_ev)
         call->notify_ev = event_new(call->conn->srv->base, -1, 0, call_notify_cb, call);
+    /* Room already: say so from the loop, so a producer that registers late is not stranded. */
+    if (call->notify_ev && rpc_call_writable(call))
+        event_active(call->notify_ev, EV_TIMEOUT, 0);
 }
 
 /* ---- connection output ---- */

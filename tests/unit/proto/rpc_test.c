@@ -821,6 +821,46 @@ static void test_rpc_deadline_cancels_server_call(void **state) {
     fixture_stop(f);
 }
 
+/* Deadlines on many calls at once, more than the server's stream limit, so some of them expire
+ * while still waiting for a stream slot (their HEADERS never leave the client). */
+typedef struct dl_ctx {
+    int done, deadline;
+} dl_ctx;
+
+static void dl_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    (void)message;
+    dl_ctx *d = arg;
+    d->done++;
+    d->deadline += code == ST_DEADLINE_EXCEEDED;
+    if (code != ST_DEADLINE_EXCEEDED)
+        print_message("queued call ended with %s: %s\n", st_code_name(code), message);
+}
+
+static void test_rpc_deadlines_on_queued_calls(void **state) {
+    (void)state;
+    rpc_server_opts opts = {.streams_max = 8};
+    fixture *f = fixture_start(&opts);
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    enum { N = 40 };
+    dl_ctx d = {0};
+    for (int i = 0; i < N; i++)
+        assert_non_null(rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 300, NULL,
+                                        dl_done, &d));
+    while (d.done < N && event_base_loop(base, EVLOOP_ONCE) == 0)
+        ;
+    assert_int_equal(d.deadline, N);
+    assert_true(rpc_client_alive(c));
+    /* The connection is still good for more calls. */
+    st_err status = {0};
+    (void)status;
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    fixture_stop(f);
+}
+
 typedef struct cancel_ctx {
     bool done;
     st_code code;
@@ -1028,6 +1068,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_stream_many_small_messages),
         cmocka_unit_test(test_rpc_stream_cancel_midway),
         cmocka_unit_test(test_rpc_deadline_cancels_server_call),
+        cmocka_unit_test(test_rpc_deadlines_on_queued_calls),
         cmocka_unit_test(test_rpc_client_cancel_reaches_handler),
         cmocka_unit_test(test_rpc_bad_frames_end_stream_or_connection),
         cmocka_unit_test(test_rpc_tls_alpn_h2),

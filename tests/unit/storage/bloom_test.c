@@ -65,8 +65,11 @@ static void test_bloom_sequential_row_prefixes(void **state) {
     (void)state;
     enum { N = 50000, L = 16 };
     uint8_t *keys = malloc((size_t)N * L);
-    for (size_t i = 0; i < N; i++) /* "user00000000" + 2 * i, enc() terminator */
-        snprintf((char *)keys + i * L, L, "user%010zu", 2 * i), keys[i * L + 14] = 0, keys[i * L + 15] = 1;
+    for (size_t i = 0; i < N; i++) { /* "user0000000000" + 2 * i, then enc()'s terminator */
+        snprintf((char *)keys + i * L, L, "user%010zu", 2 * i);
+        keys[i * L + 14] = 0;
+        keys[i * L + 15] = 1;
+    }
     sto_bloom_builder b;
     sto_bloom_builder_init(&b, 10);
     st_buf f;

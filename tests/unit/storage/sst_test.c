@@ -429,6 +429,51 @@ static void test_sst_missing_and_short_files(void **state) {
     assert_non_null(strstr(err.msg, f->path));
 }
 
+/* Disk full or EIO on the Nth append/sync/open, for every N: the writer reports the env's code,
+ * leaves no file behind, and a run without faults still produces a readable table. */
+static void test_sst_write_failures_are_reported(void **state) {
+    fixture *f = *state;
+    st_rng_seed(&f->rng, 11);
+    size_t n = 300;
+    ent *es = make_entries(&f->rng, &n, true, 100);
+    st_env *fe = st_env_fault_new(f->env);
+    assert_non_null(fe);
+    sto_sst_options o = {.block_bytes = 1024};
+    bool succeeded = false;
+    for (int64_t fail_at = 0; !succeeded; fail_at++) {
+        st_code want = fail_at % 2 ? ST_RESOURCE_EXHAUSTED : ST_INTERNAL;
+        st_env_fault_set(fe, fail_at, want);
+        sto_sst_writer *w = NULL;
+        st_err err;
+        st_code rc = sto_sst_writer_new(fe, f->path, &o, &w, &err);
+        for (size_t i = 0; rc == ST_OK && i < n; i++)
+            rc = sto_sst_writer_add(w, ek(&es[i]), ev(&es[i]), &err);
+        if (rc == ST_OK) {
+            rc = sto_sst_writer_finish(w, NULL, &err);
+        } else if (w) {
+            assert_int_equal(sto_sst_writer_add(w, ST_SLICE_LIT("\xff"), ST_SLICE_LIT(""), &err), rc);
+            sto_sst_writer_abandon(w);
+        }
+        st_env_fault_set(fe, -1, ST_OK);
+        bool exists = true;
+        assert_int_equal(f->env->ops->exists(f->env, f->path, &exists, NULL), ST_OK);
+        if (rc == ST_OK) {
+            succeeded = true;
+            assert_true(exists);
+        } else {
+            assert_int_equal(rc, want);
+            assert_non_null(strstr(err.msg, "SSTable"));
+            assert_false(exists);
+        }
+    }
+    sto_sst *t;
+    assert_int_equal(sto_sst_open(f->env, f->path, 10, NULL, &t, NULL), ST_OK);
+    check_table(t, es, n, &f->rng, 100);
+    sto_sst_unref(t);
+    fe->ops->destroy(fe);
+    free_entries(es, n);
+}
+
 /* ---- corruption ---- */
 
 /* Opens the table at f->path and checks that whatever it yields is a correct prefix (forward)
@@ -579,6 +624,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sst_obsolete_file_removed_at_last_unref, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sst_missing_and_short_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sst_write_failures_are_reported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_corruption_never_crashes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_concurrent_readers, setup, teardown),
     };

@@ -42,6 +42,7 @@ struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
 #define RPC_CALL_ARENA_BLOCK_BYTES ((size_t)4096)
 #define RPC_POST_QUEUE_MAX ((size_t)1 << 20) /* pending rpc_server_post functions */
 #define RPC_GRPC_MESSAGE_MAX 1024            /* bytes of grpc-message text kept */
+#define RPC_REFUSED_RETRIES_MAX 8 /* client resubmits of a request refused unprocessed */
 
 /* ---- the gRPC length-prefixed message deframer (exposed for the fuzz target and tests) ----
  * Each message is 1 flag byte (0 = plain, 1 = compressed), a 4-byte big-endian length, then the

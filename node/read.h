@@ -1,0 +1,103 @@
+/* read.h — ReadRows building blocks (private to node/): row-set normalisation, the walk of a row
+ * set over a table's tablets, and the CellChunk encoder. All pure functions (read_plan.c), so
+ * tests drive them without a node; read.c puts them together with storage, filters and the
+ * call's flow control.
+ *
+ * Row sets. A RowSet (keys + ranges) becomes a sorted list of disjoint half-open ranges
+ * [start, end) over row keys: an open start k becomes the closed start k"\0" (k's immediate
+ * successor in byte order), a closed end k becomes the open end k"\0", a key k becomes
+ * [k, k"\0"). Empty start = from the first row; empty end = no upper bound (an empty key in any
+ * bound means "unbounded", as the emulator does). Overlapping or touching ranges merge.
+ *
+ * Chunks. Each row is encoded whole into one ReadRowsResponse (the Go client checks after every
+ * message that no row is left half-done: chunkReader.Close in bigtable.go), as CellChunks in the
+ * wire format of ReadRowsResponse field 1: row_key on the row's first chunk, family_name when
+ * the family changes, qualifier when family or qualifier changes, timestamp and labels on a
+ * cell's first chunk, values over a chunk size split with value_size = total on the non-final
+ * chunks, commit_row on the row's last chunk (as the emulator does). */
+#ifndef NODE_READ_H
+#define NODE_READ_H
+
+#include <strata/base.h>
+
+#include "filter.h"
+#include "google/bigtable/v2/data.pb-c.h"
+#include "node_internal.h"
+
+/* A value longer than this travels in several CellChunks. */
+#define NODE_READ_VALUE_CHUNK_BYTES ((size_t)1 << 20)
+/* A ReadRowsResponse is sent once its chunks reach this size (whole rows only). */
+#define NODE_READ_BATCH_BYTES ((size_t)1 << 20)
+/* Largest row a read returns (after the filter), and largest row materialised for a row-level
+ * filter. Cloud Bigtable: "Rows which exceed 256MiB in size cannot be read in full" and
+ * FAILED_PRECONDITION "Read returned N MiB from row '...' which exceeds the limit of 256MiB". */
+#define NODE_READ_ROW_BYTES_MAX ((size_t)256 << 20)
+/* Room kept in a response message for everything besides the chunks (key, stats). */
+#define NODE_READ_MESSAGE_SLACK_BYTES ((size_t)64 << 10)
+/* Work per event-loop turn, so one huge scan cannot starve other clients: a turn ends after a
+ * response batch was sent, or after this many rows or cells were scanned. */
+#define NODE_READ_TURN_ROWS 1000
+#define NODE_READ_TURN_CELLS 20000
+/* Most row keys plus ranges accepted in one RowSet (a 1 MiB request holds fewer). */
+#define NODE_READ_ROWSET_MAX ((size_t)1 << 20)
+
+/* [start, end) over row keys; empty start = first row, empty end = unbounded. */
+typedef struct node_key_range {
+    st_slice start;
+    st_slice end;
+} node_key_range;
+
+typedef struct node_rowset {
+    node_key_range *v; /* sorted, disjoint, non-touching */
+    size_t n;
+} node_rowset;
+
+/* Normalises rs (NULL or empty = every row) into out, allocating from arena (slices may point
+ * into rs). INVALID_ARGUMENT for a key over NODE_ROW_KEY_MAX bytes or a range whose start is not
+ * below its end ("Error in field 'row_ranges' : Error in element #0 : start_key must be less than
+ * end_key"); RESOURCE_EXHAUSTED when memory runs out. A row set whose every key is empty selects
+ * no rows (out->n == 0). */
+st_code node_rowset_from_pb(const Google__Bigtable__V2__RowSet *rs, st_arena *arena,
+                            node_rowset *out, st_err *err);
+
+/* Sorts and merges v[0..n) in place (any order, overlaps allowed); returns the new count. Ranges
+ * that select nothing (start >= end) are dropped. */
+size_t node_rowset_merge(node_key_range *v, size_t n);
+
+/* ---- walking a row set over tablets ---- */
+/* The walk keeps its position as a key (copied), so the tablet map may change between pieces
+ * (splits): each piece looks the tablets up afresh. */
+typedef struct node_scan {
+    const node_rowset *rs;
+    bool reversed;
+    size_t done;    /* ranges finished, counted in scan order */
+    bool has_pos;   /* inside range `done`: forward, rows >= pos; reverse, rows < pos */
+    st_buf pos;
+    st_buf lo, hi;  /* the current piece's bounds (owned copies) */
+} node_scan;
+
+void node_scan_init(node_scan *s, const node_rowset *rs, bool reversed);
+void node_scan_deinit(node_scan *s);
+/* The next piece: the part of the current range inside one tablet of v[0..n) (sorted by start,
+ * contiguous, covering all rows). Its slices are valid until the next call. Returns ST_OK with
+ * *tablet = the tablet's index, ST_NOT_FOUND when the row set is exhausted, ST_RESOURCE_EXHAUSTED
+ * when memory runs out. The scan moves past the piece at once: read it fully before the next
+ * call. */
+st_code node_scan_next(node_scan *s, const node_tablet *v, size_t n, node_key_range *piece,
+                       size_t *tablet);
+
+/* ---- the chunk encoder ---- */
+/* Bytes node_read_encode_row appends for this row. */
+size_t node_read_row_encoded_bytes(st_slice key, const node_cell *const *cells, size_t n,
+                                   size_t value_chunk_bytes);
+/* Appends the CellChunks of one row (n >= 1 cells in Bigtable order) to out, as repeated
+ * ReadRowsResponse.chunks (field 1). INTERNAL for a value over INT32_MAX bytes,
+ * RESOURCE_EXHAUSTED if memory runs out (out unchanged then). */
+st_code node_read_encode_row(st_buf *out, st_slice key, const node_cell *const *cells, size_t n,
+                             size_t value_chunk_bytes, st_err *err);
+/* Appends ReadRowsResponse.last_scanned_row_key (field 2). */
+st_code node_read_encode_last_scanned(st_buf *out, st_slice key);
+/* Bytes a row holds for the NODE_READ_ROW_BYTES_MAX check: key, names, values and labels. */
+size_t node_read_cell_bytes(const node_cell *c);
+
+#endif

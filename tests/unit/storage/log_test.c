@@ -1,0 +1,1019 @@
+/*
+ * Proves the commit log keeps every acknowledged record and nothing else it should not: row
+ * mutations survive encode/decode and hostile bytes are refused; appends replay in lsn order;
+ * concurrent appenders share fdatasyncs (counted by the log's stats); segments roll over and
+ * trim; cursors read while appends continue; a torn tail ends recovery and appends continue
+ * after it; corruption or a missing segment before the tail is ST_DATA_LOSS; a full disk fails
+ * the appends of a group and the log recovers when space returns; and a crash loop on the
+ * in-memory env (unsynced bytes garbled) finds every acknowledged record after each crash.
+ * Randomized parts take STRATA_SEED.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include "log.h"
+
+#define LOGDIR "/db/log"
+
+/* cmocka's assertions must not run off the main thread; worker threads abort with a message. */
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "check failed: %s at %s:%d\n", #cond, __FILE__, __LINE__);             \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* ---- test rows: everything in a row follows from its id, so replay can check content ---- */
+
+typedef struct trow {
+    sto_row_mut row;
+    sto_mut muts[2];
+    char key[32];
+    uint8_t *val;
+} trow;
+
+static size_t val_len(uint64_t id, size_t max_val) {
+    return max_val ? (size_t)(st_hash64(&id, sizeof id, 7) % (max_val + 1)) : 0;
+}
+
+static void val_fill(uint64_t id, uint8_t *p, size_t n) {
+    st_rng r;
+    st_rng_seed(&r, id * 31 + 1);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)st_rng_next(&r);
+}
+
+static void trow_make(trow *t, uint64_t id, size_t max_val) {
+    memset(t, 0, sizeof *t);
+    snprintf(t->key, sizeof t->key, "k%016llx", (unsigned long long)id);
+    size_t n = val_len(id, max_val);
+    t->val = malloc(n ? n : 1);
+    val_fill(id, t->val, n);
+    t->muts[0] = (sto_mut){.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"),
+                           .qualifier = ST_SLICE_LIT("q"), .ts_us = (int64_t)id,
+                           .value = st_slice_make(t->val, n)};
+    t->muts[1] = (sto_mut){.type = STO_MUT_DEL_COLUMN, .family = ST_SLICE_LIT("g"),
+                           .qualifier = ST_SLICE_LIT("c"), .ts_start_us = 0,
+                           .ts_end_us = STO_TS_END_INF};
+    t->row = (sto_row_mut){.tablet_id = id % 7, .row = st_slice_cstr(t->key), .muts = t->muts,
+                           .n_muts = 1 + id % 2, .version = id, .commit_ts_us = id * 10,
+                           .origin = 3, .flags = (uint32_t)(id % 3)};
+}
+
+static void trow_free(trow *t) { free(t->val); }
+
+/* Checks a read-back row against its id and returns the id. */
+static uint64_t trow_check(const sto_row_mut *r, size_t max_val) {
+    char key[32];
+    assert_true(r->row.len < sizeof key);
+    memcpy(key, r->row.data, r->row.len);
+    key[r->row.len] = '\0';
+    uint64_t id = strtoull(key + 1, NULL, 16);
+    trow want;
+    trow_make(&want, id, max_val);
+    assert_true(st_slice_eq(r->row, want.row.row));
+    assert_int_equal(r->tablet_id, want.row.tablet_id);
+    assert_int_equal(r->version, want.row.version);
+    assert_int_equal(r->commit_ts_us, want.row.commit_ts_us);
+    assert_int_equal(r->origin, 3);
+    assert_int_equal(r->flags, want.row.flags);
+    assert_int_equal(r->n_muts, want.row.n_muts);
+    assert_int_equal(r->muts[0].type, STO_MUT_SET_CELL);
+    assert_int_equal(r->muts[0].ts_us, (int64_t)id);
+    assert_true(st_slice_eq(r->muts[0].value, want.muts[0].value));
+    trow_free(&want);
+    return id;
+}
+
+/* ---- waiting for done callbacks ---- */
+
+typedef struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    st_code code;
+    uint64_t lsn;
+} waiter;
+
+static void waiter_init(waiter *w) {
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->done = false;
+}
+
+static void waiter_deinit(waiter *w) {
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+}
+
+static void waiter_done(st_code code, uint64_t first_lsn, const st_err *err, void *arg) {
+    (void)err;
+    waiter *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->code = code;
+    w->lsn = first_lsn;
+    w->done = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static st_code waiter_wait(waiter *w, uint64_t *lsn) {
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    if (lsn)
+        *lsn = w->lsn;
+    return w->code;
+}
+
+/* Appends rows with ids [id, id + n) and waits; returns the done code. */
+static st_code append_ids(sto_log *log, uint64_t id, size_t n, size_t max_val, uint64_t *lsn) {
+    trow *t = calloc(n, sizeof *t);
+    sto_row_mut *rows = calloc(n, sizeof *rows);
+    for (size_t i = 0; i < n; i++) {
+        trow_make(&t[i], id + i, max_val);
+        rows[i] = t[i].row;
+    }
+    waiter w;
+    waiter_init(&w);
+    st_err err;
+    st_code rc = sto_log_append(log, rows, n, waiter_done, &w, &err);
+    for (size_t i = 0; i < n; i++)
+        trow_free(&t[i]);
+    free(t);
+    free(rows);
+    if (rc == ST_OK)
+        rc = waiter_wait(&w, lsn);
+    waiter_deinit(&w);
+    return rc;
+}
+
+/* ---- replay collection ---- */
+
+typedef struct collected {
+    uint64_t *lsn, *id;
+    size_t n, cap;
+    size_t max_val;
+} collected;
+
+static st_code collect_fn(const sto_log_record *rec, void *arg) {
+    collected *c = arg;
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 64;
+        c->lsn = realloc(c->lsn, c->cap * sizeof *c->lsn);
+        c->id = realloc(c->id, c->cap * sizeof *c->id);
+    }
+    c->lsn[c->n] = rec->lsn;
+    c->id[c->n] = trow_check(&rec->row, c->max_val);
+    c->n++;
+    return ST_OK;
+}
+
+static void collected_free(collected *c) {
+    free(c->lsn);
+    free(c->id);
+    memset(c, 0, sizeof *c);
+}
+
+static sto_log *log_open_env(st_env *env, size_t segment_bytes) {
+    sto_log_options o = {.env = env, .sync = true, .segment_bytes = segment_bytes};
+    sto_log *log = NULL;
+    st_err err;
+    st_code rc = sto_log_open(LOGDIR, &o, &log, &err);
+    if (rc != ST_OK)
+        fail_msg("open: %s", err.msg);
+    return log;
+}
+
+/* Opens and replays from from_lsn into c (which may be NULL); returns the replay code. */
+static st_code log_reopen(st_env *env, size_t seg, uint64_t from, collected *c, sto_log **out,
+                          st_err *err) {
+    *out = log_open_env(env, seg);
+    return sto_log_replay(*out, from, c ? collect_fn : NULL, c, err);
+}
+
+static void quiet_sink(st_log_level level, const char *module, const char *line, void *arg) {
+    (void)level, (void)module, (void)line, (void)arg;
+}
+
+/* ---- row mutation encoding ---- */
+
+static void assert_row_eq(const sto_row_mut *a, const sto_row_mut *b) {
+    assert_int_equal(a->tablet_id, b->tablet_id);
+    assert_true(st_slice_eq(a->row, b->row));
+    assert_int_equal(a->version, b->version);
+    assert_int_equal(a->commit_ts_us, b->commit_ts_us);
+    assert_int_equal(a->origin, b->origin);
+    assert_int_equal(a->flags, b->flags);
+    assert_int_equal(a->n_muts, b->n_muts);
+    for (size_t i = 0; i < a->n_muts; i++) {
+        const sto_mut *x = &a->muts[i], *y = &b->muts[i];
+        assert_int_equal(x->type, y->type);
+        assert_true(st_slice_eq(x->family, y->family));
+        assert_true(st_slice_eq(x->qualifier, y->qualifier));
+        assert_true(st_slice_eq(x->value, y->value));
+        assert_int_equal(x->ts_us, y->ts_us);
+        assert_int_equal(x->ts_start_us, y->ts_start_us);
+        assert_int_equal(x->ts_end_us, y->ts_end_us);
+    }
+}
+
+/* A row mutation with every mutation type and extreme field values. */
+static const sto_mut all_muts[] = {
+    {.type = STO_MUT_SET_CELL, .family = {(const uint8_t *)"fam", 3},
+     .qualifier = {(const uint8_t *)"", 0}, .ts_us = INT64_MAX, .value = {(const uint8_t *)"v\0x", 3}},
+    {.type = STO_MUT_DEL_COLUMN, .family = {(const uint8_t *)"f", 1},
+     .qualifier = {(const uint8_t *)"qq", 2}, .ts_start_us = -5, .ts_end_us = STO_TS_END_INF},
+    {.type = STO_MUT_DEL_FAMILY, .family = {(const uint8_t *)"gone", 4}},
+    {.type = STO_MUT_DEL_ROW},
+    {.type = STO_MUT_SET_CELL, .family = {(const uint8_t *)"f", 1},
+     .qualifier = {(const uint8_t *)"q", 1}, .ts_us = 0},
+};
+
+static sto_row_mut all_row(void) {
+    return (sto_row_mut){.tablet_id = UINT64_MAX, .row = ST_SLICE_LIT("row\xff"), .muts = all_muts,
+                         .n_muts = sizeof all_muts / sizeof all_muts[0], .version = UINT64_MAX - 1,
+                         .commit_ts_us = 1234567890123ull, .origin = UINT32_MAX,
+                         .flags = STO_ROW_REPLICATED | STO_ROW_GC};
+}
+
+static void test_log_row_mut_roundtrip(void **state) {
+    (void)state;
+    sto_row_mut in = all_row(), out;
+    st_buf b;
+    st_buf_init(&b);
+    st_arena a;
+    st_arena_init(&a, 1024);
+    assert_int_equal(sto_row_mut_encode(&b, &in), ST_OK);
+    assert_true(sto_row_mut_decode(st_buf_slice(&b), &out, &a));
+    assert_row_eq(&in, &out);
+    /* No mutations at all, and appending after existing bytes. */
+    sto_row_mut empty = {.row = ST_SLICE_LIT("")};
+    size_t at = b.len;
+    assert_int_equal(sto_row_mut_encode(&b, &empty), ST_OK);
+    assert_true(sto_row_mut_decode(st_slice_make(b.data + at, b.len - at), &out, &a));
+    assert_row_eq(&empty, &out);
+    /* Bad input to encode is refused and leaves the buffer as it was. */
+    sto_mut bad = {.type = (sto_mut_type)9};
+    sto_row_mut badrow = {.row = ST_SLICE_LIT("r"), .muts = &bad, .n_muts = 1};
+    size_t len = b.len;
+    assert_int_equal(sto_row_mut_encode(&b, &badrow), ST_INVALID_ARGUMENT);
+    assert_int_equal(b.len, len);
+    st_arena_deinit(&a);
+    st_buf_free(&b);
+}
+
+static void test_log_row_mut_hostile_decode(void **state) {
+    (void)state;
+    uint64_t seed = st_test_seed("test_log_row_mut_hostile_decode");
+    st_rng rng;
+    st_rng_seed(&rng, seed);
+    sto_row_mut in = all_row(), out;
+    st_buf b, m;
+    st_buf_init(&b);
+    st_buf_init(&m);
+    st_arena a;
+    st_arena_init(&a, 1024);
+    assert_int_equal(sto_row_mut_encode(&b, &in), ST_OK);
+    /* Every proper prefix is refused, and so is one trailing byte. */
+    for (size_t n = 0; n < b.len; n++)
+        assert_false(sto_row_mut_decode(st_slice_make(b.data, n), &out, &a));
+    st_buf_append(&m, b.data, b.len);
+    st_buf_append_byte(&m, 0);
+    assert_false(sto_row_mut_decode(st_buf_slice(&m), &out, &a));
+    /* Unknown format version; unknown mutation type; a mutation count beyond the bytes. */
+    m.len = 0;
+    st_buf_append(&m, b.data, b.len);
+    m.data[0] = 2;
+    assert_false(sto_row_mut_decode(st_buf_slice(&m), &out, &a));
+    static const uint8_t badtype[] = {1, 0, 1, 'r', 0, 0, 0, 0, 1, 9};
+    assert_false(sto_row_mut_decode(st_slice_make(badtype, sizeof badtype), &out, &a));
+    static const uint8_t many[] = {1, 0, 1, 'r', 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 4};
+    assert_false(sto_row_mut_decode(st_slice_make(many, sizeof many), &out, &a));
+    static const uint8_t hugelen[] = {1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+    assert_false(sto_row_mut_decode(st_slice_make(hugelen, sizeof hugelen), &out, &a));
+    static const uint8_t bigorigin[] = {1, 0, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0};
+    assert_false(sto_row_mut_decode(st_slice_make(bigorigin, sizeof bigorigin), &out, &a));
+    static const uint8_t negts[] = {1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0};
+    assert_false(sto_row_mut_decode(st_slice_make(negts, sizeof negts), &out, &a));
+    /* Random flips and random bytes: decoding may succeed or not, but never crashes. */
+    for (int i = 0; i < 20000; i++) {
+        m.len = 0;
+        if (i % 2) {
+            st_buf_append(&m, b.data, b.len);
+            for (int k = 0; k < 1 + (int)st_rng_below(&rng, 4); k++)
+                m.data[st_rng_below(&rng, m.len)] ^= (uint8_t)(1u << st_rng_below(&rng, 8));
+        } else {
+            size_t n = (size_t)st_rng_below(&rng, 64);
+            for (size_t k = 0; k < n; k++)
+                st_buf_append_byte(&m, (uint8_t)(k == 0 ? 1 : st_rng_below(&rng, 256)));
+        }
+        if (sto_row_mut_decode(st_buf_slice(&m), &out, &a))
+            for (size_t k = 0; k < out.n_muts; k++)
+                assert_true(out.muts[k].value.len <= m.len);
+        if (i % 1000 == 0)
+            st_arena_deinit(&a);
+    }
+    st_arena_deinit(&a);
+    st_buf_free(&b);
+    st_buf_free(&m);
+}
+
+/* ---- append and replay ---- */
+
+static void test_log_append_replay(void **state) {
+    (void)state;
+    st_env *env = st_env_mem_new();
+    sto_log *log;
+    st_err err;
+    collected c = {.max_val = 300};
+    assert_int_equal(log_reopen(env, 0, 1, &c, &log, &err), ST_OK);
+    assert_int_equal(c.n, 0);
+    assert_int_equal(sto_log_last_durable_lsn(log), 0);
+    uint64_t lsn;
+    for (uint64_t id = 1; id <= 100; id += 4) {
+        assert_int_equal(append_ids(log, id, 4, 300, &lsn), ST_OK);
+        assert_int_equal(lsn, id); /* ids and lsns both start at 1 */
+    }
+    assert_int_equal(sto_log_last_durable_lsn(log), 100);
+    assert_true(sto_log_bytes(log) > 100 * 16);
+    sto_log_close(log);
+
+    assert_int_equal(log_reopen(env, 0, 1, &c, &log, &err), ST_OK);
+    assert_int_equal(c.n, 100);
+    for (size_t i = 0; i < c.n; i++) {
+        assert_int_equal(c.lsn[i], i + 1);
+        assert_int_equal(c.id[i], i + 1);
+    }
+    assert_int_equal(sto_log_last_durable_lsn(log), 100);
+    /* Appends continue after the replayed end. */
+    assert_int_equal(append_ids(log, 101, 1, 300, &lsn), ST_OK);
+    assert_int_equal(lsn, 101);
+    /* A second replay after appends is a caller bug, refused. */
+    assert_int_equal(sto_log_replay(log, 1, NULL, NULL, &err), ST_FAILED_PRECONDITION);
+    sto_log_close(log);
+
+    collected_free(&c);
+    c.max_val = 300;
+    assert_int_equal(log_reopen(env, 0, 51, &c, &log, &err), ST_OK);
+    assert_int_equal(c.n, 51);
+    assert_int_equal(c.lsn[0], 51);
+    assert_int_equal(c.lsn[50], 101);
+    sto_log_close(log);
+
+    /* Appends without any replay position the log themselves. */
+    log = log_open_env(env, 0);
+    assert_int_equal(append_ids(log, 102, 2, 300, &lsn), ST_OK);
+    assert_int_equal(lsn, 102);
+    sto_log_close(log);
+    collected_free(&c);
+    c.max_val = 300;
+    assert_int_equal(log_reopen(env, 0, 1, &c, &log, &err), ST_OK);
+    assert_int_equal(c.n, 103);
+    sto_log_close(log);
+    collected_free(&c);
+    env->ops->destroy(env);
+}
+
+/* ---- group commit ---- */
+
+/* A done callback that holds the commit thread until the test opens the gate, so every append
+ * queued meanwhile must land in one group: the sync count is then deterministic, not timing. */
+typedef struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool entered, open;
+} gate;
+
+static void gate_done(st_code code, uint64_t lsn, const st_err *err, void *arg) {
+    (void)code, (void)lsn, (void)err;
+    gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    g->entered = true;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+typedef struct counter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t done, ok;
+} counter;
+
+static void counter_done(st_code code, uint64_t lsn, const st_err *err, void *arg) {
+    (void)lsn, (void)err;
+    counter *k = arg;
+    pthread_mutex_lock(&k->mu);
+    k->done++;
+    k->ok += code == ST_OK;
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void counter_wait(counter *k, size_t n) {
+    pthread_mutex_lock(&k->mu);
+    while (k->done < n)
+        pthread_cond_wait(&k->cv, &k->mu);
+    pthread_mutex_unlock(&k->mu);
+}
+
+#define GC_THREADS 8
+#define GC_PER_THREAD 100
+
+typedef struct appender {
+    sto_log *log;
+    uint64_t first_id;
+    bool wait_each;
+    counter *k;
+} appender;
+
+static void *appender_main(void *arg) {
+    appender *a = arg;
+    for (uint64_t i = 0; i < GC_PER_THREAD; i++) {
+        if (a->wait_each) {
+            CHECK(append_ids(a->log, a->first_id + i, 1, 200, NULL) == ST_OK);
+            continue;
+        }
+        trow t;
+        trow_make(&t, a->first_id + i, 200);
+        CHECK(sto_log_append(a->log, &t.row, 1, counter_done, a->k, NULL) == ST_OK);
+        trow_free(&t);
+    }
+    return NULL;
+}
+
+static void run_appenders(sto_log *log, uint64_t first_id, bool wait_each, counter *k) {
+    pthread_t th[GC_THREADS];
+    appender a[GC_THREADS];
+    for (int i = 0; i < GC_THREADS; i++) {
+        a[i] = (appender){log, first_id + (uint64_t)i * GC_PER_THREAD, wait_each, k};
+        assert_int_equal(pthread_create(&th[i], NULL, appender_main, &a[i]), 0);
+    }
+    for (int i = 0; i < GC_THREADS; i++)
+        pthread_join(th[i], NULL);
+}
+
+static void test_log_group_commit_threads(void **state) {
+    (void)state;
+    st_env *env = st_env_mem_new();
+    st_err err;
+    sto_log *log;
+    assert_int_equal(log_reopen(env, 0, 1, NULL, &log, &err), ST_OK);
+    gate g = {.entered = false, .open = false};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    counter k = {.done = 0};
+    pthread_mutex_init(&k.mu, NULL);
+    pthread_cond_init(&k.cv, NULL);
+
+    /* Phase 1: the commit thread is held in a callback while 8 threads queue 800 appends. */
+    trow t;
+    trow_make(&t, 1, 200);
+    assert_int_equal(sto_log_append(log, &t.row, 1, gate_done, &g, NULL), ST_OK);
+    trow_free(&t);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    run_appenders(log, 2, false, &k);
+    pthread_mutex_lock(&g.mu);
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    counter_wait(&k, GC_THREADS * GC_PER_THREAD);
+    assert_int_equal(k.ok, GC_THREADS * GC_PER_THREAD);
+    sto_log_stats st;
+    sto_log_stats_get(log, &st);
+    assert_int_equal(st.appends, 1 + GC_THREADS * GC_PER_THREAD);
+    assert_int_equal(st.records, 1 + GC_THREADS * GC_PER_THREAD);
+    assert_int_equal(st.syncs, 2);
+
+    /* Phase 2: threads that each wait for their append; groups form as they may. */
+    run_appenders(log, 2 + GC_THREADS * GC_PER_THREAD, true, &k);
+    sto_log_stats_get(log, &st);
+    size_t total = 1 + 2 * GC_THREADS * GC_PER_THREAD;
+    assert_int_equal(st.records, total);
+    assert_true(st.syncs <= st.appends);
+    assert_true(st.syncs < st.records);
+    assert_int_equal(sto_log_last_durable_lsn(log), total);
+    sto_log_close(log);
+
+    /* Every id once, lsns dense. */
+    collected c = {.max_val = 200};
+    assert_int_equal(log_reopen(env, 0, 1, &c, &log, &err), ST_OK);
+    assert_int_equal(c.n, total);
+    uint8_t *seen = calloc(total + 1, 1);
+    for (size_t i = 0; i < c.n; i++) {
+        assert_int_equal(c.lsn[i], i + 1);
+        assert_true(c.id[i] >= 1 && c.id[i] <= total);
+        assert_false(seen[c.id[i]]);
+        seen[c.id[i]] = 1;
+    }
+    free(seen);
+    collected_free(&c);
+    sto_log_close(log);
+    env->ops->destroy(env);
+}
+
+/* ---- segments ---- */
+
+static void test_log_rollover_and_trim(void **state) {
+    (void)state;
+    st_env *env = st_env_mem_new();
+    st_err err;
+    sto_log *log;
+    assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_OK);
+    for (uint64_t id = 1; id <= 300; id += 3)
+        assert_int_equal(append_ids(log, id, 3, 200, NULL), ST_OK);
+    sto_log_stats st;
+    sto_log_stats_get(log, &st);
+    assert_true(st.segments_created > 10);
+    uint64_t before = sto_log_bytes(log);
+    assert_int_equal(sto_log_oldest_lsn(log), 1);
+    assert_int_equal(sto_log_trim(log, 150, &err), ST_OK);
+    uint64_t oldest = sto_log_oldest_lsn(log);
+    assert_true(oldest > 1 && oldest <= 150);
+    assert_true(sto_log_bytes(log) < before);
+    sto_log_cursor *cur;
+    assert_int_equal(sto_log_cursor_open(log, 1, &cur, &err), ST_OUT_OF_RANGE);
+    assert_int_equal(sto_log_cursor_open(log, oldest, &cur, &err), ST_OK);
+    sto_log_record rec;
+    assert_int_equal(sto_log_cursor_next(cur, &rec, &err), ST_OK);
+    assert_int_equal(rec.lsn, oldest);
+    sto_log_cursor_close(cur);
+    /* Trimming everything keeps the last segment, which the writer uses. */
+    assert_int_equal(sto_log_trim(log, UINT64_MAX, &err), ST_OK);
+    assert_true(sto_log_oldest_lsn(log) <= 300);
+    assert_int_equal(append_ids(log, 301, 1, 200, NULL), ST_OK);
+    uint64_t oldest2 = sto_log_oldest_lsn(log);
+    sto_log_close(log);
+
+    /* Replay from a trimmed lsn starts at the oldest stored record. */
+    collected c = {.max_val = 200};
+    assert_int_equal(log_reopen(env, 2048, 1, &c, &log, &err), ST_OK);
+    assert_true(c.n > 0);
+    assert_int_equal(c.lsn[0], oldest2);
+    assert_int_equal(c.lsn[c.n - 1], 301);
+    sto_log_close(log);
+    collected_free(&c);
+    env->ops->destroy(env);
+}
+
+/* ---- cursors ---- */
+
+typedef struct writer_arg {
+    sto_log *log;
+    uint64_t from, to; /* ids (= lsns) to append */
+} writer_arg;
+
+static void *writer_main(void *arg) {
+    writer_arg *w = arg;
+    for (uint64_t id = w->from; id <= w->to; id += 5)
+        CHECK(append_ids(w->log, id, 5, 500, NULL) == ST_OK);
+    return NULL;
+}
+
+static void test_log_cursor_while_appending(void **state) {
+    (void)state;
+    st_env *env = st_env_mem_new();
+    st_err err;
+    sto_log *log;
+    assert_int_equal(log_reopen(env, 8192, 1, NULL, &log, &err), ST_OK);
+    for (uint64_t id = 1; id <= 500; id += 5)
+        assert_int_equal(append_ids(log, id, 5, 500, NULL), ST_OK);
+    sto_log_cursor *cur;
+    assert_int_equal(sto_log_cursor_open(log, 250, &cur, &err), ST_OK);
+    writer_arg w = {log, 501, 3000};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, writer_main, &w), 0);
+    uint64_t want = 250;
+    while (want <= 3000) {
+        sto_log_record rec;
+        st_code rc = sto_log_cursor_next(cur, &rec, &err);
+        if (rc == ST_NOT_FOUND) {
+            assert_true(sto_log_last_durable_lsn(log) < want || want > 3000);
+            sched_yield();
+            continue;
+        }
+        if (rc != ST_OK)
+            fail_msg("cursor: %s", err.msg);
+        assert_int_equal(rec.lsn, want);
+        assert_int_equal(trow_check(&rec.row, 500), want);
+        want++;
+    }
+    pthread_join(th, NULL);
+    sto_log_record rec;
+    assert_int_equal(sto_log_cursor_next(cur, &rec, &err), ST_NOT_FOUND);
+    sto_log_cursor_close(cur);
+    sto_log_close(log);
+
+    /* After a reopen (segments not scanned by the replay), a cursor still reads them all. */
+    assert_int_equal(log_reopen(env, 8192, 2990, NULL, &log, &err), ST_OK);
+    assert_int_equal(sto_log_cursor_open(log, 1, &cur, &err), ST_OK);
+    for (uint64_t lsn = 1; lsn <= 3000; lsn++) {
+        assert_int_equal(sto_log_cursor_next(cur, &rec, &err), ST_OK);
+        assert_int_equal(rec.lsn, lsn);
+    }
+    assert_int_equal(sto_log_cursor_next(cur, &rec, &err), ST_NOT_FOUND);
+    sto_log_cursor_close(cur);
+    sto_log_close(log);
+    env->ops->destroy(env);
+}
+
+/* ---- torn tails ---- */
+
+static st_code max_name(const char *name, void *arg) {
+    char *best = arg;
+    if (strcmp(name, best) > 0)
+        snprintf(best, 64, "%s", name);
+    return ST_OK;
+}
+
+static st_code nth_name_fn(const char *name, void *arg);
+
+/* Path of the last segment (by name) into out. */
+static void last_segment(st_env *env, char *out) {
+    char best[64] = "";
+    assert_int_equal(env->ops->list(env, LOGDIR, max_name, best, NULL), ST_OK);
+    assert_true(best[0] != '\0');
+    snprintf(out, 256, "%s/%s", LOGDIR, best);
+}
+
+static void append_raw(st_env *env, const char *path, const void *data, size_t len) {
+    st_wfile *f;
+    assert_int_equal(env->ops->wopen_append(env, path, &f, NULL), ST_OK);
+    assert_int_equal(env->ops->append(f, data, len, NULL), ST_OK);
+    assert_int_equal(env->ops->sync(f, NULL), ST_OK);
+    assert_int_equal(env->ops->wclose(f, NULL), ST_OK);
+}
+
+/* Replays everything, checks lsns dense from 1 with ids [1, n_acked] first, returns the count. */
+static size_t replay_check_prefix(st_env *env, size_t n_acked, sto_log **log) {
+    collected c = {.max_val = 300};
+    st_err err;
+    st_code rc = log_reopen(env, 0, 1, &c, log, &err);
+    if (rc != ST_OK)
+        fail_msg("replay: %s", err.msg);
+    assert_true(c.n >= n_acked);
+    for (size_t i = 0; i < c.n; i++) {
+        assert_int_equal(c.lsn[i], i + 1);
+        if (i < n_acked)
+            assert_int_equal(c.id[i], i + 1);
+    }
+    size_t n = c.n;
+    collected_free(&c);
+    assert_int_equal(sto_log_last_durable_lsn(*log), n);
+    return n;
+}
+
+static void test_log_torn_tail_junk(void **state) {
+    (void)state;
+    uint64_t seed = st_test_seed("test_log_torn_tail_junk");
+    st_rng rng;
+    st_rng_seed(&rng, seed);
+    for (int variant = 0; variant < 4; variant++) {
+        st_env *env = st_env_mem_new();
+        sto_log *log;
+        size_t n = 0;
+        assert_int_equal(log_reopen(env, 0, 1, NULL, &log, NULL), ST_OK);
+        for (int round = 0; round < 3; round++) {
+            assert_int_equal(append_ids(log, n + 1, 10, 300, NULL), ST_OK);
+            n += 10;
+            sto_log_close(log);
+            char path[256];
+            uint8_t junk[200];
+            size_t len = variant == 0 ? 1 : variant == 1 ? 15 : sizeof junk;
+            for (size_t i = 0; i < len; i++)
+                junk[i] = (uint8_t)st_rng_next(&rng);
+            if (variant == 3) {
+                /* A record header whose length runs past the end of the file. */
+                memset(junk, 0, 16);
+                st_put_fixed32(junk + 4, 1000);
+            }
+            last_segment(env, path);
+            append_raw(env, path, junk, len);
+            assert_int_equal(replay_check_prefix(env, n, &log), n);
+        }
+        sto_log_close(log);
+        /* Torn bytes now sit in non-last segments and are ignored there. */
+        assert_int_equal(replay_check_prefix(env, n, &log), n);
+        sto_log_close(log);
+        env->ops->destroy(env);
+    }
+}
+
+/* Appends whose write lands but whose sync fails, then a crash that garbles the unsynced bytes:
+ * recovery keeps every acknowledged record, maybe some of the failed ones (never acknowledged),
+ * and appends continue after whatever survived. */
+static void test_log_torn_tail_crash_garble(void **state) {
+    (void)state;
+    uint64_t seed = st_test_seed("test_log_torn_tail_crash_garble");
+    for (int i = 0; i < 60; i++) {
+        st_env *mem = st_env_mem_new(), *env = st_env_fault_new(mem);
+        sto_log *log;
+        assert_int_equal(log_reopen(env, 0, 1, NULL, &log, NULL), ST_OK);
+        assert_int_equal(append_ids(log, 1, 20, 300, NULL), ST_OK);
+        st_env_fault_set(env, 1, ST_INTERNAL); /* the write passes, the sync fails */
+        assert_int_equal(append_ids(log, 21, 5, 300, NULL), ST_INTERNAL);
+        st_env_mem_crash(mem, i % 4 != 0, seed + (uint64_t)i);
+        sto_log_close(log);
+        st_env_fault_set(env, -1, ST_OK);
+        size_t n = replay_check_prefix(env, 20, &log);
+        assert_true(n <= 25);
+        assert_int_equal(append_ids(log, n + 1, 3, 300, NULL), ST_OK);
+        sto_log_close(log);
+        assert_int_equal(replay_check_prefix(env, n + 3, &log), n + 3);
+        sto_log_close(log);
+        env->ops->destroy(env);
+        mem->ops->destroy(mem);
+    }
+}
+
+/* ---- corruption before the tail ---- */
+
+typedef struct nth_name {
+    char names[64][64];
+    int n;
+} nth_name;
+
+static st_code nth_name_fn(const char *name, void *arg) {
+    nth_name *nn = arg;
+    if (nn->n < 64)
+        snprintf(nn->names[nn->n++], 64, "%s", name);
+    return ST_OK;
+}
+
+static int name_cmp(const void *a, const void *b) { return strcmp(a, b); }
+
+/* Path of the i-th segment by name order. */
+static void segment_path(st_env *env, int i, char *out) {
+    nth_name nn = {.n = 0};
+    assert_int_equal(env->ops->list(env, LOGDIR, nth_name_fn, &nn, NULL), ST_OK);
+    qsort(nn.names, (size_t)nn.n, sizeof nn.names[0], name_cmp);
+    assert_true(i < nn.n);
+    snprintf(out, 256, "%s/%s", LOGDIR, nn.names[i]);
+}
+
+static void flip_byte(st_env *env, const char *path, size_t off) {
+    st_buf b;
+    st_buf_init(&b);
+    assert_int_equal(st_env_read_all(env, path, &b, NULL), ST_OK);
+    assert_true(off < b.len);
+    b.data[off] ^= 0x40;
+    st_wfile *f;
+    assert_int_equal(env->ops->wopen(env, path, &f, NULL), ST_OK);
+    assert_int_equal(env->ops->append(f, b.data, b.len, NULL), ST_OK);
+    assert_int_equal(env->ops->sync(f, NULL), ST_OK);
+    assert_int_equal(env->ops->wclose(f, NULL), ST_OK);
+    st_buf_free(&b);
+}
+
+static st_env *env_with_segments(void) {
+    st_env *env = st_env_mem_new();
+    sto_log *log;
+    assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, NULL), ST_OK);
+    for (uint64_t id = 1; id <= 200; id += 4)
+        assert_int_equal(append_ids(log, id, 4, 200, NULL), ST_OK);
+    sto_log_close(log);
+    return env;
+}
+
+static void test_log_middle_corruption_is_data_loss(void **state) {
+    (void)state;
+    st_err err;
+    sto_log *log;
+    char path[256];
+    /* A flipped payload byte in the second segment. */
+    st_env *env = env_with_segments();
+    segment_path(env, 1, path);
+    flip_byte(env, path, 24 + 16 + 5);
+    assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "checksum"));
+    assert_non_null(strstr(err.msg, "restore"));
+    sto_log_close(log);
+    /* Replaying only after that segment does not read it. */
+    assert_int_equal(log_reopen(env, 2048, 150, NULL, &log, &err), ST_OK);
+    sto_log_close(log);
+    env->ops->destroy(env);
+
+    /* A missing middle segment: the one before it ends too early. */
+    env = env_with_segments();
+    segment_path(env, 2, path);
+    assert_int_equal(env->ops->remove(env, path, NULL), ST_OK);
+    assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "missing"));
+    sto_log_close(log);
+    env->ops->destroy(env);
+
+    /* A bad header in a non-last segment, and in a last segment that holds records. */
+    env = env_with_segments();
+    segment_path(env, 1, path);
+    flip_byte(env, path, 2);
+    assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_DATA_LOSS);
+    sto_log_close(log);
+    env->ops->destroy(env);
+    env = env_with_segments();
+    last_segment(env, path);
+    flip_byte(env, path, 9);
+    assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_DATA_LOSS);
+    sto_log_close(log);
+    env->ops->destroy(env);
+
+    /* Junk after the last needed record of a non-last segment is ignored. */
+    env = env_with_segments();
+    segment_path(env, 0, path);
+    append_raw(env, path, "junkjunkjunkjunkjunk", 20);
+    collected c = {.max_val = 200};
+    assert_int_equal(log_reopen(env, 2048, 1, &c, &log, &err), ST_OK);
+    assert_int_equal(c.n, 200);
+    collected_free(&c);
+    /* A cursor over the corrupt-free log reads through it too. */
+    sto_log_cursor *cur;
+    sto_log_record rec;
+    assert_int_equal(sto_log_cursor_open(log, 1, &cur, &err), ST_OK);
+    for (uint64_t lsn = 1; lsn <= 200; lsn++)
+        assert_int_equal(sto_log_cursor_next(cur, &rec, &err), ST_OK);
+    sto_log_cursor_close(cur);
+    sto_log_close(log);
+    env->ops->destroy(env);
+}
+
+/* ---- full disk ---- */
+
+static void test_log_disk_full_then_recovers(void **state) {
+    (void)state;
+    st_env *mem = st_env_mem_new(), *env = st_env_fault_new(mem);
+    sto_log *log;
+    st_err err;
+    uint64_t lsn;
+    assert_int_equal(log_reopen(env, 0, 1, NULL, &log, &err), ST_OK);
+    assert_int_equal(append_ids(log, 1, 10, 300, NULL), ST_OK);
+    /* Nothing can be written: every append of every group fails. */
+    st_env_fault_set(env, 0, ST_RESOURCE_EXHAUSTED);
+    for (uint64_t id = 11; id <= 13; id++)
+        assert_int_equal(append_ids(log, id, 1, 300, NULL), ST_RESOURCE_EXHAUSTED);
+    assert_true(st_env_fault_count(env) >= 3);
+    assert_int_equal(sto_log_last_durable_lsn(log), 10);
+    st_env_fault_set(env, -1, ST_OK);
+    assert_int_equal(append_ids(log, 14, 10, 300, &lsn), ST_OK);
+    assert_int_equal(lsn, 11); /* failed appends took no lsns */
+    /* The write lands but the sync fails: not acknowledged, and never replayed later. */
+    st_env_fault_set(env, 1, ST_INTERNAL);
+    assert_int_equal(append_ids(log, 24, 1, 300, NULL), ST_INTERNAL);
+    st_env_fault_set(env, -1, ST_OK);
+    assert_int_equal(append_ids(log, 25, 6, 300, &lsn), ST_OK);
+    assert_int_equal(lsn, 21);
+    sto_log_stats st;
+    sto_log_stats_get(log, &st);
+    assert_int_equal(st.failed_groups, 4);
+    sto_log_close(log);
+
+    collected c = {.max_val = 300};
+    assert_int_equal(log_reopen(env, 0, 1, &c, &log, &err), ST_OK);
+    assert_int_equal(c.n, 26);
+    for (size_t i = 0; i < c.n; i++) {
+        assert_int_equal(c.lsn[i], i + 1);
+        uint64_t want = i < 10 ? i + 1 : i < 20 ? i + 4 : i + 5;
+        assert_int_equal(c.id[i], want);
+    }
+    collected_free(&c);
+    sto_log_close(log);
+    env->ops->destroy(env);
+    mem->ops->destroy(mem);
+}
+
+/* ---- crash loop ---- */
+
+#define CRASH_ITERS 300
+#define CRASH_APPENDS_MAX 20
+#define CRASH_ROWS_MAX 3
+#define CRASH_VAL_MAX 3000
+#define CRASH_LSN_MAX (CRASH_ITERS * CRASH_APPENDS_MAX * CRASH_ROWS_MAX + 1)
+
+typedef struct crash_ack {
+    waiter w;
+    uint64_t id0;
+    size_t n;
+} crash_ack;
+
+/* Checks that every expected lsn at or above the oldest stored one is replayed with its id, then
+ * records everything replayed (survivors of failed groups included: they are durable now). */
+static uint64_t crash_verify(sto_log *log, const collected *c, uint64_t *exp_id, uint64_t max_lsn) {
+    uint64_t oldest = sto_log_oldest_lsn(log);
+    if (c->n > 0)
+        assert_int_equal(c->lsn[0], oldest);
+    for (size_t i = 1; i < c->n; i++)
+        assert_int_equal(c->lsn[i], c->lsn[i - 1] + 1);
+    for (uint64_t lsn = oldest; lsn <= max_lsn; lsn++) {
+        if (!exp_id[lsn])
+            continue;
+        if (c->n == 0 || lsn > c->lsn[c->n - 1])
+            fail_msg("acknowledged lsn %llu lost (replay ends at %llu)", (unsigned long long)lsn,
+                     c->n ? (unsigned long long)c->lsn[c->n - 1] : 0ull);
+        assert_int_equal(c->id[lsn - oldest], exp_id[lsn]);
+    }
+    for (size_t i = 0; i < c->n; i++)
+        exp_id[c->lsn[i]] = c->id[i];
+    uint64_t last = c->n ? c->lsn[c->n - 1] : oldest - 1;
+    assert_int_equal(sto_log_last_durable_lsn(log), last);
+    return last > max_lsn ? last : max_lsn;
+}
+
+/* Queues a random number of appends, waiting for some; returns how many were queued. */
+static size_t crash_appends(sto_log *log, st_rng *rng, crash_ack *acks, uint64_t *next_id) {
+    size_t n = 1 + (size_t)st_rng_below(rng, CRASH_APPENDS_MAX);
+    for (size_t j = 0; j < n; j++) {
+        crash_ack *a = &acks[j];
+        a->n = 1 + (size_t)st_rng_below(rng, CRASH_ROWS_MAX);
+        a->id0 = *next_id;
+        *next_id += a->n;
+        trow t[CRASH_ROWS_MAX];
+        sto_row_mut rows[CRASH_ROWS_MAX];
+        for (size_t r = 0; r < a->n; r++) {
+            trow_make(&t[r], a->id0 + r, CRASH_VAL_MAX);
+            rows[r] = t[r].row;
+        }
+        waiter_init(&a->w);
+        assert_int_equal(sto_log_append(log, rows, a->n, waiter_done, &a->w, NULL), ST_OK);
+        for (size_t r = 0; r < a->n; r++)
+            trow_free(&t[r]);
+        if (st_rng_below(rng, 3) == 0)
+            waiter_wait(&a->w, NULL);
+    }
+    return n;
+}
+
+static void test_log_crash_loop(void **state) {
+    (void)state;
+    uint64_t seed = st_test_seed("test_log_crash_loop");
+    st_rng rng;
+    st_rng_seed(&rng, seed);
+    st_env *mem = st_env_mem_new(), *env = st_env_fault_new(mem);
+    uint64_t *exp_id = calloc(CRASH_LSN_MAX + 1, sizeof *exp_id);
+    uint64_t next_id = 1, max_lsn = 0;
+    crash_ack acks[CRASH_APPENDS_MAX];
+    for (int iter = 0; iter < CRASH_ITERS; iter++) {
+        size_t seg = 1024 + (size_t)st_rng_below(&rng, 16384);
+        collected c = {.max_val = CRASH_VAL_MAX};
+        sto_log *log;
+        st_err err;
+        if (log_reopen(env, seg, 1, &c, &log, &err) != ST_OK)
+            fail_msg("iteration %d: replay: %s", iter, err.msg);
+        max_lsn = crash_verify(log, &c, exp_id, max_lsn);
+        collected_free(&c);
+        size_t n = crash_appends(log, &rng, acks, &next_id);
+        if (iter % 7 == 6) {
+            uint64_t d = sto_log_last_durable_lsn(log);
+            assert_int_equal(sto_log_trim(log, d > 40 ? d - 40 : 1, &err), ST_OK);
+        }
+        /* Crash: freeze the disk so nothing more becomes durable, then drop or garble. */
+        st_env_fault_set(env, 0, ST_INTERNAL);
+        st_env_mem_crash(mem, st_rng_below(&rng, 2) == 0, st_rng_next(&rng));
+        sto_log_close(log); /* the dead process's queued appends fail */
+        st_env_fault_set(env, -1, ST_OK);
+        for (size_t j = 0; j < n; j++) {
+            uint64_t lsn;
+            if (waiter_wait(&acks[j].w, &lsn) == ST_OK) {
+                for (size_t r = 0; r < acks[j].n; r++)
+                    exp_id[lsn + r] = acks[j].id0 + r;
+                if (lsn + acks[j].n - 1 > max_lsn)
+                    max_lsn = lsn + acks[j].n - 1;
+            }
+            waiter_deinit(&acks[j].w);
+        }
+    }
+    free(exp_id);
+    env->ops->destroy(env);
+    mem->ops->destroy(mem);
+}
+
+int main(void) {
+    st_log_set_sink(quiet_sink, NULL);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_log_row_mut_roundtrip),
+        cmocka_unit_test(test_log_row_mut_hostile_decode),
+        cmocka_unit_test(test_log_append_replay),
+        cmocka_unit_test(test_log_group_commit_threads),
+        cmocka_unit_test(test_log_rollover_and_trim),
+        cmocka_unit_test(test_log_cursor_while_appending),
+        cmocka_unit_test(test_log_torn_tail_junk),
+        cmocka_unit_test(test_log_torn_tail_crash_garble),
+        cmocka_unit_test(test_log_middle_corruption_is_data_loss),
+        cmocka_unit_test(test_log_disk_full_then_recovers),
+        cmocka_unit_test(test_log_crash_loop),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

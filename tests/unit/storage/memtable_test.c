@@ -1,0 +1,329 @@
+/* memtable_test — proves the skiplist memtable keeps entries in memcmp order, hides entries newer
+ * than an iterator's snapshot lsn in every movement, replaces an equal key while older snapshots
+ * keep the older value, turns row mutations into the right entries, and lets a reader thread
+ * iterate while the single writer inserts (checked against a sorted model; the threaded test is
+ * meant to run under TSan/ASan too). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "key.h"
+#include "memtable.h"
+
+#define KEY_LEN 8
+
+static void make_key(uint8_t *buf, uint64_t v) { st_put_be64(buf, v); }
+
+static void test_memtable_sorted_iteration(void **state) {
+    (void)state;
+    st_rng rng;
+    st_rng_seed(&rng, st_test_seed("test_memtable_sorted_iteration"));
+    sto_memtable *m;
+    assert_int_equal(sto_memtable_new(&m), ST_OK);
+    assert_true(sto_memtable_empty(m));
+    enum { N = 3000, SPACE = 10000 };
+    static bool present[SPACE];
+    memset(present, 0, sizeof present);
+    size_t bytes0 = sto_memtable_bytes(m);
+    for (int i = 0; i < N; i++) {
+        uint64_t v = st_rng_below(&rng, SPACE);
+        uint8_t k[KEY_LEN];
+        make_key(k, v);
+        assert_int_equal(sto_memtable_put(m, st_slice_make(k, KEY_LEN), st_slice_make(k, KEY_LEN),
+                                          (uint64_t)i + 1),
+                         ST_OK);
+        present[v] = true;
+    }
+    assert_false(sto_memtable_empty(m));
+    assert_true(sto_memtable_bytes(m) > bytes0);
+    assert_int_equal(sto_memtable_max_lsn(m), N);
+    sto_kviter *it = sto_memtable_iter_new(m, UINT64_MAX);
+    /* Forward matches the model. */
+    uint64_t v = 0;
+    for (it->ops->seek_first(it); it->ops->valid(it); it->ops->next(it), v++) {
+        while (!present[v])
+            v++;
+        assert_int_equal(st_get_be64(it->ops->key(it).data), v);
+        assert_true(st_slice_eq(it->ops->key(it), it->ops->value(it)));
+    }
+    /* Backward too. */
+    int64_t w = SPACE - 1;
+    for (it->ops->seek_last(it); it->ops->valid(it); it->ops->prev(it), w--) {
+        while (!present[w])
+            w--;
+        assert_int_equal(st_get_be64(it->ops->key(it).data), (uint64_t)w);
+    }
+    /* Seeks land on the first key >= target. */
+    for (int i = 0; i < 500; i++) {
+        uint64_t t = st_rng_below(&rng, SPACE + 10);
+        uint8_t k[KEY_LEN];
+        make_key(k, t);
+        it->ops->seek(it, st_slice_make(k, KEY_LEN));
+        uint64_t want = t;
+        while (want < SPACE && !present[want])
+            want++;
+        if (want >= SPACE) {
+            assert_false(it->ops->valid(it));
+            continue;
+        }
+        assert_true(it->ops->valid(it));
+        assert_int_equal(st_get_be64(it->ops->key(it).data), want);
+    }
+    assert_int_equal(it->ops->status(it, NULL), ST_OK);
+    it->ops->free(it);
+    sto_memtable_unref(m);
+}
+
+static void test_memtable_snapshot_lsn_filter(void **state) {
+    (void)state;
+    sto_memtable *m;
+    assert_int_equal(sto_memtable_new(&m), ST_OK);
+    /* Key i at lsn i for even i, lsn 100 + i for odd i. */
+    for (uint64_t i = 0; i < 20; i++) {
+        uint8_t k[KEY_LEN];
+        make_key(k, i);
+        uint64_t lsn = i % 2 ? 100 + i : i + 1;
+        assert_int_equal(sto_memtable_put(m, st_slice_make(k, KEY_LEN), ST_SLICE_LIT("v"), lsn),
+                         ST_OK);
+    }
+    sto_kviter *it = sto_memtable_iter_new(m, 50);
+    int n = 0;
+    for (it->ops->seek_first(it); it->ops->valid(it); it->ops->next(it), n++)
+        assert_int_equal(st_get_be64(it->ops->key(it).data) % 2, 0);
+    assert_int_equal(n, 10);
+    n = 0;
+    for (it->ops->seek_last(it); it->ops->valid(it); it->ops->prev(it), n++)
+        assert_int_equal(st_get_be64(it->ops->key(it).data) % 2, 0);
+    assert_int_equal(n, 10);
+    uint8_t k[KEY_LEN];
+    make_key(k, 19); /* odd, invisible, and last */
+    it->ops->seek(it, st_slice_make(k, KEY_LEN));
+    assert_false(it->ops->valid(it));
+    make_key(k, 7);
+    it->ops->seek(it, st_slice_make(k, KEY_LEN));
+    assert_int_equal(st_get_be64(it->ops->key(it).data), 8);
+    it->ops->prev(it);
+    assert_int_equal(st_get_be64(it->ops->key(it).data), 6);
+    it->ops->free(it);
+    /* A snapshot before everything sees nothing. */
+    it = sto_memtable_iter_new(m, 0);
+    it->ops->seek_first(it);
+    assert_false(it->ops->valid(it));
+    it->ops->seek_last(it);
+    assert_false(it->ops->valid(it));
+    it->ops->free(it);
+    sto_memtable_unref(m);
+}
+
+static void test_memtable_replace_equal_key(void **state) {
+    (void)state;
+    sto_memtable *m;
+    assert_int_equal(sto_memtable_new(&m), ST_OK);
+    st_slice k = ST_SLICE_LIT("key");
+    assert_int_equal(sto_memtable_put(m, k, ST_SLICE_LIT("old"), 5), ST_OK);
+    sto_kviter *old_it = sto_memtable_iter_new(m, 5);
+    assert_int_equal(sto_memtable_put(m, k, ST_SLICE_LIT("newer"), 9), ST_OK);
+    sto_kviter *it = sto_memtable_iter_new(m, UINT64_MAX);
+    it->ops->seek_first(it);
+    assert_true(st_slice_eq(it->ops->value(it), ST_SLICE_LIT("newer")));
+    it->ops->next(it);
+    assert_false(it->ops->valid(it)); /* one entry, not two */
+    old_it->ops->seek_first(old_it);
+    assert_true(st_slice_eq(old_it->ops->value(old_it), ST_SLICE_LIT("old")));
+    /* The same lsn twice (a repeated SetCell in one row mutation): the later one wins. */
+    assert_int_equal(sto_memtable_put(m, k, ST_SLICE_LIT("last"), 9), ST_OK);
+    it->ops->seek(it, k);
+    assert_true(st_slice_eq(it->ops->value(it), ST_SLICE_LIT("last")));
+    it->ops->free(it);
+    old_it->ops->free(old_it);
+    sto_memtable_unref(m);
+}
+
+/* Decodes the entries of m in order into keys (into one scratch per entry). */
+static size_t collect(sto_memtable *m, sto_key *keys, st_buf *scratch, size_t max) {
+    sto_kviter *it = sto_memtable_iter_new(m, UINT64_MAX);
+    size_t n = 0;
+    for (it->ops->seek_first(it); it->ops->valid(it); it->ops->next(it)) {
+        assert_true(n < max);
+        st_buf tmp;
+        st_buf_init(&tmp);
+        assert_true(sto_key_decode(it->ops->key(it), &keys[n], &tmp));
+        /* Keep the decoded slices alive: copy the key bytes into scratch[n]. */
+        st_buf_reset(&scratch[n]);
+        st_slice key = it->ops->key(it);
+        assert_int_equal(st_buf_append(&scratch[n], key.data, key.len), ST_OK);
+        st_buf_free(&tmp);
+        assert_true(sto_key_decode(st_buf_slice(&scratch[n]), &keys[n], &tmp));
+        n++;
+        st_buf_free(&tmp);
+    }
+    it->ops->free(it);
+    return n;
+}
+
+static void test_memtable_apply_row_mutation(void **state) {
+    (void)state;
+    sto_memtable *m;
+    assert_int_equal(sto_memtable_new(&m), ST_OK);
+    sto_mut muts[] = {
+        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("a"),
+         .ts_us = 10, .value = ST_SLICE_LIT("gone")}, /* covered by the DEL_COLUMN below */
+        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("b"),
+         .ts_us = 10, .value = ST_SLICE_LIT("v1")},
+        {.type = STO_MUT_DEL_COLUMN, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("a"),
+         .ts_start_us = 5, .ts_end_us = STO_TS_END_INF},
+        {.type = STO_MUT_DEL_COLUMN, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("z"),
+         .ts_start_us = 7, .ts_end_us = 7}, /* empty range: nothing */
+        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("a"),
+         .ts_us = 20, .value = ST_SLICE_LIT("after")}, /* after the delete: kept */
+        {.type = STO_MUT_DEL_FAMILY, .family = ST_SLICE_LIT("g")},
+        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("b"),
+         .ts_us = 10, .value = ST_SLICE_LIT("v2")}, /* same cell again: replaces v1 */
+    };
+    sto_row_mut row = {.row = ST_SLICE_LIT("row"), .muts = muts, .n_muts = 7, .version = 42};
+    assert_int_equal(sto_memtable_apply(m, &row, 3), ST_OK);
+    sto_key keys[16];
+    st_buf scratch[16];
+    for (int i = 0; i < 16; i++)
+        st_buf_init(&scratch[i]);
+    size_t n = collect(m, keys, scratch, 16);
+    assert_int_equal(n, 4);
+    assert_int_equal(keys[0].kind, STO_KEY_COLUMN_DEL); /* f:a tombstone */
+    assert_int_equal(keys[0].del_start_us, 5);
+    assert_int_equal(keys[0].del_end_us, STO_TS_END_INF);
+    assert_int_equal(keys[1].kind, STO_KEY_CELL); /* f:a@20 */
+    assert_int_equal(keys[1].ts_us, 20);
+    assert_int_equal(keys[2].kind, STO_KEY_CELL); /* f:b@10 */
+    assert_true(st_slice_eq(keys[2].qualifier, ST_SLICE_LIT("b")));
+    assert_int_equal(keys[3].kind, STO_KEY_FAMILY_DEL);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(keys[i].version, 42);
+    sto_kviter *it = sto_memtable_iter_new(m, 3);
+    it->ops->seek_first(it);
+    it->ops->next(it);
+    it->ops->next(it);
+    assert_true(st_slice_eq(it->ops->value(it), ST_SLICE_LIT("v2")));
+    it->ops->free(it);
+
+    /* A row delete after cells drops them; before cells keeps them. */
+    sto_mut muts2[] = {
+        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("x"),
+         .ts_us = 1, .value = ST_SLICE_LIT("dropped")},
+        {.type = STO_MUT_DEL_ROW},
+        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("y"),
+         .ts_us = 1, .value = ST_SLICE_LIT("kept")},
+    };
+    sto_row_mut row2 = {.row = ST_SLICE_LIT("s2"), .muts = muts2, .n_muts = 3, .version = 50};
+    assert_int_equal(sto_memtable_apply(m, &row2, 4), ST_OK);
+    n = collect(m, keys, scratch, 16);
+    assert_int_equal(n, 6);
+    assert_int_equal(keys[4].kind, STO_KEY_ROW_DEL);
+    assert_true(st_slice_eq(keys[5].qualifier, ST_SLICE_LIT("y")));
+
+    /* A bad mutation writes nothing. */
+    sto_mut bad[] = {
+        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("q"),
+         .ts_us = 1, .value = ST_SLICE_LIT("v")},
+        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("q"),
+         .ts_us = -5, .value = ST_SLICE_LIT("v")},
+    };
+    sto_row_mut row3 = {.row = ST_SLICE_LIT("r3"), .muts = bad, .n_muts = 2, .version = 60};
+    assert_int_equal(sto_memtable_apply(m, &row3, 5), ST_INVALID_ARGUMENT);
+    assert_int_equal(collect(m, keys, scratch, 16), 6);
+    assert_int_equal(sto_memtable_max_lsn(m), 4);
+    for (int i = 0; i < 16; i++)
+        st_buf_free(&scratch[i]);
+    sto_memtable_unref(m);
+}
+
+/* ---- one writer, one reader ---- */
+
+enum { CONC_N = 100000 };
+
+typedef struct conc_ctx {
+    sto_memtable *m;
+    atomic_bool reader_started; /* the writer waits for it, so the two really overlap */
+    atomic_int passes_during_writes;
+    uint64_t keys[CONC_N]; /* key of the entry written at lsn i + 1 */
+} conc_ctx;
+
+static void *conc_writer(void *arg) {
+    conc_ctx *c = arg;
+    while (!atomic_load(&c->reader_started))
+        ;
+    for (uint64_t i = 0; i < CONC_N; i++) {
+        uint8_t k[KEY_LEN], v[KEY_LEN];
+        make_key(k, c->keys[i]);
+        make_key(v, i + 1);
+        ST_ASSERT(sto_memtable_put(c->m, st_slice_make(k, KEY_LEN), st_slice_make(v, KEY_LEN),
+                                   i + 1) == ST_OK);
+    }
+    return NULL;
+}
+
+/* Iterates at the latest published lsn: every entry up to it must be there, in order, and
+ * nothing later. Returns how many full passes ran. */
+static void *conc_reader(void *arg) {
+    conc_ctx *c = arg;
+    uint64_t snap = 0;
+    atomic_store(&c->reader_started, true);
+    while (snap < CONC_N) {
+        snap = sto_memtable_max_lsn(c->m);
+        sto_kviter *it = sto_memtable_iter_new(c->m, snap);
+        uint64_t n = 0, prev = 0;
+        bool first = true;
+        for (it->ops->seek_first(it); it->ops->valid(it); it->ops->next(it)) {
+            uint64_t k = st_get_be64(it->ops->key(it).data);
+            uint64_t lsn = st_get_be64(it->ops->value(it).data);
+            ST_ASSERT(first || k > prev);
+            ST_ASSERT(lsn <= snap && c->keys[lsn - 1] == k);
+            prev = k;
+            first = false;
+            n++;
+        }
+        ST_ASSERT(n == snap);
+        if (snap < CONC_N)
+            atomic_fetch_add(&c->passes_during_writes, 1);
+        it->ops->free(it);
+    }
+    return NULL;
+}
+
+static void test_memtable_concurrent_reader(void **state) {
+    (void)state;
+    st_rng rng;
+    st_rng_seed(&rng, st_test_seed("test_memtable_concurrent_reader"));
+    conc_ctx *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    assert_int_equal(sto_memtable_new(&c->m), ST_OK);
+    /* Distinct random keys: a random permutation slice of a large space. */
+    for (uint64_t i = 0; i < CONC_N; i++)
+        c->keys[i] = i * 7919 % 1000003 * 1000 + st_rng_below(&rng, 1000);
+    pthread_t w, r;
+    assert_int_equal(pthread_create(&r, NULL, conc_reader, c), 0);
+    assert_int_equal(pthread_create(&w, NULL, conc_writer, c), 0);
+    pthread_join(w, NULL);
+    pthread_join(r, NULL);
+    fprintf(stderr, "reader passes while writing: %d\n", atomic_load(&c->passes_during_writes));
+    sto_memtable_unref(c->m);
+    free(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_memtable_sorted_iteration),
+        cmocka_unit_test(test_memtable_snapshot_lsn_filter),
+        cmocka_unit_test(test_memtable_replace_equal_key),
+        cmocka_unit_test(test_memtable_apply_row_mutation),
+        cmocka_unit_test(test_memtable_concurrent_reader),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
