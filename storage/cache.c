@@ -99,7 +99,9 @@ void sto_cache_free(sto_cache *c) {
     free(c);
 }
 
-size_t sto_cache_capacity(const sto_cache *c) { return c->capacity; }
+size_t sto_cache_capacity(const sto_cache *c) {
+    return c->capacity;
+}
 
 void sto_cache_stats(sto_cache *c, uint64_t *bytes, uint64_t *hits, uint64_t *misses) {
     uint64_t b = 0, h = 0, m = 0;
@@ -225,8 +227,13 @@ sto_cache_handle *sto_cache_insert(sto_cache *c, uint64_t id, uint64_t off, void
     if (!e)
         return NULL;
     uint64_t hash = key_hash(id, off);
-    *e = (sto_cache_handle){.id = id, .off = off, .hash = hash, .value = value,
-                            .charge = charge, .deleter = deleter, .refs = 1};
+    *e = (sto_cache_handle){.id = id,
+                            .off = off,
+                            .hash = hash,
+                            .value = value,
+                            .charge = charge,
+                            .deleter = deleter,
+                            .refs = 1};
     e->next = e->prev = e;
     if (!c || c->capacity == 0)
         return e; /* caching off: a private handle, deleted at release */
@@ -256,7 +263,9 @@ sto_cache_handle *sto_cache_insert(sto_cache *c, uint64_t id, uint64_t off, void
     return e;
 }
 
-void *sto_cache_value(sto_cache_handle *h) { return h->value; }
+void *sto_cache_value(sto_cache_handle *h) {
+    return h->value;
+}
 
 void sto_cache_release(sto_cache *c, sto_cache_handle *h) {
     if (!c || c->capacity == 0) {

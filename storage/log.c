@@ -505,7 +505,8 @@ static st_code segs_load(sto_log *log, st_err *err) {
                           log->dir, LOG_SEGMENTS_MAX);
     if (rc != ST_OK)
         return rc;
-    qsort(log->segs, log->n_segs, sizeof *log->segs, seg_cmp);
+    if (log->n_segs > 1)
+        qsort(log->segs, log->n_segs, sizeof *log->segs, seg_cmp);
     for (size_t i = 0; i < log->n_segs; i++) {
         log_seg *s = &log->segs[i];
         char path[LOG_PATH_MAX];

@@ -94,7 +94,7 @@ static st_code vis_family(vis_state *vs, st_slice key, const sto_key_parts *pt) 
     if (rc != ST_OK)
         return rc;
     vs->rule = sto_gc_set_find(vs->gc, st_buf_slice(&vs->fam_name));
-    vs->fam_thr = vs->row_thr;
+    vs->fam_thr = 0;
     st_buf_reset(&vs->col_prefix);
     return ST_OK;
 }

@@ -21,7 +21,7 @@
 #define STO_SST_FORMAT_VERSION 1u
 #define STO_SST_FOOTER_BYTES 80
 #define STO_SST_BLOCK_BYTES_DEFAULT (16u << 10)
-#define STO_SST_DCTX_POOL_MAX 16 /* idle decompression contexts kept per table */
+#define STO_SST_DCTX_POOL_MAX 16         /* idle decompression contexts kept per table */
 #define STO_SST_INDEX_RESTART_INTERVAL 1 /* index keys uncompressed: pure binary search */
 
 typedef struct sst_handle {
@@ -423,7 +423,8 @@ static st_code validate_index(sto_sst *t, st_err *err) {
         sst_handle h;
         st_slice k = sto_block_iter_key(&it);
         if (!decode_handle(it.value, &h) || h.off != next_off ||
-            !handle_ok(h, next_off, t->data_end) || (blocks && st_slice_cmp(k, st_buf_slice(&prev)) <= 0))
+            !handle_ok(h, next_off, t->data_end) ||
+            (blocks && st_slice_cmp(k, st_buf_slice(&prev)) <= 0))
             rc = st_err_set(err, ST_DATA_LOSS, "index entry %llu is invalid",
                             (unsigned long long)blocks);
         next_off = h.off + h.size + STO_BLOCK_TRAILER_BYTES;
@@ -458,7 +459,8 @@ static st_code load_hot_blocks(sto_sst *t, const sst_footer *f, st_err *err) {
         t->mem_bytes += c.len;
     if (rc == ST_OK && (rc = sto_block_parse(c, &t->index, err)) == ST_OK)
         rc = validate_index(t, err);
-    if (rc == ST_OK && (rc = read_block(t, f->filter, 0, &t->filter_mem, &t->filter, err)) == ST_OK) {
+    if (rc == ST_OK &&
+        (rc = read_block(t, f->filter, 0, &t->filter_mem, &t->filter, err)) == ST_OK) {
         t->mem_bytes += t->filter.len;
         if (!sto_bloom_valid(t->filter))
             rc = st_err_set(err, ST_DATA_LOSS, "bloom filter block is malformed");
@@ -530,19 +532,33 @@ st_code sto_sst_open(st_env *env, const char *path, uint64_t id, sto_cache *cach
     return ST_OK;
 }
 
-void sto_sst_ref(sto_sst *t) { atomic_fetch_add(&t->refs, 1); }
+void sto_sst_ref(sto_sst *t) {
+    atomic_fetch_add(&t->refs, 1);
+}
 
 void sto_sst_unref(sto_sst *t) {
     if (t && atomic_fetch_sub(&t->refs, 1) == 1)
         sst_destroy(t);
 }
 
-void sto_sst_mark_obsolete(sto_sst *t) { atomic_store(&t->obsolete, true); }
-uint64_t sto_sst_file_bytes(const sto_sst *t) { return t->file_bytes; }
-size_t sto_sst_memory_bytes(const sto_sst *t) { return t->mem_bytes + sizeof(*t); }
-uint64_t sto_sst_entries(const sto_sst *t) { return t->entries; }
-st_slice sto_sst_smallest(const sto_sst *t) { return t->smallest; }
-st_slice sto_sst_largest(const sto_sst *t) { return t->largest; }
+void sto_sst_mark_obsolete(sto_sst *t) {
+    atomic_store(&t->obsolete, true);
+}
+uint64_t sto_sst_file_bytes(const sto_sst *t) {
+    return t->file_bytes;
+}
+size_t sto_sst_memory_bytes(const sto_sst *t) {
+    return t->mem_bytes + sizeof(*t);
+}
+uint64_t sto_sst_entries(const sto_sst *t) {
+    return t->entries;
+}
+st_slice sto_sst_smallest(const sto_sst *t) {
+    return t->smallest;
+}
+st_slice sto_sst_largest(const sto_sst *t) {
+    return t->largest;
+}
 
 bool sto_sst_may_contain_row(sto_sst *t, st_slice row_prefix) {
     return sto_bloom_may_contain(t->filter, row_prefix);
@@ -561,7 +577,8 @@ uint64_t sto_sst_approx_offset(sto_sst *t, st_slice ikey) {
     return off;
 }
 
-void sto_sst_for_each_block(sto_sst *t, void (*fn)(st_slice last_ikey, uint64_t end_offset, void *arg),
+void sto_sst_for_each_block(sto_sst *t,
+                            void (*fn)(st_slice last_ikey, uint64_t end_offset, void *arg),
                             void *arg) {
     sto_block_iter it;
     sto_block_iter_init(&it);
@@ -581,7 +598,9 @@ typedef struct sst_blk {
     sto_block block;
 } sst_blk;
 
-static void blk_delete(void *v) { free(v); }
+static void blk_delete(void *v) {
+    free(v);
+}
 
 /* Returns a handle on the data block at h, from the cache or read from disk. */
 static st_code get_block(sto_sst *t, sto_cache *cache, sst_handle h, sto_cache_handle **out,
@@ -750,13 +769,17 @@ static void it_prev(sto_kviter *base) {
     skip_backward(it);
 }
 
-static bool it_valid(sto_kviter *base) { return data_valid((sst_iter *)base); }
+static bool it_valid(sto_kviter *base) {
+    return data_valid((sst_iter *)base);
+}
 
 static st_slice it_key(sto_kviter *base) {
     return sto_block_iter_key(&((sst_iter *)base)->data_it);
 }
 
-static st_slice it_value(sto_kviter *base) { return ((sst_iter *)base)->data_it.value; }
+static st_slice it_value(sto_kviter *base) {
+    return ((sst_iter *)base)->data_it.value;
+}
 
 static st_code it_status(sto_kviter *base, st_err *err) {
     sst_iter *it = (sst_iter *)base;

@@ -56,7 +56,8 @@ bool sto_sst_may_contain_row(sto_sst *t, st_slice row_prefix);
 /* Approximate byte offset of the first entry >= ikey (SampleRowKeys, split points). */
 uint64_t sto_sst_approx_offset(sto_sst *t, st_slice ikey);
 /* Calls fn with the last key of each data block and its end offset (sampling). */
-void sto_sst_for_each_block(sto_sst *t, void (*fn)(st_slice last_ikey, uint64_t end_offset, void *arg),
+void sto_sst_for_each_block(sto_sst *t,
+                            void (*fn)(st_slice last_ikey, uint64_t end_offset, void *arg),
                             void *arg);
 
 /* An iterator over the table (holds a reference on t); NULL when memory runs out. Data blocks

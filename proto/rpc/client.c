@@ -60,7 +60,7 @@ struct rpc_ccall {
 };
 
 #define NV(n, v)                                                                                   \
-    {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+    { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE }
 
 static void client_fail(rpc_client *c, const char *why);
 
@@ -88,25 +88,36 @@ static void ccall_complete(rpc_ccall *call, st_code code, const char *message) {
 /* gRPC's mapping of HTTP status when no grpc-status arrived. */
 static st_code http_to_code(int http) {
     switch (http) {
-    case 400: return ST_INTERNAL;
-    case 401: return ST_UNAUTHENTICATED;
-    case 403: return ST_PERMISSION_DENIED;
-    case 404: return ST_UNIMPLEMENTED;
+    case 400:
+        return ST_INTERNAL;
+    case 401:
+        return ST_UNAUTHENTICATED;
+    case 403:
+        return ST_PERMISSION_DENIED;
+    case 404:
+        return ST_UNIMPLEMENTED;
     case 429:
     case 502:
     case 503:
-    case 504: return ST_UNAVAILABLE;
-    default: return ST_UNKNOWN;
+    case 504:
+        return ST_UNAVAILABLE;
+    default:
+        return ST_UNKNOWN;
     }
 }
 
 static st_code h2_error_to_code(uint32_t e) {
     switch (e) {
-    case NGHTTP2_REFUSED_STREAM: return ST_UNAVAILABLE;
-    case NGHTTP2_CANCEL: return ST_CANCELLED;
-    case NGHTTP2_ENHANCE_YOUR_CALM: return ST_RESOURCE_EXHAUSTED;
-    case NGHTTP2_INADEQUATE_SECURITY: return ST_PERMISSION_DENIED;
-    default: return ST_INTERNAL;
+    case NGHTTP2_REFUSED_STREAM:
+        return ST_UNAVAILABLE;
+    case NGHTTP2_CANCEL:
+        return ST_CANCELLED;
+    case NGHTTP2_ENHANCE_YOUR_CALM:
+        return ST_RESOURCE_EXHAUSTED;
+    case NGHTTP2_INADEQUATE_SECURITY:
+        return ST_PERMISSION_DENIED;
+    default:
+        return ST_INTERNAL;
     }
 }
 
@@ -301,8 +312,7 @@ static void client_fail(rpc_client *c, const char *why) {
     if (c->dead)
         return;
     c->dead = true;
-    st_log(ST_LOG_INFO, "rpc", "msg=\"client connection failed\" host=%s why=\"%s\"", c->host,
-           why);
+    st_log(ST_LOG_INFO, "rpc", "msg=\"client connection failed\" host=%s why=\"%s\"", c->host, why);
     char msg[300];
     snprintf(msg, sizeof(msg), "connection to %s failed: %s", c->host, why);
     while (c->calls)
@@ -345,6 +355,7 @@ static void client_write_cb(struct bufferevent *bev, void *arg) {
 static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
     rpc_client *c = arg;
     if (events & BEV_EVENT_CONNECTED) {
+        bufferevent_set_timeouts(bev, NULL, NULL); /* connected: calls carry their own deadlines */
         int one = 1;
         setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         if (!c->tp->negotiated_h2(bev))
@@ -399,8 +410,8 @@ rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t p
     if (c->opts.message_bytes_max > UINT32_MAX)
         c->opts.message_bytes_max = UINT32_MAX;
     c->tp = c->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char portstr[8];
     snprintf(portstr, sizeof(portstr), "%u", port);
@@ -421,6 +432,8 @@ rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t p
     }
     bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
     bufferevent_setwatermark(c->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
+    struct timeval tv = {H2_HANDSHAKE_TIMEOUT_MS / 1000, (H2_HANDSHAKE_TIMEOUT_MS % 1000) * 1000};
+    bufferevent_set_timeouts(c->bev, &tv, &tv);
     int rv = bufferevent_socket_connect(c->bev, res->ai_addr, (int)res->ai_addrlen);
     freeaddrinfo(res);
     if (rv != 0 || bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0) {
@@ -446,7 +459,9 @@ void rpc_client_free(rpc_client *c) {
     free(c);
 }
 
-bool rpc_client_alive(const rpc_client *c) { return !c->dead && !c->fail_pending; }
+bool rpc_client_alive(const rpc_client *c) {
+    return !c->dead && !c->fail_pending;
+}
 
 /* ---- calls ---- */
 
@@ -473,9 +488,12 @@ void rpc_ccall_cancel(rpc_ccall *call) {
 
 static bool ccall_submit(rpc_client *c, rpc_ccall *call) {
     char timeout[16] = "";
-    nghttp2_nv fixed[] = {NV(":method", "POST"), NV(":scheme", c->opts.ssl_ctx ? "https" : "http"),
-                          NV(":path", call->path), NV(":authority", c->host),
-                          NV("content-type", "application/grpc"), NV("te", "trailers"),
+    nghttp2_nv fixed[] = {NV(":method", "POST"),
+                          NV(":scheme", c->opts.ssl_ctx ? "https" : "http"),
+                          NV(":path", call->path),
+                          NV(":authority", c->host),
+                          NV("content-type", "application/grpc"),
+                          NV("te", "trailers"),
                           NV("grpc-timeout", timeout)};
     size_t nfixed = 6;
     if (call->deadline_us) {
@@ -486,9 +504,9 @@ static bool ccall_submit(rpc_client *c, rpc_ccall *call) {
     nghttp2_nv nva[7 + RPC_HEADERS_COUNT_MAX];
     memcpy(nva, fixed, nfixed * sizeof(nghttp2_nv));
     for (size_t i = 0; i < call->md_count; i++)
-        nva[nfixed + i] = (nghttp2_nv){(uint8_t *)call->md[i].name, (uint8_t *)call->md[i].value,
-                                       strlen(call->md[i].name), strlen(call->md[i].value),
-                                       NGHTTP2_NV_FLAG_NONE};
+        nva[nfixed + i] =
+            (nghttp2_nv){(uint8_t *)call->md[i].name, (uint8_t *)call->md[i].value,
+                         strlen(call->md[i].name), strlen(call->md[i].value), NGHTTP2_NV_FLAG_NONE};
     nghttp2_data_provider prd = {.source = {.ptr = call}, .read_callback = body_read_cb};
     call->stream_id =
         nghttp2_submit_request(c->session, NULL, nva, nfixed + call->md_count, &prd, call);
@@ -590,9 +608,9 @@ static void unary_done(rpc_ccall *call, st_code code, const char *message, void 
     free(u);
 }
 
-st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request,
-                         const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
-                         rpc_unary_done_fn on_done, void *arg) {
+st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request, const rpc_metadata *md,
+                         size_t md_count, int64_t timeout_ms, rpc_unary_done_fn on_done,
+                         void *arg) {
     unary_ctx *u = calloc(1, sizeof(*u));
     if (!u)
         return ST_RESOURCE_EXHAUSTED;
@@ -712,8 +730,8 @@ st_code rpc_blocking_unary(const char *addr, const rpc_client_opts *opts, const 
 
 st_code rpc_blocking_stream(const char *addr, const rpc_client_opts *opts, const char *path,
                             st_slice request, const rpc_metadata *md, size_t md_count,
-                            int64_t timeout_ms, void (*on_msg)(st_slice msg, void *arg),
-                            void *arg, st_err *status) {
+                            int64_t timeout_ms, void (*on_msg)(st_slice msg, void *arg), void *arg,
+                            st_err *status) {
     blocking_ctx b = {.on_msg = on_msg, .arg = arg};
     return blocking_run(addr, opts, path, request, md, md_count, timeout_ms, &b, status);
 }

@@ -11,7 +11,9 @@ void rpc_deframer_init(rpc_deframer *d, size_t bytes_max) {
     d->bytes_max = bytes_max;
 }
 
-void rpc_deframer_deinit(rpc_deframer *d) { st_buf_free(&d->msg); }
+void rpc_deframer_deinit(rpc_deframer *d) {
+    st_buf_free(&d->msg);
+}
 
 void rpc_frame_prefix(uint8_t out[5], uint32_t len) {
     out[0] = 0;
@@ -108,13 +110,26 @@ bool rpc_timeout_parse(const char *text, size_t len, int64_t *timeout_us) {
     }
     int64_t us;
     switch (text[len - 1]) {
-    case 'H': us = v * 3600 * 1000000; break;
-    case 'M': us = v * 60 * 1000000; break;
-    case 'S': us = v * 1000000; break;
-    case 'm': us = v * 1000; break;
-    case 'u': us = v; break;
-    case 'n': us = (v + 999) / 1000; break;
-    default: return false;
+    case 'H':
+        us = v * 3600 * 1000000;
+        break;
+    case 'M':
+        us = v * 60 * 1000000;
+        break;
+    case 'S':
+        us = v * 1000000;
+        break;
+    case 'm':
+        us = v * 1000;
+        break;
+    case 'u':
+        us = v;
+        break;
+    case 'n':
+        us = (v + 999) / 1000;
+        break;
+    default:
+        return false;
     }
     *timeout_us = us;
     return true;
@@ -175,8 +190,8 @@ void rpc_percent_decode(const char *in, size_t in_len, char *out, size_t out_siz
         return;
     for (size_t i = 0; i < in_len && o + 1 < out_size; i++) {
         int hi, lo;
-        if (in[i] == '%' && i + 2 < in_len &&
-            (hi = hex_val(in[i + 1])) >= 0 && (lo = hex_val(in[i + 2])) >= 0) {
+        if (in[i] == '%' && i + 2 < in_len && (hi = hex_val(in[i + 1])) >= 0 &&
+            (lo = hex_val(in[i + 2])) >= 0) {
             out[o++] = (char)(hi * 16 + lo);
             i += 2;
         } else {

@@ -28,8 +28,10 @@
 
 #include "rpc_internal.h"
 
-#define STAT_ADD(srv, field, n) __atomic_fetch_add(&(srv)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
-#define STAT_SUB(srv, field, n) __atomic_fetch_sub(&(srv)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
+#define STAT_ADD(srv, field, n)                                                                    \
+    __atomic_fetch_add(&(srv)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
+#define STAT_SUB(srv, field, n)                                                                    \
+    __atomic_fetch_sub(&(srv)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
 #define RPC_LISTENERS_MAX 8
 #define RPC_METHODS_MAX 1024
 
@@ -114,7 +116,7 @@ static void h2_conn_close(h2_conn *conn);
 static void call_finish_internal(rpc_call *call, st_code code, const char *msg);
 
 #define NV(n, v)                                                                                   \
-    {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+    { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE }
 
 /* ---- calls ---- */
 
@@ -126,7 +128,9 @@ static void call_release(rpc_call *call) {
     free(call);
 }
 
-void rpc_call_ref(rpc_call *call) { call->refs++; }
+void rpc_call_ref(rpc_call *call) {
+    call->refs++;
+}
 
 void rpc_call_unref(rpc_call *call) {
     ST_ASSERT(call->refs > 0);
@@ -205,11 +209,21 @@ const char *rpc_call_header(const rpc_call *call, const char *name) {
     return NULL;
 }
 
-const char *rpc_call_path(const rpc_call *call) { return call->path ? call->path : ""; }
-st_arena *rpc_call_arena(rpc_call *call) { return &call->arena; }
-int64_t rpc_call_deadline_us(const rpc_call *call) { return call->deadline_us; }
-bool rpc_call_cancelled(const rpc_call *call) { return call->cancelled || !call->conn; }
-size_t rpc_call_queued_bytes(const rpc_call *call) { return call->out.len - call->out_off; }
+const char *rpc_call_path(const rpc_call *call) {
+    return call->path ? call->path : "";
+}
+st_arena *rpc_call_arena(rpc_call *call) {
+    return &call->arena;
+}
+int64_t rpc_call_deadline_us(const rpc_call *call) {
+    return call->deadline_us;
+}
+bool rpc_call_cancelled(const rpc_call *call) {
+    return call->cancelled || !call->conn;
+}
+size_t rpc_call_queued_bytes(const rpc_call *call) {
+    return call->out.len - call->out_off;
+}
 
 bool rpc_call_writable(const rpc_call *call) {
     return call->conn && !call->finished &&
@@ -316,8 +330,7 @@ static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
         call->out_off = 0;
     }
     size_t bound = conn->srv->opts.send_queue_bytes_max;
-    if (call->notify_ev && !call->finished &&
-        ((call->was_full && left < bound / 2) || left == 0)) {
+    if (call->notify_ev && !call->finished && ((call->was_full && left < bound / 2) || left == 0)) {
         call->was_full = false;
         event_active(call->notify_ev, EV_TIMEOUT, 0);
     }
@@ -328,8 +341,7 @@ static int submit_headers(h2_conn *conn, rpc_call *call, bool with_body) {
     nghttp2_data_provider prd = {.source = {.ptr = call}, .read_callback = data_read_cb};
     nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
     call->headers_sent = true;
-    return nghttp2_submit_response(conn->session, call->stream_id, nva, 2,
-                                   with_body ? &prd : NULL);
+    return nghttp2_submit_response(conn->session, call->stream_id, nva, 2, with_body ? &prd : NULL);
 }
 
 /* A response with no messages: one HEADERS frame carrying the status (gRPC "trailers-only"). */
@@ -340,8 +352,8 @@ static int submit_trailers_only(h2_conn *conn, rpc_call *call) {
     nghttp2_nv nva[] = {NV(":status", http), NV("content-type", "application/grpc"),
                         NV("grpc-status", code), NV("grpc-message", call->status_msg)};
     call->headers_sent = true;
-    return nghttp2_submit_response(conn->session, call->stream_id, nva,
-                                   call->status_msg[0] ? 4 : 3, NULL);
+    return nghttp2_submit_response(conn->session, call->stream_id, nva, call->status_msg[0] ? 4 : 3,
+                                   NULL);
 }
 
 static void call_finish_internal(rpc_call *call, st_code code, const char *msg) {
@@ -441,8 +453,7 @@ static const rpc_method_ent *method_find(const rpc_server *srv, const char *path
     return NULL;
 }
 
-static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame,
-                            void *user_data) {
+static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
     h2_conn *conn = user_data;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
@@ -695,6 +706,7 @@ static void conn_write_cb(struct bufferevent *bev, void *arg) {
 static void conn_event_cb(struct bufferevent *bev, short events, void *arg) {
     h2_conn *conn = arg;
     if (events & BEV_EVENT_CONNECTED) {
+        bufferevent_set_timeouts(bev, NULL, NULL); /* handshake done: idle is fine from now */
         if (!conn->tp->negotiated_h2(bev)) {
             st_log(ST_LOG_INFO, "rpc", "msg=\"closing connection: ALPN did not select h2\"");
             h2_conn_close(conn);
@@ -760,6 +772,11 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
     bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
     bufferevent_setwatermark(conn->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
+    if (srv->opts.ssl_ctx) { /* a peer that never finishes its handshake is dropped */
+        struct timeval tv = {H2_HANDSHAKE_TIMEOUT_MS / 1000,
+                             (H2_HANDSHAKE_TIMEOUT_MS % 1000) * 1000};
+        bufferevent_set_timeouts(conn->bev, &tv, &tv);
+    }
     if (bufferevent_enable(conn->bev, EV_READ | EV_WRITE) != 0 || !h2_session_start(conn))
         h2_conn_close(conn);
 }
@@ -832,8 +849,7 @@ rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts,
     if (s->post_fd < 0 ||
         !(s->post_ev = event_new(base, s->post_fd, EV_READ | EV_PERSIST, post_cb, s)) ||
         event_add(s->post_ev, NULL) != 0) {
-        st_err_set(err, ST_INTERNAL, "cannot set up the server's post queue: %s",
-                   strerror(errno));
+        st_err_set(err, ST_INTERNAL, "cannot set up the server's post queue: %s", strerror(errno));
         rpc_server_free(s);
         return NULL;
     }
@@ -861,7 +877,8 @@ st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16
     if (s->listeners_len == RPC_LISTENERS_MAX)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "too many listeners (max %d)",
                           RPC_LISTENERS_MAX);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char portstr[8];
@@ -873,7 +890,8 @@ st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16
     struct evconnlistener *l = NULL;
     for (struct addrinfo *ai = res; ai && !l; ai = ai->ai_next)
         l = evconnlistener_new_bind(s->base, accept_cb, s,
-                                    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+                                    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+                                        LEV_OPT_CLOSE_ON_EXEC,
                                     -1, ai->ai_addr, (int)ai->ai_addrlen);
     freeaddrinfo(res);
     if (!l)
@@ -912,7 +930,9 @@ void rpc_server_free(rpc_server *s) {
     free(s);
 }
 
-struct event_base *rpc_server_base(rpc_server *s) { return s->base; }
+struct event_base *rpc_server_base(rpc_server *s) {
+    return s->base;
+}
 
 void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out) {
     out->conns_accepted = __atomic_load_n(&s->stats.conns_accepted, __ATOMIC_RELAXED);

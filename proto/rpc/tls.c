@@ -133,8 +133,8 @@ SSL_CTX *rpc_tls_client_ctx_new(const char *ca_path, const char *cert_path, cons
 
 /* ---- transports ---- */
 
-static struct bufferevent *plain_bev_new(struct event_base *base, int fd, SSL_CTX *ctx,
-                                         bool server, const char *server_name) {
+static struct bufferevent *plain_bev_new(struct event_base *base, int fd, SSL_CTX *ctx, bool server,
+                                         const char *server_name) {
     (void)ctx;
     (void)server;
     (void)server_name;
@@ -159,8 +159,8 @@ static struct bufferevent *tls_bev_new(struct event_base *base, int fd, SSL_CTX 
     }
     if (!server && server_name) {
         unsigned char ip[16];
-        bool is_ip = inet_pton(AF_INET, server_name, ip) == 1 ||
-                     inet_pton(AF_INET6, server_name, ip) == 1;
+        bool is_ip =
+            inet_pton(AF_INET, server_name, ip) == 1 || inet_pton(AF_INET6, server_name, ip) == 1;
         if (is_ip) {
             X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), server_name);
         } else {

@@ -78,9 +78,11 @@ static void fuzz_block(const uint8_t *data, size_t size) {
     sto_block_iter_init(&it);
     sto_block_iter_set(&it, &b);
     int steps = 0;
-    for (sto_block_iter_seek_first(&it); sto_block_iter_valid(&it) && steps < FUZZ_STEPS_MAX; steps++)
+    for (sto_block_iter_seek_first(&it); sto_block_iter_valid(&it) && steps < FUZZ_STEPS_MAX;
+         steps++)
         sto_block_iter_next(&it);
-    for (sto_block_iter_seek_last(&it); sto_block_iter_valid(&it) && steps < 2 * FUZZ_STEPS_MAX; steps++)
+    for (sto_block_iter_seek_last(&it); sto_block_iter_valid(&it) && steps < 2 * FUZZ_STEPS_MAX;
+         steps++)
         sto_block_iter_prev(&it);
     sto_block_iter_seek(&it, st_slice_make(data, size < 8 ? size : 8));
     if (sto_block_iter_valid(&it)) {

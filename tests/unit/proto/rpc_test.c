@@ -80,7 +80,9 @@ static void h_meta(rpc_call *call, st_slice req, void *arg) {
 static void h_fail(rpc_call *call, st_slice req, void *arg) {
     (void)req;
     (void)arg;
-    rpc_call_finish(call, ST_NOT_FOUND, "row \xc3\xbc" "ber 100% gone\nnext line");
+    rpc_call_finish(call, ST_NOT_FOUND,
+                    "row \xc3\xbc"
+                    "ber 100% gone\nnext line");
 }
 
 static void never_cancel(rpc_call *call, void *arg) {
@@ -211,8 +213,7 @@ static fixture *fixture_start(const rpc_server_opts *opts) {
     assert_non_null(f->srv);
     f->st.srv = f->srv;
     assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Echo", h_echo, &f->st), ST_OK);
-    assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Echo", h_echo, &f->st),
-                     ST_ALREADY_EXISTS);
+    assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Echo", h_echo, &f->st), ST_ALREADY_EXISTS);
     assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Meta", h_meta, &f->st), ST_OK);
     assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Fail", h_fail, &f->st), ST_OK);
     assert_int_equal(rpc_server_add_method(f->srv, "/t.T/Never", h_never, &f->st), ST_OK);
@@ -225,7 +226,9 @@ static fixture *fixture_start(const rpc_server_opts *opts) {
     return f;
 }
 
-static void loop_stop(void *arg) { event_base_loopbreak(arg); }
+static void loop_stop(void *arg) {
+    event_base_loopbreak(arg);
+}
 
 static void fixture_stop(fixture *f) {
     assert_int_equal(rpc_server_post(f->srv, loop_stop, f->base), ST_OK);
@@ -327,8 +330,8 @@ static int tcp_connect(uint16_t port) {
 /* One call with the given body cut into DATA frames of `chunk` bytes; returns grpc-status. */
 static int raw_h2_call(uint16_t port, const char *path, const char *content_type,
                        const uint8_t *body, size_t len, size_t chunk, st_buf *resp_data) {
-    raw_call r = {.fd = tcp_connect(port), .body = body, .body_len = len, .chunk = chunk,
-                  .grpc_status = -1};
+    raw_call r = {
+        .fd = tcp_connect(port), .body = body, .body_len = len, .chunk = chunk, .grpc_status = -1};
     st_buf_init(&r.data);
     nghttp2_session_callbacks *cbs;
     nghttp2_session *s;
@@ -428,8 +431,7 @@ static void test_rpc_deframer_rejects_bad_input(void **state) {
     st_err err = {0};
     uint8_t comp[] = {1, 0, 0, 0, 1, 'x'};
     rpc_deframer_init(&d, 100);
-    assert_int_equal(rpc_deframer_feed(&d, comp, sizeof(comp), &err, NULL, NULL),
-                     ST_UNIMPLEMENTED);
+    assert_int_equal(rpc_deframer_feed(&d, comp, sizeof(comp), &err, NULL, NULL), ST_UNIMPLEMENTED);
     rpc_deframer_deinit(&d);
     uint8_t flag[] = {7, 0, 0, 0, 0};
     rpc_deframer_init(&d, 100);
@@ -488,26 +490,26 @@ static void test_rpc_unary_echo_and_metadata(void **state) {
     st_buf resp;
     st_buf_init(&resp);
     st_err status = {0};
-    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("hello"), NULL,
-                                        0, 5000, &resp, &status),
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("hello"), NULL, 0,
+                                        5000, &resp, &status),
                      ST_OK);
     assert_int_equal(resp.len, 5);
     assert_memory_equal(resp.data, "hello", 5);
     /* An empty message is a message: a 5-byte prefix with length 0. */
-    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(NULL, 0), NULL,
-                                        0, 0, &resp, &status),
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(NULL, 0), NULL, 0,
+                                        0, &resp, &status),
                      ST_OK);
     assert_int_equal(resp.len, 0);
     rpc_metadata md[] = {{"x-goog-request-params", "table_name=projects/p/t"},
                          {"authorization", "Bearer tok"}};
-    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Meta", ST_SLICE_LIT("x"), md, 2, 0,
-                                        &resp, &status),
-                     ST_OK);
+    assert_int_equal(
+        rpc_blocking_unary(f->addr, NULL, "/t.T/Meta", ST_SLICE_LIT("x"), md, 2, 0, &resp, &status),
+        ST_OK);
     assert_int_equal(resp.len, strlen("table_name=projects/p/t|Bearer tok|/t.T/Meta"));
     assert_memory_equal(resp.data, "table_name=projects/p/t|Bearer tok|/t.T/Meta", resp.len);
     /* Asynchronous completion through rpc_server_post from a worker thread. */
-    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Async", ST_SLICE_LIT("later"), NULL,
-                                        0, 0, &resp, &status),
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Async", ST_SLICE_LIT("later"), NULL, 0,
+                                        0, &resp, &status),
                      ST_OK);
     assert_memory_equal(resp.data, "later", 5);
     st_buf_free(&resp);
@@ -518,12 +520,13 @@ static void test_rpc_status_message_and_unknown_method(void **state) {
     (void)state;
     fixture *f = fixture_start(NULL);
     st_err status = {0};
-    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Fail", ST_SLICE_LIT("x"), NULL, 0,
-                                        0, NULL, &status),
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Fail", ST_SLICE_LIT("x"), NULL, 0, 0,
+                                        NULL, &status),
                      ST_NOT_FOUND);
-    assert_string_equal(status.msg, "row \xc3\xbc" "ber 100% gone\nnext line");
-    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Nope", ST_SLICE_LIT("x"), NULL, 0,
-                                        0, NULL, &status),
+    assert_string_equal(status.msg, "row \xc3\xbc"
+                                    "ber 100% gone\nnext line");
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Nope", ST_SLICE_LIT("x"), NULL, 0, 0,
+                                        NULL, &status),
                      ST_UNIMPLEMENTED);
     assert_non_null(strstr(status.msg, "/t.T/Nope"));
     /* Nobody listening: UNAVAILABLE, not a hang. */
@@ -535,9 +538,9 @@ static void test_rpc_status_message_and_unknown_method(void **state) {
     bind(fd, (struct sockaddr *)&sa, sizeof(sa));
     getsockname(fd, (struct sockaddr *)&sa, &sl);
     snprintf(dead, sizeof(dead), "127.0.0.1:%u", ntohs(sa.sin_port));
-    assert_int_equal(rpc_blocking_unary(dead, NULL, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0, 0,
-                                        NULL, &status),
-                     ST_UNAVAILABLE);
+    assert_int_equal(
+        rpc_blocking_unary(dead, NULL, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0, 0, NULL, &status),
+        ST_UNAVAILABLE);
     close(fd);
     fixture_stop(f);
 }
@@ -549,8 +552,8 @@ static void test_rpc_message_size_limits(void **state) {
     size_t n = 2u << 20;
     uint8_t *big = calloc(1, n);
     st_err status = {0};
-    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, n), NULL,
-                                        0, 0, NULL, &status),
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, n), NULL, 0,
+                                        0, NULL, &status),
                      ST_RESOURCE_EXHAUSTED);
     print_message("oversized: %s\n", status.msg);
     /* The response side: the client's own limit. */
@@ -559,8 +562,8 @@ static void test_rpc_message_size_limits(void **state) {
                                         NULL, 0, 0, NULL, &status),
                      ST_RESOURCE_EXHAUSTED);
     /* The server still serves. */
-    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, 1000),
-                                        NULL, 0, 0, NULL, &status),
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, 1000), NULL,
+                                        0, 0, NULL, &status),
                      ST_OK);
     free(big);
     fixture_stop(f);
@@ -576,8 +579,8 @@ static void test_rpc_20mib_round_trip(void **state) {
     st_buf resp;
     st_buf_init(&resp);
     st_err status = {0};
-    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, n), NULL,
-                                        0, 0, &resp, &status),
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, n), NULL, 0,
+                                        0, &resp, &status),
                      ST_OK);
     assert_int_equal(resp.len, n);
     assert_true(memcmp(resp.data, big, n) == 0);
@@ -687,8 +690,8 @@ static void test_rpc_stream_slow_reader_bounded(void **state) {
     st_put_fixed64(req, total);
     st_put_fixed32(req + 8, chunk);
     slow_ctx s = {.f = f, .base = base};
-    assert_non_null(rpc_client_call(c, "/t.T/Stream", st_slice_make(req, 12), NULL, 0, 0,
-                                    slow_msg, slow_done, &s));
+    assert_non_null(rpc_client_call(c, "/t.T/Stream", st_slice_make(req, 12), NULL, 0, 0, slow_msg,
+                                    slow_done, &s));
     while (!s.done && event_base_dispatch(base) == 0)
         ;
     assert_int_equal(s.code, ST_OK);
@@ -731,8 +734,8 @@ static void test_rpc_stream_many_small_messages(void **state) {
     st_put_fixed32(req + 8, 7);
     small_ctx sc = {.order_ok = true};
     st_err status = {0};
-    assert_int_equal(rpc_blocking_stream(f->addr, NULL, "/t.T/Stream", st_slice_make(req, 12),
-                                         NULL, 0, 0, small_msg, &sc, &status),
+    assert_int_equal(rpc_blocking_stream(f->addr, NULL, "/t.T/Stream", st_slice_make(req, 12), NULL,
+                                         0, 0, small_msg, &sc, &status),
                      ST_OK);
     assert_int_equal(sc.messages, 5000);
     assert_int_equal(sc.bytes, 7 * 5000);
@@ -740,8 +743,8 @@ static void test_rpc_stream_many_small_messages(void **state) {
     /* A stream of zero messages ends with just the status. */
     st_put_fixed64(req, 0);
     sc = (small_ctx){.order_ok = true};
-    assert_int_equal(rpc_blocking_stream(f->addr, NULL, "/t.T/Stream", st_slice_make(req, 12),
-                                         NULL, 0, 0, small_msg, &sc, &status),
+    assert_int_equal(rpc_blocking_stream(f->addr, NULL, "/t.T/Stream", st_slice_make(req, 12), NULL,
+                                         0, 0, small_msg, &sc, &status),
                      ST_OK);
     assert_int_equal(sc.messages, 0);
     fixture_stop(f);
@@ -786,8 +789,7 @@ static void test_rpc_stream_cancel_midway(void **state) {
         ;
     assert_int_equal(m.code, ST_CANCELLED);
     assert_true(m.messages >= 10);
-    for (int i = 0; i < 30000 && !__atomic_load_n(&f->st.stream_cancelled, __ATOMIC_ACQUIRE);
-         i++) {
+    for (int i = 0; i < 30000 && !__atomic_load_n(&f->st.stream_cancelled, __ATOMIC_ACQUIRE); i++) {
         event_base_loop(base, EVLOOP_NONBLOCK);
         sleep_ms(1);
     }
@@ -846,8 +848,8 @@ static void test_rpc_deadlines_on_queued_calls(void **state) {
     enum { N = 40 };
     dl_ctx d = {0};
     for (int i = 0; i < N; i++)
-        assert_non_null(rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 300, NULL,
-                                        dl_done, &d));
+        assert_non_null(
+            rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 300, NULL, dl_done, &d));
     while (d.done < N && event_base_loop(base, EVLOOP_ONCE) == 0)
         ;
     assert_int_equal(d.deadline, N);
@@ -880,8 +882,8 @@ static void test_rpc_client_cancel_reaches_handler(void **state) {
     struct event_base *base = event_base_new();
     rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
     cancel_ctx cc = {0};
-    rpc_ccall *call = rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 0, NULL,
-                                      cancel_done, &cc);
+    rpc_ccall *call =
+        rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 0, NULL, cancel_done, &cc);
     assert_non_null(call);
     for (int i = 0; i < 30000 && !__atomic_load_n(&f->st.never_started, __ATOMIC_ACQUIRE); i++) {
         event_base_loop(base, EVLOOP_NONBLOCK);
@@ -929,9 +931,9 @@ static void test_rpc_bad_frames_end_stream_or_connection(void **state) {
                      ST_INTERNAL);
     /* A truncated message body, too. */
     size_t len = frame_msg(body, "hello", 5);
-    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len - 2, 100,
-                                 NULL),
-                     ST_INTERNAL);
+    assert_int_equal(
+        raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len - 2, 100, NULL),
+        ST_INTERNAL);
     /* One message split into 1-byte DATA frames is reassembled. */
     assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len, 1, &resp),
                      ST_OK);
@@ -939,8 +941,7 @@ static void test_rpc_bad_frames_end_stream_or_connection(void **state) {
     assert_memory_equal(resp.data, body, len);
     /* Two messages in one frame: client streaming is not supported. */
     size_t len2 = len + frame_msg(body + len, "again", 5);
-    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len2, 1000,
-                                 NULL),
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len2, 1000, NULL),
                      ST_INVALID_ARGUMENT);
     /* A compressed message without negotiated compression. */
     body[0] = 1;
@@ -951,13 +952,12 @@ static void test_rpc_bad_frames_end_stream_or_connection(void **state) {
     assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "text/plain", body, len, 1000, NULL),
                      ST_INVALID_ARGUMENT);
     /* A content-type with a codec suffix is fine. */
-    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc+proto", body, len, 1000,
-                                 NULL),
-                     ST_OK);
+    assert_int_equal(
+        raw_h2_call(f->port, "/t.T/Echo", "application/grpc+proto", body, len, 1000, NULL), ST_OK);
     /* And a second, ordinary client is still served. */
     st_err status = {0};
-    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("still"), NULL,
-                                        0, 0, &resp, &status),
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("still"), NULL, 0,
+                                        0, &resp, &status),
                      ST_OK);
     assert_memory_equal(resp.data, "still", 5);
     rpc_server_stats stats;
@@ -979,8 +979,8 @@ static void make_cert(EVP_PKEY **key_out, X509 **cert_out) {
     X509_gmtime_adj(X509_getm_notAfter(x), 3600);
     X509_set_pubkey(x, key);
     X509_NAME *name = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1,
-                               -1, 0);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1, -1,
+                               0);
     X509_set_issuer_name(x, name);
     X509V3_CTX v3;
     X509V3_set_ctx(&v3, x, x, NULL, NULL, 0);
@@ -1014,8 +1014,8 @@ static void test_rpc_tls_alpn_h2(void **state) {
     st_buf resp;
     st_buf_init(&resp);
     st_err status = {0};
-    assert_int_equal(rpc_blocking_unary(f->addr, &copts, "/t.T/Echo", ST_SLICE_LIT("secret"),
-                                        NULL, 0, 10000, &resp, &status),
+    assert_int_equal(rpc_blocking_unary(f->addr, &copts, "/t.T/Echo", ST_SLICE_LIT("secret"), NULL,
+                                        0, 10000, &resp, &status),
                      ST_OK);
     assert_memory_equal(resp.data, "secret", 6);
     /* Large enough to cross many TLS records and HTTP/2 windows. */
@@ -1041,8 +1041,8 @@ static void test_rpc_tls_alpn_h2(void **state) {
     assert_int_equal(rpc_blocking_unary(f->addr, &uopts, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0,
                                         5000, NULL, &status),
                      ST_UNAVAILABLE);
-    assert_int_equal(rpc_blocking_unary(f->addr, &copts, "/t.T/Echo", ST_SLICE_LIT("again"),
-                                        NULL, 0, 10000, &resp, &status),
+    assert_int_equal(rpc_blocking_unary(f->addr, &copts, "/t.T/Echo", ST_SLICE_LIT("again"), NULL,
+                                        0, 10000, &resp, &status),
                      ST_OK);
     st_buf_free(&resp);
     fixture_stop(f);

@@ -33,8 +33,12 @@ static void make_kvs(kv *kvs, size_t n) {
     }
 }
 
-static st_slice ks(const kv *e) { return st_slice_cstr(e->key); }
-static st_slice vs(const kv *e) { return st_slice_cstr(e->val); }
+static st_slice ks(const kv *e) {
+    return st_slice_cstr(e->key);
+}
+static st_slice vs(const kv *e) {
+    return st_slice_cstr(e->val);
+}
 
 /* Builds, seals (with zstd when level > 0), unseals and parses a block of kvs. */
 static uint8_t *build_block(const kv *kvs, size_t n, int interval, int level, sto_block *b,
@@ -221,8 +225,8 @@ static void test_block_malformed_contents(void **state) {
     (void)state;
     st_err err;
     sto_block b;
-    uint8_t bad1[] = {1, 2, 3};                               /* too short */
-    uint8_t bad2[] = {0, 0, 0, 0, 9, 0, 0, 0};                /* restart count too big */
+    uint8_t bad1[] = {1, 2, 3};                                   /* too short */
+    uint8_t bad2[] = {0, 0, 0, 0, 9, 0, 0, 0};                    /* restart count too big */
     uint8_t bad3[] = {0, 1, 1, 'k', 'v', 7, 0, 0, 0, 1, 0, 0, 0}; /* restart past entries */
     assert_int_equal(sto_block_parse(st_slice_make(bad1, 3), &b, &err), ST_DATA_LOSS);
     assert_int_equal(sto_block_parse(st_slice_make(bad2, 8), &b, &err), ST_DATA_LOSS);

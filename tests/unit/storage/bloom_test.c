@@ -39,7 +39,8 @@ static void test_bloom_no_false_negatives_and_low_fp(void **state) {
     st_buf_init(&f);
     build(&b, keys, N_KEYS, KEY_BYTES, &f);
     for (size_t i = 0; i < N_KEYS; i++)
-        assert_true(sto_bloom_may_contain(st_buf_slice(&f), st_slice_make(keys + i * KEY_BYTES, KEY_BYTES)));
+        assert_true(sto_bloom_may_contain(st_buf_slice(&f),
+                                          st_slice_make(keys + i * KEY_BYTES, KEY_BYTES)));
     /* Probes differing from a present key only in the last byte. */
     size_t fp_last = 0, fp_rand = 0;
     uint8_t probe[KEY_BYTES];

@@ -5,6 +5,7 @@
  * and survives several threads inserting, looking up and releasing at once (a smoke test whose
  * real value is under ASan/TSan).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 
 #include <cmocka.h>
 

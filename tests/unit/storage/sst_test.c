@@ -8,6 +8,7 @@
  * written file make opening or iterating fail with ST_DATA_LOSS, or return correct data — never a
  * crash or wrong data (run under ASan).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -38,7 +38,8 @@ static int setup(void **state) {
     fixture *f = calloc(1, sizeof(*f));
     f->env = st_env_posix();
     const char *base = getenv("STRATA_TEST_TMP");
-    snprintf(f->dir, sizeof(f->dir), "%s/sst_test_%d", base && *base ? base : "/tmp", (int)getpid());
+    snprintf(f->dir, sizeof(f->dir), "%s/sst_test_%d", base && *base ? base : "/tmp",
+             (int)getpid());
     assert_int_equal(f->env->ops->mkdirs(f->env, f->dir, NULL), ST_OK);
     snprintf(f->path, sizeof(f->path), "%s/t.sst", f->dir);
     *state = f;
@@ -58,8 +59,12 @@ static int ent_cmp(const void *a, const void *b) {
     return st_slice_cmp(st_slice_make(x->k, x->kl), st_slice_make(y->k, y->kl));
 }
 
-static st_slice ek(const ent *e) { return st_slice_make(e->k, e->kl); }
-static st_slice ev(const ent *e) { return st_slice_make(e->v, e->vl); }
+static st_slice ek(const ent *e) {
+    return st_slice_make(e->k, e->kl);
+}
+static st_slice ev(const ent *e) {
+    return st_slice_make(e->v, e->vl);
+}
 
 /* n random entries, sorted and deduplicated; values are text-like (compressible) or random. */
 static ent *make_entries(st_rng *r, size_t *n, bool compressible, size_t vmax) {
@@ -72,7 +77,8 @@ static ent *make_entries(st_rng *r, size_t *n, bool compressible, size_t vmax) {
         es[i].vl = st_rng_below(r, vmax + 1);
         es[i].v = malloc(es[i].vl + 1);
         for (size_t j = 0; j < es[i].vl; j++)
-            es[i].v[j] = compressible ? (uint8_t)("value text "[j % 11] + (i % 3)) : (uint8_t)st_rng_next(r);
+            es[i].v[j] =
+                compressible ? (uint8_t)("value text "[j % 11] + (i % 3)) : (uint8_t)st_rng_next(r);
     }
     qsort(es, *n, sizeof(*es), ent_cmp);
     size_t m = 0;
@@ -215,7 +221,7 @@ static void test_sst_round_trip_small_blocks(void **state) {
     fixture *f = *state;
     st_rng_seed(&f->rng, st_test_seed("test_sst_round_trip_small_blocks"));
     round_trip(f, 5000, true, 50, 256, 64 << 10); /* many blocks, a cache smaller than them */
-    round_trip(f, 3000, false, 50, 1, 0);        /* one entry per block */
+    round_trip(f, 3000, false, 50, 1, 0);         /* one entry per block */
 }
 
 static void test_sst_compression_shrinks_file(void **state) {
@@ -451,7 +457,8 @@ static void test_sst_write_failures_are_reported(void **state) {
         if (rc == ST_OK) {
             rc = sto_sst_writer_finish(w, NULL, &err);
         } else if (w) {
-            assert_int_equal(sto_sst_writer_add(w, ST_SLICE_LIT("\xff"), ST_SLICE_LIT(""), &err), rc);
+            assert_int_equal(sto_sst_writer_add(w, ST_SLICE_LIT("\xff"), ST_SLICE_LIT(""), &err),
+                             rc);
             sto_sst_writer_abandon(w);
         }
         st_env_fault_set(fe, -1, ST_OK);

@@ -31,29 +31,30 @@ struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
 
 /* ---- named maxima and defaults ---- */
 #define RPC_MESSAGE_BYTES_MAX_DEFAULT ((size_t)256 << 20) /* one gRPC message, either way */
-#define RPC_SEND_QUEUE_BYTES_DEFAULT ((size_t)1 << 20)   /* per call: "writable" below this */
-#define RPC_STREAMS_MAX_DEFAULT 256u                     /* SETTINGS_MAX_CONCURRENT_STREAMS */
-#define RPC_HEADER_BYTES_MAX ((size_t)64 << 10)          /* request metadata per stream */
-#define RPC_HEADERS_COUNT_MAX 64u                        /* request metadata entries per stream */
+#define RPC_SEND_QUEUE_BYTES_DEFAULT ((size_t)1 << 20)    /* per call: "writable" below this */
+#define RPC_STREAMS_MAX_DEFAULT 256u                      /* SETTINGS_MAX_CONCURRENT_STREAMS */
+#define RPC_HEADER_BYTES_MAX ((size_t)64 << 10)           /* request metadata per stream */
+#define RPC_HEADERS_COUNT_MAX 64u                         /* request metadata entries per stream */
 #define H2_CONN_OUTPUT_HIGH_WATER_BYTES ((size_t)1 << 20) /* socket output stops filling here */
-#define H2_CONN_REQUEST_BYTES_MAX ((size_t)512 << 20)    /* request bytes buffered per conn */
-#define H2_STREAM_WINDOW_BYTES ((int32_t)1 << 20)        /* HTTP/2 initial stream window */
-#define H2_CONN_WINDOW_BYTES ((int32_t)16 << 20)         /* HTTP/2 connection window */
+#define H2_CONN_REQUEST_BYTES_MAX ((size_t)512 << 20)     /* request bytes buffered per conn */
+#define H2_STREAM_WINDOW_BYTES ((int32_t)1 << 20)         /* HTTP/2 initial stream window */
+#define H2_CONN_WINDOW_BYTES ((int32_t)16 << 20)          /* HTTP/2 connection window */
 #define RPC_CALL_ARENA_BLOCK_BYTES ((size_t)4096)
+#define H2_HANDSHAKE_TIMEOUT_MS 10000 /* server: TLS handshake; client: connect (+ handshake) */
 #define RPC_POST_QUEUE_MAX ((size_t)1 << 20) /* pending rpc_server_post functions */
 #define RPC_GRPC_MESSAGE_MAX 1024            /* bytes of grpc-message text kept */
-#define RPC_REFUSED_RETRIES_MAX 8 /* client resubmits of a request refused unprocessed */
+#define RPC_REFUSED_RETRIES_MAX 8            /* client resubmits of a request refused unprocessed */
 
 /* ---- the gRPC length-prefixed message deframer (exposed for the fuzz target and tests) ----
  * Each message is 1 flag byte (0 = plain, 1 = compressed), a 4-byte big-endian length, then the
  * bytes. Messages may be split across DATA frames and several may share one. */
 typedef struct rpc_deframer {
     uint8_t prefix[5];
-    size_t prefix_len;  /* bytes of prefix[] filled */
-    size_t msg_len;     /* length announced by the prefix */
-    st_buf msg;         /* the message being reassembled; grows as bytes arrive */
-    size_t bytes_max;   /* largest accepted message */
-    uint64_t messages;  /* complete messages delivered */
+    size_t prefix_len; /* bytes of prefix[] filled */
+    size_t msg_len;    /* length announced by the prefix */
+    st_buf msg;        /* the message being reassembled; grows as bytes arrive */
+    size_t bytes_max;  /* largest accepted message */
+    uint64_t messages; /* complete messages delivered */
 } rpc_deframer;
 
 /* Called once per complete message; the slice is valid only during the call. Return ST_OK to go
@@ -103,11 +104,11 @@ typedef struct rpc_server_stats {
     uint64_t conns_accepted;
     uint64_t conns_open;
     uint64_t calls_started;
-    uint64_t calls_active;       /* calls whose stream is open */
-    uint64_t calls_cancelled;    /* by RST_STREAM, connection loss or deadline */
-    uint64_t queued_bytes;       /* response bytes queued in calls, not yet given to HTTP/2 */
-    uint64_t queued_bytes_peak;  /* high-water mark of queued_bytes */
-    uint64_t bad_streams;        /* streams ended with an error status by the layer itself */
+    uint64_t calls_active;      /* calls whose stream is open */
+    uint64_t calls_cancelled;   /* by RST_STREAM, connection loss or deadline */
+    uint64_t queued_bytes;      /* response bytes queued in calls, not yet given to HTTP/2 */
+    uint64_t queued_bytes_peak; /* high-water mark of queued_bytes */
+    uint64_t bad_streams;       /* streams ended with an error status by the layer itself */
 } rpc_server_stats;
 
 /* NULL on failure (err says why). opts may be NULL. Free with rpc_server_free. */
@@ -215,9 +216,8 @@ rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
                            const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
                            rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg);
 /* Unary convenience over rpc_client_call. ST_OK if started; otherwise on_done will not run. */
-st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request,
-                         const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
-                         rpc_unary_done_fn on_done, void *arg);
+st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request, const rpc_metadata *md,
+                         size_t md_count, int64_t timeout_ms, rpc_unary_done_fn on_done, void *arg);
 /* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. */
 void rpc_ccall_cancel(rpc_ccall *call);
 
@@ -231,8 +231,8 @@ st_code rpc_blocking_unary(const char *addr, const rpc_client_opts *opts, const 
 /* Server streaming: on_msg (may be NULL) runs for each response message. */
 st_code rpc_blocking_stream(const char *addr, const rpc_client_opts *opts, const char *path,
                             st_slice request, const rpc_metadata *md, size_t md_count,
-                            int64_t timeout_ms, void (*on_msg)(st_slice msg, void *arg),
-                            void *arg, st_err *status);
+                            int64_t timeout_ms, void (*on_msg)(st_slice msg, void *arg), void *arg,
+                            st_err *status);
 
 /* ---- TLS ---- */
 /* Server context from PEM files; client_ca_path non-NULL requires and verifies client

@@ -1,0 +1,482 @@
+/*
+ * Proves the engine's public API end to end on real files: writes are read back (forward,
+ * reverse, point reads), the four mutation kinds delete exactly what their version and scope
+ * cover, out-of-order versions resolve by version, GC rules hide and compaction drops garbage,
+ * snapshots stay stable while writes, flushes and compactions go on, everything survives a
+ * reopen (from the log and from SSTables), bad requests get the right codes, and the sampling,
+ * DropRowRange, async write, tablet drop and log reader/holder calls work.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+
+#include "sto_test_util.h"
+
+#define V(ts) STO_VERSION((ts), 0)
+
+typedef struct fixture {
+    char dir[512];
+    sto_options o;
+    sto_db *db;
+    st_buf out;
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    tu_tmpdir(f->dir, sizeof f->dir, "db_test");
+    tu_small_options(&f->o);
+    st_buf_init(&f->out);
+    st_err err;
+    if (sto_db_open(f->dir, &f->o, &f->db, &err) != ST_OK) {
+        fprintf(stderr, "open: %s\n", err.msg);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    sto_db_close(f->db);
+    tu_rmrf(f->dir);
+    st_buf_free(&f->out);
+    free(f);
+    return 0;
+}
+
+static void reopen(fixture *f) {
+    sto_db_close(f->db);
+    st_err err;
+    st_code rc = sto_db_open(f->dir, &f->o, &f->db, &err);
+    if (rc != ST_OK)
+        fprintf(stderr, "reopen: %s\n", err.msg);
+    assert_int_equal(rc, ST_OK);
+}
+
+static sto_tablet *mk(fixture *f, uint64_t id, const char *start, const char *end) {
+    sto_tablet *t;
+    st_err err;
+    assert_int_equal(sto_tablet_create(f->db, id, ST_SLICE_LIT("tbl"), st_slice_cstr(start),
+                                       st_slice_cstr(end), &t, &err),
+                     ST_OK);
+    return t;
+}
+
+static const char *dump(fixture *f, uint64_t id) {
+    assert_int_equal(tu_dump(f->db, id, &f->out), ST_OK);
+    return (const char *)f->out.data;
+}
+
+static void test_db_write_read(void **state) {
+    fixture *f = *state;
+    sto_tablet *t = mk(f, 1, "", "");
+    assert_int_equal(tu_set(f->db, 1, "b", "cf", "q1", 10, "v1", V(10)), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "a", "cf", "q1", 10, "va", V(11)), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "b", "cf", "q1", 20, "v2", V(20)), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "b", "cf", "q0", 5, "v0", V(21)), ST_OK);
+    const char *want = "a cf:q1@10=va\nb cf:q0@5=v0\nb cf:q1@20=v2\nb cf:q1@10=v1\n";
+    assert_string_equal(dump(f, 1), want);
+    sto_range r = {ST_SLICE_LIT("b"), false, ST_SLICE_LIT("b"), true};
+    assert_int_equal(tu_dump_range(t, &r, false, &f->out), ST_OK);
+    assert_string_equal((char *)f->out.data, "b cf:q0@5=v0\nb cf:q1@20=v2\nb cf:q1@10=v1\n");
+    assert_int_equal(tu_dump_range(t, NULL, true, &f->out), ST_OK);
+    assert_string_equal((char *)f->out.data,
+                        "b cf:q0@5=v0\nb cf:q1@20=v2\nb cf:q1@10=v1\na cf:q1@10=va\n");
+    st_err err;
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    assert_string_equal(dump(f, 1), want);
+    assert_int_equal(tu_dump_range(t, &r, false, &f->out), ST_OK);
+    assert_string_equal((char *)f->out.data, "b cf:q0@5=v0\nb cf:q1@20=v2\nb cf:q1@10=v1\n");
+    sto_range miss = {ST_SLICE_LIT("c"), false, ST_SLICE_LIT("c"), true};
+    assert_int_equal(tu_dump_range(t, &miss, false, &f->out), ST_OK);
+    assert_string_equal((char *)f->out.data, "");
+}
+
+static void test_db_delete_kinds(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    for (int ts = 1; ts <= 4; ts++) {
+        char v[8];
+        snprintf(v, sizeof v, "v%d", ts);
+        assert_int_equal(tu_set(f->db, 1, "r", "a", "x", ts, v, V(100 + ts)), ST_OK);
+        assert_int_equal(tu_set(f->db, 1, "r", "b", "y", ts, v, V(100 + ts)), ST_OK);
+    }
+    assert_int_equal(tu_set(f->db, 1, "s", "a", "x", 1, "s1", V(100)), ST_OK);
+    /* column delete of ts [2,4) at version 200 */
+    sto_mut dc = {.type = STO_MUT_DEL_COLUMN, .family = ST_SLICE_LIT("a"),
+                  .qualifier = ST_SLICE_LIT("x"), .ts_start_us = 2, .ts_end_us = 4};
+    sto_row_mut r = tu_row(1, "r", &dc, 1, V(200));
+    st_err err;
+    assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_OK);
+    assert_string_equal(dump(f, 1), "r a:x@4=v4\nr a:x@1=v1\nr b:y@4=v4\nr b:y@3=v3\n"
+                                    "r b:y@2=v2\nr b:y@1=v1\ns a:x@1=s1\n");
+    /* a family delete with a version below the cells' deletes nothing */
+    sto_mut df = {.type = STO_MUT_DEL_FAMILY, .family = ST_SLICE_LIT("b")};
+    r = tu_row(1, "r", &df, 1, V(50));
+    assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_OK);
+    assert_string_equal(dump(f, 1), "r a:x@4=v4\nr a:x@1=v1\nr b:y@4=v4\nr b:y@3=v3\n"
+                                    "r b:y@2=v2\nr b:y@1=v1\ns a:x@1=s1\n");
+    r = tu_row(1, "r", &df, 1, V(300));
+    assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_OK);
+    assert_string_equal(dump(f, 1), "r a:x@4=v4\nr a:x@1=v1\ns a:x@1=s1\n");
+    /* a later write (higher version) to a deleted family is visible again */
+    assert_int_equal(tu_set(f->db, 1, "r", "b", "y", 9, "new", V(400)), ST_OK);
+    sto_mut dr = {.type = STO_MUT_DEL_ROW};
+    r = tu_row(1, "r", &dr, 1, V(350));
+    assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_OK);
+    assert_string_equal(dump(f, 1), "r b:y@9=new\ns a:x@1=s1\n");
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    assert_int_equal(sto_tablet_compact(f->db, 1, &err), ST_OK);
+    assert_string_equal(dump(f, 1), "r b:y@9=new\ns a:x@1=s1\n");
+    reopen(f);
+    assert_string_equal(dump(f, 1), "r b:y@9=new\ns a:x@1=s1\n");
+}
+
+static void test_db_versions_out_of_order(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    assert_int_equal(tu_set(f->db, 1, "r", "f", "q", 7, "newer", V(500)), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "r", "f", "q", 7, "older", V(400)), ST_OK);
+    assert_string_equal(dump(f, 1), "r f:q@7=newer\n");
+    st_err err;
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "r", "f", "q", 7, "oldest", V(300)), ST_OK);
+    assert_string_equal(dump(f, 1), "r f:q@7=newer\n");
+    /* a delete with a lower version than the cell is a no-op, applied in any order */
+    sto_mut dr = {.type = STO_MUT_DEL_ROW};
+    sto_row_mut r = tu_row(1, "r", &dr, 1, V(450));
+    assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_OK);
+    assert_int_equal(sto_tablet_compact(f->db, 1, &err), ST_OK);
+    assert_string_equal(dump(f, 1), "r f:q@7=newer\n");
+    /* within one row mutation, a later SetCell of the same cell replaces the earlier one */
+    sto_mut two[2] = {tu_set_mut("f", "z", 1, "first"), tu_set_mut("f", "z", 1, "second")};
+    r = tu_row(1, "r", two, 2, V(600));
+    assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_OK);
+    assert_string_equal(dump(f, 1), "r f:q@7=newer\nr f:z@1=second\n");
+}
+
+static void test_db_gc_rules(void **state) {
+    fixture *f = *state;
+    sto_tablet *t = mk(f, 1, "", "");
+    for (int ts = 1; ts <= 5; ts++)
+        assert_int_equal(tu_set(f->db, 1, "r", "keep1", "q", ts, "x", V(ts)), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "r", "all", "q", 1, "a", V(1)), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "r", "all", "q", 2, "b", V(2)), ST_OK);
+    sto_family_gc g = {ST_SLICE_LIT("keep1"), {.kind = STO_GC_MAX_VERSIONS, .max_versions = 1}};
+    st_err err;
+    assert_int_equal(sto_tablet_set_gc(t, &g, 1, &err), ST_OK);
+    const char *want = "r all:q@2=b\nr all:q@1=a\nr keep1:q@5=x\n";
+    assert_string_equal(dump(f, 1), want);
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    assert_int_equal(sto_tablet_compact(f->db, 1, &err), ST_OK);
+    assert_string_equal(dump(f, 1), want);
+    /* after the full compaction the garbage is gone even without the rule */
+    assert_int_equal(sto_tablet_set_gc(t, NULL, 0, &err), ST_OK);
+    assert_string_equal(dump(f, 1), want);
+    sto_tablet_info info;
+    sto_tablet_info_get(t, &info);
+    assert_int_equal(info.sst_count, 1);
+}
+
+static void test_db_reopen_replays_log(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "m");
+    mk(f, 2, "m", "");
+    char row[32], val[32];
+    for (int i = 0; i < 500; i++) {
+        snprintf(row, sizeof row, "%c%04d", i % 2 ? 'a' : 'z', i);
+        snprintf(val, sizeof val, "val%d", i);
+        assert_int_equal(tu_set(f->db, i % 2 ? 1 : 2, row, "f", "q", i, val, V(i + 1)), ST_OK);
+    }
+    st_buf before1, before2;
+    st_buf_init(&before1);
+    st_buf_init(&before2);
+    assert_int_equal(tu_dump(f->db, 1, &before1), ST_OK);
+    assert_int_equal(tu_dump(f->db, 2, &before2), ST_OK);
+    st_err err;
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    reopen(f);
+    assert_string_equal(dump(f, 1), (char *)before1.data);
+    assert_string_equal(dump(f, 2), (char *)before2.data);
+    reopen(f);
+    assert_string_equal(dump(f, 2), (char *)before2.data);
+    st_buf_free(&before1);
+    st_buf_free(&before2);
+}
+
+static void test_db_validation(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "b", "d");
+    st_err err;
+    assert_int_equal(tu_set(f->db, 1, "a", "f", "q", 1, "v", 1), ST_OUT_OF_RANGE);
+    assert_int_equal(tu_set(f->db, 1, "d", "f", "q", 1, "v", 1), ST_OUT_OF_RANGE);
+    assert_int_equal(tu_set(f->db, 9, "b", "f", "q", 1, "v", 1), ST_NOT_FOUND);
+    assert_int_equal(tu_set(f->db, 1, "b", "", "q", 1, "v", 1), ST_INVALID_ARGUMENT);
+    assert_int_equal(tu_set(f->db, 1, "b", "f", "q", -1, "v", 1), ST_INVALID_ARGUMENT);
+    sto_mut m = tu_set_mut("f", "q", 1, "v");
+    sto_row_mut r = tu_row(1, "", &m, 1, 1);
+    assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_INVALID_ARGUMENT);
+    char *big = calloc(1, STO_ROW_KEY_MAX + 2);
+    memset(big, 'c', STO_ROW_KEY_MAX + 1);
+    r = tu_row(1, big, &m, 1, 1);
+    assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_INVALID_ARGUMENT);
+    big[STO_ROW_KEY_MAX] = 0;
+    r = tu_row(1, big, &m, 1, 1);
+    assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_OK);
+    free(big);
+    /* one bad row in a batch: nothing applied */
+    sto_row_mut rows[2] = {tu_row(1, "b1", &m, 1, 1), tu_row(1, "z", &m, 1, 1)};
+    assert_int_equal(sto_write(f->db, rows, 2, NULL, &err), ST_OUT_OF_RANGE);
+    sto_tablet *t;
+    assert_int_equal(sto_tablet_get(f->db, 1, &t), ST_OK);
+    sto_range one = {ST_SLICE_LIT("b1"), false, ST_SLICE_LIT("b1"), true};
+    assert_int_equal(tu_dump_range(t, &one, false, &f->out), ST_OK);
+    assert_string_equal((char *)f->out.data, "");
+    assert_int_equal(sto_tablet_create(f->db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
+                                       ST_SLICE_LIT(""), NULL, &err),
+                     ST_ALREADY_EXISTS);
+    assert_int_equal(sto_tablet_create(f->db, 5, ST_SLICE_LIT("t"), ST_SLICE_LIT("z"),
+                                       ST_SLICE_LIT("a"), NULL, &err),
+                     ST_INVALID_ARGUMENT);
+}
+
+typedef struct async_state {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    st_code code;
+    uint64_t lsn;
+} async_state;
+
+static void async_done(st_code code, uint64_t lsn, const st_err *err, void *arg) {
+    (void)err;
+    async_state *a = arg;
+    pthread_mutex_lock(&a->mu);
+    a->done++;
+    a->code = code;
+    a->lsn = lsn;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void test_db_async_write(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    async_state a = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, ST_OK, 0};
+    char row[8] = "row", val[8] = "val";
+    sto_mut m = tu_set_mut("f", "q", 3, val);
+    sto_row_mut r = tu_row(1, row, &m, 1, V(3));
+    st_err err;
+    assert_int_equal(sto_write_async(f->db, &r, 1, &err, async_done, &a), ST_OK);
+    memset(row, 'X', 3); /* the engine copied the request */
+    memset(val, 'Y', 3);
+    pthread_mutex_lock(&a.mu);
+    while (!a.done)
+        pthread_cond_wait(&a.cv, &a.mu);
+    pthread_mutex_unlock(&a.mu);
+    assert_int_equal(a.code, ST_OK);
+    assert_true(a.lsn > 0);
+    assert_int_equal(sto_log_last_lsn(f->db), a.lsn);
+    assert_string_equal(dump(f, 1), "row f:q@3=val\n");
+    r.tablet_id = 77;
+    assert_int_equal(sto_write_async(f->db, &r, 1, &err, async_done, &a), ST_NOT_FOUND);
+    assert_int_equal(a.done, 1);
+}
+
+static void test_db_snapshot_stable(void **state) {
+    fixture *f = *state;
+    sto_tablet *t = mk(f, 1, "", "");
+    assert_int_equal(tu_set(f->db, 1, "a", "f", "q", 1, "old", V(1)), ST_OK);
+    sto_snapshot *s;
+    st_err err;
+    assert_int_equal(sto_snapshot_new(t, &s, &err), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "a", "f", "q", 2, "new", V(2)), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "b", "f", "q", 1, "new", V(3)), ST_OK);
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    sto_mut dr = {.type = STO_MUT_DEL_ROW};
+    sto_row_mut r = tu_row(1, "a", &dr, 1, V(10));
+    assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_OK);
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    assert_int_equal(sto_tablet_compact(f->db, 1, &err), ST_OK);
+    sto_iter *it;
+    assert_int_equal(sto_iter_new(s, NULL, false, &it, &err), ST_OK);
+    sto_cell c;
+    assert_int_equal(sto_iter_next(it, &c, &err), ST_OK);
+    assert_true(st_slice_eq(c.value, ST_SLICE_LIT("old")));
+    assert_int_equal(sto_iter_next(it, &c, &err), ST_NOT_FOUND);
+    sto_iter_free(it);
+    sto_snapshot_free(s);
+    assert_string_equal(dump(f, 1), "b f:q@1=new\n");
+}
+
+static void test_db_drop_prefix(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    const char *rows[] = {"app", "apple", "apq", "ap", "b", "a"};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(tu_set(f->db, 1, rows[i], "f", "q", 1, "v", V(5)), ST_OK);
+    st_err err;
+    assert_int_equal(sto_tablet_drop_prefix(f->db, 1, ST_SLICE_LIT("app"), V(6), &err), ST_OK);
+    assert_string_equal(dump(f, 1), "a f:q@1=v\nap f:q@1=v\napq f:q@1=v\nb f:q@1=v\n");
+    /* a later write to a dropped row is visible */
+    assert_int_equal(tu_set(f->db, 1, "apple", "f", "q", 2, "w", V(7)), ST_OK);
+    assert_int_equal(sto_tablet_drop_prefix(f->db, 1, ST_SLICE_LIT(""), V(7), &err), ST_OK);
+    assert_string_equal(dump(f, 1), "");
+    char row[16];
+    for (int i = 0; i < 600; i++) {
+        snprintf(row, sizeof row, "x%05d", i);
+        assert_int_equal(tu_set(f->db, 1, row, "f", "q", 1, "v", V(8)), ST_OK);
+    }
+    assert_int_equal(sto_tablet_drop_prefix(f->db, 1, ST_SLICE_LIT("x"), V(9), &err), ST_OK);
+    assert_string_equal(dump(f, 1), "");
+}
+
+typedef struct samples {
+    int n;
+    uint64_t last_off;
+    bool ordered;
+    char prev[64];
+} samples;
+
+static void sample_fn(st_slice row, uint64_t off, void *arg) {
+    samples *s = arg;
+    char cur[64];
+    snprintf(cur, sizeof cur, "%.*s", (int)row.len, (const char *)row.data);
+    if (s->n && (strcmp(cur, s->prev) <= 0 || off <= s->last_off))
+        s->ordered = false;
+    snprintf(s->prev, sizeof s->prev, "%s", cur);
+    s->last_off = off;
+    s->n++;
+}
+
+static void test_db_sample_and_mid_key(void **state) {
+    fixture *f = *state;
+    sto_tablet *t = mk(f, 1, "", "");
+    st_buf mid;
+    st_buf_init(&mid);
+    st_err err;
+    assert_int_equal(sto_tablet_mid_key(t, &mid, &err), ST_NOT_FOUND);
+    assert_int_equal(tu_set(f->db, 1, "only", "f", "q", 1, "v", V(1)), ST_OK);
+    assert_int_equal(sto_tablet_mid_key(t, &mid, &err), ST_NOT_FOUND);
+    char row[16], val[200];
+    memset(val, 'v', sizeof val - 1);
+    val[sizeof val - 1] = 0;
+    for (int i = 0; i < 2000; i++) {
+        snprintf(row, sizeof row, "r%05d", i);
+        assert_int_equal(tu_set(f->db, 1, row, "f", "q", 1, val, V(2)), ST_OK);
+    }
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    assert_int_equal(sto_tablet_mid_key(t, &mid, &err), ST_OK);
+    assert_true(mid.len == 6 && memcmp(mid.data, "r00500", 6) > 0 &&
+                memcmp(mid.data, "r01500", 6) < 0);
+    samples s = {0, 0, true, ""};
+    assert_int_equal(sto_tablet_sample_keys(t, 64 << 10, sample_fn, &s, &err), ST_OK);
+    assert_true(s.n >= 3);
+    assert_true(s.ordered);
+    st_buf_free(&mid);
+    /* a tiny tablet of a few rows still has a middle */
+    mk(f, 2, "", "");
+    assert_int_equal(tu_set(f->db, 2, "a", "f", "q", 1, "v", V(1)), ST_OK);
+    assert_int_equal(tu_set(f->db, 2, "b", "f", "q", 1, "v", V(1)), ST_OK);
+    assert_int_equal(tu_set(f->db, 2, "c", "f", "q", 1, "v", V(1)), ST_OK);
+    sto_tablet *t2;
+    assert_int_equal(sto_tablet_get(f->db, 2, &t2), ST_OK);
+    st_buf_init(&mid);
+    assert_int_equal(sto_tablet_mid_key(t2, &mid, &err), ST_OK);
+    assert_true(mid.len == 1 && mid.data[0] == 'b');
+    st_buf_free(&mid);
+}
+
+static int count_files(const char *dir) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls %s/sst | grep -c '\\.sst$'", dir);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1)
+            n = 0;
+        pclose(p);
+    }
+    return n;
+}
+
+static void test_db_tablet_drop(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    mk(f, 2, "", "");
+    assert_int_equal(tu_set(f->db, 1, "a", "f", "q", 1, "v", V(1)), ST_OK);
+    assert_int_equal(tu_set(f->db, 2, "a", "f", "q", 1, "w", V(1)), ST_OK);
+    st_err err;
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    assert_int_equal(sto_tablet_flush(f->db, 2, &err), ST_OK);
+    assert_int_equal(count_files(f->dir), 2);
+    assert_int_equal(tu_set(f->db, 1, "b", "f", "q", 1, "unflushed", V(2)), ST_OK);
+    assert_int_equal(sto_tablet_drop(f->db, 1, &err), ST_OK);
+    assert_int_equal(sto_tablet_drop(f->db, 1, &err), ST_NOT_FOUND);
+    assert_int_equal(count_files(f->dir), 1);
+    assert_int_equal(tu_set(f->db, 1, "a", "f", "q", 1, "v", V(1)), ST_NOT_FOUND);
+    reopen(f);
+    sto_tablet *t;
+    assert_int_equal(sto_tablet_get(f->db, 1, &t), ST_NOT_FOUND);
+    assert_string_equal(dump(f, 2), "a f:q@1=w\n");
+    /* a new tablet with the old id does not see the old one's log records */
+    mk(f, 1, "", "");
+    assert_string_equal(dump(f, 1), "");
+    reopen(f);
+    assert_string_equal(dump(f, 1), "");
+}
+
+static void test_db_log_reader_and_hold(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    st_err err;
+    uint64_t first = sto_log_last_lsn(f->db) + 1;
+    assert_int_equal(sto_log_hold(f->db, "peer-west", first, &err), ST_OK);
+    for (int i = 0; i < 3000; i++) {
+        char row[16];
+        snprintf(row, sizeof row, "r%05d", i);
+        assert_int_equal(tu_set(f->db, 1, row, "f", "q", 1, "some value bytes", V(i + 1)), ST_OK);
+    }
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    reopen(f);
+    sto_log_reader *r;
+    assert_int_equal(sto_log_reader_open(f->db, first, &r, &err), ST_OK);
+    sto_log_record rec;
+    int n = 0;
+    st_code rc;
+    while ((rc = sto_log_reader_next(r, &rec, &err)) == ST_OK) {
+        assert_int_equal(rec.lsn, first + (uint64_t)n);
+        assert_int_equal(rec.row.tablet_id, 1);
+        n++;
+    }
+    assert_int_equal(rc, ST_NOT_FOUND);
+    assert_int_equal(n, 3000);
+    sto_log_reader_close(r);
+    assert_int_equal(sto_log_release(f->db, "peer-west", &err), ST_OK);
+    sto_stats st;
+    sto_db_stats(f->db, &st);
+    assert_true(st.flushes == 0 || st.flushes > 0);
+    assert_true(st.sst_count >= 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_db_write_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_delete_kinds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_versions_out_of_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_gc_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_reopen_replays_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_validation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_async_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_snapshot_stable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_drop_prefix, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_sample_and_mid_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_tablet_drop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_log_reader_and_hold, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
