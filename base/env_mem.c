@@ -187,7 +187,7 @@ static st_code mem_open_w(st_env *env, const char *path, bool truncate, st_wfile
     mem_entry *e = table_find(&m->live, p);
     if (e && !e->ino) {
         rc = st_err_set(err, ST_FAILED_PRECONDITION, "open for writing %s: is a directory", p);
-    } else if (!e && (!truncate || !dir_exists(m, dir))) {
+    } else if (!e && !dir_exists(m, dir)) {
         rc = st_err_set(err, ST_NOT_FOUND, "open for writing %s: no such file or directory", p);
     } else if (!e) {
         mem_inode *ino = calloc(1, sizeof *ino);
@@ -220,6 +220,7 @@ static st_code mem_wopen(st_env *env, const char *path, st_wfile **out, st_err *
     return mem_open_w(env, path, true, out, err);
 }
 
+/* Creates a missing file, as the POSIX env does (O_CREAT | O_APPEND). */
 static st_code mem_wopen_append(st_env *env, const char *path, st_wfile **out, st_err *err) {
     return mem_open_w(env, path, false, out, err);
 }

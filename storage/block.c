@@ -167,7 +167,8 @@ st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, size_t pref
         return ST_OK;
     case STO_BLOCK_ZSTD:
         if (!dctx)
-            return st_err_set(err, ST_INTERNAL, "no decompression context for a zstd block");
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                              "out of memory for a decompression context");
         return unseal_zstd(raw, n, dctx, prefix, contents, owned, err);
     default:
         return st_err_set(err, ST_DATA_LOSS, "block has unknown compression type %u", raw[n]);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 struct sto_cache_handle {
     uint64_t id, off, hash;
@@ -33,6 +34,9 @@ typedef struct cache_shard {
 struct sto_cache {
     size_t capacity;
     cache_shard shards[STO_CACHE_SHARDS];
+    pthread_mutex_t dctx_mu;
+    ZSTD_DCtx *dctx[STO_CACHE_DCTX_MAX]; /* idle decompression contexts */
+    int n_dctx;
 };
 
 static uint64_t key_hash(uint64_t id, uint64_t off) {
@@ -61,6 +65,7 @@ st_code sto_cache_new(size_t capacity_bytes, sto_cache **out) {
     if (!c)
         return ST_RESOURCE_EXHAUSTED;
     c->capacity = capacity_bytes;
+    pthread_mutex_init(&c->dctx_mu, NULL);
     size_t per = capacity_bytes / STO_CACHE_SHARDS + (capacity_bytes % STO_CACHE_SHARDS != 0);
     for (int i = 0; i < STO_CACHE_SHARDS; i++) {
         cache_shard *s = &c->shards[i];
@@ -73,6 +78,7 @@ st_code sto_cache_new(size_t capacity_bytes, sto_cache **out) {
         if (!s->table) {
             for (int j = 0; j <= i; j++)
                 free(c->shards[j].table);
+            pthread_mutex_destroy(&c->dctx_mu);
             free(c);
             return ST_RESOURCE_EXHAUSTED;
         }
@@ -96,7 +102,34 @@ void sto_cache_free(sto_cache *c) {
         free(s->table);
         pthread_mutex_destroy(&s->mu);
     }
+    for (int i = 0; i < c->n_dctx; i++)
+        ZSTD_freeDCtx(c->dctx[i]);
+    pthread_mutex_destroy(&c->dctx_mu);
     free(c);
+}
+
+void *sto_cache_dctx_get(sto_cache *c) {
+    ZSTD_DCtx *d = NULL;
+    if (c) {
+        pthread_mutex_lock(&c->dctx_mu);
+        if (c->n_dctx > 0)
+            d = c->dctx[--c->n_dctx];
+        pthread_mutex_unlock(&c->dctx_mu);
+    }
+    return d ? d : ZSTD_createDCtx();
+}
+
+void sto_cache_dctx_put(sto_cache *c, void *dctx) {
+    ZSTD_DCtx *d = dctx;
+    if (c && d) {
+        pthread_mutex_lock(&c->dctx_mu);
+        if (c->n_dctx < STO_CACHE_DCTX_MAX) {
+            c->dctx[c->n_dctx++] = d;
+            d = NULL;
+        }
+        pthread_mutex_unlock(&c->dctx_mu);
+    }
+    ZSTD_freeDCtx(d);
 }
 
 size_t sto_cache_capacity(const sto_cache *c) {

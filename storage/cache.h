@@ -27,4 +27,11 @@ void *sto_cache_value(sto_cache_handle *h);
 void sto_cache_release(sto_cache *c, sto_cache_handle *h);
 size_t sto_cache_capacity(const sto_cache *c);
 
+/* zstd decompression contexts (~96 KiB each) are costly to create, so the cache that all tables
+ * of a db share also keeps up to STO_CACHE_DCTX_MAX idle ones. get never returns NULL unless
+ * memory runs out; with c NULL a context is created per call and freed by put. */
+#define STO_CACHE_DCTX_MAX 16
+void *sto_cache_dctx_get(sto_cache *c);
+void sto_cache_dctx_put(sto_cache *c, void *dctx);
+
 #endif

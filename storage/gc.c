@@ -117,7 +117,9 @@ st_code sto_gc_set_new(const sto_family_gc *fams, size_t n, sto_gc_set **out) {
     return ST_OK;
 }
 
-void sto_gc_set_ref(sto_gc_set *g) { atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed); }
+void sto_gc_set_ref(sto_gc_set *g) {
+    atomic_fetch_add_explicit(&g->refs, 1, memory_order_relaxed);
+}
 
 void sto_gc_set_unref(sto_gc_set *g) {
     if (!g || atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) != 1)

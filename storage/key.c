@@ -7,16 +7,18 @@
 
 /* Bytes that separate and close components (see key.h). */
 enum {
-    KEY_ESC = 0x00,       /* escape byte inside enc(x) */
-    KEY_ESC_ZERO = 0xff,  /* 0x00 0xff = a literal 0x00 */
-    KEY_ESC_END = 0x01,   /* 0x00 0x01 = end of component */
-    KEY_TAG_DEL = 0x01,   /* a tombstone of the scope so far */
-    KEY_TAG_MORE = 0x02,  /* a narrower scope follows */
+    KEY_ESC = 0x00,      /* escape byte inside enc(x) */
+    KEY_ESC_ZERO = 0xff, /* 0x00 0xff = a literal 0x00 */
+    KEY_ESC_END = 0x01,  /* 0x00 0x01 = end of component */
+    KEY_TAG_DEL = 0x01,  /* a tombstone of the scope so far */
+    KEY_TAG_MORE = 0x02, /* a narrower scope follows */
 };
 
 _Static_assert(STO_KEY_STAMP_BYTES == sizeof(uint64_t), "stamps are 64-bit");
 
-static inline uint64_t key_not(uint64_t v) { return UINT64_MAX - v; }
+static inline uint64_t key_not(uint64_t v) {
+    return UINT64_MAX - v;
+}
 
 /* Appends enc(x): 0x00 escaped as 0x00 0xff, then 0x00 0x01. */
 static st_code key_put_component(st_buf *out, st_slice x) {
@@ -44,7 +46,9 @@ static st_code key_put_be64(st_buf *out, uint64_t v) {
     return st_buf_append(out, tmp, sizeof tmp);
 }
 
-st_code sto_key_encode_row_prefix(st_buf *out, st_slice row) { return key_put_component(out, row); }
+st_code sto_key_encode_row_prefix(st_buf *out, st_slice row) {
+    return key_put_component(out, row);
+}
 
 /* Timestamps and deletion bounds are never negative in stored keys, so decoding can reject
  * anything else as corruption. */
@@ -73,12 +77,13 @@ st_code sto_key_encode(st_buf *out, const sto_key *k) {
         if (rc == ST_OK)
             rc = key_put_component(out, k->family);
         if (rc == ST_OK)
-            rc = st_buf_append_byte(out, k->kind == STO_KEY_FAMILY_DEL ? KEY_TAG_DEL : KEY_TAG_MORE);
+            rc =
+                st_buf_append_byte(out, k->kind == STO_KEY_FAMILY_DEL ? KEY_TAG_DEL : KEY_TAG_MORE);
         if (rc == ST_OK && k->kind != STO_KEY_FAMILY_DEL) {
             rc = key_put_component(out, k->qualifier);
             if (rc == ST_OK)
-                rc = st_buf_append_byte(out, k->kind == STO_KEY_COLUMN_DEL ? KEY_TAG_DEL
-                                                                            : KEY_TAG_MORE);
+                rc = st_buf_append_byte(out,
+                                        k->kind == STO_KEY_COLUMN_DEL ? KEY_TAG_DEL : KEY_TAG_MORE);
         }
     }
     if (rc == ST_OK && k->kind == STO_KEY_CELL)

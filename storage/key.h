@@ -31,7 +31,7 @@ typedef enum sto_key_kind {
 typedef struct sto_key {
     sto_key_kind kind;
     st_slice row, family, qualifier;
-    int64_t ts_us;              /* CELL */
+    int64_t ts_us; /* CELL */
     uint64_t version;
     int64_t del_start_us, del_end_us; /* COLUMN_DEL */
 } sto_key;

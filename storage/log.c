@@ -669,6 +669,10 @@ static st_code group_build(sto_log *log, log_entry *batch, st_err *err) {
 static void group_succeeded(sto_log *log, log_entry *batch, size_t bytes, uint64_t n) {
     log->wbytes += bytes;
     log->next_lsn += n;
+    pthread_mutex_lock(&log->mu);
+    log->stats.groups++;
+    log->stats.records += n;
+    pthread_mutex_unlock(&log->mu);
     for (log_entry *e = batch; e; e = e->next)
         if (e->done)
             e->done(ST_OK, e->first_lsn, NULL, e->arg);
@@ -677,8 +681,6 @@ static void group_succeeded(sto_log *log, log_entry *batch, size_t bytes, uint64
     s->last_lsn = log->next_lsn - 1;
     s->good_bytes = s->bytes = log->wbytes;
     log->durable_lsn = log->next_lsn - 1;
-    log->stats.groups++;
-    log->stats.records += n;
     pthread_mutex_unlock(&log->mu);
 }
 

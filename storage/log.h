@@ -58,7 +58,9 @@ st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
 st_code sto_log_append(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_done_fn done,
                        void *arg, st_err *err);
 
-/* 0 until the log is positioned (by sto_log_replay or the first append). */
+/* The last lsn visible to cursors: advanced once the done callbacks of its group returned (so
+ * it may trail a done callback by a moment); 0 until the log is positioned (by sto_log_replay or
+ * the first append). */
 uint64_t sto_log_last_durable_lsn(sto_log *log);
 uint64_t sto_log_bytes(sto_log *log);          /* bytes in live segments */
 uint64_t sto_log_oldest_lsn(sto_log *log);     /* first lsn still stored */

@@ -13,8 +13,8 @@
 
 #include "key.h"
 
-#define MT_HEIGHT_MAX 12        /* 4^12 entries before the list degrades: plenty per memtable */
-#define MT_BRANCHING 4          /* each level holds ~1/4 of the one below */
+#define MT_HEIGHT_MAX 12 /* 4^12 entries before the list degrades: plenty per memtable */
+#define MT_BRANCHING 4   /* each level holds ~1/4 of the one below */
 #define MT_ARENA_BLOCK_BYTES (64u << 10)
 
 /* An immutable value version; `older` is the record it replaced (NULL for the first). */
@@ -34,8 +34,8 @@ typedef struct mt_node {
 
 struct sto_memtable {
     atomic_int refs;
-    atomic_int height;     /* current list height; relaxed (LevelDB: stale values are safe) */
-    _Atomic size_t bytes;  /* arena bytes, published for other threads */
+    atomic_int height;        /* current list height; relaxed (LevelDB: stale values are safe) */
+    _Atomic size_t bytes;     /* arena bytes, published for other threads */
     _Atomic uint64_t max_lsn; /* release/acquire: entries up to it are linked when it is seen */
     atomic_bool has_entries;
     mt_node *head;
@@ -47,7 +47,9 @@ struct sto_memtable {
 static inline const uint8_t *mt_key_ptr(const mt_node *n) {
     return (const uint8_t *)&n->next[n->height];
 }
-static inline st_slice mt_key(const mt_node *n) { return st_slice_make(mt_key_ptr(n), n->key_len); }
+static inline st_slice mt_key(const mt_node *n) {
+    return st_slice_make(mt_key_ptr(n), n->key_len);
+}
 static inline mt_node *mt_next(mt_node *n, int level) {
     return atomic_load_explicit(&n->next[level], memory_order_acquire);
 }
@@ -89,7 +91,9 @@ st_code sto_memtable_new(sto_memtable **out) {
     return ST_OK;
 }
 
-void sto_memtable_ref(sto_memtable *m) { atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed); }
+void sto_memtable_ref(sto_memtable *m) {
+    atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+}
 
 void sto_memtable_unref(sto_memtable *m) {
     if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
@@ -165,7 +169,8 @@ static mt_node *mt_find_last(sto_memtable *m) {
     }
 }
 
-static const mt_rec *mt_rec_new(sto_memtable *m, st_slice value, uint64_t lsn, const mt_rec *older) {
+static const mt_rec *mt_rec_new(sto_memtable *m, st_slice value, uint64_t lsn,
+                                const mt_rec *older) {
     mt_rec *r = st_arena_alloc(&m->arena, sizeof *r + value.len);
     if (!r)
         return NULL;
@@ -191,7 +196,8 @@ static st_code mt_link(sto_memtable *m, st_slice key, const mt_rec *rec, mt_node
     if (height > cur)
         atomic_store_explicit(&m->height, height, memory_order_relaxed);
     for (int i = 0; i < height; i++) {
-        atomic_store_explicit(&n->next[i], atomic_load_explicit(&prev[i]->next[i], memory_order_relaxed),
+        atomic_store_explicit(&n->next[i],
+                              atomic_load_explicit(&prev[i]->next[i], memory_order_relaxed),
                               memory_order_relaxed);
         atomic_store_explicit(&prev[i]->next[i], n, memory_order_release);
     }
@@ -314,8 +320,8 @@ st_code sto_memtable_apply(sto_memtable *m, const sto_row_mut *row, uint64_t lsn
         pos += 8 + (size_t)klen;
         if (klen == 0)
             continue;
-        st_slice value = row->muts[i].type == STO_MUT_SET_CELL ? row->muts[i].value
-                                                                : st_slice_make(NULL, 0);
+        st_slice value =
+            row->muts[i].type == STO_MUT_SET_CELL ? row->muts[i].value : st_slice_make(NULL, 0);
         st_code rc = sto_memtable_put(m, key, value, lsn);
         if (rc != ST_OK)
             return rc;
@@ -329,8 +335,8 @@ typedef struct mt_iter {
     sto_kviter base;
     sto_memtable *m;
     uint64_t max_lsn;
-    mt_node *node;      /* NULL = not valid */
-    const mt_rec *rec;  /* the record visible at max_lsn */
+    mt_node *node;     /* NULL = not valid */
+    const mt_rec *rec; /* the record visible at max_lsn */
 } mt_iter;
 
 /* The newest record of n with lsn <= max_lsn, or NULL when n is invisible to the snapshot. */
@@ -377,8 +383,12 @@ static void mt_iter_prev(sto_kviter *b) {
     ST_ASSERT(it->node);
     mt_settle_backward(it, mt_find_lt(it->m, mt_key(it->node)));
 }
-static bool mt_iter_valid(sto_kviter *b) { return ((mt_iter *)b)->node != NULL; }
-static st_slice mt_iter_key(sto_kviter *b) { return mt_key(((mt_iter *)b)->node); }
+static bool mt_iter_valid(sto_kviter *b) {
+    return ((mt_iter *)b)->node != NULL;
+}
+static st_slice mt_iter_key(sto_kviter *b) {
+    return mt_key(((mt_iter *)b)->node);
+}
 static st_slice mt_iter_value(sto_kviter *b) {
     const mt_rec *r = ((mt_iter *)b)->rec;
     return st_slice_make(r->bytes, r->len);

@@ -305,7 +305,9 @@ static void range_prev(sto_kviter *b) {
     range_check(r);
 }
 
-static bool range_valid(sto_kviter *b) { return ((range_iter *)b)->ok; }
+static bool range_valid(sto_kviter *b) {
+    return ((range_iter *)b)->ok;
+}
 static st_slice range_key(sto_kviter *b) {
     range_iter *r = (range_iter *)b;
     return r->child->ops->key(r->child);

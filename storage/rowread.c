@@ -33,19 +33,19 @@ typedef enum vis_verdict {
 typedef struct vis_state {
     const sto_gc_set *gc;
     int64_t now_us;
-    bool want_qual;      /* unescape qualifiers (the reader returns them; compaction does not) */
-    uint64_t row_thr;    /* entries of the row with a lower version are hidden */
-    st_buf fam_prefix;   /* ikey prefix through enc(family); empty = no family yet */
+    bool want_qual;    /* unescape qualifiers (the reader returns them; compaction does not) */
+    uint64_t row_thr;  /* entries of the row with a lower version are hidden */
+    st_buf fam_prefix; /* ikey prefix through enc(family); empty = no family yet */
     st_buf fam_name;
-    uint64_t fam_thr;    /* max(row_thr, family tombstones) */
+    uint64_t fam_thr; /* max(row_thr, family tombstones) */
     const sto_gc_rule *rule;
-    st_buf col_prefix;   /* ikey prefix through enc(qualifier); empty = no column yet */
+    st_buf col_prefix; /* ikey prefix through enc(qualifier); empty = no column yet */
     st_buf qual;
-    vis_col_del *dels;   /* the column's tombstones that are not redundant; grows with the data */
+    vis_col_del *dels; /* the column's tombstones that are not redundant; grows with the data */
     size_t n_dels, cap_dels;
-    bool have_ts;        /* last_ts holds the previous cell's timestamp in this column */
+    bool have_ts; /* last_ts holds the previous cell's timestamp in this column */
     int64_t last_ts;
-    int64_t rank;        /* visible cells of the column so far (for max-versions) */
+    int64_t rank; /* visible cells of the column so far (for max-versions) */
 } vis_state;
 
 static void vis_init(vis_state *vs, const sto_gc_set *gc, int64_t now_us, bool want_qual) {
@@ -88,13 +88,13 @@ static st_code vis_family(vis_state *vs, st_slice key, const sto_key_parts *pt) 
         return ST_OK;
     st_code rc = vis_set_prefix(&vs->fam_prefix, key, pt->fam_end);
     if (rc == ST_OK)
-        rc = sto_key_unescape(st_slice_make(key.data + pt->row_end + 1,
-                                            pt->fam_end - pt->row_end - 1),
-                              &vs->fam_name);
+        rc = sto_key_unescape(
+            st_slice_make(key.data + pt->row_end + 1, pt->fam_end - pt->row_end - 1),
+            &vs->fam_name);
     if (rc != ST_OK)
         return rc;
     vs->rule = sto_gc_set_find(vs->gc, st_buf_slice(&vs->fam_name));
-    vs->fam_thr = 0;
+    vs->fam_thr = vs->row_thr;
     st_buf_reset(&vs->col_prefix);
     return ST_OK;
 }
@@ -105,9 +105,8 @@ static st_code vis_column(vis_state *vs, st_slice key, const sto_key_parts *pt) 
         return ST_OK;
     st_code rc = vis_set_prefix(&vs->col_prefix, key, pt->qual_end);
     if (rc == ST_OK && vs->want_qual)
-        rc = sto_key_unescape(st_slice_make(key.data + pt->fam_end + 1,
-                                            pt->qual_end - pt->fam_end - 1),
-                              &vs->qual);
+        rc = sto_key_unescape(
+            st_slice_make(key.data + pt->fam_end + 1, pt->qual_end - pt->fam_end - 1), &vs->qual);
     if (rc != ST_OK)
         return rc;
     vs->n_dels = 0;
@@ -209,12 +208,12 @@ struct sto_rowreader {
     st_buf row_prefix;         /* enc(row) of the row being read */
     st_buf row;                /* that row, unescaped */
     st_buf last_scanned;
-    bool started;  /* initial positioning done */
-    bool in_row;   /* the iterator is inside row_prefix's row, read forward from its start */
-    bool advance;  /* the iterator sits on the entry of the cell returned last */
-    bool skip;     /* skip_row was called: leave the current row first */
+    bool started; /* initial positioning done */
+    bool in_row;  /* the iterator is inside row_prefix's row, read forward from its start */
+    bool advance; /* the iterator sits on the entry of the cell returned last */
+    bool skip;    /* skip_row was called: leave the current row first */
     bool done;
-    st_code code;  /* sticky error */
+    st_code code; /* sticky error */
     st_err err;
 };
 
@@ -409,9 +408,13 @@ st_code sto_rowreader_next(sto_rowreader *r, sto_cell *cell, st_err *err) {
     return rc;
 }
 
-void sto_rowreader_skip_row(sto_rowreader *r) { r->skip = r->advance; }
+void sto_rowreader_skip_row(sto_rowreader *r) {
+    r->skip = r->advance;
+}
 
-st_slice sto_rowreader_last_scanned_row(sto_rowreader *r) { return st_buf_slice(&r->last_scanned); }
+st_slice sto_rowreader_last_scanned_row(sto_rowreader *r) {
+    return st_buf_slice(&r->last_scanned);
+}
 
 void sto_rowreader_free(sto_rowreader *r) {
     if (!r)
@@ -543,8 +546,12 @@ static void ci_seek(sto_kviter *b, st_slice target) {
     (void)target;
     ci_unsupported((compact_iter *)b);
 }
-static void ci_seek_last(sto_kviter *b) { ci_unsupported((compact_iter *)b); }
-static void ci_prev(sto_kviter *b) { ci_unsupported((compact_iter *)b); }
+static void ci_seek_last(sto_kviter *b) {
+    ci_unsupported((compact_iter *)b);
+}
+static void ci_prev(sto_kviter *b) {
+    ci_unsupported((compact_iter *)b);
+}
 
 static void ci_seek_first(sto_kviter *b) {
     compact_iter *c = (compact_iter *)b;

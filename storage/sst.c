@@ -7,7 +7,6 @@
  * array, entry bounds) every time they are read from disk. */
 #include "sst.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,32 +336,7 @@ struct sto_sst {
     sto_block index;
     st_slice filter, smallest, largest;
     size_t mem_bytes;
-    pthread_mutex_t pool_mu;
-    ZSTD_DCtx *dctx_pool[STO_SST_DCTX_POOL_MAX];
-    int n_dctx;
 };
-
-/* Decompression contexts are costly to create: tables keep a few idle ones for readers. */
-static ZSTD_DCtx *dctx_get(sto_sst *t) {
-    ZSTD_DCtx *d = NULL;
-    pthread_mutex_lock(&t->pool_mu);
-    if (t->n_dctx > 0)
-        d = t->dctx_pool[--t->n_dctx];
-    pthread_mutex_unlock(&t->pool_mu);
-    return d ? d : ZSTD_createDCtx();
-}
-
-static void dctx_put(sto_sst *t, ZSTD_DCtx *d) {
-    if (!d)
-        return;
-    pthread_mutex_lock(&t->pool_mu);
-    if (t->n_dctx < STO_SST_DCTX_POOL_MAX) {
-        t->dctx_pool[t->n_dctx++] = d;
-        d = NULL;
-    }
-    pthread_mutex_unlock(&t->pool_mu);
-    ZSTD_freeDCtx(d);
-}
 
 static st_code read_exact(sto_sst *t, uint64_t off, void *buf, size_t len, st_err *err) {
     size_t got = 0;
@@ -386,9 +360,9 @@ static st_code read_block(sto_sst *t, sst_handle h, size_t prefix, uint8_t **mem
     st_code rc = read_exact(t, h.off, raw + prefix, n, err);
     uint8_t *owned = NULL;
     if (rc == ST_OK && raw[prefix + h.size] != STO_BLOCK_NONE) {
-        ZSTD_DCtx *d = dctx_get(t);
+        void *d = sto_cache_dctx_get(t->cache);
         rc = sto_block_unseal(raw + prefix, n, d, prefix, contents, &owned, err);
-        dctx_put(t, d);
+        sto_cache_dctx_put(t->cache, d);
     } else if (rc == ST_OK) {
         rc = sto_block_unseal(raw + prefix, n, NULL, prefix, contents, &owned, err);
     }
@@ -480,9 +454,6 @@ static void sst_destroy(sto_sst *t) {
         if (t->env->ops->remove(t->env, t->path, &e) != ST_OK)
             st_log(ST_LOG_WARN, "sst", "event=remove_failed path=%s err=\"%s\"", t->path, e.msg);
     }
-    for (int i = 0; i < t->n_dctx; i++)
-        ZSTD_freeDCtx(t->dctx_pool[i]);
-    pthread_mutex_destroy(&t->pool_mu);
     free(t->index_mem);
     free(t->filter_mem);
     free(t->meta_mem);
@@ -521,7 +492,6 @@ st_code sto_sst_open(st_env *env, const char *path, uint64_t id, sto_cache *cach
     t->cache = cache;
     atomic_init(&t->refs, 1);
     atomic_init(&t->obsolete, false);
-    pthread_mutex_init(&t->pool_mu, NULL);
     st_code rc = open_file(t, err);
     if (rc != ST_OK) {
         st_err_prefix(err, "opening SSTable %s: ", path);
@@ -602,14 +572,17 @@ static void blk_delete(void *v) {
     free(v);
 }
 
-/* Returns a handle on the data block at h, from the cache or read from disk. */
-static st_code get_block(sto_sst *t, sto_cache *cache, sst_handle h, sto_cache_handle **out,
-                         st_err *err) {
-    sto_cache_handle *ch = sto_cache_lookup(cache, t->id, h.off);
+/* Returns a handle on the data block at h, from the cache or read from disk; *owner receives
+ * the cache the handle must be released to (NULL for a block read but not cached). */
+static st_code get_block(sto_sst *t, bool fill_cache, sst_handle h, sto_cache_handle **out,
+                         sto_cache **owner, st_err *err) {
+    sto_cache_handle *ch = sto_cache_lookup(t->cache, t->id, h.off);
     if (ch) {
         *out = ch;
+        *owner = t->cache;
         return ST_OK;
     }
+    sto_cache *cache = fill_cache ? t->cache : NULL;
     uint8_t *mem;
     st_slice c;
     st_code rc = read_block(t, h, sizeof(sst_blk), &mem, &c, err);
@@ -626,6 +599,7 @@ static st_code get_block(sto_sst *t, sto_cache *cache, sst_handle h, sto_cache_h
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory caching a block");
     }
     *out = ch;
+    *owner = cache;
     return ST_OK;
 }
 
@@ -634,9 +608,10 @@ static st_code get_block(sto_sst *t, sto_cache *cache, sst_handle h, sto_cache_h
 typedef struct sst_iter {
     sto_kviter base;
     sto_sst *t;
-    sto_cache *cache; /* t->cache; NULL means no caching */
+    bool fill_cache; /* false for scans that should not evict what point reads need */
     sto_block_iter index_it, data_it;
     sto_cache_handle *ch; /* current data block */
+    sto_cache *ch_owner;  /* where ch is released: t->cache, or NULL for a private block */
     uint64_t blk_off;
     st_code status;
     st_err err;
@@ -644,7 +619,7 @@ typedef struct sst_iter {
 
 static void release_block(sst_iter *it) {
     if (it->ch) {
-        sto_cache_release(it->cache, it->ch);
+        sto_cache_release(it->ch_owner, it->ch);
         it->ch = NULL;
     }
     it->data_it.b = NULL;
@@ -676,7 +651,7 @@ static bool load_data_block(sst_iter *it) {
         return true;
     }
     release_block(it);
-    st_code rc = get_block(it->t, it->cache, h, &it->ch, &it->err);
+    st_code rc = get_block(it->t, it->fill_cache, h, &it->ch, &it->ch_owner, &it->err);
     if (rc != ST_OK) {
         st_err_prefix(&it->err, "block at offset %llu: ", (unsigned long long)h.off);
         iter_fail(it, rc);
@@ -810,16 +785,23 @@ static const sto_kviter_ops sst_iter_ops = {
     .free = it_free,
 };
 
-sto_kviter *sto_sst_iter_new(sto_sst *t) {
+static sto_kviter *iter_new(sto_sst *t, bool fill_cache) {
     sst_iter *it = calloc(1, sizeof(*it));
     if (!it)
         return NULL;
     it->base.ops = &sst_iter_ops;
     it->t = t;
-    it->cache = t->cache;
+    it->fill_cache = fill_cache;
     sto_sst_ref(t);
     sto_block_iter_init(&it->index_it);
     sto_block_iter_init(&it->data_it);
     sto_block_iter_set(&it->index_it, &t->index);
     return &it->base;
+}
+
+sto_kviter *sto_sst_iter_new(sto_sst *t) {
+    return iter_new(t, true);
+}
+sto_kviter *sto_sst_iter_new_scan(sto_sst *t) {
+    return iter_new(t, false);
 }

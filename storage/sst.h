@@ -63,5 +63,9 @@ void sto_sst_for_each_block(sto_sst *t,
 /* An iterator over the table (holds a reference on t); NULL when memory runs out. Data blocks
  * are read through the cache given to sto_sst_open (NULL cache: read and dropped per block). */
 sto_kviter *sto_sst_iter_new(sto_sst *t);
+/* The same, except that blocks it reads from disk are not added to the cache (cached ones are
+ * still used): for compactions and long scans, so they do not evict what point reads need.
+ * Added by the SSTable module. */
+sto_kviter *sto_sst_iter_new_scan(sto_sst *t);
 
 #endif

@@ -27,9 +27,9 @@ struct rpc_client {
     nghttp2_session *session;
     rpc_ccall *calls;
     bool dead;
-    bool busy; /* inside nghttp2: the outer caller flushes */
-    bool fail_pending;
-    struct event *fail_ev; /* runs client_fail from the loop when a failure is found while busy */
+    /* API calls only queue frames and activate this event, which flushes from the loop: so no
+     * API function runs a user callback (on_done) before it returns. */
+    struct event *flush_ev;
     char fail_msg[256];
 };
 
@@ -145,9 +145,7 @@ static void ccall_stream_closed(rpc_ccall *call, uint32_t error_code) {
 /* ---- output ---- */
 
 static bool client_flush(rpc_client *c) {
-    c->busy = true;
     int rv = nghttp2_session_send(c->session);
-    c->busy = false;
     if (rv != 0) {
         snprintf(c->fail_msg, sizeof(c->fail_msg), "HTTP/2 send failed: %s", nghttp2_strerror(rv));
         return false;
@@ -155,21 +153,18 @@ static bool client_flush(rpc_client *c) {
     return true;
 }
 
-static void fail_cb(evutil_socket_t fd, short what, void *arg) {
+static void flush_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     rpc_client *c = arg;
-    client_fail(c, c->fail_msg);
+    if (!c->dead && !client_flush(c))
+        client_fail(c, c->fail_msg);
 }
 
-/* Flush after user code queued output, unless nghttp2 is on the stack. */
+/* User code queued output: flush it from the loop (re-activating an active event is a no-op). */
 static void client_kick(rpc_client *c) {
-    if (c->busy || c->dead)
-        return;
-    if (!client_flush(c) && !c->fail_pending) {
-        c->fail_pending = true; /* fail from the loop: the caller may be holding a call */
-        event_active(c->fail_ev, EV_TIMEOUT, 0);
-    }
+    if (!c->dead)
+        event_active(c->flush_ev, EV_TIMEOUT, 0);
 }
 
 static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t length, int flags,
@@ -332,9 +327,7 @@ static void client_read_cb(struct bufferevent *bev, void *arg) {
     size_t n;
     while (!c->dead && (n = evbuffer_get_contiguous_space(in)) > 0) {
         const uint8_t *p = evbuffer_pullup(in, (ssize_t)n);
-        c->busy = true;
         ssize_t rv = nghttp2_session_mem_recv(c->session, p, n);
-        c->busy = false;
         if (rv < 0) {
             client_fail(c, nghttp2_strerror((int)rv));
             return;
@@ -422,9 +415,9 @@ rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t p
         return NULL;
     }
     const char *sni = c->opts.server_name ? c->opts.server_name : host;
-    c->fail_ev = event_new(base, -1, 0, fail_cb, c);
+    c->flush_ev = event_new(base, -1, 0, flush_cb, c);
     c->bev = c->tp->bev_new(base, -1, c->opts.ssl_ctx, false, sni);
-    if (!c->fail_ev || !c->bev || !client_session_new(c)) {
+    if (!c->flush_ev || !c->bev || !client_session_new(c)) {
         freeaddrinfo(res);
         st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot set up a connection to %s", host);
         rpc_client_free(c);
@@ -453,14 +446,14 @@ void rpc_client_free(rpc_client *c) {
         nghttp2_session_del(c->session);
     if (c->bev)
         bufferevent_free(c->bev);
-    if (c->fail_ev)
-        event_free(c->fail_ev);
+    if (c->flush_ev)
+        event_free(c->flush_ev);
     free(c->host);
     free(c);
 }
 
 bool rpc_client_alive(const rpc_client *c) {
-    return !c->dead && !c->fail_pending;
+    return !c->dead;
 }
 
 /* ---- calls ---- */
@@ -535,7 +528,7 @@ static bool ccall_keep_request(rpc_ccall *call, const char *path, const rpc_meta
 rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
                            const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
                            rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg) {
-    if (c->dead || c->fail_pending || request.len > UINT32_MAX)
+    if (c->dead || request.len > UINT32_MAX)
         return NULL;
     rpc_ccall *call = calloc(1, sizeof(*call));
     if (!call)

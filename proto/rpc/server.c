@@ -72,7 +72,9 @@ struct h2_conn {
     nghttp2_session *session;
     rpc_call *calls;
     size_t request_bytes; /* request bytes buffered by this connection's calls */
-    bool busy;            /* inside nghttp2: flushing is left to the outer caller */
+    /* API calls (send, finish) only queue frames and activate this event, which flushes from the
+     * loop: so no API function re-enters user callbacks or closes the connection under them. */
+    struct event *flush_ev;
     h2_conn *prev, *next;
 };
 
@@ -259,9 +261,7 @@ void rpc_call_set_writable_cb(rpc_call *call, void (*on_writable)(rpc_call *, vo
 /* ---- connection output ---- */
 
 static bool h2_conn_flush(h2_conn *conn) {
-    conn->busy = true;
     int rv = nghttp2_session_send(conn->session);
-    conn->busy = false;
     if (rv != 0) {
         st_log(ST_LOG_INFO, "rpc", "msg=\"h2 send failed\" err=\"%s\"", nghttp2_strerror(rv));
         return false;
@@ -272,13 +272,17 @@ static bool h2_conn_flush(h2_conn *conn) {
     return true;
 }
 
-/* After user code queued output: flush now unless nghttp2 is on the stack (then the caller that
- * entered nghttp2 flushes when it returns). */
-static void h2_conn_kick(h2_conn *conn) {
-    if (conn->busy)
-        return;
+static void conn_flush_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    h2_conn *conn = arg;
     if (!h2_conn_flush(conn))
         h2_conn_close(conn);
+}
+
+/* User code queued output: flush it from the loop (re-activating an active event is a no-op). */
+static void h2_conn_kick(h2_conn *conn) {
+    event_active(conn->flush_ev, EV_TIMEOUT, 0);
 }
 
 static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t length, int flags,
@@ -670,6 +674,8 @@ static void h2_conn_close(h2_conn *conn) {
         nghttp2_session_del(conn->session);
     if (conn->bev)
         bufferevent_free(conn->bev);
+    if (conn->flush_ev)
+        event_free(conn->flush_ev);
     STAT_SUB(srv, conns_open, 1);
     free(conn);
 }
@@ -680,9 +686,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg) {
     size_t n;
     while ((n = evbuffer_get_contiguous_space(in)) > 0) {
         const uint8_t *p = evbuffer_pullup(in, (ssize_t)n);
-        conn->busy = true;
         ssize_t rv = nghttp2_session_mem_recv(conn->session, p, n);
-        conn->busy = false;
         if (rv < 0) {
             st_log(ST_LOG_INFO, "rpc", "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",
                    nghttp2_strerror((int)rv));
@@ -765,8 +769,9 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     STAT_ADD(srv, conns_open, 1);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    conn->flush_ev = event_new(srv->base, -1, 0, conn_flush_cb, conn);
     conn->bev = conn->tp->bev_new(srv->base, fd, srv->opts.ssl_ctx, true, NULL);
-    if (!conn->bev) {
+    if (!conn->bev || !conn->flush_ev) {
         h2_conn_close(conn);
         return;
     }

@@ -21,10 +21,10 @@ static void test_gc_set_deep_copy_and_find(void **state) {
     sto_gc_rule kids[2] = {{.kind = STO_GC_MAX_VERSIONS, .max_versions = 2},
                            {.kind = STO_GC_MAX_AGE, .max_age_us = HOUR_US}};
     sto_family_gc fams[3] = {
-        {.family = st_slice_make(fam_b, 4), .rule = {.kind = STO_GC_UNION, .children = kids,
-                                                      .n_children = 2}},
-        {.family = st_slice_make(fam_a, 5), .rule = {.kind = STO_GC_MAX_VERSIONS,
-                                                      .max_versions = 1}},
+        {.family = st_slice_make(fam_b, 4),
+         .rule = {.kind = STO_GC_UNION, .children = kids, .n_children = 2}},
+        {.family = st_slice_make(fam_a, 5),
+         .rule = {.kind = STO_GC_MAX_VERSIONS, .max_versions = 1}},
         {.family = ST_SLICE_LIT("none"), .rule = {.kind = STO_GC_NONE}},
     };
     sto_gc_set *g;
@@ -60,8 +60,8 @@ static void test_gc_set_deep_copy_and_find(void **state) {
 static void test_gc_set_rejects_bad_rules(void **state) {
     (void)state;
     sto_gc_set *g = NULL;
-    sto_family_gc f = {.family = ST_SLICE_LIT("f"), .rule = {.kind = STO_GC_MAX_VERSIONS,
-                                                              .max_versions = -1}};
+    sto_family_gc f = {.family = ST_SLICE_LIT("f"),
+                       .rule = {.kind = STO_GC_MAX_VERSIONS, .max_versions = -1}};
     assert_int_equal(sto_gc_set_new(&f, 1, &g), ST_INVALID_ARGUMENT);
     f.rule = (sto_gc_rule){.kind = STO_GC_MAX_AGE, .max_age_us = -5};
     assert_int_equal(sto_gc_set_new(&f, 1, &g), ST_INVALID_ARGUMENT);
@@ -126,8 +126,8 @@ static void test_gc_rule_evaluation(void **state) {
     assert_false(sto_gc_rule_garbage(&outer, 3, old, now, true));
     assert_true(sto_gc_rule_garbage(&outer, 4, old, now, true));
     sto_gc_rule nested_union_kids[2] = {inner, v1};
-    sto_gc_rule nested_union = {.kind = STO_GC_UNION, .children = nested_union_kids,
-                                .n_children = 2};
+    sto_gc_rule nested_union = {
+        .kind = STO_GC_UNION, .children = nested_union_kids, .n_children = 2};
     assert_true(sto_gc_rule_garbage(&nested_union, 2, fresh, now, true));
     assert_false(sto_gc_rule_garbage(&nested_union, 1, old, now, true));
     assert_true(sto_gc_rule_garbage(&nested_union, 4, old, now, true));

@@ -38,7 +38,9 @@ static uint64_t rand_u64(void) {
     return st_rng_next(&g_rng);
 }
 
-static int64_t rand_ts(void) { return (int64_t)(rand_u64() >> 1); }
+static int64_t rand_ts(void) {
+    return (int64_t)(rand_u64() >> 1);
+}
 
 static void rand_key(rkey *r) {
     memset(r, 0, sizeof *r);
@@ -58,9 +60,15 @@ static void rand_key(rkey *r) {
     }
 }
 
-static int cmp_desc(uint64_t a, uint64_t b) { return a > b ? -1 : (a < b ? 1 : 0); }
-static int cmp_asc(uint64_t a, uint64_t b) { return a < b ? -1 : (a > b ? 1 : 0); }
-static int sgn(int c) { return c < 0 ? -1 : (c > 0 ? 1 : 0); }
+static int cmp_desc(uint64_t a, uint64_t b) {
+    return a > b ? -1 : (a < b ? 1 : 0);
+}
+static int cmp_asc(uint64_t a, uint64_t b) {
+    return a < b ? -1 : (a > b ? 1 : 0);
+}
+static int sgn(int c) {
+    return c < 0 ? -1 : (c > 0 ? 1 : 0);
+}
 
 /* The order key.h promises, written as tuple comparisons. */
 static int model_cmp(const sto_key *a, const sto_key *b) {
@@ -226,8 +234,12 @@ static void test_key_malformed_rejected(void **state) {
     assert_int_equal(sto_key_row_prefix_len(st_slice_make(bad_escape, sizeof bad_escape)), 0);
     assert_int_equal(sto_key_row_prefix_len(st_slice_make(NULL, 0)), 0);
 
-    sto_key k = {.kind = STO_KEY_CELL, .row = ST_SLICE_LIT("r"), .family = ST_SLICE_LIT("f"),
-                 .qualifier = ST_SLICE_LIT("q"), .ts_us = 5, .version = 7};
+    sto_key k = {.kind = STO_KEY_CELL,
+                 .row = ST_SLICE_LIT("r"),
+                 .family = ST_SLICE_LIT("f"),
+                 .qualifier = ST_SLICE_LIT("q"),
+                 .ts_us = 5,
+                 .version = 7};
     st_buf_reset(&enc);
     assert_int_equal(sto_key_encode(&enc, &k), ST_OK);
     enc.data[enc.len - 16] = 0x7f; /* ~ts below 2^63: ts would exceed INT64_MAX */
@@ -251,8 +263,8 @@ static void test_key_encode_rejects_bad_fields(void **state) {
     (void)state;
     st_buf enc;
     st_buf_init(&enc);
-    sto_key k = {.kind = STO_KEY_CELL, .row = ST_SLICE_LIT("r"), .family = ST_SLICE_LIT("f"),
-                 .ts_us = -1};
+    sto_key k = {
+        .kind = STO_KEY_CELL, .row = ST_SLICE_LIT("r"), .family = ST_SLICE_LIT("f"), .ts_us = -1};
     assert_int_equal(sto_key_encode(&enc, &k), ST_INVALID_ARGUMENT);
     k.kind = STO_KEY_COLUMN_DEL;
     k.del_start_us = 5;

@@ -4,9 +4,9 @@
  * iterate while the single writer inserts (checked against a sorted model; the threaded test is
  * meant to run under TSan/ASan too). */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,7 +20,9 @@
 
 #define KEY_LEN 8
 
-static void make_key(uint8_t *buf, uint64_t v) { st_put_be64(buf, v); }
+static void make_key(uint8_t *buf, uint64_t v) {
+    st_put_be64(buf, v);
+}
 
 static void test_memtable_sorted_iteration(void **state) {
     (void)state;
@@ -174,19 +176,37 @@ static void test_memtable_apply_row_mutation(void **state) {
     sto_memtable *m;
     assert_int_equal(sto_memtable_new(&m), ST_OK);
     sto_mut muts[] = {
-        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("a"),
-         .ts_us = 10, .value = ST_SLICE_LIT("gone")}, /* covered by the DEL_COLUMN below */
-        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("b"),
-         .ts_us = 10, .value = ST_SLICE_LIT("v1")},
-        {.type = STO_MUT_DEL_COLUMN, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("a"),
-         .ts_start_us = 5, .ts_end_us = STO_TS_END_INF},
-        {.type = STO_MUT_DEL_COLUMN, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("z"),
-         .ts_start_us = 7, .ts_end_us = 7}, /* empty range: nothing */
-        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("a"),
-         .ts_us = 20, .value = ST_SLICE_LIT("after")}, /* after the delete: kept */
+        {.type = STO_MUT_SET_CELL,
+         .family = ST_SLICE_LIT("f"),
+         .qualifier = ST_SLICE_LIT("a"),
+         .ts_us = 10,
+         .value = ST_SLICE_LIT("gone")}, /* covered by the DEL_COLUMN below */
+        {.type = STO_MUT_SET_CELL,
+         .family = ST_SLICE_LIT("f"),
+         .qualifier = ST_SLICE_LIT("b"),
+         .ts_us = 10,
+         .value = ST_SLICE_LIT("v1")},
+        {.type = STO_MUT_DEL_COLUMN,
+         .family = ST_SLICE_LIT("f"),
+         .qualifier = ST_SLICE_LIT("a"),
+         .ts_start_us = 5,
+         .ts_end_us = STO_TS_END_INF},
+        {.type = STO_MUT_DEL_COLUMN,
+         .family = ST_SLICE_LIT("f"),
+         .qualifier = ST_SLICE_LIT("z"),
+         .ts_start_us = 7,
+         .ts_end_us = 7}, /* empty range: nothing */
+        {.type = STO_MUT_SET_CELL,
+         .family = ST_SLICE_LIT("f"),
+         .qualifier = ST_SLICE_LIT("a"),
+         .ts_us = 20,
+         .value = ST_SLICE_LIT("after")}, /* after the delete: kept */
         {.type = STO_MUT_DEL_FAMILY, .family = ST_SLICE_LIT("g")},
-        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("b"),
-         .ts_us = 10, .value = ST_SLICE_LIT("v2")}, /* same cell again: replaces v1 */
+        {.type = STO_MUT_SET_CELL,
+         .family = ST_SLICE_LIT("f"),
+         .qualifier = ST_SLICE_LIT("b"),
+         .ts_us = 10,
+         .value = ST_SLICE_LIT("v2")}, /* same cell again: replaces v1 */
     };
     sto_row_mut row = {.row = ST_SLICE_LIT("row"), .muts = muts, .n_muts = 7, .version = 42};
     assert_int_equal(sto_memtable_apply(m, &row, 3), ST_OK);
@@ -215,11 +235,17 @@ static void test_memtable_apply_row_mutation(void **state) {
 
     /* A row delete after cells drops them; before cells keeps them. */
     sto_mut muts2[] = {
-        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("x"),
-         .ts_us = 1, .value = ST_SLICE_LIT("dropped")},
+        {.type = STO_MUT_SET_CELL,
+         .family = ST_SLICE_LIT("f"),
+         .qualifier = ST_SLICE_LIT("x"),
+         .ts_us = 1,
+         .value = ST_SLICE_LIT("dropped")},
         {.type = STO_MUT_DEL_ROW},
-        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("y"),
-         .ts_us = 1, .value = ST_SLICE_LIT("kept")},
+        {.type = STO_MUT_SET_CELL,
+         .family = ST_SLICE_LIT("f"),
+         .qualifier = ST_SLICE_LIT("y"),
+         .ts_us = 1,
+         .value = ST_SLICE_LIT("kept")},
     };
     sto_row_mut row2 = {.row = ST_SLICE_LIT("s2"), .muts = muts2, .n_muts = 3, .version = 50};
     assert_int_equal(sto_memtable_apply(m, &row2, 4), ST_OK);
@@ -230,10 +256,16 @@ static void test_memtable_apply_row_mutation(void **state) {
 
     /* A bad mutation writes nothing. */
     sto_mut bad[] = {
-        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("q"),
-         .ts_us = 1, .value = ST_SLICE_LIT("v")},
-        {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("q"),
-         .ts_us = -5, .value = ST_SLICE_LIT("v")},
+        {.type = STO_MUT_SET_CELL,
+         .family = ST_SLICE_LIT("f"),
+         .qualifier = ST_SLICE_LIT("q"),
+         .ts_us = 1,
+         .value = ST_SLICE_LIT("v")},
+        {.type = STO_MUT_SET_CELL,
+         .family = ST_SLICE_LIT("f"),
+         .qualifier = ST_SLICE_LIT("q"),
+         .ts_us = -5,
+         .value = ST_SLICE_LIT("v")},
     };
     sto_row_mut row3 = {.row = ST_SLICE_LIT("r3"), .muts = bad, .n_muts = 2, .version = 60};
     assert_int_equal(sto_memtable_apply(m, &row3, 5), ST_INVALID_ARGUMENT);

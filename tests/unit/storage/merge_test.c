@@ -27,12 +27,14 @@ typedef struct arr_iter {
     sto_kviter base;
     const arr_entry *e; /* sorted, distinct keys */
     size_t n;
-    long pos; /* -1 or n = invalid */
+    long pos;     /* -1 or n = invalid */
     long fail_at; /* positioning on this index fails (ST_DATA_LOSS); -1 = never */
     bool failed;
 } arr_iter;
 
-static st_slice arr_k(const arr_entry *e) { return st_slice_make(e->key, e->key_len); }
+static st_slice arr_k(const arr_entry *e) {
+    return st_slice_make(e->key, e->key_len);
+}
 
 static void arr_check_fail(arr_iter *a) {
     if (a->pos >= 0 && a->pos == a->fail_at)
@@ -84,10 +86,12 @@ static st_code arr_status(sto_kviter *b, st_err *err) {
     arr_iter *a = (arr_iter *)b;
     return a->failed ? st_err_set(err, ST_DATA_LOSS, "injected failure") : ST_OK;
 }
-static void arr_free(sto_kviter *b) { free(b); }
+static void arr_free(sto_kviter *b) {
+    free(b);
+}
 
-static const sto_kviter_ops arr_ops = {arr_seek, arr_seek_first, arr_seek_last, arr_next,
-                                       arr_prev, arr_valid,      arr_key,       arr_value,
+static const sto_kviter_ops arr_ops = {arr_seek,   arr_seek_first, arr_seek_last, arr_next,
+                                       arr_prev,   arr_valid,      arr_key,       arr_value,
                                        arr_status, arr_free};
 
 static sto_kviter *arr_new(const arr_entry *e, size_t n) {

@@ -111,13 +111,19 @@ static void expect_read(fixture *fx, sto_gc_set *gc, int64_t now, const sto_rang
 }
 
 #define SET(f, q, ts, v)                                                                           \
-    {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT(f), .qualifier = ST_SLICE_LIT(q),            \
-     .ts_us = (ts), .value = ST_SLICE_LIT(v)}
+    {                                                                                              \
+        .type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT(f), .qualifier = ST_SLICE_LIT(q),         \
+        .ts_us = (ts), .value = ST_SLICE_LIT(v)                                                    \
+    }
 #define DELCOL(f, q, s, e)                                                                         \
-    {.type = STO_MUT_DEL_COLUMN, .family = ST_SLICE_LIT(f), .qualifier = ST_SLICE_LIT(q),          \
-     .ts_start_us = (s), .ts_end_us = (e)}
-#define DELFAM(f) {.type = STO_MUT_DEL_FAMILY, .family = ST_SLICE_LIT(f)}
-#define DELROW() {.type = STO_MUT_DEL_ROW}
+    {                                                                                              \
+        .type = STO_MUT_DEL_COLUMN, .family = ST_SLICE_LIT(f), .qualifier = ST_SLICE_LIT(q),       \
+        .ts_start_us = (s), .ts_end_us = (e)                                                       \
+    }
+#define DELFAM(f)                                                                                  \
+    { .type = STO_MUT_DEL_FAMILY, .family = ST_SLICE_LIT(f) }
+#define DELROW()                                                                                   \
+    { .type = STO_MUT_DEL_ROW }
 #define APPLY(fx, which, row, version, ...)                                                        \
     do {                                                                                           \
         const sto_mut m_[] = {__VA_ARGS__};                                                        \
@@ -130,8 +136,8 @@ static void test_rowread_delete_kinds(void **state) {
     (void)state;
     fixture fx;
     fx_init(&fx, 2);
-    APPLY(&fx, 0, "a", 10, SET("f", "x", 10, "x10"), SET("f", "x", 20, "x20"), SET("f", "y", 5, "y5"),
-          SET("g", "z", 1, "z1"));
+    APPLY(&fx, 0, "a", 10, SET("f", "x", 10, "x10"), SET("f", "x", 20, "x20"),
+          SET("f", "y", 5, "y5"), SET("g", "z", 1, "z1"));
     APPLY(&fx, 0, "b", 10, SET("f", "x", 1, "b1"));
     APPLY(&fx, 0, "c", 10, SET("f", "x", 1, "c1"));
     expect_read(&fx, NULL, 0, NULL, false,
@@ -194,10 +200,16 @@ static void test_rowread_gc_rules(void **state) {
         char v[8];
         snprintf(v, sizeof v, "h%d", h);
         sto_mut m[2] = {
-            {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"), .qualifier = ST_SLICE_LIT("q"),
-             .ts_us = h * HOUR_US, .value = st_slice_cstr(v)},
-            {.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("g"), .qualifier = ST_SLICE_LIT("q"),
-             .ts_us = h * HOUR_US, .value = st_slice_cstr(v)},
+            {.type = STO_MUT_SET_CELL,
+             .family = ST_SLICE_LIT("f"),
+             .qualifier = ST_SLICE_LIT("q"),
+             .ts_us = h * HOUR_US,
+             .value = st_slice_cstr(v)},
+            {.type = STO_MUT_SET_CELL,
+             .family = ST_SLICE_LIT("g"),
+             .qualifier = ST_SLICE_LIT("q"),
+             .ts_us = h * HOUR_US,
+             .value = st_slice_cstr(v)},
         };
         fx_apply(&fx, (size_t)h % 2, "r", (uint64_t)h, m, 2);
     }
@@ -231,16 +243,16 @@ static void test_rowread_gc_rules(void **state) {
     /* Nested: union(max_versions 1, intersection(max_versions 2, max_age)) = newest only. */
     sto_gc_rule inner = {.kind = STO_GC_INTERSECTION, .children = kids, .n_children = 2};
     sto_gc_rule nest_kids[2] = {v1, inner};
-    sto_gc_set *g = gc_one("f", (sto_gc_rule){.kind = STO_GC_UNION, .children = nest_kids,
-                                               .n_children = 2});
+    sto_gc_set *g =
+        gc_one("f", (sto_gc_rule){.kind = STO_GC_UNION, .children = nest_kids, .n_children = 2});
     snprintf(want, sizeof want, "%s%s", F99, g_all);
     expect_read(&fx, g, now, NULL, false, want);
     sto_gc_set_unref(g);
     /* intersection(max_versions 1, union(...)) keeps what either keeps under the union. */
     sto_gc_rule uni = {.kind = STO_GC_UNION, .children = kids, .n_children = 2};
     sto_gc_rule nest2_kids[2] = {v1, uni};
-    g = gc_one("f", (sto_gc_rule){.kind = STO_GC_INTERSECTION, .children = nest2_kids,
-                                  .n_children = 2});
+    g = gc_one("f",
+               (sto_gc_rule){.kind = STO_GC_INTERSECTION, .children = nest2_kids, .n_children = 2});
     snprintf(want, sizeof want, "%s%s", F99 F98, g_all);
     expect_read(&fx, g, now, NULL, false, want);
     /* max_versions counts visible cells only: deleting the newest brings up the third. */
@@ -288,14 +300,18 @@ static void test_rowread_ranges(void **state) {
         bool ei;
         const char *rows; /* forward */
     } cases[] = {
-        {"b", false, "c", false, "b"},  {"b", true, "c", true, "c"},   {"b", false, "c", true, "bc"},
-        {"b", true, "c", false, ""},     {"b", false, "", false, "bcd"}, {"", false, "c", false, "ab"},
-        {"", false, "", false, "abcd"},  {"bb", false, "cc", false, "c"}, {"0", true, "z", true, "abcd"},
-        {"d", false, "a", false, ""},    {"a", true, "d", false, "bc"},  {"c", false, "c", true, "c"},
+        {"b", false, "c", false, "b"},  {"b", true, "c", true, "c"},
+        {"b", false, "c", true, "bc"},  {"b", true, "c", false, ""},
+        {"b", false, "", false, "bcd"}, {"", false, "c", false, "ab"},
+        {"", false, "", false, "abcd"}, {"bb", false, "cc", false, "c"},
+        {"0", true, "z", true, "abcd"}, {"d", false, "a", false, ""},
+        {"a", true, "d", false, "bc"},  {"c", false, "c", true, "c"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        sto_range r = {.start = st_slice_cstr(cases[i].start), .start_exclusive = cases[i].sx,
-                       .end = st_slice_cstr(cases[i].end), .end_inclusive = cases[i].ei};
+        sto_range r = {.start = st_slice_cstr(cases[i].start),
+                       .start_exclusive = cases[i].sx,
+                       .end = st_slice_cstr(cases[i].end),
+                       .end_inclusive = cases[i].ei};
         char fwd[256] = "", rev[256] = "";
         size_t n = strlen(cases[i].rows);
         for (size_t j = 0; j < n; j++) {
@@ -349,9 +365,8 @@ static void test_rowread_corrupt_key_is_data_loss(void **state) {
     fixture fx;
     fx_init(&fx, 1);
     APPLY(&fx, 0, "a", 1, SET("f", "1", 1, "a1"));
-    assert_int_equal(sto_memtable_put(fx.mt[0], ST_SLICE_LIT("b\x00\x01\x07junk"),
-                                      ST_SLICE_LIT(""), 9),
-                     ST_OK);
+    assert_int_equal(
+        sto_memtable_put(fx.mt[0], ST_SLICE_LIT("b\x00\x01\x07junk"), ST_SLICE_LIT(""), 9), ST_OK);
     sto_rowreader *r;
     sto_cell c;
     st_err err;
@@ -396,9 +411,15 @@ typedef struct m_world {
     size_t n;
 } m_world;
 
-static st_slice m_row(int i) { return st_slice_make(M_ROWS[i], M_ROW_LEN[i]); }
-static st_slice m_qual(int i) { return st_slice_make(M_QUALS[i], M_QUAL_LEN[i]); }
-static st_slice m_fam(int i) { return st_slice_cstr(M_FAMS[i]); }
+static st_slice m_row(int i) {
+    return st_slice_make(M_ROWS[i], M_ROW_LEN[i]);
+}
+static st_slice m_qual(int i) {
+    return st_slice_make(M_QUALS[i], M_QUAL_LEN[i]);
+}
+static st_slice m_fam(int i) {
+    return st_slice_cstr(M_FAMS[i]);
+}
 
 static bool m_covers(const m_entry *d, const m_entry *c) {
     if (d->row != c->row || d->type == STO_MUT_SET_CELL)
@@ -422,7 +443,7 @@ static void m_mutate(m_world *w, fixture *fx, st_rng *rng, uint64_t version) {
         m_entry *e = &me[i];
         memset(e, 0, sizeof *e);
         unsigned k = (unsigned)st_rng_below(rng, 20);
-        e->type = k < 13 ? STO_MUT_SET_CELL
+        e->type = k < 13   ? STO_MUT_SET_CELL
                   : k < 17 ? STO_MUT_DEL_COLUMN
                   : k < 19 ? STO_MUT_DEL_FAMILY
                            : STO_MUT_DEL_ROW;
@@ -435,8 +456,12 @@ static void m_mutate(m_world *w, fixture *fx, st_rng *rng, uint64_t version) {
                                            : e->start + (int64_t)st_rng_below(rng, 4) * 1000;
         e->version = version;
         snprintf(e->value, sizeof e->value, "v%llu.%zu", (unsigned long long)version, i);
-        muts[i] = (sto_mut){.type = e->type, .family = m_fam(e->fam), .qualifier = m_qual(e->qual),
-                            .ts_us = e->ts, .ts_start_us = e->start, .ts_end_us = e->end,
+        muts[i] = (sto_mut){.type = e->type,
+                            .family = m_fam(e->fam),
+                            .qualifier = m_qual(e->qual),
+                            .ts_us = e->ts,
+                            .ts_start_us = e->start,
+                            .ts_end_us = e->end,
                             .value = st_slice_cstr(e->value)};
     }
     sto_row_mut r = {.row = m_row(row), .muts = muts, .n_muts = n, .version = version};
@@ -488,7 +513,8 @@ typedef struct m_view {
 
 static const m_world *g_sort_world;
 static int m_cell_cmp(const void *a, const void *b) {
-    const m_entry *x = &g_sort_world->e[*(const size_t *)a], *y = &g_sort_world->e[*(const size_t *)b];
+    const m_entry *x = &g_sort_world->e[*(const size_t *)a],
+                  *y = &g_sort_world->e[*(const size_t *)b];
     int c = st_slice_cmp(m_row(x->row), m_row(y->row));
     if (!c)
         c = st_slice_cmp(m_fam(x->fam), m_fam(y->fam));
@@ -499,8 +525,7 @@ static int m_cell_cmp(const void *a, const void *b) {
     return c;
 }
 
-static void m_visible(const m_world *w, const sto_gc_rule *const rules[2], int64_t now,
-                      m_view *v) {
+static void m_visible(const m_world *w, const sto_gc_rule *const rules[2], int64_t now, m_view *v) {
     v->n = 0;
     for (size_t i = 0; i < w->n; i++) {
         const m_entry *c = &w->e[i];
@@ -510,8 +535,8 @@ static void m_visible(const m_world *w, const sto_gc_rule *const rules[2], int64
         for (size_t j = 0; j < w->n && !lost; j++) {
             const m_entry *o = &w->e[j];
             if (o->type == STO_MUT_SET_CELL) {
-                bool same = o->row == c->row && o->fam == c->fam && o->qual == c->qual &&
-                            o->ts == c->ts;
+                bool same =
+                    o->row == c->row && o->fam == c->fam && o->qual == c->qual && o->ts == c->ts;
                 lost = same && (o->version > c->version || (o->version == c->version && j < i));
             } else {
                 lost = o->version > c->version && m_covers(o, c);
@@ -593,15 +618,19 @@ static void m_rules_make(m_rules *mr, st_rng *rng) {
     size_t nf = 0;
     for (int f = 0; f < 2; f++) {
         unsigned k = (unsigned)st_rng_below(rng, 6);
-        sto_gc_rule v = {.kind = STO_GC_MAX_VERSIONS, .max_versions = 1 + (int64_t)st_rng_below(rng, 3)};
-        sto_gc_rule a = {.kind = STO_GC_MAX_AGE, .max_age_us = (int64_t)st_rng_below(rng, TS_SPAN) * 1000};
+        sto_gc_rule v = {.kind = STO_GC_MAX_VERSIONS,
+                         .max_versions = 1 + (int64_t)st_rng_below(rng, 3)};
+        sto_gc_rule a = {.kind = STO_GC_MAX_AGE,
+                         .max_age_us = (int64_t)st_rng_below(rng, TS_SPAN) * 1000};
         mr->kids[f][0] = v;
         mr->kids[f][1] = a;
         if (k == 0)
             continue;
-        mr->top[f] = k == 1 ? v : k == 2 ? a
+        mr->top[f] = k == 1   ? v
+                     : k == 2 ? a
                               : (sto_gc_rule){.kind = k == 3 ? STO_GC_UNION : STO_GC_INTERSECTION,
-                                              .children = mr->kids[f], .n_children = 2};
+                                              .children = mr->kids[f],
+                                              .n_children = 2};
         if (k == 5)
             mr->top[f].kind = STO_GC_NONE;
         mr->by_fam[f] = &mr->top[f];
@@ -630,7 +659,8 @@ static void check_skips(fixture *fx, const m_world *w, const m_view *v, const m_
     m_dump(w, v, &all, reverse, &want);
     /* Recover the row order of the dump by walking the model the same way. */
     sto_rowreader *r;
-    assert_int_equal(sto_rowreader_new(fx_merged(fx), mr->set, now, NULL, reverse, &r, NULL), ST_OK);
+    assert_int_equal(sto_rowreader_new(fx_merged(fx), mr->set, now, NULL, reverse, &r, NULL),
+                     ST_OK);
     size_t n = v->n;
     size_t *order = malloc((n ? n : 1) * sizeof *order);
     assert_non_null(order);

@@ -406,6 +406,43 @@ static void test_sst_sampling_and_offsets(void **state) {
     free_entries(es, n);
 }
 
+static void test_sst_scan_iterator_does_not_fill_cache(void **state) {
+    fixture *f = *state;
+    st_rng_seed(&f->rng, st_test_seed("test_sst_scan_iterator_does_not_fill_cache"));
+    size_t n = 3000;
+    ent *es = make_entries(&f->rng, &n, true, 100);
+    sto_sst_options o = {.block_bytes = 1024};
+    write_table(f, es, n, &o);
+    sto_cache *cache;
+    assert_int_equal(sto_cache_new(8 << 20, &cache), ST_OK);
+    sto_sst *t;
+    assert_int_equal(sto_sst_open(f->env, f->path, 11, cache, &t, NULL), ST_OK);
+    sto_kviter *it = sto_sst_iter_new_scan(t);
+    size_t i = 0;
+    for (it->ops->seek_first(it); it->ops->valid(it); it->ops->next(it))
+        assert_at(it, &es[i++]);
+    assert_int_equal(i, n);
+    for (it->ops->seek_last(it); it->ops->valid(it); it->ops->prev(it))
+        assert_at(it, &es[--i]);
+    it->ops->free(it);
+    uint64_t bytes, hits;
+    sto_cache_stats(cache, &bytes, &hits, NULL);
+    assert_int_equal(bytes, 0);
+    check_table(t, es, n, &f->rng, 100); /* a normal iterator fills it */
+    sto_cache_stats(cache, &bytes, &hits, NULL);
+    assert_true(bytes > 0);
+    uint64_t before = hits;
+    it = sto_sst_iter_new_scan(t); /* and a scan uses what is cached */
+    for (it->ops->seek_first(it); it->ops->valid(it); it->ops->next(it))
+        i++;
+    it->ops->free(it);
+    sto_cache_stats(cache, NULL, &hits, NULL);
+    assert_true(hits > before);
+    sto_sst_unref(t);
+    sto_cache_free(cache);
+    free_entries(es, n);
+}
+
 static void test_sst_obsolete_file_removed_at_last_unref(void **state) {
     fixture *f = *state;
     ent e = {.k = (uint8_t *)"k", .kl = 1, .v = (uint8_t *)"v", .vl = 1};
@@ -628,6 +665,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sst_rejects_out_of_order_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_row_bloom_filter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_sampling_and_offsets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sst_scan_iterator_does_not_fill_cache, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_sst_obsolete_file_removed_at_last_unref, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sst_missing_and_short_files, setup, teardown),

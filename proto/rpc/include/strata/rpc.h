@@ -125,8 +125,8 @@ st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16
  * finishes) and frees the server. Pending posted functions are dropped. Loop thread only, with the
  * loop not running a server callback; as for clients, turn the base once before freeing it. */
 void rpc_server_free(rpc_server *s);
-/* Thread-safe: runs fn(arg) on the server's loop thread soon. RESOURCE_EXHAUSTED if the queue is
- * full (RPC_POST_QUEUE_MAX) or memory runs out, in which case fn will not run. */
+/* Thread-safe: runs fn(arg) on the server's loop thread soon, in posting order. RESOURCE_EXHAUSTED
+ * if the queue is full (RPC_POST_QUEUE_MAX) or memory runs out, in which case fn will not run. */
 st_code rpc_server_post(rpc_server *s, void (*fn)(void *arg), void *arg);
 struct event_base *rpc_server_base(rpc_server *s);
 /* Any thread (counters are read atomically one by one). */
@@ -144,7 +144,8 @@ int64_t rpc_call_deadline_us(const rpc_call *call);
 /* True once the peer reset the stream, the connection died or the deadline passed: stop working,
  * then call rpc_call_finish (which is then a no-op apart from releasing the call). */
 bool rpc_call_cancelled(const rpc_call *call);
-/* Runs on the loop thread when the call becomes cancelled (at most once, never after finish). */
+/* Runs on the loop thread, from the loop (or rpc_server_free), when the call becomes cancelled:
+ * at most once, never after the handler's rpc_call_finish. */
 void rpc_call_set_cancel_cb(rpc_call *call, void (*on_cancel)(rpc_call *call, void *arg),
                             void *arg);
 /* Queues one response message (copied). Server streaming: call it as often as wanted, but stop
@@ -156,10 +157,12 @@ st_code rpc_call_send(rpc_call *call, st_slice msg);
 /* True while the queued response bytes are below send_queue_bytes_max. */
 bool rpc_call_writable(const rpc_call *call);
 size_t rpc_call_queued_bytes(const rpc_call *call);
-/* Runs on the loop thread (from the loop, never inside rpc_call_send) when the queue, having been
- * at or above the bound, drained below half of it — or when it became empty. The producer
- * queues its next batch there. Slow readers thus throttle the producer through HTTP/2 flow
- * control instead of the server buffering the whole answer. */
+/* Runs on the loop thread (from the loop, never inside rpc_call_send) when there is room: once
+ * soon after registering if the call is writable then, and whenever the queue, having reached the
+ * bound, drains below half of it, or becomes empty. The producer queues its next batch there
+ * (while rpc_call_writable) and must tolerate a call with nothing to do. Slow readers thus
+ * throttle the producer through HTTP/2 flow control instead of the server buffering the whole
+ * answer. Not called after the call is finished or cancelled. */
 void rpc_call_set_writable_cb(rpc_call *call, void (*on_writable)(rpc_call *call, void *arg),
                               void *arg);
 /* Ends the call: after the queued messages, trailers carry grpc-status = code and grpc-message =
@@ -189,9 +192,10 @@ typedef struct rpc_client_opts {
 
 /* Per response message (streaming); slice valid during the callback only. */
 typedef void (*rpc_ccall_msg_fn)(rpc_ccall *call, st_slice msg, void *arg);
-/* Exactly once per call: the final status (from trailers, or CANCELLED / DEADLINE_EXCEEDED /
- * UNAVAILABLE when the call ended locally or the connection failed). The rpc_ccall is freed when
- * this returns. */
+/* Exactly once per call, from the loop (never inside an rpc_* function but rpc_client_free): the
+ * final status
+ * (from trailers, or CANCELLED / DEADLINE_EXCEEDED / UNAVAILABLE when the call ended locally or the
+ * connection failed). The rpc_ccall is freed when this returns. */
 typedef void (*rpc_ccall_done_fn)(rpc_ccall *call, st_code code, const char *message, void *arg);
 /* Unary completion: response is the single response message (empty slice if none). */
 typedef void (*rpc_unary_done_fn)(st_code code, const char *message, st_slice response, void *arg);

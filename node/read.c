@@ -1,0 +1,511 @@
+/* read.c — the ReadRows handler: validates the request, walks the row set over the table's
+ * tablets (one storage snapshot per tablet, taken when the scan reaches it), applies the filter
+ * row by row, and streams whole rows as CellChunks (read.h) under the call's flow control.
+ *
+ * Flow control and fairness. Work happens in turns on the loop thread. A turn ends after it sent
+ * one response batch (~NODE_READ_BATCH_BYTES), or scanned NODE_READ_TURN_ROWS rows or
+ * NODE_READ_TURN_CELLS cells; the next turn is scheduled with a zero-delay libevent timer, so
+ * other connections' events run in between. When the call's send queue is full the scan keeps
+ * its iterator and snapshot and waits for rpc_call_set_writable_cb. A cancelled call (reset,
+ * connection loss, deadline) frees everything at the next opportunity.
+ *
+ * Errors. Request problems: INVALID_ARGUMENT / NOT_FOUND / UNIMPLEMENTED before any data. A row
+ * over NODE_READ_ROW_BYTES_MAX: FAILED_PRECONDITION, worded as Cloud Bigtable does. Storage errors
+ * (DATA_LOSS, INTERNAL) and filter budget errors (RESOURCE_EXHAUSTED) end the call with their code
+ * after the rows already batched are sent (they are whole rows, so the client can resume after
+ * them). Nothing here ends the connection or the process. */
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "filter_pb.h"
+#include "read.h"
+
+/* FeatureFlags field numbers (proto/pb/google/bigtable/v2/feature_flags.proto). */
+#define FEATURE_REVERSE_SCANS 1
+#define FEATURE_LAST_SCANNED_ROW_RESPONSES 4
+
+#define ROW_ARENA_BLOCK_BYTES ((size_t)64 << 10)
+
+typedef struct read_state {
+    node_ctx *n;
+    rpc_call *call;
+    char table[NODE_TABLE_NAME_MAX + 1];
+    node_rowset rs; /* in the call's arena */
+    node_filter *filter; /* prepared; NULL = whole rows */
+    bool per_cell;       /* filter applied cell by cell as cells stream by */
+    bool reversed, stats_full, last_scanned_ok;
+    int64_t rows_limit; /* 0 = none */
+
+    node_scan scan;
+    sto_snapshot *snap;
+    uint64_t snap_tablet;
+    sto_iter *it;
+    bool scan_done;
+
+    /* the row being assembled */
+    bool row_open;
+    st_buf row_key;
+    st_buf cellv; /* node_cell[] */
+    size_t row_bytes;
+    st_arena row_arena; /* copies of this row's cells, filter scratch */
+    st_rng rng;
+
+    /* output */
+    st_buf batch;        /* ReadRowsResponse wire bytes: chunks of whole rows */
+    st_buf scanned_key;  /* last row processed but not returned (filtered out) */
+    bool scanned_unreported;
+    int64_t rows_seen, rows_returned, cells_seen, cells_returned;
+    int64_t start_us;
+
+    bool in_turn, turn_scheduled, waiting_writable;
+} read_state;
+
+static void read_turn(read_state *r);
+
+/* ---- lifecycle ---- */
+
+static void read_free(read_state *r) {
+    if (r->it)
+        sto_iter_free(r->it);
+    if (r->snap)
+        sto_snapshot_free(r->snap);
+    node_filter_release(r->filter);
+    node_scan_deinit(&r->scan);
+    st_buf_free(&r->row_key);
+    st_buf_free(&r->cellv);
+    st_buf_free(&r->batch);
+    st_buf_free(&r->scanned_key);
+    st_arena_deinit(&r->row_arena);
+    free(r);
+}
+
+/* Ends the call with code/msg and frees the scan. */
+static void read_end(read_state *r, st_code code, const char *msg) {
+    if (code != ST_OK && code != ST_CANCELLED)
+        st_log(ST_LOG_DEBUG, "read", "table=%s code=%s msg=\"%s\"", r->table, st_code_name(code),
+               msg ? msg : "");
+    rpc_call_finish(r->call, code, msg);
+    read_free(r);
+}
+
+static void on_cancel(rpc_call *call, void *arg) {
+    (void)call;
+    read_state *r = arg;
+    /* A turn in progress or scheduled sees rpc_call_cancelled and ends the call itself. */
+    if (r->in_turn || r->turn_scheduled)
+        return;
+    read_end(r, ST_CANCELLED, NULL);
+}
+
+static void on_writable(rpc_call *call, void *arg) {
+    (void)call;
+    read_state *r = arg;
+    if (!r->waiting_writable)
+        return;
+    r->waiting_writable = false;
+    read_turn(r);
+}
+
+static void on_turn(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    read_state *r = arg;
+    r->turn_scheduled = false;
+    read_turn(r);
+}
+
+static st_code schedule_turn(read_state *r) {
+    struct timeval now = {0, 0};
+    if (event_base_once(r->n->base, -1, EV_TIMEOUT, on_turn, r, &now) != 0)
+        return ST_RESOURCE_EXHAUSTED;
+    r->turn_scheduled = true;
+    return ST_OK;
+}
+
+/* ---- output ---- */
+
+static st_code append_stats(read_state *r) {
+    Google__Bigtable__V2__ReadIterationStats it;
+    Google__Protobuf__Duration lat;
+    Google__Bigtable__V2__RequestLatencyStats ls;
+    Google__Bigtable__V2__FullReadStatsView view;
+    Google__Bigtable__V2__RequestStats stats;
+    google__bigtable__v2__read_iteration_stats__init(&it);
+    google__protobuf__duration__init(&lat);
+    google__bigtable__v2__request_latency_stats__init(&ls);
+    google__bigtable__v2__full_read_stats_view__init(&view);
+    google__bigtable__v2__request_stats__init(&stats);
+    it.rows_seen_count = r->rows_seen;
+    it.rows_returned_count = r->rows_returned;
+    it.cells_seen_count = r->cells_seen;
+    it.cells_returned_count = r->cells_returned;
+    int64_t us = st_mono_us() - r->start_us;
+    lat.seconds = us / 1000000;
+    lat.nanos = (int32_t)(us % 1000000) * 1000;
+    ls.frontend_server_latency = &lat;
+    view.read_iteration_stats = &it;
+    view.request_latency_stats = &ls;
+    stats.stats_view_case = GOOGLE__BIGTABLE__V2__REQUEST_STATS__STATS_VIEW_FULL_READ_STATS_VIEW;
+    stats.full_read_stats_view = &view;
+    size_t len = protobuf_c_message_get_packed_size(&stats.base);
+    if (st_buf_reserve(&r->batch, 1 + ST_VARINT64_MAX + len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    uint8_t *p = r->batch.data + r->batch.len;
+    *p++ = (3 << 3) | 2; /* ReadRowsResponse.request_stats */
+    p += st_put_varint64(p, len);
+    p += protobuf_c_message_pack(&stats.base, p);
+    r->batch.len = (size_t)(p - r->batch.data);
+    return ST_OK;
+}
+
+/* Sends the batch as one ReadRowsResponse (if non-empty) and empties it. */
+static st_code send_batch(read_state *r) {
+    if (r->batch.len == 0)
+        return ST_OK;
+    st_code rc = rpc_call_send(r->call, st_buf_slice(&r->batch));
+    st_buf_reset(&r->batch);
+    return rc;
+}
+
+/* At a turn's end: the rows batched so far, then (if the client takes them) a message telling
+ * how far the scan got past rows the filter dropped, so a retry can skip them. */
+static st_code flush(read_state *r) {
+    st_code rc = send_batch(r);
+    if (rc == ST_OK && r->scanned_unreported && r->last_scanned_ok) {
+        if (node_read_encode_last_scanned(&r->batch, st_buf_slice(&r->scanned_key)) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+        r->scanned_unreported = false;
+        rc = send_batch(r);
+    }
+    return rc;
+}
+
+/* ---- reading: pieces of the row set, cells, rows ---- */
+
+static st_code open_next_piece(read_state *r, st_err *err) {
+    node_tablets *t = node_tablets_find(r->n, r->table);
+    if (t == NULL || t->n == 0)
+        return st_err_set(err, ST_NOT_FOUND, "table \"%s\" was deleted during the read",
+                          r->table);
+    node_key_range piece;
+    size_t i;
+    st_code rc = node_scan_next(&r->scan, t->v, t->n, &piece, &i);
+    if (rc == ST_NOT_FOUND)
+        return rc;
+    if (rc != ST_OK)
+        return st_err_set(err, rc, "out of memory planning the read");
+    node_tablet *tab = &t->v[i];
+    if (r->snap == NULL || r->snap_tablet != tab->id) {
+        if (r->snap)
+            sto_snapshot_free(r->snap);
+        r->snap = NULL;
+        rc = sto_snapshot_new(tab->st, &r->snap, err);
+        if (rc != ST_OK)
+            return rc;
+        r->snap_tablet = tab->id;
+    }
+    sto_range range = {piece.start, false, piece.end, false};
+    return sto_iter_new(r->snap, &range, r->reversed, &r->it, err);
+}
+
+/* The next visible cell of the row set; ST_NOT_FOUND at its end. */
+static st_code next_cell(read_state *r, sto_cell *c, st_err *err) {
+    for (;;) {
+        if (r->it == NULL) {
+            st_code rc = open_next_piece(r, err);
+            if (rc != ST_OK)
+                return rc;
+        }
+        st_code rc = sto_iter_next(r->it, c, err);
+        if (rc != ST_NOT_FOUND)
+            return rc;
+        sto_iter_free(r->it);
+        r->it = NULL;
+    }
+}
+
+static void row_reset(read_state *r) {
+    r->row_open = false;
+    r->row_bytes = 0;
+    st_buf_reset(&r->cellv);
+    st_arena_deinit(&r->row_arena);
+    st_arena_init(&r->row_arena, ROW_ARENA_BLOCK_BYTES);
+}
+
+static st_code row_too_large(read_state *r, size_t bytes, st_err *err) {
+    char key[96];
+    size_t k = 0;
+    st_slice rk = st_buf_slice(&r->row_key);
+    for (size_t i = 0; i < rk.len && k + 4 < sizeof key; i++)
+        key[k++] = rk.data[i] >= 0x20 && rk.data[i] < 0x7f ? (char)rk.data[i] : '?';
+    key[k] = 0;
+    return st_err_set(err, ST_FAILED_PRECONDITION,
+                      "Error while reading table '%s' : Read returned %zuMiB from row '%s%s' "
+                      "which exceeds the limit of %zuMiB. Make sure you are setting an "
+                      "appropriate request filter to retrieve only recent versions and only the "
+                      "columns you want.",
+                      r->table, bytes >> 20, key, k < rk.len ? "..." : "",
+                      NODE_READ_ROW_BYTES_MAX >> 20);
+}
+
+static node_filter_ctx filter_ctx(read_state *r) {
+    node_filter_ctx fc = {&r->row_arena, &r->rng, 0};
+    return fc;
+}
+
+/* Adds a cell to the open row: through a per-cell filter when there is one, copied into the row
+ * arena (the iterator's slices die at its next call). */
+static st_code row_add(read_state *r, const sto_cell *sc, st_err *err) {
+    node_cell in = {sc->family, sc->qualifier, sc->ts_us, sc->value, NULL, 0};
+    const node_cell *c = &in;
+    if (r->per_cell) {
+        node_filter_ctx fc = filter_ctx(r);
+        st_code rc = node_filter_cell_apply(r->filter, st_buf_slice(&r->row_key), &in, &fc, &c,
+                                            err);
+        if (rc != ST_OK || c == NULL)
+            return rc;
+    }
+    size_t bytes = node_read_cell_bytes(c);
+    if (r->row_bytes + bytes + r->row_key.len > NODE_READ_ROW_BYTES_MAX)
+        return row_too_large(r, r->row_bytes + bytes + r->row_key.len, err);
+    node_cell copy = *c;
+    st_arena *a = &r->row_arena;
+    copy.family = st_slice_make(st_arena_dup(a, c->family.data, c->family.len), c->family.len);
+    copy.qualifier =
+        st_slice_make(st_arena_dup(a, c->qualifier.data, c->qualifier.len), c->qualifier.len);
+    copy.value = st_slice_make(st_arena_dup(a, c->value.data, c->value.len), c->value.len);
+    if ((c->family.len && !copy.family.data) || (c->qualifier.len && !copy.qualifier.data) ||
+        (c->value.len && !copy.value.data) ||
+        st_buf_append(&r->cellv, &copy, sizeof copy) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory assembling a row");
+    r->row_bytes += bytes;
+    return ST_OK;
+}
+
+static st_code row_start(read_state *r, st_slice key, st_err *err) {
+    st_buf_reset(&r->row_key);
+    if (st_buf_append(&r->row_key, key.data, key.len) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory assembling a row");
+    r->row_open = true;
+    return ST_OK;
+}
+
+/* Filters (row-level filters) and encodes the open row into the batch, then resets it. */
+static st_code row_finish(read_state *r, st_err *err) {
+    size_t n = r->cellv.len / sizeof(node_cell);
+    const node_cell *cells = (const node_cell *)r->cellv.data;
+    const node_cell *const *out = NULL;
+    size_t out_n = 0;
+    st_slice key = st_buf_slice(&r->row_key);
+    st_code rc = ST_OK;
+    r->rows_seen++;
+    if (r->filter && !r->per_cell) {
+        node_filter_ctx fc = filter_ctx(r);
+        rc = node_filter_eval(r->filter, key, cells, n, &fc, &out, &out_n, err);
+    } else if (n > 0) {
+        const node_cell **v = st_arena_alloc(&r->row_arena, n * sizeof *v);
+        if (v == NULL)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory assembling a row");
+        for (size_t i = 0; i < n; i++)
+            v[i] = &cells[i];
+        out = v;
+        out_n = n;
+    }
+    if (rc == ST_OK && out_n == 0) { /* scanned, nothing returned: remember for last_scanned */
+        st_buf_reset(&r->scanned_key);
+        r->scanned_unreported = st_buf_append(&r->scanned_key, key.data, key.len) == ST_OK;
+    } else if (rc == ST_OK) {
+        size_t bytes = key.len;
+        for (size_t i = 0; i < out_n; i++)
+            bytes += node_read_cell_bytes(out[i]);
+        size_t enc = node_read_row_encoded_bytes(key, out, out_n, NODE_READ_VALUE_CHUNK_BYTES);
+        if (bytes > NODE_READ_ROW_BYTES_MAX ||
+            enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT)
+            return row_too_large(r, bytes > enc ? bytes : enc, err);
+        /* A row is never split across messages: send what is batched if both would not fit. */
+        if (r->batch.len + enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT &&
+            send_batch(r) != ST_OK)
+            return st_err_set(err, ST_CANCELLED, "the call ended while sending");
+        rc = node_read_encode_row(&r->batch, key, out, out_n, NODE_READ_VALUE_CHUNK_BYTES, err);
+        if (rc == ST_OK) {
+            r->rows_returned++;
+            r->cells_returned += (int64_t)out_n;
+            r->scanned_unreported = false;
+        }
+    }
+    row_reset(r);
+    return rc;
+}
+
+/* Reads until one row is complete and encoded (or dropped). ST_NOT_FOUND at the end of the scan. */
+static st_code read_row(read_state *r, st_err *err) {
+    for (;;) {
+        sto_cell c;
+        st_code rc = next_cell(r, &c, err);
+        if (rc == ST_NOT_FOUND)
+            return r->row_open ? row_finish(r, err) : ST_NOT_FOUND;
+        if (rc != ST_OK)
+            return rc;
+        r->cells_seen++;
+        bool new_row = !r->row_open || !st_slice_eq(c.row, st_buf_slice(&r->row_key));
+        bool finished = false;
+        if (new_row && r->row_open) {
+            rc = row_finish(r, err);
+            finished = true;
+        }
+        if (rc == ST_OK && new_row)
+            rc = row_start(r, c.row, err);
+        if (rc == ST_OK)
+            rc = row_add(r, &c, err);
+        if (rc != ST_OK || finished)
+            return rc;
+    }
+}
+
+/* ---- turns ---- */
+
+static bool limit_reached(const read_state *r) {
+    return r->rows_limit > 0 && r->rows_returned >= r->rows_limit;
+}
+
+/* The scan is over: last batch (with request stats when asked for), then OK. */
+static void read_complete(read_state *r) {
+    if (r->stats_full && append_stats(r) != ST_OK) {
+        read_end(r, ST_RESOURCE_EXHAUSTED, "out of memory building request stats");
+        return;
+    }
+    st_code rc = send_batch(r);
+    read_end(r, rc == ST_OK ? ST_OK : rc, rc == ST_OK ? NULL : "the response could not be sent");
+}
+
+static void read_fail(read_state *r, const st_err *err) {
+    send_batch(r); /* whole rows: the client may keep them and resume after the last */
+    read_end(r, err->code == ST_OK ? ST_INTERNAL : err->code, err->msg);
+}
+
+/* Ends the turn (r->in_turn is still set): flush, then wait for room or schedule the next turn.
+ * Frees r when the call ends here. */
+static void turn_yield(read_state *r) {
+    if (!rpc_call_writable(r->call)) {
+        r->waiting_writable = true;
+        r->in_turn = false;
+        return;
+    }
+    st_err err;
+    if (flush(r) != ST_OK) {
+        read_end(r, ST_CANCELLED, NULL);
+        return;
+    }
+    if (schedule_turn(r) != ST_OK) {
+        st_err_set(&err, ST_RESOURCE_EXHAUSTED, "could not schedule the next part of the read");
+        read_fail(r, &err);
+        return;
+    }
+    r->in_turn = false;
+}
+
+static void read_turn(read_state *r) {
+    int64_t rows = 0, cells0 = r->cells_seen;
+    r->in_turn = true;
+    for (;;) {
+        if (rpc_call_cancelled(r->call)) {
+            read_end(r, ST_CANCELLED, NULL);
+            return;
+        }
+        if (r->scan_done || limit_reached(r)) {
+            read_complete(r);
+            return;
+        }
+        if (r->batch.len >= NODE_READ_BATCH_BYTES || rows >= NODE_READ_TURN_ROWS ||
+            r->cells_seen - cells0 >= NODE_READ_TURN_CELLS)
+            break;
+        st_err err;
+        st_err_clear(&err);
+        st_code rc = read_row(r, &err);
+        if (rc == ST_NOT_FOUND) {
+            r->scan_done = true;
+        } else if (rc != ST_OK) {
+            if (err.code == ST_OK)
+                st_err_set(&err, rc, "the read failed");
+            read_fail(r, &err);
+            return;
+        }
+        rows++;
+    }
+    turn_yield(r);
+}
+
+/* ---- the handler ---- */
+
+static st_code check_request(node_ctx *n, rpc_call *call,
+                             const Google__Bigtable__V2__ReadRowsRequest *req, st_err *err) {
+    (void)n;
+    if (req->table_name[0] == 0 && req->authorized_view_name[0] != 0)
+        return st_err_set(err, ST_UNIMPLEMENTED, "authorized views are not supported");
+    if (req->rows_limit < 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "Error in field 'rows_limit' : must be non-negative, got %lld",
+                          (long long)req->rows_limit);
+    /* Cloud Bigtable rejects reversed scans from clients that did not announce them
+     * (BIGTABLE_SEMANTICS.md §5, [GH-rs53]). */
+    if (req->reversed && !node_feature(call, FEATURE_REVERSE_SCANS))
+        return st_err_set(err, ST_UNIMPLEMENTED, "Client doesn't support reverse scans yet");
+    return ST_OK;
+}
+
+static read_state *read_state_new(node_ctx *n, rpc_call *call,
+                                  const Google__Bigtable__V2__ReadRowsRequest *req) {
+    read_state *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    r->n = n;
+    r->call = call;
+    snprintf(r->table, sizeof r->table, "%s", req->table_name);
+    r->reversed = req->reversed;
+    r->rows_limit = req->rows_limit;
+    r->stats_full = req->request_stats_view ==
+                    GOOGLE__BIGTABLE__V2__READ_ROWS_REQUEST__REQUEST_STATS_VIEW__REQUEST_STATS_FULL;
+    r->last_scanned_ok = node_feature(call, FEATURE_LAST_SCANNED_ROW_RESPONSES);
+    st_buf_init(&r->row_key);
+    st_buf_init(&r->cellv);
+    st_buf_init(&r->batch);
+    st_buf_init(&r->scanned_key);
+    st_arena_init(&r->row_arena, ROW_ARENA_BLOCK_BYTES);
+    st_rng_seed(&r->rng, (uint64_t)st_mono_us() ^ (uint64_t)(uintptr_t)r);
+    r->start_us = st_mono_us();
+    return r;
+}
+
+void node_h_read_rows(rpc_call *call, st_slice bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__V2__ReadRowsRequest *req = (Google__Bigtable__V2__ReadRowsRequest *)
+        node_unpack(call, &google__bigtable__v2__read_rows_request__descriptor, bytes);
+    if (req == NULL)
+        return;
+    st_err err;
+    st_err_clear(&err);
+    if (check_request(n, call, req, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    if (node_table_or_fail(n, call, req->table_name, NULL) == NULL)
+        return;
+    read_state *r = read_state_new(n, call, req);
+    if (r == NULL) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory starting the read");
+        return;
+    }
+    st_code rc = node_rowset_from_pb(req->rows, rpc_call_arena(call), &r->rs, &err);
+    if (rc == ST_OK)
+        rc = node_filter_from_pb(req->filter, rpc_call_arena(call), &r->filter, &err);
+    if (rc != ST_OK) {
+        read_end(r, err.code, err.msg);
+        return;
+    }
+    r->per_cell = r->filter != NULL && node_filter_is_per_cell(r->filter);
+    node_scan_init(&r->scan, &r->rs, r->reversed);
+    rpc_call_set_cancel_cb(call, on_cancel, r);
+    rpc_call_set_writable_cb(call, on_writable, r);
+    read_turn(r);
+}
