@@ -788,7 +788,7 @@ static void test_rowread_random_vs_model(void **state) {
     st_buf_init(&got);
     st_buf_init(&want);
     size_t dropped = 0;
-    for (int round = 0; round < 400; round++) {
+    for (int round = 0; round < 1500; round++) {
         fixture fx;
         fx_init(&fx, 1 + (size_t)st_rng_below(&rng, 4));
         w->n = 0;
