@@ -29,7 +29,9 @@ struct st_rfile {
     st_rfile *inner;
 };
 
-static fault_env *fenv(st_env *env) { return (fault_env *)env; }
+static fault_env *fenv(st_env *env) {
+    return (fault_env *)env;
+}
 
 /* Counts one faultable call; returns non-OK when it must fail. */
 static st_code fault_tick(fault_env *e, const char *what, const char *path, st_err *err) {
@@ -45,8 +47,10 @@ static st_code fault_tick(fault_env *e, const char *what, const char *path, st_e
     if (code == ST_OK)
         return ST_OK;
     if (code == ST_RESOURCE_EXHAUSTED)
-        return st_err_set(err, code, "%s %s: no space left on device (injected); free disk space "
-                                     "and retry", what, path);
+        return st_err_set(err, code,
+                          "%s %s: no space left on device (injected); free disk space "
+                          "and retry",
+                          what, path);
     return st_err_set(err, code, "%s %s: input/output error (injected); check the disk", what,
                       path);
 }
@@ -177,12 +181,24 @@ static void fault_destroy(st_env *env) {
 }
 
 static const st_env_ops fault_ops = {
-    .wopen = fault_wopen,     .wopen_append = fault_wopen_append, .append = fault_append,
-    .sync = fault_sync,       .wclose = fault_wclose,             .ropen = fault_ropen,
-    .pread = fault_pread,     .rsize = fault_rsize,               .rclose = fault_rclose,
-    .remove = fault_remove,   .rename = fault_rename,             .link = fault_link,
-    .mkdirs = fault_mkdirs,   .sync_dir = fault_sync_dir,         .exists = fault_exists,
-    .file_size = fault_file_size, .list = fault_list,             .destroy = fault_destroy,
+    .wopen = fault_wopen,
+    .wopen_append = fault_wopen_append,
+    .append = fault_append,
+    .sync = fault_sync,
+    .wclose = fault_wclose,
+    .ropen = fault_ropen,
+    .pread = fault_pread,
+    .rsize = fault_rsize,
+    .rclose = fault_rclose,
+    .remove = fault_remove,
+    .rename = fault_rename,
+    .link = fault_link,
+    .mkdirs = fault_mkdirs,
+    .sync_dir = fault_sync_dir,
+    .exists = fault_exists,
+    .file_size = fault_file_size,
+    .list = fault_list,
+    .destroy = fault_destroy,
 };
 
 st_env *st_env_fault_new(st_env *base) {

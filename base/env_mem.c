@@ -145,7 +145,9 @@ static void table_free(mem_table *t) {
     memset(t, 0, sizeof *t);
 }
 
-static bool is_root(const char *dir) { return strcmp(dir, ".") == 0 || strcmp(dir, "/") == 0; }
+static bool is_root(const char *dir) {
+    return strcmp(dir, ".") == 0 || strcmp(dir, "/") == 0;
+}
 
 static bool dir_exists(mem_env *m, const char *dir) {
     if (is_root(dir))
@@ -154,7 +156,9 @@ static bool dir_exists(mem_env *m, const char *dir) {
     return e && !e->ino;
 }
 
-static mem_env *menv(st_env *env) { return (mem_env *)env; }
+static mem_env *menv(st_env *env) {
+    return (mem_env *)env;
+}
 
 /* Normalizes path into buf or fills err; the usual first step of every call. */
 static st_code take_path(const char *path, char *buf, st_err *err) {
@@ -520,12 +524,24 @@ static void mem_destroy(st_env *env) {
 }
 
 static const st_env_ops mem_ops = {
-    .wopen = mem_wopen,       .wopen_append = mem_wopen_append, .append = mem_append,
-    .sync = mem_sync,         .wclose = mem_wclose,             .ropen = mem_ropen,
-    .pread = mem_pread,       .rsize = mem_rsize,               .rclose = mem_rclose,
-    .remove = mem_remove,     .rename = mem_rename,             .link = mem_link,
-    .mkdirs = mem_mkdirs,     .sync_dir = mem_sync_dir,         .exists = mem_exists,
-    .file_size = mem_file_size, .list = mem_list,               .destroy = mem_destroy,
+    .wopen = mem_wopen,
+    .wopen_append = mem_wopen_append,
+    .append = mem_append,
+    .sync = mem_sync,
+    .wclose = mem_wclose,
+    .ropen = mem_ropen,
+    .pread = mem_pread,
+    .rsize = mem_rsize,
+    .rclose = mem_rclose,
+    .remove = mem_remove,
+    .rename = mem_rename,
+    .link = mem_link,
+    .mkdirs = mem_mkdirs,
+    .sync_dir = mem_sync_dir,
+    .exists = mem_exists,
+    .file_size = mem_file_size,
+    .list = mem_list,
+    .destroy = mem_destroy,
 };
 
 st_env *st_env_mem_new(void) {

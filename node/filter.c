@@ -145,7 +145,6 @@ const char *node_filter_kind_name(node_filter_kind kind) {
 /* What a validated subtree contains, for the rules that look at descendants. */
 typedef struct subtree_facts {
     bool has_label;
-    bool has_sink;
 } subtree_facts;
 
 static st_code validate_node(node_filter *f, int depth, bool in_condition, subtree_facts *facts,
@@ -192,7 +191,7 @@ static st_code validate_list(node_filter *f, int depth, bool in_condition, subtr
                           what);
     size_t labelled = 0;
     for (size_t i = 0; i < f->u.list.count; i++) {
-        subtree_facts sub = {false, false};
+        subtree_facts sub = {false};
         if (f->u.list.subs[i] == NULL)
             continue; /* an unset RowFilter passes everything */
         st_code rc = validate_node(f->u.list.subs[i], depth + 1, in_condition, &sub, err);
@@ -200,7 +199,6 @@ static st_code validate_list(node_filter *f, int depth, bool in_condition, subtr
             return rc;
         labelled += sub.has_label;
         facts->has_label |= sub.has_label;
-        facts->has_sink |= sub.has_sink;
     }
     if (f->kind == NODE_FILTER_CHAIN && labelled > 1)
         return st_err_set(err, ST_INVALID_ARGUMENT,
@@ -216,7 +214,7 @@ static st_code validate_condition(node_filter *f, int depth, subtree_facts *fact
     for (int i = 0; i < 3; i++) {
         if (parts[i] == NULL)
             continue;
-        subtree_facts sub = {false, false};
+        subtree_facts sub = {false};
         st_code rc = validate_node(parts[i], depth + 1, true, &sub, err);
         if (rc != ST_OK)
             return rc;
@@ -225,8 +223,7 @@ static st_code validate_condition(node_filter *f, int depth, subtree_facts *fact
     return ST_OK;
 }
 
-static st_code validate_leaf(node_filter *f, bool in_condition, subtree_facts *facts,
-                             st_err *err) {
+static st_code validate_leaf(node_filter *f, bool in_condition, subtree_facts *facts, st_err *err) {
     const char *field = node_filter_kind_name(f->kind);
     switch (f->kind) {
     case NODE_FILTER_SINK:
@@ -234,7 +231,6 @@ static st_code validate_leaf(node_filter *f, bool in_condition, subtree_facts *f
             return st_err_set(err, ST_INVALID_ARGUMENT,
                               "Error in field 'sink' : a sink cannot be used within the "
                               "predicate, true or false filter of a Condition");
-        facts->has_sink = true;
         return ST_OK;
     case NODE_FILTER_ROW_SAMPLE:
         if (!(f->u.probability > 0.0 && f->u.probability < 1.0)) /* also rejects NaN */
@@ -332,12 +328,14 @@ static void release_node(node_filter *f, int depth) {
     }
 }
 
-void node_filter_release(node_filter *f) { release_node(f, 0); }
+void node_filter_release(node_filter *f) {
+    release_node(f, 0);
+}
 
 st_code node_filter_prepare(node_filter *f, st_err *err) {
     if (f == NULL)
         return ST_OK;
-    subtree_facts facts = {false, false};
+    subtree_facts facts = {false};
     st_code rc = validate_node(f, 0, false, &facts, err);
     if (rc != ST_OK)
         node_filter_release(f);
@@ -542,8 +540,8 @@ static node_cell *cell_copy(eval_state *s, const node_cell *c) {
     return copy;
 }
 
-static st_code label_cell(eval_state *s, const node_cell *c, st_slice label,
-                          const st_slice *single, const node_cell **out) {
+static st_code label_cell(eval_state *s, const node_cell *c, st_slice label, const st_slice *single,
+                          const node_cell **out) {
     node_cell *copy = cell_copy(s, c);
     if (copy == NULL)
         return ST_RESOURCE_EXHAUSTED; /* charge or eval_alloc filled err */
@@ -566,8 +564,7 @@ static st_code label_cell(eval_state *s, const node_cell *c, st_slice label,
     return ST_OK;
 }
 
-static st_code eval_transform(eval_state *s, const node_filter *f, cell_list in,
-                              cell_list *out) {
+static st_code eval_transform(eval_state *s, const node_filter *f, cell_list in, cell_list *out) {
     st_slice *single = NULL;
     if (f->kind == NODE_FILTER_APPLY_LABEL) {
         single = eval_alloc(s, sizeof *single);
@@ -654,8 +651,7 @@ static st_code eval_chain(eval_state *s, const node_filter *f, cell_list in, cel
     return ST_OK;
 }
 
-static st_code eval_interleave(eval_state *s, const node_filter *f, cell_list in,
-                               cell_list *out) {
+static st_code eval_interleave(eval_state *s, const node_filter *f, cell_list in, cell_list *out) {
     size_t k = f->u.list.count, nonempty = 0, last = 0;
     cell_list *branch = eval_alloc(s, k * sizeof *branch);
     if (branch == NULL)
@@ -678,8 +674,7 @@ static st_code eval_interleave(eval_state *s, const node_filter *f, cell_list in
     return merge_runs(s, branch, k, out);
 }
 
-static st_code eval_condition(eval_state *s, const node_filter *f, cell_list in,
-                              cell_list *out) {
+static st_code eval_condition(eval_state *s, const node_filter *f, cell_list in, cell_list *out) {
     cell_list shared = in, matched = in;
     shared.owned = false; /* the chosen branch reads the input again */
     if (f->u.cond.predicate != NULL) {
@@ -712,7 +707,9 @@ static st_code eval_sink(eval_state *s, cell_list in) {
 }
 
 /* Uniform double in [0, 1) from the top 53 bits. */
-static double rng_unit(st_rng *rng) { return (double)(st_rng_next(rng) >> 11) * 0x1p-53; }
+static double rng_unit(st_rng *rng) {
+    return (double)(st_rng_next(rng) >> 11) * 0x1p-53;
+}
 
 static st_code eval_node(eval_state *s, const node_filter *f, cell_list in, cell_list *out) {
     if (f == NULL || in.n == 0) { /* every filter maps an empty row to an empty row */
@@ -748,8 +745,7 @@ static st_code eval_node(eval_state *s, const node_filter *f, cell_list in, cell
         return ST_OK;
     }
     case NODE_FILTER_CELLS_PER_ROW_LIMIT:
-        *out = (cell_list){in.v, (uint64_t)f->u.count < in.n ? (size_t)f->u.count : in.n,
-                           in.owned};
+        *out = (cell_list){in.v, (uint64_t)f->u.count < in.n ? (size_t)f->u.count : in.n, in.owned};
         return ST_OK;
     case NODE_FILTER_CELLS_PER_COLUMN_LIMIT:
         return eval_column_limit(s, f, in, out);

@@ -167,16 +167,17 @@ typedef struct node_cell {
 } node_cell;
 
 typedef struct node_filter_ctx {
-    st_arena *arena;   /* results and scratch; caller inits and deinits (one per row or batch) */
-    st_rng *rng;       /* row_sample draws; required only when the filter samples */
-    size_t cells_max;  /* slots one evaluation may create; 0 = NODE_FILTER_EVAL_CELLS_MAX */
+    st_arena *arena;  /* results and scratch; caller inits and deinits (one per row or batch) */
+    st_rng *rng;      /* row_sample draws; required only when the filter samples */
+    size_t cells_max; /* slots one evaluation may create; 0 = NODE_FILTER_EVAL_CELLS_MAX */
 } node_filter_ctx;
 
 /* Applies prepared filter f (NULL = pass all) to one row: key plus cells[0..n) in Bigtable order
  * (family asc, qualifier asc, ts desc; the caller guarantees it). Stores in *out an array of
  * *out_n cell pointers in the same order; each points into `cells` or into ctx->arena, so the
  * result lives until both the input and the arena go away. Returns ST_OK, or
- * ST_RESOURCE_EXHAUSTED when the evaluation budget or memory runs out. */
+ * ST_RESOURCE_EXHAUSTED when the evaluation budget or memory runs out (ST_INTERNAL if an input
+ * cell already carries NODE_FILTER_CELL_LABELS_MAX labels, which storage never produces). */
 st_code node_filter_eval(const node_filter *f, st_slice row_key, const node_cell *cells, size_t n,
                          node_filter_ctx *ctx, const node_cell *const **out, size_t *out_n,
                          st_err *err);

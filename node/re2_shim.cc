@@ -26,7 +26,7 @@ extern "C" node_re2_status node_re2_compile(const uint8_t *pattern, size_t len, 
     try {
         re2::RE2::Options opts;
         opts.set_encoding(re2::RE2::Options::EncodingLatin1); // bytes, not UTF-8
-        opts.set_dot_nl(false);                                // `.` skips '\n'; `\C` is any byte
+        opts.set_dot_nl(false);                               // `.` skips '\n'; `\C` is any byte
         opts.set_case_sensitive(true);
         opts.set_never_capture(true); // filters never read submatches
         opts.set_log_errors(false);   // errors go back to the client, not to stderr
@@ -61,4 +61,6 @@ extern "C" bool node_re2_full_match(const node_re2 *re, const uint8_t *data, siz
     }
 }
 
-extern "C" void node_re2_free(node_re2 *re) { delete re; }
+extern "C" void node_re2_free(node_re2 *re) {
+    delete re;
+}

@@ -19,7 +19,7 @@
 #define LOG_SEG_HDR_BYTES 24
 #define LOG_REC_HDR_BYTES 16
 #define LOG_ROW_FORMAT 1
-#define LOG_SEGMENTS_MAX 65536         /* live segments; trim keeps far fewer */
+#define LOG_SEGMENTS_MAX 65536 /* live segments; trim keeps far fewer */
 #define LOG_PATH_MAX 4096
 #define LOG_READ_CHUNK ((size_t)256 << 10) /* read-ahead of the record reader */
 #define LOG_NAME_DIGITS 20
@@ -69,7 +69,7 @@ struct sto_log {
     log_seg *segs;
     size_t n_segs, cap_segs;
     log_entry *head, *tail;
-    size_t queued_bytes; /* queued and in flight */
+    size_t queued_bytes;  /* queued and in flight */
     uint64_t durable_lsn; /* published to cursors after the done callbacks */
     bool closing, appends_started, replaying;
     st_code failed; /* sticky: positioning found the last segment corrupt */
@@ -86,8 +86,12 @@ struct sto_log {
 
 /* ---- row mutation encoding ---- */
 
-static uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
-static int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+static uint64_t zigzag(int64_t v) {
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+static int64_t unzigzag(uint64_t v) {
+    return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+}
 
 static bool put_bytes(st_buf *b, st_slice s) {
     return st_buf_append_varint64(b, s.len) == ST_OK && st_buf_append(b, s.data, s.len) == ST_OK;
@@ -112,7 +116,9 @@ static bool put_mut(st_buf *b, const sto_mut *m) {
     return false;
 }
 
-static bool mut_type_ok(sto_mut_type t) { return t >= STO_MUT_SET_CELL && t <= STO_MUT_DEL_ROW; }
+static bool mut_type_ok(sto_mut_type t) {
+    return t >= STO_MUT_SET_CELL && t <= STO_MUT_DEL_ROW;
+}
 
 st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row) {
     if (row->n_muts > STO_LOG_ROW_MUTS_MAX || row->row.len > STO_ROW_KEY_MAX)
@@ -153,7 +159,7 @@ static bool get_mut(const uint8_t **p, const uint8_t *end, sto_mut *m) {
     memset(m, 0, sizeof *m);
     if (*p >= end)
         return false;
-    m->type = (sto_mut_type)*(*p)++;
+    m->type = (sto_mut_type) * (*p)++;
     switch (m->type) {
     case STO_MUT_SET_CELL:
         return get_bytes_max(p, end, &m->family, SIZE_MAX) &&
@@ -273,7 +279,8 @@ static st_code reader_open(rec_reader *r, st_env *env, const char *path, st_err 
 }
 
 /* Makes [off, off + n) available in the window; *out is NULL when the file is shorter. */
-static st_code reader_fill(rec_reader *r, uint64_t off, size_t n, const uint8_t **out, st_err *err) {
+static st_code reader_fill(rec_reader *r, uint64_t off, size_t n, const uint8_t **out,
+                           st_err *err) {
     if (off >= r->win_off && off - r->win_off + n <= r->win.len) {
         *out = r->win.data + (off - r->win_off);
         return ST_OK;
@@ -405,8 +412,10 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
         return ST_OK;
     }
     if (why)
-        return st_err_set(err, ST_DATA_LOSS, "commit log segment %s: %s; restore the node from "
-                          "a replica", c->rd.path, why);
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s: %s; restore the node from "
+                          "a replica",
+                          c->rd.path, why);
     uint64_t off = LOG_SEG_HDR_BYTES;
     res->good_bytes = off;
     for (uint64_t expect = first_lsn; is_last || expect <= stop_lsn; expect++) {
@@ -421,14 +430,17 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
         if (st != REC_OK && is_last)
             break;
         if (st == REC_END)
-            return st_err_set(err, ST_DATA_LOSS, "commit log segment %s ends after lsn %" PRIu64
+            return st_err_set(err, ST_DATA_LOSS,
+                              "commit log segment %s ends after lsn %" PRIu64
                               " but the next segment starts at lsn %" PRIu64 ": records are "
                               "missing; restore the node from a replica",
                               c->rd.path, expect - 1, stop_lsn + 1);
         if (st == REC_BAD)
-            return st_err_set(err, ST_DATA_LOSS, "commit log segment %s: %s at offset %" PRIu64
-                              " (lsn %" PRIu64 " expected) before the end of the log; restore "
-                              "the node from a replica", c->rd.path, v.why, off, expect);
+            return st_err_set(err, ST_DATA_LOSS,
+                              "commit log segment %s: %s at offset %" PRIu64 " (lsn %" PRIu64
+                              " expected) before the end of the log; restore "
+                              "the node from a replica",
+                              c->rd.path, v.why, off, expect);
         if (c->fn && v.lsn >= c->from_lsn && (rc = scan_deliver(c, &v, err)) != ST_OK)
             return rc;
         res->last_lsn = v.lsn;
@@ -577,8 +589,10 @@ static st_code segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
     bool full = log->n_segs >= LOG_SEGMENTS_MAX;
     pthread_mutex_unlock(&log->mu);
     if (full)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "commit log %s has %d segments; flush "
-                          "tablets so the log can be trimmed", log->dir, LOG_SEGMENTS_MAX);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                          "commit log %s has %d segments; flush "
+                          "tablets so the log can be trimmed",
+                          log->dir, LOG_SEGMENTS_MAX);
     writer_close_file(log);
     seg_path(log, first_lsn, path);
     seg_header_make(hdr, first_lsn);
@@ -697,8 +711,7 @@ static void group_failed(sto_log *log, log_entry *batch, size_t bytes, st_code r
         log->segs[log->n_segs - 1].bytes += bytes;
     log->stats.failed_groups++;
     pthread_mutex_unlock(&log->mu);
-    st_log(ST_LOG_WARN, "log", "event=group_failed code=%s msg=\"%s\"", st_code_name(rc),
-           err->msg);
+    st_log(ST_LOG_WARN, "log", "event=group_failed code=%s msg=\"%s\"", st_code_name(rc), err->msg);
     for (log_entry *e = batch; e; e = e->next)
         if (e->done)
             e->done(rc, 0, err, e->arg);
@@ -797,8 +810,10 @@ st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out
         return rc;
     }
     if (!log->sync)
-        st_log(ST_LOG_WARN, "log", "event=open_nosync dir=%s msg=\"commit log without fdatasync: "
-               "acknowledged writes can be lost in a crash\"", dir);
+        st_log(ST_LOG_WARN, "log",
+               "event=open_nosync dir=%s msg=\"commit log without fdatasync: "
+               "acknowledged writes can be lost in a crash\"",
+               dir);
     *out = log;
     return ST_OK;
 }
@@ -855,8 +870,10 @@ st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
     ptrdiff_t i0 = segs_find(log, from_lsn);
     pthread_mutex_unlock(&log->mu);
     if (busy)
-        return st_err_set(err, ST_FAILED_PRECONDITION, "commit log %s: replay must come before "
-                          "the first append", log->dir);
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "commit log %s: replay must come before "
+                          "the first append",
+                          log->dir);
     scan_ctx c = {.log = log, .from_lsn = from_lsn, .fn = fn, .arg = arg};
     st_arena_init(&c.arena, 4096);
     st_code rc = replay_segments(log, &c, i0 < 0 ? 0 : (size_t)i0, n, err);
@@ -879,15 +896,18 @@ static st_code entry_encode(log_entry *e, const sto_row_mut *rows, size_t n, st_
         if (rc == ST_OK)
             rc = sto_row_mut_encode(&e->buf, &rows[i]);
         if (rc == ST_INVALID_ARGUMENT)
-            return st_err_set(err, rc, "row mutation %zu: bad mutation type, row key over %d "
-                              "bytes or over %u mutations", i, STO_ROW_KEY_MAX,
-                              STO_LOG_ROW_MUTS_MAX);
+            return st_err_set(err, rc,
+                              "row mutation %zu: bad mutation type, row key over %d "
+                              "bytes or over %u mutations",
+                              i, STO_ROW_KEY_MAX, STO_LOG_ROW_MUTS_MAX);
         if (rc != ST_OK)
             return st_err_set(err, rc, "out of memory encoding a log record");
         size_t len = e->buf.len - at - LOG_REC_HDR_BYTES;
         if (len > STO_LOG_RECORD_BYTES_MAX)
-            return st_err_set(err, ST_INVALID_ARGUMENT, "row mutation %zu encodes to %zu bytes, "
-                              "over the log record limit of %u", i, len, STO_LOG_RECORD_BYTES_MAX);
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "row mutation %zu encodes to %zu bytes, "
+                              "over the log record limit of %u",
+                              i, len, STO_LOG_RECORD_BYTES_MAX);
         st_put_fixed32(e->buf.data + at + 4, (uint32_t)len);
     }
     e->n_records = n;
@@ -1026,8 +1046,10 @@ st_code sto_log_cursor_open(sto_log *log, uint64_t from_lsn, sto_log_cursor **ou
     uint64_t oldest = log->n_segs ? log->segs[0].first_lsn : log->durable_lsn + 1;
     pthread_mutex_unlock(&log->mu);
     if (from_lsn < oldest)
-        return st_err_set(err, ST_OUT_OF_RANGE, "commit log records before lsn %" PRIu64
-                          " were trimmed (asked from %" PRIu64 ")", oldest, from_lsn);
+        return st_err_set(err, ST_OUT_OF_RANGE,
+                          "commit log records before lsn %" PRIu64
+                          " were trimmed (asked from %" PRIu64 ")",
+                          oldest, from_lsn);
     sto_log_cursor *c = calloc(1, sizeof *c);
     if (!c)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening a log cursor");
@@ -1055,8 +1077,10 @@ static st_code cursor_locate(sto_log_cursor *c, log_seg *seg, st_err *err) {
     if (c->next_lsn > log->durable_lsn)
         rc = st_err_set(err, ST_NOT_FOUND, "caught up with the durable end of the log");
     else if (i < 0 || log->segs[i].last_lsn < c->next_lsn)
-        rc = st_err_set(err, ST_OUT_OF_RANGE, "commit log record %" PRIu64 " was trimmed while "
-                        "the cursor was reading", c->next_lsn);
+        rc = st_err_set(err, ST_OUT_OF_RANGE,
+                        "commit log record %" PRIu64 " was trimmed while "
+                        "the cursor was reading",
+                        c->next_lsn);
     else
         *seg = log->segs[i];
     pthread_mutex_unlock(&log->mu);
@@ -1096,16 +1120,19 @@ st_code sto_log_cursor_next(sto_log_cursor *c, sto_log_record *rec, st_err *err)
         if (st == REC_OK && v.lsn > c->next_lsn)
             st = REC_BAD, v.why = "lsn gap";
         if (st != REC_OK)
-            return st_err_set(err, ST_DATA_LOSS, "commit log segment %s: %s at offset %" PRIu64
-                              " while reading lsn %" PRIu64, c->rd.path,
-                              st == REC_END ? "end of segment" : v.why, c->off, c->next_lsn);
+            return st_err_set(
+                err, ST_DATA_LOSS,
+                "commit log segment %s: %s at offset %" PRIu64 " while reading lsn %" PRIu64,
+                c->rd.path, st == REC_END ? "end of segment" : v.why, c->off, c->next_lsn);
         c->off = v.next_off;
         if (v.lsn < c->next_lsn)
             continue; /* skipping from the segment start to from_lsn */
         st_arena_deinit(&c->arena);
         if (!sto_row_mut_decode(v.payload, &rec->row, &c->arena))
-            return st_err_set(err, ST_DATA_LOSS, "commit log record %" PRIu64 " in %s does not "
-                              "decode as a row mutation", v.lsn, c->rd.path);
+            return st_err_set(err, ST_DATA_LOSS,
+                              "commit log record %" PRIu64 " in %s does not "
+                              "decode as a row mutation",
+                              v.lsn, c->rd.path);
         rec->lsn = v.lsn;
         c->next_lsn++;
         return ST_OK;

@@ -23,7 +23,9 @@ typedef struct fuzz_in {
     int nodes_left;
 } fuzz_in;
 
-static uint8_t take(fuzz_in *z) { return z->p < z->end ? *z->p++ : 0; }
+static uint8_t take(fuzz_in *z) {
+    return z->p < z->end ? *z->p++ : 0;
+}
 
 static st_slice take_bytes(fuzz_in *z, size_t max) {
     size_t n = take(z) % (max + 1);
@@ -44,8 +46,8 @@ static node_bound take_bound(fuzz_in *z) {
 
 /* Mostly valid-looking regexes (so evaluation gets exercised), sometimes raw bytes. */
 static st_slice take_pattern(fuzz_in *z) {
-    static const char *const pats[] = {"\\C*", ".*", "a", "a|b", "[a-c]*", "\\C", "", "(a*)*b",
-                                       "x.y", "\\xff.*"};
+    static const char *const pats[] = {"\\C*", ".*", "a",      "a|b", "[a-c]*",
+                                       "\\C",  "",   "(a*)*b", "x.y", "\\xff.*"};
     uint8_t sel = take(z);
     if (sel < 200)
         return st_slice_cstr(pats[sel % 10]);
@@ -109,17 +111,20 @@ static node_filter *build(fuzz_in *z, st_arena *a, int depth) {
     return build_leaf(z, a, kind);
 }
 
-static int cmp_cells(const void *x, const void *y) { return node_cell_cmp(x, y); }
+static int cmp_cells(const void *x, const void *y) {
+    return node_cell_cmp(x, y);
+}
 
 static size_t build_row(fuzz_in *z, node_cell *cells) {
     static const char *const fams[] = {"a", "b", "cf"};
     size_t n = take(z) % (FUZZ_CELLS_MAX + 1);
     for (size_t i = 0; i < n; i++) {
         uint8_t sel = take(z);
-        cells[i] = (node_cell){.family = sel < 240 ? st_slice_cstr(fams[sel % 3]) : take_bytes(z, 3),
-                               .qualifier = take_bytes(z, 3),
-                               .ts_us = take(z) % 8,
-                               .value = take_bytes(z, 4)};
+        cells[i] =
+            (node_cell){.family = sel < 240 ? st_slice_cstr(fams[sel % 3]) : take_bytes(z, 3),
+                        .qualifier = take_bytes(z, 3),
+                        .ts_us = take(z) % 8,
+                        .value = take_bytes(z, 4)};
     }
     qsort(cells, n, sizeof *cells, cmp_cells);
     return n;

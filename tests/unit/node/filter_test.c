@@ -8,10 +8,10 @@
  * compares the evaluator, which shares and compacts buffers in place, against a naive model that
  * copies everything, and checks the per-cell streaming path against full evaluation.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,8 +86,8 @@ static const char *run_key(fixture *fx, node_filter *f, const char *key) {
     node_filter_ctx ctx = {.arena = &fx->arena, .rng = &fx->rng};
     const node_cell *const *out;
     size_t n;
-    assert_int_equal(node_filter_eval(f, st_slice_cstr(key), fx->cells, fx->n, &ctx, &out, &n, &err),
-                     ST_OK);
+    assert_int_equal(
+        node_filter_eval(f, st_slice_cstr(key), fx->cells, fx->n, &ctx, &out, &n, &err), ST_OK);
     size_t len = 0;
     fx->out[0] = '\0';
     for (size_t i = 0; i < n; i++)
@@ -96,7 +96,9 @@ static const char *run_key(fixture *fx, node_filter *f, const char *key) {
     return fx->out;
 }
 
-static const char *run(fixture *fx, node_filter *f) { return run_key(fx, f, "row"); }
+static const char *run(fixture *fx, node_filter *f) {
+    return run_key(fx, f, "row");
+}
 
 /* Builders over the fixture arena, to keep the trees readable. */
 static node_filter *chain2(fixture *fx, node_filter *a, node_filter *b) {
@@ -115,7 +117,9 @@ static node_filter *inter3(fixture *fx, node_filter *a, node_filter *b, node_fil
     node_filter *subs[] = {a, b, c};
     return node_filter_list(&fx->arena, NODE_FILTER_INTERLEAVE, subs, 3);
 }
-static node_filter *kind(fixture *fx, node_filter_kind k) { return node_filter_new(&fx->arena, k); }
+static node_filter *kind(fixture *fx, node_filter_kind k) {
+    return node_filter_new(&fx->arena, k);
+}
 static node_filter *rx(fixture *fx, node_filter_kind k, const char *pat) {
     return node_filter_regex(&fx->arena, k, st_slice_cstr(pat));
 }
@@ -134,8 +138,12 @@ static node_filter *label(fixture *fx, const char *l) {
 static node_filter *cnt(fixture *fx, node_filter_kind k, int64_t n) {
     return node_filter_count(&fx->arena, k, n);
 }
-static node_bound closed(const char *k) { return (node_bound){NODE_BOUND_CLOSED, st_slice_cstr(k)}; }
-static node_bound open_(const char *k) { return (node_bound){NODE_BOUND_OPEN, st_slice_cstr(k)}; }
+static node_bound closed(const char *k) {
+    return (node_bound){NODE_BOUND_CLOSED, st_slice_cstr(k)};
+}
+static node_bound open_(const char *k) {
+    return (node_bound){NODE_BOUND_OPEN, st_slice_cstr(k)};
+}
 static const node_bound UNB = {NODE_BOUND_UNBOUNDED, {NULL, 0}};
 
 /* Expects prepare to fail with code and a message containing `needle`. */
@@ -178,8 +186,7 @@ static void test_filter_chain_is_sequential(void **state) {
     assert_string_equal(
         run(fx, chain2(fx, cnt(fx, NODE_FILTER_CELLS_PER_ROW_LIMIT, 2), fam(fx, "b"))), "");
     assert_string_equal(
-        run(fx, chain2(fx, fam(fx, "b"), cnt(fx, NODE_FILTER_CELLS_PER_ROW_LIMIT, 1))),
-        "b:x@4=z4");
+        run(fx, chain2(fx, fam(fx, "b"), cnt(fx, NODE_FILTER_CELLS_PER_ROW_LIMIT, 1))), "b:x@4=z4");
     /* Nested chains. */
     assert_string_equal(run(fx, chain2(fx, chain2(fx, fam(fx, "a"), qual(fx, "x")),
                                        chain2(fx, cnt(fx, NODE_FILTER_CELLS_PER_ROW_OFFSET, 1),
@@ -193,8 +200,9 @@ static void test_filter_interleave_merges_in_row_order(void **state) {
     fixture *fx = fx_new();
     add_standard_row(fx);
     /* Branch outputs merge into row order; the cell both branches pass appears twice. */
-    assert_string_equal(run(fx, inter2(fx, qual(fx, "z"), chain2(fx, fam(fx, "a"), qual(fx, "y|z")))),
-                        "a:y@5=w5 b:z@7=");
+    assert_string_equal(
+        run(fx, inter2(fx, qual(fx, "z"), chain2(fx, fam(fx, "a"), qual(fx, "y|z")))),
+        "a:y@5=w5 b:z@7=");
     assert_string_equal(run(fx, inter2(fx, qual(fx, "y"), chain2(fx, fam(fx, "a"), qual(fx, "y")))),
                         "a:y@5=w5 a:y@5=w5");
     /* Identical cells keep branch order: labelled 'one' first, then 'two'. */
@@ -203,12 +211,11 @@ static void test_filter_interleave_merges_in_row_order(void **state) {
                        chain2(fx, fam(fx, "a|b"), chain2(fx, qual(fx, "y"), label(fx, "two"))))),
         "a:y@5=w5[one] a:y@5=w5[two]");
     /* Three branches interleave by timestamp within a column. */
-    assert_string_equal(
-        run(fx, chain2(fx, qual(fx, "x"),
-                       inter3(fx, node_filter_ts_range(&fx->arena, 1, 2),
-                              node_filter_ts_range(&fx->arena, 3, 0),
-                              node_filter_ts_range(&fx->arena, 2, 3)))),
-        "a:x@3=v3 a:x@2=v2 a:x@1=v1 b:x@4=z4");
+    assert_string_equal(run(fx, chain2(fx, qual(fx, "x"),
+                                       inter3(fx, node_filter_ts_range(&fx->arena, 1, 2),
+                                              node_filter_ts_range(&fx->arena, 3, 0),
+                                              node_filter_ts_range(&fx->arena, 2, 3)))),
+                        "a:x@3=v3 a:x@2=v2 a:x@1=v1 b:x@4=z4");
     /* An empty branch contributes nothing. */
     assert_string_equal(run(fx, inter2(fx, kind(fx, NODE_FILTER_BLOCK_ALL), qual(fx, "z"))),
                         "b:z@7=");
@@ -230,8 +237,8 @@ static void test_filter_condition_picks_a_branch(void **state) {
     cond = node_filter_condition(&fx->arena, fam(fx, "nope"), qual(fx, "y"), NULL);
     assert_string_equal(run(fx, cond), "");
     /* The branch sees the condition's input, not the predicate's output. */
-    cond = node_filter_condition(&fx->arena, qual(fx, "y"), cnt(fx, NODE_FILTER_CELLS_PER_ROW_LIMIT, 1),
-                                 NULL);
+    cond = node_filter_condition(&fx->arena, qual(fx, "y"),
+                                 cnt(fx, NODE_FILTER_CELLS_PER_ROW_LIMIT, 1), NULL);
     assert_string_equal(run(fx, cond), "a:x@3=v3");
     /* A missing predicate passes everything, so the true branch runs. */
     cond = node_filter_condition(&fx->arena, NULL, qual(fx, "z"), NULL);
@@ -251,11 +258,10 @@ static void test_filter_sink_bypasses_later_filters(void **state) {
     add(fx, "A", "A", 1, "w");
     add(fx, "A", "B", 2, "x");
     add(fx, "B", "B", 4, "z");
-    node_filter *f = chain3(
-        fx, fam(fx, "A"),
-        inter2(fx, kind(fx, NODE_FILTER_PASS_ALL),
-               chain2(fx, label(fx, "foo"), kind(fx, NODE_FILTER_SINK))),
-        qual(fx, "B"));
+    node_filter *f = chain3(fx, fam(fx, "A"),
+                            inter2(fx, kind(fx, NODE_FILTER_PASS_ALL),
+                                   chain2(fx, label(fx, "foo"), kind(fx, NODE_FILTER_SINK))),
+                            qual(fx, "B"));
     assert_string_equal(run(fx, f), "A:A@1=w[foo] A:B@2=x[foo] A:B@2=x");
     /* A sink at the end of a chain outputs its input; the parent sees nothing. */
     f = chain2(fx, fam(fx, "B"), kind(fx, NODE_FILTER_SINK));
@@ -275,9 +281,9 @@ static void test_filter_labels_and_strip(void **state) {
     fixture *fx = fx_new();
     add_standard_row(fx);
     assert_string_equal(run(fx, chain2(fx, qual(fx, "z"), label(fx, "l-1"))), "b:z@7=[l-1]");
-    assert_string_equal(run(fx, chain3(fx, fam(fx, "b"), kind(fx, NODE_FILTER_STRIP_VALUE),
-                                       label(fx, "x"))),
-                        "b:x@4=[x] b:z@7=[x]");
+    assert_string_equal(
+        run(fx, chain3(fx, fam(fx, "b"), kind(fx, NODE_FILTER_STRIP_VALUE), label(fx, "x"))),
+        "b:x@4=[x] b:z@7=[x]");
     /* Labels accumulate on cells that arrive labelled. */
     static const st_slice pre[] = {{(const uint8_t *)"pre", 3}};
     fx->cells[5].labels = pre;
@@ -305,8 +311,9 @@ static void test_filter_limits_and_offsets(void **state) {
     assert_string_equal(run(fx, cnt(fx, NODE_FILTER_CELLS_PER_COLUMN_LIMIT, 2)),
                         "a:x@3=v3 a:x@2=v2 a:y@5=w5 b:x@4=z4 b:z@7=");
     /* Same qualifier in two families is two columns. */
-    assert_string_equal(run(fx, chain2(fx, qual(fx, "x"), cnt(fx, NODE_FILTER_CELLS_PER_COLUMN_LIMIT, 1))),
-                        "a:x@3=v3 b:x@4=z4");
+    assert_string_equal(
+        run(fx, chain2(fx, qual(fx, "x"), cnt(fx, NODE_FILTER_CELLS_PER_COLUMN_LIMIT, 1))),
+        "a:x@3=v3 b:x@4=z4");
     /* Duplicates from an interleave count separately. */
     node_filter *dup = inter2(fx, qual(fx, "y"), qual(fx, "y|z"));
     assert_string_equal(run(fx, chain2(fx, dup, cnt(fx, NODE_FILTER_CELLS_PER_ROW_LIMIT, 2))),
@@ -343,34 +350,47 @@ static void test_filter_ranges(void **state) {
                         "a:x@1=v1 b:z@7= b:zz@1=q");
     assert_string_equal(run(fx, node_filter_value_range(a, closed("v2"), closed("w5"))),
                         "a:x@3=v3 a:x@2=v2 a:y@5=w5");
-    assert_string_equal(run(fx, node_filter_value_range(a, open_("v3"), UNB)),
-                        "a:y@5=w5 b:x@4=z4");
+    assert_string_equal(run(fx, node_filter_value_range(a, open_("v3"), UNB)), "a:y@5=w5 b:x@4=z4");
     fx_free(fx);
 }
 
 static void test_filter_regex_full_match_on_bytes(void **state) {
     (void)state;
     fixture *fx = fx_new();
-    add(fx, "f", "a\nb", 3, "x\xff" "y"); /* byte order: \n < b < x < \xe9 */
+    add(fx, "f", "a\nb", 3,
+        "x\xff"
+        "y"); /* byte order: \n < b < x < \xe9 */
     add(fx, "f", "ab", 1, "");
     add(fx, "f", "axb", 1, "xy");
-    add(fx, "f", "a\xe9" "b", 2, "\n");
+    add(fx, "f",
+        "a\xe9"
+        "b",
+        2, "\n");
     /* Full match: "a" alone matches none of the qualifiers. */
     assert_string_equal(run(fx, qual(fx, "a")), "");
     /* '.' matches any byte but '\n', including high bytes; '\C' matches any byte. */
     assert_string_equal(run(fx, chain2(fx, qual(fx, "a.b"), kind(fx, NODE_FILTER_STRIP_VALUE))),
-                        "f:axb@1= f:a\xe9" "b@2=");
-    assert_string_equal(run(fx, chain2(fx, qual(fx, "a\\Cb"), cnt(fx, NODE_FILTER_CELLS_PER_ROW_LIMIT, 1))),
-                        "f:a\nb@3=x\xff" "y");
+                        "f:axb@1= f:a\xe9"
+                        "b@2=");
+    assert_string_equal(
+        run(fx, chain2(fx, qual(fx, "a\\Cb"), cnt(fx, NODE_FILTER_CELLS_PER_ROW_LIMIT, 1))),
+        "f:a\nb@3=x\xff"
+        "y");
     /* A raw high byte in the pattern is one Latin-1 character. */
-    assert_string_equal(run(fx, chain2(fx, qual(fx, "a\xe9" "b"), kind(fx, NODE_FILTER_STRIP_VALUE))),
-                        "f:a\xe9" "b@2=");
+    assert_string_equal(run(fx, chain2(fx,
+                                       qual(fx, "a\xe9"
+                                                "b"),
+                                       kind(fx, NODE_FILTER_STRIP_VALUE))),
+                        "f:a\xe9"
+                        "b@2=");
     assert_string_equal(run(fx, chain2(fx, qual(fx, "a\\xe9b"), kind(fx, NODE_FILTER_STRIP_VALUE))),
-                        "f:a\xe9" "b@2=");
+                        "f:a\xe9"
+                        "b@2=");
     /* Value regexes: \C* matches everything, .* not a value holding '\n'. */
     assert_string_equal(run(fx, chain2(fx, rx(fx, NODE_FILTER_VALUE_REGEX, "\\C*"),
                                        kind(fx, NODE_FILTER_STRIP_VALUE))),
-                        "f:a\nb@3= f:ab@1= f:axb@1= f:a\xe9" "b@2=");
+                        "f:a\nb@3= f:ab@1= f:axb@1= f:a\xe9"
+                        "b@2=");
     assert_string_equal(run(fx, chain2(fx, rx(fx, NODE_FILTER_VALUE_REGEX, ".*"),
                                        kind(fx, NODE_FILTER_STRIP_VALUE))),
                         "f:a\nb@3= f:ab@1= f:axb@1=");
@@ -386,8 +406,9 @@ static void test_filter_regex_full_match_on_bytes(void **state) {
                         "f:q@1=");
     /* Row key regexes pass or drop the whole row. */
     assert_string_equal(run_key(fx, rx(fx, NODE_FILTER_ROW_KEY_REGEX, "r.w"), "r\nw"), "");
-    assert_string_equal(run_key(fx, chain2(fx, rx(fx, NODE_FILTER_ROW_KEY_REGEX, "r\\Cw"),
-                                           kind(fx, NODE_FILTER_STRIP_VALUE)),
+    assert_string_equal(run_key(fx,
+                                chain2(fx, rx(fx, NODE_FILTER_ROW_KEY_REGEX, "r\\Cw"),
+                                       kind(fx, NODE_FILTER_STRIP_VALUE)),
                                 "r\nw"),
                         "f:q@1=");
     assert_string_equal(run_key(fx, rx(fx, NODE_FILTER_ROW_KEY_REGEX, "ro"), "row"), "");
@@ -404,8 +425,9 @@ static void test_filter_invalid_regex_is_invalid_argument(void **state) {
                    "Error in field 'row_key_regex_filter' : missing ): (a");
     expect_invalid(rx(fx, NODE_FILTER_VALUE_REGEX, "a**"), ST_INVALID_ARGUMENT,
                    "Error in field 'value_regex_filter' : bad repetition operator");
-    expect_invalid(qual(fx, "[z-a]"), ST_INVALID_ARGUMENT,
-                   "Error in field 'column_qualifier_regex_filter' : invalid character class range");
+    expect_invalid(
+        qual(fx, "[z-a]"), ST_INVALID_ARGUMENT,
+        "Error in field 'column_qualifier_regex_filter' : invalid character class range");
     expect_invalid(qual(fx, "\\"), ST_INVALID_ARGUMENT, "trailing \\");
     /* A bad regex deep in a tree fails the whole tree and leaks nothing compiled before it. */
     node_filter *f = chain2(fx, inter2(fx, qual(fx, "ok"), fam(fx, "fine")),
@@ -452,15 +474,15 @@ static void test_filter_validation_rules(void **state) {
                                        chain2(fx, qual(fx, "z"), label(fx, "b")))),
                         "a:y@5=w5[a] b:z@7=[b]");
     /* One labelled sub-filter holding an interleave of labels is fine. */
-    assert_string_equal(run(fx, chain2(fx, qual(fx, "y"),
-                                       inter2(fx, label(fx, "a"), label(fx, "b")))),
-                        "a:y@5=w5[a] a:y@5=w5[b]");
+    assert_string_equal(
+        run(fx, chain2(fx, qual(fx, "y"), inter2(fx, label(fx, "a"), label(fx, "b")))),
+        "a:y@5=w5[a] a:y@5=w5[b]");
     /* Rule 3: no sink anywhere under a condition. */
     expect_invalid(node_filter_condition(a, kind(fx, NODE_FILTER_SINK), NULL, NULL),
                    ST_INVALID_ARGUMENT, "sink cannot be used within");
-    expect_invalid(node_filter_condition(a, NULL, NULL,
-                                         chain2(fx, qual(fx, "x"), kind(fx, NODE_FILTER_SINK))),
-                   ST_INVALID_ARGUMENT, "sink cannot be used within");
+    expect_invalid(
+        node_filter_condition(a, NULL, NULL, chain2(fx, qual(fx, "x"), kind(fx, NODE_FILTER_SINK))),
+        ST_INVALID_ARGUMENT, "sink cannot be used within");
     /* Limits and offsets. */
     expect_invalid(cnt(fx, NODE_FILTER_CELLS_PER_ROW_LIMIT, -1), ST_INVALID_ARGUMENT,
                    "Error in field 'cells_per_row_limit_filter' : argument must be > 0");
@@ -514,8 +536,7 @@ static void test_filter_hostile_regex(void **state) {
     for (size_t i = 0; i < reps; i++)
         memcpy(big + i * one, "[a-z]{1000}", one);
     big[reps * one] = '\0';
-    expect_invalid(rx(fx, NODE_FILTER_VALUE_REGEX, big), ST_INVALID_ARGUMENT,
-                   "pattern too large");
+    expect_invalid(rx(fx, NODE_FILTER_VALUE_REGEX, big), ST_INVALID_ARGUMENT, "pattern too large");
     free(big);
     /* Catastrophic-backtracking patterns stay linear: (a*)*b on 1 MiB of 'a'. */
     size_t len = 1 << 20;
@@ -583,7 +604,8 @@ static void test_filter_budget_stops_exponential_interleaves(void **state) {
     char(*vals)[8] = calloc(rows, 8);
     for (size_t i = 0; i < rows; i++) {
         snprintf(vals[i], 8, "%06zu", i);
-        cells[i] = (node_cell){S("f"), S("q"), (int64_t)(rows - i), st_slice_cstr(vals[i]), NULL, 0};
+        cells[i] =
+            (node_cell){S("f"), S("q"), (int64_t)(rows - i), st_slice_cstr(vals[i]), NULL, 0};
     }
     node_filter *subs[400];
     char bounds[400][8];
@@ -749,7 +771,8 @@ static mlist m_eval(model *m, const node_filter *f, mlist in) {
 static const char *const FAMS[] = {"a", "b", "c"};
 static const char *const QUALS[] = {"", "x", "y", "x\n", "\xfe"};
 static const char *const VALS[] = {"", "1", "22", "a\nb", "\xff"};
-static const char *const PATS[] = {"x", "\\C*", ".*", "x|y", "[a-b]", "\\C", ".", "", "\xfe", "a.b"};
+static const char *const PATS[] = {"x",   "\\C*", ".*", "x|y",  "[a-b]",
+                                   "\\C", ".",    "",   "\xfe", "a.b"};
 static const char *const LABELS[] = {"l1", "l2", "l3"};
 
 static node_bound rand_bound(st_rng *r) {
@@ -761,12 +784,22 @@ static node_bound rand_bound(st_rng *r) {
 
 static node_filter *rand_filter(st_arena *a, st_rng *r, int depth) {
     unsigned k = (unsigned)st_rng_below(r, depth >= 4 ? 15 : 19);
-    static const node_filter_kind leaves[] = {
-        NODE_FILTER_PASS_ALL, NODE_FILTER_BLOCK_ALL, NODE_FILTER_SINK, NODE_FILTER_ROW_KEY_REGEX,
-        NODE_FILTER_ROW_SAMPLE, NODE_FILTER_FAMILY_NAME_REGEX, NODE_FILTER_COLUMN_QUALIFIER_REGEX,
-        NODE_FILTER_COLUMN_RANGE, NODE_FILTER_TIMESTAMP_RANGE, NODE_FILTER_VALUE_REGEX,
-        NODE_FILTER_VALUE_RANGE, NODE_FILTER_CELLS_PER_ROW_OFFSET, NODE_FILTER_CELLS_PER_ROW_LIMIT,
-        NODE_FILTER_CELLS_PER_COLUMN_LIMIT, NODE_FILTER_STRIP_VALUE, NODE_FILTER_APPLY_LABEL};
+    static const node_filter_kind leaves[] = {NODE_FILTER_PASS_ALL,
+                                              NODE_FILTER_BLOCK_ALL,
+                                              NODE_FILTER_SINK,
+                                              NODE_FILTER_ROW_KEY_REGEX,
+                                              NODE_FILTER_ROW_SAMPLE,
+                                              NODE_FILTER_FAMILY_NAME_REGEX,
+                                              NODE_FILTER_COLUMN_QUALIFIER_REGEX,
+                                              NODE_FILTER_COLUMN_RANGE,
+                                              NODE_FILTER_TIMESTAMP_RANGE,
+                                              NODE_FILTER_VALUE_REGEX,
+                                              NODE_FILTER_VALUE_RANGE,
+                                              NODE_FILTER_CELLS_PER_ROW_OFFSET,
+                                              NODE_FILTER_CELLS_PER_ROW_LIMIT,
+                                              NODE_FILTER_CELLS_PER_COLUMN_LIMIT,
+                                              NODE_FILTER_STRIP_VALUE,
+                                              NODE_FILTER_APPLY_LABEL};
     if (k >= 15) { /* composite */
         if (k == 18)
             return node_filter_condition(a, rand_filter(a, r, depth + 1),
@@ -813,7 +846,8 @@ static node_filter *rand_filter(st_arena *a, st_rng *r, int depth) {
     }
 }
 
-/* A random row in Bigtable order: a column per (family, qualifier) chosen, versions newest first. */
+/* A random row in Bigtable order: a column per (family, qualifier) chosen, versions newest first.
+ */
 static size_t rand_row(st_rng *r, node_cell *cells, size_t cap) {
     size_t n = 0;
     /* QUALS in byte order: "", "x", "x\n", "y", "\xfe". */
@@ -824,9 +858,12 @@ static size_t rand_row(st_rng *r, node_cell *cells, size_t cap) {
                 continue;
             size_t versions = 1 + st_rng_below(r, 3);
             for (size_t v = 0; v < versions && n < cap; v++)
-                cells[n++] = (node_cell){st_slice_cstr(FAMS[f]), st_slice_cstr(sorted_quals[q]),
+                cells[n++] = (node_cell){st_slice_cstr(FAMS[f]),
+                                         st_slice_cstr(sorted_quals[q]),
                                          (int64_t)(5 - v),
-                                         st_slice_cstr(VALS[st_rng_below(r, 5)]), NULL, 0};
+                                         st_slice_cstr(VALS[st_rng_below(r, 5)]),
+                                         NULL,
+                                         0};
         }
     return n;
 }
@@ -878,8 +915,8 @@ static void test_filter_matches_naive_model(void **state) {
         m_append(&a, &want, main_out);
         m_sort(&want);
         if (want.n != out_n)
-            fail_msg("seed %llu iter %d: %zu cells, model says %zu", (unsigned long long)seed,
-                     iter, out_n, want.n);
+            fail_msg("seed %llu iter %d: %zu cells, model says %zu", (unsigned long long)seed, iter,
+                     out_n, want.n);
         for (size_t i = 0; i < out_n; i++)
             if (!cells_equal(out[i], &want.v[i]))
                 fail_msg("seed %llu iter %d: cell %zu differs", (unsigned long long)seed, iter, i);

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -59,18 +60,29 @@ static void trow_make(trow *t, uint64_t id, size_t max_val) {
     size_t n = val_len(id, max_val);
     t->val = malloc(n ? n : 1);
     val_fill(id, t->val, n);
-    t->muts[0] = (sto_mut){.type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT("f"),
-                           .qualifier = ST_SLICE_LIT("q"), .ts_us = (int64_t)id,
+    t->muts[0] = (sto_mut){.type = STO_MUT_SET_CELL,
+                           .family = ST_SLICE_LIT("f"),
+                           .qualifier = ST_SLICE_LIT("q"),
+                           .ts_us = (int64_t)id,
                            .value = st_slice_make(t->val, n)};
-    t->muts[1] = (sto_mut){.type = STO_MUT_DEL_COLUMN, .family = ST_SLICE_LIT("g"),
-                           .qualifier = ST_SLICE_LIT("c"), .ts_start_us = 0,
+    t->muts[1] = (sto_mut){.type = STO_MUT_DEL_COLUMN,
+                           .family = ST_SLICE_LIT("g"),
+                           .qualifier = ST_SLICE_LIT("c"),
+                           .ts_start_us = 0,
                            .ts_end_us = STO_TS_END_INF};
-    t->row = (sto_row_mut){.tablet_id = id % 7, .row = st_slice_cstr(t->key), .muts = t->muts,
-                           .n_muts = 1 + id % 2, .version = id, .commit_ts_us = id * 10,
-                           .origin = 3, .flags = (uint32_t)(id % 3)};
+    t->row = (sto_row_mut){.tablet_id = id % 7,
+                           .row = st_slice_cstr(t->key),
+                           .muts = t->muts,
+                           .n_muts = 1 + id % 2,
+                           .version = id,
+                           .commit_ts_us = id * 10,
+                           .origin = 3,
+                           .flags = (uint32_t)(id % 3)};
 }
 
-static void trow_free(trow *t) { free(t->val); }
+static void trow_free(trow *t) {
+    free(t->val);
+}
 
 /* Checks a read-back row against its id and returns the id. */
 static uint64_t trow_check(const sto_row_mut *r, size_t max_val) {
@@ -231,20 +243,32 @@ static void assert_row_eq(const sto_row_mut *a, const sto_row_mut *b) {
 
 /* A row mutation with every mutation type and extreme field values. */
 static const sto_mut all_muts[] = {
-    {.type = STO_MUT_SET_CELL, .family = {(const uint8_t *)"fam", 3},
-     .qualifier = {(const uint8_t *)"", 0}, .ts_us = INT64_MAX, .value = {(const uint8_t *)"v\0x", 3}},
-    {.type = STO_MUT_DEL_COLUMN, .family = {(const uint8_t *)"f", 1},
-     .qualifier = {(const uint8_t *)"qq", 2}, .ts_start_us = -5, .ts_end_us = STO_TS_END_INF},
+    {.type = STO_MUT_SET_CELL,
+     .family = {(const uint8_t *)"fam", 3},
+     .qualifier = {(const uint8_t *)"", 0},
+     .ts_us = INT64_MAX,
+     .value = {(const uint8_t *)"v\0x", 3}},
+    {.type = STO_MUT_DEL_COLUMN,
+     .family = {(const uint8_t *)"f", 1},
+     .qualifier = {(const uint8_t *)"qq", 2},
+     .ts_start_us = -5,
+     .ts_end_us = STO_TS_END_INF},
     {.type = STO_MUT_DEL_FAMILY, .family = {(const uint8_t *)"gone", 4}},
     {.type = STO_MUT_DEL_ROW},
-    {.type = STO_MUT_SET_CELL, .family = {(const uint8_t *)"f", 1},
-     .qualifier = {(const uint8_t *)"q", 1}, .ts_us = 0},
+    {.type = STO_MUT_SET_CELL,
+     .family = {(const uint8_t *)"f", 1},
+     .qualifier = {(const uint8_t *)"q", 1},
+     .ts_us = 0},
 };
 
 static sto_row_mut all_row(void) {
-    return (sto_row_mut){.tablet_id = UINT64_MAX, .row = ST_SLICE_LIT("row\xff"), .muts = all_muts,
-                         .n_muts = sizeof all_muts / sizeof all_muts[0], .version = UINT64_MAX - 1,
-                         .commit_ts_us = 1234567890123ull, .origin = UINT32_MAX,
+    return (sto_row_mut){.tablet_id = UINT64_MAX,
+                         .row = ST_SLICE_LIT("row\xff"),
+                         .muts = all_muts,
+                         .n_muts = sizeof all_muts / sizeof all_muts[0],
+                         .version = UINT64_MAX - 1,
+                         .commit_ts_us = 1234567890123ull,
+                         .origin = UINT32_MAX,
                          .flags = STO_ROW_REPLICATED | STO_ROW_GC};
 }
 
@@ -760,7 +784,9 @@ static st_code nth_name_fn(const char *name, void *arg) {
     return ST_OK;
 }
 
-static int name_cmp(const void *a, const void *b) { return strcmp(a, b); }
+static int name_cmp(const void *a, const void *b) {
+    return strcmp(a, b);
+}
 
 /* Path of the i-th segment by name order. */
 static void segment_path(st_env *env, int i, char *out) {
@@ -899,6 +925,53 @@ static void test_log_disk_full_then_recovers(void **state) {
     mem->ops->destroy(mem);
 }
 
+/* ---- the real file system ---- */
+
+static void test_log_posix_env(void **state) {
+    (void)state;
+    const char *tmp = getenv("STRATA_TEST_TMP");
+    char root[256], dir[300], path[400];
+    snprintf(root, sizeof root, "%s/log_test_%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    snprintf(dir, sizeof dir, "%s/log", root);
+    st_env *env = st_env_posix();
+    sto_log_options o = {.env = env, .sync = true, .segment_bytes = 4096};
+    sto_log *log;
+    st_err err;
+    assert_int_equal(sto_log_open(dir, &o, &log, &err), ST_OK);
+    assert_int_equal(sto_log_replay(log, 1, NULL, NULL, &err), ST_OK);
+    for (uint64_t id = 1; id <= 60; id += 3)
+        assert_int_equal(append_ids(log, id, 3, 300, NULL), ST_OK);
+    sto_log_close(log);
+    /* A torn record at the tail of the last segment. */
+    char best[64] = "";
+    assert_int_equal(env->ops->list(env, dir, max_name, best, NULL), ST_OK);
+    snprintf(path, sizeof path, "%s/%s", dir, best);
+    append_raw(env, path, "\x10\x20\x30", 3);
+    collected c = {.max_val = 300};
+    assert_int_equal(sto_log_open(dir, &o, &log, &err), ST_OK);
+    assert_int_equal(sto_log_replay(log, 1, collect_fn, &c, &err), ST_OK);
+    assert_int_equal(c.n, 60);
+    assert_int_equal(append_ids(log, 61, 1, 300, NULL), ST_OK);
+    sto_log_close(log);
+    collected_free(&c);
+    c.max_val = 300;
+    assert_int_equal(sto_log_open(dir, &o, &log, &err), ST_OK);
+    assert_int_equal(sto_log_replay(log, 1, collect_fn, &c, &err), ST_OK);
+    assert_int_equal(c.n, 61);
+    assert_int_equal(c.lsn[60], 61);
+    collected_free(&c);
+    /* Trim everything old, then remove what is left so the run leaves nothing behind. */
+    assert_int_equal(sto_log_trim(log, UINT64_MAX, &err), ST_OK);
+    sto_log_close(log);
+    nth_name nn = {.n = 0};
+    assert_int_equal(env->ops->list(env, dir, nth_name_fn, &nn, NULL), ST_OK);
+    assert_int_equal(nn.n, 1);
+    snprintf(path, sizeof path, "%s/%s", dir, nn.names[0]);
+    assert_int_equal(env->ops->remove(env, path, NULL), ST_OK);
+    assert_int_equal(rmdir(dir), 0);
+    assert_int_equal(rmdir(root), 0);
+}
+
 /* ---- crash loop ---- */
 
 #define CRASH_ITERS 300
@@ -1020,8 +1093,10 @@ static void test_log_crash_loop(void **state) {
             waiter_deinit(&acks[j].w);
         }
     }
-    fprintf(stderr, "crash loop: %zu appends acknowledged, %zu failed, %zu unacknowledged "
-            "records survived a crash\n", crash_acked, crash_failed, crash_survivors);
+    fprintf(stderr,
+            "crash loop: %zu appends acknowledged, %zu failed, %zu unacknowledged "
+            "records survived a crash\n",
+            crash_acked, crash_failed, crash_survivors);
     free(exp_id);
     env->ops->destroy(env);
     mem->ops->destroy(mem);
@@ -1040,6 +1115,7 @@ int main(void) {
         cmocka_unit_test(test_log_torn_tail_crash_garble),
         cmocka_unit_test(test_log_middle_corruption_is_data_loss),
         cmocka_unit_test(test_log_disk_full_then_recovers),
+        cmocka_unit_test(test_log_posix_env),
         cmocka_unit_test(test_log_crash_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
