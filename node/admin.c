@@ -143,7 +143,9 @@ static pb_table *table_to_pb(const node_table *t, bool names_only, st_arena *a) 
         google__bigtable__admin__v2__table__column_families_entry__init(e);
         google__bigtable__admin__v2__column_family__init(cf);
         e->key = (char *)t->families[i].name;
-        if (t->families[i].gc.kind != STO_GC_NONE && !(cf->gc_rule = gc_to_pb(&t->families[i].gc, a)))
+        /* Always a rule, empty for "keep everything": cbt prints that as no policy, as it does for
+         * the emulator (a missing rule prints "<never>"). */
+        if (!(cf->gc_rule = gc_to_pb(&t->families[i].gc, a)))
             return NULL;
         e->value = cf;
         pt->column_families[pt->n_column_families++] = e;

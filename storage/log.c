@@ -956,6 +956,8 @@ st_code sto_log_append(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_
             log->head = e;
         log->tail = e;
         log->queued_bytes += e->buf.len;
+        if (log->queued_bytes > log->stats.queue_bytes_peak)
+            log->stats.queue_bytes_peak = log->queued_bytes;
         log->stats.appends++;
         pthread_cond_signal(&log->work_cv);
     }

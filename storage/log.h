@@ -75,6 +75,7 @@ typedef struct sto_log_stats {
     uint64_t syncs;         /* fdatasync calls on records (not segment headers) */
     uint64_t failed_groups; /* groups whose write or sync failed */
     uint64_t segments_created;
+    uint64_t queue_bytes_peak; /* most bytes ever queued or in flight (backpressure check) */
 } sto_log_stats;
 void sto_log_stats_get(sto_log *log, sto_log_stats *out);
 

@@ -557,6 +557,81 @@ static void test_log_group_commit_threads(void **state) {
     env->ops->destroy(env);
 }
 
+/* ---- backpressure ---- */
+
+#define BP_THREADS 4
+#define BP_PER_THREAD 20
+#define BP_VALUE_BYTES ((size_t)1 << 20)
+
+static uint8_t bp_value[BP_VALUE_BYTES];
+
+typedef struct bp_arg {
+    sto_log *log;
+    counter *k;
+} bp_arg;
+
+static void *bp_main(void *arg) {
+    bp_arg *a = arg;
+    sto_mut m = {.type = STO_MUT_SET_CELL,
+                 .family = ST_SLICE_LIT("f"),
+                 .qualifier = ST_SLICE_LIT("q"),
+                 .value = st_slice_make(bp_value, BP_VALUE_BYTES)};
+    sto_row_mut row = {.tablet_id = 1, .row = ST_SLICE_LIT("big"), .muts = &m, .n_muts = 1};
+    for (int i = 0; i < BP_PER_THREAD; i++)
+        CHECK(sto_log_append(a->log, &row, 1, counter_done, a->k, NULL) == ST_OK);
+    return NULL;
+}
+
+/* While the commit thread is held, appenders fill the queue up to STO_LOG_QUEUE_BYTES_MAX and
+ * then wait: the number queued is bounded by the queue, not by the callers. */
+static void test_log_backpressure_bounds_queue(void **state) {
+    (void)state;
+    st_env *env = st_env_mem_new();
+    sto_log *log;
+    assert_int_equal(log_reopen(env, 0, 1, NULL, &log, NULL), ST_OK);
+    gate g = {.entered = false, .open = false};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    counter k = {.done = 0};
+    pthread_mutex_init(&k.mu, NULL);
+    pthread_cond_init(&k.cv, NULL);
+    trow t;
+    trow_make(&t, 1, 10);
+    assert_int_equal(sto_log_append(log, &t.row, 1, gate_done, &g, NULL), ST_OK);
+    trow_free(&t);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    pthread_t th[BP_THREADS];
+    bp_arg args[BP_THREADS];
+    for (int i = 0; i < BP_THREADS; i++) {
+        args[i] = (bp_arg){log, &k};
+        assert_int_equal(pthread_create(&th[i], NULL, bp_main, &args[i]), 0);
+    }
+    /* Room for 31 one-MiB records next to the held one: wait until they are in. */
+    size_t fit = STO_LOG_QUEUE_BYTES_MAX / (BP_VALUE_BYTES + 64);
+    sto_log_stats st;
+    do {
+        sched_yield();
+        sto_log_stats_get(log, &st);
+    } while (st.appends < 1 + fit);
+    assert_true(st.appends <= 2 + fit); /* the held commit thread cannot make room */
+    pthread_mutex_lock(&g.mu);
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < BP_THREADS; i++)
+        pthread_join(th[i], NULL);
+    counter_wait(&k, BP_THREADS * BP_PER_THREAD);
+    assert_int_equal(k.ok, BP_THREADS * BP_PER_THREAD);
+    sto_log_stats_get(log, &st);
+    assert_true(st.queue_bytes_peak <= STO_LOG_QUEUE_BYTES_MAX);
+    assert_int_equal(st.records, 1 + BP_THREADS * BP_PER_THREAD);
+    sto_log_close(log);
+    env->ops->destroy(env);
+}
+
 /* ---- segments ---- */
 
 static void test_log_rollover_and_trim(void **state) {
@@ -1109,6 +1184,7 @@ int main(void) {
         cmocka_unit_test(test_log_row_mut_hostile_decode),
         cmocka_unit_test(test_log_append_replay),
         cmocka_unit_test(test_log_group_commit_threads),
+        cmocka_unit_test(test_log_backpressure_bounds_queue),
         cmocka_unit_test(test_log_rollover_and_trim),
         cmocka_unit_test(test_log_cursor_while_appending),
         cmocka_unit_test(test_log_torn_tail_junk),

@@ -1,0 +1,89 @@
+/* ops/bench_run.h — the driver of `strata bench` (bench_run.c) and the configuration it reads,
+ * shared with the command-line front end (bench.c). Private to ops/. */
+#ifndef STRATA_OPS_BENCH_RUN_H
+#define STRATA_OPS_BENCH_RUN_H
+
+#include "bench.h"
+
+#define BENCH_CONNS_MAX 1024
+#define BENCH_STREAMS_MAX 256 /* the server's default SETTINGS_MAX_CONCURRENT_STREAMS */
+#define BENCH_WORKLOADS_MAX 16
+#define BENCH_PIDS_MAX 16
+#define BENCH_BULK_ROWS 100 /* rows per MutateRows call (bulkwrite and preload) */
+#define BENCH_SCAN_ROWS 100 /* rows per scan; ycsb-e scans 1..this many */
+#define BENCH_VALUE_BYTES_MAX ((uint32_t)16 << 20)
+#define BENCH_NAME_MAX 256        /* project, instance, table, app profile */
+#define BENCH_RECONNECTS_MAX 1024 /* replaced connections kept until the run ends */
+#define BENCH_LOAD_STREAMS_MIN 8  /* preload keeps at least this many calls in flight per conn */
+
+typedef enum bench_wl {
+    WL_WRITE = 0,
+    WL_BULKWRITE,
+    WL_READ,
+    WL_SCAN,
+    WL_YCSB_A,
+    WL_YCSB_B,
+    WL_YCSB_E,
+    WL_LOAD, /* the preload: sequential MutateRows over [0, preload) */
+    WL_COUNT
+} bench_wl;
+
+const char *bench_wl_name(bench_wl wl);
+bool bench_wl_reads(bench_wl wl); /* needs preloaded rows */
+
+typedef struct bench_cfg {
+    bench_wl wl[BENCH_WORKLOADS_MAX];
+    size_t n_wl;
+    ops_dist dist;
+    uint32_t conns, streams;
+    uint32_t value_bytes;
+    uint64_t keys, preload;
+    double duration_s; /* used when requests == 0 */
+    uint64_t requests; /* per workload, over all connections */
+    int64_t timeout_ms;
+    uint64_t seed;
+    bool progress;
+    int64_t timestamp_us; /* every cell the bench writes carries this timestamp */
+    char project[BENCH_NAME_MAX], instance[BENCH_NAME_MAX], table[BENCH_NAME_MAX];
+    char app_profile[BENCH_NAME_MAX];
+} bench_cfg;
+
+/* One endpoint under test. */
+typedef struct bench_target {
+    const char *label; /* "strata", "emulator", "target" */
+    char host[OPS_ADDR_MAX];
+    uint16_t port;
+    pid_t pids[BENCH_PIDS_MAX]; /* local processes measured (may be none) */
+    size_t n_pids;
+    uint64_t inserted; /* ycsb-e inserts so far (new keys above the key space) */
+} bench_target;
+
+#define BENCH_ERR_VERIFY (ST_UNAUTHENTICATED + 1) /* index of verification failures */
+#define BENCH_ERR_SLOTS (BENCH_ERR_VERIFY + 1)
+
+typedef struct bench_result {
+    bench_wl wl;
+    const char *label;
+    uint64_t calls, rows, bytes; /* verified successes only */
+    uint64_t errors[BENCH_ERR_SLOTS];
+    uint64_t errors_total;
+    char first_error[320];
+    ops_hist hist; /* nanoseconds per successful call */
+    double elapsed_s;
+    bool proc_ok; /* cpu_s / rss_peak_kb are meaningful */
+    double cpu_s;
+    uint64_t rss_peak_kb;
+    double client_cpu_s;
+} bench_result;
+
+/* Creates the table (family "f") through the table admin API unless it exists. */
+st_code bench_table_ensure(const bench_cfg *cfg, const bench_target *t, st_err *err);
+/* Runs one workload against one target; fills res. An error return means the run could not
+ * happen at all (no event base, no connection); failed calls are counted in res instead. */
+st_code bench_run_workload(const bench_cfg *cfg, bench_target *t, bench_wl wl, bench_result *res,
+                           st_err *err);
+/* Set from a signal handler: runs stop issuing and finish what is in flight. */
+void bench_request_stop(void);
+bool bench_stop_requested(void);
+
+#endif
