@@ -380,6 +380,7 @@ typedef struct write_op {
 
 static void write_finish_on_loop(void *arg) {
     write_op *op = arg;
+    __atomic_fetch_sub(&op->n->writes_in_flight, 1, __ATOMIC_RELAXED);
     op->done(op->n, op->code, op->code == ST_OK ? NULL : op->msg, op->arg);
     free(op);
 }
@@ -392,23 +393,30 @@ static void write_durable(st_code code, uint64_t lsn, const st_err *err, void *a
     if (code != ST_OK)
         snprintf(op->msg, sizeof op->msg, "%s", err ? err->msg : st_code_name(code));
     if (rpc_server_post(op->n->rpc, write_finish_on_loop, op) != ST_OK) {
-        /* The loop is gone or its queue is full: nobody can be told; the write stands. */
+        /* The post queue is full (RPC_POST_QUEUE_MAX) or memory ran out: the write stands but
+         * its caller cannot be told; its call ends when the connection does. */
         st_log(ST_LOG_ERROR, "node", "could not deliver a write completion to the loop");
+        __atomic_fetch_sub(&op->n->writes_in_flight, 1, __ATOMIC_RELAXED);
         free(op);
     }
 }
 
 st_code node_write(node_ctx *n, const sto_row_mut *rows, size_t count, st_err *err,
                    node_write_done_fn done, void *arg) {
+    if (n->closing)
+        return st_err_set(err, ST_UNAVAILABLE, "the node is shutting down; retry on another");
     write_op *op = calloc(1, sizeof *op);
     if (!op)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory queueing a write");
     op->n = n;
     op->done = done;
     op->arg = arg;
+    __atomic_fetch_add(&n->writes_in_flight, 1, __ATOMIC_RELAXED);
     st_code rc = sto_write_async(n->db, rows, count, err, write_durable, op);
-    if (rc != ST_OK)
+    if (rc != ST_OK) {
+        __atomic_fetch_sub(&n->writes_in_flight, 1, __ATOMIC_RELAXED);
         free(op);
+    }
     return rc;
 }
 
@@ -468,16 +476,18 @@ uint16_t node_port(const node_ctx *n) { return n->port; }
 void node_close(node_ctx *n) {
     if (!n)
         return;
+    /* New writes are refused; those in flight complete through the loop (their completions are
+     * posted to the server, so it must outlive them). Then the server goes, which cancels every
+     * call; one more loop pass lets cancelled scans free their snapshots; then storage closes. */
     n->closing = true;
-    /* Storage first: its commit thread drains and posts the last completions to the loop, which
-     * runs them once more before the server goes. */
+    while (n->rpc && __atomic_load_n(&n->writes_in_flight, __ATOMIC_RELAXED) > 0)
+        event_base_loop(n->base, EVLOOP_ONCE);
+    if (n->rpc) {
+        rpc_server_free(n->rpc);
+        event_base_loop(n->base, EVLOOP_NONBLOCK);
+    }
     if (n->db)
         sto_db_close(n->db);
-    n->db = NULL;
-    if (n->rpc) {
-        event_base_loop(n->base, EVLOOP_NONBLOCK);
-        rpc_server_free(n->rpc);
-    }
     for (size_t i = 0; i < n->n_tables; i++)
         tablets_free(&n->tables[i]);
     free(n->tables);

@@ -55,6 +55,7 @@ struct node_ctx {
     int64_t hlc_last_us;  /* hybrid logical clock: last version timestamp handed out */
     struct node_rowlocks *rowlocks;
     bool closing;
+    uint64_t writes_in_flight; /* node_write calls whose completion has not run yet */
 };
 
 /* Tablets of a table; NULL if the table is unknown. */
@@ -93,7 +94,7 @@ void node_reply(rpc_call *call, const ProtobufCMessage *msg);
 void node_fail(rpc_call *call, st_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* True if the client announced a feature in its bigtable-features header (base64 FeatureFlags),
- * e.g. node_feature(call, 3) for reverse_scans (FeatureFlags field number). */
+ * e.g. node_feature(call, 1) for reverse_scans (FeatureFlags field number). */
 bool node_feature(rpc_call *call, uint32_t field_number);
 /* Splits "projects/P/instances/I/tables/T" checks; INVALID_ARGUMENT with a message if malformed. */
 st_code node_check_table_name(const char *name, st_err *err);

@@ -15,6 +15,7 @@
  * after the rows already batched are sent (they are whole rows, so the client can resume after
  * them). Nothing here ends the connection or the process. */
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

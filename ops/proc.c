@@ -36,8 +36,8 @@ bool ops_proc_stat_read(pid_t pid, ops_proc_stat *out) {
     /* The command name may hold spaces and parentheses: fields start after the last ')'. */
     char *p = strrchr(buf, ')');
     unsigned long utime = 0, stime = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
-                     &stime) != 2)
+    if (!p ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2)
         return false;
     long tck = sysconf(_SC_CLK_TCK);
     out->cpu_s = (double)(utime + stime) / (double)(tck > 0 ? tck : 100);
@@ -213,15 +213,19 @@ st_code ops_child_start(ops_child *child, char *const argv[], const char *log_pa
         if (waitpid(pid, &status, WNOHANG) == pid) {
             child->pid = 0;
             log_tail(log_path, tail, sizeof(tail));
-            return st_err_set(err, ST_UNAVAILABLE, "%s exited before it was ready; its log (%s) "
-                              "ends with: %s", argv[0], log_path, tail);
+            return st_err_set(err, ST_UNAVAILABLE,
+                              "%s exited before it was ready; its log (%s) "
+                              "ends with: %s",
+                              argv[0], log_path, tail);
         }
         sleep_ms(CHILD_POLL_MS);
     }
     log_tail(log_path, tail, sizeof(tail));
     ops_child_stop(child);
-    return st_err_set(err, ST_UNAVAILABLE, "%s printed no '%sHOST:PORT' line within %d ms; its "
-                      "log (%s) ends with: %s", argv[0], marker, timeout_ms, log_path, tail);
+    return st_err_set(err, ST_UNAVAILABLE,
+                      "%s printed no '%sHOST:PORT' line within %d ms; its "
+                      "log (%s) ends with: %s",
+                      argv[0], marker, timeout_ms, log_path, tail);
 }
 
 void ops_child_stop(ops_child *child) {

@@ -138,7 +138,7 @@ void sto_tablet_list(sto_db *db, void (*fn)(const sto_tablet_info *info, void *a
     pthread_mutex_lock(&db->mu);
     size_t n = db->n_tablets;
     sto_tablet **copy = malloc((n ? n : 1) * sizeof *copy);
-    if (copy)
+    if (copy && n)
         memcpy(copy, db->tablets, n * sizeof *copy);
     pthread_mutex_unlock(&db->mu);
     if (!copy)
@@ -199,7 +199,8 @@ static void retire(sto_db *db, sto_tablet *t) {
     sto_tsst *ssts = t->ssts;
     t->ssts = NULL;
     t->n_ssts = t->cap_ssts = 0;
-    long long bytes = (long long)sto_memtable_bytes(t->active);
+    long long bytes = (long long)t->active_bytes;
+    t->active_bytes = 0;
     for (size_t i = 0; i < t->n_imm; i++) {
         bytes += (long long)t->imm[i].bytes;
         sto_memtable_unref(t->imm[i].m);

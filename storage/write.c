@@ -162,7 +162,7 @@ bool sto_tablet_freeze_locked(sto_tablet *t) {
     sto_memtable *fresh;
     if (sto_memtable_new(&fresh) != ST_OK)
         return false;
-    t->imm[t->n_imm++] = (sto_imm){t->active, t->last_applied_lsn, sto_memtable_bytes(t->active)};
+    t->imm[t->n_imm++] = (sto_imm){t->active, t->last_applied_lsn, t->active_bytes};
     t->active = fresh;
     t->active_bytes = 0;
     t->active_first_lsn = 0;
@@ -173,10 +173,11 @@ bool sto_tablet_freeze_locked(sto_tablet *t) {
 /* t->mu held. Applies and accounts memory; freezes a full memtable. */
 static st_code apply_locked(sto_db *db, sto_tablet *t, const sto_row_mut *row, uint64_t lsn,
                             bool *froze) {
-    size_t before = sto_memtable_bytes(t->active);
+    /* active_bytes is what this memtable added to db->mem_bytes so far (0 while empty, then its
+     * whole arena), and what the flush of the frozen memtable subtracts again. */
     st_code rc = sto_memtable_apply(t->active, row, lsn);
     size_t after = sto_memtable_bytes(t->active);
-    atomic_fetch_add(&db->mem_bytes, (long long)after - (long long)before);
+    atomic_fetch_add(&db->mem_bytes, (long long)after - (long long)t->active_bytes);
     t->active_bytes = after;
     if (t->active_first_lsn == 0)
         t->active_first_lsn = lsn;

@@ -40,7 +40,7 @@ static inline void tu_tmpdir(char *out, size_t cap, const char *name) {
 /* Options small enough that tests flush and compact often. */
 static inline void tu_small_options(sto_options *o) {
     sto_options_default(o);
-    o->memtable_bytes = 64 << 10;
+    o->memtable_bytes = 100 << 10; /* memtables count whole 64 KiB arena blocks */
     o->block_bytes = 1024;
     o->block_cache_bytes = 1 << 20;
     o->log_segment_bytes = 256 << 10;

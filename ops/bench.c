@@ -1,0 +1,733 @@
+/* ops/bench.c — `strata bench`: flags, the servers it starts itself (the official emulator for
+ * --compare, a strata-node for --node), table setup and preload, running each workload against
+ * each target in turn, and the report: a line per run, a summary table (with Strata/emulator
+ * ratios when comparing) and one machine-readable key=value line. See docs/strata-bench.md. */
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench_run.h"
+
+#define BENCH_TARGETS_MAX 2
+#define BENCH_NODE_ARGS_MAX 16
+#define BENCH_CHILD_READY_MS 60000
+#define BENCH_EMULATOR_DEFAULT "/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator"
+
+typedef struct bench_opts {
+    bench_cfg cfg;
+    const char *target; /* --target HOST:PORT */
+    bool node;          /* --node: start a strata-node */
+    const char *node_bin;
+    const char *node_args[BENCH_NODE_ARGS_MAX];
+    size_t n_node_args;
+    bool compare; /* --compare emulator */
+    const char *emulator_bin;
+    pid_t pids[BENCH_PIDS_MAX]; /* --pid */
+    size_t n_pids;
+    bool preload_set, keep_tmp;
+} bench_opts;
+
+static void usage(FILE *out) {
+    fprintf(
+        out,
+        "usage: strata bench (--target HOST:PORT | --node) [--compare emulator] [options]\n"
+        "Drives a Bigtable v2 endpoint (a Strata router, a strata-node, the official emulator) "
+        "over\n"
+        "gRPC and verifies every response; failed calls never count as speed.\n"
+        "\n"
+        "  --target HOST:PORT   endpoint to measure\n"
+        "  --node               start a local strata-node on a temporary data dir and measure it\n"
+        "  --node-bin PATH      strata-node binary (default: next to strata in the build, or "
+        "PATH)\n"
+        "  --node-arg ARG       extra argument for the started strata-node (repeatable)\n"
+        "  --compare emulator   also start cbtemulator and run each workload against both, "
+        "alternately\n"
+        "  --emulator-bin PATH  cbtemulator binary (default $STRATA_EMULATOR or the gcloud SDK's)\n"
+        "  --workload LIST      comma-separated: write, bulkwrite, read, scan, ycsb-a, ycsb-b, "
+        "ycsb-e\n"
+        "                       (default write,read,scan)\n"
+        "  --dist D             key distribution: uniform, zipfian, sequential (default uniform)\n"
+        "  --conns N            connections (default 1)\n"
+        "  --streams N          concurrent calls per connection (default 1)\n"
+        "  --value-size BYTES   value per row (default 1000)\n"
+        "  --keys N             key space (default 100000)\n"
+        "  --preload N          rows written before the workloads (default: --keys when a "
+        "workload\n"
+        "                       reads, else 0); reads and scans only touch preloaded rows\n"
+        "  --duration SEC       per workload (default 10)\n"
+        "  --requests N         per workload, instead of --duration\n"
+        "  --timeout-ms MS      per call deadline (default 30000)\n"
+        "  --project P --instance I --table T   names (default strata / bench / bench)\n"
+        "  --app-profile ID     app_profile_id on every request\n"
+        "  --pid PID            a local server process to measure (repeatable; default: found by "
+        "the\n"
+        "                       target's listening port)\n"
+        "  --seed N             random seed (default 1)\n"
+        "  --quiet              no progress lines on stderr\n"
+        "  --keep-tmp           keep the temporary dir (server logs, node data)\n"
+        "Exit status: 0 when every call succeeded and verified, 1 otherwise, 2 for bad usage.\n");
+}
+
+/* ---- parsing ---- */
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    if (!s || !*s || *s == '-')
+        return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    uint64_t mul = 1;
+    if (*end == 'k' || *end == 'K')
+        mul = 1000;
+    else if (*end == 'm' || *end == 'M')
+        mul = 1000000;
+    if (mul != 1)
+        end++;
+    if (*end || v > UINT64_MAX / mul)
+        return false;
+    *out = v * mul;
+    return true;
+}
+
+static bool parse_name(const char *s, char *out) {
+    if (!s || strlen(s) >= BENCH_NAME_MAX)
+        return false;
+    strcpy(out, s);
+    return true;
+}
+
+static bool parse_workloads(const char *s, bench_cfg *cfg) {
+    cfg->n_wl = 0;
+    while (s && *s) {
+        size_t len = strcspn(s, ",");
+        bench_wl found = WL_COUNT;
+        for (int w = 0; w < WL_LOAD; w++)
+            if (strlen(bench_wl_name((bench_wl)w)) == len &&
+                !strncmp(s, bench_wl_name((bench_wl)w), len))
+                found = (bench_wl)w;
+        if (found == WL_COUNT || cfg->n_wl == BENCH_WORKLOADS_MAX)
+            return false;
+        cfg->wl[cfg->n_wl++] = found;
+        s += len;
+        if (*s == ',')
+            s++;
+    }
+    return cfg->n_wl > 0;
+}
+
+static bool parse_dist(const char *s, ops_dist *d) {
+    if (!s)
+        return false;
+    if (!strcmp(s, "uniform"))
+        *d = OPS_DIST_UNIFORM;
+    else if (!strcmp(s, "zipfian"))
+        *d = OPS_DIST_ZIPFIAN;
+    else if (!strcmp(s, "sequential"))
+        *d = OPS_DIST_SEQUENTIAL;
+    else
+        return false;
+    return true;
+}
+
+static void opts_default(bench_opts *o) {
+    memset(o, 0, sizeof(*o));
+    bench_cfg *c = &o->cfg;
+    parse_workloads("write,read,scan", c);
+    c->dist = OPS_DIST_UNIFORM;
+    c->conns = 1;
+    c->streams = 1;
+    c->value_bytes = 1000;
+    c->keys = 100000;
+    c->duration_s = 10;
+    c->timeout_ms = 30000;
+    c->seed = 1;
+    c->progress = true;
+    strcpy(c->project, "strata");
+    strcpy(c->instance, "bench");
+    strcpy(c->table, "bench");
+}
+
+static bool parse_u32_in(const char *v, uint64_t lo, uint64_t hi, uint32_t *out) {
+    uint64_t n;
+    if (!parse_u64(v, &n) || n < lo || n > hi)
+        return false;
+    *out = (uint32_t)n;
+    return true;
+}
+
+/* What to measure and which processes. 1 = taken, 0 = bad value, -1 = not one of these. */
+static int parse_flag_where(bench_opts *o, const char *name, const char *v) {
+    uint64_t n;
+    if (!strcmp(name, "target"))
+        o->target = v;
+    else if (!strcmp(name, "node-bin"))
+        o->node_bin = v;
+    else if (!strcmp(name, "emulator-bin"))
+        o->emulator_bin = v;
+    else if (!strcmp(name, "node-arg")) {
+        if (o->n_node_args == BENCH_NODE_ARGS_MAX)
+            return 0;
+        o->node_args[o->n_node_args++] = v;
+    } else if (!strcmp(name, "compare")) {
+        if (strcmp(v, "emulator") != 0)
+            return 0;
+        o->compare = true;
+    } else if (!strcmp(name, "pid")) {
+        if (!parse_u64(v, &n) || n == 0 || n > INT_MAX || o->n_pids == BENCH_PIDS_MAX)
+            return 0;
+        o->pids[o->n_pids++] = (pid_t)n;
+    } else {
+        return -1;
+    }
+    return 1;
+}
+
+/* The workload's shape. Same return convention. */
+static int parse_flag_load(bench_opts *o, const char *name, const char *v) {
+    bench_cfg *c = &o->cfg;
+    uint64_t n;
+    char *end;
+    if (!strcmp(name, "workload"))
+        return parse_workloads(v, c);
+    if (!strcmp(name, "dist"))
+        return parse_dist(v, &c->dist);
+    if (!strcmp(name, "conns"))
+        return parse_u32_in(v, 1, BENCH_CONNS_MAX, &c->conns);
+    if (!strcmp(name, "streams"))
+        return parse_u32_in(v, 1, BENCH_STREAMS_MAX, &c->streams);
+    if (!strcmp(name, "value-size"))
+        return parse_u32_in(v, 0, BENCH_VALUE_BYTES_MAX, &c->value_bytes);
+    if (!strcmp(name, "keys"))
+        return parse_u64(v, &c->keys) && c->keys >= 1 && c->keys <= OPS_KEY_INDEX_MAX / 2;
+    if (!strcmp(name, "preload")) {
+        o->preload_set = true;
+        return parse_u64(v, &c->preload) && c->preload <= OPS_KEY_INDEX_MAX / 2;
+    }
+    if (!strcmp(name, "requests"))
+        return parse_u64(v, &c->requests) && c->requests > 0;
+    if (!strcmp(name, "timeout-ms")) {
+        bool ok = parse_u64(v, &n) && n > 0 && n <= 3600000;
+        c->timeout_ms = (int64_t)n;
+        return ok;
+    }
+    if (!strcmp(name, "seed"))
+        return parse_u64(v, &c->seed);
+    if (!strcmp(name, "duration")) {
+        c->duration_s = strtod(v, &end);
+        end += *end == 's';
+        return !*end && c->duration_s > 0;
+    }
+    return -1;
+}
+
+/* One flag with a value; false on an unknown flag or a bad value. */
+static bool parse_flag(bench_opts *o, const char *name, const char *v) {
+    bench_cfg *c = &o->cfg;
+    int rc = parse_flag_where(o, name, v);
+    if (rc < 0)
+        rc = parse_flag_load(o, name, v);
+    if (rc >= 0)
+        return rc == 1;
+    if (!strcmp(name, "project"))
+        return parse_name(v, c->project);
+    if (!strcmp(name, "instance"))
+        return parse_name(v, c->instance);
+    if (!strcmp(name, "table"))
+        return parse_name(v, c->table);
+    if (!strcmp(name, "app-profile"))
+        return parse_name(v, c->app_profile);
+    return false;
+}
+
+/* Returns 0 on success, 2 after printing what is wrong; -1 for --help. */
+static int parse_args(int argc, char **argv, bench_opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            return -1;
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "strata bench: unexpected argument '%s'\n", a);
+            return 2;
+        }
+        const char *name = a + 2;
+        if (!strcmp(name, "node")) {
+            o->node = true;
+            continue;
+        }
+        if (!strcmp(name, "quiet")) {
+            o->cfg.progress = false;
+            continue;
+        }
+        if (!strcmp(name, "keep-tmp")) {
+            o->keep_tmp = true;
+            continue;
+        }
+        char buf[64];
+        const char *eq = strchr(name, '='), *v;
+        if (eq) {
+            size_t len = (size_t)(eq - name);
+            if (len >= sizeof(buf))
+                len = sizeof(buf) - 1;
+            memcpy(buf, name, len);
+            buf[len] = '\0';
+            name = buf;
+            v = eq + 1;
+        } else if (i + 1 < argc) {
+            v = argv[++i];
+        } else {
+            fprintf(stderr, "strata bench: %s needs a value\n", a);
+            return 2;
+        }
+        if (!parse_flag(o, name, v)) {
+            fprintf(stderr, "strata bench: bad flag or value: --%s %s (see strata bench --help)\n",
+                    name, v);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Cross-flag rules, and the defaults that depend on other flags. */
+static bool opts_check(bench_opts *o) {
+    bench_cfg *c = &o->cfg;
+    if (!!o->target + o->node != 1) {
+        fprintf(stderr, "strata bench: say what to measure: --target HOST:PORT or --node (one)\n");
+        return false;
+    }
+    bool reads = false;
+    for (size_t i = 0; i < c->n_wl; i++)
+        reads |= bench_wl_reads(c->wl[i]);
+    if (!o->preload_set)
+        c->preload = reads ? c->keys : 0;
+    if (reads && c->preload == 0) {
+        fprintf(stderr, "strata bench: read, scan and ycsb workloads need --preload > 0 (reads "
+                        "check that the rows they ask for come back)\n");
+        return false;
+    }
+    return true;
+}
+
+/* ---- starting servers ---- */
+
+static bool executable(const char *path) {
+    struct stat st;
+    return path && stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+static bool path_search(const char *name, char *out, size_t cap) {
+    const char *path = getenv("PATH");
+    while (path && *path) {
+        size_t len = strcspn(path, ":");
+        snprintf(out, cap, "%.*s/%s", (int)len, path, name);
+        if (len && executable(out))
+            return true;
+        path += len + (path[len] == ':');
+    }
+    return false;
+}
+
+/* --node-bin; else next to this binary in the build tree (build/ops/strata ->
+ * build/node/strata-node) or an install (same dir); else PATH. */
+static bool find_node_bin(const char *given, char *out, size_t cap) {
+    if (given) {
+        snprintf(out, cap, "%s", given);
+        return executable(out);
+    }
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = '\0';
+            if (snprintf(out, cap, "%s/../node/strata-node", self) < (int)cap && executable(out))
+                return true;
+            if (snprintf(out, cap, "%s/strata-node", self) < (int)cap && executable(out))
+                return true;
+        }
+    }
+    return path_search("strata-node", out, cap);
+}
+
+static bool find_emulator_bin(const char *given, char *out, size_t cap) {
+    const char *env = getenv("STRATA_EMULATOR");
+    const char *pick = given ? given : env && *env ? env : BENCH_EMULATOR_DEFAULT;
+    snprintf(out, cap, "%s", pick);
+    if (executable(out))
+        return true;
+    return !given && path_search("cbtemulator", out, cap);
+}
+
+/* HOST:PORT or [V6]:PORT into the target. */
+static bool target_set_addr(bench_target *t, const char *addr) {
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr)
+        return false;
+    size_t hl = (size_t)(colon - addr);
+    const char *h = addr;
+    if (addr[0] == '[' && colon[-1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    uint64_t port;
+    if (hl == 0 || hl >= sizeof(t->host) || !parse_u64(colon + 1, &port) || port == 0 ||
+        port > 65535)
+        return false;
+    memcpy(t->host, h, hl);
+    t->host[hl] = '\0';
+    t->port = (uint16_t)port;
+    return true;
+}
+
+static bool host_is_local(const char *h) {
+    return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1") ||
+           !strcmp(h, "0.0.0.0");
+}
+
+typedef struct bench_env {
+    char tmp[PATH_MAX];
+    ops_child node, emulator;
+    bench_target targets[BENCH_TARGETS_MAX];
+    size_t n_targets;
+} bench_env;
+
+static st_code start_child(bench_env *env, ops_child *child, char *const argv[], const char *log,
+                           const char *marker, st_err *err) {
+    char log_path[PATH_MAX + 32];
+    snprintf(log_path, sizeof(log_path), "%s/%s", env->tmp, log);
+    return ops_child_start(child, argv, log_path, marker, BENCH_CHILD_READY_MS, err);
+}
+
+static st_code start_node(bench_opts *o, bench_env *env, st_err *err) {
+    char bin[PATH_MAX], data[PATH_MAX + 16];
+    if (!find_node_bin(o->node_bin, bin, sizeof(bin)))
+        return st_err_set(err, ST_NOT_FOUND,
+                          "no strata-node binary found (%s): build it "
+                          "(ninja strata-node) or pass --node-bin PATH",
+                          o->node_bin ? o->node_bin : "looked next to strata and in PATH");
+    snprintf(data, sizeof(data), "%s/node-data", env->tmp);
+    char *argv[6 + BENCH_NODE_ARGS_MAX + 1] = {bin, "--data", data, "--listen", "127.0.0.1:0"};
+    size_t n = 5;
+    for (size_t i = 0; i < o->n_node_args; i++)
+        argv[n++] = (char *)o->node_args[i];
+    argv[n] = NULL;
+    st_code rc = start_child(env, &env->node, argv, "node.log", "listening on ", err);
+    if (rc == ST_OK)
+        fprintf(stderr, "bench: started %s on %s (data in %s)\n", bin, env->node.addr, data);
+    return rc;
+}
+
+static st_code start_emulator(bench_opts *o, bench_env *env, st_err *err) {
+    char bin[PATH_MAX];
+    if (!find_emulator_bin(o->emulator_bin, bin, sizeof(bin)))
+        return st_err_set(err, ST_NOT_FOUND,
+                          "no cbtemulator found (%s): install the gcloud "
+                          "Bigtable emulator or pass --emulator-bin PATH",
+                          bin);
+    char *argv[] = {bin, "-host", "127.0.0.1", "-port", "0", NULL};
+    st_code rc = start_child(env, &env->emulator, argv, "emulator.log", "running on ", err);
+    if (rc == ST_OK)
+        fprintf(stderr, "bench: started %s on %s\n", bin, env->emulator.addr);
+    return rc;
+}
+
+/* The targets, in run order: Strata (or the given endpoint) first, then the emulator. */
+static st_code targets_prepare(bench_opts *o, bench_env *env, st_err *err) {
+    bench_target *t = &env->targets[env->n_targets++];
+    t->label = o->compare || o->node ? "strata" : "target";
+    if (o->node) {
+        st_code rc = start_node(o, env, err);
+        if (rc != ST_OK)
+            return rc;
+        target_set_addr(t, env->node.addr);
+        t->pids[t->n_pids++] = env->node.pid;
+    } else if (!target_set_addr(t, o->target)) {
+        return st_err_set(err, ST_INVALID_ARGUMENT, "bad --target '%s': use HOST:PORT", o->target);
+    }
+    for (size_t i = 0; i < o->n_pids; i++)
+        t->pids[t->n_pids++] = o->pids[i];
+    if (t->n_pids == 0 && host_is_local(t->host))
+        t->n_pids = ops_proc_find_listeners(t->port, t->pids, BENCH_PIDS_MAX);
+    if (!o->compare)
+        return ST_OK;
+    st_code rc = start_emulator(o, env, err);
+    if (rc != ST_OK)
+        return rc;
+    t = &env->targets[env->n_targets++];
+    t->label = "emulator";
+    target_set_addr(t, env->emulator.addr);
+    t->pids[t->n_pids++] = env->emulator.pid;
+    return ST_OK;
+}
+
+/* ---- reporting ---- */
+
+static double ops_s(const bench_result *r) {
+    return r->elapsed_s > 0 ? (double)r->calls / r->elapsed_s : 0;
+}
+static double rows_s(const bench_result *r) {
+    return r->elapsed_s > 0 ? (double)r->rows / r->elapsed_s : 0;
+}
+static double mb_s(const bench_result *r) {
+    return r->elapsed_s > 0 ? (double)r->bytes / r->elapsed_s / 1e6 : 0;
+}
+static double pct_us(const bench_result *r, double p) {
+    return (double)ops_hist_percentile(&r->hist, p) / 1e3;
+}
+static double cpu_us_per_op(const bench_result *r) {
+    return r->calls ? r->cpu_s * 1e6 / (double)r->calls : 0;
+}
+
+static void print_errors(FILE *out, const bench_result *r) {
+    for (int i = 0; i < BENCH_ERR_SLOTS; i++)
+        if (r->errors[i])
+            fprintf(out, " %s=%llu", i == BENCH_ERR_VERIFY ? "VERIFY" : st_code_name((st_code)i),
+                    (unsigned long long)r->errors[i]);
+}
+
+static void print_run(const bench_result *r) {
+    printf("%-9s %-8s calls=%llu rows=%llu ops/s=%.1f rows/s=%.1f MB/s=%.2f p50=%.1fus "
+           "p90=%.1fus p99=%.1fus p99.9=%.1fus max=%.1fus errors=%llu",
+           bench_wl_name(r->wl), r->label, (unsigned long long)r->calls,
+           (unsigned long long)r->rows, ops_s(r), rows_s(r), mb_s(r), pct_us(r, 50), pct_us(r, 90),
+           pct_us(r, 99), pct_us(r, 99.9), (double)r->hist.max / 1e3,
+           (unsigned long long)r->errors_total);
+    print_errors(stdout, r);
+    if (r->proc_ok)
+        printf(" server_cpu=%.2fs server_rss_peak=%.1fMB", r->cpu_s,
+               (double)r->rss_peak_kb / 1024.0);
+    printf(" client_cpu=%.2fs\n", r->client_cpu_s);
+    if (r->errors_total)
+        printf("          first error: %s\n", r->first_error);
+    fflush(stdout);
+}
+
+static void table_row(const char *wl, const char *label, const double v[10], bool ratio) {
+    printf("%-9s %-9s", wl, label);
+    for (int i = 0; i < 10; i++) {
+        if (v[i] < 0)
+            printf(" %10s", "-");
+        else if (ratio)
+            printf(" %9.2fx", v[i]);
+        else
+            printf(" %10.1f", v[i]);
+    }
+    printf("\n");
+}
+
+static void result_figures(const bench_result *r, double v[10]) {
+    double f[10] = {ops_s(r),
+                    mb_s(r),
+                    pct_us(r, 50),
+                    pct_us(r, 90),
+                    pct_us(r, 99),
+                    pct_us(r, 99.9),
+                    (double)r->hist.max / 1e3,
+                    (double)r->errors_total,
+                    r->proc_ok ? cpu_us_per_op(r) : -1,
+                    r->proc_ok ? (double)r->rss_peak_kb / 1024.0 : -1};
+    memcpy(v, f, sizeof(f));
+}
+
+/* res[w * n_targets + t]; the load row first. */
+static void print_table(const bench_result *res, size_t n_rows, size_t n_targets) {
+    printf("\n%-9s %-9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "workload", "target",
+           "ops/s", "MB/s", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us", "errors",
+           "cpu us/op", "rss MB");
+    for (size_t w = 0; w < n_rows; w++) {
+        double v[BENCH_TARGETS_MAX][10];
+        for (size_t t = 0; t < n_targets; t++) {
+            const bench_result *r = &res[w * n_targets + t];
+            result_figures(r, v[t]);
+            table_row(bench_wl_name(r->wl), r->label, v[t], false);
+        }
+        if (n_targets == 2) {
+            double q[10];
+            for (int i = 0; i < 10; i++)
+                q[i] = v[0][i] > 0 && v[1][i] > 0 ? v[0][i] / v[1][i] : -1;
+            q[7] = -1; /* an error ratio means nothing */
+            table_row(bench_wl_name(res[w * n_targets].wl), "ratio", q, true);
+        }
+    }
+    if (n_targets == 2)
+        printf("ratio = strata / emulator: above 1 is better for ops/s and MB/s, below 1 for "
+               "latency, CPU and memory.\n");
+}
+
+static void kv_result(const bench_result *r) {
+    const char *w = bench_wl_name(r->wl), *l = r->label;
+    printf(" %s.%s.calls=%llu %s.%s.rows=%llu %s.%s.elapsed_s=%.3f", w, l,
+           (unsigned long long)r->calls, w, l, (unsigned long long)r->rows, w, l, r->elapsed_s);
+    printf(" %s.%s.ops_s=%.1f %s.%s.rows_s=%.1f %s.%s.mb_s=%.3f", w, l, ops_s(r), w, l, rows_s(r),
+           w, l, mb_s(r));
+    printf(" %s.%s.p50_us=%.1f %s.%s.p90_us=%.1f %s.%s.p99_us=%.1f %s.%s.p999_us=%.1f "
+           "%s.%s.max_us=%.1f %s.%s.mean_us=%.1f",
+           w, l, pct_us(r, 50), w, l, pct_us(r, 90), w, l, pct_us(r, 99), w, l, pct_us(r, 99.9), w,
+           l, (double)r->hist.max / 1e3, w, l, ops_hist_mean(&r->hist) / 1e3);
+    printf(" %s.%s.errors=%llu", w, l, (unsigned long long)r->errors_total);
+    for (int i = 0; i < BENCH_ERR_SLOTS; i++)
+        if (r->errors[i])
+            printf(" %s.%s.err.%s=%llu", w, l,
+                   i == BENCH_ERR_VERIFY ? "VERIFY" : st_code_name((st_code)i),
+                   (unsigned long long)r->errors[i]);
+    if (r->proc_ok)
+        printf(" %s.%s.cpu_s=%.3f %s.%s.cpu_us_per_op=%.2f %s.%s.rss_peak_mb=%.1f", w, l, r->cpu_s,
+               w, l, cpu_us_per_op(r), w, l, (double)r->rss_peak_kb / 1024.0);
+    printf(" %s.%s.client_cpu_s=%.3f", w, l, r->client_cpu_s);
+}
+
+static void kv_ratio(const bench_result *a, const bench_result *b) {
+    const char *w = bench_wl_name(a->wl);
+    double va[10], vb[10];
+    result_figures(a, va);
+    result_figures(b, vb);
+    static const char *const names[10] = {"ops_s",         "mb_s",       "p50_us", "p90_us",
+                                          "p99_us",        "p999_us",    "max_us", NULL,
+                                          "cpu_us_per_op", "rss_peak_mb"};
+    for (int i = 0; i < 10; i++)
+        if (names[i] && va[i] > 0 && vb[i] > 0)
+            printf(" %s.ratio.%s=%.3f", w, names[i], va[i] / vb[i]);
+}
+
+static void print_kv(const bench_opts *o, const bench_env *env, const bench_result *res,
+                     size_t n_rows, uint64_t errors, bool complete) {
+    const bench_cfg *c = &o->cfg;
+    printf("strata-bench result=%s errors=%llu target=%s:%u", complete && !errors ? "ok" : "fail",
+           (unsigned long long)errors, env->targets[0].host, env->targets[0].port);
+    if (o->compare)
+        printf(" compare=emulator");
+    printf(" workloads=");
+    for (size_t i = 0; i < c->n_wl; i++)
+        printf("%s%s", i ? "," : "", bench_wl_name(c->wl[i]));
+    static const char *const dists[] = {"uniform", "zipfian", "sequential"};
+    printf(" dist=%s conns=%u streams=%u value_size=%u keys=%llu preload=%llu", dists[c->dist],
+           c->conns, c->streams, c->value_bytes, (unsigned long long)c->keys,
+           (unsigned long long)c->preload);
+    if (c->requests)
+        printf(" requests=%llu", (unsigned long long)c->requests);
+    else
+        printf(" duration_s=%.1f", c->duration_s);
+    for (size_t w = 0; w < n_rows; w++) {
+        for (size_t t = 0; t < env->n_targets; t++)
+            kv_result(&res[w * env->n_targets + t]);
+        if (env->n_targets == 2)
+            kv_ratio(&res[w * 2], &res[w * 2 + 1]);
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
+/* ---- the run ---- */
+
+static void on_signal(int sig) {
+    (void)sig;
+    bench_request_stop();
+}
+
+/* Table and preload on every target; then each workload against each target in turn. Returns
+ * the rows of results filled (load first when there was a preload). */
+static size_t run_all(bench_opts *o, bench_env *env, bench_result *res, bool *complete,
+                      st_err *err) {
+    bench_cfg *c = &o->cfg;
+    size_t nt = env->n_targets, rows = 0;
+    *complete = false;
+    for (size_t t = 0; t < nt; t++)
+        if (bench_table_ensure(c, &env->targets[t], err) != ST_OK)
+            return 0;
+    bench_wl order[BENCH_WORKLOADS_MAX + 1];
+    size_t n = 0;
+    if (c->preload)
+        order[n++] = WL_LOAD;
+    for (size_t i = 0; i < c->n_wl; i++)
+        order[n++] = c->wl[i];
+    for (size_t w = 0; w < n && !bench_stop_requested(); w++) {
+        for (size_t t = 0; t < nt; t++) {
+            bench_result *r = &res[w * nt + t];
+            if (bench_run_workload(c, &env->targets[t], order[w], r, err) != ST_OK)
+                return rows;
+            print_run(r);
+        }
+        rows++;
+    }
+    *complete = !bench_stop_requested();
+    return rows;
+}
+
+static int bench_main_run(bench_opts *o, bench_env *env) {
+    st_err err = {0};
+    bench_result *res = calloc((BENCH_WORKLOADS_MAX + 1) * BENCH_TARGETS_MAX, sizeof(*res));
+    if (!res) {
+        fprintf(stderr, "strata bench: out of memory\n");
+        return 1;
+    }
+    bool complete = false;
+    size_t rows = 0;
+    if (targets_prepare(o, env, &err) == ST_OK) {
+        if (env->targets[0].n_pids == 0)
+            fprintf(stderr,
+                    "bench: no local process found listening on %s:%u; server CPU and "
+                    "memory will not be reported (pass --pid PID)\n",
+                    env->targets[0].host, env->targets[0].port);
+        rows = run_all(o, env, res, &complete, &err);
+    }
+    int status = 0;
+    if (err.code != ST_OK) {
+        fprintf(stderr, "strata bench: %s\n", err.msg);
+        status = 1;
+    }
+    uint64_t errors = 0;
+    for (size_t i = 0; i < rows * env->n_targets; i++)
+        errors += res[i].errors_total;
+    if (rows > 0) {
+        print_table(res, rows, env->n_targets);
+        print_kv(o, env, res, rows, errors, complete && status == 0);
+    }
+    if (errors || !complete)
+        status = 1;
+    free(res);
+    return status;
+}
+
+int ops_bench_main(int argc, char **argv) {
+    bench_opts o;
+    opts_default(&o);
+    int rc = parse_args(argc, argv, &o);
+    if (rc == -1) {
+        usage(stdout);
+        return 0;
+    }
+    if (rc != 0 || !opts_check(&o))
+        return 2;
+    st_log_set_level(ST_LOG_WARN); /* failed calls are counted; no line per reconnection */
+    o.cfg.timestamp_us = st_wall_us() / 1000 * 1000; /* millisecond granularity, as Bigtable */
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sa.sa_flags = (int)SA_RESETHAND; /* a second Ctrl-C kills at once */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    bench_env env;
+    memset(&env, 0, sizeof(env));
+    const char *tmpdir = getenv("TMPDIR");
+    snprintf(env.tmp, sizeof(env.tmp), "%s/strata-bench.XXXXXX",
+             tmpdir && *tmpdir ? tmpdir : "/tmp");
+    if ((o.node || o.compare) && !mkdtemp(env.tmp)) {
+        fprintf(stderr, "strata bench: cannot create a temporary dir %s\n", env.tmp);
+        return 1;
+    }
+    int status = bench_main_run(&o, &env);
+    ops_child_stop(&env.emulator);
+    ops_child_stop(&env.node);
+    if (o.node || o.compare) {
+        if (o.keep_tmp)
+            fprintf(stderr, "bench: kept %s\n", env.tmp);
+        else
+            ops_remove_tree(env.tmp);
+    }
+    return status;
+}

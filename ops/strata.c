@@ -1,0 +1,67 @@
+/* ops/strata.c — the `strata` command-line tool: `strata <command> [flags]`. Each command is
+ * one row of the table below (name, entry point, one-line summary); adding a command (up, down,
+ * status, failover, chaos, backup...) is adding its row. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+typedef int (*strata_cmd_fn)(int argc, char **argv); /* argv[0] is the command name */
+
+typedef struct strata_cmd {
+    const char *name;
+    strata_cmd_fn run;
+    const char *summary;
+} strata_cmd;
+
+static int cmd_help(int argc, char **argv);
+
+static const strata_cmd commands[] = {
+    {"bench", ops_bench_main, "load-test a Bigtable endpoint (Strata or the emulator)"},
+    {"help", cmd_help, "list the commands, or `strata help CMD` for one"},
+};
+#define COMMANDS_COUNT (sizeof(commands) / sizeof(commands[0]))
+
+static const strata_cmd *cmd_find(const char *name) {
+    for (size_t i = 0; i < COMMANDS_COUNT; i++)
+        if (!strcmp(commands[i].name, name))
+            return &commands[i];
+    return NULL;
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: strata <command> [flags]\n\ncommands:\n");
+    for (size_t i = 0; i < COMMANDS_COUNT; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n`strata <command> --help` describes a command's flags.\n");
+}
+
+static int cmd_help(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stdout);
+        return 0;
+    }
+    const strata_cmd *c = cmd_find(argv[1]);
+    if (!c || c->run == cmd_help) {
+        usage(c ? stdout : stderr);
+        return c ? 0 : 2;
+    }
+    char *sub[] = {argv[1], "--help", NULL};
+    return c->run(2, sub);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+        return cmd_help(1, argv + 1);
+    const strata_cmd *c = cmd_find(argv[1]);
+    if (!c) {
+        fprintf(stderr, "strata: unknown command '%s'\n\n", argv[1]);
+        usage(stderr);
+        return 2;
+    }
+    return c->run(argc - 1, argv + 1);
+}
