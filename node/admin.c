@@ -1,6 +1,6 @@
 /* admin.c — the table admin API of a node: tables, column families with GC rules, DropRowRange
  * and consistency tokens. Admin calls are rare and run to completion on the loop thread. */
-#include "node_internal.h"
+#include "admin.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,7 +14,7 @@ typedef Google__Bigtable__Admin__V2__Table pb_table;
 
 /* ---- GC rules: protobuf <-> catalog ---- */
 
-static st_code gc_from_pb(const pb_gc *r, node_gc *out, int depth, st_err *err) {
+st_code node_gc_from_pb(const pb_gc *r, node_gc *out, int depth, st_err *err) {
     memset(out, 0, sizeof *out);
     if (!r)
         return ST_OK;
@@ -65,7 +65,7 @@ static st_code gc_from_pb(const pb_gc *r, node_gc *out, int depth, st_err *err) 
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a GC rule");
     out->n_children = n_kids;
     for (size_t i = 0; i < n_kids; i++) {
-        st_code rc = gc_from_pb(kids[i], &out->children[i], depth + 1, err);
+        st_code rc = node_gc_from_pb(kids[i], &out->children[i], depth + 1, err);
         if (rc != ST_OK) {
             node_gc_free(out);
             return rc;
@@ -121,8 +121,7 @@ static pb_gc *gc_to_pb(const node_gc *g, st_arena *a) {
     return r;
 }
 
-/* The Table message for a catalog entry; families unless names_only. NULL when out of memory. */
-static pb_table *table_to_pb(const node_table *t, bool names_only, st_arena *a) {
+pb_table *node_table_to_pb(const node_table *t, bool names_only, st_arena *a) {
     pb_table *pt = st_arena_alloc(a, sizeof *pt);
     if (!pt)
         return NULL;
@@ -230,7 +229,7 @@ static st_code normalize_splits(const Google__Bigtable__Admin__V2__CreateTableRe
     return ST_OK;
 }
 
-static st_code create_families(node_table *t, const pb_table *spec, st_err *err) {
+st_code node_table_families_from_pb(node_table *t, const pb_table *spec, st_err *err) {
     for (size_t i = 0; spec && i < spec->n_column_families; i++) {
         const char *fam = spec->column_families[i]->key;
         if (!valid_family(fam))
@@ -238,7 +237,7 @@ static st_code create_families(node_table *t, const pb_table *spec, st_err *err)
                               "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]", fam);
         node_gc gc;
         const Google__Bigtable__Admin__V2__ColumnFamily *cf = spec->column_families[i]->value;
-        st_code rc = gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, err);
+        st_code rc = node_gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, err);
         if (rc == ST_OK)
             rc = node_table_family_set(t, fam, &gc, err);
         node_gc_free(&gc);
@@ -248,14 +247,15 @@ static st_code create_families(node_table *t, const pb_table *spec, st_err *err)
     return ST_OK;
 }
 
-/* Creates the table's tablets: one per split interval. */
+/* Creates the table's tablets: one per split interval. A cluster member creates none: its
+ * tablets come from the internal service (CreateTablet). */
 static st_code create_tablets(node_ctx *n, const char *name, const ProtobufCBinaryData *splits,
                               size_t n_splits, st_err *err) {
     node_tablets *t = node_tables_add(n, name);
     if (!t)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating table");
     st_code rc = ST_OK;
-    for (size_t i = 0; rc == ST_OK && i <= n_splits; i++) {
+    for (size_t i = 0; rc == ST_OK && !node_in_cluster(n) && i <= n_splits; i++) {
         st_slice start = i ? st_slice_make(splits[i - 1].data, splits[i - 1].len)
                            : st_slice_make("", 0);
         st_slice end = i < n_splits ? st_slice_make(splits[i].data, splits[i].len)
@@ -302,7 +302,7 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     if (rc != ST_OK)
         return node_fail(call, rc, "%s", err.msg);
     t->deletion_protection = req->table && req->table->deletion_protection;
-    rc = create_families(t, req->table, &err);
+    rc = node_table_families_from_pb(t, req->table, &err);
     if (rc == ST_OK)
         rc = node_catalog_save(n->catalog, &err);
     if (rc == ST_OK)
@@ -315,8 +315,9 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
         node_catalog_save(n->catalog, NULL);
         return node_fail(call, rc, "%s", err.msg);
     }
-    st_log(ST_LOG_INFO, "admin", "created table=%s tablets=%zu", name, n_splits + 1);
-    pb_table *pt = table_to_pb(node_catalog_find(n->catalog, name), false, rpc_call_arena(call));
+    st_log(ST_LOG_INFO, "admin", "created table=%s tablets=%zu", name,
+           node_tablets_find(n, name)->n);
+    pb_table *pt = node_table_to_pb(node_catalog_find(n->catalog, name), false, rpc_call_arena(call));
     if (!pt)
         return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     node_reply(call, &pt->base);
@@ -334,7 +335,7 @@ void node_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!node_table_or_fail(n, call, req->name, &meta))
         return;
     bool names_only = req->view == GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
-    pb_table *pt = table_to_pb(meta, names_only, rpc_call_arena(call));
+    pb_table *pt = node_table_to_pb(meta, names_only, rpc_call_arena(call));
     if (!pt)
         return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     node_reply(call, &pt->base);
@@ -363,12 +364,24 @@ void node_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
         node_table *t = node_catalog_at(n->catalog, i);
         if (strncmp(t->name, req->parent, plen) != 0 || strncmp(t->name + plen, "/tables/", 8))
             continue;
-        pb_table *pt = table_to_pb(t, !full, a);
+        pb_table *pt = node_table_to_pb(t, !full, a);
         if (!pt)
             return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         resp.tables[resp.n_tables++] = pt;
     }
     node_reply(call, &resp.base);
+}
+
+st_code node_table_drop(node_ctx *n, const char *name, st_err *err) {
+    /* Catalog first: a crash after it leaves orphan tablets, which the next start drops. */
+    st_code rc = node_catalog_remove(n->catalog, name, err);
+    if (rc == ST_OK)
+        rc = node_catalog_save(n->catalog, err);
+    if (rc != ST_OK)
+        return rc;
+    drop_table_tablets(n, name);
+    st_log(ST_LOG_INFO, "admin", "deleted table=%s", name);
+    return ST_OK;
 }
 
 void node_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -385,14 +398,8 @@ void node_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
                          "table %s has deletion protection; turn it off before deleting",
                          req->name);
     st_err err;
-    /* Catalog first: a crash after it leaves orphan tablets, which the next start drops. */
-    st_code rc = node_catalog_remove(n->catalog, req->name, &err);
-    if (rc == ST_OK)
-        rc = node_catalog_save(n->catalog, &err);
-    if (rc != ST_OK)
-        return node_fail(call, rc, "%s", err.msg);
-    drop_table_tablets(n, req->name);
-    st_log(ST_LOG_INFO, "admin", "deleted table=%s", req->name);
+    if (node_table_drop(n, req->name, &err) != ST_OK)
+        return node_fail(call, err.code, "%s", err.msg);
     Google__Protobuf__Empty empty;
     google__protobuf__empty__init(&empty);
     node_reply(call, &empty.base);
@@ -448,7 +455,7 @@ static st_code check_mods(const node_table *t, pb_mod **mods, size_t n_mods, st_
 
 /* Writes a DeleteFromFamily for every row of the table holding cells of family, so a dropped
  * family's data is gone (and does not come back if the family is created again). */
-static st_code purge_family(node_ctx *n, node_tablets *t, const char *family, st_err *err) {
+st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_err *err) {
     sto_mut del = {.type = STO_MUT_DEL_FAMILY, .family = st_slice_cstr(family)};
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < t->n; i++) {
@@ -488,14 +495,14 @@ static st_code apply_mod(node_ctx *n, node_table *t, const pb_mod *m, st_err *er
     if (m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP) {
         st_code rc = node_table_family_drop(t, id, err);
         node_tablets *tt = node_tablets_find(n, t->name);
-        return rc == ST_OK && tt ? purge_family(n, tt, id, err) : rc;
+        return rc == ST_OK && tt ? node_family_purge(n, tt, id, err) : rc;
     }
     const Google__Bigtable__Admin__V2__ColumnFamily *cf =
         m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE
             ? m->create
             : m->update;
     node_gc gc;
-    st_code rc = gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, err);
+    st_code rc = node_gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, err);
     if (rc == ST_OK)
         rc = node_table_family_set(t, id, &gc, err);
     node_gc_free(&gc);
@@ -520,7 +527,7 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
             : m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_UPDATE ? m->update
             : NULL;
         node_gc gc;
-        if (gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, &err) != ST_OK)
+        if (node_gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, &err) != ST_OK)
             return node_fail(call, err.code, "%s", err.msg);
         node_gc_free(&gc);
     }
@@ -533,7 +540,7 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
         rc = node_table_push_gc(n, meta, &err);
     if (rc != ST_OK)
         return node_fail(call, rc, "%s", err.msg);
-    pb_table *pt = table_to_pb(meta, false, rpc_call_arena(call));
+    pb_table *pt = node_table_to_pb(meta, false, rpc_call_arena(call));
     if (!pt)
         return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     node_reply(call, &pt->base);

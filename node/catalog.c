@@ -161,7 +161,7 @@ static void get_gc(reader *r, node_gc *g, int depth) {
         get_gc(r, &g->children[i], depth + 1);
 }
 
-static void table_free(node_table *t) {
+void node_table_deinit(node_table *t) {
     for (size_t i = 0; i < t->n_families; i++)
         node_gc_free(&t->families[i].gc);
     free(t->families);
@@ -252,7 +252,7 @@ void node_catalog_free(node_catalog *c) {
     if (!c)
         return;
     for (size_t i = 0; i < c->n; i++)
-        table_free(&c->tables[i]);
+        node_table_deinit(&c->tables[i]);
     free(c->tables);
     free(c);
 }
@@ -331,13 +331,18 @@ st_code node_catalog_remove(node_catalog *c, const char *name, st_err *err) {
     size_t i = lower_bound(c, name);
     if (i >= c->n || strcmp(c->tables[i].name, name) != 0)
         return st_err_set(err, ST_NOT_FOUND, "table %s not found", name);
-    table_free(&c->tables[i]);
+    node_table_deinit(&c->tables[i]);
     memmove(&c->tables[i], &c->tables[i + 1], (c->n - i - 1) * sizeof *c->tables);
     c->n--;
     return ST_OK;
 }
 
 uint64_t node_catalog_next_tablet_id(node_catalog *c) { return c->next_tablet_id++; }
+
+void node_catalog_reserve_tablet_ids(node_catalog *c, uint64_t used) {
+    if (c->next_tablet_id <= used)
+        c->next_tablet_id = used + 1;
+}
 
 /* ---- families ---- */
 

@@ -56,8 +56,14 @@ node_table *node_catalog_find(node_catalog *c, const char *name); /* NULL when a
 st_code node_catalog_add(node_catalog *c, const char *name, int64_t create_time_us,
                          node_table **out, st_err *err);
 st_code node_catalog_remove(node_catalog *c, const char *name, st_err *err);
-/* Allocates a fresh tablet id, never reused (persisted with the next save). */
+/* Allocates a fresh tablet id counter, never reused (persisted with the next save). The node
+ * puts its node number above it (node_tablet_new_id). */
 uint64_t node_catalog_next_tablet_id(node_catalog *c);
+/* Makes the next counter exceed used (after finding tablets the catalog had not counted). */
+void node_catalog_reserve_tablet_ids(node_catalog *c, uint64_t used);
+
+/* Frees a table's families (a table built outside the catalog, e.g. a parsed schema). */
+void node_table_deinit(node_table *t);
 
 /* Families. set replaces or adds (rule deep-copied); drop removes (NOT_FOUND if absent). */
 node_family *node_table_family(node_table *t, st_slice name);

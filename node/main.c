@@ -12,31 +12,15 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-node --data DIR [--listen HOST:PORT] [--no-sync] [--cache-mb N]\n"
-            "                   [--memtable-mb N] [--cluster-num N] [--verbose]\n"
+            "                   [--memtable-mb N] [--cluster-num N] [--node-num N]\n"
+            "                   [--split-bytes N] [--verbose]\n"
             "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
             "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
-            "are on disk (fast, loses recent writes in a crash).\n");
-}
-
-static bool parse_listen(const char *s, char *host, size_t cap, uint16_t *port) {
-    const char *colon = strrchr(s, ':');
-    if (!colon)
-        return false;
-    size_t hl = (size_t)(colon - s);
-    if (hl >= cap)
-        return false;
-    memcpy(host, s, hl);
-    host[hl] = '\0';
-    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = '\0';
-    }
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p < 0 || p > 65535)
-        return false;
-    *port = (uint16_t)p;
-    return true;
+            "are on disk (fast, loses recent writes in a crash).\n"
+            "--node-num N (1..16777215) makes the node a cluster member: it serves the tablets a\n"
+            "router gives it (strata.internal.v1.Node) and answers other rows with\n"
+            "strata-not-owner (docs/cluster.md); 0, the default, is a standalone node.\n"
+            "--split-bytes N splits tablets larger than N bytes (0, the default: never).\n");
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -55,7 +39,7 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--data") && v) o.data_dir = argv[++i];
         else if (!strcmp(a, "--listen") && v) {
-            if (!parse_listen(argv[++i], host, sizeof host, &o.listen_port)) {
+            if (!node_parse_addr(argv[++i], host, sizeof host, &o.listen_port)) {
                 fprintf(stderr, "strata-node: bad --listen '%s': use HOST:PORT\n", v);
                 return 2;
             }
@@ -63,6 +47,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--cache-mb") && v) o.block_cache_bytes = strtoull(argv[++i], NULL, 10) << 20;
         else if (!strcmp(a, "--memtable-mb") && v) o.memtable_bytes = strtoull(argv[++i], NULL, 10) << 20;
         else if (!strcmp(a, "--cluster-num") && v) o.cluster_num = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--node-num") && v) o.node_num = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--split-bytes") && v) o.split_bytes = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--verbose")) st_log_set_level(ST_LOG_DEBUG);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else { usage(stderr); return 2; }

@@ -137,14 +137,6 @@ static st_code row_from_pb(node_ctx *n, const node_table *meta, ProtobufCBinaryD
     return ST_OK;
 }
 
-/* Fills in the parts a row mutation gets at commit: its tablet and version. */
-static void row_commit_fields(node_ctx *n, node_tablets *t, sto_row_mut *row) {
-    row->tablet_id = node_tablet_for_row(t, row->row)->id;
-    row->version = node_next_version(n);
-    row->commit_ts_us = (uint64_t)STO_VERSION_TS_US(row->version);
-    row->origin = n->opts.cluster_num;
-}
-
 /* ---- MutateRow ---- */
 
 typedef struct mutate_op {
@@ -165,15 +157,10 @@ static void mutate_durable(node_ctx *n, st_code code, const char *msg, void *arg
 
 static void mutate_locked(node_ctx *n, void *arg) {
     mutate_op *op = arg;
-    node_tablets *t = node_tablets_find(n, op->table);
     st_err err = {0};
-    st_code rc = ST_NOT_FOUND;
-    if (t) {
-        row_commit_fields(n, t, &op->row);
+    st_code rc = node_row_prepare(n, op->table, &op->row, &err);
+    if (rc == ST_OK)
         rc = node_write(n, &op->row, 1, &err, mutate_durable, op);
-    } else {
-        st_err_set(&err, rc, "table \"%s\" was deleted", op->table);
-    }
     if (rc != ST_OK) {
         node_rowlock_release(n, op->table, op->row.row);
         node_fail(op->call, rc, "%s", err.msg);
@@ -261,19 +248,19 @@ static void rows_durable(node_ctx *n, st_code code, const char *msg, void *arg) 
     rows_reply(op);
 }
 
+/* A row no writable local tablet holds fails the whole call with strata-not-owner, nothing
+ * written, so a router refreshes its map and resends the entries to their owners. */
 static void rows_write(node_ctx *n, rows_op *op) {
-    node_tablets *t = node_tablets_find(n, op->table);
     st_err err = {0};
-    st_code rc = ST_NOT_FOUND;
-    if (t) {
-        for (size_t i = 0; i < op->n_rows; i++)
-            row_commit_fields(n, t, &op->rows[i]);
-        rc = node_write(n, op->rows, op->n_rows, &err, rows_durable, op);
-        if (rc == ST_OK)
-            return;
-    } else {
-        st_err_set(&err, rc, "table \"%s\" was deleted", op->table);
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < op->n_rows; i++)
+        rc = node_row_prepare(n, op->table, &op->rows[i], &err);
+    if (rc == ST_FAILED_PRECONDITION) {
+        rows_release(n, op);
+        return node_fail(op->call, rc, "%s", err.msg);
     }
+    if (rc == ST_OK && (rc = node_write(n, op->rows, op->n_rows, &err, rows_durable, op)) == ST_OK)
+        return;
     rows_durable(n, rc, err.msg, op);
 }
 

@@ -29,7 +29,6 @@ node_tablets *node_tablets_find(node_ctx *n, const char *table) {
 }
 
 size_t node_tablet_index(node_tablets *t, st_slice key) {
-    /* Last tablet whose start <= key. Tablets are contiguous, the first starts at "". */
     size_t lo = 0, hi = t->n;
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
@@ -42,7 +41,79 @@ size_t node_tablet_index(node_tablets *t, st_slice key) {
 }
 
 node_tablet *node_tablet_for_row(node_tablets *t, st_slice row) {
-    return t->n ? &t->v[node_tablet_index(t, row)] : NULL;
+    if (t->n == 0)
+        return NULL;
+    node_tablet *tab = &t->v[node_tablet_index(t, row)];
+    if (st_slice_cmp(st_buf_slice(&tab->start), row) > 0 ||
+        (tab->end.len && st_slice_cmp(row, st_buf_slice(&tab->end)) >= 0))
+        return NULL;
+    return tab;
+}
+
+node_tablet *node_tablet_for_write(node_tablets *t, st_slice row) {
+    node_tablet *tab = node_tablet_for_row(t, row);
+    if (!tab || tab->moving)
+        return NULL;
+    tab->written = true;
+    return tab;
+}
+
+bool node_in_cluster(const node_ctx *n) { return n->opts.node_num != 0; }
+
+/* Row keys are bytes: printable ASCII as is, the rest as \xNN, cut at NOT_OWNER_KEY_SHOWN. */
+#define NOT_OWNER_KEY_SHOWN 64
+static void key_printable(st_slice key, char *out, size_t cap) {
+    size_t k = 0;
+    for (size_t i = 0; i < key.len && i < NOT_OWNER_KEY_SHOWN && k + 8 < cap; i++) {
+        uint8_t c = key.data[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\')
+            out[k++] = (char)c;
+        else
+            k += (size_t)snprintf(out + k, cap - k, "\\x%02x", c);
+    }
+    if (key.len > NOT_OWNER_KEY_SHOWN && k + 4 < cap)
+        k += (size_t)snprintf(out + k, cap - k, "...");
+    out[k] = '\0';
+}
+
+st_code node_not_owner(node_ctx *n, st_err *err, const char *table, st_slice row) {
+    char key[4 * NOT_OWNER_KEY_SHOWN + 8];
+    key_printable(row, key, sizeof key);
+    return st_err_set(err, ST_FAILED_PRECONDITION,
+                      NODE_NOT_OWNER_PREFIX " node %u serves no tablet (or only a moving one) for "
+                      "row '%s' of table %s; refresh the tablet map (ListTablets) and retry",
+                      n->opts.node_num, key, table);
+}
+
+uint64_t node_tablet_new_id(node_ctx *n) {
+    uint64_t counter = node_catalog_next_tablet_id(n->catalog);
+    /* 2^40 tablets per node will not be created; crashing beats reusing an id. */
+    ST_ASSERT(counter < ((uint64_t)1 << NODE_TABLET_ID_COUNTER_BITS));
+    return ((uint64_t)n->opts.node_num << NODE_TABLET_ID_COUNTER_BITS) | counter;
+}
+
+node_tablet *node_tablet_by_id(node_ctx *n, uint64_t id, node_tablets **table) {
+    for (size_t i = 0; i < n->n_tables; i++)
+        for (size_t j = 0; j < n->tables[i].n; j++)
+            if (n->tables[i].v[j].id == id) {
+                if (table)
+                    *table = &n->tables[i];
+                return &n->tables[i].v[j];
+            }
+    return NULL;
+}
+
+void node_tablet_unmap(node_tablets *t, size_t i) {
+    st_buf_free(&t->v[i].start);
+    st_buf_free(&t->v[i].end);
+    memmove(&t->v[i], &t->v[i + 1], (t->n - i - 1) * sizeof *t->v);
+    t->n--;
+}
+
+st_code node_tablet_drop(node_ctx *n, node_tablets *t, size_t i, st_err *err) {
+    uint64_t id = t->v[i].id;
+    node_tablet_unmap(t, i);
+    return sto_tablet_drop(n->db, id, err);
 }
 
 static int tablet_cmp(const void *a, const void *b) {
@@ -60,18 +131,19 @@ static void tablets_free(node_tablets *t) {
     t->n = 0;
 }
 
-/* Adds an entry for a storage tablet to the in-memory map of its table. */
-static st_code map_add(node_tablets *t, sto_tablet *st, const sto_tablet_info *info) {
+st_code node_tablet_map(node_tablets *t, sto_tablet *st) {
+    sto_tablet_info info;
+    sto_tablet_info_get(st, &info);
     node_tablet *v = realloc(t->v, (t->n + 1) * sizeof *v);
     if (!v)
         return ST_RESOURCE_EXHAUSTED;
     t->v = v;
     node_tablet *nt = &v[t->n++];
     memset(nt, 0, sizeof *nt);
-    nt->id = info->id;
+    nt->id = info.id;
     nt->st = st;
-    if (st_buf_append(&nt->start, info->start.data, info->start.len) != ST_OK ||
-        st_buf_append(&nt->end, info->end.data, info->end.len) != ST_OK)
+    if (st_buf_append(&nt->start, info.start.data, info.start.len) != ST_OK ||
+        st_buf_append(&nt->end, info.end.data, info.end.len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     qsort(t->v, t->n, sizeof *t->v, tablet_cmp);
     return ST_OK;
@@ -81,14 +153,15 @@ typedef struct load_state {
     node_ctx *n;
     uint64_t *orphans;
     size_t n_orphans;
-    uint64_t max_id;
+    uint64_t max_counter; /* largest counter part of any id (a node_num change keeps ids apart) */
     st_code rc;
 } load_state;
 
 static void load_one(const sto_tablet_info *info, void *arg) {
     load_state *ls = arg;
-    if (info->id > ls->max_id)
-        ls->max_id = info->id;
+    uint64_t counter = info->id & (((uint64_t)1 << NODE_TABLET_ID_COUNTER_BITS) - 1);
+    if (counter > ls->max_counter)
+        ls->max_counter = counter;
     char name[NODE_TABLE_NAME_MAX + 1];
     snprintf(name, sizeof name, "%.*s", (int)info->table.len, (const char *)info->table.data);
     node_tablets *t = node_tablets_find(ls->n, name);
@@ -102,28 +175,26 @@ static void load_one(const sto_tablet_info *info, void *arg) {
         return;
     }
     if (ls->rc == ST_OK)
-        ls->rc = map_add(t, st, info);
+        ls->rc = node_tablet_map(t, st);
 }
 
-/* Creates one tablet covering all rows of a table, and registers it in the map. */
 st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
                            st_err *err) {
-    uint64_t id = node_catalog_next_tablet_id(n->catalog);
+    uint64_t id = node_tablet_new_id(n);
     st_code rc = node_catalog_save(n->catalog, err);
     sto_tablet *st = NULL;
     if (rc == ST_OK)
         rc = sto_tablet_create(n->db, id, st_slice_cstr(t->name), start, end, &st, err);
     if (rc != ST_OK)
         return rc;
-    sto_tablet_info info;
-    sto_tablet_info_get(st, &info);
-    if (map_add(t, st, &info) != ST_OK)
+    if (node_tablet_map(t, st) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a tablet");
     return ST_OK;
 }
 
 /* Builds the table -> tablets map from the catalog and storage's tablets; drops orphan tablets
- * (a crash between the two records) and gives a table without tablets its first one. */
+ * (a crash between the two records) and, on a standalone node, gives a table without tablets its
+ * first one (a cluster member's tablets come from the internal service only). */
 static st_code load_tablets(node_ctx *n, st_err *err) {
     size_t count = node_catalog_count(n->catalog);
     n->tables = calloc(count ? count : 1, sizeof *n->tables);
@@ -143,11 +214,10 @@ static st_code load_tablets(node_ctx *n, st_err *err) {
     free(ls.orphans);
     if (ls.rc != ST_OK)
         return st_err_set(err, ls.rc, "out of memory loading tablets");
-    while (node_catalog_next_tablet_id(n->catalog) <= ls.max_id) {
-    }
+    node_catalog_reserve_tablet_ids(n->catalog, ls.max_counter);
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < count; i++) {
-        if (n->tables[i].n == 0)
+        if (n->tables[i].n == 0 && !node_in_cluster(n))
             rc = node_tablet_create(n, &n->tables[i], st_slice_make("", 0), st_slice_make("", 0),
                                     err);
         if (rc == ST_OK)
@@ -370,6 +440,29 @@ node_tablets *node_table_or_fail(node_ctx *n, rpc_call *call, const char *table_
 
 /* ---- writes ---- */
 
+node_tablet *node_write_tablet(node_ctx *n, const char *table, st_slice row, st_err *err) {
+    node_tablets *t = node_tablets_find(n, table);
+    if (!t) {
+        st_err_set(err, ST_NOT_FOUND, "table \"%s\" was deleted", table);
+        return NULL;
+    }
+    node_tablet *tab = node_tablet_for_write(t, row);
+    if (!tab)
+        node_not_owner(n, err, table, row);
+    return tab;
+}
+
+st_code node_row_prepare(node_ctx *n, const char *table, sto_row_mut *row, st_err *err) {
+    node_tablet *tab = node_write_tablet(n, table, row->row, err);
+    if (!tab)
+        return err ? err->code : ST_FAILED_PRECONDITION;
+    row->tablet_id = tab->id;
+    row->version = node_next_version(n);
+    row->commit_ts_us = (uint64_t)STO_VERSION_TS_US(row->version);
+    row->origin = n->opts.cluster_num;
+    return ST_OK;
+}
+
 typedef struct write_op {
     node_ctx *n;
     node_write_done_fn done;
@@ -381,6 +474,7 @@ typedef struct write_op {
 static void write_finish_on_loop(void *arg) {
     write_op *op = arg;
     __atomic_fetch_sub(&op->n->writes_in_flight, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&op->n->writes_finished, 1, __ATOMIC_RELAXED);
     op->done(op->n, op->code, op->code == ST_OK ? NULL : op->msg, op->arg);
     free(op);
 }
@@ -396,6 +490,7 @@ static void write_durable(st_code code, uint64_t lsn, const st_err *err, void *a
         /* The post queue is full (RPC_POST_QUEUE_MAX) or memory ran out: the write stands but
          * its caller cannot be told; its call ends when the connection does. */
         st_log(ST_LOG_ERROR, "node", "could not deliver a write completion to the loop");
+        __atomic_fetch_add(&op->n->writes_finished, 1, __ATOMIC_RELAXED);
         __atomic_fetch_sub(&op->n->writes_in_flight, 1, __ATOMIC_RELAXED);
         free(op);
     }
@@ -416,6 +511,8 @@ st_code node_write(node_ctx *n, const sto_row_mut *rows, size_t count, st_err *e
     if (rc != ST_OK) {
         __atomic_fetch_sub(&n->writes_in_flight, 1, __ATOMIC_RELAXED);
         free(op);
+    } else {
+        n->writes_started++;
     }
     return rc;
 }
@@ -439,11 +536,15 @@ static st_code open_storage(node_ctx *n, st_err *err) {
 }
 
 st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out, st_err *err) {
+    if (opts->node_num > NODE_NUM_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "node number %u is over the maximum %u",
+                          opts->node_num, NODE_NUM_MAX);
     node_ctx *n = calloc(1, sizeof *n);
     if (!n)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
     n->opts = *opts;
     n->base = base;
+    n->start_us = st_mono_us();
     snprintf(n->data_dir, sizeof n->data_dir, "%s", opts->data_dir);
     st_env *env = st_env_posix();
     st_code rc = env->ops->mkdirs(env, n->data_dir, err);
@@ -461,17 +562,40 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     }
     if (rc == ST_OK)
         rc = rpc_server_listen(n->rpc, opts->listen_host, opts->listen_port, &n->port, err);
+    if (rc == ST_OK)
+        rc = node_split_timer_start(n, err);
     if (rc != ST_OK) {
         node_close(n);
         return rc;
     }
-    st_log(ST_LOG_INFO, "node", "serving data=%s listen=%s:%u tables=%zu", n->data_dir,
-           opts->listen_host, n->port, n->n_tables);
+    st_log(ST_LOG_INFO, "node", "serving data=%s listen=%s:%u tables=%zu node_num=%u",
+           n->data_dir, opts->listen_host, n->port, n->n_tables, opts->node_num);
     *out = n;
     return ST_OK;
 }
 
 uint16_t node_port(const node_ctx *n) { return n->port; }
+
+bool node_parse_addr(const char *s, char *host, size_t host_cap, uint16_t *port) {
+    const char *colon = strrchr(s, ':');
+    if (!colon)
+        return false;
+    size_t hl = (size_t)(colon - s);
+    if (hl >= host_cap)
+        return false;
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end || p < 0 || p > 65535)
+        return false;
+    *port = (uint16_t)p;
+    return true;
+}
 
 void node_close(node_ctx *n) {
     if (!n)
@@ -480,6 +604,8 @@ void node_close(node_ctx *n) {
      * posted to the server, so it must outlive them). Then the server goes, which cancels every
      * call; one more loop pass lets cancelled scans free their snapshots; then storage closes. */
     n->closing = true;
+    node_split_timer_stop(n);
+    node_moves_abort(n);
     while (n->rpc && __atomic_load_n(&n->writes_in_flight, __ATOMIC_RELAXED) > 0)
         event_base_loop(n->base, EVLOOP_ONCE);
     if (n->rpc) {

@@ -7,7 +7,8 @@
  * admin.c (table admin API), mutate.c (MutateRow(s), CheckAndMutateRow, ReadModifyWriteRow,
  * SampleRowKeys, PingAndWarm), rowlock.c (per-row ordering for read-modify-write),
  * read.c (ReadRows: row sets, chunk protocol, filters, flow control), filter_pb.c (RowFilter
- * protobuf -> node_filter). */
+ * protobuf -> node_filter), internal.c (the strata.internal.v1.Node service), split.c (tablet
+ * splits, size-based splits), move.c (MoveTablet: copying a tablet to another node). */
 #ifndef NODE_INTERNAL_H
 #define NODE_INTERNAL_H
 
@@ -34,13 +35,22 @@ typedef struct node_tablet {
     uint64_t id;
     sto_tablet *st;
     st_buf start, end; /* [start, end); empty end = unbounded */
+    bool moving;  /* MoveTablet is copying it away: writes get strata-not-owner, reads work */
+    bool written; /* written since the size-based split check last looked at it */
 } node_tablet;
 
 typedef struct node_tablets {
     char name[NODE_TABLE_NAME_MAX + 1];
-    node_tablet *v; /* sorted by start, contiguous, covering all rows */
+    /* Sorted by start, never overlapping. A standalone node's tablets cover all rows; a cluster
+     * member's may leave gaps (rows served by other nodes), or be none at all. */
+    node_tablet *v;
     size_t n;
 } node_tablets;
+
+/* Tablet ids: (node_num << NODE_TABLET_ID_COUNTER_BITS) | a per-node counter (the catalog's). */
+#define NODE_TABLET_ID_COUNTER_BITS 40
+/* grpc-message prefix of the ownership error (proto/pb/strata/internal/v1/node.proto). */
+#define NODE_NOT_OWNER_PREFIX "strata-not-owner:"
 
 struct node_ctx {
     node_opts opts;
@@ -56,14 +66,50 @@ struct node_ctx {
     struct node_rowlocks *rowlocks;
     bool closing;
     uint64_t writes_in_flight; /* node_write calls whose completion has not run yet */
+    /* node_write calls started / completed (loop thread; storage completes them in order), so a
+     * move can wait for the writes that passed its ownership check before it snapshots. */
+    uint64_t writes_started, writes_finished;
+    int64_t start_us;             /* st_mono_us at open (GetStatus uptime) */
+    struct event *split_timer;    /* size-based split checks; NULL when split_bytes is 0 */
+    struct node_move *moves;      /* MoveTablet copies in progress (move.c) */
 };
 
 /* Tablets of a table; NULL if the table is unknown. */
 node_tablets *node_tablets_find(node_ctx *n, const char *table);
-/* The tablet covering row (never NULL for a known table). */
+/* The local tablet covering row; NULL when none does (a cluster member's gap). */
 node_tablet *node_tablet_for_row(node_tablets *t, st_slice row);
-/* Index of the first tablet whose range may contain rows >= key. */
+/* The tablet a write of row goes to: as node_tablet_for_row, but NULL for a moving tablet too;
+ * marks the tablet written (size-based splits look at written tablets only). */
+node_tablet *node_tablet_for_write(node_tablets *t, st_slice row);
+/* Index of the last tablet whose start <= key (0 when none is; t->n must be > 0). */
 size_t node_tablet_index(node_tablets *t, st_slice key);
+/* Sets err to FAILED_PRECONDITION "strata-not-owner: ..." naming the table and row (or the
+ * start of a range); returns the code. */
+st_code node_not_owner(node_ctx *n, st_err *err, const char *table, st_slice row);
+/* True for a cluster member (node_num != 0): no automatic first tablet, gaps allowed. */
+bool node_in_cluster(const node_ctx *n);
+/* A fresh tablet id, unique across the instance; the catalog must be saved before it is used. */
+uint64_t node_tablet_new_id(node_ctx *n);
+/* The tablet with this id and its table; NULL when absent. */
+node_tablet *node_tablet_by_id(node_ctx *n, uint64_t id, node_tablets **table);
+/* Adds a storage tablet to its table's map (RESOURCE_EXHAUSTED when out of memory). */
+st_code node_tablet_map(node_tablets *t, sto_tablet *st);
+/* Removes map entry i (storage's tablet is the caller's business). */
+void node_tablet_unmap(node_tablets *t, size_t i);
+/* Drops map entry i and its storage tablet. */
+st_code node_tablet_drop(node_ctx *n, node_tablets *t, size_t i, st_err *err);
+/* Splits tablet i of t at key (empty = sto_tablet_mid_key) into two tablets with fresh ids
+ * (ids[0] left, ids[1] right; may be NULL). FAILED_PRECONDITION for a moving tablet or one with
+ * too few rows, INVALID_ARGUMENT for a key outside (start, end). Pointers into t->v are
+ * invalidated. */
+st_code node_tablet_split(node_ctx *n, node_tablets *t, size_t i, st_slice key, uint64_t ids[2],
+                          st_err *err);
+/* Size-based splits (split.c): starts the check timer when split_bytes is set; stop is safe to
+ * call twice. */
+st_code node_split_timer_start(node_ctx *n, st_err *err);
+void node_split_timer_stop(node_ctx *n);
+/* Ends every move in progress (node_close): they fail, their tablets stay here. */
+void node_moves_abort(node_ctx *n);
 /* Pushes a table's family GC rules to all its tablets (after open and ModifyColumnFamilies). */
 st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err);
 /* Creates a storage tablet [start, end) for the table and adds it to the map. */
@@ -111,6 +157,13 @@ typedef void (*node_write_done_fn)(node_ctx *n, st_code code, const char *msg, v
 st_code node_write(node_ctx *n, const sto_row_mut *rows, size_t count, st_err *err,
                    node_write_done_fn done, void *arg);
 
+/* The local tablet a write of row goes to (node_tablet_for_write); NULL with err NOT_FOUND when
+ * the table is gone, or strata-not-owner when no writable local tablet holds the row. */
+node_tablet *node_write_tablet(node_ctx *n, const char *table, st_slice row, st_err *err);
+/* Fills in what a row mutation gets at commit: its tablet (as node_write_tablet, same errors), a
+ * fresh version, the commit time and the origin. */
+st_code node_row_prepare(node_ctx *n, const char *table, sto_row_mut *row, st_err *err);
+
 /* Converts one data-API mutation to storage's form; strings point into the protobuf message.
  * server_ts_us resolves SetCell timestamp -1. INVALID_ARGUMENT with a message for a bad one
  * (the code for an unknown family follows the emulator; see mutate.c). */
@@ -141,9 +194,9 @@ typedef struct node_row_cell {
     st_slice family, qualifier, value;
     int64_t ts_us;
 } node_row_cell;
-/* Reads the visible cells of one row (copies into arena). */
-st_code node_read_row(node_ctx *n, node_tablets *t, st_slice row, st_arena *arena,
-                      node_row_cell **cells, size_t *n_cells, st_err *err);
+/* Reads the visible cells of one row of tablet tab (copies into arena). */
+st_code node_read_row(node_tablet *tab, st_slice row, st_arena *arena, node_row_cell **cells,
+                      size_t *n_cells, st_err *err);
 
 /* ---- handlers (server.c registers them; arg is the node_ctx) ---- */
 void node_h_read_rows(rpc_call *call, st_slice req, void *arg);
@@ -162,6 +215,16 @@ void node_h_modify_column_families(rpc_call *call, st_slice req, void *arg);
 void node_h_drop_row_range(rpc_call *call, st_slice req, void *arg);
 void node_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg);
 void node_h_check_consistency(rpc_call *call, st_slice req, void *arg);
+
+/* strata.internal.v1.Node (internal.c, move.c) */
+void node_h_get_status(rpc_call *call, st_slice req, void *arg);
+void node_h_put_table(rpc_call *call, st_slice req, void *arg);
+void node_h_drop_table(rpc_call *call, st_slice req, void *arg);
+void node_h_list_tablets(rpc_call *call, st_slice req, void *arg);
+void node_h_create_tablet(rpc_call *call, st_slice req, void *arg);
+void node_h_drop_tablet(rpc_call *call, st_slice req, void *arg);
+void node_h_split_tablet(rpc_call *call, st_slice req, void *arg);
+void node_h_move_tablet(rpc_call *call, st_slice req, void *arg);
 
 st_code node_server_register(node_ctx *n, st_err *err);
 

@@ -186,7 +186,7 @@ static st_code flush(read_state *r) {
 
 static st_code open_next_piece(read_state *r, st_err *err) {
     node_tablets *t = node_tablets_find(r->n, r->table);
-    if (t == NULL || t->n == 0)
+    if (t == NULL)
         return st_err_set(err, ST_NOT_FOUND, "table \"%s\" was deleted during the read",
                           r->table);
     node_key_range piece;
@@ -194,6 +194,8 @@ static st_code open_next_piece(read_state *r, st_err *err) {
     st_code rc = node_scan_next(&r->scan, t->v, t->n, &piece, &i);
     if (rc == ST_NOT_FOUND)
         return rc;
+    if (rc == ST_FAILED_PRECONDITION) /* the tablet moved away during the read */
+        return node_not_owner(r->n, err, r->table, piece.start);
     if (rc != ST_OK)
         return st_err_set(err, rc, "out of memory planning the read");
     node_tablet *tab = &t->v[i];
@@ -439,6 +441,19 @@ static void read_turn(read_state *r) {
 
 /* ---- the handler ---- */
 
+/* Every row of the row set must be held here; otherwise strata-not-owner before any data. */
+static st_code check_owned(read_state *r, node_tablets *t, st_err *err) {
+    st_buf key;
+    st_buf_init(&key);
+    st_code rc = node_scan_uncovered(&r->rs, t->v, t->n, &key);
+    if (rc == ST_FAILED_PRECONDITION)
+        node_not_owner(r->n, err, r->table, st_buf_slice(&key));
+    else if (rc != ST_OK)
+        st_err_set(err, rc, "out of memory planning the read");
+    st_buf_free(&key);
+    return rc;
+}
+
 static st_code check_request(node_ctx *n, rpc_call *call,
                              const Google__Bigtable__V2__ReadRowsRequest *req, st_err *err) {
     (void)n;
@@ -490,7 +505,8 @@ void node_h_read_rows(rpc_call *call, st_slice bytes, void *arg) {
         node_fail(call, err.code, "%s", err.msg);
         return;
     }
-    if (node_table_or_fail(n, call, req->table_name, NULL) == NULL)
+    node_tablets *t = node_table_or_fail(n, call, req->table_name, NULL);
+    if (t == NULL)
         return;
     read_state *r = read_state_new(n, call, req);
     if (r == NULL) {
@@ -500,6 +516,8 @@ void node_h_read_rows(rpc_call *call, st_slice bytes, void *arg) {
     st_code rc = node_rowset_from_pb(req->rows, rpc_call_arena(call), &r->rs, &err);
     if (rc == ST_OK)
         rc = node_filter_from_pb(req->filter, rpc_call_arena(call), &r->filter, &err);
+    if (rc == ST_OK)
+        rc = check_owned(r, t, &err);
     if (rc != ST_OK) {
         read_end(r, err.code, err.msg);
         return;

@@ -79,12 +79,17 @@ typedef struct node_scan {
 void node_scan_init(node_scan *s, const node_rowset *rs, bool reversed);
 void node_scan_deinit(node_scan *s);
 /* The next piece: the part of the current range inside one tablet of v[0..n) (sorted by start,
- * contiguous, covering all rows). Its slices are valid until the next call. Returns ST_OK with
- * *tablet = the tablet's index, ST_NOT_FOUND when the row set is exhausted, ST_RESOURCE_EXHAUSTED
- * when memory runs out. The scan moves past the piece at once: read it fully before the next
- * call. */
+ * not overlapping, maybe with gaps, maybe none). Its slices are valid until the next call.
+ * Returns ST_OK with *tablet = the tablet's index, ST_NOT_FOUND when the row set is exhausted,
+ * ST_FAILED_PRECONDITION when no tablet holds the rows next to the scan's position (a gap; that
+ * position is piece->start, and the scan stays there), ST_RESOURCE_EXHAUSTED when memory runs
+ * out. The scan moves past the piece at once: read it fully before the next call. */
 st_code node_scan_next(node_scan *s, const node_tablet *v, size_t n, node_key_range *piece,
                        size_t *tablet);
+/* Whether v[0..n) holds every row of rs: ST_OK, or ST_FAILED_PRECONDITION with the first
+ * uncovered position copied to key (ReadRows answers strata-not-owner before sending anything),
+ * or ST_RESOURCE_EXHAUSTED. */
+st_code node_scan_uncovered(const node_rowset *rs, const node_tablet *v, size_t n, st_buf *key);
 
 /* ---- the chunk encoder ---- */
 /* Bytes node_read_encode_row appends for this row. */

@@ -157,7 +157,7 @@ static st_code set_buf(st_buf *b, st_slice v) {
 static st_slice tablet_start(const node_tablet *t) { return st_buf_slice(&t->start); }
 static st_slice tablet_end(const node_tablet *t) { return st_buf_slice(&t->end); }
 
-/* Largest i with v[i].start <= key (strict: < key). v[0].start is empty, so i exists. */
+/* Largest i with v[i].start <= key (strict: < key); 0 when there is none (callers check). */
 static size_t tablet_find(const node_tablet *v, size_t n, st_slice key, bool strict) {
     size_t lo = 0, hi = n; /* answer in [lo, hi) */
     while (hi - lo > 1) {
@@ -179,11 +179,20 @@ static st_code piece_set(node_scan *s, st_slice lo, st_slice hi, node_key_range 
     return ST_OK;
 }
 
+/* No tablet holds the rows next to key: report key as piece->start. */
+static st_code uncovered(node_scan *s, st_slice key, node_key_range *piece) {
+    st_code rc = piece_set(s, key, st_slice_make("", 0), piece);
+    return rc == ST_OK ? ST_FAILED_PRECONDITION : rc;
+}
+
 static st_code scan_next_forward(node_scan *s, const node_tablet *v, size_t n,
                                  node_key_range *piece, size_t *tablet) {
     const node_key_range *r = &s->rs->v[s->done];
     st_slice lo = s->has_pos ? st_buf_slice(&s->pos) : r->start;
-    size_t i = tablet_find(v, n, lo, false);
+    size_t i = n ? tablet_find(v, n, lo, false) : 0;
+    if (n == 0 || st_slice_cmp(tablet_start(&v[i]), lo) > 0 ||
+        (tablet_end(&v[i]).len > 0 && st_slice_cmp(lo, tablet_end(&v[i])) >= 0))
+        return uncovered(s, lo, piece);
     st_slice te = tablet_end(&v[i]);
     st_slice hi = end_cmp(te, r->end) < 0 ? te : r->end;
     if (piece_set(s, lo, hi, piece) != ST_OK)
@@ -204,7 +213,11 @@ static st_code scan_next_reverse(node_scan *s, const node_tablet *v, size_t n,
                                  node_key_range *piece, size_t *tablet) {
     const node_key_range *r = &s->rs->v[s->rs->n - 1 - s->done];
     st_slice hi = s->has_pos ? st_buf_slice(&s->pos) : r->end;
-    size_t i = hi.len == 0 ? n - 1 : tablet_find(v, n, hi, true);
+    size_t i = n == 0 ? 0 : hi.len == 0 ? n - 1 : tablet_find(v, n, hi, true);
+    if (n == 0 || (hi.len > 0 && st_slice_cmp(tablet_start(&v[i]), hi) >= 0))
+        return uncovered(s, hi, piece);
+    if (end_cmp(tablet_end(&v[i]), hi) < 0) /* a gap between the tablet's end and hi */
+        return uncovered(s, tablet_end(&v[i]), piece);
     st_slice ts = tablet_start(&v[i]);
     st_slice lo = st_slice_cmp(ts, r->start) > 0 ? ts : r->start;
     if (piece_set(s, lo, hi, piece) != ST_OK)
@@ -223,7 +236,6 @@ static st_code scan_next_reverse(node_scan *s, const node_tablet *v, size_t n,
 
 st_code node_scan_next(node_scan *s, const node_tablet *v, size_t n, node_key_range *piece,
                        size_t *tablet) {
-    ST_ASSERT(n > 0);
     while (s->done < s->rs->n) {
         st_code rc = s->reversed ? scan_next_reverse(s, v, n, piece, tablet)
                                  : scan_next_forward(s, v, n, piece, tablet);
@@ -233,6 +245,20 @@ st_code node_scan_next(node_scan *s, const node_tablet *v, size_t n, node_key_ra
             return ST_OK;
     }
     return ST_NOT_FOUND;
+}
+
+st_code node_scan_uncovered(const node_rowset *rs, const node_tablet *v, size_t n, st_buf *key) {
+    node_scan s;
+    node_scan_init(&s, rs, false);
+    node_key_range piece;
+    size_t i;
+    st_code rc;
+    while ((rc = node_scan_next(&s, v, n, &piece, &i)) == ST_OK) {
+    }
+    if (rc == ST_FAILED_PRECONDITION && set_buf(key, piece.start) != ST_OK)
+        rc = ST_RESOURCE_EXHAUSTED;
+    node_scan_deinit(&s);
+    return rc == ST_NOT_FOUND ? ST_OK : rc;
 }
 
 /* ---- the chunk encoder (protobuf wire format, written by hand so values are copied once,

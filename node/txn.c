@@ -11,13 +11,12 @@
 
 /* ---- reading one row ---- */
 
-st_code node_read_row(node_ctx *n, node_tablets *t, st_slice row, st_arena *arena,
-                      node_row_cell **cells, size_t *n_cells, st_err *err) {
-    (void)n;
+st_code node_read_row(node_tablet *tab, st_slice row, st_arena *arena, node_row_cell **cells,
+                      size_t *n_cells, st_err *err) {
     *cells = NULL;
     *n_cells = 0;
     sto_snapshot *snap;
-    st_code rc = sto_snapshot_new(node_tablet_for_row(t, row)->st, &snap, err);
+    st_code rc = sto_snapshot_new(tab->st, &snap, err);
     if (rc != ST_OK)
         return rc;
     sto_range range = {.start = row, .end = row, .end_inclusive = true};
@@ -90,12 +89,12 @@ static void cam_durable(node_ctx *n, st_code code, const char *msg, void *arg) {
 }
 
 /* Evaluates the predicate on the row as it is now. */
-static st_code cam_match(node_ctx *n, node_tablets *t, cam_op *op, st_err *err) {
+static st_code cam_match(node_tablet *tab, cam_op *op, st_err *err) {
     st_arena scratch;
     st_arena_init(&scratch, 64 << 10);
     node_row_cell *cells;
     size_t count;
-    st_code rc = node_read_row(n, t, op->row, &scratch, &cells, &count, err);
+    st_code rc = node_read_row(tab, op->row, &scratch, &cells, &count, err);
     node_cell *nc = rc == ST_OK ? st_arena_alloc(&scratch, (count + 1) * sizeof *nc) : NULL;
     if (rc == ST_OK && !nc)
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -118,9 +117,8 @@ static st_code cam_match(node_ctx *n, node_tablets *t, cam_op *op, st_err *err) 
 static void cam_locked(node_ctx *n, void *arg) {
     cam_op *op = arg;
     st_err err = {0};
-    node_tablets *t = node_tablets_find(n, op->table);
-    st_code rc = t ? cam_match(n, t, op, &err)
-                   : st_err_set(&err, ST_NOT_FOUND, "table \"%s\" was deleted", op->table);
+    node_tablet *tab = node_write_tablet(n, op->table, op->row, &err);
+    st_code rc = tab ? cam_match(tab, op, &err) : err.code;
     size_t count = op->matched ? op->n_true : op->n_false;
     if (rc == ST_OK && count == 0) {
         node_rowlock_release(n, op->table, op->row);
@@ -128,11 +126,11 @@ static void cam_locked(node_ctx *n, void *arg) {
         return cam_reply(op);
     }
     if (rc == ST_OK) {
-        sto_row_mut row = {.tablet_id = node_tablet_for_row(t, op->row)->id, .row = op->row,
-                           .muts = op->matched ? op->on_true : op->on_false, .n_muts = count,
-                           .version = node_next_version(n), .origin = n->opts.cluster_num};
-        row.commit_ts_us = (uint64_t)STO_VERSION_TS_US(row.version);
-        rc = node_write(n, &row, 1, &err, cam_durable, op);
+        sto_row_mut row = {.row = op->row, .muts = op->matched ? op->on_true : op->on_false,
+                           .n_muts = count};
+        rc = node_row_prepare(n, op->table, &row, &err);
+        if (rc == ST_OK)
+            rc = node_write(n, &row, 1, &err, cam_durable, op);
         if (rc == ST_OK)
             return;
     }
@@ -350,9 +348,8 @@ static void rmw_locked(node_ctx *n, void *arg) {
     st_arena_init(&scratch, 64 << 10);
     node_row_cell *cells = NULL;
     size_t count = 0;
-    node_tablets *t = node_tablets_find(n, op->table);
-    st_code rc = t ? node_read_row(n, t, op->row, &scratch, &cells, &count, &err)
-                   : st_err_set(&err, ST_NOT_FOUND, "table \"%s\" was deleted", op->table);
+    node_tablet *tab = node_write_tablet(n, op->table, op->row, &err);
+    st_code rc = tab ? node_read_row(tab, op->row, &scratch, &cells, &count, &err) : err.code;
     if (rc == ST_OK)
         rc = rmw_apply(n, op, cells, count, &err);
     st_arena_deinit(&scratch);
@@ -364,11 +361,10 @@ static void rmw_locked(node_ctx *n, void *arg) {
             muts[i] = (sto_mut){.type = STO_MUT_SET_CELL, .family = op->res[i].family,
                                 .qualifier = op->res[i].qualifier, .ts_us = op->res[i].ts_us,
                                 .value = st_buf_slice(&op->res[i].value)};
-        sto_row_mut row = {.tablet_id = node_tablet_for_row(t, op->row)->id, .row = op->row,
-                           .muts = muts, .n_muts = op->n_res, .version = node_next_version(n),
-                           .origin = n->opts.cluster_num};
-        row.commit_ts_us = (uint64_t)STO_VERSION_TS_US(row.version);
-        rc = node_write(n, &row, 1, &err, rmw_durable, op);
+        sto_row_mut row = {.row = op->row, .muts = muts, .n_muts = op->n_res};
+        rc = node_row_prepare(n, op->table, &row, &err);
+        if (rc == ST_OK)
+            rc = node_write(n, &row, 1, &err, rmw_durable, op);
         if (rc == ST_OK)
             return;
     }
@@ -453,8 +449,9 @@ void node_h_sample_row_keys(rpc_call *call, st_slice req_bytes, void *arg) {
     node_tablets *t = node_table_or_fail(n, call, req->table_name, NULL);
     if (!t)
         return;
-    /* Each tablet's internal samples, then its end key: the row keys split the table into pieces
-     * of roughly known size; the last response has an empty key and the total. */
+    /* Each local tablet's internal samples, then its end key: the row keys split the table into
+     * pieces of roughly known size; the last response has an empty key and the total. A cluster
+     * member answers for its own tablets only (a router merges the answers of the owners). */
     sample_state s = {.call = call, .rc = ST_OK};
     st_err err = {0};
     for (size_t i = 0; i < t->n && s.rc == ST_OK; i++) {
@@ -464,7 +461,7 @@ void node_h_sample_row_keys(rpc_call *call, st_slice req_bytes, void *arg) {
         sto_tablet_info info;
         sto_tablet_info_get(t->v[i].st, &info);
         s.base_bytes += info.approx_bytes;
-        if (i + 1 < t->n)
+        if (t->v[i].end.len > 0)
             sample_send(call, st_buf_slice(&t->v[i].end), s.base_bytes, &s.rc);
     }
     sample_send(call, st_slice_make("", 0), s.base_bytes, &s.rc);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "instance.h"
 
 typedef int (*strata_cmd_fn)(int argc, char **argv); /* argv[0] is the command name */
 
@@ -18,6 +19,9 @@ static int cmd_help(int argc, char **argv);
 
 static const strata_cmd commands[] = {
     {"bench", ops_bench_main, "load-test a Bigtable endpoint (Strata or the emulator)"},
+    {"up", ops_up_main, "start a local instance (2 clusters x 3 nodes + router on :8086)"},
+    {"down", ops_down_main, "stop a local instance (data kept; --purge deletes it)"},
+    {"status", ops_status_main, "show a local instance's clusters, nodes, tablets and health"},
     {"help", cmd_help, "list the commands, or `strata help CMD` for one"},
 };
 #define COMMANDS_COUNT (sizeof(commands) / sizeof(commands[0]))

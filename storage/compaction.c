@@ -251,7 +251,7 @@ static size_t select_inputs(sto_db *db, sto_tablet *t, bool force_all, sto_tsst 
     size_t n = t->n_ssts;
     sto_tsst *all = malloc((n ? n : 1) * sizeof *all);
     bool ok = all && !t->broken;
-    if (ok)
+    if (ok && n)
         memcpy(all, t->ssts, n * sizeof *all);
     pthread_mutex_unlock(&t->mu);
     size_t k = n;

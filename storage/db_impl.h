@@ -127,7 +127,7 @@ struct sto_db {
     /* under meta_mu */
     sto_file **obsolete; /* unreferenced files awaiting a successful manifest write */
     size_t n_obsolete, cap_obsolete;
-    bool manifest_dirty;
+    atomic_bool manifest_dirty; /* also peeked without meta_mu by the workers */
     pthread_t *workers;
     int n_workers;
     atomic_uint_fast64_t applied_lsn; /* last record applied to memtables */

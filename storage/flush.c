@@ -219,9 +219,9 @@ static bool any_imm_locked(sto_db *db) {
 }
 
 void sto_flush_check_pressure(sto_db *db) {
-    if (db->manifest_dirty) { /* racy peek; rechecked under meta_mu */
+    if (atomic_load(&db->manifest_dirty)) { /* peek; rechecked under meta_mu */
         pthread_mutex_lock(&db->meta_mu);
-        if (db->manifest_dirty) {
+        if (atomic_load(&db->manifest_dirty)) {
             st_err e;
             sto_manifest_write(db, NULL, NULL, &e);
         }

@@ -233,11 +233,11 @@ st_code sto_manifest_write(sto_db *db, sto_mf_edit_fn edit, void *arg, st_err *e
     if (rc == ST_OK)
         rc = st_env_write_atomic(db->env, path, out.data, out.len, err);
     if (rc == ST_OK) {
-        db->manifest_dirty = false;
+        atomic_store(&db->manifest_dirty, false);
         sto_db_release_obsolete(db);
         trim_log(db, &st);
     } else {
-        db->manifest_dirty = true;
+        atomic_store(&db->manifest_dirty, true);
         st_log(ST_LOG_WARN, "storage", "event=manifest_write_failed code=%s msg=\"%s\"",
                st_code_name(rc), err ? err->msg : "");
     }

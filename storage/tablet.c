@@ -753,7 +753,8 @@ static st_code collect_points(sto_tablet *t, points *ps, st_err *err) {
     sto_snapshot_free(s);
     if (ps->oom)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory sampling row keys");
-    qsort(ps->p, ps->n, sizeof *ps->p, cmp_point);
+    if (ps->n)
+        qsort(ps->p, ps->n, sizeof *ps->p, cmp_point);
     return ST_OK;
 }
 

@@ -27,7 +27,7 @@
 #define DIFF_OPS_DEFAULT 2000
 #define DIFF_FAILURES_MAX 10 /* stop after this many differences: state has likely diverged */
 #define DIFF_FILTER_DEPTH_MAX 3
-#define DIFF_TS_STEPS 10        /* explicit timestamps are 0, 1000, ..., 10000 */
+#define DIFF_TS_STEPS 10                   /* explicit timestamps are 0, 1000, ..., 10000 */
 #define DIFF_SERVER_TS_MIN 1000000000000LL /* above any explicit timestamp: server-assigned */
 /* Sink is generated only where the emulator implements it like Cloud Bigtable (docs/testing.md). */
 #define SINK_ENABLED 0
@@ -52,12 +52,12 @@ static const char *const VALUES[] = {"", "a", "b", "v0", "v1", "v2", "v3", "v9",
 #define N_VALUES (sizeof VALUES / sizeof VALUES[0])
 
 /* No empty row regex: Cloud Bigtable rejects it, the emulator only when it reaches it on a row. */
-static const char *const ROW_REGEX[] = {"a", "b.*", "[a-c]", ".*a.*", "r\\d", "c.", "(a|d)",
-                                        "b+", ".*", "r[^1]"};
+static const char *const ROW_REGEX[] = {"a",  "b.*",   "[a-c]", ".*a.*", "r\\d",
+                                        "c.", "(a|d)", "b+",    ".*",    "r[^1]"};
 static const char *const FAM_REGEX[] = {"cf1", "cf[12]", "cf.*", ".*3", "x", "cf2|cf3"};
 static const char *const QUAL_REGEX[] = {"a", "a.*", "", ".*", "[bc]", "a|b", ".+"};
-static const char *const VAL_REGEX[] = {"v.*", "v[0-4]", ".*", "", "a", "zz.zz", "zz\\nzz",
-                                        "[ab]?", ".*9"};
+static const char *const VAL_REGEX[] = {"v.*",   "v[0-4]",  ".*",    "",   "a",
+                                        "zz.zz", "zz\\nzz", "[ab]?", ".*9"};
 static const char *const LABELS[] = {"la", "lb", "x-1"};
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -77,8 +77,12 @@ typedef struct run {
     st_buf out[2];
 } run;
 
-static uint64_t rnd(run *r, uint64_t n) { return st_rng_below(&r->rng, n); }
-static bool chance(run *r, unsigned pct) { return rnd(r, 100) < pct; }
+static uint64_t rnd(run *r, uint64_t n) {
+    return st_rng_below(&r->rng, n);
+}
+static bool chance(run *r, unsigned pct) {
+    return rnd(r, 100) < pct;
+}
 
 static void descf(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void descf(run *r, const char *fmt, ...) {
@@ -108,17 +112,29 @@ static void outf(st_buf *b, const char *fmt, ...) {
         st_buf_append(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-static st_slice key_at(size_t i) { return st_slice_make(KEYS[i], KEY_LENS[i]); }
-static st_slice rnd_key(run *r) { return key_at(rnd(r, N_KEYS)); }
+static st_slice key_at(size_t i) {
+    return st_slice_make(KEYS[i], KEY_LENS[i]);
+}
+static st_slice rnd_key(run *r) {
+    return key_at(rnd(r, N_KEYS));
+}
 static st_slice rnd_any_key(run *r) {
     if (chance(r, 80))
         return rnd_key(r);
     return st_slice_cstr(MISSING_KEYS[1 + rnd(r, N_MISSING - 1)]);
 }
-static int64_t rnd_ts(run *r) { return 1000 * (int64_t)rnd(r, DIFF_TS_STEPS + 1); }
-static const char *rnd_fam(run *r) { return FAMS[rnd(r, N_FAMS)]; }
-static st_slice rnd_qual(run *r) { return st_slice_cstr(QUALS[rnd(r, N_QUALS)]); }
-static st_slice rnd_value(run *r) { return st_slice_cstr(VALUES[rnd(r, N_VALUES)]); }
+static int64_t rnd_ts(run *r) {
+    return 1000 * (int64_t)rnd(r, DIFF_TS_STEPS + 1);
+}
+static const char *rnd_fam(run *r) {
+    return FAMS[rnd(r, N_FAMS)];
+}
+static st_slice rnd_qual(run *r) {
+    return st_slice_cstr(QUALS[rnd(r, N_QUALS)]);
+}
+static st_slice rnd_value(run *r) {
+    return st_slice_cstr(VALUES[rnd(r, N_VALUES)]);
+}
 
 /* ---- comparing ---- */
 
@@ -128,8 +144,7 @@ static void report(run *r, const char *what) {
             "DIFFERENCE #%d at operation %d (seed %" PRIu64 ", replay with STRATA_SEED=%" PRIu64
             "): %s\n  operation: %.*s\n  --- strata-node:\n%.*s  --- emulator:\n%.*s\n",
             r->failed, r->op, r->seed, r->seed, what, (int)r->desc.len, (char *)r->desc.data,
-            (int)r->out[0].len, (char *)r->out[0].data, (int)r->out[1].len,
-            (char *)r->out[1].data);
+            (int)r->out[0].len, (char *)r->out[0].data, (int)r->out[1].len, (char *)r->out[1].data);
 }
 
 /* Compares the two sides' transcripts of the current operation. */
@@ -155,7 +170,9 @@ static void begin_op(run *r) {
     st_buf_reset(&r->out[1]);
 }
 
-static void out_code(st_buf *b, st_code rc) { outf(b, "status %s\n", st_code_name(rc)); }
+static void out_code(st_buf *b, st_code rc) {
+    outf(b, "status %s\n", st_code_name(rc));
+}
 
 /* ---- filters ---- */
 
@@ -227,7 +244,8 @@ static bt_filter *gen_condition(run *r, int depth, fctx cx, fprops *p) {
 }
 
 static bt_filter *gen_column_range(run *r) {
-    bt_filter *f = bt_filter_new(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_COLUMN_RANGE_FILTER);
+    bt_filter *f =
+        bt_filter_new(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_COLUMN_RANGE_FILTER);
     Google__Bigtable__V2__ColumnRange *c = st_arena_alloc(&r->a, sizeof *c);
     google__bigtable__v2__column_range__init(c);
     c->family_name = (char *)rnd_fam(r);
@@ -238,15 +256,16 @@ static bt_filter *gen_column_range(run *r) {
         hi = t;
     }
     if (chance(r, 70)) {
-        c->start_qualifier_case = chance(r, 50)
-            ? GOOGLE__BIGTABLE__V2__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_CLOSED
-            : GOOGLE__BIGTABLE__V2__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_OPEN;
+        c->start_qualifier_case =
+            chance(r, 50)
+                ? GOOGLE__BIGTABLE__V2__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_CLOSED
+                : GOOGLE__BIGTABLE__V2__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_OPEN;
         c->start_qualifier_closed = (ProtobufCBinaryData){lo.len, (uint8_t *)lo.data};
     }
     if (chance(r, 70)) {
-        c->end_qualifier_case = chance(r, 50)
-            ? GOOGLE__BIGTABLE__V2__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_CLOSED
-            : GOOGLE__BIGTABLE__V2__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_OPEN;
+        c->end_qualifier_case =
+            chance(r, 50) ? GOOGLE__BIGTABLE__V2__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_CLOSED
+                          : GOOGLE__BIGTABLE__V2__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_OPEN;
         c->end_qualifier_closed = (ProtobufCBinaryData){hi.len, (uint8_t *)hi.data};
     }
     f->column_range_filter = c;
@@ -254,7 +273,8 @@ static bt_filter *gen_column_range(run *r) {
 }
 
 static bt_filter *gen_ts_range(run *r) {
-    bt_filter *f = bt_filter_new(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_TIMESTAMP_RANGE_FILTER);
+    bt_filter *f =
+        bt_filter_new(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_TIMESTAMP_RANGE_FILTER);
     Google__Bigtable__V2__TimestampRange *t = st_arena_alloc(&r->a, sizeof *t);
     google__bigtable__v2__timestamp_range__init(t);
     int64_t a = rnd_ts(r), b = rnd_ts(r);
@@ -265,7 +285,8 @@ static bt_filter *gen_ts_range(run *r) {
 }
 
 static bt_filter *gen_value_range(run *r) {
-    bt_filter *f = bt_filter_new(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_RANGE_FILTER);
+    bt_filter *f =
+        bt_filter_new(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_RANGE_FILTER);
     Google__Bigtable__V2__ValueRange *v = st_arena_alloc(&r->a, sizeof *v);
     google__bigtable__v2__value_range__init(v);
     st_slice lo = rnd_value(r), hi = rnd_value(r);
@@ -275,15 +296,15 @@ static bt_filter *gen_value_range(run *r) {
         hi = t;
     }
     if (chance(r, 70)) {
-        v->start_value_case = chance(r, 50)
-            ? GOOGLE__BIGTABLE__V2__VALUE_RANGE__START_VALUE_START_VALUE_CLOSED
-            : GOOGLE__BIGTABLE__V2__VALUE_RANGE__START_VALUE_START_VALUE_OPEN;
+        v->start_value_case =
+            chance(r, 50) ? GOOGLE__BIGTABLE__V2__VALUE_RANGE__START_VALUE_START_VALUE_CLOSED
+                          : GOOGLE__BIGTABLE__V2__VALUE_RANGE__START_VALUE_START_VALUE_OPEN;
         v->start_value_closed = (ProtobufCBinaryData){lo.len, (uint8_t *)lo.data};
     }
     if (chance(r, 70)) {
         v->end_value_case = chance(r, 50)
-            ? GOOGLE__BIGTABLE__V2__VALUE_RANGE__END_VALUE_END_VALUE_CLOSED
-            : GOOGLE__BIGTABLE__V2__VALUE_RANGE__END_VALUE_END_VALUE_OPEN;
+                                ? GOOGLE__BIGTABLE__V2__VALUE_RANGE__END_VALUE_END_VALUE_CLOSED
+                                : GOOGLE__BIGTABLE__V2__VALUE_RANGE__END_VALUE_END_VALUE_OPEN;
         v->end_value_closed = (ProtobufCBinaryData){hi.len, (uint8_t *)hi.data};
     }
     f->value_range_filter = v;
@@ -298,47 +319,68 @@ static bt_filter *gen_regex(run *r, fcase kind, const char *const *set, size_t n
 static bt_filter *gen_leaf(run *r, fctx cx, fprops *p) {
     for (;;) {
         switch (rnd(r, 17)) {
-        case 0: return bt_filter_new(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_PASS_ALL_FILTER);
+        case 0:
+            return bt_filter_new(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_PASS_ALL_FILTER);
         case 1:
             p->one_fam = true;
             return bt_filter_new(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_BLOCK_ALL_FILTER);
-        case 2: return gen_regex(r, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_ROW_KEY_REGEX_FILTER, ROW_REGEX, NELEM(ROW_REGEX));
+        case 2:
+            return gen_regex(r, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_ROW_KEY_REGEX_FILTER,
+                             ROW_REGEX, NELEM(ROW_REGEX));
         case 3: {
-            bt_filter *f = gen_regex(r, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_FAMILY_NAME_REGEX_FILTER, FAM_REGEX, NELEM(FAM_REGEX));
+            bt_filter *f =
+                gen_regex(r, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_FAMILY_NAME_REGEX_FILTER,
+                          FAM_REGEX, NELEM(FAM_REGEX));
             p->one_fam = strcmp(f->family_name_regex_filter, "cf1") == 0 ||
                          strcmp(f->family_name_regex_filter, ".*3") == 0 ||
                          strcmp(f->family_name_regex_filter, "x") == 0;
             return f;
         }
-        case 4: return gen_regex(r, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_COLUMN_QUALIFIER_REGEX_FILTER, QUAL_REGEX, NELEM(QUAL_REGEX));
-        case 5: return gen_regex(r, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_REGEX_FILTER, VAL_REGEX, NELEM(VAL_REGEX));
+        case 4:
+            return gen_regex(r,
+                             GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_COLUMN_QUALIFIER_REGEX_FILTER,
+                             QUAL_REGEX, NELEM(QUAL_REGEX));
+        case 5:
+            return gen_regex(r, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_REGEX_FILTER,
+                             VAL_REGEX, NELEM(VAL_REGEX));
         case 6:
             p->one_fam = true;
             return gen_column_range(r);
-        case 7: return gen_ts_range(r);
-        case 8: return gen_value_range(r);
+        case 7:
+            return gen_ts_range(r);
+        case 8:
+            return gen_value_range(r);
         case 9:
             if (!cx.order_ok || !cx.one_fam)
                 continue;
-            return bt_filter_int(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_ROW_OFFSET_FILTER, (int32_t)rnd(r, 5));
+            return bt_filter_int(
+                &r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_ROW_OFFSET_FILTER,
+                (int32_t)rnd(r, 5));
         case 10:
             if (!cx.order_ok || !cx.one_fam)
                 continue;
-            return bt_filter_int(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_ROW_LIMIT_FILTER, 1 + (int32_t)rnd(r, 4));
+            return bt_filter_int(
+                &r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_ROW_LIMIT_FILTER,
+                1 + (int32_t)rnd(r, 4));
         case 11:
             if (!cx.order_ok)
                 continue;
-            return bt_filter_int(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER, 1 + (int32_t)rnd(r, 3));
+            return bt_filter_int(
+                &r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER,
+                1 + (int32_t)rnd(r, 3));
         case 12:
             if (!cx.strip_ok)
                 continue;
-            return bt_filter_new(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_STRIP_VALUE_TRANSFORMER);
+            return bt_filter_new(&r->a,
+                                 GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_STRIP_VALUE_TRANSFORMER);
         case 13:
         case 14:
             if (!cx.label_ok)
                 continue;
             p->may_label = true;
-            return bt_filter_bytes(&r->a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_APPLY_LABEL_TRANSFORMER, st_slice_cstr(LABELS[rnd(r, NELEM(LABELS))]));
+            return bt_filter_bytes(&r->a,
+                                   GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_APPLY_LABEL_TRANSFORMER,
+                                   st_slice_cstr(LABELS[rnd(r, NELEM(LABELS))]));
         default:
             if (cx.in_cond || !SINK_ENABLED)
                 continue;
@@ -384,7 +426,8 @@ static void desc_filter(run *r, const bt_filter *f) {
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CHAIN:
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_INTERLEAVE: {
         bool ch = f->filter_case == GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CHAIN;
-        const Google__Bigtable__V2__RowFilter__Chain *c = ch ? f->chain : (const void *)f->interleave;
+        const Google__Bigtable__V2__RowFilter__Chain *c =
+            ch ? f->chain : (const void *)f->interleave;
         descf(r, "%s(", ch ? "chain" : "interleave");
         for (size_t i = 0; i < c->n_filters; i++) {
             if (i)
@@ -403,14 +446,24 @@ static void desc_filter(run *r, const bt_filter *f) {
         desc_filter(r, f->condition->false_filter);
         descf(r, ")");
         return;
-    case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_SINK: descf(r, "sink"); return;
-    case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_PASS_ALL_FILTER: descf(r, "pass_all"); return;
-    case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_BLOCK_ALL_FILTER: descf(r, "block_all"); return;
+    case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_SINK:
+        descf(r, "sink");
+        return;
+    case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_PASS_ALL_FILTER:
+        descf(r, "pass_all");
+        return;
+    case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_BLOCK_ALL_FILTER:
+        descf(r, "block_all");
+        return;
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_ROW_KEY_REGEX_FILTER:
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_COLUMN_QUALIFIER_REGEX_FILTER:
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_REGEX_FILTER:
-        descf(r, "%s_regex(", f->filter_case == GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_ROW_KEY_REGEX_FILTER ? "row"
-              : f->filter_case == GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_REGEX_FILTER ? "value" : "qualifier");
+        descf(r, "%s_regex(",
+              f->filter_case == GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_ROW_KEY_REGEX_FILTER
+                  ? "row"
+              : f->filter_case == GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_REGEX_FILTER
+                  ? "value"
+                  : "qualifier");
         desc_bytes(r, st_slice_make(f->row_key_regex_filter.data, f->row_key_regex_filter.len));
         descf(r, ")");
         return;
@@ -425,27 +478,33 @@ static void desc_filter(run *r, const bt_filter *f) {
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_COLUMN_RANGE_FILTER: {
         const Google__Bigtable__V2__ColumnRange *c = f->column_range_filter;
         descf(r, "column_range(%s", c->family_name);
-        desc_range_bound(r, "start", c->start_qualifier_case != 0,
-                         c->start_qualifier_case == GOOGLE__BIGTABLE__V2__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_CLOSED,
-                         c->start_qualifier_closed);
+        desc_range_bound(
+            r, "start", c->start_qualifier_case != 0,
+            c->start_qualifier_case ==
+                GOOGLE__BIGTABLE__V2__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_CLOSED,
+            c->start_qualifier_closed);
         desc_range_bound(r, "end", c->end_qualifier_case != 0,
-                         c->end_qualifier_case == GOOGLE__BIGTABLE__V2__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_CLOSED,
+                         c->end_qualifier_case ==
+                             GOOGLE__BIGTABLE__V2__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_CLOSED,
                          c->end_qualifier_closed);
         descf(r, ")");
         return;
     }
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_TIMESTAMP_RANGE_FILTER:
-        descf(r, "ts_range[%" PRId64 ", %" PRId64 ")", f->timestamp_range_filter->start_timestamp_micros,
+        descf(r, "ts_range[%" PRId64 ", %" PRId64 ")",
+              f->timestamp_range_filter->start_timestamp_micros,
               f->timestamp_range_filter->end_timestamp_micros);
         return;
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_RANGE_FILTER: {
         const Google__Bigtable__V2__ValueRange *v = f->value_range_filter;
         descf(r, "value_range(");
         desc_range_bound(r, "start", v->start_value_case != 0,
-                         v->start_value_case == GOOGLE__BIGTABLE__V2__VALUE_RANGE__START_VALUE_START_VALUE_CLOSED,
+                         v->start_value_case ==
+                             GOOGLE__BIGTABLE__V2__VALUE_RANGE__START_VALUE_START_VALUE_CLOSED,
                          v->start_value_closed);
         desc_range_bound(r, "end", v->end_value_case != 0,
-                         v->end_value_case == GOOGLE__BIGTABLE__V2__VALUE_RANGE__END_VALUE_END_VALUE_CLOSED,
+                         v->end_value_case ==
+                             GOOGLE__BIGTABLE__V2__VALUE_RANGE__END_VALUE_END_VALUE_CLOSED,
                          v->end_value_closed);
         descf(r, " )");
         return;
@@ -459,8 +518,12 @@ static void desc_filter(run *r, const bt_filter *f) {
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER:
         descf(r, "column_limit(%d)", f->cells_per_column_limit_filter);
         return;
-    case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_STRIP_VALUE_TRANSFORMER: descf(r, "strip_value"); return;
-    default: descf(r, "filter#%d", (int)f->filter_case); return;
+    case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_STRIP_VALUE_TRANSFORMER:
+        descf(r, "strip_value");
+        return;
+    default:
+        descf(r, "filter#%d", (int)f->filter_case);
+        return;
     }
 }
 
@@ -514,8 +577,12 @@ static void desc_muts(run *r, const bt_muts *m) {
         case GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_FAMILY:
             descf(r, "delfam %s", x->delete_from_family->family_name);
             break;
-        case GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_ROW: descf(r, "delrow"); break;
-        default: descf(r, "mutation#%d", (int)x->mutation_case); break;
+        case GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_ROW:
+            descf(r, "delrow");
+            break;
+        default:
+            descf(r, "mutation#%d", (int)x->mutation_case);
+            break;
         }
     }
     descf(r, "]");
@@ -603,7 +670,9 @@ static void op_check_and_mutate(run *r) {
     bt_muts_deinit(&f);
 }
 
-static uint8_t hexval(uint8_t c) { return (uint8_t)(c <= '9' ? c - '0' : c - 'a' + 10); }
+static uint8_t hexval(uint8_t c) {
+    return (uint8_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+}
 
 /* RMW cells carry server timestamps, which differ between the servers. Once the answers agree,
  * each written cell is moved to the same explicit timestamp on both sides (delete the server-
@@ -715,15 +784,19 @@ static void desc_rowset(run *r, const Google__Bigtable__V2__RowSet *s) {
     descf(r, " ranges:");
     for (size_t i = 0; i < s->n_row_ranges; i++) {
         const Google__Bigtable__V2__RowRange *g = s->row_ranges[i];
-        descf(r, " %c", g->start_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED ? '['
-                        : g->start_key_case ? '(' : '<');
+        descf(r, " %c",
+              g->start_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED ? '['
+              : g->start_key_case                                                              ? '('
+                                  : '<');
         if (g->start_key_case)
             desc_bytes(r, st_slice_make(g->start_key_closed.data, g->start_key_closed.len));
         descf(r, ",");
         if (g->end_key_case)
             desc_bytes(r, st_slice_make(g->end_key_open.data, g->end_key_open.len));
-        descf(r, "%c", g->end_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_CLOSED ? ']'
-                       : g->end_key_case ? ')' : '>');
+        descf(r, "%c",
+              g->end_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_CLOSED ? ']'
+              : g->end_key_case                                                          ? ')'
+                                                                                         : '>');
     }
     descf(r, "}");
 }
@@ -792,7 +865,9 @@ static st_code read_filter(run *r, const bt_client *c, bt_filter *f) {
     return read_with(c, "t", &req);
 }
 
-static bt_filter *leaf(run *r, fcase k) { return bt_filter_new(&r->a, k); }
+static bt_filter *leaf(run *r, fcase k) {
+    return bt_filter_new(&r->a, k);
+}
 
 #define FC(x) GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_##x
 
@@ -803,10 +878,12 @@ static st_code e_empty_row_regex(run *r, const bt_client *c) {
     return read_filter(r, c, bt_filter_bytes(&r->a, FC(ROW_KEY_REGEX_FILTER), st_slice_cstr("")));
 }
 static st_code e_bad_value_regex(run *r, const bt_client *c) {
-    return read_filter(r, c, bt_filter_bytes(&r->a, FC(VALUE_REGEX_FILTER), st_slice_cstr("[z-a]")));
+    return read_filter(r, c,
+                       bt_filter_bytes(&r->a, FC(VALUE_REGEX_FILTER), st_slice_cstr("[z-a]")));
 }
 static st_code e_family_regex_colon(run *r, const bt_client *c) {
-    return read_filter(r, c, bt_filter_bytes(&r->a, FC(FAMILY_NAME_REGEX_FILTER), st_slice_cstr("cf1:a")));
+    return read_filter(
+        r, c, bt_filter_bytes(&r->a, FC(FAMILY_NAME_REGEX_FILTER), st_slice_cstr("cf1:a")));
 }
 static st_code e_chain_of_one(run *r, const bt_client *c) {
     bt_filter *one = leaf(r, FC(PASS_ALL_FILTER));
@@ -822,7 +899,8 @@ static st_code e_pass_all_false(run *r, const bt_client *c) {
     return read_filter(r, c, f);
 }
 static st_code e_bad_label(run *r, const bt_client *c) {
-    return read_filter(r, c, bt_filter_bytes(&r->a, FC(APPLY_LABEL_TRANSFORMER), st_slice_cstr("BAD!")));
+    return read_filter(r, c,
+                       bt_filter_bytes(&r->a, FC(APPLY_LABEL_TRANSFORMER), st_slice_cstr("BAD!")));
 }
 static st_code e_two_labels_in_chain(run *r, const bt_client *c) {
     bt_filter *two[2] = {bt_filter_bytes(&r->a, FC(APPLY_LABEL_TRANSFORMER), st_slice_cstr("la")),
@@ -951,31 +1029,39 @@ static const err_case ERR_CASES[] = {
     {"ReadRows row_key_regex \"(\"", ST_INVALID_ARGUMENT, NULL, e_bad_row_regex},
     {"ReadRows empty row_key_regex", ST_INVALID_ARGUMENT, NULL, e_empty_row_regex},
     {"ReadRows value_regex \"[z-a]\"", ST_INVALID_ARGUMENT, NULL, e_bad_value_regex},
-    {"ReadRows family_name_regex with ':'", ST_INVALID_ARGUMENT, "the emulator compiles ':' in family_name_regex_filter", e_family_regex_colon},
+    {"ReadRows family_name_regex with ':'", ST_INVALID_ARGUMENT,
+     "the emulator compiles ':' in family_name_regex_filter", e_family_regex_colon},
     {"ReadRows Chain of one filter", ST_INVALID_ARGUMENT, NULL, e_chain_of_one},
     {"ReadRows Interleave of one filter", ST_INVALID_ARGUMENT, NULL, e_interleave_of_one},
     {"ReadRows pass_all_filter=false", ST_INVALID_ARGUMENT, NULL, e_pass_all_false},
     {"ReadRows apply_label \"BAD!\"", ST_INVALID_ARGUMENT, NULL, e_bad_label},
-    {"ReadRows two labels in one Chain", ST_INVALID_ARGUMENT, "the emulator does not enforce one label per Chain", e_two_labels_in_chain},
-    {"ReadRows sink inside Condition", ST_INVALID_ARGUMENT, "the emulator does not implement sink", e_sink_in_condition},
+    {"ReadRows two labels in one Chain", ST_INVALID_ARGUMENT,
+     "the emulator does not enforce one label per Chain", e_two_labels_in_chain},
+    {"ReadRows sink inside Condition", ST_INVALID_ARGUMENT, "the emulator does not implement sink",
+     e_sink_in_condition},
     {"ReadRows range start > end", ST_INVALID_ARGUMENT, NULL, e_range_start_after_end},
     {"ReadRows unknown table", ST_NOT_FOUND, NULL, e_read_unknown_table},
     {"ReadRows reversed without reverse_scans feature", ST_UNIMPLEMENTED, NULL,
      e_reverse_without_feature},
-    {"MutateRow unknown family", ST_NOT_FOUND, "the emulator answers UNKNOWN (a plain Go error)", e_unknown_family},
+    {"MutateRow unknown family", ST_NOT_FOUND, "the emulator answers UNKNOWN (a plain Go error)",
+     e_unknown_family},
     {"MutateRow unknown table", ST_NOT_FOUND, NULL, e_unknown_table_write},
     {"MutateRow empty row key", ST_INVALID_ARGUMENT, NULL, e_empty_row_key},
-    {"MutateRow 4097-byte row key", ST_INVALID_ARGUMENT, "the emulator does not enforce the 4 KiB row key limit", e_row_key_too_long},
-    {"MutateRow timestamp 1500 on a millisecond table", ST_INVALID_ARGUMENT, "the emulator answers UNKNOWN (a plain Go error)",
-     e_ts_not_millis},
+    {"MutateRow 4097-byte row key", ST_INVALID_ARGUMENT,
+     "the emulator does not enforce the 4 KiB row key limit", e_row_key_too_long},
+    {"MutateRow timestamp 1500 on a millisecond table", ST_INVALID_ARGUMENT,
+     "the emulator answers UNKNOWN (a plain Go error)", e_ts_not_millis},
     {"MutateRow no mutations", ST_INVALID_ARGUMENT, NULL, e_no_mutations},
-    {"MutateRow 100001 mutations", ST_INVALID_ARGUMENT, "the emulator does not enforce the 100,000 mutation limit", e_too_many_mutations},
-    {"MutateRows 2 x 50001 mutations", ST_INVALID_ARGUMENT, "the emulator does not enforce the 100,000 mutation limit", e_too_many_mutations_batch},
-    {"DeleteFromColumn range start > end", ST_INVALID_ARGUMENT, "the emulator answers UNKNOWN (a plain Go error)", e_delete_range_reversed},
-    {"CheckAndMutateRow with no mutations", ST_INVALID_ARGUMENT, "the emulator accepts it (BIGTABLE_SEMANTICS §5 rule 6)",
-     e_check_and_mutate_nothing},
-    {"ReadModifyWriteRow increment of a 1-byte value", ST_INVALID_ARGUMENT, "the emulator answers UNKNOWN (a plain Go error)",
-     e_increment_non_counter},
+    {"MutateRow 100001 mutations", ST_INVALID_ARGUMENT,
+     "the emulator does not enforce the 100,000 mutation limit", e_too_many_mutations},
+    {"MutateRows 2 x 50001 mutations", ST_INVALID_ARGUMENT,
+     "the emulator does not enforce the 100,000 mutation limit", e_too_many_mutations_batch},
+    {"DeleteFromColumn range start > end", ST_INVALID_ARGUMENT,
+     "the emulator answers UNKNOWN (a plain Go error)", e_delete_range_reversed},
+    {"CheckAndMutateRow with no mutations", ST_INVALID_ARGUMENT,
+     "the emulator accepts it (BIGTABLE_SEMANTICS §5 rule 6)", e_check_and_mutate_nothing},
+    {"ReadModifyWriteRow increment of a 1-byte value", ST_INVALID_ARGUMENT,
+     "the emulator answers UNKNOWN (a plain Go error)", e_increment_non_counter},
 };
 
 static void run_error_cases(run *r) {

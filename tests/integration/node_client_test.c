@@ -3,7 +3,8 @@
  * a 20 MiB cell and a 64 MiB ReadRows answer, the documented error codes, MutateRows per-entry
  * statuses, CheckAndMutateRow, ReadModifyWriteRow, SampleRowKeys, and durability across a clean
  * stop (SIGTERM) and a crash (SIGKILL right after acknowledged writes). Every ReadRows answer goes
- * through the validating chunk reader. Usage: node_client_test PATH/TO/strata-node */
+ * through the validating chunk reader, which is itself first checked on hand-made chunk streams.
+ * Usage: node_client_test PATH/TO/strata-node */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,7 +23,6 @@
 #define BIG_READ_CELLS 8 /* 8 x 8 MiB = a 64 MiB answer */
 #define RESTART_ROWS 300
 
-
 /* The node under test; one process for the whole group, restarted by the restart tests. */
 typedef struct fixture {
     const char *bin;
@@ -34,7 +34,9 @@ typedef struct fixture {
 
 static const char *g_node_bin; /* argv[1], constant for the run */
 
-static st_slice S(const char *s) { return st_slice_cstr(s); }
+static st_slice S(const char *s) {
+    return st_slice_cstr(s);
+}
 
 static void node_up(fixture *f) {
     st_err err = {0};
@@ -103,8 +105,16 @@ static void expect_dump(fixture *f, const char *table, const bt_read_req *req, c
     free(got);
 }
 
-static void set1(fixture *f, const char *table, const char *row, const char *fam,
-                 const char *qual, int64_t ts, const char *val) {
+typedef struct dump_ctx_t {
+    st_buf *out;
+} dump_ctx_t;
+
+static void dump_cb(const bt_row *row, void *arg) {
+    bt_dump_row(((dump_ctx_t *)arg)->out, row, true);
+}
+
+static void set1(fixture *f, const char *table, const char *row, const char *fam, const char *qual,
+                 int64_t ts, const char *val) {
     bt_muts m;
     bt_muts_init(&m);
     bt_muts_set(&m, fam, S(qual), ts, S(val));
@@ -237,8 +247,8 @@ static void test_node_client_large_values(void **state) {
         bt_muts_set(&m, "cf", S(qual), 1000, st_slice_make(v, BIG_READ_CELL_BYTES));
         must_ok(bt_mutate_row(&f->c, "big", S(row), &m, &st), &st, "MutateRow 8 MiB");
     }
-    big_ctx b2 = {.ok = true, .scratch = malloc(BIG_READ_CELL_BYTES),
-                  .cell_bytes = BIG_READ_CELL_BYTES};
+    big_ctx b2 = {
+        .ok = true, .scratch = malloc(BIG_READ_CELL_BYTES), .cell_bytes = BIG_READ_CELL_BYTES};
     bt_read_req range = {0};
     Google__Bigtable__V2__RowSet *rs2 = bt_rowset_new(&a);
     st_slice lo = S("m"), hi = S("n");
@@ -297,10 +307,14 @@ static void test_node_client_error_codes(void **state) {
                 "MutateRow timestamp not a multiple of 1000 (millisecond table)");
     st_arena a;
     st_arena_init(&a, 4096);
-    bt_read_req bad = {.filter = bt_filter_bytes(&a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_ROW_KEY_REGEX_FILTER, S("(unclosed"))};
+    bt_read_req bad = {
+        .filter = bt_filter_bytes(&a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_ROW_KEY_REGEX_FILTER,
+                                  S("(unclosed"))};
     expect_code(bt_read_dump(&f->c, "errs", &bad, &out, NULL, &st), ST_INVALID_ARGUMENT, &st,
                 "ReadRows invalid regex");
-    bt_read_req unk = {.filter = bt_filter_bytes(&a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_REGEX_FILTER, S("[z-a]"))};
+    bt_read_req unk = {
+        .filter = bt_filter_bytes(&a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_REGEX_FILTER,
+                                  S("[z-a]"))};
     expect_code(bt_read_dump(&f->c, "errs", &unk, &out, NULL, &st), ST_INVALID_ARGUMENT, &st,
                 "ReadRows invalid value regex");
     st_buf_free(&out);
@@ -337,7 +351,8 @@ static void test_node_client_check_and_mutate(void **state) {
     set1(f, "cam", "r", "cf", "flag", 1000, "on");
     st_arena a;
     st_arena_init(&a, 4096);
-    bt_filter *pred = bt_filter_bytes(&a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_REGEX_FILTER, S("on"));
+    bt_filter *pred =
+        bt_filter_bytes(&a, GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_REGEX_FILTER, S("on"));
     bt_muts t, e;
     bt_muts_init(&t);
     bt_muts_init(&e);
@@ -386,8 +401,8 @@ static void test_node_client_read_modify_write(void **state) {
     expect_code(bt_read_modify_write(&f->c, "rmw", S("r"), &inc, 1, NULL, false, &st),
                 ST_INVALID_ARGUMENT, &st, "increment of a 3-byte value");
     inc.family = "nofam";
-    expect_code(bt_read_modify_write(&f->c, "rmw", S("r"), &inc, 1, NULL, false, &st),
-                ST_NOT_FOUND, &st, "RMW unknown family");
+    expect_code(bt_read_modify_write(&f->c, "rmw", S("r"), &inc, 1, NULL, false, &st), ST_NOT_FOUND,
+                &st, "RMW unknown family");
     st_buf_free(&out);
 }
 
@@ -418,8 +433,6 @@ static void test_node_client_sample_row_keys(void **state) {
 /* Writes RESTART_ROWS acknowledged rows, stops the node with sig, restarts, and reads back. */
 static void restart_with(fixture *f, const char *table, int sig) {
     create(f, table, "cf:maxversions=3");
-    st_buf before;
-    st_buf_init(&before);
     for (int i = 0; i < RESTART_ROWS; i++) {
         char row[16], val[32];
         snprintf(row, sizeof row, "k%04d", (i * 7919) % RESTART_ROWS);
@@ -427,6 +440,7 @@ static void restart_with(fixture *f, const char *table, int sig) {
         set1(f, table, row, "cf", i % 2 ? "odd" : "even", 1000 * (i % 5 + 1), val);
     }
     char *want = dump_table(f, table, NULL);
+    assert_non_null(strstr(want, "k0299\t"));
     int status = 0;
     bt_proc_stop(&f->node, sig, &status);
     if (sig == SIGTERM)
@@ -440,7 +454,6 @@ static void restart_with(fixture *f, const char *table, int sig) {
     }
     free(want);
     free(got);
-    st_buf_free(&before);
 }
 
 static void test_node_client_restart_after_sigterm(void **state) {
@@ -454,6 +467,143 @@ static void test_node_client_restart_after_sigkill(void **state) {
     set1(*state, "restart_term", "after", "cf", "a", 1000, "x");
 }
 
+/* ---- the chunk reader itself (no server): it must reject what the Go client rejects ---- */
+
+typedef Google__Bigtable__V2__ReadRowsResponse__CellChunk chunk_t;
+
+typedef struct chunk_spec {
+    const char *key; /* NULL = empty */
+    const char *fam; /* NULL = absent */
+    const char *qual;
+    int64_t ts;
+    const char *value;
+    int32_t value_size;
+    char status; /* 'c' commit, 'r' reset, 0 none */
+    const char *label;
+} chunk_spec;
+
+/* Feeds the chunks; returns the index of the first rejected one, n if all were accepted but the
+ * stream end was refused, -1 if everything was accepted; *dump receives the committed rows. */
+static int feed_chunks(const chunk_spec *cs, int n, bool reversed, st_buf *dump) {
+    dump_ctx_t ctx = {dump};
+    bt_chunk_reader *r = bt_chunk_reader_new(reversed, dump_cb, &ctx);
+    int bad = -1;
+    for (int i = 0; i < n && bad < 0; i++) {
+        chunk_t c;
+        google__bigtable__v2__read_rows_response__cell_chunk__init(&c);
+        Google__Protobuf__StringValue fam;
+        Google__Protobuf__BytesValue qual;
+        char *labels[1] = {(char *)cs[i].label};
+        if (cs[i].key)
+            c.row_key = (ProtobufCBinaryData){strlen(cs[i].key), (uint8_t *)cs[i].key};
+        if (cs[i].fam) {
+            google__protobuf__string_value__init(&fam);
+            fam.value = (char *)cs[i].fam;
+            c.family_name = &fam;
+        }
+        if (cs[i].qual) {
+            google__protobuf__bytes_value__init(&qual);
+            qual.value = (ProtobufCBinaryData){strlen(cs[i].qual), (uint8_t *)cs[i].qual};
+            c.qualifier = &qual;
+        }
+        c.timestamp_micros = cs[i].ts;
+        if (cs[i].value)
+            c.value = (ProtobufCBinaryData){strlen(cs[i].value), (uint8_t *)cs[i].value};
+        c.value_size = cs[i].value_size;
+        if (cs[i].label) {
+            c.n_labels = 1;
+            c.labels = labels;
+        }
+        if (cs[i].status == 'c') {
+            c.row_status_case =
+                GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
+            c.commit_row = 1;
+        } else if (cs[i].status == 'r') {
+            c.row_status_case =
+                GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_RESET_ROW;
+            c.reset_row = 1;
+        }
+        if (bt_chunk_reader_feed(r, &c, NULL) != ST_OK)
+            bad = i;
+    }
+    if (bad < 0 && bt_chunk_reader_finish(r, NULL) != ST_OK)
+        bad = n;
+    bt_chunk_reader_free(r);
+    st_buf_append_byte(dump, '\0');
+    return bad;
+}
+
+#define FEED(arr, rev, dump) feed_chunks(arr, (int)(sizeof arr / sizeof arr[0]), rev, dump)
+
+static void test_node_client_chunk_reader_accepts_valid_streams(void **state) {
+    (void)state;
+    st_buf d;
+    st_buf_init(&d);
+    /* Two rows; a split value; a reset row re-sent; an empty family and qualifier name; a
+     * second timestamp of the same column (no family/qualifier). */
+    const chunk_spec ok[] = {
+        {"a", "f", "q", 2000, "x", 0, 0, "lab"},  {NULL, NULL, NULL, 1000, "y", 0, 0, NULL},
+        {NULL, "", "", 0, "he", 5, 0, NULL},      {NULL, NULL, NULL, 0, "llo", 0, 'c', NULL},
+        {"b", "f", "q", 0, "gone", 0, 0, NULL},   {NULL, NULL, NULL, 0, NULL, 0, 'r', NULL},
+        {"b", "f", "q", 0, "kept", 0, 'c', NULL},
+    };
+    assert_int_equal(FEED(ok, false, &d), -1);
+    assert_string_equal((char *)d.data, "a\tf\tq\t2000\tlab\t78\n"
+                                        "a\tf\tq\t1000\t\t79\n"
+                                        "a\t\t\t0\t\t68656c6c6f\n"
+                                        "b\tf\tq\t0\t\t6b657074\n");
+    st_buf_reset(&d);
+    const chunk_spec rev[] = {{"b", "f", "q", 0, "1", 0, 'c', NULL},
+                              {"a", "f", "q", 0, "2", 0, 'c', NULL}};
+    assert_int_equal(FEED(rev, true, &d), -1);
+    st_buf_free(&d);
+}
+
+static void test_node_client_chunk_reader_rejects_protocol_errors(void **state) {
+    (void)state;
+    st_buf d;
+    st_buf_init(&d);
+    const chunk_spec no_family[] = {{"a", NULL, "q", 0, "v", 0, 'c', NULL}};
+    assert_int_equal(FEED(no_family, false, &d), 0);
+    const chunk_spec no_qualifier[] = {{"a", "f", NULL, 0, "v", 0, 'c', NULL}};
+    assert_int_equal(FEED(no_qualifier, false, &d), 0);
+    const chunk_spec order[] = {{"b", "f", "q", 0, "v", 0, 'c', NULL},
+                                {"a", "f", "q", 0, "v", 0, 'c', NULL}};
+    assert_int_equal(FEED(order, false, &d), 1);
+    const chunk_spec dup[] = {{"b", "f", "q", 0, "v", 0, 'c', NULL},
+                              {"b", "f", "q", 0, "v", 0, 'c', NULL}};
+    assert_int_equal(FEED(dup, false, &d), 1);
+    const chunk_spec rev_order[] = {{"a", "f", "q", 0, "v", 0, 'c', NULL},
+                                    {"b", "f", "q", 0, "v", 0, 'c', NULL}};
+    assert_int_equal(FEED(rev_order, true, &d), 1);
+    const chunk_spec reset_between[] = {{"a", "f", "q", 0, "v", 0, 'c', NULL},
+                                        {NULL, NULL, NULL, 0, NULL, 0, 'r', NULL}};
+    assert_int_equal(FEED(reset_between, false, &d), 1);
+    const chunk_spec reset_fields[] = {{"a", "f", "q", 0, "v", 0, 0, NULL},
+                                       {NULL, NULL, NULL, 0, "x", 0, 'r', NULL}};
+    assert_int_equal(FEED(reset_fields, false, &d), 1);
+    const chunk_spec new_key[] = {{"a", "f", "q", 0, "v", 0, 0, NULL},
+                                  {"b", "f", "q", 0, "v", 0, 'c', NULL}};
+    assert_int_equal(FEED(new_key, false, &d), 1);
+    const chunk_spec fam_alone[] = {{"a", "f", "q", 0, "v", 0, 0, NULL},
+                                    {NULL, "g", NULL, 0, "v", 0, 'c', NULL}};
+    assert_int_equal(FEED(fam_alone, false, &d), 1);
+    const chunk_spec commit_split[] = {{"a", "f", "q", 0, "v", 3, 'c', NULL}};
+    assert_int_equal(FEED(commit_split, false, &d), 0);
+    const chunk_spec cont_fields[] = {{"a", "f", "q", 0, "v", 3, 0, NULL},
+                                      {NULL, NULL, "q", 0, "ww", 0, 'c', NULL}};
+    assert_int_equal(FEED(cont_fields, false, &d), 1);
+    const chunk_spec cont_label[] = {{"a", "f", "q", 0, "v", 3, 0, NULL},
+                                     {NULL, NULL, NULL, 0, "ww", 0, 'c', "l"}};
+    assert_int_equal(FEED(cont_label, false, &d), 1);
+    const chunk_spec short_split[] = {{"a", "f", "q", 0, "v", 5, 0, NULL},
+                                      {NULL, NULL, NULL, 0, "ww", 0, 'c', NULL}};
+    assert_int_equal(FEED(short_split, false, &d), 1);
+    const chunk_spec unfinished[] = {{"a", "f", "q", 0, "v", 0, 0, NULL}};
+    assert_int_equal(FEED(unfinished, false, &d), 1);
+    st_buf_free(&d);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s PATH/TO/strata-node\n", argv[0]);
@@ -462,6 +612,8 @@ int main(int argc, char **argv) {
     g_node_bin = argv[1];
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_node_client_chunk_reader_accepts_valid_streams),
+        cmocka_unit_test(test_node_client_chunk_reader_rejects_protocol_errors),
         cmocka_unit_test(test_node_client_every_mutation_kind),
         cmocka_unit_test(test_node_client_large_values),
         cmocka_unit_test(test_node_client_error_codes),

@@ -270,7 +270,8 @@ st_code bt_create_family(const bt_client *c, const char *table, const char *fami
         Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification mod, *mods[1];
         google__bigtable__admin__v2__modify_column_families_request__modification__init(&mod);
         mod.id = (char *)family;
-        mod.mod_case = GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE;
+        mod.mod_case =
+            GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE;
         mod.create = family_new(&a, gc);
         mods[0] = &mod;
         req.name = name;
@@ -571,8 +572,7 @@ st_code bt_read_modify_write(const bt_client *c, const char *table, st_slice row
     st_code rc = call_unary(c, BT_DATA_SVC, "ReadModifyWriteRow", &req.base, name, &resp, st);
     if (rc == ST_OK) {
         Google__Bigtable__V2__ReadModifyWriteRowResponse *r =
-            google__bigtable__v2__read_modify_write_row_response__unpack(NULL, resp.len,
-                                                                         resp.data);
+            google__bigtable__v2__read_modify_write_row_response__unpack(NULL, resp.len, resp.data);
         if (!r)
             rc = st_err_set(st, ST_INTERNAL, "ReadModifyWriteRow: unparseable answer");
         else if (dump && r->row)
@@ -682,7 +682,9 @@ void bt_chunk_reader_free(bt_chunk_reader *r) {
     free(r);
 }
 
-uint64_t bt_chunk_reader_rows(const bt_chunk_reader *r) { return r->rows; }
+uint64_t bt_chunk_reader_rows(const bt_chunk_reader *r) {
+    return r->rows;
+}
 
 typedef Google__Bigtable__V2__ReadRowsResponse__CellChunk bt_chunk;
 
@@ -702,12 +704,14 @@ static void buf_set(st_buf *b, const void *p, size_t n) {
 }
 
 static bool chunk_is_reset(const bt_chunk *c) {
-    return c->row_status_case == GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_RESET_ROW &&
+    return c->row_status_case ==
+               GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_RESET_ROW &&
            c->reset_row;
 }
 
 static bool chunk_is_commit(const bt_chunk *c) {
-    return c->row_status_case == GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW &&
+    return c->row_status_case ==
+               GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW &&
            c->commit_row;
 }
 
@@ -1255,7 +1259,9 @@ static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW 
     return 0;
 }
 
-void bt_rmrf(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+void bt_rmrf(const char *path) {
+    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 void bt_tmpdir(char *out, size_t cap, const char *name) {
     static int counter; /* per process; tests call this from one thread */

@@ -15,11 +15,26 @@ typedef struct node_opts {
     uint16_t listen_port;    /* 0 = ephemeral; see node_port */
     bool sync;               /* durable acknowledgements (default true; false is logged loudly) */
     uint32_t cluster_num;    /* tiebreaker in versions; 0 for a standalone node */
+    /* The node's number inside its instance (< 2^24): the high bits of the tablet ids it
+     * allocates, so ids are unique across the instance. 0 = standalone: a table gets its first
+     * tablet from CreateTable (or at start). Non-zero = cluster member: tablets come only from
+     * the internal service (CreateTablet, splits, moves); rows no local tablet covers are
+     * answered with the strata-not-owner error (docs/cluster.md). */
+    uint32_t node_num;
+    /* Size-based splits: a tablet written to and larger than this is split near its middle
+     * (0 = never). Checked every split_check_ms (0 = 1000). */
+    uint64_t split_bytes;
+    uint32_t split_check_ms;
     size_t block_cache_bytes;   /* 0 = storage default */
     size_t memtable_bytes;      /* 0 = storage default */
 } node_opts;
 
+#define NODE_NUM_MAX ((1u << 24) - 1)
+
 void node_opts_default(node_opts *o);
+/* Parses "host:port" ("[v6]:port" too) into host (NUL-terminated, brackets removed) and port;
+ * false when malformed or host does not fit in host_cap. */
+bool node_parse_addr(const char *s, char *host, size_t host_cap, uint16_t *port);
 /* Opens storage and the catalog, recovers, and starts listening on base. */
 st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out, st_err *err);
 uint16_t node_port(const node_ctx *n);

@@ -535,12 +535,12 @@ static void run_init(run *r, uint64_t seed, bool background) {
     set_gc_all(r);
 }
 
-static void model_run(bool background) {
+static void model_run(bool background, int steps) {
     run *r = calloc(1, sizeof *r);
     uint64_t seed = st_test_seed("model_test");
     run_init(r, seed, background);
     bool verbose = getenv("MODEL_VERBOSE") != NULL;
-    for (int step = 0; step < N_STEPS; step++) {
+    for (int step = 0; step < steps; step++) {
         uint64_t k = st_rng_below(&r->rng, 1000);
         if (verbose)
             compare_all(r);
@@ -586,12 +586,12 @@ static void model_run(bool background) {
 
 static void test_model_random_ops(void **state) {
     (void)state;
-    model_run(false);
+    model_run(false, N_STEPS);
 }
 
 static void test_model_random_ops_background_compaction(void **state) {
     (void)state;
-    model_run(true);
+    model_run(true, N_STEPS / 2);
 }
 
 int main(void) {

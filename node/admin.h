@@ -1,0 +1,26 @@
+/* admin.h — schema helpers of admin.c shared with the internal service (internal.c, move.c):
+ * protobuf Table/GcRule <-> catalog, dropping a family's data, dropping a table. Loop thread. */
+#ifndef NODE_ADMIN_H
+#define NODE_ADMIN_H
+
+#include "node_internal.h"
+
+/* A GC rule from protobuf (NULL = keep everything) into out (free with node_gc_free).
+ * INVALID_ARGUMENT for a malformed or oversized rule; out is empty then. */
+st_code node_gc_from_pb(const Google__Bigtable__Admin__V2__GcRule *r, node_gc *out, int depth,
+                        st_err *err);
+/* Sets (adds or replaces) every column family of spec (NULL = none) on t, validating names and
+ * rules; stops at the first bad one (INVALID_ARGUMENT). */
+st_code node_table_families_from_pb(node_table *t, const Google__Bigtable__Admin__V2__Table *spec,
+                                    st_err *err);
+/* The Table message of a catalog entry (families unless names_only), in arena a; NULL when out
+ * of memory. Strings point into t. */
+Google__Bigtable__Admin__V2__Table *node_table_to_pb(const node_table *t, bool names_only,
+                                                     st_arena *a);
+/* Deletes the cells of family in every local tablet of t (a dropped family's data must not come
+ * back when it is created again). */
+st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_err *err);
+/* Removes the table from the catalog (saved) and drops its local tablets. NOT_FOUND if absent. */
+st_code node_table_drop(node_ctx *n, const char *name, st_err *err);
+
+#endif

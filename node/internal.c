@@ -1,0 +1,302 @@
+/* internal.c — the strata.internal.v1.Node service (proto/pb/strata/internal/v1/node.proto):
+ * what a router uses to push table schemas and place tablets on this node. MoveTablet lives in
+ * move.c. Admin-like calls: rare, run to completion on the loop thread. docs/cluster.md tells the
+ * conventions (tablet ids, strata-not-owner, splits, moves). */
+#include "admin.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "strata/internal/v1/node.pb-c.h"
+
+typedef Strata__Internal__V1__Tablet pb_tablet;
+
+/* The Tablet message for map entry tab of t (slices point into storage and t: valid during the
+ * handler). A moving tablet is reported read_only: it refuses writes until it is gone. */
+static pb_tablet *tablet_to_pb(const node_tablets *t, const node_tablet *tab, st_arena *a) {
+    pb_tablet *p = st_arena_alloc(a, sizeof *p);
+    if (!p)
+        return NULL;
+    strata__internal__v1__tablet__init(p);
+    sto_tablet_info info;
+    sto_tablet_info_get(tab->st, &info);
+    p->id = tab->id;
+    p->table_name = (char *)t->name;
+    p->start_key = (ProtobufCBinaryData){info.start.len, (uint8_t *)info.start.data};
+    p->end_key = (ProtobufCBinaryData){info.end.len, (uint8_t *)info.end.data};
+    p->approx_bytes = info.approx_bytes;
+    p->sst_count = (uint32_t)info.sst_count;
+    p->read_only = info.read_only || tab->moving;
+    return p;
+}
+
+static void reply_empty(rpc_call *call) {
+    Google__Protobuf__Empty empty;
+    google__protobuf__empty__init(&empty);
+    node_reply(call, &empty.base);
+}
+
+/* ---- GetStatus ---- */
+
+static uint64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long pages = 0, rss = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &pages, &rss) != 2)
+            rss = 0;
+        fclose(f);
+    }
+    return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+void node_h_get_status(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    if (!node_unpack(call, &strata__internal__v1__get_status_request__descriptor, req_bytes))
+        return;
+    Strata__Internal__V1__NodeStatus resp;
+    strata__internal__v1__node_status__init(&resp);
+    sto_stats st;
+    sto_db_stats(n->db, &st);
+    for (size_t i = 0; i < n->n_tables; i++) {
+        for (size_t j = 0; j < n->tables[i].n; j++) {
+            sto_tablet_info info;
+            sto_tablet_info_get(n->tables[i].v[j].st, &info);
+            resp.data_bytes += info.approx_bytes;
+            resp.tablets++;
+        }
+    }
+    resp.node_num = n->opts.node_num;
+    resp.last_lsn = sto_log_last_lsn(n->db);
+    resp.memtable_bytes = st.memtable_bytes;
+    resp.cache_bytes = st.cache_bytes;
+    resp.sst_count = st.sst_count;
+    resp.rss_bytes = rss_bytes();
+    resp.uptime_us = (uint64_t)(st_mono_us() - n->start_us);
+    node_reply(call, &resp.base);
+}
+
+/* ---- PutTable, DropTable ---- */
+
+/* Makes meta's families those of spec: families spec lacks are dropped with their data. */
+static st_code put_families(node_ctx *n, node_table *meta, node_table *spec, st_err *err) {
+    st_code rc = ST_OK;
+    for (size_t i = meta->n_families; rc == ST_OK && i-- > 0;) {
+        char fam[NODE_FAMILY_NAME_MAX + 1];
+        snprintf(fam, sizeof fam, "%s", meta->families[i].name);
+        if (node_table_family(spec, st_slice_cstr(fam)))
+            continue;
+        node_tablets *t = node_tablets_find(n, meta->name);
+        rc = t ? node_family_purge(n, t, fam, err) : ST_OK;
+        if (rc == ST_OK)
+            rc = node_table_family_drop(meta, fam, err);
+    }
+    for (size_t i = 0; rc == ST_OK && i < spec->n_families; i++)
+        rc = node_table_family_set(meta, spec->families[i].name, &spec->families[i].gc, err);
+    return rc;
+}
+
+/* Creates or updates the catalog entry and map entry of a table from its Table message. */
+static st_code put_table(node_ctx *n, const Google__Bigtable__Admin__V2__Table *pt, st_err *err) {
+    st_code rc = node_check_table_name(pt->name, err);
+    node_table spec;
+    memset(&spec, 0, sizeof spec);
+    if (rc == ST_OK)
+        rc = node_table_families_from_pb(&spec, pt, err);
+    node_table *meta = rc == ST_OK ? node_catalog_find(n->catalog, pt->name) : NULL;
+    if (rc == ST_OK && !meta)
+        rc = node_catalog_add(n->catalog, pt->name, st_wall_us(), &meta, err);
+    if (rc == ST_OK)
+        rc = put_families(n, meta, &spec, err);
+    node_table_deinit(&spec);
+    if (rc != ST_OK)
+        return rc;
+    meta->deletion_protection = pt->deletion_protection;
+    rc = node_catalog_save(n->catalog, err);
+    if (rc == ST_OK && !node_tablets_find(n, pt->name) && !node_tables_add(n, pt->name))
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a table");
+    if (rc == ST_OK)
+        rc = node_table_push_gc(n, node_catalog_find(n->catalog, pt->name), err);
+    return rc;
+}
+
+void node_h_put_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__PutTableRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__put_table_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    if (!req->table)
+        return node_fail(call, ST_INVALID_ARGUMENT, "PutTable needs a table");
+    st_err err = {0};
+    if (put_table(n, req->table, &err) != ST_OK)
+        return node_fail(call, err.code, "%s", err.msg);
+    st_log(ST_LOG_INFO, "internal", "put table=%s families=%zu", req->table->name,
+           req->table->n_column_families);
+    reply_empty(call);
+}
+
+void node_h_drop_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__DropTableRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__drop_table_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    st_err err = {0};
+    if (node_catalog_find(n->catalog, req->name) && node_table_drop(n, req->name, &err) != ST_OK)
+        return node_fail(call, err.code, "%s", err.msg);
+    reply_empty(call);
+}
+
+/* ---- ListTablets ---- */
+
+/* Appends the tablets of t to resp (room was counted). */
+static st_code list_append(const node_tablets *t, Strata__Internal__V1__ListTabletsResponse *resp,
+                           st_arena *a) {
+    for (size_t j = 0; j < t->n; j++)
+        if (!(resp->tablets[resp->n_tablets++] = tablet_to_pb(t, &t->v[j], a)))
+            return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+void node_h_list_tablets(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__ListTabletsRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__list_tablets_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    node_tablets *only = req->table_name[0] ? node_tablets_find(n, req->table_name) : NULL;
+    size_t first = only ? (size_t)(only - n->tables) : 0;
+    size_t last = only ? first + 1 : req->table_name[0] ? 0 : n->n_tables;
+    size_t count = 0;
+    for (size_t i = first; i < last; i++)
+        count += n->tables[i].n;
+    Strata__Internal__V1__ListTabletsResponse resp;
+    strata__internal__v1__list_tablets_response__init(&resp);
+    resp.node_num = n->opts.node_num;
+    st_arena *a = rpc_call_arena(call);
+    resp.tablets = st_arena_alloc(a, (count + 1) * sizeof *resp.tablets);
+    st_code rc = resp.tablets ? ST_OK : ST_RESOURCE_EXHAUSTED;
+    for (size_t i = first; rc == ST_OK && i < last; i++)
+        rc = list_append(&n->tables[i], &resp, a);
+    if (rc != ST_OK)
+        return node_fail(call, rc, "out of memory listing tablets");
+    node_reply(call, &resp.base);
+}
+
+/* ---- CreateTablet, DropTablet, SplitTablet ---- */
+
+static bool ranges_overlap(st_slice s1, st_slice e1, st_slice s2, st_slice e2) {
+    return (e1.len == 0 || st_slice_cmp(s2, e1) < 0) && (e2.len == 0 || st_slice_cmp(s1, e2) < 0);
+}
+
+/* The local tablet with exactly [start, end) (a retried CreateTablet), NULL if none; an
+ * overlapping one is FAILED_PRECONDITION. */
+static st_code find_same_range(node_tablets *t, st_slice start, st_slice end, node_tablet **same,
+                               st_err *err) {
+    *same = NULL;
+    for (size_t i = 0; i < t->n; i++) {
+        st_slice ts = st_buf_slice(&t->v[i].start), te = st_buf_slice(&t->v[i].end);
+        if (st_slice_eq(ts, start) && st_slice_eq(te, end))
+            *same = &t->v[i];
+        else if (ranges_overlap(ts, te, start, end))
+            return st_err_set(err, ST_FAILED_PRECONDITION,
+                              "the range overlaps tablet %" PRIu64 " of %s on this node",
+                              t->v[i].id, t->name);
+    }
+    return ST_OK;
+}
+
+static st_code check_range(st_slice start, st_slice end, st_err *err) {
+    if (start.len > NODE_ROW_KEY_MAX || end.len > NODE_ROW_KEY_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "tablet bounds are row keys of at most %d "
+                          "bytes", NODE_ROW_KEY_MAX);
+    if (end.len && st_slice_cmp(start, end) >= 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "start_key must be below end_key");
+    return ST_OK;
+}
+
+void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__CreateTabletRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__create_tablet_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    node_tablets *t = node_table_or_fail(n, call, req->table_name, NULL);
+    if (!t)
+        return;
+    st_slice start = st_slice_make(req->start_key.data, req->start_key.len);
+    st_slice end = st_slice_make(req->end_key.data, req->end_key.len);
+    st_err err = {0};
+    node_tablet *same = NULL;
+    st_code rc = check_range(start, end, &err);
+    if (rc == ST_OK)
+        rc = find_same_range(t, start, end, &same, &err);
+    if (rc == ST_OK && !same)
+        rc = node_tablet_create(n, t, start, end, &err);
+    if (rc == ST_OK && !same)
+        rc = node_table_push_gc(n, node_catalog_find(n->catalog, t->name), &err);
+    if (rc != ST_OK)
+        return node_fail(call, rc, "%s", err.msg);
+    node_tablet *tab = &t->v[node_tablet_index(t, start)];
+    st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " %s", t->name, tab->id,
+           same ? "exists" : "created");
+    pb_tablet *p = tablet_to_pb(t, tab, rpc_call_arena(call));
+    if (!p)
+        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    node_reply(call, &p->base);
+}
+
+/* The tablet named by id, or the call finished with NOT_FOUND. */
+static node_tablet *tablet_or_fail(node_ctx *n, rpc_call *call, uint64_t id, node_tablets **t) {
+    node_tablet *tab = node_tablet_by_id(n, id, t);
+    if (!tab)
+        node_fail(call, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u", id,
+                  n->opts.node_num);
+    return tab;
+}
+
+void node_h_drop_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__DropTabletRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__drop_tablet_request__descriptor, req_bytes);
+    node_tablets *t;
+    node_tablet *tab = req ? tablet_or_fail(n, call, req->id, &t) : NULL;
+    if (!tab)
+        return;
+    if (tab->moving)
+        return node_fail(call, ST_FAILED_PRECONDITION,
+                         "tablet %" PRIu64 " is being moved; the move drops it when done",
+                         tab->id);
+    st_err err = {0};
+    if (node_tablet_drop(n, t, (size_t)(tab - t->v), &err) != ST_OK)
+        return node_fail(call, err.code, "%s", err.msg);
+    st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " dropped", t->name, req->id);
+    reply_empty(call);
+}
+
+void node_h_split_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__SplitTabletRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__split_tablet_request__descriptor, req_bytes);
+    node_tablets *t;
+    node_tablet *tab = req ? tablet_or_fail(n, call, req->id, &t) : NULL;
+    if (!tab)
+        return;
+    st_err err = {0};
+    uint64_t ids[2];
+    st_slice key = st_slice_make(req->split_key.data, req->split_key.len);
+    if (node_tablet_split(n, t, (size_t)(tab - t->v), key, ids, &err) != ST_OK)
+        return node_fail(call, err.code, "%s", err.msg);
+    st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " split -> %" PRIu64 " + %" PRIu64,
+           t->name, req->id, ids[0], ids[1]);
+    Strata__Internal__V1__SplitTabletResponse resp;
+    strata__internal__v1__split_tablet_response__init(&resp);
+    st_arena *a = rpc_call_arena(call);
+    resp.left = tablet_to_pb(t, node_tablet_by_id(n, ids[0], NULL), a);
+    resp.right = tablet_to_pb(t, node_tablet_by_id(n, ids[1], NULL), a);
+    if (!resp.left || !resp.right)
+        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    node_reply(call, &resp.base);
+}

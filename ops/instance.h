@@ -1,0 +1,67 @@
+/* ops/instance.h — a local Strata instance on disk, shared by `strata up`, `strata down` and
+ * `strata status` (docs/operations.md):
+ *
+ *   DIR/topology          the instance's shape (docs/formats/topology.md)
+ *   DIR/<cluster>-<i>/    node data directories (unless the topology names others)
+ *   DIR/logs/<name>.log   each process's stdout and stderr
+ *   DIR/run/<name>.pid    each running process's pid
+ *
+ * where <name> is "<cluster>-<i>" for the i-th node (from 0) of a cluster and "router" (or
+ * "router-<r>" past the first) for routers. */
+#ifndef STRATA_OPS_INSTANCE_H
+#define STRATA_OPS_INSTANCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "strata/topology.h"
+
+#define OPS_PATH_MAX 1024
+/* An instance directory leaves room for "/<cluster id>-<i>" within ST_TOPO_PATH_MAX. */
+#define OPS_DIR_MAX (ST_TOPO_PATH_MAX - ST_TOPO_ID_MAX - 16)
+#define OPS_NAME_MAX 80 /* "<cluster id>-<i>" fits: ST_TOPO_ID_MAX + 1 + digits */
+#define OPS_ROUTER_PORT_DEFAULT 8086
+#define OPS_PROCS_MAX (ST_TOPO_CLUSTERS_MAX * ST_TOPO_NODES_MAX + ST_TOPO_ROUTERS_MAX)
+
+/* Command entry points for ops/strata.c's table; argv[0] is the command name. Exit codes: 0 done,
+ * 1 failed (the message says why and what to do), 2 bad usage. */
+int ops_up_main(int argc, char **argv);
+int ops_down_main(int argc, char **argv);
+int ops_status_main(int argc, char **argv);
+
+/* The instance directory: flag if given, else $STRATA_HOME, else $HOME/.strata/local. False (with
+ * a message on stderr) when none can be formed. */
+bool ops_inst_dir(const char *flag, char *out, size_t cap);
+
+/* snprintf that reports truncation (false) instead of cutting a path short silently. */
+bool ops_fmt(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Names of the processes of a topology: node j of cluster i, router r. */
+void ops_inst_node_name(const st_topology *t, size_t i, size_t j, char out[OPS_NAME_MAX]);
+void ops_inst_router_name(size_t r, char out[OPS_NAME_MAX]);
+
+/* DIR/run/<name>.pid's pid; 0 when the file is missing or unreadable. */
+pid_t ops_inst_pid_read(const char *dir, const char *name);
+/* Writes DIR/run/<name>.pid (atomically). False on failure. */
+bool ops_inst_pid_write(const char *dir, const char *name, pid_t pid);
+void ops_inst_pid_remove(const char *dir, const char *name);
+/* True if pid is a live process that looks like ours (its command starts "strata"), so a pid
+ * reused by something else after a crash is not mistaken for a Strata process. */
+bool ops_inst_pid_alive(pid_t pid);
+
+/* Lists the names of the pid files in DIR/run (without ".pid"); returns how many (at most max). */
+size_t ops_inst_pid_names(const char *dir, char names[][OPS_NAME_MAX], size_t max);
+
+/* True if something accepts TCP connections at addr ("host:port") within timeout_ms. */
+bool ops_inst_tcp_ready(const char *addr, int timeout_ms);
+
+/* Prints the last lines of path to stderr, indented, for failure reports. */
+void ops_inst_log_tail(const char *path, int lines);
+
+/* Bytes used on disk under path (0 if absent). */
+unsigned long long ops_inst_disk_bytes(const char *path);
+/* "12.3 MiB"-style size into out. */
+void ops_inst_fmt_bytes(unsigned long long v, char *out, size_t cap);
+
+#endif

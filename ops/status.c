@@ -1,0 +1,224 @@
+/* ops/status.c — `strata status`: one readable table of a local instance: for each cluster and
+ * node its address, process, health (GetStatus over the internal node API), tablet count
+ * (ListTablets) and data size on disk; then the routers (PingAndWarm). Exit status 0 only when
+ * everything answers, so scripts and tests can wait on it. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "google/bigtable/v2/bigtable.pb-c.h"
+#include "instance.h"
+#include "strata/internal/v1/node.pb-c.h"
+#include "strata/rpc.h"
+
+#define STATUS_RPC_TIMEOUT_MS 2000 /* a healthy node answers in milliseconds */
+#define STATUS_NAME_MAX 160        /* "projects/P/instances/I" */
+
+typedef struct status_ctx {
+    const char *dir_flag;
+    char dir[OPS_PATH_MAX];
+    st_topology topo;
+    size_t nodes_ok, nodes_total, routers_ok;
+} status_ctx;
+
+/* What one node said. */
+typedef struct node_row {
+    char pid[24];
+    char health[40];
+    char tablets[16];
+    char data[24];
+    bool ok;
+} node_row;
+
+static void status_usage(FILE *out) {
+    fprintf(out, "usage: strata status [--dir DIR]\n"
+                 "Shows the clusters, nodes (address, pid, health, tablets, data on disk) and\n"
+                 "routers of the local instance in DIR (default $STRATA_HOME, else\n"
+                 "~/.strata/local). Exit status 0 when every process is healthy, 1 otherwise.\n");
+}
+
+static void fill_pid(const char *dir, const char *name, char *out, size_t cap, bool *alive) {
+    pid_t pid = ops_inst_pid_read(dir, name);
+    *alive = ops_inst_pid_alive(pid);
+    if (pid == 0)
+        snprintf(out, cap, "-");
+    else if (*alive)
+        snprintf(out, cap, "%d", (int)pid);
+    else
+        snprintf(out, cap, "%d(gone)", (int)pid);
+}
+
+/* GetStatus then ListTablets; health words: ok, down (no answer), or the gRPC code. */
+static void probe_node(const st_topo_node *n, node_row *row) {
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status = {0};
+    st_code rc = rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Node/GetStatus",
+                                    st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp,
+                                    &status);
+    row->ok = rc == ST_OK || rc == ST_UNIMPLEMENTED; /* UNIMPLEMENTED: serving, older build */
+    if (rc == ST_OK) {
+        Strata__Internal__V1__NodeStatus *s =
+            strata__internal__v1__node_status__unpack(NULL, resp.len, resp.data);
+        snprintf(row->health, sizeof row->health, s ? "ok" : "ok (bad status reply)");
+        if (s)
+            strata__internal__v1__node_status__free_unpacked(s, NULL);
+    } else if (rc == ST_UNIMPLEMENTED) {
+        snprintf(row->health, sizeof row->health, "serving"); /* answers, lacks GetStatus */
+    } else if (rc == ST_UNAVAILABLE || rc == ST_DEADLINE_EXCEEDED) {
+        snprintf(row->health, sizeof row->health, "down");
+    } else {
+        snprintf(row->health, sizeof row->health, "%s", st_code_name(rc));
+    }
+    snprintf(row->tablets, sizeof row->tablets, "-");
+    if (row->ok) {
+        st_buf_reset(&resp);
+        rc = rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Node/ListTablets",
+                                st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp,
+                                &status);
+        Strata__Internal__V1__ListTabletsResponse *l =
+            rc == ST_OK ? strata__internal__v1__list_tablets_response__unpack(NULL, resp.len,
+                                                                              resp.data)
+                        : NULL;
+        if (l) {
+            snprintf(row->tablets, sizeof row->tablets, "%zu", l->n_tablets);
+            strata__internal__v1__list_tablets_response__free_unpacked(l, NULL);
+        }
+    }
+    st_buf_free(&resp);
+}
+
+/* Issue #5 adds replication columns (lag to each peer cluster) here: a header cell and a per-node
+ * cell printed after DATA. Kept as two functions so the table's shape stays in one place. */
+static void repl_header(void) {}
+static void repl_cells(const status_ctx *c, size_t ci, size_t ni) {
+    (void)c;
+    (void)ci;
+    (void)ni;
+}
+
+static void status_nodes(status_ctx *c) {
+    const st_topology *t = &c->topo;
+    printf("%-10s %-8s %-12s %-22s %-14s %-13s %-8s %-10s", "CLUSTER", "ZONE", "NODE", "ADDRESS",
+           "PID", "HEALTH", "TABLETS", "DATA");
+    repl_header();
+    printf("\n");
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
+            const st_topo_node *n = &t->clusters[i].nodes[j];
+            char name[OPS_NAME_MAX];
+            node_row row = {0};
+            bool alive;
+            ops_inst_node_name(t, i, j, name);
+            fill_pid(c->dir, name, row.pid, sizeof row.pid, &alive);
+            probe_node(n, &row);
+            if (n->data_dir[0])
+                ops_inst_fmt_bytes(ops_inst_disk_bytes(n->data_dir), row.data, sizeof row.data);
+            else
+                snprintf(row.data, sizeof row.data, "-");
+            c->nodes_total++;
+            c->nodes_ok += row.ok;
+            printf("%-10s %-8s %-12s %-22s %-14s %-13s %-8s %-10s", t->clusters[i].id,
+                   t->clusters[i].zone, name, n->addr, row.pid, row.health, row.tablets, row.data);
+            repl_cells(c, i, j);
+            printf("\n");
+        }
+}
+
+/* PingAndWarm is what client libraries send first; any gRPC answer means the router serves. */
+static const char *probe_router(const status_ctx *c, const char *addr, bool *ok) {
+    char name[STATUS_NAME_MAX];
+    snprintf(name, sizeof name, "projects/%s/instances/%s", c->topo.project, c->topo.instance);
+    Google__Bigtable__V2__PingAndWarmRequest req = GOOGLE__BIGTABLE__V2__PING_AND_WARM_REQUEST__INIT;
+    req.name = name;
+    uint8_t buf[STATUS_NAME_MAX + 16];
+    size_t len = google__bigtable__v2__ping_and_warm_request__pack(&req, buf);
+    st_buf resp;
+    st_buf_init(&resp);
+    st_code rc = rpc_blocking_unary(addr, NULL, "/google.bigtable.v2.Bigtable/PingAndWarm",
+                                    st_slice_make(buf, len), NULL, 0, STATUS_RPC_TIMEOUT_MS,
+                                    &resp, NULL);
+    st_buf_free(&resp);
+    *ok = rc == ST_OK || rc == ST_UNIMPLEMENTED;
+    if (rc == ST_OK)
+        return "ok";
+    if (rc == ST_UNIMPLEMENTED)
+        return "ok (no ping)";
+    if (rc == ST_UNAVAILABLE || rc == ST_DEADLINE_EXCEEDED)
+        return ops_inst_tcp_ready(addr, 500) ? "no gRPC" : "down";
+    return st_code_name(rc);
+}
+
+static void status_routers(status_ctx *c) {
+    const st_topology *t = &c->topo;
+    if (t->n_routers == 0) {
+        printf("\nNo router in this topology: clients connect to a node directly.\n");
+        return;
+    }
+    printf("\n%-12s %-22s %-14s %s\n", "ROUTER", "ADDRESS", "PID", "HEALTH");
+    for (size_t r = 0; r < t->n_routers; r++) {
+        char name[OPS_NAME_MAX], pid[24];
+        bool alive, ok;
+        ops_inst_router_name(r, name);
+        fill_pid(c->dir, name, pid, sizeof pid, &alive);
+        const char *health = probe_router(c, t->routers[r], &ok);
+        c->routers_ok += ok;
+        printf("%-12s %-22s %-14s %s\n", name, t->routers[r], pid, health);
+    }
+}
+
+static int status_run(status_ctx *c) {
+    char path[OPS_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/topology", c->dir);
+    st_err err = {0};
+    st_code rc = st_topology_load(path, &c->topo, &err);
+    if (rc == ST_NOT_FOUND) {
+        fprintf(stderr, "strata status: no instance in %s (no topology file): start one with "
+                        "`strata up%s%s`\n", c->dir, c->dir_flag ? " --dir " : "",
+                c->dir_flag ? c->dir : "");
+        return 1;
+    }
+    if (rc != ST_OK) {
+        fprintf(stderr, "strata status: %s\n", err.msg);
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN); /* a node dying mid-call must not end this command */
+    st_log_set_level(ST_LOG_ERROR); /* a down node is shown in the table, not as log lines */
+    printf("Instance %s/%s in %s\n\n", c->topo.project, c->topo.instance, c->dir);
+    status_nodes(c);
+    status_routers(c);
+    bool all = c->nodes_ok == c->nodes_total && c->routers_ok == c->topo.n_routers;
+    printf("\n%zu of %zu nodes healthy, %zu of %zu routers healthy.\n", c->nodes_ok,
+           c->nodes_total, c->routers_ok, c->topo.n_routers);
+    if (!all)
+        printf("Each process's log is %s/logs/<name>.log; `strata up%s%s` restarts a stopped "
+               "instance (`strata down` first if it is partly running).\n",
+               c->dir, c->dir_flag ? " --dir " : "", c->dir_flag ? c->dir : "");
+    return all ? 0 : 1;
+}
+
+int ops_status_main(int argc, char **argv) {
+    status_ctx *c = calloc(1, sizeof *c); /* the topology is large: not the stack */
+    if (!c) {
+        fprintf(stderr, "strata status: out of memory\n");
+        return 1;
+    }
+    int rc = -1;
+    for (int i = 1; i < argc && rc < 0; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            status_usage(stdout);
+            rc = 0;
+        } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
+            c->dir_flag = argv[++i];
+        } else {
+            fprintf(stderr, "strata status: unknown flag or missing value: '%s'\n", argv[i]);
+            status_usage(stderr);
+            rc = 2;
+        }
+    }
+    if (rc < 0)
+        rc = ops_inst_dir(c->dir_flag, c->dir, sizeof c->dir) ? status_run(c) : 2;
+    free(c);
+    return rc;
+}

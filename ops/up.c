@@ -1,0 +1,746 @@
+/* ops/up.c — `strata up`: starts a whole local instance from one command with no configuration
+ * (two clusters "east" and "west" of three nodes each, one router on 127.0.0.1:8086), or the shape
+ * given by flags or a topology file. It writes DIR/topology, starts every strata-node and the
+ * strata-router as daemons (own session, output to DIR/logs, pids in DIR/run), waits until each
+ * accepts connections, and prints the endpoint. If anything fails it stops what it started and
+ * shows the failing process's log. Running it again on a running instance changes nothing. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "instance.h"
+
+#define UP_CLUSTERS_DEFAULT 2
+#define UP_NODES_DEFAULT 3
+#define UP_WAIT_S_DEFAULT 60      /* per process: a node replaying a long log needs a while */
+#define UP_BIND_ATTEMPTS_MAX 4    /* a port we picked may be taken before the node binds it */
+#define UP_POLL_MS 50
+#define UP_PROGRESS_EVERY_S 5
+#define UP_STOP_GRACE_MS 5000
+#define UP_LOG_TAIL_LINES 20
+#define UP_ARGV_MAX 16
+
+typedef struct up_opts {
+    const char *dir_flag, *config, *bin_dir;
+    int port, clusters, nodes, wait_s;
+    long long split_bytes; /* 0: not given (nodes keep their default) */
+    bool shape_given, no_router;
+} up_opts;
+
+/* One process we start: a node (cluster ci, node ni) or a router (ri). */
+typedef struct up_proc {
+    char name[OPS_NAME_MAX];
+    bool is_router, picked_port; /* picked_port: we chose the port, so we may choose another */
+    size_t ci, ni, ri;
+    pid_t pid;
+    long log_offset; /* where this attempt's output starts in its log */
+} up_proc;
+
+typedef struct up_ctx {
+    up_opts o;
+    char dir[OPS_PATH_MAX];
+    char node_bin[OPS_PATH_MAX], router_bin[OPS_PATH_MAX];
+    st_topology topo;
+    up_proc procs[OPS_PROCS_MAX];
+    size_t n_procs;
+} up_ctx;
+
+static void up_usage(FILE *out) {
+    fprintf(out,
+            "usage: strata up [--dir DIR] [--port PORT] [--clusters N] [--nodes M]\n"
+            "                 [--split-bytes N] [--config FILE] [--bin-dir DIR] [--wait-s S]\n"
+            "                 [--no-router]\n"
+            "Starts a local Strata instance in the background: N clusters (default 2: east, west,\n"
+            "then zone-3, ...) of M strata-node processes each (default 3) and one strata-router\n"
+            "on 127.0.0.1:PORT (default 8086, the emulator's port).\n"
+            "  --dir DIR        instance directory: topology, data, logs, pid files\n"
+            "                   (default $STRATA_HOME, else ~/.strata/local)\n"
+            "  --config FILE    start the topology in FILE instead (docs/formats/topology.md)\n"
+            "  --split-bytes N  tablet split threshold passed to every node\n"
+            "  --bin-dir DIR    where strata-node and strata-router are (default: next to this\n"
+            "                   binary's build tree, then $PATH)\n"
+            "  --wait-s S       how long to wait for each process to listen (default %d)\n"
+            "  --no-router      start only the nodes (debugging)\n"
+            "Run again on a running instance: says so and changes nothing. Stop it with\n"
+            "`strata down`, inspect it with `strata status`.\n",
+            UP_WAIT_S_DEFAULT);
+}
+
+static bool parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "strata up: %s needs a whole number from %lld to %lld, got '%s'\n", flag,
+                lo, hi, v ? v : "");
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* Returns -1 on success, else the exit code (0 for --help, 2 for bad usage). */
+static int up_parse(int argc, char **argv, up_opts *o) {
+    *o = (up_opts){.port = OPS_ROUTER_PORT_DEFAULT, .clusters = UP_CLUSTERS_DEFAULT,
+                   .nodes = UP_NODES_DEFAULT, .wait_s = UP_WAIT_S_DEFAULT};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long x = 0;
+        bool ok = true;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            up_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--no-router")) {
+            o->no_router = true;
+            continue;
+        } else if (!v) {
+            fprintf(stderr, "strata up: unknown flag or missing value: '%s'\n", a);
+            up_usage(stderr);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--dir")) o->dir_flag = v;
+        else if (!strcmp(a, "--config")) o->config = v;
+        else if (!strcmp(a, "--bin-dir")) o->bin_dir = v;
+        else if (!strcmp(a, "--port")) { ok = parse_int(a, v, 1, 65535, &x); o->port = (int)x; }
+        else if (!strcmp(a, "--wait-s")) { ok = parse_int(a, v, 1, 3600, &x); o->wait_s = (int)x; }
+        else if (!strcmp(a, "--split-bytes")) ok = parse_int(a, v, 1, LLONG_MAX, &o->split_bytes);
+        else if (!strcmp(a, "--clusters")) {
+            ok = parse_int(a, v, 1, ST_TOPO_CLUSTERS_MAX, &x);
+            o->clusters = (int)x;
+            o->shape_given = true;
+        } else if (!strcmp(a, "--nodes")) {
+            ok = parse_int(a, v, 1, ST_TOPO_NODES_MAX, &x);
+            o->nodes = (int)x;
+            o->shape_given = true;
+        } else {
+            fprintf(stderr, "strata up: unknown flag '%s'\n", a);
+            up_usage(stderr);
+            return 2;
+        }
+        if (!ok)
+            return 2;
+    }
+    return -1;
+}
+
+/* ---- binaries ---- */
+
+static bool executable(const char *path) { return access(path, X_OK) == 0; }
+
+/* name in --bin-dir; else <dir of this binary>/../<sub>/name (the build tree), <dir>/name (an
+ * install), then $PATH. */
+static bool find_bin(const char *bin_dir, const char *sub, const char *name, char *out,
+                     size_t cap) {
+    if (bin_dir) {
+        return ops_fmt(out, cap, "%s/%s", bin_dir, name) && executable(out);
+    }
+    char exe[OPS_PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            if (ops_fmt(out, cap, "%s/../%s/%s", exe, sub, name) && executable(out))
+                return true;
+            if (ops_fmt(out, cap, "%s/%s", exe, name) && executable(out))
+                return true;
+        }
+    }
+    const char *path = getenv("PATH");
+    while (path && *path) {
+        size_t l = strcspn(path, ":");
+        if (l && ops_fmt(out, cap, "%.*s/%s", (int)l, path, name) && executable(out))
+            return true;
+        path += l + (path[l] == ':');
+    }
+    return false;
+}
+
+static bool up_find_bins(up_ctx *c) {
+    const char *where = c->o.bin_dir ? c->o.bin_dir : "next to strata's build tree or on $PATH";
+    if (!find_bin(c->o.bin_dir, "node", "strata-node", c->node_bin, sizeof c->node_bin)) {
+        fprintf(stderr, "strata up: strata-node not found (%s): build it (ninja strata-node) or "
+                        "pass --bin-dir DIR\n", where);
+        return false;
+    }
+    if (!c->o.no_router &&
+        !find_bin(c->o.bin_dir, "router", "strata-router", c->router_bin, sizeof c->router_bin)) {
+        fprintf(stderr, "strata up: strata-router not found (%s): build it (ninja strata-router) "
+                        "or pass --bin-dir DIR\n", where);
+        return false;
+    }
+    return true;
+}
+
+/* ---- ports ---- */
+
+static bool addr_used(const st_topology *t, const char *addr, const char *skip) {
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++)
+            if (t->clusters[i].nodes[j].addr != skip && !strcmp(t->clusters[i].nodes[j].addr, addr))
+                return true;
+    for (size_t r = 0; r < t->n_routers; r++)
+        if (t->routers[r] != skip && !strcmp(t->routers[r], addr))
+            return true;
+    return false;
+}
+
+/* A free loopback port: bind port 0 and close. Another process may take it before our node binds
+ * it; the start loop notices and picks again. */
+static bool pick_port(const st_topology *t, char *addr, size_t cap) {
+    for (int attempt = 0; attempt < 16; attempt++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return false;
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t sl = sizeof sa;
+        bool ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+                  getsockname(fd, (struct sockaddr *)&sa, &sl) == 0;
+        close(fd);
+        if (!ok)
+            return false;
+        char cand[ST_TOPO_ADDR_MAX + 1];
+        snprintf(cand, sizeof cand, "127.0.0.1:%u", ntohs(sa.sin_port));
+        if (!addr_used(t, cand, addr)) {
+            snprintf(addr, cap, "%s", cand);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* False only when something already listens there (other errors: let the process report). */
+static bool port_free(const char *addr) {
+    char host[ST_TOPO_ADDR_MAX + 1];
+    uint16_t port;
+    if (!st_addr_split(addr, host, sizeof host, &port))
+        return true;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return true; /* a name or IPv6: the process's own bind error will say */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return true;
+    int one = 1; /* as servers do, so a port in TIME_WAIT counts as free */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    bool busy = bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 && errno == EADDRINUSE;
+    close(fd);
+    return !busy;
+}
+
+/* ---- the topology to start ---- */
+
+static const char *const up_cluster_ids[] = {"east", "west"};
+
+/* The built-in shape: clusters east, west, zone-3...; zones zone-a, zone-b...; nodes on free
+ * loopback ports with data in DIR/<cluster>-<i>. */
+static bool up_topo_generate(up_ctx *c) {
+    st_topology *t = &c->topo;
+    memset(t, 0, sizeof *t);
+    snprintf(t->project, sizeof t->project, "p");
+    snprintf(t->instance, sizeof t->instance, "i");
+    t->split_bytes = 256LL << 20;
+    for (int i = 0; i < c->o.clusters; i++) {
+        st_topo_cluster *cl = &t->clusters[t->n_clusters++];
+        if (i < 2)
+            snprintf(cl->id, sizeof cl->id, "%s", up_cluster_ids[i]);
+        else
+            snprintf(cl->id, sizeof cl->id, "zone-%d", i + 1);
+        snprintf(cl->zone, sizeof cl->zone, "zone-%c", 'a' + i);
+        cl->num = (uint32_t)(i + 1);
+        for (int j = 0; j < c->o.nodes; j++) {
+            st_topo_node *n = &cl->nodes[cl->n_nodes++];
+            n->num = (uint32_t)(i * c->o.nodes + j + 1);
+            ops_fmt(n->data_dir, sizeof n->data_dir, "%s/%s-%d", c->dir, cl->id, j);
+            if (!pick_port(t, n->addr, sizeof n->addr)) {
+                fprintf(stderr, "strata up: cannot find a free loopback port: %s\n",
+                        strerror(errno));
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* An instance that ran before in DIR keeps its shape and data; flags asking for another shape are
+ * refused rather than silently ignored. */
+static bool up_topo_reuse(up_ctx *c) {
+    st_topology *t = &c->topo;
+    bool same = t->n_clusters == (size_t)c->o.clusters;
+    for (size_t i = 0; same && i < t->n_clusters; i++)
+        same = t->clusters[i].n_nodes == (size_t)c->o.nodes;
+    if (c->o.shape_given && !same) {
+        fprintf(stderr,
+                "strata up: %s already holds an instance of %zu cluster(s) with another shape; "
+                "start it as it is (drop --clusters/--nodes), or remove it first with `strata "
+                "down --dir %s --purge`, or use another --dir\n",
+                c->dir, t->n_clusters, c->dir);
+        return false;
+    }
+    t->n_routers = 0; /* the router follows --port on every start */
+    return true;
+}
+
+static void up_topo_fill(up_ctx *c) {
+    st_topology *t = &c->topo;
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
+            st_topo_node *n = &t->clusters[i].nodes[j];
+            if (!n->data_dir[0])
+                ops_fmt(n->data_dir, sizeof n->data_dir, "%s/%s-%zu", c->dir, t->clusters[i].id, j);
+        }
+    if (c->o.split_bytes)
+        t->split_bytes = c->o.split_bytes;
+    if (!c->o.no_router && t->n_routers == 0) {
+        snprintf(t->routers[0], sizeof t->routers[0], "127.0.0.1:%d", c->o.port);
+        t->n_routers = 1;
+    }
+    if (c->o.no_router)
+        t->n_routers = 0;
+}
+
+static bool up_topo_build(up_ctx *c) {
+    char path[OPS_PATH_MAX + 16];
+    st_err err = {0};
+    if (c->o.config) {
+        if (st_topology_load(c->o.config, &c->topo, &err) != ST_OK) {
+            fprintf(stderr, "strata up: %s\n", err.msg);
+            return false;
+        }
+    } else {
+        snprintf(path, sizeof path, "%s/topology", c->dir);
+        st_code rc = st_topology_load(path, &c->topo, &err);
+        if (rc == ST_OK && !up_topo_reuse(c))
+            return false;
+        if (rc == ST_NOT_FOUND && !up_topo_generate(c))
+            return false;
+        if (rc != ST_OK && rc != ST_NOT_FOUND) {
+            fprintf(stderr, "strata up: %s\nFix or remove that file (`strata down --dir %s "
+                            "--purge` removes the whole instance).\n", err.msg, c->dir);
+            return false;
+        }
+    }
+    up_topo_fill(c);
+    return true;
+}
+
+static bool up_topo_save(up_ctx *c) {
+    char path[OPS_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/topology", c->dir);
+    st_err err = {0};
+    if (st_topology_save(path, &c->topo, &err) != ST_OK) {
+        fprintf(stderr, "strata up: %s\n", err.msg);
+        return false;
+    }
+    return true;
+}
+
+/* ---- processes ---- */
+
+static char *up_proc_addr(up_ctx *c, up_proc *p) {
+    return p->is_router ? c->topo.routers[p->ri] : c->topo.clusters[p->ci].nodes[p->ni].addr;
+}
+
+static void up_log_path(const up_ctx *c, const up_proc *p, char *out, size_t cap) {
+    snprintf(out, cap, "%s/logs/%s.log", c->dir, p->name);
+}
+
+/* The command line of p into argv (strings live in c, p and the static buffers of the caller). */
+static void up_proc_argv(up_ctx *c, up_proc *p, char *const argv[UP_ARGV_MAX], char nums[3][32],
+                         char *topo_path) {
+    const char **a = (const char **)argv;
+    size_t n = 0;
+    if (p->is_router) {
+        a[n++] = c->router_bin;
+        a[n++] = "--config";
+        a[n++] = topo_path;
+        a[n++] = "--listen";
+        a[n++] = up_proc_addr(c, p);
+    } else {
+        st_topo_cluster *cl = &c->topo.clusters[p->ci];
+        snprintf(nums[0], 32, "%u", cl->nodes[p->ni].num);
+        snprintf(nums[1], 32, "%u", cl->num);
+        a[n++] = c->node_bin;
+        a[n++] = "--data";
+        a[n++] = cl->nodes[p->ni].data_dir;
+        a[n++] = "--listen";
+        a[n++] = cl->nodes[p->ni].addr;
+        a[n++] = "--node-num";
+        a[n++] = nums[0];
+        a[n++] = "--cluster-num";
+        a[n++] = nums[1];
+        if (c->o.split_bytes) { /* only when asked: nodes keep their own default otherwise */
+            snprintf(nums[2], 32, "%lld", c->o.split_bytes);
+            a[n++] = "--split-bytes";
+            a[n++] = nums[2];
+        }
+    }
+    a[n] = NULL;
+}
+
+/* Forks p as a daemon: its own session (so a terminal's Ctrl-C or hang-up does not reach it),
+ * stdin from /dev/null, stdout and stderr appended to its log, and a pid file. */
+static bool up_spawn(up_ctx *c, up_proc *p) {
+    char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16], topo_path[OPS_PATH_MAX + 16], nums[3][32];
+    char *argv[UP_ARGV_MAX];
+    snprintf(topo_path, sizeof topo_path, "%s/topology", c->dir);
+    up_proc_argv(c, p, argv, nums, topo_path);
+    up_log_path(c, p, log_path, sizeof log_path);
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "strata up: cannot open %s: %s\n", log_path, strerror(errno));
+        return false;
+    }
+    struct stat st;
+    p->log_offset = fstat(fd, &st) == 0 ? (long)st.st_size : 0;
+    char when[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    dprintf(fd, "=== %s strata up starts %s: ", when, p->name);
+    for (size_t i = 0; argv[i]; i++)
+        dprintf(fd, "%s%s", i ? " " : "", argv[i]);
+    dprintf(fd, "\n");
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        int in = open("/dev/null", O_RDONLY);
+        if (in >= 0)
+            dup2(in, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], argv);
+        dprintf(2, "strata up: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fd);
+    if (pid < 0) {
+        fprintf(stderr, "strata up: cannot start %s: %s\n", p->name, strerror(errno));
+        return false;
+    }
+    p->pid = pid;
+    if (!ops_inst_pid_write(c->dir, p->name, pid))
+        fprintf(stderr, "strata up: warning: cannot write %s/run/%s.pid: `strata down` will not "
+                        "find this process\n", c->dir, p->name);
+    return true;
+}
+
+typedef enum up_wait { UP_READY, UP_EXITED, UP_TIMEOUT } up_wait;
+
+/* Waits until p accepts connections, exits, or wait_s passes; a progress line every few
+ * seconds so a slow start (a node replaying its log) does not look like a hang. */
+static up_wait up_wait_ready(up_ctx *c, up_proc *p, int *status) {
+    const char *addr = up_proc_addr(c, p);
+    struct timespec nap = {0, UP_POLL_MS * 1000000L};
+    long waited_ms = 0, next_note_ms = UP_PROGRESS_EVERY_S * 1000L;
+    for (;;) {
+        if (waitpid(p->pid, status, WNOHANG) == p->pid)
+            return UP_EXITED;
+        if (ops_inst_tcp_ready(addr, 200)) {
+            /* The port answers; make sure it is our process answering, still alive. */
+            if (waitpid(p->pid, status, WNOHANG) == p->pid)
+                return UP_EXITED;
+            return UP_READY;
+        }
+        if (waited_ms >= (long)c->o.wait_s * 1000L)
+            return UP_TIMEOUT;
+        if (waited_ms >= next_note_ms) {
+            printf("  ... still waiting for %s to listen on %s (%lds of %ds; log %s/logs/%s.log)\n",
+                   p->name, addr, waited_ms / 1000, c->o.wait_s, c->dir, p->name);
+            fflush(stdout);
+            next_note_ms += UP_PROGRESS_EVERY_S * 1000L;
+        }
+        nanosleep(&nap, NULL);
+        waited_ms += UP_POLL_MS;
+    }
+}
+
+/* True if this attempt's log says the listen address was taken (we then pick another port). */
+static bool up_log_says_in_use(const up_ctx *c, const up_proc *p) {
+    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], buf[4096];
+    up_log_path(c, p, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    fseek(f, p->log_offset, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, "in use") || strstr(buf, "EADDRINUSE");
+}
+
+/* Terminates every started process: SIGTERM, a bounded wait, then SIGKILL. */
+static void up_stop_all(up_ctx *c) {
+    for (size_t i = 0; i < c->n_procs; i++)
+        if (c->procs[i].pid > 0)
+            kill(c->procs[i].pid, SIGTERM);
+    struct timespec nap = {0, UP_POLL_MS * 1000000L};
+    for (long waited = 0; waited < UP_STOP_GRACE_MS; waited += UP_POLL_MS) {
+        bool any = false;
+        for (size_t i = 0; i < c->n_procs; i++) {
+            up_proc *p = &c->procs[i];
+            if (p->pid > 0 && waitpid(p->pid, NULL, WNOHANG) == p->pid) {
+                ops_inst_pid_remove(c->dir, p->name);
+                p->pid = 0;
+            }
+            any |= p->pid > 0;
+        }
+        if (!any)
+            return;
+        nanosleep(&nap, NULL);
+    }
+    for (size_t i = 0; i < c->n_procs; i++)
+        if (c->procs[i].pid > 0) {
+            kill(c->procs[i].pid, SIGKILL);
+            waitpid(c->procs[i].pid, NULL, 0);
+            ops_inst_pid_remove(c->dir, c->procs[i].name);
+            c->procs[i].pid = 0;
+        }
+}
+
+static void up_report_failure(up_ctx *c, up_proc *p, up_wait w, int status) {
+    char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
+    up_log_path(c, p, log_path, sizeof log_path);
+    if (w == UP_TIMEOUT)
+        fprintf(stderr, "strata up: %s (pid %d) did not listen on %s within %ds\n", p->name,
+                (int)p->pid, up_proc_addr(c, p), c->o.wait_s);
+    else if (WIFEXITED(status))
+        fprintf(stderr, "strata up: %s exited with status %d before listening on %s\n", p->name,
+                WEXITSTATUS(status), up_proc_addr(c, p));
+    else
+        fprintf(stderr, "strata up: %s was killed by signal %d before listening on %s\n", p->name,
+                WIFSIGNALED(status) ? WTERMSIG(status) : 0, up_proc_addr(c, p));
+    ops_inst_log_tail(log_path, UP_LOG_TAIL_LINES);
+    if (w == UP_EXITED) {
+        p->pid = 0; /* already reaped */
+        ops_inst_pid_remove(c->dir, p->name);
+    }
+}
+
+/* Waits for p; when a port we picked turned out taken, picks another and starts p again. */
+static bool up_await(up_ctx *c, up_proc *p) {
+    for (int attempt = 1;; attempt++) {
+        int status = 0;
+        up_wait w = up_wait_ready(c, p, &status);
+        if (w == UP_READY) {
+            printf("  %-12s %-22s ready (pid %d)\n", p->name, up_proc_addr(c, p), (int)p->pid);
+            fflush(stdout);
+            return true;
+        }
+        if (w == UP_EXITED && p->picked_port && attempt < UP_BIND_ATTEMPTS_MAX &&
+            up_log_says_in_use(c, p)) {
+            char *addr = up_proc_addr(c, p);
+            if (!pick_port(&c->topo, addr, ST_TOPO_ADDR_MAX + 1)) {
+                up_report_failure(c, p, w, status);
+                return false;
+            }
+            printf("  %-12s port taken meanwhile; retrying on %s\n", p->name, addr);
+            if (!up_topo_save(c) || !up_spawn(c, p))
+                return false;
+            continue;
+        }
+        up_report_failure(c, p, w, status);
+        return false;
+    }
+}
+
+/* ---- already running? ---- */
+
+/* 1: every recorded process is alive (idempotent success); 0: none is (stale pid files removed);
+ * -1: some are, some are not (the operator decides). */
+static int up_running_state(up_ctx *c) {
+    static char names[OPS_PROCS_MAX][OPS_NAME_MAX]; /* CLI: one instance of this at a time */
+    size_t n = ops_inst_pid_names(c->dir, names, OPS_PROCS_MAX), alive = 0;
+    for (size_t i = 0; i < n; i++)
+        alive += ops_inst_pid_alive(ops_inst_pid_read(c->dir, names[i]));
+    if (n == 0 || alive == 0) {
+        for (size_t i = 0; i < n; i++)
+            ops_inst_pid_remove(c->dir, names[i]);
+        return 0;
+    }
+    if (alive == n)
+        return 1;
+    fprintf(stderr, "strata up: the instance in %s is partly running (%zu of %zu processes "
+                    "alive). Stopped:", c->dir, alive, n);
+    for (size_t i = 0; i < n; i++)
+        if (!ops_inst_pid_alive(ops_inst_pid_read(c->dir, names[i])))
+            fprintf(stderr, " %s", names[i]);
+    fprintf(stderr, "\nSee their logs in %s/logs, then run `strata down%s%s` and `strata up` "
+                    "again.\n", c->dir, c->o.dir_flag ? " --dir " : "",
+            c->o.dir_flag ? c->dir : "");
+    return -1;
+}
+
+static bool mkdir_p(const char *path) {
+    char buf[OPS_PATH_MAX + 16];
+    if (!ops_fmt(buf, sizeof buf, "%s", path))
+        return false;
+    for (char *s = buf + 1; *s; s++)
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return false;
+            *s = '/';
+        }
+    return mkdir(buf, 0755) == 0 || errno == EEXIST;
+}
+
+static bool up_make_dirs(up_ctx *c) {
+    char path[OPS_PATH_MAX + 16];
+    const char *subs[] = {"", "/logs", "/run"};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        snprintf(path, sizeof path, "%s%s", c->dir, subs[i]);
+        if (!mkdir_p(path)) {
+            fprintf(stderr, "strata up: cannot create %s: %s (choose a writable --dir)\n", path,
+                    strerror(errno));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- starting ---- */
+
+/* Router ports are the operator's choice, so a taken one is an error, found before anything
+ * starts; node ports we picked ourselves are replaced when taken. */
+static bool up_check_ports(up_ctx *c) {
+    st_topology *t = &c->topo;
+    for (size_t r = 0; r < t->n_routers; r++)
+        if (!port_free(t->routers[r])) {
+            fprintf(stderr, "strata up: %s is already in use (another Strata instance, or the "
+                            "Bigtable emulator?): stop it, or choose another port with --port "
+                            "PORT\n", t->routers[r]);
+            return false;
+        }
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
+            st_topo_node *n = &t->clusters[i].nodes[j];
+            if (port_free(n->addr))
+                continue;
+            if (c->o.config) {
+                fprintf(stderr, "strata up: node address %s (from %s) is already in use: stop "
+                                "what listens there or change the file\n", n->addr, c->o.config);
+                return false;
+            }
+            if (!pick_port(t, n->addr, sizeof n->addr)) {
+                fprintf(stderr, "strata up: cannot find a free loopback port\n");
+                return false;
+            }
+        }
+    return true;
+}
+
+static bool up_start_nodes(up_ctx *c) {
+    st_topology *t = &c->topo;
+    size_t total = 0;
+    for (size_t i = 0; i < t->n_clusters; i++)
+        total += t->clusters[i].n_nodes;
+    printf("Starting %zu strata-node processes in %zu cluster(s) (logs in %s/logs):\n", total,
+           t->n_clusters, c->dir);
+    size_t first = c->n_procs;
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
+            up_proc *p = &c->procs[c->n_procs++];
+            *p = (up_proc){.ci = i, .ni = j, .picked_port = !c->o.config};
+            ops_inst_node_name(t, i, j, p->name);
+            if (!up_spawn(c, p))
+                return false;
+        }
+    /* All start at once (recovery runs in parallel); then each is awaited in turn. */
+    for (size_t k = first; k < c->n_procs; k++)
+        if (!up_await(c, &c->procs[k]))
+            return false;
+    return true;
+}
+
+static bool up_start_routers(up_ctx *c) {
+    for (size_t r = 0; r < c->topo.n_routers; r++) {
+        up_proc *p = &c->procs[c->n_procs++];
+        *p = (up_proc){.is_router = true, .ri = r};
+        ops_inst_router_name(r, p->name);
+        printf("Starting %s:\n", p->name);
+        if (!up_spawn(c, p) || !up_await(c, p))
+            return false;
+    }
+    return true;
+}
+
+static void up_print_endpoint(const up_ctx *c, bool already) {
+    const st_topology *t = &c->topo;
+    const char *dir_hint = c->o.dir_flag ? " --dir " : "";
+    const char *dir_val = c->o.dir_flag ? c->dir : "";
+    printf("%s Strata instance in %s: %zu cluster(s) (", already ? "Already running:" : "Ready:",
+           c->dir, t->n_clusters);
+    for (size_t i = 0; i < t->n_clusters; i++)
+        printf("%s%s", i ? ", " : "", t->clusters[i].id);
+    printf(")");
+    if (t->n_routers == 0) {
+        printf(", no router (connect to a node directly)\n");
+    } else {
+        printf(", router %s\n\nTry it:\n  export BIGTABLE_EMULATOR_HOST=%s\n"
+               "  cbt -project %s -instance %s ls\n\n",
+               t->routers[0], t->routers[0], t->project, t->instance);
+    }
+    printf("Status: strata status%s%s    Stop: strata down%s%s\n", dir_hint, dir_val, dir_hint,
+           dir_val);
+}
+
+/* An already-running instance: print its endpoint from DIR/topology. */
+static int up_already(up_ctx *c) {
+    char path[OPS_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/topology", c->dir);
+    st_err err = {0};
+    if (st_topology_load(path, &c->topo, &err) != ST_OK) {
+        printf("An instance is already running in %s (its topology is unreadable: %s)\n", c->dir,
+               err.msg);
+        return 0;
+    }
+    up_print_endpoint(c, true);
+    return 0;
+}
+
+static int up_run(up_ctx *c) {
+    int state = up_running_state(c);
+    if (state != 0)
+        return state > 0 ? up_already(c) : 1;
+    if (!up_find_bins(c) || !up_make_dirs(c) || !up_topo_build(c) || !up_check_ports(c) ||
+        !up_topo_save(c))
+        return 1;
+    if (!up_start_nodes(c) || !up_start_routers(c)) {
+        fprintf(stderr, "strata up: stopping the processes already started; data in %s is "
+                        "kept. Fix the problem above and run `strata up` again.\n", c->dir);
+        up_stop_all(c);
+        return 1;
+    }
+    printf("\n");
+    up_print_endpoint(c, false);
+    return 0;
+}
+
+int ops_up_main(int argc, char **argv) {
+    up_ctx *c = calloc(1, sizeof *c); /* ~1 MiB (the topology's fixed arrays): not the stack */
+    if (!c) {
+        fprintf(stderr, "strata up: out of memory\n");
+        return 1;
+    }
+    int rc = up_parse(argc, argv, &c->o);
+    if (rc < 0)
+        rc = ops_inst_dir(c->o.dir_flag, c->dir, sizeof c->dir) ? up_run(c) : 2;
+    free(c);
+    return rc;
+}

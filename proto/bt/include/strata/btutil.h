@@ -1,0 +1,51 @@
+/* strata/btutil.h — pure, dependency-free helpers over Bigtable data-API messages that both the
+ * node and the router need: row-set normalisation (moved here from node/read_plan.c so the router,
+ * which may not link node/, shares the exact same rules). No RPC, no storage.
+ *
+ * Row sets. A RowSet (keys + ranges) becomes a sorted list of disjoint half-open ranges
+ * [start, end) over row keys: an open start k becomes the closed start k"\0" (k's immediate
+ * successor in byte order), a closed end k becomes the open end k"\0", a key k becomes
+ * [k, k"\0"). Empty start = from the first row; empty end = no upper bound (an empty key in any
+ * bound means "unbounded", as the emulator does). Overlapping or touching ranges merge. */
+#ifndef STRATA_BTUTIL_H
+#define STRATA_BTUTIL_H
+
+#include "google/bigtable/v2/data.pb-c.h"
+#include "strata/base.h"
+
+#define BTU_ROW_KEY_MAX 4096 /* Bigtable: row keys up to 4 KiB */
+/* Most row keys plus ranges accepted in one RowSet (a 1 MiB request holds fewer). */
+#define BTU_ROWSET_MAX ((size_t)1 << 20)
+
+/* [start, end) over row keys; empty start = first row, empty end = unbounded. */
+typedef struct btu_key_range {
+    st_slice start;
+    st_slice end;
+} btu_key_range;
+
+typedef struct btu_rowset {
+    btu_key_range *v; /* sorted, disjoint, non-touching */
+    size_t n;
+} btu_rowset;
+
+/* Normalises rs (NULL or empty = every row) into out, allocating from arena (slices may point
+ * into rs). INVALID_ARGUMENT for a key over BTU_ROW_KEY_MAX bytes or a range whose start is not
+ * below its end ("Error in field 'row_ranges' : Error in element #0 : start_key must be less than
+ * end_key"); RESOURCE_EXHAUSTED when memory runs out. A row set whose every key is empty selects
+ * no rows (out->n == 0). */
+st_code btu_rowset_from_pb(const Google__Bigtable__V2__RowSet *rs, st_arena *arena,
+                           btu_rowset *out, st_err *err);
+
+/* Sorts and merges v[0..n) in place (any order, overlaps allowed); returns the new count. Ranges
+ * that select nothing (start >= end) are dropped. */
+size_t btu_rowset_merge(btu_key_range *v, size_t n);
+
+/* Compares two END bounds, where empty means +infinity. */
+int btu_end_cmp(st_slice a, st_slice b);
+/* True if the range selects no row (a bounded end at or below its start). */
+bool btu_range_is_empty(const btu_key_range *r);
+/* k followed by one zero byte (the smallest key greater than k), allocated from arena;
+ * RESOURCE_EXHAUSTED when memory runs out. */
+st_code btu_key_successor(st_arena *arena, st_slice k, st_slice *out);
+
+#endif

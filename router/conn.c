@@ -1,0 +1,427 @@
+/* conn.c — the router's links to its nodes: one rpc_client per node, replaced with a backoff when
+ * it dies; fan-out of calls to many nodes; delayed callbacks; the per-cluster tablet-map refresh
+ * (ListTablets on every node), coalesced so a burst of "not owner" answers costs one refresh. */
+#include "router_internal.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/internal/v1/node.pb-c.h"
+
+/* ---- clients ---- */
+
+static void graveyard_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rtr_ctx *r = arg;
+    for (size_t i = 0; i < r->n_graveyard; i++)
+        rpc_client_free(r->graveyard[i]);
+    r->n_graveyard = 0;
+}
+
+/* A dead client may be the one whose callback we are inside: free it later, from the loop. */
+static void bury(rtr_ctx *r, rpc_client *c) {
+    if (r->n_graveyard == r->cap_graveyard) {
+        size_t cap = r->cap_graveyard ? 2 * r->cap_graveyard : 8;
+        rpc_client **g = realloc(r->graveyard, cap * sizeof *g);
+        if (!g) {
+            st_log(ST_LOG_ERROR, "router", "out of memory: leaking a dead node client");
+            return;
+        }
+        r->graveyard = g;
+        r->cap_graveyard = cap;
+    }
+    r->graveyard[r->n_graveyard++] = c;
+    if (!r->graveyard_ev)
+        r->graveyard_ev = event_new(r->base, -1, 0, graveyard_cb, r);
+    if (r->graveyard_ev)
+        event_active(r->graveyard_ev, 0, 0);
+}
+
+/* A live client for node, or NULL while the reconnect backoff runs. */
+static rpc_client *node_client(rtr_node *n, st_err *err) {
+    rtr_ctx *r = n->ctx;
+    if (n->client && rpc_client_alive(n->client))
+        return n->client;
+    if (n->client) {
+        bury(r, n->client);
+        n->client = NULL;
+    }
+    int64_t now = st_mono_us();
+    if (now < n->retry_at_us) {
+        st_err_set(err, ST_UNAVAILABLE, "node %s is unreachable (reconnecting in %lld ms)",
+                   n->addr, (long long)((n->retry_at_us - now) / 1000));
+        return NULL;
+    }
+    n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : RTR_RECONNECT_BACKOFF_MIN_MS;
+    if (n->backoff_ms > RTR_RECONNECT_BACKOFF_MAX_MS)
+        n->backoff_ms = RTR_RECONNECT_BACKOFF_MAX_MS;
+    n->retry_at_us = now + n->backoff_ms * 1000;
+    n->client = rpc_client_new(r->base, n->host, n->port, NULL, err);
+    if (!n->client)
+        st_err_prefix(err, "node %s: ", n->addr);
+    return n->client;
+}
+
+rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const rpc_metadata *md,
+                         size_t md_count, int64_t timeout_ms, rpc_ccall_msg_fn on_msg,
+                         rpc_ccall_done_fn on_done, void *arg, st_err *err) {
+    if (node->ctx->closing) {
+        st_err_set(err, ST_UNAVAILABLE, "the router is shutting down");
+        return NULL;
+    }
+    rpc_client *c = node_client(node, err);
+    if (!c)
+        return NULL;
+    rpc_ccall *call =
+        rpc_client_call(c, path, req, md, md_count, timeout_ms, on_msg, on_done, arg);
+    if (!call)
+        st_err_set(err, ST_UNAVAILABLE, "node %s: could not start %s", node->addr, path);
+    return call;
+}
+
+void rtr_node_disconnect_all(rtr_ctx *r) {
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++) {
+            rtr_node *n = &r->clusters[c].nodes[i];
+            if (n->client)
+                rpc_client_free(n->client); /* runs outstanding done callbacks (CANCELLED) */
+            n->client = NULL;
+        }
+    graveyard_cb(-1, 0, r);
+    if (r->graveyard_ev)
+        event_free(r->graveyard_ev);
+    r->graveyard_ev = NULL;
+    free(r->graveyard);
+    r->graveyard = NULL;
+    r->cap_graveyard = 0;
+}
+
+/* ---- fan-out ---- */
+
+typedef struct fan_slot {
+    rtr_fan *f;
+    size_t i;
+} fan_slot;
+
+rtr_fan *rtr_fan_new(rtr_ctx *r, size_t n, int64_t timeout_ms, rtr_fan_done_fn done, void *arg) {
+    rtr_fan *f = calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->res = calloc(n ? n : 1, sizeof *f->res);
+    if (!f->res) {
+        free(f);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        f->res[i].code = ST_CANCELLED; /* a slot never called reads as cancelled */
+        st_buf_init(&f->res[i].msgs);
+    }
+    f->ctx = r;
+    f->n = n;
+    f->timeout_ms = timeout_ms;
+    f->done = done;
+    f->arg = arg;
+    return f;
+}
+
+static void fan_check(rtr_fan *f) {
+    if (f->sealed && f->pending == 0)
+        f->done(f, f->arg);
+}
+
+static void fan_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    fan_slot *s = arg;
+    rtr_fan_res *res = &s->f->res[s->i];
+    if (st_buf_append_varint64(&res->msgs, msg.len) != ST_OK ||
+        st_buf_append(&res->msgs, msg.data, msg.len) != ST_OK) {
+        res->code = ST_RESOURCE_EXHAUSTED;
+        rpc_ccall_cancel(call);
+    }
+}
+
+static void fan_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    fan_slot *s = arg;
+    rtr_fan *f = s->f;
+    rtr_fan_res *res = &f->res[s->i];
+    free(s);
+    if (res->code != ST_RESOURCE_EXHAUSTED)
+        res->code = code;
+    if (code != ST_OK)
+        st_err_set(&res->err, code, "%s", message ? message : "");
+    f->pending--;
+    fan_check(f);
+}
+
+void rtr_fan_call(rtr_fan *f, size_t i, rtr_node *node, const char *path, st_slice req) {
+    rtr_fan_res *res = &f->res[i];
+    fan_slot *s = malloc(sizeof *s);
+    res->node = node;
+    res->code = ST_OK;
+    if (!s) {
+        res->code = st_err_set(&res->err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    *s = (fan_slot){f, i};
+    f->pending++;
+    if (!rtr_node_call(node, path, req, NULL, 0, f->timeout_ms, fan_msg, fan_done, s, &res->err)) {
+        res->code = res->err.code ? res->err.code : ST_UNAVAILABLE;
+        f->pending--;
+        free(s);
+    }
+}
+
+void rtr_fan_seal(rtr_fan *f) {
+    f->sealed = true;
+    fan_check(f);
+}
+
+void rtr_fan_free(rtr_fan *f) {
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->n; i++)
+        st_buf_free(&f->res[i].msgs);
+    free(f->res);
+    free(f);
+}
+
+bool rtr_fan_next_msg(const rtr_fan_res *res, size_t *off, st_slice *msg) {
+    const uint8_t *p = res->msgs.data + *off, *end = res->msgs.data + res->msgs.len;
+    if (p >= end || !st_get_len_prefixed(&p, end, msg))
+        return false;
+    *off = (size_t)(p - res->msgs.data);
+    return true;
+}
+
+st_code rtr_fan_first_error(const rtr_fan *f, st_err *err) {
+    for (size_t i = 0; i < f->n; i++)
+        if (f->res[i].code != ST_OK) {
+            if (err)
+                *err = f->res[i].err;
+            if (err)
+                err->code = f->res[i].code;
+            return f->res[i].code;
+        }
+    return ST_OK;
+}
+
+/* ---- delayed callbacks ---- */
+
+struct rtr_later {
+    rtr_ctx *ctx;
+    rtr_later *prev, *next;
+    struct event *ev;
+    void (*fn)(void *arg);
+    void *arg;
+};
+
+static void later_unlink(rtr_later *l) {
+    rtr_ctx *r = l->ctx;
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        r->later = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+}
+
+static void later_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rtr_later *l = arg;
+    later_unlink(l);
+    void (*fn)(void *) = l->fn;
+    void *a = l->arg;
+    event_free(l->ev);
+    free(l);
+    fn(a);
+}
+
+st_code rtr_later_add(rtr_ctx *r, int64_t delay_ms, void (*fn)(void *arg), void *arg) {
+    rtr_later *l = calloc(1, sizeof *l);
+    if (!l)
+        return ST_RESOURCE_EXHAUSTED;
+    l->ctx = r;
+    l->fn = fn;
+    l->arg = arg;
+    l->ev = evtimer_new(r->base, later_cb, l);
+    struct timeval tv = {(time_t)(delay_ms / 1000), (suseconds_t)((delay_ms % 1000) * 1000)};
+    if (!l->ev || evtimer_add(l->ev, &tv) != 0) {
+        if (l->ev)
+            event_free(l->ev);
+        free(l);
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    l->next = r->later;
+    if (r->later)
+        r->later->prev = l;
+    r->later = l;
+    return ST_OK;
+}
+
+void rtr_later_flush(rtr_ctx *r) {
+    while (r->later)
+        later_cb(-1, 0, r->later);
+}
+
+/* ---- tablet-map refresh ---- */
+
+static void refresh_waiters_run(rtr_cluster *c) {
+    rtr_waiter *w = c->waiters;
+    size_t n = c->n_waiters;
+    c->waiters = NULL;
+    c->n_waiters = c->cap_waiters = 0;
+    for (size_t i = 0; i < n; i++)
+        w[i].fn(w[i].arg);
+    free(w);
+}
+
+/* Adds the tablets of one ListTablets answer to in[] (grown as needed). */
+static bool collect_tablets(const rtr_fan_res *res, uint32_t node, rtr_tablet_in **in, size_t *n,
+                            size_t *cap, Strata__Internal__V1__ListTabletsResponse **keep) {
+    size_t off = 0;
+    st_slice msg;
+    if (!rtr_fan_next_msg(res, &off, &msg))
+        return false;
+    Strata__Internal__V1__ListTabletsResponse *m =
+        strata__internal__v1__list_tablets_response__unpack(NULL, msg.len, msg.data);
+    if (!m)
+        return false;
+    *keep = m;
+    for (size_t i = 0; i < m->n_tablets; i++) {
+        if (*n == *cap) {
+            size_t nc = *cap ? 2 * *cap : 64;
+            rtr_tablet_in *v = nc <= RTR_TABLETS_MAX ? realloc(*in, nc * sizeof *v) : NULL;
+            if (!v)
+                return false;
+            *in = v;
+            *cap = nc;
+        }
+        const Strata__Internal__V1__Tablet *t = m->tablets[i];
+        (*in)[(*n)++] = (rtr_tablet_in){t->table_name,
+                                        st_slice_make(t->start_key.data, t->start_key.len),
+                                        st_slice_make(t->end_key.data, t->end_key.len), t->id,
+                                        node, t->read_only};
+    }
+    return true;
+}
+
+/* Tablets of unreachable nodes stay in the map (they most likely still own them, and requests
+ * then fail with UNAVAILABLE instead of "no tablet"), unless a reachable node reports them. */
+static bool keep_old(const rtr_cluster *c, const rtr_fan *f, rtr_tablet_in **in, size_t *n,
+                     size_t *cap) {
+    const rtr_tmap *old = c->map;
+    for (size_t t = 0; old && t < old->n_tables; t++)
+        for (size_t i = 0; i < old->tables[t].n; i++) {
+            const rtr_tablet *tb = &old->tables[t].v[i];
+            if (f->res[tb->node].code == ST_OK)
+                continue;
+            if (*n == *cap) {
+                size_t nc = *cap ? 2 * *cap : 64;
+                rtr_tablet_in *v = nc <= RTR_TABLETS_MAX ? realloc(*in, nc * sizeof *v) : NULL;
+                if (!v)
+                    return false;
+                *in = v;
+                *cap = nc;
+            }
+            /* read_only marks them as second choice against fresh reports. */
+            (*in)[(*n)++] = (rtr_tablet_in){old->tables[t].name, tb->start, tb->end, tb->id,
+                                            tb->node, true};
+        }
+    return true;
+}
+
+static void refresh_done(rtr_fan *f, void *arg) {
+    rtr_cluster *c = arg;
+    rtr_tablet_in *in = NULL;
+    size_t n = 0, cap = 0, ok_nodes = 0;
+    Strata__Internal__V1__ListTabletsResponse *keep[ST_TOPO_NODES_MAX] = {0};
+    bool ok = true;
+    for (size_t i = 0; i < f->n && ok; i++) {
+        if (f->res[i].code != ST_OK)
+            continue;
+        ok = collect_tablets(&f->res[i], (uint32_t)i, &in, &n, &cap, &keep[i]);
+        ok_nodes++;
+    }
+    ok = ok && keep_old(c, f, &in, &n, &cap);
+    rtr_tmap *m = ok ? rtr_tmap_build(in, n) : NULL;
+    if (m) {
+        rtr_tmap_free(c->map);
+        c->map = m;
+    } else if (ok_nodes > 0) {
+        st_log(ST_LOG_ERROR, "router", "cluster=%s could not build its tablet map", c->topo->id);
+    }
+    c->map_gen++;
+    for (size_t i = 0; i < ST_TOPO_NODES_MAX; i++)
+        if (keep[i])
+            strata__internal__v1__list_tablets_response__free_unpacked(keep[i], NULL);
+    free(in);
+    c->refreshing = NULL;
+    rtr_fan_free(f);
+    refresh_waiters_run(c);
+}
+
+static st_code add_waiter(rtr_cluster *c, void (*fn)(void *arg), void *arg) {
+    if (c->n_waiters == c->cap_waiters) {
+        size_t cap = c->cap_waiters ? 2 * c->cap_waiters : 16;
+        rtr_waiter *w = cap <= RTR_WAITERS_MAX ? realloc(c->waiters, cap * sizeof *w) : NULL;
+        if (!w)
+            return ST_RESOURCE_EXHAUSTED;
+        c->waiters = w;
+        c->cap_waiters = cap;
+    }
+    c->waiters[c->n_waiters++] = (rtr_waiter){fn, arg};
+    return ST_OK;
+}
+
+st_code rtr_cluster_refresh(rtr_cluster *c, void (*fn)(void *arg), void *arg) {
+    if (add_waiter(c, fn, arg) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    if (c->refreshing)
+        return ST_OK;
+    Strata__Internal__V1__ListTabletsRequest req;
+    strata__internal__v1__list_tablets_request__init(&req);
+    uint8_t buf[8];
+    size_t len = strata__internal__v1__list_tablets_request__pack(&req, buf);
+    rtr_fan *f = rtr_fan_new(c->ctx, c->n_nodes, RTR_ADMIN_TIMEOUT_MS, refresh_done, c);
+    if (!f) {
+        c->n_waiters--;
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    c->refreshing = f;
+    for (size_t i = 0; i < c->n_nodes; i++)
+        rtr_fan_call(f, i, &c->nodes[i], RTR_NODE "ListTablets", st_slice_make(buf, len));
+    rtr_fan_seal(f);
+    return ST_OK;
+}
+
+typedef struct all_state {
+    size_t pending;
+    void (*fn)(void *arg);
+    void *arg;
+} all_state;
+
+static void all_one(void *arg) {
+    all_state *s = arg;
+    if (--s->pending > 0)
+        return;
+    void (*fn)(void *) = s->fn;
+    void *a = s->arg;
+    free(s);
+    fn(a);
+}
+
+st_code rtr_refresh_all(rtr_ctx *r, void (*fn)(void *arg), void *arg) {
+    all_state *s = malloc(sizeof *s);
+    if (!s)
+        return ST_RESOURCE_EXHAUSTED;
+    *s = (all_state){r->n_clusters + 1, fn, arg};
+    for (size_t i = 0; i < r->n_clusters; i++)
+        if (rtr_cluster_refresh(&r->clusters[i], all_one, s) != ST_OK)
+            s->pending--;
+    all_one(s); /* the +1 guard: fn runs once, after every cluster answered */
+    return ST_OK;
+}

@@ -1,0 +1,34 @@
+/* strata/router.h — strata-router: the public endpoint of a Strata instance. It serves the Cloud
+ * Bigtable data API, table admin API (and, later, instance admin and long-running operations) on
+ * one port, keeps only caches (instance metadata, each cluster's tablet map), and forwards every
+ * request to the nodes that own the rows, splitting and merging requests that span tablets.
+ * See docs/router.md. */
+#ifndef STRATA_ROUTER_H
+#define STRATA_ROUTER_H
+
+#include "strata/base.h"
+#include "strata/topology.h"
+
+struct event_base;
+typedef struct rtr_ctx rtr_ctx;
+
+typedef struct rtr_opts {
+    const st_topology *topo; /* copied by rtr_open */
+    const char *listen_host; /* NULL = the topology's [router] listen, else 127.0.0.1 */
+    uint16_t listen_port;    /* used with listen_host; 0 = ephemeral (see rtr_port) */
+    int64_t meta_refresh_ms; /* metadata re-read period; 0 = RTR_META_REFRESH_MS_DEFAULT */
+    int64_t node_timeout_ms; /* unary calls to nodes without a client deadline; 0 = default */
+} rtr_opts;
+
+void rtr_opts_default(rtr_opts *o);
+/* Connects to every node, learns the tablet maps, makes sure the metadata table exists, reads it,
+ * and starts listening on base. Nodes that are down are retried later (their tablets answer
+ * UNAVAILABLE meanwhile). UNAVAILABLE when the listen address cannot be bound or no cluster's
+ * metadata could be read. */
+st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, st_err *err);
+uint16_t rtr_port(const rtr_ctx *r);
+/* Stops listening, ends outstanding calls and frees. Loop thread only; turn the base once
+ * afterwards (event_base_loop(base, EVLOOP_NONBLOCK)) before freeing it. */
+void rtr_close(rtr_ctx *r);
+
+#endif

@@ -1,0 +1,542 @@
+/* meta.c — instance metadata kept in the instance itself: the table RTR_META_TABLE, one tablet on
+ * the first node of every cluster, rows "table/<full name>" and "profile/<id>" whose one cell
+ * (family m, qualifier v) holds the serialized google.bigtable.admin.v2.Table / AppProfile.
+ * Writes go to every cluster's copy; reads come from the first cluster that answers; the cache
+ * is re-read every meta_refresh_ms so other routers' changes show. See docs/router.md. */
+#include "router_internal.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/internal/v1/node.pb-c.h"
+
+/* ---- records (pure) ---- */
+
+static rtr_meta_rec **recs(rtr_meta *m, rtr_meta_kind kind, size_t **n) {
+    *n = kind == RTR_META_KIND_TABLE ? &m->n_tables : &m->n_profiles;
+    return kind == RTR_META_KIND_TABLE ? &m->tables : &m->profiles;
+}
+
+/* Index of name, or of where it would go (*found false). */
+static size_t rec_pos(const rtr_meta_rec *v, size_t n, const char *name, bool *found) {
+    size_t lo = 0, hi = n;
+    *found = false;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(v[mid].name, name);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void rtr_meta_free(rtr_meta *m) {
+    for (size_t i = 0; i < m->n_tables; i++) {
+        free(m->tables[i].name);
+        free(m->tables[i].pb);
+    }
+    for (size_t i = 0; i < m->n_profiles; i++) {
+        free(m->profiles[i].name);
+        free(m->profiles[i].pb);
+    }
+    free(m->tables);
+    free(m->profiles);
+    memset(m, 0, sizeof *m);
+}
+
+const rtr_meta_rec *rtr_meta_find(const rtr_meta *m, rtr_meta_kind kind, const char *name) {
+    const rtr_meta_rec *v = kind == RTR_META_KIND_TABLE ? m->tables : m->profiles;
+    size_t n = kind == RTR_META_KIND_TABLE ? m->n_tables : m->n_profiles;
+    bool found;
+    size_t i = rec_pos(v, n, name, &found);
+    return found ? &v[i] : NULL;
+}
+
+st_code rtr_meta_put(rtr_meta *m, rtr_meta_kind kind, const char *name, st_slice pb) {
+    size_t *n;
+    rtr_meta_rec **v = recs(m, kind, &n);
+    bool found;
+    size_t i = rec_pos(*v, *n, name, &found);
+    uint8_t *copy = malloc(pb.len ? pb.len : 1);
+    if (!copy)
+        return ST_RESOURCE_EXHAUSTED;
+    if (pb.len)
+        memcpy(copy, pb.data, pb.len);
+    if (found) {
+        free((*v)[i].pb);
+        (*v)[i].pb = copy;
+        (*v)[i].len = pb.len;
+        return ST_OK;
+    }
+    char *nm = strdup(name);
+    rtr_meta_rec *nv = m->n_tables + m->n_profiles < RTR_META_RECORDS_MAX
+                           ? realloc(*v, (*n + 1) * sizeof *nv)
+                           : NULL;
+    if (!nm || !nv) {
+        free(nm);
+        free(copy);
+        if (nv)
+            *v = nv;
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    *v = nv;
+    memmove(&nv[i + 1], &nv[i], (*n - i) * sizeof *nv);
+    nv[i] = (rtr_meta_rec){nm, copy, pb.len};
+    (*n)++;
+    return ST_OK;
+}
+
+void rtr_meta_del(rtr_meta *m, rtr_meta_kind kind, const char *name) {
+    size_t *n;
+    rtr_meta_rec **v = recs(m, kind, &n);
+    bool found;
+    size_t i = rec_pos(*v, *n, name, &found);
+    if (!found)
+        return;
+    free((*v)[i].name);
+    free((*v)[i].pb);
+    memmove(&(*v)[i], &(*v)[i + 1], (*n - i - 1) * sizeof **v);
+    (*n)--;
+}
+
+static const char *kind_prefix(rtr_meta_kind kind) {
+    return kind == RTR_META_KIND_TABLE ? RTR_META_TABLE_PREFIX : RTR_META_PROFILE_PREFIX;
+}
+
+st_code rtr_meta_row_key(rtr_meta_kind kind, const char *name, st_buf *out) {
+    const char *p = kind_prefix(kind);
+    st_buf_reset(out);
+    if (st_buf_append(out, p, strlen(p)) != ST_OK || st_buf_append(out, name, strlen(name)) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+bool rtr_meta_parse_row_key(st_slice key, rtr_meta_kind *kind, char *name, size_t name_cap) {
+    for (int k = RTR_META_KIND_TABLE; k <= RTR_META_KIND_PROFILE; k++) {
+        st_slice p = st_slice_cstr(kind_prefix((rtr_meta_kind)k));
+        if (!st_slice_has_prefix(key, p))
+            continue;
+        size_t len = key.len - p.len;
+        if (len == 0 || len >= name_cap || memchr(key.data + p.len, 0, len))
+            return false;
+        memcpy(name, key.data + p.len, len);
+        name[len] = '\0';
+        *kind = (rtr_meta_kind)k;
+        return true;
+    }
+    return false;
+}
+
+/* Whole rows per message, one cell per row (the read asks for the latest version only). */
+st_code rtr_meta_feed(rtr_meta *m, st_slice msg) {
+    Google__Bigtable__V2__ReadRowsResponse *r =
+        google__bigtable__v2__read_rows_response__unpack(NULL, msg.len, msg.data);
+    if (!r)
+        return ST_INTERNAL;
+    st_code rc = ST_OK;
+    st_slice key = {0};
+    st_buf value;
+    st_buf_init(&value);
+    int cell = 0; /* 0: no cell yet, 1: first cell's value continues, 2: first cell complete */
+    for (size_t i = 0; i < r->n_chunks && rc == ST_OK; i++) {
+        const Google__Bigtable__V2__ReadRowsResponse__CellChunk *c = r->chunks[i];
+        if (c->row_key.len) {
+            key = st_slice_make(c->row_key.data, c->row_key.len);
+            st_buf_reset(&value);
+            cell = 0;
+        }
+        /* Only the first (latest) cell counts; later chunks of other cells are skipped. */
+        if (cell < 2) {
+            if (st_buf_append(&value, c->value.data, c->value.len) != ST_OK)
+                rc = ST_RESOURCE_EXHAUSTED;
+            cell = c->value_size > 0 ? 1 : 2;
+        }
+        if (c->row_status_case == GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW &&
+            c->commit_row && rc == ST_OK) {
+            char name[RTR_TABLE_NAME_MAX + 1];
+            rtr_meta_kind kind;
+            if (rtr_meta_parse_row_key(key, &kind, name, sizeof name))
+                rc = rtr_meta_put(m, kind, name, st_buf_slice(&value));
+        }
+    }
+    st_buf_free(&value);
+    google__bigtable__v2__read_rows_response__free_unpacked(r, NULL);
+    return rc;
+}
+
+/* ---- loading ---- */
+
+typedef struct meta_load {
+    rtr_ctx *r;
+    size_t cluster, tablet;
+    rtr_meta m;
+    uint64_t gen_at_start;
+    st_code feed_rc;
+    void (*done)(void *arg, st_code code);
+    void *arg;
+} meta_load;
+
+static void load_next(meta_load *l);
+
+/* ReadRows of [start, end) of the metadata table, latest version of each cell only. */
+static st_code load_request(const rtr_tablet *tb, st_buf *out) {
+    Google__Bigtable__V2__ReadRowsRequest req;
+    google__bigtable__v2__read_rows_request__init(&req);
+    Google__Bigtable__V2__RowFilter filter;
+    google__bigtable__v2__row_filter__init(&filter);
+    filter.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER;
+    filter.cells_per_column_limit_filter = 1;
+    req.table_name = (char *)RTR_META_TABLE;
+    req.filter = &filter;
+    size_t len = google__bigtable__v2__read_rows_request__get_packed_size(&req);
+    if (st_buf_reserve(out, len + 2 * BTU_ROW_KEY_MAX + 32) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    out->len = google__bigtable__v2__read_rows_request__pack(&req, out->data);
+    btu_key_range range = {tb->start, tb->end};
+    btu_rowset rs = {&range, 1};
+    return rtr_wire_put_rowset(out, 2, &rs);
+}
+
+static void load_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    meta_load *l = arg;
+    if (l->feed_rc == ST_OK)
+        l->feed_rc = rtr_meta_feed(&l->m, msg);
+}
+
+static void load_finish(meta_load *l, st_code code) {
+    rtr_ctx *r = l->r;
+    if (code == ST_OK && l->gen_at_start == r->meta_gen) {
+        rtr_meta_free(&r->meta);
+        r->meta = l->m; /* the new cache */
+        r->meta_loaded = true;
+    } else {
+        rtr_meta_free(&l->m);
+    }
+    r->meta_loading = false;
+    void (*done)(void *, st_code) = l->done;
+    void *arg = l->arg;
+    free(l);
+    if (done)
+        done(arg, code);
+}
+
+static void load_fail_cluster(meta_load *l, const char *why) {
+    st_log(ST_LOG_WARN, "router", "metadata read from cluster=%s failed: %s",
+           l->r->clusters[l->cluster].topo->id, why);
+    rtr_meta_free(&l->m);
+    l->cluster++;
+    l->tablet = 0;
+    load_next(l);
+}
+
+static void load_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    meta_load *l = arg;
+    if (code == ST_OK && l->feed_rc != ST_OK)
+        code = l->feed_rc;
+    if (code != ST_OK)
+        return load_fail_cluster(l, message ? message : st_code_name(code));
+    l->tablet++;
+    load_next(l);
+}
+
+static void load_next(meta_load *l) {
+    rtr_ctx *r = l->r;
+    if (l->cluster >= r->n_clusters || r->closing)
+        return load_finish(l, ST_UNAVAILABLE);
+    rtr_cluster *c = &r->clusters[l->cluster];
+    const rtr_tmap_table *t = rtr_tmap_find(c->map, RTR_META_TABLE);
+    if (!t || t->n == 0)
+        return load_fail_cluster(l, "no tablet of the metadata table is known");
+    if (l->tablet >= t->n)
+        return load_finish(l, ST_OK);
+    st_buf req;
+    st_buf_init(&req);
+    st_err err = {0};
+    l->feed_rc = ST_OK;
+    const rtr_tablet *tb = &t->v[l->tablet];
+    rpc_ccall *call = NULL;
+    if (load_request(tb, &req) == ST_OK)
+        call = rtr_node_call(&c->nodes[tb->node], RTR_BT "ReadRows", st_buf_slice(&req), NULL, 0,
+                             RTR_ADMIN_TIMEOUT_MS, load_msg, load_done, l, &err);
+    st_buf_free(&req);
+    if (!call)
+        load_fail_cluster(l, err.msg[0] ? err.msg : "out of memory");
+}
+
+static void meta_load_start(rtr_ctx *r, void (*done)(void *arg, st_code code), void *arg) {
+    meta_load *l = calloc(1, sizeof *l);
+    if (!l) {
+        if (done)
+            done(arg, ST_RESOURCE_EXHAUSTED);
+        return;
+    }
+    *l = (meta_load){.r = r, .gen_at_start = r->meta_gen, .done = done, .arg = arg};
+    r->meta_loading = true;
+    load_next(l);
+}
+
+/* ---- bootstrap: the metadata table in every cluster ---- */
+
+typedef struct meta_boot {
+    rtr_ctx *r;
+    size_t n_clusters_todo;
+    size_t todo[ST_TOPO_CLUSTERS_MAX];
+    void (*done)(void *arg, st_code code);
+    void *arg;
+} meta_boot;
+
+static size_t put_table_request(uint8_t *buf, size_t cap) {
+    Google__Bigtable__Admin__V2__GcRule gc;
+    google__bigtable__admin__v2__gc_rule__init(&gc);
+    gc.rule_case = GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS;
+    gc.max_num_versions = 1;
+    Google__Bigtable__Admin__V2__ColumnFamily cf;
+    google__bigtable__admin__v2__column_family__init(&cf);
+    cf.gc_rule = &gc;
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry e;
+    google__bigtable__admin__v2__table__column_families_entry__init(&e);
+    e.key = (char *)RTR_META_FAMILY;
+    e.value = &cf;
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *ents[1] = {&e};
+    Google__Bigtable__Admin__V2__Table t;
+    google__bigtable__admin__v2__table__init(&t);
+    t.name = (char *)RTR_META_TABLE;
+    t.n_column_families = 1;
+    t.column_families = ents;
+    Strata__Internal__V1__PutTableRequest req;
+    strata__internal__v1__put_table_request__init(&req);
+    req.table = &t;
+    ST_ASSERT(strata__internal__v1__put_table_request__get_packed_size(&req) <= cap);
+    return strata__internal__v1__put_table_request__pack(&req, buf);
+}
+
+static void boot_load_done(void *arg, st_code code) {
+    meta_boot *b = arg;
+    void (*done)(void *, st_code) = b->done;
+    void *a = b->arg;
+    free(b);
+    done(a, code);
+}
+
+static void boot_refreshed(void *arg) {
+    meta_boot *b = arg;
+    meta_load_start(b->r, boot_load_done, b);
+}
+
+/* CreateTablet ALREADY_EXISTS means another router made it first: fine. */
+static void boot_tablets_done(rtr_fan *f, void *arg) {
+    meta_boot *b = arg;
+    for (size_t i = 0; i < f->n; i++)
+        if (f->res[i].code != ST_OK && f->res[i].code != ST_ALREADY_EXISTS)
+            st_log(ST_LOG_WARN, "router", "creating the metadata tablet on %s failed: %s",
+                   f->res[i].node ? f->res[i].node->addr : "?", f->res[i].err.msg);
+    rtr_fan_free(f);
+    /* The maps must show the new tablets before the load looks for them. */
+    if (rtr_refresh_all(b->r, boot_refreshed, b) != ST_OK)
+        meta_load_start(b->r, boot_load_done, b);
+}
+
+static void boot_schemas_done(rtr_fan *f, void *arg) {
+    meta_boot *b = arg;
+    rtr_ctx *r = b->r;
+    rtr_fan_free(f);
+    Strata__Internal__V1__CreateTabletRequest req;
+    strata__internal__v1__create_tablet_request__init(&req);
+    req.table_name = (char *)RTR_META_TABLE;
+    uint8_t buf[128];
+    size_t len = strata__internal__v1__create_tablet_request__pack(&req, buf);
+    rtr_fan *g = rtr_fan_new(r, b->n_clusters_todo, RTR_ADMIN_TIMEOUT_MS, boot_tablets_done, b);
+    if (!g)
+        return meta_load_start(r, boot_load_done, b);
+    for (size_t i = 0; i < b->n_clusters_todo; i++)
+        rtr_fan_call(g, i, &r->clusters[b->todo[i]].nodes[0], RTR_NODE "CreateTablet",
+                     st_slice_make(buf, len));
+    rtr_fan_seal(g);
+}
+
+void rtr_meta_bootstrap(rtr_ctx *r, void (*done)(void *arg, st_code code), void *arg) {
+    meta_boot *b = calloc(1, sizeof *b);
+    if (!b)
+        return done(arg, ST_RESOURCE_EXHAUSTED);
+    *b = (meta_boot){.r = r, .done = done, .arg = arg};
+    size_t n_calls = 0;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        if (!rtr_tmap_find(r->clusters[c].map, RTR_META_TABLE)) {
+            b->todo[b->n_clusters_todo++] = c;
+            n_calls += r->clusters[c].n_nodes;
+        }
+    if (b->n_clusters_todo == 0)
+        return meta_load_start(r, boot_load_done, b);
+    uint8_t buf[256];
+    size_t len = put_table_request(buf, sizeof buf);
+    rtr_fan *f = rtr_fan_new(r, n_calls, RTR_ADMIN_TIMEOUT_MS, boot_schemas_done, b);
+    if (!f)
+        return meta_load_start(r, boot_load_done, b);
+    size_t k = 0;
+    for (size_t i = 0; i < b->n_clusters_todo; i++) {
+        rtr_cluster *c = &r->clusters[b->todo[i]];
+        st_log(ST_LOG_INFO, "router", "creating the metadata table in cluster=%s", c->topo->id);
+        for (size_t j = 0; j < c->n_nodes; j++)
+            rtr_fan_call(f, k++, &c->nodes[j], RTR_NODE "PutTable", st_slice_make(buf, len));
+    }
+    rtr_fan_seal(f);
+}
+
+/* ---- periodic reload ---- */
+
+static void meta_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rtr_ctx *r = arg;
+    if (!r->meta_loading && !r->closing)
+        meta_load_start(r, NULL, NULL);
+}
+
+st_code rtr_meta_start_timer(rtr_ctx *r, st_err *err) {
+    int64_t ms = r->opts.meta_refresh_ms > 0 ? r->opts.meta_refresh_ms : RTR_META_REFRESH_MS_DEFAULT;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    r->meta_timer = event_new(r->base, -1, EV_PERSIST, meta_tick, r);
+    if (!r->meta_timer || event_add(r->meta_timer, &tv) != 0)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "could not start the metadata timer");
+    return ST_OK;
+}
+
+/* ---- writing one record ---- */
+
+typedef struct meta_write {
+    rtr_ctx *r;
+    rtr_meta_kind kind;
+    char *name;
+    st_buf pb;
+    bool del;
+    rtr_meta_done_fn done;
+    void *arg;
+} meta_write;
+
+/* MutateRow on the metadata table: SetCell m:v (server time) or DeleteFromRow. */
+static st_code write_request(const meta_write *w, st_slice key, st_buf *out) {
+    Google__Bigtable__V2__Mutation mut;
+    google__bigtable__v2__mutation__init(&mut);
+    Google__Bigtable__V2__Mutation__SetCell set;
+    google__bigtable__v2__mutation__set_cell__init(&set);
+    Google__Bigtable__V2__Mutation__DeleteFromRow del;
+    google__bigtable__v2__mutation__delete_from_row__init(&del);
+    if (w->del) {
+        mut.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_ROW;
+        mut.delete_from_row = &del;
+    } else {
+        set.family_name = (char *)RTR_META_FAMILY;
+        set.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)RTR_META_QUALIFIER};
+        set.timestamp_micros = -1;
+        set.value = (ProtobufCBinaryData){w->pb.len, w->pb.data};
+        mut.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
+        mut.set_cell = &set;
+    }
+    Google__Bigtable__V2__Mutation *muts[1] = {&mut};
+    Google__Bigtable__V2__MutateRowRequest req;
+    google__bigtable__v2__mutate_row_request__init(&req);
+    req.table_name = (char *)RTR_META_TABLE;
+    req.row_key = (ProtobufCBinaryData){key.len, (uint8_t *)key.data};
+    req.n_mutations = 1;
+    req.mutations = muts;
+    size_t len = google__bigtable__v2__mutate_row_request__get_packed_size(&req);
+    if (st_buf_reserve(out, len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    out->len = google__bigtable__v2__mutate_row_request__pack(&req, out->data);
+    return ST_OK;
+}
+
+static void write_free(meta_write *w) {
+    free(w->name);
+    st_buf_free(&w->pb);
+    free(w);
+}
+
+/* Success when any cluster took the write (the others are logged: their copy is stale until
+ * replication, issue #5, carries the metadata table). */
+static void write_done(rtr_fan *f, void *arg) {
+    meta_write *w = arg;
+    rtr_ctx *r = w->r;
+    size_t ok = 0;
+    st_err first = {0};
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->res[i].code == ST_OK) {
+            ok++;
+            continue;
+        }
+        if (first.code == ST_OK)
+            first = f->res[i].err, first.code = f->res[i].code;
+        st_log(ST_LOG_WARN, "router", "metadata write %s to cluster=%s failed: %s", w->name,
+               r->clusters[i].topo->id, f->res[i].err.msg);
+    }
+    rtr_fan_free(f);
+    st_code code = ok ? ST_OK : (first.code ? first.code : ST_UNAVAILABLE);
+    if (ok) {
+        r->meta_gen++; /* a reload that started before this write must not undo it */
+        if (w->del)
+            rtr_meta_del(&r->meta, w->kind, w->name);
+        else if (rtr_meta_put(&r->meta, w->kind, w->name, st_buf_slice(&w->pb)) != ST_OK)
+            code = st_err_set(&first, ST_RESOURCE_EXHAUSTED, "out of memory caching metadata");
+    }
+    w->done(w->arg, code, code == ST_OK ? NULL : first.msg);
+    write_free(w);
+}
+
+static void write_send(meta_write *w) {
+    rtr_ctx *r = w->r;
+    st_buf key, req;
+    st_buf_init(&key);
+    st_buf_init(&req);
+    rtr_fan *f = rtr_fan_new(r, r->n_clusters, RTR_ADMIN_TIMEOUT_MS, write_done, w);
+    if (!f || rtr_meta_row_key(w->kind, w->name, &key) != ST_OK ||
+        write_request(w, st_buf_slice(&key), &req) != ST_OK) {
+        rtr_fan_free(f);
+        st_buf_free(&key);
+        st_buf_free(&req);
+        w->done(w->arg, ST_RESOURCE_EXHAUSTED, "out of memory writing metadata");
+        return write_free(w);
+    }
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        const rtr_tmap_table *t = rtr_tmap_find(r->clusters[c].map, RTR_META_TABLE);
+        size_t k = rtr_tmap_row(t, st_buf_slice(&key));
+        if (k == SIZE_MAX) {
+            f->res[c].code = st_err_set(&f->res[c].err, ST_UNAVAILABLE,
+                                        "no tablet of the metadata table is known");
+            continue;
+        }
+        rtr_fan_call(f, c, &r->clusters[c].nodes[t->v[k].node], RTR_BT "MutateRow",
+                     st_buf_slice(&req));
+    }
+    st_buf_free(&key);
+    st_buf_free(&req);
+    rtr_fan_seal(f);
+}
+
+void rtr_meta_write(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
+                    rtr_meta_done_fn done, void *arg) {
+    meta_write *w = calloc(1, sizeof *w);
+    if (w) {
+        st_buf_init(&w->pb);
+        w->name = strdup(name);
+    }
+    if (!w || !w->name || (pb && st_buf_append(&w->pb, pb->data, pb->len) != ST_OK)) {
+        if (w)
+            write_free(w);
+        return done(arg, ST_RESOURCE_EXHAUSTED, "out of memory writing metadata");
+    }
+    w->r = r;
+    w->kind = kind;
+    w->del = pb == NULL;
+    w->done = done;
+    w->arg = arg;
+    write_send(w);
+}

@@ -1,0 +1,382 @@
+/* router_internal.h — what the router's modules share (private to router/).
+ *
+ * Everything runs on the router's one event-loop thread. The router holds no data: it caches
+ *   - the topology (clusters and their nodes, from the file),
+ *   - the instance metadata (tables and app profiles) read from the metadata table,
+ *   - per cluster, one rpc_client per node and the tablet map learnt with ListTablets,
+ * and forwards requests. See docs/router.md for the design and its limits.
+ *
+ * Modules: router.c (open/close, startup, method table, request helpers, routing),
+ * conn.c (node clients with reconnect backoff, fan-out of unary calls, timers, tablet-map
+ * refresh), tmap.c (the tablet map and the row-set walk over it: pure), wire.c (protobuf wire
+ * scanning and request rewriting, MutateRows grouping and merging, SampleRowKeys merging: pure),
+ * meta.c (metadata records, load and store), admin.c (table admin API), data.c (MutateRow,
+ * MutateRows, CheckAndMutateRow, ReadModifyWriteRow, SampleRowKeys, PingAndWarm), read.c
+ * (ReadRows across tablets with flow control and transparent resumption).
+ *
+ * Extension points for the instance-admin helper: rtr_ctx.meta.profiles (opaque AppProfile
+ * records kept in the metadata table), rtr_route_cluster (replace its body), rtr_ctx.ext (a
+ * pointer for its own state, freed by it), and rtr_methods_extra in router.c. */
+#ifndef ROUTER_INTERNAL_H
+#define ROUTER_INTERNAL_H
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
+#include "google/bigtable/v2/bigtable.pb-c.h"
+#include "strata/btutil.h"
+#include "strata/router.h"
+#include "strata/rpc.h"
+#include "strata/topology.h"
+
+struct event;
+
+/* ---- names and limits ---- */
+#define RTR_META_TABLE "projects/_strata/instances/_strata/tables/metadata"
+#define RTR_META_FAMILY "m"
+#define RTR_META_QUALIFIER "v"
+#define RTR_META_TABLE_PREFIX "table/"
+#define RTR_META_PROFILE_PREFIX "profile/"
+#define RTR_META_REFRESH_MS_DEFAULT 1000
+#define RTR_META_RECORDS_MAX 100000             /* tables + profiles in the instance */
+#define RTR_META_RECORD_BYTES_MAX ((size_t)1 << 20)
+#define RTR_NODE_TIMEOUT_MS_DEFAULT 60000       /* unary calls without a client deadline */
+#define RTR_ADMIN_TIMEOUT_MS 30000              /* internal admin calls */
+#define RTR_START_TIMEOUT_MS 15000              /* rtr_open waits this long for the nodes */
+#define RTR_RETRIES_MAX 6                       /* transparent retries of one request (part) */
+#define RTR_RETRY_BACKOFF_MS 20                 /* first retry delay, doubling */
+#define RTR_RECONNECT_BACKOFF_MIN_MS 50
+#define RTR_RECONNECT_BACKOFF_MAX_MS 2000
+#define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
+#define RTR_TABLETS_MAX ((size_t)1 << 20)      /* tablets in one cluster's map */
+#define RTR_WAITERS_MAX 65536                   /* requests parked on one map refresh */
+#define RTR_SPLITS_MAX 1000                     /* CreateTable initial_splits */
+#define RTR_TABLE_NAME_MAX 512
+#define RTR_MUTATIONS_MAX 100000
+#define RTR_FORWARD_HEADERS_MAX 4
+#define RTR_NOT_OWNER_PREFIX "strata-not-owner:"
+
+typedef struct rtr_cluster rtr_cluster;
+typedef struct rtr_node rtr_node;
+typedef struct rtr_fan rtr_fan;
+
+/* ---- the tablet map (tmap.c, pure) ---- */
+typedef struct rtr_tablet {
+    st_slice start, end; /* [start, end); empty end = unbounded; memory of the map's arena */
+    uint64_t id;
+    uint32_t node; /* index into the cluster's nodes */
+    bool read_only;
+} rtr_tablet;
+
+typedef struct rtr_tmap_table {
+    const char *name;
+    rtr_tablet *v; /* sorted by start, disjoint; gaps possible while tablets move */
+    size_t n;
+} rtr_tmap_table;
+
+/* Immutable once built; a refresh builds a new one and frees the old. */
+typedef struct rtr_tmap {
+    st_arena arena;
+    rtr_tmap_table *tables; /* sorted by name */
+    size_t n_tables;
+} rtr_tmap;
+
+/* One tablet as a node reported it (input of rtr_tmap_build; memory borrowed). */
+typedef struct rtr_tablet_in {
+    const char *table;
+    st_slice start, end;
+    uint64_t id;
+    uint32_t node;
+    bool read_only;
+} rtr_tablet_in;
+
+/* Builds a map from reported tablets (any order). Where tablets overlap (a move in progress, a
+ * stale report) the writable one, then the earlier-starting one, wins and the other is dropped.
+ * NULL when memory runs out or there are more than RTR_TABLETS_MAX. Free with rtr_tmap_free. */
+rtr_tmap *rtr_tmap_build(const rtr_tablet_in *in, size_t n);
+void rtr_tmap_free(rtr_tmap *m); /* NULL is fine */
+const rtr_tmap_table *rtr_tmap_find(const rtr_tmap *m, const char *table);
+/* Index of the tablet holding row, or SIZE_MAX (no tablet covers it). */
+size_t rtr_tmap_row(const rtr_tmap_table *t, st_slice row);
+
+/* The ReadRows walk. The position is a key: forward, the rows still to read are >= pos
+ * (has_pos false: all); reversed, the rows still to read are < pos (has_pos false: all). The
+ * next step is the tablet holding the first (forward) or last (reversed) row still wanted; *sub
+ * receives the ranges of rs inside that tablet and the position (arena memory). Returns ST_OK,
+ * ST_NOT_FOUND when nothing is left, ST_UNAVAILABLE when no tablet covers the next row (*gap
+ * receives that key), ST_RESOURCE_EXHAUSTED when memory runs out. */
+st_code rtr_read_step(const btu_rowset *rs, bool reversed, bool has_pos, st_slice pos,
+                      const rtr_tmap_table *t, st_arena *a, btu_rowset *sub, size_t *tablet,
+                      st_slice *gap);
+/* The position after a finished step on tablet tb: forward its end, reversed its start; false
+ * when that bound is unbounded (the walk is over). */
+bool rtr_read_next_pos(const rtr_tablet *tb, bool reversed, st_slice *pos);
+
+/* ---- protobuf wire helpers (wire.c, pure) ---- */
+typedef struct rtr_wire_field {
+    uint32_t num;
+    uint32_t wire_type; /* 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 */
+    uint64_t varint;    /* wire type 0 */
+    st_slice bytes;     /* wire type 2: the payload; others: the raw value bytes */
+    st_slice raw;       /* the whole field: tag and value */
+} rtr_wire_field;
+
+/* Reads the field at *p (advancing it); false at end or on malformed input (*p then == end). */
+bool rtr_wire_next(const uint8_t **p, const uint8_t *end, rtr_wire_field *f, bool *bad);
+/* Appends every field of msg except those numbered in skip[0..n_skip). INVALID_ARGUMENT for a
+ * malformed message. */
+st_code rtr_wire_copy_except(st_buf *out, st_slice msg, const uint32_t *skip, size_t n_skip);
+st_code rtr_wire_put_bytes(st_buf *out, uint32_t num, st_slice v);
+st_code rtr_wire_put_varint(st_buf *out, uint32_t num, uint64_t v);
+/* Appends a RowSet as field `num` (ranges as start_key_closed / end_key_open). */
+st_code rtr_wire_put_rowset(st_buf *out, uint32_t num, const btu_rowset *rs);
+
+/* MutateRows request entries: each entry's raw bytes (the Entry payload) and its row key. */
+typedef struct rtr_entry {
+    st_slice raw;
+    st_slice row;
+} rtr_entry;
+/* Splits a MutateRowsRequest: entries in order (arena) and every other field (head, appended to
+ * out_head). INVALID_ARGUMENT for a malformed request. */
+st_code rtr_mutate_rows_split(st_slice req, st_arena *a, st_buf *out_head, rtr_entry **entries,
+                              size_t *n);
+/* A sub-request: the head, then entries[idx[i]] for i < n. */
+st_code rtr_mutate_rows_build(st_buf *out, st_slice head, const rtr_entry *entries,
+                              const size_t *idx, size_t n);
+
+/* Result of one caller's entry. */
+typedef struct rtr_entry_result {
+    st_code code;
+    const char *message; /* arena memory or static */
+    bool final;
+} rtr_entry_result;
+/* Applies one MutateRowsResponse of a sub-request whose entry i is the caller's entry idx[i]:
+ * marks those results. Returns INTERNAL for a malformed response or an index out of range. */
+st_code rtr_mutate_rows_merge(st_slice resp, const size_t *idx, size_t n, rtr_entry_result *res,
+                              st_arena *a);
+
+/* ReadRows response scanning: tracks committed rows so a resumed read starts after the last row
+ * delivered and rows_limit holds across tablets. */
+typedef struct rtr_rr_track {
+    st_buf row;        /* key of the row being received (or last committed) */
+    bool row_open;     /* chunks of an uncommitted row were seen */
+    st_buf last;       /* last committed row key (or last_scanned_row_key, whichever is later) */
+    bool has_last;
+    uint64_t committed; /* rows committed in total */
+} rtr_rr_track;
+void rtr_rr_track_init(rtr_rr_track *t);
+void rtr_rr_track_deinit(rtr_rr_track *t);
+/* Scans one ReadRowsResponse. INTERNAL for a malformed one. */
+st_code rtr_rr_track_feed(rtr_rr_track *t, st_slice msg, bool reversed);
+
+/* SampleRowKeys merging. Each node's samples (key, cumulative offset) in its order; the merge
+ * turns them into deltas, sorts all by key (the empty key last), sums, and accumulates, so the
+ * whole table's samples come out in key order with non-decreasing offsets and one final empty
+ * key holding the total. end_keys[i] is the end of node i's last tablet (empty = unbounded): a
+ * node's own final empty-key sample is placed there. */
+typedef struct rtr_sample {
+    st_slice key;
+    int64_t offset;
+} rtr_sample;
+st_code rtr_samples_merge(rtr_sample *const *per_node, const size_t *counts,
+                          const st_slice *end_keys, size_t n_nodes, st_arena *a,
+                          rtr_sample **out, size_t *n_out);
+
+/* ---- metadata records (meta.c) ---- */
+typedef struct rtr_meta_rec {
+    char *name;   /* full table name, or app profile id */
+    uint8_t *pb;  /* serialized google.bigtable.admin.v2.Table / AppProfile */
+    size_t len;
+} rtr_meta_rec;
+
+typedef struct rtr_meta {
+    rtr_meta_rec *tables; /* sorted by name */
+    size_t n_tables;
+    rtr_meta_rec *profiles; /* sorted by id; opaque to this module */
+    size_t n_profiles;
+} rtr_meta;
+
+typedef enum rtr_meta_kind { RTR_META_KIND_TABLE, RTR_META_KIND_PROFILE } rtr_meta_kind;
+
+void rtr_meta_free(rtr_meta *m);
+const rtr_meta_rec *rtr_meta_find(const rtr_meta *m, rtr_meta_kind kind, const char *name);
+/* Inserts or replaces (copies name and bytes). RESOURCE_EXHAUSTED when memory runs out or the
+ * instance holds RTR_META_RECORDS_MAX records. */
+st_code rtr_meta_put(rtr_meta *m, rtr_meta_kind kind, const char *name, st_slice pb);
+void rtr_meta_del(rtr_meta *m, rtr_meta_kind kind, const char *name);
+/* The metadata row key of a record ("table/<name>", "profile/<id>"). */
+st_code rtr_meta_row_key(rtr_meta_kind kind, const char *name, st_buf *out);
+/* Parses a row key; false for keys that are not records (ignored, for forward compatibility). */
+bool rtr_meta_parse_row_key(st_slice key, rtr_meta_kind *kind, char *name, size_t name_cap);
+/* Feeds one ReadRowsResponse of a metadata read (one cell per row, whole rows per message) into
+ * m. INTERNAL for a malformed response. */
+st_code rtr_meta_feed(rtr_meta *m, st_slice msg);
+
+/* ---- nodes, clusters, context ---- */
+struct rtr_node {
+    rtr_ctx *ctx;
+    rtr_cluster *cluster;
+    uint32_t idx; /* in the cluster */
+    uint32_t num; /* instance-wide node number (topology) */
+    char addr[ST_TOPO_ADDR_MAX + 1];
+    char host[ST_TOPO_ADDR_MAX + 1];
+    uint16_t port;
+    rpc_client *client;
+    int64_t retry_at_us; /* no new connection before this (st_mono_us) */
+    int64_t backoff_ms;
+};
+
+typedef struct rtr_waiter {
+    void (*fn)(void *arg);
+    void *arg;
+} rtr_waiter;
+
+struct rtr_cluster {
+    rtr_ctx *ctx;
+    const st_topo_cluster *topo;
+    size_t idx;
+    rtr_node nodes[ST_TOPO_NODES_MAX];
+    size_t n_nodes;
+    rtr_tmap *map;    /* never NULL after open */
+    uint64_t map_gen; /* bumped by every refresh */
+    rtr_fan *refreshing;
+    rtr_waiter *waiters;
+    size_t n_waiters, cap_waiters;
+    uint32_t rr_next; /* round robin for new tablets */
+};
+
+typedef struct rtr_later rtr_later;
+
+struct rtr_ctx {
+    rtr_opts opts;
+    st_topology topo;
+    struct event_base *base;
+    rpc_server *rpc;
+    uint16_t port;
+    rtr_cluster clusters[ST_TOPO_CLUSTERS_MAX];
+    size_t n_clusters;
+    rtr_meta meta;
+    uint64_t meta_gen;    /* bumped by every local metadata write */
+    bool meta_loading;
+    bool meta_loaded;
+    struct event *meta_timer;
+    rtr_later *later;     /* pending delayed callbacks */
+    rpc_client **graveyard; /* dead clients, freed from the loop */
+    size_t n_graveyard, cap_graveyard;
+    struct event *graveyard_ev;
+    bool closing;
+    void *ext; /* instance admin / app profiles / operations state (another module) */
+};
+
+/* ---- conn.c ---- */
+/* Starts a call on a node (reconnecting first when its client died and the backoff allows).
+ * NULL when the call could not start (err says why; UNAVAILABLE) — on_done then never runs. */
+rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const rpc_metadata *md,
+                         size_t md_count, int64_t timeout_ms, rpc_ccall_msg_fn on_msg,
+                         rpc_ccall_done_fn on_done, void *arg, st_err *err);
+void rtr_node_disconnect_all(rtr_ctx *r);
+
+/* Fan-out of calls in parallel; done runs once every call ended (from the loop, or from
+ * rtr_fan_seal when every call failed to start). The done callback frees with rtr_fan_free. */
+typedef struct rtr_fan_res {
+    rtr_node *node;
+    st_code code;
+    st_err err;   /* message of a failed call */
+    st_buf msgs;  /* response messages, each prefixed with its varint length */
+} rtr_fan_res;
+typedef void (*rtr_fan_done_fn)(rtr_fan *f, void *arg);
+struct rtr_fan {
+    rtr_ctx *ctx;
+    size_t n, pending;
+    bool sealed;
+    int64_t timeout_ms;
+    rtr_fan_res *res;
+    rtr_fan_done_fn done;
+    void *arg;
+};
+rtr_fan *rtr_fan_new(rtr_ctx *r, size_t n, int64_t timeout_ms, rtr_fan_done_fn done, void *arg);
+void rtr_fan_call(rtr_fan *f, size_t i, rtr_node *node, const char *path, st_slice req);
+/* No more calls: done runs when they have ended (possibly right now). Last thing the caller does. */
+void rtr_fan_seal(rtr_fan *f);
+void rtr_fan_free(rtr_fan *f);
+/* Iterates a result's response messages: start with *off = 0. */
+bool rtr_fan_next_msg(const rtr_fan_res *res, size_t *off, st_slice *msg);
+/* Code of the first failed call (ST_OK if none); err receives its message. */
+st_code rtr_fan_first_error(const rtr_fan *f, st_err *err);
+
+/* Runs fn(arg) after delay_ms from the loop (at close: at once, with r->closing set). */
+st_code rtr_later_add(rtr_ctx *r, int64_t delay_ms, void (*fn)(void *arg), void *arg);
+void rtr_later_flush(rtr_ctx *r);
+
+/* Refreshes a cluster's tablet map (ListTablets on every node); fn(arg) runs once the refresh that
+ * covers this request finished (coalesced with one in flight). RESOURCE_EXHAUSTED when too many
+ * requests wait (fn not run). */
+st_code rtr_cluster_refresh(rtr_cluster *c, void (*fn)(void *arg), void *arg);
+/* Refreshes every cluster; fn runs when all have finished. */
+st_code rtr_refresh_all(rtr_ctx *r, void (*fn)(void *arg), void *arg);
+
+/* ---- router.c: helpers for handlers ---- */
+/* Picks the cluster that serves a request of app_profile_id ("" = default). For now every
+ * profile routes to the first cluster; the instance-admin helper replaces this with the profile's
+ * routing policy. FAILED_PRECONDITION when transactional is set and the profile forbids
+ * single-row transactions. */
+st_code rtr_route_cluster(rtr_ctx *r, const char *app_profile_id, bool transactional,
+                          rtr_cluster **out, st_err *err);
+ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
+                             st_slice bytes);
+void rtr_reply(rpc_call *call, const ProtobufCMessage *msg);
+void rtr_fail(rpc_call *call, st_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Table name check: projects/P/instances/I/tables/T. */
+st_code rtr_check_table_name(const char *name, st_err *err);
+/* The table's metadata record, or NULL after failing the call (NOT_FOUND "table ... not found",
+ * INVALID_ARGUMENT for a malformed name). */
+const rtr_meta_rec *rtr_table_or_fail(rtr_ctx *r, rpc_call *call, const char *name);
+/* Timeout for a node call made on behalf of call: the client's remaining deadline, else dflt.
+ * false when the deadline has passed. */
+bool rtr_call_timeout(const rpc_call *call, int64_t dflt_ms, int64_t *timeout_ms);
+/* Headers passed through to nodes (bigtable-features, x-goog-request-params). */
+size_t rtr_forward_headers(const rpc_call *call, rpc_metadata *md);
+/* True for answers after which a request may be retried transparently: a node that no longer
+ * owns the rows; UNAVAILABLE too when `unavailable_ok` (idempotent requests). */
+bool rtr_retryable(st_code code, const char *message, bool unavailable_ok);
+/* Backoff before retry number attempt (1-based). */
+int64_t rtr_backoff_ms(int attempt);
+
+/* ---- meta.c: load and store ---- */
+/* Makes sure every reachable cluster has the metadata table (PutTable + CreateTablet), then
+ * loads the metadata; done(arg, code) runs when finished. */
+void rtr_meta_bootstrap(rtr_ctx *r, void (*done)(void *arg, st_code code), void *arg);
+/* Starts the periodic reload. */
+st_code rtr_meta_start_timer(rtr_ctx *r, st_err *err);
+/* Writes (pb non-NULL) or deletes (pb NULL) one record in every cluster's metadata table and the
+ * cache; done(arg, code, message) runs when every cluster answered (OK when at least the first
+ * reachable cluster took it; see docs/router.md). */
+typedef void (*rtr_meta_done_fn)(void *arg, st_code code, const char *message);
+void rtr_meta_write(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
+                    rtr_meta_done_fn done, void *arg);
+
+/* ---- handlers ---- */
+void rtr_h_read_rows(rpc_call *call, st_slice req, void *arg);
+void rtr_h_sample_row_keys(rpc_call *call, st_slice req, void *arg);
+void rtr_h_mutate_row(rpc_call *call, st_slice req, void *arg);
+void rtr_h_mutate_rows(rpc_call *call, st_slice req, void *arg);
+void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req, void *arg);
+void rtr_h_read_modify_write_row(rpc_call *call, st_slice req, void *arg);
+void rtr_h_ping_and_warm(rpc_call *call, st_slice req, void *arg);
+
+void rtr_h_create_table(rpc_call *call, st_slice req, void *arg);
+void rtr_h_get_table(rpc_call *call, st_slice req, void *arg);
+void rtr_h_list_tables(rpc_call *call, st_slice req, void *arg);
+void rtr_h_delete_table(rpc_call *call, st_slice req, void *arg);
+void rtr_h_modify_column_families(rpc_call *call, st_slice req, void *arg);
+void rtr_h_drop_row_range(rpc_call *call, st_slice req, void *arg);
+void rtr_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg);
+void rtr_h_check_consistency(rpc_call *call, st_slice req, void *arg);
+
+/* ---- paths ---- */
+#define RTR_BT "/google.bigtable.v2.Bigtable/"
+#define RTR_TA "/google.bigtable.admin.v2.BigtableTableAdmin/"
+#define RTR_NODE "/strata.internal.v1.Node/"
+
+#endif

@@ -1,0 +1,307 @@
+/* wire.c — protobuf wire-format helpers for forwarding: requests are rewritten at the byte level
+ * (fields the router does not touch — filters, unknown newer fields — travel verbatim), MutateRows
+ * is split into per-node sub-requests and its answers merged back into the caller's order,
+ * ReadRows answers are scanned for committed rows, SampleRowKeys answers are merged. Pure. */
+#include "router_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "google/rpc/status.pb-c.h"
+
+bool rtr_wire_next(const uint8_t **p, const uint8_t *end, rtr_wire_field *f, bool *bad) {
+    const uint8_t *start = *p;
+    uint64_t tag;
+    *bad = false;
+    if (*p >= end)
+        return false;
+    if (!st_get_varint64(p, end, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
+        goto fail;
+    f->num = (uint32_t)(tag >> 3);
+    f->wire_type = (uint32_t)(tag & 7);
+    f->varint = 0;
+    const uint8_t *v = *p;
+    switch (f->wire_type) {
+    case 0:
+        if (!st_get_varint64(p, end, &f->varint))
+            goto fail;
+        break;
+    case 1:
+    case 5: {
+        size_t w = f->wire_type == 1 ? 8 : 4;
+        if ((size_t)(end - *p) < w)
+            goto fail;
+        *p += w;
+        break;
+    }
+    case 2:
+        if (!st_get_len_prefixed(p, end, &f->bytes))
+            goto fail;
+        f->raw = st_slice_make(start, (size_t)(*p - start));
+        return true;
+    default:
+        goto fail;
+    }
+    f->bytes = st_slice_make(v, (size_t)(*p - v));
+    f->raw = st_slice_make(start, (size_t)(*p - start));
+    return true;
+fail:
+    *bad = true;
+    *p = end;
+    return false;
+}
+
+static bool skipped(uint32_t num, const uint32_t *skip, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (skip[i] == num)
+            return true;
+    return false;
+}
+
+st_code rtr_wire_copy_except(st_buf *out, st_slice msg, const uint32_t *skip, size_t n_skip) {
+    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    rtr_wire_field f;
+    bool bad = false;
+    while (rtr_wire_next(&p, end, &f, &bad))
+        if (!skipped(f.num, skip, n_skip) && st_buf_append(out, f.raw.data, f.raw.len) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+    return bad ? ST_INVALID_ARGUMENT : ST_OK;
+}
+
+static st_code put_tag(st_buf *out, uint32_t num, uint32_t wt) {
+    return st_buf_append_varint64(out, ((uint64_t)num << 3) | wt);
+}
+
+st_code rtr_wire_put_bytes(st_buf *out, uint32_t num, st_slice v) {
+    if (put_tag(out, num, 2) != ST_OK || st_buf_append_varint64(out, v.len) != ST_OK ||
+        st_buf_append(out, v.data, v.len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+st_code rtr_wire_put_varint(st_buf *out, uint32_t num, uint64_t v) {
+    if (put_tag(out, num, 0) != ST_OK || st_buf_append_varint64(out, v) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+/* RowRange: start_key_closed = 1, end_key_open = 3 (empty bounds omitted = unbounded). */
+static size_t range_bytes(const btu_key_range *r) {
+    size_t b = 0;
+    if (r->start.len)
+        b += 1 + st_varint_len(r->start.len) + r->start.len;
+    if (r->end.len)
+        b += 1 + st_varint_len(r->end.len) + r->end.len;
+    return b;
+}
+
+st_code rtr_wire_put_rowset(st_buf *out, uint32_t num, const btu_rowset *rs) {
+    size_t total = 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        size_t b = range_bytes(&rs->v[i]);
+        total += 1 + st_varint_len(b) + b; /* RowSet.row_ranges = 2 */
+    }
+    if (put_tag(out, num, 2) != ST_OK || st_buf_append_varint64(out, total) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    for (size_t i = 0; i < rs->n; i++) {
+        const btu_key_range *r = &rs->v[i];
+        if (put_tag(out, 2, 2) != ST_OK || st_buf_append_varint64(out, range_bytes(r)) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+        if (r->start.len && rtr_wire_put_bytes(out, 1, r->start) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+        if (r->end.len && rtr_wire_put_bytes(out, 3, r->end) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+    }
+    return ST_OK;
+}
+
+/* ---- MutateRows ---- */
+
+/* The row key (field 1) of a MutateRowsRequest.Entry. */
+static bool entry_row(st_slice entry, st_slice *row) {
+    const uint8_t *p = entry.data, *end = entry.data + entry.len;
+    rtr_wire_field f;
+    bool bad = false;
+    *row = st_slice_make(NULL, 0);
+    while (rtr_wire_next(&p, end, &f, &bad))
+        if (f.num == 1 && f.wire_type == 2)
+            *row = f.bytes;
+    return !bad;
+}
+
+st_code rtr_mutate_rows_split(st_slice req, st_arena *a, st_buf *out_head, rtr_entry **entries,
+                              size_t *n) {
+    const uint8_t *p = req.data, *end = req.data + req.len;
+    rtr_wire_field f;
+    bool bad = false;
+    size_t count = 0;
+    while (rtr_wire_next(&p, end, &f, &bad))
+        count += f.num == 2;
+    if (bad)
+        return ST_INVALID_ARGUMENT;
+    rtr_entry *v = st_arena_alloc(a, (count ? count : 1) * sizeof *v);
+    if (!v)
+        return ST_RESOURCE_EXHAUSTED;
+    size_t k = 0;
+    for (p = req.data; rtr_wire_next(&p, end, &f, &bad);) {
+        if (f.num != 2) {
+            if (st_buf_append(out_head, f.raw.data, f.raw.len) != ST_OK)
+                return ST_RESOURCE_EXHAUSTED;
+            continue;
+        }
+        if (f.wire_type != 2 || !entry_row(f.bytes, &v[k].row))
+            return ST_INVALID_ARGUMENT;
+        v[k++].raw = f.bytes;
+    }
+    *entries = v;
+    *n = k;
+    return ST_OK;
+}
+
+st_code rtr_mutate_rows_build(st_buf *out, st_slice head, const rtr_entry *entries,
+                              const size_t *idx, size_t n) {
+    if (st_buf_append(out, head.data, head.len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    for (size_t i = 0; i < n; i++)
+        if (rtr_wire_put_bytes(out, 2, entries[idx[i]].raw) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+st_code rtr_mutate_rows_merge(st_slice resp, const size_t *idx, size_t n, rtr_entry_result *res,
+                              st_arena *a) {
+    Google__Bigtable__V2__MutateRowsResponse *m =
+        google__bigtable__v2__mutate_rows_response__unpack(NULL, resp.len, resp.data);
+    if (!m)
+        return ST_INTERNAL;
+    st_code rc = ST_OK;
+    for (size_t i = 0; i < m->n_entries && rc == ST_OK; i++) {
+        const Google__Bigtable__V2__MutateRowsResponse__Entry *e = m->entries[i];
+        if (e->index < 0 || (uint64_t)e->index >= n) {
+            rc = ST_INTERNAL;
+            break;
+        }
+        rtr_entry_result *r = &res[idx[e->index]];
+        r->code = e->status ? (st_code)e->status->code : ST_OK;
+        r->message = "";
+        if (e->status && e->status->message && e->status->message[0]) {
+            r->message = st_arena_dup(a, e->status->message, strlen(e->status->message) + 1);
+            if (!r->message)
+                rc = ST_RESOURCE_EXHAUSTED;
+        }
+        r->final = true;
+    }
+    google__bigtable__v2__mutate_rows_response__free_unpacked(m, NULL);
+    return rc;
+}
+
+/* ---- ReadRows answers ---- */
+
+void rtr_rr_track_init(rtr_rr_track *t) {
+    memset(t, 0, sizeof *t);
+    st_buf_init(&t->row);
+    st_buf_init(&t->last);
+}
+
+void rtr_rr_track_deinit(rtr_rr_track *t) {
+    st_buf_free(&t->row);
+    st_buf_free(&t->last);
+}
+
+static st_code set_buf(st_buf *b, st_slice v) {
+    st_buf_reset(b);
+    return st_buf_append(b, v.data, v.len);
+}
+
+/* A key later in scan order than the last one recorded becomes the resume point. */
+static st_code track_last(rtr_rr_track *t, st_slice key, bool reversed) {
+    if (t->has_last) {
+        int c = st_slice_cmp(key, st_buf_slice(&t->last));
+        if (reversed ? c >= 0 : c <= 0)
+            return ST_OK;
+    }
+    t->has_last = true;
+    return set_buf(&t->last, key);
+}
+
+static st_code track_chunk(rtr_rr_track *t, st_slice chunk, bool reversed) {
+    const uint8_t *p = chunk.data, *end = chunk.data + chunk.len;
+    rtr_wire_field f;
+    bool bad = false;
+    while (rtr_wire_next(&p, end, &f, &bad)) {
+        if (f.num == 1 && f.wire_type == 2 && f.bytes.len) {
+            if (set_buf(&t->row, f.bytes) != ST_OK)
+                return ST_RESOURCE_EXHAUSTED;
+            t->row_open = true;
+        } else if (f.num == 8 && f.varint) { /* reset_row */
+            t->row_open = false;
+        } else if (f.num == 9 && f.varint) { /* commit_row */
+            t->row_open = false;
+            t->committed++;
+            if (track_last(t, st_buf_slice(&t->row), reversed) != ST_OK)
+                return ST_RESOURCE_EXHAUSTED;
+        }
+    }
+    return bad ? ST_INTERNAL : ST_OK;
+}
+
+st_code rtr_rr_track_feed(rtr_rr_track *t, st_slice msg, bool reversed) {
+    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    rtr_wire_field f;
+    bool bad = false;
+    while (rtr_wire_next(&p, end, &f, &bad)) {
+        st_code rc = ST_OK;
+        if (f.num == 1 && f.wire_type == 2)
+            rc = track_chunk(t, f.bytes, reversed);
+        else if (f.num == 2 && f.wire_type == 2 && f.bytes.len && !t->row_open)
+            rc = track_last(t, f.bytes, reversed); /* last_scanned_row_key */
+        if (rc != ST_OK)
+            return rc;
+    }
+    return bad ? ST_INTERNAL : ST_OK;
+}
+
+/* ---- SampleRowKeys ---- */
+
+static int sample_cmp(const void *a, const void *b) {
+    const rtr_sample *x = a, *y = b;
+    return btu_end_cmp(x->key, y->key); /* the empty key (end of table) last */
+}
+
+st_code rtr_samples_merge(rtr_sample *const *per_node, const size_t *counts,
+                          const st_slice *end_keys, size_t n_nodes, st_arena *a,
+                          rtr_sample **out, size_t *n_out) {
+    size_t total = 1;
+    for (size_t i = 0; i < n_nodes; i++)
+        total += counts[i];
+    rtr_sample *v = st_arena_alloc(a, total * sizeof *v);
+    if (!v)
+        return ST_RESOURCE_EXHAUSTED;
+    size_t n = 0;
+    for (size_t i = 0; i < n_nodes; i++) {
+        int64_t prev = 0;
+        for (size_t j = 0; j < counts[i]; j++) {
+            rtr_sample s = per_node[i][j];
+            int64_t delta = s.offset >= prev ? s.offset - prev : 0;
+            prev = s.offset > prev ? s.offset : prev;
+            v[n].key = s.key.len ? s.key : end_keys[i];
+            v[n++].offset = delta;
+        }
+    }
+    v[n++] = (rtr_sample){st_slice_make(NULL, 0), 0}; /* the table's end, always present */
+    qsort(v, n, sizeof *v, sample_cmp);
+    size_t w = 0;
+    int64_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        acc += v[i].offset;
+        if (w > 0 && btu_end_cmp(v[w - 1].key, v[i].key) == 0) {
+            v[w - 1].offset = acc;
+            continue;
+        }
+        v[w].key = v[i].key;
+        v[w++].offset = acc;
+    }
+    *out = v;
+    *n_out = w;
+    return ST_OK;
+}
