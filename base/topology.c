@@ -177,8 +177,10 @@ static st_code parse_top_key(topo_parse *p, const char *key, const char *val) {
         t->split_bytes = v;
         return ST_OK;
     }
-    return perr(p, "unknown key '%s' before any section: top-level keys are project, instance "
-                   "and split_bytes", key);
+    return perr(p,
+                "unknown key '%s' before any section: top-level keys are project, instance "
+                "and split_bytes",
+                key);
 }
 
 static st_code parse_node(topo_parse *p, st_topo_cluster *c, char *val) {
@@ -309,8 +311,8 @@ static st_code parse_line(topo_parse *p, char *line) {
 
 st_code st_topology_parse(const char *text, size_t len, const char *name, st_topology *out,
                           st_err *err) {
-    topo_parse p = {.name = name ? name : "topology", .line = 0, .sec = SEC_TOP, .t = out,
-                    .err = err};
+    topo_parse p = {
+        .name = name ? name : "topology", .line = 0, .sec = SEC_TOP, .t = out, .err = err};
     topology_defaults(out);
     char line[TOPO_LINE_BYTES_MAX + 1];
     size_t pos = 0;
@@ -406,8 +408,10 @@ st_code st_topology_save(const char *path, const st_topology *t, st_err *err) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f)
-        return st_err_set(err, ST_UNAVAILABLE, "cannot create %s: %s (check the directory exists "
-                                               "and is writable)", tmp, strerror(errno));
+        return st_err_set(err, ST_UNAVAILABLE,
+                          "cannot create %s: %s (check the directory exists "
+                          "and is writable)",
+                          tmp, strerror(errno));
     write_topology(f, t);
     bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
     int saved = errno;
@@ -416,8 +420,10 @@ st_code st_topology_save(const char *path, const st_topology *t, st_err *err) {
         if (ok)
             saved = errno;
         unlink(tmp);
-        return st_err_set(err, ST_UNAVAILABLE, "cannot write topology file %s: %s (is the disk "
-                                               "full?)", path, strerror(saved));
+        return st_err_set(err, ST_UNAVAILABLE,
+                          "cannot write topology file %s: %s (is the disk "
+                          "full?)",
+                          path, strerror(saved));
     }
     sync_parent_dir(path);
     return ST_OK;

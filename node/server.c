@@ -1,6 +1,8 @@
-/* server.c — the node's method table: Cloud Bigtable data API and table admin API paths mapped to
- * their handlers. Everything is served on one port (the emulator does the same), so `cbt` and the
- * client libraries reach data and admin through BIGTABLE_EMULATOR_HOST alone. */
+/* server.c — the node's method table: Cloud Bigtable data API, table admin API and Strata's
+ * internal node service (strata.internal.v1.Node) paths mapped to their handlers. Everything is
+ * served on one port (the emulator does the same), so `cbt` and the client libraries reach data
+ * and admin through BIGTABLE_EMULATOR_HOST alone, and a router reaches the internal service
+ * there too. */
 #include "node_internal.h"
 
 typedef struct method {
@@ -10,6 +12,7 @@ typedef struct method {
 
 #define BT "/google.bigtable.v2.Bigtable/"
 #define TA "/google.bigtable.admin.v2.BigtableTableAdmin/"
+#define IN "/strata.internal.v1.Node/"
 
 static const method methods[] = {
     {BT "ReadRows", node_h_read_rows},
@@ -27,6 +30,14 @@ static const method methods[] = {
     {TA "DropRowRange", node_h_drop_row_range},
     {TA "GenerateConsistencyToken", node_h_generate_consistency_token},
     {TA "CheckConsistency", node_h_check_consistency},
+    {IN "GetStatus", node_h_get_status},
+    {IN "PutTable", node_h_put_table},
+    {IN "DropTable", node_h_drop_table},
+    {IN "ListTablets", node_h_list_tablets},
+    {IN "CreateTablet", node_h_create_tablet},
+    {IN "DropTablet", node_h_drop_tablet},
+    {IN "SplitTablet", node_h_split_tablet},
+    {IN "MoveTablet", node_h_move_tablet},
 };
 
 st_code node_server_register(node_ctx *n, st_err *err) {

@@ -1,6 +1,6 @@
 /* ops/down.c — `strata down`: stops a local instance started by `strata up`. Every process named
- * by a pid file in DIR/run gets SIGTERM (nodes then flush and close cleanly), a bounded wait, and SIGKILL
- * if it is still there; pid files are removed. Data stays unless --purge is given. */
+ * by a pid file in DIR/run gets SIGTERM (nodes then flush and close cleanly), a bounded wait, and
+ * SIGKILL if it is still there; pid files are removed. Data stays unless --purge is given. */
 #include <errno.h>
 #include <ftw.h>
 #include <signal.h>
@@ -27,13 +27,14 @@ typedef struct down_ctx {
 } down_ctx;
 
 static void down_usage(FILE *out) {
-    fprintf(out,
-            "usage: strata down [--dir DIR] [--purge] [--grace-s S]\n"
-            "Stops the local instance in DIR (default $STRATA_HOME, else ~/.strata/local): SIGTERM\n"
-            "to every process, then SIGKILL to any still running after S seconds (default %d).\n"
-            "Data, topology and logs are kept; --purge deletes them too (only what `strata up`\n"
-            "created: the topology, logs, pid files and the data directories under DIR).\n",
-            DOWN_GRACE_S_DEFAULT);
+    fprintf(
+        out,
+        "usage: strata down [--dir DIR] [--purge] [--grace-s S]\n"
+        "Stops the local instance in DIR (default $STRATA_HOME, else ~/.strata/local): SIGTERM\n"
+        "to every process, then SIGKILL to any still running after S seconds (default %d).\n"
+        "Data, topology and logs are kept; --purge deletes them too (only what `strata up`\n"
+        "created: the topology, logs, pid files and the data directories under DIR).\n",
+        DOWN_GRACE_S_DEFAULT);
 }
 
 static int down_parse(int argc, char **argv, down_ctx *c) {
@@ -116,9 +117,10 @@ static size_t down_wait(down_ctx *c) {
 static void down_kill_rest(down_ctx *c) {
     for (size_t i = 0; i < c->n; i++)
         if (c->pids[i]) {
-            fprintf(stderr, "strata down: %s (pid %d) did not stop within %ds: killing it (its "
-                            "log: %s/logs/%s.log)\n", c->names[i], (int)c->pids[i], c->grace_s,
-                    c->dir, c->names[i]);
+            fprintf(stderr,
+                    "strata down: %s (pid %d) did not stop within %ds: killing it (its "
+                    "log: %s/logs/%s.log)\n",
+                    c->names[i], (int)c->pids[i], c->grace_s, c->dir, c->names[i]);
             kill(c->pids[i], SIGKILL);
         }
     c->grace_s = 5; /* SIGKILL is not refused; this only waits for the kernel */
@@ -154,8 +156,9 @@ static int down_purge(down_ctx *c) {
         return 0;
     }
     if (rc != ST_OK) {
-        fprintf(stderr, "strata down: %s\nNot purging: without a readable topology the data "
-                        "directories are unknown. Delete %s by hand if you mean to.\n",
+        fprintf(stderr,
+                "strata down: %s\nNot purging: without a readable topology the data "
+                "directories are unknown. Delete %s by hand if you mean to.\n",
                 err.msg, c->dir);
         return 1;
     }

@@ -44,8 +44,10 @@ bool ops_inst_dir(const char *flag, char *out, size_t cap) {
         return false;
     }
     if (n < 0 || (size_t)n >= cap || n > OPS_DIR_MAX) {
-        fprintf(stderr, "strata: instance directory path is too long (max %d): use a shorter "
-                        "--dir\n", OPS_DIR_MAX);
+        fprintf(stderr,
+                "strata: instance directory path is too long (max %d): use a shorter "
+                "--dir\n",
+                OPS_DIR_MAX);
         return false;
     }
     while (n > 1 && out[n - 1] == '/') /* "DIR/" and "DIR" are the same instance */

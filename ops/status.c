@@ -54,9 +54,9 @@ static void probe_node(const st_topo_node *n, node_row *row) {
     st_buf resp;
     st_buf_init(&resp);
     st_err status = {0};
-    st_code rc = rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Node/GetStatus",
-                                    st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp,
-                                    &status);
+    st_code rc =
+        rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Node/GetStatus",
+                           st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp, &status);
     row->ok = rc == ST_OK || rc == ST_UNIMPLEMENTED; /* UNIMPLEMENTED: serving, older build */
     if (rc == ST_OK) {
         Strata__Internal__V1__NodeStatus *s =
@@ -78,9 +78,9 @@ static void probe_node(const st_topo_node *n, node_row *row) {
                                 st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp,
                                 &status);
         Strata__Internal__V1__ListTabletsResponse *l =
-            rc == ST_OK ? strata__internal__v1__list_tablets_response__unpack(NULL, resp.len,
-                                                                              resp.data)
-                        : NULL;
+            rc == ST_OK
+                ? strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data)
+                : NULL;
         if (l) {
             snprintf(row->tablets, sizeof row->tablets, "%zu", l->n_tablets);
             strata__internal__v1__list_tablets_response__free_unpacked(l, NULL);
@@ -130,15 +130,16 @@ static void status_nodes(status_ctx *c) {
 static const char *probe_router(const status_ctx *c, const char *addr, bool *ok) {
     char name[STATUS_NAME_MAX];
     snprintf(name, sizeof name, "projects/%s/instances/%s", c->topo.project, c->topo.instance);
-    Google__Bigtable__V2__PingAndWarmRequest req = GOOGLE__BIGTABLE__V2__PING_AND_WARM_REQUEST__INIT;
+    Google__Bigtable__V2__PingAndWarmRequest req =
+        GOOGLE__BIGTABLE__V2__PING_AND_WARM_REQUEST__INIT;
     req.name = name;
     uint8_t buf[STATUS_NAME_MAX + 16];
     size_t len = google__bigtable__v2__ping_and_warm_request__pack(&req, buf);
     st_buf resp;
     st_buf_init(&resp);
-    st_code rc = rpc_blocking_unary(addr, NULL, "/google.bigtable.v2.Bigtable/PingAndWarm",
-                                    st_slice_make(buf, len), NULL, 0, STATUS_RPC_TIMEOUT_MS,
-                                    &resp, NULL);
+    st_code rc =
+        rpc_blocking_unary(addr, NULL, "/google.bigtable.v2.Bigtable/PingAndWarm",
+                           st_slice_make(buf, len), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp, NULL);
     st_buf_free(&resp);
     *ok = rc == ST_OK || rc == ST_UNIMPLEMENTED;
     if (rc == ST_OK)
@@ -174,23 +175,24 @@ static int status_run(status_ctx *c) {
     st_err err = {0};
     st_code rc = st_topology_load(path, &c->topo, &err);
     if (rc == ST_NOT_FOUND) {
-        fprintf(stderr, "strata status: no instance in %s (no topology file): start one with "
-                        "`strata up%s%s`\n", c->dir, c->dir_flag ? " --dir " : "",
-                c->dir_flag ? c->dir : "");
+        fprintf(stderr,
+                "strata status: no instance in %s (no topology file): start one with "
+                "`strata up%s%s`\n",
+                c->dir, c->dir_flag ? " --dir " : "", c->dir_flag ? c->dir : "");
         return 1;
     }
     if (rc != ST_OK) {
         fprintf(stderr, "strata status: %s\n", err.msg);
         return 1;
     }
-    signal(SIGPIPE, SIG_IGN); /* a node dying mid-call must not end this command */
+    signal(SIGPIPE, SIG_IGN);       /* a node dying mid-call must not end this command */
     st_log_set_level(ST_LOG_ERROR); /* a down node is shown in the table, not as log lines */
     printf("Instance %s/%s in %s\n\n", c->topo.project, c->topo.instance, c->dir);
     status_nodes(c);
     status_routers(c);
     bool all = c->nodes_ok == c->nodes_total && c->routers_ok == c->topo.n_routers;
-    printf("\n%zu of %zu nodes healthy, %zu of %zu routers healthy.\n", c->nodes_ok,
-           c->nodes_total, c->routers_ok, c->topo.n_routers);
+    printf("\n%zu of %zu nodes healthy, %zu of %zu routers healthy.\n", c->nodes_ok, c->nodes_total,
+           c->routers_ok, c->topo.n_routers);
     if (!all)
         printf("Each process's log is %s/logs/<name>.log; `strata up%s%s` restarts a stopped "
                "instance (`strata down` first if it is partly running).\n",

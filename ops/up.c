@@ -23,8 +23,8 @@
 
 #define UP_CLUSTERS_DEFAULT 2
 #define UP_NODES_DEFAULT 3
-#define UP_WAIT_S_DEFAULT 60      /* per process: a node replaying a long log needs a while */
-#define UP_BIND_ATTEMPTS_MAX 4    /* a port we picked may be taken before the node binds it */
+#define UP_WAIT_S_DEFAULT 60   /* per process: a node replaying a long log needs a while */
+#define UP_BIND_ATTEMPTS_MAX 4 /* a port we picked may be taken before the node binds it */
 #define UP_POLL_MS 50
 #define UP_PROGRESS_EVERY_S 5
 #define UP_STOP_GRACE_MS 5000
@@ -92,8 +92,10 @@ static bool parse_int(const char *flag, const char *v, long long lo, long long h
 
 /* Returns -1 on success, else the exit code (0 for --help, 2 for bad usage). */
 static int up_parse(int argc, char **argv, up_opts *o) {
-    *o = (up_opts){.port = OPS_ROUTER_PORT_DEFAULT, .clusters = UP_CLUSTERS_DEFAULT,
-                   .nodes = UP_NODES_DEFAULT, .wait_s = UP_WAIT_S_DEFAULT};
+    *o = (up_opts){.port = OPS_ROUTER_PORT_DEFAULT,
+                   .clusters = UP_CLUSTERS_DEFAULT,
+                   .nodes = UP_NODES_DEFAULT,
+                   .wait_s = UP_WAIT_S_DEFAULT};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x = 0;
@@ -110,12 +112,20 @@ static int up_parse(int argc, char **argv, up_opts *o) {
             return 2;
         }
         i++;
-        if (!strcmp(a, "--dir")) o->dir_flag = v;
-        else if (!strcmp(a, "--config")) o->config = v;
-        else if (!strcmp(a, "--bin-dir")) o->bin_dir = v;
-        else if (!strcmp(a, "--port")) { ok = parse_int(a, v, 1, 65535, &x); o->port = (int)x; }
-        else if (!strcmp(a, "--wait-s")) { ok = parse_int(a, v, 1, 3600, &x); o->wait_s = (int)x; }
-        else if (!strcmp(a, "--split-bytes")) ok = parse_int(a, v, 1, LLONG_MAX, &o->split_bytes);
+        if (!strcmp(a, "--dir"))
+            o->dir_flag = v;
+        else if (!strcmp(a, "--config"))
+            o->config = v;
+        else if (!strcmp(a, "--bin-dir"))
+            o->bin_dir = v;
+        else if (!strcmp(a, "--port")) {
+            ok = parse_int(a, v, 1, 65535, &x);
+            o->port = (int)x;
+        } else if (!strcmp(a, "--wait-s")) {
+            ok = parse_int(a, v, 1, 3600, &x);
+            o->wait_s = (int)x;
+        } else if (!strcmp(a, "--split-bytes"))
+            ok = parse_int(a, v, 1, LLONG_MAX, &o->split_bytes);
         else if (!strcmp(a, "--clusters")) {
             ok = parse_int(a, v, 1, ST_TOPO_CLUSTERS_MAX, &x);
             o->clusters = (int)x;
@@ -137,7 +147,9 @@ static int up_parse(int argc, char **argv, up_opts *o) {
 
 /* ---- binaries ---- */
 
-static bool executable(const char *path) { return access(path, X_OK) == 0; }
+static bool executable(const char *path) {
+    return access(path, X_OK) == 0;
+}
 
 /* name in --bin-dir; else <dir of this binary>/../<sub>/name (the build tree), <dir>/name (an
  * install), then $PATH. */
@@ -172,14 +184,18 @@ static bool find_bin(const char *bin_dir, const char *sub, const char *name, cha
 static bool up_find_bins(up_ctx *c) {
     const char *where = c->o.bin_dir ? c->o.bin_dir : "next to strata's build tree or on $PATH";
     if (!find_bin(c->o.bin_dir, "node", "strata-node", c->node_bin, sizeof c->node_bin)) {
-        fprintf(stderr, "strata up: strata-node not found (%s): build it (ninja strata-node) or "
-                        "pass --bin-dir DIR\n", where);
+        fprintf(stderr,
+                "strata up: strata-node not found (%s): build it (ninja strata-node) or "
+                "pass --bin-dir DIR\n",
+                where);
         return false;
     }
     if (!c->o.no_router &&
         !find_bin(c->o.bin_dir, "router", "strata-router", c->router_bin, sizeof c->router_bin)) {
-        fprintf(stderr, "strata up: strata-router not found (%s): build it (ninja strata-router) "
-                        "or pass --bin-dir DIR\n", where);
+        fprintf(stderr,
+                "strata up: strata-router not found (%s): build it (ninja strata-router) "
+                "or pass --bin-dir DIR\n",
+                where);
         return false;
     }
     return true;
@@ -328,8 +344,10 @@ static bool up_topo_build(up_ctx *c) {
         if (rc == ST_NOT_FOUND && !up_topo_generate(c))
             return false;
         if (rc != ST_OK && rc != ST_NOT_FOUND) {
-            fprintf(stderr, "strata up: %s\nFix or remove that file (`strata down --dir %s "
-                            "--purge` removes the whole instance).\n", err.msg, c->dir);
+            fprintf(stderr,
+                    "strata up: %s\nFix or remove that file (`strata down --dir %s "
+                    "--purge` removes the whole instance).\n",
+                    err.msg, c->dir);
             return false;
         }
     }
@@ -435,8 +453,10 @@ static bool up_spawn(up_ctx *c, up_proc *p) {
     }
     p->pid = pid;
     if (!ops_inst_pid_write(c->dir, p->name, pid))
-        fprintf(stderr, "strata up: warning: cannot write %s/run/%s.pid: `strata down` will not "
-                        "find this process\n", c->dir, p->name);
+        fprintf(stderr,
+                "strata up: warning: cannot write %s/run/%s.pid: `strata down` will not "
+                "find this process\n",
+                c->dir, p->name);
     return true;
 }
 
@@ -575,14 +595,17 @@ static int up_running_state(up_ctx *c) {
     }
     if (alive == n)
         return 1;
-    fprintf(stderr, "strata up: the instance in %s is partly running (%zu of %zu processes "
-                    "alive). Stopped:", c->dir, alive, n);
+    fprintf(stderr,
+            "strata up: the instance in %s is partly running (%zu of %zu processes "
+            "alive). Stopped:",
+            c->dir, alive, n);
     for (size_t i = 0; i < n; i++)
         if (!ops_inst_pid_alive(ops_inst_pid_read(c->dir, names[i])))
             fprintf(stderr, " %s", names[i]);
-    fprintf(stderr, "\nSee their logs in %s/logs, then run `strata down%s%s` and `strata up` "
-                    "again.\n", c->dir, c->o.dir_flag ? " --dir " : "",
-            c->o.dir_flag ? c->dir : "");
+    fprintf(stderr,
+            "\nSee their logs in %s/logs, then run `strata down%s%s` and `strata up` "
+            "again.\n",
+            c->dir, c->o.dir_flag ? " --dir " : "", c->o.dir_flag ? c->dir : "");
     return -1;
 }
 
@@ -622,9 +645,11 @@ static bool up_check_ports(up_ctx *c) {
     st_topology *t = &c->topo;
     for (size_t r = 0; r < t->n_routers; r++)
         if (!port_free(t->routers[r])) {
-            fprintf(stderr, "strata up: %s is already in use (another Strata instance, or the "
-                            "Bigtable emulator?): stop it, or choose another port with --port "
-                            "PORT\n", t->routers[r]);
+            fprintf(stderr,
+                    "strata up: %s is already in use (another Strata instance, or the "
+                    "Bigtable emulator?): stop it, or choose another port with --port "
+                    "PORT\n",
+                    t->routers[r]);
             return false;
         }
     for (size_t i = 0; i < t->n_clusters; i++)
@@ -633,8 +658,10 @@ static bool up_check_ports(up_ctx *c) {
             if (port_free(n->addr))
                 continue;
             if (c->o.config) {
-                fprintf(stderr, "strata up: node address %s (from %s) is already in use: stop "
-                                "what listens there or change the file\n", n->addr, c->o.config);
+                fprintf(stderr,
+                        "strata up: node address %s (from %s) is already in use: stop "
+                        "what listens there or change the file\n",
+                        n->addr, c->o.config);
                 return false;
             }
             if (!pick_port(t, n->addr, sizeof n->addr)) {
@@ -684,8 +711,8 @@ static void up_print_endpoint(const up_ctx *c, bool already) {
     const st_topology *t = &c->topo;
     const char *dir_hint = c->o.dir_flag ? " --dir " : "";
     const char *dir_val = c->o.dir_flag ? c->dir : "";
-    printf("%s Strata instance in %s: %zu cluster(s) (", already ? "Already running:" : "Ready:",
-           c->dir, t->n_clusters);
+    printf("%s Strata instance in %s: %zu cluster(s) (",
+           already ? "Already running:" : "Ready:", c->dir, t->n_clusters);
     for (size_t i = 0; i < t->n_clusters; i++)
         printf("%s%s", i ? ", " : "", t->clusters[i].id);
     printf(")");
@@ -722,8 +749,10 @@ static int up_run(up_ctx *c) {
         !up_topo_save(c))
         return 1;
     if (!up_start_nodes(c) || !up_start_routers(c)) {
-        fprintf(stderr, "strata up: stopping the processes already started; data in %s is "
-                        "kept. Fix the problem above and run `strata up` again.\n", c->dir);
+        fprintf(stderr,
+                "strata up: stopping the processes already started; data in %s is "
+                "kept. Fix the problem above and run `strata up` again.\n",
+                c->dir);
         up_stop_all(c);
         return 1;
     }

@@ -97,6 +97,7 @@ static st_code flush_one(sto_db *db, sto_tablet *t, bool *did, st_err *err) {
     sto_memtable_unref(m);
     if (rc != ST_OK)
         return rc;
+    uint64_t number = f->number; /* f belongs to the tablet once installed */
     pthread_mutex_lock(&db->meta_mu);
     rc = install(db, t, f, err);
     if (rc == ST_OK) {
@@ -112,7 +113,7 @@ static st_code flush_one(sto_db *db, sto_tablet *t, bool *did, st_err *err) {
     if (rc == ST_OK) {
         atomic_fetch_add(&db->flushes, 1);
         st_log(ST_LOG_DEBUG, "storage", "event=flush tablet=%" PRIu64 " file=%" PRIu64, t->id,
-               f->number);
+               number);
     }
     return rc;
 }

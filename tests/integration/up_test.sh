@@ -12,9 +12,10 @@ BIN_ARGS=()
 if [ $# -ge 2 ] && [ -n "$2" ]; then BIN_ARGS=(--bin-dir "$2"); fi
 if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 
-DIR=$(make_tmp)/inst
+TMPD=$(mktemp -d "${STRATA_TEST_TMP:-/tmp}/up_test.XXXXXX") # not make_tmp: it runs in a subshell
+DIR=$TMPD/inst
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-trap '"$STRATA" down --dir "$DIR" >/dev/null 2>&1; cleanup' EXIT
+trap '"$STRATA" down --dir "$DIR" >/dev/null 2>&1; rm -rf "$TMPD"; cleanup' EXIT
 
 fail() {
   echo "FAIL: $*" >&2

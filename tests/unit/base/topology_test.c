@@ -204,8 +204,8 @@ static void test_topology_addr_split(void **state) {
     assert_true(st_addr_split("[::1]:65535", host, sizeof host, &port));
     assert_string_equal(host, "::1");
     assert_int_equal(port, 65535);
-    const char *bad[] = {"", ":80", "host", "host:", "host:65536", "host:8x", "::1:80", "[::1:80",
-                         "[]:80", "host:123456", "a b:1"};
+    const char *bad[] = {"",       ":80",     "host",  "host:",       "host:65536", "host:8x",
+                         "::1:80", "[::1:80", "[]:80", "host:123456", "a b:1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (st_addr_split(bad[i], host, sizeof host, &port))
             fail_msg("accepted '%s'", bad[i]);

@@ -1,0 +1,808 @@
+/* admin.c — the table admin API on the router. Schemas live in the metadata table (meta.c) and are
+ * pushed to every node of every cluster with PutTable; tablets are created with CreateTablet,
+ * one per initial-split interval per cluster, round robin over the cluster's nodes.
+ *
+ * Order of effects (a router may die between any two steps): CreateTable and
+ * ModifyColumnFamilies change the nodes first and write the metadata record last, so the record
+ * is the commit point; DeleteTable removes the record first, then drops the nodes' copies. A
+ * failure before the commit point rolls the nodes back (best effort). */
+#include "router_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/internal/v1/node.pb-c.h"
+
+typedef Google__Bigtable__Admin__V2__Table pb_table;
+typedef Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry pb_family;
+
+typedef struct adm_op adm_op;
+struct adm_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    char name[RTR_TABLE_NAME_MAX + 1];
+    pb_table *table;  /* the schema being written (call arena) */
+    st_buf table_pb;  /* serialized table */
+    st_buf put_req;   /* serialized PutTableRequest */
+    ProtobufCBinaryData *splits;
+    size_t n_splits;
+    ProtobufCMessage *reply; /* sent on success (call arena) */
+};
+
+static adm_op *op_new(rtr_ctx *r, rpc_call *call, const char *name) {
+    adm_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    op->r = r;
+    op->call = call;
+    snprintf(op->name, sizeof op->name, "%s", name);
+    st_buf_init(&op->table_pb);
+    st_buf_init(&op->put_req);
+    return op;
+}
+
+static void op_finish(adm_op *op, st_code code, const char *msg) {
+    st_buf_free(&op->table_pb);
+    st_buf_free(&op->put_req);
+    if (code == ST_OK && op->reply)
+        rtr_reply(op->call, op->reply);
+    else
+        rpc_call_finish(op->call, code, msg);
+    free(op);
+}
+
+static pb_table *unpack_table(rpc_call *call, const rtr_meta_rec *rec) {
+    return (pb_table *)rtr_unpack(call, &google__bigtable__admin__v2__table__descriptor,
+                                  st_slice_make(rec->pb, rec->len));
+}
+
+static size_t count_nodes(const rtr_ctx *r) {
+    size_t n = 0;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        n += r->clusters[c].n_nodes;
+    return n;
+}
+
+/* Calls path on every node of every cluster (skipping the very first node when skip_first). */
+static void fan_nodes(adm_op *op, const char *path, st_slice req, bool skip_first,
+                      rtr_fan_done_fn done) {
+    rtr_ctx *r = op->r;
+    rtr_fan *f = rtr_fan_new(r, count_nodes(r), RTR_ADMIN_TIMEOUT_MS, done, op);
+    if (!f)
+        return op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    size_t k = 0;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++, k++) {
+            if (skip_first && k == 0) {
+                f->res[0].code = ST_OK;
+                continue;
+            }
+            rtr_fan_call(f, k, &r->clusters[c].nodes[i], path, req);
+        }
+    rtr_fan_seal(f);
+}
+
+static void free_fan(rtr_fan *f, void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < f->n; i++)
+        if (f->res[i].code != ST_OK)
+            st_log(ST_LOG_WARN, "router", "DropTable on %s failed: %s",
+                   f->res[i].node ? f->res[i].node->addr : "?", f->res[i].err.msg);
+    rtr_fan_free(f);
+}
+
+/* DropTable on every node, not waited for (rollback and DeleteTable's cleanup). */
+static void drop_everywhere(rtr_ctx *r, const char *name) {
+    Strata__Internal__V1__DropTableRequest req;
+    strata__internal__v1__drop_table_request__init(&req);
+    req.name = (char *)name;
+    uint8_t buf[RTR_TABLE_NAME_MAX + 16];
+    size_t len = strata__internal__v1__drop_table_request__pack(&req, buf);
+    rtr_fan *f = rtr_fan_new(r, count_nodes(r), RTR_ADMIN_TIMEOUT_MS, free_fan, NULL);
+    if (!f)
+        return;
+    size_t k = 0;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++)
+            rtr_fan_call(f, k++, &r->clusters[c].nodes[i], RTR_NODE "DropTable",
+                         st_slice_make(buf, len));
+    rtr_fan_seal(f);
+}
+
+static void rollback_fail(adm_op *op, st_code code, const char *msg) {
+    drop_everywhere(op->r, op->name);
+    op_finish(op, code, msg);
+}
+
+/* Serializes op->table and the PutTableRequest carrying it. */
+static st_code pack_schema(adm_op *op) {
+    size_t len = google__bigtable__admin__v2__table__get_packed_size(op->table);
+    Strata__Internal__V1__PutTableRequest put;
+    strata__internal__v1__put_table_request__init(&put);
+    put.table = op->table;
+    size_t plen = strata__internal__v1__put_table_request__get_packed_size(&put);
+    if (st_buf_reserve(&op->table_pb, len) != ST_OK || st_buf_reserve(&op->put_req, plen) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    op->table_pb.len = google__bigtable__admin__v2__table__pack(op->table, op->table_pb.data);
+    op->put_req.len = strata__internal__v1__put_table_request__pack(&put, op->put_req.data);
+    return ST_OK;
+}
+
+/* ---- names and schema checks (the node's rules and messages) ---- */
+
+static bool valid_id(const char *id, size_t max, bool allow_lead_punct) {
+    size_t n = strlen(id);
+    if (n == 0 || n > max || (!allow_lead_punct && (id[0] == '-' || id[0] == '.')))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+static bool valid_family(const char *f) { return valid_id(f, 64, true); }
+
+static int family_cmp(const void *a, const void *b) {
+    return strcmp((*(pb_family *const *)a)->key, (*(pb_family *const *)b)->key);
+}
+
+/* Families sorted by name, each with a GC rule (empty = keep everything, as the node reports). */
+static st_code normalize_families(pb_table *t, st_arena *a, st_err *err) {
+    for (size_t i = 0; i < t->n_column_families; i++) {
+        pb_family *e = t->column_families[i];
+        if (!valid_family(e->key))
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]",
+                              e->key);
+        if (!e->value) {
+            e->value = st_arena_alloc(a, sizeof *e->value);
+            if (!e->value)
+                return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+            google__bigtable__admin__v2__column_family__init(e->value);
+        }
+        if (!e->value->gc_rule) {
+            e->value->gc_rule = st_arena_alloc(a, sizeof *e->value->gc_rule);
+            if (!e->value->gc_rule)
+                return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+            google__bigtable__admin__v2__gc_rule__init(e->value->gc_rule);
+        }
+    }
+    qsort(t->column_families, t->n_column_families, sizeof *t->column_families, family_cmp);
+    for (size_t i = 1; i < t->n_column_families; i++)
+        if (strcmp(t->column_families[i - 1]->key, t->column_families[i]->key) == 0)
+            return st_err_set(err, ST_ALREADY_EXISTS, "column family %s already exists",
+                              t->column_families[i]->key);
+    return ST_OK;
+}
+
+/* A table holding only the schema fields the router keeps. */
+static pb_table *schema_new(st_arena *a, const char *name, const pb_table *spec) {
+    pb_table *t = st_arena_alloc(a, sizeof *t);
+    if (!t)
+        return NULL;
+    google__bigtable__admin__v2__table__init(t);
+    t->name = st_arena_dup(a, name, strlen(name) + 1);
+    t->granularity = GOOGLE__BIGTABLE__ADMIN__V2__TABLE__TIMESTAMP_GRANULARITY__MILLIS;
+    if (spec) {
+        t->column_families = spec->column_families;
+        t->n_column_families = spec->n_column_families;
+        t->deletion_protection = spec->deletion_protection;
+    }
+    return t->name ? t : NULL;
+}
+
+static int split_cmp(const void *a, const void *b) {
+    const ProtobufCBinaryData *x = a, *y = b;
+    return st_slice_cmp(st_slice_make(x->data, x->len), st_slice_make(y->data, y->len));
+}
+
+static st_code normalize_splits(const Google__Bigtable__Admin__V2__CreateTableRequest *req,
+                                st_arena *a, ProtobufCBinaryData **out, size_t *n, st_err *err) {
+    if (req->n_initial_splits > RTR_SPLITS_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "at most %d initial splits", RTR_SPLITS_MAX);
+    ProtobufCBinaryData *v = st_arena_alloc(a, (req->n_initial_splits + 1) * sizeof *v);
+    if (!v)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < req->n_initial_splits; i++) {
+        ProtobufCBinaryData key = req->initial_splits[i]->key;
+        if (key.len > BTU_ROW_KEY_MAX)
+            return st_err_set(err, ST_INVALID_ARGUMENT, "split key longer than %d bytes",
+                              BTU_ROW_KEY_MAX);
+        if (key.len > 0)
+            v[k++] = key;
+    }
+    qsort(v, k, sizeof *v, split_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++)
+        if (m == 0 || split_cmp(&v[m - 1], &v[i]) != 0)
+            v[m++] = v[i];
+    *out = v;
+    *n = m;
+    return ST_OK;
+}
+
+/* ---- schema push: PutTable on the first node (it validates GC rules), then on all others ---- */
+
+static void schema_pushed(adm_op *op);
+
+static void put_rest_done(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    st_err err = {0};
+    st_code rc = rtr_fan_first_error(f, &err);
+    rtr_fan_free(f);
+    if (rc != ST_OK)
+        return op_finish(op, rc, err.msg); /* the record still says the old schema */
+    schema_pushed(op);
+}
+
+static void put_probe_done(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    st_err err = {0};
+    st_code rc = rtr_fan_first_error(f, &err);
+    rtr_fan_free(f);
+    if (rc != ST_OK)
+        return op_finish(op, rc, err.msg);
+    fan_nodes(op, RTR_NODE "PutTable", st_buf_slice(&op->put_req), true, put_rest_done);
+}
+
+static void push_schema(adm_op *op) {
+    if (pack_schema(op) != ST_OK)
+        return op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    rtr_fan *f = rtr_fan_new(op->r, 1, RTR_ADMIN_TIMEOUT_MS, put_probe_done, op);
+    if (!f)
+        return op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    rtr_fan_call(f, 0, &op->r->clusters[0].nodes[0], RTR_NODE "PutTable",
+                 st_buf_slice(&op->put_req));
+    rtr_fan_seal(f);
+}
+
+/* ---- CreateTable ---- */
+
+static void create_refreshed(void *arg) { op_finish(arg, ST_OK, NULL); }
+
+static void create_recorded(void *arg, st_code code, const char *msg) {
+    adm_op *op = arg;
+    if (code != ST_OK)
+        return rollback_fail(op, code, msg);
+    st_log(ST_LOG_INFO, "router", "created table=%s tablets_per_cluster=%zu", op->name,
+           op->n_splits + 1);
+    /* Learn the new tablets now, so the first data request needs no refresh. */
+    if (rtr_refresh_all(op->r, create_refreshed, op) != ST_OK)
+        op_finish(op, ST_OK, NULL);
+}
+
+static void tablets_done(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    st_err err = {0};
+    st_code rc = ST_OK;
+    for (size_t i = 0; i < f->n && rc == ST_OK; i++)
+        if (f->res[i].code != ST_OK && f->res[i].code != ST_ALREADY_EXISTS) {
+            rc = f->res[i].code;
+            err = f->res[i].err;
+        }
+    rtr_fan_free(f);
+    if (rc != ST_OK)
+        return rollback_fail(op, rc, err.msg);
+    st_slice pb = st_buf_slice(&op->table_pb);
+    rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, create_recorded, op);
+}
+
+/* One CreateTablet per split interval per cluster, round robin over the cluster's nodes. */
+static void create_tablets(adm_op *op) {
+    rtr_ctx *r = op->r;
+    size_t per = op->n_splits + 1;
+    rtr_fan *f = rtr_fan_new(r, per * r->n_clusters, RTR_ADMIN_TIMEOUT_MS, tablets_done, op);
+    if (!f)
+        return rollback_fail(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    Strata__Internal__V1__CreateTabletRequest req;
+    strata__internal__v1__create_tablet_request__init(&req);
+    req.table_name = op->name;
+    uint8_t *buf = st_arena_alloc(rpc_call_arena(op->call), 2 * BTU_ROW_KEY_MAX + 1024);
+    for (size_t c = 0; buf && c < r->n_clusters; c++) {
+        rtr_cluster *cl = &r->clusters[c];
+        for (size_t i = 0; i < per; i++) {
+            req.start_key = i ? op->splits[i - 1] : (ProtobufCBinaryData){0, NULL};
+            req.end_key = i < op->n_splits ? op->splits[i] : (ProtobufCBinaryData){0, NULL};
+            size_t len = strata__internal__v1__create_tablet_request__pack(&req, buf);
+            rtr_node *n = &cl->nodes[cl->rr_next++ % cl->n_nodes];
+            rtr_fan_call(f, c * per + i, n, RTR_NODE "CreateTablet", st_slice_make(buf, len));
+        }
+    }
+    rtr_fan_seal(f);
+}
+
+static void schema_pushed(adm_op *op) {
+    if (op->splits) /* CreateTable */
+        return create_tablets(op);
+    st_slice pb = st_buf_slice(&op->table_pb);
+    rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb,
+                   (rtr_meta_done_fn)(void (*)(void))op_finish, op);
+}
+
+static const char *create_check(rtr_ctx *r, const Google__Bigtable__Admin__V2__CreateTableRequest *req,
+                                char *name, size_t cap, st_err *err) {
+    snprintf(name, cap, "%s/tables/%s", req->parent, req->table_id);
+    if (!valid_id(req->table_id, 50, false)) {
+        st_err_set(err, ST_INVALID_ARGUMENT,
+                   "invalid table id '%s': use 1-50 of [-_.a-zA-Z0-9], not starting with - or .",
+                   req->table_id);
+        return NULL;
+    }
+    if (rtr_check_table_name(name, NULL) != ST_OK) {
+        st_err_set(err, ST_INVALID_ARGUMENT,
+                   "invalid parent '%s': expected projects/<project>/instances/<instance>",
+                   req->parent);
+        return NULL;
+    }
+    if (rtr_meta_find(&r->meta, RTR_META_KIND_TABLE, name) || strcmp(name, RTR_META_TABLE) == 0) {
+        st_err_set(err, ST_ALREADY_EXISTS, "table \"%s\" already exists", name);
+        return NULL;
+    }
+    return name;
+}
+
+void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__CreateTableRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__create_table_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    st_err err = {0};
+    char name[RTR_TABLE_NAME_MAX + 64];
+    st_arena *a = rpc_call_arena(call);
+    ProtobufCBinaryData *splits = NULL;
+    size_t n_splits = 0;
+    pb_table *t = NULL;
+    if (!create_check(r, req, name, sizeof name, &err) ||
+        normalize_splits(req, a, &splits, &n_splits, &err) != ST_OK)
+        return rtr_fail(call, err.code, "%s", err.msg);
+    if (!(t = schema_new(a, name, req->table)))
+        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (normalize_families(t, a, &err) != ST_OK)
+        return rtr_fail(call, err.code, "%s", err.msg);
+    adm_op *op = op_new(r, call, name);
+    if (!op)
+        return;
+    op->table = t;
+    op->splits = splits;
+    op->n_splits = n_splits;
+    op->reply = &t->base;
+    push_schema(op);
+}
+
+/* ---- GetTable, ListTables ---- */
+
+static bool full_view(Google__Bigtable__Admin__V2__Table__View v, bool list) {
+    if (list)
+        return v != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__VIEW_UNSPECIFIED &&
+               v != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
+    return v != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
+}
+
+static pb_table *name_only(st_arena *a, const char *name) { return schema_new(a, name, NULL); }
+
+void rtr_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__GetTableRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__get_table_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->name);
+    if (!rec)
+        return;
+    pb_table *t = full_view(req->view, false) ? unpack_table(call, rec)
+                                              : name_only(rpc_call_arena(call), req->name);
+    if (!t)
+        return rpc_call_finish(call, ST_INTERNAL, "unreadable table metadata");
+    if (!full_view(req->view, false))
+        t->granularity = 0;
+    rtr_reply(call, &t->base);
+}
+
+void rtr_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__ListTablesRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__list_tables_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    char probe[RTR_TABLE_NAME_MAX + 16];
+    snprintf(probe, sizeof probe, "%s/tables/x", req->parent);
+    if (rtr_check_table_name(probe, NULL) != ST_OK)
+        return rtr_fail(call, ST_INVALID_ARGUMENT,
+                        "invalid parent '%s': expected projects/<project>/instances/<instance>",
+                        req->parent);
+    st_arena *a = rpc_call_arena(call);
+    Google__Bigtable__Admin__V2__ListTablesResponse resp;
+    google__bigtable__admin__v2__list_tables_response__init(&resp);
+    resp.tables = st_arena_alloc(a, (r->meta.n_tables + 1) * sizeof *resp.tables);
+    if (!resp.tables)
+        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    size_t plen = strlen(req->parent);
+    bool full = full_view(req->view, true);
+    for (size_t i = 0; i < r->meta.n_tables; i++) {
+        const rtr_meta_rec *rec = &r->meta.tables[i];
+        if (strncmp(rec->name, req->parent, plen) != 0 || strncmp(rec->name + plen, "/tables/", 8))
+            continue;
+        pb_table *t = full ? unpack_table(call, rec) : name_only(a, rec->name);
+        if (!t)
+            return;
+        if (!full)
+            t->granularity = 0;
+        resp.tables[resp.n_tables++] = t;
+    }
+    rtr_reply(call, &resp.base);
+}
+
+/* ---- DeleteTable ---- */
+
+static void delete_recorded(void *arg, st_code code, const char *msg) {
+    adm_op *op = arg;
+    if (code == ST_OK) {
+        drop_everywhere(op->r, op->name);
+        st_log(ST_LOG_INFO, "router", "deleted table=%s", op->name);
+    }
+    op_finish(op, code, msg);
+}
+
+void rtr_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__DeleteTableRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__delete_table_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->name);
+    pb_table *t = rec ? unpack_table(call, rec) : NULL;
+    if (!t)
+        return;
+    if (t->deletion_protection)
+        return rtr_fail(call, ST_FAILED_PRECONDITION,
+                        "table %s has deletion protection; turn it off before deleting",
+                        req->name);
+    adm_op *op = op_new(r, call, req->name);
+    if (!op)
+        return;
+    Google__Protobuf__Empty *empty = st_arena_alloc(rpc_call_arena(call), sizeof *empty);
+    if (!empty)
+        return op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    google__protobuf__empty__init(empty);
+    op->reply = &empty->base;
+    rtr_meta_write(r, RTR_META_KIND_TABLE, op->name, NULL, delete_recorded, op);
+}
+
+/* ---- ModifyColumnFamilies ---- */
+
+typedef Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification pb_mod;
+
+static long family_index(const pb_table *t, const char *id) {
+    for (size_t i = 0; i < t->n_column_families; i++)
+        if (strcmp(t->column_families[i]->key, id) == 0)
+            return (long)i;
+    return -1;
+}
+
+static st_code family_add(pb_table *t, const char *id, Google__Bigtable__Admin__V2__ColumnFamily *cf,
+                          st_arena *a) {
+    pb_family **v = st_arena_alloc(a, (t->n_column_families + 1) * sizeof *v);
+    pb_family *e = st_arena_alloc(a, sizeof *e);
+    if (!v || !e)
+        return ST_RESOURCE_EXHAUSTED;
+    google__bigtable__admin__v2__table__column_families_entry__init(e);
+    e->key = (char *)id;
+    e->value = cf;
+    if (t->n_column_families)
+        memcpy(v, t->column_families, t->n_column_families * sizeof *v);
+    v[t->n_column_families++] = e;
+    t->column_families = v;
+    return ST_OK;
+}
+
+/* Applies one modification to t, as the node does: create (ALREADY_EXISTS if present), update and
+ * drop (NOT_FOUND if absent). */
+static st_code apply_mod(pb_table *t, const pb_mod *m, st_arena *a, st_err *err) {
+    long at = family_index(t, m->id);
+    switch (m->mod_case) {
+    case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE:
+        if (!valid_family(m->id))
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]", m->id);
+        if (at >= 0)
+            return st_err_set(err, ST_ALREADY_EXISTS, "column family %s already exists", m->id);
+        return family_add(t, m->id, m->create, a) == ST_OK
+                   ? ST_OK
+                   : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_UPDATE:
+        if (at < 0)
+            return st_err_set(err, ST_NOT_FOUND, "column family %s not found", m->id);
+        t->column_families[at]->value = m->update;
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP:
+        if (at < 0)
+            return st_err_set(err, ST_NOT_FOUND, "column family %s not found", m->id);
+        memmove(&t->column_families[at], &t->column_families[at + 1],
+                (t->n_column_families - (size_t)at - 1) * sizeof *t->column_families);
+        t->n_column_families--;
+        return ST_OK;
+    default:
+        return st_err_set(err, ST_INVALID_ARGUMENT, "modification of %s has no action", m->id);
+    }
+}
+
+void rtr_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__modify_column_families_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->name);
+    pb_table *t = rec ? unpack_table(call, rec) : NULL;
+    if (!t)
+        return;
+    st_arena *a = rpc_call_arena(call);
+    st_err err = {0};
+    for (size_t i = 0; i < req->n_modifications; i++)
+        if (apply_mod(t, req->modifications[i], a, &err) != ST_OK)
+            return rtr_fail(call, err.code, "%s", err.msg);
+    if (normalize_families(t, a, &err) != ST_OK)
+        return rtr_fail(call, err.code, "%s", err.msg);
+    adm_op *op = op_new(r, call, req->name);
+    if (!op)
+        return;
+    op->table = t;
+    op->reply = &t->base;
+    push_schema(op);
+}
+
+/* ---- DropRowRange: every node holding tablets of the table, in every cluster ---- */
+
+typedef struct drop_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    st_slice req;
+    char name[RTR_TABLE_NAME_MAX + 1];
+} drop_op;
+
+static void drop_done(rtr_fan *f, void *arg) {
+    drop_op *op = arg;
+    st_err err = {0};
+    st_code rc = rtr_fan_first_error(f, &err);
+    rtr_fan_free(f);
+    if (rc != ST_OK) {
+        rpc_call_finish(op->call, rc, err.msg);
+    } else {
+        Google__Protobuf__Empty empty;
+        google__protobuf__empty__init(&empty);
+        rtr_reply(op->call, &empty.base);
+    }
+    free(op);
+}
+
+static void drop_send(void *arg) {
+    drop_op *op = arg;
+    rtr_ctx *r = op->r;
+    bool holds[ST_TOPO_CLUSTERS_MAX][ST_TOPO_NODES_MAX] = {{false}};
+    size_t n = 0;
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        const rtr_tmap_table *t = rtr_tmap_find(r->clusters[c].map, op->name);
+        for (size_t i = 0; t && i < t->n; i++) {
+            n += !holds[c][t->v[i].node];
+            holds[c][t->v[i].node] = true;
+        }
+    }
+    rtr_fan *f = rtr_fan_new(r, n, RTR_ADMIN_TIMEOUT_MS, drop_done, op);
+    if (!f) {
+        rpc_call_finish(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return free(op);
+    }
+    size_t k = 0;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++)
+            if (holds[c][i])
+                rtr_fan_call(f, k++, &r->clusters[c].nodes[i], RTR_TA "DropRowRange", op->req);
+    rtr_fan_seal(f);
+}
+
+void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__DropRowRangeRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__drop_row_range_request__descriptor, req_bytes);
+    if (!req || !rtr_table_or_fail(r, call, req->name))
+        return;
+    bool prefix = req->target_case ==
+                  GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_ROW_KEY_PREFIX;
+    if (prefix && req->row_key_prefix.len == 0)
+        return rtr_fail(call, ST_INVALID_ARGUMENT, "row_key_prefix must not be empty");
+    if (!prefix && !(req->target_case ==
+                         GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_DELETE_ALL_DATA_FROM_TABLE &&
+                     req->delete_all_data_from_table))
+        return rtr_fail(call, ST_INVALID_ARGUMENT,
+                        "set row_key_prefix or delete_all_data_from_table");
+    drop_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    *op = (drop_op){r, call, req_bytes, ""};
+    snprintf(op->name, sizeof op->name, "%s", req->name);
+    /* Fresh maps: every node that holds a tablet of the table must see the drop. */
+    if (rtr_refresh_all(r, drop_send, op) != ST_OK)
+        drop_send(op);
+}
+
+/* ---- consistency tokens ----
+ * A token is "strata1:<cluster number>:<lsn of node 1>,<lsn of node 2>,..." over the nodes of the
+ * cluster serving the request, in topology order: every write acknowledged before the token was
+ * made is at or below its node's lsn. CheckConsistency asks each node about its own lsn. Issue #5
+ * extends this to replication across clusters. */
+
+#define TOKEN_PREFIX "strata1:"
+
+typedef struct cons_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    rtr_cluster *c;
+} cons_op;
+
+static void token_done(rtr_fan *f, void *arg) {
+    cons_op *op = arg;
+    st_err err = {0};
+    st_code rc = rtr_fan_first_error(f, &err);
+    st_buf tok;
+    st_buf_init(&tok);
+    char head[64];
+    snprintf(head, sizeof head, TOKEN_PREFIX "%u:", op->c->topo->num);
+    st_buf_append(&tok, head, strlen(head));
+    for (size_t i = 0; rc == ST_OK && i < f->n; i++) {
+        size_t off = 0;
+        st_slice msg;
+        Google__Bigtable__Admin__V2__GenerateConsistencyTokenResponse *m = NULL;
+        if (rtr_fan_next_msg(&f->res[i], &off, &msg))
+            m = google__bigtable__admin__v2__generate_consistency_token_response__unpack(
+                NULL, msg.len, msg.data);
+        if (!m) {
+            rc = st_err_set(&err, ST_INTERNAL, "a node sent an unreadable consistency token");
+            break;
+        }
+        if (i)
+            st_buf_append_byte(&tok, ',');
+        st_buf_append(&tok, m->consistency_token, strlen(m->consistency_token));
+        google__bigtable__admin__v2__generate_consistency_token_response__free_unpacked(m, NULL);
+    }
+    rtr_fan_free(f);
+    if (rc == ST_OK && st_buf_append_byte(&tok, 0) != ST_OK)
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (rc != ST_OK) {
+        rpc_call_finish(op->call, rc, err.msg);
+    } else {
+        Google__Bigtable__Admin__V2__GenerateConsistencyTokenResponse resp;
+        google__bigtable__admin__v2__generate_consistency_token_response__init(&resp);
+        resp.consistency_token = (char *)tok.data;
+        rtr_reply(op->call, &resp.base);
+    }
+    st_buf_free(&tok);
+    free(op);
+}
+
+static cons_op *cons_new(rtr_ctx *r, rpc_call *call, rtr_cluster *c, size_t n, rtr_fan_done_fn done,
+                         rtr_fan **f) {
+    cons_op *op = calloc(1, sizeof *op);
+    *f = op ? rtr_fan_new(r, n, RTR_ADMIN_TIMEOUT_MS, done, op) : NULL;
+    if (!*f) {
+        free(op);
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    *op = (cons_op){r, call, c};
+    return op;
+}
+
+void rtr_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__GenerateConsistencyTokenRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__generate_consistency_token_request__descriptor,
+        req_bytes);
+    if (!req || !rtr_table_or_fail(r, call, req->name))
+        return;
+    rtr_cluster *c;
+    st_err err = {0};
+    if (rtr_route_cluster(r, "", false, &c, &err) != ST_OK)
+        return rtr_fail(call, err.code, "%s", err.msg);
+    rtr_fan *f;
+    if (!cons_new(r, call, c, c->n_nodes, token_done, &f))
+        return;
+    for (size_t i = 0; i < c->n_nodes; i++)
+        rtr_fan_call(f, i, &c->nodes[i], RTR_TA "GenerateConsistencyToken", req_bytes);
+    rtr_fan_seal(f);
+}
+
+static void check_done(rtr_fan *f, void *arg) {
+    cons_op *op = arg;
+    st_err err = {0};
+    st_code rc = rtr_fan_first_error(f, &err);
+    bool consistent = true;
+    for (size_t i = 0; rc == ST_OK && i < f->n; i++) {
+        size_t off = 0;
+        st_slice msg;
+        Google__Bigtable__Admin__V2__CheckConsistencyResponse *m = NULL;
+        if (rtr_fan_next_msg(&f->res[i], &off, &msg))
+            m = google__bigtable__admin__v2__check_consistency_response__unpack(NULL, msg.len,
+                                                                               msg.data);
+        if (!m) {
+            rc = st_err_set(&err, ST_INTERNAL, "a node sent an unreadable consistency answer");
+            break;
+        }
+        consistent = consistent && m->consistent;
+        google__bigtable__admin__v2__check_consistency_response__free_unpacked(m, NULL);
+    }
+    rtr_fan_free(f);
+    if (rc != ST_OK) {
+        rpc_call_finish(op->call, rc, err.msg);
+    } else {
+        Google__Bigtable__Admin__V2__CheckConsistencyResponse resp;
+        google__bigtable__admin__v2__check_consistency_response__init(&resp);
+        resp.consistent = consistent;
+        rtr_reply(op->call, &resp.base);
+    }
+    free(op);
+}
+
+/* Parses "strata1:<cluster>:<lsn>,<lsn>,..." into the cluster and the per-node lsns. */
+static bool token_parse(rtr_ctx *r, const char *tok, rtr_cluster **c, char **lsns, size_t *n,
+                        st_arena *a) {
+    if (strncmp(tok, TOKEN_PREFIX, strlen(TOKEN_PREFIX)) != 0)
+        return false;
+    char *end;
+    unsigned long num = strtoul(tok + strlen(TOKEN_PREFIX), &end, 10);
+    if (*end != ':')
+        return false;
+    *c = NULL;
+    for (size_t i = 0; i < r->n_clusters; i++)
+        if (r->clusters[i].topo->num == num)
+            *c = &r->clusters[i];
+    if (!*c)
+        return false;
+    char *list = st_arena_dup(a, end + 1, strlen(end + 1) + 1);
+    *n = 0;
+    for (char *save = NULL, *p = list ? strtok_r(list, ",", &save) : NULL; p;
+         p = strtok_r(NULL, ",", &save)) {
+        if (*n == (*c)->n_nodes || !*p || strspn(p, "0123456789") != strlen(p))
+            return false;
+        lsns[(*n)++] = p;
+    }
+    return *n == (*c)->n_nodes;
+}
+
+void rtr_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__CheckConsistencyRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__check_consistency_request__descriptor, req_bytes);
+    if (!req || !rtr_table_or_fail(r, call, req->name))
+        return;
+    st_arena *a = rpc_call_arena(call);
+    rtr_cluster *c;
+    char *lsns[ST_TOPO_NODES_MAX];
+    size_t n;
+    if (!token_parse(r, req->consistency_token, &c, lsns, &n, a))
+        return rtr_fail(call, ST_INVALID_ARGUMENT, "invalid consistency token '%s'",
+                        req->consistency_token);
+    rtr_fan *f;
+    if (!cons_new(r, call, c, n, check_done, &f))
+        return;
+    for (size_t i = 0; i < n; i++) {
+        req->consistency_token = lsns[i];
+        size_t len = google__bigtable__admin__v2__check_consistency_request__get_packed_size(req);
+        uint8_t *buf = st_arena_alloc(a, len ? len : 1);
+        if (!buf) {
+            f->res[i].code = st_err_set(&f->res[i].err, ST_RESOURCE_EXHAUSTED, "out of memory");
+            continue;
+        }
+        google__bigtable__admin__v2__check_consistency_request__pack(req, buf);
+        rtr_fan_call(f, i, &c->nodes[i], RTR_TA "CheckConsistency", st_slice_make(buf, len));
+    }
+    rtr_fan_seal(f);
+}

@@ -1,0 +1,314 @@
+/* router.c — strata-router's life cycle (open: connect, learn the tablet maps, bootstrap and load
+ * the metadata, listen; close), its method table, and the helpers handlers share. */
+#include "router_internal.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- method table ---- */
+
+typedef struct method {
+    const char *path;
+    rpc_handler_fn fn;
+} method;
+
+static const method methods[] = {
+    {RTR_BT "ReadRows", rtr_h_read_rows},
+    {RTR_BT "SampleRowKeys", rtr_h_sample_row_keys},
+    {RTR_BT "MutateRow", rtr_h_mutate_row},
+    {RTR_BT "MutateRows", rtr_h_mutate_rows},
+    {RTR_BT "CheckAndMutateRow", rtr_h_check_and_mutate_row},
+    {RTR_BT "ReadModifyWriteRow", rtr_h_read_modify_write_row},
+    {RTR_BT "PingAndWarm", rtr_h_ping_and_warm},
+    {RTR_TA "CreateTable", rtr_h_create_table},
+    {RTR_TA "GetTable", rtr_h_get_table},
+    {RTR_TA "ListTables", rtr_h_list_tables},
+    {RTR_TA "DeleteTable", rtr_h_delete_table},
+    {RTR_TA "ModifyColumnFamilies", rtr_h_modify_column_families},
+    {RTR_TA "DropRowRange", rtr_h_drop_row_range},
+    {RTR_TA "GenerateConsistencyToken", rtr_h_generate_consistency_token},
+    {RTR_TA "CheckConsistency", rtr_h_check_consistency},
+    /* Instance admin (GetInstance, ListClusters, app profiles) and google.longrunning.Operations
+     * are added here by their module. */
+};
+
+static st_code register_methods(rtr_ctx *r, st_err *err) {
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+        st_code rc = rpc_server_add_method(r->rpc, methods[i].path, methods[i].fn, r);
+        if (rc != ST_OK)
+            return st_err_set(err, rc, "registering %s failed", methods[i].path);
+    }
+    return ST_OK;
+}
+
+/* ---- routing ---- */
+
+st_code rtr_route_cluster(rtr_ctx *r, const char *app_profile_id, bool transactional,
+                          rtr_cluster **out, st_err *err) {
+    (void)app_profile_id;
+    (void)transactional;
+    (void)err;
+    /* Every profile, "default" included, is single-cluster routing to the first cluster with
+     * transactional writes allowed until app profiles are implemented. */
+    *out = &r->clusters[0];
+    return ST_OK;
+}
+
+/* ---- request helpers ---- */
+
+/* protobuf-c allocator over the call's arena: freed when the call is released. */
+static void *arena_alloc(void *data, size_t size) { return st_arena_alloc(data, size); }
+static void arena_free(void *data, void *p) {
+    (void)data;
+    (void)p;
+}
+
+ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
+                             st_slice bytes) {
+    ProtobufCAllocator alloc = {arena_alloc, arena_free, rpc_call_arena(call)};
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, bytes.len, bytes.data);
+    if (!m)
+        rtr_fail(call, ST_INVALID_ARGUMENT, "could not parse the %s request", desc->short_name);
+    return m;
+}
+
+void rtr_reply(rpc_call *call, const ProtobufCMessage *msg) {
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len ? len : 1);
+    if (!buf)
+        return rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    protobuf_c_message_pack(msg, buf);
+    st_code rc = rpc_call_send(call, st_slice_make(buf, len));
+    rpc_call_finish(call, rc, rc == ST_OK ? NULL : "could not send the response");
+}
+
+void rtr_fail(rpc_call *call, st_code code, const char *fmt, ...) {
+    char msg[RPC_GRPC_MESSAGE_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    st_log(ST_LOG_DEBUG, "router", "path=%s code=%s msg=\"%s\"", rpc_call_path(call),
+           st_code_name(code), msg);
+    rpc_call_finish(call, code, msg);
+}
+
+st_code rtr_check_table_name(const char *name, st_err *err) {
+    /* projects/P/instances/I/tables/T with non-empty, slash-free parts. */
+    static const char *const parts[] = {"projects", NULL, "instances", NULL, "tables", NULL};
+    const char *p = name;
+    for (size_t i = 0; i < 6; i++) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        bool last = i == 5;
+        bool ok = len > 0 && (last ? slash == NULL : slash != NULL) &&
+                  (!parts[i] || (strlen(parts[i]) == len && memcmp(p, parts[i], len) == 0));
+        if (!ok || strlen(name) > RTR_TABLE_NAME_MAX)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "invalid table name '%s': expected "
+                              "projects/<project>/instances/<instance>/tables/<table>",
+                              name);
+        p += len + 1;
+    }
+    return ST_OK;
+}
+
+const rtr_meta_rec *rtr_table_or_fail(rtr_ctx *r, rpc_call *call, const char *name) {
+    st_err err;
+    if (rtr_check_table_name(name, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return NULL;
+    }
+    const rtr_meta_rec *rec = rtr_meta_find(&r->meta, RTR_META_KIND_TABLE, name);
+    if (!rec)
+        rtr_fail(call, ST_NOT_FOUND, "table \"%s\" not found", name);
+    return rec;
+}
+
+bool rtr_call_timeout(const rpc_call *call, int64_t dflt_ms, int64_t *timeout_ms) {
+    int64_t deadline = rpc_call_deadline_us(call);
+    if (deadline <= 0) {
+        *timeout_ms = dflt_ms;
+        return true;
+    }
+    int64_t left = deadline - st_mono_us();
+    if (left <= 0)
+        return false;
+    *timeout_ms = left < 1000 ? 1 : left / 1000;
+    return true;
+}
+
+size_t rtr_forward_headers(const rpc_call *call, rpc_metadata *md) {
+    static const char *const names[] = {"bigtable-features", "x-goog-request-params"};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && n < RTR_FORWARD_HEADERS_MAX; i++) {
+        const char *v = rpc_call_header(call, names[i]);
+        if (v)
+            md[n++] = (rpc_metadata){names[i], v};
+    }
+    return n;
+}
+
+bool rtr_retryable(st_code code, const char *message, bool unavailable_ok) {
+    if (code == ST_FAILED_PRECONDITION && message &&
+        strncmp(message, RTR_NOT_OWNER_PREFIX, strlen(RTR_NOT_OWNER_PREFIX)) == 0)
+        return true;
+    return unavailable_ok && code == ST_UNAVAILABLE;
+}
+
+int64_t rtr_backoff_ms(int attempt) {
+    int64_t ms = RTR_RETRY_BACKOFF_MS;
+    for (int i = 1; i < attempt && ms < 1000; i++)
+        ms *= 2;
+    return ms;
+}
+
+/* ---- open / close ---- */
+
+void rtr_opts_default(rtr_opts *o) { memset(o, 0, sizeof *o); }
+
+static st_code init_clusters(rtr_ctx *r, st_err *err) {
+    if (r->topo.n_clusters == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "the topology has no cluster");
+    r->n_clusters = r->topo.n_clusters;
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        rtr_cluster *cl = &r->clusters[c];
+        cl->ctx = r;
+        cl->topo = &r->topo.clusters[c];
+        cl->idx = c;
+        cl->n_nodes = cl->topo->n_nodes;
+        if (cl->n_nodes == 0)
+            return st_err_set(err, ST_INVALID_ARGUMENT, "cluster %s has no node", cl->topo->id);
+        if (!(cl->map = rtr_tmap_build(NULL, 0)))
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        for (size_t i = 0; i < cl->n_nodes; i++) {
+            rtr_node *n = &cl->nodes[i];
+            n->ctx = r;
+            n->cluster = cl;
+            n->idx = (uint32_t)i;
+            n->num = cl->topo->nodes[i].num;
+            snprintf(n->addr, sizeof n->addr, "%s", cl->topo->nodes[i].addr);
+            if (!st_addr_split(n->addr, n->host, sizeof n->host, &n->port))
+                return st_err_set(err, ST_INVALID_ARGUMENT, "bad node address '%s'", n->addr);
+        }
+    }
+    return ST_OK;
+}
+
+/* Startup runs the asynchronous machinery on the caller's loop until it settles. */
+typedef struct start_state {
+    rtr_ctx *r;
+    bool done;
+    st_code code;
+} start_state;
+
+static void start_meta_done(void *arg, st_code code) {
+    start_state *s = arg;
+    s->code = code;
+    s->done = true;
+}
+
+static void start_maps_done(void *arg) {
+    start_state *s = arg;
+    rtr_meta_bootstrap(s->r, start_meta_done, s);
+}
+
+static st_code start_once(rtr_ctx *r) {
+    start_state s = {r, false, ST_OK};
+    if (rtr_refresh_all(r, start_maps_done, &s) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    while (!s.done)
+        event_base_loop(r->base, EVLOOP_ONCE);
+    return s.code;
+}
+
+/* Tries until the metadata loads from some cluster or RTR_START_TIMEOUT_MS passes: nodes
+ * started together with the router may need a moment. */
+static st_code start_connect(rtr_ctx *r, st_err *err) {
+    int64_t until = st_mono_us() + (int64_t)RTR_START_TIMEOUT_MS * 1000;
+    for (int attempt = 1;; attempt++) {
+        st_code rc = start_once(r);
+        if (rc == ST_OK)
+            return ST_OK;
+        if (st_mono_us() > until)
+            return st_err_set(err, rc,
+                              "could not read the instance metadata from any cluster (%s); are "
+                              "the nodes of the topology running?",
+                              st_code_name(rc));
+        struct timeval tv = {0, 200 * 1000};
+        event_base_loopexit(r->base, &tv);
+        event_base_dispatch(r->base);
+        st_log(ST_LOG_INFO, "router", "waiting for the nodes (attempt %d)", attempt);
+    }
+}
+
+static st_code start_listen(rtr_ctx *r, st_err *err) {
+    char host[ST_TOPO_ADDR_MAX + 1] = "127.0.0.1";
+    uint16_t port = 8086;
+    if (r->opts.listen_host) {
+        snprintf(host, sizeof host, "%s", r->opts.listen_host);
+        port = r->opts.listen_port;
+    } else if (r->topo.n_routers > 0 &&
+               !st_addr_split(r->topo.routers[0], host, sizeof host, &port)) {
+        return st_err_set(err, ST_INVALID_ARGUMENT, "bad router listen address '%s'",
+                          r->topo.routers[0]);
+    }
+    return rpc_server_listen(r->rpc, host, port, &r->port, err);
+}
+
+st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, st_err *err) {
+    *out = NULL;
+    rtr_ctx *r = calloc(1, sizeof *r);
+    if (!r)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    r->opts = *opts;
+    r->topo = *opts->topo;
+    r->opts.topo = &r->topo;
+    r->base = base;
+    st_code rc = init_clusters(r, err);
+    if (rc == ST_OK && !(r->rpc = rpc_server_new(base, NULL, err)))
+        rc = err ? err->code : ST_INTERNAL;
+    if (rc == ST_OK)
+        rc = register_methods(r, err);
+    if (rc == ST_OK)
+        rc = start_connect(r, err);
+    if (rc == ST_OK)
+        rc = rtr_meta_start_timer(r, err);
+    if (rc == ST_OK)
+        rc = start_listen(r, err);
+    if (rc != ST_OK) {
+        rtr_close(r);
+        return rc;
+    }
+    st_log(ST_LOG_INFO, "router", "listening port=%u clusters=%zu tables=%zu", r->port,
+           r->n_clusters, r->meta.n_tables);
+    *out = r;
+    return ST_OK;
+}
+
+uint16_t rtr_port(const rtr_ctx *r) { return r->port; }
+
+void rtr_close(rtr_ctx *r) {
+    if (!r)
+        return;
+    r->closing = true;
+    if (r->meta_timer)
+        event_free(r->meta_timer);
+    r->meta_timer = NULL;
+    /* Server first: its calls become cancelled, so the requests still in flight stop at their
+     * next step; then the delayed callbacks and the node clients run out. */
+    if (r->rpc)
+        rpc_server_free(r->rpc);
+    r->rpc = NULL;
+    rtr_later_flush(r);
+    rtr_node_disconnect_all(r);
+    rtr_later_flush(r);
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        rtr_tmap_free(r->clusters[c].map);
+        free(r->clusters[c].waiters);
+    }
+    rtr_meta_free(&r->meta);
+    free(r);
+}

@@ -1,0 +1,594 @@
+/*
+ * Proves a strata-node works as a cluster member through its internal service
+ * (strata.internal.v1.Node): two in-process nodes (node numbers 1 and 2, the second with a tiny
+ * size-based split threshold) share one event_base on the main thread; the tests run on a client
+ * thread and talk gRPC with rpc_blocking_unary / rpc_blocking_stream. Checked: PutTable,
+ * ListTablets, CreateTablet (ids carry the node number, a retry is idempotent, overlaps are
+ * refused); every data path answers rows no local tablet covers with FAILED_PRECONDITION
+ * "strata-not-owner:" (MutateRow, MutateRows, CheckAndMutateRow, ReadModifyWriteRow, ReadRows);
+ * SplitTablet then reads across both halves; automatic splits under a write load make several
+ * tablets and every row reads back; MoveTablet copies a tablet's cells (timestamps kept) to the
+ * other node, after which the source answers strata-not-owner; DropTablet and DropTable.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
+#include "google/bigtable/v2/bigtable.pb-c.h"
+#include "sto_test_util.h"
+#include "strata/internal/v1/node.pb-c.h"
+#include "strata/node.h"
+#include "strata/rpc.h"
+
+#define TABLE "projects/p/instances/i/tables/t"
+#define TABLE2 "projects/p/instances/i/tables/grow"
+#define TIMEOUT_MS 60000
+#define SPLIT_ROWS 200
+#define GROW_VALUE_BYTES 2000
+#define GROW_BATCH 50
+#define GROW_TABLETS_MIN 4
+#define NOT_OWNER "strata-not-owner:"
+#define FF_REVERSE "CAE=" /* FeatureFlags.reverse_scans */
+#define IN "/strata.internal.v1.Node/"
+#define BT "/google.bigtable.v2.Bigtable/"
+
+typedef struct node_env {
+    node_ctx *node;
+    char addr[64];
+    char dir[512];
+} node_env;
+
+static struct event_base *g_base;
+static node_env A, B; /* A: node 1; B: node 2, splits above 64 KiB */
+
+/* ---- RPC helpers ---- */
+
+static st_code call(const node_env *e, const char *path, const ProtobufCMessage *req,
+                    st_buf *resp, st_err *status) {
+    size_t len = protobuf_c_message_get_packed_size(req);
+    uint8_t *buf = malloc(len + 1);
+    protobuf_c_message_pack(req, buf);
+    st_buf ignore;
+    st_buf_init(&ignore);
+    st_code rc = rpc_blocking_unary(e->addr, NULL, path, st_slice_make(buf, len), NULL, 0,
+                                    TIMEOUT_MS, resp ? resp : &ignore, status);
+    st_buf_free(&ignore);
+    free(buf);
+    return rc;
+}
+
+static void assert_not_owner(st_code rc, const st_err *status) {
+    assert_int_equal(rc, ST_FAILED_PRECONDITION);
+    assert_true(strncmp(status->msg, NOT_OWNER, strlen(NOT_OWNER)) == 0);
+}
+
+static void put_table(const node_env *e, const char *name) {
+    Google__Bigtable__Admin__V2__GcRule rule;
+    google__bigtable__admin__v2__gc_rule__init(&rule);
+    rule.rule_case = GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS;
+    rule.max_num_versions = 3;
+    Google__Bigtable__Admin__V2__ColumnFamily cf;
+    google__bigtable__admin__v2__column_family__init(&cf);
+    cf.gc_rule = &rule;
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry fam;
+    google__bigtable__admin__v2__table__column_families_entry__init(&fam);
+    fam.key = "f";
+    fam.value = &cf;
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *fams[1] = {&fam};
+    Google__Bigtable__Admin__V2__Table table;
+    google__bigtable__admin__v2__table__init(&table);
+    table.name = (char *)name;
+    table.n_column_families = 1;
+    table.column_families = fams;
+    Strata__Internal__V1__PutTableRequest req;
+    strata__internal__v1__put_table_request__init(&req);
+    req.table = &table;
+    st_err status;
+    assert_int_equal(call(e, IN "PutTable", &req.base, NULL, &status), ST_OK);
+}
+
+/* CreateTablet [start, end); returns the id (0 when refused, *rc says why). */
+static uint64_t create_tablet(const node_env *e, const char *table, const char *start,
+                              const char *end, st_code *rc_out) {
+    Strata__Internal__V1__CreateTabletRequest req;
+    strata__internal__v1__create_tablet_request__init(&req);
+    req.table_name = (char *)table;
+    req.start_key = (ProtobufCBinaryData){strlen(start), (uint8_t *)start};
+    req.end_key = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status;
+    st_code rc = call(e, IN "CreateTablet", &req.base, &resp, &status);
+    uint64_t id = 0;
+    if (rc == ST_OK) {
+        Strata__Internal__V1__Tablet *t =
+            strata__internal__v1__tablet__unpack(NULL, resp.len, resp.data);
+        assert_non_null(t);
+        id = t->id;
+        strata__internal__v1__tablet__free_unpacked(t, NULL);
+    }
+    st_buf_free(&resp);
+    if (rc_out)
+        *rc_out = rc;
+    return id;
+}
+
+/* ListTablets of one table (caller frees with ..._free_unpacked). */
+static Strata__Internal__V1__ListTabletsResponse *list_tablets(const node_env *e,
+                                                               const char *table) {
+    Strata__Internal__V1__ListTabletsRequest req;
+    strata__internal__v1__list_tablets_request__init(&req);
+    req.table_name = (char *)table;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status;
+    assert_int_equal(call(e, IN "ListTablets", &req.base, &resp, &status), ST_OK);
+    Strata__Internal__V1__ListTabletsResponse *r =
+        strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data);
+    assert_non_null(r);
+    st_buf_free(&resp);
+    return r;
+}
+
+static size_t tablet_count(const node_env *e, const char *table) {
+    Strata__Internal__V1__ListTabletsResponse *r = list_tablets(e, table);
+    size_t n = r->n_tablets;
+    strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+    return n;
+}
+
+/* ---- data helpers ---- */
+
+static void set_cell(Google__Bigtable__V2__Mutation *m, Google__Bigtable__V2__Mutation__SetCell *sc,
+                     const uint8_t *value, size_t len, int64_t ts) {
+    google__bigtable__v2__mutation__init(m);
+    google__bigtable__v2__mutation__set_cell__init(sc);
+    sc->family_name = "f";
+    sc->column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"q"};
+    sc->timestamp_micros = ts;
+    sc->value = (ProtobufCBinaryData){len, (uint8_t *)value};
+    m->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
+    m->set_cell = sc;
+}
+
+static st_code mutate_row(const node_env *e, const char *table, const char *key, st_err *status) {
+    Google__Bigtable__V2__Mutation m, *mp = &m;
+    Google__Bigtable__V2__Mutation__SetCell sc;
+    set_cell(&m, &sc, (const uint8_t *)"v", 1, 1000);
+    Google__Bigtable__V2__MutateRowRequest req;
+    google__bigtable__v2__mutate_row_request__init(&req);
+    req.table_name = (char *)table;
+    req.row_key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+    req.n_mutations = 1;
+    req.mutations = &mp;
+    return call(e, BT "MutateRow", &req.base, NULL, status);
+}
+
+static void ignore_msg(st_slice msg, void *arg) {
+    (void)msg;
+    (void)arg;
+}
+
+/* MutateRows of keys[0..n): one SetCell each, value = fill(i), timestamp (i+1) ms. */
+static st_code mutate_rows(const node_env *e, const char *table, char (*keys)[16], size_t n,
+                           size_t value_bytes, st_err *status) {
+    Google__Bigtable__V2__MutateRowsRequest__Entry *ents = calloc(n, sizeof *ents);
+    Google__Bigtable__V2__MutateRowsRequest__Entry **ep = calloc(n, sizeof *ep);
+    Google__Bigtable__V2__Mutation *m = calloc(n, sizeof *m);
+    Google__Bigtable__V2__Mutation **mp = calloc(n, sizeof *mp);
+    Google__Bigtable__V2__Mutation__SetCell *sc = calloc(n, sizeof *sc);
+    uint8_t *values = calloc(n, value_bytes);
+    for (size_t i = 0; i < n; i++) {
+        memset(values + i * value_bytes, keys[i][strlen(keys[i]) - 1], value_bytes);
+        set_cell(&m[i], &sc[i], values + i * value_bytes, value_bytes, 1000 * (int64_t)(i + 1));
+        mp[i] = &m[i];
+        google__bigtable__v2__mutate_rows_request__entry__init(&ents[i]);
+        ents[i].row_key = (ProtobufCBinaryData){strlen(keys[i]), (uint8_t *)keys[i]};
+        ents[i].n_mutations = 1;
+        ents[i].mutations = &mp[i];
+        ep[i] = &ents[i];
+    }
+    Google__Bigtable__V2__MutateRowsRequest req;
+    google__bigtable__v2__mutate_rows_request__init(&req);
+    req.table_name = (char *)table;
+    req.n_entries = n;
+    req.entries = ep;
+    size_t len = protobuf_c_message_get_packed_size(&req.base);
+    uint8_t *buf = malloc(len);
+    protobuf_c_message_pack(&req.base, buf);
+    st_code rc = rpc_blocking_stream(e->addr, NULL, BT "MutateRows", st_slice_make(buf, len), NULL,
+                                     0, TIMEOUT_MS, ignore_msg, NULL, status);
+    free(buf);
+    free(ents);
+    free(ep);
+    free(m);
+    free(mp);
+    free(sc);
+    free(values);
+    return rc;
+}
+
+/* Rows as read back: key, first cell's timestamp and value length. */
+typedef struct got {
+    size_t n, cap;
+    char (*keys)[16];
+    int64_t *ts;
+    size_t *value_len;
+    char cur[16];
+    int64_t cur_ts;
+    size_t cur_len;
+    bool cur_has_cell;
+} got;
+
+static void got_chunk(got *g, const Google__Bigtable__V2__ReadRowsResponse__CellChunk *c) {
+    if (c->row_key.len) {
+        memset(g->cur, 0, sizeof g->cur);
+        memcpy(g->cur, c->row_key.data, c->row_key.len < 15 ? c->row_key.len : 15);
+        g->cur_has_cell = false;
+        g->cur_len = 0;
+    }
+    if (!g->cur_has_cell) {
+        g->cur_ts = c->timestamp_micros;
+        g->cur_has_cell = true;
+    }
+    g->cur_len += c->value.len;
+    if (c->row_status_case != GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW)
+        return;
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 256;
+        g->keys = realloc(g->keys, g->cap * sizeof *g->keys);
+        g->ts = realloc(g->ts, g->cap * sizeof *g->ts);
+        g->value_len = realloc(g->value_len, g->cap * sizeof *g->value_len);
+    }
+    memcpy(g->keys[g->n], g->cur, sizeof g->cur);
+    g->ts[g->n] = g->cur_ts;
+    g->value_len[g->n] = g->cur_len;
+    g->n++;
+}
+
+static void got_msg(st_slice msg, void *arg) {
+    Google__Bigtable__V2__ReadRowsResponse *r =
+        google__bigtable__v2__read_rows_response__unpack(NULL, msg.len, msg.data);
+    assert_non_null(r);
+    for (size_t i = 0; i < r->n_chunks; i++)
+        got_chunk(arg, r->chunks[i]);
+    google__bigtable__v2__read_rows_response__free_unpacked(r, NULL);
+}
+
+static void got_free(got *g) {
+    free(g->keys);
+    free(g->ts);
+    free(g->value_len);
+    memset(g, 0, sizeof *g);
+}
+
+/* ReadRows of [start, end) (NULL start: the whole table). */
+static st_code read_range(const node_env *e, const char *table, const char *start,
+                          const char *end, bool reversed, got *g, st_err *status) {
+    Google__Bigtable__V2__RowRange range, *rp = &range;
+    google__bigtable__v2__row_range__init(&range);
+    Google__Bigtable__V2__RowSet rs;
+    google__bigtable__v2__row_set__init(&rs);
+    Google__Bigtable__V2__ReadRowsRequest req;
+    google__bigtable__v2__read_rows_request__init(&req);
+    req.table_name = (char *)table;
+    req.reversed = reversed;
+    if (start) {
+        range.start_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED;
+        range.start_key_closed = (ProtobufCBinaryData){strlen(start), (uint8_t *)start};
+        range.end_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN;
+        range.end_key_open = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
+        rs.n_row_ranges = 1;
+        rs.row_ranges = &rp;
+        req.rows = &rs;
+    }
+    size_t len = protobuf_c_message_get_packed_size(&req.base);
+    uint8_t *buf = malloc(len + 1);
+    protobuf_c_message_pack(&req.base, buf);
+    memset(g, 0, sizeof *g);
+    rpc_metadata md = {"bigtable-features", FF_REVERSE};
+    st_code rc = rpc_blocking_stream(e->addr, NULL, BT "ReadRows", st_slice_make(buf, len), &md, 1,
+                                     TIMEOUT_MS, got_msg, g, status);
+    free(buf);
+    return rc;
+}
+
+/* ---- the tests (client thread) ---- */
+
+static uint64_t g_left_id; /* A's tablet [, "m") */
+
+static void test_internal_put_list_create(void **state) {
+    (void)state;
+    put_table(&A, TABLE);
+    put_table(&A, TABLE); /* an upsert: again is fine */
+    assert_int_equal(tablet_count(&A, TABLE), 0);
+    st_code rc;
+    g_left_id = create_tablet(&A, TABLE, "", "m", &rc);
+    assert_int_equal(rc, ST_OK);
+    assert_int_equal(g_left_id >> 40, 1); /* node_num in the high bits */
+    assert_int_equal(create_tablet(&A, TABLE, "", "m", &rc), g_left_id); /* a retry */
+    create_tablet(&A, TABLE, "a", "z", &rc);
+    assert_int_equal(rc, ST_FAILED_PRECONDITION);
+    create_tablet(&A, TABLE, "z", "b", &rc);
+    assert_int_equal(rc, ST_INVALID_ARGUMENT);
+    create_tablet(&A, TABLE "x", "", "", &rc);
+    assert_int_equal(rc, ST_NOT_FOUND);
+    Strata__Internal__V1__ListTabletsResponse *r = list_tablets(&A, TABLE);
+    assert_int_equal(r->n_tablets, 1);
+    assert_int_equal(r->node_num, 1);
+    assert_int_equal(r->tablets[0]->end_key.len, 1);
+    assert_string_equal(r->tablets[0]->table_name, TABLE);
+    strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+    Strata__Internal__V1__GetStatusRequest sreq;
+    strata__internal__v1__get_status_request__init(&sreq);
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status;
+    assert_int_equal(call(&A, IN "GetStatus", &sreq.base, &resp, &status), ST_OK);
+    Strata__Internal__V1__NodeStatus *ns =
+        strata__internal__v1__node_status__unpack(NULL, resp.len, resp.data);
+    assert_non_null(ns);
+    assert_int_equal(ns->node_num, 1);
+    assert_int_equal(ns->tablets, 1);
+    strata__internal__v1__node_status__free_unpacked(ns, NULL);
+    st_buf_free(&resp);
+}
+
+static void test_internal_not_owner(void **state) {
+    (void)state;
+    st_err status;
+    assert_int_equal(mutate_row(&A, TABLE, "c", &status), ST_OK);
+    assert_not_owner(mutate_row(&A, TABLE, "x", &status), &status);
+    char keys[2][16] = {"d", "y"}; /* one covered, one not: the whole call is refused */
+    assert_not_owner(mutate_rows(&A, TABLE, keys, 2, 1, &status), &status);
+    got g;
+    assert_int_equal(read_range(&A, TABLE, "d", "e", false, &g, &status), ST_OK);
+    assert_int_equal(g.n, 0); /* "d" was not written */
+    got_free(&g);
+    assert_not_owner(read_range(&A, TABLE, NULL, NULL, false, &g, &status), &status);
+    assert_int_equal(g.n, 0);
+    got_free(&g);
+    assert_not_owner(read_range(&A, TABLE, "a", "n", true, &g, &status), &status);
+    got_free(&g);
+    Google__Bigtable__V2__Mutation m, *mp = &m;
+    Google__Bigtable__V2__Mutation__SetCell sc;
+    set_cell(&m, &sc, (const uint8_t *)"v", 1, 1000);
+    Google__Bigtable__V2__CheckAndMutateRowRequest cam;
+    google__bigtable__v2__check_and_mutate_row_request__init(&cam);
+    cam.table_name = TABLE;
+    cam.row_key = (ProtobufCBinaryData){1, (uint8_t *)"x"};
+    cam.n_true_mutations = 1;
+    cam.true_mutations = &mp;
+    assert_not_owner(call(&A, BT "CheckAndMutateRow", &cam.base, NULL, &status), &status);
+    Google__Bigtable__V2__ReadModifyWriteRule rule, *rp = &rule;
+    google__bigtable__v2__read_modify_write_rule__init(&rule);
+    rule.family_name = "f";
+    rule.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"n"};
+    rule.rule_case = GOOGLE__BIGTABLE__V2__READ_MODIFY_WRITE_RULE__RULE_INCREMENT_AMOUNT;
+    rule.increment_amount = 1;
+    Google__Bigtable__V2__ReadModifyWriteRowRequest rmw;
+    google__bigtable__v2__read_modify_write_row_request__init(&rmw);
+    rmw.table_name = TABLE;
+    rmw.row_key = (ProtobufCBinaryData){1, (uint8_t *)"x"};
+    rmw.n_rules = 1;
+    rmw.rules = &rp;
+    assert_not_owner(call(&A, BT "ReadModifyWriteRow", &rmw.base, NULL, &status), &status);
+    rmw.row_key = (ProtobufCBinaryData){1, (uint8_t *)"c"};
+    assert_int_equal(call(&A, BT "ReadModifyWriteRow", &rmw.base, NULL, &status), ST_OK);
+    Google__Bigtable__V2__SampleRowKeysRequest srk;
+    google__bigtable__v2__sample_row_keys_request__init(&srk);
+    srk.table_name = TABLE;
+    size_t len = protobuf_c_message_get_packed_size(&srk.base);
+    uint8_t buf[256];
+    protobuf_c_message_pack(&srk.base, buf);
+    assert_int_equal(rpc_blocking_stream(A.addr, NULL, BT "SampleRowKeys", st_slice_make(buf, len),
+                                         NULL, 0, TIMEOUT_MS, ignore_msg, NULL, &status),
+                     ST_OK);
+}
+
+static void split_keys(char (*keys)[16], size_t n) {
+    for (size_t i = 0; i < n; i++)
+        snprintf(keys[i], 16, "a%04zu", i);
+}
+
+static void test_internal_split_then_read(void **state) {
+    (void)state;
+    char (*keys)[16] = calloc(SPLIT_ROWS, 16);
+    split_keys(keys, SPLIT_ROWS);
+    st_err status;
+    assert_int_equal(mutate_rows(&A, TABLE, keys, SPLIT_ROWS, 100, &status), ST_OK);
+    Strata__Internal__V1__SplitTabletRequest req;
+    strata__internal__v1__split_tablet_request__init(&req);
+    req.id = g_left_id;
+    st_buf resp;
+    st_buf_init(&resp);
+    assert_int_equal(call(&A, IN "SplitTablet", &req.base, &resp, &status), ST_OK);
+    Strata__Internal__V1__SplitTabletResponse *sr =
+        strata__internal__v1__split_tablet_response__unpack(NULL, resp.len, resp.data);
+    assert_non_null(sr);
+    assert_true(sr->left->end_key.len > 0);
+    assert_int_equal(sr->left->end_key.len, sr->right->start_key.len);
+    assert_int_equal(sr->right->end_key.len, 1);
+    g_left_id = sr->left->id;
+    strata__internal__v1__split_tablet_response__free_unpacked(sr, NULL);
+    st_buf_free(&resp);
+    assert_int_equal(tablet_count(&A, TABLE), 2);
+    req.id = 12345; /* unknown */
+    assert_int_equal(call(&A, IN "SplitTablet", &req.base, NULL, &status), ST_NOT_FOUND);
+    for (int rev = 0; rev < 2; rev++) {
+        got g;
+        assert_int_equal(read_range(&A, TABLE, "a", "b", rev, &g, &status), ST_OK);
+        assert_int_equal(g.n, SPLIT_ROWS);
+        for (size_t i = 0; i < SPLIT_ROWS; i++)
+            assert_string_equal(g.keys[rev ? SPLIT_ROWS - 1 - i : i], keys[i]);
+        got_free(&g);
+    }
+    free(keys);
+}
+
+static void test_internal_auto_split(void **state) {
+    (void)state;
+    put_table(&B, TABLE2);
+    st_code rc;
+    create_tablet(&B, TABLE2, "", "", &rc);
+    assert_int_equal(rc, ST_OK);
+    char (*keys)[16] = calloc(GROW_BATCH, 16);
+    size_t written = 0;
+    st_err status;
+    /* Write until the split timer has made several tablets (no time limit: ctest's timeout). */
+    while (tablet_count(&B, TABLE2) < GROW_TABLETS_MIN) {
+        for (size_t i = 0; i < GROW_BATCH; i++) /* spread over the key space */
+            snprintf(keys[i], 16, "k%02zu-%06zu", (written + i) % 97, written + i);
+        assert_int_equal(mutate_rows(&B, TABLE2, keys, GROW_BATCH, GROW_VALUE_BYTES, &status),
+                         ST_OK);
+        written += GROW_BATCH;
+        usleep(2000);
+    }
+    got g;
+    assert_int_equal(read_range(&B, TABLE2, NULL, NULL, false, &g, &status), ST_OK);
+    assert_int_equal(g.n, written);
+    for (size_t i = 1; i < g.n; i++)
+        assert_true(strcmp(g.keys[i - 1], g.keys[i]) < 0);
+    for (size_t i = 0; i < g.n; i++)
+        assert_int_equal(g.value_len[i], GROW_VALUE_BYTES);
+    got_free(&g);
+    free(keys);
+}
+
+static void test_internal_move(void **state) {
+    (void)state;
+    /* A's left half of [, "m") goes to B. */
+    Strata__Internal__V1__ListTabletsResponse *before = list_tablets(&A, TABLE);
+    assert_int_equal(before->n_tablets, 2);
+    ProtobufCBinaryData split = before->tablets[0]->end_key;
+    char mid[16] = {0};
+    memcpy(mid, split.data, split.len < 15 ? split.len : 15);
+    strata__internal__v1__list_tablets_response__free_unpacked(before, NULL);
+    Strata__Internal__V1__MoveTabletRequest req;
+    strata__internal__v1__move_tablet_request__init(&req);
+    req.id = g_left_id;
+    req.target = B.addr;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status;
+    assert_int_equal(call(&A, IN "MoveTablet", &req.base, &resp, &status), ST_OK);
+    Strata__Internal__V1__Tablet *t = strata__internal__v1__tablet__unpack(NULL, resp.len, resp.data);
+    assert_non_null(t);
+    assert_int_equal(t->id >> 40, 2); /* B allocated it */
+    assert_int_equal(t->start_key.len, 0);
+    assert_int_equal(t->end_key.len, strlen(mid));
+    strata__internal__v1__tablet__free_unpacked(t, NULL);
+    st_buf_free(&resp);
+    assert_int_equal(tablet_count(&A, TABLE), 1);
+    assert_int_equal(tablet_count(&B, TABLE), 1);
+    /* The rows moved with their timestamps; the source no longer owns them. */
+    got g;
+    assert_int_equal(read_range(&B, TABLE, "a", mid, false, &g, &status), ST_OK);
+    size_t n_left = g.n;
+    assert_true(n_left > 0 && n_left < SPLIT_ROWS);
+    char keys[SPLIT_ROWS][16];
+    split_keys(keys, SPLIT_ROWS);
+    for (size_t i = 0; i < n_left; i++) {
+        assert_string_equal(g.keys[i], keys[i]);
+        assert_int_equal(g.ts[i], 1000 * (int64_t)(i + 1));
+        assert_int_equal(g.value_len[i], 100);
+    }
+    got_free(&g);
+    assert_not_owner(read_range(&A, TABLE, "a", mid, false, &g, &status), &status);
+    got_free(&g);
+    assert_not_owner(mutate_row(&A, TABLE, "a0000", &status), &status);
+    assert_int_equal(mutate_row(&B, TABLE, "a0000", &status), ST_OK);
+    assert_int_equal(read_range(&A, TABLE, mid, "b", false, &g, &status), ST_OK);
+    assert_int_equal(g.n, SPLIT_ROWS - n_left);
+    got_free(&g);
+    req.id = 999; /* unknown tablet */
+    assert_int_equal(call(&A, IN "MoveTablet", &req.base, NULL, &status), ST_NOT_FOUND);
+}
+
+static void test_internal_drop(void **state) {
+    (void)state;
+    Strata__Internal__V1__ListTabletsResponse *r = list_tablets(&B, TABLE);
+    assert_int_equal(r->n_tablets, 1);
+    Strata__Internal__V1__DropTabletRequest dt;
+    strata__internal__v1__drop_tablet_request__init(&dt);
+    dt.id = r->tablets[0]->id;
+    strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+    st_err status;
+    assert_int_equal(call(&B, IN "DropTablet", &dt.base, NULL, &status), ST_OK);
+    assert_int_equal(call(&B, IN "DropTablet", &dt.base, NULL, &status), ST_NOT_FOUND);
+    assert_int_equal(tablet_count(&B, TABLE), 0);
+    Strata__Internal__V1__DropTableRequest drop;
+    strata__internal__v1__drop_table_request__init(&drop);
+    drop.name = TABLE;
+    assert_int_equal(call(&A, IN "DropTable", &drop.base, NULL, &status), ST_OK);
+    assert_int_equal(call(&A, IN "DropTable", &drop.base, NULL, &status), ST_OK); /* idempotent */
+    assert_int_equal(tablet_count(&A, TABLE), 0);
+    assert_int_equal(mutate_row(&A, TABLE, "c", &status), ST_NOT_FOUND);
+}
+
+/* ---- harness: both nodes on the main thread's base, the tests on a client thread ---- */
+
+static int g_failures;
+
+static void *client_main(void *arg) {
+    (void)arg;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_internal_put_list_create),
+        cmocka_unit_test(test_internal_not_owner),
+        cmocka_unit_test(test_internal_split_then_read),
+        cmocka_unit_test(test_internal_auto_split),
+        cmocka_unit_test(test_internal_move),
+        cmocka_unit_test(test_internal_drop),
+    };
+    g_failures = cmocka_run_group_tests(tests, NULL, NULL);
+    event_base_loopbreak(g_base);
+    return NULL;
+}
+
+static void open_node(node_env *e, const char *name, uint32_t num, uint64_t split_bytes) {
+    tu_tmpdir(e->dir, sizeof e->dir, name);
+    node_opts o;
+    node_opts_default(&o);
+    o.data_dir = e->dir;
+    o.listen_port = 0;
+    o.sync = false;
+    o.node_num = num;
+    o.split_bytes = split_bytes;
+    o.split_check_ms = 10;
+    st_err err;
+    if (node_open(g_base, &o, &e->node, &err) != ST_OK) {
+        fprintf(stderr, "node_open: %s\n", err.msg);
+        exit(1);
+    }
+    snprintf(e->addr, sizeof e->addr, "127.0.0.1:%u", node_port(e->node));
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN); /* as strata-node's main does: a client hanging up is not fatal */
+    evthread_use_pthreads();
+    g_base = event_base_new();
+    open_node(&A, "internal_a", 1, 0);
+    open_node(&B, "internal_b", 2, 64 << 10);
+    pthread_t th;
+    pthread_create(&th, NULL, client_main, NULL);
+    event_base_loop(g_base, EVLOOP_NO_EXIT_ON_EMPTY);
+    pthread_join(th, NULL);
+    node_close(A.node);
+    node_close(B.node);
+    event_base_free(g_base);
+    tu_rmrf(A.dir);
+    tu_rmrf(B.dir);
+    return g_failures;
+}
