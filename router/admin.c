@@ -26,6 +26,7 @@ struct adm_op {
     pb_table *table;  /* the schema being written (call arena) */
     st_buf table_pb;  /* serialized table */
     st_buf put_req;   /* serialized PutTableRequest */
+    bool create; /* CreateTable (else ModifyColumnFamilies) */
     ProtobufCBinaryData *splits;
     size_t n_splits;
     ProtobufCMessage *reply; /* sent on success (call arena) */
@@ -319,12 +320,20 @@ static void create_tablets(adm_op *op) {
     rtr_fan_seal(f);
 }
 
+/* The nodes already have the new schema: a failed record write leaves them ahead of the record
+ * until the next ModifyColumnFamilies (logged). */
+static void modify_recorded(void *arg, st_code code, const char *msg) {
+    adm_op *op = arg;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router", "table=%s schema pushed but not recorded: %s", op->name, msg);
+    op_finish(op, code, msg);
+}
+
 static void schema_pushed(adm_op *op) {
-    if (op->splits) /* CreateTable */
+    if (op->create)
         return create_tablets(op);
     st_slice pb = st_buf_slice(&op->table_pb);
-    rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb,
-                   (rtr_meta_done_fn)(void (*)(void))op_finish, op);
+    rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, modify_recorded, op);
 }
 
 static const char *create_check(rtr_ctx *r, const Google__Bigtable__Admin__V2__CreateTableRequest *req,
@@ -372,6 +381,7 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!op)
         return;
     op->table = t;
+    op->create = true;
     op->splits = splits;
     op->n_splits = n_splits;
     op->reply = &t->base;

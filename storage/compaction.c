@@ -313,7 +313,8 @@ bool sto_compaction_pick_and_run(sto_db *db) {
 
 st_code sto_compaction_full(sto_db *db, sto_tablet *t, st_err *err) {
     pthread_mutex_lock(&db->mu);
-    while (t->compacting && !t->dead)
+    /* busy: a split or drop owns the tablet; it ends dead, or free again */
+    while ((t->compacting || t->busy) && !t->dead)
         pthread_cond_wait(&db->stall_cv, &db->mu);
     if (t->dead) {
         pthread_mutex_unlock(&db->mu);

@@ -20,6 +20,7 @@
 typedef struct bench_engine_cfg {
     size_t cache_bytes;     /* block cache (LRU) */
     size_t memtable_bytes;  /* one memtable / write buffer */
+    size_t block_bytes;     /* target data block size; 0 = the engine's default */
     int bloom_bits_per_key; /* 10 */
     bool sync;              /* writes durable before they return (fsync/fdatasync) */
 } bench_engine_cfg;

@@ -53,6 +53,8 @@ static int ldb_open(const char *dir, const bench_engine_cfg *cfg, void **out, ch
     leveldb_options_set_cache(d->opts, d->cache);
     leveldb_options_set_filter_policy(d->opts, d->bloom);
     leveldb_options_set_write_buffer_size(d->opts, cfg->memtable_bytes);
+    if (cfg->block_bytes)
+        leveldb_options_set_block_size(d->opts, cfg->block_bytes);
     d->wopts = leveldb_writeoptions_create();
     leveldb_writeoptions_set_sync(d->wopts, cfg->sync);
     d->ropts = leveldb_readoptions_create();

@@ -50,6 +50,8 @@ static int rdb_open(const char *dir, const bench_engine_cfg *cfg, void **out, ch
     d->cache = rocksdb_cache_create_lru(cfg->cache_bytes);
     d->topts = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_cache(d->topts, d->cache);
+    if (cfg->block_bytes)
+        rocksdb_block_based_options_set_block_size(d->topts, cfg->block_bytes);
     /* The table options take ownership of the filter policy. */
     rocksdb_block_based_options_set_filter_policy(
         d->topts, rocksdb_filterpolicy_create_bloom_full(cfg->bloom_bits_per_key));

@@ -38,6 +38,8 @@ static int sdb_open(const char *dir, const bench_engine_cfg *cfg, void **out, ch
     o.memtable_budget_bytes = 2 * cfg->memtable_bytes;
     o.block_cache_bytes = cfg->cache_bytes;
     o.bloom_bits_per_key = cfg->bloom_bits_per_key;
+    if (cfg->block_bytes)
+        o.block_bytes = cfg->block_bytes;
     sdb *d = calloc(1, sizeof(*d));
     if (!d)
         return snprintf(err, BENCH_ERR_MAX, "strata open: out of memory"), -1;

@@ -74,6 +74,7 @@ typedef struct bench_cfg {
     int durable_threads;  /* fillrandom writer threads */
     int batch;            /* keys per fillseq write */
     size_t cache_mb, memtable_mb;
+    size_t block_kb; /* data block size for every engine; 0 = each engine's default */
     uint64_t seed;
     bool strict;          /* exit 2 when a goal is missed */
     const char *dir_base; /* where the scratch directory goes */
@@ -490,6 +491,7 @@ static void child_phase(child *c, const char *name, bool sync, workload first, w
     snprintf(dir, sizeof(dir), "%s/%s-%s", c->scratch, c->eng->name, name);
     bench_engine_cfg ec = {.cache_bytes = c->cfg->cache_mb << 20,
                            .memtable_bytes = c->cfg->memtable_mb << 20,
+                           .block_bytes = c->cfg->block_kb << 10,
                            .bloom_bits_per_key = 10,
                            .sync = sync};
     void *db = NULL;
@@ -748,6 +750,7 @@ enum {
     O_BATCH,
     O_CACHE,
     O_MEM,
+    O_BLOCK,
     O_ENG,
     O_WL,
     O_DIR,
@@ -766,6 +769,7 @@ static const struct option long_opts[] = {{"num", 1, 0, O_NUM},
                                           {"batch", 1, 0, O_BATCH},
                                           {"cache-mb", 1, 0, O_CACHE},
                                           {"memtable-mb", 1, 0, O_MEM},
+                                          {"block-kb", 1, 0, O_BLOCK},
                                           {"engines", 1, 0, O_ENG},
                                           {"workloads", 1, 0, O_WL},
                                           {"dir", 1, 0, O_DIR},
@@ -824,6 +828,9 @@ static bool parse_flag(bench_cfg *cfg, int opt, const char *arg, bool *given) {
         break;
     case O_MEM:
         cfg->memtable_mb = v;
+        break;
+    case O_BLOCK:
+        cfg->block_kb = v;
         break;
     case O_SEED:
         cfg->seed = v;

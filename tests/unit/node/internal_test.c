@@ -492,7 +492,7 @@ static void test_internal_move(void **state) {
     strata__internal__v1__tablet__free_unpacked(t, NULL);
     st_buf_free(&resp);
     assert_int_equal(tablet_count(&A, TABLE), 1);
-    assert_int_equal(tablet_count(&B, TABLE), 1);
+    assert_true(tablet_count(&B, TABLE) >= 1); /* B may have split it since (64 KiB) */
     /* The rows moved with their timestamps; the source no longer owns them. */
     got g;
     assert_int_equal(read_range(&B, TABLE, "a", mid, false, &g, &status), ST_OK);
@@ -520,14 +520,16 @@ static void test_internal_move(void **state) {
 static void test_internal_drop(void **state) {
     (void)state;
     Strata__Internal__V1__ListTabletsResponse *r = list_tablets(&B, TABLE);
-    assert_int_equal(r->n_tablets, 1);
+    assert_true(r->n_tablets >= 1);
     Strata__Internal__V1__DropTabletRequest dt;
     strata__internal__v1__drop_tablet_request__init(&dt);
-    dt.id = r->tablets[0]->id;
-    strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
     st_err status;
-    assert_int_equal(call(&B, IN "DropTablet", &dt.base, NULL, &status), ST_OK);
-    assert_int_equal(call(&B, IN "DropTablet", &dt.base, NULL, &status), ST_NOT_FOUND);
+    for (size_t i = 0; i < r->n_tablets; i++) {
+        dt.id = r->tablets[i]->id;
+        assert_int_equal(call(&B, IN "DropTablet", &dt.base, NULL, &status), ST_OK);
+        assert_int_equal(call(&B, IN "DropTablet", &dt.base, NULL, &status), ST_NOT_FOUND);
+    }
+    strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
     assert_int_equal(tablet_count(&B, TABLE), 0);
     Strata__Internal__V1__DropTableRequest drop;
     strata__internal__v1__drop_table_request__init(&drop);

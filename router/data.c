@@ -1,0 +1,546 @@
+/* data.c — data API forwarding other than ReadRows: single-row requests go to the node owning the
+ * row; MutateRows fans out one sub-request per node and merges the per-entry results back into
+ * the caller's order; SampleRowKeys asks every node holding tablets and merges. A node that no
+ * longer owns the rows ("strata-not-owner:") makes the router refresh the cluster's tablet map
+ * and retry, bounded (RTR_RETRIES_MAX) with backoff, without the client seeing it. */
+#include "router_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "google/rpc/status.pb-c.h"
+
+/* Common start of a data request: the table is known and a cluster is chosen. */
+static bool data_route(rtr_ctx *r, rpc_call *call, const char *table, const char *profile,
+                       bool transactional, rtr_cluster **c) {
+    if (!rtr_table_or_fail(r, call, table))
+        return false;
+    st_err err = {0};
+    if (rtr_route_cluster(r, profile ? profile : "", transactional, c, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return false;
+    }
+    return true;
+}
+
+/* SetCell with timestamp -1 takes the server's time: a retry after the node may already have
+ * applied it would add a second version, so such writes are not retried on UNAVAILABLE. */
+static bool muts_idempotent(Google__Bigtable__V2__Mutation *const *m, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (m[i]->mutation_case == GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL &&
+            m[i]->set_cell->timestamp_micros == -1)
+            return false;
+    return true;
+}
+
+/* ---- single-row requests ---- */
+
+typedef struct fwd_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    rtr_cluster *c;
+    const char *path;
+    st_slice req, row;
+    const char *table;
+    bool idempotent;
+    int attempts;
+    uint64_t gen;
+    st_buf resp;
+    st_err last;
+} fwd_op;
+
+static void fwd_send(void *arg);
+
+static void fwd_finish(fwd_op *op, st_code code, const char *msg) {
+    if (code == ST_OK) {
+        st_code rc = rpc_call_send(op->call, st_buf_slice(&op->resp));
+        rpc_call_finish(op->call, rc, rc == ST_OK ? NULL : "could not send the response");
+    } else {
+        rpc_call_finish(op->call, code, msg);
+    }
+    st_buf_free(&op->resp);
+    free(op);
+}
+
+static void fwd_after_backoff(void *arg) {
+    fwd_op *op = arg;
+    if (op->r->closing || rpc_call_cancelled(op->call))
+        return fwd_finish(op, op->last.code, op->last.msg);
+    if (op->c->map_gen != op->gen)
+        return fwd_send(op); /* the map changed since this try: use it */
+    if (rtr_cluster_refresh(op->c, fwd_send, op) != ST_OK)
+        fwd_finish(op, op->last.code, op->last.msg);
+}
+
+static void fwd_retry(fwd_op *op) {
+    if (op->attempts >= RTR_RETRIES_MAX || op->r->closing ||
+        rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), fwd_after_backoff, op) != ST_OK)
+        fwd_finish(op, op->last.code, op->last.msg);
+}
+
+static void fwd_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    fwd_op *op = arg;
+    st_buf_reset(&op->resp);
+    if (st_buf_append(&op->resp, msg.data, msg.len) != ST_OK)
+        rpc_ccall_cancel(call);
+}
+
+static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    fwd_op *op = arg;
+    if (code == ST_OK)
+        return fwd_finish(op, ST_OK, NULL);
+    st_err_set(&op->last, code, "%s", message ? message : "");
+    if (rtr_retryable(code, message, op->idempotent))
+        return fwd_retry(op);
+    fwd_finish(op, code, op->last.msg);
+}
+
+static void fwd_send(void *arg) {
+    fwd_op *op = arg;
+    const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    size_t k = rtr_tmap_row(t, op->row);
+    op->gen = op->c->map_gen;
+    if (k == SIZE_MAX) {
+        st_err_set(&op->last, ST_UNAVAILABLE, "no node of cluster %s serves this row of table %s",
+                   op->c->topo->id, op->table);
+        return fwd_retry(op);
+    }
+    int64_t timeout;
+    if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout))
+        return fwd_finish(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+    rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
+    size_t n_md = rtr_forward_headers(op->call, md);
+    if (!rtr_node_call(&op->c->nodes[t->v[k].node], op->path, op->req, md, n_md, timeout,
+                       fwd_msg, fwd_done, op, &op->last))
+        fwd_retry(op); /* it never reached the node: safe to retry */
+}
+
+static void fwd_start(rtr_ctx *r, rpc_call *call, rtr_cluster *c, const char *table,
+                      ProtobufCBinaryData row, st_slice req, bool idempotent) {
+    if (row.len == 0)
+        return rtr_fail(call, ST_INVALID_ARGUMENT, "row key must not be empty");
+    fwd_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    *op = (fwd_op){.r = r, .call = call, .c = c, .path = rpc_call_path(call), .req = req,
+                   .row = st_slice_make(row.data, row.len), .table = table,
+                   .idempotent = idempotent};
+    st_buf_init(&op->resp);
+    fwd_send(op);
+}
+
+void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__V2__MutateRowRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__v2__mutate_row_request__descriptor, req_bytes);
+    rtr_cluster *c;
+    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, &c))
+        return;
+    fwd_start(r, call, c, req->table_name, req->row_key, req_bytes,
+              muts_idempotent(req->mutations, req->n_mutations));
+}
+
+void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__V2__CheckAndMutateRowRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__v2__check_and_mutate_row_request__descriptor, req_bytes);
+    rtr_cluster *c;
+    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true, &c))
+        return;
+    fwd_start(r, call, c, req->table_name, req->row_key, req_bytes, false);
+}
+
+void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__V2__ReadModifyWriteRowRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__v2__read_modify_write_row_request__descriptor, req_bytes);
+    rtr_cluster *c;
+    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true, &c))
+        return;
+    fwd_start(r, call, c, req->table_name, req->row_key, req_bytes, false);
+}
+
+void rtr_h_ping_and_warm(rpc_call *call, st_slice req_bytes, void *arg) {
+    (void)arg;
+    Google__Bigtable__V2__PingAndWarmRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__v2__ping_and_warm_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    Google__Bigtable__V2__PingAndWarmResponse resp;
+    google__bigtable__v2__ping_and_warm_response__init(&resp);
+    rtr_reply(call, &resp.base);
+}
+
+/* ---- MutateRows ---- */
+
+typedef struct mr_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    rtr_cluster *c;
+    const char *table;
+    st_buf head;
+    rtr_entry *entries;
+    size_t n;
+    rtr_entry_result *res;
+    bool idempotent;
+    int attempts;
+    uint64_t gen;
+    size_t groups_pending;
+} mr_op;
+
+typedef struct mr_group {
+    mr_op *op;
+    size_t *idx;
+    size_t n;
+} mr_group;
+
+static void mr_round(void *arg);
+
+static void mr_reply(mr_op *op) {
+    st_arena *a = rpc_call_arena(op->call);
+    Google__Bigtable__V2__MutateRowsResponse resp;
+    google__bigtable__v2__mutate_rows_response__init(&resp);
+    resp.entries = st_arena_alloc(a, op->n * sizeof *resp.entries);
+    Google__Bigtable__V2__MutateRowsResponse__Entry *ents = st_arena_alloc(a, op->n * sizeof *ents);
+    Google__Rpc__Status *sts = st_arena_alloc(a, op->n * sizeof *sts);
+    if (!resp.entries || !ents || !sts) {
+        rpc_call_finish(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        for (size_t i = 0; i < op->n; i++) {
+            google__bigtable__v2__mutate_rows_response__entry__init(&ents[i]);
+            google__rpc__status__init(&sts[i]);
+            sts[i].code = (int32_t)op->res[i].code;
+            sts[i].message = (char *)(op->res[i].message ? op->res[i].message : "");
+            ents[i].index = (int64_t)i;
+            ents[i].status = &sts[i];
+            resp.entries[i] = &ents[i];
+        }
+        resp.n_entries = op->n;
+        rtr_reply(op->call, &resp.base);
+    }
+    st_buf_free(&op->head);
+    free(op);
+}
+
+static void mr_after_backoff(void *arg) {
+    mr_op *op = arg;
+    if (op->r->closing || rpc_call_cancelled(op->call))
+        return mr_reply(op);
+    if (op->c->map_gen != op->gen)
+        return mr_round(op);
+    if (rtr_cluster_refresh(op->c, mr_round, op) != ST_OK)
+        mr_reply(op);
+}
+
+/* After a round: entries left non-final are retried (bounded), else the answer goes out. */
+static void mr_round_over(mr_op *op) {
+    bool again = false;
+    for (size_t i = 0; i < op->n && !again; i++)
+        again = !op->res[i].final;
+    if (!again || op->attempts >= RTR_RETRIES_MAX || op->r->closing ||
+        rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), mr_after_backoff, op) != ST_OK)
+        mr_reply(op);
+}
+
+static void mr_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    mr_group *g = arg;
+    mr_op *op = g->op;
+    if (rtr_mutate_rows_merge(msg, g->idx, g->n, op->res, rpc_call_arena(op->call)) != ST_OK)
+        rpc_ccall_cancel(call);
+}
+
+/* Settles the group's entries after its call ended. Entries the node answered (final) keep their
+ * status, except per-entry "not owner" answers, which are retried; entries it did not answer take
+ * the call's status, non-final (retried) when that status is retryable. */
+static void mr_group_status(mr_group *g, st_code code, const char *message) {
+    mr_op *op = g->op;
+    bool retry = code != ST_OK && rtr_retryable(code, message, op->idempotent);
+    const char *m = message ? st_arena_dup(rpc_call_arena(op->call), message, strlen(message) + 1)
+                            : NULL;
+    for (size_t i = 0; i < g->n; i++) {
+        rtr_entry_result *res = &op->res[g->idx[i]];
+        if (res->final) {
+            if (rtr_retryable(res->code, res->message, false))
+                res->final = false;
+            continue;
+        }
+        if (code == ST_OK) {
+            *res = (rtr_entry_result){ST_INTERNAL, "the node sent no status for this entry", true};
+            continue;
+        }
+        *res = (rtr_entry_result){code, m ? m : "", !retry};
+    }
+}
+
+static void mr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    mr_group *g = arg;
+    mr_op *op = g->op;
+    mr_group_status(g, code, message);
+    free(g->idx);
+    free(g);
+    if (--op->groups_pending == 0)
+        mr_round_over(op);
+}
+
+/* Sends one node's entries; false if the call could not start (entries stay non-final). */
+static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int64_t timeout) {
+    mr_group *g = malloc(sizeof *g);
+    st_buf req;
+    st_buf_init(&req);
+    st_err err = {0};
+    bool ok = g && rtr_mutate_rows_build(&req, st_buf_slice(&op->head), op->entries, idx, n) == ST_OK;
+    if (ok) {
+        *g = (mr_group){op, idx, n};
+        rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
+        size_t n_md = rtr_forward_headers(op->call, md);
+        op->groups_pending++;
+        ok = rtr_node_call(node, RTR_BT "MutateRows", st_buf_slice(&req), md, n_md, timeout,
+                           mr_msg, mr_done, g, &err) != NULL;
+        if (!ok)
+            op->groups_pending--;
+    }
+    st_buf_free(&req);
+    if (!ok) {
+        for (size_t i = 0; i < n; i++)
+            op->res[idx[i]] = (rtr_entry_result){ST_UNAVAILABLE, "node unreachable", false};
+        free(g);
+        free(idx);
+    }
+    return ok;
+}
+
+/* Owner node of every entry still to send (SIZE_MAX: none known). */
+static void mr_owners(mr_op *op, size_t *owner, size_t *count) {
+    const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    for (size_t i = 0; i < op->n; i++) {
+        owner[i] = SIZE_MAX;
+        if (op->res[i].final)
+            continue;
+        size_t k = rtr_tmap_row(t, op->entries[i].row);
+        if (k == SIZE_MAX) {
+            op->res[i] = (rtr_entry_result){ST_UNAVAILABLE, "no node serves this row", false};
+            continue;
+        }
+        owner[i] = t->v[k].node;
+        count[owner[i]]++;
+    }
+}
+
+static void mr_round(void *arg) {
+    mr_op *op = arg;
+    int64_t timeout;
+    if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout)) {
+        rpc_call_finish(op->call, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+        st_buf_free(&op->head);
+        return free(op);
+    }
+    op->gen = op->c->map_gen;
+    size_t *owner = malloc(op->n * sizeof *owner);
+    size_t count[ST_TOPO_NODES_MAX] = {0};
+    if (!owner) {
+        rpc_call_finish(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        st_buf_free(&op->head);
+        return free(op);
+    }
+    mr_owners(op, owner, count);
+    op->groups_pending++; /* guard: the round ends after every group was sent */
+    for (size_t j = 0; j < op->c->n_nodes; j++) {
+        size_t *idx = count[j] ? malloc(count[j] * sizeof *idx) : NULL;
+        size_t k = 0;
+        for (size_t i = 0; idx && i < op->n; i++)
+            if (owner[i] == j)
+                idx[k++] = i;
+        if (idx)
+            mr_send_group(op, &op->c->nodes[j], idx, k, timeout);
+    }
+    free(owner);
+    if (--op->groups_pending == 0)
+        mr_round_over(op);
+}
+
+static st_code mr_check(const Google__Bigtable__V2__MutateRowsRequest *req, st_err *err) {
+    if (req->n_entries == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "No entries provided");
+    size_t total = 0;
+    for (size_t i = 0; i < req->n_entries; i++)
+        total += req->entries[i]->n_mutations;
+    if (total > RTR_MUTATIONS_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "Too many mutations: %zu provided; limit %d",
+                          total, RTR_MUTATIONS_MAX);
+    return ST_OK;
+}
+
+void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__V2__MutateRowsRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__v2__mutate_rows_request__descriptor, req_bytes);
+    rtr_cluster *c;
+    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, &c))
+        return;
+    st_err err = {0};
+    if (mr_check(req, &err) != ST_OK)
+        return rtr_fail(call, err.code, "%s", err.msg);
+    st_arena *a = rpc_call_arena(call);
+    mr_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    *op = (mr_op){.r = r, .call = call, .c = c, .table = req->table_name, .idempotent = true};
+    st_buf_init(&op->head);
+    for (size_t i = 0; i < req->n_entries; i++)
+        op->idempotent = op->idempotent &&
+                         muts_idempotent(req->entries[i]->mutations, req->entries[i]->n_mutations);
+    st_code rc = rtr_mutate_rows_split(req_bytes, a, &op->head, &op->entries, &op->n);
+    if (rc == ST_OK && !(op->res = st_arena_alloc(a, op->n * sizeof *op->res)))
+        rc = ST_RESOURCE_EXHAUSTED;
+    if (rc != ST_OK) {
+        st_buf_free(&op->head);
+        free(op);
+        return rtr_fail(call, rc, "could not split the MutateRows request");
+    }
+    memset(op->res, 0, op->n * sizeof *op->res);
+    mr_round(op);
+}
+
+/* ---- SampleRowKeys ---- */
+
+typedef struct srk_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    rtr_cluster *c;
+    const char *table;
+    st_slice req;
+    int attempts;
+    uint32_t nodes[ST_TOPO_NODES_MAX]; /* fan slot -> node index */
+} srk_op;
+
+static void srk_send(void *arg);
+
+static void srk_finish(srk_op *op, st_code code, const char *msg) {
+    rpc_call_finish(op->call, code, msg);
+    free(op);
+}
+
+static void srk_after_backoff(void *arg) {
+    srk_op *op = arg;
+    if (op->r->closing || rtr_cluster_refresh(op->c, srk_send, op) != ST_OK)
+        srk_finish(op, ST_UNAVAILABLE, "the router is shutting down");
+}
+
+/* Parses one node's answers into samples (keys copied into the call arena). */
+static st_code srk_parse(const rtr_fan_res *res, st_arena *a, rtr_sample **out, size_t *n) {
+    size_t off = 0, cap = 0;
+    st_slice msg;
+    *out = NULL;
+    *n = 0;
+    while (rtr_fan_next_msg(res, &off, &msg)) {
+        Google__Bigtable__V2__SampleRowKeysResponse *m =
+            google__bigtable__v2__sample_row_keys_response__unpack(NULL, msg.len, msg.data);
+        if (!m)
+            return ST_INTERNAL;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            rtr_sample *v = st_arena_alloc(a, cap * sizeof *v);
+            if (v && *n)
+                memcpy(v, *out, *n * sizeof *v);
+            *out = v;
+        }
+        void *key = m->row_key.len ? st_arena_dup(a, m->row_key.data, m->row_key.len) : NULL;
+        bool ok = *out && (key || m->row_key.len == 0);
+        if (ok)
+            (*out)[(*n)++] = (rtr_sample){st_slice_make(key, m->row_key.len), m->offset_bytes};
+        google__bigtable__v2__sample_row_keys_response__free_unpacked(m, NULL);
+        if (!ok)
+            return ST_RESOURCE_EXHAUSTED;
+    }
+    return ST_OK;
+}
+
+static void srk_reply(srk_op *op, rtr_fan *f) {
+    st_arena *a = rpc_call_arena(op->call);
+    rtr_sample *per[ST_TOPO_NODES_MAX];
+    size_t counts[ST_TOPO_NODES_MAX];
+    st_slice ends[ST_TOPO_NODES_MAX];
+    const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    for (size_t i = 0; i < f->n; i++) {
+        if (srk_parse(&f->res[i], a, &per[i], &counts[i]) != ST_OK)
+            return srk_finish(op, ST_INTERNAL, "a node sent unreadable samples");
+        ends[i] = st_slice_make(NULL, 0);
+        for (size_t k = 0; t && k < t->n; k++) /* end of the node's last tablet */
+            if (t->v[k].node == op->nodes[i])
+                ends[i] = t->v[k].end;
+    }
+    rtr_sample *all;
+    size_t n;
+    if (rtr_samples_merge(per, counts, ends, f->n, a, &all, &n) != ST_OK)
+        return srk_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    st_code rc = ST_OK;
+    for (size_t i = 0; i < n && rc == ST_OK; i++) {
+        Google__Bigtable__V2__SampleRowKeysResponse m;
+        google__bigtable__v2__sample_row_keys_response__init(&m);
+        m.row_key = (ProtobufCBinaryData){all[i].key.len, (uint8_t *)all[i].key.data};
+        m.offset_bytes = all[i].offset;
+        uint8_t *buf = st_arena_alloc(a, all[i].key.len + 32);
+        rc = buf ? rpc_call_send(op->call, st_slice_make(buf, google__bigtable__v2__sample_row_keys_response__pack(&m, buf)))
+                 : ST_RESOURCE_EXHAUSTED;
+    }
+    srk_finish(op, rc, rc == ST_OK ? NULL : "could not send the samples");
+}
+
+static void srk_done(rtr_fan *f, void *arg) {
+    srk_op *op = arg;
+    st_err err = {0};
+    st_code rc = rtr_fan_first_error(f, &err);
+    if (rc == ST_OK) {
+        srk_reply(op, f);
+        return rtr_fan_free(f);
+    }
+    rtr_fan_free(f);
+    if (rtr_retryable(rc, err.msg, true) && op->attempts < RTR_RETRIES_MAX && !op->r->closing &&
+        rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), srk_after_backoff, op) == ST_OK)
+        return;
+    srk_finish(op, rc, err.msg);
+}
+
+static void srk_send(void *arg) {
+    srk_op *op = arg;
+    const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    bool holds[ST_TOPO_NODES_MAX] = {false};
+    size_t n = 0;
+    for (size_t k = 0; t && k < t->n; k++)
+        holds[t->v[k].node] = true;
+    for (size_t j = 0; j < op->c->n_nodes; j++)
+        if (holds[j])
+            op->nodes[n++] = (uint32_t)j;
+    if (n == 0) { /* no tablet known yet: learn the map first */
+        if (op->attempts++ < RTR_RETRIES_MAX && rtr_cluster_refresh(op->c, srk_send, op) == ST_OK)
+            return;
+        return srk_finish(op, ST_UNAVAILABLE, "no node serves this table");
+    }
+    int64_t timeout;
+    if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout))
+        return srk_finish(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+    rtr_fan *f = rtr_fan_new(op->r, n, timeout, srk_done, op);
+    if (!f)
+        return srk_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        rtr_fan_call(f, i, &op->c->nodes[op->nodes[i]], RTR_BT "SampleRowKeys", op->req);
+    rtr_fan_seal(f);
+}
+
+void rtr_h_sample_row_keys(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__V2__SampleRowKeysRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__v2__sample_row_keys_request__descriptor, req_bytes);
+    rtr_cluster *c;
+    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, &c))
+        return;
+    srk_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    *op = (srk_op){.r = r, .call = call, .c = c, .table = req->table_name, .req = req_bytes};
+    srk_send(op);
+}
