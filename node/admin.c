@@ -317,7 +317,8 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     st_log(ST_LOG_INFO, "admin", "created table=%s tablets=%zu", name,
            node_tablets_find(n, name)->n);
-    pb_table *pt = node_table_to_pb(node_catalog_find(n->catalog, name), false, rpc_call_arena(call));
+    pb_table *pt =
+        node_table_to_pb(node_catalog_find(n->catalog, name), false, rpc_call_arena(call));
     if (!pt)
         return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     node_reply(call, &pt->base);

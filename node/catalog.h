@@ -1,9 +1,10 @@
 /* catalog.h — a node's durable table catalog (private to node/): tables and their column families
  * with GC rules. Which tablets hold a table's rows is storage's record (sto_tablet_list gives
  * each tablet's table name), not kept twice here: at start the node drops tablets of tables the
- * catalog lacks and creates one for a table that has none. One file, `catalog`, in the node's
- * data directory, rewritten atomically on every change (format: docs/formats/catalog.md). Changes
- * are rare (admin calls, splits), so a whole-file rewrite is simpler than a log and small enough.
+ * catalog lacks and, when standalone, creates one for a table that has none. One file, `catalog`,
+ * in the node's data directory, rewritten atomically on every change (format:
+ * docs/formats/catalog.md). Changes are rare (admin calls, splits), so a whole-file rewrite is
+ * simpler than a log and small enough.
  *
  * Not thread-safe: the node calls it from its event loop thread only. */
 #ifndef NODE_CATALOG_H

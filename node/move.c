@@ -189,8 +189,8 @@ static char *arena_str(st_arena *a, st_slice s) {
 
 /* Adds one cell as a SetCell with its timestamp; a new entry when the row changes. */
 static st_code batch_add(batch *b, const sto_cell *c) {
-    pb_entry *last = b->entries.len ? ((pb_entry **)b->entries.data)[b->entries.len / sizeof last - 1]
-                                    : NULL;
+    size_t n_entries = b->entries.len / sizeof(pb_entry *);
+    pb_entry *last = n_entries ? ((pb_entry **)b->entries.data)[n_entries - 1] : NULL;
     if (!last || !st_slice_eq(st_slice_make(last->row_key.data, last->row_key.len), c->row)) {
         last = st_arena_alloc(b->a, sizeof *last);
         uint8_t *key = last ? st_arena_dup(b->a, c->row.data, c->row.len) : NULL;
@@ -338,8 +338,12 @@ static void create_done(st_code code, const char *msg, st_slice resp, void *arg)
         return move_fail(m, code == ST_OK ? ST_INTERNAL : code,
                          msg ? msg : "unreadable CreateTablet answer");
     m->target_id = t->id;
-    m->target_created = true;
     strata__internal__v1__tablet__free_unpacked(t, NULL);
+    /* Ids are unique across the instance: the same id back means the target is this node (its
+     * CreateTablet found the tablet itself), which must not be dropped as a partial copy. */
+    if (m->target_id == m->id)
+        return move_fail(m, ST_INVALID_ARGUMENT, "the target is this node");
+    m->target_created = true;
     if (st_buf_append(&m->target_tablet, resp.data, resp.len) != ST_OK)
         return move_fail(m, ST_RESOURCE_EXHAUSTED, "out of memory");
     move_defer(m, move_copy_start, 0);

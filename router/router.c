@@ -1,6 +1,7 @@
 /* router.c — strata-router's life cycle (open: connect, learn the tablet maps, bootstrap and load
  * the metadata, listen; close), its method table, and the helpers handlers share. */
 #include "router_internal.h"
+#include "instance.h" /* instance admin, app profiles, operations */
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -40,20 +41,14 @@ static st_code register_methods(rtr_ctx *r, st_err *err) {
         if (rc != ST_OK)
             return st_err_set(err, rc, "registering %s failed", methods[i].path);
     }
-    return ST_OK;
+    return rtr_methods_extra(r, err); /* instance.c */
 }
 
 /* ---- routing ---- */
 
 st_code rtr_route_cluster(rtr_ctx *r, const char *app_profile_id, bool transactional,
                           rtr_cluster **out, st_err *err) {
-    (void)app_profile_id;
-    (void)transactional;
-    (void)err;
-    /* Every profile, "default" included, is single-cluster routing to the first cluster with
-     * transactional writes allowed until app profiles are implemented. */
-    *out = &r->clusters[0];
-    return ST_OK;
+    return rtr_profile_route(r, app_profile_id, transactional, out, err); /* profiles.c */
 }
 
 /* ---- request helpers ---- */
@@ -275,6 +270,8 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
     if (rc == ST_OK)
         rc = start_connect(r, err);
     if (rc == ST_OK)
+        rc = rtr_instance_start(r, err); /* the default app profile */
+    if (rc == ST_OK)
         rc = rtr_meta_start_timer(r, err);
     if (rc == ST_OK)
         rc = start_listen(r, err);
@@ -310,5 +307,6 @@ void rtr_close(rtr_ctx *r) {
         free(r->clusters[c].waiters);
     }
     rtr_meta_free(&r->meta);
+    rtr_instance_close(r);
     free(r);
 }

@@ -2,9 +2,11 @@
  *
  * Size-tiered: tables of similar size (each within 2x of the smallest of its tier, and all tables
  * under STO_SMALL_SST_BYTES together) form a tier; a tier with compaction_trigger or more tables
- * is merged into one. When the count still reaches write_stall_tables - 2, everything is merged
- * (a full compaction, which also drops max-versions garbage and old tombstones). Since entries
- * are ordered by version, not by table, any subset of tables can be merged.
+ * is merged into one. Tables of STO_SETTLED_SST_BYTES or more (compaction outputs) stay out of
+ * tiers, triggers and stalls, so they are not rewritten into themselves. When the small tables
+ * still reach write_stall_tables - 2, everything is merged (a full compaction, which also drops
+ * max-versions garbage and old tombstones). Since entries are ordered by version, not by table,
+ * any subset of tables can be merged.
  *
  * A tablet that shares a split parent's tables reads them through sto_range_iter_new, so its
  * compactions rewrite only its own rows; the shared file goes when no tablet lists it any more.
@@ -46,12 +48,27 @@ static int cmp_bytes(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Small (unsettled) tables at which a full compaction is forced: just below the stall point, so
+ * writers rarely wait; never below 2. */
+static int force_full_at(const sto_db *db) {
+    int n = db->o.write_stall_tables - 2;
+    return n < 2 ? 2 : n;
+}
+
+/* Whether a tablet with this many small tables has compaction work. */
+static bool due(const sto_db *db, int n_small) {
+    return n_small >= db->o.compaction_trigger || n_small >= force_full_at(db);
+}
+
 /* Sorts all by size and keeps in all[0..*n) the chosen inputs; false when nothing is due. */
 static bool choose(const sto_db *db, sto_tsst *all, size_t *n, bool force_all) {
-    size_t total = *n;
-    if (force_all || (int)total >= db->o.write_stall_tables - 2)
+    size_t total = *n, small = 0;
+    for (size_t i = 0; i < total; i++)
+        small += all[i].f->bytes < STO_SETTLED_SST_BYTES;
+    if (force_all || (int)small >= force_full_at(db))
         return total >= 2 || (force_all && total >= 1);
     qsort(all, total, sizeof *all, cmp_bytes);
+    total = small; /* the settled tables sort last and stay out of tiers */
     for (size_t i = 0; i < total;) {
         size_t j = i;
         uint64_t base = all[i].f->bytes;
@@ -195,7 +212,7 @@ static st_code install(sto_db *db, sto_tablet *t, const sto_tsst *in, size_t n_i
     t->ssts = list;
     t->n_ssts = k;
     t->cap_ssts = cap ? cap : 1;
-    atomic_store(&t->n_ssts_hint, (int)k);
+    sto_tablet_update_hints_locked(t);
     pthread_mutex_unlock(&t->mu);
     for (size_t i = 0; i < n_in; i++)
         sto_file_drop_ref(db, in[i].f);
@@ -288,11 +305,11 @@ bool sto_compaction_pick_and_run(sto_db *db) {
     int64_t now = st_mono_us();
     for (size_t i = 0; i < db->n_tablets; i++) {
         sto_tablet *t = db->tablets[i];
-        int n = atomic_load(&t->n_ssts_hint);
-        if (n < db->o.compaction_trigger || t->compacting || t->busy || t->dead ||
-            atomic_load(&t->ro_hint) || t->retry_at_us > now)
+        int n = atomic_load(&t->n_small_hint);
+        if (!due(db, n) || t->compacting || t->busy || t->dead || atomic_load(&t->ro_hint) ||
+            t->retry_at_us > now)
             continue;
-        if (!best || n > atomic_load(&best->n_ssts_hint))
+        if (!best || n > atomic_load(&best->n_small_hint))
             best = t;
     }
     if (!best)

@@ -107,6 +107,7 @@ st_code sto_tablet_alloc(sto_db *db, uint64_t id, st_slice table, st_slice start
     pthread_cond_init(&t->cv, NULL);
     atomic_init(&t->inflight, 0);
     atomic_init(&t->n_ssts_hint, 0);
+    atomic_init(&t->n_small_hint, 0);
     atomic_init(&t->n_imm_hint, 0);
     atomic_init(&t->ro_hint, false);
     st_code rc = buf_set(&t->table, table);
@@ -224,6 +225,16 @@ void sto_db_release_obsolete(sto_db *db) {
     db->n_obsolete = 0;
 }
 
+void sto_tablet_update_hints_locked(sto_tablet *t) {
+    int small = 0;
+    for (size_t i = 0; i < t->n_ssts; i++)
+        if (t->ssts[i].f->bytes < STO_SETTLED_SST_BYTES)
+            small++;
+    atomic_store(&t->n_ssts_hint, (int)t->n_ssts);
+    atomic_store(&t->n_small_hint, small);
+    atomic_store(&t->n_imm_hint, (int)t->n_imm);
+}
+
 bool sto_tsst_needs_wrap(const sto_tablet *t, const sto_file *f) {
     if (!f->sst)
         return false;
@@ -308,6 +319,11 @@ static st_code replay_fn(const sto_log_record *rec, void *arg) {
 }
 
 static st_code db_init(sto_db *db, const char *dir, const sto_options *opts, st_err *err) {
+    /* first, so sto_db_close can undo any partial open */
+    pthread_mutex_init(&db->meta_mu, NULL);
+    pthread_mutex_init(&db->mu, NULL);
+    pthread_cond_init(&db->bg_cv, NULL);
+    pthread_cond_init(&db->stall_cv, NULL);
     if (strlen(dir) >= STO_PATH_MAX - 64)
         return st_err_set(err, ST_INVALID_ARGUMENT, "storage directory path too long");
     snprintf(db->dir, sizeof db->dir, "%s", dir);
@@ -321,10 +337,6 @@ static st_code db_init(sto_db *db, const char *dir, const sto_options *opts, st_
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "bad storage options: memtable_bytes must be > 0, compaction_trigger "
                           "and write_stall_tables >= 2");
-    pthread_mutex_init(&db->meta_mu, NULL);
-    pthread_mutex_init(&db->mu, NULL);
-    pthread_cond_init(&db->bg_cv, NULL);
-    pthread_cond_init(&db->stall_cv, NULL);
     atomic_init(&db->applied_lsn, 0);
     atomic_init(&db->mem_bytes, 0);
     atomic_init(&db->flushes, 0);

@@ -30,6 +30,10 @@
 #define STO_COMPACT_OUTPUT_BYTES (64u << 20) /* compaction output files are cut near this size */
 #define STO_COMPACT_INPUTS_MAX 32            /* SSTables merged by one size-tiered compaction */
 #define STO_SMALL_SST_BYTES (2u << 20)       /* tables below this size form one tier */
+/* Tables this large (compaction outputs) are settled: size-tiered compaction, its trigger and
+ * write stalls count only the smaller ones, so a big tablet's many 64 MB files are not merged
+ * into themselves again and again; full compactions still rewrite them. */
+#define STO_SETTLED_SST_BYTES (STO_COMPACT_OUTPUT_BYTES / 2)
 #define STO_HOLDERS_MAX 64                   /* named log holders */
 #define STO_HOLDER_NAME_MAX 128
 #define STO_PATH_MAX 4096
@@ -89,6 +93,7 @@ struct sto_tablet {
     char ro_msg[STO_RO_MSG_MAX];
     atomic_long inflight;   /* records appended to the log, not yet applied */
     atomic_int n_ssts_hint; /* copies readable without mu (job picking, stalls) */
+    atomic_int n_small_hint; /* SSTables below STO_SETTLED_SST_BYTES */
     atomic_int n_imm_hint;
     atomic_bool ro_hint;
     /* under db->mu */
@@ -150,6 +155,7 @@ void sto_file_drop_ref(sto_db *db, sto_file *f);
 /* meta_mu held, after a successful manifest write: delete queued files. */
 void sto_db_release_obsolete(sto_db *db);
 bool sto_tsst_needs_wrap(const sto_tablet *t, const sto_file *f);
+void sto_tablet_update_hints_locked(sto_tablet *t); /* t->mu held, after the lists changed */
 void sto_db_kick(sto_db *db); /* wakes workers */
 void sto_tablet_mark_read_only(sto_tablet *t, st_code code, const char *msg);
 int64_t sto_db_now_us(sto_db *db);

@@ -73,8 +73,7 @@ static st_code install(sto_db *db, sto_tablet *t, sto_file *f, st_err *err) {
     t->n_imm--;
     if (imm.upto_lsn > t->flushed_lsn)
         t->flushed_lsn = imm.upto_lsn;
-    atomic_store(&t->n_ssts_hint, (int)t->n_ssts);
-    atomic_store(&t->n_imm_hint, (int)t->n_imm);
+    sto_tablet_update_hints_locked(t);
     pthread_mutex_unlock(&t->mu);
     atomic_fetch_sub(&db->mem_bytes, (long long)imm.bytes);
     sto_memtable_unref(imm.m);

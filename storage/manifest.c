@@ -389,7 +389,7 @@ static st_code build_tablet(sto_db *db, const mf_tablet *m, sto_file **files, si
             atomic_store(&t->ro_hint, true);
         }
     }
-    atomic_store(&t->n_ssts_hint, (int)t->n_ssts);
+    sto_tablet_update_hints_locked(t);
     pthread_mutex_lock(&db->mu);
     rc = sto_db_insert_locked(db, t, err);
     pthread_mutex_unlock(&db->mu);

@@ -207,7 +207,7 @@ static void retire(sto_db *db, sto_tablet *t) {
     }
     t->n_imm = 0;
     atomic_store(&t->n_imm_hint, 0);
-    atomic_store(&t->n_ssts_hint, 0);
+    sto_tablet_update_hints_locked(t);
     pthread_mutex_unlock(&t->mu);
     atomic_fetch_sub(&db->mem_bytes, bytes);
     for (size_t i = 0; i < n; i++)
@@ -260,7 +260,7 @@ static st_code make_child(sto_db *db, sto_tablet *t, uint64_t id, st_slice start
     c->broken = t->broken;
     memcpy(c->ro_msg, t->ro_msg, sizeof c->ro_msg);
     atomic_store(&c->ro_hint, t->read_only);
-    atomic_store(&c->n_ssts_hint, (int)c->n_ssts);
+    sto_tablet_update_hints_locked(c);
     pthread_mutex_unlock(&t->mu);
     *out = c;
     return ST_OK;

@@ -109,20 +109,24 @@ static st_code lookup_row(sto_db *db, const sto_row_mut *r, sto_tablet **out, st
 
 /* ---- stalls ---- */
 
-static bool stalled(const sto_db *db, sto_tablet *t) {
-    return atomic_load(&t->n_imm_hint) > STO_IMM_STALL_MAX ||
-           atomic_load(&t->n_ssts_hint) >= db->o.write_stall_tables;
+/* sto_write stalls at the configured bounds. sto_write_async, usually called from an event loop
+ * that must keep serving, stalls only at twice those bounds: it still cannot grow memory or the
+ * table count without limit, but ordinary backpressure does not freeze the loop. */
+static bool stalled(const sto_db *db, sto_tablet *t, bool async) {
+    int k = async ? 2 : 1;
+    return atomic_load(&t->n_imm_hint) > k * STO_IMM_STALL_MAX ||
+           atomic_load(&t->n_small_hint) >= k * db->o.write_stall_tables;
 }
 
 /* db->mu held. Blocks while the tablet has too much unflushed or uncompacted data; fails only
  * when the background work that would end the stall is itself failing (full disk). */
-static st_code wait_stall(sto_db *db, sto_tablet *t, st_err *err) {
-    if (!stalled(db, t))
+static st_code wait_stall(sto_db *db, sto_tablet *t, bool async, st_err *err) {
+    if (!stalled(db, t, async))
         return ST_OK;
     int64_t t0 = st_mono_us();
     st_code rc = ST_OK;
     pthread_cond_broadcast(&db->bg_cv);
-    while (rc == ST_OK && stalled(db, t) && !t->dead) {
+    while (rc == ST_OK && stalled(db, t, async) && !t->dead) {
         if (db->stopping)
             rc = st_err_set(err, ST_UNAVAILABLE, "the storage engine is closing");
         else if (t->bg_code != ST_OK)
@@ -286,7 +290,7 @@ static st_code prepare(sto_db *db, write_ctx *c, sto_tablet **uniq, size_t *n_un
             if (k == 0 || uniq[k - 1] != uniq[i])
                 uniq[k++] = uniq[i];
         for (size_t i = 0; i < k && rc == ST_OK; i++)
-            rc = wait_stall(db, uniq[i], err);
+            rc = wait_stall(db, uniq[i], c->async, err);
     }
     pthread_mutex_unlock(&db->mu);
     *n_uniq = k;

@@ -39,8 +39,8 @@ static const bench_engine *const engines_built[] = {
 #ifdef HAVE_ROCKSDB
     &bench_engine_rocksdb,
 #endif
+    NULL, /* keeps the array non-empty when nothing was built */
 };
-#define ENGINES_BUILT (sizeof(engines_built) / sizeof(engines_built[0]))
 #define ENGINES_MAX 3
 /* Names of every engine the bench knows, built or not, in table order. */
 static const char *const engine_names[ENGINES_MAX] = {"strata", "leveldb", "rocksdb"};
@@ -74,7 +74,7 @@ typedef struct bench_cfg {
     int durable_threads;  /* fillrandom writer threads */
     int batch;            /* keys per fillseq write */
     size_t cache_mb, memtable_mb;
-    size_t block_kb; /* data block size for every engine; 0 = each engine's default */
+    size_t block_kb; /* data block size of every engine; 0 = each engine's own default */
     uint64_t seed;
     bool strict;          /* exit 2 when a goal is missed */
     const char *dir_base; /* where the scratch directory goes */
@@ -699,6 +699,7 @@ static void usage(FILE *f) {
         "  --batch N         keys per fillseq write (default 1, max %d)\n"
         "  --cache-mb N      block cache (default 64)\n"
         "  --memtable-mb N   memtable / write buffer (default 32)\n"
+        "  --block-kb N      data block size, all engines (default 4; 0 = each engine's own)\n"
         "  --engines LIST    comma-separated, from strata,leveldb,rocksdb (default: all built)\n"
         "  --workloads LIST  from fillseq,fillrandom,readrandom,readmissing,seekscan (all);\n"
         "                    the reads imply fillseq, which builds the db they read\n"
@@ -707,7 +708,7 @@ static void usage(FILE *f) {
         "  --strict          exit 2 when a goal is missed\n"
         "built engines:",
         BATCH_MAX);
-    for (size_t i = 0; i < ENGINES_BUILT; i++)
+    for (size_t i = 0; engines_built[i]; i++)
         fprintf(f, " %s", engines_built[i]->name);
     fprintf(f, "\n");
 }
@@ -795,7 +796,7 @@ static bool parse_flag(bench_cfg *cfg, int opt, const char *arg, bool *given) {
     default:
         break;
     }
-    if (!parse_u64(arg, opt == O_SEED ? 0 : 1, &v))
+    if (!parse_u64(arg, opt == O_SEED || opt == O_BLOCK ? 0 : 1, &v))
         return false;
     given[opt - O_NUM] = true;
     switch (opt) {
@@ -850,9 +851,10 @@ static int parse_args(int argc, char **argv, bench_cfg *cfg) {
                        .batch = 1,
                        .cache_mb = 64,
                        .memtable_mb = 32,
+                       .block_kb = 4,
                        .seed = 1,
                        .dir_base = "/tmp"};
-    for (size_t i = 0; i < ENGINES_BUILT; i++)
+    for (size_t i = 0; engines_built[i]; i++)
         for (int e = 0; e < ENGINES_MAX; e++)
             cfg->engine_on[e] |= strcmp(engines_built[i]->name, engine_names[e]) == 0;
     for (int w = 0; w < W_COUNT; w++)
@@ -880,13 +882,21 @@ static int parse_args(int argc, char **argv, bench_cfg *cfg) {
     return 0;
 }
 
-/* True when every engine asked for was built; says which was not. */
+/* True when at least one engine is selected and every engine asked for was built; says which
+ * was not. */
 static bool engines_available(const bench_cfg *cfg) {
+    bool any = false;
+    for (int e = 0; e < ENGINES_MAX; e++)
+        any |= cfg->engine_on[e];
+    if (!any) {
+        fprintf(stderr, "storage-bench: no engine to run (none built, or --engines empty)\n");
+        return false;
+    }
     for (int e = 0; e < ENGINES_MAX; e++) {
         if (!cfg->engine_on[e])
             continue;
         bool built = false;
-        for (size_t i = 0; i < ENGINES_BUILT; i++)
+        for (size_t i = 0; engines_built[i]; i++)
             built |= strcmp(engines_built[i]->name, engine_names[e]) == 0;
         if (!built) {
             fprintf(stderr, "storage-bench: engine %s was not built into this binary\n",
@@ -898,16 +908,19 @@ static bool engines_available(const bench_cfg *cfg) {
 }
 
 static const bench_engine *engine_by_name(const char *name) {
-    for (size_t i = 0; i < ENGINES_BUILT; i++)
+    for (size_t i = 0; engines_built[i]; i++)
         if (strcmp(engines_built[i]->name, name) == 0)
             return engines_built[i];
     return NULL;
 }
 
 static void print_header(const bench_cfg *cfg) {
+    char block[32] = "engine default";
+    if (cfg->block_kb)
+        snprintf(block, sizeof(block), "%zu KiB", cfg->block_kb);
     printf("storage-bench: %" PRIu64 " keys of %d B, values of %d B (~2:1 compressible), "
-           "cache %zu MiB, memtable %zu MiB, bloom 10 bits/key\n",
-           cfg->num, BENCH_KEY_BYTES, VALUE_BYTES, cfg->cache_mb, cfg->memtable_mb);
+           "cache %zu MiB, memtable %zu MiB, blocks %s, bloom 10 bits/key\n",
+           cfg->num, BENCH_KEY_BYTES, VALUE_BYTES, cfg->cache_mb, cfg->memtable_mb, block);
     printf("ratios are strata/peer: above 1 is better for ops/s and MB/s, below 1 is better "
            "for latency and memory\n");
 }

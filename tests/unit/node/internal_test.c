@@ -244,7 +244,8 @@ static void got_chunk(got *g, const Google__Bigtable__V2__ReadRowsResponse__Cell
         g->cur_has_cell = true;
     }
     g->cur_len += c->value.len;
-    if (c->row_status_case != GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW)
+    if (c->row_status_case !=
+        GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW)
         return;
     if (g->n == g->cap) {
         g->cap = g->cap ? 2 * g->cap : 256;
@@ -484,7 +485,8 @@ static void test_internal_move(void **state) {
     st_buf_init(&resp);
     st_err status;
     assert_int_equal(call(&A, IN "MoveTablet", &req.base, &resp, &status), ST_OK);
-    Strata__Internal__V1__Tablet *t = strata__internal__v1__tablet__unpack(NULL, resp.len, resp.data);
+    Strata__Internal__V1__Tablet *t =
+        strata__internal__v1__tablet__unpack(NULL, resp.len, resp.data);
     assert_non_null(t);
     assert_int_equal(t->id >> 40, 2); /* B allocated it */
     assert_int_equal(t->start_key.len, 0);
@@ -515,6 +517,14 @@ static void test_internal_move(void **state) {
     got_free(&g);
     req.id = 999; /* unknown tablet */
     assert_int_equal(call(&A, IN "MoveTablet", &req.base, NULL, &status), ST_NOT_FOUND);
+    /* A move to the node itself is refused and leaves the tablet in place, writable. */
+    Strata__Internal__V1__ListTabletsResponse *left = list_tablets(&A, TABLE);
+    req.id = left->tablets[0]->id;
+    strata__internal__v1__list_tablets_response__free_unpacked(left, NULL);
+    req.target = A.addr;
+    assert_int_equal(call(&A, IN "MoveTablet", &req.base, NULL, &status), ST_INVALID_ARGUMENT);
+    assert_int_equal(tablet_count(&A, TABLE), 1);
+    assert_int_equal(mutate_row(&A, TABLE, "c", &status), ST_OK);
 }
 
 static void test_internal_drop(void **state) {

@@ -844,6 +844,54 @@ static void test_read_walk_splits_by_tablet(void **state) {
     st_arena_deinit(&f.arena);
 }
 
+/* A cluster member's tablets leave gaps: the walk stops at the first row no tablet holds and
+ * reports where (ReadRows turns that into strata-not-owner). Tablets [c, m) and [p, ∞). */
+static void test_read_walk_reports_gaps(void **state) {
+    (void)state;
+    node_tablet t[2];
+    memset(t, 0, sizeof t);
+    const char *bounds[2][2] = {{"c", "m"}, {"p", ""}};
+    for (int i = 0; i < 2; i++) {
+        st_buf_init(&t[i].start);
+        st_buf_init(&t[i].end);
+        st_buf_append(&t[i].start, bounds[i][0], strlen(bounds[i][0]));
+        st_buf_append(&t[i].end, bounds[i][1], strlen(bounds[i][1]));
+    }
+    static const struct {
+        const char *lo, *hi, *fwd_gap, *rev_gap; /* NULL gap: covered */
+    } cases[] = {{"d", "f", NULL, NULL}, {"a", "e", "a", "c"}, {"k", "q", "m", "m"},
+                 {"q", "z", NULL, NULL}, {"m", "p", "m", "m"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        rs_fixture f;
+        rs_init(&f);
+        rs_range(&f, 'c', cases[c].lo, 'o', cases[c].hi);
+        node_rowset rs;
+        st_err err;
+        assert_int_equal(node_rowset_from_pb(&f.set, &f.arena, &rs, &err), ST_OK);
+        st_buf key;
+        st_buf_init(&key);
+        st_code want = cases[c].fwd_gap ? ST_FAILED_PRECONDITION : ST_OK;
+        assert_int_equal(node_scan_uncovered(&rs, t, 2, &key), want);
+        if (cases[c].fwd_gap)
+            assert_true(st_slice_eq(st_buf_slice(&key), st_slice_cstr(cases[c].fwd_gap)));
+        assert_int_equal(node_scan_uncovered(&rs, t, 0, &key), ST_FAILED_PRECONDITION);
+        st_buf_free(&key);
+        node_scan s;
+        node_key_range p;
+        size_t ti;
+        st_code rc;
+        node_scan_init(&s, &rs, true);
+        while ((rc = node_scan_next(&s, t, 2, &p, &ti)) == ST_OK) {
+        }
+        assert_int_equal(rc, cases[c].rev_gap ? ST_FAILED_PRECONDITION : ST_NOT_FOUND);
+        if (cases[c].rev_gap)
+            assert_true(st_slice_eq(p.start, st_slice_cstr(cases[c].rev_gap)));
+        node_scan_deinit(&s);
+        st_arena_deinit(&f.arena);
+    }
+    free_tablets(t, 2);
+}
+
 /* ---- RowFilter protobuf ---- */
 
 typedef Google__Bigtable__V2__RowFilter pb_filter;
@@ -979,6 +1027,7 @@ int main(void) {
         cmocka_unit_test(test_read_rowset_range_errors),
         cmocka_unit_test(test_read_rowset_and_walk_match_brute_force),
         cmocka_unit_test(test_read_walk_splits_by_tablet),
+        cmocka_unit_test(test_read_walk_reports_gaps),
         cmocka_unit_test(test_read_filter_pb_converts_and_evaluates),
         cmocka_unit_test(test_read_filter_pb_rejections),
     };

@@ -3,7 +3,8 @@
  * several threads (sampled while writing and at the end), that tight backpressure settings make
  * writers wait rather than fail, that GC (max age with a fake clock) and old tombstones are
  * physically dropped by compaction, and that a full disk fails writes with RESOURCE_EXHAUSTED
- * without losing any acknowledged write (checked after reopening on a healthy disk).
+ * without losing any acknowledged write (checked after reopening on a healthy disk), and that
+ * the memtable budget and the unflushed-log bound force flushes of memtables that never fill.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -252,12 +253,55 @@ static void test_compaction_disk_full_no_loss(void **state) {
     tu_rmrf(dir);
 }
 
+/* Memtables that never fill up on their own are still flushed when the node-wide memtable budget
+ * or the unflushed log bound is exceeded, and the log is trimmed behind them. */
+static void test_compaction_memory_and_log_pressure_flush(void **state) {
+    (void)state;
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "compaction_pressure");
+    sto_options o;
+    tu_small_options(&o);
+    o.memtable_bytes = 64u << 20;
+    o.memtable_budget_bytes = 1u << 20;
+    o.log_max_unflushed_bytes = 1u << 20;
+    sto_db *db;
+    st_err err;
+    assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
+    for (uint64_t id = 1; id <= 4; id++) {
+        char start[8];
+        snprintf(start, sizeof start, "%c", (char)('a' + id - 1));
+        assert_int_equal(sto_tablet_create(db, id, ST_SLICE_LIT("t"), st_slice_cstr(start),
+                                           id == 4 ? ST_SLICE_LIT("")
+                                                   : st_slice_make((const char[]){(char)('a' + id)}, 1),
+                                           NULL, &err),
+                         ST_OK);
+    }
+    char row[32], val[4096];
+    memset(val, 'v', sizeof val - 1);
+    val[sizeof val - 1] = 0;
+    for (int i = 0; i < 1500; i++) {
+        int tab = i % 4;
+        snprintf(row, sizeof row, "%c%05d", 'a' + tab, i);
+        val[i % 4000] = (char)('a' + i % 26);
+        assert_int_equal(tu_set(db, (uint64_t)tab + 1, row, "f", "q", i, val, V(i + 1)), ST_OK);
+    }
+    sto_stats st;
+    sto_db_stats(db, &st);
+    fprintf(stderr, "pressure: flushes=%llu memtable_bytes=%llu log_bytes=%llu\n",
+            (unsigned long long)st.flushes, (unsigned long long)st.memtable_bytes,
+            (unsigned long long)st.log_bytes);
+    assert_true(st.flushes > 0);
+    sto_db_close(db);
+    tu_rmrf(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compaction_bounds_sst_count),
         cmocka_unit_test(test_compaction_backpressure_stalls_not_fails),
         cmocka_unit_test(test_compaction_gc_applied),
         cmocka_unit_test(test_compaction_disk_full_no_loss),
+        cmocka_unit_test(test_compaction_memory_and_log_pressure_flush),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,8 @@
  * cover, out-of-order versions resolve by version, GC rules hide and compaction drops garbage,
  * snapshots stay stable while writes, flushes and compactions go on, everything survives a
  * reopen (from the log and from SSTables), bad requests get the right codes, and the sampling,
- * DropRowRange, async write, tablet drop and log reader/holder calls work.
+ * DropRowRange, async write, tablet drop and log reader/holder calls work, and concurrent readers
+ * never see half of a row mutation while writers, flushes and compactions run.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "sto_test_util.h"
 
@@ -466,6 +468,143 @@ static void test_db_log_reader_and_hold(void **state) {
     assert_true(st.sst_count >= 1);
 }
 
+/* Flushes let the log shrink (whole segments below every tablet's flushed point go), a holder
+ * keeps them, and releasing the holder lets them go. */
+static void test_db_log_trimmed_after_flush(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    mk(f, 2, "", ""); /* idle: must not pin the log */
+    st_err err;
+    assert_int_equal(sto_log_hold(f->db, "backup", 1, &err), ST_OK);
+    char row[16], val[4096];
+    memset(val, 'x', sizeof val - 1);
+    val[sizeof val - 1] = 0;
+    for (int i = 0; i < 400; i++) {
+        snprintf(row, sizeof row, "r%04d", i);
+        assert_int_equal(tu_set(f->db, 1, row, "f", "q", 1, val, V(i + 1)), ST_OK);
+    }
+    sto_stats before, held, after;
+    sto_db_stats(f->db, &before);
+    assert_true(before.log_bytes > 4 * f->o.log_segment_bytes);
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    sto_db_stats(f->db, &held);
+    assert_true(held.log_bytes >= before.log_bytes); /* the holder pins every segment */
+    assert_int_equal(sto_log_release(f->db, "backup", &err), ST_OK);
+    sto_db_stats(f->db, &after);
+    assert_true(after.log_bytes <= 2 * f->o.log_segment_bytes);
+    reopen(f);
+    assert_int_equal(tu_dump(f->db, 1, &f->out), ST_OK);
+    int n = 0;
+    for (const char *p = (char *)f->out.data; *p; p = strchr(p, '\n') + 1)
+        n++;
+    assert_int_equal(n, 400);
+}
+
+/* ---- readers racing writers, flushes and compactions ---- */
+
+#define RW_ROWS 40
+#define RW_WRITES 600
+
+typedef struct rw_state {
+    sto_db *db;
+    atomic_int writers_left;
+    atomic_int bad;
+    atomic_int scans;
+    int idx;
+} rw_state;
+
+typedef struct rw_thread {
+    rw_state *s;
+    int idx;
+} rw_thread;
+
+static void *rw_writer(void *arg) {
+    rw_thread *w = arg;
+    st_rng rng;
+    st_rng_seed(&rng, (uint64_t)w->idx + 99);
+    static const char *const quals[4] = {"q0", "q1", "q2", "q3"};
+    for (int i = 0; i < RW_WRITES; i++) {
+        char row[16], marker[32];
+        snprintf(row, sizeof row, "row%02d", (int)st_rng_below(&rng, RW_ROWS));
+        uint64_t v = STO_VERSION(st_wall_us(), (uint64_t)w->idx);
+        snprintf(marker, sizeof marker, "%llu", (unsigned long long)v);
+        sto_mut m[5] = {{.type = STO_MUT_DEL_ROW}};
+        for (int q = 0; q < 4; q++)
+            m[q + 1] = tu_set_mut("f", quals[q], 1, marker);
+        sto_row_mut r = tu_row(1, row, m, 5, v);
+        st_err err;
+        if (sto_write(w->s->db, &r, 1, NULL, &err) != ST_OK)
+            atomic_fetch_add(&w->s->bad, 1);
+    }
+    atomic_fetch_sub(&w->s->writers_left, 1);
+    return NULL;
+}
+
+/* Every row of a snapshot shows exactly four cells with one marker: never half a row mutation. */
+static void *rw_reader(void *arg) {
+    rw_thread *rt = arg;
+    sto_tablet *t;
+    if (sto_tablet_get(rt->s->db, 1, &t) != ST_OK)
+        abort();
+    st_buf d;
+    st_buf_init(&d);
+    while (atomic_load(&rt->s->writers_left) > 0) {
+        if (tu_dump_range(t, NULL, rt->idx % 2 == 1, &d) != ST_OK) {
+            atomic_fetch_add(&rt->s->bad, 1);
+            continue;
+        }
+        char prev_row[16] = "", prev_marker[32] = "";
+        int cells = 0;
+        for (char *p = (char *)d.data; *p; p = strchr(p, '\n') + 1) {
+            char row[16], marker[32];
+            if (sscanf(p, "%15s f:q%*d@1=%31s", row, marker) != 2) {
+                atomic_fetch_add(&rt->s->bad, 1);
+                break;
+            }
+            if (strcmp(row, prev_row) != 0) {
+                if (cells != 0 && cells != 4)
+                    atomic_fetch_add(&rt->s->bad, 1);
+                cells = 0;
+                snprintf(prev_row, sizeof prev_row, "%s", row);
+                snprintf(prev_marker, sizeof prev_marker, "%s", marker);
+            } else if (strcmp(marker, prev_marker) != 0) {
+                atomic_fetch_add(&rt->s->bad, 1);
+            }
+            cells++;
+        }
+        if (cells != 0 && cells != 4)
+            atomic_fetch_add(&rt->s->bad, 1);
+        atomic_fetch_add(&rt->s->scans, 1);
+    }
+    st_buf_free(&d);
+    return NULL;
+}
+
+static void test_db_readers_see_whole_rows(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    rw_state s;
+    s.db = f->db;
+    atomic_init(&s.writers_left, 2);
+    atomic_init(&s.bad, 0);
+    atomic_init(&s.scans, 0);
+    pthread_t th[4];
+    rw_thread args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (rw_thread){&s, i};
+        pthread_create(&th[i], NULL, i < 2 ? rw_writer : rw_reader, &args[i]);
+    }
+    for (int k = 0; k < 10 && atomic_load(&s.writers_left) > 0; k++) {
+        st_err err;
+        assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+        usleep(20000);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(atomic_load(&s.bad), 0);
+    assert_true(atomic_load(&s.scans) > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_db_write_read, setup, teardown),
@@ -480,6 +619,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_db_sample_and_mid_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_tablet_drop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_log_reader_and_hold, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_readers_see_whole_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_log_trimmed_after_flush, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,182 @@
+/* strata/replication.h — log shipping between clusters (ARCHITECTURE.md, Replication).
+ *
+ * Each node runs one repl_ctx. For every peer cluster of its topology it runs a shipper that reads
+ * the node's commit log in order from the acknowledged position, skips records that came in by
+ * replication (STO_ROW_REPLICATED: never shipped onward), sends the rest in bounded batches to
+ * the peer nodes that own their rows (strata.internal.v1.Replication/Apply), and advances the
+ * acknowledged position once the peer answered that they are durable. The position is kept in a
+ * small file of the state directory and as a storage log holder "repl:<peer-cluster-id>", so log
+ * segments stay until every peer has them and a restart resumes where the peer's acks stopped
+ * (records shipped but not yet recorded are shipped again: Apply is idempotent).
+ *
+ * The receiving side (repl_apply_*) validates each row, keeps the origin's version, commit
+ * timestamp and origin cluster, sets STO_ROW_REPLICATED, and writes through the node's write
+ * path; storage's versions make the result independent of order and repetition.
+ *
+ * Consistency tokens capture every node's last lsn; a token is consistent once every shipper of
+ * every node has acknowledged past that node's lsn to every peer cluster.
+ *
+ * Threads: a repl_ctx and everything it does run on the node's event-loop thread. Log reads are
+ * done on the loop (bounded by a batch: REPL_BATCH_ROWS_MAX records / REPL_BATCH_BYTES_MAX bytes
+ * per read turn, usually served from the page cache); the position file and log holder are
+ * written on the loop at most every REPL_HOLD_INTERVAL_MS per peer (one small fsync'd write).
+ *
+ * Errors: Apply answers INVALID_ARGUMENT for a malformed row (the batch is refused whole),
+ * FAILED_PRECONDITION "strata-not-owner:" for a row this node does not own, NOT_FOUND for an
+ * unknown table, UNAVAILABLE while shutting down; the shipper retries all of them with
+ * exponential backoff (REPL_BACKOFF_MIN_MS .. REPL_BACKOFF_MAX_MS), refreshing its map of the
+ * peer's tablets first, and shows the last error in its stats. Nothing here ends the process. */
+#ifndef STRATA_REPLICATION_H
+#define STRATA_REPLICATION_H
+
+#include "strata/base.h"
+#include "strata/rpc.h"
+#include "strata/storage.h"
+#include "strata/topology.h"
+
+struct event_base;
+
+/* ---- named maxima and defaults ---- */
+#define REPL_BATCH_ROWS_MAX 512                /* records read into one batch */
+#define REPL_BATCH_BYTES_MAX ((size_t)4 << 20) /* encoded bytes in one batch (>= 1 record) */
+#define REPL_INFLIGHT_BATCHES_MAX 4            /* batches sent and not yet acknowledged */
+#define REPL_BACKOFF_MIN_MS 50
+#define REPL_BACKOFF_MAX_MS 10000
+#define REPL_RPC_TIMEOUT_MS 30000
+#define REPL_HOLD_INTERVAL_MS 500 /* durable position written at most this often per peer */
+#define REPL_POLL_MS 20           /* a caught-up shipper looks for new records this often */
+#define REPL_MAP_REFRESH_MS 10000 /* peer tablet maps are refreshed at least this often */
+#define REPL_APPLY_ROWS_MAX 10000 /* rows accepted in one Apply request */
+#define REPL_PEER_TABLETS_MAX 1000000 /* entries kept of one peer cluster's tablet map */
+#define REPL_TABLET_NAMES_MAX 100000  /* tablet id -> table names remembered */
+#define REPL_HOLDER_PREFIX "repl:"
+
+/* ---- the node, as replication sees it (the node fills this in; node/repl_glue.c) ---- */
+typedef void (*repl_write_done_fn)(st_code code, const char *msg, void *arg);
+typedef struct repl_node_ops {
+    /* The local tablet a write of (table, row) goes to. ST_NOT_FOUND for an unknown table,
+     * FAILED_PRECONDITION with a "strata-not-owner:" message when no writable local tablet
+     * covers the row. */
+    st_code (*route)(void *node, const char *table, st_slice row, uint64_t *tablet_id,
+                     st_err *err);
+    /* Writes rows (each atomic) durably; done runs later on the loop thread, never inside the
+     * call. Validation errors are returned directly (done not called). */
+    st_code (*write)(void *node, const sto_row_mut *rows, size_t n, st_err *err,
+                     repl_write_done_fn done, void *arg);
+    /* Optional: a replicated commit timestamp was applied (the node's clock may move past it). */
+    void (*observe_ts)(void *node, uint64_t commit_ts_us);
+} repl_node_ops;
+
+/* ---- receiving side: pure helpers (also used by the Apply handler) ---- */
+
+/* Turns one ReplicatedRow (table name, encoded row mutation) into a row mutation ready to write:
+ * decodes (muts allocated from arena; slices point into encoded), validates (origin cluster
+ * 1..1023, version = STO_VERSION(commit_ts, origin), non-empty row key within limits, at least one
+ * mutation), routes it to the local tablet through ops->route, and sets STO_ROW_REPLICATED. The
+ * origin's version, commit timestamp and origin are kept, so applying it twice, or in any order
+ * with other rows, gives the same contents. Errors as described at the top. */
+st_code repl_apply_prepare(const repl_node_ops *ops, void *node, const char *table,
+                           st_slice encoded, st_arena *arena, sto_row_mut *out, st_err *err);
+
+/* ---- consistency tokens ----
+ * Text form: "r1:" then, sorted by node number, "<node>=<lsn>" joined by ',' (e.g.
+ * "r1:1=120,2=0,3=77"). At most REPL_TOKEN_NODES_MAX entries. */
+#define REPL_TOKEN_NODES_MAX (ST_TOPO_CLUSTERS_MAX * ST_TOPO_NODES_MAX)
+#define REPL_TOKEN_CHARS_MAX (8 + REPL_TOKEN_NODES_MAX * 32)
+
+typedef struct repl_token_entry {
+    uint32_t node_num;
+    uint64_t lsn;
+} repl_token_entry;
+
+typedef struct repl_token {
+    repl_token_entry e[REPL_TOKEN_NODES_MAX];
+    size_t n;
+} repl_token;
+
+/* One node's positions (GetPositions): its last lsn and its shippers' acknowledged positions. */
+typedef struct repl_node_positions {
+    uint32_t node_num;
+    uint32_t cluster_num;
+    uint64_t last_lsn;
+    uint32_t peer_cluster[ST_TOPO_CLUSTERS_MAX];
+    uint64_t peer_acked_next[ST_TOPO_CLUSTERS_MAX]; /* records < this are on that peer */
+    size_t n_peers;
+} repl_node_positions;
+
+/* Writes the text form (NUL-terminated) into out; INVALID_ARGUMENT if it does not fit. Entries
+ * are sorted first (the token is canonical). */
+st_code repl_token_encode(repl_token *t, char *out, size_t cap, st_err *err);
+/* Parses the text form; INVALID_ARGUMENT with a message for anything else. */
+st_code repl_token_decode(const char *text, repl_token *out, st_err *err);
+/* True when every token entry's node is among nodes and has acknowledged past the entry's lsn to
+ * every cluster of topo other than its own. A node missing from nodes makes it false (unknown is
+ * not consistent). An entry for a node absent from topo is ignored (it was removed). */
+bool repl_token_satisfied(const repl_token *t, const st_topology *topo,
+                          const repl_node_positions *nodes, size_t n_nodes);
+
+/* ---- the per-node replication context ---- */
+typedef struct repl_ctx repl_ctx;
+
+typedef struct repl_opts {
+    const st_topology *topo; /* copied */
+    uint32_t cluster_num;    /* this node's cluster (1-based, topology order) */
+    uint32_t node_num;       /* this node's number (0 for a standalone node in tests) */
+    const char *state_dir;   /* position files (created if absent) */
+    sto_db *db;
+    struct event_base *base;
+    const repl_node_ops *ops; /* copied */
+    void *node;
+    const rpc_client_opts *client_opts; /* TLS for links to peers; NULL = plaintext */
+    /* Tuning (0 = the defaults above; tests shrink them). */
+    size_t batch_rows_max, batch_bytes_max, inflight_max;
+    uint32_t backoff_min_ms, backoff_max_ms, hold_interval_ms, poll_ms, rpc_timeout_ms;
+} repl_opts;
+
+/* Starts a shipper for every other cluster of topo (none when it has only this one). Each
+ * resumes from its position file (absent: from lsn 1) and registers its log holder at once. */
+st_code repl_open(const repl_opts *opts, repl_ctx **out, st_err *err);
+/* Stops the shippers (outstanding calls are cancelled), records their positions, frees. Loop
+ * thread; NULL is fine. The log holders stay (a restart resumes). */
+void repl_close(repl_ctx *r);
+/* Registers /strata.internal.v1.Replication/Apply and /GetPositions on s. */
+st_code repl_register(repl_ctx *r, rpc_server *s, st_err *err);
+
+/* Per-peer statistics (status, metrics, tests). */
+typedef struct repl_peer_stats {
+    char cluster_id[ST_TOPO_ID_MAX + 1];
+    uint32_t cluster_num;
+    uint64_t acked_next_lsn;  /* every shippable record below it is durable on the peer */
+    uint64_t durable_next_lsn; /* the position last written to the position file and holder */
+    uint64_t records_behind;  /* last local lsn - (acked_next_lsn - 1) */
+    uint64_t bytes_behind;    /* encoded bytes not acknowledged (unread records estimated) */
+    uint64_t time_behind_us;  /* now - commit time of the oldest unacknowledged record */
+    uint64_t rows_shipped;    /* rows acknowledged by the peer */
+    uint64_t records_skipped; /* replicated (not shipped onward) or of dropped tablets */
+    uint64_t batches_sent, rpcs_failed, map_refreshes;
+    uint32_t inflight_batches;
+    bool backing_off;
+    uint32_t backoff_ms;
+    char last_error[256];
+} repl_peer_stats;
+
+size_t repl_peer_count(const repl_ctx *r);
+/* Peer i (0 <= i < repl_peer_count) into out. */
+void repl_peer_stats_get(repl_ctx *r, size_t i, repl_peer_stats *out);
+/* This node's positions (what GetPositions answers). */
+void repl_positions_local(repl_ctx *r, repl_node_positions *out);
+
+/* Asks every node of the topology for its positions (this node answers itself without an RPC)
+ * and calls done once with all that answered (nodes[] valid during the call); a node that did
+ * not answer within timeout_ms is left out and n_failed counts it. Loop thread; done never runs
+ * inside the call. RESOURCE_EXHAUSTED if out of memory (done not called). */
+typedef void (*repl_gather_done_fn)(const repl_node_positions *nodes, size_t n, size_t n_failed,
+                                    void *arg);
+st_code repl_positions_gather(repl_ctx *r, int64_t timeout_ms, repl_gather_done_fn done,
+                              void *arg);
+/* Builds a token from gathered positions (one entry per node, its last lsn). */
+void repl_token_from_positions(const repl_node_positions *nodes, size_t n, repl_token *out);
+/* The topology the context was opened with. */
+const st_topology *repl_topology(const repl_ctx *r);
+
+#endif

@@ -1,0 +1,63 @@
+/* repl_internal.h — what replication's files share (private to replication/).
+ * ctx.c: the per-node context, client pool, tablet names, GetPositions, gather;
+ * shipper.c: one shipper per peer cluster; apply.c: the receiving side (Apply). */
+#ifndef REPL_INTERNAL_H
+#define REPL_INTERNAL_H
+
+#include <event2/event.h>
+
+#include "strata/replication.h"
+
+typedef struct repl_shipper repl_shipper;
+
+/* A pooled client to one node address (any cluster). */
+typedef struct repl_conn {
+    char addr[ST_TOPO_ADDR_MAX + 1];
+    rpc_client *client;
+} repl_conn;
+
+/* tablet id -> table name, for log records (which name tablets only). Sorted by id. */
+typedef struct repl_name {
+    uint64_t id;
+    char *table;
+} repl_name;
+
+struct repl_ctx {
+    repl_opts o; /* pointers below replace the caller's */
+    st_topology topo;
+    repl_node_ops ops;
+    rpc_client_opts client_opts;
+    bool has_client_opts;
+    char state_dir[ST_TOPO_PATH_MAX + 1];
+    repl_shipper *shippers[ST_TOPO_CLUSTERS_MAX];
+    size_t n_shippers;
+    repl_conn conns[REPL_TOKEN_NODES_MAX];
+    size_t n_conns;
+    repl_name *names;
+    size_t n_names;
+    bool closing;
+};
+
+/* The pooled client for addr, (re)created when absent or dead; NULL with err when it cannot be
+ * made. Never call from inside a client callback (it may free a dead client). */
+rpc_client *repl_conn_get(repl_ctx *r, const char *addr, st_err *err);
+/* The table of a tablet id: looks in the remembered names, then refreshes them from storage
+ * once (refresh=true). NULL when unknown (the tablet and its table are gone). */
+const char *repl_tablet_table(repl_ctx *r, uint64_t tablet_id, bool refresh);
+/* Learns every live tablet's table from storage. */
+void repl_names_refresh(repl_ctx *r);
+
+/* shipper.c */
+st_code repl_shipper_open(repl_ctx *r, const st_topo_cluster *peer, repl_shipper **out,
+                          st_err *err);
+/* Cancels outstanding calls and frees; call after the clients are freed (their callbacks run). */
+void repl_shipper_close(repl_shipper *s);
+/* Records the acknowledged position durably now if it moved (close, tests). */
+void repl_shipper_persist(repl_shipper *s, bool force);
+void repl_shipper_stats(repl_shipper *s, repl_peer_stats *out);
+
+/* apply.c */
+void repl_h_apply(rpc_call *call, st_slice req, void *arg);
+void repl_h_get_positions(rpc_call *call, st_slice req, void *arg);
+
+#endif

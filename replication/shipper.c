@@ -1,0 +1,731 @@
+/* shipper.c — one shipper per (this node, peer cluster): reads the commit log in order from the
+ * acknowledged position, skips records that must not travel (replicated ones: no echo; GC
+ * deletes: each cluster collects its own garbage; tablets whose table is gone), batches the rest
+ * (REPL_BATCH_ROWS_MAX records / REPL_BATCH_BYTES_MAX bytes), sends each batch's rows to the peer
+ * nodes owning them (Replication/Apply, one call per node), and advances the acknowledged
+ * position over a batch once every call of it, and of every batch before it, succeeded.
+ *
+ * Window: at most inflight_max batches are read and unacknowledged; acks advance in log order.
+ * Failures: a batch with a failed call is resent whole (Apply is idempotent) after an
+ * exponential backoff; "strata-not-owner", UNAVAILABLE and NOT_FOUND first refresh the map of
+ * the peer's tablets (Node/ListTablets on each of its nodes; a one-node peer needs no map).
+ * Durability: the acknowledged position goes to DIR/peer-<id>.pos and to the storage log holder
+ * "repl:<id>" at most every hold_interval_ms, file first (a crash between the two leaves the
+ * holder behind the file, which only keeps more log). After a restart shipping resumes at the
+ * recorded position; batches acknowledged after it are shipped again, harmlessly.
+ *
+ * Everything runs on the loop. RPC callbacks only record results and schedule the pump (a
+ * zero-delay event), so no client is created or freed inside its own callback. */
+#include "repl_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h" /* sto_row_mut_encode */
+#include "strata/internal/v1/node.pb-c.h"
+#include "strata/internal/v1/replication.pb-c.h"
+
+#define PATH_APPLY "/strata.internal.v1.Replication/Apply"
+#define PATH_LIST_TABLETS "/strata.internal.v1.Node/ListTablets"
+#define POS_FILE_BYTES_MAX 64
+
+enum { B_FREE = 0, B_SENDING, B_FAILED, B_DONE };
+
+typedef struct ship_row {
+    const char *table; /* in the batch arena */
+    st_slice row;      /* in the batch arena */
+    st_slice enc;      /* the row mutation, log payload encoding */
+    uint64_t lsn, commit_ts_us;
+    uint32_t dest; /* index of the peer node */
+} ship_row;
+
+typedef struct ship_batch {
+    repl_shipper *s;
+    int state;
+    uint64_t first_lsn, next_lsn; /* covers records [first_lsn, next_lsn) */
+    ship_row *rows;               /* batch_rows_max entries, allocated once */
+    size_t n_rows;
+    size_t bytes;
+    st_arena arena;
+    uint32_t pending; /* Apply calls outstanding */
+    bool failed;
+} ship_batch;
+
+typedef struct peer_tablet {
+    char *table;
+    st_buf start, end; /* [start, end); empty end = unbounded */
+    uint32_t dest;
+} peer_tablet;
+
+typedef struct refresh_arg {
+    repl_shipper *s;
+    uint32_t dest;
+} refresh_arg;
+
+struct repl_shipper {
+    repl_ctx *r;
+    char id[ST_TOPO_ID_MAX + 1];
+    uint32_t cluster_num;
+    char addrs[ST_TOPO_NODES_MAX][ST_TOPO_ADDR_MAX + 1];
+    size_t n_nodes;
+    char holder[ST_TOPO_ID_MAX + 16];
+    char pos_path[ST_TOPO_PATH_MAX + ST_TOPO_ID_MAX + 32];
+
+    sto_log_reader *reader;
+    uint64_t read_next;    /* next lsn to read */
+    uint64_t acked_next;   /* records below are on the peer (or were not to be shipped) */
+    uint64_t durable_next; /* what the position file and the holder say */
+    int64_t persisted_at_us;
+    st_buf scratch;
+
+    ship_batch batches[REPL_INFLIGHT_BATCHES_MAX]; /* a ring: head, count */
+    size_t head, count;
+
+    peer_tablet *map, *new_map;
+    size_t n_map, n_new_map;
+    bool map_stale, refresh_ok;
+    uint32_t refreshing; /* ListTablets calls outstanding */
+    int64_t map_at_us;
+    refresh_arg refresh_args[ST_TOPO_NODES_MAX];
+
+    struct event *ev_pump, *ev_backoff, *ev_persist;
+    bool backing_off;
+    uint32_t backoff_ms;
+
+    uint64_t bytes_read, records_read; /* for estimating the bytes of unread records */
+    int64_t caught_up_wall_us;         /* when the shipper last had nothing to send */
+    uint64_t rows_shipped, records_skipped, batches_sent, rpcs_failed, map_refreshes;
+    char last_error[256];
+};
+
+static void schedule_pump(repl_shipper *s, uint32_t delay_ms) {
+    if (s->r->closing)
+        return;
+    struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
+    /* A pending earlier pump stays: only a sooner one replaces it. */
+    if (delay_ms == 0 || !evtimer_pending(s->ev_pump, NULL))
+        evtimer_add(s->ev_pump, &tv);
+}
+
+static void set_error(repl_shipper *s, st_code code, const char *msg) {
+    snprintf(s->last_error, sizeof s->last_error, "%s: %s", st_code_name(code),
+             msg ? msg : "");
+}
+
+static void start_backoff(repl_shipper *s) {
+    if (s->backing_off || s->r->closing)
+        return;
+    uint32_t min = s->r->o.backoff_min_ms, max = s->r->o.backoff_max_ms;
+    s->backoff_ms = s->backoff_ms ? (s->backoff_ms >= max / 2 ? max : s->backoff_ms * 2) : min;
+    s->backing_off = true;
+    struct timeval tv = {s->backoff_ms / 1000, (s->backoff_ms % 1000) * 1000};
+    evtimer_add(s->ev_backoff, &tv);
+    st_log(ST_LOG_DEBUG, "repl", "peer=%s backoff_ms=%u error=\"%s\"", s->id, s->backoff_ms,
+           s->last_error);
+}
+
+/* ---- the durable position ---- */
+
+static st_code pos_read(repl_shipper *s, uint64_t *lsn, st_err *err) {
+    st_buf b;
+    st_buf_init(&b);
+    st_code rc = st_env_read_all(st_env_posix(), s->pos_path, &b, err);
+    if (rc == ST_OK) {
+        char text[POS_FILE_BYTES_MAX + 1];
+        unsigned long long v = 0;
+        size_t n = b.len < POS_FILE_BYTES_MAX ? b.len : POS_FILE_BYTES_MAX;
+        memcpy(text, b.data, n);
+        text[n] = '\0';
+        if (sscanf(text, "repl-position v1 %llu", &v) != 1 || v == 0)
+            rc = st_err_set(err, ST_DATA_LOSS,
+                            "replication position file %s is malformed; remove it to ship the "
+                            "whole log again",
+                            s->pos_path);
+        *lsn = v;
+    }
+    st_buf_free(&b);
+    return rc;
+}
+
+void repl_shipper_persist(repl_shipper *s, bool force) {
+    if (s->acked_next == s->durable_next)
+        return;
+    int64_t now = st_mono_us();
+    if (!force && now - s->persisted_at_us < (int64_t)s->r->o.hold_interval_ms * 1000) {
+        if (!evtimer_pending(s->ev_persist, NULL)) {
+            struct timeval tv = {s->r->o.hold_interval_ms / 1000,
+                                 (s->r->o.hold_interval_ms % 1000) * 1000};
+            evtimer_add(s->ev_persist, &tv);
+        }
+        return;
+    }
+    char text[POS_FILE_BYTES_MAX];
+    int len = snprintf(text, sizeof text, "repl-position v1 %" PRIu64 "\n", s->acked_next);
+    st_err err = {0};
+    st_code rc = st_env_write_atomic(st_env_posix(), s->pos_path, text, (size_t)len, &err);
+    if (rc == ST_OK)
+        rc = sto_log_hold(s->r->o.db, s->holder, s->acked_next, &err);
+    if (rc != ST_OK) {
+        /* Shipping goes on; a restart would resend more. Try again at the next interval. */
+        st_log(ST_LOG_WARN, "repl", "peer=%s recording position %" PRIu64 " failed: %s", s->id,
+               s->acked_next, err.msg);
+        s->persisted_at_us = now;
+        return;
+    }
+    s->durable_next = s->acked_next;
+    s->persisted_at_us = now;
+}
+
+static void on_persist(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    repl_shipper *s = arg;
+    if (!s->r->closing)
+        repl_shipper_persist(s, false);
+}
+
+/* ---- the peer's tablet map ---- */
+
+static void map_free(peer_tablet *m, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(m[i].table);
+        st_buf_free(&m[i].start);
+        st_buf_free(&m[i].end);
+    }
+    free(m);
+}
+
+static int map_cmp(const void *a, const void *b) {
+    const peer_tablet *x = a, *y = b;
+    int c = strcmp(x->table, y->table);
+    return c ? c : st_slice_cmp(st_buf_slice(&x->start), st_buf_slice(&y->start));
+}
+
+/* The peer node whose tablet covers (table, row); -1 when none does. */
+static int map_lookup(const repl_shipper *s, const char *table, st_slice row) {
+    size_t lo = 0, hi = s->n_map;
+    while (lo < hi) { /* first entry > (table, row) */
+        size_t mid = (lo + hi) / 2;
+        const peer_tablet *t = &s->map[mid];
+        int c = strcmp(t->table, table);
+        if (c < 0 || (c == 0 && st_slice_cmp(st_buf_slice(&t->start), row) <= 0))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return -1;
+    const peer_tablet *t = &s->map[lo - 1];
+    if (strcmp(t->table, table) != 0 ||
+        (t->end.len && st_slice_cmp(row, st_buf_slice(&t->end)) >= 0))
+        return -1;
+    return (int)t->dest;
+}
+
+static void refresh_add(repl_shipper *s, const Strata__Internal__V1__ListTabletsResponse *resp,
+                        uint32_t dest) {
+    for (size_t i = 0; i < resp->n_tablets && s->refresh_ok; i++) {
+        const Strata__Internal__V1__Tablet *t = resp->tablets[i];
+        if (s->n_new_map >= REPL_PEER_TABLETS_MAX) {
+            s->refresh_ok = false;
+            set_error(s, ST_RESOURCE_EXHAUSTED, "peer tablet map over its maximum");
+            return;
+        }
+        peer_tablet *v = realloc(s->new_map, (s->n_new_map + 1) * sizeof *v);
+        if (!v) {
+            s->refresh_ok = false;
+            return;
+        }
+        s->new_map = v;
+        peer_tablet *e = &v[s->n_new_map];
+        memset(e, 0, sizeof *e);
+        e->dest = dest;
+        e->table = strdup(t->table_name ? t->table_name : "");
+        s->n_new_map++;
+        if (!e->table || st_buf_append(&e->start, t->start_key.data, t->start_key.len) != ST_OK ||
+            st_buf_append(&e->end, t->end_key.data, t->end_key.len) != ST_OK)
+            s->refresh_ok = false;
+    }
+}
+
+static void refresh_done(st_code code, const char *message, st_slice resp, void *arg) {
+    refresh_arg *ra = arg;
+    repl_shipper *s = ra->s;
+    Strata__Internal__V1__ListTabletsResponse *m = NULL;
+    if (code == ST_OK &&
+        !(m = strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data))) {
+        code = ST_INTERNAL;
+        message = "malformed ListTabletsResponse";
+    }
+    if (code != ST_OK) {
+        s->refresh_ok = false;
+        set_error(s, code, message);
+        s->rpcs_failed++;
+    } else if (!s->r->closing) {
+        refresh_add(s, m, ra->dest);
+    }
+    if (m)
+        strata__internal__v1__list_tablets_response__free_unpacked(m, NULL);
+    if (--s->refreshing > 0 || s->r->closing)
+        return;
+    if (s->refresh_ok) {
+        qsort(s->new_map, s->n_new_map, sizeof *s->new_map, map_cmp);
+        map_free(s->map, s->n_map);
+        s->map = s->new_map;
+        s->n_map = s->n_new_map;
+        s->map_stale = false;
+        s->map_at_us = st_mono_us();
+        s->map_refreshes++;
+    } else {
+        map_free(s->new_map, s->n_new_map);
+        start_backoff(s);
+    }
+    s->new_map = NULL;
+    s->n_new_map = 0;
+    schedule_pump(s, 0);
+}
+
+static void start_refresh(repl_shipper *s) {
+    Strata__Internal__V1__ListTabletsRequest req;
+    strata__internal__v1__list_tablets_request__init(&req);
+    uint8_t buf[16];
+    size_t len = strata__internal__v1__list_tablets_request__pack(&req, buf);
+    s->refresh_ok = true;
+    s->refreshing = 1; /* held while starting the calls */
+    for (size_t i = 0; i < s->n_nodes; i++) {
+        st_err err = {0};
+        rpc_client *c = repl_conn_get(s->r, s->addrs[i], &err);
+        s->refresh_args[i] = (refresh_arg){s, (uint32_t)i};
+        if (!c || rpc_client_unary(c, PATH_LIST_TABLETS, st_slice_make(buf, len), NULL, 0,
+                                   s->r->o.rpc_timeout_ms, refresh_done,
+                                   &s->refresh_args[i]) != ST_OK) {
+            s->refresh_ok = false;
+            set_error(s, ST_UNAVAILABLE, c ? "could not start ListTablets" : err.msg);
+            continue;
+        }
+        s->refreshing++;
+    }
+    /* Drop the hold through the common path (from the loop, not inside a call). */
+    refresh_done(ST_OK, NULL, st_slice_make(NULL, 0), &(refresh_arg){s, UINT32_MAX});
+}
+
+/* ---- batches ---- */
+
+static void batch_reset(ship_batch *b) {
+    st_arena_deinit(&b->arena);
+    st_arena_init(&b->arena, 64 << 10);
+    b->n_rows = 0;
+    b->bytes = 0;
+    b->pending = 0;
+    b->failed = false;
+    b->state = B_FREE;
+}
+
+static void batch_complete(repl_shipper *s, ship_batch *b) {
+    if (b->failed) {
+        b->state = B_FAILED;
+        start_backoff(s);
+    } else {
+        b->state = B_DONE;
+        s->backoff_ms = 0;
+        s->rows_shipped += b->n_rows;
+    }
+    schedule_pump(s, 0);
+}
+
+static bool refresh_worthy(st_code code, const char *msg) {
+    return code == ST_UNAVAILABLE || code == ST_NOT_FOUND || code == ST_DEADLINE_EXCEEDED ||
+           (code == ST_FAILED_PRECONDITION && msg && strstr(msg, "strata-not-owner:"));
+}
+
+static void apply_done(st_code code, const char *message, st_slice resp, void *arg) {
+    (void)resp;
+    ship_batch *b = arg;
+    repl_shipper *s = b->s;
+    if (code != ST_OK) {
+        b->failed = true;
+        if (code != ST_CANCELLED || !s->r->closing) {
+            s->rpcs_failed++;
+            set_error(s, code, message);
+            if (refresh_worthy(code, message))
+                s->map_stale = true;
+        }
+    }
+    if (--b->pending == 0 && !s->r->closing)
+        batch_complete(s, b);
+}
+
+/* Sends the rows going to peer node dest as one Apply call. */
+static st_code send_dest(repl_shipper *s, ship_batch *b, uint32_t dest, size_t count,
+                         st_err *err) {
+    Strata__Internal__V1__ReplicatedRow *rows = calloc(count, sizeof *rows);
+    Strata__Internal__V1__ReplicatedRow **ptrs = calloc(count, sizeof *ptrs);
+    st_code rc = ST_RESOURCE_EXHAUSTED;
+    uint8_t *buf = NULL;
+    if (!rows || !ptrs) {
+        st_err_set(err, rc, "out of memory building an Apply request");
+        goto out;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < b->n_rows; i++) {
+        if (b->rows[i].dest != dest)
+            continue;
+        strata__internal__v1__replicated_row__init(&rows[k]);
+        rows[k].table_name = (char *)b->rows[i].table;
+        rows[k].row_mutation.data = (uint8_t *)b->rows[i].enc.data;
+        rows[k].row_mutation.len = b->rows[i].enc.len;
+        rows[k].origin_lsn = b->rows[i].lsn;
+        ptrs[k] = &rows[k];
+        k++;
+    }
+    Strata__Internal__V1__ApplyRequest req;
+    strata__internal__v1__apply_request__init(&req);
+    req.source_cluster = s->r->o.cluster_num;
+    req.source_node = s->r->o.node_num;
+    req.n_rows = k;
+    req.rows = ptrs;
+    size_t len = strata__internal__v1__apply_request__get_packed_size(&req);
+    if (!(buf = malloc(len ? len : 1))) {
+        st_err_set(err, rc, "out of memory building an Apply request");
+        goto out;
+    }
+    strata__internal__v1__apply_request__pack(&req, buf);
+    rpc_client *c = repl_conn_get(s->r, s->addrs[dest], err);
+    rc = c ? rpc_client_unary(c, PATH_APPLY, st_slice_make(buf, len), NULL, 0,
+                              s->r->o.rpc_timeout_ms, apply_done, b)
+           : (err ? err->code : ST_UNAVAILABLE);
+    if (c && rc != ST_OK)
+        st_err_set(err, ST_UNAVAILABLE, "could not start an Apply call to %s", s->addrs[dest]);
+out:
+    free(buf);
+    free(rows);
+    free(ptrs);
+    return rc;
+}
+
+/* Routes the batch's rows and starts one Apply per peer node they go to. */
+static void send_batch(repl_shipper *s, ship_batch *b) {
+    b->state = B_SENDING;
+    b->failed = false;
+    b->pending = 1; /* held while starting the calls */
+    size_t per_dest[ST_TOPO_NODES_MAX] = {0};
+    for (size_t i = 0; i < b->n_rows; i++) {
+        int d = s->n_nodes == 1 ? 0 : map_lookup(s, b->rows[i].table, b->rows[i].row);
+        if (d < 0) {
+            s->map_stale = true;
+            b->failed = true;
+            set_error(s, ST_FAILED_PRECONDITION,
+                      "no tablet of the peer cluster covers a row; refreshing its map");
+            break;
+        }
+        b->rows[i].dest = (uint32_t)d;
+        per_dest[d]++;
+    }
+    for (uint32_t d = 0; !b->failed && d < s->n_nodes; d++) {
+        st_err err = {0};
+        if (!per_dest[d])
+            continue;
+        if (send_dest(s, b, d, per_dest[d], &err) != ST_OK) {
+            b->failed = true;
+            s->map_stale = true;
+            set_error(s, err.code, err.msg);
+        } else {
+            b->pending++;
+        }
+    }
+    s->batches_sent++;
+    if (--b->pending == 0)
+        batch_complete(s, b);
+}
+
+/* Opens the log reader at read_next. When the records there were trimmed (replication was
+ * configured after the log had moved on), starts at the oldest record still stored: what was
+ * trimmed cannot be shipped, and the operator is told. */
+static st_code reader_open(repl_shipper *s, st_err *err) {
+    st_code rc = sto_log_reader_open(s->r->o.db, s->read_next, &s->reader, err);
+    if (rc != ST_OUT_OF_RANGE || s->count > 0)
+        return rc;
+    uint64_t lo = s->read_next, hi = sto_log_last_lsn(s->r->o.db) + 1;
+    while (lo < hi) { /* lowest lsn that opens */
+        uint64_t mid = lo + (hi - lo) / 2;
+        sto_log_reader *t = NULL;
+        if (sto_log_reader_open(s->r->o.db, mid, &t, NULL) == ST_OK) {
+            sto_log_reader_close(t);
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    st_log(ST_LOG_ERROR, "repl",
+           "peer=%s: log records %" PRIu64 "..%" PRIu64 " were trimmed before they were "
+           "shipped; the peer lacks them (copy the data over, e.g. by backup and restore)",
+           s->id, s->read_next, lo - 1);
+    s->read_next = s->acked_next = lo;
+    return sto_log_reader_open(s->r->o.db, s->read_next, &s->reader, err);
+}
+
+/* Adds the record to the batch when it is to be shipped. */
+static st_code batch_take(repl_shipper *s, ship_batch *b, const sto_log_record *rec,
+                          bool *refreshed) {
+    if (rec->row.flags & (STO_ROW_REPLICATED | STO_ROW_GC)) {
+        s->records_skipped++;
+        return ST_OK;
+    }
+    const char *table = repl_tablet_table(s->r, rec->row.tablet_id, !*refreshed);
+    if (!table) {
+        *refreshed = true;
+        s->records_skipped++;
+        st_log(ST_LOG_DEBUG, "repl", "lsn=%" PRIu64 " tablet=%" PRIu64 " gone: not shipped",
+               rec->lsn, rec->row.tablet_id);
+        return ST_OK;
+    }
+    st_buf_reset(&s->scratch);
+    if (sto_row_mut_encode(&s->scratch, &rec->row) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    ship_row *r = &b->rows[b->n_rows];
+    r->table = st_arena_dup(&b->arena, table, strlen(table) + 1);
+    r->enc.data = st_arena_dup(&b->arena, s->scratch.data, s->scratch.len);
+    r->enc.len = s->scratch.len;
+    r->row.data = st_arena_dup(&b->arena, rec->row.row.data, rec->row.row.len ? rec->row.row.len : 1);
+    r->row.len = rec->row.row.len;
+    if (!r->table || !r->enc.data || !r->row.data)
+        return ST_RESOURCE_EXHAUSTED;
+    r->lsn = rec->lsn;
+    r->commit_ts_us = rec->row.commit_ts_us;
+    r->dest = 0;
+    b->n_rows++;
+    b->bytes += s->scratch.len;
+    return ST_OK;
+}
+
+/* Reads the next records into b. ST_NOT_FOUND when there were none. */
+static st_code read_batch(repl_shipper *s, ship_batch *b, st_err *err) {
+    if (!s->reader) {
+        st_code rc = reader_open(s, err);
+        if (rc != ST_OK)
+            return rc;
+    }
+    batch_reset(b);
+    b->first_lsn = s->read_next;
+    size_t records = 0;
+    bool refreshed = false;
+    while (records < s->r->o.batch_rows_max && b->bytes < s->r->o.batch_bytes_max) {
+        sto_log_record rec;
+        st_code rc = sto_log_reader_next(s->reader, &rec, err);
+        if (rc == ST_NOT_FOUND)
+            break;
+        if (rc == ST_OK)
+            rc = batch_take(s, b, &rec, &refreshed);
+        if (rc != ST_OK) {
+            /* Reopen at read_next later; what was taken so far is kept (it is whole). */
+            sto_log_reader_close(s->reader);
+            s->reader = NULL;
+            if (records)
+                break;
+            return rc;
+        }
+        records++;
+        s->records_read++;
+        s->bytes_read += rec.row.row.len + 32;
+        s->read_next = rec.lsn + 1;
+    }
+    b->next_lsn = s->read_next;
+    return records ? ST_OK : ST_NOT_FOUND;
+}
+
+/* Moves the acknowledged position over the finished batches at the head of the window. */
+static void retire(repl_shipper *s) {
+    while (s->count && s->batches[s->head].state == B_DONE) {
+        ship_batch *b = &s->batches[s->head];
+        s->acked_next = b->next_lsn;
+        batch_reset(b);
+        s->head = (s->head + 1) % REPL_INFLIGHT_BATCHES_MAX;
+        s->count--;
+    }
+}
+
+static bool map_needed(const repl_shipper *s) {
+    if (s->n_nodes <= 1)
+        return false;
+    return s->map_stale || s->map_at_us == 0 ||
+           st_mono_us() - s->map_at_us > (int64_t)REPL_MAP_REFRESH_MS * 1000;
+}
+
+static void pump(repl_shipper *s) {
+    retire(s);
+    repl_shipper_persist(s, false);
+    if (s->backing_off || s->refreshing)
+        return;
+    if (map_needed(s)) {
+        start_refresh(s);
+        return;
+    }
+    for (size_t i = 0; i < s->count && !s->backing_off; i++) {
+        ship_batch *b = &s->batches[(s->head + i) % REPL_INFLIGHT_BATCHES_MAX];
+        if (b->state == B_FAILED && b->pending == 0)
+            send_batch(s, b);
+    }
+    bool caught_up = false;
+    while (!s->backing_off && s->count < s->r->o.inflight_max) {
+        ship_batch *b = &s->batches[(s->head + s->count) % REPL_INFLIGHT_BATCHES_MAX];
+        st_err err = {0};
+        st_code rc = read_batch(s, b, &err);
+        if (rc == ST_NOT_FOUND) {
+            caught_up = true;
+            break;
+        }
+        if (rc != ST_OK) {
+            set_error(s, rc, err.msg);
+            start_backoff(s);
+            break;
+        }
+        s->count++;
+        if (b->n_rows == 0)
+            b->state = B_DONE; /* nothing to ship in it: acknowledged at once, in order */
+        else
+            send_batch(s, b);
+        retire(s);
+    }
+    if (s->count == 0 && caught_up) {
+        s->caught_up_wall_us = st_wall_us();
+        if (s->last_error[0] && !s->backing_off)
+            s->last_error[0] = '\0';
+    }
+    repl_shipper_persist(s, false);
+    if (caught_up)
+        schedule_pump(s, s->r->o.poll_ms);
+}
+
+static void on_pump(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    repl_shipper *s = arg;
+    if (!s->r->closing)
+        pump(s);
+}
+
+static void on_backoff(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    repl_shipper *s = arg;
+    s->backing_off = false;
+    if (!s->r->closing)
+        pump(s);
+}
+
+/* ---- open, close, stats ---- */
+
+st_code repl_shipper_open(repl_ctx *r, const st_topo_cluster *peer, repl_shipper **out,
+                          st_err *err) {
+    repl_shipper *s = calloc(1, sizeof *s);
+    if (!s)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a shipper");
+    s->r = r;
+    snprintf(s->id, sizeof s->id, "%s", peer->id);
+    s->cluster_num = peer->num;
+    s->n_nodes = peer->n_nodes;
+    for (size_t i = 0; i < peer->n_nodes; i++)
+        snprintf(s->addrs[i], sizeof s->addrs[i], "%s", peer->nodes[i].addr);
+    snprintf(s->holder, sizeof s->holder, REPL_HOLDER_PREFIX "%s", peer->id);
+    snprintf(s->pos_path, sizeof s->pos_path, "%s/peer-%s.pos", r->state_dir, peer->id);
+    st_buf_init(&s->scratch);
+    for (size_t i = 0; i < REPL_INFLIGHT_BATCHES_MAX; i++) {
+        s->batches[i].s = s;
+        st_arena_init(&s->batches[i].arena, 64 << 10);
+        s->batches[i].rows = calloc(r->o.batch_rows_max, sizeof(ship_row));
+        if (!s->batches[i].rows) {
+            *out = s;
+            repl_shipper_close(s);
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a shipper");
+        }
+    }
+    s->ev_pump = evtimer_new(r->o.base, on_pump, s);
+    s->ev_backoff = evtimer_new(r->o.base, on_backoff, s);
+    s->ev_persist = evtimer_new(r->o.base, on_persist, s);
+    uint64_t start = 1;
+    st_err perr = {0};
+    st_code rc = pos_read(s, &start, &perr);
+    if (rc == ST_NOT_FOUND) {
+        start = 1;
+        rc = ST_OK;
+    }
+    if (rc == ST_OK && (!s->ev_pump || !s->ev_backoff || !s->ev_persist))
+        rc = st_err_set(&perr, ST_RESOURCE_EXHAUSTED, "out of memory starting a shipper");
+    /* The holder first keeps every record from here on; then shipping starts. */
+    if (rc == ST_OK)
+        rc = sto_log_hold(r->o.db, s->holder, start, &perr);
+    if (rc != ST_OK) {
+        repl_shipper_close(s);
+        if (err)
+            *err = perr;
+        return rc;
+    }
+    s->read_next = s->acked_next = s->durable_next = start;
+    s->caught_up_wall_us = st_wall_us();
+    st_log(ST_LOG_INFO, "repl", "shipper peer=%s nodes=%zu resumes at lsn=%" PRIu64, s->id,
+           s->n_nodes, start);
+    schedule_pump(s, 0);
+    *out = s;
+    return ST_OK;
+}
+
+void repl_shipper_close(repl_shipper *s) {
+    if (!s)
+        return;
+    if (s->ev_persist) /* only once everything is set up */
+        repl_shipper_persist(s, true);
+    if (s->ev_pump)
+        event_free(s->ev_pump);
+    if (s->ev_backoff)
+        event_free(s->ev_backoff);
+    if (s->ev_persist)
+        event_free(s->ev_persist);
+    sto_log_reader_close(s->reader);
+    for (size_t i = 0; i < REPL_INFLIGHT_BATCHES_MAX; i++) {
+        st_arena_deinit(&s->batches[i].arena);
+        free(s->batches[i].rows);
+    }
+    map_free(s->map, s->n_map);
+    map_free(s->new_map, s->n_new_map);
+    st_buf_free(&s->scratch);
+    free(s);
+}
+
+void repl_shipper_stats(repl_shipper *s, repl_peer_stats *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->cluster_id, sizeof out->cluster_id, "%s", s->id);
+    out->cluster_num = s->cluster_num;
+    out->acked_next_lsn = s->acked_next;
+    out->durable_next_lsn = s->durable_next;
+    uint64_t last = sto_log_last_lsn(s->r->o.db);
+    out->records_behind = last >= s->acked_next ? last - s->acked_next + 1 : 0;
+    uint64_t inflight_bytes = 0;
+    uint64_t oldest_ts = 0;
+    for (size_t i = 0; i < s->count; i++) {
+        const ship_batch *b = &s->batches[(s->head + i) % REPL_INFLIGHT_BATCHES_MAX];
+        inflight_bytes += b->bytes;
+        for (size_t j = 0; j < b->n_rows && !oldest_ts; j++)
+            oldest_ts = b->rows[j].commit_ts_us;
+    }
+    uint64_t unread = last >= s->read_next ? last - s->read_next + 1 : 0;
+    uint64_t avg = s->records_read ? s->bytes_read / s->records_read : 64;
+    out->bytes_behind = inflight_bytes + unread * avg;
+    int64_t now = st_wall_us();
+    if (out->records_behind == 0)
+        out->time_behind_us = 0;
+    else if (oldest_ts && now > (int64_t)oldest_ts)
+        out->time_behind_us = (uint64_t)(now - (int64_t)oldest_ts);
+    else if (now > s->caught_up_wall_us)
+        out->time_behind_us = (uint64_t)(now - s->caught_up_wall_us);
+    out->rows_shipped = s->rows_shipped;
+    out->records_skipped = s->records_skipped;
+    out->batches_sent = s->batches_sent;
+    out->rpcs_failed = s->rpcs_failed;
+    out->map_refreshes = s->map_refreshes;
+    out->inflight_batches = (uint32_t)s->count;
+    out->backing_off = s->backing_off;
+    out->backoff_ms = s->backoff_ms;
+    snprintf(out->last_error, sizeof out->last_error, "%s", s->last_error);
+}

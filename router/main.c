@@ -1,0 +1,91 @@
+/* main.c — strata-router: the public endpoint of a Strata instance.
+ *   strata-router --config TOPOLOGY_FILE [--listen HOST:PORT]
+ * then BIGTABLE_EMULATOR_HOST=HOST:PORT cbt -project p -instance i ls */
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/router.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: strata-router --config TOPOLOGY_FILE [--listen HOST:PORT] [--verbose]\n"
+            "Serves the Cloud Bigtable data and table admin APIs for the instance the topology\n"
+            "file describes (docs/formats/topology.md), forwarding to its nodes. The listen\n"
+            "address defaults to the file's [router] listen, else 127.0.0.1:8086.\n");
+}
+
+static void on_signal(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(arg);
+}
+
+static int run(struct event_base *base, const rtr_opts *o) {
+    rtr_ctx *r;
+    st_err err = {0};
+    if (rtr_open(base, o, &r, &err) != ST_OK) {
+        fprintf(stderr, "strata-router: %s\n", err.msg[0] ? err.msg : "could not start");
+        return 1;
+    }
+    printf("strata-router listening on %s:%u\n", o->listen_host ? o->listen_host : "127.0.0.1",
+           rtr_port(r));
+    fflush(stdout);
+    struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
+    struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    event_add(sigint, NULL);
+    event_add(sigterm, NULL);
+    event_base_dispatch(base);
+    st_log(ST_LOG_INFO, "router", "shutting down");
+    event_free(sigint);
+    event_free(sigterm);
+    rtr_close(r);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *config = NULL, *listen = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--config") && v) config = argv[++i];
+        else if (!strcmp(a, "--listen") && v) listen = argv[++i];
+        else if (!strcmp(a, "--verbose")) st_log_set_level(ST_LOG_DEBUG);
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        else { usage(stderr); return 2; }
+    }
+    if (!config) {
+        fprintf(stderr, "strata-router: --config TOPOLOGY_FILE is required\n");
+        usage(stderr);
+        return 2;
+    }
+    static st_topology topo; /* large: not on the stack */
+    st_err err = {0};
+    if (st_topology_load(config, &topo, &err) != ST_OK) {
+        fprintf(stderr, "strata-router: %s\n", err.msg);
+        return 1;
+    }
+    rtr_opts o;
+    rtr_opts_default(&o);
+    o.topo = &topo;
+    char host[ST_TOPO_ADDR_MAX + 1];
+    if (listen) {
+        if (!st_addr_split(listen, host, sizeof host, &o.listen_port)) {
+            fprintf(stderr, "strata-router: bad --listen '%s': use HOST:PORT\n", listen);
+            return 2;
+        }
+        o.listen_host = host;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    struct event_base *base = event_base_new();
+    if (!base) {
+        fprintf(stderr, "strata-router: could not create the event loop\n");
+        return 1;
+    }
+    int rc = run(base, &o);
+    event_base_free(base);
+    return rc;
+}

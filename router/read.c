@@ -1,0 +1,354 @@
+/* read.c — ReadRows across tablets. The row set is walked tablet by tablet in key order (descending
+ * when reversed): one node call per tablet carrying only the ranges inside it, its answers
+ * forwarded to the client as they come, so rows arrive in strict order and nothing is buffered
+ * whole. rows_limit holds across tablets: each call asks for what is still missing.
+ *
+ * Flow control: the rpc client cannot pause a node's stream, so answers that arrive while the
+ * client is not writable wait in a backlog; past RTR_READ_BACKLOG_BYTES the node call is cancelled
+ * and, once the client drained the backlog, the read resumes after the last row delivered. The
+ * same resumption serves "strata-not-owner" answers and lost node connections (after a tablet-map
+ * refresh, bounded retries): the client never sees a row twice, and a row cut short is withdrawn
+ * with reset_row first. */
+#include "router_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum rr_wait { RR_IDLE, RR_NODE, RR_TIMER, RR_WRITABLE } rr_wait;
+
+typedef struct rr_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    rtr_cluster *c;
+    const char *table;
+    btu_rowset rs;
+    bool reversed;
+    int64_t limit; /* 0 = none */
+    st_buf head;   /* the request minus rows (2) and rows_limit (4) */
+    bool has_pos;
+    st_buf pos;
+    st_buf cur_start, cur_end; /* bounds of the tablet being read */
+    rtr_rr_track track;
+    rpc_ccall *inflight;
+    rr_wait wait;
+    bool paused;       /* the node call was cancelled for backpressure */
+    bool limit_hit;    /* the node call was cancelled because rows_limit was reached */
+    bool complete;     /* every row was read: finish once the backlog is out */
+    st_buf backlog;    /* messages, each prefixed with its varint length */
+    size_t backlog_off;
+    int attempts;
+    uint64_t gen;
+    st_err last;
+} rr_op;
+
+static void rr_step(void *arg);
+
+static void rr_free(rr_op *op, st_code code, const char *msg) {
+    rpc_call_finish(op->call, code, msg);
+    st_buf_free(&op->head);
+    st_buf_free(&op->pos);
+    st_buf_free(&op->cur_start);
+    st_buf_free(&op->cur_end);
+    st_buf_free(&op->backlog);
+    rtr_rr_track_deinit(&op->track);
+    free(op);
+}
+
+static size_t backlog_bytes(const rr_op *op) { return op->backlog.len - op->backlog_off; }
+
+/* Sends queued messages while the client takes them. */
+static st_code rr_drain(rr_op *op) {
+    while (backlog_bytes(op) > 0 && rpc_call_writable(op->call)) {
+        const uint8_t *p = op->backlog.data + op->backlog_off;
+        const uint8_t *end = op->backlog.data + op->backlog.len;
+        st_slice msg;
+        if (!st_get_len_prefixed(&p, end, &msg))
+            return ST_INTERNAL;
+        op->backlog_off = (size_t)(p - op->backlog.data);
+        st_code rc = rpc_call_send(op->call, msg);
+        if (rc != ST_OK)
+            return rc;
+    }
+    if (backlog_bytes(op) == 0) {
+        st_buf_reset(&op->backlog);
+        op->backlog_off = 0;
+    }
+    return ST_OK;
+}
+
+static st_code rr_emit(rr_op *op, st_slice msg) {
+    if (backlog_bytes(op) == 0 && rpc_call_writable(op->call))
+        return rpc_call_send(op->call, msg);
+    if (st_buf_append_varint64(&op->backlog, msg.len) != ST_OK ||
+        st_buf_append(&op->backlog, msg.data, msg.len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+/* Continues once the backlog is out: the next step, or the end. */
+static void rr_continue(rr_op *op) {
+    if (rpc_call_cancelled(op->call) || op->r->closing)
+        return rr_free(op, ST_CANCELLED, NULL);
+    st_code rc = rr_drain(op);
+    if (rc != ST_OK)
+        return rr_free(op, rc, "could not send rows");
+    if (backlog_bytes(op) > 0) {
+        op->wait = RR_WRITABLE;
+        return;
+    }
+    if (op->complete)
+        return rr_free(op, ST_OK, NULL);
+    rr_step(op);
+}
+
+static void rr_writable(rpc_call *call, void *arg) {
+    (void)call;
+    rr_op *op = arg;
+    if (op->wait == RR_WRITABLE) {
+        op->wait = RR_IDLE;
+        rr_continue(op);
+    } else if (op->wait == RR_NODE) {
+        st_code rc = rr_drain(op);
+        if (rc != ST_OK && op->inflight)
+            rpc_ccall_cancel(op->inflight);
+    }
+}
+
+static void rr_cancelled(rpc_call *call, void *arg) {
+    (void)call;
+    rr_op *op = arg;
+    if (op->wait == RR_NODE && op->inflight)
+        rpc_ccall_cancel(op->inflight); /* rr_done cleans up */
+    else if (op->wait == RR_WRITABLE || op->wait == RR_IDLE)
+        rr_free(op, ST_CANCELLED, NULL);
+    /* RR_TIMER: the timer (or refresh) callback sees the cancellation. */
+}
+
+static bool rr_limit_reached(const rr_op *op) {
+    return op->limit > 0 && op->track.committed >= (uint64_t)op->limit;
+}
+
+static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    rr_op *op = arg;
+    if (op->paused || op->limit_hit)
+        return;
+    st_code rc = rtr_rr_track_feed(&op->track, msg, op->reversed);
+    if (rc == ST_OK)
+        rc = rr_emit(op, msg);
+    if (rc != ST_OK) {
+        st_err_set(&op->last, rc, "could not relay rows from node");
+        op->limit_hit = true; /* stop taking answers; rr_done reports op->last */
+        op->complete = false;
+        return rpc_ccall_cancel(call);
+    }
+    if (rr_limit_reached(op)) {
+        op->limit_hit = true;
+        rpc_ccall_cancel(call);
+    } else if (backlog_bytes(op) > RTR_READ_BACKLOG_BYTES) {
+        op->paused = true;
+        rpc_ccall_cancel(call);
+    }
+}
+
+static st_code set_buf(st_buf *b, st_slice v) {
+    st_buf_reset(b);
+    return st_buf_append(b, v.data, v.len);
+}
+
+/* Moves the position past the rows delivered so far (never backwards). */
+static st_code rr_resume_pos(rr_op *op) {
+    if (!op->track.has_last)
+        return ST_OK;
+    st_slice last = st_buf_slice(&op->track.last);
+    if (!op->reversed) {
+        st_buf next;
+        st_buf_init(&next);
+        st_code rc = st_buf_append(&next, last.data, last.len);
+        if (rc == ST_OK)
+            rc = st_buf_append_byte(&next, 0); /* the rows after last */
+        if (rc == ST_OK && (!op->has_pos || st_slice_cmp(st_buf_slice(&next), st_buf_slice(&op->pos)) > 0)) {
+            rc = set_buf(&op->pos, st_buf_slice(&next));
+            op->has_pos = true;
+        }
+        st_buf_free(&next);
+        return rc;
+    }
+    if (op->has_pos && st_slice_cmp(last, st_buf_slice(&op->pos)) >= 0)
+        return ST_OK;
+    op->has_pos = true;
+    return set_buf(&op->pos, last);
+}
+
+/* A row cut short by a failure is withdrawn before the read resumes. */
+static st_code rr_reset_open_row(rr_op *op) {
+    static const uint8_t reset[] = {0x0a, 0x02, 0x40, 0x01}; /* chunks { reset_row: true } */
+    if (!op->track.row_open)
+        return ST_OK;
+    op->track.row_open = false;
+    return rr_emit(op, st_slice_make(reset, sizeof reset));
+}
+
+static void rr_refreshed(void *arg) {
+    rr_op *op = arg;
+    op->wait = RR_IDLE;
+    rr_continue(op); /* sees a cancellation itself */
+}
+
+static void rr_after_backoff(void *arg) {
+    rr_op *op = arg;
+    op->wait = RR_IDLE;
+    if (rpc_call_cancelled(op->call) || op->r->closing)
+        return rr_free(op, ST_CANCELLED, NULL);
+    if (op->c->map_gen != op->gen)
+        return rr_continue(op); /* the map changed since this try: use it */
+    op->wait = RR_TIMER;
+    if (rtr_cluster_refresh(op->c, rr_refreshed, op) != ST_OK)
+        rr_free(op, op->last.code, op->last.msg);
+}
+
+static void rr_retry(rr_op *op) {
+    if (op->attempts >= RTR_RETRIES_MAX || op->r->closing ||
+        rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
+        return rr_free(op, op->last.code, op->last.msg);
+    op->wait = RR_TIMER;
+    if (rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), rr_after_backoff, op) != ST_OK)
+        rr_free(op, op->last.code, op->last.msg);
+}
+
+/* The tablet's rows are all read: move to the next tablet (or finish). */
+static void rr_tablet_done(rr_op *op) {
+    rtr_tablet tb = {.start = st_buf_slice(&op->cur_start), .end = st_buf_slice(&op->cur_end)};
+    st_slice next;
+    op->attempts = 0;
+    if (!rtr_read_next_pos(&tb, op->reversed, &next)) {
+        op->complete = true;
+    } else if (set_buf(&op->pos, next) != ST_OK) {
+        return rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    op->has_pos = true;
+    rr_continue(op);
+}
+
+static void rr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    rr_op *op = arg;
+    op->inflight = NULL;
+    op->wait = RR_IDLE;
+    if (rpc_call_cancelled(op->call) || op->r->closing)
+        return rr_free(op, ST_CANCELLED, NULL);
+    if (op->limit_hit && op->last.code != ST_OK)
+        return rr_free(op, op->last.code, op->last.msg);
+    if (op->limit_hit) {
+        op->complete = true;
+        return rr_continue(op);
+    }
+    if (op->paused) { /* backpressure: resume after the last row once the client caught up */
+        op->paused = false;
+        if (rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
+            return rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return rr_continue(op);
+    }
+    if (code == ST_OK)
+        return rr_tablet_done(op);
+    st_err_set(&op->last, code, "%s", message ? message : "");
+    if (rtr_retryable(code, message, true))
+        return rr_retry(op);
+    rr_free(op, code, op->last.msg);
+}
+
+/* The node request for one tablet: the original request with the tablet's ranges and the rows
+ * still allowed. */
+static st_code rr_request(rr_op *op, const btu_rowset *sub, st_buf *out) {
+    if (st_buf_append(out, op->head.data, op->head.len) != ST_OK ||
+        rtr_wire_put_rowset(out, 2, sub) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    if (op->limit > 0 &&
+        rtr_wire_put_varint(out, 4, (uint64_t)op->limit - op->track.committed) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+static void rr_send(rr_op *op, const rtr_tablet *tb, const btu_rowset *sub) {
+    int64_t timeout;
+    if (!rtr_call_timeout(op->call, 0, &timeout))
+        return rr_free(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+    st_buf req;
+    st_buf_init(&req);
+    if (set_buf(&op->cur_start, tb->start) != ST_OK || set_buf(&op->cur_end, tb->end) != ST_OK ||
+        rr_request(op, sub, &req) != ST_OK) {
+        st_buf_free(&req);
+        return rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
+    size_t n_md = rtr_forward_headers(op->call, md);
+    op->wait = RR_NODE;
+    op->inflight = rtr_node_call(&op->c->nodes[tb->node], RTR_BT "ReadRows", st_buf_slice(&req),
+                                 md, n_md, timeout, rr_msg, rr_done, op, &op->last);
+    st_buf_free(&req);
+    if (!op->inflight) {
+        op->wait = RR_IDLE;
+        rr_retry(op);
+    }
+}
+
+static void rr_step(void *arg) {
+    rr_op *op = arg;
+    if (rr_limit_reached(op))
+        return rr_free(op, ST_OK, NULL);
+    const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    st_arena a;
+    st_arena_init(&a, 4096);
+    btu_rowset sub;
+    size_t k = 0;
+    st_slice gap;
+    op->gen = op->c->map_gen;
+    st_code rc = rtr_read_step(&op->rs, op->reversed, op->has_pos, st_buf_slice(&op->pos), t, &a,
+                               &sub, &k, &gap);
+    if (rc == ST_OK)
+        rr_send(op, &t->v[k], &sub);
+    st_arena_deinit(&a);
+    if (rc == ST_NOT_FOUND)
+        return rr_free(op, ST_OK, NULL);
+    if (rc == ST_UNAVAILABLE) {
+        st_err_set(&op->last, rc, "no node of cluster %s serves the rows of table %s",
+                   op->c->topo->id, op->table);
+        return rr_retry(op);
+    }
+    if (rc != ST_OK)
+        rr_free(op, rc, "out of memory");
+}
+
+static const uint32_t rr_replaced_fields[] = {2, 4}; /* rows, rows_limit */
+
+void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__V2__ReadRowsRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__v2__read_rows_request__descriptor, req_bytes);
+    rtr_cluster *c;
+    if (!req || !rtr_table_or_fail(r, call, req->table_name))
+        return;
+    st_err err = {0};
+    if (rtr_route_cluster(r, req->app_profile_id, false, &c, &err) != ST_OK)
+        return rtr_fail(call, err.code, "%s", err.msg);
+    if (req->rows_limit < 0)
+        return rtr_fail(call, ST_INVALID_ARGUMENT, "rows_limit must not be negative");
+    rr_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    *op = (rr_op){.r = r, .call = call, .c = c, .table = req->table_name,
+                  .reversed = req->reversed, .limit = req->rows_limit};
+    st_buf_init(&op->head);
+    st_buf_init(&op->pos);
+    st_buf_init(&op->cur_start);
+    st_buf_init(&op->cur_end);
+    st_buf_init(&op->backlog);
+    rtr_rr_track_init(&op->track);
+    st_code rc = btu_rowset_from_pb(req->rows, rpc_call_arena(call), &op->rs, &err);
+    if (rc == ST_OK && rtr_wire_copy_except(&op->head, req_bytes, rr_replaced_fields, 2) != ST_OK)
+        rc = st_err_set(&err, ST_INVALID_ARGUMENT, "malformed ReadRows request");
+    if (rc != ST_OK)
+        return rr_free(op, rc, err.msg);
+    rpc_call_set_cancel_cb(call, rr_cancelled, op);
+    rpc_call_set_writable_cb(call, rr_writable, op);
+    rr_step(op);
+}
