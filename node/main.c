@@ -13,14 +13,16 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-node --data DIR [--listen HOST:PORT] [--no-sync] [--cache-mb N]\n"
             "                   [--memtable-mb N] [--cluster-num N] [--node-num N]\n"
-            "                   [--split-bytes N] [--verbose]\n"
+            "                   [--split-bytes N] [--config TOPOLOGY] [--verbose]\n"
             "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
             "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
             "are on disk (fast, loses recent writes in a crash).\n"
             "--node-num N (1..16777215) makes the node a cluster member: it serves the tablets a\n"
             "router gives it (strata.internal.v1.Node) and answers other rows with\n"
             "strata-not-owner (docs/cluster.md); 0, the default, is a standalone node.\n"
-            "--split-bytes N splits tablets larger than N bytes (0, the default: never).\n");
+            "--split-bytes N splits tablets larger than N bytes (0, the default: never).\n"
+            "--config TOPOLOGY (with --cluster-num) ships this node's writes to the other\n"
+            "clusters of the topology file and applies theirs (docs/formats/replication.md).\n");
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -49,6 +51,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--cluster-num") && v) o.cluster_num = (uint32_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "--node-num") && v) o.node_num = (uint32_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "--split-bytes") && v) o.split_bytes = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--config") && v) o.config_path = argv[++i];
         else if (!strcmp(a, "--verbose")) st_log_set_level(ST_LOG_DEBUG);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
         else { usage(stderr); return 2; }

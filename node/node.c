@@ -1,6 +1,7 @@
 /* node.c — opening a node (storage + catalog + tablet map), the clock, and the request helpers
  * every handler uses. */
 #include "node_internal.h"
+#include "repl_glue.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -561,6 +562,8 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
         rc = n->rpc ? node_server_register(n, err) : (err ? err->code : ST_INTERNAL);
     }
     if (rc == ST_OK)
+        rc = node_repl_start(n, err);
+    if (rc == ST_OK)
         rc = rpc_server_listen(n->rpc, opts->listen_host, opts->listen_port, &n->port, err);
     if (rc == ST_OK)
         rc = node_split_timer_start(n, err);
@@ -608,6 +611,7 @@ void node_close(node_ctx *n) {
     node_moves_abort(n);
     while (n->rpc && __atomic_load_n(&n->writes_in_flight, __ATOMIC_RELAXED) > 0)
         event_base_loop(n->base, EVLOOP_ONCE);
+    node_repl_stop(n); /* before the server: its Apply handler uses the replication context */
     if (n->rpc) {
         rpc_server_free(n->rpc);
         event_base_loop(n->base, EVLOOP_NONBLOCK);

@@ -72,6 +72,7 @@ struct node_ctx {
     int64_t start_us;             /* st_mono_us at open (GetStatus uptime) */
     struct event *split_timer;    /* size-based split checks; NULL when split_bytes is 0 */
     struct node_move *moves;      /* MoveTablet copies in progress (move.c) */
+    struct repl_ctx *repl;        /* replication (repl_glue.c); NULL without --config */
 };
 
 /* Tablets of a table; NULL if the table is unknown. */

@@ -23,6 +23,7 @@
 #include "filter.h"
 #include "google/bigtable/v2/data.pb-c.h"
 #include "node_internal.h"
+#include "strata/btutil.h"
 
 /* A value longer than this travels in several CellChunks. */
 #define NODE_READ_VALUE_CHUNK_BYTES ((size_t)1 << 20)
@@ -39,30 +40,23 @@
 #define NODE_READ_TURN_ROWS 1000
 #define NODE_READ_TURN_CELLS 20000
 /* Most row keys plus ranges accepted in one RowSet (a 1 MiB request holds fewer). */
-#define NODE_READ_ROWSET_MAX ((size_t)1 << 20)
+#define NODE_READ_ROWSET_MAX BTU_ROWSET_MAX
 
-/* [start, end) over row keys; empty start = first row, empty end = unbounded. */
-typedef struct node_key_range {
-    st_slice start;
-    st_slice end;
-} node_key_range;
+/* Row sets are normalised by proto/bt (strata/btutil.h: the rules are described there), shared
+ * with the router: [start, end) over row keys; empty start = first row, empty end = unbounded. */
+typedef btu_key_range node_key_range;
+typedef btu_rowset node_rowset;
 
-typedef struct node_rowset {
-    node_key_range *v; /* sorted, disjoint, non-touching */
-    size_t n;
-} node_rowset;
+/* See btu_rowset_from_pb. */
+static inline st_code node_rowset_from_pb(const Google__Bigtable__V2__RowSet *rs, st_arena *arena,
+                                          node_rowset *out, st_err *err) {
+    return btu_rowset_from_pb(rs, arena, out, err);
+}
 
-/* Normalises rs (NULL or empty = every row) into out, allocating from arena (slices may point
- * into rs). INVALID_ARGUMENT for a key over NODE_ROW_KEY_MAX bytes or a range whose start is not
- * below its end ("Error in field 'row_ranges' : Error in element #0 : start_key must be less than
- * end_key"); RESOURCE_EXHAUSTED when memory runs out. A row set whose every key is empty selects
- * no rows (out->n == 0). */
-st_code node_rowset_from_pb(const Google__Bigtable__V2__RowSet *rs, st_arena *arena,
-                            node_rowset *out, st_err *err);
-
-/* Sorts and merges v[0..n) in place (any order, overlaps allowed); returns the new count. Ranges
- * that select nothing (start >= end) are dropped. */
-size_t node_rowset_merge(node_key_range *v, size_t n);
+/* See btu_rowset_merge. */
+static inline size_t node_rowset_merge(node_key_range *v, size_t n) {
+    return btu_rowset_merge(v, n);
+}
 
 /* ---- walking a row set over tablets ---- */
 /* The walk keeps its position as a key (copied), so the tablet map may change between pieces

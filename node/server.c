@@ -4,6 +4,7 @@
  * and admin through BIGTABLE_EMULATOR_HOST alone, and a router reaches the internal service
  * there too. */
 #include "node_internal.h"
+#include "repl_glue.h"
 
 typedef struct method {
     const char *path;
@@ -28,8 +29,8 @@ static const method methods[] = {
     {TA "DeleteTable", node_h_delete_table},
     {TA "ModifyColumnFamilies", node_h_modify_column_families},
     {TA "DropRowRange", node_h_drop_row_range},
-    {TA "GenerateConsistencyToken", node_h_generate_consistency_token},
-    {TA "CheckConsistency", node_h_check_consistency},
+    {TA "GenerateConsistencyToken", node_repl_h_generate_consistency_token},
+    {TA "CheckConsistency", node_repl_h_check_consistency},
     {IN "GetStatus", node_h_get_status},
     {IN "PutTable", node_h_put_table},
     {IN "DropTable", node_h_drop_table},

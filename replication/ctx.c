@@ -54,6 +54,8 @@ static int name_cmp(const void *a, const void *b) {
 
 static repl_name *name_find(repl_ctx *r, uint64_t id) {
     repl_name key = {.id = id};
+    if (r->n_names == 0)
+        return NULL; /* bsearch's base must not be NULL */
     return bsearch(&key, r->names, r->n_names, sizeof key, name_cmp);
 }
 
@@ -68,7 +70,8 @@ static void name_add(const sto_tablet_info *info, void *arg) {
     char *t = malloc(info->table.len + 1);
     if (!t)
         return;
-    memcpy(t, info->table.data, info->table.len);
+    if (info->table.len)
+        memcpy(t, info->table.data, info->table.len);
     t[info->table.len] = '\0';
     /* Insert keeping the order (tablets come in id order, so this is usually an append). */
     size_t i = r->n_names;

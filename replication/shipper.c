@@ -110,8 +110,11 @@ static void schedule_pump(repl_shipper *s, uint32_t delay_ms) {
 }
 
 static void set_error(repl_shipper *s, st_code code, const char *msg) {
-    snprintf(s->last_error, sizeof s->last_error, "%s: %s", st_code_name(code),
-             msg ? msg : "");
+    /* Cut on purpose: a status line, not the whole message. */
+    int n = snprintf(s->last_error, sizeof s->last_error, "%s: ", st_code_name(code));
+    if (n > 0 && (size_t)n < sizeof s->last_error)
+        snprintf(s->last_error + n, sizeof s->last_error - (size_t)n, "%.*s",
+                 (int)(sizeof s->last_error - (size_t)n - 1), msg ? msg : "");
 }
 
 static void start_backoff(repl_shipper *s) {
@@ -250,24 +253,8 @@ static void refresh_add(repl_shipper *s, const Strata__Internal__V1__ListTablets
     }
 }
 
-static void refresh_done(st_code code, const char *message, st_slice resp, void *arg) {
-    refresh_arg *ra = arg;
-    repl_shipper *s = ra->s;
-    Strata__Internal__V1__ListTabletsResponse *m = NULL;
-    if (code == ST_OK &&
-        !(m = strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data))) {
-        code = ST_INTERNAL;
-        message = "malformed ListTabletsResponse";
-    }
-    if (code != ST_OK) {
-        s->refresh_ok = false;
-        set_error(s, code, message);
-        s->rpcs_failed++;
-    } else if (!s->r->closing) {
-        refresh_add(s, m, ra->dest);
-    }
-    if (m)
-        strata__internal__v1__list_tablets_response__free_unpacked(m, NULL);
+/* One ListTablets call (or the starter's hold) is over; the last one swaps the maps in. */
+static void refresh_release(repl_shipper *s) {
     if (--s->refreshing > 0 || s->r->closing)
         return;
     if (s->refresh_ok) {
@@ -285,6 +272,29 @@ static void refresh_done(st_code code, const char *message, st_slice resp, void 
     s->new_map = NULL;
     s->n_new_map = 0;
     schedule_pump(s, 0);
+}
+
+static void refresh_done(st_code code, const char *message, st_slice resp, void *arg) {
+    refresh_arg *ra = arg;
+    repl_shipper *s = ra->s;
+    Strata__Internal__V1__ListTabletsResponse *m = NULL;
+    if (code == ST_OK &&
+        !(m = strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data))) {
+        code = ST_INTERNAL;
+        message = "malformed ListTabletsResponse";
+    }
+    if (code != ST_OK) {
+        s->refresh_ok = false;
+        if (!s->r->closing) {
+            set_error(s, code, message);
+            s->rpcs_failed++;
+        }
+    } else if (!s->r->closing) {
+        refresh_add(s, m, ra->dest);
+    }
+    if (m)
+        strata__internal__v1__list_tablets_response__free_unpacked(m, NULL);
+    refresh_release(s);
 }
 
 static void start_refresh(repl_shipper *s) {
@@ -307,8 +317,7 @@ static void start_refresh(repl_shipper *s) {
         }
         s->refreshing++;
     }
-    /* Drop the hold through the common path (from the loop, not inside a call). */
-    refresh_done(ST_OK, NULL, st_slice_make(NULL, 0), &(refresh_arg){s, UINT32_MAX});
+    refresh_release(s);
 }
 
 /* ---- batches ---- */

@@ -7,7 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOKEN_PREFIX "r1:"
+/* Decimal only, so a router may join several nodes' tokens with its own punctuation:
+ * "1" (format version), then per entry the node number in 8 digits and the lsn in 20. */
+#define TOKEN_VERSION '1'
+#define NODE_DIGITS 8
+#define LSN_DIGITS 20
+#define ENTRY_DIGITS (NODE_DIGITS + LSN_DIGITS)
+_Static_assert(NODE_DIGITS >= 8 && LSN_DIGITS >= 20, "node numbers < 2^24, lsns < 2^64 fit");
+_Static_assert(REPL_TOKEN_CHARS_MAX >= 2 + REPL_TOKEN_NODES_MAX * ENTRY_DIGITS, "token buffer");
 
 static int entry_cmp(const void *a, const void *b) {
     const repl_token_entry *x = a, *y = b;
@@ -15,69 +22,65 @@ static int entry_cmp(const void *a, const void *b) {
 }
 
 st_code repl_token_encode(repl_token *t, char *out, size_t cap, st_err *err) {
-    if (t->n > REPL_TOKEN_NODES_MAX)
-        return st_err_set(err, ST_INVALID_ARGUMENT, "token of %zu nodes, over the maximum %d",
-                          t->n, REPL_TOKEN_NODES_MAX);
+    if (t->n == 0 || t->n > REPL_TOKEN_NODES_MAX || cap < 2 + t->n * ENTRY_DIGITS) {
+        if (cap)
+            out[0] = '\0';
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "consistency token of %zu nodes does not fit in %zu bytes (1..%d nodes)",
+                          t->n, cap, REPL_TOKEN_NODES_MAX);
+    }
     qsort(t->e, t->n, sizeof t->e[0], entry_cmp);
     size_t k = 0;
-    int w = snprintf(out, cap, "%s", TOKEN_PREFIX);
-    if (w < 0 || (size_t)w >= cap)
-        goto full;
-    k = (size_t)w;
+    out[k++] = TOKEN_VERSION;
     for (size_t i = 0; i < t->n; i++) {
-        w = snprintf(out + k, cap - k, "%s%u=%llu", i ? "," : "", t->e[i].node_num,
-                     (unsigned long long)t->e[i].lsn);
-        if (w < 0 || (size_t)w >= cap - k)
-            goto full;
-        k += (size_t)w;
+        k += (size_t)snprintf(out + k, cap - k, "%0*u%0*llu", NODE_DIGITS, t->e[i].node_num,
+                              LSN_DIGITS, (unsigned long long)t->e[i].lsn);
     }
+    out[k] = '\0';
     return ST_OK;
-full:
-    if (cap)
-        out[0] = '\0';
-    return st_err_set(err, ST_INVALID_ARGUMENT, "consistency token does not fit in %zu bytes",
-                      cap);
 }
 
-/* Parses a decimal number of at most max at *p; false when there is none or it overflows. */
-static bool parse_u64(const char **p, uint64_t max, uint64_t *v) {
-    const char *s = *p;
+/* Parses exactly len decimal digits at p; false when one is not a digit or it overflows max. */
+static bool parse_fixed(const char *p, size_t len, uint64_t max, uint64_t *v) {
     uint64_t acc = 0;
-    if (*s < '0' || *s > '9')
-        return false;
-    for (; *s >= '0' && *s <= '9'; s++) {
-        uint64_t d = (uint64_t)(*s - '0');
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+        uint64_t d = (uint64_t)(p[i] - '0');
         if (acc > (max - d) / 10)
             return false;
         acc = acc * 10 + d;
     }
-    *p = s;
     *v = acc;
     return true;
 }
 
+bool repl_token_is_global(const char *text) {
+    size_t len = strlen(text);
+    return len >= 1 + ENTRY_DIGITS && text[0] == TOKEN_VERSION && (len - 1) % ENTRY_DIGITS == 0 &&
+           strspn(text, "0123456789") == len;
+}
+
 st_code repl_token_decode(const char *text, repl_token *out, st_err *err) {
     out->n = 0;
-    if (strncmp(text, TOKEN_PREFIX, strlen(TOKEN_PREFIX)) != 0)
+    if (!repl_token_is_global(text))
         return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "invalid consistency token '%.64s': not made by this instance "
-                          "(expected r1:<node>=<lsn>,...); generate a new one",
+                          "invalid consistency token '%.64s': not made by this instance; "
+                          "generate a new one",
                           text);
-    const char *p = text + strlen(TOKEN_PREFIX);
-    while (*p) {
+    size_t n = (strlen(text) - 1) / ENTRY_DIGITS;
+    if (n > REPL_TOKEN_NODES_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "consistency token names over %d nodes",
+                          REPL_TOKEN_NODES_MAX);
+    for (size_t i = 0; i < n; i++) {
+        const char *p = text + 1 + i * ENTRY_DIGITS;
         uint64_t node, lsn;
-        if (out->n == REPL_TOKEN_NODES_MAX)
-            return st_err_set(err, ST_INVALID_ARGUMENT, "consistency token names over %d nodes",
-                              REPL_TOKEN_NODES_MAX);
-        if (!parse_u64(&p, UINT32_MAX, &node) || *p++ != '=' || !parse_u64(&p, UINT64_MAX, &lsn) ||
-            (*p && *p != ',') || (*p == ',' && p[1] == '\0'))
+        if (!parse_fixed(p, NODE_DIGITS, UINT32_MAX, &node) ||
+            !parse_fixed(p + NODE_DIGITS, LSN_DIGITS, UINT64_MAX, &lsn))
             return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "invalid consistency token '%.64s': expected r1:<node>=<lsn>,...",
-                              text);
-        if (*p == ',')
-            p++;
-        for (size_t i = 0; i < out->n; i++)
-            if (out->e[i].node_num == node)
+                              "invalid consistency token '%.64s': a number is out of range", text);
+        for (size_t j = 0; j < out->n; j++)
+            if (out->e[j].node_num == node)
                 return st_err_set(err, ST_INVALID_ARGUMENT,
                                   "invalid consistency token: node %llu appears twice",
                                   (unsigned long long)node);

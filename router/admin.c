@@ -175,7 +175,8 @@ static st_code normalize_families(pb_table *t, st_arena *a, st_err *err) {
             google__bigtable__admin__v2__gc_rule__init(e->value->gc_rule);
         }
     }
-    qsort(t->column_families, t->n_column_families, sizeof *t->column_families, family_cmp);
+    if (t->n_column_families > 1)
+        qsort(t->column_families, t->n_column_families, sizeof *t->column_families, family_cmp);
     for (size_t i = 1; i < t->n_column_families; i++)
         if (strcmp(t->column_families[i - 1]->key, t->column_families[i]->key) == 0)
             return st_err_set(err, ST_ALREADY_EXISTS, "column family %s already exists",

@@ -42,8 +42,13 @@ static void bury(rtr_ctx *r, rpc_client *c) {
 /* A live client for node, or NULL while the reconnect backoff runs. */
 static rpc_client *node_client(rtr_node *n, st_err *err) {
     rtr_ctx *r = n->ctx;
-    if (n->client && rpc_client_alive(n->client))
+    if (n->client && rpc_client_alive(n->client)) {
+        /* A connection that outlived its backoff window is healthy: the next failure starts the
+         * backoff afresh. */
+        if (n->backoff_ms && st_mono_us() > n->retry_at_us + n->backoff_ms * 1000)
+            n->backoff_ms = 0;
         return n->client;
+    }
     if (n->client) {
         bury(r, n->client);
         n->client = NULL;

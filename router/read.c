@@ -77,6 +77,11 @@ static st_code rr_drain(rr_op *op) {
 }
 
 static st_code rr_emit(rr_op *op, st_slice msg) {
+    if (backlog_bytes(op) > 0) {
+        st_code rc = rr_drain(op); /* older messages first */
+        if (rc != ST_OK)
+            return rc;
+    }
     if (backlog_bytes(op) == 0 && rpc_call_writable(op->call))
         return rpc_call_send(op->call, msg);
     if (st_buf_append_varint64(&op->backlog, msg.len) != ST_OK ||
@@ -145,6 +150,8 @@ static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
         op->limit_hit = true;
         rpc_ccall_cancel(call);
     } else if (backlog_bytes(op) > RTR_READ_BACKLOG_BYTES) {
+        st_log(ST_LOG_DEBUG, "router", "read table=%s paused: client slow, backlog=%zu bytes",
+               op->table, backlog_bytes(op));
         op->paused = true;
         rpc_ccall_cancel(call);
     }

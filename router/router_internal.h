@@ -15,8 +15,9 @@
  * (ReadRows across tablets with flow control and transparent resumption).
  *
  * Extension points for the instance-admin helper: rtr_ctx.meta.profiles (opaque AppProfile
- * records kept in the metadata table), rtr_route_cluster (replace its body), rtr_ctx.ext (a
- * pointer for its own state, freed by it), and rtr_methods_extra in router.c. */
+ * records kept in the metadata table, written with rtr_meta_write(RTR_META_KIND_PROFILE, ...)),
+ * rtr_route_cluster (replace its body), rtr_ctx.ext (a pointer for its own state, freed by it),
+ * and the method table in router.c. */
 #ifndef ROUTER_INTERNAL_H
 #define ROUTER_INTERNAL_H
 

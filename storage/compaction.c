@@ -5,7 +5,8 @@
  * is merged into one. Tables of STO_SETTLED_SST_BYTES or more (compaction outputs) stay out of
  * tiers, triggers and stalls, so they are not rewritten into themselves. When the small tables
  * still reach write_stall_tables - 2, everything is merged (a full compaction, which also drops
- * max-versions garbage and old tombstones). Since entries are ordered by version, not by table,
+ * max-versions garbage and old tombstones); every tablet with tables also gets a full compaction
+ * once per STO_FULL_COMPACTION_PERIOD_US. Since entries are ordered by version, not by table,
  * any subset of tables can be merged.
  *
  * A tablet that shares a split parent's tables reads them through sto_range_iter_new, so its
@@ -245,6 +246,7 @@ static st_code run(sto_db *db, sto_tablet *t, sto_tsst *in, size_t n_in, bool fu
     st_code rc = write_outputs(db, it, &o, err);
     it->ops->free(it);
     if (rc == ST_OK) {
+        atomic_fetch_add(&db->compactions, 1); /* counted before the result becomes visible */
         pthread_mutex_lock(&db->meta_mu);
         rc = install(db, t, in, n_in, &o, err);
         if (rc == ST_OK) {
@@ -256,8 +258,6 @@ static st_code run(sto_db *db, sto_tablet *t, sto_tsst *in, size_t n_in, bool fu
     outputs_discard(&o);
     if (rc == ST_DATA_LOSS)
         sto_tablet_mark_read_only(t, rc, err ? err->msg : "corrupt SSTable met by compaction");
-    if (rc == ST_OK)
-        atomic_fetch_add(&db->compactions, 1);
     return rc;
 }
 
@@ -281,9 +281,11 @@ static size_t select_inputs(sto_db *db, sto_tablet *t, bool force_all, sto_tsst 
     return k;
 }
 
-static void release_claim(sto_db *db, sto_tablet *t, st_code rc, const st_err *e) {
+static void release_claim(sto_db *db, sto_tablet *t, st_code rc, bool full, const st_err *e) {
     pthread_mutex_lock(&db->mu);
     t->compacting = false;
+    if (full && rc == ST_OK)
+        t->last_full_us = sto_db_now_us(db);
     if (rc != ST_OK && rc != ST_DATA_LOSS) {
         t->bg_code = rc;
         snprintf(t->bg_msg, sizeof t->bg_msg, "%s", e->msg);
@@ -300,30 +302,47 @@ static void release_claim(sto_db *db, sto_tablet *t, st_code rc, const st_err *e
     pthread_mutex_unlock(&db->mu);
 }
 
-bool sto_compaction_pick_and_run(sto_db *db) {
+/* db->mu held: the tablet most in need: most small tables first, then one whose periodic full
+ * compaction is due (*periodic). */
+static sto_tablet *pick(sto_db *db, bool *periodic) {
     sto_tablet *best = NULL;
-    int64_t now = st_mono_us();
+    int best_n = -1;
+    int64_t mono = st_mono_us(), now = sto_db_now_us(db);
     for (size_t i = 0; i < db->n_tablets; i++) {
         sto_tablet *t = db->tablets[i];
-        int n = atomic_load(&t->n_small_hint);
-        if (!due(db, n) || t->compacting || t->busy || t->dead || atomic_load(&t->ro_hint) ||
-            t->retry_at_us > now)
+        if (t->compacting || t->busy || t->dead || atomic_load(&t->ro_hint) ||
+            t->retry_at_us > mono)
             continue;
-        if (!best || n > atomic_load(&best->n_small_hint))
+        int n = atomic_load(&t->n_small_hint);
+        if (due(db, n) && n > best_n) {
             best = t;
+            best_n = n;
+        } else if (best_n < 0 && !best && atomic_load(&t->n_ssts_hint) > 0 &&
+                   now - t->last_full_us >= STO_FULL_COMPACTION_PERIOD_US) {
+            best = t;
+        }
     }
+    *periodic = best && best_n < 0;
+    return best;
+}
+
+bool sto_compaction_pick_and_run(sto_db *db) {
+    bool periodic;
+    sto_tablet *best = pick(db, &periodic);
     if (!best)
         return false;
     best->compacting = true;
+    if (periodic) /* counted from now even if it fails: no retry storm */
+        best->last_full_us = sto_db_now_us(db);
     pthread_mutex_unlock(&db->mu);
     sto_tsst *in = NULL;
     bool full = false;
-    size_t n = select_inputs(db, best, false, &in, &full);
+    size_t n = select_inputs(db, best, periodic, &in, &full);
     st_err e;
     st_err_clear(&e);
     st_code rc = n ? run(db, best, in, n, full, &e) : ST_OK;
     free(in);
-    release_claim(db, best, rc, &e);
+    release_claim(db, best, rc, full, &e);
     pthread_mutex_lock(&db->mu);
     return n > 0;
 }
@@ -346,7 +365,7 @@ st_code sto_compaction_full(sto_db *db, sto_tablet *t, st_err *err) {
     st_err_clear(&e);
     st_code rc = n ? run(db, t, in, n, full, &e) : ST_OK;
     free(in);
-    release_claim(db, t, rc, &e);
+    release_claim(db, t, rc, full, &e);
     if (rc != ST_OK && err)
         *err = e;
     return rc;

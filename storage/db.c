@@ -97,6 +97,7 @@ st_code sto_tablet_alloc(sto_db *db, uint64_t id, st_slice table, st_slice start
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating tablet %" PRIu64, id);
     t->db = db;
     t->id = id;
+    t->last_full_us = sto_db_now_us(db);
     st_buf_init(&t->table);
     st_buf_init(&t->start);
     st_buf_init(&t->end);
@@ -374,7 +375,20 @@ static st_code db_recover(sto_db *db, st_err *err) {
         st_err_prefix(err, "replaying the commit log in %s: ", logdir);
         return rc;
     }
-    atomic_store(&db->applied_lsn, sto_log_last_durable_lsn(db->log));
+    uint64_t last = sto_log_last_durable_lsn(db->log);
+    atomic_store(&db->applied_lsn, last);
+    /* A flushed point beyond the log's end (unsynced tail lost with sync=false, or a damaged log
+     * directory) would make new records look flushed: those tablets' data is all in SSTables. */
+    for (size_t i = 0; i < db->n_tablets; i++) {
+        sto_tablet *t = db->tablets[i];
+        if (t->flushed_lsn > last) {
+            st_log(ST_LOG_WARN, "storage",
+                   "event=flushed_point_clamped tablet=%" PRIu64 " flushed=%" PRIu64
+                   " log_end=%" PRIu64,
+                   t->id, t->flushed_lsn, last);
+            t->flushed_lsn = t->last_applied_lsn = last;
+        }
+    }
     sto_manifest_remove_orphans(db);
     return ST_OK;
 }

@@ -43,6 +43,9 @@
 #define STO_WRITE_ROWS_MAX 1000000           /* row mutations per sto_write call */
 #define STO_MUTS_PER_ROW_MAX 100000          /* mutations per row mutation */
 #define STO_RO_MSG_MAX ST_ERR_MSG_MAX
+/* A tablet with tables gets a full compaction at least this often (engine clock), so old
+ * tombstones and max-versions garbage go even when the table count stays low. */
+#define STO_FULL_COMPACTION_PERIOD_US (24LL * 3600 * 1000000)
 
 /* One SSTable file known to the engine. Tablets list it (tablet_refs, under meta_mu); when the
  * last tablet lets go it is marked obsolete and the db's reference dropped, so the file goes once
@@ -96,11 +99,13 @@ struct sto_tablet {
     atomic_int n_small_hint; /* SSTables below STO_SETTLED_SST_BYTES */
     atomic_int n_imm_hint;
     atomic_bool ro_hint;
-    /* under db->mu */
-    bool dead, busy, flushing, compacting;
-    st_code bg_code;
-    char bg_msg[STO_RO_MSG_MAX];
+    /* under db->mu (kept apart from the atomics above: a compiler may load neighbouring plain
+     * bools with one wider read, which would overlap an atomic) */
     int64_t retry_at_us, backoff_us;
+    int64_t last_full_us; /* engine clock; the last full compaction (or load / creation) */
+    st_code bg_code;
+    bool dead, busy, flushing, compacting;
+    char bg_msg[STO_RO_MSG_MAX];
 };
 
 typedef struct sto_holder {

@@ -99,17 +99,18 @@ static st_code flush_one(sto_db *db, sto_tablet *t, bool *did, st_err *err) {
     uint64_t number = f->number; /* f belongs to the tablet once installed */
     pthread_mutex_lock(&db->meta_mu);
     rc = install(db, t, f, err);
-    if (rc == ST_OK) {
-        /* A failed manifest write keeps the log untrimmed; the data stays safe in it. */
-        st_err e;
-        sto_manifest_write(db, NULL, NULL, &e);
+    bool installed = rc == ST_OK;
+    if (installed) {
+        /* On failure the table stays installed in memory and the log untrimmed (the data is safe
+         * in it); the error still goes to the caller, so a full disk shows up as one. */
+        rc = sto_manifest_write(db, NULL, NULL, err);
     } else {
         sto_sst_mark_obsolete(f->sst);
         sto_sst_unref(f->sst);
         free(f);
     }
     pthread_mutex_unlock(&db->meta_mu);
-    if (rc == ST_OK) {
+    if (installed) {
         atomic_fetch_add(&db->flushes, 1);
         st_log(ST_LOG_DEBUG, "storage", "event=flush tablet=%" PRIu64 " file=%" PRIu64, t->id,
                number);

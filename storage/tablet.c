@@ -17,7 +17,11 @@
 
 /* ---- create / get / list / info ---- */
 
-static st_code check_range(st_slice start, st_slice end, st_err *err) {
+#define TABLE_NAME_MAX 1024 /* bytes of the opaque table name kept per tablet */
+
+static st_code check_range(st_slice table, st_slice start, st_slice end, st_err *err) {
+    if (table.len > TABLE_NAME_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "table name over %d bytes", TABLE_NAME_MAX);
     if (start.len > STO_ROW_KEY_MAX || end.len > STO_ROW_KEY_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "tablet bounds are row keys of <= %d bytes",
                           STO_ROW_KEY_MAX);
@@ -62,7 +66,7 @@ static uint64_t current_lsn(sto_db *db) {
 
 st_code sto_tablet_create(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
                           sto_tablet **out, st_err *err) {
-    st_code rc = check_range(start, end, err);
+    st_code rc = check_range(table, start, end, err);
     if (rc != ST_OK)
         return rc;
     pthread_mutex_lock(&db->meta_mu);

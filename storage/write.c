@@ -73,11 +73,17 @@ st_code sto_validate_mut(const sto_row_mut *r, st_err *err) {
     if (r->n_muts > STO_MUTS_PER_ROW_MAX || (r->n_muts && !r->muts))
         return st_err_set(err, ST_INVALID_ARGUMENT, "row mutation has %zu mutations, max %d",
                           r->n_muts, STO_MUTS_PER_ROW_MAX);
+    uint64_t bytes = r->row.len;
     for (size_t i = 0; i < r->n_muts; i++) {
         st_code rc = check_mut(&r->muts[i], err);
         if (rc != ST_OK)
             return rc;
+        bytes += r->muts[i].family.len + r->muts[i].qualifier.len + r->muts[i].value.len + 64;
     }
+    if (bytes > STO_LOG_RECORD_BYTES_MAX - 4096) /* one row mutation is one log record */
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "row mutation is %llu bytes; one row's mutations must stay under %u",
+                          (unsigned long long)bytes, STO_LOG_RECORD_BYTES_MAX - 4096);
     return ST_OK;
 }
 

@@ -25,6 +25,10 @@ typedef struct node_opts {
      * (0 = never). Checked every split_check_ms (0 = 1000). */
     uint64_t split_bytes;
     uint32_t split_check_ms;
+    /* Topology file (docs/formats/topology.md): with peer clusters in it, the node ships its
+     * commit log to them and applies theirs (replication, docs/formats/replication.md); needs
+     * cluster_num. NULL = no replication. */
+    const char *config_path;
     size_t block_cache_bytes;   /* 0 = storage default */
     size_t memtable_bytes;      /* 0 = storage default */
 } node_opts;

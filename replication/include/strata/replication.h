@@ -79,10 +79,12 @@ st_code repl_apply_prepare(const repl_node_ops *ops, void *node, const char *tab
                            st_slice encoded, st_arena *arena, sto_row_mut *out, st_err *err);
 
 /* ---- consistency tokens ----
- * Text form: "r1:" then, sorted by node number, "<node>=<lsn>" joined by ',' (e.g.
- * "r1:1=120,2=0,3=77"). At most REPL_TOKEN_NODES_MAX entries. */
+ * Text form, decimal digits only (so a router may join several nodes' tokens with its own
+ * punctuation): "1" (format version), then per node, sorted by node number, the node number in 8
+ * digits and its last lsn in 20 digits. 1..REPL_TOKEN_NODES_MAX entries. A node's older
+ * single-lsn token (a plain decimal of at most 20 digits) is never mistaken for one. */
 #define REPL_TOKEN_NODES_MAX (ST_TOPO_CLUSTERS_MAX * ST_TOPO_NODES_MAX)
-#define REPL_TOKEN_CHARS_MAX (8 + REPL_TOKEN_NODES_MAX * 32)
+#define REPL_TOKEN_CHARS_MAX (2 + REPL_TOKEN_NODES_MAX * 28)
 
 typedef struct repl_token_entry {
     uint32_t node_num;
@@ -104,9 +106,11 @@ typedef struct repl_node_positions {
     size_t n_peers;
 } repl_node_positions;
 
-/* Writes the text form (NUL-terminated) into out; INVALID_ARGUMENT if it does not fit. Entries
- * are sorted first (the token is canonical). */
+/* Writes the text form (NUL-terminated) into out; INVALID_ARGUMENT if it does not fit or t is
+ * empty. Entries are sorted first (the token is canonical). */
 st_code repl_token_encode(repl_token *t, char *out, size_t cap, st_err *err);
+/* True when text has the shape of the form above. */
+bool repl_token_is_global(const char *text);
 /* Parses the text form; INVALID_ARGUMENT with a message for anything else. */
 st_code repl_token_decode(const char *text, repl_token *out, st_err *err);
 /* True when every token entry's node is among nodes and has acknowledged past the entry's lsn to

@@ -1,0 +1,23 @@
+/* repl_glue.h — the node's side of replication (repl_glue.c; private to node/). */
+#ifndef NODE_REPL_GLUE_H
+#define NODE_REPL_GLUE_H
+
+#include "strata/base.h"
+#include "strata/rpc.h"
+
+typedef struct node_ctx node_ctx;
+
+/* With opts.config_path set: loads the topology, starts shipping to every other cluster and
+ * registers strata.internal.v1.Replication on the node's server. A no-op without a config.
+ * INVALID_ARGUMENT for a bad topology or a cluster number outside it. */
+st_code node_repl_start(node_ctx *n, st_err *err);
+/* Stops shipping (positions recorded); safe when never started. Call with no loop turn between
+ * it and rpc_server_free (the Apply handler's context goes). */
+void node_repl_stop(node_ctx *n);
+
+/* GenerateConsistencyToken / CheckConsistency: cross-cluster tokens (docs/formats/replication.md)
+ * when the node has peer clusters, else the node's single-cluster handlers. */
+void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg);
+void node_repl_h_check_consistency(rpc_call *call, st_slice req, void *arg);
+
+#endif

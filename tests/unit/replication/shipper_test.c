@@ -1,0 +1,438 @@
+/* shipper_test.c — proves the shipper delivers a node's log to a peer cluster and keeps its
+ * promises, over a real loopback gRPC link: an "east" storage engine with a repl_ctx shipping to
+ * a "west" rpc_server whose Replication service (repl_register) applies into a second engine.
+ * Checks: everything written in east arrives in west byte for byte, in many small batches with a
+ * bounded window; records that came in by replication are never shipped onward (neither east's
+ * nor west's shipper sends them); after a "restart" (repl_close, more writes, repl_open) shipping
+ * resumes from the durable acknowledged position; while the peer refuses (UNAVAILABLE) the
+ * shipper backs off exponentially and catches up once the peer is back; with two west nodes the
+ * rows go to their owners by the peer's tablet map (ListTablets), refreshed after
+ * strata-not-owner. The loop runs until a
+ * condition holds; a generous iteration cap only guards against hangs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <event2/event.h>
+
+#include "strata/internal/v1/node.pb-c.h"
+#include "strata/replication.h"
+#include "strata/topology.h"
+#include "sto_test_util.h"
+
+#define TABLE "projects/p/instances/i/tables/t"
+#define EAST_TABLET 1
+#define WEST_TABLET 5
+#define SPIN_MAX 60000 /* 2 ms turns: a hang guard, not a timing assertion */
+
+typedef struct west {
+    char dir[512], state[600];
+    sto_db *db;
+    rpc_server *srv;
+    uint16_t port;
+    repl_ctx *rw;
+    bool refuse; /* answer every write with UNAVAILABLE (a peer that is down) */
+    uint64_t writes;
+    /* Rows this node owns: [lo, hi) ("" = unbounded), answered by ListTablets; others get
+     * strata-not-owner. */
+    char lo[16], hi[16];
+} west;
+
+#define WESTS_MAX 2
+
+typedef struct env {
+    struct event_base *base;
+    char dir_e[512], state_e[600];
+    sto_db *east_db;
+    west w[WESTS_MAX];
+    size_t n_west;
+    st_topology topo;
+    repl_ctx *re;
+} env;
+
+/* ---- the fake nodes ---- */
+
+static st_code route_east(void *node, const char *table, st_slice row, uint64_t *id, st_err *err) {
+    (void)node;
+    (void)row;
+    if (strcmp(table, TABLE) != 0)
+        return st_err_set(err, ST_NOT_FOUND, "no table %s", table);
+    *id = EAST_TABLET;
+    return ST_OK;
+}
+
+static bool west_owns(const west *w, st_slice row) {
+    return st_slice_cmp(row, st_slice_cstr(w->lo)) >= 0 &&
+           (!w->hi[0] || st_slice_cmp(row, st_slice_cstr(w->hi)) < 0);
+}
+
+static st_code route_west(void *node, const char *table, st_slice row, uint64_t *id, st_err *err) {
+    west *w = node;
+    if (strcmp(table, TABLE) != 0)
+        return st_err_set(err, ST_NOT_FOUND, "no table %s", table);
+    if (!west_owns(w, row))
+        return st_err_set(err, ST_FAILED_PRECONDITION, "strata-not-owner: not here (test)");
+    *id = WEST_TABLET;
+    return ST_OK;
+}
+
+/* strata.internal.v1.Node/ListTablets of a fake west node: its one range. */
+static void h_list_tablets(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    west *w = arg;
+    Strata__Internal__V1__Tablet t;
+    strata__internal__v1__tablet__init(&t);
+    t.id = WEST_TABLET;
+    t.table_name = TABLE;
+    t.start_key.data = (uint8_t *)w->lo;
+    t.start_key.len = strlen(w->lo);
+    t.end_key.data = (uint8_t *)w->hi;
+    t.end_key.len = strlen(w->hi);
+    Strata__Internal__V1__Tablet *tp = &t;
+    Strata__Internal__V1__ListTabletsResponse resp;
+    strata__internal__v1__list_tablets_response__init(&resp);
+    resp.n_tablets = 1;
+    resp.tablets = &tp;
+    uint8_t buf[256];
+    size_t len = strata__internal__v1__list_tablets_response__pack(&resp, buf);
+    rpc_call_send(call, st_slice_make(buf, len));
+    rpc_call_finish(call, ST_OK, NULL);
+}
+
+typedef struct wop {
+    west *w;
+    repl_write_done_fn done;
+    void *arg;
+    st_code code;
+} wop;
+
+static void wop_on_loop(void *arg) {
+    wop *op = arg;
+    op->done(op->code, op->code == ST_OK ? NULL : "write failed", op->arg);
+    free(op);
+}
+
+static void wop_durable(st_code code, uint64_t lsn, const st_err *err, void *arg) {
+    (void)lsn;
+    (void)err;
+    wop *op = arg;
+    op->code = code;
+    assert_int_equal(rpc_server_post(op->w->srv, wop_on_loop, op), ST_OK);
+}
+
+static st_code write_west(void *node, const sto_row_mut *rows, size_t n, st_err *err,
+                          repl_write_done_fn done, void *arg) {
+    west *w = node;
+    if (w->refuse)
+        return st_err_set(err, ST_UNAVAILABLE, "west is down (test)");
+    wop *op = calloc(1, sizeof *op);
+    op->w = w;
+    op->done = done;
+    op->arg = arg;
+    w->writes++;
+    st_code rc = sto_write_async(w->db, rows, n, err, wop_durable, op);
+    if (rc != ST_OK)
+        free(op);
+    return rc;
+}
+
+static st_code write_never(void *node, const sto_row_mut *rows, size_t n, st_err *err,
+                           repl_write_done_fn done, void *arg) {
+    (void)node, (void)rows, (void)n, (void)done, (void)arg;
+    return st_err_set(err, ST_UNIMPLEMENTED, "east receives nothing in this test");
+}
+
+static const repl_node_ops east_ops = {.route = route_east, .write = write_never};
+static const repl_node_ops west_ops = {.route = route_west, .write = write_west};
+
+/* ---- setup ---- */
+
+static void open_db(char *dir, size_t cap, const char *name, uint64_t tablet, sto_db **out) {
+    tu_tmpdir(dir, cap, name);
+    sto_options o;
+    tu_small_options(&o);
+    st_err err;
+    assert_int_equal(sto_db_open(dir, &o, out, &err), ST_OK);
+    sto_tablet *t;
+    assert_int_equal(sto_tablet_create(*out, tablet, st_slice_cstr(TABLE), st_slice_cstr(""),
+                                       st_slice_cstr(""), &t, &err),
+                     ST_OK);
+}
+
+/* east_side, or west node wi. */
+static void repl_opts_for(env *e, repl_opts *o, bool east_side, size_t wi) {
+    memset(o, 0, sizeof *o);
+    o->topo = &e->topo;
+    o->cluster_num = east_side ? 1 : 2;
+    o->node_num = east_side ? 1 : 2 + (uint32_t)wi;
+    o->state_dir = east_side ? e->state_e : e->w[wi].state;
+    o->db = east_side ? e->east_db : e->w[wi].db;
+    o->base = e->base;
+    o->ops = east_side ? &east_ops : &west_ops;
+    o->node = east_side ? NULL : &e->w[wi];
+    o->batch_rows_max = 7;
+    o->inflight_max = 2;
+    o->backoff_min_ms = 5;
+    o->backoff_max_ms = 40;
+    o->hold_interval_ms = 10;
+    o->poll_ms = 5;
+}
+
+/* East plus n_west west nodes; west node i owns [splits[i], splits[i+1]). */
+static void env_open_n(env *e, size_t n_west, const char *const *splits) {
+    memset(e, 0, sizeof *e);
+    e->base = event_base_new();
+    e->n_west = n_west;
+    open_db(e->dir_e, sizeof e->dir_e, "repl-ship-east", EAST_TABLET, &e->east_db);
+    snprintf(e->state_e, sizeof e->state_e, "%s/repl", e->dir_e);
+    st_err err;
+    /* East's node address is a port nobody listens on: west never needs to send there. */
+    char text[1024];
+    int n = snprintf(text, sizeof text, "[cluster east]\nnode = 127.0.0.1:1 /e\n[cluster west]\n");
+    for (size_t i = 0; i < n_west; i++) {
+        west *w = &e->w[i];
+        open_db(w->dir, sizeof w->dir, "repl-ship-west", WEST_TABLET, &w->db);
+        snprintf(w->state, sizeof w->state, "%s/repl", w->dir);
+        snprintf(w->lo, sizeof w->lo, "%s", splits ? splits[i] : "");
+        snprintf(w->hi, sizeof w->hi, "%s", splits ? splits[i + 1] : "");
+        w->srv = rpc_server_new(e->base, NULL, &err);
+        assert_non_null(w->srv);
+        assert_int_equal(rpc_server_listen(w->srv, "127.0.0.1", 0, &w->port, &err), ST_OK);
+        assert_int_equal(rpc_server_add_method(w->srv, "/strata.internal.v1.Node/ListTablets",
+                                               h_list_tablets, w),
+                         ST_OK);
+        n += snprintf(text + n, sizeof text - (size_t)n, "node = 127.0.0.1:%u /w%zu\n", w->port, i);
+    }
+    assert_int_equal(st_topology_parse(text, (size_t)n, "test", &e->topo, &err), ST_OK);
+    for (size_t i = 0; i < n_west; i++) {
+        repl_opts o;
+        repl_opts_for(e, &o, false, i);
+        assert_int_equal(repl_open(&o, &e->w[i].rw, &err), ST_OK);
+        assert_int_equal(repl_register(e->w[i].rw, e->w[i].srv, &err), ST_OK);
+    }
+}
+
+static void env_open(env *e) { env_open_n(e, 1, NULL); }
+
+static void east_open(env *e) {
+    repl_opts o;
+    repl_opts_for(e, &o, true, 0);
+    st_err err;
+    assert_int_equal(repl_open(&o, &e->re, &err), ST_OK);
+    assert_int_equal(repl_peer_count(e->re), 1);
+}
+
+static void env_close(env *e) {
+    repl_close(e->re);
+    for (size_t i = 0; i < e->n_west; i++) {
+        repl_close(e->w[i].rw);
+        rpc_server_free(e->w[i].srv);
+    }
+    event_base_loop(e->base, EVLOOP_NONBLOCK);
+    sto_db_close(e->east_db);
+    for (size_t i = 0; i < e->n_west; i++) {
+        sto_db_close(e->w[i].db);
+        tu_rmrf(e->w[i].dir);
+    }
+    event_base_free(e->base);
+    tu_rmrf(e->dir_e);
+}
+
+/* Turns the loop until pred holds (asserting it does before the hang guard). */
+static void run_until(env *e, bool (*pred)(env *e)) {
+    for (int i = 0; i < SPIN_MAX && !pred(e); i++) {
+        struct timeval tv = {0, 2000};
+        event_base_loopexit(e->base, &tv);
+        event_base_dispatch(e->base);
+    }
+    assert_true(pred(e));
+}
+
+static bool east_caught_up(env *e) {
+    repl_peer_stats st;
+    repl_peer_stats_get(e->re, 0, &st);
+    return st.acked_next_lsn > sto_log_last_lsn(e->east_db) && st.records_behind == 0;
+}
+
+/* Writes n rows r<i> from origin 1 (or, replicated=true, as if they came from west). */
+static void write_rows(env *e, int from, int n, bool replicated) {
+    for (int i = from; i < from + n; i++) {
+        char row[32], val[32];
+        snprintf(row, sizeof row, "%s%04d", replicated ? "zrep" : "r", i);
+        snprintf(val, sizeof val, "value-%d", i);
+        sto_mut m[2] = {tu_set_mut("cf", "a", 1000 * i, val), tu_set_mut("cf", "b", 0, row)};
+        sto_row_mut r = tu_row(EAST_TABLET, row, m, 2, 0);
+        uint32_t origin = replicated ? 2 : 1;
+        r.commit_ts_us = (uint64_t)st_wall_us() + (uint64_t)i;
+        r.version = STO_VERSION(r.commit_ts_us, origin);
+        r.origin = origin;
+        r.flags = replicated ? STO_ROW_REPLICATED : 0;
+        st_err err;
+        assert_int_equal(sto_write(e->east_db, &r, 1, NULL, &err), ST_OK);
+    }
+}
+
+/* West holds exactly east's non-replicated rows. */
+static void assert_west_matches_east(env *e) {
+    st_buf de, dw, only;
+    st_buf_init(&de);
+    st_buf_init(&dw);
+    st_buf_init(&only);
+    sto_tablet *t;
+    assert_int_equal(sto_tablet_get(e->east_db, EAST_TABLET, &t), ST_OK);
+    sto_range r = {.start = st_slice_cstr("r"), .end = st_slice_cstr("s")};
+    assert_int_equal(tu_dump_range(t, &r, false, &de), ST_OK);
+    for (size_t i = 0; i < e->n_west; i++) {
+        assert_int_equal(tu_dump(e->w[i].db, WEST_TABLET, &only), ST_OK);
+        st_buf_append(&dw, only.data, only.len);
+    }
+    st_buf_append_byte(&dw, 0);
+    assert_true(de.len > 0);
+    assert_string_equal((char *)de.data, (char *)dw.data);
+    assert_null(strstr((char *)dw.data, "zrep")); /* replicated rows never travel onward */
+    st_buf_free(&de);
+    st_buf_free(&dw);
+    st_buf_free(&only);
+}
+
+/* ---- tests ---- */
+
+static void test_shipper_delivers_and_skips_replicated(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    write_rows(&e, 0, 40, false);
+    write_rows(&e, 0, 5, true);
+    write_rows(&e, 40, 20, false);
+    east_open(&e);
+    run_until(&e, east_caught_up);
+    assert_west_matches_east(&e);
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_int_equal(st.rows_shipped, 60);
+    assert_int_equal(st.records_skipped, 5);
+    assert_true(st.batches_sent >= 60 / 7);
+    assert_int_equal(st.time_behind_us, 0);
+    /* West's own shipper (to east) skips everything it applied: nothing to send back. */
+    repl_peer_stats_get(e.w[0].rw, 0, &st);
+    assert_int_equal(st.rows_shipped, 0);
+    assert_int_equal(st.rpcs_failed, 0);
+    /* Positions as GetPositions reports them. */
+    repl_node_positions p;
+    repl_positions_local(e.re, &p);
+    assert_int_equal(p.n_peers, 1);
+    assert_int_equal(p.peer_cluster[0], 2);
+    assert_true(p.peer_acked_next[0] > p.last_lsn);
+    env_close(&e);
+}
+
+static bool east_durable(env *e) {
+    repl_peer_stats st;
+    repl_peer_stats_get(e->re, 0, &st);
+    return east_caught_up(e) && st.durable_next_lsn == st.acked_next_lsn;
+}
+
+static void test_shipper_resumes_after_restart(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    write_rows(&e, 0, 30, false);
+    east_open(&e);
+    run_until(&e, east_durable);
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st);
+    uint64_t acked = st.acked_next_lsn;
+    uint64_t west_writes = e.w[0].writes;
+    repl_close(e.re); /* "crash" after the position was recorded */
+    e.re = NULL;
+    write_rows(&e, 30, 10, false);
+    east_open(&e);
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_int_equal(st.acked_next_lsn, acked); /* resumes at the recorded position */
+    run_until(&e, east_caught_up);
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_int_equal(st.rows_shipped, 10); /* only what was new */
+    assert_true(e.w[0].writes > west_writes);
+    assert_west_matches_east(&e);
+    env_close(&e);
+}
+
+static bool east_backing_off_long(env *e) {
+    repl_peer_stats st;
+    repl_peer_stats_get(e->re, 0, &st);
+    return st.backing_off && st.backoff_ms >= 40 && st.rpcs_failed >= 4;
+}
+
+static void test_shipper_backs_off_and_recovers(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    e.w[0].refuse = true;
+    write_rows(&e, 0, 20, false);
+    east_open(&e);
+    run_until(&e, east_backing_off_long); /* 5, 10, 20, 40 ms, then capped */
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_int_equal(st.backoff_ms, 40);
+    assert_non_null(strstr(st.last_error, "UNAVAILABLE"));
+    assert_int_equal(st.acked_next_lsn, 1);
+    assert_true(st.records_behind >= 20);
+    assert_true(st.bytes_behind > 0);
+    e.w[0].refuse = false; /* the partition heals */
+    run_until(&e, east_caught_up);
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_false(st.backing_off);
+    assert_int_equal(st.backoff_ms, 0);
+    assert_west_matches_east(&e);
+    env_close(&e);
+}
+
+/* Two west nodes split the rows; then ownership moves (the first node gives its upper half to
+ * the second): the shipper meets strata-not-owner, refreshes its map and delivers every row to
+ * its owner. */
+static void test_shipper_routes_by_peer_tablet_map(void **state) {
+    (void)state;
+    static const char *const splits[] = {"", "r0020", ""};
+    env e;
+    env_open_n(&e, 2, splits);
+    write_rows(&e, 0, 40, false);
+    east_open(&e);
+    run_until(&e, east_caught_up);
+    assert_west_matches_east(&e);
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st);
+    uint64_t refreshes = st.map_refreshes;
+    assert_true(refreshes >= 1);
+    assert_true(e.w[0].writes > 0 && e.w[1].writes > 0);
+    /* rows r0010.. now belong to the second node */
+    snprintf(e.w[0].hi, sizeof e.w[0].hi, "r0010");
+    snprintf(e.w[1].lo, sizeof e.w[1].lo, "r0010");
+    write_rows(&e, 10, 5, false); /* rewrites, now owned by node 2 */
+    write_rows(&e, 40, 10, false);
+    run_until(&e, east_caught_up);
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_true(st.map_refreshes > refreshes);
+    assert_true(st.rpcs_failed >= 1); /* the not-owner answer */
+    /* Node 2 holds the rewritten rows r0010..r0014 (node 1 keeps their older copies, as a moved
+     * tablet's source would until it is dropped): compare node 2's part only. */
+    st_buf d2, de;
+    st_buf_init(&d2);
+    st_buf_init(&de);
+    assert_int_equal(tu_dump(e.w[1].db, WEST_TABLET, &d2), ST_OK);
+    assert_non_null(strstr((char *)d2.data, "r0010 cf:a@10000=value-10"));
+    assert_non_null(strstr((char *)d2.data, "r0049 cf:a@49000=value-49"));
+    st_buf_free(&d2);
+    st_buf_free(&de);
+    env_close(&e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shipper_delivers_and_skips_replicated),
+        cmocka_unit_test(test_shipper_resumes_after_restart),
+        cmocka_unit_test(test_shipper_backs_off_and_recovers),
+        cmocka_unit_test(test_shipper_routes_by_peer_tablet_map),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
