@@ -400,6 +400,8 @@ static void up_proc_argv(up_ctx *c, up_proc *p, char *const argv[UP_ARGV_MAX], c
         a[n++] = nums[0];
         a[n++] = "--cluster-num";
         a[n++] = nums[1];
+        a[n++] = "--config"; /* peers to replicate with (docs/formats/replication.md) */
+        a[n++] = topo_path;
         if (c->o.split_bytes) { /* only when asked: nodes keep their own default otherwise */
             snprintf(nums[2], 32, "%lld", c->o.split_bytes);
             a[n++] = "--split-bytes";

@@ -23,10 +23,10 @@ struct adm_op {
     rtr_ctx *r;
     rpc_call *call;
     char name[RTR_TABLE_NAME_MAX + 1];
-    pb_table *table;  /* the schema being written (call arena) */
-    st_buf table_pb;  /* serialized table */
-    st_buf put_req;   /* serialized PutTableRequest */
-    bool create; /* CreateTable (else ModifyColumnFamilies) */
+    pb_table *table; /* the schema being written (call arena) */
+    st_buf table_pb; /* serialized table */
+    st_buf put_req;  /* serialized PutTableRequest */
+    bool create;     /* CreateTable (else ModifyColumnFamilies) */
     ProtobufCBinaryData *splits;
     size_t n_splits;
     ProtobufCMessage *reply; /* sent on success (call arena) */
@@ -148,7 +148,9 @@ static bool valid_id(const char *id, size_t max, bool allow_lead_punct) {
     return true;
 }
 
-static bool valid_family(const char *f) { return valid_id(f, 64, true); }
+static bool valid_family(const char *f) {
+    return valid_id(f, 64, true);
+}
 
 static int family_cmp(const void *a, const void *b) {
     return strcmp((*(pb_family *const *)a)->key, (*(pb_family *const *)b)->key);
@@ -268,7 +270,9 @@ static void push_schema(adm_op *op) {
 
 /* ---- CreateTable ---- */
 
-static void create_refreshed(void *arg) { op_finish(arg, ST_OK, NULL); }
+static void create_refreshed(void *arg) {
+    op_finish(arg, ST_OK, NULL);
+}
 
 static void create_recorded(void *arg, st_code code, const char *msg) {
     adm_op *op = arg;
@@ -337,7 +341,8 @@ static void schema_pushed(adm_op *op) {
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, modify_recorded, op);
 }
 
-static const char *create_check(rtr_ctx *r, const Google__Bigtable__Admin__V2__CreateTableRequest *req,
+static const char *create_check(rtr_ctx *r,
+                                const Google__Bigtable__Admin__V2__CreateTableRequest *req,
                                 char *name, size_t cap, st_err *err) {
     snprintf(name, cap, "%s/tables/%s", req->parent, req->table_id);
     if (!valid_id(req->table_id, 50, false)) {
@@ -398,7 +403,9 @@ static bool full_view(Google__Bigtable__Admin__V2__Table__View v, bool list) {
     return v != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
 }
 
-static pb_table *name_only(st_arena *a, const char *name) { return schema_new(a, name, NULL); }
+static pb_table *name_only(st_arena *a, const char *name) {
+    return schema_new(a, name, NULL);
+}
 
 void rtr_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
@@ -409,12 +416,16 @@ void rtr_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
     const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->name);
     if (!rec)
         return;
-    pb_table *t = full_view(req->view, false) ? unpack_table(call, rec)
-                                              : name_only(rpc_call_arena(call), req->name);
+    if (full_view(req->view, false)) {
+        pb_table *t = unpack_table(call, rec); /* on failure the call is finished */
+        if (t)
+            rtr_reply(call, &t->base);
+        return;
+    }
+    pb_table *t = name_only(rpc_call_arena(call), req->name);
     if (!t)
-        return rpc_call_finish(call, ST_INTERNAL, "unreadable table metadata");
-    if (!full_view(req->view, false))
-        t->granularity = 0;
+        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    t->granularity = 0;
     rtr_reply(call, &t->base);
 }
 
@@ -443,8 +454,10 @@ void rtr_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
         if (strncmp(rec->name, req->parent, plen) != 0 || strncmp(rec->name + plen, "/tables/", 8))
             continue;
         pb_table *t = full ? unpack_table(call, rec) : name_only(a, rec->name);
+        if (!t && full)
+            return; /* unpack_table finished the call */
         if (!t)
-            return;
+            return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         if (!full)
             t->granularity = 0;
         resp.tables[resp.n_tables++] = t;
@@ -475,8 +488,7 @@ void rtr_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     if (t->deletion_protection)
         return rtr_fail(call, ST_FAILED_PRECONDITION,
-                        "table %s has deletion protection; turn it off before deleting",
-                        req->name);
+                        "table %s has deletion protection; turn it off before deleting", req->name);
     adm_op *op = op_new(r, call, req->name);
     if (!op)
         return;
@@ -499,8 +511,8 @@ static long family_index(const pb_table *t, const char *id) {
     return -1;
 }
 
-static st_code family_add(pb_table *t, const char *id, Google__Bigtable__Admin__V2__ColumnFamily *cf,
-                          st_arena *a) {
+static st_code family_add(pb_table *t, const char *id,
+                          Google__Bigtable__Admin__V2__ColumnFamily *cf, st_arena *a) {
     pb_family **v = st_arena_alloc(a, (t->n_column_families + 1) * sizeof *v);
     pb_family *e = st_arena_alloc(a, sizeof *e);
     if (!v || !e)
@@ -630,9 +642,10 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
                   GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_ROW_KEY_PREFIX;
     if (prefix && req->row_key_prefix.len == 0)
         return rtr_fail(call, ST_INVALID_ARGUMENT, "row_key_prefix must not be empty");
-    if (!prefix && !(req->target_case ==
-                         GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_DELETE_ALL_DATA_FROM_TABLE &&
-                     req->delete_all_data_from_table))
+    if (!prefix &&
+        !(req->target_case ==
+              GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_DELETE_ALL_DATA_FROM_TABLE &&
+          req->delete_all_data_from_table))
         return rtr_fail(call, ST_INVALID_ARGUMENT,
                         "set row_key_prefix or delete_all_data_from_table");
     drop_op *op = calloc(1, sizeof *op);
@@ -742,7 +755,7 @@ static void check_done(rtr_fan *f, void *arg) {
         Google__Bigtable__Admin__V2__CheckConsistencyResponse *m = NULL;
         if (rtr_fan_next_msg(&f->res[i], &off, &msg))
             m = google__bigtable__admin__v2__check_consistency_response__unpack(NULL, msg.len,
-                                                                               msg.data);
+                                                                                msg.data);
         if (!m) {
             rc = st_err_set(&err, ST_INTERNAL, "a node sent an unreadable consistency answer");
             break;

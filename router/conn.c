@@ -55,8 +55,8 @@ static rpc_client *node_client(rtr_node *n, st_err *err) {
     }
     int64_t now = st_mono_us();
     if (now < n->retry_at_us) {
-        st_err_set(err, ST_UNAVAILABLE, "node %s is unreachable (reconnecting in %lld ms)",
-                   n->addr, (long long)((n->retry_at_us - now) / 1000));
+        st_err_set(err, ST_UNAVAILABLE, "node %s is unreachable (reconnecting in %lld ms)", n->addr,
+                   (long long)((n->retry_at_us - now) / 1000));
         return NULL;
     }
     n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : RTR_RECONNECT_BACKOFF_MIN_MS;
@@ -79,8 +79,7 @@ rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const r
     rpc_client *c = node_client(node, err);
     if (!c)
         return NULL;
-    rpc_ccall *call =
-        rpc_client_call(c, path, req, md, md_count, timeout_ms, on_msg, on_done, arg);
+    rpc_ccall *call = rpc_client_call(c, path, req, md, md_count, timeout_ms, on_msg, on_done, arg);
     if (!call)
         st_err_set(err, ST_UNAVAILABLE, "node %s: could not start %s", node->addr, path);
     return call;
@@ -308,8 +307,10 @@ static bool collect_tablets(const rtr_fan_res *res, uint32_t node, rtr_tablet_in
         const Strata__Internal__V1__Tablet *t = m->tablets[i];
         (*in)[(*n)++] = (rtr_tablet_in){t->table_name,
                                         st_slice_make(t->start_key.data, t->start_key.len),
-                                        st_slice_make(t->end_key.data, t->end_key.len), t->id,
-                                        node, t->read_only};
+                                        st_slice_make(t->end_key.data, t->end_key.len),
+                                        t->id,
+                                        node,
+                                        t->read_only};
     }
     return true;
 }
@@ -333,8 +334,8 @@ static bool keep_old(const rtr_cluster *c, const rtr_fan *f, rtr_tablet_in **in,
                 *cap = nc;
             }
             /* read_only marks them as second choice against fresh reports. */
-            (*in)[(*n)++] = (rtr_tablet_in){old->tables[t].name, tb->start, tb->end, tb->id,
-                                            tb->node, true};
+            (*in)[(*n)++] =
+                (rtr_tablet_in){old->tables[t].name, tb->start, tb->end, tb->id, tb->node, true};
         }
     return true;
 }

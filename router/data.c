@@ -113,8 +113,8 @@ static void fwd_send(void *arg) {
         return fwd_finish(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
-    if (!rtr_node_call(&op->c->nodes[t->v[k].node], op->path, op->req, md, n_md, timeout,
-                       fwd_msg, fwd_done, op, &op->last))
+    if (!rtr_node_call(&op->c->nodes[t->v[k].node], op->path, op->req, md, n_md, timeout, fwd_msg,
+                       fwd_done, op, &op->last))
         fwd_retry(op); /* it never reached the node: safe to retry */
 }
 
@@ -125,8 +125,13 @@ static void fwd_start(rtr_ctx *r, rpc_call *call, rtr_cluster *c, const char *ta
     fwd_op *op = calloc(1, sizeof *op);
     if (!op)
         return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-    *op = (fwd_op){.r = r, .call = call, .c = c, .path = rpc_call_path(call), .req = req,
-                   .row = st_slice_make(row.data, row.len), .table = table,
+    *op = (fwd_op){.r = r,
+                   .call = call,
+                   .c = c,
+                   .path = rpc_call_path(call),
+                   .req = req,
+                   .row = st_slice_make(row.data, row.len),
+                   .table = table,
                    .idempotent = idempotent};
     st_buf_init(&op->resp);
     fwd_send(op);
@@ -134,8 +139,8 @@ static void fwd_start(rtr_ctx *r, rpc_call *call, rtr_cluster *c, const char *ta
 
 void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
-    Google__Bigtable__V2__MutateRowRequest *req = (void *)rtr_unpack(
-        call, &google__bigtable__v2__mutate_row_request__descriptor, req_bytes);
+    Google__Bigtable__V2__MutateRowRequest *req =
+        (void *)rtr_unpack(call, &google__bigtable__v2__mutate_row_request__descriptor, req_bytes);
     rtr_cluster *c;
     if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, &c))
         return;
@@ -258,8 +263,8 @@ static void mr_msg(rpc_ccall *call, st_slice msg, void *arg) {
 static void mr_group_status(mr_group *g, st_code code, const char *message) {
     mr_op *op = g->op;
     bool retry = code != ST_OK && rtr_retryable(code, message, op->idempotent);
-    const char *m = message ? st_arena_dup(rpc_call_arena(op->call), message, strlen(message) + 1)
-                            : NULL;
+    const char *m =
+        message ? st_arena_dup(rpc_call_arena(op->call), message, strlen(message) + 1) : NULL;
     for (size_t i = 0; i < g->n; i++) {
         rtr_entry_result *res = &op->res[g->idx[i]];
         if (res->final) {
@@ -292,14 +297,15 @@ static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int6
     st_buf req;
     st_buf_init(&req);
     st_err err = {0};
-    bool ok = g && rtr_mutate_rows_build(&req, st_buf_slice(&op->head), op->entries, idx, n) == ST_OK;
+    bool ok =
+        g && rtr_mutate_rows_build(&req, st_buf_slice(&op->head), op->entries, idx, n) == ST_OK;
     if (ok) {
         *g = (mr_group){op, idx, n};
         rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
         size_t n_md = rtr_forward_headers(op->call, md);
         op->groups_pending++;
-        ok = rtr_node_call(node, RTR_BT "MutateRows", st_buf_slice(&req), md, n_md, timeout,
-                           mr_msg, mr_done, g, &err) != NULL;
+        ok = rtr_node_call(node, RTR_BT "MutateRows", st_buf_slice(&req), md, n_md, timeout, mr_msg,
+                           mr_done, g, &err) != NULL;
         if (!ok)
             op->groups_pending--;
     }
@@ -376,8 +382,8 @@ static st_code mr_check(const Google__Bigtable__V2__MutateRowsRequest *req, st_e
 
 void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
-    Google__Bigtable__V2__MutateRowsRequest *req = (void *)rtr_unpack(
-        call, &google__bigtable__v2__mutate_rows_request__descriptor, req_bytes);
+    Google__Bigtable__V2__MutateRowsRequest *req =
+        (void *)rtr_unpack(call, &google__bigtable__v2__mutate_rows_request__descriptor, req_bytes);
     rtr_cluster *c;
     if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, &c))
         return;
@@ -484,7 +490,10 @@ static void srk_reply(srk_op *op, rtr_fan *f) {
         m.row_key = (ProtobufCBinaryData){all[i].key.len, (uint8_t *)all[i].key.data};
         m.offset_bytes = all[i].offset;
         uint8_t *buf = st_arena_alloc(a, all[i].key.len + 32);
-        rc = buf ? rpc_call_send(op->call, st_slice_make(buf, google__bigtable__v2__sample_row_keys_response__pack(&m, buf)))
+        rc = buf ? rpc_call_send(
+                       op->call,
+                       st_slice_make(buf,
+                                     google__bigtable__v2__sample_row_keys_response__pack(&m, buf)))
                  : ST_RESOURCE_EXHAUSTED;
     }
     srk_finish(op, rc, rc == ST_OK ? NULL : "could not send the samples");

@@ -16,7 +16,9 @@
 typedef Google__Bigtable__Admin__V2__Instance pb_instance;
 typedef Google__Bigtable__Admin__V2__Cluster pb_cluster;
 
-rtr_inst *rtr_inst_of(rtr_ctx *r) { return r->ext; }
+rtr_inst *rtr_inst_of(rtr_ctx *r) {
+    return r->ext;
+}
 
 /* ---- messages from the topology (call arena) ---- */
 
@@ -49,12 +51,13 @@ static pb_cluster *make_cluster(rpc_call *call, const st_topology *t, const st_t
     if (!cl)
         return NULL;
     google__bigtable__admin__v2__cluster__init(cl);
-    cl->name = arena_printf(a, "projects/%s/instances/%s/clusters/%s", t->project, t->instance,
-                            c->id);
+    cl->name =
+        arena_printf(a, "projects/%s/instances/%s/clusters/%s", t->project, t->instance, c->id);
     cl->location = arena_printf(a, "projects/%s/locations/%s", t->project, c->zone);
     cl->state = GOOGLE__BIGTABLE__ADMIN__V2__CLUSTER__STATE__READY;
     cl->serve_nodes = (int32_t)c->n_nodes;
-    cl->node_scaling_factor = GOOGLE__BIGTABLE__ADMIN__V2__CLUSTER__NODE_SCALING_FACTOR__NODE_SCALING_FACTOR_1X;
+    cl->node_scaling_factor =
+        GOOGLE__BIGTABLE__ADMIN__V2__CLUSTER__NODE_SCALING_FACTOR__NODE_SCALING_FACTOR_1X;
     cl->default_storage_type = GOOGLE__BIGTABLE__ADMIN__V2__STORAGE_TYPE__SSD;
     return cl->name && cl->location ? cl : NULL;
 }

@@ -18,12 +18,12 @@
 #define RTR_LRO "/google.longrunning.Operations/"
 
 #define RTR_PROFILE_DEFAULT "default"
-#define RTR_PROFILE_ID_MAX 50           /* as backup ids; Bigtable documents no limit (inference) */
-#define RTR_PROFILE_DESC_MAX 4096       /* description bytes */
+#define RTR_PROFILE_ID_MAX 50     /* as backup ids; Bigtable documents no limit (inference) */
+#define RTR_PROFILE_DESC_MAX 4096 /* description bytes */
 #define RTR_PROFILE_NAME_MAX (RTR_TABLE_NAME_MAX + 64)
 #define RTR_PROFILE_ETAG_MAX 32
-#define RTR_LIST_PAGE_MAX 1000          /* app profiles per ListAppProfiles page */
-#define RTR_OPS_MAX 1024                /* finished operations kept for GetOperation */
+#define RTR_LIST_PAGE_MAX 1000 /* app profiles per ListAppProfiles page */
+#define RTR_OPS_MAX 1024       /* finished operations kept for GetOperation */
 #define RTR_OP_NAME_MAX (RTR_PROFILE_NAME_MAX + 64)
 #define RTR_TXN_DENIED_MSG "Single-row transactions are not allowed by this app profile"
 #define RTR_TYPE_URL_PREFIX "type.googleapis.com/"
@@ -39,8 +39,8 @@ typedef enum rtr_routing {
 
 typedef struct rtr_policy {
     rtr_routing kind;
-    char cluster_id[ST_TOPO_ID_MAX + 1]; /* single */
-    bool allow_transactional_writes;     /* single */
+    char cluster_id[ST_TOPO_ID_MAX + 1];                        /* single */
+    bool allow_transactional_writes;                            /* single */
     char cluster_ids[ST_TOPO_CLUSTERS_MAX][ST_TOPO_ID_MAX + 1]; /* multi; none = all */
     size_t n_cluster_ids;
     bool row_affinity;
@@ -77,8 +77,8 @@ st_code rtr_profile_validate(const st_topology *t, const rtr_pb_profile *p, st_e
  * multi_cluster_routing_use_any, priority, standard_isolation, data_boost_isolation_read_only;
  * an empty mask replaces all of them), dst takes src's value (pointers are shared, not copied).
  * INVALID_ARGUMENT for an unknown path. */
-st_code rtr_profile_apply_mask(rtr_pb_profile *dst, const rtr_pb_profile *src,
-                               char *const *paths, size_t n_paths, st_err *err);
+st_code rtr_profile_apply_mask(rtr_pb_profile *dst, const rtr_pb_profile *src, char *const *paths,
+                               size_t n_paths, st_err *err);
 /* The safety check ignore_warnings skips: p allows single-row transactions on one cluster while
  * another stored profile (other than p's own id) allows them on a different cluster — concurrent
  * transactions on the same row in two clusters lose updates. FAILED_PRECONDITION then. */

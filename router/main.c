@@ -30,8 +30,7 @@ static int run(struct event_base *base, const rtr_opts *o) {
         fprintf(stderr, "strata-router: %s\n", err.msg[0] ? err.msg : "could not start");
         return 1;
     }
-    printf("strata-router listening on %s:%u\n", o->listen_host ? o->listen_host : "127.0.0.1",
-           rtr_port(r));
+    printf("strata-router listening on %s:%u\n", rtr_host(r), rtr_port(r));
     fflush(stdout);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
@@ -51,11 +50,19 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--config") && v) config = argv[++i];
-        else if (!strcmp(a, "--listen") && v) listen = argv[++i];
-        else if (!strcmp(a, "--verbose")) st_log_set_level(ST_LOG_DEBUG);
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else { usage(stderr); return 2; }
+        if (!strcmp(a, "--config") && v)
+            config = argv[++i];
+        else if (!strcmp(a, "--listen") && v)
+            listen = argv[++i];
+        else if (!strcmp(a, "--verbose"))
+            st_log_set_level(ST_LOG_DEBUG);
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
+        }
     }
     if (!config) {
         fprintf(stderr, "strata-router: --config TOPOLOGY_FILE is required\n");

@@ -113,7 +113,8 @@ static const char *kind_prefix(rtr_meta_kind kind) {
 st_code rtr_meta_row_key(rtr_meta_kind kind, const char *name, st_buf *out) {
     const char *p = kind_prefix(kind);
     st_buf_reset(out);
-    if (st_buf_append(out, p, strlen(p)) != ST_OK || st_buf_append(out, name, strlen(name)) != ST_OK)
+    if (st_buf_append(out, p, strlen(p)) != ST_OK ||
+        st_buf_append(out, name, strlen(name)) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     return ST_OK;
 }
@@ -158,7 +159,8 @@ st_code rtr_meta_feed(rtr_meta *m, st_slice msg) {
                 rc = ST_RESOURCE_EXHAUSTED;
             cell = c->value_size > 0 ? 1 : 2;
         }
-        if (c->row_status_case == GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW &&
+        if (c->row_status_case ==
+                GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW &&
             c->commit_row && rc == ST_OK) {
             char name[RTR_TABLE_NAME_MAX + 1];
             rtr_meta_kind kind;
@@ -402,7 +404,8 @@ static void meta_tick(evutil_socket_t fd, short what, void *arg) {
 }
 
 st_code rtr_meta_start_timer(rtr_ctx *r, st_err *err) {
-    int64_t ms = r->opts.meta_refresh_ms > 0 ? r->opts.meta_refresh_ms : RTR_META_REFRESH_MS_DEFAULT;
+    int64_t ms =
+        r->opts.meta_refresh_ms > 0 ? r->opts.meta_refresh_ms : RTR_META_REFRESH_MS_DEFAULT;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
     r->meta_timer = event_new(r->base, -1, EV_PERSIST, meta_tick, r);
     if (!r->meta_timer || event_add(r->meta_timer, &tv) != 0)

@@ -25,7 +25,9 @@ struct rtr_ops {
     uint64_t last_id; /* last number given to a name */
 };
 
-rtr_ops *rtr_ops_new(void) { return calloc(1, sizeof(rtr_ops)); }
+rtr_ops *rtr_ops_new(void) {
+    return calloc(1, sizeof(rtr_ops));
+}
 
 static void rec_clear(op_rec *e) {
     free(e->name);
@@ -153,15 +155,15 @@ static void get_op(rpc_call *call, rtr_ctx *r, const char *name) {
 }
 
 void rtr_h_get_operation(rpc_call *call, st_slice bytes, void *arg) {
-    Google__Longrunning__GetOperationRequest *req = (void *)rtr_unpack(
-        call, &google__longrunning__get_operation_request__descriptor, bytes);
+    Google__Longrunning__GetOperationRequest *req =
+        (void *)rtr_unpack(call, &google__longrunning__get_operation_request__descriptor, bytes);
     if (req)
         get_op(call, arg, req->name);
 }
 
 void rtr_h_wait_operation(rpc_call *call, st_slice bytes, void *arg) {
-    Google__Longrunning__WaitOperationRequest *req = (void *)rtr_unpack(
-        call, &google__longrunning__wait_operation_request__descriptor, bytes);
+    Google__Longrunning__WaitOperationRequest *req =
+        (void *)rtr_unpack(call, &google__longrunning__wait_operation_request__descriptor, bytes);
     if (req)
         get_op(call, arg, req->name);
 }
@@ -171,8 +173,8 @@ void rtr_h_wait_operation(rpc_call *call, st_slice bytes, void *arg) {
  * not supported (INVALID_ARGUMENT when set). */
 void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
-    Google__Longrunning__ListOperationsRequest *req = (void *)rtr_unpack(
-        call, &google__longrunning__list_operations_request__descriptor, bytes);
+    Google__Longrunning__ListOperationsRequest *req =
+        (void *)rtr_unpack(call, &google__longrunning__list_operations_request__descriptor, bytes);
     if (!req)
         return;
     if (req->filter[0])
@@ -181,8 +183,8 @@ void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
     unsigned long long skip = req->page_token[0] ? strtoull(req->page_token, &end, 10) : 0;
     if (end && *end)
         return rtr_fail(call, ST_INVALID_ARGUMENT, "invalid page_token '%s'", req->page_token);
-    size_t max = req->page_size > 0 && req->page_size < RTR_OPS_MAX ? (size_t)req->page_size
-                                                                    : RTR_OPS_MAX;
+    size_t max =
+        req->page_size > 0 && req->page_size < RTR_OPS_MAX ? (size_t)req->page_size : RTR_OPS_MAX;
     const rtr_ops *o = rtr_inst_of(r)->ops;
     size_t plen = strlen(req->name);
     uint64_t below = UINT64_MAX;
@@ -220,8 +222,8 @@ void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
 
 void rtr_h_delete_operation(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
-    Google__Longrunning__DeleteOperationRequest *req = (void *)rtr_unpack(
-        call, &google__longrunning__delete_operation_request__descriptor, bytes);
+    Google__Longrunning__DeleteOperationRequest *req =
+        (void *)rtr_unpack(call, &google__longrunning__delete_operation_request__descriptor, bytes);
     if (!req)
         return;
     if (!rtr_ops_delete(rtr_inst_of(r)->ops, req->name))
@@ -232,8 +234,8 @@ void rtr_h_delete_operation(rpc_call *call, st_slice bytes, void *arg) {
 /* Cancelling a finished operation changes nothing (google.longrunning allows that). */
 void rtr_h_cancel_operation(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
-    Google__Longrunning__CancelOperationRequest *req = (void *)rtr_unpack(
-        call, &google__longrunning__cancel_operation_request__descriptor, bytes);
+    Google__Longrunning__CancelOperationRequest *req =
+        (void *)rtr_unpack(call, &google__longrunning__cancel_operation_request__descriptor, bytes);
     if (!req)
         return;
     st_slice pb;

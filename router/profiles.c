@@ -1,5 +1,5 @@
-/* profiles.c — app profiles: the routing policy of stored records, Bigtable's validation rules, the
- * CreateAppProfile / GetAppProfile / ListAppProfiles / UpdateAppProfile / DeleteAppProfile
+/* profiles.c — app profiles: the routing policy of stored records, Bigtable's validation rules,
+ * the CreateAppProfile / GetAppProfile / ListAppProfiles / UpdateAppProfile / DeleteAppProfile
  * handlers, and rtr_profile_route, which picks the cluster for every data request.
  *
  * A profile is stored as a serialized google.bigtable.admin.v2.AppProfile (full name, etag,
@@ -40,7 +40,9 @@ bool rtr_name_match(const char *name, const char *const *lits, size_t n, st_slic
     return true;
 }
 
-static bool slice_is(st_slice s, const char *c) { return st_slice_eq(s, st_slice_cstr(c)); }
+static bool slice_is(st_slice s, const char *c) {
+    return st_slice_eq(s, st_slice_cstr(c));
+}
 
 void rtr_instance_name(const st_topology *t, char *out, size_t cap) {
     snprintf(out, cap, "projects/%s/instances/%s", t->project, t->instance);
@@ -57,8 +59,7 @@ static st_code check_instance_parts(const st_topology *t, const char *name, st_s
                       name, t->project, t->instance);
 }
 
-st_code rtr_check_instance(const st_topology *t, const char *parent, bool allow_any,
-                           st_err *err) {
+st_code rtr_check_instance(const st_topology *t, const char *parent, bool allow_any, st_err *err) {
     static const char *const lits[] = {"projects", NULL, "instances", NULL};
     st_slice v[2];
     if (strlen(parent) > RTR_TABLE_NAME_MAX || !rtr_name_match(parent, lits, 4, v))
@@ -86,8 +87,7 @@ st_code rtr_profile_parse_name(const st_topology *t, const char *name, char *id,
                                st_err *err) {
     static const char *const lits[] = {"projects", NULL, "instances", NULL, "appProfiles", NULL};
     st_slice v[3];
-    if (strlen(name) > RTR_PROFILE_NAME_MAX || !rtr_name_match(name, lits, 6, v) ||
-        v[2].len >= cap)
+    if (strlen(name) > RTR_PROFILE_NAME_MAX || !rtr_name_match(name, lits, 6, v) || v[2].len >= cap)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "invalid app profile name '%s': expected "
                           "projects/<project>/instances/<instance>/appProfiles/<id>",
@@ -188,13 +188,14 @@ static st_code unknown_cluster(const st_topology *t, const char *id, st_err *err
     char list[256];
     cluster_list(t, list, sizeof list);
     return st_err_set(err, ST_INVALID_ARGUMENT,
-                      "cluster '%s' does not exist in projects/%s/instances/%s (clusters: %s)",
-                      id, t->project, t->instance, list);
+                      "cluster '%s' does not exist in projects/%s/instances/%s (clusters: %s)", id,
+                      t->project, t->instance, list);
 }
 
-static st_code validate_multi(const st_topology *t,
-                              const Google__Bigtable__Admin__V2__AppProfile__MultiClusterRoutingUseAny *m,
-                              st_err *err) {
+static st_code
+validate_multi(const st_topology *t,
+               const Google__Bigtable__Admin__V2__AppProfile__MultiClusterRoutingUseAny *m,
+               st_err *err) {
     if (!m)
         return ST_OK;
     if (m->n_cluster_ids > t->n_clusters)
@@ -215,8 +216,8 @@ static st_code validate_multi(const st_topology *t,
 
 st_code rtr_profile_validate(const st_topology *t, const rtr_pb_profile *p, st_err *err) {
     if (p->description && strlen(p->description) > RTR_PROFILE_DESC_MAX)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "app profile description longer than %d bytes", RTR_PROFILE_DESC_MAX);
+        return st_err_set(err, ST_INVALID_ARGUMENT, "app profile description longer than %d bytes",
+                          RTR_PROFILE_DESC_MAX);
     const Google__Bigtable__Admin__V2__AppProfile__SingleClusterRouting *s = NULL;
     switch (p->routing_policy_case) {
     case GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING:
@@ -247,8 +248,8 @@ st_code rtr_profile_validate(const st_topology *t, const rtr_pb_profile *p, st_e
     return ST_OK;
 }
 
-st_code rtr_profile_apply_mask(rtr_pb_profile *dst, const rtr_pb_profile *src,
-                               char *const *paths, size_t n_paths, st_err *err) {
+st_code rtr_profile_apply_mask(rtr_pb_profile *dst, const rtr_pb_profile *src, char *const *paths,
+                               size_t n_paths, st_err *err) {
     bool desc = n_paths == 0, routing = n_paths == 0, isolation = n_paths == 0;
     for (size_t i = 0; i < n_paths; i++) {
         const char *p = paths[i];
@@ -360,8 +361,8 @@ static st_code pack_profile(const rtr_pb_profile *p, st_buf *out) {
 
 st_code rtr_profile_default_pb(const st_topology *t, st_buf *out) {
     char name[RTR_PROFILE_NAME_MAX + 1], etag[RTR_PROFILE_ETAG_MAX + 1];
-    snprintf(name, sizeof name, "projects/%s/instances/%s/appProfiles/%s", t->project,
-             t->instance, RTR_PROFILE_DEFAULT);
+    snprintf(name, sizeof name, "projects/%s/instances/%s/appProfiles/%s", t->project, t->instance,
+             RTR_PROFILE_DEFAULT);
     Google__Bigtable__Admin__V2__AppProfile__SingleClusterRouting s;
     google__bigtable__admin__v2__app_profile__single_cluster_routing__init(&s);
     s.cluster_id = (char *)t->clusters[0].id;
@@ -444,8 +445,10 @@ st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transacti
     } else if (strcmp(id, RTR_PROFILE_DEFAULT) == 0) {
         default_policy(&r->topo, &pol);
     } else {
-        return st_err_set(err, ST_NOT_FOUND, "App profile projects/%s/instances/%s/appProfiles/%s "
-                          "not found.", r->topo.project, r->topo.instance, id);
+        return st_err_set(err, ST_NOT_FOUND,
+                          "App profile projects/%s/instances/%s/appProfiles/%s "
+                          "not found.",
+                          r->topo.project, r->topo.instance, id);
     }
     if (pol.kind == RTR_ROUTING_SINGLE) {
         if (transactional && !pol.allow_transactional_writes)
@@ -469,7 +472,9 @@ st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transacti
 
 /* ---- handlers ---- */
 
-static void *arena_alloc(void *data, size_t size) { return st_arena_alloc(data, size); }
+static void *arena_alloc(void *data, size_t size) {
+    return st_arena_alloc(data, size);
+}
 static void arena_free(void *data, void *p) {
     (void)data;
     (void)p;
@@ -509,8 +514,8 @@ typedef struct prof_op {
 static void reply_update_op(prof_op *op) {
     rtr_ctx *r = op->r;
     char resource[RTR_PROFILE_NAME_MAX + 1], name[RTR_OP_NAME_MAX + 1];
-    snprintf(resource, sizeof resource, "projects/%s/instances/%s/appProfiles/%s",
-             r->topo.project, r->topo.instance, op->id);
+    snprintf(resource, sizeof resource, "projects/%s/instances/%s/appProfiles/%s", r->topo.project,
+             r->topo.instance, op->id);
     rtr_inst *in = rtr_inst_of(r);
     rtr_ops_name(in->ops, resource, name);
     st_buf out;
@@ -540,7 +545,9 @@ static void prof_written(void *arg, st_code code, const char *message) {
     else
         reply_bytes(op->call, st_slice_make(NULL, 0)); /* google.protobuf.Empty */
     st_log(ST_LOG_INFO, "router", "app profile %s %s: %s", op->id,
-           op->kind == PROF_CREATE ? "create" : op->kind == PROF_UPDATE ? "update" : "delete",
+           op->kind == PROF_CREATE   ? "create"
+           : op->kind == PROF_UPDATE ? "update"
+                                     : "delete",
            st_code_name(code));
     st_buf_free(&op->pb);
     free(op);

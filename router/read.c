@@ -31,10 +31,10 @@ typedef struct rr_op {
     rtr_rr_track track;
     rpc_ccall *inflight;
     rr_wait wait;
-    bool paused;       /* the node call was cancelled for backpressure */
-    bool limit_hit;    /* the node call was cancelled because rows_limit was reached */
-    bool complete;     /* every row was read: finish once the backlog is out */
-    st_buf backlog;    /* messages, each prefixed with its varint length */
+    bool paused;    /* the node call was cancelled for backpressure */
+    bool limit_hit; /* the node call was cancelled because rows_limit was reached */
+    bool complete;  /* every row was read: finish once the backlog is out */
+    st_buf backlog; /* messages, each prefixed with its varint length */
     size_t backlog_off;
     int attempts;
     uint64_t gen;
@@ -54,7 +54,9 @@ static void rr_free(rr_op *op, st_code code, const char *msg) {
     free(op);
 }
 
-static size_t backlog_bytes(const rr_op *op) { return op->backlog.len - op->backlog_off; }
+static size_t backlog_bytes(const rr_op *op) {
+    return op->backlog.len - op->backlog_off;
+}
 
 /* Sends queued messages while the client takes them. */
 static st_code rr_drain(rr_op *op) {
@@ -173,7 +175,8 @@ static st_code rr_resume_pos(rr_op *op) {
         st_code rc = st_buf_append(&next, last.data, last.len);
         if (rc == ST_OK)
             rc = st_buf_append_byte(&next, 0); /* the rows after last */
-        if (rc == ST_OK && (!op->has_pos || st_slice_cmp(st_buf_slice(&next), st_buf_slice(&op->pos)) > 0)) {
+        if (rc == ST_OK &&
+            (!op->has_pos || st_slice_cmp(st_buf_slice(&next), st_buf_slice(&op->pos)) > 0)) {
             rc = set_buf(&op->pos, st_buf_slice(&next));
             op->has_pos = true;
         }
@@ -214,8 +217,8 @@ static void rr_after_backoff(void *arg) {
 }
 
 static void rr_retry(rr_op *op) {
-    if (op->attempts >= RTR_RETRIES_MAX || op->r->closing ||
-        rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
+    if (op->attempts >= RTR_RETRIES_MAX || op->r->closing || rr_resume_pos(op) != ST_OK ||
+        rr_reset_open_row(op) != ST_OK)
         return rr_free(op, op->last.code, op->last.msg);
     op->wait = RR_TIMER;
     if (rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), rr_after_backoff, op) != ST_OK)
@@ -289,8 +292,8 @@ static void rr_send(rr_op *op, const rtr_tablet *tb, const btu_rowset *sub) {
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
     op->wait = RR_NODE;
-    op->inflight = rtr_node_call(&op->c->nodes[tb->node], RTR_BT "ReadRows", st_buf_slice(&req),
-                                 md, n_md, timeout, rr_msg, rr_done, op, &op->last);
+    op->inflight = rtr_node_call(&op->c->nodes[tb->node], RTR_BT "ReadRows", st_buf_slice(&req), md,
+                                 n_md, timeout, rr_msg, rr_done, op, &op->last);
     st_buf_free(&req);
     if (!op->inflight) {
         op->wait = RR_IDLE;
@@ -329,8 +332,8 @@ static const uint32_t rr_replaced_fields[] = {2, 4}; /* rows, rows_limit */
 
 void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
-    Google__Bigtable__V2__ReadRowsRequest *req = (void *)rtr_unpack(
-        call, &google__bigtable__v2__read_rows_request__descriptor, req_bytes);
+    Google__Bigtable__V2__ReadRowsRequest *req =
+        (void *)rtr_unpack(call, &google__bigtable__v2__read_rows_request__descriptor, req_bytes);
     rtr_cluster *c;
     if (!req || !rtr_table_or_fail(r, call, req->table_name))
         return;
@@ -342,8 +345,12 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     rr_op *op = calloc(1, sizeof *op);
     if (!op)
         return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-    *op = (rr_op){.r = r, .call = call, .c = c, .table = req->table_name,
-                  .reversed = req->reversed, .limit = req->rows_limit};
+    *op = (rr_op){.r = r,
+                  .call = call,
+                  .c = c,
+                  .table = req->table_name,
+                  .reversed = req->reversed,
+                  .limit = req->rows_limit};
     st_buf_init(&op->head);
     st_buf_init(&op->pos);
     st_buf_init(&op->cur_start);

@@ -250,6 +250,7 @@ static st_code start_listen(rtr_ctx *r, st_err *err) {
         return st_err_set(err, ST_INVALID_ARGUMENT, "bad router listen address '%s'",
                           r->topo.routers[0]);
     }
+    snprintf(r->listen_host, sizeof r->listen_host, "%s", host);
     return rpc_server_listen(r->rpc, host, port, &r->port, err);
 }
 
@@ -286,6 +287,7 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
 }
 
 uint16_t rtr_port(const rtr_ctx *r) { return r->port; }
+const char *rtr_host(const rtr_ctx *r) { return r->listen_host; }
 
 void rtr_close(rtr_ctx *r) {
     if (!r)

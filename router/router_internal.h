@@ -253,6 +253,7 @@ struct rtr_ctx {
     st_topology topo;
     struct event_base *base;
     rpc_server *rpc;
+    char listen_host[ST_TOPO_ADDR_MAX + 1];
     uint16_t port;
     rtr_cluster clusters[ST_TOPO_CLUSTERS_MAX];
     size_t n_clusters;

@@ -1,5 +1,6 @@
 /* tmap.c — a cluster's tablet map (which node holds which rows of which table) and the ReadRows
- * walk of a row set over it. Pure functions: the map is built from ListTablets answers by conn.c. */
+ * walk of a row set over it. Pure functions: the map is built from ListTablets answers by conn.c.
+ */
 #include "router_internal.h"
 
 #include <stdlib.h>
@@ -130,7 +131,8 @@ static size_t count_starts(const rtr_tmap_table *t, st_slice key, bool strict) {
 }
 
 static bool tablet_has(const rtr_tablet *tb, st_slice row) {
-    return st_slice_cmp(tb->start, row) <= 0 && (tb->end.len == 0 || st_slice_cmp(row, tb->end) < 0);
+    return st_slice_cmp(tb->start, row) <= 0 &&
+           (tb->end.len == 0 || st_slice_cmp(row, tb->end) < 0);
 }
 
 size_t rtr_tmap_row(const rtr_tmap_table *t, st_slice row) {
@@ -144,8 +146,12 @@ size_t rtr_tmap_row(const rtr_tmap_table *t, st_slice row) {
 
 /* ---- the ReadRows walk ---- */
 
-static st_slice smax_start(st_slice a, st_slice b) { return st_slice_cmp(a, b) >= 0 ? a : b; }
-static st_slice smin_end(st_slice a, st_slice b) { return btu_end_cmp(a, b) <= 0 ? a : b; }
+static st_slice smax_start(st_slice a, st_slice b) {
+    return st_slice_cmp(a, b) >= 0 ? a : b;
+}
+static st_slice smin_end(st_slice a, st_slice b) {
+    return btu_end_cmp(a, b) <= 0 ? a : b;
+}
 
 /* rs->v[i] clipped to the rows still wanted and to [lo, hi). */
 static btu_key_range clip(const btu_key_range *r, st_slice lo, st_slice hi) {

@@ -269,8 +269,8 @@ static int sample_cmp(const void *a, const void *b) {
 }
 
 st_code rtr_samples_merge(rtr_sample *const *per_node, const size_t *counts,
-                          const st_slice *end_keys, size_t n_nodes, st_arena *a,
-                          rtr_sample **out, size_t *n_out) {
+                          const st_slice *end_keys, size_t n_nodes, st_arena *a, rtr_sample **out,
+                          size_t *n_out) {
     size_t total = 1;
     for (size_t i = 0; i < n_nodes; i++)
         total += counts[i];

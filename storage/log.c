@@ -305,7 +305,7 @@ static st_code reader_fill(rec_reader *r, uint64_t off, size_t n, const uint8_t 
 /* Reads the record at off (callers guarantee off <= limit). I/O errors are returned; a record
  * that is short, too long or fails its checksum is REC_BAD, the exact end is REC_END. */
 static st_code reader_next(rec_reader *r, uint64_t off, rec_status *st, rec_view *v, st_err *err) {
-    const uint8_t *h;
+    const uint8_t *h = NULL;
     *st = REC_BAD;
     if (off == r->limit) {
         *st = REC_END;

@@ -115,13 +115,17 @@ static st_code lookup_row(sto_db *db, const sto_row_mut *r, sto_tablet **out, st
 
 /* ---- stalls ---- */
 
-/* sto_write stalls at the configured bounds. sto_write_async, usually called from an event loop
- * that must keep serving, stalls only at twice those bounds: it still cannot grow memory or the
- * table count without limit, but ordinary backpressure does not freeze the loop. */
-static bool stalled(const sto_db *db, sto_tablet *t, bool async) {
+/* sto_write stalls at the configured bounds: a tablet's frozen memtables and small tables, and
+ * all memtables of the node at twice memtable_budget_bytes (the budget itself only triggers
+ * flushes). sto_write_async, usually called from an event loop that must keep serving, stalls
+ * only at twice those bounds: memory and table counts stay bounded, but ordinary backpressure
+ * does not freeze the loop. */
+static bool stalled(sto_db *db, sto_tablet *t, bool async) {
     int k = async ? 2 : 1;
+    long long mem = atomic_load(&db->mem_bytes);
     return atomic_load(&t->n_imm_hint) > k * STO_IMM_STALL_MAX ||
-           atomic_load(&t->n_small_hint) >= k * db->o.write_stall_tables;
+           atomic_load(&t->n_small_hint) >= k * db->o.write_stall_tables ||
+           (mem > 0 && (unsigned long long)mem > 2ull * (unsigned)k * db->o.memtable_budget_bytes);
 }
 
 /* db->mu held. Blocks while the tablet has too much unflushed or uncompacted data; fails only

@@ -15,7 +15,9 @@ st_code btu_key_successor(st_arena *arena, st_slice k, st_slice *out) {
     return ST_OK;
 }
 
-static st_slice bin(ProtobufCBinaryData b) { return st_slice_make(b.data, b.len); }
+static st_slice bin(ProtobufCBinaryData b) {
+    return st_slice_make(b.data, b.len);
+}
 
 int btu_end_cmp(st_slice a, st_slice b) {
     if (a.len == 0 || b.len == 0)
@@ -85,8 +87,8 @@ static st_code range_from_pb(const Google__Bigtable__V2__RowRange *r, size_t i, 
     return ST_OK;
 }
 
-st_code btu_rowset_from_pb(const Google__Bigtable__V2__RowSet *rs, st_arena *arena,
-                           btu_rowset *out, st_err *err) {
+st_code btu_rowset_from_pb(const Google__Bigtable__V2__RowSet *rs, st_arena *arena, btu_rowset *out,
+                           st_err *err) {
     size_t total = rs ? rs->n_row_keys + rs->n_row_ranges : 0;
     out->v = NULL;
     out->n = 0;

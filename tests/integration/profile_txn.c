@@ -119,9 +119,9 @@ static int update(const char *addr, const char *profile, const char *etag) {
     st_buf resp;
     st_buf_init(&resp);
     st_err status = {0};
-    st_code rc = rpc_blocking_unary(addr, NULL,
-                                    "/google.bigtable.admin.v2.BigtableInstanceAdmin/UpdateAppProfile",
-                                    st_slice_make(buf, len), NULL, 0, TIMEOUT_MS, &resp, &status);
+    st_code rc = rpc_blocking_unary(
+        addr, NULL, "/google.bigtable.admin.v2.BigtableInstanceAdmin/UpdateAppProfile",
+        st_slice_make(buf, len), NULL, 0, TIMEOUT_MS, &resp, &status);
     printf("%s %s\n", st_code_name(rc), rc == ST_OK ? "" : status.msg);
     Google__Longrunning__Operation *op =
         rc == ST_OK ? google__longrunning__operation__unpack(NULL, resp.len, resp.data) : NULL;

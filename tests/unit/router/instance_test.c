@@ -34,8 +34,8 @@ static void topo_init(st_topology *t) {
         snprintf(t->clusters[c].id, sizeof t->clusters[c].id, "%s", ids[c]);
         snprintf(t->clusters[c].zone, sizeof t->clusters[c].zone, "zone-%zu", c);
         t->clusters[c].n_nodes = 1;
-        snprintf(t->clusters[c].nodes[0].addr, sizeof t->clusters[c].nodes[0].addr,
-                 "127.0.0.1:%zu", 7000 + c);
+        snprintf(t->clusters[c].nodes[0].addr, sizeof t->clusters[c].nodes[0].addr, "127.0.0.1:%zu",
+                 7000 + c);
     }
     t->n_clusters = 3;
 }
@@ -127,15 +127,19 @@ static void test_profiles_names(void **state) {
 
     char id[RTR_PROFILE_ID_MAX + 1];
     st_err err = {0};
-    assert_int_equal(rtr_profile_parse_name(&t, "projects/p/instances/i/appProfiles/x1", id,
-                                            sizeof id, &err), ST_OK);
+    assert_int_equal(
+        rtr_profile_parse_name(&t, "projects/p/instances/i/appProfiles/x1", id, sizeof id, &err),
+        ST_OK);
     assert_string_equal(id, "x1");
-    assert_int_equal(rtr_profile_parse_name(&t, "projects/p/instances/j/appProfiles/x1", id,
-                                            sizeof id, &err), ST_NOT_FOUND);
-    assert_int_equal(rtr_profile_parse_name(&t, "projects/p/instances/i/profiles/x1", id,
-                                            sizeof id, &err), ST_INVALID_ARGUMENT);
-    assert_int_equal(rtr_profile_parse_name(&t, "projects/p/instances/i/appProfiles/-x", id,
-                                            sizeof id, &err), ST_INVALID_ARGUMENT);
+    assert_int_equal(
+        rtr_profile_parse_name(&t, "projects/p/instances/j/appProfiles/x1", id, sizeof id, &err),
+        ST_NOT_FOUND);
+    assert_int_equal(
+        rtr_profile_parse_name(&t, "projects/p/instances/i/profiles/x1", id, sizeof id, &err),
+        ST_INVALID_ARGUMENT);
+    assert_int_equal(
+        rtr_profile_parse_name(&t, "projects/p/instances/i/appProfiles/-x", id, sizeof id, &err),
+        ST_INVALID_ARGUMENT);
     assert_int_equal(rtr_check_instance(&t, "projects/p/instances/i", false, &err), ST_OK);
     assert_int_equal(rtr_check_instance(&t, "projects/p/instances/-", false, &err), ST_NOT_FOUND);
     assert_int_equal(rtr_check_instance(&t, "projects/p/instances/-", true, &err), ST_OK);
@@ -162,9 +166,11 @@ static void test_profiles_policy_parse(void **state) {
     char *ids[] = {"west", "east"};
     mk_multi(&p, &m, ids, 2);
     Google__Bigtable__Admin__V2__AppProfile__MultiClusterRoutingUseAny__RowAffinity aff;
-    google__bigtable__admin__v2__app_profile__multi_cluster_routing_use_any__row_affinity__init(&aff);
-    m.affinity_case =
-        GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__MULTI_CLUSTER_ROUTING_USE_ANY__AFFINITY_ROW_AFFINITY;
+    google__bigtable__admin__v2__app_profile__multi_cluster_routing_use_any__row_affinity__init(
+        &aff);
+#define ROW_AFFINITY \
+    GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__MULTI_CLUSTER_ROUTING_USE_ANY__AFFINITY_ROW_AFFINITY
+    m.affinity_case = ROW_AFFINITY;
     m.row_affinity = &aff;
     pack(&p, &b);
     assert_int_equal(rtr_policy_parse(st_buf_slice(&b), &pol, &err), ST_OK);
@@ -307,8 +313,9 @@ static void test_profiles_apply_mask(void **state) {
     char *only_desc[] = {"description"};
     assert_int_equal(rtr_profile_apply_mask(&cur, &req, only_desc, 1, &err), ST_OK);
     assert_string_equal(cur.description, "new");
-    assert_int_equal(cur.routing_policy_case,
-                     GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING);
+    assert_int_equal(
+        cur.routing_policy_case,
+        GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING);
     char *routing[] = {"multi_cluster_routing_use_any"};
     assert_int_equal(rtr_profile_apply_mask(&cur, &req, routing, 1, &err), ST_OK);
     assert_ptr_equal(cur.multi_cluster_routing_use_any, &m);
@@ -333,7 +340,8 @@ static void test_profiles_warnings(void **state) {
     mk_single(&p, &s, "east", true);
     assert_int_equal(rtr_profile_warnings(&r->meta, &r->topo, "a", &p, &err), ST_OK);
     mk_single(&p, &s, "west", true);
-    assert_int_equal(rtr_profile_warnings(&r->meta, &r->topo, "a", &p, &err), ST_FAILED_PRECONDITION);
+    assert_int_equal(rtr_profile_warnings(&r->meta, &r->topo, "a", &p, &err),
+                     ST_FAILED_PRECONDITION);
     assert_non_null(strstr(err.msg, "ignore_warnings"));
     assert_int_equal(rtr_profile_warnings(&r->meta, &r->topo, "default", &p, &err), ST_OK);
     mk_single(&p, &s, "west", false);
@@ -344,7 +352,8 @@ static void test_profiles_warnings(void **state) {
     mk_single(&q, &sq, "north", true);
     store(r, "tx", &q);
     mk_single(&p, &s, "west", true);
-    assert_int_equal(rtr_profile_warnings(&r->meta, &r->topo, "a", &p, &err), ST_FAILED_PRECONDITION);
+    assert_int_equal(rtr_profile_warnings(&r->meta, &r->topo, "a", &p, &err),
+                     ST_FAILED_PRECONDITION);
     assert_non_null(strstr(err.msg, "'tx'"));
     assert_int_equal(rtr_profile_warnings(&r->meta, &r->topo, "tx", &p, &err), ST_OK);
     ctx_free(r);
@@ -363,8 +372,9 @@ static void test_profiles_default(void **state) {
     assert_non_null(p);
     assert_string_equal(p->name, "projects/p/instances/i/appProfiles/default");
     assert_true(p->etag[0] != '\0');
-    assert_int_equal(p->routing_policy_case,
-                     GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING);
+    assert_int_equal(
+        p->routing_policy_case,
+        GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING);
     assert_string_equal(p->single_cluster_routing->cluster_id, "east");
     assert_true(p->single_cluster_routing->allow_transactional_writes);
     google__bigtable__admin__v2__app_profile__free_unpacked(p, NULL);

@@ -22,13 +22,17 @@
 static void test_meta_records_put_find_del(void **state) {
     (void)state;
     rtr_meta m = {0};
-    assert_int_equal(rtr_meta_put(&m, RTR_META_KIND_TABLE, "projects/p/instances/i/tables/b", S("B")), ST_OK);
-    assert_int_equal(rtr_meta_put(&m, RTR_META_KIND_TABLE, "projects/p/instances/i/tables/a", S("A")), ST_OK);
+    assert_int_equal(
+        rtr_meta_put(&m, RTR_META_KIND_TABLE, "projects/p/instances/i/tables/b", S("B")), ST_OK);
+    assert_int_equal(
+        rtr_meta_put(&m, RTR_META_KIND_TABLE, "projects/p/instances/i/tables/a", S("A")), ST_OK);
     assert_int_equal(rtr_meta_put(&m, RTR_META_KIND_PROFILE, "default", S("P")), ST_OK);
     assert_int_equal(m.n_tables, 2);
     assert_string_equal(m.tables[0].name, "projects/p/instances/i/tables/a");
-    assert_int_equal(rtr_meta_put(&m, RTR_META_KIND_TABLE, "projects/p/instances/i/tables/a", S("A2")), ST_OK);
-    const rtr_meta_rec *r = rtr_meta_find(&m, RTR_META_KIND_TABLE, "projects/p/instances/i/tables/a");
+    assert_int_equal(
+        rtr_meta_put(&m, RTR_META_KIND_TABLE, "projects/p/instances/i/tables/a", S("A2")), ST_OK);
+    const rtr_meta_rec *r =
+        rtr_meta_find(&m, RTR_META_KIND_TABLE, "projects/p/instances/i/tables/a");
     assert_non_null(r);
     assert_int_equal(r->len, 2);
     assert_memory_equal(r->pb, "A2", 2);
@@ -48,7 +52,8 @@ static void test_meta_row_keys_round_trip(void **state) {
     st_buf_init(&k);
     char name[RTR_TABLE_NAME_MAX + 1];
     rtr_meta_kind kind;
-    assert_int_equal(rtr_meta_row_key(RTR_META_KIND_TABLE, "projects/p/instances/i/tables/t", &k), ST_OK);
+    assert_int_equal(rtr_meta_row_key(RTR_META_KIND_TABLE, "projects/p/instances/i/tables/t", &k),
+                     ST_OK);
     assert_true(st_slice_eq(st_buf_slice(&k), S("table/projects/p/instances/i/tables/t")));
     assert_true(rtr_meta_parse_row_key(st_buf_slice(&k), &kind, name, sizeof name));
     assert_int_equal(kind, RTR_META_KIND_TABLE);
@@ -90,21 +95,24 @@ static void test_meta_feed_takes_latest_cell_of_each_row(void **state) {
     c[1].value = bin("-1");
     c[2].timestamp_micros = 1000;
     c[2].value = bin("old");
-    c[2].row_status_case = GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
+    c[2].row_status_case =
+        GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
     c[2].commit_row = true;
     /* row 2: a profile */
     c[3].row_key = bin("profile/default");
     c[3].family_name = &fam;
     c[3].qualifier = &q;
     c[3].value = bin("prof");
-    c[3].row_status_case = GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
+    c[3].row_status_case =
+        GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
     c[3].commit_row = true;
     /* row 3: not a record: ignored */
     c[4].row_key = bin("zzz/other");
     c[4].family_name = &fam;
     c[4].qualifier = &q;
     c[4].value = bin("x");
-    c[4].row_status_case = GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
+    c[4].row_status_case =
+        GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
     c[4].commit_row = true;
     Google__Bigtable__V2__ReadRowsResponse r;
     google__bigtable__v2__read_rows_response__init(&r);
@@ -116,7 +124,8 @@ static void test_meta_feed_takes_latest_cell_of_each_row(void **state) {
     assert_int_equal(rtr_meta_feed(&m, st_slice_make(buf, len)), ST_OK);
     assert_int_equal(m.n_tables, 1);
     assert_int_equal(m.n_profiles, 1);
-    const rtr_meta_rec *t = rtr_meta_find(&m, RTR_META_KIND_TABLE, "projects/p/instances/i/tables/t1");
+    const rtr_meta_rec *t =
+        rtr_meta_find(&m, RTR_META_KIND_TABLE, "projects/p/instances/i/tables/t1");
     assert_non_null(t);
     assert_int_equal(t->len, 8);
     assert_memory_equal(t->pb, "schema-1", 8);

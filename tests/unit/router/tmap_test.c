@@ -31,10 +31,10 @@ static rtr_tablet_in tin(const char *table, const char *start, const char *end, 
 static void test_tmap_build_sorts_and_drops_overlaps(void **state) {
     (void)state;
     rtr_tablet_in in[] = {
-        tin("t2", "", "", 0, false),      tin("t1", "m", "", 1, false),
-        tin("t1", "", "g", 0, false),     tin("t1", "g", "m", 1, true), /* moving away */
-        tin("t1", "g", "m", 0, false),    /* the move's target: wins */
-        tin("t1", "h", "k", 1, false),    /* stale overlap: dropped */
+        tin("t2", "", "", 0, false),   tin("t1", "m", "", 1, false),
+        tin("t1", "", "g", 0, false),  tin("t1", "g", "m", 1, true), /* moving away */
+        tin("t1", "g", "m", 0, false),                               /* the move's target: wins */
+        tin("t1", "h", "k", 1, false),                               /* stale overlap: dropped */
     };
     rtr_tmap *m = rtr_tmap_build(in, sizeof in / sizeof in[0]);
     assert_non_null(m);
@@ -75,8 +75,7 @@ static void test_tmap_row_reports_gaps(void **state) {
     assert_int_equal(rtr_read_step(&rs, false, true, S("c"), t, &a, &sub, &k, &gap),
                      ST_UNAVAILABLE);
     assert_true(st_slice_eq(gap, S("c")));
-    assert_int_equal(rtr_read_step(&rs, true, true, S("f"), t, &a, &sub, &k, &gap),
-                     ST_UNAVAILABLE);
+    assert_int_equal(rtr_read_step(&rs, true, true, S("f"), t, &a, &sub, &k, &gap), ST_UNAVAILABLE);
     assert_int_equal(rtr_read_step(&rs, true, true, S("c"), t, &a, &sub, &k, &gap), ST_OK);
     assert_int_equal(k, 0);
     st_arena_deinit(&a);
@@ -176,7 +175,8 @@ static void walk(const btu_rowset *rs, const rtr_tmap_table *t, bool reversed, b
         btu_rowset sub;
         size_t k;
         st_slice gap;
-        st_code rc = rtr_read_step(rs, reversed, has_pos, st_buf_slice(&pos), t, &a, &sub, &k, &gap);
+        st_code rc =
+            rtr_read_step(rs, reversed, has_pos, st_buf_slice(&pos), t, &a, &sub, &k, &gap);
         if (rc == ST_NOT_FOUND) {
             st_arena_deinit(&a);
             break;

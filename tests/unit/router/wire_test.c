@@ -68,7 +68,8 @@ static void test_wire_copy_except_keeps_other_fields(void **state) {
     assert_int_equal(m->rows->n_row_keys, 0);
     assert_int_equal(m->rows->n_row_ranges, 1);
     const Google__Bigtable__V2__RowRange *rr = m->rows->row_ranges[0];
-    assert_int_equal(rr->start_key_case, GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED);
+    assert_int_equal(rr->start_key_case,
+                     GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED);
     assert_int_equal(rr->end_key_case, GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN);
     assert_memory_equal(rr->start_key_closed.data, "c", 1);
     assert_memory_equal(rr->end_key_open.data, "d", 1);

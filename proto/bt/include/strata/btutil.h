@@ -33,8 +33,8 @@ typedef struct btu_rowset {
  * below its end ("Error in field 'row_ranges' : Error in element #0 : start_key must be less than
  * end_key"); RESOURCE_EXHAUSTED when memory runs out. A row set whose every key is empty selects
  * no rows (out->n == 0). */
-st_code btu_rowset_from_pb(const Google__Bigtable__V2__RowSet *rs, st_arena *arena,
-                           btu_rowset *out, st_err *err);
+st_code btu_rowset_from_pb(const Google__Bigtable__V2__RowSet *rs, st_arena *arena, btu_rowset *out,
+                           st_err *err);
 
 /* Sorts and merges v[0..n) in place (any order, overlaps allowed); returns the new count. Ranges
  * that select nothing (start >= end) are dropped. */
