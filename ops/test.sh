@@ -17,7 +17,7 @@ run_build() {
 }
 
 run_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-run_build build-asan -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON
+run_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON
 
 status=0
 for dir in build build-asan; do
