@@ -14,7 +14,8 @@
 typedef Strata__Internal__V1__Tablet pb_tablet;
 
 /* The Tablet message for map entry tab of t (slices point into storage and t: valid during the
- * handler). A moving tablet is reported read_only: it refuses writes until it is gone. */
+ * handler). A moving tablet is reported read_only (it refuses writes until it is gone) and
+ * moving (routers keep reading from it rather than from the target's partial copy). */
 static pb_tablet *tablet_to_pb(const node_tablets *t, const node_tablet *tab, st_arena *a) {
     pb_tablet *p = st_arena_alloc(a, sizeof *p);
     if (!p)
@@ -29,6 +30,7 @@ static pb_tablet *tablet_to_pb(const node_tablets *t, const node_tablet *tab, st
     p->approx_bytes = info.approx_bytes;
     p->sst_count = (uint32_t)info.sst_count;
     p->read_only = info.read_only || tab->moving;
+    p->moving = tab->moving;
     return p;
 }
 

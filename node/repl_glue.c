@@ -133,13 +133,12 @@ typedef struct token_op {
 static void generate_done(const repl_node_positions *nodes, size_t count, size_t failed,
                           void *arg) {
     token_op *op = arg;
-    if (failed) {
-        node_fail(op->call, ST_UNAVAILABLE,
-                  "%zu node(s) of the instance did not report their log position; retry", failed);
-        free(op);
-        return;
-    }
-    repl_token_from_positions(nodes, count, &op->token);
+    /* A node that did not answer gets the "unknown" lsn: the check then waits for all it holds
+     * when asked, so the token is never consistent early. */
+    if (failed)
+        st_log(ST_LOG_WARN, "repl", "consistency token: %zu node(s) did not report positions",
+               failed);
+    repl_token_from_positions(repl_topology(op->n->repl), nodes, count, &op->token);
     char text[REPL_TOKEN_CHARS_MAX];
     st_err err;
     if (repl_token_encode(&op->token, text, sizeof text, &err) != ST_OK) {

@@ -29,6 +29,7 @@
 int ops_up_main(int argc, char **argv);
 int ops_down_main(int argc, char **argv);
 int ops_status_main(int argc, char **argv);
+int ops_failover_main(int argc, char **argv); /* failover.c */
 
 /* The instance directory: flag if given, else $STRATA_HOME, else $HOME/.strata/local. False (with
  * a message on stderr) when none can be formed. */

@@ -22,6 +22,7 @@ static const strata_cmd commands[] = {
     {"up", ops_up_main, "start a local instance (2 clusters x 3 nodes + router on :8086)"},
     {"down", ops_down_main, "stop a local instance (data kept; --purge deletes it)"},
     {"status", ops_status_main, "show a local instance's clusters, nodes, tablets and health"},
+    {"failover", ops_failover_main, "point a single-cluster app profile at another cluster"},
     {"help", cmd_help, "list the commands, or `strata help CMD` for one"},
 };
 #define COMMANDS_COUNT (sizeof(commands) / sizeof(commands[0]))

@@ -34,7 +34,7 @@
 typedef struct up_opts {
     const char *dir_flag, *config, *bin_dir;
     int port, clusters, nodes, wait_s;
-    long long split_bytes; /* 0: not given (nodes keep their default) */
+    long long split_bytes; /* 0: not given (the topology's value stays) */
     bool shape_given, no_router;
 } up_opts;
 
@@ -67,7 +67,8 @@ static void up_usage(FILE *out) {
             "  --dir DIR        instance directory: topology, data, logs, pid files\n"
             "                   (default $STRATA_HOME, else ~/.strata/local)\n"
             "  --config FILE    start the topology in FILE instead (docs/formats/topology.md)\n"
-            "  --split-bytes N  tablet split threshold passed to every node\n"
+            "  --split-bytes N  tablet split threshold of every node, kept in the topology\n"
+            "                   (default 256 MiB)\n"
             "  --bin-dir DIR    where strata-node and strata-router are (default: next to this\n"
             "                   binary's build tree, then $PATH)\n"
             "  --wait-s S       how long to wait for each process to listen (default %d)\n"
@@ -402,8 +403,8 @@ static void up_proc_argv(up_ctx *c, up_proc *p, char *const argv[UP_ARGV_MAX], c
         a[n++] = nums[1];
         a[n++] = "--config"; /* peers to replicate with (docs/formats/replication.md) */
         a[n++] = topo_path;
-        if (c->o.split_bytes) { /* only when asked: nodes keep their own default otherwise */
-            snprintf(nums[2], 32, "%lld", c->o.split_bytes);
+        if (c->topo.split_bytes > 0) { /* the topology's: --split-bytes, stored at a start */
+            snprintf(nums[2], 32, "%lld", (long long)c->topo.split_bytes);
             a[n++] = "--split-bytes";
             a[n++] = nums[2];
         }

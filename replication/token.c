@@ -125,17 +125,27 @@ bool repl_token_satisfied(const repl_token *t, const st_topology *topo,
         for (size_t j = 0; j < n_nodes && !p; j++)
             if (nodes[j].node_num == t->e[i].node_num)
                 p = &nodes[j];
-        if (!p || !node_caught_up(p, cluster, topo, t->e[i].lsn))
+        uint64_t lsn = t->e[i].lsn;
+        if (p && lsn == REPL_TOKEN_LSN_UNKNOWN) /* everything it had when asked now */
+            lsn = p->last_lsn;
+        if (!p || (lsn > 0 && !node_caught_up(p, cluster, topo, lsn)))
             return false;
     }
     return true;
 }
 
-void repl_token_from_positions(const repl_node_positions *nodes, size_t n, repl_token *out) {
+void repl_token_from_positions(const st_topology *topo, const repl_node_positions *nodes,
+                               size_t n, repl_token *out) {
     out->n = 0;
-    for (size_t i = 0; i < n && out->n < REPL_TOKEN_NODES_MAX; i++) {
-        out->e[out->n].node_num = nodes[i].node_num;
-        out->e[out->n].lsn = nodes[i].last_lsn;
-        out->n++;
+    for (size_t c = 0; c < topo->n_clusters; c++) {
+        for (size_t k = 0; k < topo->clusters[c].n_nodes && out->n < REPL_TOKEN_NODES_MAX; k++) {
+            uint32_t num = topo->clusters[c].nodes[k].num;
+            out->e[out->n].node_num = num;
+            out->e[out->n].lsn = REPL_TOKEN_LSN_UNKNOWN;
+            for (size_t i = 0; i < n; i++)
+                if (nodes[i].node_num == num)
+                    out->e[out->n].lsn = nodes[i].last_lsn;
+            out->n++;
+        }
     }
 }

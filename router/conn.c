@@ -283,9 +283,21 @@ static void refresh_waiters_run(rtr_cluster *c) {
     free(w);
 }
 
+/* True for the target's copy of the range the balancer is moving in this cluster: partial until
+ * the move answers, so it must not win over the source, even over a report of the source taken
+ * before the source marked it moving (docs/cluster.md: no writes to the target before the move
+ * has answered). */
+static bool is_move_target(const rtr_cluster *c, uint32_t node,
+                           const Strata__Internal__V1__Tablet *t) {
+    const rtr_bal_cluster *b = &c->bal;
+    return b->moving && node == b->target && !t->moving && strcmp(t->table_name, b->table) == 0 &&
+           st_slice_eq(st_slice_make(t->start_key.data, t->start_key.len), st_buf_slice(&b->start));
+}
+
 /* Adds the tablets of one ListTablets answer to in[] (grown as needed). */
-static bool collect_tablets(const rtr_fan_res *res, uint32_t node, rtr_tablet_in **in, size_t *n,
-                            size_t *cap, Strata__Internal__V1__ListTabletsResponse **keep) {
+static bool collect_tablets(const rtr_cluster *c, const rtr_fan_res *res, uint32_t node,
+                            rtr_tablet_in **in, size_t *n, size_t *cap,
+                            Strata__Internal__V1__ListTabletsResponse **keep) {
     size_t off = 0;
     st_slice msg;
     if (!rtr_fan_next_msg(res, &off, &msg))
@@ -310,7 +322,8 @@ static bool collect_tablets(const rtr_fan_res *res, uint32_t node, rtr_tablet_in
                                         st_slice_make(t->end_key.data, t->end_key.len),
                                         t->id,
                                         node,
-                                        t->read_only};
+                                        t->read_only || is_move_target(c, node, t),
+                                        t->moving};
     }
     return true;
 }
@@ -334,8 +347,8 @@ static bool keep_old(const rtr_cluster *c, const rtr_fan *f, rtr_tablet_in **in,
                 *cap = nc;
             }
             /* read_only marks them as second choice against fresh reports. */
-            (*in)[(*n)++] =
-                (rtr_tablet_in){old->tables[t].name, tb->start, tb->end, tb->id, tb->node, true};
+            (*in)[(*n)++] = (rtr_tablet_in){old->tables[t].name, tb->start, tb->end, tb->id,
+                                            tb->node, true, false};
         }
     return true;
 }
@@ -349,7 +362,7 @@ static void refresh_done(rtr_fan *f, void *arg) {
     for (size_t i = 0; i < f->n && ok; i++) {
         if (f->res[i].code != ST_OK)
             continue;
-        ok = collect_tablets(&f->res[i], (uint32_t)i, &in, &n, &cap, &keep[i]);
+        ok = collect_tablets(c, &f->res[i], (uint32_t)i, &in, &n, &cap, &keep[i]);
         ok_nodes++;
     }
     ok = ok && keep_old(c, f, &in, &n, &cap);

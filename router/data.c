@@ -3,6 +3,7 @@
  * the caller's order; SampleRowKeys asks every node holding tablets and merges. A node that no
  * longer owns the rows ("strata-not-owner:") makes the router refresh the cluster's tablet map
  * and retry, bounded (RTR_RETRIES_MAX) with backoff, without the client seeing it. */
+#include "failover.h"
 #include "router_internal.h"
 
 #include <stdio.h>
@@ -11,17 +12,39 @@
 
 #include "google/rpc/status.pb-c.h"
 
-/* Common start of a data request: the table is known and a cluster is chosen. */
+/* Common start of a data request: the table is known and the clusters to try are planned
+ * (failover.c; row: the key of a single-row request, for row affinity, else empty). */
 static bool data_route(rtr_ctx *r, rpc_call *call, const char *table, const char *profile,
-                       bool transactional, rtr_cluster **c) {
+                       bool transactional, st_slice row, rtr_plan *plan) {
     if (!rtr_table_or_fail(r, call, table))
         return false;
     st_err err = {0};
-    if (rtr_route_cluster(r, profile ? profile : "", transactional, c, &err) != ST_OK) {
+    if (rtr_route_plan(r, profile ? profile : "", transactional, row, plan, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return false;
     }
     return true;
+}
+
+/* A multi-cluster write gets its server timestamps here, before the first forwarding, so a
+ * retry on another cluster writes identical cells (docs/router.md, "Failover"). *req then
+ * points into the call's arena. False after failing the call. */
+static bool data_stamp(rtr_ctx *r, rpc_call *call, bool rows, st_slice *req) {
+    st_buf out;
+    st_buf_init(&out);
+    size_t n = 0;
+    st_code rc = rtr_stamp_mutations(*req, rows, rtr_fo_write_ts(r), &out, &n);
+    if (rc == ST_OK && n > 0) {
+        void *p = st_arena_dup(rpc_call_arena(call), out.data, out.len);
+        if (p)
+            *req = st_slice_make(p, out.len);
+        else
+            rc = ST_RESOURCE_EXHAUSTED;
+    }
+    st_buf_free(&out);
+    if (rc != ST_OK)
+        rtr_fail(call, rc, rc == ST_INVALID_ARGUMENT ? "malformed mutation request" : "out of memory");
+    return rc == ST_OK;
 }
 
 /* SetCell with timestamp -1 takes the server's time: a retry after the node may already have
@@ -40,6 +63,8 @@ typedef struct fwd_op {
     rtr_ctx *r;
     rpc_call *call;
     rtr_cluster *c;
+    rtr_plan plan;
+    rtr_node *node; /* of the attempt in flight */
     const char *path;
     st_slice req, row;
     const char *table;
@@ -67,6 +92,10 @@ static void fwd_after_backoff(void *arg) {
     fwd_op *op = arg;
     if (op->r->closing || rpc_call_cancelled(op->call))
         return fwd_finish(op, op->last.code, op->last.msg);
+    if (op->plan.multi) { /* every cluster failed: start over, healthy ones first */
+        rtr_plan_restart(op->r, &op->plan);
+        op->c = rtr_plan_cluster(op->r, &op->plan);
+    }
     if (op->c->map_gen != op->gen)
         return fwd_send(op); /* the map changed since this try: use it */
     if (rtr_cluster_refresh(op->c, fwd_send, op) != ST_OK)
@@ -74,9 +103,18 @@ static void fwd_after_backoff(void *arg) {
 }
 
 static void fwd_retry(fwd_op *op) {
-    if (op->attempts >= RTR_RETRIES_MAX || op->r->closing ||
+    if (!rtr_retry_allowed(op->attempts, op->last.code, op->last.msg) || op->r->closing ||
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), fwd_after_backoff, op) != ST_OK)
         fwd_finish(op, op->last.code, op->last.msg);
+}
+
+/* Moves a multi-cluster request to its plan's next cluster; false when there is none. */
+static bool fwd_failover(fwd_op *op) {
+    if (op->r->closing || !rtr_plan_next(op->r, &op->plan, op->last.code))
+        return false;
+    op->c = rtr_plan_cluster(op->r, &op->plan);
+    fwd_send(op);
+    return true;
 }
 
 static void fwd_msg(rpc_ccall *call, st_slice msg, void *arg) {
@@ -93,6 +131,9 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
     if (code == ST_OK)
         return fwd_finish(op, ST_OK, NULL);
     st_err_set(&op->last, code, "%s", message ? message : "");
+    rtr_health_report(op->node, code);
+    if (op->idempotent && rtr_fo_error(code) && fwd_failover(op))
+        return;
     if (rtr_retryable(code, message, op->idempotent))
         return fwd_retry(op);
     fwd_finish(op, code, op->last.msg);
@@ -111,14 +152,19 @@ static void fwd_send(void *arg) {
     int64_t timeout;
     if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout))
         return fwd_finish(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+    timeout = rtr_plan_attempt_ms(&op->plan, timeout);
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
-    if (!rtr_node_call(&op->c->nodes[t->v[k].node], op->path, op->req, md, n_md, timeout, fwd_msg,
-                       fwd_done, op, &op->last))
-        fwd_retry(op); /* it never reached the node: safe to retry */
+    op->node = &op->c->nodes[t->v[k].node];
+    if (rtr_node_call(op->node, op->path, op->req, md, n_md, timeout, fwd_msg, fwd_done, op,
+                      &op->last))
+        return;
+    rtr_health_report(op->node, ST_UNAVAILABLE);
+    if (!fwd_failover(op)) /* it never reached the node: safe to move or retry */
+        fwd_retry(op);
 }
 
-static void fwd_start(rtr_ctx *r, rpc_call *call, rtr_cluster *c, const char *table,
+static void fwd_start(rtr_ctx *r, rpc_call *call, const rtr_plan *plan, const char *table,
                       ProtobufCBinaryData row, st_slice req, bool idempotent) {
     if (row.len == 0)
         return rtr_fail(call, ST_INVALID_ARGUMENT, "row key must not be empty");
@@ -127,7 +173,8 @@ static void fwd_start(rtr_ctx *r, rpc_call *call, rtr_cluster *c, const char *ta
         return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     *op = (fwd_op){.r = r,
                    .call = call,
-                   .c = c,
+                   .c = rtr_plan_cluster(r, plan),
+                   .plan = *plan,
                    .path = rpc_call_path(call),
                    .req = req,
                    .row = st_slice_make(row.data, row.len),
@@ -141,31 +188,39 @@ void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__V2__MutateRowRequest *req =
         (void *)rtr_unpack(call, &google__bigtable__v2__mutate_row_request__descriptor, req_bytes);
-    rtr_cluster *c;
-    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, &c))
+    rtr_plan plan;
+    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false,
+                            st_slice_make(req->row_key.data, req->row_key.len), &plan))
         return;
-    fwd_start(r, call, c, req->table_name, req->row_key, req_bytes,
-              muts_idempotent(req->mutations, req->n_mutations));
+    bool idempotent = muts_idempotent(req->mutations, req->n_mutations);
+    if (plan.multi && !idempotent) {
+        if (!data_stamp(r, call, false, &req_bytes))
+            return;
+        idempotent = true;
+    }
+    fwd_start(r, call, &plan, req->table_name, req->row_key, req_bytes, idempotent);
 }
 
 void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__V2__CheckAndMutateRowRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__check_and_mutate_row_request__descriptor, req_bytes);
-    rtr_cluster *c;
-    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true, &c))
+    rtr_plan plan;
+    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true,
+                            st_slice_make(NULL, 0), &plan))
         return;
-    fwd_start(r, call, c, req->table_name, req->row_key, req_bytes, false);
+    fwd_start(r, call, &plan, req->table_name, req->row_key, req_bytes, false);
 }
 
 void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__V2__ReadModifyWriteRowRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__read_modify_write_row_request__descriptor, req_bytes);
-    rtr_cluster *c;
-    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true, &c))
+    rtr_plan plan;
+    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true,
+                            st_slice_make(NULL, 0), &plan))
         return;
-    fwd_start(r, call, c, req->table_name, req->row_key, req_bytes, false);
+    fwd_start(r, call, &plan, req->table_name, req->row_key, req_bytes, false);
 }
 
 void rtr_h_ping_and_warm(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -185,6 +240,7 @@ typedef struct mr_op {
     rtr_ctx *r;
     rpc_call *call;
     rtr_cluster *c;
+    rtr_plan plan;
     const char *table;
     st_buf head;
     rtr_entry *entries;
@@ -198,6 +254,7 @@ typedef struct mr_op {
 
 typedef struct mr_group {
     mr_op *op;
+    rtr_node *node;
     size_t *idx;
     size_t n;
 } mr_group;
@@ -234,6 +291,10 @@ static void mr_after_backoff(void *arg) {
     mr_op *op = arg;
     if (op->r->closing || rpc_call_cancelled(op->call))
         return mr_reply(op);
+    if (op->plan.multi) { /* every cluster failed: start over, healthy ones first */
+        rtr_plan_restart(op->r, &op->plan);
+        op->c = rtr_plan_cluster(op->r, &op->plan);
+    }
     if (op->c->map_gen != op->gen)
         return mr_round(op);
     if (rtr_cluster_refresh(op->c, mr_round, op) != ST_OK)
@@ -242,10 +303,22 @@ static void mr_after_backoff(void *arg) {
 
 /* After a round: entries left non-final are retried (bounded), else the answer goes out. */
 static void mr_round_over(mr_op *op) {
-    bool again = false;
-    for (size_t i = 0; i < op->n && !again; i++)
-        again = !op->res[i].final;
-    if (!again || op->attempts >= RTR_RETRIES_MAX || op->r->closing ||
+    bool again = false, not_owner = false, lost = false;
+    for (size_t i = 0; i < op->n; i++)
+        if (!op->res[i].final) {
+            again = true;
+            not_owner = not_owner || rtr_is_not_owner(op->res[i].code, op->res[i].message);
+            lost = lost || rtr_fo_error(op->res[i].code);
+        }
+    /* Entries a cluster could not take move to the plan's next cluster at once (multi-cluster
+     * profiles; the entries are idempotent: their timestamps were assigned before). */
+    if (lost && !op->r->closing && rtr_plan_next(op->r, &op->plan, ST_UNAVAILABLE)) {
+        op->c = rtr_plan_cluster(op->r, &op->plan);
+        return mr_round(op);
+    }
+    st_code why = not_owner ? ST_FAILED_PRECONDITION : ST_UNAVAILABLE;
+    if (!again || !rtr_retry_allowed(op->attempts, why, not_owner ? RTR_NOT_OWNER_PREFIX : NULL) ||
+        op->r->closing ||
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), mr_after_backoff, op) != ST_OK)
         mr_reply(op);
 }
@@ -262,7 +335,8 @@ static void mr_msg(rpc_ccall *call, st_slice msg, void *arg) {
  * the call's status, non-final (retried) when that status is retryable. */
 static void mr_group_status(mr_group *g, st_code code, const char *message) {
     mr_op *op = g->op;
-    bool retry = code != ST_OK && rtr_retryable(code, message, op->idempotent);
+    bool retry = code != ST_OK && (rtr_retryable(code, message, op->idempotent) ||
+                                   (op->plan.multi && op->idempotent && rtr_fo_error(code)));
     const char *m =
         message ? st_arena_dup(rpc_call_arena(op->call), message, strlen(message) + 1) : NULL;
     for (size_t i = 0; i < g->n; i++) {
@@ -284,6 +358,7 @@ static void mr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     (void)call;
     mr_group *g = arg;
     mr_op *op = g->op;
+    rtr_health_report(g->node, code);
     mr_group_status(g, code, message);
     free(g->idx);
     free(g);
@@ -300,7 +375,7 @@ static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int6
     bool ok =
         g && rtr_mutate_rows_build(&req, st_buf_slice(&op->head), op->entries, idx, n) == ST_OK;
     if (ok) {
-        *g = (mr_group){op, idx, n};
+        *g = (mr_group){op, node, idx, n};
         rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
         size_t n_md = rtr_forward_headers(op->call, md);
         op->groups_pending++;
@@ -311,6 +386,7 @@ static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int6
     }
     st_buf_free(&req);
     if (!ok) {
+        rtr_health_report(node, ST_UNAVAILABLE);
         for (size_t i = 0; i < n; i++)
             op->res[idx[i]] = (rtr_entry_result){ST_UNAVAILABLE, "node unreachable", false};
         free(g);
@@ -344,6 +420,7 @@ static void mr_round(void *arg) {
         st_buf_free(&op->head);
         return free(op);
     }
+    timeout = rtr_plan_attempt_ms(&op->plan, timeout);
     op->gen = op->c->map_gen;
     size_t *owner = malloc(op->n * sizeof *owner);
     size_t count[ST_TOPO_NODES_MAX] = {0};
@@ -384,21 +461,35 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__V2__MutateRowsRequest *req =
         (void *)rtr_unpack(call, &google__bigtable__v2__mutate_rows_request__descriptor, req_bytes);
-    rtr_cluster *c;
-    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, &c))
+    rtr_plan plan;
+    st_slice row = req && req->n_entries == 1 ? st_slice_make(req->entries[0]->row_key.data,
+                                                              req->entries[0]->row_key.len)
+                                              : st_slice_make(NULL, 0);
+    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, row, &plan))
         return;
     st_err err = {0};
     if (mr_check(req, &err) != ST_OK)
         return rtr_fail(call, err.code, "%s", err.msg);
+    bool idempotent = true;
+    for (size_t i = 0; i < req->n_entries; i++)
+        idempotent = idempotent &&
+                     muts_idempotent(req->entries[i]->mutations, req->entries[i]->n_mutations);
+    if (plan.multi && !idempotent) {
+        if (!data_stamp(r, call, true, &req_bytes))
+            return;
+        idempotent = true;
+    }
     st_arena *a = rpc_call_arena(call);
     mr_op *op = calloc(1, sizeof *op);
     if (!op)
         return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-    *op = (mr_op){.r = r, .call = call, .c = c, .table = req->table_name, .idempotent = true};
+    *op = (mr_op){.r = r,
+                  .call = call,
+                  .c = rtr_plan_cluster(r, &plan),
+                  .plan = plan,
+                  .table = req->table_name,
+                  .idempotent = idempotent};
     st_buf_init(&op->head);
-    for (size_t i = 0; i < req->n_entries; i++)
-        op->idempotent = op->idempotent &&
-                         muts_idempotent(req->entries[i]->mutations, req->entries[i]->n_mutations);
     st_code rc = rtr_mutate_rows_split(req_bytes, a, &op->head, &op->entries, &op->n);
     if (rc == ST_OK && !(op->res = st_arena_alloc(a, op->n * sizeof *op->res)))
         rc = ST_RESOURCE_EXHAUSTED;
@@ -417,6 +508,7 @@ typedef struct srk_op {
     rtr_ctx *r;
     rpc_call *call;
     rtr_cluster *c;
+    rtr_plan plan;
     const char *table;
     st_slice req;
     int attempts;
@@ -432,6 +524,10 @@ static void srk_finish(srk_op *op, st_code code, const char *msg) {
 
 static void srk_after_backoff(void *arg) {
     srk_op *op = arg;
+    if (op->plan.multi) {
+        rtr_plan_restart(op->r, &op->plan);
+        op->c = rtr_plan_cluster(op->r, &op->plan);
+    }
     if (op->r->closing || rtr_cluster_refresh(op->c, srk_send, op) != ST_OK)
         srk_finish(op, ST_UNAVAILABLE, "the router is shutting down");
 }
@@ -507,7 +603,14 @@ static void srk_done(rtr_fan *f, void *arg) {
         srk_reply(op, f);
         return rtr_fan_free(f);
     }
+    for (size_t i = 0; i < f->n; i++)
+        if (f->res[i].node)
+            rtr_health_report(f->res[i].node, f->res[i].code);
     rtr_fan_free(f);
+    if (rtr_fo_error(rc) && !op->r->closing && rtr_plan_next(op->r, &op->plan, rc)) {
+        op->c = rtr_plan_cluster(op->r, &op->plan);
+        return srk_send(op);
+    }
     if (rtr_retryable(rc, err.msg, true) && op->attempts < RTR_RETRIES_MAX && !op->r->closing &&
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), srk_after_backoff, op) == ST_OK)
         return;
@@ -544,12 +647,18 @@ void rtr_h_sample_row_keys(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__V2__SampleRowKeysRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__sample_row_keys_request__descriptor, req_bytes);
-    rtr_cluster *c;
-    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, &c))
+    rtr_plan plan;
+    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false,
+                            st_slice_make(NULL, 0), &plan))
         return;
     srk_op *op = calloc(1, sizeof *op);
     if (!op)
         return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-    *op = (srk_op){.r = r, .call = call, .c = c, .table = req->table_name, .req = req_bytes};
+    *op = (srk_op){.r = r,
+                   .call = call,
+                   .c = rtr_plan_cluster(r, &plan),
+                   .plan = plan,
+                   .table = req->table_name,
+                   .req = req_bytes};
     srk_send(op);
 }

@@ -97,8 +97,12 @@ bool rtr_profile_lookup(const rtr_ctx *r, const char *id, st_buf *scratch, st_sl
 /* The body of rtr_route_cluster: see router_internal.h. NOT_FOUND for an unknown profile. */
 st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transactional,
                           rtr_cluster **out, st_err *err);
-/* A cluster is healthy when one of its nodes has a live link or may be dialled now. */
+/* A cluster is healthy when the health probes say so (health.c: every node answers) and one of
+ * its nodes has a live link or may be dialled now. */
 bool rtr_cluster_healthy(const rtr_cluster *c);
+/* The routing policy of profile id (the built-in one for "default" when none is stored).
+ * NOT_FOUND for an unknown profile, INTERNAL for an unreadable record. */
+st_code rtr_profile_policy(const rtr_ctx *r, const char *id, rtr_policy *pol, st_err *err);
 
 /* ---- operations (operations.c) ---- */
 typedef struct rtr_ops rtr_ops;

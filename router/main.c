@@ -11,10 +11,16 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: strata-router --config TOPOLOGY_FILE [--listen HOST:PORT] [--verbose]\n"
+            "usage: strata-router --config TOPOLOGY_FILE [--listen HOST:PORT]\n"
+            "                     [--balance auto|on|off] [--balance-ms MS] [--zone ZONE]\n"
+            "                     [--verbose]\n"
             "Serves the Cloud Bigtable data and table admin APIs for the instance the topology\n"
             "file describes (docs/formats/topology.md), forwarding to its nodes. The listen\n"
-            "address defaults to the file's [router] listen, else 127.0.0.1:8086.\n");
+            "address defaults to the file's [router] listen, else 127.0.0.1:8086.\n"
+            "The tablet balancer moves tablets from the fullest node of a cluster to the\n"
+            "emptiest every MS milliseconds (default 2000); with `auto` (the default) only the\n"
+            "router listening on the file's first [router] address runs it.\n"
+            "Multi-cluster app profiles try clusters in ZONE first, then in file order.\n");
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -46,7 +52,9 @@ static int run(struct event_base *base, const rtr_opts *o) {
 }
 
 int main(int argc, char **argv) {
-    const char *config = NULL, *listen = NULL;
+    const char *config = NULL, *listen = NULL, *zone = NULL;
+    int balance = RTR_BALANCE_AUTO;
+    long long balance_ms = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -54,7 +62,24 @@ int main(int argc, char **argv) {
             config = argv[++i];
         else if (!strcmp(a, "--listen") && v)
             listen = argv[++i];
-        else if (!strcmp(a, "--verbose"))
+        else if (!strcmp(a, "--zone") && v)
+            zone = argv[++i];
+        else if (!strcmp(a, "--balance") && v) {
+            const char *m = argv[++i];
+            balance = !strcmp(m, "on") ? RTR_BALANCE_ON : !strcmp(m, "off") ? RTR_BALANCE_OFF
+                                                                               : RTR_BALANCE_AUTO;
+            if (strcmp(m, "on") && strcmp(m, "off") && strcmp(m, "auto")) {
+                fprintf(stderr, "strata-router: --balance takes auto, on or off\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--balance-ms") && v) {
+            char *end;
+            balance_ms = strtoll(argv[++i], &end, 10);
+            if (*end || balance_ms <= 0 || balance_ms > 86400000LL) {
+                fprintf(stderr, "strata-router: --balance-ms takes 1 to 86400000\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--verbose"))
             st_log_set_level(ST_LOG_DEBUG);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -78,6 +103,9 @@ int main(int argc, char **argv) {
     rtr_opts o;
     rtr_opts_default(&o);
     o.topo = &topo;
+    o.balance = balance;
+    o.balance_ms = balance_ms;
+    o.zone = zone;
     char host[ST_TOPO_ADDR_MAX + 1];
     if (listen) {
         if (!st_addr_split(listen, host, sizeof host, &o.listen_port)) {

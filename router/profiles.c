@@ -9,6 +9,7 @@
  * When no "default" record is stored (before the first router wrote it, or a reload from a
  * cluster that missed the write) the built-in default applies: single-cluster routing to the
  * first cluster with transactional writes allowed. */
+#include "failover.h"
 #include "instance.h"
 
 #include <inttypes.h>
@@ -397,6 +398,9 @@ bool rtr_profile_lookup(const rtr_ctx *r, const char *id, st_buf *scratch, st_sl
 /* ---- routing ---- */
 
 bool rtr_cluster_healthy(const rtr_cluster *c) {
+    /* The probes' verdict (health.c) when they run; the links' state in any case. */
+    if (!rtr_health_cluster_up(c->ctx, c->idx))
+        return false;
     int64_t now = st_mono_us();
     for (size_t i = 0; i < c->n_nodes; i++) {
         const rtr_node *n = &c->nodes[i];
@@ -406,68 +410,35 @@ bool rtr_cluster_healthy(const rtr_cluster *c) {
     return false;
 }
 
-static rtr_cluster *cluster_by_id(rtr_ctx *r, const char *id) {
-    for (size_t c = 0; c < r->n_clusters; c++)
-        if (strcmp(r->clusters[c].topo->id, id) == 0)
-            return &r->clusters[c];
-    return NULL;
-}
-
-/* Multi-cluster routing for now: the first healthy cluster among the profile's (topology
- * order), else the first of them; failover and nearest-first are the replication issue's. */
-static rtr_cluster *pick_multi(rtr_ctx *r, const rtr_policy *pol) {
-    rtr_cluster *first = NULL;
-    for (size_t c = 0; c < r->n_clusters; c++) {
-        rtr_cluster *cl = &r->clusters[c];
-        bool listed = pol->n_cluster_ids == 0;
-        for (size_t i = 0; i < pol->n_cluster_ids && !listed; i++)
-            listed = strcmp(pol->cluster_ids[i], cl->topo->id) == 0;
-        if (!listed)
-            continue;
-        if (rtr_cluster_healthy(cl))
-            return cl;
-        if (!first)
-            first = cl;
-    }
-    return first;
-}
-
-st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transactional,
-                          rtr_cluster **out, st_err *err) {
-    const char *id = app_profile_id && app_profile_id[0] ? app_profile_id : RTR_PROFILE_DEFAULT;
+st_code rtr_profile_policy(const rtr_ctx *r, const char *id, rtr_policy *pol, st_err *err) {
     const rtr_meta_rec *rec = rtr_meta_find(&r->meta, RTR_META_KIND_PROFILE, id);
-    rtr_policy pol;
     st_err perr = {0};
     if (rec) {
-        if (rtr_policy_parse(st_slice_make(rec->pb, rec->len), &pol, &perr) != ST_OK)
+        if (rtr_policy_parse(st_slice_make(rec->pb, rec->len), pol, &perr) != ST_OK)
             return st_err_set(err, ST_INTERNAL, "stored app profile '%s' is unreadable: %s", id,
                               perr.msg);
-    } else if (strcmp(id, RTR_PROFILE_DEFAULT) == 0) {
-        default_policy(&r->topo, &pol);
-    } else {
-        return st_err_set(err, ST_NOT_FOUND,
-                          "App profile projects/%s/instances/%s/appProfiles/%s "
-                          "not found.",
-                          r->topo.project, r->topo.instance, id);
-    }
-    if (pol.kind == RTR_ROUTING_SINGLE) {
-        if (transactional && !pol.allow_transactional_writes)
-            return st_err_set(err, ST_FAILED_PRECONDITION, RTR_TXN_DENIED_MSG);
-        if (!(*out = cluster_by_id(r, pol.cluster_id)))
-            return st_err_set(err, ST_FAILED_PRECONDITION,
-                              "app profile '%s' routes to cluster '%s', which is not in the "
-                              "topology: point the profile at an existing cluster",
-                              id, pol.cluster_id);
         return ST_OK;
     }
-    if (pol.kind != RTR_ROUTING_MULTI)
-        return st_err_set(err, ST_INTERNAL, "stored app profile '%s' has no routing policy", id);
-    if (transactional)
-        return st_err_set(err, ST_FAILED_PRECONDITION, RTR_TXN_DENIED_MSG);
-    if (!(*out = pick_multi(r, &pol)))
-        return st_err_set(err, ST_FAILED_PRECONDITION,
-                          "app profile '%s' lists no cluster of the topology", id);
-    return ST_OK;
+    if (strcmp(id, RTR_PROFILE_DEFAULT) == 0) {
+        default_policy(&r->topo, pol);
+        return ST_OK;
+    }
+    return st_err_set(err, ST_NOT_FOUND,
+                      "App profile projects/%s/instances/%s/appProfiles/%s "
+                      "not found.",
+                      r->topo.project, r->topo.instance, id);
+}
+
+/* The first cluster of the request's plan (failover.c): multi-cluster profiles give the
+ * nearest healthy cluster among theirs, else the first of them. */
+st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transactional,
+                          rtr_cluster **out, st_err *err) {
+    rtr_plan plan;
+    st_code rc = rtr_route_plan(r, app_profile_id, transactional, st_slice_make(NULL, 0), &plan,
+                                err);
+    if (rc == ST_OK)
+        *out = rtr_plan_cluster(r, &plan);
+    return rc;
 }
 
 /* ---- handlers ---- */

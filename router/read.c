@@ -9,6 +9,7 @@
  * same resumption serves "strata-not-owner" answers and lost node connections (after a tablet-map
  * refresh, bounded retries): the client never sees a row twice, and a row cut short is withdrawn
  * with reset_row first. */
+#include "failover.h"
 #include "router_internal.h"
 
 #include <stdlib.h>
@@ -20,6 +21,8 @@ typedef struct rr_op {
     rtr_ctx *r;
     rpc_call *call;
     rtr_cluster *c;
+    rtr_plan plan;
+    rtr_node *node; /* of the node call in flight */
     const char *table;
     btu_rowset rs;
     bool reversed;
@@ -209,6 +212,10 @@ static void rr_after_backoff(void *arg) {
     op->wait = RR_IDLE;
     if (rpc_call_cancelled(op->call) || op->r->closing)
         return rr_free(op, ST_CANCELLED, NULL);
+    if (op->plan.multi) { /* every cluster failed: start over, healthy ones first */
+        rtr_plan_restart(op->r, &op->plan);
+        op->c = rtr_plan_cluster(op->r, &op->plan);
+    }
     if (op->c->map_gen != op->gen)
         return rr_continue(op); /* the map changed since this try: use it */
     op->wait = RR_TIMER;
@@ -217,12 +224,26 @@ static void rr_after_backoff(void *arg) {
 }
 
 static void rr_retry(rr_op *op) {
-    if (op->attempts >= RTR_RETRIES_MAX || op->r->closing || rr_resume_pos(op) != ST_OK ||
+    if (!rtr_retry_allowed(op->attempts, op->last.code, op->last.msg) || op->r->closing ||
+        rr_resume_pos(op) != ST_OK ||
         rr_reset_open_row(op) != ST_OK)
         return rr_free(op, op->last.code, op->last.msg);
     op->wait = RR_TIMER;
     if (rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), rr_after_backoff, op) != ST_OK)
         rr_free(op, op->last.code, op->last.msg);
+}
+
+/* Moves a multi-cluster read to its plan's next cluster, resuming after the last row delivered
+ * (the other cluster holds the same rows once replicated); false when there is none. */
+static bool rr_failover(rr_op *op) {
+    if (op->r->closing || !rtr_plan_next(op->r, &op->plan, op->last.code))
+        return false;
+    op->c = rtr_plan_cluster(op->r, &op->plan);
+    if (rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
+        rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    else
+        rr_continue(op);
+    return true;
 }
 
 /* The tablet's rows are all read: move to the next tablet (or finish). */
@@ -261,6 +282,11 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     if (code == ST_OK)
         return rr_tablet_done(op);
     st_err_set(&op->last, code, "%s", message ? message : "");
+    if (code == ST_UNAVAILABLE) { /* reads carry the client's deadline only: no attempt limit */
+        rtr_health_report(op->node, code);
+        if (rr_failover(op))
+            return;
+    }
     if (rtr_retryable(code, message, true))
         return rr_retry(op);
     rr_free(op, code, op->last.msg);
@@ -292,12 +318,15 @@ static void rr_send(rr_op *op, const rtr_tablet *tb, const btu_rowset *sub) {
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
     op->wait = RR_NODE;
-    op->inflight = rtr_node_call(&op->c->nodes[tb->node], RTR_BT "ReadRows", st_buf_slice(&req), md,
-                                 n_md, timeout, rr_msg, rr_done, op, &op->last);
+    op->node = &op->c->nodes[tb->node];
+    op->inflight = rtr_node_call(op->node, RTR_BT "ReadRows", st_buf_slice(&req), md, n_md,
+                                 timeout, rr_msg, rr_done, op, &op->last);
     st_buf_free(&req);
     if (!op->inflight) {
         op->wait = RR_IDLE;
-        rr_retry(op);
+        rtr_health_report(op->node, ST_UNAVAILABLE);
+        if (!rr_failover(op))
+            rr_retry(op);
     }
 }
 
@@ -334,11 +363,15 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__V2__ReadRowsRequest *req =
         (void *)rtr_unpack(call, &google__bigtable__v2__read_rows_request__descriptor, req_bytes);
-    rtr_cluster *c;
+    rtr_plan plan;
     if (!req || !rtr_table_or_fail(r, call, req->table_name))
         return;
     st_err err = {0};
-    if (rtr_route_cluster(r, req->app_profile_id, false, &c, &err) != ST_OK)
+    /* Row affinity applies to reads of exactly one row key. */
+    bool one_row = req->rows && req->rows->n_row_keys == 1 && req->rows->n_row_ranges == 0;
+    st_slice row = one_row ? st_slice_make(req->rows->row_keys[0].data, req->rows->row_keys[0].len)
+                           : st_slice_make(NULL, 0);
+    if (rtr_route_plan(r, req->app_profile_id, false, row, &plan, &err) != ST_OK)
         return rtr_fail(call, err.code, "%s", err.msg);
     if (req->rows_limit < 0)
         return rtr_fail(call, ST_INVALID_ARGUMENT, "rows_limit must not be negative");
@@ -347,7 +380,8 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
         return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     *op = (rr_op){.r = r,
                   .call = call,
-                  .c = c,
+                  .c = rtr_plan_cluster(r, &plan),
+                  .plan = plan,
                   .table = req->table_name,
                   .reversed = req->reversed,
                   .limit = req->rows_limit};

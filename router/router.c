@@ -2,6 +2,7 @@
  * the metadata, listen; close), its method table, and the helpers handlers share. */
 #include "router_internal.h"
 #include "instance.h" /* instance admin, app profiles, operations */
+#include "failover.h" /* cluster health, multi-cluster routing */
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -146,18 +147,29 @@ size_t rtr_forward_headers(const rpc_call *call, rpc_metadata *md) {
     return n;
 }
 
+bool rtr_is_not_owner(st_code code, const char *message) {
+    return code == ST_FAILED_PRECONDITION && message &&
+           strncmp(message, RTR_NOT_OWNER_PREFIX, strlen(RTR_NOT_OWNER_PREFIX)) == 0;
+}
+
 bool rtr_retryable(st_code code, const char *message, bool unavailable_ok) {
-    if (code == ST_FAILED_PRECONDITION && message &&
-        strncmp(message, RTR_NOT_OWNER_PREFIX, strlen(RTR_NOT_OWNER_PREFIX)) == 0)
+    if (rtr_is_not_owner(code, message))
         return true;
     return unavailable_ok && code == ST_UNAVAILABLE;
 }
 
 int64_t rtr_backoff_ms(int attempt) {
     int64_t ms = RTR_RETRY_BACKOFF_MS;
-    for (int i = 1; i < attempt && ms < 1000; i++)
+    for (int i = 1; i < attempt && ms < RTR_RETRY_BACKOFF_MAX_MS; i++)
         ms *= 2;
-    return ms;
+    return ms < RTR_RETRY_BACKOFF_MAX_MS ? ms : RTR_RETRY_BACKOFF_MAX_MS;
+}
+
+/* A write to a moving tablet is refused until the move ends (docs/cluster.md): the longer budget
+ * lets it wait for the move instead of failing while the balancer moves small tablets. */
+bool rtr_retry_allowed(int attempts, st_code code, const char *message) {
+    int max = rtr_is_not_owner(code, message) ? RTR_RETRIES_NOT_OWNER_MAX : RTR_RETRIES_MAX;
+    return attempts < max;
 }
 
 /* ---- open / close ---- */
@@ -276,6 +288,10 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
         rc = rtr_meta_start_timer(r, err);
     if (rc == ST_OK)
         rc = start_listen(r, err);
+    if (rc == ST_OK)
+        rc = rtr_balance_start(r, err); /* needs the listen address */
+    if (rc == ST_OK)
+        rc = rtr_health_start(r, err); /* cluster health probes (failover) */
     if (rc != ST_OK) {
         rtr_close(r);
         return rc;
@@ -293,6 +309,7 @@ void rtr_close(rtr_ctx *r) {
     if (!r)
         return;
     r->closing = true;
+    rtr_balance_stop(r);
     if (r->meta_timer)
         event_free(r->meta_timer);
     r->meta_timer = NULL;
@@ -307,8 +324,10 @@ void rtr_close(rtr_ctx *r) {
     for (size_t c = 0; c < r->n_clusters; c++) {
         rtr_tmap_free(r->clusters[c].map);
         free(r->clusters[c].waiters);
+        st_buf_free(&r->clusters[c].bal.start);
     }
     rtr_meta_free(&r->meta);
     rtr_instance_close(r);
+    rtr_health_stop(r); /* after the clients: their last callbacks see r->closing */
     free(r);
 }

@@ -12,7 +12,10 @@
  * scanning and request rewriting, MutateRows grouping and merging, SampleRowKeys merging: pure),
  * meta.c (metadata records, load and store), admin.c (table admin API), data.c (MutateRow,
  * MutateRows, CheckAndMutateRow, ReadModifyWriteRow, SampleRowKeys, PingAndWarm), read.c
- * (ReadRows across tablets with flow control and transparent resumption).
+ * (ReadRows across tablets with flow control and transparent resumption), balance.c (the tablet
+ * balancer: MoveTablet from the fullest node to the emptiest, one move per cluster at a time),
+ * health.c and failover.c (cluster health probes; multi-cluster plans, failover and idempotent
+ * writes: failover.h).
  *
  * Extension points for the instance-admin helper: rtr_ctx.meta.profiles (opaque AppProfile
  * records kept in the metadata table, written with rtr_meta_write(RTR_META_KIND_PROFILE, ...)),
@@ -45,7 +48,12 @@ struct event;
 #define RTR_ADMIN_TIMEOUT_MS 30000              /* internal admin calls */
 #define RTR_START_TIMEOUT_MS 15000              /* rtr_open waits this long for the nodes */
 #define RTR_RETRIES_MAX 6                       /* transparent retries of one request (part) */
+#define RTR_RETRIES_NOT_OWNER_MAX 16            /* ... when a node said strata-not-owner */
 #define RTR_RETRY_BACKOFF_MS 20                 /* first retry delay, doubling */
+#define RTR_RETRY_BACKOFF_MAX_MS 500            /* ... up to this: 6 tries ~1.1 s, 16 ~6.1 s */
+#define RTR_BALANCE_MS_DEFAULT 2000             /* tablet balancer period */
+#define RTR_MOVE_TIMEOUT_MS 600000              /* one MoveTablet call (copies a tablet) */
+#define RTR_INTERNAL_TABLE_PREFIX "projects/_strata/" /* never balanced */
 #define RTR_RECONNECT_BACKOFF_MIN_MS 50
 #define RTR_RECONNECT_BACKOFF_MAX_MS 2000
 #define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
@@ -67,6 +75,7 @@ typedef struct rtr_tablet {
     uint64_t id;
     uint32_t node; /* index into the cluster's nodes */
     bool read_only;
+    bool moving; /* being moved away: reads go here, writes wait for the move to end */
 } rtr_tablet;
 
 typedef struct rtr_tmap_table {
@@ -89,10 +98,13 @@ typedef struct rtr_tablet_in {
     uint64_t id;
     uint32_t node;
     bool read_only;
+    bool moving; /* the source of a move in progress (read_only is set too) */
 } rtr_tablet_in;
 
 /* Builds a map from reported tablets (any order). Where tablets overlap (a move in progress, a
- * stale report) the writable one, then the earlier-starting one, wins and the other is dropped.
+ * stale report) the earlier-starting one wins and the other is dropped; between equal starts the
+ * source of a move (`moving`: the only complete copy until the move ends), then a writable one,
+ * then a read-only one.
  * NULL when memory runs out or there are more than RTR_TABLETS_MAX. Free with rtr_tmap_free. */
 rtr_tmap *rtr_tmap_build(const rtr_tablet_in *in, size_t n);
 void rtr_tmap_free(rtr_tmap *m); /* NULL is fine */
@@ -227,6 +239,20 @@ struct rtr_node {
     int64_t backoff_ms;
 };
 
+/* The balancer's state in one cluster (balance.c). While `moving`, the target's copy of the
+ * range is second choice in the tablet map (conn.c), so requests keep going to the source even
+ * if a refresh saw the source before it marked the tablet moving. */
+typedef struct rtr_bal_cluster {
+    bool busy;   /* a look (ListTablets) or a move is under way */
+    bool moving; /* a MoveTablet is in flight */
+    uint32_t source, target; /* node indexes */
+    uint64_t id;
+    char table[RTR_TABLE_NAME_MAX + 1];
+    st_buf start; /* the moving tablet's start key */
+    uint64_t bytes;
+    int64_t started_us;
+} rtr_bal_cluster;
+
 typedef struct rtr_waiter {
     void (*fn)(void *arg);
     void *arg;
@@ -244,6 +270,7 @@ struct rtr_cluster {
     rtr_waiter *waiters;
     size_t n_waiters, cap_waiters;
     uint32_t rr_next; /* round robin for new tablets */
+    rtr_bal_cluster bal; /* balance.c */
 };
 
 typedef struct rtr_later rtr_later;
@@ -267,7 +294,12 @@ struct rtr_ctx {
     size_t n_graveyard, cap_graveyard;
     struct event *graveyard_ev;
     bool closing;
+    bool balancing;          /* this router runs the tablet balancer (balance.c) */
+    int64_t balance_ms;      /* its period */
+    struct event *bal_timer;
+    uint64_t bal_moves, bal_failed; /* counters for logs */
     void *ext; /* instance admin / app profiles / operations state (another module) */
+    struct rtr_fo *fo; /* cluster health and failover state (health.c, failover.h) */
 };
 
 /* ---- conn.c ---- */
@@ -342,8 +374,19 @@ size_t rtr_forward_headers(const rpc_call *call, rpc_metadata *md);
 /* True for answers after which a request may be retried transparently: a node that no longer
  * owns the rows; UNAVAILABLE too when `unavailable_ok` (idempotent requests). */
 bool rtr_retryable(st_code code, const char *message, bool unavailable_ok);
-/* Backoff before retry number attempt (1-based). */
+/* Backoff before retry number attempt (1-based): 20 ms doubling, at most 500 ms. */
 int64_t rtr_backoff_ms(int attempt);
+/* True while another retry is allowed after `attempts` retries that ended with (code, message):
+ * RTR_RETRIES_NOT_OWNER_MAX for strata-not-owner (a tablet moving: writes wait until the move
+ * ends, well over a second for a large tablet), RTR_RETRIES_MAX otherwise. */
+bool rtr_retry_allowed(int attempts, st_code code, const char *message);
+bool rtr_is_not_owner(st_code code, const char *message);
+
+/* ---- balance.c ---- */
+/* Starts the tablet balancer when this router is the one that balances (rtr_opts.balance; by
+ * default the first router of the topology). */
+st_code rtr_balance_start(rtr_ctx *r, st_err *err);
+void rtr_balance_stop(rtr_ctx *r);
 
 /* ---- meta.c: load and store ---- */
 /* Makes sure every reachable cluster has the metadata table (PutTable + CreateTablet), then

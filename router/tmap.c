@@ -16,7 +16,12 @@ static int in_cmp(const void *a, const void *b) {
     c = st_slice_cmp(x->start, y->start);
     if (c)
         return c;
-    return (int)x->read_only - (int)y->read_only; /* the writable copy first */
+    /* A move's source first (the target's copy is partial until the move ends), then the
+     * writable copy, then a read-only one. */
+    c = (int)y->moving - (int)x->moving;
+    if (c)
+        return c;
+    return (int)x->read_only - (int)y->read_only;
 }
 
 /* True if tablet b (starting at or after a's start) overlaps a. */
@@ -44,6 +49,7 @@ static bool add_tablet(rtr_tmap *m, rtr_tmap_table *t, const rtr_tablet_in *in) 
     tb->id = in->id;
     tb->node = in->node;
     tb->read_only = in->read_only;
+    tb->moving = in->moving;
     /* A read-only tablet that survived the overlap check is still the only copy known. */
     t->n++;
     return ok;

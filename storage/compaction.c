@@ -25,7 +25,8 @@ sto_kviter *sto_tablet_sst_merge(sto_tablet *t, sto_tsst *files, size_t n) {
         return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        sto_kviter *it = sto_sst_iter_new(files[i].f->sst);
+        /* scan iterators: a compaction must not evict the blocks point reads use */
+        sto_kviter *it = sto_sst_iter_new_scan(files[i].f->sst);
         if (it && files[i].wrap)
             it = sto_range_iter_new(it, st_buf_slice(&t->lo), st_buf_slice(&t->hi));
         if (!it)
@@ -229,16 +230,15 @@ static uint64_t tombstone_bound(sto_db *db, int64_t now) {
 }
 
 /* Merges the chosen inputs of t (the caller holds t's compaction claim). */
-static st_code run(sto_db *db, sto_tablet *t, sto_tsst *in, size_t n_in, bool full,
-                   st_err *err) {
+static st_code run(sto_db *db, sto_tablet *t, sto_tsst *in, size_t n_in, bool full, st_err *err) {
     pthread_mutex_lock(&t->mu);
     sto_gc_set *gc = t->gc;
     sto_gc_set_ref(gc);
     pthread_mutex_unlock(&t->mu);
     int64_t now = sto_db_now_us(db);
     sto_kviter *merged = sto_tablet_sst_merge(t, in, n_in);
-    sto_kviter *it = merged ? sto_compact_iter_new(merged, gc, now, full, tombstone_bound(db, now))
-                            : NULL;
+    sto_kviter *it =
+        merged ? sto_compact_iter_new(merged, gc, now, full, tombstone_bound(db, now)) : NULL;
     sto_gc_set_unref(gc);
     if (!it)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a compaction");
@@ -262,8 +262,7 @@ static st_code run(sto_db *db, sto_tablet *t, sto_tsst *in, size_t n_in, bool fu
 }
 
 /* Copies t's table list and chooses inputs; returns the number chosen (0 = nothing due). */
-static size_t select_inputs(sto_db *db, sto_tablet *t, bool force_all, sto_tsst **out,
-                            bool *full) {
+static size_t select_inputs(sto_db *db, sto_tablet *t, bool force_all, sto_tsst **out, bool *full) {
     pthread_mutex_lock(&t->mu);
     size_t n = t->n_ssts;
     sto_tsst *all = malloc((n ? n : 1) * sizeof *all);

@@ -24,7 +24,9 @@ void sto_options_default(sto_options *o) {
     o->background_threads = 2;
 }
 
-int64_t sto_db_now_us(sto_db *db) { return st_clock_now(db->clock); }
+int64_t sto_db_now_us(sto_db *db) {
+    return st_clock_now(db->clock);
+}
 
 /* ---- tablet map ---- */
 
@@ -103,7 +105,13 @@ st_code sto_tablet_alloc(sto_db *db, uint64_t id, st_slice table, st_slice start
     st_buf_init(&t->end);
     st_buf_init(&t->lo);
     st_buf_init(&t->hi);
-    pthread_rwlock_init(&t->gate, NULL);
+    /* Writer preference: a split or drop must not starve behind a stream of writers (who take
+     * the gates of a batch in id order and never hold one while waiting for a split). */
+    pthread_rwlockattr_t ga;
+    pthread_rwlockattr_init(&ga);
+    pthread_rwlockattr_setkind_np(&ga, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&t->gate, &ga);
+    pthread_rwlockattr_destroy(&ga);
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     atomic_init(&t->inflight, 0);
@@ -126,8 +134,7 @@ st_code sto_tablet_alloc(sto_db *db, uint64_t id, st_slice table, st_slice start
         rc = sto_gc_set_new(NULL, 0, &t->gc);
     if (rc != ST_OK) {
         sto_tablet_release(t);
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating tablet %" PRIu64,
-                          id);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating tablet %" PRIu64, id);
     }
     *out = t;
     return ST_OK;
@@ -517,8 +524,7 @@ static st_code hold_edit(sto_mf_state *st, void *arg, st_err *err) {
 
 /* Holders live in db->holders; the manifest is written with the edit first, then memory
  * follows, so memory never claims more than is durable. */
-static st_code hold_change(sto_db *db, const char *holder, uint64_t lsn, bool remove,
-                           st_err *err) {
+static st_code hold_change(sto_db *db, const char *holder, uint64_t lsn, bool remove, st_err *err) {
     if (!holder || !holder[0] || strlen(holder) >= STO_HOLDER_NAME_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "log holder name must be 1..%d bytes",
                           STO_HOLDER_NAME_MAX - 1);

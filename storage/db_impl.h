@@ -5,10 +5,9 @@
  *   t->gate       (rwlock) writers read-hold it from validation to log append (tablets in id
  *                 order); split and drop write-hold it so no new record for the tablet enters
  *                 the log while they wait for the records already there to be applied.
- *   db->meta_mu   serialises metadata changes (SSTable lists, tablet set, holders) together with the
- *                 manifest rewrite that makes them durable; held across that I/O, but no writer or
- *                 reader ever takes it.
- *   db->mu        the tablet map, job flags, holders, stall and worker conditions. Short.
+ *   db->meta_mu   serialises metadata changes (SSTable lists, tablet set, holders) together with
+ * the manifest rewrite that makes them durable; held across that I/O, but no writer or reader ever
+ * takes it. db->mu        the tablet map, job flags, holders, stall and worker conditions. Short.
  *   t->mu         the tablet's memtable and SSTable lists. Short; the commit thread holds it while
  *                 it applies one record, snapshots while they copy the lists.
  * The commit thread (the log's) is the single memtable writer; it takes only t->mu. */
@@ -34,14 +33,14 @@
  * write stalls count only the smaller ones, so a big tablet's many 64 MB files are not merged
  * into themselves again and again; full compactions still rewrite them. */
 #define STO_SETTLED_SST_BYTES (STO_COMPACT_OUTPUT_BYTES / 2)
-#define STO_HOLDERS_MAX 64                   /* named log holders */
+#define STO_HOLDERS_MAX 64 /* named log holders */
 #define STO_HOLDER_NAME_MAX 128
 #define STO_PATH_MAX 4096
-#define STO_TABLETS_MAX 100000              /* tablets per node */
-#define STO_RETRY_MIN_US 50000               /* first retry of a failed flush */
-#define STO_RETRY_MAX_US 5000000             /* backoff cap for failed flushes/compactions */
-#define STO_WRITE_ROWS_MAX 1000000           /* row mutations per sto_write call */
-#define STO_MUTS_PER_ROW_MAX 100000          /* mutations per row mutation */
+#define STO_TABLETS_MAX 100000      /* tablets per node */
+#define STO_RETRY_MIN_US 50000      /* first retry of a failed flush */
+#define STO_RETRY_MAX_US 5000000    /* backoff cap for failed flushes/compactions */
+#define STO_WRITE_ROWS_MAX 1000000  /* row mutations per sto_write call */
+#define STO_MUTS_PER_ROW_MAX 100000 /* mutations per row mutation */
 #define STO_RO_MSG_MAX ST_ERR_MSG_MAX
 /* A tablet with tables gets a full compaction at least this often (engine clock), so old
  * tombstones and max-versions garbage go even when the table count stays low. */
@@ -94,8 +93,8 @@ struct sto_tablet {
     bool read_only;
     bool broken; /* an SSTable could not be opened: reads fail too */
     char ro_msg[STO_RO_MSG_MAX];
-    atomic_long inflight;   /* records appended to the log, not yet applied */
-    atomic_int n_ssts_hint; /* copies readable without mu (job picking, stalls) */
+    atomic_long inflight;    /* records appended to the log, not yet applied */
+    atomic_int n_ssts_hint;  /* copies readable without mu (job picking, stalls) */
     atomic_int n_small_hint; /* SSTables below STO_SETTLED_SST_BYTES */
     atomic_int n_imm_hint;
     atomic_bool ro_hint;
@@ -161,7 +160,7 @@ void sto_file_drop_ref(sto_db *db, sto_file *f);
 void sto_db_release_obsolete(sto_db *db);
 bool sto_tsst_needs_wrap(const sto_tablet *t, const sto_file *f);
 void sto_tablet_update_hints_locked(sto_tablet *t); /* t->mu held, after the lists changed */
-void sto_db_kick(sto_db *db); /* wakes workers */
+void sto_db_kick(sto_db *db);                       /* wakes workers */
 void sto_tablet_mark_read_only(sto_tablet *t, st_code code, const char *msg);
 int64_t sto_db_now_us(sto_db *db);
 

@@ -230,8 +230,8 @@ void sto_flush_check_pressure(sto_db *db) {
     }
     long long mem = atomic_load(&db->mem_bytes);
     bool mem_over = mem > 0 && (size_t)mem > db->o.memtable_budget_bytes;
-    bool log_over = db->o.log_max_unflushed_bytes &&
-                    sto_log_bytes(db->log) > db->o.log_max_unflushed_bytes;
+    bool log_over =
+        db->o.log_max_unflushed_bytes && sto_log_bytes(db->log) > db->o.log_max_unflushed_bytes;
     if (!mem_over && !log_over)
         return;
     uint64_t oldest = sto_log_oldest_lsn(db->log), last = sto_log_last_durable_lsn(db->log);

@@ -46,6 +46,10 @@ typedef struct log_entry {
     size_t n_records;
     uint64_t first_lsn;
     st_buf buf;
+    /* sto_log_append_wait: the entry lives on its appender's stack; waiter is signalled when the
+     * group holding it finished (finished set) or when the appender may lead the next group. */
+    pthread_cond_t *waiter;
+    bool finished; /* under mu */
 } log_entry;
 
 typedef enum log_wstate {
@@ -72,11 +76,15 @@ struct sto_log {
     size_t queued_bytes;  /* queued and in flight */
     uint64_t durable_lsn; /* published to cursors after the done callbacks */
     bool closing, appends_started, replaying;
+    /* A group is being written, by the commit thread or by a leading sto_log_append_wait caller
+     * (writer); the writer state below belongs to whoever set this. */
+    bool writing;
+    pthread_t writer;
     st_code failed; /* sticky: positioning found the last segment corrupt */
     st_err failed_err;
     sto_log_stats stats;
 
-    /* Commit thread only (and sto_log_replay before any append). */
+    /* The current writer only (see writing; sto_log_replay before any append). */
     log_wstate wstate;
     st_wfile *wf;
     uint64_t next_lsn;
@@ -660,8 +668,9 @@ static st_code writer_ready(sto_log *log, size_t group_bytes, st_err *err) {
     return rc;
 }
 
-/* Fills lsn and checksum of every record of the group and concatenates them. */
-static st_code group_build(sto_log *log, log_entry *batch, st_err *err) {
+/* Fills lsn and checksum of every record of the group and concatenates them into *out (a group
+ * of one entry is written from the entry's own buffer, without the copy). */
+static st_code group_build(sto_log *log, log_entry *batch, st_slice *out, st_err *err) {
     uint64_t lsn = log->next_lsn;
     st_buf_reset(&log->group);
     for (log_entry *e = batch; e; e = e->next) {
@@ -673,9 +682,14 @@ static st_code group_build(sto_log *log, log_entry *batch, st_err *err) {
             st_put_fixed32(h, st_crc_mask(st_crc32c(0, h + 4, 12 + (size_t)len)));
             off += LOG_REC_HDR_BYTES + (size_t)len;
         }
+        if (e == batch && !e->next) {
+            *out = st_buf_slice(&e->buf);
+            return ST_OK;
+        }
         if (st_buf_append(&log->group, e->buf.data, e->buf.len) != ST_OK)
             return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building a log group");
     }
+    *out = st_buf_slice(&log->group);
     return ST_OK;
 }
 
@@ -729,10 +743,11 @@ static void group_commit(sto_log *log, log_entry *batch) {
     st_err err;
     st_err_clear(&err);
     st_code rc = writer_ready(log, bytes, &err);
+    st_slice data = {0};
     if (rc == ST_OK)
-        rc = group_build(log, batch, &err);
+        rc = group_build(log, batch, &data, &err);
     if (rc == ST_OK)
-        rc = log->env->ops->append(log->wf, log->group.data, log->group.len, &err);
+        rc = log->env->ops->append(log->wf, data.data, data.len, &err);
     if (rc == ST_OK && log->sync) {
         rc = log->env->ops->sync(log->wf, &err);
         pthread_mutex_lock(&log->mu);
@@ -752,28 +767,57 @@ static void entry_free(log_entry *e) {
     free(e);
 }
 
+/* mu held on entry and exit. Takes everything queued as one group, writes it with mu released,
+ * then frees or wakes its entries. The caller has checked that no group is being written. */
+static void run_group_locked(sto_log *log) {
+    log_entry *batch = log->head;
+    log->head = log->tail = NULL;
+    log->writing = true;
+    log->writer = pthread_self();
+    pthread_mutex_unlock(&log->mu);
+    group_commit(log, batch);
+    size_t freed = 0;
+    log_entry *waiters = NULL;
+    for (log_entry *e = batch, *next; e; e = next) {
+        next = e->next;
+        freed += e->buf.len;
+        if (e->waiter) {
+            e->next = waiters;
+            waiters = e;
+        } else {
+            entry_free(e);
+        }
+    }
+    pthread_mutex_lock(&log->mu);
+    for (log_entry *e = waiters, *next; e; e = next) {
+        next = e->next; /* e may go as soon as mu is released */
+        e->finished = true;
+        pthread_cond_signal(e->waiter);
+    }
+    log->queued_bytes -= freed;
+    log->writing = false;
+    pthread_cond_broadcast(&log->space_cv);
+}
+
+/* mu held, no group being written: wakes whoever should write what is queued next — the
+ * appender of the first entry when it waits in sto_log_append_wait (no thread switch to the
+ * commit thread), else the commit thread (also when closing, so it can finish). */
+static void hand_off_locked(sto_log *log) {
+    if (log->head && log->head->waiter)
+        pthread_cond_signal(log->head->waiter);
+    else if (log->head || log->closing)
+        pthread_cond_signal(&log->work_cv);
+}
+
 static void *commit_main(void *arg) {
     sto_log *log = arg;
     pthread_mutex_lock(&log->mu);
     for (;;) {
-        while (!log->head && !log->closing)
+        while ((!log->head || log->writing) && !(log->closing && !log->writing))
             pthread_cond_wait(&log->work_cv, &log->mu);
         if (!log->head)
             break; /* closing and drained */
-        log_entry *batch = log->head;
-        log->head = log->tail = NULL;
-        pthread_mutex_unlock(&log->mu);
-        group_commit(log, batch);
-        size_t freed = 0;
-        while (batch) {
-            log_entry *next = batch->next;
-            freed += batch->buf.len;
-            entry_free(batch);
-            batch = next;
-        }
-        pthread_mutex_lock(&log->mu);
-        log->queued_bytes -= freed;
-        pthread_cond_broadcast(&log->space_cv);
+        run_group_locked(log);
     }
     pthread_mutex_unlock(&log->mu);
     return NULL;
@@ -928,6 +972,31 @@ static st_code append_refusal(sto_log *log, st_err *err) {
     return ST_OK;
 }
 
+/* mu held: waits for queue room (not on the writer's own thread: a done callback appending must
+ * not wait for room only its group can make), then queues e. */
+static st_code enqueue_locked(sto_log *log, log_entry *e, st_err *err) {
+    st_code rc;
+    bool writer = log->writing && pthread_equal(pthread_self(), log->writer);
+    while ((rc = append_refusal(log, err)) == ST_OK && !writer && log->queued_bytes > 0 &&
+           log->queued_bytes + e->buf.len > STO_LOG_QUEUE_BYTES_MAX) {
+        pthread_cond_wait(&log->space_cv, &log->mu);
+        writer = log->writing && pthread_equal(pthread_self(), log->writer);
+    }
+    if (rc != ST_OK)
+        return rc;
+    log->appends_started = true;
+    if (log->tail)
+        log->tail->next = e;
+    else
+        log->head = e;
+    log->tail = e;
+    log->queued_bytes += e->buf.len;
+    if (log->queued_bytes > log->stats.queue_bytes_peak)
+        log->stats.queue_bytes_peak = log->queued_bytes;
+    log->stats.appends++;
+    return ST_OK;
+}
+
 st_code sto_log_append(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_done_fn done,
                        void *arg, st_err *err) {
     if (n == 0)
@@ -942,28 +1011,50 @@ st_code sto_log_append(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_
         entry_free(e);
         return rc;
     }
-    /* The commit thread must not wait for room only it can make (done calling append). */
-    bool committer = pthread_equal(pthread_self(), log->thread);
     pthread_mutex_lock(&log->mu);
-    while ((rc = append_refusal(log, err)) == ST_OK && !committer && log->queued_bytes > 0 &&
-           log->queued_bytes + e->buf.len > STO_LOG_QUEUE_BYTES_MAX)
-        pthread_cond_wait(&log->space_cv, &log->mu);
-    if (rc == ST_OK) {
-        log->appends_started = true;
-        if (log->tail)
-            log->tail->next = e;
-        else
-            log->head = e;
-        log->tail = e;
-        log->queued_bytes += e->buf.len;
-        if (log->queued_bytes > log->stats.queue_bytes_peak)
-            log->stats.queue_bytes_peak = log->queued_bytes;
-        log->stats.appends++;
-        pthread_cond_signal(&log->work_cv);
-    }
+    rc = enqueue_locked(log, e, err);
+    if (rc == ST_OK && !log->writing)
+        pthread_cond_signal(&log->work_cv); /* else the writer hands off when it finishes */
     pthread_mutex_unlock(&log->mu);
     if (rc != ST_OK)
         entry_free(e);
+    return rc;
+}
+
+/* Leader-based group commit (LevelDB's writer queue): the caller queues its records and, when
+ * no group is being written, writes everything queued itself — one write and one fdatasync for
+ * all of it — instead of handing off to the commit thread and sleeping until it wakes it. A
+ * caller that finds a group in flight sleeps until its records were written by that group's
+ * writer or it is handed the lead for the next group. */
+st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_done_fn done,
+                            void *arg, st_err *err) {
+    if (n == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "log append of zero row mutations");
+    pthread_cond_t cv;
+    log_entry e = {.done = done, .arg = arg, .waiter = &cv};
+    st_code rc = entry_encode(&e, rows, n, err);
+    if (rc != ST_OK) {
+        st_buf_free(&e.buf);
+        return rc;
+    }
+    pthread_cond_init(&cv, NULL);
+    pthread_mutex_lock(&log->mu);
+    if (log->writing && pthread_equal(pthread_self(), log->writer))
+        rc = st_err_set(err, ST_FAILED_PRECONDITION,
+                        "sto_log_append_wait called from a done callback would wait for itself");
+    if (rc == ST_OK)
+        rc = enqueue_locked(log, &e, err);
+    while (rc == ST_OK && !e.finished) {
+        if (!log->writing) { /* e is still queued: nobody else is writing, so lead */
+            run_group_locked(log);
+            hand_off_locked(log);
+        } else {
+            pthread_cond_wait(&cv, &log->mu);
+        }
+    }
+    pthread_mutex_unlock(&log->mu);
+    pthread_cond_destroy(&cv);
+    st_buf_free(&e.buf);
     return rc;
 }
 

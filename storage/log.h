@@ -2,8 +2,9 @@
  *
  * One log per node, all tablets interleaved. Segments log/<first-lsn, 20 digits>.log hold
  * checksummed records; every record has a log sequence number (lsn), dense and increasing from 1.
- * Group commit: concurrent appenders hand their records to one commit thread, which writes them
- * and issues one fdatasync for the whole group, then runs each appender's callback. A torn or
+ * Group commit: concurrent appenders queue their records; one writer at a time (the commit
+ * thread, or a sto_log_append_wait caller leading) writes everything queued with one fdatasync
+ * for the whole group, then runs each appender's callback. A torn or
  * corrupt record at the tail of the last segment ends recovery there (it was never acknowledged);
  * corruption before the tail is ST_DATA_LOSS. */
 #ifndef STO_LOG_H
@@ -29,8 +30,9 @@ typedef struct sto_log_options {
     size_t segment_bytes; /* 0 = STO_LOG_SEGMENT_BYTES_DEFAULT */
 } sto_log_options;
 
-/* Called on the commit thread once the group holding the records is durable (or failed); first_lsn
- * is the lsn of the first of the caller's records. While it runs, the records are durable and
+/* Called once the group holding the records is durable (or failed), on the commit thread or on the
+ * thread of a sto_log_append_wait caller that wrote the group (one group at a time, in lsn
+ * order, whichever thread writes it); first_lsn is the lsn of the first of the caller's records. While it runs, the records are durable and
  * not yet visible to sto_log_readers of later groups; callers apply them to memtables here. */
 typedef void (*sto_log_done_fn)(st_code code, uint64_t first_lsn, const st_err *err, void *arg);
 
@@ -57,6 +59,14 @@ st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
  * positions the log after the last good record of the last segment itself. */
 st_code sto_log_append(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_done_fn done,
                        void *arg, st_err *err);
+
+/* Like sto_log_append, but returns only after done ran for these records (ST_OK; done got the
+ * group's result), or refuses as sto_log_append does (done not called). When no group is being
+ * written, the calling thread writes and syncs everything queued itself, running the done
+ * callbacks of other appenders too (leader-based group commit: no hand-off to the commit
+ * thread). Must not be called from a done callback (ST_FAILED_PRECONDITION). Helper addition. */
+st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_done_fn done,
+                            void *arg, st_err *err);
 
 /* The last lsn visible to cursors: advanced once the done callbacks of its group returned (so
  * it may trail a done callback by a moment); 0 until the log is positioned (by sto_log_replay or

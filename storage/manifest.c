@@ -468,8 +468,8 @@ static st_code orphan_fn(const char *name, void *arg) {
     uint64_t num = 0;
     char tail[8] = "";
     size_t len = strlen(name);
-    bool is_sst = len == 24 && sscanf(name, "%20" SCNu64 "%7s", &num, tail) == 2 &&
-                  strcmp(tail, ".sst") == 0;
+    bool is_sst =
+        len == 24 && sscanf(name, "%20" SCNu64 "%7s", &num, tail) == 2 && strcmp(tail, ".sst") == 0;
     bool is_tmp = len > 4 && strcmp(name + len - 4, ".tmp") == 0;
     if (!is_sst && !is_tmp)
         return ST_OK;

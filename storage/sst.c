@@ -22,6 +22,11 @@
 #define STO_SST_BLOCK_BYTES_DEFAULT (16u << 10)
 #define STO_SST_DCTX_POOL_MAX 16         /* idle decompression contexts kept per table */
 #define STO_SST_INDEX_RESTART_INTERVAL 1 /* index keys uncompressed: pure binary search */
+#define SST_STACK_READ_BYTES (24u << 10)   /* blocks up to this size are read into the stack */
+/* A scan that has read SST_READAHEAD_AFTER consecutive blocks from disk reads the next ones
+ * SST_READAHEAD_BYTES at a time (one pread instead of one per block). */
+#define SST_READAHEAD_AFTER 2
+#define SST_READAHEAD_BYTES (128u << 10)
 
 typedef struct sst_handle {
     uint64_t off, size; /* size excludes the trailer */
@@ -349,33 +354,47 @@ static st_code read_exact(sto_sst *t, uint64_t off, void *buf, size_t len, st_er
     return ST_OK;
 }
 
+/* Checks and decompresses the sealed block raw[0, n) (n includes the trailer) into *mem, a
+ * malloc'd buffer of which the first `prefix` bytes are left for the caller. raw is not kept. */
+static st_code unseal_copy(sto_sst *t, const uint8_t *raw, size_t n, size_t prefix, uint8_t **mem,
+                           st_slice *contents, st_err *err) {
+    uint8_t *owned = NULL;
+    st_code rc;
+    if (n > STO_BLOCK_TRAILER_BYTES - 1 && raw[n - STO_BLOCK_TRAILER_BYTES] != STO_BLOCK_NONE) {
+        void *d = sto_cache_dctx_get(t->cache);
+        rc = sto_block_unseal(raw, n, d, prefix, contents, &owned, err);
+        sto_cache_dctx_put(t->cache, d);
+    } else {
+        rc = sto_block_unseal(raw, n, NULL, prefix, contents, &owned, err);
+    }
+    if (rc != ST_OK)
+        return rc;
+    if (!owned) { /* stored uncompressed: copy out of raw */
+        if (!(owned = malloc(prefix + contents->len + 1)))
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a block");
+        memcpy(owned + prefix, contents->data, contents->len);
+        *contents = st_slice_make(owned + prefix, contents->len);
+    }
+    *mem = owned;
+    return ST_OK;
+}
+
 /* Reads, checks and decompresses the block at h. The contents live in *mem, a malloc'd buffer
- * of which the first `prefix` bytes are left for the caller (room for a header struct). */
+ * of which the first `prefix` bytes are left for the caller (room for a header struct). Small
+ * blocks are read into a stack buffer, so a compressed block costs one allocation, not two. */
 static st_code read_block(sto_sst *t, sst_handle h, size_t prefix, uint8_t **mem,
                           st_slice *contents, st_err *err) {
     size_t n = (size_t)h.size + STO_BLOCK_TRAILER_BYTES;
-    uint8_t *raw = malloc(prefix + n);
+    uint8_t stack[SST_STACK_READ_BYTES];
+    uint8_t *raw = n <= sizeof stack ? stack : malloc(n);
     if (!raw)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a %zu-byte block", n);
-    st_code rc = read_exact(t, h.off, raw + prefix, n, err);
-    uint8_t *owned = NULL;
-    if (rc == ST_OK && raw[prefix + h.size] != STO_BLOCK_NONE) {
-        void *d = sto_cache_dctx_get(t->cache);
-        rc = sto_block_unseal(raw + prefix, n, d, prefix, contents, &owned, err);
-        sto_cache_dctx_put(t->cache, d);
-    } else if (rc == ST_OK) {
-        rc = sto_block_unseal(raw + prefix, n, NULL, prefix, contents, &owned, err);
-    }
-    if (rc != ST_OK) {
+    st_code rc = read_exact(t, h.off, raw, n, err);
+    if (rc == ST_OK)
+        rc = unseal_copy(t, raw, n, prefix, mem, contents, err);
+    if (raw != stack)
         free(raw);
-        return rc;
-    }
-    if (owned) { /* decompressed into a fresh buffer: the raw bytes are done with */
-        free(raw);
-        raw = owned;
-    }
-    *mem = raw;
-    return ST_OK;
+    return rc;
 }
 
 static bool decode_handle(st_slice v, sst_handle *h) {
@@ -572,10 +591,48 @@ static void blk_delete(void *v) {
     free(v);
 }
 
+/* An iterator's read-ahead window (sequential scans); win is allocated at the first use. */
+typedef struct sst_readahead {
+    st_buf win;        /* file bytes [win_off, win_off + win.len) */
+    uint64_t win_off;
+    uint64_t next_off; /* where the block after the last one asked for starts */
+    int run;           /* consecutive blocks asked for in file order */
+} sst_readahead;
+
+/* Reads the sealed block at h (n bytes with its trailer) into *mem through the window: a scan in
+ * file order reads SST_READAHEAD_BYTES per pread once it is SST_READAHEAD_AFTER blocks long. */
+static st_code read_block_ahead(sto_sst *t, sst_readahead *ra, sst_handle h, size_t prefix,
+                                uint8_t **mem, st_slice *c, st_err *err) {
+    size_t n = (size_t)h.size + STO_BLOCK_TRAILER_BYTES;
+    bool inside = h.off >= ra->win_off && h.off - ra->win_off + n <= ra->win.len;
+    if (!inside && ra->run >= SST_READAHEAD_AFTER && n < SST_READAHEAD_BYTES) {
+        uint64_t want = t->data_end - h.off < SST_READAHEAD_BYTES ? t->data_end - h.off
+                                                                   : SST_READAHEAD_BYTES;
+        ra->win.len = 0; /* reserve counts from len */
+        if (want >= n && st_buf_reserve(&ra->win, (size_t)want) == ST_OK) {
+            size_t got = 0;
+            st_code rc = t->env->ops->pread(t->file, h.off, ra->win.data, (size_t)want, &got, err);
+            if (rc != ST_OK)
+                return rc;
+            ra->win.len = got;
+            ra->win_off = h.off;
+            inside = got >= n;
+        }
+    }
+    if (inside)
+        return unseal_copy(t, ra->win.data + (h.off - ra->win_off), n, prefix, mem, c, err);
+    return read_block(t, h, prefix, mem, c, err);
+}
+
 /* Returns a handle on the data block at h, from the cache or read from disk; *owner receives
- * the cache the handle must be released to (NULL for a block read but not cached). */
-static st_code get_block(sto_sst *t, bool fill_cache, sst_handle h, sto_cache_handle **out,
-                         sto_cache **owner, st_err *err) {
+ * the cache the handle must be released to (NULL for a block read but not cached). ra (NULL =
+ * none) tracks sequential reads for read-ahead. */
+static st_code get_block(sto_sst *t, bool fill_cache, sst_readahead *ra, sst_handle h,
+                         sto_cache_handle **out, sto_cache **owner, st_err *err) {
+    if (ra) {
+        ra->run = h.off == ra->next_off ? ra->run + 1 : 0;
+        ra->next_off = h.off + h.size + STO_BLOCK_TRAILER_BYTES;
+    }
     sto_cache_handle *ch = sto_cache_lookup(t->cache, t->id, h.off);
     if (ch) {
         *out = ch;
@@ -585,7 +642,8 @@ static st_code get_block(sto_sst *t, bool fill_cache, sst_handle h, sto_cache_ha
     sto_cache *cache = fill_cache ? t->cache : NULL;
     uint8_t *mem;
     st_slice c;
-    st_code rc = read_block(t, h, sizeof(sst_blk), &mem, &c, err);
+    st_code rc = ra ? read_block_ahead(t, ra, h, sizeof(sst_blk), &mem, &c, err)
+                    : read_block(t, h, sizeof(sst_blk), &mem, &c, err);
     if (rc != ST_OK)
         return rc;
     sst_blk *b = (sst_blk *)(void *)mem;
@@ -613,6 +671,7 @@ typedef struct sst_iter {
     sto_cache_handle *ch; /* current data block */
     sto_cache *ch_owner;  /* where ch is released: t->cache, or NULL for a private block */
     uint64_t blk_off;
+    sst_readahead ra;
     st_code status;
     st_err err;
 } sst_iter;
@@ -651,7 +710,7 @@ static bool load_data_block(sst_iter *it) {
         return true;
     }
     release_block(it);
-    st_code rc = get_block(it->t, it->fill_cache, h, &it->ch, &it->ch_owner, &it->err);
+    st_code rc = get_block(it->t, it->fill_cache, &it->ra, h, &it->ch, &it->ch_owner, &it->err);
     if (rc != ST_OK) {
         st_err_prefix(&it->err, "block at offset %llu: ", (unsigned long long)h.off);
         iter_fail(it, rc);
@@ -768,6 +827,7 @@ static void it_free(sto_kviter *base) {
     release_block(it);
     sto_block_iter_deinit(&it->index_it);
     sto_block_iter_deinit(&it->data_it);
+    st_buf_free(&it->ra.win);
     sto_sst_unref(it->t);
     free(it);
 }
@@ -795,6 +855,8 @@ static sto_kviter *iter_new(sto_sst *t, bool fill_cache) {
     sto_sst_ref(t);
     sto_block_iter_init(&it->index_it);
     sto_block_iter_init(&it->data_it);
+    st_buf_init(&it->ra.win);
+    it->ra.next_off = UINT64_MAX;
     sto_block_iter_set(&it->index_it, &t->index);
     return &it->base;
 }
@@ -804,4 +866,234 @@ sto_kviter *sto_sst_iter_new(sto_sst *t) {
 }
 sto_kviter *sto_sst_iter_new_scan(sto_sst *t) {
     return iter_new(t, false);
+}
+
+/* ======================== concatenation of disjoint tables ======================== */
+
+/* Tables with disjoint key ranges, ascending, read as one stream with only the table under the
+ * position open: a seek reads a block of one table instead of one block of every table a
+ * merge would hold (LevelDB's level iterator). */
+typedef struct concat_iter {
+    sto_kviter base;
+    sto_sst **tabs;
+    bool *wrap;
+    size_t n, cur; /* cur: index of the open child (meaningless when child is NULL) */
+    sto_kviter *child;
+    st_buf lo, hi;
+    sto_sst_wrap_fn wrap_fn;
+    st_code status;
+    st_err err;
+} concat_iter;
+
+static void cc_fail(concat_iter *c, st_code rc, const char *what) {
+    if (c->status == ST_OK) {
+        c->status = rc;
+        st_err_set(&c->err, rc, "%s", what);
+    }
+}
+
+static void cc_close(concat_iter *c) {
+    if (c->child)
+        c->child->ops->free(c->child);
+    c->child = NULL;
+}
+
+/* Opens table i as the child; false (status set) when memory runs out. */
+static bool cc_open(concat_iter *c, size_t i) {
+    cc_close(c);
+    sto_kviter *it = sto_sst_iter_new(c->tabs[i]);
+    if (it && c->wrap[i])
+        it = c->wrap_fn(it, st_buf_slice(&c->lo), st_buf_slice(&c->hi));
+    if (!it) {
+        cc_fail(c, ST_RESOURCE_EXHAUSTED, "out of memory opening an SSTable iterator");
+        return false;
+    }
+    c->child = it;
+    c->cur = i;
+    return true;
+}
+
+/* A child at its end moves on to the next table; a child with an error stops everything. */
+static void cc_skip_forward(concat_iter *c) {
+    while (c->child && !c->child->ops->valid(c->child)) {
+        if (c->child->ops->status(c->child, NULL) != ST_OK || c->cur + 1 >= c->n) {
+            if (c->child->ops->status(c->child, NULL) == ST_OK)
+                cc_close(c);
+            return;
+        }
+        if (!cc_open(c, c->cur + 1))
+            return;
+        c->child->ops->seek_first(c->child);
+    }
+}
+
+static void cc_skip_backward(concat_iter *c) {
+    while (c->child && !c->child->ops->valid(c->child)) {
+        if (c->child->ops->status(c->child, NULL) != ST_OK || c->cur == 0) {
+            if (c->child->ops->status(c->child, NULL) == ST_OK)
+                cc_close(c);
+            return;
+        }
+        if (!cc_open(c, c->cur - 1))
+            return;
+        c->child->ops->seek_last(c->child);
+    }
+}
+
+static bool cc_ok(concat_iter *c) {
+    if (c->status != ST_OK)
+        return false;
+    if (c->child && c->child->ops->status(c->child, NULL) != ST_OK)
+        return false;
+    return true;
+}
+
+static void cc_seek(sto_kviter *base, st_slice target) {
+    concat_iter *c = (concat_iter *)base;
+    if (!cc_ok(c))
+        return;
+    size_t lo = 0, hi = c->n; /* first table whose largest key is >= target */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (st_slice_cmp(sto_sst_largest(c->tabs[mid]), target) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == c->n) {
+        cc_close(c);
+        return;
+    }
+    if (!(c->child && c->cur == lo) && !cc_open(c, lo))
+        return;
+    c->child->ops->seek(c->child, target);
+    cc_skip_forward(c);
+}
+
+static void cc_seek_first(sto_kviter *base) {
+    concat_iter *c = (concat_iter *)base;
+    if (!cc_ok(c) || c->n == 0 || (!(c->child && c->cur == 0) && !cc_open(c, 0)))
+        return;
+    c->child->ops->seek_first(c->child);
+    cc_skip_forward(c);
+}
+
+static void cc_seek_last(sto_kviter *base) {
+    concat_iter *c = (concat_iter *)base;
+    if (!cc_ok(c) || c->n == 0 || (!(c->child && c->cur == c->n - 1) && !cc_open(c, c->n - 1)))
+        return;
+    c->child->ops->seek_last(c->child);
+    cc_skip_backward(c);
+}
+
+static bool cc_valid(sto_kviter *base) {
+    concat_iter *c = (concat_iter *)base;
+    return c->status == ST_OK && c->child && c->child->ops->valid(c->child);
+}
+
+static void cc_next(sto_kviter *base) {
+    concat_iter *c = (concat_iter *)base;
+    if (!cc_valid(base))
+        return;
+    c->child->ops->next(c->child);
+    cc_skip_forward(c);
+}
+
+static void cc_prev(sto_kviter *base) {
+    concat_iter *c = (concat_iter *)base;
+    if (!cc_valid(base))
+        return;
+    c->child->ops->prev(c->child);
+    cc_skip_backward(c);
+}
+
+static st_slice cc_key(sto_kviter *base) {
+    concat_iter *c = (concat_iter *)base;
+    return c->child->ops->key(c->child);
+}
+
+static st_slice cc_value(sto_kviter *base) {
+    concat_iter *c = (concat_iter *)base;
+    return c->child->ops->value(c->child);
+}
+
+static st_code cc_status(sto_kviter *base, st_err *err) {
+    concat_iter *c = (concat_iter *)base;
+    if (c->status != ST_OK) {
+        if (err)
+            *err = c->err;
+        return c->status;
+    }
+    return c->child ? c->child->ops->status(c->child, err) : ST_OK;
+}
+
+static void cc_free(sto_kviter *base) {
+    concat_iter *c = (concat_iter *)base;
+    cc_close(c);
+    for (size_t i = 0; i < c->n; i++)
+        sto_sst_unref(c->tabs[i]);
+    st_buf_free(&c->lo);
+    st_buf_free(&c->hi);
+    free(c);
+}
+
+static const sto_kviter_ops concat_ops = {
+    .seek = cc_seek,
+    .seek_first = cc_seek_first,
+    .seek_last = cc_seek_last,
+    .next = cc_next,
+    .prev = cc_prev,
+    .valid = cc_valid,
+    .key = cc_key,
+    .value = cc_value,
+    .status = cc_status,
+    .free = cc_free,
+};
+
+static int cc_cmp_smallest(const void *a, const void *b) {
+    const sto_sst *x = *(sto_sst *const *)a, *y = *(sto_sst *const *)b;
+    return st_slice_cmp(sto_sst_smallest(x), sto_sst_smallest(y));
+}
+
+bool sto_sst_disjoint(const sto_sst *a, const sto_sst *b) {
+    return st_slice_cmp(sto_sst_largest(a), sto_sst_smallest(b)) < 0 ||
+           st_slice_cmp(sto_sst_largest(b), sto_sst_smallest(a)) < 0;
+}
+
+sto_kviter *sto_sst_concat_iter_new(sto_sst *const *tables, const bool *wrap, size_t n,
+                                    st_slice lo, st_slice hi, sto_sst_wrap_fn wrap_fn) {
+    if (n == 0 || n > STO_SST_CONCAT_MAX)
+        return NULL;
+    /* One allocation: the iterator, then the tables (sorted), then their wrap flags. */
+    concat_iter *c = calloc(1, sizeof *c + n * (sizeof(sto_sst *) + sizeof(bool)));
+    if (!c)
+        return NULL;
+    c->base.ops = &concat_ops;
+    c->tabs = (sto_sst **)(void *)(c + 1);
+    c->wrap = (bool *)(void *)(c->tabs + n);
+    c->n = n;
+    c->wrap_fn = wrap_fn;
+    st_buf_init(&c->lo);
+    st_buf_init(&c->hi);
+    memcpy(c->tabs, tables, n * sizeof *c->tabs);
+    qsort(c->tabs, n, sizeof *c->tabs, cc_cmp_smallest);
+    bool need_bounds = false;
+    for (size_t i = 0; i < n; i++) {
+        size_t j = 0; /* the flag travels with its table through the sort */
+        while (tables[j] != c->tabs[i])
+            j++;
+        c->wrap[i] = wrap ? wrap[j] : false;
+        need_bounds = need_bounds || c->wrap[i];
+        ST_ASSERT(i == 0 || sto_sst_disjoint(c->tabs[i - 1], c->tabs[i]));
+    }
+    if (need_bounds && (!wrap_fn || (lo.len && st_buf_append(&c->lo, lo.data, lo.len) != ST_OK) ||
+                        (hi.len && st_buf_append(&c->hi, hi.data, hi.len) != ST_OK))) {
+        st_buf_free(&c->lo);
+        st_buf_free(&c->hi);
+        free(c);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        sto_sst_ref(c->tabs[i]);
+    return &c->base;
 }

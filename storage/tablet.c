@@ -12,7 +12,7 @@
 
 #include "db_impl.h"
 
-#define DROP_PREFIX_BATCH 256   /* rows deleted per write by sto_tablet_drop_prefix */
+#define DROP_PREFIX_BATCH 256        /* rows deleted per write by sto_tablet_drop_prefix */
 #define MID_SCAN_ENTRIES_MAX 1000000 /* entries scanned for a split point of a tiny tablet */
 
 /* ---- create / get / list / info ---- */
@@ -48,9 +48,9 @@ static st_code add_edit(sto_mf_state *st, void *arg, st_err *err) {
             return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory writing the manifest");
         for (size_t j = 0; j < t->n_ssts; j++)
             files[j] = t->ssts[j].f->number;
-        st_code rc = sto_mf_add_tablet(st, t->id, st_buf_slice(&t->table), st_buf_slice(&t->start),
-                                       st_buf_slice(&t->end), t->flushed_lsn, files, t->n_ssts,
-                                       err);
+        st_code rc =
+            sto_mf_add_tablet(st, t->id, st_buf_slice(&t->table), st_buf_slice(&t->start),
+                              st_buf_slice(&t->end), t->flushed_lsn, files, t->n_ssts, err);
         if (files != stack)
             free(files);
         if (rc != ST_OK)
@@ -487,8 +487,8 @@ static st_code bounds_init(key_bounds *b, const sto_range *r) {
         if (rc == ST_OK && r->end_inclusive)
             rc = st_buf_append_byte(&b->hi, 0xff);
     }
-    b->point = r->start.len && r->end_inclusive && !r->start_exclusive &&
-               st_slice_eq(r->start, r->end);
+    b->point =
+        r->start.len && r->end_inclusive && !r->start_exclusive && st_slice_eq(r->start, r->end);
     return rc;
 }
 
@@ -502,36 +502,61 @@ static bool sst_skippable(sto_sst *sst, const key_bounds *b) {
     return false;
 }
 
-/* Children: memtables (lsn-bounded) then SSTables that may hold rows of the range. */
+/* One child for tabs[0, n): a plain table iterator, or for several tables with pairwise disjoint
+ * key ranges a concatenation that opens one table at a time, so a seek reads one block of the
+ * run instead of one block per table (sequentially written tablets have many such tables). */
+static sto_kviter *run_iter(sto_tablet *t, sto_sst **tabs, bool *wrap, size_t n) {
+    if (n > 1)
+        return sto_sst_concat_iter_new(tabs, wrap, n, st_buf_slice(&t->lo), st_buf_slice(&t->hi),
+                                       sto_range_iter_new);
+    sto_kviter *it = sto_sst_iter_new(tabs[0]);
+    if (it && wrap[0])
+        it = sto_range_iter_new(it, st_buf_slice(&t->lo), st_buf_slice(&t->hi));
+    return it;
+}
+
+/* Children: memtables (lsn-bounded), then SSTables that may hold rows of the range, grouped into
+ * runs of consecutive tables (newest first) with disjoint ranges: equal keys can only come from
+ * different runs, so the merge's newest-first tie order is kept. */
 static sto_kviter *snapshot_merge(sto_snapshot *s, const key_bounds *b) {
     sto_tablet *t = s->t;
-    size_t cap = s->n_mems + s->n_ssts;
-    sto_kviter **kids = malloc((cap ? cap : 1) * sizeof *kids);
+    size_t cap = s->n_mems + s->n_ssts + 1;
+    sto_kviter **kids = malloc(cap * (sizeof(sto_kviter *) + sizeof(sto_sst *) + sizeof(bool)));
     if (!kids)
         return NULL;
-    size_t k = 0;
+    sto_sst **tabs = (sto_sst **)(void *)(kids + cap);
+    bool *wrap = (bool *)(void *)(tabs + cap);
+    size_t k = 0, m = 0;
     bool ok = true;
     for (size_t i = 0; ok && i < s->n_mems; i++) {
         kids[k] = sto_memtable_iter_new(s->mems[i], s->lsn);
         ok = kids[k++] != NULL;
     }
-    for (size_t i = 0; ok && i < s->n_ssts; i++) {
+    for (size_t i = 0; i < s->n_ssts; i++) {
         if (sst_skippable(s->ssts[i].sst, b))
             continue;
-        sto_kviter *it = sto_sst_iter_new(s->ssts[i].sst);
-        if (it && s->ssts[i].wrap)
-            it = sto_range_iter_new(it, st_buf_slice(&t->lo), st_buf_slice(&t->hi));
-        kids[k] = it;
-        ok = kids[k++] != NULL;
+        tabs[m] = s->ssts[i].sst;
+        wrap[m++] = s->ssts[i].wrap;
     }
-    sto_kviter *m = NULL;
+    size_t run = 0; /* the current run is tabs[run, i) */
+    for (size_t i = 0; ok && i <= m; i++) {
+        bool fits = i < m && i - run < STO_SST_CONCAT_MAX;
+        for (size_t j = run; fits && j < i; j++)
+            fits = sto_sst_disjoint(tabs[j], tabs[i]);
+        if (fits || i == run)
+            continue;
+        kids[k] = run_iter(t, tabs + run, wrap + run, i - run);
+        ok = kids[k++] != NULL;
+        run = i;
+    }
+    sto_kviter *it = NULL;
     if (ok)
-        m = sto_merge_iter_new(kids, k);
+        it = sto_merge_iter_new(kids, k);
     else
         for (size_t i = 0; i + 1 < k; i++)
             kids[i]->ops->free(kids[i]);
     free(kids);
-    return m;
+    return it;
 }
 
 st_code sto_iter_new(sto_snapshot *s, const sto_range *range, bool reverse, sto_iter **out,
@@ -567,7 +592,9 @@ st_code sto_iter_next(sto_iter *it, sto_cell *cell, st_err *err) {
     return rc;
 }
 
-void sto_iter_skip_row(sto_iter *it) { sto_rowreader_skip_row(it->rr); }
+void sto_iter_skip_row(sto_iter *it) {
+    sto_rowreader_skip_row(it->rr);
+}
 
 st_slice sto_iter_last_scanned_row(sto_iter *it) {
     return sto_rowreader_last_scanned_row(it->rr);
@@ -604,8 +631,11 @@ static st_code drop_flush(sto_db *db, uint64_t id, drop_batch *b, uint64_t versi
     sto_mut del = {.type = STO_MUT_DEL_ROW};
     sto_row_mut rows[DROP_PREFIX_BATCH];
     for (size_t i = 0; i < b->n; i++)
-        rows[i] = (sto_row_mut){.tablet_id = id, .row = st_buf_slice(&b->rows[i]), .muts = &del,
-                                .n_muts = 1, .version = version,
+        rows[i] = (sto_row_mut){.tablet_id = id,
+                                .row = st_buf_slice(&b->rows[i]),
+                                .muts = &del,
+                                .n_muts = 1,
+                                .version = version,
                                 .commit_ts_us = STO_VERSION_TS_US(version)};
     st_code rc = sto_write(db, rows, b->n, NULL, err);
     b->n = 0;
@@ -615,8 +645,8 @@ static st_code drop_flush(sto_db *db, uint64_t id, drop_batch *b, uint64_t versi
 /* Scans the rows with the prefix in a snapshot and writes a row delete for each through the
  * normal write path (durable, replicated like any write). Simple and correct; a range tombstone
  * would avoid the scan, at the cost of a new entry kind in every reader. */
-static st_code drop_scan(sto_db *db, sto_tablet *t, sto_iter *it, uint64_t version,
-                         drop_batch *b, st_err *err) {
+static st_code drop_scan(sto_db *db, sto_tablet *t, sto_iter *it, uint64_t version, drop_batch *b,
+                         st_err *err) {
     st_code rc;
     sto_cell cell;
     while ((rc = sto_iter_next(it, &cell, err)) == ST_OK) {

@@ -7,6 +7,7 @@
  * snapshot reads under. After a crash a record is either whole in the log (replayed) or torn
  * (discarded, never acknowledged). */
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ typedef struct write_ctx {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool done;
+    atomic_bool released; /* finish touches c no more: the waiter may free it */
     st_code code;
     st_err err;
     uint64_t lsn;
@@ -100,12 +102,11 @@ static st_code lookup_row(sto_db *db, const sto_row_mut *r, sto_tablet **out, st
         return st_err_set(err, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by this node",
                           r->tablet_id);
     if (!covers(t, r->row))
-        return st_err_set(err, ST_OUT_OF_RANGE, "row is outside tablet %" PRIu64 "'s range",
-                          t->id);
+        return st_err_set(err, ST_OUT_OF_RANGE, "row is outside tablet %" PRIu64 "'s range", t->id);
     if (atomic_load(&t->ro_hint)) {
         pthread_mutex_lock(&t->mu);
-        st_err_set(err, ST_DATA_LOSS, "tablet %" PRIu64 " is read-only after corruption: %s",
-                   t->id, t->ro_msg);
+        st_err_set(err, ST_DATA_LOSS, "tablet %" PRIu64 " is read-only after corruption: %s", t->id,
+                   t->ro_msg);
         pthread_mutex_unlock(&t->mu);
         return ST_DATA_LOSS;
     }
@@ -140,11 +141,11 @@ static st_code wait_stall(sto_db *db, sto_tablet *t, bool async, st_err *err) {
         if (db->stopping)
             rc = st_err_set(err, ST_UNAVAILABLE, "the storage engine is closing");
         else if (t->bg_code != ST_OK)
-            rc = st_err_set(err, t->bg_code == ST_RESOURCE_EXHAUSTED ? ST_RESOURCE_EXHAUSTED
-                                                                     : ST_UNAVAILABLE,
-                            "tablet %" PRIu64 " cannot take writes: background flush or "
-                            "compaction is failing (%s); free disk space",
-                            t->id, t->bg_msg);
+            rc = st_err_set(
+                err, t->bg_code == ST_RESOURCE_EXHAUSTED ? ST_RESOURCE_EXHAUSTED : ST_UNAVAILABLE,
+                "tablet %" PRIu64 " cannot take writes: background flush or "
+                "compaction is failing (%s); free disk space",
+                t->id, t->bg_msg);
         else {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -247,6 +248,7 @@ static void finish(write_ctx *c, st_code code, const st_err *err, uint64_t lsn) 
     c->done = true;
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    atomic_store_explicit(&c->released, true, memory_order_release); /* last touch of c */
 }
 
 static void commit_done(st_code code, uint64_t first_lsn, const st_err *err, void *arg) {
@@ -286,8 +288,7 @@ static int cmp_tablet_id(const void *a, const void *b) {
 }
 
 /* Looks up every row's tablet, waits out stalls, and fills the sorted distinct list. */
-static st_code prepare(sto_db *db, write_ctx *c, sto_tablet **uniq, size_t *n_uniq,
-                       st_err *err) {
+static st_code prepare(sto_db *db, write_ctx *c, sto_tablet **uniq, size_t *n_uniq, st_err *err) {
     st_code rc = ST_OK;
     pthread_mutex_lock(&db->mu);
     for (size_t i = 0; i < c->n && rc == ST_OK; i++)
@@ -321,7 +322,10 @@ static st_code append(sto_db *db, write_ctx *c, sto_tablet **uniq, size_t n_uniq
     if (rc == ST_OK) {
         for (size_t i = 0; i < c->n; i++)
             atomic_fetch_add(&c->tabs[i]->inflight, 1);
-        rc = sto_log_append(db->log, c->rows, c->n, commit_done, c, err);
+        /* A sync write leads its group itself when no other is being written (no hand-off to
+         * the commit thread and back); commit_done has run when it returns OK. */
+        rc = c->async ? sto_log_append(db->log, c->rows, c->n, commit_done, c, err)
+                      : sto_log_append_wait(db->log, c->rows, c->n, commit_done, c, err);
         if (rc != ST_OK)
             for (size_t i = 0; i < c->n; i++)
                 inflight_drop(c->tabs[i]);
@@ -350,6 +354,7 @@ static st_code ctx_new(sto_db *db, const sto_row_mut *rows, size_t n, write_ctx 
     c->tabs = n <= WRITE_STACK_TABLETS ? c->tabs_stack : calloc(n, sizeof(sto_tablet *));
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    atomic_init(&c->released, false);
     if (!c->tabs) {
         c->tabs = c->tabs_stack;
         ctx_free(c);
@@ -374,6 +379,28 @@ static st_code submit(sto_db *db, write_ctx *c, st_err *err) {
     return rc;
 }
 
+#define WRITE_SPIN_ROUNDS 4000 /* ~tens of microseconds of polling before sleeping */
+
+/* Without fdatasync a write completes in microseconds, less than two thread wake-ups cost, so
+ * the writer polls briefly before it sleeps (and the commit thread's signal then finds nobody
+ * waiting, which costs no system call). With sync on, the fsync dominates: sleep at once. */
+static void wait_done(sto_db *db, write_ctx *c) {
+    if (!db->o.sync)
+        for (int i = 0; i < WRITE_SPIN_ROUNDS; i++) {
+            if (atomic_load_explicit(&c->released, memory_order_acquire))
+                return;
+            if (i % 64 == 63)
+                sched_yield();
+        }
+    pthread_mutex_lock(&c->mu);
+    while (!c->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    /* finish sets released right after unlocking; c must outlive that store */
+    while (!atomic_load_explicit(&c->released, memory_order_acquire))
+        sched_yield();
+}
+
 st_code sto_write(sto_db *db, const sto_row_mut *rows, size_t n, uint64_t *lsn_out, st_err *err) {
     write_ctx *c;
     st_code rc = ctx_new(db, rows, n, &c, err);
@@ -381,10 +408,7 @@ st_code sto_write(sto_db *db, const sto_row_mut *rows, size_t n, uint64_t *lsn_o
         return rc;
     rc = submit(db, c, err);
     if (rc == ST_OK) {
-        pthread_mutex_lock(&c->mu);
-        while (!c->done)
-            pthread_cond_wait(&c->cv, &c->mu);
-        pthread_mutex_unlock(&c->mu);
+        wait_done(db, c);
         rc = c->code;
         if (rc != ST_OK && err)
             *err = c->err;

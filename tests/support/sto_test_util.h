@@ -23,7 +23,9 @@ static inline int tu_rm_one(const char *path, const struct stat *sb, int flag, s
     return 0;
 }
 
-static inline void tu_rmrf(const char *path) { nftw(path, tu_rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+static inline void tu_rmrf(const char *path) {
+    nftw(path, tu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 /* A fresh empty directory under $STRATA_TEST_TMP (or /tmp) named after the test and the pid. */
 static inline void tu_tmpdir(char *out, size_t cap, const char *name) {

@@ -85,6 +85,7 @@ st_code repl_apply_prepare(const repl_node_ops *ops, void *node, const char *tab
  * single-lsn token (a plain decimal of at most 20 digits) is never mistaken for one. */
 #define REPL_TOKEN_NODES_MAX (ST_TOPO_CLUSTERS_MAX * ST_TOPO_NODES_MAX)
 #define REPL_TOKEN_CHARS_MAX (2 + REPL_TOKEN_NODES_MAX * 28)
+#define REPL_TOKEN_LSN_UNKNOWN UINT64_MAX /* the node did not answer at generation */
 
 typedef struct repl_token_entry {
     uint32_t node_num;
@@ -113,8 +114,8 @@ st_code repl_token_encode(repl_token *t, char *out, size_t cap, st_err *err);
 bool repl_token_is_global(const char *text);
 /* Parses the text form; INVALID_ARGUMENT with a message for anything else. */
 st_code repl_token_decode(const char *text, repl_token *out, st_err *err);
-/* True when every token entry's node is among nodes and has acknowledged past the entry's lsn to
- * every cluster of topo other than its own. A node missing from nodes makes it false (unknown is
+/* True when every token entry's node is among nodes and has acknowledged past the entry's lsn
+ * (REPL_TOKEN_LSN_UNKNOWN: past its current last lsn) to every cluster of topo other than its own. A node missing from nodes makes it false (unknown is
  * not consistent). An entry for a node absent from topo is ignored (it was removed). */
 bool repl_token_satisfied(const repl_token *t, const st_topology *topo,
                           const repl_node_positions *nodes, size_t n_nodes);
@@ -178,8 +179,11 @@ typedef void (*repl_gather_done_fn)(const repl_node_positions *nodes, size_t n, 
                                     void *arg);
 st_code repl_positions_gather(repl_ctx *r, int64_t timeout_ms, repl_gather_done_fn done,
                               void *arg);
-/* Builds a token from gathered positions (one entry per node, its last lsn). */
-void repl_token_from_positions(const repl_node_positions *nodes, size_t n, repl_token *out);
+/* Builds a token from gathered positions: one entry per node of topo, its last lsn, or
+ * REPL_TOKEN_LSN_UNKNOWN for a node that did not answer (then the check waits until that node
+ * has shipped everything it holds at check time: later, never earlier, than needed). */
+void repl_token_from_positions(const st_topology *topo, const repl_node_positions *nodes,
+                               size_t n, repl_token *out);
 /* The topology the context was opened with. */
 const st_topology *repl_topology(const repl_ctx *r);
 

@@ -18,7 +18,20 @@ typedef struct rtr_opts {
     uint16_t listen_port;    /* used with listen_host; 0 = ephemeral (see rtr_port) */
     int64_t meta_refresh_ms; /* metadata re-read period; 0 = RTR_META_REFRESH_MS_DEFAULT */
     int64_t node_timeout_ms; /* unary calls to nodes without a client deadline; 0 = default */
+    /* Tablet balancer (docs/router.md): RTR_BALANCE_AUTO runs it when this router's listen
+     * address is the first [router] listen of the topology (or the topology names none), so one
+     * router of an instance balances; ON and OFF force it. */
+    int balance;        /* RTR_BALANCE_AUTO (0), RTR_BALANCE_ON, RTR_BALANCE_OFF */
+    int64_t balance_ms; /* its period; 0 = 2000 */
+    /* Multi-cluster routing (docs/router.md, "Failover"): clusters whose topology zone is `zone`
+     * come first ("nearest"), then topology order; NULL or "" = topology order only. */
+    const char *zone;
+    int64_t probe_ms; /* cluster health probe period; 0 = 500 */
 } rtr_opts;
+
+#define RTR_BALANCE_AUTO 0
+#define RTR_BALANCE_ON 1
+#define RTR_BALANCE_OFF 2
 
 void rtr_opts_default(rtr_opts *o);
 /* Connects to every node, learns the tablet maps, makes sure the metadata table exists, reads it,

@@ -96,7 +96,7 @@ static void test_token_satisfied_when_all_acked(void **state) {
     /* nodes 1, 2 in east (cluster 1), node 3 in west (cluster 2) */
     repl_node_positions p[3] = {pos(1, 1, 10, 2, 5), pos(2, 1, 0, 2, 1), pos(3, 2, 7, 1, 8)};
     repl_token t;
-    repl_token_from_positions(p, 3, &t);
+    repl_token_from_positions(&topo, p, 3, &t);
     assert_int_equal(t.n, 3);
     assert_false(repl_token_satisfied(&t, &topo, p, 3)); /* node 1 acked < 10 */
     p[0].peer_acked_next[0] = 10;
@@ -114,11 +114,37 @@ static void test_token_satisfied_when_all_acked(void **state) {
     assert_true(repl_token_satisfied(&t, &topo, p, 3));
 }
 
+/* A node that did not answer when the token was made: the check waits until it has shipped
+ * everything it holds at check time. */
+static void test_token_unknown_node_waits_for_all(void **state) {
+    (void)state;
+    st_topology topo;
+    st_err err;
+    assert_int_equal(st_topology_parse(TOPO, sizeof TOPO - 1, "t", &topo, &err), ST_OK);
+    repl_node_positions p[3] = {pos(1, 1, 10, 2, 11), pos(3, 2, 7, 1, 8), pos(2, 1, 5, 2, 1)};
+    repl_token t;
+    repl_token_from_positions(&topo, p, 2, &t); /* node 2 silent */
+    assert_int_equal(t.n, 3);
+    char text[REPL_TOKEN_CHARS_MAX];
+    assert_int_equal(repl_token_encode(&t, text, sizeof text, &err), ST_OK);
+    repl_token u;
+    assert_int_equal(repl_token_decode(text, &u, &err), ST_OK);
+    assert_int_equal(u.e[1].node_num, 2);
+    assert_true(u.e[1].lsn == REPL_TOKEN_LSN_UNKNOWN);
+    assert_false(repl_token_satisfied(&u, &topo, p, 2)); /* still silent */
+    assert_false(repl_token_satisfied(&u, &topo, p, 3)); /* holds lsn 5, acked below 2 */
+    p[2].peer_acked_next[0] = 6;
+    assert_true(repl_token_satisfied(&u, &topo, p, 3));
+    p[2].last_lsn = 9; /* wrote more meanwhile: the check waits for that too */
+    assert_false(repl_token_satisfied(&u, &topo, p, 3));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_round_trip),
         cmocka_unit_test(test_token_refuses_malformed),
         cmocka_unit_test(test_token_satisfied_when_all_acked),
+        cmocka_unit_test(test_token_unknown_node_waits_for_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

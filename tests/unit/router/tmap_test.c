@@ -1,6 +1,7 @@
 /*
  * Proves the router's tablet map and its ReadRows walk: maps built from unordered, overlapping
- * reports keep the writable copy and drop overlaps; row lookup finds the covering tablet and
+ * reports keep the writable copy and drop overlaps (but a move's source, flagged moving, wins over
+ * the target's partial copy); row lookup finds the covering tablet and
  * reports gaps; and the walk of a row set over tablets (forward and reversed), driven the way
  * read.c drives it (step, then move the position to the tablet's edge), visits tablets in strict
  * key order, sends each tablet only ranges inside it, and covers exactly the rows of the row set
@@ -25,7 +26,15 @@
 
 static rtr_tablet_in tin(const char *table, const char *start, const char *end, uint32_t node,
                          bool ro) {
-    return (rtr_tablet_in){table, st_slice_cstr(start), st_slice_cstr(end), 0, node, ro};
+    return (rtr_tablet_in){table, st_slice_cstr(start), st_slice_cstr(end), 0, node, ro, false};
+}
+
+/* The source of a move in progress, as ListTablets reports it (read_only and moving). */
+static rtr_tablet_in tin_moving(const char *table, const char *start, const char *end,
+                                uint32_t node) {
+    rtr_tablet_in t = tin(table, start, end, node, true);
+    t.moving = true;
+    return t;
 }
 
 static void test_tmap_build_sorts_and_drops_overlaps(void **state) {
@@ -51,6 +60,42 @@ static void test_tmap_build_sorts_and_drops_overlaps(void **state) {
     assert_int_equal(rtr_tmap_row(t, S("l\xff")), 1);
     assert_int_equal(rtr_tmap_row(t, S("m")), 2);
     assert_int_equal(rtr_tmap_row(t, S("zzz")), 2);
+    rtr_tmap_free(m);
+}
+
+/* During a move both nodes list the range; the target's copy is partial until the move ends, so
+ * the source (flagged moving) wins whatever order the reports come in; once the source is gone
+ * the target serves. */
+static void test_tmap_build_prefers_move_source(void **state) {
+    (void)state;
+    rtr_tablet_in in[] = {
+        tin("t", "", "g", 0, false),
+        tin("t", "g", "m", 2, false), /* the target's fresh copy */
+        tin_moving("t", "g", "m", 1),
+        tin("t", "m", "", 2, false),
+    };
+    for (int order = 0; order < 2; order++) {
+        if (order == 1) { /* reports in the other order */
+            rtr_tablet_in tmp = in[1];
+            in[1] = in[2];
+            in[2] = tmp;
+        }
+        rtr_tmap *m = rtr_tmap_build(in, 4);
+        assert_non_null(m);
+        const rtr_tmap_table *t = rtr_tmap_find(m, "t");
+        assert_int_equal(t->n, 3);
+        size_t k = rtr_tmap_row(t, S("h"));
+        assert_int_equal(k, 1);
+        assert_int_equal(t->v[k].node, 1);
+        assert_true(t->v[k].moving);
+        rtr_tmap_free(m);
+    }
+    rtr_tablet_in after[] = {tin("t", "", "g", 0, false), tin("t", "g", "m", 2, false),
+                             tin("t", "m", "", 2, false)};
+    rtr_tmap *m = rtr_tmap_build(after, 3);
+    const rtr_tmap_table *t = rtr_tmap_find(m, "t");
+    assert_int_equal(t->v[rtr_tmap_row(t, S("h"))].node, 2);
+    assert_false(t->v[1].moving);
     rtr_tmap_free(m);
 }
 
@@ -259,6 +304,7 @@ static void test_tmap_walk_matches_brute_force(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tmap_build_sorts_and_drops_overlaps),
+        cmocka_unit_test(test_tmap_build_prefers_move_source),
         cmocka_unit_test(test_tmap_row_reports_gaps),
         cmocka_unit_test(test_tmap_walk_matches_brute_force),
     };

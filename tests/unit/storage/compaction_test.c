@@ -83,9 +83,9 @@ static void test_compaction_bounds_sst_count(void **state) {
     sto_db *db;
     st_err err;
     assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
-    assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), NULL, &err),
-                     ST_OK);
+    assert_int_equal(
+        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
+        ST_OK);
     int max_seen;
     run_writers(db, &max_seen);
     /* stalled writers stop at write_stall_tables; flushes already frozen may add a few */
@@ -121,9 +121,9 @@ static void test_compaction_backpressure_stalls_not_fails(void **state) {
     sto_db *db;
     st_err err;
     assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
-    assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), NULL, &err),
-                     ST_OK);
+    assert_int_equal(
+        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
+        ST_OK);
     int max_seen;
     run_writers(db, &max_seen); /* asserts every write succeeded */
     sto_stats st;
@@ -151,9 +151,9 @@ static void test_compaction_gc_applied(void **state) {
     st_err err;
     assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
     sto_tablet *t;
-    assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), &t, &err),
-                     ST_OK);
+    assert_int_equal(
+        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), &t, &err),
+        ST_OK);
     int64_t now = 100 * day;
     assert_int_equal(tu_set(db, 1, "r", "aged", "q", now - 10 * day, "old", V(now - 10 * day)),
                      ST_OK);
@@ -186,7 +186,8 @@ static void test_compaction_gc_applied(void **state) {
     sto_mut df = {.type = STO_MUT_DEL_FAMILY, .family = ST_SLICE_LIT("aged")};
     r = tu_row(1, "r", &df, 1, V(now));
     assert_int_equal(sto_write(db, &r, 1, NULL, &err), ST_OK);
-    __atomic_store_n(&clk.fake_now_us, now + 2 * day, __ATOMIC_RELAXED); /* deletes now past grace */
+    __atomic_store_n(&clk.fake_now_us, now + 2 * day,
+                     __ATOMIC_RELAXED); /* deletes now past grace */
     assert_int_equal(sto_tablet_flush(db, 1, &err), ST_OK);
     assert_int_equal(sto_tablet_compact(db, 1, &err), ST_OK);
     sto_tablet_info_get(t, &in);
@@ -209,9 +210,9 @@ static void test_compaction_disk_full_no_loss(void **state) {
     sto_db *db;
     st_err err;
     assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
-    assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), NULL, &err),
-                     ST_OK);
+    assert_int_equal(
+        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
+        ST_OK);
     st_log_set_level(ST_LOG_ERROR); /* every failed group logs a warning */
     st_env_fault_set(fenv, 300, ST_RESOURCE_EXHAUSTED);
     int acked = 0, failed = 0;
@@ -223,8 +224,7 @@ static void test_compaction_disk_full_no_loss(void **state) {
             assert_int_equal(failed, 0); /* once failing, the node stops acknowledging */
             acked++;
         } else {
-            assert_true(rc == ST_RESOURCE_EXHAUSTED || rc == ST_UNAVAILABLE ||
-                        rc == ST_INTERNAL);
+            assert_true(rc == ST_RESOURCE_EXHAUSTED || rc == ST_UNAVAILABLE || rc == ST_INTERNAL);
             failed++;
             if (failed > 20)
                 break;
@@ -272,8 +272,9 @@ static void test_compaction_memory_and_log_pressure_flush(void **state) {
         char start[8];
         snprintf(start, sizeof start, "%c", (char)('a' + id - 1));
         assert_int_equal(sto_tablet_create(db, id, ST_SLICE_LIT("t"), st_slice_cstr(start),
-                                           id == 4 ? ST_SLICE_LIT("")
-                                                   : st_slice_make((const char[]){(char)('a' + id)}, 1),
+                                           id == 4
+                                               ? ST_SLICE_LIT("")
+                                               : st_slice_make((const char[]){(char)('a' + id)}, 1),
                                            NULL, &err),
                          ST_OK);
     }
@@ -313,9 +314,9 @@ static void test_compaction_periodic_full_drops_tombstones(void **state) {
     st_err err;
     assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
     sto_tablet *t;
-    assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), &t, &err),
-                     ST_OK);
+    assert_int_equal(
+        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), &t, &err),
+        ST_OK);
     assert_int_equal(tu_set(db, 1, "r", "f", "q", 1, "x", V(100 * day)), ST_OK);
     sto_mut dr = {.type = STO_MUT_DEL_ROW};
     sto_row_mut r = tu_row(1, "r", &dr, 1, V(100 * day + 1));

@@ -60,12 +60,23 @@ static void copy_dir(const char *from, const char *to) {
     assert_int_equal(system(cmd), 0);
 }
 
+#define FILL_BATCH 100
+
+/* Rows prefix00000.. written in batches of FILL_BATCH row mutations per sto_write. */
 static void fill(sto_db *db, uint64_t id, const char *prefix, int n) {
-    char row[32], val[64];
-    for (int i = 0; i < n; i++) {
-        snprintf(row, sizeof row, "%s%05d", prefix, i);
-        snprintf(val, sizeof val, "value-%d-%s", i * 7919, prefix);
-        assert_int_equal(tu_set(db, id, row, "f", "q", i, val, V(i + 1)), ST_OK);
+    static char rows[FILL_BATCH][32], vals[FILL_BATCH][64];
+    sto_mut m[FILL_BATCH];
+    sto_row_mut r[FILL_BATCH];
+    for (int i = 0; i < n; i += FILL_BATCH) {
+        int k = 0;
+        for (; k < FILL_BATCH && i + k < n; k++) {
+            snprintf(rows[k], sizeof rows[k], "%s%05d", prefix, i + k);
+            snprintf(vals[k], sizeof vals[k], "value-%d-%s", (i + k) * 7919, prefix);
+            m[k] = tu_set_mut("f", "q", i + k, vals[k]);
+            r[k] = tu_row(id, rows[k], &m[k], 1, V(i + k + 1));
+        }
+        st_err err;
+        assert_int_equal(sto_write(db, r, (size_t)k, NULL, &err), ST_OK);
     }
 }
 

@@ -31,7 +31,9 @@ typedef struct ack {
     uint64_t seq;
 } ack;
 
-static void row_name(char *out, size_t cap, int row) { snprintf(out, cap, "row%03d", row); }
+static void row_name(char *out, size_t cap, int row) {
+    snprintf(out, cap, "row%03d", row);
+}
 
 /* ---- the child ---- */
 
@@ -51,7 +53,8 @@ typedef struct route_arg {
 
 static void route_fn(const sto_tablet_info *in, void *arg) {
     route_arg *r = arg;
-    if (st_slice_cmp(r->row, in->start) >= 0 && (!in->end.len || st_slice_cmp(r->row, in->end) < 0)) {
+    if (st_slice_cmp(r->row, in->start) >= 0 &&
+        (!in->end.len || st_slice_cmp(r->row, in->end) < 0)) {
         r->id = in->id;
         r->found = true;
     }
@@ -108,7 +111,8 @@ static void pick_fn(const sto_tablet_info *in, void *arg) {
     split_pick *p = arg;
     if (p->n++ == 0 || in->id % 3 == 0) {
         p->id = in->id;
-        snprintf(p->start, sizeof p->start, "%.*s", (int)in->start.len, (const char *)in->start.data);
+        snprintf(p->start, sizeof p->start, "%.*s", (int)in->start.len,
+                 (const char *)in->start.data);
         snprintf(p->end, sizeof p->end, "%.*s", (int)in->end.len, (const char *)in->end.data);
     }
 }
@@ -266,9 +270,9 @@ static void test_crash_kill9_loses_nothing_acknowledged(void **state) {
     sto_db *db;
     st_err err;
     assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
-    assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), NULL, &err),
-                     ST_OK);
+    assert_int_equal(
+        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
+        ST_OK);
     sto_db_close(db);
     uint64_t acked[N_ROWS] = {0};
     row_seen seen[N_ROWS];

@@ -109,8 +109,11 @@ static void test_db_delete_kinds(void **state) {
     }
     assert_int_equal(tu_set(f->db, 1, "s", "a", "x", 1, "s1", V(100)), ST_OK);
     /* column delete of ts [2,4) at version 200 */
-    sto_mut dc = {.type = STO_MUT_DEL_COLUMN, .family = ST_SLICE_LIT("a"),
-                  .qualifier = ST_SLICE_LIT("x"), .ts_start_us = 2, .ts_end_us = 4};
+    sto_mut dc = {.type = STO_MUT_DEL_COLUMN,
+                  .family = ST_SLICE_LIT("a"),
+                  .qualifier = ST_SLICE_LIT("x"),
+                  .ts_start_us = 2,
+                  .ts_end_us = 4};
     sto_row_mut r = tu_row(1, "r", &dc, 1, V(200));
     st_err err;
     assert_int_equal(sto_write(f->db, &r, 1, NULL, &err), ST_OK);

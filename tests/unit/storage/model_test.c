@@ -56,7 +56,9 @@ typedef struct model {
     sto_gc_rule kids[3][2];
 } model;
 
-static st_slice row_slice(const model *m, int r) { return st_slice_make(m->rows[r], m->row_len[r]); }
+static st_slice row_slice(const model *m, int r) {
+    return st_slice_make(m->rows[r], m->row_len[r]);
+}
 
 static int row_cmp(const model *m, int a, int b) {
     return st_slice_cmp(row_slice(m, a), row_slice(m, b));
@@ -95,7 +97,8 @@ static void make_rows(model *m, st_rng *rng) {
  * background compactions use only rules whose garbage stays garbage. */
 static void random_rule(st_rng *rng, sto_gc_rule *r, sto_gc_rule kids[2], bool stable_only) {
     memset(r, 0, sizeof *r);
-    sto_gc_rule mv = {.kind = STO_GC_MAX_VERSIONS, .max_versions = 1 + (int64_t)st_rng_below(rng, 3)};
+    sto_gc_rule mv = {.kind = STO_GC_MAX_VERSIONS,
+                      .max_versions = 1 + (int64_t)st_rng_below(rng, 3)};
     sto_gc_rule ma = {.kind = STO_GC_MAX_AGE, .max_age_us = 5 + (int64_t)st_rng_below(rng, 10)};
     switch (stable_only ? st_rng_below(rng, 2) * 2 : st_rng_below(rng, 5)) {
     case 0:
@@ -309,8 +312,9 @@ static void random_mut(run *r, int row, uint64_t version, sto_mut *mu, ment *me)
     } else if (k < 17) {
         me->kind = STO_MUT_DEL_COLUMN;
         me->del_start = NOW_US - 25 + (int64_t)st_rng_below(&r->rng, 26);
-        me->del_end = st_rng_below(&r->rng, 4) == 0 ? STO_TS_END_INF
-                                                     : me->del_start + (int64_t)st_rng_below(&r->rng, 10);
+        me->del_end = st_rng_below(&r->rng, 4) == 0
+                          ? STO_TS_END_INF
+                          : me->del_start + (int64_t)st_rng_below(&r->rng, 10);
         mu->ts_start_us = me->del_start;
         mu->ts_end_us = me->del_end;
     } else if (k < 19) {
@@ -355,8 +359,10 @@ static void step_write(run *r) {
         for (int j = 0; j < nm; j++)
             random_mut(r, row, v, &muts[i][j], &mes[i][j]);
         rows[i] = (sto_row_mut){.tablet_id = r->m.tab[tablet_of(&r->m, row)].id,
-                                .row = row_slice(&r->m, row), .muts = muts[i],
-                                .n_muts = (size_t)nm, .version = v};
+                                .row = row_slice(&r->m, row),
+                                .muts = muts[i],
+                                .n_muts = (size_t)nm,
+                                .version = v};
     }
     st_err err;
     st_code rc = sto_write(r->db, rows, (size_t)nb, NULL, &err);
@@ -388,10 +394,11 @@ static void debug_dump(run *r) {
     for (int row = 0; row < N_ROWS; row++)
         for (size_t i = 0; i < r->m.n[row]; i++) {
             const ment *e = &r->m.e[row][i];
-            fprintf(stderr, "row %d kind=%d fam=%s qual=%s ts=%lld del=[%lld,%lld) v=%llu dead=%d\n",
-                    row, e->kind, FAMS[e->fam], QUALS[e->qual], (long long)e->ts,
-                    (long long)e->del_start, (long long)e->del_end,
-                    (unsigned long long)e->version, e->dead);
+            fprintf(stderr,
+                    "row %d kind=%d fam=%s qual=%s ts=%lld del=[%lld,%lld) v=%llu dead=%d\n", row,
+                    e->kind, FAMS[e->fam], QUALS[e->qual], (long long)e->ts,
+                    (long long)e->del_start, (long long)e->del_end, (unsigned long long)e->version,
+                    e->dead);
         }
 }
 
@@ -513,6 +520,8 @@ static void run_init(run *r, uint64_t seed, bool background) {
     snprintf(r->dir, sizeof r->dir, "/model"); /* in memory: durability is crash_test's job */
     tu_small_options(&r->o);
     r->o.env = st_env_mem_new();
+    r->o.sync = false; /* also exercises the polling wait of unsynced writes */
+    st_log_set_level(ST_LOG_ERROR); /* sync=false warns at every reopen */
     st_clock_fake_init(&r->clk, NOW_US);
     r->o.clock = &r->clk;
     if (background) { /* small memtables, frequent background flushes and compactions */
@@ -547,7 +556,11 @@ static void model_run(bool background, int steps) {
             compare_all(r);
         if (verbose && k >= 930)
             fprintf(stderr, "step %d: %s\n", step,
-                    k < 955 ? "flush" : k < 975 ? "compact" : k < 988 ? "split" : k < 993 ? "drop_prefix" : "reopen");
+                    k < 955   ? "flush"
+                    : k < 975 ? "compact"
+                    : k < 988 ? "split"
+                    : k < 993 ? "drop_prefix"
+                              : "reopen");
         if (k < 930) {
             step_write(r);
         } else if (k < 955) {

@@ -1,0 +1,218 @@
+/* ops/failover.c — `strata failover PROFILE CLUSTER`: the operator's manual failover of a
+ * single-cluster app profile (Bigtable's "manual failover": multi-cluster profiles fail over by
+ * themselves, single-cluster ones are repointed by a person). It reads the router's address from
+ * DIR/topology, reads the profile (GetAppProfile), sends UpdateAppProfile with
+ * single_cluster_routing = {CLUSTER, the same allow_transactional_writes} and the etag it read
+ * (so a concurrent change is refused, not overwritten), and prints the profile before and after.
+ * The router that took the update routes by it at once, other routers within about a second. */
+#include <stdio.h>
+#include <string.h>
+
+#include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
+#include "google/longrunning/operations.pb-c.h"
+#include "instance.h"
+#include "strata/rpc.h"
+
+#define FAILOVER_RPC_TIMEOUT_MS 30000 /* an admin call through the router */
+#define FAILOVER_NAME_MAX 256
+#define FAILOVER_IA "/google.bigtable.admin.v2.BigtableInstanceAdmin/"
+
+typedef Google__Bigtable__Admin__V2__AppProfile fo_profile;
+
+static void failover_usage(FILE *out) {
+    fprintf(out,
+            "usage: strata failover PROFILE CLUSTER [--dir DIR] [--force]\n"
+            "Points the single-cluster app profile PROFILE at CLUSTER (keeping its\n"
+            "allow_transactional_writes), through the router of the local instance in DIR\n"
+            "(default $STRATA_HOME, else ~/.strata/local), and prints the profile before and\n"
+            "after. Multi-cluster profiles fail over by themselves and are refused.\n"
+            "  --force   skip the router's warning check (another profile allows single-row\n"
+            "            transactions on a different cluster)\n"
+            "Writes the old cluster acknowledged but has not replicated yet reach CLUSTER when\n"
+            "replication catches up (`cbt waitforreplication TABLE` waits for it).\n");
+}
+
+static void describe(const fo_profile *p, const char *when) {
+    if (p->routing_policy_case ==
+            GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING &&
+        p->single_cluster_routing) {
+        printf("%-7s %s: single-cluster routing to %s, transactional writes %s (etag %s)\n", when,
+               p->name, p->single_cluster_routing->cluster_id,
+               p->single_cluster_routing->allow_transactional_writes ? "allowed" : "not allowed",
+               p->etag);
+        return;
+    }
+    printf("%-7s %s: multi-cluster routing (etag %s)\n", when, p->name, p->etag);
+}
+
+/* GetAppProfile; NULL after printing why. Free with ..._free_unpacked. */
+static fo_profile *get_profile(const char *router, const char *name) {
+    Google__Bigtable__Admin__V2__GetAppProfileRequest req;
+    google__bigtable__admin__v2__get_app_profile_request__init(&req);
+    req.name = (char *)name;
+    uint8_t buf[FAILOVER_NAME_MAX + 16];
+    size_t len = google__bigtable__admin__v2__get_app_profile_request__pack(&req, buf);
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err st = {0};
+    st_code rc = rpc_blocking_unary(router, NULL, FAILOVER_IA "GetAppProfile",
+                                    st_slice_make(buf, len), NULL, 0, FAILOVER_RPC_TIMEOUT_MS,
+                                    &resp, &st);
+    fo_profile *p = NULL;
+    if (rc == ST_OK && !(p = google__bigtable__admin__v2__app_profile__unpack(NULL, resp.len,
+                                                                             resp.data)))
+        fprintf(stderr, "strata failover: the router sent an unreadable app profile\n");
+    else if (rc != ST_OK)
+        fprintf(stderr, "strata failover: GetAppProfile %s at %s: %s: %s\n", name, router,
+                st_code_name(rc), st.msg);
+    st_buf_free(&resp);
+    return p;
+}
+
+/* UpdateAppProfile; true when the operation it answers is done without error. */
+static bool update_profile(const char *router, const fo_profile *cur, const char *cluster,
+                           bool force) {
+    Google__Bigtable__Admin__V2__AppProfile__SingleClusterRouting s;
+    google__bigtable__admin__v2__app_profile__single_cluster_routing__init(&s);
+    s.cluster_id = (char *)cluster;
+    s.allow_transactional_writes = cur->single_cluster_routing->allow_transactional_writes;
+    fo_profile p;
+    google__bigtable__admin__v2__app_profile__init(&p);
+    p.name = cur->name;
+    p.etag = cur->etag;
+    p.routing_policy_case =
+        GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING;
+    p.single_cluster_routing = &s;
+    char *paths[] = {"single_cluster_routing"};
+    Google__Protobuf__FieldMask mask;
+    google__protobuf__field_mask__init(&mask);
+    mask.paths = paths;
+    mask.n_paths = 1;
+    Google__Bigtable__Admin__V2__UpdateAppProfileRequest req;
+    google__bigtable__admin__v2__update_app_profile_request__init(&req);
+    req.app_profile = &p;
+    req.update_mask = &mask;
+    req.ignore_warnings = force;
+    st_buf reqb, resp;
+    st_buf_init(&reqb);
+    st_buf_init(&resp);
+    size_t len = google__bigtable__admin__v2__update_app_profile_request__get_packed_size(&req);
+    st_err st = {0};
+    st_code rc = st_buf_reserve(&reqb, len + 1);
+    if (rc == ST_OK) {
+        len = google__bigtable__admin__v2__update_app_profile_request__pack(&req, reqb.data);
+        rc = rpc_blocking_unary(router, NULL, FAILOVER_IA "UpdateAppProfile",
+                                st_slice_make(reqb.data, len), NULL, 0, FAILOVER_RPC_TIMEOUT_MS,
+                                &resp, &st);
+    }
+    st_buf_free(&reqb);
+    Google__Longrunning__Operation *op =
+        rc == ST_OK ? google__longrunning__operation__unpack(NULL, resp.len, resp.data) : NULL;
+    bool ok = op && op->done && op->result_case != GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
+    if (rc != ST_OK)
+        fprintf(stderr, "strata failover: UpdateAppProfile refused: %s: %s%s\n", st_code_name(rc),
+                st.msg,
+                rc == ST_FAILED_PRECONDITION && !force ? "\n(--force skips this check)" : "");
+    else if (!ok)
+        fprintf(stderr, "strata failover: the update did not finish: %s\n",
+                op && op->error && op->error->message ? op->error->message : "no operation");
+    if (op)
+        google__longrunning__operation__free_unpacked(op, NULL);
+    st_buf_free(&resp);
+    return ok;
+}
+
+typedef struct fo_args {
+    const char *dir_flag, *profile, *cluster;
+    bool force;
+} fo_args;
+
+/* 0 parsed, 1 --help shown, 2 bad usage. */
+static int parse_args(int argc, char **argv, fo_args *a) {
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            failover_usage(stdout);
+            return 1;
+        } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
+            a->dir_flag = argv[++i];
+        } else if (!strcmp(argv[i], "--force")) {
+            a->force = true;
+        } else if (argv[i][0] != '-' && !a->profile) {
+            a->profile = argv[i];
+        } else if (argv[i][0] != '-' && !a->cluster) {
+            a->cluster = argv[i];
+        } else {
+            failover_usage(stderr);
+            return 2;
+        }
+    }
+    if (!a->profile || !a->cluster) {
+        failover_usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+/* The instance's topology and the router to talk to; false after printing why. */
+static bool load_instance(const fo_args *a, st_topology *t, char *router, size_t cap) {
+    char dir[OPS_PATH_MAX], path[OPS_PATH_MAX];
+    st_err err = {0};
+    if (!ops_inst_dir(a->dir_flag, dir, sizeof dir) ||
+        !ops_fmt(path, sizeof path, "%s/topology", dir))
+        return false;
+    if (st_topology_load(path, t, &err) != ST_OK) {
+        fprintf(stderr, "strata failover: %s (is there an instance in %s? `strata up`)\n", err.msg,
+                dir);
+        return false;
+    }
+    if (t->n_routers == 0) {
+        fprintf(stderr, "strata failover: %s names no router ([router] listen = HOST:PORT)\n",
+                path);
+        return false;
+    }
+    if (!st_topology_cluster(t, a->cluster)) {
+        fprintf(stderr, "strata failover: cluster '%s' is not in %s\n", a->cluster, path);
+        return false;
+    }
+    snprintf(router, cap, "%s", t->routers[0]);
+    return true;
+}
+
+int ops_failover_main(int argc, char **argv) {
+    fo_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc)
+        return prc == 1 ? 0 : 2;
+    static st_topology topo; /* large: not on the stack */
+    char router[ST_TOPO_ADDR_MAX + 1], name[FAILOVER_NAME_MAX];
+    if (!load_instance(&a, &topo, router, sizeof router))
+        return 1;
+    if (!ops_fmt(name, sizeof name, "projects/%s/instances/%s/appProfiles/%s", topo.project,
+                 topo.instance, a.profile))
+        return 2;
+    fo_profile *before = get_profile(router, name);
+    if (!before)
+        return 1;
+    describe(before, "before:");
+    int rc = 1;
+    if (before->routing_policy_case !=
+            GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING ||
+        !before->single_cluster_routing) {
+        fprintf(stderr, "strata failover: %s uses multi-cluster routing: the router fails it over "
+                        "by itself (docs/router.md, \"Failover\")\n",
+                a.profile);
+    } else if (!strcmp(before->single_cluster_routing->cluster_id, a.cluster)) {
+        printf("%s already routes to %s: nothing to do\n", a.profile, a.cluster);
+        rc = 0;
+    } else if (update_profile(router, before, a.cluster, a.force)) {
+        fo_profile *after = get_profile(router, name);
+        if (after) {
+            describe(after, "after:");
+            google__bigtable__admin__v2__app_profile__free_unpacked(after, NULL);
+            rc = 0;
+        }
+    }
+    google__bigtable__admin__v2__app_profile__free_unpacked(before, NULL);
+    return rc;
+}

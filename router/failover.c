@@ -1,0 +1,224 @@
+/* failover.c — the clusters a request may use and the order it tries them (its plan), row
+ * affinity, per-attempt deadlines, and the rewrite that gives SetCells with timestamp -1 an
+ * explicit timestamp before the first forwarding, so a write retried on another cluster writes
+ * the identical cell (docs/router.md, "Failover"). */
+#include "failover.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- ordering (pure) ---- */
+
+static bool listed(const rtr_policy *pol, const char *id) {
+    if (pol->n_cluster_ids == 0)
+        return true;
+    for (size_t i = 0; i < pol->n_cluster_ids; i++)
+        if (strcmp(pol->cluster_ids[i], id) == 0)
+            return true;
+    return false;
+}
+
+/* Rendezvous (highest random weight) hashing: the weight of (row, cluster) depends on nothing
+ * else, so adding, removing or losing a cluster moves only the rows whose first choice it was. */
+static uint64_t affinity_weight(st_slice row, const char *id) {
+    uint64_t seed = st_hash64(id, strlen(id), 0x5374726174614146ULL); /* "StrataAF" */
+    return st_hash64(row.data, row.len, seed);
+}
+
+size_t rtr_fo_prefer(const rtr_fo_in *in, size_t n, const rtr_policy *pol, st_slice row,
+                     size_t *out) {
+    uint64_t w[ST_TOPO_CLUSTERS_MAX];
+    bool by_hash = pol->row_affinity && row.len > 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n && i < ST_TOPO_CLUSTERS_MAX; i++) {
+        if (!listed(pol, in[i].id))
+            continue;
+        w[i] = by_hash ? affinity_weight(row, in[i].id) : 0;
+        /* Insertion sort: at most 8 clusters. Ties keep topology order. */
+        size_t j = k++;
+        for (; j > 0; j--) {
+            size_t o = out[j - 1];
+            bool before = by_hash ? w[i] > w[o] : (in[i].near && !in[o].near);
+            if (!before)
+                break;
+            out[j] = o;
+        }
+        out[j] = i;
+    }
+    return k;
+}
+
+void rtr_fo_healthy_first(const rtr_fo_in *in, const size_t *pref, size_t n, size_t *out) {
+    size_t k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < n; i++)
+            if (in[pref[i]].healthy == (pass == 0))
+                out[k++] = pref[i];
+}
+
+/* ---- plans ---- */
+
+static void fo_inputs(rtr_ctx *r, rtr_fo_in *in) {
+    const char *zone = r->opts.zone;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        in[c] = (rtr_fo_in){r->clusters[c].topo->id,
+                            zone && zone[0] && strcmp(zone, r->clusters[c].topo->zone) == 0,
+                            rtr_cluster_healthy(&r->clusters[c])};
+}
+
+static st_code plan_single(rtr_ctx *r, const char *id, const rtr_policy *pol, bool transactional,
+                           rtr_plan *out, st_err *err) {
+    if (transactional && !pol->allow_transactional_writes)
+        return st_err_set(err, ST_FAILED_PRECONDITION, RTR_TXN_DENIED_MSG);
+    for (size_t c = 0; c < r->n_clusters; c++)
+        if (strcmp(r->clusters[c].topo->id, pol->cluster_id) == 0) {
+            out->pref[0] = out->order[0] = c;
+            out->n = 1;
+            return ST_OK;
+        }
+    return st_err_set(err, ST_FAILED_PRECONDITION,
+                      "app profile '%s' routes to cluster '%s', which is not in the topology: "
+                      "point the profile at an existing cluster",
+                      id, pol->cluster_id);
+}
+
+st_code rtr_route_plan(rtr_ctx *r, const char *app_profile_id, bool transactional, st_slice row,
+                       rtr_plan *out, st_err *err) {
+    const char *id = app_profile_id && app_profile_id[0] ? app_profile_id : RTR_PROFILE_DEFAULT;
+    rtr_policy pol;
+    memset(out, 0, sizeof *out);
+    st_code rc = rtr_profile_policy(r, id, &pol, err);
+    if (rc != ST_OK)
+        return rc;
+    if (pol.kind == RTR_ROUTING_SINGLE)
+        return plan_single(r, id, &pol, transactional, out, err);
+    if (pol.kind != RTR_ROUTING_MULTI)
+        return st_err_set(err, ST_INTERNAL, "stored app profile '%s' has no routing policy", id);
+    /* Bigtable cannot enable single-row transactions on multi-cluster routing. */
+    if (transactional)
+        return st_err_set(err, ST_FAILED_PRECONDITION, RTR_TXN_DENIED_MSG);
+    rtr_fo_in in[ST_TOPO_CLUSTERS_MAX];
+    fo_inputs(r, in);
+    out->multi = true;
+    out->n = rtr_fo_prefer(in, r->n_clusters, &pol, row, out->pref);
+    if (out->n == 0)
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "app profile '%s' lists no cluster of the topology", id);
+    rtr_fo_healthy_first(in, out->pref, out->n, out->order);
+    return ST_OK;
+}
+
+rtr_cluster *rtr_plan_cluster(rtr_ctx *r, const rtr_plan *p) {
+    return &r->clusters[p->order[p->cur]];
+}
+
+bool rtr_plan_next(rtr_ctx *r, rtr_plan *p, st_code why) {
+    if (!p->multi || p->cur + 1 >= p->n)
+        return false;
+    const char *from = r->clusters[p->order[p->cur]].topo->id;
+    p->cur++;
+    if (r->fo)
+        r->fo->failovers++;
+    st_log(ST_LOG_DEBUG, "router", "failover from=%s to=%s why=%s", from,
+           r->clusters[p->order[p->cur]].topo->id, st_code_name(why));
+    return true;
+}
+
+void rtr_plan_restart(rtr_ctx *r, rtr_plan *p) {
+    if (!p->multi)
+        return;
+    rtr_fo_in in[ST_TOPO_CLUSTERS_MAX];
+    fo_inputs(r, in);
+    rtr_fo_healthy_first(in, p->pref, p->n, p->order);
+    p->cur = 0;
+}
+
+bool rtr_fo_error(st_code code) {
+    return code == ST_UNAVAILABLE || code == ST_DEADLINE_EXCEEDED;
+}
+
+int64_t rtr_plan_attempt_ms(const rtr_plan *p, int64_t timeout_ms) {
+    if (!p->multi || p->cur + 1 >= p->n)
+        return timeout_ms;
+    int64_t t = timeout_ms > 0 ? timeout_ms / 2 : RTR_FO_ATTEMPT_MS;
+    if (t > RTR_FO_ATTEMPT_MS)
+        t = RTR_FO_ATTEMPT_MS;
+    return t > 0 ? t : 1;
+}
+
+/* ---- idempotent writes ---- */
+
+int64_t rtr_fo_write_ts(rtr_ctx *r) {
+    int64_t ts = st_wall_us() / 1000 * 1000;
+    if (!r->fo)
+        return ts;
+    if (ts < r->fo->ts_last_us) /* the wall clock stepped back: stay where we were */
+        ts = r->fo->ts_last_us;
+    r->fo->ts_last_us = ts;
+    return ts;
+}
+
+/* SetCell: family_name 1, column_qualifier 2, timestamp_micros 3, value 4. The last field 3 on
+ * the wire is the value (protobuf's rule for repeated scalars in a singular field). */
+static st_code stamp_set_cell(st_slice msg, int64_t ts_us, st_buf *out, size_t *n) {
+    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    rtr_wire_field f;
+    bool bad = false, server_time = false;
+    while (rtr_wire_next(&p, end, &f, &bad))
+        if (f.num == 3 && f.wire_type == 0)
+            server_time = (int64_t)f.varint == -1;
+    if (bad)
+        return ST_INVALID_ARGUMENT;
+    if (!server_time)
+        return st_buf_append(out, msg.data, msg.len) == ST_OK ? ST_OK : ST_RESOURCE_EXHAUSTED;
+    static const uint32_t ts_field[] = {3};
+    st_code rc = rtr_wire_copy_except(out, msg, ts_field, 1);
+    if (rc == ST_OK)
+        rc = rtr_wire_put_varint(out, 3, (uint64_t)ts_us);
+    (*n)++;
+    return rc;
+}
+
+/* Copies msg, descending into the fields path[0] (then path[1], ...) down to the SetCell level.
+ * scratch[d] holds the rewritten submessage of depth d. */
+static st_code stamp_level(st_slice msg, const uint32_t *path, size_t depth, int64_t ts_us,
+                           st_buf *out, st_buf *scratch, size_t *n) {
+    if (depth == 0)
+        return stamp_set_cell(msg, ts_us, out, n);
+    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    rtr_wire_field f;
+    bool bad = false;
+    while (rtr_wire_next(&p, end, &f, &bad)) {
+        st_code rc;
+        if (f.num == path[0] && f.wire_type == 2) {
+            st_buf_reset(&scratch[0]);
+            rc = stamp_level(f.bytes, path + 1, depth - 1, ts_us, &scratch[0], scratch + 1, n);
+            if (rc == ST_OK)
+                rc = rtr_wire_put_bytes(out, f.num, st_buf_slice(&scratch[0]));
+        } else {
+            rc = st_buf_append(out, f.raw.data, f.raw.len) == ST_OK ? ST_OK : ST_RESOURCE_EXHAUSTED;
+        }
+        if (rc != ST_OK)
+            return rc;
+    }
+    return bad ? ST_INVALID_ARGUMENT : ST_OK;
+}
+
+st_code rtr_stamp_mutations(st_slice req, bool rows, int64_t ts_us, st_buf *out,
+                            size_t *n_stamped) {
+    /* MutateRowRequest.mutations = 3; MutateRowsRequest.entries = 2, Entry.mutations = 2;
+     * Mutation.set_cell = 1. */
+    static const uint32_t row_path[] = {3, 1};
+    static const uint32_t rows_path[] = {2, 2, 1};
+    const uint32_t *path = rows ? rows_path : row_path;
+    size_t depth = rows ? 3 : 2, n = 0;
+    st_buf scratch[3];
+    for (size_t i = 0; i < 3; i++)
+        st_buf_init(&scratch[i]);
+    st_code rc = stamp_level(req, path, depth, ts_us, out, scratch, &n);
+    for (size_t i = 0; i < 3; i++)
+        st_buf_free(&scratch[i]);
+    if (n_stamped)
+        *n_stamped = n;
+    return rc;
+}

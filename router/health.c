@@ -1,0 +1,139 @@
+/* health.c — which clusters are healthy. Every probe period (500 ms) the router sends
+ * strata.internal.v1.Node/GetStatus to every node with a short deadline, over the same
+ * connection its requests use (so a probe also redials a node whose connection died). A node is
+ * down after one failed probe, or as soon as a request part fails on it with UNAVAILABLE or
+ * DEADLINE_EXCEEDED (the data path reports it); it is up again after RTR_PROBE_UP_ROUNDS
+ * consecutive good probes, so a flapping node does not pull traffic back and forth. A cluster is
+ * healthy while all its nodes are up: nodes hold disjoint tablets, so a cluster missing one
+ * cannot serve that node's rows, and a multi-cluster request is better served whole elsewhere. */
+#include "failover.h"
+
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+static rtr_health_node *hnode(rtr_fo *fo, const rtr_node *n) {
+    return &fo->nodes[n->cluster->idx][n->idx];
+}
+
+/* Recomputes a cluster's verdict and logs a change. */
+static void cluster_update(rtr_fo *fo, const rtr_cluster *c, const char *why) {
+    bool up = true;
+    for (size_t i = 0; i < c->n_nodes; i++)
+        up = up && !fo->nodes[c->idx][i].down;
+    rtr_health_cluster *hc = &fo->clusters[c->idx];
+    if (up == hc->up)
+        return;
+    hc->up = up;
+    hc->changes++;
+    st_log(up ? ST_LOG_INFO : ST_LOG_WARN, "router", "cluster=%s health=%s%s%s", c->topo->id,
+           up ? "up" : "down", why ? " why=" : "", why ? why : "");
+}
+
+static void node_down(rtr_fo *fo, const rtr_node *n, const char *why) {
+    rtr_health_node *h = hnode(fo, n);
+    h->failures++;
+    h->good = 0;
+    if (h->down)
+        return;
+    h->down = true;
+    h->down_since_us = st_mono_us();
+    st_log(ST_LOG_DEBUG, "router", "node=%s down why=%s", n->addr, why);
+    char msg[ST_TOPO_ADDR_MAX + 64];
+    snprintf(msg, sizeof msg, "node %s: %s", n->addr, why);
+    cluster_update(fo, n->cluster, msg);
+}
+
+static void node_good(rtr_fo *fo, const rtr_node *n) {
+    rtr_health_node *h = hnode(fo, n);
+    if (!h->down || ++h->good < RTR_PROBE_UP_ROUNDS)
+        return;
+    h->down = false;
+    h->good = 0;
+    st_log(ST_LOG_DEBUG, "router", "node=%s up after_ms=%lld", n->addr,
+           (long long)((st_mono_us() - h->down_since_us) / 1000));
+    cluster_update(fo, n->cluster, NULL);
+}
+
+void rtr_health_report(rtr_node *n, st_code code) {
+    rtr_fo *fo = n->ctx->fo;
+    if (fo && !n->ctx->closing && rtr_fo_error(code))
+        node_down(fo, n, code == ST_UNAVAILABLE ? "request unavailable" : "request deadline");
+}
+
+bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster) {
+    return !r->fo || r->fo->clusters[cluster].up;
+}
+
+/* ---- probes ---- */
+
+static void probe_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    (void)message;
+    rtr_node *n = arg;
+    rtr_ctx *r = n->ctx;
+    if (r->closing || !r->fo)
+        return;
+    hnode(r->fo, n)->probing = false;
+    /* Any answer, even an error status, means the node is there and serving. */
+    if (code == ST_UNAVAILABLE || code == ST_DEADLINE_EXCEEDED || code == ST_CANCELLED)
+        node_down(r->fo, n, code == ST_UNAVAILABLE ? "probe unavailable" : "probe timeout");
+    else
+        node_good(r->fo, n);
+}
+
+static void probe_node(rtr_fo *fo, rtr_node *n) {
+    rtr_health_node *h = hnode(fo, n);
+    if (h->probing)
+        return; /* the previous one is still out: its deadline decides */
+    st_err err = {0};
+    /* GetStatusRequest is empty: zero bytes. */
+    if (rtr_node_call(n, RTR_NODE "GetStatus", st_slice_make("", 0), NULL, 0,
+                      RTR_PROBE_TIMEOUT_MS, NULL, probe_done, n, &err))
+        h->probing = true;
+    else
+        node_down(fo, n, "unreachable"); /* refused, or in its reconnect backoff */
+}
+
+static void probe_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rtr_fo *fo = arg;
+    rtr_ctx *r = fo->ctx;
+    if (r->closing)
+        return;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++)
+            probe_node(fo, &r->clusters[c].nodes[i]);
+}
+
+st_code rtr_health_start(rtr_ctx *r, st_err *err) {
+    rtr_fo *fo = calloc(1, sizeof *fo);
+    if (!fo)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    fo->ctx = r;
+    fo->probe_ms = r->opts.probe_ms > 0 ? r->opts.probe_ms : RTR_PROBE_MS_DEFAULT;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        fo->clusters[c].up = true;
+    fo->timer = event_new(r->base, -1, EV_PERSIST, probe_tick, fo);
+    struct timeval tv = {(time_t)(fo->probe_ms / 1000), (suseconds_t)((fo->probe_ms % 1000) * 1000)};
+    if (!fo->timer || event_add(fo->timer, &tv) != 0) {
+        if (fo->timer)
+            event_free(fo->timer);
+        free(fo);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "could not start the health probes");
+    }
+    r->fo = fo;
+    return ST_OK;
+}
+
+void rtr_health_stop(rtr_ctx *r) {
+    if (!r->fo)
+        return;
+    if (r->fo->timer)
+        event_free(r->fo->timer);
+    st_log(ST_LOG_DEBUG, "router", "health stopped failovers=%llu",
+           (unsigned long long)r->fo->failovers);
+    free(r->fo);
+    r->fo = NULL;
+}
