@@ -55,12 +55,12 @@ static fo_profile *get_profile(const char *router, const char *name) {
     st_buf resp;
     st_buf_init(&resp);
     st_err st = {0};
-    st_code rc = rpc_blocking_unary(router, NULL, FAILOVER_IA "GetAppProfile",
-                                    st_slice_make(buf, len), NULL, 0, FAILOVER_RPC_TIMEOUT_MS,
-                                    &resp, &st);
+    st_code rc =
+        rpc_blocking_unary(router, NULL, FAILOVER_IA "GetAppProfile", st_slice_make(buf, len), NULL,
+                           0, FAILOVER_RPC_TIMEOUT_MS, &resp, &st);
     fo_profile *p = NULL;
-    if (rc == ST_OK && !(p = google__bigtable__admin__v2__app_profile__unpack(NULL, resp.len,
-                                                                             resp.data)))
+    if (rc == ST_OK &&
+        !(p = google__bigtable__admin__v2__app_profile__unpack(NULL, resp.len, resp.data)))
         fprintf(stderr, "strata failover: the router sent an unreadable app profile\n");
     else if (rc != ST_OK)
         fprintf(stderr, "strata failover: GetAppProfile %s at %s: %s: %s\n", name, router,
@@ -199,8 +199,9 @@ int ops_failover_main(int argc, char **argv) {
     if (before->routing_policy_case !=
             GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING ||
         !before->single_cluster_routing) {
-        fprintf(stderr, "strata failover: %s uses multi-cluster routing: the router fails it over "
-                        "by itself (docs/router.md, \"Failover\")\n",
+        fprintf(stderr,
+                "strata failover: %s uses multi-cluster routing: the router fails it over "
+                "by itself (docs/router.md, \"Failover\")\n",
                 a.profile);
     } else if (!strcmp(before->single_cluster_routing->cluster_id, a.cluster)) {
         printf("%s already routes to %s: nothing to do\n", a.profile, a.cluster);

@@ -10,6 +10,7 @@
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "instance.h"
 #include "strata/internal/v1/node.pb-c.h"
+#include "strata/internal/v1/replication.pb-c.h"
 #include "strata/rpc.h"
 
 #define STATUS_RPC_TIMEOUT_MS 2000 /* a healthy node answers in milliseconds */
@@ -89,20 +90,48 @@ static void probe_node(const st_topo_node *n, node_row *row) {
     st_buf_free(&resp);
 }
 
-/* Issue #5 adds replication columns (lag to each peer cluster) here: a header cell and a per-node
- * cell printed after DATA. Kept as two functions so the table's shape stays in one place. */
-static void repl_header(void) {}
+/* Replication (issue #5): per node, the lag to each peer cluster from
+ * strata.internal.v1.Replication/GetPositions: "<peer>: <records> rec <bytes> <seconds>s", with
+ * "backoff" while the shipper retries after an error. "-" when the node does not answer. */
+static void repl_header(const status_ctx *c) {
+    if (c->topo.n_clusters >= 2)
+        printf(" %s", "REPLICATION (lag per peer)");
+}
+
 static void repl_cells(const status_ctx *c, size_t ci, size_t ni) {
-    (void)c;
-    (void)ci;
-    (void)ni;
+    if (c->topo.n_clusters < 2)
+        return;
+    const st_topo_node *n = &c->topo.clusters[ci].nodes[ni];
+    st_buf resp;
+    st_buf_init(&resp);
+    st_code rc = rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Replication/GetPositions",
+                                    st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp,
+                                    NULL);
+    Strata__Internal__V1__Positions *p =
+        rc == ST_OK ? strata__internal__v1__positions__unpack(NULL, resp.len, resp.data) : NULL;
+    st_buf_free(&resp);
+    if (!p) {
+        printf(" %s", rc == ST_UNIMPLEMENTED ? "off" : "-");
+        return;
+    }
+    if (p->n_peers == 0)
+        printf(" off");
+    for (size_t i = 0; i < p->n_peers; i++) {
+        const Strata__Internal__V1__PeerPosition *pp = p->peers[i];
+        char bytes[32];
+        ops_inst_fmt_bytes(pp->bytes_behind, bytes, sizeof bytes);
+        printf("%s%s: %llu rec %s %.1fs%s", i ? ", " : " ", pp->cluster_id,
+               (unsigned long long)pp->records_behind, bytes, (double)pp->time_behind_us / 1e6,
+               pp->backing_off ? " backoff" : "");
+    }
+    strata__internal__v1__positions__free_unpacked(p, NULL);
 }
 
 static void status_nodes(status_ctx *c) {
     const st_topology *t = &c->topo;
     printf("%-10s %-8s %-12s %-22s %-14s %-13s %-8s %-10s", "CLUSTER", "ZONE", "NODE", "ADDRESS",
            "PID", "HEALTH", "TABLETS", "DATA");
-    repl_header();
+    repl_header(c);
     printf("\n");
     for (size_t i = 0; i < t->n_clusters; i++)
         for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {

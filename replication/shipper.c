@@ -490,8 +490,22 @@ static st_code batch_take(repl_shipper *s, ship_batch *b, const sto_log_record *
                rec->lsn, rec->row.tablet_id);
         return ST_OK;
     }
+    /* Writes storage makes itself (DropRowRange's row deletes) carry the version but no origin:
+     * the origin is the version's tiebreaker. A record the peer would refuse whatever happens
+     * is not sent (it would stop replication for good): logged and counted instead. */
+    sto_row_mut row = rec->row;
+    if (row.origin == 0)
+        row.origin = (uint32_t)(row.version & ((1u << STO_VERSION_TIEBREAK_BITS) - 1));
+    if (row.origin == 0 || row.version != STO_VERSION(row.commit_ts_us, row.origin) ||
+        row.n_muts == 0 || row.row.len == 0) {
+        s->records_skipped++;
+        st_log(ST_LOG_ERROR, "repl",
+               "peer=%s lsn=%" PRIu64 ": record without a valid origin/version, not shipped",
+               s->id, rec->lsn);
+        return ST_OK;
+    }
     st_buf_reset(&s->scratch);
-    if (sto_row_mut_encode(&s->scratch, &rec->row) != ST_OK)
+    if (sto_row_mut_encode(&s->scratch, &row) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     ship_row *r = &b->rows[b->n_rows];
     r->table = st_arena_dup(&b->arena, table, strlen(table) + 1);

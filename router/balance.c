@@ -15,7 +15,7 @@
  *
  * Requests during a move: the source refuses writes (strata-not-owner) and keeps serving reads;
  * the tablet map prefers the source (the `moving` flag of ListTablets, and for this router's own
- * move the hint in rtr_bal_cluster), and writes are retried (RTR_RETRIES_NOT_OWNER_MAX, about 6 s
+ * move the hint in rtr_bal_cluster), and writes are retried (RTR_RETRIES_NOT_OWNER_MAX, about 30 s
  * of backoff) until the source has dropped the tablet and the map names the target. */
 #include "router_internal.h"
 

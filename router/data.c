@@ -43,7 +43,8 @@ static bool data_stamp(rtr_ctx *r, rpc_call *call, bool rows, st_slice *req) {
     }
     st_buf_free(&out);
     if (rc != ST_OK)
-        rtr_fail(call, rc, rc == ST_INVALID_ARGUMENT ? "malformed mutation request" : "out of memory");
+        rtr_fail(call, rc,
+                 rc == ST_INVALID_ARGUMENT ? "malformed mutation request" : "out of memory");
     return rc == ST_OK;
 }
 
@@ -462,9 +463,9 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     Google__Bigtable__V2__MutateRowsRequest *req =
         (void *)rtr_unpack(call, &google__bigtable__v2__mutate_rows_request__descriptor, req_bytes);
     rtr_plan plan;
-    st_slice row = req && req->n_entries == 1 ? st_slice_make(req->entries[0]->row_key.data,
-                                                              req->entries[0]->row_key.len)
-                                              : st_slice_make(NULL, 0);
+    st_slice row = req && req->n_entries == 1
+                       ? st_slice_make(req->entries[0]->row_key.data, req->entries[0]->row_key.len)
+                       : st_slice_make(NULL, 0);
     if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, row, &plan))
         return;
     st_err err = {0};
@@ -472,8 +473,8 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
         return rtr_fail(call, err.code, "%s", err.msg);
     bool idempotent = true;
     for (size_t i = 0; i < req->n_entries; i++)
-        idempotent = idempotent &&
-                     muts_idempotent(req->entries[i]->mutations, req->entries[i]->n_mutations);
+        idempotent =
+            idempotent && muts_idempotent(req->entries[i]->mutations, req->entries[i]->n_mutations);
     if (plan.multi && !idempotent) {
         if (!data_stamp(r, call, true, &req_bytes))
             return;

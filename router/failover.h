@@ -15,7 +15,7 @@
 #define RTR_PROBE_MS_DEFAULT 500  /* health probe period (rtr_opts.probe_ms overrides) */
 #define RTR_PROBE_TIMEOUT_MS 1000 /* one probe (GetStatus); slower counts as a failure */
 #define RTR_PROBE_UP_ROUNDS 2     /* consecutive good probes that bring a node back */
-#define RTR_FO_ATTEMPT_MS 5000    /* unary attempt on a cluster when another one remains */
+#define RTR_FO_ATTEMPT_MS 5000    /* unary attempt, ReadRows silence: another cluster remains */
 
 /* ---- health.c ---- */
 /* Per-node health as the router sees it. A node is down after a failed probe or a request that
@@ -115,7 +115,6 @@ int64_t rtr_fo_write_ts(rtr_ctx *r);
  * timestamp_micros is -1 gets ts_us instead; everything else is copied verbatim. *n_stamped (may
  * be NULL) receives how many SetCells changed. INVALID_ARGUMENT for a malformed request,
  * RESOURCE_EXHAUSTED when memory runs out. */
-st_code rtr_stamp_mutations(st_slice req, bool rows, int64_t ts_us, st_buf *out,
-                            size_t *n_stamped);
+st_code rtr_stamp_mutations(st_slice req, bool rows, int64_t ts_us, st_buf *out, size_t *n_stamped);
 
 #endif

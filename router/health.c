@@ -88,8 +88,8 @@ static void probe_node(rtr_fo *fo, rtr_node *n) {
         return; /* the previous one is still out: its deadline decides */
     st_err err = {0};
     /* GetStatusRequest is empty: zero bytes. */
-    if (rtr_node_call(n, RTR_NODE "GetStatus", st_slice_make("", 0), NULL, 0,
-                      RTR_PROBE_TIMEOUT_MS, NULL, probe_done, n, &err))
+    if (rtr_node_call(n, RTR_NODE "GetStatus", st_slice_make("", 0), NULL, 0, RTR_PROBE_TIMEOUT_MS,
+                      NULL, probe_done, n, &err))
         h->probing = true;
     else
         node_down(fo, n, "unreachable"); /* refused, or in its reconnect backoff */
@@ -116,7 +116,8 @@ st_code rtr_health_start(rtr_ctx *r, st_err *err) {
     for (size_t c = 0; c < r->n_clusters; c++)
         fo->clusters[c].up = true;
     fo->timer = event_new(r->base, -1, EV_PERSIST, probe_tick, fo);
-    struct timeval tv = {(time_t)(fo->probe_ms / 1000), (suseconds_t)((fo->probe_ms % 1000) * 1000)};
+    struct timeval tv = {(time_t)(fo->probe_ms / 1000),
+                         (suseconds_t)((fo->probe_ms % 1000) * 1000)};
     if (!fo->timer || event_add(fo->timer, &tv) != 0) {
         if (fo->timer)
             event_free(fo->timer);

@@ -434,8 +434,8 @@ st_code rtr_profile_policy(const rtr_ctx *r, const char *id, rtr_policy *pol, st
 st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transactional,
                           rtr_cluster **out, st_err *err) {
     rtr_plan plan;
-    st_code rc = rtr_route_plan(r, app_profile_id, transactional, st_slice_make(NULL, 0), &plan,
-                                err);
+    st_code rc =
+        rtr_route_plan(r, app_profile_id, transactional, st_slice_make(NULL, 0), &plan, err);
     if (rc == ST_OK)
         *out = rtr_plan_cluster(r, &plan);
     return rc;

@@ -12,6 +12,7 @@
 #include "failover.h"
 #include "router_internal.h"
 
+#include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,8 @@ typedef struct rr_op {
     int attempts;
     uint64_t gen;
     st_err last;
+    struct event *idle; /* multi-cluster: a node silent this long is given up (failover.h) */
+    bool stalled;       /* the node call was cancelled by the idle timer */
 } rr_op;
 
 static void rr_step(void *arg);
@@ -54,7 +57,31 @@ static void rr_free(rr_op *op, st_code code, const char *msg) {
     st_buf_free(&op->cur_end);
     st_buf_free(&op->backlog);
     rtr_rr_track_deinit(&op->track);
+    if (op->idle)
+        event_free(op->idle);
     free(op);
+}
+
+/* A multi-cluster read whose node sends nothing for RTR_FO_ATTEMPT_MS while another cluster
+ * remains (a stopped process, a partition: no reset ever comes) is cancelled and moves on. The
+ * timer restarts with every message, so a long scan that keeps answering is never cut. */
+static void rr_idle_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rr_op *op = arg;
+    if (op->wait == RR_NODE && op->inflight) {
+        op->stalled = true;
+        rpc_ccall_cancel(op->inflight); /* rr_done moves the read on */
+    }
+}
+
+static void rr_idle_arm(rr_op *op) {
+    if (!op->plan.multi || op->plan.cur + 1 >= op->plan.n)
+        return;
+    if (!op->idle && !(op->idle = evtimer_new(op->r->base, rr_idle_cb, op)))
+        return; /* out of memory: the client's deadline still bounds the read */
+    struct timeval tv = {RTR_FO_ATTEMPT_MS / 1000, (RTR_FO_ATTEMPT_MS % 1000) * 1000};
+    evtimer_add(op->idle, &tv);
 }
 
 static size_t backlog_bytes(const rr_op *op) {
@@ -140,8 +167,10 @@ static bool rr_limit_reached(const rr_op *op) {
 
 static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
     rr_op *op = arg;
-    if (op->paused || op->limit_hit)
+    if (op->paused || op->limit_hit || op->stalled)
         return;
+    if (op->idle && evtimer_pending(op->idle, NULL))
+        rr_idle_arm(op); /* the node is alive: restart its silence clock */
     st_code rc = rtr_rr_track_feed(&op->track, msg, op->reversed);
     if (rc == ST_OK)
         rc = rr_emit(op, msg);
@@ -265,6 +294,10 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     rr_op *op = arg;
     op->inflight = NULL;
     op->wait = RR_IDLE;
+    if (op->idle)
+        evtimer_del(op->idle);
+    bool stalled = op->stalled;
+    op->stalled = false;
     if (rpc_call_cancelled(op->call) || op->r->closing)
         return rr_free(op, ST_CANCELLED, NULL);
     if (op->limit_hit && op->last.code != ST_OK)
@@ -279,10 +312,16 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
             return rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
         return rr_continue(op);
     }
+    if (stalled) {
+        code = ST_DEADLINE_EXCEEDED;
+        message = "the node sent nothing within the attempt deadline";
+    }
     if (code == ST_OK)
         return rr_tablet_done(op);
     st_err_set(&op->last, code, "%s", message ? message : "");
-    if (code == ST_UNAVAILABLE) { /* reads carry the client's deadline only: no attempt limit */
+    /* The client's own deadline passing is not the node's fault: only UNAVAILABLE and the idle
+     * timer's deadline move a read. */
+    if (code == ST_UNAVAILABLE || stalled) {
         rtr_health_report(op->node, code);
         if (rr_failover(op))
             return;
@@ -319,9 +358,11 @@ static void rr_send(rr_op *op, const rtr_tablet *tb, const btu_rowset *sub) {
     size_t n_md = rtr_forward_headers(op->call, md);
     op->wait = RR_NODE;
     op->node = &op->c->nodes[tb->node];
-    op->inflight = rtr_node_call(op->node, RTR_BT "ReadRows", st_buf_slice(&req), md, n_md,
-                                 timeout, rr_msg, rr_done, op, &op->last);
+    op->inflight = rtr_node_call(op->node, RTR_BT "ReadRows", st_buf_slice(&req), md, n_md, timeout,
+                                 rr_msg, rr_done, op, &op->last);
     st_buf_free(&req);
+    if (op->inflight)
+        rr_idle_arm(op);
     if (!op->inflight) {
         op->wait = RR_IDLE;
         rtr_health_report(op->node, ST_UNAVAILABLE);

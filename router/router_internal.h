@@ -48,9 +48,9 @@ struct event;
 #define RTR_ADMIN_TIMEOUT_MS 30000              /* internal admin calls */
 #define RTR_START_TIMEOUT_MS 15000              /* rtr_open waits this long for the nodes */
 #define RTR_RETRIES_MAX 6                       /* transparent retries of one request (part) */
-#define RTR_RETRIES_NOT_OWNER_MAX 16            /* ... when a node said strata-not-owner */
+#define RTR_RETRIES_NOT_OWNER_MAX 64            /* ... when a node said strata-not-owner */
 #define RTR_RETRY_BACKOFF_MS 20                 /* first retry delay, doubling */
-#define RTR_RETRY_BACKOFF_MAX_MS 500            /* ... up to this: 6 tries ~1.1 s, 16 ~6.1 s */
+#define RTR_RETRY_BACKOFF_MAX_MS 500            /* ... up to this: 6 tries ~1.1 s, 64 ~30 s */
 #define RTR_BALANCE_MS_DEFAULT 2000             /* tablet balancer period */
 #define RTR_MOVE_TIMEOUT_MS 600000              /* one MoveTablet call (copies a tablet) */
 #define RTR_INTERNAL_TABLE_PREFIX "projects/_strata/" /* never balanced */
@@ -378,7 +378,8 @@ bool rtr_retryable(st_code code, const char *message, bool unavailable_ok);
 int64_t rtr_backoff_ms(int attempt);
 /* True while another retry is allowed after `attempts` retries that ended with (code, message):
  * RTR_RETRIES_NOT_OWNER_MAX for strata-not-owner (a tablet moving: writes wait until the move
- * ends, well over a second for a large tablet), RTR_RETRIES_MAX otherwise. */
+ * ends, seconds for a large tablet), RTR_RETRIES_MAX otherwise. The client's deadline still
+ * ends the wait earlier. */
 bool rtr_retry_allowed(int attempts, st_code code, const char *message);
 bool rtr_is_not_owner(st_code code, const char *message);
 

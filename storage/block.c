@@ -129,30 +129,48 @@ st_code sto_block_seal(st_slice contents, void *cctx, int zstd_level, st_buf *ou
     return ST_OK;
 }
 
+static void *heap_alloc(void *arg, size_t bytes) {
+    (void)arg;
+    return malloc(bytes);
+}
+
+static void heap_release(void *arg, void *p, size_t bytes) {
+    (void)arg;
+    (void)bytes;
+    free(p);
+}
+
+static const sto_block_allocator heap_allocator = {heap_alloc, heap_release, NULL};
+
 static st_code unseal_zstd(const uint8_t *src, size_t n, void *dctx, size_t prefix,
-                           st_slice *contents, uint8_t **owned, st_err *err) {
+                           const sto_block_allocator *a, st_slice *contents, uint8_t **owned,
+                           size_t *owned_bytes, st_err *err) {
     unsigned long long size = ZSTD_getFrameContentSize(src, n);
     if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR ||
         size > STO_BLOCK_BYTES_MAX)
         return st_err_set(err, ST_DATA_LOSS, "compressed block has a bad frame header");
-    uint8_t *mem = malloc(prefix + (size_t)size + 1);
+    size_t bytes = prefix + (size_t)size + 1;
+    uint8_t *mem = a->alloc(a->arg, bytes);
     if (!mem)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory decompressing a block");
     uint8_t *dst = mem + prefix;
     size_t got = ZSTD_decompressDCtx(dctx, dst, (size_t)size, src, n);
     if (ZSTD_isError(got) || got != size) {
-        free(mem);
+        a->release(a->arg, mem, bytes);
         return st_err_set(err, ST_DATA_LOSS, "compressed block does not decompress (%s)",
                           ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short output");
     }
     *contents = st_slice_make(dst, (size_t)size);
     *owned = mem;
+    *owned_bytes = bytes;
     return ST_OK;
 }
 
-st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, size_t prefix,
-                         st_slice *contents, uint8_t **owned, st_err *err) {
+st_code sto_block_unseal_with(const uint8_t *raw, size_t len, void *dctx, size_t prefix,
+                              const sto_block_allocator *a, st_slice *contents, uint8_t **owned,
+                              size_t *owned_bytes, st_err *err) {
     *owned = NULL;
+    *owned_bytes = 0;
     if (len < STO_BLOCK_TRAILER_BYTES)
         return st_err_set(err, ST_DATA_LOSS, "block of %zu bytes is shorter than its trailer", len);
     size_t n = len - STO_BLOCK_TRAILER_BYTES;
@@ -169,10 +187,17 @@ st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, size_t pref
         if (!dctx)
             return st_err_set(err, ST_RESOURCE_EXHAUSTED,
                               "out of memory for a decompression context");
-        return unseal_zstd(raw, n, dctx, prefix, contents, owned, err);
+        return unseal_zstd(raw, n, dctx, prefix, a ? a : &heap_allocator, contents, owned,
+                           owned_bytes, err);
     default:
         return st_err_set(err, ST_DATA_LOSS, "block has unknown compression type %u", raw[n]);
     }
+}
+
+st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, size_t prefix,
+                         st_slice *contents, uint8_t **owned, st_err *err) {
+    size_t bytes;
+    return sto_block_unseal_with(raw, len, dctx, prefix, NULL, contents, owned, &bytes, err);
 }
 
 /* ---- parsing ---- */
@@ -299,6 +324,25 @@ static bool key_at_restart(const sto_block *b, uint32_t i, st_slice *key) {
         return false;
     *key = st_slice_make(p, (size_t)unshared);
     return true;
+}
+
+void sto_block_iter_seek_restart(sto_block_iter *it, uint32_t i) {
+    it->status = ST_OK;
+    if (it->b->restarts == 0 || i >= it->b->n_restarts) {
+        mark_invalid(it);
+        return;
+    }
+    seek_to_restart(it, i);
+    parse_next(it);
+}
+
+bool sto_block_restart_key(const sto_block *b, uint32_t i, st_slice *key) {
+    return b->restarts > 0 && i < b->n_restarts && key_at_restart(b, i, key);
+}
+
+uint32_t sto_block_restart_offset(const sto_block *b, uint32_t i) {
+    ST_ASSERT(i < b->n_restarts);
+    return restart_at(b, i);
 }
 
 void sto_block_iter_seek(sto_block_iter *it, st_slice target) {

@@ -55,6 +55,18 @@ st_code sto_block_seal(st_slice contents, void *cctx, int zstd_level, st_buf *ou
 st_code sto_block_unseal(const uint8_t *raw, size_t len, void *dctx, size_t prefix,
                          st_slice *contents, uint8_t **owned, st_err *err);
 
+/* Where sto_block_unseal_with puts decompressed blocks (helper addition: the SSTable reader
+ * recycles cache memory through it). release gets the size alloc was asked for. */
+typedef struct sto_block_allocator {
+    void *(*alloc)(void *arg, size_t bytes);
+    void (*release)(void *arg, void *p, size_t bytes);
+    void *arg;
+} sto_block_allocator;
+/* sto_block_unseal with the buffer from a (NULL = malloc); *owned_bytes is its size. */
+st_code sto_block_unseal_with(const uint8_t *raw, size_t len, void *dctx, size_t prefix,
+                              const sto_block_allocator *a, st_slice *contents, uint8_t **owned,
+                              size_t *owned_bytes, st_err *err);
+
 /* ---- reading ---- */
 typedef struct sto_block {
     const uint8_t *data;
@@ -76,6 +88,13 @@ typedef struct sto_block_iter {
     st_slice value;
     st_code status;
 } sto_block_iter;
+
+/* Restart-point access (helper addition: the SSTable index search). seek_restart positions at
+ * the entry starting at restart i (invalid when i >= n_restarts); restart_key gives the full key
+ * stored there (false when malformed); restart_offset is its offset in the block. */
+void sto_block_iter_seek_restart(sto_block_iter *it, uint32_t i);
+bool sto_block_restart_key(const sto_block *b, uint32_t i, st_slice *key);
+uint32_t sto_block_restart_offset(const sto_block *b, uint32_t i);
 
 void sto_block_iter_init(sto_block_iter *it);
 void sto_block_iter_deinit(sto_block_iter *it);

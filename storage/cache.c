@@ -4,6 +4,7 @@
 #include "cache.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -31,8 +32,23 @@ typedef struct cache_shard {
     uint64_t hits, misses;
 } cache_shard;
 
+#define POOL_CLASSES (STO_CACHE_BUF_POOLED_MAX / STO_CACHE_BUF_CLASS_BYTES)
+
+typedef struct pool_buf {
+    struct pool_buf *next;
+} pool_buf;
+
+typedef struct pool_shard {
+    pthread_mutex_t mu;
+    pool_buf *free[POOL_CLASSES]; /* class i holds buffers of (i + 1) * CLASS_BYTES */
+    size_t bytes;
+} pool_shard;
+
 struct sto_cache {
     size_t capacity;
+    size_t pool_shard_max; /* bytes one pool shard keeps */
+    pool_shard pool[STO_CACHE_POOL_SHARDS];
+    atomic_uint next_pool;
     cache_shard shards[STO_CACHE_SHARDS];
     pthread_mutex_t dctx_mu;
     ZSTD_DCtx *dctx[STO_CACHE_DCTX_MAX]; /* idle decompression contexts */
@@ -65,6 +81,9 @@ st_code sto_cache_new(size_t capacity_bytes, sto_cache **out) {
     if (!c)
         return ST_RESOURCE_EXHAUSTED;
     c->capacity = capacity_bytes;
+    c->pool_shard_max = capacity_bytes / STO_CACHE_POOL_FRACTION / STO_CACHE_POOL_SHARDS;
+    for (int i = 0; i < STO_CACHE_POOL_SHARDS; i++)
+        pthread_mutex_init(&c->pool[i].mu, NULL);
     pthread_mutex_init(&c->dctx_mu, NULL);
     size_t per = capacity_bytes / STO_CACHE_SHARDS + (capacity_bytes % STO_CACHE_SHARDS != 0);
     for (int i = 0; i < STO_CACHE_SHARDS; i++) {
@@ -104,6 +123,14 @@ void sto_cache_free(sto_cache *c) {
     }
     for (int i = 0; i < c->n_dctx; i++)
         ZSTD_freeDCtx(c->dctx[i]);
+    for (int i = 0; i < STO_CACHE_POOL_SHARDS; i++) {
+        for (size_t k = 0; k < POOL_CLASSES; k++)
+            for (pool_buf *b = c->pool[i].free[k], *n; b; b = n) {
+                n = b->next;
+                free(b);
+            }
+        pthread_mutex_destroy(&c->pool[i].mu);
+    }
     pthread_mutex_destroy(&c->dctx_mu);
     free(c);
 }
@@ -130,6 +157,62 @@ void sto_cache_dctx_put(sto_cache *c, void *dctx) {
         pthread_mutex_unlock(&c->dctx_mu);
     }
     ZSTD_freeDCtx(d);
+}
+
+/* ---- block memory pool ---- */
+
+size_t sto_cache_buf_size(size_t bytes) {
+    if (bytes == 0 || bytes > STO_CACHE_BUF_POOLED_MAX)
+        return bytes;
+    return (bytes + STO_CACHE_BUF_CLASS_BYTES - 1) / STO_CACHE_BUF_CLASS_BYTES *
+           STO_CACHE_BUF_CLASS_BYTES;
+}
+
+/* Each thread sticks to one pool shard (spreads the locks; a buffer is reused by the next
+ * read of whichever thread frees it). */
+static pool_shard *pool_of(sto_cache *c) {
+    static _Thread_local unsigned slot = 0; /* 0 = not assigned yet */
+    if (slot == 0)
+        slot = 1 + atomic_fetch_add(&c->next_pool, 1) % STO_CACHE_POOL_SHARDS;
+    return &c->pool[(slot - 1) % STO_CACHE_POOL_SHARDS];
+}
+
+void *sto_cache_buf_get(sto_cache *c, size_t bytes) {
+    size_t size = sto_cache_buf_size(bytes);
+    if (c && size && size <= STO_CACHE_BUF_POOLED_MAX && c->pool_shard_max) {
+        pool_shard *p = pool_of(c);
+        size_t k = size / STO_CACHE_BUF_CLASS_BYTES - 1;
+        pthread_mutex_lock(&p->mu);
+        pool_buf *b = p->free[k];
+        if (b) {
+            p->free[k] = b->next;
+            p->bytes -= size;
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (b)
+            return b;
+    }
+    return malloc(size ? size : 1);
+}
+
+void sto_cache_buf_put(sto_cache *c, void *ptr, size_t bytes) {
+    size_t size = sto_cache_buf_size(bytes);
+    if (ptr && c && size && size <= STO_CACHE_BUF_POOLED_MAX) {
+        pool_shard *p = pool_of(c);
+        size_t k = size / STO_CACHE_BUF_CLASS_BYTES - 1;
+        pthread_mutex_lock(&p->mu);
+        bool keep = p->bytes + size <= c->pool_shard_max;
+        if (keep) {
+            pool_buf *b = ptr;
+            b->next = p->free[k];
+            p->free[k] = b;
+            p->bytes += size;
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (keep)
+            return;
+    }
+    free(ptr);
 }
 
 size_t sto_cache_capacity(const sto_cache *c) {

@@ -34,4 +34,19 @@ size_t sto_cache_capacity(const sto_cache *c);
 void *sto_cache_dctx_get(sto_cache *c);
 void sto_cache_dctx_put(sto_cache *c, void *dctx);
 
+/* Block memory recycling (helper addition). Blocks are allocated by whichever thread reads them
+ * and freed by whichever thread evicts them; with glibc's per-thread arenas the memory freed in
+ * one arena is not reused by another, so a busy cache held about twice its capacity in RSS.
+ * Buffers come in STO_CACHE_BUF_CLASS_BYTES steps up to STO_CACHE_BUF_POOLED_MAX; freed ones
+ * wait in a pool (at most capacity / STO_CACHE_POOL_FRACTION bytes, split over
+ * STO_CACHE_POOL_SHARDS) for the next block read, by any thread. c NULL: plain malloc/free. */
+#define STO_CACHE_BUF_CLASS_BYTES 512
+#define STO_CACHE_BUF_POOLED_MAX ((size_t)64 << 10)
+#define STO_CACHE_POOL_FRACTION 16
+#define STO_CACHE_POOL_SHARDS 4
+/* The size a buffer of `bytes` really takes (what to charge). */
+size_t sto_cache_buf_size(size_t bytes);
+void *sto_cache_buf_get(sto_cache *c, size_t bytes);
+void sto_cache_buf_put(sto_cache *c, void *p, size_t bytes); /* bytes as given to get */
+
 #endif

@@ -22,7 +22,8 @@
 #define STO_SST_BLOCK_BYTES_DEFAULT (16u << 10)
 #define STO_SST_DCTX_POOL_MAX 16         /* idle decompression contexts kept per table */
 #define STO_SST_INDEX_RESTART_INTERVAL 1 /* index keys uncompressed: pure binary search */
-#define SST_STACK_READ_BYTES (24u << 10)   /* blocks up to this size are read into the stack */
+#define SST_STACK_READ_BYTES (24u << 10)
+#define SST_FP_MIN_ENTRIES 64 /* smaller indexes are searched directly */   /* blocks up to this size are read into the stack */
 /* A scan that has read SST_READAHEAD_AFTER consecutive blocks from disk reads the next ones
  * SST_READAHEAD_BYTES at a time (one pread instead of one per block). */
 #define SST_READAHEAD_AFTER 2
@@ -341,6 +342,11 @@ struct sto_sst {
     sto_block index;
     st_slice filter, smallest, largest;
     size_t mem_bytes;
+    /* Index search accelerator (in memory only): every index key starts with fp_prefix (a slice
+     * of the first index key); fp[i] is the next 8 bytes of index key i, big-endian, zero-padded.
+     * NULL for small indexes or when an index entry is not its own restart point. */
+    uint64_t *fp;
+    st_slice fp_prefix;
 };
 
 static st_code read_exact(sto_sst *t, uint64_t off, void *buf, size_t len, st_err *err) {
@@ -354,23 +360,36 @@ static st_code read_exact(sto_sst *t, uint64_t off, void *buf, size_t len, st_er
     return ST_OK;
 }
 
-/* Checks and decompresses the sealed block raw[0, n) (n includes the trailer) into *mem, a
- * malloc'd buffer of which the first `prefix` bytes are left for the caller. raw is not kept. */
-static st_code unseal_copy(sto_sst *t, const uint8_t *raw, size_t n, size_t prefix, uint8_t **mem,
-                           st_slice *contents, st_err *err) {
+static void *pool_alloc(void *arg, size_t bytes) {
+    return sto_cache_buf_get(arg, bytes);
+}
+
+static void pool_release(void *arg, void *p, size_t bytes) {
+    sto_cache_buf_put(arg, p, bytes);
+}
+
+/* Checks and decompresses the sealed block raw[0, n) (n includes the trailer) into *mem, of
+ * which the first `prefix` bytes are left for the caller; raw is not kept. pooled: the memory
+ * comes from the cache's block pool (give it back with sto_cache_buf_put(t->cache, *mem,
+ * *bytes)), else from malloc (free it). */
+static st_code unseal_copy(sto_sst *t, const uint8_t *raw, size_t n, size_t prefix, bool pooled,
+                           uint8_t **mem, size_t *bytes, st_slice *contents, st_err *err) {
+    sto_block_allocator pool = {pool_alloc, pool_release, t->cache};
+    const sto_block_allocator *a = pooled ? &pool : NULL;
     uint8_t *owned = NULL;
     st_code rc;
-    if (n > STO_BLOCK_TRAILER_BYTES - 1 && raw[n - STO_BLOCK_TRAILER_BYTES] != STO_BLOCK_NONE) {
+    if (n >= STO_BLOCK_TRAILER_BYTES && raw[n - STO_BLOCK_TRAILER_BYTES] != STO_BLOCK_NONE) {
         void *d = sto_cache_dctx_get(t->cache);
-        rc = sto_block_unseal(raw, n, d, prefix, contents, &owned, err);
+        rc = sto_block_unseal_with(raw, n, d, prefix, a, contents, &owned, bytes, err);
         sto_cache_dctx_put(t->cache, d);
     } else {
-        rc = sto_block_unseal(raw, n, NULL, prefix, contents, &owned, err);
+        rc = sto_block_unseal_with(raw, n, NULL, prefix, a, contents, &owned, bytes, err);
     }
     if (rc != ST_OK)
         return rc;
     if (!owned) { /* stored uncompressed: copy out of raw */
-        if (!(owned = malloc(prefix + contents->len + 1)))
+        *bytes = prefix + contents->len + 1;
+        if (!(owned = pooled ? sto_cache_buf_get(t->cache, *bytes) : malloc(*bytes)))
             return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a block");
         memcpy(owned + prefix, contents->data, contents->len);
         *contents = st_slice_make(owned + prefix, contents->len);
@@ -379,11 +398,10 @@ static st_code unseal_copy(sto_sst *t, const uint8_t *raw, size_t n, size_t pref
     return ST_OK;
 }
 
-/* Reads, checks and decompresses the block at h. The contents live in *mem, a malloc'd buffer
- * of which the first `prefix` bytes are left for the caller (room for a header struct). Small
- * blocks are read into a stack buffer, so a compressed block costs one allocation, not two. */
-static st_code read_block(sto_sst *t, sst_handle h, size_t prefix, uint8_t **mem,
-                          st_slice *contents, st_err *err) {
+/* Reads, checks and decompresses the block at h into *mem (see unseal_copy). Small blocks are
+ * read into a stack buffer, so a compressed block costs one allocation, not two. */
+static st_code read_block_into(sto_sst *t, sst_handle h, size_t prefix, bool pooled,
+                               uint8_t **mem, size_t *bytes, st_slice *contents, st_err *err) {
     size_t n = (size_t)h.size + STO_BLOCK_TRAILER_BYTES;
     uint8_t stack[SST_STACK_READ_BYTES];
     uint8_t *raw = n <= sizeof stack ? stack : malloc(n);
@@ -391,10 +409,17 @@ static st_code read_block(sto_sst *t, sst_handle h, size_t prefix, uint8_t **mem
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a %zu-byte block", n);
     st_code rc = read_exact(t, h.off, raw, n, err);
     if (rc == ST_OK)
-        rc = unseal_copy(t, raw, n, prefix, mem, contents, err);
+        rc = unseal_copy(t, raw, n, prefix, pooled, mem, bytes, contents, err);
     if (raw != stack)
         free(raw);
     return rc;
+}
+
+/* The index, filter and meta blocks: malloc'd, kept while the table is open. */
+static st_code read_block(sto_sst *t, sst_handle h, size_t prefix, uint8_t **mem,
+                          st_slice *contents, st_err *err) {
+    size_t bytes;
+    return read_block_into(t, h, prefix, false, mem, &bytes, contents, err);
 }
 
 static bool decode_handle(st_slice v, sst_handle *h) {
@@ -445,6 +470,107 @@ static st_code parse_meta(sto_sst *t, st_slice m, uint64_t footer_entries, st_er
     return ST_OK;
 }
 
+/* ---- index search through fingerprints ----
+ * A point read's cost was dominated by the binary search of the index of a big table: ~15
+ * cache-missing key decodes and memcmps. The fingerprints of one 8-byte word per entry
+ * narrow the search to the entries that share the target's word, usually one or two. */
+
+static uint64_t fp_of(st_slice k, size_t cp) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < 8; i++)
+        v = (v << 8) | (cp + i < k.len ? k.data[cp + i] : 0u);
+    return v;
+}
+
+/* Keys ordered by memcmp that all start with the same cp bytes have non-decreasing
+ * fingerprints, so fp[i] < fp(target) proves key i < target and fp[i] > fp(target) proves
+ * key i > target. Any surprise (an entry that is not its own restart) leaves fp NULL. */
+static void fp_build(sto_sst *t) {
+    const sto_block *b = &t->index;
+    uint32_t n = b->restarts ? b->n_restarts : 0;
+    st_slice first, last;
+    if (n < SST_FP_MIN_ENTRIES || !sto_block_restart_key(b, 0, &first) ||
+        !sto_block_restart_key(b, n - 1, &last))
+        return;
+    size_t cp = 0;
+    while (cp < first.len && cp < last.len && first.data[cp] == last.data[cp])
+        cp++;
+    uint64_t *fp = malloc((size_t)n * sizeof *fp);
+    if (!fp)
+        return; /* plain binary search then */
+    sto_block_iter it;
+    sto_block_iter_init(&it);
+    sto_block_iter_set(&it, b);
+    uint32_t i = 0;
+    for (sto_block_iter_seek_first(&it); sto_block_iter_valid(&it); sto_block_iter_next(&it), i++) {
+        if (i >= n || it.current != sto_block_restart_offset(b, i))
+            break;
+        fp[i] = fp_of(sto_block_iter_key(&it), cp);
+    }
+    bool ok = i == n && it.status == ST_OK;
+    sto_block_iter_deinit(&it);
+    if (!ok) {
+        free(fp);
+        return;
+    }
+    t->fp = fp;
+    t->fp_prefix = st_slice_make(first.data, cp);
+    t->mem_bytes += (size_t)n * sizeof *fp;
+}
+
+/* The index of the first entry whose key is >= target (n when none). */
+static uint32_t fp_search(const sto_sst *t, st_slice target) {
+    const sto_block *b = &t->index;
+    uint32_t n = b->n_restarts;
+    size_t cp = t->fp_prefix.len;
+    int c = memcmp(target.data, t->fp_prefix.data, target.len < cp ? target.len : cp);
+    if (c < 0 || (c == 0 && target.len < cp))
+        return 0; /* below every key */
+    if (c > 0)
+        return n; /* above every key */
+    uint64_t f = fp_of(target, cp);
+    uint32_t lo = 0, hi = n; /* first fp >= f */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (t->fp[mid] < f)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint32_t end = lo; /* first fp > f */
+    while (end < n && t->fp[end] == f && end - lo < 4)
+        end++;
+    if (end < n && t->fp[end] == f) {
+        uint32_t l2 = end, h2 = n;
+        while (l2 < h2) {
+            uint32_t mid = l2 + (h2 - l2) / 2;
+            if (t->fp[mid] <= f)
+                l2 = mid + 1;
+            else
+                h2 = mid;
+        }
+        end = l2;
+    }
+    while (lo < end) { /* keys in [lo, end) share the word: compare them in full */
+        uint32_t mid = lo + (end - lo) / 2;
+        st_slice k;
+        if (!sto_block_restart_key(b, mid, &k))
+            return mid; /* cannot happen after fp_build; the block iterator reports it */
+        if (st_slice_cmp(k, target) < 0)
+            lo = mid + 1;
+        else
+            end = mid;
+    }
+    return lo;
+}
+
+static void index_seek(const sto_sst *t, sto_block_iter *index_it, st_slice target) {
+    if (t->fp)
+        sto_block_iter_seek_restart(index_it, fp_search(t, target));
+    else
+        sto_block_iter_seek(index_it, target);
+}
+
 static st_code load_hot_blocks(sto_sst *t, const sst_footer *f, st_err *err) {
     st_slice c;
     st_code rc = read_block(t, f->index, 0, &t->index_mem, &c, err);
@@ -452,6 +578,8 @@ static st_code load_hot_blocks(sto_sst *t, const sst_footer *f, st_err *err) {
         t->mem_bytes += c.len;
     if (rc == ST_OK && (rc = sto_block_parse(c, &t->index, err)) == ST_OK)
         rc = validate_index(t, err);
+    if (rc == ST_OK)
+        fp_build(t);
     if (rc == ST_OK &&
         (rc = read_block(t, f->filter, 0, &t->filter_mem, &t->filter, err)) == ST_OK) {
         t->mem_bytes += t->filter.len;
@@ -474,6 +602,7 @@ static void sst_destroy(sto_sst *t) {
             st_log(ST_LOG_WARN, "sst", "event=remove_failed path=%s err=\"%s\"", t->path, e.msg);
     }
     free(t->index_mem);
+    free(t->fp);
     free(t->filter_mem);
     free(t->meta_mem);
     free(t->path);
@@ -582,13 +711,17 @@ void sto_sst_for_each_block(sto_sst *t,
 
 /* ======================== data blocks through the cache ======================== */
 
-/* A parsed data block; its contents follow the struct in the same allocation. */
+/* A parsed data block; its contents follow the struct in the same allocation, which came from
+ * the block pool of `pool` (the table's cache). */
 typedef struct sst_blk {
     sto_block block;
+    sto_cache *pool;
+    size_t bytes; /* as asked from the pool */
 } sst_blk;
 
 static void blk_delete(void *v) {
-    free(v);
+    sst_blk *b = v;
+    sto_cache_buf_put(b->pool, b, b->bytes);
 }
 
 /* An iterator's read-ahead window (sequential scans); win is allocated at the first use. */
@@ -602,7 +735,7 @@ typedef struct sst_readahead {
 /* Reads the sealed block at h (n bytes with its trailer) into *mem through the window: a scan in
  * file order reads SST_READAHEAD_BYTES per pread once it is SST_READAHEAD_AFTER blocks long. */
 static st_code read_block_ahead(sto_sst *t, sst_readahead *ra, sst_handle h, size_t prefix,
-                                uint8_t **mem, st_slice *c, st_err *err) {
+                                uint8_t **mem, size_t *bytes, st_slice *c, st_err *err) {
     size_t n = (size_t)h.size + STO_BLOCK_TRAILER_BYTES;
     bool inside = h.off >= ra->win_off && h.off - ra->win_off + n <= ra->win.len;
     if (!inside && ra->run >= SST_READAHEAD_AFTER && n < SST_READAHEAD_BYTES) {
@@ -620,8 +753,9 @@ static st_code read_block_ahead(sto_sst *t, sst_readahead *ra, sst_handle h, siz
         }
     }
     if (inside)
-        return unseal_copy(t, ra->win.data + (h.off - ra->win_off), n, prefix, mem, c, err);
-    return read_block(t, h, prefix, mem, c, err);
+        return unseal_copy(t, ra->win.data + (h.off - ra->win_off), n, prefix, true, mem, bytes,
+                           c, err);
+    return read_block_into(t, h, prefix, true, mem, bytes, c, err);
 }
 
 /* Returns a handle on the data block at h, from the cache or read from disk; *owner receives
@@ -641,19 +775,23 @@ static st_code get_block(sto_sst *t, bool fill_cache, sst_readahead *ra, sst_han
     }
     sto_cache *cache = fill_cache ? t->cache : NULL;
     uint8_t *mem;
+    size_t bytes = 0;
     st_slice c;
-    st_code rc = ra ? read_block_ahead(t, ra, h, sizeof(sst_blk), &mem, &c, err)
-                    : read_block(t, h, sizeof(sst_blk), &mem, &c, err);
+    st_code rc = ra ? read_block_ahead(t, ra, h, sizeof(sst_blk), &mem, &bytes, &c, err)
+                    : read_block_into(t, h, sizeof(sst_blk), true, &mem, &bytes, &c, err);
     if (rc != ST_OK)
         return rc;
     sst_blk *b = (sst_blk *)(void *)mem;
+    b->pool = t->cache;
+    b->bytes = bytes;
     if ((rc = sto_block_parse(c, &b->block, err)) != ST_OK) {
-        free(mem);
+        blk_delete(b);
         return rc;
     }
-    ch = sto_cache_insert(cache, t->id, h.off, b, sizeof(sst_blk) + c.len, blk_delete);
+    /* Charged by what the block really takes, its header and pool rounding included. */
+    ch = sto_cache_insert(cache, t->id, h.off, b, sto_cache_buf_size(bytes), blk_delete);
     if (!ch) {
-        free(mem);
+        blk_delete(b);
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory caching a block");
     }
     *out = ch;
@@ -758,7 +896,7 @@ static void it_seek(sto_kviter *base, st_slice target) {
     sst_iter *it = (sst_iter *)base;
     if (it->status != ST_OK)
         return;
-    sto_block_iter_seek(&it->index_it, target);
+    index_seek(it->t, &it->index_it, target);
     if (load_data_block(it)) {
         sto_block_iter_seek(&it->data_it, target);
         skip_forward(it);

@@ -88,10 +88,10 @@ static void rows_msg(st_slice msg, void *arg) {
     }
     for (size_t i = 0; i < r->n_entries && a->code == ST_OK; i++)
         if (r->entries[i]->status && r->entries[i]->status->code != 0)
-            a->code = st_err_set(&a->err, (st_code)r->entries[i]->status->code, "entry %lld: %s",
-                                 (long long)r->entries[i]->index,
-                                 r->entries[i]->status->message ? r->entries[i]->status->message
-                                                                : "");
+            a->code =
+                st_err_set(&a->err, (st_code)r->entries[i]->status->code, "entry %lld: %s",
+                           (long long)r->entries[i]->index,
+                           r->entries[i]->status->message ? r->entries[i]->status->message : "");
     google__bigtable__v2__mutate_rows_response__free_unpacked(r, NULL);
 }
 
@@ -117,9 +117,9 @@ static st_code write_rows(drv *d, const char *row_a, const char *row_b, st_err *
     uint8_t buf[1024];
     size_t len = google__bigtable__v2__mutate_rows_request__pack(&req, buf);
     rows_ans a = {ST_OK, {0}};
-    st_code rc = rpc_blocking_stream(d->addr, NULL, "/google.bigtable.v2.Bigtable/MutateRows",
-                                     st_slice_make(buf, len), NULL, 0, CALL_TIMEOUT_MS, rows_msg,
-                                     &a, st);
+    st_code rc =
+        rpc_blocking_stream(d->addr, NULL, "/google.bigtable.v2.Bigtable/MutateRows",
+                            st_slice_make(buf, len), NULL, 0, CALL_TIMEOUT_MS, rows_msg, &a, st);
     if (rc == ST_OK && a.code != ST_OK) {
         *st = a.err;
         rc = a.code;

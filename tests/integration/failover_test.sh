@@ -12,6 +12,8 @@
 # `strata failover` repoints the single-cluster profile oneast at west (before/after printed),
 # refuses a multi-cluster profile, and says so when nothing is to do. The driver's count of
 # failed requests and its longest gap between successes are printed; only counts are asserted.
+# With replication wired, "row X is on west/east" follows from convergence too; the routing
+# evidence is then the router's health log and the zero failures (ordering: failover_test.c).
 # Usage: failover_test.sh PATH/TO/strata PATH/TO/failover_driver [BIN_DIR]
 set -u
 . "$(dirname "$0")/lib.sh"

@@ -36,7 +36,7 @@
 #define BATCH_ROWS 100 /* many calls, so writes overlap splits and moves */
 #define VALUE_BYTES 100
 #define KEY_MAX 32
-#define MIN_TABLETS_PER_NODE 8 /* 100,000 rows make about 50 tablets; 20,000 about 10 */
+#define MIN_TABLETS_PER_NODE 3 /* at least; more with more rows (min_per_node) */
 #define SETTLE_POLL_MS 500
 #define SETTLE_STABLE_POLLS 4     /* same counts, nothing moving, this many polls in a row */
 #define SETTLE_POLLS_MAX 600      /* hang guard (5 min), not a timing assertion */
@@ -361,13 +361,21 @@ static void take_census(const st_topology *t, census *c) {
     }
 }
 
+/* Tablets each node must hold at least: the data splits into at least bytes / SPLIT_BYTES
+ * tablets (halves are over half the threshold), so a fair share is half of that per node; 100,000
+ * rows give about 60 tablets, 6 required per node. */
+static size_t min_per_node(void) {
+    size_t n = (size_t)g_rows * VALUE_BYTES / SPLIT_BYTES / NODES / 2;
+    return n > MIN_TABLETS_PER_NODE ? n : MIN_TABLETS_PER_NODE;
+}
+
 static bool census_spread(const census *c) {
     size_t lo = c->count[0], hi = c->count[0];
     for (size_t i = 1; i < NODES; i++) {
         lo = c->count[i] < lo ? c->count[i] : lo;
         hi = c->count[i] > hi ? c->count[i] : hi;
     }
-    return c->moving == 0 && lo >= MIN_TABLETS_PER_NODE && hi - lo <= 1;
+    return c->moving == 0 && lo >= min_per_node() && hi - lo <= 1;
 }
 
 /* Waits until the balancer has spread the tablets and nothing changed for a few polls. */

@@ -388,6 +388,40 @@ static void test_shipper_backs_off_and_recovers(void **state) {
     env_close(&e);
 }
 
+/* A row delete storage wrote itself (DropRowRange: origin 0, version with the cluster as
+ * tiebreaker) travels with the origin taken from the version; a record with no origin at all
+ * would be refused by every peer, so it is counted and skipped instead of stopping shipping. */
+static void test_shipper_fills_origin_and_skips_invalid(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    write_rows(&e, 0, 10, false);
+    sto_mut del = {.type = STO_MUT_DEL_ROW};
+    uint64_t ts = (uint64_t)st_wall_us() + 1000;
+    sto_row_mut r = tu_row(EAST_TABLET, "r0005", &del, 1, STO_VERSION(ts, 1));
+    r.commit_ts_us = ts;
+    st_err err;
+    assert_int_equal(sto_write(e.east_db, &r, 1, NULL, &err), ST_OK);
+    r = tu_row(EAST_TABLET, "r0006", &del, 1, STO_VERSION(ts, 0));
+    r.commit_ts_us = ts;
+    assert_int_equal(sto_write(e.east_db, &r, 1, NULL, &err), ST_OK);
+    write_rows(&e, 10, 2, false);
+    east_open(&e);
+    run_until(&e, east_caught_up);
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_int_equal(st.records_skipped, 1);
+    assert_int_equal(st.rows_shipped, 13);
+    st_buf d;
+    st_buf_init(&d);
+    assert_int_equal(tu_dump(e.w[0].db, WEST_TABLET, &d), ST_OK);
+    assert_null(strstr((char *)d.data, "r0005 "));
+    assert_non_null(strstr((char *)d.data, "r0006 "));
+    assert_non_null(strstr((char *)d.data, "r0011 "));
+    st_buf_free(&d);
+    env_close(&e);
+}
+
 /* Two west nodes split the rows; then ownership moves (the first node gives its upper half to
  * the second): the shipper meets strata-not-owner, refreshes its map and delivers every row to
  * its owner. */
@@ -433,6 +467,7 @@ int main(void) {
         cmocka_unit_test(test_shipper_resumes_after_restart),
         cmocka_unit_test(test_shipper_backs_off_and_recovers),
         cmocka_unit_test(test_shipper_routes_by_peer_tablet_map),
+        cmocka_unit_test(test_shipper_fills_origin_and_skips_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,7 +44,9 @@ static rtr_policy multi_policy(bool affinity) {
 
 static void test_failover_prefer_order_and_subset(void **state) {
     (void)state;
-    rtr_fo_in in[4] = {{"east", false, true}, {"west", false, true}, {"north", true, true},
+    rtr_fo_in in[4] = {{"east", false, true},
+                       {"west", false, true},
+                       {"north", true, true},
                        {"south", false, true}};
     rtr_policy pol = multi_policy(false);
     size_t out[4];
@@ -129,7 +131,8 @@ static rtr_ctx *ctx_new(void) {
             cl->nodes[i].ctx = r;
             cl->nodes[i].cluster = cl;
             cl->nodes[i].idx = (uint32_t)i;
-            snprintf(cl->nodes[i].addr, sizeof cl->nodes[i].addr, "127.0.0.1:%zu", 7000 + 10 * c + i);
+            snprintf(cl->nodes[i].addr, sizeof cl->nodes[i].addr, "127.0.0.1:%zu",
+                     7000 + 10 * c + i);
         }
         r->fo->clusters[c].up = true;
     }

@@ -4,7 +4,8 @@
  * identically against a sorted array — full forward, full reverse, random seeks followed by
  * next/prev walks across block boundaries — plus the edge cases (empty table, one entry, a 5 MB
  * value bigger than a block, out-of-order keys rejected), the row bloom filter, block sampling,
- * obsolete-file removal and concurrent readers. Corruption: random byte flips and truncations of a
+ * obsolete-file removal and concurrent readers; the index search over keys sharing long prefixes,
+ * and the concatenating iterator over disjoint tables read as one stream. Corruption: random byte flips and truncations of a
  * written file make opening or iterating fail with ST_DATA_LOSS, or return correct data — never a
  * crash or wrong data (run under ASan).
  */
@@ -132,9 +133,16 @@ static size_t lower_bound(const ent *es, size_t n, st_slice target) {
     return lo;
 }
 
+static void check_iter(sto_kviter *it, const ent *es, size_t n, st_rng *r, int seeks);
+
 static void check_table(sto_sst *t, const ent *es, size_t n, st_rng *r, int seeks) {
     sto_kviter *it = sto_sst_iter_new(t);
     assert_non_null(it);
+    check_iter(it, es, n, r, seeks);
+}
+
+/* Walks it fully both ways, then seeks (present keys and random probes) with random walks. */
+static void check_iter(sto_kviter *it, const ent *es, size_t n, st_rng *r, int seeks) {
     size_t i = 0;
     for (it->ops->seek_first(it); it->ops->valid(it); it->ops->next(it))
         assert_at(it, &es[i++]);
@@ -222,6 +230,101 @@ static void test_sst_round_trip_small_blocks(void **state) {
     st_rng_seed(&f->rng, st_test_seed("test_sst_round_trip_small_blocks"));
     round_trip(f, 5000, true, 50, 256, 64 << 10); /* many blocks, a cache smaller than them */
     round_trip(f, 3000, false, 50, 1, 0);         /* one entry per block */
+}
+
+/* Index keys sharing a long prefix and, in runs, the 8 bytes after it: the fingerprint search of
+ * the index must still find the first entry >= any target (one entry per block, so the index
+ * has an entry per key). */
+static void test_sst_index_search_with_shared_prefixes(void **state) {
+    fixture *f = *state;
+    st_rng_seed(&f->rng, st_test_seed("test_sst_index_search_with_shared_prefixes"));
+    size_t n = 3000;
+    ent *es = calloc(n, sizeof(*es));
+    for (size_t i = 0; i < n; i++) {
+        char k[64];
+        int len = snprintf(k, sizeof k, "common-prefix/%c%c%c%c%c%c%c%c/%u", 'a' + (int)(i / 1000),
+                           'x', 'x', 'x', 'x', 'x', 'x', 'a' + (int)st_rng_below(&f->rng, 3),
+                           (unsigned)st_rng_below(&f->rng, 100000));
+        es[i].kl = (size_t)len - (st_rng_below(&f->rng, 4) == 0 ? 7 : 0); /* some short keys */
+        es[i].k = malloc(es[i].kl);
+        memcpy(es[i].k, k, es[i].kl);
+        es[i].vl = 3;
+        es[i].v = malloc(4);
+        memcpy(es[i].v, "val", 4);
+    }
+    qsort(es, n, sizeof(*es), ent_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m > 0 && ent_cmp(&es[m - 1], &es[i]) == 0) {
+            free(es[i].k);
+            free(es[i].v);
+            continue;
+        }
+        es[m++] = es[i];
+    }
+    n = m;
+    sto_sst_options o = {.block_bytes = 1, .bloom_bits_per_key = 10, .zstd_level = 1};
+    write_table(f, es, n, &o);
+    sto_sst *t;
+    st_err err;
+    assert_int_equal(sto_sst_open(f->env, f->path, 1, NULL, &t, &err), ST_OK);
+    check_table(t, es, n, &f->rng, 3000);
+    sto_kviter *it = sto_sst_iter_new(t); /* targets around the common prefix */
+    it->ops->seek(it, ST_SLICE_LIT("common"));
+    assert_at(it, &es[0]);
+    it->ops->seek(it, ST_SLICE_LIT("common-prefix/"));
+    assert_at(it, &es[0]);
+    it->ops->seek(it, ST_SLICE_LIT("a"));
+    assert_at(it, &es[0]);
+    it->ops->seek(it, ST_SLICE_LIT("common-prefix0"));
+    assert_false(it->ops->valid(it));
+    it->ops->seek(it, ST_SLICE_LIT("common-prefix/b"));
+    assert_at(it, &es[lower_bound(es, n, ST_SLICE_LIT("common-prefix/b"))]);
+    it->ops->free(it);
+    sto_sst_unref(t);
+    free_entries(es, n);
+}
+
+static sto_kviter *no_wrap(sto_kviter *child, st_slice lo, st_slice hi) {
+    (void)lo;
+    (void)hi;
+    return child;
+}
+
+/* Disjoint tables given in any order read as one stream through the concatenating iterator,
+ * forward, backward and after seeks that land in any table or between tables. */
+static void test_sst_concat_iterator_over_disjoint_tables(void **state) {
+    fixture *f = *state;
+    st_rng_seed(&f->rng, st_test_seed("test_sst_concat_iterator_over_disjoint_tables"));
+    size_t n = 6000;
+    ent *es = make_entries(&f->rng, &n, true, 60);
+    enum { PARTS = 4 };
+    size_t cut[PARTS + 1] = {0, n / 7, n / 2, n / 2 + 1, n};
+    sto_sst *tabs[PARTS];
+    sto_cache *cache;
+    assert_int_equal(sto_cache_new(256 << 10, &cache), ST_OK);
+    sto_sst_options o = {.block_bytes = 512, .bloom_bits_per_key = 10, .zstd_level = 1};
+    for (int p = 0; p < PARTS; p++) {
+        snprintf(f->path, sizeof f->path, "%s/c%d.sst", f->dir, p);
+        write_table(f, es + cut[p], cut[p + 1] - cut[p], &o);
+        st_err err;
+        assert_int_equal(sto_sst_open(f->env, f->path, 10 + (uint64_t)p, cache, &tabs[PARTS - 1 - p],
+                                      &err),
+                         ST_OK);
+        sto_sst_mark_obsolete(tabs[PARTS - 1 - p]); /* removes the file at the last unref */
+    }
+    for (int p = 0; p + 1 < PARTS; p++)
+        assert_true(sto_sst_disjoint(tabs[p], tabs[p + 1]));
+    bool wrap[PARTS] = {false, true, false, false};
+    sto_kviter *it = sto_sst_concat_iter_new(tabs, wrap, PARTS, st_slice_make(NULL, 0),
+                                             st_slice_make(NULL, 0), no_wrap);
+    assert_non_null(it);
+    for (int p = 0; p < PARTS; p++)
+        sto_sst_unref(tabs[p]); /* the iterator holds its own references */
+    check_iter(it, es, n, &f->rng, 2000);
+    sto_cache_free(cache);
+    snprintf(f->path, sizeof f->path, "%s/t.sst", f->dir);
+    free_entries(es, n);
 }
 
 static void test_sst_compression_shrinks_file(void **state) {
@@ -658,6 +761,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sst_round_trip_random_compressible, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_round_trip_random_incompressible, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_round_trip_small_blocks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sst_index_search_with_shared_prefixes, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_sst_concat_iterator_over_disjoint_tables, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_sst_compression_shrinks_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_empty_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_single_entry, setup, teardown),
