@@ -139,7 +139,8 @@ static st_code pos_read(repl_shipper *s, uint64_t *lsn, st_err *err) {
         char text[POS_FILE_BYTES_MAX + 1];
         unsigned long long v = 0;
         size_t n = b.len < POS_FILE_BYTES_MAX ? b.len : POS_FILE_BYTES_MAX;
-        memcpy(text, b.data, n);
+        if (n)
+            memcpy(text, b.data, n);
         text[n] = '\0';
         if (sscanf(text, "repl-position v1 %llu", &v) != 1 || v == 0)
             rc = st_err_set(err, ST_DATA_LOSS,
@@ -258,7 +259,8 @@ static void refresh_release(repl_shipper *s) {
     if (--s->refreshing > 0 || s->r->closing)
         return;
     if (s->refresh_ok) {
-        qsort(s->new_map, s->n_new_map, sizeof *s->new_map, map_cmp);
+        if (s->n_new_map > 1) /* qsort's base must not be NULL */
+            qsort(s->new_map, s->n_new_map, sizeof *s->new_map, map_cmp);
         map_free(s->map, s->n_map);
         s->map = s->new_map;
         s->n_map = s->n_new_map;

@@ -44,23 +44,75 @@ static void bal_check_later(void *arg) {
         bal_check(c);
 }
 
-/* ---- the choice ---- */
+/* ---- the choice (pure) ---- */
 
-/* A tablet of the source or target node, for grouping by table. */
-typedef struct bal_item {
-    const pb_tablet *t;
-    bool on_src;
-} bal_item;
+static int tab_cmp(const void *a, const void *b) {
+    const rtr_bal_tablet *const *x = a, *const *y = b;
+    return strcmp((*x)->table, (*y)->table);
+}
 
-typedef struct bal_pick {
-    const pb_tablet *t; /* NULL: nothing to move */
-    uint32_t src, dst;
-    long diff; /* its table: tablets on src minus tablets on dst */
-} bal_pick;
+/* Better candidate: smaller, then newer (a higher id from the same node is a later tablet). */
+static bool better(const rtr_bal_tablet *a, const rtr_bal_tablet *b) {
+    if (!b)
+        return true;
+    if (a->bytes != b->bytes)
+        return a->bytes < b->bytes;
+    return a->id > b->id;
+}
 
-static int item_cmp(const void *a, const void *b) {
-    const bal_item *x = a, *y = b;
-    return strcmp(x->t->table_name, y->t->table_name);
+/* Over the runs of one table in v (sorted by table): the table with the largest src-dst
+ * difference that has a movable tablet on src, and its best tablet. */
+static const rtr_bal_tablet *pick_in_runs(const rtr_bal_tablet *const *v, size_t n, uint32_t src) {
+    const rtr_bal_tablet *pick = NULL;
+    long pick_diff = 0;
+    for (size_t i = 0, j; i < n; i = j) {
+        long diff = 0;
+        const rtr_bal_tablet *best = NULL;
+        for (j = i; j < n && strcmp(v[j]->table, v[i]->table) == 0; j++) {
+            bool on_src = v[j]->node == src;
+            diff += on_src ? 1 : -1;
+            if (on_src && !v[j]->read_only && better(v[j], best))
+                best = v[j];
+        }
+        if (best && (!pick || diff > pick_diff || (diff == pick_diff && better(best, pick)))) {
+            pick = best;
+            pick_diff = diff;
+        }
+    }
+    return pick;
+}
+
+size_t rtr_bal_choose(const rtr_bal_tablet *v, size_t n, size_t n_nodes, uint32_t *dst) {
+    size_t count[ST_TOPO_NODES_MAX] = {0};
+    if (n_nodes < 2 || n_nodes > ST_TOPO_NODES_MAX)
+        return SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].moving)
+            return SIZE_MAX; /* one move per cluster, whoever started it */
+        if (v[i].node < n_nodes)
+            count[v[i].node]++;
+    }
+    uint32_t src = 0, lo = 0;
+    for (uint32_t i = 1; i < n_nodes; i++) {
+        if (count[i] > count[src])
+            src = i;
+        if (count[i] < count[lo])
+            lo = i;
+    }
+    if (count[src] < count[lo] + 2)
+        return SIZE_MAX;
+    size_t k = 0;
+    const rtr_bal_tablet **pair = malloc((count[src] + count[lo] + 1) * sizeof *pair);
+    if (!pair)
+        return SIZE_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].node == src || v[i].node == lo)
+            pair[k++] = &v[i];
+    qsort(pair, k, sizeof *pair, tab_cmp);
+    const rtr_bal_tablet *pick = pick_in_runs(pair, k, src);
+    free(pair);
+    *dst = lo;
+    return pick ? (size_t)(pick - v) : SIZE_MAX;
 }
 
 /* Tablets the balancer counts and may move: of tables the instance knows, not internal. */
@@ -69,70 +121,36 @@ static bool balanced_table(const rtr_ctx *r, const char *table) {
            rtr_meta_find(&r->meta, RTR_META_KIND_TABLE, table) != NULL;
 }
 
-/* Better candidate: smaller, then newer (a higher id from the same node is a later tablet). */
-static bool better(const pb_tablet *a, const pb_tablet *b) {
-    if (!b)
-        return true;
-    if (a->approx_bytes != b->approx_bytes)
-        return a->approx_bytes < b->approx_bytes;
-    return a->id > b->id;
-}
-
-/* Over the runs of one table in items (sorted by table): the table with the largest src-dst
- * difference that has a movable tablet on src, and its best tablet. */
-static void pick_in_runs(const bal_item *items, size_t n, bal_pick *p) {
-    for (size_t i = 0, j; i < n; i = j) {
-        long diff = 0;
-        const pb_tablet *best = NULL;
-        for (j = i; j < n && strcmp(items[j].t->table_name, items[i].t->table_name) == 0; j++) {
-            const pb_tablet *t = items[j].t;
-            diff += items[j].on_src ? 1 : -1;
-            if (items[j].on_src && !t->read_only && !t->moving && better(t, best))
-                best = t;
-        }
-        if (best && (!p->t || diff > p->diff || (diff == p->diff && better(best, p->t)))) {
-            p->t = best;
-            p->diff = diff;
-        }
-    }
-}
+typedef struct bal_pick {
+    const pb_tablet *t; /* NULL: nothing to move */
+    uint32_t src, dst;
+} bal_pick;
 
 /* Decides the move of one cluster from every node's ListTablets answer. */
 static void bal_decide(const rtr_cluster *c, pb_list *const *lists, bal_pick *p) {
-    const rtr_ctx *r = c->ctx;
-    size_t count[ST_TOPO_NODES_MAX] = {0};
     *p = (bal_pick){0};
+    size_t total = 0, n = 0;
     for (size_t i = 0; i < c->n_nodes; i++)
+        total += lists[i]->n_tablets;
+    rtr_bal_tablet *v = malloc((total + 1) * sizeof *v);
+    const pb_tablet **src = malloc((total + 1) * sizeof *src);
+    bool moving = false;
+    for (size_t i = 0; v && src && i < c->n_nodes; i++)
         for (size_t k = 0; k < lists[i]->n_tablets; k++) {
             const pb_tablet *t = lists[i]->tablets[k];
-            if (t->moving)
-                return; /* one move per cluster, whoever started it */
-            count[i] += balanced_table(r, t->table_name);
+            moving = moving || t->moving; /* a move of any table, the metadata's too */
+            if (balanced_table(c->ctx, t->table_name)) {
+                src[n] = t;
+                v[n++] = (rtr_bal_tablet){t->table_name, t->id,       t->approx_bytes,
+                                          (uint32_t)i,   t->read_only, t->moving};
+            }
         }
-    uint32_t src = 0, dst = 0;
-    for (uint32_t i = 1; i < c->n_nodes; i++) {
-        if (count[i] > count[src])
-            src = i;
-        if (count[i] < count[dst])
-            dst = i;
-    }
-    if (count[src] < count[dst] + 2)
-        return;
-    size_t n = 0;
-    bal_item *items = malloc((count[src] + count[dst] + 1) * sizeof *items);
-    if (!items)
-        return;
-    for (int side = 0; side < 2; side++) {
-        const pb_list *l = lists[side == 0 ? src : dst];
-        for (size_t k = 0; k < l->n_tablets; k++)
-            if (balanced_table(r, l->tablets[k]->table_name))
-                items[n++] = (bal_item){l->tablets[k], side == 0};
-    }
-    qsort(items, n, sizeof *items, item_cmp);
-    pick_in_runs(items, n, p);
-    free(items);
-    p->src = src;
-    p->dst = dst;
+    uint32_t dst = 0;
+    size_t k = v && src && !moving ? rtr_bal_choose(v, n, c->n_nodes, &dst) : SIZE_MAX;
+    if (k != SIZE_MAX)
+        *p = (bal_pick){src[k], v[k].node, dst};
+    free(v);
+    free(src);
 }
 
 /* ---- the move ---- */

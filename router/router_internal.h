@@ -384,6 +384,21 @@ bool rtr_retry_allowed(int attempts, st_code code, const char *message);
 bool rtr_is_not_owner(st_code code, const char *message);
 
 /* ---- balance.c ---- */
+/* One tablet as the balancer sees it (memory borrowed). */
+typedef struct rtr_bal_tablet {
+    const char *table;
+    uint64_t id;
+    uint64_t bytes;
+    uint32_t node; /* index in the cluster */
+    bool read_only;
+    bool moving;
+} rtr_bal_tablet;
+/* The balancer's choice in one cluster (pure): SIZE_MAX when nothing should move — a tablet is
+ * moving, or the fullest node holds fewer than two tablets more than the emptiest. Else the
+ * index in v of the tablet to move, from the fullest node (lowest index on ties) to *dst, the
+ * emptiest (lowest index on ties): the table spread worst between the two, its smallest
+ * writable tablet, the highest id on ties. */
+size_t rtr_bal_choose(const rtr_bal_tablet *v, size_t n, size_t n_nodes, uint32_t *dst);
 /* Starts the tablet balancer when this router is the one that balances (rtr_opts.balance; by
  * default the first router of the topology). */
 st_code rtr_balance_start(rtr_ctx *r, st_err *err);

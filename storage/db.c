@@ -400,6 +400,20 @@ static st_code db_recover(sto_db *db, st_err *err) {
     return ST_OK;
 }
 
+/* Flushes the memtables the replay froze (they were full) before serving, as LevelDB turns its
+ * log into a table at open: otherwise those flushes, and the compactions they trigger, compete
+ * with the first requests for CPU and disk. Single-threaded (no workers yet). A failure (full
+ * disk) does not fail the open: the data is in the log and the workers retry the flush. */
+static void flush_replayed(sto_db *db) {
+    for (size_t i = 0; i < db->n_tablets; i++) {
+        sto_tablet *t = db->tablets[i];
+        st_err e;
+        if (atomic_load(&t->n_imm_hint) > 0 && sto_tablet_flush_imms(db, t, &e) != ST_OK)
+            st_log(ST_LOG_WARN, "storage",
+                   "event=open_flush_failed tablet=%" PRIu64 " msg=\"%s\"", t->id, e.msg);
+    }
+}
+
 st_code sto_db_open(const char *dir, const sto_options *opts, sto_db **out, st_err *err) {
     sto_db *db = calloc(1, sizeof *db);
     if (!db)
@@ -413,6 +427,8 @@ st_code sto_db_open(const char *dir, const sto_options *opts, sto_db **out, st_e
         rc = sto_manifest_write(db, NULL, NULL, err);
         pthread_mutex_unlock(&db->meta_mu);
     }
+    if (rc == ST_OK)
+        flush_replayed(db);
     if (rc == ST_OK)
         rc = start_workers(db, err);
     if (rc != ST_OK) {

@@ -1,7 +1,8 @@
 /*
  * Proves the commit log keeps every acknowledged record and nothing else it should not: row
  * mutations survive encode/decode and hostile bytes are refused; appends replay in lsn order;
- * concurrent appenders share fdatasyncs (counted by the log's stats); segments roll over and
+ * concurrent appenders share fdatasyncs (counted by the log's stats), also when waiting appenders
+ * lead the groups themselves; segments roll over and
  * trim; cursors read while appends continue; a torn tail ends recovery and appends continue
  * after it; corruption or a missing segment before the tail is ST_DATA_LOSS; a full disk fails
  * the appends of a group and the log recovers when space returns; and a crash loop on the
@@ -552,6 +553,139 @@ static void test_log_group_commit_threads(void **state) {
         seen[c.id[i]] = 1;
     }
     free(seen);
+    collected_free(&c);
+    sto_log_close(log);
+    env->ops->destroy(env);
+}
+
+/* ---- leader-based appends (sto_log_append_wait) ---- */
+
+#define LW_THREADS 8
+#define LW_PER_THREAD 60
+
+typedef struct lw_arg {
+    sto_log *log;
+    uint64_t first_id;
+    bool async; /* half the threads use sto_log_append, the other half lead or wait */
+    counter *k;
+} lw_arg;
+
+static void lw_done(st_code code, uint64_t lsn, const st_err *err, void *arg) {
+    (void)err;
+    waiter *w = arg;
+    CHECK(!w->done); /* exactly once */
+    w->code = code;
+    w->lsn = lsn;
+    w->done = true; /* read by the same thread after append_wait returned, or under its lock */
+}
+
+static void *lw_main(void *arg) {
+    lw_arg *a = arg;
+    for (uint64_t i = 0; i < LW_PER_THREAD; i++) {
+        trow t;
+        trow_make(&t, a->first_id + i, 300);
+        if (a->async) {
+            CHECK(sto_log_append(a->log, &t.row, 1, counter_done, a->k, NULL) == ST_OK);
+        } else {
+            waiter w = {.done = false};
+            CHECK(sto_log_append_wait(a->log, &t.row, 1, lw_done, &w, NULL) == ST_OK);
+            CHECK(w.done && w.code == ST_OK && w.lsn > 0); /* done ran before the return */
+        }
+        trow_free(&t);
+    }
+    return NULL;
+}
+
+typedef struct nested {
+    sto_log *log;
+    st_code rc;
+} nested;
+
+static void nested_done(st_code code, uint64_t lsn, const st_err *err, void *arg) {
+    (void)code, (void)lsn, (void)err;
+    nested *n = arg;
+    trow t;
+    trow_make(&t, 999999, 300);
+    n->rc = sto_log_append_wait(n->log, &t.row, 1, lw_done, NULL, NULL);
+    trow_free(&t);
+}
+
+/* Waiting appenders write groups themselves (leader) or are written by whoever leads; mixed
+ * with queued appends, every record is acknowledged once, lsns stay dense, and concurrent waiters
+ * share syncs. A done callback cannot wait for its own group. */
+static void test_log_append_wait_leads_groups(void **state) {
+    (void)state;
+    st_env *env = st_env_mem_new();
+    st_err err;
+    sto_log *log;
+    assert_int_equal(log_reopen(env, 4096, 1, NULL, &log, &err), ST_OK); /* many rollovers */
+    counter k = {.done = 0};
+    pthread_mutex_init(&k.mu, NULL);
+    pthread_cond_init(&k.cv, NULL);
+    pthread_t th[LW_THREADS];
+    lw_arg a[LW_THREADS];
+    for (int i = 0; i < LW_THREADS; i++) {
+        a[i] = (lw_arg){log, 1 + (uint64_t)i * LW_PER_THREAD, i % 2 == 1, &k};
+        assert_int_equal(pthread_create(&th[i], NULL, lw_main, &a[i]), 0);
+    }
+    for (int i = 0; i < LW_THREADS; i++)
+        pthread_join(th[i], NULL);
+    counter_wait(&k, LW_THREADS / 2 * LW_PER_THREAD);
+    assert_int_equal(k.ok, LW_THREADS / 2 * LW_PER_THREAD);
+    size_t total = LW_THREADS * LW_PER_THREAD;
+
+    /* Waiters queued behind a held group are written together: one more sync, not eight. */
+    gate g = {.entered = false, .open = false};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    trow t;
+    trow_make(&t, total + 1, 300);
+    assert_int_equal(sto_log_append(log, &t.row, 1, gate_done, &g, NULL), ST_OK);
+    trow_free(&t);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    sto_log_stats st0, st1;
+    sto_log_stats_get(log, &st0);
+    for (int i = 0; i < LW_THREADS; i++) {
+        a[i] = (lw_arg){log, total + 2 + (uint64_t)i, false, &k};
+        assert_int_equal(pthread_create(&th[i], NULL, lw_main, &a[i]), 0);
+    }
+    for (;;) { /* every waiter has queued (no clock: poll the counter) */
+        sto_log_stats_get(log, &st1);
+        if (st1.appends >= st0.appends + LW_THREADS)
+            break;
+        sched_yield();
+    }
+    pthread_mutex_lock(&g.mu);
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < LW_THREADS; i++)
+        pthread_join(th[i], NULL);
+    sto_log_stats_get(log, &st1);
+    /* The first append of each thread was queued behind the held group and all were written as
+     * one group; the rest (each thread loops) form groups as they may. */
+    assert_true(st1.syncs - st0.syncs <= 1 + (uint64_t)LW_THREADS * (LW_PER_THREAD - 1) + 1);
+    assert_true(st1.syncs - st0.syncs < st1.records - st0.records);
+    total += 1 + LW_THREADS * LW_PER_THREAD;
+
+    nested n = {log, ST_OK};
+    trow_make(&t, total + 1, 300);
+    assert_int_equal(sto_log_append(log, &t.row, 1, nested_done, &n, NULL), ST_OK);
+    trow_free(&t);
+    while (sto_log_last_durable_lsn(log) < total + 1)
+        sched_yield();
+    assert_int_equal(n.rc, ST_FAILED_PRECONDITION);
+    total += 1;
+    sto_log_close(log);
+
+    collected c = {.max_val = 300};
+    assert_int_equal(log_reopen(env, 4096, 1, &c, &log, &err), ST_OK);
+    assert_int_equal(c.n, total);
+    for (size_t i = 0; i < c.n; i++)
+        assert_int_equal(c.lsn[i], i + 1);
     collected_free(&c);
     sto_log_close(log);
     env->ops->destroy(env);
@@ -1184,6 +1318,7 @@ int main(void) {
         cmocka_unit_test(test_log_row_mut_hostile_decode),
         cmocka_unit_test(test_log_append_replay),
         cmocka_unit_test(test_log_group_commit_threads),
+        cmocka_unit_test(test_log_append_wait_leads_groups),
         cmocka_unit_test(test_log_backpressure_bounds_queue),
         cmocka_unit_test(test_log_rollover_and_trim),
         cmocka_unit_test(test_log_cursor_while_appending),
