@@ -1,6 +1,7 @@
 /* admin.c — the table admin API of a node: tables, column families with GC rules, DropRowRange
  * and consistency tokens. Admin calls are rare and run to completion on the loop thread. */
 #include "admin.h"
+#include "strata/btutil.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -196,38 +197,6 @@ static bool valid_family(const char *f) {
 
 /* ---- CreateTable ---- */
 
-static int split_cmp(const void *a, const void *b) {
-    const ProtobufCBinaryData *x = a, *y = b;
-    return st_slice_cmp(st_slice_make(x->data, x->len), st_slice_make(y->data, y->len));
-}
-
-/* Sorted, deduplicated, non-empty split keys (copied into the call arena). */
-static st_code normalize_splits(const Google__Bigtable__Admin__V2__CreateTableRequest *req,
-                                st_arena *a, ProtobufCBinaryData **out, size_t *n, st_err *err) {
-    if (req->n_initial_splits > ADMIN_SPLITS_MAX)
-        return st_err_set(err, ST_INVALID_ARGUMENT, "at most %d initial splits",
-                          ADMIN_SPLITS_MAX);
-    ProtobufCBinaryData *v = st_arena_alloc(a, (req->n_initial_splits + 1) * sizeof *v);
-    if (!v)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-    size_t k = 0;
-    for (size_t i = 0; i < req->n_initial_splits; i++) {
-        ProtobufCBinaryData key = req->initial_splits[i]->key;
-        if (key.len > NODE_ROW_KEY_MAX)
-            return st_err_set(err, ST_INVALID_ARGUMENT, "split key longer than %d bytes",
-                              NODE_ROW_KEY_MAX);
-        if (key.len > 0)
-            v[k++] = key;
-    }
-    qsort(v, k, sizeof *v, split_cmp);
-    size_t m = 0;
-    for (size_t i = 0; i < k; i++)
-        if (m == 0 || split_cmp(&v[m - 1], &v[i]) != 0)
-            v[m++] = v[i];
-    *out = v;
-    *n = m;
-    return ST_OK;
-}
 
 st_code node_table_families_from_pb(node_table *t, const pb_table *spec, st_err *err) {
     for (size_t i = 0; spec && i < spec->n_column_families; i++) {
@@ -296,7 +265,7 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     ProtobufCBinaryData *splits = NULL;
     size_t n_splits = 0;
     node_table *t = NULL;
-    st_code rc = normalize_splits(req, rpc_call_arena(call), &splits, &n_splits, &err);
+    st_code rc = btu_splits_from_pb(req, ADMIN_SPLITS_MAX, rpc_call_arena(call), &splits, &n_splits, &err);
     if (rc == ST_OK)
         rc = node_catalog_add(n->catalog, name, st_wall_us(), &t, &err);
     if (rc != ST_OK)

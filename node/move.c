@@ -1,13 +1,17 @@
-/* move.c — MoveTablet: copies a local tablet's visible cells (with their timestamps) to another
- * node, then drops the tablet here. Asynchronous on the loop thread, in steps chained by RPC
- * completions and a per-move timer, so no step holds the loop for long:
+/* move.c — MoveTablet: copies a local tablet's visible cells (with their timestamps and
+ * versions) to another node, then drops the tablet here. Asynchronous on the loop thread, in
+ * steps chained by RPC completions and a per-move timer, so no step holds the loop for long:
  *
  *   mark moving (writes now get strata-not-owner; reads go on)
  *   -> PutTable on the target (the table's schema) -> CreateTablet (same range; the target picks
  *   its own id) -> wait until every write started before the mark has finished (storage completes
- *   writes in order, so a counter suffices) -> snapshot + iterator -> MutateRows batches of
- *   SetCell with explicit timestamps (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each) -> drop here and
+ *   writes in order, so a counter suffices) -> snapshot + iterator -> CopyRows batches: per row
+ *   and version one row mutation of SetCells that keeps the cells' version, commit time and
+ *   origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each)
+ *   -> wait until every peer cluster has this node's log records of the tablet -> drop here and
  *   answer with the target's Tablet.
+ *
+ * Also the target's side, CopyRows (node_h_copy_rows).
  *
  * On failure the tablet stays here and writable again, the call gets the error, and the target's
  * half-filled tablet is dropped (best effort). A move outlives a cancelled MoveTablet call. */
@@ -20,12 +24,20 @@
 
 #include <event2/event.h>
 
+#include "log.h" /* sto_row_mut_encode / decode: the log's row encoding is CopyRows' too */
+#include "repl_glue.h"
 #include "strata/internal/v1/node.pb-c.h"
 
-#define MOVE_BATCH_CELLS 10000            /* SetCells per MutateRows (NODE_MUTATIONS_MAX caps) */
-#define MOVE_BATCH_BYTES ((size_t)4 << 20) /* cell bytes per MutateRows (one cell may exceed) */
+#define MOVE_BATCH_CELLS 10000            /* cells (so also rows) per CopyRows */
+#define MOVE_BATCH_BYTES ((size_t)4 << 20) /* cell bytes per CopyRows (one cell may exceed) */
 #define MOVE_RPC_TIMEOUT_MS 120000
 #define MOVE_DRAIN_POLL_MS 1
+#define MOVE_SHIP_POLL_MS 20
+/* Longest wait, after the copy, for the peer clusters to have the tablet's log records; then the
+ * move fails (the tablet stays and takes writes again). Writes are held meanwhile, so it stays
+ * well below a router's retry budget for strata-not-owner (about 30 s). */
+#define MOVE_SHIP_WAIT_MS 10000
+#define NODE_COPY_ROWS_MAX 10000 /* row mutations accepted in one CopyRows */
 #define MOVE_HOST_MAX 256
 #define MOVE_ARENA_BLOCK_BYTES ((size_t)256 << 10)
 
@@ -54,7 +66,10 @@ struct node_move {
     sto_snapshot *snap;
     sto_iter *it;
     st_arena arena; /* the batch being built and sent */
+    uint32_t batch_rows; /* row mutations in the batch in flight */
     uint64_t cells_copied;
+    int64_t ship_wait_from_us; /* st_mono_us when the wait for the shippers began */
+    uint64_t ship_lsn;         /* the peers must have the log up to here before the drop */
 };
 
 static void move_run(evutil_socket_t fd, short what, void *arg) {
@@ -167,89 +182,154 @@ static void move_finish(node_move *m) {
     move_defer(m, move_free, 0);
 }
 
-/* ---- copying: MutateRows batches ---- */
+/* Before the drop: the peer clusters must have every log record of the tablet. Its last one is
+ * at or below both positions read here (every write to it finished before the snapshot). The
+ * shippers name a record's table through the live tablet, so a record still unshipped at the
+ * drop would never reach the peers; and the target never ships the copy (it is replicated). */
+static void move_wait_shipped(node_move *m) {
+    int64_t now = st_mono_us();
+    if (m->ship_wait_from_us == 0) { /* fixed once, so a busy log is not a moving target */
+        m->ship_wait_from_us = now;
+        m->ship_lsn = sto_log_last_lsn(m->n->db);
+        if (m->n->written_lsn_max > m->ship_lsn)
+            m->ship_lsn = m->n->written_lsn_max;
+    }
+    uint32_t behind = 0;
+    if (node_repl_shipped(m->n, m->ship_lsn, &behind))
+        return move_finish(m);
+    if (now - m->ship_wait_from_us > (int64_t)MOVE_SHIP_WAIT_MS * 1000) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "peer cluster %u has not received the tablet's writes yet "
+                 "(replication lag); the tablet stays here, retry the move later", behind);
+        return move_fail(m, ST_UNAVAILABLE, msg);
+    }
+    move_defer(m, move_wait_shipped, MOVE_SHIP_POLL_MS);
+}
 
-typedef Google__Bigtable__V2__MutateRowsRequest__Entry pb_entry;
+/* ---- copying: CopyRows batches ----
+ * Every visible cell keeps the version of the row mutation that wrote it (sto_cell.version),
+ * and with it its commit time and origin (the version's high and low bits), so the copy takes
+ * the same place in conflict order as the original: a delete or a newer write that reaches the
+ * target by replication wins or loses against it exactly as at the source. The target logs the
+ * rows as replicated, so its shippers never send them to the peer clusters again. */
+
+/* One cell of the row being gathered (copied: the iterator's slices do not outlive a call). */
+typedef struct copy_cell {
+    st_slice family, qualifier, value;
+    int64_t ts_us;
+    uint64_t version;
+} copy_cell;
 
 typedef struct batch {
     st_arena *a;
-    st_buf entries;   /* pb_entry * */
-    st_buf mutations; /* Google__Bigtable__V2__Mutation * */
+    st_buf rows;    /* ProtobufCBinaryData: encoded row mutations */
+    st_buf row;     /* the row key of `pending` */
+    st_buf pending; /* copy_cell: the current row's cells not yet encoded */
+    st_buf enc;     /* encoding scratch */
+    st_buf muts;    /* sto_mut scratch */
     size_t cells, bytes;
 } batch;
 
-static char *arena_str(st_arena *a, st_slice s) {
-    char *p = st_arena_alloc(a, s.len + 1);
-    if (p) {
-        memcpy(p, s.data, s.len);
-        p[s.len] = '\0';
-    }
-    return p;
+static int cell_version_cmp(const void *a, const void *b) {
+    const copy_cell *x = a, *y = b;
+    return x->version < y->version ? -1 : x->version > y->version;
 }
 
-/* Adds one cell as a SetCell with its timestamp; a new entry when the row changes. */
-static st_code batch_add(batch *b, const sto_cell *c) {
-    size_t n_entries = b->entries.len / sizeof(pb_entry *);
-    pb_entry *last = n_entries ? ((pb_entry **)b->entries.data)[n_entries - 1] : NULL;
-    if (!last || !st_slice_eq(st_slice_make(last->row_key.data, last->row_key.len), c->row)) {
-        last = st_arena_alloc(b->a, sizeof *last);
-        uint8_t *key = last ? st_arena_dup(b->a, c->row.data, c->row.len) : NULL;
-        if (!key || st_buf_append(&b->entries, &last, sizeof last) != ST_OK)
+/* One row mutation of SetCells sharing a version, encoded into the batch. */
+static st_code batch_encode(batch *b, const copy_cell *cells, size_t n) {
+    st_buf_reset(&b->muts);
+    for (size_t i = 0; i < n; i++) {
+        sto_mut mu = {.type = STO_MUT_SET_CELL, .family = cells[i].family,
+                      .qualifier = cells[i].qualifier, .ts_us = cells[i].ts_us,
+                      .value = cells[i].value};
+        if (st_buf_append(&b->muts, &mu, sizeof mu) != ST_OK)
             return ST_RESOURCE_EXHAUSTED;
-        google__bigtable__v2__mutate_rows_request__entry__init(last);
-        last->row_key = (ProtobufCBinaryData){c->row.len, key};
     }
-    Google__Bigtable__V2__Mutation *mu = st_arena_alloc(b->a, sizeof *mu);
-    Google__Bigtable__V2__Mutation__SetCell *sc = st_arena_alloc(b->a, sizeof *sc);
-    char *fam = arena_str(b->a, c->family);
-    uint8_t *q = st_arena_dup(b->a, c->qualifier.data, c->qualifier.len);
-    uint8_t *v = st_arena_dup(b->a, c->value.data, c->value.len);
-    if (!mu || !sc || !fam || (c->qualifier.len && !q) || (c->value.len && !v) ||
-        st_buf_append(&b->mutations, &mu, sizeof mu) != ST_OK)
+    uint64_t v = cells[0].version;
+    sto_row_mut row = {.row = st_buf_slice(&b->row), .muts = (const sto_mut *)b->muts.data,
+                       .n_muts = n, .version = v,
+                       .commit_ts_us = (uint64_t)STO_VERSION_TS_US(v),
+                       .origin = (uint32_t)(v & ((1u << STO_VERSION_TIEBREAK_BITS) - 1)),
+                       .flags = STO_ROW_REPLICATED};
+    st_buf_reset(&b->enc);
+    ProtobufCBinaryData bin;
+    if (sto_row_mut_encode(&b->enc, &row) != ST_OK ||
+        !(bin.data = st_arena_dup(b->a, b->enc.data, b->enc.len)))
         return ST_RESOURCE_EXHAUSTED;
-    google__bigtable__v2__mutation__init(mu);
-    google__bigtable__v2__mutation__set_cell__init(sc);
-    sc->family_name = fam;
-    sc->column_qualifier = (ProtobufCBinaryData){c->qualifier.len, q};
-    sc->timestamp_micros = c->ts_us;
-    sc->value = (ProtobufCBinaryData){c->value.len, v};
-    mu->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
-    mu->set_cell = sc;
-    last->n_mutations++;
+    bin.len = b->enc.len;
+    return st_buf_append(&b->rows, &bin, sizeof bin);
+}
+
+/* Encodes the gathered cells of the current row: one row mutation per version. */
+static st_code batch_flush_row(batch *b) {
+    size_t n = b->pending.len / sizeof(copy_cell);
+    copy_cell *cells = (copy_cell *)b->pending.data;
+    if (n > 1)
+        qsort(cells, n, sizeof *cells, cell_version_cmp);
+    st_code rc = ST_OK;
+    for (size_t i = 0, j; rc == ST_OK && i < n; i = j) {
+        for (j = i + 1; j < n && cells[j].version == cells[i].version; j++) {
+        }
+        rc = batch_encode(b, &cells[i], j - i);
+    }
+    st_buf_reset(&b->pending);
+    return rc;
+}
+
+/* Adds one cell to the current row, flushing the previous row first when the row changes. */
+static st_code batch_add(batch *b, const sto_cell *c) {
+    if (b->pending.len && !st_slice_eq(st_buf_slice(&b->row), c->row)) {
+        st_code rc = batch_flush_row(b);
+        if (rc != ST_OK)
+            return rc;
+    }
+    if (b->pending.len == 0) {
+        st_buf_reset(&b->row);
+        if (st_buf_append(&b->row, c->row.data, c->row.len) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+    }
+    copy_cell cc = {.ts_us = c->ts_us, .version = c->version};
+    cc.family = st_slice_make(st_arena_dup(b->a, c->family.data, c->family.len), c->family.len);
+    cc.qualifier = st_slice_make(st_arena_dup(b->a, c->qualifier.data, c->qualifier.len),
+                                 c->qualifier.len);
+    cc.value = st_slice_make(st_arena_dup(b->a, c->value.data, c->value.len), c->value.len);
+    if ((c->family.len && !cc.family.data) || (c->qualifier.len && !cc.qualifier.data) ||
+        (c->value.len && !cc.value.data) || st_buf_append(&b->pending, &cc, sizeof cc) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
     b->cells++;
     b->bytes += c->row.len + c->family.len + c->qualifier.len + c->value.len;
     return ST_OK;
 }
 
 /* Fills b from the iterator up to the batch limits (checked before each cell, so nothing is
- * left over). ST_OK; b is empty once the tablet is copied. */
+ * left over; a row cut by a limit continues in the next batch, which is harmless: each row
+ * mutation stands on its own). ST_OK; b is empty once the tablet is copied. */
 static st_code batch_fill(node_move *m, batch *b, st_err *err) {
     st_code rc = ST_OK;
     sto_cell c;
     while (rc == ST_OK && b->cells < MOVE_BATCH_CELLS && b->bytes < MOVE_BATCH_BYTES) {
         rc = sto_iter_next(m->it, &c, err);
-        if (rc == ST_NOT_FOUND)
-            return ST_OK;
+        if (rc == ST_NOT_FOUND) {
+            rc = ST_OK;
+            break;
+        }
         if (rc == ST_OK)
             rc = batch_add(b, &c);
     }
+    if (rc == ST_OK)
+        rc = batch_flush_row(b);
     if (rc == ST_RESOURCE_EXHAUSTED)
         return st_err_set(err, rc, "out of memory building a copy batch");
     return rc;
 }
 
-/* The MutateRows request of b, packed into the arena. */
+/* The CopyRows request of b, packed into the arena. */
 static st_slice batch_pack(node_move *m, batch *b) {
-    size_t n_entries = b->entries.len / sizeof(pb_entry *);
-    pb_entry **entries = (pb_entry **)b->entries.data;
-    Google__Bigtable__V2__Mutation **muts = (Google__Bigtable__V2__Mutation **)b->mutations.data;
-    for (size_t i = 0, off = 0; i < n_entries; off += entries[i]->n_mutations, i++)
-        entries[i]->mutations = &muts[off];
-    Google__Bigtable__V2__MutateRowsRequest req;
-    google__bigtable__v2__mutate_rows_request__init(&req);
-    req.table_name = m->table;
-    req.entries = entries;
-    req.n_entries = n_entries;
+    Strata__Internal__V1__CopyRowsRequest req;
+    strata__internal__v1__copy_rows_request__init(&req);
+    req.tablet_id = m->target_id;
+    req.rows = (ProtobufCBinaryData *)b->rows.data;
+    req.n_rows = b->rows.len / sizeof(ProtobufCBinaryData);
     size_t len = protobuf_c_message_get_packed_size(&req.base);
     uint8_t *buf = st_arena_alloc(b->a, len ? len : 1);
     if (!buf)
@@ -260,30 +340,19 @@ static st_slice batch_pack(node_move *m, batch *b) {
 
 static void move_send_batch(node_move *m);
 
-static void rows_msg(rpc_ccall *call, st_slice msg, void *arg) {
-    (void)call;
-    node_move *m = arg;
-    Google__Bigtable__V2__MutateRowsResponse *r =
-        google__bigtable__v2__mutate_rows_response__unpack(NULL, msg.len, msg.data);
-    bool ok = r != NULL;
-    for (size_t i = 0; r && i < r->n_entries; i++)
-        if (r->entries[i]->status && r->entries[i]->status->code != 0)
-            ok = false;
-    if (r)
-        google__bigtable__v2__mutate_rows_response__free_unpacked(r, NULL);
-    if (!ok)
-        m->entry_failed = true;
-}
-
-static void rows_done(rpc_ccall *call, st_code code, const char *msg, void *arg) {
-    (void)call;
+static void copy_done(st_code code, const char *msg, st_slice resp, void *arg) {
     node_move *m = arg;
     if (m->aborting)
         return;
     if (code != ST_OK)
-        return move_fail(m, code, msg ? msg : "MutateRows failed on the target");
-    if (m->entry_failed)
-        return move_fail(m, ST_INTERNAL, "the target refused some copied rows");
+        return move_fail(m, code, msg ? msg : "CopyRows failed on the target");
+    Strata__Internal__V1__CopyRowsResponse *r =
+        strata__internal__v1__copy_rows_response__unpack(NULL, resp.len, resp.data);
+    bool ok = r && r->applied == m->batch_rows;
+    if (r)
+        strata__internal__v1__copy_rows_response__free_unpacked(r, NULL);
+    if (!ok)
+        return move_fail(m, ST_INTERNAL, "the target did not apply every copied row");
     move_defer(m, move_send_batch, 0);
 }
 
@@ -291,22 +360,28 @@ static void move_send_batch(node_move *m) {
     st_arena_deinit(&m->arena);
     st_arena_init(&m->arena, MOVE_ARENA_BLOCK_BYTES);
     batch b = {.a = &m->arena};
-    st_buf_init(&b.entries);
-    st_buf_init(&b.mutations);
+    st_buf_init(&b.rows);
+    st_buf_init(&b.row);
+    st_buf_init(&b.pending);
+    st_buf_init(&b.enc);
+    st_buf_init(&b.muts);
     st_err err = {0};
     st_code rc = batch_fill(m, &b, &err);
     st_slice req = rc == ST_OK && b.cells ? batch_pack(m, &b) : st_slice_make(NULL, 0);
     size_t cells = b.cells;
-    st_buf_free(&b.entries);
-    st_buf_free(&b.mutations);
+    m->batch_rows = (uint32_t)(b.rows.len / sizeof(ProtobufCBinaryData));
+    st_buf_free(&b.rows);
+    st_buf_free(&b.row);
+    st_buf_free(&b.pending);
+    st_buf_free(&b.enc);
+    st_buf_free(&b.muts);
     if (rc != ST_OK)
         return move_fail(m, rc, err.msg[0] ? err.msg : "reading the tablet failed");
     if (cells == 0)
-        return move_finish(m);
+        return move_wait_shipped(m);
     m->cells_copied += cells;
-    if (!req.data ||
-        !rpc_client_call(m->client, "/google.bigtable.v2.Bigtable/MutateRows", req, NULL, 0,
-                         MOVE_RPC_TIMEOUT_MS, rows_msg, rows_done, m))
+    if (!req.data || rpc_client_unary(m->client, NODE_SVC "CopyRows", req, NULL, 0,
+                                      MOVE_RPC_TIMEOUT_MS, copy_done, m) != ST_OK)
         move_fail(m, ST_UNAVAILABLE, "could not send a copy batch to the target");
 }
 
@@ -447,4 +522,83 @@ void node_moves_abort(node_ctx *n) {
                       " again", m->id);
         move_free(m);
     }
+}
+
+/* ---- the target's side: CopyRows ---- */
+
+typedef struct copy_op {
+    rpc_call *call;
+    uint32_t n;
+} copy_op;
+
+static void copy_rows_durable(node_ctx *n, st_code code, const char *msg, void *arg) {
+    (void)n;
+    copy_op *op = arg;
+    if (code != ST_OK)
+        return node_fail(op->call, code, "copying rows: %s", msg ? msg : st_code_name(code));
+    Strata__Internal__V1__CopyRowsResponse resp;
+    strata__internal__v1__copy_rows_response__init(&resp);
+    resp.applied = op->n;
+    node_reply(op->call, &resp.base);
+}
+
+/* Decodes and checks one copied row for tablet tab of table t (arena: the call's). */
+static st_code copy_row_prepare(node_ctx *n, node_tablets *t, const node_tablet *tab,
+                                ProtobufCBinaryData in, st_arena *arena, sto_row_mut *out,
+                                st_err *err) {
+    if (!sto_row_mut_decode(st_slice_make(in.data, in.len), out, arena))
+        return st_err_set(err, ST_INVALID_ARGUMENT, "a copied row is not a valid row mutation");
+    if (out->row.len == 0 || out->row.len > STO_ROW_KEY_MAX || out->n_muts == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "a copied row has an empty or oversized key, or no mutations");
+    if (out->origin > 1023 || out->version != STO_VERSION(out->commit_ts_us, out->origin))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "a copied row's version %llu does not match its commit timestamp %llu "
+                          "and origin %u",
+                          (unsigned long long)out->version,
+                          (unsigned long long)out->commit_ts_us, out->origin);
+    node_tablet *w = node_tablet_for_write(t, out->row);
+    if (!w || w->id != tab->id)
+        return node_not_owner(n, err, t->name, out->row);
+    out->tablet_id = tab->id;
+    out->flags = STO_ROW_REPLICATED; /* the source ships its own log, never the target */
+    return ST_OK;
+}
+
+void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__CopyRowsRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__copy_rows_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    if (req->n_rows > NODE_COPY_ROWS_MAX)
+        return node_fail(call, ST_INVALID_ARGUMENT, "CopyRows over %d rows", NODE_COPY_ROWS_MAX);
+    node_tablets *t;
+    node_tablet *tab = node_tablet_by_id(n, req->tablet_id, &t);
+    if (!tab)
+        return node_fail(call, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u",
+                         req->tablet_id, n->opts.node_num);
+    st_arena *arena = rpc_call_arena(call);
+    copy_op *op = st_arena_alloc(arena, sizeof *op);
+    sto_row_mut *rows = st_arena_alloc(arena, (req->n_rows ? req->n_rows : 1) * sizeof *rows);
+    if (!op || !rows)
+        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory copying rows");
+    op->call = call;
+    op->n = (uint32_t)req->n_rows;
+    st_err err = {0};
+    int64_t max_ts = 0;
+    for (size_t i = 0; i < req->n_rows; i++) {
+        if (copy_row_prepare(n, t, tab, req->rows[i], arena, &rows[i], &err) != ST_OK)
+            return node_fail(call, err.code, "%s", err.msg);
+        if ((int64_t)rows[i].commit_ts_us > max_ts)
+            max_ts = (int64_t)rows[i].commit_ts_us;
+    }
+    if (req->n_rows == 0)
+        return copy_rows_durable(n, ST_OK, NULL, op);
+    /* The clock moves past the copied commit times (as for replicated rows), so a write made
+     * here after the move gets a higher version than the cells it overwrites. */
+    if (max_ts > n->hlc_last_us)
+        n->hlc_last_us = max_ts;
+    if (node_write(n, rows, req->n_rows, &err, copy_rows_durable, op) != ST_OK)
+        node_fail(call, err.code, "copying rows: %s", err.msg);
 }

@@ -469,11 +469,14 @@ typedef struct write_op {
     node_write_done_fn done;
     void *arg;
     st_code code;
+    uint64_t lsn; /* of the write's last record */
     char msg[ST_ERR_MSG_MAX];
 } write_op;
 
 static void write_finish_on_loop(void *arg) {
     write_op *op = arg;
+    if (op->code == ST_OK && op->lsn > op->n->written_lsn_max)
+        op->n->written_lsn_max = op->lsn;
     __atomic_fetch_sub(&op->n->writes_in_flight, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&op->n->writes_finished, 1, __ATOMIC_RELAXED);
     op->done(op->n, op->code, op->code == ST_OK ? NULL : op->msg, op->arg);
@@ -482,9 +485,9 @@ static void write_finish_on_loop(void *arg) {
 
 /* Runs on storage's commit thread: hand the result to the loop. */
 static void write_durable(st_code code, uint64_t lsn, const st_err *err, void *arg) {
-    (void)lsn;
     write_op *op = arg;
     op->code = code;
+    op->lsn = lsn;
     if (code != ST_OK)
         snprintf(op->msg, sizeof op->msg, "%s", err ? err->msg : st_code_name(code));
     if (rpc_server_post(op->n->rpc, write_finish_on_loop, op) != ST_OK) {
@@ -578,6 +581,7 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
 }
 
 uint16_t node_port(const node_ctx *n) { return n->port; }
+struct sto_db *node_db(node_ctx *n) { return n->db; }
 
 bool node_parse_addr(const char *s, char *host, size_t host_cap, uint16_t *port) {
     const char *colon = strrchr(s, ':');

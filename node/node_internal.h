@@ -69,6 +69,9 @@ struct node_ctx {
     /* node_write calls started / completed (loop thread; storage completes them in order), so a
      * move can wait for the writes that passed its ownership check before it snapshots. */
     uint64_t writes_started, writes_finished;
+    /* The highest log position of a node_write whose completion ran (loop thread): a move
+     * waits for the peer clusters to have everything up to it before dropping its tablet. */
+    uint64_t written_lsn_max;
     int64_t start_us;             /* st_mono_us at open (GetStatus uptime) */
     struct event *split_timer;    /* size-based split checks; NULL when split_bytes is 0 */
     struct node_move *moves;      /* MoveTablet copies in progress (move.c) */
@@ -226,6 +229,7 @@ void node_h_create_tablet(rpc_call *call, st_slice req, void *arg);
 void node_h_drop_tablet(rpc_call *call, st_slice req, void *arg);
 void node_h_split_tablet(rpc_call *call, st_slice req, void *arg);
 void node_h_move_tablet(rpc_call *call, st_slice req, void *arg);
+void node_h_copy_rows(rpc_call *call, st_slice req, void *arg);
 
 st_code node_server_register(node_ctx *n, st_err *err);
 

@@ -20,6 +20,12 @@ st_code node_repl_start(node_ctx *n, st_err *err) {
     return ST_OK;
 }
 void node_repl_stop(node_ctx *n) { (void)n; }
+bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind) {
+    (void)n;
+    (void)lsn;
+    (void)behind;
+    return true;
+}
 void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg) {
     node_h_generate_consistency_token(call, req, arg);
 }
@@ -118,6 +124,19 @@ st_code node_repl_start(node_ctx *n, st_err *err) {
 void node_repl_stop(node_ctx *n) {
     repl_close(n->repl);
     n->repl = NULL;
+}
+
+bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind) {
+    if (!n->repl)
+        return true;
+    repl_node_positions pos;
+    repl_positions_local(n->repl, &pos);
+    for (size_t i = 0; i < pos.n_peers; i++)
+        if (pos.peer_acked_next[i] <= lsn) {
+            *behind = pos.peer_cluster[i];
+            return false;
+        }
+    return true;
 }
 
 /* ---- consistency tokens ---- */

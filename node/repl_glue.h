@@ -15,6 +15,13 @@ st_code node_repl_start(node_ctx *n, st_err *err);
  * it and rpc_server_free (the Apply handler's context goes). */
 void node_repl_stop(node_ctx *n);
 
+/* True when every peer cluster has every record of this node's log up to lsn (each shipper's
+ * acknowledged position is past it), or the node has no peer clusters. Otherwise false, with
+ * *behind set to the number of a peer cluster still missing some. A tablet moving away waits
+ * for this before it is dropped: the shippers name a record's table through the live tablet, so
+ * records of a dropped tablet would never reach the peers. Loop thread. */
+bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind);
+
 /* GenerateConsistencyToken / CheckConsistency: cross-cluster tokens (docs/formats/replication.md)
  * when the node has peer clusters, else the node's single-cluster handlers. */
 void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg);

@@ -39,6 +39,7 @@ static const method methods[] = {
     {IN "DropTablet", node_h_drop_tablet},
     {IN "SplitTablet", node_h_split_tablet},
     {IN "MoveTablet", node_h_move_tablet},
+    {IN "CopyRows", node_h_copy_rows},
 };
 
 st_code node_server_register(node_ctx *n, st_err *err) {

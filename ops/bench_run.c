@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "bench_run.h"
+#include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "strata/rpc.h"
@@ -26,6 +27,11 @@ static const char *const wl_names[WL_COUNT] = {"write",  "bulkwrite", "read",   
 
 const char *bench_wl_name(bench_wl wl) {
     return wl < WL_COUNT ? wl_names[wl] : "?";
+}
+
+bool bench_wl_writes(bench_wl wl) {
+    return wl == WL_WRITE || wl == WL_BULKWRITE || wl == WL_YCSB_A || wl == WL_YCSB_B ||
+           wl == WL_YCSB_E;
 }
 
 bool bench_wl_reads(bench_wl wl) {
@@ -55,6 +61,23 @@ typedef struct bench_run bench_run;
 typedef struct bench_conn {
     rpc_client *client;
 } bench_conn;
+
+/* The replication lag probe: one marker in flight at a time, on a connection of its own. */
+typedef enum lag_state { LAG_OFF = 0, LAG_IDLE, LAG_WRITING, LAG_POLLING, LAG_STOPPED } lag_state;
+
+typedef struct bench_lag {
+    lag_state state;
+    rpc_client *client;
+    struct event *timer;
+    uint64_t seq;
+    int64_t acked_ns; /* when the marker's write was acknowledged */
+    bool seen;        /* the current poll's answer held the marker row */
+    char key[64];
+    size_t key_len;
+    st_buf req;
+    char params[BENCH_PARAMS_MAX];
+    rpc_metadata md[1];
+} bench_lag;
 
 typedef struct bench_slot {
     bench_run *run;
@@ -96,6 +119,7 @@ struct bench_run {
     rpc_metadata md[1];
     rpc_client *graveyard[BENCH_RECONNECTS_MAX]; /* dead clients, freed when the run ends */
     size_t n_graveyard;
+    bench_lag lag;
 };
 
 /* ---- requests ---- */

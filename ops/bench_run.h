@@ -15,6 +15,10 @@
 #define BENCH_NAME_MAX 256        /* project, instance, table, app profile */
 #define BENCH_RECONNECTS_MAX 1024 /* replaced connections kept until the run ends */
 #define BENCH_LOAD_STREAMS_MIN 8  /* preload keeps at least this many calls in flight per conn */
+#define BENCH_PROC_NAME_MAX 32    /* "router", "east-0"... */
+#define BENCH_LAG_POLL_MS 1       /* replication lag probe: pause between reads of the marker */
+#define BENCH_LAG_GIVEUP_MS 30000 /* a marker not visible after this counts as lost */
+#define BENCH_LAG_INTERVAL_MS_DEFAULT 100 /* pause between one marker found and the next write */
 
 typedef enum bench_wl {
     WL_WRITE = 0,
@@ -46,6 +50,7 @@ typedef struct bench_cfg {
     int64_t timestamp_us; /* every cell the bench writes carries this timestamp */
     char project[BENCH_NAME_MAX], instance[BENCH_NAME_MAX], table[BENCH_NAME_MAX];
     char app_profile[BENCH_NAME_MAX];
+    uint32_t lag_interval_ms; /* replication lag probe (bench_target.lag_profile) */
 } bench_cfg;
 
 /* One endpoint under test. */
@@ -54,8 +59,14 @@ typedef struct bench_target {
     char host[OPS_ADDR_MAX];
     uint16_t port;
     pid_t pids[BENCH_PIDS_MAX]; /* local processes measured (may be none) */
+    char pid_names[BENCH_PIDS_MAX][BENCH_PROC_NAME_MAX]; /* "" = unnamed (reported as "pid N") */
     size_t n_pids;
     uint64_t inserted; /* ycsb-e inserts so far (new keys above the key space) */
+    /* Replication lag probe: non-empty = while a workload that writes runs, a marker row is
+     * written with the run's app profile and read back with this profile (single-cluster
+     * routing to the other cluster) until visible; the time from the write's acknowledgement to
+     * the first read that sees it is one lag sample. */
+    char lag_profile[BENCH_NAME_MAX];
 } bench_target;
 
 #define BENCH_ERR_VERIFY (ST_UNAUTHENTICATED + 1) /* index of verification failures */
@@ -74,8 +85,22 @@ typedef struct bench_result {
     double cpu_s;
     uint64_t rss_peak_kb;
     double client_cpu_s;
+    /* per process of the target, in bench_target.pids order (valid when proc_ok) */
+    size_t n_procs;
+    double proc_cpu_s[BENCH_PIDS_MAX];
+    uint64_t proc_rss_peak_kb[BENCH_PIDS_MAX]; /* VmHWM at the end: peak since it started */
+    uint64_t proc_rss_kb[BENCH_PIDS_MAX];      /* VmRSS at the end */
+    /* replication lag probe (when the target has a lag_profile and the workload writes) */
+    ops_hist lag;       /* nanoseconds from the marker's write acknowledged to visible */
+    uint64_t lag_lost;  /* markers not visible within BENCH_LAG_GIVEUP_MS or failed calls */
+    char lag_error[160];
 } bench_result;
 
+/* Creates app profile `id` routing to `cluster` (single-cluster) through the instance admin API
+ * unless it exists: the lag probe's way to read from the other cluster through the router. */
+st_code bench_profile_ensure(const bench_cfg *cfg, const bench_target *t, const char *id,
+                             const char *cluster, st_err *err);
+bool bench_wl_writes(bench_wl wl);
 /* Creates the table (family "f") through the table admin API unless it exists. */
 st_code bench_table_ensure(const bench_cfg *cfg, const bench_target *t, st_err *err);
 /* Runs one workload against one target; fills res. An error return means the run could not

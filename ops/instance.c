@@ -1,5 +1,6 @@
 /* ops/instance.c — the on-disk conventions of a local instance (see instance.h): where its
- * directory is, process names, pid files, liveness and readiness checks, log tails, disk use.
+ * directory is, process names, pid files, liveness and readiness checks, starting processes with
+ * the command lines `strata up` uses, the partition file, log tails, disk use.
  * Everything here is best effort and bounded: it serves commands a person types. */
 #include "instance.h"
 
@@ -17,6 +18,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define OPS_LOG_TAIL_BYTES_MAX 8192 /* read at most this much from a log's end */
@@ -235,4 +238,206 @@ void ops_inst_fmt_bytes(unsigned long long v, char *out, size_t cap) {
         snprintf(out, cap, "%llu B", v);
     else
         snprintf(out, cap, "%.1f %s", d, units[u]);
+}
+
+/* ---- starting processes ---- */
+
+static bool executable(const char *path) { return access(path, X_OK) == 0; }
+
+bool ops_inst_find_bin(const char *bin_dir, const char *sub, const char *name, char *out,
+                       size_t cap) {
+    if (bin_dir)
+        return ops_fmt(out, cap, "%s/%s", bin_dir, name) && executable(out);
+    char exe[OPS_PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            if (ops_fmt(out, cap, "%s/../%s/%s", exe, sub, name) && executable(out))
+                return true;
+            if (ops_fmt(out, cap, "%s/%s", exe, name) && executable(out))
+                return true;
+        }
+    }
+    const char *path = getenv("PATH");
+    while (path && *path) {
+        size_t l = strcspn(path, ":");
+        if (l && ops_fmt(out, cap, "%.*s/%s", (int)l, path, name) && executable(out))
+            return true;
+        path += l + (path[l] == ':');
+    }
+    return false;
+}
+
+void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
+                           const st_topology *t, size_t i, size_t j) {
+    const char **a = (const char **)cl->argv;
+    size_t n = 0;
+    const st_topo_cluster *c = &t->clusters[i];
+    snprintf(cl->topo_path, sizeof cl->topo_path, "%s/topology", dir);
+    snprintf(cl->nums[0], sizeof cl->nums[0], "%u", c->nodes[j].num);
+    snprintf(cl->nums[1], sizeof cl->nums[1], "%u", c->num);
+    a[n++] = bin;
+    a[n++] = "--data";
+    a[n++] = c->nodes[j].data_dir;
+    a[n++] = "--listen";
+    a[n++] = c->nodes[j].addr;
+    a[n++] = "--node-num";
+    a[n++] = cl->nums[0];
+    a[n++] = "--cluster-num";
+    a[n++] = cl->nums[1];
+    a[n++] = "--config"; /* peers to replicate with (docs/formats/replication.md) */
+    a[n++] = cl->topo_path;
+    if (t->split_bytes > 0) { /* the topology's: --split-bytes, stored at a start */
+        snprintf(cl->nums[2], sizeof cl->nums[2], "%lld", (long long)t->split_bytes);
+        a[n++] = "--split-bytes";
+        a[n++] = cl->nums[2];
+    }
+    a[n] = NULL;
+}
+
+void ops_inst_router_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
+                             const st_topology *t, size_t r) {
+    const char **a = (const char **)cl->argv;
+    size_t n = 0;
+    snprintf(cl->topo_path, sizeof cl->topo_path, "%s/topology", dir);
+    a[n++] = bin;
+    a[n++] = "--config";
+    a[n++] = cl->topo_path;
+    a[n++] = "--listen";
+    a[n++] = t->routers[r];
+    a[n] = NULL;
+}
+
+pid_t ops_inst_spawn(const char *dir, const char *name, char *const argv[], const char *who,
+                     long *log_offset) {
+    char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
+    snprintf(log_path, sizeof log_path, "%s/logs/%s.log", dir, name);
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "%s: cannot open %s: %s\n", who, log_path, strerror(errno));
+        return 0;
+    }
+    struct stat st;
+    *log_offset = fstat(fd, &st) == 0 ? (long)st.st_size : 0;
+    char when[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    dprintf(fd, "=== %s %s starts %s: ", when, who, name);
+    for (size_t i = 0; argv[i]; i++)
+        dprintf(fd, "%s%s", i ? " " : "", argv[i]);
+    dprintf(fd, "\n");
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        int in = open("/dev/null", O_RDONLY);
+        if (in >= 0)
+            dup2(in, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(argv[0], argv);
+        dprintf(2, "%s: cannot run %s: %s\n", who, argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fd);
+    if (pid < 0) {
+        fprintf(stderr, "%s: cannot start %s: %s\n", who, name, strerror(errno));
+        return 0;
+    }
+    if (!ops_inst_pid_write(dir, name, pid))
+        fprintf(stderr,
+                "%s: warning: cannot write %s/run/%s.pid: `strata down` will not find this "
+                "process\n",
+                who, dir, name);
+    return pid;
+}
+
+ops_wait ops_inst_wait_ready(const char *dir, const char *name, pid_t pid, const char *addr,
+                             int wait_s, int *status) {
+    struct timespec nap = {0, OPS_POLL_MS * 1000000L};
+    long waited_ms = 0, next_note_ms = OPS_PROGRESS_EVERY_S * 1000L;
+    for (;;) {
+        if (waitpid(pid, status, WNOHANG) == pid)
+            return OPS_EXITED;
+        if (ops_inst_tcp_ready(addr, 200)) {
+            /* The port answers; make sure it is our process answering, still alive. */
+            if (waitpid(pid, status, WNOHANG) == pid)
+                return OPS_EXITED;
+            return OPS_READY;
+        }
+        if (waited_ms >= (long)wait_s * 1000L)
+            return OPS_TIMEOUT;
+        if (waited_ms >= next_note_ms) {
+            printf("  ... still waiting for %s to listen on %s (%lds of %ds; log %s/logs/%s.log)\n",
+                   name, addr, waited_ms / 1000, wait_s, dir, name);
+            fflush(stdout);
+            next_note_ms += OPS_PROGRESS_EVERY_S * 1000L;
+        }
+        nanosleep(&nap, NULL);
+        waited_ms += OPS_POLL_MS;
+    }
+}
+
+/* ---- the partition file ---- */
+
+static void partition_path(const char *dir, char *out, size_t cap) {
+    snprintf(out, cap, "%s/run/partition", dir);
+}
+
+bool ops_inst_partition_read(const char *dir, ops_partition *out) {
+    char path[OPS_PATH_MAX + 16], line[2 * ST_TOPO_ID_MAX + 8];
+    partition_path(dir, path, sizeof path);
+    out->n = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT;
+    bool ok = true;
+    while (fgets(line, sizeof line, f)) {
+        char a[ST_TOPO_ID_MAX + 1], b[ST_TOPO_ID_MAX + 1];
+        if (line[0] == '#' || line[0] == '\n')
+            continue;
+        if (sscanf(line, "%63s %63s", a, b) != 2 || out->n == OPS_PARTITION_PAIRS_MAX) {
+            ok = false;
+            break;
+        }
+        memcpy(out->a[out->n], a, sizeof a);
+        memcpy(out->b[out->n], b, sizeof b);
+        out->n++;
+    }
+    fclose(f);
+    return ok;
+}
+
+bool ops_inst_partition_write(const char *dir, const ops_partition *p) {
+    char path[OPS_PATH_MAX + 16], tmp[OPS_PATH_MAX + 24];
+    partition_path(dir, path, sizeof path);
+    if (p->n == 0)
+        return unlink(path) == 0 || errno == ENOENT;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return false;
+    bool ok = fprintf(f, "# replication links cut by `strata chaos partition`; `strata chaos "
+                         "heal` restores them\n") > 0;
+    for (size_t i = 0; i < p->n; i++)
+        ok = ok && fprintf(f, "%s %s\n", p->a[i], p->b[i]) > 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return false;
+    }
+    return true;
+}
+
+bool ops_inst_partition_cut(const ops_partition *p, const char *x, const char *y) {
+    for (size_t i = 0; i < p->n; i++)
+        if ((!strcmp(p->a[i], x) && !strcmp(p->b[i], y)) ||
+            (!strcmp(p->a[i], y) && !strcmp(p->b[i], x)))
+            return true;
+    return false;
 }

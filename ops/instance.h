@@ -30,6 +30,7 @@ int ops_up_main(int argc, char **argv);
 int ops_down_main(int argc, char **argv);
 int ops_status_main(int argc, char **argv);
 int ops_failover_main(int argc, char **argv); /* failover.c */
+int ops_chaos_main(int argc, char **argv);    /* chaos.c */
 
 /* The instance directory: flag if given, else $STRATA_HOME, else $HOME/.strata/local. False (with
  * a message on stderr) when none can be formed. */
@@ -59,6 +60,61 @@ bool ops_inst_tcp_ready(const char *addr, int timeout_ms);
 
 /* Prints the last lines of path to stderr, indented, for failure reports. */
 void ops_inst_log_tail(const char *path, int lines);
+
+/* ---- starting processes (`strata up`, `strata chaos restart-cluster`) ---- */
+#define OPS_ARGV_MAX 16
+#define OPS_POLL_MS 50
+#define OPS_PROGRESS_EVERY_S 5
+
+/* Where strata-node / strata-router is: name in bin_dir when given; else
+ * <dir of this binary>/../<sub>/name (the build tree), <dir>/name (an install), then $PATH. */
+bool ops_inst_find_bin(const char *bin_dir, const char *sub, const char *name, char *out,
+                       size_t cap);
+
+/* A process's command line exactly as `strata up` runs it; argv points into this struct, bin and
+ * the topology, which must outlive it. */
+typedef struct ops_cmdline {
+    char *argv[OPS_ARGV_MAX];
+    char nums[3][32];
+    char topo_path[OPS_PATH_MAX + 16];
+} ops_cmdline;
+/* strata-node --data D --listen ADDR --node-num N --cluster-num C --config DIR/topology
+ * [--split-bytes S] for node j of cluster i. */
+void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
+                           const st_topology *t, size_t i, size_t j);
+/* strata-router --config DIR/topology --listen ADDR for router r. */
+void ops_inst_router_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
+                             const st_topology *t, size_t r);
+
+/* Forks argv as a daemon named name: its own session (a terminal's Ctrl-C or hang-up does not
+ * reach it), stdin from /dev/null, stdout and stderr appended to DIR/logs/<name>.log after a
+ * "=== <time> <who> starts <name>: <command line>" line, and DIR/run/<name>.pid. Returns the pid
+ * (a child of this process), 0 on failure (said on stderr). *log_offset: where this start's
+ * output begins in the log. */
+pid_t ops_inst_spawn(const char *dir, const char *name, char *const argv[], const char *who,
+                     long *log_offset);
+
+typedef enum ops_wait { OPS_READY, OPS_EXITED, OPS_TIMEOUT } ops_wait;
+/* Waits until pid (a child of this process) accepts connections at addr, exits (*status from
+ * waitpid), or wait_s passes, with a progress line every OPS_PROGRESS_EVERY_S seconds so a slow
+ * start (a node replaying its log) does not look like a hang. */
+ops_wait ops_inst_wait_ready(const char *dir, const char *name, pid_t pid, const char *addr,
+                             int wait_s, int *status);
+
+/* ---- cut replication links (`strata chaos partition`, DIR/run/partition) ----
+ * The file lists the cut cluster pairs, one "A B" line each; it lives only while the instance
+ * runs (`strata down` and a fresh `strata up` remove it, as the nodes forget their cuts). */
+#define OPS_PARTITION_PAIRS_MAX (ST_TOPO_CLUSTERS_MAX * ST_TOPO_CLUSTERS_MAX)
+typedef struct ops_partition {
+    size_t n;
+    char a[OPS_PARTITION_PAIRS_MAX][ST_TOPO_ID_MAX + 1], b[OPS_PARTITION_PAIRS_MAX][ST_TOPO_ID_MAX + 1];
+} ops_partition;
+/* Reads DIR/run/partition (absent: no pairs). False only when it exists and is unreadable. */
+bool ops_inst_partition_read(const char *dir, ops_partition *out);
+/* Writes it atomically (no pairs: removes it). False on failure. */
+bool ops_inst_partition_write(const char *dir, const ops_partition *p);
+/* True if clusters x and y are cut from each other. */
+bool ops_inst_partition_cut(const ops_partition *p, const char *x, const char *y);
 
 /* Bytes used on disk under path (0 if absent). */
 unsigned long long ops_inst_disk_bytes(const char *path);

@@ -25,11 +25,8 @@
 #define UP_NODES_DEFAULT 3
 #define UP_WAIT_S_DEFAULT 60   /* per process: a node replaying a long log needs a while */
 #define UP_BIND_ATTEMPTS_MAX 4 /* a port we picked may be taken before the node binds it */
-#define UP_POLL_MS 50
-#define UP_PROGRESS_EVERY_S 5
 #define UP_STOP_GRACE_MS 5000
 #define UP_LOG_TAIL_LINES 20
-#define UP_ARGV_MAX 16
 
 typedef struct up_opts {
     const char *dir_flag, *config, *bin_dir;
@@ -148,43 +145,9 @@ static int up_parse(int argc, char **argv, up_opts *o) {
 
 /* ---- binaries ---- */
 
-static bool executable(const char *path) {
-    return access(path, X_OK) == 0;
-}
-
-/* name in --bin-dir; else <dir of this binary>/../<sub>/name (the build tree), <dir>/name (an
- * install), then $PATH. */
-static bool find_bin(const char *bin_dir, const char *sub, const char *name, char *out,
-                     size_t cap) {
-    if (bin_dir) {
-        return ops_fmt(out, cap, "%s/%s", bin_dir, name) && executable(out);
-    }
-    char exe[OPS_PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            if (ops_fmt(out, cap, "%s/../%s/%s", exe, sub, name) && executable(out))
-                return true;
-            if (ops_fmt(out, cap, "%s/%s", exe, name) && executable(out))
-                return true;
-        }
-    }
-    const char *path = getenv("PATH");
-    while (path && *path) {
-        size_t l = strcspn(path, ":");
-        if (l && ops_fmt(out, cap, "%.*s/%s", (int)l, path, name) && executable(out))
-            return true;
-        path += l + (path[l] == ':');
-    }
-    return false;
-}
-
 static bool up_find_bins(up_ctx *c) {
     const char *where = c->o.bin_dir ? c->o.bin_dir : "next to strata's build tree or on $PATH";
-    if (!find_bin(c->o.bin_dir, "node", "strata-node", c->node_bin, sizeof c->node_bin)) {
+    if (!ops_inst_find_bin(c->o.bin_dir, "node", "strata-node", c->node_bin, sizeof c->node_bin)) {
         fprintf(stderr,
                 "strata up: strata-node not found (%s): build it (ninja strata-node) or "
                 "pass --bin-dir DIR\n",
@@ -192,7 +155,7 @@ static bool up_find_bins(up_ctx *c) {
         return false;
     }
     if (!c->o.no_router &&
-        !find_bin(c->o.bin_dir, "router", "strata-router", c->router_bin, sizeof c->router_bin)) {
+        !ops_inst_find_bin(c->o.bin_dir, "router", "strata-router", c->router_bin, sizeof c->router_bin)) {
         fprintf(stderr,
                 "strata up: strata-router not found (%s): build it (ninja strata-router) "
                 "or pass --bin-dir DIR\n",
@@ -377,120 +340,19 @@ static void up_log_path(const up_ctx *c, const up_proc *p, char *out, size_t cap
     snprintf(out, cap, "%s/logs/%s.log", c->dir, p->name);
 }
 
-/* The command line of p into argv (strings live in c, p and the static buffers of the caller). */
-static void up_proc_argv(up_ctx *c, up_proc *p, char *const argv[UP_ARGV_MAX], char nums[3][32],
-                         char *topo_path) {
-    const char **a = (const char **)argv;
-    size_t n = 0;
-    if (p->is_router) {
-        a[n++] = c->router_bin;
-        a[n++] = "--config";
-        a[n++] = topo_path;
-        a[n++] = "--listen";
-        a[n++] = up_proc_addr(c, p);
-    } else {
-        st_topo_cluster *cl = &c->topo.clusters[p->ci];
-        snprintf(nums[0], 32, "%u", cl->nodes[p->ni].num);
-        snprintf(nums[1], 32, "%u", cl->num);
-        a[n++] = c->node_bin;
-        a[n++] = "--data";
-        a[n++] = cl->nodes[p->ni].data_dir;
-        a[n++] = "--listen";
-        a[n++] = cl->nodes[p->ni].addr;
-        a[n++] = "--node-num";
-        a[n++] = nums[0];
-        a[n++] = "--cluster-num";
-        a[n++] = nums[1];
-        a[n++] = "--config"; /* peers to replicate with (docs/formats/replication.md) */
-        a[n++] = topo_path;
-        if (c->topo.split_bytes > 0) { /* the topology's: --split-bytes, stored at a start */
-            snprintf(nums[2], 32, "%lld", (long long)c->topo.split_bytes);
-            a[n++] = "--split-bytes";
-            a[n++] = nums[2];
-        }
-    }
-    a[n] = NULL;
-}
-
-/* Forks p as a daemon: its own session (so a terminal's Ctrl-C or hang-up does not reach it),
- * stdin from /dev/null, stdout and stderr appended to its log, and a pid file. */
+/* Starts p with the command line every start of it uses (ops_inst_node_cmdline). */
 static bool up_spawn(up_ctx *c, up_proc *p) {
-    char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16], topo_path[OPS_PATH_MAX + 16], nums[3][32];
-    char *argv[UP_ARGV_MAX];
-    snprintf(topo_path, sizeof topo_path, "%s/topology", c->dir);
-    up_proc_argv(c, p, argv, nums, topo_path);
-    up_log_path(c, p, log_path, sizeof log_path);
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        fprintf(stderr, "strata up: cannot open %s: %s\n", log_path, strerror(errno));
-        return false;
-    }
-    struct stat st;
-    p->log_offset = fstat(fd, &st) == 0 ? (long)st.st_size : 0;
-    char when[32];
-    time_t now = time(NULL);
-    struct tm tm;
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
-    dprintf(fd, "=== %s strata up starts %s: ", when, p->name);
-    for (size_t i = 0; argv[i]; i++)
-        dprintf(fd, "%s%s", i ? " " : "", argv[i]);
-    dprintf(fd, "\n");
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setsid();
-        int in = open("/dev/null", O_RDONLY);
-        if (in >= 0)
-            dup2(in, 0);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execv(argv[0], argv);
-        dprintf(2, "strata up: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(fd);
-    if (pid < 0) {
-        fprintf(stderr, "strata up: cannot start %s: %s\n", p->name, strerror(errno));
-        return false;
-    }
-    p->pid = pid;
-    if (!ops_inst_pid_write(c->dir, p->name, pid))
-        fprintf(stderr,
-                "strata up: warning: cannot write %s/run/%s.pid: `strata down` will not "
-                "find this process\n",
-                c->dir, p->name);
-    return true;
+    ops_cmdline cl;
+    if (p->is_router)
+        ops_inst_router_cmdline(&cl, c->dir, c->router_bin, &c->topo, p->ri);
+    else
+        ops_inst_node_cmdline(&cl, c->dir, c->node_bin, &c->topo, p->ci, p->ni);
+    p->pid = ops_inst_spawn(c->dir, p->name, cl.argv, "strata up", &p->log_offset);
+    return p->pid > 0;
 }
 
-typedef enum up_wait { UP_READY, UP_EXITED, UP_TIMEOUT } up_wait;
-
-/* Waits until p accepts connections, exits, or wait_s passes; a progress line every few
- * seconds so a slow start (a node replaying its log) does not look like a hang. */
-static up_wait up_wait_ready(up_ctx *c, up_proc *p, int *status) {
-    const char *addr = up_proc_addr(c, p);
-    struct timespec nap = {0, UP_POLL_MS * 1000000L};
-    long waited_ms = 0, next_note_ms = UP_PROGRESS_EVERY_S * 1000L;
-    for (;;) {
-        if (waitpid(p->pid, status, WNOHANG) == p->pid)
-            return UP_EXITED;
-        if (ops_inst_tcp_ready(addr, 200)) {
-            /* The port answers; make sure it is our process answering, still alive. */
-            if (waitpid(p->pid, status, WNOHANG) == p->pid)
-                return UP_EXITED;
-            return UP_READY;
-        }
-        if (waited_ms >= (long)c->o.wait_s * 1000L)
-            return UP_TIMEOUT;
-        if (waited_ms >= next_note_ms) {
-            printf("  ... still waiting for %s to listen on %s (%lds of %ds; log %s/logs/%s.log)\n",
-                   p->name, addr, waited_ms / 1000, c->o.wait_s, c->dir, p->name);
-            fflush(stdout);
-            next_note_ms += UP_PROGRESS_EVERY_S * 1000L;
-        }
-        nanosleep(&nap, NULL);
-        waited_ms += UP_POLL_MS;
-    }
+static ops_wait up_wait_ready(up_ctx *c, up_proc *p, int *status) {
+    return ops_inst_wait_ready(c->dir, p->name, p->pid, up_proc_addr(c, p), c->o.wait_s, status);
 }
 
 /* True if this attempt's log says the listen address was taken (we then pick another port). */
@@ -512,8 +374,8 @@ static void up_stop_all(up_ctx *c) {
     for (size_t i = 0; i < c->n_procs; i++)
         if (c->procs[i].pid > 0)
             kill(c->procs[i].pid, SIGTERM);
-    struct timespec nap = {0, UP_POLL_MS * 1000000L};
-    for (long waited = 0; waited < UP_STOP_GRACE_MS; waited += UP_POLL_MS) {
+    struct timespec nap = {0, OPS_POLL_MS * 1000000L};
+    for (long waited = 0; waited < UP_STOP_GRACE_MS; waited += OPS_POLL_MS) {
         bool any = false;
         for (size_t i = 0; i < c->n_procs; i++) {
             up_proc *p = &c->procs[i];
@@ -536,10 +398,10 @@ static void up_stop_all(up_ctx *c) {
         }
 }
 
-static void up_report_failure(up_ctx *c, up_proc *p, up_wait w, int status) {
+static void up_report_failure(up_ctx *c, up_proc *p, ops_wait w, int status) {
     char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
     up_log_path(c, p, log_path, sizeof log_path);
-    if (w == UP_TIMEOUT)
+    if (w == OPS_TIMEOUT)
         fprintf(stderr, "strata up: %s (pid %d) did not listen on %s within %ds\n", p->name,
                 (int)p->pid, up_proc_addr(c, p), c->o.wait_s);
     else if (WIFEXITED(status))
@@ -549,7 +411,7 @@ static void up_report_failure(up_ctx *c, up_proc *p, up_wait w, int status) {
         fprintf(stderr, "strata up: %s was killed by signal %d before listening on %s\n", p->name,
                 WIFSIGNALED(status) ? WTERMSIG(status) : 0, up_proc_addr(c, p));
     ops_inst_log_tail(log_path, UP_LOG_TAIL_LINES);
-    if (w == UP_EXITED) {
+    if (w == OPS_EXITED) {
         p->pid = 0; /* already reaped */
         ops_inst_pid_remove(c->dir, p->name);
     }
@@ -559,13 +421,13 @@ static void up_report_failure(up_ctx *c, up_proc *p, up_wait w, int status) {
 static bool up_await(up_ctx *c, up_proc *p) {
     for (int attempt = 1;; attempt++) {
         int status = 0;
-        up_wait w = up_wait_ready(c, p, &status);
-        if (w == UP_READY) {
+        ops_wait w = up_wait_ready(c, p, &status);
+        if (w == OPS_READY) {
             printf("  %-12s %-22s ready (pid %d)\n", p->name, up_proc_addr(c, p), (int)p->pid);
             fflush(stdout);
             return true;
         }
-        if (w == UP_EXITED && p->picked_port && attempt < UP_BIND_ATTEMPTS_MAX &&
+        if (w == OPS_EXITED && p->picked_port && attempt < UP_BIND_ATTEMPTS_MAX &&
             up_log_says_in_use(c, p)) {
             char *addr = up_proc_addr(c, p);
             if (!pick_port(&c->topo, addr, ST_TOPO_ADDR_MAX + 1)) {

@@ -89,6 +89,10 @@ void repl_h_apply(rpc_call *call, st_slice req_bytes, void *arg) {
         return rpc_call_finish(call, ST_INVALID_ARGUMENT, "ApplyRequest over the row maximum");
     if (r->closing)
         return rpc_call_finish(call, ST_UNAVAILABLE, "replication is shutting down");
+    if (repl_link_cut(r, req->source_cluster))
+        return rpc_call_finish(call, ST_UNAVAILABLE,
+                               "strata-link-cut: replication from this cluster is cut (`strata "
+                               "chaos partition`); `strata chaos heal` restores it");
     apply_op *op = st_arena_alloc(arena, sizeof *op);
     sto_row_mut *rows = st_arena_alloc(arena, (req->n_rows ? req->n_rows : 1) * sizeof *rows);
     if (!op || !rows)
@@ -146,6 +150,7 @@ void repl_h_get_positions(rpc_call *call, st_slice req_bytes, void *arg) {
         p->time_behind_us = st->time_behind_us;
         p->backing_off = st->backing_off;
         p->last_error = st->last_error;
+        p->link_cut = st->link_cut;
         resp.peers[i] = p;
     }
     reply(call, &resp.base);

@@ -194,9 +194,85 @@ st_code repl_register(repl_ctx *r, rpc_server *s, st_err *err) {
     st_code rc = rpc_server_add_method(s, "/strata.internal.v1.Replication/Apply", repl_h_apply, r);
     if (rc == ST_OK)
         rc = rpc_server_add_method(s, PATH_GET_POSITIONS, repl_h_get_positions, r);
+    if (rc == ST_OK)
+        rc = rpc_server_add_method(s, "/strata.internal.v1.Replication/SetLinks", repl_h_set_links,
+                                   r);
     if (rc != ST_OK)
         return st_err_set(err, rc, "registering the replication service failed");
     return ST_OK;
+}
+
+/* ---- cut links (strata chaos partition) ---- */
+
+bool repl_link_cut(const repl_ctx *r, uint32_t cluster_num) {
+    return cluster_num <= ST_TOPO_CLUSTERS_MAX && r->link_cut[cluster_num];
+}
+
+st_code repl_links_set(repl_ctx *r, const uint32_t *cut, size_t n, st_err *err) {
+    bool next[ST_TOPO_CLUSTERS_MAX + 1] = {false};
+    for (size_t i = 0; i < n; i++) {
+        bool peer = false;
+        for (size_t s = 0; s < r->n_shippers; s++)
+            peer |= repl_shipper_cluster_num(r->shippers[s]) == cut[i];
+        if (!peer)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "cluster number %u is not a peer cluster of this node", cut[i]);
+        next[cut[i]] = true;
+    }
+    for (size_t s = 0; s < r->n_shippers; s++) {
+        uint32_t num = repl_shipper_cluster_num(r->shippers[s]);
+        if (next[num] == r->link_cut[num])
+            continue;
+        r->link_cut[num] = next[num];
+        st_log(ST_LOG_WARN, "repl", "link to peer cluster %u %s", num,
+               next[num] ? "cut (strata chaos partition)" : "restored");
+        repl_shipper_link_changed(r->shippers[s]);
+    }
+    return ST_OK;
+}
+
+void repl_h_set_links(rpc_call *call, st_slice req_bytes, void *arg) {
+    repl_ctx *r = arg;
+    st_arena *arena = rpc_call_arena(call);
+    Strata__Internal__V1__SetLinksRequest *req =
+        strata__internal__v1__set_links_request__unpack(NULL, req_bytes.len, req_bytes.data);
+    if (!req)
+        return rpc_call_finish(call, ST_INVALID_ARGUMENT, "malformed SetLinksRequest");
+    uint32_t cut[ST_TOPO_CLUSTERS_MAX];
+    size_t n = 0;
+    st_err err = {0};
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < req->n_cut_cluster_ids; i++) {
+        const st_topo_cluster *cl = NULL;
+        for (size_t c = 0; c < r->topo.n_clusters && !cl; c++)
+            if (strcmp(r->topo.clusters[c].id, req->cut_cluster_ids[i]) == 0)
+                cl = &r->topo.clusters[c];
+        if (!cl || cl->num == r->o.cluster_num || n == ST_TOPO_CLUSTERS_MAX)
+            rc = st_err_set(&err, ST_INVALID_ARGUMENT,
+                            "'%s' is not a peer cluster of this node's topology",
+                            req->cut_cluster_ids[i]);
+        else
+            cut[n++] = cl->num;
+    }
+    strata__internal__v1__set_links_request__free_unpacked(req, NULL);
+    if (rc == ST_OK)
+        rc = repl_links_set(r, cut, n, &err);
+    if (rc != ST_OK)
+        return rpc_call_finish(call, rc, err.msg);
+    Strata__Internal__V1__SetLinksResponse resp;
+    strata__internal__v1__set_links_response__init(&resp);
+    char *ids[ST_TOPO_CLUSTERS_MAX];
+    for (size_t c = 0; c < r->topo.n_clusters; c++)
+        if (repl_link_cut(r, r->topo.clusters[c].num) && resp.n_cut_cluster_ids < ST_TOPO_CLUSTERS_MAX)
+            ids[resp.n_cut_cluster_ids++] = r->topo.clusters[c].id;
+    resp.cut_cluster_ids = ids;
+    size_t len = strata__internal__v1__set_links_response__get_packed_size(&resp);
+    uint8_t *buf = st_arena_alloc(arena, len ? len : 1);
+    if (!buf)
+        return rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    strata__internal__v1__set_links_response__pack(&resp, buf);
+    rc = rpc_call_send(call, st_slice_make(buf, len));
+    rpc_call_finish(call, rc, rc == ST_OK ? NULL : "response could not be sent");
 }
 
 /* ---- gathering every node's positions ---- */

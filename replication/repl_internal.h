@@ -36,6 +36,7 @@ struct repl_ctx {
     repl_name *names;
     size_t n_names;
     bool closing;
+    bool link_cut[ST_TOPO_CLUSTERS_MAX + 1]; /* by cluster number (repl_links_set) */
 };
 
 /* The pooled client for addr, (re)created when absent or dead; NULL with err when it cannot be
@@ -55,9 +56,14 @@ void repl_shipper_close(repl_shipper *s);
 /* Records the acknowledged position durably now if it moved (close, tests). */
 void repl_shipper_persist(repl_shipper *s, bool force);
 void repl_shipper_stats(repl_shipper *s, repl_peer_stats *out);
+uint32_t repl_shipper_cluster_num(const repl_shipper *s);
+/* The shipper's link was cut or restored: a restored one ends its backoff and pumps at once. */
+void repl_shipper_link_changed(repl_shipper *s);
 
 /* apply.c */
 void repl_h_apply(rpc_call *call, st_slice req, void *arg);
 void repl_h_get_positions(rpc_call *call, st_slice req, void *arg);
+/* ctx.c */
+void repl_h_set_links(rpc_call *call, st_slice req, void *arg);
 
 #endif

@@ -583,6 +583,10 @@ static void pump(repl_shipper *s) {
     repl_shipper_persist(s, false);
     if (s->backing_off || s->refreshing)
         return;
+    /* A cut link (strata chaos partition) sends nothing; repl_shipper_link_changed pumps again
+     * when it is restored. Calls already under way finish (the peer refuses them). */
+    if (repl_link_cut(s->r, s->cluster_num))
+        return;
     if (map_needed(s)) {
         start_refresh(s);
         return;
@@ -718,6 +722,20 @@ void repl_shipper_close(repl_shipper *s) {
     free(s);
 }
 
+uint32_t repl_shipper_cluster_num(const repl_shipper *s) { return s->cluster_num; }
+
+void repl_shipper_link_changed(repl_shipper *s) {
+    if (s->r->closing || repl_link_cut(s->r, s->cluster_num))
+        return;
+    /* Restored: catching up starts now, not when a backoff of up to backoff_max_ms ends. */
+    if (s->backing_off) {
+        evtimer_del(s->ev_backoff);
+        s->backing_off = false;
+    }
+    s->backoff_ms = 0;
+    schedule_pump(s, 0);
+}
+
 void repl_shipper_stats(repl_shipper *s, repl_peer_stats *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->cluster_id, sizeof out->cluster_id, "%s", s->id);
@@ -751,6 +769,7 @@ void repl_shipper_stats(repl_shipper *s, repl_peer_stats *out) {
     out->map_refreshes = s->map_refreshes;
     out->inflight_batches = (uint32_t)s->count;
     out->backing_off = s->backing_off;
+    out->link_cut = repl_link_cut(s->r, s->cluster_num);
     out->backoff_ms = s->backoff_ms;
     snprintf(out->last_error, sizeof out->last_error, "%s", s->last_error);
 }

@@ -202,36 +202,6 @@ static pb_table *schema_new(st_arena *a, const char *name, const pb_table *spec)
     return t->name ? t : NULL;
 }
 
-static int split_cmp(const void *a, const void *b) {
-    const ProtobufCBinaryData *x = a, *y = b;
-    return st_slice_cmp(st_slice_make(x->data, x->len), st_slice_make(y->data, y->len));
-}
-
-static st_code normalize_splits(const Google__Bigtable__Admin__V2__CreateTableRequest *req,
-                                st_arena *a, ProtobufCBinaryData **out, size_t *n, st_err *err) {
-    if (req->n_initial_splits > RTR_SPLITS_MAX)
-        return st_err_set(err, ST_INVALID_ARGUMENT, "at most %d initial splits", RTR_SPLITS_MAX);
-    ProtobufCBinaryData *v = st_arena_alloc(a, (req->n_initial_splits + 1) * sizeof *v);
-    if (!v)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-    size_t k = 0;
-    for (size_t i = 0; i < req->n_initial_splits; i++) {
-        ProtobufCBinaryData key = req->initial_splits[i]->key;
-        if (key.len > BTU_ROW_KEY_MAX)
-            return st_err_set(err, ST_INVALID_ARGUMENT, "split key longer than %d bytes",
-                              BTU_ROW_KEY_MAX);
-        if (key.len > 0)
-            v[k++] = key;
-    }
-    qsort(v, k, sizeof *v, split_cmp);
-    size_t m = 0;
-    for (size_t i = 0; i < k; i++)
-        if (m == 0 || split_cmp(&v[m - 1], &v[i]) != 0)
-            v[m++] = v[i];
-    *out = v;
-    *n = m;
-    return ST_OK;
-}
 
 /* ---- schema push: PutTable on the first node (it validates GC rules), then on all others ---- */
 
@@ -377,7 +347,7 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     size_t n_splits = 0;
     pb_table *t = NULL;
     if (!create_check(r, req, name, sizeof name, &err) ||
-        normalize_splits(req, a, &splits, &n_splits, &err) != ST_OK)
+        btu_splits_from_pb(req, RTR_SPLITS_MAX, a, &splits, &n_splits, &err) != ST_OK)
         return rtr_fail(call, err.code, "%s", err.msg);
     if (!(t = schema_new(a, name, req->table)))
         return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");

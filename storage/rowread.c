@@ -325,6 +325,7 @@ static void rr_fill(sto_rowreader *r, const sto_key_parts *pt, sto_cell *cell) {
     cell->qualifier = st_buf_slice(&r->vs.qual);
     cell->ts_us = pt->ts_us;
     cell->value = r->it->ops->value(r->it);
+    cell->version = pt->version; /* the first entry of the coordinate: its highest version */
 }
 
 /* The iterator is not valid: an error, the end of the scan, or (reverse) the end of a row. */

@@ -24,9 +24,11 @@
 #define STO_SST_INDEX_RESTART_INTERVAL 1 /* index keys uncompressed: pure binary search */
 #define SST_STACK_READ_BYTES (24u << 10)
 #define SST_FP_MIN_ENTRIES 64 /* smaller indexes are searched directly */   /* blocks up to this size are read into the stack */
-/* A scan that has read SST_READAHEAD_AFTER consecutive blocks from disk reads the next ones
- * SST_READAHEAD_BYTES at a time (one pread instead of one per block). */
+/* A scan that has asked for SST_READAHEAD_AFTER consecutive blocks reads the next ones with one
+ * pread per window instead of one per block; the window starts at SST_READAHEAD_MIN_BYTES and
+ * doubles up to SST_READAHEAD_BYTES (short scans do not copy much more than they use). */
 #define SST_READAHEAD_AFTER 2
+#define SST_READAHEAD_MIN_BYTES (16u << 10)
 #define SST_READAHEAD_BYTES (128u << 10)
 
 typedef struct sst_handle {
@@ -730,6 +732,7 @@ typedef struct sst_readahead {
     uint64_t win_off;
     uint64_t next_off; /* where the block after the last one asked for starts */
     int run;           /* consecutive blocks asked for in file order */
+    size_t size;       /* the next window's size (0 = SST_READAHEAD_MIN_BYTES) */
 } sst_readahead;
 
 /* Reads the sealed block at h (n bytes with its trailer) into *mem through the window: a scan in
@@ -739,8 +742,11 @@ static st_code read_block_ahead(sto_sst *t, sst_readahead *ra, sst_handle h, siz
     size_t n = (size_t)h.size + STO_BLOCK_TRAILER_BYTES;
     bool inside = h.off >= ra->win_off && h.off - ra->win_off + n <= ra->win.len;
     if (!inside && ra->run >= SST_READAHEAD_AFTER && n < SST_READAHEAD_BYTES) {
-        uint64_t want = t->data_end - h.off < SST_READAHEAD_BYTES ? t->data_end - h.off
-                                                                   : SST_READAHEAD_BYTES;
+        size_t size = ra->size ? ra->size : SST_READAHEAD_MIN_BYTES;
+        ra->size = size * 2 <= SST_READAHEAD_BYTES ? size * 2 : SST_READAHEAD_BYTES;
+        if (size < n)
+            size = n;
+        uint64_t want = t->data_end - h.off < size ? t->data_end - h.off : size;
         ra->win.len = 0; /* reserve counts from len */
         if (want >= n && st_buf_reserve(&ra->win, (size_t)want) == ST_OK) {
             size_t got = 0;

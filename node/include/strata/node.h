@@ -42,6 +42,8 @@ bool node_parse_addr(const char *s, char *host, size_t host_cap, uint16_t *port)
 /* Opens storage and the catalog, recovers, and starts listening on base. */
 st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out, st_err *err);
 uint16_t node_port(const node_ctx *n);
+/* The node's storage engine (tests and tools: storage's calls are thread-safe). */
+struct sto_db *node_db(node_ctx *n);
 /* Stops listening, waits for storage to settle and frees. Loop thread only. */
 void node_close(node_ctx *n);
 

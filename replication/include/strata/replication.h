@@ -144,8 +144,18 @@ st_code repl_open(const repl_opts *opts, repl_ctx **out, st_err *err);
 /* Stops the shippers (outstanding calls are cancelled), records their positions, frees. Loop
  * thread; NULL is fine. The log holders stay (a restart resumes). */
 void repl_close(repl_ctx *r);
-/* Registers /strata.internal.v1.Replication/Apply and /GetPositions on s. */
+/* Registers /strata.internal.v1.Replication/Apply, /GetPositions and /SetLinks on s. */
 st_code repl_register(repl_ctx *r, rpc_server *s, st_err *err);
+
+/* Rehearsing failure (`strata chaos partition`, docs/operations.md): cuts the replication links
+ * between this node and the peer clusters numbered cut[0..n) and restores every other link. The
+ * shippers to a cut cluster stop sending (batches already read wait, unacknowledged); Apply from
+ * a node of a cut cluster is refused with UNAVAILABLE "strata-link-cut: ...". Restoring a link
+ * ends its shipper's backoff so catching up starts at once. In memory only. INVALID_ARGUMENT
+ * for a number that is not a peer cluster of the topology. Loop thread. */
+st_code repl_links_set(repl_ctx *r, const uint32_t *cut, size_t n, st_err *err);
+/* True while the link to (and from) peer cluster cluster_num is cut. */
+bool repl_link_cut(const repl_ctx *r, uint32_t cluster_num);
 
 /* Per-peer statistics (status, metrics, tests). */
 typedef struct repl_peer_stats {
@@ -161,6 +171,7 @@ typedef struct repl_peer_stats {
     uint64_t batches_sent, rpcs_failed, map_refreshes;
     uint32_t inflight_batches;
     bool backing_off;
+    bool link_cut; /* repl_links_set cut this link */
     uint32_t backoff_ms;
     char last_error[256];
 } repl_peer_stats;

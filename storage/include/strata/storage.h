@@ -194,13 +194,16 @@ typedef struct sto_range {
 } sto_range;
 
 /* One visible cell: deletes and GC rules already applied. Slices are valid until the next call
- * on the iterator. */
+ * on the iterator. version is that of the entry that made the cell visible (the highest of the
+ * cell's duplicates): the row mutation that wrote it, so a copy of the cell (a tablet move) can
+ * keep its place in conflict order. */
 typedef struct sto_cell {
     st_slice row;
     st_slice family;
     st_slice qualifier;
     int64_t ts_us;
     st_slice value;
+    uint64_t version;
 } sto_cell;
 
 /* Iterates visible cells of rows in range, rows ascending (or descending when reverse), and

@@ -7,8 +7,12 @@
  * refused); every data path answers rows no local tablet covers with FAILED_PRECONDITION
  * "strata-not-owner:" (MutateRow, MutateRows, CheckAndMutateRow, ReadModifyWriteRow, ReadRows);
  * SplitTablet then reads across both halves; automatic splits under a write load make several
- * tablets and every row reads back; MoveTablet copies a tablet's cells (timestamps kept) to the
- * other node, after which the source answers strata-not-owner; DropTablet and DropTable.
+ * tablets and every row reads back; MoveTablet copies a tablet's cells to the other node
+ * keeping each cell's timestamp and version (the source's storage read before the move against
+ * the target's commit log, read with sto_log_reader: same cells, same versions, every record
+ * STO_ROW_REPLICATED, a row written by two mutations arrives as two row mutations), a CopyRows
+ * with an older version loses against a copied cell and a newer one wins, and the source answers
+ * strata-not-owner; DropTablet and DropTable.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,10 +31,12 @@
 
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
+#include "log.h" /* sto_row_mut_encode: CopyRows carries the log's row encoding */
 #include "sto_test_util.h"
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/node.h"
 #include "strata/rpc.h"
+#include "strata/storage.h"
 
 #define TABLE "projects/p/instances/i/tables/t"
 #define TABLE2 "projects/p/instances/i/tables/grow"
@@ -43,6 +49,8 @@
 #define FF_REVERSE "CAE=" /* FeatureFlags.reverse_scans */
 #define IN "/strata.internal.v1.Node/"
 #define BT "/google.bigtable.v2.Bigtable/"
+#define CLUSTER_NUM 3 /* both nodes' cluster: the tiebreaker bits of their versions */
+#define MOVE_CELLS_MAX 1000
 
 typedef struct node_env {
     node_ctx *node;
@@ -468,9 +476,163 @@ static void test_internal_auto_split(void **state) {
     free(keys);
 }
 
+/* ---- moves: what storage holds ---- */
+
+typedef struct cell_ver {
+    char row[16];
+    char qual[8];
+    int64_t ts;
+    uint64_t version;
+} cell_ver;
+
+/* The visible cells of a tablet, read from the node's storage (thread-safe) on this thread. */
+static size_t storage_cells(node_env *e, uint64_t tablet_id, cell_ver *out, size_t cap) {
+    sto_tablet *t;
+    assert_int_equal(sto_tablet_get(node_db(e->node), tablet_id, &t), ST_OK);
+    sto_snapshot *snap;
+    sto_iter *it;
+    st_err err;
+    sto_range all = {0};
+    assert_int_equal(sto_snapshot_new(t, &snap, &err), ST_OK);
+    assert_int_equal(sto_iter_new(snap, &all, false, &it, &err), ST_OK);
+    size_t n = 0;
+    sto_cell c;
+    st_code rc;
+    while ((rc = sto_iter_next(it, &c, &err)) == ST_OK) {
+        assert_true(n < cap);
+        memset(&out[n], 0, sizeof out[n]);
+        memcpy(out[n].row, c.row.data, c.row.len < 15 ? c.row.len : 15);
+        memcpy(out[n].qual, c.qualifier.data, c.qualifier.len < 7 ? c.qualifier.len : 7);
+        out[n].ts = c.ts_us;
+        out[n].version = c.version;
+        n++;
+    }
+    assert_int_equal(rc, ST_NOT_FOUND);
+    sto_iter_free(it);
+    sto_snapshot_free(snap);
+    return n;
+}
+
+/* The cells the target wrote for tablet_id, from its commit log (which a later split of that
+ * tablet does not change): every record is flagged replicated and keeps a version whose origin
+ * and commit time it carries too. The row `multi` arrives as exactly two row mutations (it was
+ * written by two). Returns the number of cells. */
+static size_t target_log_cells(node_env *e, uint64_t tablet_id, cell_ver *out, size_t cap,
+                               const char *multi) {
+    sto_log_reader *r;
+    st_err err;
+    assert_int_equal(sto_log_reader_open(node_db(e->node), 1, &r, &err), ST_OK);
+    sto_log_record rec;
+    size_t n = 0, multi_records = 0;
+    st_code rc;
+    while ((rc = sto_log_reader_next(r, &rec, &err)) == ST_OK) {
+        if (rec.row.tablet_id != tablet_id)
+            continue;
+        assert_true(rec.row.flags & STO_ROW_REPLICATED);
+        assert_int_equal(rec.row.origin, CLUSTER_NUM);
+        assert_int_equal(rec.row.version, STO_VERSION(rec.row.commit_ts_us, CLUSTER_NUM));
+        for (size_t i = 0; i < rec.row.n_muts; i++) {
+            const sto_mut *mu = &rec.row.muts[i];
+            assert_int_equal(mu->type, STO_MUT_SET_CELL);
+            assert_true(n < cap);
+            memset(&out[n], 0, sizeof out[n]);
+            memcpy(out[n].row, rec.row.row.data, rec.row.row.len < 15 ? rec.row.row.len : 15);
+            memcpy(out[n].qual, mu->qualifier.data, mu->qualifier.len < 7 ? mu->qualifier.len : 7);
+            out[n].ts = mu->ts_us;
+            out[n].version = rec.row.version;
+            n++;
+        }
+        if (rec.row.row.len == strlen(multi) && !memcmp(rec.row.row.data, multi, strlen(multi)))
+            multi_records++;
+    }
+    assert_int_equal(rc, ST_NOT_FOUND);
+    sto_log_reader_close(r);
+    assert_int_equal(multi_records, 2);
+    return n;
+}
+
+/* True when the two lists hold the same cells with the same timestamps and versions. */
+static bool same_cells(const cell_ver *a, size_t na, const cell_ver *b, size_t nb) {
+    if (na != nb)
+        return false;
+    for (size_t i = 0; i < na; i++) {
+        bool found = false;
+        for (size_t j = 0; j < nb && !found; j++)
+            found = !strcmp(a[i].row, b[j].row) && !strcmp(a[i].qual, b[j].qual) &&
+                    a[i].ts == b[j].ts && a[i].version == b[j].version;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* CopyRows of one SetCell (f:q at ts, value) with version to tablet_id. */
+static st_code copy_cell(node_env *e, uint64_t tablet_id, const char *row, int64_t ts,
+                         const char *value, uint64_t version, st_err *status) {
+    sto_mut mu = {.type = STO_MUT_SET_CELL, .family = st_slice_cstr("f"),
+                  .qualifier = st_slice_cstr("q"), .ts_us = ts, .value = st_slice_cstr(value)};
+    sto_row_mut rm = {.row = st_slice_cstr(row), .muts = &mu, .n_muts = 1, .version = version,
+                      .commit_ts_us = (uint64_t)STO_VERSION_TS_US(version),
+                      .origin = (uint32_t)(version & 1023)};
+    st_buf enc;
+    st_buf_init(&enc);
+    assert_int_equal(sto_row_mut_encode(&enc, &rm), ST_OK);
+    ProtobufCBinaryData bin = {enc.len, enc.data};
+    Strata__Internal__V1__CopyRowsRequest req;
+    strata__internal__v1__copy_rows_request__init(&req);
+    req.tablet_id = tablet_id;
+    req.n_rows = 1;
+    req.rows = &bin;
+    st_code rc = call(e, IN "CopyRows", &req.base, NULL, status);
+    st_buf_free(&enc);
+    return rc;
+}
+
+/* As copy_cell, to the node's tablet of TABLE that starts with the empty key. B may split it at
+ * any moment (its split size is tiny), so a tablet gone in between is looked up again. */
+static st_code copy_cell_first(node_env *e, const char *row, int64_t ts, const char *value,
+                               uint64_t version, st_err *status) {
+    st_code rc = ST_NOT_FOUND;
+    for (int tries = 0; rc == ST_NOT_FOUND && tries < 100; tries++) {
+        Strata__Internal__V1__ListTabletsResponse *r = list_tablets(e, TABLE);
+        uint64_t id = 0;
+        for (size_t i = 0; i < r->n_tablets; i++)
+            if (r->tablets[i]->start_key.len == 0)
+                id = r->tablets[i]->id;
+        strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+        assert_true(id != 0);
+        rc = copy_cell(e, id, row, ts, value, version, status);
+    }
+    return rc;
+}
+
+/* Writes two more cells (f:q2, f:q3) to row in one mutation: a second version in that row. */
+static void mutate_row_two_cells(const node_env *e, const char *row) {
+    Google__Bigtable__V2__Mutation m[2], *mp[2] = {&m[0], &m[1]};
+    Google__Bigtable__V2__Mutation__SetCell sc[2];
+    set_cell(&m[0], &sc[0], (const uint8_t *)"x", 1, 5000);
+    set_cell(&m[1], &sc[1], (const uint8_t *)"y", 1, 5000);
+    sc[0].column_qualifier = (ProtobufCBinaryData){2, (uint8_t *)"q2"};
+    sc[1].column_qualifier = (ProtobufCBinaryData){2, (uint8_t *)"q3"};
+    Google__Bigtable__V2__MutateRowRequest req;
+    google__bigtable__v2__mutate_row_request__init(&req);
+    req.table_name = TABLE;
+    req.row_key = (ProtobufCBinaryData){strlen(row), (uint8_t *)row};
+    req.n_mutations = 2;
+    req.mutations = mp;
+    st_err status;
+    assert_int_equal(call(e, BT "MutateRow", &req.base, NULL, &status), ST_OK);
+}
+
 static void test_internal_move(void **state) {
     (void)state;
-    /* A's left half of [, "m") goes to B. */
+    /* A's left half of [, "m") goes to B, with one row written by two mutations. */
+    mutate_row_two_cells(&A, "a0000");
+    cell_ver *src = calloc(MOVE_CELLS_MAX, sizeof *src), *dst = calloc(MOVE_CELLS_MAX, sizeof *dst);
+    size_t n_src = storage_cells(&A, g_left_id, src, MOVE_CELLS_MAX);
+    assert_true(n_src > 3);
+    for (size_t i = 0; i < n_src; i++)
+        assert_int_equal(src[i].version & 1023, CLUSTER_NUM);
     Strata__Internal__V1__ListTabletsResponse *before = list_tablets(&A, TABLE);
     assert_int_equal(before->n_tablets, 2);
     ProtobufCBinaryData split = before->tablets[0]->end_key;
@@ -489,14 +651,33 @@ static void test_internal_move(void **state) {
         strata__internal__v1__tablet__unpack(NULL, resp.len, resp.data);
     assert_non_null(t);
     assert_int_equal(t->id >> 40, 2); /* B allocated it */
+    uint64_t target_id = t->id;
     assert_int_equal(t->start_key.len, 0);
     assert_int_equal(t->end_key.len, strlen(mid));
     strata__internal__v1__tablet__free_unpacked(t, NULL);
     st_buf_free(&resp);
     assert_int_equal(tablet_count(&A, TABLE), 1);
     assert_true(tablet_count(&B, TABLE) >= 1); /* B may have split it since (64 KiB) */
-    /* The rows moved with their timestamps; the source no longer owns them. */
+    /* B wrote the same cells with the same timestamps and versions, as replicated rows. */
+    size_t n_dst = target_log_cells(&B, target_id, dst, MOVE_CELLS_MAX, "a0000");
+    assert_true(same_cells(src, n_src, dst, n_dst));
+    /* A copy with an older version of a moved cell loses (a newer one wins, below). src[0] is
+     * a0000 f:q (value 100 bytes; the row's q2 and q3 hold one byte each). */
+    assert_string_equal(src[0].qual, "q");
+    assert_int_equal(copy_cell_first(&B, "a0000", src[0].ts, "old",
+                                     src[0].version - (1u << STO_VERSION_TIEBREAK_BITS), &status),
+                     ST_OK);
     got g;
+    assert_int_equal(read_range(&B, TABLE, "a0000", "a0001", false, &g, &status), ST_OK);
+    assert_int_equal(g.n, 1);
+    assert_int_equal(g.value_len[0], 100 + 2); /* the row's value bytes: f:q, q2, q3 */
+    got_free(&g);
+    /* Rows outside the tablet and unknown tablets are refused. */
+    assert_not_owner(copy_cell_first(&B, "zz", 1000, "v", src[0].version, &status), &status);
+    assert_int_equal(copy_cell(&B, target_id + 1000, "a0000", 1000, "v", src[0].version,
+                               &status),
+                     ST_NOT_FOUND);
+    /* The rows moved with their timestamps; the source no longer owns them. */
     assert_int_equal(read_range(&B, TABLE, "a", mid, false, &g, &status), ST_OK);
     size_t n_left = g.n;
     assert_true(n_left > 0 && n_left < SPLIT_ROWS);
@@ -505,9 +686,17 @@ static void test_internal_move(void **state) {
     for (size_t i = 0; i < n_left; i++) {
         assert_string_equal(g.keys[i], keys[i]);
         assert_int_equal(g.ts[i], 1000 * (int64_t)(i + 1));
-        assert_int_equal(g.value_len[i], 100);
+        assert_int_equal(g.value_len[i], i == 0 ? 100 + 2 : 100);
     }
     got_free(&g);
+    assert_int_equal(copy_cell_first(&B, "a0000", src[0].ts, "new",
+                                     src[0].version + (1u << STO_VERSION_TIEBREAK_BITS), &status),
+                     ST_OK);
+    assert_int_equal(read_range(&B, TABLE, "a0000", "a0001", false, &g, &status), ST_OK);
+    assert_int_equal(g.value_len[0], 3 + 2);
+    got_free(&g);
+    free(src);
+    free(dst);
     assert_not_owner(read_range(&A, TABLE, "a", mid, false, &g, &status), &status);
     got_free(&g);
     assert_not_owner(mutate_row(&A, TABLE, "a0000", &status), &status);
@@ -577,6 +766,7 @@ static void open_node(node_env *e, const char *name, uint32_t num, uint64_t spli
     o.listen_port = 0;
     o.sync = false;
     o.node_num = num;
+    o.cluster_num = CLUSTER_NUM;
     o.split_bytes = split_bytes;
     o.split_check_ms = 10;
     st_err err;

@@ -224,7 +224,8 @@ static void append_row_cells(model *m, int row, st_buf *out) {
             size_t n = column_visible(m, row, f, q, vis, false);
             for (size_t i = 0; i < n; i++) {
                 sto_cell c = {row_slice(m, row), st_slice_cstr(FAMS[f]), st_slice_cstr(QUALS[q]),
-                              vis[i]->ts, st_slice_make(vis[i]->value, vis[i]->value_len)};
+                              vis[i]->ts, st_slice_make(vis[i]->value, vis[i]->value_len),
+                              vis[i]->version};
                 tu_append_cell(out, &c);
             }
         }

@@ -1,6 +1,6 @@
 /* rowread_test — proves the row reader applies the visibility rules of docs/formats/keys.md
  * (row / family / time-ranged column deletes bounded by versions, highest version wins among
- * duplicates, each GC rule kind and their nesting), honours ranges with exclusive / inclusive
+ * duplicates and is the cell's reported version, each GC rule kind and their nesting), honours ranges with exclusive / inclusive
  * bounds in both directions, skip_row and last_scanned_row, and that the compaction filter keeps
  * exactly what is needed: directed cases, then random row mutations spread over several merged
  * memtables compared with a brute-force model (forward, reverse, random ranges and skips), and
@@ -110,6 +110,22 @@ static void expect_read(fixture *fx, sto_gc_set *gc, int64_t now, const sto_rang
     st_buf_free(&out);
 }
 
+/* The versions of the visible cells, forward, must be want[0..n). */
+static void expect_versions(fixture *fx, const uint64_t *want, size_t n) {
+    sto_rowreader *r;
+    st_err err;
+    assert_int_equal(sto_rowreader_new(fx_merged(fx), NULL, 0, NULL, false, &r, &err), ST_OK);
+    sto_cell c;
+    size_t i = 0;
+    while (sto_rowreader_next(r, &c, &err) == ST_OK) {
+        assert_true(i < n);
+        assert_int_equal(c.version, want[i]);
+        i++;
+    }
+    assert_int_equal(i, n);
+    sto_rowreader_free(r);
+}
+
 #define SET(f, q, ts, v)                                                                           \
     {                                                                                              \
         .type = STO_MUT_SET_CELL, .family = ST_SLICE_LIT(f), .qualifier = ST_SLICE_LIT(q),         \
@@ -175,6 +191,8 @@ static void test_rowread_duplicates_highest_version_wins(void **state) {
     APPLY(&fx, 1, "t", 10, SET("f", "q", 7, "replayed")); /* the same mutation twice */
     expect_read(&fx, NULL, 0, NULL, false, "r/f:q@7=new s/f:q@7=s-new t/f:q@7=replayed ");
     expect_read(&fx, NULL, 0, NULL, true, "t/f:q@7=replayed s/f:q@7=s-new r/f:q@7=new ");
+    /* Each cell comes with the version of the entry that won (sto_cell.version). */
+    expect_versions(&fx, (const uint64_t[]){20, 20, 10}, 3);
     /* A delete between the versions hides the old one but not the winner. */
     APPLY(&fx, 0, "r", 17, DELCOL("f", "q", 0, 100));
     expect_read(&fx, NULL, 0, NULL, false, "r/f:q@7=new s/f:q@7=s-new t/f:q@7=replayed ");

@@ -10,6 +10,7 @@
 #ifndef STRATA_BTUTIL_H
 #define STRATA_BTUTIL_H
 
+#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/data.pb-c.h"
 #include "strata/base.h"
 
@@ -47,5 +48,10 @@ bool btu_range_is_empty(const btu_key_range *r);
 /* k followed by one zero byte (the smallest key greater than k), allocated from arena;
  * RESOURCE_EXHAUSTED when memory runs out. */
 st_code btu_key_successor(st_arena *arena, st_slice k, st_slice *out);
+
+/* CreateTable's initial_splits: sorted, without duplicates or empty keys, in arena memory (the
+ * keys point into req). INVALID_ARGUMENT for more than max splits or a key over BTU_ROW_KEY_MAX. */
+st_code btu_splits_from_pb(const Google__Bigtable__Admin__V2__CreateTableRequest *req, size_t max,
+                           st_arena *a, ProtobufCBinaryData **out, size_t *n, st_err *err);
 
 #endif
