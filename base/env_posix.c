@@ -219,6 +219,23 @@ static st_code px_list(st_env *env, const char *dir, st_code (*fn)(const char *,
 
 static void px_destroy(st_env *env) { (void)env; }
 
+static st_code px_preallocate(st_wfile *f, uint64_t bytes, st_err *err) {
+#ifdef __linux__
+    if (bytes > (uint64_t)INT64_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "preallocating %s: size too large", f->path);
+    int r;
+    do {
+        r = fallocate(f->fd, 0, 0, (off_t)bytes); /* mode 0: allocate and extend the size */
+    } while (r != 0 && errno == EINTR);
+    if (r != 0)
+        return io_err(err, "fallocate", f->path, errno);
+    return ST_OK;
+#else
+    (void)bytes;
+    return st_err_set(err, ST_INTERNAL, "preallocating %s: not supported here", f->path);
+#endif
+}
+
 static const st_env_ops posix_ops = {
     .wopen = px_wopen,     .wopen_append = px_wopen_append, .append = px_append,
     .sync = px_sync,       .wclose = px_wclose,             .ropen = px_ropen,
@@ -226,6 +243,7 @@ static const st_env_ops posix_ops = {
     .remove = px_remove,   .rename = px_rename,             .link = px_link,
     .mkdirs = px_mkdirs,   .sync_dir = px_sync_dir,         .exists = px_exists,
     .file_size = px_file_size, .list = px_list,             .destroy = px_destroy,
+    .preallocate = px_preallocate,
 };
 
 /* Constant table: stateless and shared by the whole process. */

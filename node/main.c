@@ -8,12 +8,14 @@
 #include <string.h>
 
 #include "strata/node.h"
+#include "strata/node_metrics.h"
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-node --data DIR [--listen HOST:PORT] [--no-sync] [--cache-mb N]\n"
             "                   [--memtable-mb N] [--cluster-num N] [--node-num N]\n"
-            "                   [--split-bytes N] [--config TOPOLOGY] [--verbose]\n"
+            "                   [--split-bytes N] [--config TOPOLOGY] [--metrics HOST:PORT]\n"
+            "                   [--verbose]\n"
             "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
             "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
             "are on disk (fast, loses recent writes in a crash).\n"
@@ -22,7 +24,9 @@ static void usage(FILE *out) {
             "strata-not-owner (docs/cluster.md); 0, the default, is a standalone node.\n"
             "--split-bytes N splits tablets larger than N bytes (0, the default: never).\n"
             "--config TOPOLOGY (with --cluster-num) ships this node's writes to the other\n"
-            "clusters of the topology file and applies theirs (docs/formats/replication.md).\n");
+            "clusters of the topology file and applies theirs (docs/formats/replication.md).\n"
+            "--metrics HOST:PORT serves Prometheus metrics at http://HOST:PORT/metrics (port 0:\n"
+            "any free port, shown in the startup line; docs/metrics.md). Off by default.\n");
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -35,7 +39,8 @@ int main(int argc, char **argv) {
     node_opts o;
     node_opts_default(&o);
     o.listen_port = 8086;
-    char host[256] = "127.0.0.1";
+    char host[256] = "127.0.0.1", mhost[256] = "";
+    uint16_t mport = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -43,6 +48,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--listen") && v) {
             if (!node_parse_addr(argv[++i], host, sizeof host, &o.listen_port)) {
                 fprintf(stderr, "strata-node: bad --listen '%s': use HOST:PORT\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--metrics") && v) {
+            if (!node_parse_addr(argv[++i], mhost, sizeof mhost, &mport) || !mhost[0]) {
+                fprintf(stderr, "strata-node: bad --metrics '%s': use HOST:PORT\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--no-sync")) o.sync = false;
@@ -70,7 +80,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "strata-node: %s\n", err.msg[0] ? err.msg : "could not start");
         return 1;
     }
-    printf("strata-node listening on %s:%u data=%s\n", host, node_port(n), o.data_dir);
+    node_metrics *metrics = NULL;
+    if (mhost[0] && node_metrics_start(n, mhost, mport, &metrics, &mport, &err) != ST_OK) {
+        fprintf(stderr, "strata-node: %s\n", err.msg);
+        node_close(n);
+        event_base_free(base);
+        return 1;
+    }
+    char mline[300] = "";
+    if (mhost[0])
+        snprintf(mline, sizeof mline, " metrics=http://%s:%u/metrics", mhost, mport);
+    printf("strata-node listening on %s:%u data=%s%s\n", host, node_port(n), o.data_dir, mline);
     fflush(stdout);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
@@ -80,6 +100,7 @@ int main(int argc, char **argv) {
     st_log(ST_LOG_INFO, "node", "shutting down");
     event_free(sigint);
     event_free(sigterm);
+    node_metrics_stop(metrics);
     node_close(n);
     event_base_free(base);
     return 0;

@@ -190,6 +190,7 @@ st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slic
         return rc;
     if (node_tablet_map(t, st) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a tablet");
+    node_repl_tablet_named(n, id, t->name);
     return ST_OK;
 }
 
@@ -458,6 +459,7 @@ st_code node_row_prepare(node_ctx *n, const char *table, sto_row_mut *row, st_er
     if (!tab)
         return err ? err->code : ST_FAILED_PRECONDITION;
     row->tablet_id = tab->id;
+    tab->writes++; /* the hottest-tablet metric (metrics.c) */
     row->version = node_next_version(n);
     row->commit_ts_us = (uint64_t)STO_VERSION_TS_US(row->version);
     row->origin = n->opts.cluster_num;

@@ -20,6 +20,11 @@ st_code node_repl_start(node_ctx *n, st_err *err) {
     return ST_OK;
 }
 void node_repl_stop(node_ctx *n) { (void)n; }
+void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table) {
+    (void)n;
+    (void)id;
+    (void)table;
+}
 bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind) {
     (void)n;
     (void)lsn;
@@ -124,6 +129,10 @@ st_code node_repl_start(node_ctx *n, st_err *err) {
 void node_repl_stop(node_ctx *n) {
     repl_close(n->repl);
     n->repl = NULL;
+}
+
+void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table) {
+    repl_tablet_named(n->repl, id, table);
 }
 
 bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind) {

@@ -22,6 +22,10 @@ void node_repl_stop(node_ctx *n);
  * records of a dropped tablet would never reach the peers. Loop thread. */
 bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind);
 
+/* A tablet was made here (create, split): replication learns its table at once (see
+ * repl_tablet_named). No-op without replication. */
+void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table);
+
 /* GenerateConsistencyToken / CheckConsistency: cross-cluster tokens (docs/formats/replication.md)
  * when the node has peer clusters, else the node's single-cluster handlers. */
 void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg);

@@ -3,6 +3,7 @@
  * makes a split a metadata change (the halves share the parent's SSTables), so it runs on the loop
  * thread; the halves stay on this node (moving one is the router's decision: MoveTablet). */
 #include "node_internal.h"
+#include "repl_glue.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -21,6 +22,8 @@ static st_code map_halves(node_ctx *n, node_tablets *t, size_t i, const uint64_t
         st_code rc = sto_tablet_get(n->db, ids[k], &st);
         if (rc == ST_OK)
             rc = node_tablet_map(t, st);
+        if (rc == ST_OK) /* before any write reaches it: the shippers must know its table */
+            node_repl_tablet_named(n, ids[k], t->name);
         if (rc != ST_OK)
             return st_err_set(err, rc, "tablet %" PRIu64 " vanished or memory ran out after a "
                               "split; restart the node to reload its tablets", ids[k]);

@@ -11,8 +11,11 @@
 #include <unistd.h>
 
 #include "bench_run.h"
+#include "strata/topology.h"
 
-#define BENCH_TARGETS_MAX 2
+#define BENCH_TARGETS_MAX 3 /* Strata (the router), the node directly, the emulator */
+#define BENCH_UP_CLUSTERS_MAX 8
+#define BENCH_UP_NODES_MAX 16
 #define BENCH_NODE_ARGS_MAX 16
 #define BENCH_CHILD_READY_MS 60000
 #define BENCH_EMULATOR_DEFAULT "/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator"
@@ -29,12 +32,18 @@ typedef struct bench_opts {
     pid_t pids[BENCH_PIDS_MAX]; /* --pid */
     size_t n_pids;
     bool preload_set, keep_tmp;
+    uint32_t up_clusters, up_nodes; /* --up C [--up-nodes N] */
+    const char *inst_dir;           /* --dir DIR: an instance already running */
+    bool direct;                    /* --direct: also measure the first node without the router */
+    const char *lag_cluster;        /* --lag-cluster ID */
+    bool no_lag, names_set;
 } bench_opts;
 
 static void usage(FILE *out) {
     fprintf(
         out,
-        "usage: strata bench (--target HOST:PORT | --node) [--compare emulator] [options]\n"
+        "usage: strata bench (--target HOST:PORT | --node | --up CLUSTERS | --dir DIR)\n"
+        "                    [--compare emulator] [--direct] [options]\n"
         "Drives a Bigtable v2 endpoint (a Strata router, a strata-node, the official emulator) "
         "over\n"
         "gRPC and verifies every response; failed calls never count as speed.\n"
@@ -44,6 +53,22 @@ static void usage(FILE *out) {
         "  --node-bin PATH      strata-node binary (default: next to strata in the build, or "
         "PATH)\n"
         "  --node-arg ARG       extra argument for the started strata-node (repeatable)\n"
+        "  --up CLUSTERS        start an instance with `strata up --clusters CLUSTERS --nodes N` in "
+        "a\n"
+        "                       temporary dir, measure through its router, stop it at the end\n"
+        "  --up-nodes N         nodes per cluster for --up (default 1)\n"
+        "  --dir DIR            an instance `strata up --dir DIR` started: measure through its "
+        "router\n"
+        "                       (or --target) and report the router's and every node's CPU and "
+        "memory\n"
+        "  --direct             with --up/--dir: also run every workload straight against the "
+        "first\n"
+        "                       node of the first cluster (router overhead = router / node)\n"
+        "  --lag-cluster ID     measure replication lag to cluster ID while writes run (default "
+        "with\n"
+        "                       --up/--dir: the second cluster, when there is one)\n"
+        "  --lag-interval-ms MS pause between lag markers (default 100)\n"
+        "  --no-lag             no replication lag probe\n"
         "  --compare emulator   also start cbtemulator and run each workload against both, "
         "alternately\n"
         "  --emulator-bin PATH  cbtemulator binary (default $STRATA_EMULATOR or the gcloud SDK's)\n"
@@ -175,6 +200,22 @@ static int parse_flag_where(bench_opts *o, const char *name, const char *v) {
         if (strcmp(v, "emulator") != 0)
             return 0;
         o->compare = true;
+    } else if (!strcmp(name, "up")) {
+        if (!parse_u64(v, &n) || n < 1 || n > BENCH_UP_CLUSTERS_MAX)
+            return 0;
+        o->up_clusters = (uint32_t)n;
+    } else if (!strcmp(name, "up-nodes")) {
+        if (!parse_u64(v, &n) || n < 1 || n > BENCH_UP_NODES_MAX)
+            return 0;
+        o->up_nodes = (uint32_t)n;
+    } else if (!strcmp(name, "dir")) {
+        o->inst_dir = v;
+    } else if (!strcmp(name, "lag-cluster")) {
+        o->lag_cluster = v;
+    } else if (!strcmp(name, "lag-interval-ms")) {
+        if (!parse_u64(v, &n) || n < 1 || n > 60000)
+            return 0;
+        o->cfg.lag_interval_ms = (uint32_t)n;
     } else if (!strcmp(name, "pid")) {
         if (!parse_u64(v, &n) || n == 0 || n > INT_MAX || o->n_pids == BENCH_PIDS_MAX)
             return 0;
@@ -231,10 +272,10 @@ static bool parse_flag(bench_opts *o, const char *name, const char *v) {
         rc = parse_flag_load(o, name, v);
     if (rc >= 0)
         return rc == 1;
-    if (!strcmp(name, "project"))
-        return parse_name(v, c->project);
-    if (!strcmp(name, "instance"))
-        return parse_name(v, c->instance);
+    if (!strcmp(name, "project") || !strcmp(name, "instance")) {
+        o->names_set = true; /* else an instance's own project and instance are used */
+        return parse_name(v, name[0] == 'p' ? c->project : c->instance);
+    }
     if (!strcmp(name, "table"))
         return parse_name(v, c->table);
     if (!strcmp(name, "app-profile"))
@@ -265,6 +306,14 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->keep_tmp = true;
             continue;
         }
+        if (!strcmp(name, "direct")) {
+            o->direct = true;
+            continue;
+        }
+        if (!strcmp(name, "no-lag")) {
+            o->no_lag = true;
+            continue;
+        }
         char buf[64];
         const char *eq = strchr(name, '='), *v;
         if (eq) {
@@ -293,10 +342,19 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
 /* Cross-flag rules, and the defaults that depend on other flags. */
 static bool opts_check(bench_opts *o) {
     bench_cfg *c = &o->cfg;
-    if (!!o->target + o->node != 1) {
-        fprintf(stderr, "strata bench: say what to measure: --target HOST:PORT or --node (one)\n");
+    if ((o->target || o->inst_dir) + o->node + (o->up_clusters > 0) != 1) {
+        fprintf(stderr, "strata bench: say what to measure: --target HOST:PORT, --node, --up "
+                        "CLUSTERS or --dir DIR (one; --dir may come with --target)\n");
         return false;
     }
+    if (o->direct && !o->up_clusters && !o->inst_dir) {
+        fprintf(stderr, "strata bench: --direct needs an instance: --up CLUSTERS or --dir DIR\n");
+        return false;
+    }
+    if (!o->up_nodes)
+        o->up_nodes = 1;
+    if (!c->lag_interval_ms)
+        c->lag_interval_ms = BENCH_LAG_INTERVAL_MS_DEFAULT;
     bool reads = false;
     for (size_t i = 0; i < c->n_wl; i++)
         reads |= bench_wl_reads(c->wl[i]);
@@ -390,6 +448,7 @@ static bool host_is_local(const char *h) {
 typedef struct bench_env {
     char tmp[PATH_MAX];
     ops_child node, emulator;
+    bench_inst inst; /* --up / --dir */
     bench_target targets[BENCH_TARGETS_MAX];
     size_t n_targets;
 } bench_env;
@@ -434,11 +493,63 @@ static st_code start_emulator(bench_opts *o, bench_env *env, st_err *err) {
     return rc;
 }
 
-/* The targets, in run order: Strata (or the given endpoint) first, then the emulator. */
+/* The instance of --up / --dir: the router is the target (unless --target names another
+ * endpoint), its processes are measured, the lag probe reads from the other cluster. */
+static st_code target_instance(bench_opts *o, bench_env *env, bench_target *t, st_err *err) {
+    bench_inst *in = &env->inst;
+    st_code rc = o->up_clusters
+                     ? bench_inst_up(in, env->tmp, o->up_clusters, o->up_nodes, err)
+                     : bench_inst_load(in, o->inst_dir, err);
+    if (rc != ST_OK)
+        return rc;
+    const st_topology *topo = in->topo;
+    if (!target_set_addr(t, o->target ? o->target : topo->routers[0]))
+        return st_err_set(err, ST_INVALID_ARGUMENT, "bad address '%s': use HOST:PORT",
+                          o->target ? o->target : topo->routers[0]);
+    bench_inst_procs(in, t, true, true);
+    if (!o->names_set) { /* app profiles (the lag probe's) live in the topology's instance */
+        snprintf(o->cfg.project, sizeof(o->cfg.project), "%s", topo->project);
+        snprintf(o->cfg.instance, sizeof(o->cfg.instance), "%s", topo->instance);
+    }
+    if (!o->lag_cluster && !o->no_lag && topo->n_clusters > 1)
+        o->lag_cluster = topo->clusters[1].id;
+    fprintf(stderr, "bench: instance %s: %zu cluster(s), router %s\n", in->dir, topo->n_clusters,
+            topo->routers[0]);
+    return ST_OK;
+}
+
+/* --direct: the first node of the first cluster, without the router. */
+static void target_direct(bench_env *env) {
+    const st_topo_cluster *c = &env->inst.topo->clusters[0];
+    bench_target *t = &env->targets[env->n_targets++];
+    t->label = "node";
+    target_set_addr(t, c->nodes[0].addr);
+    char name[BENCH_PROC_NAME_MAX];
+    snprintf(name, sizeof(name), "%.20s-0", c->id);
+    for (size_t i = 0; i < env->targets[0].n_pids; i++)
+        if (!strcmp(env->targets[0].pid_names[i], name)) {
+            t->pids[t->n_pids] = env->targets[0].pids[i];
+            memcpy(t->pid_names[t->n_pids++], name, sizeof(name));
+        }
+    if (c->n_nodes > 1)
+        fprintf(stderr, "bench: --direct talks to %s only; with %zu nodes in %s the rows other "
+                        "nodes own fail there (use --up-nodes 1)\n",
+                c->nodes[0].addr, c->n_nodes, c->id);
+}
+
+/* The targets, in run order: Strata (or the given endpoint) first, then the node directly
+ * (--direct), then the emulator. */
 static st_code targets_prepare(bench_opts *o, bench_env *env, st_err *err) {
     bench_target *t = &env->targets[env->n_targets++];
-    t->label = o->compare || o->node ? "strata" : "target";
-    if (o->node) {
+    bool inst = o->up_clusters || o->inst_dir;
+    t->label = o->compare || o->node || o->direct || inst ? "strata" : "target";
+    if (inst) {
+        st_code rc = target_instance(o, env, t, err);
+        if (rc != ST_OK)
+            return rc;
+        if (o->direct)
+            target_direct(env);
+    } else if (o->node) {
         st_code rc = start_node(o, env, err);
         if (rc != ST_OK)
             return rc;
@@ -451,6 +562,12 @@ static st_code targets_prepare(bench_opts *o, bench_env *env, st_err *err) {
         t->pids[t->n_pids++] = o->pids[i];
     if (t->n_pids == 0 && host_is_local(t->host))
         t->n_pids = ops_proc_find_listeners(t->port, t->pids, BENCH_PIDS_MAX);
+    if (o->lag_cluster && !o->no_lag) {
+        snprintf(t->lag_profile, sizeof(t->lag_profile), "bench-lag-%.60s", o->lag_cluster);
+        st_code rc = bench_profile_ensure(&o->cfg, t, t->lag_profile, o->lag_cluster, err);
+        if (rc != ST_OK)
+            return rc;
+    }
     if (!o->compare)
         return ST_OK;
     st_code rc = start_emulator(o, env, err);
@@ -532,32 +649,101 @@ static void result_figures(const bench_result *r, double v[10]) {
     memcpy(v, f, sizeof(f));
 }
 
-/* res[w * n_targets + t]; the load row first. */
-static void print_table(const bench_result *res, size_t n_rows, size_t n_targets) {
+/* Index of the target labelled `label`, or SIZE_MAX. */
+static size_t target_index(const bench_env *env, const char *label) {
+    for (size_t t = 0; t < env->n_targets; t++)
+        if (!strcmp(env->targets[t].label, label))
+            return t;
+    return SIZE_MAX;
+}
+
+static void ratio_row(const char *wl, const char *label, const double a[10], const double b[10]) {
+    double q[10];
+    for (int i = 0; i < 10; i++)
+        q[i] = a[i] > 0 && b[i] > 0 ? a[i] / b[i] : -1;
+    q[7] = -1; /* an error ratio means nothing */
+    table_row(wl, label, q, true);
+}
+
+/* res[w * n_targets + t]; the load row first. Ratios: Strata / emulator ("ratio") and, with
+ * --direct, through the router / straight to the node ("rtr/node": the router's overhead). */
+static void print_table(const bench_env *env, const bench_result *res, size_t n_rows) {
+    size_t nt = env->n_targets, emu = target_index(env, "emulator"), node = target_index(env, "node");
     printf("\n%-9s %-9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "workload", "target",
            "ops/s", "MB/s", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us", "errors",
            "cpu us/op", "rss MB");
     for (size_t w = 0; w < n_rows; w++) {
         double v[BENCH_TARGETS_MAX][10];
-        for (size_t t = 0; t < n_targets; t++) {
-            const bench_result *r = &res[w * n_targets + t];
+        const char *wl = bench_wl_name(res[w * nt].wl);
+        for (size_t t = 0; t < nt; t++) {
+            const bench_result *r = &res[w * nt + t];
             result_figures(r, v[t]);
-            table_row(bench_wl_name(r->wl), r->label, v[t], false);
+            table_row(wl, r->label, v[t], false);
         }
-        if (n_targets == 2) {
-            double q[10];
-            for (int i = 0; i < 10; i++)
-                q[i] = v[0][i] > 0 && v[1][i] > 0 ? v[0][i] / v[1][i] : -1;
-            q[7] = -1; /* an error ratio means nothing */
-            table_row(bench_wl_name(res[w * n_targets].wl), "ratio", q, true);
-        }
+        if (emu != SIZE_MAX)
+            ratio_row(wl, "ratio", v[0], v[emu]);
+        if (node != SIZE_MAX)
+            ratio_row(wl, "rtr/node", v[0], v[node]);
     }
-    if (n_targets == 2)
+    if (emu != SIZE_MAX)
         printf("ratio = strata / emulator: above 1 is better for ops/s and MB/s, below 1 for "
                "latency, CPU and memory.\n");
+    if (node != SIZE_MAX)
+        printf("rtr/node = through the router / straight to the node (rss: router + every node "
+               "/ that node).\n");
 }
 
-static void kv_result(const bench_result *r) {
+static const char *proc_name(const bench_target *t, size_t i, char *buf, size_t cap) {
+    if (t->pid_names[i][0])
+        return t->pid_names[i];
+    snprintf(buf, cap, "pid %d", (int)t->pids[i]);
+    return buf;
+}
+
+/* Each measured process, per run: CPU during the run, RSS at its end and peak (VmHWM, since the
+ * process started). */
+static void print_procs(const bench_env *env, const bench_result *res, size_t n_rows) {
+    size_t nt = env->n_targets;
+    bool any = false;
+    for (size_t i = 0; i < n_rows * nt; i++)
+        any |= res[i].proc_ok && res[i].n_procs > 1;
+    if (!any)
+        return;
+    printf("\n%-9s %-9s %-14s %8s %10s %10s %10s\n", "workload", "target", "process", "pid",
+           "cpu s", "rss MB", "peak MB");
+    for (size_t i = 0; i < n_rows * nt; i++) {
+        const bench_result *r = &res[i];
+        const bench_target *t = &env->targets[i % nt];
+        for (size_t p = 0; r->proc_ok && p < r->n_procs; p++) {
+            char buf[32];
+            printf("%-9s %-9s %-14s %8d %10.2f %10.1f %10.1f\n", bench_wl_name(r->wl), r->label,
+                   proc_name(t, p, buf, sizeof(buf)), (int)t->pids[p], r->proc_cpu_s[p],
+                   (double)r->proc_rss_kb[p] / 1024.0, (double)r->proc_rss_peak_kb[p] / 1024.0);
+        }
+    }
+    printf("peak MB = VmHWM, the process's peak resident set since it started.\n");
+}
+
+static void print_lag(const bench_env *env, const bench_result *res, size_t n_rows) {
+    for (size_t i = 0; i < n_rows * env->n_targets; i++) {
+        const bench_result *r = &res[i];
+        const bench_target *t = &env->targets[i % env->n_targets];
+        if (!t->lag_profile[0] || !bench_wl_writes(r->wl))
+            continue;
+        printf("\nreplication lag during %s (%s): write acknowledged -> visible through app "
+               "profile %s: %llu samples, p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms, "
+               "lost %llu\n",
+               bench_wl_name(r->wl), r->label, t->lag_profile, (unsigned long long)r->lag.total,
+               (double)ops_hist_percentile(&r->lag, 50) / 1e6,
+               (double)ops_hist_percentile(&r->lag, 90) / 1e6,
+               (double)ops_hist_percentile(&r->lag, 99) / 1e6, (double)r->lag.max / 1e6,
+               (unsigned long long)r->lag_lost);
+        if (r->lag_error[0])
+            printf("          first lag probe error: %s\n", r->lag_error);
+    }
+}
+
+static void kv_result(const bench_result *r, const bench_target *t) {
     const char *w = bench_wl_name(r->wl), *l = r->label;
     printf(" %s.%s.calls=%llu %s.%s.rows=%llu %s.%s.elapsed_s=%.3f", w, l,
            (unsigned long long)r->calls, w, l, (unsigned long long)r->rows, w, l, r->elapsed_s);
@@ -577,9 +763,23 @@ static void kv_result(const bench_result *r) {
         printf(" %s.%s.cpu_s=%.3f %s.%s.cpu_us_per_op=%.2f %s.%s.rss_peak_mb=%.1f", w, l, r->cpu_s,
                w, l, cpu_us_per_op(r), w, l, (double)r->rss_peak_kb / 1024.0);
     printf(" %s.%s.client_cpu_s=%.3f", w, l, r->client_cpu_s);
+    for (size_t p = 0; r->proc_ok && p < r->n_procs; p++) {
+        char buf[32];
+        const char *n = proc_name(t, p, buf, sizeof(buf));
+        printf(" %s.%s.proc.%s.cpu_s=%.3f %s.%s.proc.%s.rss_mb=%.1f %s.%s.proc.%s.rss_peak_mb=%.1f",
+               w, l, n, r->proc_cpu_s[p], w, l, n, (double)r->proc_rss_kb[p] / 1024.0, w, l, n,
+               (double)r->proc_rss_peak_kb[p] / 1024.0);
+    }
+    if (t->lag_profile[0] && bench_wl_writes(r->wl))
+        printf(" %s.%s.lag.samples=%llu %s.%s.lag.p50_ms=%.3f %s.%s.lag.p99_ms=%.3f "
+               "%s.%s.lag.max_ms=%.3f %s.%s.lag.lost=%llu",
+               w, l, (unsigned long long)r->lag.total, w, l,
+               (double)ops_hist_percentile(&r->lag, 50) / 1e6, w, l,
+               (double)ops_hist_percentile(&r->lag, 99) / 1e6, w, l, (double)r->lag.max / 1e6, w,
+               l, (unsigned long long)r->lag_lost);
 }
 
-static void kv_ratio(const bench_result *a, const bench_result *b) {
+static void kv_ratio(const bench_result *a, const bench_result *b, const char *what) {
     const char *w = bench_wl_name(a->wl);
     double va[10], vb[10];
     result_figures(a, va);
@@ -589,7 +789,7 @@ static void kv_ratio(const bench_result *a, const bench_result *b) {
                                           "cpu_us_per_op", "rss_peak_mb"};
     for (int i = 0; i < 10; i++)
         if (names[i] && va[i] > 0 && vb[i] > 0)
-            printf(" %s.ratio.%s=%.3f", w, names[i], va[i] / vb[i]);
+            printf(" %s.%s.%s=%.3f", w, what, names[i], va[i] / vb[i]);
 }
 
 static void print_kv(const bench_opts *o, const bench_env *env, const bench_result *res,
@@ -599,6 +799,12 @@ static void print_kv(const bench_opts *o, const bench_env *env, const bench_resu
            (unsigned long long)errors, env->targets[0].host, env->targets[0].port);
     if (o->compare)
         printf(" compare=emulator");
+    if (o->up_clusters)
+        printf(" up_clusters=%u up_nodes=%u", o->up_clusters, o->up_nodes);
+    if (o->direct)
+        printf(" direct=1");
+    if (env->targets[0].lag_profile[0])
+        printf(" lag_cluster=%s", o->lag_cluster);
     printf(" workloads=");
     for (size_t i = 0; i < c->n_wl; i++)
         printf("%s%s", i ? "," : "", bench_wl_name(c->wl[i]));
@@ -610,11 +816,14 @@ static void print_kv(const bench_opts *o, const bench_env *env, const bench_resu
         printf(" requests=%llu", (unsigned long long)c->requests);
     else
         printf(" duration_s=%.1f", c->duration_s);
+    size_t nt = env->n_targets, emu = target_index(env, "emulator"), node = target_index(env, "node");
     for (size_t w = 0; w < n_rows; w++) {
-        for (size_t t = 0; t < env->n_targets; t++)
-            kv_result(&res[w * env->n_targets + t]);
-        if (env->n_targets == 2)
-            kv_ratio(&res[w * 2], &res[w * 2 + 1]);
+        for (size_t t = 0; t < nt; t++)
+            kv_result(&res[w * nt + t], &env->targets[t]);
+        if (emu != SIZE_MAX)
+            kv_ratio(&res[w * nt], &res[w * nt + emu], "ratio");
+        if (node != SIZE_MAX)
+            kv_ratio(&res[w * nt], &res[w * nt + node], "router_overhead");
     }
     printf("\n");
     fflush(stdout);
@@ -682,7 +891,9 @@ static int bench_main_run(bench_opts *o, bench_env *env) {
     for (size_t i = 0; i < rows * env->n_targets; i++)
         errors += res[i].errors_total;
     if (rows > 0) {
-        print_table(res, rows, env->n_targets);
+        print_table(env, res, rows);
+        print_procs(env, res, rows);
+        print_lag(env, res, rows);
         print_kv(o, env, res, rows, errors, complete && status == 0);
     }
     if (errors || !complete)
@@ -716,14 +927,16 @@ int ops_bench_main(int argc, char **argv) {
     const char *tmpdir = getenv("TMPDIR");
     snprintf(env.tmp, sizeof(env.tmp), "%s/strata-bench.XXXXXX",
              tmpdir && *tmpdir ? tmpdir : "/tmp");
-    if ((o.node || o.compare) && !mkdtemp(env.tmp)) {
+    bool tmp = o.node || o.compare || o.up_clusters;
+    if (tmp && !mkdtemp(env.tmp)) {
         fprintf(stderr, "strata bench: cannot create a temporary dir %s\n", env.tmp);
         return 1;
     }
     int status = bench_main_run(&o, &env);
     ops_child_stop(&env.emulator);
     ops_child_stop(&env.node);
-    if (o.node || o.compare) {
+    bench_inst_down(&env.inst, !o.keep_tmp);
+    if (tmp) {
         if (o.keep_tmp)
             fprintf(stderr, "bench: kept %s\n", env.tmp);
         else

@@ -75,7 +75,7 @@ typedef struct bench_lag {
     char key[64];
     size_t key_len;
     st_buf req;
-    char params[BENCH_PARAMS_MAX];
+    char params[BENCH_PARAMS_MAX + 3 * BENCH_NAME_MAX + 32];
     rpc_metadata md[1];
 } bench_lag;
 
@@ -494,6 +494,161 @@ static void slot_issue(bench_slot *s) {
     }
 }
 
+/* ---- the replication lag probe ----
+ * A marker row (outside the bench's key space: "~lag-<start ms>-<n>") is written with the run's
+ * app profile; once acknowledged it is read every BENCH_LAG_POLL_MS with the target's lag profile
+ * (single-cluster routing to the other cluster) until it shows; the time from the write's
+ * acknowledgement to the answer that holds it is one sample. Then a pause of lag_interval_ms
+ * and the next marker. One marker at a time, on a connection of its own, so the probe adds a
+ * few hundred calls per second at most to the load. */
+
+static void lag_schedule(bench_run *r, int64_t ms) {
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    if (evtimer_add(r->lag.timer, &tv) != 0)
+        r->lag.state = LAG_STOPPED;
+}
+
+static void lag_fail(bench_run *r, const char *what, const char *msg) {
+    r->res->lag_lost++;
+    if (!r->res->lag_error[0])
+        snprintf(r->res->lag_error, sizeof(r->res->lag_error), "%s: %s", what, msg ? msg : "");
+    r->lag.state = LAG_IDLE;
+    lag_schedule(r, r->cfg->lag_interval_ms);
+}
+
+static void lag_read_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    bench_run *r = arg;
+    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    ops_pb_field f;
+    while (ops_pb_next(&p, end, &f) == 1)
+        if (f.num == 1 && f.wire == 2) /* ReadRowsResponse.chunks: the marker row is there */
+            r->lag.seen = true;
+}
+
+static void lag_read_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    bench_run *r = arg;
+    if (r->lag.state != LAG_POLLING)
+        return; /* the run is over */
+    int64_t now = now_ns();
+    if (code == ST_OK && r->lag.seen) {
+        ops_hist_record(&r->res->lag, (uint64_t)(now - r->lag.acked_ns));
+        r->lag.state = LAG_IDLE;
+        lag_schedule(r, r->cfg->lag_interval_ms);
+    } else if (code != ST_OK) {
+        lag_fail(r, "reading the marker from the other cluster", message);
+    } else if (now - r->lag.acked_ns > (int64_t)BENCH_LAG_GIVEUP_MS * 1000000) {
+        lag_fail(r, "marker", "not visible on the other cluster after 30 s");
+    } else {
+        lag_schedule(r, BENCH_LAG_POLL_MS);
+    }
+}
+
+static bool lag_pack(bench_lag *l, const ProtobufCMessage *msg) {
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    st_buf_reset(&l->req);
+    if (st_buf_reserve(&l->req, len) != ST_OK)
+        return false;
+    l->req.len = protobuf_c_message_pack(msg, l->req.data);
+    return true;
+}
+
+static void lag_poll(bench_run *r) {
+    bench_lag *l = &r->lag;
+    ProtobufCBinaryData key = bin(l->key, l->key_len);
+    Google__Bigtable__V2__RowSet set;
+    google__bigtable__v2__row_set__init(&set);
+    set.n_row_keys = 1;
+    set.row_keys = &key;
+    Google__Bigtable__V2__ReadRowsRequest req;
+    google__bigtable__v2__read_rows_request__init(&req);
+    req.table_name = r->table_name;
+    req.app_profile_id = r->tgt->lag_profile;
+    req.rows = &set;
+    l->seen = false;
+    if (!lag_pack(l, &req.base) ||
+        !rpc_client_call(l->client, op_path(OP_READ), st_buf_slice(&l->req), l->md, 1,
+                         r->cfg->timeout_ms, lag_read_msg, lag_read_done, r))
+        lag_fail(r, "reading the marker", "the call could not start");
+}
+
+static void lag_write_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    bench_run *r = arg;
+    if (r->lag.state != LAG_WRITING)
+        return;
+    if (code != ST_OK)
+        return lag_fail(r, "writing the marker", message);
+    r->lag.acked_ns = now_ns();
+    r->lag.state = LAG_POLLING;
+    lag_poll(r);
+}
+
+static void lag_write(bench_run *r) {
+    bench_lag *l = &r->lag;
+    if (!run_may_issue(r))
+        return;
+    int n = snprintf(l->key, sizeof(l->key), "~lag-%lld-%llu",
+                     (long long)(r->cfg->timestamp_us / 1000), (unsigned long long)++l->seq);
+    l->key_len = (size_t)n;
+    Google__Bigtable__V2__Mutation m, *mp = &m;
+    Google__Bigtable__V2__Mutation__SetCell sc;
+    set_cell_fill(r, &r->slots[0].rng, &m, &sc);
+    sc.value.len = sc.value.len < 8 ? sc.value.len : 8;
+    Google__Bigtable__V2__MutateRowRequest req;
+    google__bigtable__v2__mutate_row_request__init(&req);
+    req.table_name = r->table_name;
+    req.app_profile_id = (char *)r->cfg->app_profile;
+    req.row_key = bin(l->key, l->key_len);
+    req.n_mutations = 1;
+    req.mutations = &mp;
+    l->state = LAG_WRITING;
+    if (!lag_pack(l, &req.base) ||
+        !rpc_client_call(l->client, op_path(OP_MUTATE), st_buf_slice(&l->req), r->md, 1,
+                         r->cfg->timeout_ms, NULL, lag_write_done, r))
+        lag_fail(r, "writing the marker", "the call could not start");
+}
+
+static void lag_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    bench_run *r = arg;
+    if (r->lag.state == LAG_IDLE)
+        lag_write(r);
+    else if (r->lag.state == LAG_POLLING)
+        lag_poll(r);
+}
+
+static st_code lag_setup(bench_run *r, st_err *err) {
+    bench_lag *l = &r->lag;
+    st_buf_init(&l->req);
+    if (!r->tgt->lag_profile[0] || !bench_wl_writes(r->wl))
+        return ST_OK;
+    char enc[BENCH_PARAMS_MAX], prof[3 * BENCH_NAME_MAX + 4];
+    url_encode(r->table_name, enc, sizeof(enc));
+    url_encode(r->tgt->lag_profile, prof, sizeof(prof));
+    snprintf(l->params, sizeof(l->params), "table_name=%s&app_profile_id=%s", enc, prof);
+    l->md[0] = (rpc_metadata){"x-goog-request-params", l->params};
+    l->timer = evtimer_new(r->base, lag_timer_cb, r);
+    l->client = rpc_client_new(r->base, r->tgt->host, r->tgt->port, NULL, err);
+    if (!l->timer || !l->client)
+        return st_err_set(err, ST_UNAVAILABLE, "lag probe: cannot connect to %s:%u", r->tgt->host,
+                          r->tgt->port);
+    l->state = LAG_IDLE;
+    return ST_OK;
+}
+
+static void lag_teardown(bench_run *r) {
+    bench_lag *l = &r->lag;
+    l->state = LAG_STOPPED; /* callbacks run by rpc_client_free (CANCELLED) do nothing */
+    if (l->timer)
+        event_free(l->timer);
+    if (l->client)
+        rpc_client_free(l->client);
+    st_buf_free(&l->req);
+}
+
 /* ---- progress ---- */
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg) {
@@ -573,10 +728,11 @@ static st_code run_setup(bench_run *r, st_err *err) {
         if (!conn_client(r, &r->conns[i], err))
             return st_err_set(err, ST_UNAVAILABLE, "cannot connect to %s:%u: %s", r->tgt->host,
                               r->tgt->port, err->msg);
-    return ST_OK;
+    return lag_setup(r, err);
 }
 
 static void run_teardown(bench_run *r) {
+    lag_teardown(r);
     for (uint32_t i = 0; r->conns && i < r->n_conns; i++)
         if (r->conns[i].client)
             rpc_client_free(r->conns[i].client);
@@ -606,7 +762,9 @@ static void keygens_init(bench_run *r) {
     ops_keygen_init(&r->keys_scan, cfg->dist, scan_starts);
 }
 
-static void proc_sample(const bench_target *t, double *cpu, uint64_t *rss_peak, bool *ok) {
+/* Sums over the target's processes; per process into res when res is given. */
+static void proc_sample(const bench_target *t, double *cpu, uint64_t *rss_peak, bool *ok,
+                        bench_result *res) {
     *cpu = 0;
     *rss_peak = 0;
     *ok = false;
@@ -617,7 +775,20 @@ static void proc_sample(const bench_target *t, double *cpu, uint64_t *rss_peak, 
         *cpu += st.cpu_s;
         *rss_peak += st.rss_peak_kb;
         *ok = true;
+        if (res) {
+            res->proc_cpu_s[i] = st.cpu_s - res->proc_cpu_s[i]; /* holds the start value */
+            res->proc_rss_peak_kb[i] = st.rss_peak_kb;
+            res->proc_rss_kb[i] = st.rss_kb;
+        }
     }
+}
+
+static void proc_start(const bench_target *t, bench_result *res) {
+    for (size_t i = 0; i < t->n_pids; i++) {
+        ops_proc_stat st;
+        res->proc_cpu_s[i] = ops_proc_stat_read(t->pids[i], &st) ? st.cpu_s : 0;
+    }
+    res->n_procs = t->n_pids;
 }
 
 /* Connecting (TCP, HTTP/2 settings) is not part of any call's latency: before the clock starts,
@@ -662,6 +833,8 @@ static void run_loop(bench_run *r) {
     r->active = r->n_slots;
     for (uint32_t i = 0; i < r->n_slots; i++)
         slot_issue(&r->slots[i]);
+    if (r->lag.state == LAG_IDLE)
+        lag_schedule(r, r->cfg->lag_interval_ms);
     if (r->active > 0)
         event_base_dispatch(r->base);
     r->res->elapsed_s = (double)(now_ns() - r->start_ns) / 1e9;
@@ -672,6 +845,7 @@ st_code bench_run_workload(const bench_cfg *cfg, bench_target *t, bench_wl wl, b
                            st_err *err) {
     memset(res, 0, sizeof(*res));
     ops_hist_init(&res->hist);
+    ops_hist_init(&res->lag);
     res->wl = wl;
     res->label = t->label;
     bench_run *r = calloc(1, sizeof(*r));
@@ -691,9 +865,10 @@ st_code bench_run_workload(const bench_cfg *cfg, bench_target *t, bench_wl wl, b
         double cpu0, cpu1, client0 = self_cpu_s();
         uint64_t peak;
         bool ok0, ok1;
-        proc_sample(t, &cpu0, &peak, &ok0);
+        proc_sample(t, &cpu0, &peak, &ok0, NULL);
+        proc_start(t, res);
         run_loop(r);
-        proc_sample(t, &cpu1, &peak, &ok1);
+        proc_sample(t, &cpu1, &peak, &ok1, res);
         res->client_cpu_s = self_cpu_s() - client0;
         res->proc_ok = ok0 && ok1;
         res->cpu_s = cpu1 - cpu0;
@@ -745,6 +920,49 @@ st_code bench_table_ensure(const bench_cfg *cfg, const bench_target *t, st_err *
             rc = ST_OK;
         else if (rc != ST_OK)
             st_err_prefix(err, "creating table %s/tables/%s on %s: ", parent, cfg->table, addr);
+    }
+    st_buf_free(&packed);
+    st_buf_free(&resp);
+    return rc;
+}
+
+st_code bench_profile_ensure(const bench_cfg *cfg, const bench_target *t, const char *id,
+                             const char *cluster, st_err *err) {
+    Google__Bigtable__Admin__V2__AppProfile__SingleClusterRouting single;
+    google__bigtable__admin__v2__app_profile__single_cluster_routing__init(&single);
+    single.cluster_id = (char *)cluster;
+    Google__Bigtable__Admin__V2__AppProfile prof;
+    google__bigtable__admin__v2__app_profile__init(&prof);
+    prof.routing_policy_case =
+        GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING;
+    prof.single_cluster_routing = &single;
+    prof.description = "strata bench: replication lag probe reads";
+    char parent[2 * BENCH_NAME_MAX + 32];
+    snprintf(parent, sizeof(parent), "projects/%s/instances/%s", cfg->project, cfg->instance);
+    Google__Bigtable__Admin__V2__CreateAppProfileRequest req;
+    google__bigtable__admin__v2__create_app_profile_request__init(&req);
+    req.parent = parent;
+    req.app_profile_id = (char *)id;
+    req.app_profile = &prof;
+    req.ignore_warnings = true;
+    st_buf packed, resp;
+    st_buf_init(&packed);
+    st_buf_init(&resp);
+    size_t len = google__bigtable__admin__v2__create_app_profile_request__get_packed_size(&req);
+    st_code rc = st_buf_reserve(&packed, len);
+    if (rc == ST_OK) {
+        packed.len =
+            google__bigtable__admin__v2__create_app_profile_request__pack(&req, packed.data);
+        char addr[OPS_ADDR_MAX + 16];
+        snprintf(addr, sizeof(addr), strchr(t->host, ':') ? "[%s]:%u" : "%s:%u", t->host, t->port);
+        rc = rpc_blocking_unary(
+            addr, NULL, "/google.bigtable.admin.v2.BigtableInstanceAdmin/CreateAppProfile",
+            st_buf_slice(&packed), NULL, 0, BENCH_ADMIN_TIMEOUT_MS, &resp, err);
+        if (rc == ST_ALREADY_EXISTS)
+            rc = ST_OK;
+        else if (rc != ST_OK)
+            st_err_prefix(err, "creating app profile %s (single-cluster routing to %s) on %s: ",
+                          id, cluster, addr);
     }
     st_buf_free(&packed);
     st_buf_free(&resp);

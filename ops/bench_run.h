@@ -107,6 +107,29 @@ st_code bench_table_ensure(const bench_cfg *cfg, const bench_target *t, st_err *
  * happen at all (no event base, no connection); failed calls are counted in res instead. */
 st_code bench_run_workload(const bench_cfg *cfg, bench_target *t, bench_wl wl, bench_result *res,
                            st_err *err);
+/* ---- a local instance (bench_up.c): one started with `strata up` in a temporary dir, or an
+ * existing one named by its directory ---- */
+#define BENCH_UP_WAIT_S 120 /* `strata up` gets this long to bring every process up */
+
+typedef struct st_topology st_topology;
+typedef struct bench_inst {
+    char dir[4096];
+    bool started;      /* this bench ran `strata up`: it runs `strata down` at the end */
+    st_topology *topo; /* DIR/topology (heap) */
+} bench_inst;
+
+/* Runs `strata up --dir TMP/instance --port P --clusters C --nodes N` (P a free loopback port)
+ * with this binary, output in TMP/up.log, then loads the topology. */
+st_code bench_inst_up(bench_inst *in, const char *tmp, uint32_t clusters, uint32_t nodes,
+                      st_err *err);
+/* Loads DIR/topology of an instance that is already running. */
+st_code bench_inst_load(bench_inst *in, const char *dir, st_err *err);
+/* `strata down --dir DIR` (with --purge when asked) for an instance this bench started; frees. */
+void bench_inst_down(bench_inst *in, bool purge);
+/* Adds to t the processes of the instance recorded in DIR/run: the router (when router), then
+ * every node of every cluster (when nodes), each with its name. */
+void bench_inst_procs(const bench_inst *in, bench_target *t, bool router, bool nodes);
+
 /* Set from a signal handler: runs stop issuing and finish what is in flight. */
 void bench_request_stop(void);
 bool bench_stop_requested(void);

@@ -3,6 +3,9 @@
 # line with result=ok. No speed is asserted.
 #   bench_smoke.sh STRATA emulator          against the official emulator (77 = skipped if absent)
 #   bench_smoke.sh STRATA node NODE_BIN     against a strata-node the bench starts (--node)
+#   bench_smoke.sh STRATA up                an instance of two clusters the bench starts with
+#                                           `strata up` (--up 2 --direct): through the router and
+#                                           straight to the node, with the replication lag probe
 set -u
 strata=$1
 mode=$2
@@ -35,7 +38,10 @@ case $mode in
     if [ ! -x "$node_bin" ]; then echo "skip: no strata-node at $node_bin"; exit 77; fi
     target=(--node --node-bin "$node_bin")
     ;;
-  *) echo "usage: $0 STRATA emulator|node [NODE_BIN]"; exit 2 ;;
+  up)
+    target=(--up 2 --direct --lag-interval-ms 1)
+    ;;
+  *) echo "usage: $0 STRATA emulator|node|up [NODE_BIN]"; exit 2 ;;
 esac
 
 TMPDIR=$tmp "$strata" bench "${target[@]}" "${args[@]}" >"$tmp/out" 2>"$tmp/err"
@@ -55,4 +61,14 @@ for wl in write read scan; do
   calls=$(echo "$line" | grep -Eo "$wl\.[a-z]+\.calls=[0-9]+" | head -n1 | cut -d= -f2)
   if [ "${calls:-0}" -ne 500 ]; then echo "$wl: expected 500 verified calls, got '${calls:-}'"; exit 1; fi
 done
+if [ "$mode" = up ]; then
+  for want in write.strata.proc.router.rss_peak_mb= write.strata.proc.east-0.rss_peak_mb= \
+              write.strata.proc.west-0.cpu_s= write.strata.lag.samples= write.strata.lag.lost=0 \
+              write.node.calls=500 read.router_overhead.ops_s=; do
+    case $line in
+      *"$want"*) ;;
+      *) echo "key=value line lacks '$want': $line"; exit 1 ;;
+    esac
+  done
+fi
 echo "ok"

@@ -182,6 +182,7 @@ static int down_purge(down_ctx *c) {
 }
 
 static int down_run(down_ctx *c) {
+    static const ops_partition none; /* stopped nodes forget their cut links: so does the file */
     size_t live = down_signal(c);
     if (live == 0)
         printf("No Strata process is running in %s.\n", c->dir);
@@ -195,6 +196,7 @@ static int down_run(down_ctx *c) {
             down_kill_rest(c);
         printf("Stopped.%s\n", c->purge ? "" : " Data is kept; `strata up` starts it again.");
     }
+    ops_inst_partition_write(c->dir, &none);
     return c->purge ? down_purge(c) : 0;
 }
 

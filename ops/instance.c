@@ -271,6 +271,22 @@ bool ops_inst_find_bin(const char *bin_dir, const char *sub, const char *name, c
     return false;
 }
 
+/* Appends --metrics ADDR from DIR/run/<name>.metrics when present. */
+static void cmdline_metrics(ops_cmdline *cl, const char *dir, const char *name, size_t *n) {
+    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
+    snprintf(path, sizeof path, "%s/run/%s.metrics", dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    bool ok = fgets(cl->metrics_addr, sizeof cl->metrics_addr, f) != NULL;
+    fclose(f);
+    cl->metrics_addr[strcspn(cl->metrics_addr, "\r\n")] = '\0';
+    if (ok && cl->metrics_addr[0]) {
+        cl->argv[(*n)++] = "--metrics";
+        cl->argv[(*n)++] = cl->metrics_addr;
+    }
+}
+
 void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
                            const st_topology *t, size_t i, size_t j) {
     const char **a = (const char **)cl->argv;
@@ -295,6 +311,9 @@ void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
         a[n++] = "--split-bytes";
         a[n++] = cl->nums[2];
     }
+    char name[OPS_NAME_MAX];
+    ops_inst_node_name(t, i, j, name);
+    cmdline_metrics(cl, dir, name, &n);
     a[n] = NULL;
 }
 
@@ -308,6 +327,9 @@ void ops_inst_router_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
     a[n++] = cl->topo_path;
     a[n++] = "--listen";
     a[n++] = t->routers[r];
+    char name[OPS_NAME_MAX];
+    ops_inst_router_name(r, name);
+    cmdline_metrics(cl, dir, name, &n);
     a[n] = NULL;
 }
 

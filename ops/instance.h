@@ -62,7 +62,7 @@ bool ops_inst_tcp_ready(const char *addr, int timeout_ms);
 void ops_inst_log_tail(const char *path, int lines);
 
 /* ---- starting processes (`strata up`, `strata chaos restart-cluster`) ---- */
-#define OPS_ARGV_MAX 16
+#define OPS_ARGV_MAX 20
 #define OPS_POLL_MS 50
 #define OPS_PROGRESS_EVERY_S 5
 
@@ -77,7 +77,10 @@ typedef struct ops_cmdline {
     char *argv[OPS_ARGV_MAX];
     char nums[3][32];
     char topo_path[OPS_PATH_MAX + 16];
+    char metrics_addr[ST_TOPO_ADDR_MAX + 1];
 } ops_cmdline;
+/* Both add --metrics ADDR when DIR/run/<name>.metrics holds one (`strata up --metrics` writes it;
+ * docs/metrics.md), so every start of a process serves its metrics on the same port. */
 /* strata-node --data D --listen ADDR --node-num N --cluster-num C --config DIR/topology
  * [--split-bytes S] for node j of cluster i. */
 void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin,

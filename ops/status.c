@@ -16,13 +16,6 @@
 #define STATUS_RPC_TIMEOUT_MS 2000 /* a healthy node answers in milliseconds */
 #define STATUS_NAME_MAX 160        /* "projects/P/instances/I" */
 
-typedef struct status_ctx {
-    const char *dir_flag;
-    char dir[OPS_PATH_MAX];
-    st_topology topo;
-    size_t nodes_ok, nodes_total, routers_ok;
-} status_ctx;
-
 /* What one node said. */
 typedef struct node_row {
     char pid[24];
@@ -31,6 +24,15 @@ typedef struct node_row {
     char data[24];
     bool ok;
 } node_row;
+
+typedef struct status_ctx {
+    const char *dir_flag;
+    char dir[OPS_PATH_MAX];
+    st_topology topo;
+    ops_partition part; /* DIR/run/partition: replication links cut by `strata chaos` */
+    node_row rows[ST_TOPO_CLUSTERS_MAX][ST_TOPO_NODES_MAX];
+    size_t nodes_ok, nodes_total, routers_ok;
+} status_ctx;
 
 static void status_usage(FILE *out) {
     fprintf(out, "usage: strata status [--dir DIR]\n"
@@ -120,11 +122,52 @@ static void repl_cells(const status_ctx *c, size_t ci, size_t ni) {
         const Strata__Internal__V1__PeerPosition *pp = p->peers[i];
         char bytes[32];
         ops_inst_fmt_bytes(pp->bytes_behind, bytes, sizeof bytes);
-        printf("%s%s: %llu rec %s %.1fs%s", i ? ", " : " ", pp->cluster_id,
+        printf("%s%s: %llu rec %s %.1fs%s%s", i ? ", " : " ", pp->cluster_id,
                (unsigned long long)pp->records_behind, bytes, (double)pp->time_behind_us / 1e6,
-               pp->backing_off ? " backoff" : "");
+               pp->link_cut ? " CUT" : "", pp->backing_off && !pp->link_cut ? " backoff" : "");
     }
     strata__internal__v1__positions__free_unpacked(p, NULL);
+}
+
+static void status_probe(status_ctx *c) {
+    const st_topology *t = &c->topo;
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
+            const st_topo_node *n = &t->clusters[i].nodes[j];
+            node_row *row = &c->rows[i][j];
+            char name[OPS_NAME_MAX];
+            bool alive;
+            ops_inst_node_name(t, i, j, name);
+            fill_pid(c->dir, name, row->pid, sizeof row->pid, &alive);
+            probe_node(n, row);
+            if (n->data_dir[0])
+                ops_inst_fmt_bytes(ops_inst_disk_bytes(n->data_dir), row->data, sizeof row->data);
+            else
+                snprintf(row->data, sizeof row->data, "-");
+            c->nodes_total++;
+            c->nodes_ok += row->ok;
+        }
+}
+
+/* Per cluster: nodes up of all (a cluster serves all its rows only when every node is up) and
+ * the replication links `strata chaos partition` cut (DIR/run/partition). */
+static void status_clusters(status_ctx *c) {
+    const st_topology *t = &c->topo;
+    printf("%-10s %-8s %-9s %s\n", "CLUSTER", "ZONE", "NODES UP", "REPLICATION LINKS");
+    for (size_t i = 0; i < t->n_clusters; i++) {
+        size_t up = 0;
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++)
+            up += c->rows[i][j].ok;
+        char health[24];
+        snprintf(health, sizeof health, "%zu/%zu", up, t->clusters[i].n_nodes);
+        printf("%-10s %-8s %-9s", t->clusters[i].id, t->clusters[i].zone, health);
+        size_t cut = 0;
+        for (size_t k = 0; k < t->n_clusters; k++)
+            if (k != i && ops_inst_partition_cut(&c->part, t->clusters[i].id, t->clusters[k].id))
+                printf("%s%s", cut++ ? ", " : " cut from ", t->clusters[k].id);
+        printf("%s\n", t->n_clusters < 2 ? " - (one cluster)" : cut ? "" : " open");
+    }
+    printf("\n");
 }
 
 static void status_nodes(status_ctx *c) {
@@ -136,21 +179,16 @@ static void status_nodes(status_ctx *c) {
     for (size_t i = 0; i < t->n_clusters; i++)
         for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
             const st_topo_node *n = &t->clusters[i].nodes[j];
+            const node_row *row = &c->rows[i][j];
             char name[OPS_NAME_MAX];
-            node_row row = {0};
-            bool alive;
             ops_inst_node_name(t, i, j, name);
-            fill_pid(c->dir, name, row.pid, sizeof row.pid, &alive);
-            probe_node(n, &row);
-            if (n->data_dir[0])
-                ops_inst_fmt_bytes(ops_inst_disk_bytes(n->data_dir), row.data, sizeof row.data);
-            else
-                snprintf(row.data, sizeof row.data, "-");
-            c->nodes_total++;
-            c->nodes_ok += row.ok;
             printf("%-10s %-8s %-12s %-22s %-14s %-13s %-8s %-10s", t->clusters[i].id,
-                   t->clusters[i].zone, name, n->addr, row.pid, row.health, row.tablets, row.data);
-            repl_cells(c, i, j);
+                   t->clusters[i].zone, name, n->addr, row->pid, row->health, row->tablets,
+                   row->data);
+            if (row->ok)
+                repl_cells(c, i, j);
+            else if (t->n_clusters >= 2)
+                printf(" -");
             printf("\n");
         }
 }
@@ -217,6 +255,10 @@ static int status_run(status_ctx *c) {
     signal(SIGPIPE, SIG_IGN);       /* a node dying mid-call must not end this command */
     st_log_set_level(ST_LOG_ERROR); /* a down node is shown in the table, not as log lines */
     printf("Instance %s/%s in %s\n\n", c->topo.project, c->topo.instance, c->dir);
+    if (!ops_inst_partition_read(c->dir, &c->part))
+        printf("(%s/run/partition is unreadable: `strata chaos heal` resets it)\n\n", c->dir);
+    status_probe(c);
+    status_clusters(c);
     status_nodes(c);
     status_routers(c);
     bool all = c->nodes_ok == c->nodes_total && c->routers_ok == c->topo.n_routers;

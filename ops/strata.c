@@ -23,6 +23,7 @@ static const strata_cmd commands[] = {
     {"down", ops_down_main, "stop a local instance (data kept; --purge deletes it)"},
     {"status", ops_status_main, "show a local instance's clusters, nodes, tablets and health"},
     {"failover", ops_failover_main, "point a single-cluster app profile at another cluster"},
+    {"chaos", ops_chaos_main, "rehearse failures: kill/restart a cluster, cut/heal replication"},
     {"help", cmd_help, "list the commands, or `strata help CMD` for one"},
 };
 #define COMMANDS_COUNT (sizeof(commands) / sizeof(commands[0]))

@@ -33,6 +33,7 @@ typedef struct up_opts {
     int port, clusters, nodes, wait_s;
     long long split_bytes; /* 0: not given (the topology's value stays) */
     bool shape_given, no_router;
+    bool metrics; /* --metrics: every process serves /metrics on a free port (docs/metrics.md) */
 } up_opts;
 
 /* One process we start: a node (cluster ci, node ni) or a router (ri). */
@@ -57,7 +58,7 @@ static void up_usage(FILE *out) {
     fprintf(out,
             "usage: strata up [--dir DIR] [--port PORT] [--clusters N] [--nodes M]\n"
             "                 [--split-bytes N] [--config FILE] [--bin-dir DIR] [--wait-s S]\n"
-            "                 [--no-router]\n"
+            "                 [--no-router] [--metrics]\n"
             "Starts a local Strata instance in the background: N clusters (default 2: east, west,\n"
             "then zone-3, ...) of M strata-node processes each (default 3) and one strata-router\n"
             "on 127.0.0.1:PORT (default 8086, the emulator's port).\n"
@@ -70,6 +71,8 @@ static void up_usage(FILE *out) {
             "                   binary's build tree, then $PATH)\n"
             "  --wait-s S       how long to wait for each process to listen (default %d)\n"
             "  --no-router      start only the nodes (debugging)\n"
+            "  --metrics        every process serves Prometheus metrics on a free loopback port,\n"
+            "                   shown below and kept in DIR/run/<name>.metrics (docs/metrics.md)\n"
             "Run again on a running instance: says so and changes nothing. Stop it with\n"
             "`strata down`, inspect it with `strata status`.\n",
             UP_WAIT_S_DEFAULT);
@@ -103,6 +106,9 @@ static int up_parse(int argc, char **argv, up_opts *o) {
             return 0;
         } else if (!strcmp(a, "--no-router")) {
             o->no_router = true;
+            continue;
+        } else if (!strcmp(a, "--metrics")) {
+            o->metrics = true;
             continue;
         } else if (!v) {
             fprintf(stderr, "strata up: unknown flag or missing value: '%s'\n", a);
@@ -340,8 +346,29 @@ static void up_log_path(const up_ctx *c, const up_proc *p, char *out, size_t cap
     snprintf(out, cap, "%s/logs/%s.log", c->dir, p->name);
 }
 
+/* With --metrics: picks a free loopback port for p's /metrics and records it in
+ * DIR/run/<name>.metrics (the command line reads it there); without: removes a stale record. */
+static bool up_metrics_record(up_ctx *c, up_proc *p) {
+    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], addr[ST_TOPO_ADDR_MAX + 1] = "";
+    snprintf(path, sizeof path, "%s/run/%s.metrics", c->dir, p->name);
+    if (!c->o.metrics) {
+        unlink(path);
+        return true;
+    }
+    FILE *f = NULL;
+    if (!pick_port(&c->topo, addr, sizeof addr) || !(f = fopen(path, "w"))) {
+        fprintf(stderr, "strata up: cannot set up %s's metrics port (%s): %s\n", p->name, path,
+                strerror(errno));
+        return false;
+    }
+    fprintf(f, "%s\n", addr);
+    return fclose(f) == 0;
+}
+
 /* Starts p with the command line every start of it uses (ops_inst_node_cmdline). */
 static bool up_spawn(up_ctx *c, up_proc *p) {
+    if (!up_metrics_record(c, p))
+        return false;
     ops_cmdline cl;
     if (p->is_router)
         ops_inst_router_cmdline(&cl, c->dir, c->router_bin, &c->topo, p->ri);
@@ -417,13 +444,27 @@ static void up_report_failure(up_ctx *c, up_proc *p, ops_wait w, int status) {
     }
 }
 
+/* "  metrics http://ADDR/metrics" after a ready line, with --metrics. */
+static void up_print_metrics(const up_ctx *c, const up_proc *p) {
+    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], addr[ST_TOPO_ADDR_MAX + 2] = "";
+    snprintf(path, sizeof path, "%s/run/%s.metrics", c->dir, p->name);
+    FILE *f = c->o.metrics ? fopen(path, "r") : NULL;
+    if (!f)
+        return;
+    if (fgets(addr, sizeof addr, f))
+        printf("  metrics http://%.*s/metrics", (int)strcspn(addr, "\n"), addr);
+    fclose(f);
+}
+
 /* Waits for p; when a port we picked turned out taken, picks another and starts p again. */
 static bool up_await(up_ctx *c, up_proc *p) {
     for (int attempt = 1;; attempt++) {
         int status = 0;
         ops_wait w = up_wait_ready(c, p, &status);
         if (w == OPS_READY) {
-            printf("  %-12s %-22s ready (pid %d)\n", p->name, up_proc_addr(c, p), (int)p->pid);
+            printf("  %-12s %-22s ready (pid %d)", p->name, up_proc_addr(c, p), (int)p->pid);
+            up_print_metrics(c, p);
+            printf("\n");
             fflush(stdout);
             return true;
         }
@@ -454,8 +495,10 @@ static int up_running_state(up_ctx *c) {
     for (size_t i = 0; i < n; i++)
         alive += ops_inst_pid_alive(ops_inst_pid_read(c->dir, names[i]));
     if (n == 0 || alive == 0) {
+        static const ops_partition none; /* nodes start with every replication link open */
         for (size_t i = 0; i < n; i++)
             ops_inst_pid_remove(c->dir, names[i]);
+        ops_inst_partition_write(c->dir, &none);
         return 0;
     }
     if (alive == n)

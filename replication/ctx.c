@@ -86,6 +86,13 @@ static void name_add(const sto_tablet_info *info, void *arg) {
 
 void repl_names_refresh(repl_ctx *r) { sto_tablet_list(r->o.db, name_add, r); }
 
+void repl_tablet_named(repl_ctx *r, uint64_t tablet_id, const char *table) {
+    if (!r || !table)
+        return;
+    sto_tablet_info info = {.id = tablet_id, .table = st_slice_cstr(table)};
+    name_add(&info, r);
+}
+
 const char *repl_tablet_table(repl_ctx *r, uint64_t tablet_id, bool refresh) {
     repl_name *n = name_find(r, tablet_id);
     if (!n && refresh) {

@@ -8,19 +8,22 @@
 #include <string.h>
 
 #include "strata/router.h"
+#include "strata/router_metrics.h"
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-router --config TOPOLOGY_FILE [--listen HOST:PORT]\n"
             "                     [--balance auto|on|off] [--balance-ms MS] [--zone ZONE]\n"
-            "                     [--verbose]\n"
+            "                     [--metrics HOST:PORT] [--verbose]\n"
             "Serves the Cloud Bigtable data and table admin APIs for the instance the topology\n"
             "file describes (docs/formats/topology.md), forwarding to its nodes. The listen\n"
             "address defaults to the file's [router] listen, else 127.0.0.1:8086.\n"
             "The tablet balancer moves tablets from the fullest node of a cluster to the\n"
             "emptiest every MS milliseconds (default 2000); with `auto` (the default) only the\n"
             "router listening on the file's first [router] address runs it.\n"
-            "Multi-cluster app profiles try clusters in ZONE first, then in file order.\n");
+            "Multi-cluster app profiles try clusters in ZONE first, then in file order.\n"
+            "--metrics HOST:PORT serves Prometheus metrics at http://HOST:PORT/metrics (port 0:\n"
+            "any free port, shown in the startup line; docs/metrics.md). Off by default.\n");
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -29,6 +32,10 @@ static void on_signal(evutil_socket_t fd, short what, void *arg) {
     event_base_loopbreak(arg);
 }
 
+/* --metrics HOST:PORT, when given. */
+static char metrics_host[ST_TOPO_ADDR_MAX + 1];
+static uint16_t metrics_port;
+
 static int run(struct event_base *base, const rtr_opts *o) {
     rtr_ctx *r;
     st_err err = {0};
@@ -36,7 +43,19 @@ static int run(struct event_base *base, const rtr_opts *o) {
         fprintf(stderr, "strata-router: %s\n", err.msg[0] ? err.msg : "could not start");
         return 1;
     }
-    printf("strata-router listening on %s:%u\n", rtr_host(r), rtr_port(r));
+    metrics_http *metrics = NULL;
+    char mline[ST_TOPO_ADDR_MAX + 48] = "";
+    if (metrics_host[0]) {
+        metrics = rtr_metrics_start(r, metrics_host, metrics_port, &metrics_port, &err);
+        if (!metrics) {
+            fprintf(stderr, "strata-router: %s\n", err.msg);
+            rtr_close(r);
+            event_base_loop(base, EVLOOP_NONBLOCK);
+            return 1;
+        }
+        snprintf(mline, sizeof mline, " metrics=http://%s:%u/metrics", metrics_host, metrics_port);
+    }
+    printf("strata-router listening on %s:%u%s\n", rtr_host(r), rtr_port(r), mline);
     fflush(stdout);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
@@ -46,6 +65,7 @@ static int run(struct event_base *base, const rtr_opts *o) {
     st_log(ST_LOG_INFO, "router", "shutting down");
     event_free(sigint);
     event_free(sigterm);
+    metrics_http_free(metrics);
     rtr_close(r);
     event_base_loop(base, EVLOOP_NONBLOCK);
     return 0;
@@ -64,6 +84,13 @@ int main(int argc, char **argv) {
             listen = argv[++i];
         else if (!strcmp(a, "--zone") && v)
             zone = argv[++i];
+        else if (!strcmp(a, "--metrics") && v) {
+            if (!st_addr_split(argv[++i], metrics_host, sizeof metrics_host, &metrics_port) ||
+                !metrics_host[0]) {
+                fprintf(stderr, "strata-router: bad --metrics '%s': use HOST:PORT\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--balance") && v) {
             const char *m = argv[++i];
             balance = !strcmp(m, "on") ? RTR_BALANCE_ON : !strcmp(m, "off") ? RTR_BALANCE_OFF

@@ -158,7 +158,10 @@ bool rtr_retryable(st_code code, const char *message, bool unavailable_ok) {
     return unavailable_ok && code == ST_UNAVAILABLE;
 }
 
+uint64_t rtr_retries_total;
+
 int64_t rtr_backoff_ms(int attempt) {
+    __atomic_fetch_add(&rtr_retries_total, 1, __ATOMIC_RELAXED);
     int64_t ms = RTR_RETRY_BACKOFF_MS;
     for (int i = 1; i < attempt && ms < RTR_RETRY_BACKOFF_MAX_MS; i++)
         ms *= 2;

@@ -374,8 +374,10 @@ size_t rtr_forward_headers(const rpc_call *call, rpc_metadata *md);
 /* True for answers after which a request may be retried transparently: a node that no longer
  * owns the rows; UNAVAILABLE too when `unavailable_ok` (idempotent requests). */
 bool rtr_retryable(st_code code, const char *message, bool unavailable_ok);
-/* Backoff before retry number attempt (1-based): 20 ms doubling, at most 500 ms. */
+/* Backoff before retry number attempt (1-based): 20 ms doubling, at most 500 ms. Every retry
+ * asks for one, so it also counts them in rtr_retries_total (process-wide, for metrics.c). */
 int64_t rtr_backoff_ms(int attempt);
+extern uint64_t rtr_retries_total;
 /* True while another retry is allowed after `attempts` retries that ended with (code, message):
  * RTR_RETRIES_NOT_OWNER_MAX for strata-not-owner (a tablet moving: writes wait until the move
  * ends, seconds for a large tablet), RTR_RETRIES_MAX otherwise. The client's deadline still

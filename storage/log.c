@@ -405,6 +405,19 @@ static st_code scan_deliver(scan_ctx *c, const rec_view *v, st_err *err) {
     return rc;
 }
 
+/* True when the segment open in r begins with a header's worth of zero bytes: reserved space
+ * (sto_log preallocates segments) whose header was never written. */
+static bool seg_header_zero(rec_reader *r) {
+    const uint8_t *h = NULL;
+    st_err e;
+    if (r->limit < LOG_SEG_HDR_BYTES || reader_fill(r, 0, LOG_SEG_HDR_BYTES, &h, &e) != ST_OK || !h)
+        return false;
+    for (size_t i = 0; i < LOG_SEG_HDR_BYTES; i++)
+        if (h[i] != 0)
+            return false;
+    return true;
+}
+
 /* Reads one segment's records in order. For a non-last segment, records first..stop_lsn must all
  * be good and later bytes are ignored; in the last segment the first bad record ends the log. */
 static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint64_t stop_lsn,
@@ -415,8 +428,10 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
     st_code rc = reader_open_seg(&c->rd, c->log, first_lsn, &res->file_bytes, &why, err);
     if (rc != ST_OK)
         return rc;
-    if (why && is_last && res->file_bytes <= LOG_SEG_HDR_BYTES) {
-        res->torn = true; /* a crash while the segment was being created */
+    if (why && is_last && (res->file_bytes <= LOG_SEG_HDR_BYTES || seg_header_zero(&c->rd))) {
+        /* A crash while the segment was being created (its space may have been reserved
+         * already): records go in only after the header is durable, so it holds none. */
+        res->torn = true;
         return ST_OK;
     }
     if (why)
@@ -608,6 +623,12 @@ static st_code segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
     st_code rc = log->env->ops->wopen(log->env, path, &f, err);
     if (rc != ST_OK)
         return rc;
+    /* Reserved space: an fdatasync after writing inside the file's size costs about half of one
+     * that must also record a new size. Best effort (no space, no support: appends extend the file
+     * as before). Recovery tells records from the zeros by their checksums and lsns, and never
+     * appends to a segment with bytes after its last good record (it starts a new one). */
+    if (log->env->ops->preallocate)
+        (void)log->env->ops->preallocate(f, log->segment_bytes, NULL);
     rc = log->env->ops->append(f, hdr, sizeof hdr, err);
     if (rc == ST_OK && log->sync)
         rc = log->env->ops->sync(f, err);

@@ -27,6 +27,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "rpc_internal.h"
+#include "rpc_metrics.h"
 
 #define STAT_ADD(srv, field, n)                                                                    \
     __atomic_fetch_add(&(srv)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
@@ -63,6 +64,7 @@ struct rpc_server {
     int post_fd;
     struct event *post_ev;
     rpc_server_stats stats; /* updated and read with __atomic builtins */
+    rpc_metrics metrics;    /* per-method counters and latencies (loop thread; rpc_metrics.h) */
 };
 
 struct h2_conn {
@@ -102,6 +104,8 @@ struct rpc_call {
     st_buf request;
     size_t request_bytes; /* counted in conn->request_bytes */
     bool dispatched, finished, cancelled, headers_sent, handler_ref, was_full;
+    bool metered;     /* recorded in the server's metrics (once, at its final status) */
+    int64_t start_us; /* st_mono_us when its headers began: the latency metric's start */
     st_code status;
     const char *status_msg; /* percent-encoded, in the arena */
     st_buf out;             /* framed response bytes; [out_off, out.len) still queued */
@@ -148,6 +152,7 @@ static rpc_call *call_new(h2_conn *conn, int32_t stream_id) {
     call->conn = conn;
     call->stream_id = stream_id;
     call->http_status = 200;
+    call->start_us = st_mono_us();
     st_arena_init(&call->arena, RPC_CALL_ARENA_BLOCK_BYTES);
     rpc_deframer_init(&call->deframer, conn->srv->opts.message_bytes_max);
     st_buf_init(&call->request);
@@ -159,6 +164,15 @@ static rpc_call *call_new(h2_conn *conn, int32_t stream_id) {
     STAT_ADD(conn->srv, calls_started, 1);
     STAT_ADD(conn->srv, calls_active, 1);
     return call;
+}
+
+/* Records the call's final status and latency in the server's metrics, once. */
+static void call_meter(rpc_server *srv, rpc_call *call, st_code code) {
+    if (call->metered)
+        return;
+    call->metered = true;
+    size_t idx = call->method ? (size_t)(call->method - srv->methods) : SIZE_MAX;
+    rpc_metrics_record(&srv->metrics, idx, code, st_mono_us() - call->start_us);
 }
 
 static void call_run_cancel(rpc_call *call) {
@@ -199,6 +213,7 @@ static void call_detach(rpc_call *call) {
     call->conn = NULL;
     if (!call->finished) {
         STAT_ADD(srv, calls_cancelled, 1);
+        call_meter(srv, call, ST_CANCELLED);
         call_run_cancel(call);
     }
     rpc_call_unref(call);
@@ -365,6 +380,8 @@ static void call_finish_internal(rpc_call *call, st_code code, const char *msg) 
         return;
     call->finished = true;
     call->status = code;
+    if (call->conn)
+        call_meter(call->conn->srv, call, code);
     char enc[RPC_GRPC_MESSAGE_MAX];
     rpc_percent_encode(msg, enc, sizeof(enc));
     char *dup = st_arena_dup(&call->arena, enc, strlen(enc) + 1);
@@ -850,6 +867,7 @@ rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts,
     if (!s->opts.streams_max)
         s->opts.streams_max = RPC_STREAMS_MAX_DEFAULT;
     pthread_mutex_init(&s->post_mu, NULL);
+    rpc_metrics_init(&s->metrics);
     s->post_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->post_fd < 0 ||
         !(s->post_ev = event_new(base, s->post_fd, EV_READ | EV_PERSIST, post_cb, s)) ||
@@ -873,6 +891,10 @@ st_code rpc_server_add_method(rpc_server *s, const char *path, rpc_handler_fn ha
     char *p = strdup(path);
     if (!p)
         return ST_RESOURCE_EXHAUSTED;
+    if (rpc_metrics_add(&s->metrics, path) != ST_OK) { /* its slot: index methods_len */
+        free(p);
+        return ST_RESOURCE_EXHAUSTED;
+    }
     s->methods[s->methods_len++] = (rpc_method_ent){p, handler, arg};
     return ST_OK;
 }
@@ -932,6 +954,7 @@ void rpc_server_free(rpc_server *s) {
     for (size_t i = 0; i < s->methods_len; i++)
         free(s->methods[i].path);
     free(s->methods);
+    rpc_metrics_deinit(&s->metrics);
     free(s);
 }
 
@@ -948,4 +971,40 @@ void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out) {
     out->queued_bytes = __atomic_load_n(&s->stats.queued_bytes, __ATOMIC_RELAXED);
     out->queued_bytes_peak = __atomic_load_n(&s->stats.queued_bytes_peak, __ATOMIC_RELAXED);
     out->bad_streams = __atomic_load_n(&s->stats.bad_streams, __ATOMIC_RELAXED);
+}
+
+void rpc_server_metrics_render(rpc_server *s, prom_out *o) {
+    rpc_server_stats st;
+    rpc_server_stats_get(s, &st);
+    rpc_metrics_render(&s->metrics, o);
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+    } g[] = {
+        {"strata_rpc_server_connections_accepted_total", "counter", "Connections accepted.",
+         offsetof(rpc_server_stats, conns_accepted)},
+        {"strata_rpc_server_connections_open", "gauge", "Connections open now.",
+         offsetof(rpc_server_stats, conns_open)},
+        {"strata_rpc_server_calls_started_total", "counter", "Streams opened by clients.",
+         offsetof(rpc_server_stats, calls_started)},
+        {"strata_rpc_server_calls_active", "gauge", "Calls whose stream is open now.",
+         offsetof(rpc_server_stats, calls_active)},
+        {"strata_rpc_server_calls_cancelled_total", "counter",
+         "Calls cancelled by the peer, a lost connection or their deadline.",
+         offsetof(rpc_server_stats, calls_cancelled)},
+        {"strata_rpc_server_bad_streams_total", "counter",
+         "Streams the RPC layer itself ended with an error (malformed or unknown requests).",
+         offsetof(rpc_server_stats, bad_streams)},
+        {"strata_rpc_server_queued_bytes", "gauge",
+         "Response bytes queued in calls, not yet handed to HTTP/2.",
+         offsetof(rpc_server_stats, queued_bytes)},
+        {"strata_rpc_server_queued_bytes_peak", "gauge", "High-water mark of queued bytes.",
+         offsetof(rpc_server_stats, queued_bytes_peak)},
+    };
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&st + g[i].off, sizeof v);
+        prom_family(o, g[i].name, g[i].type, g[i].help);
+        prom_sample_u64(o, g[i].name, NULL, 0, v);
+    }
 }

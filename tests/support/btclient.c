@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/bigtable/v2/feature_flags.pb-c.h"
 #include "strata/rpc.h"
 
@@ -223,6 +224,11 @@ static st_code families_parse(st_arena *a, const char *spec, Google__Bigtable__A
 }
 
 st_code bt_create_table(const bt_client *c, const char *table, const char *families, st_err *st) {
+    return bt_create_table_split(c, table, families, NULL, st);
+}
+
+st_code bt_create_table_split(const bt_client *c, const char *table, const char *families,
+                              const char *const *splits, st_err *st) {
     st_arena a;
     st_arena_init(&a, BT_ARENA_BLOCK_BYTES);
     Google__Bigtable__Admin__V2__CreateTableRequest req;
@@ -232,6 +238,20 @@ st_code bt_create_table(const bt_client *c, const char *table, const char *famil
     req.parent = (char *)c->instance;
     req.table_id = (char *)table;
     req.table = &t;
+    size_t n_splits = 0;
+    while (splits && splits[n_splits])
+        n_splits++;
+    if (n_splits) {
+        req.initial_splits = arena_zalloc(&a, n_splits * sizeof *req.initial_splits);
+        for (size_t i = 0; i < n_splits; i++) {
+            Google__Bigtable__Admin__V2__CreateTableRequest__Split *sp =
+                arena_zalloc(&a, sizeof *sp);
+            google__bigtable__admin__v2__create_table_request__split__init(sp);
+            sp->key = (ProtobufCBinaryData){strlen(splits[i]), (uint8_t *)splits[i]};
+            req.initial_splits[i] = sp;
+        }
+        req.n_initial_splits = n_splits;
+    }
     st_code rc = families ? families_parse(&a, families, &t, st) : ST_OK;
     if (rc == ST_OK) {
         st_buf resp;
@@ -253,6 +273,76 @@ st_code bt_delete_table(const bt_client *c, const char *table, st_err *st) {
     st_buf_init(&resp);
     st_code rc = call_unary(c, BT_ADMIN_SVC, "DeleteTable", &req.base, NULL, &resp, st);
     st_buf_free(&resp);
+    return rc;
+}
+
+st_code bt_create_app_profile(const bt_client *c, const char *id, const char *cluster_id,
+                              st_err *st) {
+    Google__Bigtable__Admin__V2__AppProfile__SingleClusterRouting one;
+    google__bigtable__admin__v2__app_profile__single_cluster_routing__init(&one);
+    one.cluster_id = (char *)cluster_id;
+    Google__Bigtable__Admin__V2__AppProfile prof;
+    google__bigtable__admin__v2__app_profile__init(&prof);
+    prof.routing_policy_case = GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING;
+    prof.single_cluster_routing = &one;
+    Google__Bigtable__Admin__V2__CreateAppProfileRequest req;
+    google__bigtable__admin__v2__create_app_profile_request__init(&req);
+    req.parent = (char *)c->instance;
+    req.app_profile_id = (char *)id;
+    req.app_profile = &prof;
+    req.ignore_warnings = true;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_code rc = call_unary(c, "/google.bigtable.admin.v2.BigtableInstanceAdmin/",
+                            "CreateAppProfile", &req.base, NULL, &resp, st);
+    st_buf_free(&resp);
+    return rc;
+}
+
+st_code bt_wait_consistent(const bt_client *c, const char *table, int max_checks, int *checks,
+                           st_err *st) {
+    char name[BT_NAME_MAX];
+    bt_table_name(c, table, name);
+    Google__Bigtable__Admin__V2__GenerateConsistencyTokenRequest gen;
+    google__bigtable__admin__v2__generate_consistency_token_request__init(&gen);
+    gen.name = name;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_code rc = call_unary(c, BT_ADMIN_SVC, "GenerateConsistencyToken", &gen.base, NULL, &resp, st);
+    Google__Bigtable__Admin__V2__GenerateConsistencyTokenResponse *tok =
+        rc == ST_OK ? google__bigtable__admin__v2__generate_consistency_token_response__unpack(
+                          NULL, resp.len, resp.data)
+                    : NULL;
+    if (rc == ST_OK && !tok)
+        rc = st_err_set(st, ST_INTERNAL, "unreadable GenerateConsistencyTokenResponse");
+    int n = 0;
+    bool consistent = false;
+    while (rc == ST_OK && !consistent && n < max_checks) {
+        if (n++)
+            nanosleep(&(struct timespec){0, 100 * 1000000L}, NULL);
+        Google__Bigtable__Admin__V2__CheckConsistencyRequest chk;
+        google__bigtable__admin__v2__check_consistency_request__init(&chk);
+        chk.name = name;
+        chk.consistency_token = tok->consistency_token;
+        st_buf_reset(&resp);
+        rc = call_unary(c, BT_ADMIN_SVC, "CheckConsistency", &chk.base, NULL, &resp, st);
+        Google__Bigtable__Admin__V2__CheckConsistencyResponse *a =
+            rc == ST_OK ? google__bigtable__admin__v2__check_consistency_response__unpack(
+                              NULL, resp.len, resp.data)
+                        : NULL;
+        if (rc == ST_OK && !a)
+            rc = st_err_set(st, ST_INTERNAL, "unreadable CheckConsistencyResponse");
+        consistent = a && a->consistent;
+        if (a)
+            google__bigtable__admin__v2__check_consistency_response__free_unpacked(a, NULL);
+    }
+    if (tok)
+        google__bigtable__admin__v2__generate_consistency_token_response__free_unpacked(tok, NULL);
+    st_buf_free(&resp);
+    if (checks)
+        *checks = n;
+    if (rc == ST_OK && !consistent)
+        rc = st_err_set(st, ST_DEADLINE_EXCEEDED, "not consistent after %d checks", n);
     return rc;
 }
 
@@ -371,6 +461,8 @@ st_code bt_mutate_row(const bt_client *c, const char *table, st_slice row, const
     Google__Bigtable__V2__MutateRowRequest req;
     google__bigtable__v2__mutate_row_request__init(&req);
     req.table_name = name;
+    if (c->app_profile[0])
+        req.app_profile_id = (char *)c->app_profile;
     req.row_key = (ProtobufCBinaryData){row.len, (uint8_t *)row.data};
     req.n_mutations = m ? m->n : 0;
     req.mutations = m ? m->v : NULL;
@@ -456,6 +548,8 @@ st_code bt_mutate_rows(const bt_client *c, const char *table, const bt_entry *en
             st_err_clear(&msgs[i]);
     }
     req.table_name = name;
+    if (c->app_profile[0])
+        req.app_profile_id = (char *)c->app_profile;
     req.n_entries = n;
     req.entries = ptrs;
     rows_ctx x = {codes, msgs, n, false};
@@ -475,6 +569,8 @@ st_code bt_check_and_mutate(const bt_client *c, const char *table, st_slice row,
     Google__Bigtable__V2__CheckAndMutateRowRequest req;
     google__bigtable__v2__check_and_mutate_row_request__init(&req);
     req.table_name = name;
+    if (c->app_profile[0])
+        req.app_profile_id = (char *)c->app_profile;
     req.row_key = (ProtobufCBinaryData){row.len, (uint8_t *)row.data};
     req.predicate_filter = (bt_filter *)pred;
     req.n_true_mutations = on_true ? on_true->n : 0;
@@ -550,6 +646,8 @@ st_code bt_read_modify_write(const bt_client *c, const char *table, st_slice row
     Google__Bigtable__V2__ReadModifyWriteRowRequest req;
     google__bigtable__v2__read_modify_write_row_request__init(&req);
     req.table_name = name;
+    if (c->app_profile[0])
+        req.app_profile_id = (char *)c->app_profile;
     req.row_key = (ProtobufCBinaryData){row.len, (uint8_t *)row.data};
     req.n_rules = n;
     req.rules = arena_zalloc(&a, (n ? n : 1) * sizeof *req.rules);
@@ -616,6 +714,8 @@ st_code bt_sample_row_keys(const bt_client *c, const char *table, st_buf *dump, 
     Google__Bigtable__V2__SampleRowKeysRequest req;
     google__bigtable__v2__sample_row_keys_request__init(&req);
     req.table_name = name;
+    if (c->app_profile[0])
+        req.app_profile_id = (char *)c->app_profile;
     sample_ctx x = {dump, 0, false};
     st_code rc = call_stream(c, "SampleRowKeys", &req.base, name, NULL, sample_msg, &x, st);
     if (rc == ST_OK && x.bad)
@@ -914,6 +1014,8 @@ st_code bt_read_rows(const bt_client *c, const char *table, const bt_read_req *r
     Google__Bigtable__V2__ReadRowsRequest req;
     google__bigtable__v2__read_rows_request__init(&req);
     req.table_name = name;
+    if (c->app_profile[0])
+        req.app_profile_id = (char *)c->app_profile;
     req.rows = (Google__Bigtable__V2__RowSet *)rq->rows;
     req.filter = (bt_filter *)rq->filter;
     req.rows_limit = rq->rows_limit;

@@ -36,6 +36,7 @@ typedef struct bt_client {
     char addr[BT_ADDR_MAX]; /* "host:port" */
     char instance[128];     /* "projects/p/instances/i" */
     int64_t timeout_ms;     /* per call deadline, <= 0 none */
+    char app_profile[64];   /* app_profile_id of data requests; "" = none (the default profile) */
 } bt_client;
 
 /* Instance "projects/p/instances/i" at addr. */
@@ -48,10 +49,22 @@ void bt_table_name(const bt_client *c, const char *table, char out[BT_NAME_MAX])
  * cf4:maxage=10s&&maxversions=2,cf5" (family without rule = no GC). Units of maxage: s m h d.
  * Families are created in the listed order (the emulator returns families in creation order). */
 st_code bt_create_table(const bt_client *c, const char *table, const char *families, st_err *st);
+/* The same with initial splits: splits is a NULL-terminated list of row keys (NULL = none). */
+st_code bt_create_table_split(const bt_client *c, const char *table, const char *families,
+                              const char *const *splits, st_err *st);
 st_code bt_delete_table(const bt_client *c, const char *table, st_err *st);
 /* One ModifyColumnFamilies create of `family` with the rule text above ("" = none). */
 st_code bt_create_family(const bt_client *c, const char *table, const char *family,
                          const char *gc_rule, st_err *st);
+
+/* A single-cluster-routing app profile `id` to cluster_id (instance admin, ignore_warnings). */
+st_code bt_create_app_profile(const bt_client *c, const char *id, const char *cluster_id,
+                              st_err *st);
+/* GenerateConsistencyToken, then CheckConsistency every 100 ms until consistent, at most
+ * max_checks times (*checks, may be NULL, receives how many): what `cbt waitforreplication`
+ * does. DEADLINE_EXCEEDED when it never was consistent. */
+st_code bt_wait_consistent(const bt_client *c, const char *table, int max_checks, int *checks,
+                           st_err *st);
 
 /* ---- mutation lists (own their memory) ---- */
 typedef struct bt_muts {

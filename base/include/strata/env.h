@@ -39,6 +39,13 @@ typedef struct st_env_ops {
     st_code (*list)(st_env *env, const char *dir, st_code (*fn)(const char *name, void *arg),
                     void *arg, st_err *err);
     void (*destroy)(st_env *env);
+    /* Optional, NULL when the env has no such thing (added for the commit log). Reserves disk
+     * space for a file just made by wopen, which must still be empty: its size becomes `bytes`
+     * (zeros) while appends keep writing from its start, over the zeros. A sync after appends into
+     * reserved space has no file size to record, which makes fdatasync cheaper. Readers of such a
+     * file must tell the written part from the zeros themselves (the log's records are
+     * checksummed). */
+    st_code (*preallocate)(st_wfile *f, uint64_t bytes, st_err *err);
 } st_env_ops;
 
 struct st_env {

@@ -157,6 +157,12 @@ st_code repl_links_set(repl_ctx *r, const uint32_t *cut, size_t n, st_err *err);
 /* True while the link to (and from) peer cluster cluster_num is cut. */
 bool repl_link_cut(const repl_ctx *r, uint32_t cluster_num);
 
+/* Tells the shippers the table of a tablet as soon as it exists (CreateTablet, a split's halves,
+ * a move's target): log records name tablets only, and a tablet may split (its id is then gone)
+ * or be dropped before its records are shipped, after which storage no longer knows its table.
+ * Names are kept until close (at most REPL_TABLET_NAMES_MAX). Loop thread; NULL r is fine. */
+void repl_tablet_named(repl_ctx *r, uint64_t tablet_id, const char *table);
+
 /* Per-peer statistics (status, metrics, tests). */
 typedef struct repl_peer_stats {
     char cluster_id[ST_TOPO_ID_MAX + 1];

@@ -7,7 +7,8 @@
  * resumes from the durable acknowledged position; while the peer refuses (UNAVAILABLE) the
  * shipper backs off exponentially and catches up once the peer is back; with two west nodes the
  * rows go to their owners by the peer's tablet map (ListTablets), refreshed after
- * strata-not-owner. The loop runs until a
+ * strata-not-owner; a link cut by repl_links_set (strata chaos partition) ships nothing and the
+ * receiving end refuses Apply until both ends are restored. The loop runs until a
  * condition holds; a generous iteration cap only guards against hangs. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -388,6 +389,58 @@ static void test_shipper_backs_off_and_recovers(void **state) {
     env_close(&e);
 }
 
+static bool east_refused_by_cut(env *e) {
+    repl_peer_stats st;
+    repl_peer_stats_get(e->re, 0, &st);
+    return st.rpcs_failed > 0 && strstr(st.last_error, "strata-link-cut") != NULL;
+}
+
+/* Turns the loop n times (2 ms each): time in which an open link would have shipped. */
+static void run_turns(env *e, int n) {
+    for (int i = 0; i < n; i++) {
+        struct timeval tv = {0, 2000};
+        event_base_loopexit(e->base, &tv);
+        event_base_dispatch(e->base);
+    }
+}
+
+/* `strata chaos partition`: a cut link ships nothing; a receiver with the link cut refuses
+ * Apply (UNAVAILABLE strata-link-cut) and writes nothing; once both ends are restored the
+ * shipper catches up and west matches east. Only peer clusters may be cut. */
+static void test_shipper_link_cut_and_restored(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    write_rows(&e, 0, 10, false);
+    east_open(&e);
+    run_until(&e, east_caught_up);
+    st_err err;
+    uint32_t west_num = 2, east_num = 1, own = 1, none = 9;
+    assert_int_equal(repl_links_set(e.re, &own, 1, &err), ST_INVALID_ARGUMENT);
+    assert_int_equal(repl_links_set(e.re, &none, 1, &err), ST_INVALID_ARGUMENT);
+    assert_int_equal(repl_links_set(e.re, &west_num, 1, &err), ST_OK);
+    assert_int_equal(repl_links_set(e.w[0].rw, &east_num, 1, &err), ST_OK);
+    assert_true(repl_link_cut(e.re, 2));
+    uint64_t writes = e.w[0].writes;
+    write_rows(&e, 10, 20, false);
+    run_turns(&e, 100);
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_true(st.link_cut);
+    assert_true(st.records_behind >= 20);
+    assert_int_equal(e.w[0].writes, writes);
+    /* East's end restored, west's still cut: west refuses what east now sends. */
+    assert_int_equal(repl_links_set(e.re, NULL, 0, &err), ST_OK);
+    run_until(&e, east_refused_by_cut);
+    assert_int_equal(e.w[0].writes, writes);
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_false(st.link_cut);
+    assert_int_equal(repl_links_set(e.w[0].rw, NULL, 0, &err), ST_OK);
+    run_until(&e, east_caught_up);
+    assert_west_matches_east(&e);
+    env_close(&e);
+}
+
 /* A row delete storage wrote itself (DropRowRange: origin 0, version with the cluster as
  * tiebreaker) travels with the origin taken from the version; a record with no origin at all
  * would be refused by every peer, so it is counted and skipped instead of stopping shipping. */
@@ -468,6 +521,7 @@ int main(void) {
         cmocka_unit_test(test_shipper_backs_off_and_recovers),
         cmocka_unit_test(test_shipper_routes_by_peer_tablet_map),
         cmocka_unit_test(test_shipper_fills_origin_and_skips_invalid),
+        cmocka_unit_test(test_shipper_link_cut_and_restored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

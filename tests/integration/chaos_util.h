@@ -1,0 +1,39 @@
+/* chaos_util.h — what the replication fault tests (convergence_test.c, crash_repl_test.c) share:
+ * a local instance started with `strata up` in a temporary directory, `strata` subcommands run
+ * as child processes (`strata chaos ...`), failure reports that keep the instance's logs, and
+ * clients bound to single-cluster app profiles. Test code only; one instance per process. */
+#ifndef STRATA_TEST_CHAOS_UTIL_H
+#define STRATA_TEST_CHAOS_UTIL_H
+
+#include <stdbool.h>
+
+#include "btclient.h"
+#include "strata/topology.h"
+
+/* The instance (valid after ci_up). */
+extern char ci_dir[BT_PATH_MAX];
+extern char ci_router[BT_ADDR_MAX];
+extern st_topology ci_topo;
+
+/* Remembers the test's name and argv[1] (the strata binary). Returns 0 to go on, 77 (skip) when
+ * strata, or strata-node / strata-router next to it in the build tree, are missing. */
+int ci_init(const char *test, int argc, char **argv);
+/* `strata up --clusters C --nodes N` in a fresh temporary directory on a free router port. */
+void ci_up(int clusters, int nodes);
+/* Runs `strata ARGS...` (NULL-terminated, without the binary); its output goes to ours with each
+ * line as it comes. Returns its exit status (-1 when it did not exit normally). */
+int ci_strata(const char *const *args);
+/* The same; a non-zero exit fails the test. */
+void ci_strata_ok(const char *const *args);
+/* Fails the test: message, logs kept (instance stopped, directory kept), exit 1. */
+void ci_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* `strata down --purge` and removes the directory (kept when $STRATA_TEST_KEEP is set). */
+void ci_down(void);
+/* A client of the router with app profile `profile` ("" = default). */
+void ci_client(bt_client *c, const char *profile);
+/* A whole-number knob from the environment (CTest scales runs with them), else def. */
+long ci_env_long(const char *name, long def);
+/* Monotonic milliseconds. */
+long long ci_now_ms(void);
+
+#endif
