@@ -916,6 +916,8 @@ st_code bench_table_ensure(const bench_cfg *cfg, const bench_target *t, st_err *
         rc = rpc_blocking_unary(addr, NULL,
                                 "/google.bigtable.admin.v2.BigtableTableAdmin/CreateTable",
                                 st_buf_slice(&packed), NULL, 0, BENCH_ADMIN_TIMEOUT_MS, &resp, err);
+        if (rc == ST_ALREADY_EXISTS && err)
+            *err = (st_err){0}; /* not a failure: the caller checks err.code at the end */
         if (rc == ST_ALREADY_EXISTS)
             rc = ST_OK;
         else if (rc != ST_OK)
@@ -958,6 +960,8 @@ st_code bench_profile_ensure(const bench_cfg *cfg, const bench_target *t, const 
         rc = rpc_blocking_unary(
             addr, NULL, "/google.bigtable.admin.v2.BigtableInstanceAdmin/CreateAppProfile",
             st_buf_slice(&packed), NULL, 0, BENCH_ADMIN_TIMEOUT_MS, &resp, err);
+        if (rc == ST_ALREADY_EXISTS && err)
+            *err = (st_err){0}; /* not a failure: the caller checks err.code at the end */
         if (rc == ST_ALREADY_EXISTS)
             rc = ST_OK;
         else if (rc != ST_OK)

@@ -16,17 +16,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "instance.h"
 #include "strata/internal/v1/replication.pb-c.h"
 #include "strata/rpc.h"
 
-#define CHAOS_WAIT_S_DEFAULT 60     /* per node, as `strata up` */
-#define CHAOS_KILL_WAIT_MS 10000    /* the kernel reaps a SIGKILLed process in milliseconds */
-#define CHAOS_RPC_TIMEOUT_MS 5000   /* SetLinks answers at once on a live node */
+#define CHAOS_WAIT_S_DEFAULT 60   /* per node, as `strata up` */
+#define CHAOS_KILL_WAIT_MS 10000  /* the kernel reaps a SIGKILLed process in milliseconds */
+#define CHAOS_RPC_TIMEOUT_MS 5000 /* SetLinks answers at once on a live node */
 #define CHAOS_LOG_TAIL_LINES 20
 #define PATH_SET_LINKS "/strata.internal.v1.Replication/SetLinks"
 
@@ -93,7 +93,7 @@ static int chaos_parse(int argc, char **argv, chaos_ctx *c) {
             return 2;
         }
     }
-    size_t want = !c->verb                            ? 99
+    size_t want = !c->verb                              ? 99
                   : !strcmp(c->verb, "kill-cluster")    ? 1
                   : !strcmp(c->verb, "restart-cluster") ? 1
                   : !strcmp(c->verb, "partition")       ? 2
@@ -142,9 +142,9 @@ static int chaos_set_links(chaos_ctx *c, size_t i, size_t j, bool quiet) {
     st_err err = {0};
     char name[OPS_NAME_MAX];
     ops_inst_node_name(&c->topo, i, j, name);
-    st_code rc = rpc_blocking_unary(cl->nodes[j].addr, NULL, PATH_SET_LINKS,
-                                    st_slice_make(buf, len), NULL, 0, CHAOS_RPC_TIMEOUT_MS, &resp,
-                                    &err);
+    st_code rc =
+        rpc_blocking_unary(cl->nodes[j].addr, NULL, PATH_SET_LINKS, st_slice_make(buf, len), NULL,
+                           0, CHAOS_RPC_TIMEOUT_MS, &resp, &err);
     st_buf_free(&resp);
     if (rc == ST_OK) {
         if (!quiet) {
@@ -221,9 +221,10 @@ static int chaos_heal(chaos_ctx *c) {
             done += r == 0;
             total++;
         }
-    printf("%s: links restored on %zu of %zu nodes%s.\n", ok ? "Healed" : "Healed, with errors above",
-           done, total,
-           done < total && ok ? " (the others do not answer; they start with every link open)" : "");
+    printf("%s: links restored on %zu of %zu nodes%s.\n",
+           ok ? "Healed" : "Healed, with errors above", done, total,
+           done < total && ok ? " (the others do not answer; they start with every link open)"
+                              : "");
     return ok ? 0 : 1;
 }
 
@@ -269,15 +270,17 @@ static int chaos_kill(chaos_ctx *c) {
     return failed ? 1 : 0;
 }
 
-static void chaos_report_failure(const chaos_ctx *c, const char *name, const char *addr,
-                                 ops_wait w, int status) {
+static void chaos_report_failure(const chaos_ctx *c, const char *name, const char *addr, ops_wait w,
+                                 int status) {
     if (w == OPS_TIMEOUT)
         fprintf(stderr, "strata chaos: %s did not listen on %s within %ds\n", name, addr,
                 c->wait_s);
     else
         fprintf(stderr, "strata chaos: %s %s %d before listening on %s\n", name,
                 WIFEXITED(status) ? "exited with status" : "was killed by signal",
-                WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? WTERMSIG(status) : 0,
+                WIFEXITED(status)     ? WEXITSTATUS(status)
+                : WIFSIGNALED(status) ? WTERMSIG(status)
+                                      : 0,
                 addr);
     char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
     snprintf(log_path, sizeof log_path, "%s/logs/%s.log", c->dir, name);
@@ -321,8 +324,8 @@ static int chaos_restart(chaos_ctx *c) {
         char name[OPS_NAME_MAX];
         ops_inst_node_name(&c->topo, (size_t)i, j, name);
         int status = 0;
-        ops_wait w = ops_inst_wait_ready(c->dir, name, pids[j], cl->nodes[j].addr, c->wait_s,
-                                         &status);
+        ops_wait w =
+            ops_inst_wait_ready(c->dir, name, pids[j], cl->nodes[j].addr, c->wait_s, &status);
         if (w != OPS_READY) {
             chaos_report_failure(c, name, cl->nodes[j].addr, w, status);
             ok = false;
@@ -350,15 +353,19 @@ static int chaos_run(chaos_ctx *c) {
     st_err err = {0};
     st_code rc = st_topology_load(path, &c->topo, &err);
     if (rc != ST_OK) {
-        fprintf(stderr, "strata chaos: %s\n",
-                rc == ST_NOT_FOUND ? "no instance there (no topology file): start one with "
-                                     "`strata up`"
-                                   : err.msg);
+        if (rc == ST_NOT_FOUND)
+            fprintf(stderr,
+                    "strata chaos: no instance in %s (no topology file): start one with "
+                    "`strata up`\n",
+                    c->dir);
+        else
+            fprintf(stderr, "strata chaos: %s\n", err.msg);
         return 1;
     }
     if (!ops_inst_partition_read(c->dir, &c->part)) {
-        fprintf(stderr, "strata chaos: %s/run/partition is unreadable; remove it and run "
-                        "`strata chaos heal`\n",
+        fprintf(stderr,
+                "strata chaos: %s/run/partition is unreadable; remove it and run "
+                "`strata chaos heal`\n",
                 c->dir);
         if (strcmp(c->verb, "heal") != 0)
             return 1;

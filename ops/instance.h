@@ -110,7 +110,8 @@ ops_wait ops_inst_wait_ready(const char *dir, const char *name, pid_t pid, const
 #define OPS_PARTITION_PAIRS_MAX (ST_TOPO_CLUSTERS_MAX * ST_TOPO_CLUSTERS_MAX)
 typedef struct ops_partition {
     size_t n;
-    char a[OPS_PARTITION_PAIRS_MAX][ST_TOPO_ID_MAX + 1], b[OPS_PARTITION_PAIRS_MAX][ST_TOPO_ID_MAX + 1];
+    char a[OPS_PARTITION_PAIRS_MAX][ST_TOPO_ID_MAX + 1]; /* pair i cuts a[i] from b[i] */
+    char b[OPS_PARTITION_PAIRS_MAX][ST_TOPO_ID_MAX + 1];
 } ops_partition;
 /* Reads DIR/run/partition (absent: no pairs). False only when it exists and is unreadable. */
 bool ops_inst_partition_read(const char *dir, ops_partition *out);

@@ -270,7 +270,8 @@ void repl_h_set_links(rpc_call *call, st_slice req_bytes, void *arg) {
     strata__internal__v1__set_links_response__init(&resp);
     char *ids[ST_TOPO_CLUSTERS_MAX];
     for (size_t c = 0; c < r->topo.n_clusters; c++)
-        if (repl_link_cut(r, r->topo.clusters[c].num) && resp.n_cut_cluster_ids < ST_TOPO_CLUSTERS_MAX)
+        if (repl_link_cut(r, r->topo.clusters[c].num) &&
+            resp.n_cut_cluster_ids < ST_TOPO_CLUSTERS_MAX)
             ids[resp.n_cut_cluster_ids++] = r->topo.clusters[c].id;
     resp.cut_cluster_ids = ids;
     size_t len = strata__internal__v1__set_links_response__get_packed_size(&resp);

@@ -98,8 +98,8 @@ void ci_up(int clusters, int nodes) {
     snprintf(cl_s, sizeof cl_s, "%d", clusters);
     snprintf(nodes_s, sizeof nodes_s, "%d", nodes);
     bt_tmpdir(ci_dir, sizeof ci_dir, g_test);
-    const char *up[] = {"up", "--dir", ci_dir, "--port", port_s, "--clusters", cl_s, "--nodes",
-                        nodes_s, NULL};
+    const char *up[] = {"up",         "--dir", ci_dir,    "--port", port_s,
+                        "--clusters", cl_s,    "--nodes", nodes_s,  NULL};
     g_up = true;
     ci_strata_ok(up);
     snprintf(topo_path, sizeof topo_path, "%s/topology", ci_dir);
@@ -132,4 +132,6 @@ long ci_env_long(const char *name, long def) {
     return v && *v && !*end && x > 0 ? x : def;
 }
 
-long long ci_now_ms(void) { return (long long)(st_mono_us() / 1000); }
+long long ci_now_ms(void) {
+    return (long long)(st_mono_us() / 1000);
+}

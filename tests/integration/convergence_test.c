@@ -27,11 +27,11 @@
 #include "chaos_util.h"
 
 #define OPS_DEFAULT 3000
-#define ROWS 12      /* few rows and columns: nearly every request conflicts with the other side */
+#define ROWS 12 /* few rows and columns: nearly every request conflicts with the other side */
 #define QUALS 3
-#define TS_SLOTS 12  /* explicit timestamps 1..TS_SLOTS ms */
-#define MUTS_MAX 3   /* mutations per request */
-#define BATCH_ROWS 4 /* entries of a MutateRows request */
+#define TS_SLOTS 12                 /* explicit timestamps 1..TS_SLOTS ms */
+#define MUTS_MAX 3                  /* mutations per request */
+#define BATCH_ROWS 4                /* entries of a MutateRows request */
 #define CONSISTENCY_CHECKS_MAX 3000 /* 100 ms apart: a hang guard, not a timing assertion */
 #define TABLE "conv"
 
@@ -116,8 +116,7 @@ static void *writer_main(void *arg) {
         }
         if (rc != ST_OK && w->failed++ == 0)
             snprintf(w->error, sizeof w->error, "request %ld: %s: %.*s", i, st_code_name(rc),
-                     (int)ST_ERR_MSG_MAX,
-                     st.msg);
+                     (int)ST_ERR_MSG_MAX, st.msg);
         __atomic_store_n(&w->done, i + 1, __ATOMIC_RELEASE);
     }
     for (int k = 0; k < BATCH_ROWS; k++)
@@ -251,8 +250,8 @@ int main(int argc, char **argv) {
     long long t_write = ci_now_ms() - t0;
     for (int i = 0; i < 2; i++)
         if (w[i].failed)
-            ci_fail("%ld of %ld requests through %s failed; first: %s", w[i].failed, ops,
-                    w[i].side, w[i].error);
+            ci_fail("%ld of %ld requests through %s failed; first: %s", w[i].failed, ops, w[i].side,
+                    w[i].error);
     printf("writers: %ld requests each (%ld + %ld mutations) on %d rows x 2 families x %d "
            "columns, in %lld ms, none failed\n",
            ops, w[0].muts, w[1].muts, ROWS, QUALS, t_write);

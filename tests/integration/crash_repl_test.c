@@ -30,10 +30,10 @@
 #include "chaos_util.h"
 
 #define PER_PHASE_DEFAULT 1000
-#define WRITES_MAX 10000000 /* bound of one writer's attempts (a hang guard) */
+#define WRITES_MAX 10000000         /* bound of one writer's attempts (a hang guard) */
 #define CONSISTENCY_CHECKS_MAX 3000 /* 100 ms apart: a hang guard, not a timing assertion */
 #define PROGRESS_POLLS_MAX 30000    /* 20 ms apart: a hang guard */
-#define EAST_DOWN_ATTEMPTS 40 /* east writes tried while east-1 is down */
+#define EAST_DOWN_ATTEMPTS 40       /* east writes tried while east-1 is down */
 #define TABLE "crash"
 
 typedef struct writer {
@@ -51,7 +51,9 @@ static void key_of(char side, long i, char out[32]) {
     snprintf(out, 32, "%c-%c%07ld", 'a' + (int)(i * 7 % 26), side, i);
 }
 
-static void value_of(char side, long i, char out[32]) { snprintf(out, 32, "v%c%ld", side, i); }
+static void value_of(char side, long i, char out[32]) {
+    snprintf(out, 32, "v%c%ld", side, i);
+}
 
 static void *writer_main(void *arg) {
     writer *w = arg;
@@ -79,8 +81,7 @@ static void *writer_main(void *arg) {
             __atomic_store_n(&w->acked, w->acked + 1, __ATOMIC_RELEASE);
         } else {
             if (__atomic_fetch_add(&w->failed, 1, __ATOMIC_ACQ_REL) == 0)
-                snprintf(w->first_error, sizeof w->first_error, "%s: %s", st_code_name(rc),
-                         st.msg);
+                snprintf(w->first_error, sizeof w->first_error, "%s: %s", st_code_name(rc), st.msg);
             nanosleep(&nap, NULL); /* a dead cluster answers at once: do not spin */
         }
         __atomic_store_n(&w->attempts, i + 1, __ATOMIC_RELEASE);
@@ -89,7 +90,9 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
-static long load(const long *v) { return __atomic_load_n(v, __ATOMIC_ACQUIRE); }
+static long load(const long *v) {
+    return __atomic_load_n(v, __ATOMIC_ACQUIRE);
+}
 
 /* Waits until writer w has `more` acknowledged writes (acked=true) or attempts beyond *mark. */
 static void await(writer *w, bool acked, long more, const char *what) {
@@ -179,8 +182,7 @@ static void verify_cluster(const char *profile, writer *w) {
                 char key[32];
                 key_of(w[k].side, w[k].acks[j], key);
                 if (missing++ < 5)
-                    fprintf(stderr, "acknowledged row %s is missing through %s\n", key,
-                            profile);
+                    fprintf(stderr, "acknowledged row %s is missing through %s\n", key, profile);
             }
     for (int k = 0; k < 2; k++)
         free(s.ok[k]);
@@ -245,8 +247,7 @@ int main(int argc, char **argv) {
     }
     printf("in all: east %ld acked / %ld failed, west %ld acked / %ld failed (first errors: "
            "east \"%s\", west \"%s\")\n",
-           w[0].acked, w[0].failed, w[1].acked, w[1].failed, w[0].first_error,
-           w[1].first_error);
+           w[0].acked, w[0].failed, w[1].acked, w[1].failed, w[0].first_error, w[1].first_error);
 
     bt_client dflt;
     ci_client(&dflt, "");

@@ -283,7 +283,8 @@ st_code bt_create_app_profile(const bt_client *c, const char *id, const char *cl
     one.cluster_id = (char *)cluster_id;
     Google__Bigtable__Admin__V2__AppProfile prof;
     google__bigtable__admin__v2__app_profile__init(&prof);
-    prof.routing_policy_case = GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING;
+    prof.routing_policy_case =
+        GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING;
     prof.single_cluster_routing = &one;
     Google__Bigtable__Admin__V2__CreateAppProfileRequest req;
     google__bigtable__admin__v2__create_app_profile_request__init(&req);
@@ -308,7 +309,8 @@ st_code bt_wait_consistent(const bt_client *c, const char *table, int max_checks
     gen.name = name;
     st_buf resp;
     st_buf_init(&resp);
-    st_code rc = call_unary(c, BT_ADMIN_SVC, "GenerateConsistencyToken", &gen.base, NULL, &resp, st);
+    st_code rc =
+        call_unary(c, BT_ADMIN_SVC, "GenerateConsistencyToken", &gen.base, NULL, &resp, st);
     Google__Bigtable__Admin__V2__GenerateConsistencyTokenResponse *tok =
         rc == ST_OK ? google__bigtable__admin__v2__generate_consistency_token_response__unpack(
                           NULL, resp.len, resp.data)
