@@ -16,6 +16,7 @@
 #define BENCH_TARGETS_MAX 3 /* Strata (the router), the node directly, the emulator */
 #define BENCH_UP_CLUSTERS_MAX 8
 #define BENCH_UP_NODES_MAX 16
+#define BENCH_ROUNDS_MAX 100
 #define BENCH_NODE_ARGS_MAX 16
 #define BENCH_CHILD_READY_MS 60000
 #define BENCH_EMULATOR_DEFAULT "/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator"
@@ -37,6 +38,7 @@ typedef struct bench_opts {
     bool direct;                    /* --direct: also measure the first node without the router */
     const char *lag_cluster;        /* --lag-cluster ID */
     bool no_lag, names_set;
+    uint32_t rounds; /* --rounds: each workload in this many slices, targets alternating */
 } bench_opts;
 
 static void usage(FILE *out) {
@@ -69,6 +71,10 @@ static void usage(FILE *out) {
         "                       --up/--dir: the second cluster, when there is one)\n"
         "  --lag-interval-ms MS pause between lag markers (default 100)\n"
         "  --no-lag             no replication lag probe\n"
+        "  --rounds N           run each workload in N slices of duration/N, alternating the "
+        "targets\n"
+        "                       slice by slice (figures merged), so a noisy neighbour hits all "
+        "alike\n"
         "  --compare emulator   also start cbtemulator and run each workload against both, "
         "alternately\n"
         "  --emulator-bin PATH  cbtemulator binary (default $STRATA_EMULATOR or the gcloud SDK's)\n"
@@ -210,6 +216,10 @@ static int parse_flag_where(bench_opts *o, const char *name, const char *v) {
         o->up_nodes = (uint32_t)n;
     } else if (!strcmp(name, "dir")) {
         o->inst_dir = v;
+    } else if (!strcmp(name, "rounds")) {
+        if (!parse_u64(v, &n) || n < 1 || n > BENCH_ROUNDS_MAX)
+            return 0;
+        o->rounds = (uint32_t)n;
     } else if (!strcmp(name, "lag-cluster")) {
         o->lag_cluster = v;
     } else if (!strcmp(name, "lag-interval-ms")) {
@@ -353,6 +363,8 @@ static bool opts_check(bench_opts *o) {
     }
     if (!o->up_nodes)
         o->up_nodes = 1;
+    if (!o->rounds)
+        o->rounds = 1;
     if (!c->lag_interval_ms)
         c->lag_interval_ms = BENCH_LAG_INTERVAL_MS_DEFAULT;
     bool reads = false;
@@ -812,6 +824,8 @@ static void print_kv(const bench_opts *o, const bench_env *env, const bench_resu
     printf(" dist=%s conns=%u streams=%u value_size=%u keys=%llu preload=%llu", dists[c->dist],
            c->conns, c->streams, c->value_bytes, (unsigned long long)c->keys,
            (unsigned long long)c->preload);
+    if (o->rounds > 1)
+        printf(" rounds=%u", o->rounds);
     if (c->requests)
         printf(" requests=%llu", (unsigned long long)c->requests);
     else
@@ -836,6 +850,58 @@ static void on_signal(int sig) {
     bench_request_stop();
 }
 
+/* Adds one slice's figures to the workload's total (--rounds). Peaks and RSS are the latest
+ * sample (VmHWM only grows). */
+static void result_merge(bench_result *dst, const bench_result *src) {
+    dst->calls += src->calls;
+    dst->rows += src->rows;
+    dst->bytes += src->bytes;
+    for (int i = 0; i < BENCH_ERR_SLOTS; i++)
+        dst->errors[i] += src->errors[i];
+    dst->errors_total += src->errors_total;
+    if (!dst->first_error[0])
+        memcpy(dst->first_error, src->first_error, sizeof(dst->first_error));
+    ops_hist_merge(&dst->hist, &src->hist);
+    dst->elapsed_s += src->elapsed_s;
+    dst->proc_ok = dst->proc_ok && src->proc_ok;
+    dst->cpu_s += src->cpu_s;
+    dst->rss_peak_kb = src->rss_peak_kb;
+    dst->client_cpu_s += src->client_cpu_s;
+    for (size_t i = 0; i < src->n_procs; i++) {
+        dst->proc_cpu_s[i] += src->proc_cpu_s[i];
+        dst->proc_rss_peak_kb[i] = src->proc_rss_peak_kb[i];
+        dst->proc_rss_kb[i] = src->proc_rss_kb[i];
+    }
+    ops_hist_merge(&dst->lag, &src->lag);
+    dst->lag_lost += src->lag_lost;
+    if (!dst->lag_error[0])
+        memcpy(dst->lag_error, src->lag_error, sizeof(dst->lag_error));
+}
+
+/* One workload on every target: `--rounds` slices of duration/rounds (or requests/rounds),
+ * the targets alternating slice by slice; the preload is one slice. res[t] gets the totals. */
+static st_code run_rounds(bench_opts *o, bench_env *env, bench_wl wl, bench_result *res,
+                          st_err *err) {
+    bench_cfg c = o->cfg;
+    uint32_t rounds = wl == WL_LOAD ? 1 : o->rounds;
+    c.duration_s /= rounds;
+    if (c.requests)
+        c.requests = c.requests / rounds ? c.requests / rounds : 1;
+    bench_result *slice = rounds > 1 ? malloc(sizeof(*slice)) : NULL;
+    if (rounds > 1 && !slice)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    st_code rc = ST_OK;
+    for (uint32_t k = 0; k < rounds && rc == ST_OK && !bench_stop_requested(); k++)
+        for (size_t t = 0; t < env->n_targets && rc == ST_OK; t++) {
+            bench_result *dst = k == 0 ? &res[t] : slice;
+            rc = bench_run_workload(&c, &env->targets[t], wl, dst, err);
+            if (rc == ST_OK && k > 0)
+                result_merge(&res[t], slice);
+        }
+    free(slice);
+    return rc;
+}
+
 /* Table and preload on every target; then each workload against each target in turn. Returns
  * the rows of results filled (load first when there was a preload). */
 static size_t run_all(bench_opts *o, bench_env *env, bench_result *res, bool *complete,
@@ -853,12 +919,10 @@ static size_t run_all(bench_opts *o, bench_env *env, bench_result *res, bool *co
     for (size_t i = 0; i < c->n_wl; i++)
         order[n++] = c->wl[i];
     for (size_t w = 0; w < n && !bench_stop_requested(); w++) {
-        for (size_t t = 0; t < nt; t++) {
-            bench_result *r = &res[w * nt + t];
-            if (bench_run_workload(c, &env->targets[t], order[w], r, err) != ST_OK)
-                return rows;
-            print_run(r);
-        }
+        if (run_rounds(o, env, order[w], &res[w * nt], err) != ST_OK)
+            return rows;
+        for (size_t t = 0; t < nt; t++)
+            print_run(&res[w * nt + t]);
         rows++;
     }
     *complete = !bench_stop_requested();

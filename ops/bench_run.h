@@ -114,6 +114,7 @@ st_code bench_run_workload(const bench_cfg *cfg, bench_target *t, bench_wl wl, b
 typedef struct st_topology st_topology;
 typedef struct bench_inst {
     char dir[4096];
+    char tmp[4096];    /* the bench's temporary dir (logs of `strata up` / `strata down`) */
     bool started;      /* this bench ran `strata up`: it runs `strata down` at the end */
     st_topology *topo; /* DIR/topology (heap) */
 } bench_inst;

@@ -19,6 +19,7 @@
 #include "strata/topology.h"
 
 #define BENCH_UP_ARGS_MAX 16
+#define BENCH_UP_TAIL_BYTES 2000 /* of `strata up`'s output shown when it fails */
 
 /* A loopback port free right now (bind port 0, read it, close). 0 on failure. */
 static uint16_t free_port(void) {
@@ -69,6 +70,22 @@ static int run_self(char *argv[], const char *log) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* The end of a log on stderr, so a failed `strata up` explains itself before the temporary
+ * dir holding the log is removed. */
+static void print_tail(const char *path) {
+    char buf[BENCH_UP_TAIL_BYTES + 1];
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    long from = 0;
+    if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > BENCH_UP_TAIL_BYTES)
+        from = ftell(f) - BENCH_UP_TAIL_BYTES;
+    size_t n = fseek(f, from, SEEK_SET) == 0 ? fread(buf, 1, BENCH_UP_TAIL_BYTES, f) : 0;
+    fclose(f);
+    buf[n] = '\0';
+    fprintf(stderr, "bench: strata up said:\n%s\n", buf);
+}
+
 st_code bench_inst_load(bench_inst *in, const char *dir, st_err *err) {
     if (dir != in->dir)
         snprintf(in->dir, sizeof(in->dir), "%s", dir);
@@ -88,6 +105,7 @@ st_code bench_inst_up(bench_inst *in, const char *tmp, uint32_t clusters, uint32
                       st_err *err) {
     char log[PATH_MAX + 16], port[16], nc[16], nn[16], wait_s[16];
     snprintf(in->dir, sizeof(in->dir), "%s/instance", tmp);
+    snprintf(in->tmp, sizeof(in->tmp), "%s", tmp);
     snprintf(log, sizeof(log), "%s/up.log", tmp);
     uint16_t p = free_port();
     if (p == 0)
@@ -103,18 +121,20 @@ st_code bench_inst_up(bench_inst *in, const char *tmp, uint32_t clusters, uint32
             port, nc, nn);
     in->started = true; /* even a failed start may have left processes: down cleans up */
     int rc = run_self(argv, log);
-    if (rc != 0)
+    if (rc != 0) {
+        print_tail(log);
         return st_err_set(err, ST_UNAVAILABLE,
-                          "strata up failed (exit status %d); its output is in %s (run with "
-                          "--keep-tmp to keep it)",
+                          "strata up failed (exit status %d; its output above, in %s with "
+                          "--keep-tmp)",
                           rc, log);
+    }
     return bench_inst_load(in, in->dir, err);
 }
 
 void bench_inst_down(bench_inst *in, bool purge) {
     if (in->started) {
-        char log[sizeof(in->dir) + 32];
-        snprintf(log, sizeof(log), "%s/../down.log", in->dir);
+        char log[sizeof(in->tmp) + 32];
+        snprintf(log, sizeof(log), "%s/down.log", in->tmp);
         char *argv[BENCH_UP_ARGS_MAX] = {NULL, "down", "--dir", in->dir,
                                          purge ? "--purge" : NULL, NULL};
         if (run_self(argv, log) != 0)

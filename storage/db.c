@@ -1,18 +1,11 @@
 /* db.c — the node's engine: open and recovery, close, the tablet map, SSTable file bookkeeping,
  * background workers, statistics and the commit log as a source (readers, holders). */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "db_impl.h"
-
-#ifdef __linux__
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 void sto_options_default(sto_options *o) {
     memset(o, 0, sizeof *o);
@@ -278,36 +271,10 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t us) {
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-/* Background compaction competes with requests for the CPU (on small machines it halved read
- * throughput while it ran), so every worker but the first runs at this nice value above the
- * process's. The first worker keeps normal priority and only flushes: flushes unblock writers.
- * With one worker, it does everything at normal priority. */
-#define STO_WORKER_NICE 10
-
-typedef struct worker_arg {
-    sto_db *db;
-    int index;
-} worker_arg;
-
-static void worker_lower_priority(void) {
-#ifdef __linux__
-    /* On Linux a nice value belongs to the thread; failing to lower it is harmless. */
-    errno = 0;
-    int cur = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
-    if (errno == 0)
-        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), cur + STO_WORKER_NICE);
-#endif
-}
-
 /* Flushes first (they unblock writers and let the log shrink), then compactions. The timed
  * wait is the backstop for retries after failures and for memory/log pressure checks. */
 static void *worker_main(void *arg) {
-    worker_arg a = *(worker_arg *)arg;
-    free(arg);
-    sto_db *db = a.db;
-    bool flush_only = a.index == 0 && db->n_workers_planned > 1;
-    if (a.index > 0)
-        worker_lower_priority();
+    sto_db *db = arg;
     pthread_mutex_lock(&db->mu);
     while (!db->stopping) {
         pthread_mutex_unlock(&db->mu);
@@ -317,7 +284,7 @@ static void *worker_main(void *arg) {
             break;
         if (sto_flush_pick_and_run(db))
             continue;
-        if (!flush_only && sto_compaction_pick_and_run(db))
+        if (sto_compaction_pick_and_run(db))
             continue;
         timed_wait(&db->bg_cv, &db->mu, 100000);
     }
@@ -329,18 +296,12 @@ static st_code start_workers(sto_db *db, st_err *err) {
     int n = db->o.background_threads > 0 ? db->o.background_threads : 1;
     if (n > 64)
         n = 64;
-    db->n_workers_planned = n;
     db->workers = calloc((size_t)n, sizeof(pthread_t));
     if (!db->workers)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting workers");
     for (int i = 0; i < n; i++) {
-        worker_arg *a = malloc(sizeof *a);
-        if (a)
-            *a = (worker_arg){db, i};
-        if (!a || pthread_create(&db->workers[i], NULL, worker_main, a) != 0) {
-            free(a);
+        if (pthread_create(&db->workers[i], NULL, worker_main, db) != 0)
             return st_err_set(err, ST_INTERNAL, "cannot start a background thread");
-        }
         db->n_workers++;
     }
     return ST_OK;

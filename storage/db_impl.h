@@ -139,7 +139,6 @@ struct sto_db {
     atomic_bool manifest_dirty; /* also peeked without meta_mu by the workers */
     pthread_t *workers;
     int n_workers;
-    int n_workers_planned; /* set before the first starts: worker 0 only flushes when > 1 */
     atomic_uint_fast64_t applied_lsn; /* last record applied to memtables */
     atomic_llong mem_bytes;
     atomic_uint_fast64_t flushes, compactions, stalls_us;
