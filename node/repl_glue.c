@@ -55,6 +55,10 @@ static st_code glue_route(void *node, const char *table, st_slice row, uint64_t 
     return ST_OK;
 }
 
+static bool glue_table_exists(void *node, const char *table) {
+    return node_tablets_find(node, table) != NULL;
+}
+
 typedef struct glue_write {
     repl_write_done_fn done;
     void *arg;
@@ -89,7 +93,8 @@ static void glue_observe_ts(void *node, uint64_t commit_ts_us) {
 }
 
 static const repl_node_ops glue_ops = {
-    .route = glue_route, .write = glue_write_rows, .observe_ts = glue_observe_ts};
+    .route = glue_route, .write = glue_write_rows, .observe_ts = glue_observe_ts,
+    .table_exists = glue_table_exists};
 
 /* ---- start, stop ---- */
 

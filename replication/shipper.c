@@ -417,7 +417,25 @@ out:
 }
 
 /* Routes the batch's rows and starts one Apply per peer node they go to. */
+/* Removes the rows of tables deleted here since they were read (see repl_node_ops). */
+static void drop_deleted_tables(repl_shipper *s, ship_batch *b) {
+    if (!s->r->ops.table_exists)
+        return;
+    size_t kept = 0;
+    for (size_t i = 0; i < b->n_rows; i++) {
+        if (s->r->ops.table_exists(s->r->o.node, b->rows[i].table)) {
+            b->rows[kept++] = b->rows[i];
+            continue;
+        }
+        s->records_skipped++;
+        st_log(ST_LOG_DEBUG, "repl", "peer=%s lsn=%" PRIu64 ": table %s deleted, not shipped",
+               s->id, b->rows[i].lsn, b->rows[i].table);
+    }
+    b->n_rows = kept;
+}
+
 static void send_batch(repl_shipper *s, ship_batch *b) {
+    drop_deleted_tables(s, b);
     b->state = B_SENDING;
     b->failed = false;
     b->pending = 1; /* held while starting the calls */

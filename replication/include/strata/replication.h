@@ -65,6 +65,9 @@ typedef struct repl_node_ops {
                      repl_write_done_fn done, void *arg);
     /* Optional: a replicated commit timestamp was applied (the node's clock may move past it). */
     void (*observe_ts)(void *node, uint64_t commit_ts_us);
+    /* Optional: whether the table still exists here. Unshipped rows of a deleted table are
+     * dropped before sending: the peers delete it too, and would refuse them for ever. */
+    bool (*table_exists)(void *node, const char *table);
 } repl_node_ops;
 
 /* ---- receiving side: pure helpers (also used by the Apply handler) ---- */
