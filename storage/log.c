@@ -15,9 +15,9 @@
 #include <string.h>
 
 #define LOG_SEG_MAGIC 0x474c5453u /* "STLG" */
-#define LOG_SEG_VERSION 1u
+#define LOG_SEG_VERSION 2u        /* 2: record headers carry their group's first lsn */
 #define LOG_SEG_HDR_BYTES 24
-#define LOG_REC_HDR_BYTES 16
+#define LOG_REC_HDR_BYTES 24
 #define LOG_ROW_FORMAT 1
 #define LOG_SEGMENTS_MAX 65536 /* live segments; trim keeps far fewer */
 #define LOG_PATH_MAX 4096
@@ -25,7 +25,7 @@
 #define LOG_NAME_DIGITS 20
 
 _Static_assert(LOG_SEG_HDR_BYTES == 4 + 4 + 8 + 4 + 4, "segment header layout");
-_Static_assert(LOG_REC_HDR_BYTES == 4 + 4 + 8, "record header layout");
+_Static_assert(LOG_REC_HDR_BYTES == 4 + 4 + 8 + 8, "record header layout");
 _Static_assert(STO_LOG_RECORD_BYTES_MAX <= UINT32_MAX, "record length fits its u32 field");
 
 /* One segment file. last_lsn is the last record readers may see (first_lsn - 1 when none);
@@ -265,6 +265,7 @@ typedef enum rec_status { REC_OK, REC_END, REC_BAD } rec_status;
 /* One record as read: lsn, payload (valid until the next read), and where the next one starts. */
 typedef struct rec_view {
     uint64_t lsn;
+    uint64_t group_first; /* first lsn of the group the record was written with */
     st_slice payload;
     uint64_t next_off;
     const char *why; /* REC_BAD: what was wrong */
@@ -338,11 +339,13 @@ static st_code reader_next(rec_reader *r, uint64_t off, rec_status *st, rec_view
         v->why = "file shorter than expected";
         return rc;
     }
-    if (st_crc_unmask(st_get_fixed32(h)) != st_crc32c(0, h + 4, 12 + (size_t)len)) {
+    if (st_crc_unmask(st_get_fixed32(h)) !=
+        st_crc32c(0, h + 4, LOG_REC_HDR_BYTES - 4 + (size_t)len)) {
         v->why = "record checksum mismatch";
         return ST_OK;
     }
     v->lsn = st_get_fixed64(h + 8);
+    v->group_first = st_get_fixed64(h + 16);
     v->payload = st_slice_make(h + LOG_REC_HDR_BYTES, len);
     v->next_off = off + LOG_REC_HDR_BYTES + len;
     *st = REC_OK;
@@ -418,8 +421,93 @@ static bool seg_header_zero(rec_reader *r) {
     return true;
 }
 
+/* Moves *y to the first offset at or after it where a record with a nonzero lsn could start
+ * (its lsn field, bytes 8..15, holds a nonzero byte), so zero tails of preallocated segments are
+ * crossed a window at a time; *y ends past limit - LOG_REC_HDR_BYTES when there is none. */
+static st_code tail_skip_zeros(rec_reader *r, uint64_t *y, st_err *err) {
+    while (*y <= r->limit && r->limit - *y >= LOG_REC_HDR_BYTES) {
+        const uint8_t *p = NULL;
+        size_t m;
+        if (*y >= r->win_off && *y - r->win_off + LOG_REC_HDR_BYTES <= r->win.len) {
+            /* what the window already holds: no re-read per offset */
+            p = r->win.data + (*y - r->win_off);
+            m = r->win.len - (size_t)(*y - r->win_off);
+        } else {
+            uint64_t left = r->limit - *y;
+            m = left < LOG_READ_CHUNK ? (size_t)left : LOG_READ_CHUNK;
+            st_code rc = reader_fill(r, *y, m, &p, err);
+            if (rc != ST_OK)
+                return rc;
+            if (!p) {
+                *y = r->limit; /* the file shrank under us: nothing more to read */
+                return ST_OK;
+            }
+        }
+        for (size_t i = 8; i < m; i++)
+            if (p[i] != 0) {
+                *y += i >= 16 ? i - 15 : 0;
+                return ST_OK;
+            }
+        *y += m - 15; /* no start up to y + m - 16 has a nonzero lsn byte */
+    }
+    return ST_OK;
+}
+
+/* True when the header at h could be a record of a group after the torn one that starts at
+ * torn_first at offset bad_off: its group begins later, it is not before its group, and the
+ * records torn_first .. lsn-1 (each at least a header long) fit between bad_off and y. */
+static bool tail_later_group(const uint8_t *h, uint64_t y, uint64_t bad_off, uint64_t torn_first,
+                             uint64_t limit) {
+    uint64_t lsn = st_get_fixed64(h + 8), group_first = st_get_fixed64(h + 16);
+    uint32_t len = st_get_fixed32(h + 4);
+    return group_first > torn_first && group_first <= lsn &&
+           lsn - torn_first <= (y - bad_off) / LOG_REC_HDR_BYTES &&
+           len <= STO_LOG_RECORD_BYTES_MAX && len <= limit - y - LOG_REC_HDR_BYTES;
+}
+
+/* The last segment has a bad record at bad_off after good records up to lsn last. A crash during
+ * a group's write (before its fdatasync returned: never acknowledged) leaves any mix of good and
+ * bad records of that one group, but a group is written only after the previous one's sync
+ * returned. So a good record of a LATER group anywhere after bad_off proves the bad record was
+ * durable and acknowledged: corruption, ST_DATA_LOSS. Records may start at any offset, so every
+ * offset is tried (cheap header checks first, then the checksum); the work is bounded by the
+ * segment's size, and zero runs (preallocation) are skipped in bulk. */
+static st_code tail_check(scan_ctx *c, uint64_t bad_off, uint64_t last, const char *bad_why,
+                          st_err *err) {
+    rec_reader *r = &c->rd;
+    uint64_t torn_first = last + 1;
+    for (uint64_t y = bad_off + 1;; y++) {
+        st_code rc = tail_skip_zeros(r, &y, err);
+        if (rc != ST_OK)
+            return rc;
+        if (y > r->limit || r->limit - y < LOG_REC_HDR_BYTES)
+            return ST_OK; /* a torn tail: nothing of a later group follows */
+        const uint8_t *h = NULL;
+        if ((rc = reader_fill(r, y, LOG_REC_HDR_BYTES, &h, err)) != ST_OK)
+            return rc;
+        if (!h)
+            return ST_OK;
+        if (!tail_later_group(h, y, bad_off, torn_first, r->limit))
+            continue;
+        rec_status st;
+        rec_view v = {0};
+        if ((rc = reader_next(r, y, &st, &v, err)) != ST_OK)
+            return rc;
+        if (st != REC_OK)
+            continue;
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s: %s at offset %" PRIu64 " (lsn %" PRIu64
+                          " expected), but a good record of a later group (lsn %" PRIu64
+                          ", group from lsn %" PRIu64 ") follows at offset %" PRIu64
+                          ": acknowledged records are damaged, not a torn tail; restore the "
+                          "node from a replica",
+                          r->path, bad_why, bad_off, torn_first, v.lsn, v.group_first, y);
+    }
+}
+
 /* Reads one segment's records in order. For a non-last segment, records first..stop_lsn must all
- * be good and later bytes are ignored; in the last segment the first bad record ends the log. */
+ * be good and later bytes are ignored; in the last segment the first bad record ends the log,
+ * unless a good record of a later group follows it (tail_check). */
 static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint64_t stop_lsn,
                             scan_result *res, st_err *err) {
     const char *why;
@@ -450,8 +538,11 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
             st = REC_BAD;
             v.why = "record has an unexpected lsn";
         }
-        if (st != REC_OK && is_last)
+        if (st != REC_OK && is_last) {
+            if (st == REC_BAD && (rc = tail_check(c, off, expect - 1, v.why, err)) != ST_OK)
+                return rc;
             break;
+        }
         if (st == REC_END)
             return st_err_set(err, ST_DATA_LOSS,
                               "commit log segment %s ends after lsn %" PRIu64
@@ -692,7 +783,7 @@ static st_code writer_ready(sto_log *log, size_t group_bytes, st_err *err) {
 /* Fills lsn and checksum of every record of the group and concatenates them into *out (a group
  * of one entry is written from the entry's own buffer, without the copy). */
 static st_code group_build(sto_log *log, log_entry *batch, st_slice *out, st_err *err) {
-    uint64_t lsn = log->next_lsn;
+    uint64_t lsn = log->next_lsn, group_first = log->next_lsn;
     st_buf_reset(&log->group);
     for (log_entry *e = batch; e; e = e->next) {
         e->first_lsn = lsn;
@@ -700,7 +791,9 @@ static st_code group_build(sto_log *log, log_entry *batch, st_slice *out, st_err
             uint8_t *h = e->buf.data + off;
             uint32_t len = st_get_fixed32(h + 4);
             st_put_fixed64(h + 8, lsn++);
-            st_put_fixed32(h, st_crc_mask(st_crc32c(0, h + 4, 12 + (size_t)len)));
+            st_put_fixed64(h + 16, group_first);
+            st_put_fixed32(h,
+                           st_crc_mask(st_crc32c(0, h + 4, LOG_REC_HDR_BYTES - 4 + (size_t)len)));
             off += LOG_REC_HDR_BYTES + (size_t)len;
         }
         if (e == batch && !e->next) {

@@ -6,7 +6,9 @@
  * thread, or a sto_log_append_wait caller leading) writes everything queued with one fdatasync
  * for the whole group, then runs each appender's callback. A torn or
  * corrupt record at the tail of the last segment ends recovery there (it was never acknowledged);
- * corruption before the tail is ST_DATA_LOSS. */
+ * corruption before the tail is ST_DATA_LOSS — also in the last segment, where records carry
+ * their group's first lsn so that a good record of a later group after a bad one proves the bad
+ * one was acknowledged (docs/formats/log.md, reading rules). */
 #ifndef STO_LOG_H
 #define STO_LOG_H
 
@@ -44,7 +46,8 @@ void sto_log_close(sto_log *log);
  * record (truncating a torn tail). fn returns non-OK to stop. Records below the oldest stored
  * lsn were trimmed on purpose and are skipped silently. A torn tail is not rewritten: appends
  * continue in a new segment and the torn bytes are ignored from then on (docs/formats/log.md).
- * ST_DATA_LOSS for a bad record before the tail; ST_FAILED_PRECONDITION once appends started. */
+ * ST_DATA_LOSS for a bad record before the tail (in the last segment: one that a good record of
+ * a later group follows); ST_FAILED_PRECONDITION once appends started. */
 st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
                        st_code (*fn)(const sto_log_record *rec, void *arg), void *arg,
                        st_err *err);

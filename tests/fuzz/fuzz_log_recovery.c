@@ -47,7 +47,7 @@ static void write_segment(st_env *env, uint64_t first_lsn, bool header, const ui
     if (header) {
         uint8_t h[FUZZ_SEG_HDR_BYTES];
         st_put_fixed32(h, 0x474c5453u);
-        st_put_fixed32(h + 4, 1);
+        st_put_fixed32(h + 4, 2); /* format version */
         st_put_fixed64(h + 8, first_lsn);
         st_put_fixed32(h + 16, st_crc_mask(st_crc32c(0, h, 16)));
         st_put_fixed32(h + 20, 0);

@@ -4,7 +4,9 @@
  * of a closed db) make that tablet's reads either correct or ST_DATA_LOSS (then the tablet turns
  * read-only and refuses writes) while the other tablet reads and writes normally; a missing
  * SSTable does the same; a flipped byte in the commit log either is a torn tail (open succeeds)
- * or ST_DATA_LOSS with a message; a damaged manifest fails the open with ST_DATA_LOSS naming it.
+ * or ST_DATA_LOSS with a message, and in the last log segment a flip before the final write is
+ * ST_DATA_LOSS (never a silent loss of the later acknowledged writes) while one inside it loses at
+ * most that write; a damaged manifest fails the open with ST_DATA_LOSS naming it.
  * STRATA_SEED replays the flips.
  */
 #include <setjmp.h>
@@ -287,6 +289,116 @@ static void test_corruption_log_flips(void **state) {
     assert_true(data_loss > 0);
 }
 
+/* Path of the last log segment (largest name) into out. */
+static void last_log_segment(const char *dir, char *out, size_t cap) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/log", dir);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    struct dirent *e;
+    out[0] = 0;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".log") && (!out[0] || strcmp(e->d_name, out + strlen(path) + 1) > 0))
+            snprintf(out, cap, "%s/%s", path, e->d_name);
+    closedir(d);
+    assert_true(out[0] != 0);
+}
+
+/* Bytes up to the last nonzero one: the records of a segment without its preallocated zeros
+ * (every record here ends with a value byte 'v'). */
+static long used_bytes(const char *path) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    long used = 0, at = 0;
+    int ch;
+    while ((ch = fgetc(f)) != EOF) {
+        at++;
+        if (ch != 0)
+            used = at;
+    }
+    fclose(f);
+    return used;
+}
+
+static void dump_copy(sto_db *db, st_buf *out) {
+    st_buf_init(out);
+    assert_int_equal(tu_dump(db, 1, out), ST_OK);
+}
+
+/* A flipped byte in the LAST log segment: in a record that later groups follow it is
+ * ST_DATA_LOSS (the acknowledged rows after it would otherwise vanish silently); in the final
+ * group (one write) it is a torn tail that loses at most that write, and the rest reads exactly. */
+static void test_corruption_log_flips_last_segment(void **state) {
+    (void)state;
+    st_log_set_level(ST_LOG_ERROR + 1);
+    st_rng rng;
+    st_rng_seed(&rng, st_test_seed("corruption_test_log_last"));
+    sto_options o;
+    tu_small_options(&o);
+    o.memtable_bytes = 64 << 20; /* everything stays in the log */
+    int data_loss = 0, torn = 0;
+    for (int round = 0; round < 12; round++) {
+        char dir[512], seg_before[700], seg[700];
+        tu_tmpdir(dir, sizeof dir, "corruption_log_last");
+        sto_db *db;
+        st_err err;
+        assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
+        assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
+                                           ST_SLICE_LIT(""), NULL, &err),
+                         ST_OK);
+        fill(db, 1, "a", 300);
+        char big[2048];
+        memset(big, 'v', sizeof big - 1);
+        big[sizeof big - 1] = 0;
+        for (int i = 0; i < 199; i++)
+            assert_int_equal(tu_set(db, 1, "b", "f", "q", i, big, V(1000 + i)), ST_OK);
+        st_buf want_minus, want_full; /* without and with the final write */
+        dump_copy(db, &want_minus);
+        last_log_segment(dir, seg_before, sizeof seg_before);
+        long final_start = used_bytes(seg_before);
+        assert_int_equal(tu_set(db, 1, "b", "f", "q", 199, big, V(1000 + 199)), ST_OK);
+        dump_copy(db, &want_full);
+        sto_db_close(db);
+        last_log_segment(dir, seg, sizeof seg);
+        if (strcmp(seg, seg_before) != 0)
+            final_start = 24; /* the final write opened a segment of its own */
+        long used = used_bytes(seg);
+        assert_true(used > final_start);
+        /* Mostly before the final group, sometimes inside it. */
+        long off = round % 4 == 3
+                       ? final_start + (long)st_rng_below(&rng, (uint64_t)(used - final_start))
+                       : (long)st_rng_below(&rng, (uint64_t)final_start);
+        flip(seg, off);
+        st_err_clear(&err);
+        st_code rc = sto_db_open(dir, &o, &db, &err);
+        if (off < final_start) {
+            if (rc != ST_DATA_LOSS)
+                fail_msg("round %d: flip at %ld of %s (final group from %ld): open gave %s, "
+                         "expected DATA_LOSS",
+                         round, off, seg, final_start, st_code_name(rc));
+            assert_non_null(strstr(err.msg, ".log"));
+            assert_non_null(strstr(err.msg, "restore"));
+            data_loss++;
+        } else {
+            assert_int_equal(rc, ST_OK);
+            st_buf d;
+            dump_copy(db, &d);
+            assert_true(strcmp((char *)d.data, (char *)want_full.data) == 0 ||
+                        strcmp((char *)d.data, (char *)want_minus.data) == 0);
+            st_buf_free(&d);
+            sto_db_close(db);
+            torn++;
+        }
+        st_buf_free(&want_minus);
+        st_buf_free(&want_full);
+        tu_rmrf(dir);
+    }
+    st_log_set_level(ST_LOG_INFO);
+    fprintf(stderr, "corruption_test: last log segment: %d DATA_LOSS, %d torn final group\n",
+            data_loss, torn);
+    assert_true(data_loss > 0 && torn > 0);
+}
+
 static void test_corruption_manifest(void **state) {
     (void)state;
     pristine *p = calloc(1, sizeof *p);
@@ -310,6 +422,7 @@ int main(void) {
         cmocka_unit_test(test_corruption_sst_flips),
         cmocka_unit_test(test_corruption_missing_sst),
         cmocka_unit_test(test_corruption_log_flips),
+        cmocka_unit_test(test_corruption_log_flips_last_segment),
         cmocka_unit_test(test_corruption_manifest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,7 +4,9 @@
  * concurrent appenders share fdatasyncs (counted by the log's stats), also when waiting appenders
  * lead the groups themselves; segments roll over and
  * trim; cursors read while appends continue; a torn tail ends recovery and appends continue
- * after it; corruption or a missing segment before the tail is ST_DATA_LOSS; a full disk fails
+ * after it (also a torn last group with good records of that group after a garbled one);
+ * corruption or a missing segment before the tail is ST_DATA_LOSS, also a bad record in the
+ * last segment that a good record of a later group follows; a full disk fails
  * the appends of a group and the log recovers when space returns; preallocated segments (posix)
  * recover through their zero tails; and a crash loop on the
  * in-memory env (unsynced bytes garbled) finds every acknowledged record after each crash.
@@ -1039,7 +1041,7 @@ static void test_log_middle_corruption_is_data_loss(void **state) {
     /* A flipped payload byte in the second segment. */
     st_env *env = env_with_segments();
     segment_path(env, 1, path);
-    flip_byte(env, path, 24 + 16 + 5);
+    flip_byte(env, path, 24 + 24 + 5); /* segment header, record header */
     assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_DATA_LOSS);
     assert_non_null(strstr(err.msg, "checksum"));
     assert_non_null(strstr(err.msg, "restore"));
@@ -1089,6 +1091,139 @@ static void test_log_middle_corruption_is_data_loss(void **state) {
     sto_log_cursor_close(cur);
     sto_log_close(log);
     env->ops->destroy(env);
+}
+
+/* ---- the last segment: torn last group versus corruption before later groups ---- */
+
+#define LT_GROUPS 100
+#define LT_ROWS 3 /* rows per append: one append written alone is one group */
+
+static const uint8_t lt_zeros[70000];
+
+static uint64_t file_len(st_env *env, const char *path) {
+    uint64_t size = 0;
+    assert_int_equal(env->ops->file_size(env, path, &size, NULL), ST_OK);
+    return size;
+}
+
+/* One segment of LT_GROUPS groups of LT_ROWS rows; *last_group_off = where the last group starts.
+ */
+static st_env *env_one_segment(uint64_t *last_group_off, char *path) {
+    st_env *env = st_env_mem_new();
+    sto_log *log;
+    assert_int_equal(log_reopen(env, 0, 1, NULL, &log, NULL), ST_OK);
+    for (uint64_t g = 0; g < LT_GROUPS; g++) {
+        if (g == LT_GROUPS - 1) {
+            last_segment(env, path);
+            *last_group_off = file_len(env, path);
+        }
+        assert_int_equal(append_ids(log, 1 + g * LT_ROWS, LT_ROWS, 300, NULL), ST_OK);
+    }
+    sto_log_close(log);
+    last_segment(env, path);
+    return env;
+}
+
+/* Overwrites [off, off + len) of the file with random bytes (a torn write's garbage). */
+static void garble_range(st_env *env, const char *path, size_t off, size_t len, st_rng *rng) {
+    st_buf b;
+    st_buf_init(&b);
+    assert_int_equal(st_env_read_all(env, path, &b, NULL), ST_OK);
+    assert_true(off + len <= b.len);
+    for (size_t i = 0; i < len; i++)
+        b.data[off + i] = (uint8_t)st_rng_next(rng);
+    st_wfile *f;
+    assert_int_equal(env->ops->wopen(env, path, &f, NULL), ST_OK);
+    assert_int_equal(env->ops->append(f, b.data, b.len, NULL), ST_OK);
+    assert_int_equal(env->ops->sync(f, NULL), ST_OK);
+    assert_int_equal(env->ops->wclose(f, NULL), ST_OK);
+    st_buf_free(&b);
+}
+
+/* A flipped byte in any record of the last segment that a later group follows: ST_DATA_LOSS
+ * naming the file, the offset and what to do, through replay and through appends without a
+ * replay; never a silent end of the log (which dropped every later acknowledged record). */
+static void test_log_last_segment_corruption_is_data_loss(void **state) {
+    (void)state;
+    st_rng rng;
+    st_rng_seed(&rng, st_test_seed("test_log_last_segment_corruption_is_data_loss"));
+    for (int round = 0; round < 24; round++) {
+        uint64_t last_off;
+        char path[256];
+        st_env *env = env_one_segment(&last_off, path);
+        if (round % 2) /* a zero tail after the records, as preallocation leaves it */
+            append_raw(env, path, lt_zeros, sizeof lt_zeros);
+        size_t off = 24 + (size_t)st_rng_below(&rng, last_off - 24);
+        if (round == 0)
+            off = 24 + 1; /* the very first record's checksum */
+        flip_byte(env, path, off);
+        st_err err;
+        sto_log *log;
+        collected c = {.max_val = 300};
+        assert_int_equal(log_reopen(env, 0, 1, &c, &log, &err), ST_DATA_LOSS);
+        assert_true(c.n < (LT_GROUPS - 1) * LT_ROWS);
+        assert_non_null(strstr(err.msg, path));
+        assert_non_null(strstr(err.msg, "later group"));
+        assert_non_null(strstr(err.msg, "offset"));
+        assert_non_null(strstr(err.msg, "restore"));
+        collected_free(&c);
+        sto_log_close(log);
+        /* Appends without a replay position the log themselves and refuse the same way. */
+        log = log_open_env(env, 0);
+        assert_int_equal(append_ids(log, 1000, 1, 300, NULL), ST_DATA_LOSS);
+        sto_log_close(log);
+        env->ops->destroy(env);
+    }
+}
+
+/* A torn last group — a garbled record followed by good records of the same group, random
+ * garbage over part of it, a cut inside it, with or without a zero tail — recovers cleanly with
+ * everything before the group (perhaps a prefix of the group), and appends continue after it. */
+static void test_log_torn_last_group_recovers(void **state) {
+    (void)state;
+    st_rng rng;
+    st_rng_seed(&rng, st_test_seed("test_log_torn_last_group_recovers"));
+    const size_t before = (LT_GROUPS - 1) * LT_ROWS;
+    for (int round = 0; round < 24; round++) {
+        uint64_t last_off;
+        char path[256];
+        st_env *env = env_one_segment(&last_off, path);
+        size_t size = (size_t)file_len(env, path), group = size - (size_t)last_off;
+        switch (round % 4) {
+        case 0: /* first record of the group garbled, its later records intact */
+            flip_byte(env, path, (size_t)last_off + 1 + (size_t)st_rng_below(&rng, 30));
+            break;
+        case 1: { /* random garbage over a random part of the group, then more garbage: the
+                   * scan for later groups crosses over a megabyte of it (linear, one read) */
+            size_t at = (size_t)st_rng_below(&rng, group);
+            garble_range(env, path, (size_t)last_off + at,
+                         1 + (size_t)st_rng_below(&rng, group - at), &rng);
+            if (round == 1) {
+                size_t junk_len = (size_t)3 << 19;
+                uint8_t *junk = malloc(junk_len);
+                for (size_t i = 0; i < junk_len; i++)
+                    junk[i] = (uint8_t)(st_rng_next(&rng) | 1);
+                append_raw(env, path, junk, junk_len);
+                free(junk);
+            }
+            break;
+        }
+        case 2: /* garbage at the start of the group, then a zero tail */
+            garble_range(env, path, (size_t)last_off, 1 + (size_t)st_rng_below(&rng, 40), &rng);
+            append_raw(env, path, lt_zeros, 5000);
+            break;
+        default: /* a byte of the last record flipped */
+            flip_byte(env, path, size - 1 - (size_t)st_rng_below(&rng, 10));
+        }
+        sto_log *log;
+        size_t n = replay_check_prefix(env, before, &log);
+        assert_true(n >= before && n <= before + LT_ROWS);
+        assert_int_equal(append_ids(log, n + 1, 2, 300, NULL), ST_OK);
+        sto_log_close(log);
+        assert_int_equal(replay_check_prefix(env, n + 2, &log), n + 2);
+        sto_log_close(log);
+        env->ops->destroy(env);
+    }
 }
 
 /* ---- full disk ---- */
@@ -1386,6 +1521,8 @@ int main(void) {
         cmocka_unit_test(test_log_torn_tail_junk),
         cmocka_unit_test(test_log_torn_tail_crash_garble),
         cmocka_unit_test(test_log_middle_corruption_is_data_loss),
+        cmocka_unit_test(test_log_last_segment_corruption_is_data_loss),
+        cmocka_unit_test(test_log_torn_last_group_recovers),
         cmocka_unit_test(test_log_disk_full_then_recovers),
         cmocka_unit_test(test_log_posix_env),
         cmocka_unit_test(test_log_posix_preallocated_segments),
