@@ -481,6 +481,8 @@ static void write_finish_on_loop(void *arg) {
         op->n->written_lsn_max = op->lsn;
     __atomic_fetch_sub(&op->n->writes_in_flight, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&op->n->writes_finished, 1, __ATOMIC_RELAXED);
+    if (op->code == ST_OK)
+        node_repl_notify(op->n);
     op->done(op->n, op->code, op->code == ST_OK ? NULL : op->msg, op->arg);
     free(op);
 }

@@ -20,6 +20,7 @@ st_code node_repl_start(node_ctx *n, st_err *err) {
     return ST_OK;
 }
 void node_repl_stop(node_ctx *n) { (void)n; }
+void node_repl_notify(node_ctx *n) { (void)n; }
 void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table) {
     (void)n;
     (void)id;
@@ -138,6 +139,11 @@ void node_repl_stop(node_ctx *n) {
 
 void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table) {
     repl_tablet_named(n->repl, id, table);
+}
+
+void node_repl_notify(node_ctx *n) {
+    if (n->repl)
+        repl_notify_commit(n->repl);
 }
 
 bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind) {

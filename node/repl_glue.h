@@ -26,6 +26,9 @@ bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind);
  * repl_tablet_named). No-op without replication. */
 void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table);
 
+/* A local write is durable: wakes idle shippers (repl_notify_commit). No-op without replication. */
+void node_repl_notify(node_ctx *n);
+
 /* GenerateConsistencyToken / CheckConsistency: cross-cluster tokens (docs/formats/replication.md)
  * when the node has peer clusters, else the node's single-cluster handlers. */
 void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg);

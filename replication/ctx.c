@@ -86,6 +86,11 @@ static void name_add(const sto_tablet_info *info, void *arg) {
 
 void repl_names_refresh(repl_ctx *r) { sto_tablet_list(r->o.db, name_add, r); }
 
+void repl_notify_commit(repl_ctx *r) {
+    for (size_t i = 0; r && i < r->n_shippers; i++)
+        repl_shipper_wake(r->shippers[i]);
+}
+
 void repl_tablet_named(repl_ctx *r, uint64_t tablet_id, const char *table) {
     if (!r || !table)
         return;

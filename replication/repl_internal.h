@@ -59,6 +59,8 @@ void repl_shipper_stats(repl_shipper *s, repl_peer_stats *out);
 uint32_t repl_shipper_cluster_num(const repl_shipper *s);
 /* The shipper's link was cut or restored: a restored one ends its backoff and pumps at once. */
 void repl_shipper_link_changed(repl_shipper *s);
+/* Pumps at the next loop turn unless backing off or refreshing its map. */
+void repl_shipper_wake(repl_shipper *s);
 
 /* apply.c */
 void repl_h_apply(rpc_call *call, st_slice req, void *arg);

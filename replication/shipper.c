@@ -742,6 +742,11 @@ void repl_shipper_close(repl_shipper *s) {
 
 uint32_t repl_shipper_cluster_num(const repl_shipper *s) { return s->cluster_num; }
 
+void repl_shipper_wake(repl_shipper *s) {
+    if (!s->backing_off && !s->refreshing)
+        schedule_pump(s, 0);
+}
+
 void repl_shipper_link_changed(repl_shipper *s) {
     if (s->r->closing || repl_link_cut(s->r, s->cluster_num))
         return;

@@ -165,6 +165,10 @@ bool repl_link_cut(const repl_ctx *r, uint32_t cluster_num);
  * or be dropped before its records are shipped, after which storage no longer knows its table.
  * Names are kept until close (at most REPL_TABLET_NAMES_MAX). Loop thread; NULL r is fine. */
 void repl_tablet_named(repl_ctx *r, uint64_t tablet_id, const char *table);
+/* A local write became durable: shippers that are idle look for it at the next loop turn rather
+ * than at their next poll (REPL_POLL_MS), so replication lag does not wait out the poll period.
+ * Cheap; coalesces many writes into one look. Loop thread. */
+void repl_notify_commit(repl_ctx *r);
 
 /* Per-peer statistics (status, metrics, tests). */
 typedef struct repl_peer_stats {
