@@ -12,10 +12,23 @@
 /* ---- status codes ---- */
 
 static const char *const code_names[] = {
-    "OK",           "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",    "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED",      "OUT_OF_RANGE",      "UNIMPLEMENTED",  "INTERNAL",            "UNAVAILABLE",
-    "DATA_LOSS",    "UNAUTHENTICATED",
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
 };
 
 const char *st_code_name(st_code code) {
@@ -57,7 +70,9 @@ void st_err_clear(st_err *err) {
 
 /* ---- slices ---- */
 
-st_slice st_slice_cstr(const char *s) { return st_slice_make(s, s ? strlen(s) : 0); }
+st_slice st_slice_cstr(const char *s) {
+    return st_slice_make(s, s ? strlen(s) : 0);
+}
 
 int st_slice_cmp(st_slice a, st_slice b) {
     size_t n = a.len < b.len ? a.len : b.len;
@@ -77,14 +92,18 @@ bool st_slice_has_prefix(st_slice s, st_slice prefix) {
 
 /* ---- buffers ---- */
 
-void st_buf_init(st_buf *b) { memset(b, 0, sizeof *b); }
+void st_buf_init(st_buf *b) {
+    memset(b, 0, sizeof *b);
+}
 
 void st_buf_free(st_buf *b) {
     free(b->data);
     st_buf_init(b);
 }
 
-void st_buf_reset(st_buf *b) { b->len = 0; }
+void st_buf_reset(st_buf *b) {
+    b->len = 0;
+}
 
 st_code st_buf_reserve(st_buf *b, size_t extra) {
     if (extra > SIZE_MAX - b->len)
@@ -114,7 +133,9 @@ st_code st_buf_append(st_buf *b, const void *data, size_t len) {
     return ST_OK;
 }
 
-st_code st_buf_append_byte(st_buf *b, uint8_t byte) { return st_buf_append(b, &byte, 1); }
+st_code st_buf_append_byte(st_buf *b, uint8_t byte) {
+    return st_buf_append(b, &byte, 1);
+}
 
 st_code st_buf_append_varint64(st_buf *b, uint64_t v) {
     uint8_t tmp[ST_VARINT64_MAX];
@@ -207,7 +228,9 @@ void st_log_set_sink(st_log_sink_fn sink, void *arg) {
     pthread_mutex_unlock(&log_mu);
 }
 
-void st_log_set_level(st_log_level min_level) { log_min = min_level; }
+void st_log_set_level(st_log_level min_level) {
+    log_min = min_level;
+}
 
 void st_log(st_log_level level, const char *module, const char *fmt, ...) {
     if (level < log_min)
@@ -257,12 +280,16 @@ static int64_t system_now(st_clock *c) {
     return st_wall_us();
 }
 
-static int64_t fake_now(st_clock *c) { return __atomic_load_n(&c->fake_now_us, __ATOMIC_RELAXED); }
+static int64_t fake_now(st_clock *c) {
+    return __atomic_load_n(&c->fake_now_us, __ATOMIC_RELAXED);
+}
 
 /* Constant table-like object: stateless, shared. */
 static st_clock system_clock = {system_now, 0};
 
-st_clock *st_clock_system(void) { return &system_clock; }
+st_clock *st_clock_system(void) {
+    return &system_clock;
+}
 
 void st_clock_fake_init(st_clock *c, int64_t start_us) {
     c->now_us = fake_now;
@@ -308,7 +335,8 @@ static uint32_t crc_sw(uint32_t c, const uint8_t *p, size_t n) {
         uint32_t hi = st_get_fixed32(p + 4);
         c = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
             crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xff] ^
-            crc_table[2][(hi >> 8) & 0xff] ^ crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
+            crc_table[2][(hi >> 8) & 0xff] ^ crc_table[1][(hi >> 16) & 0xff] ^
+            crc_table[0][hi >> 24];
         p += 8;
         n -= 8;
     }
@@ -412,7 +440,9 @@ void st_rng_seed(st_rng *r, uint64_t seed) {
         r->s[i] = splitmix64(&seed);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t st_rng_next(st_rng *r) {
     uint64_t *s = r->s;

@@ -22,8 +22,9 @@ struct st_rfile {
 
 /* Maps errno to a code and a sentence that says what to do. */
 static st_code io_err(st_err *err, const char *what, const char *path, int e) {
-    st_code code = e == ENOENT ? ST_NOT_FOUND : (e == ENOSPC || e == EDQUOT) ? ST_RESOURCE_EXHAUSTED
-                                                                             : ST_INTERNAL;
+    st_code code = e == ENOENT                    ? ST_NOT_FOUND
+                   : (e == ENOSPC || e == EDQUOT) ? ST_RESOURCE_EXHAUSTED
+                                                  : ST_INTERNAL;
     const char *hint = code == ST_RESOURCE_EXHAUSTED ? "; free disk space and retry"
                        : code == ST_NOT_FOUND        ? ""
                                                      : "; check the disk and permissions";
@@ -100,7 +101,8 @@ static st_code px_ropen(st_env *env, const char *path, st_rfile **out, st_err *e
     return ST_OK;
 }
 
-static st_code px_pread(st_rfile *f, uint64_t off, void *buf, size_t len, size_t *got, st_err *err) {
+static st_code px_pread(st_rfile *f, uint64_t off, void *buf, size_t len, size_t *got,
+                        st_err *err) {
     size_t done = 0;
     while (done < len) {
         ssize_t n = pread(f->fd, (uint8_t *)buf + done, len - done, (off_t)(off + done));
@@ -217,7 +219,9 @@ static st_code px_list(st_env *env, const char *dir, st_code (*fn)(const char *,
     return rc;
 }
 
-static void px_destroy(st_env *env) { (void)env; }
+static void px_destroy(st_env *env) {
+    (void)env;
+}
 
 static st_code px_preallocate(st_wfile *f, uint64_t bytes, st_err *err) {
 #ifdef __linux__
@@ -237,19 +241,33 @@ static st_code px_preallocate(st_wfile *f, uint64_t bytes, st_err *err) {
 }
 
 static const st_env_ops posix_ops = {
-    .wopen = px_wopen,     .wopen_append = px_wopen_append, .append = px_append,
-    .sync = px_sync,       .wclose = px_wclose,             .ropen = px_ropen,
-    .pread = px_pread,     .rsize = px_rsize,               .rclose = px_rclose,
-    .remove = px_remove,   .rename = px_rename,             .link = px_link,
-    .mkdirs = px_mkdirs,   .sync_dir = px_sync_dir,         .exists = px_exists,
-    .file_size = px_file_size, .list = px_list,             .destroy = px_destroy,
+    .wopen = px_wopen,
+    .wopen_append = px_wopen_append,
+    .append = px_append,
+    .sync = px_sync,
+    .wclose = px_wclose,
+    .ropen = px_ropen,
+    .pread = px_pread,
+    .rsize = px_rsize,
+    .rclose = px_rclose,
+    .remove = px_remove,
+    .rename = px_rename,
+    .link = px_link,
+    .mkdirs = px_mkdirs,
+    .sync_dir = px_sync_dir,
+    .exists = px_exists,
+    .file_size = px_file_size,
+    .list = px_list,
+    .destroy = px_destroy,
     .preallocate = px_preallocate,
 };
 
 /* Constant table: stateless and shared by the whole process. */
 static st_env posix_env = {&posix_ops};
 
-st_env *st_env_posix(void) { return &posix_env; }
+st_env *st_env_posix(void) {
+    return &posix_env;
+}
 
 /* ---- helpers over any env ---- */
 

@@ -197,7 +197,6 @@ static bool valid_family(const char *f) {
 
 /* ---- CreateTable ---- */
 
-
 st_code node_table_families_from_pb(node_table *t, const pb_table *spec, st_err *err) {
     for (size_t i = 0; spec && i < spec->n_column_families; i++) {
         const char *fam = spec->column_families[i]->key;
@@ -225,10 +224,10 @@ static st_code create_tablets(node_ctx *n, const char *name, const ProtobufCBina
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating table");
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && !node_in_cluster(n) && i <= n_splits; i++) {
-        st_slice start = i ? st_slice_make(splits[i - 1].data, splits[i - 1].len)
-                           : st_slice_make("", 0);
-        st_slice end = i < n_splits ? st_slice_make(splits[i].data, splits[i].len)
-                                    : st_slice_make("", 0);
+        st_slice start =
+            i ? st_slice_make(splits[i - 1].data, splits[i - 1].len) : st_slice_make("", 0);
+        st_slice end =
+            i < n_splits ? st_slice_make(splits[i].data, splits[i].len) : st_slice_make("", 0);
         t = node_tablets_find(n, name);
         rc = node_tablet_create(n, t, start, end, err);
     }
@@ -246,9 +245,8 @@ static void drop_table_tablets(node_ctx *n, const char *name) {
 
 void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
-    Google__Bigtable__Admin__V2__CreateTableRequest *req =
-        (void *)node_unpack(call, &google__bigtable__admin__v2__create_table_request__descriptor,
-                            req_bytes);
+    Google__Bigtable__Admin__V2__CreateTableRequest *req = (void *)node_unpack(
+        call, &google__bigtable__admin__v2__create_table_request__descriptor, req_bytes);
     if (!req)
         return;
     st_err err = {0};
@@ -256,16 +254,18 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     if (check_parent(req->parent, &err) != ST_OK)
         return node_fail(call, err.code, "%s", err.msg);
     if (!valid_table_id(req->table_id))
-        return node_fail(call, ST_INVALID_ARGUMENT,
-                         "invalid table id '%s': use 1-50 of [-_.a-zA-Z0-9], not starting with - or .",
-                         req->table_id);
+        return node_fail(
+            call, ST_INVALID_ARGUMENT,
+            "invalid table id '%s': use 1-50 of [-_.a-zA-Z0-9], not starting with - or .",
+            req->table_id);
     snprintf(name, sizeof name, "%s/tables/%s", req->parent, req->table_id);
     if (node_catalog_find(n->catalog, name))
         return node_fail(call, ST_ALREADY_EXISTS, "table \"%s\" already exists", name);
     ProtobufCBinaryData *splits = NULL;
     size_t n_splits = 0;
     node_table *t = NULL;
-    st_code rc = btu_splits_from_pb(req, ADMIN_SPLITS_MAX, rpc_call_arena(call), &splits, &n_splits, &err);
+    st_code rc =
+        btu_splits_from_pb(req, ADMIN_SPLITS_MAX, rpc_call_arena(call), &splits, &n_splits, &err);
     if (rc == ST_OK)
         rc = node_catalog_add(n->catalog, name, st_wall_us(), &t, &err);
     if (rc != ST_OK)
@@ -444,8 +444,11 @@ st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_e
         while ((rc = sto_iter_next(it, &cell, err)) == ST_OK) {
             if (!st_slice_eq(cell.family, del.family))
                 continue;
-            sto_row_mut row = {.tablet_id = t->v[i].id, .row = cell.row, .muts = &del,
-                               .n_muts = 1, .version = node_next_version(n)};
+            sto_row_mut row = {.tablet_id = t->v[i].id,
+                               .row = cell.row,
+                               .muts = &del,
+                               .n_muts = 1,
+                               .version = node_next_version(n)};
             row.commit_ts_us = (uint64_t)STO_VERSION_TS_US(row.version);
             rc = sto_write(n->db, &row, 1, NULL, err);
             if (rc != ST_OK)
@@ -462,13 +465,15 @@ st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_e
 
 static st_code apply_mod(node_ctx *n, node_table *t, const pb_mod *m, st_err *err) {
     const char *id = m->id;
-    if (m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP) {
+    if (m->mod_case ==
+        GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP) {
         st_code rc = node_table_family_drop(t, id, err);
         node_tablets *tt = node_tablets_find(n, t->name);
         return rc == ST_OK && tt ? node_family_purge(n, tt, id, err) : rc;
     }
     const Google__Bigtable__Admin__V2__ColumnFamily *cf =
-        m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE
+        m->mod_case ==
+                GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE
             ? m->create
             : m->update;
     node_gc gc;
@@ -493,9 +498,13 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
     for (size_t i = 0; i < req->n_modifications; i++) {
         const pb_mod *m = req->modifications[i];
         const Google__Bigtable__Admin__V2__ColumnFamily *cf =
-            m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE ? m->create
-            : m->mod_case == GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_UPDATE ? m->update
-            : NULL;
+            m->mod_case ==
+                    GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE
+                ? m->create
+            : m->mod_case ==
+                    GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_UPDATE
+                ? m->update
+                : NULL;
         node_gc gc;
         if (node_gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, &err) != ST_OK)
             return node_fail(call, err.code, "%s", err.msg);
@@ -533,9 +542,10 @@ void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
         prefix = st_slice_make(req->row_key_prefix.data, req->row_key_prefix.len);
         if (prefix.len == 0)
             return node_fail(call, ST_INVALID_ARGUMENT, "row_key_prefix must not be empty");
-    } else if (req->target_case !=
-                   GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_DELETE_ALL_DATA_FROM_TABLE ||
-               !req->delete_all_data_from_table) {
+    } else if (
+        req->target_case !=
+            GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_DELETE_ALL_DATA_FROM_TABLE ||
+        !req->delete_all_data_from_table) {
         return node_fail(call, ST_INVALID_ARGUMENT,
                          "set row_key_prefix or delete_all_data_from_table");
     }

@@ -279,8 +279,12 @@ st_code node_catalog_save(node_catalog *c, st_err *err) {
 
 /* ---- tables ---- */
 
-size_t node_catalog_count(const node_catalog *c) { return c->n; }
-node_table *node_catalog_at(node_catalog *c, size_t i) { return i < c->n ? &c->tables[i] : NULL; }
+size_t node_catalog_count(const node_catalog *c) {
+    return c->n;
+}
+node_table *node_catalog_at(node_catalog *c, size_t i) {
+    return i < c->n ? &c->tables[i] : NULL;
+}
 
 /* Index of the first table whose name is >= name. */
 static size_t lower_bound(const node_catalog *c, const char *name) {
@@ -337,7 +341,9 @@ st_code node_catalog_remove(node_catalog *c, const char *name, st_err *err) {
     return ST_OK;
 }
 
-uint64_t node_catalog_next_tablet_id(node_catalog *c) { return c->next_tablet_id++; }
+uint64_t node_catalog_next_tablet_id(node_catalog *c) {
+    return c->next_tablet_id++;
+}
 
 void node_catalog_reserve_tablet_ids(node_catalog *c, uint64_t used) {
     if (c->next_tablet_id <= used)
@@ -356,8 +362,8 @@ node_family *node_table_family(node_table *t, st_slice name) {
 st_code node_table_family_set(node_table *t, const char *name, const node_gc *gc, st_err *err) {
     size_t len = strlen(name);
     if (len == 0 || len > NODE_FAMILY_NAME_MAX)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "column family name must be 1 to %d characters", NODE_FAMILY_NAME_MAX);
+        return st_err_set(err, ST_INVALID_ARGUMENT, "column family name must be 1 to %d characters",
+                          NODE_FAMILY_NAME_MAX);
     node_gc copy;
     st_code rc = node_gc_copy(&copy, gc, err);
     if (rc != ST_OK)

@@ -50,7 +50,7 @@ void node_catalog_free(node_catalog *c);
 st_code node_catalog_save(node_catalog *c, st_err *err);
 
 size_t node_catalog_count(const node_catalog *c);
-node_table *node_catalog_at(node_catalog *c, size_t i); /* tables sorted by name */
+node_table *node_catalog_at(node_catalog *c, size_t i);           /* tables sorted by name */
 node_table *node_catalog_find(node_catalog *c, const char *name); /* NULL when absent */
 /* Adds an empty table (no families, no tablets); ALREADY_EXISTS if present. The returned pointer
  * is valid until the next add or remove. Not saved until node_catalog_save. */

@@ -3,9 +3,9 @@
 
 #include <string.h>
 
-/* Converting deeper than this is pointless: node_filter_prepare rejects depth > NODE_FILTER_DEPTH_MAX
- * anyway, and stopping here bounds our own recursion on a hostile 20 KB filter nested thousands of
- * levels deep. */
+/* Converting deeper than this is pointless: node_filter_prepare rejects depth >
+ * NODE_FILTER_DEPTH_MAX anyway, and stopping here bounds our own recursion on a hostile 20 KB
+ * filter nested thousands of levels deep. */
 #define FILTER_PB_DEPTH_MAX (NODE_FILTER_DEPTH_MAX + 1)
 
 static st_code convert(const Google__Bigtable__V2__RowFilter *pb, st_arena *arena, int depth,
@@ -15,8 +15,12 @@ static st_code oom(st_err *err) {
     return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory while building the RowFilter");
 }
 
-static st_slice bin(ProtobufCBinaryData b) { return st_slice_make(b.data, b.len); }
-static st_slice str(const char *s) { return s ? st_slice_cstr(s) : st_slice_make("", 0); }
+static st_slice bin(ProtobufCBinaryData b) {
+    return st_slice_make(b.data, b.len);
+}
+static st_slice str(const char *s) {
+    return s ? st_slice_cstr(s) : st_slice_make("", 0);
+}
 
 static node_bound bound(bool set, bool closed, ProtobufCBinaryData key) {
     node_bound b = {NODE_BOUND_UNBOUNDED, {NULL, 0}};
@@ -28,10 +32,11 @@ static node_bound bound(bool set, bool closed, ProtobufCBinaryData key) {
 }
 
 static node_filter *column_range(const Google__Bigtable__V2__ColumnRange *r, st_arena *arena) {
-    node_bound s = bound(r->start_qualifier_case != 0,
-                         r->start_qualifier_case ==
-                             GOOGLE__BIGTABLE__V2__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_CLOSED,
-                         r->start_qualifier_closed);
+    node_bound s =
+        bound(r->start_qualifier_case != 0,
+              r->start_qualifier_case ==
+                  GOOGLE__BIGTABLE__V2__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_CLOSED,
+              r->start_qualifier_closed);
     node_bound e = bound(r->end_qualifier_case != 0,
                          r->end_qualifier_case ==
                              GOOGLE__BIGTABLE__V2__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_CLOSED,
@@ -44,10 +49,10 @@ static node_filter *value_range(const Google__Bigtable__V2__ValueRange *r, st_ar
                          r->start_value_case ==
                              GOOGLE__BIGTABLE__V2__VALUE_RANGE__START_VALUE_START_VALUE_CLOSED,
                          r->start_value_closed);
-    node_bound e = bound(r->end_value_case != 0,
-                         r->end_value_case ==
-                             GOOGLE__BIGTABLE__V2__VALUE_RANGE__END_VALUE_END_VALUE_CLOSED,
-                         r->end_value_closed);
+    node_bound e =
+        bound(r->end_value_case != 0,
+              r->end_value_case == GOOGLE__BIGTABLE__V2__VALUE_RANGE__END_VALUE_END_VALUE_CLOSED,
+              r->end_value_closed);
     return node_filter_value_range(arena, s, e);
 }
 
@@ -162,8 +167,8 @@ static st_code convert(const Google__Bigtable__V2__RowFilter *pb, st_arena *aren
         return convert_bool(pb->pass_all_filter, "pass_all_filter", NODE_FILTER_PASS_ALL, arena,
                             out, err);
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_BLOCK_ALL_FILTER:
-        return convert_bool(pb->block_all_filter, "block_all_filter", NODE_FILTER_BLOCK_ALL,
-                            arena, out, err);
+        return convert_bool(pb->block_all_filter, "block_all_filter", NODE_FILTER_BLOCK_ALL, arena,
+                            out, err);
     case GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_STRIP_VALUE_TRANSFORMER:
         return convert_bool(pb->strip_value_transformer, "strip_value_transformer",
                             NODE_FILTER_STRIP_VALUE, arena, out, err);

@@ -125,8 +125,8 @@ static st_code put_table(node_ctx *n, const Google__Bigtable__Admin__V2__Table *
 
 void node_h_put_table(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
-    Strata__Internal__V1__PutTableRequest *req = (void *)node_unpack(
-        call, &strata__internal__v1__put_table_request__descriptor, req_bytes);
+    Strata__Internal__V1__PutTableRequest *req =
+        (void *)node_unpack(call, &strata__internal__v1__put_table_request__descriptor, req_bytes);
     if (!req)
         return;
     if (!req->table)
@@ -141,8 +141,8 @@ void node_h_put_table(rpc_call *call, st_slice req_bytes, void *arg) {
 
 void node_h_drop_table(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
-    Strata__Internal__V1__DropTableRequest *req = (void *)node_unpack(
-        call, &strata__internal__v1__drop_table_request__descriptor, req_bytes);
+    Strata__Internal__V1__DropTableRequest *req =
+        (void *)node_unpack(call, &strata__internal__v1__drop_table_request__descriptor, req_bytes);
     if (!req)
         return;
     st_err err = {0};
@@ -212,8 +212,10 @@ static st_code find_same_range(node_tablets *t, st_slice start, st_slice end, no
 
 static st_code check_range(st_slice start, st_slice end, st_err *err) {
     if (start.len > NODE_ROW_KEY_MAX || end.len > NODE_ROW_KEY_MAX)
-        return st_err_set(err, ST_INVALID_ARGUMENT, "tablet bounds are row keys of at most %d "
-                          "bytes", NODE_ROW_KEY_MAX);
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "tablet bounds are row keys of at most %d "
+                          "bytes",
+                          NODE_ROW_KEY_MAX);
     if (end.len && st_slice_cmp(start, end) >= 0)
         return st_err_set(err, ST_INVALID_ARGUMENT, "start_key must be below end_key");
     return ST_OK;
@@ -269,8 +271,7 @@ void node_h_drop_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     if (tab->moving)
         return node_fail(call, ST_FAILED_PRECONDITION,
-                         "tablet %" PRIu64 " is being moved; the move drops it when done",
-                         tab->id);
+                         "tablet %" PRIu64 " is being moved; the move drops it when done", tab->id);
     st_err err = {0};
     if (node_tablet_drop(n, t, (size_t)(tab - t->v), &err) != ST_OK)
         return node_fail(call, err.code, "%s", err.msg);

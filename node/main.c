@@ -44,7 +44,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--data") && v) o.data_dir = argv[++i];
+        if (!strcmp(a, "--data") && v)
+            o.data_dir = argv[++i];
         else if (!strcmp(a, "--listen") && v) {
             if (!node_parse_addr(argv[++i], host, sizeof host, &o.listen_port)) {
                 fprintf(stderr, "strata-node: bad --listen '%s': use HOST:PORT\n", v);
@@ -55,16 +56,29 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "strata-node: bad --metrics '%s': use HOST:PORT\n", v);
                 return 2;
             }
-        } else if (!strcmp(a, "--no-sync")) o.sync = false;
-        else if (!strcmp(a, "--cache-mb") && v) o.block_cache_bytes = strtoull(argv[++i], NULL, 10) << 20;
-        else if (!strcmp(a, "--memtable-mb") && v) o.memtable_bytes = strtoull(argv[++i], NULL, 10) << 20;
-        else if (!strcmp(a, "--cluster-num") && v) o.cluster_num = (uint32_t)strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--node-num") && v) o.node_num = (uint32_t)strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--split-bytes") && v) o.split_bytes = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--config") && v) o.config_path = argv[++i];
-        else if (!strcmp(a, "--verbose")) st_log_set_level(ST_LOG_DEBUG);
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else { usage(stderr); return 2; }
+        } else if (!strcmp(a, "--no-sync"))
+            o.sync = false;
+        else if (!strcmp(a, "--cache-mb") && v)
+            o.block_cache_bytes = strtoull(argv[++i], NULL, 10) << 20;
+        else if (!strcmp(a, "--memtable-mb") && v)
+            o.memtable_bytes = strtoull(argv[++i], NULL, 10) << 20;
+        else if (!strcmp(a, "--cluster-num") && v)
+            o.cluster_num = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--node-num") && v)
+            o.node_num = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--split-bytes") && v)
+            o.split_bytes = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--config") && v)
+            o.config_path = argv[++i];
+        else if (!strcmp(a, "--verbose"))
+            st_log_set_level(ST_LOG_DEBUG);
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
+        }
     }
     if (!o.data_dir) {
         fprintf(stderr, "strata-node: --data DIR is required\n");

@@ -86,8 +86,7 @@ static void render_storage(node_ctx *n, prom_out *o) {
           s.memtable_bytes);
     gauge(o, "strata_storage_block_cache_bytes", "gauge", "Bytes held by the block cache.",
           s.cache_bytes);
-    gauge(o, "strata_storage_block_cache_hits_total", "counter", "Block cache hits.",
-          s.cache_hits);
+    gauge(o, "strata_storage_block_cache_hits_total", "counter", "Block cache hits.", s.cache_hits);
     gauge(o, "strata_storage_block_cache_misses_total", "counter", "Block cache misses.",
           s.cache_misses);
     gauge(o, "strata_storage_log_bytes", "gauge", "Bytes in commit log segments on disk.",
@@ -147,12 +146,24 @@ static void repl_family(prom_out *o, const repl_peers *p, const char *name, cons
         const repl_peer_stats *s = &p->v[i];
         prom_label l[] = {{"peer_cluster", s->cluster_id}, {"peer_cluster_num", p->num[i]}};
         switch (field) {
-        case 0: prom_sample_u64(o, name, l, 2, s->records_behind); break;
-        case 1: prom_sample_u64(o, name, l, 2, s->bytes_behind); break;
-        case 2: prom_sample_f64(o, name, l, 2, s->time_behind_us / 1e6); break;
-        case 3: prom_sample_u64(o, name, l, 2, s->rows_shipped); break;
-        case 4: prom_sample_u64(o, name, l, 2, s->rpcs_failed); break;
-        default: prom_sample_u64(o, name, l, 2, s->backing_off ? 1 : 0); break;
+        case 0:
+            prom_sample_u64(o, name, l, 2, s->records_behind);
+            break;
+        case 1:
+            prom_sample_u64(o, name, l, 2, s->bytes_behind);
+            break;
+        case 2:
+            prom_sample_f64(o, name, l, 2, s->time_behind_us / 1e6);
+            break;
+        case 3:
+            prom_sample_u64(o, name, l, 2, s->rows_shipped);
+            break;
+        case 4:
+            prom_sample_u64(o, name, l, 2, s->rpcs_failed);
+            break;
+        default:
+            prom_sample_u64(o, name, l, 2, s->backing_off ? 1 : 0);
+            break;
         }
     }
 }

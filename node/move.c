@@ -28,7 +28,7 @@
 #include "repl_glue.h"
 #include "strata/internal/v1/node.pb-c.h"
 
-#define MOVE_BATCH_CELLS 10000            /* cells (so also rows) per CopyRows */
+#define MOVE_BATCH_CELLS 10000             /* cells (so also rows) per CopyRows */
 #define MOVE_BATCH_BYTES ((size_t)4 << 20) /* cell bytes per CopyRows (one cell may exceed) */
 #define MOVE_RPC_TIMEOUT_MS 120000
 #define MOVE_DRAIN_POLL_MS 1
@@ -65,7 +65,7 @@ struct node_move {
     bool entry_failed; /* the target refused a copied row */
     sto_snapshot *snap;
     sto_iter *it;
-    st_arena arena; /* the batch being built and sent */
+    st_arena arena;      /* the batch being built and sent */
     uint32_t batch_rows; /* row mutations in the batch in flight */
     uint64_t cells_copied;
     int64_t ship_wait_from_us; /* st_mono_us when the wait for the shippers began */
@@ -117,8 +117,10 @@ static void cleanup_done(st_code code, const char *msg, st_slice resp, void *arg
     if (m->aborting)
         return;
     if (code != ST_OK)
-        st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " target=%s: could not drop the partial "
-               "copy %" PRIu64 ": %s", m->id, m->target, m->target_id, msg ? msg : "");
+        st_log(ST_LOG_WARN, "move",
+               "tablet=%" PRIu64 " target=%s: could not drop the partial "
+               "copy %" PRIu64 ": %s",
+               m->id, m->target, m->target_id, msg ? msg : "");
     move_defer(m, move_free, 0);
 }
 
@@ -173,8 +175,9 @@ static void move_finish(node_move *m) {
     if (node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK)
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " copied but not dropped here: %s", m->id,
                err.msg);
-    st_log(ST_LOG_INFO, "move", "table=%s tablet=%" PRIu64 " moved to %s as %" PRIu64
-           " cells=%" PRIu64, m->table, m->id, m->target, m->target_id, m->cells_copied);
+    st_log(ST_LOG_INFO, "move",
+           "table=%s tablet=%" PRIu64 " moved to %s as %" PRIu64 " cells=%" PRIu64, m->table, m->id,
+           m->target, m->target_id, m->cells_copied);
     m->answered = true;
     st_code rc = rpc_call_send(m->call, st_buf_slice(&m->target_tablet));
     rpc_call_finish(m->call, rc == ST_OK ? ST_OK : ST_CANCELLED,
@@ -199,8 +202,10 @@ static void move_wait_shipped(node_move *m) {
         return move_finish(m);
     if (now - m->ship_wait_from_us > (int64_t)MOVE_SHIP_WAIT_MS * 1000) {
         char msg[160];
-        snprintf(msg, sizeof msg, "peer cluster %u has not received the tablet's writes yet "
-                 "(replication lag); the tablet stays here, retry the move later", behind);
+        snprintf(msg, sizeof msg,
+                 "peer cluster %u has not received the tablet's writes yet "
+                 "(replication lag); the tablet stays here, retry the move later",
+                 behind);
         return move_fail(m, ST_UNAVAILABLE, msg);
     }
     move_defer(m, move_wait_shipped, MOVE_SHIP_POLL_MS);
@@ -239,15 +244,19 @@ static int cell_version_cmp(const void *a, const void *b) {
 static st_code batch_encode(batch *b, const copy_cell *cells, size_t n) {
     st_buf_reset(&b->muts);
     for (size_t i = 0; i < n; i++) {
-        sto_mut mu = {.type = STO_MUT_SET_CELL, .family = cells[i].family,
-                      .qualifier = cells[i].qualifier, .ts_us = cells[i].ts_us,
+        sto_mut mu = {.type = STO_MUT_SET_CELL,
+                      .family = cells[i].family,
+                      .qualifier = cells[i].qualifier,
+                      .ts_us = cells[i].ts_us,
                       .value = cells[i].value};
         if (st_buf_append(&b->muts, &mu, sizeof mu) != ST_OK)
             return ST_RESOURCE_EXHAUSTED;
     }
     uint64_t v = cells[0].version;
-    sto_row_mut row = {.row = st_buf_slice(&b->row), .muts = (const sto_mut *)b->muts.data,
-                       .n_muts = n, .version = v,
+    sto_row_mut row = {.row = st_buf_slice(&b->row),
+                       .muts = (const sto_mut *)b->muts.data,
+                       .n_muts = n,
+                       .version = v,
                        .commit_ts_us = (uint64_t)STO_VERSION_TS_US(v),
                        .origin = (uint32_t)(v & ((1u << STO_VERSION_TIEBREAK_BITS) - 1)),
                        .flags = STO_ROW_REPLICATED};
@@ -290,8 +299,8 @@ static st_code batch_add(batch *b, const sto_cell *c) {
     }
     copy_cell cc = {.ts_us = c->ts_us, .version = c->version};
     cc.family = st_slice_make(st_arena_dup(b->a, c->family.data, c->family.len), c->family.len);
-    cc.qualifier = st_slice_make(st_arena_dup(b->a, c->qualifier.data, c->qualifier.len),
-                                 c->qualifier.len);
+    cc.qualifier =
+        st_slice_make(st_arena_dup(b->a, c->qualifier.data, c->qualifier.len), c->qualifier.len);
     cc.value = st_slice_make(st_arena_dup(b->a, c->value.data, c->value.len), c->value.len);
     if ((c->family.len && !cc.family.data) || (c->qualifier.len && !cc.qualifier.data) ||
         (c->value.len && !cc.value.data) || st_buf_append(&b->pending, &cc, sizeof cc) != ST_OK)
@@ -494,8 +503,8 @@ void node_h_move_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     node_tablets *t;
     node_tablet *tab = node_tablet_by_id(n, req->id, &t);
     if (!tab)
-        return node_fail(call, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u",
-                         req->id, n->opts.node_num);
+        return node_fail(call, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u", req->id,
+                         n->opts.node_num);
     if (tab->moving)
         return node_fail(call, ST_FAILED_PRECONDITION, "tablet %" PRIu64 " is already moving",
                          req->id);
@@ -518,8 +527,8 @@ void node_moves_abort(node_ctx *n) {
         m->aborting = true;
         move_unmark(m);
         if (!m->answered)
-            node_fail(m->call, ST_UNAVAILABLE, "the node is shutting down; move tablet %" PRIu64
-                      " again", m->id);
+            node_fail(m->call, ST_UNAVAILABLE,
+                      "the node is shutting down; move tablet %" PRIu64 " again", m->id);
         move_free(m);
     }
 }
@@ -555,8 +564,8 @@ static st_code copy_row_prepare(node_ctx *n, node_tablets *t, const node_tablet 
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "a copied row's version %llu does not match its commit timestamp %llu "
                           "and origin %u",
-                          (unsigned long long)out->version,
-                          (unsigned long long)out->commit_ts_us, out->origin);
+                          (unsigned long long)out->version, (unsigned long long)out->commit_ts_us,
+                          out->origin);
     node_tablet *w = node_tablet_for_write(t, out->row);
     if (!w || w->id != tab->id)
         return node_not_owner(n, err, t->name, out->row);
@@ -567,8 +576,8 @@ static st_code copy_row_prepare(node_ctx *n, node_tablets *t, const node_tablet 
 
 void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
-    Strata__Internal__V1__CopyRowsRequest *req = (void *)node_unpack(
-        call, &strata__internal__v1__copy_rows_request__descriptor, req_bytes);
+    Strata__Internal__V1__CopyRowsRequest *req =
+        (void *)node_unpack(call, &strata__internal__v1__copy_rows_request__descriptor, req_bytes);
     if (!req)
         return;
     if (req->n_rows > NODE_COPY_ROWS_MAX)

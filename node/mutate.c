@@ -30,7 +30,8 @@ static st_code check_ts(int64_t ts, const char *what, st_err *err) {
     return ST_OK;
 }
 
-static st_code set_cell_from_pb(const node_table *meta, const Google__Bigtable__V2__Mutation__SetCell *s,
+static st_code set_cell_from_pb(const node_table *meta,
+                                const Google__Bigtable__V2__Mutation__SetCell *s,
                                 int64_t server_ts_us, sto_mut *out, st_err *err) {
     st_code rc = check_family(meta, s->family_name, err);
     if (rc != ST_OK)
@@ -181,8 +182,8 @@ void node_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!op)
         return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     st_err err = {0};
-    st_code rc = row_from_pb(n, meta, req->row_key, req->mutations, req->n_mutations, a,
-                             &op->row, &err);
+    st_code rc =
+        row_from_pb(n, meta, req->row_key, req->mutations, req->n_mutations, a, &op->row, &err);
     if (rc != ST_OK)
         return node_fail(call, rc, "Error in Mutation list : %s", err.msg);
     op->call = call;
@@ -239,7 +240,8 @@ static void rows_durable(node_ctx *n, st_code code, const char *msg, void *arg) 
     rows_op *op = arg;
     rows_release(n, op);
     if (code != ST_OK) {
-        const char *m = st_arena_dup(rpc_call_arena(op->call), msg ? msg : "", strlen(msg ? msg : "") + 1);
+        const char *m =
+            st_arena_dup(rpc_call_arena(op->call), msg ? msg : "", strlen(msg ? msg : "") + 1);
         for (size_t i = 0; i < op->n_rows; i++) {
             op->codes[op->row_entry[i]] = code;
             op->msgs[op->row_entry[i]] = m;

@@ -59,7 +59,9 @@ node_tablet *node_tablet_for_write(node_tablets *t, st_slice row) {
     return tab;
 }
 
-bool node_in_cluster(const node_ctx *n) { return n->opts.node_num != 0; }
+bool node_in_cluster(const node_ctx *n) {
+    return n->opts.node_num != 0;
+}
 
 /* Row keys are bytes: printable ASCII as is, the rest as \xNN, cut at NOT_OWNER_KEY_SHOWN. */
 #define NOT_OWNER_KEY_SHOWN 64
@@ -81,7 +83,8 @@ st_code node_not_owner(node_ctx *n, st_err *err, const char *table, st_slice row
     char key[4 * NOT_OWNER_KEY_SHOWN + 8];
     key_printable(row, key, sizeof key);
     return st_err_set(err, ST_FAILED_PRECONDITION,
-                      NODE_NOT_OWNER_PREFIX " node %u serves no tablet (or only a moving one) for "
+                      NODE_NOT_OWNER_PREFIX
+                      " node %u serves no tablet (or only a moving one) for "
                       "row '%s' of table %s; refresh the tablet map (ListTablets) and retry",
                       n->opts.node_num, key, table);
 }
@@ -233,8 +236,8 @@ st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err) {
     if (!t)
         return ST_OK;
     sto_family_gc *fams = calloc(meta->n_families ? meta->n_families : 1, sizeof *fams);
-    sto_gc_rule *scratch = calloc(NODE_GC_NODES_MAX * (meta->n_families ? meta->n_families : 1),
-                                  sizeof *scratch);
+    sto_gc_rule *scratch =
+        calloc(NODE_GC_NODES_MAX * (meta->n_families ? meta->n_families : 1), sizeof *scratch);
     if (!fams || !scratch) {
         free(fams);
         free(scratch);
@@ -292,7 +295,9 @@ uint64_t node_next_version(node_ctx *n) {
 
 /* ---- request helpers ---- */
 
-static void *arena_pb_alloc(void *data, size_t size) { return st_arena_alloc(data, size); }
+static void *arena_pb_alloc(void *data, size_t size) {
+    return st_arena_alloc(data, size);
+}
 static void arena_pb_free(void *data, void *ptr) {
     (void)data;
     (void)ptr;
@@ -350,12 +355,18 @@ static bool base64_decode(const char *in, uint8_t *out, size_t cap, size_t *len)
     for (const char *p = in; *p && *p != '='; p++) {
         int v;
         char ch = *p;
-        if (ch >= 'A' && ch <= 'Z') v = ch - 'A';
-        else if (ch >= 'a' && ch <= 'z') v = ch - 'a' + 26;
-        else if (ch >= '0' && ch <= '9') v = ch - '0' + 52;
-        else if (ch == '+' || ch == '-') v = 62;
-        else if (ch == '/' || ch == '_') v = 63;
-        else return false;
+        if (ch >= 'A' && ch <= 'Z')
+            v = ch - 'A';
+        else if (ch >= 'a' && ch <= 'z')
+            v = ch - 'a' + 26;
+        else if (ch >= '0' && ch <= '9')
+            v = ch - '0' + 52;
+        else if (ch == '+' || ch == '-')
+            v = 62;
+        else if (ch == '/' || ch == '_')
+            v = 63;
+        else
+            return false;
         acc = (acc << 6) | (uint32_t)v;
         bits += 6;
         if (bits >= 8) {
@@ -578,14 +589,18 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
         node_close(n);
         return rc;
     }
-    st_log(ST_LOG_INFO, "node", "serving data=%s listen=%s:%u tables=%zu node_num=%u",
-           n->data_dir, opts->listen_host, n->port, n->n_tables, opts->node_num);
+    st_log(ST_LOG_INFO, "node", "serving data=%s listen=%s:%u tables=%zu node_num=%u", n->data_dir,
+           opts->listen_host, n->port, n->n_tables, opts->node_num);
     *out = n;
     return ST_OK;
 }
 
-uint16_t node_port(const node_ctx *n) { return n->port; }
-struct sto_db *node_db(node_ctx *n) { return n->db; }
+uint16_t node_port(const node_ctx *n) {
+    return n->port;
+}
+struct sto_db *node_db(node_ctx *n) {
+    return n->db;
+}
 
 bool node_parse_addr(const char *s, char *host, size_t host_cap, uint16_t *port) {
     const char *colon = strrchr(s, ':');

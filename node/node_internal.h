@@ -35,8 +35,8 @@ typedef struct node_tablet {
     uint64_t id;
     sto_tablet *st;
     st_buf start, end; /* [start, end); empty end = unbounded */
-    bool moving;  /* MoveTablet is copying it away: writes get strata-not-owner, reads work */
-    bool written; /* written since the size-based split check last looked at it */
+    bool moving;       /* MoveTablet is copying it away: writes get strata-not-owner, reads work */
+    bool written;      /* written since the size-based split check last looked at it */
     uint64_t writes, writes_mark; /* rows written (node_row_prepare); at the last metrics tick */
 } node_tablet;
 
@@ -63,7 +63,7 @@ struct node_ctx {
     node_catalog *catalog;
     node_tablets *tables; /* sorted by name, parallel to the catalog's tables */
     size_t n_tables;
-    int64_t hlc_last_us;  /* hybrid logical clock: last version timestamp handed out */
+    int64_t hlc_last_us; /* hybrid logical clock: last version timestamp handed out */
     struct node_rowlocks *rowlocks;
     bool closing;
     uint64_t writes_in_flight; /* node_write calls whose completion has not run yet */
@@ -73,10 +73,10 @@ struct node_ctx {
     /* The highest log position of a node_write whose completion ran (loop thread): a move
      * waits for the peer clusters to have everything up to it before dropping its tablet. */
     uint64_t written_lsn_max;
-    int64_t start_us;             /* st_mono_us at open (GetStatus uptime) */
-    struct event *split_timer;    /* size-based split checks; NULL when split_bytes is 0 */
-    struct node_move *moves;      /* MoveTablet copies in progress (move.c) */
-    struct repl_ctx *repl;        /* replication (repl_glue.c); NULL without --config */
+    int64_t start_us;          /* st_mono_us at open (GetStatus uptime) */
+    struct event *split_timer; /* size-based split checks; NULL when split_bytes is 0 */
+    struct node_move *moves;   /* MoveTablet copies in progress (move.c) */
+    struct repl_ctx *repl;     /* replication (repl_glue.c); NULL without --config */
 };
 
 /* Tablets of a table; NULL if the table is unknown. */
@@ -118,8 +118,7 @@ void node_moves_abort(node_ctx *n);
 /* Pushes a table's family GC rules to all its tablets (after open and ModifyColumnFamilies). */
 st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err);
 /* Creates a storage tablet [start, end) for the table and adds it to the map. */
-st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
-                           st_err *err);
+st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end, st_err *err);
 /* Adds an empty map entry for a new table (NULL when out of memory); removes one whose tablets
  * were dropped. Pointers to entries are invalidated by both. */
 node_tablets *node_tables_add(node_ctx *n, const char *name);

@@ -32,7 +32,7 @@ typedef struct read_state {
     node_ctx *n;
     rpc_call *call;
     char table[NODE_TABLE_NAME_MAX + 1];
-    node_rowset rs; /* in the call's arena */
+    node_rowset rs;      /* in the call's arena */
     node_filter *filter; /* prepared; NULL = whole rows */
     bool per_cell;       /* filter applied cell by cell as cells stream by */
     bool reversed, stats_full, last_scanned_ok;
@@ -53,8 +53,8 @@ typedef struct read_state {
     st_rng rng;
 
     /* output */
-    st_buf batch;        /* ReadRowsResponse wire bytes: chunks of whole rows */
-    st_buf scanned_key;  /* last row processed but not returned (filtered out) */
+    st_buf batch;       /* ReadRowsResponse wire bytes: chunks of whole rows */
+    st_buf scanned_key; /* last row processed but not returned (filtered out) */
     bool scanned_unreported;
     int64_t rows_seen, rows_returned, cells_seen, cells_returned;
     int64_t start_us;
@@ -187,8 +187,7 @@ static st_code flush(read_state *r) {
 static st_code open_next_piece(read_state *r, st_err *err) {
     node_tablets *t = node_tablets_find(r->n, r->table);
     if (t == NULL)
-        return st_err_set(err, ST_NOT_FOUND, "table \"%s\" was deleted during the read",
-                          r->table);
+        return st_err_set(err, ST_NOT_FOUND, "table \"%s\" was deleted during the read", r->table);
     node_key_range piece;
     size_t i;
     st_code rc = node_scan_next(&r->scan, t->v, t->n, &piece, &i);
@@ -264,8 +263,8 @@ static st_code row_add(read_state *r, const sto_cell *sc, st_err *err) {
     const node_cell *c = &in;
     if (r->per_cell) {
         node_filter_ctx fc = filter_ctx(r);
-        st_code rc = node_filter_cell_apply(r->filter, st_buf_slice(&r->row_key), &in, &fc, &c,
-                                            err);
+        st_code rc =
+            node_filter_cell_apply(r->filter, st_buf_slice(&r->row_key), &in, &fc, &c, err);
         if (rc != ST_OK || c == NULL)
             return rc;
     }
@@ -279,8 +278,7 @@ static st_code row_add(read_state *r, const sto_cell *sc, st_err *err) {
         st_slice_make(st_arena_dup(a, c->qualifier.data, c->qualifier.len), c->qualifier.len);
     copy.value = st_slice_make(st_arena_dup(a, c->value.data, c->value.len), c->value.len);
     if ((c->family.len && !copy.family.data) || (c->qualifier.len && !copy.qualifier.data) ||
-        (c->value.len && !copy.value.data) ||
-        st_buf_append(&r->cellv, &copy, sizeof copy) != ST_OK)
+        (c->value.len && !copy.value.data) || st_buf_append(&r->cellv, &copy, sizeof copy) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory assembling a row");
     r->row_bytes += bytes;
     return ST_OK;
@@ -495,8 +493,9 @@ static read_state *read_state_new(node_ctx *n, rpc_call *call,
 
 void node_h_read_rows(rpc_call *call, st_slice bytes, void *arg) {
     node_ctx *n = arg;
-    Google__Bigtable__V2__ReadRowsRequest *req = (Google__Bigtable__V2__ReadRowsRequest *)
-        node_unpack(call, &google__bigtable__v2__read_rows_request__descriptor, bytes);
+    Google__Bigtable__V2__ReadRowsRequest *req =
+        (Google__Bigtable__V2__ReadRowsRequest *)node_unpack(
+            call, &google__bigtable__v2__read_rows_request__descriptor, bytes);
     if (req == NULL)
         return;
     st_err err;

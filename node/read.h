@@ -64,10 +64,10 @@ static inline size_t node_rowset_merge(node_key_range *v, size_t n) {
 typedef struct node_scan {
     const node_rowset *rs;
     bool reversed;
-    size_t done;    /* ranges finished, counted in scan order */
-    bool has_pos;   /* inside range `done`: forward, rows >= pos; reverse, rows < pos */
+    size_t done;  /* ranges finished, counted in scan order */
+    bool has_pos; /* inside range `done`: forward, rows >= pos; reverse, rows < pos */
     st_buf pos;
-    st_buf lo, hi;  /* the current piece's bounds (owned copies) */
+    st_buf lo, hi; /* the current piece's bounds (owned copies) */
 } node_scan;
 
 void node_scan_init(node_scan *s, const node_rowset *rs, bool reversed);

@@ -7,8 +7,12 @@
 
 /* ---- row sets: normalisation lives in proto/bt (strata/btutil.h), shared with the router ---- */
 
-static int end_cmp(st_slice a, st_slice b) { return btu_end_cmp(a, b); }
-static bool range_is_empty(const node_key_range *r) { return btu_range_is_empty(r); }
+static int end_cmp(st_slice a, st_slice b) {
+    return btu_end_cmp(a, b);
+}
+static bool range_is_empty(const node_key_range *r) {
+    return btu_range_is_empty(r);
+}
 
 /* ---- the walk over tablets ---- */
 
@@ -32,8 +36,12 @@ static st_code set_buf(st_buf *b, st_slice v) {
     return st_buf_append(b, v.data, v.len);
 }
 
-static st_slice tablet_start(const node_tablet *t) { return st_buf_slice(&t->start); }
-static st_slice tablet_end(const node_tablet *t) { return st_buf_slice(&t->end); }
+static st_slice tablet_start(const node_tablet *t) {
+    return st_buf_slice(&t->start);
+}
+static st_slice tablet_end(const node_tablet *t) {
+    return st_buf_slice(&t->end);
+}
 
 /* Largest i with v[i].start <= key (strict: < key); 0 when there is none (callers check). */
 static size_t tablet_find(const node_tablet *v, size_t n, st_slice key, bool strict) {
@@ -172,8 +180,12 @@ typedef struct chunk {
     bool commit;
 } chunk;
 
-static size_t len_field(size_t len) { return 1 + st_varint_len(len) + len; }
-static size_t wrapper_bytes(st_slice v) { return v.len ? len_field(v.len) : 0; }
+static size_t len_field(size_t len) {
+    return 1 + st_varint_len(len) + len;
+}
+static size_t wrapper_bytes(st_slice v) {
+    return v.len ? len_field(v.len) : 0;
+}
 
 static size_t chunk_body_bytes(const chunk *c) {
     size_t b = 0;
@@ -197,7 +209,9 @@ static size_t chunk_body_bytes(const chunk *c) {
 }
 
 /* Writers into memory already reserved. */
-static uint8_t *put_varint(uint8_t *p, uint64_t v) { return p + st_put_varint64(p, v); }
+static uint8_t *put_varint(uint8_t *p, uint64_t v) {
+    return p + st_put_varint64(p, v);
+}
 
 static uint8_t *put_len(uint8_t *p, int field, st_slice v) {
     *p++ = TAG(field, WT_LEN);

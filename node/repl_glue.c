@@ -19,8 +19,12 @@ st_code node_repl_start(node_ctx *n, st_err *err) {
                           "this strata-node was built without replication; --config needs it");
     return ST_OK;
 }
-void node_repl_stop(node_ctx *n) { (void)n; }
-void node_repl_notify(node_ctx *n) { (void)n; }
+void node_repl_stop(node_ctx *n) {
+    (void)n;
+}
+void node_repl_notify(node_ctx *n) {
+    (void)n;
+}
 void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table) {
     (void)n;
     (void)id;
@@ -93,9 +97,10 @@ static void glue_observe_ts(void *node, uint64_t commit_ts_us) {
         n->hlc_last_us = (int64_t)commit_ts_us;
 }
 
-static const repl_node_ops glue_ops = {
-    .route = glue_route, .write = glue_write_rows, .observe_ts = glue_observe_ts,
-    .table_exists = glue_table_exists};
+static const repl_node_ops glue_ops = {.route = glue_route,
+                                       .write = glue_write_rows,
+                                       .observe_ts = glue_observe_ts,
+                                       .table_exists = glue_table_exists};
 
 /* ---- start, stop ---- */
 
@@ -191,7 +196,9 @@ static void generate_done(const repl_node_positions *nodes, size_t count, size_t
     free(op);
 }
 
-static bool repl_active(node_ctx *n) { return n->repl && repl_peer_count(n->repl) > 0; }
+static bool repl_active(node_ctx *n) {
+    return n->repl && repl_peer_count(n->repl) > 0;
+}
 
 void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
@@ -213,8 +220,7 @@ void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, 
     }
 }
 
-static void check_done(const repl_node_positions *nodes, size_t count, size_t failed,
-                       void *arg) {
+static void check_done(const repl_node_positions *nodes, size_t count, size_t failed, void *arg) {
     (void)failed; /* a silent node is simply not consistent yet */
     token_op *op = arg;
     Google__Bigtable__Admin__V2__CheckConsistencyResponse resp;

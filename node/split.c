@@ -25,8 +25,10 @@ static st_code map_halves(node_ctx *n, node_tablets *t, size_t i, const uint64_t
         if (rc == ST_OK) /* before any write reaches it: the shippers must know its table */
             node_repl_tablet_named(n, ids[k], t->name);
         if (rc != ST_OK)
-            return st_err_set(err, rc, "tablet %" PRIu64 " vanished or memory ran out after a "
-                              "split; restart the node to reload its tablets", ids[k]);
+            return st_err_set(err, rc,
+                              "tablet %" PRIu64 " vanished or memory ran out after a "
+                              "split; restart the node to reload its tablets",
+                              ids[k]);
     }
     for (size_t k = 0; k < t->n; k++)
         if (t->v[k].id == ids[0] || t->v[k].id == ids[1])
@@ -106,8 +108,9 @@ static bool split_if_large(node_ctx *n, node_tablets *t, size_t i) {
                info.approx_bytes, err.msg);
         return false;
     }
-    st_log(ST_LOG_INFO, "split", "table=%s tablet=%" PRIu64 " bytes=%" PRIu64 " -> %" PRIu64
-           " + %" PRIu64, t->name, parent, info.approx_bytes, ids[0], ids[1]);
+    st_log(ST_LOG_INFO, "split",
+           "table=%s tablet=%" PRIu64 " bytes=%" PRIu64 " -> %" PRIu64 " + %" PRIu64, t->name,
+           parent, info.approx_bytes, ids[0], ids[1]);
     return true;
 }
 

@@ -42,7 +42,8 @@ st_code node_read_row(node_tablet *tab, st_slice row, st_arena *arena, node_row_
             cap = ncap;
         }
         node_row_cell *rc_cell = &(*cells)[(*n_cells)++];
-        rc_cell->family = st_slice_make(st_arena_dup(arena, c.family.data, c.family.len), c.family.len);
+        rc_cell->family =
+            st_slice_make(st_arena_dup(arena, c.family.data, c.family.len), c.family.len);
         rc_cell->qualifier =
             st_slice_make(st_arena_dup(arena, c.qualifier.data, c.qualifier.len), c.qualifier.len);
         rc_cell->value = st_slice_make(st_arena_dup(arena, c.value.data, c.value.len), c.value.len);
@@ -100,8 +101,8 @@ static st_code cam_match(node_tablet *tab, cam_op *op, st_err *err) {
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
     if (rc == ST_OK) {
         for (size_t i = 0; i < count; i++)
-            nc[i] = (node_cell){cells[i].family, cells[i].qualifier, cells[i].ts_us,
-                                cells[i].value, NULL, 0};
+            nc[i] = (node_cell){
+                cells[i].family, cells[i].qualifier, cells[i].ts_us, cells[i].value, NULL, 0};
         st_rng rng;
         st_rng_seed(&rng, (uint64_t)st_mono_us());
         node_filter_ctx fctx = {.arena = &scratch, .rng = &rng};
@@ -126,8 +127,8 @@ static void cam_locked(node_ctx *n, void *arg) {
         return cam_reply(op);
     }
     if (rc == ST_OK) {
-        sto_row_mut row = {.row = op->row, .muts = op->matched ? op->on_true : op->on_false,
-                           .n_muts = count};
+        sto_row_mut row = {
+            .row = op->row, .muts = op->matched ? op->on_true : op->on_false, .n_muts = count};
         rc = node_row_prepare(n, op->table, &row, &err);
         if (rc == ST_OK)
             rc = node_write(n, &row, 1, &err, cam_durable, op);
@@ -180,9 +181,11 @@ void node_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) 
         return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     memset(op, 0, sizeof *op);
     st_err err = {0};
-    st_code rc = cam_branch(n, meta, req->true_mutations, req->n_true_mutations, a, &op->on_true, &err);
+    st_code rc =
+        cam_branch(n, meta, req->true_mutations, req->n_true_mutations, a, &op->on_true, &err);
     if (rc == ST_OK)
-        rc = cam_branch(n, meta, req->false_mutations, req->n_false_mutations, a, &op->on_false, &err);
+        rc = cam_branch(n, meta, req->false_mutations, req->n_false_mutations, a, &op->on_false,
+                        &err);
     if (rc != ST_OK)
         return node_fail(call, rc, "Error in Mutation list : %s", err.msg);
     if ((rc = node_filter_from_pb(req->predicate_filter, a, &op->predicate, &err)) != ST_OK)
@@ -309,15 +312,15 @@ static rmw_result *rmw_column(rmw_op *op, node_row_cell *cells, size_t count, st
     return r;
 }
 
-static st_code rmw_apply(node_ctx *n, rmw_op *op, node_row_cell *cells, size_t count,
-                         st_err *err) {
+static st_code rmw_apply(node_ctx *n, rmw_op *op, node_row_cell *cells, size_t count, st_err *err) {
     int64_t now = node_server_ts_us(n);
     for (size_t i = 0; i < op->n_rules; i++) {
         const Google__Bigtable__V2__ReadModifyWriteRule *rule = op->rules[i];
         st_slice fam = st_slice_cstr(rule->family_name);
         st_slice qual = st_slice_make(rule->column_qualifier.data, rule->column_qualifier.len);
         rmw_result *r = rmw_column(op, cells, count, fam, qual);
-        if (rule->rule_case == GOOGLE__BIGTABLE__V2__READ_MODIFY_WRITE_RULE__RULE_INCREMENT_AMOUNT) {
+        if (rule->rule_case ==
+            GOOGLE__BIGTABLE__V2__READ_MODIFY_WRITE_RULE__RULE_INCREMENT_AMOUNT) {
             if (r->value.len != 8 && !(r->ts_us < 0 && r->value.len == 0))
                 return st_err_set(err, ST_INVALID_ARGUMENT,
                                   "Error in element #%zu : cannot increment a value of %zu bytes: "
@@ -353,13 +356,16 @@ static void rmw_locked(node_ctx *n, void *arg) {
     if (rc == ST_OK)
         rc = rmw_apply(n, op, cells, count, &err);
     st_arena_deinit(&scratch);
-    sto_mut *muts = rc == ST_OK ? st_arena_alloc(rpc_call_arena(op->call), op->n_res * sizeof *muts) : NULL;
+    sto_mut *muts =
+        rc == ST_OK ? st_arena_alloc(rpc_call_arena(op->call), op->n_res * sizeof *muts) : NULL;
     if (rc == ST_OK && !muts)
         rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory");
     if (rc == ST_OK) {
         for (size_t i = 0; i < op->n_res; i++)
-            muts[i] = (sto_mut){.type = STO_MUT_SET_CELL, .family = op->res[i].family,
-                                .qualifier = op->res[i].qualifier, .ts_us = op->res[i].ts_us,
+            muts[i] = (sto_mut){.type = STO_MUT_SET_CELL,
+                                .family = op->res[i].family,
+                                .qualifier = op->res[i].qualifier,
+                                .ts_us = op->res[i].ts_us,
                                 .value = st_buf_slice(&op->res[i].value)};
         sto_row_mut row = {.row = op->row, .muts = muts, .n_muts = op->n_res};
         rc = node_row_prepare(n, op->table, &row, &err);

@@ -55,7 +55,8 @@ static void usage(FILE *out) {
         "  --node-bin PATH      strata-node binary (default: next to strata in the build, or "
         "PATH)\n"
         "  --node-arg ARG       extra argument for the started strata-node (repeatable)\n"
-        "  --up CLUSTERS        start an instance with `strata up --clusters CLUSTERS --nodes N` in "
+        "  --up CLUSTERS        start an instance with `strata up --clusters CLUSTERS --nodes N` "
+        "in "
         "a\n"
         "                       temporary dir, measure through its router, stop it at the end\n"
         "  --up-nodes N         nodes per cluster for --up (default 1)\n"
@@ -509,9 +510,8 @@ static st_code start_emulator(bench_opts *o, bench_env *env, st_err *err) {
  * endpoint), its processes are measured, the lag probe reads from the other cluster. */
 static st_code target_instance(bench_opts *o, bench_env *env, bench_target *t, st_err *err) {
     bench_inst *in = &env->inst;
-    st_code rc = o->up_clusters
-                     ? bench_inst_up(in, env->tmp, o->up_clusters, o->up_nodes, err)
-                     : bench_inst_load(in, o->inst_dir, err);
+    st_code rc = o->up_clusters ? bench_inst_up(in, env->tmp, o->up_clusters, o->up_nodes, err)
+                                : bench_inst_load(in, o->inst_dir, err);
     if (rc != ST_OK)
         return rc;
     const st_topology *topo = in->topo;
@@ -544,8 +544,9 @@ static void target_direct(bench_env *env) {
             memcpy(t->pid_names[t->n_pids++], name, sizeof(name));
         }
     if (c->n_nodes > 1)
-        fprintf(stderr, "bench: --direct talks to %s only; with %zu nodes in %s the rows other "
-                        "nodes own fail there (use --up-nodes 1)\n",
+        fprintf(stderr,
+                "bench: --direct talks to %s only; with %zu nodes in %s the rows other "
+                "nodes own fail there (use --up-nodes 1)\n",
                 c->nodes[0].addr, c->n_nodes, c->id);
 }
 
@@ -680,7 +681,8 @@ static void ratio_row(const char *wl, const char *label, const double a[10], con
 /* res[w * n_targets + t]; the load row first. Ratios: Strata / emulator ("ratio") and, with
  * --direct, through the router / straight to the node ("rtr/node": the router's overhead). */
 static void print_table(const bench_env *env, const bench_result *res, size_t n_rows) {
-    size_t nt = env->n_targets, emu = target_index(env, "emulator"), node = target_index(env, "node");
+    size_t nt = env->n_targets, emu = target_index(env, "emulator"),
+           node = target_index(env, "node");
     printf("\n%-9s %-9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "workload", "target",
            "ops/s", "MB/s", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us", "errors",
            "cpu us/op", "rss MB");
@@ -787,8 +789,8 @@ static void kv_result(const bench_result *r, const bench_target *t) {
                "%s.%s.lag.max_ms=%.3f %s.%s.lag.lost=%llu",
                w, l, (unsigned long long)r->lag.total, w, l,
                (double)ops_hist_percentile(&r->lag, 50) / 1e6, w, l,
-               (double)ops_hist_percentile(&r->lag, 99) / 1e6, w, l, (double)r->lag.max / 1e6, w,
-               l, (unsigned long long)r->lag_lost);
+               (double)ops_hist_percentile(&r->lag, 99) / 1e6, w, l, (double)r->lag.max / 1e6, w, l,
+               (unsigned long long)r->lag_lost);
 }
 
 static void kv_ratio(const bench_result *a, const bench_result *b, const char *what) {
@@ -830,7 +832,8 @@ static void print_kv(const bench_opts *o, const bench_env *env, const bench_resu
         printf(" requests=%llu", (unsigned long long)c->requests);
     else
         printf(" duration_s=%.1f", c->duration_s);
-    size_t nt = env->n_targets, emu = target_index(env, "emulator"), node = target_index(env, "node");
+    size_t nt = env->n_targets, emu = target_index(env, "emulator"),
+           node = target_index(env, "node");
     for (size_t w = 0; w < n_rows; w++) {
         for (size_t t = 0; t < nt; t++)
             kv_result(&res[w * nt + t], &env->targets[t]);

@@ -957,16 +957,16 @@ st_code bench_profile_ensure(const bench_cfg *cfg, const bench_target *t, const 
             google__bigtable__admin__v2__create_app_profile_request__pack(&req, packed.data);
         char addr[OPS_ADDR_MAX + 16];
         snprintf(addr, sizeof(addr), strchr(t->host, ':') ? "[%s]:%u" : "%s:%u", t->host, t->port);
-        rc = rpc_blocking_unary(
-            addr, NULL, "/google.bigtable.admin.v2.BigtableInstanceAdmin/CreateAppProfile",
-            st_buf_slice(&packed), NULL, 0, BENCH_ADMIN_TIMEOUT_MS, &resp, err);
+        rc = rpc_blocking_unary(addr, NULL,
+                                "/google.bigtable.admin.v2.BigtableInstanceAdmin/CreateAppProfile",
+                                st_buf_slice(&packed), NULL, 0, BENCH_ADMIN_TIMEOUT_MS, &resp, err);
         if (rc == ST_ALREADY_EXISTS && err)
             *err = (st_err){0}; /* not a failure: the caller checks err.code at the end */
         if (rc == ST_ALREADY_EXISTS)
             rc = ST_OK;
         else if (rc != ST_OK)
-            st_err_prefix(err, "creating app profile %s (single-cluster routing to %s) on %s: ",
-                          id, cluster, addr);
+            st_err_prefix(err, "creating app profile %s (single-cluster routing to %s) on %s: ", id,
+                          cluster, addr);
     }
     st_buf_free(&packed);
     st_buf_free(&resp);

@@ -91,8 +91,8 @@ typedef struct bench_result {
     uint64_t proc_rss_peak_kb[BENCH_PIDS_MAX]; /* VmHWM at the end: peak since it started */
     uint64_t proc_rss_kb[BENCH_PIDS_MAX];      /* VmRSS at the end */
     /* replication lag probe (when the target has a lag_profile and the workload writes) */
-    ops_hist lag;       /* nanoseconds from the marker's write acknowledged to visible */
-    uint64_t lag_lost;  /* markers not visible within BENCH_LAG_GIVEUP_MS or failed calls */
+    ops_hist lag;      /* nanoseconds from the marker's write acknowledged to visible */
+    uint64_t lag_lost; /* markers not visible within BENCH_LAG_GIVEUP_MS or failed calls */
     char lag_error[160];
 } bench_result;
 

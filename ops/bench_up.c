@@ -114,11 +114,11 @@ st_code bench_inst_up(bench_inst *in, const char *tmp, uint32_t clusters, uint32
     snprintf(nc, sizeof(nc), "%u", clusters);
     snprintf(nn, sizeof(nn), "%u", nodes);
     snprintf(wait_s, sizeof(wait_s), "%d", BENCH_UP_WAIT_S);
-    char *argv[BENCH_UP_ARGS_MAX] = {NULL,       "up",     "--dir",   in->dir,  "--port",
-                                     port,       "--clusters", nc,   "--nodes", nn,
-                                     "--wait-s", wait_s,   NULL};
-    fprintf(stderr, "bench: strata up --dir %s --port %s --clusters %s --nodes %s\n", in->dir,
-            port, nc, nn);
+    char *argv[BENCH_UP_ARGS_MAX] = {NULL,       "up",         "--dir", in->dir,   "--port",
+                                     port,       "--clusters", nc,      "--nodes", nn,
+                                     "--wait-s", wait_s,       NULL};
+    fprintf(stderr, "bench: strata up --dir %s --port %s --clusters %s --nodes %s\n", in->dir, port,
+            nc, nn);
     in->started = true; /* even a failed start may have left processes: down cleans up */
     int rc = run_self(argv, log);
     if (rc != 0) {
@@ -135,8 +135,8 @@ void bench_inst_down(bench_inst *in, bool purge) {
     if (in->started) {
         char log[sizeof(in->tmp) + 32];
         snprintf(log, sizeof(log), "%s/down.log", in->tmp);
-        char *argv[BENCH_UP_ARGS_MAX] = {NULL, "down", "--dir", in->dir,
-                                         purge ? "--purge" : NULL, NULL};
+        char *argv[BENCH_UP_ARGS_MAX] = {NULL, "down", "--dir", in->dir, purge ? "--purge" : NULL,
+                                         NULL};
         if (run_self(argv, log) != 0)
             fprintf(stderr, "bench: strata down --dir %s failed; see %s\n", in->dir, log);
         in->started = false;

@@ -242,7 +242,9 @@ void ops_inst_fmt_bytes(unsigned long long v, char *out, size_t cap) {
 
 /* ---- starting processes ---- */
 
-static bool executable(const char *path) { return access(path, X_OK) == 0; }
+static bool executable(const char *path) {
+    return access(path, X_OK) == 0;
+}
 
 bool ops_inst_find_bin(const char *bin_dir, const char *sub, const char *name, char *out,
                        size_t cap) {
@@ -287,8 +289,8 @@ static void cmdline_metrics(ops_cmdline *cl, const char *dir, const char *name, 
     }
 }
 
-void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
-                           const st_topology *t, size_t i, size_t j) {
+void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin, const st_topology *t,
+                           size_t i, size_t j) {
     const char **a = (const char **)cl->argv;
     size_t n = 0;
     const st_topo_cluster *c = &t->clusters[i];

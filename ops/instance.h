@@ -83,8 +83,8 @@ typedef struct ops_cmdline {
  * docs/metrics.md), so every start of a process serves its metrics on the same port. */
 /* strata-node --data D --listen ADDR --node-num N --cluster-num C --config DIR/topology
  * [--split-bytes S] for node j of cluster i. */
-void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
-                           const st_topology *t, size_t i, size_t j);
+void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin, const st_topology *t,
+                           size_t i, size_t j);
 /* strata-router --config DIR/topology --listen ADDR for router r. */
 void ops_inst_router_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
                              const st_topology *t, size_t r);

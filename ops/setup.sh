@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(
-  build-essential cmake ninja-build pkg-config clang
+  build-essential cmake ninja-build pkg-config clang clang-format
   libevent-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler
   libzstd-dev libssl-dev libcmocka-dev libre2-dev
   # bench-only peers for storage-bench (built when present)

@@ -106,9 +106,9 @@ static void repl_cells(const status_ctx *c, size_t ci, size_t ni) {
     const st_topo_node *n = &c->topo.clusters[ci].nodes[ni];
     st_buf resp;
     st_buf_init(&resp);
-    st_code rc = rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Replication/GetPositions",
-                                    st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp,
-                                    NULL);
+    st_code rc =
+        rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Replication/GetPositions",
+                           st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp, NULL);
     Strata__Internal__V1__Positions *p =
         rc == ST_OK ? strata__internal__v1__positions__unpack(NULL, resp.len, resp.data) : NULL;
     st_buf_free(&resp);

@@ -7,6 +7,17 @@ cd "$root"
 
 bash ops/setup.sh
 
+# Formatting (STYLE.md: .clang-format is checked in CI). Fix with:
+#   git ls-files '*.c' '*.h' '*.cc' | xargs clang-format -i
+if command -v clang-format >/dev/null 2>&1; then
+  echo "== clang-format check"
+  if ! git ls-files '*.c' '*.h' '*.cc' | xargs clang-format --dry-run --Werror 2>/tmp/strata-format.log; then
+    grep -m 20 'error:' /tmp/strata-format.log
+    echo "ops/test.sh: files are not clang-formatted; run: git ls-files '*.c' '*.h' '*.cc' | xargs clang-format -i"
+    exit 1
+  fi
+fi
+
 jobs=${STRATA_JOBS:-2}
 run_build() {
   local dir=$1; shift

@@ -160,8 +160,8 @@ static bool up_find_bins(up_ctx *c) {
                 where);
         return false;
     }
-    if (!c->o.no_router &&
-        !ops_inst_find_bin(c->o.bin_dir, "router", "strata-router", c->router_bin, sizeof c->router_bin)) {
+    if (!c->o.no_router && !ops_inst_find_bin(c->o.bin_dir, "router", "strata-router",
+                                              c->router_bin, sizeof c->router_bin)) {
         fprintf(stderr,
                 "strata up: strata-router not found (%s): build it (ninja strata-router) "
                 "or pass --bin-dir DIR\n",

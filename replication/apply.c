@@ -42,7 +42,9 @@ st_code repl_apply_prepare(const repl_node_ops *ops, void *node, const char *tab
 
 /* ---- Apply ---- */
 
-static void *arena_alloc(void *data, size_t size) { return st_arena_alloc(data, size); }
+static void *arena_alloc(void *data, size_t size) {
+    return st_arena_alloc(data, size);
+}
 static void arena_free(void *data, void *ptr) {
     (void)data;
     (void)ptr;

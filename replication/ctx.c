@@ -39,8 +39,8 @@ rpc_client *repl_conn_get(repl_ctx *r, const char *addr, st_err *err) {
             st_err_set(err, ST_INVALID_ARGUMENT, "bad node address '%s'", addr);
             return NULL;
         }
-        c->client = rpc_client_new(r->o.base, host, port,
-                                   r->has_client_opts ? &r->client_opts : NULL, err);
+        c->client =
+            rpc_client_new(r->o.base, host, port, r->has_client_opts ? &r->client_opts : NULL, err);
     }
     return c->client;
 }
@@ -84,7 +84,9 @@ static void name_add(const sto_tablet_info *info, void *arg) {
     r->n_names++;
 }
 
-void repl_names_refresh(repl_ctx *r) { sto_tablet_list(r->o.db, name_add, r); }
+void repl_names_refresh(repl_ctx *r) {
+    sto_tablet_list(r->o.db, name_add, r);
+}
 
 void repl_notify_commit(repl_ctx *r) {
     for (size_t i = 0; r && i < r->n_shippers; i++)
@@ -125,7 +127,9 @@ st_code repl_open(const repl_opts *opts, repl_ctx **out, st_err *err) {
     r->o.client_opts = NULL;
     snprintf(r->state_dir, sizeof r->state_dir, "%s", opts->state_dir);
     r->o.state_dir = r->state_dir;
-#define DEF(f, v) if (!r->o.f) r->o.f = (v)
+#define DEF(f, v)                                                                                  \
+    if (!r->o.f)                                                                                   \
+    r->o.f = (v)
     DEF(batch_rows_max, REPL_BATCH_ROWS_MAX);
     DEF(batch_bytes_max, REPL_BATCH_BYTES_MAX);
     DEF(inflight_max, REPL_INFLIGHT_BATCHES_MAX);
@@ -178,7 +182,9 @@ void repl_close(repl_ctx *r) {
     free(r);
 }
 
-size_t repl_peer_count(const repl_ctx *r) { return r->n_shippers; }
+size_t repl_peer_count(const repl_ctx *r) {
+    return r->n_shippers;
+}
 
 void repl_peer_stats_get(repl_ctx *r, size_t i, repl_peer_stats *out) {
     memset(out, 0, sizeof *out);
@@ -186,7 +192,9 @@ void repl_peer_stats_get(repl_ctx *r, size_t i, repl_peer_stats *out) {
         repl_shipper_stats(r->shippers[i], out);
 }
 
-const st_topology *repl_topology(const repl_ctx *r) { return &r->topo; }
+const st_topology *repl_topology(const repl_ctx *r) {
+    return &r->topo;
+}
 
 void repl_positions_local(repl_ctx *r, repl_node_positions *out) {
     memset(out, 0, sizeof *out);
@@ -329,8 +337,8 @@ static void gather_one_done(st_code code, const char *message, st_slice resp, vo
         positions_from_pb(p, &g->nodes[g->n++]);
     else {
         g->failed++;
-        st_log(ST_LOG_DEBUG, "repl", "GetPositions failed code=%s msg=\"%s\"",
-               st_code_name(code), message ? message : "");
+        st_log(ST_LOG_DEBUG, "repl", "GetPositions failed code=%s msg=\"%s\"", st_code_name(code),
+               message ? message : "");
     }
     if (p)
         strata__internal__v1__positions__free_unpacked(p, NULL);

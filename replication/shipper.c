@@ -310,9 +310,9 @@ static void start_refresh(repl_shipper *s) {
         st_err err = {0};
         rpc_client *c = repl_conn_get(s->r, s->addrs[i], &err);
         s->refresh_args[i] = (refresh_arg){s, (uint32_t)i};
-        if (!c || rpc_client_unary(c, PATH_LIST_TABLETS, st_slice_make(buf, len), NULL, 0,
-                                   s->r->o.rpc_timeout_ms, refresh_done,
-                                   &s->refresh_args[i]) != ST_OK) {
+        if (!c ||
+            rpc_client_unary(c, PATH_LIST_TABLETS, st_slice_make(buf, len), NULL, 0,
+                             s->r->o.rpc_timeout_ms, refresh_done, &s->refresh_args[i]) != ST_OK) {
             s->refresh_ok = false;
             set_error(s, ST_UNAVAILABLE, c ? "could not start ListTablets" : err.msg);
             continue;
@@ -369,8 +369,7 @@ static void apply_done(st_code code, const char *message, st_slice resp, void *a
 }
 
 /* Sends the rows going to peer node dest as one Apply call. */
-static st_code send_dest(repl_shipper *s, ship_batch *b, uint32_t dest, size_t count,
-                         st_err *err) {
+static st_code send_dest(repl_shipper *s, ship_batch *b, uint32_t dest, size_t count, st_err *err) {
     Strata__Internal__V1__ReplicatedRow *rows = calloc(count, sizeof *rows);
     Strata__Internal__V1__ReplicatedRow **ptrs = calloc(count, sizeof *ptrs);
     st_code rc = ST_RESOURCE_EXHAUSTED;
@@ -520,8 +519,8 @@ static st_code batch_take(repl_shipper *s, ship_batch *b, const sto_log_record *
         row.n_muts == 0 || row.row.len == 0) {
         s->records_skipped++;
         st_log(ST_LOG_ERROR, "repl",
-               "peer=%s lsn=%" PRIu64 ": record without a valid origin/version, not shipped",
-               s->id, rec->lsn);
+               "peer=%s lsn=%" PRIu64 ": record without a valid origin/version, not shipped", s->id,
+               rec->lsn);
         return ST_OK;
     }
     st_buf_reset(&s->scratch);
@@ -531,7 +530,8 @@ static st_code batch_take(repl_shipper *s, ship_batch *b, const sto_log_record *
     r->table = st_arena_dup(&b->arena, table, strlen(table) + 1);
     r->enc.data = st_arena_dup(&b->arena, s->scratch.data, s->scratch.len);
     r->enc.len = s->scratch.len;
-    r->row.data = st_arena_dup(&b->arena, rec->row.row.data, rec->row.row.len ? rec->row.row.len : 1);
+    r->row.data =
+        st_arena_dup(&b->arena, rec->row.row.data, rec->row.row.len ? rec->row.row.len : 1);
     r->row.len = rec->row.row.len;
     if (!r->table || !r->enc.data || !r->row.data)
         return ST_RESOURCE_EXHAUSTED;
@@ -740,7 +740,9 @@ void repl_shipper_close(repl_shipper *s) {
     free(s);
 }
 
-uint32_t repl_shipper_cluster_num(const repl_shipper *s) { return s->cluster_num; }
+uint32_t repl_shipper_cluster_num(const repl_shipper *s) {
+    return s->cluster_num;
+}
 
 void repl_shipper_wake(repl_shipper *s) {
     if (!s->backing_off && !s->refreshing)

@@ -134,8 +134,8 @@ bool repl_token_satisfied(const repl_token *t, const st_topology *topo,
     return true;
 }
 
-void repl_token_from_positions(const st_topology *topo, const repl_node_positions *nodes,
-                               size_t n, repl_token *out) {
+void repl_token_from_positions(const st_topology *topo, const repl_node_positions *nodes, size_t n,
+                               repl_token *out) {
     out->n = 0;
     for (size_t c = 0; c < topo->n_clusters; c++) {
         for (size_t k = 0; k < topo->clusters[c].n_nodes && out->n < REPL_TOKEN_NODES_MAX; k++) {

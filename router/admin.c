@@ -202,7 +202,6 @@ static pb_table *schema_new(st_arena *a, const char *name, const pb_table *spec)
     return t->name ? t : NULL;
 }
 
-
 /* ---- schema push: PutTable on the first node (it validates GC rules), then on all others ---- */
 
 static void schema_pushed(adm_op *op);

@@ -141,7 +141,7 @@ static void bal_decide(const rtr_cluster *c, pb_list *const *lists, bal_pick *p)
             moving = moving || t->moving; /* a move of any table, the metadata's too */
             if (balanced_table(c->ctx, t->table_name)) {
                 src[n] = t;
-                v[n++] = (rtr_bal_tablet){t->table_name, t->id,       t->approx_bytes,
+                v[n++] = (rtr_bal_tablet){t->table_name, t->id,        t->approx_bytes,
                                           (uint32_t)i,   t->read_only, t->moving};
             }
         }
@@ -305,8 +305,7 @@ st_code rtr_balance_start(rtr_ctx *r, st_err *err) {
     r->bal_timer = event_new(r->base, -1, EV_PERSIST, bal_tick, r);
     if (!r->bal_timer || event_add(r->bal_timer, &tv) != 0)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "could not start the balancer timer");
-    st_log(ST_LOG_INFO, "balance", "tablet balancer on, every %lld ms",
-           (long long)r->balance_ms);
+    st_log(ST_LOG_INFO, "balance", "tablet balancer on, every %lld ms", (long long)r->balance_ms);
     return ST_OK;
 }
 

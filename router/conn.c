@@ -347,8 +347,8 @@ static bool keep_old(const rtr_cluster *c, const rtr_fan *f, rtr_tablet_in **in,
                 *cap = nc;
             }
             /* read_only marks them as second choice against fresh reports. */
-            (*in)[(*n)++] = (rtr_tablet_in){old->tables[t].name, tb->start, tb->end, tb->id,
-                                            tb->node, true, false};
+            (*in)[(*n)++] = (rtr_tablet_in){
+                old->tables[t].name, tb->start, tb->end, tb->id, tb->node, true, false};
         }
     return true;
 }

@@ -90,11 +90,11 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "strata-router: bad --metrics '%s': use HOST:PORT\n", v);
                 return 2;
             }
-        }
-        else if (!strcmp(a, "--balance") && v) {
+        } else if (!strcmp(a, "--balance") && v) {
             const char *m = argv[++i];
-            balance = !strcmp(m, "on") ? RTR_BALANCE_ON : !strcmp(m, "off") ? RTR_BALANCE_OFF
-                                                                               : RTR_BALANCE_AUTO;
+            balance = !strcmp(m, "on")    ? RTR_BALANCE_ON
+                      : !strcmp(m, "off") ? RTR_BALANCE_OFF
+                                          : RTR_BALANCE_AUTO;
             if (strcmp(m, "on") && strcmp(m, "off") && strcmp(m, "auto")) {
                 fprintf(stderr, "strata-router: --balance takes auto, on or off\n");
                 return 2;

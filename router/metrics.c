@@ -73,18 +73,18 @@ void rtr_metrics_render(rtr_ctx *r, prom_out *o) {
                 "Tablets in the router's map of the cluster.", v_tablets);
     render_nodes(r, o);
     one_sample(o, "strata_router_retries_total", "counter",
-            "Request parts retried transparently after a backoff (stale tablet map, node "
-            "unavailable), in this process.",
-            __atomic_load_n(&rtr_retries_total, __ATOMIC_RELAXED));
+               "Request parts retried transparently after a backoff (stale tablet map, node "
+               "unavailable), in this process.",
+               __atomic_load_n(&rtr_retries_total, __ATOMIC_RELAXED));
     one_sample(o, "strata_router_failovers_total", "counter",
-            "Requests moved to another cluster by a multi-cluster app profile.",
-            r->fo ? r->fo->failovers : 0);
+               "Requests moved to another cluster by a multi-cluster app profile.",
+               r->fo ? r->fo->failovers : 0);
     one_sample(o, "strata_router_balancer_moves_total", "counter",
-            "Tablets the balancer moved between nodes.", r->bal_moves);
+               "Tablets the balancer moved between nodes.", r->bal_moves);
     one_sample(o, "strata_router_balancer_moves_failed_total", "counter",
-            "Tablet moves by the balancer that failed.", r->bal_failed);
+               "Tablet moves by the balancer that failed.", r->bal_failed);
     one_sample(o, "strata_router_tables", "gauge", "Tables in the instance metadata.",
-            r->meta.n_tables);
+               r->meta.n_tables);
     prom_process(o);
 }
 

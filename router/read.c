@@ -254,8 +254,7 @@ static void rr_after_backoff(void *arg) {
 
 static void rr_retry(rr_op *op) {
     if (!rtr_retry_allowed(op->attempts, op->last.code, op->last.msg) || op->r->closing ||
-        rr_resume_pos(op) != ST_OK ||
-        rr_reset_open_row(op) != ST_OK)
+        rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
         return rr_free(op, op->last.code, op->last.msg);
     op->wait = RR_TIMER;
     if (rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), rr_after_backoff, op) != ST_OK)

@@ -55,7 +55,9 @@ st_code rtr_route_cluster(rtr_ctx *r, const char *app_profile_id, bool transacti
 /* ---- request helpers ---- */
 
 /* protobuf-c allocator over the call's arena: freed when the call is released. */
-static void *arena_alloc(void *data, size_t size) { return st_arena_alloc(data, size); }
+static void *arena_alloc(void *data, size_t size) {
+    return st_arena_alloc(data, size);
+}
 static void arena_free(void *data, void *p) {
     (void)data;
     (void)p;
@@ -177,7 +179,9 @@ bool rtr_retry_allowed(int attempts, st_code code, const char *message) {
 
 /* ---- open / close ---- */
 
-void rtr_opts_default(rtr_opts *o) { memset(o, 0, sizeof *o); }
+void rtr_opts_default(rtr_opts *o) {
+    memset(o, 0, sizeof *o);
+}
 
 static st_code init_clusters(rtr_ctx *r, st_err *err) {
     if (r->topo.n_clusters == 0)
@@ -305,8 +309,12 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
     return ST_OK;
 }
 
-uint16_t rtr_port(const rtr_ctx *r) { return r->port; }
-const char *rtr_host(const rtr_ctx *r) { return r->listen_host; }
+uint16_t rtr_port(const rtr_ctx *r) {
+    return r->port;
+}
+const char *rtr_host(const rtr_ctx *r) {
+    return r->listen_host;
+}
 
 void rtr_close(rtr_ctx *r) {
     if (!r)

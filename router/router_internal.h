@@ -42,24 +42,24 @@ struct event;
 #define RTR_META_TABLE_PREFIX "table/"
 #define RTR_META_PROFILE_PREFIX "profile/"
 #define RTR_META_REFRESH_MS_DEFAULT 1000
-#define RTR_META_RECORDS_MAX 100000             /* tables + profiles in the instance */
+#define RTR_META_RECORDS_MAX 100000 /* tables + profiles in the instance */
 #define RTR_META_RECORD_BYTES_MAX ((size_t)1 << 20)
-#define RTR_NODE_TIMEOUT_MS_DEFAULT 60000       /* unary calls without a client deadline */
-#define RTR_ADMIN_TIMEOUT_MS 30000              /* internal admin calls */
-#define RTR_START_TIMEOUT_MS 15000              /* rtr_open waits this long for the nodes */
-#define RTR_RETRIES_MAX 6                       /* transparent retries of one request (part) */
-#define RTR_RETRIES_NOT_OWNER_MAX 64            /* ... when a node said strata-not-owner */
-#define RTR_RETRY_BACKOFF_MS 20                 /* first retry delay, doubling */
-#define RTR_RETRY_BACKOFF_MAX_MS 500            /* ... up to this: 6 tries ~1.1 s, 64 ~30 s */
-#define RTR_BALANCE_MS_DEFAULT 2000             /* tablet balancer period */
-#define RTR_MOVE_TIMEOUT_MS 600000              /* one MoveTablet call (copies a tablet) */
+#define RTR_NODE_TIMEOUT_MS_DEFAULT 60000 /* unary calls without a client deadline */
+#define RTR_ADMIN_TIMEOUT_MS 30000        /* internal admin calls */
+#define RTR_START_TIMEOUT_MS 15000        /* rtr_open waits this long for the nodes */
+#define RTR_RETRIES_MAX 6                 /* transparent retries of one request (part) */
+#define RTR_RETRIES_NOT_OWNER_MAX 64      /* ... when a node said strata-not-owner */
+#define RTR_RETRY_BACKOFF_MS 20           /* first retry delay, doubling */
+#define RTR_RETRY_BACKOFF_MAX_MS 500      /* ... up to this: 6 tries ~1.1 s, 64 ~30 s */
+#define RTR_BALANCE_MS_DEFAULT 2000       /* tablet balancer period */
+#define RTR_MOVE_TIMEOUT_MS 600000        /* one MoveTablet call (copies a tablet) */
 #define RTR_INTERNAL_TABLE_PREFIX "projects/_strata/" /* never balanced */
 #define RTR_RECONNECT_BACKOFF_MIN_MS 50
 #define RTR_RECONNECT_BACKOFF_MAX_MS 2000
 #define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
-#define RTR_TABLETS_MAX ((size_t)1 << 20)      /* tablets in one cluster's map */
-#define RTR_WAITERS_MAX 65536                   /* requests parked on one map refresh */
-#define RTR_SPLITS_MAX 1000                     /* CreateTable initial_splits */
+#define RTR_TABLETS_MAX ((size_t)1 << 20)        /* tablets in one cluster's map */
+#define RTR_WAITERS_MAX 65536                    /* requests parked on one map refresh */
+#define RTR_SPLITS_MAX 1000                      /* CreateTable initial_splits */
 #define RTR_TABLE_NAME_MAX 512
 #define RTR_MUTATIONS_MAX 100000
 #define RTR_FORWARD_HEADERS_MAX 4
@@ -171,9 +171,9 @@ st_code rtr_mutate_rows_merge(st_slice resp, const size_t *idx, size_t n, rtr_en
 /* ReadRows response scanning: tracks committed rows so a resumed read starts after the last row
  * delivered and rows_limit holds across tablets. */
 typedef struct rtr_rr_track {
-    st_buf row;        /* key of the row being received (or last committed) */
-    bool row_open;     /* chunks of an uncommitted row were seen */
-    st_buf last;       /* last committed row key (or last_scanned_row_key, whichever is later) */
+    st_buf row;    /* key of the row being received (or last committed) */
+    bool row_open; /* chunks of an uncommitted row were seen */
+    st_buf last;   /* last committed row key (or last_scanned_row_key, whichever is later) */
     bool has_last;
     uint64_t committed; /* rows committed in total */
 } rtr_rr_track;
@@ -192,13 +192,13 @@ typedef struct rtr_sample {
     int64_t offset;
 } rtr_sample;
 st_code rtr_samples_merge(rtr_sample *const *per_node, const size_t *counts,
-                          const st_slice *end_keys, size_t n_nodes, st_arena *a,
-                          rtr_sample **out, size_t *n_out);
+                          const st_slice *end_keys, size_t n_nodes, st_arena *a, rtr_sample **out,
+                          size_t *n_out);
 
 /* ---- metadata records (meta.c) ---- */
 typedef struct rtr_meta_rec {
-    char *name;   /* full table name, or app profile id */
-    uint8_t *pb;  /* serialized google.bigtable.admin.v2.Table / AppProfile */
+    char *name;  /* full table name, or app profile id */
+    uint8_t *pb; /* serialized google.bigtable.admin.v2.Table / AppProfile */
     size_t len;
 } rtr_meta_rec;
 
@@ -243,8 +243,8 @@ struct rtr_node {
  * range is second choice in the tablet map (conn.c), so requests keep going to the source even
  * if a refresh saw the source before it marked the tablet moving. */
 typedef struct rtr_bal_cluster {
-    bool busy;   /* a look (ListTablets) or a move is under way */
-    bool moving; /* a MoveTablet is in flight */
+    bool busy;               /* a look (ListTablets) or a move is under way */
+    bool moving;             /* a MoveTablet is in flight */
     uint32_t source, target; /* node indexes */
     uint64_t id;
     char table[RTR_TABLE_NAME_MAX + 1];
@@ -269,7 +269,7 @@ struct rtr_cluster {
     rtr_fan *refreshing;
     rtr_waiter *waiters;
     size_t n_waiters, cap_waiters;
-    uint32_t rr_next; /* round robin for new tablets */
+    uint32_t rr_next;    /* round robin for new tablets */
     rtr_bal_cluster bal; /* balance.c */
 };
 
@@ -285,20 +285,20 @@ struct rtr_ctx {
     rtr_cluster clusters[ST_TOPO_CLUSTERS_MAX];
     size_t n_clusters;
     rtr_meta meta;
-    uint64_t meta_gen;    /* bumped by every local metadata write */
+    uint64_t meta_gen; /* bumped by every local metadata write */
     bool meta_loading;
     bool meta_loaded;
     struct event *meta_timer;
-    rtr_later *later;     /* pending delayed callbacks */
+    rtr_later *later;       /* pending delayed callbacks */
     rpc_client **graveyard; /* dead clients, freed from the loop */
     size_t n_graveyard, cap_graveyard;
     struct event *graveyard_ev;
     bool closing;
-    bool balancing;          /* this router runs the tablet balancer (balance.c) */
-    int64_t balance_ms;      /* its period */
+    bool balancing;     /* this router runs the tablet balancer (balance.c) */
+    int64_t balance_ms; /* its period */
     struct event *bal_timer;
     uint64_t bal_moves, bal_failed; /* counters for logs */
-    void *ext; /* instance admin / app profiles / operations state (another module) */
+    void *ext;         /* instance admin / app profiles / operations state (another module) */
     struct rtr_fo *fo; /* cluster health and failover state (health.c, failover.h) */
 };
 
@@ -315,8 +315,8 @@ void rtr_node_disconnect_all(rtr_ctx *r);
 typedef struct rtr_fan_res {
     rtr_node *node;
     st_code code;
-    st_err err;   /* message of a failed call */
-    st_buf msgs;  /* response messages, each prefixed with its varint length */
+    st_err err;  /* message of a failed call */
+    st_buf msgs; /* response messages, each prefixed with its varint length */
 } rtr_fan_res;
 typedef void (*rtr_fan_done_fn)(rtr_fan *f, void *arg);
 struct rtr_fan {
@@ -330,7 +330,8 @@ struct rtr_fan {
 };
 rtr_fan *rtr_fan_new(rtr_ctx *r, size_t n, int64_t timeout_ms, rtr_fan_done_fn done, void *arg);
 void rtr_fan_call(rtr_fan *f, size_t i, rtr_node *node, const char *path, st_slice req);
-/* No more calls: done runs when they have ended (possibly right now). Last thing the caller does. */
+/* No more calls: done runs when they have ended (possibly right now). Last thing the caller does.
+ */
 void rtr_fan_seal(rtr_fan *f);
 void rtr_fan_free(rtr_fan *f);
 /* Iterates a result's response messages: start with *off = 0. */

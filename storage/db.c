@@ -409,8 +409,8 @@ static void flush_replayed(sto_db *db) {
         sto_tablet *t = db->tablets[i];
         st_err e;
         if (atomic_load(&t->n_imm_hint) > 0 && sto_tablet_flush_imms(db, t, &e) != ST_OK)
-            st_log(ST_LOG_WARN, "storage",
-                   "event=open_flush_failed tablet=%" PRIu64 " msg=\"%s\"", t->id, e.msg);
+            st_log(ST_LOG_WARN, "storage", "event=open_flush_failed tablet=%" PRIu64 " msg=\"%s\"",
+                   t->id, e.msg);
     }
 }
 

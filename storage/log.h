@@ -34,8 +34,9 @@ typedef struct sto_log_options {
 
 /* Called once the group holding the records is durable (or failed), on the commit thread or on the
  * thread of a sto_log_append_wait caller that wrote the group (one group at a time, in lsn
- * order, whichever thread writes it); first_lsn is the lsn of the first of the caller's records. While it runs, the records are durable and
- * not yet visible to sto_log_readers of later groups; callers apply them to memtables here. */
+ * order, whichever thread writes it); first_lsn is the lsn of the first of the caller's records.
+ * While it runs, the records are durable and not yet visible to sto_log_readers of later groups;
+ * callers apply them to memtables here. */
 typedef void (*sto_log_done_fn)(st_code code, uint64_t first_lsn, const st_err *err, void *arg);
 
 /* Opens the log in dir (creating it). Does not replay: call sto_log_replay first when needed. */
@@ -49,8 +50,7 @@ void sto_log_close(sto_log *log);
  * ST_DATA_LOSS for a bad record before the tail (in the last segment: one that a good record of
  * a later group follows); ST_FAILED_PRECONDITION once appends started. */
 st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
-                       st_code (*fn)(const sto_log_record *rec, void *arg), void *arg,
-                       st_err *err);
+                       st_code (*fn)(const sto_log_record *rec, void *arg), void *arg, st_err *err);
 
 /* Queues n row mutations (copied before return) as n consecutive records; done runs later on the
  * commit thread. Returns non-OK (and does not call done) only if the log is closed or failed,
@@ -75,8 +75,8 @@ st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto
  * it may trail a done callback by a moment); 0 until the log is positioned (by sto_log_replay or
  * the first append). */
 uint64_t sto_log_last_durable_lsn(sto_log *log);
-uint64_t sto_log_bytes(sto_log *log);          /* bytes in live segments */
-uint64_t sto_log_oldest_lsn(sto_log *log);     /* first lsn still stored */
+uint64_t sto_log_bytes(sto_log *log);      /* bytes in live segments */
+uint64_t sto_log_oldest_lsn(sto_log *log); /* first lsn still stored */
 /* Deletes whole segments whose records all have lsn < keep_from. */
 st_code sto_log_trim(sto_log *log, uint64_t keep_from, st_err *err);
 

@@ -23,7 +23,9 @@
 #define STO_SST_DCTX_POOL_MAX 16         /* idle decompression contexts kept per table */
 #define STO_SST_INDEX_RESTART_INTERVAL 1 /* index keys uncompressed: pure binary search */
 #define SST_STACK_READ_BYTES (24u << 10)
-#define SST_FP_MIN_ENTRIES 64 /* smaller indexes are searched directly */   /* blocks up to this size are read into the stack */
+#define SST_FP_MIN_ENTRIES                                                                         \
+    64 /* smaller indexes are searched directly */ /* blocks up to this size are read into the     \
+                                                      stack */
 /* A scan that has asked for SST_READAHEAD_AFTER consecutive blocks reads the next ones with one
  * pread per window instead of one per block; the window starts at SST_READAHEAD_MIN_BYTES and
  * doubles up to SST_READAHEAD_BYTES (short scans do not copy much more than they use). */
@@ -402,8 +404,8 @@ static st_code unseal_copy(sto_sst *t, const uint8_t *raw, size_t n, size_t pref
 
 /* Reads, checks and decompresses the block at h into *mem (see unseal_copy). Small blocks are
  * read into a stack buffer, so a compressed block costs one allocation, not two. */
-static st_code read_block_into(sto_sst *t, sst_handle h, size_t prefix, bool pooled,
-                               uint8_t **mem, size_t *bytes, st_slice *contents, st_err *err) {
+static st_code read_block_into(sto_sst *t, sst_handle h, size_t prefix, bool pooled, uint8_t **mem,
+                               size_t *bytes, st_slice *contents, st_err *err) {
     size_t n = (size_t)h.size + STO_BLOCK_TRAILER_BYTES;
     uint8_t stack[SST_STACK_READ_BYTES];
     uint8_t *raw = n <= sizeof stack ? stack : malloc(n);
@@ -728,7 +730,7 @@ static void blk_delete(void *v) {
 
 /* An iterator's read-ahead window (sequential scans); win is allocated at the first use. */
 typedef struct sst_readahead {
-    st_buf win;        /* file bytes [win_off, win_off + win.len) */
+    st_buf win; /* file bytes [win_off, win_off + win.len) */
     uint64_t win_off;
     uint64_t next_off; /* where the block after the last one asked for starts */
     int run;           /* consecutive blocks asked for in file order */
@@ -759,8 +761,8 @@ static st_code read_block_ahead(sto_sst *t, sst_readahead *ra, sst_handle h, siz
         }
     }
     if (inside)
-        return unseal_copy(t, ra->win.data + (h.off - ra->win_off), n, prefix, true, mem, bytes,
-                           c, err);
+        return unseal_copy(t, ra->win.data + (h.off - ra->win_off), n, prefix, true, mem, bytes, c,
+                           err);
     return read_block_into(t, h, prefix, true, mem, bytes, c, err);
 }
 
@@ -1204,8 +1206,8 @@ bool sto_sst_disjoint(const sto_sst *a, const sto_sst *b) {
            st_slice_cmp(sto_sst_largest(b), sto_sst_smallest(a)) < 0;
 }
 
-sto_kviter *sto_sst_concat_iter_new(sto_sst *const *tables, const bool *wrap, size_t n,
-                                    st_slice lo, st_slice hi, sto_sst_wrap_fn wrap_fn) {
+sto_kviter *sto_sst_concat_iter_new(sto_sst *const *tables, const bool *wrap, size_t n, st_slice lo,
+                                    st_slice hi, sto_sst_wrap_fn wrap_fn) {
     if (n == 0 || n > STO_SST_CONCAT_MAX)
         return NULL;
     /* One allocation: the iterator, then the tables (sorted), then their wrap flags. */

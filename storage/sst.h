@@ -75,8 +75,8 @@ sto_kviter *sto_sst_iter_new_scan(sto_sst *t);
  * runs out, n is 0 or over STO_SST_CONCAT_MAX. Added by the SSTable module (performance). */
 #define STO_SST_CONCAT_MAX 100000
 typedef sto_kviter *(*sto_sst_wrap_fn)(sto_kviter *child, st_slice lo, st_slice hi);
-sto_kviter *sto_sst_concat_iter_new(sto_sst *const *tables, const bool *wrap, size_t n,
-                                    st_slice lo, st_slice hi, sto_sst_wrap_fn wrap_fn);
+sto_kviter *sto_sst_concat_iter_new(sto_sst *const *tables, const bool *wrap, size_t n, st_slice lo,
+                                    st_slice hi, sto_sst_wrap_fn wrap_fn);
 /* True when the two tables' ikey ranges do not overlap. */
 bool sto_sst_disjoint(const sto_sst *a, const sto_sst *b);
 

@@ -60,9 +60,10 @@ void prom_printf(prom_out *o, const char *fmt, ...) {
 static void escape(prom_out *o, const char *s, bool quote) {
     const char *run = s;
     for (const char *p = s; *p; p++) {
-        const char *rep = *p == '\\' ? "\\\\" : *p == '\n' ? "\\n"
-                                            : (quote && *p == '"') ? "\\\""
-                                                                   : NULL;
+        const char *rep = *p == '\\'             ? "\\\\"
+                          : *p == '\n'           ? "\\n"
+                          : (quote && *p == '"') ? "\\\""
+                                                 : NULL;
         if (!rep)
             continue;
         out_append(o, run, (size_t)(p - run));
@@ -179,7 +180,7 @@ void prom_process(prom_out *o) {
 /* ---- the RPC server's per-method metrics ---- */
 
 const int64_t rpc_latency_bounds_us[RPC_LATENCY_BUCKETS] = {
-    100,    250,    500,     1000,    2500,    5000,     10000,    25000,    50000,
+    100,    250,    500,    1000,    2500,    5000,    10000,    25000,    50000,
     100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000, 60000000,
 };
 
@@ -250,8 +251,8 @@ static void render_codes(const rpc_method_metrics *mm, const char *service, cons
     for (unsigned c = 0; c < RPC_METRICS_CODES; c++) {
         if (c != ST_OK && mm->codes[c] == 0)
             continue; /* OK always, so every method has a series from the start */
-        prom_label l[] = {{"service", service}, {"method", method},
-                          {"code", st_code_name((st_code)c)}};
+        prom_label l[] = {
+            {"service", service}, {"method", method}, {"code", st_code_name((st_code)c)}};
         prom_sample_u64(o, "strata_rpc_server_handled_total", l, 3, mm->codes[c]);
     }
 }

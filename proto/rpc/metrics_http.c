@@ -19,8 +19,7 @@ struct metrics_http {
     void *arg;
 };
 
-static void reply_text(struct evhttp_request *req, int code, const char *reason,
-                       const char *text) {
+static void reply_text(struct evhttp_request *req, int code, const char *reason, const char *text) {
     struct evbuffer *body = evbuffer_new();
     if (body)
         evbuffer_add(body, text, strlen(text));

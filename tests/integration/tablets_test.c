@@ -38,8 +38,8 @@
 #define KEY_MAX 32
 #define MIN_TABLETS_PER_NODE 3 /* at least; more with more rows (min_per_node) */
 #define SETTLE_POLL_MS 500
-#define SETTLE_STABLE_POLLS 4     /* same counts, nothing moving, this many polls in a row */
-#define SETTLE_POLLS_MAX 600      /* hang guard (5 min), not a timing assertion */
+#define SETTLE_STABLE_POLLS 4 /* same counts, nothing moving, this many polls in a row */
+#define SETTLE_POLLS_MAX 600  /* hang guard (5 min), not a timing assertion */
 #define KEYSET_READS 30
 #define KEYSET_KEYS_MAX 400
 #define RANGE_READS 30
@@ -105,7 +105,9 @@ static void fail(const char *fmt, ...) {
     exit(1);
 }
 
-static int64_t now_ms(void) { return st_mono_us() / 1000; }
+static int64_t now_ms(void) {
+    return st_mono_us() / 1000;
+}
 
 /* Lines of DIR/logs/<name>.log holding both needles (figures for the report, not checks). */
 static size_t log_count(const char *name, const char *a, const char *b) {
@@ -120,7 +122,9 @@ static size_t log_count(const char *name, const char *a, const char *b) {
     return n;
 }
 
-static size_t moves_done(void) { return log_count("router", "module=balance", "(moves="); }
+static size_t moves_done(void) {
+    return log_count("router", "module=balance", "(moves=");
+}
 
 static size_t splits_done(void) {
     size_t n = 0;
@@ -132,7 +136,9 @@ static size_t splits_done(void) {
     return n;
 }
 
-static void key_of(uint32_t i, char out[KEY_MAX]) { snprintf(out, KEY_MAX, "k%07u", i); }
+static void key_of(uint32_t i, char out[KEY_MAX]) {
+    snprintf(out, KEY_MAX, "k%07u", i);
+}
 
 /* The 100-byte value of row i: pseudo-random bytes (they do not compress, so the tablets grow by
  * about what is written and split often). */
@@ -189,8 +195,7 @@ static void collect_row(const bt_row *row, void *arg) {
 }
 
 /* Reads and compares with want[0..n_want) (indexes in delivery order). */
-static void expect_read(const char *what, const bt_read_req *req, const long *want,
-                        size_t n_want) {
+static void expect_read(const char *what, const bt_read_req *req, const long *want, size_t n_want) {
     collected got = {0};
     st_err st = {0};
     st_code rc = bt_read_rows(&g_cl, g_table, req, collect_row, &got, &st);
@@ -201,8 +206,8 @@ static void expect_read(const char *what, const bt_read_req *req, const long *wa
     for (size_t k = 0; k < got.n || k < n_want; k++)
         if (k >= got.n || k >= n_want || got.v[k] != want[k])
             fail("%s: %zu rows, %zu expected; first difference at position %zu (got %ld, want "
-                 "%ld)", what, got.n, n_want, k, k < got.n ? got.v[k] : -2L,
-                 k < n_want ? want[k] : -2L);
+                 "%ld)",
+                 what, got.n, n_want, k, k < got.n ? got.v[k] : -2L, k < n_want ? want[k] : -2L);
     free(got.v);
 }
 
@@ -239,8 +244,9 @@ static void scan_row(const bt_row *row, void *arg) {
     s->has_prev = true;
     long i = index_of(row->key);
     if (i < 0 || !row_ok(row, i)) {
-        snprintf(s->error, ST_ERR_MSG_MAX + 128, "scan returned an unknown key or a wrong value at '%.*s'",
-                 (int)row->key.len, (const char *)row->key.data);
+        snprintf(s->error, ST_ERR_MSG_MAX + 128,
+                 "scan returned an unknown key or a wrong value at '%.*s'", (int)row->key.len,
+                 (const char *)row->key.data);
         return;
     }
     s->seen[i] = 1;
@@ -261,8 +267,8 @@ static void reader_scan(reader *rd, uint8_t *seen) {
     for (uint32_t k = 0; k < acked && !rd->error[0]; k++)
         if (!seen[rd->perm[k]])
             snprintf(rd->error, sizeof rd->error,
-                     "scan %" PRIu64 " missed row k%07u, acknowledged before it started",
-                     rd->scans, rd->perm[k]);
+                     "scan %" PRIu64 " missed row k%07u, acknowledged before it started", rd->scans,
+                     rd->perm[k]);
     for (uint32_t k = 0; k < g_rows; k++)
         rd->rows_seen += seen[k];
     rd->scans++;
@@ -284,7 +290,7 @@ static void *reader_main(void *arg) {
 static void write_rows(const uint32_t *perm, reader *rd) {
     bt_muts *muts = calloc(BATCH_ROWS, sizeof *muts);
     bt_entry *ents = calloc(BATCH_ROWS, sizeof *ents);
-    char (*keys)[KEY_MAX] = calloc(BATCH_ROWS, KEY_MAX);
+    char(*keys)[KEY_MAX] = calloc(BATCH_ROWS, KEY_MAX);
     st_code *codes = calloc(BATCH_ROWS, sizeof *codes);
     st_err *msgs = calloc(BATCH_ROWS, sizeof *msgs);
     if (!muts || !ents || !keys || !codes || !msgs)
@@ -346,9 +352,9 @@ static void take_census(const st_topology *t, census *c) {
         st_code rc = rpc_blocking_unary(addr, NULL, "/strata.internal.v1.Node/ListTablets",
                                         st_slice_make(buf, len), NULL, 0, 30000, &resp, &st);
         Strata__Internal__V1__ListTabletsResponse *m =
-            rc == ST_OK ? strata__internal__v1__list_tablets_response__unpack(NULL, resp.len,
-                                                                               resp.data)
-                        : NULL;
+            rc == ST_OK
+                ? strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data)
+                : NULL;
         if (!m)
             fail("ListTablets on node %s: %s: %s", addr, st_code_name(rc), st.msg);
         c->count[i] = m->n_tablets;
@@ -412,8 +418,15 @@ static void check_full_scans(long *all, long *rev) {
 }
 
 static void check_limits(const long *all, const long *rev) {
-    const int64_t limits[] = {1, 2, 17, 999, 4321, (int64_t)g_rows / 3 + 1, (int64_t)g_rows - 1,
-                              (int64_t)g_rows, (int64_t)g_rows + 10};
+    const int64_t limits[] = {1,
+                              2,
+                              17,
+                              999,
+                              4321,
+                              (int64_t)g_rows / 3 + 1,
+                              (int64_t)g_rows - 1,
+                              (int64_t)g_rows,
+                              (int64_t)g_rows + 10};
     for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++) {
         int64_t lim = limits[k] > 0 ? limits[k] : 1;
         size_t n = (size_t)(lim < (int64_t)g_rows ? lim : (int64_t)g_rows);
@@ -526,9 +539,9 @@ static void start_instance(st_topology *topo) {
     snprintf(port_s, sizeof port_s, "%u", port);
     snprintf(split_s, sizeof split_s, "%d", SPLIT_BYTES);
     bt_tmpdir(g_dir, sizeof g_dir, "tablets");
-    const char *up[] = {g_strata, "up",      "--dir",         g_dir, "--port", port_s,
-                        "--clusters", "1",   "--nodes",       "3",   "--split-bytes", split_s,
-                        NULL};
+    const char *up[] = {g_strata,        "up",         "--dir", g_dir,     "--port",
+                        port_s,          "--clusters", "1",     "--nodes", "3",
+                        "--split-bytes", split_s,      NULL};
     g_up = true;
     run_strata(up, true);
     snprintf(topo_path, sizeof topo_path, "%s/topology", g_dir);
@@ -603,8 +616,8 @@ int main(int argc, char **argv) {
            "%zu (%.1f MiB); %zu splits, %zu moves; %" PRIu64 " concurrent full scans in all, "
            "all ordered and complete\n",
            (long long)(now_ms() - t1), c.count[0], c.bytes[0] / 1048576.0, c.count[1],
-           c.bytes[1] / 1048576.0, c.count[2], c.bytes[2] / 1048576.0, splits_done(),
-           moves_done(), rd.scans);
+           c.bytes[1] / 1048576.0, c.count[2], c.bytes[2] / 1048576.0, splits_done(), moves_done(),
+           rd.scans);
 
     int64_t t2 = now_ms();
     check_full_scans(all, rev);

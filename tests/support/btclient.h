@@ -26,8 +26,9 @@
 #define BT_PATH_MAX 1024
 #define BT_ARGV_MAX 32
 #define BT_TIMEOUT_MS_DEFAULT 120000
-#define BT_START_WAIT_MS_MAX 60000 /* hang guard while a spawned server starts, not a timing test  \
-                                    */
+#define BT_START_WAIT_MS_MAX                                                                       \
+    60000 /* hang guard while a spawned server starts, not a timing test                           \
+           */
 
 typedef Google__Bigtable__V2__RowFilter bt_filter;
 typedef Google__Bigtable__V2__Mutation bt_mutation;

@@ -85,7 +85,9 @@ st_code st_buf_append_byte(st_buf *b, uint8_t byte);
 st_code st_buf_append_varint64(st_buf *b, uint64_t v);
 st_code st_buf_append_fixed32(st_buf *b, uint32_t v); /* little endian */
 st_code st_buf_append_fixed64(st_buf *b, uint64_t v); /* little endian */
-static inline st_slice st_buf_slice(const st_buf *b) { return st_slice_make(b->data, b->len); }
+static inline st_slice st_buf_slice(const st_buf *b) {
+    return st_slice_make(b->data, b->len);
+}
 
 /* ---- arena: bump allocation freed in one go ---- */
 typedef struct st_arena_block st_arena_block;
@@ -131,7 +133,9 @@ typedef struct st_clock {
 } st_clock;
 st_clock *st_clock_system(void); /* shared, stateless */
 void st_clock_fake_init(st_clock *c, int64_t start_us);
-static inline int64_t st_clock_now(st_clock *c) { return c->now_us(c); }
+static inline int64_t st_clock_now(st_clock *c) {
+    return c->now_us(c);
+}
 
 /* ---- checksums and hashes ---- */
 uint32_t st_crc32c(uint32_t crc, const void *data, size_t len); /* pass 0 to start */
@@ -147,7 +151,10 @@ uint64_t st_hash64(const void *data, size_t len, uint64_t seed);
 
 /* ---- fixed-width and varint encodings ---- */
 static inline void st_put_fixed32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
 }
 static inline uint32_t st_get_fixed32(const uint8_t *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
@@ -160,11 +167,15 @@ static inline uint64_t st_get_fixed64(const uint8_t *p) {
     return (uint64_t)st_get_fixed32(p) | ((uint64_t)st_get_fixed32(p + 4) << 32);
 }
 static inline void st_put_be64(uint8_t *p, uint64_t v) {
-    for (int i = 7; i >= 0; i--) { p[i] = (uint8_t)v; v >>= 8; }
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
 }
 static inline uint64_t st_get_be64(const uint8_t *p) {
     uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
     return v;
 }
 #define ST_VARINT64_MAX 10

@@ -19,7 +19,7 @@ typedef struct st_env_ops {
     /* Opens an existing file for appending at its end (log segments reopened after recovery). */
     st_code (*wopen_append)(st_env *env, const char *path, st_wfile **out, st_err *err);
     st_code (*append)(st_wfile *f, const void *data, size_t len, st_err *err);
-    st_code (*sync)(st_wfile *f, st_err *err); /* fdatasync: durable once this returns OK */
+    st_code (*sync)(st_wfile *f, st_err *err);   /* fdatasync: durable once this returns OK */
     st_code (*wclose)(st_wfile *f, st_err *err); /* closes without syncing; frees f always */
 
     st_code (*ropen)(st_env *env, const char *path, st_rfile **out, st_err *err);

@@ -23,11 +23,11 @@
 
 #include "strata/base.h"
 
-#define ST_TOPO_CLUSTERS_MAX 8   /* Bigtable: at most 8 regions */
-#define ST_TOPO_NODES_MAX 64     /* per cluster */
+#define ST_TOPO_CLUSTERS_MAX 8 /* Bigtable: at most 8 regions */
+#define ST_TOPO_NODES_MAX 64   /* per cluster */
 #define ST_TOPO_ROUTERS_MAX 16
-#define ST_TOPO_ID_MAX 63        /* cluster ids: [a-z][-a-z0-9]*, at most this many chars */
-#define ST_TOPO_ADDR_MAX 127     /* host:port */
+#define ST_TOPO_ID_MAX 63    /* cluster ids: [a-z][-a-z0-9]*, at most this many chars */
+#define ST_TOPO_ADDR_MAX 127 /* host:port */
 #define ST_TOPO_PATH_MAX 1023
 
 typedef struct st_topo_node {

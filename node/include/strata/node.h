@@ -29,8 +29,8 @@ typedef struct node_opts {
      * commit log to them and applies theirs (replication, docs/formats/replication.md); needs
      * cluster_num. NULL = no replication. */
     const char *config_path;
-    size_t block_cache_bytes;   /* 0 = storage default */
-    size_t memtable_bytes;      /* 0 = storage default */
+    size_t block_cache_bytes; /* 0 = storage default */
+    size_t memtable_bytes;    /* 0 = storage default */
 } node_opts;
 
 #define NODE_NUM_MAX ((1u << 24) - 1)

@@ -43,10 +43,10 @@ struct event_base;
 #define REPL_BACKOFF_MIN_MS 50
 #define REPL_BACKOFF_MAX_MS 10000
 #define REPL_RPC_TIMEOUT_MS 30000
-#define REPL_HOLD_INTERVAL_MS 500 /* durable position written at most this often per peer */
-#define REPL_POLL_MS 20           /* a caught-up shipper looks for new records this often */
-#define REPL_MAP_REFRESH_MS 10000 /* peer tablet maps are refreshed at least this often */
-#define REPL_APPLY_ROWS_MAX 10000 /* rows accepted in one Apply request */
+#define REPL_HOLD_INTERVAL_MS 500     /* durable position written at most this often per peer */
+#define REPL_POLL_MS 20               /* a caught-up shipper looks for new records this often */
+#define REPL_MAP_REFRESH_MS 10000     /* peer tablet maps are refreshed at least this often */
+#define REPL_APPLY_ROWS_MAX 10000     /* rows accepted in one Apply request */
 #define REPL_PEER_TABLETS_MAX 1000000 /* entries kept of one peer cluster's tablet map */
 #define REPL_TABLET_NAMES_MAX 100000  /* tablet id -> table names remembered */
 #define REPL_HOLDER_PREFIX "repl:"
@@ -57,8 +57,7 @@ typedef struct repl_node_ops {
     /* The local tablet a write of (table, row) goes to. ST_NOT_FOUND for an unknown table,
      * FAILED_PRECONDITION with a "strata-not-owner:" message when no writable local tablet
      * covers the row. */
-    st_code (*route)(void *node, const char *table, st_slice row, uint64_t *tablet_id,
-                     st_err *err);
+    st_code (*route)(void *node, const char *table, st_slice row, uint64_t *tablet_id, st_err *err);
     /* Writes rows (each atomic) durably; done runs later on the loop thread, never inside the
      * call. Validation errors are returned directly (done not called). */
     st_code (*write)(void *node, const sto_row_mut *rows, size_t n, st_err *err,
@@ -118,8 +117,9 @@ bool repl_token_is_global(const char *text);
 /* Parses the text form; INVALID_ARGUMENT with a message for anything else. */
 st_code repl_token_decode(const char *text, repl_token *out, st_err *err);
 /* True when every token entry's node is among nodes and has acknowledged past the entry's lsn
- * (REPL_TOKEN_LSN_UNKNOWN: past its current last lsn) to every cluster of topo other than its own. A node missing from nodes makes it false (unknown is
- * not consistent). An entry for a node absent from topo is ignored (it was removed). */
+ * (REPL_TOKEN_LSN_UNKNOWN: past its current last lsn) to every cluster of topo other than its own.
+ * A node missing from nodes makes it false (unknown is not consistent). An entry for a node absent
+ * from topo is ignored (it was removed). */
 bool repl_token_satisfied(const repl_token *t, const st_topology *topo,
                           const repl_node_positions *nodes, size_t n_nodes);
 
@@ -174,13 +174,13 @@ void repl_notify_commit(repl_ctx *r);
 typedef struct repl_peer_stats {
     char cluster_id[ST_TOPO_ID_MAX + 1];
     uint32_t cluster_num;
-    uint64_t acked_next_lsn;  /* every shippable record below it is durable on the peer */
+    uint64_t acked_next_lsn;   /* every shippable record below it is durable on the peer */
     uint64_t durable_next_lsn; /* the position last written to the position file and holder */
-    uint64_t records_behind;  /* last local lsn - (acked_next_lsn - 1) */
-    uint64_t bytes_behind;    /* encoded bytes not acknowledged (unread records estimated) */
-    uint64_t time_behind_us;  /* now - commit time of the oldest unacknowledged record */
-    uint64_t rows_shipped;    /* rows acknowledged by the peer */
-    uint64_t records_skipped; /* replicated (not shipped onward) or of dropped tablets */
+    uint64_t records_behind;   /* last local lsn - (acked_next_lsn - 1) */
+    uint64_t bytes_behind;     /* encoded bytes not acknowledged (unread records estimated) */
+    uint64_t time_behind_us;   /* now - commit time of the oldest unacknowledged record */
+    uint64_t rows_shipped;     /* rows acknowledged by the peer */
+    uint64_t records_skipped;  /* replicated (not shipped onward) or of dropped tablets */
     uint64_t batches_sent, rpcs_failed, map_refreshes;
     uint32_t inflight_batches;
     bool backing_off;
@@ -201,13 +201,12 @@ void repl_positions_local(repl_ctx *r, repl_node_positions *out);
  * inside the call. RESOURCE_EXHAUSTED if out of memory (done not called). */
 typedef void (*repl_gather_done_fn)(const repl_node_positions *nodes, size_t n, size_t n_failed,
                                     void *arg);
-st_code repl_positions_gather(repl_ctx *r, int64_t timeout_ms, repl_gather_done_fn done,
-                              void *arg);
+st_code repl_positions_gather(repl_ctx *r, int64_t timeout_ms, repl_gather_done_fn done, void *arg);
 /* Builds a token from gathered positions: one entry per node of topo, its last lsn, or
  * REPL_TOKEN_LSN_UNKNOWN for a node that did not answer (then the check waits until that node
  * has shipped everything it holds at check time: later, never earlier, than needed). */
-void repl_token_from_positions(const st_topology *topo, const repl_node_positions *nodes,
-                               size_t n, repl_token *out);
+void repl_token_from_positions(const st_topology *topo, const repl_node_positions *nodes, size_t n,
+                               repl_token *out);
 /* The topology the context was opened with. */
 const st_topology *repl_topology(const repl_ctx *r);
 

@@ -36,9 +36,9 @@ typedef struct rtr_opts {
 void rtr_opts_default(rtr_opts *o);
 /* Connects to every node, learns the tablet maps, makes sure the metadata table exists, reads it,
  * and starts listening on base. It runs base's loop itself while it waits for the nodes (up to
- * RTR_START_TIMEOUT_MS, 15 s), so nodes served by the same loop work too. Nodes that are down are retried later (their tablets answer
- * UNAVAILABLE meanwhile). UNAVAILABLE when the listen address cannot be bound or no cluster's
- * metadata could be read. */
+ * RTR_START_TIMEOUT_MS, 15 s), so nodes served by the same loop work too. Nodes that are down are
+ * retried later (their tablets answer UNAVAILABLE meanwhile). UNAVAILABLE when the listen address
+ * cannot be bound or no cluster's metadata could be read. */
 st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, st_err *err);
 uint16_t rtr_port(const rtr_ctx *r);
 const char *rtr_host(const rtr_ctx *r); /* the host it listens on */

@@ -32,21 +32,22 @@ typedef struct sto_log_reader sto_log_reader;
 
 /* ---- options ---- */
 typedef struct sto_options {
-    st_env *env;                     /* NULL = st_env_posix() */
-    st_clock *clock;                 /* NULL = st_clock_system(); used for GC max-age */
-    bool sync;                       /* false: writes are not durable before ack (logged loudly) */
-    size_t memtable_bytes;           /* a tablet's memtable is frozen at this size (32 MiB) */
-    size_t memtable_budget_bytes;    /* all memtables of the node; above it, flush largest (256 MiB) */
-    size_t block_cache_bytes;        /* block cache bound (64 MiB) */
-    size_t block_bytes;              /* target uncompressed data block size (16 KiB) */
-    int bloom_bits_per_key;          /* 10 */
-    int zstd_level;                  /* 1 */
-    int compaction_trigger;          /* SSTables per tablet that start a compaction (4) */
-    int write_stall_tables;          /* SSTables per tablet at which writes stall (20) */
-    size_t log_segment_bytes;        /* commit log segment size (64 MiB) */
-    size_t log_max_unflushed_bytes;  /* force flushes when the unflushed log exceeds this (512 MiB) */
-    int64_t tombstone_grace_us;      /* compactions keep tombstones this long (7 days) */
-    int background_threads;          /* flush + compaction workers (2) */
+    st_env *env;                  /* NULL = st_env_posix() */
+    st_clock *clock;              /* NULL = st_clock_system(); used for GC max-age */
+    bool sync;                    /* false: writes are not durable before ack (logged loudly) */
+    size_t memtable_bytes;        /* a tablet's memtable is frozen at this size (32 MiB) */
+    size_t memtable_budget_bytes; /* all memtables of the node; above it, flush largest (256 MiB) */
+    size_t block_cache_bytes;     /* block cache bound (64 MiB) */
+    size_t block_bytes;           /* target uncompressed data block size (16 KiB) */
+    int bloom_bits_per_key;       /* 10 */
+    int zstd_level;               /* 1 */
+    int compaction_trigger;       /* SSTables per tablet that start a compaction (4) */
+    int write_stall_tables;       /* SSTables per tablet at which writes stall (20) */
+    size_t log_segment_bytes;     /* commit log segment size (64 MiB) */
+    size_t
+        log_max_unflushed_bytes; /* force flushes when the unflushed log exceeds this (512 MiB) */
+    int64_t tombstone_grace_us;  /* compactions keep tombstones this long (7 days) */
+    int background_threads;      /* flush + compaction workers (2) */
 } sto_options;
 
 /* Fills o with the defaults in the comments above. */
@@ -86,11 +87,11 @@ typedef enum sto_mut_type {
 
 typedef struct sto_mut {
     sto_mut_type type;
-    st_slice family;    /* SET_CELL, DEL_COLUMN, DEL_FAMILY */
-    st_slice qualifier; /* SET_CELL, DEL_COLUMN */
-    int64_t ts_us;      /* SET_CELL: resolved timestamp, >= 0 */
+    st_slice family;                /* SET_CELL, DEL_COLUMN, DEL_FAMILY */
+    st_slice qualifier;             /* SET_CELL, DEL_COLUMN */
+    int64_t ts_us;                  /* SET_CELL: resolved timestamp, >= 0 */
     int64_t ts_start_us, ts_end_us; /* DEL_COLUMN; end STO_TS_END_INF = unbounded */
-    st_slice value;     /* SET_CELL */
+    st_slice value;                 /* SET_CELL */
 } sto_mut;
 
 /* One row's mutations, applied atomically (all or nothing, also across a crash) in list order:
@@ -111,7 +112,7 @@ typedef struct sto_row_mut {
  * tombstone's age for tombstone_grace_us. */
 #define STO_VERSION_TIEBREAK_BITS 10
 #define STO_VERSION(commit_ts_us, tiebreak)                                                        \
-    (((uint64_t)(commit_ts_us) << STO_VERSION_TIEBREAK_BITS) | ((uint64_t)(tiebreak) & 1023u))
+    (((uint64_t)(commit_ts_us) << STO_VERSION_TIEBREAK_BITS) | ((uint64_t)(tiebreak)&1023u))
 #define STO_VERSION_TS_US(version) ((int64_t)((version) >> STO_VERSION_TIEBREAK_BITS))
 
 #define STO_ROW_REPLICATED 1u /* came in by replication: never shipped onward */

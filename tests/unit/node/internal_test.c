@@ -63,8 +63,8 @@ static node_env A, B; /* A: node 1; B: node 2, splits above 64 KiB */
 
 /* ---- RPC helpers ---- */
 
-static st_code call(const node_env *e, const char *path, const ProtobufCMessage *req,
-                    st_buf *resp, st_err *status) {
+static st_code call(const node_env *e, const char *path, const ProtobufCMessage *req, st_buf *resp,
+                    st_err *status) {
     size_t len = protobuf_c_message_get_packed_size(req);
     uint8_t *buf = malloc(len + 1);
     protobuf_c_message_pack(req, buf);
@@ -284,8 +284,8 @@ static void got_free(got *g) {
 }
 
 /* ReadRows of [start, end) (NULL start: the whole table). */
-static st_code read_range(const node_env *e, const char *table, const char *start,
-                          const char *end, bool reversed, got *g, st_err *status) {
+static st_code read_range(const node_env *e, const char *table, const char *start, const char *end,
+                          bool reversed, got *g, st_err *status) {
     Google__Bigtable__V2__RowRange range, *rp = &range;
     google__bigtable__v2__row_range__init(&range);
     Google__Bigtable__V2__RowSet rs;
@@ -414,7 +414,7 @@ static void split_keys(char (*keys)[16], size_t n) {
 
 static void test_internal_split_then_read(void **state) {
     (void)state;
-    char (*keys)[16] = calloc(SPLIT_ROWS, 16);
+    char(*keys)[16] = calloc(SPLIT_ROWS, 16);
     split_keys(keys, SPLIT_ROWS);
     st_err status;
     assert_int_equal(mutate_rows(&A, TABLE, keys, SPLIT_ROWS, 100, &status), ST_OK);
@@ -453,7 +453,7 @@ static void test_internal_auto_split(void **state) {
     st_code rc;
     create_tablet(&B, TABLE2, "", "", &rc);
     assert_int_equal(rc, ST_OK);
-    char (*keys)[16] = calloc(GROW_BATCH, 16);
+    char(*keys)[16] = calloc(GROW_BATCH, 16);
     size_t written = 0;
     st_err status;
     /* Write until the split timer has made several tablets (no time limit: ctest's timeout). */
@@ -569,9 +569,15 @@ static bool same_cells(const cell_ver *a, size_t na, const cell_ver *b, size_t n
 /* CopyRows of one SetCell (f:q at ts, value) with version to tablet_id. */
 static st_code copy_cell(node_env *e, uint64_t tablet_id, const char *row, int64_t ts,
                          const char *value, uint64_t version, st_err *status) {
-    sto_mut mu = {.type = STO_MUT_SET_CELL, .family = st_slice_cstr("f"),
-                  .qualifier = st_slice_cstr("q"), .ts_us = ts, .value = st_slice_cstr(value)};
-    sto_row_mut rm = {.row = st_slice_cstr(row), .muts = &mu, .n_muts = 1, .version = version,
+    sto_mut mu = {.type = STO_MUT_SET_CELL,
+                  .family = st_slice_cstr("f"),
+                  .qualifier = st_slice_cstr("q"),
+                  .ts_us = ts,
+                  .value = st_slice_cstr(value)};
+    sto_row_mut rm = {.row = st_slice_cstr(row),
+                      .muts = &mu,
+                      .n_muts = 1,
+                      .version = version,
                       .commit_ts_us = (uint64_t)STO_VERSION_TS_US(version),
                       .origin = (uint32_t)(version & 1023)};
     st_buf enc;
@@ -674,8 +680,7 @@ static void test_internal_move(void **state) {
     got_free(&g);
     /* Rows outside the tablet and unknown tablets are refused. */
     assert_not_owner(copy_cell_first(&B, "zz", 1000, "v", src[0].version, &status), &status);
-    assert_int_equal(copy_cell(&B, target_id + 1000, "a0000", 1000, "v", src[0].version,
-                               &status),
+    assert_int_equal(copy_cell(&B, target_id + 1000, "a0000", 1000, "v", src[0].version, &status),
                      ST_NOT_FOUND);
     /* The rows moved with their timestamps; the source no longer owns them. */
     assert_int_equal(read_range(&B, TABLE, "a", mid, false, &g, &status), ST_OK);

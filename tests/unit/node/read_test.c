@@ -124,8 +124,8 @@ static bool rd_chunk(reader *r, const pb_chunk *c) {
         buf_set(&r->cur.key, k.data, k.len);
         r->cur.n = 0;
     } else if (r->state == RD_ROW_IN_PROGRESS) {
-        if (c->row_key.len && !st_slice_eq(st_buf_slice(&r->cur.key),
-                                           st_slice_make(c->row_key.data, c->row_key.len)))
+        if (c->row_key.len &&
+            !st_slice_eq(st_buf_slice(&r->cur.key), st_slice_make(c->row_key.data, c->row_key.len)))
             return rd_fail(r, "new row key during existing row");
         if (c->family_name && !c->qualifier)
             return rd_fail(r, "family name specified without a qualifier");
@@ -396,9 +396,9 @@ static void test_read_encode_random_round_trips(void **state) {
             snprintf(keys[i], sizeof keys[i], "r%02u", (unsigned)(k % 100));
             n_cells[i] = 1 + st_rng_below(&rng, 16);
             for (size_t j = 0; j < n_cells[i]; j++) /* order is not checked by the encoder */
-                rows[i][j] = cell(fams[st_rng_below(&rng, 3)], quals[st_rng_below(&rng, 4)],
-                                  (int64_t)st_rng_below(&rng, 3) * 1000,
-                                  vals[st_rng_below(&rng, 4)]);
+                rows[i][j] =
+                    cell(fams[st_rng_below(&rng, 3)], quals[st_rng_below(&rng, 4)],
+                         (int64_t)st_rng_below(&rng, 3) * 1000, vals[st_rng_below(&rng, 4)]);
             encode(&b, keys[i], rows[i], n_cells[i], piece);
             if (st_rng_below(&rng, 3) == 0) { /* a message boundary between rows */
                 rd_ok(r, st_buf_slice(&b));
@@ -463,7 +463,9 @@ static void rs_init(rs_fixture *f) {
     f->set.row_ranges = f->range_ptrs;
 }
 
-static void rs_key(rs_fixture *f, const char *k) { f->keys[f->set.n_row_keys++] = pbb(k); }
+static void rs_key(rs_fixture *f, const char *k) {
+    f->keys[f->set.n_row_keys++] = pbb(k);
+}
 
 /* start/end: NULL = unset; kinds 'c' closed, 'o' open. */
 static void rs_range(rs_fixture *f, char sk, const char *s, char ek, const char *e) {
@@ -635,8 +637,9 @@ static void random_range(rs_fixture *f, st_rng *rng, char store[][4], size_t *us
         Google__Bigtable__V2__RowRange *r = &f->ranges[f->set.n_row_ranges];
         google__bigtable__v2__row_range__init(r);
         if (st_rng_below(rng, 4)) {
-            r->start_key_case = sk == 'c' ? GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED
-                                          : GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_OPEN;
+            r->start_key_case = sk == 'c'
+                                    ? GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED
+                                    : GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_OPEN;
             r->start_key_closed = (ProtobufCBinaryData){sl, (uint8_t *)s};
         } else if (sl) {
             continue; /* unset start must mean "from the first row" */
@@ -665,9 +668,9 @@ static bool pb_range_has(const Google__Bigtable__V2__RowRange *r, st_slice k) {
     if (r->end_key_case) {
         st_slice e = st_slice_make(r->end_key_open.data, r->end_key_open.len);
         int c = st_slice_cmp(k, e);
-        if (e.len && (r->end_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_CLOSED
-                          ? c > 0
-                          : c >= 0))
+        if (e.len &&
+            (r->end_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_CLOSED ? c > 0
+                                                                                        : c >= 0))
             return false;
     }
     return true;
@@ -822,7 +825,8 @@ static void test_read_walk_splits_by_tablet(void **state) {
     static const struct {
         const char *lo, *hi;
         size_t lo_len, hi_len, tablet;
-    } fwd[] = {{"b", "c", 1, 1, 0}, {"c", "m", 1, 1, 1}, {"m", "p", 1, 1, 2}, {"x", "x\0", 1, 2, 2}};
+    } fwd[] = {
+        {"b", "c", 1, 1, 0}, {"c", "m", 1, 1, 1}, {"m", "p", 1, 1, 2}, {"x", "x\0", 1, 2, 2}};
     node_scan_init(&s, &rs, false);
     for (int i = 0; i < 4; i++) {
         assert_int_equal(node_scan_next(&s, t, 3, &p, &ti), ST_OK);
@@ -859,8 +863,11 @@ static void test_read_walk_reports_gaps(void **state) {
     }
     static const struct {
         const char *lo, *hi, *fwd_gap, *rev_gap; /* NULL gap: covered */
-    } cases[] = {{"d", "f", NULL, NULL}, {"a", "e", "a", "c"}, {"k", "q", "m", "m"},
-                 {"q", "z", NULL, NULL}, {"m", "p", "m", "m"}};
+    } cases[] = {{"d", "f", NULL, NULL},
+                 {"a", "e", "a", "c"},
+                 {"k", "q", "m", "m"},
+                 {"q", "z", NULL, NULL},
+                 {"m", "p", "m", "m"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         rs_fixture f;
         rs_init(&f);
@@ -931,7 +938,8 @@ static void test_read_filter_pb_converts_and_evaluates(void **state) {
     range->start_qualifier_case =
         GOOGLE__BIGTABLE__V2__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_OPEN;
     range->start_qualifier_open = pbb("a");
-    range->end_qualifier_case = GOOGLE__BIGTABLE__V2__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_CLOSED;
+    range->end_qualifier_case =
+        GOOGLE__BIGTABLE__V2__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_CLOSED;
     range->end_qualifier_closed = pbb("c");
     cr->filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_COLUMN_RANGE_FILTER;
     cr->column_range_filter = range;
@@ -967,8 +975,7 @@ static void test_read_filter_pb_rejections(void **state) {
     st_err err;
     /* Chain of one: production rejects it (BIGTABLE_SEMANTICS.md §5 rule 6). */
     pb_filter *one[1] = {pf_family(&a, "f")};
-    assert_int_equal(node_filter_from_pb(pf_chain(&a, one, 1), &a, &nf, &err),
-                     ST_INVALID_ARGUMENT);
+    assert_int_equal(node_filter_from_pb(pf_chain(&a, one, 1), &a, &nf, &err), ST_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "at least two"));
     assert_null(nf);
     /* Booleans set to false. */

@@ -174,7 +174,9 @@ static void rd_message(st_slice msg, void *arg) {
 
 /* ---- the data ---- */
 
-static void row_key(int i, char out[16]) { snprintf(out, 16, "r%05d", i); }
+static void row_key(int i, char out[16]) {
+    snprintf(out, 16, "r%05d", i);
+}
 
 static void fill_value(int i, int col, uint8_t *v, size_t n) {
     for (size_t j = 0; j < n; j++)
@@ -291,7 +293,7 @@ static void write_rows(void) {
     Google__Bigtable__V2__Mutation *muts = calloc(3 * n, sizeof *muts);
     Google__Bigtable__V2__Mutation__SetCell *cells = calloc(3 * n, sizeof *cells);
     Google__Bigtable__V2__Mutation **mp = calloc(3 * n, sizeof *mp);
-    char (*keys)[16] = calloc(n, 16);
+    char(*keys)[16] = calloc(n, 16);
     for (size_t i = 0; i < n; i++) {
         google__bigtable__v2__mutate_rows_request__entry__init(&entries[i]);
         row_key((int)i, keys[i]);
@@ -317,8 +319,8 @@ static void write_rows(void) {
     protobuf_c_message_pack(&req.base, buf);
     st_err status;
     assert_int_equal(rpc_blocking_stream(E.addr, NULL, "/google.bigtable.v2.Bigtable/MutateRows",
-                                         st_slice_make(buf, len), NULL, 0, TIMEOUT_MS,
-                                         ignore_msg, NULL, &status),
+                                         st_slice_make(buf, len), NULL, 0, TIMEOUT_MS, ignore_msg,
+                                         NULL, &status),
                      ST_OK);
     free(buf);
     for (size_t i = 0; i < 3 * n; i++)
@@ -410,7 +412,7 @@ static void test_readrows_e2e_row_set_and_limit(void **state) {
     ranges[1].end_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN;
     ranges[1].end_key_open = (ProtobufCBinaryData){6, (uint8_t *)"r01205"};
     ProtobufCBinaryData keys[3] = {{6, (uint8_t *)"r00007"},
-                                   {6, (uint8_t *)"r00500"}, /* inside range 0 already */
+                                   {6, (uint8_t *)"r00500"},  /* inside range 0 already */
                                    {6, (uint8_t *)"zzzzzz"}}; /* no such row */
     Google__Bigtable__V2__RowSet rs;
     google__bigtable__v2__row_set__init(&rs);
@@ -536,9 +538,9 @@ static void test_readrows_e2e_deadline_mid_scan(void **state) {
     protobuf_c_message_pack(&req.base, buf);
     st_err status;
     for (int i = 0; i < 5; i++) {
-        st_code rc = rpc_blocking_stream(E.addr, NULL, "/google.bigtable.v2.Bigtable/ReadRows",
-                                         st_slice_make(buf, len), NULL, 0, 1, ignore_msg, NULL,
-                                         &status);
+        st_code rc =
+            rpc_blocking_stream(E.addr, NULL, "/google.bigtable.v2.Bigtable/ReadRows",
+                                st_slice_make(buf, len), NULL, 0, 1, ignore_msg, NULL, &status);
         assert_true(rc == ST_OK || rc == ST_DEADLINE_EXCEEDED || rc == ST_CANCELLED);
     }
     free(buf);

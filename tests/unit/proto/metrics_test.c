@@ -95,8 +95,7 @@ static long long line_value(const char *page, const char *prefix) {
 static void check_buckets(const char *page, const char *method, long long want_count) {
     char prefix[160];
     snprintf(prefix, sizeof prefix,
-             "strata_rpc_server_handling_seconds_bucket{service=\"t.T\",method=\"%s\",le=",
-             method);
+             "strata_rpc_server_handling_seconds_bucket{service=\"t.T\",method=\"%s\",le=", method);
     long long prev = 0, seen = 0, last = -1;
     for (const char *p = page; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
         if (strncmp(p, prefix, strlen(prefix)) != 0)
@@ -116,10 +115,10 @@ static void test_metrics_rpc_record_buckets(void **state) {
     rpc_metrics_init(&m);
     assert_int_equal(rpc_metrics_add(&m, "/t.T/A"), ST_OK);
     assert_int_equal(rpc_metrics_add(&m, "/t.T/B"), ST_OK);
-    rpc_metrics_record(&m, 0, ST_OK, 100);   /* on the first bound: le="0.0001" */
-    rpc_metrics_record(&m, 0, ST_OK, 101);   /* just above: le="0.00025" */
+    rpc_metrics_record(&m, 0, ST_OK, 100);             /* on the first bound: le="0.0001" */
+    rpc_metrics_record(&m, 0, ST_OK, 101);             /* just above: le="0.00025" */
     rpc_metrics_record(&m, 0, ST_NOT_FOUND, 70000000); /* above 60 s: +Inf only */
-    rpc_metrics_record(&m, 0, (st_code)99, -5); /* out-of-range code: UNKNOWN; clamp to 0 */
+    rpc_metrics_record(&m, 0, (st_code)99, -5);        /* out-of-range code: UNKNOWN; clamp to 0 */
     rpc_metrics_record(&m, SIZE_MAX, ST_UNIMPLEMENTED, 10);
     st_buf b;
     st_buf_init(&b);
@@ -129,7 +128,8 @@ static void test_metrics_rpc_record_buckets(void **state) {
     assert_int_equal(o.rc, ST_OK);
     const char *page = page_str(&b);
     assert_int_equal(
-        line_value(page, "strata_rpc_server_handled_total{service=\"t.T\",method=\"A\",code=\"OK\"}"),
+        line_value(page,
+                   "strata_rpc_server_handled_total{service=\"t.T\",method=\"A\",code=\"OK\"}"),
         2);
     assert_int_equal(line_value(page, "strata_rpc_server_handled_total{service=\"t.T\","
                                       "method=\"A\",code=\"NOT_FOUND\"}"),
@@ -139,7 +139,8 @@ static void test_metrics_rpc_record_buckets(void **state) {
                      1);
     /* B was never called: its OK series exists (0), its histogram does not. */
     assert_int_equal(
-        line_value(page, "strata_rpc_server_handled_total{service=\"t.T\",method=\"B\",code=\"OK\"}"),
+        line_value(page,
+                   "strata_rpc_server_handled_total{service=\"t.T\",method=\"B\",code=\"OK\"}"),
         0);
     assert_null(strstr(page, "method=\"B\",le="));
     assert_int_equal(line_value(page, "strata_rpc_server_handled_total{service=\"unknown\","
@@ -246,8 +247,8 @@ static void test_metrics_http_end_to_end(void **state) {
     assert_int_equal(rpc_blocking_unary(addr, NULL, "/t.T/NotFound", st_slice_cstr("x"), NULL, 0,
                                         10000, &resp, NULL),
                      ST_NOT_FOUND);
-    assert_int_equal(rpc_blocking_unary(addr, NULL, "/t.T/Nope", st_slice_cstr("x"), NULL, 0,
-                                        10000, &resp, NULL),
+    assert_int_equal(rpc_blocking_unary(addr, NULL, "/t.T/Nope", st_slice_cstr("x"), NULL, 0, 10000,
+                                        &resp, NULL),
                      ST_UNIMPLEMENTED);
     st_buf_free(&resp);
 

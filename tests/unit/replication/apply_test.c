@@ -90,8 +90,9 @@ static sto_mut random_mut(st_rng *rng, char *val, size_t val_cap) {
     } else if (k < 8) {
         m.type = STO_MUT_DEL_COLUMN;
         m.ts_start_us = (int64_t)st_rng_below(rng, 3) * 1000;
-        m.ts_end_us = st_rng_below(rng, 2) ? STO_TS_END_INF
-                                           : m.ts_start_us + 1000 * (int64_t)(1 + st_rng_below(rng, 2));
+        m.ts_end_us = st_rng_below(rng, 2)
+                          ? STO_TS_END_INF
+                          : m.ts_start_us + 1000 * (int64_t)(1 + st_rng_below(rng, 2));
     } else if (k < 9) {
         m.type = STO_MUT_DEL_FAMILY;
         m.qualifier = st_slice_make(NULL, 0);
@@ -209,21 +210,27 @@ static void minimize(gen_row *rows, size_t *o1, size_t *o2, size_t n) {
         keep[drop] = false;
         size_t k1 = 0, k2 = 0;
         for (size_t i = 0; i < n; i++) {
-            if (keep[o1[i]]) p1[k1++] = o1[i];
-            if (keep[o2[i]]) p2[k2++] = o2[i];
+            if (keep[o1[i]])
+                p1[k1++] = o1[i];
+            if (keep[o2[i]])
+                p2[k2++] = o2[i];
         }
         if (!differs(rows, p1, p2, k1))
             keep[drop] = true;
     }
     size_t k1 = 0, k2 = 0;
     for (size_t i = 0; i < n; i++) {
-        if (keep[o1[i]]) p1[k1++] = o1[i];
-        if (keep[o2[i]]) p2[k2++] = o2[i];
+        if (keep[o1[i]])
+            p1[k1++] = o1[i];
+        if (keep[o2[i]])
+            p2[k2++] = o2[i];
     }
     fprintf(stderr, "order a:\n");
-    for (size_t i = 0; i < k1; i++) print_row(st_buf_slice(&rows[p1[i]].enc));
+    for (size_t i = 0; i < k1; i++)
+        print_row(st_buf_slice(&rows[p1[i]].enc));
     fprintf(stderr, "order b:\n");
-    for (size_t i = 0; i < k2; i++) print_row(st_buf_slice(&rows[p2[i]].enc));
+    for (size_t i = 0; i < k2; i++)
+        print_row(st_buf_slice(&rows[p2[i]].enc));
     setenv("SHOW", "1", 1);
     differs(rows, p1, p2, k1);
 }
@@ -260,8 +267,8 @@ static void test_apply_converges_in_any_order(void **state) {
         assert_int_equal(tu_dump(a.db, TABLET, &da), ST_OK);
         assert_int_equal(tu_dump(b.db, TABLET, &db), ST_OK);
         if (da.len != db.len || memcmp(da.data, db.data, da.len) != 0)
-            fprintf(stderr, "seed=%llu round=%d\n--- a\n%s--- b\n%s",
-                    (unsigned long long)seed, round, (char *)da.data, (char *)db.data);
+            fprintf(stderr, "seed=%llu round=%d\n--- a\n%s--- b\n%s", (unsigned long long)seed,
+                    round, (char *)da.data, (char *)db.data);
         assert_int_equal(da.len, db.len);
         assert_memory_equal(da.data, db.data, da.len);
         st_buf_free(&da);
@@ -362,9 +369,9 @@ static void test_apply_refuses_bad_rows(void **state) {
     st_buf e;
     st_buf_init(&e);
     /* garbage */
-    assert_int_equal(repl_apply_prepare(&fake_ops, NULL, TABLE, st_slice_cstr("\x07zz"), &arena,
-                                        &row, &err),
-                     ST_INVALID_ARGUMENT);
+    assert_int_equal(
+        repl_apply_prepare(&fake_ops, NULL, TABLE, st_slice_cstr("\x07zz"), &arena, &row, &err),
+        ST_INVALID_ARGUMENT);
     /* version not derived from commit time and origin */
     sto_mut m = tu_set_mut("cf1", "q", 0, "v");
     sto_row_mut r;
@@ -376,31 +383,30 @@ static void test_apply_refuses_bad_rows(void **state) {
     r.origin = 1;
     r.version = STO_VERSION(101, 1);
     assert_int_equal(sto_row_mut_encode(&e, &r), ST_OK);
-    assert_int_equal(repl_apply_prepare(&fake_ops, NULL, TABLE, st_buf_slice(&e), &arena, &row,
-                                        &err),
-                     ST_INVALID_ARGUMENT);
+    assert_int_equal(
+        repl_apply_prepare(&fake_ops, NULL, TABLE, st_buf_slice(&e), &arena, &row, &err),
+        ST_INVALID_ARGUMENT);
     /* origin 0 (a standalone node's writes are never shipped) */
     r.origin = 0;
     r.version = STO_VERSION(100, 0);
     st_buf_reset(&e);
     assert_int_equal(sto_row_mut_encode(&e, &r), ST_OK);
-    assert_int_equal(repl_apply_prepare(&fake_ops, NULL, TABLE, st_buf_slice(&e), &arena, &row,
-                                        &err),
-                     ST_INVALID_ARGUMENT);
+    assert_int_equal(
+        repl_apply_prepare(&fake_ops, NULL, TABLE, st_buf_slice(&e), &arena, &row, &err),
+        ST_INVALID_ARGUMENT);
     /* routing errors pass through: unknown table, not the owner */
     encode_set(&e, "row", "v", 0, 100, 1);
     assert_int_equal(repl_apply_prepare(&fake_ops, NULL, "projects/p/instances/i/tables/x",
                                         st_buf_slice(&e), &arena, &row, &err),
                      ST_NOT_FOUND);
     encode_set(&e, "zrow", "v", 0, 100, 1);
-    assert_int_equal(repl_apply_prepare(&fake_ops, NULL, TABLE, st_buf_slice(&e), &arena, &row,
-                                        &err),
-                     ST_FAILED_PRECONDITION);
+    assert_int_equal(
+        repl_apply_prepare(&fake_ops, NULL, TABLE, st_buf_slice(&e), &arena, &row, &err),
+        ST_FAILED_PRECONDITION);
     assert_non_null(strstr(err.msg, "strata-not-owner:"));
     encode_set(&e, "row", "v", 0, 100, 1);
-    assert_int_equal(repl_apply_prepare(&fake_ops, NULL, TABLE, st_buf_slice(&e), &arena, &row,
-                                        &err),
-                     ST_OK);
+    assert_int_equal(
+        repl_apply_prepare(&fake_ops, NULL, TABLE, st_buf_slice(&e), &arena, &row, &err), ST_OK);
     assert_int_equal(row.tablet_id, TABLET);
     assert_true(row.flags & STO_ROW_REPLICATED);
     st_buf_free(&e);

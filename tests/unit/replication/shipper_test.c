@@ -214,7 +214,9 @@ static void env_open_n(env *e, size_t n_west, const char *const *splits) {
     }
 }
 
-static void env_open(env *e) { env_open_n(e, 1, NULL); }
+static void env_open(env *e) {
+    env_open_n(e, 1, NULL);
+}
 
 static void east_open(env *e) {
     repl_opts o;

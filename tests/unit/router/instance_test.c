@@ -168,7 +168,7 @@ static void test_profiles_policy_parse(void **state) {
     Google__Bigtable__Admin__V2__AppProfile__MultiClusterRoutingUseAny__RowAffinity aff;
     google__bigtable__admin__v2__app_profile__multi_cluster_routing_use_any__row_affinity__init(
         &aff);
-#define ROW_AFFINITY \
+#define ROW_AFFINITY                                                                               \
     GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__MULTI_CLUSTER_ROUTING_USE_ANY__AFFINITY_ROW_AFFINITY
     m.affinity_case = ROW_AFFINITY;
     m.row_affinity = &aff;

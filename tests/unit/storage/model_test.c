@@ -223,8 +223,11 @@ static void append_row_cells(model *m, int row, st_buf *out) {
         for (int q = 0; q < 4; q++) {
             size_t n = column_visible(m, row, f, q, vis, false);
             for (size_t i = 0; i < n; i++) {
-                sto_cell c = {row_slice(m, row), st_slice_cstr(FAMS[f]), st_slice_cstr(QUALS[q]),
-                              vis[i]->ts, st_slice_make(vis[i]->value, vis[i]->value_len),
+                sto_cell c = {row_slice(m, row),
+                              st_slice_cstr(FAMS[f]),
+                              st_slice_cstr(QUALS[q]),
+                              vis[i]->ts,
+                              st_slice_make(vis[i]->value, vis[i]->value_len),
                               vis[i]->version};
                 tu_append_cell(out, &c);
             }
@@ -521,7 +524,7 @@ static void run_init(run *r, uint64_t seed, bool background) {
     snprintf(r->dir, sizeof r->dir, "/model"); /* in memory: durability is crash_test's job */
     tu_small_options(&r->o);
     r->o.env = st_env_mem_new();
-    r->o.sync = false; /* also exercises the polling wait of unsynced writes */
+    r->o.sync = false;              /* also exercises the polling wait of unsynced writes */
     st_log_set_level(ST_LOG_ERROR); /* sync=false warns at every reopen */
     st_clock_fake_init(&r->clk, NOW_US);
     r->o.clock = &r->clk;

@@ -1,10 +1,11 @@
 /* rowread_test — proves the row reader applies the visibility rules of docs/formats/keys.md
  * (row / family / time-ranged column deletes bounded by versions, highest version wins among
- * duplicates and is the cell's reported version, each GC rule kind and their nesting), honours ranges with exclusive / inclusive
- * bounds in both directions, skip_row and last_scanned_row, and that the compaction filter keeps
- * exactly what is needed: directed cases, then random row mutations spread over several merged
- * memtables compared with a brute-force model (forward, reverse, random ranges and skips), and
- * compaction outputs (full and partial) read back to the same visible cells. */
+ * duplicates and is the cell's reported version, each GC rule kind and their nesting), honours
+ * ranges with exclusive / inclusive bounds in both directions, skip_row and last_scanned_row, and
+ * that the compaction filter keeps exactly what is needed: directed cases, then random row
+ * mutations spread over several merged memtables compared with a brute-force model (forward,
+ * reverse, random ranges and skips), and compaction outputs (full and partial) read back to the
+ * same visible cells. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

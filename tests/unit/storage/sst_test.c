@@ -5,9 +5,9 @@
  * next/prev walks across block boundaries — plus the edge cases (empty table, one entry, a 5 MB
  * value bigger than a block, out-of-order keys rejected), the row bloom filter, block sampling,
  * obsolete-file removal and concurrent readers; the index search over keys sharing long prefixes,
- * and the concatenating iterator over disjoint tables read as one stream. Corruption: random byte flips and truncations of a
- * written file make opening or iterating fail with ST_DATA_LOSS, or return correct data — never a
- * crash or wrong data (run under ASan).
+ * and the concatenating iterator over disjoint tables read as one stream. Corruption: random byte
+ * flips and truncations of a written file make opening or iterating fail with ST_DATA_LOSS, or
+ * return correct data — never a crash or wrong data (run under ASan).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -308,9 +308,9 @@ static void test_sst_concat_iterator_over_disjoint_tables(void **state) {
         snprintf(f->path, sizeof f->path, "%s/c%d.sst", f->dir, p);
         write_table(f, es + cut[p], cut[p + 1] - cut[p], &o);
         st_err err;
-        assert_int_equal(sto_sst_open(f->env, f->path, 10 + (uint64_t)p, cache, &tabs[PARTS - 1 - p],
-                                      &err),
-                         ST_OK);
+        assert_int_equal(
+            sto_sst_open(f->env, f->path, 10 + (uint64_t)p, cache, &tabs[PARTS - 1 - p], &err),
+            ST_OK);
         sto_sst_mark_obsolete(tabs[PARTS - 1 - p]); /* removes the file at the last unref */
     }
     for (int p = 0; p + 1 < PARTS; p++)
