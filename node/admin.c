@@ -166,41 +166,12 @@ static st_code check_parent(const char *parent, st_err *err) {
     return ST_OK;
 }
 
-/* Table ids: [_a-zA-Z0-9][-_.a-zA-Z0-9]*, at most 50 characters. */
-static bool valid_table_id(const char *id) {
-    size_t n = strlen(id);
-    if (n == 0 || n > 50 || id[0] == '-' || id[0] == '.')
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '_' || c == '-' || c == '.';
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
-/* Family names: [-_.a-zA-Z0-9]+, at most 64 characters. */
-static bool valid_family(const char *f) {
-    size_t n = strlen(f);
-    if (n == 0 || n > NODE_FAMILY_NAME_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = f[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.'))
-            return false;
-    }
-    return true;
-}
-
 /* ---- CreateTable ---- */
 
 st_code node_table_families_from_pb(node_table *t, const pb_table *spec, st_err *err) {
     for (size_t i = 0; spec && i < spec->n_column_families; i++) {
         const char *fam = spec->column_families[i]->key;
-        if (!valid_family(fam))
+        if (!btu_family_valid(fam))
             return st_err_set(err, ST_INVALID_ARGUMENT,
                               "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]", fam);
         node_gc gc;
@@ -253,7 +224,7 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     char name[NODE_TABLE_NAME_MAX + 64];
     if (check_parent(req->parent, &err) != ST_OK)
         return node_fail(call, err.code, "%s", err.msg);
-    if (!valid_table_id(req->table_id))
+    if (!btu_table_id_valid(req->table_id))
         return node_fail(
             call, ST_INVALID_ARGUMENT,
             "invalid table id '%s': use 1-50 of [-_.a-zA-Z0-9], not starting with - or .",
@@ -397,7 +368,7 @@ static st_code check_mods(const node_table *t, pb_mod **mods, size_t n_mods, st_
                 at = i;
         switch (mods[m]->mod_case) {
         case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE:
-            if (!valid_family(id))
+            if (!btu_family_valid(id))
                 rc = st_err_set(err, ST_INVALID_ARGUMENT,
                                 "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]", id);
             else if (at < count)

@@ -135,23 +135,6 @@ static st_code pack_schema(adm_op *op) {
 
 /* ---- names and schema checks (the node's rules and messages) ---- */
 
-static bool valid_id(const char *id, size_t max, bool allow_lead_punct) {
-    size_t n = strlen(id);
-    if (n == 0 || n > max || (!allow_lead_punct && (id[0] == '-' || id[0] == '.')))
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.'))
-            return false;
-    }
-    return true;
-}
-
-static bool valid_family(const char *f) {
-    return valid_id(f, 64, true);
-}
-
 static int family_cmp(const void *a, const void *b) {
     return strcmp((*(pb_family *const *)a)->key, (*(pb_family *const *)b)->key);
 }
@@ -160,7 +143,7 @@ static int family_cmp(const void *a, const void *b) {
 static st_code normalize_families(pb_table *t, st_arena *a, st_err *err) {
     for (size_t i = 0; i < t->n_column_families; i++) {
         pb_family *e = t->column_families[i];
-        if (!valid_family(e->key))
+        if (!btu_family_valid(e->key))
             return st_err_set(err, ST_INVALID_ARGUMENT,
                               "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]",
                               e->key);
@@ -314,7 +297,7 @@ static const char *create_check(rtr_ctx *r,
                                 const Google__Bigtable__Admin__V2__CreateTableRequest *req,
                                 char *name, size_t cap, st_err *err) {
     snprintf(name, cap, "%s/tables/%s", req->parent, req->table_id);
-    if (!valid_id(req->table_id, 50, false)) {
+    if (!btu_table_id_valid(req->table_id)) {
         st_err_set(err, ST_INVALID_ARGUMENT,
                    "invalid table id '%s': use 1-50 of [-_.a-zA-Z0-9], not starting with - or .",
                    req->table_id);
@@ -502,7 +485,7 @@ static st_code apply_mod(pb_table *t, const pb_mod *m, st_arena *a, st_err *err)
     long at = family_index(t, m->id);
     switch (m->mod_case) {
     case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE:
-        if (!valid_family(m->id))
+        if (!btu_family_valid(m->id))
             return st_err_set(err, ST_INVALID_ARGUMENT,
                               "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]", m->id);
         if (at >= 0)

@@ -72,16 +72,7 @@ st_code rtr_check_instance(const st_topology *t, const char *parent, bool allow_
 }
 
 bool rtr_profile_id_valid(const char *id) {
-    size_t n = strlen(id);
-    if (n == 0 || n > RTR_PROFILE_ID_MAX || id[0] == '-' || id[0] == '.')
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.'))
-            return false;
-    }
-    return true;
+    return btu_id_valid(id, RTR_PROFILE_ID_MAX, false);
 }
 
 st_code rtr_profile_parse_name(const st_topology *t, const char *name, char *id, size_t cap,

@@ -14,7 +14,9 @@
 #include "google/bigtable/v2/data.pb-c.h"
 #include "strata/base.h"
 
-#define BTU_ROW_KEY_MAX 4096 /* Bigtable: row keys up to 4 KiB */
+#define BTU_ROW_KEY_MAX 4096   /* Bigtable: row keys up to 4 KiB */
+#define BTU_TABLE_ID_MAX 50    /* table ids: [_a-zA-Z0-9][-_.a-zA-Z0-9]* */
+#define BTU_FAMILY_NAME_MAX 64 /* family names: [-_.a-zA-Z0-9]+ */
 /* Most row keys plus ranges accepted in one RowSet (a 1 MiB request holds fewer). */
 #define BTU_ROWSET_MAX ((size_t)1 << 20)
 
@@ -53,5 +55,11 @@ st_code btu_key_successor(st_arena *arena, st_slice k, st_slice *out);
  * keys point into req). INVALID_ARGUMENT for more than max splits or a key over BTU_ROW_KEY_MAX. */
 st_code btu_splits_from_pb(const Google__Bigtable__Admin__V2__CreateTableRequest *req, size_t max,
                            st_arena *a, ProtobufCBinaryData **out, size_t *n, st_err *err);
+
+/* Ids of [-_.a-zA-Z0-9], 1..max characters; allow_lead_punct false also refuses a leading '-' or
+ * '.'. Table ids and app-profile ids follow the strict form, family names the lenient one. */
+bool btu_id_valid(const char *id, size_t max, bool allow_lead_punct);
+bool btu_table_id_valid(const char *id);
+bool btu_family_valid(const char *family);
 
 #endif
