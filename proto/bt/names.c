@@ -17,7 +17,9 @@ bool btu_id_valid(const char *id, size_t max, bool allow_lead_punct) {
     return true;
 }
 
-bool btu_table_id_valid(const char *id) { return btu_id_valid(id, BTU_TABLE_ID_MAX, false); }
+bool btu_table_id_valid(const char *id) {
+    return btu_id_valid(id, BTU_TABLE_ID_MAX, false);
+}
 
 bool btu_family_valid(const char *family) {
     return btu_id_valid(family, BTU_FAMILY_NAME_MAX, true);
