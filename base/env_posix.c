@@ -56,6 +56,23 @@ static st_code px_wopen_append(st_env *env, const char *path, st_wfile **out, st
     return open_w(path, O_APPEND, out, err);
 }
 
+static st_code px_wopen_overwrite(st_env *env, const char *path, st_wfile **out, st_err *err) {
+    (void)env;
+    int fd = open(path, O_WRONLY | O_CLOEXEC); /* no O_CREAT, O_TRUNC or O_APPEND */
+    if (fd < 0)
+        return errno == ENOENT ? st_err_set(err, ST_NOT_FOUND, "%s does not exist", path)
+                               : io_err(err, "open for overwriting", path, errno);
+    st_wfile *f = malloc(sizeof *f + strlen(path) + 1);
+    if (!f) {
+        close(fd);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening %s", path);
+    }
+    f->fd = fd;
+    strcpy(f->path, path);
+    *out = f;
+    return ST_OK;
+}
+
 static st_code px_append(st_wfile *f, const void *data, size_t len, st_err *err) {
     const uint8_t *p = data;
     while (len > 0) {
@@ -260,6 +277,7 @@ static const st_env_ops posix_ops = {
     .list = px_list,
     .destroy = px_destroy,
     .preallocate = px_preallocate,
+    .wopen_overwrite = px_wopen_overwrite,
 };
 
 /* Constant table: stateless and shared by the whole process. */

@@ -14,6 +14,20 @@
 typedef struct sto_cache_handle sto_cache_handle;
 typedef void (*sto_cache_deleter)(void *value);
 
+/* Public only so a value can carry its own handle (sto_cache_insert_embedded); the fields are
+ * the cache's. */
+struct sto_cache_handle {
+    uint64_t id, off, hash;
+    void *value;
+    size_t charge;
+    sto_cache_deleter deleter;
+    uint32_t refs; /* readers + 1 while in the cache */
+    bool in_cache;
+    bool embedded; /* lives inside memory that deleter frees */
+    sto_cache_handle *next_hash;
+    sto_cache_handle *prev, *next; /* lru or in_use list */
+};
+
 /* NULL on a miss (counted). */
 sto_cache_handle *sto_cache_lookup(sto_cache *c, uint64_t id, uint64_t off);
 /* Inserts value (replacing any entry with the same key) and returns a handle on it; the cache
@@ -23,13 +37,20 @@ sto_cache_handle *sto_cache_lookup(sto_cache *c, uint64_t id, uint64_t off);
  * case nothing was inserted and the caller still owns value. */
 sto_cache_handle *sto_cache_insert(sto_cache *c, uint64_t id, uint64_t off, void *value,
                                    size_t charge, sto_cache_deleter deleter);
+/* The same with the handle in caller memory (mem), typically inside the value, that the deleter
+ * frees: a block read then costs one allocation, not two. Never fails. Added by the SSTable
+ * module (performance). */
+sto_cache_handle *sto_cache_insert_embedded(sto_cache *c, sto_cache_handle *mem, uint64_t id,
+                                            uint64_t off, void *value, size_t charge,
+                                            sto_cache_deleter deleter);
 void *sto_cache_value(sto_cache_handle *h);
 void sto_cache_release(sto_cache *c, sto_cache_handle *h);
 size_t sto_cache_capacity(const sto_cache *c);
 
-/* zstd decompression contexts (~96 KiB each) are costly to create, so the cache that all tables
- * of a db share also keeps up to STO_CACHE_DCTX_MAX idle ones. get never returns NULL unless
- * memory runs out; with c NULL a context is created per call and freed by put. */
+/* zstd decompression contexts (~96 KiB each) are costly to create, so each thread keeps the last
+ * one it put back (freed when the thread ends), and the cache that all tables of a db share also
+ * keeps up to STO_CACHE_DCTX_MAX idle ones. get never returns NULL unless memory runs out; c may
+ * be NULL (no pool: only the thread's own context is kept). */
 #define STO_CACHE_DCTX_MAX 16
 void *sto_cache_dctx_get(sto_cache *c);
 void sto_cache_dctx_put(sto_cache *c, void *dctx);

@@ -1,13 +1,21 @@
 /* compaction.c — merges a tablet's SSTables in the background so their number stays bounded.
  *
- * Size-tiered: tables of similar size (each within 2x of the smallest of its tier, and all tables
- * under STO_SMALL_SST_BYTES together) form a tier; a tier with compaction_trigger or more tables
- * is merged into one. Tables of STO_SETTLED_SST_BYTES or more (compaction outputs) stay out of
- * tiers, triggers and stalls, so they are not rewritten into themselves. When the small tables
- * still reach write_stall_tables - 2, everything is merged (a full compaction, which also drops
- * max-versions garbage and old tombstones); every tablet with tables also gets a full compaction
+ * Size-tiered over sorted runs: a tablet's list (newest first) is grouped into runs of
+ * consecutive tables with pairwise disjoint key ranges, as reads group them (one concatenating
+ * iterator per run), so a sequentially written tablet is one run however many tables it has.
+ * Runs of similar size (each within 2x of the smallest of its tier, and all runs under
+ * STO_SMALL_SST_BYTES together) form a tier; a tier with compaction_trigger or more runs is
+ * merged into one. Runs of STO_SETTLED_SST_BYTES or more stay out of tiers, triggers and stalls,
+ * so they are not rewritten into themselves. When the small runs still reach
+ * write_stall_tables - 2, all runs are merged; every tablet with tables also gets a full
+ * compaction (everything rewritten, which also drops max-versions garbage and old tombstones)
  * once per STO_FULL_COMPACTION_PERIOD_US. Since entries are ordered by version, not by table,
  * any subset of tables can be merged.
+ *
+ * Trivial moves: an input table that overlaps no other input is not rewritten; outputs are cut
+ * around it, and outputs and moved tables go last in the list, sorted, as one run. Old
+ * tombstones are dropped only when every table of the tablet is rewritten (a moved table could
+ * hold what they cover).
  *
  * A tablet that shares a split parent's tables reads them through sto_range_iter_new, so its
  * compactions rewrite only its own rows; the shared file goes when no tablet lists it any more.
@@ -43,51 +51,202 @@ sto_kviter *sto_tablet_sst_merge(sto_tablet *t, sto_tsst *files, size_t n) {
     return m;
 }
 
+/* ---- sorted runs ---- */
+
+/* A stretch of consecutive tables of a tablet's list (newest first) with pairwise disjoint key
+ * ranges: the read path merges one concatenation per run (tablet.c), so runs, not tables, are
+ * what reads pay for and what triggers and stalls count. */
+typedef struct run_desc {
+    size_t start, n;
+    uint64_t bytes;
+} run_desc;
+
+/* Where x would go in sorted[0, m) (pairwise disjoint, ascending): true when x overlaps none,
+ * with *at its insertion point. Disjoint ranges sorted by smallest are sorted by largest too, so
+ * only the two neighbours can overlap x. */
+static bool fits_run(sto_sst *const *sorted, size_t m, const sto_sst *x, size_t *at) {
+    st_slice lo = sto_sst_smallest(x), hi = sto_sst_largest(x);
+    size_t a = 0, b = m; /* first table whose smallest key is above lo */
+    while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if (st_slice_cmp(sto_sst_smallest(sorted[mid]), lo) <= 0)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    *at = a;
+    if (a > 0 && st_slice_cmp(sto_sst_largest(sorted[a - 1]), lo) >= 0)
+        return false;
+    return a == m || st_slice_cmp(hi, sto_sst_smallest(sorted[a])) < 0;
+}
+
+/* Splits l[0, n) into runs greedily, as the read path groups tables (a table starts a new run
+ * when it overlaps one of the current run); runs[] and scratch hold n entries each. A table
+ * that could not be opened (sst NULL) is a run of its own. Returns the number of runs. */
+static size_t split_runs(const sto_tsst *l, size_t n, run_desc *runs, sto_sst **scratch) {
+    size_t nr = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        sto_sst *x = l[i].f->sst;
+        size_t at = 0;
+        bool join = nr > 0 && x && m > 0 && fits_run(scratch, m, x, &at);
+        if (!join) {
+            runs[nr++] = (run_desc){i, 0, 0};
+            m = 0;
+            at = 0;
+        }
+        run_desc *r = &runs[nr - 1];
+        r->n++;
+        r->bytes += l[i].f->bytes;
+        if (!x) {
+            m = 0; /* nothing may join an unreadable table */
+            continue;
+        }
+        memmove(&scratch[at + 1], &scratch[at], (m - at) * sizeof *scratch);
+        scratch[at] = x;
+        m++;
+    }
+    return nr;
+}
+
+int sto_compaction_small_runs(const sto_tsst *l, size_t n) {
+    run_desc *runs = malloc((n ? n : 1) * (sizeof *runs + sizeof(sto_sst *)));
+    int small = 0;
+    if (!runs) { /* counting tables overestimates: stalls and compactions come early, not late */
+        for (size_t i = 0; i < n; i++)
+            small += l[i].f->bytes < STO_SETTLED_SST_BYTES;
+        return small;
+    }
+    size_t nr = split_runs(l, n, runs, (sto_sst **)(void *)(runs + (n ? n : 1)));
+    for (size_t i = 0; i < nr; i++)
+        small += runs[i].bytes < STO_SETTLED_SST_BYTES;
+    free(runs);
+    return small;
+}
+
 /* ---- choosing inputs ---- */
 
-static int cmp_bytes(const void *a, const void *b) {
-    uint64_t x = ((const sto_tsst *)a)->f->bytes, y = ((const sto_tsst *)b)->f->bytes;
+static int cmp_run_bytes(const void *a, const void *b) {
+    uint64_t x = ((const run_desc *)a)->bytes, y = ((const run_desc *)b)->bytes;
     return x < y ? -1 : x > y;
 }
 
-/* Small (unsettled) tables at which a full compaction is forced: just below the stall point, so
+static int cmp_smallest(const void *a, const void *b) {
+    const sto_tsst *x = a, *y = b;
+    return st_slice_cmp(sto_sst_smallest(x->f->sst), sto_sst_smallest(y->f->sst));
+}
+
+/* Small (unsettled) runs at which a full compaction is forced: just below the stall point, so
  * writers rarely wait; never below 2. */
 static int force_full_at(const sto_db *db) {
     int n = db->o.write_stall_tables - 2;
     return n < 2 ? 2 : n;
 }
 
-/* Whether a tablet with this many small tables has compaction work. */
+/* Whether a tablet with this many small runs has compaction work. */
 static bool due(const sto_db *db, int n_small) {
     return n_small >= db->o.compaction_trigger || n_small >= force_full_at(db);
 }
 
-/* Sorts all by size and keeps in all[0..*n) the chosen inputs; false when nothing is due. */
-static bool choose(const sto_db *db, sto_tsst *all, size_t *n, bool force_all) {
-    size_t total = *n, small = 0;
-    for (size_t i = 0; i < total; i++)
-        small += all[i].f->bytes < STO_SETTLED_SST_BYTES;
-    if (force_all || (int)small >= force_full_at(db))
-        return total >= 2 || (force_all && total >= 1);
-    qsort(all, total, sizeof *all, cmp_bytes);
-    total = small; /* the settled tables sort last and stay out of tiers */
-    for (size_t i = 0; i < total;) {
+/* Sorts runs[0, nr) by size and returns how many of the first ones form the tier to merge (0 =
+ * none due): runs of similar size (each within 2x of the tier's smallest, all runs under
+ * STO_SMALL_SST_BYTES together), settled runs left out. */
+static size_t choose_tier(const sto_db *db, run_desc *runs, size_t nr) {
+    qsort(runs, nr, sizeof *runs, cmp_run_bytes);
+    size_t small = 0;
+    while (small < nr && runs[small].bytes < STO_SETTLED_SST_BYTES)
+        small++;
+    for (size_t i = 0; i < small;) {
         size_t j = i;
-        uint64_t base = all[i].f->bytes;
-        while (j + 1 < total &&
-               (all[j + 1].f->bytes <= 2 * base || all[j + 1].f->bytes < STO_SMALL_SST_BYTES))
+        uint64_t base = runs[i].bytes;
+        while (j + 1 < small &&
+               (runs[j + 1].bytes <= 2 * base || runs[j + 1].bytes < STO_SMALL_SST_BYTES))
             j++;
         size_t count = j - i + 1;
         if ((int)count >= db->o.compaction_trigger) {
             if (count > STO_COMPACT_INPUTS_MAX)
                 count = STO_COMPACT_INPUTS_MAX;
-            memmove(all, &all[i], count * sizeof *all);
-            *n = count;
-            return true;
+            memmove(runs, &runs[i], count * sizeof *runs);
+            return count;
         }
         i = j + 1;
     }
-    return false;
+    return 0;
+}
+
+/* Trivial moves: orders in[0, n) so that the tables overlapping another input come first and the
+ * ones that overlap none come last, sorted by smallest key: those are kept as they are, not
+ * rewritten (LevelDB's trivial move). Sorted by smallest key, a table overlaps an earlier one iff
+ * its smallest key is at most the largest key seen so far, and a later one iff the next smallest
+ * key is at most its largest. Returns how many are rewritten; n (no moves) if memory runs out. */
+static size_t split_moves(sto_tsst *in, size_t n) {
+    sto_tsst *tmp = malloc((n ? n : 1) * (sizeof *tmp + sizeof(bool)));
+    if (!tmp)
+        return n;
+    bool *moved = (bool *)(void *)(tmp + (n ? n : 1));
+    qsort(in, n, sizeof *in, cmp_smallest);
+    st_slice reach = {NULL, 0};
+    for (size_t i = 0; i < n; i++) {
+        st_slice lo = sto_sst_smallest(in[i].f->sst), hi = sto_sst_largest(in[i].f->sst);
+        bool before = i > 0 && st_slice_cmp(lo, reach) <= 0;
+        bool after = i + 1 < n && st_slice_cmp(sto_sst_smallest(in[i + 1].f->sst), hi) <= 0;
+        moved[i] = !before && !after;
+        if (i == 0 || st_slice_cmp(hi, reach) > 0)
+            reach = hi;
+    }
+    size_t k = 0, rw = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!moved[i])
+            tmp[k++] = in[i];
+    rw = k;
+    for (size_t i = 0; i < n; i++)
+        if (moved[i])
+            tmp[k++] = in[i];
+    memcpy(in, tmp, n * sizeof *in);
+    free(tmp);
+    return rw;
+}
+
+/* The inputs of one compaction. */
+typedef struct pick_set {
+    sto_tsst *in; /* rewritten [0, n_rw), then moved [n_rw, n_in) sorted by smallest key */
+    size_t n_rw, n_in;
+    bool full; /* every table of the tablet is rewritten: old tombstones may go */
+} pick_set;
+
+/* Chooses from all[0, total) (the tablet's list, newest first): with force_all everything,
+ * rewritten; else all runs when the small ones reach force_full_at, or else a tier of small runs,
+ * with trivial moves. False when nothing is due (or memory runs out: retried later). */
+static bool choose(const sto_db *db, const sto_tsst *all, size_t total, bool force_all,
+                   pick_set *ps) {
+    size_t cap = total ? total : 1;
+    ps->in = malloc(cap * sizeof *ps->in);
+    run_desc *runs = malloc(cap * (sizeof *runs + sizeof(sto_sst *)));
+    size_t k = 0, pick = 0;
+    if (ps->in && runs && force_all) {
+        memcpy(ps->in, all, total * sizeof *all);
+        k = pick = total;
+    } else if (ps->in && runs) {
+        size_t nr = split_runs(all, total, runs, (sto_sst **)(void *)(runs + cap));
+        int small = 0;
+        for (size_t i = 0; i < nr; i++)
+            small += runs[i].bytes < STO_SETTLED_SST_BYTES;
+        pick = small >= force_full_at(db) ? nr : choose_tier(db, runs, nr);
+        if (pick < 2)
+            pick = 0;
+        for (size_t r = 0; r < pick; r++)
+            for (size_t i = 0; i < runs[r].n; i++)
+                ps->in[k++] = all[runs[r].start + i];
+    }
+    free(runs);
+    if (pick == 0) {
+        free(ps->in);
+        ps->in = NULL;
+        return false;
+    }
+    ps->n_in = k;
+    ps->n_rw = force_all ? k : split_moves(ps->in, k);
+    ps->full = ps->n_rw == total;
+    return true;
 }
 
 /* ---- writing outputs ---- */
@@ -136,14 +295,32 @@ typedef struct out_state {
     sto_sst_writer *w;
     uint64_t number;
     st_buf last_row; /* enc(row) of the last key written */
+    st_env *env;     /* buffered writes (flush.c) */
+    /* Moved tables (sorted by smallest key) that no output may straddle, so outputs and moved
+     * tables form one run; fence: the first one not yet passed. No rewritten key falls inside
+     * one (a moved table overlaps no rewritten table). */
+    const sto_tsst *moved;
+    size_t n_moved, fence;
 } out_state;
+
+/* Whether key passed a moved table since the last key: the current output must end there. */
+static bool passes_fence(out_state *s, st_slice key) {
+    bool passed = false;
+    while (s->fence < s->n_moved &&
+           st_slice_cmp(key, sto_sst_smallest(s->moved[s->fence].f->sst)) > 0) {
+        s->fence++;
+        passed = true;
+    }
+    return passed;
+}
 
 static st_code add_entry(sto_db *db, out_state *s, outputs *o, st_slice key, st_slice value,
                          st_err *err) {
     size_t plen = sto_key_row_prefix_len(key);
     st_slice prefix = st_slice_make(key.data, plen);
     bool new_row = !st_slice_eq(prefix, st_buf_slice(&s->last_row));
-    if (s->w && new_row && sto_sst_writer_bytes(s->w) >= STO_COMPACT_OUTPUT_BYTES) {
+    bool fence = passes_fence(s, key);
+    if (s->w && (fence || (new_row && sto_sst_writer_bytes(s->w) >= STO_COMPACT_OUTPUT_BYTES))) {
         st_code rc = finish_output(db, s->w, s->number, o, err);
         s->w = NULL;
         if (rc != ST_OK)
@@ -154,7 +331,7 @@ static st_code add_entry(sto_db *db, out_state *s, outputs *o, st_slice key, st_
         char path[STO_PATH_MAX + 64];
         sto_db_sst_path(db, s->number, path, sizeof path);
         sto_sst_options so = {db->o.block_bytes, db->o.bloom_bits_per_key, db->o.zstd_level};
-        st_code rc = sto_sst_writer_new(db->env, path, &so, &s->w, err);
+        st_code rc = sto_sst_writer_new(s->env, path, &so, &s->w, err);
         if (rc != ST_OK)
             return rc;
     }
@@ -166,8 +343,11 @@ static st_code add_entry(sto_db *db, out_state *s, outputs *o, st_slice key, st_
     return sto_sst_writer_add(s->w, key, value, err);
 }
 
-static st_code write_outputs(sto_db *db, sto_kviter *it, outputs *o, st_err *err) {
-    out_state s = {NULL, 0, {NULL, 0, 0}};
+static st_code write_outputs(sto_db *db, sto_kviter *it, const sto_tsst *moved, size_t n_moved,
+                             outputs *o, st_err *err) {
+    sto_wbuf_env wenv; /* every writer below is finished or abandoned before return */
+    sto_wbuf_env_init(&wenv, db->env);
+    out_state s = {NULL, 0, {NULL, 0, 0}, &wenv.base, moved, n_moved, 0};
     st_code rc = ST_OK;
     for (it->ops->seek_first(it); rc == ST_OK && it->ops->valid(it); it->ops->next(it))
         rc = add_entry(db, &s, o, it->ops->key(it), it->ops->value(it), err);
@@ -192,32 +372,40 @@ static bool is_input(const sto_file *f, const sto_tsst *in, size_t n) {
     return false;
 }
 
-/* meta_mu held: replaces the inputs by the outputs in one step. */
-static st_code install(sto_db *db, sto_tablet *t, const sto_tsst *in, size_t n_in, outputs *o,
-                       st_err *err) {
+/* meta_mu held: replaces the rewritten inputs by the outputs in one step. Outputs and moved
+ * tables go last, sorted by smallest key: pairwise disjoint, they form one run there. The other
+ * tables keep their order (entries are ordered by version, so order only groups runs). */
+static st_code install(sto_db *db, sto_tablet *t, const pick_set *ps, outputs *o, st_err *err) {
     pthread_mutex_lock(&t->mu);
     size_t cap = t->n_ssts + o->n;
-    sto_tsst *list = malloc((cap ? cap : 1) * sizeof *list);
+    sto_tsst *list = malloc((cap ? cap : 1) * 2 * sizeof *list);
     if (!list) {
         pthread_mutex_unlock(&t->mu);
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory installing a compaction");
     }
-    size_t k = 0;
-    for (size_t i = 0; i < t->n_ssts; i++)
-        if (!is_input(t->ssts[i].f, in, n_in))
+    sto_tsst *tail = list + (cap ? cap : 1);
+    size_t k = 0, m = 0;
+    for (size_t i = 0; i < t->n_ssts; i++) {
+        const sto_file *f = t->ssts[i].f;
+        if (is_input(f, ps->in + ps->n_rw, ps->n_in - ps->n_rw))
+            tail[m++] = t->ssts[i];
+        else if (!is_input(f, ps->in, ps->n_rw))
             list[k++] = t->ssts[i];
+    }
     for (size_t i = 0; i < o->n; i++) {
         o->f[i]->tablet_refs = 1;
-        list[k++] = (sto_tsst){o->f[i], sto_tsst_needs_wrap(t, o->f[i])};
+        tail[m++] = (sto_tsst){o->f[i], sto_tsst_needs_wrap(t, o->f[i])};
     }
+    qsort(tail, m, sizeof *tail, cmp_smallest);
+    memcpy(list + k, tail, m * sizeof *tail);
     free(t->ssts);
     t->ssts = list;
-    t->n_ssts = k;
-    t->cap_ssts = cap ? cap : 1;
+    t->n_ssts = k + m;
+    t->cap_ssts = (cap ? cap : 1) * 2;
     sto_tablet_update_hints_locked(t);
     pthread_mutex_unlock(&t->mu);
-    for (size_t i = 0; i < n_in; i++)
-        sto_file_drop_ref(db, in[i].f);
+    for (size_t i = 0; i < ps->n_rw; i++)
+        sto_file_drop_ref(db, ps->in[i].f);
     free(o->f);
     o->f = NULL;
     o->n = 0;
@@ -229,26 +417,33 @@ static uint64_t tombstone_bound(sto_db *db, int64_t now) {
     return b > 0 ? STO_VERSION(b, 0) : 0;
 }
 
-/* Merges the chosen inputs of t (the caller holds t's compaction claim). */
-static st_code run(sto_db *db, sto_tablet *t, sto_tsst *in, size_t n_in, bool full, st_err *err) {
+/* Merges the rewritten inputs into new files, cut where moved tables lie between them. */
+static st_code rewrite(sto_db *db, sto_tablet *t, const pick_set *ps, outputs *o, st_err *err) {
     pthread_mutex_lock(&t->mu);
     sto_gc_set *gc = t->gc;
     sto_gc_set_ref(gc);
     pthread_mutex_unlock(&t->mu);
     int64_t now = sto_db_now_us(db);
-    sto_kviter *merged = sto_tablet_sst_merge(t, in, n_in);
+    sto_kviter *merged = sto_tablet_sst_merge(t, ps->in, ps->n_rw);
     sto_kviter *it =
-        merged ? sto_compact_iter_new(merged, gc, now, full, tombstone_bound(db, now)) : NULL;
+        merged ? sto_compact_iter_new(merged, gc, now, ps->full, tombstone_bound(db, now)) : NULL;
     sto_gc_set_unref(gc);
     if (!it)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a compaction");
-    outputs o = {NULL, 0, 0};
-    st_code rc = write_outputs(db, it, &o, err);
+    st_code rc = write_outputs(db, it, ps->in + ps->n_rw, ps->n_in - ps->n_rw, o, err);
     it->ops->free(it);
+    return rc;
+}
+
+/* Runs the chosen compaction of t (the caller holds t's compaction claim). */
+static st_code run(sto_db *db, sto_tablet *t, const pick_set *ps, st_err *err) {
+    outputs o = {NULL, 0, 0};
+    st_code rc = ps->n_rw ? rewrite(db, t, ps, &o, err) : ST_OK;
+    size_t n_out = o.n;
     if (rc == ST_OK) {
         atomic_fetch_add(&db->compactions, 1); /* counted before the result becomes visible */
         pthread_mutex_lock(&db->meta_mu);
-        rc = install(db, t, in, n_in, &o, err);
+        rc = install(db, t, ps, &o, err);
         if (rc == ST_OK) {
             st_err e;
             sto_manifest_write(db, NULL, NULL, &e);
@@ -256,13 +451,17 @@ static st_code run(sto_db *db, sto_tablet *t, sto_tsst *in, size_t n_in, bool fu
         pthread_mutex_unlock(&db->meta_mu);
     }
     outputs_discard(&o);
+    if (rc == ST_OK)
+        st_log(ST_LOG_DEBUG, "storage",
+               "event=compaction tablet=%" PRIu64 " rewritten=%zu moved=%zu outputs=%zu full=%d",
+               t->id, ps->n_rw, ps->n_in - ps->n_rw, n_out, (int)ps->full);
     if (rc == ST_DATA_LOSS)
         sto_tablet_mark_read_only(t, rc, err ? err->msg : "corrupt SSTable met by compaction");
     return rc;
 }
 
-/* Copies t's table list and chooses inputs; returns the number chosen (0 = nothing due). */
-static size_t select_inputs(sto_db *db, sto_tablet *t, bool force_all, sto_tsst **out, bool *full) {
+/* Copies t's table list and chooses inputs into *ps; false when nothing is due. */
+static bool select_inputs(sto_db *db, sto_tablet *t, bool force_all, pick_set *ps) {
     pthread_mutex_lock(&t->mu);
     size_t n = t->n_ssts;
     sto_tsst *all = malloc((n ? n : 1) * sizeof *all);
@@ -270,14 +469,9 @@ static size_t select_inputs(sto_db *db, sto_tablet *t, bool force_all, sto_tsst 
     if (ok && n)
         memcpy(all, t->ssts, n * sizeof *all);
     pthread_mutex_unlock(&t->mu);
-    size_t k = n;
-    if (!ok || !choose(db, all, &k, force_all)) {
-        free(all);
-        return 0;
-    }
-    *full = k == n;
-    *out = all;
-    return k;
+    ok = ok && choose(db, all, n, force_all, ps);
+    free(all);
+    return ok;
 }
 
 static void release_claim(sto_db *db, sto_tablet *t, st_code rc, bool full, const st_err *e) {
@@ -334,16 +528,15 @@ bool sto_compaction_pick_and_run(sto_db *db) {
     if (periodic) /* counted from now even if it fails: no retry storm */
         best->last_full_us = sto_db_now_us(db);
     pthread_mutex_unlock(&db->mu);
-    sto_tsst *in = NULL;
-    bool full = false;
-    size_t n = select_inputs(db, best, periodic, &in, &full);
+    pick_set ps = {NULL, 0, 0, false};
+    bool chosen = select_inputs(db, best, periodic, &ps);
     st_err e;
     st_err_clear(&e);
-    st_code rc = n ? run(db, best, in, n, full, &e) : ST_OK;
-    free(in);
-    release_claim(db, best, rc, full, &e);
+    st_code rc = chosen ? run(db, best, &ps, &e) : ST_OK;
+    free(ps.in);
+    release_claim(db, best, rc, ps.full, &e);
     pthread_mutex_lock(&db->mu);
-    return n > 0;
+    return chosen;
 }
 
 st_code sto_compaction_full(sto_db *db, sto_tablet *t, st_err *err) {
@@ -357,14 +550,13 @@ st_code sto_compaction_full(sto_db *db, sto_tablet *t, st_err *err) {
     }
     t->compacting = true;
     pthread_mutex_unlock(&db->mu);
-    sto_tsst *in = NULL;
-    bool full = false;
-    size_t n = select_inputs(db, t, true, &in, &full);
+    pick_set ps = {NULL, 0, 0, false};
+    bool chosen = select_inputs(db, t, true, &ps);
     st_err e;
     st_err_clear(&e);
-    st_code rc = n ? run(db, t, in, n, full, &e) : ST_OK;
-    free(in);
-    release_claim(db, t, rc, full, &e);
+    st_code rc = chosen ? run(db, t, &ps, &e) : ST_OK;
+    free(ps.in);
+    release_claim(db, t, rc, ps.full, &e);
     if (rc != ST_OK && err)
         *err = e;
     return rc;

@@ -234,12 +234,8 @@ void sto_db_release_obsolete(sto_db *db) {
 }
 
 void sto_tablet_update_hints_locked(sto_tablet *t) {
-    int small = 0;
-    for (size_t i = 0; i < t->n_ssts; i++)
-        if (t->ssts[i].f->bytes < STO_SETTLED_SST_BYTES)
-            small++;
     atomic_store(&t->n_ssts_hint, (int)t->n_ssts);
-    atomic_store(&t->n_small_hint, small);
+    atomic_store(&t->n_small_hint, sto_compaction_small_runs(t->ssts, t->n_ssts));
     atomic_store(&t->n_imm_hint, (int)t->n_imm);
 }
 

@@ -29,9 +29,10 @@
 #define STO_COMPACT_OUTPUT_BYTES (64u << 20) /* compaction output files are cut near this size */
 #define STO_COMPACT_INPUTS_MAX 32            /* SSTables merged by one size-tiered compaction */
 #define STO_SMALL_SST_BYTES (2u << 20)       /* tables below this size form one tier */
-/* Tables this large (compaction outputs) are settled: size-tiered compaction, its trigger and
- * write stalls count only the smaller ones, so a big tablet's many 64 MB files are not merged
- * into themselves again and again; full compactions still rewrite them. */
+/* Sorted runs this large (compaction outputs, a sequentially written tablet's tables) are
+ * settled: size-tiered compaction, its trigger and write stalls count only the smaller runs, so
+ * a big tablet's many 64 MB files are not merged into themselves again and again; full
+ * compactions still rewrite them. */
 #define STO_SETTLED_SST_BYTES (STO_COMPACT_OUTPUT_BYTES / 2)
 #define STO_HOLDERS_MAX 64 /* named log holders */
 #define STO_HOLDER_NAME_MAX 128
@@ -95,7 +96,7 @@ struct sto_tablet {
     char ro_msg[STO_RO_MSG_MAX];
     atomic_long inflight;    /* records appended to the log, not yet applied */
     atomic_int n_ssts_hint;  /* copies readable without mu (job picking, stalls) */
-    atomic_int n_small_hint; /* SSTables below STO_SETTLED_SST_BYTES */
+    atomic_int n_small_hint; /* sorted runs below STO_SETTLED_SST_BYTES (compaction.c) */
     atomic_int n_imm_hint;
     atomic_bool ro_hint;
     /* under db->mu (kept apart from the atomics above: a compiler may load neighbouring plain
@@ -190,6 +191,15 @@ st_code sto_validate_mut(const sto_row_mut *r, st_err *err);
 st_code sto_replay_apply(sto_db *db, const sto_log_record *rec);
 
 /* ---- flush.c ---- */
+/* An env for SSTable writers over inner: appends are buffered (STO_SST_WBUF_BYTES) and written
+ * out when the buffer fills, on sync and on close; removes and directory calls pass through;
+ * reads are refused. No resources: it lives as long as the writers using it. */
+#define STO_SST_WBUF_BYTES ((size_t)256 << 10)
+typedef struct sto_wbuf_env {
+    st_env base;
+    st_env *inner;
+} sto_wbuf_env;
+void sto_wbuf_env_init(sto_wbuf_env *e, st_env *inner);
 /* Flushes the tablet's frozen memtables (oldest first) now, in the calling thread. */
 st_code sto_tablet_flush_imms(sto_db *db, sto_tablet *t, st_err *err);
 /* A worker's turn: flushes one memtable if any is due. db->mu held on entry and exit. */
@@ -199,6 +209,9 @@ void sto_flush_check_pressure(sto_db *db);
 
 /* ---- compaction.c ---- */
 bool sto_compaction_pick_and_run(sto_db *db); /* db->mu held on entry and exit */
+/* Sorted runs of l[0, n) (a tablet's list, newest first) below STO_SETTLED_SST_BYTES: a run is a
+ * stretch of consecutive tables with pairwise disjoint key ranges, grouped as reads group them. */
+int sto_compaction_small_runs(const sto_tsst *l, size_t n);
 /* Compacts all of the tablet's SSTables (full), claiming the tablet's compaction slot. */
 st_code sto_compaction_full(sto_db *db, sto_tablet *t, st_err *err);
 /* The merged kviter over a set of files of t (range-wrapped where shared); NULL on OOM. */

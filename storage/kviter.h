@@ -28,7 +28,8 @@ struct sto_kviter {
 };
 
 /* Merges n children (taking ownership) into one ordered stream, forward and backward. Equal keys
- * from several children are all returned (child order breaks ties: lower index first). */
+ * from several children are all returned (child order breaks ties: lower index first). With one
+ * child, returns that child itself. */
 sto_kviter *sto_merge_iter_new(sto_kviter **children, size_t n);
 
 /* Restricts child (taken) to ikeys in [lo, hi) (empty hi = unbounded); bounds are copied. Used

@@ -8,7 +8,9 @@
  * corrupt record at the tail of the last segment ends recovery there (it was never acknowledged);
  * corruption before the tail is ST_DATA_LOSS — also in the last segment, where records carry
  * their group's first lsn so that a good record of a later group after a bad one proves the bad
- * one was acknowledged (docs/formats/log.md, reading rules). */
+ * one was acknowledged (docs/formats/log.md, reading rules). A log that syncs keeps a zero-filled
+ * spare segment ready (written in the background), so appends overwrite written blocks, whose
+ * fdatasync is cheaper than one into preallocated space (docs/formats/log.md, spare segments). */
 #ifndef STO_LOG_H
 #define STO_LOG_H
 
@@ -88,7 +90,8 @@ typedef struct sto_log_stats {
     uint64_t syncs;         /* fdatasync calls on records (not segment headers) */
     uint64_t failed_groups; /* groups whose write or sync failed */
     uint64_t segments_created;
-    uint64_t queue_bytes_peak; /* most bytes ever queued or in flight (backpressure check) */
+    uint64_t segments_from_spare; /* of those, made from a zero-filled spare (log.c) */
+    uint64_t queue_bytes_peak;    /* most bytes ever queued or in flight (backpressure check) */
 } sto_log_stats;
 void sto_log_stats_get(sto_log *log, sto_log_stats *out);
 

@@ -195,8 +195,6 @@ static void merge_free(sto_kviter *b) {
         return;
     for (size_t i = 0; i < m->n; i++)
         m->kids[i].it->ops->free(m->kids[i].it);
-    free(m->kids);
-    free(m->heap);
     free(m);
 }
 
@@ -214,22 +212,18 @@ static const sto_kviter_ops merge_ops = {
 };
 
 sto_kviter *sto_merge_iter_new(sto_kviter **children, size_t n) {
-    merge_iter *m = calloc(1, sizeof *m);
+    if (n == 1)
+        return children[0]; /* a merge of one stream is that stream */
+    /* One allocation: the iterator, its children, its heap (a point read makes one per read). */
     size_t alloc_n = n ? n : 1;
-    if (m) {
-        m->kids = calloc(alloc_n, sizeof *m->kids);
-        m->heap = calloc(alloc_n, sizeof *m->heap);
-    }
-    if (!m || !m->kids || !m->heap) {
+    merge_iter *m = calloc(1, sizeof *m + alloc_n * (sizeof *m->kids + sizeof *m->heap));
+    if (!m) {
         for (size_t i = 0; i < n; i++)
             children[i]->ops->free(children[i]);
-        if (m) {
-            free(m->kids);
-            free(m->heap);
-            free(m);
-        }
         return NULL;
     }
+    m->kids = (merge_child *)(void *)(m + 1);
+    m->heap = (size_t *)(void *)(m->kids + alloc_n);
     m->base.ops = &merge_ops;
     m->n = n;
     for (size_t i = 0; i < n; i++)

@@ -7,6 +7,7 @@
  * array, entry bounds) every time they are read from disk. */
 #include "sst.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #define STO_SST_DCTX_POOL_MAX 16         /* idle decompression contexts kept per table */
 #define STO_SST_INDEX_RESTART_INTERVAL 1 /* index keys uncompressed: pure binary search */
 #define SST_STACK_READ_BYTES (24u << 10)
+#define SST_FP_STRIDE 16 /* fingerprints per entry of the top level (128 bytes) */
 #define SST_FP_MIN_ENTRIES                                                                         \
     64 /* smaller indexes are searched directly */ /* blocks up to this size are read into the     \
                                                       stack */
@@ -339,8 +341,6 @@ struct sto_sst {
     uint64_t id;
     sto_cache *cache;
     st_rfile *file;
-    atomic_int refs;
-    atomic_bool obsolete;
     uint64_t file_bytes, entries, data_end;
     uint8_t *index_mem, *filter_mem, *meta_mem; /* hot blocks, kept out of the cache */
     sto_block index;
@@ -350,7 +350,20 @@ struct sto_sst {
      * of the first index key); fp[i] is the next 8 bytes of index key i, big-endian, zero-padded.
      * NULL for small indexes or when an index entry is not its own restart point. */
     uint64_t *fp;
+    uint64_t *fp_top; /* fp[j * SST_FP_STRIDE] for each j: the search's first, cache-hot level */
+    uint32_t n_top;
+    /* With fp: offs[i] is the offset of data block i, offs[n] = data_end (blocks are contiguous,
+     * validate_index checked it), so iterators move between blocks by number without decoding
+     * index entries (each one a cache miss in a big index). */
+    uint64_t *offs;
     st_slice fp_prefix;
+    /* Every snapshot takes and drops a reference from whichever thread reads: the counter gets a
+     * cache line of its own, so the line holding the fields above stays shared by the readers'
+     * cores instead of moving with each reference. */
+    char pad_before[64];
+    atomic_int refs;
+    atomic_bool obsolete;
+    char pad_after[64 - sizeof(atomic_int) - sizeof(atomic_bool)];
 };
 
 static st_code read_exact(sto_sst *t, uint64_t off, void *buf, size_t len, st_err *err) {
@@ -499,7 +512,9 @@ static void fp_build(sto_sst *t) {
     size_t cp = 0;
     while (cp < first.len && cp < last.len && first.data[cp] == last.data[cp])
         cp++;
-    uint64_t *fp = malloc((size_t)n * sizeof *fp);
+    uint32_t n_top = (n + SST_FP_STRIDE - 1) / SST_FP_STRIDE;
+    size_t words = (size_t)n + n_top + (size_t)n + 1; /* fp, fp_top, offs */
+    uint64_t *fp = malloc(words * sizeof *fp);
     if (!fp)
         return; /* plain binary search then */
     sto_block_iter it;
@@ -507,9 +522,11 @@ static void fp_build(sto_sst *t) {
     sto_block_iter_set(&it, b);
     uint32_t i = 0;
     for (sto_block_iter_seek_first(&it); sto_block_iter_valid(&it); sto_block_iter_next(&it), i++) {
-        if (i >= n || it.current != sto_block_restart_offset(b, i))
+        sst_handle h;
+        if (i >= n || it.current != sto_block_restart_offset(b, i) || !decode_handle(it.value, &h))
             break;
         fp[i] = fp_of(sto_block_iter_key(&it), cp);
+        fp[(size_t)n + n_top + i] = h.off;
     }
     bool ok = i == n && it.status == ST_OK;
     sto_block_iter_deinit(&it);
@@ -518,8 +535,14 @@ static void fp_build(sto_sst *t) {
         return;
     }
     t->fp = fp;
+    t->fp_top = fp + n;
+    t->n_top = n_top;
+    for (uint32_t j = 0; j < n_top; j++)
+        t->fp_top[j] = fp[(size_t)j * SST_FP_STRIDE];
+    t->offs = t->fp_top + n_top;
+    t->offs[n] = t->data_end;
     t->fp_prefix = st_slice_make(first.data, cp);
-    t->mem_bytes += (size_t)n * sizeof *fp;
+    t->mem_bytes += words * sizeof *fp;
 }
 
 /* The index of the first entry whose key is >= target (n when none). */
@@ -533,7 +556,21 @@ static uint32_t fp_search(const sto_sst *t, st_slice target) {
     if (c > 0)
         return n; /* above every key */
     uint64_t f = fp_of(target, cp);
-    uint32_t lo = 0, hi = n; /* first fp >= f */
+    /* First the top level (every SST_FP_STRIDE-th fingerprint, small enough to stay in the CPU
+     * cache), then one stride of fp (two cache lines): a binary search over all of fp missed
+     * the cache at nearly every step on big tables. */
+    uint32_t lo = 0, hi = t->n_top; /* first top >= f */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (t->fp_top[mid] < f)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo > 0) {                                    /* else fp[0] >= f: the answer is 0 */
+        hi = lo < t->n_top ? lo * SST_FP_STRIDE : n; /* fp[hi] >= f or hi == n */
+        lo = (lo - 1) * SST_FP_STRIDE + 1;           /* fp[lo - 1] < f */
+    }
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         if (t->fp[mid] < f)
@@ -566,13 +603,6 @@ static uint32_t fp_search(const sto_sst *t, st_slice target) {
             end = mid;
     }
     return lo;
-}
-
-static void index_seek(const sto_sst *t, sto_block_iter *index_it, st_slice target) {
-    if (t->fp)
-        sto_block_iter_seek_restart(index_it, fp_search(t, target));
-    else
-        sto_block_iter_seek(index_it, target);
 }
 
 static st_code load_hot_blocks(sto_sst *t, const sst_footer *f, st_err *err) {
@@ -720,7 +750,8 @@ void sto_sst_for_each_block(sto_sst *t,
 typedef struct sst_blk {
     sto_block block;
     sto_cache *pool;
-    size_t bytes; /* as asked from the pool */
+    size_t bytes;            /* as asked from the pool */
+    sto_cache_handle handle; /* the block's cache entry (sto_cache_insert_embedded) */
 } sst_blk;
 
 static void blk_delete(void *v) {
@@ -797,11 +828,8 @@ static st_code get_block(sto_sst *t, bool fill_cache, sst_readahead *ra, sst_han
         return rc;
     }
     /* Charged by what the block really takes, its header and pool rounding included. */
-    ch = sto_cache_insert(cache, t->id, h.off, b, sto_cache_buf_size(bytes), blk_delete);
-    if (!ch) {
-        blk_delete(b);
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory caching a block");
-    }
+    ch = sto_cache_insert_embedded(cache, &b->handle, t->id, h.off, b, sto_cache_buf_size(bytes),
+                                   blk_delete);
     *out = ch;
     *owner = cache;
     return ST_OK;
@@ -813,7 +841,8 @@ typedef struct sst_iter {
     sto_kviter base;
     sto_sst *t;
     bool fill_cache; /* false for scans that should not evict what point reads need */
-    sto_block_iter index_it, data_it;
+    sto_block_iter index_it, data_it; /* index_it unused when t->offs is set */
+    uint32_t bi;          /* with t->offs: the current block's number (n_restarts = none) */
     sto_cache_handle *ch; /* current data block */
     sto_cache *ch_owner;  /* where ch is released: t->cache, or NULL for a private block */
     uint64_t blk_off;
@@ -838,17 +867,73 @@ static void iter_fail(sst_iter *it, st_code rc) {
     release_block(it);
 }
 
-/* Points data_it at the block the index iterator is on; false at the end or on error. */
-static bool load_data_block(sst_iter *it) {
-    if (!sto_block_iter_valid(&it->index_it)) {
-        if (it->index_it.status != ST_OK)
-            iter_fail(it, st_err_set(&it->err, ST_DATA_LOSS, "malformed index entry"));
-        release_block(it);
-        return false;
+/* ---- the position among the data blocks: a block number with t->offs, else index_it ---- */
+
+static void pos_seek(sst_iter *it, st_slice target) {
+    if (it->t->offs)
+        it->bi = fp_search(it->t, target);
+    else
+        sto_block_iter_seek(&it->index_it, target); /* small index: no fingerprints */
+}
+
+static void pos_first(sst_iter *it) {
+    if (it->t->offs)
+        it->bi = 0; /* offs implies at least SST_FP_MIN_ENTRIES blocks */
+    else
+        sto_block_iter_seek_first(&it->index_it);
+}
+
+static void pos_last(sst_iter *it) {
+    if (it->t->offs)
+        it->bi = it->t->index.n_restarts - 1;
+    else
+        sto_block_iter_seek_last(&it->index_it);
+}
+
+static void pos_next(sst_iter *it) {
+    if (!it->t->offs)
+        sto_block_iter_next(&it->index_it);
+    else if (it->bi < it->t->index.n_restarts)
+        it->bi++;
+}
+
+static void pos_prev(sst_iter *it) {
+    uint32_t n = it->t->index.n_restarts;
+    if (!it->t->offs)
+        sto_block_iter_prev(&it->index_it);
+    else
+        it->bi = it->bi == 0 || it->bi >= n ? n : it->bi - 1;
+}
+
+/* The handle of the block at the position: 1, 0 past the end, -1 (status set) on corruption. */
+static int pos_handle(sst_iter *it, sst_handle *h) {
+    const sto_sst *t = it->t;
+    if (t->offs) {
+        if (it->bi >= t->index.n_restarts)
+            return 0;
+        h->off = t->offs[it->bi];
+        h->size = t->offs[it->bi + 1] - h->off - STO_BLOCK_TRAILER_BYTES;
+        return 1;
     }
-    sst_handle h;
-    if (!decode_handle(it->index_it.value, &h)) {
+    if (!sto_block_iter_valid(&it->index_it)) {
+        if (it->index_it.status == ST_OK)
+            return 0;
+        iter_fail(it, st_err_set(&it->err, ST_DATA_LOSS, "malformed index entry"));
+        return -1;
+    }
+    if (!decode_handle(it->index_it.value, h)) {
         iter_fail(it, st_err_set(&it->err, ST_DATA_LOSS, "malformed block handle in the index"));
+        return -1;
+    }
+    return 1;
+}
+
+/* Points data_it at the block at the position; false at the end or on error. */
+static bool load_data_block(sst_iter *it) {
+    sst_handle h;
+    int got = pos_handle(it, &h);
+    if (got <= 0) {
+        release_block(it);
         return false;
     }
     if (it->ch && it->blk_off == h.off) {
@@ -884,7 +969,7 @@ static bool data_valid(sst_iter *it) {
 
 static void skip_forward(sst_iter *it) {
     while (data_ok(it) && !data_valid(it)) {
-        sto_block_iter_next(&it->index_it);
+        pos_next(it);
         if (!load_data_block(it))
             return;
         sto_block_iter_seek_first(&it->data_it);
@@ -893,7 +978,7 @@ static void skip_forward(sst_iter *it) {
 
 static void skip_backward(sst_iter *it) {
     while (data_ok(it) && !data_valid(it)) {
-        sto_block_iter_prev(&it->index_it);
+        pos_prev(it);
         if (!load_data_block(it))
             return;
         sto_block_iter_seek_last(&it->data_it);
@@ -904,7 +989,7 @@ static void it_seek(sto_kviter *base, st_slice target) {
     sst_iter *it = (sst_iter *)base;
     if (it->status != ST_OK)
         return;
-    index_seek(it->t, &it->index_it, target);
+    pos_seek(it, target);
     if (load_data_block(it)) {
         sto_block_iter_seek(&it->data_it, target);
         skip_forward(it);
@@ -915,7 +1000,7 @@ static void it_seek_first(sto_kviter *base) {
     sst_iter *it = (sst_iter *)base;
     if (it->status != ST_OK)
         return;
-    sto_block_iter_seek_first(&it->index_it);
+    pos_first(it);
     if (load_data_block(it)) {
         sto_block_iter_seek_first(&it->data_it);
         skip_forward(it);
@@ -926,7 +1011,7 @@ static void it_seek_last(sto_kviter *base) {
     sst_iter *it = (sst_iter *)base;
     if (it->status != ST_OK)
         return;
-    sto_block_iter_seek_last(&it->index_it);
+    pos_last(it);
     if (load_data_block(it)) {
         sto_block_iter_seek_last(&it->data_it);
         skip_backward(it);
@@ -968,14 +1053,68 @@ static st_code it_status(sto_kviter *base, st_err *err) {
     return it->status;
 }
 
-static void it_free(sto_kviter *base) {
-    sst_iter *it = (sst_iter *)base;
-    release_block(it);
+/* ---- iterator reuse ----
+ * A point read creates and frees a table iterator; each thread keeps up to SST_ITER_KEEP freed
+ * ones (with their key buffers) for its next reads, so a read allocates nothing here. The
+ * thread's end frees them. */
+#define SST_ITER_KEEP 4
+#define SST_ITER_KEEP_WIN_BYTES (32u << 10) /* bigger buffers are not kept */
+
+typedef struct sst_iter_stash {
+    struct sst_iter *v[SST_ITER_KEEP];
+    int n;
+} sst_iter_stash;
+
+static pthread_key_t stash_key;
+static bool stash_key_ok;
+static pthread_once_t stash_once = PTHREAD_ONCE_INIT;
+
+static void iter_destroy(sst_iter *it) {
     sto_block_iter_deinit(&it->index_it);
     sto_block_iter_deinit(&it->data_it);
     st_buf_free(&it->ra.win);
-    sto_sst_unref(it->t);
     free(it);
+}
+
+static void stash_free(void *p) {
+    sst_iter_stash *st = p;
+    for (int i = 0; i < st->n; i++)
+        iter_destroy(st->v[i]);
+    free(st);
+}
+
+static void stash_key_init(void) {
+    stash_key_ok = pthread_key_create(&stash_key, stash_free) == 0;
+}
+
+static sst_iter_stash *stash_get(bool create) {
+    pthread_once(&stash_once, stash_key_init);
+    if (!stash_key_ok)
+        return NULL;
+    sst_iter_stash *st = pthread_getspecific(stash_key);
+    if (!st && create && (st = calloc(1, sizeof *st)) != NULL &&
+        pthread_setspecific(stash_key, st) != 0) {
+        free(st);
+        st = NULL;
+    }
+    return st;
+}
+
+static void it_free(sto_kviter *base) {
+    sst_iter *it = (sst_iter *)base;
+    release_block(it);
+    sto_sst_unref(it->t);
+    it->t = NULL;
+    if (it->ra.win.cap > SST_ITER_KEEP_WIN_BYTES)
+        st_buf_free(&it->ra.win);
+    bool small = it->index_it.key.cap <= SST_ITER_KEEP_WIN_BYTES &&
+                 it->data_it.key.cap <= SST_ITER_KEEP_WIN_BYTES;
+    sst_iter_stash *st = small ? stash_get(true) : NULL;
+    if (st && st->n < SST_ITER_KEEP) {
+        st->v[st->n++] = it;
+        return;
+    }
+    iter_destroy(it);
 }
 
 static const sto_kviter_ops sst_iter_ops = {
@@ -991,17 +1130,34 @@ static const sto_kviter_ops sst_iter_ops = {
     .free = it_free,
 };
 
-static sto_kviter *iter_new(sto_sst *t, bool fill_cache) {
-    sst_iter *it = calloc(1, sizeof(*it));
-    if (!it)
+/* A kept iterator, reset to what calloc + init would give (buffers kept, emptied). */
+static sst_iter *iter_take(void) {
+    sst_iter_stash *st = stash_get(false);
+    if (!st || st->n == 0)
         return NULL;
+    sst_iter *it = st->v[--st->n];
+    st_buf ik = it->index_it.key, dk = it->data_it.key, win = it->ra.win;
+    memset(it, 0, sizeof *it);
+    it->index_it.key = ik;
+    it->data_it.key = dk;
+    it->ra.win = win;
+    it->index_it.key.len = it->data_it.key.len = it->ra.win.len = 0;
+    return it;
+}
+
+static sto_kviter *iter_new(sto_sst *t, bool fill_cache) {
+    sst_iter *it = iter_take();
+    if (!it) {
+        if (!(it = calloc(1, sizeof(*it))))
+            return NULL;
+        sto_block_iter_init(&it->index_it);
+        sto_block_iter_init(&it->data_it);
+        st_buf_init(&it->ra.win);
+    }
     it->base.ops = &sst_iter_ops;
     it->t = t;
     it->fill_cache = fill_cache;
     sto_sst_ref(t);
-    sto_block_iter_init(&it->index_it);
-    sto_block_iter_init(&it->data_it);
-    st_buf_init(&it->ra.win);
     it->ra.next_off = UINT64_MAX;
     sto_block_iter_set(&it->index_it, &t->index);
     return &it->base;

@@ -41,8 +41,8 @@ typedef struct sto_options {
     size_t block_bytes;           /* target uncompressed data block size (16 KiB) */
     int bloom_bits_per_key;       /* 10 */
     int zstd_level;               /* 1 */
-    int compaction_trigger;       /* SSTables per tablet that start a compaction (4) */
-    int write_stall_tables;       /* SSTables per tablet at which writes stall (20) */
+    int compaction_trigger;       /* sorted runs per tablet that start a compaction (4) */
+    int write_stall_tables;       /* sorted runs per tablet at which writes stall (20) */
     size_t log_segment_bytes;     /* commit log segment size (64 MiB) */
     size_t
         log_max_unflushed_bytes; /* force flushes when the unflushed log exceeds this (512 MiB) */

@@ -3,7 +3,8 @@
  * held), evicts least recently used blocks first, keeps a block that a reader holds valid after
  * it was evicted or replaced (deleted only at the last release), keeps nothing at capacity 0,
  * and survives several threads inserting, looking up and releasing at once (a smoke test whose
- * real value is under ASan/TSan).
+ * real value is under ASan/TSan). Values that carry their own handle (sto_cache_insert_embedded)
+ * follow the same rules, and many entries sharing hash buckets are all found again.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -190,6 +191,78 @@ static void test_cache_concurrent_smoke(void **state) {
     sto_cache_free(c);
 }
 
+/* A value holding its own handle: freed by the deleter with the handle inside it (ASan checks
+ * that the cache touches the handle no more once the deleter ran). */
+typedef struct eval {
+    sto_cache_handle h;
+    uint64_t key;
+    int *deleted;
+} eval;
+
+static void eval_delete(void *v) {
+    eval *x = v;
+    (*x->deleted)++;
+    free(x);
+}
+
+static sto_cache_handle *insert_embedded(sto_cache *c, uint64_t off, int *deleted) {
+    eval *v = malloc(sizeof(*v));
+    v->key = off;
+    v->deleted = deleted;
+    return sto_cache_insert_embedded(c, &v->h, 7, off, v, 100, eval_delete);
+}
+
+static void test_cache_embedded_handles(void **state) {
+    (void)state;
+    sto_cache *c;
+    assert_int_equal(sto_cache_new(16 * 1000, &c), ST_OK);
+    int deleted = 0;
+    sto_cache_handle *held = insert_embedded(c, 0, &deleted);
+    for (uint64_t i = 1; i < 1000; i++)
+        sto_cache_release(c, insert_embedded(c, i, &deleted));
+    assert_int_equal(((eval *)sto_cache_value(held))->key, 0); /* evicted, still valid */
+    sto_cache_release(c, held);
+    sto_cache_handle *h = sto_cache_lookup(c, 7, 999);
+    assert_non_null(h);
+    assert_int_equal(((eval *)sto_cache_value(h))->key, 999);
+    sto_cache_release(c, h);
+    h = insert_embedded(c, 999, &deleted); /* replaces the cached one */
+    sto_cache_release(c, h);
+    int before_free = deleted;
+    sto_cache_free(c);
+    assert_true(deleted > before_free);
+    assert_int_equal(deleted, 1001);
+    /* No cache and a cache of capacity 0: private handles, deleted at release. */
+    deleted = 0;
+    sto_cache_release(NULL, insert_embedded(NULL, 1, &deleted));
+    assert_int_equal(sto_cache_new(0, &c), ST_OK);
+    sto_cache_release(c, insert_embedded(c, 1, &deleted));
+    sto_cache_free(c);
+    assert_int_equal(deleted, 2);
+}
+
+/* Enough entries that buckets grow and chains form: every one cached is found, every absent
+ * one is not, whatever its bucket holds. */
+static void test_cache_many_entries_found(void **state) {
+    (void)state;
+    sto_cache *c;
+    assert_int_equal(sto_cache_new(1 << 30, &c), ST_OK);
+    int deleted = 0;
+    for (uint64_t i = 0; i < 20000; i++)
+        insert_release(c, 1 + i % 3, i * 512, 10, &deleted);
+    assert_int_equal(deleted, 0);
+    for (uint64_t i = 0; i < 20000; i++) {
+        sto_cache_handle *h = sto_cache_lookup(c, 1 + i % 3, i * 512);
+        assert_non_null(h);
+        assert_int_equal(((val *)sto_cache_value(h))->key, i * 512);
+        sto_cache_release(c, h);
+        assert_null(sto_cache_lookup(c, 1 + (i + 1) % 3, i * 512));
+        assert_null(sto_cache_lookup(c, 1 + i % 3, i * 512 + 1));
+    }
+    sto_cache_free(c);
+    assert_int_equal(deleted, 20000);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cache_bound_and_lookup),
@@ -197,6 +270,8 @@ int main(void) {
         cmocka_unit_test(test_cache_handle_outlives_eviction),
         cmocka_unit_test(test_cache_capacity_zero_keeps_nothing),
         cmocka_unit_test(test_cache_concurrent_smoke),
+        cmocka_unit_test(test_cache_embedded_handles),
+        cmocka_unit_test(test_cache_many_entries_found),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

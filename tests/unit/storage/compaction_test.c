@@ -5,8 +5,12 @@
  * physically dropped by compaction, and that a full disk fails writes with RESOURCE_EXHAUSTED
  * without losing any acknowledged write (checked after reopening on a healthy disk), and that
  * the memtable budget and the unflushed-log bound force flushes of memtables that never fill,
- * and that a periodic full compaction drops old tombstones of an idle tablet.
+ * and that a periodic full compaction drops old tombstones of an idle tablet. Sorted runs:
+ * sequentially written tables (disjoint key ranges) form one run, so they never trigger a
+ * compaction or a stall; a compaction keeps an input that overlaps no other input as it is (a
+ * trivial move: same file), cuts its outputs around it, and reads stay right, also after reopen.
  */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -337,6 +341,125 @@ static void test_compaction_periodic_full_drops_tombstones(void **state) {
     tu_rmrf(dir);
 }
 
+/* Writes rows <prefix>000 .. (count of them, step apart) and flushes them into one table. */
+static void flush_rows(sto_db *db, const char *prefix, int from, int count, int step, int ver) {
+    char row[32];
+    st_err err;
+    for (int i = 0; i < count; i++) {
+        snprintf(row, sizeof row, "%s%03d", prefix, from + i * step);
+        assert_int_equal(tu_set(db, 1, row, "f", "q", 1, prefix, V(ver + i)), ST_OK);
+    }
+    assert_int_equal(sto_tablet_flush(db, 1, &err), ST_OK);
+}
+
+/* The highest SSTable file number in dir/sst (0 when none). */
+static uint64_t newest_sst(const char *dir) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/sst", dir);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    uint64_t best = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t n = strlen(e->d_name);
+        if (n > 4 && strcmp(e->d_name + n - 4, ".sst") == 0) {
+            uint64_t v = strtoull(e->d_name, NULL, 10);
+            best = v > best ? v : best;
+        }
+    }
+    closedir(d);
+    return best;
+}
+
+static bool sst_exists(const char *dir, uint64_t number) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/sst/%020" PRIu64 ".sst", dir, number);
+    return access(path, F_OK) == 0;
+}
+
+static sto_db *open_runs_db(const char *dir, sto_options *o) {
+    tu_small_options(o);
+    o->compaction_trigger = 3;
+    o->write_stall_tables = 8; /* all runs are merged at 6 */
+    sto_db *db;
+    st_err err;
+    assert_int_equal(sto_db_open(dir, o, &db, &err), ST_OK);
+    return db;
+}
+
+/* Twelve flushes of ascending, disjoint rows are one sorted run: past compaction_trigger and
+ * write_stall_tables in tables, yet no compaction runs and no write waits for one. */
+static void test_compaction_sequential_tables_one_run(void **state) {
+    (void)state;
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "compaction_seqrun");
+    sto_options o;
+    sto_db *db = open_runs_db(dir, &o);
+    st_err err;
+    assert_int_equal(
+        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
+        ST_OK);
+    for (int k = 0; k < 12; k++)
+        flush_rows(db, "s", k * 50, 50, 1, 1 + k * 50);
+    sto_stats st;
+    sto_db_stats(db, &st);
+    assert_int_equal(st.compactions, 0);
+    assert_int_equal(st.stalls_us, 0);
+    assert_int_equal(sst_count(db), 12);
+    sto_db_close(db);
+    tu_rmrf(dir);
+}
+
+/* Tables a (rows a000..a099), c and e are one run; then tables overlapping a and e make three
+ * runs and a compaction. c overlaps no other input: it keeps its file, and the outputs are cut
+ * around it (a-rows, c, e-rows: three tables). Reads are unchanged, also after reopening. */
+static void test_compaction_trivial_move(void **state) {
+    (void)state;
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "compaction_move");
+    sto_options o;
+    sto_db *db = open_runs_db(dir, &o);
+    st_err err;
+    assert_int_equal(
+        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
+        ST_OK);
+    flush_rows(db, "a", 0, 100, 1, 1);
+    flush_rows(db, "c", 0, 100, 1, 101);
+    uint64_t c_file = newest_sst(dir);
+    flush_rows(db, "e", 0, 100, 1, 201);
+    flush_rows(db, "a", 50, 10, 2, 301); /* overlaps a: a second run */
+    sto_mut dr = {.type = STO_MUT_DEL_ROW};
+    sto_row_mut r = tu_row(1, "e020", &dr, 1, V(400));
+    assert_int_equal(sto_write(db, &r, 1, NULL, &err), ST_OK);
+    flush_rows(db, "e", 50, 10, 2, 401); /* tombstone of e020 + e050..e068: overlaps e */
+    flush_rows(db, "e", 55, 1, 1, 501);  /* overlaps the last one: a third run */
+    st_buf before, after;
+    st_buf_init(&before);
+    st_buf_init(&after);
+    assert_int_equal(tu_dump(db, 1, &before), ST_OK);
+    assert_null(strstr((char *)before.data, "e020 "));
+    assert_non_null(strstr((char *)before.data, "e021 "));
+    while (sst_count(db) != 3) /* no deadline: CTest's timeout catches a compaction never run */
+        usleep(10000);
+    sto_stats st;
+    sto_db_stats(db, &st);
+    assert_int_equal(st.compactions, 1);
+    assert_true(sst_exists(dir, c_file));
+    assert_int_equal(tu_dump(db, 1, &after), ST_OK);
+    assert_string_equal((char *)after.data, (char *)before.data);
+    sto_db_close(db);
+    assert_true(sst_exists(dir, c_file));
+    db = open_runs_db(dir, &o);
+    assert_int_equal(sst_count(db), 3);
+    assert_int_equal(tu_dump(db, 1, &after), ST_OK);
+    assert_string_equal((char *)after.data, (char *)before.data);
+    sto_db_stats(db, &st);
+    assert_int_equal(st.compactions, 0); /* the three tables are one run: nothing due */
+    st_buf_free(&before);
+    st_buf_free(&after);
+    sto_db_close(db);
+    tu_rmrf(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compaction_bounds_sst_count),
@@ -345,6 +468,8 @@ int main(void) {
         cmocka_unit_test(test_compaction_disk_full_no_loss),
         cmocka_unit_test(test_compaction_memory_and_log_pressure_flush),
         cmocka_unit_test(test_compaction_periodic_full_drops_tombstones),
+        cmocka_unit_test(test_compaction_sequential_tables_one_run),
+        cmocka_unit_test(test_compaction_trivial_move),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
