@@ -112,7 +112,7 @@ st_code sto_block_seal(st_slice contents, void *cctx, int zstd_level, st_buf *ou
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory sealing a %zu-byte block",
                           contents.len);
     uint8_t type = STO_BLOCK_NONE;
-    if (cctx && zstd_level > 0 && contents.len > 0) {
+    if (cctx && zstd_level != STO_BLOCK_ZSTD_NONE && contents.len > 0) {
         size_t n =
             ZSTD_compressCCtx(cctx, out->data, bound, contents.data, contents.len, zstd_level);
         /* Compression costs every later read a decompression: keep it only when it pays. */

@@ -43,8 +43,13 @@ static inline bool sto_block_builder_empty(const sto_block_builder *b) {
     return b->entries == 0;
 }
 
-/* Writes contents + trailer to out (reset first). With zstd_level > 0 and cctx, the block is
- * stored zstd-compressed when that saves at least 1/8 of its size. cctx is a ZSTD_CCtx *. */
+/* A zstd_level that stores every block uncompressed (any other level, zstd's negative "fast"
+ * levels included, is passed to zstd). */
+#define STO_BLOCK_ZSTD_NONE (-1000)
+
+/* Writes contents + trailer to out (reset first). With a zstd_level other than
+ * STO_BLOCK_ZSTD_NONE and cctx, the block is stored zstd-compressed when that saves at least 1/8
+ * of its size. cctx is a ZSTD_CCtx *. */
 st_code sto_block_seal(st_slice contents, void *cctx, int zstd_level, st_buf *out, st_err *err);
 
 /* Checks the trailer of a block read from disk (contents + trailer, `len` bytes) and returns its

@@ -15,7 +15,7 @@ void sto_options_default(sto_options *o) {
     o->block_cache_bytes = 64u << 20;
     o->block_bytes = 16u << 10;
     o->bloom_bits_per_key = 10;
-    o->zstd_level = 1;
+    o->zstd_level = STO_SST_ZSTD_LEVEL_DEFAULT;
     o->compaction_trigger = 4;
     o->write_stall_tables = 20;
     o->log_segment_bytes = 64u << 20;

@@ -155,11 +155,11 @@ st_code sto_sst_writer_new(st_env *env, const char *path, const sto_sst_options 
     }
     w->env = env;
     w->block_bytes = o && o->block_bytes ? o->block_bytes : STO_SST_BLOCK_BYTES_DEFAULT;
-    w->zstd_level = o && o->zstd_level ? o->zstd_level : 1;
+    w->zstd_level = o && o->zstd_level ? o->zstd_level : STO_SST_ZSTD_LEVEL_DEFAULT;
     sto_block_builder_init(&w->data, STO_BLOCK_RESTART_INTERVAL);
     sto_block_builder_init(&w->index, STO_SST_INDEX_RESTART_INTERVAL);
     sto_bloom_builder_init(&w->bloom, o ? o->bloom_bits_per_key : 0);
-    if (w->zstd_level > 0 && !(w->cctx = ZSTD_createCCtx())) {
+    if (w->zstd_level != STO_BLOCK_ZSTD_NONE && !(w->cctx = ZSTD_createCCtx())) {
         writer_free(w);
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating SSTable %s", path);
     }

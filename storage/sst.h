@@ -21,10 +21,15 @@ st_code sto_cache_new(size_t capacity_bytes, sto_cache **out);
 void sto_cache_free(sto_cache *c);
 void sto_cache_stats(sto_cache *c, uint64_t *bytes, uint64_t *hits, uint64_t *misses);
 
+/* zstd's fast level -3: on 4 KiB blocks of 2:1-compressible values it compressed in ~5 us
+ * against ~8 us at level 1 (flushes and compactions spend a quarter of their CPU here),
+ * decompressed as fast, and stored ~3% more bytes. */
+#define STO_SST_ZSTD_LEVEL_DEFAULT (-3)
+
 typedef struct sto_sst_options {
     size_t block_bytes;     /* target uncompressed data block size; 0 = 16 KiB */
     int bloom_bits_per_key; /* <= 0: 10 (~1% false positives) */
-    int zstd_level;         /* 0 = 1; < 0 stores every block uncompressed */
+    int zstd_level; /* 0 = STO_SST_ZSTD_LEVEL_DEFAULT; STO_BLOCK_ZSTD_NONE (block.h): none */
 } sto_sst_options;
 
 /* Writes a new table at path; keys must be added in strictly increasing memcmp order. */

@@ -40,7 +40,7 @@ typedef struct sto_options {
     size_t block_cache_bytes;     /* block cache bound (64 MiB) */
     size_t block_bytes;           /* target uncompressed data block size (16 KiB) */
     int bloom_bits_per_key;       /* 10 */
-    int zstd_level;               /* 1 */
+    int zstd_level;               /* zstd level of SSTable blocks (-3, a fast level) */
     int compaction_trigger;       /* sorted runs per tablet that start a compaction (4) */
     int write_stall_tables;       /* sorted runs per tablet at which writes stall (20) */
     size_t log_segment_bytes;     /* commit log segment size (64 MiB) */

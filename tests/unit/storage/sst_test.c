@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "block.h"
 #include "sst.h"
 
 typedef struct ent {
@@ -332,7 +333,7 @@ static void test_sst_compression_shrinks_file(void **state) {
     st_rng_seed(&f->rng, 7);
     size_t n = 5000;
     ent *es = make_entries(&f->rng, &n, true, 500);
-    sto_sst_options plain = {.zstd_level = -1}, zstd = {.zstd_level = 1};
+    sto_sst_options plain = {.zstd_level = STO_BLOCK_ZSTD_NONE}, zstd = {.zstd_level = 1};
     uint64_t a = write_table(f, es, n, &plain);
     uint64_t b = write_table(f, es, n, &zstd);
     assert_true(b < a / 2);
