@@ -108,7 +108,8 @@ struct sto_log {
     log_wstate wstate;
     st_wfile *wf;
     uint64_t next_lsn;
-    uint64_t wbytes; /* bytes written to the open segment */
+    uint64_t wbytes;  /* bytes written to the open segment */
+    bool spare_asked; /* a spare was asked for while this segment was open */
     st_buf group;
 };
 
@@ -800,8 +801,6 @@ static st_code segment_open_file(sto_log *log, const char *path, st_wfile **f, s
     bool have_spare = log->spare == SPARE_READY;
     if (have_spare)
         log->spare = SPARE_IDLE; /* asked again only once renamed: the next one reuses the name */
-    else
-        spare_request_locked(log);
     pthread_mutex_unlock(&log->mu);
     if (have_spare) {
         char sp[LOG_PATH_MAX];
@@ -810,7 +809,6 @@ static st_code segment_open_file(sto_log *log, const char *path, st_wfile **f, s
         bool ok = renamed && log->env->ops->wopen_overwrite(log->env, path, f, NULL) == ST_OK;
         pthread_mutex_lock(&log->mu);
         log->stats.segments_from_spare += ok;
-        spare_request_locked(log);
         pthread_mutex_unlock(&log->mu);
         if (ok)
             return ST_OK;
@@ -875,6 +873,7 @@ static st_code segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
     }
     log->wf = f;
     log->wbytes = LOG_SEG_HDR_BYTES;
+    log->spare_asked = false;
     log->wstate = W_OPEN;
     return ST_OK;
 }
@@ -899,7 +898,14 @@ static st_code writer_ready(sto_log *log, size_t group_bytes, st_err *err) {
         if ((rc = log->env->ops->wopen_append(log->env, path, &log->wf, err)) != ST_OK)
             return rc;
         log->wstate = W_OPEN;
-        spare_request(log); /* for when this segment fills */
+        log->spare_asked = false;
+    }
+    /* The spare for when this segment fills is asked for once it is a quarter full: writing 64 MB
+     * of zeros for every node that starts, however little it writes, would cost more than the
+     * faster syncs save; a quarter of a segment leaves the filler ample time. */
+    if (log->wstate == W_OPEN && !log->spare_asked && log->wbytes > log->segment_bytes / 4) {
+        log->spare_asked = true;
+        spare_request(log);
     }
     if (log->wstate == W_OPEN && log->wbytes > LOG_SEG_HDR_BYTES &&
         log->wbytes + group_bytes > log->segment_bytes)
