@@ -19,14 +19,20 @@ void node_opts_default(node_opts *o) {
 
 /* ---- tablet map ---- */
 
-static int tables_cmp(const void *a, const void *b) {
-    return strcmp(((const node_tablets *)a)->name, ((const node_tablets *)b)->name);
-}
-
+/* On every data call (several times per ReadRows): a plain binary search, no copy of the name. */
 node_tablets *node_tablets_find(node_ctx *n, const char *table) {
-    node_tablets key;
-    snprintf(key.name, sizeof key.name, "%s", table);
-    return bsearch(&key, n->tables, n->n_tables, sizeof *n->tables, tables_cmp);
+    size_t lo = 0, hi = n->n_tables;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(n->tables[mid].name, table);
+        if (c == 0)
+            return &n->tables[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
 }
 
 size_t node_tablet_index(node_tablets *t, st_slice key) {
@@ -482,7 +488,8 @@ typedef struct write_op {
     node_write_done_fn done;
     void *arg;
     st_code code;
-    uint64_t lsn; /* of the write's last record */
+    uint64_t lsn;  /* of the write's last record */
+    rpc_post post; /* its completion's place in the server's post queue */
     char msg[ST_ERR_MSG_MAX];
 } write_op;
 
@@ -505,8 +512,8 @@ static void write_durable(st_code code, uint64_t lsn, const st_err *err, void *a
     op->lsn = lsn;
     if (code != ST_OK)
         snprintf(op->msg, sizeof op->msg, "%s", err ? err->msg : st_code_name(code));
-    if (rpc_server_post(op->n->rpc, write_finish_on_loop, op) != ST_OK) {
-        /* The post queue is full (RPC_POST_QUEUE_MAX) or memory ran out: the write stands but
+    if (rpc_server_post_item(op->n->rpc, &op->post, write_finish_on_loop, op) != ST_OK) {
+        /* The post queue is full (RPC_POST_QUEUE_MAX): the write stands but
          * its caller cannot be told; its call ends when the connection does. */
         st_log(ST_LOG_ERROR, "node", "could not deliver a write completion to the loop");
         __atomic_fetch_add(&op->n->writes_finished, 1, __ATOMIC_RELAXED);
@@ -639,6 +646,7 @@ void node_close(node_ctx *n) {
         rpc_server_free(n->rpc);
         event_base_loop(n->base, EVLOOP_NONBLOCK);
     }
+    node_read_pool_free(n); /* the reads ended with the server */
     if (n->db)
         sto_db_close(n->db);
     for (size_t i = 0; i < n->n_tables; i++)

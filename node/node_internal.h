@@ -73,10 +73,12 @@ struct node_ctx {
     /* The highest log position of a node_write whose completion ran (loop thread): a move
      * waits for the peer clusters to have everything up to it before dropping its tablet. */
     uint64_t written_lsn_max;
-    int64_t start_us;          /* st_mono_us at open (GetStatus uptime) */
-    struct event *split_timer; /* size-based split checks; NULL when split_bytes is 0 */
-    struct node_move *moves;   /* MoveTablet copies in progress (move.c) */
-    struct repl_ctx *repl;     /* replication (repl_glue.c); NULL without --config */
+    int64_t start_us;             /* st_mono_us at open (GetStatus uptime) */
+    struct event *split_timer;    /* size-based split checks; NULL when split_bytes is 0 */
+    struct node_move *moves;      /* MoveTablet copies in progress (move.c) */
+    struct repl_ctx *repl;        /* replication (repl_glue.c); NULL without --config */
+    struct read_state *read_pool; /* idle ReadRows states kept for reuse (read.c) */
+    size_t read_pool_n;
 };
 
 /* Tablets of a table; NULL if the table is unknown. */
@@ -201,6 +203,13 @@ typedef struct node_row_cell {
 /* Reads the visible cells of one row of tablet tab (copies into arena). */
 st_code node_read_row(node_tablet *tab, st_slice row, st_arena *arena, node_row_cell **cells,
                       size_t *n_cells, st_err *err);
+
+/* ---- ReadRows states (read.c) ---- */
+/* Idle states kept for reuse, so a read allocates nothing once the pool is warm; each keeps its
+ * buffers (up to 1 MiB each). */
+#define NODE_READ_POOL_MAX 64
+/* Frees the pool (node_close, once no read is running). */
+void node_read_pool_free(node_ctx *n);
 
 /* ---- handlers (server.c registers them; arg is the node_ctx) ---- */
 void node_h_read_rows(rpc_call *call, st_slice req, void *arg);

@@ -15,6 +15,7 @@
  * after the rows already batched are sent (they are whole rows, so the client can resume after
  * them). Nothing here ends the connection or the process. */
 #include <event2/event.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@
 #define FEATURE_LAST_SCANNED_ROW_RESPONSES 4
 
 #define ROW_ARENA_BLOCK_BYTES ((size_t)64 << 10)
+/* Row buffers above this are freed between rows, so one huge row does not pin its memory for the
+ * rest of the scan; below it they are reused, with no allocation per row. */
+#define ROW_BUF_KEEP_BYTES ((size_t)1 << 20)
 
 typedef struct read_state {
     node_ctx *n;
@@ -38,47 +42,112 @@ typedef struct read_state {
     bool reversed, stats_full, last_scanned_ok;
     int64_t rows_limit; /* 0 = none */
 
-    node_scan scan;
     sto_snapshot *snap;
     uint64_t snap_tablet;
     sto_iter *it;
     bool scan_done;
 
-    /* the row being assembled */
-    bool row_open;
-    st_buf row_key;
-    st_buf cellv; /* node_cell[] */
+    bool row_open; /* the row being assembled (its buffers are below) */
     size_t row_bytes;
-    st_arena row_arena; /* copies of this row's cells, filter scratch */
     st_rng rng;
 
-    /* output */
-    st_buf batch;       /* ReadRowsResponse wire bytes: chunks of whole rows */
-    st_buf scanned_key; /* last row processed but not returned (filtered out) */
     bool scanned_unreported;
     int64_t rows_seen, rows_returned, cells_seen, cells_returned;
     int64_t start_us;
 
-    bool in_turn, turn_scheduled, waiting_writable;
+    bool in_turn, turn_scheduled, waiting_writable, writable_cb_set;
+    struct read_state *pool_next; /* in the node's pool of idle states */
+
+    /* Kept when the state goes back to the pool (read_state_get resets everything above this
+     * point and empties these), so a read allocates nothing once the pool is warm. */
+    node_scan scan;
+    st_buf row_key;
+    st_buf cellv;       /* node_cell[]; their slices are set from celloff at row_finish */
+    st_buf celloff;     /* cell_off[]: where each cell's bytes are in rowdata */
+    st_buf rowdata;     /* copies of this row's families, qualifiers and values */
+    st_buf cellp;       /* const node_cell *[]: the row's cells as row_finish hands them on */
+    st_arena row_arena; /* filter results and scratch (only filters allocate here) */
+    st_buf batch;       /* ReadRowsResponse wire bytes: chunks of whole rows */
+    st_buf scanned_key; /* last row processed but not returned (filtered out) */
 } read_state;
 
 static void read_turn(read_state *r);
 
 /* ---- lifecycle ---- */
 
+static void read_bufs_free(read_state *r) {
+    node_scan_deinit(&r->scan);
+    st_buf_free(&r->row_key);
+    st_buf_free(&r->cellv);
+    st_buf_free(&r->celloff);
+    st_buf_free(&r->rowdata);
+    st_buf_free(&r->cellp);
+    st_buf_free(&r->batch);
+    st_buf_free(&r->scanned_key);
+    st_arena_deinit(&r->row_arena);
+}
+
+/* Empties b; frees its memory when it grew large. */
+static void buf_recycle(st_buf *b) {
+    if (b->cap > ROW_BUF_KEEP_BYTES)
+        st_buf_free(b);
+    else
+        st_buf_reset(b);
+}
+
+/* Releases what the read holds and parks the state, buffers included, in the node's pool (at
+ * most NODE_READ_POOL_MAX states, each buffer at most ROW_BUF_KEEP_BYTES), or frees it. */
 static void read_free(read_state *r) {
     if (r->it)
         sto_iter_free(r->it);
     if (r->snap)
         sto_snapshot_free(r->snap);
     node_filter_release(r->filter);
-    node_scan_deinit(&r->scan);
-    st_buf_free(&r->row_key);
-    st_buf_free(&r->cellv);
-    st_buf_free(&r->batch);
-    st_buf_free(&r->scanned_key);
+    node_ctx *n = r->n;
+    if (n->read_pool_n >= NODE_READ_POOL_MAX) {
+        read_bufs_free(r);
+        free(r);
+        return;
+    }
+    buf_recycle(&r->scan.pos);
+    buf_recycle(&r->scan.lo);
+    buf_recycle(&r->scan.hi);
+    buf_recycle(&r->row_key);
+    buf_recycle(&r->cellv);
+    buf_recycle(&r->celloff);
+    buf_recycle(&r->rowdata);
+    buf_recycle(&r->cellp);
+    buf_recycle(&r->batch);
+    buf_recycle(&r->scanned_key);
     st_arena_deinit(&r->row_arena);
-    free(r);
+    r->pool_next = n->read_pool;
+    n->read_pool = r;
+    n->read_pool_n++;
+}
+
+/* A zeroed state (buffers empty), from the pool when it has one. */
+static read_state *read_state_get(node_ctx *n) {
+    read_state *r = n->read_pool;
+    if (r == NULL) {
+        r = calloc(1, sizeof *r);
+        if (r)
+            st_arena_init(&r->row_arena, ROW_ARENA_BLOCK_BYTES);
+        return r;
+    }
+    n->read_pool = r->pool_next;
+    n->read_pool_n--;
+    memset(r, 0, offsetof(read_state, scan));
+    return r;
+}
+
+void node_read_pool_free(node_ctx *n) {
+    while (n->read_pool) {
+        read_state *r = n->read_pool;
+        n->read_pool = r->pool_next;
+        read_bufs_free(r);
+        free(r);
+    }
+    n->read_pool_n = 0;
 }
 
 /* Ends the call with code/msg and frees the scan. */
@@ -184,6 +253,14 @@ static st_code flush(read_state *r) {
 
 /* ---- reading: pieces of the row set, cells, rows ---- */
 
+/* True for [k, k + "\0"): exactly row k (a row key of the request's row set). Storage gets it as
+ * the closed range [k, k], which it recognises as a point read and answers through the SSTables'
+ * bloom filters instead of seeking every table; the rows selected are the same. */
+static bool piece_is_one_row(const node_key_range *p) {
+    return p->start.len > 0 && p->end.len == p->start.len + 1 && p->end.data[p->start.len] == 0 &&
+           memcmp(p->start.data, p->end.data, p->start.len) == 0;
+}
+
 static st_code open_next_piece(read_state *r, st_err *err) {
     node_tablets *t = node_tablets_find(r->n, r->table);
     if (t == NULL)
@@ -208,6 +285,8 @@ static st_code open_next_piece(read_state *r, st_err *err) {
         r->snap_tablet = tab->id;
     }
     sto_range range = {piece.start, false, piece.end, false};
+    if (piece_is_one_row(&piece))
+        range = (sto_range){piece.start, false, piece.start, true};
     return sto_iter_new(r->snap, &range, r->reversed, &r->it, err);
 }
 
@@ -230,9 +309,12 @@ static st_code next_cell(read_state *r, sto_cell *c, st_err *err) {
 static void row_reset(read_state *r) {
     r->row_open = false;
     r->row_bytes = 0;
-    st_buf_reset(&r->cellv);
-    st_arena_deinit(&r->row_arena);
-    st_arena_init(&r->row_arena, ROW_ARENA_BLOCK_BYTES);
+    buf_recycle(&r->cellv);
+    buf_recycle(&r->celloff);
+    buf_recycle(&r->rowdata);
+    buf_recycle(&r->cellp);
+    if (r->row_arena.total_bytes > 0) /* deinit leaves it ready for the next row */
+        st_arena_deinit(&r->row_arena);
 }
 
 static st_code row_too_large(read_state *r, size_t bytes, st_err *err) {
@@ -256,8 +338,19 @@ static node_filter_ctx filter_ctx(read_state *r) {
     return fc;
 }
 
-/* Adds a cell to the open row: through a per-cell filter when there is one, copied into the row
- * arena (the iterator's slices die at its next call). */
+typedef struct cell_off {
+    size_t family, qualifier, value;
+} cell_off;
+
+/* Appends v to rowdata; *off is where it starts. */
+static bool rowdata_add(read_state *r, st_slice v, size_t *off) {
+    *off = r->rowdata.len;
+    return st_buf_append(&r->rowdata, v.data, v.len) == ST_OK;
+}
+
+/* Adds a cell to the open row: through a per-cell filter when there is one, its bytes copied
+ * into rowdata (the iterator's slices die at its next call). rowdata may move while the row
+ * grows, so cells keep offsets until row_finish points them at the final copy. */
 static st_code row_add(read_state *r, const sto_cell *sc, st_err *err) {
     node_cell in = {sc->family, sc->qualifier, sc->ts_us, sc->value, NULL, 0};
     const node_cell *c = &in;
@@ -272,13 +365,11 @@ static st_code row_add(read_state *r, const sto_cell *sc, st_err *err) {
     if (r->row_bytes + bytes + r->row_key.len > NODE_READ_ROW_BYTES_MAX)
         return row_too_large(r, r->row_bytes + bytes + r->row_key.len, err);
     node_cell copy = *c;
-    st_arena *a = &r->row_arena;
-    copy.family = st_slice_make(st_arena_dup(a, c->family.data, c->family.len), c->family.len);
-    copy.qualifier =
-        st_slice_make(st_arena_dup(a, c->qualifier.data, c->qualifier.len), c->qualifier.len);
-    copy.value = st_slice_make(st_arena_dup(a, c->value.data, c->value.len), c->value.len);
-    if ((c->family.len && !copy.family.data) || (c->qualifier.len && !copy.qualifier.data) ||
-        (c->value.len && !copy.value.data) || st_buf_append(&r->cellv, &copy, sizeof copy) != ST_OK)
+    cell_off off;
+    if (!rowdata_add(r, c->family, &off.family) || !rowdata_add(r, c->qualifier, &off.qualifier) ||
+        !rowdata_add(r, c->value, &off.value) ||
+        st_buf_append(&r->celloff, &off, sizeof off) != ST_OK ||
+        st_buf_append(&r->cellv, &copy, sizeof copy) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory assembling a row");
     r->row_bytes += bytes;
     return ST_OK;
@@ -292,10 +383,25 @@ static st_code row_start(read_state *r, st_slice key, st_err *err) {
     return ST_OK;
 }
 
+/* Points the row's cells at their bytes in rowdata, now that the row is complete. */
+static void row_cells_settle(read_state *r) {
+    node_cell *cells = (node_cell *)(void *)r->cellv.data;
+    const cell_off *off = (const cell_off *)(const void *)r->celloff.data;
+    size_t n = r->cellv.len / sizeof(node_cell);
+    static const uint8_t none[1];
+    const uint8_t *base = r->rowdata.data ? r->rowdata.data : none; /* every cell empty */
+    for (size_t i = 0; i < n; i++) {
+        cells[i].family.data = base + off[i].family;
+        cells[i].qualifier.data = base + off[i].qualifier;
+        cells[i].value.data = base + off[i].value;
+    }
+}
+
 /* Filters (row-level filters) and encodes the open row into the batch, then resets it. */
 static st_code row_finish(read_state *r, st_err *err) {
+    row_cells_settle(r);
     size_t n = r->cellv.len / sizeof(node_cell);
-    const node_cell *cells = (const node_cell *)r->cellv.data;
+    const node_cell *cells = (const node_cell *)(const void *)r->cellv.data;
     const node_cell *const *out = NULL;
     size_t out_n = 0;
     st_slice key = st_buf_slice(&r->row_key);
@@ -305,9 +411,9 @@ static st_code row_finish(read_state *r, st_err *err) {
         node_filter_ctx fc = filter_ctx(r);
         rc = node_filter_eval(r->filter, key, cells, n, &fc, &out, &out_n, err);
     } else if (n > 0) {
-        const node_cell **v = st_arena_alloc(&r->row_arena, n * sizeof *v);
-        if (v == NULL)
+        if (st_buf_reserve(&r->cellp, n * sizeof(node_cell *)) != ST_OK)
             return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory assembling a row");
+        const node_cell **v = (const node_cell **)(void *)r->cellp.data;
         for (size_t i = 0; i < n; i++)
             v[i] = &cells[i];
         out = v;
@@ -328,7 +434,8 @@ static st_code row_finish(read_state *r, st_err *err) {
         if (r->batch.len + enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT &&
             send_batch(r) != ST_OK)
             return st_err_set(err, ST_CANCELLED, "the call ended while sending");
-        rc = node_read_encode_row(&r->batch, key, out, out_n, NODE_READ_VALUE_CHUNK_BYTES, err);
+        rc = node_read_encode_row_sized(&r->batch, key, out, out_n, NODE_READ_VALUE_CHUNK_BYTES,
+                                        enc, err);
         if (rc == ST_OK) {
             r->rows_returned++;
             r->cells_returned += (int64_t)out_n;
@@ -391,6 +498,13 @@ static void turn_yield(read_state *r) {
     if (!rpc_call_writable(r->call)) {
         r->waiting_writable = true;
         r->in_turn = false;
+        /* Registered the first time the read must wait (most reads never do): the RPC layer
+         * then calls on_writable from the loop once the queue drains (at once if it already
+         * has). */
+        if (!r->writable_cb_set) {
+            r->writable_cb_set = true;
+            rpc_call_set_writable_cb(r->call, on_writable, r);
+        }
         return;
     }
     st_err err;
@@ -441,6 +555,8 @@ static void read_turn(read_state *r) {
 
 /* Every row of the row set must be held here; otherwise strata-not-owner before any data. */
 static st_code check_owned(read_state *r, node_tablets *t, st_err *err) {
+    if (t->n == 1 && t->v[0].start.len == 0 && t->v[0].end.len == 0)
+        return ST_OK; /* one tablet holds every row (a standalone node's usual map) */
     st_buf key;
     st_buf_init(&key);
     st_code rc = node_scan_uncovered(&r->rs, t->v, t->n, &key);
@@ -470,22 +586,19 @@ static st_code check_request(node_ctx *n, rpc_call *call,
 
 static read_state *read_state_new(node_ctx *n, rpc_call *call,
                                   const Google__Bigtable__V2__ReadRowsRequest *req) {
-    read_state *r = calloc(1, sizeof *r);
+    read_state *r = read_state_get(n);
     if (r == NULL)
         return NULL;
     r->n = n;
     r->call = call;
-    snprintf(r->table, sizeof r->table, "%s", req->table_name);
+    size_t len = strnlen(req->table_name, NODE_TABLE_NAME_MAX); /* checked by now anyway */
+    memcpy(r->table, req->table_name, len);
+    r->table[len] = 0;
     r->reversed = req->reversed;
     r->rows_limit = req->rows_limit;
     r->stats_full = req->request_stats_view ==
                     GOOGLE__BIGTABLE__V2__READ_ROWS_REQUEST__REQUEST_STATS_VIEW__REQUEST_STATS_FULL;
     r->last_scanned_ok = node_feature(call, FEATURE_LAST_SCANNED_ROW_RESPONSES);
-    st_buf_init(&r->row_key);
-    st_buf_init(&r->cellv);
-    st_buf_init(&r->batch);
-    st_buf_init(&r->scanned_key);
-    st_arena_init(&r->row_arena, ROW_ARENA_BLOCK_BYTES);
     st_rng_seed(&r->rng, (uint64_t)st_mono_us() ^ (uint64_t)(uintptr_t)r);
     r->start_us = st_mono_us();
     return r;
@@ -522,8 +635,7 @@ void node_h_read_rows(rpc_call *call, st_slice bytes, void *arg) {
         return;
     }
     r->per_cell = r->filter != NULL && node_filter_is_per_cell(r->filter);
-    node_scan_init(&r->scan, &r->rs, r->reversed);
+    node_scan_restart(&r->scan, &r->rs, r->reversed);
     rpc_call_set_cancel_cb(call, on_cancel, r);
-    rpc_call_set_writable_cb(call, on_writable, r);
     read_turn(r);
 }

@@ -71,6 +71,8 @@ typedef struct node_scan {
 } node_scan;
 
 void node_scan_init(node_scan *s, const node_rowset *rs, bool reversed);
+/* As node_scan_init, on a scan that was initialised (or zeroed) before: keeps its buffers. */
+void node_scan_restart(node_scan *s, const node_rowset *rs, bool reversed);
 void node_scan_deinit(node_scan *s);
 /* The next piece: the part of the current range inside one tablet of v[0..n) (sorted by start,
  * not overlapping, maybe with gaps, maybe none). Its slices are valid until the next call.
@@ -94,6 +96,10 @@ size_t node_read_row_encoded_bytes(st_slice key, const node_cell *const *cells, 
  * RESOURCE_EXHAUSTED if memory runs out (out unchanged then). */
 st_code node_read_encode_row(st_buf *out, st_slice key, const node_cell *const *cells, size_t n,
                              size_t value_chunk_bytes, st_err *err);
+/* As node_read_encode_row when the caller already has node_read_row_encoded_bytes of the same
+ * row (bytes; checked with an assertion), so the row is not measured twice. */
+st_code node_read_encode_row_sized(st_buf *out, st_slice key, const node_cell *const *cells,
+                                   size_t n, size_t value_chunk_bytes, size_t bytes, st_err *err);
 /* Appends ReadRowsResponse.last_scanned_row_key (field 2). */
 st_code node_read_encode_last_scanned(st_buf *out, st_slice key);
 /* Bytes a row holds for the NODE_READ_ROW_BYTES_MAX check: key, names, values and labels. */

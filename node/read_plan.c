@@ -25,6 +25,16 @@ void node_scan_init(node_scan *s, const node_rowset *rs, bool reversed) {
     st_buf_init(&s->hi);
 }
 
+void node_scan_restart(node_scan *s, const node_rowset *rs, bool reversed) {
+    s->rs = rs;
+    s->reversed = reversed;
+    s->done = 0;
+    s->has_pos = false;
+    st_buf_reset(&s->pos);
+    st_buf_reset(&s->lo);
+    st_buf_reset(&s->hi);
+}
+
 void node_scan_deinit(node_scan *s) {
     st_buf_free(&s->pos);
     st_buf_free(&s->lo);
@@ -320,13 +330,18 @@ size_t node_read_row_encoded_bytes(st_slice key, const node_cell *const *cells, 
 
 st_code node_read_encode_row(st_buf *out, st_slice key, const node_cell *const *cells, size_t n,
                              size_t value_chunk_bytes, st_err *err) {
+    size_t bytes = node_read_row_encoded_bytes(key, cells, n, value_chunk_bytes);
+    return node_read_encode_row_sized(out, key, cells, n, value_chunk_bytes, bytes, err);
+}
+
+st_code node_read_encode_row_sized(st_buf *out, st_slice key, const node_cell *const *cells,
+                                   size_t n, size_t value_chunk_bytes, size_t bytes, st_err *err) {
     ST_ASSERT(n > 0 && key.len > 0);
     for (size_t i = 0; i < n; i++)
         if (cells[i]->value.len > INT32_MAX)
             return st_err_set(err, ST_INTERNAL, "a cell value of %zu bytes cannot be encoded",
                               cells[i]->value.len);
     size_t piece = value_chunk_bytes ? value_chunk_bytes : SIZE_MAX;
-    size_t bytes = node_read_row_encoded_bytes(key, cells, n, piece);
     if (st_buf_reserve(out, bytes) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory encoding a %zu-byte row",
                           bytes);

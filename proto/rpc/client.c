@@ -27,6 +27,8 @@ struct rpc_client {
     nghttp2_session *session;
     rpc_ccall *calls;
     bool dead;
+    bool direct;    /* plain socket: client_flush writes it itself once connected */
+    bool connected; /* BEV_EVENT_CONNECTED seen */
     /* API calls only queue frames and activate this event, which flushes from the loop: so no
      * API function runs a user callback (on_done) before it returns. */
     struct event *flush_ev;
@@ -145,11 +147,15 @@ static void ccall_stream_closed(rpc_ccall *call, uint32_t error_code) {
 /* ---- output ---- */
 
 static bool client_flush(rpc_client *c) {
-    int rv = nghttp2_session_send(c->session);
-    if (rv != 0) {
-        snprintf(c->fail_msg, sizeof(c->fail_msg), "HTTP/2 send failed: %s", nghttp2_strerror(rv));
-        return false;
-    }
+    do {
+        int rv = nghttp2_session_send(c->session);
+        if (rv != 0) {
+            snprintf(c->fail_msg, sizeof(c->fail_msg), "HTTP/2 send failed: %s",
+                     nghttp2_strerror(rv));
+            return false;
+        }
+    } while (c->direct && c->connected && h2_bev_write_now(c->bev) &&
+             nghttp2_session_want_write(c->session));
     return true;
 }
 
@@ -351,6 +357,7 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
         bufferevent_set_timeouts(bev, NULL, NULL); /* connected: calls carry their own deadlines */
         int one = 1;
         setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        c->connected = true;
         if (!c->tp->negotiated_h2(bev))
             client_fail(c, "TLS ALPN did not select h2");
         else if (!client_flush(c))
@@ -403,6 +410,7 @@ rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t p
     if (c->opts.message_bytes_max > UINT32_MAX)
         c->opts.message_bytes_max = UINT32_MAX;
     c->tp = c->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
+    c->direct = c->opts.ssl_ctx == NULL;
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;

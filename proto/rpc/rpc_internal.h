@@ -22,6 +22,15 @@ typedef struct h2_transport {
 extern const h2_transport h2_transport_plain; /* constant table */
 extern const h2_transport h2_transport_tls;   /* constant table */
 
+/* Plain sockets only (server and client connections): writes the bufferevent's output to its
+ * socket now, from the loop callback that produced it, instead of arming the write event and
+ * writing on the next loop pass, so a request or response costs one loop pass and no epoll_ctl
+ * pair. The write event stays disarmed while the output is empty and is armed when the socket is
+ * full or the write failed (the bufferevent then writes the rest, or reports the error). Returns
+ * true when it wrote something and the output is now empty: the caller's HTTP/2 session may
+ * have more to produce if it had stopped at the output high-water mark. */
+bool h2_bev_write_now(struct bufferevent *bev);
+
 /* Routes libevent's and nghttp2's own logs into st_log once per process. */
 void h2_logging_init(void);
 

@@ -42,11 +42,7 @@ typedef struct rpc_method_ent {
     void *arg;
 } rpc_method_ent;
 
-typedef struct post_item {
-    void (*fn)(void *arg);
-    void *arg;
-    struct post_item *next;
-} post_item;
+typedef rpc_post post_item;
 
 typedef struct h2_conn h2_conn;
 
@@ -77,6 +73,7 @@ struct h2_conn {
     /* API calls (send, finish) only queue frames and activate this event, which flushes from the
      * loop: so no API function re-enters user callbacks or closes the connection under them. */
     struct event *flush_ev;
+    bool direct; /* plain socket: h2_conn_flush writes it itself (h2_bev_write_now) */
     h2_conn *prev, *next;
 };
 
@@ -276,11 +273,15 @@ void rpc_call_set_writable_cb(rpc_call *call, void (*on_writable)(rpc_call *, vo
 /* ---- connection output ---- */
 
 static bool h2_conn_flush(h2_conn *conn) {
-    int rv = nghttp2_session_send(conn->session);
-    if (rv != 0) {
-        st_log(ST_LOG_INFO, "rpc", "msg=\"h2 send failed\" err=\"%s\"", nghttp2_strerror(rv));
-        return false;
-    }
+    int rv;
+    do {
+        rv = nghttp2_session_send(conn->session);
+        if (rv != 0) {
+            st_log(ST_LOG_INFO, "rpc", "msg=\"h2 send failed\" err=\"%s\"", nghttp2_strerror(rv));
+            return false;
+        }
+    } while (conn->direct && h2_bev_write_now(conn->bev) &&
+             nghttp2_session_want_write(conn->session));
     if (!nghttp2_session_want_read(conn->session) && !nghttp2_session_want_write(conn->session) &&
         evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
         return false; /* GOAWAY exchanged and everything written: done */
@@ -315,32 +316,30 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
 
 /* ---- responses ---- */
 
+/* Decimal text of a non-negative status (gRPC codes, HTTP statuses) into buf[12]: every call
+ * ends with one, so no snprintf. */
+static const char *status_text(char buf[12], int v) {
+    char *p = buf + 11;
+    unsigned u = v < 0 ? 0u : (unsigned)v;
+    *p = 0;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u && p > buf);
+    return p;
+}
+
 static int submit_trailers(h2_conn *conn, rpc_call *call) {
-    char code[12];
-    snprintf(code, sizeof(code), "%d", (int)call->status);
+    char buf[12];
+    const char *code = status_text(buf, (int)call->status);
     nghttp2_nv nva[] = {NV("grpc-status", code), NV("grpc-message", call->status_msg)};
     size_t n = call->status_msg[0] ? 2 : 1;
     return nghttp2_submit_trailer(conn->session, call->stream_id, nva, n);
 }
 
-static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
-                            size_t length, uint32_t *data_flags, nghttp2_data_source *source,
-                            void *user_data) {
-    (void)session;
-    (void)stream_id;
-    h2_conn *conn = user_data;
-    rpc_call *call = source->ptr;
-    size_t avail = call->out.len - call->out_off;
-    if (avail == 0) {
-        if (!call->finished)
-            return NGHTTP2_ERR_DEFERRED; /* resumed by rpc_call_send / rpc_call_finish */
-        *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-        if (submit_trailers(conn, call) != 0)
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-        return 0;
-    }
-    size_t n = avail < length ? avail : length;
-    memcpy(buf, call->out.data + call->out_off, n);
+/* Response bytes [out_off, out_off + n) went out in a DATA frame: drop them from the queue and
+ * tell a producer waiting for room. */
+static void call_out_consumed(h2_conn *conn, rpc_call *call, size_t n) {
     call->out_off += n;
     STAT_SUB(conn->srv, queued_bytes, n);
     size_t left = call->out.len - call->out_off;
@@ -353,7 +352,50 @@ static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
         call->was_full = false;
         event_active(call->notify_ev, EV_TIMEOUT, 0);
     }
-    return (ssize_t)n;
+}
+
+/* DATA frames are NO_COPY: nghttp2 only sizes them here and send_data_cb writes the frame header
+ * and the bytes straight from the call's queue into the socket's output buffer, saving a copy
+ * through nghttp2's own frame buffer. */
+static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
+                            size_t length, uint32_t *data_flags, nghttp2_data_source *source,
+                            void *user_data) {
+    (void)session;
+    (void)stream_id;
+    (void)buf;
+    h2_conn *conn = user_data;
+    rpc_call *call = source->ptr;
+    size_t avail = call->out.len - call->out_off;
+    if (avail == 0) {
+        if (!call->finished)
+            return NGHTTP2_ERR_DEFERRED; /* resumed by rpc_call_send / rpc_call_finish */
+        *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        if (submit_trailers(conn, call) != 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        return 0;
+    }
+    *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    return (ssize_t)(avail < length ? avail : length);
+}
+
+/* Sends one NO_COPY DATA frame sized by data_read_cb: the bytes are still the first `length` of
+ * the call's queue (rpc_call_send only appends, and its compaction keeps them first). nghttp2
+ * drops the frame instead of calling here when the stream closed meanwhile. */
+static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd,
+                        size_t length, nghttp2_data_source *source, void *user_data) {
+    (void)session;
+    h2_conn *conn = user_data;
+    rpc_call *call = source->ptr;
+    struct evbuffer *out = bufferevent_get_output(conn->bev);
+    if (evbuffer_get_length(out) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
+        return NGHTTP2_ERR_WOULDBLOCK; /* retried with the same frame once the socket drains */
+    if (frame->data.padlen != 0 || length > call->out.len - call->out_off)
+        return NGHTTP2_ERR_CALLBACK_FAILURE; /* we never pad; the queue never shrinks under us */
+    if (evbuffer_add(out, framehd, 9) != 0 ||
+        evbuffer_add(out, call->out.data + call->out_off, length) != 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    call_out_consumed(conn, call, length);
+    return 0;
 }
 
 static int submit_headers(h2_conn *conn, rpc_call *call, bool with_body) {
@@ -365,9 +407,9 @@ static int submit_headers(h2_conn *conn, rpc_call *call, bool with_body) {
 
 /* A response with no messages: one HEADERS frame carrying the status (gRPC "trailers-only"). */
 static int submit_trailers_only(h2_conn *conn, rpc_call *call) {
-    char code[12], http[8];
-    snprintf(code, sizeof(code), "%d", (int)call->status);
-    snprintf(http, sizeof(http), "%d", call->http_status);
+    char cbuf[12], hbuf[12];
+    const char *code = status_text(cbuf, (int)call->status);
+    const char *http = status_text(hbuf, call->http_status);
     nghttp2_nv nva[] = {NV(":status", http), NV("content-type", "application/grpc"),
                         NV("grpc-status", code), NV("grpc-message", call->status_msg)};
     call->headers_sent = true;
@@ -743,6 +785,7 @@ static bool h2_session_start(h2_conn *conn) {
     if (nghttp2_session_callbacks_new(&cbs) != 0)
         return false;
     nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
+    nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_cb);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
@@ -778,6 +821,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
     conn->srv = srv;
     conn->tp = srv->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
+    conn->direct = srv->opts.ssl_ctx == NULL;
     conn->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = conn;
@@ -799,7 +843,9 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
                              (H2_HANDSHAKE_TIMEOUT_MS % 1000) * 1000};
         bufferevent_set_timeouts(conn->bev, &tv, &tv);
     }
-    if (bufferevent_enable(conn->bev, EV_READ | EV_WRITE) != 0 || !h2_session_start(conn))
+    /* A direct connection arms its write event only while the socket is full. */
+    short ev = conn->direct ? EV_READ : EV_READ | EV_WRITE;
+    if (bufferevent_enable(conn->bev, ev) != 0 || !h2_session_start(conn))
         h2_conn_close(conn);
 }
 
@@ -818,34 +864,57 @@ static void post_cb(evutil_socket_t fd, short what, void *arg) {
     pthread_mutex_unlock(&srv->post_mu);
     while (it) {
         post_item *next = it->next;
-        it->fn(it->arg);
-        free(it);
+        void (*fn)(void *) = it->fn;
+        void *fn_arg = it->arg;
+        if (it->owned)
+            free(it);
+        fn(fn_arg); /* may free an embedded item: it is not touched from here on */
         it = next;
     }
+}
+
+/* Queues a filled-in item (any thread). */
+static st_code post_enqueue(rpc_server *s, post_item *item) {
+    item->next = NULL;
+    pthread_mutex_lock(&s->post_mu);
+    if (s->post_len >= RPC_POST_QUEUE_MAX) {
+        pthread_mutex_unlock(&s->post_mu);
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    bool was_empty = s->post_head == NULL;
+    if (s->post_tail)
+        s->post_tail->next = item;
+    else
+        s->post_head = item;
+    s->post_tail = item;
+    s->post_len++;
+    pthread_mutex_unlock(&s->post_mu);
+    /* Only the post that makes the queue non-empty wakes the loop: post_cb reads the eventfd
+     * before it empties the queue under the lock, so a non-empty queue always has a wake-up (or a
+     * drain) still to come. A group commit completing many writes costs one syscall, not one
+     * per write. */
+    if (was_empty) {
+        uint64_t one = 1;
+        ssize_t w = write(s->post_fd, &one, sizeof(one));
+        (void)w; /* EAGAIN means the counter is already non-zero: the loop will wake anyway */
+    }
+    return ST_OK;
+}
+
+st_code rpc_server_post_item(rpc_server *s, rpc_post *item, void (*fn)(void *arg), void *arg) {
+    *item = (rpc_post){fn, arg, NULL, false};
+    return post_enqueue(s, item);
 }
 
 st_code rpc_server_post(rpc_server *s, void (*fn)(void *arg), void *arg) {
     post_item *it = malloc(sizeof(*it));
     if (!it)
         return ST_RESOURCE_EXHAUSTED;
-    *it = (post_item){fn, arg, NULL};
-    pthread_mutex_lock(&s->post_mu);
-    if (s->post_len >= RPC_POST_QUEUE_MAX) {
-        pthread_mutex_unlock(&s->post_mu);
+    *it = (post_item){fn, arg, NULL, true};
+    st_code rc = post_enqueue(s, it);
+    if (rc != ST_OK)
         free(it);
-        return ST_RESOURCE_EXHAUSTED;
-    }
-    if (s->post_tail)
-        s->post_tail->next = it;
-    else
-        s->post_head = it;
-    s->post_tail = it;
-    s->post_len++;
-    pthread_mutex_unlock(&s->post_mu);
-    uint64_t one = 1;
-    ssize_t w = write(s->post_fd, &one, sizeof(one));
-    (void)w; /* EAGAIN means the counter is already non-zero: the loop will wake anyway */
-    return ST_OK;
+    return rc;
 }
 
 rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts, st_err *err) {
@@ -948,7 +1017,8 @@ void rpc_server_free(rpc_server *s) {
         close(s->post_fd);
     for (post_item *it = s->post_head, *next; it; it = next) {
         next = it->next;
-        free(it);
+        if (it->owned)
+            free(it);
     }
     pthread_mutex_destroy(&s->post_mu);
     for (size_t i = 0; i < s->methods_len; i++)

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
@@ -204,4 +205,23 @@ static void libevent_log_cb(int severity, const char *msg) {
 void h2_logging_init(void) {
     /* Idempotent and harmless to repeat; the setters take plain function pointers. */
     event_set_log_callback(libevent_log_cb);
+}
+
+bool h2_bev_write_now(struct bufferevent *bev) {
+    struct evbuffer *out = bufferevent_get_output(bev);
+    if (evbuffer_get_length(out) == 0) {
+        bufferevent_disable(bev, EV_WRITE); /* no syscall when it is not armed */
+        return false;
+    }
+    /* A socket bufferevent keeps the front of its output frozen except while it writes itself;
+     * do as it does (bufferevent_sock.c) for the length of this write. */
+    evbuffer_unfreeze(out, 1);
+    evbuffer_write(out, bufferevent_getfd(bev)); /* EAGAIN or an error: left queued */
+    evbuffer_freeze(out, 1);
+    if (evbuffer_get_length(out) > 0) {
+        bufferevent_enable(bev, EV_WRITE);
+        return false;
+    }
+    bufferevent_disable(bev, EV_WRITE);
+    return true;
 }

@@ -876,6 +876,82 @@ static void cancel_done(rpc_ccall *call, st_code code, const char *message, void
     cc->code = code;
 }
 
+/* rpc_server_post_item: entries embedded in the poster's objects run on the loop in posting order,
+ * interleaved with rpc_server_post's own; an entry's function may free the object holding it
+ * (ASan checks the server does not touch it afterwards). */
+#define POST_ITEMS 2000
+
+typedef struct post_obj {
+    rpc_post post;
+    int idx;
+} post_obj;
+
+typedef struct post_log {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int order[POST_ITEMS];
+    int n;
+} post_log;
+
+static post_log plog = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {0}, 0};
+
+static void post_record(int idx) {
+    pthread_mutex_lock(&plog.mu);
+    plog.order[plog.n++] = idx;
+    pthread_cond_signal(&plog.cv);
+    pthread_mutex_unlock(&plog.mu);
+}
+
+static void post_obj_run(void *arg) {
+    post_obj *o = arg;
+    post_record(o->idx);
+    free(o); /* frees the embedded entry too */
+}
+
+static void post_plain_run(void *arg) {
+    post_record((int)(intptr_t)arg);
+}
+
+static int post_failures; /* cmocka asserts belong to the main thread: counted here */
+
+static void *post_thread(void *arg) {
+    rpc_server *srv = arg;
+    for (int i = 0; i < POST_ITEMS; i++) {
+        if (i % 3 == 0) {
+            if (rpc_server_post(srv, post_plain_run, (void *)(intptr_t)i) != ST_OK)
+                post_failures++;
+            continue;
+        }
+        post_obj *o = malloc(sizeof *o);
+        if (o == NULL) {
+            post_failures++;
+            continue;
+        }
+        o->idx = i;
+        if (rpc_server_post_item(srv, &o->post, post_obj_run, o) != ST_OK) {
+            post_failures++;
+            free(o);
+        }
+    }
+    return NULL;
+}
+
+static void test_rpc_post_item_in_order(void **state) {
+    (void)state;
+    fixture *f = fixture_start(NULL);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, post_thread, f->srv), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(post_failures, 0);
+    pthread_mutex_lock(&plog.mu);
+    while (plog.n < POST_ITEMS)
+        pthread_cond_wait(&plog.cv, &plog.mu);
+    pthread_mutex_unlock(&plog.mu);
+    for (int i = 0; i < POST_ITEMS; i++)
+        assert_int_equal(plog.order[i], i);
+    fixture_stop(f);
+}
+
 static void test_rpc_client_cancel_reaches_handler(void **state) {
     (void)state;
     fixture *f = fixture_start(NULL);
@@ -1070,6 +1146,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_deadline_cancels_server_call),
         cmocka_unit_test(test_rpc_deadlines_on_queued_calls),
         cmocka_unit_test(test_rpc_client_cancel_reaches_handler),
+        cmocka_unit_test(test_rpc_post_item_in_order),
         cmocka_unit_test(test_rpc_bad_frames_end_stream_or_connection),
         cmocka_unit_test(test_rpc_tls_alpn_h2),
     };

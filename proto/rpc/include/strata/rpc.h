@@ -128,6 +128,18 @@ void rpc_server_free(rpc_server *s);
 /* Thread-safe: runs fn(arg) on the server's loop thread soon, in posting order. RESOURCE_EXHAUSTED
  * if the queue is full (RPC_POST_QUEUE_MAX) or memory runs out, in which case fn will not run. */
 st_code rpc_server_post(rpc_server *s, void (*fn)(void *arg), void *arg);
+/* A queue entry for rpc_server_post_item, embedded in the caller's own object: fields private. */
+typedef struct rpc_post {
+    void (*fn)(void *arg);
+    void *arg;
+    struct rpc_post *next;
+    bool owned; /* allocated by rpc_server_post (freed by the server), not embedded */
+} rpc_post;
+/* As rpc_server_post, but queues the caller's item instead of allocating one, so a thread that
+ * posts often (storage's commit thread, once per durable write) does no malloc here and the loop
+ * no cross-thread free. item must stay valid until fn starts; the server does not touch it once
+ * fn has started (fn may free it). RESOURCE_EXHAUSTED only when the queue is full. */
+st_code rpc_server_post_item(rpc_server *s, rpc_post *item, void (*fn)(void *arg), void *arg);
 struct event_base *rpc_server_base(rpc_server *s);
 /* Any thread (counters are read atomically one by one). */
 void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out);
