@@ -15,6 +15,11 @@ void node_opts_default(node_opts *o) {
     memset(o, 0, sizeof *o);
     o->listen_host = "127.0.0.1";
     o->sync = true;
+    /* A tablet server's reads live on its block cache: with the storage engine's 64 MiB, a node
+     * holding a few hundred MB of SSTables spent ~70% of its read CPU loading blocks (strata
+     * bench, 4 x 32 point reads: 40k/s with 64 MiB, 59k/s with 256 MiB). Memory is charged
+     * only as blocks are read. */
+    o->block_cache_bytes = NODE_BLOCK_CACHE_BYTES_DEFAULT;
 }
 
 /* ---- tablet map ---- */

@@ -9,6 +9,9 @@
 struct event_base;
 typedef struct node_ctx node_ctx;
 
+/* The block cache of a node unless --cache-mb says otherwise (see node_opts_default). */
+#define NODE_BLOCK_CACHE_BYTES_DEFAULT ((size_t)256 << 20)
+
 typedef struct node_opts {
     const char *data_dir;    /* created when absent */
     const char *listen_host; /* "127.0.0.1" */
@@ -29,7 +32,7 @@ typedef struct node_opts {
      * commit log to them and applies theirs (replication, docs/formats/replication.md); needs
      * cluster_num. NULL = no replication. */
     const char *config_path;
-    size_t block_cache_bytes; /* 0 = storage default */
+    size_t block_cache_bytes; /* NODE_BLOCK_CACHE_BYTES_DEFAULT; 0 = storage's 64 MiB */
     size_t memtable_bytes;    /* 0 = storage default */
 } node_opts;
 
