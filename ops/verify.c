@@ -6,11 +6,21 @@
 
 #include "bench.h"
 
-int ops_pb_next(const uint8_t **p, const uint8_t *end, ops_pb_field *f) {
+/* One-byte varints (tags, short lengths, flags) inline; longer ones through base. The verifier
+ * walks every field of every row the bench reads, on the cores the servers use. */
+static inline bool pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    if (*p < end && **p < 0x80) {
+        *v = *(*p)++;
+        return true;
+    }
+    return st_get_varint64(p, end, v);
+}
+
+static inline int pb_next(const uint8_t **p, const uint8_t *end, ops_pb_field *f) {
     if (*p >= end)
         return 0;
     uint64_t tag;
-    if (!st_get_varint64(p, end, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
+    if (!pb_varint(p, end, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
         return -1;
     f->num = (uint32_t)(tag >> 3);
     f->wire = (uint32_t)(tag & 7);
@@ -18,15 +28,21 @@ int ops_pb_next(const uint8_t **p, const uint8_t *end, ops_pb_field *f) {
     f->s = st_slice_make(NULL, 0);
     switch (f->wire) {
     case 0:
-        return st_get_varint64(p, end, &f->v) ? 1 : -1;
+        return pb_varint(p, end, &f->v) ? 1 : -1;
     case 1:
         if (end - *p < 8)
             return -1;
         f->v = st_get_fixed64(*p);
         *p += 8;
         return 1;
-    case 2:
-        return st_get_len_prefixed(p, end, &f->s) ? 1 : -1;
+    case 2: {
+        uint64_t len;
+        if (!pb_varint(p, end, &len) || len > (uint64_t)(end - *p))
+            return -1;
+        f->s = st_slice_make(*p, (size_t)len);
+        *p += len;
+        return 1;
+    }
     case 5:
         if (end - *p < 4)
             return -1;
@@ -36,6 +52,10 @@ int ops_pb_next(const uint8_t **p, const uint8_t *end, ops_pb_field *f) {
     default:
         return -1; /* groups (3, 4) are not used by Bigtable; 6, 7 do not exist */
     }
+}
+
+int ops_pb_next(const uint8_t **p, const uint8_t *end, ops_pb_field *f) {
+    return pb_next(p, end, f);
 }
 
 __attribute__((format(printf, 2, 3))) static bool check_fail(ops_rowcheck *c, const char *fmt,
@@ -69,7 +89,7 @@ static bool chunk_parse(st_slice in, chunk_view *v) {
     const uint8_t *p = in.data, *end = in.data + in.len;
     ops_pb_field f;
     int rc;
-    while ((rc = ops_pb_next(&p, end, &f)) == 1) {
+    while ((rc = pb_next(&p, end, &f)) == 1) {
         if (f.num == 1 && f.wire == 2) {
             v->key = f.s;
             v->has_key = f.s.len > 0;
@@ -139,7 +159,7 @@ bool ops_rowcheck_feed(ops_rowcheck *c, st_slice msg) {
     const uint8_t *p = msg.data, *end = msg.data + msg.len;
     ops_pb_field f;
     int rc;
-    while ((rc = ops_pb_next(&p, end, &f)) == 1) {
+    while ((rc = pb_next(&p, end, &f)) == 1) {
         if (f.num != 1 || f.wire != 2)
             continue; /* last_scanned_row_key, request_stats */
         chunk_view v;
@@ -185,14 +205,14 @@ static bool bulk_entry(ops_bulkcheck *c, st_slice in) {
     ops_pb_field f;
     uint64_t index = 0, code = 0;
     int rc;
-    while ((rc = ops_pb_next(&p, end, &f)) == 1) {
+    while ((rc = pb_next(&p, end, &f)) == 1) {
         if (f.num == 1 && f.wire == 0) {
             index = f.v;
         } else if (f.num == 2 && f.wire == 2) {
             const uint8_t *q = f.s.data, *qend = f.s.data + f.s.len;
             ops_pb_field g;
             int rs;
-            while ((rs = ops_pb_next(&q, qend, &g)) == 1)
+            while ((rs = pb_next(&q, qend, &g)) == 1)
                 if (g.num == 1 && g.wire == 0)
                     code = g.v;
             if (rs < 0)
@@ -221,7 +241,7 @@ bool ops_bulkcheck_feed(ops_bulkcheck *c, st_slice msg) {
     const uint8_t *p = msg.data, *end = msg.data + msg.len;
     ops_pb_field f;
     int rc;
-    while ((rc = ops_pb_next(&p, end, &f)) == 1)
+    while ((rc = pb_next(&p, end, &f)) == 1)
         if (f.num == 1 && f.wire == 2 && !bulk_entry(c, f.s))
             return false;
     if (rc < 0)

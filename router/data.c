@@ -72,7 +72,7 @@ typedef struct fwd_op {
     bool idempotent;
     int attempts;
     uint64_t gen;
-    st_buf resp;
+    st_slice resp; /* the node's answer, in the call's arena */
     st_err last;
 } fwd_op;
 
@@ -80,12 +80,11 @@ static void fwd_send(void *arg);
 
 static void fwd_finish(fwd_op *op, st_code code, const char *msg) {
     if (code == ST_OK) {
-        st_code rc = rpc_call_send(op->call, st_buf_slice(&op->resp));
+        st_code rc = rpc_call_send(op->call, op->resp);
         rpc_call_finish(op->call, rc, rc == ST_OK ? NULL : "could not send the response");
     } else {
         rpc_call_finish(op->call, code, msg);
     }
-    st_buf_free(&op->resp);
     free(op);
 }
 
@@ -121,9 +120,11 @@ static bool fwd_failover(fwd_op *op) {
 static void fwd_msg(rpc_ccall *call, st_slice msg, void *arg) {
     (void)call;
     fwd_op *op = arg;
-    st_buf_reset(&op->resp);
-    if (st_buf_append(&op->resp, msg.data, msg.len) != ST_OK)
-        rpc_ccall_cancel(call);
+    /* A unary answer is one small message: the call's arena holds it until the call ends. */
+    void *p = msg.len ? st_arena_dup(rpc_call_arena(op->call), msg.data, msg.len) : NULL;
+    if (msg.len && !p)
+        return rpc_ccall_cancel(call);
+    op->resp = st_slice_make(p, msg.len);
 }
 
 static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
@@ -166,7 +167,7 @@ static void fwd_send(void *arg) {
 }
 
 static void fwd_start(rtr_ctx *r, rpc_call *call, const rtr_plan *plan, const char *table,
-                      ProtobufCBinaryData row, st_slice req, bool idempotent) {
+                      st_slice row, st_slice req, bool idempotent) {
     if (row.len == 0)
         return rtr_fail(call, ST_INVALID_ARGUMENT, "row key must not be empty");
     fwd_op *op = calloc(1, sizeof *op);
@@ -178,28 +179,51 @@ static void fwd_start(rtr_ctx *r, rpc_call *call, const rtr_plan *plan, const ch
                    .plan = *plan,
                    .path = rpc_call_path(call),
                    .req = req,
-                   .row = st_slice_make(row.data, row.len),
+                   .row = row,
                    .table = table,
                    .idempotent = idempotent};
-    st_buf_init(&op->resp);
     fwd_send(op);
+}
+
+/* The fields a MutateRow is routed by: peeked from the wire when plainly encoded (the value is
+ * not copied), else unpacked. */
+static bool mutate_row_parse(rpc_call *call, st_slice req_bytes, const char **table,
+                             const char **profile, st_slice *row, bool *idempotent) {
+    rtr_mr_peek pk;
+    if (rtr_peek_mutate_row(req_bytes, &pk)) {
+        *table = rtr_peek_str(rpc_call_arena(call), pk.table);
+        *profile = rtr_peek_str(rpc_call_arena(call), pk.profile);
+        *row = pk.row;
+        *idempotent = pk.idempotent;
+        if (*table && *profile)
+            return true;
+    }
+    Google__Bigtable__V2__MutateRowRequest *req =
+        (void *)rtr_unpack(call, &google__bigtable__v2__mutate_row_request__descriptor, req_bytes);
+    if (!req)
+        return false;
+    *table = req->table_name;
+    *profile = req->app_profile_id;
+    *row = st_slice_make(req->row_key.data, req->row_key.len);
+    *idempotent = muts_idempotent(req->mutations, req->n_mutations);
+    return true;
 }
 
 void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
-    Google__Bigtable__V2__MutateRowRequest *req =
-        (void *)rtr_unpack(call, &google__bigtable__v2__mutate_row_request__descriptor, req_bytes);
+    const char *table, *profile;
+    st_slice row;
+    bool idempotent;
     rtr_plan plan;
-    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false,
-                            st_slice_make(req->row_key.data, req->row_key.len), &plan))
+    if (!mutate_row_parse(call, req_bytes, &table, &profile, &row, &idempotent) ||
+        !data_route(r, call, table, profile, false, row, &plan))
         return;
-    bool idempotent = muts_idempotent(req->mutations, req->n_mutations);
     if (plan.multi && !idempotent) {
         if (!data_stamp(r, call, false, &req_bytes))
             return;
         idempotent = true;
     }
-    fwd_start(r, call, &plan, req->table_name, req->row_key, req_bytes, idempotent);
+    fwd_start(r, call, &plan, table, row, req_bytes, idempotent);
 }
 
 void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -210,7 +234,8 @@ void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true,
                             st_slice_make(NULL, 0), &plan))
         return;
-    fwd_start(r, call, &plan, req->table_name, req->row_key, req_bytes, false);
+    fwd_start(r, call, &plan, req->table_name, st_slice_make(req->row_key.data, req->row_key.len),
+              req_bytes, false);
 }
 
 void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -221,7 +246,8 @@ void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) 
     if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true,
                             st_slice_make(NULL, 0), &plan))
         return;
-    fwd_start(r, call, &plan, req->table_name, req->row_key, req_bytes, false);
+    fwd_start(r, call, &plan, req->table_name, st_slice_make(req->row_key.data, req->row_key.len),
+              req_bytes, false);
 }
 
 void rtr_h_ping_and_warm(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -243,6 +269,7 @@ typedef struct mr_op {
     rtr_cluster *c;
     rtr_plan plan;
     const char *table;
+    st_slice req; /* the request as forwarded (stamped when multi-cluster) */
     st_buf head;
     rtr_entry *entries;
     size_t n;
@@ -367,25 +394,39 @@ static void mr_done(rpc_ccall *call, st_code code, const char *message, void *ar
         mr_round_over(op);
 }
 
+/* True when idx is every entry in order: the node can take the request as the client sent it. */
+static bool mr_all_entries(const mr_op *op, const size_t *idx, size_t n) {
+    if (n != op->n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] != i)
+            return false;
+    return true;
+}
+
 /* Sends one node's entries; false if the call could not start (entries stay non-final). */
 static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int64_t timeout) {
     mr_group *g = malloc(sizeof *g);
-    st_buf req;
-    st_buf_init(&req);
+    st_buf buf;
+    st_buf_init(&buf);
     st_err err = {0};
-    bool ok =
-        g && rtr_mutate_rows_build(&req, st_buf_slice(&op->head), op->entries, idx, n) == ST_OK;
+    st_slice req = op->req;
+    bool ok = g != NULL;
+    if (ok && !mr_all_entries(op, idx, n)) {
+        ok = rtr_mutate_rows_build(&buf, st_buf_slice(&op->head), op->entries, idx, n) == ST_OK;
+        req = st_buf_slice(&buf);
+    }
     if (ok) {
         *g = (mr_group){op, node, idx, n};
         rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
         size_t n_md = rtr_forward_headers(op->call, md);
         op->groups_pending++;
-        ok = rtr_node_call(node, RTR_BT "MutateRows", st_buf_slice(&req), md, n_md, timeout, mr_msg,
-                           mr_done, g, &err) != NULL;
+        ok = rtr_node_call(node, RTR_BT "MutateRows", req, md, n_md, timeout, mr_msg, mr_done, g,
+                           &err) != NULL;
         if (!ok)
             op->groups_pending--;
     }
-    st_buf_free(&req);
+    st_buf_free(&buf);
     if (!ok) {
         rtr_health_report(node, ST_UNAVAILABLE);
         for (size_t i = 0; i < n; i++)
@@ -446,35 +487,56 @@ static void mr_round(void *arg) {
         mr_round_over(op);
 }
 
-static st_code mr_check(const Google__Bigtable__V2__MutateRowsRequest *req, st_err *err) {
-    if (req->n_entries == 0)
+static st_code mr_check(size_t n_entries, size_t n_mutations, st_err *err) {
+    if (n_entries == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT, "No entries provided");
-    size_t total = 0;
-    for (size_t i = 0; i < req->n_entries; i++)
-        total += req->entries[i]->n_mutations;
-    if (total > RTR_MUTATIONS_MAX)
+    if (n_mutations > RTR_MUTATIONS_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "Too many mutations: %zu provided; limit %d",
-                          total, RTR_MUTATIONS_MAX);
+                          n_mutations, RTR_MUTATIONS_MAX);
     return ST_OK;
+}
+
+/* The fields a MutateRows is routed and checked by: peeked from the wire when plainly encoded
+ * (100 entries' values are not copied), else unpacked. */
+static bool mutate_rows_parse(rpc_call *call, st_slice req_bytes, rtr_mrs_peek *pk,
+                              const char **table, const char **profile) {
+    if (rtr_peek_mutate_rows(req_bytes, pk)) {
+        *table = rtr_peek_str(rpc_call_arena(call), pk->table);
+        *profile = rtr_peek_str(rpc_call_arena(call), pk->profile);
+        if (*table && *profile)
+            return true;
+    }
+    Google__Bigtable__V2__MutateRowsRequest *req =
+        (void *)rtr_unpack(call, &google__bigtable__v2__mutate_rows_request__descriptor, req_bytes);
+    if (!req)
+        return false;
+    *pk = (rtr_mrs_peek){.n_entries = req->n_entries, .idempotent = true};
+    for (size_t i = 0; i < req->n_entries; i++) {
+        pk->n_mutations += req->entries[i]->n_mutations;
+        pk->idempotent = pk->idempotent &&
+                         muts_idempotent(req->entries[i]->mutations, req->entries[i]->n_mutations);
+    }
+    if (req->n_entries > 0)
+        pk->first_row = st_slice_make(req->entries[0]->row_key.data, req->entries[0]->row_key.len);
+    *table = req->table_name;
+    *profile = req->app_profile_id;
+    return true;
 }
 
 void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
-    Google__Bigtable__V2__MutateRowsRequest *req =
-        (void *)rtr_unpack(call, &google__bigtable__v2__mutate_rows_request__descriptor, req_bytes);
+    rtr_mrs_peek pk;
+    const char *table, *profile;
     rtr_plan plan;
-    st_slice row = req && req->n_entries == 1
-                       ? st_slice_make(req->entries[0]->row_key.data, req->entries[0]->row_key.len)
-                       : st_slice_make(NULL, 0);
-    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false, row, &plan))
+    if (!mutate_rows_parse(call, req_bytes, &pk, &table, &profile))
+        return;
+    st_slice row = pk.n_entries == 1 ? pk.first_row : st_slice_make(NULL, 0);
+    if (!data_route(r, call, table, profile, false, row, &plan))
         return;
     st_err err = {0};
-    if (mr_check(req, &err) != ST_OK)
+    if (mr_check(pk.n_entries, pk.n_mutations, &err) != ST_OK)
         return rtr_fail(call, err.code, "%s", err.msg);
-    bool idempotent = true;
-    for (size_t i = 0; i < req->n_entries; i++)
-        idempotent =
-            idempotent && muts_idempotent(req->entries[i]->mutations, req->entries[i]->n_mutations);
+    bool idempotent = pk.idempotent;
     if (plan.multi && !idempotent) {
         if (!data_stamp(r, call, true, &req_bytes))
             return;
@@ -488,7 +550,8 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
                   .call = call,
                   .c = rtr_plan_cluster(r, &plan),
                   .plan = plan,
-                  .table = req->table_name,
+                  .table = table,
+                  .req = req_bytes,
                   .idempotent = idempotent};
     st_buf_init(&op->head);
     st_code rc = rtr_mutate_rows_split(req_bytes, a, &op->head, &op->entries, &op->n);

@@ -27,8 +27,10 @@ typedef struct rr_op {
     const char *table;
     btu_rowset rs;
     bool reversed;
-    int64_t limit; /* 0 = none */
-    st_buf head;   /* the request minus rows (2) and rows_limit (4) */
+    int64_t limit;  /* 0 = none */
+    st_slice req;   /* the client's request (lives as long as the call) */
+    st_buf head;    /* the request minus rows (2) and rows_limit (4), built when first needed */
+    bool head_made; /* head holds it */
     bool has_pos;
     st_buf pos;
     st_buf cur_start, cur_end; /* bounds of the tablet being read */
@@ -40,6 +42,7 @@ typedef struct rr_op {
     bool complete;  /* every row was read: finish once the backlog is out */
     st_buf backlog; /* messages, each prefixed with its varint length */
     size_t backlog_off;
+    bool writable_cb; /* rr_writable is registered (once a backlog formed) */
     int attempts;
     uint64_t gen;
     st_err last;
@@ -108,6 +111,8 @@ static st_code rr_drain(rr_op *op) {
     return ST_OK;
 }
 
+static void rr_writable(rpc_call *call, void *arg);
+
 static st_code rr_emit(rr_op *op, st_slice msg) {
     if (backlog_bytes(op) > 0) {
         st_code rc = rr_drain(op); /* older messages first */
@@ -119,6 +124,13 @@ static st_code rr_emit(rr_op *op, st_slice msg) {
     if (st_buf_append_varint64(&op->backlog, msg.len) != ST_OK ||
         st_buf_append(&op->backlog, msg.data, msg.len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
+    /* Only a read that had to wait asks to hear about room: registering costs an event per call
+     * (and one more each time the queue empties). The server remembers that the queue was full,
+     * so the notice still comes. */
+    if (!op->writable_cb) {
+        op->writable_cb = true;
+        rpc_call_set_writable_cb(op->call, rr_writable, op);
+    }
     return ST_OK;
 }
 
@@ -330,9 +342,14 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     rr_free(op, code, op->last.msg);
 }
 
+static const uint32_t rr_replaced_fields[] = {2, 4}; /* rows, rows_limit */
+
 /* The node request for one tablet: the original request with the tablet's ranges and the rows
  * still allowed. */
 static st_code rr_request(rr_op *op, const btu_rowset *sub, st_buf *out) {
+    if (!op->head_made && rtr_wire_copy_except(&op->head, op->req, rr_replaced_fields, 2) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    op->head_made = true;
     if (st_buf_append(out, op->head.data, op->head.len) != ST_OK ||
         rtr_wire_put_rowset(out, 2, sub) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
@@ -342,24 +359,45 @@ static st_code rr_request(rr_op *op, const btu_rowset *sub, st_buf *out) {
     return ST_OK;
 }
 
-static void rr_send(rr_op *op, const rtr_tablet *tb, const btu_rowset *sub) {
+/* The request for tablet tb into out. The first step on a tablet holding every row asked for
+ * (the common case: a point read, a scan inside one tablet) sends the client's bytes as they
+ * came: nothing to rewrite. */
+static st_code rr_build(rr_op *op, const rtr_tablet *tb, st_buf *out, st_slice *req) {
+    if (!op->has_pos && op->track.committed == 0 && rtr_read_covers(&op->rs, tb)) {
+        *req = op->req;
+        return ST_OK;
+    }
+    st_arena a;
+    st_arena_init(&a, 4096);
+    btu_rowset sub;
+    st_code rc =
+        rtr_read_collect(&op->rs, op->reversed, op->has_pos, st_buf_slice(&op->pos), tb, &a, &sub);
+    if (rc == ST_OK)
+        rc = rr_request(op, &sub, out);
+    st_arena_deinit(&a);
+    *req = st_buf_slice(out);
+    return rc;
+}
+
+static void rr_send(rr_op *op, const rtr_tablet *tb) {
     int64_t timeout;
     if (!rtr_call_timeout(op->call, 0, &timeout))
         return rr_free(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
-    st_buf req;
-    st_buf_init(&req);
+    st_buf buf;
+    st_buf_init(&buf);
+    st_slice req;
     if (set_buf(&op->cur_start, tb->start) != ST_OK || set_buf(&op->cur_end, tb->end) != ST_OK ||
-        rr_request(op, sub, &req) != ST_OK) {
-        st_buf_free(&req);
+        rr_build(op, tb, &buf, &req) != ST_OK) {
+        st_buf_free(&buf);
         return rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
     }
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
     op->wait = RR_NODE;
     op->node = &op->c->nodes[tb->node];
-    op->inflight = rtr_node_call(op->node, RTR_BT "ReadRows", st_buf_slice(&req), md, n_md, timeout,
-                                 rr_msg, rr_done, op, &op->last);
-    st_buf_free(&req);
+    op->inflight = rtr_node_call(op->node, RTR_BT "ReadRows", req, md, n_md, timeout, rr_msg,
+                                 rr_done, op, &op->last);
+    st_buf_free(&buf);
     if (op->inflight)
         rr_idle_arm(op);
     if (!op->inflight) {
@@ -375,17 +413,13 @@ static void rr_step(void *arg) {
     if (rr_limit_reached(op))
         return rr_free(op, ST_OK, NULL);
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
-    st_arena a;
-    st_arena_init(&a, 4096);
-    btu_rowset sub;
     size_t k = 0;
     st_slice gap;
     op->gen = op->c->map_gen;
-    st_code rc = rtr_read_step(&op->rs, op->reversed, op->has_pos, st_buf_slice(&op->pos), t, &a,
-                               &sub, &k, &gap);
+    st_code rc =
+        rtr_read_locate(&op->rs, op->reversed, op->has_pos, st_buf_slice(&op->pos), t, &k, &gap);
     if (rc == ST_OK)
-        rr_send(op, &t->v[k], &sub);
-    st_arena_deinit(&a);
+        return rr_send(op, &t->v[k]);
     if (rc == ST_NOT_FOUND)
         return rr_free(op, ST_OK, NULL);
     if (rc == ST_UNAVAILABLE) {
@@ -397,23 +431,52 @@ static void rr_step(void *arg) {
         rr_free(op, rc, "out of memory");
 }
 
-static const uint32_t rr_replaced_fields[] = {2, 4}; /* rows, rows_limit */
+/* The fields a read is routed by: peeked from the wire when plainly encoded (no unpacking of
+ * filters and keys the node reads anyway), else unpacked. */
+typedef struct rr_args {
+    const char *table, *profile;
+    const Google__Bigtable__V2__RowSet *rows; /* NULL: every row */
+    int64_t limit;
+    bool reversed;
+} rr_args;
+
+static bool rr_parse(rpc_call *call, st_slice req_bytes, rr_args *a) {
+    rtr_rr_peek pk;
+    if (rtr_peek_read_rows(req_bytes, &pk)) {
+        st_arena *ar = rpc_call_arena(call);
+        a->rows = NULL;
+        a->table = rtr_peek_str(ar, pk.table);
+        a->profile = rtr_peek_str(ar, pk.profile);
+        a->limit = pk.rows_limit;
+        a->reversed = pk.reversed;
+        if (pk.has_rows)
+            a->rows =
+                (void *)rtr_unpack_try(call, &google__bigtable__v2__row_set__descriptor, pk.rows);
+        if (a->table && a->profile && (a->rows || !pk.has_rows))
+            return true;
+    }
+    Google__Bigtable__V2__ReadRowsRequest *req =
+        (void *)rtr_unpack(call, &google__bigtable__v2__read_rows_request__descriptor, req_bytes);
+    if (!req)
+        return false;
+    *a = (rr_args){req->table_name, req->app_profile_id, req->rows, req->rows_limit, req->reversed};
+    return true;
+}
 
 void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
-    Google__Bigtable__V2__ReadRowsRequest *req =
-        (void *)rtr_unpack(call, &google__bigtable__v2__read_rows_request__descriptor, req_bytes);
+    rr_args req;
     rtr_plan plan;
-    if (!req || !rtr_table_or_fail(r, call, req->table_name))
+    if (!rr_parse(call, req_bytes, &req) || !rtr_table_or_fail(r, call, req.table))
         return;
     st_err err = {0};
     /* Row affinity applies to reads of exactly one row key. */
-    bool one_row = req->rows && req->rows->n_row_keys == 1 && req->rows->n_row_ranges == 0;
-    st_slice row = one_row ? st_slice_make(req->rows->row_keys[0].data, req->rows->row_keys[0].len)
+    bool one_row = req.rows && req.rows->n_row_keys == 1 && req.rows->n_row_ranges == 0;
+    st_slice row = one_row ? st_slice_make(req.rows->row_keys[0].data, req.rows->row_keys[0].len)
                            : st_slice_make(NULL, 0);
-    if (rtr_route_plan(r, req->app_profile_id, false, row, &plan, &err) != ST_OK)
+    if (rtr_route_plan(r, req.profile, false, row, &plan, &err) != ST_OK)
         return rtr_fail(call, err.code, "%s", err.msg);
-    if (req->rows_limit < 0)
+    if (req.limit < 0)
         return rtr_fail(call, ST_INVALID_ARGUMENT, "rows_limit must not be negative");
     rr_op *op = calloc(1, sizeof *op);
     if (!op)
@@ -422,21 +485,19 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
                   .call = call,
                   .c = rtr_plan_cluster(r, &plan),
                   .plan = plan,
-                  .table = req->table_name,
-                  .reversed = req->reversed,
-                  .limit = req->rows_limit};
+                  .table = req.table,
+                  .reversed = req.reversed,
+                  .limit = req.limit,
+                  .req = req_bytes};
     st_buf_init(&op->head);
     st_buf_init(&op->pos);
     st_buf_init(&op->cur_start);
     st_buf_init(&op->cur_end);
     st_buf_init(&op->backlog);
     rtr_rr_track_init(&op->track);
-    st_code rc = btu_rowset_from_pb(req->rows, rpc_call_arena(call), &op->rs, &err);
-    if (rc == ST_OK && rtr_wire_copy_except(&op->head, req_bytes, rr_replaced_fields, 2) != ST_OK)
-        rc = st_err_set(&err, ST_INVALID_ARGUMENT, "malformed ReadRows request");
+    st_code rc = btu_rowset_from_pb(req.rows, rpc_call_arena(call), &op->rs, &err);
     if (rc != ST_OK)
         return rr_free(op, rc, err.msg);
     rpc_call_set_cancel_cb(call, rr_cancelled, op);
-    rpc_call_set_writable_cb(call, rr_writable, op);
     rr_step(op);
 }

@@ -63,10 +63,15 @@ static void arena_free(void *data, void *p) {
     (void)p;
 }
 
+ProtobufCMessage *rtr_unpack_try(rpc_call *call, const ProtobufCMessageDescriptor *desc,
+                                 st_slice bytes) {
+    ProtobufCAllocator alloc = {arena_alloc, arena_free, rpc_call_arena(call)};
+    return protobuf_c_message_unpack(desc, &alloc, bytes.len, bytes.data);
+}
+
 ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                              st_slice bytes) {
-    ProtobufCAllocator alloc = {arena_alloc, arena_free, rpc_call_arena(call)};
-    ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, bytes.len, bytes.data);
+    ProtobufCMessage *m = rtr_unpack_try(call, desc, bytes);
     if (!m)
         rtr_fail(call, ST_INVALID_ARGUMENT, "could not parse the %s request", desc->short_name);
     return m;

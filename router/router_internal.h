@@ -121,6 +121,15 @@ size_t rtr_tmap_row(const rtr_tmap_table *t, st_slice row);
 st_code rtr_read_step(const btu_rowset *rs, bool reversed, bool has_pos, st_slice pos,
                       const rtr_tmap_table *t, st_arena *a, btu_rowset *sub, size_t *tablet,
                       st_slice *gap);
+/* rtr_read_step in two halves: the tablet of the next step (same codes, no allocation), then the
+ * ranges of rs inside tablet tb (ST_OK or ST_RESOURCE_EXHAUSTED). */
+st_code rtr_read_locate(const btu_rowset *rs, bool reversed, bool has_pos, st_slice pos,
+                        const rtr_tmap_table *t, size_t *tablet, st_slice *gap);
+st_code rtr_read_collect(const btu_rowset *rs, bool reversed, bool has_pos, st_slice pos,
+                         const rtr_tablet *tb, st_arena *a, btu_rowset *sub);
+/* True when tablet tb holds every row rs can select (rs non-empty): a first step there may send
+ * the client's request unchanged. */
+bool rtr_read_covers(const btu_rowset *rs, const rtr_tablet *tb);
 /* The position after a finished step on tablet tb: forward its end, reversed its start; false
  * when that bound is unbounded (the walk is over). */
 bool rtr_read_next_pos(const rtr_tablet *tb, bool reversed, st_slice *pos);
@@ -194,6 +203,36 @@ typedef struct rtr_sample {
 st_code rtr_samples_merge(rtr_sample *const *per_node, const size_t *counts,
                           const st_slice *end_keys, size_t n_nodes, st_arena *a, rtr_sample **out,
                           size_t *n_out);
+
+/* ---- request peeking (peek.c, pure) ---- */
+/* The routing fields of a ReadRowsRequest, as slices into the request. */
+typedef struct rtr_rr_peek {
+    st_slice table, profile;
+    st_slice rows; /* the RowSet's bytes (has_rows) */
+    bool has_rows;
+    int64_t rows_limit;
+    bool reversed;
+} rtr_rr_peek;
+/* false when the request is malformed or not plainly encoded (a singular field repeated or with
+ * another wire type): unpack it with protobuf-c instead. */
+bool rtr_peek_read_rows(st_slice req, rtr_rr_peek *out);
+
+/* The routing fields of a MutateRowRequest. idempotent: no SetCell with timestamp -1. */
+typedef struct rtr_mr_peek {
+    st_slice table, profile, row;
+    size_t n_mutations;
+    bool idempotent;
+} rtr_mr_peek;
+bool rtr_peek_mutate_row(st_slice req, rtr_mr_peek *out);
+/* The routing fields of a MutateRowsRequest: counts over all entries, the first entry's row. */
+typedef struct rtr_mrs_peek {
+    st_slice table, profile, first_row;
+    size_t n_entries, n_mutations;
+    bool idempotent;
+} rtr_mrs_peek;
+bool rtr_peek_mutate_rows(st_slice req, rtr_mrs_peek *out);
+/* s as a NUL-terminated string in a; NULL when memory runs out. */
+char *rtr_peek_str(st_arena *a, st_slice s);
 
 /* ---- metadata records (meta.c) ---- */
 typedef struct rtr_meta_rec {
@@ -359,6 +398,9 @@ st_code rtr_route_cluster(rtr_ctx *r, const char *app_profile_id, bool transacti
                           rtr_cluster **out, st_err *err);
 ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                              st_slice bytes);
+/* The same without failing the call: NULL for a malformed message (or out of memory). */
+ProtobufCMessage *rtr_unpack_try(rpc_call *call, const ProtobufCMessageDescriptor *desc,
+                                 st_slice bytes);
 void rtr_reply(rpc_call *call, const ProtobufCMessage *msg);
 void rtr_fail(rpc_call *call, st_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

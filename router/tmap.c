@@ -228,9 +228,8 @@ static bool next_edge(const btu_rowset *rs, bool reversed, st_slice lo, st_slice
     return false;
 }
 
-st_code rtr_read_step(const btu_rowset *rs, bool reversed, bool has_pos, st_slice pos,
-                      const rtr_tmap_table *t, st_arena *a, btu_rowset *sub, size_t *tablet,
-                      st_slice *gap) {
+st_code rtr_read_locate(const btu_rowset *rs, bool reversed, bool has_pos, st_slice pos,
+                        const rtr_tmap_table *t, size_t *tablet, st_slice *gap) {
     st_slice lo, hi, edge;
     remaining(reversed, has_pos, pos, &lo, &hi);
     if (!next_edge(rs, reversed, lo, hi, &edge))
@@ -247,9 +246,31 @@ st_code rtr_read_step(const btu_rowset *rs, bool reversed, bool has_pos, st_slic
         if (k == 0 || btu_end_cmp(t->v[k - 1].end, edge) < 0)
             return ST_UNAVAILABLE;
     }
-    const rtr_tablet *tb = &t->v[k - 1];
     *tablet = k - 1;
+    return ST_OK;
+}
+
+st_code rtr_read_collect(const btu_rowset *rs, bool reversed, bool has_pos, st_slice pos,
+                         const rtr_tablet *tb, st_arena *a, btu_rowset *sub) {
+    st_slice lo, hi;
+    remaining(reversed, has_pos, pos, &lo, &hi);
     return collect(rs, smax_start(lo, tb->start), smin_end(hi, tb->end), a, sub);
+}
+
+st_code rtr_read_step(const btu_rowset *rs, bool reversed, bool has_pos, st_slice pos,
+                      const rtr_tmap_table *t, st_arena *a, btu_rowset *sub, size_t *tablet,
+                      st_slice *gap) {
+    st_code rc = rtr_read_locate(rs, reversed, has_pos, pos, t, tablet, gap);
+    if (rc != ST_OK)
+        return rc;
+    return rtr_read_collect(rs, reversed, has_pos, pos, &t->v[*tablet], a, sub);
+}
+
+bool rtr_read_covers(const btu_rowset *rs, const rtr_tablet *tb) {
+    if (rs->n == 0)
+        return false;
+    return st_slice_cmp(rs->v[0].start, tb->start) >= 0 &&
+           btu_end_cmp(rs->v[rs->n - 1].end, tb->end) <= 0;
 }
 
 bool rtr_read_next_pos(const rtr_tablet *tb, bool reversed, st_slice *pos) {

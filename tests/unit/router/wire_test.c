@@ -247,6 +247,15 @@ static void test_wire_rr_track_counts_rows_and_follows_last_key(void **state) {
     assert_int_equal(t.committed, 3);
     assert_true(t.row_open);
     assert_true(st_slice_eq(st_buf_slice(&t.last), S("e")));
+    /* Row f ends in the next message: a chunk without a key commits it, then g follows. */
+    static const uint8_t commit_f_then_g[] = {0x0a, 0x02, 0x48, 0x01, /* commit */
+                                              0x0a, 0x05, 0x0a, 0x01, 'g', 0x48, 0x01};
+    assert_int_equal(
+        rtr_rr_track_feed(&t, st_slice_make(commit_f_then_g, sizeof commit_f_then_g), false),
+        ST_OK);
+    assert_int_equal(t.committed, 5);
+    assert_false(t.row_open);
+    assert_true(st_slice_eq(st_buf_slice(&t.last), S("g")));
     rtr_rr_track_deinit(&t);
 
     /* Reversed: the resume point is the smallest key. */
