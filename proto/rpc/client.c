@@ -29,6 +29,10 @@ struct rpc_client {
     bool dead;
     bool direct;    /* plain socket: client_flush writes it itself once connected */
     bool connected; /* BEV_EVENT_CONNECTED seen */
+    /* direct and connected: reads the socket itself (h2_sock_read), the bufferevent does not,
+     * and output goes to wbuf (h2_out_add) */
+    struct event *read_ev;
+    st_buf wbuf;
     /* API calls only queue frames and activate this event, which flushes from the loop: so no
      * API function runs a user callback (on_done) before it returns. */
     struct event *flush_ev;
@@ -42,22 +46,23 @@ struct rpc_ccall {
     rpc_ccall_msg_fn on_msg;
     rpc_ccall_done_fn on_done;
     void *arg;
-    st_buf body; /* the framed request */
-    size_t body_off;
+    const uint8_t *body; /* the framed request, in the call's own allocation */
+    size_t body_len, body_off;
     int http_status;
     bool got_status, cancelled, deadline_hit;
     st_code status;
     char message[RPC_GRPC_MESSAGE_MAX];
     st_err local; /* an error found on our side (bad response framing) */
     /* Kept to resubmit a request the server refused before processing it (REFUSED_STREAM, e.g.
-     * sent before its SETTINGS_MAX_CONCURRENT_STREAMS arrived), as gRPC clients do. */
-    st_arena arena;
+     * sent before its SETTINGS_MAX_CONCURRENT_STREAMS arrived), as gRPC clients do. Like the body,
+     * they live in the call's one allocation (ccall_alloc). */
     const char *path;
-    rpc_metadata *md;
+    size_t path_len;
+    nghttp2_nv *md; /* lengths known: nghttp2 takes them as they are */
     size_t md_count;
     int64_t deadline_us; /* st_mono_us; 0 = none */
     int refused_retries;
-    struct event *deadline_ev;
+    struct event *deadline_ev; /* NULL, or the timer inside the call's allocation (added) */
     rpc_ccall *prev, *next;
 };
 
@@ -77,13 +82,11 @@ static void ccall_complete(rpc_ccall *call, st_code code, const char *message) {
     if (call->next)
         call->next->prev = call->prev;
     if (call->deadline_ev)
-        event_free(call->deadline_ev);
+        event_del(call->deadline_ev);
     if (c->session && call->stream_id > 0)
         nghttp2_session_set_stream_user_data(c->session, call->stream_id, NULL);
     call->on_done(call, code, message ? message : "", call->arg);
     rpc_deframer_deinit(&call->deframer);
-    st_buf_free(&call->body);
-    st_arena_deinit(&call->arena);
     free(call);
 }
 
@@ -154,7 +157,7 @@ static bool client_flush(rpc_client *c) {
                      nghttp2_strerror(rv));
             return false;
         }
-    } while (c->direct && c->connected && h2_bev_write_now(c->bev) &&
+    } while (c->direct && c->connected && h2_out_write_now(c->bev, &c->wbuf) &&
              nghttp2_session_want_write(c->session));
     return true;
 }
@@ -178,9 +181,10 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
     (void)session;
     (void)flags;
     rpc_client *c = user_data;
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
+    st_buf *wbuf = c->direct && c->connected ? &c->wbuf : NULL;
+    if (h2_out_len(c->bev, wbuf) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
         return NGHTTP2_ERR_WOULDBLOCK;
-    if (bufferevent_write(c->bev, data, length) != 0)
+    if (!h2_out_add(c->bev, wbuf, data, length))
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     return (ssize_t)length;
 }
@@ -192,12 +196,12 @@ static ssize_t body_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
     (void)stream_id;
     (void)user_data;
     rpc_ccall *call = source->ptr;
-    size_t n = call->body.len - call->body_off;
+    size_t n = call->body_len - call->body_off;
     if (n > length)
         n = length;
-    memcpy(buf, call->body.data + call->body_off, n);
+    memcpy(buf, call->body + call->body_off, n);
     call->body_off += n;
-    if (call->body_off == call->body.len)
+    if (call->body_off == call->body_len)
         *data_flags |= NGHTTP2_DATA_FLAG_EOF;
     return (ssize_t)n;
 }
@@ -319,12 +323,16 @@ static void client_fail(rpc_client *c, const char *why) {
     while (c->calls)
         ccall_complete(c->calls, c->calls->deadline_hit ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
                        msg);
+    if (c->read_ev)
+        event_free(c->read_ev); /* before the bufferevent closes the socket */
+    c->read_ev = NULL;
     if (c->session)
         nghttp2_session_del(c->session);
     c->session = NULL;
     if (c->bev)
         bufferevent_free(c->bev);
     c->bev = NULL;
+    st_buf_free(&c->wbuf);
 }
 
 static void client_read_cb(struct bufferevent *bev, void *arg) {
@@ -344,6 +352,46 @@ static void client_read_cb(struct bufferevent *bev, void *arg) {
         client_fail(c, c->fail_msg);
 }
 
+static bool client_feed(void *arg, const uint8_t *data, size_t len) {
+    rpc_client *c = arg;
+    ssize_t rv = nghttp2_session_mem_recv(c->session, data, len);
+    if (rv < 0)
+        client_fail(c, nghttp2_strerror((int)rv));
+    return !c->dead;
+}
+
+/* Direct connections: the read event's callback (see h2_sock_read). */
+static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    rpc_client *c = arg;
+    switch (h2_sock_read(fd, client_feed, c)) {
+    case H2_READ_AGAIN:
+        if (!client_flush(c))
+            client_fail(c, c->fail_msg);
+        break;
+    case H2_READ_EOF:
+        client_fail(c, "connection closed by the server");
+        break;
+    case H2_READ_ERROR:
+        client_fail(c, "connect or socket error (is the server up? TLS mismatch?)");
+        break;
+    case H2_READ_FED:
+        break; /* client_feed failed the client */
+    }
+}
+
+/* Connected plain socket: from now on read it directly instead of through the bufferevent. */
+static bool client_read_direct(rpc_client *c) {
+    bufferevent_disable(c->bev, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+        client_read_cb(c->bev, c); /* whatever the bufferevent had already read */
+    if (c->dead)
+        return true; /* client_fail said why */
+    c->read_ev =
+        event_new(c->base, bufferevent_getfd(c->bev), EV_READ | EV_PERSIST, client_sock_read_cb, c);
+    return c->read_ev && event_add(c->read_ev, NULL) == 0;
+}
+
 static void client_write_cb(struct bufferevent *bev, void *arg) {
     (void)bev;
     rpc_client *c = arg;
@@ -360,7 +408,9 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
         c->connected = true;
         if (!c->tp->negotiated_h2(bev))
             client_fail(c, "TLS ALPN did not select h2");
-        else if (!client_flush(c))
+        else if (c->direct && !client_read_direct(c))
+            client_fail(c, "cannot watch the socket");
+        else if (!c->dead && !client_flush(c))
             client_fail(c, c->fail_msg);
         return;
     }
@@ -380,8 +430,10 @@ static bool client_session_new(rpc_client *c) {
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
-    int rv = nghttp2_session_client_new(&c->session, cbs, c);
+    nghttp2_option *opt = h2_session_option();
+    int rv = opt ? nghttp2_session_client_new2(&c->session, cbs, c, opt) : NGHTTP2_ERR_NOMEM;
     nghttp2_session_callbacks_del(cbs);
+    nghttp2_option_del(opt);
     if (rv != 0)
         return false;
     nghttp2_settings_entry iv[] = {
@@ -450,12 +502,15 @@ void rpc_client_free(rpc_client *c) {
         return;
     while (c->calls)
         ccall_complete(c->calls, ST_CANCELLED, "client closed");
+    if (c->read_ev)
+        event_free(c->read_ev);
     if (c->session)
         nghttp2_session_del(c->session);
     if (c->bev)
         bufferevent_free(c->bev);
     if (c->flush_ev)
         event_free(c->flush_ev);
+    st_buf_free(&c->wbuf);
     free(c->host);
     free(c);
 }
@@ -489,13 +544,14 @@ void rpc_ccall_cancel(rpc_ccall *call) {
 
 static bool ccall_submit(rpc_client *c, rpc_ccall *call) {
     char timeout[16] = "";
-    nghttp2_nv fixed[] = {NV(":method", "POST"),
-                          NV(":scheme", c->opts.ssl_ctx ? "https" : "http"),
-                          NV(":path", call->path),
-                          NV(":authority", c->host),
-                          NV("content-type", "application/grpc"),
-                          NV("te", "trailers"),
-                          NV("grpc-timeout", timeout)};
+    nghttp2_nv fixed[] = {
+        NV(":method", "POST"),
+        NV(":scheme", c->opts.ssl_ctx ? "https" : "http"),
+        {(uint8_t *)":path", (uint8_t *)call->path, 5, call->path_len, NGHTTP2_NV_FLAG_NONE},
+        NV(":authority", c->host),
+        NV("content-type", "application/grpc"),
+        NV("te", "trailers"),
+        NV("grpc-timeout", timeout)};
     size_t nfixed = 6;
     if (call->deadline_us) {
         rpc_timeout_format(call->deadline_us - st_mono_us(), timeout);
@@ -504,33 +560,61 @@ static bool ccall_submit(rpc_client *c, rpc_ccall *call) {
     }
     nghttp2_nv nva[7 + RPC_HEADERS_COUNT_MAX];
     memcpy(nva, fixed, nfixed * sizeof(nghttp2_nv));
-    for (size_t i = 0; i < call->md_count; i++)
-        nva[nfixed + i] =
-            (nghttp2_nv){(uint8_t *)call->md[i].name, (uint8_t *)call->md[i].value,
-                         strlen(call->md[i].name), strlen(call->md[i].value), NGHTTP2_NV_FLAG_NONE};
+    memcpy(nva + nfixed, call->md, call->md_count * sizeof(nghttp2_nv));
     nghttp2_data_provider prd = {.source = {.ptr = call}, .read_callback = body_read_cb};
     call->stream_id =
         nghttp2_submit_request(c->session, NULL, nva, nfixed + call->md_count, &prd, call);
     return call->stream_id > 0;
 }
 
-/* Copies path and metadata into the call's arena so a refused request can be resubmitted. */
-static bool ccall_keep_request(rpc_ccall *call, const char *path, const rpc_metadata *md,
-                               size_t md_count) {
+static size_t align16(size_t n) {
+    return (n + 15) & ~(size_t)15;
+}
+
+/* One allocation per call: the call, its deadline timer, its metadata (as nghttp2_nv), the framed
+ * request and the path and metadata text, so a call costs one malloc and a refused request can
+ * be resubmitted. The call's fields are zeroed; NULL when out of memory or oversized. */
+static rpc_ccall *ccall_alloc(const char *path, st_slice request, const rpc_metadata *md,
+                              size_t md_count, bool timer) {
     if (md_count > RPC_HEADERS_COUNT_MAX)
-        return false;
-    call->path = st_arena_dup(&call->arena, path, strlen(path) + 1);
-    call->md = md_count ? st_arena_alloc(&call->arena, md_count * sizeof(*md)) : NULL;
-    if (!call->path || (md_count && !call->md))
-        return false;
-    for (size_t i = 0; i < md_count; i++) {
-        call->md[i].name = st_arena_dup(&call->arena, md[i].name, strlen(md[i].name) + 1);
-        call->md[i].value = st_arena_dup(&call->arena, md[i].value, strlen(md[i].value) + 1);
-        if (!call->md[i].name || !call->md[i].value)
-            return false;
-    }
+        return NULL;
+    size_t path_len = strlen(path), text = path_len + 1;
+    for (size_t i = 0; i < md_count; i++)
+        text += strlen(md[i].name) + strlen(md[i].value) + 2;
+    size_t ev_off = align16(sizeof(rpc_ccall));
+    size_t nv_off = ev_off + (timer ? align16(event_get_struct_event_size()) : 0);
+    size_t body_off = nv_off + align16(md_count * sizeof(nghttp2_nv));
+    if (request.len > SIZE_MAX - body_off - 5 - text)
+        return NULL;
+    uint8_t *p = malloc(body_off + 5 + request.len + text);
+    if (!p)
+        return NULL;
+    rpc_ccall *call = (rpc_ccall *)p;
+    memset(call, 0, sizeof(*call));
+    if (timer)
+        call->deadline_ev = (struct event *)(p + ev_off);
+    uint8_t *body = p + body_off;
+    rpc_frame_prefix(body, (uint32_t)request.len);
+    if (request.len)
+        memcpy(body + 5, request.data, request.len);
+    call->body = body;
+    call->body_len = 5 + request.len;
+    char *t = (char *)body + call->body_len;
+    memcpy(t, path, path_len + 1);
+    call->path = t;
+    call->path_len = path_len;
+    t += path_len + 1;
+    call->md = (nghttp2_nv *)(p + nv_off);
     call->md_count = md_count;
-    return true;
+    for (size_t i = 0; i < md_count; i++) {
+        size_t nl = strlen(md[i].name), vl = strlen(md[i].value);
+        memcpy(t, md[i].name, nl + 1);
+        memcpy(t + nl + 1, md[i].value, vl + 1);
+        call->md[i] =
+            (nghttp2_nv){(uint8_t *)t, (uint8_t *)t + nl + 1, nl, vl, NGHTTP2_NV_FLAG_NONE};
+        t += nl + vl + 2;
+    }
+    return call;
 }
 
 rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
@@ -538,7 +622,7 @@ rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
                            rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg) {
     if (c->dead || request.len > UINT32_MAX)
         return NULL;
-    rpc_ccall *call = calloc(1, sizeof(*call));
+    rpc_ccall *call = ccall_alloc(path, request, md, md_count, timeout_ms > 0);
     if (!call)
         return NULL;
     call->c = c;
@@ -546,25 +630,18 @@ rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
     call->on_done = on_done;
     call->arg = arg;
     rpc_deframer_init(&call->deframer, c->opts.message_bytes_max);
-    st_buf_init(&call->body);
-    st_arena_init(&call->arena, 1024);
-    uint8_t prefix[5];
-    rpc_frame_prefix(prefix, (uint32_t)request.len);
-    bool ok = st_buf_append(&call->body, prefix, 5) == ST_OK &&
-              st_buf_append(&call->body, request.data, request.len) == ST_OK;
-    ok = ok && ccall_keep_request(call, path, md, md_count);
-    if (ok && timeout_ms > 0) {
+    bool ok = true;
+    if (timeout_ms > 0) {
         call->deadline_us = st_mono_us() + timeout_ms * 1000;
         struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)(timeout_ms % 1000) * 1000};
-        call->deadline_ev = evtimer_new(c->base, ccall_deadline_cb, call);
+        if (evtimer_assign(call->deadline_ev, c->base, ccall_deadline_cb, call) != 0)
+            call->deadline_ev = NULL; /* never assigned: nothing to delete */
         ok = call->deadline_ev && evtimer_add(call->deadline_ev, &tv) == 0;
     }
     if (!ok || !ccall_submit(c, call)) {
         if (call->deadline_ev)
-            event_free(call->deadline_ev);
+            event_del(call->deadline_ev); /* harmless if it was never added */
         rpc_deframer_deinit(&call->deframer);
-        st_buf_free(&call->body);
-        st_arena_deinit(&call->arena);
         free(call);
         return NULL;
     }

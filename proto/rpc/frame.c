@@ -1,6 +1,5 @@
 /* gRPC message framing, grpc-timeout and grpc-message encodings: pure functions on bytes, shared
  * by server and client and fed directly by the fuzz target. */
-#include <stdio.h>
 #include <string.h>
 
 #include "strata/rpc.h"
@@ -135,6 +134,21 @@ bool rpc_timeout_parse(const char *text, size_t len, int64_t *timeout_us) {
     return true;
 }
 
+/* "<v><unit>" into out (v <= 8 digits): every client call with a deadline sends one, so no
+ * snprintf. */
+static void timeout_text(char out[16], uint32_t v, char unit) {
+    char digits[10];
+    size_t n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v && n < 8);
+    for (size_t i = 0; i < n; i++)
+        out[i] = digits[n - 1 - i];
+    out[n] = unit;
+    out[n + 1] = '\0';
+}
+
 void rpc_timeout_format(int64_t timeout_us, char out[16]) {
     if (timeout_us < 1)
         timeout_us = 1;
@@ -144,13 +158,13 @@ void rpc_timeout_format(int64_t timeout_us, char out[16]) {
         int64_t us;
     } units[] = {{'u', 1}, {'m', 1000}, {'S', 1000000}, {'M', 60000000}, {'H', 3600000000LL}};
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        int64_t v = (timeout_us + units[i].us - 1) / units[i].us;
+        int64_t v = timeout_us / units[i].us + (timeout_us % units[i].us != 0); /* no overflow */
         if (v <= 99999999) {
-            snprintf(out, 16, "%u%c", (unsigned)v, units[i].unit);
+            timeout_text(out, (uint32_t)v, units[i].unit);
             return;
         }
     }
-    snprintf(out, 16, "99999999H");
+    timeout_text(out, 99999999, 'H');
 }
 
 void rpc_percent_encode(const char *in, char *out, size_t out_size) {

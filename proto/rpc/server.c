@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,12 @@ struct h2_conn {
     /* API calls (send, finish) only queue frames and activate this event, which flushes from the
      * loop: so no API function re-enters user callbacks or closes the connection under them. */
     struct event *flush_ev;
-    bool direct; /* plain socket: h2_conn_flush writes it itself (h2_bev_write_now) */
+    /* plain socket: output goes to wbuf and h2_conn_flush writes it itself (h2_out_write_now),
+     * read_ev reads it (h2_sock_read); the bufferevent only writes what the socket would not
+     * take at once */
+    bool direct;
+    st_buf wbuf;
+    struct event *read_ev;
     h2_conn *prev, *next;
 };
 
@@ -89,14 +95,14 @@ struct rpc_call {
     st_arena arena;
     const rpc_method_ent *method;
     const char *path;
-    call_hdr hdrs[RPC_HEADERS_COUNT_MAX];
     size_t hdrs_len;
     size_t hdr_bytes;
-    st_err early; /* a header problem found while parsing, reported at END_HEADERS */
+    size_t hdr_text_used; /* of hdr_text */
+    st_err early;         /* a header problem found while parsing, reported at END_HEADERS */
     int http_status;
     bool saw_post, saw_content_type;
     int64_t deadline_us;
-    struct event *deadline_ev;
+    struct event *deadline_ev; /* NULL, or the timer at the end of the call's allocation */
     rpc_deframer deframer;
     st_buf request;
     size_t request_bytes; /* counted in conn->request_bytes */
@@ -113,6 +119,11 @@ struct rpc_call {
     void *on_writable_arg;
     struct event *notify_ev;
     rpc_call *prev, *next;
+    /* Not zeroed by call_new (only [0, hdrs_len) and [0, hdr_text_used) are ever read): */
+    call_hdr hdrs[RPC_HEADERS_COUNT_MAX];
+    /* Request header names and values, NUL-terminated; the arena takes what does not fit. A
+     * typical request's headers fit, so most calls allocate nothing for them. */
+    char hdr_text[1024];
 };
 
 static void h2_conn_close(h2_conn *conn);
@@ -141,10 +152,16 @@ void rpc_call_unref(rpc_call *call) {
         call_release(call);
 }
 
+/* Where a call's deadline timer lives in its allocation. */
+static size_t call_timer_offset(void) {
+    return (sizeof(rpc_call) + 15) & ~(size_t)15;
+}
+
 static rpc_call *call_new(h2_conn *conn, int32_t stream_id) {
-    rpc_call *call = calloc(1, sizeof(*call));
+    rpc_call *call = malloc(call_timer_offset() + event_get_struct_event_size());
     if (!call)
         return NULL;
+    memset(call, 0, offsetof(rpc_call, hdrs));
     call->refs = 1; /* the stream's */
     call->conn = conn;
     call->stream_id = stream_id;
@@ -203,7 +220,7 @@ static void call_detach(rpc_call *call) {
     st_buf_free(&call->out);
     call->out_off = 0;
     if (call->deadline_ev)
-        event_free(call->deadline_ev);
+        event_del(call->deadline_ev);
     if (call->notify_ev)
         event_free(call->notify_ev);
     call->deadline_ev = call->notify_ev = NULL;
@@ -272,6 +289,11 @@ void rpc_call_set_writable_cb(rpc_call *call, void (*on_writable)(rpc_call *, vo
 
 /* ---- connection output ---- */
 
+/* Where send_cb queues output (see h2_out_add). */
+static st_buf *conn_wbuf(h2_conn *conn) {
+    return conn->direct ? &conn->wbuf : NULL;
+}
+
 static bool h2_conn_flush(h2_conn *conn) {
     int rv;
     do {
@@ -280,10 +302,10 @@ static bool h2_conn_flush(h2_conn *conn) {
             st_log(ST_LOG_INFO, "rpc", "msg=\"h2 send failed\" err=\"%s\"", nghttp2_strerror(rv));
             return false;
         }
-    } while (conn->direct && h2_bev_write_now(conn->bev) &&
+    } while (conn->direct && h2_out_write_now(conn->bev, &conn->wbuf) &&
              nghttp2_session_want_write(conn->session));
     if (!nghttp2_session_want_read(conn->session) && !nghttp2_session_want_write(conn->session) &&
-        evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
+        h2_out_len(conn->bev, conn_wbuf(conn)) == 0)
         return false; /* GOAWAY exchanged and everything written: done */
     return true;
 }
@@ -306,10 +328,9 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
     (void)session;
     (void)flags;
     h2_conn *conn = user_data;
-    struct evbuffer *out = bufferevent_get_output(conn->bev);
-    if (evbuffer_get_length(out) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
+    if (h2_out_len(conn->bev, conn_wbuf(conn)) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
         return NGHTTP2_ERR_WOULDBLOCK; /* resumed by the write callback */
-    if (bufferevent_write(conn->bev, data, length) != 0)
+    if (!h2_out_add(conn->bev, conn_wbuf(conn), data, length))
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     return (ssize_t)length;
 }
@@ -386,13 +407,13 @@ static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
     (void)session;
     h2_conn *conn = user_data;
     rpc_call *call = source->ptr;
-    struct evbuffer *out = bufferevent_get_output(conn->bev);
-    if (evbuffer_get_length(out) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
+    st_buf *wbuf = conn_wbuf(conn);
+    if (h2_out_len(conn->bev, wbuf) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
         return NGHTTP2_ERR_WOULDBLOCK; /* retried with the same frame once the socket drains */
     if (frame->data.padlen != 0 || length > call->out.len - call->out_off)
         return NGHTTP2_ERR_CALLBACK_FAILURE; /* we never pad; the queue never shrinks under us */
-    if (evbuffer_add(out, framehd, 9) != 0 ||
-        evbuffer_add(out, call->out.data + call->out_off, length) != 0)
+    if (!h2_out_add(conn->bev, wbuf, framehd, 9) ||
+        !h2_out_add(conn->bev, wbuf, call->out.data + call->out_off, length))
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     call_out_consumed(conn, call, length);
     return 0;
@@ -424,10 +445,14 @@ static void call_finish_internal(rpc_call *call, st_code code, const char *msg) 
     call->status = code;
     if (call->conn)
         call_meter(call->conn->srv, call, code);
-    char enc[RPC_GRPC_MESSAGE_MAX];
-    rpc_percent_encode(msg, enc, sizeof(enc));
-    char *dup = st_arena_dup(&call->arena, enc, strlen(enc) + 1);
-    call->status_msg = dup ? dup : "";
+    if (!msg || !msg[0]) {
+        call->status_msg = ""; /* most calls: no message, nothing to keep */
+    } else {
+        char enc[RPC_GRPC_MESSAGE_MAX];
+        rpc_percent_encode(msg, enc, sizeof(enc));
+        char *dup = st_arena_dup(&call->arena, enc, strlen(enc) + 1);
+        call->status_msg = dup ? dup : "";
+    }
     if (call->deadline_ev)
         event_del(call->deadline_ev);
     h2_conn *conn = call->conn;
@@ -543,8 +568,16 @@ static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, co
                        RPC_HEADER_BYTES_MAX);
         return;
     }
-    char *n = st_arena_alloc(&call->arena, namelen + 1);
-    char *v = st_arena_alloc(&call->arena, valuelen + 1);
+    char *n, *v;
+    size_t need = namelen + valuelen + 2;
+    if (need <= sizeof(call->hdr_text) - call->hdr_text_used) {
+        n = call->hdr_text + call->hdr_text_used;
+        v = n + namelen + 1;
+        call->hdr_text_used += need;
+    } else {
+        n = st_arena_alloc(&call->arena, namelen + 1);
+        v = st_arena_alloc(&call->arena, valuelen + 1);
+    }
     if (!n || !v) {
         st_err_set(&call->early, ST_RESOURCE_EXHAUSTED, "out of memory for request metadata");
         return;
@@ -617,7 +650,10 @@ static void request_headers_done(h2_conn *conn, rpc_call *call) {
             tv.tv_sec = (time_t)(left / 1000000);
             tv.tv_usec = (suseconds_t)(left % 1000000);
         }
-        call->deadline_ev = evtimer_new(conn->srv->base, deadline_cb, call);
+        /* The timer lives after the call struct (call_new allocated room for it): no malloc. */
+        struct event *ev = (struct event *)((char *)call + call_timer_offset());
+        if (evtimer_assign(ev, conn->srv->base, deadline_cb, call) == 0)
+            call->deadline_ev = ev;
         if (!call->deadline_ev || evtimer_add(call->deadline_ev, &tv) != 0)
             call_fail(call, ST_RESOURCE_EXHAUSTED, "cannot arm the deadline timer");
     }
@@ -729,12 +765,15 @@ static void h2_conn_close(h2_conn *conn) {
         conn->next->prev = conn->prev;
     while (conn->calls)
         call_detach(conn->calls); /* nghttp2_session_del runs no stream-close callbacks */
+    if (conn->read_ev)
+        event_free(conn->read_ev); /* before the bufferevent closes the socket */
     if (conn->session)
         nghttp2_session_del(conn->session);
     if (conn->bev)
         bufferevent_free(conn->bev);
     if (conn->flush_ev)
         event_free(conn->flush_ev);
+    st_buf_free(&conn->wbuf);
     STAT_SUB(srv, conns_open, 1);
     free(conn);
 }
@@ -756,6 +795,29 @@ static void conn_read_cb(struct bufferevent *bev, void *arg) {
         evbuffer_drain(in, n);
     }
     if (!h2_conn_flush(conn))
+        h2_conn_close(conn);
+}
+
+static bool conn_feed(void *arg, const uint8_t *data, size_t len) {
+    h2_conn *conn = arg;
+    ssize_t rv = nghttp2_session_mem_recv(conn->session, data, len);
+    if (rv < 0) {
+        st_log(ST_LOG_INFO, "rpc", "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",
+               nghttp2_strerror((int)rv));
+        h2_conn_flush(conn); /* try to get the GOAWAY out */
+        return false;
+    }
+    return true;
+}
+
+/* Plain sockets: the read event's callback (see h2_sock_read). */
+static void conn_sock_read_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    h2_conn *conn = arg;
+    h2_read_result r = h2_sock_read(fd, conn_feed, conn);
+    if (r == H2_READ_ERROR)
+        st_log(ST_LOG_DEBUG, "rpc", "msg=\"closing connection: read failed\" errno=%d", errno);
+    if (r != H2_READ_AGAIN || !h2_conn_flush(conn))
         h2_conn_close(conn);
 }
 
@@ -792,8 +854,10 @@ static bool h2_session_start(h2_conn *conn) {
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
-    int rv = nghttp2_session_server_new(&conn->session, cbs, conn);
+    nghttp2_option *opt = h2_session_option();
+    int rv = opt ? nghttp2_session_server_new2(&conn->session, cbs, conn, opt) : NGHTTP2_ERR_NOMEM;
     nghttp2_session_callbacks_del(cbs);
+    nghttp2_option_del(opt);
     if (rv != 0)
         return false;
     nghttp2_settings_entry iv[] = {
@@ -843,9 +907,17 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
                              (H2_HANDSHAKE_TIMEOUT_MS % 1000) * 1000};
         bufferevent_set_timeouts(conn->bev, &tv, &tv);
     }
-    /* A direct connection arms its write event only while the socket is full. */
-    short ev = conn->direct ? EV_READ : EV_READ | EV_WRITE;
-    if (bufferevent_enable(conn->bev, ev) != 0 || !h2_session_start(conn))
+    /* A direct connection reads with its own event and arms the bufferevent's write event only
+     * while the socket is full. */
+    bool armed;
+    if (conn->direct) {
+        conn->read_ev = event_new(srv->base, bufferevent_getfd(conn->bev), EV_READ | EV_PERSIST,
+                                  conn_sock_read_cb, conn);
+        armed = conn->read_ev && event_add(conn->read_ev, NULL) == 0;
+    } else {
+        armed = bufferevent_enable(conn->bev, EV_READ | EV_WRITE) == 0;
+    }
+    if (!armed || !h2_session_start(conn))
         h2_conn_close(conn);
 }
 

@@ -1,5 +1,7 @@
 /* TLS for the RPC layer: contexts with ALPN h2, and the plain/TLS transport table. */
+#include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -207,12 +209,23 @@ void h2_logging_init(void) {
     event_set_log_callback(libevent_log_cb);
 }
 
-bool h2_bev_write_now(struct bufferevent *bev) {
+bool h2_out_add(struct bufferevent *bev, st_buf *wbuf, const void *data, size_t len) {
     struct evbuffer *out = bufferevent_get_output(bev);
-    if (evbuffer_get_length(out) == 0) {
-        bufferevent_disable(bev, EV_WRITE); /* no syscall when it is not armed */
-        return false;
-    }
+    if (wbuf && evbuffer_get_length(out) == 0)
+        return st_buf_append(wbuf, data, len) == ST_OK;
+    return evbuffer_add(out, data, len) == 0;
+}
+
+size_t h2_out_len(struct bufferevent *bev, const st_buf *wbuf) {
+    return evbuffer_get_length(bufferevent_get_output(bev)) + (wbuf ? wbuf->len : 0);
+}
+
+/* The bufferevent still holds bytes the socket did not take (wbuf is empty then): try them now;
+ * true when the output is empty afterwards. */
+static bool bev_output_write(struct bufferevent *bev) {
+    struct evbuffer *out = bufferevent_get_output(bev);
+    if (evbuffer_get_length(out) == 0)
+        return true;
     /* A socket bufferevent keeps the front of its output frozen except while it writes itself;
      * do as it does (bufferevent_sock.c) for the length of this write. */
     evbuffer_unfreeze(out, 1);
@@ -222,6 +235,67 @@ bool h2_bev_write_now(struct bufferevent *bev) {
         bufferevent_enable(bev, EV_WRITE);
         return false;
     }
-    bufferevent_disable(bev, EV_WRITE);
     return true;
+}
+
+#define H2_WBUF_KEEP_BYTES ((size_t)256 << 10) /* a larger wbuf is freed once written */
+
+bool h2_out_write_now(struct bufferevent *bev, st_buf *wbuf) {
+    bool wrote = evbuffer_get_length(bufferevent_get_output(bev)) > 0;
+    if (!bev_output_write(bev))
+        return false;
+    if (wbuf->len > 0) {
+        ssize_t n = send(bufferevent_getfd(bev), wbuf->data, wbuf->len, MSG_NOSIGNAL);
+        size_t done = n > 0 ? (size_t)n : 0;
+        if (done < wbuf->len) {
+            /* The socket is full (or failed): the bufferevent writes the rest when it can, or
+             * reports the error to the event callback. */
+            if (evbuffer_add(bufferevent_get_output(bev), wbuf->data + done, wbuf->len - done) != 0)
+                shutdown(bufferevent_getfd(bev), SHUT_RDWR); /* lost bytes: end the connection */
+            bufferevent_enable(bev, EV_WRITE);
+            wrote = false;
+        } else {
+            wrote = true;
+        }
+        if (wbuf->cap > H2_WBUF_KEEP_BYTES)
+            st_buf_free(wbuf);
+        else
+            st_buf_reset(wbuf);
+        if (!wrote)
+            return false;
+    }
+    if (bufferevent_get_enabled(bev) & EV_WRITE)
+        bufferevent_disable(bev, EV_WRITE);
+    return wrote;
+}
+
+nghttp2_option *h2_session_option(void) {
+    nghttp2_option *opt;
+    if (nghttp2_option_new(&opt) != 0)
+        return NULL;
+    nghttp2_option_set_no_http_messaging(opt, 1);
+    return opt;
+}
+
+#define H2_READ_CHUNK_BYTES ((size_t)32 << 10)
+#define H2_READ_ROUNDS 4
+
+h2_read_result h2_sock_read(int fd, bool (*feed)(void *arg, const uint8_t *data, size_t len),
+                            void *arg) {
+    uint8_t buf[H2_READ_CHUNK_BYTES];
+    for (int round = 0; round < H2_READ_ROUNDS; round++) {
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n == 0)
+            return H2_READ_EOF;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? H2_READ_AGAIN : H2_READ_ERROR;
+        }
+        if (!feed(arg, buf, (size_t)n))
+            return H2_READ_FED;
+        if ((size_t)n < sizeof buf)
+            break; /* most likely drained: skip the recv that would only say EAGAIN */
+    }
+    return H2_READ_AGAIN;
 }

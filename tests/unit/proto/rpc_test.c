@@ -470,6 +470,17 @@ static void test_rpc_timeout_and_message_encodings(void **state) {
     rpc_timeout_format(250000, t);
     assert_true(rpc_timeout_parse(t, strlen(t), &us));
     assert_true(us >= 250000);
+    assert_string_equal(t, "250000u");
+    rpc_timeout_format(0, t);
+    assert_string_equal(t, "1u");
+    rpc_timeout_format(99999999, t);
+    assert_string_equal(t, "99999999u");
+    rpc_timeout_format(100000000, t);
+    assert_string_equal(t, "100000m");
+    rpc_timeout_format(100000001, t); /* rounded up, never shortened */
+    assert_string_equal(t, "100001m");
+    rpc_timeout_format(INT64_MAX, t);
+    assert_string_equal(t, "99999999H"); /* capped at 8 digits */
     rpc_timeout_format(INT64_C(1) << 50, t);
     assert_true(rpc_timeout_parse(t, strlen(t), &us));
     assert_true(us >= (INT64_C(1) << 50));
