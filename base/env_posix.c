@@ -31,10 +31,8 @@ static st_code io_err(st_err *err, const char *what, const char *path, int e) {
     return st_err_set(err, code, "%s %s: %s%s", what, path, strerror(e), hint);
 }
 
-static st_code open_w(const char *path, int flags, st_wfile **out, st_err *err) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
-    if (fd < 0)
-        return io_err(err, "open for writing", path, errno);
+/* Wraps an open fd (taken: closed on failure) as a writable file. */
+static st_code wfile_from_fd(int fd, const char *path, st_wfile **out, st_err *err) {
     st_wfile *f = malloc(sizeof *f + strlen(path) + 1);
     if (!f) {
         close(fd);
@@ -44,6 +42,13 @@ static st_code open_w(const char *path, int flags, st_wfile **out, st_err *err) 
     strcpy(f->path, path);
     *out = f;
     return ST_OK;
+}
+
+static st_code open_w(const char *path, int flags, st_wfile **out, st_err *err) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
+    if (fd < 0)
+        return io_err(err, "open for writing", path, errno);
+    return wfile_from_fd(fd, path, out, err);
 }
 
 static st_code px_wopen(st_env *env, const char *path, st_wfile **out, st_err *err) {
@@ -62,15 +67,7 @@ static st_code px_wopen_overwrite(st_env *env, const char *path, st_wfile **out,
     if (fd < 0)
         return errno == ENOENT ? st_err_set(err, ST_NOT_FOUND, "%s does not exist", path)
                                : io_err(err, "open for overwriting", path, errno);
-    st_wfile *f = malloc(sizeof *f + strlen(path) + 1);
-    if (!f) {
-        close(fd);
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening %s", path);
-    }
-    f->fd = fd;
-    strcpy(f->path, path);
-    *out = f;
-    return ST_OK;
+    return wfile_from_fd(fd, path, out, err);
 }
 
 static st_code px_append(st_wfile *f, const void *data, size_t len, st_err *err) {
