@@ -334,7 +334,7 @@ static sto_cache_handle *unref_locked(cache_shard *s, sto_cache_handle *e) {
         return e;
     if (e->in_cache && e->refs == 1) {
         list_remove(e);
-        list_append(&s->lru, e);
+        list_append(e->cold ? s->lru.next : &s->lru, e); /* before the oldest, or newest */
     }
     return NULL;
 }
@@ -381,6 +381,7 @@ sto_cache_handle *sto_cache_lookup(sto_cache *c, uint64_t id, uint64_t off) {
             list_append(&s->in_use, e);
         }
         e->refs++;
+        e->cold = false; /* wanted again after all */
         s->hits++;
     } else {
         s->misses++;
@@ -391,23 +392,23 @@ sto_cache_handle *sto_cache_lookup(sto_cache *c, uint64_t id, uint64_t off) {
 
 static sto_cache_handle *insert(sto_cache *c, sto_cache_handle *e, uint64_t id, uint64_t off,
                                 void *value, size_t charge, sto_cache_deleter deleter,
-                                bool embedded);
+                                bool embedded, bool cold);
 
 sto_cache_handle *sto_cache_insert(sto_cache *c, uint64_t id, uint64_t off, void *value,
                                    size_t charge, sto_cache_deleter deleter) {
     sto_cache_handle *e = malloc(sizeof(*e));
-    return e ? insert(c, e, id, off, value, charge, deleter, false) : NULL;
+    return e ? insert(c, e, id, off, value, charge, deleter, false, false) : NULL;
 }
 
 sto_cache_handle *sto_cache_insert_embedded(sto_cache *c, sto_cache_handle *mem, uint64_t id,
                                             uint64_t off, void *value, size_t charge,
-                                            sto_cache_deleter deleter) {
-    return insert(c, mem, id, off, value, charge, deleter, true);
+                                            sto_cache_deleter deleter, bool cold) {
+    return insert(c, mem, id, off, value, charge, deleter, true, cold);
 }
 
 static sto_cache_handle *insert(sto_cache *c, sto_cache_handle *e, uint64_t id, uint64_t off,
                                 void *value, size_t charge, sto_cache_deleter deleter,
-                                bool embedded) {
+                                bool embedded, bool cold) {
     uint64_t hash = key_hash(id, off);
     *e = (sto_cache_handle){.id = id,
                             .off = off,
@@ -416,7 +417,8 @@ static sto_cache_handle *insert(sto_cache *c, sto_cache_handle *e, uint64_t id, 
                             .charge = charge,
                             .deleter = deleter,
                             .refs = 1,
-                            .embedded = embedded};
+                            .embedded = embedded,
+                            .cold = cold};
     e->next = e->prev = e;
     if (!c || c->capacity == 0)
         return e; /* caching off: a private handle, deleted at release */

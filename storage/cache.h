@@ -24,6 +24,7 @@ struct sto_cache_handle {
     uint32_t refs; /* readers + 1 while in the cache */
     bool in_cache;
     bool embedded; /* lives inside memory that deleter frees */
+    bool cold;     /* released to the LRU's old end until a lookup hits it (see insert) */
     sto_cache_handle *next_hash;
     sto_cache_handle *prev, *next; /* lru or in_use list */
 };
@@ -40,9 +41,14 @@ sto_cache_handle *sto_cache_insert(sto_cache *c, uint64_t id, uint64_t off, void
 /* The same with the handle in caller memory (mem), typically inside the value, that the deleter
  * frees: a block read then costs one allocation, not two. Never fails. Added by the SSTable
  * module (performance). */
+/* cold: the value is read by a sequential scan and is not expected back; once released it goes
+ * to the old end of the LRU (evicted next) instead of the new end, unless a lookup hits it first.
+ * A scan then evicts its own previous block (still in the CPU's cache: cheap) instead of the
+ * oldest entry (cold memory: the costliest part of an insert), and leaves point reads' blocks
+ * alone, as midpoint insertion does in other engines' buffer pools. */
 sto_cache_handle *sto_cache_insert_embedded(sto_cache *c, sto_cache_handle *mem, uint64_t id,
                                             uint64_t off, void *value, size_t charge,
-                                            sto_cache_deleter deleter);
+                                            sto_cache_deleter deleter, bool cold);
 void *sto_cache_value(sto_cache_handle *h);
 void sto_cache_release(sto_cache *c, sto_cache_handle *h);
 size_t sto_cache_capacity(const sto_cache *c);

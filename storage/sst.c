@@ -828,8 +828,9 @@ static st_code get_block(sto_sst *t, bool fill_cache, sst_readahead *ra, sst_han
         return rc;
     }
     /* Charged by what the block really takes, its header and pool rounding included. */
+    /* Blocks past the first of a sequential run are a scan's: cached cold. */
     ch = sto_cache_insert_embedded(cache, &b->handle, t->id, h.off, b, sto_cache_buf_size(bytes),
-                                   blk_delete);
+                                   blk_delete, ra && ra->run > 0);
     *out = ch;
     *owner = cache;
     return ST_OK;
