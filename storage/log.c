@@ -1081,10 +1081,14 @@ static void spare_start(sto_log *log) {
     char path[LOG_PATH_MAX];
     spare_path(log, path);
     log->env->ops->remove(log->env, path, NULL);
-    log->spare = SPARE_OFF;
-    if (log->sync && log->env->ops->wopen_overwrite &&
-        pthread_create(&log->spare_thread, NULL, spare_main, log) == 0)
-        log->spare = SPARE_IDLE;
+    if (!log->sync || !log->env->ops->wopen_overwrite) {
+        log->spare = SPARE_OFF;
+        return;
+    }
+    /* Set before the thread starts (it reads spare under mu from its first step). */
+    log->spare = SPARE_IDLE;
+    if (pthread_create(&log->spare_thread, NULL, spare_main, log) != 0)
+        log->spare = SPARE_OFF; /* no thread: nothing else reads it yet */
 }
 
 st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out, st_err *err) {
