@@ -97,7 +97,8 @@ struct sto_log {
      * (writer); the writer state below belongs to whoever set this. */
     bool writing;
     pthread_t writer;
-    st_code failed; /* sticky: positioning found the last segment corrupt */
+    st_code failed;  /* sticky: positioning found the last segment corrupt */
+    bool want_spare; /* sto_log_options.spare */
     log_spare spare;
     pthread_t spare_thread;
     pthread_cond_t spare_cv;
@@ -1081,7 +1082,7 @@ static void spare_start(sto_log *log) {
     char path[LOG_PATH_MAX];
     spare_path(log, path);
     log->env->ops->remove(log->env, path, NULL);
-    if (!log->sync || !log->env->ops->wopen_overwrite) {
+    if (!log->want_spare || !log->sync || !log->env->ops->wopen_overwrite) {
         log->spare = SPARE_OFF;
         return;
     }
@@ -1099,6 +1100,7 @@ st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening the commit log");
     log->env = opts->env ? opts->env : st_env_posix();
     log->sync = opts->sync;
+    log->want_spare = opts->spare;
     log->segment_bytes = opts->segment_bytes ? opts->segment_bytes : STO_LOG_SEGMENT_BYTES_DEFAULT;
     snprintf(log->dir, sizeof log->dir, "%s", dir);
     pthread_mutex_init(&log->mu, NULL);

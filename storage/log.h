@@ -32,6 +32,7 @@ typedef struct sto_log_options {
     st_env *env;          /* NULL = st_env_posix() */
     bool sync;            /* false: no fdatasync; records count as durable once written */
     size_t segment_bytes; /* 0 = STO_LOG_SEGMENT_BYTES_DEFAULT */
+    bool spare;           /* keep a zero-filled spare segment (docs/formats/log.md) */
 } sto_log_options;
 
 /* Called once the group holding the records is durable (or failed), on the commit thread or on the

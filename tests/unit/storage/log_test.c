@@ -1557,7 +1557,7 @@ static void test_log_spare_segments(void **state) {
     snprintf(dir, sizeof dir, "%s/log", root);
     snprintf(spare, sizeof spare, "%s/spare.tmp", dir);
     st_env *env = st_env_posix();
-    sto_log_options o = {.env = env, .sync = true, .segment_bytes = 16384};
+    sto_log_options o = {.env = env, .sync = true, .segment_bytes = 16384, .spare = true};
     sto_log *log;
     st_err err;
     assert_int_equal(sto_log_open(dir, &o, &log, &err), ST_OK);
