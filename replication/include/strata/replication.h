@@ -45,6 +45,7 @@ struct event_base;
 #define REPL_RPC_TIMEOUT_MS 30000
 #define REPL_HOLD_INTERVAL_MS 500     /* durable position written at most this often per peer */
 #define REPL_POLL_MS 20               /* a caught-up shipper looks for new records this often */
+#define REPL_SEND_GAP_US 1000         /* a shipper starts new batches at most this often */
 #define REPL_MAP_REFRESH_MS 10000     /* peer tablet maps are refreshed at least this often */
 #define REPL_APPLY_ROWS_MAX 10000     /* rows accepted in one Apply request */
 #define REPL_PEER_TABLETS_MAX 1000000 /* entries kept of one peer cluster's tablet map */
