@@ -149,6 +149,7 @@ void sto_tablet_release(sto_tablet *t) {
     for (size_t i = 0; i < t->n_imm; i++)
         sto_memtable_unref(t->imm[i].m);
     free(t->imm);
+    sto_tablet_drop_snapset(t);
     free(t->ssts);
     if (t->gc)
         sto_gc_set_unref(t->gc);
@@ -234,6 +235,7 @@ void sto_db_release_obsolete(sto_db *db) {
 }
 
 void sto_tablet_update_hints_locked(sto_tablet *t) {
+    sto_tablet_drop_snapset(t); /* the table list changed: the next snapshot shares a new set */
     atomic_store(&t->n_ssts_hint, (int)t->n_ssts);
     atomic_store(&t->n_small_hint, sto_compaction_small_runs(t->ssts, t->n_ssts));
     atomic_store(&t->n_imm_hint, (int)t->n_imm);

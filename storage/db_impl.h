@@ -88,6 +88,7 @@ struct sto_tablet {
     size_t n_imm, cap_imm;
     sto_tsst *ssts; /* newest first */
     size_t n_ssts, cap_ssts;
+    struct sto_snapset *snapset; /* ssts as snapshots share them (tablet.c); NULL = build anew */
     sto_gc_set *gc;
     uint64_t last_applied_lsn;
     uint64_t flushed_lsn;
@@ -161,6 +162,7 @@ void sto_file_drop_ref(sto_db *db, sto_file *f);
 void sto_db_release_obsolete(sto_db *db);
 bool sto_tsst_needs_wrap(const sto_tablet *t, const sto_file *f);
 void sto_tablet_update_hints_locked(sto_tablet *t); /* t->mu held, after the lists changed */
+void sto_tablet_drop_snapset(sto_tablet *t);        /* t->mu held, or t no longer shared */
 void sto_db_kick(sto_db *db);                       /* wakes workers */
 void sto_tablet_mark_read_only(sto_tablet *t, st_code code, const char *msg);
 int64_t sto_db_now_us(sto_db *db);
