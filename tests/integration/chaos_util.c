@@ -92,14 +92,22 @@ void ci_fail(const char *fmt, ...) {
 }
 
 void ci_up(int clusters, int nodes) {
+    ci_up_with(clusters, nodes, NULL);
+}
+
+void ci_up_with(int clusters, int nodes, const char *const *extra) {
     uint16_t port = bt_free_port();
     char port_s[16], cl_s[16], nodes_s[16], topo_path[BT_PATH_MAX + 16];
     snprintf(port_s, sizeof port_s, "%u", port);
     snprintf(cl_s, sizeof cl_s, "%d", clusters);
     snprintf(nodes_s, sizeof nodes_s, "%d", nodes);
     bt_tmpdir(ci_dir, sizeof ci_dir, g_test);
-    const char *up[] = {"up",         "--dir", ci_dir,    "--port", port_s,
-                        "--clusters", cl_s,    "--nodes", nodes_s,  NULL};
+    const char *up[BT_ARGV_MAX] = {"up",         "--dir", ci_dir,    "--port", port_s,
+                                   "--clusters", cl_s,    "--nodes", nodes_s};
+    size_t n = 9;
+    for (size_t i = 0; extra && extra[i] && n + 1 < BT_ARGV_MAX; i++)
+        up[n++] = extra[i];
+    up[n] = NULL;
     g_up = true;
     ci_strata_ok(up);
     snprintf(topo_path, sizeof topo_path, "%s/topology", ci_dir);

@@ -20,6 +20,8 @@ extern st_topology ci_topo;
 int ci_init(const char *test, int argc, char **argv);
 /* `strata up --clusters C --nodes N` in a fresh temporary directory on a free router port. */
 void ci_up(int clusters, int nodes);
+/* ci_up with more `strata up` flags (NULL-terminated), e.g. --split-bytes N. */
+void ci_up_with(int clusters, int nodes, const char *const *extra);
 /* Runs `strata ARGS...` (NULL-terminated, without the binary); its output goes to ours with each
  * line as it comes. Returns its exit status (-1 when it did not exit normally). */
 int ci_strata(const char *const *args);

@@ -14,18 +14,15 @@
  *   tablets_test <build>/ops/strata
  * Exit 77 when the strata binary (or strata-node / strata-router next to it) is missing.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "btclient.h"
+#include "chaos_util.h"
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/rpc.h"
 #include "strata/topology.h"
@@ -44,75 +41,16 @@
 #define KEYSET_KEYS_MAX 400
 #define RANGE_READS 30
 
-static char g_dir[BT_PATH_MAX], g_strata[BT_PATH_MAX];
-static bool g_up;
 static uint32_t g_rows;
 static bt_client g_cl;
 static const char *g_table = "t";
 
 /* ---- helpers ---- */
 
-static void run_strata(const char *const *args, bool quiet) {
-    fflush(stdout); /* or the child's exit writes our buffered lines again */
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (quiet) {
-            FILE *f = freopen("/dev/null", "w", stdout);
-            (void)f;
-        }
-        execv(g_strata, (char *const *)args);
-        _exit(127);
-    }
-    int st = 0;
-    while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    if (pid < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "tablets_test: `strata %s` failed (status %d)\n", args[1], st);
-        if (strcmp(args[1], "up") == 0)
-            g_up = true; /* whatever it started: take it down */
-        if (strcmp(args[1], "down") != 0) {
-            const char *down[] = {g_strata, "down", "--dir", g_dir, NULL};
-            run_strata(down, false);
-        }
-        exit(1);
-    }
-}
-
-static void instance_down(void) {
-    if (!g_up)
-        return;
-    g_up = false;
-    bool keep = getenv("STRATA_TEST_KEEP") != NULL; /* to read the logs of a passing run */
-    const char *down[] = {g_strata, "down", "--dir", g_dir, keep ? NULL : "--purge", NULL};
-    run_strata(down, true);
-    if (!keep)
-        bt_rmrf(g_dir);
-}
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "tablets_test: FAIL: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(instance logs: %s/logs)\n", g_dir);
-    va_end(ap);
-    /* Keep the logs of a failed run: stop the processes, keep the directory. */
-    const char *down[] = {g_strata, "down", "--dir", g_dir, NULL};
-    if (g_up)
-        run_strata(down, true);
-    exit(1);
-}
-
-static int64_t now_ms(void) {
-    return st_mono_us() / 1000;
-}
-
 /* Lines of DIR/logs/<name>.log holding both needles (figures for the report, not checks). */
 static size_t log_count(const char *name, const char *a, const char *b) {
     char path[BT_PATH_MAX * 2], line[4096];
-    snprintf(path, sizeof path, "%s/logs/%s.log", g_dir, name);
+    snprintf(path, sizeof path, "%s/logs/%s.log", ci_dir, name);
     FILE *f = fopen(path, "r");
     size_t n = 0;
     while (f && fgets(line, sizeof line, f))
@@ -200,14 +138,14 @@ static void expect_read(const char *what, const bt_read_req *req, const long *wa
     st_err st = {0};
     st_code rc = bt_read_rows(&g_cl, g_table, req, collect_row, &got, &st);
     if (rc != ST_OK)
-        fail("%s: ReadRows failed: %s: %s", what, st_code_name(rc), st.msg);
+        ci_fail("%s: ReadRows failed: %s: %s", what, st_code_name(rc), st.msg);
     if (got.bad_values)
-        fail("%s: %zu rows with a wrong value", what, got.bad_values);
+        ci_fail("%s: %zu rows with a wrong value", what, got.bad_values);
     for (size_t k = 0; k < got.n || k < n_want; k++)
         if (k >= got.n || k >= n_want || got.v[k] != want[k])
-            fail("%s: %zu rows, %zu expected; first difference at position %zu (got %ld, want "
-                 "%ld)",
-                 what, got.n, n_want, k, k < got.n ? got.v[k] : -2L, k < n_want ? want[k] : -2L);
+            ci_fail("%s: %zu rows, %zu expected; first difference at position %zu (got %ld, want "
+                    "%ld)",
+                    what, got.n, n_want, k, k < got.n ? got.v[k] : -2L, k < n_want ? want[k] : -2L);
     free(got.v);
 }
 
@@ -310,11 +248,12 @@ static void write_rows(const uint32_t *perm, reader *rd) {
         st_err st = {0};
         st_code rc = bt_mutate_rows(&g_cl, g_table, ents, n, codes, msgs, &st);
         if (rc != ST_OK)
-            fail("MutateRows of rows %u..%zu failed: %s: %s", done, done + n, st_code_name(rc),
-                 st.msg);
+            ci_fail("MutateRows of rows %u..%zu failed: %s: %s", done, done + n, st_code_name(rc),
+                    st.msg);
         for (size_t k = 0; k < n; k++)
             if (codes[k] != ST_OK)
-                fail("MutateRows entry %s: %s: %s", keys[k], st_code_name(codes[k]), msgs[k].msg);
+                ci_fail("MutateRows entry %s: %s: %s", keys[k], st_code_name(codes[k]),
+                        msgs[k].msg);
         done += (uint32_t)n;
         __atomic_store_n(&rd->acked, done, __ATOMIC_RELEASE);
     }
@@ -356,7 +295,7 @@ static void take_census(const st_topology *t, census *c) {
                 ? strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data)
                 : NULL;
         if (!m)
-            fail("ListTablets on node %s: %s: %s", addr, st_code_name(rc), st.msg);
+            ci_fail("ListTablets on node %s: %s: %s", addr, st_code_name(rc), st.msg);
         c->count[i] = m->n_tablets;
         for (size_t k = 0; k < m->n_tablets; k++) {
             c->moving += m->tablets[k]->moving;
@@ -397,8 +336,8 @@ static void await_spread(const st_topology *t, census *c) {
         prev = *c;
         usleep(SETTLE_POLL_MS * 1000);
     }
-    fail("tablets not spread over all nodes: %zu / %zu / %zu tablets, %zu moving", c->count[0],
-         c->count[1], c->count[2], c->moving);
+    ci_fail("tablets not spread over all nodes: %zu / %zu / %zu tablets, %zu moving", c->count[0],
+            c->count[1], c->count[2], c->moving);
 }
 
 /* ---- the checks after writing ---- */
@@ -409,12 +348,12 @@ static void check_full_scans(long *all, long *rev) {
         rev[i] = (long)g_rows - 1 - i;
     }
     bt_read_req fwd = {0}, back = {.reversed = true};
-    int64_t t0 = now_ms();
+    int64_t t0 = ci_now_ms();
     expect_read("full scan", &fwd, all, g_rows);
-    int64_t t1 = now_ms();
+    int64_t t1 = ci_now_ms();
     expect_read("reversed full scan", &back, rev, g_rows);
     printf("full scan: %u rows in %lld ms; reversed: %lld ms\n", g_rows, (long long)(t1 - t0),
-           (long long)(now_ms() - t1));
+           (long long)(ci_now_ms() - t1));
 }
 
 static void check_limits(const long *all, const long *rev) {
@@ -517,66 +456,31 @@ static void check_ranges(st_rng *rng) {
 
 /* ---- main ---- */
 
-static bool sibling_exists(const char *sub, const char *name) {
-    char path[BT_PATH_MAX * 2];
-    snprintf(path, sizeof path, "%s", g_strata);
-    char *slash = strrchr(path, '/');
-    if (!slash)
-        return true; /* from $PATH: let strata up find them */
-    *slash = '\0';
-    slash = strrchr(path, '/');
-    if (!slash)
-        return true;
-    *slash = '\0';
-    size_t len = strlen(path);
-    snprintf(path + len, sizeof path - len, "/%s/%s", sub, name);
-    return access(path, X_OK) == 0;
-}
-
-static void start_instance(st_topology *topo) {
-    uint16_t port = bt_free_port();
-    char port_s[16], split_s[32], topo_path[BT_PATH_MAX + 16];
-    snprintf(port_s, sizeof port_s, "%u", port);
+static void start_instance(void) {
+    char split_s[32];
     snprintf(split_s, sizeof split_s, "%d", SPLIT_BYTES);
-    bt_tmpdir(g_dir, sizeof g_dir, "tablets");
-    const char *up[] = {g_strata,        "up",         "--dir", g_dir,     "--port",
-                        port_s,          "--clusters", "1",     "--nodes", "3",
-                        "--split-bytes", split_s,      NULL};
-    g_up = true;
-    run_strata(up, true);
-    snprintf(topo_path, sizeof topo_path, "%s/topology", g_dir);
-    st_err err = {0};
-    if (st_topology_load(topo_path, topo, &err) != ST_OK)
-        fail("%s", err.msg);
-    if (topo->n_clusters != 1 || topo->clusters[0].n_nodes != NODES)
-        fail("unexpected topology shape");
-    char addr[BT_ADDR_MAX];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
-    bt_client_init(&g_cl, addr);
-    printf("instance %s: router %s, %d nodes, split threshold %d bytes\n", g_dir, addr, NODES,
+    const char *extra[] = {"--split-bytes", split_s, NULL};
+    ci_up_with(1, NODES, extra);
+    if (ci_topo.n_clusters != 1 || ci_topo.clusters[0].n_nodes != NODES)
+        ci_fail("unexpected topology shape");
+    bt_client_init(&g_cl, ci_router);
+    printf("instance %s: router %s, %d nodes, split threshold %d bytes\n", ci_dir, ci_router, NODES,
            SPLIT_BYTES);
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || access(argv[1], X_OK) != 0) {
-        fprintf(stderr, "tablets_test: usage: tablets_test <path to strata>; skipping\n");
-        return 77;
-    }
-    snprintf(g_strata, sizeof g_strata, "%s", argv[1]);
-    if (!sibling_exists("node", "strata-node") || !sibling_exists("router", "strata-router")) {
-        fprintf(stderr, "tablets_test: strata-node or strata-router not built; skipping\n");
-        return 77;
-    }
+    int skip = ci_init("tablets_test", argc, argv);
+    if (skip)
+        return skip;
     const char *rows_env = getenv("STRATA_TABLETS_ROWS");
     g_rows = rows_env && atol(rows_env) > 0 ? (uint32_t)atol(rows_env) : ROWS_DEFAULT;
     st_rng rng;
     st_rng_seed(&rng, st_test_seed("tablets_test"));
 
-    static st_topology topo;
-    start_instance(&topo);
+    start_instance();
     st_err st = {0};
     if (bt_create_table(&g_cl, g_table, "cf:maxversions=1", &st) != ST_OK)
-        fail("CreateTable: %s", st.msg);
+        ci_fail("CreateTable: %s", st.msg);
 
     uint32_t *perm = malloc(g_rows * sizeof *perm);
     long *all = malloc(g_rows * sizeof *all), *rev = malloc(g_rows * sizeof *rev);
@@ -593,10 +497,10 @@ int main(int argc, char **argv) {
 
     reader rd = {.perm = perm};
     if (pthread_create(&rd.th, NULL, reader_main, &rd) != 0)
-        fail("could not start the reader thread");
-    int64_t t0 = now_ms();
+        ci_fail("could not start the reader thread");
+    int64_t t0 = ci_now_ms();
     write_rows(perm, &rd);
-    int64_t t_write = now_ms() - t0;
+    int64_t t_write = ci_now_ms() - t0;
     uint64_t scans_during_writes = __atomic_load_n(&rd.scans, __ATOMIC_RELAXED);
     printf("wrote %u rows (%d-byte values, MutateRows of %d) in %lld ms (%.0f rows/s); "
            "meanwhile %" PRIu64 " concurrent full scans, %zu splits, %zu moves\n",
@@ -606,31 +510,31 @@ int main(int argc, char **argv) {
 
     /* The reader goes on while the nodes finish splitting and the balancer moves tablets. */
     census c;
-    int64_t t1 = now_ms();
-    await_spread(&topo, &c);
+    int64_t t1 = ci_now_ms();
+    await_spread(&ci_topo, &c);
     rd.stop = 1;
     pthread_join(rd.th, NULL);
     if (rd.error[0])
-        fail("concurrent reader: %s", rd.error);
+        ci_fail("concurrent reader: %s", rd.error);
     printf("tablets spread after %lld ms more: node1 %zu (%.1f MiB), node2 %zu (%.1f MiB), node3 "
            "%zu (%.1f MiB); %zu splits, %zu moves; %" PRIu64 " concurrent full scans in all, "
            "all ordered and complete\n",
-           (long long)(now_ms() - t1), c.count[0], c.bytes[0] / 1048576.0, c.count[1],
+           (long long)(ci_now_ms() - t1), c.count[0], c.bytes[0] / 1048576.0, c.count[1],
            c.bytes[1] / 1048576.0, c.count[2], c.bytes[2] / 1048576.0, splits_done(), moves_done(),
            rd.scans);
 
-    int64_t t2 = now_ms();
+    int64_t t2 = ci_now_ms();
     check_full_scans(all, rev);
     check_limits(all, rev);
     check_key_sets(&rng);
     check_ranges(&rng);
     printf("reads after the spread: full, reversed, %d row limits x 2, %d key sets, %d ranges: "
            "exact (%lld ms)\n",
-           9, KEYSET_READS, RANGE_READS, (long long)(now_ms() - t2));
+           9, KEYSET_READS, RANGE_READS, (long long)(ci_now_ms() - t2));
     free(perm);
     free(all);
     free(rev);
-    instance_down();
+    ci_down();
     printf("tablets_test: OK\n");
     return 0;
 }
