@@ -8,13 +8,14 @@
 #include <string.h>
 
 #include "strata/router.h"
+#include "strata/rpc.h"
 #include "strata/router_metrics.h"
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-router --config TOPOLOGY_FILE [--listen HOST:PORT]\n"
             "                     [--balance auto|on|off] [--balance-ms MS] [--zone ZONE]\n"
-            "                     [--metrics HOST:PORT] [--verbose]\n"
+            "                     [--metrics HOST:PORT] [--poll-us N] [--verbose]\n"
             "Serves the Cloud Bigtable data and table admin APIs for the instance the topology\n"
             "file describes (docs/formats/topology.md), forwarding to its nodes. The listen\n"
             "address defaults to the file's [router] listen, else 127.0.0.1:8086.\n"
@@ -23,7 +24,10 @@ static void usage(FILE *out) {
             "router listening on the file's first [router] address runs it.\n"
             "Multi-cluster app profiles try clusters in ZONE first, then in file order.\n"
             "--metrics HOST:PORT serves Prometheus metrics at http://HOST:PORT/metrics (port 0:\n"
-            "any free port, shown in the startup line; docs/metrics.md). Off by default.\n");
+            "any free port, shown in the startup line; docs/metrics.md). Off by default.\n"
+            "--poll-us N keeps polling the sockets N microseconds after the last message before\n"
+            "sleeping (default 50; 0: never), which saves a wake-up per message when few calls\n"
+            "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n");
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -35,6 +39,8 @@ static void on_signal(evutil_socket_t fd, short what, void *arg) {
 /* --metrics HOST:PORT, when given. */
 static char metrics_host[ST_TOPO_ADDR_MAX + 1];
 static uint16_t metrics_port;
+/* --poll-us: busy polling after activity before the loop sleeps (rpc_loop_run). */
+static unsigned poll_us = RPC_LOOP_POLL_US_DEFAULT;
 
 static int run(struct event_base *base, const rtr_opts *o) {
     rtr_ctx *r;
@@ -61,7 +67,7 @@ static int run(struct event_base *base, const rtr_opts *o) {
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
-    event_base_dispatch(base);
+    rpc_loop_run(base, poll_us);
     st_log(ST_LOG_INFO, "router", "shutting down");
     event_free(sigint);
     event_free(sigterm);
@@ -104,6 +110,12 @@ int main(int argc, char **argv) {
             balance_ms = strtoll(argv[++i], &end, 10);
             if (*end || balance_ms <= 0 || balance_ms > 86400000LL) {
                 fprintf(stderr, "strata-router: --balance-ms takes 1 to 86400000\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--poll-us") && v) {
+            if (!rpc_loop_poll_parse(argv[++i], &poll_us)) {
+                fprintf(stderr, "strata-router: --poll-us takes 0 to %d (microseconds)\n",
+                        RPC_LOOP_POLL_US_MAX);
                 return 2;
             }
         } else if (!strcmp(a, "--verbose"))

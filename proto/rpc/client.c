@@ -337,6 +337,7 @@ static void client_fail(rpc_client *c, const char *why) {
 
 static void client_read_cb(struct bufferevent *bev, void *arg) {
     rpc_client *c = arg;
+    h2_loop_activity();
     struct evbuffer *in = bufferevent_get_input(bev);
     size_t n;
     while (!c->dead && (n = evbuffer_get_contiguous_space(in)) > 0) {

@@ -65,6 +65,9 @@ h2_read_result h2_sock_read(int fd, bool (*feed)(void *arg, const uint8_t *data,
 struct nghttp2_option;
 struct nghttp2_option *h2_session_option(void);
 
+/* Tells rpc_loop_run (loop.c) that this thread's loop did work: a read or a posted completion. */
+void h2_loop_activity(void);
+
 /* Routes libevent's and nghttp2's own logs into st_log once per process. */
 void h2_logging_init(void);
 

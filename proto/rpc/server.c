@@ -780,6 +780,7 @@ static void h2_conn_close(h2_conn *conn) {
 
 static void conn_read_cb(struct bufferevent *bev, void *arg) {
     h2_conn *conn = arg;
+    h2_loop_activity();
     struct evbuffer *in = bufferevent_get_input(bev);
     size_t n;
     while ((n = evbuffer_get_contiguous_space(in)) > 0) {
@@ -927,6 +928,7 @@ static void post_cb(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     rpc_server *srv = arg;
     uint64_t v;
+    h2_loop_activity();
     if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         st_log(ST_LOG_WARN, "rpc", "msg=\"eventfd read failed\" errno=%d", errno);
     pthread_mutex_lock(&srv->post_mu);

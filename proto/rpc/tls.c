@@ -292,6 +292,7 @@ h2_read_result h2_sock_read(int fd, bool (*feed)(void *arg, const uint8_t *data,
                 continue;
             return errno == EAGAIN || errno == EWOULDBLOCK ? H2_READ_AGAIN : H2_READ_ERROR;
         }
+        h2_loop_activity();
         if (!feed(arg, buf, (size_t)n))
             return H2_READ_FED;
         if ((size_t)n < sizeof buf)

@@ -141,6 +141,19 @@ typedef struct rpc_post {
  * fn has started (fn may free it). RESOURCE_EXHAUSTED only when the queue is full. */
 st_code rpc_server_post_item(rpc_server *s, rpc_post *item, void (*fn)(void *arg), void *arg);
 struct event_base *rpc_server_base(rpc_server *s);
+
+/* Runs base until event_base_loopbreak/loopexit or no events are left, like event_base_dispatch.
+ * spin_us > 0: after each wake-up the loop keeps polling without sleeping until spin_us pass
+ * with no socket read or posted completion, so the next message of a conversation is caught
+ * without a wake-up (loop.c says why). Returns 0, or -1 when the backend failed. */
+int rpc_loop_run(struct event_base *base, unsigned spin_us);
+
+/* The servers' default spin_us (strata-node and strata-router --poll-us). */
+#define RPC_LOOP_POLL_US_DEFAULT 50
+#define RPC_LOOP_POLL_US_MAX 10000
+
+/* Parses a --poll-us value (0..RPC_LOOP_POLL_US_MAX); false when it is not one. */
+bool rpc_loop_poll_parse(const char *text, unsigned *spin_us);
 /* Any thread (counters are read atomically one by one). */
 void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out);
 

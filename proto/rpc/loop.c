@@ -1,0 +1,122 @@
+/* rpc_loop_run: the event loop of a server process, with optional busy polling before it sleeps.
+ *
+ * Why: at one call in flight (1 connection x 1 stream) a call's latency is mostly wake-ups. Each
+ * process on the path (client, router, node) goes idle between the request and the answer, and
+ * waking an idle vCPU costs a context switch plus an inter-processor interrupt through the
+ * hypervisor: perf showed 40% of the router's CPU in finish_task_switch and in the wake-up of
+ * the reader (sock_def_readable). Polling the sockets for a few tens of microseconds after the
+ * last activity catches the next message of a conversation without sleeping (Go's runtime, and
+ * so the emulator, spins the same way before it parks a thread).
+ *
+ * Polling must not take a core from work that needs it. Each pass yields (sched_yield: any
+ * runnable thread on this CPU goes first), and the loop stops polling altogether while its thread
+ * waits for a CPU: every POLL_CHECK_NS it reads its own run-queue wait from
+ * /proc/thread-self/schedstat, and a wait above 1/POLL_CONTENDED_DIV of the interval means the
+ * cores are oversubscribed (a loaded machine, or many calls in flight), where sleeping is right. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rpc_internal.h"
+
+#define POLL_CHECK_NS 5000000 /* re-read the run-queue wait every 5 ms */
+#define POLL_CONTENDED_DIV 20 /* waiting more than 5% of the time: contended */
+
+/* Bumped by every socket read and every posted completion of this thread's loop. */
+static _Thread_local uint64_t loop_activity;
+
+void h2_loop_activity(void) {
+    loop_activity++;
+}
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+typedef struct loop_state {
+    int schedstat_fd; /* -1: unknown (no schedstat): assume uncontended */
+    int64_t checked_ns;
+    uint64_t wait_ns;
+    bool contended;
+} loop_state;
+
+/* The run-queue wait of this thread so far (the second field of schedstat), or false. */
+static bool read_wait_ns(int fd, uint64_t *wait_ns) {
+    char buf[96];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    uint64_t run;
+    return sscanf(buf, "%" SCNu64 " %" SCNu64, &run, wait_ns) == 2;
+}
+
+static bool loop_contended(loop_state *ls, int64_t now) {
+    if (ls->schedstat_fd < 0 || now - ls->checked_ns < POLL_CHECK_NS)
+        return ls->contended;
+    uint64_t wait;
+    if (read_wait_ns(ls->schedstat_fd, &wait)) {
+        ls->contended = (int64_t)(wait - ls->wait_ns) * POLL_CONTENDED_DIV > now - ls->checked_ns;
+        ls->wait_ns = wait;
+    }
+    ls->checked_ns = now;
+    return ls->contended;
+}
+
+/* Polls without blocking until spin_us pass with no activity, or the loop is told to stop.
+ * Returns false when the loop should end. */
+static bool loop_poll(struct event_base *base, loop_state *ls, unsigned spin_us) {
+    int64_t window = (int64_t)spin_us * 1000;
+    int64_t now = mono_ns();
+    int64_t deadline = now + window;
+    uint64_t seen = loop_activity;
+    while (!loop_contended(ls, now)) {
+        if (event_base_loop(base, EVLOOP_NONBLOCK) != 0 || event_base_got_break(base) ||
+            event_base_got_exit(base))
+            return false;
+        now = mono_ns();
+        if (loop_activity != seen) {
+            seen = loop_activity;
+            deadline = now + window;
+        } else if (now >= deadline) {
+            break;
+        } else {
+            sched_yield();
+        }
+    }
+    return true;
+}
+
+int rpc_loop_run(struct event_base *base, unsigned spin_us) {
+    if (spin_us == 0)
+        return event_base_dispatch(base) < 0 ? -1 : 0;
+    loop_state ls = {.schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)};
+    int rc;
+    for (;;) {
+        rc = event_base_loop(base, EVLOOP_ONCE);
+        if (rc != 0 || event_base_got_break(base) || event_base_got_exit(base))
+            break;
+        if (!loop_poll(base, &ls, spin_us))
+            break;
+    }
+    if (ls.schedstat_fd >= 0)
+        close(ls.schedstat_fd);
+    return rc < 0 ? -1 : 0;
+}
+
+bool rpc_loop_poll_parse(const char *text, unsigned *spin_us) {
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(text, &end, 10);
+    if (errno || end == text || *end || text[0] == '-' || v > RPC_LOOP_POLL_US_MAX)
+        return false;
+    *spin_us = (unsigned)v;
+    return true;
+}
