@@ -20,30 +20,41 @@ static inline uint64_t key_not(uint64_t v) {
     return UINT64_MAX - v;
 }
 
-/* Appends enc(x): 0x00 escaped as 0x00 0xff, then 0x00 0x01. */
-static st_code key_put_component(st_buf *out, st_slice x) {
-    size_t zeros = 0;
-    for (size_t i = 0; i < x.len; i++)
-        zeros += x.data[i] == 0;
-    st_code rc = st_buf_reserve(out, x.len + zeros + 2);
-    if (rc != ST_OK)
-        return rc;
-    uint8_t *p = out->data + out->len;
-    for (size_t i = 0; i < x.len; i++) {
-        *p++ = x.data[i];
-        if (x.data[i] == 0)
+/* Writes enc(x) at p (room for 2 * x.len + 2 bytes): 0x00 escaped as 0x00 0xff, then 0x00 0x01.
+ * Returns the end. Most components hold no 0x00: memchr finds that and one memcpy copies. */
+static uint8_t *key_write_component(uint8_t *p, st_slice x) {
+    size_t i = 0;
+    while (i < x.len) {
+        const uint8_t *z = memchr(x.data + i, 0, x.len - i);
+        size_t run = z ? (size_t)(z - (x.data + i)) : x.len - i;
+        memcpy(p, x.data + i, run);
+        p += run;
+        i += run;
+        if (z) {
+            *p++ = KEY_ESC;
             *p++ = KEY_ESC_ZERO;
+            i++;
+        }
     }
     *p++ = KEY_ESC;
     *p++ = KEY_ESC_END;
-    out->len = (size_t)(p - out->data);
+    return p;
+}
+
+/* Appends enc(x). */
+static st_code key_put_component(st_buf *out, st_slice x) {
+    if (x.len > (SIZE_MAX - 2) / 2)
+        return ST_RESOURCE_EXHAUSTED;
+    st_code rc = st_buf_reserve(out, 2 * x.len + 2);
+    if (rc != ST_OK)
+        return rc;
+    out->len = (size_t)(key_write_component(out->data + out->len, x) - out->data);
     return ST_OK;
 }
 
-static st_code key_put_be64(st_buf *out, uint64_t v) {
-    uint8_t tmp[8];
-    st_put_be64(tmp, v);
-    return st_buf_append(out, tmp, sizeof tmp);
+static uint8_t *key_write_be64(uint8_t *p, uint64_t v) {
+    st_put_be64(p, v);
+    return p + 8;
 }
 
 st_code sto_key_encode_row_prefix(st_buf *out, st_slice row) {
@@ -68,36 +79,38 @@ static bool key_fields_valid(const sto_key *k) {
 st_code sto_key_encode(st_buf *out, const sto_key *k) {
     if (!key_fields_valid(k))
         return ST_INVALID_ARGUMENT;
-    size_t old_len = out->len;
-    st_code rc = key_put_component(out, k->row);
-    if (rc == ST_OK && k->kind == STO_KEY_ROW_DEL)
-        rc = st_buf_append_byte(out, KEY_TAG_DEL);
-    if (rc == ST_OK && k->kind != STO_KEY_ROW_DEL) {
-        rc = st_buf_append_byte(out, KEY_TAG_MORE);
-        if (rc == ST_OK)
-            rc = key_put_component(out, k->family);
-        if (rc == ST_OK)
-            rc =
-                st_buf_append_byte(out, k->kind == STO_KEY_FAMILY_DEL ? KEY_TAG_DEL : KEY_TAG_MORE);
-        if (rc == ST_OK && k->kind != STO_KEY_FAMILY_DEL) {
-            rc = key_put_component(out, k->qualifier);
-            if (rc == ST_OK)
-                rc = st_buf_append_byte(out,
-                                        k->kind == STO_KEY_COLUMN_DEL ? KEY_TAG_DEL : KEY_TAG_MORE);
+    /* Room for the longest encoding (every byte escaped), reserved once. */
+    size_t parts = k->row.len, max;
+    if (k->kind != STO_KEY_ROW_DEL)
+        parts += k->family.len + k->qualifier.len;
+    if (parts < k->row.len || parts > (SIZE_MAX - 64) / 2)
+        return ST_RESOURCE_EXHAUSTED;
+    max = 2 * parts + 3 * 3 + 4 * 8;
+    st_code rc = st_buf_reserve(out, max);
+    if (rc != ST_OK)
+        return rc;
+    uint8_t *p = key_write_component(out->data + out->len, k->row);
+    if (k->kind == STO_KEY_ROW_DEL) {
+        *p++ = KEY_TAG_DEL;
+    } else {
+        *p++ = KEY_TAG_MORE;
+        p = key_write_component(p, k->family);
+        *p++ = k->kind == STO_KEY_FAMILY_DEL ? KEY_TAG_DEL : KEY_TAG_MORE;
+        if (k->kind != STO_KEY_FAMILY_DEL) {
+            p = key_write_component(p, k->qualifier);
+            *p++ = k->kind == STO_KEY_COLUMN_DEL ? KEY_TAG_DEL : KEY_TAG_MORE;
         }
     }
-    if (rc == ST_OK && k->kind == STO_KEY_CELL)
-        rc = key_put_be64(out, key_not((uint64_t)k->ts_us));
-    if (rc == ST_OK)
-        rc = key_put_be64(out, key_not(k->version));
-    if (rc == ST_OK && k->kind == STO_KEY_COLUMN_DEL) {
-        rc = key_put_be64(out, (uint64_t)k->del_end_us);
-        if (rc == ST_OK)
-            rc = key_put_be64(out, (uint64_t)k->del_start_us);
+    if (k->kind == STO_KEY_CELL)
+        p = key_write_be64(p, key_not((uint64_t)k->ts_us));
+    p = key_write_be64(p, key_not(k->version));
+    if (k->kind == STO_KEY_COLUMN_DEL) {
+        p = key_write_be64(p, (uint64_t)k->del_end_us);
+        p = key_write_be64(p, (uint64_t)k->del_start_us);
     }
-    if (rc != ST_OK)
-        out->len = old_len;
-    return rc;
+    ST_ASSERT((size_t)(p - (out->data + out->len)) <= max);
+    out->len = (size_t)(p - out->data);
+    return ST_OK;
 }
 
 /* Scans enc(x) starting at pos; returns the offset just past its terminator, or 0 if malformed.

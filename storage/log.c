@@ -123,27 +123,55 @@ static int64_t unzigzag(uint64_t v) {
     return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
 }
 
-static bool put_bytes(st_buf *b, st_slice s) {
-    return st_buf_append_varint64(b, s.len) == ST_OK && st_buf_append(b, s.data, s.len) == ST_OK;
+/* The encoders below write into room reserved once per row (row_mut_bound), not through an
+ * st_buf call per field: a row is encoded on every write's path. */
+static uint8_t *put_bytes(uint8_t *p, st_slice s) {
+    p += st_put_varint64(p, s.len);
+    if (s.len)
+        memcpy(p, s.data, s.len);
+    return p + s.len;
 }
 
-static bool put_mut(st_buf *b, const sto_mut *m) {
-    if (st_buf_append_byte(b, (uint8_t)m->type) != ST_OK)
-        return false;
+static uint8_t *put_mut(uint8_t *p, const sto_mut *m) {
+    *p++ = (uint8_t)m->type;
     switch (m->type) {
     case STO_MUT_SET_CELL:
-        return put_bytes(b, m->family) && put_bytes(b, m->qualifier) &&
-               st_buf_append_varint64(b, zigzag(m->ts_us)) == ST_OK && put_bytes(b, m->value);
+        p = put_bytes(put_bytes(p, m->family), m->qualifier);
+        p += st_put_varint64(p, zigzag(m->ts_us));
+        return put_bytes(p, m->value);
     case STO_MUT_DEL_COLUMN:
-        return put_bytes(b, m->family) && put_bytes(b, m->qualifier) &&
-               st_buf_append_varint64(b, zigzag(m->ts_start_us)) == ST_OK &&
-               st_buf_append_varint64(b, zigzag(m->ts_end_us)) == ST_OK;
+        p = put_bytes(put_bytes(p, m->family), m->qualifier);
+        p += st_put_varint64(p, zigzag(m->ts_start_us));
+        return p + st_put_varint64(p, zigzag(m->ts_end_us));
     case STO_MUT_DEL_FAMILY:
-        return put_bytes(b, m->family);
+        return put_bytes(p, m->family);
     case STO_MUT_DEL_ROW:
-        return true;
+        return p;
     }
-    return false;
+    return p;
+}
+
+/* Adds n to *sum; false on overflow. */
+static bool bound_add(size_t *sum, size_t n) {
+    if (n > SIZE_MAX - *sum)
+        return false;
+    *sum += n;
+    return true;
+}
+
+/* An upper bound of the row's encoding (every varint counted at its maximum); false when it
+ * does not fit a size_t. */
+static bool row_mut_bound(const sto_row_mut *row, size_t *out) {
+    size_t n = 1 + 7 * ST_VARINT64_MAX + row->row.len;
+    for (size_t i = 0; i < row->n_muts; i++) {
+        const sto_mut *m = &row->muts[i];
+        if (!bound_add(&n, 1 + 5 * ST_VARINT64_MAX) || !bound_add(&n, m->family.len) ||
+            !bound_add(&n, m->qualifier.len) ||
+            !bound_add(&n, m->type == STO_MUT_SET_CELL ? m->value.len : 0))
+            return false;
+    }
+    *out = n;
+    return true;
 }
 
 static bool mut_type_ok(sto_mut_type t) {
@@ -156,20 +184,22 @@ st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row) {
     for (size_t i = 0; i < row->n_muts; i++)
         if (!mut_type_ok(row->muts[i].type))
             return ST_INVALID_ARGUMENT;
-    size_t start = out->len;
-    bool ok = st_buf_append_byte(out, LOG_ROW_FORMAT) == ST_OK &&
-              st_buf_append_varint64(out, row->tablet_id) == ST_OK && put_bytes(out, row->row) &&
-              st_buf_append_varint64(out, row->version) == ST_OK &&
-              st_buf_append_varint64(out, row->commit_ts_us) == ST_OK &&
-              st_buf_append_varint64(out, row->origin) == ST_OK &&
-              st_buf_append_varint64(out, row->flags) == ST_OK &&
-              st_buf_append_varint64(out, row->n_muts) == ST_OK;
-    for (size_t i = 0; ok && i < row->n_muts; i++)
-        ok = put_mut(out, &row->muts[i]);
-    if (!ok) {
-        out->len = start;
+    size_t bound;
+    if (!row_mut_bound(row, &bound) || st_buf_reserve(out, bound) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
-    }
+    uint8_t *p = out->data + out->len;
+    *p++ = LOG_ROW_FORMAT;
+    p += st_put_varint64(p, row->tablet_id);
+    p = put_bytes(p, row->row);
+    p += st_put_varint64(p, row->version);
+    p += st_put_varint64(p, row->commit_ts_us);
+    p += st_put_varint64(p, row->origin);
+    p += st_put_varint64(p, row->flags);
+    p += st_put_varint64(p, row->n_muts);
+    for (size_t i = 0; i < row->n_muts; i++)
+        p = put_mut(p, &row->muts[i]);
+    ST_ASSERT((size_t)(p - (out->data + out->len)) <= bound);
+    out->len = (size_t)(p - out->data);
     return ST_OK;
 }
 
@@ -1213,11 +1243,63 @@ st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
 
 /* ---- appends ---- */
 
+/* Each appending thread keeps its encode buffer between sto_log_append_wait calls (pthread key,
+ * freed when the thread ends): a malloc and free of a record-sized buffer per write, and the
+ * cold cache lines of a fresh one, were a visible part of an unsynced write's cost. */
+#define LOG_ENC_BUF_KEEP_BYTES ((size_t)64 << 10) /* larger buffers are freed, not kept */
+
+static pthread_key_t enc_key;
+static bool enc_key_ok;
+static pthread_once_t enc_once = PTHREAD_ONCE_INIT;
+
+static void enc_buf_free_at_exit(void *p) {
+    st_buf_free(p);
+    free(p);
+}
+
+static void enc_key_init(void) {
+    enc_key_ok = pthread_key_create(&enc_key, enc_buf_free_at_exit) == 0;
+}
+
+/* Moves this thread's kept buffer (if any) into *out, emptied. */
+static void enc_buf_take(st_buf *out) {
+    st_buf_init(out);
+    pthread_once(&enc_once, enc_key_init);
+    st_buf *kept = enc_key_ok ? pthread_getspecific(enc_key) : NULL;
+    if (kept && kept->data) {
+        *out = *kept;
+        out->len = 0;
+        st_buf_init(kept);
+    }
+}
+
+/* Keeps buf for this thread's next append, or frees it. */
+static void enc_buf_give(st_buf *buf) {
+    st_buf *kept = enc_key_ok ? pthread_getspecific(enc_key) : NULL;
+    if (enc_key_ok && !kept && buf->cap <= LOG_ENC_BUF_KEEP_BYTES &&
+        (kept = calloc(1, sizeof *kept)) && pthread_setspecific(enc_key, kept) != 0) {
+        free(kept);
+        kept = NULL;
+    }
+    if (!kept || kept->data || buf->cap > LOG_ENC_BUF_KEEP_BYTES) {
+        st_buf_free(buf);
+        return;
+    }
+    *kept = *buf;
+    kept->len = 0;
+    st_buf_init(buf);
+}
+
 /* Frames n rows as records with lsn and crc left for the commit thread. */
 static st_code entry_encode(log_entry *e, const sto_row_mut *rows, size_t n, st_err *err) {
     for (size_t i = 0; i < n; i++) {
-        size_t at = e->buf.len;
+        size_t at = e->buf.len, bound;
         uint8_t zero[LOG_REC_HDR_BYTES] = {0};
+        /* One allocation for header and row (the encoder's own reserve then finds room). Best
+         * effort: a row the encoder refuses gets its error from the encoder. */
+        if (rows[i].n_muts <= STO_LOG_ROW_MUTS_MAX && row_mut_bound(&rows[i], &bound) &&
+            bound <= STO_LOG_RECORD_BYTES_MAX)
+            (void)st_buf_reserve(&e->buf, LOG_REC_HDR_BYTES + bound);
         st_code rc = st_buf_append(&e->buf, zero, sizeof zero);
         if (rc == ST_OK)
             rc = sto_row_mut_encode(&e->buf, &rows[i]);
@@ -1314,9 +1396,10 @@ st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto
         return st_err_set(err, ST_INVALID_ARGUMENT, "log append of zero row mutations");
     pthread_cond_t cv;
     log_entry e = {.done = done, .arg = arg, .waiter = &cv};
+    enc_buf_take(&e.buf);
     st_code rc = entry_encode(&e, rows, n, err);
     if (rc != ST_OK) {
-        st_buf_free(&e.buf);
+        enc_buf_give(&e.buf);
         return rc;
     }
     pthread_cond_init(&cv, NULL);
@@ -1336,7 +1419,7 @@ st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto
     }
     pthread_mutex_unlock(&log->mu);
     pthread_cond_destroy(&cv);
-    st_buf_free(&e.buf);
+    enc_buf_give(&e.buf);
     return rc;
 }
 

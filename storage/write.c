@@ -7,7 +7,6 @@
  * snapshot reads under. After a crash a record is either whole in the log (replayed) or torn
  * (discarded, never acknowledged). */
 #include <inttypes.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +21,8 @@ typedef struct write_ctx {
     size_t n;
     sto_tablet **tabs; /* per row */
     sto_tablet *tabs_stack[WRITE_STACK_TABLETS];
-    /* sto_write: the caller waits here */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
-    atomic_bool released; /* finish touches c no more: the waiter may free it */
+    /* sto_write: filled by finish before sto_log_append_wait returns (see sto_write) */
+    atomic_bool released; /* finish touches c no more */
     st_code code;
     st_err err;
     uint64_t lsn;
@@ -192,7 +188,9 @@ static st_code apply_locked(sto_db *db, sto_tablet *t, const sto_row_mut *row, u
      * whole arena), and what the flush of the frozen memtable subtracts again. */
     st_code rc = sto_memtable_apply(t->active, row, lsn);
     size_t after = sto_memtable_bytes(t->active);
-    atomic_fetch_add(&db->mem_bytes, (long long)after - (long long)t->active_bytes);
+    /* The arena grows in blocks: most writes leave it as it was and skip the shared counter. */
+    if (after != t->active_bytes)
+        atomic_fetch_add(&db->mem_bytes, (long long)after - (long long)t->active_bytes);
     t->active_bytes = after;
     if (t->active_first_lsn == 0)
         t->active_first_lsn = lsn;
@@ -224,13 +222,17 @@ static void inflight_drop(sto_tablet *t) {
     pthread_mutex_unlock(&t->mu);
 }
 
-static void ctx_free(write_ctx *c) {
+/* What ctx_init set up, not c itself (a sync write's context lives on its caller's stack). */
+static void ctx_deinit(write_ctx *c) {
     if (c->tabs != c->tabs_stack)
         free(c->tabs);
     if (c->async)
         st_arena_deinit(&c->arena);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
+}
+
+/* A context from ctx_new. */
+static void ctx_free(write_ctx *c) {
+    ctx_deinit(c);
     free(c);
 }
 
@@ -240,14 +242,10 @@ static void finish(write_ctx *c, st_code code, const st_err *err, uint64_t lsn) 
         ctx_free(c);
         return;
     }
-    pthread_mutex_lock(&c->mu);
     c->code = code;
     c->lsn = lsn;
     if (code != ST_OK && err)
         c->err = *err;
-    c->done = true;
-    pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
     atomic_store_explicit(&c->released, true, memory_order_release); /* last touch of c */
 }
 
@@ -335,8 +333,8 @@ static st_code append(sto_db *db, write_ctx *c, sto_tablet **uniq, size_t n_uniq
     return rc;
 }
 
-static st_code ctx_new(sto_db *db, const sto_row_mut *rows, size_t n, write_ctx **out,
-                       st_err *err) {
+/* Validates the rows and sets up c (caller memory); on failure nothing needs freeing. */
+static st_code ctx_init(write_ctx *c, sto_db *db, const sto_row_mut *rows, size_t n, st_err *err) {
     if (n == 0 || n > STO_WRITE_ROWS_MAX || !rows)
         return st_err_set(err, ST_INVALID_ARGUMENT, "a write needs 1..%d row mutations",
                           STO_WRITE_ROWS_MAX);
@@ -345,20 +343,36 @@ static st_code ctx_new(sto_db *db, const sto_row_mut *rows, size_t n, write_ctx 
         if (rc != ST_OK)
             return rc;
     }
-    write_ctx *c = calloc(1, sizeof *c);
-    if (!c)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory queuing a write");
+    /* Field by field: zeroing the whole context (its error text, its stack of tablets) showed
+     * in a write's cost. err is written only with a failure code. */
     c->db = db;
     c->rows = rows;
     c->n = n;
+    c->code = ST_OK;
+    c->err.code = ST_OK;
+    c->err.msg[0] = '\0';
+    c->lsn = 0;
+    c->async = false;
+    c->cb = NULL;
+    c->cb_arg = NULL;
+    memset(&c->arena, 0, sizeof c->arena);
     c->tabs = n <= WRITE_STACK_TABLETS ? c->tabs_stack : calloc(n, sizeof(sto_tablet *));
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-    atomic_init(&c->released, false);
-    if (!c->tabs) {
-        c->tabs = c->tabs_stack;
-        ctx_free(c);
+    if (!c->tabs)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory queuing a write");
+    atomic_init(&c->released, false);
+    return ST_OK;
+}
+
+/* A heap context, for writes that outlive their call (sto_write_async); ctx_free frees it. */
+static st_code ctx_new(sto_db *db, const sto_row_mut *rows, size_t n, write_ctx **out,
+                       st_err *err) {
+    write_ctx *c = malloc(sizeof *c);
+    if (!c)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory queuing a write");
+    st_code rc = ctx_init(c, db, rows, n, err);
+    if (rc != ST_OK) {
+        free(c);
+        return rc;
     }
     *out = c;
     return ST_OK;
@@ -379,43 +393,24 @@ static st_code submit(sto_db *db, write_ctx *c, st_err *err) {
     return rc;
 }
 
-#define WRITE_SPIN_ROUNDS 4000 /* ~tens of microseconds of polling before sleeping */
-
-/* Without fdatasync a write completes in microseconds, less than two thread wake-ups cost, so
- * the writer polls briefly before it sleeps (and the commit thread's signal then finds nobody
- * waiting, which costs no system call). With sync on, the fsync dominates: sleep at once. */
-static void wait_done(sto_db *db, write_ctx *c) {
-    if (!db->o.sync)
-        for (int i = 0; i < WRITE_SPIN_ROUNDS; i++) {
-            if (atomic_load_explicit(&c->released, memory_order_acquire))
-                return;
-            if (i % 64 == 63)
-                sched_yield();
-        }
-    pthread_mutex_lock(&c->mu);
-    while (!c->done)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-    /* finish sets released right after unlocking; c must outlive that store */
-    while (!atomic_load_explicit(&c->released, memory_order_acquire))
-        sched_yield();
-}
-
 st_code sto_write(sto_db *db, const sto_row_mut *rows, size_t n, uint64_t *lsn_out, st_err *err) {
-    write_ctx *c;
-    st_code rc = ctx_new(db, rows, n, &c, err);
+    /* A sync write appends with sto_log_append_wait, which returns only after finish ran for
+     * c (on this thread when it led the group, else on the group's writer, which wakes this one
+     * only afterwards): no lock or wait on c is needed, and c can live on this stack. */
+    write_ctx ctx, *c = &ctx;
+    st_code rc = ctx_init(c, db, rows, n, err);
     if (rc != ST_OK)
         return rc;
     rc = submit(db, c, err);
     if (rc == ST_OK) {
-        wait_done(db, c);
+        ST_ASSERT(atomic_load_explicit(&c->released, memory_order_acquire));
         rc = c->code;
         if (rc != ST_OK && err)
             *err = c->err;
         if (rc == ST_OK && lsn_out)
             *lsn_out = c->lsn;
     }
-    ctx_free(c);
+    ctx_deinit(c);
     return rc;
 }
 
@@ -456,7 +451,7 @@ static st_code copy_rows(write_ctx *c, const sto_row_mut *rows, size_t n, st_err
 
 st_code sto_write_async(sto_db *db, const sto_row_mut *rows, size_t n, st_err *err,
                         sto_write_done_fn done, void *arg) {
-    write_ctx *c;
+    write_ctx *c = NULL;
     st_code rc = ctx_new(db, rows, n, &c, err);
     if (rc != ST_OK)
         return rc;

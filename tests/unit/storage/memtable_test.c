@@ -1,8 +1,9 @@
 /* memtable_test — proves the skiplist memtable keeps entries in memcmp order, hides entries newer
  * than an iterator's snapshot lsn in every movement, replaces an equal key while older snapshots
- * keep the older value, turns row mutations into the right entries, and lets a reader thread
- * iterate while the single writer inserts (checked against a sorted model; the threaded test is
- * meant to run under TSan/ASan too). */
+ * keep the older value, keeps both right on the fast path of keys above the last one (sequential
+ * loads) mixed with smaller keys and replaces, turns row mutations into the right entries, and lets
+ * a reader thread iterate while the single writer inserts (checked against a sorted model; the
+ * threaded test is meant to run under TSan/ASan too). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -146,6 +147,106 @@ static void test_memtable_replace_equal_key(void **state) {
     assert_true(st_slice_eq(it->ops->value(it), ST_SLICE_LIT("last")));
     it->ops->free(it);
     old_it->ops->free(old_it);
+    sto_memtable_unref(m);
+}
+
+/* Checks m against the model of test_memtable_tail_inserts: every key with a version <= snap is
+ * seen in order, forward and backward, with its newest value <= snap, and seek finds each. */
+enum { TAIL_SPACE = 40000 };
+typedef struct tail_model {
+    uint64_t first_lsn[TAIL_SPACE];  /* 0 = absent */
+    uint64_t second_lsn[TAIL_SPACE]; /* 0 = never replaced */
+} tail_model;
+
+static uint64_t tail_visible(const tail_model *md, uint64_t v, uint64_t snap) {
+    if (md->second_lsn[v] && md->second_lsn[v] <= snap)
+        return md->second_lsn[v];
+    return md->first_lsn[v] && md->first_lsn[v] <= snap ? md->first_lsn[v] : 0;
+}
+
+static void tail_check(sto_memtable *m, const tail_model *md, uint64_t snap) {
+    sto_kviter *it = sto_memtable_iter_new(m, snap);
+    uint64_t v = 0;
+    for (it->ops->seek_first(it); it->ops->valid(it); it->ops->next(it), v++) {
+        while (v < TAIL_SPACE && !tail_visible(md, v, snap))
+            v++;
+        assert_true(v < TAIL_SPACE);
+        assert_int_equal(st_get_be64(it->ops->key(it).data), v);
+        assert_int_equal(st_get_be64(it->ops->value(it).data), tail_visible(md, v, snap));
+        it->ops->seek(it, it->ops->key(it)); /* seek walks the upper levels too */
+        assert_int_equal(st_get_be64(it->ops->key(it).data), v);
+    }
+    while (v < TAIL_SPACE && !tail_visible(md, v, snap))
+        v++;
+    assert_int_equal(v, TAIL_SPACE);
+    int64_t w = TAIL_SPACE - 1;
+    for (it->ops->seek_last(it); it->ops->valid(it); it->ops->prev(it), w--) {
+        while (w >= 0 && !tail_visible(md, (uint64_t)w, snap))
+            w--;
+        assert_true(w >= 0);
+        assert_int_equal(st_get_be64(it->ops->key(it).data), (uint64_t)w);
+    }
+    it->ops->free(it);
+}
+
+/* The insert fast path (a key above the last one links after the per-level tail nodes without a
+ * search) must keep order and versions: a sequential load with keys below the last one mixed in
+ * (smaller than all, and between others), replaces of the last key at a later lsn (an older
+ * snapshot still sees the older value), and ascending inserts again after each of those. */
+static void test_memtable_tail_inserts(void **state) {
+    (void)state;
+    st_rng rng;
+    st_rng_seed(&rng, st_test_seed("test_memtable_tail_inserts"));
+    static tail_model md;
+    memset(&md, 0, sizeof md);
+    sto_memtable *m;
+    assert_int_equal(sto_memtable_new(&m), ST_OK);
+    uint64_t lsn = 0, next = 1000, last = 0, snap_mid = 0;
+    for (int i = 0; i < 12000; i++) {
+        uint64_t v;
+        unsigned dice = (unsigned)st_rng_below(&rng, 10);
+        if (dice == 0 && last) {
+            v = st_rng_below(&rng, next); /* below the last key: the search path */
+        } else if (dice == 1 && last && !md.second_lsn[last]) {
+            v = last; /* equal to the last key: a replace */
+        } else {
+            v = next;
+            next += 1 + st_rng_below(&rng, 2);
+            last = v;
+        }
+        if (md.first_lsn[v] && md.second_lsn[v])
+            continue; /* the model keeps two versions */
+        uint8_t k[KEY_LEN], val[8];
+        make_key(k, v);
+        st_put_be64(val, ++lsn);
+        assert_int_equal(sto_memtable_put(m, st_slice_make(k, KEY_LEN), st_slice_make(val, 8), lsn),
+                         ST_OK);
+        if (md.first_lsn[v])
+            md.second_lsn[v] = lsn;
+        else
+            md.first_lsn[v] = lsn;
+        if (i == 6000)
+            snap_mid = lsn;
+    }
+    assert_true(next < TAIL_SPACE);
+    assert_int_equal(sto_memtable_max_lsn(m), lsn);
+    tail_check(m, &md, UINT64_MAX);
+    tail_check(m, &md, snap_mid);
+    /* A key prefixing the last one sorts before it; one extending it sorts after. */
+    assert_int_equal(sto_memtable_put(m, ST_SLICE_LIT("abc"), ST_SLICE_LIT("1"), ++lsn), ST_OK);
+    assert_int_equal(sto_memtable_put(m, ST_SLICE_LIT("abcd"), ST_SLICE_LIT("2"), ++lsn), ST_OK);
+    assert_int_equal(sto_memtable_put(m, ST_SLICE_LIT("ab"), ST_SLICE_LIT("3"), ++lsn), ST_OK);
+    assert_int_equal(sto_memtable_put(m, ST_SLICE_LIT("abcd"), ST_SLICE_LIT("4"), ++lsn), ST_OK);
+    sto_kviter *it = sto_memtable_iter_new(m, UINT64_MAX);
+    it->ops->seek(it, ST_SLICE_LIT("a"));
+    const char *want[][2] = {{"ab", "3"}, {"abc", "1"}, {"abcd", "4"}};
+    for (size_t j = 0; j < 3; j++, it->ops->next(it)) {
+        assert_true(it->ops->valid(it));
+        assert_true(st_slice_eq(it->ops->key(it), st_slice_cstr(want[j][0])));
+        assert_true(st_slice_eq(it->ops->value(it), st_slice_cstr(want[j][1])));
+    }
+    assert_false(it->ops->valid(it));
+    it->ops->free(it);
     sto_memtable_unref(m);
 }
 
@@ -354,6 +455,7 @@ int main(void) {
         cmocka_unit_test(test_memtable_sorted_iteration),
         cmocka_unit_test(test_memtable_snapshot_lsn_filter),
         cmocka_unit_test(test_memtable_replace_equal_key),
+        cmocka_unit_test(test_memtable_tail_inserts),
         cmocka_unit_test(test_memtable_apply_row_mutation),
         cmocka_unit_test(test_memtable_concurrent_reader),
     };
