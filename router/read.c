@@ -41,6 +41,7 @@ typedef struct rr_op {
     bool limit_hit; /* the node call was cancelled because rows_limit was reached */
     bool complete;  /* every row was read: finish once the backlog is out */
     st_buf backlog; /* messages, each prefixed with its varint length */
+    st_buf fwd;     /* a node message's buffer taken to pass on without a copy (rr_emit) */
     size_t backlog_off;
     bool writable_cb; /* rr_writable is registered (once a backlog formed) */
     int attempts;
@@ -59,6 +60,7 @@ static void rr_free(rr_op *op, st_code code, const char *msg) {
     st_buf_free(&op->cur_start);
     st_buf_free(&op->cur_end);
     st_buf_free(&op->backlog);
+    st_buf_free(&op->fwd);
     rtr_rr_track_deinit(&op->track);
     if (op->idle)
         event_free(op->idle);
@@ -113,14 +115,19 @@ static st_code rr_drain(rr_op *op) {
 
 static void rr_writable(rpc_call *call, void *arg);
 
-static st_code rr_emit(rr_op *op, st_slice msg) {
+/* from: the node call msg arrived on (NULL: msg is the router's own), whose buffer is handed
+ * to the client's call instead of copied when it can be. */
+static st_code rr_emit(rr_op *op, rpc_ccall *from, st_slice msg) {
     if (backlog_bytes(op) > 0) {
         st_code rc = rr_drain(op); /* older messages first */
         if (rc != ST_OK)
             return rc;
     }
-    if (backlog_bytes(op) == 0 && rpc_call_writable(op->call))
+    if (backlog_bytes(op) == 0 && rpc_call_writable(op->call)) {
+        if (from && rpc_ccall_msg_take(from, &op->fwd))
+            return rpc_call_send_buf(op->call, &op->fwd);
         return rpc_call_send(op->call, msg);
+    }
     if (st_buf_append_varint64(&op->backlog, msg.len) != ST_OK ||
         st_buf_append(&op->backlog, msg.data, msg.len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
@@ -185,7 +192,7 @@ static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
         rr_idle_arm(op); /* the node is alive: restart its silence clock */
     st_code rc = rtr_rr_track_feed(&op->track, msg, op->reversed);
     if (rc == ST_OK)
-        rc = rr_emit(op, msg);
+        rc = rr_emit(op, call, msg);
     if (rc != ST_OK) {
         st_err_set(&op->last, rc, "could not relay rows from node");
         op->limit_hit = true; /* stop taking answers; rr_done reports op->last */
@@ -239,7 +246,7 @@ static st_code rr_reset_open_row(rr_op *op) {
     if (!op->track.row_open)
         return ST_OK;
     op->track.row_open = false;
-    return rr_emit(op, st_slice_make(reset, sizeof reset));
+    return rr_emit(op, NULL, st_slice_make(reset, sizeof reset));
 }
 
 static void rr_refreshed(void *arg) {
@@ -494,6 +501,7 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     st_buf_init(&op->cur_start);
     st_buf_init(&op->cur_end);
     st_buf_init(&op->backlog);
+    st_buf_init(&op->fwd);
     rtr_rr_track_init(&op->track);
     st_code rc = btu_rowset_from_pb(req.rows, rpc_call_arena(call), &op->rs, &err);
     if (rc != ST_OK)

@@ -32,7 +32,7 @@ struct rpc_client {
     /* direct and connected: reads the socket itself (h2_sock_read), the bufferevent does not,
      * and output goes to wbuf (h2_out_add) */
     struct event *read_ev;
-    st_buf wbuf;
+    h2_wbuf wbuf;
     /* API calls only queue frames and activate this event, which flushes from the loop: so no
      * API function runs a user callback (on_done) before it returns. */
     struct event *flush_ev;
@@ -87,7 +87,14 @@ static void ccall_complete(rpc_ccall *call, st_code code, const char *message) {
         nghttp2_session_set_stream_user_data(c->session, call->stream_id, NULL);
     call->on_done(call, code, message ? message : "", call->arg);
     rpc_deframer_deinit(&call->deframer);
-    free(call);
+    /* wbuf may still reference the request body (a stream can end while its frames are queued,
+     * e.g. cancelled): the allocation then goes when they are written. */
+    if (!h2_out_pinned(&c->wbuf) || !h2_wbuf_retire(&c->wbuf, call)) {
+        if (h2_out_pinned(&c->wbuf))
+            h2_out_write_now(c->bev, &c->wbuf);
+        free(call);
+    }
+    h2_loop_calls(-1);
 }
 
 /* gRPC's mapping of HTTP status when no grpc-status arrived. */
@@ -181,7 +188,7 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
     (void)session;
     (void)flags;
     rpc_client *c = user_data;
-    st_buf *wbuf = c->direct && c->connected ? &c->wbuf : NULL;
+    h2_wbuf *wbuf = c->direct && c->connected ? &c->wbuf : NULL;
     if (h2_out_len(c->bev, wbuf) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
         return NGHTTP2_ERR_WOULDBLOCK;
     if (!h2_out_add(c->bev, wbuf, data, length))
@@ -195,15 +202,36 @@ static ssize_t body_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
     (void)session;
     (void)stream_id;
     (void)user_data;
+    (void)buf;
     rpc_ccall *call = source->ptr;
     size_t n = call->body_len - call->body_off;
     if (n > length)
         n = length;
-    memcpy(buf, call->body + call->body_off, n);
-    call->body_off += n;
-    if (call->body_off == call->body_len)
+    /* NO_COPY: body_send_cb writes the bytes from the call's allocation (see the server's
+     * data_read_cb). */
+    *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    if (n == call->body_len - call->body_off)
         *data_flags |= NGHTTP2_DATA_FLAG_EOF;
     return (ssize_t)n;
+}
+
+/* Sends one NO_COPY DATA frame of the request body sized by body_read_cb; a large payload is
+ * referenced where it lies (h2_out_add_ref), the call's allocation outliving the write. */
+static int body_send_cb(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd,
+                        size_t length, nghttp2_data_source *source, void *user_data) {
+    (void)session;
+    rpc_client *c = user_data;
+    rpc_ccall *call = source->ptr;
+    h2_wbuf *wbuf = c->direct && c->connected ? &c->wbuf : NULL;
+    if (h2_out_len(c->bev, wbuf) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
+        return NGHTTP2_ERR_WOULDBLOCK; /* retried with the same frame */
+    if (frame->data.padlen != 0 || length > call->body_len - call->body_off)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (!h2_out_add(c->bev, wbuf, framehd, 9) ||
+        !h2_out_add_ref(c->bev, wbuf, call->body + call->body_off, length))
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    call->body_off += length;
+    return 0;
 }
 
 /* ---- input ---- */
@@ -239,6 +267,10 @@ static st_code response_msg(st_slice msg, void *arg) {
     if (call->on_msg && !call->cancelled && !call->deadline_hit)
         call->on_msg(call, msg, call->arg);
     return ST_OK;
+}
+
+bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out) {
+    return rpc_deframer_take(&call->deframer, out);
 }
 
 static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id,
@@ -320,6 +352,7 @@ static void client_fail(rpc_client *c, const char *why) {
     st_log(ST_LOG_INFO, "rpc", "msg=\"client connection failed\" host=%s why=\"%s\"", c->host, why);
     char msg[300];
     snprintf(msg, sizeof(msg), "connection to %s failed: %s", c->host, why);
+    h2_wbuf_drop(&c->wbuf); /* lost anyway; it must not pin the calls' requests */
     while (c->calls)
         ccall_complete(c->calls, c->calls->deadline_hit ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
                        msg);
@@ -332,7 +365,7 @@ static void client_fail(rpc_client *c, const char *why) {
     if (c->bev)
         bufferevent_free(c->bev);
     c->bev = NULL;
-    st_buf_free(&c->wbuf);
+    h2_wbuf_free(&c->wbuf);
 }
 
 static void client_read_cb(struct bufferevent *bev, void *arg) {
@@ -426,6 +459,7 @@ static bool client_session_new(rpc_client *c) {
     if (nghttp2_session_callbacks_new(&cbs) != 0)
         return false;
     nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
+    nghttp2_session_callbacks_set_send_data_callback(cbs, body_send_cb);
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
@@ -501,6 +535,7 @@ rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t p
 void rpc_client_free(rpc_client *c) {
     if (!c)
         return;
+    h2_wbuf_drop(&c->wbuf); /* output not yet written is dropped (and pins no request) */
     while (c->calls)
         ccall_complete(c->calls, ST_CANCELLED, "client closed");
     if (c->read_ev)
@@ -511,7 +546,7 @@ void rpc_client_free(rpc_client *c) {
         bufferevent_free(c->bev);
     if (c->flush_ev)
         event_free(c->flush_ev);
-    st_buf_free(&c->wbuf);
+    h2_wbuf_free(&c->wbuf);
     free(c->host);
     free(c);
 }
@@ -646,6 +681,7 @@ rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
         free(call);
         return NULL;
     }
+    h2_loop_calls(1);
     call->next = c->calls;
     if (c->calls)
         c->calls->prev = call;

@@ -4,6 +4,8 @@
 
 #include "strata/rpc.h"
 
+_Static_assert(RPC_SEND_HEADROOM == 5, "the headroom holds exactly a gRPC message prefix");
+
 void rpc_deframer_init(rpc_deframer *d, size_t bytes_max) {
     memset(d, 0, sizeof(*d));
     st_buf_init(&d->msg);
@@ -41,14 +43,33 @@ static st_code deframer_prefix_done(rpc_deframer *d, st_err *err) {
     return ST_OK;
 }
 
-static st_code deframer_deliver(rpc_deframer *d, st_slice msg, rpc_deframer_msg_fn on_msg,
-                                void *arg) {
+/* in_buf: msg lies in d->msg (after the prefix), so rpc_deframer_take may hand it over. */
+static st_code deframer_deliver(rpc_deframer *d, st_slice msg, bool in_buf,
+                                rpc_deframer_msg_fn on_msg, void *arg) {
     d->prefix_len = 0;
     d->msg_len = 0;
     d->messages++;
+    d->delivering_buf = in_buf;
     st_code rc = on_msg ? on_msg(msg, arg) : ST_OK;
+    d->delivering_buf = false;
     st_buf_reset(&d->msg);
     return rc;
+}
+
+bool rpc_deframer_take(rpc_deframer *d, st_buf *out) {
+    if (!d->delivering_buf)
+        return false;
+    st_buf mine = d->msg;
+    d->msg = *out;
+    st_buf_reset(&d->msg);
+    *out = mine;
+    d->delivering_buf = false; /* taken once */
+    return true;
+}
+
+/* Bytes of the message reassembled so far (d->msg holds the prefix before them). */
+static size_t deframer_have(const rpc_deframer *d) {
+    return d->msg.len > 5 ? d->msg.len - 5 : 0;
 }
 
 st_code rpc_deframer_feed(rpc_deframer *d, const uint8_t *data, size_t len, st_err *err,
@@ -66,20 +87,23 @@ st_code rpc_deframer_feed(rpc_deframer *d, const uint8_t *data, size_t len, st_e
             if ((rc = deframer_prefix_done(d, err)) != ST_OK)
                 return rc;
             if (d->msg_len == 0) {
-                if ((rc = deframer_deliver(d, st_slice_make(NULL, 0), on_msg, arg)) != ST_OK)
+                rc = deframer_deliver(d, st_slice_make(NULL, 0), false, on_msg, arg);
+                if (rc != ST_OK)
                     return rc;
             }
             continue;
         }
-        size_t want = d->msg_len - d->msg.len;
+        size_t want = d->msg_len - deframer_have(d);
         size_t n = want < len ? want : len;
         /* Zero-copy fast path: a whole message inside this chunk, nothing buffered yet. */
         if (d->msg.len == 0 && n == d->msg_len) {
-            rc = deframer_deliver(d, st_slice_make(data, n), on_msg, arg);
-        } else if (st_buf_append(&d->msg, data, n) != ST_OK) {
+            rc = deframer_deliver(d, st_slice_make(data, n), false, on_msg, arg);
+        } else if ((d->msg.len == 0 && st_buf_append(&d->msg, d->prefix, 5) != ST_OK) ||
+                   st_buf_append(&d->msg, data, n) != ST_OK) {
             return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reassembling message");
-        } else if (d->msg.len == d->msg_len) {
-            rc = deframer_deliver(d, st_buf_slice(&d->msg), on_msg, arg);
+        } else if (deframer_have(d) == d->msg_len) {
+            st_slice m = st_slice_make(d->msg.data + 5, d->msg_len);
+            rc = deframer_deliver(d, m, true, on_msg, arg);
         }
         data += n;
         len -= n;
@@ -95,7 +119,7 @@ st_code rpc_deframer_finish(const rpc_deframer *d, st_err *err) {
     if (d->prefix_len < 5)
         return st_err_set(err, ST_INTERNAL, "stream ended inside a gRPC message prefix");
     return st_err_set(err, ST_INTERNAL, "stream ended after %zu of %zu gRPC message bytes",
-                      d->msg.len, d->msg_len);
+                      deframer_have(d), d->msg_len);
 }
 
 bool rpc_timeout_parse(const char *text, size_t len, int64_t *timeout_us) {

@@ -6,7 +6,8 @@
  * hypervisor: perf showed 40% of the router's CPU in finish_task_switch and in the wake-up of
  * the reader (sock_def_readable). Polling the sockets for a few tens of microseconds after the
  * last activity catches the next message of a conversation without sleeping (Go's runtime, and
- * so the emulator, spins the same way before it parks a thread).
+ * so the emulator, spins the same way before it parks a thread). While calls are open, an answer
+ * is known to be coming, so the loop polls POLL_OPEN_CALLS_MULT times longer.
  *
  * Polling must not take a core from work that needs it. Each pass yields (sched_yield: any
  * runnable thread on this CPU goes first), and the loop stops polling altogether while its thread
@@ -27,11 +28,21 @@
 #define POLL_CHECK_NS 5000000 /* re-read the run-queue wait every 5 ms */
 #define POLL_CONTENDED_DIV 20 /* waiting more than 5% of the time: contended */
 
+/* While calls are open the answer they wait for (a node's reply, a commit's fdatasync of
+ * ~100-150 us here) is on its way: poll this many times longer before sleeping. */
+#define POLL_OPEN_CALLS_MULT 4
+
 /* Bumped by every socket read and every posted completion of this thread's loop. */
 static _Thread_local uint64_t loop_activity;
+/* Server and client calls of this thread's loop that have started and not ended. */
+static _Thread_local int64_t loop_open_calls;
 
 void h2_loop_activity(void) {
     loop_activity++;
+}
+
+void h2_loop_calls(int delta) {
+    loop_open_calls += delta;
 }
 
 static int64_t mono_ns(void) {
@@ -75,17 +86,18 @@ static bool loop_contended(loop_state *ls, int64_t now) {
 static bool loop_poll(struct event_base *base, loop_state *ls, unsigned spin_us) {
     int64_t window = (int64_t)spin_us * 1000;
     int64_t now = mono_ns();
-    int64_t deadline = now + window;
+    int64_t last = now;
     uint64_t seen = loop_activity;
     while (!loop_contended(ls, now)) {
         if (event_base_loop(base, EVLOOP_NONBLOCK) != 0 || event_base_got_break(base) ||
             event_base_got_exit(base))
             return false;
         now = mono_ns();
+        int64_t budget = loop_open_calls > 0 ? window * POLL_OPEN_CALLS_MULT : window;
         if (loop_activity != seen) {
             seen = loop_activity;
-            deadline = now + window;
-        } else if (now >= deadline) {
+            last = now;
+        } else if (now - last >= budget) {
             break;
         } else {
             sched_yield();

@@ -23,22 +23,67 @@ extern const h2_transport h2_transport_plain; /* constant table */
 extern const h2_transport h2_transport_tls;   /* constant table */
 
 /* Output of plain sockets (server and client connections) goes first into the connection's own
- * flat buffer (wbuf) and h2_out_write_now writes it with one send() from the loop callback that
- * produced it: a request or response costs one loop pass, no epoll_ctl pair, and none of the
+ * write queue (h2_wbuf) and h2_out_write_now writes it with one sendmsg() from the loop callback
+ * that produced it: a request or response costs one loop pass, no epoll_ctl pair, and none of the
  * evbuffer chain allocations and callbacks per frame. Only what the socket would not take moves
  * into the bufferevent's output, whose write event is then armed until it drains (the bufferevent
- * writes the rest, or reports the error). */
+ * writes the rest, or reports the error).
+ *
+ * Small pieces (frame headers, HEADERS frames, small DATA payloads) are copied into the queue's
+ * flat buffer; large DATA payloads (H2_OUT_REF_BYTES_MIN and up, h2_out_add_ref) are only
+ * referenced where they lie, in the call's response queue, and go to the kernel straight from
+ * there in the same sendmsg as the bytes around them. A referenced range must stay valid and
+ * unchanged until the queue is written: while h2_out_pinned says the queue references memory,
+ * its owner calls h2_out_write_now before it moves or overwrites bytes, and hands blocks it would
+ * free to h2_wbuf_retire. */
+#define H2_OUT_REF_BYTES_MIN ((size_t)4 << 10)
+#define H2_OUT_SEGS_MAX 128 /* iovecs per write; past it payloads are copied */
 
-/* Queues bytes: into wbuf while the bufferevent's output is empty, else behind what it still
- * holds, so the order is kept. wbuf NULL (TLS, or a client not yet connected): the bufferevent. */
-bool h2_out_add(struct bufferevent *bev, st_buf *wbuf, const void *data, size_t len);
+typedef struct h2_out_seg {
+    const uint8_t *ref; /* NULL: bytes [off, off + len) of the queue's flat buffer */
+    size_t off, len;
+} h2_out_seg;
+
+typedef struct h2_wbuf {
+    st_buf buf; /* copied bytes */
+    /* In order, what is queued when something is referenced; nsegs == 0: just buf. */
+    h2_out_seg segs[H2_OUT_SEGS_MAX];
+    size_t nsegs;
+    size_t ref_bytes; /* referenced bytes queued */
+    /* malloc'd blocks whose owner went away while they were referenced: freed once written */
+    void *retired[H2_OUT_SEGS_MAX];
+    size_t nretired;
+} h2_wbuf;
+
+void h2_wbuf_init(h2_wbuf *w);
+void h2_wbuf_free(h2_wbuf *w);
+/* Forgets what is queued without writing it (the connection is closing). */
+void h2_wbuf_drop(h2_wbuf *w);
+/* Takes over a malloc'd block (e.g. a finished call's response queue) that queued segments may
+ * reference, to free it once written or dropped. False when full: write the queue first. */
+bool h2_wbuf_retire(h2_wbuf *w, void *block);
+/* True while the queue references memory it does not own (see above). */
+static inline bool h2_out_pinned(const h2_wbuf *w) {
+    return w && w->ref_bytes > 0;
+}
+
+/* Queues bytes (copied): into wbuf while the bufferevent's output is empty, else behind what it
+ * still holds, so the order is kept. wbuf NULL (TLS, or a client not yet connected): the
+ * bufferevent. */
+bool h2_out_add(struct bufferevent *bev, h2_wbuf *wbuf, const void *data, size_t len);
+
+/* As h2_out_add, but a large payload going into wbuf is referenced, not copied: data must stay
+ * valid and unchanged until the next h2_out_write_now (or h2_wbuf_drop). */
+bool h2_out_add_ref(struct bufferevent *bev, h2_wbuf *wbuf, const void *data, size_t len);
 
 /* Bytes queued and not yet handed to the kernel (compared with the high-water mark). */
-size_t h2_out_len(struct bufferevent *bev, const st_buf *wbuf);
+size_t h2_out_len(struct bufferevent *bev, const h2_wbuf *wbuf);
 
-/* Writes what is queued now. Returns true when it wrote something and nothing is left: the
- * caller's HTTP/2 session may have more to produce if it had stopped at the high-water mark. */
-bool h2_out_write_now(struct bufferevent *bev, st_buf *wbuf);
+/* Writes what is queued now; afterwards wbuf references nothing (what the socket did not take
+ * was copied into the bufferevent). Returns true when it wrote something and nothing is left:
+ * the caller's HTTP/2 session may have more to produce if it had stopped at the high-water
+ * mark. */
+bool h2_out_write_now(struct bufferevent *bev, h2_wbuf *wbuf);
 
 /* Plain sockets only: what h2_sock_read found. */
 typedef enum h2_read_result {
@@ -67,6 +112,10 @@ struct nghttp2_option *h2_session_option(void);
 
 /* Tells rpc_loop_run (loop.c) that this thread's loop did work: a read or a posted completion. */
 void h2_loop_activity(void);
+
+/* Counts calls (server and client) open on this thread's loop: +1 when one starts, -1 when it
+ * is freed. rpc_loop_run polls longer while some are open. */
+void h2_loop_calls(int delta);
 
 /* Routes libevent's and nghttp2's own logs into st_log once per process. */
 void h2_logging_init(void);

@@ -76,9 +76,10 @@ struct h2_conn {
     struct event *flush_ev;
     /* plain socket: output goes to wbuf and h2_conn_flush writes it itself (h2_out_write_now),
      * read_ev reads it (h2_sock_read); the bufferevent only writes what the socket would not
-     * take at once */
+     * take at once. Large DATA payloads in wbuf are references into their call's `out`, written
+     * before anything frees, moves or overwrites those bytes (conn_out_settle). */
     bool direct;
-    st_buf wbuf;
+    h2_wbuf wbuf;
     struct event *read_ev;
     h2_conn *prev, *next;
 };
@@ -105,6 +106,7 @@ struct rpc_call {
     struct event *deadline_ev; /* NULL, or the timer at the end of the call's allocation */
     rpc_deframer deframer;
     st_buf request;
+    size_t request_skip;  /* bytes before the message in request (a taken deframer buffer) */
     size_t request_bytes; /* counted in conn->request_bytes */
     bool dispatched, finished, cancelled, headers_sent, handler_ref, was_full;
     bool metered;     /* recorded in the server's metrics (once, at its final status) */
@@ -128,6 +130,8 @@ struct rpc_call {
 
 static void h2_conn_close(h2_conn *conn);
 static void call_finish_internal(rpc_call *call, st_code code, const char *msg);
+static h2_wbuf *conn_wbuf(h2_conn *conn);
+static void conn_out_settle(h2_conn *conn);
 
 #define NV(n, v)                                                                                   \
     { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE }
@@ -135,6 +139,7 @@ static void call_finish_internal(rpc_call *call, st_code code, const char *msg);
 /* ---- calls ---- */
 
 static void call_release(rpc_call *call) {
+    h2_loop_calls(-1);
     rpc_deframer_deinit(&call->deframer);
     st_buf_free(&call->request);
     st_buf_free(&call->out);
@@ -177,6 +182,7 @@ static rpc_call *call_new(h2_conn *conn, int32_t stream_id) {
     conn->calls = call;
     STAT_ADD(conn->srv, calls_started, 1);
     STAT_ADD(conn->srv, calls_active, 1);
+    h2_loop_calls(1);
     return call;
 }
 
@@ -217,6 +223,14 @@ static void call_detach(rpc_call *call) {
     call->request_bytes = 0;
     STAT_SUB(srv, queued_bytes, call->out.len - call->out_off);
     STAT_SUB(srv, calls_active, 1);
+    /* The queue's last frames may be referenced by wbuf (a stream closes when its trailers went
+     * into wbuf, before the write): keep its memory until then instead of writing now. */
+    if (h2_out_pinned(conn_wbuf(conn)) && call->out.data) {
+        if (h2_wbuf_retire(&conn->wbuf, call->out.data))
+            st_buf_init(&call->out);
+        else
+            conn_out_settle(conn);
+    }
     st_buf_free(&call->out);
     call->out_off = 0;
     if (call->deadline_ev)
@@ -290,8 +304,16 @@ void rpc_call_set_writable_cb(rpc_call *call, void (*on_writable)(rpc_call *, vo
 /* ---- connection output ---- */
 
 /* Where send_cb queues output (see h2_out_add). */
-static st_buf *conn_wbuf(h2_conn *conn) {
+static h2_wbuf *conn_wbuf(h2_conn *conn) {
     return conn->direct ? &conn->wbuf : NULL;
+}
+
+/* wbuf may reference bytes of calls' response queues (send_data_cb): write them out before a
+ * queue is compacted or handed back to a caller (or freed, if it cannot be retired). Only ever
+ * needed inside a flush (a cancel callback sending), as h2_conn_flush writes after every pass. */
+static void conn_out_settle(h2_conn *conn) {
+    if (h2_out_pinned(conn_wbuf(conn)))
+        h2_out_write_now(conn->bev, &conn->wbuf);
 }
 
 static bool h2_conn_flush(h2_conn *conn) {
@@ -376,8 +398,8 @@ static void call_out_consumed(h2_conn *conn, rpc_call *call, size_t n) {
 }
 
 /* DATA frames are NO_COPY: nghttp2 only sizes them here and send_data_cb writes the frame header
- * and the bytes straight from the call's queue into the socket's output buffer, saving a copy
- * through nghttp2's own frame buffer. */
+ * and the bytes straight from the call's queue into the socket's output (large payloads are not
+ * even copied there: see h2_out_add_ref), saving a copy through nghttp2's own frame buffer. */
 static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
                             size_t length, uint32_t *data_flags, nghttp2_data_source *source,
                             void *user_data) {
@@ -407,13 +429,15 @@ static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
     (void)session;
     h2_conn *conn = user_data;
     rpc_call *call = source->ptr;
-    st_buf *wbuf = conn_wbuf(conn);
+    h2_wbuf *wbuf = conn_wbuf(conn);
     if (h2_out_len(conn->bev, wbuf) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
         return NGHTTP2_ERR_WOULDBLOCK; /* retried with the same frame once the socket drains */
     if (frame->data.padlen != 0 || length > call->out.len - call->out_off)
         return NGHTTP2_ERR_CALLBACK_FAILURE; /* we never pad; the queue never shrinks under us */
+    /* A large payload is referenced where it lies: it stays put until h2_conn_flush writes
+     * (call_out_consumed only moves out_off, or resets an emptied queue keeping its memory). */
     if (!h2_out_add(conn->bev, wbuf, framehd, 9) ||
-        !h2_out_add(conn->bev, wbuf, call->out.data + call->out_off, length))
+        !h2_out_add_ref(conn->bev, wbuf, call->out.data + call->out_off, length))
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     call_out_consumed(conn, call, length);
     return 0;
@@ -475,27 +499,23 @@ static void call_fail(rpc_call *call, st_code code, const char *msg) {
     call_finish_internal(call, code, msg);
 }
 
-st_code rpc_call_send(rpc_call *call, st_slice msg) {
+/* Whether a message of len bytes may be queued now: ST_OK, or rpc_call_send's error. */
+static st_code call_send_check(const rpc_call *call, size_t len) {
     h2_conn *conn = call->conn;
     if (!conn || call->finished || call->cancelled)
         return ST_CANCELLED;
+    const rpc_server_opts *o = &conn->srv->opts;
+    if (len > o->message_bytes_max ||
+        rpc_call_queued_bytes(call) + len > o->send_queue_bytes_max + o->message_bytes_max)
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+/* n framed bytes were added to the call's queue: count them and get them sent. */
+static st_code call_queued(rpc_call *call, size_t n) {
+    h2_conn *conn = call->conn;
     rpc_server *srv = conn->srv;
-    size_t queued = rpc_call_queued_bytes(call);
-    if (msg.len > srv->opts.message_bytes_max ||
-        queued + msg.len > srv->opts.send_queue_bytes_max + srv->opts.message_bytes_max)
-        return ST_RESOURCE_EXHAUSTED;
-    if (call->out_off > 0 && call->out_off >= call->out.len / 2) {
-        memmove(call->out.data, call->out.data + call->out_off, queued);
-        call->out.len = queued;
-        call->out_off = 0;
-    }
-    uint8_t prefix[5];
-    rpc_frame_prefix(prefix, (uint32_t)msg.len);
-    if (st_buf_reserve(&call->out, 5 + msg.len) != ST_OK)
-        return ST_RESOURCE_EXHAUSTED;
-    st_buf_append(&call->out, prefix, 5);
-    st_buf_append(&call->out, msg.data, msg.len);
-    uint64_t now = STAT_ADD(srv, queued_bytes, 5 + msg.len) + 5 + msg.len;
+    uint64_t now = STAT_ADD(srv, queued_bytes, n) + n;
     uint64_t peak = __atomic_load_n(&srv->stats.queued_bytes_peak, __ATOMIC_RELAXED);
     if (now > peak)
         __atomic_store_n(&srv->stats.queued_bytes_peak, now, __ATOMIC_RELAXED);
@@ -507,6 +527,49 @@ st_code rpc_call_send(rpc_call *call, st_slice msg) {
         return ST_INTERNAL;
     h2_conn_kick(conn);
     return ST_OK;
+}
+
+st_code rpc_call_send(rpc_call *call, st_slice msg) {
+    st_code rc = call_send_check(call, msg.len);
+    if (rc != ST_OK)
+        return rc;
+    size_t queued = rpc_call_queued_bytes(call);
+    conn_out_settle(call->conn); /* the queue may be moved below */
+    if (call->out_off > 0 && call->out_off >= call->out.len / 2) {
+        memmove(call->out.data, call->out.data + call->out_off, queued);
+        call->out.len = queued;
+        call->out_off = 0;
+    }
+    uint8_t prefix[RPC_SEND_HEADROOM];
+    rpc_frame_prefix(prefix, (uint32_t)msg.len);
+    if (st_buf_reserve(&call->out, RPC_SEND_HEADROOM + msg.len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    st_buf_append(&call->out, prefix, RPC_SEND_HEADROOM);
+    st_buf_append(&call->out, msg.data, msg.len);
+    return call_queued(call, RPC_SEND_HEADROOM + msg.len);
+}
+
+st_code rpc_call_send_buf(rpc_call *call, st_buf *msg) {
+    if (msg->len < RPC_SEND_HEADROOM)
+        return ST_INVALID_ARGUMENT;
+    size_t len = msg->len - RPC_SEND_HEADROOM;
+    st_code rc = call_send_check(call, len);
+    if (rc != ST_OK)
+        return rc;
+    if (rpc_call_queued_bytes(call) > 0) { /* behind other messages: copied as usual */
+        rc = rpc_call_send(call, st_slice_make(msg->data + RPC_SEND_HEADROOM, len));
+        if (rc == ST_OK)
+            st_buf_reset(msg);
+        return rc;
+    }
+    conn_out_settle(call->conn); /* the old queue's memory goes back to the caller */
+    rpc_frame_prefix(msg->data, (uint32_t)len);
+    st_buf old = call->out;
+    call->out = *msg;
+    call->out_off = 0;
+    *msg = old;
+    st_buf_reset(msg);
+    return call_queued(call, RPC_SEND_HEADROOM + len);
 }
 
 void rpc_call_finish(rpc_call *call, st_code code, const char *message) {
@@ -663,10 +726,9 @@ static st_code request_msg(st_slice msg, void *arg) {
     rpc_call *call = arg;
     if (call->deframer.messages > 1)
         return ST_INVALID_ARGUMENT; /* client streaming is not supported */
-    if (msg.len > 0 && msg.data == call->deframer.msg.data) {
-        /* Take the reassembled buffer instead of copying a possibly huge message. */
-        call->request = call->deframer.msg;
-        st_buf_init(&call->deframer.msg);
+    if (call->request.len == 0 && rpc_deframer_take(&call->deframer, &call->request)) {
+        /* Took the reassembled buffer instead of copying a possibly huge message. */
+        call->request_skip = (size_t)(msg.data - call->request.data);
         return ST_OK;
     }
     return st_buf_append(&call->request, msg.data, msg.len);
@@ -710,7 +772,10 @@ static void request_done(rpc_call *call) {
     call->dispatched = true;
     call->handler_ref = true;
     rpc_call_ref(call);
-    call->method->handler(call, st_buf_slice(&call->request), call->method->arg);
+    call->method->handler(call,
+                          st_slice_make(call->request.data + call->request_skip,
+                                        call->request.len - call->request_skip),
+                          call->method->arg);
 }
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
@@ -763,6 +828,7 @@ static void h2_conn_close(h2_conn *conn) {
         srv->conns = conn->next;
     if (conn->next)
         conn->next->prev = conn->prev;
+    h2_wbuf_drop(&conn->wbuf); /* unwritten output is lost anyway; it must not pin the calls */
     while (conn->calls)
         call_detach(conn->calls); /* nghttp2_session_del runs no stream-close callbacks */
     if (conn->read_ev)
@@ -773,7 +839,7 @@ static void h2_conn_close(h2_conn *conn) {
         bufferevent_free(conn->bev);
     if (conn->flush_ev)
         event_free(conn->flush_ev);
-    st_buf_free(&conn->wbuf);
+    h2_wbuf_free(&conn->wbuf);
     STAT_SUB(srv, conns_open, 1);
     free(conn);
 }

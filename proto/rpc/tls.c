@@ -1,7 +1,9 @@
 /* TLS for the RPC layer: contexts with ALPN h2, and the plain/TLS transport table. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -209,15 +211,77 @@ void h2_logging_init(void) {
     event_set_log_callback(libevent_log_cb);
 }
 
-bool h2_out_add(struct bufferevent *bev, st_buf *wbuf, const void *data, size_t len) {
-    struct evbuffer *out = bufferevent_get_output(bev);
-    if (wbuf && evbuffer_get_length(out) == 0)
-        return st_buf_append(wbuf, data, len) == ST_OK;
-    return evbuffer_add(out, data, len) == 0;
+void h2_wbuf_init(h2_wbuf *w) {
+    st_buf_init(&w->buf);
+    w->nsegs = 0;
+    w->ref_bytes = 0;
+    w->nretired = 0;
 }
 
-size_t h2_out_len(struct bufferevent *bev, const st_buf *wbuf) {
-    return evbuffer_get_length(bufferevent_get_output(bev)) + (wbuf ? wbuf->len : 0);
+static void wbuf_release_retired(h2_wbuf *w) {
+    for (size_t i = 0; i < w->nretired; i++)
+        free(w->retired[i]);
+    w->nretired = 0;
+}
+
+void h2_wbuf_free(h2_wbuf *w) {
+    st_buf_free(&w->buf);
+    wbuf_release_retired(w);
+    w->nsegs = 0;
+    w->ref_bytes = 0;
+}
+
+bool h2_wbuf_retire(h2_wbuf *w, void *block) {
+    if (w->nretired == H2_OUT_SEGS_MAX)
+        return false;
+    w->retired[w->nretired++] = block;
+    return true;
+}
+
+#define H2_WBUF_KEEP_BYTES ((size_t)256 << 10) /* a larger flat buffer is freed once written */
+
+void h2_wbuf_drop(h2_wbuf *w) {
+    if (w->buf.cap > H2_WBUF_KEEP_BYTES)
+        st_buf_free(&w->buf);
+    else
+        st_buf_reset(&w->buf);
+    wbuf_release_retired(w);
+    w->nsegs = 0;
+    w->ref_bytes = 0;
+}
+
+bool h2_out_add(struct bufferevent *bev, h2_wbuf *wbuf, const void *data, size_t len) {
+    struct evbuffer *out = bufferevent_get_output(bev);
+    if (!wbuf || evbuffer_get_length(out) > 0)
+        return evbuffer_add(out, data, len) == 0;
+    size_t off = wbuf->buf.len;
+    if (st_buf_append(&wbuf->buf, data, len) != ST_OK)
+        return false;
+    if (wbuf->nsegs > 0) { /* h2_out_add_ref always leaves room for this segment */
+        h2_out_seg *last = &wbuf->segs[wbuf->nsegs - 1];
+        if (!last->ref)
+            last->len += len;
+        else
+            wbuf->segs[wbuf->nsegs++] = (h2_out_seg){NULL, off, len};
+    }
+    return true;
+}
+
+bool h2_out_add_ref(struct bufferevent *bev, h2_wbuf *wbuf, const void *data, size_t len) {
+    /* Room for this segment, the flat one before it and one after (see h2_out_add). */
+    if (!wbuf || len < H2_OUT_REF_BYTES_MIN || wbuf->nsegs + 3 > H2_OUT_SEGS_MAX ||
+        evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+        return h2_out_add(bev, wbuf, data, len);
+    if (wbuf->nsegs == 0 && wbuf->buf.len > 0)
+        wbuf->segs[wbuf->nsegs++] = (h2_out_seg){NULL, 0, wbuf->buf.len};
+    wbuf->segs[wbuf->nsegs++] = (h2_out_seg){data, 0, len};
+    wbuf->ref_bytes += len;
+    return true;
+}
+
+size_t h2_out_len(struct bufferevent *bev, const h2_wbuf *wbuf) {
+    size_t n = evbuffer_get_length(bufferevent_get_output(bev));
+    return wbuf ? n + wbuf->buf.len + wbuf->ref_bytes : n;
 }
 
 /* The bufferevent still holds bytes the socket did not take (wbuf is empty then): try them now;
@@ -238,29 +302,64 @@ static bool bev_output_write(struct bufferevent *bev) {
     return true;
 }
 
-#define H2_WBUF_KEEP_BYTES ((size_t)256 << 10) /* a larger wbuf is freed once written */
+/* Segment i of wbuf as a pointer (the flat buffer may have moved since it was queued). */
+static const uint8_t *seg_data(const h2_wbuf *wbuf, size_t i) {
+    const h2_out_seg *sg = &wbuf->segs[i];
+    return sg->ref ? sg->ref : wbuf->buf.data + sg->off;
+}
 
-bool h2_out_write_now(struct bufferevent *bev, st_buf *wbuf) {
+/* One sendmsg of everything queued; returns the bytes the socket took. */
+static size_t wbuf_send(int fd, const h2_wbuf *wbuf) {
+    struct iovec iov[H2_OUT_SEGS_MAX];
+    struct msghdr mh = {.msg_iov = iov};
+    if (wbuf->nsegs == 0) {
+        iov[0] = (struct iovec){wbuf->buf.data, wbuf->buf.len};
+        mh.msg_iovlen = 1;
+    } else {
+        for (size_t i = 0; i < wbuf->nsegs; i++)
+            iov[i] = (struct iovec){(void *)seg_data(wbuf, i), wbuf->segs[i].len};
+        mh.msg_iovlen = wbuf->nsegs;
+    }
+    ssize_t n;
+    do
+        n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n > 0 ? (size_t)n : 0;
+}
+
+/* Copies what the socket did not take (all but the first `done` bytes) into the bufferevent. */
+static bool wbuf_spill(struct evbuffer *out, const h2_wbuf *wbuf, size_t done) {
+    if (wbuf->nsegs == 0)
+        return evbuffer_add(out, wbuf->buf.data + done, wbuf->buf.len - done) == 0;
+    for (size_t i = 0; i < wbuf->nsegs; i++) {
+        size_t len = wbuf->segs[i].len;
+        if (done >= len) {
+            done -= len;
+            continue;
+        }
+        if (evbuffer_add(out, seg_data(wbuf, i) + done, len - done) != 0)
+            return false;
+        done = 0;
+    }
+    return true;
+}
+
+bool h2_out_write_now(struct bufferevent *bev, h2_wbuf *wbuf) {
     bool wrote = evbuffer_get_length(bufferevent_get_output(bev)) > 0;
     if (!bev_output_write(bev))
-        return false;
-    if (wbuf->len > 0) {
-        ssize_t n = send(bufferevent_getfd(bev), wbuf->data, wbuf->len, MSG_NOSIGNAL);
-        size_t done = n > 0 ? (size_t)n : 0;
-        if (done < wbuf->len) {
+        return false; /* wbuf is empty while the bufferevent holds bytes */
+    size_t total = wbuf->buf.len + wbuf->ref_bytes;
+    if (total > 0) {
+        size_t done = wbuf_send(bufferevent_getfd(bev), wbuf);
+        wrote = done == total;
+        if (!wrote) {
             /* The socket is full (or failed): the bufferevent writes the rest when it can, or
              * reports the error to the event callback. */
-            if (evbuffer_add(bufferevent_get_output(bev), wbuf->data + done, wbuf->len - done) != 0)
+            if (!wbuf_spill(bufferevent_get_output(bev), wbuf, done))
                 shutdown(bufferevent_getfd(bev), SHUT_RDWR); /* lost bytes: end the connection */
             bufferevent_enable(bev, EV_WRITE);
-            wrote = false;
-        } else {
-            wrote = true;
         }
-        if (wbuf->cap > H2_WBUF_KEEP_BYTES)
-            st_buf_free(wbuf);
-        else
-            st_buf_reset(wbuf);
+        h2_wbuf_drop(wbuf);
         if (!wrote)
             return false;
     }

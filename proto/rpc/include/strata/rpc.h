@@ -44,17 +44,20 @@ struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
 #define RPC_POST_QUEUE_MAX ((size_t)1 << 20) /* pending rpc_server_post functions */
 #define RPC_GRPC_MESSAGE_MAX 1024            /* bytes of grpc-message text kept */
 #define RPC_REFUSED_RETRIES_MAX 8            /* client resubmits of a request refused unprocessed */
+#define RPC_SEND_HEADROOM 5 /* bytes free at the front of an rpc_call_send_buf message (prefix) */
 
 /* ---- the gRPC length-prefixed message deframer (exposed for the fuzz target and tests) ----
  * Each message is 1 flag byte (0 = plain, 1 = compressed), a 4-byte big-endian length, then the
  * bytes. Messages may be split across DATA frames and several may share one. */
 typedef struct rpc_deframer {
     uint8_t prefix[5];
-    size_t prefix_len; /* bytes of prefix[] filled */
-    size_t msg_len;    /* length announced by the prefix */
-    st_buf msg;        /* the message being reassembled; grows as bytes arrive */
-    size_t bytes_max;  /* largest accepted message */
-    uint64_t messages; /* complete messages delivered */
+    size_t prefix_len;   /* bytes of prefix[] filled */
+    size_t msg_len;      /* length announced by the prefix */
+    st_buf msg;          /* the message being reassembled after a copy of its prefix (so it can be
+                            sent on with rpc_call_send_buf); grows as bytes arrive */
+    size_t bytes_max;    /* largest accepted message */
+    uint64_t messages;   /* complete messages delivered */
+    bool delivering_buf; /* inside on_msg for a message in msg: rpc_deframer_take may take it */
 } rpc_deframer;
 
 /* Called once per complete message; the slice is valid only during the call. Return ST_OK to go
@@ -68,6 +71,11 @@ void rpc_deframer_deinit(rpc_deframer *d);
  * other than 0/1, RESOURCE_EXHAUSTED for a message over bytes_max or out of memory. */
 st_code rpc_deframer_feed(rpc_deframer *d, const uint8_t *data, size_t len, st_err *err,
                           rpc_deframer_msg_fn on_msg, void *arg);
+/* Only inside on_msg: moves the message's buffer into *out (RPC_SEND_HEADROOM bytes, then the
+ * message the slice points at, so the slice stays valid in *out) and keeps out's previous memory
+ * for the next message. False, changing nothing, when the message was not reassembled in a
+ * buffer (it came whole in one chunk, or is empty) or was already taken: copy the slice then. */
+bool rpc_deframer_take(rpc_deframer *d, st_buf *out);
 /* At end of stream: INTERNAL when a message was cut short, else ST_OK. */
 st_code rpc_deframer_finish(const rpc_deframer *d, st_err *err);
 /* Writes the 5-byte prefix for a plain message of len bytes. */
@@ -179,6 +187,15 @@ void rpc_call_set_cancel_cb(rpc_call *call, void (*on_cancel)(rpc_call *call, vo
  * message exceeds the message maximum or the queue would exceed send_queue_bytes_max plus one
  * maximum message. */
 st_code rpc_call_send(rpc_call *call, st_slice msg);
+/* As rpc_call_send, but hands the buffer over instead of copying it when it can. msg holds
+ * RPC_SEND_HEADROOM bytes of any value (overwritten with the gRPC prefix), then the message, so
+ * msg->len - RPC_SEND_HEADROOM is the message length. When nothing is queued on the call, the
+ * server keeps msg's memory as the call's queue and msg receives the queue's previous memory;
+ * otherwise the message is copied behind the queued ones. Either way, on ST_OK msg comes back
+ * empty (len 0) with some capacity to reuse: reserve the headroom again before the next message.
+ * On any error msg is untouched. Errors: those of rpc_call_send, and INVALID_ARGUMENT when msg is
+ * shorter than the headroom. */
+st_code rpc_call_send_buf(rpc_call *call, st_buf *msg);
 /* True while the queued response bytes are below send_queue_bytes_max. */
 bool rpc_call_writable(const rpc_call *call);
 size_t rpc_call_queued_bytes(const rpc_call *call);
@@ -247,6 +264,10 @@ rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
 /* Unary convenience over rpc_client_call. ST_OK if started; otherwise on_done will not run. */
 st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request, const rpc_metadata *md,
                          size_t md_count, int64_t timeout_ms, rpc_unary_done_fn on_done, void *arg);
+/* Only inside on_msg: hands the message's buffer over for rpc_call_send_buf, as
+ * rpc_deframer_take does (false: copy the slice instead). A proxy forwards a large streamed
+ * message thus without copying it. */
+bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out);
 /* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. */
 void rpc_ccall_cancel(rpc_ccall *call);
 
