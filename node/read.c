@@ -195,6 +195,20 @@ static st_code schedule_turn(read_state *r) {
 
 /* ---- output ---- */
 
+/* The batch starts with RPC_SEND_HEADROOM free bytes, so rpc_call_send_buf can hand it to the
+ * call without copying it (the call's queue is usually empty: a swap). Call before appending. */
+static st_code batch_open(read_state *r) {
+    static const uint8_t room[RPC_SEND_HEADROOM];
+    if (r->batch.len == 0 && st_buf_append(&r->batch, room, sizeof room) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+/* Bytes of ReadRowsResponse batched. */
+static size_t batch_bytes(const read_state *r) {
+    return r->batch.len > RPC_SEND_HEADROOM ? r->batch.len - RPC_SEND_HEADROOM : 0;
+}
+
 static st_code append_stats(read_state *r) {
     Google__Bigtable__V2__ReadIterationStats it;
     Google__Protobuf__Duration lat;
@@ -219,7 +233,7 @@ static st_code append_stats(read_state *r) {
     stats.stats_view_case = GOOGLE__BIGTABLE__V2__REQUEST_STATS__STATS_VIEW_FULL_READ_STATS_VIEW;
     stats.full_read_stats_view = &view;
     size_t len = protobuf_c_message_get_packed_size(&stats.base);
-    if (st_buf_reserve(&r->batch, 1 + ST_VARINT64_MAX + len) != ST_OK)
+    if (batch_open(r) != ST_OK || st_buf_reserve(&r->batch, 1 + ST_VARINT64_MAX + len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     uint8_t *p = r->batch.data + r->batch.len;
     *p++ = (3 << 3) | 2; /* ReadRowsResponse.request_stats */
@@ -231,9 +245,9 @@ static st_code append_stats(read_state *r) {
 
 /* Sends the batch as one ReadRowsResponse (if non-empty) and empties it. */
 static st_code send_batch(read_state *r) {
-    if (r->batch.len == 0)
+    if (batch_bytes(r) == 0)
         return ST_OK;
-    st_code rc = rpc_call_send(r->call, st_buf_slice(&r->batch));
+    st_code rc = rpc_call_send_buf(r->call, &r->batch);
     st_buf_reset(&r->batch);
     return rc;
 }
@@ -243,7 +257,8 @@ static st_code send_batch(read_state *r) {
 static st_code flush(read_state *r) {
     st_code rc = send_batch(r);
     if (rc == ST_OK && r->scanned_unreported && r->last_scanned_ok) {
-        if (node_read_encode_last_scanned(&r->batch, st_buf_slice(&r->scanned_key)) != ST_OK)
+        if (batch_open(r) != ST_OK ||
+            node_read_encode_last_scanned(&r->batch, st_buf_slice(&r->scanned_key)) != ST_OK)
             return ST_RESOURCE_EXHAUSTED;
         r->scanned_unreported = false;
         rc = send_batch(r);
@@ -431,9 +446,11 @@ static st_code row_finish(read_state *r, st_err *err) {
             enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT)
             return row_too_large(r, bytes > enc ? bytes : enc, err);
         /* A row is never split across messages: send what is batched if both would not fit. */
-        if (r->batch.len + enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT &&
+        if (batch_bytes(r) + enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT &&
             send_batch(r) != ST_OK)
             return st_err_set(err, ST_CANCELLED, "the call ended while sending");
+        if (batch_open(r) != ST_OK)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory encoding a row");
         rc = node_read_encode_row_sized(&r->batch, key, out, out_n, NODE_READ_VALUE_CHUNK_BYTES,
                                         enc, err);
         if (rc == ST_OK) {
@@ -532,7 +549,7 @@ static void read_turn(read_state *r) {
             read_complete(r);
             return;
         }
-        if (r->batch.len >= NODE_READ_BATCH_BYTES || rows >= NODE_READ_TURN_ROWS ||
+        if (batch_bytes(r) >= NODE_READ_BATCH_BYTES || rows >= NODE_READ_TURN_ROWS ||
             r->cells_seen - cells0 >= NODE_READ_TURN_CELLS)
             break;
         st_err err;
