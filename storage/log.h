@@ -44,6 +44,8 @@ typedef void (*sto_log_done_fn)(st_code code, uint64_t first_lsn, const st_err *
 
 /* Opens the log in dir (creating it). Does not replay: call sto_log_replay first when needed. */
 st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out, st_err *err);
+/* Runs the done callbacks of everything queued and the file removals of earlier trims, then
+ * frees. */
 void sto_log_close(sto_log *log);
 
 /* Replays every record with lsn >= from_lsn in order, then positions appends after the last good
@@ -80,8 +82,22 @@ st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto
 uint64_t sto_log_last_durable_lsn(sto_log *log);
 uint64_t sto_log_bytes(sto_log *log);      /* bytes in live segments */
 uint64_t sto_log_oldest_lsn(sto_log *log); /* first lsn still stored */
-/* Deletes whole segments whose records all have lsn < keep_from. */
+/* Deletes whole segments whose records all have lsn < keep_from: takes them off the log at once
+ * (sto_log_oldest_lsn, sto_log_bytes and cursors see the trim on return), removes their files
+ * and syncs the directory before it returns (after any removals queued before it). Errors:
+ * ST_RESOURCE_EXHAUSTED (no memory: nothing trimmed), or the env's error for a file that could
+ * not be removed (it and later ones of its batch stay as old segments, which replay skips). */
 st_code sto_log_trim(sto_log *log, uint64_t keep_from, st_err *err);
+/* Like sto_log_trim, but the files are removed soon after by a background thread of the log
+ * (started by the first trim), in trim order, so that the caller (the flush thread, after each
+ * manifest write) does not pay for unlinking segments and syncing the directory. A removal
+ * failure is logged (event=log_trim_failed), not returned. sto_log_close finishes the queued
+ * removals; a crash may leave some files, old segments that replay and cursors skip. Without
+ * the thread (it could not start) it removes the files itself. Helper addition. */
+st_code sto_log_trim_async(sto_log *log, uint64_t keep_from, st_err *err);
+/* Returns once the files of every trim called so far were removed (or their removal failed):
+ * for tests and callers that look at the directory. Helper addition. */
+void sto_log_trim_wait(sto_log *log);
 
 /* Counters for tests and metrics (helper addition). */
 typedef struct sto_log_stats {
@@ -93,6 +109,7 @@ typedef struct sto_log_stats {
     uint64_t segments_created;
     uint64_t segments_from_spare; /* of those, made from a zero-filled spare (log.c) */
     uint64_t queue_bytes_peak;    /* most bytes ever queued or in flight (backpressure check) */
+    uint64_t segments_removed;    /* trimmed segment files whose removal finished (or failed) */
 } sto_log_stats;
 void sto_log_stats_get(sto_log *log, sto_log_stats *out);
 

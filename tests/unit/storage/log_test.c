@@ -1036,6 +1036,74 @@ static st_env *env_with_segments(void) {
     return env;
 }
 
+static int segment_count(st_env *env) {
+    nth_name nn = {.n = 0};
+    assert_int_equal(env->ops->list(env, LOGDIR, nth_name_fn, &nn, NULL), ST_OK);
+    return nn.n;
+}
+
+/* sto_log_trim_async takes segments off the log at once and leaves their files to the log's
+ * remover thread: sto_log_trim_wait, a later sto_log_trim and close all see them gone. An old
+ * segment left behind (its removal lost in a crash) is skipped by replay and removed by the next
+ * trim. */
+static void test_log_trim_async(void **state) {
+    (void)state;
+    st_env *env = st_env_mem_new();
+    st_err err;
+    sto_log *log;
+    assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_OK);
+    for (uint64_t id = 1; id <= 150; id += 3)
+        assert_int_equal(append_ids(log, id, 3, 200, NULL), ST_OK);
+    int before = segment_count(env);
+    assert_true(before > 6 && before < 60);
+    char oldest[256], kept[256];
+    segment_path(env, 0, oldest);
+    snprintf(kept, sizeof kept, "/db/oldest.kept"); /* outside the log directory */
+    assert_int_equal(env->ops->link(env, oldest, kept, NULL), ST_OK);
+
+    assert_int_equal(sto_log_trim_async(log, 60, &err), ST_OK);
+    uint64_t first = sto_log_oldest_lsn(log);
+    assert_true(first > 1 && first <= 60); /* off the log at once */
+    sto_log_cursor *cur;
+    assert_int_equal(sto_log_cursor_open(log, 1, &cur, &err), ST_OUT_OF_RANGE);
+    sto_log_trim_wait(log);
+    int after = segment_count(env);
+    assert_true(after < before);
+    sto_log_stats st;
+    sto_log_stats_get(log, &st);
+    assert_int_equal(st.segments_removed, (uint64_t)(before - after));
+
+    /* Queued removals and a synchronous trim keep their order; close finishes the queue. */
+    assert_int_equal(sto_log_trim_async(log, 100, &err), ST_OK);
+    assert_int_equal(sto_log_trim(log, 120, &err), ST_OK);
+    int mid = segment_count(env);
+    assert_true(mid < after);
+    for (uint64_t id = 151; id <= 300; id += 3)
+        assert_int_equal(append_ids(log, id, 3, 200, NULL), ST_OK);
+    assert_int_equal(sto_log_trim_async(log, 250, &err), ST_OK);
+    uint64_t keep = sto_log_oldest_lsn(log);
+    sto_log_close(log);
+    int closed = segment_count(env);
+    char first_name[256]; /* close removed everything queued: the oldest file is keep's */
+    segment_path(env, 0, first_name);
+    assert_int_equal(strtoull(first_name + strlen(LOGDIR) + 1, NULL, 10), keep);
+
+    /* A leftover oldest segment: replay from the kept lsn does not read it. */
+    assert_int_equal(env->ops->rename(env, kept, oldest, NULL), ST_OK);
+    collected c = {.max_val = 200};
+    assert_int_equal(log_reopen(env, 2048, keep, &c, &log, &err), ST_OK);
+    assert_true(c.n > 0);
+    assert_int_equal(c.lsn[0], keep);
+    assert_int_equal(c.lsn[c.n - 1], 300);
+    assert_int_equal(segment_count(env), closed + 1);
+    assert_int_equal(sto_log_trim(log, keep, &err), ST_OK);
+    assert_int_equal(segment_count(env), closed);
+    assert_int_equal(sto_log_oldest_lsn(log), keep);
+    sto_log_close(log);
+    collected_free(&c);
+    env->ops->destroy(env);
+}
+
 static void test_log_middle_corruption_is_data_loss(void **state) {
     (void)state;
     st_err err;
@@ -1630,6 +1698,7 @@ int main(void) {
         cmocka_unit_test(test_log_spare_segments),
         cmocka_unit_test(test_log_posix_preallocated_segments),
         cmocka_unit_test(test_log_crash_loop),
+        cmocka_unit_test(test_log_trim_async),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
