@@ -5,9 +5,10 @@
  * iterator per run), so a sequentially written tablet is one run however many tables it has.
  * Runs of similar size (each within 2x of the smallest of its tier, and all runs under
  * STO_SMALL_SST_BYTES together) form a tier; a tier with compaction_trigger or more runs is
- * merged into one. Runs of STO_SETTLED_SST_BYTES or more stay out of tiers, triggers and stalls,
- * so they are not rewritten into themselves. When the small runs still reach
- * write_stall_tables - 2, all runs are merged; every tablet with tables also gets a full
+ * merged into one. Runs of STO_SETTLED_SST_BYTES or more (settled) stay out of the small tiers
+ * and of stalls, and tier among themselves by the same rule, so repeated overwrites of a big
+ * key range are merged too; a single run is never rewritten into itself. When the small runs still
+ * reach write_stall_tables - 2, all runs are merged; every tablet with tables also gets a full
  * compaction (everything rewritten, which also drops max-versions garbage and old tombstones)
  * once per STO_FULL_COMPACTION_PERIOD_US. Since entries are ordered by version, not by table,
  * any subset of tables can be merged.
@@ -19,7 +20,7 @@
  *
  * A tablet that shares a split parent's tables reads them through sto_range_iter_new, so its
  * compactions rewrite only its own rows; the shared file goes when no tablet lists it any more.
- * Output is cut into files near STO_COMPACT_OUTPUT_BYTES at row boundaries. */
+ * Output is cut into files near sto_options.compaction_output_bytes at row boundaries. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,19 +109,32 @@ static size_t split_runs(const sto_tsst *l, size_t n, run_desc *runs, sto_sst **
     return nr;
 }
 
-int sto_compaction_small_runs(const sto_tsst *l, size_t n) {
+static int cmp_run_bytes(const void *a, const void *b);
+
+void sto_compaction_count_runs(const sto_tsst *l, size_t n, uint64_t settled_bytes, int *small,
+                               int *settled) {
     run_desc *runs = malloc((n ? n : 1) * (sizeof *runs + sizeof(sto_sst *)));
-    int small = 0;
+    *small = *settled = 0;
     if (!runs) { /* counting tables overestimates: stalls and compactions come early, not late */
         for (size_t i = 0; i < n; i++)
-            small += l[i].f->bytes < STO_SETTLED_SST_BYTES;
-        return small;
+            *small += l[i].f->bytes < settled_bytes;
+        return;
     }
     size_t nr = split_runs(l, n, runs, (sto_sst **)(void *)(runs + (n ? n : 1)));
-    for (size_t i = 0; i < nr; i++)
-        small += runs[i].bytes < STO_SETTLED_SST_BYTES;
+    qsort(runs, nr, sizeof *runs, cmp_run_bytes);
+    size_t i = 0;
+    while (i < nr && runs[i].bytes < settled_bytes)
+        i++;
+    *small = (int)i;
+    while (i < nr) { /* the largest tier of settled runs (choose_tier's grouping) */
+        size_t j = i;
+        while (j + 1 < nr && runs[j + 1].bytes <= 2 * runs[i].bytes)
+            j++;
+        if ((int)(j - i + 1) > *settled)
+            *settled = (int)(j - i + 1);
+        i = j + 1;
+    }
     free(runs);
-    return small;
 }
 
 /* ---- choosing inputs ---- */
@@ -142,24 +156,22 @@ static int force_full_at(const sto_db *db) {
     return n < 2 ? 2 : n;
 }
 
-/* Whether a tablet with this many small runs has compaction work. */
-static bool due(const sto_db *db, int n_small) {
-    return n_small >= db->o.compaction_trigger || n_small >= force_full_at(db);
+/* Whether a tablet with this many small runs, and this many settled runs in its largest tier,
+ * has compaction work. */
+static bool due(const sto_db *db, int n_small, int n_settled) {
+    return n_small >= db->o.compaction_trigger || n_small >= force_full_at(db) ||
+           n_settled >= db->o.compaction_trigger;
 }
 
-/* Sorts runs[0, nr) by size and returns how many of the first ones form the tier to merge (0 =
- * none due): runs of similar size (each within 2x of the tier's smallest, all runs under
- * STO_SMALL_SST_BYTES together), settled runs left out. */
-static size_t choose_tier(const sto_db *db, run_desc *runs, size_t nr) {
-    qsort(runs, nr, sizeof *runs, cmp_run_bytes);
-    size_t small = 0;
-    while (small < nr && runs[small].bytes < STO_SETTLED_SST_BYTES)
-        small++;
-    for (size_t i = 0; i < small;) {
+/* Groups runs[from, to) (sorted by size) into tiers of similar size: each run within 2x of the
+ * tier's smallest, or (small_too) under STO_SMALL_SST_BYTES. Moves the first tier of
+ * compaction_trigger or more runs to the front of runs and returns its size; 0 when none. */
+static size_t first_tier(const sto_db *db, run_desc *runs, size_t from, size_t to, bool small_too) {
+    for (size_t i = from; i < to;) {
         size_t j = i;
         uint64_t base = runs[i].bytes;
-        while (j + 1 < small &&
-               (runs[j + 1].bytes <= 2 * base || runs[j + 1].bytes < STO_SMALL_SST_BYTES))
+        while (j + 1 < to && (runs[j + 1].bytes <= 2 * base ||
+                              (small_too && runs[j + 1].bytes < STO_SMALL_SST_BYTES)))
             j++;
         size_t count = j - i + 1;
         if ((int)count >= db->o.compaction_trigger) {
@@ -171,6 +183,18 @@ static size_t choose_tier(const sto_db *db, run_desc *runs, size_t nr) {
         i = j + 1;
     }
     return 0;
+}
+
+/* Sorts runs[0, nr) by size and returns how many of the first ones form the tier to merge (0 =
+ * none due): a tier of small runs first, else one of settled runs (the two never mix, so a
+ * small run is not merged into a big one before its own tier is due). */
+static size_t choose_tier(const sto_db *db, run_desc *runs, size_t nr) {
+    qsort(runs, nr, sizeof *runs, cmp_run_bytes);
+    size_t small = 0;
+    while (small < nr && runs[small].bytes < STO_SETTLED_SST_BYTES(db))
+        small++;
+    size_t n = first_tier(db, runs, 0, small, true);
+    return n ? n : first_tier(db, runs, small, nr, false);
 }
 
 /* Trivial moves: orders in[0, n) so that the tables overlapping another input come first and the
@@ -229,7 +253,7 @@ static bool choose(const sto_db *db, const sto_tsst *all, size_t total, bool for
         size_t nr = split_runs(all, total, runs, (sto_sst **)(void *)(runs + cap));
         int small = 0;
         for (size_t i = 0; i < nr; i++)
-            small += runs[i].bytes < STO_SETTLED_SST_BYTES;
+            small += runs[i].bytes < STO_SETTLED_SST_BYTES(db);
         pick = small >= force_full_at(db) ? nr : choose_tier(db, runs, nr);
         if (pick < 2)
             pick = 0;
@@ -320,7 +344,8 @@ static st_code add_entry(sto_db *db, out_state *s, outputs *o, st_slice key, st_
     st_slice prefix = st_slice_make(key.data, plen);
     bool new_row = !st_slice_eq(prefix, st_buf_slice(&s->last_row));
     bool fence = passes_fence(s, key);
-    if (s->w && (fence || (new_row && sto_sst_writer_bytes(s->w) >= STO_COMPACT_OUTPUT_BYTES))) {
+    if (s->w &&
+        (fence || (new_row && sto_sst_writer_bytes(s->w) >= db->o.compaction_output_bytes))) {
         st_code rc = finish_output(db, s->w, s->number, o, err);
         s->w = NULL;
         if (rc != ST_OK)
@@ -507,7 +532,7 @@ static sto_tablet *pick(sto_db *db, bool *periodic) {
             t->retry_at_us > mono)
             continue;
         int n = atomic_load(&t->n_small_hint);
-        if (due(db, n) && n > best_n) {
+        if (due(db, n, atomic_load(&t->n_settled_hint)) && n > best_n) {
             best = t;
             best_n = n;
         } else if (best_n < 0 && !best && atomic_load(&t->n_ssts_hint) > 0 &&

@@ -18,6 +18,7 @@ void sto_options_default(sto_options *o) {
     o->zstd_level = STO_SST_ZSTD_LEVEL_DEFAULT;
     o->compaction_trigger = 4;
     o->write_stall_tables = 20;
+    o->compaction_output_bytes = STO_COMPACT_OUTPUT_BYTES;
     o->log_segment_bytes = 64u << 20;
     o->log_max_unflushed_bytes = 512u << 20;
     o->tombstone_grace_us = 7LL * 24 * 3600 * 1000000;
@@ -117,6 +118,7 @@ st_code sto_tablet_alloc(sto_db *db, uint64_t id, st_slice table, st_slice start
     atomic_init(&t->inflight, 0);
     atomic_init(&t->n_ssts_hint, 0);
     atomic_init(&t->n_small_hint, 0);
+    atomic_init(&t->n_settled_hint, 0);
     atomic_init(&t->n_imm_hint, 0);
     atomic_init(&t->ro_hint, false);
     st_code rc = buf_set(&t->table, table);
@@ -237,7 +239,10 @@ void sto_db_release_obsolete(sto_db *db) {
 void sto_tablet_update_hints_locked(sto_tablet *t) {
     sto_tablet_drop_snapset(t); /* the table list changed: the next snapshot shares a new set */
     atomic_store(&t->n_ssts_hint, (int)t->n_ssts);
-    atomic_store(&t->n_small_hint, sto_compaction_small_runs(t->ssts, t->n_ssts));
+    int small, settled;
+    sto_compaction_count_runs(t->ssts, t->n_ssts, STO_SETTLED_SST_BYTES(t->db), &small, &settled);
+    atomic_store(&t->n_small_hint, small);
+    atomic_store(&t->n_settled_hint, settled);
     atomic_store(&t->n_imm_hint, (int)t->n_imm);
 }
 
@@ -339,6 +344,8 @@ static st_code db_init(sto_db *db, const char *dir, const sto_options *opts, st_
         sto_options_default(&db->o);
     db->env = db->o.env ? db->o.env : st_env_posix();
     db->clock = db->o.clock ? db->o.clock : st_clock_system();
+    if (db->o.compaction_output_bytes == 0)
+        db->o.compaction_output_bytes = STO_COMPACT_OUTPUT_BYTES;
     if (db->o.memtable_bytes == 0 || db->o.compaction_trigger < 2 || db->o.write_stall_tables < 2)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "bad storage options: memtable_bytes must be > 0, compaction_trigger "

@@ -26,14 +26,15 @@
 #include "strata/storage.h"
 
 #define STO_IMM_STALL_MAX 2                  /* immutable memtables above which writers stall */
-#define STO_COMPACT_OUTPUT_BYTES (64u << 20) /* compaction output files are cut near this size */
+#define STO_COMPACT_OUTPUT_BYTES (64u << 20) /* default sto_options.compaction_output_bytes */
 #define STO_COMPACT_INPUTS_MAX 32            /* SSTables merged by one size-tiered compaction */
 #define STO_SMALL_SST_BYTES (2u << 20)       /* tables below this size form one tier */
-/* Sorted runs this large (compaction outputs, a sequentially written tablet's tables) are
- * settled: size-tiered compaction, its trigger and write stalls count only the smaller runs, so
- * a big tablet's many 64 MB files are not merged into themselves again and again; full
- * compactions still rewrite them. */
-#define STO_SETTLED_SST_BYTES (STO_COMPACT_OUTPUT_BYTES / 2)
+/* Sorted runs of half the compaction output size or more (compaction outputs, a sequentially
+ * written tablet's tables) are settled: write stalls and the small-run tiers count only smaller
+ * runs. Settled runs tier among themselves (compaction_trigger runs of similar size are merged),
+ * so repeated overwrites of a big key range do not pile up runs until the periodic full
+ * compaction; a single run, however many files it has, is never merged into itself. */
+#define STO_SETTLED_SST_BYTES(db) ((uint64_t)(db)->o.compaction_output_bytes / 2)
 #define STO_HOLDERS_MAX 64 /* named log holders */
 #define STO_HOLDER_NAME_MAX 128
 #define STO_PATH_MAX 4096
@@ -95,9 +96,10 @@ struct sto_tablet {
     bool read_only;
     bool broken; /* an SSTable could not be opened: reads fail too */
     char ro_msg[STO_RO_MSG_MAX];
-    atomic_long inflight;    /* records appended to the log, not yet applied */
-    atomic_int n_ssts_hint;  /* copies readable without mu (job picking, stalls) */
-    atomic_int n_small_hint; /* sorted runs below STO_SETTLED_SST_BYTES (compaction.c) */
+    atomic_long inflight;      /* records appended to the log, not yet applied */
+    atomic_int n_ssts_hint;    /* copies readable without mu (job picking, stalls) */
+    atomic_int n_small_hint;   /* sorted runs below STO_SETTLED_SST_BYTES (compaction.c) */
+    atomic_int n_settled_hint; /* the largest tier of runs at or above it */
     atomic_int n_imm_hint;
     atomic_bool ro_hint;
     /* under db->mu (kept apart from the atomics above: a compiler may load neighbouring plain
@@ -211,9 +213,12 @@ void sto_flush_check_pressure(sto_db *db);
 
 /* ---- compaction.c ---- */
 bool sto_compaction_pick_and_run(sto_db *db); /* db->mu held on entry and exit */
-/* Sorted runs of l[0, n) (a tablet's list, newest first) below STO_SETTLED_SST_BYTES: a run is a
- * stretch of consecutive tables with pairwise disjoint key ranges, grouped as reads group them. */
-int sto_compaction_small_runs(const sto_tsst *l, size_t n);
+/* Sorted runs of l[0, n) (a tablet's list, newest first) below settled_bytes (*small), and the
+ * most runs at or above it that form one tier (*settled: each within 2x of the tier's
+ * smallest). A run is a stretch of consecutive tables with pairwise disjoint key ranges, grouped
+ * as reads group them. */
+void sto_compaction_count_runs(const sto_tsst *l, size_t n, uint64_t settled_bytes, int *small,
+                               int *settled);
 /* Compacts all of the tablet's SSTables (full), claiming the tablet's compaction slot. */
 st_code sto_compaction_full(sto_db *db, sto_tablet *t, st_err *err);
 /* The merged kviter over a set of files of t (range-wrapped where shared); NULL on OOM. */

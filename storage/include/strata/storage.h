@@ -43,7 +43,10 @@ typedef struct sto_options {
     int zstd_level;               /* zstd level of SSTable blocks (-3, a fast level) */
     int compaction_trigger;       /* sorted runs per tablet that start a compaction (4) */
     int write_stall_tables;       /* sorted runs per tablet at which writes stall (20) */
-    size_t log_segment_bytes;     /* commit log segment size (64 MiB) */
+    /* Compaction output files are cut near this size (64 MiB); sorted runs of half of it or more
+     * are "settled" (compaction.c). Tests lower it to exercise big runs with little data. */
+    size_t compaction_output_bytes;
+    size_t log_segment_bytes; /* commit log segment size (64 MiB) */
     /* Keep a zero-filled spare log segment, written in the background (off): cheaper
      * fdatasyncs (docs/formats/log.md), at the price of writing the log twice. Off by default:
      * through strata bench it gained nothing with one node and cost 10-20% of write throughput

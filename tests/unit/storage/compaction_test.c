@@ -9,6 +9,7 @@
  * sequentially written tables (disjoint key ranges) form one run, so they never trigger a
  * compaction or a stall; a compaction keeps an input that overlaps no other input as it is (a
  * trivial move: same file), cuts its outputs around it, and reads stay right, also after reopen.
+ * Big (settled) runs of repeated overwrites still tier among themselves.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -460,6 +461,46 @@ static void test_compaction_trivial_move(void **state) {
     tu_rmrf(dir);
 }
 
+/* Runs of compaction_output_bytes / 2 or more are settled: they never count toward stalls, but
+ * they still tier among themselves. Six overwrites of the same 100 rows, each flushed as one
+ * settled run: the first three merge (one run, about three times the size), then the next three
+ * (each within 2x of the others, not of the merged run). Without the settled tier no compaction
+ * would ever run here and the runs would pile up until the periodic full compaction. */
+static void test_compaction_settled_runs_tier(void **state) {
+    (void)state;
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "compaction_settled");
+    sto_options o;
+    tu_small_options(&o);
+    o.compaction_trigger = 3;
+    o.write_stall_tables = 8;
+    o.compaction_output_bytes = 1024; /* every flushed table here is settled */
+    sto_db *db;
+    st_err err;
+    assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
+    assert_int_equal(
+        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
+        ST_OK);
+    for (int k = 0; k < 6; k++)
+        flush_rows(db, "a", 0, 100, 1, 1 + k * 100);
+    st_buf before, after;
+    st_buf_init(&before);
+    st_buf_init(&after);
+    assert_int_equal(tu_dump(db, 1, &before), ST_OK);
+    sto_stats st;
+    do { /* no deadline: CTest's timeout catches a compaction never run */
+        usleep(10000);
+        sto_db_stats(db, &st);
+    } while (st.compactions < 2);
+    assert_int_equal(st.stalls_us, 0);
+    assert_int_equal(tu_dump(db, 1, &after), ST_OK);
+    assert_string_equal((char *)after.data, (char *)before.data);
+    sto_db_close(db);
+    st_buf_free(&before);
+    st_buf_free(&after);
+    tu_rmrf(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compaction_bounds_sst_count),
@@ -470,6 +511,7 @@ int main(void) {
         cmocka_unit_test(test_compaction_periodic_full_drops_tombstones),
         cmocka_unit_test(test_compaction_sequential_tables_one_run),
         cmocka_unit_test(test_compaction_trivial_move),
+        cmocka_unit_test(test_compaction_settled_runs_tier),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
