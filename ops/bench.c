@@ -595,6 +595,11 @@ static st_code targets_prepare(bench_opts *o, bench_env *env, st_err *err) {
 
 /* ---- reporting ---- */
 
+/* A result no run filled (a skipped target): left out of every report. */
+static bool result_empty(const bench_result *r) {
+    return r->label == NULL;
+}
+
 static double ops_s(const bench_result *r) {
     return r->elapsed_s > 0 ? (double)r->calls / r->elapsed_s : 0;
 }
@@ -692,11 +697,12 @@ static void print_table(const bench_env *env, const bench_result *res, size_t n_
         for (size_t t = 0; t < nt; t++) {
             const bench_result *r = &res[w * nt + t];
             result_figures(r, v[t]);
-            table_row(wl, r->label, v[t], false);
+            if (!result_empty(r))
+                table_row(wl, r->label, v[t], false);
         }
-        if (emu != SIZE_MAX)
+        if (emu != SIZE_MAX && !result_empty(&res[w * nt + emu]))
             ratio_row(wl, "ratio", v[0], v[emu]);
-        if (node != SIZE_MAX)
+        if (node != SIZE_MAX && !result_empty(&res[w * nt + node]))
             ratio_row(wl, "rtr/node", v[0], v[node]);
     }
     if (emu != SIZE_MAX)
@@ -836,10 +842,11 @@ static void print_kv(const bench_opts *o, const bench_env *env, const bench_resu
            node = target_index(env, "node");
     for (size_t w = 0; w < n_rows; w++) {
         for (size_t t = 0; t < nt; t++)
-            kv_result(&res[w * nt + t], &env->targets[t]);
-        if (emu != SIZE_MAX)
+            if (!result_empty(&res[w * nt + t]))
+                kv_result(&res[w * nt + t], &env->targets[t]);
+        if (emu != SIZE_MAX && !result_empty(&res[w * nt + emu]))
             kv_ratio(&res[w * nt], &res[w * nt + emu], "ratio");
-        if (node != SIZE_MAX)
+        if (node != SIZE_MAX && !result_empty(&res[w * nt + node]))
             kv_ratio(&res[w * nt], &res[w * nt + node], "router_overhead");
     }
     printf("\n");
@@ -881,6 +888,14 @@ static void result_merge(bench_result *dst, const bench_result *src) {
         memcpy(dst->lag_error, src->lag_error, sizeof(dst->lag_error));
 }
 
+/* Whether a target skips this workload. The --direct node serves the very tablets the router
+ * reaches, so the router's preload already put the rows there: loading them again straight to
+ * the node would only add a second version of every cell (same timestamp, a newer sequence
+ * number) that each later scan and read must merge and drop, slowing both targets. */
+static bool target_skips(const bench_target *t, bench_wl wl) {
+    return wl == WL_LOAD && !strcmp(t->label, "node");
+}
+
 /* One workload on every target: `--rounds` slices of duration/rounds (or requests/rounds),
  * the targets alternating slice by slice; the preload is one slice. res[t] gets the totals. */
 static st_code run_rounds(bench_opts *o, bench_env *env, bench_wl wl, bench_result *res,
@@ -896,6 +911,8 @@ static st_code run_rounds(bench_opts *o, bench_env *env, bench_wl wl, bench_resu
     st_code rc = ST_OK;
     for (uint32_t k = 0; k < rounds && rc == ST_OK && !bench_stop_requested(); k++)
         for (size_t t = 0; t < env->n_targets && rc == ST_OK; t++) {
+            if (target_skips(&env->targets[t], wl))
+                continue;
             bench_result *dst = k == 0 ? &res[t] : slice;
             rc = bench_run_workload(&c, &env->targets[t], wl, dst, err);
             if (rc == ST_OK && k > 0)
@@ -925,7 +942,8 @@ static size_t run_all(bench_opts *o, bench_env *env, bench_result *res, bool *co
         if (run_rounds(o, env, order[w], &res[w * nt], err) != ST_OK)
             return rows;
         for (size_t t = 0; t < nt; t++)
-            print_run(&res[w * nt + t]);
+            if (!result_empty(&res[w * nt + t]))
+                print_run(&res[w * nt + t]);
         rows++;
     }
     *complete = !bench_stop_requested();
