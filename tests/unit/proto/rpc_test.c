@@ -31,6 +31,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include "raw_h2.h"
 #include "strata/rpc.h"
 
 /* ---- small helpers ---- */
@@ -239,91 +240,11 @@ static void fixture_stop(fixture *f) {
     free(f);
 }
 
-/* ---- a raw HTTP/2 client with hand-shaped DATA frames, on a blocking socket ---- */
-
-typedef struct raw_call {
-    int fd;
-    const uint8_t *body;
-    size_t body_len, body_off, chunk;
-    int grpc_status;
-    int http_status;
-    bool closed;
-    st_buf data; /* response DATA bytes (still framed) */
-} raw_call;
-
-static ssize_t raw_send(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *u) {
-    (void)s;
-    (void)flags;
-    raw_call *r = u;
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = send(r->fd, data + off, len - off, MSG_NOSIGNAL);
-        if (n <= 0)
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        off += (size_t)n;
-    }
-    return (ssize_t)len;
-}
-
-/* Each call produces one DATA frame of at most r->chunk bytes: that is how we split. */
-static ssize_t raw_body(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length,
-                        uint32_t *flags, nghttp2_data_source *src, void *u) {
-    (void)s;
-    (void)sid;
-    (void)src;
-    raw_call *r = u;
-    size_t n = r->body_len - r->body_off;
-    if (n > length)
-        n = length;
-    if (n > r->chunk)
-        n = r->chunk;
-    memcpy(buf, r->body + r->body_off, n);
-    r->body_off += n;
-    if (r->body_off == r->body_len)
-        *flags |= NGHTTP2_DATA_FLAG_EOF;
-    return (ssize_t)n;
-}
-
-static int raw_header(nghttp2_session *s, const nghttp2_frame *fr, const uint8_t *name,
-                      size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
-                      void *u) {
-    (void)s;
-    (void)fr;
-    (void)flags;
-    (void)valuelen;
-    raw_call *r = u;
-    if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0)
-        r->grpc_status = atoi((const char *)value);
-    if (namelen == 7 && memcmp(name, ":status", 7) == 0)
-        r->http_status = atoi((const char *)value);
-    return 0;
-}
-
-static int raw_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *data,
-                     size_t len, void *u) {
-    (void)s;
-    (void)flags;
-    (void)sid;
-    raw_call *r = u;
-    st_buf_append(&r->data, data, len);
-    return 0;
-}
-
-static int raw_close(nghttp2_session *s, int32_t sid, uint32_t code, void *u) {
-    (void)s;
-    (void)sid;
-    (void)code;
-    ((raw_call *)u)->closed = true;
-    return 0;
-}
+/* ---- a raw HTTP/2 client with hand-shaped DATA frames (raw_h2.h) ---- */
 
 static int tcp_connect(uint16_t port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    struct timeval tv = {30, 0}; /* a hang becomes a failure, not a stuck test */
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int fd = raw_tcp_connect(port, 0);
+    assert_true(fd >= 0);
     return fd;
 }
 
@@ -333,16 +254,8 @@ static int raw_h2_call(uint16_t port, const char *path, const char *content_type
     raw_call r = {
         .fd = tcp_connect(port), .body = body, .body_len = len, .chunk = chunk, .grpc_status = -1};
     st_buf_init(&r.data);
-    nghttp2_session_callbacks *cbs;
-    nghttp2_session *s;
-    nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_callbacks_set_send_callback(cbs, raw_send);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, raw_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, raw_chunk);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, raw_close);
-    nghttp2_session_client_new(&s, cbs, &r);
-    nghttp2_session_callbacks_del(cbs);
-    nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, NULL, 0);
+    nghttp2_session *s = raw_session(&r, false);
+    assert_non_null(s);
     nghttp2_nv nva[] = {
         {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
         {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},

@@ -30,6 +30,7 @@
 #include <event2/event.h>
 #include <nghttp2/nghttp2.h>
 
+#include "raw_h2.h"
 #include "strata/rpc.h"
 
 #define ZC_MESSAGE_BYTES_MAX ((size_t)8 << 20)
@@ -362,103 +363,11 @@ static void test_rpc_zc_large_streams_intact_in_order(void **state) {
 
 /* ---- a slow raw reader: partial writes, the rest through the bufferevent ---- */
 
-typedef struct raw_call {
-    int fd;
-    uint8_t body[13];
-    size_t body_off;
-    int grpc_status;
-    bool closed;
-    st_buf data; /* response DATA bytes, still gRPC-framed */
-} raw_call;
-
-static ssize_t raw_send(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *u) {
-    (void)s;
-    (void)flags;
-    raw_call *r = u;
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = send(r->fd, data + off, len - off, MSG_NOSIGNAL);
-        if (n <= 0)
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        off += (size_t)n;
-    }
-    return (ssize_t)len;
-}
-
-static ssize_t raw_body(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length,
-                        uint32_t *flags, nghttp2_data_source *src, void *u) {
-    (void)s;
-    (void)sid;
-    (void)src;
-    raw_call *r = u;
-    size_t n = sizeof r->body - r->body_off;
-    if (n > length)
-        n = length;
-    memcpy(buf, r->body + r->body_off, n);
-    r->body_off += n;
-    if (r->body_off == sizeof r->body)
-        *flags |= NGHTTP2_DATA_FLAG_EOF;
-    return (ssize_t)n;
-}
-
-static int raw_header(nghttp2_session *s, const nghttp2_frame *fr, const uint8_t *name,
-                      size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
-                      void *u) {
-    (void)s;
-    (void)fr;
-    (void)flags;
-    (void)valuelen;
-    if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0)
-        ((raw_call *)u)->grpc_status = atoi((const char *)value);
-    return 0;
-}
-
-static int raw_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *data,
-                     size_t len, void *u) {
-    (void)s;
-    (void)flags;
-    (void)sid;
-    st_buf_append(&((raw_call *)u)->data, data, len);
-    return 0;
-}
-
-static int raw_close(nghttp2_session *s, int32_t sid, uint32_t code, void *u) {
-    (void)s;
-    (void)sid;
-    (void)code;
-    ((raw_call *)u)->closed = true;
-    return 0;
-}
-
 /* A socket with a tiny receive buffer, so the server's socket fills at once. */
 static int slow_connect(uint16_t port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int small = 4096;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    struct timeval tv = {30, 0}; /* a hang becomes a failure, not a stuck test */
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int fd = raw_tcp_connect(port, 4096);
+    assert_true(fd >= 0);
     return fd;
-}
-
-static nghttp2_session *raw_session(raw_call *r) {
-    nghttp2_session_callbacks *cbs;
-    nghttp2_session *s;
-    nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_callbacks_set_send_callback(cbs, raw_send);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, raw_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, raw_chunk);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, raw_close);
-    assert_int_equal(nghttp2_session_client_new(&s, cbs, r), 0);
-    nghttp2_session_callbacks_del(cbs);
-    /* Windows far larger than the socket buffers: only the socket holds the server back. */
-    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, NGHTTP2_MAX_WINDOW_SIZE}};
-    assert_int_equal(nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, iv, 1), 0);
-    assert_int_equal(
-        nghttp2_session_set_local_window_size(s, NGHTTP2_FLAG_NONE, 0, NGHTTP2_MAX_WINDOW_SIZE), 0);
-    return s;
 }
 
 #define NVS(n, v)                                                                                  \
@@ -471,12 +380,15 @@ static st_code deframe_msg(st_slice msg, void *arg) {
 
 static void test_rpc_zc_slow_reader_gets_everything_in_order(void **state) {
     fixture *f = *state;
-    raw_call r = {.fd = slow_connect(f->port)};
+    uint8_t body[13];
+    raw_call r = {
+        .fd = slow_connect(f->port), .body = body, .body_len = sizeof body, .grpc_status = -1};
     st_buf_init(&r.data);
     uint32_t first = 7, count = 2 * BIG_SIZES_N;
-    rpc_frame_prefix(r.body, 8);
-    big_request(r.body + 5, first, count);
-    nghttp2_session *s = raw_session(&r);
+    rpc_frame_prefix(body, 8);
+    big_request(body + 5, first, count);
+    nghttp2_session *s = raw_session(&r, true);
+    assert_non_null(s);
     nghttp2_nv nva[] = {NVS(":method", "POST"),
                         NVS(":scheme", "http"),
                         NVS(":path", "/z.Z/Big"),
