@@ -377,14 +377,27 @@ static bool sst_exists(const char *dir, uint64_t number) {
     return access(path, F_OK) == 0;
 }
 
-static sto_db *open_runs_db(const char *dir, sto_options *o) {
+/* A db for the sorted-run tests; output_bytes: sto_options.compaction_output_bytes (0: the
+ * default). create: also tablet 1 over every row. */
+static sto_db *open_runs_db_with(const char *dir, sto_options *o, size_t output_bytes,
+                                 bool create) {
     tu_small_options(o);
     o->compaction_trigger = 3;
     o->write_stall_tables = 8; /* all runs are merged at 6 */
+    if (output_bytes)
+        o->compaction_output_bytes = output_bytes;
     sto_db *db;
     st_err err;
     assert_int_equal(sto_db_open(dir, o, &db, &err), ST_OK);
+    if (create)
+        assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
+                                           ST_SLICE_LIT(""), NULL, &err),
+                         ST_OK);
     return db;
+}
+
+static sto_db *open_runs_db(const char *dir, sto_options *o) {
+    return open_runs_db_with(dir, o, 0, false);
 }
 
 /* Twelve flushes of ascending, disjoint rows are one sorted run: past compaction_trigger and
@@ -471,16 +484,7 @@ static void test_compaction_settled_runs_tier(void **state) {
     char dir[512];
     tu_tmpdir(dir, sizeof dir, "compaction_settled");
     sto_options o;
-    tu_small_options(&o);
-    o.compaction_trigger = 3;
-    o.write_stall_tables = 8;
-    o.compaction_output_bytes = 1024; /* every flushed table here is settled */
-    sto_db *db;
-    st_err err;
-    assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
-    assert_int_equal(
-        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
-        ST_OK);
+    sto_db *db = open_runs_db_with(dir, &o, 1024, true); /* every flushed table is settled */
     for (int k = 0; k < 6; k++)
         flush_rows(db, "a", 0, 100, 1, 1 + k * 100);
     st_buf before, after;
