@@ -109,7 +109,20 @@ static size_t split_runs(const sto_tsst *l, size_t n, run_desc *runs, sto_sst **
     return nr;
 }
 
-static int cmp_run_bytes(const void *a, const void *b);
+static int cmp_run_bytes(const void *a, const void *b) {
+    uint64_t x = ((const run_desc *)a)->bytes, y = ((const run_desc *)b)->bytes;
+    return x < y ? -1 : x > y;
+}
+
+/* runs[i, to) sorted by size: one past the last run of the tier that starts at i, the runs
+ * within 2x of runs[i] (and with small_too, any under STO_SMALL_SST_BYTES). */
+static size_t tier_end(const run_desc *runs, size_t i, size_t to, bool small_too) {
+    size_t j = i + 1;
+    while (j < to && (runs[j].bytes <= 2 * runs[i].bytes ||
+                      (small_too && runs[j].bytes < STO_SMALL_SST_BYTES)))
+        j++;
+    return j;
+}
 
 void sto_compaction_count_runs(const sto_tsst *l, size_t n, uint64_t settled_bytes, int *small,
                                int *settled) {
@@ -127,22 +140,15 @@ void sto_compaction_count_runs(const sto_tsst *l, size_t n, uint64_t settled_byt
         i++;
     *small = (int)i;
     while (i < nr) { /* the largest tier of settled runs (choose_tier's grouping) */
-        size_t j = i;
-        while (j + 1 < nr && runs[j + 1].bytes <= 2 * runs[i].bytes)
-            j++;
-        if ((int)(j - i + 1) > *settled)
-            *settled = (int)(j - i + 1);
-        i = j + 1;
+        size_t j = tier_end(runs, i, nr, false);
+        if ((int)(j - i) > *settled)
+            *settled = (int)(j - i);
+        i = j;
     }
     free(runs);
 }
 
 /* ---- choosing inputs ---- */
-
-static int cmp_run_bytes(const void *a, const void *b) {
-    uint64_t x = ((const run_desc *)a)->bytes, y = ((const run_desc *)b)->bytes;
-    return x < y ? -1 : x > y;
-}
 
 static int cmp_smallest(const void *a, const void *b) {
     const sto_tsst *x = a, *y = b;
@@ -163,24 +169,19 @@ static bool due(const sto_db *db, int n_small, int n_settled) {
            n_settled >= db->o.compaction_trigger;
 }
 
-/* Groups runs[from, to) (sorted by size) into tiers of similar size: each run within 2x of the
- * tier's smallest, or (small_too) under STO_SMALL_SST_BYTES. Moves the first tier of
+/* Groups runs[from, to) (sorted by size) into tiers (tier_end). Moves the first tier of
  * compaction_trigger or more runs to the front of runs and returns its size; 0 when none. */
 static size_t first_tier(const sto_db *db, run_desc *runs, size_t from, size_t to, bool small_too) {
     for (size_t i = from; i < to;) {
-        size_t j = i;
-        uint64_t base = runs[i].bytes;
-        while (j + 1 < to && (runs[j + 1].bytes <= 2 * base ||
-                              (small_too && runs[j + 1].bytes < STO_SMALL_SST_BYTES)))
-            j++;
-        size_t count = j - i + 1;
+        size_t j = tier_end(runs, i, to, small_too);
+        size_t count = j - i;
         if ((int)count >= db->o.compaction_trigger) {
             if (count > STO_COMPACT_INPUTS_MAX)
                 count = STO_COMPACT_INPUTS_MAX;
             memmove(runs, &runs[i], count * sizeof *runs);
             return count;
         }
-        i = j + 1;
+        i = j;
     }
     return 0;
 }

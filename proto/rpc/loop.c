@@ -11,7 +11,7 @@
  *
  * Polling must not take a core from work that needs it. Each pass yields (sched_yield: any
  * runnable thread on this CPU goes first), and the loop stops polling altogether while its thread
- * waits for a CPU: every POLL_CHECK_NS it reads its own run-queue wait from
+ * waits for a CPU: every POLL_CHECK_US it reads its own run-queue wait from
  * /proc/thread-self/schedstat, and a wait above 1/POLL_CONTENDED_DIV of the interval means the
  * cores are oversubscribed (a loaded machine, or many calls in flight), where sleeping is right. */
 #include <errno.h>
@@ -20,12 +20,11 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "rpc_internal.h"
 
-#define POLL_CHECK_NS 5000000 /* re-read the run-queue wait every 5 ms */
+#define POLL_CHECK_US 5000    /* re-read the run-queue wait every 5 ms */
 #define POLL_CONTENDED_DIV 20 /* waiting more than 5% of the time: contended */
 
 /* While calls are open the answer they wait for (a node's reply, a commit's fdatasync of
@@ -45,15 +44,9 @@ void h2_loop_calls(int delta) {
     loop_open_calls += delta;
 }
 
-static int64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 typedef struct loop_state {
     int schedstat_fd; /* -1: unknown (no schedstat): assume uncontended */
-    int64_t checked_ns;
+    int64_t checked_us;
     uint64_t wait_ns;
     bool contended;
 } loop_state;
@@ -69,30 +62,32 @@ static bool read_wait_ns(int fd, uint64_t *wait_ns) {
     return sscanf(buf, "%" SCNu64 " %" SCNu64, &run, wait_ns) == 2;
 }
 
+/* now: st_mono_us. schedstat counts nanoseconds. */
 static bool loop_contended(loop_state *ls, int64_t now) {
-    if (ls->schedstat_fd < 0 || now - ls->checked_ns < POLL_CHECK_NS)
+    if (ls->schedstat_fd < 0 || now - ls->checked_us < POLL_CHECK_US)
         return ls->contended;
     uint64_t wait;
     if (read_wait_ns(ls->schedstat_fd, &wait)) {
-        ls->contended = (int64_t)(wait - ls->wait_ns) * POLL_CONTENDED_DIV > now - ls->checked_ns;
+        ls->contended =
+            (int64_t)(wait - ls->wait_ns) * POLL_CONTENDED_DIV > (now - ls->checked_us) * 1000;
         ls->wait_ns = wait;
     }
-    ls->checked_ns = now;
+    ls->checked_us = now;
     return ls->contended;
 }
 
 /* Polls without blocking until spin_us pass with no activity, or the loop is told to stop.
  * Returns false when the loop should end. */
 static bool loop_poll(struct event_base *base, loop_state *ls, unsigned spin_us) {
-    int64_t window = (int64_t)spin_us * 1000;
-    int64_t now = mono_ns();
+    int64_t window = (int64_t)spin_us;
+    int64_t now = st_mono_us();
     int64_t last = now;
     uint64_t seen = loop_activity;
     while (!loop_contended(ls, now)) {
         if (event_base_loop(base, EVLOOP_NONBLOCK) != 0 || event_base_got_break(base) ||
             event_base_got_exit(base))
             return false;
-        now = mono_ns();
+        now = st_mono_us();
         int64_t budget = loop_open_calls > 0 ? window * POLL_OPEN_CALLS_MULT : window;
         if (loop_activity != seen) {
             seen = loop_activity;
