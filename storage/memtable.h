@@ -1,6 +1,7 @@
-/* memtable.h — a tablet's in-memory write buffer: a skiplist of (ikey, value, lsn) in one arena
- * (private to storage/). One writer at a time (the commit thread), any number of lock-free
- * readers. Entries carry the lsn of the write, so a snapshot taken at lsn S ignores later ones. */
+/* memtable.h — a tablet's in-memory write buffer: a skiplist of (ikey, value, lsn) in two arenas
+ * (nodes, values; private to storage/). One writer at a time (the commit thread), any number
+ * of lock-free readers. Entries carry the lsn of the write, so a snapshot taken at lsn S ignores
+ * later ones. */
 #ifndef STO_MEMTABLE_H
 #define STO_MEMTABLE_H
 

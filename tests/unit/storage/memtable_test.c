@@ -3,7 +3,10 @@
  * keep the older value, keeps both right on the fast path of keys above the last one (sequential
  * loads) mixed with smaller keys and replaces, turns row mutations into the right entries, and lets
  * a reader thread iterate while the single writer inserts (checked against a sorted model; the
- * threaded test is meant to run under TSan/ASan too). */
+ * threaded test is meant to run under TSan/ASan too). Keys of any length and bytes (shared
+ * prefixes, prefixes of each other, 0x00 and 0xff at every position) keep st_slice_cmp's order
+ * in iteration and seeks (the search compares 8 bytes at a time), and the memory count includes
+ * the values, which live apart from the nodes. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -450,6 +453,109 @@ static void test_memtable_concurrent_reader(void **state) {
     free(c);
 }
 
+/* Random keys of 0..40 bytes over a small alphabet with 0x00 and 0xff, often sharing a long
+ * prefix, so keys differ before, at and after every 8-byte boundary and some prefix others. */
+#define VAR_N 4000
+#define VAR_KEY_MAX 40
+
+typedef struct var_key {
+    uint8_t b[VAR_KEY_MAX];
+    size_t len;
+} var_key;
+
+static int var_key_cmp(const void *a, const void *b) {
+    const var_key *x = a, *y = b;
+    return st_slice_cmp(st_slice_make(x->b, x->len), st_slice_make(y->b, y->len));
+}
+
+static void var_key_make(st_rng *rng, var_key *k) {
+    static const uint8_t alphabet[] = {0x00, 0x01, 0x7f, 0x80, 0xfe, 0xff, 'u', 's'};
+    k->len = (size_t)st_rng_below(rng, VAR_KEY_MAX + 1);
+    size_t shared = (size_t)st_rng_below(rng, 2) ? (size_t)st_rng_below(rng, k->len + 1) : 0;
+    for (size_t i = 0; i < k->len; i++)
+        k->b[i] = i < shared ? (uint8_t)('a' + i % 3) : alphabet[st_rng_below(rng, 8)];
+}
+
+static void test_memtable_variable_keys_order(void **state) {
+    (void)state;
+    st_rng rng;
+    st_rng_seed(&rng, st_test_seed("test_memtable_variable_keys_order"));
+    static var_key keys[VAR_N], sorted[VAR_N];
+    sto_memtable *m;
+    assert_int_equal(sto_memtable_new(&m), ST_OK);
+    for (size_t i = 0; i < VAR_N; i++) {
+        var_key_make(&rng, &keys[i]);
+        assert_int_equal(sto_memtable_put(m, st_slice_make(keys[i].b, keys[i].len),
+                                          st_slice_make(keys[i].b, keys[i].len), i + 1),
+                         ST_OK);
+    }
+    memcpy(sorted, keys, sizeof sorted);
+    qsort(sorted, VAR_N, sizeof sorted[0], var_key_cmp);
+    size_t n = 0; /* distinct keys, in order */
+    for (size_t i = 0; i < VAR_N; i++)
+        if (n == 0 || var_key_cmp(&sorted[n - 1], &sorted[i]) != 0)
+            sorted[n++] = sorted[i];
+    sto_kviter *it = sto_memtable_iter_new(m, UINT64_MAX);
+    size_t j = 0;
+    for (it->ops->seek_first(it); it->ops->valid(it); it->ops->next(it), j++) {
+        assert_true(j < n);
+        assert_true(st_slice_eq(it->ops->key(it), st_slice_make(sorted[j].b, sorted[j].len)));
+    }
+    assert_int_equal(j, n);
+    /* A seek lands on the first key >= the target, whatever the target. */
+    for (int q = 0; q < 2000; q++) {
+        var_key t;
+        var_key_make(&rng, &t);
+        size_t lo = 0, hi = n;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (var_key_cmp(&sorted[mid], &t) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        it->ops->seek(it, st_slice_make(t.b, t.len));
+        if (lo == n) {
+            assert_false(it->ops->valid(it));
+            continue;
+        }
+        assert_true(it->ops->valid(it));
+        assert_true(st_slice_eq(it->ops->key(it), st_slice_make(sorted[lo].b, sorted[lo].len)));
+    }
+    it->ops->free(it);
+    sto_memtable_unref(m);
+}
+
+/* Values are counted: a memtable's bytes cover every value written into it, large ones too. */
+static void test_memtable_bytes_count_values(void **state) {
+    (void)state;
+    sto_memtable *m;
+    assert_int_equal(sto_memtable_new(&m), ST_OK);
+    size_t big = 300u << 10; /* over an arena block */
+    uint8_t *v = malloc(big);
+    assert_non_null(v);
+    memset(v, 0xab, big);
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < 64; i++) {
+        uint8_t k[KEY_LEN];
+        make_key(k, i);
+        size_t len = i == 7 ? big : 1000;
+        assert_int_equal(
+            sto_memtable_put(m, st_slice_make(k, KEY_LEN), st_slice_make(v, len), i + 1), ST_OK);
+        total += len + KEY_LEN;
+    }
+    assert_true(sto_memtable_bytes(m) >= total);
+    sto_kviter *it = sto_memtable_iter_new(m, UINT64_MAX);
+    uint8_t k7[KEY_LEN];
+    make_key(k7, 7);
+    it->ops->seek(it, st_slice_make(k7, KEY_LEN));
+    assert_true(it->ops->valid(it));
+    assert_true(st_slice_eq(it->ops->value(it), st_slice_make(v, big)));
+    it->ops->free(it);
+    sto_memtable_unref(m);
+    free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_memtable_sorted_iteration),
@@ -458,6 +564,8 @@ int main(void) {
         cmocka_unit_test(test_memtable_tail_inserts),
         cmocka_unit_test(test_memtable_apply_row_mutation),
         cmocka_unit_test(test_memtable_concurrent_reader),
+        cmocka_unit_test(test_memtable_variable_keys_order),
+        cmocka_unit_test(test_memtable_bytes_count_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
