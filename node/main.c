@@ -16,7 +16,7 @@ static void usage(FILE *out) {
             "usage: strata-node --data DIR [--listen HOST:PORT] [--no-sync] [--cache-mb N]\n"
             "                   [--memtable-mb N] [--cluster-num N] [--node-num N]\n"
             "                   [--split-bytes N] [--config TOPOLOGY] [--metrics HOST:PORT]\n"
-            "                   [--poll-us N] [--verbose]\n"
+            "                   [--unix PATH] [--poll-us N] [--verbose]\n"
             "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
             "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
             "are on disk (fast, loses recent writes in a crash). --cache-mb N sets the block\n"
@@ -27,6 +27,10 @@ static void usage(FILE *out) {
             "--split-bytes N splits tablets larger than N bytes (0, the default: never).\n"
             "--config TOPOLOGY (with --cluster-num) ships this node's writes to the other\n"
             "clusters of the topology file and applies theirs (docs/formats/replication.md).\n"
+            "--unix PATH also serves on a Unix-domain socket at PATH (at most 107 bytes; a stale\n"
+            "socket file there is replaced, and removed at exit): a strata-router on this host\n"
+            "uses DATA/node.sock instead of TCP when it exists (docs/cluster.md). TCP --listen\n"
+            "stays for cbt, other hosts and replication.\n"
             "--metrics HOST:PORT serves Prometheus metrics at http://HOST:PORT/metrics (port 0:\n"
             "any free port, shown in the startup line; docs/metrics.md). Off by default.\n"
             "--poll-us N keeps polling the sockets N microseconds after the last message before\n"
@@ -45,6 +49,7 @@ int main(int argc, char **argv) {
     node_opts_default(&o);
     o.listen_port = 8086;
     char host[256] = "127.0.0.1", mhost[256] = "";
+    const char *unix_path = NULL;
     uint16_t mport = 0;
     unsigned poll_us = RPC_LOOP_POLL_US_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -76,6 +81,8 @@ int main(int argc, char **argv) {
             o.split_bytes = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--config") && v)
             o.config_path = argv[++i];
+        else if (!strcmp(a, "--unix") && v)
+            unix_path = argv[++i];
         else if (!strcmp(a, "--poll-us") && v) {
             if (!rpc_loop_poll_parse(argv[++i], &poll_us)) {
                 fprintf(stderr, "strata-node: --poll-us takes 0 to %d (microseconds)\n",
@@ -106,6 +113,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "strata-node: %s\n", err.msg[0] ? err.msg : "could not start");
         return 1;
     }
+    if (unix_path && node_listen_unix(n, unix_path, &err) != ST_OK) {
+        fprintf(stderr, "strata-node: --unix: %s\n", err.msg);
+        node_close(n);
+        event_base_free(base);
+        return 1;
+    }
     node_metrics *metrics = NULL;
     if (mhost[0] && node_metrics_start(n, mhost, mport, &metrics, &mport, &err) != ST_OK) {
         fprintf(stderr, "strata-node: %s\n", err.msg);
@@ -113,10 +126,13 @@ int main(int argc, char **argv) {
         event_base_free(base);
         return 1;
     }
-    char mline[300] = "";
+    char mline[300] = "", uline[RPC_UNIX_PATH_MAX + 8] = "";
     if (mhost[0])
         snprintf(mline, sizeof mline, " metrics=http://%s:%u/metrics", mhost, mport);
-    printf("strata-node listening on %s:%u data=%s%s\n", host, node_port(n), o.data_dir, mline);
+    if (unix_path)
+        snprintf(uline, sizeof uline, " unix=%s", unix_path);
+    printf("strata-node listening on %s:%u data=%s%s%s\n", host, node_port(n), o.data_dir, uline,
+           mline);
     fflush(stdout);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);

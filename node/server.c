@@ -2,7 +2,8 @@
  * internal node service (strata.internal.v1.Node) paths mapped to their handlers. Everything is
  * served on one port (the emulator does the same), so `cbt` and the client libraries reach data
  * and admin through BIGTABLE_EMULATOR_HOST alone, and a router reaches the internal service
- * there too. */
+ * there too. The same server may also listen on a Unix-domain socket (node_listen_unix) for a
+ * router on the same host (docs/cluster.md). */
 #include "node_internal.h"
 #include "repl_glue.h"
 
@@ -49,4 +50,11 @@ st_code node_server_register(node_ctx *n, st_err *err) {
             return st_err_set(err, rc, "registering %s failed", methods[i].path);
     }
     return ST_OK;
+}
+
+st_code node_listen_unix(node_ctx *n, const char *path, st_err *err) {
+    st_code rc = rpc_server_listen_unix(n->rpc, path, err);
+    if (rc == ST_OK)
+        st_log(ST_LOG_INFO, "node", "serving data=%s unix=%s", n->data_dir, path);
+    return rc;
 }

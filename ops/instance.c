@@ -289,6 +289,26 @@ static void cmdline_metrics(ops_cmdline *cl, const char *dir, const char *name, 
     }
 }
 
+bool ops_inst_node_unix_path(const char *data_dir, char *out, size_t cap) {
+    int n = snprintf(out, cap, "%s/%s", data_dir, OPS_NODE_SOCK_NAME);
+    return n > 0 && (size_t)n < cap && n <= OPS_UNIX_PATH_MAX;
+}
+
+bool ops_inst_no_unix_write(const char *dir, bool no_unix) {
+    char path[OPS_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/run/no-unix", dir);
+    if (!no_unix)
+        return unlink(path) == 0 || errno == ENOENT;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    return fd >= 0 && close(fd) == 0;
+}
+
+bool ops_inst_no_unix(const char *dir) {
+    char path[OPS_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/run/no-unix", dir);
+    return access(path, F_OK) == 0;
+}
+
 void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin, const st_topology *t,
                            size_t i, size_t j) {
     const char **a = (const char **)cl->argv;
@@ -312,6 +332,12 @@ void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin, co
         snprintf(cl->nums[2], sizeof cl->nums[2], "%lld", (long long)t->split_bytes);
         a[n++] = "--split-bytes";
         a[n++] = cl->nums[2];
+    }
+    /* Routers on this host then skip TCP/IP for this node (docs/router.md, Unix sockets). */
+    if (!ops_inst_no_unix(dir) &&
+        ops_inst_node_unix_path(c->nodes[j].data_dir, cl->unix_path, sizeof cl->unix_path)) {
+        a[n++] = "--unix";
+        a[n++] = cl->unix_path;
     }
     char name[OPS_NAME_MAX];
     ops_inst_node_name(t, i, j, name);

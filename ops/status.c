@@ -1,11 +1,13 @@
 /* ops/status.c — `strata status`: one readable table of a local instance: for each cluster and
  * node its address, process, health (GetStatus over the internal node API), tablet count
- * (ListTablets) and data size on disk; then the routers (PingAndWarm). Exit status 0 only when
- * everything answers, so scripts and tests can wait on it. */
+ * (ListTablets) and data size on disk; then the routers (PingAndWarm) and whether the nodes
+ * serve the Unix sockets routers use. Exit status 0 only when everything answers, so scripts and
+ * tests can wait on it. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "instance.h"
@@ -193,6 +195,32 @@ static void status_nodes(status_ctx *c) {
         }
 }
 
+/* How the routers of this host reach the nodes: through DATA/node.sock where a node serves it
+ * (checked with a GetStatus through the socket), else TCP (docs/router.md, Unix sockets). */
+static void status_sockets(const status_ctx *c) {
+    const st_topology *t = &c->topo;
+    size_t total = 0, served = 0;
+    char path[ST_TOPO_PATH_MAX + 16], addr[ST_TOPO_PATH_MAX + 32];
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
+            total++;
+            const char *d = t->clusters[i].nodes[j].data_dir;
+            if (!d[0] || !ops_inst_node_unix_path(d, path, sizeof path) || access(path, F_OK) != 0)
+                continue;
+            snprintf(addr, sizeof addr, "%s%s", RPC_UNIX_PREFIX, path);
+            st_code rc = rpc_blocking_unary(addr, NULL, "/strata.internal.v1.Node/GetStatus",
+                                            st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS,
+                                            NULL, NULL);
+            served += rc == ST_OK || rc == ST_UNIMPLEMENTED;
+        }
+    if (served)
+        printf("\nRouter links: Unix sockets (%s) to %zu of %zu nodes%s.\n", OPS_NODE_SOCK_NAME,
+               served, total, served < total ? ", TCP to the others" : "");
+    else
+        printf("\nRouter links: TCP to every node%s.\n",
+               ops_inst_no_unix(c->dir) ? " (strata up --no-unix)" : "");
+}
+
 /* PingAndWarm is what client libraries send first; any gRPC answer means the router serves. */
 static const char *probe_router(const status_ctx *c, const char *addr, bool *ok) {
     char name[STATUS_NAME_MAX];
@@ -261,6 +289,8 @@ static int status_run(status_ctx *c) {
     status_clusters(c);
     status_nodes(c);
     status_routers(c);
+    if (c->topo.n_routers > 0)
+        status_sockets(c);
     bool all = c->nodes_ok == c->nodes_total && c->routers_ok == c->topo.n_routers;
     printf("\n%zu of %zu nodes healthy, %zu of %zu routers healthy.\n", c->nodes_ok, c->nodes_total,
            c->routers_ok, c->topo.n_routers);

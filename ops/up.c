@@ -34,6 +34,7 @@ typedef struct up_opts {
     long long split_bytes; /* 0: not given (the topology's value stays) */
     bool shape_given, no_router;
     bool metrics; /* --metrics: every process serves /metrics on a free port (docs/metrics.md) */
+    bool no_unix; /* --no-unix: nodes serve TCP only, so the router reaches them over TCP */
 } up_opts;
 
 /* One process we start: a node (cluster ci, node ni) or a router (ri). */
@@ -58,7 +59,7 @@ static void up_usage(FILE *out) {
     fprintf(out,
             "usage: strata up [--dir DIR] [--port PORT] [--clusters N] [--nodes M]\n"
             "                 [--split-bytes N] [--config FILE] [--bin-dir DIR] [--wait-s S]\n"
-            "                 [--no-router] [--metrics]\n"
+            "                 [--no-router] [--metrics] [--no-unix]\n"
             "Starts a local Strata instance in the background: N clusters (default 2: east, west,\n"
             "then zone-3, ...) of M strata-node processes each (default 3) and one strata-router\n"
             "on 127.0.0.1:PORT (default 8086, the emulator's port).\n"
@@ -73,6 +74,9 @@ static void up_usage(FILE *out) {
             "  --no-router      start only the nodes (debugging)\n"
             "  --metrics        every process serves Prometheus metrics on a free loopback port,\n"
             "                   shown below and kept in DIR/run/<name>.metrics (docs/metrics.md)\n"
+            "  --no-unix        TCP between the router and the nodes; by default each node also\n"
+            "                   serves a Unix socket DATA/node.sock, which the router uses\n"
+            "                   (faster on one host; docs/router.md, Unix sockets)\n"
             "Run again on a running instance: says so and changes nothing. Stop it with\n"
             "`strata down`, inspect it with `strata status`.\n",
             UP_WAIT_S_DEFAULT);
@@ -109,6 +113,9 @@ static int up_parse(int argc, char **argv, up_opts *o) {
             continue;
         } else if (!strcmp(a, "--metrics")) {
             o->metrics = true;
+            continue;
+        } else if (!strcmp(a, "--no-unix")) {
+            o->no_unix = true;
             continue;
         } else if (!v) {
             fprintf(stderr, "strata up: unknown flag or missing value: '%s'\n", a);
@@ -547,6 +554,26 @@ static bool up_make_dirs(up_ctx *c) {
 
 /* ---- starting ---- */
 
+/* Records --no-unix for every later start of the nodes (`strata chaos` restarts them with the
+ * same command line), and warns about nodes whose socket path does not fit in a socket address:
+ * the router reaches those over TCP. */
+static bool up_unix_setup(up_ctx *c) {
+    if (!ops_inst_no_unix_write(c->dir, c->o.no_unix)) {
+        fprintf(stderr, "strata up: cannot write %s/run/no-unix: %s\n", c->dir, strerror(errno));
+        return false;
+    }
+    const st_topology *t = &c->topo;
+    char path[ST_TOPO_PATH_MAX + 16];
+    for (size_t i = 0; i < t->n_clusters && !c->o.no_unix; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++)
+            if (!ops_inst_node_unix_path(t->clusters[i].nodes[j].data_dir, path, sizeof path))
+                fprintf(stderr,
+                        "strata up: warning: %s is longer than %d bytes, too long for a Unix "
+                        "socket: the router reaches this node over TCP (choose a shorter --dir)\n",
+                        path, OPS_UNIX_PATH_MAX);
+    return true;
+}
+
 /* Router ports are the operator's choice, so a taken one is an error, found before anything
  * starts; node ports we picked ourselves are replaced when taken. */
 static bool up_check_ports(up_ctx *c) {
@@ -654,7 +681,7 @@ static int up_run(up_ctx *c) {
     if (state != 0)
         return state > 0 ? up_already(c) : 1;
     if (!up_find_bins(c) || !up_make_dirs(c) || !up_topo_build(c) || !up_check_ports(c) ||
-        !up_topo_save(c))
+        !up_topo_save(c) || !up_unix_setup(c))
         return 1;
     if (!up_start_nodes(c) || !up_start_routers(c)) {
         fprintf(stderr,

@@ -1,11 +1,14 @@
-/* conn.c — the router's links to its nodes: one rpc_client per node, replaced with a backoff when
- * it dies; fan-out of calls to many nodes; delayed callbacks; the per-cluster tablet-map refresh
- * (ListTablets on every node), coalesced so a burst of "not owner" answers costs one refresh. */
+/* conn.c — the router's links to its nodes: one rpc_client per node (through the node's Unix
+ * socket when it has one on this host, else TCP), replaced with a backoff when it dies; fan-out
+ * of calls to many nodes; delayed callbacks; the per-cluster tablet-map refresh (ListTablets on
+ * every node), coalesced so a burst of "not owner" answers costs one refresh. */
 #include "router_internal.h"
 
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "strata/internal/v1/node.pb-c.h"
 
@@ -39,6 +42,34 @@ static void bury(rtr_ctx *r, rpc_client *c) {
         event_active(r->graveyard_ev, 0, 0);
 }
 
+/* The node's Unix socket, when the router may use it (docs/router.md, "Unix sockets"):
+ * DATA_DIR/RTR_NODE_SOCK_NAME of its topology entry, if that path fits in a sockaddr_un and is a
+ * socket on this host. A node on another host has no such file here (or no data directory in
+ * this router's topology), so it is reached over TCP. */
+static bool node_unix_path(const rtr_node *n, char *out, size_t cap) {
+    const char *dir = n->cluster->topo->nodes[n->idx].data_dir;
+    struct stat st;
+    if (n->ctx->opts.no_unix || !dir[0])
+        return false;
+    int len = snprintf(out, cap, "%s/%s", dir, RTR_NODE_SOCK_NAME);
+    return len > 0 && (size_t)len < cap && (size_t)len <= RPC_UNIX_PATH_MAX &&
+           stat(out, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+/* A new client for n: through its Unix socket when there is one, else TCP. After a Unix client
+ * that never connected (a socket file left by a node that died, while a restarted one may serve
+ * TCP only), one attempt goes over TCP before the socket is tried again. */
+static rpc_client *node_dial(rtr_node *n, st_err *err) {
+    char path[RPC_UNIX_PATH_MAX + 1];
+    bool skip = n->unix_skip;
+    n->unix_skip = false;
+    n->via_unix = !skip && node_unix_path(n, path, sizeof path);
+    if (!n->via_unix)
+        return rpc_client_new(n->ctx->base, n->host, n->port, NULL, err);
+    st_log(ST_LOG_DEBUG, "router", "node=%s via unix:%s", n->addr, path);
+    return rpc_client_new_unix(n->ctx->base, path, NULL, err);
+}
+
 /* A live client for node, or NULL while the reconnect backoff runs. */
 static rpc_client *node_client(rtr_node *n, st_err *err) {
     rtr_ctx *r = n->ctx;
@@ -50,6 +81,7 @@ static rpc_client *node_client(rtr_node *n, st_err *err) {
         return n->client;
     }
     if (n->client) {
+        n->unix_skip = n->via_unix && !rpc_client_connected(n->client);
         bury(r, n->client);
         n->client = NULL;
     }
@@ -63,7 +95,7 @@ static rpc_client *node_client(rtr_node *n, st_err *err) {
     if (n->backoff_ms > RTR_RECONNECT_BACKOFF_MAX_MS)
         n->backoff_ms = RTR_RECONNECT_BACKOFF_MAX_MS;
     n->retry_at_us = now + n->backoff_ms * 1000;
-    n->client = rpc_client_new(r->base, n->host, n->port, NULL, err);
+    n->client = node_dial(n, err);
     if (!n->client)
         st_err_prefix(err, "node %s: ", n->addr);
     return n->client;

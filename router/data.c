@@ -74,7 +74,15 @@ typedef struct fwd_op {
     uint64_t gen;
     st_slice resp; /* the node's answer, in the call's arena */
     st_err last;
+    /* A peeked table name (longer ones go to the call's arena); small enough that the op stays
+     * within malloc's per-thread cache (about 1 KiB). */
+    char table_buf[160];
 } fwd_op;
+
+/* A forwarding op; memory not zeroed: fwd_start fills it in. */
+static fwd_op *fwd_alloc(void) {
+    return malloc(sizeof(fwd_op));
+}
 
 static void fwd_send(void *arg);
 
@@ -166,33 +174,52 @@ static void fwd_send(void *arg) {
         fwd_retry(op);
 }
 
-static void fwd_start(rtr_ctx *r, rpc_call *call, const rtr_plan *plan, const char *table,
-                      st_slice row, st_slice req, bool idempotent) {
-    if (row.len == 0)
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "row key must not be empty");
-    fwd_op *op = calloc(1, sizeof *op);
+/* Takes op (from fwd_alloc, or NULL when it failed): table may point into op->table_buf. */
+static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *plan,
+                      const char *table, st_slice row, st_slice req, bool idempotent) {
     if (!op)
         return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-    *op = (fwd_op){.r = r,
-                   .call = call,
-                   .c = rtr_plan_cluster(r, plan),
-                   .plan = *plan,
-                   .path = rpc_call_path(call),
-                   .req = req,
-                   .row = row,
-                   .table = table,
-                   .idempotent = idempotent};
+    if (row.len == 0) {
+        free(op);
+        return rtr_fail(call, ST_INVALID_ARGUMENT, "row key must not be empty");
+    }
+    op->r = r;
+    op->call = call;
+    op->c = rtr_plan_cluster(r, plan);
+    op->plan = *plan;
+    op->node = NULL;
+    op->path = rpc_call_path(call);
+    op->req = req;
+    op->row = row;
+    op->table = table;
+    op->idempotent = idempotent;
+    op->attempts = 0;
+    op->gen = 0;
+    op->resp = st_slice_make(NULL, 0);
+    st_err_clear(&op->last);
     fwd_send(op);
+}
+
+/* s as a C string: in buf when it fits (cap bytes with the NUL), else in the call's arena. The
+ * hot single-row requests thus allocate nothing for their table and profile names. */
+static const char *peek_cstr(rpc_call *call, st_slice s, char *buf, size_t cap) {
+    if (s.len >= cap)
+        return rtr_peek_str(rpc_call_arena(call), s);
+    if (s.len)
+        memcpy(buf, s.data, s.len);
+    buf[s.len] = '\0';
+    return buf;
 }
 
 /* The fields a MutateRow is routed by: peeked from the wire when plainly encoded (the value is
  * not copied), else unpacked. */
-static bool mutate_row_parse(rpc_call *call, st_slice req_bytes, const char **table,
-                             const char **profile, st_slice *row, bool *idempotent) {
+static bool mutate_row_parse(rpc_call *call, st_slice req_bytes, fwd_op *op, char *profile_buf,
+                             size_t profile_cap, const char **table, const char **profile,
+                             st_slice *row, bool *idempotent) {
     rtr_mr_peek pk;
-    if (rtr_peek_mutate_row(req_bytes, &pk)) {
-        *table = rtr_peek_str(rpc_call_arena(call), pk.table);
-        *profile = rtr_peek_str(rpc_call_arena(call), pk.profile);
+    if (op && rtr_peek_mutate_row(req_bytes, &pk)) {
+        *table = peek_cstr(call, pk.table, op->table_buf, sizeof op->table_buf);
+        *profile = peek_cstr(call, pk.profile, profile_buf, profile_cap);
         *row = pk.row;
         *idempotent = pk.idempotent;
         if (*table && *profile)
@@ -212,18 +239,21 @@ static bool mutate_row_parse(rpc_call *call, st_slice req_bytes, const char **ta
 void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     const char *table, *profile;
+    char profile_buf[128];
     st_slice row;
     bool idempotent;
     rtr_plan plan;
-    if (!mutate_row_parse(call, req_bytes, &table, &profile, &row, &idempotent) ||
+    fwd_op *op = fwd_alloc();
+    if (!mutate_row_parse(call, req_bytes, op, profile_buf, sizeof profile_buf, &table, &profile,
+                          &row, &idempotent) ||
         !data_route(r, call, table, profile, false, row, &plan))
-        return;
+        return free(op);
     if (plan.multi && !idempotent) {
         if (!data_stamp(r, call, false, &req_bytes))
-            return;
+            return free(op);
         idempotent = true;
     }
-    fwd_start(r, call, &plan, table, row, req_bytes, idempotent);
+    fwd_start(op, r, call, &plan, table, row, req_bytes, idempotent);
 }
 
 void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -234,8 +264,8 @@ void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true,
                             st_slice_make(NULL, 0), &plan))
         return;
-    fwd_start(r, call, &plan, req->table_name, st_slice_make(req->row_key.data, req->row_key.len),
-              req_bytes, false);
+    fwd_start(fwd_alloc(), r, call, &plan, req->table_name,
+              st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false);
 }
 
 void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -246,8 +276,8 @@ void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) 
     if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true,
                             st_slice_make(NULL, 0), &plan))
         return;
-    fwd_start(r, call, &plan, req->table_name, st_slice_make(req->row_key.data, req->row_key.len),
-              req_bytes, false);
+    fwd_start(fwd_alloc(), r, call, &plan, req->table_name,
+              st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false);
 }
 
 void rtr_h_ping_and_warm(rpc_call *call, st_slice req_bytes, void *arg) {

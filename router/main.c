@@ -15,7 +15,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-router --config TOPOLOGY_FILE [--listen HOST:PORT]\n"
             "                     [--balance auto|on|off] [--balance-ms MS] [--zone ZONE]\n"
-            "                     [--metrics HOST:PORT] [--poll-us N] [--verbose]\n"
+            "                     [--metrics HOST:PORT] [--poll-us N] [--no-unix] [--verbose]\n"
             "Serves the Cloud Bigtable data and table admin APIs for the instance the topology\n"
             "file describes (docs/formats/topology.md), forwarding to its nodes. The listen\n"
             "address defaults to the file's [router] listen, else 127.0.0.1:8086.\n"
@@ -27,7 +27,10 @@ static void usage(FILE *out) {
             "any free port, shown in the startup line; docs/metrics.md). Off by default.\n"
             "--poll-us N keeps polling the sockets N microseconds after the last message before\n"
             "sleeping (default 50; 0: never), which saves a wake-up per message when few calls\n"
-            "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n");
+            "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n"
+            "A node whose data directory (topology file) holds a Unix socket node.sock, as\n"
+            "strata-node --unix DATA/node.sock makes, is reached through it instead of TCP;\n"
+            "--no-unix: TCP to every node (docs/router.md, Unix sockets).\n");
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -81,6 +84,7 @@ int main(int argc, char **argv) {
     const char *config = NULL, *listen = NULL, *zone = NULL;
     int balance = RTR_BALANCE_AUTO;
     long long balance_ms = 0;
+    bool no_unix = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -118,7 +122,9 @@ int main(int argc, char **argv) {
                         RPC_LOOP_POLL_US_MAX);
                 return 2;
             }
-        } else if (!strcmp(a, "--verbose"))
+        } else if (!strcmp(a, "--no-unix"))
+            no_unix = true;
+        else if (!strcmp(a, "--verbose"))
             st_log_set_level(ST_LOG_DEBUG);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -145,6 +151,7 @@ int main(int argc, char **argv) {
     o.balance = balance;
     o.balance_ms = balance_ms;
     o.zone = zone;
+    o.no_unix = no_unix;
     char host[ST_TOPO_ADDR_MAX + 1];
     if (listen) {
         if (!st_addr_split(listen, host, sizeof host, &o.listen_port)) {

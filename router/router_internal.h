@@ -276,6 +276,9 @@ struct rtr_node {
     rpc_client *client;
     int64_t retry_at_us; /* no new connection before this (st_mono_us) */
     int64_t backoff_ms;
+    /* conn.c: the client goes through the node's Unix socket; unix_skip: the last such client
+     * never connected (a stale socket file), so the next one tries TCP first */
+    bool via_unix, unix_skip;
 };
 
 /* The balancer's state in one cluster (balance.c). While `moving`, the target's copy of the

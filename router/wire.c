@@ -12,8 +12,15 @@
 /* Varints of one byte (tags, short lengths, booleans) dominate the messages the router scans on
  * every response (ReadRows chunks): decode those inline, the rest through base. */
 static inline bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-    if (*p < end && **p < 0x80) {
-        *v = *(*p)++;
+    const uint8_t *q = *p;
+    if (q < end && q[0] < 0x80) {
+        *v = q[0];
+        *p = q + 1;
+        return true;
+    }
+    if (end - q >= 2 && q[1] < 0x80) { /* two bytes: lengths up to 16 KiB (values, keys) */
+        *v = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
+        *p = q + 2;
         return true;
     }
     return st_get_varint64(p, end, v);

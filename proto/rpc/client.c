@@ -5,10 +5,13 @@
  * and later calls are refused; the owner makes a new client (reconnect policy belongs to the
  * caller, who knows whether a retry is idempotent). */
 #include <netdb.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -29,6 +32,7 @@ struct rpc_client {
     bool dead;
     bool direct;    /* plain socket: client_flush writes it itself once connected */
     bool connected; /* BEV_EVENT_CONNECTED seen */
+    bool is_unix;   /* a Unix-domain socket (rpc_client_new_unix) */
     /* direct and connected: reads the socket itself (h2_sock_read), the bufferevent does not,
      * and output goes to wbuf (h2_out_add) */
     struct event *read_ev;
@@ -37,6 +41,7 @@ struct rpc_client {
      * API function runs a user callback (on_done) before it returns. */
     struct event *flush_ev;
     char fail_msg[256];
+    uint32_t timeouts_sent; /* requests sent with grpc-timeout (ccall_submit) */
 };
 
 struct rpc_ccall {
@@ -60,16 +65,105 @@ struct rpc_ccall {
     size_t path_len;
     nghttp2_nv *md; /* lengths known: nghttp2 takes them as they are */
     size_t md_count;
-    int64_t deadline_us; /* st_mono_us; 0 = none */
+    int64_t deadline_us;   /* st_mono_us; 0 = none */
+    char timeout_text[16]; /* the grpc-timeout value of the HEADERS in flight */
     int refused_retries;
     struct event *deadline_ev; /* NULL, or the timer inside the call's allocation (added) */
+    size_t alloc_bytes;        /* size of the call's allocation (ccall_alloc) */
     rpc_ccall *prev, *next;
 };
 
+#define RPC_TIMEOUT_INDEX_EVERY 256u
+
+/* Request headers are handed to nghttp2 without copies (NO_COPY): every name and value is a
+ * literal, or lives in the client (host) or in the call's allocation (path, metadata, timeout),
+ * which outlast the HEADERS frame (nghttp2 drops a frame it will not send without reading it).
+ * Names are lower case, as HTTP/2 requires (nghttp2 would otherwise lower-case its copy). */
+#define NV_NO_COPY (NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE)
 #define NV(n, v)                                                                                   \
-    { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE }
+    { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NV_NO_COPY }
 
 static void client_fail(rpc_client *c, const char *why);
+
+/* ---- the per-thread cache of call allocations ----
+ * A call is one allocation of a few KiB (ccall_alloc), beyond malloc's per-thread cache: ended
+ * calls' allocations are kept per thread for the next calls (a proxy starts one per request).
+ * Sizes are rounded up so that requests of similar sizes share them; freed at thread exit. */
+/* Under AddressSanitizer nothing is kept, so a stale reference into a finished call still
+ * faults there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CCALL_CACHE_ON 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CCALL_CACHE_ON 0
+#endif
+#endif
+#ifndef CCALL_CACHE_ON
+#define CCALL_CACHE_ON 1
+#endif
+#define CCALL_CACHE_MAX 128
+#define CCALL_CACHE_BYTES_MAX ((size_t)16 << 10) /* larger allocations are freed, not kept */
+#define CCALL_ALLOC_ROUND ((size_t)1 << 10)
+
+typedef struct ccall_cache {
+    rpc_ccall *head; /* linked by next */
+    size_t n;
+    bool registered; /* for draining at thread exit */
+} ccall_cache;
+
+static _Thread_local ccall_cache tl_ccall_cache;
+static pthread_key_t ccall_cache_key;
+static pthread_once_t ccall_cache_once = PTHREAD_ONCE_INIT;
+static bool ccall_cache_key_ok;
+
+static void ccall_cache_drain(void *arg) {
+    ccall_cache *cc = arg;
+    while (cc->head) {
+        rpc_ccall *call = cc->head;
+        cc->head = call->next;
+        free(call);
+    }
+    cc->n = 0;
+}
+
+static void ccall_cache_key_init(void) {
+    ccall_cache_key_ok = pthread_key_create(&ccall_cache_key, ccall_cache_drain) == 0;
+}
+
+/* An allocation of at least bytes (*got: its size); NULL when out of memory. */
+static void *ccall_mem_get(size_t bytes, size_t *got) {
+    ccall_cache *cc = &tl_ccall_cache;
+    rpc_ccall *cached = cc->head;
+    if (cached && cached->alloc_bytes >= bytes) {
+        cc->head = cached->next;
+        cc->n--;
+        *got = cached->alloc_bytes;
+        return cached;
+    }
+    if (bytes <= CCALL_CACHE_BYTES_MAX)
+        bytes = (bytes + CCALL_ALLOC_ROUND - 1) & ~(CCALL_ALLOC_ROUND - 1);
+    *got = bytes;
+    return malloc(bytes);
+}
+
+/* Frees an ended call's allocation, or keeps it for the next call. */
+static void ccall_mem_put(rpc_ccall *call) {
+    ccall_cache *cc = &tl_ccall_cache;
+    if (!cc->registered) { /* first use on this thread: drain the cache at thread exit */
+        pthread_once(&ccall_cache_once, ccall_cache_key_init);
+        cc->registered = ccall_cache_key_ok && pthread_setspecific(ccall_cache_key, cc) == 0;
+        if (!cc->registered)
+            cc = NULL;
+    }
+    if (!CCALL_CACHE_ON || !cc || cc->n >= CCALL_CACHE_MAX ||
+        call->alloc_bytes > CCALL_CACHE_BYTES_MAX) {
+        free(call);
+        return;
+    }
+    call->next = cc->head;
+    cc->head = call;
+    cc->n++;
+}
 
 /* ---- call completion ---- */
 
@@ -92,7 +186,7 @@ static void ccall_complete(rpc_ccall *call, st_code code, const char *message) {
     if (!h2_out_pinned(&c->wbuf) || !h2_wbuf_retire(&c->wbuf, call)) {
         if (h2_out_pinned(&c->wbuf))
             h2_out_write_now(c->bev, &c->wbuf);
-        free(call);
+        ccall_mem_put(call); /* written or never referenced: reusable */
     }
     h2_loop_calls(-1);
 }
@@ -438,7 +532,8 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
     if (events & BEV_EVENT_CONNECTED) {
         bufferevent_set_timeouts(bev, NULL, NULL); /* connected: calls carry their own deadlines */
         int one = 1;
-        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (!c->is_unix) /* a TCP option; Unix sockets have no Nagle */
+            setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->connected = true;
         if (!c->tp->negotiated_h2(bev))
             client_fail(c, "TLS ALPN did not select h2");
@@ -466,7 +561,8 @@ static bool client_session_new(rpc_client *c) {
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
     nghttp2_option *opt = h2_session_option();
-    int rv = opt ? nghttp2_session_client_new2(&c->session, cbs, c, opt) : NGHTTP2_ERR_NOMEM;
+    int rv =
+        opt ? nghttp2_session_client_new3(&c->session, cbs, c, opt, h2_mem()) : NGHTTP2_ERR_NOMEM;
     nghttp2_session_callbacks_del(cbs);
     nghttp2_option_del(opt);
     if (rv != 0)
@@ -474,17 +570,20 @@ static bool client_session_new(rpc_client *c) {
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)H2_STREAM_WINDOW_BYTES},
+        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
-    return nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 2) == 0 &&
+    return nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 3) == 0 &&
            nghttp2_session_set_local_window_size(c->session, NGHTTP2_FLAG_NONE, 0,
                                                  H2_CONN_WINDOW_BYTES) == 0;
 }
 
-rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t port,
-                           const rpc_client_opts *opts, st_err *err) {
+/* The client before its connect: options, transport, name (host or "unix:PATH", for logs and
+ * TLS). NULL when memory runs out. */
+static rpc_client *client_alloc(struct event_base *base, const char *name,
+                                const rpc_client_opts *opts, st_err *err) {
     h2_logging_init();
     rpc_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->host = strdup(host))) {
+    if (!c || !(c->host = strdup(name))) {
         free(c);
         st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating an RPC client");
         return NULL;
@@ -498,6 +597,39 @@ rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t p
         c->opts.message_bytes_max = UINT32_MAX;
     c->tp = c->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
     c->direct = c->opts.ssl_ctx == NULL;
+    return c;
+}
+
+/* Sets up the bufferevent and the session and starts connecting to sa (named `where` in
+ * errors); frees c on failure. */
+static rpc_client *client_connect(rpc_client *c, const struct sockaddr *sa, socklen_t sa_len,
+                                  const char *where, st_err *err) {
+    const char *sni = c->opts.server_name ? c->opts.server_name : c->host;
+    c->flush_ev = event_new(c->base, -1, 0, flush_cb, c);
+    c->bev = c->tp->bev_new(c->base, -1, c->opts.ssl_ctx, false, sni);
+    if (!c->flush_ev || !c->bev || !client_session_new(c)) {
+        st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot set up a connection to %s", c->host);
+        rpc_client_free(c);
+        return NULL;
+    }
+    bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
+    bufferevent_setwatermark(c->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
+    struct timeval tv = {H2_HANDSHAKE_TIMEOUT_MS / 1000, (H2_HANDSHAKE_TIMEOUT_MS % 1000) * 1000};
+    bufferevent_set_timeouts(c->bev, &tv, &tv);
+    int rv = bufferevent_socket_connect(c->bev, sa, (int)sa_len);
+    if (rv != 0 || bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0) {
+        st_err_set(err, ST_UNAVAILABLE, "cannot connect to %s", where);
+        rpc_client_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t port,
+                           const rpc_client_opts *opts, st_err *err) {
+    rpc_client *c = client_alloc(base, host, opts, err);
+    if (!c)
+        return NULL;
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
@@ -509,27 +641,33 @@ rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t p
         rpc_client_free(c);
         return NULL;
     }
-    const char *sni = c->opts.server_name ? c->opts.server_name : host;
-    c->flush_ev = event_new(base, -1, 0, flush_cb, c);
-    c->bev = c->tp->bev_new(base, -1, c->opts.ssl_ctx, false, sni);
-    if (!c->flush_ev || !c->bev || !client_session_new(c)) {
-        freeaddrinfo(res);
-        st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot set up a connection to %s", host);
-        rpc_client_free(c);
-        return NULL;
-    }
-    bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
-    bufferevent_setwatermark(c->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
-    struct timeval tv = {H2_HANDSHAKE_TIMEOUT_MS / 1000, (H2_HANDSHAKE_TIMEOUT_MS % 1000) * 1000};
-    bufferevent_set_timeouts(c->bev, &tv, &tv);
-    int rv = bufferevent_socket_connect(c->bev, res->ai_addr, (int)res->ai_addrlen);
+    char where[300];
+    snprintf(where, sizeof(where), "%s:%u", host, port);
+    c = client_connect(c, res->ai_addr, res->ai_addrlen, where, err);
     freeaddrinfo(res);
-    if (rv != 0 || bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0) {
-        st_err_set(err, ST_UNAVAILABLE, "cannot connect to %s:%u", host, port);
-        rpc_client_free(c);
+    return c;
+}
+
+rpc_client *rpc_client_new_unix(struct event_base *base, const char *path,
+                                const rpc_client_opts *opts, st_err *err) {
+    size_t n = strlen(path);
+    if (n == 0 || n > RPC_UNIX_PATH_MAX) {
+        st_err_set(err, ST_INVALID_ARGUMENT, "socket path '%s' is empty or longer than %d bytes",
+                   path, RPC_UNIX_PATH_MAX);
         return NULL;
     }
-    return c;
+    char name[sizeof(RPC_UNIX_PREFIX) + RPC_UNIX_PATH_MAX];
+    snprintf(name, sizeof(name), "%s%s", RPC_UNIX_PREFIX, path);
+    rpc_client *c = client_alloc(base, name, opts, err);
+    if (!c)
+        return NULL;
+    c->is_unix = true;
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, n + 1);
+    return client_connect(c, (struct sockaddr *)&sa,
+                          (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1), name, err);
 }
 
 void rpc_client_free(rpc_client *c) {
@@ -553,6 +691,10 @@ void rpc_client_free(rpc_client *c) {
 
 bool rpc_client_alive(const rpc_client *c) {
     return !c->dead;
+}
+
+bool rpc_client_connected(const rpc_client *c) {
+    return c->connected;
 }
 
 /* ---- calls ---- */
@@ -579,19 +721,27 @@ void rpc_ccall_cancel(rpc_ccall *call) {
 }
 
 static bool ccall_submit(rpc_client *c, rpc_ccall *call) {
-    char timeout[16] = "";
+    char *timeout = call->timeout_text;
+    timeout[0] = '\0';
     nghttp2_nv fixed[] = {
         NV(":method", "POST"),
         NV(":scheme", c->opts.ssl_ctx ? "https" : "http"),
-        {(uint8_t *)":path", (uint8_t *)call->path, 5, call->path_len, NGHTTP2_NV_FLAG_NONE},
+        {(uint8_t *)":path", (uint8_t *)call->path, 5, call->path_len, NV_NO_COPY},
         NV(":authority", c->host),
         NV("content-type", "application/grpc"),
         NV("te", "trailers"),
-        NV("grpc-timeout", timeout)};
+        {(uint8_t *)"grpc-timeout", (uint8_t *)timeout, 12, 0, NV_NO_COPY}};
     size_t nfixed = 6;
     if (call->deadline_us) {
         rpc_timeout_format(call->deadline_us - st_mono_us(), timeout);
         fixed[6].valuelen = strlen(timeout);
+        /* Its value differs on every call: indexing it each time would churn both ends' HPACK
+         * tables (an insertion, an eviction, and a chain of same-name entries for the encoder
+         * to compare against, per call), never indexing it would send the name as a literal.
+         * One call in RPC_TIMEOUT_INDEX_EVERY puts it in the table; the others refer to that
+         * entry's name and send only the value. */
+        if (c->timeouts_sent++ % RPC_TIMEOUT_INDEX_EVERY != 0)
+            fixed[6].flags |= NGHTTP2_NV_FLAG_NO_INDEX;
         nfixed = 7;
     }
     nghttp2_nv nva[7 + RPC_HEADERS_COUNT_MAX];
@@ -620,13 +770,15 @@ static rpc_ccall *ccall_alloc(const char *path, st_slice request, const rpc_meta
     size_t ev_off = align16(sizeof(rpc_ccall));
     size_t nv_off = ev_off + (timer ? align16(event_get_struct_event_size()) : 0);
     size_t body_off = nv_off + align16(md_count * sizeof(nghttp2_nv));
-    if (request.len > SIZE_MAX - body_off - 5 - text)
+    if (request.len > SIZE_MAX - body_off - 5 - text - CCALL_ALLOC_ROUND)
         return NULL;
-    uint8_t *p = malloc(body_off + 5 + request.len + text);
+    size_t got;
+    uint8_t *p = ccall_mem_get(body_off + 5 + request.len + text, &got);
     if (!p)
         return NULL;
     rpc_ccall *call = (rpc_ccall *)p;
     memset(call, 0, sizeof(*call));
+    call->alloc_bytes = got;
     if (timer)
         call->deadline_ev = (struct event *)(p + ev_off);
     uint8_t *body = p + body_off;
@@ -644,10 +796,11 @@ static rpc_ccall *ccall_alloc(const char *path, st_slice request, const rpc_meta
     call->md_count = md_count;
     for (size_t i = 0; i < md_count; i++) {
         size_t nl = strlen(md[i].name), vl = strlen(md[i].value);
-        memcpy(t, md[i].name, nl + 1);
+        for (size_t k = 0; k <= nl; k++) /* lower case: nghttp2 takes the name as it is */
+            t[k] = (char)(md[i].name[k] >= 'A' && md[i].name[k] <= 'Z' ? md[i].name[k] + 32
+                                                                       : md[i].name[k]);
         memcpy(t + nl + 1, md[i].value, vl + 1);
-        call->md[i] =
-            (nghttp2_nv){(uint8_t *)t, (uint8_t *)t + nl + 1, nl, vl, NGHTTP2_NV_FLAG_NONE};
+        call->md[i] = (nghttp2_nv){(uint8_t *)t, (uint8_t *)t + nl + 1, nl, vl, NV_NO_COPY};
         t += nl + vl + 2;
     }
     return call;
@@ -797,13 +950,17 @@ static st_code blocking_run(const char *addr, const rpc_client_opts *opts, const
                             st_slice request, const rpc_metadata *md, size_t md_count,
                             int64_t timeout_ms, blocking_ctx *b, st_err *status) {
     char host[256];
-    uint16_t port;
-    if (!split_addr(addr, host, sizeof(host), &port))
-        return st_err_set(status, ST_INVALID_ARGUMENT, "bad address %s (want host:port)", addr);
+    uint16_t port = 0;
+    bool is_unix = strncmp(addr, RPC_UNIX_PREFIX, strlen(RPC_UNIX_PREFIX)) == 0;
+    if (!is_unix && !split_addr(addr, host, sizeof(host), &port))
+        return st_err_set(status, ST_INVALID_ARGUMENT,
+                          "bad address %s (want host:port or " RPC_UNIX_PREFIX "PATH)", addr);
     b->base = event_base_new();
     if (!b->base)
         return st_err_set(status, ST_RESOURCE_EXHAUSTED, "cannot create an event_base");
-    rpc_client *c = rpc_client_new(b->base, host, port, opts, status);
+    rpc_client *c = is_unix
+                        ? rpc_client_new_unix(b->base, addr + strlen(RPC_UNIX_PREFIX), opts, status)
+                        : rpc_client_new(b->base, host, port, opts, status);
     if (!c) {
         event_base_free(b->base);
         return status ? status->code : ST_UNAVAILABLE;

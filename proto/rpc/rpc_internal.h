@@ -4,6 +4,7 @@
 
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <nghttp2/nghttp2.h>
 #include <openssl/ssl.h>
 
 #include "strata/rpc.h"
@@ -109,6 +110,10 @@ h2_read_result h2_sock_read(int fd, bool (*feed)(void *arg, const uint8_t *data,
  * their lengths (HPACK decoding and frame checks stay on). */
 struct nghttp2_option;
 struct nghttp2_option *h2_session_option(void);
+
+/* The allocator of every session (h2mem.c): nghttp2's many small blocks come from bounded
+ * per-thread free lists instead of malloc's bins. Any thread; blocks may be freed on another. */
+nghttp2_mem *h2_mem(void);
 
 /* Tells rpc_loop_run (loop.c) that this thread's loop did work: a read or a posted completion. */
 void h2_loop_activity(void);

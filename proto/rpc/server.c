@@ -17,6 +17,8 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -54,6 +56,12 @@ struct rpc_server {
     size_t methods_len;
     struct evconnlistener *listeners[RPC_LISTENERS_MAX];
     size_t listeners_len;
+    /* Unix-domain listeners' socket files, removed by rpc_server_free when still ours (same
+     * device and inode as bound: a later server may have replaced the file meanwhile). */
+    char *unix_paths[RPC_LISTENERS_MAX];
+    dev_t unix_devs[RPC_LISTENERS_MAX];
+    ino_t unix_inos[RPC_LISTENERS_MAX];
+    size_t unix_len;
     h2_conn *conns;
     pthread_mutex_t post_mu;
     post_item *post_head, *post_tail;
@@ -121,6 +129,7 @@ struct rpc_call {
     void *on_writable_arg;
     struct event *notify_ev;
     rpc_call *prev, *next;
+    char code_text[12], http_text[12]; /* grpc-status and :status values of the final HEADERS */
     /* Not zeroed by call_new (only [0, hdrs_len) and [0, hdr_text_used) are ever read): */
     call_hdr hdrs[RPC_HEADERS_COUNT_MAX];
     /* Request header names and values, NUL-terminated; the arena takes what does not fit. A
@@ -133,18 +142,94 @@ static void call_finish_internal(rpc_call *call, st_code code, const char *msg);
 static h2_wbuf *conn_wbuf(h2_conn *conn);
 static void conn_out_settle(h2_conn *conn);
 
+/* Response headers are handed to nghttp2 without copies (NO_COPY): every name and value is a
+ * literal or lives in the call (status texts, the arena's grpc-message), which outlasts the
+ * HEADERS frame: the call is released only after its stream closed, and nghttp2 drops a frame of
+ * a closed stream without reading it. */
 #define NV(n, v)                                                                                   \
-    { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE }
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v),                                  \
+            NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE                           \
+    }
 
 /* ---- calls ---- */
+
+/* Released calls are kept per thread for the next streams (a call is a few KiB, beyond malloc's
+ * per-thread cache, and each also held a request and a response buffer): a forwarded unary call
+ * then allocates neither its call nor, usually, its buffers. Per thread rather than per server
+ * because a call may outlive its server (rpc_server_free); freed at thread exit. */
+/* Under AddressSanitizer nothing is kept, so a stale reference into a finished call still
+ * faults there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CALL_CACHE_ON 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CALL_CACHE_ON 0
+#endif
+#endif
+#ifndef CALL_CACHE_ON
+#define CALL_CACHE_ON 1
+#endif
+#define CALL_CACHE_MAX 128
+#define CALL_CACHE_BUF_BYTES_MAX ((size_t)64 << 10) /* larger buffers are freed, not kept */
+
+typedef struct call_cache {
+    rpc_call *head; /* linked by next */
+    size_t n;
+    bool registered; /* for draining at thread exit */
+} call_cache;
+
+static _Thread_local call_cache tl_call_cache;
+static pthread_key_t call_cache_key;
+static pthread_once_t call_cache_once = PTHREAD_ONCE_INIT;
+static bool call_cache_key_ok;
+
+static void call_cache_drain(void *arg) {
+    call_cache *cc = arg;
+    while (cc->head) {
+        rpc_call *call = cc->head;
+        cc->head = call->next;
+        st_buf_free(&call->request);
+        st_buf_free(&call->out);
+        free(call);
+    }
+    cc->n = 0;
+}
+
+static void call_cache_key_init(void) {
+    call_cache_key_ok = pthread_key_create(&call_cache_key, call_cache_drain) == 0;
+}
+
+/* Keeps buf's memory for the next call when it is small, else frees it. */
+static void call_buf_keep(st_buf *buf) {
+    if (buf->cap > CALL_CACHE_BUF_BYTES_MAX)
+        st_buf_free(buf);
+    else
+        st_buf_reset(buf);
+}
 
 static void call_release(rpc_call *call) {
     h2_loop_calls(-1);
     rpc_deframer_deinit(&call->deframer);
-    st_buf_free(&call->request);
-    st_buf_free(&call->out);
     st_arena_deinit(&call->arena);
-    free(call);
+    call_cache *cc = &tl_call_cache;
+    if (!cc->registered) { /* first use on this thread: drain the cache at thread exit */
+        pthread_once(&call_cache_once, call_cache_key_init);
+        cc->registered = call_cache_key_ok && pthread_setspecific(call_cache_key, cc) == 0;
+        if (!cc->registered)
+            cc = NULL;
+    }
+    if (!CALL_CACHE_ON || !cc || cc->n >= CALL_CACHE_MAX) {
+        st_buf_free(&call->request);
+        st_buf_free(&call->out);
+        free(call);
+        return;
+    }
+    call_buf_keep(&call->request);
+    call_buf_keep(&call->out);
+    call->next = cc->head;
+    cc->head = call;
+    cc->n++;
 }
 
 void rpc_call_ref(rpc_call *call) {
@@ -163,10 +248,24 @@ static size_t call_timer_offset(void) {
 }
 
 static rpc_call *call_new(h2_conn *conn, int32_t stream_id) {
-    rpc_call *call = malloc(call_timer_offset() + event_get_struct_event_size());
-    if (!call)
-        return NULL;
+    call_cache *cc = &tl_call_cache;
+    rpc_call *call = cc->head;
+    st_buf request, out;
+    if (call) {
+        cc->head = call->next;
+        cc->n--;
+        request = call->request; /* kept memory, len 0 */
+        out = call->out;
+    } else {
+        call = malloc(call_timer_offset() + event_get_struct_event_size());
+        if (!call)
+            return NULL;
+        st_buf_init(&request);
+        st_buf_init(&out);
+    }
     memset(call, 0, offsetof(rpc_call, hdrs));
+    call->request = request;
+    call->out = out;
     call->refs = 1; /* the stream's */
     call->conn = conn;
     call->stream_id = stream_id;
@@ -174,8 +273,6 @@ static rpc_call *call_new(h2_conn *conn, int32_t stream_id) {
     call->start_us = st_mono_us();
     st_arena_init(&call->arena, RPC_CALL_ARENA_BLOCK_BYTES);
     rpc_deframer_init(&call->deframer, conn->srv->opts.message_bytes_max);
-    st_buf_init(&call->request);
-    st_buf_init(&call->out);
     call->next = conn->calls;
     if (conn->calls)
         conn->calls->prev = call;
@@ -231,7 +328,7 @@ static void call_detach(rpc_call *call) {
         else
             conn_out_settle(conn);
     }
-    st_buf_free(&call->out);
+    call_buf_keep(&call->out); /* nothing references it now: the next call may reuse it */
     call->out_off = 0;
     if (call->deadline_ev)
         event_del(call->deadline_ev);
@@ -248,8 +345,8 @@ static void call_detach(rpc_call *call) {
 }
 
 const char *rpc_call_header(const rpc_call *call, const char *name) {
-    for (size_t i = 0; i < call->hdrs_len; i++)
-        if (strcmp(call->hdrs[i].name, name) == 0)
+    for (size_t i = 0; i < call->hdrs_len; i++) /* first byte first: most names differ there */
+        if (call->hdrs[i].name[0] == name[0] && strcmp(call->hdrs[i].name, name) == 0)
             return call->hdrs[i].value;
     return NULL;
 }
@@ -373,8 +470,7 @@ static const char *status_text(char buf[12], int v) {
 }
 
 static int submit_trailers(h2_conn *conn, rpc_call *call) {
-    char buf[12];
-    const char *code = status_text(buf, (int)call->status);
+    const char *code = status_text(call->code_text, (int)call->status);
     nghttp2_nv nva[] = {NV("grpc-status", code), NV("grpc-message", call->status_msg)};
     size_t n = call->status_msg[0] ? 2 : 1;
     return nghttp2_submit_trailer(conn->session, call->stream_id, nva, n);
@@ -452,9 +548,8 @@ static int submit_headers(h2_conn *conn, rpc_call *call, bool with_body) {
 
 /* A response with no messages: one HEADERS frame carrying the status (gRPC "trailers-only"). */
 static int submit_trailers_only(h2_conn *conn, rpc_call *call) {
-    char cbuf[12], hbuf[12];
-    const char *code = status_text(cbuf, (int)call->status);
-    const char *http = status_text(hbuf, call->http_status);
+    const char *code = status_text(call->code_text, (int)call->status);
+    const char *http = status_text(call->http_text, call->http_status);
     nghttp2_nv nva[] = {NV(":status", http), NV("content-type", "application/grpc"),
                         NV("grpc-status", code), NV("grpc-message", call->status_msg)};
     call->headers_sent = true;
@@ -650,7 +745,7 @@ static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, co
     memcpy(v, value, valuelen);
     v[valuelen] = 0;
     call->hdrs[call->hdrs_len++] = (call_hdr){n, v};
-    if (strcmp(n, ":path") == 0)
+    if (namelen == 5 && memcmp(n, ":path", 5) == 0)
         call->path = v;
 }
 
@@ -922,7 +1017,8 @@ static bool h2_session_start(h2_conn *conn) {
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_option *opt = h2_session_option();
-    int rv = opt ? nghttp2_session_server_new2(&conn->session, cbs, conn, opt) : NGHTTP2_ERR_NOMEM;
+    int rv = opt ? nghttp2_session_server_new3(&conn->session, cbs, conn, opt, h2_mem())
+                 : NGHTTP2_ERR_NOMEM;
     nghttp2_session_callbacks_del(cbs);
     nghttp2_option_del(opt);
     if (rv != 0)
@@ -931,8 +1027,9 @@ static bool h2_session_start(h2_conn *conn) {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, conn->srv->opts.streams_max},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)H2_STREAM_WINDOW_BYTES},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)RPC_HEADER_BYTES_MAX},
+        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
-    if (nghttp2_submit_settings(conn->session, NGHTTP2_FLAG_NONE, iv, 3) != 0 ||
+    if (nghttp2_submit_settings(conn->session, NGHTTP2_FLAG_NONE, iv, 4) != 0 ||
         nghttp2_session_set_local_window_size(conn->session, NGHTTP2_FLAG_NONE, 0,
                                               H2_CONN_WINDOW_BYTES) != 0)
         return false;
@@ -960,7 +1057,8 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     STAT_ADD(srv, conns_accepted, 1);
     STAT_ADD(srv, conns_open, 1);
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (!addr || addr->sa_family != AF_UNIX) /* a TCP option; Unix sockets have no Nagle */
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn->flush_ev = event_new(srv->base, -1, 0, conn_flush_cb, conn);
     conn->bev = conn->tp->bev_new(srv->base, fd, srv->opts.ssl_ctx, true, NULL);
     if (!conn->bev || !conn->flush_ev) {
@@ -1144,11 +1242,110 @@ st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16
     return ST_OK;
 }
 
+/* ---- Unix-domain listeners ---- */
+
+static bool unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len) {
+    size_t n = strlen(path);
+    if (n == 0 || n > RPC_UNIX_PATH_MAX)
+        return false;
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path, path, n + 1);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    return true;
+}
+
+/* A socket file left at path by a server that died without removing it is removed; one some
+ * process still accepts on is not taken over. The probe connects without blocking, so a full
+ * backlog (EAGAIN) counts as alive. */
+static st_code unix_clear_stale(const char *path, const struct sockaddr_un *sa, socklen_t len,
+                                st_err *err) {
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? ST_OK
+                               : st_err_set(err, ST_UNAVAILABLE, "cannot check socket %s: %s", path,
+                                            strerror(errno));
+    if (!S_ISSOCK(st.st_mode))
+        return st_err_set(err, ST_UNAVAILABLE,
+                          "%s exists and is not a socket: remove it or choose another path", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return st_err_set(err, ST_UNAVAILABLE, "cannot create a socket: %s", strerror(errno));
+    int rc = connect(fd, (const struct sockaddr *)sa, len), e = errno;
+    close(fd);
+    if (rc == 0 || e == EAGAIN || e == EINPROGRESS)
+        return st_err_set(err, ST_UNAVAILABLE,
+                          "another process accepts connections on %s: stop it or choose another "
+                          "path",
+                          path);
+    if (e != ECONNREFUSED && e != ENOENT)
+        return st_err_set(err, ST_UNAVAILABLE, "cannot check socket %s: %s", path, strerror(e));
+    if (unlink(path) != 0 && errno != ENOENT)
+        return st_err_set(err, ST_UNAVAILABLE, "cannot remove the stale socket %s: %s", path,
+                          strerror(errno));
+    return ST_OK;
+}
+
+/* Remembers path (and its inode) for rpc_server_free to remove. */
+static st_code unix_path_keep(rpc_server *s, const char *path, st_err *err) {
+    struct stat st;
+    char *p = strdup(path);
+    if (!p || stat(path, &st) != 0) {
+        free(p);
+        return st_err_set(err, ST_UNAVAILABLE, "cannot stat the new socket %s", path);
+    }
+    s->unix_paths[s->unix_len] = p;
+    s->unix_devs[s->unix_len] = st.st_dev;
+    s->unix_inos[s->unix_len] = st.st_ino;
+    s->unix_len++;
+    return ST_OK;
+}
+
+static void unix_paths_remove(rpc_server *s) {
+    for (size_t i = 0; i < s->unix_len; i++) {
+        struct stat st;
+        if (stat(s->unix_paths[i], &st) == 0 && st.st_dev == s->unix_devs[i] &&
+            st.st_ino == s->unix_inos[i])
+            unlink(s->unix_paths[i]);
+        free(s->unix_paths[i]);
+    }
+    s->unix_len = 0;
+}
+
+st_code rpc_server_listen_unix(rpc_server *s, const char *path, st_err *err) {
+    if (s->listeners_len == RPC_LISTENERS_MAX)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "too many listeners (max %d)",
+                          RPC_LISTENERS_MAX);
+    struct sockaddr_un sa;
+    socklen_t len;
+    if (!unix_addr(path, &sa, &len))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "socket path '%s' is empty or longer than %d bytes", path,
+                          RPC_UNIX_PATH_MAX);
+    st_code rc = unix_clear_stale(path, &sa, len, err);
+    if (rc != ST_OK)
+        return rc;
+    struct evconnlistener *l = evconnlistener_new_bind(
+        s->base, accept_cb, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1,
+        (struct sockaddr *)&sa, (int)len);
+    if (!l)
+        return st_err_set(err, ST_UNAVAILABLE, "cannot listen on socket %s: %s", path,
+                          strerror(errno));
+    if ((rc = unix_path_keep(s, path, err)) != ST_OK) {
+        evconnlistener_free(l);
+        unlink(path);
+        return rc;
+    }
+    s->listeners[s->listeners_len++] = l;
+    return ST_OK;
+}
+
 void rpc_server_free(rpc_server *s) {
     if (!s)
         return;
     for (size_t i = 0; i < s->listeners_len; i++)
         evconnlistener_free(s->listeners[i]);
+    unix_paths_remove(s);
     while (s->conns)
         h2_conn_close(s->conns);
     if (s->post_ev)

@@ -45,6 +45,11 @@ bool node_parse_addr(const char *s, char *host, size_t host_cap, uint16_t *port)
 /* Opens storage and the catalog, recovers, and starts listening on base. */
 st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out, st_err *err);
 uint16_t node_port(const node_ctx *n);
+/* Also serves on the Unix-domain socket at path (strata-node --unix), for a strata-router on the
+ * same host (docs/cluster.md): replaces a stale socket file, removes it when the node closes.
+ * INVALID_ARGUMENT for a path over RPC_UNIX_PATH_MAX (107) bytes, UNAVAILABLE when another
+ * process serves there or it cannot be bound. Loop thread, after node_open. */
+st_code node_listen_unix(node_ctx *n, const char *path, st_err *err);
 /* The node's storage engine (tests and tools: storage's calls are thread-safe). */
 struct sto_db *node_db(node_ctx *n);
 /* Stops listening, waits for storage to settle and frees. Loop thread only. */

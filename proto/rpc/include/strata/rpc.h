@@ -46,6 +46,9 @@ struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
 #define RPC_REFUSED_RETRIES_MAX 8            /* client resubmits of a request refused unprocessed */
 #define RPC_SEND_HEADROOM 5 /* bytes free at the front of an rpc_call_send_buf message (prefix) */
 
+#define RPC_UNIX_PATH_MAX 107   /* a Unix socket path's bytes: sun_path holds 108 with the NUL */
+#define RPC_UNIX_PREFIX "unix:" /* addresses of the blocking helpers naming a Unix socket */
+
 /* ---- the gRPC length-prefixed message deframer (exposed for the fuzz target and tests) ----
  * Each message is 1 flag byte (0 = plain, 1 = compressed), a 4-byte big-endian length, then the
  * bytes. Messages may be split across DATA frames and several may share one. */
@@ -129,6 +132,13 @@ st_code rpc_server_add_method(rpc_server *s, const char *path, rpc_handler_fn ha
  * times for several listeners. */
 st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16_t *bound_port,
                           st_err *err);
+/* Also listens on a Unix-domain stream socket at path (same HTTP/2 and gRPC; meant for
+ * processes on one host, e.g. strata-router -> strata-node, saving the TCP/IP stack on every
+ * message). A socket file already at path that no process accepts on (left by a crash) is
+ * replaced; rpc_server_free removes the file again (if it is still the one bound here). Errors:
+ * INVALID_ARGUMENT when path is empty or longer than RPC_UNIX_PATH_MAX; UNAVAILABLE when path is
+ * a live socket of another process, something other than a socket, or cannot be bound. */
+st_code rpc_server_listen_unix(rpc_server *s, const char *path, st_err *err);
 /* Closes listeners and connections (calls become cancelled; their memory goes when the handler
  * finishes) and frees the server. Pending posted functions are dropped. Loop thread only, with the
  * loop not running a server callback; as for clients, turn the base once before freeing it. */
@@ -248,6 +258,15 @@ typedef void (*rpc_unary_done_fn)(st_code code, const char *message, st_slice re
  * owner should make a new client. */
 rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t port,
                            const rpc_client_opts *opts, st_err *err);
+/* As rpc_client_new, to the Unix-domain stream socket at path (a non-blocking connect; a
+ * refused or missing socket fails the client's calls with UNAVAILABLE from the loop, like a
+ * refused TCP connect). NULL when path is empty or longer than RPC_UNIX_PATH_MAX
+ * (INVALID_ARGUMENT) or on allocation failure. */
+rpc_client *rpc_client_new_unix(struct event_base *base, const char *path,
+                                const rpc_client_opts *opts, st_err *err);
+/* True once the connection was established, even if it failed since: a client that dies
+ * without ever connecting met a refused or absent server. */
+bool rpc_client_connected(const rpc_client *c);
 /* Ends every outstanding call (done callbacks run with CANCELLED) and frees the client. Never from
  * inside one of its callbacks. Output not yet written is dropped. libevent defers part of a
  * bufferevent's teardown: turn the base once (event_base_loop(base, EVLOOP_NONBLOCK)) before
@@ -272,9 +291,10 @@ bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out);
 void rpc_ccall_cancel(rpc_ccall *call);
 
 /* ---- blocking helpers for tests and CLI tools (own event_base, calling thread) ---- */
-/* addr is "host:port" ("[::1]:port" for IPv6). Returns the call's gRPC status (transport failures
- * are UNAVAILABLE); status (may be NULL) receives code and message. On ST_OK, resp (initialised by
- * the caller) receives the response message. opts may be NULL. */
+/* addr is "host:port" ("[::1]:port" for IPv6), or RPC_UNIX_PREFIX then a socket path. Returns the
+ * call's gRPC status (transport failures are UNAVAILABLE); status (may be NULL) receives code and
+ * message. On ST_OK, resp (initialised by the caller) receives the response message. opts may be
+ * NULL. */
 st_code rpc_blocking_unary(const char *addr, const rpc_client_opts *opts, const char *path,
                            st_slice request, const rpc_metadata *md, size_t md_count,
                            int64_t timeout_ms, st_buf *resp, st_err *status);
