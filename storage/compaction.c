@@ -13,6 +13,13 @@
  * once per STO_FULL_COMPACTION_PERIOD_US. Since entries are ordered by version, not by table,
  * any subset of tables can be merged.
  *
+ * Reads pay for compactions too (STO_READ_SEEK_BYTES): heavy overwrites leave every row in
+ * several runs that the tiers above may never merge (too few, or too unlike in size), and a
+ * point read seeks each of them and the memtable. Once a tablet's reads have wasted about what
+ * compacting it costs, it is compacted whole; a write-idle tablet has its memtable frozen and
+ * flushed first, so its reads end on one table. A tablet due by its run count whose runs form no
+ * tier is not due again until its list changes, so the other reasons still reach it.
+ *
  * Trivial moves: an input table that overlaps no other input is not rewritten; outputs are cut
  * around it, and outputs and moved tables go last in the list, sorted, as one run. Old
  * tombstones are dropped only when every table of the tablet is rewritten (a moved table could
@@ -125,15 +132,17 @@ static size_t tier_end(const run_desc *runs, size_t i, size_t to, bool small_too
 }
 
 void sto_compaction_count_runs(const sto_tsst *l, size_t n, uint64_t settled_bytes, int *small,
-                               int *settled) {
+                               int *settled, int *n_runs) {
     run_desc *runs = malloc((n ? n : 1) * (sizeof *runs + sizeof(sto_sst *)));
     *small = *settled = 0;
+    *n_runs = (int)n;
     if (!runs) { /* counting tables overestimates: stalls and compactions come early, not late */
         for (size_t i = 0; i < n; i++)
             *small += l[i].f->bytes < settled_bytes;
         return;
     }
     size_t nr = split_runs(l, n, runs, (sto_sst **)(void *)(runs + (n ? n : 1)));
+    *n_runs = (int)nr;
     qsort(runs, nr, sizeof *runs, cmp_run_bytes);
     size_t i = 0;
     while (i < nr && runs[i].bytes < settled_bytes)
@@ -235,7 +244,8 @@ static size_t split_moves(sto_tsst *in, size_t n) {
 typedef struct pick_set {
     sto_tsst *in; /* rewritten [0, n_rw), then moved [n_rw, n_in) sorted by smallest key */
     size_t n_rw, n_in;
-    bool full; /* every table of the tablet is rewritten: old tombstones may go */
+    bool full;     /* every table of the tablet is rewritten: old tombstones may go */
+    bool none_due; /* choose found nothing to merge (not for want of memory) */
 } pick_set;
 
 /* Chooses from all[0, total) (the tablet's list, newest first): with force_all everything,
@@ -262,6 +272,7 @@ static bool choose(const sto_db *db, const sto_tsst *all, size_t total, bool for
             for (size_t i = 0; i < runs[r].n; i++)
                 ps->in[k++] = all[runs[r].start + i];
     }
+    ps->none_due = ps->in && runs && pick == 0;
     free(runs);
     if (pick == 0) {
         free(ps->in);
@@ -486,18 +497,27 @@ static st_code run(sto_db *db, sto_tablet *t, const pick_set *ps, st_err *err) {
     return rc;
 }
 
-/* Copies t's table list and chooses inputs into *ps; false when nothing is due. */
+/* Copies t's table list and chooses inputs into *ps; false when nothing is due. When a size-tier
+ * pick finds no tier in a list that has not changed since, the tablet is marked no_tier_hint:
+ * its run count says due, but only a new list can make a tier. */
 static bool select_inputs(sto_db *db, sto_tablet *t, bool force_all, pick_set *ps) {
     pthread_mutex_lock(&t->mu);
     size_t n = t->n_ssts;
+    uint64_t gen = t->list_gen;
     sto_tsst *all = malloc((n ? n : 1) * sizeof *all);
     bool ok = all && !t->broken;
     if (ok && n)
         memcpy(all, t->ssts, n * sizeof *all);
     pthread_mutex_unlock(&t->mu);
-    ok = ok && choose(db, all, n, force_all, ps);
+    bool chosen = ok && choose(db, all, n, force_all, ps);
     free(all);
-    return ok;
+    if (!chosen && ps->none_due) {
+        pthread_mutex_lock(&t->mu);
+        if (t->list_gen == gen)
+            atomic_store(&t->no_tier_hint, true);
+        pthread_mutex_unlock(&t->mu);
+    }
+    return chosen;
 }
 
 static void release_claim(sto_db *db, sto_tablet *t, st_code rc, bool full, const st_err *e) {
@@ -521,10 +541,74 @@ static void release_claim(sto_db *db, sto_tablet *t, st_code rc, bool full, cons
     pthread_mutex_unlock(&db->mu);
 }
 
-/* db->mu held: the tablet most in need: most small tables first, then one whose periodic full
- * compaction is due (*periodic). */
-static sto_tablet *pick(sto_db *db, bool *periodic) {
-    sto_tablet *best = NULL;
+/* ---- read-triggered compaction ---- */
+
+/* Read units at which t's reads have wasted about what compacting it whole costs. */
+static uint64_t read_debt_bound(sto_tablet *t) {
+    uint64_t need = atomic_load(&t->bytes_hint) / STO_READ_SEEK_BYTES;
+    return need < STO_READ_DEBT_MIN ? STO_READ_DEBT_MIN : need;
+}
+
+/* Wakes the workers when a debt crosses half its bound (read_due starts watching writes there),
+ * rather than leaving it to their periodic wake-up. */
+void sto_tablet_charge_reads(sto_tablet *t, uint64_t run_units, uint64_t mem_units) {
+    uint64_t half = read_debt_bound(t) / 2;
+    bool kick = false;
+    if (run_units) {
+        uint64_t was = atomic_fetch_add_explicit(&t->read_debt, run_units, memory_order_relaxed);
+        kick = was < half && was + run_units >= half;
+    }
+    if (mem_units) {
+        uint64_t was = atomic_fetch_add_explicit(&t->mem_debt, mem_units, memory_order_relaxed);
+        kick = kick || (was < STO_READ_DEBT_MIN / 2 && was + mem_units >= STO_READ_DEBT_MIN / 2);
+    }
+    if (kick)
+        sto_db_kick(t->db);
+}
+
+/* db->mu held: whether t, read-hot, should be compacted whole now. Two debts, two remedies:
+ *   - reads that merged several sorted runs (read_debt) pay for a full compaction, whether or not
+ *     writes go on (the memtable stays what it is either way); it needs two runs or more;
+ *   - reads that merged a memtable with other sources (mem_debt, bound STO_READ_DEBT_MIN: a flush
+ *     costs little) pay for freezing it, but only once t is write-idle: the flushed table is one
+ *     more run, yet a point read skips it by its bloom filter unless the row is there, instead of
+ *     searching the skiplist. A compaction of an idle tablet freezes the memtable first too, so
+ *     the reads end on one source.
+ * Acts only after watching t's writes for STO_WRITE_IDLE_US, from half a debt on (so the watch
+ * overlaps the reads that make up the rest). A frozen memtable (*froze) is flushed by the next
+ * worker turn; the compaction, if due, comes on the call after. */
+static bool read_due(sto_tablet *t, int64_t mono, bool *froze) {
+    uint64_t need = read_debt_bound(t);
+    uint64_t runs_debt = atomic_load_explicit(&t->read_debt, memory_order_relaxed);
+    uint64_t mem_debt = atomic_load_explicit(&t->mem_debt, memory_order_relaxed);
+    if (runs_debt < need / 2 && mem_debt < STO_READ_DEBT_MIN / 2) {
+        t->idle_check_us = 0;
+        return false;
+    }
+    pthread_mutex_lock(&t->mu);
+    uint64_t lsn = t->last_applied_lsn;
+    bool window = t->idle_check_us != 0 && mono - t->idle_check_us >= STO_WRITE_IDLE_US;
+    bool idle = window && lsn == t->idle_lsn;
+    if (t->idle_check_us == 0 || (window && !idle)) { /* (re)start watching */
+        t->idle_check_us = mono;
+        t->idle_lsn = lsn;
+    }
+    bool act = window && t->n_imm == 0; /* a pending flush comes first */
+    bool compact = act && runs_debt >= need;
+    bool freeze = act && idle && (compact || mem_debt >= STO_READ_DEBT_MIN) &&
+                  !sto_memtable_empty(t->active) && sto_tablet_freeze_locked(t);
+    pthread_mutex_unlock(&t->mu);
+    if (freeze)
+        atomic_store(&t->mem_debt, 0);
+    *froze = *froze || freeze;
+    return compact && !freeze && atomic_load(&t->n_runs_hint) >= 2;
+}
+
+/* db->mu held: the tablet most in need: most small runs first (size-tiered), then one whose reads
+ * paid for a full compaction, then one whose periodic full compaction is due. *full: compact
+ * everything (read-triggered or periodic); *froze: a read-hot idle memtable was frozen. */
+static sto_tablet *pick(sto_db *db, bool *full, bool *froze) {
+    sto_tablet *best = NULL, *by_reads = NULL, *periodic = NULL;
     int best_n = -1;
     int64_t mono = st_mono_us(), now = sto_db_now_us(db);
     for (size_t i = 0; i < db->n_tablets; i++) {
@@ -533,29 +617,46 @@ static sto_tablet *pick(sto_db *db, bool *periodic) {
             t->retry_at_us > mono)
             continue;
         int n = atomic_load(&t->n_small_hint);
-        if (due(db, n, atomic_load(&t->n_settled_hint)) && n > best_n) {
-            best = t;
-            best_n = n;
-        } else if (best_n < 0 && !best && atomic_load(&t->n_ssts_hint) > 0 &&
+        if (!atomic_load(&t->no_tier_hint) && due(db, n, atomic_load(&t->n_settled_hint))) {
+            if (n > best_n) {
+                best = t;
+                best_n = n;
+            }
+        } else if (read_due(t, mono, froze)) {
+            by_reads = by_reads ? by_reads : t;
+        } else if (!periodic && atomic_load(&t->n_ssts_hint) > 0 &&
                    now - t->last_full_us >= STO_FULL_COMPACTION_PERIOD_US) {
-            best = t;
+            periodic = t;
         }
     }
-    *periodic = best && best_n < 0;
+    *full = !best;
+    if (!best)
+        best = by_reads ? by_reads : periodic;
+    if (best == periodic && periodic) /* counted from now even if it fails: no retry storm */
+        periodic->last_full_us = now;
     return best;
 }
 
 bool sto_compaction_pick_and_run(sto_db *db) {
-    bool periodic;
-    sto_tablet *best = pick(db, &periodic);
+    bool full, froze = false;
+    sto_tablet *best = pick(db, &full, &froze);
     if (!best)
-        return false;
+        return froze;
     best->compacting = true;
-    if (periodic) /* counted from now even if it fails: no retry storm */
-        best->last_full_us = sto_db_now_us(db);
+    best->idle_check_us = 0;
+    uint64_t debt = atomic_load(&best->read_debt);
+    if (full) { /* what the reads paid for is bought now */
+        atomic_store(&best->read_debt, 0);
+        atomic_store(&best->mem_debt, 0);
+    }
     pthread_mutex_unlock(&db->mu);
-    pick_set ps = {NULL, 0, 0, false};
-    bool chosen = select_inputs(db, best, periodic, &ps);
+    if (full)
+        st_log(ST_LOG_DEBUG, "storage",
+               "event=compaction_start tablet=%" PRIu64 " full=1 read_debt=%" PRIu64
+               " read_debt_bound=%" PRIu64,
+               best->id, debt, read_debt_bound(best));
+    pick_set ps = {NULL, 0, 0, false, false};
+    bool chosen = select_inputs(db, best, full, &ps);
     st_err e;
     st_err_clear(&e);
     st_code rc = chosen ? run(db, best, &ps, &e) : ST_OK;
@@ -575,8 +676,10 @@ st_code sto_compaction_full(sto_db *db, sto_tablet *t, st_err *err) {
         return st_err_set(err, ST_NOT_FOUND, "tablet %" PRIu64 " is gone", t->id);
     }
     t->compacting = true;
+    atomic_store(&t->read_debt, 0);
+    atomic_store(&t->mem_debt, 0);
     pthread_mutex_unlock(&db->mu);
-    pick_set ps = {NULL, 0, 0, false};
+    pick_set ps = {NULL, 0, 0, false, false};
     bool chosen = select_inputs(db, t, true, &ps);
     st_err e;
     st_err_clear(&e);

@@ -119,6 +119,11 @@ st_code sto_tablet_alloc(sto_db *db, uint64_t id, st_slice table, st_slice start
     atomic_init(&t->n_ssts_hint, 0);
     atomic_init(&t->n_small_hint, 0);
     atomic_init(&t->n_settled_hint, 0);
+    atomic_init(&t->n_runs_hint, 0);
+    atomic_init(&t->no_tier_hint, false);
+    atomic_init(&t->bytes_hint, 0);
+    atomic_init(&t->read_debt, 0);
+    atomic_init(&t->mem_debt, 0);
     atomic_init(&t->n_imm_hint, 0);
     atomic_init(&t->ro_hint, false);
     st_code rc = buf_set(&t->table, table);
@@ -238,11 +243,19 @@ void sto_db_release_obsolete(sto_db *db) {
 
 void sto_tablet_update_hints_locked(sto_tablet *t) {
     sto_tablet_drop_snapset(t); /* the table list changed: the next snapshot shares a new set */
+    t->list_gen++;
     atomic_store(&t->n_ssts_hint, (int)t->n_ssts);
-    int small, settled;
-    sto_compaction_count_runs(t->ssts, t->n_ssts, STO_SETTLED_SST_BYTES(t->db), &small, &settled);
+    int small, settled, runs;
+    sto_compaction_count_runs(t->ssts, t->n_ssts, STO_SETTLED_SST_BYTES(t->db), &small, &settled,
+                              &runs);
     atomic_store(&t->n_small_hint, small);
     atomic_store(&t->n_settled_hint, settled);
+    atomic_store(&t->n_runs_hint, runs);
+    atomic_store(&t->no_tier_hint, false);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < t->n_ssts; i++)
+        bytes += t->ssts[i].f->bytes;
+    atomic_store(&t->bytes_hint, bytes);
     atomic_store(&t->n_imm_hint, (int)t->n_imm);
 }
 

@@ -47,6 +47,20 @@
 /* A tablet with tables gets a full compaction at least this often (engine clock), so old
  * tombstones and max-versions garbage go even when the table count stays low. */
 #define STO_FULL_COMPACTION_PERIOD_US (24LL * 3600 * 1000000)
+/* Read-triggered compaction (compaction.c), LevelDB's seek compaction by CPU: every read charges
+ * its tablet one unit per sorted run it merged beyond the first, and once the units reach the
+ * tablet's SSTable bytes / STO_READ_SEEK_BYTES (at least STO_READ_DEBT_MIN) the tablet is
+ * compacted whole. Reads that merged a memtable with other sources get a write-idle tablet's
+ * memtable flushed after STO_READ_DEBT_MIN units. Measured on the tablets `strata bench` leaves
+ * after its overwrites (6 runs + memtable, ~300 MB of listed files each): a unit cost a point read
+ * ~4 us of CPU and the full compaction ~0.6 ns per listed byte, so at this ratio the reads have
+ * wasted about what the compaction costs (ski rental: never more than twice the better of
+ * compacting at once and never compacting). */
+#define STO_READ_SEEK_BYTES 8192
+#define STO_READ_DEBT_MIN 16384
+/* A read-hot tablet whose last applied record has not changed for this long is write-idle: its
+ * memtable is frozen and flushed (before a read-triggered compaction, so that takes it in). */
+#define STO_WRITE_IDLE_US 250000
 
 /* One SSTable file known to the engine. Tablets list it (tablet_refs, under meta_mu); when the
  * last tablet lets go it is marked obsolete and the db's reference dropped, so the file goes once
@@ -90,6 +104,7 @@ struct sto_tablet {
     sto_tsst *ssts; /* newest first */
     size_t n_ssts, cap_ssts;
     struct sto_snapset *snapset; /* ssts as snapshots share them (tablet.c); NULL = build anew */
+    uint64_t list_gen;           /* counts changes of ssts (sto_tablet_update_hints_locked) */
     sto_gc_set *gc;
     uint64_t last_applied_lsn;
     uint64_t flushed_lsn;
@@ -100,12 +115,24 @@ struct sto_tablet {
     atomic_int n_ssts_hint;    /* copies readable without mu (job picking, stalls) */
     atomic_int n_small_hint;   /* sorted runs below STO_SETTLED_SST_BYTES (compaction.c) */
     atomic_int n_settled_hint; /* the largest tier of runs at or above it */
+    atomic_int n_runs_hint;    /* all sorted runs */
+    /* the size tiers were due by count, yet held no tier to merge (runs too unlike in size):
+     * not due again until the list changes (compaction.c) */
+    atomic_bool no_tier_hint;
     atomic_int n_imm_hint;
+    atomic_uint_fast64_t bytes_hint; /* bytes of the listed files */
+    /* read charges since the last full compaction (sto_tablet_charge_reads): for sorted runs
+     * beyond the first, and for memtables merged with other sources */
+    atomic_uint_fast64_t read_debt, mem_debt;
     atomic_bool ro_hint;
     /* under db->mu (kept apart from the atomics above: a compiler may load neighbouring plain
      * bools with one wider read, which would overlap an atomic) */
     int64_t retry_at_us, backoff_us;
     int64_t last_full_us; /* engine clock; the last full compaction (or load / creation) */
+    /* read-triggered compaction's write-idle check: last_applied_lsn as seen at idle_check_us
+     * (monotonic; 0 = no check pending) */
+    uint64_t idle_lsn;
+    int64_t idle_check_us;
     st_code bg_code;
     bool dead, busy, flushing, compacting;
     char bg_msg[STO_RO_MSG_MAX];
@@ -213,12 +240,15 @@ void sto_flush_check_pressure(sto_db *db);
 
 /* ---- compaction.c ---- */
 bool sto_compaction_pick_and_run(sto_db *db); /* db->mu held on entry and exit */
-/* Sorted runs of l[0, n) (a tablet's list, newest first) below settled_bytes (*small), and the
+/* Sorted runs of l[0, n) (a tablet's list, newest first) below settled_bytes (*small), the
  * most runs at or above it that form one tier (*settled: each within 2x of the tier's
- * smallest). A run is a stretch of consecutive tables with pairwise disjoint key ranges, grouped
- * as reads group them. */
+ * smallest), and all runs (*runs). A run is a stretch of consecutive tables with pairwise
+ * disjoint key ranges, grouped as reads group them. */
 void sto_compaction_count_runs(const sto_tsst *l, size_t n, uint64_t settled_bytes, int *small,
-                               int *settled);
+                               int *settled, int *runs);
+/* Adds to t's read debts (see STO_READ_SEEK_BYTES): run_units for sorted runs a read merged
+ * beyond the first, mem_units for memtables it merged with other sources. Any thread, no lock. */
+void sto_tablet_charge_reads(sto_tablet *t, uint64_t run_units, uint64_t mem_units);
 /* Compacts all of the tablet's SSTables (full), claiming the tablet's compaction slot. */
 st_code sto_compaction_full(sto_db *db, sto_tablet *t, st_err *err);
 /* The merged kviter over a set of files of t (range-wrapped where shared); NULL on OOM. */

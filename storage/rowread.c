@@ -214,7 +214,8 @@ struct sto_rowreader {
     bool advance; /* the iterator sits on the entry of the cell returned last */
     bool skip;    /* skip_row was called: leave the current row first */
     bool done;
-    st_code code; /* sticky error */
+    uint64_t rows; /* rows entered (sto_rowreader_rows) */
+    st_code code;  /* sticky error */
     st_err err;
 };
 
@@ -293,6 +294,7 @@ static st_code rr_start_row(sto_rowreader *r, st_slice prefix) {
                           rc == ST_DATA_LOSS ? "malformed row key" : "out of memory");
     vis_row_start(&r->vs);
     r->in_row = true;
+    r->rows++;
     return r->reverse ? rr_seek_row(r, st_buf_slice(&r->row_prefix), false) : ST_OK;
 }
 
@@ -416,6 +418,10 @@ void sto_rowreader_skip_row(sto_rowreader *r) {
 
 st_slice sto_rowreader_last_scanned_row(sto_rowreader *r) {
     return st_buf_slice(&r->last_scanned);
+}
+
+uint64_t sto_rowreader_rows(const sto_rowreader *r) {
+    return r->rows;
 }
 
 /* ---- reuse ----

@@ -47,6 +47,7 @@ st_code sto_rowreader_new(sto_kviter *merged, sto_gc_set *gc, int64_t now_us,
 st_code sto_rowreader_next(sto_rowreader *r, sto_cell *cell, st_err *err);
 void sto_rowreader_skip_row(sto_rowreader *r);
 st_slice sto_rowreader_last_scanned_row(sto_rowreader *r);
+uint64_t sto_rowreader_rows(const sto_rowreader *r); /* rows entered so far, in range */
 void sto_rowreader_free(sto_rowreader *r);
 
 /* Wraps the merged inputs of a compaction (taken) and yields only the entries to keep, in order

@@ -448,6 +448,9 @@ struct sto_snapshot {
 struct sto_iter {
     sto_tablet *t;
     sto_rowreader *rr;
+    /* what a compaction would save this read (compaction.c's read-triggered compaction): sorted
+     * runs beyond the first, and memtables merged with other sources */
+    int extra_runs, extra_mems;
 };
 
 void sto_snapshot_free(sto_snapshot *s) {
@@ -607,10 +610,12 @@ static sto_kviter *run_iter(sto_tablet *t, sto_sst **tabs, bool *wrap, size_t n)
     return it;
 }
 
-/* Children: memtables (lsn-bounded), then SSTables that may hold rows of the range, grouped into
- * runs of consecutive tables (newest first) with disjoint ranges: equal keys can only come from
- * different runs, so the merge's newest-first tie order is kept. */
-static sto_kviter *snapshot_merge(sto_snapshot *s, const key_bounds *b) {
+/* Children: memtables (lsn-bounded; an empty one holds nothing the snapshot may see, as entries
+ * are never removed), then SSTables that may hold rows of the range, grouped into runs of
+ * consecutive tables (newest first) with disjoint ranges: equal keys can only come from
+ * different runs, so the merge's newest-first tie order is kept. counts (may be NULL) gets the
+ * number of memtable children and of SSTable runs. */
+static sto_kviter *snapshot_merge(sto_snapshot *s, const key_bounds *b, int counts[2]) {
     sto_tablet *t = s->t;
     size_t cap = s->n_mems + s->n_ssts + 1;
     sto_kviter **kids = malloc(cap * (sizeof(sto_kviter *) + sizeof(sto_sst *) + sizeof(bool)));
@@ -621,9 +626,12 @@ static sto_kviter *snapshot_merge(sto_snapshot *s, const key_bounds *b) {
     size_t k = 0, m = 0;
     bool ok = true;
     for (size_t i = 0; ok && i < s->n_mems; i++) {
+        if (sto_memtable_empty(s->mems[i]))
+            continue;
         kids[k] = sto_memtable_iter_new(s->mems[i], s->lsn);
         ok = kids[k++] != NULL;
     }
+    size_t mems = k;
     for (size_t i = 0; i < s->n_ssts; i++) {
         if (sst_skippable(s->ssts[i].sst, b))
             continue;
@@ -648,14 +656,19 @@ static sto_kviter *snapshot_merge(sto_snapshot *s, const key_bounds *b) {
         for (size_t i = 0; i + 1 < k; i++)
             kids[i]->ops->free(kids[i]);
     free(kids);
+    if (counts) {
+        counts[0] = (int)mems;
+        counts[1] = (int)(k - mems);
+    }
     return it;
 }
 
 st_code sto_iter_new(sto_snapshot *s, const sto_range *range, bool reverse, sto_iter **out,
                      st_err *err) {
     key_bounds b;
+    int counts[2] = {0, 0};
     st_code rc = bounds_init(&b, range);
-    sto_kviter *m = rc == ST_OK ? snapshot_merge(s, &b) : NULL;
+    sto_kviter *m = rc == ST_OK ? snapshot_merge(s, &b, counts) : NULL;
     bounds_free(&b);
     sto_iter *it = calloc(1, sizeof *it);
     if (!m || !it) {
@@ -665,6 +678,8 @@ st_code sto_iter_new(sto_snapshot *s, const sto_range *range, bool reverse, sto_
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a read");
     }
     it->t = s->t;
+    it->extra_runs = counts[1] > 1 ? counts[1] - 1 : 0;
+    it->extra_mems = counts[1] > 0 || counts[0] > 1 ? counts[0] : 0;
     sto_range all = {{NULL, 0}, false, {NULL, 0}, false};
     rc = sto_rowreader_new(m, s->gc, sto_db_now_us(s->t->db), range ? range : &all, reverse,
                            &it->rr, err);
@@ -691,9 +706,16 @@ st_slice sto_iter_last_scanned_row(sto_iter *it) {
     return sto_rowreader_last_scanned_row(it->rr);
 }
 
+/* Charges the tablet for the sources this read merged beyond one (compaction.c's read-triggered
+ * compaction): one unit per extra source for a point read, more for a scan, whose extra cost
+ * grows with the rows it crossed (a 100-row scan paid about 11 point reads' worth per source). */
 void sto_iter_free(sto_iter *it) {
     if (!it)
         return;
+    if (it->extra_runs + it->extra_mems > 0) {
+        uint64_t w = 1 + sto_rowreader_rows(it->rr) / 10;
+        sto_tablet_charge_reads(it->t, (uint64_t)it->extra_runs * w, (uint64_t)it->extra_mems * w);
+    }
     sto_rowreader_free(it->rr);
     free(it);
 }
@@ -920,7 +942,7 @@ static st_code mid_by_scan(sto_tablet *t, st_buf *out, st_err *err) {
     size_t rows = 0, target = 0;
     rc = ST_NOT_FOUND;
     for (int pass = 0; pass < 2 && rc == ST_NOT_FOUND; pass++) {
-        sto_kviter *it = snapshot_merge(s, &none);
+        sto_kviter *it = snapshot_merge(s, &none, NULL);
         if (!it) {
             rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory finding a split point");
             break;

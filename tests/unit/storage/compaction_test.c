@@ -9,7 +9,10 @@
  * sequentially written tables (disjoint key ranges) form one run, so they never trigger a
  * compaction or a stall; a compaction keeps an input that overlaps no other input as it is (a
  * trivial move: same file), cuts its outputs around it, and reads stay right, also after reopen.
- * Big (settled) runs of repeated overwrites still tier among themselves.
+ * Big (settled) runs of repeated overwrites still tier among themselves. Reads pay for
+ * compactions: a tablet whose point reads merge several runs and a memtable, and whose runs
+ * are due by count but too unlike in size to tier, is compacted whole once the reads have paid
+ * enough (its idle memtable frozen and taken in first), ending on one table.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -505,6 +508,92 @@ static void test_compaction_settled_runs_tier(void **state) {
     tu_rmrf(dir);
 }
 
+/* Writes rows p000..p(n-1), each with a value of vbytes (letters), at version ver + i. */
+static void write_rows(sto_db *db, int n, size_t vbytes, int ver) {
+    char row[32];
+    char *val = malloc(vbytes + 1);
+    assert_non_null(val);
+    st_rng rng;
+    st_rng_seed(&rng, (uint64_t)ver);
+    for (int i = 0; i < n; i++) {
+        for (size_t j = 0; j < vbytes; j++)
+            val[j] = (char)('a' + st_rng_below(&rng, 26));
+        val[vbytes] = 0;
+        snprintf(row, sizeof row, "p%03d", i);
+        assert_int_equal(tu_set(db, 1, row, "f", "q", 1, val, V(ver + i)), ST_OK);
+    }
+    free(val);
+}
+
+/* Point reads of every row, repeated until the tablet is one table (no deadline: CTest's
+ * timeout catches a compaction that never comes). Returns the reads made. */
+static long read_until_one_table(sto_db *db, int rows) {
+    sto_tablet *t;
+    assert_int_equal(sto_tablet_get(db, 1, &t), ST_OK);
+    st_buf out;
+    st_buf_init(&out);
+    long reads = 0;
+    while (sst_count(db) != 1) {
+        for (int i = 0; i < rows; i++, reads++) {
+            char row[32];
+            snprintf(row, sizeof row, "p%03d", i);
+            sto_range r = {st_slice_cstr(row), false, st_slice_cstr(row), true};
+            assert_int_equal(tu_dump_range(t, &r, false, &out), ST_OK);
+            assert_non_null(strstr((char *)out.data, row));
+        }
+    }
+    st_buf_free(&out);
+    return reads;
+}
+
+/* Three overwrites of the same rows flushed as runs of ~2.7, ~7 and ~18 MB (each more than
+ * twice the last: due by count with compaction_trigger 3, but no size tier), and a few rows in
+ * the memtable. No write comes after; point reads merge three runs and the memtable, so the
+ * reads' debt makes the engine freeze and flush the idle memtable and compact all four tables
+ * into one. Contents are unchanged. */
+static void test_compaction_read_triggered(void **state) {
+    (void)state;
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "compaction_reads");
+    sto_options o;
+    tu_small_options(&o);
+    o.memtable_bytes = 64u << 20; /* one flush per run */
+    o.compaction_trigger = 3;
+    o.write_stall_tables = 100;
+    sto_db *db;
+    st_err err;
+    assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
+    assert_int_equal(
+        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
+        ST_OK);
+    const int rows = 600;
+    const size_t vbytes[] = {6000, 16000, 40000};
+    for (int k = 0; k < 3; k++) {
+        write_rows(db, rows, vbytes[k], 1 + k * rows);
+        assert_int_equal(sto_tablet_flush(db, 1, &err), ST_OK);
+    }
+    write_rows(db, 10, 100, 1 + 3 * rows);
+    assert_int_equal(sst_count(db), 3);
+    sto_stats st;
+    sto_db_stats(db, &st);
+    uint64_t flushes = st.flushes;
+    st_buf before, after;
+    st_buf_init(&before);
+    st_buf_init(&after);
+    assert_int_equal(tu_dump(db, 1, &before), ST_OK);
+    long reads = read_until_one_table(db, rows);
+    assert_true(reads > 0);
+    sto_db_stats(db, &st);
+    assert_true(st.compactions >= 1);
+    assert_true(st.flushes > flushes); /* the idle memtable went in too */
+    assert_int_equal(tu_dump(db, 1, &after), ST_OK);
+    assert_string_equal((char *)after.data, (char *)before.data);
+    sto_db_close(db);
+    st_buf_free(&before);
+    st_buf_free(&after);
+    tu_rmrf(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compaction_bounds_sst_count),
@@ -516,6 +605,7 @@ int main(void) {
         cmocka_unit_test(test_compaction_sequential_tables_one_run),
         cmocka_unit_test(test_compaction_trivial_move),
         cmocka_unit_test(test_compaction_settled_runs_tier),
+        cmocka_unit_test(test_compaction_read_triggered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

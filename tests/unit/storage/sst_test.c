@@ -1,6 +1,7 @@
 /*
  * Proves SSTables round-trip: tables written from random sorted entries (compressible and
- * incompressible values, with and without a block cache, small and default block sizes) read back
+ * incompressible values, with and without a block cache, small and default block sizes, ~1 KB
+ * values whose blocks restart every two entries) read back
  * identically against a sorted array — full forward, full reverse, random seeks followed by
  * next/prev walks across block boundaries — plus the edge cases (empty table, one entry, a 5 MB
  * value bigger than a block, out-of-order keys rejected), the row bloom filter, block sampling,
@@ -231,6 +232,15 @@ static void test_sst_round_trip_small_blocks(void **state) {
     st_rng_seed(&f->rng, st_test_seed("test_sst_round_trip_small_blocks"));
     round_trip(f, 5000, true, 50, 256, 64 << 10); /* many blocks, a cache smaller than them */
     round_trip(f, 3000, false, 50, 1, 0);         /* one entry per block */
+}
+
+/* Values near 1 KB: data blocks restart their prefix compression every two entries or so (not
+ * every 16), which every seek, next and prev must still read right. */
+static void test_sst_round_trip_big_values_dense_restarts(void **state) {
+    fixture *f = *state;
+    st_rng_seed(&f->rng, st_test_seed("test_sst_round_trip_big_values_dense_restarts"));
+    round_trip(f, 3000, false, 2000, 0, 0);
+    round_trip(f, 3000, true, 2000, 0, 1 << 20);
 }
 
 /* Index keys sharing a long prefix and, in runs, the 8 bytes after it: the fingerprint search of
@@ -762,6 +772,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sst_round_trip_random_compressible, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_round_trip_random_incompressible, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_round_trip_small_blocks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sst_round_trip_big_values_dense_restarts, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_sst_index_search_with_shared_prefixes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sst_concat_iterator_over_disjoint_tables, setup,
