@@ -296,7 +296,8 @@ void st_clock_fake_init(st_clock *c, int64_t start_us) {
     c->fake_now_us = start_us;
 }
 
-/* ---- CRC32C (Castagnoli), slicing-by-8 in software; hardware when the CPU has SSE4.2 ---- */
+/* ---- CRC32C (Castagnoli): slicing-by-8 in software; SSE4.2 crc32 (three chains for long
+ * buffers) or AVX-512 VPCLMULQDQ folding when the CPU has them ---- */
 
 static uint32_t crc_table[8][256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
@@ -314,14 +315,186 @@ static void crc_init(void) {
 }
 
 #if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+/* The crc32 instruction has a latency of 3 cycles but issues one per cycle, so one dependency
+ * chain uses a third of it. Long buffers are cut into three equal parts whose CRCs run as
+ * independent chains in one loop, then combined: crc(A B) = shift(crc(A), |B|) ^ crc0(B), where
+ * shift appends |B| zero bytes, done with four table lookups per fixed length (the technique of
+ * Intel's paper and Mark Adler's crc32c.c). Blocks of CRC_LONG bytes per part, then CRC_SHORT. */
+#define CRC_LONG 4096
+#define CRC_SHORT 128
+
+static uint32_t crc_long_tab[4][256], crc_short_tab[4][256];
+static pthread_once_t crc_hw_once = PTHREAD_ONCE_INIT;
+
+/* Buffers of at least CRC_FOLD_MIN bytes go through carry-less multiplication when the CPU has
+ * AVX-512 VPCLMULQDQ: 256 bytes per step in four 512-bit accumulators, each 128-bit chunk
+ * folded forward (chunk * x^D mod P, in two 64 x 32-bit products) onto the data D bits on, the
+ * last chunk reduced by the crc32 instruction (Intel's "Fast CRC Computation Using PCLMULQDQ",
+ * 512 bits wide). Measured (2026-11-30, EPYC): 1 KiB 46 GB/s, 4 KiB 50, 64 KiB 63 against
+ * 25 / 24 / 23 for the three crc32 chains and 15 / 11 / 9 for one; as fast as ISA-L's
+ * crc32_iscsi (44 / 54 / 63). The constants are
+ * computed at start from the polynomial (crc_xpow), not copied from tables. */
+#define CRC_FOLD_MIN 512
+static bool crc_fold_ok;
+static uint64_t crc_fold_k[4][2]; /* fold by 128 (index 0), 256, 384, 512 bits */
+static uint64_t crc_fold_k2048[2];
+
+/* a * b modulo the (reflected) Castagnoli polynomial; bit 31 is x^0 */
+static uint32_t crc_multmodp(uint32_t a, uint32_t b) {
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ 0x82f63b78u : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8 * n) modulo the polynomial: the operator that appends n zero bytes. */
+static uint32_t crc_zeros_op(size_t n) {
+    uint32_t p = 1u << 31, sq = 1u << 23; /* x^0; x^8 */
+    for (; n; n >>= 1) {
+        if (n & 1)
+            p = crc_multmodp(sq, p);
+        sq = crc_multmodp(sq, sq);
+    }
+    return p;
+}
+
+/* x^n modulo the polynomial. */
+static uint32_t crc_xpow(uint64_t n) {
+    uint32_t p = 1u << 31, sq = 1u << 30; /* x^0; x^1 */
+    for (; n; n >>= 1) {
+        if (n & 1)
+            p = crc_multmodp(sq, p);
+        sq = crc_multmodp(sq, sq);
+    }
+    return p;
+}
+
+/* The multipliers that fold a 128-bit chunk d bits forward. In a chunk loaded little endian,
+ * the low quadword L holds the earlier bits, so chunk = L x^64 + H, and chunk x^d = L x^(64+d)
+ * + H x^d; pclmul's product of bit-reflected operands comes out one degree low, hence the -1. */
+static void crc_fold_consts(uint64_t d, uint64_t k[2]) {
+    k[0] = (uint64_t)crc_xpow(64 + d - 1) << 32;
+    k[1] = (uint64_t)crc_xpow(d - 1) << 32;
+}
+
+static void crc_shift_tab_make(uint32_t tab[4][256], size_t n) {
+    uint32_t op = crc_zeros_op(n);
+    for (uint32_t k = 0; k < 4; k++)
+        for (uint32_t b = 0; b < 256; b++)
+            tab[k][b] = crc_multmodp(op, b << (8 * k));
+}
+
+static void crc_hw_init(void) {
+    crc_shift_tab_make(crc_long_tab, CRC_LONG);
+    crc_shift_tab_make(crc_short_tab, CRC_SHORT);
+    for (uint64_t i = 0; i < 4; i++)
+        crc_fold_consts(128 * (i + 1), crc_fold_k[i]);
+    crc_fold_consts(2048, crc_fold_k2048);
+    unsigned a = 0, b = 0, c = 0, d = 0; /* leaf 7: ecx bit 10 is VPCLMULQDQ */
+    crc_fold_ok = __builtin_cpu_supports("avx512f") && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
+                  (c & (1u << 10)) != 0;
+    /* Lets the tests check the three-chain path on CPUs that fold (base_test_crc_chains). */
+    if (getenv("STRATA_CRC32C_NO_FOLD"))
+        crc_fold_ok = false;
+}
+
+#define CRC_FOLD_TARGET __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
+
+CRC_FOLD_TARGET static __m512i crc_fold512(__m512i a, __m512i k, __m512i next) {
+    __m512i lo = _mm512_clmulepi64_epi128(a, k, 0x00), hi = _mm512_clmulepi64_epi128(a, k, 0x11);
+    return _mm512_ternarylogic_epi64(lo, hi, next, 0x96); /* lo ^ hi ^ next */
+}
+
+CRC_FOLD_TARGET static __m128i crc_fold128(__m128i a, const uint64_t k[2]) {
+    __m128i kk = _mm_set_epi64x((long long)k[1], (long long)k[0]);
+    return _mm_xor_si128(_mm_clmulepi64_si128(a, kk, 0x00), _mm_clmulepi64_si128(a, kk, 0x11));
+}
+
+/* Consumes whole 256-byte steps of [*p, *p + *n) (at least one: *n >= 256) and returns the
+ * crc32 register after them. */
+CRC_FOLD_TARGET static uint32_t crc_fold(uint32_t c, const uint8_t **pp, size_t *pn) {
+    const uint8_t *p = *pp;
+    size_t n = *pn;
+    __m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64);
+    __m512i x2 = _mm512_loadu_si512(p + 128), x3 = _mm512_loadu_si512(p + 192);
+    /* A crc register c over M equals register 0 over M with c xored into its first 4 bytes. */
+    x0 = _mm512_xor_si512(x0,
+                          _mm512_inserti32x4(_mm512_setzero_si512(), _mm_cvtsi32_si128((int)c), 0));
+    const uint64_t *kf = crc_fold_k2048;
+    __m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)kf[1], (long long)kf[0]));
+    for (p += 256, n -= 256; n >= 256; p += 256, n -= 256) {
+        x0 = crc_fold512(x0, k, _mm512_loadu_si512(p));
+        x1 = crc_fold512(x1, k, _mm512_loadu_si512(p + 64));
+        x2 = crc_fold512(x2, k, _mm512_loadu_si512(p + 128));
+        x3 = crc_fold512(x3, k, _mm512_loadu_si512(p + 192));
+    }
+    kf = crc_fold_k[3];
+    k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)kf[1], (long long)kf[0]));
+    x1 = crc_fold512(x0, k, x1);
+    x2 = crc_fold512(x1, k, x2);
+    x3 = crc_fold512(x2, k, x3);
+    __m128i r = _mm_xor_si128(crc_fold128(_mm512_extracti32x4_epi32(x3, 0), crc_fold_k[2]),
+                              crc_fold128(_mm512_extracti32x4_epi32(x3, 1), crc_fold_k[1]));
+    r = _mm_xor_si128(r, crc_fold128(_mm512_extracti32x4_epi32(x3, 2), crc_fold_k[0]));
+    r = _mm_xor_si128(r, _mm512_extracti32x4_epi32(x3, 3));
+    uint64_t v = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(r));
+    v = _mm_crc32_u64(v, (uint64_t)_mm_extract_epi64(r, 1));
+    *pp = p;
+    *pn = n;
+    return (uint32_t)v;
+}
+
+static uint32_t crc_shift(uint32_t tab[4][256], uint32_t c) {
+    return tab[0][c & 0xff] ^ tab[1][(c >> 8) & 0xff] ^ tab[2][(c >> 16) & 0xff] ^ tab[3][c >> 24];
+}
+
+/* Three chains over [p, p + block), [p + block, ..), [p + 2 block, ..); returns the combined
+ * CRC of the 3 * block bytes. */
+__attribute__((target("sse4.2"))) static uint32_t crc_hw3(uint32_t c0, const uint8_t *p,
+                                                          size_t block, uint32_t tab[4][256]) {
+    uint64_t c1 = 0, c2 = 0, x = c0;
+    for (const uint8_t *end = p + block; p < end; p += 8) {
+        uint64_t v0, v1, v2;
+        memcpy(&v0, p, 8);
+        memcpy(&v1, p + block, 8);
+        memcpy(&v2, p + 2 * block, 8);
+        x = __builtin_ia32_crc32di(x, v0);
+        c1 = __builtin_ia32_crc32di(c1, v1);
+        c2 = __builtin_ia32_crc32di(c2, v2);
+    }
+    uint32_t c = crc_shift(tab, (uint32_t)x) ^ (uint32_t)c1;
+    return crc_shift(tab, c) ^ (uint32_t)c2;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const uint8_t *p, size_t n) {
+    if (n >= 3 * CRC_SHORT) {
+        pthread_once(&crc_hw_once, crc_hw_init);
+        if (n >= CRC_FOLD_MIN && crc_fold_ok)
+            c = crc_fold(c, &p, &n);
+        for (; n >= 3 * CRC_LONG; p += 3 * CRC_LONG, n -= 3 * CRC_LONG)
+            c = crc_hw3(c, p, CRC_LONG, crc_long_tab);
+        for (; n >= 3 * CRC_SHORT; p += 3 * CRC_SHORT, n -= 3 * CRC_SHORT)
+            c = crc_hw3(c, p, CRC_SHORT, crc_short_tab);
+    }
+    uint64_t x = c;
     while (n >= 8) {
         uint64_t v;
         memcpy(&v, p, 8);
-        c = (uint32_t)__builtin_ia32_crc32di(c, v);
+        x = __builtin_ia32_crc32di(x, v);
         p += 8;
         n -= 8;
     }
+    c = (uint32_t)x;
     while (n--)
         c = __builtin_ia32_crc32qi(c, *p++);
     return c;

@@ -12,18 +12,23 @@
  * Durability: the acknowledged position goes to DIR/peer-<id>.pos and to the storage log holder
  * "repl:<id>" at most every hold_interval_ms, file first (a crash between the two leaves the
  * holder behind the file, which only keeps more log). After a restart shipping resumes at the
- * recorded position; batches acknowledged after it are shipped again, harmlessly.
+ * recorded position; batches acknowledged after it are shipped again, harmlessly. The recorded
+ * position only ever trails the acknowledged one, so rows may be re-sent, never skipped.
  *
- * Everything runs on the loop. RPC callbacks only record results and schedule the pump (a
- * zero-delay event), so no client is created or freed inside its own callback. */
+ * Everything runs on the loop but the recording of the position: the loop hands it to a
+ * recorder thread of the shipper, so the two fsyncs never stall the loop (close records the
+ * last position itself). RPC callbacks only record results and schedule the pump (a zero-delay
+ * event), so no client is created or freed inside its own callback. Log records are read raw
+ * (sto_log_cursor_next_raw) and only their heads decoded: the payload is the wire's encoding. */
 #include "repl_internal.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h" /* sto_row_mut_encode */
+#include "log.h" /* raw log cursors, sto_row_mut_peek/_decode/_encode */
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/internal/v1/replication.pb-c.h"
 
@@ -49,6 +54,8 @@ typedef struct ship_batch {
     size_t n_rows;
     size_t bytes;
     st_arena arena;
+    uint64_t last_tablet; /* the tablet of the last row taken and its table, in the arena */
+    const char *last_table;
     uint32_t pending; /* Apply calls outstanding */
     bool failed;
 } ship_batch;
@@ -73,12 +80,23 @@ struct repl_shipper {
     char holder[ST_TOPO_ID_MAX + 16];
     char pos_path[ST_TOPO_PATH_MAX + ST_TOPO_ID_MAX + 32];
 
-    sto_log_reader *reader;
-    uint64_t read_next;    /* next lsn to read */
-    uint64_t acked_next;   /* records below are on the peer (or were not to be shipped) */
-    uint64_t durable_next; /* what the position file and the holder say */
+    sto_log_cursor *reader; /* raw: records are shipped as stored, not decoded */
+    uint64_t read_next;     /* next lsn to read */
+    uint64_t acked_next;    /* records below are on the peer (or were not to be shipped) */
     int64_t persisted_at_us;
+
+    /* The recorder thread writes the position file and the holder (each with an fsync) off the
+     * loop. Under pmu: durable_next (what the file and the holder say), want (the position
+     * the loop asked it to record; 0 = nothing), stop. wmu serialises the writes of the thread
+     * and of forced (synchronous) persists. */
+    pthread_mutex_t pmu, wmu;
+    pthread_cond_t pcv;
+    pthread_t pthread;
+    bool pthread_ok, sync_ok;
+    uint64_t durable_next, want;
+    bool stop;
     st_buf scratch;
+    st_arena scratch_arena; /* decoding a record that must be re-encoded */
 
     ship_batch batches[REPL_INFLIGHT_BATCHES_MAX]; /* a ring: head, count */
     size_t head, count;
@@ -157,33 +175,86 @@ static st_code pos_read(repl_shipper *s, uint64_t *lsn, st_err *err) {
     return rc;
 }
 
+static uint64_t durable_get(repl_shipper *s) {
+    pthread_mutex_lock(&s->pmu);
+    uint64_t v = s->durable_next;
+    pthread_mutex_unlock(&s->pmu);
+    return v;
+}
+
+/* Writes lsn to the position file, then to the holder (a crash between the two leaves the
+ * holder behind the file, which only keeps more log). Any thread; never moves backwards. */
+static st_code pos_record(repl_shipper *s, uint64_t lsn) {
+    pthread_mutex_lock(&s->wmu);
+    st_code rc = ST_OK;
+    if (lsn > durable_get(s)) {
+        char text[POS_FILE_BYTES_MAX];
+        int len = snprintf(text, sizeof text, "repl-position v1 %" PRIu64 "\n", lsn);
+        st_err err = {0};
+        rc = st_env_write_atomic(st_env_posix(), s->pos_path, text, (size_t)len, &err);
+        if (rc == ST_OK)
+            rc = sto_log_hold(s->r->o.db, s->holder, lsn, &err);
+        if (rc != ST_OK) /* shipping goes on; a restart would resend more; retried later */
+            st_log(ST_LOG_WARN, "repl", "peer=%s recording position %" PRIu64 " failed: %s", s->id,
+                   lsn, err.msg);
+        pthread_mutex_lock(&s->pmu);
+        if (rc == ST_OK)
+            s->durable_next = lsn;
+        pthread_mutex_unlock(&s->pmu);
+    }
+    pthread_mutex_unlock(&s->wmu);
+    return rc;
+}
+
+static void *recorder_main(void *arg) {
+    repl_shipper *s = arg;
+    pthread_mutex_lock(&s->pmu);
+    for (;;) {
+        while (!s->stop && s->want <= s->durable_next)
+            pthread_cond_wait(&s->pcv, &s->pmu);
+        if (s->stop)
+            break;
+        uint64_t lsn = s->want;
+        pthread_mutex_unlock(&s->pmu);
+        st_code rc = pos_record(s, lsn);
+        pthread_mutex_lock(&s->pmu);
+        if (rc != ST_OK && s->want == lsn)
+            s->want = 0; /* the loop's timer asks again */
+    }
+    pthread_mutex_unlock(&s->pmu);
+    return NULL;
+}
+
+static void persist_timer_arm(repl_shipper *s) {
+    if (!evtimer_pending(s->ev_persist, NULL)) {
+        struct timeval tv = {s->r->o.hold_interval_ms / 1000,
+                             (s->r->o.hold_interval_ms % 1000) * 1000};
+        evtimer_add(s->ev_persist, &tv);
+    }
+}
+
+/* At most every hold_interval_ms the recorder thread is asked to record acked_next (the loop
+ * never waits for an fsync); forced (close, tests) or without the thread, it is recorded here
+ * before returning. The timer runs while the recorded position is behind. */
 void repl_shipper_persist(repl_shipper *s, bool force) {
-    if (s->acked_next == s->durable_next)
+    if (s->acked_next == durable_get(s))
         return;
     int64_t now = st_mono_us();
-    if (!force && now - s->persisted_at_us < (int64_t)s->r->o.hold_interval_ms * 1000) {
-        if (!evtimer_pending(s->ev_persist, NULL)) {
-            struct timeval tv = {s->r->o.hold_interval_ms / 1000,
-                                 (s->r->o.hold_interval_ms % 1000) * 1000};
-            evtimer_add(s->ev_persist, &tv);
-        }
-        return;
-    }
-    char text[POS_FILE_BYTES_MAX];
-    int len = snprintf(text, sizeof text, "repl-position v1 %" PRIu64 "\n", s->acked_next);
-    st_err err = {0};
-    st_code rc = st_env_write_atomic(st_env_posix(), s->pos_path, text, (size_t)len, &err);
-    if (rc == ST_OK)
-        rc = sto_log_hold(s->r->o.db, s->holder, s->acked_next, &err);
-    if (rc != ST_OK) {
-        /* Shipping goes on; a restart would resend more. Try again at the next interval. */
-        st_log(ST_LOG_WARN, "repl", "peer=%s recording position %" PRIu64 " failed: %s", s->id,
-               s->acked_next, err.msg);
+    bool due = now - s->persisted_at_us >= (int64_t)s->r->o.hold_interval_ms * 1000;
+    if (force || (due && !s->pthread_ok)) {
         s->persisted_at_us = now;
-        return;
+        (void)pos_record(s, s->acked_next);
+    } else if (due) {
+        s->persisted_at_us = now;
+        pthread_mutex_lock(&s->pmu);
+        if (s->want < s->acked_next) {
+            s->want = s->acked_next;
+            pthread_cond_signal(&s->pcv);
+        }
+        pthread_mutex_unlock(&s->pmu);
     }
-    s->durable_next = s->acked_next;
-    s->persisted_at_us = now;
+    if (!s->r->closing && !force)
+        persist_timer_arm(s);
 }
 
 static void on_persist(evutil_socket_t fd, short what, void *arg) {
@@ -333,6 +404,8 @@ static void batch_reset(ship_batch *b) {
     st_arena_init(&b->arena, 64 << 10);
     b->n_rows = 0;
     b->bytes = 0;
+    b->last_tablet = 0;
+    b->last_table = NULL;
     b->pending = 0;
     b->failed = false;
     b->state = B_FREE;
@@ -476,15 +549,16 @@ static void send_batch(repl_shipper *s, ship_batch *b) {
  * configured after the log had moved on), starts at the oldest record still stored: what was
  * trimmed cannot be shipped, and the operator is told. */
 static st_code reader_open(repl_shipper *s, st_err *err) {
-    st_code rc = sto_log_reader_open(s->r->o.db, s->read_next, &s->reader, err);
+    sto_log *log = sto_db_log(s->r->o.db);
+    st_code rc = sto_log_cursor_open(log, s->read_next, &s->reader, err);
     if (rc != ST_OUT_OF_RANGE || s->count > 0)
         return rc;
     uint64_t lo = s->read_next, hi = sto_log_last_lsn(s->r->o.db) + 1;
     while (lo < hi) { /* lowest lsn that opens */
         uint64_t mid = lo + (hi - lo) / 2;
-        sto_log_reader *t = NULL;
-        if (sto_log_reader_open(s->r->o.db, mid, &t, NULL) == ST_OK) {
-            sto_log_reader_close(t);
+        sto_log_cursor *t = NULL;
+        if (sto_log_cursor_open(log, mid, &t, NULL) == ST_OK) {
+            sto_log_cursor_close(t);
             hi = mid;
         } else {
             lo = mid + 1;
@@ -495,55 +569,110 @@ static st_code reader_open(repl_shipper *s, st_err *err) {
            "shipped; the peer lacks them (copy the data over, e.g. by backup and restore)",
            s->id, s->read_next, lo - 1);
     s->read_next = s->acked_next = lo;
-    return sto_log_reader_open(s->r->o.db, s->read_next, &s->reader, err);
+    return sto_log_cursor_open(log, s->read_next, &s->reader, err);
 }
 
-/* Adds the record to the batch when it is to be shipped. */
-static st_code batch_take(repl_shipper *s, ship_batch *b, const sto_log_record *rec,
+/* The record's row mutation as it goes on the wire (the log payload encoding): the payload
+ * itself, or, for a record without an origin, a re-encoding with the origin filled in. */
+static st_code ship_encoding(repl_shipper *s, uint64_t lsn, st_slice payload, uint32_t origin,
+                             st_slice *enc) {
+    st_arena_deinit(&s->scratch_arena);
+    st_arena_init(&s->scratch_arena, 4096);
+    sto_row_mut row;
+    if (!sto_row_mut_decode(payload, &row, &s->scratch_arena)) {
+        st_log(ST_LOG_ERROR, "repl", "peer=%s lsn=%" PRIu64 " does not decode", s->id, lsn);
+        return ST_DATA_LOSS;
+    }
+    row.origin = origin;
+    st_buf_reset(&s->scratch);
+    if (sto_row_mut_encode(&s->scratch, &row) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    *enc = st_buf_slice(&s->scratch);
+    return ST_OK;
+}
+
+/* The table of a tablet as a string in the batch arena (consecutive rows share one copy);
+ * *out is NULL when the tablet is gone. */
+static st_code batch_table(repl_shipper *s, ship_batch *b, uint64_t tablet_id, bool *refreshed,
+                           const char **out) {
+    *out = NULL;
+    if (b->last_table && b->last_tablet == tablet_id) {
+        *out = b->last_table;
+        return ST_OK;
+    }
+    const char *table = repl_tablet_table(s->r, tablet_id, !*refreshed);
+    if (!table) {
+        *refreshed = true;
+        return ST_OK;
+    }
+    const char *copy = st_arena_dup(&b->arena, table, strlen(table) + 1);
+    if (!copy)
+        return ST_RESOURCE_EXHAUSTED;
+    b->last_tablet = tablet_id;
+    *out = b->last_table = copy;
+    return ST_OK;
+}
+
+/* Adds the record (lsn, payload: the log's encoding) to the batch when it is to be shipped.
+ * Only the head of the row mutation is decoded (sto_row_mut_peek): skipping and routing need
+ * no more, and the payload is what the wire carries (docs/formats/replication.md). */
+static st_code batch_take(repl_shipper *s, ship_batch *b, uint64_t lsn, st_slice payload,
                           bool *refreshed) {
-    if (rec->row.flags & (STO_ROW_REPLICATED | STO_ROW_GC)) {
+    sto_row_mut row;
+    if (!sto_row_mut_peek(payload, &row)) {
+        st_log(ST_LOG_ERROR, "repl", "peer=%s lsn=%" PRIu64 " does not decode", s->id, lsn);
+        return ST_DATA_LOSS;
+    }
+    if (row.flags & (STO_ROW_REPLICATED | STO_ROW_GC)) {
         s->records_skipped++;
         return ST_OK;
     }
-    const char *table = repl_tablet_table(s->r, rec->row.tablet_id, !*refreshed);
+    const char *table = NULL;
+    if (batch_table(s, b, row.tablet_id, refreshed, &table) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
     if (!table) {
-        *refreshed = true;
         s->records_skipped++;
-        st_log(ST_LOG_DEBUG, "repl", "lsn=%" PRIu64 " tablet=%" PRIu64 " gone: not shipped",
-               rec->lsn, rec->row.tablet_id);
+        st_log(ST_LOG_DEBUG, "repl", "lsn=%" PRIu64 " tablet=%" PRIu64 " gone: not shipped", lsn,
+               row.tablet_id);
         return ST_OK;
     }
     /* Writes storage makes itself (DropRowRange's row deletes) carry the version but no origin:
      * the origin is the version's tiebreaker. A record the peer would refuse whatever happens
      * is not sent (it would stop replication for good): logged and counted instead. */
-    sto_row_mut row = rec->row;
-    if (row.origin == 0)
-        row.origin = (uint32_t)(row.version & ((1u << STO_VERSION_TIEBREAK_BITS) - 1));
-    if (row.origin == 0 || row.version != STO_VERSION(row.commit_ts_us, row.origin) ||
-        row.n_muts == 0 || row.row.len == 0) {
+    uint32_t origin = row.origin;
+    if (origin == 0)
+        origin = (uint32_t)(row.version & ((1u << STO_VERSION_TIEBREAK_BITS) - 1));
+    if (origin == 0 || row.version != STO_VERSION(row.commit_ts_us, origin) || row.n_muts == 0 ||
+        row.row.len == 0) {
         s->records_skipped++;
         st_log(ST_LOG_ERROR, "repl",
                "peer=%s lsn=%" PRIu64 ": record without a valid origin/version, not shipped", s->id,
-               rec->lsn);
+               lsn);
         return ST_OK;
     }
-    st_buf_reset(&s->scratch);
-    if (sto_row_mut_encode(&s->scratch, &row) != ST_OK)
-        return ST_RESOURCE_EXHAUSTED;
+    st_slice enc = payload;
+    if (row.origin == 0) {
+        st_code rc = ship_encoding(s, lsn, payload, origin, &enc);
+        if (rc != ST_OK)
+            return rc;
+    }
     ship_row *r = &b->rows[b->n_rows];
-    r->table = st_arena_dup(&b->arena, table, strlen(table) + 1);
-    r->enc.data = st_arena_dup(&b->arena, s->scratch.data, s->scratch.len);
-    r->enc.len = s->scratch.len;
-    r->row.data =
-        st_arena_dup(&b->arena, rec->row.row.data, rec->row.row.len ? rec->row.row.len : 1);
-    r->row.len = rec->row.row.len;
-    if (!r->table || !r->enc.data || !r->row.data)
+    uint8_t *copy = st_arena_dup(&b->arena, enc.data, enc.len);
+    if (!copy)
         return ST_RESOURCE_EXHAUSTED;
-    r->lsn = rec->lsn;
-    r->commit_ts_us = rec->row.commit_ts_us;
+    r->table = table;
+    r->enc = st_slice_make(copy, enc.len);
+    if (enc.data == payload.data) /* the row key lies inside the copied payload */
+        r->row = st_slice_make(copy + (row.row.data - payload.data), row.row.len);
+    else if (!(r->row.data = st_arena_dup(&b->arena, row.row.data, row.row.len)))
+        return ST_RESOURCE_EXHAUSTED;
+    else
+        r->row.len = row.row.len;
+    r->lsn = lsn;
+    r->commit_ts_us = row.commit_ts_us;
     r->dest = 0;
     b->n_rows++;
-    b->bytes += s->scratch.len;
+    b->bytes += enc.len;
     return ST_OK;
 }
 
@@ -559,15 +688,16 @@ static st_code read_batch(repl_shipper *s, ship_batch *b, st_err *err) {
     size_t records = 0;
     bool refreshed = false;
     while (records < s->r->o.batch_rows_max && b->bytes < s->r->o.batch_bytes_max) {
-        sto_log_record rec;
-        st_code rc = sto_log_reader_next(s->reader, &rec, err);
+        uint64_t lsn = 0;
+        st_slice payload = {0};
+        st_code rc = sto_log_cursor_next_raw(s->reader, &lsn, &payload, err);
         if (rc == ST_NOT_FOUND)
             break;
         if (rc == ST_OK)
-            rc = batch_take(s, b, &rec, &refreshed);
+            rc = batch_take(s, b, lsn, payload, &refreshed);
         if (rc != ST_OK) {
             /* Reopen at read_next later; what was taken so far is kept (it is whole). */
-            sto_log_reader_close(s->reader);
+            sto_log_cursor_close(s->reader);
             s->reader = NULL;
             if (records)
                 break;
@@ -575,8 +705,8 @@ static st_code read_batch(repl_shipper *s, ship_batch *b, st_err *err) {
         }
         records++;
         s->records_read++;
-        s->bytes_read += rec.row.row.len + 32;
-        s->read_next = rec.lsn + 1;
+        s->bytes_read += payload.len + 24;
+        s->read_next = lsn + 1;
     }
     b->next_lsn = s->read_next;
     return records ? ST_OK : ST_NOT_FOUND;
@@ -693,6 +823,10 @@ st_code repl_shipper_open(repl_ctx *r, const st_topo_cluster *peer, repl_shipper
     snprintf(s->holder, sizeof s->holder, REPL_HOLDER_PREFIX "%s", peer->id);
     snprintf(s->pos_path, sizeof s->pos_path, "%s/peer-%s.pos", r->state_dir, peer->id);
     st_buf_init(&s->scratch);
+    st_arena_init(&s->scratch_arena, 4096);
+    s->sync_ok = pthread_mutex_init(&s->pmu, NULL) == 0;
+    s->sync_ok = s->sync_ok && pthread_mutex_init(&s->wmu, NULL) == 0;
+    s->sync_ok = s->sync_ok && pthread_cond_init(&s->pcv, NULL) == 0;
     for (size_t i = 0; i < REPL_INFLIGHT_BATCHES_MAX; i++) {
         s->batches[i].s = s;
         st_arena_init(&s->batches[i].arena, 64 << 10);
@@ -713,7 +847,7 @@ st_code repl_shipper_open(repl_ctx *r, const st_topo_cluster *peer, repl_shipper
         start = 1;
         rc = ST_OK;
     }
-    if (rc == ST_OK && (!s->ev_pump || !s->ev_backoff || !s->ev_persist))
+    if (rc == ST_OK && (!s->ev_pump || !s->ev_backoff || !s->ev_persist || !s->sync_ok))
         rc = st_err_set(&perr, ST_RESOURCE_EXHAUSTED, "out of memory starting a shipper");
     /* The holder first keeps every record from here on; then shipping starts. */
     if (rc == ST_OK)
@@ -725,6 +859,8 @@ st_code repl_shipper_open(repl_ctx *r, const st_topo_cluster *peer, repl_shipper
         return rc;
     }
     s->read_next = s->acked_next = s->durable_next = start;
+    /* Without the thread positions are recorded on the loop, as before it existed. */
+    s->pthread_ok = pthread_create(&s->pthread, NULL, recorder_main, s) == 0;
     s->caught_up_wall_us = st_wall_us();
     st_log(ST_LOG_INFO, "repl", "shipper peer=%s nodes=%zu resumes at lsn=%" PRIu64, s->id,
            s->n_nodes, start);
@@ -736,7 +872,15 @@ st_code repl_shipper_open(repl_ctx *r, const st_topo_cluster *peer, repl_shipper
 void repl_shipper_close(repl_shipper *s) {
     if (!s)
         return;
-    if (s->ev_persist) /* only once everything is set up */
+    if (s->pthread_ok) {
+        pthread_mutex_lock(&s->pmu);
+        s->stop = true;
+        pthread_cond_signal(&s->pcv);
+        pthread_mutex_unlock(&s->pmu);
+        pthread_join(s->pthread, NULL);
+        s->pthread_ok = false;
+    }
+    if (s->ev_persist && s->sync_ok) /* only once everything is set up */
         repl_shipper_persist(s, true);
     if (s->ev_pump)
         event_free(s->ev_pump);
@@ -744,7 +888,8 @@ void repl_shipper_close(repl_shipper *s) {
         event_free(s->ev_backoff);
     if (s->ev_persist)
         event_free(s->ev_persist);
-    sto_log_reader_close(s->reader);
+    sto_log_cursor_close(s->reader);
+    st_arena_deinit(&s->scratch_arena);
     for (size_t i = 0; i < REPL_INFLIGHT_BATCHES_MAX; i++) {
         st_arena_deinit(&s->batches[i].arena);
         free(s->batches[i].rows);
@@ -752,6 +897,11 @@ void repl_shipper_close(repl_shipper *s) {
     map_free(s->map, s->n_map);
     map_free(s->new_map, s->n_new_map);
     st_buf_free(&s->scratch);
+    if (s->sync_ok) {
+        pthread_mutex_destroy(&s->pmu);
+        pthread_mutex_destroy(&s->wmu);
+        pthread_cond_destroy(&s->pcv);
+    }
     free(s);
 }
 
@@ -781,7 +931,7 @@ void repl_shipper_stats(repl_shipper *s, repl_peer_stats *out) {
     snprintf(out->cluster_id, sizeof out->cluster_id, "%s", s->id);
     out->cluster_num = s->cluster_num;
     out->acked_next_lsn = s->acked_next;
-    out->durable_next_lsn = s->durable_next;
+    out->durable_next_lsn = durable_get(s);
     uint64_t last = sto_log_last_lsn(s->r->o.db);
     out->records_behind = last >= s->acked_next ? last - s->acked_next + 1 : 0;
     uint64_t inflight_bytes = 0;

@@ -93,6 +93,9 @@ struct sto_log {
     size_t queued_bytes;  /* queued and in flight */
     uint64_t durable_lsn; /* published to cursors after the done callbacks */
     bool closing, appends_started, replaying;
+    /* Bumped (atomically, under mu) whenever segments leave the list or one is replaced, so a
+     * cursor can keep reading without the lock until the list changes under it. */
+    uint64_t segs_gen;
     /* A group is being written, by the commit thread or by a leading sto_log_append_wait caller
      * (writer); the writer state below belongs to whoever set this. */
     bool writing;
@@ -248,6 +251,25 @@ static bool get_mut(const uint8_t **p, const uint8_t *end, sto_mut *m) {
         return true;
     }
     return false; /* unknown type */
+}
+
+bool sto_row_mut_peek(st_slice data, sto_row_mut *row) {
+    const uint8_t *p = data.data, *end = data.data + data.len;
+    uint64_t origin, flags, n;
+    memset(row, 0, sizeof *row);
+    if (data.len == 0 || *p++ != LOG_ROW_FORMAT)
+        return false;
+    if (!st_get_varint64(&p, end, &row->tablet_id) ||
+        !get_bytes_max(&p, end, &row->row, STO_ROW_KEY_MAX) ||
+        !st_get_varint64(&p, end, &row->version) || !st_get_varint64(&p, end, &row->commit_ts_us) ||
+        !st_get_varint64(&p, end, &origin) || origin > UINT32_MAX ||
+        !st_get_varint64(&p, end, &flags) || flags > UINT32_MAX || !st_get_varint64(&p, end, &n) ||
+        n > STO_LOG_ROW_MUTS_MAX || n > (uint64_t)(end - p))
+        return false;
+    row->origin = (uint32_t)origin;
+    row->flags = (uint32_t)flags;
+    row->n_muts = (size_t)n;
+    return true;
 }
 
 bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena) {
@@ -902,6 +924,7 @@ static st_code segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
     log_seg s = {first_lsn, first_lsn - 1, LOG_SEG_HDR_BYTES, LOG_SEG_HDR_BYTES};
     if (log->n_segs > 0 && log->segs[log->n_segs - 1].first_lsn == first_lsn) {
         log->segs[log->n_segs - 1] = s;
+        __atomic_add_fetch(&log->segs_gen, 1, __ATOMIC_RELEASE);
     } else {
         ST_ASSERT(log->n_segs == 0 || log->segs[log->n_segs - 1].first_lsn < first_lsn);
         if (!segs_push(log, s))
@@ -1559,6 +1582,8 @@ static st_code trim_queue_locked(sto_log *log, uint64_t keep_from, uint64_t *tar
         log->rm[log->n_rm++] = log->segs[i].first_lsn;
     memmove(log->segs, log->segs + k, (log->n_segs - k) * sizeof *log->segs);
     log->n_segs -= k;
+    if (k)
+        __atomic_add_fetch(&log->segs_gen, 1, __ATOMIC_RELEASE);
     log->rm_asked += k;
     *target = log->rm_asked;
     if (k && !log->rm_started && !log->closing)
@@ -1620,6 +1645,10 @@ struct sto_log_cursor {
     uint64_t seg_first; /* segment open in rd (0 = none) */
     uint64_t off;       /* offset of the next record to read in it */
     uint64_t seg_size;  /* its size when opened (the limit for segments of unknown length) */
+    /* Records up to avail_last are durable and in the open segment, as the log said when the
+     * cursor last asked it (under its lock) while segs_gen was gen: until either runs out the
+     * cursor reads without taking the lock (one lock per run of records, not per record). */
+    uint64_t avail_last, gen;
     rec_reader rd;
     st_arena arena;
 };
@@ -1654,10 +1683,12 @@ void sto_log_cursor_close(sto_log_cursor *c) {
 }
 
 /* Finds the segment holding the cursor's next lsn and how far it may read in it. */
-static st_code cursor_locate(sto_log_cursor *c, log_seg *seg, st_err *err) {
+static st_code cursor_locate(sto_log_cursor *c, log_seg *seg, uint64_t *durable, st_err *err) {
     sto_log *log = c->log;
     st_code rc = ST_OK;
     pthread_mutex_lock(&log->mu);
+    *durable = log->durable_lsn;
+    c->gen = log->segs_gen;
     ptrdiff_t i = segs_find(log, c->next_lsn);
     if (c->next_lsn > log->durable_lsn)
         rc = st_err_set(err, ST_NOT_FOUND, "caught up with the durable end of the log");
@@ -1685,9 +1716,13 @@ static st_code cursor_switch(sto_log_cursor *c, uint64_t first_lsn, st_err *err)
     return ST_OK;
 }
 
-st_code sto_log_cursor_next(sto_log_cursor *c, sto_log_record *rec, st_err *err) {
+/* Asks the log how far the cursor may read without asking again, opening the segment that
+ * holds its next lsn. */
+static st_code cursor_refresh(sto_log_cursor *c, st_err *err) {
     log_seg seg = {0};
-    st_code rc = cursor_locate(c, &seg, err);
+    uint64_t durable = 0;
+    c->avail_last = 0;
+    st_code rc = cursor_locate(c, &seg, &durable, err);
     if (rc == ST_OK && seg.first_lsn != c->seg_first)
         rc = cursor_switch(c, seg.first_lsn, err);
     if (rc != ST_OK)
@@ -1695,31 +1730,58 @@ st_code sto_log_cursor_next(sto_log_cursor *c, sto_log_record *rec, st_err *err)
     /* Only the durable part of the segment; an old segment of unknown extent is read up to its
      * size, and lsns keep the cursor from going past its last needed record. */
     c->rd.limit = seg.good_bytes != UINT64_MAX ? seg.good_bytes : c->seg_size;
+    c->avail_last = durable < seg.last_lsn ? durable : seg.last_lsn;
+    return ST_OK;
+}
+
+st_code sto_log_cursor_next_raw(sto_log_cursor *c, uint64_t *lsn, st_slice *payload, st_err *err) {
+    if (c->next_lsn > c->avail_last ||
+        __atomic_load_n(&c->log->segs_gen, __ATOMIC_ACQUIRE) != c->gen) {
+        st_code rc = cursor_refresh(c, err);
+        if (rc != ST_OK)
+            return rc;
+    }
     for (;;) {
         rec_status st = REC_BAD;
         rec_view v = {0};
+        st_code rc;
         if (c->off > c->rd.limit)
             v.why = "read position past the end of the segment";
         else if ((rc = reader_next(&c->rd, c->off, &st, &v, err)) != ST_OK)
             return rc;
         if (st == REC_OK && v.lsn > c->next_lsn)
             st = REC_BAD, v.why = "lsn gap";
-        if (st != REC_OK)
+        if (st != REC_OK) {
+            c->avail_last = 0; /* ask the log again next time */
             return st_err_set(
                 err, ST_DATA_LOSS,
                 "commit log segment %s: %s at offset %" PRIu64 " while reading lsn %" PRIu64,
                 c->rd.path, st == REC_END ? "end of segment" : v.why, c->off, c->next_lsn);
+        }
         c->off = v.next_off;
         if (v.lsn < c->next_lsn)
             continue; /* skipping from the segment start to from_lsn */
-        st_arena_deinit(&c->arena);
-        if (!sto_row_mut_decode(v.payload, &rec->row, &c->arena))
-            return st_err_set(err, ST_DATA_LOSS,
-                              "commit log record %" PRIu64 " in %s does not "
-                              "decode as a row mutation",
-                              v.lsn, c->rd.path);
-        rec->lsn = v.lsn;
+        *lsn = v.lsn;
+        *payload = v.payload;
         c->next_lsn++;
         return ST_OK;
     }
+}
+
+st_code sto_log_cursor_next(sto_log_cursor *c, sto_log_record *rec, st_err *err) {
+    uint64_t lsn = 0;
+    st_slice payload;
+    st_code rc = sto_log_cursor_next_raw(c, &lsn, &payload, err);
+    if (rc != ST_OK)
+        return rc;
+    st_arena_deinit(&c->arena);
+    if (!sto_row_mut_decode(payload, &rec->row, &c->arena)) {
+        c->next_lsn--; /* as before: the cursor reports data loss from here on */
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log record %" PRIu64 " in %s does not "
+                          "decode as a row mutation",
+                          lsn, c->rd.path);
+    }
+    rec->lsn = lsn;
+    return ST_OK;
 }

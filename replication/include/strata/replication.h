@@ -19,7 +19,8 @@
  * Threads: a repl_ctx and everything it does run on the node's event-loop thread. Log reads are
  * done on the loop (bounded by a batch: REPL_BATCH_ROWS_MAX records / REPL_BATCH_BYTES_MAX bytes
  * per read turn, usually served from the page cache); the position file and log holder are
- * written on the loop at most every REPL_HOLD_INTERVAL_MS per peer (one small fsync'd write).
+ * written at most every REPL_HOLD_INTERVAL_MS per peer by a recorder thread of each shipper (two
+ * small fsync'd writes the loop does not wait for; on close, by the closing thread).
  *
  * Errors: Apply answers INVALID_ARGUMENT for a malformed row (the batch is refused whole),
  * FAILED_PRECONDITION "strata-not-owner:" for a row this node does not own, NOT_FOUND for an
