@@ -253,11 +253,13 @@ static bool get_mut(const uint8_t **p, const uint8_t *end, sto_mut *m) {
     return false; /* unknown type */
 }
 
-bool sto_row_mut_peek(st_slice data, sto_row_mut *row) {
-    const uint8_t *p = data.data, *end = data.data + data.len;
+/* Decodes a row's head (everything before its mutations) into row and leaves *pp at the first
+ * mutation; row->n_muts is their count, bounded by the bytes left (each takes at least one). */
+static bool row_head_decode(const uint8_t **pp, const uint8_t *end, sto_row_mut *row) {
+    const uint8_t *p = *pp;
     uint64_t origin, flags, n;
     memset(row, 0, sizeof *row);
-    if (data.len == 0 || *p++ != LOG_ROW_FORMAT)
+    if (p == end || *p++ != LOG_ROW_FORMAT)
         return false;
     if (!st_get_varint64(&p, end, &row->tablet_id) ||
         !get_bytes_max(&p, end, &row->row, STO_ROW_KEY_MAX) ||
@@ -269,36 +271,28 @@ bool sto_row_mut_peek(st_slice data, sto_row_mut *row) {
     row->origin = (uint32_t)origin;
     row->flags = (uint32_t)flags;
     row->n_muts = (size_t)n;
+    *pp = p;
     return true;
+}
+
+bool sto_row_mut_peek(st_slice data, sto_row_mut *row) {
+    const uint8_t *p = data.data;
+    return row_head_decode(&p, data.data + data.len, row);
 }
 
 bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena) {
     const uint8_t *p = data.data, *end = data.data + data.len;
-    uint64_t origin, flags, n;
-    memset(row, 0, sizeof *row);
-    if (data.len == 0 || *p++ != LOG_ROW_FORMAT)
-        return false;
-    if (!st_get_varint64(&p, end, &row->tablet_id) ||
-        !get_bytes_max(&p, end, &row->row, STO_ROW_KEY_MAX) ||
-        !st_get_varint64(&p, end, &row->version) || !st_get_varint64(&p, end, &row->commit_ts_us) ||
-        !st_get_varint64(&p, end, &origin) || origin > UINT32_MAX ||
-        !st_get_varint64(&p, end, &flags) || flags > UINT32_MAX || !st_get_varint64(&p, end, &n))
-        return false;
-    /* Each mutation takes at least one byte: bounds the allocation by the input. */
-    if (n > STO_LOG_ROW_MUTS_MAX || n > (uint64_t)(end - p))
+    if (!row_head_decode(&p, end, row))
         return false;
     sto_mut *muts = NULL;
-    if (n > 0 && !(muts = st_arena_alloc(arena, (size_t)n * sizeof *muts)))
+    if (row->n_muts > 0 && !(muts = st_arena_alloc(arena, row->n_muts * sizeof *muts)))
         return false;
-    for (uint64_t i = 0; i < n; i++)
+    for (size_t i = 0; i < row->n_muts; i++)
         if (!get_mut(&p, end, &muts[i]))
             return false;
     if (p != end)
         return false;
-    row->origin = (uint32_t)origin;
-    row->flags = (uint32_t)flags;
     row->muts = muts;
-    row->n_muts = (size_t)n;
     return true;
 }
 
