@@ -5,7 +5,6 @@
  * and later calls are refused; the owner makes a new client (reconnect policy belongs to the
  * caller, who knows whether a retry is idempotent). */
 #include <netdb.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,18 +88,6 @@ static void client_fail(rpc_client *c, const char *why);
  * A call is one allocation of a few KiB (ccall_alloc), beyond malloc's per-thread cache: ended
  * calls' allocations are kept per thread for the next calls (a proxy starts one per request).
  * Sizes are rounded up so that requests of similar sizes share them; freed at thread exit. */
-/* Under AddressSanitizer nothing is kept, so a stale reference into a finished call still
- * faults there. */
-#if defined(__SANITIZE_ADDRESS__)
-#define CCALL_CACHE_ON 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CCALL_CACHE_ON 0
-#endif
-#endif
-#ifndef CCALL_CACHE_ON
-#define CCALL_CACHE_ON 1
-#endif
 #define CCALL_CACHE_MAX 128
 #define CCALL_CACHE_BYTES_MAX ((size_t)16 << 10) /* larger allocations are freed, not kept */
 #define CCALL_ALLOC_ROUND ((size_t)1 << 10)
@@ -112,9 +99,6 @@ typedef struct ccall_cache {
 } ccall_cache;
 
 static _Thread_local ccall_cache tl_ccall_cache;
-static pthread_key_t ccall_cache_key;
-static pthread_once_t ccall_cache_once = PTHREAD_ONCE_INIT;
-static bool ccall_cache_key_ok;
 
 static void ccall_cache_drain(void *arg) {
     ccall_cache *cc = arg;
@@ -124,10 +108,6 @@ static void ccall_cache_drain(void *arg) {
         free(call);
     }
     cc->n = 0;
-}
-
-static void ccall_cache_key_init(void) {
-    ccall_cache_key_ok = pthread_key_create(&ccall_cache_key, ccall_cache_drain) == 0;
 }
 
 /* An allocation of at least bytes (*got: its size); NULL when out of memory. */
@@ -150,13 +130,11 @@ static void *ccall_mem_get(size_t bytes, size_t *got) {
 static void ccall_mem_put(rpc_ccall *call) {
     ccall_cache *cc = &tl_ccall_cache;
     if (!cc->registered) { /* first use on this thread: drain the cache at thread exit */
-        pthread_once(&ccall_cache_once, ccall_cache_key_init);
-        cc->registered = ccall_cache_key_ok && pthread_setspecific(ccall_cache_key, cc) == 0;
+        cc->registered = RPC_TL_CACHE_ON && rpc_tl_at_thread_exit(ccall_cache_drain, cc);
         if (!cc->registered)
             cc = NULL;
     }
-    if (!CCALL_CACHE_ON || !cc || cc->n >= CCALL_CACHE_MAX ||
-        call->alloc_bytes > CCALL_CACHE_BYTES_MAX) {
+    if (!cc || cc->n >= CCALL_CACHE_MAX || call->alloc_bytes > CCALL_CACHE_BYTES_MAX) {
         free(call);
         return;
     }

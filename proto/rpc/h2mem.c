@@ -8,7 +8,6 @@
  * go to malloc. Each block carries a 16-byte header with its class, as free gets no size. The
  * lists are bounded and drained at thread exit; under AddressSanitizer nothing is kept, so
  * use-after-free still faults there. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,17 +21,6 @@
 #define H2_MEM_KEEP_MAX 512         /* blocks kept per class and thread */
 #define H2_MEM_HEADER 16            /* keeps malloc's 16-byte alignment */
 #define H2_MEM_UNCLASSED UINT32_MAX /* a block from malloc, of any size */
-
-#if defined(__SANITIZE_ADDRESS__)
-#define H2_MEM_ON 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define H2_MEM_ON 0
-#endif
-#endif
-#ifndef H2_MEM_ON
-#define H2_MEM_ON 1
-#endif
 
 typedef struct h2_mem_block {
     union {
@@ -54,9 +42,6 @@ typedef struct h2_mem_cache {
 } h2_mem_cache;
 
 static _Thread_local h2_mem_cache tl_h2_mem;
-static pthread_key_t h2_mem_key;
-static pthread_once_t h2_mem_once = PTHREAD_ONCE_INIT;
-static bool h2_mem_key_ok;
 
 static void h2_mem_drain(void *arg) {
     h2_mem_cache *mc = arg;
@@ -70,14 +55,10 @@ static void h2_mem_drain(void *arg) {
     }
 }
 
-static void h2_mem_key_init(void) {
-    h2_mem_key_ok = pthread_key_create(&h2_mem_key, h2_mem_drain) == 0;
-}
-
 /* The class holding size usable bytes, or H2_MEM_UNCLASSED. */
 static uint32_t h2_mem_class(size_t size) {
     size_t total = size + H2_MEM_HEADER;
-    if (!H2_MEM_ON || total > H2_MEM_CLASS_MAX)
+    if (!RPC_TL_CACHE_ON || total > H2_MEM_CLASS_MAX)
         return H2_MEM_UNCLASSED;
     uint32_t c = 0;
     while (((size_t)1 << (c + H2_MEM_CLASS_MIN_SHIFT)) < total)
@@ -115,8 +96,7 @@ static void h2_mem_free(void *ptr, void *ud) {
     uint32_t c = b->u.h.cls;
     h2_mem_cache *mc = &tl_h2_mem;
     if (c != H2_MEM_UNCLASSED && !mc->registered) {
-        pthread_once(&h2_mem_once, h2_mem_key_init);
-        mc->registered = h2_mem_key_ok && pthread_setspecific(h2_mem_key, mc) == 0;
+        mc->registered = rpc_tl_at_thread_exit(h2_mem_drain, mc);
     }
     if (c == H2_MEM_UNCLASSED || !mc->registered || mc->n[c] >= H2_MEM_KEEP_MAX) {
         free(b);

@@ -111,6 +111,23 @@ h2_read_result h2_sock_read(int fd, bool (*feed)(void *arg, const uint8_t *data,
 struct nghttp2_option;
 struct nghttp2_option *h2_session_option(void);
 
+/* The layer's per-thread caches (h2mem.c, server.c's and client.c's ended calls) keep nothing
+ * under AddressSanitizer, so a stale reference into a freed block still faults there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RPC_TL_CACHE_ON 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RPC_TL_CACHE_ON 0
+#endif
+#endif
+#ifndef RPC_TL_CACHE_ON
+#define RPC_TL_CACHE_ON 1
+#endif
+
+/* Runs fn(arg) when the calling thread exits (tlcache.c): how a per-thread cache is freed.
+ * False when it cannot be arranged; the caller then keeps nothing. */
+bool rpc_tl_at_thread_exit(void (*fn)(void *), void *arg);
+
 /* The allocator of every session (h2mem.c): nghttp2's many small blocks come from bounded
  * per-thread free lists instead of malloc's bins. Any thread; blocks may be freed on another. */
 nghttp2_mem *h2_mem(void);

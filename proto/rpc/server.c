@@ -158,18 +158,6 @@ static void conn_out_settle(h2_conn *conn);
  * per-thread cache, and each also held a request and a response buffer): a forwarded unary call
  * then allocates neither its call nor, usually, its buffers. Per thread rather than per server
  * because a call may outlive its server (rpc_server_free); freed at thread exit. */
-/* Under AddressSanitizer nothing is kept, so a stale reference into a finished call still
- * faults there. */
-#if defined(__SANITIZE_ADDRESS__)
-#define CALL_CACHE_ON 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CALL_CACHE_ON 0
-#endif
-#endif
-#ifndef CALL_CACHE_ON
-#define CALL_CACHE_ON 1
-#endif
 #define CALL_CACHE_MAX 128
 #define CALL_CACHE_BUF_BYTES_MAX ((size_t)64 << 10) /* larger buffers are freed, not kept */
 
@@ -180,9 +168,6 @@ typedef struct call_cache {
 } call_cache;
 
 static _Thread_local call_cache tl_call_cache;
-static pthread_key_t call_cache_key;
-static pthread_once_t call_cache_once = PTHREAD_ONCE_INIT;
-static bool call_cache_key_ok;
 
 static void call_cache_drain(void *arg) {
     call_cache *cc = arg;
@@ -194,10 +179,6 @@ static void call_cache_drain(void *arg) {
         free(call);
     }
     cc->n = 0;
-}
-
-static void call_cache_key_init(void) {
-    call_cache_key_ok = pthread_key_create(&call_cache_key, call_cache_drain) == 0;
 }
 
 /* Keeps buf's memory for the next call when it is small, else frees it. */
@@ -214,12 +195,11 @@ static void call_release(rpc_call *call) {
     st_arena_deinit(&call->arena);
     call_cache *cc = &tl_call_cache;
     if (!cc->registered) { /* first use on this thread: drain the cache at thread exit */
-        pthread_once(&call_cache_once, call_cache_key_init);
-        cc->registered = call_cache_key_ok && pthread_setspecific(call_cache_key, cc) == 0;
+        cc->registered = RPC_TL_CACHE_ON && rpc_tl_at_thread_exit(call_cache_drain, cc);
         if (!cc->registered)
             cc = NULL;
     }
-    if (!CALL_CACHE_ON || !cc || cc->n >= CALL_CACHE_MAX) {
+    if (!cc || cc->n >= CALL_CACHE_MAX) {
         st_buf_free(&call->request);
         st_buf_free(&call->out);
         free(call);

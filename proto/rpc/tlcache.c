@@ -1,0 +1,48 @@
+/* tlcache.c — thread-exit draining for the layer's per-thread caches (rpc_internal.h).
+ *
+ * Three caches keep memory per thread between calls (nghttp2's small blocks in h2mem.c, ended
+ * server calls in server.c, ended client calls in client.c). Each must be freed when its thread
+ * exits; one pthread key whose destructor runs every drain the thread registered serves all. */
+#include <pthread.h>
+
+#include "rpc_internal.h"
+
+#define TL_DRAINS_MAX 4
+
+typedef struct tl_drains {
+    struct {
+        void (*fn)(void *);
+        void *arg;
+    } d[TL_DRAINS_MAX];
+    size_t n;
+    bool registered; /* the key holds this thread's list */
+} tl_drains;
+
+static _Thread_local tl_drains tl;
+static pthread_key_t tl_key;
+static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
+static bool tl_key_ok;
+
+static void tl_run(void *arg) {
+    tl_drains *t = arg;
+    for (size_t i = 0; i < t->n; i++)
+        t->d[i].fn(t->d[i].arg);
+    t->n = 0;
+}
+
+static void tl_key_init(void) {
+    tl_key_ok = pthread_key_create(&tl_key, tl_run) == 0;
+}
+
+bool rpc_tl_at_thread_exit(void (*fn)(void *), void *arg) {
+    pthread_once(&tl_once, tl_key_init);
+    if (!tl_key_ok || tl.n >= TL_DRAINS_MAX)
+        return false;
+    if (!tl.registered && pthread_setspecific(tl_key, &tl) != 0)
+        return false;
+    tl.registered = true;
+    tl.d[tl.n].fn = fn;
+    tl.d[tl.n].arg = arg;
+    tl.n++;
+    return true;
+}
