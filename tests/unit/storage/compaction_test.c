@@ -80,6 +80,18 @@ static void run_writers(sto_db *db, int *max_seen) {
     }
 }
 
+/* Opens the db in dir with o and, when create, its tablet 1 over all keys. */
+static sto_db *open_db(const char *dir, const sto_options *o, bool create) {
+    sto_db *db;
+    st_err err;
+    assert_int_equal(sto_db_open(dir, o, &db, &err), ST_OK);
+    if (create)
+        assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
+                                           ST_SLICE_LIT(""), NULL, &err),
+                         ST_OK);
+    return db;
+}
+
 static void test_compaction_bounds_sst_count(void **state) {
     (void)state;
     char dir[512];
@@ -88,12 +100,7 @@ static void test_compaction_bounds_sst_count(void **state) {
     tu_small_options(&o);
     o.compaction_trigger = 4;
     o.write_stall_tables = 12;
-    sto_db *db;
-    st_err err;
-    assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
-    assert_int_equal(
-        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
-        ST_OK);
+    sto_db *db = open_db(dir, &o, true);
     int max_seen;
     run_writers(db, &max_seen);
     /* stalled writers stop at write_stall_tables; flushes already frozen may add a few */
@@ -108,7 +115,7 @@ static void test_compaction_bounds_sst_count(void **state) {
     assert_int_equal(tu_dump(db, 1, &a), ST_OK);
     char *before = strdup((char *)a.data);
     sto_db_close(db);
-    assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
+    db = open_db(dir, &o, false);
     assert_int_equal(tu_dump(db, 1, &a), ST_OK);
     assert_string_equal((char *)a.data, before);
     free(before);
@@ -389,14 +396,7 @@ static sto_db *open_runs_db_with(const char *dir, sto_options *o, size_t output_
     o->write_stall_tables = 8; /* all runs are merged at 6 */
     if (output_bytes)
         o->compaction_output_bytes = output_bytes;
-    sto_db *db;
-    st_err err;
-    assert_int_equal(sto_db_open(dir, o, &db, &err), ST_OK);
-    if (create)
-        assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                           ST_SLICE_LIT(""), NULL, &err),
-                         ST_OK);
-    return db;
+    return open_db(dir, o, create);
 }
 
 static sto_db *open_runs_db(const char *dir, sto_options *o) {
@@ -560,12 +560,8 @@ static void test_compaction_read_triggered(void **state) {
     o.memtable_bytes = 64u << 20; /* one flush per run */
     o.compaction_trigger = 3;
     o.write_stall_tables = 100;
-    sto_db *db;
+    sto_db *db = open_db(dir, &o, true);
     st_err err;
-    assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
-    assert_int_equal(
-        sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
-        ST_OK);
     const int rows = 600;
     const size_t vbytes[] = {6000, 16000, 40000};
     for (int k = 0; k < 3; k++) {
