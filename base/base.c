@@ -357,17 +357,6 @@ static uint32_t crc_multmodp(uint32_t a, uint32_t b) {
     return p;
 }
 
-/* x^(8 * n) modulo the polynomial: the operator that appends n zero bytes. */
-static uint32_t crc_zeros_op(size_t n) {
-    uint32_t p = 1u << 31, sq = 1u << 23; /* x^0; x^8 */
-    for (; n; n >>= 1) {
-        if (n & 1)
-            p = crc_multmodp(sq, p);
-        sq = crc_multmodp(sq, sq);
-    }
-    return p;
-}
-
 /* x^n modulo the polynomial. */
 static uint32_t crc_xpow(uint64_t n) {
     uint32_t p = 1u << 31, sq = 1u << 30; /* x^0; x^1 */
@@ -388,7 +377,7 @@ static void crc_fold_consts(uint64_t d, uint64_t k[2]) {
 }
 
 static void crc_shift_tab_make(uint32_t tab[4][256], size_t n) {
-    uint32_t op = crc_zeros_op(n);
+    uint32_t op = crc_xpow(8 * (uint64_t)n); /* the operator that appends n zero bytes */
     for (uint32_t k = 0; k < 4; k++)
         for (uint32_t b = 0; b < 256; b++)
             tab[k][b] = crc_multmodp(op, b << (8 * k));

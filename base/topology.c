@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define TOPO_LINE_BYTES_MAX 2048          /* longer lines are rejected, not truncated */
@@ -434,4 +435,12 @@ const st_topo_cluster *st_topology_cluster(const st_topology *t, const char *id)
         if (!strcmp(t->clusters[i].id, id))
             return &t->clusters[i];
     return NULL;
+}
+
+bool st_topo_node_sock_path(const char *data_dir, char *out, size_t cap) {
+    const size_t max = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+    if (!data_dir[0])
+        return false;
+    int n = snprintf(out, cap, "%s/%s", data_dir, ST_TOPO_NODE_SOCK_NAME);
+    return n > 0 && (size_t)n < cap && (size_t)n <= max;
 }

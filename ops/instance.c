@@ -289,11 +289,6 @@ static void cmdline_metrics(ops_cmdline *cl, const char *dir, const char *name, 
     }
 }
 
-bool ops_inst_node_unix_path(const char *data_dir, char *out, size_t cap) {
-    int n = snprintf(out, cap, "%s/%s", data_dir, OPS_NODE_SOCK_NAME);
-    return n > 0 && (size_t)n < cap && n <= OPS_UNIX_PATH_MAX;
-}
-
 bool ops_inst_no_unix_write(const char *dir, bool no_unix) {
     char path[OPS_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/run/no-unix", dir);
@@ -335,7 +330,7 @@ void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin, co
     }
     /* Routers on this host then skip TCP/IP for this node (docs/router.md, Unix sockets). */
     if (!ops_inst_no_unix(dir) &&
-        ops_inst_node_unix_path(c->nodes[j].data_dir, cl->unix_path, sizeof cl->unix_path)) {
+        st_topo_node_sock_path(c->nodes[j].data_dir, cl->unix_path, sizeof cl->unix_path)) {
         a[n++] = "--unix";
         a[n++] = cl->unix_path;
     }

@@ -83,13 +83,6 @@ typedef struct ops_cmdline {
     char metrics_addr[ST_TOPO_ADDR_MAX + 1];
     char unix_path[ST_TOPO_PATH_MAX + 16];
 } ops_cmdline;
-/* The socket a node with data directory data_dir serves for routers on this host: the name
- * strata-router looks for there (RTR_NODE_SOCK_NAME, docs/router.md "Unix sockets"). */
-#define OPS_NODE_SOCK_NAME "node.sock"
-#define OPS_UNIX_PATH_MAX RPC_UNIX_PATH_MAX /* a sockaddr_un path without its NUL */
-/* data_dir/OPS_NODE_SOCK_NAME into out; false when it is longer than OPS_UNIX_PATH_MAX (the node
- * is then reached over TCP only). */
-bool ops_inst_node_unix_path(const char *data_dir, char *out, size_t cap);
 /* DIR/run/no-unix: `strata up --no-unix` (present) or not (absent); false when it cannot be
  * written or removed. */
 bool ops_inst_no_unix_write(const char *dir, bool no_unix);
@@ -99,7 +92,7 @@ bool ops_inst_no_unix(const char *dir);
  * docs/metrics.md), so every start of a process serves its metrics on the same port. */
 /* strata-node --data D --listen ADDR --node-num N --cluster-num C --config DIR/topology
  * [--split-bytes S] [--unix D/node.sock] for node j of cluster i. --unix unless DIR/run/no-unix
- * exists or the path does not fit in a socket address (ops_inst_node_unix_path). */
+ * exists or the path does not fit in a socket address (st_topo_node_sock_path). */
 void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin, const st_topology *t,
                            size_t i, size_t j);
 /* strata-router --config DIR/topology --listen ADDR for router r. */

@@ -54,15 +54,23 @@ static void fill_pid(const char *dir, const char *name, char *out, size_t cap, b
         snprintf(out, cap, "%d(gone)", (int)pid);
 }
 
+/* GetStatus at addr (host:port or unix:PATH), its reply in resp (may be NULL); *serving: the
+ * node answered (UNIMPLEMENTED too: an older build, serving without GetStatus). */
+static st_code node_get_status(const char *addr, st_buf *resp, bool *serving) {
+    st_err status = {0};
+    st_code rc =
+        rpc_blocking_unary(addr, NULL, "/strata.internal.v1.Node/GetStatus", st_slice_make("", 0),
+                           NULL, 0, STATUS_RPC_TIMEOUT_MS, resp, &status);
+    *serving = rc == ST_OK || rc == ST_UNIMPLEMENTED;
+    return rc;
+}
+
 /* GetStatus then ListTablets; health words: ok, down (no answer), or the gRPC code. */
 static void probe_node(const st_topo_node *n, node_row *row) {
     st_buf resp;
     st_buf_init(&resp);
     st_err status = {0};
-    st_code rc =
-        rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Node/GetStatus",
-                           st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp, &status);
-    row->ok = rc == ST_OK || rc == ST_UNIMPLEMENTED; /* UNIMPLEMENTED: serving, older build */
+    st_code rc = node_get_status(n->addr, &resp, &row->ok);
     if (rc == ST_OK) {
         Strata__Internal__V1__NodeStatus *s =
             strata__internal__v1__node_status__unpack(NULL, resp.len, resp.data);
@@ -205,16 +213,15 @@ static void status_sockets(const status_ctx *c) {
         for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
             total++;
             const char *d = t->clusters[i].nodes[j].data_dir;
-            if (!d[0] || !ops_inst_node_unix_path(d, path, sizeof path) || access(path, F_OK) != 0)
+            if (!st_topo_node_sock_path(d, path, sizeof path) || access(path, F_OK) != 0)
                 continue;
             snprintf(addr, sizeof addr, "%s%s", RPC_UNIX_PREFIX, path);
-            st_code rc = rpc_blocking_unary(addr, NULL, "/strata.internal.v1.Node/GetStatus",
-                                            st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS,
-                                            NULL, NULL);
-            served += rc == ST_OK || rc == ST_UNIMPLEMENTED;
+            bool serving;
+            (void)node_get_status(addr, NULL, &serving);
+            served += serving;
         }
     if (served)
-        printf("\nRouter links: Unix sockets (%s) to %zu of %zu nodes%s.\n", OPS_NODE_SOCK_NAME,
+        printf("\nRouter links: Unix sockets (%s) to %zu of %zu nodes%s.\n", ST_TOPO_NODE_SOCK_NAME,
                served, total, served < total ? ", TCP to the others" : "");
     else
         printf("\nRouter links: TCP to every node%s.\n",

@@ -566,11 +566,12 @@ static bool up_unix_setup(up_ctx *c) {
     char path[ST_TOPO_PATH_MAX + 16];
     for (size_t i = 0; i < t->n_clusters && !c->o.no_unix; i++)
         for (size_t j = 0; j < t->clusters[i].n_nodes; j++)
-            if (!ops_inst_node_unix_path(t->clusters[i].nodes[j].data_dir, path, sizeof path))
+            if (t->clusters[i].nodes[j].data_dir[0] &&
+                !st_topo_node_sock_path(t->clusters[i].nodes[j].data_dir, path, sizeof path))
                 fprintf(stderr,
                         "strata up: warning: %s is longer than %d bytes, too long for a Unix "
                         "socket: the router reaches this node over TCP (choose a shorter --dir)\n",
-                        path, OPS_UNIX_PATH_MAX);
+                        path, RPC_UNIX_PATH_MAX);
     return true;
 }
 

@@ -19,7 +19,7 @@
  * recorder thread of the shipper, so the two fsyncs never stall the loop (close records the
  * last position itself). RPC callbacks only record results and schedule the pump (a zero-delay
  * event), so no client is created or freed inside its own callback. Log records are read raw
- * (sto_log_cursor_next_raw) and only their heads decoded: the payload is the wire's encoding. */
+ * (sto_log_reader_next_raw) and only their heads decoded: the payload is the wire's encoding. */
 #include "repl_internal.h"
 
 #include <inttypes.h>
@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h" /* raw log cursors, sto_row_mut_peek/_decode/_encode */
+#include "log.h" /* sto_row_mut_peek/_decode/_encode */
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/internal/v1/replication.pb-c.h"
 
@@ -80,7 +80,7 @@ struct repl_shipper {
     char holder[ST_TOPO_ID_MAX + 16];
     char pos_path[ST_TOPO_PATH_MAX + ST_TOPO_ID_MAX + 32];
 
-    sto_log_cursor *reader; /* raw: records are shipped as stored, not decoded */
+    sto_log_reader *reader; /* read raw: records are shipped as stored, not decoded */
     uint64_t read_next;     /* next lsn to read */
     uint64_t acked_next;    /* records below are on the peer (or were not to be shipped) */
     int64_t persisted_at_us;
@@ -549,16 +549,16 @@ static void send_batch(repl_shipper *s, ship_batch *b) {
  * configured after the log had moved on), starts at the oldest record still stored: what was
  * trimmed cannot be shipped, and the operator is told. */
 static st_code reader_open(repl_shipper *s, st_err *err) {
-    sto_log *log = sto_db_log(s->r->o.db);
-    st_code rc = sto_log_cursor_open(log, s->read_next, &s->reader, err);
+    sto_db *db = s->r->o.db;
+    st_code rc = sto_log_reader_open(db, s->read_next, &s->reader, err);
     if (rc != ST_OUT_OF_RANGE || s->count > 0)
         return rc;
     uint64_t lo = s->read_next, hi = sto_log_last_lsn(s->r->o.db) + 1;
     while (lo < hi) { /* lowest lsn that opens */
         uint64_t mid = lo + (hi - lo) / 2;
-        sto_log_cursor *t = NULL;
-        if (sto_log_cursor_open(log, mid, &t, NULL) == ST_OK) {
-            sto_log_cursor_close(t);
+        sto_log_reader *t = NULL;
+        if (sto_log_reader_open(db, mid, &t, NULL) == ST_OK) {
+            sto_log_reader_close(t);
             hi = mid;
         } else {
             lo = mid + 1;
@@ -569,7 +569,7 @@ static st_code reader_open(repl_shipper *s, st_err *err) {
            "shipped; the peer lacks them (copy the data over, e.g. by backup and restore)",
            s->id, s->read_next, lo - 1);
     s->read_next = s->acked_next = lo;
-    return sto_log_cursor_open(log, s->read_next, &s->reader, err);
+    return sto_log_reader_open(db, s->read_next, &s->reader, err);
 }
 
 /* The record's row mutation as it goes on the wire (the log payload encoding): the payload
@@ -690,14 +690,14 @@ static st_code read_batch(repl_shipper *s, ship_batch *b, st_err *err) {
     while (records < s->r->o.batch_rows_max && b->bytes < s->r->o.batch_bytes_max) {
         uint64_t lsn = 0;
         st_slice payload = {0};
-        st_code rc = sto_log_cursor_next_raw(s->reader, &lsn, &payload, err);
+        st_code rc = sto_log_reader_next_raw(s->reader, &lsn, &payload, err);
         if (rc == ST_NOT_FOUND)
             break;
         if (rc == ST_OK)
             rc = batch_take(s, b, lsn, payload, &refreshed);
         if (rc != ST_OK) {
             /* Reopen at read_next later; what was taken so far is kept (it is whole). */
-            sto_log_cursor_close(s->reader);
+            sto_log_reader_close(s->reader);
             s->reader = NULL;
             if (records)
                 break;
@@ -888,7 +888,7 @@ void repl_shipper_close(repl_shipper *s) {
         event_free(s->ev_backoff);
     if (s->ev_persist)
         event_free(s->ev_persist);
-    sto_log_cursor_close(s->reader);
+    sto_log_reader_close(s->reader);
     st_arena_deinit(&s->scratch_arena);
     for (size_t i = 0; i < REPL_INFLIGHT_BATCHES_MAX; i++) {
         st_arena_deinit(&s->batches[i].arena);

@@ -42,17 +42,14 @@ static void bury(rtr_ctx *r, rpc_client *c) {
         event_active(r->graveyard_ev, 0, 0);
 }
 
-/* The node's Unix socket, when the router may use it (docs/router.md, "Unix sockets"):
- * DATA_DIR/RTR_NODE_SOCK_NAME of its topology entry, if that path fits in a sockaddr_un and is a
- * socket on this host. A node on another host has no such file here (or no data directory in
- * this router's topology), so it is reached over TCP. */
+/* The node's Unix socket, when the router may use it (docs/router.md, "Unix sockets"): the one
+ * in the data directory of its topology entry (st_topo_node_sock_path), if that is a socket on
+ * this host. A node on another host has no such file here (or no data directory in this
+ * router's topology), so it is reached over TCP. */
 static bool node_unix_path(const rtr_node *n, char *out, size_t cap) {
-    const char *dir = n->cluster->topo->nodes[n->idx].data_dir;
     struct stat st;
-    if (n->ctx->opts.no_unix || !dir[0])
-        return false;
-    int len = snprintf(out, cap, "%s/%s", dir, RTR_NODE_SOCK_NAME);
-    return len > 0 && (size_t)len < cap && (size_t)len <= RPC_UNIX_PATH_MAX &&
+    return !n->ctx->opts.no_unix &&
+           st_topo_node_sock_path(n->cluster->topo->nodes[n->idx].data_dir, out, cap) &&
            stat(out, &st) == 0 && S_ISSOCK(st.st_mode);
 }
 

@@ -79,11 +79,6 @@ typedef struct fwd_op {
     char table_buf[160];
 } fwd_op;
 
-/* A forwarding op; memory not zeroed: fwd_start fills it in. */
-static fwd_op *fwd_alloc(void) {
-    return malloc(sizeof(fwd_op));
-}
-
 static void fwd_send(void *arg);
 
 static void fwd_finish(fwd_op *op, st_code code, const char *msg) {
@@ -174,7 +169,8 @@ static void fwd_send(void *arg) {
         fwd_retry(op);
 }
 
-/* Takes op (from fwd_alloc, or NULL when it failed): table may point into op->table_buf. */
+/* Takes op (malloc'ed, not zeroed: filled in here; NULL when out of memory): table may point
+ * into op->table_buf, which is why the fields are set one by one. */
 static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *plan,
                       const char *table, st_slice row, st_slice req, bool idempotent) {
     if (!op)
@@ -213,12 +209,12 @@ static const char *peek_cstr(rpc_call *call, st_slice s, char *buf, size_t cap) 
 
 /* The fields a MutateRow is routed by: peeked from the wire when plainly encoded (the value is
  * not copied), else unpacked. */
-static bool mutate_row_parse(rpc_call *call, st_slice req_bytes, fwd_op *op, char *profile_buf,
-                             size_t profile_cap, const char **table, const char **profile,
-                             st_slice *row, bool *idempotent) {
+static bool mutate_row_parse(rpc_call *call, st_slice req_bytes, char *table_buf, size_t table_cap,
+                             char *profile_buf, size_t profile_cap, const char **table,
+                             const char **profile, st_slice *row, bool *idempotent) {
     rtr_mr_peek pk;
-    if (op && rtr_peek_mutate_row(req_bytes, &pk)) {
-        *table = peek_cstr(call, pk.table, op->table_buf, sizeof op->table_buf);
+    if (rtr_peek_mutate_row(req_bytes, &pk)) {
+        *table = peek_cstr(call, pk.table, table_buf, table_cap);
         *profile = peek_cstr(call, pk.profile, profile_buf, profile_cap);
         *row = pk.row;
         *idempotent = pk.idempotent;
@@ -243,9 +239,11 @@ void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     st_slice row;
     bool idempotent;
     rtr_plan plan;
-    fwd_op *op = fwd_alloc();
-    if (!mutate_row_parse(call, req_bytes, op, profile_buf, sizeof profile_buf, &table, &profile,
-                          &row, &idempotent) ||
+    fwd_op *op = malloc(sizeof *op);
+    if (!op)
+        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!mutate_row_parse(call, req_bytes, op->table_buf, sizeof op->table_buf, profile_buf,
+                          sizeof profile_buf, &table, &profile, &row, &idempotent) ||
         !data_route(r, call, table, profile, false, row, &plan))
         return free(op);
     if (plan.multi && !idempotent) {
@@ -264,7 +262,7 @@ void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true,
                             st_slice_make(NULL, 0), &plan))
         return;
-    fwd_start(fwd_alloc(), r, call, &plan, req->table_name,
+    fwd_start(malloc(sizeof(fwd_op)), r, call, &plan, req->table_name,
               st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false);
 }
 
@@ -276,7 +274,7 @@ void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) 
     if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true,
                             st_slice_make(NULL, 0), &plan))
         return;
-    fwd_start(fwd_alloc(), r, call, &plan, req->table_name,
+    fwd_start(malloc(sizeof(fwd_op)), r, call, &plan, req->table_name,
               st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false);
 }
 

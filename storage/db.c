@@ -538,6 +538,10 @@ st_code sto_log_reader_next(sto_log_reader *r, sto_log_record *rec, st_err *err)
     return sto_log_cursor_next(r->c, rec, err);
 }
 
+st_code sto_log_reader_next_raw(sto_log_reader *r, uint64_t *lsn, st_slice *payload, st_err *err) {
+    return sto_log_cursor_next_raw(r->c, lsn, payload, err);
+}
+
 void sto_log_reader_close(sto_log_reader *r) {
     if (!r)
         return;

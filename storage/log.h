@@ -124,18 +124,15 @@ void sto_log_cursor_close(sto_log_cursor *c);
 /* Like sto_log_cursor_next, without decoding: the record's lsn and its payload (a row
  * mutation's encoding, checksum verified), valid until the next call on the cursor. The cursor
  * takes the log's lock only when it reaches the durable end it last saw, the end of its segment
- * or a change of the segment list, not per record. Helper addition. */
+ * or a change of the segment list, not per record. */
 st_code sto_log_cursor_next_raw(sto_log_cursor *c, uint64_t *lsn, st_slice *payload, st_err *err);
-/* The commit log of a database (storage/log_db.c), for readers that take records raw
- * (replication's shipper). Valid while db is open. Helper addition. */
-sto_log *sto_db_log(sto_db *db);
 
 /* Encoding of one row mutation, shared with anything that ships it (replication). */
 st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row);
 /* Decodes the fields before the mutations (tablet id, row key, version, commit time, origin,
  * flags, mutation count) into row without allocating: muts is NULL, n_muts the count; slices
  * point into data. The mutations are not checked: false only for a malformed head. For readers
- * that only route or skip a record. Helper addition. */
+ * that only route or skip a record. */
 bool sto_row_mut_peek(st_slice data, sto_row_mut *row);
 /* Decodes into row; muts are allocated from arena; slices point into data. */
 bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena);

@@ -74,13 +74,10 @@ struct rpc_ccall {
 
 #define RPC_TIMEOUT_INDEX_EVERY 256u
 
-/* Request headers are handed to nghttp2 without copies (NO_COPY): every name and value is a
+/* Request headers are handed to nghttp2 without copies (H2_NV): every name and value is a
  * literal, or lives in the client (host) or in the call's allocation (path, metadata, timeout),
  * which outlast the HEADERS frame (nghttp2 drops a frame it will not send without reading it).
  * Names are lower case, as HTTP/2 requires (nghttp2 would otherwise lower-case its copy). */
-#define NV_NO_COPY (NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE)
-#define NV(n, v)                                                                                   \
-    { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NV_NO_COPY }
 
 static void client_fail(rpc_client *c, const char *why);
 
@@ -628,8 +625,9 @@ rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t p
 
 rpc_client *rpc_client_new_unix(struct event_base *base, const char *path,
                                 const rpc_client_opts *opts, st_err *err) {
-    size_t n = strlen(path);
-    if (n == 0 || n > RPC_UNIX_PATH_MAX) {
+    struct sockaddr_un sa;
+    socklen_t len;
+    if (!h2_unix_addr(path, &sa, &len)) {
         st_err_set(err, ST_INVALID_ARGUMENT, "socket path '%s' is empty or longer than %d bytes",
                    path, RPC_UNIX_PATH_MAX);
         return NULL;
@@ -640,12 +638,7 @@ rpc_client *rpc_client_new_unix(struct event_base *base, const char *path,
     if (!c)
         return NULL;
     c->is_unix = true;
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, path, n + 1);
-    return client_connect(c, (struct sockaddr *)&sa,
-                          (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1), name, err);
+    return client_connect(c, (struct sockaddr *)&sa, len, name, err);
 }
 
 void rpc_client_free(rpc_client *c) {
@@ -702,13 +695,13 @@ static bool ccall_submit(rpc_client *c, rpc_ccall *call) {
     char *timeout = call->timeout_text;
     timeout[0] = '\0';
     nghttp2_nv fixed[] = {
-        NV(":method", "POST"),
-        NV(":scheme", c->opts.ssl_ctx ? "https" : "http"),
-        {(uint8_t *)":path", (uint8_t *)call->path, 5, call->path_len, NV_NO_COPY},
-        NV(":authority", c->host),
-        NV("content-type", "application/grpc"),
-        NV("te", "trailers"),
-        {(uint8_t *)"grpc-timeout", (uint8_t *)timeout, 12, 0, NV_NO_COPY}};
+        H2_NV(":method", "POST"),
+        H2_NV(":scheme", c->opts.ssl_ctx ? "https" : "http"),
+        {(uint8_t *)":path", (uint8_t *)call->path, 5, call->path_len, H2_NV_NO_COPY},
+        H2_NV(":authority", c->host),
+        H2_NV("content-type", "application/grpc"),
+        H2_NV("te", "trailers"),
+        {(uint8_t *)"grpc-timeout", (uint8_t *)timeout, 12, 0, H2_NV_NO_COPY}};
     size_t nfixed = 6;
     if (call->deadline_us) {
         rpc_timeout_format(call->deadline_us - st_mono_us(), timeout);
@@ -778,7 +771,7 @@ static rpc_ccall *ccall_alloc(const char *path, st_slice request, const rpc_meta
             t[k] = (char)(md[i].name[k] >= 'A' && md[i].name[k] <= 'Z' ? md[i].name[k] + 32
                                                                        : md[i].name[k]);
         memcpy(t + nl + 1, md[i].value, vl + 1);
-        call->md[i] = (nghttp2_nv){(uint8_t *)t, (uint8_t *)t + nl + 1, nl, vl, NV_NO_COPY};
+        call->md[i] = (nghttp2_nv){(uint8_t *)t, (uint8_t *)t + nl + 1, nl, vl, H2_NV_NO_COPY};
         t += nl + vl + 2;
     }
     return call;

@@ -111,6 +111,17 @@ h2_read_result h2_sock_read(int fd, bool (*feed)(void *arg, const uint8_t *data,
 struct nghttp2_option;
 struct nghttp2_option *h2_session_option(void);
 
+/* A header for nghttp2 without copies (name a literal): the caller keeps name and value alive
+ * until the frame is sent or dropped (nghttp2 drops a frame of a closed stream unread). */
+#define H2_NV_NO_COPY (NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE)
+#define H2_NV(n, v)                                                                                \
+    { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), H2_NV_NO_COPY }
+
+/* Fills *sa and *len for a Unix-domain socket at path; false when path is empty or longer than
+ * RPC_UNIX_PATH_MAX (the server's listeners and the client's connects). */
+struct sockaddr_un;
+bool h2_unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len);
+
 /* The layer's per-thread caches (h2mem.c, server.c's and client.c's ended calls) keep nothing
  * under AddressSanitizer, so a stale reference into a freed block still faults there. */
 #if defined(__SANITIZE_ADDRESS__)

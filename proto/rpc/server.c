@@ -58,9 +58,11 @@ struct rpc_server {
     size_t listeners_len;
     /* Unix-domain listeners' socket files, removed by rpc_server_free when still ours (same
      * device and inode as bound: a later server may have replaced the file meanwhile). */
-    char *unix_paths[RPC_LISTENERS_MAX];
-    dev_t unix_devs[RPC_LISTENERS_MAX];
-    ino_t unix_inos[RPC_LISTENERS_MAX];
+    struct {
+        char *path;
+        dev_t dev;
+        ino_t ino;
+    } unix_files[RPC_LISTENERS_MAX];
     size_t unix_len;
     h2_conn *conns;
     pthread_mutex_t post_mu;
@@ -142,15 +144,10 @@ static void call_finish_internal(rpc_call *call, st_code code, const char *msg);
 static h2_wbuf *conn_wbuf(h2_conn *conn);
 static void conn_out_settle(h2_conn *conn);
 
-/* Response headers are handed to nghttp2 without copies (NO_COPY): every name and value is a
+/* Response headers are handed to nghttp2 without copies (H2_NV): every name and value is a
  * literal or lives in the call (status texts, the arena's grpc-message), which outlasts the
  * HEADERS frame: the call is released only after its stream closed, and nghttp2 drops a frame of
  * a closed stream without reading it. */
-#define NV(n, v)                                                                                   \
-    {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v),                                  \
-            NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE                           \
-    }
 
 /* ---- calls ---- */
 
@@ -451,7 +448,7 @@ static const char *status_text(char buf[12], int v) {
 
 static int submit_trailers(h2_conn *conn, rpc_call *call) {
     const char *code = status_text(call->code_text, (int)call->status);
-    nghttp2_nv nva[] = {NV("grpc-status", code), NV("grpc-message", call->status_msg)};
+    nghttp2_nv nva[] = {H2_NV("grpc-status", code), H2_NV("grpc-message", call->status_msg)};
     size_t n = call->status_msg[0] ? 2 : 1;
     return nghttp2_submit_trailer(conn->session, call->stream_id, nva, n);
 }
@@ -521,7 +518,7 @@ static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
 
 static int submit_headers(h2_conn *conn, rpc_call *call, bool with_body) {
     nghttp2_data_provider prd = {.source = {.ptr = call}, .read_callback = data_read_cb};
-    nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+    nghttp2_nv nva[] = {H2_NV(":status", "200"), H2_NV("content-type", "application/grpc")};
     call->headers_sent = true;
     return nghttp2_submit_response(conn->session, call->stream_id, nva, 2, with_body ? &prd : NULL);
 }
@@ -530,8 +527,8 @@ static int submit_headers(h2_conn *conn, rpc_call *call, bool with_body) {
 static int submit_trailers_only(h2_conn *conn, rpc_call *call) {
     const char *code = status_text(call->code_text, (int)call->status);
     const char *http = status_text(call->http_text, call->http_status);
-    nghttp2_nv nva[] = {NV(":status", http), NV("content-type", "application/grpc"),
-                        NV("grpc-status", code), NV("grpc-message", call->status_msg)};
+    nghttp2_nv nva[] = {H2_NV(":status", http), H2_NV("content-type", "application/grpc"),
+                        H2_NV("grpc-status", code), H2_NV("grpc-message", call->status_msg)};
     call->headers_sent = true;
     return nghttp2_submit_response(conn->session, call->stream_id, nva, call->status_msg[0] ? 4 : 3,
                                    NULL);
@@ -1224,17 +1221,6 @@ st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16
 
 /* ---- Unix-domain listeners ---- */
 
-static bool unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len) {
-    size_t n = strlen(path);
-    if (n == 0 || n > RPC_UNIX_PATH_MAX)
-        return false;
-    memset(sa, 0, sizeof *sa);
-    sa->sun_family = AF_UNIX;
-    memcpy(sa->sun_path, path, n + 1);
-    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
-    return true;
-}
-
 /* A socket file left at path by a server that died without removing it is removed; one some
  * process still accepts on is not taken over. The probe connects without blocking, so a full
  * backlog (EAGAIN) counts as alive. */
@@ -1274,9 +1260,9 @@ static st_code unix_path_keep(rpc_server *s, const char *path, st_err *err) {
         free(p);
         return st_err_set(err, ST_UNAVAILABLE, "cannot stat the new socket %s", path);
     }
-    s->unix_paths[s->unix_len] = p;
-    s->unix_devs[s->unix_len] = st.st_dev;
-    s->unix_inos[s->unix_len] = st.st_ino;
+    s->unix_files[s->unix_len].path = p;
+    s->unix_files[s->unix_len].dev = st.st_dev;
+    s->unix_files[s->unix_len].ino = st.st_ino;
     s->unix_len++;
     return ST_OK;
 }
@@ -1284,10 +1270,10 @@ static st_code unix_path_keep(rpc_server *s, const char *path, st_err *err) {
 static void unix_paths_remove(rpc_server *s) {
     for (size_t i = 0; i < s->unix_len; i++) {
         struct stat st;
-        if (stat(s->unix_paths[i], &st) == 0 && st.st_dev == s->unix_devs[i] &&
-            st.st_ino == s->unix_inos[i])
-            unlink(s->unix_paths[i]);
-        free(s->unix_paths[i]);
+        if (stat(s->unix_files[i].path, &st) == 0 && st.st_dev == s->unix_files[i].dev &&
+            st.st_ino == s->unix_files[i].ino)
+            unlink(s->unix_files[i].path);
+        free(s->unix_files[i].path);
     }
     s->unix_len = 0;
 }
@@ -1298,7 +1284,7 @@ st_code rpc_server_listen_unix(rpc_server *s, const char *path, st_err *err) {
                           RPC_LISTENERS_MAX);
     struct sockaddr_un sa;
     socklen_t len;
-    if (!unix_addr(path, &sa, &len))
+    if (!h2_unix_addr(path, &sa, &len))
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "socket path '%s' is empty or longer than %d bytes", path,
                           RPC_UNIX_PATH_MAX);

@@ -2,8 +2,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -366,6 +368,17 @@ bool h2_out_write_now(struct bufferevent *bev, h2_wbuf *wbuf) {
     if (bufferevent_get_enabled(bev) & EV_WRITE)
         bufferevent_disable(bev, EV_WRITE);
     return wrote;
+}
+
+bool h2_unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len) {
+    size_t n = strlen(path);
+    if (n == 0 || n > RPC_UNIX_PATH_MAX)
+        return false;
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    memcpy(sa->sun_path, path, n + 1);
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    return true;
 }
 
 nghttp2_option *h2_session_option(void) {

@@ -64,6 +64,12 @@ st_code st_topology_parse(const char *text, size_t len, const char *name, st_top
 st_code st_topology_save(const char *path, const st_topology *t, st_err *err);
 /* Finds a cluster by id (NULL when absent). */
 const st_topo_cluster *st_topology_cluster(const st_topology *t, const char *id);
+/* The Unix socket a node serves for routers on its host (strata-node --unix, as `strata up`
+ * starts nodes; docs/router.md, "Unix sockets"): ST_TOPO_NODE_SOCK_NAME in its data directory.
+ * data_dir/ST_TOPO_NODE_SOCK_NAME into out; false when data_dir is empty or the path does not fit
+ * in out or in a socket address (the node is then reached over TCP only). */
+#define ST_TOPO_NODE_SOCK_NAME "node.sock"
+bool st_topo_node_sock_path(const char *data_dir, char *out, size_t cap);
 /* Splits "host:port" into host (NUL-terminated, brackets of [v6] removed) and port. */
 bool st_addr_split(const char *addr, char *host, size_t host_cap, uint16_t *port);
 

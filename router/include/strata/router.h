@@ -28,14 +28,10 @@ typedef struct rtr_opts {
     const char *zone;
     int64_t probe_ms; /* cluster health probe period; 0 = 500 */
     /* Links to nodes (docs/router.md, "Unix sockets"): a node whose topology data directory
-     * holds a Unix socket RTR_NODE_SOCK_NAME is reached through it, else over TCP; true = TCP
+     * holds a Unix socket ST_TOPO_NODE_SOCK_NAME is reached through it, else over TCP; true = TCP
      * always (strata-router --no-unix). */
     bool no_unix;
 } rtr_opts;
-
-/* The socket file a node's data directory holds when it serves on a Unix socket (strata-node
- * --unix DATA_DIR/node.sock, as `strata up` starts nodes). */
-#define RTR_NODE_SOCK_NAME "node.sock"
 
 #define RTR_BALANCE_AUTO 0
 #define RTR_BALANCE_ON 1

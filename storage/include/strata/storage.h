@@ -248,6 +248,10 @@ typedef struct sto_log_record {
 st_code sto_log_reader_open(sto_db *db, uint64_t from_lsn, sto_log_reader **out, st_err *err);
 /* Next record; ST_NOT_FOUND when caught up (call again later: new records appear). */
 st_code sto_log_reader_next(sto_log_reader *r, sto_log_record *rec, st_err *err);
+/* Like sto_log_reader_next without decoding: the record's lsn and its payload (the row
+ * mutation's log encoding, checksum verified), valid until the next call. For readers that pass
+ * records on as stored (replication's shipper; sto_row_mut_peek reads the head). */
+st_code sto_log_reader_next_raw(sto_log_reader *r, uint64_t *lsn, st_slice *payload, st_err *err);
 void sto_log_reader_close(sto_log_reader *r);
 /* Registers or moves a named holder (durably): log segments holding records with lsn >= lsn are
  * kept until every holder and every tablet's flushed point has passed them. */
