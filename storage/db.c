@@ -388,7 +388,10 @@ static st_code db_recover(sto_db *db, st_err *err) {
         return rc;
     char logdir[STO_PATH_MAX + 16];
     snprintf(logdir, sizeof logdir, "%s/log", db->dir);
-    sto_log_options lo = {db->env, db->o.sync, db->o.log_segment_bytes, db->o.log_spare};
+    sto_log_options lo = {.env = db->env,
+                          .sync = db->o.sync,
+                          .segment_bytes = db->o.log_segment_bytes,
+                          .accept_data_loss = db->o.accept_data_loss};
     rc = sto_log_open(logdir, &lo, &db->log, err);
     if (rc != ST_OK)
         return rc;

@@ -15,7 +15,8 @@
 #include <string.h>
 
 #define LOG_SEG_MAGIC 0x474c5453u /* "STLG" */
-#define LOG_SEG_VERSION 2u        /* 2: record headers carry their group's first lsn */
+#define LOG_SEG_VERSION 3u        /* 3: the header records the segment's reserved size */
+#define LOG_SEG_VERSION_V2 2u     /* read too: its reserved size is unknown */
 #define LOG_SEG_HDR_BYTES 24
 #define LOG_REC_HDR_BYTES 24
 #define LOG_ROW_FORMAT 1
@@ -23,13 +24,9 @@
 #define LOG_PATH_MAX 4096
 #define LOG_READ_CHUNK ((size_t)256 << 10) /* read-ahead of the record reader */
 #define LOG_NAME_DIGITS 20
-#define LOG_SPARE_NAME "spare.tmp" /* not a segment name: ignored by listing */
-#define LOG_SPARE_CHUNK ((size_t)1 << 20)
-/* The spare is synced every this many bytes, so its writeback comes in small pieces instead of
- * one large one that the records' fdatasyncs would queue behind. */
-#define LOG_SPARE_SYNC_BYTES ((size_t)4 << 20)
 
 _Static_assert(LOG_SEG_HDR_BYTES == 4 + 4 + 8 + 4 + 4, "segment header layout");
+_Static_assert(STO_LOG_SEGMENT_BYTES_MAX <= UINT32_MAX, "segment size fits its u32 field");
 _Static_assert(LOG_REC_HDR_BYTES == 4 + 4 + 8 + 8, "record header layout");
 _Static_assert(STO_LOG_RECORD_BYTES_MAX <= UINT32_MAX, "record length fits its u32 field");
 
@@ -57,21 +54,9 @@ typedef struct log_entry {
     bool finished; /* under mu */
 } log_entry;
 
-/* The spare segment: a file of segment_bytes zeros, written and synced by a background thread
- * before it is needed and renamed into place as the next segment. Appends then overwrite blocks
- * that are already written, so their fdatasync has no extent conversion to journal (into
- * preallocated, unwritten space it has; the disk's work per sync is measurably lower). */
-typedef enum log_spare {
-    SPARE_OFF,     /* no spare thread (no fdatasync, or the env cannot reopen a file in place) */
-    SPARE_IDLE,    /* none wanted yet */
-    SPARE_WANTED,  /* the thread should make one */
-    SPARE_FILLING, /* the thread is writing it */
-    SPARE_READY,   /* complete and durable: the next segment takes it */
-} log_spare;
-
 typedef enum log_wstate {
     W_UNPOSITIONED, /* neither replayed nor appended yet */
-    W_REOPEN,       /* positioned at the clean end of the last segment, file not open yet */
+    W_REOPEN,       /* positioned at the clean end (wbytes) of the last segment, not open yet */
     W_NEW_SEGMENT,  /* the next group goes into a new segment named next_lsn */
     W_OPEN,
 } log_wstate;
@@ -79,6 +64,7 @@ typedef enum log_wstate {
 struct sto_log {
     st_env *env;
     bool sync;
+    bool accept_data_loss;
     size_t segment_bytes;
     char dir[LOG_PATH_MAX];
     pthread_t thread;
@@ -100,11 +86,7 @@ struct sto_log {
      * (writer); the writer state below belongs to whoever set this. */
     bool writing;
     pthread_t writer;
-    st_code failed;  /* sticky: positioning found the last segment corrupt */
-    bool want_spare; /* sto_log_options.spare */
-    log_spare spare;
-    pthread_t spare_thread;
-    pthread_cond_t spare_cv;
+    st_code failed; /* sticky: positioning found the last segment corrupt */
     /* Trimmed segments whose files are still to be removed (first lsns, oldest first), by the
      * remover thread (started by the first trim) or, when it cannot start, by the trimmer. */
     uint64_t *rm;
@@ -124,8 +106,7 @@ struct sto_log {
     log_wstate wstate;
     st_wfile *wf;
     uint64_t next_lsn;
-    uint64_t wbytes;  /* bytes written to the open segment */
-    bool spare_asked; /* a spare was asked for while this segment was open */
+    uint64_t wbytes; /* bytes written to the open segment */
     st_buf group;
 };
 
@@ -304,28 +285,36 @@ static void seg_path(const sto_log *log, uint64_t first_lsn, char *out) {
     ST_ASSERT(n > 0 && n < LOG_PATH_MAX);
 }
 
-static void seg_header_make(uint8_t *h, uint64_t first_lsn) {
+/* reserved: the file's preallocated size, 0 when it could not be reserved. */
+static void seg_header_make(uint8_t *h, uint64_t first_lsn, uint32_t reserved) {
     st_put_fixed32(h, LOG_SEG_MAGIC);
     st_put_fixed32(h + 4, LOG_SEG_VERSION);
     st_put_fixed64(h + 8, first_lsn);
-    st_put_fixed32(h + 16, st_crc_mask(st_crc32c(0, h, 16)));
-    st_put_fixed32(h + 20, 0);
+    st_put_fixed32(h + 16, reserved);
+    st_put_fixed32(h + 20, st_crc_mask(st_crc32c(0, h, 20)));
 }
 
-/* Checks a header read from disk; on failure returns false with the reason in why. */
-static bool seg_header_ok(const uint8_t *h, size_t got, uint64_t first_lsn, const char **why) {
+/* Checks a header read from disk (version 3, or 2 whose reserved size is unknown: *reserved 0);
+ * on failure returns false with the reason in why. */
+static bool seg_header_ok(const uint8_t *h, size_t got, uint64_t first_lsn, uint64_t *reserved,
+                          const char **why) {
+    uint32_t version = got >= LOG_SEG_HDR_BYTES ? st_get_fixed32(h + 4) : 0;
+    size_t crc_at = version == LOG_SEG_VERSION_V2 ? 16 : 20;
+    *reserved = 0;
     if (got < LOG_SEG_HDR_BYTES)
         *why = "truncated segment header";
     else if (st_get_fixed32(h) != LOG_SEG_MAGIC)
         *why = "bad magic in segment header";
-    else if (st_crc_unmask(st_get_fixed32(h + 16)) != st_crc32c(0, h, 16))
+    else if (st_crc_unmask(st_get_fixed32(h + crc_at)) != st_crc32c(0, h, crc_at))
         *why = "checksum mismatch in segment header";
-    else if (st_get_fixed32(h + 4) != LOG_SEG_VERSION)
+    else if (version != LOG_SEG_VERSION && version != LOG_SEG_VERSION_V2)
         *why = "unknown segment format version";
     else if (st_get_fixed64(h + 8) != first_lsn)
         *why = "segment header names a different first lsn than the file name";
-    else
+    else {
+        *reserved = version == LOG_SEG_VERSION ? st_get_fixed32(h + 16) : 0;
         return true;
+    }
     return false;
 }
 
@@ -335,8 +324,9 @@ typedef struct rec_reader {
     st_env *env;
     st_rfile *f;
     char path[LOG_PATH_MAX];
-    uint64_t limit;   /* bytes that may be read */
-    uint64_t win_off; /* file offset of win.data[0] */
+    uint64_t limit;    /* bytes that may be read */
+    uint64_t reserved; /* the open segment's preallocated size from its header (0: unknown) */
+    uint64_t win_off;  /* file offset of win.data[0] */
     st_buf win;
 } rec_reader;
 
@@ -364,6 +354,7 @@ static st_code reader_open(rec_reader *r, st_env *env, const char *path, st_err 
     r->env = env;
     snprintf(r->path, sizeof r->path, "%s", path);
     r->limit = 0;
+    r->reserved = 0;
     return env->ops->ropen(env, path, &r->f, err);
 }
 
@@ -448,7 +439,7 @@ static st_code reader_open_seg(rec_reader *r, sto_log *log, uint64_t first_lsn, 
     size_t n = *size < LOG_SEG_HDR_BYTES ? (size_t)*size : LOG_SEG_HDR_BYTES;
     if (n > 0 && (rc = reader_fill(r, 0, n, &h, err)) != ST_OK)
         return rc;
-    if (!h || !seg_header_ok(h, n, first_lsn, bad_why))
+    if (!h || !seg_header_ok(h, n, first_lsn, &r->reserved, bad_why))
         *bad_why = *bad_why ? *bad_why : "truncated segment header";
     return ST_OK;
 }
@@ -461,7 +452,9 @@ typedef struct scan_result {
     uint64_t last_lsn;   /* last good record (first_lsn - 1 when none) */
     uint64_t good_bytes; /* end of that record; 0 when the header is bad */
     uint64_t file_bytes;
-    bool torn; /* the last segment has bytes after good_bytes */
+    /* The last segment has bytes other than reserved zeros after good_bytes (or was cut short):
+     * appends go to a new segment. Not torn: they continue at good_bytes. */
+    bool torn;
 } scan_result;
 
 typedef struct scan_ctx {
@@ -585,6 +578,63 @@ static st_code tail_check(scan_ctx *c, uint64_t bad_off, uint64_t last, const ch
     }
 }
 
+/* Sets *zero when every byte of [off, limit) is zero: reserved space no record reached. */
+static st_code tail_zero(rec_reader *r, uint64_t off, bool *zero, st_err *err) {
+    *zero = true;
+    while (off < r->limit) {
+        uint64_t left = r->limit - off;
+        size_t m = left < LOG_READ_CHUNK ? (size_t)left : LOG_READ_CHUNK;
+        const uint8_t *p = NULL;
+        st_code rc = reader_fill(r, off, m, &p, err);
+        if (rc != ST_OK || !p)
+            return rc; /* !p: the file shrank under us, nothing more to read */
+        for (size_t i = 0; i < m; i++)
+            if (p[i] != 0) {
+                *zero = false;
+                return ST_OK;
+            }
+        off += m;
+    }
+    return ST_OK;
+}
+
+/* The last segment is shorter than the size its header says it was created with. Appends never
+ * shrink a file and a torn write inside reserved space does not change its size, so something
+ * else cut it. Records before good_bytes are whole; if only zeros lie between them and the cut,
+ * no record was lost. Otherwise the records from lsn last_lsn + 1 on are: ST_DATA_LOSS, unless
+ * the log accepts the loss (then it is logged and appends go to a new segment). */
+static st_code scan_cut_short(scan_ctx *c, scan_result *res, bool zero_tail, st_err *err) {
+    const char *path = c->rd.path;
+    uint64_t x = res->good_bytes, f = res->file_bytes, want = c->rd.reserved, l = res->last_lsn;
+    res->torn = true; /* never append to a cut file: its size no longer says anything */
+    if (x < f && zero_tail) {
+        st_log(ST_LOG_WARN, "log",
+               "event=log_segment_short segment=%s file_bytes=%" PRIu64 " created_bytes=%" PRIu64
+               " last_lsn=%" PRIu64 " msg=\"the segment was cut short but only reserved space "
+               "after its last record went: no record lost\"",
+               path, f, want, l);
+        return ST_OK;
+    }
+    if (!c->log->accept_data_loss)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s is %" PRIu64 " bytes but was created with %" PRIu64
+                          ": it was cut short. Records up to lsn %" PRIu64 " (bytes up to %" PRIu64
+                          ") are intact; lsn %" PRIu64 " and all later records in bytes %" PRIu64
+                          "..%" PRIu64 " are lost. Restore the file from a backup or the node from "
+                          "a replica, or accept the loss (strata-node --accept-data-loss)",
+                          path, f, want, l, x, l + 1, x, want);
+    st_log(
+        ST_LOG_ERROR, "log",
+        "event=log_data_loss_accepted segment=%s file_bytes=%" PRIu64 " created_bytes=%" PRIu64
+        " kept_last_lsn=%" PRIu64 " kept_bytes=%" PRIu64 " dropped_from_lsn=%" PRIu64
+        " dropped_cut_bytes=%" PRIu64 " missing_bytes=%" PRIu64 " dropped_records=%s "
+        "msg=\"the segment was cut short: records after lsn %" PRIu64 " are dropped (the "
+        "number past the cut is unknown: their bytes are gone); appends continue from lsn %" PRIu64
+        " in a new segment\"",
+        path, f, want, l, x, l + 1, f - x, want - f, x < f ? "at_least_1" : "unknown", l, l + 1);
+    return ST_OK;
+}
+
 /* Reads one segment's records in order. For a non-last segment, records first..stop_lsn must all
  * be good and later bytes are ignored; in the last segment the first bad record ends the log,
  * unless a good record of a later group follows it (tail_check). */
@@ -640,7 +690,14 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
         res->last_lsn = v.lsn;
         off = res->good_bytes = v.next_off;
     }
-    res->torn = is_last && res->good_bytes < res->file_bytes;
+    if (!is_last)
+        return ST_OK;
+    bool zero = true;
+    if ((rc = tail_zero(&c->rd, res->good_bytes, &zero, err)) != ST_OK)
+        return rc;
+    res->torn = !zero;
+    if (c->rd.reserved > 0 && res->file_bytes < c->rd.reserved)
+        return scan_cut_short(c, res, zero, err);
     return ST_OK;
 }
 
@@ -740,7 +797,11 @@ static void position_apply(sto_log *log, bool have_seg, const scan_result *res) 
         log->durable_lsn = res->last_lsn;
         log->next_lsn = res->last_lsn + 1;
         log->wbytes = res->good_bytes;
-        log->wstate = res->torn || res->good_bytes < LOG_SEG_HDR_BYTES ? W_NEW_SEGMENT : W_REOPEN;
+        /* Appending after the last record needs a way to write inside the file when zeros
+         * follow it (wopen_at); a torn tail is never overwritten. */
+        bool reopen = !res->torn && res->good_bytes >= LOG_SEG_HDR_BYTES &&
+                      (res->good_bytes == res->file_bytes || log->env->ops->wopen_at);
+        log->wstate = reopen ? W_REOPEN : W_NEW_SEGMENT;
     }
     pthread_mutex_unlock(&log->mu);
 }
@@ -773,114 +834,20 @@ static void writer_close_file(sto_log *log) {
     log->wf = NULL;
 }
 
-/* ---- the spare segment ---- */
-
-static void spare_path(const sto_log *log, char *out) {
-    /* sto_log_open checked that the directory leaves room for a segment name, which is longer */
-    int n = snprintf(out, LOG_PATH_MAX, "%s/" LOG_SPARE_NAME, log->dir);
-    ST_ASSERT(n > 0 && n < LOG_PATH_MAX);
-}
-
-/* mu held: asks the spare thread for a spare unless one is there or on its way. */
-static void spare_request_locked(sto_log *log) {
-    if (log->spare == SPARE_IDLE) {
-        log->spare = SPARE_WANTED;
-        pthread_cond_signal(&log->spare_cv);
-    }
-}
-
-static void spare_request(sto_log *log) {
-    pthread_mutex_lock(&log->mu);
-    spare_request_locked(log);
-    pthread_mutex_unlock(&log->mu);
-}
-
-static bool spare_closing(sto_log *log) {
-    pthread_mutex_lock(&log->mu);
-    bool closing = log->closing;
-    pthread_mutex_unlock(&log->mu);
-    return closing;
-}
-
-/* Writes the spare: segment_bytes of zeros, synced. Removed again on failure or close. */
-static st_code spare_fill(sto_log *log, st_err *err) {
-    char path[LOG_PATH_MAX];
-    spare_path(log, path);
-    uint8_t *zeros = calloc(1, LOG_SPARE_CHUNK);
-    if (!zeros)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory making a spare log segment");
-    st_wfile *f = NULL;
-    st_code rc = log->env->ops->wopen(log->env, path, &f, err);
-    for (size_t off = 0; rc == ST_OK && off < log->segment_bytes;) {
-        size_t n =
-            log->segment_bytes - off < LOG_SPARE_CHUNK ? log->segment_bytes - off : LOG_SPARE_CHUNK;
-        if (spare_closing(log))
-            rc = st_err_set(err, ST_CANCELLED, "the commit log is closing");
-        if (rc == ST_OK)
-            rc = log->env->ops->append(f, zeros, n, err);
-        off += n;
-        if (rc == ST_OK && (off % LOG_SPARE_SYNC_BYTES == 0 || off == log->segment_bytes))
-            rc = log->env->ops->sync(f, err);
-    }
-    if (f)
-        log->env->ops->wclose(f, NULL);
-    if (rc != ST_OK)
-        log->env->ops->remove(log->env, path, NULL);
-    free(zeros);
-    return rc;
-}
-
-static void *spare_main(void *arg) {
-    sto_log *log = arg;
-    pthread_mutex_lock(&log->mu);
-    while (!log->closing) {
-        if (log->spare != SPARE_WANTED) {
-            pthread_cond_wait(&log->spare_cv, &log->mu);
-            continue;
-        }
-        log->spare = SPARE_FILLING;
-        pthread_mutex_unlock(&log->mu);
-        st_err e;
-        st_code rc = spare_fill(log, &e);
-        if (rc != ST_OK && rc != ST_CANCELLED)
-            st_log(ST_LOG_WARN, "log", "event=spare_failed code=%s msg=\"%s\"", st_code_name(rc),
-                   e.msg);
-        pthread_mutex_lock(&log->mu);
-        log->spare = rc == ST_OK ? SPARE_READY : SPARE_IDLE; /* a failure waits for a new ask */
-    }
-    pthread_mutex_unlock(&log->mu);
-    return NULL;
-}
-
-/* Opens the new segment file at path: the spare renamed into place when one is ready (and
- * another asked for), else a fresh file with reserved space. A crash after the rename leaves a
- * segment of zeros, which recovery reads as one whose creation was cut short (no records). */
-static st_code segment_open_file(sto_log *log, const char *path, st_wfile **f, st_err *err) {
-    pthread_mutex_lock(&log->mu);
-    bool have_spare = log->spare == SPARE_READY;
-    if (have_spare)
-        log->spare = SPARE_IDLE; /* asked again only once renamed: the next one reuses the name */
-    pthread_mutex_unlock(&log->mu);
-    if (have_spare) {
-        char sp[LOG_PATH_MAX];
-        spare_path(log, sp);
-        bool renamed = log->env->ops->rename(log->env, sp, path, NULL) == ST_OK;
-        bool ok = renamed && log->env->ops->wopen_overwrite(log->env, path, f, NULL) == ST_OK;
-        pthread_mutex_lock(&log->mu);
-        log->stats.segments_from_spare += ok;
-        pthread_mutex_unlock(&log->mu);
-        if (ok)
-            return ST_OK;
-    }
+/* Opens the new segment file at path with its space reserved: an fdatasync after writing inside
+ * the file's size costs about half of one that must also record a new size. Best effort (no
+ * space, no support: appends extend the file); *reserved is the size reserved, 0 when it could
+ * not be, which the header records so that recovery can tell a file cut short from a torn
+ * write. Recovery tells records from the zeros by their checksums and lsns. */
+static st_code segment_open_file(sto_log *log, const char *path, st_wfile **f, uint32_t *reserved,
+                                 st_err *err) {
+    *reserved = 0;
     st_code rc = log->env->ops->wopen(log->env, path, f, err);
     if (rc != ST_OK)
         return rc;
-    /* Reserved space: an fdatasync after writing inside the file's size costs about half of one
-     * that must also record a new size. Best effort (no space, no support: appends extend the file
-     * as before). Recovery tells records from the zeros by their checksums and lsns, and never
-     * appends to a segment with bytes after its last good record (it starts a new one). */
-    if (log->env->ops->preallocate)
-        (void)log->env->ops->preallocate(*f, log->segment_bytes, NULL);
+    if (log->env->ops->preallocate &&
+        log->env->ops->preallocate(*f, log->segment_bytes, NULL) == ST_OK)
+        *reserved = (uint32_t)log->segment_bytes;
     return ST_OK;
 }
 
@@ -900,11 +867,12 @@ static st_code segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
                           log->dir, LOG_SEGMENTS_MAX);
     writer_close_file(log);
     seg_path(log, first_lsn, path);
-    seg_header_make(hdr, first_lsn);
     st_wfile *f;
-    st_code rc = segment_open_file(log, path, &f, err);
+    uint32_t reserved;
+    st_code rc = segment_open_file(log, path, &f, &reserved, err);
     if (rc != ST_OK)
         return rc;
+    seg_header_make(hdr, first_lsn, reserved);
     rc = log->env->ops->append(f, hdr, sizeof hdr, err);
     if (rc == ST_OK && log->sync)
         rc = log->env->ops->sync(f, err);
@@ -933,8 +901,27 @@ static st_code segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
     }
     log->wf = f;
     log->wbytes = LOG_SEG_HDR_BYTES;
-    log->spare_asked = false;
     log->wstate = W_OPEN;
+    return ST_OK;
+}
+
+/* Opens the last segment for appends at wbytes, the end of its last record: only reserved zeros
+ * follow it (position_apply checked), which the next group overwrites. */
+static st_code writer_reopen(sto_log *log, st_err *err) {
+    char path[LOG_PATH_MAX];
+    pthread_mutex_lock(&log->mu);
+    seg_path(log, log->segs[log->n_segs - 1].first_lsn, path);
+    uint64_t size = log->segs[log->n_segs - 1].bytes;
+    pthread_mutex_unlock(&log->mu);
+    st_code rc = log->env->ops->wopen_at
+                     ? log->env->ops->wopen_at(log->env, path, log->wbytes, &log->wf, err)
+                     : log->env->ops->wopen_append(log->env, path, &log->wf, err);
+    if (rc != ST_OK)
+        return rc;
+    log->wstate = W_OPEN;
+    pthread_mutex_lock(&log->mu);
+    log->stats.segments_reused += log->wbytes < size; /* reserved space taken up again */
+    pthread_mutex_unlock(&log->mu);
     return ST_OK;
 }
 
@@ -950,23 +937,8 @@ static st_code writer_ready(sto_log *log, size_t group_bytes, st_err *err) {
         }
         return rc;
     }
-    if (log->wstate == W_REOPEN) {
-        char path[LOG_PATH_MAX];
-        pthread_mutex_lock(&log->mu);
-        seg_path(log, log->segs[log->n_segs - 1].first_lsn, path);
-        pthread_mutex_unlock(&log->mu);
-        if ((rc = log->env->ops->wopen_append(log->env, path, &log->wf, err)) != ST_OK)
-            return rc;
-        log->wstate = W_OPEN;
-        log->spare_asked = false;
-    }
-    /* The spare for when this segment fills is asked for once it is a quarter full: writing 64 MB
-     * of zeros for every node that starts, however little it writes, would cost more than the
-     * faster syncs save; a quarter of a segment leaves the filler ample time. */
-    if (log->wstate == W_OPEN && !log->spare_asked && log->wbytes > log->segment_bytes / 4) {
-        log->spare_asked = true;
-        spare_request(log);
-    }
+    if (log->wstate == W_REOPEN && (rc = writer_reopen(log, err)) != ST_OK)
+        return rc;
     if (log->wstate == W_OPEN && log->wbytes > LOG_SEG_HDR_BYTES &&
         log->wbytes + group_bytes > log->segment_bytes)
         log->wstate = W_NEW_SEGMENT; /* every record in it is durable: just move on */
@@ -1134,38 +1106,25 @@ static void *commit_main(void *arg) {
 
 /* ---- open, close, replay ---- */
 
-/* Removes a spare left by an earlier run (it may be incomplete) and, for a log that syncs in an
- * env that can reopen files in place, starts the spare thread; without it segments are made as
- * before. */
-static void spare_start(sto_log *log) {
-    char path[LOG_PATH_MAX];
-    spare_path(log, path);
-    log->env->ops->remove(log->env, path, NULL);
-    if (!log->want_spare || !log->sync || !log->env->ops->wopen_overwrite) {
-        log->spare = SPARE_OFF;
-        return;
-    }
-    /* Set before the thread starts (it reads spare under mu from its first step). */
-    log->spare = SPARE_IDLE;
-    if (pthread_create(&log->spare_thread, NULL, spare_main, log) != 0)
-        log->spare = SPARE_OFF; /* no thread: nothing else reads it yet */
-}
-
 st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out, st_err *err) {
     if (strlen(dir) + LOG_NAME_DIGITS + 8 >= LOG_PATH_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "commit log path too long: %.64s...", dir);
+    if (opts->segment_bytes > STO_LOG_SEGMENT_BYTES_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "commit log segment size %zu is over the maximum %zu; choose a "
+                          "smaller log_segment_bytes",
+                          opts->segment_bytes, STO_LOG_SEGMENT_BYTES_MAX);
     sto_log *log = calloc(1, sizeof *log);
     if (!log)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening the commit log");
     log->env = opts->env ? opts->env : st_env_posix();
     log->sync = opts->sync;
-    log->want_spare = opts->spare;
+    log->accept_data_loss = opts->accept_data_loss;
     log->segment_bytes = opts->segment_bytes ? opts->segment_bytes : STO_LOG_SEGMENT_BYTES_DEFAULT;
     snprintf(log->dir, sizeof log->dir, "%s", dir);
     pthread_mutex_init(&log->mu, NULL);
     pthread_cond_init(&log->work_cv, NULL);
     pthread_cond_init(&log->space_cv, NULL);
-    pthread_cond_init(&log->spare_cv, NULL);
     pthread_cond_init(&log->rm_cv, NULL);
     pthread_cond_init(&log->rm_done_cv, NULL);
     log->wstate = W_UNPOSITIONED;
@@ -1174,14 +1133,11 @@ st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out
         rc = segs_load(log, err);
     if (rc == ST_OK && pthread_create(&log->thread, NULL, commit_main, log) != 0)
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot start the commit log thread");
-    if (rc == ST_OK)
-        spare_start(log);
     if (rc != ST_OK) {
         st_err_prefix(err, "opening commit log %s: ", dir);
         free(log->segs);
         pthread_cond_destroy(&log->rm_done_cv);
         pthread_cond_destroy(&log->rm_cv);
-        pthread_cond_destroy(&log->spare_cv);
         pthread_cond_destroy(&log->space_cv);
         pthread_cond_destroy(&log->work_cv);
         pthread_mutex_destroy(&log->mu);
@@ -1212,22 +1168,12 @@ void sto_log_close(sto_log *log) {
     pthread_join(log->thread, NULL);
     if (rm_started) /* it removes what is queued before it ends (trims are over by now) */
         pthread_join(log->rm_thread, NULL);
-    if (log->spare != SPARE_OFF) { /* the commit thread is gone: nobody changes spare now */
-        pthread_mutex_lock(&log->mu);
-        pthread_cond_broadcast(&log->spare_cv);
-        pthread_mutex_unlock(&log->mu);
-        pthread_join(log->spare_thread, NULL);
-        char path[LOG_PATH_MAX];
-        spare_path(log, path);
-        log->env->ops->remove(log->env, path, NULL);
-    }
     writer_close_file(log);
     st_buf_free(&log->group);
     free(log->segs);
     free(log->rm);
     pthread_cond_destroy(&log->rm_done_cv);
     pthread_cond_destroy(&log->rm_cv);
-    pthread_cond_destroy(&log->spare_cv);
     pthread_cond_destroy(&log->space_cv);
     pthread_cond_destroy(&log->work_cv);
     pthread_mutex_destroy(&log->mu);

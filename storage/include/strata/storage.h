@@ -47,11 +47,11 @@ typedef struct sto_options {
      * are "settled" (compaction.c). Tests lower it to exercise big runs with little data. */
     size_t compaction_output_bytes;
     size_t log_segment_bytes; /* commit log segment size (64 MiB) */
-    /* Keep a zero-filled spare log segment, written in the background (off): cheaper
-     * fdatasyncs (docs/formats/log.md), at the price of writing the log twice. Off by default:
-     * through strata bench it gained nothing with one node and cost 10-20% of write throughput
-     * with two nodes sharing a disk. */
-    bool log_spare;
+    /* Open even when the last commit log segment was cut short (truncated from outside, so
+     * acknowledged writes at its end are gone): keep what is left and log what was dropped
+     * (event=log_data_loss_accepted). false (default): sto_db_open fails with ST_DATA_LOSS
+     * naming the file (docs/formats/log.md). */
+    bool accept_data_loss;
     size_t
         log_max_unflushed_bytes; /* force flushes when the unflushed log exceeds this (512 MiB) */
     int64_t tombstone_grace_us;  /* compactions keep tombstones this long (7 days) */
