@@ -464,6 +464,7 @@ typedef struct scan_ctx {
     uint64_t from_lsn;
     replay_fn fn;
     void *arg;
+    bool dropped; /* a cut-short last segment's loss was accepted */
 } scan_ctx;
 
 static st_code scan_deliver(scan_ctx *c, const rec_view *v, st_err *err) {
@@ -617,11 +618,11 @@ static st_code scan_cut_short(scan_ctx *c, scan_result *res, bool zero_tail, st_
     }
     if (!c->log->accept_data_loss)
         return st_err_set(err, ST_DATA_LOSS,
-                          "commit log segment %s is %" PRIu64 " bytes but was created with %" PRIu64
-                          ": it was cut short. Records up to lsn %" PRIu64 " (bytes up to %" PRIu64
-                          ") are intact; lsn %" PRIu64 " and all later records in bytes %" PRIu64
-                          "..%" PRIu64 " are lost. Restore the file from a backup or the node from "
-                          "a replica, or accept the loss (strata-node --accept-data-loss)",
+                          "commit log segment %s is %" PRIu64 " bytes, created as %" PRIu64
+                          ": cut short. Records up to lsn %" PRIu64 " (ending at byte %" PRIu64
+                          ") are intact; lsn %" PRIu64 " and later, in bytes %" PRIu64 "..%" PRIu64
+                          ", are lost. Restore the file or the node from a replica, or start "
+                          "with --accept-data-loss to drop them",
                           path, f, want, l, x, l + 1, x, want);
     st_log(
         ST_LOG_ERROR, "log",
@@ -632,6 +633,7 @@ static st_code scan_cut_short(scan_ctx *c, scan_result *res, bool zero_tail, st_
         "number past the cut is unknown: their bytes are gone); appends continue from lsn %" PRIu64
         " in a new segment\"",
         path, f, want, l, x, l + 1, f - x, want - f, x < f ? "at_least_1" : "unknown", l, l + 1);
+    c->dropped = true;
     return ST_OK;
 }
 
@@ -1220,6 +1222,11 @@ st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
     scan_ctx c = {.log = log, .from_lsn = from_lsn, .fn = fn, .arg = arg};
     st_arena_init(&c.arena, 4096);
     st_code rc = replay_segments(log, &c, i0 < 0 ? 0 : (size_t)i0, n, err);
+    /* An accepted loss starts the next segment now (appends have not started: the writer state
+     * is the replay's), so the cut segment is an old one from here on, also if no write comes
+     * before the next start, which would otherwise refuse it again. */
+    if (rc == ST_OK && c.dropped)
+        rc = segment_create(log, log->next_lsn, err);
     reader_close(&c.rd);
     st_arena_deinit(&c.arena);
     pthread_mutex_lock(&log->mu);

@@ -1738,7 +1738,7 @@ static st_code cut_replay(const char *dir, bool accept, size_t *n, st_err *err) 
     for (size_t i = 0; i < c.n; i++) /* rows 1.. as written, then those appended below */
         assert_true(c.id[i] == i + 1 || c.id[i] == 1000);
     *n = c.n;
-    if (rc == ST_OK) /* appends continue after what was kept */
+    if (rc == ST_OK && !accept) /* appends continue after what was kept */
         assert_int_equal(append_ids(log, 1000, 1, 300, NULL), ST_OK);
     collected_free(&c);
     sto_log_close(log);
@@ -1799,7 +1799,7 @@ static void test_log_truncated_segment_is_data_loss(void **state) {
         fprintf(stderr, "cut %s: %zu of %zu records kept\n", cut ? "to half" : "100 bytes", got, n);
         size_t again = 0; /* the cut segment is an old one now, complete up to the next */
         assert_int_equal(cut_replay(dir, false, &again, &err), ST_OK);
-        assert_int_equal(again, got + 1); /* plus the row appended after the accepted loss */
+        assert_int_equal(again, got); /* accepted once: no write needed to make it stick */
         posix_dirs_remove(root, dir);
     }
 }
