@@ -21,12 +21,11 @@
 
 typedef struct sto_log sto_log;
 
-/* Named maxima (helper addition). A row mutation whose encoding exceeds STO_LOG_RECORD_BYTES_MAX
- * or that has more than STO_LOG_ROW_MUTS_MAX mutations is refused (ST_INVALID_ARGUMENT). Appended
+/* Named maxima. A row mutation whose encoding exceeds STO_LOG_RECORD_BYTES_MAX or that has more
+ * than STO_ROW_MUTS_MAX mutations (strata/storage.h) is refused (ST_INVALID_ARGUMENT). Appended
  * but not yet durable records take at most STO_LOG_QUEUE_BYTES_MAX bytes; appenders wait above
  * it (backpressure); one append larger than that proceeds alone. */
 #define STO_LOG_RECORD_BYTES_MAX (256u << 20)
-#define STO_LOG_ROW_MUTS_MAX 100000u
 #define STO_LOG_QUEUE_BYTES_MAX ((size_t)32 << 20)
 #define STO_LOG_SEGMENT_BYTES_DEFAULT ((size_t)64 << 20)
 #define STO_LOG_SEGMENT_BYTES_MAX ((size_t)1 << 30) /* the header's size field is 32 bits */
@@ -81,7 +80,7 @@ st_code sto_log_append(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_
  * group's result), or refuses as sto_log_append does (done not called). When no group is being
  * written, the calling thread writes and syncs everything queued itself, running the done
  * callbacks of other appenders too (leader-based group commit: no hand-off to the commit
- * thread). Must not be called from a done callback (ST_FAILED_PRECONDITION). Helper addition. */
+ * thread). Must not be called from a done callback (ST_FAILED_PRECONDITION). */
 st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_done_fn done,
                             void *arg, st_err *err);
 
@@ -102,13 +101,13 @@ st_code sto_log_trim(sto_log *log, uint64_t keep_from, st_err *err);
  * manifest write) does not pay for unlinking segments and syncing the directory. A removal
  * failure is logged (event=log_trim_failed), not returned. sto_log_close finishes the queued
  * removals; a crash may leave some files, old segments that replay and cursors skip. Without
- * the thread (it could not start) it removes the files itself. Helper addition. */
+ * the thread (it could not start) it removes the files itself. */
 st_code sto_log_trim_async(sto_log *log, uint64_t keep_from, st_err *err);
 /* Returns once the files of every trim called so far were removed (or their removal failed):
- * for tests and callers that look at the directory. Helper addition. */
+ * for tests and callers that look at the directory. */
 void sto_log_trim_wait(sto_log *log);
 
-/* Counters for tests and metrics (helper addition). */
+/* Counters for tests and metrics. */
 typedef struct sto_log_stats {
     uint64_t appends;       /* sto_log_append calls queued */
     uint64_t records;       /* records made durable */
@@ -135,15 +134,5 @@ void sto_log_cursor_close(sto_log_cursor *c);
  * takes the log's lock only when it reaches the durable end it last saw, the end of its segment
  * or a change of the segment list, not per record. */
 st_code sto_log_cursor_next_raw(sto_log_cursor *c, uint64_t *lsn, st_slice *payload, st_err *err);
-
-/* Encoding of one row mutation, shared with anything that ships it (replication). */
-st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row);
-/* Decodes the fields before the mutations (tablet id, row key, version, commit time, origin,
- * flags, mutation count) into row without allocating: muts is NULL, n_muts the count; slices
- * point into data. The mutations are not checked: false only for a malformed head. For readers
- * that only route or skip a record. */
-bool sto_row_mut_peek(st_slice data, sto_row_mut *row);
-/* Decodes into row; muts are allocated from arena; slices point into data. */
-bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena);
 
 #endif

@@ -129,6 +129,23 @@ typedef struct sto_row_mut {
 #define STO_ROW_KEY_MAX 4096
 #define STO_QUALIFIER_MAX 16384
 #define STO_VALUE_MAX (100u << 20)
+#define STO_ROW_MUTS_MAX 100000u /* mutations in one row mutation */
+
+/* ---- the row mutation encoding (docs/formats/log.md, row mutation payload) ----
+ * The payload of a commit log record; replication and tablet moves carry the same bytes. */
+
+/* Appends row's encoding to out. ST_INVALID_ARGUMENT for an unknown mutation type, a row key over
+ * STO_ROW_KEY_MAX or more than STO_ROW_MUTS_MAX mutations; ST_RESOURCE_EXHAUSTED without memory
+ * (out unchanged in both cases). */
+st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row);
+/* Decodes the fields before the mutations (tablet id, row key, version, commit time, origin,
+ * flags, mutation count) into row without allocating: muts is NULL, n_muts the count; slices
+ * point into data. The mutations are not checked: false only for a malformed head. For readers
+ * that only route or skip a record. */
+bool sto_row_mut_peek(st_slice data, sto_row_mut *row);
+/* Decodes into row; muts are allocated from arena (freed with it); slices point into data, so
+ * row is valid while both are. false for bytes that are not exactly one valid encoding. */
+bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena);
 
 /* ---- the node's engine ---- */
 
