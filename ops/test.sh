@@ -7,7 +7,7 @@ cd "$root"
 
 bash ops/setup.sh
 
-# Formatting (STYLE.md: .clang-format is checked in CI). Fix with:
+# Formatting (docs/style.md: .clang-format is checked in CI). Fix with:
 #   git ls-files '*.c' '*.h' '*.cc' | xargs clang-format -i
 if command -v clang-format >/dev/null 2>&1; then
   echo "== clang-format check"
