@@ -8,10 +8,11 @@
  * corruption or a missing segment before the tail is ST_DATA_LOSS, also a bad record in the
  * last segment that a good record of a later group follows; a full disk fails
  * the appends of a group and the log recovers when space returns; preallocated segments (posix)
- * recover through their zero tails; a syncing log on posix makes segments from zero-filled
- * spares, and neither a spare renamed into place just before a crash (all zeros) nor a leftover
- * spare holding old records is ever replayed; and a crash loop on the
- * in-memory env (unsynced bytes garbled) finds every acknowledged record after each crash.
+ * recover through their zero tails, and restarts keep appending to the last one instead of
+ * adding segments; a last segment cut short (truncated from outside) is ST_DATA_LOSS unless the
+ * loss is accepted, which keeps the records before the cut and logs what was dropped; and a
+ * crash loop on the in-memory env (unsynced bytes garbled) finds every acknowledged record after
+ * each crash.
  * Randomized parts take STRATA_SEED.
  */
 #include <setjmp.h>
@@ -1410,9 +1411,9 @@ static void test_log_disk_full_then_recovers(void **state) {
 /* ---- the real file system ---- */
 
 /* On the posix env segments are preallocated (their size is segment_bytes from the start, zeros
- * after the records): replay stops at the zeros without losing a record, appends continue in a
- * new segment, and a last segment whose reserved space never got its header (a crash right after
- * creating it) is an empty tail, not corruption. */
+ * after the records): replay stops at the zeros without losing a record, appends continue in the
+ * same segment over the zeros, and a last segment whose reserved space never got its header (a
+ * crash right after creating it) is an empty tail, not corruption. */
 static void test_log_posix_preallocated_segments(void **state) {
     (void)state;
     const char *tmp = getenv("STRATA_TEST_TMP");
