@@ -150,7 +150,9 @@ bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena);
 /* ---- the node's engine ---- */
 
 /* Opens (creating when absent) the engine in dir and recovers: replays the commit log after each
- * tablet's flushed point; a torn tail record is discarded. Options are copied. */
+ * tablet's flushed point; a torn tail record is discarded (never acknowledged). ST_DATA_LOSS for
+ * damaged acknowledged records, among them a last log segment cut short unless
+ * accept_data_loss. Options are copied. */
 st_code sto_db_open(const char *dir, const sto_options *opts, sto_db **out, st_err *err);
 /* Waits for background work to stop and closes. Unflushed data stays in the log. */
 void sto_db_close(sto_db *db);
