@@ -201,6 +201,19 @@ static st_code scan_cut_short(scan_ctx *c, scan_result *res, bool zero_tail, st_
     return ST_OK;
 }
 
+/* What follows the last segment's good records: only reserved zeros (appends may continue
+ * there) or torn bytes; and whether the file was cut short. */
+static st_code scan_tail(scan_ctx *c, scan_result *res, st_err *err) {
+    bool zero = true;
+    st_code rc = tail_zero(&c->rd, res->good_bytes, &zero, err);
+    if (rc != ST_OK)
+        return rc;
+    res->torn = !zero;
+    if (c->rd.reserved > 0 && res->file_bytes < c->rd.reserved)
+        return scan_cut_short(c, res, zero, err);
+    return ST_OK;
+}
+
 /* Reads one segment's records in order. For a non-last segment, records first..stop_lsn must all
  * be good and later bytes are ignored; in the last segment the first bad record ends the log,
  * unless a good record of a later group follows it (tail_check). */
@@ -256,15 +269,7 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
         res->last_lsn = v.lsn;
         off = res->good_bytes = v.next_off;
     }
-    if (!is_last)
-        return ST_OK;
-    bool zero = true;
-    if ((rc = tail_zero(&c->rd, res->good_bytes, &zero, err)) != ST_OK)
-        return rc;
-    res->torn = !zero;
-    if (c->rd.reserved > 0 && res->file_bytes < c->rd.reserved)
-        return scan_cut_short(c, res, zero, err);
-    return ST_OK;
+    return is_last ? scan_tail(c, res, err) : ST_OK;
 }
 
 /* ---- positioning ---- */
