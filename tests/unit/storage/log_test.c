@@ -1807,7 +1807,8 @@ static void test_log_truncated_segment_is_data_loss(void **state) {
 
 /* A restart with nothing torn appends into the last segment after its last record (over its
  * reserved zeros) instead of starting a new preallocated segment each time: five
- * open/write/close rounds leave one segment, holding every record. */
+ * open/write/close rounds leave one segment, holding every record. A torn tail still moves
+ * appends to a new segment. */
 static void test_log_restarts_reuse_segment(void **state) {
     (void)state;
     char root[256], dir[300];
@@ -1829,6 +1830,28 @@ static void test_log_restarts_reuse_segment(void **state) {
     }
     assert_int_equal(posix_segments(dir), 1);
     replay_expect(dir, &o, 10);
+    /* A torn write at the write position of the full-size segment (junk, then reserved zeros):
+     * dropped silently, never overwritten; the next append starts segment 11. */
+    sto_log *log;
+    st_err err;
+    assert_int_equal(sto_log_open(dir, &o, &log, &err), ST_OK);
+    assert_int_equal(sto_log_replay(log, 1, NULL, NULL, &err), ST_OK);
+    uint64_t end = sto_log_bytes(log);
+    sto_log_close(log);
+    char path[400];
+    snprintf(path, sizeof path, "%s/%020d.log", dir, 1);
+    st_env *env = st_env_posix();
+    st_wfile *w;
+    assert_int_equal(env->ops->wopen_at(env, path, end, &w, NULL), ST_OK);
+    assert_int_equal(env->ops->append(w, "torn-group-bytes", 16, NULL), ST_OK);
+    assert_int_equal(env->ops->wclose(w, NULL), ST_OK);
+    assert_int_equal(sto_log_open(dir, &o, &log, &err), ST_OK);
+    assert_int_equal(sto_log_replay(log, 1, NULL, NULL, &err), ST_OK);
+    assert_int_equal(sto_log_last_durable_lsn(log), 10);
+    assert_int_equal(append_ids(log, 11, 1, 300, NULL), ST_OK);
+    sto_log_close(log);
+    assert_int_equal(posix_segments(dir), 2);
+    replay_expect(dir, &o, 11);
     posix_dirs_remove(root, dir);
 }
 
