@@ -419,7 +419,9 @@ static st_code db_recover(sto_db *db, st_err *err) {
         from = oldest;
     rc = sto_log_replay(db->log, from, replay_fn, db, err);
     if (rc != ST_OK) {
-        st_err_prefix(err, "replaying the commit log in %s: ", logdir);
+        st_err_prefix(err,
+                      "replaying the commit log: "); /* short: damage errors name their segment, and
+                                                        the advice at their end must fit */
         return rc;
     }
     uint64_t last = sto_log_last_durable_lsn(db->log);
