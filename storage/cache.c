@@ -51,6 +51,7 @@ struct sto_cache {
     pthread_mutex_t dctx_mu;
     ZSTD_DCtx *dctx[STO_CACHE_DCTX_MAX]; /* idle decompression contexts */
     int n_dctx;
+    atomic_uint_fast64_t read_blocks, read_bytes; /* sto_cache_note_read */
 };
 
 /* An embedded handle lives in memory the deleter frees: read what is needed first. */
@@ -245,8 +246,22 @@ void sto_cache_buf_put(sto_cache *c, void *ptr, size_t bytes) {
     free(ptr);
 }
 
-size_t sto_cache_capacity(const sto_cache *c) {
-    return c->capacity;
+bool sto_cache_admits(const sto_cache *c, size_t charge) {
+    return c && c->capacity > 0 && charge <= c->shards[0].capacity;
+}
+
+void sto_cache_note_read(sto_cache *c, size_t bytes) {
+    if (!c)
+        return;
+    atomic_fetch_add_explicit(&c->read_blocks, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->read_bytes, bytes, memory_order_relaxed);
+}
+
+void sto_cache_read_stats(sto_cache *c, uint64_t *blocks, uint64_t *bytes) {
+    if (blocks)
+        *blocks = atomic_load_explicit(&c->read_blocks, memory_order_relaxed);
+    if (bytes)
+        *bytes = atomic_load_explicit(&c->read_bytes, memory_order_relaxed);
 }
 
 void sto_cache_stats(sto_cache *c, uint64_t *bytes, uint64_t *hits, uint64_t *misses) {

@@ -505,6 +505,7 @@ void sto_db_stats(sto_db *db, sto_stats *out) {
     long long mem = atomic_load(&db->mem_bytes);
     out->memtable_bytes = mem > 0 ? (uint64_t)mem : 0;
     sto_cache_stats(db->cache, &out->cache_bytes, &out->cache_hits, &out->cache_misses);
+    sto_cache_read_stats(db->cache, &out->blocks_read, &out->block_bytes_read);
     out->log_bytes = sto_log_bytes(db->log);
     out->flushes = atomic_load(&db->flushes);
     out->compactions = atomic_load(&db->compactions);
