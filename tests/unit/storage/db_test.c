@@ -564,6 +564,58 @@ static void test_db_empty_ranges_read_big_block_once(void **state) {
     free(big);
 }
 
+/* ---- the directory lock and file modes ---- */
+
+/* A second engine on the same directory would replay, rewrite and delete the first one's files:
+ * the open is refused while the first is open, and allowed again once it closed. */
+static void test_db_second_open_refused(void **state) {
+    fixture *f = *state;
+    sto_db *other = NULL;
+    st_err err;
+    st_err_clear(&err);
+    assert_int_equal(sto_db_open(f->dir, &f->o, &other, &err), ST_FAILED_PRECONDITION);
+    assert_null(other);
+    char pid[32];
+    snprintf(pid, sizeof pid, "(pid %lld)", (long long)getpid());
+    assert_non_null(strstr(err.msg, "in use by another process"));
+    assert_non_null(strstr(err.msg, pid));
+    sto_db_close(f->db);
+    f->db = NULL;
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+}
+
+static int mode_bad; /* nftw's callback takes no argument */
+
+static int mode_fn(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    if (ftw->level == 0)
+        return 0; /* the test made the top directory */
+    mode_t want = flag == FTW_D || flag == FTW_DP ? 0700 : 0600;
+    if ((sb->st_mode & 0777) != want) {
+        fprintf(stderr, "%s has mode %o, want %o\n", path, (unsigned)(sb->st_mode & 0777),
+                (unsigned)want);
+        mode_bad++;
+    }
+    return 0;
+}
+
+/* Data files and directories are the users' data: owner-only, whatever the umask. */
+static void test_db_files_owner_only(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    assert_int_equal(tu_set(f->db, 1, "a", "f", "q", 1, "v", V(1)), ST_OK);
+    st_err err;
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    reopen(f); /* a manifest rewrite, a new log segment */
+    mode_bad = 0;
+    assert_int_equal(nftw(f->dir, mode_fn, 16, FTW_PHYS), 0);
+    assert_int_equal(mode_bad, 0);
+    struct stat sb;
+    char path[600];
+    snprintf(path, sizeof path, "%s/LOCK", f->dir);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+}
+
 /* ---- readers racing writers, flushes and compactions ---- */
 
 #define RW_ROWS 40
@@ -686,6 +738,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_db_readers_see_whole_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_log_trimmed_after_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_empty_ranges_read_big_block_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_second_open_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_files_owner_only, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
