@@ -16,6 +16,7 @@
 #include "block.h"
 #include "bloom.h"
 #include "cache.h"
+#include "key.h"
 
 #define STO_SST_MAGIC 0x31545353415453ull /* "STASST1\0" little endian */
 #define STO_SST_FORMAT_VERSION 1u
@@ -56,23 +57,6 @@ enum {
     FOOTER_MAGIC = 72,
 };
 _Static_assert(FOOTER_MAGIC + 8 == STO_SST_FOOTER_BYTES, "footer layout must fill 80 bytes");
-
-/* The length of the enc(row) prefix of an ikey (a private copy of sto_key_row_prefix_len, so
- * this module builds alone): enc() escapes 0x00 as 0x00 0xff and ends with 0x00 0x01. */
-static size_t row_prefix_len(st_slice k) {
-    const uint8_t *p = k.data, *end = k.data + k.len;
-    while (p < end) {
-        const uint8_t *z = memchr(p, 0, (size_t)(end - p));
-        if (!z || z + 1 >= end)
-            return 0;
-        if (z[1] == 0x01)
-            return (size_t)(z + 2 - k.data);
-        if (z[1] != 0xff)
-            return 0;
-        p = z + 2;
-    }
-    return 0;
-}
 
 static void encode_footer(const sst_footer *f, uint8_t *p) {
     const sst_handle *hs[3] = {&f->index, &f->filter, &f->meta};
@@ -235,7 +219,7 @@ static st_code flush_data_block(sto_sst_writer *w, st_err *err) {
 
 /* Adds the row of key to the bloom filter the first time the row is seen. */
 static st_code add_row_to_bloom(sto_sst_writer *w, st_slice key) {
-    size_t plen = row_prefix_len(key);
+    size_t plen = sto_key_row_prefix_len(key);
     st_slice row = plen ? st_slice_make(key.data, plen) : key; /* not an ikey: the whole key */
     if (w->entries > 0 && st_slice_eq(row, st_buf_slice(&w->last_row)))
         return ST_OK;
