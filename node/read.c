@@ -198,9 +198,9 @@ static void on_turn(evutil_socket_t fd, short what, void *arg) {
 
 /* The next turn runs after the loop has polled the sockets once. Not a zero timeout: libevent's
  * event_base_once activates a zero-timeout event at once, in the same pass over the active
- * events, so a read's turns ran back to back and no other connection was served until the read
- * ended. One microsecond puts the event in the timer heap, which the loop looks at only after
- * the poll. */
+ * events, so a read's turns would run back to back and no other connection would be served
+ * until the read ended. One microsecond puts the event in the timer heap, which the loop looks at
+ * only after the poll. */
 #define READ_TURN_DELAY_US 1
 
 static st_code schedule_turn(read_state *r) {

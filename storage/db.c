@@ -343,7 +343,7 @@ static st_code replay_fn(const sto_log_record *rec, void *arg) {
 }
 
 /* Two engines on one directory would each replay, write and delete the other's files (an
- * acknowledged write through one was lost when the other removed "orphan" files and rewrote the
+ * acknowledged write through one is lost when the other removes "orphan" files and rewrites the
  * manifest): the directory is locked for as long as the engine is open. */
 static st_code lock_dir(sto_db *db, st_err *err) {
     if (!db->env->ops->lock)

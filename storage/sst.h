@@ -73,8 +73,8 @@ void sto_sst_for_each_block(sto_sst *t,
  *
  * A block larger than a cache shard is not cached (it would evict the whole shard, then itself).
  * Without this slot, a read that seeks into such a block again and again (a ReadRows of many
- * empty ranges, each landing just before a row with a 100 MiB value) read and decompressed the
- * whole block on every seek. An iterator that lets go of an uncached block leaves it here; the
+ * empty ranges, each landing just before a row with a 100 MiB value) would read and decompress
+ * the whole block on every seek. An iterator that lets go of an uncached block leaves it here; the
  * next iterator of the same read that needs that block takes it back instead of reading it. At
  * most one block is held, until the next one replaces it or sto_sst_keep_deinit. Thread-safe
  * (the slot is an atomic pointer); fields private to sst.c. */

@@ -4,8 +4,8 @@
  * to count) is read in turns bounded by ranges (NODE_READ_TURN_RANGES), and a point read from
  * another connection, sent once the long read's first row arrived, completes while the long read
  * is still going. The node and both clients share one event_base on the main thread, so the order
- * of events is deterministic: nothing is timed. Before the bound, the whole row set was read in
- * one turn, so its first row arrived only with its end.
+ * of events is deterministic: nothing is timed. Without the bound, the whole row set would be
+ * read in one turn, and its first row would arrive only with its end.
  */
 #include <setjmp.h>
 #include <stdarg.h>

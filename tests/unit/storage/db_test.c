@@ -508,10 +508,10 @@ static void test_db_log_trimmed_after_flush(void **state) {
 #define BIG_VALUE_BYTES (512u << 10) /* far over a cache shard (1 MiB cache / 16) */
 #define EMPTY_RANGES 40
 
-/* The ReadRows pattern that held a node for minutes: many empty ranges, each seeking to just
+/* A ReadRows pattern that can hold a node for minutes: many empty ranges, each seeking to just
  * before a row with a large compressible value, so every seek lands in the block holding it.
- * That block is too big for the block cache, and it was read and decompressed again for every
- * range; the ranges of one snapshot now share it, so it is read once. Decompressions are
+ * That block is too big for the block cache; unless the ranges of one snapshot share it, it is
+ * read and decompressed again for every range. It must be read once. Decompressions are
  * counted (sto_stats.blocks_read), not timed. */
 static void test_db_empty_ranges_read_big_block_once(void **state) {
     fixture *f = *state;
