@@ -805,7 +805,6 @@ static st_code read_block_ahead(sto_sst *t, sst_readahead *ra, sst_handle h, siz
 
 void sto_sst_keep_init(sto_sst_keep *k) {
     atomic_init(&k->slot, NULL);
-    atomic_init(&k->reads, 0);
     atomic_init(&k->bytes, 0);
 }
 
@@ -844,10 +843,8 @@ static sto_cache_handle *keep_take(sto_sst_keep *k, uint64_t id, uint64_t off) {
 
 static void note_read(sto_sst *t, sto_sst_keep *k, size_t bytes) {
     sto_cache_note_read(t->cache, bytes);
-    if (k) {
-        atomic_fetch_add_explicit(&k->reads, 1, memory_order_relaxed);
+    if (k)
         atomic_fetch_add_explicit(&k->bytes, bytes, memory_order_relaxed);
-    }
 }
 
 /* Returns a handle on the data block at h, from the cache, from keep (may be NULL) or read from

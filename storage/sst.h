@@ -80,8 +80,7 @@ void sto_sst_for_each_block(sto_sst *t,
  * (the slot is an atomic pointer); fields private to sst.c. */
 typedef struct sto_sst_keep {
     _Atomic(void *) slot;    /* the kept block's cache handle (private, not cached) */
-    _Atomic(uint64_t) reads; /* data blocks read from disk (each checked, decompressed) */
-    _Atomic(uint64_t) bytes; /* their uncompressed bytes */
+    _Atomic(uint64_t) bytes; /* uncompressed bytes of the data blocks read from disk */
 } sto_sst_keep;
 void sto_sst_keep_init(sto_sst_keep *k);
 void sto_sst_keep_deinit(sto_sst_keep *k); /* frees the kept block */
