@@ -8,9 +8,9 @@
  * NODE_READ_TURN_BLOCK_BYTES of blocks from disk (a turn may end inside a row: the row being
  * assembled waits in the state); the next turn is scheduled on a libevent timer that fires
  * after the loop's next poll of the sockets (schedule_turn), so other connections' events run in
- * between. When the call's send queue is full the scan keeps
- * its iterator and snapshot and waits for rpc_call_set_writable_cb. A cancelled call (reset,
- * connection loss, deadline) frees everything at the next opportunity.
+ * between. When the call's send queue is full the scan keeps its iterator and snapshot and waits
+ * for rpc_call_set_writable_cb. A cancelled call (reset, connection loss, deadline) frees
+ * everything at the next opportunity.
  *
  * Errors. Request problems: INVALID_ARGUMENT / NOT_FOUND / UNIMPLEMENTED before any data. A row
  * over NODE_READ_ROW_BYTES_MAX: FAILED_PRECONDITION, worded as Cloud Bigtable does. Storage errors
