@@ -567,6 +567,22 @@ static st_code open_storage(node_ctx *n, st_err *err) {
     return sto_db_open(dir, &so, &n->db, err);
 }
 
+/* One node per data directory, for the process's lifetime: two would both acknowledge writes
+ * and then delete each other's files (storage locks its own directory too; this lock also
+ * covers the catalog and comes with the message an operator needs). */
+static st_code lock_data_dir(node_ctx *n, st_env *env, st_err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/LOCK", n->data_dir);
+    int64_t pid = 0;
+    st_code rc = env->ops->lock(env, path, &n->data_lock, &pid, err);
+    if (rc == ST_FAILED_PRECONDITION)
+        st_err_set(err, rc,
+                   "data directory %s is in use by another strata-node (pid %lld); stop it or use "
+                   "another --data",
+                   n->data_dir, (long long)pid);
+    return rc;
+}
+
 st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out, st_err *err) {
     if (opts->node_num > NODE_NUM_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "node number %u is over the maximum %u",
@@ -580,6 +596,8 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     snprintf(n->data_dir, sizeof n->data_dir, "%s", opts->data_dir);
     st_env *env = st_env_posix();
     st_code rc = env->ops->mkdirs(env, n->data_dir, err);
+    if (rc == ST_OK)
+        rc = lock_data_dir(n, env, err);
     if (rc == ST_OK)
         rc = node_catalog_open(env, n->data_dir, &n->catalog, err);
     if (rc == ST_OK)
@@ -660,5 +678,6 @@ void node_close(node_ctx *n) {
     free(n->tables);
     node_catalog_free(n->catalog);
     node_rowlocks_free(n->rowlocks);
+    st_env_posix()->ops->unlock(n->data_lock); /* last: the data directory is free again */
     free(n);
 }
