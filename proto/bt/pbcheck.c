@@ -80,7 +80,9 @@ static const char *pbc_field(const pbc_frame *f, const uint8_t **p,
     uint64_t tag, v;
     size_t n = pbc_varint(*p, f->end, 5, &tag);
     *sub = NULL;
-    if (n == 0 || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff)
+    /* protobuf-c refuses a one-byte tag of field 0 and takes any other field number (up to
+     * 2^32 - 1) as a field of its own or an unknown one: so do we. */
+    if (n == 0 || (n == 1 && (tag >> 3) == 0))
         return "an invalid field tag";
     const uint8_t *q = *p + n;
     size_t left = (size_t)(f->end - q);
