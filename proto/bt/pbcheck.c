@@ -10,7 +10,8 @@
  * at most that deep. It also refuses what protobuf-c could never parse (bad tags, truncated
  * varints and lengths, groups, unknown wire types, ragged packed arrays), so garbage is refused
  * in one linear pass without allocating. It never refuses bytes that protobuf-c accepts and that
- * nest within the limit. */
+ * nest within the limit, but for field number 0 in a tag of more than one byte, which protobuf-c
+ * takes as an unknown field and cannot re-encode. */
 #include <limits.h>
 
 #include "strata/btutil.h"
@@ -80,10 +81,12 @@ static const char *pbc_field(const pbc_frame *f, const uint8_t **p,
     uint64_t tag, v;
     size_t n = pbc_varint(*p, f->end, 5, &tag);
     *sub = NULL;
-    /* protobuf-c refuses a one-byte tag of field 0 and takes any other field number (up to
-     * 2^32 - 1) as a field of its own or an unknown one: so do we. */
-    if (n == 0 || (n == 1 && (tag >> 3) == 0))
+    if (n == 0)
         return "an invalid field tag";
+    /* protobuf-c refuses field 0 only in a one-byte tag: a longer one becomes an unknown field
+     * that it re-encodes as the one-byte tag it refuses. The protobuf spec forbids field 0. */
+    if ((tag >> 3) == 0)
+        return "field number 0";
     const uint8_t *q = *p + n;
     size_t left = (size_t)(f->end - q);
     switch (tag & 7) {

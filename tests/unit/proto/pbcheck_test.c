@@ -166,6 +166,7 @@ static void test_pbcheck_malformed_refused_like_protobuf_c(void **state) {
         size_t len;
     } cases[] = {
         {"one-byte tag of field 0", {0x00, 0x00}, 2},
+        {"one-byte tag of field 0, wire type 2", {0x02, 0x00}, 2},
         {"tag over 5 bytes", {0x80, 0x80, 0x80, 0x80, 0x80, 0x01}, 6},
         {"truncated tag", {0x80}, 1},
         {"truncated varint", {0x50, 0x80}, 2},
@@ -206,17 +207,22 @@ static void test_pbcheck_unknown_fields_skipped(void **state) {
     st_err err;
     chain_levels(&deep, 10000);
     /* Unknown fields of every wire type, one holding 10,000 levels of chain bytes: protobuf-c
-     * keeps them as bytes and never parses them, so neither do we. A multi-byte tag of field 0
-     * and field numbers past 2^29 are unknown fields to protobuf-c too. */
+     * keeps them as bytes and never parses them, so neither do we. Field numbers past 2^29 are
+     * unknown fields to protobuf-c too. */
     bt_pb_put_bytes(&b, 99, st_slice_make(deep.data, deep.len));
     bt_pb_put_varint(&b, 100, 12345);
-    static const uint8_t odd[] = {
-        0x80, 0x00, 0x07, /* field 0, varint */
-        0xf9, 0xff, 0xff, 0xff, 0x7f, 1, 2, 3, 4, 5,
-        6,    7,    8,    0xfd, 0x01, 1, 2, 3, 4}; /* fixed64 2^32-1, fixed32 31 */
+    /* fixed64 field 2^32 - 1, fixed32 field 31 */
+    static const uint8_t odd[] = {0xf9, 0xff, 0xff, 0xff, 0x7f, 1, 2, 3, 4, 5,
+                                  6,    7,    8,    0xfd, 0x01, 1, 2, 3, 4};
     assert_int_equal(st_buf_append(&b, odd, sizeof odd), ST_OK);
     bt_pb_put_varint(&b, 17, 1); /* pass_all_filter */
     assert_int_equal(check(ROW_FILTER, &b, 0, &err), ST_OK);
+    /* Field number 0 in a two-byte tag: protobuf-c takes it as an unknown field, then packs it
+     * into a one-byte tag that it refuses itself. The spec forbids it: refused. */
+    static const uint8_t field0[] = {0x80, 0x00, 0x07};
+    assert_int_equal(btu_pb_check(ROW_FILTER, st_slice_make(field0, sizeof field0), 0, &err),
+                     ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "field number 0"));
     /* The same deep bytes as a known message field are refused. */
     st_buf_reset(&b);
     bt_pb_put_bytes(&b, 1, st_slice_make(deep.data, deep.len));

@@ -75,10 +75,12 @@ bool btu_family_valid(const char *family);
 /* Scans bytes as an encoding of desc without recursion and without allocating: ST_OK, or
  * INVALID_ARGUMENT with "message nesting exceeds N levels ..." when messages nest deeper than
  * depth_max levels (0 or more than BTU_PB_DEPTH_MAX means BTU_PB_DEPTH_MAX), or "malformed ..."
- * for bytes protobuf-c would refuse anyway: a tag over 5 bytes or a one-byte tag of field 0, a
- * truncated varint, fixed value or length, a length over 2^31 - 1, a group (wire types 3 and 4),
- * wire types 6 and 7, a packed repeated field of ragged length. Never refuses bytes protobuf-c
- * accepts that nest within depth_max. Unknown fields are skipped, not descended into. */
+ * for bytes protobuf-c would refuse anyway: a tag over 5 bytes, a truncated varint, fixed value
+ * or length, a length over 2^31 - 1, a group (wire types 3 and 4), wire types 6 and 7, a packed
+ * repeated field of ragged length; and for field number 0, which the protobuf spec forbids
+ * (protobuf-c refuses it in a one-byte tag only, and re-encodes a longer one into that). Never
+ * refuses other bytes protobuf-c accepts that nest within depth_max. Unknown fields are skipped,
+ * not descended into. */
 st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, unsigned depth_max,
                      st_err *err);
 
