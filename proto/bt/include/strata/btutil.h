@@ -67,9 +67,10 @@ bool btu_family_valid(const char *family);
  * message, so bytes from the network are checked with btu_pb_check before they are unpacked.
  * BTU_PB_DEPTH_MAX is the deepest nesting accepted, the outermost message being level 1: above
  * anything valid (a ReadRowsRequest with a RowFilter nested the allowed 20 levels reaches level
- * 43, a PutTableRequest with a GC rule nested 16 levels level 39), so the RowFilter and GC-rule
+ * 43, a PutTableRequest with a GC rule nested 16 levels level 38), so the RowFilter and GC-rule
  * checks after unpacking still give their own messages for moderately deep input, and low enough
- * that recursion over an accepted message needs only a few pages of stack. */
+ * that protobuf-c's recursion over an accepted message (about 1 KiB of stack a level) stays
+ * within tens of KiB. */
 #define BTU_PB_DEPTH_MAX 64
 
 /* Scans bytes as an encoding of desc without recursion and without allocating: ST_OK, or
