@@ -151,17 +151,9 @@ static void check_and_mutate_req(st_buf *out, const st_buf *filter) {
 
 /* Table{name (if any), column_families: {"cf": {gc_rule}}}. */
 static void table_with(st_buf *out, const char *name, const st_buf *rule) {
-    st_buf fam, entry;
-    st_buf_init(&fam);
-    st_buf_init(&entry);
-    put_msg(&fam, 1, rule);
-    bt_pb_put_bytes(&entry, 1, S("cf"));
-    put_msg(&entry, 2, &fam);
     if (name)
         bt_pb_put_bytes(out, 1, S(name));
-    put_msg(out, 3, &entry);
-    st_buf_free(&fam);
-    st_buf_free(&entry);
+    bt_pb_put_family(out, 3, "cf", st_slice_make(rule->data, rule->len));
 }
 
 static void create_table_req(st_buf *out, const char *id, const st_buf *rule) {
@@ -176,16 +168,8 @@ static void create_table_req(st_buf *out, const char *id, const st_buf *rule) {
 
 /* ModifyColumnFamiliesRequest{name, modifications: [{id, create: {gc_rule}}]}. */
 static void modify_req(st_buf *out, const char *family, const st_buf *rule) {
-    st_buf fam, mod;
-    st_buf_init(&fam);
-    st_buf_init(&mod);
-    put_msg(&fam, 1, rule);
-    bt_pb_put_bytes(&mod, 1, S(family));
-    put_msg(&mod, 2, &fam);
     bt_pb_put_bytes(out, 1, S(TABLE));
-    put_msg(out, 2, &mod);
-    st_buf_free(&fam);
-    st_buf_free(&mod);
+    bt_pb_put_family(out, 2, family, st_slice_make(rule->data, rule->len));
 }
 
 /* ---- calls and checks ---- */

@@ -29,6 +29,18 @@ void bt_pb_put_varint(st_buf *out, uint32_t num, uint64_t v) {
     must(st_buf_append_varint64(out, v));
 }
 
+void bt_pb_put_family(st_buf *out, uint32_t num, const char *name, st_slice rule) {
+    st_buf fam, named;
+    st_buf_init(&fam);
+    st_buf_init(&named);
+    bt_pb_put_bytes(&fam, 1, rule);
+    bt_pb_put_bytes(&named, 1, st_slice_cstr(name));
+    bt_pb_put_bytes(&named, 2, st_slice_make(fam.data, fam.len));
+    bt_pb_put_bytes(out, num, st_slice_make(named.data, named.len));
+    st_buf_free(&fam);
+    st_buf_free(&named);
+}
+
 void bt_nest(st_buf *out, const bt_nest_step *steps, size_t n_steps, size_t wraps, st_slice leaf) {
     /* len[i]: the encoded size of level i's message body; len[wraps] is the leaf. */
     size_t *len = malloc((wraps + 1) * sizeof *len);

@@ -30,6 +30,10 @@ void bt_pb_put_bytes(st_buf *out, uint32_t num, st_slice v);
 /* Field `num` with wire type 0 and value v, appended to out. */
 void bt_pb_put_varint(st_buf *out, uint32_t num, uint64_t v);
 
+/* Field `num` holding {1: name, 2: ColumnFamily{gc_rule: rule}}: the shape of both a
+ * Table.column_families map entry and a ModifyColumnFamilies Modification that creates a family. */
+void bt_pb_put_family(st_buf *out, uint32_t num, const char *name, st_slice rule);
+
 /* The recursive Bigtable messages, nested `depth` levels of their own kind (depth 0 = a leaf:
  * pass_all_filter, or max_num_versions 1), appended to out. Every list holds two members (the
  * nested one and a leaf) and every condition a true_filter, so shallow ones are valid requests. */

@@ -104,19 +104,12 @@ static void test_pbcheck_filters_in_requests(void **state) {
 
 /* ModifyColumnFamiliesRequest{modifications: [{id: "cf", create: {gc_rule: rule}}]}. */
 static void modify_with(st_buf *b, bt_nest_kind kind, size_t depth) {
-    st_buf rule, fam, mod;
+    st_buf rule;
     st_buf_init(&rule);
-    st_buf_init(&fam);
-    st_buf_init(&mod);
     bt_nest_rule(&rule, kind, depth);
-    bt_pb_put_bytes(&fam, 1, st_slice_make(rule.data, rule.len));
-    bt_pb_put_bytes(&mod, 1, st_slice_make((const uint8_t *)"cf", 2));
-    bt_pb_put_bytes(&mod, 2, st_slice_make(fam.data, fam.len));
     st_buf_reset(b);
-    bt_pb_put_bytes(b, 2, st_slice_make(mod.data, mod.len));
+    bt_pb_put_family(b, 2, "cf", st_slice_make(rule.data, rule.len));
     st_buf_free(&rule);
-    st_buf_free(&fam);
-    st_buf_free(&mod);
 }
 
 static void test_pbcheck_gc_rules(void **state) {
