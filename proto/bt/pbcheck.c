@@ -16,10 +16,12 @@
 
 #include "strata/btutil.h"
 
-/* One message being scanned: its descriptor and where its bytes end. */
+/* One message being scanned: its descriptor, where its bytes end, and the field last looked up
+ * (repeated fields come in runs, as protobuf-c's unpack also assumes). */
 typedef struct pbc_frame {
     const ProtobufCMessageDescriptor *desc;
     const uint8_t *end;
+    const ProtobufCFieldDescriptor *last;
 } pbc_frame;
 
 /* A varint of at most max_len bytes wholly before end; 0 if unterminated (protobuf-c's limits:
@@ -76,8 +78,8 @@ static st_code pbc_malformed(st_err *err, const ProtobufCMessageDescriptor *top,
 
 /* The field at *p inside frame f: on success *p moves past it, and a message-typed field whose
  * bytes follow is returned in *sub (NULL otherwise) with its end in *sub_end. */
-static const char *pbc_field(const pbc_frame *f, const uint8_t **p,
-                             const ProtobufCFieldDescriptor **sub, const uint8_t **sub_end) {
+static const char *pbc_field(pbc_frame *f, const uint8_t **p, const ProtobufCFieldDescriptor **sub,
+                             const uint8_t **sub_end) {
     uint64_t tag, v;
     size_t n = pbc_varint(*p, f->end, 5, &tag);
     *sub = NULL;
@@ -113,8 +115,9 @@ static const char *pbc_field(const pbc_frame *f, const uint8_t **p,
         return "a truncated length-delimited field";
     q += n;
     *p = q + v;
-    const ProtobufCFieldDescriptor *fd =
-        protobuf_c_message_descriptor_get_field(f->desc, (unsigned)(tag >> 3));
+    const ProtobufCFieldDescriptor *fd = f->last;
+    if (!fd || fd->id != (tag >> 3))
+        fd = f->last = protobuf_c_message_descriptor_get_field(f->desc, (unsigned)(tag >> 3));
     if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE) {
         *sub = fd;
         *sub_end = *p;
@@ -134,7 +137,7 @@ st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, uns
         return ST_OK; /* the empty encoding: every field at its default */
     const uint8_t *p = bytes.data, *base = bytes.data;
     size_t n = 1;
-    stack[0] = (pbc_frame){desc, bytes.data + bytes.len};
+    stack[0] = (pbc_frame){desc, bytes.data + bytes.len, NULL};
     for (;;) {
         while (n > 0 && p == stack[n - 1].end)
             n--;
@@ -154,7 +157,7 @@ st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, uns
                               "levels, a GC rule 16)",
                               depth_max, desc->name, sub->name, stack[n - 1].desc->name,
                               (size_t)(at - base));
-        stack[n++] = (pbc_frame){sub->descriptor, sub_end};
+        stack[n++] = (pbc_frame){sub->descriptor, sub_end, NULL};
     }
 }
 
