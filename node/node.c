@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "google/bigtable/v2/feature_flags.pb-c.h"
+#include "strata/btutil.h"
 
 void node_opts_default(node_opts *o) {
     memset(o, 0, sizeof *o);
@@ -316,11 +317,14 @@ static void arena_pb_free(void *data, void *ptr) {
 
 ProtobufCMessage *node_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                               st_slice bytes) {
+    /* btu_pb_check first: protobuf-c recurses once per nested message, and a RowFilter or GC
+     * rule nested thousands of levels deep would overflow the stack (the router forwards most
+     * requests without unpacking them, so the node cannot count on it). */
     ProtobufCAllocator alloc = {arena_pb_alloc, arena_pb_free, rpc_call_arena(call)};
-    ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, bytes.len, bytes.data);
+    st_err err = {0};
+    ProtobufCMessage *m = btu_pb_unpack(desc, &alloc, bytes, &err);
     if (!m)
-        node_fail(call, ST_INVALID_ARGUMENT, "malformed %s: the request could not be parsed",
-                  desc->name);
+        node_fail(call, err.code, "%s", err.msg);
     return m;
 }
 
