@@ -14,11 +14,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# make_tmp: prints a fresh directory, removed at exit. Callers run it in $(...), a subshell that
+# cannot add to TMPDIRS, so the directories go inside one root made (and registered) here.
+mkdir -p "${STRATA_TEST_TMP:-/tmp}"
+IT_TMP_ROOT=$(mktemp -d "${STRATA_TEST_TMP:-/tmp}/it.XXXXXX") || {
+  echo "cannot make a directory in ${STRATA_TEST_TMP:-/tmp}: point STRATA_TEST_TMP at a writable one" >&2
+  exit 1
+}
+TMPDIRS+=("$IT_TMP_ROOT")
 make_tmp() {
-  local d
-  d=$(mktemp -d "${STRATA_TEST_TMP:-/tmp}/it.XXXXXX")
-  TMPDIRS+=("$d")
-  echo "$d"
+  mktemp -d "$IT_TMP_ROOT/XXXXXX"
 }
 
 # wait_line FILE REGEX: waits (bounded) until FILE has a line matching REGEX; prints the match.
