@@ -153,4 +153,35 @@ void h2_loop_calls(int delta);
 /* Routes libevent's and nghttp2's own logs into st_log once per process. */
 void h2_logging_init(void);
 
+/* ---- process-wide limits (limits.c) ---- */
+/* The automatic connections_max: 3/4 of RLIMIT_NOFILE, at most RPC_CONNECTIONS_MAX_AUTO. */
+uint32_t rpc_connections_max_auto(void);
+/* Reserves n request bytes in the process's budget; false (nothing reserved) when that would
+ * pass max. Any thread. */
+bool rpc_mem_reserve(size_t n, size_t max);
+void rpc_mem_release(size_t n);
+size_t rpc_mem_buffered(void);
+/* Takes one of the process's max connection slots; false when all are taken. */
+bool rpc_conn_slot_take(uint32_t max);
+void rpc_conn_slot_put(void);
+
+/* Log lines a peer can make repeat (one per connection, per failed accept) pass at most once per
+ * RPC_LOG_INTERVAL_US per call site, saying how many were suppressed since the last. */
+#define RPC_LOG_INTERVAL_US ((int64_t)10 * 1000000)
+typedef struct rpc_ratelimit {
+    int64_t next_us;     /* st_mono_us before which lines are suppressed */
+    uint64_t suppressed; /* since the last line */
+} rpc_ratelimit;
+/* True when a line may be logged now; *suppressed then receives the count. Any thread. */
+bool rpc_ratelimit_pass(rpc_ratelimit *rl, uint64_t *suppressed);
+/* st_log(level, "rpc", fmt ...) through a rate limit of its own; fmt takes at least one
+ * argument and gets " suppressed=N" appended. */
+#define RPC_LOG_LIMITED(level, fmt, ...)                                                           \
+    do {                                                                                           \
+        static rpc_ratelimit rl_;                                                                  \
+        uint64_t sup_;                                                                             \
+        if (rpc_ratelimit_pass(&rl_, &sup_))                                                       \
+            st_log(level, "rpc", fmt " suppressed=%llu", __VA_ARGS__, (unsigned long long)sup_);   \
+    } while (0)
+
 #endif

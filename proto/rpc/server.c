@@ -38,6 +38,10 @@
     __atomic_fetch_sub(&(srv)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
 #define RPC_LISTENERS_MAX 8
 #define RPC_METHODS_MAX 1024
+#define ACCEPT_BACKOFF_MS_MIN 100u  /* first pause of the listeners after accept() starved */
+#define ACCEPT_BACKOFF_MS_MAX 3200u /* the pause doubles up to this */
+#define CONN_TICK_MS_MIN 5u         /* connection timers fire at most this often */
+#define CONN_TICK_MS_MAX 60000u
 
 typedef struct rpc_method_ent {
     char *path;
@@ -72,6 +76,13 @@ struct rpc_server {
     struct event *post_ev;
     rpc_server_stats stats; /* updated and read with __atomic builtins */
     rpc_metrics metrics;    /* per-method counters and latencies (loop thread; rpc_metrics.h) */
+    rpc_limits limits;      /* the process's limits when created; connections_max resolved */
+    struct timeval conn_tick; /* period of each connection's timer (zero: no timer) */
+    /* accept() failed for lack of descriptors or memory: the listeners pause and accept_ev
+     * resumes them after accept_backoff_ms, which doubles while failures go on. */
+    struct event *accept_ev;
+    uint32_t accept_backoff_ms;
+    bool accept_paused;
 };
 
 struct h2_conn {
@@ -91,6 +102,12 @@ struct h2_conn {
     bool direct;
     h2_wbuf wbuf;
     struct event *read_ev;
+    /* Periodic: the handshake, idle and slow-request timeouts (conn_timer_cb). */
+    struct event *timer_ev;
+    int64_t accepted_us;   /* st_mono_us */
+    int64_t idle_since_us; /* when its last call ended (or it became ready) */
+    bool ready;            /* the client's preface and SETTINGS arrived */
+    bool slot;             /* holds one of the process's connection slots */
     h2_conn *prev, *next;
 };
 
@@ -117,7 +134,11 @@ struct rpc_call {
     rpc_deframer deframer;
     st_buf request;
     size_t request_skip;  /* bytes before the message in request (a taken deframer buffer) */
-    size_t request_bytes; /* counted in conn->request_bytes */
+    size_t request_bytes; /* reserved in conn->request_bytes (given back when detached) */
+    size_t mem_reserved;  /* reserved in the process's budget (given back when released) */
+    size_t request_received; /* request DATA bytes so far */
+    int64_t slow_mark_us;    /* the slow-request check's window start ... */
+    size_t slow_mark_bytes;  /* ... and request_received then */
     bool dispatched, finished, cancelled, headers_sent, handler_ref, was_full;
     bool metered;     /* recorded in the server's metrics (once, at its final status) */
     int64_t start_us; /* st_mono_us when its headers began: the latency metric's start */
@@ -188,6 +209,8 @@ static void call_buf_keep(st_buf *buf) {
 
 static void call_release(rpc_call *call) {
     h2_loop_calls(-1);
+    if (call->mem_reserved)
+        rpc_mem_release(call->mem_reserved);
     rpc_deframer_deinit(&call->deframer);
     st_arena_deinit(&call->arena);
     call_cache *cc = &tl_call_cache;
@@ -248,6 +271,7 @@ static rpc_call *call_new(h2_conn *conn, int32_t stream_id) {
     call->stream_id = stream_id;
     call->http_status = 200;
     call->start_us = st_mono_us();
+    call->slow_mark_us = call->start_us;
     st_arena_init(&call->arena, RPC_CALL_ARENA_BLOCK_BYTES);
     rpc_deframer_init(&call->deframer, conn->srv->opts.message_bytes_max);
     call->next = conn->calls;
@@ -293,6 +317,8 @@ static void call_detach(rpc_call *call) {
     if (call->next)
         call->next->prev = call->prev;
     call->prev = call->next = NULL;
+    if (!conn->calls)
+        conn->idle_since_us = st_mono_us();
     conn->request_bytes -= call->request_bytes;
     call->request_bytes = 0;
     STAT_SUB(srv, queued_bytes, call->out.len - call->out_off);
@@ -395,7 +421,7 @@ static bool h2_conn_flush(h2_conn *conn) {
     do {
         rv = nghttp2_session_send(conn->session);
         if (rv != 0) {
-            st_log(ST_LOG_INFO, "rpc", "msg=\"h2 send failed\" err=\"%s\"", nghttp2_strerror(rv));
+            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"h2 send failed\" err=\"%s\"", nghttp2_strerror(rv));
             return false;
         }
     } while (conn->direct && h2_out_write_now(conn->bev, &conn->wbuf) &&
@@ -566,8 +592,8 @@ static void call_fail(rpc_call *call, st_code code, const char *msg) {
         return;
     if (call->conn)
         STAT_ADD(call->conn->srv, bad_streams, 1);
-    st_log(ST_LOG_DEBUG, "rpc", "msg=\"stream failed\" code=%s detail=\"%s\"", st_code_name(code),
-           msg);
+    RPC_LOG_LIMITED(ST_LOG_DEBUG, "msg=\"stream failed\" code=%s detail=\"%s\"",
+                    st_code_name(code), msg);
     call_finish_internal(call, code, msg);
 }
 
@@ -806,6 +832,51 @@ static st_code request_msg(st_slice msg, void *arg) {
     return st_buf_append(&call->request, msg.data, msg.len);
 }
 
+/* The request's size as its gRPC prefix announces it (prefix included), when this chunk
+ * completes the prefix of the first message; else 0. An oversized length is left to the
+ * deframer, which refuses it. */
+static size_t request_announced(const rpc_call *call, const uint8_t *data, size_t len) {
+    const rpc_deframer *d = &call->deframer;
+    if (d->messages > 0 || d->prefix_len >= 5 || d->prefix_len + len < 5)
+        return 0;
+    uint8_t p[5];
+    memcpy(p, d->prefix, d->prefix_len);
+    memcpy(p + d->prefix_len, data, 5 - d->prefix_len);
+    size_t n = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+    return n > d->bytes_max ? 0 : 5 + n;
+}
+
+/* Grows the call's reservation to want bytes, in its connection's and the process's budgets.
+ * The whole announced message is reserved when its prefix arrives, so a call that does not fit
+ * is refused before it buffers anything, and the ones admitted can complete. False when refused
+ * (the call is failed). */
+static bool call_reserve(h2_conn *conn, rpc_call *call, size_t want) {
+    if (want <= call->request_bytes)
+        return true;
+    size_t more = want - call->request_bytes;
+    size_t max = conn->srv->limits.buffered_request_bytes_max;
+    if (conn->request_bytes + more > H2_CONN_REQUEST_BYTES_MAX) {
+        call_fail(call, ST_RESOURCE_EXHAUSTED,
+                  "this connection buffers too many request bytes: spread large requests over "
+                  "several connections or send them one after another");
+        return false;
+    }
+    if (!rpc_mem_reserve(more, max)) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "the server is buffering %zu MiB of requests and its limit is %zu MiB "
+                 "(--max-buffered-request-bytes): retry later or send smaller requests",
+                 rpc_mem_buffered() >> 20, max >> 20);
+        STAT_ADD(conn->srv, calls_refused_memory, 1);
+        call_fail(call, ST_RESOURCE_EXHAUSTED, msg);
+        return false;
+    }
+    conn->request_bytes += more;
+    call->request_bytes += more;
+    call->mem_reserved += more;
+    return true;
+}
+
 static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id,
                          const uint8_t *data, size_t len, void *user_data) {
     (void)flags;
@@ -813,12 +884,11 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
     rpc_call *call = nghttp2_session_get_stream_user_data(session, stream_id);
     if (!call || call->finished || call->dispatched)
         return 0; /* nghttp2 still returns the flow-control window */
-    if (conn->request_bytes + len > H2_CONN_REQUEST_BYTES_MAX) {
-        call_fail(call, ST_RESOURCE_EXHAUSTED, "connection buffers too many request bytes");
+    size_t announced = request_announced(call, data, len);
+    call->request_received += len;
+    size_t want = call->request_received > announced ? call->request_received : announced;
+    if (!call_reserve(conn, call, want))
         return 0;
-    }
-    conn->request_bytes += len;
-    call->request_bytes += len;
     st_err err = {0};
     st_code rc = rpc_deframer_feed(&call->deframer, data, len, &err, request_msg, call);
     if (rc == ST_INVALID_ARGUMENT && err.code == ST_OK)
@@ -852,6 +922,11 @@ static void request_done(rpc_call *call) {
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
     h2_conn *conn = user_data;
+    if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK) &&
+        !conn->ready) { /* the preface (checked by nghttp2) and the first SETTINGS are in */
+        conn->ready = true;
+        conn->idle_since_us = st_mono_us();
+    }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
     rpc_call *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
@@ -911,7 +986,11 @@ static void h2_conn_close(h2_conn *conn) {
         bufferevent_free(conn->bev);
     if (conn->flush_ev)
         event_free(conn->flush_ev);
+    if (conn->timer_ev)
+        event_free(conn->timer_ev);
     h2_wbuf_free(&conn->wbuf);
+    if (conn->slot)
+        rpc_conn_slot_put();
     STAT_SUB(srv, conns_open, 1);
     free(conn);
 }
@@ -925,8 +1004,8 @@ static void conn_read_cb(struct bufferevent *bev, void *arg) {
         const uint8_t *p = evbuffer_pullup(in, (ssize_t)n);
         ssize_t rv = nghttp2_session_mem_recv(conn->session, p, n);
         if (rv < 0) {
-            st_log(ST_LOG_INFO, "rpc", "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",
-                   nghttp2_strerror((int)rv));
+            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",
+                            nghttp2_strerror((int)rv));
             h2_conn_flush(conn); /* try to get the GOAWAY out */
             h2_conn_close(conn);
             return;
@@ -941,8 +1020,8 @@ static bool conn_feed(void *arg, const uint8_t *data, size_t len) {
     h2_conn *conn = arg;
     ssize_t rv = nghttp2_session_mem_recv(conn->session, data, len);
     if (rv < 0) {
-        st_log(ST_LOG_INFO, "rpc", "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",
-               nghttp2_strerror((int)rv));
+        RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",
+                        nghttp2_strerror((int)rv));
         h2_conn_flush(conn); /* try to get the GOAWAY out */
         return false;
     }
@@ -955,7 +1034,7 @@ static void conn_sock_read_cb(evutil_socket_t fd, short what, void *arg) {
     h2_conn *conn = arg;
     h2_read_result r = h2_sock_read(fd, conn_feed, conn);
     if (r == H2_READ_ERROR)
-        st_log(ST_LOG_DEBUG, "rpc", "msg=\"closing connection: read failed\" errno=%d", errno);
+        RPC_LOG_LIMITED(ST_LOG_DEBUG, "msg=\"closing connection: read failed\" errno=%d", errno);
     if (r != H2_READ_AGAIN || !h2_conn_flush(conn))
         h2_conn_close(conn);
 }
@@ -972,7 +1051,8 @@ static void conn_event_cb(struct bufferevent *bev, short events, void *arg) {
     if (events & BEV_EVENT_CONNECTED) {
         bufferevent_set_timeouts(bev, NULL, NULL); /* handshake done: idle is fine from now */
         if (!conn->tp->negotiated_h2(bev)) {
-            st_log(ST_LOG_INFO, "rpc", "msg=\"closing connection: ALPN did not select h2\"");
+            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: ALPN did not select h2\" %s",
+                            "hint=\"the client must offer h2 (gRPC) in ALPN\"");
             h2_conn_close(conn);
         }
         return;
@@ -1013,18 +1093,171 @@ static bool h2_session_start(h2_conn *conn) {
     return h2_conn_flush(conn);
 }
 
+/* ---- connection timeouts ---- */
+
+/* Ends a connection politely: GOAWAY (streams above the last one processed are refused, so a
+ * client may retry them elsewhere), written if the socket takes it, then closed. */
+static void conn_goaway_close(h2_conn *conn, const char *why) {
+    int32_t last = nghttp2_session_get_last_proc_stream_id(conn->session);
+    if (nghttp2_submit_goaway(conn->session, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR,
+                              (const uint8_t *)why, strlen(why)) == 0)
+        h2_conn_flush(conn);
+    h2_conn_close(conn);
+}
+
+/* Ends the calls whose request has not brought the minimum rate over a whole window: a client
+ * trickling a request in holds its buffers and a stream slot for as long as it likes otherwise. */
+static void conn_check_slow(h2_conn *conn, int64_t now) {
+    const rpc_limits *lim = &conn->srv->limits;
+    int64_t window_us = (int64_t)lim->slow_request_window_ms * 1000;
+    uint64_t need = (uint64_t)lim->request_bytes_per_s_min * lim->slow_request_window_ms / 1000;
+    if (need == 0)
+        need = 1; /* at least some progress in each window */
+    for (rpc_call *call = conn->calls, *next; call; call = next) {
+        next = call->next;
+        if (call->finished || call->dispatched || now - call->slow_mark_us < window_us)
+            continue;
+        if (call->request_received - call->slow_mark_bytes < need) {
+            char msg[200];
+            snprintf(msg, sizeof msg,
+                     "the request arrived slower than %u bytes/s over %u ms "
+                     "(--min-request-bytes-per-s): send it at once, not in a trickle",
+                     lim->request_bytes_per_s_min, lim->slow_request_window_ms);
+            STAT_ADD(conn->srv, calls_slow, 1);
+            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"ending a call: request too slow\" received=%zu",
+                            call->request_received);
+            call_fail(call, ST_RESOURCE_EXHAUSTED, msg);
+            continue;
+        }
+        call->slow_mark_us = now;
+        call->slow_mark_bytes = call->request_received;
+    }
+}
+
+static void conn_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    h2_conn *conn = arg;
+    rpc_server *srv = conn->srv;
+    const rpc_limits *lim = &srv->limits;
+    int64_t now = st_mono_us();
+    if (!conn->ready) {
+        if (lim->handshake_timeout_ms &&
+            now - conn->accepted_us >= (int64_t)lim->handshake_timeout_ms * 1000) {
+            STAT_ADD(srv, conns_handshake_closed, 1);
+            RPC_LOG_LIMITED(ST_LOG_INFO,
+                            "msg=\"closing connection: no HTTP/2 preface and SETTINGS within "
+                            "the handshake timeout\" timeout_ms=%u",
+                            lim->handshake_timeout_ms);
+            h2_conn_close(conn);
+        }
+        return;
+    }
+    if (!conn->calls && lim->idle_timeout_ms &&
+        now - conn->idle_since_us >= (int64_t)lim->idle_timeout_ms * 1000) {
+        STAT_ADD(srv, conns_idle_closed, 1);
+        conn_goaway_close(conn, "idle");
+        return;
+    }
+    if (lim->slow_request_window_ms)
+        conn_check_slow(conn, now);
+}
+
+/* ---- accepting ---- */
+
+/* At connections_max: a SETTINGS and a GOAWAY written straight to the new socket (no session is
+ * made for it), then closed, so a client learns it was refused rather than cut off. */
+static void conn_refuse(rpc_server *srv, int fd) {
+    static const char debug[] = "server at its connection limit (--max-connections)";
+    uint8_t f[9 + 9 + 8 + sizeof debug - 1] = {0};
+    f[3] = NGHTTP2_SETTINGS; /* an empty SETTINGS: the server preface */
+    size_t glen = 8 + sizeof debug - 1;
+    f[9 + 1] = (uint8_t)(glen >> 8);
+    f[9 + 2] = (uint8_t)glen;
+    f[9 + 3] = NGHTTP2_GOAWAY; /* last stream 0, NO_ERROR: nothing was processed */
+    memcpy(f + 9 + 9 + 8, debug, sizeof debug - 1);
+    ssize_t w = send(fd, f, sizeof f, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w; /* best effort: the close says it too */
+    shutdown(fd, SHUT_WR);
+    uint8_t sink[512]; /* unread input would turn the close into a reset that loses the GOAWAY */
+    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+        ;
+    close(fd);
+    STAT_ADD(srv, conns_refused, 1);
+    RPC_LOG_LIMITED(ST_LOG_WARN,
+                    "msg=\"refusing connection: at the connection limit\" max=%u "
+                    "hint=\"raise --max-connections (and ulimit -n) or add servers\"",
+                    srv->limits.connections_max);
+}
+
+static void accept_resume_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rpc_server *srv = arg;
+    srv->accept_paused = false;
+    for (size_t i = 0; i < srv->listeners_len; i++)
+        evconnlistener_enable(srv->listeners[i]);
+}
+
+/* accept() failed. Out of descriptors or memory, the pending connection stays queued and the
+ * listening socket stays readable: accepting again at once would spin. The listeners pause for a
+ * backoff that doubles while failures go on (reset by the next accepted connection). */
+static void accept_error_cb(struct evconnlistener *l, void *arg) {
+    (void)l;
+    rpc_server *srv = arg;
+    int e = EVUTIL_SOCKET_ERROR();
+    STAT_ADD(srv, accept_errors, 1);
+    bool starved = e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
+    if (!starved) {
+        RPC_LOG_LIMITED(ST_LOG_WARN, "msg=\"accept failed\" err=\"%s\"", strerror(e));
+        return;
+    }
+    srv->accept_backoff_ms = srv->accept_backoff_ms == 0 ? ACCEPT_BACKOFF_MS_MIN
+                             : srv->accept_backoff_ms >= ACCEPT_BACKOFF_MS_MAX / 2
+                                 ? ACCEPT_BACKOFF_MS_MAX
+                                 : srv->accept_backoff_ms * 2;
+    RPC_LOG_LIMITED(ST_LOG_WARN,
+                    "msg=\"cannot accept connections: %s; pausing accepts\" pause_ms=%u "
+                    "hint=\"raise ulimit -n or lower --max-connections\"",
+                    strerror(e), srv->accept_backoff_ms);
+    if (srv->accept_paused)
+        return;
+    struct timeval tv = {srv->accept_backoff_ms / 1000, (srv->accept_backoff_ms % 1000) * 1000};
+    for (size_t i = 0; i < srv->listeners_len; i++)
+        evconnlistener_disable(srv->listeners[i]);
+    srv->accept_paused = true;
+    if (event_add(srv->accept_ev, &tv) != 0)
+        accept_resume_cb(-1, 0, srv); /* cannot pause: better to spin than to stop serving */
+}
+
+/* Arms the connection's periodic timer (the timeouts), when any timeout is on. */
+static bool conn_timer_start(h2_conn *conn) {
+    rpc_server *srv = conn->srv;
+    if (srv->conn_tick.tv_sec == 0 && srv->conn_tick.tv_usec == 0)
+        return true;
+    conn->timer_ev = event_new(srv->base, -1, EV_PERSIST, conn_timer_cb, conn);
+    return conn->timer_ev && event_add(conn->timer_ev, &srv->conn_tick) == 0;
+}
+
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr,
                       int addrlen, void *arg) {
     (void)l;
-    (void)addr;
     (void)addrlen;
     rpc_server *srv = arg;
+    srv->accept_backoff_ms = 0;
+    if (!rpc_conn_slot_take(srv->limits.connections_max)) {
+        conn_refuse(srv, fd);
+        return;
+    }
     h2_conn *conn = calloc(1, sizeof(*conn));
     if (!conn) {
+        rpc_conn_slot_put();
         close(fd);
         return;
     }
     conn->srv = srv;
+    conn->slot = true;
+    conn->accepted_us = st_mono_us();
     conn->tp = srv->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
     conn->direct = srv->opts.ssl_ctx == NULL;
     conn->next = srv->conns;
@@ -1038,19 +1271,14 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn->flush_ev = event_new(srv->base, -1, 0, conn_flush_cb, conn);
     conn->bev = conn->tp->bev_new(srv->base, fd, srv->opts.ssl_ctx, true, NULL);
-    if (!conn->bev || !conn->flush_ev) {
+    if (!conn->bev || !conn->flush_ev || !conn_timer_start(conn)) {
         h2_conn_close(conn);
         return;
     }
     bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
     bufferevent_setwatermark(conn->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
-    if (srv->opts.ssl_ctx) { /* a peer that never finishes its handshake is dropped */
-        struct timeval tv = {H2_HANDSHAKE_TIMEOUT_MS / 1000,
-                             (H2_HANDSHAKE_TIMEOUT_MS % 1000) * 1000};
-        bufferevent_set_timeouts(conn->bev, &tv, &tv);
-    }
     /* A direct connection reads with its own event and arms the bufferevent's write event only
-     * while the socket is full. */
+     * while the socket is full. (A TLS handshake that never ends: the handshake timeout.) */
     bool armed;
     if (conn->direct) {
         conn->read_ev = event_new(srv->base, bufferevent_getfd(conn->bev), EV_READ | EV_PERSIST,
@@ -1132,6 +1360,28 @@ st_code rpc_server_post(rpc_server *s, void (*fn)(void *arg), void *arg) {
     return rc;
 }
 
+/* Copies the process's limits and derives the connections' timer period: half the shortest
+ * timeout, so each fires at most half its length late. */
+static void server_limits_init(rpc_server *s) {
+    rpc_limits_get(&s->limits);
+    if (!s->limits.connections_max)
+        s->limits.connections_max = rpc_connections_max_auto();
+    uint32_t t[] = {s->limits.handshake_timeout_ms, s->limits.idle_timeout_ms,
+                    s->limits.slow_request_window_ms};
+    uint32_t tick = UINT32_MAX;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (t[i] && t[i] / 2 < tick)
+            tick = t[i] / 2;
+    if (tick == UINT32_MAX)
+        return; /* no timeouts: no timers */
+    if (tick < CONN_TICK_MS_MIN)
+        tick = CONN_TICK_MS_MIN;
+    if (tick > CONN_TICK_MS_MAX)
+        tick = CONN_TICK_MS_MAX;
+    s->conn_tick.tv_sec = tick / 1000;
+    s->conn_tick.tv_usec = (suseconds_t)(tick % 1000) * 1000;
+}
+
 rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts, st_err *err) {
     h2_logging_init();
     rpc_server *s = calloc(1, sizeof(*s));
@@ -1150,12 +1400,14 @@ rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts,
         s->opts.send_queue_bytes_max = RPC_SEND_QUEUE_BYTES_DEFAULT;
     if (!s->opts.streams_max)
         s->opts.streams_max = RPC_STREAMS_MAX_DEFAULT;
+    server_limits_init(s);
     pthread_mutex_init(&s->post_mu, NULL);
     rpc_metrics_init(&s->metrics);
     s->post_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->post_fd < 0 ||
         !(s->post_ev = event_new(base, s->post_fd, EV_READ | EV_PERSIST, post_cb, s)) ||
-        event_add(s->post_ev, NULL) != 0) {
+        event_add(s->post_ev, NULL) != 0 ||
+        !(s->accept_ev = evtimer_new(base, accept_resume_cb, s))) {
         st_err_set(err, ST_INTERNAL, "cannot set up the server's post queue: %s", strerror(errno));
         rpc_server_free(s);
         return NULL;
@@ -1208,6 +1460,7 @@ st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16
     if (!l)
         return st_err_set(err, ST_UNAVAILABLE, "cannot listen on %s:%u: %s; is the port in use?",
                           host ? host : "*", port, strerror(errno));
+    evconnlistener_set_error_cb(l, accept_error_cb);
     s->listeners[s->listeners_len++] = l;
     if (bound_port) {
         struct sockaddr_storage ss;
@@ -1302,6 +1555,7 @@ st_code rpc_server_listen_unix(rpc_server *s, const char *path, st_err *err) {
         unlink(path);
         return rc;
     }
+    evconnlistener_set_error_cb(l, accept_error_cb);
     s->listeners[s->listeners_len++] = l;
     return ST_OK;
 }
@@ -1316,6 +1570,8 @@ void rpc_server_free(rpc_server *s) {
         h2_conn_close(s->conns);
     if (s->post_ev)
         event_free(s->post_ev);
+    if (s->accept_ev)
+        event_free(s->accept_ev);
     if (s->post_fd >= 0)
         close(s->post_fd);
     for (post_item *it = s->post_head, *next; it; it = next) {
@@ -1344,6 +1600,14 @@ void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out) {
     out->queued_bytes = __atomic_load_n(&s->stats.queued_bytes, __ATOMIC_RELAXED);
     out->queued_bytes_peak = __atomic_load_n(&s->stats.queued_bytes_peak, __ATOMIC_RELAXED);
     out->bad_streams = __atomic_load_n(&s->stats.bad_streams, __ATOMIC_RELAXED);
+    out->calls_refused_memory = __atomic_load_n(&s->stats.calls_refused_memory, __ATOMIC_RELAXED);
+    out->calls_slow = __atomic_load_n(&s->stats.calls_slow, __ATOMIC_RELAXED);
+    out->conns_refused = __atomic_load_n(&s->stats.conns_refused, __ATOMIC_RELAXED);
+    out->conns_idle_closed = __atomic_load_n(&s->stats.conns_idle_closed, __ATOMIC_RELAXED);
+    out->conns_handshake_closed =
+        __atomic_load_n(&s->stats.conns_handshake_closed, __ATOMIC_RELAXED);
+    out->accept_errors = __atomic_load_n(&s->stats.accept_errors, __ATOMIC_RELAXED);
+    out->buffered_request_bytes = rpc_mem_buffered();
 }
 
 void rpc_server_metrics_render(rpc_server *s, prom_out *o) {
@@ -1373,6 +1637,26 @@ void rpc_server_metrics_render(rpc_server *s, prom_out *o) {
          offsetof(rpc_server_stats, queued_bytes)},
         {"strata_rpc_server_queued_bytes_peak", "gauge", "High-water mark of queued bytes.",
          offsetof(rpc_server_stats, queued_bytes_peak)},
+        {"strata_rpc_server_calls_refused_memory_total", "counter",
+         "Calls refused because the process buffered its maximum of request bytes.",
+         offsetof(rpc_server_stats, calls_refused_memory)},
+        {"strata_rpc_server_calls_slow_total", "counter",
+         "Calls ended because their request arrived slower than the minimum rate.",
+         offsetof(rpc_server_stats, calls_slow)},
+        {"strata_rpc_server_connections_refused_total", "counter",
+         "Connections refused at the connection limit.", offsetof(rpc_server_stats, conns_refused)},
+        {"strata_rpc_server_connections_idle_closed_total", "counter",
+         "Connections closed after the idle timeout.",
+         offsetof(rpc_server_stats, conns_idle_closed)},
+        {"strata_rpc_server_connections_handshake_closed_total", "counter",
+         "Connections closed for not completing the handshake in time.",
+         offsetof(rpc_server_stats, conns_handshake_closed)},
+        {"strata_rpc_server_accept_errors_total", "counter",
+         "accept() failures (out of descriptors: the listeners pause).",
+         offsetof(rpc_server_stats, accept_errors)},
+        {"strata_rpc_buffered_request_bytes", "gauge",
+         "Request bytes buffered by all calls of the process.",
+         offsetof(rpc_server_stats, buffered_request_bytes)},
     };
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
         uint64_t v;

@@ -120,6 +120,13 @@ typedef struct rpc_server_stats {
     uint64_t queued_bytes;      /* response bytes queued in calls, not yet given to HTTP/2 */
     uint64_t queued_bytes_peak; /* high-water mark of queued_bytes */
     uint64_t bad_streams;       /* streams ended with an error status by the layer itself */
+    uint64_t calls_refused_memory; /* refused: buffered_request_bytes_max reached */
+    uint64_t calls_slow;           /* ended: their request arrived too slowly */
+    uint64_t conns_refused;        /* closed at accept: connections_max reached */
+    uint64_t conns_idle_closed;    /* closed after idle_timeout_ms without calls */
+    uint64_t conns_handshake_closed; /* closed: no preface+SETTINGS within handshake_timeout_ms */
+    uint64_t accept_errors;        /* accept() failures (EMFILE...): each pauses the listeners */
+    uint64_t buffered_request_bytes; /* process-wide: request bytes buffered by all calls now */
 } rpc_server_stats;
 
 /* NULL on failure (err says why). opts may be NULL. Free with rpc_server_free. */
@@ -174,6 +181,53 @@ int rpc_loop_run(struct event_base *base, unsigned spin_us);
 bool rpc_loop_poll_parse(const char *text, unsigned *spin_us);
 /* Any thread (counters are read atomically one by one). */
 void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out);
+
+/* ---- process-wide limits of the servers (every server of the process shares them) ----
+ * What a peer can make a server hold is bounded across connections: the request bytes buffered
+ * by all calls, the connections open, and how long a connection may sit without doing its part
+ * (finishing its handshake, opening calls, sending the request it announced). */
+typedef struct rpc_limits {
+    /* Request bytes buffered by all calls of all servers; a call whose message would go past it
+     * ends with RESOURCE_EXHAUSTED as soon as its gRPC prefix announces the length. */
+    size_t buffered_request_bytes_max;
+    /* Server connections open at once; further ones get a GOAWAY and are closed. 0 (in
+     * rpc_limits_default) = automatic: 3/4 of RLIMIT_NOFILE, at most RPC_CONNECTIONS_MAX_AUTO. */
+    uint32_t connections_max;
+    uint32_t idle_timeout_ms; /* a connection with no open call this long is closed; 0: never */
+    /* From accept to the client's HTTP/2 preface and SETTINGS (TLS handshake included); 0: none */
+    uint32_t handshake_timeout_ms;
+    /* A request still arriving must bring request_bytes_per_s_min over each such window, or
+     * the call ends with RESOURCE_EXHAUSTED (slow clients); 0: no check. */
+    uint32_t slow_request_window_ms;
+    uint32_t request_bytes_per_s_min;
+} rpc_limits;
+
+#define RPC_BUFFERED_REQUEST_BYTES_DEFAULT ((size_t)256 << 20)
+#define RPC_CONNECTIONS_MAX_AUTO 10000u
+#define RPC_IDLE_TIMEOUT_MS_DEFAULT 300000u
+#define RPC_HANDSHAKE_TIMEOUT_MS_DEFAULT 10000u
+#define RPC_SLOW_REQUEST_WINDOW_MS_DEFAULT 30000u
+#define RPC_REQUEST_BYTES_PER_S_MIN_DEFAULT 1024u
+
+/* The defaults above (connections_max 0: automatic). */
+void rpc_limits_default(rpc_limits *l);
+/* Sets the limits of servers created from now on (rpc_server_new copies them); call before
+ * starting servers, from one thread. Until called, the defaults apply. */
+void rpc_limits_set(const rpc_limits *l);
+void rpc_limits_get(rpc_limits *out);
+/* Command-line flags of the servers (strata-node, strata-router): when flag is one of
+ * RPC_LIMITS_FLAGS_USAGE's, parses value into l and returns 1 (consumed) or -1 (bad or missing
+ * value; err says why); 0 when flag is not one of them. */
+int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *err);
+#define RPC_LIMITS_FLAGS_USAGE                                                                     \
+    "Connection limits (docs/operations.md, Connection limits and timeouts):\n"                   \
+    "--max-buffered-request-bytes N  request bytes buffered by all calls (default 256 MiB)\n"    \
+    "--max-connections N     connections open at once (default 3/4 of ulimit -n, <= 10000)\n"    \
+    "--idle-timeout-s N      close connections without calls after N s (default 300; 0 never)\n" \
+    "--handshake-timeout-ms N  HTTP/2 preface+SETTINGS (and TLS) within N ms (default 10000)\n"  \
+    "--slow-client-timeout-ms N  a request must bring --min-request-bytes-per-s over each N ms\n" \
+    "                        (default 30000; 0: no check)\n"                                       \
+    "--min-request-bytes-per-s N  (default 1024)\n"
 
 /* ---- the server side of one call (loop thread only) ---- */
 /* Request metadata by lower-case name ("authorization", "x-goog-request-params",
