@@ -36,6 +36,7 @@ static void usage(FILE *out) {
             "--poll-us N keeps polling the sockets N microseconds after the last message before\n"
             "sleeping (default 50; 0: never), which saves a wake-up per message when few calls\n"
             "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n");
+    fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -52,6 +53,10 @@ int main(int argc, char **argv) {
     const char *unix_path = NULL;
     uint16_t mport = 0;
     unsigned poll_us = RPC_LOOP_POLL_US_DEFAULT;
+    rpc_limits limits; /* --max-connections and the other flags of strata/rpc.h */
+    rpc_limits_default(&limits);
+    st_err lim_err = {0};
+    int lim_rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -89,6 +94,12 @@ int main(int argc, char **argv) {
                         RPC_LOOP_POLL_US_MAX);
                 return 2;
             }
+        } else if ((lim_rc = rpc_limits_flag(&limits, a, v, &lim_err)) != 0) {
+            if (lim_rc < 0) {
+                fprintf(stderr, "strata-node: %s\n", lim_err.msg);
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--verbose"))
             st_log_set_level(ST_LOG_DEBUG);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -105,6 +116,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     o.listen_host = host;
+    rpc_limits_set(&limits);
     signal(SIGPIPE, SIG_IGN);
     struct event_base *base = event_base_new();
     node_ctx *n;

@@ -150,8 +150,9 @@ int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *
             continue;
         uint64_t v;
         if (!parse_u64(value, f[i].sized, f[i].max, &v) || v < f[i].min) {
-            st_err_set(err, ST_INVALID_ARGUMENT, "%s takes an integer from %llu to %llu%s, not '%s'",
-                       f[i].name, (unsigned long long)f[i].min, (unsigned long long)f[i].max,
+            st_err_set(err, ST_INVALID_ARGUMENT,
+                       "%s takes an integer from %llu to %llu%s, not '%s'", f[i].name,
+                       (unsigned long long)f[i].min, (unsigned long long)f[i].max,
                        f[i].sized ? " (k, m or g suffix allowed)" : "", value ? value : "");
             return -1;
         }

@@ -74,9 +74,9 @@ struct rpc_server {
     size_t post_len;
     int post_fd;
     struct event *post_ev;
-    rpc_server_stats stats; /* updated and read with __atomic builtins */
-    rpc_metrics metrics;    /* per-method counters and latencies (loop thread; rpc_metrics.h) */
-    rpc_limits limits;      /* the process's limits when created; connections_max resolved */
+    rpc_server_stats stats;   /* updated and read with __atomic builtins */
+    rpc_metrics metrics;      /* per-method counters and latencies (loop thread; rpc_metrics.h) */
+    rpc_limits limits;        /* the process's limits when created; connections_max resolved */
     struct timeval conn_tick; /* period of each connection's timer (zero: no timer) */
     /* accept() failed for lack of descriptors or memory: the listeners pause and accept_ev
      * resumes them after accept_backoff_ms, which doubles while failures go on. */
@@ -133,9 +133,9 @@ struct rpc_call {
     struct event *deadline_ev; /* NULL, or the timer at the end of the call's allocation */
     rpc_deframer deframer;
     st_buf request;
-    size_t request_skip;  /* bytes before the message in request (a taken deframer buffer) */
-    size_t request_bytes; /* reserved in conn->request_bytes (given back when detached) */
-    size_t mem_reserved;  /* reserved in the process's budget (given back when released) */
+    size_t request_skip;     /* bytes before the message in request (a taken deframer buffer) */
+    size_t request_bytes;    /* reserved in conn->request_bytes (given back when detached) */
+    size_t mem_reserved;     /* reserved in the process's budget (given back when released) */
     size_t request_received; /* request DATA bytes so far */
     int64_t slow_mark_us;    /* the slow-request check's window start ... */
     size_t slow_mark_bytes;  /* ... and request_received then */
@@ -592,8 +592,8 @@ static void call_fail(rpc_call *call, st_code code, const char *msg) {
         return;
     if (call->conn)
         STAT_ADD(call->conn->srv, bad_streams, 1);
-    RPC_LOG_LIMITED(ST_LOG_DEBUG, "msg=\"stream failed\" code=%s detail=\"%s\"",
-                    st_code_name(code), msg);
+    RPC_LOG_LIMITED(ST_LOG_DEBUG, "msg=\"stream failed\" code=%s detail=\"%s\"", st_code_name(code),
+                    msg);
     call_finish_internal(call, code, msg);
 }
 
@@ -1169,6 +1169,7 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg) {
  * made for it), then closed, so a client learns it was refused rather than cut off. */
 static void conn_refuse(rpc_server *srv, int fd) {
     static const char debug[] = "server at its connection limit (--max-connections)";
+    STAT_ADD(srv, conns_refused, 1); /* counted before the peer can see the close */
     uint8_t f[9 + 9 + 8 + sizeof debug - 1] = {0};
     f[3] = NGHTTP2_SETTINGS; /* an empty SETTINGS: the server preface */
     size_t glen = 8 + sizeof debug - 1;
@@ -1183,7 +1184,6 @@ static void conn_refuse(rpc_server *srv, int fd) {
     while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
         ;
     close(fd);
-    STAT_ADD(srv, conns_refused, 1);
     RPC_LOG_LIMITED(ST_LOG_WARN,
                     "msg=\"refusing connection: at the connection limit\" max=%u "
                     "hint=\"raise --max-connections (and ulimit -n) or add servers\"",

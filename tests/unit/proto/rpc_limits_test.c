@@ -169,8 +169,8 @@ static bool read_to_eof(int fd, bool *goaway) {
         st_buf_append(&in, buf, (size_t)n);
     *goaway = false;
     for (size_t off = 0; off + 9 <= in.len;) {
-        size_t len = ((size_t)in.data[off] << 16) | ((size_t)in.data[off + 1] << 8) |
-                     in.data[off + 2];
+        size_t len =
+            ((size_t)in.data[off] << 16) | ((size_t)in.data[off + 1] << 8) | in.data[off + 2];
         if (in.data[off + 3] == NGHTTP2_GOAWAY)
             *goaway = true;
         off += 9 + len;
@@ -268,8 +268,8 @@ static void test_rpc_limits_buffered_request_bytes(void **state) {
     for (int i = 0; i < N; i++) {
         c[i] = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
         assert_non_null(c[i]);
-        assert_int_equal(rpc_client_unary(c[i], "/t.T/Hold", st_slice_make(big, n), NULL, 0,
-                                          60000, on_unary, &m.r),
+        assert_int_equal(rpc_client_unary(c[i], "/t.T/Hold", st_slice_make(big, n), NULL, 0, 60000,
+                                          on_unary, &m.r),
                          ST_OK);
     }
     assert_true(run_until(base, mem_settled, &m));
@@ -280,7 +280,8 @@ static void test_rpc_limits_buffered_request_bytes(void **state) {
     assert_non_null(strstr(m.r.message, "--max-buffered-request-bytes"));
     rpc_server_stats st = stats_of(f);
     assert_int_equal(st.calls_refused_memory, 2);
-    assert_true(st.buffered_request_bytes >= 2 * n && st.buffered_request_bytes <= l.buffered_request_bytes_max);
+    assert_true(st.buffered_request_bytes >= 2 * n &&
+                st.buffered_request_bytes <= l.buffered_request_bytes_max);
     /* The held calls complete; their reservations go back. */
     assert_int_equal(rpc_server_post(f->sv.srv, hold_release, &f->sv), ST_OK);
     assert_true(run_until(base, mem_all_done, &m));
@@ -420,8 +421,8 @@ static void test_rpc_limits_slow_request(void **state) {
     fixture *f = fixture_start(&l);
     uint8_t body[64] = {0};
     rpc_frame_prefix(body, 100000);
-    raw_call r = {.fd = raw_tcp_connect(f->port, 0), .body = body, .body_len = 100005,
-                  .grpc_status = -1};
+    raw_call r = {
+        .fd = raw_tcp_connect(f->port, 0), .body = body, .body_len = 100005, .grpc_status = -1};
     assert_true(r.fd >= 0);
     st_buf_init(&r.data);
     nghttp2_session *s = raw_session(&r, false);
@@ -596,17 +597,17 @@ static void test_rpc_limits_out_of_descriptors(void **state) {
     print_message("out of descriptors for 1 s: accept errors=%llu log lines=%d child cpu=%ld "
                   "ticks\n",
                   errors, lines, cpu1 - cpu0);
+    assert_true(lines <= 3);   /* one line per 10 s and call site */
     assert_true(errors >= 1);  /* it did run out */
     assert_true(errors <= 50); /* paused: a spinning accept fails ~10^5 times a second */
-    assert_true(lines <= 3);   /* one line per 10 s and call site */
     for (int i = 0; i < FLOOD; i++)
         close(fds[i]);
     /* Descriptors free again: served (after the current pause, at most a few seconds). */
     st_err status = {0};
     st_code rc = ST_UNAVAILABLE;
     for (int i = 0; i < 100 && rc != ST_OK; i++) {
-        rc = rpc_blocking_unary(addr, NULL, "/t.T/Echo", ST_SLICE_LIT("back"), NULL, 0, 30000,
-                                NULL, &status);
+        rc = rpc_blocking_unary(addr, NULL, "/t.T/Echo", ST_SLICE_LIT("back"), NULL, 0, 30000, NULL,
+                                &status);
         if (rc != ST_OK)
             sleep_ms(50);
     }

@@ -115,17 +115,17 @@ typedef struct rpc_server_stats {
     uint64_t conns_accepted;
     uint64_t conns_open;
     uint64_t calls_started;
-    uint64_t calls_active;      /* calls whose stream is open */
-    uint64_t calls_cancelled;   /* by RST_STREAM, connection loss or deadline */
-    uint64_t queued_bytes;      /* response bytes queued in calls, not yet given to HTTP/2 */
-    uint64_t queued_bytes_peak; /* high-water mark of queued_bytes */
-    uint64_t bad_streams;       /* streams ended with an error status by the layer itself */
-    uint64_t calls_refused_memory; /* refused: buffered_request_bytes_max reached */
-    uint64_t calls_slow;           /* ended: their request arrived too slowly */
-    uint64_t conns_refused;        /* closed at accept: connections_max reached */
-    uint64_t conns_idle_closed;    /* closed after idle_timeout_ms without calls */
+    uint64_t calls_active;           /* calls whose stream is open */
+    uint64_t calls_cancelled;        /* by RST_STREAM, connection loss or deadline */
+    uint64_t queued_bytes;           /* response bytes queued in calls, not yet given to HTTP/2 */
+    uint64_t queued_bytes_peak;      /* high-water mark of queued_bytes */
+    uint64_t bad_streams;            /* streams ended with an error status by the layer itself */
+    uint64_t calls_refused_memory;   /* refused: buffered_request_bytes_max reached */
+    uint64_t calls_slow;             /* ended: their request arrived too slowly */
+    uint64_t conns_refused;          /* closed at accept: connections_max reached */
+    uint64_t conns_idle_closed;      /* closed after idle_timeout_ms without calls */
     uint64_t conns_handshake_closed; /* closed: no preface+SETTINGS within handshake_timeout_ms */
-    uint64_t accept_errors;        /* accept() failures (EMFILE...): each pauses the listeners */
+    uint64_t accept_errors;          /* accept() failures (EMFILE...): each pauses the listeners */
     uint64_t buffered_request_bytes; /* process-wide: request bytes buffered by all calls now */
 } rpc_server_stats;
 
@@ -220,12 +220,12 @@ void rpc_limits_get(rpc_limits *out);
  * value; err says why); 0 when flag is not one of them. */
 int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *err);
 #define RPC_LIMITS_FLAGS_USAGE                                                                     \
-    "Connection limits (docs/operations.md, Connection limits and timeouts):\n"                   \
-    "--max-buffered-request-bytes N  request bytes buffered by all calls (default 256 MiB)\n"    \
-    "--max-connections N     connections open at once (default 3/4 of ulimit -n, <= 10000)\n"    \
-    "--idle-timeout-s N      close connections without calls after N s (default 300; 0 never)\n" \
-    "--handshake-timeout-ms N  HTTP/2 preface+SETTINGS (and TLS) within N ms (default 10000)\n"  \
-    "--slow-client-timeout-ms N  a request must bring --min-request-bytes-per-s over each N ms\n" \
+    "Connection limits (docs/operations.md, Connection limits and timeouts):\n"                    \
+    "--max-buffered-request-bytes N  request bytes buffered by all calls (default 256 MiB)\n"      \
+    "--max-connections N     connections open at once (default 3/4 of ulimit -n, <= 10000)\n"      \
+    "--idle-timeout-s N      close connections without calls after N s (default 300; 0 never)\n"   \
+    "--handshake-timeout-ms N  HTTP/2 preface+SETTINGS (and TLS) within N ms (default 10000)\n"    \
+    "--slow-client-timeout-ms N  a request must bring --min-request-bytes-per-s over each N ms\n"  \
     "                        (default 30000; 0: no check)\n"                                       \
     "--min-request-bytes-per-s N  (default 1024)\n"
 
