@@ -188,7 +188,8 @@ void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out);
  * (finishing its handshake, opening calls, sending the request it announced). */
 typedef struct rpc_limits {
     /* Request bytes buffered by all calls of all servers; a call whose message would go past it
-     * ends with RESOURCE_EXHAUSTED as soon as its gRPC prefix announces the length. */
+     * ends with RESOURCE_EXHAUSTED as soon as its gRPC prefix announces the length (a call
+     * arriving when nothing is buffered is always admitted). */
     size_t buffered_request_bytes_max;
     /* Server connections open at once; further ones get a GOAWAY and are closed. 0 (in
      * rpc_limits_default) = automatic: 3/4 of RLIMIT_NOFILE, at most RPC_CONNECTIONS_MAX_AUTO. */
