@@ -1,4 +1,5 @@
-/* Private to proto/rpc: the transport table shared by server and client connections. */
+/* Private to proto/rpc: what the server and the client share below strata/rpc.h (fixed sizes,
+ * the transport table, the write queue, the per-thread caches, the process-wide limits). */
 #ifndef STRATA_RPC_INTERNAL_H
 #define STRATA_RPC_INTERNAL_H
 
@@ -7,7 +8,17 @@
 #include <nghttp2/nghttp2.h>
 #include <openssl/ssl.h>
 
+#include "frame.h"
 #include "strata/rpc.h"
+
+/* ---- the layer's fixed sizes and windows ---- */
+#define H2_CONN_OUTPUT_HIGH_WATER_BYTES ((size_t)1 << 20) /* socket output stops filling here */
+#define H2_CONN_REQUEST_BYTES_MAX ((size_t)512 << 20)     /* request bytes buffered per conn */
+#define H2_STREAM_WINDOW_BYTES ((int32_t)1 << 20)         /* HTTP/2 initial stream window */
+#define H2_CONN_WINDOW_BYTES ((int32_t)16 << 20)          /* HTTP/2 connection window */
+#define RPC_CALL_ARENA_BLOCK_BYTES ((size_t)4096)
+#define H2_HANDSHAKE_TIMEOUT_MS 10000 /* client: connect (+ TLS handshake); servers: rpc_limits */
+#define RPC_REFUSED_RETRIES_MAX 8     /* client resubmits of a request refused unprocessed */
 
 /* Plain and TLS connections share one table of operations (Redis's ConnectionType): how to wrap
  * a socket in a bufferevent, and whether the handshake settled on HTTP/2. */
@@ -56,7 +67,6 @@ typedef struct h2_wbuf {
     size_t nretired;
 } h2_wbuf;
 
-void h2_wbuf_init(h2_wbuf *w);
 void h2_wbuf_free(h2_wbuf *w);
 /* Forgets what is queued without writing it (the connection is closing). */
 void h2_wbuf_drop(h2_wbuf *w);

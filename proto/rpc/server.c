@@ -1587,10 +1587,6 @@ void rpc_server_free(rpc_server *s) {
     free(s);
 }
 
-struct event_base *rpc_server_base(rpc_server *s) {
-    return s->base;
-}
-
 void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out) {
     out->conns_accepted = __atomic_load_n(&s->stats.conns_accepted, __ATOMIC_RELAXED);
     out->conns_open = __atomic_load_n(&s->stats.conns_open, __ATOMIC_RELAXED);

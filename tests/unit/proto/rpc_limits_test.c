@@ -30,6 +30,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "raw_h2.h"
+#include "frame.h" /* the deframer and wire encodings (private to proto/rpc) */
 #include "strata/rpc.h"
 
 static void sleep_ms(int ms) {

@@ -32,6 +32,7 @@
 #include <openssl/x509v3.h>
 
 #include "raw_h2.h"
+#include "frame.h" /* the deframer and wire encodings (private to proto/rpc) */
 #include "strata/rpc.h"
 
 /* ---- small helpers ---- */

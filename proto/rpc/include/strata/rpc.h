@@ -35,63 +35,12 @@ struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
 #define RPC_STREAMS_MAX_DEFAULT 256u                      /* SETTINGS_MAX_CONCURRENT_STREAMS */
 #define RPC_HEADER_BYTES_MAX ((size_t)64 << 10)           /* request metadata per stream */
 #define RPC_HEADERS_COUNT_MAX 64u                         /* request metadata entries per stream */
-#define H2_CONN_OUTPUT_HIGH_WATER_BYTES ((size_t)1 << 20) /* socket output stops filling here */
-#define H2_CONN_REQUEST_BYTES_MAX ((size_t)512 << 20)     /* request bytes buffered per conn */
-#define H2_STREAM_WINDOW_BYTES ((int32_t)1 << 20)         /* HTTP/2 initial stream window */
-#define H2_CONN_WINDOW_BYTES ((int32_t)16 << 20)          /* HTTP/2 connection window */
-#define RPC_CALL_ARENA_BLOCK_BYTES ((size_t)4096)
-#define H2_HANDSHAKE_TIMEOUT_MS 10000 /* server: TLS handshake; client: connect (+ handshake) */
-#define RPC_POST_QUEUE_MAX ((size_t)1 << 20) /* pending rpc_server_post functions */
-#define RPC_GRPC_MESSAGE_MAX 1024            /* bytes of grpc-message text kept */
-#define RPC_REFUSED_RETRIES_MAX 8            /* client resubmits of a request refused unprocessed */
+#define RPC_POST_QUEUE_MAX ((size_t)1 << 20)              /* pending rpc_server_post functions */
+#define RPC_GRPC_MESSAGE_MAX 1024                         /* bytes of grpc-message text kept */
 #define RPC_SEND_HEADROOM 5 /* bytes free at the front of an rpc_call_send_buf message (prefix) */
 
 #define RPC_UNIX_PATH_MAX 107   /* a Unix socket path's bytes: sun_path holds 108 with the NUL */
 #define RPC_UNIX_PREFIX "unix:" /* addresses of the blocking helpers naming a Unix socket */
-
-/* ---- the gRPC length-prefixed message deframer (exposed for the fuzz target and tests) ----
- * Each message is 1 flag byte (0 = plain, 1 = compressed), a 4-byte big-endian length, then the
- * bytes. Messages may be split across DATA frames and several may share one. */
-typedef struct rpc_deframer {
-    uint8_t prefix[5];
-    size_t prefix_len;   /* bytes of prefix[] filled */
-    size_t msg_len;      /* length announced by the prefix */
-    st_buf msg;          /* the message being reassembled after a copy of its prefix (so it can be
-                            sent on with rpc_call_send_buf); grows as bytes arrive */
-    size_t bytes_max;    /* largest accepted message */
-    uint64_t messages;   /* complete messages delivered */
-    bool delivering_buf; /* inside on_msg for a message in msg: rpc_deframer_take may take it */
-} rpc_deframer;
-
-/* Called once per complete message; the slice is valid only during the call. Return ST_OK to go
- * on; any other code stops rpc_deframer_feed, which returns it. */
-typedef st_code (*rpc_deframer_msg_fn)(st_slice msg, void *arg);
-
-void rpc_deframer_init(rpc_deframer *d, size_t bytes_max);
-void rpc_deframer_deinit(rpc_deframer *d);
-/* Feeds bytes; calls on_msg for each message completed. Errors (the stream is then dead):
- * UNIMPLEMENTED for a compressed message (we negotiate no compression), INTERNAL for a flag byte
- * other than 0/1, RESOURCE_EXHAUSTED for a message over bytes_max or out of memory. */
-st_code rpc_deframer_feed(rpc_deframer *d, const uint8_t *data, size_t len, st_err *err,
-                          rpc_deframer_msg_fn on_msg, void *arg);
-/* Only inside on_msg: moves the message's buffer into *out (RPC_SEND_HEADROOM bytes, then the
- * message the slice points at, so the slice stays valid in *out) and keeps out's previous memory
- * for the next message. False, changing nothing, when the message was not reassembled in a
- * buffer (it came whole in one chunk, or is empty) or was already taken: copy the slice then. */
-bool rpc_deframer_take(rpc_deframer *d, st_buf *out);
-/* At end of stream: INTERNAL when a message was cut short, else ST_OK. */
-st_code rpc_deframer_finish(const rpc_deframer *d, st_err *err);
-/* Writes the 5-byte prefix for a plain message of len bytes. */
-void rpc_frame_prefix(uint8_t out[5], uint32_t len);
-
-/* grpc-timeout text ("100m", "5S", "2H"...) to microseconds; false if malformed. */
-bool rpc_timeout_parse(const char *text, size_t len, int64_t *timeout_us);
-/* Microseconds to grpc-timeout text (at most 8 digits plus unit, rounded up). */
-void rpc_timeout_format(int64_t timeout_us, char out[16]);
-/* Percent-encodes a grpc-message (bytes outside 0x20..0x7e and '%') into out (NUL-terminated,
- * truncated to fit); rpc_percent_decode is its inverse (invalid escapes kept literally). */
-void rpc_percent_encode(const char *in, char *out, size_t out_size);
-void rpc_percent_decode(const char *in, size_t in_len, char *out, size_t out_size);
 
 /* ---- server ---- */
 typedef struct rpc_server rpc_server;
@@ -165,7 +114,6 @@ typedef struct rpc_post {
  * no cross-thread free. item must stay valid until fn starts; the server does not touch it once
  * fn has started (fn may free it). RESOURCE_EXHAUSTED only when the queue is full. */
 st_code rpc_server_post_item(rpc_server *s, rpc_post *item, void (*fn)(void *arg), void *arg);
-struct event_base *rpc_server_base(rpc_server *s);
 
 /* Runs base until event_base_loopbreak/loopexit or no events are left, like event_base_dispatch.
  * spin_us > 0: after each wake-up the loop keeps polling without sleeping until spin_us pass
@@ -338,9 +286,9 @@ rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
 /* Unary convenience over rpc_client_call. ST_OK if started; otherwise on_done will not run. */
 st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request, const rpc_metadata *md,
                          size_t md_count, int64_t timeout_ms, rpc_unary_done_fn on_done, void *arg);
-/* Only inside on_msg: hands the message's buffer over for rpc_call_send_buf, as
- * rpc_deframer_take does (false: copy the slice instead). A proxy forwards a large streamed
- * message thus without copying it. */
+/* Only inside on_msg: hands the message's reassembly buffer over for rpc_call_send_buf, with
+ * RPC_SEND_HEADROOM bytes before the message (false: copy the slice instead). A proxy forwards a
+ * large streamed message thus without copying it. */
 bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out);
 /* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. */
 void rpc_ccall_cancel(rpc_ccall *call);
