@@ -132,7 +132,7 @@ struct nghttp2_option *h2_session_option(void);
 struct sockaddr_un;
 bool h2_unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len);
 
-/* The layer's per-thread caches (h2mem.c, server.c's and client.c's ended calls) keep nothing
+/* The layer's per-thread caches (h2mem.c, server_call.c's and client.c's ended calls) keep nothing
  * under AddressSanitizer, so a stale reference into a freed block still faults there. */
 #if defined(__SANITIZE_ADDRESS__)
 #define RPC_TL_CACHE_ON 0

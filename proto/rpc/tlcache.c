@@ -1,8 +1,9 @@
 /* tlcache.c — thread-exit draining for the layer's per-thread caches (rpc_internal.h).
  *
  * Three caches keep memory per thread between calls (nghttp2's small blocks in h2mem.c, ended
- * server calls in server.c, ended client calls in client.c). Each must be freed when its thread
- * exits; one pthread key whose destructor runs every drain the thread registered serves all. */
+ * server calls in server_call.c, ended client calls in client.c). Each must be freed when its
+ * thread exits; one pthread key whose destructor runs every drain the thread registered serves all.
+ */
 #include <pthread.h>
 
 #include "rpc_internal.h"
