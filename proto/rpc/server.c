@@ -83,26 +83,32 @@ st_code rpc_server_post(rpc_server *s, void (*fn)(void *arg), void *arg) {
     return rc;
 }
 
-/* Copies the process's limits and derives the connections' timer period: half the shortest
- * timeout, so each fires at most half its length late. */
-static void server_limits_init(rpc_server *s) {
-    rpc_limits_get(&s->limits);
-    if (!s->limits.connections_max)
-        s->limits.connections_max = rpc_connections_max_auto();
-    uint32_t t[] = {s->limits.handshake_timeout_ms, s->limits.idle_timeout_ms,
-                    s->limits.slow_request_window_ms};
+/* Half the shortest of the n timeouts t (0s are off), bounded, as a timeval; zero when all
+ * are off. Half, so that each timeout is enforced at most half its length late. */
+static struct timeval tick_of(const uint32_t *t, size_t n) {
     uint32_t tick = UINT32_MAX;
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    for (size_t i = 0; i < n; i++)
         if (t[i] && t[i] / 2 < tick)
             tick = t[i] / 2;
     if (tick == UINT32_MAX)
-        return; /* no timeouts: no timers */
+        return (struct timeval){0, 0};
     if (tick < CONN_TICK_MS_MIN)
         tick = CONN_TICK_MS_MIN;
     if (tick > CONN_TICK_MS_MAX)
         tick = CONN_TICK_MS_MAX;
-    s->conn_tick.tv_sec = tick / 1000;
-    s->conn_tick.tv_usec = (suseconds_t)(tick % 1000) * 1000;
+    return (struct timeval){tick / 1000, (suseconds_t)(tick % 1000) * 1000};
+}
+
+/* Copies the process's limits and derives the connections' timer periods: until the client's
+ * preface arrived every timeout counts, afterwards only the idle and slow-request ones. */
+static void server_limits_init(rpc_server *s) {
+    rpc_limits_get(&s->limits);
+    if (!s->limits.connections_max)
+        s->limits.connections_max = rpc_connections_max_auto();
+    uint32_t t[] = {s->limits.idle_timeout_ms, s->limits.slow_request_window_ms,
+                    s->limits.handshake_timeout_ms};
+    s->conn_tick = tick_of(t, 3);
+    s->conn_tick_ready = tick_of(t, 2);
 }
 
 rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts, st_err *err) {

@@ -225,6 +225,14 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg) {
         }
         return;
     }
+    if (!conn->tick_ready) { /* the handshake timeout is done with: tick at the ready period */
+        conn->tick_ready = true;
+        const struct timeval *tv = &srv->conn_tick_ready;
+        if (tv->tv_sec == 0 && tv->tv_usec == 0)
+            event_del(conn->timer_ev);
+        else
+            event_add(conn->timer_ev, tv);
+    }
     if (!conn->calls && lim->idle_timeout_ms &&
         now - conn->idle_since_us >= (int64_t)lim->idle_timeout_ms * 1000) {
         STAT_ADD(srv, conns_idle_closed, 1);

@@ -55,7 +55,8 @@ struct rpc_server {
     rpc_server_stats stats;   /* updated and read with __atomic builtins */
     rpc_metrics metrics;      /* per-method counters and latencies (loop thread; rpc_metrics.h) */
     rpc_limits limits;        /* the process's limits when created; connections_max resolved */
-    struct timeval conn_tick; /* period of each connection's timer (zero: no timer) */
+    struct timeval conn_tick; /* period of each connection's timer (zero: no timer) ... */
+    struct timeval conn_tick_ready; /* ... and once its preface arrived */
     /* accept() failed for lack of descriptors or memory: the listeners pause and accept_ev
      * resumes them after accept_backoff_ms, which doubles while failures go on. */
     struct event *accept_ev;
@@ -85,6 +86,7 @@ struct h2_conn {
     int64_t accepted_us;   /* st_mono_us */
     int64_t idle_since_us; /* when its last call ended (or it became ready) */
     bool ready;            /* the client's preface and SETTINGS arrived */
+    bool tick_ready;       /* the timer runs at conn_tick_ready */
     bool slot;             /* holds one of the process's connection slots */
     h2_conn *prev, *next;
 };
