@@ -652,9 +652,10 @@ static bool call_reserve(h2_conn *conn, rpc_call *call, size_t want) {
     if (!rpc_mem_reserve(more, max)) {
         char msg[256];
         snprintf(msg, sizeof msg,
-                 "the server is buffering %zu MiB of requests and its limit is %zu MiB "
-                 "(--max-buffered-request-bytes): retry later or send smaller requests",
-                 rpc_mem_buffered() >> 20, max >> 20);
+                 "the server is buffering %zu MiB of requests and %zu MiB more would pass its "
+                 "limit of %zu MiB (--max-buffered-request-bytes): retry later or send smaller "
+                 "requests",
+                 rpc_mem_buffered() >> 20, (more + (1 << 20) - 1) >> 20, max >> 20);
         STAT_ADD(conn->srv, calls_refused_memory, 1);
         call_fail(call, ST_RESOURCE_EXHAUSTED, msg);
         return false;
