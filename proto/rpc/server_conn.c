@@ -102,9 +102,17 @@ void h2_conn_close(h2_conn *conn) {
     free(conn);
 }
 
+/* The peer sent something: a connection without calls is idle only from now on (the idle
+ * timeout counts neither open calls nor traffic, e.g. keepalive PINGs). */
+static void conn_heard(h2_conn *conn) {
+    if (!conn->calls)
+        conn->idle_since_us = st_mono_us();
+}
+
 static void conn_read_cb(struct bufferevent *bev, void *arg) {
     h2_conn *conn = arg;
     h2_loop_activity();
+    conn_heard(conn);
     struct evbuffer *in = bufferevent_get_input(bev);
     size_t n;
     while ((n = evbuffer_get_contiguous_space(in)) > 0) {
@@ -125,6 +133,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg) {
 
 static bool conn_feed(void *arg, const uint8_t *data, size_t len) {
     h2_conn *conn = arg;
+    conn_heard(conn);
     ssize_t rv = nghttp2_session_mem_recv(conn->session, data, len);
     if (rv < 0) {
         RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",

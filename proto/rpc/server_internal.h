@@ -84,7 +84,7 @@ struct h2_conn {
     /* Periodic: the handshake, idle and slow-request timeouts (conn_timer_cb). */
     struct event *timer_ev;
     int64_t accepted_us;   /* st_mono_us */
-    int64_t idle_since_us; /* when its last call ended (or it became ready) */
+    int64_t idle_since_us; /* when its last call ended or, without calls, it last heard the peer */
     bool ready;            /* the client's preface and SETTINGS arrived */
     bool tick_ready;       /* the timer runs at conn_tick_ready */
     bool slot;             /* holds one of the process's connection slots */

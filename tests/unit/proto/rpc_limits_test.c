@@ -180,6 +180,37 @@ static bool read_to_eof(int fd, bool *goaway) {
     return n == 0;
 }
 
+static void send_ping(int fd) {
+    uint8_t ping[17] = {0, 0, 8, NGHTTP2_PING, 0, 0, 0, 0, 0};
+    assert_int_equal(send(fd, ping, sizeof ping, MSG_NOSIGNAL), (ssize_t)sizeof ping);
+}
+
+static void drain(int fd) {
+    uint8_t buf[512];
+    while (recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0)
+        ;
+}
+
+/* Reads frames until a PING ACK (true) or the end of the connection (false). */
+static bool ping_acked(int fd) {
+    uint8_t hd[9], body[256];
+    for (;;) {
+        if (recv(fd, hd, 9, MSG_WAITALL) != 9)
+            return false;
+        size_t len = ((size_t)hd[0] << 16) | ((size_t)hd[1] << 8) | hd[2];
+        for (size_t left = len; left > 0;) {
+            size_t want = left < sizeof body ? left : sizeof body;
+            if (recv(fd, body, want, MSG_WAITALL) != (ssize_t)want)
+                return false;
+            left -= want;
+        }
+        if (hd[3] == NGHTTP2_GOAWAY)
+            return false;
+        if (hd[3] == NGHTTP2_PING && (hd[4] & NGHTTP2_FLAG_ACK))
+            return true;
+    }
+}
+
 /* ---- async clients on the test thread ---- */
 
 typedef struct results {
@@ -338,8 +369,8 @@ static bool one_done(void *arg) {
     return ((results *)arg)->done == 1;
 }
 
-/* A connection without calls is closed with a GOAWAY after the idle timeout; one with a call
- * open (held longer than the timeout) is not. */
+/* A connection without calls or traffic is closed after the idle timeout; one with a call open
+ * (held longer than the timeout), or one sending PINGs, is not. */
 static void test_rpc_limits_idle_timeout(void **state) {
     (void)state;
     rpc_limits l;
@@ -356,11 +387,25 @@ static void test_rpc_limits_idle_timeout(void **state) {
         event_base_loop(base, EVLOOP_NONBLOCK);
         sleep_ms(1);
     }
+    int pinger = raw_ready_conn(f->port); /* no calls, but PINGs: traffic */
     int fd = raw_ready_conn(f->port);
-    bool goaway;
-    assert_true(read_to_eof(fd, &goaway)); /* the idle one: closed */
-    assert_true(goaway);
+    bool eof = false;
+    for (int i = 0; i < 3000 && !eof; i++) { /* until the idle one is closed */
+        send_ping(pinger);
+        sleep_ms(10);
+        drain(pinger);
+        uint8_t buf[512];
+        ssize_t n;
+        while ((n = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+            ;
+        eof = n == 0;
+    }
+    assert_true(eof); /* the idle one: closed */
     close(fd);
+    /* The pinging one, older, is still served: its PING is answered. */
+    send_ping(pinger);
+    assert_true(ping_acked(pinger));
+    close(pinger);
     assert_int_equal(stats_of(f).conns_idle_closed, 1);
     /* The busy one, older than the idle one, still has its call. */
     assert_int_equal(rpc_server_post(f->sv.srv, hold_release, &f->sv), ST_OK);

@@ -142,7 +142,8 @@ typedef struct rpc_limits {
     /* Server connections open at once; further ones get a GOAWAY and are closed. 0 (in
      * rpc_limits_default) = automatic: 3/4 of RLIMIT_NOFILE, at most RPC_CONNECTIONS_MAX_AUTO. */
     uint32_t connections_max;
-    uint32_t idle_timeout_ms; /* a connection with no open call this long is closed; 0: never */
+    /* A connection with no open call and nothing received this long is closed; 0: never. */
+    uint32_t idle_timeout_ms;
     /* From accept to the client's HTTP/2 preface and SETTINGS (TLS handshake included); 0: none */
     uint32_t handshake_timeout_ms;
     /* A request still arriving must bring request_bytes_per_s_min over each such window, or
@@ -172,7 +173,7 @@ int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *
     "Connection limits (docs/operations.md, Connection limits and timeouts):\n"                    \
     "--max-buffered-request-bytes N  request bytes buffered by all calls (default 256 MiB)\n"      \
     "--max-connections N     connections open at once (default 3/4 of ulimit -n, <= 10000)\n"      \
-    "--idle-timeout-s N      close connections without calls after N s (default 300; 0 never)\n"   \
+    "--idle-timeout-s N      close connections without calls or traffic after N s (default 300)\n" \
     "--handshake-timeout-ms N  HTTP/2 preface+SETTINGS (and TLS) within N ms (default 10000)\n"    \
     "--slow-client-timeout-ms N  a request must bring --min-request-bytes-per-s over each N ms\n"  \
     "                        (default 30000; 0: no check)\n"                                       \
