@@ -145,9 +145,10 @@ bool h2_unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len);
 #define RPC_TL_CACHE_ON 1
 #endif
 
-/* Runs fn(arg) when the calling thread exits (tlcache.c): how a per-thread cache is freed.
- * False when it cannot be arranged; the caller then keeps nothing. */
-bool rpc_tl_at_thread_exit(void (*fn)(void *), void *arg);
+/* Runs fn(arg) when the calling thread exits: st_tl_at_thread_exit (base.h). */
+static inline bool rpc_tl_at_thread_exit(void (*fn)(void *), void *arg) {
+    return st_tl_at_thread_exit(fn, arg);
+}
 
 /* The allocator of every session (h2mem.c): nghttp2's many small blocks come from bounded
  * per-thread free lists instead of malloc's bins. Any thread; blocks may be freed on another. */
