@@ -24,34 +24,34 @@ static void post_cb(evutil_socket_t fd, short what, void *arg) {
     if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         st_log(ST_LOG_WARN, "rpc", "msg=\"eventfd read failed\" errno=%d", errno);
     pthread_mutex_lock(&srv->post_mu);
-    post_item *it = srv->post_head;
+    rpc_post *it = srv->post_head;
     srv->post_head = srv->post_tail = NULL;
     srv->post_len = 0;
     pthread_mutex_unlock(&srv->post_mu);
     while (it) {
-        post_item *next = it->next;
-        void (*fn)(void *) = it->fn;
-        void *fn_arg = it->arg;
-        if (it->owned)
+        post_fields f = post_get(it);
+        if (f.owned)
             free(it);
-        fn(fn_arg); /* may free an embedded item: it is not touched from here on */
-        it = next;
+        f.fn(f.arg); /* may free an embedded item: it is not touched from here on */
+        it = f.next;
     }
 }
 
 /* Queues a filled-in item (any thread). */
-static st_code post_enqueue(rpc_server *s, post_item *item) {
-    item->next = NULL;
+static st_code post_enqueue(rpc_server *s, rpc_post *item) {
     pthread_mutex_lock(&s->post_mu);
     if (s->post_len >= RPC_POST_QUEUE_MAX) {
         pthread_mutex_unlock(&s->post_mu);
         return ST_RESOURCE_EXHAUSTED;
     }
     bool was_empty = s->post_head == NULL;
-    if (s->post_tail)
-        s->post_tail->next = item;
-    else
+    if (s->post_tail) {
+        post_fields tail = post_get(s->post_tail);
+        tail.next = item;
+        post_set(s->post_tail, tail);
+    } else {
         s->post_head = item;
+    }
     s->post_tail = item;
     s->post_len++;
     pthread_mutex_unlock(&s->post_mu);
@@ -68,15 +68,15 @@ static st_code post_enqueue(rpc_server *s, post_item *item) {
 }
 
 st_code rpc_server_post_item(rpc_server *s, rpc_post *item, void (*fn)(void *arg), void *arg) {
-    *item = (rpc_post){fn, arg, NULL, false};
+    post_set(item, (post_fields){fn, arg, NULL, false});
     return post_enqueue(s, item);
 }
 
 st_code rpc_server_post(rpc_server *s, void (*fn)(void *arg), void *arg) {
-    post_item *it = malloc(sizeof(*it));
+    rpc_post *it = malloc(sizeof(*it));
     if (!it)
         return ST_RESOURCE_EXHAUSTED;
-    *it = (post_item){fn, arg, NULL, true};
+    post_set(it, (post_fields){fn, arg, NULL, true});
     st_code rc = post_enqueue(s, it);
     if (rc != ST_OK)
         free(it);
@@ -180,10 +180,11 @@ void rpc_server_free(rpc_server *s) {
         event_free(s->post_ev);
     if (s->post_fd >= 0)
         close(s->post_fd);
-    for (post_item *it = s->post_head, *next; it; it = next) {
-        next = it->next;
-        if (it->owned)
+    for (rpc_post *it = s->post_head; it;) {
+        post_fields f = post_get(it);
+        if (f.owned)
             free(it);
+        it = f.next;
     }
     pthread_mutex_destroy(&s->post_mu);
     for (size_t i = 0; i < s->methods_len; i++)

@@ -6,6 +6,7 @@
 #ifndef STRATA_RPC_SERVER_INTERNAL_H
 #define STRATA_RPC_SERVER_INTERNAL_H
 
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -27,7 +28,24 @@ typedef struct rpc_method_ent {
     void *arg;
 } rpc_method_ent;
 
-typedef rpc_post post_item;
+/* What an rpc_post holds (strata/rpc.h keeps it opaque). Its bytes are a character array to
+ * the caller's compiler, so they are read and written with memcpy (post_get, post_set). */
+typedef struct post_fields {
+    void (*fn)(void *arg);
+    void *arg;
+    rpc_post *next;
+    bool owned; /* allocated by rpc_server_post (freed by the server), not embedded */
+} post_fields;
+_Static_assert(sizeof(post_fields) <= sizeof(rpc_post), "an rpc_post holds the queue's fields");
+
+static inline post_fields post_get(const rpc_post *p) {
+    post_fields f;
+    memcpy(&f, p->opaque, sizeof f);
+    return f;
+}
+static inline void post_set(rpc_post *p, post_fields f) {
+    memcpy(p->opaque, &f, sizeof f);
+}
 
 typedef struct h2_conn h2_conn;
 
@@ -48,7 +66,7 @@ struct rpc_server {
     size_t unix_len;
     h2_conn *conns;
     pthread_mutex_t post_mu;
-    post_item *post_head, *post_tail;
+    rpc_post *post_head, *post_tail;
     size_t post_len;
     int post_fd;
     struct event *post_ev;

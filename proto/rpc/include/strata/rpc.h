@@ -102,12 +102,9 @@ void rpc_server_free(rpc_server *s);
 /* Thread-safe: runs fn(arg) on the server's loop thread soon, in posting order. RESOURCE_EXHAUSTED
  * if the queue is full (RPC_POST_QUEUE_MAX) or memory runs out, in which case fn will not run. */
 st_code rpc_server_post(rpc_server *s, void (*fn)(void *arg), void *arg);
-/* A queue entry for rpc_server_post_item, embedded in the caller's own object: fields private. */
+/* Room for a queue entry of rpc_server_post_item, embedded in the caller's own object. */
 typedef struct rpc_post {
-    void (*fn)(void *arg);
-    void *arg;
-    struct rpc_post *next;
-    bool owned; /* allocated by rpc_server_post (freed by the server), not embedded */
+    _Alignas(void *) unsigned char opaque[4 * sizeof(void *)]; /* the server's */
 } rpc_post;
 /* As rpc_server_post, but queues the caller's item instead of allocating one, so a thread that
  * posts often (storage's commit thread, once per durable write) does no malloc here and the loop
