@@ -61,12 +61,20 @@ static st_code px_wopen_append(st_env *env, const char *path, st_wfile **out, st
     return open_w(path, O_APPEND, out, err);
 }
 
-static st_code px_wopen_overwrite(st_env *env, const char *path, st_wfile **out, st_err *err) {
+static st_code px_wopen_at(st_env *env, const char *path, uint64_t off, st_wfile **out,
+                           st_err *err) {
     (void)env;
+    if (off > (uint64_t)INT64_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "opening %s: offset too large", path);
     int fd = open(path, O_WRONLY | O_CLOEXEC); /* no O_CREAT, O_TRUNC or O_APPEND */
     if (fd < 0)
         return errno == ENOENT ? st_err_set(err, ST_NOT_FOUND, "%s does not exist", path)
                                : io_err(err, "open for overwriting", path, errno);
+    if (lseek(fd, (off_t)off, SEEK_SET) < 0) { /* appends write() from the file position */
+        int e = errno;
+        close(fd);
+        return io_err(err, "seek in", path, e);
+    }
     return wfile_from_fd(fd, path, out, err);
 }
 
@@ -274,7 +282,7 @@ static const st_env_ops posix_ops = {
     .list = px_list,
     .destroy = px_destroy,
     .preallocate = px_preallocate,
-    .wopen_overwrite = px_wopen_overwrite,
+    .wopen_at = px_wopen_at,
 };
 
 /* Constant table: stateless and shared by the whole process. */

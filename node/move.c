@@ -24,7 +24,7 @@
 
 #include <event2/event.h>
 
-#include "log.h" /* sto_row_mut_encode / decode: the log's row encoding is CopyRows' too */
+#include "strata/storage.h" /* sto_row_mut_encode / decode: the log's row encoding is CopyRows' too */
 #include "repl_glue.h"
 #include "strata/internal/v1/node.pb-c.h"
 

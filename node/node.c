@@ -560,6 +560,7 @@ static st_code open_storage(node_ctx *n, st_err *err) {
         so.block_cache_bytes = n->opts.block_cache_bytes;
     if (n->opts.memtable_bytes)
         so.memtable_bytes = n->opts.memtable_bytes;
+    so.accept_data_loss = n->opts.accept_data_loss;
     if (!so.sync)
         st_log(ST_LOG_WARN, "node",
                "sync is OFF: acknowledged writes can be lost in a crash (--no-sync)");

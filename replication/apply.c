@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h" /* sto_row_mut_decode: the log's row mutation encoding is the wire's too */
+#include "strata/storage.h" /* sto_row_mut_decode: the log's row mutation encoding is the wire's too */
 #include "strata/internal/v1/replication.pb-c.h"
 
 st_code repl_apply_prepare(const repl_node_ops *ops, void *node, const char *table,

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h" /* sto_row_mut_peek/_decode/_encode */
+#include "strata/storage.h" /* sto_row_mut_peek/_decode/_encode */
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/internal/v1/replication.pb-c.h"
 

@@ -381,6 +381,25 @@ static st_code db_init(sto_db *db, const char *dir, const sto_options *opts, st_
     return rc;
 }
 
+/* The manifest proves records up to the highest flushed point or holder position were written;
+ * a log that ends before that lost them (a segment cut short whose loss was accepted, or an
+ * unsynced tail lost with sync=false): say how many at least, once. */
+static void log_end_check(sto_db *db, uint64_t last) {
+    uint64_t known = 0;
+    for (size_t i = 0; i < db->n_tablets; i++)
+        if (db->tablets[i]->flushed_lsn > known)
+            known = db->tablets[i]->flushed_lsn;
+    for (size_t i = 0; i < db->n_holders; i++)
+        if (db->holders[i].lsn > 0 && db->holders[i].lsn - 1 > known)
+            known = db->holders[i].lsn - 1;
+    if (known > last)
+        st_log(ST_LOG_WARN, "storage",
+               "event=log_records_lost log_last_lsn=%" PRIu64 " manifest_lsn=%" PRIu64
+               " lost_at_least=%" PRIu64 " msg=\"the manifest names records the commit log no "
+               "longer holds\"",
+               last, known, known - last);
+}
+
 static st_code db_recover(sto_db *db, st_err *err) {
     uint64_t from = 1;
     st_code rc = sto_manifest_load(db, &from, err);
@@ -388,7 +407,10 @@ static st_code db_recover(sto_db *db, st_err *err) {
         return rc;
     char logdir[STO_PATH_MAX + 16];
     snprintf(logdir, sizeof logdir, "%s/log", db->dir);
-    sto_log_options lo = {db->env, db->o.sync, db->o.log_segment_bytes, db->o.log_spare};
+    sto_log_options lo = {.env = db->env,
+                          .sync = db->o.sync,
+                          .segment_bytes = db->o.log_segment_bytes,
+                          .accept_data_loss = db->o.accept_data_loss};
     rc = sto_log_open(logdir, &lo, &db->log, err);
     if (rc != ST_OK)
         return rc;
@@ -397,11 +419,14 @@ static st_code db_recover(sto_db *db, st_err *err) {
         from = oldest;
     rc = sto_log_replay(db->log, from, replay_fn, db, err);
     if (rc != ST_OK) {
-        st_err_prefix(err, "replaying the commit log in %s: ", logdir);
+        st_err_prefix(err,
+                      "replaying the commit log: "); /* short: damage errors name their segment, and
+                                                        the advice at their end must fit */
         return rc;
     }
     uint64_t last = sto_log_last_durable_lsn(db->log);
     atomic_store(&db->applied_lsn, last);
+    log_end_check(db, last);
     /* A flushed point beyond the log's end (unsynced tail lost with sync=false, or a damaged log
      * directory) would make new records look flushed: those tablets' data is all in SSTables. */
     for (size_t i = 0; i < db->n_tablets; i++) {

@@ -47,9 +47,10 @@ typedef struct st_env_ops {
      * checksummed). */
     st_code (*preallocate)(st_wfile *f, uint64_t bytes, st_err *err);
     /* Optional, NULL when the env has no such thing (added for the commit log). Opens an existing
-     * file for writing from its start, keeping its size and contents: appends overwrite it in
-     * place. ST_NOT_FOUND when it does not exist. */
-    st_code (*wopen_overwrite)(st_env *env, const char *path, st_wfile **out, st_err *err);
+     * file for writing at byte off, keeping its size and contents: appends overwrite it in place
+     * from there (the log reuses a preallocated segment after its last record). ST_NOT_FOUND
+     * when it does not exist. */
+    st_code (*wopen_at)(st_env *env, const char *path, uint64_t off, st_wfile **out, st_err *err);
 } st_env_ops;
 
 struct st_env {

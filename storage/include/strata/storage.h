@@ -47,11 +47,11 @@ typedef struct sto_options {
      * are "settled" (compaction.c). Tests lower it to exercise big runs with little data. */
     size_t compaction_output_bytes;
     size_t log_segment_bytes; /* commit log segment size (64 MiB) */
-    /* Keep a zero-filled spare log segment, written in the background (off): cheaper
-     * fdatasyncs (docs/formats/log.md), at the price of writing the log twice. Off by default:
-     * through strata bench it gained nothing with one node and cost 10-20% of write throughput
-     * with two nodes sharing a disk. */
-    bool log_spare;
+    /* Open even when the last commit log segment was cut short (truncated from outside, so
+     * acknowledged writes at its end are gone): keep what is left and log what was dropped
+     * (event=log_data_loss_accepted). false (default): sto_db_open fails with ST_DATA_LOSS
+     * naming the file (docs/formats/log.md). */
+    bool accept_data_loss;
     size_t
         log_max_unflushed_bytes; /* force flushes when the unflushed log exceeds this (512 MiB) */
     int64_t tombstone_grace_us;  /* compactions keep tombstones this long (7 days) */
@@ -129,11 +129,30 @@ typedef struct sto_row_mut {
 #define STO_ROW_KEY_MAX 4096
 #define STO_QUALIFIER_MAX 16384
 #define STO_VALUE_MAX (100u << 20)
+#define STO_ROW_MUTS_MAX 100000u /* mutations in one row mutation */
+
+/* ---- the row mutation encoding (docs/formats/log.md, row mutation payload) ----
+ * The payload of a commit log record; replication and tablet moves carry the same bytes. */
+
+/* Appends row's encoding to out. ST_INVALID_ARGUMENT for an unknown mutation type, a row key over
+ * STO_ROW_KEY_MAX or more than STO_ROW_MUTS_MAX mutations; ST_RESOURCE_EXHAUSTED without memory
+ * (out unchanged in both cases). */
+st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row);
+/* Decodes the fields before the mutations (tablet id, row key, version, commit time, origin,
+ * flags, mutation count) into row without allocating: muts is NULL, n_muts the count; slices
+ * point into data. The mutations are not checked: false only for a malformed head. For readers
+ * that only route or skip a record. */
+bool sto_row_mut_peek(st_slice data, sto_row_mut *row);
+/* Decodes into row; muts are allocated from arena (freed with it); slices point into data, so
+ * row is valid while both are. false for bytes that are not exactly one valid encoding. */
+bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena);
 
 /* ---- the node's engine ---- */
 
 /* Opens (creating when absent) the engine in dir and recovers: replays the commit log after each
- * tablet's flushed point; a torn tail record is discarded. Options are copied. */
+ * tablet's flushed point; a torn tail record is discarded (never acknowledged). ST_DATA_LOSS for
+ * damaged acknowledged records, among them a last log segment cut short unless
+ * accept_data_loss. Options are copied. */
 st_code sto_db_open(const char *dir, const sto_options *opts, sto_db **out, st_err *err);
 /* Waits for background work to stop and closes. Unflushed data stays in the log. */
 void sto_db_close(sto_db *db);

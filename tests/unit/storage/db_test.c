@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -211,6 +212,40 @@ static void test_db_reopen_replays_log(void **state) {
     assert_string_equal(dump(f, 2), (char *)before2.data);
     st_buf_free(&before1);
     st_buf_free(&before2);
+}
+
+static int log_segment_files(const char *dir) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/log", dir);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strstr(e->d_name, ".log") != NULL;
+    closedir(d);
+    return n;
+}
+
+/* Each start used to begin a new preallocated log segment at its first write, and the unflushed
+ * rows kept every one of them: five open/write/close rounds of a few rows must leave the log
+ * at most two segments, with every row still there. */
+static void test_db_restarts_keep_log_bounded(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    char row[32];
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < 2; i++) {
+            snprintf(row, sizeof row, "r%d-%d", round, i);
+            assert_int_equal(tu_set(f->db, 1, row, "f", "q", 1, "v", V(1)), ST_OK);
+        }
+        reopen(f);
+        assert_true(log_segment_files(f->dir) <= 2);
+    }
+    const char *d = dump(f, 1);
+    for (int round = 0; round < 5; round++) {
+        snprintf(row, sizeof row, "r%d-1", round);
+        assert_non_null(strstr(d, row));
+    }
 }
 
 static void test_db_validation(void **state) {
@@ -615,6 +650,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_db_versions_out_of_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_gc_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_reopen_replays_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_restarts_keep_log_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_validation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_async_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_snapshot_stable, setup, teardown),
