@@ -15,11 +15,18 @@
 
 #include "rpc_internal.h"
 
+/* libevent's warnings mostly come from one socket or connection (a failed accept, a failed
+ * read), so a peer can make them repeat: they pass at the rate of RPC_LOG_LIMITED. */
 static void libevent_log_cb(int severity, const char *msg) {
-    st_log_level lvl = severity >= EVENT_LOG_ERR    ? ST_LOG_ERROR
-                       : severity >= EVENT_LOG_WARN ? ST_LOG_WARN
-                                                    : ST_LOG_DEBUG;
-    st_log(lvl, "libevent", "msg=\"%s\"", msg);
+    static rpc_ratelimit rl;
+    uint64_t suppressed;
+    if (severity < EVENT_LOG_WARN) {
+        st_log(ST_LOG_DEBUG, "libevent", "msg=\"%s\"", msg);
+        return;
+    }
+    if (rpc_ratelimit_pass(&rl, &suppressed))
+        st_log(severity >= EVENT_LOG_ERR ? ST_LOG_ERROR : ST_LOG_WARN, "libevent",
+               "msg=\"%s\" suppressed=%llu", msg, (unsigned long long)suppressed);
 }
 
 void h2_logging_init(void) {
