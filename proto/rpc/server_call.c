@@ -572,6 +572,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
 
 /* END_HEADERS of a request: decide whether this stream can become a call at all. */
 static void request_headers_done(h2_conn *conn, rpc_call *call) {
+    call->headers_done = true;
     if (!call->saw_post) {
         call->http_status = 405;
         call_fail(call, ST_UNIMPLEMENTED, "gRPC requires the POST method");
@@ -758,7 +759,7 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
 
 /* Ends the calls whose request has not brought the minimum rate over a whole window: a client
  * trickling a request in holds its buffers and a stream slot for as long as it likes otherwise. */
-void rpc_calls_check_slow(h2_conn *conn, int64_t now) {
+bool rpc_calls_check_slow(h2_conn *conn, int64_t now) {
     const rpc_limits *lim = &conn->srv->limits;
     int64_t window_us = (int64_t)lim->slow_request_window_ms * 1000;
     uint64_t need = (uint64_t)lim->request_bytes_per_s_min * lim->slow_request_window_ms / 1000;
@@ -766,8 +767,15 @@ void rpc_calls_check_slow(h2_conn *conn, int64_t now) {
         need = 1; /* at least some progress in each window */
     for (rpc_call *call = conn->calls, *next; call; call = next) {
         next = call->next;
-        if (call->finished || call->dispatched || now - call->slow_mark_us < window_us)
+        if (call->dispatched || now - call->slow_mark_us < window_us ||
+            (call->finished && call->headers_done))
             continue;
+        if (!call->headers_done) { /* stalled inside a header block: nothing else can pass */
+            STAT_ADD(conn->srv, calls_slow, 1);
+            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: %s\"",
+                            "request headers incomplete after the slow-request window");
+            return false;
+        }
         if (call->request_received - call->slow_mark_bytes < need) {
             char msg[200];
             snprintf(msg, sizeof msg,
@@ -783,6 +791,7 @@ void rpc_calls_check_slow(h2_conn *conn, int64_t now) {
         call->slow_mark_us = now;
         call->slow_mark_bytes = call->request_received;
     }
+    return true;
 }
 
 void rpc_call_session_callbacks(nghttp2_session_callbacks *cbs) {

@@ -248,8 +248,8 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg) {
         conn_goaway_close(conn, "idle");
         return;
     }
-    if (lim->slow_request_window_ms)
-        rpc_calls_check_slow(conn, now);
+    if (lim->slow_request_window_ms && !rpc_calls_check_slow(conn, now))
+        conn_goaway_close(conn, "slow request headers");
 }
 
 /* Arms the connection's periodic timer (the timeouts), when any timeout is on. */

@@ -137,6 +137,7 @@ struct rpc_call {
     size_t request_received; /* request DATA bytes so far */
     int64_t slow_mark_us;    /* the slow-request check's window start ... */
     size_t slow_mark_bytes;  /* ... and request_received then */
+    bool headers_done;       /* the request's header block ended (END_HEADERS) */
     bool dispatched, finished, cancelled, headers_sent, handler_ref, was_full;
     bool metered;     /* recorded in the server's metrics (once, at its final status) */
     int64_t start_us; /* st_mono_us when its headers began: the latency metric's start */
@@ -179,8 +180,10 @@ h2_wbuf *h2_conn_wbuf(h2_conn *conn);
 void h2_conn_out_settle(h2_conn *conn);
 /* The stream is gone (closed normally, reset, or its connection died): server_call.c. */
 void rpc_call_detach(rpc_call *call);
-/* Ends the calls of conn whose request arrives slower than the limits allow (server_call.c). */
-void rpc_calls_check_slow(h2_conn *conn, int64_t now);
+/* Ends the calls of conn whose request arrives slower than the limits allow (server_call.c).
+ * False when the connection must close: a request's header block stalled unfinished, and
+ * HTTP/2 lets no other frame through until it ends. */
+bool rpc_calls_check_slow(h2_conn *conn, int64_t now);
 /* Registers the request and response callbacks of server_call.c on a session's callbacks. */
 void rpc_call_session_callbacks(nghttp2_session_callbacks *cbs);
 /* Closes the listeners and removes the Unix socket files still ours (server_listen.c). */

@@ -459,7 +459,7 @@ static ssize_t trickle_body(nghttp2_session *s, int32_t sid, uint8_t *buf, size_
 }
 
 /* A request announcing 100 KB that stops after 10 bytes ends with RESOURCE_EXHAUSTED after the
- * slow-request window. */
+ * slow-request window; a request stalled inside its header block closes the connection. */
 static void test_rpc_limits_slow_request(void **state) {
     (void)state;
     rpc_limits l;
@@ -497,6 +497,15 @@ static void test_rpc_limits_slow_request(void **state) {
     nghttp2_session_del(s);
     close(r.fd);
     st_buf_free(&r.data);
+    /* A HEADERS frame whose header block never ends (no END_HEADERS, no CONTINUATION): HTTP/2
+     * lets nothing else through on that connection, so it is closed. */
+    int fd = raw_ready_conn(f->port);
+    uint8_t headers[10] = {0, 0, 1, NGHTTP2_HEADERS, 0, 0, 0, 0, 1, 0x83}; /* :method POST */
+    assert_int_equal(send(fd, headers, sizeof headers, MSG_NOSIGNAL), (ssize_t)sizeof headers);
+    bool goaway;
+    assert_true(read_to_eof(fd, &goaway));
+    close(fd);
+    assert_int_equal(stats_of(f).calls_slow, 2);
     fixture_stop(f);
 }
 
