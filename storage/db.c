@@ -342,6 +342,24 @@ static st_code replay_fn(const sto_log_record *rec, void *arg) {
     return sto_replay_apply(arg, rec);
 }
 
+/* Two engines on one directory would each replay, write and delete the other's files (an
+ * acknowledged write through one is lost when the other removes "orphan" files and rewrites the
+ * manifest): the directory is locked for as long as the engine is open. */
+static st_code lock_dir(sto_db *db, st_err *err) {
+    if (!db->env->ops->lock)
+        return ST_OK;
+    char path[STO_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/LOCK", db->dir);
+    int64_t pid = 0;
+    st_code rc = db->env->ops->lock(db->env, path, &db->lock, &pid, err);
+    if (rc == ST_FAILED_PRECONDITION)
+        st_err_set(err, rc,
+                   "storage directory %s is in use by another process (pid %lld): stop it, or "
+                   "open another directory",
+                   db->dir, (long long)pid);
+    return rc;
+}
+
 static st_code db_init(sto_db *db, const char *dir, const sto_options *opts, st_err *err) {
     /* first, so sto_db_close can undo any partial open */
     pthread_mutex_init(&db->meta_mu, NULL);
@@ -376,6 +394,8 @@ static st_code db_init(sto_db *db, const char *dir, const sto_options *opts, st_
     char sub[STO_PATH_MAX + 16];
     snprintf(sub, sizeof sub, "%s/sst", db->dir);
     st_code rc = db->env->ops->mkdirs(db->env, sub, err);
+    if (rc == ST_OK)
+        rc = lock_dir(db, err);
     if (rc == ST_OK)
         rc = sto_cache_new(db->o.block_cache_bytes, &db->cache);
     return rc;
@@ -520,6 +540,8 @@ void sto_db_close(sto_db *db) {
     pthread_mutex_destroy(&db->mu);
     pthread_cond_destroy(&db->bg_cv);
     pthread_cond_destroy(&db->stall_cv);
+    if (db->lock)
+        db->env->ops->unlock(db->lock); /* last: nothing of this engine touches the files now */
     free(db);
 }
 
@@ -530,6 +552,7 @@ void sto_db_stats(sto_db *db, sto_stats *out) {
     long long mem = atomic_load(&db->mem_bytes);
     out->memtable_bytes = mem > 0 ? (uint64_t)mem : 0;
     sto_cache_stats(db->cache, &out->cache_bytes, &out->cache_hits, &out->cache_misses);
+    sto_cache_read_stats(db->cache, &out->blocks_read, &out->block_bytes_read);
     out->log_bytes = sto_log_bytes(db->log);
     out->flushes = atomic_load(&db->flushes);
     out->compactions = atomic_load(&db->compactions);

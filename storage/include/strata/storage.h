@@ -212,7 +212,13 @@ st_code sto_write_async(sto_db *db, const sto_row_mut *rows, size_t n, st_err *e
 
 /* A consistent view of one tablet, stable while writes, flushes and compactions proceed. */
 st_code sto_snapshot_new(sto_tablet *t, sto_snapshot **out, st_err *err);
+/* Frees the snapshot; its iterators must be freed first. */
 void sto_snapshot_free(sto_snapshot *s);
+/* Bytes of data blocks the snapshot's iterators read from disk and decompressed so far (block
+ * cache hits are free): the work a read did, for callers that bound it per slice. The
+ * snapshot's iterators share the last block the cache could not keep (one larger than a cache
+ * shard), so many seeks into it read it once. */
+uint64_t sto_snapshot_read_bytes(sto_snapshot *s);
 
 typedef struct sto_range {
     st_slice start;       /* empty = from the first row */
@@ -242,8 +248,6 @@ st_code sto_iter_new(sto_snapshot *s, const sto_range *range, bool reverse, sto_
 st_code sto_iter_next(sto_iter *it, sto_cell *cell, st_err *err);
 /* Skips the rest of the current row (the next call starts at the next row). */
 void sto_iter_skip_row(sto_iter *it);
-/* The last row key the iterator looked at, visible cells or not (for last_scanned_row_key). */
-st_slice sto_iter_last_scanned_row(sto_iter *it);
 void sto_iter_free(sto_iter *it);
 
 /* Approximate row keys splitting the tablet into chunks of about every_bytes (SampleRowKeys);
@@ -282,6 +286,9 @@ uint64_t sto_log_last_lsn(sto_db *db); /* the lsn of the last durable record (0 
 typedef struct sto_stats {
     uint64_t memtable_bytes;
     uint64_t cache_bytes, cache_hits, cache_misses;
+    /* data blocks read from disk (each checked, and decompressed when stored compressed) and
+     * their uncompressed bytes */
+    uint64_t blocks_read, block_bytes_read;
     uint64_t log_bytes;
     uint64_t flushes, compactions, stalls_us;
     uint64_t sst_count;
