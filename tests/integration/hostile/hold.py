@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""hold.py — hostile clients for the memory tests of this folder (stdlib only).
+
+  hold.py write PORT TABLE ROWS BYTES          writes ROWS rows of a BYTES-byte value (cf:q)
+  hold.py readers PORT TABLE CONNS STREAMS PIDS LIMIT_MB
+      opens CONNS connections x STREAMS ReadRows of the whole TABLE and never reads an answer
+  hold.py metadata PORT CONNS STREAMS PIDS LIMIT_MB
+      opens CONNS connections x STREAMS requests, each with ~60 KiB of metadata and no message
+Both hold modes then sample the VmRSS of every pid in PIDS (comma-separated) every 0.5 s until it
+has been stable for 4 samples (the server has stopped taking memory) or one exceeds LIMIT_MB:
+exit 0 and "bounded" in the first case, exit 1 and "UNBOUNDED" in the second. Exit 2: setup
+error (connection refused, a write failed)."""
+import os, sys, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from h2raw import Conn, fld, grpc_msg
+
+TABLE_PREFIX = 'projects/p/instances/i/tables/'
+
+
+def rss_mb(pid):
+    with open('/proc/%s/status' % pid) as f:
+        return int(f.read().split('VmRSS:')[1].split()[0]) // 1024
+
+
+def write(port, table, rows, size):
+    c = Conn(port)
+    for i in range(rows):
+        sid = c.headers('/google.bigtable.v2.Bigtable/MutateRow')
+        cell = fld(1, 'cf') + fld(2, 'q') + fld(3, 1000) + fld(4, os.urandom(size))
+        c.data_fc(sid, grpc_msg(fld(1, TABLE_PREFIX + table) + fld(2, 'r%06d' % i) + fld(3, fld(1, cell))))
+        if c.wait_end(sid, 120)[2] != 'end':
+            print('write of row %d did not complete' % i); return 2
+    sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')  # the statuses are not decoded: count
+    c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table)))
+    got = len(c.wait_end(sid, 120)[0])
+    if got < rows * size:
+        print('the table holds %d bytes, not the %d written' % (got, rows * size)); return 2
+    print('wrote %d rows of %d bytes' % (rows, size)); return 0
+
+
+def watch(conns, pids, limit):
+    last, stable, peak = None, 0, {}
+    for _ in range(1200):  # hang guard only: a bounded server is stable within seconds
+        now = {p: rss_mb(p) for p in pids}
+        for p, v in now.items(): peak[p] = max(peak.get(p, 0), v)
+        if any(v > limit for v in now.values()):
+            print('UNBOUNDED: rss %s MB exceeds %d MB while %d connections hold their calls' % (now, limit, len(conns)))
+            return 1
+        stable = stable + 1 if now == last else 0
+        if stable >= 4:
+            print('bounded: rss %s MB (peak %s) stays under %d MB' % (now, peak, limit)); return 0
+        last = now; time.sleep(0.5)
+        for c in conns:  # answer pings and settings, never read the streams' data
+            c.s.setblocking(False)
+            try: c.s.recv(0)
+            except (BlockingIOError, OSError): pass
+            c.s.setblocking(True)
+    print('rss never settled: %s MB' % last); return 1
+
+
+def hold(port, conns_n, streams, table, pids, limit):
+    conns = []
+    for _ in range(conns_n):
+        c = Conn(port)
+        for _ in range(streams):
+            try:
+                if table is None:
+                    c.headers('/google.bigtable.v2.Bigtable/ReadRows',
+                              extra=[('x-pad-%d' % k, 'a' * 3900) for k in range(15)])
+                else:
+                    sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')
+                    c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table)))
+            except OSError as e:  # refused or closed by the server: that bounds it too
+                print('connection closed by the server: %r' % e); break
+        conns.append(c)
+    return watch(conns, pids, limit)
+
+
+def main(a):
+    if a[0] == 'write': return write(int(a[1]), a[2], int(a[3]), int(a[4]))
+    if a[0] == 'readers': return hold(int(a[1]), int(a[3]), int(a[4]), a[2], a[5].split(','), int(a[6]))
+    if a[0] == 'metadata': return hold(int(a[1]), int(a[2]), int(a[3]), None, a[4].split(','), int(a[5]))
+    print(__doc__); return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
