@@ -131,11 +131,14 @@ static void fwd_msg(rpc_ccall *call, st_slice msg, void *arg) {
 }
 
 static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    (void)call;
     fwd_op *op = arg;
     if (code == ST_OK)
         return fwd_finish(op, ST_OK, NULL);
     st_err_set(&op->last, code, "%s", message ? message : "");
+    /* Never processed (not sent, or refused by the node's GOAWAY): any request may go again,
+     * and the node is not to blame. */
+    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
+        return fwd_retry(op);
     rtr_health_report(op->node, code);
     if (op->idempotent && rtr_fo_error(code) && fwd_failover(op))
         return;
@@ -389,9 +392,9 @@ static void mr_msg(rpc_ccall *call, st_slice msg, void *arg) {
 /* Settles the group's entries after its call ended. Entries the node answered (final) keep their
  * status, except per-entry "not owner" answers, which are retried; entries it did not answer take
  * the call's status, non-final (retried) when that status is retryable. */
-static void mr_group_status(mr_group *g, st_code code, const char *message) {
+static void mr_group_status(mr_group *g, st_code code, const char *message, bool unprocessed) {
     mr_op *op = g->op;
-    bool retry = code != ST_OK && (rtr_retryable(code, message, op->idempotent) ||
+    bool retry = code != ST_OK && (unprocessed || rtr_retryable(code, message, op->idempotent) ||
                                    (op->plan.multi && op->idempotent && rtr_fo_error(code)));
     const char *m =
         message ? st_arena_dup(rpc_call_arena(op->call), message, strlen(message) + 1) : NULL;
@@ -411,11 +414,12 @@ static void mr_group_status(mr_group *g, st_code code, const char *message) {
 }
 
 static void mr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    (void)call;
     mr_group *g = arg;
     mr_op *op = g->op;
-    rtr_health_report(g->node, code);
-    mr_group_status(g, code, message);
+    bool unprocessed = code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call);
+    if (!unprocessed)
+        rtr_health_report(g->node, code);
+    mr_group_status(g, code, message, unprocessed);
     free(g->idx);
     free(g);
     if (--op->groups_pending == 0)

@@ -55,10 +55,22 @@ static void node_good(rtr_fo *fo, const rtr_node *n) {
     cluster_update(fo, n->cluster, NULL);
 }
 
+/* True while the node's connection is up and has received bytes within the probe deadline: a
+ * call that timed out there waited behind the node's other work (a busy node, many streams on
+ * the connection), which is no reason to move traffic away. A silent connection is detected by
+ * the rpc client's keepalive PINGs instead. */
+static bool node_answering(const rtr_node *n) {
+    return n->client && rpc_client_alive(n->client) &&
+           rpc_client_last_read_us(n->client) > st_mono_us() - RTR_PROBE_TIMEOUT_MS * 1000;
+}
+
 void rtr_health_report(rtr_node *n, st_code code) {
     rtr_fo *fo = n->ctx->fo;
-    if (fo && !n->ctx->closing && rtr_fo_error(code))
-        node_down(fo, n, code == ST_UNAVAILABLE ? "request unavailable" : "request deadline");
+    if (!fo || n->ctx->closing || !rtr_fo_error(code))
+        return;
+    if (code == ST_DEADLINE_EXCEEDED && node_answering(n))
+        return;
+    node_down(fo, n, code == ST_UNAVAILABLE ? "request unavailable" : "request deadline");
 }
 
 bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster) {
@@ -68,14 +80,18 @@ bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster) {
 /* ---- probes ---- */
 
 static void probe_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    (void)call;
     (void)message;
     rtr_node *n = arg;
     rtr_ctx *r = n->ctx;
     if (r->closing || !r->fo)
         return;
     hnode(r->fo, n)->probing = false;
-    /* Any answer, even an error status, means the node is there and serving. */
+    /* Any answer, even an error status, means the node is there and serving. A probe that timed
+     * out behind busy streams on a connection still receiving says neither. */
+    if (code == ST_DEADLINE_EXCEEDED && node_answering(n))
+        return;
+    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
+        return; /* refused by the node's GOAWAY: the next probe goes on a new connection */
     if (code == ST_UNAVAILABLE || code == ST_DEADLINE_EXCEEDED || code == ST_CANCELLED)
         node_down(r->fo, n, code == ST_UNAVAILABLE ? "probe unavailable" : "probe timeout");
     else

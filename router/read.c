@@ -38,7 +38,8 @@ typedef struct rr_op {
     rpc_ccall *inflight;
     rr_wait wait;
     bool paused;    /* the node call was cancelled for backpressure */
-    bool limit_hit; /* the node call was cancelled because rows_limit was reached */
+    bool limit_hit; /* rows_limit was reached (the node ends its call by itself), or relaying
+                       failed (the node call was cancelled) */
     bool complete;  /* every row was read: finish once the backlog is out */
     st_buf backlog; /* messages, each prefixed with its varint length */
     st_buf fwd;     /* a node message's buffer taken to pass on without a copy (rr_emit) */
@@ -199,9 +200,12 @@ static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
         op->complete = false;
         return rpc_ccall_cancel(call);
     }
+    /* rows_limit reached: the node call carries the limit too (the client's request, or the
+     * rows still allowed), so the node ends the stream by itself right after this row. It is not
+     * reset: a node accepts only so many stream resets per second before it closes the whole
+     * connection (every read on it then fails), and ending by itself costs it nothing more. */
     if (rr_limit_reached(op)) {
         op->limit_hit = true;
-        rpc_ccall_cancel(call);
     } else if (backlog_bytes(op) > RTR_READ_BACKLOG_BYTES) {
         st_log(ST_LOG_DEBUG, "router", "read table=%s paused: client slow, backlog=%zu bytes",
                op->table, backlog_bytes(op));
@@ -308,7 +312,6 @@ static void rr_tablet_done(rr_op *op) {
 }
 
 static void rr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    (void)call;
     rr_op *op = arg;
     op->inflight = NULL;
     op->wait = RR_IDLE;
@@ -339,6 +342,10 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     st_err_set(&op->last, code, "%s", message ? message : "");
     /* The client's own deadline passing is not the node's fault: only UNAVAILABLE and the idle
      * timer's deadline move a read. */
+    /* A request the node never processed (not sent, or refused by its GOAWAY) says nothing
+     * about the node: retry on a new connection without marking it down. */
+    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
+        return rr_retry(op);
     if (code == ST_UNAVAILABLE || stalled) {
         rtr_health_report(op->node, code);
         if (rr_failover(op))

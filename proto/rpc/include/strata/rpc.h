@@ -272,7 +272,19 @@ bool rpc_client_connected(const rpc_client *c);
  * bufferevent's teardown: turn the base once (event_base_loop(base, EVLOOP_NONBLOCK)) before
  * event_base_free, or TLS objects leak. */
 void rpc_client_free(rpc_client *c);
+/* False once the connection failed or the server sent GOAWAY: make a new client for new calls.
+ * A client that received GOAWAY still finishes the calls the server accepted (free it only once
+ * rpc_client_calls is 0, or its remaining calls end CANCELLED) and closes its connection after
+ * the last one. */
 bool rpc_client_alive(const rpc_client *c);
+/* True after the server's GOAWAY while the connection still finishes its calls (the server
+ * works: a new connection may be dialled at once). */
+bool rpc_client_draining(const rpc_client *c);
+/* Calls started and not yet ended. */
+size_t rpc_client_calls(const rpc_client *c);
+/* st_mono_us of the last bytes received from the server, 0 before any: a call that timed out on
+ * a connection that is still receiving met a busy server, not a dead one. */
+int64_t rpc_client_last_read_us(const rpc_client *c);
 /* Starts a call: sends the request (one message), with metadata and a deadline (timeout_ms <= 0:
  * none; sent as grpc-timeout and enforced locally). on_msg may be NULL. Returns the call, valid
  * until on_done returns; NULL if the client is dead or memory runs out (then on_done never
@@ -287,7 +299,13 @@ st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request, cons
  * rpc_deframer_take does (false: copy the slice instead). A proxy forwards a large streamed
  * message thus without copying it. */
 bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out);
-/* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. */
+/* Only inside on_done: true when the call ended UNAVAILABLE without the server having processed
+ * it (its request was never sent, or the server refused the stream with GOAWAY): a retry cannot
+ * apply it twice, whatever the method. */
+bool rpc_ccall_unprocessed(const rpc_ccall *call);
+/* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. Servers
+ * limit how many resets they accept per second (nghttp2: a burst of 1000, then 33/s; past it
+ * the connection gets GOAWAY): cancel only calls that would not end by themselves. */
 void rpc_ccall_cancel(rpc_ccall *call);
 
 /* ---- blocking helpers for tests and CLI tools (own event_base, calling thread) ---- */
