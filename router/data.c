@@ -70,8 +70,11 @@ typedef struct fwd_op {
     st_slice req, row;
     const char *table;
     bool idempotent;
+    bool moved_once;  /* moved on once after a node connection dropped under it */
+    bool map_checked; /* the table had no tablet here: the map was refreshed once since */
     int attempts;
     uint64_t gen;
+    uint64_t fp;   /* rtr_qod_fingerprint of the client's request */
     st_slice resp; /* the node's answer, in the call's arena */
     st_err last;
     /* A peeked table name (longer ones go to the call's arena); small enough that the op stays
@@ -106,6 +109,10 @@ static void fwd_after_backoff(void *arg) {
 }
 
 static void fwd_retry(fwd_op *op) {
+    if (op->last.code == ST_UNAVAILABLE && rtr_plan_dark(op->r, &op->plan)) {
+        rtr_cluster_unreachable(op->c, &op->last, &op->last);
+        return fwd_finish(op, op->last.code, op->last.msg);
+    }
     if (!rtr_retry_allowed(op->attempts, op->last.code, op->last.msg) || op->r->closing ||
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), fwd_after_backoff, op) != ST_OK)
         fwd_finish(op, op->last.code, op->last.msg);
@@ -140,6 +147,9 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
     if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
         return fwd_retry(op);
     rtr_health_report(op->node, code);
+    size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
+    if (lost > 0 && !rtr_qod_dropped(op->r, op->fp, lost, op->node, &op->moved_once, &op->last))
+        return fwd_finish(op, op->last.code, op->last.msg);
     if (op->idempotent && rtr_fo_error(code) && fwd_failover(op))
         return;
     if (rtr_retryable(code, message, op->idempotent))
@@ -150,6 +160,19 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
 static void fwd_send(void *arg) {
     fwd_op *op = arg;
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    if ((!t || t->n == 0) && !op->map_checked) { /* a stale map? look once */
+        op->map_checked = true;
+        if (rtr_cluster_refresh(op->c, fwd_send, op) != ST_OK)
+            fwd_finish(op, ST_RESOURCE_EXHAUSTED, "too many requests wait for a tablet map");
+        return;
+    }
+    if (!t || t->n == 0) { /* the cluster does not serve the table */
+        rtr_table_not_in_cluster(op->c, op->table, &op->last);
+        op->map_checked = false;
+        if (!fwd_failover(op))
+            fwd_finish(op, op->last.code, op->last.msg);
+        return;
+    }
     size_t k = rtr_tmap_row(t, op->row);
     op->gen = op->c->map_gen;
     if (k == SIZE_MAX) {
@@ -175,9 +198,14 @@ static void fwd_send(void *arg) {
 /* Takes op (malloc'ed, not zeroed: filled in here; NULL when out of memory): table may point
  * into op->table_buf, which is why the fields are set one by one. */
 static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *plan,
-                      const char *table, st_slice row, st_slice req, bool idempotent) {
+                      const char *table, st_slice row, st_slice req, bool idempotent, uint64_t fp) {
     if (!op)
         return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    st_err err = {0};
+    if (rtr_qod_refused(r, fp, &err)) {
+        free(op);
+        return rtr_fail(call, err.code, "%s", err.msg);
+    }
     if (row.len == 0) {
         free(op);
         return rtr_fail(call, ST_INVALID_ARGUMENT, "row key must not be empty");
@@ -192,6 +220,9 @@ static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *pl
     op->row = row;
     op->table = table;
     op->idempotent = idempotent;
+    op->moved_once = false;
+    op->map_checked = false;
+    op->fp = fp;
     op->attempts = 0;
     op->gen = 0;
     op->resp = st_slice_make(NULL, 0);
@@ -249,12 +280,13 @@ void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
                           sizeof profile_buf, &table, &profile, &row, &idempotent) ||
         !data_route(r, call, table, profile, false, row, &plan))
         return free(op);
+    uint64_t fp = rtr_qod_fingerprint(rpc_call_path(call), req_bytes); /* before stamping */
     if (plan.multi && !idempotent) {
         if (!data_stamp(r, call, false, &req_bytes))
             return free(op);
         idempotent = true;
     }
-    fwd_start(op, r, call, &plan, table, row, req_bytes, idempotent);
+    fwd_start(op, r, call, &plan, table, row, req_bytes, idempotent, fp);
 }
 
 void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -266,7 +298,8 @@ void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
                             st_slice_make(NULL, 0), &plan))
         return;
     fwd_start(malloc(sizeof(fwd_op)), r, call, &plan, req->table_name,
-              st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false);
+              st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false,
+              rtr_qod_fingerprint(rpc_call_path(call), req_bytes));
 }
 
 void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -278,7 +311,8 @@ void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) 
                             st_slice_make(NULL, 0), &plan))
         return;
     fwd_start(malloc(sizeof(fwd_op)), r, call, &plan, req->table_name,
-              st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false);
+              st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false,
+              rtr_qod_fingerprint(rpc_call_path(call), req_bytes));
 }
 
 void rtr_h_ping_and_warm(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -376,7 +410,8 @@ static void mr_round_over(mr_op *op) {
         return mr_round(op);
     }
     st_code why = not_owner ? ST_FAILED_PRECONDITION : ST_UNAVAILABLE;
-    if (!again || !rtr_retry_allowed(op->attempts, why, not_owner ? RTR_NOT_OWNER_PREFIX : NULL) ||
+    if (!again || (!not_owner && rtr_plan_dark(op->r, &op->plan)) ||
+        !rtr_retry_allowed(op->attempts, why, not_owner ? RTR_NOT_OWNER_PREFIX : NULL) ||
         op->r->closing ||
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), mr_after_backoff, op) != ST_OK)
         mr_reply(op);

@@ -9,6 +9,7 @@
 #include "failover.h"
 
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,34 @@ void rtr_health_report(rtr_node *n, st_code code) {
 
 bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster) {
     return !r->fo || r->fo->clusters[cluster].up;
+}
+
+bool rtr_health_cluster_dark(const rtr_ctx *r, size_t cluster) {
+    if (!r->fo)
+        return false;
+    for (size_t i = 0; i < r->clusters[cluster].n_nodes; i++)
+        if (!r->fo->nodes[cluster][i].down)
+            return false;
+    return true;
+}
+
+st_code rtr_cluster_unreachable(const rtr_cluster *c, const st_err *last, st_err *err) {
+    char why[sizeof last->msg]; /* last may be err itself */
+    snprintf(why, sizeof why, "%s", last && last->msg[0] ? last->msg : "none");
+    return st_err_set(err, ST_UNAVAILABLE,
+                      "cluster %s has no reachable node; its %zu node(s) are down or unreachable "
+                      "(last error: %s). Requests routed to it fail until one of its nodes "
+                      "answers again; a multi-cluster app profile, or repointing this profile "
+                      "(strata failover), serves them from another cluster",
+                      c->topo->id, c->n_nodes, why);
+}
+
+st_code rtr_table_not_in_cluster(const rtr_cluster *c, const char *table, st_err *err) {
+    return st_err_set(err, ST_FAILED_PRECONDITION,
+                      "table %s has no tablets in cluster %s (a cluster added after the table "
+                      "was created holds none): use an app profile routed to a cluster that "
+                      "serves the table",
+                      table, c->topo->id);
 }
 
 /* ---- probes ---- */

@@ -48,6 +48,9 @@ typedef struct rr_op {
     int attempts;
     uint64_t gen;
     st_err last;
+    uint64_t fp;        /* rtr_qod_fingerprint of the client's request */
+    bool moved_once;    /* moved on once after a node connection dropped under it */
+    bool map_checked;   /* the table had no tablet here: the map was refreshed once since */
     struct event *idle; /* multi-cluster: a node silent this long is given up (failover.h) */
     bool stalled;       /* the node call was cancelled by the idle timer */
 } rr_op;
@@ -276,6 +279,10 @@ static void rr_after_backoff(void *arg) {
 }
 
 static void rr_retry(rr_op *op) {
+    if (op->last.code == ST_UNAVAILABLE && rtr_plan_dark(op->r, &op->plan)) {
+        rtr_cluster_unreachable(op->c, &op->last, &op->last);
+        return rr_free(op, op->last.code, op->last.msg);
+    }
     if (!rtr_retry_allowed(op->attempts, op->last.code, op->last.msg) || op->r->closing ||
         rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
         return rr_free(op, op->last.code, op->last.msg);
@@ -290,6 +297,7 @@ static bool rr_failover(rr_op *op) {
     if (op->r->closing || !rtr_plan_next(op->r, &op->plan, op->last.code))
         return false;
     op->c = rtr_plan_cluster(op->r, &op->plan);
+    op->map_checked = false;
     if (rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
         rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
     else
@@ -346,6 +354,11 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
      * about the node: retry on a new connection without marking it down. */
     if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
         return rr_retry(op);
+    size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
+    if (lost > 0 && !rtr_qod_dropped(op->r, op->fp, lost, op->node, &op->moved_once, &op->last)) {
+        rtr_health_report(op->node, code);
+        return rr_free(op, op->last.code, op->last.msg);
+    }
     if (code == ST_UNAVAILABLE || stalled) {
         rtr_health_report(op->node, code);
         if (rr_failover(op))
@@ -422,11 +435,29 @@ static void rr_send(rr_op *op, const rtr_tablet *tb) {
     }
 }
 
+/* The table has no tablet in the cluster: maybe the map is stale (refreshed once to see), else
+ * the cluster does not serve it (added after the table was created): the next cluster of a
+ * multi-cluster plan, or a clear error. */
+static void rr_no_tablets(rr_op *op) {
+    if (!op->map_checked) {
+        op->map_checked = true;
+        op->wait = RR_TIMER;
+        if (rtr_cluster_refresh(op->c, rr_refreshed, op) != ST_OK)
+            rr_free(op, ST_RESOURCE_EXHAUSTED, "too many requests wait for a tablet map");
+        return;
+    }
+    rtr_table_not_in_cluster(op->c, op->table, &op->last);
+    if (!rr_failover(op))
+        rr_free(op, op->last.code, op->last.msg);
+}
+
 static void rr_step(void *arg) {
     rr_op *op = arg;
     if (rr_limit_reached(op))
         return rr_free(op, ST_OK, NULL);
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    if (!t || t->n == 0)
+        return rr_no_tablets(op);
     size_t k = 0;
     st_slice gap;
     op->gen = op->c->map_gen;
@@ -490,6 +521,9 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
                            : st_slice_make(NULL, 0);
     if (rtr_route_plan(r, req.profile, false, row, &plan, &err) != ST_OK)
         return rtr_fail(call, err.code, "%s", err.msg);
+    uint64_t fp = rtr_qod_fingerprint(RTR_BT "ReadRows", req_bytes);
+    if (rtr_qod_refused(r, fp, &err))
+        return rtr_fail(call, err.code, "%s", err.msg);
     if (req.limit < 0)
         return rtr_fail(call, ST_INVALID_ARGUMENT, "rows_limit must not be negative");
     rr_op *op = calloc(1, sizeof *op);
@@ -502,7 +536,8 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
                   .table = req.table,
                   .reversed = req.reversed,
                   .limit = req.limit,
-                  .req = req_bytes};
+                  .req = req_bytes,
+                  .fp = fp};
     st_buf_init(&op->head);
     st_buf_init(&op->pos);
     st_buf_init(&op->cur_start);

@@ -77,7 +77,9 @@ struct rpc_ccall {
     int64_t deadline_us;   /* st_mono_us; 0 = none */
     char timeout_text[16]; /* the grpc-timeout value of the HEADERS in flight */
     int refused_retries;
-    bool unprocessed;          /* ended before the server processed it (rpc_ccall_unprocessed) */
+    bool unprocessed; /* ended before the server processed it (rpc_ccall_unprocessed) */
+    bool sent;        /* its HEADERS went out: the server may be working on it */
+    size_t lost_with; /* the connection dropped under it, with this many sent calls (>= 1) */
     struct event *deadline_ev; /* NULL, or the timer inside the call's allocation (added) */
     size_t alloc_bytes;        /* size of the call's allocation (ccall_alloc) */
     rpc_ccall *prev, *next;
@@ -135,6 +137,7 @@ static bool fail_log_due(const char *peer, uint64_t *skipped) {
 
 static void client_fail(rpc_client *c, const char *why);
 static void client_kick(rpc_client *c);
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data);
 
 /* ---- the per-thread cache of call allocations ----
  * A call is one allocation of a few KiB (ccall_alloc), beyond malloc's per-thread cache: ended
@@ -505,6 +508,13 @@ static void client_fail(rpc_client *c, const char *why) {
     char msg[RPC_PEER_NAME_MAX + 256];
     snprintf(msg, sizeof(msg), "connection to %s failed: %s", c->peer, why);
     h2_wbuf_drop(&c->wbuf); /* lost anyway; it must not pin the calls' requests */
+    size_t sent = 0;
+    for (rpc_ccall *call = c->calls; call; call = call->next)
+        sent += call->sent;
+    for (rpc_ccall *call = c->calls; call; call = call->next) {
+        call->lost_with = call->sent ? sent : 0;
+        call->unprocessed = call->unprocessed || !call->sent;
+    }
     while (c->calls)
         ccall_complete(c->calls, c->calls->deadline_hit ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
                        msg);
@@ -631,6 +641,7 @@ static bool client_session_new(rpc_client *c) {
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
     nghttp2_option *opt = h2_session_option();
@@ -779,6 +790,21 @@ int64_t rpc_client_last_read_us(const rpc_client *c) {
 
 bool rpc_ccall_unprocessed(const rpc_ccall *call) {
     return call->unprocessed;
+}
+
+size_t rpc_ccall_conn_lost(const rpc_ccall *call) {
+    return call->lost_with;
+}
+
+/* Marks a call whose request HEADERS went out (the server may be processing it from now on). */
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    (void)user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    rpc_ccall *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (call)
+        call->sent = true;
+    return 0;
 }
 
 bool rpc_client_connected(const rpc_client *c) {

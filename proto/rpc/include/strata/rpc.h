@@ -303,6 +303,10 @@ bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out);
  * it (its request was never sent, or the server refused the stream with GOAWAY): a retry cannot
  * apply it twice, whatever the method. */
 bool rpc_ccall_unprocessed(const rpc_ccall *call);
+/* Only inside on_done: 0, or, when the call ended because its connection dropped (reset, EOF,
+ * socket error, no keepalive answer) after its request went out, how many such calls the drop
+ * ended (this one included). A drop under a single call points at that call as its cause. */
+size_t rpc_ccall_conn_lost(const rpc_ccall *call);
 /* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. Servers
  * limit how many resets they accept per second (nghttp2: a burst of 1000, then 33/s; past it
  * the connection gets GOAWAY): cancel only calls that would not end by themselves. */

@@ -1,0 +1,441 @@
+/*
+ * Proves the router's behaviour against nodes that misbehave, with a real router (rtr_open) and
+ * fake nodes (rpc_server instances answering the few node methods the router uses) on one event
+ * loop in one process:
+ *   - a ReadRows with rows_limit never resets its node stream (the node ends it by itself; a
+ *     node's HTTP/2 layer closes a connection that resets too many streams per second);
+ *   - a request in flight alone when its node's connection dropped (a query of death) is not
+ *     sent to the next cluster of a multi-cluster profile, and is refused for a while after, so
+ *     the other cluster's node survives;
+ *   - a request to a cluster none of whose nodes is reachable fails fast with UNAVAILABLE naming
+ *     the cluster, and a read of a table without tablets in its cluster fails with
+ *     FAILED_PRECONDITION naming both.
+ * Each test starts its own nodes and router on ephemeral loopback ports.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <event2/event.h>
+
+#include "google/bigtable/admin/v2/instance.pb-c.h"
+#include "google/bigtable/admin/v2/table.pb-c.h"
+#include "router_internal.h"
+#include "strata/internal/v1/node.pb-c.h"
+
+#define FN_TABLE "projects/p/instances/i/tables/t"
+#define FN_TABLE2 "projects/p/instances/i/tables/t2" /* tablets in cluster c2 only */
+#define FN_POISON "poison-row"
+#define FN_CLUSTERS_MAX 2
+
+typedef struct fake_node {
+    struct event_base *base;
+    rpc_server *srv;
+    uint16_t port;
+    int cluster; /* 0 or 1 */
+    bool dead;
+    struct event *die_ev;
+    rpc_call *dying; /* the poison call, finished once the server is gone */
+    int data_reads, cancels, poison_reads;
+} fake_node;
+
+typedef struct fixture {
+    struct event_base *base;
+    fake_node nodes[FN_CLUSTERS_MAX];
+    size_t n_clusters;
+    rtr_ctx *r;
+    rpc_client *client;
+} fixture;
+
+/* ---- the fake node ---- */
+
+static void fn_reply(rpc_call *call, const ProtobufCMessage *m) {
+    uint8_t buf[4096];
+    size_t len = m ? protobuf_c_message_pack(m, buf) : 0;
+    assert_true(len < sizeof buf);
+    rpc_call_send(call, st_slice_make(buf, len));
+    rpc_call_finish(call, ST_OK, NULL);
+}
+
+static void fn_empty(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    (void)arg;
+    fn_reply(call, NULL);
+}
+
+static void fn_get_status(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    fake_node *n = arg;
+    Strata__Internal__V1__NodeStatus st;
+    strata__internal__v1__node_status__init(&st);
+    st.node_num = (uint32_t)n->cluster + 1;
+    fn_reply(call, &st.base);
+}
+
+static void fn_list_tablets(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    fake_node *n = arg;
+    Strata__Internal__V1__Tablet t[3], *tp[3];
+    const char *names[3] = {RTR_META_TABLE, FN_TABLE, FN_TABLE2};
+    size_t k = n->cluster == 1 ? 3 : 2;
+    for (size_t i = 0; i < k; i++) {
+        strata__internal__v1__tablet__init(&t[i]);
+        t[i].id = (uint64_t)n->cluster << 40 | (i + 1);
+        t[i].table_name = (char *)names[i];
+        tp[i] = &t[i];
+    }
+    Strata__Internal__V1__ListTabletsResponse resp;
+    strata__internal__v1__list_tablets_response__init(&resp);
+    resp.n_tablets = k;
+    resp.tablets = tp;
+    fn_reply(call, &resp.base);
+}
+
+/* One committed row: key, family f, qualifier q, value v. */
+static void fn_send_row(rpc_call *call, const char *key, st_slice value) {
+    Google__Bigtable__V2__ReadRowsResponse__CellChunk ch, *chp = &ch;
+    google__bigtable__v2__read_rows_response__cell_chunk__init(&ch);
+    Google__Protobuf__StringValue fam;
+    google__protobuf__string_value__init(&fam);
+    fam.value = "m";
+    Google__Protobuf__BytesValue q;
+    google__protobuf__bytes_value__init(&q);
+    q.value = (ProtobufCBinaryData){1, (uint8_t *)"v"};
+    ch.row_key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+    ch.family_name = &fam;
+    ch.qualifier = &q;
+    ch.value = (ProtobufCBinaryData){value.len, (uint8_t *)value.data};
+    ch.row_status_case =
+        GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
+    ch.commit_row = true;
+    Google__Bigtable__V2__ReadRowsResponse resp;
+    google__bigtable__v2__read_rows_response__init(&resp);
+    resp.n_chunks = 1;
+    resp.chunks = &chp;
+    uint8_t buf[2048];
+    size_t len = google__bigtable__v2__read_rows_response__pack(&resp, buf);
+    assert_true(len < sizeof buf);
+    rpc_call_send(call, st_slice_make(buf, len));
+}
+
+static void fn_send_record(rpc_call *call, const char *key, const ProtobufCMessage *m) {
+    uint8_t buf[1024];
+    size_t len = protobuf_c_message_pack(m, buf);
+    assert_true(len < sizeof buf);
+    fn_send_row(call, key, st_slice_make(buf, len));
+}
+
+/* The metadata: tables t and t2, profile default (single-cluster to c1) and multi. */
+static void fn_send_meta(rpc_call *call) {
+    Google__Bigtable__Admin__V2__Table t;
+    google__bigtable__admin__v2__table__init(&t);
+    t.name = FN_TABLE;
+    fn_send_record(call, RTR_META_TABLE_PREFIX FN_TABLE, &t.base);
+    t.name = FN_TABLE2;
+    fn_send_record(call, RTR_META_TABLE_PREFIX FN_TABLE2, &t.base);
+    Google__Bigtable__Admin__V2__AppProfile p;
+    google__bigtable__admin__v2__app_profile__init(&p);
+    Google__Bigtable__Admin__V2__AppProfile__SingleClusterRouting single;
+    google__bigtable__admin__v2__app_profile__single_cluster_routing__init(&single);
+    single.cluster_id = "c1";
+    p.name = "projects/p/instances/i/appProfiles/default";
+    p.routing_policy_case =
+        GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING;
+    p.single_cluster_routing = &single;
+    fn_send_record(call, RTR_META_PROFILE_PREFIX "default", &p.base);
+    Google__Bigtable__Admin__V2__AppProfile__MultiClusterRoutingUseAny multi;
+    google__bigtable__admin__v2__app_profile__multi_cluster_routing_use_any__init(&multi);
+    p.name = "projects/p/instances/i/appProfiles/multi";
+    p.routing_policy_case =
+        GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_MULTI_CLUSTER_ROUTING_USE_ANY;
+    p.multi_cluster_routing_use_any = &multi;
+    fn_send_record(call, RTR_META_PROFILE_PREFIX "multi", &p.base);
+}
+
+static void fn_die_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    fake_node *n = arg;
+    rpc_server_free(n->srv); /* connections close: the router sees them drop */
+    n->srv = NULL;
+    n->dead = true;
+    if (n->dying)
+        rpc_call_finish(n->dying, ST_OK, NULL); /* only releases it: it is cancelled */
+    n->dying = NULL;
+}
+
+static void fn_cancelled(rpc_call *call, void *arg) {
+    (void)call;
+    fake_node *n = arg;
+    n->cancels++;
+}
+
+typedef struct fn_pending {
+    rpc_call *call;
+    struct event *ev;
+} fn_pending;
+
+/* Data reads end a little later, so that a router resetting the stream right after the last
+ * row is seen doing it (the reset arrives while the call is still open). */
+static void fn_finish_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    fn_pending *p = arg;
+    rpc_call_finish(p->call, ST_OK, NULL);
+    event_free(p->ev);
+    free(p);
+}
+
+static void fn_read_rows(rpc_call *call, st_slice req, void *arg) {
+    fake_node *n = arg;
+    Google__Bigtable__V2__ReadRowsRequest *r =
+        google__bigtable__v2__read_rows_request__unpack(NULL, req.len, req.data);
+    assert_non_null(r);
+    bool meta = strcmp(r->table_name, RTR_META_TABLE) == 0;
+    int64_t limit = r->rows_limit;
+    google__bigtable__v2__read_rows_request__free_unpacked(r, NULL);
+    if (meta) {
+        fn_send_meta(call);
+        return rpc_call_finish(call, ST_OK, NULL);
+    }
+    if (memmem(req.data, req.len, FN_POISON, strlen(FN_POISON))) {
+        n->poison_reads++;
+        n->dying = call;
+        event_active(n->die_ev, EV_TIMEOUT, 0);
+        return;
+    }
+    n->data_reads++;
+    rpc_call_set_cancel_cb(call, fn_cancelled, n);
+    int64_t rows = limit > 0 ? limit : 10;
+    for (int64_t i = 0; i < rows; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "r%04d", (int)i);
+        fn_send_row(call, key, ST_SLICE_LIT("value"));
+    }
+    fn_pending *p = malloc(sizeof *p);
+    assert_non_null(p);
+    p->call = call;
+    p->ev = evtimer_new(n->base, fn_finish_cb, p);
+    struct timeval tv = {0, 20 * 1000};
+    evtimer_add(p->ev, &tv);
+}
+
+static void fn_start(fake_node *n, struct event_base *base, int cluster) {
+    memset(n, 0, sizeof *n);
+    n->base = base;
+    n->cluster = cluster;
+    st_err err = {0};
+    n->srv = rpc_server_new(base, NULL, &err);
+    assert_non_null(n->srv);
+    n->die_ev = event_new(base, -1, 0, fn_die_cb, n);
+    assert_int_equal(rpc_server_add_method(n->srv, RTR_NODE "ListTablets", fn_list_tablets, n),
+                     ST_OK);
+    assert_int_equal(rpc_server_add_method(n->srv, RTR_NODE "GetStatus", fn_get_status, n), ST_OK);
+    assert_int_equal(rpc_server_add_method(n->srv, RTR_NODE "PutTable", fn_empty, n), ST_OK);
+    assert_int_equal(rpc_server_add_method(n->srv, RTR_NODE "CreateTablet", fn_empty, n), ST_OK);
+    assert_int_equal(rpc_server_add_method(n->srv, RTR_BT "MutateRow", fn_empty, n), ST_OK);
+    assert_int_equal(rpc_server_add_method(n->srv, RTR_BT "ReadRows", fn_read_rows, n), ST_OK);
+    assert_int_equal(rpc_server_listen(n->srv, "127.0.0.1", 0, &n->port, &err), ST_OK);
+}
+
+/* ---- the fixture: nodes, router, a client ---- */
+
+static void fx_open(fixture *fx, size_t n_clusters) {
+    memset(fx, 0, sizeof *fx);
+    fx->base = event_base_new();
+    assert_non_null(fx->base);
+    fx->n_clusters = n_clusters;
+    char text[1024];
+    size_t off = (size_t)snprintf(text, sizeof text, "project = p\ninstance = i\n");
+    for (size_t c = 0; c < n_clusters; c++) {
+        fn_start(&fx->nodes[c], fx->base, (int)c);
+        off += (size_t)snprintf(text + off, sizeof text - off,
+                                "[cluster c%zu]\nzone = z%zu\nnode = 127.0.0.1:%u\n", c + 1, c + 1,
+                                fx->nodes[c].port);
+    }
+    st_topology topo;
+    st_err err = {0};
+    assert_int_equal(st_topology_parse(text, strlen(text), "test", &topo, &err), ST_OK);
+    rtr_opts o;
+    rtr_opts_default(&o);
+    o.topo = &topo;
+    o.listen_host = "127.0.0.1";
+    o.listen_port = 0;
+    o.balance = RTR_BALANCE_OFF;
+    o.no_unix = true;
+    o.probe_ms = 100;
+    assert_int_equal(rtr_open(fx->base, &o, &fx->r, &err), ST_OK);
+    fx->client = rpc_client_new(fx->base, "127.0.0.1", rtr_port(fx->r), NULL, &err);
+    assert_non_null(fx->client);
+}
+
+static void fx_close(fixture *fx) {
+    rpc_client_free(fx->client);
+    rtr_close(fx->r);
+    for (size_t c = 0; c < fx->n_clusters; c++) {
+        if (fx->nodes[c].srv)
+            rpc_server_free(fx->nodes[c].srv);
+        event_free(fx->nodes[c].die_ev);
+    }
+    for (int i = 0; i < 10; i++)
+        event_base_loop(fx->base, EVLOOP_NONBLOCK);
+    event_base_free(fx->base);
+}
+
+/* Runs the loop for about ms milliseconds. */
+static void fx_run_ms(fixture *fx, int ms) {
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    event_base_loopexit(fx->base, &tv);
+    event_base_dispatch(fx->base);
+}
+
+typedef struct read_res {
+    bool done;
+    st_code code;
+    char msg[RPC_GRPC_MESSAGE_MAX];
+    int messages;
+} read_res;
+
+static void rd_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    (void)msg;
+    ((read_res *)arg)->messages++;
+}
+
+static void rd_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    read_res *r = arg;
+    r->done = true;
+    r->code = code;
+    snprintf(r->msg, sizeof r->msg, "%s", message ? message : "");
+}
+
+/* Starts a ReadRows of table through the router: one row key (row non-NULL) or every row, with
+ * rows_limit limit (0: none). */
+static void fx_read_start(fixture *fx, const char *table, const char *profile, const char *row,
+                          int64_t limit, read_res *res) {
+    Google__Bigtable__V2__ReadRowsRequest req;
+    google__bigtable__v2__read_rows_request__init(&req);
+    req.table_name = (char *)table;
+    req.app_profile_id = (char *)profile;
+    req.rows_limit = limit;
+    Google__Bigtable__V2__RowSet set;
+    ProtobufCBinaryData key = {row ? strlen(row) : 0, (uint8_t *)row};
+    google__bigtable__v2__row_set__init(&set);
+    if (row) {
+        set.n_row_keys = 1;
+        set.row_keys = &key;
+        req.rows = &set;
+    }
+    uint8_t buf[512];
+    size_t len = google__bigtable__v2__read_rows_request__pack(&req, buf);
+    memset(res, 0, sizeof *res);
+    assert_non_null(rpc_client_call(fx->client, RTR_BT "ReadRows", st_slice_make(buf, len), NULL, 0,
+                                    20000, rd_msg, rd_done, res));
+}
+
+static void fx_wait(fixture *fx, read_res *res, size_t n) {
+    for (;;) {
+        size_t done = 0;
+        for (size_t i = 0; i < n; i++)
+            done += res[i].done;
+        if (done == n)
+            return;
+        event_base_loop(fx->base, EVLOOP_ONCE);
+    }
+}
+
+static void fx_read(fixture *fx, const char *table, const char *profile, const char *row,
+                    int64_t limit, read_res *res) {
+    fx_read_start(fx, table, profile, row, limit, res);
+    fx_wait(fx, res, 1);
+}
+
+/* ---- tests ---- */
+
+static void test_fake_node_rows_limit_never_resets_node_streams(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, 1);
+    enum { BATCH = 16, ROUNDS = 8 };
+    read_res res[BATCH];
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < BATCH; i++)
+            fx_read_start(&fx, FN_TABLE, "", NULL, 5, &res[i]);
+        fx_wait(&fx, res, BATCH);
+        for (int i = 0; i < BATCH; i++) {
+            assert_int_equal(res[i].code, ST_OK);
+            assert_int_equal(res[i].messages, 5);
+        }
+    }
+    assert_int_equal(fx.nodes[0].data_reads, BATCH * ROUNDS);
+    assert_int_equal(fx.nodes[0].cancels, 0); /* every node stream ended by itself */
+    fx_close(&fx);
+}
+
+static void test_fake_node_query_of_death_does_not_spread(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, 2);
+    read_res res;
+    fx_read(&fx, FN_TABLE, "multi", FN_POISON, 0, &res);
+    assert_int_not_equal(res.code, ST_OK);
+    assert_true(fx.nodes[0].dead);                 /* the first cluster tried died ... */
+    assert_int_equal(fx.nodes[1].poison_reads, 0); /* ... and the request went no further */
+    assert_false(fx.nodes[1].dead);
+    /* The client retries: refused at once, naming the reason. */
+    fx_read(&fx, FN_TABLE, "multi", FN_POISON, 0, &res);
+    assert_int_equal(res.code, ST_INTERNAL);
+    assert_non_null(strstr(res.msg, "query of death"));
+    assert_int_equal(fx.nodes[1].poison_reads, 0);
+    assert_false(fx.nodes[1].dead);
+    /* Other requests of the profile are served by the surviving cluster. */
+    fx_read(&fx, FN_TABLE, "multi", "r0001", 0, &res);
+    assert_int_equal(res.code, ST_OK);
+    assert_true(fx.nodes[1].data_reads >= 1);
+    fx_close(&fx);
+}
+
+static void test_fake_node_dead_cluster_fails_fast(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, 2);
+    read_res res;
+    fx_read(&fx, FN_TABLE, "", "r0001", 0, &res); /* default: single-cluster to c1 */
+    assert_int_equal(res.code, ST_OK);
+    fn_die_cb(-1, 0, &fx.nodes[0]);
+    fx_run_ms(&fx, 300); /* a few probes see it gone */
+    fx_read(&fx, FN_TABLE, "", "r0001", 0, &res);
+    assert_int_equal(res.code, ST_UNAVAILABLE);
+    assert_non_null(strstr(res.msg, "cluster c1 has no reachable node"));
+    fx_close(&fx);
+}
+
+static void test_fake_node_table_without_tablets_in_cluster(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, 2);
+    read_res res;
+    fx_read(&fx, FN_TABLE2, "", NULL, 0, &res); /* default: c1, where t2 has no tablet */
+    assert_int_equal(res.code, ST_FAILED_PRECONDITION);
+    assert_non_null(strstr(res.msg, "has no tablets in cluster c1"));
+    fx_read(&fx, FN_TABLE2, "multi", NULL, 0, &res); /* c2 holds it */
+    assert_int_equal(res.code, ST_OK);
+    fx_close(&fx);
+}
+
+int main(void) {
+    st_log_set_level(ST_LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fake_node_rows_limit_never_resets_node_streams),
+        cmocka_unit_test(test_fake_node_query_of_death_does_not_spread),
+        cmocka_unit_test(test_fake_node_dead_cluster_fails_fast),
+        cmocka_unit_test(test_fake_node_table_without_tablets_in_cluster),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
