@@ -6,6 +6,7 @@
 #include "failover.h"
 #include "router_internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,8 +75,11 @@ typedef struct fwd_op {
     bool map_checked; /* the table had no tablet here: the map was refreshed once since */
     int attempts;
     uint64_t gen;
-    uint64_t fp;   /* rtr_qod_fingerprint of the client's request */
-    st_slice resp; /* the node's answer, in the call's arena */
+    uint64_t fp;         /* rtr_qod_fingerprint of the client's request */
+    st_slice resp;       /* the node's answer, in the call's arena */
+    rpc_ccall *inflight; /* the node call of the attempt */
+    bool stalled;        /* cancelled because its cluster turned unhealthy */
+    rtr_inflight link;   /* multi-cluster: in its cluster's in-flight list during a node call */
     st_err last;
     /* A peeked table name (longer ones go to the call's arena); small enough that the op stays
      * within malloc's per-thread cache (about 1 KiB). */
@@ -85,6 +89,7 @@ typedef struct fwd_op {
 static void fwd_send(void *arg);
 
 static void fwd_finish(fwd_op *op, st_code code, const char *msg) {
+    rtr_inflight_unlink(&op->link);
     if (code == ST_OK) {
         st_code rc = rpc_call_send(op->call, op->resp);
         rpc_call_finish(op->call, rc, rc == ST_OK ? NULL : "could not send the response");
@@ -137,8 +142,24 @@ static void fwd_msg(rpc_ccall *call, st_slice msg, void *arg) {
     op->resp = st_slice_make(p, msg.len);
 }
 
+/* Its cluster turned unhealthy while the attempt was out: move it on now (fwd_done). */
+static void fwd_move(rtr_inflight *f) {
+    fwd_op *op = (fwd_op *)((char *)f - offsetof(fwd_op, link));
+    if (op->inflight && !op->stalled) {
+        op->stalled = true;
+        rpc_ccall_cancel(op->inflight);
+    }
+}
+
 static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
     fwd_op *op = arg;
+    op->inflight = NULL;
+    rtr_inflight_unlink(&op->link);
+    if (op->stalled && code == ST_CANCELLED) {
+        code = ST_DEADLINE_EXCEEDED;
+        message = "its cluster turned unhealthy while the request was out";
+    }
+    op->stalled = false;
     if (code == ST_OK)
         return fwd_finish(op, ST_OK, NULL);
     st_err_set(&op->last, code, "%s", message ? message : "");
@@ -187,9 +208,15 @@ static void fwd_send(void *arg) {
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
     op->node = &op->c->nodes[t->v[k].node];
-    if (rtr_node_call(op->node, op->path, op->req, md, n_md, timeout, fwd_msg, fwd_done, op,
-                      &op->last))
+    op->inflight = rtr_node_call(op->node, op->path, op->req, md, n_md, timeout, fwd_msg, fwd_done,
+                                 op, &op->last);
+    if (op->inflight) {
+        if (op->plan.multi && op->idempotent && op->plan.cur + 1 < op->plan.n) {
+            op->link.move = fwd_move;
+            rtr_inflight_link(op->c, &op->link);
+        }
         return;
+    }
     rtr_health_report(op->node, ST_UNAVAILABLE);
     if (!fwd_failover(op)) /* it never reached the node: safe to move or retry */
         fwd_retry(op);
@@ -222,6 +249,9 @@ static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *pl
     op->idempotent = idempotent;
     op->moved_once = false;
     op->map_checked = false;
+    op->inflight = NULL;
+    op->stalled = false;
+    op->link = (rtr_inflight){0};
     op->fp = fp;
     op->attempts = 0;
     op->gen = 0;

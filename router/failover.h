@@ -81,6 +81,11 @@ st_code rtr_cluster_unreachable(const rtr_cluster *c, const st_err *last, st_err
  * table was created holds none). */
 st_code rtr_table_not_in_cluster(const rtr_cluster *c, const char *table, st_err *err);
 
+/* Links f into c's in-flight list (unlinking it from another first) / unlinks it (no-op when
+ * not linked). When a cluster turns unhealthy, every part linked there is moved at once. */
+void rtr_inflight_link(rtr_cluster *c, rtr_inflight *f);
+void rtr_inflight_unlink(rtr_inflight *f);
+
 /* ---- failover.c: ordering (pure) ---- */
 /* One cluster as the ordering sees it. */
 typedef struct rtr_fo_in {

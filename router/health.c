@@ -27,6 +27,11 @@ static void cluster_update(rtr_fo *fo, const rtr_cluster *c, const char *why) {
         return;
     hc->up = up;
     hc->changes++;
+    /* Multi-cluster parts waiting on this cluster go to their next cluster now: a silent node
+     * would otherwise hold them until their own attempt deadline. move only cancels their node
+     * call (its done callback runs later, from the loop), so the list stays as it is here. */
+    for (rtr_inflight *f = up ? NULL : c->inflight; f; f = f->next)
+        f->move(f);
     st_log(up ? ST_LOG_INFO : ST_LOG_WARN, "router", "cluster=%s health=%s%s%s", c->topo->id,
            up ? "up" : "down", why ? " why=" : "", why ? why : "");
 }
@@ -72,6 +77,29 @@ void rtr_health_report(rtr_node *n, st_code code) {
     if (code == ST_DEADLINE_EXCEEDED && node_answering(n))
         return;
     node_down(fo, n, code == ST_UNAVAILABLE ? "request unavailable" : "request deadline");
+}
+
+void rtr_inflight_link(rtr_cluster *c, rtr_inflight *f) {
+    rtr_inflight_unlink(f);
+    f->on = c;
+    f->prev = NULL;
+    f->next = c->inflight;
+    if (c->inflight)
+        c->inflight->prev = f;
+    c->inflight = f;
+}
+
+void rtr_inflight_unlink(rtr_inflight *f) {
+    if (!f->on)
+        return;
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        f->on->inflight = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    f->on = NULL;
+    f->prev = f->next = NULL;
 }
 
 bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster) {

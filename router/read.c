@@ -13,6 +13,7 @@
 #include "router_internal.h"
 
 #include <event2/event.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,7 @@ typedef struct rr_op {
     uint64_t fp;        /* rtr_qod_fingerprint of the client's request */
     bool moved_once;    /* moved on once after a node connection dropped under it */
     bool map_checked;   /* the table had no tablet here: the map was refreshed once since */
+    rtr_inflight link;  /* multi-cluster: in its cluster's in-flight list during a node call */
     struct event *idle; /* multi-cluster: a node silent this long is given up (failover.h) */
     bool stalled;       /* the node call was cancelled by the idle timer */
 } rr_op;
@@ -58,6 +60,7 @@ typedef struct rr_op {
 static void rr_step(void *arg);
 
 static void rr_free(rr_op *op, st_code code, const char *msg) {
+    rtr_inflight_unlink(&op->link);
     rpc_call_finish(op->call, code, msg);
     st_buf_free(&op->head);
     st_buf_free(&op->pos);
@@ -84,9 +87,17 @@ static void rr_idle_cb(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
+/* Its cluster turned unhealthy while the node call was out: move on now (rr_done). */
+static void rr_move(rtr_inflight *f) {
+    rr_op *op = (rr_op *)((char *)f - offsetof(rr_op, link));
+    rr_idle_cb(-1, 0, op);
+}
+
 static void rr_idle_arm(rr_op *op) {
     if (!op->plan.multi || op->plan.cur + 1 >= op->plan.n)
         return;
+    op->link.move = rr_move;
+    rtr_inflight_link(op->c, &op->link);
     if (!op->idle && !(op->idle = evtimer_new(op->r->base, rr_idle_cb, op)))
         return; /* out of memory: the client's deadline still bounds the read */
     struct timeval tv = {RTR_FO_ATTEMPT_MS / 1000, (RTR_FO_ATTEMPT_MS % 1000) * 1000};
@@ -323,6 +334,7 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     rr_op *op = arg;
     op->inflight = NULL;
     op->wait = RR_IDLE;
+    rtr_inflight_unlink(&op->link);
     if (op->idle)
         evtimer_del(op->idle);
     bool stalled = op->stalled;
@@ -343,7 +355,8 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     }
     if (stalled) {
         code = ST_DEADLINE_EXCEEDED;
-        message = "the node sent nothing within the attempt deadline";
+        message = "the node sent nothing within the attempt deadline, or its cluster turned "
+                  "unhealthy";
     }
     if (code == ST_OK)
         return rr_tablet_done(op);

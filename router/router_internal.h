@@ -296,6 +296,16 @@ typedef struct rtr_bal_cluster {
     int64_t started_us;
 } rtr_bal_cluster;
 
+/* A multi-cluster request part in flight in a cluster, another cluster remaining (failover.h):
+ * when the cluster turns unhealthy, move(f) sends it on at once instead of waiting for its node
+ * to answer or time out. */
+typedef struct rtr_inflight rtr_inflight;
+struct rtr_inflight {
+    rtr_inflight *prev, *next;
+    rtr_cluster *on; /* NULL while not linked */
+    void (*move)(rtr_inflight *f);
+};
+
 typedef struct rtr_waiter {
     void (*fn)(void *arg);
     void *arg;
@@ -312,8 +322,9 @@ struct rtr_cluster {
     rtr_fan *refreshing;
     rtr_waiter *waiters;
     size_t n_waiters, cap_waiters;
-    uint32_t rr_next;    /* round robin for new tablets */
-    rtr_bal_cluster bal; /* balance.c */
+    uint32_t rr_next;       /* round robin for new tablets */
+    rtr_inflight *inflight; /* multi-cluster parts in flight here (health.c moves them) */
+    rtr_bal_cluster bal;    /* balance.c */
 };
 
 typedef struct rtr_later rtr_later;

@@ -50,7 +50,12 @@ struct rpc_client {
      * closes once the last call ended. */
     bool draining;
     int64_t last_read_us; /* st_mono_us of the last bytes received (0: none yet) */
-    size_t n_calls;       /* calls not yet completed */
+    /* Keepalive (rpc_client_opts): a timer every keepalive_ms once connected; a PING out since
+     * ping_sent_us (0: none) with nothing read since fails the connection after the timeout. */
+    struct event *ka_ev;
+    int64_t ping_sent_us;
+    bool silent;    /* failed by the keepalive: a silent peer, not a drop (rpc_ccall_conn_lost) */
+    size_t n_calls; /* calls not yet completed */
 };
 
 struct rpc_ccall {
@@ -423,6 +428,8 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
      * restart, or its protection against too many stream resets). Later calls need another
      * connection: the owner sees the client as not alive and dials one, while the calls the
      * server accepted finish here. nghttp2 closes the refused streams with REFUSED_STREAM. */
+    if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK))
+        c->ping_sent_us = 0;
     if (frame->hd.type == NGHTTP2_GOAWAY && !c->draining) {
         c->draining = true;
         st_log(ST_LOG_INFO, "rpc",
@@ -512,7 +519,7 @@ static void client_fail(rpc_client *c, const char *why) {
     for (rpc_ccall *call = c->calls; call; call = call->next)
         sent += call->sent;
     for (rpc_ccall *call = c->calls; call; call = call->next) {
-        call->lost_with = call->sent ? sent : 0;
+        call->lost_with = call->sent && !c->silent ? sent : 0;
         call->unprocessed = call->unprocessed || !call->sent;
     }
     while (c->calls)
@@ -521,6 +528,9 @@ static void client_fail(rpc_client *c, const char *why) {
     if (c->read_ev)
         event_free(c->read_ev); /* before the bufferevent closes the socket */
     c->read_ev = NULL;
+    if (c->ka_ev)
+        event_free(c->ka_ev);
+    c->ka_ev = NULL;
     if (c->session)
         nghttp2_session_del(c->session);
     c->session = NULL;
@@ -600,6 +610,48 @@ static void client_write_cb(struct bufferevent *bev, void *arg) {
         client_fail(c, c->fail_msg);
 }
 
+/* The keepalive tick: fails a connection silent since its PING for the timeout, and sends a
+ * PING while calls are open and none is out. */
+static void keepalive_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rpc_client *c = arg;
+    if (c->dead || !c->session)
+        return;
+    int64_t now = st_mono_us();
+    if (c->ping_sent_us && c->last_read_us < c->ping_sent_us &&
+        now - c->ping_sent_us >= c->opts.keepalive_timeout_ms * 1000) {
+        char why[96];
+        snprintf(why, sizeof why, "no answer to a keepalive PING within %lld ms",
+                 (long long)c->opts.keepalive_timeout_ms);
+        c->silent = true;
+        client_fail(c, why);
+        return;
+    }
+    if (c->ping_sent_us && c->last_read_us >= c->ping_sent_us)
+        c->ping_sent_us = 0; /* bytes arrived: the peer is there (its ACK follows) */
+    if (c->ping_sent_us || c->n_calls == 0)
+        return;
+    if (nghttp2_submit_ping(c->session, NGHTTP2_FLAG_NONE, NULL) == 0) {
+        c->ping_sent_us = now;
+        client_kick(c);
+    }
+}
+
+/* Connected: the keepalive timer, and TCP_USER_TIMEOUT on TCP sockets. */
+static void keepalive_start(rpc_client *c, int fd) {
+    if (c->opts.keepalive_ms < 0)
+        return;
+    unsigned int user_timeout = (unsigned int)c->opts.keepalive_timeout_ms;
+    if (!c->is_unix)
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+    c->ka_ev = event_new(c->base, -1, EV_PERSIST, keepalive_cb, c);
+    int64_t ms = c->opts.keepalive_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    if (c->ka_ev)
+        event_add(c->ka_ev, &tv);
+}
+
 static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
     rpc_client *c = arg;
     if (events & BEV_EVENT_CONNECTED) {
@@ -608,6 +660,7 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
         if (!c->is_unix) /* a TCP option; Unix sockets have no Nagle */
             setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->connected = true;
+        keepalive_start(c, bufferevent_getfd(bev));
         if (!c->tp->negotiated_h2(bev))
             client_fail(c, "TLS ALPN did not select h2");
         else if (c->direct && !client_read_direct(c))
@@ -681,6 +734,12 @@ static rpc_client *client_alloc(struct event_base *base, const char *name,
         c->opts.message_bytes_max = RPC_MESSAGE_BYTES_MAX_DEFAULT;
     if (c->opts.message_bytes_max > UINT32_MAX)
         c->opts.message_bytes_max = UINT32_MAX;
+    if (c->opts.keepalive_ms == 0)
+        c->opts.keepalive_ms = RPC_KEEPALIVE_MS_DEFAULT;
+    if (c->opts.keepalive_timeout_ms <= 0)
+        c->opts.keepalive_timeout_ms = RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT;
+    if (c->opts.connect_timeout_ms <= 0)
+        c->opts.connect_timeout_ms = RPC_CONNECT_TIMEOUT_MS_DEFAULT;
     c->tp = c->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
     c->direct = c->opts.ssl_ctx == NULL;
     return c;
@@ -700,7 +759,8 @@ static rpc_client *client_connect(rpc_client *c, const struct sockaddr *sa, sock
     }
     bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
     bufferevent_setwatermark(c->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
-    struct timeval tv = {H2_HANDSHAKE_TIMEOUT_MS / 1000, (H2_HANDSHAKE_TIMEOUT_MS % 1000) * 1000};
+    int64_t ms = c->opts.connect_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     bufferevent_set_timeouts(c->bev, &tv, &tv);
     int rv = bufferevent_socket_connect(c->bev, sa, (int)sa_len);
     if (rv != 0 || bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0) {
@@ -761,6 +821,8 @@ void rpc_client_free(rpc_client *c) {
         ccall_complete(c->calls, ST_CANCELLED, "client closed");
     if (c->read_ev)
         event_free(c->read_ev);
+    if (c->ka_ev)
+        event_free(c->ka_ev);
     if (c->session)
         nghttp2_session_del(c->session);
     if (c->bev)

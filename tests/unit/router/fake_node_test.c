@@ -9,7 +9,11 @@
  *     the other cluster's node survives;
  *   - a request to a cluster none of whose nodes is reachable fails fast with UNAVAILABLE naming
  *     the cluster, and a read of a table without tablets in its cluster fails with
- *     FAILED_PRECONDITION naming both.
+ *     FAILED_PRECONDITION naming both;
+ *   - a connection whose peer goes silent (a proxy that starts dropping every byte, as a
+ *     network partition does) is failed by the rpc client's keepalive PING with UNAVAILABLE,
+ *     not left hanging until the call's deadline, and a multi-cluster read whose cluster goes
+ *     silent is served by the other cluster.
  * Each test starts its own nodes and router on ephemeral loopback ports.
  */
 #include <setjmp.h>
@@ -20,11 +24,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
 #include <cmocka.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/listener.h>
+#include <netinet/in.h>
 
 #include "google/bigtable/admin/v2/instance.pb-c.h"
 #include "google/bigtable/admin/v2/table.pb-c.h"
+#include "failover.h"
 #include "router_internal.h"
 #include "strata/internal/v1/node.pb-c.h"
 
@@ -44,8 +54,25 @@ typedef struct fake_node {
     int data_reads, cancels, poison_reads;
 } fake_node;
 
+/* A TCP proxy in front of a node that can start dropping everything silently. */
+#define BH_PAIRS_MAX 16
+typedef struct bh_proxy bh_proxy;
+typedef struct bh_pair {
+    bh_proxy *px;
+    struct bufferevent *a, *b; /* client side, node side */
+} bh_pair;
+
+struct bh_proxy {
+    struct event_base *base;
+    struct evconnlistener *lis;
+    uint16_t port, target;
+    bool blackhole;
+    bh_pair pairs[BH_PAIRS_MAX];
+};
+
 typedef struct fixture {
     struct event_base *base;
+    bh_proxy proxy; /* in front of the first cluster's node when fx_open's proxied is set */
     fake_node nodes[FN_CLUSTERS_MAX];
     size_t n_clusters;
     rtr_ctx *r;
@@ -243,9 +270,85 @@ static void fn_start(fake_node *n, struct event_base *base, int cluster) {
     assert_int_equal(rpc_server_listen(n->srv, "127.0.0.1", 0, &n->port, &err), ST_OK);
 }
 
+/* ---- the silent proxy ---- */
+
+static void bh_pair_close(bh_pair *pair) {
+    if (pair->a)
+        bufferevent_free(pair->a);
+    if (pair->b)
+        bufferevent_free(pair->b);
+    pair->a = pair->b = NULL;
+}
+
+/* Bytes from one side go to the other, or nowhere once the proxy is a black hole. */
+static void bh_read_cb(struct bufferevent *bev, void *arg) {
+    bh_pair *pair = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    if (pair->px->blackhole)
+        evbuffer_drain(in, evbuffer_get_length(in));
+    else
+        bufferevent_write_buffer(bev == pair->a ? pair->b : pair->a, in);
+}
+
+static void bh_event_cb(struct bufferevent *bev, short events, void *arg) {
+    (void)bev;
+    bh_pair *pair = arg;
+    if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        bh_pair_close(pair);
+}
+
+static void bh_accept_cb(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
+                         int len, void *arg) {
+    (void)lis;
+    (void)sa;
+    (void)len;
+    bh_proxy *px = arg;
+    bh_pair *pair = NULL;
+    for (size_t i = 0; i < BH_PAIRS_MAX && !pair; i++)
+        if (!px->pairs[i].a && !px->pairs[i].b)
+            pair = &px->pairs[i];
+    assert_non_null(pair);
+    pair->px = px;
+    pair->a = bufferevent_socket_new(px->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    pair->b = bufferevent_socket_new(px->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(px->target)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < 2; i++) {
+        struct bufferevent *b = i ? pair->b : pair->a;
+        bufferevent_setcb(b, bh_read_cb, NULL, bh_event_cb, pair);
+        bufferevent_enable(b, EV_READ | EV_WRITE);
+    }
+    assert_int_equal(bufferevent_socket_connect(pair->b, (struct sockaddr *)&to, sizeof to), 0);
+}
+
+static void bh_start(bh_proxy *px, struct event_base *base, uint16_t target) {
+    memset(px, 0, sizeof *px);
+    px->base = base;
+    px->target = target;
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    px->lis =
+        evconnlistener_new_bind(base, bh_accept_cb, px, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
+                                -1, (struct sockaddr *)&sa, sizeof sa);
+    assert_non_null(px->lis);
+    struct sockaddr_in bound;
+    socklen_t bl = sizeof bound;
+    assert_int_equal(getsockname(evconnlistener_get_fd(px->lis), (struct sockaddr *)&bound, &bl),
+                     0);
+    px->port = ntohs(bound.sin_port);
+}
+
+static void bh_stop(bh_proxy *px) {
+    if (!px->lis)
+        return;
+    evconnlistener_free(px->lis);
+    for (size_t i = 0; i < BH_PAIRS_MAX; i++)
+        bh_pair_close(&px->pairs[i]);
+}
+
 /* ---- the fixture: nodes, router, a client ---- */
 
-static void fx_open(fixture *fx, size_t n_clusters) {
+static void fx_open_with(fixture *fx, size_t n_clusters, bool proxied) {
     memset(fx, 0, sizeof *fx);
     fx->base = event_base_new();
     assert_non_null(fx->base);
@@ -254,9 +357,14 @@ static void fx_open(fixture *fx, size_t n_clusters) {
     size_t off = (size_t)snprintf(text, sizeof text, "project = p\ninstance = i\n");
     for (size_t c = 0; c < n_clusters; c++) {
         fn_start(&fx->nodes[c], fx->base, (int)c);
+        uint16_t port = fx->nodes[c].port;
+        if (proxied && c == 0) {
+            bh_start(&fx->proxy, fx->base, port);
+            port = fx->proxy.port;
+        }
         off += (size_t)snprintf(text + off, sizeof text - off,
                                 "[cluster c%zu]\nzone = z%zu\nnode = 127.0.0.1:%u\n", c + 1, c + 1,
-                                fx->nodes[c].port);
+                                port);
     }
     st_topology topo;
     st_err err = {0};
@@ -274,9 +382,14 @@ static void fx_open(fixture *fx, size_t n_clusters) {
     assert_non_null(fx->client);
 }
 
+static void fx_open(fixture *fx, size_t n_clusters) {
+    fx_open_with(fx, n_clusters, false);
+}
+
 static void fx_close(fixture *fx) {
     rpc_client_free(fx->client);
     rtr_close(fx->r);
+    bh_stop(&fx->proxy);
     for (size_t c = 0; c < fx->n_clusters; c++) {
         if (fx->nodes[c].srv)
             rpc_server_free(fx->nodes[c].srv);
@@ -429,6 +542,63 @@ static void test_fake_node_table_without_tablets_in_cluster(void **state) {
     fx_close(&fx);
 }
 
+typedef struct call_res {
+    bool done;
+    st_code code;
+    char msg[RPC_GRPC_MESSAGE_MAX];
+} call_res;
+
+static void cr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    call_res *r = arg;
+    r->done = true;
+    r->code = code;
+    snprintf(r->msg, sizeof r->msg, "%s", message ? message : "");
+}
+
+static void test_fake_node_keepalive_fails_a_silent_connection(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open_with(&fx, 1, true);
+    st_err err = {0};
+    rpc_client_opts o = {.keepalive_ms = 100, .keepalive_timeout_ms = 300};
+    rpc_client *c = rpc_client_new(fx.base, "127.0.0.1", fx.proxy.port, &o, &err);
+    assert_non_null(c);
+    call_res res = {0};
+    assert_non_null(rpc_client_call(c, RTR_NODE "GetStatus", ST_SLICE_LIT(""), NULL, 0, 60000, NULL,
+                                    cr_done, &res));
+    while (!res.done)
+        event_base_loop(fx.base, EVLOOP_ONCE);
+    assert_int_equal(res.code, ST_OK);
+    fx.proxy.blackhole = true; /* from now on the node never answers, nor closes */
+    res = (call_res){0};
+    assert_non_null(rpc_client_call(c, RTR_NODE "GetStatus", ST_SLICE_LIT(""), NULL, 0, 60000, NULL,
+                                    cr_done, &res));
+    while (!res.done)
+        event_base_loop(fx.base, EVLOOP_ONCE);
+    assert_int_equal(res.code, ST_UNAVAILABLE); /* not DEADLINE_EXCEEDED after 60 s */
+    assert_non_null(strstr(res.msg, "keepalive"));
+    assert_false(rpc_client_alive(c));
+    rpc_client_free(c);
+    fx_close(&fx);
+}
+
+static void test_fake_node_silent_cluster_moves_multi_reads(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open_with(&fx, 2, true);
+    read_res res;
+    fx_read(&fx, FN_TABLE, "multi", "r0001", 0, &res);
+    assert_int_equal(res.code, ST_OK);
+    assert_int_equal(fx.nodes[0].data_reads, 1); /* c1 first */
+    fx.proxy.blackhole = true;
+    fx_read(&fx, FN_TABLE, "multi", "r0002", 0, &res);
+    assert_int_equal(res.code, ST_OK);
+    assert_int_equal(fx.nodes[1].data_reads, 1); /* served by c2 */
+    assert_false(rtr_health_cluster_up(fx.r, 0));
+    fx_close(&fx);
+}
+
 int main(void) {
     st_log_set_level(ST_LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -436,6 +606,8 @@ int main(void) {
         cmocka_unit_test(test_fake_node_query_of_death_does_not_spread),
         cmocka_unit_test(test_fake_node_dead_cluster_fails_fast),
         cmocka_unit_test(test_fake_node_table_without_tablets_in_cluster),
+        cmocka_unit_test(test_fake_node_keepalive_fails_a_silent_connection),
+        cmocka_unit_test(test_fake_node_silent_cluster_moves_multi_reads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,7 +40,7 @@ struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
 #define H2_STREAM_WINDOW_BYTES ((int32_t)1 << 20)         /* HTTP/2 initial stream window */
 #define H2_CONN_WINDOW_BYTES ((int32_t)16 << 20)          /* HTTP/2 connection window */
 #define RPC_CALL_ARENA_BLOCK_BYTES ((size_t)4096)
-#define H2_HANDSHAKE_TIMEOUT_MS 10000 /* server: TLS handshake; client: connect (+ handshake) */
+#define H2_HANDSHAKE_TIMEOUT_MS 10000 /* server: TLS handshake (clients: connect_timeout_ms) */
 #define RPC_POST_QUEUE_MAX ((size_t)1 << 20) /* pending rpc_server_post functions */
 #define RPC_GRPC_MESSAGE_MAX 1024            /* bytes of grpc-message text kept */
 #define RPC_REFUSED_RETRIES_MAX 8            /* client resubmits of a request refused unprocessed */
@@ -240,7 +240,19 @@ typedef struct rpc_client_opts {
     struct ssl_ctx_st *ssl_ctx; /* NULL = plaintext; borrowed; prepare with
                                    rpc_tls_client_ctx_prepare */
     const char *server_name;    /* TLS SNI and certificate name check; NULL = the host */
+    /* Dead-peer detection (a peer that stops answering without closing: a frozen process, a
+     * network that drops packets). While calls are open the client sends an HTTP/2 PING every
+     * keepalive_ms; when keepalive_timeout_ms pass after one with nothing received at all, the
+     * connection is failed (its calls end UNAVAILABLE, one log line). TCP sockets also get
+     * TCP_USER_TIMEOUT = keepalive_timeout_ms, so unacknowledged data fails them too. */
+    int64_t keepalive_ms;         /* 0 = RPC_KEEPALIVE_MS_DEFAULT; < 0 = no PINGs */
+    int64_t keepalive_timeout_ms; /* 0 = RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT */
+    int64_t connect_timeout_ms; /* connect (+ TLS handshake); 0 = RPC_CONNECT_TIMEOUT_MS_DEFAULT */
 } rpc_client_opts;
+
+#define RPC_KEEPALIVE_MS_DEFAULT 1000
+#define RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT 3000
+#define RPC_CONNECT_TIMEOUT_MS_DEFAULT 3000
 
 /* Per response message (streaming); slice valid during the callback only. */
 typedef void (*rpc_ccall_msg_fn)(rpc_ccall *call, st_slice msg, void *arg);
@@ -304,8 +316,9 @@ bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out);
  * apply it twice, whatever the method. */
 bool rpc_ccall_unprocessed(const rpc_ccall *call);
 /* Only inside on_done: 0, or, when the call ended because its connection dropped (reset, EOF,
- * socket error, no keepalive answer) after its request went out, how many such calls the drop
- * ended (this one included). A drop under a single call points at that call as its cause. */
+ * socket error) after its request went out, how many such calls the drop ended (this one
+ * included). A drop under a single call points at that call as its cause. A peer gone silent
+ * (no keepalive answer) is no drop: 0. */
 size_t rpc_ccall_conn_lost(const rpc_ccall *call);
 /* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. Servers
  * limit how many resets they accept per second (nghttp2: a burst of 1000, then 33/s; past it
