@@ -72,6 +72,7 @@ typedef struct fwd_op {
     const char *table;
     bool idempotent;
     bool moved_once;  /* moved on once after a node connection dropped under it */
+    int64_t drop_us;  /* when it last did (st_mono_us) */
     bool map_checked; /* the table had no tablet here: the map was refreshed once since */
     int attempts;
     uint64_t gen;
@@ -151,6 +152,30 @@ static void fwd_move(rtr_inflight *f) {
     }
 }
 
+/* An attempt failed with code (op->last holds the message): the next cluster, a retry, or the
+ * end. */
+static void fwd_after_failure(fwd_op *op, st_code code) {
+    if (op->idempotent && rtr_fo_error(code) && fwd_failover(op))
+        return;
+    if (rtr_retryable(code, op->last.msg, op->idempotent)) {
+        fwd_retry(op);
+        return;
+    }
+    fwd_finish(op, code, op->last.msg);
+}
+
+/* A drop under the request alone, RTR_QOD_CORRELATE_MS ago: did another node go down with it? */
+static void fwd_qod_settled(void *arg) {
+    fwd_op *op = arg;
+    if (op->r->closing || rpc_call_cancelled(op->call) ||
+        rtr_qod_settle(op->r, op->fp, op->node, op->drop_us, &op->moved_once, &op->last) ==
+            RTR_QOD_REFUSE) {
+        fwd_finish(op, op->last.code, op->last.msg);
+        return;
+    }
+    fwd_after_failure(op, ST_UNAVAILABLE);
+}
+
 static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
     fwd_op *op = arg;
     op->inflight = NULL;
@@ -169,13 +194,19 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
         return fwd_retry(op);
     rtr_health_report(op->node, code);
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
-    if (lost > 0 && !rtr_qod_dropped(op->r, op->fp, lost, op->node, &op->moved_once, &op->last))
-        return fwd_finish(op, op->last.code, op->last.msg);
-    if (op->idempotent && rtr_fo_error(code) && fwd_failover(op))
-        return;
-    if (rtr_retryable(code, message, op->idempotent))
-        return fwd_retry(op);
-    fwd_finish(op, code, op->last.msg);
+    if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
+        op->drop_us = st_mono_us();
+        rtr_qod_verdict v =
+            rtr_qod_dropped(op->r, op->fp, lost, op->node, op->drop_us, &op->moved_once, &op->last);
+        if (v == RTR_QOD_WAIT &&
+            rtr_later_add(op->r, RTR_QOD_CORRELATE_MS, fwd_qod_settled, op) == ST_OK)
+            return;
+        if (v != RTR_QOD_GO) {
+            fwd_finish(op, op->last.code, op->last.msg);
+            return;
+        }
+    }
+    fwd_after_failure(op, code);
 }
 
 static void fwd_send(void *arg) {

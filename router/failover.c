@@ -195,36 +195,66 @@ bool rtr_qod_refused(rtr_ctx *r, uint64_t fp, st_err *err) {
     return true;
 }
 
-bool rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const rtr_node *node,
-                     bool *moved_once, st_err *err) {
-    if (!r->fo)
-        return true;
-    rtr_qod_suspect *s = qod_find(r->fo, fp, true);
-    int64_t now = st_mono_us();
-    s->drops++;
-    s->last_us = now;
-    snprintf(s->node, sizeof s->node, "%s", node->addr);
-    int64_t refuse_ms = 0;
-    if (lost_with <= 1)
-        refuse_ms = s->drops > 1 ? RTR_QOD_REPEAT_REFUSE_MS : RTR_QOD_ALONE_REFUSE_MS;
-    else if (s->drops > 1 || *moved_once)
-        refuse_ms = RTR_QOD_REPEAT_REFUSE_MS;
-    if (refuse_ms == 0) {
-        *moved_once = true;
-        return true;
-    }
-    s->refuse_until = now + refuse_ms * 1000;
+/* True when a node other than n went down within RTR_QOD_CORRELATE_MS of drop_us. */
+static bool qod_correlated(const rtr_ctx *r, const rtr_node *n, int64_t drop_us) {
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++) {
+            const rtr_health_node *h = &r->fo->nodes[c][i];
+            int64_t d = h->down_since_us - drop_us;
+            if (&r->clusters[c].nodes[i] != n && h->down && d <= RTR_QOD_CORRELATE_MS * 1000 &&
+                d >= -RTR_QOD_CORRELATE_MS * 1000)
+                return true;
+        }
+    return false;
+}
+
+static rtr_qod_verdict qod_refuse(rtr_qod_suspect *s, bool alone, st_err *err) {
+    int64_t refuse_ms = s->drops > 1 ? RTR_QOD_REPEAT_REFUSE_MS : RTR_QOD_ALONE_REFUSE_MS;
+    s->refuse_until = st_mono_us() + refuse_ms * 1000;
     st_log(ST_LOG_WARN, "router",
-           "msg=\"possible query of death: not sent again\" node=%s drops=%u calls_lost=%zu "
+           "msg=\"possible query of death: not sent again\" node=%s drops=%u alone=%s "
            "fingerprint=%016llx refused_s=%lld",
-           node->addr, s->drops, lost_with, (unsigned long long)fp, (long long)(refuse_ms / 1000));
+           s->node, s->drops, alone ? "yes" : "no", (unsigned long long)s->fp,
+           (long long)(refuse_ms / 1000));
     st_err_set(err, ST_INTERNAL,
                "the connection to node %s dropped while it served this request%s, possibly a "
                "query of death: not sent to another node; the same request is refused for %lld "
                "s (check that node's log for a crash)",
-               node->addr, lost_with <= 1 ? " alone" : " (a second time)",
-               (long long)(refuse_ms / 1000));
-    return false;
+               s->node, alone ? " alone" : " (a second time)", (long long)(refuse_ms / 1000));
+    return RTR_QOD_REFUSE;
+}
+
+rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const rtr_node *node,
+                                int64_t drop_us, bool *moved_once, st_err *err) {
+    if (!r->fo)
+        return RTR_QOD_GO;
+    rtr_qod_suspect *s = qod_find(r->fo, fp, true);
+    s->drops++;
+    s->last_us = drop_us;
+    snprintf(s->node, sizeof s->node, "%s", node->addr);
+    if (s->drops > 1 || *moved_once)
+        return qod_refuse(s, lost_with <= 1, err);
+    if (lost_with <= 1 && !qod_correlated(r, node, drop_us))
+        return RTR_QOD_WAIT;
+    *moved_once = true;
+    return RTR_QOD_GO;
+}
+
+rtr_qod_verdict rtr_qod_settle(rtr_ctx *r, uint64_t fp, const rtr_node *node, int64_t drop_us,
+                               bool *moved_once, st_err *err) {
+    if (!r->fo)
+        return RTR_QOD_GO;
+    if (qod_correlated(r, node, drop_us)) {
+        *moved_once = true;
+        return RTR_QOD_GO;
+    }
+    rtr_qod_suspect *s = qod_find(r->fo, fp, true);
+    if (!s->drops) { /* forgotten meanwhile (the table was full): count this drop again */
+        s->drops = 1;
+        s->last_us = drop_us;
+        snprintf(s->node, sizeof s->node, "%s", node->addr);
+    }
+    return qod_refuse(s, true, err);
 }
 
 /* ---- idempotent writes ---- */

@@ -21,6 +21,7 @@
 #define RTR_QOD_ALONE_REFUSE_MS 30000   /* refused after a drop under it alone */
 #define RTR_QOD_REPEAT_REFUSE_MS 600000 /* refused after a second drop under it */
 #define RTR_QOD_FORGET_MS 600000        /* a suspect with one drop is forgotten after this */
+#define RTR_QOD_CORRELATE_MS 1000 /* another node down this close to a drop: not the request */
 
 /* ---- health.c ---- */
 /* Per-node health as the router sees it. A node is down after a failed probe or a request that
@@ -142,22 +143,32 @@ int64_t rtr_plan_attempt_ms(const rtr_plan *p, int64_t timeout_ms);
 /* ---- failover.c: queries of death ----
  * A request whose node connection dropped while it was in flight (reset or EOF, not a clean
  * status) may have killed the node. Such an attempt is never moved on blindly:
- *   - dropped under it alone (no other call in flight on that connection): it goes nowhere
- *     else, the client gets INTERNAL, and the same request (same method and bytes) is refused
- *     for RTR_QOD_ALONE_REFUSE_MS;
- *   - dropped with other calls in flight (the node may have died for another reason): it moves
- *     on (to the next cluster, or retried) once; a second drop under the same request refuses it
- *     for RTR_QOD_REPEAT_REFUSE_MS.
+ *   - dropped with other calls in flight, or while another node went down within
+ *     RTR_QOD_CORRELATE_MS (a killed cluster, a lost host: the node died for another reason):
+ *     it moves on (to the next cluster, or retried) once;
+ *   - dropped under it alone with no other node going down around it (checked again after
+ *     RTR_QOD_CORRELATE_MS, the probes' time to notice): it goes nowhere else, the client gets
+ *     INTERNAL, and the same request (same method and bytes) is refused for
+ *     RTR_QOD_ALONE_REFUSE_MS;
+ *   - a second drop under the same request refuses it for RTR_QOD_REPEAT_REFUSE_MS.
  * So a query of death takes down one node (two when it arrives among other load), not every
  * cluster in turn. */
+typedef enum rtr_qod_verdict {
+    RTR_QOD_GO,     /* move on or retry as usual */
+    RTR_QOD_WAIT,   /* ask rtr_qod_settle after RTR_QOD_CORRELATE_MS */
+    RTR_QOD_REFUSE, /* end the request with err */
+} rtr_qod_verdict;
 uint64_t rtr_qod_fingerprint(const char *path, st_slice req);
 /* True (err set: INTERNAL naming the reason) while requests with fingerprint fp are refused. */
 bool rtr_qod_refused(rtr_ctx *r, uint64_t fp, st_err *err);
 /* An attempt of request fp ended because node's connection dropped under it and lost_with sent
- * calls (rpc_ccall_conn_lost). *moved_once: the request already moved on after such a drop (set
- * here). True when the request may move on or be retried; false (err set) when it must end. */
-bool rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const rtr_node *node,
-                     bool *moved_once, st_err *err);
+ * calls (rpc_ccall_conn_lost) at drop_us (st_mono_us). *moved_once: the request already moved
+ * on after such a drop (set here when it may again). */
+rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const rtr_node *node,
+                                int64_t drop_us, bool *moved_once, st_err *err);
+/* After a WAIT: GO when another node went down around drop_us, else REFUSE (err set). */
+rtr_qod_verdict rtr_qod_settle(rtr_ctx *r, uint64_t fp, const rtr_node *node, int64_t drop_us,
+                               bool *moved_once, st_err *err);
 
 /* ---- failover.c: idempotent writes ---- */
 /* The timestamp the router gives a write's SetCells with timestamp_micros -1: wall clock in

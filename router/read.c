@@ -51,6 +51,7 @@ typedef struct rr_op {
     st_err last;
     uint64_t fp;        /* rtr_qod_fingerprint of the client's request */
     bool moved_once;    /* moved on once after a node connection dropped under it */
+    int64_t drop_us;    /* when it last did (st_mono_us) */
     bool map_checked;   /* the table had no tablet here: the map was refreshed once since */
     rtr_inflight link;  /* multi-cluster: in its cluster's in-flight list during a node call */
     struct event *idle; /* multi-cluster: a node silent this long is given up (failover.h) */
@@ -330,6 +331,37 @@ static void rr_tablet_done(rr_op *op) {
     rr_continue(op);
 }
 
+/* A node call failed with code (op->last holds the message): the next cluster, a retry, or the
+ * end. */
+static void rr_after_failure(rr_op *op, st_code code, bool stalled) {
+    if (code == ST_UNAVAILABLE || stalled) {
+        rtr_health_report(op->node, code);
+        if (rr_failover(op))
+            return;
+    }
+    if (rtr_retryable(code, op->last.msg, true)) {
+        rr_retry(op);
+        return;
+    }
+    rr_free(op, code, op->last.msg);
+}
+
+/* A drop under the read alone, RTR_QOD_CORRELATE_MS ago: did another node go down with it? */
+static void rr_qod_settled(void *arg) {
+    rr_op *op = arg;
+    op->wait = RR_IDLE;
+    if (rpc_call_cancelled(op->call) || op->r->closing) {
+        rr_free(op, ST_CANCELLED, NULL);
+        return;
+    }
+    if (rtr_qod_settle(op->r, op->fp, op->node, op->drop_us, &op->moved_once, &op->last) ==
+        RTR_QOD_REFUSE) {
+        rr_free(op, op->last.code, op->last.msg);
+        return;
+    }
+    rr_after_failure(op, ST_UNAVAILABLE, false);
+}
+
 static void rr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
     rr_op *op = arg;
     op->inflight = NULL;
@@ -368,18 +400,23 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
         return rr_retry(op);
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
-    if (lost > 0 && !rtr_qod_dropped(op->r, op->fp, lost, op->node, &op->moved_once, &op->last)) {
+    if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
         rtr_health_report(op->node, code);
-        return rr_free(op, op->last.code, op->last.msg);
-    }
-    if (code == ST_UNAVAILABLE || stalled) {
-        rtr_health_report(op->node, code);
-        if (rr_failover(op))
+        op->drop_us = st_mono_us();
+        rtr_qod_verdict v =
+            rtr_qod_dropped(op->r, op->fp, lost, op->node, op->drop_us, &op->moved_once, &op->last);
+        if (v == RTR_QOD_WAIT) {
+            op->wait = RR_TIMER;
+            if (rtr_later_add(op->r, RTR_QOD_CORRELATE_MS, rr_qod_settled, op) != ST_OK)
+                rr_free(op, op->last.code, op->last.msg);
             return;
+        }
+        if (v == RTR_QOD_REFUSE) {
+            rr_free(op, op->last.code, op->last.msg);
+            return;
+        }
     }
-    if (rtr_retryable(code, message, true))
-        return rr_retry(op);
-    rr_free(op, code, op->last.msg);
+    rr_after_failure(op, code, stalled);
 }
 
 static const uint32_t rr_replaced_fields[] = {2, 4}; /* rows, rows_limit */
