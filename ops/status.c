@@ -102,7 +102,7 @@ static void probe_node(const st_topo_node *n, node_row *row) {
     st_buf_free(&resp);
 }
 
-/* Replication (issue #5): per node, the lag to each peer cluster from
+/* Replication: per node, the lag to each peer cluster from
  * strata.internal.v1.Replication/GetPositions: "<peer>: <records> rec <bytes> <seconds>s", with
  * "backoff" while the shipper retries after an error. "-" when the node does not answer. */
 static void repl_header(const status_ctx *c) {
