@@ -10,6 +10,8 @@
  *   - a request to a cluster none of whose nodes is reachable fails fast with UNAVAILABLE naming
  *     the cluster, and a read of a table without tablets in its cluster fails with
  *     FAILED_PRECONDITION naming both;
+ *   - a node whose health probes wait behind its other work (answering after the probe's
+ *     deadline while a read keeps streaming on the same connection) is not marked down;
  *   - a connection whose peer goes silent (a proxy that starts dropping every byte, as a
  *     network partition does) is failed by the rpc client's keepalive PING with UNAVAILABLE,
  *     not left hanging until the call's deadline, and a multi-cluster read whose cluster goes
@@ -41,6 +43,11 @@
 #define FN_TABLE "projects/p/instances/i/tables/t"
 #define FN_TABLE2 "projects/p/instances/i/tables/t2" /* tablets in cluster c2 only */
 #define FN_POISON "poison-row"
+#define FN_TRICKLE                                                                                 \
+    "trickle-row" /* answered with a row every FN_TRICKLE_MS, FN_TRICKLE_ROWS times */
+#define FN_TRICKLE_MS 50
+#define FN_TRICKLE_ROWS 60
+#define FN_SLOW_STATUS_MS 2000
 #define FN_CLUSTERS_MAX 2
 
 typedef struct fake_node {
@@ -52,6 +59,7 @@ typedef struct fake_node {
     struct event *die_ev;
     rpc_call *dying; /* the poison call, finished once the server is gone */
     int data_reads, cancels, poison_reads;
+    bool slow_status; /* GetStatus answers only after FN_SLOW_STATUS_MS (a busy node) */
 } fake_node;
 
 /* A TCP proxy in front of a node that can start dropping everything silently. */
@@ -95,9 +103,15 @@ static void fn_empty(rpc_call *call, st_slice req, void *arg) {
     fn_reply(call, NULL);
 }
 
+static void fn_later(fake_node *n, rpc_call *call, int ms);
+
 static void fn_get_status(rpc_call *call, st_slice req, void *arg) {
     (void)req;
     fake_node *n = arg;
+    if (n->slow_status) { /* queued behind other work: answers after the probe's deadline */
+        fn_later(n, call, FN_SLOW_STATUS_MS);
+        return;
+    }
     Strata__Internal__V1__NodeStatus st;
     strata__internal__v1__node_status__init(&st);
     st.node_num = (uint32_t)n->cluster + 1;
@@ -205,6 +219,7 @@ static void fn_cancelled(rpc_call *call, void *arg) {
 typedef struct fn_pending {
     rpc_call *call;
     struct event *ev;
+    int rows_left; /* trickle: rows still to send, one per tick */
 } fn_pending;
 
 /* Data reads end a little later, so that a router resetting the stream right after the last
@@ -213,9 +228,33 @@ static void fn_finish_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     fn_pending *p = arg;
+    if (p->rows_left > 0 && !rpc_call_cancelled(p->call)) {
+        char key[16];
+        snprintf(key, sizeof key, "t%04d", FN_TRICKLE_ROWS - p->rows_left--);
+        fn_send_row(p->call, key, ST_SLICE_LIT("value"));
+        struct timeval tv = {0, FN_TRICKLE_MS * 1000};
+        evtimer_add(p->ev, &tv);
+        return;
+    }
     rpc_call_finish(p->call, ST_OK, NULL);
     event_free(p->ev);
     free(p);
+}
+
+/* Finishes call after ms (sending the rows_left of a trickle first, one per FN_TRICKLE_MS). */
+static fn_pending *fn_later_rows(fake_node *n, rpc_call *call, int ms, int rows) {
+    fn_pending *p = malloc(sizeof *p);
+    assert_non_null(p);
+    p->call = call;
+    p->rows_left = rows;
+    p->ev = evtimer_new(n->base, fn_finish_cb, p);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(p->ev, &tv);
+    return p;
+}
+
+static void fn_later(fake_node *n, rpc_call *call, int ms) {
+    fn_later_rows(n, call, ms, 0);
 }
 
 static void fn_read_rows(rpc_call *call, st_slice req, void *arg) {
@@ -237,6 +276,10 @@ static void fn_read_rows(rpc_call *call, st_slice req, void *arg) {
         return;
     }
     n->data_reads++;
+    if (memmem(req.data, req.len, FN_TRICKLE, strlen(FN_TRICKLE))) {
+        fn_later_rows(n, call, FN_TRICKLE_MS, FN_TRICKLE_ROWS);
+        return;
+    }
     rpc_call_set_cancel_cb(call, fn_cancelled, n);
     int64_t rows = limit > 0 ? limit : 10;
     for (int64_t i = 0; i < rows; i++) {
@@ -244,12 +287,7 @@ static void fn_read_rows(rpc_call *call, st_slice req, void *arg) {
         snprintf(key, sizeof key, "r%04d", (int)i);
         fn_send_row(call, key, ST_SLICE_LIT("value"));
     }
-    fn_pending *p = malloc(sizeof *p);
-    assert_non_null(p);
-    p->call = call;
-    p->ev = evtimer_new(n->base, fn_finish_cb, p);
-    struct timeval tv = {0, 20 * 1000};
-    evtimer_add(p->ev, &tv);
+    fn_later(n, call, 20);
 }
 
 static void fn_start(fake_node *n, struct event_base *base, int cluster) {
@@ -599,6 +637,20 @@ static void test_fake_node_silent_cluster_moves_multi_reads(void **state) {
     fx_close(&fx);
 }
 
+static void test_fake_node_busy_node_stays_up(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, 1);
+    fx.nodes[0].slow_status = true; /* every probe now misses its 1 s deadline ... */
+    read_res res;
+    fx_read(&fx, FN_TABLE, "", FN_TRICKLE, 0, &res); /* ... while a read streams for 3 s */
+    assert_int_equal(res.code, ST_OK);
+    assert_int_equal(res.messages, FN_TRICKLE_ROWS);
+    assert_true(rtr_health_cluster_up(fx.r, 0));
+    assert_int_equal(fx.r->fo->clusters[0].changes, 0); /* never marked down */
+    fx_close(&fx);
+}
+
 int main(void) {
     st_log_set_level(ST_LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -608,6 +660,7 @@ int main(void) {
         cmocka_unit_test(test_fake_node_table_without_tablets_in_cluster),
         cmocka_unit_test(test_fake_node_keepalive_fails_a_silent_connection),
         cmocka_unit_test(test_fake_node_silent_cluster_moves_multi_reads),
+        cmocka_unit_test(test_fake_node_busy_node_stays_up),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
