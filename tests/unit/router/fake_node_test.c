@@ -12,6 +12,8 @@
  *     FAILED_PRECONDITION naming both;
  *   - a node whose health probes wait behind its other work (answering after the probe's
  *     deadline while a read keeps streaming on the same connection) is not marked down;
+ *   - failed connections to one peer are logged once (then at most every 10 s), naming the
+ *     peer's address and port and the socket error;
  *   - a connection whose peer goes silent (a proxy that starts dropping every byte, as a
  *     network partition does) is failed by the rpc client's keepalive PING with UNAVAILABLE,
  *     not left hanging until the call's deadline, and a multi-cluster read whose cluster goes
@@ -651,6 +653,56 @@ static void test_fake_node_busy_node_stays_up(void **state) {
     fx_close(&fx);
 }
 
+/* Counts "client connection failed" lines and keeps the last one. */
+typedef struct log_watch {
+    int lines;
+    char last[512];
+} log_watch;
+
+static void watch_sink(st_log_level level, const char *module, const char *line, void *arg) {
+    (void)level;
+    (void)module;
+    log_watch *w = arg;
+    if (strstr(line, "client connection failed")) {
+        w->lines++;
+        snprintf(w->last, sizeof w->last, "%s", line);
+    }
+}
+
+static void test_fake_node_connection_failures_logged_once_per_peer(void **state) {
+    (void)state;
+    struct event_base *base = event_base_new();
+    st_err err = {0};
+    rpc_server *srv = rpc_server_new(base, NULL, &err); /* a port nobody listens on afterwards */
+    uint16_t port = 0;
+    assert_int_equal(rpc_server_listen(srv, "127.0.0.1", 0, &port, &err), ST_OK);
+    rpc_server_free(srv);
+    log_watch w = {0};
+    st_log_set_level(ST_LOG_INFO);
+    st_log_set_sink(watch_sink, &w);
+    for (int i = 0; i < 5; i++) { /* an owner redialling a dead node */
+        rpc_client *c = rpc_client_new(base, "127.0.0.1", port, NULL, &err);
+        assert_non_null(c);
+        call_res res = {0};
+        assert_non_null(rpc_client_call(c, RTR_NODE "GetStatus", ST_SLICE_LIT(""), NULL, 0, 10000,
+                                        NULL, cr_done, &res));
+        while (!res.done)
+            event_base_loop(base, EVLOOP_ONCE);
+        assert_int_equal(res.code, ST_UNAVAILABLE);
+        rpc_client_free(c);
+    }
+    st_log_set_sink(NULL, NULL);
+    st_log_set_level(ST_LOG_WARN);
+    assert_int_equal(w.lines, 1); /* not one per dial */
+    char peer[64];
+    snprintf(peer, sizeof peer, "peer=127.0.0.1:%u", port);
+    assert_non_null(strstr(w.last, peer));
+    assert_non_null(strstr(w.last, "Connection refused"));
+    assert_null(strstr(w.last, "TLS"));
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+}
+
 int main(void) {
     st_log_set_level(ST_LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -661,6 +713,7 @@ int main(void) {
         cmocka_unit_test(test_fake_node_keepalive_fails_a_silent_connection),
         cmocka_unit_test(test_fake_node_silent_cluster_moves_multi_reads),
         cmocka_unit_test(test_fake_node_busy_node_stays_up),
+        cmocka_unit_test(test_fake_node_connection_failures_logged_once_per_peer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
