@@ -117,7 +117,8 @@ static void fwd_after_backoff(void *arg) {
 static void fwd_retry(fwd_op *op) {
     if (op->last.code == ST_UNAVAILABLE && rtr_plan_dark(op->r, &op->plan)) {
         rtr_cluster_unreachable(op->c, &op->last, &op->last);
-        return fwd_finish(op, op->last.code, op->last.msg);
+        fwd_finish(op, op->last.code, op->last.msg);
+        return;
     }
     if (!rtr_retry_allowed(op->attempts, op->last.code, op->last.msg) || op->r->closing ||
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), fwd_after_backoff, op) != ST_OK)
@@ -190,8 +191,10 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
     st_err_set(&op->last, code, "%s", message ? message : "");
     /* Never processed (not sent, or refused by the node's GOAWAY): any request may go again,
      * and the node is not to blame. */
-    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
-        return fwd_retry(op);
+    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call)) {
+        fwd_retry(op);
+        return;
+    }
     rtr_health_report(op->node, code);
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
     if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
@@ -262,7 +265,8 @@ static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *pl
     st_err err = {0};
     if (rtr_qod_refused(r, fp, &err)) {
         free(op);
-        return rtr_fail(call, err.code, "%s", err.msg);
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
     }
     if (row.len == 0) {
         free(op);

@@ -293,7 +293,8 @@ static void rr_after_backoff(void *arg) {
 static void rr_retry(rr_op *op) {
     if (op->last.code == ST_UNAVAILABLE && rtr_plan_dark(op->r, &op->plan)) {
         rtr_cluster_unreachable(op->c, &op->last, &op->last);
-        return rr_free(op, op->last.code, op->last.msg);
+        rr_free(op, op->last.code, op->last.msg);
+        return;
     }
     if (!rtr_retry_allowed(op->attempts, op->last.code, op->last.msg) || op->r->closing ||
         rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
@@ -397,8 +398,10 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
      * timer's deadline move a read. */
     /* A request the node never processed (not sent, or refused by its GOAWAY) says nothing
      * about the node: retry on a new connection without marking it down. */
-    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
-        return rr_retry(op);
+    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call)) {
+        rr_retry(op);
+        return;
+    }
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
     if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
         rtr_health_report(op->node, code);
@@ -506,8 +509,10 @@ static void rr_step(void *arg) {
     if (rr_limit_reached(op))
         return rr_free(op, ST_OK, NULL);
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
-    if (!t || t->n == 0)
-        return rr_no_tablets(op);
+    if (!t || t->n == 0) {
+        rr_no_tablets(op);
+        return;
+    }
     size_t k = 0;
     st_slice gap;
     op->gen = op->c->map_gen;
@@ -572,8 +577,10 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     if (rtr_route_plan(r, req.profile, false, row, &plan, &err) != ST_OK)
         return rtr_fail(call, err.code, "%s", err.msg);
     uint64_t fp = rtr_qod_fingerprint(RTR_BT "ReadRows", req_bytes);
-    if (rtr_qod_refused(r, fp, &err))
-        return rtr_fail(call, err.code, "%s", err.msg);
+    if (rtr_qod_refused(r, fp, &err)) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     if (req.limit < 0)
         return rtr_fail(call, ST_INVALID_ARGUMENT, "rows_limit must not be negative");
     rr_op *op = calloc(1, sizeof *op);
