@@ -54,6 +54,8 @@
 #define FN_SLOW_STATUS_MS 2000
 #define FN_CLUSTERS_MAX 2
 
+typedef struct fn_pending fn_pending;
+
 typedef struct fake_node {
     struct event_base *base;
     rpc_server *srv;
@@ -63,7 +65,8 @@ typedef struct fake_node {
     struct event *die_ev;
     rpc_call *dying; /* the poison call, finished once the server is gone */
     int data_reads, cancels, poison_reads;
-    bool slow_status; /* GetStatus answers only after FN_SLOW_STATUS_MS (a busy node) */
+    bool slow_status;    /* GetStatus answers only after FN_SLOW_STATUS_MS (a busy node) */
+    fn_pending *pending; /* calls answered later (fn_later), finished at the latest by fx_close */
 } fake_node;
 
 /* A TCP proxy in front of a node that can start dropping everything silently. */
@@ -220,11 +223,25 @@ static void fn_cancelled(rpc_call *call, void *arg) {
     n->cancels++;
 }
 
-typedef struct fn_pending {
+struct fn_pending {
+    fake_node *n;
     rpc_call *call;
     struct event *ev;
     int rows_left; /* trickle: rows still to send, one per tick */
-} fn_pending;
+    fn_pending *prev, *next;
+};
+
+static void fn_pending_end(fn_pending *p) {
+    rpc_call_finish(p->call, ST_OK, NULL);
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        p->n->pending = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    event_free(p->ev);
+    free(p);
+}
 
 /* Data reads end a little later, so that a router resetting the stream right after the last
  * row is seen doing it (the reset arrives while the call is still open). */
@@ -240,17 +257,20 @@ static void fn_finish_cb(evutil_socket_t fd, short what, void *arg) {
         evtimer_add(p->ev, &tv);
         return;
     }
-    rpc_call_finish(p->call, ST_OK, NULL);
-    event_free(p->ev);
-    free(p);
+    fn_pending_end(p);
 }
 
 /* Finishes call after ms (sending the rows_left of a trickle first, one per FN_TRICKLE_MS). */
 static fn_pending *fn_later_rows(fake_node *n, rpc_call *call, int ms, int rows) {
-    fn_pending *p = malloc(sizeof *p);
+    fn_pending *p = calloc(1, sizeof *p);
     assert_non_null(p);
+    p->n = n;
     p->call = call;
     p->rows_left = rows;
+    p->next = n->pending;
+    if (n->pending)
+        n->pending->prev = p;
+    n->pending = p;
     p->ev = evtimer_new(n->base, fn_finish_cb, p);
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(p->ev, &tv);
@@ -433,6 +453,8 @@ static void fx_close(fixture *fx) {
     rtr_close(fx->r);
     bh_stop(&fx->proxy);
     for (size_t c = 0; c < fx->n_clusters; c++) {
+        while (fx->nodes[c].pending)
+            fn_pending_end(fx->nodes[c].pending);
         if (fx->nodes[c].srv)
             rpc_server_free(fx->nodes[c].srv);
         event_free(fx->nodes[c].die_ev);
