@@ -12,30 +12,34 @@
 #include "strata/node_metrics.h"
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: strata-node --data DIR [--listen HOST:PORT] [--no-sync] [--cache-mb N]\n"
-            "                   [--memtable-mb N] [--cluster-num N] [--node-num N]\n"
-            "                   [--split-bytes N] [--config TOPOLOGY] [--metrics HOST:PORT]\n"
-            "                   [--unix PATH] [--poll-us N] [--verbose]\n"
-            "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
-            "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
-            "are on disk (fast, loses recent writes in a crash). --cache-mb N sets the block\n"
-            "cache (default 256); --memtable-mb N the size of a memtable.\n"
-            "--node-num N (1..16777215) makes the node a cluster member: it serves the tablets a\n"
-            "router gives it (strata.internal.v1.Node) and answers other rows with\n"
-            "strata-not-owner (docs/cluster.md); 0, the default, is a standalone node.\n"
-            "--split-bytes N splits tablets larger than N bytes (0, the default: never).\n"
-            "--config TOPOLOGY (with --cluster-num) ships this node's writes to the other\n"
-            "clusters of the topology file and applies theirs (docs/formats/replication.md).\n"
-            "--unix PATH also serves on a Unix-domain socket at PATH (at most 107 bytes; a stale\n"
-            "socket file there is replaced, and removed at exit): a strata-router on this host\n"
-            "uses DATA/node.sock instead of TCP when it exists (docs/cluster.md). TCP --listen\n"
-            "stays for cbt, other hosts and replication.\n"
-            "--metrics HOST:PORT serves Prometheus metrics at http://HOST:PORT/metrics (port 0:\n"
-            "any free port, shown in the startup line; docs/metrics.md). Off by default.\n"
-            "--poll-us N keeps polling the sockets N microseconds after the last message before\n"
-            "sleeping (default 50; 0: never), which saves a wake-up per message when few calls\n"
-            "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n");
+    fprintf(
+        out,
+        "usage: strata-node --data DIR [--listen HOST:PORT] [--no-sync] [--cache-mb N]\n"
+        "                   [--memtable-mb N] [--cluster-num N] [--node-num N]\n"
+        "                   [--split-bytes N] [--config TOPOLOGY] [--metrics HOST:PORT]\n"
+        "                   [--unix PATH] [--poll-us N] [--accept-data-loss] [--verbose]\n"
+        "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
+        "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
+        "are on disk (fast, loses recent writes in a crash). --cache-mb N sets the block\n"
+        "cache (default 256); --memtable-mb N the size of a memtable.\n"
+        "--node-num N (1..16777215) makes the node a cluster member: it serves the tablets a\n"
+        "router gives it (strata.internal.v1.Node) and answers other rows with\n"
+        "strata-not-owner (docs/cluster.md); 0, the default, is a standalone node.\n"
+        "--split-bytes N splits tablets larger than N bytes (0, the default: never).\n"
+        "--config TOPOLOGY (with --cluster-num) ships this node's writes to the other\n"
+        "clusters of the topology file and applies theirs (docs/formats/replication.md).\n"
+        "--unix PATH also serves on a Unix-domain socket at PATH (at most 107 bytes; a stale\n"
+        "socket file there is replaced, and removed at exit): a strata-router on this host\n"
+        "uses DATA/node.sock instead of TCP when it exists (docs/cluster.md). TCP --listen\n"
+        "stays for cbt, other hosts and replication.\n"
+        "--metrics HOST:PORT serves Prometheus metrics at http://HOST:PORT/metrics (port 0:\n"
+        "any free port, shown in the startup line; docs/metrics.md). Off by default.\n"
+        "--poll-us N keeps polling the sockets N microseconds after the last message before\n"
+        "sleeping (default 50; 0: never), which saves a wake-up per message when few calls\n"
+        "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n"
+        "--accept-data-loss starts even when the commit log's last segment was cut short,\n"
+        "dropping the writes in the lost part and logging exactly which (docs/formats/log.md);\n"
+        "without it the node refuses to start and names the damaged file.\n");
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -89,7 +93,9 @@ int main(int argc, char **argv) {
                         RPC_LOOP_POLL_US_MAX);
                 return 2;
             }
-        } else if (!strcmp(a, "--verbose"))
+        } else if (!strcmp(a, "--accept-data-loss"))
+            o.accept_data_loss = true;
+        else if (!strcmp(a, "--verbose"))
             st_log_set_level(ST_LOG_DEBUG);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);

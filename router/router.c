@@ -56,17 +56,26 @@ static void arena_free(void *data, void *p) {
     (void)p;
 }
 
+/* Every request is scanned by btu_pb_check first: protobuf-c recurses once per nested message, and
+ * a RowFilter or GC rule nested thousands of levels deep would overflow the stack. */
+static ProtobufCMessage *unpack_checked(rpc_call *call, const ProtobufCMessageDescriptor *desc,
+                                        st_slice bytes, st_err *err) {
+    ProtobufCAllocator alloc = {arena_alloc, arena_free, rpc_call_arena(call)};
+    return btu_pb_unpack(desc, &alloc, bytes, err);
+}
+
 ProtobufCMessage *rtr_unpack_try(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                                  st_slice bytes) {
-    ProtobufCAllocator alloc = {arena_alloc, arena_free, rpc_call_arena(call)};
-    return protobuf_c_message_unpack(desc, &alloc, bytes.len, bytes.data);
+    return unpack_checked(call, desc, bytes, NULL);
 }
 
 ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                              st_slice bytes) {
-    ProtobufCMessage *m = rtr_unpack_try(call, desc, bytes);
+    st_err err = {0};
+    ProtobufCMessage *m = unpack_checked(call, desc, bytes, &err);
     if (!m)
-        rtr_fail(call, ST_INVALID_ARGUMENT, "could not parse the %s request", desc->short_name);
+        rtr_fail(call, ST_INVALID_ARGUMENT, "could not parse the %s request: %s", desc->short_name,
+                 err.msg);
     return m;
 }
 

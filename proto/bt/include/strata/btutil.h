@@ -62,4 +62,34 @@ bool btu_id_valid(const char *id, size_t max, bool allow_lead_punct);
 bool btu_table_id_valid(const char *id);
 bool btu_family_valid(const char *family);
 
+/* ---- nesting bound before unpacking ----
+ * protobuf-c unpacks (and packs, sizes and frees) recursively, one C stack frame per nested
+ * message, so bytes from the network are checked with btu_pb_check before they are unpacked.
+ * BTU_PB_DEPTH_MAX is the deepest nesting accepted, the outermost message being level 1: above
+ * anything valid (a ReadRowsRequest with a RowFilter nested the allowed 20 levels reaches level
+ * 43, a PutTableRequest with a GC rule nested 16 levels level 38), so the RowFilter and GC-rule
+ * checks after unpacking still give their own messages for moderately deep input, and low enough
+ * that protobuf-c's recursion over an accepted message (about 1 KiB of stack a level) stays
+ * within tens of KiB. */
+#define BTU_PB_DEPTH_MAX 64
+
+/* Scans bytes as an encoding of desc without recursion and without allocating: ST_OK, or
+ * INVALID_ARGUMENT with "message nesting exceeds N levels ..." when messages nest deeper than
+ * depth_max levels (0 or more than BTU_PB_DEPTH_MAX means BTU_PB_DEPTH_MAX), or "malformed ..."
+ * for bytes protobuf-c would refuse anyway: a tag over 5 bytes, a truncated varint, fixed value
+ * or length, a length over 2^31 - 1, a group (wire types 3 and 4), wire types 6 and 7, a packed
+ * repeated field of ragged length; and for field number 0, which the protobuf spec forbids
+ * (protobuf-c refuses it in a one-byte tag only, and re-encodes a longer one into that). Never
+ * refuses other bytes protobuf-c accepts that nest within depth_max. Unknown fields are skipped,
+ * not descended into. */
+st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, unsigned depth_max,
+                     st_err *err);
+
+/* btu_pb_check with BTU_PB_DEPTH_MAX, then protobuf_c_message_unpack with alloc (NULL = malloc;
+ * the caller frees the result with protobuf_c_message_free_unpacked, or drops its arena).
+ * NULL with err (may be NULL) set to INVALID_ARGUMENT when the bytes are refused or cannot be
+ * unpacked. Use it for every message that arrives from another process. */
+ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+                                st_slice bytes, st_err *err);
+
 #endif
