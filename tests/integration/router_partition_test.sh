@@ -7,7 +7,8 @@
 # end of the link goes down: packets to east vanish without a reset or an ICMP error, as in a
 # partition that drops them. The router must find east silent (health probe deadline, keepalive
 # PINGs), keep serving from west with no failed request, and after the link comes back, take east
-# up again (the seconds it took are printed, not asserted). About 30 s.
+# up again, and west's replication shipper must deliver to east a row written during the cut
+# (the seconds each took are printed, not asserted). About 30 s.
 # Skips (exit 77) unless run as root with `ip netns` and cbt available.
 # Usage: router_partition_test.sh BIN_DIR PATH/TO/failover_driver
 #   (BIN_DIR holds node/strata-node and router/strata-router)
@@ -113,6 +114,9 @@ cbtq() { timeout 60 "$CBT" -project p -instance i "$@" >/dev/null 2>&1; }
 cbtq createtable pt || fail "cbt createtable"
 cbtq createfamily pt cf || fail "cbt createfamily"
 cbtq createappprofile i any "multi-cluster" route-any || fail "cbt createappprofile"
+cbtq createappprofile i oneast "east only" route-to=east || fail "cbt createappprofile oneast"
+on_east() { timeout 30 "$CBT" -project p -instance i lookup pt "$1" app-profile=oneast 2>/dev/null |
+  grep -q "^$1"; }
 
 echo "== the driver writes and reads through 'any'"
 "$DRIVER" "127.0.0.1:$ROUTER_PORT" pt any "$TMPD/stop" "$TMPD/keys" >"$TMPD/driver.out" 2>&1 &
@@ -126,12 +130,15 @@ ip netns exec "$NS" ip link set "$NS_IF" down
 wait_for "the router to take east out" grew router "cluster=east health=down" "$DOWNS"
 AT=$(keys_written)
 wait_for "300 writes through west" keys_at_least $((AT + 300))
+DURING=$(sed -n "$((AT + 200))p" "$TMPD/keys") # written to west while east was cut off
 sleep 5 # long enough for connections to east to be found silent and redials to time out
 echo "== heal"
 ip netns exec "$NS" ip link set "$NS_IF" up
 HEAL_MS=$(date +%s%3N)
 wait_for "the router to take east back" grew router "cluster=east health=up" "$UPS"
 echo "figure: east marked up $(($(date +%s%3N) - HEAL_MS)) ms after the heal"
+wait_for "$DURING to replicate from west to east" on_east "$DURING"
+echo "figure: $DURING (written to west during the cut) on east $(($(date +%s%3N) - HEAL_MS)) ms after the heal"
 BACK=$(keys_written)
 wait_for "200 writes after the heal" keys_at_least $((BACK + 200))
 
