@@ -6,6 +6,8 @@
       opens CONNS connections x STREAMS ReadRows of the whole TABLE and never reads an answer
   hold.py metadata PORT CONNS STREAMS PIDS LIMIT_MB
       opens CONNS connections x STREAMS requests, each with ~60 KiB of metadata and no message
+  hold.py timed PORT TABLE PROFILE N MAX_MS   N ReadRows one after another; exit 1 if one took
+      longer than MAX_MS
 Both hold modes then sample the VmRSS of every pid in PIDS (comma-separated) every 0.5 s until it
 has been stable for 4 samples (the server has stopped taking memory) or one exceeds LIMIT_MB:
 exit 0 and "bounded" in the first case, exit 1 and "UNBOUNDED" in the second. Exit 2: setup
@@ -76,7 +78,25 @@ def hold(port, conns_n, streams, table, pids, limit):
     return watch(conns, pids, limit)
 
 
+def timed_reads(port, table, profile, n):
+    """n ReadRows of TABLE with app profile PROFILE, one after another: prints each one's ms."""
+    worst = 0
+    for _ in range(n):
+        c = Conn(port)
+        t0 = time.time()
+        sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')
+        c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table) + fld(5, profile)))
+        why = c.wait_end(sid, 120)[2]
+        ms = int((time.time() - t0) * 1000)
+        worst = max(worst, ms)
+        print('ReadRows via %s: %s after %d ms' % (profile, why, ms))
+        c.s.close()
+    print('worst %d ms' % worst)
+    return worst
+
+
 def main(a):
+    if a[0] == 'timed': return 1 if timed_reads(int(a[1]), a[2], a[3], int(a[4])) > int(a[5]) else 0
     if a[0] == 'write': return write(int(a[1]), a[2], int(a[3]), int(a[4]))
     if a[0] == 'readers': return hold(int(a[1]), int(a[3]), int(a[4]), a[2], a[5].split(','), int(a[6]))
     if a[0] == 'metadata': return hold(int(a[1]), int(a[2]), int(a[3]), None, a[4].split(','), int(a[5]))
