@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -697,6 +698,38 @@ static int up_run(up_ctx *c) {
     return 0;
 }
 
+/* Two `strata up` on one directory would race on its topology and pid files: the directory is
+ * locked (flock on the directory itself, so nothing is left behind to purge) for the whole run.
+ * A second `strata up` waits, then finds the instance running. The descriptor is close-on-exec:
+ * the started processes do not hold the lock. Returns the descriptor, or -1 after a message. */
+static int up_lock(const up_ctx *c) {
+    int fd = mkdir_p(c->dir) ? open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (fd < 0) {
+        fprintf(stderr, "strata up: cannot create %s: %s (choose a writable --dir)\n", c->dir,
+                strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        printf("Waiting for another `strata up` in %s to finish...\n", c->dir);
+        fflush(stdout);
+        if (flock(fd, LOCK_EX) != 0) {
+            fprintf(stderr, "strata up: cannot lock %s: %s\n", c->dir, strerror(errno));
+            close(fd);
+            return -1;
+        }
+    }
+    return fd;
+}
+
+static int up_run_locked(up_ctx *c) {
+    int fd = up_lock(c);
+    if (fd < 0)
+        return 1;
+    int rc = up_run(c);
+    close(fd);
+    return rc;
+}
+
 int ops_up_main(int argc, char **argv) {
     up_ctx *c = calloc(1, sizeof *c); /* ~1 MiB (the topology's fixed arrays): not the stack */
     if (!c) {
@@ -705,7 +738,7 @@ int ops_up_main(int argc, char **argv) {
     }
     int rc = up_parse(argc, argv, &c->o);
     if (rc < 0)
-        rc = ops_inst_dir(c->o.dir_flag, c->dir, sizeof c->dir) ? up_run(c) : 2;
+        rc = ops_inst_dir(c->o.dir_flag, c->dir, sizeof c->dir) ? up_run_locked(c) : 2;
     free(c);
     return rc;
 }
