@@ -40,6 +40,7 @@ static void usage(FILE *out) {
         "--accept-data-loss starts even when the commit log's last segment was cut short,\n"
         "dropping the writes in the lost part and logging exactly which (docs/formats/log.md);\n"
         "without it the node refuses to start and names the damaged file.\n");
+    fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -56,6 +57,10 @@ int main(int argc, char **argv) {
     const char *unix_path = NULL;
     uint16_t mport = 0;
     unsigned poll_us = RPC_LOOP_POLL_US_DEFAULT;
+    rpc_limits limits; /* --max-connections and the other flags of strata/rpc.h */
+    rpc_limits_default(&limits);
+    st_err lim_err = {0};
+    int lim_rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -93,6 +98,12 @@ int main(int argc, char **argv) {
                         RPC_LOOP_POLL_US_MAX);
                 return 2;
             }
+        } else if ((lim_rc = rpc_limits_flag(&limits, a, v, &lim_err)) != 0) {
+            if (lim_rc < 0) {
+                fprintf(stderr, "strata-node: %s\n", lim_err.msg);
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--accept-data-loss"))
             o.accept_data_loss = true;
         else if (!strcmp(a, "--verbose"))
@@ -111,6 +122,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     o.listen_host = host;
+    rpc_limits_set(&limits);
     signal(SIGPIPE, SIG_IGN);
     struct event_base *base = event_base_new();
     node_ctx *n;

@@ -80,8 +80,8 @@ static void usage(FILE *out) {
         "alternately\n"
         "  --emulator-bin PATH  cbtemulator binary (default $STRATA_EMULATOR or the gcloud SDK's)\n"
         "  --workload LIST      comma-separated: write, bulkwrite, read, scan, ycsb-a, ycsb-b, "
-        "ycsb-e\n"
-        "                       (default write,read,scan)\n"
+        "ycsb-e,\n"
+        "                       scan-limit (default write,read,scan)\n"
         "  --dist D             key distribution: uniform, zipfian, sequential (default uniform)\n"
         "  --conns N            connections (default 1)\n"
         "  --streams N          concurrent calls per connection (default 1)\n"
@@ -262,7 +262,8 @@ static int parse_flag_load(bench_opts *o, const char *name, const char *v) {
         return parse_u64(v, &c->requests) && c->requests > 0;
     if (!strcmp(name, "timeout-ms")) {
         bool ok = parse_u64(v, &n) && n > 0 && n <= 3600000;
-        c->timeout_ms = (int64_t)n;
+        if (ok) /* n is unset when v does not parse */
+            c->timeout_ms = (int64_t)n;
         return ok;
     }
     if (!strcmp(name, "seed"))

@@ -30,34 +30,24 @@ typedef struct fixture {
 
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
-    tu_tmpdir(f->dir, sizeof f->dir, "db_test");
     tu_small_options(&f->o);
     st_buf_init(&f->out);
-    st_err err;
-    if (sto_db_open(f->dir, &f->o, &f->db, &err) != ST_OK) {
-        fprintf(stderr, "open: %s\n", err.msg);
+    if (tu_db_open_fresh(f->dir, sizeof f->dir, "db_test", &f->o, &f->db) != ST_OK)
         return -1;
-    }
     *state = f;
     return 0;
 }
 
 static int teardown(void **state) {
     fixture *f = *state;
-    sto_db_close(f->db);
-    tu_rmrf(f->dir);
+    tu_db_close_rm(f->db, f->dir);
     st_buf_free(&f->out);
     free(f);
     return 0;
 }
 
 static void reopen(fixture *f) {
-    sto_db_close(f->db);
-    st_err err;
-    st_code rc = sto_db_open(f->dir, &f->o, &f->db, &err);
-    if (rc != ST_OK)
-        fprintf(stderr, "reopen: %s\n", err.msg);
-    assert_int_equal(rc, ST_OK);
+    assert_int_equal(tu_db_reopen(f->dir, &f->o, &f->db), ST_OK);
 }
 
 static sto_tablet *mk(fixture *f, uint64_t id, const char *start, const char *end) {
