@@ -2,6 +2,8 @@
 """hold.py — hostile clients for the memory tests of this folder (stdlib only).
 
   hold.py write PORT TABLE ROWS BYTES          writes ROWS rows of a BYTES-byte value (cf:q)
+  hold.py create PORT TABLE                    creates TABLE with family cf
+  hold.py check PORT TABLE ROWS BYTES          exit 0 if a scan returns >= ROWS*BYTES bytes
   hold.py readers PORT TABLE CONNS STREAMS PIDS LIMIT_MB
       opens CONNS connections x STREAMS ReadRows of the whole TABLE and never reads an answer
   hold.py metadata PORT CONNS STREAMS PIDS LIMIT_MB
@@ -38,6 +40,25 @@ def write(port, table, rows, size):
     if got < rows * size:
         print('the table holds %d bytes, not the %d written' % (got, rows * size)); return 2
     print('wrote %d rows of %d bytes' % (rows, size)); return 0
+
+
+def create(port, table):
+    """CreateTable TABLE with one family cf (no GC rule)."""
+    c = Conn(port)
+    sid = c.headers('/google.bigtable.admin.v2.BigtableTableAdmin/CreateTable')
+    families = fld(3, fld(1, 'cf') + fld(2, b''))
+    c.data(sid, grpc_msg(fld(1, 'projects/p/instances/i') + fld(2, table) + fld(3, families)))
+    return 0 if c.wait_end(sid, 60)[2] == 'end' else 2
+
+
+def check(port, table, rows, size):
+    """Exit 0 when a full scan of TABLE returns at least rows*size bytes."""
+    c = Conn(port)
+    sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')
+    c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table)))
+    got = len(c.wait_end(sid, 120)[0])
+    print('scan returned %d bytes, %d written' % (got, rows * size))
+    return 0 if got >= rows * size else 1
 
 
 def watch(conns, pids, limit):
@@ -96,6 +117,8 @@ def timed_reads(port, table, profile, n):
 
 
 def main(a):
+    if a[0] == 'create': return create(int(a[1]), a[2])
+    if a[0] == 'check': return check(int(a[1]), a[2], int(a[3]), int(a[4]))
     if a[0] == 'timed': return 1 if timed_reads(int(a[1]), a[2], a[3], int(a[4])) > int(a[5]) else 0
     if a[0] == 'write': return write(int(a[1]), a[2], int(a[3]), int(a[4]))
     if a[0] == 'readers': return hold(int(a[1]), int(a[3]), int(a[4]), a[2], a[5].split(','), int(a[6]))
