@@ -3,7 +3,7 @@
 
   hold.py write PORT TABLE ROWS BYTES          writes ROWS rows of a BYTES-byte value (cf:q)
   hold.py create PORT TABLE                    creates TABLE with family cf
-  hold.py check PORT TABLE ROWS BYTES          exit 0 if a scan returns >= ROWS*BYTES bytes
+  hold.py check PORT TABLE ROWS BYTES          exit 0 if a scan returns every row write wrote
   hold.py readers PORT TABLE CONNS STREAMS PIDS LIMIT_MB
       opens CONNS connections x STREAMS ReadRows of the whole TABLE and never reads an answer
   hold.py metadata PORT CONNS STREAMS PIDS LIMIT_MB
@@ -46,19 +46,20 @@ def create(port, table):
     """CreateTable TABLE with one family cf (no GC rule)."""
     c = Conn(port)
     sid = c.headers('/google.bigtable.admin.v2.BigtableTableAdmin/CreateTable')
-    families = fld(3, fld(1, 'cf') + fld(2, b''))
+    families = fld(3, fld(1, 'cf') + fld(2, b''))  # Table.column_families: {"cf": {}}
     c.data(sid, grpc_msg(fld(1, 'projects/p/instances/i') + fld(2, table) + fld(3, families)))
     return 0 if c.wait_end(sid, 60)[2] == 'end' else 2
 
 
 def check(port, table, rows, size):
-    """Exit 0 when a full scan of TABLE returns at least rows*size bytes."""
+    """Exit 0 when a full scan of TABLE returns every row key r000000..r<ROWS-1> (written by write)."""
     c = Conn(port)
     sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')
     c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table)))
-    got = len(c.wait_end(sid, 120)[0])
-    print('scan returned %d bytes, %d written' % (got, rows * size))
-    return 0 if got >= rows * size else 1
+    data = c.wait_end(sid, 120)[0]
+    missing = [i for i in range(rows) if ('r%06d' % i).encode() not in data]
+    print('scan returned %d bytes; %d of %d rows missing %s' % (len(data), len(missing), rows, missing[:5]))
+    return 0 if not missing else 1
 
 
 def watch(conns, pids, limit):
