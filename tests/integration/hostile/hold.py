@@ -4,6 +4,8 @@
   hold.py write PORT TABLE ROWS BYTES          writes ROWS rows of a BYTES-byte value (cf:q)
   hold.py create PORT TABLE                    creates TABLE with family cf
   hold.py check PORT TABLE ROWS BYTES          exit 0 if a scan returns every row write wrote
+  hold.py rmw-storm PORT TABLE ROW THREADS PID  THREADS clients increment ROW; kill -9 PID midway
+  hold.py rmw-after PORT TABLE ROW OTHER       once OTHER is served again, exit 0 if ROW is too
   hold.py readers PORT TABLE CONNS STREAMS PIDS LIMIT_MB
       opens CONNS connections x STREAMS ReadRows of the whole TABLE and never reads an answer
   hold.py metadata PORT CONNS STREAMS PIDS LIMIT_MB
@@ -117,7 +119,63 @@ def timed_reads(port, table, profile, n):
     return worst
 
 
+def rmw_once(c, table, row):
+    """One ReadModifyWriteRow +1 on row/cf:n; True when it answered a row (statuses are not
+    decoded: a failed call carries no message)."""
+    sid = c.headers('/google.bigtable.v2.Bigtable/ReadModifyWriteRow')
+    rule = fld(1, 'cf') + fld(2, 'n') + fld(4, 1)
+    c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table) + fld(2, row) + fld(3, rule)))
+    data, _, why = c.wait_end(sid, 30)
+    return why == 'end' and len(data) > 5
+
+
+def rmw_storm(port, table, row, threads, pid):
+    """THREADS clients increment the same counter; after 200 answers the node PID is killed -9;
+    returns when every client has seen a failure."""
+    import signal, threading
+    state = {'ok': 0, 'failed': set(), 'stop': False}
+    def client(k):
+        c = Conn(port)
+        while not state['stop']:
+            try:
+                if rmw_once(c, table, row): state['ok'] += 1
+                else: state['failed'].add(k)
+            except OSError:
+                state['failed'].add(k)
+                try: c = Conn(port)
+                except OSError: time.sleep(0.1)
+    ts = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(threads)]
+    for t in ts: t.start()
+    for _ in range(600):
+        if state['ok'] >= 200: break
+        time.sleep(0.1)
+    os.kill(int(pid), signal.SIGKILL)
+    for _ in range(300):
+        if len(state['failed']) == threads: break
+        time.sleep(0.1)
+    state['stop'] = True
+    print('%d increments answered before the kill; %d clients saw a failure' % (state['ok'], len(state['failed'])))
+    return 0
+
+
+def rmw_after(port, table, row, other):
+    """Waits (bounded) until an increment of row OTHER succeeds (the node is back), then sends the
+    hot increment of ROW once: exit 0 if it is served."""
+    for _ in range(600):
+        try:
+            if rmw_once(Conn(port), table, other): break
+        except OSError: pass
+        time.sleep(0.1)
+    else:
+        print('the node never came back'); return 2
+    ok = rmw_once(Conn(port), table, row)
+    print('node back (a cold row is served); the hot row is %s' % ('served' if ok else 'REFUSED'))
+    return 0 if ok else 1
+
+
 def main(a):
+    if a[0] == 'rmw-storm': return rmw_storm(int(a[1]), a[2], a[3], int(a[4]), a[5])
+    if a[0] == 'rmw-after': return rmw_after(int(a[1]), a[2], a[3], a[4])
     if a[0] == 'create': return create(int(a[1]), a[2])
     if a[0] == 'check': return check(int(a[1]), a[2], int(a[3]), int(a[4]))
     if a[0] == 'timed': return 1 if timed_reads(int(a[1]), a[2], a[3], int(a[4])) > int(a[5]) else 0
