@@ -227,9 +227,11 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!btu_table_id_valid(req->table_id))
         return node_fail(
             call, ST_INVALID_ARGUMENT,
-            "invalid table id '%s': use 1-50 of [-_.a-zA-Z0-9], not starting with - or .",
-            req->table_id);
+            "invalid table id '%s': use 1-%d of [-_.a-zA-Z0-9], not starting with - or .",
+            req->table_id, BTU_TABLE_ID_MAX);
     snprintf(name, sizeof name, "%s/tables/%s", req->parent, req->table_id);
+    if (node_check_table_name(name, &err) != ST_OK)
+        return node_fail(call, err.code, "%s", err.msg);
     if (node_catalog_find(n->catalog, name))
         return node_fail(call, ST_ALREADY_EXISTS, "table \"%s\" already exists", name);
     ProtobufCBinaryData *splits = NULL;

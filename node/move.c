@@ -560,7 +560,7 @@ static st_code copy_row_prepare(node_ctx *n, node_tablets *t, const node_tablet 
     if (out->row.len == 0 || out->row.len > STO_ROW_KEY_MAX || out->n_muts == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "a copied row has an empty or oversized key, or no mutations");
-    if (out->origin > 1023 || out->version != STO_VERSION(out->commit_ts_us, out->origin))
+    if (out->origin > STO_ORIGIN_MAX || out->version != STO_VERSION(out->commit_ts_us, out->origin))
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "a copied row's version %llu does not match its commit timestamp %llu "
                           "and origin %u",

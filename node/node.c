@@ -316,6 +316,13 @@ static void arena_pb_free(void *data, void *ptr) {
 
 ProtobufCMessage *node_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                               st_slice bytes) {
+    char field[BTU_FIELD_PATH_MAX];
+    if (btu_pb_string_has_nul(desc, bytes, field, sizeof field)) {
+        node_fail(call, ST_INVALID_ARGUMENT,
+                  "invalid %s: field %s contains a NUL byte (names and ids never do): fix the name",
+                  desc->name, field);
+        return NULL;
+    }
     ProtobufCAllocator alloc = {arena_pb_alloc, arena_pb_free, rpc_call_arena(call)};
     ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, bytes.len, bytes.data);
     if (!m)
@@ -423,25 +430,7 @@ bool node_feature(rpc_call *call, uint32_t field_number) {
 }
 
 st_code node_check_table_name(const char *name, st_err *err) {
-    /* projects/P/instances/I/tables/T with non-empty, slash-free parts. */
-    static const char *const parts[] = {"projects", NULL, "instances", NULL, "tables", NULL};
-    const char *p = name;
-    for (int i = 0; i < 6; i++) {
-        const char *slash = strchr(p, '/');
-        size_t len = slash ? (size_t)(slash - p) : strlen(p);
-        bool last = i == 5;
-        if (len == 0 || (last && slash) || (!last && !slash) ||
-            (parts[i] && (strlen(parts[i]) != len || strncmp(p, parts[i], len) != 0)))
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "invalid table name '%s': expected "
-                              "projects/<project>/instances/<instance>/tables/<table>",
-                              name);
-        p += len + (slash ? 1 : 0);
-    }
-    if (strlen(name) > NODE_TABLE_NAME_MAX)
-        return st_err_set(err, ST_INVALID_ARGUMENT, "table name longer than %d bytes",
-                          NODE_TABLE_NAME_MAX);
-    return ST_OK;
+    return btu_table_name_parse(name, NODE_TABLE_NAME_MAX, NULL, NULL, NULL, err);
 }
 
 node_tablets *node_table_or_fail(node_ctx *n, rpc_call *call, const char *table_name,

@@ -15,6 +15,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "catalog.h"
+#include "strata/btutil.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "google/rpc/status.pb-c.h"

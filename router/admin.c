@@ -7,6 +7,7 @@
  * is the commit point; DeleteTable removes the record first, then drops the nodes' copies. A
  * failure before the commit point rolls the nodes back (best effort). */
 #include "router_internal.h"
+#include "instance.h" /* rtr_check_instance */
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -297,18 +298,16 @@ static const char *create_check(rtr_ctx *r,
                                 const Google__Bigtable__Admin__V2__CreateTableRequest *req,
                                 char *name, size_t cap, st_err *err) {
     snprintf(name, cap, "%s/tables/%s", req->parent, req->table_id);
+    if (rtr_check_instance(&r->topo, req->parent, false, err) != ST_OK)
+        return NULL;
     if (!btu_table_id_valid(req->table_id)) {
         st_err_set(err, ST_INVALID_ARGUMENT,
-                   "invalid table id '%s': use 1-50 of [-_.a-zA-Z0-9], not starting with - or .",
-                   req->table_id);
+                   "invalid table id '%s': use 1-%d of [-_.a-zA-Z0-9], not starting with - or .",
+                   req->table_id, BTU_TABLE_ID_MAX);
         return NULL;
     }
-    if (rtr_check_table_name(name, NULL) != ST_OK) {
-        st_err_set(err, ST_INVALID_ARGUMENT,
-                   "invalid parent '%s': expected projects/<project>/instances/<instance>",
-                   req->parent);
+    if (rtr_check_table_name(r, name, err) != ST_OK)
         return NULL;
-    }
     if (rtr_meta_find(&r->meta, RTR_META_KIND_TABLE, name) || strcmp(name, RTR_META_TABLE) == 0) {
         st_err_set(err, ST_ALREADY_EXISTS, "table \"%s\" already exists", name);
         return NULL;
@@ -387,12 +386,9 @@ void rtr_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
         call, &google__bigtable__admin__v2__list_tables_request__descriptor, req_bytes);
     if (!req)
         return;
-    char probe[RTR_TABLE_NAME_MAX + 16];
-    snprintf(probe, sizeof probe, "%s/tables/x", req->parent);
-    if (rtr_check_table_name(probe, NULL) != ST_OK)
-        return rtr_fail(call, ST_INVALID_ARGUMENT,
-                        "invalid parent '%s': expected projects/<project>/instances/<instance>",
-                        req->parent);
+    st_err err = {0};
+    if (rtr_check_instance(&r->topo, req->parent, false, &err) != ST_OK)
+        return rtr_fail(call, err.code, "%s", err.msg);
     st_arena *a = rpc_call_arena(call);
     Google__Bigtable__Admin__V2__ListTablesResponse resp;
     google__bigtable__admin__v2__list_tables_response__init(&resp);

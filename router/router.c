@@ -63,15 +63,29 @@ static void arena_free(void *data, void *p) {
     (void)p;
 }
 
-ProtobufCMessage *rtr_unpack_try(rpc_call *call, const ProtobufCMessageDescriptor *desc,
-                                 st_slice bytes) {
+static ProtobufCMessage *unpack_raw(rpc_call *call, const ProtobufCMessageDescriptor *desc,
+                                    st_slice bytes) {
     ProtobufCAllocator alloc = {arena_alloc, arena_free, rpc_call_arena(call)};
     return protobuf_c_message_unpack(desc, &alloc, bytes.len, bytes.data);
 }
 
+ProtobufCMessage *rtr_unpack_try(rpc_call *call, const ProtobufCMessageDescriptor *desc,
+                                 st_slice bytes) {
+    if (btu_pb_string_has_nul(desc, bytes, NULL, 0))
+        return NULL; /* "a\0b" would unpack as "a" */
+    return unpack_raw(call, desc, bytes);
+}
+
 ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                              st_slice bytes) {
-    ProtobufCMessage *m = rtr_unpack_try(call, desc, bytes);
+    char field[BTU_FIELD_PATH_MAX];
+    if (btu_pb_string_has_nul(desc, bytes, field, sizeof field)) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "invalid %s: field %s contains a NUL byte (names and ids never do): fix the name",
+                 desc->short_name, field);
+        return NULL;
+    }
+    ProtobufCMessage *m = unpack_raw(call, desc, bytes);
     if (!m)
         rtr_fail(call, ST_INVALID_ARGUMENT, "could not parse the %s request", desc->short_name);
     return m;
@@ -98,33 +112,24 @@ void rtr_fail(rpc_call *call, st_code code, const char *fmt, ...) {
     rpc_call_finish(call, code, msg);
 }
 
-st_code rtr_check_table_name(const char *name, st_err *err) {
-    /* projects/P/instances/I/tables/T with non-empty, slash-free parts. Every data request
-     * checks its table name: one pass, no repeated strlen. */
-    static const char *const parts[] = {"projects", NULL, "instances", NULL, "tables", NULL};
-    static const size_t part_lens[] = {8, 0, 9, 0, 6, 0};
-    size_t total = strlen(name);
-    const char *p = name, *end = name + total;
-    bool ok = total <= RTR_TABLE_NAME_MAX;
-    for (size_t i = 0; ok && i < 6; i++) {
-        const char *slash = memchr(p, '/', (size_t)(end - p));
-        size_t len = slash ? (size_t)(slash - p) : (size_t)(end - p);
-        bool last = i == 5;
-        ok = len > 0 && (last ? slash == NULL : slash != NULL) &&
-             (!parts[i] || (part_lens[i] == len && memcmp(p, parts[i], len) == 0));
-        p += len + 1;
-    }
-    if (!ok)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "invalid table name '%s': expected "
-                          "projects/<project>/instances/<instance>/tables/<table>",
-                          name);
-    return ST_OK;
+st_code rtr_check_table_name(const rtr_ctx *r, const char *name, st_err *err) {
+    st_slice project, instance;
+    st_code rc = btu_table_name_parse(name, RTR_TABLE_NAME_MAX, &project, &instance, NULL, err);
+    if (rc != ST_OK || !r)
+        return rc;
+    if (st_slice_eq(project, st_slice_cstr(r->topo.project)) &&
+        st_slice_eq(instance, st_slice_cstr(r->topo.instance)))
+        return ST_OK;
+    return st_err_set(err, ST_NOT_FOUND,
+                      "instance projects/%.*s/instances/%.*s not found: this Strata instance is "
+                      "projects/%s/instances/%s",
+                      (int)project.len, (const char *)project.data, (int)instance.len,
+                      (const char *)instance.data, r->topo.project, r->topo.instance);
 }
 
 const rtr_meta_rec *rtr_table_or_fail(rtr_ctx *r, rpc_call *call, const char *name) {
     st_err err;
-    if (rtr_check_table_name(name, &err) != ST_OK) {
+    if (rtr_check_table_name(r, name, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return NULL;
     }

@@ -407,8 +407,10 @@ ProtobufCMessage *rtr_unpack_try(rpc_call *call, const ProtobufCMessageDescripto
 void rtr_reply(rpc_call *call, const ProtobufCMessage *msg);
 void rtr_fail(rpc_call *call, st_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Table name check: projects/P/instances/I/tables/T. */
-st_code rtr_check_table_name(const char *name, st_err *err);
+/* Table name check (btu_table_name_parse): projects/P/instances/I/tables/T with a valid table id
+ * (INVALID_ARGUMENT), and, with r, P/I the instance this router serves (NOT_FOUND otherwise, as
+ * Cloud Bigtable answers for an instance that does not exist). */
+st_code rtr_check_table_name(const rtr_ctx *r, const char *name, st_err *err);
 /* The table's metadata record, or NULL after failing the call (NOT_FOUND "table ... not found",
  * INVALID_ARGUMENT for a malformed name). */
 const rtr_meta_rec *rtr_table_or_fail(rtr_ctx *r, rpc_call *call, const char *name);

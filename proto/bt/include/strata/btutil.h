@@ -62,4 +62,21 @@ bool btu_id_valid(const char *id, size_t max, bool allow_lead_punct);
 bool btu_table_id_valid(const char *id);
 bool btu_family_valid(const char *family);
 
+/* Splits a table name "projects/P/instances/I/tables/T" (at most max bytes) into its project,
+ * instance and table id (slices into name). P and I are non-empty and slash-free; T follows
+ * btu_table_id_valid (Bigtable's [_a-zA-Z0-9][-_.a-zA-Z0-9]*, 1..BTU_TABLE_ID_MAX). Any of the
+ * outputs may be NULL. INVALID_ARGUMENT saying which part is wrong. The node and the router both
+ * check every table name through it. */
+st_code btu_table_name_parse(const char *name, size_t max, st_slice *project, st_slice *instance,
+                             st_slice *table_id, st_err *err);
+
+/* Embedded NUL bytes (strings.c). protobuf-c turns a string field into a C string, so a name with
+ * a NUL inside ("dur\0evil") would silently become its prefix ("dur"). True when some string
+ * field of the serialized message wire (of type desc, sub-messages included) contains a NUL byte;
+ * path (cap bytes, may be NULL) then names it, e.g. "entries.mutations.set_cell.family_name".
+ * Malformed input returns false: protobuf-c's unpack refuses it. Pure; reads wire once. */
+#define BTU_FIELD_PATH_MAX 160
+bool btu_pb_string_has_nul(const ProtobufCMessageDescriptor *desc, st_slice wire, char *path,
+                           size_t cap);
+
 #endif
