@@ -469,7 +469,7 @@ static node_move *move_new(node_ctx *n, rpc_call *call, const node_tablets *t,
                            const node_tablet *tab, const char *target, st_err *err) {
     char host[MOVE_HOST_MAX];
     uint16_t port;
-    if (!node_parse_addr(target, host, sizeof host, &port)) {
+    if (!st_addr_split(target, host, sizeof host, &port) || port == 0) {
         st_err_set(err, ST_INVALID_ARGUMENT, "target '%s' is not host:port", target);
         return NULL;
     }

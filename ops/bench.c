@@ -432,24 +432,12 @@ static bool find_emulator_bin(const char *given, char *out, size_t cap) {
     return !given && path_search("cbtemulator", out, cap);
 }
 
-/* HOST:PORT or [V6]:PORT into the target. */
+/* HOST:PORT or [V6]:PORT into the target (st_addr_split); port 0 is refused here. */
 static bool target_set_addr(bench_target *t, const char *addr) {
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr)
+    uint16_t port;
+    if (!st_addr_split(addr, t->host, sizeof(t->host), &port) || port == 0 || !t->host[0])
         return false;
-    size_t hl = (size_t)(colon - addr);
-    const char *h = addr;
-    if (addr[0] == '[' && colon[-1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    uint64_t port;
-    if (hl == 0 || hl >= sizeof(t->host) || !parse_u64(colon + 1, &port) || port == 0 ||
-        port > 65535)
-        return false;
-    memcpy(t->host, h, hl);
-    t->host[hl] = '\0';
-    t->port = (uint16_t)port;
+    t->port = port;
     return true;
 }
 

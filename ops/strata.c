@@ -39,7 +39,8 @@ static void usage(FILE *out) {
     fprintf(out, "usage: strata <command> [flags]\n\ncommands:\n");
     for (size_t i = 0; i < COMMANDS_COUNT; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\n`strata <command> --help` describes a command's flags.\n");
+    fprintf(out, "\n`strata <command> --help` describes a command's flags; `strata --version` "
+                 "prints the version.\n");
 }
 
 static int cmd_help(int argc, char **argv) {
@@ -63,6 +64,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
         return cmd_help(1, argv + 1);
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("strata %s\n", st_version());
+        return 0;
+    }
     const strata_cmd *c = cmd_find(argv[1]);
     if (!c) {
         fprintf(stderr, "strata: unknown command '%s'\n\n", argv[1]);

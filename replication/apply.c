@@ -26,7 +26,7 @@ st_code repl_apply_prepare(const repl_node_ops *ops, void *node, const char *tab
                           "replicated row of table %s: empty or oversized row key, or no "
                           "mutations",
                           table);
-    if (out->origin == 0 || out->origin > 1023 ||
+    if (out->origin == 0 || out->origin > STO_ORIGIN_MAX ||
         out->version != STO_VERSION(out->commit_ts_us, out->origin))
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "replicated row of table %s: origin cluster %u and version %llu do "

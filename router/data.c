@@ -363,7 +363,7 @@ static void mr_round_over(mr_op *op) {
     for (size_t i = 0; i < op->n; i++)
         if (!op->res[i].final) {
             again = true;
-            not_owner = not_owner || rtr_is_not_owner(op->res[i].code, op->res[i].message);
+            not_owner = not_owner || st_is_not_owner(op->res[i].code, op->res[i].message);
             lost = lost || rtr_fo_error(op->res[i].code);
         }
     /* Entries a cluster could not take move to the plan's next cluster at once (multi-cluster
@@ -373,7 +373,7 @@ static void mr_round_over(mr_op *op) {
         return mr_round(op);
     }
     st_code why = not_owner ? ST_FAILED_PRECONDITION : ST_UNAVAILABLE;
-    if (!again || !rtr_retry_allowed(op->attempts, why, not_owner ? RTR_NOT_OWNER_PREFIX : NULL) ||
+    if (!again || !rtr_retry_allowed(op->attempts, why, not_owner ? ST_NOT_OWNER_PREFIX : NULL) ||
         op->r->closing ||
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), mr_after_backoff, op) != ST_OK)
         mr_reply(op);

@@ -163,13 +163,8 @@ size_t rtr_forward_headers(const rpc_call *call, rpc_metadata *md) {
     return n;
 }
 
-bool rtr_is_not_owner(st_code code, const char *message) {
-    return code == ST_FAILED_PRECONDITION && message &&
-           strncmp(message, RTR_NOT_OWNER_PREFIX, strlen(RTR_NOT_OWNER_PREFIX)) == 0;
-}
-
 bool rtr_retryable(st_code code, const char *message, bool unavailable_ok) {
-    if (rtr_is_not_owner(code, message))
+    if (st_is_not_owner(code, message))
         return true;
     return unavailable_ok && code == ST_UNAVAILABLE;
 }
@@ -187,7 +182,7 @@ int64_t rtr_backoff_ms(int attempt) {
 /* A write to a moving tablet is refused until the move ends (docs/cluster.md): the longer budget
  * lets it wait for the move instead of failing while the balancer moves small tablets. */
 bool rtr_retry_allowed(int attempts, st_code code, const char *message) {
-    int max = rtr_is_not_owner(code, message) ? RTR_RETRIES_NOT_OWNER_MAX : RTR_RETRIES_MAX;
+    int max = st_is_not_owner(code, message) ? RTR_RETRIES_NOT_OWNER_MAX : RTR_RETRIES_MAX;
     return attempts < max;
 }
 

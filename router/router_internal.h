@@ -63,7 +63,6 @@ struct event;
 #define RTR_TABLE_NAME_MAX 512
 #define RTR_MUTATIONS_MAX 100000
 #define RTR_FORWARD_HEADERS_MAX 4
-#define RTR_NOT_OWNER_PREFIX "strata-not-owner:"
 
 typedef struct rtr_cluster rtr_cluster;
 typedef struct rtr_node rtr_node;
@@ -431,7 +430,6 @@ extern uint64_t rtr_retries_total;
  * ends, seconds for a large tablet), RTR_RETRIES_MAX otherwise. The client's deadline still
  * ends the wait earlier. */
 bool rtr_retry_allowed(int attempts, st_code code, const char *message);
-bool rtr_is_not_owner(st_code code, const char *message);
 
 /* ---- balance.c ---- */
 /* One tablet as the balancer sees it (memory borrowed). */
