@@ -613,6 +613,31 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
  * extends this to replication across clusters. */
 
 #define TOKEN_PREFIX "strata1:"
+/* A node that replicates answers the cross-cluster token of docs/formats/replication.md (never
+ * shorter than 29 digits); a node without peers answers its own last lsn (at most 20 digits).
+ * In an instance of several clusters the second means the node ships nothing: no token it is
+ * part of may ever be reported consistent. */
+#define TOKEN_LOCAL_DIGITS_MAX 20
+
+/* FAILED_PRECONDITION when the instance has other clusters but node's answer tok shows it does
+ * not replicate to them (started by hand without --config): naming the node and the peers. */
+static st_code token_node_replicates(const rtr_ctx *r, const rtr_node *node, const char *tok,
+                                     st_err *err) {
+    if (r->topo.n_clusters < 2 || strlen(tok) > TOKEN_LOCAL_DIGITS_MAX)
+        return ST_OK;
+    char peers[ST_TOPO_CLUSTERS_MAX * (ST_TOPO_ID_MAX + 2)] = "";
+    for (size_t i = 0; i < r->topo.n_clusters; i++)
+        if (&r->topo.clusters[i] != node->cluster->topo)
+            snprintf(peers + strlen(peers), sizeof peers - strlen(peers), "%s%s",
+                     peers[0] ? ", " : "", r->topo.clusters[i].id);
+    return st_err_set(err, ST_FAILED_PRECONDITION,
+                      "node %u (%s) of cluster %s does not replicate to cluster %s: it runs "
+                      "without the instance topology, so its writes never reach them and "
+                      "consistency cannot be reached; restart it with --config TOPOLOGY "
+                      "--cluster-num %u --node-num %u (as `strata up` does)",
+                      node->num, node->addr, node->cluster->topo->id, peers,
+                      node->cluster->topo->num, node->num);
+}
 
 typedef struct cons_op {
     rtr_ctx *r;
@@ -628,7 +653,8 @@ static void token_done(rtr_fan *f, void *arg) {
     st_buf_init(&tok);
     char head[64];
     snprintf(head, sizeof head, TOKEN_PREFIX "%u:", op->c->topo->num);
-    st_buf_append(&tok, head, strlen(head));
+    if (rc == ST_OK && st_buf_append(&tok, head, strlen(head)) != ST_OK)
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory building a token");
     for (size_t i = 0; rc == ST_OK && i < f->n; i++) {
         size_t off = 0;
         st_slice msg;
@@ -640,9 +666,11 @@ static void token_done(rtr_fan *f, void *arg) {
             rc = st_err_set(&err, ST_INTERNAL, "a node sent an unreadable consistency token");
             break;
         }
-        if (i)
-            st_buf_append_byte(&tok, ',');
-        st_buf_append(&tok, m->consistency_token, strlen(m->consistency_token));
+        rc = token_node_replicates(op->r, &op->c->nodes[i], m->consistency_token, &err);
+        if (rc == ST_OK &&
+            ((i && st_buf_append_byte(&tok, ',') != ST_OK) ||
+             st_buf_append(&tok, m->consistency_token, strlen(m->consistency_token)) != ST_OK))
+            rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory building a token");
         google__bigtable__admin__v2__generate_consistency_token_response__free_unpacked(m, NULL);
     }
     rtr_fan_free(f);
@@ -762,6 +790,10 @@ void rtr_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!token_parse(r, req->consistency_token, &c, lsns, &n, a))
         return rtr_fail(call, ST_INVALID_ARGUMENT, "invalid consistency token '%s'",
                         req->consistency_token);
+    st_err err = {0};
+    for (size_t i = 0; i < n; i++)
+        if (token_node_replicates(r, &c->nodes[i], lsns[i], &err) != ST_OK)
+            return rtr_fail(call, err.code, "%s", err.msg);
     rtr_fan *f;
     if (!cons_new(r, call, c, n, check_done, &f))
         return;
