@@ -347,9 +347,17 @@ static void record_error(bench_run *r, int slot, const char *what) {
     res->errors[slot]++;
     res->errors_total++;
     r->interval_errors++;
-    if (res->first_error[0] == '\0')
-        snprintf(res->first_error, sizeof(res->first_error), "%s: %s",
-                 slot == BENCH_ERR_VERIFY ? "VERIFY" : st_code_name((st_code)slot), what);
+    if (res->first_error[0] == '\0') {
+        /* "CODE: message", the message cut to what fits (an st_err message may be longer). */
+        size_t cap = sizeof(res->first_error);
+        int k = snprintf(res->first_error, cap,
+                         "%s: ", slot == BENCH_ERR_VERIFY ? "VERIFY" : st_code_name((st_code)slot));
+        if (k > 0 && (size_t)k < cap) {
+            size_t len = strnlen(what, cap - (size_t)k - 1);
+            memcpy(res->first_error + k, what, len);
+            res->first_error[(size_t)k + len] = '\0';
+        }
+    }
 }
 
 static void record_success(bench_run *r, bench_slot *s, uint64_t lat_ns, uint64_t bytes) {

@@ -165,10 +165,15 @@ static int down_purge(down_ctx *c) {
     size_t dl = strlen(c->dir);
     for (size_t i = 0; i < t.n_clusters; i++)
         for (size_t j = 0; j < t.clusters[i].n_nodes; j++) {
-            const char *d = t.clusters[i].nodes[j].data_dir;
-            if (d[0] && !strncmp(d, c->dir, dl) && d[dl] == '/')
+            /* A relative data directory (a topology from an older `strata up --dir REL`) is
+             * taken relative to the working directory, as the nodes were started. */
+            char d[OPS_PATH_MAX];
+            const char *given = t.clusters[i].nodes[j].data_dir;
+            if (!given[0] || !ops_path_absolute(given, d, sizeof d))
+                continue;
+            if (!strncmp(d, c->dir, dl) && d[dl] == '/')
                 remove_tree(d);
-            else if (d[0])
+            else
                 printf("  kept %s (outside %s): delete it yourself if you mean to\n", d, c->dir);
         }
     const char *subs[] = {"/logs", "/run", "/topology.tmp", "/topology"};

@@ -24,6 +24,8 @@ static const strata_cmd commands[] = {
     {"status", ops_status_main, "show a local instance's clusters, nodes, tablets and health"},
     {"failover", ops_failover_main, "point a single-cluster app profile at another cluster"},
     {"chaos", ops_chaos_main, "rehearse failures: kill/restart a cluster, cut/heal replication"},
+    {"restart", ops_restart_main,
+     "stop and start one process of a local instance (east-1, router)"},
     {"help", cmd_help, "list the commands, or `strata help CMD` for one"},
 };
 #define COMMANDS_COUNT (sizeof(commands) / sizeof(commands[0]))
