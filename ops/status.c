@@ -384,8 +384,8 @@ static int status_run(status_ctx *c) {
     printf("\n%zu of %zu nodes healthy, %zu of %zu routers healthy.\n", c->nodes_ok, c->nodes_total,
            c->routers_ok, c->topo.n_routers);
     if (!all)
-        printf("Each process's log is %s/logs/<name>.log; `strata up%s%s` restarts a stopped "
-               "instance (`strata down` first if it is partly running).\n",
+        printf("Each process's log is %s/logs/<name>.log; `strata up%s%s` starts whatever is "
+               "stopped (`strata restart NAME` one process).\n",
                c->dir, c->dir_flag ? " --dir " : "", c->dir_flag ? c->dir : "");
     return all ? 0 : 1;
 }

@@ -77,7 +77,9 @@ static void up_usage(FILE *out) {
             "  --no-unix        TCP between the router and the nodes; by default each node also\n"
             "                   serves a Unix socket DATA/node.sock, which the router uses\n"
             "                   (faster on one host; docs/router.md, Unix sockets)\n"
-            "Run again on a running instance: says so and changes nothing. Stop it with\n"
+            "Run again on a running instance: starts whatever of it is stopped (router\n"
+            "included) and leaves the rest alone; `strata restart NAME` restarts one process.\n"
+            "Stop it with\n"
             "`strata down`, inspect it with `strata status`.\n",
             UP_WAIT_S_DEFAULT);
 }
