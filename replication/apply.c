@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "log.h" /* sto_row_mut_decode: the log's row mutation encoding is the wire's too */
+#include "strata/btutil.h" /* btu_pb_string_has_nul */
 #include "strata/internal/v1/replication.pb-c.h"
 
 st_code repl_apply_prepare(const repl_node_ops *ops, void *node, const char *table,
@@ -82,6 +83,10 @@ static void apply_durable(st_code code, const char *msg, void *arg) {
 void repl_h_apply(rpc_call *call, st_slice req_bytes, void *arg) {
     repl_ctx *r = arg;
     st_arena *arena = rpc_call_arena(call);
+    if (btu_pb_string_has_nul(&strata__internal__v1__apply_request__descriptor, req_bytes, NULL, 0))
+        return rpc_call_finish(call, ST_INVALID_ARGUMENT,
+                               "ApplyRequest field holds a NUL byte (a table name would be cut "
+                               "short and name another table)");
     ProtobufCAllocator alloc = {arena_alloc, arena_free, arena};
     Strata__Internal__V1__ApplyRequest *req =
         strata__internal__v1__apply_request__unpack(&alloc, req_bytes.len, req_bytes.data);
