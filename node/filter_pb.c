@@ -91,7 +91,7 @@ static st_code convert_condition(const Google__Bigtable__V2__RowFilter__Conditio
 }
 
 /* pass_all_filter, block_all_filter, sink and strip_value_transformer are booleans that only make
- * sense when true; production rejects false (BIGTABLE_SEMANTICS.md §5 rule 6). */
+ * sense when true; production rejects false (docs/bigtable.md, Row filters). */
 static st_code convert_bool(protobuf_c_boolean v, const char *field, node_filter_kind kind,
                             st_arena *arena, node_filter **out, st_err *err) {
     if (!v)

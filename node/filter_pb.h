@@ -18,7 +18,7 @@
 #include "filter.h"
 #include "google/bigtable/v2/data.pb-c.h"
 
-/* Serialized RowFilter size limit (BIGTABLE_SEMANTICS.md §5: "Row filter exceeds maximum size"). */
+/* Serialized RowFilter size limit (docs/bigtable.md: "Row filter exceeds maximum size"). */
 #define NODE_FILTER_PB_BYTES_MAX 20480
 
 /* Converts and prepares pb (NULL = no filter: *out = NULL, ST_OK). On error *out is NULL and

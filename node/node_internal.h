@@ -23,7 +23,7 @@
 #include "strata/rpc.h"
 #include "strata/storage.h"
 
-/* ---- Bigtable limits we enforce (BIGTABLE_SEMANTICS.md §5) ---- */
+/* ---- Bigtable limits we enforce (docs/bigtable.md, Limits) ---- */
 #define NODE_ROW_KEY_MAX 4096
 #define NODE_QUALIFIER_MAX 16384
 #define NODE_VALUE_MAX (100u << 20)

@@ -595,7 +595,7 @@ static st_code check_request(node_ctx *n, rpc_call *call,
                           "Error in field 'rows_limit' : must be non-negative, got %lld",
                           (long long)req->rows_limit);
     /* Cloud Bigtable rejects reversed scans from clients that did not announce them
-     * (BIGTABLE_SEMANTICS.md §5, [GH-rs53]). */
+     * (docs/bigtable.md, Request headers). */
     if (req->reversed && !node_feature(call, FEATURE_REVERSE_SCANS))
         return st_err_set(err, ST_UNIMPLEMENTED, "Client doesn't support reverse scans yet");
     return ST_OK;

@@ -1,4 +1,4 @@
-/* repl_glue.c — the node's side of replication (replication/, issue #5): reads the topology
+/* repl_glue.c — the node's side of replication (replication/): reads the topology
  * (--config), starts a repl_ctx with the node's write path as its callbacks, serves
  * strata.internal.v1.Replication (Apply, GetPositions), and gives GenerateConsistencyToken and
  * CheckConsistency their cross-cluster meaning when the node has peer clusters. Without a

@@ -7,7 +7,7 @@ cd "$root"
 
 bash ops/setup.sh
 
-# Formatting (STYLE.md: .clang-format is checked in CI). Fix with:
+# Formatting (docs/style.md: .clang-format is checked in CI). Fix with:
 #   git ls-files '*.c' '*.h' '*.cc' | xargs clang-format -i
 if command -v clang-format >/dev/null 2>&1; then
   echo "== clang-format check"
@@ -27,8 +27,9 @@ run_build() {
   ninja -C "$dir" -j "$jobs"
 }
 
-run_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-run_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON
+# Warnings are errors here (STRATA_WERROR); a plain cmake build only reports them.
+run_build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_WERROR=ON
+run_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATA_SANITIZE=ON -DSTRATA_WERROR=ON
 
 status=0
 for dir in build build-asan; do

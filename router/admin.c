@@ -609,8 +609,8 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
 /* ---- consistency tokens ----
  * A token is "strata1:<cluster number>:<lsn of node 1>,<lsn of node 2>,..." over the nodes of the
  * cluster serving the request, in topology order: every write acknowledged before the token was
- * made is at or below its node's lsn. CheckConsistency asks each node about its own lsn. Issue #5
- * extends this to replication across clusters. */
+ * made is at or below its node's lsn. CheckConsistency asks each node about its own lsn; with peer
+ * clusters a node's part also waits for replication (docs/formats/replication.md). */
 
 #define TOKEN_PREFIX "strata1:"
 /* A node that replicates answers the cross-cluster token of docs/formats/replication.md (never

@@ -465,7 +465,7 @@ static void write_free(meta_write *w) {
 }
 
 /* Success when any cluster took the write (the others are logged: their copy is stale until
- * replication, issue #5, carries the metadata table). */
+ * replication from the other clusters brings them the write). */
 static void write_done(rtr_fan *f, void *arg) {
     meta_write *w = arg;
     rtr_ctx *r = w->r;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# cbt_test.sh — drives a real strata-node with the official cbt CLI through the commands of
-# issue #3, and (where the official emulator is installed) runs the very same commands against
+# cbt_test.sh — drives a real strata-node with the official cbt CLI through the commands an
+# application needs, and (where the official emulator is installed) runs the same commands against
 # cbtemulator and requires byte-identical output. Timestamps are explicit so answers compare
 # exactly; then the node is restarted and everything is read back.
 # Usage: cbt_test.sh PATH/TO/strata-node

@@ -841,7 +841,7 @@ static void op_full_scan(run *r) {
 }
 
 /* ---- invalid requests: status codes ----
- * `want` is Cloud Bigtable's documented answer (BIGTABLE_SEMANTICS.md §5); strata-node must give
+ * `want` is Cloud Bigtable's documented answer (docs/bigtable.md); strata-node must give
  * it. The emulator must give the same code unless `emulator_differs` names the documented reason
  * (then its answer is printed but not compared; see docs/testing.md). */
 typedef struct err_case {
@@ -1059,7 +1059,7 @@ static const err_case ERR_CASES[] = {
     {"DeleteFromColumn range start > end", ST_INVALID_ARGUMENT,
      "the emulator answers UNKNOWN (a plain Go error)", e_delete_range_reversed},
     {"CheckAndMutateRow with no mutations", ST_INVALID_ARGUMENT,
-     "the emulator accepts it (BIGTABLE_SEMANTICS §5 rule 6)", e_check_and_mutate_nothing},
+     "the emulator accepts it (docs/bigtable.md, filter rule 6)", e_check_and_mutate_nothing},
     {"ReadModifyWriteRow increment of a 1-byte value", ST_INVALID_ARGUMENT,
      "the emulator answers UNKNOWN (a plain Go error)", e_increment_non_counter},
 };

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# replication_test.sh — proves two clusters converge (issue #5): `strata up` starts clusters east
+# replication_test.sh — proves two clusters converge: `strata up` starts clusters east
 # and west (one node each) and a router; cbt writes, overwrites and deletes on the east node and
 # on the west node directly (same cells on both sides, so conflicts resolve by commit time), then
 # `cbt waitforreplication` through the router returns and both nodes, read directly, give

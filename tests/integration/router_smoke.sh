@@ -67,8 +67,11 @@ expect "count after import" "10" "$(cbtr "$R1" count t1)"
 start_router "$dir/r2.log"; R2=$ROUTER_ADDR
 expect "second router reads" "10" "$(cbtr "$R2" count t1)"
 cbtr "$R2" createtable t2 || { echo "FAIL: createtable t2"; fail=1; }
-sleep 1.5 # the first router re-reads the metadata every second
-expect "first router sees t2" "t1 t2" "$(cbtr "$R1" ls | tr '\n' ' ' | sed 's/ $//')"
+# The first router re-reads the metadata every second: poll its listing (hang guard: 300 tries
+# 0.2 s apart), then assert what it shows, so a slow machine waits longer instead of failing.
+tables_r1() { cbtr "$R1" ls | tr '\n' ' ' | sed 's/ $//'; }
+for _ in $(seq 1 300); do [ "$(tables_r1)" = "t1 t2" ] && break; sleep 0.2; done
+expect "first router sees t2" "t1 t2" "$(tables_r1)"
 
 # Restart the first router: same tables, same data.
 kill "$ROUTER_PID" 2>/dev/null; wait "$ROUTER_PID" 2>/dev/null

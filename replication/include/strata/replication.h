@@ -1,4 +1,4 @@
-/* strata/replication.h — log shipping between clusters (ARCHITECTURE.md, Replication).
+/* strata/replication.h — log shipping between clusters (docs/architecture.md, Replication).
  *
  * Each node runs one repl_ctx. For every peer cluster of its topology it runs a shipper that reads
  * the node's commit log in order from the acknowledged position, skips records that came in by

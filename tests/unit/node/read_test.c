@@ -973,7 +973,7 @@ static void test_read_filter_pb_rejections(void **state) {
     st_arena_init(&a, 1 << 16);
     node_filter *nf;
     st_err err;
-    /* Chain of one: production rejects it (BIGTABLE_SEMANTICS.md §5 rule 6). */
+    /* Chain of one: production rejects it (docs/bigtable.md, Row filters). */
     pb_filter *one[1] = {pf_family(&a, "f")};
     assert_int_equal(node_filter_from_pb(pf_chain(&a, one, 1), &a, &nf, &err), ST_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "at least two"));
