@@ -220,13 +220,37 @@ void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, 
     }
 }
 
+/* A peer cluster that cannot take replicated writes at all: this node's shipper to it backs off
+ * because the peer has no Replication service (UNIMPLEMENTED: its nodes run without --config).
+ * Waiting would never end, so CheckConsistency says so instead of "not yet". */
+static bool peer_cannot_replicate(node_ctx *n, char *msg, size_t cap) {
+    static const char unimpl[] = "UNIMPLEMENTED:";
+    for (size_t i = 0; i < repl_peer_count(n->repl); i++) {
+        repl_peer_stats st;
+        repl_peer_stats_get(n->repl, i, &st);
+        if (st.backing_off && !strncmp(st.last_error, unimpl, sizeof unimpl - 1)) {
+            snprintf(msg, cap,
+                     "cluster %s does not accept replicated writes (%.120s): its nodes run "
+                     "without the instance topology; restart them with --config TOPOLOGY "
+                     "--cluster-num %u (as `strata up` does)",
+                     st.cluster_id, st.last_error, st.cluster_num);
+            return true;
+        }
+    }
+    return false;
+}
+
 static void check_done(const repl_node_positions *nodes, size_t count, size_t failed, void *arg) {
     (void)failed; /* a silent node is simply not consistent yet */
     token_op *op = arg;
     Google__Bigtable__Admin__V2__CheckConsistencyResponse resp;
     google__bigtable__admin__v2__check_consistency_response__init(&resp);
     resp.consistent = repl_token_satisfied(&op->token, repl_topology(op->n->repl), nodes, count);
-    node_reply(op->call, &resp.base);
+    char msg[ST_ERR_MSG_MAX];
+    if (!resp.consistent && peer_cannot_replicate(op->n, msg, sizeof msg))
+        node_fail(op->call, ST_FAILED_PRECONDITION, "%s", msg);
+    else
+        node_reply(op->call, &resp.base);
     free(op);
 }
 

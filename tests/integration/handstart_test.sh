@@ -5,7 +5,9 @@
 # `--config`, a node refuses to start and names the missing flag. Started as single-cluster
 # nodes (`--node-num N` only) behind a router that knows both clusters, nothing replicates:
 # `cbt waitforreplication` must fail (FAILED_PRECONDITION naming the node and the peer), not
-# return at once, and `strata status` must say "not replicating to". Restarted with
+# return at once, and `strata status` must say "not replicating to". With only east
+# replicating, east's CheckConsistency fails naming west (its Apply is UNIMPLEMENTED) instead
+# of answering "not yet" for ever. Restarted with
 # `--config TOPOLOGY --cluster-num C`, waitforreplication returns and the west node has the row.
 # With west killed, `strata status` shows east's link as down, not "open".
 # Usage: handstart_test.sh PATH/TO/strata PATH/TO/strata-node PATH/TO/strata-router
@@ -86,6 +88,26 @@ STATUS=$("$STRATA" status --dir "$DIR")
 echo "$STATUS" | head -n 4
 echo "$STATUS" | grep -Eq "^east +zone-a +1/1 +not replicating to west" ||
   fail "status does not show east's missing link"
+stop_all
+
+echo "== east with --config, west without: east's check names the cluster that cannot take writes"
+start east "$NODE_BIN" --data "$EAST_DATA" --listen "$EAST" --node-num 1 --cluster-num 1 \
+  --config "$TOPO"
+start west "$NODE_BIN" --data "$WEST_DATA" --listen "$WEST" --node-num 2
+wait_listen east
+wait_listen west
+start router "$ROUTER_BIN" --config "$TOPO" --listen "127.0.0.1:$PORT"
+wait_listen router
+BIGTABLE_EMULATOR_HOST=$EAST timeout 120 "${C[@]}" set ht r3 cf:a=three || fail "set r3 on east"
+if OUT=$(timeout 120 "${C[@]}" waitforreplication ht 2>&1); then
+  echo "$OUT"
+  fail "waitforreplication succeeded though west takes no replicated writes"
+fi
+echo "$OUT" | tail -n 1
+echo "$OUT" | grep -q "cluster west does not accept replicated writes" ||
+  fail "the error does not name west as unable to take writes"
+"$STRATA" status --dir "$DIR" | grep -Eq "^west +zone-b +1/1 +not replicating to east" ||
+  fail "status does not show west's missing link"
 stop_all
 
 echo "== the same nodes with --config: replication, and waitforreplication returns"
