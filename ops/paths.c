@@ -14,17 +14,30 @@ bool ops_executable(const char *path) {
     return path && stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/* snprintf that reports truncation as failure. */
-static bool fmt_fits(int n, size_t cap) {
-    return n >= 0 && (size_t)n < cap;
+/* dir (dir_len bytes) + "/" + mid (may be NULL) + "/" + name into out; false if it does not fit
+ * (out is then unspecified). Plain copies: the lengths are checked here, not by snprintf. */
+static bool join(char *out, size_t cap, const char *dir, size_t dir_len, const char *mid,
+                 const char *name) {
+    size_t mid_len = mid ? strlen(mid) + 1 : 0, name_len = strlen(name);
+    if (dir_len + 1 + mid_len + name_len >= cap)
+        return false;
+    memcpy(out, dir, dir_len);
+    size_t k = dir_len;
+    out[k++] = '/';
+    if (mid) {
+        memcpy(out + k, mid, mid_len - 1);
+        k += mid_len - 1;
+        out[k++] = '/';
+    }
+    memcpy(out + k, name, name_len + 1);
+    return true;
 }
 
 bool ops_path_search(const char *name, char *out, size_t cap) {
     const char *path = getenv("PATH");
     while (path && *path) {
         size_t len = strcspn(path, ":");
-        if (len && fmt_fits(snprintf(out, cap, "%.*s/%s", (int)len, path, name), cap) &&
-            ops_executable(out))
+        if (len && join(out, cap, path, len, NULL, name) && ops_executable(out))
             return true;
         path += len + (path[len] == ':');
     }
@@ -33,7 +46,7 @@ bool ops_path_search(const char *name, char *out, size_t cap) {
 
 bool ops_bin_find(const char *bin_dir, const char *sub, const char *name, char *out, size_t cap) {
     if (bin_dir)
-        return fmt_fits(snprintf(out, cap, "%s/%s", bin_dir, name), cap) && ops_executable(out);
+        return join(out, cap, bin_dir, strlen(bin_dir), NULL, name) && ops_executable(out);
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
@@ -41,10 +54,13 @@ bool ops_bin_find(const char *bin_dir, const char *sub, const char *name, char *
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = '\0';
-            if (fmt_fits(snprintf(out, cap, "%s/../%s/%s", exe, sub, name), cap) &&
-                ops_executable(out))
+            char up[PATH_MAX + 4]; /* <dir of this binary>/.. */
+            size_t l = strlen(exe);
+            memcpy(up, exe, l);
+            memcpy(up + l, "/..", 4);
+            if (join(out, cap, up, l + 3, sub, name) && ops_executable(out))
                 return true;
-            if (fmt_fits(snprintf(out, cap, "%s/%s", exe, name), cap) && ops_executable(out))
+            if (join(out, cap, exe, l, NULL, name) && ops_executable(out))
                 return true;
         }
     }
