@@ -23,13 +23,22 @@ static void path_prepend(char *path, size_t cap, const char *name) {
     snprintf(path, cap, "%s%s%s", name, tail[0] ? "." : "", tail);
 }
 
+/* Tags and short lengths are one byte: decode those inline, the rest through base. */
+static inline bool varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    if (*p < end && **p < 0x80) {
+        *v = *(*p)++;
+        return true;
+    }
+    return st_get_varint64(p, end, v);
+}
+
 /* Skips a field of wire type wt at *p; false on malformed input or a group (never used by
  * Bigtable: protobuf-c then decides). */
 static bool skip_field(const uint8_t **p, const uint8_t *end, uint32_t wt, st_slice *payload) {
     uint64_t v;
     switch (wt) {
     case 0:
-        return st_get_varint64(p, end, &v);
+        return varint(p, end, &v);
     case 1:
         if (end - *p < 8)
             return false;
@@ -41,7 +50,7 @@ static bool skip_field(const uint8_t **p, const uint8_t *end, uint32_t wt, st_sl
         *p += 4;
         return true;
     case 2:
-        if (!st_get_varint64(p, end, &v) || v > (uint64_t)(end - *p))
+        if (!varint(p, end, &v) || v > (uint64_t)(end - *p))
             return false;
         *payload = st_slice_make(*p, (size_t)v);
         *p += v;
@@ -56,7 +65,7 @@ static bool scan(const ProtobufCMessageDescriptor *d, const uint8_t *p, const ui
     while (p < end) {
         uint64_t tag;
         st_slice payload = {0};
-        if (!st_get_varint64(&p, end, &tag))
+        if (!varint(&p, end, &tag))
             return false;
         uint32_t wt = (uint32_t)(tag & 7);
         if (!skip_field(&p, end, wt, &payload))
