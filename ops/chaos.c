@@ -69,9 +69,8 @@ static int chaos_parse(int argc, char **argv, chaos_ctx *c) {
         } else if (!strcmp(a, "--bin-dir") && v) {
             c->bin_dir = argv[++i];
         } else if (!strcmp(a, "--wait-s") && v) {
-            char *end;
-            long s = strtol(argv[++i], &end, 10);
-            if (*end || s < 1 || s > 3600) {
+            uint64_t s;
+            if (!st_parse_u64(argv[++i], 1, 3600, &s)) {
                 fprintf(stderr, "strata chaos: --wait-s needs seconds from 1 to 3600, got '%s'\n",
                         v);
                 return 2;

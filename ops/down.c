@@ -49,9 +49,8 @@ static int down_parse(int argc, char **argv, down_ctx *c) {
         } else if (!strcmp(a, "--dir") && v) {
             c->dir_flag = argv[++i];
         } else if (!strcmp(a, "--grace-s") && v) {
-            char *end;
-            long s = strtol(argv[++i], &end, 10);
-            if (*end || s < 0 || s > 3600) {
+            uint64_t s;
+            if (!st_parse_u64(argv[++i], 0, 3600, &s)) {
                 fprintf(stderr, "strata down: --grace-s needs seconds from 0 to 3600, got '%s'\n",
                         v);
                 return 2;
