@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,10 @@ struct st_wfile {
 struct st_rfile {
     int fd;
     char path[];
+};
+
+struct st_lock {
+    int fd;
 };
 
 /* Maps errno to a code and a sentence that says what to do. */
@@ -45,7 +50,7 @@ static st_code wfile_from_fd(int fd, const char *path, st_wfile **out, st_err *e
 }
 
 static st_code open_w(const char *path, int flags, st_wfile **out, st_err *err) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, ST_ENV_FILE_MODE);
     if (fd < 0)
         return io_err(err, "open for writing", path, errno);
     return wfile_from_fd(fd, path, out, err);
@@ -61,12 +66,20 @@ static st_code px_wopen_append(st_env *env, const char *path, st_wfile **out, st
     return open_w(path, O_APPEND, out, err);
 }
 
-static st_code px_wopen_overwrite(st_env *env, const char *path, st_wfile **out, st_err *err) {
+static st_code px_wopen_at(st_env *env, const char *path, uint64_t off, st_wfile **out,
+                           st_err *err) {
     (void)env;
+    if (off > (uint64_t)INT64_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "opening %s: offset too large", path);
     int fd = open(path, O_WRONLY | O_CLOEXEC); /* no O_CREAT, O_TRUNC or O_APPEND */
     if (fd < 0)
         return errno == ENOENT ? st_err_set(err, ST_NOT_FOUND, "%s does not exist", path)
                                : io_err(err, "open for overwriting", path, errno);
+    if (lseek(fd, (off_t)off, SEEK_SET) < 0) { /* appends write() from the file position */
+        int e = errno;
+        close(fd);
+        return io_err(err, "seek in", path, e);
+    }
     return wfile_from_fd(fd, path, out, err);
 }
 
@@ -178,11 +191,11 @@ static st_code px_mkdirs(st_env *env, const char *path, st_err *err) {
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        if (mkdir(tmp, ST_ENV_DIR_MODE) != 0 && errno != EEXIST)
             return io_err(err, "mkdir", tmp, errno);
         *p = '/';
     }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+    if (mkdir(tmp, ST_ENV_DIR_MODE) != 0 && errno != EEXIST)
         return io_err(err, "mkdir", tmp, errno);
     return ST_OK;
 }
@@ -254,6 +267,60 @@ static st_code px_preallocate(st_wfile *f, uint64_t bytes, st_err *err) {
 #endif
 }
 
+/* The pid a lock holder wrote into the file, or 0. */
+static int64_t lock_holder(int fd) {
+    char buf[32];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    return strtoll(buf, NULL, 10);
+}
+
+/* flock, not fcntl: fcntl locks belong to the process, so a second open in the same process
+ * would succeed, and closing any descriptor of the file would drop the lock. */
+static st_code px_lock(st_env *env, const char *path, st_lock **out, int64_t *holder_pid,
+                       st_err *err) {
+    (void)env;
+    *holder_pid = 0;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, ST_ENV_FILE_MODE);
+    if (fd < 0)
+        return io_err(err, "open lock file", path, errno);
+    int r;
+    while ((r = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR)
+        ;
+    if (r != 0) {
+        int e = errno;
+        if (e == EWOULDBLOCK)
+            *holder_pid = lock_holder(fd);
+        close(fd);
+        if (e != EWOULDBLOCK)
+            return io_err(err, "lock", path, e);
+        return st_err_set(err, ST_FAILED_PRECONDITION, "%s is locked by process %lld", path,
+                          (long long)*holder_pid);
+    }
+    st_lock *l = malloc(sizeof *l);
+    if (!l) {
+        close(fd);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory locking %s", path);
+    }
+    l->fd = fd;
+    /* The pid is only for the message another process prints: failing to write it is harmless. */
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%lld\n", (long long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        st_log(ST_LOG_WARN, "env", "event=lock_pid_not_written path=%s", path);
+    *out = l;
+    return ST_OK;
+}
+
+static void px_unlock(st_lock *l) {
+    if (!l)
+        return;
+    close(l->fd); /* releases the flock */
+    free(l);
+}
+
 static const st_env_ops posix_ops = {
     .wopen = px_wopen,
     .wopen_append = px_wopen_append,
@@ -274,7 +341,9 @@ static const st_env_ops posix_ops = {
     .list = px_list,
     .destroy = px_destroy,
     .preallocate = px_preallocate,
-    .wopen_overwrite = px_wopen_overwrite,
+    .wopen_at = px_wopen_at,
+    .lock = px_lock,
+    .unlock = px_unlock,
 };
 
 /* Constant table: stateless and shared by the whole process. */

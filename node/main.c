@@ -13,32 +13,37 @@
 #include "strata/storage.h" /* STO_ORIGIN_MAX */
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: strata-node --data DIR [--listen HOST:PORT] [--no-sync] [--cache-mb N]\n"
-            "                   [--memtable-mb N] [--cluster-num N] [--node-num N]\n"
-            "                   [--split-bytes N] [--config TOPOLOGY] [--metrics HOST:PORT]\n"
-            "                   [--unix PATH] [--poll-us N] [--verbose] [--version]\n"
-            "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
-            "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
-            "are on disk (fast, loses recent writes in a crash). --cache-mb N sets the block\n"
-            "cache (default 256); --memtable-mb N the size of a memtable.\n"
-            "--node-num N (1..16777215) makes the node a cluster member: it serves the tablets a\n"
-            "router gives it (strata.internal.v1.Node) and answers other rows with\n"
-            "strata-not-owner (docs/cluster.md); 0, the default, is a standalone node.\n"
-            "--split-bytes N splits tablets larger than N bytes (0, the default: never).\n"
-            "--cluster-num N (1..1023) with --config TOPOLOGY makes the node a member of the\n"
-            "N-th cluster of the topology file: it ships its writes to the other clusters and\n"
-            "applies theirs (docs/formats/replication.md). --cluster-num without --config is\n"
-            "refused (the node would not replicate).\n"
-            "--unix PATH also serves on a Unix-domain socket at PATH (at most 107 bytes; a stale\n"
-            "socket file there is replaced, and removed at exit): a strata-router on this host\n"
-            "uses DATA/node.sock instead of TCP when it exists (docs/cluster.md). TCP --listen\n"
-            "stays for cbt, other hosts and replication.\n"
-            "--metrics HOST:PORT serves Prometheus metrics at http://HOST:PORT/metrics (port 0:\n"
-            "any free port, shown in the startup line; docs/metrics.md). Off by default.\n"
-            "--poll-us N keeps polling the sockets N microseconds after the last message before\n"
-            "sleeping (default 50; 0: never), which saves a wake-up per message when few calls\n"
-            "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n");
+    fprintf(
+        out,
+        "usage: strata-node --data DIR [--listen HOST:PORT] [--no-sync] [--cache-mb N]\n"
+        "                   [--memtable-mb N] [--cluster-num N] [--node-num N]\n"
+        "                   [--split-bytes N] [--config TOPOLOGY] [--metrics HOST:PORT]\n"
+        "                   [--unix PATH] [--poll-us N] [--accept-data-loss] [--verbose]\n"
+        "                   [--version]\n"
+        "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
+        "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
+        "are on disk (fast, loses recent writes in a crash). --cache-mb N sets the block\n"
+        "cache (default 256); --memtable-mb N the size of a memtable.\n"
+        "--node-num N (1..16777215) makes the node a cluster member: it serves the tablets a\n"
+        "router gives it (strata.internal.v1.Node) and answers other rows with\n"
+        "strata-not-owner (docs/cluster.md); 0, the default, is a standalone node.\n"
+        "--split-bytes N splits tablets larger than N bytes (0, the default: never).\n"
+        "--cluster-num N (1..1023) with --config TOPOLOGY makes the node a member of the\n"
+        "N-th cluster of the topology file: it ships its writes to the other clusters and\n"
+        "applies theirs (docs/formats/replication.md). --cluster-num without --config is\n"
+        "refused (the node would not replicate).\n"
+        "--unix PATH also serves on a Unix-domain socket at PATH (at most 107 bytes; a stale\n"
+        "socket file there is replaced, and removed at exit): a strata-router on this host\n"
+        "uses DATA/node.sock instead of TCP when it exists (docs/cluster.md). TCP --listen\n"
+        "stays for cbt, other hosts and replication.\n"
+        "--metrics HOST:PORT serves Prometheus metrics at http://HOST:PORT/metrics (port 0:\n"
+        "any free port, shown in the startup line; docs/metrics.md). Off by default.\n"
+        "--poll-us N keeps polling the sockets N microseconds after the last message before\n"
+        "sleeping (default 50; 0: never), which saves a wake-up per message when few calls\n"
+        "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n"
+        "--accept-data-loss starts even when the commit log's last segment was cut short,\n"
+        "dropping the writes in the lost part and logging exactly which (docs/formats/log.md);\n"
+        "without it the node refuses to start and names the damaged file.\n");
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -147,6 +152,8 @@ static int parse_one(main_args *m, int argc, char **argv, int *i) {
                     RPC_LOOP_POLL_US_MAX);
             return 2;
         }
+    } else if (!strcmp(a, "--accept-data-loss")) {
+        m->o.accept_data_loss = true;
     } else if (!strcmp(a, "--verbose")) {
         st_log_set_level(ST_LOG_DEBUG);
     } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {

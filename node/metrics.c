@@ -89,6 +89,10 @@ static void render_storage(node_ctx *n, prom_out *o) {
     gauge(o, "strata_storage_block_cache_hits_total", "counter", "Block cache hits.", s.cache_hits);
     gauge(o, "strata_storage_block_cache_misses_total", "counter", "Block cache misses.",
           s.cache_misses);
+    gauge(o, "strata_storage_blocks_read_total", "counter",
+          "SSTable data blocks read from disk, checked and decompressed.", s.blocks_read);
+    gauge(o, "strata_storage_block_read_bytes_total", "counter",
+          "Uncompressed bytes of the SSTable data blocks read from disk.", s.block_bytes_read);
     gauge(o, "strata_storage_log_bytes", "gauge", "Bytes in commit log segments on disk.",
           s.log_bytes);
     gauge(o, "strata_storage_flushes_total", "counter", "Memtable flushes to SSTables.", s.flushes);

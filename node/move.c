@@ -24,9 +24,10 @@
 
 #include <event2/event.h>
 
-#include "log.h" /* sto_row_mut_encode / decode: the log's row encoding is CopyRows' too */
+#include "strata/storage.h" /* sto_row_mut_encode / decode: the log's row encoding is CopyRows' too */
 #include "repl_glue.h"
 #include "strata/internal/v1/node.pb-c.h"
+#include "strata/btutil.h"
 
 #define MOVE_BATCH_CELLS 10000             /* cells (so also rows) per CopyRows */
 #define MOVE_BATCH_BYTES ((size_t)4 << 20) /* cell bytes per CopyRows (one cell may exceed) */
@@ -355,8 +356,8 @@ static void copy_done(st_code code, const char *msg, st_slice resp, void *arg) {
         return;
     if (code != ST_OK)
         return move_fail(m, code, msg ? msg : "CopyRows failed on the target");
-    Strata__Internal__V1__CopyRowsResponse *r =
-        strata__internal__v1__copy_rows_response__unpack(NULL, resp.len, resp.data);
+    Strata__Internal__V1__CopyRowsResponse *r = (void *)btu_pb_unpack(
+        &strata__internal__v1__copy_rows_response__descriptor, NULL, resp, NULL);
     bool ok = r && r->applied == m->batch_rows;
     if (r)
         strata__internal__v1__copy_rows_response__free_unpacked(r, NULL);
@@ -417,7 +418,9 @@ static void create_done(st_code code, const char *msg, st_slice resp, void *arg)
     if (m->aborting)
         return;
     Strata__Internal__V1__Tablet *t =
-        code == ST_OK ? strata__internal__v1__tablet__unpack(NULL, resp.len, resp.data) : NULL;
+        code == ST_OK
+            ? (void *)btu_pb_unpack(&strata__internal__v1__tablet__descriptor, NULL, resp, NULL)
+            : NULL;
     if (!t)
         return move_fail(m, code == ST_OK ? ST_INTERNAL : code,
                          msg ? msg : "unreadable CreateTablet answer");

@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "google/bigtable/v2/feature_flags.pb-c.h"
+#include "strata/btutil.h"
 
 void node_opts_default(node_opts *o) {
     memset(o, 0, sizeof *o);
@@ -316,18 +317,14 @@ static void arena_pb_free(void *data, void *ptr) {
 
 ProtobufCMessage *node_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                               st_slice bytes) {
-    char field[BTU_FIELD_PATH_MAX];
-    if (btu_pb_string_has_nul(desc, bytes, field, sizeof field)) {
-        node_fail(call, ST_INVALID_ARGUMENT,
-                  "invalid %s: field %s contains a NUL byte (names and ids never do): fix the name",
-                  desc->name, field);
-        return NULL;
-    }
+    /* btu_pb_check first: protobuf-c recurses once per nested message, and a RowFilter or GC
+     * rule nested thousands of levels deep would overflow the stack (the router forwards most
+     * requests without unpacking them, so the node cannot count on it). */
     ProtobufCAllocator alloc = {arena_pb_alloc, arena_pb_free, rpc_call_arena(call)};
-    ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, bytes.len, bytes.data);
+    st_err err = {0};
+    ProtobufCMessage *m = btu_pb_unpack(desc, &alloc, bytes, &err);
     if (!m)
-        node_fail(call, ST_INVALID_ARGUMENT, "malformed %s: the request could not be parsed",
-                  desc->name);
+        node_fail(call, err.code, "%s", err.msg);
     return m;
 }
 
@@ -549,10 +546,27 @@ static st_code open_storage(node_ctx *n, st_err *err) {
         so.block_cache_bytes = n->opts.block_cache_bytes;
     if (n->opts.memtable_bytes)
         so.memtable_bytes = n->opts.memtable_bytes;
+    so.accept_data_loss = n->opts.accept_data_loss;
     if (!so.sync)
         st_log(ST_LOG_WARN, "node",
                "sync is OFF: acknowledged writes can be lost in a crash (--no-sync)");
     return sto_db_open(dir, &so, &n->db, err);
+}
+
+/* One node per data directory, for the process's lifetime: two would both acknowledge writes
+ * and then delete each other's files (storage locks its own directory too; this lock also
+ * covers the catalog and comes with the message an operator needs). */
+static st_code lock_data_dir(node_ctx *n, st_env *env, st_err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/LOCK", n->data_dir);
+    int64_t pid = 0;
+    st_code rc = env->ops->lock(env, path, &n->data_lock, &pid, err);
+    if (rc == ST_FAILED_PRECONDITION)
+        st_err_set(err, rc,
+                   "data directory %s is in use by another strata-node (pid %lld); stop it or use "
+                   "another --data",
+                   n->data_dir, (long long)pid);
+    return rc;
 }
 
 st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out, st_err *err) {
@@ -568,6 +582,8 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     snprintf(n->data_dir, sizeof n->data_dir, "%s", opts->data_dir);
     st_env *env = st_env_posix();
     st_code rc = env->ops->mkdirs(env, n->data_dir, err);
+    if (rc == ST_OK)
+        rc = lock_data_dir(n, env, err);
     if (rc == ST_OK)
         rc = node_catalog_open(env, n->data_dir, &n->catalog, err);
     if (rc == ST_OK)
@@ -627,5 +643,6 @@ void node_close(node_ctx *n) {
     free(n->tables);
     node_catalog_free(n->catalog);
     node_rowlocks_free(n->rowlocks);
+    st_env_posix()->ops->unlock(n->data_lock); /* last: the data directory is free again */
     free(n);
 }

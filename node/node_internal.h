@@ -55,6 +55,7 @@ typedef struct node_tablets {
 struct node_ctx {
     node_opts opts;
     char data_dir[4096];
+    st_lock *data_lock; /* data_dir/LOCK (node.c) */
     struct event_base *base;
     rpc_server *rpc;
     uint16_t port;

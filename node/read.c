@@ -4,10 +4,13 @@
  *
  * Flow control and fairness. Work happens in turns on the loop thread. A turn ends after it sent
  * one response batch (~NODE_READ_BATCH_BYTES), or scanned NODE_READ_TURN_ROWS rows or
- * NODE_READ_TURN_CELLS cells; the next turn is scheduled with a zero-delay libevent timer, so
- * other connections' events run in between. When the call's send queue is full the scan keeps
- * its iterator and snapshot and waits for rpc_call_set_writable_cb. A cancelled call (reset,
- * connection loss, deadline) frees everything at the next opportunity.
+ * NODE_READ_TURN_CELLS cells, or opened NODE_READ_TURN_RANGES ranges of the row set, or read
+ * NODE_READ_TURN_BLOCK_BYTES of blocks from disk (a turn may end inside a row: the row being
+ * assembled waits in the state); the next turn is scheduled on a libevent timer that fires
+ * after the loop's next poll of the sockets (schedule_turn), so other connections' events run in
+ * between. When the call's send queue is full the scan keeps its iterator and snapshot and waits
+ * for rpc_call_set_writable_cb. A cancelled call (reset, connection loss, deadline) frees
+ * everything at the next opportunity.
  *
  * Errors. Request problems: INVALID_ARGUMENT / NOT_FOUND / UNIMPLEMENTED before any data. A row
  * over NODE_READ_ROW_BYTES_MAX: FAILED_PRECONDITION, worded as Cloud Bigtable does. Storage errors
@@ -44,8 +47,16 @@ typedef struct read_state {
 
     sto_snapshot *snap;
     uint64_t snap_tablet;
+    uint64_t snap_bytes; /* sto_snapshot_read_bytes(snap) already added to read_bytes */
     sto_iter *it;
     bool scan_done;
+
+    /* Work done, for the turn bounds: counted over the whole read, compared with the values
+     * at the turn's start. */
+    int64_t pieces;
+    uint64_t read_bytes;
+    int64_t turn_rows, turn_cells0, turn_pieces0;
+    uint64_t turn_bytes0;
 
     bool row_open; /* the row being assembled (its buffers are below) */
     size_t row_bytes;
@@ -185,9 +196,16 @@ static void on_turn(evutil_socket_t fd, short what, void *arg) {
     read_turn(r);
 }
 
+/* The next turn runs after the loop has polled the sockets once. Not a zero timeout: libevent's
+ * event_base_once activates a zero-timeout event at once, in the same pass over the active
+ * events, so a read's turns would run back to back and no other connection would be served
+ * until the read ended. One microsecond puts the event in the timer heap, which the loop looks at
+ * only after the poll. */
+#define READ_TURN_DELAY_US 1
+
 static st_code schedule_turn(read_state *r) {
-    struct timeval now = {0, 0};
-    if (event_base_once(r->n->base, -1, EV_TIMEOUT, on_turn, r, &now) != 0)
+    struct timeval soon = {0, READ_TURN_DELAY_US};
+    if (event_base_once(r->n->base, -1, EV_TIMEOUT, on_turn, r, &soon) != 0)
         return ST_RESOURCE_EXHAUSTED;
     r->turn_scheduled = true;
     return ST_OK;
@@ -290,6 +308,7 @@ static st_code open_next_piece(read_state *r, st_err *err) {
     if (rc != ST_OK)
         return st_err_set(err, rc, "out of memory planning the read");
     node_tablet *tab = &t->v[i];
+    r->pieces++;
     if (r->snap == NULL || r->snap_tablet != tab->id) {
         if (r->snap)
             sto_snapshot_free(r->snap);
@@ -298,6 +317,7 @@ static st_code open_next_piece(read_state *r, st_err *err) {
         if (rc != ST_OK)
             return rc;
         r->snap_tablet = tab->id;
+        r->snap_bytes = 0;
     }
     sto_range range = {piece.start, false, piece.end, false};
     if (piece_is_one_row(&piece))
@@ -305,15 +325,37 @@ static st_code open_next_piece(read_state *r, st_err *err) {
     return sto_iter_new(r->snap, &range, r->reversed, &r->it, err);
 }
 
-/* The next visible cell of the row set; ST_NOT_FOUND at its end. */
+/* Adds what the snapshot read from disk since the last look to read_bytes. */
+static void count_read_bytes(read_state *r) {
+    uint64_t now = sto_snapshot_read_bytes(r->snap);
+    r->read_bytes += now - r->snap_bytes;
+    r->snap_bytes = now;
+}
+
+/* Whether the turn has done its share of ranges or block reads (the rows and cells bounds are
+ * checked between rows, in read_turn). */
+static bool turn_spent(const read_state *r) {
+    return r->pieces - r->turn_pieces0 >= NODE_READ_TURN_RANGES ||
+           r->read_bytes - r->turn_bytes0 >= NODE_READ_TURN_BLOCK_BYTES;
+}
+
+/* Returned by next_cell and read_row when the turn must end before the next cell: never a
+ * status of the call (storage and filters do not return it to reads). */
+#define READ_TURN_OVER ST_ABORTED
+
+/* The next visible cell of the row set; ST_NOT_FOUND at its end, READ_TURN_OVER when the turn
+ * is spent (call again in the next turn: the position is kept). */
 static st_code next_cell(read_state *r, sto_cell *c, st_err *err) {
     for (;;) {
+        if (turn_spent(r))
+            return READ_TURN_OVER;
         if (r->it == NULL) {
             st_code rc = open_next_piece(r, err);
             if (rc != ST_OK)
                 return rc;
         }
         st_code rc = sto_iter_next(r->it, c, err);
+        count_read_bytes(r);
         if (rc != ST_NOT_FOUND)
             return rc;
         sto_iter_free(r->it);
@@ -463,13 +505,18 @@ static st_code row_finish(read_state *r, st_err *err) {
     return rc;
 }
 
-/* Reads until one row is complete and encoded (or dropped). ST_NOT_FOUND at the end of the scan. */
+/* Reads until one row is complete and encoded (or dropped). ST_NOT_FOUND at the end of the scan,
+ * READ_TURN_OVER when the turn is spent (the open row, if any, stays open for the next turn). */
 static st_code read_row(read_state *r, st_err *err) {
     for (;;) {
         sto_cell c;
         st_code rc = next_cell(r, &c, err);
         if (rc == ST_NOT_FOUND)
             return r->row_open ? row_finish(r, err) : ST_NOT_FOUND;
+        /* Between two pieces the open row is complete (a row lies in one piece): send it now
+         * rather than after the turns the next pieces may take. */
+        if (rc == READ_TURN_OVER && r->row_open && r->it == NULL)
+            return row_finish(r, err);
         if (rc != ST_OK)
             return rc;
         r->cells_seen++;
@@ -537,8 +584,17 @@ static void turn_yield(read_state *r) {
     r->in_turn = false;
 }
 
+/* Whether the turn should end before the next row. */
+static bool turn_done(const read_state *r) {
+    return batch_bytes(r) >= NODE_READ_BATCH_BYTES || r->turn_rows >= NODE_READ_TURN_ROWS ||
+           r->cells_seen - r->turn_cells0 >= NODE_READ_TURN_CELLS || turn_spent(r);
+}
+
 static void read_turn(read_state *r) {
-    int64_t rows = 0, cells0 = r->cells_seen;
+    r->turn_rows = 0;
+    r->turn_cells0 = r->cells_seen;
+    r->turn_pieces0 = r->pieces;
+    r->turn_bytes0 = r->read_bytes;
     r->in_turn = true;
     for (;;) {
         if (rpc_call_cancelled(r->call)) {
@@ -549,12 +605,13 @@ static void read_turn(read_state *r) {
             read_complete(r);
             return;
         }
-        if (batch_bytes(r) >= NODE_READ_BATCH_BYTES || rows >= NODE_READ_TURN_ROWS ||
-            r->cells_seen - cells0 >= NODE_READ_TURN_CELLS)
+        if (turn_done(r))
             break;
         st_err err;
         st_err_clear(&err);
         st_code rc = read_row(r, &err);
+        if (rc == READ_TURN_OVER)
+            break;
         if (rc == ST_NOT_FOUND) {
             r->scan_done = true;
         } else if (rc != ST_OK) {
@@ -563,7 +620,7 @@ static void read_turn(read_state *r) {
             read_fail(r, &err);
             return;
         }
-        rows++;
+        r->turn_rows++;
     }
     turn_yield(r);
 }

@@ -39,6 +39,14 @@
  * response batch was sent, or after this many rows or cells were scanned. */
 #define NODE_READ_TURN_ROWS 1000
 #define NODE_READ_TURN_CELLS 20000
+/* Rows and cells do not measure every read: a row set of many ranges that hold no rows returns
+ * nothing, yet each range costs a seek of every table, and a seek may read and decompress a
+ * block of up to 100 MiB (a row with one big value). A turn also ends, between two cells or two
+ * ranges, once it opened this many ranges or read this many bytes of blocks from disk (storage's
+ * sto_snapshot_read_bytes; cache hits are free). A single block is never cut, so one turn may
+ * read one block over the bound. */
+#define NODE_READ_TURN_RANGES 256
+#define NODE_READ_TURN_BLOCK_BYTES ((uint64_t)8 << 20)
 /* Most row keys plus ranges accepted in one RowSet (a 1 MiB request holds fewer). */
 #define NODE_READ_ROWSET_MAX BTU_ROWSET_MAX
 

@@ -263,7 +263,7 @@ static int parse_flag_load(bench_opts *o, const char *name, const char *v) {
         return parse_u64(v, &c->requests) && c->requests > 0;
     if (!strcmp(name, "timeout-ms")) {
         bool ok = parse_u64(v, &n) && n > 0 && n <= 3600000;
-        if (ok)
+        if (ok) /* n is unset when v does not parse */
             c->timeout_ms = (int64_t)n;
         return ok;
     }

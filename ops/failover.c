@@ -11,6 +11,7 @@
 #include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/longrunning/operations.pb-c.h"
 #include "instance.h"
+#include "strata/btutil.h"
 #include "strata/rpc.h"
 
 #define FAILOVER_RPC_TIMEOUT_MS 30000 /* an admin call through the router */
@@ -60,7 +61,8 @@ static fo_profile *get_profile(const char *router, const char *name) {
                            0, FAILOVER_RPC_TIMEOUT_MS, &resp, &st);
     fo_profile *p = NULL;
     if (rc == ST_OK &&
-        !(p = google__bigtable__admin__v2__app_profile__unpack(NULL, resp.len, resp.data)))
+        !(p = (void *)btu_pb_unpack(&google__bigtable__admin__v2__app_profile__descriptor, NULL,
+                                    st_slice_make(resp.data, resp.len), NULL)))
         fprintf(stderr, "strata failover: the router sent an unreadable app profile\n");
     else if (rc != ST_OK)
         fprintf(stderr, "strata failover: GetAppProfile %s at %s: %s: %s\n", name, router,
@@ -107,7 +109,9 @@ static bool update_profile(const char *router, const fo_profile *cur, const char
     }
     st_buf_free(&reqb);
     Google__Longrunning__Operation *op =
-        rc == ST_OK ? google__longrunning__operation__unpack(NULL, resp.len, resp.data) : NULL;
+        rc == ST_OK ? (void *)btu_pb_unpack(&google__longrunning__operation__descriptor, NULL,
+                                            st_slice_make(resp.data, resp.len), NULL)
+                    : NULL;
     bool ok = op && op->done && op->result_case != GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
     if (rc != ST_OK)
         fprintf(stderr, "strata failover: UpdateAppProfile refused: %s: %s%s\n", st_code_name(rc),

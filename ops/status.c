@@ -11,6 +11,7 @@
 
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "instance.h"
+#include "strata/btutil.h"
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/internal/v1/replication.pb-c.h"
 #include "strata/rpc.h"
@@ -85,7 +86,8 @@ static void probe_node(const st_topo_node *n, node_row *row) {
     st_code rc = node_get_status(n->addr, &resp, &row->ok);
     if (rc == ST_OK) {
         Strata__Internal__V1__NodeStatus *s =
-            strata__internal__v1__node_status__unpack(NULL, resp.len, resp.data);
+            (void *)btu_pb_unpack(&strata__internal__v1__node_status__descriptor, NULL,
+                                  st_slice_make(resp.data, resp.len), NULL);
         snprintf(row->health, sizeof row->health, s ? "ok" : "ok (bad status reply)");
         if (s)
             strata__internal__v1__node_status__free_unpacked(s, NULL);
@@ -104,7 +106,8 @@ static void probe_node(const st_topo_node *n, node_row *row) {
                                 &status);
         Strata__Internal__V1__ListTabletsResponse *l =
             rc == ST_OK
-                ? strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data)
+                ? (void *)btu_pb_unpack(&strata__internal__v1__list_tablets_response__descriptor,
+                                        NULL, st_slice_make(resp.data, resp.len), NULL)
                 : NULL;
         if (l) {
             snprintf(row->tablets, sizeof row->tablets, "%zu", l->n_tablets);
@@ -129,8 +132,9 @@ static void probe_repl(const status_ctx *c, size_t ci, const st_topo_node *n, no
     st_code rc =
         rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Replication/GetPositions",
                            st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp, NULL);
-    row->pos =
-        rc == ST_OK ? strata__internal__v1__positions__unpack(NULL, resp.len, resp.data) : NULL;
+    row->pos = rc == ST_OK ? (void *)btu_pb_unpack(&strata__internal__v1__positions__descriptor,
+                                                   NULL, st_slice_make(resp.data, resp.len), NULL)
+                           : NULL;
     row->repl_unimplemented = rc == ST_UNIMPLEMENTED;
     st_buf_free(&resp);
     if (!row->pos && !row->repl_unimplemented)

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h" /* sto_row_mut_decode: the log's row mutation encoding is the wire's too */
-#include "strata/btutil.h" /* btu_pb_string_has_nul */
+#include "strata/storage.h" /* sto_row_mut_decode: the log's row mutation encoding is the wire's too */
 #include "strata/internal/v1/replication.pb-c.h"
+#include "strata/btutil.h"
 
 st_code repl_apply_prepare(const repl_node_ops *ops, void *node, const char *table,
                            st_slice encoded, st_arena *arena, sto_row_mut *out, st_err *err) {
@@ -83,15 +83,12 @@ static void apply_durable(st_code code, const char *msg, void *arg) {
 void repl_h_apply(rpc_call *call, st_slice req_bytes, void *arg) {
     repl_ctx *r = arg;
     st_arena *arena = rpc_call_arena(call);
-    if (btu_pb_string_has_nul(&strata__internal__v1__apply_request__descriptor, req_bytes, NULL, 0))
-        return rpc_call_finish(call, ST_INVALID_ARGUMENT,
-                               "ApplyRequest field holds a NUL byte (a table name would be cut "
-                               "short and name another table)");
     ProtobufCAllocator alloc = {arena_alloc, arena_free, arena};
-    Strata__Internal__V1__ApplyRequest *req =
-        strata__internal__v1__apply_request__unpack(&alloc, req_bytes.len, req_bytes.data);
+    st_err err = {0};
+    Strata__Internal__V1__ApplyRequest *req = (void *)btu_pb_unpack(
+        &strata__internal__v1__apply_request__descriptor, &alloc, req_bytes, &err);
     if (!req)
-        return rpc_call_finish(call, ST_INVALID_ARGUMENT, "malformed ApplyRequest");
+        return rpc_call_finish(call, ST_INVALID_ARGUMENT, err.msg);
     if (req->n_rows > REPL_APPLY_ROWS_MAX)
         return rpc_call_finish(call, ST_INVALID_ARGUMENT, "ApplyRequest over the row maximum");
     if (r->closing)
@@ -106,7 +103,6 @@ void repl_h_apply(rpc_call *call, st_slice req_bytes, void *arg) {
         return rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory applying a batch");
     op->call = call;
     op->n = (uint32_t)req->n_rows;
-    st_err err = {0};
     uint64_t max_ts = 0;
     for (size_t i = 0; i < req->n_rows; i++) {
         const Strata__Internal__V1__ReplicatedRow *rr = req->rows[i];

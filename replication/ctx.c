@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "strata/internal/v1/replication.pb-c.h"
+#include "strata/btutil.h"
 
 #define PATH_GET_POSITIONS "/strata.internal.v1.Replication/GetPositions"
 
@@ -254,13 +255,13 @@ st_code repl_links_set(repl_ctx *r, const uint32_t *cut, size_t n, st_err *err) 
 void repl_h_set_links(rpc_call *call, st_slice req_bytes, void *arg) {
     repl_ctx *r = arg;
     st_arena *arena = rpc_call_arena(call);
-    Strata__Internal__V1__SetLinksRequest *req =
-        strata__internal__v1__set_links_request__unpack(NULL, req_bytes.len, req_bytes.data);
+    st_err err = {0};
+    Strata__Internal__V1__SetLinksRequest *req = (void *)btu_pb_unpack(
+        &strata__internal__v1__set_links_request__descriptor, NULL, req_bytes, &err);
     if (!req)
-        return rpc_call_finish(call, ST_INVALID_ARGUMENT, "malformed SetLinksRequest");
+        return rpc_call_finish(call, ST_INVALID_ARGUMENT, err.msg);
     uint32_t cut[ST_TOPO_CLUSTERS_MAX];
     size_t n = 0;
-    st_err err = {0};
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < req->n_cut_cluster_ids; i++) {
         const st_topo_cluster *cl = NULL;
@@ -332,7 +333,7 @@ static void gather_one_done(st_code code, const char *message, st_slice resp, vo
     gather *g = arg;
     Strata__Internal__V1__Positions *p = NULL;
     if (code == ST_OK)
-        p = strata__internal__v1__positions__unpack(NULL, resp.len, resp.data);
+        p = (void *)btu_pb_unpack(&strata__internal__v1__positions__descriptor, NULL, resp, NULL);
     if (p && g->n < REPL_TOKEN_NODES_MAX)
         positions_from_pb(p, &g->nodes[g->n++]);
     else {

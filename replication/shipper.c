@@ -28,9 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h" /* sto_row_mut_peek/_decode/_encode */
+#include "strata/storage.h" /* sto_row_mut_peek/_decode/_encode */
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/internal/v1/replication.pb-c.h"
+#include "strata/btutil.h"
 
 #define PATH_APPLY "/strata.internal.v1.Replication/Apply"
 #define PATH_LIST_TABLETS "/strata.internal.v1.Node/ListTablets"
@@ -356,7 +357,8 @@ static void refresh_done(st_code code, const char *message, st_slice resp, void 
     repl_shipper *s = ra->s;
     Strata__Internal__V1__ListTabletsResponse *m = NULL;
     if (code == ST_OK &&
-        !(m = strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data))) {
+        !(m = (void *)btu_pb_unpack(&strata__internal__v1__list_tablets_response__descriptor, NULL,
+                                    resp, NULL))) {
         code = ST_INTERNAL;
         message = "malformed ListTabletsResponse";
     }

@@ -660,8 +660,9 @@ static void token_done(rtr_fan *f, void *arg) {
         st_slice msg;
         Google__Bigtable__Admin__V2__GenerateConsistencyTokenResponse *m = NULL;
         if (rtr_fan_next_msg(&f->res[i], &off, &msg))
-            m = google__bigtable__admin__v2__generate_consistency_token_response__unpack(
-                NULL, msg.len, msg.data);
+            m = (void *)btu_pb_unpack(
+                &google__bigtable__admin__v2__generate_consistency_token_response__descriptor, NULL,
+                msg, NULL);
         if (!m) {
             rc = st_err_set(&err, ST_INTERNAL, "a node sent an unreadable consistency token");
             break;
@@ -730,8 +731,9 @@ static void check_done(rtr_fan *f, void *arg) {
         st_slice msg;
         Google__Bigtable__Admin__V2__CheckConsistencyResponse *m = NULL;
         if (rtr_fan_next_msg(&f->res[i], &off, &msg))
-            m = google__bigtable__admin__v2__check_consistency_response__unpack(NULL, msg.len,
-                                                                                msg.data);
+            m = (void *)btu_pb_unpack(
+                &google__bigtable__admin__v2__check_consistency_response__descriptor, NULL, msg,
+                NULL);
         if (!m) {
             rc = st_err_set(&err, ST_INTERNAL, "a node sent an unreadable consistency answer");
             break;

@@ -240,8 +240,9 @@ static void bal_listed(rtr_fan *f, void *arg) {
         size_t off = 0;
         st_slice msg;
         ok = rtr_fan_next_msg(&f->res[i], &off, &msg) &&
-             (lists[i] = strata__internal__v1__list_tablets_response__unpack(NULL, msg.len,
-                                                                             msg.data)) != NULL;
+             (lists[i] =
+                  (void *)btu_pb_unpack(&strata__internal__v1__list_tablets_response__descriptor,
+                                        NULL, msg, NULL)) != NULL;
     }
     bal_pick p = {0};
     if (ok)

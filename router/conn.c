@@ -331,8 +331,8 @@ static bool collect_tablets(const rtr_cluster *c, const rtr_fan_res *res, uint32
     st_slice msg;
     if (!rtr_fan_next_msg(res, &off, &msg))
         return false;
-    Strata__Internal__V1__ListTabletsResponse *m =
-        strata__internal__v1__list_tablets_response__unpack(NULL, msg.len, msg.data);
+    Strata__Internal__V1__ListTabletsResponse *m = (void *)btu_pb_unpack(
+        &strata__internal__v1__list_tablets_response__descriptor, NULL, msg, NULL);
     if (!m)
         return false;
     *keep = m;

@@ -631,8 +631,8 @@ static st_code srk_parse(const rtr_fan_res *res, st_arena *a, rtr_sample **out, 
     *out = NULL;
     *n = 0;
     while (rtr_fan_next_msg(res, &off, &msg)) {
-        Google__Bigtable__V2__SampleRowKeysResponse *m =
-            google__bigtable__v2__sample_row_keys_response__unpack(NULL, msg.len, msg.data);
+        Google__Bigtable__V2__SampleRowKeysResponse *m = (void *)btu_pb_unpack(
+            &google__bigtable__v2__sample_row_keys_response__descriptor, NULL, msg, NULL);
         if (!m)
             return ST_INTERNAL;
         if (*n == cap) {

@@ -137,8 +137,8 @@ bool rtr_meta_parse_row_key(st_slice key, rtr_meta_kind *kind, char *name, size_
 
 /* Whole rows per message, one cell per row (the read asks for the latest version only). */
 st_code rtr_meta_feed(rtr_meta *m, st_slice msg) {
-    Google__Bigtable__V2__ReadRowsResponse *r =
-        google__bigtable__v2__read_rows_response__unpack(NULL, msg.len, msg.data);
+    Google__Bigtable__V2__ReadRowsResponse *r = (void *)btu_pb_unpack(
+        &google__bigtable__v2__read_rows_response__descriptor, NULL, msg, NULL);
     if (!r)
         return ST_INTERNAL;
     st_code rc = ST_OK;

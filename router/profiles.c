@@ -445,7 +445,8 @@ static void arena_free(void *data, void *p) {
 /* A stored profile unpacked into the call's arena; NULL (after failing the call) when corrupt. */
 static rtr_pb_profile *unpack_stored(rpc_call *call, const char *id, st_slice pb) {
     ProtobufCAllocator a = {arena_alloc, arena_free, rpc_call_arena(call)};
-    rtr_pb_profile *p = google__bigtable__admin__v2__app_profile__unpack(&a, pb.len, pb.data);
+    rtr_pb_profile *p =
+        (void *)btu_pb_unpack(&google__bigtable__admin__v2__app_profile__descriptor, &a, pb, NULL);
     if (!p)
         rtr_fail(call, ST_INTERNAL, "stored app profile '%s' is unreadable", id);
     return p;

@@ -63,31 +63,26 @@ static void arena_free(void *data, void *p) {
     (void)p;
 }
 
-static ProtobufCMessage *unpack_raw(rpc_call *call, const ProtobufCMessageDescriptor *desc,
-                                    st_slice bytes) {
+/* Every request is scanned by btu_pb_check first: protobuf-c recurses once per nested message, and
+ * a RowFilter or GC rule nested thousands of levels deep would overflow the stack. */
+static ProtobufCMessage *unpack_checked(rpc_call *call, const ProtobufCMessageDescriptor *desc,
+                                        st_slice bytes, st_err *err) {
     ProtobufCAllocator alloc = {arena_alloc, arena_free, rpc_call_arena(call)};
-    return protobuf_c_message_unpack(desc, &alloc, bytes.len, bytes.data);
+    return btu_pb_unpack(desc, &alloc, bytes, err);
 }
 
 ProtobufCMessage *rtr_unpack_try(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                                  st_slice bytes) {
-    if (btu_pb_string_has_nul(desc, bytes, NULL, 0))
-        return NULL; /* "a\0b" would unpack as "a" */
-    return unpack_raw(call, desc, bytes);
+    return unpack_checked(call, desc, bytes, NULL);
 }
 
 ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                              st_slice bytes) {
-    char field[BTU_FIELD_PATH_MAX];
-    if (btu_pb_string_has_nul(desc, bytes, field, sizeof field)) {
-        rtr_fail(call, ST_INVALID_ARGUMENT,
-                 "invalid %s: field %s contains a NUL byte (names and ids never do): fix the name",
-                 desc->short_name, field);
-        return NULL;
-    }
-    ProtobufCMessage *m = unpack_raw(call, desc, bytes);
+    st_err err = {0};
+    ProtobufCMessage *m = unpack_checked(call, desc, bytes, &err);
     if (!m)
-        rtr_fail(call, ST_INVALID_ARGUMENT, "could not parse the %s request", desc->short_name);
+        rtr_fail(call, ST_INVALID_ARGUMENT, "could not parse the %s request: %s", desc->short_name,
+                 err.msg);
     return m;
 }
 

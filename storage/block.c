@@ -326,16 +326,6 @@ static bool key_at_restart(const sto_block *b, uint32_t i, st_slice *key) {
     return true;
 }
 
-void sto_block_iter_seek_restart(sto_block_iter *it, uint32_t i) {
-    it->status = ST_OK;
-    if (it->b->restarts == 0 || i >= it->b->n_restarts) {
-        mark_invalid(it);
-        return;
-    }
-    seek_to_restart(it, i);
-    parse_next(it);
-}
-
 bool sto_block_restart_key(const sto_block *b, uint32_t i, st_slice *key) {
     return b->restarts > 0 && i < b->n_restarts && key_at_restart(b, i, key);
 }

@@ -94,10 +94,9 @@ typedef struct sto_block_iter {
     st_code status;
 } sto_block_iter;
 
-/* Restart-point access (helper addition: the SSTable index search). seek_restart positions at
- * the entry starting at restart i (invalid when i >= n_restarts); restart_key gives the full key
- * stored there (false when malformed); restart_offset is its offset in the block. */
-void sto_block_iter_seek_restart(sto_block_iter *it, uint32_t i);
+/* Restart-point access (the SSTable index search): restart_key gives the full key stored at
+ * restart i (false when malformed or i >= n_restarts); restart_offset is its offset in the
+ * block. */
 bool sto_block_restart_key(const sto_block *b, uint32_t i, st_slice *key);
 uint32_t sto_block_restart_offset(const sto_block *b, uint32_t i);
 

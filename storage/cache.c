@@ -9,7 +9,15 @@
 #include <string.h>
 #include <zstd.h>
 
-#define CACHE_BUCKETS_MIN 256
+#define CACHE_BUCKETS_MIN 256 /* initial hash table of a shard; it doubles as entries come */
+/* Seed of the key hash: "cache" in ASCII, any constant would do. */
+#define CACHE_HASH_SEED 0x6361636865ull
+/* The shard is chosen by the hash's top CACHE_SHARD_BITS bits, the bucket by its low bits, and
+ * the bucket tag (hash_tag) takes 32 bits from CACHE_TAG_SHIFT up, which neither choice uses for
+ * tables of up to 2^24 buckets. */
+#define CACHE_SHARD_BITS 4
+#define CACHE_TAG_SHIFT 24
+_Static_assert((1 << CACHE_SHARD_BITS) == STO_CACHE_SHARDS, "one shard per value of the top bits");
 
 /* A hash chain with the length and a tag (32 bits of the hash) of its first entry: most lookups
  * miss on a cache much smaller than the data, and a miss is now decided from the bucket alone
@@ -51,6 +59,7 @@ struct sto_cache {
     pthread_mutex_t dctx_mu;
     ZSTD_DCtx *dctx[STO_CACHE_DCTX_MAX]; /* idle decompression contexts */
     int n_dctx;
+    atomic_uint_fast64_t read_blocks, read_bytes; /* sto_cache_note_read */
 };
 
 /* An embedded handle lives in memory the deleter frees: read what is needed first. */
@@ -66,11 +75,11 @@ static void delete_entry(sto_cache_handle *e) {
 
 static uint64_t key_hash(uint64_t id, uint64_t off) {
     uint64_t k[2] = {id, off};
-    return st_hash64(k, sizeof(k), 0x6361636865ull);
+    return st_hash64(k, sizeof(k), CACHE_HASH_SEED);
 }
 
 static cache_shard *shard_of(sto_cache *c, uint64_t hash) {
-    return &c->shards[hash >> 60];
+    return &c->shards[hash >> (64 - CACHE_SHARD_BITS)];
 }
 
 static void list_remove(sto_cache_handle *e) {
@@ -245,8 +254,22 @@ void sto_cache_buf_put(sto_cache *c, void *ptr, size_t bytes) {
     free(ptr);
 }
 
-size_t sto_cache_capacity(const sto_cache *c) {
-    return c->capacity;
+bool sto_cache_admits(const sto_cache *c, size_t charge) {
+    return c && c->capacity > 0 && charge <= c->shards[0].capacity;
+}
+
+void sto_cache_note_read(sto_cache *c, size_t bytes) {
+    if (!c)
+        return;
+    atomic_fetch_add_explicit(&c->read_blocks, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->read_bytes, bytes, memory_order_relaxed);
+}
+
+void sto_cache_read_stats(sto_cache *c, uint64_t *blocks, uint64_t *bytes) {
+    if (blocks)
+        *blocks = atomic_load_explicit(&c->read_blocks, memory_order_relaxed);
+    if (bytes)
+        *bytes = atomic_load_explicit(&c->read_bytes, memory_order_relaxed);
 }
 
 void sto_cache_stats(sto_cache *c, uint64_t *bytes, uint64_t *hits, uint64_t *misses) {
@@ -268,7 +291,7 @@ void sto_cache_stats(sto_cache *c, uint64_t *bytes, uint64_t *hits, uint64_t *mi
 }
 
 static inline uint32_t hash_tag(uint64_t hash) {
-    return (uint32_t)(hash >> 24); /* bits the shard (top 4) and bucket (low) choices leave */
+    return (uint32_t)(hash >> CACHE_TAG_SHIFT); /* see CACHE_TAG_SHIFT */
 }
 
 static cache_bucket *bucket_of(cache_shard *s, uint64_t hash) {

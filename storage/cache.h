@@ -51,7 +51,11 @@ sto_cache_handle *sto_cache_insert_embedded(sto_cache *c, sto_cache_handle *mem,
                                             sto_cache_deleter deleter, bool cold);
 void *sto_cache_value(sto_cache_handle *h);
 void sto_cache_release(sto_cache *c, sto_cache_handle *h);
-size_t sto_cache_capacity(const sto_cache *c);
+/* Whether a value of this charge may be inserted: not when it exceeds a shard's capacity, as it
+ * would evict every other entry of its shard and then itself at release. c may be NULL. */
+bool sto_cache_admits(const sto_cache *c, size_t charge);
+/* Counts a block read from disk (sto_cache_read_stats); c may be NULL. */
+void sto_cache_note_read(sto_cache *c, size_t bytes);
 
 /* zstd decompression contexts (~96 KiB each) are costly to create, so each thread keeps the last
  * one it put back (freed when the thread ends), and the cache that all tables of a db share also

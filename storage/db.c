@@ -342,6 +342,24 @@ static st_code replay_fn(const sto_log_record *rec, void *arg) {
     return sto_replay_apply(arg, rec);
 }
 
+/* Two engines on one directory would each replay, write and delete the other's files (an
+ * acknowledged write through one is lost when the other removes "orphan" files and rewrites the
+ * manifest): the directory is locked for as long as the engine is open. */
+static st_code lock_dir(sto_db *db, st_err *err) {
+    if (!db->env->ops->lock)
+        return ST_OK;
+    char path[STO_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/LOCK", db->dir);
+    int64_t pid = 0;
+    st_code rc = db->env->ops->lock(db->env, path, &db->lock, &pid, err);
+    if (rc == ST_FAILED_PRECONDITION)
+        st_err_set(err, rc,
+                   "storage directory %s is in use by another process (pid %lld): stop it, or "
+                   "open another directory",
+                   db->dir, (long long)pid);
+    return rc;
+}
+
 static st_code db_init(sto_db *db, const char *dir, const sto_options *opts, st_err *err) {
     /* first, so sto_db_close can undo any partial open */
     pthread_mutex_init(&db->meta_mu, NULL);
@@ -377,8 +395,29 @@ static st_code db_init(sto_db *db, const char *dir, const sto_options *opts, st_
     snprintf(sub, sizeof sub, "%s/sst", db->dir);
     st_code rc = db->env->ops->mkdirs(db->env, sub, err);
     if (rc == ST_OK)
+        rc = lock_dir(db, err);
+    if (rc == ST_OK)
         rc = sto_cache_new(db->o.block_cache_bytes, &db->cache);
     return rc;
+}
+
+/* The manifest proves records up to the highest flushed point or holder position were written;
+ * a log that ends before that lost them (a segment cut short whose loss was accepted, or an
+ * unsynced tail lost with sync=false): say how many at least, once. */
+static void log_end_check(sto_db *db, uint64_t last) {
+    uint64_t known = 0;
+    for (size_t i = 0; i < db->n_tablets; i++)
+        if (db->tablets[i]->flushed_lsn > known)
+            known = db->tablets[i]->flushed_lsn;
+    for (size_t i = 0; i < db->n_holders; i++)
+        if (db->holders[i].lsn > 0 && db->holders[i].lsn - 1 > known)
+            known = db->holders[i].lsn - 1;
+    if (known > last)
+        st_log(ST_LOG_WARN, "storage",
+               "event=log_records_lost log_last_lsn=%" PRIu64 " manifest_lsn=%" PRIu64
+               " lost_at_least=%" PRIu64 " msg=\"the manifest names records the commit log no "
+               "longer holds\"",
+               last, known, known - last);
 }
 
 static st_code db_recover(sto_db *db, st_err *err) {
@@ -388,7 +427,10 @@ static st_code db_recover(sto_db *db, st_err *err) {
         return rc;
     char logdir[STO_PATH_MAX + 16];
     snprintf(logdir, sizeof logdir, "%s/log", db->dir);
-    sto_log_options lo = {db->env, db->o.sync, db->o.log_segment_bytes, db->o.log_spare};
+    sto_log_options lo = {.env = db->env,
+                          .sync = db->o.sync,
+                          .segment_bytes = db->o.log_segment_bytes,
+                          .accept_data_loss = db->o.accept_data_loss};
     rc = sto_log_open(logdir, &lo, &db->log, err);
     if (rc != ST_OK)
         return rc;
@@ -397,11 +439,14 @@ static st_code db_recover(sto_db *db, st_err *err) {
         from = oldest;
     rc = sto_log_replay(db->log, from, replay_fn, db, err);
     if (rc != ST_OK) {
-        st_err_prefix(err, "replaying the commit log in %s: ", logdir);
+        st_err_prefix(err,
+                      "replaying the commit log: "); /* short: damage errors name their segment, and
+                                                        the advice at their end must fit */
         return rc;
     }
     uint64_t last = sto_log_last_durable_lsn(db->log);
     atomic_store(&db->applied_lsn, last);
+    log_end_check(db, last);
     /* A flushed point beyond the log's end (unsynced tail lost with sync=false, or a damaged log
      * directory) would make new records look flushed: those tablets' data is all in SSTables. */
     for (size_t i = 0; i < db->n_tablets; i++) {
@@ -495,6 +540,8 @@ void sto_db_close(sto_db *db) {
     pthread_mutex_destroy(&db->mu);
     pthread_cond_destroy(&db->bg_cv);
     pthread_cond_destroy(&db->stall_cv);
+    if (db->lock)
+        db->env->ops->unlock(db->lock); /* last: nothing of this engine touches the files now */
     free(db);
 }
 
@@ -505,6 +552,7 @@ void sto_db_stats(sto_db *db, sto_stats *out) {
     long long mem = atomic_load(&db->mem_bytes);
     out->memtable_bytes = mem > 0 ? (uint64_t)mem : 0;
     sto_cache_stats(db->cache, &out->cache_bytes, &out->cache_hits, &out->cache_misses);
+    sto_cache_read_stats(db->cache, &out->blocks_read, &out->block_bytes_read);
     out->log_bytes = sto_log_bytes(db->log);
     out->flushes = atomic_load(&db->flushes);
     out->compactions = atomic_load(&db->compactions);

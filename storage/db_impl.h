@@ -147,6 +147,7 @@ struct sto_db {
     char dir[STO_PATH_MAX];
     sto_options o;
     st_env *env;
+    st_lock *lock; /* dir/LOCK, held while open (NULL when the env cannot lock) */
     st_clock *clock;
     sto_log *log;
     sto_cache *cache;

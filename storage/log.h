@@ -8,9 +8,11 @@
  * corrupt record at the tail of the last segment ends recovery there (it was never acknowledged);
  * corruption before the tail is ST_DATA_LOSS — also in the last segment, where records carry
  * their group's first lsn so that a good record of a later group after a bad one proves the bad
- * one was acknowledged (docs/formats/log.md, reading rules). A log that syncs keeps a zero-filled
- * spare segment ready (written in the background), so appends overwrite written blocks, whose
- * fdatasync is cheaper than one into preallocated space (docs/formats/log.md, spare segments). */
+ * one was acknowledged (docs/formats/log.md, reading rules). Segments are preallocated and their
+ * header records that size, so a last segment that got shorter (cut by something other than the
+ * log) is told from a torn write: ST_DATA_LOSS unless the caller accepts the loss. A restart
+ * keeps appending into the last segment after its last record when only reserved zeros follow
+ * it, so restarts do not add segments. */
 #ifndef STO_LOG_H
 #define STO_LOG_H
 
@@ -19,20 +21,24 @@
 
 typedef struct sto_log sto_log;
 
-/* Named maxima (helper addition). A row mutation whose encoding exceeds STO_LOG_RECORD_BYTES_MAX
- * or that has more than STO_LOG_ROW_MUTS_MAX mutations is refused (ST_INVALID_ARGUMENT). Appended
+/* Named maxima. A row mutation whose encoding exceeds STO_LOG_RECORD_BYTES_MAX or that has more
+ * than STO_ROW_MUTS_MAX mutations (strata/storage.h) is refused (ST_INVALID_ARGUMENT). Appended
  * but not yet durable records take at most STO_LOG_QUEUE_BYTES_MAX bytes; appenders wait above
  * it (backpressure); one append larger than that proceeds alone. */
 #define STO_LOG_RECORD_BYTES_MAX (256u << 20)
-#define STO_LOG_ROW_MUTS_MAX 100000u
 #define STO_LOG_QUEUE_BYTES_MAX ((size_t)32 << 20)
 #define STO_LOG_SEGMENT_BYTES_DEFAULT ((size_t)64 << 20)
+#define STO_LOG_SEGMENT_BYTES_MAX ((size_t)1 << 30) /* the header's size field is 32 bits */
 
 typedef struct sto_log_options {
     st_env *env;          /* NULL = st_env_posix() */
     bool sync;            /* false: no fdatasync; records count as durable once written */
-    size_t segment_bytes; /* 0 = STO_LOG_SEGMENT_BYTES_DEFAULT */
-    bool spare;           /* keep a zero-filled spare segment (docs/formats/log.md) */
+    size_t segment_bytes; /* 0 = STO_LOG_SEGMENT_BYTES_DEFAULT; at most ..._MAX */
+    /* A last segment shorter than its header says (truncated from outside: its end, and the
+     * records there, are gone) makes sto_log_replay fail with ST_DATA_LOSS. true: replay keeps
+     * the records before the cut, logs what was dropped (event=log_data_loss_accepted) and
+     * continues. */
+    bool accept_data_loss;
 } sto_log_options;
 
 /* Called once the group holding the records is durable (or failed), on the commit thread or on the
@@ -49,11 +55,13 @@ st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out
 void sto_log_close(sto_log *log);
 
 /* Replays every record with lsn >= from_lsn in order, then positions appends after the last good
- * record (truncating a torn tail). fn returns non-OK to stop. Records below the oldest stored
- * lsn were trimmed on purpose and are skipped silently. A torn tail is not rewritten: appends
- * continue in a new segment and the torn bytes are ignored from then on (docs/formats/log.md).
- * ST_DATA_LOSS for a bad record before the tail (in the last segment: one that a good record of
- * a later group follows); ST_FAILED_PRECONDITION once appends started. */
+ * record. fn returns non-OK to stop. Records below the oldest stored lsn were trimmed on purpose
+ * and are skipped silently. A torn tail is not rewritten: appends continue in a new segment and
+ * the torn bytes are ignored from then on; after a clean end (only reserved zeros follow the
+ * last record) appends continue in the same segment (docs/formats/log.md). ST_DATA_LOSS for a
+ * bad record before the tail (in the last segment: one that a good record of a later group
+ * follows) and for a last segment cut short (unless accept_data_loss);
+ * ST_FAILED_PRECONDITION once appends started. */
 st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
                        st_code (*fn)(const sto_log_record *rec, void *arg), void *arg, st_err *err);
 
@@ -72,7 +80,7 @@ st_code sto_log_append(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_
  * group's result), or refuses as sto_log_append does (done not called). When no group is being
  * written, the calling thread writes and syncs everything queued itself, running the done
  * callbacks of other appenders too (leader-based group commit: no hand-off to the commit
- * thread). Must not be called from a done callback (ST_FAILED_PRECONDITION). Helper addition. */
+ * thread). Must not be called from a done callback (ST_FAILED_PRECONDITION). */
 st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto_log_done_fn done,
                             void *arg, st_err *err);
 
@@ -93,13 +101,13 @@ st_code sto_log_trim(sto_log *log, uint64_t keep_from, st_err *err);
  * manifest write) does not pay for unlinking segments and syncing the directory. A removal
  * failure is logged (event=log_trim_failed), not returned. sto_log_close finishes the queued
  * removals; a crash may leave some files, old segments that replay and cursors skip. Without
- * the thread (it could not start) it removes the files itself. Helper addition. */
+ * the thread (it could not start) it removes the files itself. */
 st_code sto_log_trim_async(sto_log *log, uint64_t keep_from, st_err *err);
 /* Returns once the files of every trim called so far were removed (or their removal failed):
- * for tests and callers that look at the directory. Helper addition. */
+ * for tests and callers that look at the directory. */
 void sto_log_trim_wait(sto_log *log);
 
-/* Counters for tests and metrics (helper addition). */
+/* Counters for tests and metrics. */
 typedef struct sto_log_stats {
     uint64_t appends;       /* sto_log_append calls queued */
     uint64_t records;       /* records made durable */
@@ -107,9 +115,9 @@ typedef struct sto_log_stats {
     uint64_t syncs;         /* fdatasync calls on records (not segment headers) */
     uint64_t failed_groups; /* groups whose write or sync failed */
     uint64_t segments_created;
-    uint64_t segments_from_spare; /* of those, made from a zero-filled spare (log.c) */
-    uint64_t queue_bytes_peak;    /* most bytes ever queued or in flight (backpressure check) */
-    uint64_t segments_removed;    /* trimmed segment files whose removal finished (or failed) */
+    uint64_t segments_reused;  /* last segments appended to again after a restart */
+    uint64_t queue_bytes_peak; /* most bytes ever queued or in flight (backpressure check) */
+    uint64_t segments_removed; /* trimmed segment files whose removal finished (or failed) */
 } sto_log_stats;
 void sto_log_stats_get(sto_log *log, sto_log_stats *out);
 
@@ -126,15 +134,5 @@ void sto_log_cursor_close(sto_log_cursor *c);
  * takes the log's lock only when it reaches the durable end it last saw, the end of its segment
  * or a change of the segment list, not per record. */
 st_code sto_log_cursor_next_raw(sto_log_cursor *c, uint64_t *lsn, st_slice *payload, st_err *err);
-
-/* Encoding of one row mutation, shared with anything that ships it (replication). */
-st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row);
-/* Decodes the fields before the mutations (tablet id, row key, version, commit time, origin,
- * flags, mutation count) into row without allocating: muts is NULL, n_muts the count; slices
- * point into data. The mutations are not checked: false only for a malformed head. For readers
- * that only route or skip a record. */
-bool sto_row_mut_peek(st_slice data, sto_row_mut *row);
-/* Decodes into row; muts are allocated from arena; slices point into data. */
-bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena);
 
 #endif

@@ -16,6 +16,7 @@
 #include "block.h"
 #include "bloom.h"
 #include "cache.h"
+#include "key.h"
 
 #define STO_SST_MAGIC 0x31545353415453ull /* "STASST1\0" little endian */
 #define STO_SST_FORMAT_VERSION 1u
@@ -56,23 +57,6 @@ enum {
     FOOTER_MAGIC = 72,
 };
 _Static_assert(FOOTER_MAGIC + 8 == STO_SST_FOOTER_BYTES, "footer layout must fill 80 bytes");
-
-/* The length of the enc(row) prefix of an ikey (a private copy of sto_key_row_prefix_len, so
- * this module builds alone): enc() escapes 0x00 as 0x00 0xff and ends with 0x00 0x01. */
-static size_t row_prefix_len(st_slice k) {
-    const uint8_t *p = k.data, *end = k.data + k.len;
-    while (p < end) {
-        const uint8_t *z = memchr(p, 0, (size_t)(end - p));
-        if (!z || z + 1 >= end)
-            return 0;
-        if (z[1] == 0x01)
-            return (size_t)(z + 2 - k.data);
-        if (z[1] != 0xff)
-            return 0;
-        p = z + 2;
-    }
-    return 0;
-}
 
 static void encode_footer(const sst_footer *f, uint8_t *p) {
     const sst_handle *hs[3] = {&f->index, &f->filter, &f->meta};
@@ -235,7 +219,7 @@ static st_code flush_data_block(sto_sst_writer *w, st_err *err) {
 
 /* Adds the row of key to the bloom filter the first time the row is seen. */
 static st_code add_row_to_bloom(sto_sst_writer *w, st_slice key) {
-    size_t plen = row_prefix_len(key);
+    size_t plen = sto_key_row_prefix_len(key);
     st_slice row = plen ? st_slice_make(key.data, plen) : key; /* not an ikey: the whole key */
     if (w->entries > 0 && st_slice_eq(row, st_buf_slice(&w->last_row)))
         return ST_OK;
@@ -817,22 +801,72 @@ static st_code read_block_ahead(sto_sst *t, sst_readahead *ra, sst_handle h, siz
     return read_block_into(t, h, prefix, true, mem, bytes, c, err);
 }
 
-/* Returns a handle on the data block at h, from the cache or read from disk; *owner receives
- * the cache the handle must be released to (NULL for a block read but not cached). ra (NULL =
- * none) tracks sequential reads for read-ahead. */
-static st_code get_block(sto_sst *t, bool fill_cache, sst_readahead *ra, sst_handle h,
-                         sto_cache_handle **out, sto_cache **owner, st_err *err) {
+/* ---- the keep slot (sst.h) ---- */
+
+void sto_sst_keep_init(sto_sst_keep *k) {
+    atomic_init(&k->slot, NULL);
+    atomic_init(&k->bytes, 0);
+}
+
+/* h: a private handle (not in any cache), or NULL. */
+static void keep_drop(sto_cache_handle *h) {
+    if (h)
+        sto_cache_release(NULL, h);
+}
+
+void sto_sst_keep_deinit(sto_sst_keep *k) {
+    keep_drop(atomic_exchange(&k->slot, NULL));
+}
+
+uint64_t sto_sst_keep_bytes_read(sto_sst_keep *k) {
+    return atomic_load_explicit(&k->bytes, memory_order_relaxed);
+}
+
+/* Leaves the private block h in the slot, dropping the one it replaces. */
+static void keep_put(sto_sst_keep *k, sto_cache_handle *h) {
+    keep_drop(atomic_exchange(&k->slot, h));
+}
+
+/* The kept block (id, off), taken out of the slot, or NULL. Another block found there is put
+ * back (unless the slot was refilled meanwhile: then the newer one stays). */
+static sto_cache_handle *keep_take(sto_sst_keep *k, uint64_t id, uint64_t off) {
+    if (!k || !atomic_load_explicit(&k->slot, memory_order_relaxed))
+        return NULL;
+    sto_cache_handle *h = atomic_exchange(&k->slot, NULL);
+    if (!h || (h->id == id && h->off == off))
+        return h;
+    void *none = NULL;
+    if (!atomic_compare_exchange_strong(&k->slot, &none, h))
+        keep_drop(h);
+    return NULL;
+}
+
+static void note_read(sto_sst *t, sto_sst_keep *k, size_t bytes) {
+    sto_cache_note_read(t->cache, bytes);
+    if (k)
+        atomic_fetch_add_explicit(&k->bytes, bytes, memory_order_relaxed);
+}
+
+/* Returns a handle on the data block at h, from the cache, from keep (may be NULL) or read from
+ * disk; *owner receives the cache the handle must be released to (NULL for a block read but not
+ * cached). ra (NULL = none) tracks sequential reads for read-ahead. */
+static st_code get_block(sto_sst *t, bool fill_cache, sto_sst_keep *keep, sst_readahead *ra,
+                         sst_handle h, sto_cache_handle **out, sto_cache **owner, st_err *err) {
     if (ra) {
         ra->run = h.off == ra->next_off ? ra->run + 1 : 0;
         ra->next_off = h.off + h.size + STO_BLOCK_TRAILER_BYTES;
     }
-    sto_cache_handle *ch = sto_cache_lookup(t->cache, t->id, h.off);
+    sto_cache_handle *ch = keep_take(keep, t->id, h.off);
     if (ch) {
+        *out = ch;
+        *owner = NULL;
+        return ST_OK;
+    }
+    if ((ch = sto_cache_lookup(t->cache, t->id, h.off)) != NULL) {
         *out = ch;
         *owner = t->cache;
         return ST_OK;
     }
-    sto_cache *cache = fill_cache ? t->cache : NULL;
     uint8_t *mem;
     size_t bytes = 0;
     st_slice c;
@@ -840,6 +874,7 @@ static st_code get_block(sto_sst *t, bool fill_cache, sst_readahead *ra, sst_han
                     : read_block_into(t, h, sizeof(sst_blk), true, &mem, &bytes, &c, err);
     if (rc != ST_OK)
         return rc;
+    note_read(t, keep, c.len);
     sst_blk *b = (sst_blk *)(void *)mem;
     b->pool = t->cache;
     b->bytes = bytes;
@@ -848,9 +883,11 @@ static st_code get_block(sto_sst *t, bool fill_cache, sst_readahead *ra, sst_han
         return rc;
     }
     /* Charged by what the block really takes, its header and pool rounding included. */
+    size_t charge = sto_cache_buf_size(bytes);
+    sto_cache *cache = fill_cache && sto_cache_admits(t->cache, charge) ? t->cache : NULL;
     /* Blocks past the first of a sequential run are a scan's: cached cold. */
-    ch = sto_cache_insert_embedded(cache, &b->handle, t->id, h.off, b, sto_cache_buf_size(bytes),
-                                   blk_delete, ra && ra->run > 0);
+    ch = sto_cache_insert_embedded(cache, &b->handle, t->id, h.off, b, charge, blk_delete,
+                                   ra && ra->run > 0);
     *out = ch;
     *owner = cache;
     return ST_OK;
@@ -861,7 +898,8 @@ static st_code get_block(sto_sst *t, bool fill_cache, sst_readahead *ra, sst_han
 typedef struct sst_iter {
     sto_kviter base;
     sto_sst *t;
-    bool fill_cache; /* false for scans that should not evict what point reads need */
+    bool fill_cache;    /* false for scans that should not evict what point reads need */
+    sto_sst_keep *keep; /* where uncached blocks go when let go (NULL = dropped) */
     sto_block_iter index_it, data_it; /* index_it unused when t->offs is set */
     uint32_t bi;          /* with t->offs: the current block's number (n_restarts = none) */
     sto_cache_handle *ch; /* current data block */
@@ -873,10 +911,11 @@ typedef struct sst_iter {
 } sst_iter;
 
 static void release_block(sst_iter *it) {
-    if (it->ch) {
+    if (it->ch && it->keep && !it->ch_owner) /* a private block: not in the cache */
+        keep_put(it->keep, it->ch);
+    else if (it->ch)
         sto_cache_release(it->ch_owner, it->ch);
-        it->ch = NULL;
-    }
+    it->ch = NULL;
     it->data_it.b = NULL;
 }
 
@@ -962,7 +1001,8 @@ static bool load_data_block(sst_iter *it) {
         return true;
     }
     release_block(it);
-    st_code rc = get_block(it->t, it->fill_cache, &it->ra, h, &it->ch, &it->ch_owner, &it->err);
+    st_code rc =
+        get_block(it->t, it->fill_cache, it->keep, &it->ra, h, &it->ch, &it->ch_owner, &it->err);
     if (rc != ST_OK) {
         st_err_prefix(&it->err, "block at offset %llu: ", (unsigned long long)h.off);
         iter_fail(it, rc);
@@ -1166,7 +1206,7 @@ static sst_iter *iter_take(void) {
     return it;
 }
 
-static sto_kviter *iter_new(sto_sst *t, bool fill_cache) {
+static sto_kviter *iter_new(sto_sst *t, bool fill_cache, sto_sst_keep *keep) {
     sst_iter *it = iter_take();
     if (!it) {
         if (!(it = calloc(1, sizeof(*it))))
@@ -1178,6 +1218,7 @@ static sto_kviter *iter_new(sto_sst *t, bool fill_cache) {
     it->base.ops = &sst_iter_ops;
     it->t = t;
     it->fill_cache = fill_cache;
+    it->keep = keep;
     sto_sst_ref(t);
     it->ra.next_off = UINT64_MAX;
     sto_block_iter_set(&it->index_it, &t->index);
@@ -1185,10 +1226,13 @@ static sto_kviter *iter_new(sto_sst *t, bool fill_cache) {
 }
 
 sto_kviter *sto_sst_iter_new(sto_sst *t) {
-    return iter_new(t, true);
+    return iter_new(t, true, NULL);
+}
+sto_kviter *sto_sst_iter_new_kept(sto_sst *t, sto_sst_keep *k) {
+    return iter_new(t, true, k);
 }
 sto_kviter *sto_sst_iter_new_scan(sto_sst *t) {
-    return iter_new(t, false);
+    return iter_new(t, false, NULL);
 }
 
 /* ======================== concatenation of disjoint tables ======================== */
@@ -1204,6 +1248,7 @@ typedef struct concat_iter {
     sto_kviter *child;
     st_buf lo, hi;
     sto_sst_wrap_fn wrap_fn;
+    sto_sst_keep *keep;
     st_code status;
     st_err err;
 } concat_iter;
@@ -1224,7 +1269,7 @@ static void cc_close(concat_iter *c) {
 /* Opens table i as the child; false (status set) when memory runs out. */
 static bool cc_open(concat_iter *c, size_t i) {
     cc_close(c);
-    sto_kviter *it = sto_sst_iter_new(c->tabs[i]);
+    sto_kviter *it = sto_sst_iter_new_kept(c->tabs[i], c->keep);
     if (it && c->wrap[i])
         it = c->wrap_fn(it, st_buf_slice(&c->lo), st_buf_slice(&c->hi));
     if (!it) {
@@ -1384,7 +1429,7 @@ bool sto_sst_disjoint(const sto_sst *a, const sto_sst *b) {
 }
 
 sto_kviter *sto_sst_concat_iter_new(sto_sst *const *tables, const bool *wrap, size_t n, st_slice lo,
-                                    st_slice hi, sto_sst_wrap_fn wrap_fn) {
+                                    st_slice hi, sto_sst_wrap_fn wrap_fn, sto_sst_keep *keep) {
     if (n == 0 || n > STO_SST_CONCAT_MAX)
         return NULL;
     /* One allocation: the iterator, then the tables (sorted), then their wrap flags. */
@@ -1396,6 +1441,7 @@ sto_kviter *sto_sst_concat_iter_new(sto_sst *const *tables, const bool *wrap, si
     c->wrap = (bool *)(void *)(c->tabs + n);
     c->n = n;
     c->wrap_fn = wrap_fn;
+    c->keep = keep;
     st_buf_init(&c->lo);
     st_buf_init(&c->hi);
     memcpy(c->tabs, tables, n * sizeof *c->tabs);

@@ -20,6 +20,9 @@ typedef struct sto_sst sto_sst;
 st_code sto_cache_new(size_t capacity_bytes, sto_cache **out);
 void sto_cache_free(sto_cache *c);
 void sto_cache_stats(sto_cache *c, uint64_t *bytes, uint64_t *hits, uint64_t *misses);
+/* Data blocks the tables sharing c read from disk (each checked and, when stored compressed,
+ * decompressed) and their uncompressed bytes: what reads cost beyond the cache. */
+void sto_cache_read_stats(sto_cache *c, uint64_t *blocks, uint64_t *bytes);
 
 /* zstd's fast level -3: on 4 KiB blocks of 2:1-compressible values it compressed in ~5 us
  * against ~8 us at level 1 (flushes and compactions spend a quarter of their CPU here),
@@ -65,9 +68,30 @@ void sto_sst_for_each_block(sto_sst *t,
                             void (*fn)(st_slice last_ikey, uint64_t end_offset, void *arg),
                             void *arg);
 
+/* What the iterators of one read share (a tablet snapshot embeds one): the last data block they
+ * read that the block cache did not keep, and how much they read from disk.
+ *
+ * A block larger than a cache shard is not cached (it would evict the whole shard, then itself).
+ * Without this slot, a read that seeks into such a block again and again (a ReadRows of many
+ * empty ranges, each landing just before a row with a 100 MiB value) would read and decompress
+ * the whole block on every seek. An iterator that lets go of an uncached block leaves it here; the
+ * next iterator of the same read that needs that block takes it back instead of reading it. At
+ * most one block is held, until the next one replaces it or sto_sst_keep_deinit. Thread-safe
+ * (the slot is an atomic pointer); fields private to sst.c. */
+typedef struct sto_sst_keep {
+    _Atomic(void *) slot;    /* the kept block's cache handle (private, not cached) */
+    _Atomic(uint64_t) bytes; /* uncompressed bytes of the data blocks read from disk */
+} sto_sst_keep;
+void sto_sst_keep_init(sto_sst_keep *k);
+void sto_sst_keep_deinit(sto_sst_keep *k); /* frees the kept block */
+uint64_t sto_sst_keep_bytes_read(sto_sst_keep *k);
+
 /* An iterator over the table (holds a reference on t); NULL when memory runs out. Data blocks
  * are read through the cache given to sto_sst_open (NULL cache: read and dropped per block). */
 sto_kviter *sto_sst_iter_new(sto_sst *t);
+/* The same, sharing blocks the cache does not keep through k (may be NULL = none), which must
+ * outlive the iterator. */
+sto_kviter *sto_sst_iter_new_kept(sto_sst *t, sto_sst_keep *k);
 /* The same, except that blocks it reads from disk are not added to the cache (cached ones are
  * still used): for compactions and long scans, so they do not evict what point reads need.
  * Added by the SSTable module. */
@@ -80,8 +104,9 @@ sto_kviter *sto_sst_iter_new_scan(sto_sst *t);
  * runs out, n is 0 or over STO_SST_CONCAT_MAX. Added by the SSTable module (performance). */
 #define STO_SST_CONCAT_MAX 100000
 typedef sto_kviter *(*sto_sst_wrap_fn)(sto_kviter *child, st_slice lo, st_slice hi);
+/* keep (may be NULL) is passed to the tables' iterators (sto_sst_iter_new_kept). */
 sto_kviter *sto_sst_concat_iter_new(sto_sst *const *tables, const bool *wrap, size_t n, st_slice lo,
-                                    st_slice hi, sto_sst_wrap_fn wrap_fn);
+                                    st_slice hi, sto_sst_wrap_fn wrap_fn, sto_sst_keep *keep);
 /* True when the two tables' ikey ranges do not overlap. */
 bool sto_sst_disjoint(const sto_sst *a, const sto_sst *b);
 

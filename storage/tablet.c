@@ -443,6 +443,8 @@ struct sto_snapshot {
     const snap_sst *ssts;
     size_t n_ssts;
     sto_gc_set *gc;
+    sto_sst_keep keep; /* shared by the snapshot's iterators (sst.h): repeated seeks into an
+                        * uncached block, one per range of a ReadRows, read it once */
 };
 
 struct sto_iter {
@@ -458,6 +460,7 @@ void sto_snapshot_free(sto_snapshot *s) {
         return;
     for (size_t i = 0; i < s->n_mems; i++)
         sto_memtable_unref(s->mems[i]);
+    sto_sst_keep_deinit(&s->keep);
     snapset_unref(s->set);
     if (s->gc)
         sto_gc_set_unref(s->gc);
@@ -487,6 +490,7 @@ static sto_snapshot *snapshot_alloc(size_t n_mems) {
     if (!s)
         return NULL;
     memset(s, 0, sizeof *s);
+    sto_sst_keep_init(&s->keep);
     s->mems = (sto_memtable **)(void *)((char *)s + head);
     return s;
 }
@@ -600,11 +604,12 @@ static bool sst_skippable(sto_sst *sst, const key_bounds *b) {
 /* One child for tabs[0, n): a plain table iterator, or for several tables with pairwise disjoint
  * key ranges a concatenation that opens one table at a time, so a seek reads one block of the
  * run instead of one block per table (sequentially written tablets have many such tables). */
-static sto_kviter *run_iter(sto_tablet *t, sto_sst **tabs, bool *wrap, size_t n) {
+static sto_kviter *run_iter(sto_snapshot *s, sto_sst **tabs, bool *wrap, size_t n) {
+    sto_tablet *t = s->t;
     if (n > 1)
         return sto_sst_concat_iter_new(tabs, wrap, n, st_buf_slice(&t->lo), st_buf_slice(&t->hi),
-                                       sto_range_iter_new);
-    sto_kviter *it = sto_sst_iter_new(tabs[0]);
+                                       sto_range_iter_new, &s->keep);
+    sto_kviter *it = sto_sst_iter_new_kept(tabs[0], &s->keep);
     if (it && wrap[0])
         it = sto_range_iter_new(it, st_buf_slice(&t->lo), st_buf_slice(&t->hi));
     return it;
@@ -616,7 +621,6 @@ static sto_kviter *run_iter(sto_tablet *t, sto_sst **tabs, bool *wrap, size_t n)
  * different runs, so the merge's newest-first tie order is kept. counts (may be NULL) gets the
  * number of memtable children and of SSTable runs. */
 static sto_kviter *snapshot_merge(sto_snapshot *s, const key_bounds *b, int counts[2]) {
-    sto_tablet *t = s->t;
     size_t cap = s->n_mems + s->n_ssts + 1;
     sto_kviter **kids = malloc(cap * (sizeof(sto_kviter *) + sizeof(sto_sst *) + sizeof(bool)));
     if (!kids)
@@ -645,7 +649,7 @@ static sto_kviter *snapshot_merge(sto_snapshot *s, const key_bounds *b, int coun
             fits = sto_sst_disjoint(tabs[j], tabs[i]);
         if (fits || i == run)
             continue;
-        kids[k] = run_iter(t, tabs + run, wrap + run, i - run);
+        kids[k] = run_iter(s, tabs + run, wrap + run, i - run);
         ok = kids[k++] != NULL;
         run = i;
     }
@@ -702,8 +706,8 @@ void sto_iter_skip_row(sto_iter *it) {
     sto_rowreader_skip_row(it->rr);
 }
 
-st_slice sto_iter_last_scanned_row(sto_iter *it) {
-    return sto_rowreader_last_scanned_row(it->rr);
+uint64_t sto_snapshot_read_bytes(sto_snapshot *s) {
+    return sto_sst_keep_bytes_read(&s->keep);
 }
 
 /* Charges the tablet for the sources this read merged beyond one (compaction.c's read-triggered

@@ -14,6 +14,18 @@
 #include "db_impl.h"
 
 #define WRITE_STACK_TABLETS 16 /* distinct tablets handled without allocating */
+/* A row mutation's log record size is estimated before encoding it: its names and values, plus
+ * WRITE_MUT_OVERHEAD_BYTES per mutation (type, timestamps, varint lengths: well under that), and
+ * must stay WRITE_RECORD_SLACK_BYTES under STO_LOG_RECORD_BYTES_MAX (the record's header, row
+ * key framing, version and origin fields), so a row that passes the check always fits. */
+#define WRITE_MUT_OVERHEAD_BYTES 64
+#define WRITE_RECORD_SLACK_BYTES 4096
+/* A stalled writer wakes at least this often to look again (closing, background failures), even
+ * if no one signals stall_cv. */
+#define WRITE_STALL_RECHECK_NS (50 * 1000000L)
+#define WRITE_NS_PER_S 1000000000L
+/* Arena block for the copies of an async write's rows (most batches fit in one). */
+#define WRITE_ASYNC_ARENA_BLOCK_BYTES (64u << 10)
 
 typedef struct write_ctx {
     sto_db *db;
@@ -76,12 +88,14 @@ st_code sto_validate_mut(const sto_row_mut *r, st_err *err) {
         st_code rc = check_mut(&r->muts[i], err);
         if (rc != ST_OK)
             return rc;
-        bytes += r->muts[i].family.len + r->muts[i].qualifier.len + r->muts[i].value.len + 64;
+        bytes += r->muts[i].family.len + r->muts[i].qualifier.len + r->muts[i].value.len +
+                 WRITE_MUT_OVERHEAD_BYTES;
     }
-    if (bytes > STO_LOG_RECORD_BYTES_MAX - 4096) /* one row mutation is one log record */
+    if (bytes > STO_LOG_RECORD_BYTES_MAX - WRITE_RECORD_SLACK_BYTES) /* one row: one record */
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "row mutation is %llu bytes; one row's mutations must stay under %u",
-                          (unsigned long long)bytes, STO_LOG_RECORD_BYTES_MAX - 4096);
+                          (unsigned long long)bytes,
+                          STO_LOG_RECORD_BYTES_MAX - WRITE_RECORD_SLACK_BYTES);
     return ST_OK;
 }
 
@@ -145,10 +159,10 @@ static st_code wait_stall(sto_db *db, sto_tablet *t, bool async, st_err *err) {
         else {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
+            ts.tv_nsec += WRITE_STALL_RECHECK_NS;
+            if (ts.tv_nsec >= WRITE_NS_PER_S) {
                 ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
+                ts.tv_nsec -= WRITE_NS_PER_S;
             }
             pthread_cond_timedwait(&db->stall_cv, &db->mu, &ts);
         }
@@ -425,7 +439,7 @@ static st_slice arena_slice(st_arena *a, st_slice s, bool *ok) {
 
 /* Deep copy: the caller's buffers may be gone before the commit thread applies the rows. */
 static st_code copy_rows(write_ctx *c, const sto_row_mut *rows, size_t n, st_err *err) {
-    st_arena_init(&c->arena, 64 << 10);
+    st_arena_init(&c->arena, WRITE_ASYNC_ARENA_BLOCK_BYTES);
     c->async = true;
     bool ok = true;
     sto_row_mut *dst = st_arena_alloc(&c->arena, n * sizeof *dst);

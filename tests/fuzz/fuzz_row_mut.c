@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "log.h"
+#include "strata/storage.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sto_row_mut row, again;
     if (sto_row_mut_decode(st_slice_make(data, size), &row, &arena)) {
         ST_ASSERT(inside(row.row, data, size) && row.row.len <= STO_ROW_KEY_MAX);
-        ST_ASSERT(row.n_muts <= STO_LOG_ROW_MUTS_MAX && row.n_muts <= size);
+        ST_ASSERT(row.n_muts <= STO_ROW_MUTS_MAX && row.n_muts <= size);
         for (size_t i = 0; i < row.n_muts; i++) {
             const sto_mut *m = &row.muts[i];
             ST_ASSERT(m->type >= STO_MUT_SET_CELL && m->type <= STO_MUT_DEL_ROW);

@@ -23,29 +23,17 @@ BIN_ARGS=()
 if [ $# -ge 3 ] && [ -n "$3" ]; then BIN_ARGS=(--bin-dir "$3"); fi
 if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 
-TMPD=$(mktemp -d "${STRATA_TEST_TMP:-/tmp}/failover_test.XXXXXX")
-DIR=$TMPD/inst
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+instance_init failover_test
+FAIL_TAIL_LINES=25
+FAIL_EXTRA_LOGS=("$TMPD/driver.out")
 DRIVER_PID=
 RESTARTED=()
 finish() {
   [ -n "$DRIVER_PID" ] && kill "$DRIVER_PID" 2>/dev/null
-  "$STRATA" down --dir "$DIR" >/dev/null 2>&1
   for p in "${RESTARTED[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$TMPD"
-  cleanup
+  instance_teardown
 }
 trap finish EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$DIR"/logs/*.log "$TMPD"/driver.out; do
-    [ -e "$f" ] || continue
-    echo "--- $f (last 25 lines)" >&2
-    tail -n 25 "$f" >&2
-  done
-  exit 1
-}
 
 # wait_for WHAT COMMAND...: polls (hang guard: 600 x 0.2 s), never a timing assertion.
 wait_for() {

@@ -14,11 +14,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# make_tmp: prints a fresh directory, removed at exit. Callers run it in $(...), a subshell that
+# cannot add to TMPDIRS, so the directories go inside one root made (and registered) here.
+mkdir -p "${STRATA_TEST_TMP:-/tmp}"
+IT_TMP_ROOT=$(mktemp -d "${STRATA_TEST_TMP:-/tmp}/it.XXXXXX") || {
+  echo "cannot make a directory in ${STRATA_TEST_TMP:-/tmp}: point STRATA_TEST_TMP at a writable one" >&2
+  exit 1
+}
+TMPDIRS+=("$IT_TMP_ROOT")
 make_tmp() {
-  local d
-  d=$(mktemp -d "${STRATA_TEST_TMP:-/tmp}/it.XXXXXX")
-  TMPDIRS+=("$d")
-  echo "$d"
+  mktemp -d "$IT_TMP_ROOT/XXXXXX"
 }
 
 # wait_line FILE REGEX: waits (bounded) until FILE has a line matching REGEX; prints the match.
@@ -52,13 +57,87 @@ stop_node() {
   return 0
 }
 
+# free_port: prints a loopback TCP port that was free a moment ago.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
 # start_emulator -> sets EMU_ADDR (returns 1 if the emulator is not installed)
 start_emulator() {
   [ -x "$EMULATOR" ] || return 1
   local port log
   log=$(make_tmp)/emu.log
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(free_port)
   "$EMULATOR" -host 127.0.0.1 -port "$port" >"$log" 2>&1 &
   PIDS+=("$!")
   EMU_ADDR=$(wait_line "$log" '127\.0\.0\.1:[0-9]+') || return 1
+}
+
+# start_member DATA NUM [LISTEN [--unix]] -> sets NODE_PID and NODE_ADDR: a strata-node ($NODE_BIN)
+# with --node-num NUM, so it can serve in a cluster behind strata-router; LISTEN defaults to a
+# free loopback port; --unix also serves DATA/node.sock. The log (DATA.log) is appended to, so a
+# restarted member keeps the log of its earlier run. Exits the test if the node never listens.
+start_member() {
+  local data=$1 num=$2 listen=${3:-127.0.0.1:0} sock=()
+  [ "${4:-}" = "--unix" ] && sock=(--unix "$data/node.sock")
+  "$NODE_BIN" --data "$data" --listen "$listen" --node-num "$num" "${sock[@]}" >>"$data.log" 2>&1 &
+  NODE_PID=$!
+  PIDS+=("$NODE_PID")
+  NODE_ADDR=$(wait_line "$data.log" 'listening on 127\.0\.0\.1:[0-9]+' | grep -Eo '127\.0\.0\.1:[0-9]+') ||
+    exit 1
+}
+
+# start_router TOPOLOGY LOG [ARGS...] -> sets ROUTER_PID and ROUTER_ADDR: a strata-router
+# ($ROUTER_BIN) on a free loopback port, with the extra ARGS. Exits the test if it never listens.
+start_router() {
+  local topo=$1 log=$2
+  shift 2
+  "$ROUTER_BIN" --config "$topo" --listen 127.0.0.1:0 "$@" >"$log" 2>&1 &
+  ROUTER_PID=$!
+  PIDS+=("$ROUTER_PID")
+  ROUTER_ADDR=$(wait_line "$log" 'listening on 127\.0\.0\.1:[0-9]+' | grep -Eo '127\.0\.0\.1:[0-9]+') || exit 1
+}
+
+# cbtr ADDR ARGS...: the cbt CLI against the server at ADDR (project p, instance i), its output
+# and errors on stdout without cbt's credentials notice; bounded so a stuck call cannot hang
+# the test. Returns cbt's exit status.
+cbtr() {
+  local addr=$1
+  shift
+  BIGTABLE_EMULATOR_HOST=$addr timeout 60 "$CBT" -project p -instance i "$@" 2>&1 | grep -v 'creds flag unset'
+  return "${PIPESTATUS[0]}"
+}
+
+# For tests that run a whole local instance with `strata up` (STRATA: the strata binary).
+# instance_init NAME -> sets TMPD (a private directory named after NAME), DIR (the instance
+# directory inside it) and PORT (a free port for the router), and makes the EXIT trap stop the
+# instance (`strata down`) and remove TMPD before the usual cleanup. Run it in the test's own
+# shell, not in $(...): the trap and the variables must outlive the call.
+instance_init() {
+  TMPD=$(mktemp -d "${STRATA_TEST_TMP:-/tmp}/$1.XXXXXX")
+  DIR=$TMPD/inst
+  PORT=$(free_port)
+  trap instance_teardown EXIT
+}
+
+instance_teardown() {
+  "$STRATA" down --dir "$DIR" >/dev/null 2>&1
+  rm -rf "$TMPD"
+  cleanup
+}
+
+# fail MESSAGE...: for instance tests: says MESSAGE, shows the last FAIL_TAIL_LINES (default 30)
+# lines of every log of the instance in $DIR and of the files listed in FAIL_EXTRA_LOGS, and ends
+# the test with status 1.
+FAIL_TAIL_LINES=30
+FAIL_EXTRA_LOGS=()
+fail() {
+  local f
+  echo "FAIL: $*" >&2
+  for f in "$DIR"/logs/*.log "${FAIL_EXTRA_LOGS[@]}"; do
+    [ -e "$f" ] || continue
+    echo "--- $f (last $FAIL_TAIL_LINES lines)" >&2
+    tail -n "$FAIL_TAIL_LINES" "$f" >&2
+  done
+  exit 1
 }

@@ -19,11 +19,6 @@ check() { # WHAT CONDITION...
   local what=$1; shift
   if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
 }
-cbtq() { # ADDR ARGS...
-  local addr=$1; shift
-  BIGTABLE_EMULATOR_HOST=$addr timeout 60 "$CBT" -project p -instance i "$@" 2>&1 | grep -v 'creds flag unset'
-  return "${PIPESTATUS[0]}"
-}
 # fetch URL OUT: the body into OUT; prints the HTTP status and the content type.
 fetch() {
   python3 - "$1" "$2" <<'PY'
@@ -53,10 +48,10 @@ ADDR=$(echo "$line" | grep -Eo 'on 127\.0\.0\.1:[0-9]+' | grep -Eo '127.*')
 MURL=$(echo "$line" | grep -Eo 'metrics=http://[^ ]+' | sed 's/^metrics=//')
 check "startup line names the metrics address" [ -n "$MURL" ]
 
-cbtq "$ADDR" createtable t families=cf >/dev/null || { echo "FAIL: createtable"; fail=1; }
-for k in a b c; do cbtq "$ADDR" set t "$k" cf:q=v >/dev/null || fail=1; done
-cbtq "$ADDR" read t >/dev/null || fail=1
-cbtq "$ADDR" read nosuchtable >/dev/null 2>&1
+cbtr "$ADDR" createtable t families=cf >/dev/null || { echo "FAIL: createtable"; fail=1; }
+for k in a b c; do cbtr "$ADDR" set t "$k" cf:q=v >/dev/null || fail=1; done
+cbtr "$ADDR" read t >/dev/null || fail=1
+cbtr "$ADDR" read nosuchtable >/dev/null 2>&1
 
 status=$(fetch "$MURL" "$dir/page")
 check "GET /metrics is 200 text/plain version=0.0.4" \
@@ -105,9 +100,9 @@ TOPO
   R=$(echo "$line" | grep -Eo 'on 127\.0\.0\.1:[0-9]+' | grep -Eo '127.*')
   RURL=$(echo "$line" | grep -Eo 'metrics=http://[^ ]+' | sed 's/^metrics=//')
   check "router startup line names the metrics address" [ -n "$RURL" ]
-  cbtq "$R" createtable rt families=cf >/dev/null || { echo "FAIL: createtable via router"; fail=1; }
-  cbtq "$R" set rt k cf:q=v >/dev/null || fail=1
-  cbtq "$R" read rt >/dev/null || fail=1
+  cbtr "$R" createtable rt families=cf >/dev/null || { echo "FAIL: createtable via router"; fail=1; }
+  cbtr "$R" set rt k cf:q=v >/dev/null || fail=1
+  cbtr "$R" read rt >/dev/null || fail=1
   status=$(fetch "$RURL" "$dir/rpage")
   check "router GET /metrics is 200" grep -q '^200 text/plain; version=0.0.4' <<<"$status"
   check "router MutateRow OK" \

@@ -19,11 +19,6 @@ TXN_BIN=$3
 if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 
 dir=$(make_tmp)
-start_member() { # DATA NUM -> sets NODE_ADDR
-  "$NODE_BIN" --data "$1" --listen 127.0.0.1:0 --node-num "$2" >"$1.log" 2>&1 &
-  PIDS+=("$!")
-  NODE_ADDR=$(wait_line "$1.log" '127\.0\.0\.1:[0-9]+') || exit 1
-}
 start_member "$dir/east" 1; EAST=$NODE_ADDR
 start_member "$dir/west" 2; WEST=$NODE_ADDR
 cat >"$dir/topology" <<TOPO
@@ -37,19 +32,9 @@ zone = zone-b
 node = $WEST $dir/west
 TOPO
 
-start_router() { # LOG -> sets ROUTER_ADDR
-  "$ROUTER_BIN" --config "$dir/topology" --listen 127.0.0.1:0 >"$1" 2>&1 &
-  PIDS+=("$!")
-  ROUTER_ADDR=$(wait_line "$1" 'listening on 127\.0\.0\.1:[0-9]+' | grep -Eo '127\.0\.0\.1:[0-9]+') || exit 1
-}
-start_router "$dir/r1.log"; R1=$ROUTER_ADDR
+start_router "$dir/topology" "$dir/r1.log"; R1=$ROUTER_ADDR
 
 fail=0
-cbtr() { # ADDR ARGS...
-  local addr=$1; shift
-  BIGTABLE_EMULATOR_HOST=$addr timeout 60 "$CBT" -project p -instance i "$@" 2>&1 | grep -v 'creds flag unset'
-  return "${PIPESTATUS[0]}"
-}
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fail=1; }
 expect() { # WHAT WANT GOT
@@ -120,7 +105,7 @@ has "ReadModifyWrite via default" '^OK' "$("$TXN_BIN" "$R1" t "" rmw r1)"
 has "transaction via unknown profile" '^NOT_FOUND' "$("$TXN_BIN" "$R1" t nosuch cam r1)"
 
 echo "== a second router"
-start_router "$dir/r2.log"; R2=$ROUTER_ADDR
+start_router "$dir/topology" "$dir/r2.log"; R2=$ROUTER_ADDR
 expect "second router lists the profiles" "default pany pwest txeast" \
   "$(cbtr "$R2" listappprofile i | grep -Eo 'appProfiles/[^[:space:]]+' | sed 's|appProfiles/||' | tr '\n' ' ' | sed 's/ $//')"
 expect "second router routes txeast to east" "r1" "$(cbtr "$R2" read t app-profile=txeast | rows)"

@@ -16,20 +16,7 @@ BIN_ARGS=()
 if [ $# -ge 2 ] && [ -n "$2" ]; then BIN_ARGS=(--bin-dir "$2"); fi
 if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 
-TMPD=$(mktemp -d "${STRATA_TEST_TMP:-/tmp}/repl_test.XXXXXX")
-DIR=$TMPD/inst
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-trap '"$STRATA" down --dir "$DIR" >/dev/null 2>&1; rm -rf "$TMPD"; cleanup' EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$DIR"/logs/*.log; do
-    [ -e "$f" ] || continue
-    echo "--- $f (last 30 lines)" >&2
-    tail -n 30 "$f" >&2
-  done
-  exit 1
-}
+instance_init repl_test
 
 echo "== strata up --clusters 2 --nodes 1"
 "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 2 --nodes 1 "${BIN_ARGS[@]}" ||

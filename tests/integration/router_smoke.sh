@@ -12,12 +12,6 @@ ROUTER_BIN=$2
 if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 
 dir=$(make_tmp)
-# start_member DATA NUM -> sets NODE_ADDR
-start_member() {
-  "$NODE_BIN" --data "$1" --listen 127.0.0.1:0 --node-num "$2" >"$1.log" 2>&1 &
-  PIDS+=("$!")
-  NODE_ADDR=$(wait_line "$1.log" '127\.0\.0\.1:[0-9]+') || exit 1
-}
 start_member "$dir/n1" 1; A1=$NODE_ADDR
 start_member "$dir/n2" 2; A2=$NODE_ADDR
 cat >"$dir/topology" <<TOPO
@@ -29,21 +23,9 @@ node = $A1 $dir/n1
 node = $A2 $dir/n2
 TOPO
 
-# start_router LOG -> sets ROUTER_PID and ROUTER_ADDR
-start_router() {
-  "$ROUTER_BIN" --config "$dir/topology" --listen 127.0.0.1:0 >"$1" 2>&1 &
-  ROUTER_PID=$!
-  PIDS+=("$ROUTER_PID")
-  ROUTER_ADDR=$(wait_line "$1" 'listening on 127\.0\.0\.1:[0-9]+' | grep -Eo '127\.0\.0\.1:[0-9]+') || exit 1
-}
-start_router "$dir/r1.log"; R1=$ROUTER_ADDR
+start_router "$dir/topology" "$dir/r1.log"; R1=$ROUTER_ADDR
 
 fail=0
-cbtr() { # ADDR ARGS...
-  local addr=$1; shift
-  BIGTABLE_EMULATOR_HOST=$addr timeout 60 "$CBT" -project p -instance i "$@" 2>&1 | grep -v 'creds flag unset'
-  return "${PIPESTATUS[0]}"
-}
 expect() { # WHAT WANT GOT
   if [ "$2" != "$3" ]; then echo "FAIL: $1: want '$2', got '$3'"; fail=1; else echo "ok: $1"; fi
 }
@@ -64,7 +46,7 @@ cbtr "$R1" import t1 "$dir/imp.csv" >/dev/null || { echo "FAIL: import"; fail=1;
 expect "count after import" "10" "$(cbtr "$R1" count t1)"
 
 # A second router shares the metadata: it sees t1 and a table it creates is seen by the first.
-start_router "$dir/r2.log"; R2=$ROUTER_ADDR
+start_router "$dir/topology" "$dir/r2.log"; R2=$ROUTER_ADDR
 expect "second router reads" "10" "$(cbtr "$R2" count t1)"
 cbtr "$R2" createtable t2 || { echo "FAIL: createtable t2"; fail=1; }
 # The first router re-reads the metadata every second: poll its listing (hang guard: 300 tries
@@ -75,7 +57,7 @@ expect "first router sees t2" "t1 t2" "$(tables_r1)"
 
 # Restart the first router: same tables, same data.
 kill "$ROUTER_PID" 2>/dev/null; wait "$ROUTER_PID" 2>/dev/null
-start_router "$dir/r3.log"; R3=$ROUTER_ADDR
+start_router "$dir/topology" "$dir/r3.log"; R3=$ROUTER_ADDR
 expect "restarted router: tables" "t1 t2" "$(cbtr "$R3" ls | tr '\n' ' ' | sed 's/ $//')"
 expect "restarted router: rows" "10" "$(cbtr "$R3" count t1)"
 expect "restarted router: families" "cf1" "$(cbtr "$R3" ls t1 | awk 'NR>2 {print $1}')"

@@ -19,23 +19,6 @@ fail=0
 expect() { # WHAT WANT GOT
   if [ "$2" != "$3" ]; then echo "FAIL: $1: want '$2', got '$3'"; fail=1; else echo "ok: $1"; fi
 }
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-# start_member DATA NUM [LISTEN [--unix]] -> sets NODE_ADDR, NODE_PID
-start_member() {
-  local data=$1 num=$2 listen=${3:-127.0.0.1:0} sock=()
-  [ "${4:-}" = "--unix" ] && sock=(--unix "$data/node.sock")
-  "$NODE_BIN" --data "$data" --listen "$listen" --node-num "$num" "${sock[@]}" >>"$data.log" 2>&1 &
-  NODE_PID=$!
-  PIDS+=("$NODE_PID")
-  NODE_ADDR=$(wait_line "$data.log" 'listening on 127\.0\.0\.1:[0-9]+' | grep -Eo '127\.0\.0\.1:[0-9]+') || exit 1
-}
-cbtr() { # ADDR ARGS...
-  local addr=$1; shift
-  BIGTABLE_EMULATOR_HOST=$addr timeout 60 "$CBT" -project p -instance i "$@" 2>&1 | grep -v 'creds flag unset'
-  return "${PIPESTATUS[0]}"
-}
 keys() { grep -E '^[a-z0-9]+$' | tr '\n' ' ' | sed 's/ $//'; }
 
 start_member "$dir/n1" 1 127.0.0.1:0 --unix; A1=$NODE_ADDR; P1=$NODE_PID
@@ -52,9 +35,7 @@ zone = zone-a
 node = 127.0.0.1:$(free_port) $dir/n1
 node = 127.0.0.1:$(free_port) $dir/n2
 TOPO
-"$ROUTER_BIN" --config "$dir/topology" --listen 127.0.0.1:0 --balance off >"$dir/r1.log" 2>&1 &
-PIDS+=("$!")
-R1=$(wait_line "$dir/r1.log" 'listening on 127\.0\.0\.1:[0-9]+' | grep -Eo '127\.0\.0\.1:[0-9]+') || exit 1
+start_router "$dir/topology" "$dir/r1.log" --balance off; R1=$ROUTER_ADDR
 
 cbtr "$R1" createtable t1 families=cf1 splits=m || { echo "FAIL: createtable"; fail=1; }
 for k in a b q z; do cbtr "$R1" set t1 "$k" "cf1:c=v$k" || fail=1; done
@@ -91,9 +72,7 @@ zone = zone-a
 node = $A1 $dir/n1
 node = $A2 $dir/n2
 TOPO
-"$ROUTER_BIN" --config "$dir/topology2" --listen 127.0.0.1:0 --balance off >"$dir/r2.log" 2>&1 &
-PIDS+=("$!")
-R2=$(wait_line "$dir/r2.log" 'listening on 127\.0\.0\.1:[0-9]+' | grep -Eo '127\.0\.0\.1:[0-9]+') || exit 1
+start_router "$dir/topology2" "$dir/r2.log" --balance off; R2=$ROUTER_ADDR
 got=""
 for i in $(seq 1 50); do
   got=$(cbtr "$R2" read t1 | keys)

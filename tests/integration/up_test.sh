@@ -12,20 +12,8 @@ BIN_ARGS=()
 if [ $# -ge 2 ] && [ -n "$2" ]; then BIN_ARGS=(--bin-dir "$2"); fi
 if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 
-TMPD=$(mktemp -d "${STRATA_TEST_TMP:-/tmp}/up_test.XXXXXX") # not make_tmp: it runs in a subshell
-DIR=$TMPD/inst
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-trap '"$STRATA" down --dir "$DIR" >/dev/null 2>&1; rm -rf "$TMPD"; cleanup' EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$DIR"/logs/*.log; do
-    [ -e "$f" ] || continue
-    echo "--- $f (last 20 lines)" >&2
-    tail -n 20 "$f" >&2
-  done
-  exit 1
-}
+instance_init up_test
+FAIL_TAIL_LINES=20
 
 echo "== strata up --dir $DIR --port $PORT --clusters 2 --nodes 2"
 "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 2 --nodes 2 "${BIN_ARGS[@]}" ||

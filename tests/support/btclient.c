@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -22,6 +21,7 @@
 #include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/bigtable/v2/feature_flags.pb-c.h"
 #include "strata/rpc.h"
+#include "tu_tmp.h"
 
 #define BT_ARENA_BLOCK_BYTES 4096
 #define BT_MD_MAX 3
@@ -479,17 +479,12 @@ typedef struct rows_ctx {
     st_code *codes;
     st_err *msgs;
     size_t n;
-    bool bad; /* an answer we could not parse or an index out of range */
+    bool bad; /* an entry index out of range */
 } rows_ctx;
 
-static void mutate_rows_msg(st_slice msg, void *arg) {
+static void mutate_rows_each(const ProtobufCMessage *m, void *arg) {
     rows_ctx *x = arg;
-    Google__Bigtable__V2__MutateRowsResponse *r =
-        google__bigtable__v2__mutate_rows_response__unpack(NULL, msg.len, msg.data);
-    if (!r) {
-        x->bad = true;
-        return;
-    }
+    const Google__Bigtable__V2__MutateRowsResponse *r = (const void *)m;
     for (size_t i = 0; i < r->n_entries; i++) {
         int64_t idx = r->entries[i]->index;
         if (idx < 0 || (size_t)idx >= x->n) {
@@ -503,12 +498,32 @@ static void mutate_rows_msg(st_slice msg, void *arg) {
             snprintf(x->msgs[idx].msg, ST_ERR_MSG_MAX, "%s", s && s->message ? s->message : "");
         }
     }
-    google__bigtable__v2__mutate_rows_response__free_unpacked(r, NULL);
+}
+
+/* Where a server-streaming call's answers go: each message is unpacked as `desc` and handed to
+ * `each` (borrowed: freed when `each` returns); `bad` is set when one does not parse, and that
+ * message is skipped. */
+typedef struct stream_sink {
+    const ProtobufCMessageDescriptor *desc;
+    void (*each)(const ProtobufCMessage *m, void *arg);
+    void *arg;
+    bool bad;
+} stream_sink;
+
+static void stream_msg(st_slice msg, void *arg) {
+    stream_sink *k = arg;
+    ProtobufCMessage *m = protobuf_c_message_unpack(k->desc, NULL, msg.len, msg.data);
+    if (!m) {
+        k->bad = true;
+        return;
+    }
+    k->each(m, k->arg);
+    protobuf_c_message_free_unpacked(m, NULL);
 }
 
 static st_code call_stream(const bt_client *c, const char *method, const ProtobufCMessage *req,
-                           const char *table_name, const char *features,
-                           void (*on_msg)(st_slice, void *), void *arg, st_err *st) {
+                           const char *table_name, const char *features, stream_sink *sink,
+                           st_err *st) {
     char path[256], params[BT_NAME_MAX * 2];
     snprintf(path, sizeof path, "%s%s", BT_DATA_SVC, method);
     rpc_metadata md[BT_MD_MAX];
@@ -524,7 +539,7 @@ static st_code call_stream(const bt_client *c, const char *method, const Protobu
     st_err *s = st ? st : &local;
     st_err_clear(s);
     st_code rc = rpc_blocking_stream(c->addr, NULL, path, st_slice_make(body.data, body.len), md,
-                                     n_md, c->timeout_ms, on_msg, arg, s);
+                                     n_md, c->timeout_ms, stream_msg, sink, s);
     s->code = rc;
     st_buf_free(&body);
     return rc;
@@ -555,8 +570,10 @@ st_code bt_mutate_rows(const bt_client *c, const char *table, const bt_entry *en
     req.n_entries = n;
     req.entries = ptrs;
     rows_ctx x = {codes, msgs, n, false};
-    st_code rc = call_stream(c, "MutateRows", &req.base, name, NULL, mutate_rows_msg, &x, st);
-    if (rc == ST_OK && x.bad)
+    stream_sink sink = {&google__bigtable__v2__mutate_rows_response__descriptor, mutate_rows_each,
+                        &x, false};
+    st_code rc = call_stream(c, "MutateRows", &req.base, name, NULL, &sink, st);
+    if (rc == ST_OK && (sink.bad || x.bad))
         rc = st_err_set(st, ST_INTERNAL, "MutateRows: unparseable answer or bad entry index");
     free(ents);
     free(ptrs);
@@ -688,17 +705,11 @@ st_code bt_read_modify_write(const bt_client *c, const char *table, st_slice row
 typedef struct sample_ctx {
     st_buf *dump;
     size_t n;
-    bool bad;
 } sample_ctx;
 
-static void sample_msg(st_slice msg, void *arg) {
+static void sample_each(const ProtobufCMessage *m, void *arg) {
     sample_ctx *x = arg;
-    Google__Bigtable__V2__SampleRowKeysResponse *r =
-        google__bigtable__v2__sample_row_keys_response__unpack(NULL, msg.len, msg.data);
-    if (!r) {
-        x->bad = true;
-        return;
-    }
+    const Google__Bigtable__V2__SampleRowKeysResponse *r = (const void *)m;
     x->n++;
     if (x->dump) {
         char num[32];
@@ -706,7 +717,6 @@ static void sample_msg(st_slice msg, void *arg) {
         int k = snprintf(num, sizeof num, "\t%" PRId64 "\n", r->offset_bytes);
         st_buf_append(x->dump, num, (size_t)k);
     }
-    google__bigtable__v2__sample_row_keys_response__free_unpacked(r, NULL);
 }
 
 st_code bt_sample_row_keys(const bt_client *c, const char *table, st_buf *dump, size_t *n_keys,
@@ -718,9 +728,11 @@ st_code bt_sample_row_keys(const bt_client *c, const char *table, st_buf *dump, 
     req.table_name = name;
     if (c->app_profile[0])
         req.app_profile_id = (char *)c->app_profile;
-    sample_ctx x = {dump, 0, false};
-    st_code rc = call_stream(c, "SampleRowKeys", &req.base, name, NULL, sample_msg, &x, st);
-    if (rc == ST_OK && x.bad)
+    sample_ctx x = {dump, 0};
+    stream_sink sink = {&google__bigtable__v2__sample_row_keys_response__descriptor, sample_each,
+                        &x, false};
+    st_code rc = call_stream(c, "SampleRowKeys", &req.base, name, NULL, &sink, st);
+    if (rc == ST_OK && sink.bad)
         rc = st_err_set(st, ST_INTERNAL, "SampleRowKeys: unparseable answer");
     if (n_keys)
         *n_keys = x.n;
@@ -963,23 +975,12 @@ st_code bt_chunk_reader_finish(bt_chunk_reader *r, st_err *err) {
 
 /* ---------------------------------------------------------------- ReadRows */
 
-typedef struct read_ctx {
-    bt_chunk_reader *cr;
-    bool bad_msg;
-} read_ctx;
-
-static void read_msg(st_slice msg, void *arg) {
-    read_ctx *x = arg;
-    Google__Bigtable__V2__ReadRowsResponse *r =
-        google__bigtable__v2__read_rows_response__unpack(NULL, msg.len, msg.data);
-    if (!r) {
-        x->bad_msg = true;
-        return;
-    }
+static void read_each(const ProtobufCMessage *m, void *arg) {
+    bt_chunk_reader *cr = arg;
+    const Google__Bigtable__V2__ReadRowsResponse *r = (const void *)m;
     for (size_t i = 0; i < r->n_chunks; i++)
-        if (bt_chunk_reader_feed(x->cr, r->chunks[i], NULL) != ST_OK)
+        if (bt_chunk_reader_feed(cr, r->chunks[i], NULL) != ST_OK)
             break;
-    google__bigtable__v2__read_rows_response__free_unpacked(r, NULL);
 }
 
 /* base64 (URL alphabet, padded) as the Go client encodes the bigtable-features header. */
@@ -1023,20 +1024,22 @@ st_code bt_read_rows(const bt_client *c, const char *table, const bt_read_req *r
     req.rows_limit = rq->rows_limit;
     req.reversed = rq->reversed;
     features_reverse(features, sizeof features);
-    read_ctx x = {bt_chunk_reader_new(rq->reversed, fn, arg), false};
+    bt_chunk_reader *cr = bt_chunk_reader_new(rq->reversed, fn, arg);
+    stream_sink sink = {&google__bigtable__v2__read_rows_response__descriptor, read_each, cr,
+                        false};
     st_code rc = call_stream(c, "ReadRows", &req.base, name,
-                             rq->no_reverse_feature ? NULL : features, read_msg, &x, st);
+                             rq->no_reverse_feature ? NULL : features, &sink, st);
     if (rc == ST_OK) {
         st_err e;
-        if (x.bad_msg)
+        if (sink.bad)
             rc = st_err_set(st, ST_INTERNAL, "ReadRows: unparseable response message");
-        else if (bt_chunk_reader_finish(x.cr, &e) != ST_OK) {
+        else if (bt_chunk_reader_finish(cr, &e) != ST_OK) {
             rc = ST_INTERNAL;
             if (st)
                 *st = e;
         }
     }
-    bt_chunk_reader_free(x.cr);
+    bt_chunk_reader_free(cr);
     return rc;
 }
 
@@ -1355,25 +1358,10 @@ st_code bt_emulator_start(bt_proc *p, const char *bin, const char *log_dir, st_e
 
 /* ---------------------------------------------------------------- temporary directories */
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 void bt_rmrf(const char *path) {
-    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    tu_rmrf(path);
 }
 
 void bt_tmpdir(char *out, size_t cap, const char *name) {
-    static int counter; /* per process; tests call this from one thread */
-    const char *base = getenv("STRATA_TEST_TMP");
-    if (!base || !*base)
-        base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(out, cap, "%s/%s-%d-%d", base, name, (int)getpid(), counter++);
-    bt_rmrf(out);
-    mkdir(out, 0755);
+    tu_tmpdir(out, cap, name);
 }

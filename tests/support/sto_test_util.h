@@ -1,10 +1,10 @@
 /* sto_test_util.h — small helpers shared by the storage engine tests (db, split, compaction,
- * model, crash, corruption): temporary directories, one-call writes, and dumping a tablet's
- * visible cells as text so two stores can be compared with one strcmp. Header-only. */
+ * model, crash, corruption): temporary directories, opening a db on one, one-call writes, and
+ * dumping a tablet's visible cells as text so two stores can be compared with one strcmp.
+ * Header-only. */
 #ifndef STO_TEST_UTIL_H
 #define STO_TEST_UTIL_H
 
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,31 +13,7 @@
 #include <unistd.h>
 
 #include "strata/storage.h"
-
-/* Removes a directory tree (best effort). */
-static inline int tu_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
-static inline void tu_rmrf(const char *path) {
-    nftw(path, tu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* A fresh empty directory under $STRATA_TEST_TMP (or /tmp) named after the test and the pid. */
-static inline void tu_tmpdir(char *out, size_t cap, const char *name) {
-    static int counter; /* per process; tests run single-threaded at this point */
-    const char *base = getenv("STRATA_TEST_TMP");
-    if (!base || !*base)
-        base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(out, cap, "%s/%s-%d-%d", base, name, (int)getpid(), counter++);
-    tu_rmrf(out);
-    mkdir(out, 0755);
-}
+#include "tu_tmp.h"
 
 /* Options small enough that tests flush and compact often. */
 static inline void tu_small_options(sto_options *o) {
@@ -71,6 +47,35 @@ static inline sto_row_mut tu_row(uint64_t tablet, const char *row, const sto_mut
     r.version = version;
     r.commit_ts_us = (int64_t)(version >> STO_VERSION_TIEBREAK_BITS);
     return r;
+}
+
+/* The engine tests' fixture steps. tu_db_open_fresh opens a db with o (which must outlive it) on
+ * a fresh directory named after name, written to dir (cap bytes); tu_db_reopen closes *db and
+ * opens it again from dir, as a restart does; both say on stderr why an open failed and return
+ * its code. tu_db_close_rm closes db and removes its directory. */
+static inline st_code tu_db_open_fresh(char *dir, size_t cap, const char *name,
+                                       const sto_options *o, sto_db **db) {
+    tu_tmpdir(dir, cap, name);
+    st_err err;
+    st_code rc = sto_db_open(dir, o, db, &err);
+    if (rc != ST_OK)
+        fprintf(stderr, "%s: open %s: %s\n", name, dir, err.msg);
+    return rc;
+}
+
+static inline st_code tu_db_reopen(const char *dir, const sto_options *o, sto_db **db) {
+    sto_db_close(*db);
+    *db = NULL;
+    st_err err;
+    st_code rc = sto_db_open(dir, o, db, &err);
+    if (rc != ST_OK)
+        fprintf(stderr, "reopen %s: %s\n", dir, err.msg);
+    return rc;
+}
+
+static inline void tu_db_close_rm(sto_db *db, const char *dir) {
+    sto_db_close(db);
+    tu_rmrf(dir);
 }
 
 /* One SetCell, durable on return. */

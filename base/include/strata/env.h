@@ -12,6 +12,11 @@
 typedef struct st_env st_env;
 typedef struct st_wfile st_wfile; /* append-only writable file */
 typedef struct st_rfile st_rfile; /* random-access readable file, safe for concurrent preads */
+typedef struct st_lock st_lock;   /* an exclusive lock on a file (lock / unlock below) */
+
+/* Files and directories are created owner-only: the data is the users', not the machine's. */
+#define ST_ENV_FILE_MODE 0600
+#define ST_ENV_DIR_MODE 0700
 
 typedef struct st_env_ops {
     /* Creates or truncates path for appending. */
@@ -47,9 +52,19 @@ typedef struct st_env_ops {
      * checksummed). */
     st_code (*preallocate)(st_wfile *f, uint64_t bytes, st_err *err);
     /* Optional, NULL when the env has no such thing (added for the commit log). Opens an existing
-     * file for writing from its start, keeping its size and contents: appends overwrite it in
-     * place. ST_NOT_FOUND when it does not exist. */
-    st_code (*wopen_overwrite)(st_env *env, const char *path, st_wfile **out, st_err *err);
+     * file for writing at byte off, keeping its size and contents: appends overwrite it in place
+     * from there (the log reuses a preallocated segment after its last record). ST_NOT_FOUND
+     * when it does not exist. */
+    st_code (*wopen_at)(st_env *env, const char *path, uint64_t off, st_wfile **out, st_err *err);
+    /* Optional, NULL when the env cannot lock. Takes an exclusive lock on path (created when
+     * absent) and holds it until unlock: another lock of the same path, from another process or
+     * from this one, fails with ST_FAILED_PRECONDITION and *holder_pid set to the holder's
+     * process id (0 when unknown); the caller words the message (err says "locked by ..."). The
+     * POSIX env uses flock and writes the holder's pid into the file; the lock goes with the
+     * process, so a crash (kill -9) leaves nothing to clean up. The in-memory and fault envs
+     * have none (their users are tests within one process). */
+    st_code (*lock)(st_env *env, const char *path, st_lock **out, int64_t *holder_pid, st_err *err);
+    void (*unlock)(st_lock *l); /* l may be NULL; the file stays */
 } st_env_ops;
 
 struct st_env {

@@ -34,6 +34,10 @@ typedef struct node_opts {
     const char *config_path;
     size_t block_cache_bytes; /* NODE_BLOCK_CACHE_BYTES_DEFAULT; 0 = storage's 64 MiB */
     size_t memtable_bytes;    /* 0 = storage default */
+    /* Start even when the commit log's last segment was cut short, dropping the acknowledged
+     * writes that were in the lost part (logged: event=log_data_loss_accepted). false: the node
+     * refuses to start, naming the file (docs/formats/log.md). */
+    bool accept_data_loss;
 } node_opts;
 
 #define NODE_NUM_MAX ((1u << 24) - 1)

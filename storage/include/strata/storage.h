@@ -47,11 +47,11 @@ typedef struct sto_options {
      * are "settled" (compaction.c). Tests lower it to exercise big runs with little data. */
     size_t compaction_output_bytes;
     size_t log_segment_bytes; /* commit log segment size (64 MiB) */
-    /* Keep a zero-filled spare log segment, written in the background (off): cheaper
-     * fdatasyncs (docs/formats/log.md), at the price of writing the log twice. Off by default:
-     * through strata bench it gained nothing with one node and cost 10-20% of write throughput
-     * with two nodes sharing a disk. */
-    bool log_spare;
+    /* Open even when the last commit log segment was cut short (truncated from outside, so
+     * acknowledged writes at its end are gone): keep what is left and log what was dropped
+     * (event=log_data_loss_accepted). false (default): sto_db_open fails with ST_DATA_LOSS
+     * naming the file (docs/formats/log.md). */
+    bool accept_data_loss;
     size_t
         log_max_unflushed_bytes; /* force flushes when the unflushed log exceeds this (512 MiB) */
     int64_t tombstone_grace_us;  /* compactions keep tombstones this long (7 days) */
@@ -133,11 +133,30 @@ typedef struct sto_row_mut {
 #define STO_ROW_KEY_MAX 4096
 #define STO_QUALIFIER_MAX 16384
 #define STO_VALUE_MAX (100u << 20)
+#define STO_ROW_MUTS_MAX 100000u /* mutations in one row mutation */
+
+/* ---- the row mutation encoding (docs/formats/log.md, row mutation payload) ----
+ * The payload of a commit log record; replication and tablet moves carry the same bytes. */
+
+/* Appends row's encoding to out. ST_INVALID_ARGUMENT for an unknown mutation type, a row key over
+ * STO_ROW_KEY_MAX or more than STO_ROW_MUTS_MAX mutations; ST_RESOURCE_EXHAUSTED without memory
+ * (out unchanged in both cases). */
+st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row);
+/* Decodes the fields before the mutations (tablet id, row key, version, commit time, origin,
+ * flags, mutation count) into row without allocating: muts is NULL, n_muts the count; slices
+ * point into data. The mutations are not checked: false only for a malformed head. For readers
+ * that only route or skip a record. */
+bool sto_row_mut_peek(st_slice data, sto_row_mut *row);
+/* Decodes into row; muts are allocated from arena (freed with it); slices point into data, so
+ * row is valid while both are. false for bytes that are not exactly one valid encoding. */
+bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena);
 
 /* ---- the node's engine ---- */
 
 /* Opens (creating when absent) the engine in dir and recovers: replays the commit log after each
- * tablet's flushed point; a torn tail record is discarded. Options are copied. */
+ * tablet's flushed point; a torn tail record is discarded (never acknowledged). ST_DATA_LOSS for
+ * damaged acknowledged records, among them a last log segment cut short unless
+ * accept_data_loss. Options are copied. */
 st_code sto_db_open(const char *dir, const sto_options *opts, sto_db **out, st_err *err);
 /* Waits for background work to stop and closes. Unflushed data stays in the log. */
 void sto_db_close(sto_db *db);
@@ -197,7 +216,13 @@ st_code sto_write_async(sto_db *db, const sto_row_mut *rows, size_t n, st_err *e
 
 /* A consistent view of one tablet, stable while writes, flushes and compactions proceed. */
 st_code sto_snapshot_new(sto_tablet *t, sto_snapshot **out, st_err *err);
+/* Frees the snapshot; its iterators must be freed first. */
 void sto_snapshot_free(sto_snapshot *s);
+/* Bytes of data blocks the snapshot's iterators read from disk and decompressed so far (block
+ * cache hits are free): the work a read did, for callers that bound it per slice. The
+ * snapshot's iterators share the last block the cache could not keep (one larger than a cache
+ * shard), so many seeks into it read it once. */
+uint64_t sto_snapshot_read_bytes(sto_snapshot *s);
 
 typedef struct sto_range {
     st_slice start;       /* empty = from the first row */
@@ -227,8 +252,6 @@ st_code sto_iter_new(sto_snapshot *s, const sto_range *range, bool reverse, sto_
 st_code sto_iter_next(sto_iter *it, sto_cell *cell, st_err *err);
 /* Skips the rest of the current row (the next call starts at the next row). */
 void sto_iter_skip_row(sto_iter *it);
-/* The last row key the iterator looked at, visible cells or not (for last_scanned_row_key). */
-st_slice sto_iter_last_scanned_row(sto_iter *it);
 void sto_iter_free(sto_iter *it);
 
 /* Approximate row keys splitting the tablet into chunks of about every_bytes (SampleRowKeys);
@@ -267,6 +290,9 @@ uint64_t sto_log_last_lsn(sto_db *db); /* the lsn of the last durable record (0 
 typedef struct sto_stats {
     uint64_t memtable_bytes;
     uint64_t cache_bytes, cache_hits, cache_misses;
+    /* data blocks read from disk (each checked, and decompressed when stored compressed) and
+     * their uncompressed bytes */
+    uint64_t blocks_read, block_bytes_read;
     uint64_t log_bytes;
     uint64_t flushes, compactions, stalls_us;
     uint64_t sst_count;

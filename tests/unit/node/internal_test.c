@@ -31,7 +31,6 @@
 
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
-#include "log.h" /* sto_row_mut_encode: CopyRows carries the log's row encoding */
 #include "sto_test_util.h"
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/node.h"

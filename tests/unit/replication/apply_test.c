@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "log.h"
+#include "strata/storage.h"
 #include "strata/replication.h"
 #include "sto_test_util.h"
 

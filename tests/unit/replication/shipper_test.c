@@ -149,8 +149,12 @@ static const repl_node_ops west_ops = {.route = route_west, .write = write_west}
 
 /* ---- setup ---- */
 
-static void open_db(char *dir, size_t cap, const char *name, uint64_t tablet, sto_db **out) {
+/* A node's store on a fresh directory (dir) with one tablet, and the path of the node's
+ * replication state directory inside it (state, a separate buffer of state_cap bytes). */
+static void open_db(char *dir, size_t cap, char *state, size_t state_cap, const char *name,
+                    uint64_t tablet, sto_db **out) {
     tu_tmpdir(dir, cap, name);
+    snprintf(state, state_cap, "%s/repl", dir);
     sto_options o;
     tu_small_options(&o);
     st_err err;
@@ -185,20 +189,16 @@ static void env_open_n(env *e, size_t n_west, const char *const *splits) {
     memset(e, 0, sizeof *e);
     e->base = event_base_new();
     e->n_west = n_west;
-    open_db(e->dir_e, sizeof e->dir_e, "repl-ship-east", EAST_TABLET, &e->east_db);
-    snprintf(e->state_e, sizeof e->state_e, "%s/repl", e->dir_e);
+    open_db(e->dir_e, sizeof e->dir_e, e->state_e, sizeof e->state_e, "repl-ship-east", EAST_TABLET,
+            &e->east_db);
     st_err err;
     /* East's node address is a port nobody listens on: west never needs to send there. */
     char text[1024];
     int n = snprintf(text, sizeof text, "[cluster east]\nnode = 127.0.0.1:1 /e\n[cluster west]\n");
     for (size_t i = 0; i < n_west; i++) {
         west *w = &e->w[i];
-        open_db(w->dir, sizeof w->dir, "repl-ship-west", WEST_TABLET, &w->db);
-        /* Through a local buffer: GCC's -Wrestrict (Debug) takes w->dir and w->state, two
-         * members of *e, for overlapping objects. */
-        char state[sizeof w->state];
-        snprintf(state, sizeof state, "%s/repl", w->dir);
-        memcpy(w->state, state, sizeof state);
+        open_db(w->dir, sizeof w->dir, w->state, sizeof w->state, "repl-ship-west", WEST_TABLET,
+                &w->db);
         snprintf(w->lo, sizeof w->lo, "%s", splits ? splits[i] : "");
         snprintf(w->hi, sizeof w->hi, "%s", splits ? splits[i + 1] : "");
         w->srv = rpc_server_new(e->base, NULL, &err);

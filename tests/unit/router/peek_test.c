@@ -17,13 +17,7 @@
 
 #include <cmocka.h>
 
-#include "router_internal.h"
-
-#define S(lit) ST_SLICE_LIT(lit)
-
-static ProtobufCBinaryData bin(const char *s) {
-    return (ProtobufCBinaryData){strlen(s), (uint8_t *)s};
-}
+#include "rtu_fixture.h"
 
 static bool slice_is(st_slice s, const char *want) {
     return s.len == strlen(want) && memcmp(s.data, want, s.len) == 0;
@@ -37,23 +31,14 @@ static st_slice pack(const ProtobufCMessage *m, uint8_t *buf, size_t cap) {
 
 static void test_peek_read_rows_matches_generated_code(void **state) {
     (void)state;
-    Google__Bigtable__V2__ReadRowsRequest req;
-    google__bigtable__v2__read_rows_request__init(&req);
-    req.table_name = "projects/p/instances/i/tables/t";
-    req.app_profile_id = "prof";
-    req.rows_limit = 7;
-    req.reversed = true;
-    Google__Bigtable__V2__RowSet rs;
-    google__bigtable__v2__row_set__init(&rs);
-    ProtobufCBinaryData keys[] = {bin("a"), bin("b")};
-    rs.row_keys = keys;
-    rs.n_row_keys = 2;
-    req.rows = &rs;
+    rtu_read_rows fx;
+    rtu_read_rows_init(&fx);
+    Google__Bigtable__V2__ReadRowsRequest *req = &fx.req;
     uint8_t buf[512];
-    st_slice b = pack(&req.base, buf, sizeof buf);
+    st_slice b = pack(&req->base, buf, sizeof buf);
     rtr_rr_peek pk;
     assert_true(rtr_peek_read_rows(b, &pk));
-    assert_true(slice_is(pk.table, req.table_name));
+    assert_true(slice_is(pk.table, req->table_name));
     assert_true(slice_is(pk.profile, "prof"));
     assert_true(pk.has_rows);
     assert_int_equal(pk.rows_limit, 7);
@@ -65,9 +50,9 @@ static void test_peek_read_rows_matches_generated_code(void **state) {
     google__bigtable__v2__row_set__free_unpacked(back, NULL);
 
     /* No rows, no profile: every row of the table, the default profile. */
-    google__bigtable__v2__read_rows_request__init(&req);
-    req.table_name = "projects/p/instances/i/tables/t";
-    b = pack(&req.base, buf, sizeof buf);
+    google__bigtable__v2__read_rows_request__init(req);
+    req->table_name = "projects/p/instances/i/tables/t";
+    b = pack(&req->base, buf, sizeof buf);
     assert_true(rtr_peek_read_rows(b, &pk));
     assert_false(pk.has_rows);
     assert_int_equal(pk.profile.len, 0);
@@ -96,9 +81,9 @@ static void mutation_set_cell(Google__Bigtable__V2__Mutation *m,
     google__bigtable__v2__mutation__init(m);
     google__bigtable__v2__mutation__set_cell__init(sc);
     sc->family_name = "f";
-    sc->column_qualifier = bin("q");
+    sc->column_qualifier = rtu_bin("q");
     sc->timestamp_micros = ts;
-    sc->value = bin("value");
+    sc->value = rtu_bin("value");
     m->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
     m->set_cell = sc;
 }
@@ -113,7 +98,7 @@ static void test_peek_mutate_row_finds_row_and_server_time(void **state) {
     google__bigtable__v2__mutate_row_request__init(&req);
     req.table_name = "projects/p/instances/i/tables/t";
     req.app_profile_id = "prof";
-    req.row_key = bin("row-1");
+    req.row_key = rtu_bin("row-1");
     req.mutations = mp;
     req.n_mutations = 2;
     uint8_t buf[512];
@@ -144,10 +129,10 @@ static void test_peek_mutate_rows_counts_entries(void **state) {
     Google__Bigtable__V2__MutateRowsRequest__Entry e[2], *ep[2] = {&e[0], &e[1]};
     google__bigtable__v2__mutate_rows_request__entry__init(&e[0]);
     google__bigtable__v2__mutate_rows_request__entry__init(&e[1]);
-    e[0].row_key = bin("a");
+    e[0].row_key = rtu_bin("a");
     e[0].mutations = mp;
     e[0].n_mutations = 1;
-    e[1].row_key = bin("b");
+    e[1].row_key = rtu_bin("b");
     e[1].mutations = mp + 1;
     e[1].n_mutations = 2;
     Google__Bigtable__V2__MutateRowsRequest req;

@@ -19,30 +19,15 @@
 #include <cmocka.h>
 
 #include "google/rpc/status.pb-c.h"
-#include "router_internal.h"
-
-#define S(lit) ST_SLICE_LIT(lit)
-
-static ProtobufCBinaryData bin(const char *s) {
-    return (ProtobufCBinaryData){strlen(s), (uint8_t *)s};
-}
+#include "rtu_fixture.h"
 
 static void test_wire_copy_except_keeps_other_fields(void **state) {
     (void)state;
-    Google__Bigtable__V2__ReadRowsRequest req;
-    google__bigtable__v2__read_rows_request__init(&req);
-    req.table_name = "projects/p/instances/i/tables/t";
-    req.app_profile_id = "prof";
-    req.rows_limit = 7;
-    req.reversed = true;
-    Google__Bigtable__V2__RowSet rs;
-    google__bigtable__v2__row_set__init(&rs);
-    ProtobufCBinaryData keys[] = {bin("a"), bin("b")};
-    rs.row_keys = keys;
-    rs.n_row_keys = 2;
-    req.rows = &rs;
+    rtu_read_rows fx;
+    rtu_read_rows_init(&fx);
+    Google__Bigtable__V2__ReadRowsRequest *req = &fx.req;
     uint8_t buf[512];
-    size_t len = google__bigtable__v2__read_rows_request__pack(&req, buf);
+    size_t len = google__bigtable__v2__read_rows_request__pack(req, buf);
     st_buf tag; /* an unknown varint field 99, as a newer client might send */
     st_buf_init(&tag);
     rtr_wire_put_varint(&tag, 99, 5);
@@ -61,7 +46,7 @@ static void test_wire_copy_except_keeps_other_fields(void **state) {
     Google__Bigtable__V2__ReadRowsRequest *m =
         google__bigtable__v2__read_rows_request__unpack(NULL, out.len, out.data);
     assert_non_null(m);
-    assert_string_equal(m->table_name, req.table_name);
+    assert_string_equal(m->table_name, req->table_name);
     assert_string_equal(m->app_profile_id, "prof");
     assert_true(m->reversed);
     assert_int_equal(m->rows_limit, 3);
@@ -111,7 +96,7 @@ static size_t pack_mutate_rows(const char *const *keys, size_t n, uint8_t *buf) 
     mut.delete_from_row = &del;
     for (size_t i = 0; i < n; i++) {
         google__bigtable__v2__mutate_rows_request__entry__init(&ents[i]);
-        ents[i].row_key = bin(keys[i]);
+        ents[i].row_key = rtu_bin(keys[i]);
         ents[i].mutations = pm;
         ents[i].n_mutations = 1;
         pe[i] = &ents[i];
@@ -207,10 +192,10 @@ static size_t pack_rows(const char *const *rows, size_t n, bool open_last, const
     fam.value = "f";
     for (size_t i = 0; i < n; i++) {
         google__bigtable__v2__read_rows_response__cell_chunk__init(&ch[i]);
-        ch[i].row_key = bin(rows[i]);
+        ch[i].row_key = rtu_bin(rows[i]);
         ch[i].family_name = &fam;
         ch[i].qualifier = &q;
-        ch[i].value = bin("v");
+        ch[i].value = rtu_bin("v");
         if (!(open_last && i == n - 1)) {
             ch[i].row_status_case =
                 GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
@@ -221,7 +206,7 @@ static size_t pack_rows(const char *const *rows, size_t n, bool open_last, const
     r.chunks = pc;
     r.n_chunks = n;
     if (scanned)
-        r.last_scanned_row_key = bin(scanned);
+        r.last_scanned_row_key = rtu_bin(scanned);
     return google__bigtable__v2__read_rows_response__pack(&r, buf);
 }
 

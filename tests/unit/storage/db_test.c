@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -29,34 +30,24 @@ typedef struct fixture {
 
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
-    tu_tmpdir(f->dir, sizeof f->dir, "db_test");
     tu_small_options(&f->o);
     st_buf_init(&f->out);
-    st_err err;
-    if (sto_db_open(f->dir, &f->o, &f->db, &err) != ST_OK) {
-        fprintf(stderr, "open: %s\n", err.msg);
+    if (tu_db_open_fresh(f->dir, sizeof f->dir, "db_test", &f->o, &f->db) != ST_OK)
         return -1;
-    }
     *state = f;
     return 0;
 }
 
 static int teardown(void **state) {
     fixture *f = *state;
-    sto_db_close(f->db);
-    tu_rmrf(f->dir);
+    tu_db_close_rm(f->db, f->dir);
     st_buf_free(&f->out);
     free(f);
     return 0;
 }
 
 static void reopen(fixture *f) {
-    sto_db_close(f->db);
-    st_err err;
-    st_code rc = sto_db_open(f->dir, &f->o, &f->db, &err);
-    if (rc != ST_OK)
-        fprintf(stderr, "reopen: %s\n", err.msg);
-    assert_int_equal(rc, ST_OK);
+    assert_int_equal(tu_db_reopen(f->dir, &f->o, &f->db), ST_OK);
 }
 
 static sto_tablet *mk(fixture *f, uint64_t id, const char *start, const char *end) {
@@ -211,6 +202,40 @@ static void test_db_reopen_replays_log(void **state) {
     assert_string_equal(dump(f, 2), (char *)before2.data);
     st_buf_free(&before1);
     st_buf_free(&before2);
+}
+
+static int log_segment_files(const char *dir) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/log", dir);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strstr(e->d_name, ".log") != NULL;
+    closedir(d);
+    return n;
+}
+
+/* Each start used to begin a new preallocated log segment at its first write, and the unflushed
+ * rows kept every one of them: five open/write/close rounds of a few rows must leave the log
+ * at most two segments, with every row still there. */
+static void test_db_restarts_keep_log_bounded(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    char row[32];
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < 2; i++) {
+            snprintf(row, sizeof row, "r%d-%d", round, i);
+            assert_int_equal(tu_set(f->db, 1, row, "f", "q", 1, "v", V(1)), ST_OK);
+        }
+        reopen(f);
+        assert_true(log_segment_files(f->dir) <= 2);
+    }
+    const char *d = dump(f, 1);
+    for (int round = 0; round < 5; round++) {
+        snprintf(row, sizeof row, "r%d-1", round);
+        assert_non_null(strstr(d, row));
+    }
 }
 
 static void test_db_validation(void **state) {
@@ -503,6 +528,119 @@ static void test_db_log_trimmed_after_flush(void **state) {
     assert_int_equal(n, 400);
 }
 
+/* ---- many empty ranges seeking into one big block ---- */
+
+#define BIG_VALUE_BYTES (512u << 10) /* far over a cache shard (1 MiB cache / 16) */
+#define EMPTY_RANGES 40
+
+/* A ReadRows pattern that can hold a node for minutes: many empty ranges, each seeking to just
+ * before a row with a large compressible value, so every seek lands in the block holding it.
+ * That block is too big for the block cache; unless the ranges of one snapshot share it, it is
+ * read and decompressed again for every range. It must be read once. Decompressions are
+ * counted (sto_stats.blocks_read), not timed. */
+static void test_db_empty_ranges_read_big_block_once(void **state) {
+    fixture *f = *state;
+    sto_tablet *t = mk(f, 1, "", "");
+    char *big = malloc(BIG_VALUE_BYTES + 1);
+    assert_non_null(big);
+    for (size_t i = 0; i < BIG_VALUE_BYTES; i++)
+        big[i] = (char)('a' + (i / 64) % 4); /* compressible: stored zstd-compressed */
+    big[BIG_VALUE_BYTES] = 0;
+    assert_int_equal(tu_set(f->db, 1, "a", "f", "q", 1, "small", V(1)), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "m", "f", "q", 1, big, V(2)), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "z", "f", "q", 1, "small", V(3)), ST_OK);
+    st_err err;
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    sto_snapshot *s;
+    assert_int_equal(sto_snapshot_new(t, &s, &err), ST_OK);
+    sto_stats before, after;
+    sto_db_stats(f->db, &before);
+    for (int i = 0; i < EMPTY_RANGES; i++) {
+        char lo[16], hi[16];
+        snprintf(lo, sizeof lo, "b%03d", i);
+        snprintf(hi, sizeof hi, "b%03d~", i);
+        sto_range r = {st_slice_cstr(lo), false, st_slice_cstr(hi), false};
+        sto_iter *it;
+        sto_cell c;
+        assert_int_equal(sto_iter_new(s, &r, false, &it, &err), ST_OK);
+        assert_int_equal(sto_iter_next(it, &c, &err), ST_NOT_FOUND);
+        sto_iter_free(it);
+    }
+    sto_db_stats(f->db, &after);
+    uint64_t reads = after.blocks_read - before.blocks_read;
+    print_message("%d empty ranges read %llu blocks, %llu bytes\n", EMPTY_RANGES,
+                  (unsigned long long)reads,
+                  (unsigned long long)(after.block_bytes_read - before.block_bytes_read));
+    assert_true(reads >= 1);
+    assert_true(reads <= 2);
+    assert_true(sto_snapshot_read_bytes(s) >= BIG_VALUE_BYTES);
+    assert_true(sto_snapshot_read_bytes(s) < 2 * (uint64_t)BIG_VALUE_BYTES);
+    /* The kept block still reads right, through the same snapshot. */
+    sto_range m = {ST_SLICE_LIT("m"), false, ST_SLICE_LIT("m"), true};
+    sto_iter *it;
+    sto_cell c;
+    assert_int_equal(sto_iter_new(s, &m, false, &it, &err), ST_OK);
+    assert_int_equal(sto_iter_next(it, &c, &err), ST_OK);
+    assert_int_equal(c.value.len, BIG_VALUE_BYTES);
+    assert_memory_equal(c.value.data, big, BIG_VALUE_BYTES);
+    assert_int_equal(sto_iter_next(it, &c, &err), ST_NOT_FOUND);
+    sto_iter_free(it);
+    sto_snapshot_free(s);
+    free(big);
+}
+
+/* ---- the directory lock and file modes ---- */
+
+/* A second engine on the same directory would replay, rewrite and delete the first one's files:
+ * the open is refused while the first is open, and allowed again once it closed. */
+static void test_db_second_open_refused(void **state) {
+    fixture *f = *state;
+    sto_db *other = NULL;
+    st_err err;
+    st_err_clear(&err);
+    assert_int_equal(sto_db_open(f->dir, &f->o, &other, &err), ST_FAILED_PRECONDITION);
+    assert_null(other);
+    char pid[32];
+    snprintf(pid, sizeof pid, "(pid %lld)", (long long)getpid());
+    assert_non_null(strstr(err.msg, "in use by another process"));
+    assert_non_null(strstr(err.msg, pid));
+    sto_db_close(f->db);
+    f->db = NULL;
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+}
+
+static int mode_bad; /* nftw's callback takes no argument */
+
+static int mode_fn(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    if (ftw->level == 0)
+        return 0; /* the test made the top directory */
+    mode_t want = flag == FTW_D || flag == FTW_DP ? 0700 : 0600;
+    if ((sb->st_mode & 0777) != want) {
+        fprintf(stderr, "%s has mode %o, want %o\n", path, (unsigned)(sb->st_mode & 0777),
+                (unsigned)want);
+        mode_bad++;
+    }
+    return 0;
+}
+
+/* Data files and directories are the users' data: owner-only, whatever the umask. */
+static void test_db_files_owner_only(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    assert_int_equal(tu_set(f->db, 1, "a", "f", "q", 1, "v", V(1)), ST_OK);
+    st_err err;
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    reopen(f); /* a manifest rewrite, a new log segment */
+    mode_bad = 0;
+    assert_int_equal(nftw(f->dir, mode_fn, 16, FTW_PHYS), 0);
+    assert_int_equal(mode_bad, 0);
+    struct stat sb;
+    char path[600];
+    snprintf(path, sizeof path, "%s/LOCK", f->dir);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+}
+
 /* ---- readers racing writers, flushes and compactions ---- */
 
 #define RW_ROWS 40
@@ -615,6 +753,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_db_versions_out_of_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_gc_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_reopen_replays_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_restarts_keep_log_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_validation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_async_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_snapshot_stable, setup, teardown),
@@ -624,6 +763,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_db_log_reader_and_hold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_readers_see_whole_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_log_trimmed_after_flush, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_empty_ranges_read_big_block_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_second_open_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_files_owner_only, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,14 +26,12 @@ typedef struct fixture {
 
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
-    tu_tmpdir(f->dir, sizeof f->dir, "split_test");
     tu_small_options(&f->o);
     f->o.compaction_trigger = 100; /* only explicit compactions here */
     f->o.write_stall_tables = 200;
     st_buf_init(&f->a);
     st_buf_init(&f->b);
-    st_err err;
-    if (sto_db_open(f->dir, &f->o, &f->db, &err) != ST_OK)
+    if (tu_db_open_fresh(f->dir, sizeof f->dir, "split_test", &f->o, &f->db) != ST_OK)
         return -1;
     *state = f;
     return 0;
@@ -41,8 +39,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     fixture *f = *state;
-    sto_db_close(f->db);
-    tu_rmrf(f->dir);
+    tu_db_close_rm(f->db, f->dir);
     st_buf_free(&f->a);
     st_buf_free(&f->b);
     free(f);
@@ -50,9 +47,7 @@ static int teardown(void **state) {
 }
 
 static void reopen(fixture *f) {
-    sto_db_close(f->db);
-    st_err err;
-    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+    assert_int_equal(tu_db_reopen(f->dir, &f->o, &f->db), ST_OK);
 }
 
 static int count_files(const char *dir) {

@@ -328,7 +328,7 @@ static void test_sst_concat_iterator_over_disjoint_tables(void **state) {
         assert_true(sto_sst_disjoint(tabs[p], tabs[p + 1]));
     bool wrap[PARTS] = {false, true, false, false};
     sto_kviter *it = sto_sst_concat_iter_new(tabs, wrap, PARTS, st_slice_make(NULL, 0),
-                                             st_slice_make(NULL, 0), no_wrap);
+                                             st_slice_make(NULL, 0), no_wrap, NULL);
     assert_non_null(it);
     for (int p = 0; p < PARTS; p++)
         sto_sst_unref(tabs[p]); /* the iterator holds its own references */

@@ -70,13 +70,36 @@ bool btu_family_valid(const char *family);
 st_code btu_table_name_parse(const char *name, size_t max, st_slice *project, st_slice *instance,
                              st_slice *table_id, st_err *err);
 
-/* Embedded NUL bytes (strings.c). protobuf-c turns a string field into a C string, so a name with
- * a NUL inside ("dur\0evil") would silently become its prefix ("dur"). True when some string
- * field of the serialized message wire (of type desc, sub-messages included) contains a NUL byte;
- * path (cap bytes, may be NULL) then names it, e.g. "entries.mutations.set_cell.family_name".
- * Malformed input returns false: protobuf-c's unpack refuses it. Pure; reads wire once. */
-#define BTU_FIELD_PATH_MAX 160
-bool btu_pb_string_has_nul(const ProtobufCMessageDescriptor *desc, st_slice wire, char *path,
-                           size_t cap);
+/* ---- nesting bound before unpacking ----
+ * protobuf-c unpacks (and packs, sizes and frees) recursively, one C stack frame per nested
+ * message, so bytes from the network are checked with btu_pb_check before they are unpacked.
+ * BTU_PB_DEPTH_MAX is the deepest nesting accepted, the outermost message being level 1: above
+ * anything valid (a ReadRowsRequest with a RowFilter nested the allowed 20 levels reaches level
+ * 43, a PutTableRequest with a GC rule nested 16 levels level 38), so the RowFilter and GC-rule
+ * checks after unpacking still give their own messages for moderately deep input, and low enough
+ * that protobuf-c's recursion over an accepted message (about 1 KiB of stack a level) stays
+ * within tens of KiB. */
+#define BTU_PB_DEPTH_MAX 64
+
+/* Scans bytes as an encoding of desc without recursion and without allocating: ST_OK, or
+ * INVALID_ARGUMENT with "message nesting exceeds N levels ..." when messages nest deeper than
+ * depth_max levels (0 or more than BTU_PB_DEPTH_MAX means BTU_PB_DEPTH_MAX), or "malformed ..."
+ * for bytes protobuf-c would refuse anyway: a tag over 5 bytes, a truncated varint, fixed value
+ * or length, a length over 2^31 - 1, a group (wire types 3 and 4), wire types 6 and 7, a packed
+ * repeated field of ragged length; and for field number 0, which the protobuf spec forbids
+ * (protobuf-c refuses it in a one-byte tag only, and re-encodes a longer one into that); and
+ * INVALID_ARGUMENT "invalid <type>: field <f> of <type> holds a NUL byte ..." for a string field
+ * with a NUL byte inside, which protobuf-c would hand over cut at the NUL ("dur\0evil" as "dur":
+ * another table, family or app profile). Never refuses other bytes protobuf-c accepts that nest
+ * within depth_max. Unknown fields are skipped, not descended into. */
+st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, unsigned depth_max,
+                     st_err *err);
+
+/* btu_pb_check with BTU_PB_DEPTH_MAX, then protobuf_c_message_unpack with alloc (NULL = malloc;
+ * the caller frees the result with protobuf_c_message_free_unpacked, or drops its arena).
+ * NULL with err (may be NULL) set to INVALID_ARGUMENT when the bytes are refused or cannot be
+ * unpacked. Use it for every message that arrives from another process. */
+ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+                                st_slice bytes, st_err *err);
 
 #endif

@@ -1,0 +1,190 @@
+/* pbcheck.c — a pre-scan of protobuf wire bytes, run before protobuf-c unpacks them.
+ *
+ * protobuf-c's unpack (and later its pack, get_packed_size and free) recurse once per nested
+ * message, with about a kilobyte of stack per level. RowFilters (chain, interleave, condition)
+ * and GC rules (union, intersection) nest freely, so a 30 KB request nested a few thousand levels
+ * deep overflows the stack before any of our depth checks on the unpacked tree can run. This scan
+ * walks the same bytes with an explicit stack of at most BTU_PB_DEPTH_MAX frames, guided by the
+ * message descriptors: it descends into each length-delimited field whose descriptor says
+ * "message" and refuses the input once nesting passes the limit, so unpacking afterwards recurses
+ * at most that deep. It also refuses what protobuf-c could never parse (bad tags, truncated
+ * varints and lengths, groups, unknown wire types, ragged packed arrays), so garbage is refused
+ * in one linear pass without allocating. It never refuses bytes that protobuf-c accepts and that
+ * nest within the limit, but for field number 0 in a tag of more than one byte, which protobuf-c
+ * takes as an unknown field and cannot re-encode, and for a NUL byte inside a string field:
+ * protobuf-c hands strings over as C strings, so "dur\0evil" would arrive as "dur" and a request
+ * meant for one table, family or app profile would act on another (names and ids never hold a
+ * NUL, so the request is refused naming the field). */
+#include <string.h>
+#include <limits.h>
+
+#include "strata/btutil.h"
+
+/* One message being scanned: its descriptor, where its bytes end, and the field last looked up
+ * (repeated fields come in runs, as protobuf-c's unpack also assumes). */
+typedef struct pbc_frame {
+    const ProtobufCMessageDescriptor *desc;
+    const uint8_t *end;
+    const ProtobufCFieldDescriptor *last;
+} pbc_frame;
+
+/* pbc_field's answer for a string field holding a NUL byte (btu_pb_check names the field). */
+static const char pbc_nul_in_string[] = "a NUL byte inside a string field";
+
+/* A varint of at most max_len bytes wholly before end; 0 if unterminated (protobuf-c's limits:
+ * 10 bytes for values, 5 for tags and lengths). */
+static size_t pbc_varint(const uint8_t *p, const uint8_t *end, size_t max_len, uint64_t *v) {
+    size_t n = (size_t)(end - p) < max_len ? (size_t)(end - p) : max_len;
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        x |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+        if (!(p[i] & 0x80)) {
+            *v = x;
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* A packed repeated scalar's payload: whole fixed-size elements, or complete varints. */
+static bool pbc_packed_ok(ProtobufCType type, const uint8_t *p, const uint8_t *end) {
+    size_t len = (size_t)(end - p);
+    switch (type) {
+    case PROTOBUF_C_TYPE_SFIXED32:
+    case PROTOBUF_C_TYPE_FIXED32:
+    case PROTOBUF_C_TYPE_FLOAT:
+        return len % 4 == 0;
+    case PROTOBUF_C_TYPE_SFIXED64:
+    case PROTOBUF_C_TYPE_FIXED64:
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return len % 8 == 0;
+    case PROTOBUF_C_TYPE_BOOL:
+        return true;
+    default: {
+        uint64_t v;
+        for (size_t n; p < end; p += n)
+            if ((n = pbc_varint(p, end, 10, &v)) == 0)
+                return false;
+        return true;
+    }
+    }
+}
+
+/* protobuf-c reads a length-delimited repeated field of these types as a packed array. */
+static bool pbc_packable(const ProtobufCFieldDescriptor *f) {
+    return f->label == PROTOBUF_C_LABEL_REPEATED && f->type != PROTOBUF_C_TYPE_STRING &&
+           f->type != PROTOBUF_C_TYPE_BYTES && f->type != PROTOBUF_C_TYPE_MESSAGE;
+}
+
+static st_code pbc_malformed(st_err *err, const ProtobufCMessageDescriptor *top, const char *what,
+                             size_t offset) {
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "malformed %s: %s at byte %zu; send a valid protobuf encoding", top->name,
+                      what, offset);
+}
+
+/* The field at *p inside frame f: on success *p moves past it, and a message-typed field whose
+ * bytes follow is returned in *sub (NULL otherwise) with its end in *sub_end. */
+static const char *pbc_field(pbc_frame *f, const uint8_t **p, const ProtobufCFieldDescriptor **sub,
+                             const uint8_t **sub_end) {
+    uint64_t tag, v;
+    size_t n = pbc_varint(*p, f->end, 5, &tag);
+    *sub = NULL;
+    if (n == 0)
+        return "an invalid field tag";
+    /* protobuf-c refuses field 0 only in a one-byte tag: a longer one becomes an unknown field
+     * that it re-encodes as the one-byte tag it refuses. The protobuf spec forbids field 0. */
+    if ((tag >> 3) == 0)
+        return "field number 0";
+    const uint8_t *q = *p + n;
+    size_t left = (size_t)(f->end - q);
+    switch (tag & 7) {
+    case 0:
+        if ((n = pbc_varint(q, f->end, 10, &v)) == 0)
+            return "a truncated varint";
+        *p = q + n;
+        return NULL;
+    case 1:
+    case 5:
+        if (left < ((tag & 7) == 1 ? 8u : 4u))
+            return "a truncated fixed-size value";
+        *p = q + ((tag & 7) == 1 ? 8 : 4);
+        return NULL;
+    case 2:
+        break;
+    case 3:
+    case 4:
+        return "a group (wire types 3 and 4 are not supported)";
+    default:
+        return "an unknown wire type";
+    }
+    if ((n = pbc_varint(q, f->end, 5, &v)) == 0 || v > INT_MAX || v > left - n)
+        return "a truncated length-delimited field";
+    q += n;
+    *p = q + v;
+    const ProtobufCFieldDescriptor *fd = f->last;
+    if (!fd || fd->id != (tag >> 3))
+        fd = f->last = protobuf_c_message_descriptor_get_field(f->desc, (unsigned)(tag >> 3));
+    if (fd && fd->type == PROTOBUF_C_TYPE_STRING && v > 0 && memchr(q, 0, (size_t)v))
+        return pbc_nul_in_string;
+    if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE) {
+        *sub = fd;
+        *sub_end = *p;
+        *p = q; /* the caller scans the submessage's bytes next */
+    } else if (fd && pbc_packable(fd) && !pbc_packed_ok(fd->type, q, *p)) {
+        return "a packed repeated field of ragged length";
+    }
+    return NULL;
+}
+
+st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, unsigned depth_max,
+                     st_err *err) {
+    pbc_frame stack[BTU_PB_DEPTH_MAX];
+    if (depth_max == 0 || depth_max > BTU_PB_DEPTH_MAX)
+        depth_max = BTU_PB_DEPTH_MAX;
+    if (bytes.len == 0)
+        return ST_OK; /* the empty encoding: every field at its default */
+    const uint8_t *p = bytes.data, *base = bytes.data;
+    size_t n = 1;
+    stack[0] = (pbc_frame){desc, bytes.data + bytes.len, NULL};
+    for (;;) {
+        while (n > 0 && p == stack[n - 1].end)
+            n--;
+        if (n == 0)
+            return ST_OK;
+        const ProtobufCFieldDescriptor *sub;
+        const uint8_t *sub_end, *at = p;
+        const char *bad = pbc_field(&stack[n - 1], &p, &sub, &sub_end);
+        if (bad == pbc_nul_in_string)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "invalid %s: field %s of %s holds a NUL byte (at byte %zu); names "
+                              "and ids never do, and the name would be cut short there: fix it",
+                              desc->name, stack[n - 1].last->name, stack[n - 1].desc->name,
+                              (size_t)(at - base));
+        if (bad)
+            return pbc_malformed(err, desc, bad, (size_t)(at - base));
+        if (!sub)
+            continue;
+        if (n == depth_max)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "message nesting exceeds %u levels in %s (field %s of %s at byte "
+                              "%zu): send a shallower message (a RowFilter nests at most 20 "
+                              "levels, a GC rule 16)",
+                              depth_max, desc->name, sub->name, stack[n - 1].desc->name,
+                              (size_t)(at - base));
+        stack[n++] = (pbc_frame){sub->descriptor, sub_end, NULL};
+    }
+}
+
+ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+                                st_slice bytes, st_err *err) {
+    if (btu_pb_check(desc, bytes, BTU_PB_DEPTH_MAX, err) != ST_OK)
+        return NULL;
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, alloc, bytes.len, bytes.data);
+    if (!m)
+        st_err_set(err, ST_INVALID_ARGUMENT,
+                   "malformed %s: the message could not be parsed (a field of the wrong type, "
+                   "or out of memory); send a valid protobuf encoding",
+                   desc->name);
+    return m;
+}

@@ -1,0 +1,286 @@
+/* log_commit.c — group commit: the writer (whoever writes the current group: the commit thread
+ * or a leading sto_log_append_wait caller) creates, reopens and rolls segments, writes each
+ * group with one write and one fdatasync, acknowledges it and publishes it to cursors; and the
+ * commit thread itself. The writer state (open file, next lsn) belongs to the current writer;
+ * sto_log_replay may touch it only before the first append. */
+#include "log_impl.h"
+
+#include <stdlib.h>
+
+/* ---- the writer (commit thread) ---- */
+
+void log_writer_close_file(sto_log *log) {
+    if (log->wf)
+        log->env->ops->wclose(log->wf, NULL);
+    log->wf = NULL;
+}
+
+/* Opens the new segment file at path with its space reserved: an fdatasync after writing inside
+ * the file's size costs about half of one that must also record a new size. Best effort (no
+ * space, no support: appends extend the file); *reserved is the size reserved, 0 when it could
+ * not be, which the header records so that recovery can tell a file cut short from a torn
+ * write. Recovery tells records from the zeros by their checksums and lsns. */
+static st_code segment_open_file(sto_log *log, const char *path, st_wfile **f, uint32_t *reserved,
+                                 st_err *err) {
+    *reserved = 0;
+    st_code rc = log->env->ops->wopen(log->env, path, f, err);
+    if (rc != ST_OK)
+        return rc;
+    if (log->env->ops->preallocate &&
+        log->env->ops->preallocate(*f, log->segment_bytes, NULL) == ST_OK)
+        *reserved = (uint32_t)log->segment_bytes;
+    return ST_OK;
+}
+
+/* Creates segment first_lsn with its header, durable (file and directory entry) before any record
+ * goes in, so a crash cannot lose a segment that holds acknowledged records. A leftover file of
+ * that name can only be a last segment without a good record, and is truncated. */
+st_code log_segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
+    char path[LOG_PATH_MAX];
+    uint8_t hdr[LOG_SEG_HDR_BYTES];
+    pthread_mutex_lock(&log->mu);
+    bool full = log->n_segs >= LOG_SEGMENTS_MAX;
+    pthread_mutex_unlock(&log->mu);
+    if (full)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                          "commit log %s has %d segments; flush "
+                          "tablets so the log can be trimmed",
+                          log->dir, LOG_SEGMENTS_MAX);
+    log_writer_close_file(log);
+    log_seg_path(log, first_lsn, path);
+    st_wfile *f;
+    uint32_t reserved;
+    st_code rc = segment_open_file(log, path, &f, &reserved, err);
+    if (rc != ST_OK)
+        return rc;
+    log_seg_header_make(hdr, first_lsn, reserved);
+    rc = log->env->ops->append(f, hdr, sizeof hdr, err);
+    if (rc == ST_OK && log->sync)
+        rc = log->env->ops->sync(f, err);
+    if (rc == ST_OK && log->sync)
+        rc = log->env->ops->sync_dir(log->env, log->dir, err);
+    if (rc != ST_OK) {
+        log->env->ops->wclose(f, NULL);
+        return rc;
+    }
+    pthread_mutex_lock(&log->mu);
+    log_seg s = {first_lsn, first_lsn - 1, LOG_SEG_HDR_BYTES, LOG_SEG_HDR_BYTES};
+    if (log->n_segs > 0 && log->segs[log->n_segs - 1].first_lsn == first_lsn) {
+        log->segs[log->n_segs - 1] = s;
+        __atomic_add_fetch(&log->segs_gen, 1, __ATOMIC_RELEASE);
+    } else {
+        ST_ASSERT(log->n_segs == 0 || log->segs[log->n_segs - 1].first_lsn < first_lsn);
+        if (!log_segs_push(log, s))
+            rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding log segment");
+    }
+    if (rc == ST_OK)
+        log->stats.segments_created++;
+    pthread_mutex_unlock(&log->mu);
+    if (rc != ST_OK) {
+        log->env->ops->wclose(f, NULL);
+        return rc;
+    }
+    log->wf = f;
+    log->wbytes = LOG_SEG_HDR_BYTES;
+    log->wstate = W_OPEN;
+    return ST_OK;
+}
+
+/* Opens the last segment for appends at wbytes, the end of its last record: only reserved zeros
+ * follow it (position_apply checked), which the next group overwrites. */
+static st_code writer_reopen(sto_log *log, st_err *err) {
+    char path[LOG_PATH_MAX];
+    pthread_mutex_lock(&log->mu);
+    log_seg_path(log, log->segs[log->n_segs - 1].first_lsn, path);
+    uint64_t size = log->segs[log->n_segs - 1].bytes;
+    pthread_mutex_unlock(&log->mu);
+    st_code rc = log->env->ops->wopen_at
+                     ? log->env->ops->wopen_at(log->env, path, log->wbytes, &log->wf, err)
+                     : log->env->ops->wopen_append(log->env, path, &log->wf, err);
+    if (rc != ST_OK)
+        return rc;
+    log->wstate = W_OPEN;
+    pthread_mutex_lock(&log->mu);
+    log->stats.segments_reused += log->wbytes < size; /* reserved space taken up again */
+    pthread_mutex_unlock(&log->mu);
+    return ST_OK;
+}
+
+/* Gets an open segment with room for group_bytes: positions, reopens or rolls over as needed. */
+static st_code writer_ready(sto_log *log, size_t group_bytes, st_err *err) {
+    st_code rc = ST_OK;
+    if (log->wstate == W_UNPOSITIONED && (rc = log_position_lazily(log, err)) != ST_OK) {
+        if (rc == ST_DATA_LOSS) {
+            pthread_mutex_lock(&log->mu);
+            log->failed = rc;
+            log->failed_err = *err;
+            pthread_mutex_unlock(&log->mu);
+        }
+        return rc;
+    }
+    if (log->wstate == W_REOPEN && (rc = writer_reopen(log, err)) != ST_OK)
+        return rc;
+    if (log->wstate == W_OPEN && log->wbytes > LOG_SEG_HDR_BYTES &&
+        log->wbytes + group_bytes > log->segment_bytes)
+        log->wstate = W_NEW_SEGMENT; /* every record in it is durable: just move on */
+    if (log->wstate == W_NEW_SEGMENT)
+        rc = log_segment_create(log, log->next_lsn, err);
+    return rc;
+}
+
+/* Fills lsn and checksum of every record of the group and concatenates them into *out (a group
+ * of one entry is written from the entry's own buffer, without the copy). */
+static st_code group_build(sto_log *log, log_entry *batch, st_slice *out, st_err *err) {
+    uint64_t lsn = log->next_lsn, group_first = log->next_lsn;
+    st_buf_reset(&log->group);
+    for (log_entry *e = batch; e; e = e->next) {
+        e->first_lsn = lsn;
+        for (size_t off = 0; off < e->buf.len;) {
+            uint8_t *h = e->buf.data + off;
+            uint32_t len = st_get_fixed32(h + 4);
+            st_put_fixed64(h + 8, lsn++);
+            st_put_fixed64(h + 16, group_first);
+            st_put_fixed32(h,
+                           st_crc_mask(st_crc32c(0, h + 4, LOG_REC_HDR_BYTES - 4 + (size_t)len)));
+            off += LOG_REC_HDR_BYTES + (size_t)len;
+        }
+        if (e == batch && !e->next) {
+            *out = st_buf_slice(&e->buf);
+            return ST_OK;
+        }
+        if (st_buf_append(&log->group, e->buf.data, e->buf.len) != ST_OK)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building a log group");
+    }
+    *out = st_buf_slice(&log->group);
+    return ST_OK;
+}
+
+/* After a successful write + sync: acknowledge in order, then publish to cursors. */
+static void group_succeeded(sto_log *log, log_entry *batch, size_t bytes, uint64_t n) {
+    log->wbytes += bytes;
+    log->next_lsn += n;
+    pthread_mutex_lock(&log->mu);
+    log->stats.groups++;
+    log->stats.records += n;
+    pthread_mutex_unlock(&log->mu);
+    for (log_entry *e = batch; e; e = e->next)
+        if (e->done)
+            e->done(ST_OK, e->first_lsn, NULL, e->arg);
+    pthread_mutex_lock(&log->mu);
+    log_seg *s = &log->segs[log->n_segs - 1];
+    s->last_lsn = log->next_lsn - 1;
+    s->good_bytes = s->bytes = log->wbytes;
+    log->durable_lsn = log->next_lsn - 1;
+    pthread_mutex_unlock(&log->mu);
+}
+
+/* A failed group: nobody is acknowledged, the segment is abandoned (its failed bytes lie after
+ * its last needed record) and a fresh segment named after the failed lsns is tried at once. */
+static void group_failed(sto_log *log, log_entry *batch, size_t bytes, st_code rc,
+                         const st_err *err) {
+    bool opened = log->wstate == W_OPEN;
+    log_writer_close_file(log);
+    if (log->wstate != W_UNPOSITIONED)
+        log->wstate = W_NEW_SEGMENT;
+    pthread_mutex_lock(&log->mu);
+    if (opened && log->n_segs > 0)
+        log->segs[log->n_segs - 1].bytes += bytes;
+    log->stats.failed_groups++;
+    pthread_mutex_unlock(&log->mu);
+    st_log(ST_LOG_WARN, "log", "event=group_failed code=%s msg=\"%s\"", st_code_name(rc), err->msg);
+    for (log_entry *e = batch; e; e = e->next)
+        if (e->done)
+            e->done(rc, 0, err, e->arg);
+    if (opened && log->wstate == W_NEW_SEGMENT)
+        log_segment_create(log, log->next_lsn, NULL); /* best effort; retried by the next group */
+}
+
+static void group_commit(sto_log *log, log_entry *batch) {
+    size_t bytes = 0;
+    uint64_t n = 0;
+    for (log_entry *e = batch; e; e = e->next) {
+        bytes += e->buf.len;
+        n += e->n_records;
+    }
+    st_err err;
+    st_err_clear(&err);
+    st_code rc = writer_ready(log, bytes, &err);
+    st_slice data = {0};
+    if (rc == ST_OK)
+        rc = group_build(log, batch, &data, &err);
+    if (rc == ST_OK)
+        rc = log->env->ops->append(log->wf, data.data, data.len, &err);
+    if (rc == ST_OK && log->sync) {
+        rc = log->env->ops->sync(log->wf, &err);
+        pthread_mutex_lock(&log->mu);
+        log->stats.syncs++;
+        pthread_mutex_unlock(&log->mu);
+    }
+    if (rc == ST_OK)
+        group_succeeded(log, batch, bytes, n);
+    else
+        group_failed(log, batch, bytes, rc, &err);
+    if (log->group.cap > STO_LOG_QUEUE_BYTES_MAX)
+        st_buf_free(&log->group); /* do not keep a huge single append's buffer around */
+}
+
+void log_entry_free(log_entry *e) {
+    st_buf_free(&e->buf);
+    free(e);
+}
+
+/* mu held on entry and exit. Takes everything queued as one group, writes it with mu released,
+ * then frees or wakes its entries. The caller has checked that no group is being written. */
+void log_run_group_locked(sto_log *log) {
+    log_entry *batch = log->head;
+    log->head = log->tail = NULL;
+    log->writing = true;
+    log->writer = pthread_self();
+    pthread_mutex_unlock(&log->mu);
+    group_commit(log, batch);
+    size_t freed = 0;
+    log_entry *waiters = NULL;
+    for (log_entry *e = batch, *next; e; e = next) {
+        next = e->next;
+        freed += e->buf.len;
+        if (e->waiter) {
+            e->next = waiters;
+            waiters = e;
+        } else {
+            log_entry_free(e);
+        }
+    }
+    pthread_mutex_lock(&log->mu);
+    for (log_entry *e = waiters, *next; e; e = next) {
+        next = e->next; /* e may go as soon as mu is released */
+        e->finished = true;
+        pthread_cond_signal(e->waiter);
+    }
+    log->queued_bytes -= freed;
+    log->writing = false;
+    pthread_cond_broadcast(&log->space_cv);
+}
+
+/* mu held, no group being written: wakes whoever should write what is queued next — the
+ * appender of the first entry when it waits in sto_log_append_wait (no thread switch to the
+ * commit thread), else the commit thread (also when closing, so it can finish). */
+void log_hand_off_locked(sto_log *log) {
+    if (log->head && log->head->waiter)
+        pthread_cond_signal(log->head->waiter);
+    else if (log->head || log->closing)
+        pthread_cond_signal(&log->work_cv);
+}
+
+void *log_commit_main(void *arg) {
+    sto_log *log = arg;
+    pthread_mutex_lock(&log->mu);
+    for (;;) {
+        while ((!log->head || log->writing) && !(log->closing && !log->writing))
+            pthread_cond_wait(&log->work_cv, &log->mu);
+        if (!log->head)
+            break; /* closing and drained */
+        log_run_group_locked(log);
+    }
+    pthread_mutex_unlock(&log->mu);
+    return NULL;
+}

@@ -1,0 +1,371 @@
+/* log_recover.c — reading the commit log back at open (docs/formats/log.md, reading rules):
+ * scanning segments, telling a torn tail from damage (a later group after a bad record, a last
+ * segment cut short), positioning appends after the last good record, and sto_log_replay. */
+#include "log_impl.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- scanning segments (replay and positioning) ---- */
+
+typedef st_code (*replay_fn)(const sto_log_record *rec, void *arg);
+
+typedef struct scan_result {
+    uint64_t last_lsn;   /* last good record (first_lsn - 1 when none) */
+    uint64_t good_bytes; /* end of that record; 0 when the header is bad */
+    uint64_t file_bytes;
+    /* The last segment has bytes other than reserved zeros after good_bytes (or was cut short):
+     * appends go to a new segment. Not torn: they continue at good_bytes. */
+    bool torn;
+} scan_result;
+
+typedef struct scan_ctx {
+    sto_log *log;
+    rec_reader rd;
+    st_arena arena;
+    uint64_t from_lsn;
+    replay_fn fn;
+    void *arg;
+    bool dropped; /* a cut-short last segment's loss was accepted */
+} scan_ctx;
+
+static st_code scan_deliver(scan_ctx *c, const rec_view *v, st_err *err) {
+    sto_log_record rec = {.lsn = v->lsn};
+    st_arena_deinit(&c->arena);
+    if (!sto_row_mut_decode(v->payload, &rec.row, &c->arena))
+        return st_err_set(err, ST_DATA_LOSS,
+                          "log record lsn %" PRIu64 " in %s has a good checksum but does not "
+                          "decode as a row mutation; restore the node from a replica",
+                          v->lsn, c->rd.path);
+    st_code rc = c->fn(&rec, c->arg);
+    if (rc != ST_OK && err && err->code != rc)
+        st_err_set(err, rc, "log replay stopped by its callback at lsn %" PRIu64 " (%s)", v->lsn,
+                   st_code_name(rc));
+    return rc;
+}
+
+/* True when the segment open in r begins with a header's worth of zero bytes: reserved space
+ * (sto_log preallocates segments) whose header was never written. */
+static bool seg_header_zero(rec_reader *r) {
+    const uint8_t *h = NULL;
+    st_err e;
+    if (r->limit < LOG_SEG_HDR_BYTES || log_reader_fill(r, 0, LOG_SEG_HDR_BYTES, &h, &e) != ST_OK ||
+        !h)
+        return false;
+    for (size_t i = 0; i < LOG_SEG_HDR_BYTES; i++)
+        if (h[i] != 0)
+            return false;
+    return true;
+}
+
+/* Moves *y to the first offset at or after it where a record with a nonzero lsn could start
+ * (its lsn field, bytes 8..15, holds a nonzero byte), so zero tails of preallocated segments are
+ * crossed a window at a time; *y ends past limit - LOG_REC_HDR_BYTES when there is none. */
+static st_code tail_skip_zeros(rec_reader *r, uint64_t *y, st_err *err) {
+    while (*y <= r->limit && r->limit - *y >= LOG_REC_HDR_BYTES) {
+        const uint8_t *p = NULL;
+        size_t m;
+        if (*y >= r->win_off && *y - r->win_off + LOG_REC_HDR_BYTES <= r->win.len) {
+            /* what the window already holds: no re-read per offset */
+            p = r->win.data + (*y - r->win_off);
+            m = r->win.len - (size_t)(*y - r->win_off);
+        } else {
+            uint64_t left = r->limit - *y;
+            m = left < LOG_READ_CHUNK ? (size_t)left : LOG_READ_CHUNK;
+            st_code rc = log_reader_fill(r, *y, m, &p, err);
+            if (rc != ST_OK)
+                return rc;
+            if (!p) {
+                *y = r->limit; /* the file shrank under us: nothing more to read */
+                return ST_OK;
+            }
+        }
+        for (size_t i = 8; i < m; i++)
+            if (p[i] != 0) {
+                *y += i >= 16 ? i - 15 : 0;
+                return ST_OK;
+            }
+        *y += m - 15; /* no start up to y + m - 16 has a nonzero lsn byte */
+    }
+    return ST_OK;
+}
+
+/* True when the header at h could be a record of a group after the torn one that starts at
+ * torn_first at offset bad_off: its group begins later, it is not before its group, and the
+ * records torn_first .. lsn-1 (each at least a header long) fit between bad_off and y. */
+static bool tail_later_group(const uint8_t *h, uint64_t y, uint64_t bad_off, uint64_t torn_first,
+                             uint64_t limit) {
+    uint64_t lsn = st_get_fixed64(h + 8), group_first = st_get_fixed64(h + 16);
+    uint32_t len = st_get_fixed32(h + 4);
+    return group_first > torn_first && group_first <= lsn &&
+           lsn - torn_first <= (y - bad_off) / LOG_REC_HDR_BYTES &&
+           len <= STO_LOG_RECORD_BYTES_MAX && len <= limit - y - LOG_REC_HDR_BYTES;
+}
+
+/* The last segment has a bad record at bad_off after good records up to lsn last. A crash during
+ * a group's write (before its fdatasync returned: never acknowledged) leaves any mix of good and
+ * bad records of that one group, but a group is written only after the previous one's sync
+ * returned. So a good record of a LATER group anywhere after bad_off proves the bad record was
+ * durable and acknowledged: corruption, ST_DATA_LOSS. Records may start at any offset, so every
+ * offset is tried (cheap header checks first, then the checksum); the work is bounded by the
+ * segment's size, and zero runs (preallocation) are skipped in bulk. */
+static st_code tail_check(scan_ctx *c, uint64_t bad_off, uint64_t last, const char *bad_why,
+                          st_err *err) {
+    rec_reader *r = &c->rd;
+    uint64_t torn_first = last + 1;
+    for (uint64_t y = bad_off + 1;; y++) {
+        st_code rc = tail_skip_zeros(r, &y, err);
+        if (rc != ST_OK)
+            return rc;
+        if (y > r->limit || r->limit - y < LOG_REC_HDR_BYTES)
+            return ST_OK; /* a torn tail: nothing of a later group follows */
+        const uint8_t *h = NULL;
+        if ((rc = log_reader_fill(r, y, LOG_REC_HDR_BYTES, &h, err)) != ST_OK)
+            return rc;
+        if (!h)
+            return ST_OK;
+        if (!tail_later_group(h, y, bad_off, torn_first, r->limit))
+            continue;
+        rec_status st;
+        rec_view v = {0};
+        if ((rc = log_reader_next(r, y, &st, &v, err)) != ST_OK)
+            return rc;
+        if (st != REC_OK)
+            continue;
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s: %s at offset %" PRIu64 " (lsn %" PRIu64
+                          " expected), but a good record of a later group (lsn %" PRIu64
+                          ", group from lsn %" PRIu64 ") follows at offset %" PRIu64
+                          ": acknowledged records are damaged, not a torn tail; restore the "
+                          "node from a replica",
+                          r->path, bad_why, bad_off, torn_first, v.lsn, v.group_first, y);
+    }
+}
+
+/* Sets *zero when every byte of [off, limit) is zero: reserved space no record reached. */
+static st_code tail_zero(rec_reader *r, uint64_t off, bool *zero, st_err *err) {
+    *zero = true;
+    while (off < r->limit) {
+        uint64_t left = r->limit - off;
+        size_t m = left < LOG_READ_CHUNK ? (size_t)left : LOG_READ_CHUNK;
+        const uint8_t *p = NULL;
+        st_code rc = log_reader_fill(r, off, m, &p, err);
+        if (rc != ST_OK || !p)
+            return rc; /* !p: the file shrank under us, nothing more to read */
+        for (size_t i = 0; i < m; i++)
+            if (p[i] != 0) {
+                *zero = false;
+                return ST_OK;
+            }
+        off += m;
+    }
+    return ST_OK;
+}
+
+/* The last segment is shorter than the size its header says it was created with. Appends never
+ * shrink a file and a torn write inside reserved space does not change its size, so something
+ * else cut it. Records before good_bytes are whole; if only zeros lie between them and the cut,
+ * no record was lost. Otherwise the records from lsn last_lsn + 1 on are: ST_DATA_LOSS, unless
+ * the log accepts the loss (then it is logged and appends go to a new segment). */
+static st_code scan_cut_short(scan_ctx *c, scan_result *res, bool zero_tail, st_err *err) {
+    const char *path = c->rd.path;
+    uint64_t x = res->good_bytes, f = res->file_bytes, want = c->rd.reserved, l = res->last_lsn;
+    res->torn = true; /* never append to a cut file: its size no longer says anything */
+    if (x < f && zero_tail) {
+        st_log(ST_LOG_WARN, "log",
+               "event=log_segment_short segment=%s file_bytes=%" PRIu64 " created_bytes=%" PRIu64
+               " last_lsn=%" PRIu64 " msg=\"the segment was cut short but only reserved space "
+               "after its last record went: no record lost\"",
+               path, f, want, l);
+        return ST_OK;
+    }
+    if (!c->log->accept_data_loss)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s is %" PRIu64 " bytes, created as %" PRIu64
+                          ": cut short. Records up to lsn %" PRIu64 " (ending at byte %" PRIu64
+                          ") are intact; lsn %" PRIu64 " and later, in bytes %" PRIu64 "..%" PRIu64
+                          ", are lost. Restore the file or the node from a replica, or start "
+                          "with --accept-data-loss to drop them",
+                          path, f, want, l, x, l + 1, x, want);
+    st_log(
+        ST_LOG_ERROR, "log",
+        "event=log_data_loss_accepted segment=%s file_bytes=%" PRIu64 " created_bytes=%" PRIu64
+        " kept_last_lsn=%" PRIu64 " kept_bytes=%" PRIu64 " dropped_from_lsn=%" PRIu64
+        " dropped_cut_bytes=%" PRIu64 " missing_bytes=%" PRIu64 " dropped_records=%s "
+        "msg=\"the segment was cut short: records after lsn %" PRIu64 " are dropped (the "
+        "number past the cut is unknown: their bytes are gone); appends continue from lsn %" PRIu64
+        " in a new segment\"",
+        path, f, want, l, x, l + 1, f - x, want - f, x < f ? "at_least_1" : "unknown", l, l + 1);
+    c->dropped = true;
+    return ST_OK;
+}
+
+/* What follows the last segment's good records: only reserved zeros (appends may continue
+ * there) or torn bytes; and whether the file was cut short. */
+static st_code scan_tail(scan_ctx *c, scan_result *res, st_err *err) {
+    bool zero = true;
+    st_code rc = tail_zero(&c->rd, res->good_bytes, &zero, err);
+    if (rc != ST_OK)
+        return rc;
+    res->torn = !zero;
+    if (c->rd.reserved > 0 && res->file_bytes < c->rd.reserved)
+        return scan_cut_short(c, res, zero, err);
+    return ST_OK;
+}
+
+/* Reads one segment's records in order. For a non-last segment, records first..stop_lsn must all
+ * be good and later bytes are ignored; in the last segment the first bad record ends the log,
+ * unless a good record of a later group follows it (tail_check). */
+static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint64_t stop_lsn,
+                            scan_result *res, st_err *err) {
+    const char *why;
+    memset(res, 0, sizeof *res);
+    res->last_lsn = first_lsn - 1;
+    st_code rc = log_reader_open_seg(&c->rd, c->log, first_lsn, &res->file_bytes, &why, err);
+    if (rc != ST_OK)
+        return rc;
+    if (why && is_last && (res->file_bytes <= LOG_SEG_HDR_BYTES || seg_header_zero(&c->rd))) {
+        /* A crash while the segment was being created (its space may have been reserved
+         * already): records go in only after the header is durable, so it holds none. */
+        res->torn = true;
+        return ST_OK;
+    }
+    if (why)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s: %s; restore the node from "
+                          "a replica",
+                          c->rd.path, why);
+    uint64_t off = LOG_SEG_HDR_BYTES;
+    res->good_bytes = off;
+    for (uint64_t expect = first_lsn; is_last || expect <= stop_lsn; expect++) {
+        rec_status st;
+        rec_view v = {0};
+        if ((rc = log_reader_next(&c->rd, off, &st, &v, err)) != ST_OK)
+            return rc;
+        if (st == REC_OK && v.lsn != expect) {
+            st = REC_BAD;
+            v.why = "record has an unexpected lsn";
+        }
+        if (st != REC_OK && is_last) {
+            if (st == REC_BAD && (rc = tail_check(c, off, expect - 1, v.why, err)) != ST_OK)
+                return rc;
+            break;
+        }
+        if (st == REC_END)
+            return st_err_set(err, ST_DATA_LOSS,
+                              "commit log segment %s ends after lsn %" PRIu64
+                              " but the next segment starts at lsn %" PRIu64 ": records are "
+                              "missing; restore the node from a replica",
+                              c->rd.path, expect - 1, stop_lsn + 1);
+        if (st == REC_BAD)
+            return st_err_set(err, ST_DATA_LOSS,
+                              "commit log segment %s: %s at offset %" PRIu64 " (lsn %" PRIu64
+                              " expected) before the end of the log; restore "
+                              "the node from a replica",
+                              c->rd.path, v.why, off, expect);
+        if (c->fn && v.lsn >= c->from_lsn && (rc = scan_deliver(c, &v, err)) != ST_OK)
+            return rc;
+        res->last_lsn = v.lsn;
+        off = res->good_bytes = v.next_off;
+    }
+    return is_last ? scan_tail(c, res, err) : ST_OK;
+}
+
+/* ---- positioning ---- */
+
+/* Sets the writer after a scan of the last segment (or an empty directory). */
+static void position_apply(sto_log *log, bool have_seg, const scan_result *res) {
+    pthread_mutex_lock(&log->mu);
+    if (!have_seg || log->n_segs == 0) {
+        log->next_lsn = log->durable_lsn + 1;
+        log->wstate = W_NEW_SEGMENT;
+    } else {
+        log_seg *s = &log->segs[log->n_segs - 1];
+        s->last_lsn = res->last_lsn;
+        s->good_bytes = res->good_bytes;
+        s->bytes = res->file_bytes;
+        log->durable_lsn = res->last_lsn;
+        log->next_lsn = res->last_lsn + 1;
+        log->wbytes = res->good_bytes;
+        /* Appending after the last record needs a way to write inside the file when zeros
+         * follow it (wopen_at); a torn tail is never overwritten. */
+        bool reopen = !res->torn && res->good_bytes >= LOG_SEG_HDR_BYTES &&
+                      (res->good_bytes == res->file_bytes || log->env->ops->wopen_at);
+        log->wstate = reopen ? W_REOPEN : W_NEW_SEGMENT;
+    }
+    pthread_mutex_unlock(&log->mu);
+}
+
+/* Scans only the last segment to find where appends go (appends without a replay). */
+st_code log_position_lazily(sto_log *log, st_err *err) {
+    pthread_mutex_lock(&log->mu);
+    bool have = log->n_segs > 0;
+    uint64_t first = have ? log->segs[log->n_segs - 1].first_lsn : 0;
+    pthread_mutex_unlock(&log->mu);
+    scan_result res = {0};
+    st_code rc = ST_OK;
+    if (have) {
+        scan_ctx c = {.log = log, .from_lsn = UINT64_MAX};
+        st_arena_init(&c.arena, 4096);
+        rc = scan_segment(&c, first, true, 0, &res, err);
+        log_reader_close(&c.rd);
+        st_arena_deinit(&c.arena);
+    }
+    if (rc == ST_OK)
+        position_apply(log, have, &res);
+    return rc;
+}
+
+/* Scans segments [i0, n) delivering records >= from_lsn; the last one positions the log. */
+static st_code replay_segments(sto_log *log, scan_ctx *c, size_t i0, size_t n, st_err *err) {
+    scan_result res = {0};
+    for (size_t i = i0; i < n; i++) {
+        bool last = i + 1 == n;
+        pthread_mutex_lock(&log->mu);
+        uint64_t first = log->segs[i].first_lsn;
+        uint64_t stop = last ? 0 : log->segs[i + 1].first_lsn - 1;
+        pthread_mutex_unlock(&log->mu);
+        st_code rc = scan_segment(c, first, last, stop, &res, err);
+        if (rc != ST_OK)
+            return rc;
+        if (!last) {
+            pthread_mutex_lock(&log->mu);
+            log->segs[i].good_bytes = res.good_bytes;
+            pthread_mutex_unlock(&log->mu);
+        }
+    }
+    position_apply(log, n > 0, &res);
+    return ST_OK;
+}
+
+st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
+                       st_code (*fn)(const sto_log_record *rec, void *arg), void *arg,
+                       st_err *err) {
+    pthread_mutex_lock(&log->mu);
+    bool busy = log->appends_started || log->replaying;
+    if (!busy)
+        log->replaying = true;
+    size_t n = log->n_segs;
+    ptrdiff_t i0 = log_segs_find(log, from_lsn);
+    pthread_mutex_unlock(&log->mu);
+    if (busy)
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "commit log %s: replay must come before "
+                          "the first append",
+                          log->dir);
+    scan_ctx c = {.log = log, .from_lsn = from_lsn, .fn = fn, .arg = arg};
+    st_arena_init(&c.arena, 4096);
+    st_code rc = replay_segments(log, &c, i0 < 0 ? 0 : (size_t)i0, n, err);
+    /* An accepted loss starts the next segment now (appends have not started: the writer state
+     * is the replay's), so the cut segment is an old one from here on, also if no write comes
+     * before the next start, which would otherwise refuse it again. */
+    if (rc == ST_OK && c.dropped)
+        rc = log_segment_create(log, log->next_lsn, err);
+    log_reader_close(&c.rd);
+    st_arena_deinit(&c.arena);
+    pthread_mutex_lock(&log->mu);
+    log->replaying = false;
+    pthread_mutex_unlock(&log->mu);
+    return rc;
+}
