@@ -44,6 +44,7 @@ static void usage(FILE *out) {
         "--accept-data-loss starts even when the commit log's last segment was cut short,\n"
         "dropping the writes in the lost part and logging exactly which (docs/formats/log.md);\n"
         "without it the node refuses to start and names the damaged file.\n");
+    fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
@@ -110,6 +111,8 @@ typedef struct main_args {
     const char *unix_path;
     uint16_t mport;
     unsigned poll_us;
+    rpc_limits limits; /* --max-connections and the other flags of strata/rpc.h */
+    bool limits_ok;
 } main_args;
 
 /* A HOST:PORT flag (st_addr_split, IPv6 in brackets); false after a message. */
@@ -119,6 +122,19 @@ static bool parse_addr_flag(const char *flag, const char *v, char *host, size_t 
         return true;
     fprintf(stderr, "strata-node: bad %s '%s': use HOST:PORT ([::1]:PORT for IPv6)\n", flag, v);
     return false;
+}
+
+/* A flag of RPC_LIMITS_FLAGS_USAGE (rpc_limits_flag): true when a was one (its value consumed),
+ * with m->limits_ok false after a message when the value is bad. */
+static bool parse_limits_flag(main_args *m, const char *a, const char *v, int *i) {
+    st_err err = {0};
+    int rc = rpc_limits_flag(&m->limits, a, v, &err);
+    m->limits_ok = rc >= 0;
+    if (rc < 0)
+        fprintf(stderr, "strata-node: %s\n", err.msg);
+    else if (rc > 0)
+        ++*i;
+    return rc != 0;
 }
 
 /* One flag at argv[*i] (with its value, if any). Returns -1 to go on, else the exit code. */
@@ -152,6 +168,9 @@ static int parse_one(main_args *m, int argc, char **argv, int *i) {
                     RPC_LOOP_POLL_US_MAX);
             return 2;
         }
+    } else if (parse_limits_flag(m, a, v, i)) {
+        if (!m->limits_ok)
+            return 2;
     } else if (!strcmp(a, "--accept-data-loss")) {
         m->o.accept_data_loss = true;
     } else if (!strcmp(a, "--verbose")) {
@@ -197,6 +216,7 @@ static int parse_args(main_args *m, int argc, char **argv) {
     m->o.listen_port = 8086;
     snprintf(m->host, sizeof m->host, "127.0.0.1");
     m->poll_us = RPC_LOOP_POLL_US_DEFAULT;
+    rpc_limits_default(&m->limits);
     for (int i = 1; i < argc; i++) {
         int rc = parse_one(m, argc, argv, &i);
         if (rc >= 0)
@@ -216,6 +236,7 @@ int main(int argc, char **argv) {
     uint16_t mport = args.mport;
     unsigned poll_us = args.poll_us;
     o.listen_host = host;
+    rpc_limits_set(&args.limits);
     signal(SIGPIPE, SIG_IGN);
     struct event_base *base = event_base_new();
     node_ctx *n;

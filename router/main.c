@@ -32,6 +32,7 @@ static void usage(FILE *out) {
             "A node whose data directory (topology file) holds a Unix socket node.sock, as\n"
             "strata-node --unix DATA/node.sock makes, is reached through it instead of TCP;\n"
             "--no-unix: TCP to every node (docs/router.md, Unix sockets).\n");
+    fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 
 #define RTR_BALANCE_MS_MAX 86400000 /* a day between balancer rounds */
@@ -88,6 +89,10 @@ int main(int argc, char **argv) {
     int balance = RTR_BALANCE_AUTO;
     long long balance_ms = 0;
     bool no_unix = false;
+    rpc_limits limits; /* --max-connections and the other flags of strata/rpc.h */
+    rpc_limits_default(&limits);
+    st_err lim_err = {0};
+    int lim_rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -130,7 +135,13 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--no-unix"))
             no_unix = true;
-        else if (!strcmp(a, "--verbose"))
+        else if ((lim_rc = rpc_limits_flag(&limits, a, v, &lim_err)) != 0) {
+            if (lim_rc < 0) {
+                fprintf(stderr, "strata-router: %s\n", lim_err.msg);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--verbose"))
             st_log_set_level(ST_LOG_DEBUG);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -172,6 +183,7 @@ int main(int argc, char **argv) {
         }
         o.listen_host = host;
     }
+    rpc_limits_set(&limits);
     signal(SIGPIPE, SIG_IGN);
     struct event_base *base = event_base_new();
     if (!base) {

@@ -2,7 +2,7 @@
  * by server and client and fed directly by the fuzz target. */
 #include <string.h>
 
-#include "strata/rpc.h"
+#include "frame.h"
 
 _Static_assert(RPC_SEND_HEADROOM == 5, "the headroom holds exactly a gRPC message prefix");
 

@@ -1,4 +1,5 @@
-/* Private to proto/rpc: the transport table shared by server and client connections. */
+/* Private to proto/rpc: what the server and the client share below strata/rpc.h (fixed sizes,
+ * the transport table, the write queue, the per-thread caches, the process-wide limits). */
 #ifndef STRATA_RPC_INTERNAL_H
 #define STRATA_RPC_INTERNAL_H
 
@@ -7,7 +8,17 @@
 #include <nghttp2/nghttp2.h>
 #include <openssl/ssl.h>
 
+#include "frame.h"
 #include "strata/rpc.h"
+
+/* ---- the layer's fixed sizes and windows ---- */
+#define H2_CONN_OUTPUT_HIGH_WATER_BYTES ((size_t)1 << 20) /* socket output stops filling here */
+#define H2_CONN_REQUEST_BYTES_MAX ((size_t)512 << 20)     /* request bytes buffered per conn */
+#define H2_STREAM_WINDOW_BYTES ((int32_t)1 << 20)         /* HTTP/2 initial stream window */
+#define H2_CONN_WINDOW_BYTES ((int32_t)16 << 20)          /* HTTP/2 connection window */
+#define RPC_CALL_ARENA_BLOCK_BYTES ((size_t)4096)
+#define H2_HANDSHAKE_TIMEOUT_MS 10000 /* client: connect (+ TLS handshake); servers: rpc_limits */
+#define RPC_REFUSED_RETRIES_MAX 8     /* client resubmits of a request refused unprocessed */
 
 /* Plain and TLS connections share one table of operations (Redis's ConnectionType): how to wrap
  * a socket in a bufferevent, and whether the handshake settled on HTTP/2. */
@@ -56,7 +67,6 @@ typedef struct h2_wbuf {
     size_t nretired;
 } h2_wbuf;
 
-void h2_wbuf_init(h2_wbuf *w);
 void h2_wbuf_free(h2_wbuf *w);
 /* Forgets what is queued without writing it (the connection is closing). */
 void h2_wbuf_drop(h2_wbuf *w);
@@ -122,7 +132,7 @@ struct nghttp2_option *h2_session_option(void);
 struct sockaddr_un;
 bool h2_unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len);
 
-/* The layer's per-thread caches (h2mem.c, server.c's and client.c's ended calls) keep nothing
+/* The layer's per-thread caches (h2mem.c, server_call.c's and client.c's ended calls) keep nothing
  * under AddressSanitizer, so a stale reference into a freed block still faults there. */
 #if defined(__SANITIZE_ADDRESS__)
 #define RPC_TL_CACHE_ON 0
@@ -135,9 +145,10 @@ bool h2_unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len);
 #define RPC_TL_CACHE_ON 1
 #endif
 
-/* Runs fn(arg) when the calling thread exits (tlcache.c): how a per-thread cache is freed.
- * False when it cannot be arranged; the caller then keeps nothing. */
-bool rpc_tl_at_thread_exit(void (*fn)(void *), void *arg);
+/* Runs fn(arg) when the calling thread exits: st_tl_at_thread_exit (base.h). */
+static inline bool rpc_tl_at_thread_exit(void (*fn)(void *), void *arg) {
+    return st_tl_at_thread_exit(fn, arg);
+}
 
 /* The allocator of every session (h2mem.c): nghttp2's many small blocks come from bounded
  * per-thread free lists instead of malloc's bins. Any thread; blocks may be freed on another. */
@@ -152,5 +163,36 @@ void h2_loop_calls(int delta);
 
 /* Routes libevent's and nghttp2's own logs into st_log once per process. */
 void h2_logging_init(void);
+
+/* ---- process-wide limits (limits.c) ---- */
+/* The automatic connections_max: 3/4 of RLIMIT_NOFILE, at most RPC_CONNECTIONS_MAX_AUTO. */
+uint32_t rpc_connections_max_auto(void);
+/* Reserves n request bytes in the process's budget; false (nothing reserved) when that would
+ * pass max, unless nothing is reserved at all (one call is always admitted). Any thread. */
+bool rpc_mem_reserve(size_t n, size_t max);
+void rpc_mem_release(size_t n);
+size_t rpc_mem_buffered(void);
+/* Takes one of the process's max connection slots; false when all are taken. */
+bool rpc_conn_slot_take(uint32_t max);
+void rpc_conn_slot_put(void);
+
+/* Log lines a peer can make repeat (one per connection, per failed accept) pass at most once per
+ * RPC_LOG_INTERVAL_US per call site, saying how many were suppressed since the last. */
+#define RPC_LOG_INTERVAL_US ((int64_t)10 * 1000000)
+typedef struct rpc_ratelimit {
+    int64_t next_us;     /* st_mono_us before which lines are suppressed */
+    uint64_t suppressed; /* since the last line */
+} rpc_ratelimit;
+/* True when a line may be logged now; *suppressed then receives the count. Any thread. */
+bool rpc_ratelimit_pass(rpc_ratelimit *rl, uint64_t *suppressed);
+/* st_log(level, "rpc", fmt ...) through a rate limit of its own; fmt takes at least one
+ * argument and gets " suppressed=N" appended. */
+#define RPC_LOG_LIMITED(level, fmt, ...)                                                           \
+    do {                                                                                           \
+        static rpc_ratelimit rl_;                                                                  \
+        uint64_t sup_;                                                                             \
+        if (rpc_ratelimit_pass(&rl_, &sup_))                                                       \
+            st_log(level, "rpc", fmt " suppressed=%llu", __VA_ARGS__, (unsigned long long)sup_);   \
+    } while (0)
 
 #endif

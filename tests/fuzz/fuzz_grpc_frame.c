@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "frame.h" /* the deframer and wire encodings (private to proto/rpc) */
 #include "strata/rpc.h"
 
 #define FUZZ_MESSAGE_BYTES_MAX 4096

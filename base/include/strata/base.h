@@ -218,4 +218,11 @@ uint64_t st_rng_below(st_rng *r, uint64_t n); /* uniform in [0, n), n > 0 */
  * failure can be replayed. */
 uint64_t st_test_seed(const char *test_name);
 
+/* ---- per-thread caches ---- */
+/* Runs fn(arg) when the calling thread exits (tlcache.c): how a per-thread cache (a _Thread_local
+ * free list, a scratch buffer) is freed, all of a thread's through one pthread key. False when it
+ * cannot be arranged (out of slots: ST_TL_DRAINS_MAX per thread); the caller then keeps nothing. */
+#define ST_TL_DRAINS_MAX 16
+bool st_tl_at_thread_exit(void (*fn)(void *), void *arg);
+
 #endif

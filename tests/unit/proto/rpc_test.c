@@ -6,6 +6,7 @@
  * slow reader (the server's queue stays bounded), deadlines, cancellation, size limits, bad input
  * that must end one stream or one connection while others are still served, and TLS with ALPN h2
  * on a certificate generated at run time. No wall-clock performance assertions. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +33,7 @@
 #include <openssl/x509v3.h>
 
 #include "raw_h2.h"
+#include "frame.h" /* the deframer and wire encodings (private to proto/rpc) */
 #include "strata/rpc.h"
 
 /* ---- small helpers ---- */
@@ -1087,6 +1089,64 @@ static void test_rpc_tls_alpn_h2(void **state) {
     EVP_PKEY_free(key);
 }
 
+/* TLS connections stalled in the handshake, or after it but before the HTTP/2 preface, are
+ * closed after the handshake timeout (rpc_limits). */
+static void test_rpc_tls_handshake_timeout(void **state) {
+    (void)state;
+    EVP_PKEY *key;
+    X509 *cert;
+    make_cert(&key, &cert);
+    SSL_CTX *sctx = SSL_CTX_new(TLS_server_method());
+    assert_int_equal(SSL_CTX_use_certificate(sctx, cert), 1);
+    assert_int_equal(SSL_CTX_use_PrivateKey(sctx, key), 1);
+    assert_int_equal(rpc_tls_server_ctx_prepare(sctx, NULL), ST_OK);
+    SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
+    X509_STORE_add_cert(SSL_CTX_get_cert_store(cctx), cert);
+    assert_int_equal(rpc_tls_client_ctx_prepare(cctx, NULL), ST_OK);
+    rpc_limits l;
+    rpc_limits_default(&l);
+    l.handshake_timeout_ms = 300;
+    rpc_limits_set(&l);
+    rpc_server_opts opts = {.ssl_ctx = sctx};
+    fixture *f = fixture_start(&opts);
+    /* Half a TLS record header, then nothing. */
+    int fd = tcp_connect(f->port);
+    assert_int_equal(send(fd, "\x16\x03\x01", 3, MSG_NOSIGNAL), 3);
+    uint8_t buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
+        ;
+    assert_int_equal(n, 0); /* EOF, not the 30 s receive timeout */
+    close(fd);
+    /* A finished TLS handshake, but no HTTP/2 preface. */
+    fd = tcp_connect(f->port);
+    SSL *ssl = SSL_new(cctx);
+    SSL_set_fd(ssl, fd);
+    assert_int_equal(SSL_connect(ssl), 1);
+    int r;
+    errno = 0;
+    while ((r = SSL_read(ssl, buf, sizeof(buf))) > 0)
+        ;
+    assert_true(errno != EAGAIN && errno != EWOULDBLOCK); /* closed, not timed out */
+    SSL_free(ssl);
+    close(fd);
+    rpc_server_stats stats;
+    rpc_server_stats_get(f->srv, &stats);
+    assert_int_equal(stats.conns_handshake_closed, 2);
+    rpc_client_opts copts = {.ssl_ctx = cctx};
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, &copts, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0,
+                                        10000, NULL, &status),
+                     ST_OK);
+    fixture_stop(f);
+    rpc_limits_default(&l);
+    rpc_limits_set(&l);
+    SSL_CTX_free(cctx);
+    SSL_CTX_free(sctx);
+    X509_free(cert);
+    EVP_PKEY_free(key);
+}
+
 int main(void) {
     st_log_set_level(getenv("RPC_TEST_DEBUG") ? ST_LOG_DEBUG : ST_LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -1108,6 +1168,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_post_item_in_order),
         cmocka_unit_test(test_rpc_bad_frames_end_stream_or_connection),
         cmocka_unit_test(test_rpc_tls_alpn_h2),
+        cmocka_unit_test(test_rpc_tls_handshake_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

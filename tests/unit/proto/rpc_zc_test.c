@@ -33,6 +33,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "raw_h2.h"
+#include "frame.h" /* the deframer and wire encodings (private to proto/rpc) */
 #include "strata/rpc.h"
 
 #define ZC_MESSAGE_BYTES_MAX ((size_t)8 << 20)

@@ -35,63 +35,12 @@ struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
 #define RPC_STREAMS_MAX_DEFAULT 256u                      /* SETTINGS_MAX_CONCURRENT_STREAMS */
 #define RPC_HEADER_BYTES_MAX ((size_t)64 << 10)           /* request metadata per stream */
 #define RPC_HEADERS_COUNT_MAX 64u                         /* request metadata entries per stream */
-#define H2_CONN_OUTPUT_HIGH_WATER_BYTES ((size_t)1 << 20) /* socket output stops filling here */
-#define H2_CONN_REQUEST_BYTES_MAX ((size_t)512 << 20)     /* request bytes buffered per conn */
-#define H2_STREAM_WINDOW_BYTES ((int32_t)1 << 20)         /* HTTP/2 initial stream window */
-#define H2_CONN_WINDOW_BYTES ((int32_t)16 << 20)          /* HTTP/2 connection window */
-#define RPC_CALL_ARENA_BLOCK_BYTES ((size_t)4096)
-#define H2_HANDSHAKE_TIMEOUT_MS 10000 /* server: TLS handshake; client: connect (+ handshake) */
-#define RPC_POST_QUEUE_MAX ((size_t)1 << 20) /* pending rpc_server_post functions */
-#define RPC_GRPC_MESSAGE_MAX 1024            /* bytes of grpc-message text kept */
-#define RPC_REFUSED_RETRIES_MAX 8            /* client resubmits of a request refused unprocessed */
+#define RPC_POST_QUEUE_MAX ((size_t)1 << 20)              /* pending rpc_server_post functions */
+#define RPC_GRPC_MESSAGE_MAX 1024                         /* bytes of grpc-message text kept */
 #define RPC_SEND_HEADROOM 5 /* bytes free at the front of an rpc_call_send_buf message (prefix) */
 
 #define RPC_UNIX_PATH_MAX 107   /* a Unix socket path's bytes: sun_path holds 108 with the NUL */
 #define RPC_UNIX_PREFIX "unix:" /* addresses of the blocking helpers naming a Unix socket */
-
-/* ---- the gRPC length-prefixed message deframer (exposed for the fuzz target and tests) ----
- * Each message is 1 flag byte (0 = plain, 1 = compressed), a 4-byte big-endian length, then the
- * bytes. Messages may be split across DATA frames and several may share one. */
-typedef struct rpc_deframer {
-    uint8_t prefix[5];
-    size_t prefix_len;   /* bytes of prefix[] filled */
-    size_t msg_len;      /* length announced by the prefix */
-    st_buf msg;          /* the message being reassembled after a copy of its prefix (so it can be
-                            sent on with rpc_call_send_buf); grows as bytes arrive */
-    size_t bytes_max;    /* largest accepted message */
-    uint64_t messages;   /* complete messages delivered */
-    bool delivering_buf; /* inside on_msg for a message in msg: rpc_deframer_take may take it */
-} rpc_deframer;
-
-/* Called once per complete message; the slice is valid only during the call. Return ST_OK to go
- * on; any other code stops rpc_deframer_feed, which returns it. */
-typedef st_code (*rpc_deframer_msg_fn)(st_slice msg, void *arg);
-
-void rpc_deframer_init(rpc_deframer *d, size_t bytes_max);
-void rpc_deframer_deinit(rpc_deframer *d);
-/* Feeds bytes; calls on_msg for each message completed. Errors (the stream is then dead):
- * UNIMPLEMENTED for a compressed message (we negotiate no compression), INTERNAL for a flag byte
- * other than 0/1, RESOURCE_EXHAUSTED for a message over bytes_max or out of memory. */
-st_code rpc_deframer_feed(rpc_deframer *d, const uint8_t *data, size_t len, st_err *err,
-                          rpc_deframer_msg_fn on_msg, void *arg);
-/* Only inside on_msg: moves the message's buffer into *out (RPC_SEND_HEADROOM bytes, then the
- * message the slice points at, so the slice stays valid in *out) and keeps out's previous memory
- * for the next message. False, changing nothing, when the message was not reassembled in a
- * buffer (it came whole in one chunk, or is empty) or was already taken: copy the slice then. */
-bool rpc_deframer_take(rpc_deframer *d, st_buf *out);
-/* At end of stream: INTERNAL when a message was cut short, else ST_OK. */
-st_code rpc_deframer_finish(const rpc_deframer *d, st_err *err);
-/* Writes the 5-byte prefix for a plain message of len bytes. */
-void rpc_frame_prefix(uint8_t out[5], uint32_t len);
-
-/* grpc-timeout text ("100m", "5S", "2H"...) to microseconds; false if malformed. */
-bool rpc_timeout_parse(const char *text, size_t len, int64_t *timeout_us);
-/* Microseconds to grpc-timeout text (at most 8 digits plus unit, rounded up). */
-void rpc_timeout_format(int64_t timeout_us, char out[16]);
-/* Percent-encodes a grpc-message (bytes outside 0x20..0x7e and '%') into out (NUL-terminated,
- * truncated to fit); rpc_percent_decode is its inverse (invalid escapes kept literally). */
-void rpc_percent_encode(const char *in, char *out, size_t out_size);
-void rpc_percent_decode(const char *in, size_t in_len, char *out, size_t out_size);
 
 /* ---- server ---- */
 typedef struct rpc_server rpc_server;
@@ -115,11 +64,18 @@ typedef struct rpc_server_stats {
     uint64_t conns_accepted;
     uint64_t conns_open;
     uint64_t calls_started;
-    uint64_t calls_active;      /* calls whose stream is open */
-    uint64_t calls_cancelled;   /* by RST_STREAM, connection loss or deadline */
-    uint64_t queued_bytes;      /* response bytes queued in calls, not yet given to HTTP/2 */
-    uint64_t queued_bytes_peak; /* high-water mark of queued_bytes */
-    uint64_t bad_streams;       /* streams ended with an error status by the layer itself */
+    uint64_t calls_active;           /* calls whose stream is open */
+    uint64_t calls_cancelled;        /* by RST_STREAM, connection loss or deadline */
+    uint64_t queued_bytes;           /* response bytes queued in calls, not yet given to HTTP/2 */
+    uint64_t queued_bytes_peak;      /* high-water mark of queued_bytes */
+    uint64_t bad_streams;            /* streams ended with an error status by the layer itself */
+    uint64_t calls_refused_memory;   /* refused: buffered_request_bytes_max reached */
+    uint64_t calls_slow;             /* ended: their request arrived too slowly */
+    uint64_t conns_refused;          /* closed at accept: connections_max reached */
+    uint64_t conns_idle_closed;      /* closed after idle_timeout_ms without calls */
+    uint64_t conns_handshake_closed; /* closed: no preface+SETTINGS within handshake_timeout_ms */
+    uint64_t accept_errors;          /* accept() failures (EMFILE...): each pauses the listeners */
+    uint64_t buffered_request_bytes; /* process-wide: request bytes buffered by all calls now */
 } rpc_server_stats;
 
 /* NULL on failure (err says why). opts may be NULL. Free with rpc_server_free. */
@@ -146,19 +102,15 @@ void rpc_server_free(rpc_server *s);
 /* Thread-safe: runs fn(arg) on the server's loop thread soon, in posting order. RESOURCE_EXHAUSTED
  * if the queue is full (RPC_POST_QUEUE_MAX) or memory runs out, in which case fn will not run. */
 st_code rpc_server_post(rpc_server *s, void (*fn)(void *arg), void *arg);
-/* A queue entry for rpc_server_post_item, embedded in the caller's own object: fields private. */
+/* Room for a queue entry of rpc_server_post_item, embedded in the caller's own object. */
 typedef struct rpc_post {
-    void (*fn)(void *arg);
-    void *arg;
-    struct rpc_post *next;
-    bool owned; /* allocated by rpc_server_post (freed by the server), not embedded */
+    _Alignas(void *) unsigned char opaque[4 * sizeof(void *)]; /* the server's */
 } rpc_post;
 /* As rpc_server_post, but queues the caller's item instead of allocating one, so a thread that
  * posts often (storage's commit thread, once per durable write) does no malloc here and the loop
  * no cross-thread free. item must stay valid until fn starts; the server does not touch it once
  * fn has started (fn may free it). RESOURCE_EXHAUSTED only when the queue is full. */
 st_code rpc_server_post_item(rpc_server *s, rpc_post *item, void (*fn)(void *arg), void *arg);
-struct event_base *rpc_server_base(rpc_server *s);
 
 /* Runs base until event_base_loopbreak/loopexit or no events are left, like event_base_dispatch.
  * spin_us > 0: after each wake-up the loop keeps polling without sleeping until spin_us pass
@@ -174,6 +126,55 @@ int rpc_loop_run(struct event_base *base, unsigned spin_us);
 bool rpc_loop_poll_parse(const char *text, unsigned *spin_us);
 /* Any thread (counters are read atomically one by one). */
 void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out);
+
+/* ---- process-wide limits of the servers (every server of the process shares them) ----
+ * What a peer can make a server hold is bounded across connections: the request bytes buffered
+ * by all calls, the connections open, and how long a connection may sit without doing its part
+ * (finishing its handshake, opening calls, sending the request it announced). */
+typedef struct rpc_limits {
+    /* Request bytes buffered by all calls of all servers; a call whose message would go past it
+     * ends with RESOURCE_EXHAUSTED as soon as its gRPC prefix announces the length (a call
+     * arriving when nothing is buffered is always admitted). */
+    size_t buffered_request_bytes_max;
+    /* Server connections open at once; further ones get a GOAWAY and are closed. 0 (in
+     * rpc_limits_default) = automatic: 3/4 of RLIMIT_NOFILE, at most RPC_CONNECTIONS_MAX_AUTO. */
+    uint32_t connections_max;
+    /* A connection with no open call and nothing received this long is closed; 0: never. */
+    uint32_t idle_timeout_ms;
+    /* From accept to the client's HTTP/2 preface and SETTINGS (TLS handshake included); 0: none */
+    uint32_t handshake_timeout_ms;
+    /* A request still arriving must bring request_bytes_per_s_min over each such window, or
+     * the call ends with RESOURCE_EXHAUSTED (slow clients); 0: no check. */
+    uint32_t slow_request_window_ms;
+    uint32_t request_bytes_per_s_min;
+} rpc_limits;
+
+#define RPC_BUFFERED_REQUEST_BYTES_DEFAULT ((size_t)256 << 20)
+#define RPC_CONNECTIONS_MAX_AUTO 10000u
+#define RPC_IDLE_TIMEOUT_MS_DEFAULT 300000u
+#define RPC_HANDSHAKE_TIMEOUT_MS_DEFAULT 10000u
+#define RPC_SLOW_REQUEST_WINDOW_MS_DEFAULT 30000u
+#define RPC_REQUEST_BYTES_PER_S_MIN_DEFAULT 1024u
+
+/* The defaults above (connections_max 0: automatic). */
+void rpc_limits_default(rpc_limits *l);
+/* Sets the limits of servers created from now on (rpc_server_new copies them); call before
+ * starting servers, from one thread. Until called, the defaults apply. */
+void rpc_limits_set(const rpc_limits *l);
+void rpc_limits_get(rpc_limits *out);
+/* Command-line flags of the servers (strata-node, strata-router): when flag is one of
+ * RPC_LIMITS_FLAGS_USAGE's, parses value into l and returns 1 (consumed) or -1 (bad or missing
+ * value; err says why); 0 when flag is not one of them. */
+int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *err);
+#define RPC_LIMITS_FLAGS_USAGE                                                                     \
+    "Connection limits (docs/operations.md, Connection limits and timeouts):\n"                    \
+    "--max-buffered-request-bytes N  request bytes buffered by all calls (default 256 MiB)\n"      \
+    "--max-connections N     connections open at once (default 3/4 of ulimit -n, <= 10000)\n"      \
+    "--idle-timeout-s N      close connections without calls or traffic after N s (default 300)\n" \
+    "--handshake-timeout-ms N  HTTP/2 preface+SETTINGS (and TLS) within N ms (default 10000)\n"    \
+    "--slow-client-timeout-ms N  a request must bring --min-request-bytes-per-s over each N ms\n"  \
+    "                        (default 30000; 0: no check)\n"                                       \
+    "--min-request-bytes-per-s N  (default 1024)\n"
 
 /* ---- the server side of one call (loop thread only) ---- */
 /* Request metadata by lower-case name ("authorization", "x-goog-request-params",
@@ -283,9 +284,9 @@ rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
 /* Unary convenience over rpc_client_call. ST_OK if started; otherwise on_done will not run. */
 st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request, const rpc_metadata *md,
                          size_t md_count, int64_t timeout_ms, rpc_unary_done_fn on_done, void *arg);
-/* Only inside on_msg: hands the message's buffer over for rpc_call_send_buf, as
- * rpc_deframer_take does (false: copy the slice instead). A proxy forwards a large streamed
- * message thus without copying it. */
+/* Only inside on_msg: hands the message's reassembly buffer over for rpc_call_send_buf, with
+ * RPC_SEND_HEADROOM bytes before the message (false: copy the slice instead). A proxy forwards a
+ * large streamed message thus without copying it. */
 bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out);
 /* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. */
 void rpc_ccall_cancel(rpc_ccall *call);

@@ -1,19 +1,17 @@
-/* tlcache.c — thread-exit draining for the layer's per-thread caches (rpc_internal.h).
+/* tlcache.c — thread-exit draining for per-thread caches (st_tl_at_thread_exit in base.h).
  *
- * Three caches keep memory per thread between calls (nghttp2's small blocks in h2mem.c, ended
- * server calls in server.c, ended client calls in client.c). Each must be freed when its thread
- * exits; one pthread key whose destructor runs every drain the thread registered serves all. */
+ * Caches keep memory per thread between uses (free lists of blocks, scratch buffers). Each must be
+ * freed when its thread exits; one pthread key whose destructor runs every drain the thread
+ * registered serves all, instead of a key per cache. */
 #include <pthread.h>
 
-#include "rpc_internal.h"
-
-#define TL_DRAINS_MAX 4
+#include "strata/base.h"
 
 typedef struct tl_drains {
     struct {
         void (*fn)(void *);
         void *arg;
-    } d[TL_DRAINS_MAX];
+    } d[ST_TL_DRAINS_MAX];
     size_t n;
     bool registered; /* the key holds this thread's list */
 } tl_drains;
@@ -34,9 +32,9 @@ static void tl_key_init(void) {
     tl_key_ok = pthread_key_create(&tl_key, tl_run) == 0;
 }
 
-bool rpc_tl_at_thread_exit(void (*fn)(void *), void *arg) {
+bool st_tl_at_thread_exit(void (*fn)(void *), void *arg) {
     pthread_once(&tl_once, tl_key_init);
-    if (!tl_key_ok || tl.n >= TL_DRAINS_MAX)
+    if (!tl_key_ok || tl.n >= ST_TL_DRAINS_MAX)
         return false;
     if (!tl.registered && pthread_setspecific(tl_key, &tl) != 0)
         return false;

@@ -1,0 +1,805 @@
+/* server_call.c — rpc_call, one per stream: its arena, request headers, deadline, request
+ * deframer and response queue; the rpc_call_* API of strata/rpc.h; and the nghttp2 callbacks
+ * that turn a stream's frames into a call and its responses into frames.
+ *
+ * Lifetime of a call: the stream holds one reference until nghttp2 closes the stream (or the
+ * connection dies); the handler holds one from dispatch until rpc_call_finish. Whatever is left
+ * after the stream is gone is "detached": sends and finishes on it are no-ops. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "server_internal.h"
+
+static void call_finish_internal(rpc_call *call, st_code code, const char *msg);
+
+/* Response headers are handed to nghttp2 without copies (H2_NV): every name and value is a
+ * literal or lives in the call (status texts, the arena's grpc-message), which outlasts the
+ * HEADERS frame: the call is released only after its stream closed, and nghttp2 drops a frame of
+ * a closed stream without reading it. */
+
+/* ---- calls ---- */
+
+/* Released calls are kept per thread for the next streams (a call is a few KiB, beyond malloc's
+ * per-thread cache, and each also held a request and a response buffer): a forwarded unary call
+ * then allocates neither its call nor, usually, its buffers. Per thread rather than per server
+ * because a call may outlive its server (rpc_server_free); freed at thread exit. */
+#define CALL_CACHE_MAX 128
+#define CALL_CACHE_BUF_BYTES_MAX ((size_t)64 << 10) /* larger buffers are freed, not kept */
+
+typedef struct call_cache {
+    rpc_call *head; /* linked by next */
+    size_t n;
+    bool registered; /* for draining at thread exit */
+} call_cache;
+
+static _Thread_local call_cache tl_call_cache;
+
+static void call_cache_drain(void *arg) {
+    call_cache *cc = arg;
+    while (cc->head) {
+        rpc_call *call = cc->head;
+        cc->head = call->next;
+        st_buf_free(&call->request);
+        st_buf_free(&call->out);
+        free(call);
+    }
+    cc->n = 0;
+}
+
+/* Keeps buf's memory for the next call when it is small, else frees it. */
+static void call_buf_keep(st_buf *buf) {
+    if (buf->cap > CALL_CACHE_BUF_BYTES_MAX)
+        st_buf_free(buf);
+    else
+        st_buf_reset(buf);
+}
+
+static void call_release(rpc_call *call) {
+    h2_loop_calls(-1);
+    if (call->mem_reserved)
+        rpc_mem_release(call->mem_reserved);
+    rpc_deframer_deinit(&call->deframer);
+    st_arena_deinit(&call->arena);
+    call_cache *cc = &tl_call_cache;
+    if (!cc->registered) { /* first use on this thread: drain the cache at thread exit */
+        cc->registered = RPC_TL_CACHE_ON && rpc_tl_at_thread_exit(call_cache_drain, cc);
+        if (!cc->registered)
+            cc = NULL;
+    }
+    if (!cc || cc->n >= CALL_CACHE_MAX) {
+        st_buf_free(&call->request);
+        st_buf_free(&call->out);
+        free(call);
+        return;
+    }
+    call_buf_keep(&call->request);
+    call_buf_keep(&call->out);
+    call->next = cc->head;
+    cc->head = call;
+    cc->n++;
+}
+
+void rpc_call_ref(rpc_call *call) {
+    call->refs++;
+}
+
+void rpc_call_unref(rpc_call *call) {
+    ST_ASSERT(call->refs > 0);
+    if (--call->refs == 0)
+        call_release(call);
+}
+
+/* Where a call's deadline timer lives in its allocation. */
+static size_t call_timer_offset(void) {
+    return (sizeof(rpc_call) + 15) & ~(size_t)15;
+}
+
+static rpc_call *call_new(h2_conn *conn, int32_t stream_id) {
+    call_cache *cc = &tl_call_cache;
+    rpc_call *call = cc->head;
+    st_buf request, out;
+    if (call) {
+        cc->head = call->next;
+        cc->n--;
+        request = call->request; /* kept memory, len 0 */
+        out = call->out;
+    } else {
+        call = malloc(call_timer_offset() + event_get_struct_event_size());
+        if (!call)
+            return NULL;
+        st_buf_init(&request);
+        st_buf_init(&out);
+    }
+    memset(call, 0, offsetof(rpc_call, hdrs));
+    call->request = request;
+    call->out = out;
+    call->refs = 1; /* the stream's */
+    call->conn = conn;
+    call->stream_id = stream_id;
+    call->http_status = 200;
+    call->start_us = st_mono_us();
+    call->slow_mark_us = call->start_us;
+    st_arena_init(&call->arena, RPC_CALL_ARENA_BLOCK_BYTES);
+    rpc_deframer_init(&call->deframer, conn->srv->opts.message_bytes_max);
+    call->next = conn->calls;
+    if (conn->calls)
+        conn->calls->prev = call;
+    conn->calls = call;
+    STAT_ADD(conn->srv, calls_started, 1);
+    STAT_ADD(conn->srv, calls_active, 1);
+    h2_loop_calls(1);
+    return call;
+}
+
+/* Records the call's final status and latency in the server's metrics, once. */
+static void call_meter(rpc_server *srv, rpc_call *call, st_code code) {
+    if (call->metered)
+        return;
+    call->metered = true;
+    size_t idx = call->method ? (size_t)(call->method - srv->methods) : SIZE_MAX;
+    rpc_metrics_record(&srv->metrics, idx, code, st_mono_us() - call->start_us);
+}
+
+static void call_run_cancel(rpc_call *call) {
+    if (call->cancelled)
+        return;
+    call->cancelled = true;
+    if (call->on_cancel) {
+        rpc_call_ref(call);
+        call->on_cancel(call, call->on_cancel_arg);
+        rpc_call_unref(call);
+    }
+}
+
+/* The stream is gone (closed normally, reset, or its connection died). */
+void rpc_call_detach(rpc_call *call) {
+    h2_conn *conn = call->conn;
+    if (!conn)
+        return;
+    rpc_server *srv = conn->srv;
+    if (call->prev)
+        call->prev->next = call->next;
+    else
+        conn->calls = call->next;
+    if (call->next)
+        call->next->prev = call->prev;
+    call->prev = call->next = NULL;
+    if (!conn->calls)
+        conn->idle_since_us = st_mono_us();
+    conn->request_bytes -= call->request_bytes;
+    call->request_bytes = 0;
+    STAT_SUB(srv, queued_bytes, call->out.len - call->out_off);
+    STAT_SUB(srv, calls_active, 1);
+    /* The queue's last frames may be referenced by wbuf (a stream closes when its trailers went
+     * into wbuf, before the write): keep its memory until then instead of writing now. */
+    if (h2_out_pinned(h2_conn_wbuf(conn)) && call->out.data) {
+        if (h2_wbuf_retire(&conn->wbuf, call->out.data))
+            st_buf_init(&call->out);
+        else
+            h2_conn_out_settle(conn);
+    }
+    call_buf_keep(&call->out); /* nothing references it now: the next call may reuse it */
+    call->out_off = 0;
+    if (call->deadline_ev)
+        event_del(call->deadline_ev);
+    if (call->notify_ev)
+        event_free(call->notify_ev);
+    call->deadline_ev = call->notify_ev = NULL;
+    call->conn = NULL;
+    if (!call->finished) {
+        STAT_ADD(srv, calls_cancelled, 1);
+        call_meter(srv, call, ST_CANCELLED);
+        call_run_cancel(call);
+    }
+    rpc_call_unref(call);
+}
+
+const char *rpc_call_header(const rpc_call *call, const char *name) {
+    for (size_t i = 0; i < call->hdrs_len; i++) /* first byte first: most names differ there */
+        if (call->hdrs[i].name[0] == name[0] && strcmp(call->hdrs[i].name, name) == 0)
+            return call->hdrs[i].value;
+    return NULL;
+}
+
+const char *rpc_call_path(const rpc_call *call) {
+    return call->path ? call->path : "";
+}
+st_arena *rpc_call_arena(rpc_call *call) {
+    return &call->arena;
+}
+int64_t rpc_call_deadline_us(const rpc_call *call) {
+    return call->deadline_us;
+}
+bool rpc_call_cancelled(const rpc_call *call) {
+    return call->cancelled || !call->conn;
+}
+size_t rpc_call_queued_bytes(const rpc_call *call) {
+    return call->out.len - call->out_off;
+}
+
+bool rpc_call_writable(const rpc_call *call) {
+    return call->conn && !call->finished &&
+           rpc_call_queued_bytes(call) < call->conn->srv->opts.send_queue_bytes_max;
+}
+
+void rpc_call_set_cancel_cb(rpc_call *call, void (*on_cancel)(rpc_call *, void *), void *arg) {
+    call->on_cancel = on_cancel;
+    call->on_cancel_arg = arg;
+}
+
+static void call_notify_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rpc_call *call = arg;
+    if (!call->conn || call->finished || call->cancelled || !call->on_writable)
+        return;
+    rpc_call_ref(call);
+    call->on_writable(call, call->on_writable_arg);
+    rpc_call_unref(call);
+}
+
+void rpc_call_set_writable_cb(rpc_call *call, void (*on_writable)(rpc_call *, void *), void *arg) {
+    call->on_writable = on_writable;
+    call->on_writable_arg = arg;
+    if (call->conn && !call->notify_ev)
+        call->notify_ev = event_new(call->conn->srv->base, -1, 0, call_notify_cb, call);
+    /* Room already: say so from the loop, so a producer that registers late is not stranded. */
+    if (call->notify_ev && rpc_call_writable(call))
+        event_active(call->notify_ev, EV_TIMEOUT, 0);
+}
+
+/* ---- responses ---- */
+
+/* Decimal text of a non-negative status (gRPC codes, HTTP statuses) into buf[12]: every call
+ * ends with one, so no snprintf. */
+static const char *status_text(char buf[12], int v) {
+    char *p = buf + 11;
+    unsigned u = v < 0 ? 0u : (unsigned)v;
+    *p = 0;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u && p > buf);
+    return p;
+}
+
+static int submit_trailers(h2_conn *conn, rpc_call *call) {
+    const char *code = status_text(call->code_text, (int)call->status);
+    nghttp2_nv nva[] = {H2_NV("grpc-status", code), H2_NV("grpc-message", call->status_msg)};
+    size_t n = call->status_msg[0] ? 2 : 1;
+    return nghttp2_submit_trailer(conn->session, call->stream_id, nva, n);
+}
+
+/* Response bytes [out_off, out_off + n) went out in a DATA frame: drop them from the queue and
+ * tell a producer waiting for room. */
+static void call_out_consumed(h2_conn *conn, rpc_call *call, size_t n) {
+    call->out_off += n;
+    STAT_SUB(conn->srv, queued_bytes, n);
+    size_t left = call->out.len - call->out_off;
+    if (left == 0) {
+        st_buf_reset(&call->out);
+        call->out_off = 0;
+    }
+    size_t bound = conn->srv->opts.send_queue_bytes_max;
+    if (call->notify_ev && !call->finished && ((call->was_full && left < bound / 2) || left == 0)) {
+        call->was_full = false;
+        event_active(call->notify_ev, EV_TIMEOUT, 0);
+    }
+}
+
+/* DATA frames are NO_COPY: nghttp2 only sizes them here and send_data_cb writes the frame header
+ * and the bytes straight from the call's queue into the socket's output (large payloads are not
+ * even copied there: see h2_out_add_ref), saving a copy through nghttp2's own frame buffer. */
+static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf,
+                            size_t length, uint32_t *data_flags, nghttp2_data_source *source,
+                            void *user_data) {
+    (void)session;
+    (void)stream_id;
+    (void)buf;
+    h2_conn *conn = user_data;
+    rpc_call *call = source->ptr;
+    size_t avail = call->out.len - call->out_off;
+    if (avail == 0) {
+        if (!call->finished)
+            return NGHTTP2_ERR_DEFERRED; /* resumed by rpc_call_send / rpc_call_finish */
+        *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        if (submit_trailers(conn, call) != 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        return 0;
+    }
+    *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    return (ssize_t)(avail < length ? avail : length);
+}
+
+/* Sends one NO_COPY DATA frame sized by data_read_cb: the bytes are still the first `length` of
+ * the call's queue (rpc_call_send only appends, and its compaction keeps them first). nghttp2
+ * drops the frame instead of calling here when the stream closed meanwhile. */
+static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd,
+                        size_t length, nghttp2_data_source *source, void *user_data) {
+    (void)session;
+    h2_conn *conn = user_data;
+    rpc_call *call = source->ptr;
+    h2_wbuf *wbuf = h2_conn_wbuf(conn);
+    if (h2_out_len(conn->bev, wbuf) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
+        return NGHTTP2_ERR_WOULDBLOCK; /* retried with the same frame once the socket drains */
+    if (frame->data.padlen != 0 || length > call->out.len - call->out_off)
+        return NGHTTP2_ERR_CALLBACK_FAILURE; /* we never pad; the queue never shrinks under us */
+    /* A large payload is referenced where it lies: it stays put until h2_conn_flush writes
+     * (call_out_consumed only moves out_off, or resets an emptied queue keeping its memory). */
+    if (!h2_out_add(conn->bev, wbuf, framehd, 9) ||
+        !h2_out_add_ref(conn->bev, wbuf, call->out.data + call->out_off, length))
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    call_out_consumed(conn, call, length);
+    return 0;
+}
+
+static int submit_headers(h2_conn *conn, rpc_call *call, bool with_body) {
+    nghttp2_data_provider prd = {.source = {.ptr = call}, .read_callback = data_read_cb};
+    nghttp2_nv nva[] = {H2_NV(":status", "200"), H2_NV("content-type", "application/grpc")};
+    call->headers_sent = true;
+    return nghttp2_submit_response(conn->session, call->stream_id, nva, 2, with_body ? &prd : NULL);
+}
+
+/* A response with no messages: one HEADERS frame carrying the status (gRPC "trailers-only"). */
+static int submit_trailers_only(h2_conn *conn, rpc_call *call) {
+    const char *code = status_text(call->code_text, (int)call->status);
+    const char *http = status_text(call->http_text, call->http_status);
+    nghttp2_nv nva[] = {H2_NV(":status", http), H2_NV("content-type", "application/grpc"),
+                        H2_NV("grpc-status", code), H2_NV("grpc-message", call->status_msg)};
+    call->headers_sent = true;
+    return nghttp2_submit_response(conn->session, call->stream_id, nva, call->status_msg[0] ? 4 : 3,
+                                   NULL);
+}
+
+static void call_finish_internal(rpc_call *call, st_code code, const char *msg) {
+    if (call->finished)
+        return;
+    call->finished = true;
+    call->status = code;
+    if (call->conn)
+        call_meter(call->conn->srv, call, code);
+    if (!msg || !msg[0]) {
+        call->status_msg = ""; /* most calls: no message, nothing to keep */
+    } else {
+        char enc[RPC_GRPC_MESSAGE_MAX];
+        rpc_percent_encode(msg, enc, sizeof(enc));
+        char *dup = st_arena_dup(&call->arena, enc, strlen(enc) + 1);
+        call->status_msg = dup ? dup : "";
+    }
+    if (call->deadline_ev)
+        event_del(call->deadline_ev);
+    h2_conn *conn = call->conn;
+    if (!conn)
+        return;
+    int rv = call->headers_sent ? nghttp2_session_resume_data(conn->session, call->stream_id)
+                                : submit_trailers_only(conn, call);
+    (void)rv; /* resume fails harmlessly when the provider is not deferred */
+    h2_conn_kick(conn);
+}
+
+/* The layer itself ends a stream with an error (bad request). */
+static void call_fail(rpc_call *call, st_code code, const char *msg) {
+    if (call->finished)
+        return;
+    if (call->conn)
+        STAT_ADD(call->conn->srv, bad_streams, 1);
+    RPC_LOG_LIMITED(ST_LOG_DEBUG, "msg=\"stream failed\" code=%s detail=\"%s\"", st_code_name(code),
+                    msg);
+    call_finish_internal(call, code, msg);
+}
+
+/* Whether a message of len bytes may be queued now: ST_OK, or rpc_call_send's error. */
+static st_code call_send_check(const rpc_call *call, size_t len) {
+    h2_conn *conn = call->conn;
+    if (!conn || call->finished || call->cancelled)
+        return ST_CANCELLED;
+    const rpc_server_opts *o = &conn->srv->opts;
+    if (len > o->message_bytes_max ||
+        rpc_call_queued_bytes(call) + len > o->send_queue_bytes_max + o->message_bytes_max)
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+/* n framed bytes were added to the call's queue: count them and get them sent. */
+static st_code call_queued(rpc_call *call, size_t n) {
+    h2_conn *conn = call->conn;
+    rpc_server *srv = conn->srv;
+    uint64_t now = STAT_ADD(srv, queued_bytes, n) + n;
+    uint64_t peak = __atomic_load_n(&srv->stats.queued_bytes_peak, __ATOMIC_RELAXED);
+    if (now > peak)
+        __atomic_store_n(&srv->stats.queued_bytes_peak, now, __ATOMIC_RELAXED);
+    if (rpc_call_queued_bytes(call) >= srv->opts.send_queue_bytes_max)
+        call->was_full = true;
+    int rv = call->headers_sent ? nghttp2_session_resume_data(conn->session, call->stream_id)
+                                : submit_headers(conn, call, true);
+    if (rv != 0 && !call->headers_sent)
+        return ST_INTERNAL;
+    h2_conn_kick(conn);
+    return ST_OK;
+}
+
+st_code rpc_call_send(rpc_call *call, st_slice msg) {
+    st_code rc = call_send_check(call, msg.len);
+    if (rc != ST_OK)
+        return rc;
+    size_t queued = rpc_call_queued_bytes(call);
+    h2_conn_out_settle(call->conn); /* the queue may be moved below */
+    if (call->out_off > 0 && call->out_off >= call->out.len / 2) {
+        memmove(call->out.data, call->out.data + call->out_off, queued);
+        call->out.len = queued;
+        call->out_off = 0;
+    }
+    uint8_t prefix[RPC_SEND_HEADROOM];
+    rpc_frame_prefix(prefix, (uint32_t)msg.len);
+    if (st_buf_reserve(&call->out, RPC_SEND_HEADROOM + msg.len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    st_buf_append(&call->out, prefix, RPC_SEND_HEADROOM);
+    st_buf_append(&call->out, msg.data, msg.len);
+    return call_queued(call, RPC_SEND_HEADROOM + msg.len);
+}
+
+st_code rpc_call_send_buf(rpc_call *call, st_buf *msg) {
+    if (msg->len < RPC_SEND_HEADROOM)
+        return ST_INVALID_ARGUMENT;
+    size_t len = msg->len - RPC_SEND_HEADROOM;
+    st_code rc = call_send_check(call, len);
+    if (rc != ST_OK)
+        return rc;
+    if (rpc_call_queued_bytes(call) > 0) { /* behind other messages: copied as usual */
+        rc = rpc_call_send(call, st_slice_make(msg->data + RPC_SEND_HEADROOM, len));
+        if (rc == ST_OK)
+            st_buf_reset(msg);
+        return rc;
+    }
+    h2_conn_out_settle(call->conn); /* the old queue's memory goes back to the caller */
+    rpc_frame_prefix(msg->data, (uint32_t)len);
+    st_buf old = call->out;
+    call->out = *msg;
+    call->out_off = 0;
+    *msg = old;
+    st_buf_reset(msg);
+    return call_queued(call, RPC_SEND_HEADROOM + len);
+}
+
+void rpc_call_finish(rpc_call *call, st_code code, const char *message) {
+    if (!call->cancelled)
+        call_finish_internal(call, code, message);
+    if (call->handler_ref) {
+        call->handler_ref = false;
+        rpc_call_unref(call);
+    }
+}
+
+static void deadline_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rpc_call *call = arg;
+    if (call->finished || !call->conn)
+        return;
+    h2_conn *conn = call->conn;
+    rpc_call_ref(call);
+    STAT_ADD(conn->srv, calls_cancelled, 1);
+    call_finish_internal(call, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+    call_run_cancel(call);
+    rpc_call_unref(call);
+}
+
+/* ---- requests ---- */
+
+static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    h2_conn *conn = user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    rpc_call *call = call_new(conn, frame->hd.stream_id);
+    if (!call)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM for this one */
+    nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, call);
+    return 0;
+}
+
+static bool content_type_ok(const uint8_t *v, size_t len) {
+    static const char ct[] = "application/grpc";
+    size_t n = sizeof(ct) - 1;
+    return len >= n && memcmp(v, ct, n) == 0 && (len == n || v[n] == '+' || v[n] == ';');
+}
+
+static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, const uint8_t *value,
+                         size_t valuelen) {
+    call->hdr_bytes += namelen + valuelen + 32;
+    if (call->hdrs_len == RPC_HEADERS_COUNT_MAX || call->hdr_bytes > RPC_HEADER_BYTES_MAX) {
+        if (call->early.code == ST_OK)
+            st_err_set(&call->early, ST_RESOURCE_EXHAUSTED,
+                       "request metadata exceeds %u entries or %zu bytes", RPC_HEADERS_COUNT_MAX,
+                       RPC_HEADER_BYTES_MAX);
+        return;
+    }
+    char *n, *v;
+    size_t need = namelen + valuelen + 2;
+    if (need <= sizeof(call->hdr_text) - call->hdr_text_used) {
+        n = call->hdr_text + call->hdr_text_used;
+        v = n + namelen + 1;
+        call->hdr_text_used += need;
+    } else {
+        n = st_arena_alloc(&call->arena, namelen + 1);
+        v = st_arena_alloc(&call->arena, valuelen + 1);
+    }
+    if (!n || !v) {
+        st_err_set(&call->early, ST_RESOURCE_EXHAUSTED, "out of memory for request metadata");
+        return;
+    }
+    memcpy(n, name, namelen);
+    n[namelen] = 0;
+    memcpy(v, value, valuelen);
+    v[valuelen] = 0;
+    call->hdrs[call->hdrs_len++] = (call_hdr){n, v};
+    if (namelen == 5 && memcmp(n, ":path", 5) == 0)
+        call->path = v;
+}
+
+static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
+                     void *user_data) {
+    (void)flags;
+    (void)user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0; /* request trailers carry nothing we use */
+    rpc_call *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (!call)
+        return 0;
+    if (namelen == 7 && memcmp(name, ":method", 7) == 0) {
+        call->saw_post = valuelen == 4 && memcmp(value, "POST", 4) == 0;
+        return 0;
+    }
+    if (namelen == 12 && memcmp(name, "content-type", 12) == 0) {
+        call->saw_content_type = content_type_ok(value, valuelen);
+        return 0;
+    }
+    if (namelen == 12 && memcmp(name, "grpc-timeout", 12) == 0) {
+        int64_t us;
+        if (!rpc_timeout_parse((const char *)value, valuelen, &us))
+            st_err_set(&call->early, ST_INVALID_ARGUMENT, "malformed grpc-timeout");
+        else
+            call->deadline_us = st_mono_us() + us;
+        return 0;
+    }
+    header_store(call, name, namelen, value, valuelen);
+    return 0;
+}
+
+/* END_HEADERS of a request: decide whether this stream can become a call at all. */
+static void request_headers_done(h2_conn *conn, rpc_call *call) {
+    call->headers_done = true;
+    if (!call->saw_post) {
+        call->http_status = 405;
+        call_fail(call, ST_UNIMPLEMENTED, "gRPC requires the POST method");
+        return;
+    }
+    if (!call->saw_content_type) {
+        call->http_status = 415;
+        call_fail(call, ST_INVALID_ARGUMENT, "content-type must be application/grpc");
+        return;
+    }
+    if (call->early.code != ST_OK) {
+        call_fail(call, call->early.code, call->early.msg);
+        return;
+    }
+    if (!call->path || !(call->method = rpc_server_method_find(conn->srv, call->path))) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "unknown method %.200s", call->path ? call->path : "(none)");
+        call_fail(call, ST_UNIMPLEMENTED, msg);
+        return;
+    }
+    if (call->deadline_us) {
+        int64_t left = call->deadline_us - st_mono_us();
+        struct timeval tv = {0, 0};
+        if (left > 0) {
+            tv.tv_sec = (time_t)(left / 1000000);
+            tv.tv_usec = (suseconds_t)(left % 1000000);
+        }
+        /* The timer lives after the call struct (call_new allocated room for it): no malloc. */
+        struct event *ev = (struct event *)((char *)call + call_timer_offset());
+        if (evtimer_assign(ev, conn->srv->base, deadline_cb, call) == 0)
+            call->deadline_ev = ev;
+        if (!call->deadline_ev || evtimer_add(call->deadline_ev, &tv) != 0)
+            call_fail(call, ST_RESOURCE_EXHAUSTED, "cannot arm the deadline timer");
+    }
+}
+
+static st_code request_msg(st_slice msg, void *arg) {
+    rpc_call *call = arg;
+    if (call->deframer.messages > 1)
+        return ST_INVALID_ARGUMENT; /* client streaming is not supported */
+    if (call->request.len == 0 && rpc_deframer_take(&call->deframer, &call->request)) {
+        /* Took the reassembled buffer instead of copying a possibly huge message. */
+        call->request_skip = (size_t)(msg.data - call->request.data);
+        return ST_OK;
+    }
+    return st_buf_append(&call->request, msg.data, msg.len);
+}
+
+/* The request's size as its gRPC prefix announces it (prefix included), when this chunk
+ * completes the prefix of the first message; else 0. An oversized length is left to the
+ * deframer, which refuses it. */
+static size_t request_announced(const rpc_call *call, const uint8_t *data, size_t len) {
+    const rpc_deframer *d = &call->deframer;
+    if (d->messages > 0 || d->prefix_len >= 5 || d->prefix_len + len < 5)
+        return 0;
+    uint8_t p[5];
+    memcpy(p, d->prefix, d->prefix_len);
+    memcpy(p + d->prefix_len, data, 5 - d->prefix_len);
+    size_t n = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+    return n > d->bytes_max ? 0 : 5 + n;
+}
+
+/* Grows the call's reservation to want bytes, in its connection's and the process's budgets.
+ * The whole announced message is reserved when its prefix arrives, so a call that does not fit
+ * is refused before it buffers anything, and the ones admitted can complete. False when refused
+ * (the call is failed). */
+static bool call_reserve(h2_conn *conn, rpc_call *call, size_t want) {
+    if (want <= call->request_bytes)
+        return true;
+    size_t more = want - call->request_bytes;
+    size_t max = conn->srv->limits.buffered_request_bytes_max;
+    if (conn->request_bytes + more > H2_CONN_REQUEST_BYTES_MAX) {
+        call_fail(call, ST_RESOURCE_EXHAUSTED,
+                  "this connection buffers too many request bytes: spread large requests over "
+                  "several connections or send them one after another");
+        return false;
+    }
+    if (!rpc_mem_reserve(more, max)) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "the server is buffering %zu MiB of requests and %zu MiB more would pass its "
+                 "limit of %zu MiB (--max-buffered-request-bytes): retry later or send smaller "
+                 "requests",
+                 rpc_mem_buffered() >> 20, (more + (1 << 20) - 1) >> 20, max >> 20);
+        STAT_ADD(conn->srv, calls_refused_memory, 1);
+        call_fail(call, ST_RESOURCE_EXHAUSTED, msg);
+        return false;
+    }
+    conn->request_bytes += more;
+    call->request_bytes += more;
+    call->mem_reserved += more;
+    return true;
+}
+
+static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id,
+                         const uint8_t *data, size_t len, void *user_data) {
+    (void)flags;
+    h2_conn *conn = user_data;
+    rpc_call *call = nghttp2_session_get_stream_user_data(session, stream_id);
+    if (!call || call->finished || call->dispatched)
+        return 0; /* nghttp2 still returns the flow-control window */
+    size_t announced = request_announced(call, data, len);
+    call->request_received += len;
+    size_t want = call->request_received > announced ? call->request_received : announced;
+    if (!call_reserve(conn, call, want))
+        return 0;
+    st_err err = {0};
+    st_code rc = rpc_deframer_feed(&call->deframer, data, len, &err, request_msg, call);
+    if (rc == ST_INVALID_ARGUMENT && err.code == ST_OK)
+        st_err_set(&err, rc, "more than one request message: client streaming is unsupported");
+    if (rc != ST_OK)
+        call_fail(call, rc, err.msg);
+    return 0;
+}
+
+/* END_STREAM from the client: the request is complete; run the handler. */
+static void request_done(rpc_call *call) {
+    if (call->finished || call->dispatched)
+        return;
+    st_err err = {0};
+    if (rpc_deframer_finish(&call->deframer, &err) != ST_OK) {
+        call_fail(call, err.code, err.msg);
+        return;
+    }
+    if (call->deframer.messages != 1) {
+        call_fail(call, ST_INTERNAL, "request carried no message");
+        return;
+    }
+    call->dispatched = true;
+    call->handler_ref = true;
+    rpc_call_ref(call);
+    call->method->handler(call,
+                          st_slice_make(call->request.data + call->request_skip,
+                                        call->request.len - call->request_skip),
+                          call->method->arg);
+}
+
+static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    h2_conn *conn = user_data;
+    if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK) &&
+        !conn->ready) { /* the preface (checked by nghttp2) and the first SETTINGS are in */
+        conn->ready = true;
+        conn->idle_since_us = st_mono_us();
+    }
+    if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
+        return 0;
+    rpc_call *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (!call)
+        return 0;
+    rpc_call_ref(call);
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
+        request_headers_done(conn, call);
+    if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && call->conn)
+        request_done(call);
+    rpc_call_unref(call);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code,
+                           void *user_data) {
+    (void)error_code;
+    (void)user_data;
+    rpc_call *call = nghttp2_session_get_stream_user_data(session, stream_id);
+    if (call) {
+        nghttp2_session_set_stream_user_data(session, stream_id, NULL);
+        rpc_call_detach(call);
+    }
+    return 0;
+}
+
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    (void)user_data;
+    /* Once our END_STREAM is out, a client still sending (e.g. an oversized request we refused)
+     * is told to stop with RST_STREAM(NO_ERROR), as gRPC servers do. */
+    if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+        (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+        nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0)
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                  NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+/* ---- slow requests ---- */
+
+/* Ends the calls whose request has not brought the minimum rate over a whole window: a client
+ * trickling a request in holds its buffers and a stream slot for as long as it likes otherwise. */
+bool rpc_calls_check_slow(h2_conn *conn, int64_t now) {
+    const rpc_limits *lim = &conn->srv->limits;
+    int64_t window_us = (int64_t)lim->slow_request_window_ms * 1000;
+    uint64_t need = (uint64_t)lim->request_bytes_per_s_min * lim->slow_request_window_ms / 1000;
+    if (need == 0)
+        need = 1; /* at least some progress in each window */
+    for (rpc_call *call = conn->calls, *next; call; call = next) {
+        next = call->next;
+        if (call->dispatched || now - call->slow_mark_us < window_us ||
+            (call->finished && call->headers_done))
+            continue;
+        if (!call->headers_done) { /* stalled inside a header block: nothing else can pass */
+            STAT_ADD(conn->srv, calls_slow, 1);
+            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: %s\"",
+                            "request headers incomplete after the slow-request window");
+            return false;
+        }
+        if (call->request_received - call->slow_mark_bytes < need) {
+            char msg[200];
+            snprintf(msg, sizeof msg,
+                     "the request arrived slower than %u bytes/s over %u ms "
+                     "(--min-request-bytes-per-s): send it at once, not in a trickle",
+                     lim->request_bytes_per_s_min, lim->slow_request_window_ms);
+            STAT_ADD(conn->srv, calls_slow, 1);
+            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"ending a call: request too slow\" received=%zu",
+                            call->request_received);
+            call_fail(call, ST_RESOURCE_EXHAUSTED, msg);
+            continue;
+        }
+        call->slow_mark_us = now;
+        call->slow_mark_bytes = call->request_received;
+    }
+    return true;
+}
+
+void rpc_call_session_callbacks(nghttp2_session_callbacks *cbs) {
+    nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_cb);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+}

@@ -1,0 +1,307 @@
+/* server_conn.c — h2_conn, one per connection: a bufferevent, an nghttp2 session, its calls,
+ * and ONE close function (h2_conn_close) that every failure reaches. Output stops at
+ * H2_CONN_OUTPUT_HIGH_WATER_BYTES and resumes when the socket drains. A periodic timer enforces
+ * the process's handshake, idle and slow-request timeouts (rpc_limits). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <event2/buffer.h>
+#include <nghttp2/nghttp2.h>
+
+#include "server_internal.h"
+
+/* ---- connection output ---- */
+
+/* Where send_cb queues output (see h2_out_add). */
+h2_wbuf *h2_conn_wbuf(h2_conn *conn) {
+    return conn->direct ? &conn->wbuf : NULL;
+}
+
+/* wbuf may reference bytes of calls' response queues (send_data_cb): write them out before a
+ * queue is compacted or handed back to a caller (or freed, if it cannot be retired). Only ever
+ * needed inside a flush (a cancel callback sending), as h2_conn_flush writes after every pass. */
+void h2_conn_out_settle(h2_conn *conn) {
+    if (h2_out_pinned(h2_conn_wbuf(conn)))
+        h2_out_write_now(conn->bev, &conn->wbuf);
+}
+
+bool h2_conn_flush(h2_conn *conn) {
+    int rv;
+    do {
+        rv = nghttp2_session_send(conn->session);
+        if (rv != 0) {
+            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"h2 send failed\" err=\"%s\"", nghttp2_strerror(rv));
+            return false;
+        }
+    } while (conn->direct && h2_out_write_now(conn->bev, &conn->wbuf) &&
+             nghttp2_session_want_write(conn->session));
+    if (!nghttp2_session_want_read(conn->session) && !nghttp2_session_want_write(conn->session) &&
+        h2_out_len(conn->bev, h2_conn_wbuf(conn)) == 0)
+        return false; /* GOAWAY exchanged and everything written: done */
+    return true;
+}
+
+static void conn_flush_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    h2_conn *conn = arg;
+    if (!h2_conn_flush(conn))
+        h2_conn_close(conn);
+}
+
+/* User code queued output: flush it from the loop (re-activating an active event is a no-op). */
+void h2_conn_kick(h2_conn *conn) {
+    event_active(conn->flush_ev, EV_TIMEOUT, 0);
+}
+
+static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t length, int flags,
+                       void *user_data) {
+    (void)session;
+    (void)flags;
+    h2_conn *conn = user_data;
+    if (h2_out_len(conn->bev, h2_conn_wbuf(conn)) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
+        return NGHTTP2_ERR_WOULDBLOCK; /* resumed by the write callback */
+    if (!h2_out_add(conn->bev, h2_conn_wbuf(conn), data, length))
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    return (ssize_t)length;
+}
+
+/* ---- connections ---- */
+
+void h2_conn_close(h2_conn *conn) {
+    rpc_server *srv = conn->srv;
+    if (conn->prev)
+        conn->prev->next = conn->next;
+    else
+        srv->conns = conn->next;
+    if (conn->next)
+        conn->next->prev = conn->prev;
+    h2_wbuf_drop(&conn->wbuf); /* unwritten output is lost anyway; it must not pin the calls */
+    while (conn->calls)
+        rpc_call_detach(conn->calls); /* nghttp2_session_del runs no stream-close callbacks */
+    if (conn->read_ev)
+        event_free(conn->read_ev); /* before the bufferevent closes the socket */
+    if (conn->session)
+        nghttp2_session_del(conn->session);
+    if (conn->bev)
+        bufferevent_free(conn->bev);
+    if (conn->flush_ev)
+        event_free(conn->flush_ev);
+    if (conn->timer_ev)
+        event_free(conn->timer_ev);
+    h2_wbuf_free(&conn->wbuf);
+    if (conn->slot)
+        rpc_conn_slot_put();
+    STAT_SUB(srv, conns_open, 1);
+    free(conn);
+}
+
+/* The peer sent something: a connection without calls is idle only from now on (the idle
+ * timeout counts neither open calls nor traffic, e.g. keepalive PINGs). */
+static void conn_heard(h2_conn *conn) {
+    if (!conn->calls)
+        conn->idle_since_us = st_mono_us();
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg) {
+    h2_conn *conn = arg;
+    h2_loop_activity();
+    conn_heard(conn);
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t n;
+    while ((n = evbuffer_get_contiguous_space(in)) > 0) {
+        const uint8_t *p = evbuffer_pullup(in, (ssize_t)n);
+        ssize_t rv = nghttp2_session_mem_recv(conn->session, p, n);
+        if (rv < 0) {
+            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",
+                            nghttp2_strerror((int)rv));
+            h2_conn_flush(conn); /* try to get the GOAWAY out */
+            h2_conn_close(conn);
+            return;
+        }
+        evbuffer_drain(in, n);
+    }
+    if (!h2_conn_flush(conn))
+        h2_conn_close(conn);
+}
+
+static bool conn_feed(void *arg, const uint8_t *data, size_t len) {
+    h2_conn *conn = arg;
+    conn_heard(conn);
+    ssize_t rv = nghttp2_session_mem_recv(conn->session, data, len);
+    if (rv < 0) {
+        RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",
+                        nghttp2_strerror((int)rv));
+        h2_conn_flush(conn); /* try to get the GOAWAY out */
+        return false;
+    }
+    return true;
+}
+
+/* Plain sockets: the read event's callback (see h2_sock_read). */
+static void conn_sock_read_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    h2_conn *conn = arg;
+    h2_read_result r = h2_sock_read(fd, conn_feed, conn);
+    if (r == H2_READ_ERROR)
+        RPC_LOG_LIMITED(ST_LOG_DEBUG, "msg=\"closing connection: read failed\" errno=%d", errno);
+    if (r != H2_READ_AGAIN || !h2_conn_flush(conn))
+        h2_conn_close(conn);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg) {
+    (void)bev;
+    h2_conn *conn = arg;
+    if (!h2_conn_flush(conn))
+        h2_conn_close(conn);
+}
+
+static void conn_event_cb(struct bufferevent *bev, short events, void *arg) {
+    h2_conn *conn = arg;
+    if (events & BEV_EVENT_CONNECTED) {
+        bufferevent_set_timeouts(bev, NULL, NULL); /* handshake done: idle is fine from now */
+        if (!conn->tp->negotiated_h2(bev)) {
+            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: ALPN did not select h2\" %s",
+                            "hint=\"the client must offer h2 (gRPC) in ALPN\"");
+            h2_conn_close(conn);
+        }
+        return;
+    }
+    if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+        h2_conn_close(conn);
+}
+
+static bool h2_session_start(h2_conn *conn) {
+    nghttp2_session_callbacks *cbs;
+    if (nghttp2_session_callbacks_new(&cbs) != 0)
+        return false;
+    nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
+    rpc_call_session_callbacks(cbs);
+    nghttp2_option *opt = h2_session_option();
+    int rv = opt ? nghttp2_session_server_new3(&conn->session, cbs, conn, opt, h2_mem())
+                 : NGHTTP2_ERR_NOMEM;
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_option_del(opt);
+    if (rv != 0)
+        return false;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, conn->srv->opts.streams_max},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)H2_STREAM_WINDOW_BYTES},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)RPC_HEADER_BYTES_MAX},
+        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
+    };
+    if (nghttp2_submit_settings(conn->session, NGHTTP2_FLAG_NONE, iv, 4) != 0 ||
+        nghttp2_session_set_local_window_size(conn->session, NGHTTP2_FLAG_NONE, 0,
+                                              H2_CONN_WINDOW_BYTES) != 0)
+        return false;
+    return h2_conn_flush(conn);
+}
+
+/* ---- connection timeouts ---- */
+
+/* Ends a connection politely: GOAWAY (streams above the last one processed are refused, so a
+ * client may retry them elsewhere), written if the socket takes it, then closed. */
+static void conn_goaway_close(h2_conn *conn, const char *why) {
+    int32_t last = nghttp2_session_get_last_proc_stream_id(conn->session);
+    if (nghttp2_submit_goaway(conn->session, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR,
+                              (const uint8_t *)why, strlen(why)) == 0)
+        h2_conn_flush(conn);
+    h2_conn_close(conn);
+}
+
+static void conn_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    h2_conn *conn = arg;
+    rpc_server *srv = conn->srv;
+    const rpc_limits *lim = &srv->limits;
+    int64_t now = st_mono_us();
+    if (!conn->ready) {
+        if (lim->handshake_timeout_ms &&
+            now - conn->accepted_us >= (int64_t)lim->handshake_timeout_ms * 1000) {
+            STAT_ADD(srv, conns_handshake_closed, 1);
+            RPC_LOG_LIMITED(ST_LOG_INFO,
+                            "msg=\"closing connection: no HTTP/2 preface and SETTINGS within "
+                            "the handshake timeout\" timeout_ms=%u",
+                            lim->handshake_timeout_ms);
+            h2_conn_close(conn);
+        }
+        return;
+    }
+    if (!conn->tick_ready) { /* the handshake timeout is done with: tick at the ready period */
+        conn->tick_ready = true;
+        const struct timeval *tv = &srv->conn_tick_ready;
+        if (tv->tv_sec == 0 && tv->tv_usec == 0)
+            event_del(conn->timer_ev);
+        else
+            event_add(conn->timer_ev, tv);
+    }
+    if (!conn->calls && lim->idle_timeout_ms &&
+        now - conn->idle_since_us >= (int64_t)lim->idle_timeout_ms * 1000) {
+        STAT_ADD(srv, conns_idle_closed, 1);
+        conn_goaway_close(conn, "idle");
+        return;
+    }
+    if (lim->slow_request_window_ms && !rpc_calls_check_slow(conn, now))
+        conn_goaway_close(conn, "slow request headers");
+}
+
+/* Arms the connection's periodic timer (the timeouts), when any timeout is on. */
+static bool conn_timer_start(h2_conn *conn) {
+    rpc_server *srv = conn->srv;
+    if (srv->conn_tick.tv_sec == 0 && srv->conn_tick.tv_usec == 0)
+        return true;
+    conn->timer_ev = event_new(srv->base, -1, EV_PERSIST, conn_timer_cb, conn);
+    return conn->timer_ev && event_add(conn->timer_ev, &srv->conn_tick) == 0;
+}
+
+/* ---- opening ---- */
+
+void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
+    h2_conn *conn = calloc(1, sizeof(*conn));
+    if (!conn) {
+        rpc_conn_slot_put();
+        close(fd);
+        return;
+    }
+    conn->srv = srv;
+    conn->slot = true;
+    conn->accepted_us = st_mono_us();
+    conn->tp = srv->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
+    conn->direct = srv->opts.ssl_ctx == NULL;
+    conn->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = conn;
+    srv->conns = conn;
+    STAT_ADD(srv, conns_accepted, 1);
+    STAT_ADD(srv, conns_open, 1);
+    int one = 1;
+    if (!addr || addr->sa_family != AF_UNIX) /* a TCP option; Unix sockets have no Nagle */
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    conn->flush_ev = event_new(srv->base, -1, 0, conn_flush_cb, conn);
+    conn->bev = conn->tp->bev_new(srv->base, fd, srv->opts.ssl_ctx, true, NULL);
+    if (!conn->bev || !conn->flush_ev || !conn_timer_start(conn)) {
+        h2_conn_close(conn);
+        return;
+    }
+    bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
+    bufferevent_setwatermark(conn->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
+    /* A direct connection reads with its own event and arms the bufferevent's write event only
+     * while the socket is full. (A TLS handshake that never ends: the handshake timeout.) */
+    bool armed;
+    if (conn->direct) {
+        conn->read_ev = event_new(srv->base, bufferevent_getfd(conn->bev), EV_READ | EV_PERSIST,
+                                  conn_sock_read_cb, conn);
+        armed = conn->read_ev && event_add(conn->read_ev, NULL) == 0;
+    } else {
+        armed = bufferevent_enable(conn->bev, EV_READ | EV_WRITE) == 0;
+    }
+    if (!armed || !h2_session_start(conn))
+        h2_conn_close(conn);
+}
