@@ -22,8 +22,8 @@
 #define BENCH_TABLE_NAME_MAX (4 * BENCH_NAME_MAX)
 #define BENCH_PARAMS_MAX (3 * BENCH_TABLE_NAME_MAX + 64)
 
-static const char *const wl_names[WL_COUNT] = {"write",  "bulkwrite", "read",   "scan",
-                                               "ycsb-a", "ycsb-b",    "ycsb-e", "load"};
+static const char *const wl_names[WL_COUNT] = {
+    "write", "bulkwrite", "read", "scan", "ycsb-a", "ycsb-b", "ycsb-e", "scan-limit", "load"};
 
 const char *bench_wl_name(bench_wl wl) {
     return wl < WL_COUNT ? wl_names[wl] : "?";
@@ -35,7 +35,8 @@ bool bench_wl_writes(bench_wl wl) {
 }
 
 bool bench_wl_reads(bench_wl wl) {
-    return wl == WL_READ || wl == WL_SCAN || wl == WL_YCSB_A || wl == WL_YCSB_B || wl == WL_YCSB_E;
+    return wl == WL_READ || wl == WL_SCAN || wl == WL_YCSB_A || wl == WL_YCSB_B ||
+           wl == WL_YCSB_E || wl == WL_SCAN_LIMIT;
 }
 
 /* The process-wide stop flag (set from SIGINT / SIGTERM), one of the exceptions to "no global
@@ -86,6 +87,7 @@ typedef struct bench_slot {
     op_kind op;
     uint64_t key;  /* first row's index */
     uint32_t rows; /* rows written or expected back */
+    bool limited;  /* a scan by rows_limit from key, without an end key */
     int64_t t0_ns;
     ops_rowcheck rc;
     ops_bulkcheck bc;
@@ -237,8 +239,10 @@ static bool build_read(bench_run *r, bench_slot *s) {
         google__bigtable__v2__row_range__init(&range);
         range.start_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED;
         range.start_key_closed = one;
-        range.end_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN;
-        range.end_key_open = bin(to, tl);
+        if (!s->limited) {
+            range.end_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN;
+            range.end_key_open = bin(to, tl);
+        }
         set.n_row_ranges = 1;
         set.row_ranges = &rp;
     }
@@ -247,6 +251,8 @@ static bool build_read(bench_run *r, bench_slot *s) {
     req.table_name = r->table_name;
     req.app_profile_id = (char *)r->cfg->app_profile;
     req.rows = &set;
+    if (s->limited)
+        req.rows_limit = s->rows;
     return req_pack(r, &req.base);
 }
 
@@ -278,6 +284,7 @@ static void op_pick_ycsb_e(bench_run *r, bench_slot *s) {
 }
 
 static void op_pick(bench_run *r, bench_slot *s, uint64_t *idx) {
+    s->limited = false;
     switch (r->wl) {
     case WL_WRITE:
         s->op = OP_MUTATE;
@@ -303,8 +310,10 @@ static void op_pick(bench_run *r, bench_slot *s, uint64_t *idx) {
         s->rows = 1;
         s->key = ops_keygen_next(&r->keys_read, &s->rng);
         break;
-    case WL_SCAN: {
+    case WL_SCAN:
+    case WL_SCAN_LIMIT: {
         s->op = OP_SCAN;
+        s->limited = r->wl == WL_SCAN_LIMIT;
         s->key = ops_keygen_next(&r->keys_scan, &s->rng);
         uint64_t room = r->cfg->preload - s->key;
         s->rows = (uint32_t)(room < BENCH_SCAN_ROWS ? room : BENCH_SCAN_ROWS);

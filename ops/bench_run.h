@@ -28,7 +28,8 @@ typedef enum bench_wl {
     WL_YCSB_A,
     WL_YCSB_B,
     WL_YCSB_E,
-    WL_LOAD, /* the preload: sequential MutateRows over [0, preload) */
+    WL_SCAN_LIMIT, /* a start key and rows_limit, no end key (cbt read start=K count=N) */
+    WL_LOAD,       /* the preload: sequential MutateRows over [0, preload) */
     WL_COUNT
 } bench_wl;
 

@@ -711,7 +711,7 @@ void rtr_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, void *
         return;
     rtr_cluster *c;
     st_err err = {0};
-    if (rtr_route_cluster(r, "", false, &c, &err) != ST_OK)
+    if (rtr_profile_route(r, "", false, &c, &err) != ST_OK)
         return rtr_fail(call, err.code, "%s", err.msg);
     rtr_fan *f;
     if (!cons_new(r, call, c, c->n_nodes, token_done, &f))

@@ -14,13 +14,29 @@
 
 /* ---- clients ---- */
 
+/* Frees the buried clients that have no call left. A client the node sent GOAWAY on is no longer
+ * used for new calls but still finishes those the node accepted: it stays buried (looked at
+ * again every RTR_DRAIN_CHECK_MS) until they ended. At close everything goes. */
+static void graveyard_sweep(rtr_ctx *r, bool all) {
+    size_t k = 0;
+    for (size_t i = 0; i < r->n_graveyard; i++) {
+        rpc_client *c = r->graveyard[i];
+        if (all || rpc_client_calls(c) == 0)
+            rpc_client_free(c);
+        else
+            r->graveyard[k++] = c;
+    }
+    r->n_graveyard = k;
+}
+
 static void graveyard_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     rtr_ctx *r = arg;
-    for (size_t i = 0; i < r->n_graveyard; i++)
-        rpc_client_free(r->graveyard[i]);
-    r->n_graveyard = 0;
+    graveyard_sweep(r, false);
+    struct timeval tv = {0, RTR_DRAIN_CHECK_MS * 1000};
+    if (r->n_graveyard > 0 && r->graveyard_ev)
+        event_add(r->graveyard_ev, &tv);
 }
 
 /* A dead client may be the one whose callback we are inside: free it later, from the loop. */
@@ -77,12 +93,18 @@ static rpc_client *node_client(rtr_node *n, st_err *err) {
             n->backoff_ms = 0;
         return n->client;
     }
+    int64_t now = st_mono_us();
     if (n->client) {
         n->unix_skip = n->via_unix && !rpc_client_connected(n->client);
+        /* The node said GOAWAY (a restart, or too many stream resets): it is up, so the next
+         * connection is dialled at once, without a backoff. */
+        if (rpc_client_draining(n->client)) {
+            n->retry_at_us = now;
+            n->backoff_ms = 0;
+        }
         bury(r, n->client);
         n->client = NULL;
     }
-    int64_t now = st_mono_us();
     if (now < n->retry_at_us) {
         st_err_set(err, ST_UNAVAILABLE, "node %s is unreachable (reconnecting in %lld ms)", n->addr,
                    (long long)((n->retry_at_us - now) / 1000));
@@ -122,7 +144,7 @@ void rtr_node_disconnect_all(rtr_ctx *r) {
                 rpc_client_free(n->client); /* runs outstanding done callbacks (CANCELLED) */
             n->client = NULL;
         }
-    graveyard_cb(-1, 0, r);
+    graveyard_sweep(r, true);
     if (r->graveyard_ev)
         event_free(r->graveyard_ev);
     r->graveyard_ev = NULL;

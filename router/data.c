@@ -6,6 +6,7 @@
 #include "failover.h"
 #include "router_internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,9 +71,16 @@ typedef struct fwd_op {
     st_slice req, row;
     const char *table;
     bool idempotent;
+    bool moved_once;  /* moved on once after a node connection dropped under it */
+    int64_t drop_us;  /* when it last did (st_mono_us) */
+    bool map_checked; /* the table had no tablet here: the map was refreshed once since */
     int attempts;
     uint64_t gen;
-    st_slice resp; /* the node's answer, in the call's arena */
+    uint64_t fp;         /* rtr_qod_fingerprint of the client's request */
+    st_slice resp;       /* the node's answer, in the call's arena */
+    rpc_ccall *inflight; /* the node call of the attempt */
+    bool stalled;        /* cancelled because its cluster turned unhealthy */
+    rtr_inflight link;   /* multi-cluster: in its cluster's in-flight list during a node call */
     st_err last;
     /* A peeked table name (longer ones go to the call's arena); small enough that the op stays
      * within malloc's per-thread cache (about 1 KiB). */
@@ -82,6 +90,7 @@ typedef struct fwd_op {
 static void fwd_send(void *arg);
 
 static void fwd_finish(fwd_op *op, st_code code, const char *msg) {
+    rtr_inflight_unlink(&op->link);
     if (code == ST_OK) {
         st_code rc = rpc_call_send(op->call, op->resp);
         rpc_call_finish(op->call, rc, rc == ST_OK ? NULL : "could not send the response");
@@ -106,6 +115,11 @@ static void fwd_after_backoff(void *arg) {
 }
 
 static void fwd_retry(fwd_op *op) {
+    if (op->last.code == ST_UNAVAILABLE && rtr_plan_dark(op->r, &op->plan)) {
+        rtr_cluster_unreachable(op->c, &op->last, &op->last);
+        fwd_finish(op, op->last.code, op->last.msg);
+        return;
+    }
     if (!rtr_retry_allowed(op->attempts, op->last.code, op->last.msg) || op->r->closing ||
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), fwd_after_backoff, op) != ST_OK)
         fwd_finish(op, op->last.code, op->last.msg);
@@ -130,23 +144,90 @@ static void fwd_msg(rpc_ccall *call, st_slice msg, void *arg) {
     op->resp = st_slice_make(p, msg.len);
 }
 
-static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    (void)call;
+/* Its cluster turned unhealthy while the attempt was out: move it on now (fwd_done). */
+static void fwd_move(rtr_inflight *f) {
+    fwd_op *op = (fwd_op *)((char *)f - offsetof(fwd_op, link));
+    if (op->inflight && !op->stalled) {
+        op->stalled = true;
+        rpc_ccall_cancel(op->inflight);
+    }
+}
+
+/* An attempt failed with code (op->last holds the message): the next cluster, a retry, or the
+ * end. */
+static void fwd_after_failure(fwd_op *op, st_code code) {
+    if (op->idempotent && rtr_fo_error(code) && fwd_failover(op))
+        return;
+    if (rtr_retryable(code, op->last.msg, op->idempotent)) {
+        fwd_retry(op);
+        return;
+    }
+    fwd_finish(op, code, op->last.msg);
+}
+
+/* A drop under the request alone, RTR_QOD_CORRELATE_MS ago: did another node go down with it? */
+static void fwd_qod_settled(void *arg) {
     fwd_op *op = arg;
+    if (op->r->closing || rpc_call_cancelled(op->call) ||
+        rtr_qod_settle(op->r, op->fp, op->node, op->drop_us, &op->moved_once, &op->last) ==
+            RTR_QOD_REFUSE) {
+        fwd_finish(op, op->last.code, op->last.msg);
+        return;
+    }
+    fwd_after_failure(op, ST_UNAVAILABLE);
+}
+
+static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    fwd_op *op = arg;
+    op->inflight = NULL;
+    rtr_inflight_unlink(&op->link);
+    if (op->stalled && code == ST_CANCELLED) {
+        code = ST_DEADLINE_EXCEEDED;
+        message = "its cluster turned unhealthy while the request was out";
+    }
+    op->stalled = false;
     if (code == ST_OK)
         return fwd_finish(op, ST_OK, NULL);
     st_err_set(&op->last, code, "%s", message ? message : "");
-    rtr_health_report(op->node, code);
-    if (op->idempotent && rtr_fo_error(code) && fwd_failover(op))
+    /* Never processed (not sent, or refused by the node's GOAWAY): any request may go again,
+     * and the node is not to blame. */
+    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call)) {
+        fwd_retry(op);
         return;
-    if (rtr_retryable(code, message, op->idempotent))
-        return fwd_retry(op);
-    fwd_finish(op, code, op->last.msg);
+    }
+    rtr_health_report(op->node, code);
+    size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
+    if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
+        op->drop_us = st_mono_us();
+        rtr_qod_verdict v =
+            rtr_qod_dropped(op->r, op->fp, lost, op->node, op->drop_us, &op->moved_once, &op->last);
+        if (v == RTR_QOD_WAIT &&
+            rtr_later_add(op->r, RTR_QOD_CORRELATE_MS, fwd_qod_settled, op) == ST_OK)
+            return;
+        if (v != RTR_QOD_GO) {
+            fwd_finish(op, op->last.code, op->last.msg);
+            return;
+        }
+    }
+    fwd_after_failure(op, code);
 }
 
 static void fwd_send(void *arg) {
     fwd_op *op = arg;
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    if ((!t || t->n == 0) && !op->map_checked) { /* a stale map? look once */
+        op->map_checked = true;
+        if (rtr_cluster_refresh(op->c, fwd_send, op) != ST_OK)
+            fwd_finish(op, ST_RESOURCE_EXHAUSTED, "too many requests wait for a tablet map");
+        return;
+    }
+    if (!t || t->n == 0) { /* the cluster does not serve the table */
+        rtr_table_not_in_cluster(op->c, op->table, &op->last);
+        op->map_checked = false;
+        if (!fwd_failover(op))
+            fwd_finish(op, op->last.code, op->last.msg);
+        return;
+    }
     size_t k = rtr_tmap_row(t, op->row);
     op->gen = op->c->map_gen;
     if (k == SIZE_MAX) {
@@ -161,9 +242,15 @@ static void fwd_send(void *arg) {
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
     op->node = &op->c->nodes[t->v[k].node];
-    if (rtr_node_call(op->node, op->path, op->req, md, n_md, timeout, fwd_msg, fwd_done, op,
-                      &op->last))
+    op->inflight = rtr_node_call(op->node, op->path, op->req, md, n_md, timeout, fwd_msg, fwd_done,
+                                 op, &op->last);
+    if (op->inflight) {
+        if (op->plan.multi && op->idempotent && op->plan.cur + 1 < op->plan.n) {
+            op->link.move = fwd_move;
+            rtr_inflight_link(op->c, &op->link);
+        }
         return;
+    }
     rtr_health_report(op->node, ST_UNAVAILABLE);
     if (!fwd_failover(op)) /* it never reached the node: safe to move or retry */
         fwd_retry(op);
@@ -172,9 +259,15 @@ static void fwd_send(void *arg) {
 /* Takes op (malloc'ed, not zeroed: filled in here; NULL when out of memory): table may point
  * into op->table_buf, which is why the fields are set one by one. */
 static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *plan,
-                      const char *table, st_slice row, st_slice req, bool idempotent) {
+                      const char *table, st_slice row, st_slice req, bool idempotent, uint64_t fp) {
     if (!op)
         return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    st_err err = {0};
+    if (rtr_qod_refused(r, fp, &err)) {
+        free(op);
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     if (row.len == 0) {
         free(op);
         return rtr_fail(call, ST_INVALID_ARGUMENT, "row key must not be empty");
@@ -189,6 +282,12 @@ static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *pl
     op->row = row;
     op->table = table;
     op->idempotent = idempotent;
+    op->moved_once = false;
+    op->map_checked = false;
+    op->inflight = NULL;
+    op->stalled = false;
+    op->link = (rtr_inflight){0};
+    op->fp = fp;
     op->attempts = 0;
     op->gen = 0;
     op->resp = st_slice_make(NULL, 0);
@@ -246,12 +345,13 @@ void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
                           sizeof profile_buf, &table, &profile, &row, &idempotent) ||
         !data_route(r, call, table, profile, false, row, &plan))
         return free(op);
+    uint64_t fp = rtr_qod_fingerprint(rpc_call_path(call), req_bytes); /* before stamping */
     if (plan.multi && !idempotent) {
         if (!data_stamp(r, call, false, &req_bytes))
             return free(op);
         idempotent = true;
     }
-    fwd_start(op, r, call, &plan, table, row, req_bytes, idempotent);
+    fwd_start(op, r, call, &plan, table, row, req_bytes, idempotent, fp);
 }
 
 void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -263,7 +363,8 @@ void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
                             st_slice_make(NULL, 0), &plan))
         return;
     fwd_start(malloc(sizeof(fwd_op)), r, call, &plan, req->table_name,
-              st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false);
+              st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false,
+              rtr_qod_fingerprint(rpc_call_path(call), req_bytes));
 }
 
 void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -275,7 +376,8 @@ void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) 
                             st_slice_make(NULL, 0), &plan))
         return;
     fwd_start(malloc(sizeof(fwd_op)), r, call, &plan, req->table_name,
-              st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false);
+              st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false,
+              rtr_qod_fingerprint(rpc_call_path(call), req_bytes));
 }
 
 void rtr_h_ping_and_warm(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -373,7 +475,8 @@ static void mr_round_over(mr_op *op) {
         return mr_round(op);
     }
     st_code why = not_owner ? ST_FAILED_PRECONDITION : ST_UNAVAILABLE;
-    if (!again || !rtr_retry_allowed(op->attempts, why, not_owner ? ST_NOT_OWNER_PREFIX : NULL) ||
+    if (!again || (!not_owner && rtr_plan_dark(op->r, &op->plan)) ||
+        !rtr_retry_allowed(op->attempts, why, not_owner ? ST_NOT_OWNER_PREFIX : NULL) ||
         op->r->closing ||
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), mr_after_backoff, op) != ST_OK)
         mr_reply(op);
@@ -389,9 +492,9 @@ static void mr_msg(rpc_ccall *call, st_slice msg, void *arg) {
 /* Settles the group's entries after its call ended. Entries the node answered (final) keep their
  * status, except per-entry "not owner" answers, which are retried; entries it did not answer take
  * the call's status, non-final (retried) when that status is retryable. */
-static void mr_group_status(mr_group *g, st_code code, const char *message) {
+static void mr_group_status(mr_group *g, st_code code, const char *message, bool unprocessed) {
     mr_op *op = g->op;
-    bool retry = code != ST_OK && (rtr_retryable(code, message, op->idempotent) ||
+    bool retry = code != ST_OK && (unprocessed || rtr_retryable(code, message, op->idempotent) ||
                                    (op->plan.multi && op->idempotent && rtr_fo_error(code)));
     const char *m =
         message ? st_arena_dup(rpc_call_arena(op->call), message, strlen(message) + 1) : NULL;
@@ -411,11 +514,12 @@ static void mr_group_status(mr_group *g, st_code code, const char *message) {
 }
 
 static void mr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    (void)call;
     mr_group *g = arg;
     mr_op *op = g->op;
-    rtr_health_report(g->node, code);
-    mr_group_status(g, code, message);
+    bool unprocessed = code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call);
+    if (!unprocessed)
+        rtr_health_report(g->node, code);
+    mr_group_status(g, code, message, unprocessed);
     free(g->idx);
     free(g);
     if (--op->groups_pending == 0)

@@ -124,6 +124,13 @@ bool rtr_plan_next(rtr_ctx *r, rtr_plan *p, st_code why) {
     return true;
 }
 
+bool rtr_plan_dark(const rtr_ctx *r, const rtr_plan *p) {
+    for (size_t i = 0; i < p->n; i++)
+        if (!rtr_health_cluster_dark(r, p->order[i]))
+            return false;
+    return p->n > 0;
+}
+
 void rtr_plan_restart(rtr_ctx *r, rtr_plan *p) {
     if (!p->multi)
         return;
@@ -144,6 +151,110 @@ int64_t rtr_plan_attempt_ms(const rtr_plan *p, int64_t timeout_ms) {
     if (t > RTR_FO_ATTEMPT_MS)
         t = RTR_FO_ATTEMPT_MS;
     return t > 0 ? t : 1;
+}
+
+/* ---- queries of death ---- */
+
+uint64_t rtr_qod_fingerprint(const char *path, st_slice req) {
+    uint64_t fp = st_hash64(req.data, req.len, st_hash64(path, strlen(path), 0x516f44ULL));
+    return fp ? fp : 1; /* 0 marks a free slot */
+}
+
+static rtr_qod_suspect *qod_find(rtr_fo *fo, uint64_t fp, bool add) {
+    rtr_qod_suspect *oldest = &fo->qod[0];
+    int64_t now = st_mono_us();
+    for (size_t i = 0; i < RTR_QOD_SUSPECTS_MAX; i++) {
+        rtr_qod_suspect *s = &fo->qod[i];
+        bool stale =
+            s->fp && s->refuse_until < now && now - s->last_us > (int64_t)RTR_QOD_FORGET_MS * 1000;
+        if (stale)
+            memset(s, 0, sizeof *s);
+        if (s->fp == fp)
+            return s;
+        if (!s->fp || (oldest->fp && s->last_us < oldest->last_us))
+            oldest = s;
+    }
+    if (!add)
+        return NULL;
+    memset(oldest, 0, sizeof *oldest); /* full: the longest-quiet suspect makes room */
+    oldest->fp = fp;
+    return oldest;
+}
+
+bool rtr_qod_refused(rtr_ctx *r, uint64_t fp, st_err *err) {
+    rtr_qod_suspect *s = r->fo ? qod_find(r->fo, fp, false) : NULL;
+    int64_t now = st_mono_us();
+    if (!s || s->refuse_until <= now)
+        return false;
+    st_err_set(err, ST_INTERNAL,
+               "request refused for %lld more s: the connection to node %s dropped while it "
+               "served this request (%u time%s), possibly a query of death; check that node's "
+               "log for a crash before sending it again",
+               (long long)((s->refuse_until - now) / 1000000 + 1), s->node, s->drops,
+               s->drops == 1 ? "" : "s");
+    return true;
+}
+
+/* True when a node other than n went down within RTR_QOD_CORRELATE_MS of drop_us. */
+static bool qod_correlated(const rtr_ctx *r, const rtr_node *n, int64_t drop_us) {
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++) {
+            const rtr_health_node *h = &r->fo->nodes[c][i];
+            int64_t d = h->down_since_us - drop_us;
+            if (&r->clusters[c].nodes[i] != n && h->down && d <= RTR_QOD_CORRELATE_MS * 1000 &&
+                d >= -RTR_QOD_CORRELATE_MS * 1000)
+                return true;
+        }
+    return false;
+}
+
+static rtr_qod_verdict qod_refuse(rtr_qod_suspect *s, bool alone, st_err *err) {
+    int64_t refuse_ms = s->drops > 1 ? RTR_QOD_REPEAT_REFUSE_MS : RTR_QOD_ALONE_REFUSE_MS;
+    s->refuse_until = st_mono_us() + refuse_ms * 1000;
+    st_log(ST_LOG_WARN, "router",
+           "msg=\"possible query of death: not sent again\" node=%s drops=%u alone=%s "
+           "fingerprint=%016llx refused_s=%lld",
+           s->node, s->drops, alone ? "yes" : "no", (unsigned long long)s->fp,
+           (long long)(refuse_ms / 1000));
+    st_err_set(err, ST_INTERNAL,
+               "the connection to node %s dropped while it served this request%s, possibly a "
+               "query of death: not sent to another node; the same request is refused for %lld "
+               "s (check that node's log for a crash)",
+               s->node, alone ? " alone" : " (a second time)", (long long)(refuse_ms / 1000));
+    return RTR_QOD_REFUSE;
+}
+
+rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const rtr_node *node,
+                                int64_t drop_us, bool *moved_once, st_err *err) {
+    if (!r->fo)
+        return RTR_QOD_GO;
+    rtr_qod_suspect *s = qod_find(r->fo, fp, true);
+    s->drops++;
+    s->last_us = drop_us;
+    snprintf(s->node, sizeof s->node, "%s", node->addr);
+    if (s->drops > 1 || *moved_once)
+        return qod_refuse(s, lost_with <= 1, err);
+    if (lost_with <= 1 && !qod_correlated(r, node, drop_us))
+        return RTR_QOD_WAIT;
+    *moved_once = true;
+    return RTR_QOD_GO;
+}
+
+rtr_qod_verdict rtr_qod_settle(rtr_ctx *r, uint64_t fp, const rtr_node *node, int64_t drop_us,
+                               bool *moved_once, st_err *err) {
+    if (!r->fo)
+        return RTR_QOD_GO;
+    if (qod_correlated(r, node, drop_us)) {
+        *moved_once = true;
+        return RTR_QOD_GO;
+    }
+    rtr_qod_suspect *s = qod_find(r->fo, fp, true);
+    if (!s->drops) { /* forgotten meanwhile (the table was full): count this drop again */
+        s->drops = 1;
+        s->last_us = drop_us;
+        snprintf(s->node, sizeof s->node, "%s", node->addr);
+    }
+    return qod_refuse(s, true, err);
 }
 
 /* ---- idempotent writes ---- */

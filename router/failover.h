@@ -16,6 +16,12 @@
 #define RTR_PROBE_TIMEOUT_MS 1000 /* one probe (GetStatus); slower counts as a failure */
 #define RTR_PROBE_UP_ROUNDS 2     /* consecutive good probes that bring a node back */
 #define RTR_FO_ATTEMPT_MS 5000    /* unary attempt, ReadRows silence: another cluster remains */
+/* Query-of-death guard (failover.c, docs/router.md "Queries of death"). */
+#define RTR_QOD_SUSPECTS_MAX 256        /* requests remembered after a connection drop */
+#define RTR_QOD_ALONE_REFUSE_MS 30000   /* refused after a drop under it alone */
+#define RTR_QOD_REPEAT_REFUSE_MS 600000 /* refused after a second drop under it */
+#define RTR_QOD_FORGET_MS 600000        /* a suspect with one drop is forgotten after this */
+#define RTR_QOD_CORRELATE_MS 1000 /* another node down this close to a drop: not the request */
 
 /* ---- health.c ---- */
 /* Per-node health as the router sees it. A node is down after a failed probe or a request that
@@ -34,6 +40,15 @@ typedef struct rtr_health_cluster {
     uint64_t changes; /* verdict changes, for logs and tests */
 } rtr_health_cluster;
 
+/* A request that was in flight when a node connection dropped (failover.c). */
+typedef struct rtr_qod_suspect {
+    uint64_t fp;                     /* rtr_qod_fingerprint; 0: free slot */
+    uint32_t drops;                  /* connection drops it was in flight at */
+    int64_t last_us;                 /* st_mono_us of the last drop */
+    int64_t refuse_until;            /* st_mono_us; 0: not refused */
+    char node[ST_TOPO_ADDR_MAX + 1]; /* the node of the last drop, for the message */
+} rtr_qod_suspect;
+
 /* The module's state, rtr_ctx.fo. */
 typedef struct rtr_fo {
     rtr_ctx *ctx;
@@ -43,6 +58,7 @@ typedef struct rtr_fo {
     rtr_health_node nodes[ST_TOPO_CLUSTERS_MAX][ST_TOPO_NODES_MAX];
     int64_t ts_last_us; /* last timestamp assigned to a write (never decreases) */
     uint64_t failovers; /* requests moved to another cluster, for logs */
+    rtr_qod_suspect qod[RTR_QOD_SUSPECTS_MAX];
 } rtr_fo;
 
 /* Starts the probes (every probe_ms, rtr_opts.probe_ms or RTR_PROBE_MS_DEFAULT); every node
@@ -56,6 +72,20 @@ void rtr_health_report(rtr_node *n, st_code code);
  * that node's rows: nodes hold disjoint tablets). Without health state (unit tests, before start)
  * every cluster is healthy. */
 bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster);
+/* True when no node of the cluster is up: each failed its last probe or a request part
+ * (killed, unreachable). A request to such a cluster that failed with UNAVAILABLE is not retried
+ * further: the client gets rtr_cluster_unreachable at once. False without health state. */
+bool rtr_health_cluster_dark(const rtr_ctx *r, size_t cluster);
+/* Sets err to UNAVAILABLE "cluster X has no reachable node; ..." with last's reason. */
+st_code rtr_cluster_unreachable(const rtr_cluster *c, const st_err *last, st_err *err);
+/* Sets err to FAILED_PRECONDITION: table has no tablets in cluster c (a cluster added after the
+ * table was created holds none). */
+st_code rtr_table_not_in_cluster(const rtr_cluster *c, const char *table, st_err *err);
+
+/* Links f into c's in-flight list (unlinking it from another first) / unlinks it (no-op when
+ * not linked). When a cluster turns unhealthy, every part linked there is moved at once. */
+void rtr_inflight_link(rtr_cluster *c, rtr_inflight *f);
+void rtr_inflight_unlink(rtr_inflight *f);
 
 /* ---- failover.c: ordering (pure) ---- */
 /* One cluster as the ordering sees it. */
@@ -97,6 +127,9 @@ rtr_cluster *rtr_plan_cluster(rtr_ctx *r, const rtr_plan *p);
 /* Moves a multi-cluster plan to its next cluster; false (plan unchanged) when none is left or
  * the plan is single-cluster. Logs and counts the move. */
 bool rtr_plan_next(rtr_ctx *r, rtr_plan *p, st_code why);
+/* True when no cluster of the plan has a reachable node (rtr_health_cluster_dark): retrying an
+ * UNAVAILABLE request is pointless, the client is told at once. */
+bool rtr_plan_dark(const rtr_ctx *r, const rtr_plan *p);
 /* Back to the first cluster, healthy ones first as of now (after a backoff, once every
  * candidate failed). */
 void rtr_plan_restart(rtr_ctx *r, rtr_plan *p);
@@ -106,6 +139,36 @@ bool rtr_fo_error(st_code code);
 /* Deadline of one unary attempt: timeout_ms, but when another cluster remains in a multi-cluster
  * plan at most RTR_FO_ATTEMPT_MS and at most half of it, so the next cluster has time too. */
 int64_t rtr_plan_attempt_ms(const rtr_plan *p, int64_t timeout_ms);
+
+/* ---- failover.c: queries of death ----
+ * A request whose node connection dropped while it was in flight (reset or EOF, not a clean
+ * status) may have killed the node. Such an attempt is never moved on blindly:
+ *   - dropped with other calls in flight, or while another node went down within
+ *     RTR_QOD_CORRELATE_MS (a killed cluster, a lost host: the node died for another reason):
+ *     it moves on (to the next cluster, or retried) once;
+ *   - dropped under it alone with no other node going down around it (checked again after
+ *     RTR_QOD_CORRELATE_MS, the probes' time to notice): it goes nowhere else, the client gets
+ *     INTERNAL, and the same request (same method and bytes) is refused for
+ *     RTR_QOD_ALONE_REFUSE_MS;
+ *   - a second drop under the same request refuses it for RTR_QOD_REPEAT_REFUSE_MS.
+ * So a query of death takes down one node (two when it arrives among other load), not every
+ * cluster in turn. */
+typedef enum rtr_qod_verdict {
+    RTR_QOD_GO,     /* move on or retry as usual */
+    RTR_QOD_WAIT,   /* ask rtr_qod_settle after RTR_QOD_CORRELATE_MS */
+    RTR_QOD_REFUSE, /* end the request with err */
+} rtr_qod_verdict;
+uint64_t rtr_qod_fingerprint(const char *path, st_slice req);
+/* True (err set: INTERNAL naming the reason) while requests with fingerprint fp are refused. */
+bool rtr_qod_refused(rtr_ctx *r, uint64_t fp, st_err *err);
+/* An attempt of request fp ended because node's connection dropped under it and lost_with sent
+ * calls (rpc_ccall_conn_lost) at drop_us (st_mono_us). *moved_once: the request already moved
+ * on after such a drop (set here when it may again). */
+rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const rtr_node *node,
+                                int64_t drop_us, bool *moved_once, st_err *err);
+/* After a WAIT: GO when another node went down around drop_us, else REFUSE (err set). */
+rtr_qod_verdict rtr_qod_settle(rtr_ctx *r, uint64_t fp, const rtr_node *node, int64_t drop_us,
+                               bool *moved_once, st_err *err);
 
 /* ---- failover.c: idempotent writes ---- */
 /* The timestamp the router gives a write's SetCells with timestamp_micros -1: wall clock in

@@ -9,6 +9,7 @@
 #include "failover.h"
 
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,11 @@ static void cluster_update(rtr_fo *fo, const rtr_cluster *c, const char *why) {
         return;
     hc->up = up;
     hc->changes++;
+    /* Multi-cluster parts waiting on this cluster go to their next cluster now: a silent node
+     * would otherwise hold them until their own attempt deadline. move only cancels their node
+     * call (its done callback runs later, from the loop), so the list stays as it is here. */
+    for (rtr_inflight *f = up ? NULL : c->inflight; f; f = f->next)
+        f->move(f);
     st_log(up ? ST_LOG_INFO : ST_LOG_WARN, "router", "cluster=%s health=%s%s%s", c->topo->id,
            up ? "up" : "down", why ? " why=" : "", why ? why : "");
 }
@@ -55,27 +61,94 @@ static void node_good(rtr_fo *fo, const rtr_node *n) {
     cluster_update(fo, n->cluster, NULL);
 }
 
+/* True while the node's connection is up and has received bytes within the probe deadline: a
+ * call that timed out there waited behind the node's other work (a busy node, many streams on
+ * the connection), which is no reason to move traffic away. A silent connection is detected by
+ * the rpc client's keepalive PINGs instead. */
+static bool node_answering(const rtr_node *n) {
+    return n->client && rpc_client_alive(n->client) &&
+           rpc_client_last_read_us(n->client) > st_mono_us() - RTR_PROBE_TIMEOUT_MS * 1000;
+}
+
 void rtr_health_report(rtr_node *n, st_code code) {
     rtr_fo *fo = n->ctx->fo;
-    if (fo && !n->ctx->closing && rtr_fo_error(code))
-        node_down(fo, n, code == ST_UNAVAILABLE ? "request unavailable" : "request deadline");
+    if (!fo || n->ctx->closing || !rtr_fo_error(code))
+        return;
+    if (code == ST_DEADLINE_EXCEEDED && node_answering(n))
+        return;
+    node_down(fo, n, code == ST_UNAVAILABLE ? "request unavailable" : "request deadline");
+}
+
+void rtr_inflight_link(rtr_cluster *c, rtr_inflight *f) {
+    rtr_inflight_unlink(f);
+    f->on = c;
+    f->prev = NULL;
+    f->next = c->inflight;
+    if (c->inflight)
+        c->inflight->prev = f;
+    c->inflight = f;
+}
+
+void rtr_inflight_unlink(rtr_inflight *f) {
+    if (!f->on)
+        return;
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        f->on->inflight = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    f->on = NULL;
+    f->prev = f->next = NULL;
 }
 
 bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster) {
     return !r->fo || r->fo->clusters[cluster].up;
 }
 
+bool rtr_health_cluster_dark(const rtr_ctx *r, size_t cluster) {
+    if (!r->fo)
+        return false;
+    for (size_t i = 0; i < r->clusters[cluster].n_nodes; i++)
+        if (!r->fo->nodes[cluster][i].down)
+            return false;
+    return true;
+}
+
+st_code rtr_cluster_unreachable(const rtr_cluster *c, const st_err *last, st_err *err) {
+    char why[sizeof last->msg]; /* last may be err itself */
+    snprintf(why, sizeof why, "%s", last && last->msg[0] ? last->msg : "none");
+    return st_err_set(err, ST_UNAVAILABLE,
+                      "cluster %s has no reachable node; its %zu node(s) are down or unreachable "
+                      "(last error: %s). Requests routed to it fail until one of its nodes "
+                      "answers again; a multi-cluster app profile, or repointing this profile "
+                      "(strata failover), serves them from another cluster",
+                      c->topo->id, c->n_nodes, why);
+}
+
+st_code rtr_table_not_in_cluster(const rtr_cluster *c, const char *table, st_err *err) {
+    return st_err_set(err, ST_FAILED_PRECONDITION,
+                      "table %s has no tablets in cluster %s (a cluster added after the table "
+                      "was created holds none): use an app profile routed to a cluster that "
+                      "serves the table",
+                      table, c->topo->id);
+}
+
 /* ---- probes ---- */
 
 static void probe_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    (void)call;
     (void)message;
     rtr_node *n = arg;
     rtr_ctx *r = n->ctx;
     if (r->closing || !r->fo)
         return;
     hnode(r->fo, n)->probing = false;
-    /* Any answer, even an error status, means the node is there and serving. */
+    /* Any answer, even an error status, means the node is there and serving. A probe that timed
+     * out behind busy streams on a connection still receiving says neither. */
+    if (code == ST_DEADLINE_EXCEEDED && node_answering(n))
+        return;
+    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
+        return; /* refused by the node's GOAWAY: the next probe goes on a new connection */
     if (code == ST_UNAVAILABLE || code == ST_DEADLINE_EXCEEDED || code == ST_CANCELLED)
         node_down(r->fo, n, code == ST_UNAVAILABLE ? "probe unavailable" : "probe timeout");
     else

@@ -2,7 +2,7 @@
  * topology (the instance is the topology's project/instance; its clusters are the topology's,
  * always READY with serve_nodes = their node count and SSD storage), plus the hooks router.c
  * calls: registering this module's methods (instance admin, app profiles, Operations), writing
- * the default app profile at first start, and freeing the module's state (rtr_ctx.ext).
+ * the default app profile at first start, and freeing the module's state (rtr_ctx.inst).
  * Creating, changing or deleting instances and clusters is done by editing the topology, not
  * through the API (the methods are not registered: UNIMPLEMENTED). */
 #include "instance.h"
@@ -17,7 +17,7 @@ typedef Google__Bigtable__Admin__V2__Instance pb_instance;
 typedef Google__Bigtable__Admin__V2__Cluster pb_cluster;
 
 rtr_inst *rtr_inst_of(rtr_ctx *r) {
-    return r->ext;
+    return r->inst;
 }
 
 /* ---- messages from the topology (call arena) ---- */
@@ -173,13 +173,13 @@ static const method methods[] = {
     {RTR_LRO "WaitOperation", rtr_h_wait_operation},
 };
 
-st_code rtr_methods_extra(rtr_ctx *r, st_err *err) {
+st_code rtr_instance_open(rtr_ctx *r, st_err *err) {
     rtr_inst *in = calloc(1, sizeof *in);
     if (!in || !(in->ops = rtr_ops_new())) {
         free(in);
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
     }
-    r->ext = in;
+    r->inst = in;
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
         st_code rc = rpc_server_add_method(r->rpc, methods[i].path, methods[i].fn, r);
         if (rc != ST_OK)
@@ -226,10 +226,10 @@ st_code rtr_instance_start(rtr_ctx *r, st_err *err) {
 }
 
 void rtr_instance_close(rtr_ctx *r) {
-    rtr_inst *in = r->ext;
+    rtr_inst *in = r->inst;
     if (!in)
         return;
     rtr_ops_free(in->ops);
     free(in);
-    r->ext = NULL;
+    r->inst = NULL;
 }

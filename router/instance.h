@@ -55,8 +55,6 @@ st_code rtr_policy_parse(st_slice profile_pb, rtr_policy *out, st_err *err);
 /* Matches name against segments: lits[i] non-NULL must equal segment i, NULL segments are
  * variables (non-empty, collected in order into vars). Exactly n segments separated by '/'. */
 bool rtr_name_match(const char *name, const char *const *lits, size_t n, st_slice *vars);
-/* "projects/P/instances/I" of the topology into out (cap >= RTR_TABLE_NAME_MAX). */
-void rtr_instance_name(const st_topology *t, char *out, size_t cap);
 /* Checks that parent is the topology's instance ("-" as instance id matches when allow_any).
  * INVALID_ARGUMENT for a malformed name, NOT_FOUND for another instance. */
 st_code rtr_check_instance(const st_topology *t, const char *parent, bool allow_any, st_err *err);
@@ -94,9 +92,6 @@ st_code rtr_profile_default_pb(const st_topology *t, st_buf *out);
 bool rtr_profile_lookup(const rtr_ctx *r, const char *id, st_buf *scratch, st_slice *out);
 
 /* ---- routing (profiles.c) ---- */
-/* The body of rtr_route_cluster: see router_internal.h. NOT_FOUND for an unknown profile. */
-st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transactional,
-                          rtr_cluster **out, st_err *err);
 /* A cluster is healthy when the health probes say so (health.c: every node answers) and one of
  * its nodes has a live link or may be dialled now. */
 bool rtr_cluster_healthy(const rtr_cluster *c);
@@ -121,19 +116,20 @@ bool rtr_ops_delete(rtr_ops *o, const char *name);
 st_code rtr_op_pack_done(const char *name, const char *metadata_type, st_slice metadata,
                          const char *response_type, st_slice response, st_buf *out);
 
-/* ---- the module's state in rtr_ctx.ext (instance.c) ---- */
+/* ---- the module's state, rtr_ctx.inst (instance.c) ---- */
 typedef struct rtr_inst {
     rtr_ops *ops;
 } rtr_inst;
 rtr_inst *rtr_inst_of(rtr_ctx *r);
 
 /* ---- hooks called by router.c ---- */
-/* Registers the instance admin and Operations methods (and creates rtr_ctx.ext). */
-st_code rtr_methods_extra(rtr_ctx *r, st_err *err);
+/* Creates rtr_ctx.inst and registers the instance admin and Operations methods.
+ * RESOURCE_EXHAUSTED when memory runs out. */
+st_code rtr_instance_open(rtr_ctx *r, st_err *err);
 /* After the metadata loaded: writes the default profile when none is stored (failure is logged:
  * routing falls back to the built-in default). Runs r's loop until the write finished. */
 st_code rtr_instance_start(rtr_ctx *r, st_err *err);
-/* Frees rtr_ctx.ext. */
+/* Frees rtr_ctx.inst (NULL is fine). */
 void rtr_instance_close(rtr_ctx *r);
 
 /* ---- handlers ---- */

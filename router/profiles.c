@@ -45,10 +45,6 @@ static bool slice_is(st_slice s, const char *c) {
     return st_slice_eq(s, st_slice_cstr(c));
 }
 
-void rtr_instance_name(const st_topology *t, char *out, size_t cap) {
-    snprintf(out, cap, "projects/%s/instances/%s", t->project, t->instance);
-}
-
 static st_code check_instance_parts(const st_topology *t, const char *name, st_slice project,
                                     st_slice instance, bool allow_any, st_err *err) {
     if (slice_is(project, t->project) &&

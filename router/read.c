@@ -13,6 +13,7 @@
 #include "router_internal.h"
 
 #include <event2/event.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +39,8 @@ typedef struct rr_op {
     rpc_ccall *inflight;
     rr_wait wait;
     bool paused;    /* the node call was cancelled for backpressure */
-    bool limit_hit; /* the node call was cancelled because rows_limit was reached */
+    bool limit_hit; /* rows_limit was reached (the node ends its call by itself), or relaying
+                       failed (the node call was cancelled) */
     bool complete;  /* every row was read: finish once the backlog is out */
     st_buf backlog; /* messages, each prefixed with its varint length */
     st_buf fwd;     /* a node message's buffer taken to pass on without a copy (rr_emit) */
@@ -47,6 +49,11 @@ typedef struct rr_op {
     int attempts;
     uint64_t gen;
     st_err last;
+    uint64_t fp;        /* rtr_qod_fingerprint of the client's request */
+    bool moved_once;    /* moved on once after a node connection dropped under it */
+    int64_t drop_us;    /* when it last did (st_mono_us) */
+    bool map_checked;   /* the table had no tablet here: the map was refreshed once since */
+    rtr_inflight link;  /* multi-cluster: in its cluster's in-flight list during a node call */
     struct event *idle; /* multi-cluster: a node silent this long is given up (failover.h) */
     bool stalled;       /* the node call was cancelled by the idle timer */
 } rr_op;
@@ -54,6 +61,7 @@ typedef struct rr_op {
 static void rr_step(void *arg);
 
 static void rr_free(rr_op *op, st_code code, const char *msg) {
+    rtr_inflight_unlink(&op->link);
     rpc_call_finish(op->call, code, msg);
     st_buf_free(&op->head);
     st_buf_free(&op->pos);
@@ -80,9 +88,17 @@ static void rr_idle_cb(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
+/* Its cluster turned unhealthy while the node call was out: move on now (rr_done). */
+static void rr_move(rtr_inflight *f) {
+    rr_op *op = (rr_op *)((char *)f - offsetof(rr_op, link));
+    rr_idle_cb(-1, 0, op);
+}
+
 static void rr_idle_arm(rr_op *op) {
     if (!op->plan.multi || op->plan.cur + 1 >= op->plan.n)
         return;
+    op->link.move = rr_move;
+    rtr_inflight_link(op->c, &op->link);
     if (!op->idle && !(op->idle = evtimer_new(op->r->base, rr_idle_cb, op)))
         return; /* out of memory: the client's deadline still bounds the read */
     struct timeval tv = {RTR_FO_ATTEMPT_MS / 1000, (RTR_FO_ATTEMPT_MS % 1000) * 1000};
@@ -199,9 +215,12 @@ static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
         op->complete = false;
         return rpc_ccall_cancel(call);
     }
+    /* rows_limit reached: the node call carries the limit too (the client's request, or the
+     * rows still allowed), so the node ends the stream by itself right after this row. It is not
+     * reset: a node accepts only so many stream resets per second before it closes the whole
+     * connection (every read on it then fails), and ending by itself costs it nothing more. */
     if (rr_limit_reached(op)) {
         op->limit_hit = true;
-        rpc_ccall_cancel(call);
     } else if (backlog_bytes(op) > RTR_READ_BACKLOG_BYTES) {
         st_log(ST_LOG_DEBUG, "router", "read table=%s paused: client slow, backlog=%zu bytes",
                op->table, backlog_bytes(op));
@@ -272,6 +291,11 @@ static void rr_after_backoff(void *arg) {
 }
 
 static void rr_retry(rr_op *op) {
+    if (op->last.code == ST_UNAVAILABLE && rtr_plan_dark(op->r, &op->plan)) {
+        rtr_cluster_unreachable(op->c, &op->last, &op->last);
+        rr_free(op, op->last.code, op->last.msg);
+        return;
+    }
     if (!rtr_retry_allowed(op->attempts, op->last.code, op->last.msg) || op->r->closing ||
         rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
         return rr_free(op, op->last.code, op->last.msg);
@@ -286,6 +310,7 @@ static bool rr_failover(rr_op *op) {
     if (op->r->closing || !rtr_plan_next(op->r, &op->plan, op->last.code))
         return false;
     op->c = rtr_plan_cluster(op->r, &op->plan);
+    op->map_checked = false;
     if (rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
         rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
     else
@@ -307,11 +332,42 @@ static void rr_tablet_done(rr_op *op) {
     rr_continue(op);
 }
 
+/* A node call failed with code (op->last holds the message): the next cluster, a retry, or the
+ * end. */
+static void rr_after_failure(rr_op *op, st_code code, bool stalled) {
+    if (code == ST_UNAVAILABLE || stalled) {
+        rtr_health_report(op->node, code);
+        if (rr_failover(op))
+            return;
+    }
+    if (rtr_retryable(code, op->last.msg, true)) {
+        rr_retry(op);
+        return;
+    }
+    rr_free(op, code, op->last.msg);
+}
+
+/* A drop under the read alone, RTR_QOD_CORRELATE_MS ago: did another node go down with it? */
+static void rr_qod_settled(void *arg) {
+    rr_op *op = arg;
+    op->wait = RR_IDLE;
+    if (rpc_call_cancelled(op->call) || op->r->closing) {
+        rr_free(op, ST_CANCELLED, NULL);
+        return;
+    }
+    if (rtr_qod_settle(op->r, op->fp, op->node, op->drop_us, &op->moved_once, &op->last) ==
+        RTR_QOD_REFUSE) {
+        rr_free(op, op->last.code, op->last.msg);
+        return;
+    }
+    rr_after_failure(op, ST_UNAVAILABLE, false);
+}
+
 static void rr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    (void)call;
     rr_op *op = arg;
     op->inflight = NULL;
     op->wait = RR_IDLE;
+    rtr_inflight_unlink(&op->link);
     if (op->idle)
         evtimer_del(op->idle);
     bool stalled = op->stalled;
@@ -332,21 +388,38 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     }
     if (stalled) {
         code = ST_DEADLINE_EXCEEDED;
-        message = "the node sent nothing within the attempt deadline";
+        message = "the node sent nothing within the attempt deadline, or its cluster turned "
+                  "unhealthy";
     }
     if (code == ST_OK)
         return rr_tablet_done(op);
     st_err_set(&op->last, code, "%s", message ? message : "");
     /* The client's own deadline passing is not the node's fault: only UNAVAILABLE and the idle
      * timer's deadline move a read. */
-    if (code == ST_UNAVAILABLE || stalled) {
-        rtr_health_report(op->node, code);
-        if (rr_failover(op))
-            return;
+    /* A request the node never processed (not sent, or refused by its GOAWAY) says nothing
+     * about the node: retry on a new connection without marking it down. */
+    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call)) {
+        rr_retry(op);
+        return;
     }
-    if (rtr_retryable(code, message, true))
-        return rr_retry(op);
-    rr_free(op, code, op->last.msg);
+    size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
+    if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
+        rtr_health_report(op->node, code);
+        op->drop_us = st_mono_us();
+        rtr_qod_verdict v =
+            rtr_qod_dropped(op->r, op->fp, lost, op->node, op->drop_us, &op->moved_once, &op->last);
+        if (v == RTR_QOD_WAIT) {
+            op->wait = RR_TIMER;
+            if (rtr_later_add(op->r, RTR_QOD_CORRELATE_MS, rr_qod_settled, op) != ST_OK)
+                rr_free(op, op->last.code, op->last.msg);
+            return;
+        }
+        if (v == RTR_QOD_REFUSE) {
+            rr_free(op, op->last.code, op->last.msg);
+            return;
+        }
+    }
+    rr_after_failure(op, code, stalled);
 }
 
 static const uint32_t rr_replaced_fields[] = {2, 4}; /* rows, rows_limit */
@@ -415,11 +488,31 @@ static void rr_send(rr_op *op, const rtr_tablet *tb) {
     }
 }
 
+/* The table has no tablet in the cluster: maybe the map is stale (refreshed once to see), else
+ * the cluster does not serve it (added after the table was created): the next cluster of a
+ * multi-cluster plan, or a clear error. */
+static void rr_no_tablets(rr_op *op) {
+    if (!op->map_checked) {
+        op->map_checked = true;
+        op->wait = RR_TIMER;
+        if (rtr_cluster_refresh(op->c, rr_refreshed, op) != ST_OK)
+            rr_free(op, ST_RESOURCE_EXHAUSTED, "too many requests wait for a tablet map");
+        return;
+    }
+    rtr_table_not_in_cluster(op->c, op->table, &op->last);
+    if (!rr_failover(op))
+        rr_free(op, op->last.code, op->last.msg);
+}
+
 static void rr_step(void *arg) {
     rr_op *op = arg;
     if (rr_limit_reached(op))
         return rr_free(op, ST_OK, NULL);
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    if (!t || t->n == 0) {
+        rr_no_tablets(op);
+        return;
+    }
     size_t k = 0;
     st_slice gap;
     op->gen = op->c->map_gen;
@@ -483,6 +576,11 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
                            : st_slice_make(NULL, 0);
     if (rtr_route_plan(r, req.profile, false, row, &plan, &err) != ST_OK)
         return rtr_fail(call, err.code, "%s", err.msg);
+    uint64_t fp = rtr_qod_fingerprint(RTR_BT "ReadRows", req_bytes);
+    if (rtr_qod_refused(r, fp, &err)) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     if (req.limit < 0)
         return rtr_fail(call, ST_INVALID_ARGUMENT, "rows_limit must not be negative");
     rr_op *op = calloc(1, sizeof *op);
@@ -495,7 +593,8 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
                   .table = req.table,
                   .reversed = req.reversed,
                   .limit = req.limit,
-                  .req = req_bytes};
+                  .req = req_bytes,
+                  .fp = fp};
     st_buf_init(&op->head);
     st_buf_init(&op->pos);
     st_buf_init(&op->cur_start);

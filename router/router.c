@@ -32,8 +32,8 @@ static const method methods[] = {
     {RTR_TA "DropRowRange", rtr_h_drop_row_range},
     {RTR_TA "GenerateConsistencyToken", rtr_h_generate_consistency_token},
     {RTR_TA "CheckConsistency", rtr_h_check_consistency},
-    /* Instance admin (GetInstance, ListClusters, app profiles) and google.longrunning.Operations
-     * are added here by their module. */
+    /* Instance admin (GetInstance, ListClusters, app profiles) and google.longrunning.Operations:
+     * rtr_instance_open (instance.c). */
 };
 
 static st_code register_methods(rtr_ctx *r, st_err *err) {
@@ -42,14 +42,7 @@ static st_code register_methods(rtr_ctx *r, st_err *err) {
         if (rc != ST_OK)
             return st_err_set(err, rc, "registering %s failed", methods[i].path);
     }
-    return rtr_methods_extra(r, err); /* instance.c */
-}
-
-/* ---- routing ---- */
-
-st_code rtr_route_cluster(rtr_ctx *r, const char *app_profile_id, bool transactional,
-                          rtr_cluster **out, st_err *err) {
-    return rtr_profile_route(r, app_profile_id, transactional, out, err); /* profiles.c */
+    return rtr_instance_open(r, err); /* instance.c */
 }
 
 /* ---- request helpers ---- */

@@ -14,13 +14,11 @@
  * MutateRows, CheckAndMutateRow, ReadModifyWriteRow, SampleRowKeys, PingAndWarm), read.c
  * (ReadRows across tablets with flow control and transparent resumption), balance.c (the tablet
  * balancer: MoveTablet from the fullest node to the emptiest, one move per cluster at a time),
- * health.c and failover.c (cluster health probes; multi-cluster plans, failover and idempotent
- * writes: failover.h).
- *
- * Extension points for the instance-admin helper: rtr_ctx.meta.profiles (opaque AppProfile
- * records kept in the metadata table, written with rtr_meta_write(RTR_META_KIND_PROFILE, ...)),
- * rtr_route_cluster (replace its body), rtr_ctx.ext (a pointer for its own state, freed by it),
- * and the method table in router.c. */
+ * health.c and failover.c (cluster health probes; multi-cluster plans, failover, idempotent
+ * writes, the query-of-death guard: failover.h), instance.c, profiles.c and operations.c
+ * (instance admin, app profiles and routing by them, long-running operations: instance.h). App
+ * profiles are records of the metadata table (rtr_ctx.meta.profiles, written with
+ * rtr_meta_write(RTR_META_KIND_PROFILE, ...)). */
 #ifndef ROUTER_INTERNAL_H
 #define ROUTER_INTERNAL_H
 
@@ -56,6 +54,7 @@ struct event;
 #define RTR_INTERNAL_TABLE_PREFIX "projects/_strata/" /* never balanced */
 #define RTR_RECONNECT_BACKOFF_MIN_MS 50
 #define RTR_RECONNECT_BACKOFF_MAX_MS 2000
+#define RTR_DRAIN_CHECK_MS 100 /* a node connection closing after GOAWAY: is it done? */
 #define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
 #define RTR_TABLETS_MAX ((size_t)1 << 20)        /* tablets in one cluster's map */
 #define RTR_WAITERS_MAX 65536                    /* requests parked on one map refresh */
@@ -294,6 +293,16 @@ typedef struct rtr_bal_cluster {
     int64_t started_us;
 } rtr_bal_cluster;
 
+/* A multi-cluster request part in flight in a cluster, another cluster remaining (failover.h):
+ * when the cluster turns unhealthy, move(f) sends it on at once instead of waiting for its node
+ * to answer or time out. */
+typedef struct rtr_inflight rtr_inflight;
+struct rtr_inflight {
+    rtr_inflight *prev, *next;
+    rtr_cluster *on; /* NULL while not linked */
+    void (*move)(rtr_inflight *f);
+};
+
 typedef struct rtr_waiter {
     void (*fn)(void *arg);
     void *arg;
@@ -310,8 +319,9 @@ struct rtr_cluster {
     rtr_fan *refreshing;
     rtr_waiter *waiters;
     size_t n_waiters, cap_waiters;
-    uint32_t rr_next;    /* round robin for new tablets */
-    rtr_bal_cluster bal; /* balance.c */
+    uint32_t rr_next;       /* round robin for new tablets */
+    rtr_inflight *inflight; /* multi-cluster parts in flight here (health.c moves them) */
+    rtr_bal_cluster bal;    /* balance.c */
 };
 
 typedef struct rtr_later rtr_later;
@@ -339,8 +349,8 @@ struct rtr_ctx {
     int64_t balance_ms; /* its period */
     struct event *bal_timer;
     uint64_t bal_moves, bal_failed; /* counters for logs */
-    void *ext;         /* instance admin / app profiles / operations state (another module) */
-    struct rtr_fo *fo; /* cluster health and failover state (health.c, failover.h) */
+    struct rtr_inst *inst;          /* instance admin, app profiles, operations (instance.h) */
+    struct rtr_fo *fo;              /* cluster health and failover state (health.c, failover.h) */
 };
 
 /* ---- conn.c ---- */
@@ -391,13 +401,15 @@ st_code rtr_cluster_refresh(rtr_cluster *c, void (*fn)(void *arg), void *arg);
 /* Refreshes every cluster; fn runs when all have finished. */
 st_code rtr_refresh_all(rtr_ctx *r, void (*fn)(void *arg), void *arg);
 
-/* ---- router.c: helpers for handlers ---- */
-/* Picks the cluster that serves a request of app_profile_id ("" = default). For now every
- * profile routes to the first cluster; the instance-admin helper replaces this with the profile's
- * routing policy. FAILED_PRECONDITION when transactional is set and the profile forbids
+/* ---- profiles.c: routing ---- */
+/* The cluster that serves a request of app_profile_id ("" = default): the first cluster of its
+ * plan (failover.h, rtr_route_plan, for data requests that may move between clusters). NOT_FOUND
+ * for an unknown profile; FAILED_PRECONDITION when transactional is set and the profile forbids
  * single-row transactions. */
-st_code rtr_route_cluster(rtr_ctx *r, const char *app_profile_id, bool transactional,
+st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transactional,
                           rtr_cluster **out, st_err *err);
+
+/* ---- router.c: helpers for handlers ---- */
 ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                              st_slice bytes);
 /* The same without failing the call: NULL for a malformed message (or out of memory). */

@@ -1,5 +1,5 @@
-/* cache.h — the block cache's handle API, used by sst.c (private to the SSTable module; the
- * constructor and stats are in sst.h).
+/* cache.h — the block cache's handle API, used by the sst*.c files (private to the SSTable module;
+ * the constructor and stats are in sst.h).
  *
  * Entries are keyed by (sst id, block offset) and charged by their decompressed size. A lookup or
  * insert returns a referenced handle; the value stays valid until sto_cache_release even if the

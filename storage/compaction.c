@@ -62,8 +62,8 @@ sto_kviter *sto_tablet_sst_merge(sto_tablet *t, sto_tsst *files, size_t n) {
 /* ---- sorted runs ---- */
 
 /* A stretch of consecutive tables of a tablet's list (newest first) with pairwise disjoint key
- * ranges: the read path merges one concatenation per run (tablet.c), so runs, not tables, are
- * what reads pay for and what triggers and stalls count. */
+ * ranges: the read path merges one concatenation per run (tablet_snapshot.c), so runs, not tables,
+ * are what reads pay for and what triggers and stalls count. */
 typedef struct run_desc {
     size_t start, n;
     uint64_t bytes;

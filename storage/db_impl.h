@@ -1,4 +1,4 @@
-/* db_impl.h — the engine's private structures, shared by db.c, tablet.c, write.c, flush.c,
+/* db_impl.h — the engine's private structures, shared by db.c, tablet*.c, write.c, flush.c,
  * compaction.c and manifest.c (private to storage/).
  *
  * Locks, always taken in this order (never the reverse):
@@ -103,7 +103,7 @@ struct sto_tablet {
     size_t n_imm, cap_imm;
     sto_tsst *ssts; /* newest first */
     size_t n_ssts, cap_ssts;
-    struct sto_snapset *snapset; /* ssts as snapshots share them (tablet.c); NULL = build anew */
+    struct sto_snapset *snapset; /* ssts as snapshots share them (tablet_snapshot.c), or NULL */
     uint64_t list_gen;           /* counts changes of ssts (sto_tablet_update_hints_locked) */
     sto_gc_set *gc;
     uint64_t last_applied_lsn;

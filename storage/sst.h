@@ -77,7 +77,7 @@ void sto_sst_for_each_block(sto_sst *t,
  * the whole block on every seek. An iterator that lets go of an uncached block leaves it here; the
  * next iterator of the same read that needs that block takes it back instead of reading it. At
  * most one block is held, until the next one replaces it or sto_sst_keep_deinit. Thread-safe
- * (the slot is an atomic pointer); fields private to sst.c. */
+ * (the slot is an atomic pointer); fields private to sst_keep.c. */
 typedef struct sto_sst_keep {
     _Atomic(void *) slot;    /* the kept block's cache handle (private, not cached) */
     _Atomic(uint64_t) bytes; /* uncompressed bytes of the data blocks read from disk */

@@ -4,6 +4,7 @@
  * A client whose connection fails is dead for good: client_fail ends every call with UNAVAILABLE
  * and later calls are refused; the owner makes a new client (reconnect policy belongs to the
  * caller, who knows whether a retry is idempotent). */
+#include <errno.h>
 #include <netdb.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,11 +21,14 @@
 
 #include "rpc_internal.h"
 
+#define RPC_PEER_NAME_MAX 320 /* "unix:" + a socket path, or host:port */
+
 struct rpc_client {
     struct event_base *base;
     rpc_client_opts opts;
     const h2_transport *tp;
-    char *host;
+    char *host;                       /* :authority and TLS name: the host, or "unix:PATH" */
+    char peer[RPC_PEER_NAME_MAX + 1]; /* for logs and errors: "host:port" or "unix:PATH" */
     struct bufferevent *bev;
     nghttp2_session *session;
     rpc_ccall *calls;
@@ -41,6 +45,17 @@ struct rpc_client {
     struct event *flush_ev;
     char fail_msg[256];
     uint32_t timeouts_sent; /* requests sent with grpc-timeout (ccall_submit) */
+    /* The server sent GOAWAY: the calls it accepted finish here, new ones are refused
+     * (rpc_client_alive is false, so the owner dials a new connection), and the connection
+     * closes once the last call ended. */
+    bool draining;
+    int64_t last_read_us; /* st_mono_us of the last bytes received (0: none yet) */
+    /* Keepalive (rpc_client_opts): a timer every keepalive_ms once connected; a PING out since
+     * ping_sent_us (0: none) with nothing read since fails the connection after the timeout. */
+    struct event *ka_ev;
+    int64_t ping_sent_us;
+    bool silent;    /* failed by the keepalive: a silent peer, not a drop (rpc_ccall_conn_lost) */
+    size_t n_calls; /* calls not yet completed */
 };
 
 struct rpc_ccall {
@@ -67,6 +82,9 @@ struct rpc_ccall {
     int64_t deadline_us;   /* st_mono_us; 0 = none */
     char timeout_text[16]; /* the grpc-timeout value of the HEADERS in flight */
     int refused_retries;
+    bool unprocessed; /* ended before the server processed it (rpc_ccall_unprocessed) */
+    bool sent;        /* its HEADERS went out: the server may be working on it */
+    size_t lost_with; /* the connection dropped under it, with this many sent calls (>= 1) */
     struct event *deadline_ev; /* NULL, or the timer inside the call's allocation (added) */
     size_t alloc_bytes;        /* size of the call's allocation (ccall_alloc) */
     rpc_ccall *prev, *next;
@@ -74,12 +92,57 @@ struct rpc_ccall {
 
 #define RPC_TIMEOUT_INDEX_EVERY 256u
 
+/* ---- logging connection failures ----
+ * A peer that is down makes its owner redial every few hundred milliseconds, each dial failing
+ * again: one line per failure would flood the log. Each loop thread logs the first failure of a
+ * peer, then at most one line per peer every RPC_FAIL_LOG_EVERY_MS saying how many it skipped.
+ * Per-thread state (a fixed table, the oldest entry reused), like the caches below. */
+#define RPC_FAIL_LOG_EVERY_MS 10000
+#define RPC_FAIL_LOG_PEERS 32
+
+typedef struct fail_log_entry {
+    char peer[RPC_PEER_NAME_MAX + 1];
+    int64_t last_us; /* 0: free */
+    uint64_t skipped;
+} fail_log_entry;
+
+static _Thread_local fail_log_entry tl_fail_log[RPC_FAIL_LOG_PEERS];
+
+/* True when this failure of peer is to be logged; *skipped receives how many were not since. */
+static bool fail_log_due(const char *peer, uint64_t *skipped) {
+    int64_t now = st_mono_us();
+    fail_log_entry *e = NULL, *oldest = &tl_fail_log[0];
+    for (size_t i = 0; i < RPC_FAIL_LOG_PEERS && !e; i++) {
+        fail_log_entry *x = &tl_fail_log[i];
+        if (x->last_us && strcmp(x->peer, peer) == 0)
+            e = x;
+        else if (x->last_us < oldest->last_us)
+            oldest = x;
+    }
+    if (!e) {
+        e = oldest;
+        snprintf(e->peer, sizeof e->peer, "%s", peer);
+        e->last_us = 0;
+        e->skipped = 0;
+    }
+    if (e->last_us && now - e->last_us < (int64_t)RPC_FAIL_LOG_EVERY_MS * 1000) {
+        e->skipped++;
+        return false;
+    }
+    *skipped = e->skipped;
+    e->skipped = 0;
+    e->last_us = now;
+    return true;
+}
+
 /* Request headers are handed to nghttp2 without copies (H2_NV): every name and value is a
  * literal, or lives in the client (host) or in the call's allocation (path, metadata, timeout),
  * which outlast the HEADERS frame (nghttp2 drops a frame it will not send without reading it).
  * Names are lower case, as HTTP/2 requires (nghttp2 would otherwise lower-case its copy). */
 
 static void client_fail(rpc_client *c, const char *why);
+static void client_kick(rpc_client *c);
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data);
 
 /* ---- the per-thread cache of call allocations ----
  * A call is one allocation of a few KiB (ccall_alloc), beyond malloc's per-thread cache: ended
@@ -150,6 +213,7 @@ static void ccall_complete(rpc_ccall *call, st_code code, const char *message) {
         c->calls = call->next;
     if (call->next)
         call->next->prev = call->prev;
+    c->n_calls--;
     if (call->deadline_ev)
         event_del(call->deadline_ev);
     if (c->session && call->stream_id > 0)
@@ -164,6 +228,8 @@ static void ccall_complete(rpc_ccall *call, st_code code, const char *message) {
         ccall_mem_put(call); /* written or never referenced: reusable */
     }
     h2_loop_calls(-1);
+    if (c->draining && c->n_calls == 0)
+        client_kick(c); /* flush_cb closes the drained connection */
 }
 
 /* gRPC's mapping of HTTP status when no grpc-status arrived. */
@@ -244,6 +310,8 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg) {
     rpc_client *c = arg;
     if (!c->dead && !client_flush(c))
         client_fail(c, c->fail_msg);
+    else if (!c->dead && c->draining && c->n_calls == 0)
+        client_fail(c, "drained after the server's GOAWAY");
 }
 
 /* User code queued output: flush it from the loop (re-activating an active event is a no-op). */
@@ -355,7 +423,21 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
 }
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
-    (void)user_data;
+    rpc_client *c = user_data;
+    /* GOAWAY: the server finishes the streams up to last_stream_id and takes no new ones (a
+     * restart, or its protection against too many stream resets). Later calls need another
+     * connection: the owner sees the client as not alive and dials one, while the calls the
+     * server accepted finish here. nghttp2 closes the refused streams with REFUSED_STREAM. */
+    if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK))
+        c->ping_sent_us = 0;
+    if (frame->hd.type == NGHTTP2_GOAWAY && !c->draining) {
+        c->draining = true;
+        st_log(ST_LOG_INFO, "rpc",
+               "msg=\"server sent GOAWAY: finishing its streams on this connection, new calls "
+               "go to a new one\" peer=%s error=%s last_stream=%d",
+               c->peer, nghttp2_http2_strerror(frame->goaway.error_code),
+               frame->goaway.last_stream_id);
+    }
     /* Our request may still be going out when the server has answered (e.g. it refused an
      * oversized request): stop sending, as gRPC clients do. */
     if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
@@ -374,9 +456,14 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
     rpc_ccall *call = nghttp2_session_get_stream_user_data(session, stream_id);
     if (!call)
         return 0;
-    if (error_code == NGHTTP2_REFUSED_STREAM && !call->got_status && call->http_status == 0 &&
-        call->deframer.messages == 0 && !call->cancelled && !call->deadline_hit &&
-        call->local.code == ST_OK && call->refused_retries < RPC_REFUSED_RETRIES_MAX) {
+    bool refused = error_code == NGHTTP2_REFUSED_STREAM && !call->got_status &&
+                   call->http_status == 0 && call->deframer.messages == 0 && !call->cancelled &&
+                   !call->deadline_hit && call->local.code == ST_OK;
+    if (refused && c->draining) { /* refused by GOAWAY: this connection takes no new streams */
+        call->unprocessed = true;
+        st_err_set(&call->local, ST_UNAVAILABLE,
+                   "connection to %s is closing (GOAWAY); the request was not processed", c->peer);
+    } else if (refused && call->refused_retries < RPC_REFUSED_RETRIES_MAX) {
         call->refused_retries++;
         call->body_off = 0;
         rpc_deframer_deinit(&call->deframer);
@@ -402,8 +489,9 @@ static int on_frame_not_send(nghttp2_session *session, const nghttp2_frame *fram
             continue;
         st_log(ST_LOG_DEBUG, "rpc", "msg=\"request headers not sent\" stream=%d err=\"%s\"",
                call->stream_id, nghttp2_strerror(lib_error));
+        call->unprocessed = true;
         if (!call->cancelled && !call->deadline_hit)
-            st_err_set(&call->local, ST_UNAVAILABLE, "request not sent: %s",
+            st_err_set(&call->local, ST_UNAVAILABLE, "request to %s not sent: %s", c->peer,
                        nghttp2_strerror(lib_error));
         ccall_stream_closed(call, NGHTTP2_CANCEL);
         break;
@@ -418,16 +506,31 @@ static void client_fail(rpc_client *c, const char *why) {
     if (c->dead)
         return;
     c->dead = true;
-    st_log(ST_LOG_INFO, "rpc", "msg=\"client connection failed\" host=%s why=\"%s\"", c->host, why);
-    char msg[300];
-    snprintf(msg, sizeof(msg), "connection to %s failed: %s", c->host, why);
+    uint64_t skipped = 0;
+    if (fail_log_due(c->peer, &skipped))
+        st_log(ST_LOG_INFO, "rpc",
+               "msg=\"client connection failed\" peer=%s why=\"%s\" calls=%zu "
+               "similar_skipped=%llu",
+               c->peer, why, c->n_calls, (unsigned long long)skipped);
+    char msg[RPC_PEER_NAME_MAX + 256];
+    snprintf(msg, sizeof(msg), "connection to %s failed: %s", c->peer, why);
     h2_wbuf_drop(&c->wbuf); /* lost anyway; it must not pin the calls' requests */
+    size_t sent = 0;
+    for (rpc_ccall *call = c->calls; call; call = call->next)
+        sent += call->sent;
+    for (rpc_ccall *call = c->calls; call; call = call->next) {
+        call->lost_with = call->sent && !c->silent ? sent : 0;
+        call->unprocessed = call->unprocessed || !call->sent;
+    }
     while (c->calls)
         ccall_complete(c->calls, c->calls->deadline_hit ? ST_DEADLINE_EXCEEDED : ST_UNAVAILABLE,
                        msg);
     if (c->read_ev)
         event_free(c->read_ev); /* before the bufferevent closes the socket */
     c->read_ev = NULL;
+    if (c->ka_ev)
+        event_free(c->ka_ev);
+    c->ka_ev = NULL;
     if (c->session)
         nghttp2_session_del(c->session);
     c->session = NULL;
@@ -440,6 +543,7 @@ static void client_fail(rpc_client *c, const char *why) {
 static void client_read_cb(struct bufferevent *bev, void *arg) {
     rpc_client *c = arg;
     h2_loop_activity();
+    c->last_read_us = st_mono_us();
     struct evbuffer *in = bufferevent_get_input(bev);
     size_t n;
     while (!c->dead && (n = evbuffer_get_contiguous_space(in)) > 0) {
@@ -457,6 +561,7 @@ static void client_read_cb(struct bufferevent *bev, void *arg) {
 
 static bool client_feed(void *arg, const uint8_t *data, size_t len) {
     rpc_client *c = arg;
+    c->last_read_us = st_mono_us();
     ssize_t rv = nghttp2_session_mem_recv(c->session, data, len);
     if (rv < 0)
         client_fail(c, nghttp2_strerror((int)rv));
@@ -475,9 +580,12 @@ static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg) {
     case H2_READ_EOF:
         client_fail(c, "connection closed by the server");
         break;
-    case H2_READ_ERROR:
-        client_fail(c, "connect or socket error (is the server up? TLS mismatch?)");
+    case H2_READ_ERROR: {
+        char why[128];
+        snprintf(why, sizeof why, "socket error: %s", strerror(errno));
+        client_fail(c, why);
         break;
+    }
     case H2_READ_FED:
         break; /* client_feed failed the client */
     }
@@ -502,6 +610,48 @@ static void client_write_cb(struct bufferevent *bev, void *arg) {
         client_fail(c, c->fail_msg);
 }
 
+/* The keepalive tick: fails a connection silent since its PING for the timeout, and sends a
+ * PING while calls are open and none is out. */
+static void keepalive_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rpc_client *c = arg;
+    if (c->dead || !c->session)
+        return;
+    int64_t now = st_mono_us();
+    if (c->ping_sent_us && c->last_read_us < c->ping_sent_us &&
+        now - c->ping_sent_us >= c->opts.keepalive_timeout_ms * 1000) {
+        char why[96];
+        snprintf(why, sizeof why, "no answer to a keepalive PING within %lld ms",
+                 (long long)c->opts.keepalive_timeout_ms);
+        c->silent = true;
+        client_fail(c, why);
+        return;
+    }
+    if (c->ping_sent_us && c->last_read_us >= c->ping_sent_us)
+        c->ping_sent_us = 0; /* bytes arrived: the peer is there (its ACK follows) */
+    if (c->ping_sent_us || c->n_calls == 0)
+        return;
+    if (nghttp2_submit_ping(c->session, NGHTTP2_FLAG_NONE, NULL) == 0) {
+        c->ping_sent_us = now;
+        client_kick(c);
+    }
+}
+
+/* Connected: the keepalive timer, and TCP_USER_TIMEOUT on TCP sockets. */
+static void keepalive_start(rpc_client *c, int fd) {
+    if (c->opts.keepalive_ms < 0)
+        return;
+    unsigned int user_timeout = (unsigned int)c->opts.keepalive_timeout_ms;
+    if (!c->is_unix)
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+    c->ka_ev = event_new(c->base, -1, EV_PERSIST, keepalive_cb, c);
+    int64_t ms = c->opts.keepalive_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    if (c->ka_ev)
+        event_add(c->ka_ev, &tv);
+}
+
 static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
     rpc_client *c = arg;
     if (events & BEV_EVENT_CONNECTED) {
@@ -510,6 +660,7 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
         if (!c->is_unix) /* a TCP option; Unix sockets have no Nagle */
             setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->connected = true;
+        keepalive_start(c, bufferevent_getfd(bev));
         if (!c->tp->negotiated_h2(bev))
             client_fail(c, "TLS ALPN did not select h2");
         else if (c->direct && !client_read_direct(c))
@@ -518,10 +669,20 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
             client_fail(c, c->fail_msg);
         return;
     }
-    if (events & BEV_EVENT_EOF)
+    if (events & BEV_EVENT_EOF) {
         client_fail(c, "connection closed by the server");
-    else if (events & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
-        client_fail(c, "connect or socket error (is the server up? TLS mismatch?)");
+    } else if (events & BEV_EVENT_TIMEOUT) {
+        client_fail(c, c->connected ? "timed out" : "connect timed out");
+    } else if (events & BEV_EVENT_ERROR) {
+        char why[160];
+        int e = EVUTIL_SOCKET_ERROR();
+        snprintf(why, sizeof why, "%s%s%s", c->connected ? "socket error" : "connect failed",
+                 e ? ": " : "", e ? evutil_socket_error_to_string(e) : "");
+        if (c->opts.ssl_ctx && c->connected) /* a TLS failure leaves no socket error */
+            snprintf(why, sizeof why, "socket or TLS error%s%s", e ? ": " : "",
+                     e ? evutil_socket_error_to_string(e) : "");
+        client_fail(c, why);
+    }
 }
 
 static bool client_session_new(rpc_client *c) {
@@ -533,6 +694,7 @@ static bool client_session_new(rpc_client *c) {
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
     nghttp2_option *opt = h2_session_option();
@@ -558,6 +720,8 @@ static rpc_client *client_alloc(struct event_base *base, const char *name,
                                 const rpc_client_opts *opts, st_err *err) {
     h2_logging_init();
     rpc_client *c = calloc(1, sizeof(*c));
+    if (c)
+        snprintf(c->peer, sizeof c->peer, "%s", name);
     if (!c || !(c->host = strdup(name))) {
         free(c);
         st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory creating an RPC client");
@@ -570,6 +734,12 @@ static rpc_client *client_alloc(struct event_base *base, const char *name,
         c->opts.message_bytes_max = RPC_MESSAGE_BYTES_MAX_DEFAULT;
     if (c->opts.message_bytes_max > UINT32_MAX)
         c->opts.message_bytes_max = UINT32_MAX;
+    if (c->opts.keepalive_ms == 0)
+        c->opts.keepalive_ms = RPC_KEEPALIVE_MS_DEFAULT;
+    if (c->opts.keepalive_timeout_ms <= 0)
+        c->opts.keepalive_timeout_ms = RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT;
+    if (c->opts.connect_timeout_ms <= 0)
+        c->opts.connect_timeout_ms = RPC_CONNECT_TIMEOUT_MS_DEFAULT;
     c->tp = c->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
     c->direct = c->opts.ssl_ctx == NULL;
     return c;
@@ -589,7 +759,8 @@ static rpc_client *client_connect(rpc_client *c, const struct sockaddr *sa, sock
     }
     bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
     bufferevent_setwatermark(c->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
-    struct timeval tv = {H2_HANDSHAKE_TIMEOUT_MS / 1000, (H2_HANDSHAKE_TIMEOUT_MS % 1000) * 1000};
+    int64_t ms = c->opts.connect_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     bufferevent_set_timeouts(c->bev, &tv, &tv);
     int rv = bufferevent_socket_connect(c->bev, sa, (int)sa_len);
     if (rv != 0 || bufferevent_enable(c->bev, EV_READ | EV_WRITE) != 0) {
@@ -616,8 +787,9 @@ rpc_client *rpc_client_new(struct event_base *base, const char *host, uint16_t p
         rpc_client_free(c);
         return NULL;
     }
-    char where[300];
+    char where[RPC_PEER_NAME_MAX - 16];
     snprintf(where, sizeof(where), "%s:%u", host, port);
+    snprintf(c->peer, sizeof c->peer, "%s", where);
     c = client_connect(c, res->ai_addr, res->ai_addrlen, where, err);
     freeaddrinfo(res);
     return c;
@@ -649,6 +821,8 @@ void rpc_client_free(rpc_client *c) {
         ccall_complete(c->calls, ST_CANCELLED, "client closed");
     if (c->read_ev)
         event_free(c->read_ev);
+    if (c->ka_ev)
+        event_free(c->ka_ev);
     if (c->session)
         nghttp2_session_del(c->session);
     if (c->bev)
@@ -661,7 +835,38 @@ void rpc_client_free(rpc_client *c) {
 }
 
 bool rpc_client_alive(const rpc_client *c) {
-    return !c->dead;
+    return !c->dead && !c->draining;
+}
+
+bool rpc_client_draining(const rpc_client *c) {
+    return c->draining && !c->dead;
+}
+
+size_t rpc_client_calls(const rpc_client *c) {
+    return c->n_calls;
+}
+
+int64_t rpc_client_last_read_us(const rpc_client *c) {
+    return c->last_read_us;
+}
+
+bool rpc_ccall_unprocessed(const rpc_ccall *call) {
+    return call->unprocessed;
+}
+
+size_t rpc_ccall_conn_lost(const rpc_ccall *call) {
+    return call->lost_with;
+}
+
+/* Marks a call whose request HEADERS went out (the server may be processing it from now on). */
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
+    (void)user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    rpc_ccall *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (call)
+        call->sent = true;
+    return 0;
 }
 
 bool rpc_client_connected(const rpc_client *c) {
@@ -780,7 +985,7 @@ static rpc_ccall *ccall_alloc(const char *path, st_slice request, const rpc_meta
 rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
                            const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
                            rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg) {
-    if (c->dead || request.len > UINT32_MAX)
+    if (c->dead || c->draining || request.len > UINT32_MAX)
         return NULL;
     rpc_ccall *call = ccall_alloc(path, request, md, md_count, timeout_ms > 0);
     if (!call)
@@ -806,6 +1011,7 @@ rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
         return NULL;
     }
     h2_loop_calls(1);
+    c->n_calls++;
     call->next = c->calls;
     if (c->calls)
         c->calls->prev = call;
@@ -858,7 +1064,7 @@ st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request, cons
     st_buf_init(&u->resp);
     if (!rpc_client_call(c, path, request, md, md_count, timeout_ms, unary_msg, unary_done, u)) {
         free(u);
-        return c->dead ? ST_UNAVAILABLE : ST_RESOURCE_EXHAUSTED;
+        return !rpc_client_alive(c) ? ST_UNAVAILABLE : ST_RESOURCE_EXHAUSTED;
     }
     return ST_OK;
 }

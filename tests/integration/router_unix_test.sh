@@ -81,7 +81,7 @@ for i in $(seq 1 50); do
 done
 expect "stale socket: router falls back to TCP" "a b c1 q r3 z" "$got"
 expect "the stale socket was tried first" "yes" \
-  "$(grep -q "client connection failed\" host=unix:$dir/n1/node.sock" "$dir/r2.log" && echo yes)"
+  "$(grep -q "client connection failed\" peer=unix:$dir/n1/node.sock" "$dir/r2.log" && echo yes)"
 
 cbtr "$R2" deletetable t1 || { echo "FAIL: deletetable"; fail=1; }
 

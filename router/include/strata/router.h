@@ -1,7 +1,8 @@
 /* strata/router.h — strata-router: the public endpoint of a Strata instance. It serves the Cloud
- * Bigtable data API, table admin API (and, later, instance admin and long-running operations) on
- * one port, keeps only caches (instance metadata, each cluster's tablet map), and forwards every
- * request to the nodes that own the rows, splitting and merging requests that span tablets.
+ * Bigtable data API, table admin API, instance admin (app profiles) and long-running operations
+ * on one port, keeps only caches (instance metadata, each cluster's tablet map), and forwards
+ * every request to the nodes that own the rows, splitting and merging requests that span tablets
+ * and moving requests of multi-cluster app profiles between clusters.
  * See docs/router.md. */
 #ifndef STRATA_ROUTER_H
 #define STRATA_ROUTER_H

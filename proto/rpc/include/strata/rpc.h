@@ -37,6 +37,7 @@ struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
 #define RPC_HEADERS_COUNT_MAX 64u                         /* request metadata entries per stream */
 #define RPC_POST_QUEUE_MAX ((size_t)1 << 20)              /* pending rpc_server_post functions */
 #define RPC_GRPC_MESSAGE_MAX 1024                         /* bytes of grpc-message text kept */
+#define RPC_REFUSED_RETRIES_MAX 8 /* client resubmits of a request refused unprocessed */
 #define RPC_SEND_HEADROOM 5 /* bytes free at the front of an rpc_call_send_buf message (prefix) */
 
 #define RPC_UNIX_PATH_MAX 107   /* a Unix socket path's bytes: sun_path holds 108 with the NUL */
@@ -241,7 +242,19 @@ typedef struct rpc_client_opts {
     struct ssl_ctx_st *ssl_ctx; /* NULL = plaintext; borrowed; prepare with
                                    rpc_tls_client_ctx_prepare */
     const char *server_name;    /* TLS SNI and certificate name check; NULL = the host */
+    /* Dead-peer detection (a peer that stops answering without closing: a frozen process, a
+     * network that drops packets). While calls are open the client sends an HTTP/2 PING every
+     * keepalive_ms; when keepalive_timeout_ms pass after one with nothing received at all, the
+     * connection is failed (its calls end UNAVAILABLE, one log line). TCP sockets also get
+     * TCP_USER_TIMEOUT = keepalive_timeout_ms, so unacknowledged data fails them too. */
+    int64_t keepalive_ms;         /* 0 = RPC_KEEPALIVE_MS_DEFAULT; < 0 = no PINGs */
+    int64_t keepalive_timeout_ms; /* 0 = RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT */
+    int64_t connect_timeout_ms; /* connect (+ TLS handshake); 0 = RPC_CONNECT_TIMEOUT_MS_DEFAULT */
 } rpc_client_opts;
+
+#define RPC_KEEPALIVE_MS_DEFAULT 1000
+#define RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT 3000
+#define RPC_CONNECT_TIMEOUT_MS_DEFAULT 3000
 
 /* Per response message (streaming); slice valid during the callback only. */
 typedef void (*rpc_ccall_msg_fn)(rpc_ccall *call, st_slice msg, void *arg);
@@ -273,7 +286,19 @@ bool rpc_client_connected(const rpc_client *c);
  * bufferevent's teardown: turn the base once (event_base_loop(base, EVLOOP_NONBLOCK)) before
  * event_base_free, or TLS objects leak. */
 void rpc_client_free(rpc_client *c);
+/* False once the connection failed or the server sent GOAWAY: make a new client for new calls.
+ * A client that received GOAWAY still finishes the calls the server accepted (free it only once
+ * rpc_client_calls is 0, or its remaining calls end CANCELLED) and closes its connection after
+ * the last one. */
 bool rpc_client_alive(const rpc_client *c);
+/* True after the server's GOAWAY while the connection still finishes its calls (the server
+ * works: a new connection may be dialled at once). */
+bool rpc_client_draining(const rpc_client *c);
+/* Calls started and not yet ended. */
+size_t rpc_client_calls(const rpc_client *c);
+/* st_mono_us of the last bytes received from the server, 0 before any: a call that timed out on
+ * a connection that is still receiving met a busy server, not a dead one. */
+int64_t rpc_client_last_read_us(const rpc_client *c);
 /* Starts a call: sends the request (one message), with metadata and a deadline (timeout_ms <= 0:
  * none; sent as grpc-timeout and enforced locally). on_msg may be NULL. Returns the call, valid
  * until on_done returns; NULL if the client is dead or memory runs out (then on_done never
@@ -288,7 +313,18 @@ st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request, cons
  * RPC_SEND_HEADROOM bytes before the message (false: copy the slice instead). A proxy forwards a
  * large streamed message thus without copying it. */
 bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out);
-/* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. */
+/* Only inside on_done: true when the call ended UNAVAILABLE without the server having processed
+ * it (its request was never sent, or the server refused the stream with GOAWAY): a retry cannot
+ * apply it twice, whatever the method. */
+bool rpc_ccall_unprocessed(const rpc_ccall *call);
+/* Only inside on_done: 0, or, when the call ended because its connection dropped (reset, EOF,
+ * socket error) after its request went out, how many such calls the drop ended (this one
+ * included). A drop under a single call points at that call as its cause. A peer gone silent
+ * (no keepalive answer) is no drop: 0. */
+size_t rpc_ccall_conn_lost(const rpc_ccall *call);
+/* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. Servers
+ * limit how many resets they accept per second (nghttp2: a burst of 1000, then 33/s; past it
+ * the connection gets GOAWAY): cancel only calls that would not end by themselves. */
 void rpc_ccall_cancel(rpc_ccall *call);
 
 /* ---- blocking helpers for tests and CLI tools (own event_base, calling thread) ---- */
