@@ -679,8 +679,10 @@ uint64_t st_rng_next(st_rng *r) {
 }
 
 uint64_t st_rng_below(st_rng *r, uint64_t n) {
-    /* Lemire's multiply-shift; the tiny bias is irrelevant for tests and skiplist heights. */
-    return (uint64_t)(((unsigned __int128)st_rng_next(r) * n) >> 64);
+    /* Lemire's multiply-shift; the tiny bias is irrelevant for tests and skiplist heights.
+     * __int128 is a GCC/Clang extension (the build is -Wpedantic); __extension__ says so. */
+    __extension__ typedef unsigned __int128 u128;
+    return (uint64_t)(((u128)st_rng_next(r) * n) >> 64);
 }
 
 uint64_t st_test_seed(const char *test_name) {

@@ -202,16 +202,20 @@ static bool repl_active(node_ctx *n) {
 
 void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
-    if (!repl_active(n))
-        return node_h_generate_consistency_token(call, req_bytes, arg);
+    if (!repl_active(n)) {
+        node_h_generate_consistency_token(call, req_bytes, arg);
+        return;
+    }
     Google__Bigtable__Admin__V2__GenerateConsistencyTokenRequest *req = (void *)node_unpack(
         call, &google__bigtable__admin__v2__generate_consistency_token_request__descriptor,
         req_bytes);
     if (!req || !node_table_or_fail(n, call, req->name, NULL))
         return;
     token_op *op = calloc(1, sizeof *op);
-    if (!op)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     op->n = n;
     op->call = call;
     if (repl_positions_gather(n->repl, GATHER_TIMEOUT_MS, generate_done, op) != ST_OK) {
@@ -260,19 +264,24 @@ void node_repl_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg
         call, &google__bigtable__admin__v2__check_consistency_request__descriptor, req_bytes);
     if (!req)
         return;
-    if (!repl_active(n) || !repl_token_is_global(req->consistency_token))
-        return node_h_check_consistency(call, req_bytes, arg);
+    if (!repl_active(n) || !repl_token_is_global(req->consistency_token)) {
+        node_h_check_consistency(call, req_bytes, arg);
+        return;
+    }
     if (!node_table_or_fail(n, call, req->name, NULL))
         return;
     token_op *op = calloc(1, sizeof *op);
-    if (!op)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     op->n = n;
     op->call = call;
     st_err err;
     if (repl_token_decode(req->consistency_token, &op->token, &err) != ST_OK) {
         free(op);
-        return node_fail(call, ST_INVALID_ARGUMENT, "%s", err.msg);
+        node_fail(call, ST_INVALID_ARGUMENT, "%s", err.msg);
+        return;
     }
     if (repl_positions_gather(n->repl, GATHER_TIMEOUT_MS, check_done, op) != ST_OK) {
         free(op);

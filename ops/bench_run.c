@@ -595,8 +595,10 @@ static void lag_write_done(rpc_ccall *call, st_code code, const char *message, v
     bench_run *r = arg;
     if (r->lag.state != LAG_WRITING)
         return;
-    if (code != ST_OK)
-        return lag_fail(r, "writing the marker", message);
+    if (code != ST_OK) {
+        lag_fail(r, "writing the marker", message);
+        return;
+    }
     r->lag.acked_ns = now_ns();
     r->lag.state = LAG_POLLING;
     lag_poll(r);

@@ -82,8 +82,10 @@ ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *d
 void rtr_reply(rpc_call *call, const ProtobufCMessage *msg) {
     size_t len = protobuf_c_message_get_packed_size(msg);
     uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len ? len : 1);
-    if (!buf)
-        return rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!buf) {
+        rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     protobuf_c_message_pack(msg, buf);
     st_code rc = rpc_call_send(call, st_slice_make(buf, len));
     rpc_call_finish(call, rc, rc == ST_OK ? NULL : "could not send the response");
