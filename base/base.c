@@ -31,6 +31,65 @@ static const char *const code_names[] = {
     "UNAUTHENTICATED",
 };
 
+bool st_addr_split(const char *addr, char *host, size_t host_cap, uint16_t *port) {
+    if (!addr || !host || host_cap == 0)
+        return false;
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr)
+        return false;
+    const char *h = addr;
+    size_t hl = (size_t)(colon - addr);
+    if (h[0] == '[') { /* [v6]:port */
+        if (hl < 3 || h[hl - 1] != ']')
+            return false;
+        h++;
+        hl -= 2;
+    } else if (memchr(h, ':', hl) || memchr(h, ']', hl)) {
+        return false; /* a bare IPv6 address is ambiguous: it needs brackets */
+    }
+    if (hl >= host_cap || memchr(h, '[', hl) || memchr(h, ' ', hl))
+        return false;
+    const char *ps = colon + 1;
+    if (!*ps || strlen(ps) > 5)
+        return false;
+    unsigned long v = 0;
+    for (const char *c = ps; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return false;
+        v = v * 10 + (unsigned long)(*c - '0');
+    }
+    if (v > 65535)
+        return false;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    if (port)
+        *port = (uint16_t)v;
+    return true;
+}
+
+bool st_is_not_owner(st_code code, const char *message) {
+    return code == ST_FAILED_PRECONDITION && message &&
+           strncmp(message, ST_NOT_OWNER_PREFIX, sizeof ST_NOT_OWNER_PREFIX - 1) == 0;
+}
+
+bool st_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
+    if (!s || !*s)
+        return false;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    if (v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
 const char *st_code_name(st_code code) {
     if ((unsigned)code < sizeof(code_names) / sizeof(code_names[0]))
         return code_names[code];
@@ -620,8 +679,10 @@ uint64_t st_rng_next(st_rng *r) {
 }
 
 uint64_t st_rng_below(st_rng *r, uint64_t n) {
-    /* Lemire's multiply-shift; the tiny bias is irrelevant for tests and skiplist heights. */
-    return (uint64_t)(((unsigned __int128)st_rng_next(r) * n) >> 64);
+    /* Lemire's multiply-shift; the tiny bias is irrelevant for tests and skiplist heights.
+     * __int128 is a GCC/Clang extension (the build is -Wpedantic); __extension__ says so. */
+    __extension__ typedef unsigned __int128 u128;
+    return (uint64_t)(((u128)st_rng_next(r) * n) >> 64);
 }
 
 uint64_t st_test_seed(const char *test_name) {

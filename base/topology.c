@@ -74,42 +74,6 @@ static bool name_valid(const char *s) {
     return true;
 }
 
-bool st_addr_split(const char *addr, char *host, size_t host_cap, uint16_t *port) {
-    if (!addr || !host || host_cap == 0)
-        return false;
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr)
-        return false;
-    const char *h = addr;
-    size_t hl = (size_t)(colon - addr);
-    if (h[0] == '[') { /* [v6]:port */
-        if (hl < 3 || h[hl - 1] != ']')
-            return false;
-        h++;
-        hl -= 2;
-    } else if (memchr(h, ':', hl) || memchr(h, ']', hl)) {
-        return false; /* a bare IPv6 address is ambiguous: it needs brackets */
-    }
-    if (hl >= host_cap || memchr(h, '[', hl) || memchr(h, ' ', hl))
-        return false;
-    const char *ps = colon + 1;
-    if (!*ps || strlen(ps) > 5)
-        return false;
-    unsigned long v = 0;
-    for (const char *c = ps; *c; c++) {
-        if (*c < '0' || *c > '9')
-            return false;
-        v = v * 10 + (unsigned long)(*c - '0');
-    }
-    if (v > 65535)
-        return false;
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    if (port)
-        *port = (uint16_t)v;
-    return true;
-}
-
 /* An address a process can listen on or be dialled at: host:port with a non-zero port. */
 static bool addr_valid(const char *addr) {
     char host[ST_TOPO_ADDR_MAX + 1];

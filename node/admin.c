@@ -222,16 +222,25 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     st_err err = {0};
     char name[NODE_TABLE_NAME_MAX + 64];
-    if (check_parent(req->parent, &err) != ST_OK)
-        return node_fail(call, err.code, "%s", err.msg);
-    if (!btu_table_id_valid(req->table_id))
-        return node_fail(
-            call, ST_INVALID_ARGUMENT,
-            "invalid table id '%s': use 1-50 of [-_.a-zA-Z0-9], not starting with - or .",
-            req->table_id);
+    if (check_parent(req->parent, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    if (!btu_table_id_valid(req->table_id)) {
+        node_fail(call, ST_INVALID_ARGUMENT,
+                  "invalid table id '%s': use 1-%d of [-_.a-zA-Z0-9], not starting with - or .",
+                  req->table_id, BTU_TABLE_ID_MAX);
+        return;
+    }
     snprintf(name, sizeof name, "%s/tables/%s", req->parent, req->table_id);
-    if (node_catalog_find(n->catalog, name))
-        return node_fail(call, ST_ALREADY_EXISTS, "table \"%s\" already exists", name);
+    if (node_check_table_name(name, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    if (node_catalog_find(n->catalog, name)) {
+        node_fail(call, ST_ALREADY_EXISTS, "table \"%s\" already exists", name);
+        return;
+    }
     ProtobufCBinaryData *splits = NULL;
     size_t n_splits = 0;
     node_table *t = NULL;
@@ -239,8 +248,10 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
         btu_splits_from_pb(req, ADMIN_SPLITS_MAX, rpc_call_arena(call), &splits, &n_splits, &err);
     if (rc == ST_OK)
         rc = node_catalog_add(n->catalog, name, st_wall_us(), &t, &err);
-    if (rc != ST_OK)
-        return node_fail(call, rc, "%s", err.msg);
+    if (rc != ST_OK) {
+        node_fail(call, rc, "%s", err.msg);
+        return;
+    }
     t->deletion_protection = req->table && req->table->deletion_protection;
     rc = node_table_families_from_pb(t, req->table, &err);
     if (rc == ST_OK)
@@ -253,14 +264,17 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
         drop_table_tablets(n, name);
         node_catalog_remove(n->catalog, name, NULL);
         node_catalog_save(n->catalog, NULL);
-        return node_fail(call, rc, "%s", err.msg);
+        node_fail(call, rc, "%s", err.msg);
+        return;
     }
     st_log(ST_LOG_INFO, "admin", "created table=%s tablets=%zu", name,
            node_tablets_find(n, name)->n);
     pb_table *pt =
         node_table_to_pb(node_catalog_find(n->catalog, name), false, rpc_call_arena(call));
-    if (!pt)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!pt) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     node_reply(call, &pt->base);
 }
 
@@ -277,8 +291,10 @@ void node_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     bool names_only = req->view == GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
     pb_table *pt = node_table_to_pb(meta, names_only, rpc_call_arena(call));
-    if (!pt)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!pt) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     node_reply(call, &pt->base);
 }
 
@@ -289,15 +305,19 @@ void node_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!req)
         return;
     st_err err;
-    if (check_parent(req->parent, &err) != ST_OK)
-        return node_fail(call, err.code, "%s", err.msg);
+    if (check_parent(req->parent, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     st_arena *a = rpc_call_arena(call);
     Google__Bigtable__Admin__V2__ListTablesResponse resp;
     google__bigtable__admin__v2__list_tables_response__init(&resp);
     size_t count = node_catalog_count(n->catalog);
     resp.tables = st_arena_alloc(a, (count + 1) * sizeof *resp.tables);
-    if (!resp.tables)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!resp.tables) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     size_t plen = strlen(req->parent);
     bool full = req->view != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__VIEW_UNSPECIFIED &&
                 req->view != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
@@ -306,8 +326,10 @@ void node_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
         if (strncmp(t->name, req->parent, plen) != 0 || strncmp(t->name + plen, "/tables/", 8))
             continue;
         pb_table *pt = node_table_to_pb(t, !full, a);
-        if (!pt)
-            return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        if (!pt) {
+            node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
         resp.tables[resp.n_tables++] = pt;
     }
     node_reply(call, &resp.base);
@@ -334,13 +356,16 @@ void node_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
     node_table *meta;
     if (!node_table_or_fail(n, call, req->name, &meta))
         return;
-    if (meta->deletion_protection)
-        return node_fail(call, ST_FAILED_PRECONDITION,
-                         "table %s has deletion protection; turn it off before deleting",
-                         req->name);
+    if (meta->deletion_protection) {
+        node_fail(call, ST_FAILED_PRECONDITION,
+                  "table %s has deletion protection; turn it off before deleting", req->name);
+        return;
+    }
     st_err err;
-    if (node_table_drop(n, req->name, &err) != ST_OK)
-        return node_fail(call, err.code, "%s", err.msg);
+    if (node_table_drop(n, req->name, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     Google__Protobuf__Empty empty;
     google__protobuf__empty__init(&empty);
     node_reply(call, &empty.base);
@@ -477,8 +502,10 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
                 ? m->update
                 : NULL;
         node_gc gc;
-        if (node_gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, &err) != ST_OK)
-            return node_fail(call, err.code, "%s", err.msg);
+        if (node_gc_from_pb(cf ? cf->gc_rule : NULL, &gc, 0, &err) != ST_OK) {
+            node_fail(call, err.code, "%s", err.msg);
+            return;
+        }
         node_gc_free(&gc);
     }
     st_code rc = check_mods(meta, req->modifications, req->n_modifications, &err);
@@ -488,11 +515,15 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
         rc = node_catalog_save(n->catalog, &err);
     if (rc == ST_OK)
         rc = node_table_push_gc(n, meta, &err);
-    if (rc != ST_OK)
-        return node_fail(call, rc, "%s", err.msg);
+    if (rc != ST_OK) {
+        node_fail(call, rc, "%s", err.msg);
+        return;
+    }
     pb_table *pt = node_table_to_pb(meta, false, rpc_call_arena(call));
-    if (!pt)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!pt) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     node_reply(call, &pt->base);
 }
 
@@ -511,21 +542,25 @@ void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
     if (req->target_case ==
         GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_ROW_KEY_PREFIX) {
         prefix = st_slice_make(req->row_key_prefix.data, req->row_key_prefix.len);
-        if (prefix.len == 0)
-            return node_fail(call, ST_INVALID_ARGUMENT, "row_key_prefix must not be empty");
+        if (prefix.len == 0) {
+            node_fail(call, ST_INVALID_ARGUMENT, "row_key_prefix must not be empty");
+            return;
+        }
     } else if (
         req->target_case !=
             GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_DELETE_ALL_DATA_FROM_TABLE ||
         !req->delete_all_data_from_table) {
-        return node_fail(call, ST_INVALID_ARGUMENT,
-                         "set row_key_prefix or delete_all_data_from_table");
+        node_fail(call, ST_INVALID_ARGUMENT, "set row_key_prefix or delete_all_data_from_table");
+        return;
     }
     st_err err;
     uint64_t version = node_next_version(n);
     for (size_t i = 0; i < t->n; i++) {
         st_code rc = sto_tablet_drop_prefix(n->db, t->v[i].id, prefix, version, &err);
-        if (rc != ST_OK)
-            return node_fail(call, rc, "%s", err.msg);
+        if (rc != ST_OK) {
+            node_fail(call, rc, "%s", err.msg);
+            return;
+        }
     }
     Google__Protobuf__Empty empty;
     google__protobuf__empty__init(&empty);
@@ -559,9 +594,11 @@ void node_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     char *end = NULL;
     unsigned long long lsn = strtoull(req->consistency_token, &end, 10);
-    if (!req->consistency_token[0] || !end || *end)
-        return node_fail(call, ST_INVALID_ARGUMENT, "invalid consistency token '%s'",
-                         req->consistency_token);
+    if (!req->consistency_token[0] || !end || *end) {
+        node_fail(call, ST_INVALID_ARGUMENT, "invalid consistency token '%s'",
+                  req->consistency_token);
+        return;
+    }
     Google__Bigtable__Admin__V2__CheckConsistencyResponse resp;
     google__bigtable__admin__v2__check_consistency_response__init(&resp);
     resp.consistent = lsn <= sto_log_last_lsn(n->db);

@@ -129,11 +129,15 @@ void node_h_put_table(rpc_call *call, st_slice req_bytes, void *arg) {
         (void *)node_unpack(call, &strata__internal__v1__put_table_request__descriptor, req_bytes);
     if (!req)
         return;
-    if (!req->table)
-        return node_fail(call, ST_INVALID_ARGUMENT, "PutTable needs a table");
+    if (!req->table) {
+        node_fail(call, ST_INVALID_ARGUMENT, "PutTable needs a table");
+        return;
+    }
     st_err err = {0};
-    if (put_table(n, req->table, &err) != ST_OK)
-        return node_fail(call, err.code, "%s", err.msg);
+    if (put_table(n, req->table, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     st_log(ST_LOG_INFO, "internal", "put table=%s families=%zu", req->table->name,
            req->table->n_column_families);
     reply_empty(call);
@@ -146,8 +150,10 @@ void node_h_drop_table(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!req)
         return;
     st_err err = {0};
-    if (node_catalog_find(n->catalog, req->name) && node_table_drop(n, req->name, &err) != ST_OK)
-        return node_fail(call, err.code, "%s", err.msg);
+    if (node_catalog_find(n->catalog, req->name) && node_table_drop(n, req->name, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     reply_empty(call);
 }
 
@@ -182,8 +188,10 @@ void node_h_list_tablets(rpc_call *call, st_slice req_bytes, void *arg) {
     st_code rc = resp.tablets ? ST_OK : ST_RESOURCE_EXHAUSTED;
     for (size_t i = first; rc == ST_OK && i < last; i++)
         rc = list_append(&n->tables[i], &resp, a);
-    if (rc != ST_OK)
-        return node_fail(call, rc, "out of memory listing tablets");
+    if (rc != ST_OK) {
+        node_fail(call, rc, "out of memory listing tablets");
+        return;
+    }
     node_reply(call, &resp.base);
 }
 
@@ -241,14 +249,18 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
         rc = node_tablet_create(n, t, start, end, &err);
     if (rc == ST_OK && !same)
         rc = node_table_push_gc(n, node_catalog_find(n->catalog, t->name), &err);
-    if (rc != ST_OK)
-        return node_fail(call, rc, "%s", err.msg);
+    if (rc != ST_OK) {
+        node_fail(call, rc, "%s", err.msg);
+        return;
+    }
     node_tablet *tab = &t->v[node_tablet_index(t, start)];
     st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " %s", t->name, tab->id,
            same ? "exists" : "created");
     pb_tablet *p = tablet_to_pb(t, tab, rpc_call_arena(call));
-    if (!p)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!p) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     node_reply(call, &p->base);
 }
 
@@ -269,12 +281,16 @@ void node_h_drop_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     node_tablet *tab = req ? tablet_or_fail(n, call, req->id, &t) : NULL;
     if (!tab)
         return;
-    if (tab->moving)
-        return node_fail(call, ST_FAILED_PRECONDITION,
-                         "tablet %" PRIu64 " is being moved; the move drops it when done", tab->id);
+    if (tab->moving) {
+        node_fail(call, ST_FAILED_PRECONDITION,
+                  "tablet %" PRIu64 " is being moved; the move drops it when done", tab->id);
+        return;
+    }
     st_err err = {0};
-    if (node_tablet_drop(n, t, (size_t)(tab - t->v), &err) != ST_OK)
-        return node_fail(call, err.code, "%s", err.msg);
+    if (node_tablet_drop(n, t, (size_t)(tab - t->v), &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " dropped", t->name, req->id);
     reply_empty(call);
 }
@@ -290,8 +306,10 @@ void node_h_split_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     st_err err = {0};
     uint64_t ids[2];
     st_slice key = st_slice_make(req->split_key.data, req->split_key.len);
-    if (node_tablet_split(n, t, (size_t)(tab - t->v), key, ids, &err) != ST_OK)
-        return node_fail(call, err.code, "%s", err.msg);
+    if (node_tablet_split(n, t, (size_t)(tab - t->v), key, ids, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " split -> %" PRIu64 " + %" PRIu64,
            t->name, req->id, ids[0], ids[1]);
     Strata__Internal__V1__SplitTabletResponse resp;
@@ -299,7 +317,9 @@ void node_h_split_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     st_arena *a = rpc_call_arena(call);
     resp.left = tablet_to_pb(t, node_tablet_by_id(n, ids[0], NULL), a);
     resp.right = tablet_to_pb(t, node_tablet_by_id(n, ids[1], NULL), a);
-    if (!resp.left || !resp.right)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!resp.left || !resp.right) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     node_reply(call, &resp.base);
 }

@@ -10,6 +10,7 @@
 #include "strata/node.h"
 #include "strata/rpc.h"
 #include "strata/node_metrics.h"
+#include "strata/storage.h" /* STO_ORIGIN_MAX */
 
 static void usage(FILE *out) {
     fprintf(
@@ -18,6 +19,7 @@ static void usage(FILE *out) {
         "                   [--memtable-mb N] [--cluster-num N] [--node-num N]\n"
         "                   [--split-bytes N] [--config TOPOLOGY] [--metrics HOST:PORT]\n"
         "                   [--unix PATH] [--poll-us N] [--accept-data-loss] [--verbose]\n"
+        "                   [--version]\n"
         "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
         "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
         "are on disk (fast, loses recent writes in a crash). --cache-mb N sets the block\n"
@@ -26,8 +28,10 @@ static void usage(FILE *out) {
         "router gives it (strata.internal.v1.Node) and answers other rows with\n"
         "strata-not-owner (docs/cluster.md); 0, the default, is a standalone node.\n"
         "--split-bytes N splits tablets larger than N bytes (0, the default: never).\n"
-        "--config TOPOLOGY (with --cluster-num) ships this node's writes to the other\n"
-        "clusters of the topology file and applies theirs (docs/formats/replication.md).\n"
+        "--cluster-num N (1..1023) with --config TOPOLOGY makes the node a member of the\n"
+        "N-th cluster of the topology file: it ships its writes to the other clusters and\n"
+        "applies theirs (docs/formats/replication.md). --cluster-num without --config is\n"
+        "refused (the node would not replicate).\n"
         "--unix PATH also serves on a Unix-domain socket at PATH (at most 107 bytes; a stale\n"
         "socket file there is replaced, and removed at exit): a strata-router on this host\n"
         "uses DATA/node.sock instead of TCP when it exists (docs/cluster.md). TCP --listen\n"
@@ -49,80 +53,190 @@ static void on_signal(evutil_socket_t fd, short what, void *arg) {
     event_base_loopbreak(arg);
 }
 
-int main(int argc, char **argv) {
+/* Numeric flags: each value is checked (st_parse_u64), so a typo is an error, never a silent 0
+ * (a bad --cluster-num used to mean "standalone"). */
+#define NODE_CACHE_MB_MAX (1u << 20)   /* 1 TiB of block cache */
+#define NODE_MEMTABLE_MB_MAX 4096      /* 4 GiB memtables */
+#define NODE_NUM_MAX ((1u << 24) - 1)  /* node numbers fit in 24 bits (tablet ids, tokens) */
+#define NODE_SPLIT_BYTES_MAX INT64_MAX /* the topology's split_bytes is signed */
+
+typedef struct num_flag {
+    const char *name;
+    uint64_t lo, hi;
+    const char *what;
+} num_flag;
+
+static const num_flag num_flags[] = {
+    {"--cache-mb", 0, NODE_CACHE_MB_MAX, "MiB of block cache"},
+    {"--memtable-mb", 1, NODE_MEMTABLE_MB_MAX, "MiB per memtable"},
+    {"--cluster-num", 0, STO_ORIGIN_MAX, "this node's cluster, in topology order; 0: none"},
+    {"--node-num", 0, NODE_NUM_MAX, "this node's number in the topology; 0: standalone"},
+    {"--split-bytes", 0, NODE_SPLIT_BYTES_MAX, "tablet split threshold in bytes; 0: never"},
+};
+
+/* The value of numeric flag a into *out; false (after a message) when a is one of them and v is
+ * not a whole number in its range. *is_num tells whether a was a numeric flag. */
+static bool parse_num_flag(const char *a, const char *v, bool *is_num, uint64_t *out) {
+    *is_num = false;
+    for (size_t k = 0; k < sizeof num_flags / sizeof num_flags[0]; k++) {
+        const num_flag *f = &num_flags[k];
+        if (strcmp(a, f->name) != 0)
+            continue;
+        *is_num = true;
+        if (st_parse_u64(v, f->lo, f->hi, out))
+            return true;
+        fprintf(stderr, "strata-node: %s takes a whole number from %llu to %llu (%s), got '%s'\n",
+                f->name, (unsigned long long)f->lo, (unsigned long long)f->hi, f->what, v);
+        return false;
+    }
+    return true;
+}
+
+static void set_num(node_opts *o, const char *a, uint64_t v) {
+    if (!strcmp(a, "--cache-mb"))
+        o->block_cache_bytes = (size_t)v << 20;
+    else if (!strcmp(a, "--memtable-mb"))
+        o->memtable_bytes = (size_t)v << 20;
+    else if (!strcmp(a, "--cluster-num"))
+        o->cluster_num = (uint32_t)v;
+    else if (!strcmp(a, "--node-num"))
+        o->node_num = (uint32_t)v;
+    else
+        o->split_bytes = v;
+}
+
+typedef struct main_args {
     node_opts o;
-    node_opts_default(&o);
-    o.listen_port = 8086;
-    char host[256] = "127.0.0.1", mhost[256] = "";
-    const char *unix_path = NULL;
-    uint16_t mport = 0;
-    unsigned poll_us = RPC_LOOP_POLL_US_DEFAULT;
+    char host[256], mhost[256];
+    const char *unix_path;
+    uint16_t mport;
+    unsigned poll_us;
     rpc_limits limits; /* --max-connections and the other flags of strata/rpc.h */
-    rpc_limits_default(&limits);
-    st_err lim_err = {0};
-    int lim_rc;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--data") && v)
-            o.data_dir = argv[++i];
-        else if (!strcmp(a, "--listen") && v) {
-            if (!node_parse_addr(argv[++i], host, sizeof host, &o.listen_port)) {
-                fprintf(stderr, "strata-node: bad --listen '%s': use HOST:PORT\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--metrics") && v) {
-            if (!node_parse_addr(argv[++i], mhost, sizeof mhost, &mport) || !mhost[0]) {
-                fprintf(stderr, "strata-node: bad --metrics '%s': use HOST:PORT\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--no-sync"))
-            o.sync = false;
-        else if (!strcmp(a, "--cache-mb") && v)
-            o.block_cache_bytes = strtoull(argv[++i], NULL, 10) << 20;
-        else if (!strcmp(a, "--memtable-mb") && v)
-            o.memtable_bytes = strtoull(argv[++i], NULL, 10) << 20;
-        else if (!strcmp(a, "--cluster-num") && v)
-            o.cluster_num = (uint32_t)strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--node-num") && v)
-            o.node_num = (uint32_t)strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--split-bytes") && v)
-            o.split_bytes = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--config") && v)
-            o.config_path = argv[++i];
-        else if (!strcmp(a, "--unix") && v)
-            unix_path = argv[++i];
-        else if (!strcmp(a, "--poll-us") && v) {
-            if (!rpc_loop_poll_parse(argv[++i], &poll_us)) {
-                fprintf(stderr, "strata-node: --poll-us takes 0 to %d (microseconds)\n",
-                        RPC_LOOP_POLL_US_MAX);
-                return 2;
-            }
-        } else if ((lim_rc = rpc_limits_flag(&limits, a, v, &lim_err)) != 0) {
-            if (lim_rc < 0) {
-                fprintf(stderr, "strata-node: %s\n", lim_err.msg);
-                return 2;
-            }
-            i++;
-        } else if (!strcmp(a, "--accept-data-loss"))
-            o.accept_data_loss = true;
-        else if (!strcmp(a, "--verbose"))
-            st_log_set_level(ST_LOG_DEBUG);
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            usage(stderr);
+    bool limits_ok;
+} main_args;
+
+/* A HOST:PORT flag (st_addr_split, IPv6 in brackets); false after a message. */
+static bool parse_addr_flag(const char *flag, const char *v, char *host, size_t cap,
+                            uint16_t *port) {
+    if (st_addr_split(v, host, cap, port) && host[0])
+        return true;
+    fprintf(stderr, "strata-node: bad %s '%s': use HOST:PORT ([::1]:PORT for IPv6)\n", flag, v);
+    return false;
+}
+
+/* A flag of RPC_LIMITS_FLAGS_USAGE (rpc_limits_flag): true when a was one (its value consumed),
+ * with m->limits_ok false after a message when the value is bad. */
+static bool parse_limits_flag(main_args *m, const char *a, const char *v, int *i) {
+    st_err err = {0};
+    int rc = rpc_limits_flag(&m->limits, a, v, &err);
+    m->limits_ok = rc >= 0;
+    if (rc < 0)
+        fprintf(stderr, "strata-node: %s\n", err.msg);
+    else if (rc > 0)
+        ++*i;
+    return rc != 0;
+}
+
+/* One flag at argv[*i] (with its value, if any). Returns -1 to go on, else the exit code. */
+static int parse_one(main_args *m, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    bool is_num;
+    uint64_t num = 0;
+    if (v && !parse_num_flag(a, v, &is_num, &num))
+        return 2;
+    if (v && is_num) {
+        set_num(&m->o, a, num);
+        ++*i;
+    } else if (!strcmp(a, "--data") && v) {
+        m->o.data_dir = argv[++*i];
+    } else if (!strcmp(a, "--listen") && v) {
+        if (!parse_addr_flag(a, argv[++*i], m->host, sizeof m->host, &m->o.listen_port))
+            return 2;
+    } else if (!strcmp(a, "--metrics") && v) {
+        if (!parse_addr_flag(a, argv[++*i], m->mhost, sizeof m->mhost, &m->mport))
+            return 2;
+    } else if (!strcmp(a, "--no-sync")) {
+        m->o.sync = false;
+    } else if (!strcmp(a, "--config") && v) {
+        m->o.config_path = argv[++*i];
+    } else if (!strcmp(a, "--unix") && v) {
+        m->unix_path = argv[++*i];
+    } else if (!strcmp(a, "--poll-us") && v) {
+        if (!rpc_loop_poll_parse(argv[++*i], &m->poll_us)) {
+            fprintf(stderr, "strata-node: --poll-us takes 0 to %d (microseconds)\n",
+                    RPC_LOOP_POLL_US_MAX);
             return 2;
         }
+    } else if (parse_limits_flag(m, a, v, i)) {
+        if (!m->limits_ok)
+            return 2;
+    } else if (!strcmp(a, "--accept-data-loss")) {
+        m->o.accept_data_loss = true;
+    } else if (!strcmp(a, "--verbose")) {
+        st_log_set_level(ST_LOG_DEBUG);
+    } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        usage(stdout);
+        return 0;
+    } else if (!strcmp(a, "--version")) {
+        printf("strata-node %s\n", st_version());
+        return 0;
+    } else {
+        fprintf(stderr, "strata-node: unknown flag or missing value: '%s'\n", a);
+        usage(stderr);
+        return 2;
     }
-    if (!o.data_dir) {
+    return -1;
+}
+
+/* Flags that only make sense together. A cluster member that does not know the topology would
+ * never replicate while consistency checks said all was well: refuse it here. */
+static int check_args(const main_args *m) {
+    if (!m->o.data_dir) {
         fprintf(stderr, "strata-node: --data DIR is required\n");
         usage(stderr);
         return 2;
     }
+    if (m->o.cluster_num && !(m->o.config_path && m->o.config_path[0])) {
+        fprintf(stderr,
+                "strata-node: --cluster-num %u makes this node a member of cluster %u of a "
+                "replicated instance, but no topology was given, so it would neither ship its "
+                "writes to the other clusters nor accept theirs: pass --config TOPOLOGY_FILE (the "
+                "instance's topology, docs/formats/topology.md; `strata up` writes DIR/topology), "
+                "or drop --cluster-num for a node of a single-cluster instance\n",
+                m->o.cluster_num, m->o.cluster_num);
+        return 2;
+    }
+    return -1;
+}
+
+/* Returns -1 when the node should start, else the exit code. */
+static int parse_args(main_args *m, int argc, char **argv) {
+    node_opts_default(&m->o);
+    m->o.listen_port = 8086;
+    snprintf(m->host, sizeof m->host, "127.0.0.1");
+    m->poll_us = RPC_LOOP_POLL_US_DEFAULT;
+    rpc_limits_default(&m->limits);
+    for (int i = 1; i < argc; i++) {
+        int rc = parse_one(m, argc, argv, &i);
+        if (rc >= 0)
+            return rc;
+    }
+    return check_args(m);
+}
+
+int main(int argc, char **argv) {
+    static main_args args; /* zeroed; parse_args fills it */
+    int prc = parse_args(&args, argc, argv);
+    if (prc >= 0)
+        return prc;
+    node_opts o = args.o;
+    char *host = args.host, *mhost = args.mhost;
+    const char *unix_path = args.unix_path;
+    uint16_t mport = args.mport;
+    unsigned poll_us = args.poll_us;
     o.listen_host = host;
-    rpc_limits_set(&limits);
+    rpc_limits_set(&args.limits);
     signal(SIGPIPE, SIG_IGN);
     struct event_base *base = event_base_new();
     node_ctx *n;

@@ -170,8 +170,10 @@ static void move_unary(node_move *m, const char *method, const ProtobufCMessage 
 static void move_finish(node_move *m) {
     node_tablets *t;
     node_tablet *tab = node_tablet_by_id(m->n, m->id, &t);
-    if (!tab)
-        return move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
+    if (!tab) {
+        move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
+        return;
+    }
     st_err err = {0};
     if (node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK)
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " copied but not dropped here: %s", m->id,
@@ -199,15 +201,18 @@ static void move_wait_shipped(node_move *m) {
             m->ship_lsn = m->n->written_lsn_max;
     }
     uint32_t behind = 0;
-    if (node_repl_shipped(m->n, m->ship_lsn, &behind))
-        return move_finish(m);
+    if (node_repl_shipped(m->n, m->ship_lsn, &behind)) {
+        move_finish(m);
+        return;
+    }
     if (now - m->ship_wait_from_us > (int64_t)MOVE_SHIP_WAIT_MS * 1000) {
         char msg[160];
         snprintf(msg, sizeof msg,
                  "peer cluster %u has not received the tablet's writes yet "
                  "(replication lag); the tablet stays here, retry the move later",
                  behind);
-        return move_fail(m, ST_UNAVAILABLE, msg);
+        move_fail(m, ST_UNAVAILABLE, msg);
+        return;
     }
     move_defer(m, move_wait_shipped, MOVE_SHIP_POLL_MS);
 }
@@ -354,15 +359,19 @@ static void copy_done(st_code code, const char *msg, st_slice resp, void *arg) {
     node_move *m = arg;
     if (m->aborting)
         return;
-    if (code != ST_OK)
-        return move_fail(m, code, msg ? msg : "CopyRows failed on the target");
+    if (code != ST_OK) {
+        move_fail(m, code, msg ? msg : "CopyRows failed on the target");
+        return;
+    }
     Strata__Internal__V1__CopyRowsResponse *r = (void *)btu_pb_unpack(
         &strata__internal__v1__copy_rows_response__descriptor, NULL, resp, NULL);
     bool ok = r && r->applied == m->batch_rows;
     if (r)
         strata__internal__v1__copy_rows_response__free_unpacked(r, NULL);
-    if (!ok)
-        return move_fail(m, ST_INTERNAL, "the target did not apply every copied row");
+    if (!ok) {
+        move_fail(m, ST_INTERNAL, "the target did not apply every copied row");
+        return;
+    }
     move_defer(m, move_send_batch, 0);
 }
 
@@ -385,10 +394,14 @@ static void move_send_batch(node_move *m) {
     st_buf_free(&b.pending);
     st_buf_free(&b.enc);
     st_buf_free(&b.muts);
-    if (rc != ST_OK)
-        return move_fail(m, rc, err.msg[0] ? err.msg : "reading the tablet failed");
-    if (cells == 0)
-        return move_wait_shipped(m);
+    if (rc != ST_OK) {
+        move_fail(m, rc, err.msg[0] ? err.msg : "reading the tablet failed");
+        return;
+    }
+    if (cells == 0) {
+        move_wait_shipped(m);
+        return;
+    }
     m->cells_copied += cells;
     if (!req.data || rpc_client_unary(m->client, NODE_SVC "CopyRows", req, NULL, 0,
                                       MOVE_RPC_TIMEOUT_MS, copy_done, m) != ST_OK)
@@ -398,18 +411,24 @@ static void move_send_batch(node_move *m) {
 /* ---- before the copy: schema, tablet, in-flight writes ---- */
 
 static void move_copy_start(node_move *m) {
-    if (__atomic_load_n(&m->n->writes_finished, __ATOMIC_RELAXED) < m->drain_until)
-        return move_defer(m, move_copy_start, MOVE_DRAIN_POLL_MS);
+    if (__atomic_load_n(&m->n->writes_finished, __ATOMIC_RELAXED) < m->drain_until) {
+        move_defer(m, move_copy_start, MOVE_DRAIN_POLL_MS);
+        return;
+    }
     node_tablet *tab = node_tablet_by_id(m->n, m->id, NULL);
-    if (!tab)
-        return move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
+    if (!tab) {
+        move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
+        return;
+    }
     st_err err = {0};
     sto_range all = {0};
     st_code rc = sto_snapshot_new(tab->st, &m->snap, &err);
     if (rc == ST_OK)
         rc = sto_iter_new(m->snap, &all, false, &m->it, &err);
-    if (rc != ST_OK)
-        return move_fail(m, rc, err.msg);
+    if (rc != ST_OK) {
+        move_fail(m, rc, err.msg);
+        return;
+    }
     move_send_batch(m);
 }
 
@@ -421,18 +440,24 @@ static void create_done(st_code code, const char *msg, st_slice resp, void *arg)
         code == ST_OK
             ? (void *)btu_pb_unpack(&strata__internal__v1__tablet__descriptor, NULL, resp, NULL)
             : NULL;
-    if (!t)
-        return move_fail(m, code == ST_OK ? ST_INTERNAL : code,
-                         msg ? msg : "unreadable CreateTablet answer");
+    if (!t) {
+        move_fail(m, code == ST_OK ? ST_INTERNAL : code,
+                  msg ? msg : "unreadable CreateTablet answer");
+        return;
+    }
     m->target_id = t->id;
     strata__internal__v1__tablet__free_unpacked(t, NULL);
     /* Ids are unique across the instance: the same id back means the target is this node (its
      * CreateTablet found the tablet itself), which must not be dropped as a partial copy. */
-    if (m->target_id == m->id)
-        return move_fail(m, ST_INVALID_ARGUMENT, "the target is this node");
+    if (m->target_id == m->id) {
+        move_fail(m, ST_INVALID_ARGUMENT, "the target is this node");
+        return;
+    }
     m->target_created = true;
-    if (st_buf_append(&m->target_tablet, resp.data, resp.len) != ST_OK)
-        return move_fail(m, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (st_buf_append(&m->target_tablet, resp.data, resp.len) != ST_OK) {
+        move_fail(m, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     move_defer(m, move_copy_start, 0);
 }
 
@@ -441,11 +466,15 @@ static void put_done(st_code code, const char *msg, st_slice resp, void *arg) {
     node_move *m = arg;
     if (m->aborting)
         return;
-    if (code != ST_OK)
-        return move_fail(m, code, msg ? msg : "PutTable failed on the target");
+    if (code != ST_OK) {
+        move_fail(m, code, msg ? msg : "PutTable failed on the target");
+        return;
+    }
     node_tablet *tab = node_tablet_by_id(m->n, m->id, NULL);
-    if (!tab)
-        return move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
+    if (!tab) {
+        move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
+        return;
+    }
     Strata__Internal__V1__CreateTabletRequest req;
     strata__internal__v1__create_tablet_request__init(&req);
     req.table_name = m->table;
@@ -457,9 +486,11 @@ static void put_done(st_code code, const char *msg, st_slice resp, void *arg) {
 static void move_put_table(node_move *m) {
     node_table *meta = node_catalog_find(m->n->catalog, m->table);
     Google__Bigtable__Admin__V2__Table *pt = meta ? node_table_to_pb(meta, false, &m->arena) : NULL;
-    if (!pt)
-        return move_fail(m, meta ? ST_RESOURCE_EXHAUSTED : ST_ABORTED,
-                         meta ? "out of memory" : "the table was dropped during the move");
+    if (!pt) {
+        move_fail(m, meta ? ST_RESOURCE_EXHAUSTED : ST_ABORTED,
+                  meta ? "out of memory" : "the table was dropped during the move");
+        return;
+    }
     Strata__Internal__V1__PutTableRequest req;
     strata__internal__v1__put_table_request__init(&req);
     req.table = pt;
@@ -472,7 +503,7 @@ static node_move *move_new(node_ctx *n, rpc_call *call, const node_tablets *t,
                            const node_tablet *tab, const char *target, st_err *err) {
     char host[MOVE_HOST_MAX];
     uint16_t port;
-    if (!node_parse_addr(target, host, sizeof host, &port)) {
+    if (!st_addr_split(target, host, sizeof host, &port) || port == 0) {
         st_err_set(err, ST_INVALID_ARGUMENT, "target '%s' is not host:port", target);
         return NULL;
     }
@@ -505,16 +536,21 @@ void node_h_move_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     node_tablets *t;
     node_tablet *tab = node_tablet_by_id(n, req->id, &t);
-    if (!tab)
-        return node_fail(call, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u", req->id,
-                         n->opts.node_num);
-    if (tab->moving)
-        return node_fail(call, ST_FAILED_PRECONDITION, "tablet %" PRIu64 " is already moving",
-                         req->id);
+    if (!tab) {
+        node_fail(call, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u", req->id,
+                  n->opts.node_num);
+        return;
+    }
+    if (tab->moving) {
+        node_fail(call, ST_FAILED_PRECONDITION, "tablet %" PRIu64 " is already moving", req->id);
+        return;
+    }
     st_err err = {0};
     node_move *m = move_new(n, call, t, tab, req->target, &err);
-    if (!m)
-        return node_fail(call, err.code, "%s", err.msg);
+    if (!m) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     tab->moving = true;
     m->drain_until = n->writes_started;
     m->next = n->moves;
@@ -546,8 +582,10 @@ typedef struct copy_op {
 static void copy_rows_durable(node_ctx *n, st_code code, const char *msg, void *arg) {
     (void)n;
     copy_op *op = arg;
-    if (code != ST_OK)
-        return node_fail(op->call, code, "copying rows: %s", msg ? msg : st_code_name(code));
+    if (code != ST_OK) {
+        node_fail(op->call, code, "copying rows: %s", msg ? msg : st_code_name(code));
+        return;
+    }
     Strata__Internal__V1__CopyRowsResponse resp;
     strata__internal__v1__copy_rows_response__init(&resp);
     resp.applied = op->n;
@@ -563,7 +601,7 @@ static st_code copy_row_prepare(node_ctx *n, node_tablets *t, const node_tablet 
     if (out->row.len == 0 || out->row.len > STO_ROW_KEY_MAX || out->n_muts == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "a copied row has an empty or oversized key, or no mutations");
-    if (out->origin > 1023 || out->version != STO_VERSION(out->commit_ts_us, out->origin))
+    if (out->origin > STO_ORIGIN_MAX || out->version != STO_VERSION(out->commit_ts_us, out->origin))
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "a copied row's version %llu does not match its commit timestamp %llu "
                           "and origin %u",
@@ -583,30 +621,40 @@ void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
         (void *)node_unpack(call, &strata__internal__v1__copy_rows_request__descriptor, req_bytes);
     if (!req)
         return;
-    if (req->n_rows > NODE_COPY_ROWS_MAX)
-        return node_fail(call, ST_INVALID_ARGUMENT, "CopyRows over %d rows", NODE_COPY_ROWS_MAX);
+    if (req->n_rows > NODE_COPY_ROWS_MAX) {
+        node_fail(call, ST_INVALID_ARGUMENT, "CopyRows over %d rows", NODE_COPY_ROWS_MAX);
+        return;
+    }
     node_tablets *t;
     node_tablet *tab = node_tablet_by_id(n, req->tablet_id, &t);
-    if (!tab)
-        return node_fail(call, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u",
-                         req->tablet_id, n->opts.node_num);
+    if (!tab) {
+        node_fail(call, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u", req->tablet_id,
+                  n->opts.node_num);
+        return;
+    }
     st_arena *arena = rpc_call_arena(call);
     copy_op *op = st_arena_alloc(arena, sizeof *op);
     sto_row_mut *rows = st_arena_alloc(arena, (req->n_rows ? req->n_rows : 1) * sizeof *rows);
-    if (!op || !rows)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory copying rows");
+    if (!op || !rows) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory copying rows");
+        return;
+    }
     op->call = call;
     op->n = (uint32_t)req->n_rows;
     st_err err = {0};
     int64_t max_ts = 0;
     for (size_t i = 0; i < req->n_rows; i++) {
-        if (copy_row_prepare(n, t, tab, req->rows[i], arena, &rows[i], &err) != ST_OK)
-            return node_fail(call, err.code, "%s", err.msg);
+        if (copy_row_prepare(n, t, tab, req->rows[i], arena, &rows[i], &err) != ST_OK) {
+            node_fail(call, err.code, "%s", err.msg);
+            return;
+        }
         if ((int64_t)rows[i].commit_ts_us > max_ts)
             max_ts = (int64_t)rows[i].commit_ts_us;
     }
-    if (req->n_rows == 0)
-        return copy_rows_durable(n, ST_OK, NULL, op);
+    if (req->n_rows == 0) {
+        copy_rows_durable(n, ST_OK, NULL, op);
+        return;
+    }
     /* The clock moves past the copied commit times (as for replicated rows), so a write made
      * here after the move gets a higher version than the cells it overwrites. */
     if (max_ts > n->hlc_last_us)

@@ -149,8 +149,10 @@ typedef struct mutate_op {
 static void mutate_durable(node_ctx *n, st_code code, const char *msg, void *arg) {
     mutate_op *op = arg;
     node_rowlock_release(n, op->table, op->row.row);
-    if (code != ST_OK)
-        return node_fail(op->call, code, "%s", msg ? msg : "write failed");
+    if (code != ST_OK) {
+        node_fail(op->call, code, "%s", msg ? msg : "write failed");
+        return;
+    }
     Google__Bigtable__V2__MutateRowResponse resp;
     google__bigtable__v2__mutate_row_response__init(&resp);
     node_reply(op->call, &resp.base);
@@ -179,13 +181,17 @@ void node_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     st_arena *a = rpc_call_arena(call);
     mutate_op *op = st_arena_alloc(a, sizeof *op);
-    if (!op)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     st_err err = {0};
     st_code rc =
         row_from_pb(n, meta, req->row_key, req->mutations, req->n_mutations, a, &op->row, &err);
-    if (rc != ST_OK)
-        return node_fail(call, rc, "Error in Mutation list : %s", err.msg);
+    if (rc != ST_OK) {
+        node_fail(call, rc, "Error in Mutation list : %s", err.msg);
+        return;
+    }
     op->call = call;
     op->table = st_arena_dup(a, meta->name, strlen(meta->name) + 1);
     if (!op->table || node_rowlock_acquire(n, op->table, op->row.row, mutate_locked, op) != ST_OK)
@@ -221,8 +227,10 @@ static void rows_reply(rows_op *op) {
     Google__Bigtable__V2__MutateRowsResponse__Entry *ents =
         st_arena_alloc(a, op->n_entries * sizeof *ents);
     Google__Rpc__Status *sts = st_arena_alloc(a, op->n_entries * sizeof *sts);
-    if (!resp.entries || !ents || !sts)
-        return node_fail(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!resp.entries || !ents || !sts) {
+        node_fail(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     for (size_t i = 0; i < op->n_entries; i++) {
         google__bigtable__v2__mutate_rows_response__entry__init(&ents[i]);
         google__rpc__status__init(&sts[i]);
@@ -259,7 +267,8 @@ static void rows_write(node_ctx *n, rows_op *op) {
         rc = node_row_prepare(n, op->table, &op->rows[i], &err);
     if (rc == ST_FAILED_PRECONDITION) {
         rows_release(n, op);
-        return node_fail(op->call, rc, "%s", err.msg);
+        node_fail(op->call, rc, "%s", err.msg);
+        return;
     }
     if (rc == ST_OK && (rc = node_write(n, op->rows, op->n_rows, &err, rows_durable, op)) == ST_OK)
         return;
@@ -279,7 +288,8 @@ static void rows_lock_more(node_ctx *n, void *arg) {
         if (node_rowlock_acquire(n, op->table, op->locks[op->locked], rows_lock_granted, op) !=
             ST_OK) {
             rows_release(n, op);
-            return node_fail(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            node_fail(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
         }
         return;
     }
@@ -339,25 +349,35 @@ void node_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     node_table *meta;
     if (!node_table_or_fail(n, call, req->table_name, &meta))
         return;
-    if (req->n_entries == 0)
-        return node_fail(call, ST_INVALID_ARGUMENT, "No entries provided");
+    if (req->n_entries == 0) {
+        node_fail(call, ST_INVALID_ARGUMENT, "No entries provided");
+        return;
+    }
     size_t total = 0;
     for (size_t i = 0; i < req->n_entries; i++)
         total += req->entries[i]->n_mutations;
-    if (total > NODE_MUTATIONS_MAX)
-        return node_fail(call, ST_INVALID_ARGUMENT, "Too many mutations: %zu provided; limit %d",
-                         total, NODE_MUTATIONS_MAX);
+    if (total > NODE_MUTATIONS_MAX) {
+        node_fail(call, ST_INVALID_ARGUMENT, "Too many mutations: %zu provided; limit %d", total,
+                  NODE_MUTATIONS_MAX);
+        return;
+    }
     st_arena *a = rpc_call_arena(call);
     rows_op *op = st_arena_alloc(a, sizeof *op);
-    if (!op)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     memset(op, 0, sizeof *op);
     op->call = call;
     op->table = st_arena_dup(a, meta->name, strlen(meta->name) + 1);
-    if (!op->table || rows_prepare(n, meta, req, op) != ST_OK)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-    if (op->n_rows == 0)
-        return rows_reply(op);
+    if (!op->table || rows_prepare(n, meta, req, op) != ST_OK) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    if (op->n_rows == 0) {
+        rows_reply(op);
+        return;
+    }
     rows_lock_more(n, op);
 }
 

@@ -95,7 +95,7 @@ st_code node_not_owner(node_ctx *n, st_err *err, const char *table, st_slice row
     char key[4 * NOT_OWNER_KEY_SHOWN + 8];
     key_printable(row, key, sizeof key);
     return st_err_set(err, ST_FAILED_PRECONDITION,
-                      NODE_NOT_OWNER_PREFIX
+                      ST_NOT_OWNER_PREFIX
                       " node %u serves no tablet (or only a moving one) for "
                       "row '%s' of table %s; refresh the tablet map (ListTablets) and retry",
                       n->opts.node_num, key, table);
@@ -427,25 +427,7 @@ bool node_feature(rpc_call *call, uint32_t field_number) {
 }
 
 st_code node_check_table_name(const char *name, st_err *err) {
-    /* projects/P/instances/I/tables/T with non-empty, slash-free parts. */
-    static const char *const parts[] = {"projects", NULL, "instances", NULL, "tables", NULL};
-    const char *p = name;
-    for (int i = 0; i < 6; i++) {
-        const char *slash = strchr(p, '/');
-        size_t len = slash ? (size_t)(slash - p) : strlen(p);
-        bool last = i == 5;
-        if (len == 0 || (last && slash) || (!last && !slash) ||
-            (parts[i] && (strlen(parts[i]) != len || strncmp(p, parts[i], len) != 0)))
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "invalid table name '%s': expected "
-                              "projects/<project>/instances/<instance>/tables/<table>",
-                              name);
-        p += len + (slash ? 1 : 0);
-    }
-    if (strlen(name) > NODE_TABLE_NAME_MAX)
-        return st_err_set(err, ST_INVALID_ARGUMENT, "table name longer than %d bytes",
-                          NODE_TABLE_NAME_MAX);
-    return ST_OK;
+    return btu_table_name_parse(name, NODE_TABLE_NAME_MAX, NULL, NULL, NULL, err);
 }
 
 node_tablets *node_table_or_fail(node_ctx *n, rpc_call *call, const char *table_name,
@@ -635,27 +617,6 @@ uint16_t node_port(const node_ctx *n) {
 }
 struct sto_db *node_db(node_ctx *n) {
     return n->db;
-}
-
-bool node_parse_addr(const char *s, char *host, size_t host_cap, uint16_t *port) {
-    const char *colon = strrchr(s, ':');
-    if (!colon)
-        return false;
-    size_t hl = (size_t)(colon - s);
-    if (hl >= host_cap)
-        return false;
-    memcpy(host, s, hl);
-    host[hl] = '\0';
-    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = '\0';
-    }
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end || p < 0 || p > 65535)
-        return false;
-    *port = (uint16_t)p;
-    return true;
 }
 
 void node_close(node_ctx *n) {

@@ -15,6 +15,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "catalog.h"
+#include "strata/btutil.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "google/rpc/status.pb-c.h"
@@ -50,8 +51,6 @@ typedef struct node_tablets {
 
 /* Tablet ids: (node_num << NODE_TABLET_ID_COUNTER_BITS) | a per-node counter (the catalog's). */
 #define NODE_TABLET_ID_COUNTER_BITS 40
-/* grpc-message prefix of the ownership error (proto/pb/strata/internal/v1/node.proto). */
-#define NODE_NOT_OWNER_PREFIX "strata-not-owner:"
 
 struct node_ctx {
     node_opts opts;

@@ -202,16 +202,20 @@ static bool repl_active(node_ctx *n) {
 
 void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
-    if (!repl_active(n))
-        return node_h_generate_consistency_token(call, req_bytes, arg);
+    if (!repl_active(n)) {
+        node_h_generate_consistency_token(call, req_bytes, arg);
+        return;
+    }
     Google__Bigtable__Admin__V2__GenerateConsistencyTokenRequest *req = (void *)node_unpack(
         call, &google__bigtable__admin__v2__generate_consistency_token_request__descriptor,
         req_bytes);
     if (!req || !node_table_or_fail(n, call, req->name, NULL))
         return;
     token_op *op = calloc(1, sizeof *op);
-    if (!op)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     op->n = n;
     op->call = call;
     if (repl_positions_gather(n->repl, GATHER_TIMEOUT_MS, generate_done, op) != ST_OK) {
@@ -220,13 +224,37 @@ void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, 
     }
 }
 
+/* A peer cluster that cannot take replicated writes at all: this node's shipper to it backs off
+ * because the peer has no Replication service (UNIMPLEMENTED: its nodes run without --config).
+ * Waiting would never end, so CheckConsistency says so instead of "not yet". */
+static bool peer_cannot_replicate(node_ctx *n, char *msg, size_t cap) {
+    static const char unimpl[] = "UNIMPLEMENTED:";
+    for (size_t i = 0; i < repl_peer_count(n->repl); i++) {
+        repl_peer_stats st;
+        repl_peer_stats_get(n->repl, i, &st);
+        if (st.backing_off && !strncmp(st.last_error, unimpl, sizeof unimpl - 1)) {
+            snprintf(msg, cap,
+                     "cluster %s does not accept replicated writes (%.120s): its nodes run "
+                     "without the instance topology; restart them with --config TOPOLOGY "
+                     "--cluster-num %u (as `strata up` does)",
+                     st.cluster_id, st.last_error, st.cluster_num);
+            return true;
+        }
+    }
+    return false;
+}
+
 static void check_done(const repl_node_positions *nodes, size_t count, size_t failed, void *arg) {
     (void)failed; /* a silent node is simply not consistent yet */
     token_op *op = arg;
     Google__Bigtable__Admin__V2__CheckConsistencyResponse resp;
     google__bigtable__admin__v2__check_consistency_response__init(&resp);
     resp.consistent = repl_token_satisfied(&op->token, repl_topology(op->n->repl), nodes, count);
-    node_reply(op->call, &resp.base);
+    char msg[ST_ERR_MSG_MAX];
+    if (!resp.consistent && peer_cannot_replicate(op->n, msg, sizeof msg))
+        node_fail(op->call, ST_FAILED_PRECONDITION, "%s", msg);
+    else
+        node_reply(op->call, &resp.base);
     free(op);
 }
 
@@ -236,19 +264,24 @@ void node_repl_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg
         call, &google__bigtable__admin__v2__check_consistency_request__descriptor, req_bytes);
     if (!req)
         return;
-    if (!repl_active(n) || !repl_token_is_global(req->consistency_token))
-        return node_h_check_consistency(call, req_bytes, arg);
+    if (!repl_active(n) || !repl_token_is_global(req->consistency_token)) {
+        node_h_check_consistency(call, req_bytes, arg);
+        return;
+    }
     if (!node_table_or_fail(n, call, req->name, NULL))
         return;
     token_op *op = calloc(1, sizeof *op);
-    if (!op)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     op->n = n;
     op->call = call;
     st_err err;
     if (repl_token_decode(req->consistency_token, &op->token, &err) != ST_OK) {
         free(op);
-        return node_fail(call, ST_INVALID_ARGUMENT, "%s", err.msg);
+        node_fail(call, ST_INVALID_ARGUMENT, "%s", err.msg);
+        return;
     }
     if (repl_positions_gather(n->repl, GATHER_TIMEOUT_MS, check_done, op) != ST_OK) {
         free(op);

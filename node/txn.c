@@ -84,8 +84,10 @@ static void cam_durable(node_ctx *n, st_code code, const char *msg, void *arg) {
     cam_op *op = arg;
     node_rowlock_release(n, op->table, op->row);
     node_filter_release(op->predicate);
-    if (code != ST_OK)
-        return node_fail(op->call, code, "%s", msg ? msg : "write failed");
+    if (code != ST_OK) {
+        node_fail(op->call, code, "%s", msg ? msg : "write failed");
+        return;
+    }
     cam_reply(op);
 }
 
@@ -124,7 +126,8 @@ static void cam_locked(node_ctx *n, void *arg) {
     if (rc == ST_OK && count == 0) {
         node_rowlock_release(n, op->table, op->row);
         node_filter_release(op->predicate);
-        return cam_reply(op);
+        cam_reply(op);
+        return;
     }
     if (rc == ST_OK) {
         sto_row_mut row = {
@@ -166,19 +169,26 @@ void node_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) 
     node_table *meta;
     if (!node_table_or_fail(n, call, req->table_name, &meta))
         return;
-    if (req->row_key.len == 0 || req->row_key.len > NODE_ROW_KEY_MAX)
-        return node_fail(call, ST_INVALID_ARGUMENT, "row key must be 1 to %d bytes",
-                         NODE_ROW_KEY_MAX);
-    if (req->n_true_mutations + req->n_false_mutations == 0)
-        return node_fail(call, ST_INVALID_ARGUMENT,
-                         "No mutations provided: set true_mutations or false_mutations");
-    if (req->n_true_mutations > NODE_MUTATIONS_MAX || req->n_false_mutations > NODE_MUTATIONS_MAX)
-        return node_fail(call, ST_INVALID_ARGUMENT, "Too many mutations: limit %d per branch",
-                         NODE_MUTATIONS_MAX);
+    if (req->row_key.len == 0 || req->row_key.len > NODE_ROW_KEY_MAX) {
+        node_fail(call, ST_INVALID_ARGUMENT, "row key must be 1 to %d bytes", NODE_ROW_KEY_MAX);
+        return;
+    }
+    if (req->n_true_mutations + req->n_false_mutations == 0) {
+        node_fail(call, ST_INVALID_ARGUMENT,
+                  "No mutations provided: set true_mutations or false_mutations");
+        return;
+    }
+    if (req->n_true_mutations > NODE_MUTATIONS_MAX || req->n_false_mutations > NODE_MUTATIONS_MAX) {
+        node_fail(call, ST_INVALID_ARGUMENT, "Too many mutations: limit %d per branch",
+                  NODE_MUTATIONS_MAX);
+        return;
+    }
     st_arena *a = rpc_call_arena(call);
     cam_op *op = st_arena_alloc(a, sizeof *op);
-    if (!op)
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     memset(op, 0, sizeof *op);
     st_err err = {0};
     st_code rc =
@@ -186,10 +196,14 @@ void node_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) 
     if (rc == ST_OK)
         rc = cam_branch(n, meta, req->false_mutations, req->n_false_mutations, a, &op->on_false,
                         &err);
-    if (rc != ST_OK)
-        return node_fail(call, rc, "Error in Mutation list : %s", err.msg);
-    if ((rc = node_filter_from_pb(req->predicate_filter, a, &op->predicate, &err)) != ST_OK)
-        return node_fail(call, rc, "%s", err.msg);
+    if (rc != ST_OK) {
+        node_fail(call, rc, "Error in Mutation list : %s", err.msg);
+        return;
+    }
+    if ((rc = node_filter_from_pb(req->predicate_filter, a, &op->predicate, &err)) != ST_OK) {
+        node_fail(call, rc, "%s", err.msg);
+        return;
+    }
     op->call = call;
     op->row = st_slice_make(req->row_key.data, req->row_key.len);
     op->n_true = req->n_true_mutations;
@@ -237,8 +251,10 @@ static void rmw_reply(rmw_op *op) {
     qsort(op->res, op->n_res, sizeof *op->res, res_cmp);
     Google__Bigtable__V2__Row *row = st_arena_alloc(a, sizeof *row);
     Google__Bigtable__V2__Family **fams = st_arena_alloc(a, (op->n_res + 1) * sizeof *fams);
-    if (!row || !fams)
-        return node_fail(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!row || !fams) {
+        node_fail(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     google__bigtable__v2__row__init(row);
     row->key = (ProtobufCBinaryData){op->row.len, (uint8_t *)op->row.data};
     row->families = fams;
@@ -249,8 +265,10 @@ static void rmw_reply(rmw_op *op) {
             f = st_arena_alloc(a, sizeof *f);
             char *name = st_arena_alloc(a, r->family.len + 1);
             f->columns = st_arena_alloc(a, (op->n_res + 1) * sizeof *f->columns);
-            if (!f || !name || !f->columns)
-                return node_fail(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            if (!f || !name || !f->columns) {
+                node_fail(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+                return;
+            }
             Google__Bigtable__V2__Column **cols = f->columns;
             google__bigtable__v2__family__init(f);
             f->columns = cols;
@@ -262,8 +280,10 @@ static void rmw_reply(rmw_op *op) {
         Google__Bigtable__V2__Column *col = st_arena_alloc(a, sizeof *col);
         Google__Bigtable__V2__Cell *cell = st_arena_alloc(a, sizeof *cell);
         Google__Bigtable__V2__Cell **cells = st_arena_alloc(a, sizeof *cells);
-        if (!col || !cell || !cells)
-            return node_fail(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        if (!col || !cell || !cells) {
+            node_fail(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
         google__bigtable__v2__column__init(col);
         google__bigtable__v2__cell__init(cell);
         col->qualifier = (ProtobufCBinaryData){r->qualifier.len, (uint8_t *)r->qualifier.data};
@@ -388,31 +408,42 @@ void node_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg)
     node_table *meta;
     if (!node_table_or_fail(n, call, req->table_name, &meta))
         return;
-    if (req->row_key.len == 0 || req->row_key.len > NODE_ROW_KEY_MAX)
-        return node_fail(call, ST_INVALID_ARGUMENT, "row key must be 1 to %d bytes",
-                         NODE_ROW_KEY_MAX);
-    if (req->n_rules == 0 || req->n_rules > NODE_MUTATIONS_MAX)
-        return node_fail(call, ST_INVALID_ARGUMENT, "give 1 to %d rules", NODE_MUTATIONS_MAX);
+    if (req->row_key.len == 0 || req->row_key.len > NODE_ROW_KEY_MAX) {
+        node_fail(call, ST_INVALID_ARGUMENT, "row key must be 1 to %d bytes", NODE_ROW_KEY_MAX);
+        return;
+    }
+    if (req->n_rules == 0 || req->n_rules > NODE_MUTATIONS_MAX) {
+        node_fail(call, ST_INVALID_ARGUMENT, "give 1 to %d rules", NODE_MUTATIONS_MAX);
+        return;
+    }
     for (size_t i = 0; i < req->n_rules; i++) {
         const Google__Bigtable__V2__ReadModifyWriteRule *r = req->rules[i];
         st_err err = {0};
-        if (node_table_family(meta, st_slice_cstr(r->family_name)) == NULL)
-            return node_fail(call, ST_NOT_FOUND,
-                             "Requested column family not found: \"%s\" is not a family of %s",
-                             r->family_name, meta->name);
+        if (node_table_family(meta, st_slice_cstr(r->family_name)) == NULL) {
+            node_fail(call, ST_NOT_FOUND,
+                      "Requested column family not found: \"%s\" is not a family of %s",
+                      r->family_name, meta->name);
+            return;
+        }
         if (r->rule_case != GOOGLE__BIGTABLE__V2__READ_MODIFY_WRITE_RULE__RULE_APPEND_VALUE &&
-            r->rule_case != GOOGLE__BIGTABLE__V2__READ_MODIFY_WRITE_RULE__RULE_INCREMENT_AMOUNT)
-            return node_fail(call, ST_INVALID_ARGUMENT,
-                             "rule #%zu sets neither append_value nor increment_amount", i);
-        if (r->column_qualifier.len > NODE_QUALIFIER_MAX)
-            return node_fail(call, ST_INVALID_ARGUMENT, "column qualifier longer than %d bytes",
-                             NODE_QUALIFIER_MAX);
+            r->rule_case != GOOGLE__BIGTABLE__V2__READ_MODIFY_WRITE_RULE__RULE_INCREMENT_AMOUNT) {
+            node_fail(call, ST_INVALID_ARGUMENT,
+                      "rule #%zu sets neither append_value nor increment_amount", i);
+            return;
+        }
+        if (r->column_qualifier.len > NODE_QUALIFIER_MAX) {
+            node_fail(call, ST_INVALID_ARGUMENT, "column qualifier longer than %d bytes",
+                      NODE_QUALIFIER_MAX);
+            return;
+        }
         (void)err;
     }
     st_arena *a = rpc_call_arena(call);
     rmw_op *op = st_arena_alloc(a, sizeof *op);
-    if (!op || !(op->res = st_arena_alloc(a, req->n_rules * sizeof *op->res)))
-        return node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op || !(op->res = st_arena_alloc(a, req->n_rules * sizeof *op->res))) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     op->call = call;
     op->row = st_slice_make(req->row_key.data, req->row_key.len);
     op->rules = req->rules;
@@ -462,8 +493,10 @@ void node_h_sample_row_keys(rpc_call *call, st_slice req_bytes, void *arg) {
     st_err err = {0};
     for (size_t i = 0; i < t->n && s.rc == ST_OK; i++) {
         st_code rc = sto_tablet_sample_keys(t->v[i].st, SAMPLE_EVERY_BYTES, sample_one, &s, &err);
-        if (rc != ST_OK)
-            return node_fail(call, rc, "%s", err.msg);
+        if (rc != ST_OK) {
+            node_fail(call, rc, "%s", err.msg);
+            return;
+        }
         sto_tablet_info info;
         sto_tablet_info_get(t->v[i].st, &info);
         s.base_bytes += info.approx_bytes;

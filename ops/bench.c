@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bench_run.h"
+#include "paths.h"
 #include "strata/topology.h"
 
 #define BENCH_TARGETS_MAX 3 /* Strata (the router), the node directly, the emulator */
@@ -384,73 +385,30 @@ static bool opts_check(bench_opts *o) {
 
 /* ---- starting servers ---- */
 
-static bool executable(const char *path) {
-    struct stat st;
-    return path && stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
-}
-
-static bool path_search(const char *name, char *out, size_t cap) {
-    const char *path = getenv("PATH");
-    while (path && *path) {
-        size_t len = strcspn(path, ":");
-        snprintf(out, cap, "%.*s/%s", (int)len, path, name);
-        if (len && executable(out))
-            return true;
-        path += len + (path[len] == ':');
-    }
-    return false;
-}
-
-/* --node-bin; else next to this binary in the build tree (build/ops/strata ->
- * build/node/strata-node) or an install (same dir); else PATH. */
+/* --node-bin; else where `strata up` finds it (ops_bin_find: build tree, beside strata, PATH). */
 static bool find_node_bin(const char *given, char *out, size_t cap) {
     if (given) {
         snprintf(out, cap, "%s", given);
-        return executable(out);
+        return ops_executable(out);
     }
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash) {
-            *slash = '\0';
-            if (snprintf(out, cap, "%s/../node/strata-node", self) < (int)cap && executable(out))
-                return true;
-            if (snprintf(out, cap, "%s/strata-node", self) < (int)cap && executable(out))
-                return true;
-        }
-    }
-    return path_search("strata-node", out, cap);
+    return ops_bin_find(NULL, "node", "strata-node", out, cap);
 }
 
 static bool find_emulator_bin(const char *given, char *out, size_t cap) {
     const char *env = getenv("STRATA_EMULATOR");
     const char *pick = given ? given : env && *env ? env : BENCH_EMULATOR_DEFAULT;
     snprintf(out, cap, "%s", pick);
-    if (executable(out))
+    if (ops_executable(out))
         return true;
-    return !given && path_search("cbtemulator", out, cap);
+    return !given && ops_path_search("cbtemulator", out, cap);
 }
 
-/* HOST:PORT or [V6]:PORT into the target. */
+/* HOST:PORT or [V6]:PORT into the target (st_addr_split); port 0 is refused here. */
 static bool target_set_addr(bench_target *t, const char *addr) {
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr)
+    uint16_t port;
+    if (!st_addr_split(addr, t->host, sizeof(t->host), &port) || port == 0 || !t->host[0])
         return false;
-    size_t hl = (size_t)(colon - addr);
-    const char *h = addr;
-    if (addr[0] == '[' && colon[-1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    uint64_t port;
-    if (hl == 0 || hl >= sizeof(t->host) || !parse_u64(colon + 1, &port) || port == 0 ||
-        port > 65535)
-        return false;
-    memcpy(t->host, h, hl);
-    t->host[hl] = '\0';
-    t->port = (uint16_t)port;
+    t->port = port;
     return true;
 }
 

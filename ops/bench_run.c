@@ -356,9 +356,17 @@ static void record_error(bench_run *r, int slot, const char *what) {
     res->errors[slot]++;
     res->errors_total++;
     r->interval_errors++;
-    if (res->first_error[0] == '\0')
-        snprintf(res->first_error, sizeof(res->first_error), "%s: %s",
-                 slot == BENCH_ERR_VERIFY ? "VERIFY" : st_code_name((st_code)slot), what);
+    if (res->first_error[0] == '\0') {
+        /* "CODE: message", the message cut to what fits (an st_err message may be longer). */
+        size_t cap = sizeof(res->first_error);
+        int k = snprintf(res->first_error, cap,
+                         "%s: ", slot == BENCH_ERR_VERIFY ? "VERIFY" : st_code_name((st_code)slot));
+        if (k > 0 && (size_t)k < cap) {
+            size_t len = strnlen(what, cap - (size_t)k - 1);
+            memcpy(res->first_error + k, what, len);
+            res->first_error[(size_t)k + len] = '\0';
+        }
+    }
 }
 
 static void record_success(bench_run *r, bench_slot *s, uint64_t lat_ns, uint64_t bytes) {
@@ -587,8 +595,10 @@ static void lag_write_done(rpc_ccall *call, st_code code, const char *message, v
     bench_run *r = arg;
     if (r->lag.state != LAG_WRITING)
         return;
-    if (code != ST_OK)
-        return lag_fail(r, "writing the marker", message);
+    if (code != ST_OK) {
+        lag_fail(r, "writing the marker", message);
+        return;
+    }
     r->lag.acked_ns = now_ns();
     r->lag.state = LAG_POLLING;
     lag_poll(r);

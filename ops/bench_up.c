@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bench_run.h"
+#include "paths.h"
 #include "strata/topology.h"
 
 #define BENCH_UP_ARGS_MAX 16
@@ -87,12 +88,17 @@ static void print_tail(const char *path) {
 }
 
 st_code bench_inst_load(bench_inst *in, const char *dir, st_err *err) {
-    if (dir != in->dir)
-        snprintf(in->dir, sizeof(in->dir), "%s", dir);
+    char abs[sizeof(in->dir)];
+    if (!ops_path_absolute(dir, abs, sizeof(abs)))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "instance directory %s: too long once made absolute, or the working "
+                          "directory is unknown",
+                          dir);
+    snprintf(in->dir, sizeof(in->dir), "%s", abs); /* what `strata down --dir` gets too */
     if (!in->topo && !(in->topo = calloc(1, sizeof(*in->topo))))
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
     char path[sizeof(in->dir) + 16];
-    snprintf(path, sizeof(path), "%s/topology", dir);
+    snprintf(path, sizeof(path), "%s/topology", in->dir);
     st_code rc = st_topology_load(path, in->topo, err);
     if (rc == ST_OK && (in->topo->n_clusters == 0 || in->topo->n_routers == 0))
         rc = st_err_set(err, ST_INVALID_ARGUMENT,

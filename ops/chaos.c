@@ -21,14 +21,11 @@
 #include <unistd.h>
 
 #include "instance.h"
-#include "strata/internal/v1/replication.pb-c.h"
 #include "strata/rpc.h"
 
-#define CHAOS_WAIT_S_DEFAULT 60   /* per node, as `strata up` */
-#define CHAOS_KILL_WAIT_MS 10000  /* the kernel reaps a SIGKILLed process in milliseconds */
-#define CHAOS_RPC_TIMEOUT_MS 5000 /* SetLinks answers at once on a live node */
+#define CHAOS_WAIT_S_DEFAULT 60  /* per node, as `strata up` */
+#define CHAOS_KILL_WAIT_MS 10000 /* the kernel reaps a SIGKILLed process in milliseconds */
 #define CHAOS_LOG_TAIL_LINES 20
-#define PATH_SET_LINKS "/strata.internal.v1.Replication/SetLinks"
 
 typedef struct chaos_ctx {
     const char *dir_flag, *bin_dir;
@@ -72,9 +69,8 @@ static int chaos_parse(int argc, char **argv, chaos_ctx *c) {
         } else if (!strcmp(a, "--bin-dir") && v) {
             c->bin_dir = argv[++i];
         } else if (!strcmp(a, "--wait-s") && v) {
-            char *end;
-            long s = strtol(argv[++i], &end, 10);
-            if (*end || s < 1 || s > 3600) {
+            uint64_t s;
+            if (!st_parse_u64(argv[++i], 1, 3600, &s)) {
                 fprintf(stderr, "strata chaos: --wait-s needs seconds from 1 to 3600, got '%s'\n",
                         v);
                 return 2;
@@ -125,46 +121,9 @@ static int chaos_cluster(const chaos_ctx *c, const char *id) {
 
 /* ---- cutting links ---- */
 
-/* Sends node j of cluster i the links the partition file cuts for its cluster. 0: done; 1: the
- * node answered with an error; -1: it does not answer (down: restart-cluster applies it later). */
+/* Sends node j of cluster i the links the partition file cuts (ops_inst_set_links). */
 static int chaos_set_links(chaos_ctx *c, size_t i, size_t j, bool quiet) {
-    const st_topo_cluster *cl = &c->topo.clusters[i];
-    char *ids[ST_TOPO_CLUSTERS_MAX];
-    Strata__Internal__V1__SetLinksRequest req = STRATA__INTERNAL__V1__SET_LINKS_REQUEST__INIT;
-    for (size_t k = 0; k < c->topo.n_clusters; k++)
-        if (k != i && ops_inst_partition_cut(&c->part, cl->id, c->topo.clusters[k].id))
-            ids[req.n_cut_cluster_ids++] = c->topo.clusters[k].id;
-    req.cut_cluster_ids = ids;
-    uint8_t buf[ST_TOPO_CLUSTERS_MAX * (ST_TOPO_ID_MAX + 4) + 16];
-    size_t len = strata__internal__v1__set_links_request__pack(&req, buf);
-    st_buf resp;
-    st_buf_init(&resp);
-    st_err err = {0};
-    char name[OPS_NAME_MAX];
-    ops_inst_node_name(&c->topo, i, j, name);
-    st_code rc =
-        rpc_blocking_unary(cl->nodes[j].addr, NULL, PATH_SET_LINKS, st_slice_make(buf, len), NULL,
-                           0, CHAOS_RPC_TIMEOUT_MS, &resp, &err);
-    st_buf_free(&resp);
-    if (rc == ST_OK) {
-        if (!quiet) {
-            printf("  %-12s links cut to:", name);
-            for (size_t k = 0; k < req.n_cut_cluster_ids; k++)
-                printf(" %s", ids[k]);
-            printf("%s\n", req.n_cut_cluster_ids ? "" : " none");
-        }
-        return 0;
-    }
-    if (rc == ST_UNAVAILABLE || rc == ST_DEADLINE_EXCEEDED) {
-        printf("  %-12s does not answer (down?): `strata chaos restart-cluster %s` applies the "
-               "partition when it starts it\n",
-               name, cl->id);
-        return -1;
-    }
-    fprintf(stderr, "strata chaos: %s (%s) refused SetLinks: %s: %s%s\n", name, cl->nodes[j].addr,
-            st_code_name(rc), err.msg,
-            rc == ST_UNIMPLEMENTED ? " (a strata-node built without replication?)" : "");
-    return 1;
+    return ops_inst_set_links(&c->topo, &c->part, i, j, quiet);
 }
 
 /* Applies the partition file to every node of cluster i; false if a node refused. */
@@ -293,7 +252,7 @@ static int chaos_restart(chaos_ctx *c) {
     int i = chaos_cluster(c, c->args[0]);
     if (i < 0)
         return 1;
-    if (!ops_inst_find_bin(c->bin_dir, "node", "strata-node", c->node_bin, sizeof c->node_bin)) {
+    if (!ops_bin_find(c->bin_dir, "node", "strata-node", c->node_bin, sizeof c->node_bin)) {
         fprintf(stderr, "strata chaos: strata-node not found (%s): pass --bin-dir DIR\n",
                 c->bin_dir ? c->bin_dir : "next to strata's build tree or on $PATH");
         return 1;

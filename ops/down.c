@@ -49,9 +49,8 @@ static int down_parse(int argc, char **argv, down_ctx *c) {
         } else if (!strcmp(a, "--dir") && v) {
             c->dir_flag = argv[++i];
         } else if (!strcmp(a, "--grace-s") && v) {
-            char *end;
-            long s = strtol(argv[++i], &end, 10);
-            if (*end || s < 0 || s > 3600) {
+            uint64_t s;
+            if (!st_parse_u64(argv[++i], 0, 3600, &s)) {
                 fprintf(stderr, "strata down: --grace-s needs seconds from 0 to 3600, got '%s'\n",
                         v);
                 return 2;
@@ -165,10 +164,15 @@ static int down_purge(down_ctx *c) {
     size_t dl = strlen(c->dir);
     for (size_t i = 0; i < t.n_clusters; i++)
         for (size_t j = 0; j < t.clusters[i].n_nodes; j++) {
-            const char *d = t.clusters[i].nodes[j].data_dir;
-            if (d[0] && !strncmp(d, c->dir, dl) && d[dl] == '/')
+            /* A relative data directory (a topology from an older `strata up --dir REL`) is
+             * taken relative to the working directory, as the nodes were started. */
+            char d[OPS_PATH_MAX];
+            const char *given = t.clusters[i].nodes[j].data_dir;
+            if (!given[0] || !ops_path_absolute(given, d, sizeof d))
+                continue;
+            if (!strncmp(d, c->dir, dl) && d[dl] == '/')
                 remove_tree(d);
-            else if (d[0])
+            else
                 printf("  kept %s (outside %s): delete it yourself if you mean to\n", d, c->dir);
         }
     const char *subs[] = {"/logs", "/run", "/topology.tmp", "/topology"};

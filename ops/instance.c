@@ -3,6 +3,7 @@
  * the command lines `strata up` uses, the partition file, log tails, disk use.
  * Everything here is best effort and bounded: it serves commands a person types. */
 #include "instance.h"
+#include "strata/internal/v1/replication.pb-c.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -35,26 +36,28 @@ bool ops_fmt(char *out, size_t cap, const char *fmt, ...) {
 bool ops_inst_dir(const char *flag, char *out, size_t cap) {
     const char *home = getenv("HOME");
     const char *sh = getenv("STRATA_HOME");
+    char given[OPS_PATH_MAX];
     int n;
     if (flag && *flag)
-        n = snprintf(out, cap, "%s", flag);
+        n = snprintf(given, sizeof given, "%s", flag);
     else if (sh && *sh)
-        n = snprintf(out, cap, "%s", sh);
+        n = snprintf(given, sizeof given, "%s", sh);
     else if (home && *home)
-        n = snprintf(out, cap, "%s/.strata/local", home);
+        n = snprintf(given, sizeof given, "%s/.strata/local", home);
     else {
         fprintf(stderr, "strata: neither --dir, $STRATA_HOME nor $HOME is set: pass --dir DIR\n");
         return false;
     }
-    if (n < 0 || (size_t)n >= cap || n > OPS_DIR_MAX) {
+    /* Absolute, so the topology records absolute data directories and every command (down
+     * --purge, status, chaos, bench), from any working directory, sees the same instance. */
+    if (n < 0 || (size_t)n >= sizeof given || !ops_path_absolute(given, out, cap) ||
+        (n = (int)strlen(out)) > OPS_DIR_MAX) {
         fprintf(stderr,
-                "strata: instance directory path is too long (max %d): use a shorter "
-                "--dir\n",
+                "strata: instance directory path is too long (max %d once made absolute), or "
+                "the working directory is unknown: use a shorter --dir\n",
                 OPS_DIR_MAX);
         return false;
     }
-    while (n > 1 && out[n - 1] == '/') /* "DIR/" and "DIR" are the same instance */
-        out[--n] = '\0';
     return true;
 }
 
@@ -241,37 +244,6 @@ void ops_inst_fmt_bytes(unsigned long long v, char *out, size_t cap) {
 }
 
 /* ---- starting processes ---- */
-
-static bool executable(const char *path) {
-    return access(path, X_OK) == 0;
-}
-
-bool ops_inst_find_bin(const char *bin_dir, const char *sub, const char *name, char *out,
-                       size_t cap) {
-    if (bin_dir)
-        return ops_fmt(out, cap, "%s/%s", bin_dir, name) && executable(out);
-    char exe[OPS_PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            if (ops_fmt(out, cap, "%s/../%s/%s", exe, sub, name) && executable(out))
-                return true;
-            if (ops_fmt(out, cap, "%s/%s", exe, name) && executable(out))
-                return true;
-        }
-    }
-    const char *path = getenv("PATH");
-    while (path && *path) {
-        size_t l = strcspn(path, ":");
-        if (l && ops_fmt(out, cap, "%.*s/%s", (int)l, path, name) && executable(out))
-            return true;
-        path += l + (path[l] == ':');
-    }
-    return false;
-}
 
 /* Appends --metrics ADDR from DIR/run/<name>.metrics when present. */
 static void cmdline_metrics(ops_cmdline *cl, const char *dir, const char *name, size_t *n) {
@@ -485,4 +457,47 @@ bool ops_inst_partition_cut(const ops_partition *p, const char *x, const char *y
             (!strcmp(p->a[i], y) && !strcmp(p->b[i], x)))
             return true;
     return false;
+}
+
+/* ---- cut replication links ---- */
+
+int ops_inst_set_links(const st_topology *t, const ops_partition *part, size_t i, size_t j,
+                       bool quiet) {
+    const st_topo_cluster *cl = &t->clusters[i];
+    char *ids[ST_TOPO_CLUSTERS_MAX];
+    Strata__Internal__V1__SetLinksRequest req = STRATA__INTERNAL__V1__SET_LINKS_REQUEST__INIT;
+    for (size_t k = 0; k < t->n_clusters; k++)
+        if (k != i && ops_inst_partition_cut(part, cl->id, t->clusters[k].id))
+            ids[req.n_cut_cluster_ids++] = (char *)t->clusters[k].id; /* not written */
+    req.cut_cluster_ids = ids;
+    uint8_t buf[ST_TOPO_CLUSTERS_MAX * (ST_TOPO_ID_MAX + 4) + 16];
+    size_t len = strata__internal__v1__set_links_request__pack(&req, buf);
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err err = {0};
+    char name[OPS_NAME_MAX];
+    ops_inst_node_name(t, i, j, name);
+    st_code rc =
+        rpc_blocking_unary(cl->nodes[j].addr, NULL, "/strata.internal.v1.Replication/SetLinks",
+                           st_slice_make(buf, len), NULL, 0, OPS_SET_LINKS_TIMEOUT_MS, &resp, &err);
+    st_buf_free(&resp);
+    if (rc == ST_OK) {
+        if (!quiet) {
+            printf("  %-12s links cut to:", name);
+            for (size_t k = 0; k < req.n_cut_cluster_ids; k++)
+                printf(" %s", ids[k]);
+            printf("%s\n", req.n_cut_cluster_ids ? "" : " none");
+        }
+        return 0;
+    }
+    if (rc == ST_UNAVAILABLE || rc == ST_DEADLINE_EXCEEDED) {
+        printf("  %-12s does not answer (down?): the partition is applied when `strata chaos "
+               "restart-cluster %s` or `strata restart %s` starts it\n",
+               name, cl->id, name);
+        return -1;
+    }
+    fprintf(stderr, "strata: %s (%s) refused SetLinks: %s: %s%s\n", name, cl->nodes[j].addr,
+            st_code_name(rc), err.msg,
+            rc == ST_UNIMPLEMENTED ? " (a strata-node built without replication?)" : "");
+    return 1;
 }

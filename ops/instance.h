@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "paths.h"
 #include "strata/rpc.h"
 #include "strata/topology.h"
 
@@ -34,6 +35,10 @@ int ops_down_main(int argc, char **argv);
 int ops_status_main(int argc, char **argv);
 int ops_failover_main(int argc, char **argv); /* failover.c */
 int ops_chaos_main(int argc, char **argv);    /* chaos.c */
+int ops_restart_main(int argc, char **argv);  /* restart.c */
+/* `strata up` on a partly running instance (restart.c): starts every process of DIR/topology
+ * without a live pid, as `strata up` would, and leaves the running ones alone. Exit code. */
+int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s);
 
 /* The instance directory: flag if given, else $STRATA_HOME, else $HOME/.strata/local. False (with
  * a message on stderr) when none can be formed. */
@@ -68,11 +73,6 @@ void ops_inst_log_tail(const char *path, int lines);
 #define OPS_ARGV_MAX 20
 #define OPS_POLL_MS 50
 #define OPS_PROGRESS_EVERY_S 5
-
-/* Where strata-node / strata-router is: name in bin_dir when given; else
- * <dir of this binary>/../<sub>/name (the build tree), <dir>/name (an install), then $PATH. */
-bool ops_inst_find_bin(const char *bin_dir, const char *sub, const char *name, char *out,
-                       size_t cap);
 
 /* A process's command line exactly as `strata up` runs it; argv points into this struct, bin and
  * the topology, which must outlive it. */
@@ -129,6 +129,12 @@ bool ops_inst_partition_read(const char *dir, ops_partition *out);
 bool ops_inst_partition_write(const char *dir, const ops_partition *p);
 /* True if clusters x and y are cut from each other. */
 bool ops_inst_partition_cut(const ops_partition *p, const char *x, const char *y);
+/* Sends node j of cluster i (strata.internal.v1.Replication/SetLinks) the links part cuts for its
+ * cluster, printing a line unless quiet. 0: done; 1: the node refused (said on stderr); -1: it
+ * does not answer (down: whatever starts it again applies the partition then). */
+#define OPS_SET_LINKS_TIMEOUT_MS 5000 /* SetLinks answers at once on a live node */
+int ops_inst_set_links(const st_topology *t, const ops_partition *part, size_t i, size_t j,
+                       bool quiet);
 
 /* Bytes used on disk under path (0 if absent). */
 unsigned long long ops_inst_disk_bytes(const char *path);

@@ -19,6 +19,15 @@
 #define STATUS_RPC_TIMEOUT_MS 2000 /* a healthy node answers in milliseconds */
 #define STATUS_NAME_MAX 160        /* "projects/P/instances/I" */
 
+/* One node's replication link to one peer cluster, as its GetPositions said. */
+typedef enum link_state {
+    LINK_UNKNOWN = 0, /* the node did not answer */
+    LINK_OPEN,
+    LINK_CUT,  /* cut by `strata chaos partition` (SetLinks) */
+    LINK_DOWN, /* the shipper backs off: the peer refuses or does not answer */
+    LINK_NONE, /* the node has no shipper for that cluster: it does not replicate */
+} link_state;
+
 /* What one node said. */
 typedef struct node_row {
     char pid[24];
@@ -26,6 +35,9 @@ typedef struct node_row {
     char tablets[16];
     char data[24];
     bool ok;
+    Strata__Internal__V1__Positions *pos;  /* GetPositions (NULL: no answer); freed at the end */
+    bool repl_unimplemented;               /* the node serves no Replication service */
+    link_state link[ST_TOPO_CLUSTERS_MAX]; /* by cluster index of the topology */
 } node_row;
 
 typedef struct status_ctx {
@@ -105,34 +117,52 @@ static void probe_node(const st_topo_node *n, node_row *row) {
     st_buf_free(&resp);
 }
 
-/* Replication: per node, the lag to each peer cluster from
- * strata.internal.v1.Replication/GetPositions: "<peer>: <records> rec <bytes> <seconds>s", with
- * "backoff" while the shipper retries after an error. "-" when the node does not answer. */
+/* Replication: the lag column's title (two clusters or more). */
 static void repl_header(const status_ctx *c) {
     if (c->topo.n_clusters >= 2)
         printf(" %s", "REPLICATION (lag per peer)");
 }
 
-static void repl_cells(const status_ctx *c, size_t ci, size_t ni) {
-    if (c->topo.n_clusters < 2)
+/* GetPositions of a node that answered GetStatus, kept in row, and its link to each cluster. */
+static void probe_repl(const status_ctx *c, size_t ci, const st_topo_node *n, node_row *row) {
+    if (c->topo.n_clusters < 2 || !row->ok)
         return;
-    const st_topo_node *n = &c->topo.clusters[ci].nodes[ni];
     st_buf resp;
     st_buf_init(&resp);
     st_code rc =
         rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Replication/GetPositions",
                            st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp, NULL);
-    Strata__Internal__V1__Positions *p =
-        rc == ST_OK ? (void *)btu_pb_unpack(&strata__internal__v1__positions__descriptor, NULL,
-                                            st_slice_make(resp.data, resp.len), NULL)
-                    : NULL;
+    row->pos = rc == ST_OK ? (void *)btu_pb_unpack(&strata__internal__v1__positions__descriptor,
+                                                   NULL, st_slice_make(resp.data, resp.len), NULL)
+                           : NULL;
+    row->repl_unimplemented = rc == ST_UNIMPLEMENTED;
     st_buf_free(&resp);
+    if (!row->pos && !row->repl_unimplemented)
+        return; /* links stay LINK_UNKNOWN */
+    for (size_t k = 0; k < c->topo.n_clusters; k++) {
+        if (k == ci)
+            continue;
+        row->link[k] = LINK_NONE;
+        for (size_t p = 0; row->pos && p < row->pos->n_peers; p++) {
+            const Strata__Internal__V1__PeerPosition *pp = row->pos->peers[p];
+            if (strcmp(pp->cluster_id, c->topo.clusters[k].id) != 0)
+                continue;
+            row->link[k] = pp->link_cut ? LINK_CUT : pp->backing_off ? LINK_DOWN : LINK_OPEN;
+        }
+    }
+}
+
+/* Per node, the lag to each peer cluster: "<peer>: <records> rec <bytes> <seconds>s", with
+ * "backoff" while the shipper retries after an error, "CUT" while the link is cut; "off" for a
+ * node that does not replicate (no --config), "-" when the node does not answer. */
+static void repl_cells(const node_row *row) {
+    const Strata__Internal__V1__Positions *p = row->pos;
     if (!p) {
-        printf(" %s", rc == ST_UNIMPLEMENTED ? "off" : "-");
+        printf(" %s", row->repl_unimplemented ? "off" : "-");
         return;
     }
     if (p->n_peers == 0)
-        printf(" off");
+        printf(" off (not replicating: started without --config)");
     for (size_t i = 0; i < p->n_peers; i++) {
         const Strata__Internal__V1__PeerPosition *pp = p->peers[i];
         char bytes[32];
@@ -141,7 +171,6 @@ static void repl_cells(const status_ctx *c, size_t ci, size_t ni) {
                (unsigned long long)pp->records_behind, bytes, (double)pp->time_behind_us / 1e6,
                pp->link_cut ? " CUT" : "", pp->backing_off && !pp->link_cut ? " backoff" : "");
     }
-    strata__internal__v1__positions__free_unpacked(p, NULL);
 }
 
 static void status_probe(status_ctx *c) {
@@ -155,6 +184,7 @@ static void status_probe(status_ctx *c) {
             ops_inst_node_name(t, i, j, name);
             fill_pid(c->dir, name, row->pid, sizeof row->pid, &alive);
             probe_node(n, row);
+            probe_repl(c, i, n, row);
             if (n->data_dir[0])
                 ops_inst_fmt_bytes(ops_inst_disk_bytes(n->data_dir), row->data, sizeof row->data);
             else
@@ -164,8 +194,60 @@ static void status_probe(status_ctx *c) {
         }
 }
 
+/* The link from cluster i to cluster k, over i's nodes: a link is open only when every node of i
+ * ships to k without error. Worst first: cut (by `strata chaos partition`: the file or a node
+ * says so), not replicating (a node without a shipper for k), down (a shipper backs off, or no
+ * node of k answers: an idle shipper has not noticed yet), unknown (no node of i answered). */
+static link_state cluster_link(const status_ctx *c, size_t i, size_t k) {
+    const st_topology *t = &c->topo;
+    if (ops_inst_partition_cut(&c->part, t->clusters[i].id, t->clusters[k].id))
+        return LINK_CUT;
+    bool seen[LINK_NONE + 1] = {false};
+    for (size_t j = 0; j < t->clusters[i].n_nodes; j++)
+        seen[c->rows[i][j].link[k]] = true;
+    size_t peers_up = 0;
+    for (size_t j = 0; j < t->clusters[k].n_nodes; j++)
+        peers_up += c->rows[k][j].ok;
+    if (peers_up == 0 && seen[LINK_OPEN])
+        seen[LINK_DOWN] = true;
+    static const link_state order[] = {LINK_CUT, LINK_NONE, LINK_DOWN, LINK_OPEN};
+    for (size_t o = 0; o < sizeof order / sizeof order[0]; o++)
+        if (seen[order[o]])
+            return order[o];
+    return LINK_UNKNOWN;
+}
+
+/* "open", else the bad links: "cut from west", "not replicating to west", "down to west",
+ * "unknown to west" (joined with "; "). */
+static void print_links(const status_ctx *c, size_t i) {
+    static const char *const words[] = {[LINK_UNKNOWN] = "unknown to",
+                                        [LINK_CUT] = "cut from",
+                                        [LINK_DOWN] = "down to",
+                                        [LINK_NONE] = "not replicating to"};
+    const st_topology *t = &c->topo;
+    if (t->n_clusters < 2) {
+        printf(" - (one cluster)");
+        return;
+    }
+    size_t shown = 0;
+    for (link_state s = LINK_UNKNOWN; s <= LINK_NONE; s++) {
+        if (s == LINK_OPEN)
+            continue;
+        size_t n = 0;
+        for (size_t k = 0; k < t->n_clusters; k++) {
+            if (k == i || cluster_link(c, i, k) != s)
+                continue;
+            if (n++ == 0)
+                printf("%s%s", shown++ ? "; " : " ", words[s]);
+            printf("%s %s", n > 1 ? "," : "", t->clusters[k].id);
+        }
+    }
+    if (!shown)
+        printf(" open");
+}
+
 /* Per cluster: nodes up of all (a cluster serves all its rows only when every node is up) and
- * the replication links `strata chaos partition` cut (DIR/run/partition). */
+ * its replication links (print_links). */
 static void status_clusters(status_ctx *c) {
     const st_topology *t = &c->topo;
     printf("%-10s %-8s %-9s %s\n", "CLUSTER", "ZONE", "NODES UP", "REPLICATION LINKS");
@@ -176,11 +258,8 @@ static void status_clusters(status_ctx *c) {
         char health[24];
         snprintf(health, sizeof health, "%zu/%zu", up, t->clusters[i].n_nodes);
         printf("%-10s %-8s %-9s", t->clusters[i].id, t->clusters[i].zone, health);
-        size_t cut = 0;
-        for (size_t k = 0; k < t->n_clusters; k++)
-            if (k != i && ops_inst_partition_cut(&c->part, t->clusters[i].id, t->clusters[k].id))
-                printf("%s%s", cut++ ? ", " : " cut from ", t->clusters[k].id);
-        printf("%s\n", t->n_clusters < 2 ? " - (one cluster)" : cut ? "" : " open");
+        print_links(c, i);
+        printf("\n");
     }
     printf("\n");
 }
@@ -200,10 +279,8 @@ static void status_nodes(status_ctx *c) {
             printf("%-10s %-8s %-12s %-22s %-14s %-13s %-8s %-10s", t->clusters[i].id,
                    t->clusters[i].zone, name, n->addr, row->pid, row->health, row->tablets,
                    row->data);
-            if (row->ok)
-                repl_cells(c, i, j);
-            else if (t->n_clusters >= 2)
-                printf(" -");
+            if (t->n_clusters >= 2)
+                repl_cells(row);
             printf("\n");
         }
 }
@@ -304,11 +381,15 @@ static int status_run(status_ctx *c) {
     if (c->topo.n_routers > 0)
         status_sockets(c);
     bool all = c->nodes_ok == c->nodes_total && c->routers_ok == c->topo.n_routers;
+    for (size_t i = 0; i < c->topo.n_clusters; i++)
+        for (size_t j = 0; j < c->topo.clusters[i].n_nodes; j++)
+            if (c->rows[i][j].pos)
+                strata__internal__v1__positions__free_unpacked(c->rows[i][j].pos, NULL);
     printf("\n%zu of %zu nodes healthy, %zu of %zu routers healthy.\n", c->nodes_ok, c->nodes_total,
            c->routers_ok, c->topo.n_routers);
     if (!all)
-        printf("Each process's log is %s/logs/<name>.log; `strata up%s%s` restarts a stopped "
-               "instance (`strata down` first if it is partly running).\n",
+        printf("Each process's log is %s/logs/<name>.log; `strata up%s%s` starts whatever is "
+               "stopped (`strata restart NAME` one process).\n",
                c->dir, c->dir_flag ? " --dir " : "", c->dir_flag ? c->dir : "");
     return all ? 0 : 1;
 }

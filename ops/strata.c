@@ -24,6 +24,8 @@ static const strata_cmd commands[] = {
     {"status", ops_status_main, "show a local instance's clusters, nodes, tablets and health"},
     {"failover", ops_failover_main, "point a single-cluster app profile at another cluster"},
     {"chaos", ops_chaos_main, "rehearse failures: kill/restart a cluster, cut/heal replication"},
+    {"restart", ops_restart_main,
+     "stop and start one process of a local instance (east-1, router)"},
     {"help", cmd_help, "list the commands, or `strata help CMD` for one"},
 };
 #define COMMANDS_COUNT (sizeof(commands) / sizeof(commands[0]))
@@ -39,7 +41,8 @@ static void usage(FILE *out) {
     fprintf(out, "usage: strata <command> [flags]\n\ncommands:\n");
     for (size_t i = 0; i < COMMANDS_COUNT; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\n`strata <command> --help` describes a command's flags.\n");
+    fprintf(out, "\n`strata <command> --help` describes a command's flags; `strata --version` "
+                 "prints the version.\n");
 }
 
 static int cmd_help(int argc, char **argv) {
@@ -63,6 +66,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
         return cmd_help(1, argv + 1);
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("strata %s\n", st_version());
+        return 0;
+    }
     const strata_cmd *c = cmd_find(argv[1]);
     if (!c) {
         fprintf(stderr, "strata: unknown command '%s'\n\n", argv[1]);

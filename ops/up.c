@@ -78,7 +78,9 @@ static void up_usage(FILE *out) {
             "  --no-unix        TCP between the router and the nodes; by default each node also\n"
             "                   serves a Unix socket DATA/node.sock, which the router uses\n"
             "                   (faster on one host; docs/router.md, Unix sockets)\n"
-            "Run again on a running instance: says so and changes nothing. Stop it with\n"
+            "Run again on a running instance: starts whatever of it is stopped (router\n"
+            "included) and leaves the rest alone; `strata restart NAME` restarts one process.\n"
+            "Stop it with\n"
             "`strata down`, inspect it with `strata status`.\n",
             UP_WAIT_S_DEFAULT);
 }
@@ -161,15 +163,15 @@ static int up_parse(int argc, char **argv, up_opts *o) {
 
 static bool up_find_bins(up_ctx *c) {
     const char *where = c->o.bin_dir ? c->o.bin_dir : "next to strata's build tree or on $PATH";
-    if (!ops_inst_find_bin(c->o.bin_dir, "node", "strata-node", c->node_bin, sizeof c->node_bin)) {
+    if (!ops_bin_find(c->o.bin_dir, "node", "strata-node", c->node_bin, sizeof c->node_bin)) {
         fprintf(stderr,
                 "strata up: strata-node not found (%s): build it (ninja strata-node) or "
                 "pass --bin-dir DIR\n",
                 where);
         return false;
     }
-    if (!c->o.no_router && !ops_inst_find_bin(c->o.bin_dir, "router", "strata-router",
-                                              c->router_bin, sizeof c->router_bin)) {
+    if (!c->o.no_router && !ops_bin_find(c->o.bin_dir, "router", "strata-router", c->router_bin,
+                                         sizeof c->router_bin)) {
         fprintf(stderr,
                 "strata up: strata-router not found (%s): build it (ninja strata-router) "
                 "or pass --bin-dir DIR\n",
@@ -293,8 +295,11 @@ static void up_topo_fill(up_ctx *c) {
     for (size_t i = 0; i < t->n_clusters; i++)
         for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
             st_topo_node *n = &t->clusters[i].nodes[j];
+            char abs[sizeof n->data_dir];
             if (!n->data_dir[0])
                 ops_fmt(n->data_dir, sizeof n->data_dir, "%s/%s-%zu", c->dir, t->clusters[i].id, j);
+            else if (n->data_dir[0] != '/' && ops_path_absolute(n->data_dir, abs, sizeof abs))
+                memcpy(n->data_dir, abs, sizeof abs); /* --config FILE, or an older topology */
         }
     if (c->o.split_bytes)
         t->split_bytes = c->o.split_bytes;
@@ -495,8 +500,8 @@ static bool up_await(up_ctx *c, up_proc *p) {
 
 /* ---- already running? ---- */
 
-/* 1: every recorded process is alive (idempotent success); 0: none is (stale pid files removed);
- * -1: some are, some are not (the operator decides). */
+/* 1: some recorded process is alive (the instance runs: start what is missing, if anything);
+ * 0: none is (stale pid files removed, a fresh start). */
 static int up_running_state(up_ctx *c) {
     static char names[OPS_PROCS_MAX][OPS_NAME_MAX]; /* CLI: one instance of this at a time */
     size_t n = ops_inst_pid_names(c->dir, names, OPS_PROCS_MAX), alive = 0;
@@ -509,20 +514,25 @@ static int up_running_state(up_ctx *c) {
         ops_inst_partition_write(c->dir, &none);
         return 0;
     }
-    if (alive == n)
-        return 1;
-    fprintf(stderr,
-            "strata up: the instance in %s is partly running (%zu of %zu processes "
-            "alive). Stopped:",
-            c->dir, alive, n);
-    for (size_t i = 0; i < n; i++)
-        if (!ops_inst_pid_alive(ops_inst_pid_read(c->dir, names[i])))
-            fprintf(stderr, " %s", names[i]);
-    fprintf(stderr,
-            "\nSee their logs in %s/logs, then run `strata down%s%s` and `strata up` "
-            "again.\n",
-            c->dir, c->o.dir_flag ? " --dir " : "", c->o.dir_flag ? c->dir : "");
-    return -1;
+    return 1;
+}
+
+/* True when every process of DIR/topology has a live pid (nothing to start). */
+static bool up_all_alive(up_ctx *c) {
+    for (size_t i = 0; i < c->topo.n_clusters; i++)
+        for (size_t j = 0; j < c->topo.clusters[i].n_nodes; j++) {
+            char name[OPS_NAME_MAX];
+            ops_inst_node_name(&c->topo, i, j, name);
+            if (!ops_inst_pid_alive(ops_inst_pid_read(c->dir, name)))
+                return false;
+        }
+    for (size_t r = 0; r < c->topo.n_routers; r++) {
+        char name[OPS_NAME_MAX];
+        ops_inst_router_name(r, name);
+        if (!ops_inst_pid_alive(ops_inst_pid_read(c->dir, name)))
+            return false;
+    }
+    return true;
 }
 
 static bool mkdir_p(const char *path) {
@@ -664,7 +674,9 @@ static void up_print_endpoint(const up_ctx *c, bool already) {
            dir_val);
 }
 
-/* An already-running instance: print its endpoint from DIR/topology. */
+/* A running instance: starts the processes of DIR/topology that are not running (its shape,
+ * ports and data stay as they are: flags that would change them are ignored, and said so), then
+ * prints its endpoint. */
 static int up_already(up_ctx *c) {
     char path[OPS_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/topology", c->dir);
@@ -674,14 +686,24 @@ static int up_already(up_ctx *c) {
                err.msg);
         return 0;
     }
-    up_print_endpoint(c, true);
-    return 0;
+    if (up_all_alive(c)) {
+        up_print_endpoint(c, true);
+        return 0;
+    }
+    if (c->o.config || c->o.shape_given || c->o.split_bytes)
+        printf("(the instance runs: --config, --clusters, --nodes and --split-bytes are ignored; "
+               "`strata down` first to change them)\n");
+    int rc = ops_inst_start_missing(c->dir, c->o.bin_dir, c->o.wait_s);
+    if (rc == 0) {
+        printf("\n");
+        up_print_endpoint(c, false);
+    }
+    return rc;
 }
 
 static int up_run(up_ctx *c) {
-    int state = up_running_state(c);
-    if (state != 0)
-        return state > 0 ? up_already(c) : 1;
+    if (up_running_state(c))
+        return up_already(c);
     if (!up_find_bins(c) || !up_make_dirs(c) || !up_topo_build(c) || !up_check_ports(c) ||
         !up_topo_save(c) || !up_unix_setup(c))
         return 1;

@@ -27,7 +27,7 @@ st_code repl_apply_prepare(const repl_node_ops *ops, void *node, const char *tab
                           "replicated row of table %s: empty or oversized row key, or no "
                           "mutations",
                           table);
-    if (out->origin == 0 || out->origin > 1023 ||
+    if (out->origin == 0 || out->origin > STO_ORIGIN_MAX ||
         out->version != STO_VERSION(out->commit_ts_us, out->origin))
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "replicated row of table %s: origin cluster %u and version %llu do "
@@ -87,20 +87,30 @@ void repl_h_apply(rpc_call *call, st_slice req_bytes, void *arg) {
     st_err err = {0};
     Strata__Internal__V1__ApplyRequest *req = (void *)btu_pb_unpack(
         &strata__internal__v1__apply_request__descriptor, &alloc, req_bytes, &err);
-    if (!req)
-        return rpc_call_finish(call, ST_INVALID_ARGUMENT, err.msg);
-    if (req->n_rows > REPL_APPLY_ROWS_MAX)
-        return rpc_call_finish(call, ST_INVALID_ARGUMENT, "ApplyRequest over the row maximum");
-    if (r->closing)
-        return rpc_call_finish(call, ST_UNAVAILABLE, "replication is shutting down");
-    if (repl_link_cut(r, req->source_cluster))
-        return rpc_call_finish(call, ST_UNAVAILABLE,
-                               "strata-link-cut: replication from this cluster is cut (`strata "
-                               "chaos partition`); `strata chaos heal` restores it");
+    if (!req) {
+        rpc_call_finish(call, ST_INVALID_ARGUMENT, err.msg);
+        return;
+    }
+    if (req->n_rows > REPL_APPLY_ROWS_MAX) {
+        rpc_call_finish(call, ST_INVALID_ARGUMENT, "ApplyRequest over the row maximum");
+        return;
+    }
+    if (r->closing) {
+        rpc_call_finish(call, ST_UNAVAILABLE, "replication is shutting down");
+        return;
+    }
+    if (repl_link_cut(r, req->source_cluster)) {
+        rpc_call_finish(call, ST_UNAVAILABLE,
+                        "strata-link-cut: replication from this cluster is cut (`strata "
+                        "chaos partition`); `strata chaos heal` restores it");
+        return;
+    }
     apply_op *op = st_arena_alloc(arena, sizeof *op);
     sto_row_mut *rows = st_arena_alloc(arena, (req->n_rows ? req->n_rows : 1) * sizeof *rows);
-    if (!op || !rows)
-        return rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory applying a batch");
+    if (!op || !rows) {
+        rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory applying a batch");
+        return;
+    }
     op->call = call;
     op->n = (uint32_t)req->n_rows;
     uint64_t max_ts = 0;
@@ -109,13 +119,17 @@ void repl_h_apply(rpc_call *call, st_slice req_bytes, void *arg) {
         st_code rc = repl_apply_prepare(&r->ops, r->o.node, rr->table_name,
                                         st_slice_make(rr->row_mutation.data, rr->row_mutation.len),
                                         arena, &rows[i], &err);
-        if (rc != ST_OK)
-            return rpc_call_finish(call, rc, err.msg);
+        if (rc != ST_OK) {
+            rpc_call_finish(call, rc, err.msg);
+            return;
+        }
         if (rows[i].commit_ts_us > max_ts)
             max_ts = rows[i].commit_ts_us;
     }
-    if (req->n_rows == 0)
-        return apply_durable(ST_OK, NULL, op);
+    if (req->n_rows == 0) {
+        apply_durable(ST_OK, NULL, op);
+        return;
+    }
     if (r->ops.observe_ts)
         r->ops.observe_ts(r->o.node, max_ts);
     st_code rc = r->ops.write(r->o.node, rows, req->n_rows, &err, apply_durable, op);
@@ -136,13 +150,17 @@ void repl_h_get_positions(rpc_call *call, st_slice req_bytes, void *arg) {
     resp.last_lsn = sto_log_last_lsn(r->o.db);
     resp.n_peers = r->n_shippers;
     resp.peers = st_arena_alloc(arena, (r->n_shippers + 1) * sizeof *resp.peers);
-    if (!resp.peers)
-        return rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!resp.peers) {
+        rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     for (size_t i = 0; i < r->n_shippers; i++) {
         repl_peer_stats *st = st_arena_alloc(arena, sizeof *st);
         Strata__Internal__V1__PeerPosition *p = st_arena_alloc(arena, sizeof *p);
-        if (!st || !p)
-            return rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        if (!st || !p) {
+            rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
         repl_shipper_stats(r->shippers[i], st);
         strata__internal__v1__peer_position__init(p);
         p->cluster_num = st->cluster_num;

@@ -258,8 +258,10 @@ void repl_h_set_links(rpc_call *call, st_slice req_bytes, void *arg) {
     st_err err = {0};
     Strata__Internal__V1__SetLinksRequest *req = (void *)btu_pb_unpack(
         &strata__internal__v1__set_links_request__descriptor, NULL, req_bytes, &err);
-    if (!req)
-        return rpc_call_finish(call, ST_INVALID_ARGUMENT, err.msg);
+    if (!req) {
+        rpc_call_finish(call, ST_INVALID_ARGUMENT, err.msg);
+        return;
+    }
     uint32_t cut[ST_TOPO_CLUSTERS_MAX];
     size_t n = 0;
     st_code rc = ST_OK;
@@ -278,8 +280,10 @@ void repl_h_set_links(rpc_call *call, st_slice req_bytes, void *arg) {
     strata__internal__v1__set_links_request__free_unpacked(req, NULL);
     if (rc == ST_OK)
         rc = repl_links_set(r, cut, n, &err);
-    if (rc != ST_OK)
-        return rpc_call_finish(call, rc, err.msg);
+    if (rc != ST_OK) {
+        rpc_call_finish(call, rc, err.msg);
+        return;
+    }
     Strata__Internal__V1__SetLinksResponse resp;
     strata__internal__v1__set_links_response__init(&resp);
     char *ids[ST_TOPO_CLUSTERS_MAX];
@@ -290,8 +294,10 @@ void repl_h_set_links(rpc_call *call, st_slice req_bytes, void *arg) {
     resp.cut_cluster_ids = ids;
     size_t len = strata__internal__v1__set_links_response__get_packed_size(&resp);
     uint8_t *buf = st_arena_alloc(arena, len ? len : 1);
-    if (!buf)
-        return rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!buf) {
+        rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     strata__internal__v1__set_links_response__pack(&resp, buf);
     rc = rpc_call_send(call, st_slice_make(buf, len));
     rpc_call_finish(call, rc, rc == ST_OK ? NULL : "response could not be sent");

@@ -427,7 +427,7 @@ static void batch_complete(repl_shipper *s, ship_batch *b) {
 
 static bool refresh_worthy(st_code code, const char *msg) {
     return code == ST_UNAVAILABLE || code == ST_NOT_FOUND || code == ST_DEADLINE_EXCEEDED ||
-           (code == ST_FAILED_PRECONDITION && msg && strstr(msg, "strata-not-owner:"));
+           st_is_not_owner(code, msg);
 }
 
 static void apply_done(st_code code, const char *message, st_slice resp, void *arg) {

@@ -7,6 +7,7 @@
  * is the commit point; DeleteTable removes the record first, then drops the nodes' copies. A
  * failure before the commit point rolls the nodes back (best effort). */
 #include "router_internal.h"
+#include "instance.h" /* rtr_check_instance */
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -73,8 +74,10 @@ static void fan_nodes(adm_op *op, const char *path, st_slice req, bool skip_firs
                       rtr_fan_done_fn done) {
     rtr_ctx *r = op->r;
     rtr_fan *f = rtr_fan_new(r, count_nodes(r), RTR_ADMIN_TIMEOUT_MS, done, op);
-    if (!f)
-        return op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!f) {
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     size_t k = 0;
     for (size_t c = 0; c < r->n_clusters; c++)
         for (size_t i = 0; i < r->clusters[c].n_nodes; i++, k++) {
@@ -194,8 +197,10 @@ static void put_rest_done(rtr_fan *f, void *arg) {
     st_err err = {0};
     st_code rc = rtr_fan_first_error(f, &err);
     rtr_fan_free(f);
-    if (rc != ST_OK)
-        return op_finish(op, rc, err.msg); /* the record still says the old schema */
+    if (rc != ST_OK) {
+        op_finish(op, rc, err.msg);
+        return;
+    } /* the record still says the old schema */
     schema_pushed(op);
 }
 
@@ -204,17 +209,23 @@ static void put_probe_done(rtr_fan *f, void *arg) {
     st_err err = {0};
     st_code rc = rtr_fan_first_error(f, &err);
     rtr_fan_free(f);
-    if (rc != ST_OK)
-        return op_finish(op, rc, err.msg);
+    if (rc != ST_OK) {
+        op_finish(op, rc, err.msg);
+        return;
+    }
     fan_nodes(op, RTR_NODE "PutTable", st_buf_slice(&op->put_req), true, put_rest_done);
 }
 
 static void push_schema(adm_op *op) {
-    if (pack_schema(op) != ST_OK)
-        return op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (pack_schema(op) != ST_OK) {
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     rtr_fan *f = rtr_fan_new(op->r, 1, RTR_ADMIN_TIMEOUT_MS, put_probe_done, op);
-    if (!f)
-        return op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!f) {
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     rtr_fan_call(f, 0, &op->r->clusters[0].nodes[0], RTR_NODE "PutTable",
                  st_buf_slice(&op->put_req));
     rtr_fan_seal(f);
@@ -228,8 +239,10 @@ static void create_refreshed(void *arg) {
 
 static void create_recorded(void *arg, st_code code, const char *msg) {
     adm_op *op = arg;
-    if (code != ST_OK)
-        return rollback_fail(op, code, msg);
+    if (code != ST_OK) {
+        rollback_fail(op, code, msg);
+        return;
+    }
     st_log(ST_LOG_INFO, "router", "created table=%s tablets_per_cluster=%zu", op->name,
            op->n_splits + 1);
     /* Learn the new tablets now, so the first data request needs no refresh. */
@@ -247,8 +260,10 @@ static void tablets_done(rtr_fan *f, void *arg) {
             err = f->res[i].err;
         }
     rtr_fan_free(f);
-    if (rc != ST_OK)
-        return rollback_fail(op, rc, err.msg);
+    if (rc != ST_OK) {
+        rollback_fail(op, rc, err.msg);
+        return;
+    }
     st_slice pb = st_buf_slice(&op->table_pb);
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, create_recorded, op);
 }
@@ -258,8 +273,10 @@ static void create_tablets(adm_op *op) {
     rtr_ctx *r = op->r;
     size_t per = op->n_splits + 1;
     rtr_fan *f = rtr_fan_new(r, per * r->n_clusters, RTR_ADMIN_TIMEOUT_MS, tablets_done, op);
-    if (!f)
-        return rollback_fail(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!f) {
+        rollback_fail(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     Strata__Internal__V1__CreateTabletRequest req;
     strata__internal__v1__create_tablet_request__init(&req);
     req.table_name = op->name;
@@ -287,8 +304,10 @@ static void modify_recorded(void *arg, st_code code, const char *msg) {
 }
 
 static void schema_pushed(adm_op *op) {
-    if (op->create)
-        return create_tablets(op);
+    if (op->create) {
+        create_tablets(op);
+        return;
+    }
     st_slice pb = st_buf_slice(&op->table_pb);
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, modify_recorded, op);
 }
@@ -297,18 +316,16 @@ static const char *create_check(rtr_ctx *r,
                                 const Google__Bigtable__Admin__V2__CreateTableRequest *req,
                                 char *name, size_t cap, st_err *err) {
     snprintf(name, cap, "%s/tables/%s", req->parent, req->table_id);
+    if (rtr_check_instance(&r->topo, req->parent, false, err) != ST_OK)
+        return NULL;
     if (!btu_table_id_valid(req->table_id)) {
         st_err_set(err, ST_INVALID_ARGUMENT,
-                   "invalid table id '%s': use 1-50 of [-_.a-zA-Z0-9], not starting with - or .",
-                   req->table_id);
+                   "invalid table id '%s': use 1-%d of [-_.a-zA-Z0-9], not starting with - or .",
+                   req->table_id, BTU_TABLE_ID_MAX);
         return NULL;
     }
-    if (rtr_check_table_name(name, NULL) != ST_OK) {
-        st_err_set(err, ST_INVALID_ARGUMENT,
-                   "invalid parent '%s': expected projects/<project>/instances/<instance>",
-                   req->parent);
+    if (rtr_check_table_name(r, name, err) != ST_OK)
         return NULL;
-    }
     if (rtr_meta_find(&r->meta, RTR_META_KIND_TABLE, name) || strcmp(name, RTR_META_TABLE) == 0) {
         st_err_set(err, ST_ALREADY_EXISTS, "table \"%s\" already exists", name);
         return NULL;
@@ -329,12 +346,18 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     size_t n_splits = 0;
     pb_table *t = NULL;
     if (!create_check(r, req, name, sizeof name, &err) ||
-        btu_splits_from_pb(req, RTR_SPLITS_MAX, a, &splits, &n_splits, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
-    if (!(t = schema_new(a, name, req->table)))
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-    if (normalize_families(t, a, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+        btu_splits_from_pb(req, RTR_SPLITS_MAX, a, &splits, &n_splits, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    if (!(t = schema_new(a, name, req->table))) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    if (normalize_families(t, a, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     adm_op *op = op_new(r, call, name);
     if (!op)
         return;
@@ -375,8 +398,10 @@ void rtr_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     pb_table *t = name_only(rpc_call_arena(call), req->name);
-    if (!t)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!t) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     t->granularity = 0;
     rtr_reply(call, &t->base);
 }
@@ -387,18 +412,19 @@ void rtr_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
         call, &google__bigtable__admin__v2__list_tables_request__descriptor, req_bytes);
     if (!req)
         return;
-    char probe[RTR_TABLE_NAME_MAX + 16];
-    snprintf(probe, sizeof probe, "%s/tables/x", req->parent);
-    if (rtr_check_table_name(probe, NULL) != ST_OK)
-        return rtr_fail(call, ST_INVALID_ARGUMENT,
-                        "invalid parent '%s': expected projects/<project>/instances/<instance>",
-                        req->parent);
+    st_err err = {0};
+    if (rtr_check_instance(&r->topo, req->parent, false, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     st_arena *a = rpc_call_arena(call);
     Google__Bigtable__Admin__V2__ListTablesResponse resp;
     google__bigtable__admin__v2__list_tables_response__init(&resp);
     resp.tables = st_arena_alloc(a, (r->meta.n_tables + 1) * sizeof *resp.tables);
-    if (!resp.tables)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!resp.tables) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     size_t plen = strlen(req->parent);
     bool full = full_view(req->view, true);
     for (size_t i = 0; i < r->meta.n_tables; i++) {
@@ -408,8 +434,10 @@ void rtr_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
         pb_table *t = full ? unpack_table(call, rec) : name_only(a, rec->name);
         if (!t && full)
             return; /* unpack_table finished the call */
-        if (!t)
-            return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        if (!t) {
+            rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
         if (!full)
             t->granularity = 0;
         resp.tables[resp.n_tables++] = t;
@@ -438,15 +466,19 @@ void rtr_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
     pb_table *t = rec ? unpack_table(call, rec) : NULL;
     if (!t)
         return;
-    if (t->deletion_protection)
-        return rtr_fail(call, ST_FAILED_PRECONDITION,
-                        "table %s has deletion protection; turn it off before deleting", req->name);
+    if (t->deletion_protection) {
+        rtr_fail(call, ST_FAILED_PRECONDITION,
+                 "table %s has deletion protection; turn it off before deleting", req->name);
+        return;
+    }
     adm_op *op = op_new(r, call, req->name);
     if (!op)
         return;
     Google__Protobuf__Empty *empty = st_arena_alloc(rpc_call_arena(call), sizeof *empty);
-    if (!empty)
-        return op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!empty) {
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     google__protobuf__empty__init(empty);
     op->reply = &empty->base;
     rtr_meta_write(r, RTR_META_KIND_TABLE, op->name, NULL, delete_recorded, op);
@@ -523,10 +555,14 @@ void rtr_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg)
     st_arena *a = rpc_call_arena(call);
     st_err err = {0};
     for (size_t i = 0; i < req->n_modifications; i++)
-        if (apply_mod(t, req->modifications[i], a, &err) != ST_OK)
-            return rtr_fail(call, err.code, "%s", err.msg);
-    if (normalize_families(t, a, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+        if (apply_mod(t, req->modifications[i], a, &err) != ST_OK) {
+            rtr_fail(call, err.code, "%s", err.msg);
+            return;
+        }
+    if (normalize_families(t, a, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     adm_op *op = op_new(r, call, req->name);
     if (!op)
         return;
@@ -574,7 +610,8 @@ static void drop_send(void *arg) {
     rtr_fan *f = rtr_fan_new(r, n, RTR_ADMIN_TIMEOUT_MS, drop_done, op);
     if (!f) {
         rpc_call_finish(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return free(op);
+        free(op);
+        return;
     }
     size_t k = 0;
     for (size_t c = 0; c < r->n_clusters; c++)
@@ -592,17 +629,22 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     bool prefix = req->target_case ==
                   GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_ROW_KEY_PREFIX;
-    if (prefix && req->row_key_prefix.len == 0)
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "row_key_prefix must not be empty");
+    if (prefix && req->row_key_prefix.len == 0) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "row_key_prefix must not be empty");
+        return;
+    }
     if (!prefix &&
         !(req->target_case ==
               GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_DELETE_ALL_DATA_FROM_TABLE &&
-          req->delete_all_data_from_table))
-        return rtr_fail(call, ST_INVALID_ARGUMENT,
-                        "set row_key_prefix or delete_all_data_from_table");
+          req->delete_all_data_from_table)) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "set row_key_prefix or delete_all_data_from_table");
+        return;
+    }
     drop_op *op = calloc(1, sizeof *op);
-    if (!op)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     *op = (drop_op){r, call, req_bytes, ""};
     snprintf(op->name, sizeof op->name, "%s", req->name);
     /* Fresh maps: every node that holds a tablet of the table must see the drop. */
@@ -617,6 +659,31 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
  * clusters a node's part also waits for replication (docs/formats/replication.md). */
 
 #define TOKEN_PREFIX "strata1:"
+/* A node that replicates answers the cross-cluster token of docs/formats/replication.md (never
+ * shorter than 29 digits); a node without peers answers its own last lsn (at most 20 digits).
+ * In an instance of several clusters the second means the node ships nothing: no token it is
+ * part of may ever be reported consistent. */
+#define TOKEN_LOCAL_DIGITS_MAX 20
+
+/* FAILED_PRECONDITION when the instance has other clusters but node's answer tok shows it does
+ * not replicate to them (started by hand without --config): naming the node and the peers. */
+static st_code token_node_replicates(const rtr_ctx *r, const rtr_node *node, const char *tok,
+                                     st_err *err) {
+    if (r->topo.n_clusters < 2 || strlen(tok) > TOKEN_LOCAL_DIGITS_MAX)
+        return ST_OK;
+    char peers[ST_TOPO_CLUSTERS_MAX * (ST_TOPO_ID_MAX + 2)] = "";
+    for (size_t i = 0; i < r->topo.n_clusters; i++)
+        if (&r->topo.clusters[i] != node->cluster->topo)
+            snprintf(peers + strlen(peers), sizeof peers - strlen(peers), "%s%s",
+                     peers[0] ? ", " : "", r->topo.clusters[i].id);
+    return st_err_set(err, ST_FAILED_PRECONDITION,
+                      "node %u (%s) of cluster %s does not replicate to cluster %s: it runs "
+                      "without the instance topology, so its writes never reach them and "
+                      "consistency cannot be reached; restart it with --config TOPOLOGY "
+                      "--cluster-num %u --node-num %u (as `strata up` does)",
+                      node->num, node->addr, node->cluster->topo->id, peers,
+                      node->cluster->topo->num, node->num);
+}
 
 typedef struct cons_op {
     rtr_ctx *r;
@@ -632,7 +699,8 @@ static void token_done(rtr_fan *f, void *arg) {
     st_buf_init(&tok);
     char head[64];
     snprintf(head, sizeof head, TOKEN_PREFIX "%u:", op->c->topo->num);
-    st_buf_append(&tok, head, strlen(head));
+    if (rc == ST_OK && st_buf_append(&tok, head, strlen(head)) != ST_OK)
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory building a token");
     for (size_t i = 0; rc == ST_OK && i < f->n; i++) {
         size_t off = 0;
         st_slice msg;
@@ -645,9 +713,11 @@ static void token_done(rtr_fan *f, void *arg) {
             rc = st_err_set(&err, ST_INTERNAL, "a node sent an unreadable consistency token");
             break;
         }
-        if (i)
-            st_buf_append_byte(&tok, ',');
-        st_buf_append(&tok, m->consistency_token, strlen(m->consistency_token));
+        rc = token_node_replicates(op->r, &op->c->nodes[i], m->consistency_token, &err);
+        if (rc == ST_OK &&
+            ((i && st_buf_append_byte(&tok, ',') != ST_OK) ||
+             st_buf_append(&tok, m->consistency_token, strlen(m->consistency_token)) != ST_OK))
+            rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory building a token");
         google__bigtable__admin__v2__generate_consistency_token_response__free_unpacked(m, NULL);
     }
     rtr_fan_free(f);
@@ -687,8 +757,10 @@ void rtr_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, void *
         return;
     rtr_cluster *c;
     st_err err = {0};
-    if (rtr_profile_route(r, "", false, &c, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+    if (rtr_profile_route(r, "", false, &c, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     rtr_fan *f;
     if (!cons_new(r, call, c, c->n_nodes, token_done, &f))
         return;
@@ -765,9 +837,17 @@ void rtr_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_cluster *c;
     char *lsns[ST_TOPO_NODES_MAX];
     size_t n;
-    if (!token_parse(r, req->consistency_token, &c, lsns, &n, a))
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "invalid consistency token '%s'",
-                        req->consistency_token);
+    if (!token_parse(r, req->consistency_token, &c, lsns, &n, a)) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "invalid consistency token '%s'",
+                 req->consistency_token);
+        return;
+    }
+    st_err err = {0};
+    for (size_t i = 0; i < n; i++)
+        if (token_node_replicates(r, &c->nodes[i], lsns[i], &err) != ST_OK) {
+            rtr_fail(call, err.code, "%s", err.msg);
+            return;
+        }
     rtr_fan *f;
     if (!cons_new(r, call, c, n, check_done, &f))
         return;

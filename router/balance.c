@@ -167,8 +167,10 @@ static void bal_move_done(rpc_ccall *call, st_code code, const char *message, vo
     rtr_cluster *c = arg;
     rtr_ctx *r = c->ctx;
     rtr_bal_cluster *b = &c->bal;
-    if (r->closing)
-        return bal_idle(c);
+    if (r->closing) {
+        bal_idle(c);
+        return;
+    }
     long long ms = (long long)((st_mono_us() - b->started_us) / 1000);
     b->moving = false; /* the target's copy is complete (or gone): the map may take it */
     if (code == ST_OK) {

@@ -102,14 +102,18 @@ static void fwd_finish(fwd_op *op, st_code code, const char *msg) {
 
 static void fwd_after_backoff(void *arg) {
     fwd_op *op = arg;
-    if (op->r->closing || rpc_call_cancelled(op->call))
-        return fwd_finish(op, op->last.code, op->last.msg);
+    if (op->r->closing || rpc_call_cancelled(op->call)) {
+        fwd_finish(op, op->last.code, op->last.msg);
+        return;
+    }
     if (op->plan.multi) { /* every cluster failed: start over, healthy ones first */
         rtr_plan_restart(op->r, &op->plan);
         op->c = rtr_plan_cluster(op->r, &op->plan);
     }
-    if (op->c->map_gen != op->gen)
-        return fwd_send(op); /* the map changed since this try: use it */
+    if (op->c->map_gen != op->gen) {
+        fwd_send(op);
+        return;
+    } /* the map changed since this try: use it */
     if (rtr_cluster_refresh(op->c, fwd_send, op) != ST_OK)
         fwd_finish(op, op->last.code, op->last.msg);
 }
@@ -139,8 +143,10 @@ static void fwd_msg(rpc_ccall *call, st_slice msg, void *arg) {
     fwd_op *op = arg;
     /* A unary answer is one small message: the call's arena holds it until the call ends. */
     void *p = msg.len ? st_arena_dup(rpc_call_arena(op->call), msg.data, msg.len) : NULL;
-    if (msg.len && !p)
-        return rpc_ccall_cancel(call);
+    if (msg.len && !p) {
+        rpc_ccall_cancel(call);
+        return;
+    }
     op->resp = st_slice_make(p, msg.len);
 }
 
@@ -186,8 +192,10 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
         message = "its cluster turned unhealthy while the request was out";
     }
     op->stalled = false;
-    if (code == ST_OK)
-        return fwd_finish(op, ST_OK, NULL);
+    if (code == ST_OK) {
+        fwd_finish(op, ST_OK, NULL);
+        return;
+    }
     st_err_set(&op->last, code, "%s", message ? message : "");
     /* Never processed (not sent, or refused by the node's GOAWAY): any request may go again,
      * and the node is not to blame. */
@@ -233,11 +241,14 @@ static void fwd_send(void *arg) {
     if (k == SIZE_MAX) {
         st_err_set(&op->last, ST_UNAVAILABLE, "no node of cluster %s serves this row of table %s",
                    op->c->topo->id, op->table);
-        return fwd_retry(op);
+        fwd_retry(op);
+        return;
     }
     int64_t timeout;
-    if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout))
-        return fwd_finish(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+    if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout)) {
+        fwd_finish(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+        return;
+    }
     timeout = rtr_plan_attempt_ms(&op->plan, timeout);
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
@@ -260,8 +271,10 @@ static void fwd_send(void *arg) {
  * into op->table_buf, which is why the fields are set one by one. */
 static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *plan,
                       const char *table, st_slice row, st_slice req, bool idempotent, uint64_t fp) {
-    if (!op)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     st_err err = {0};
     if (rtr_qod_refused(r, fp, &err)) {
         free(op);
@@ -270,7 +283,8 @@ static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *pl
     }
     if (row.len == 0) {
         free(op);
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "row key must not be empty");
+        rtr_fail(call, ST_INVALID_ARGUMENT, "row key must not be empty");
+        return;
     }
     op->r = r;
     op->call = call;
@@ -339,16 +353,22 @@ void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     bool idempotent;
     rtr_plan plan;
     fwd_op *op = malloc(sizeof *op);
-    if (!op)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     if (!mutate_row_parse(call, req_bytes, op->table_buf, sizeof op->table_buf, profile_buf,
                           sizeof profile_buf, &table, &profile, &row, &idempotent) ||
-        !data_route(r, call, table, profile, false, row, &plan))
-        return free(op);
+        !data_route(r, call, table, profile, false, row, &plan)) {
+        free(op);
+        return;
+    }
     uint64_t fp = rtr_qod_fingerprint(rpc_call_path(call), req_bytes); /* before stamping */
     if (plan.multi && !idempotent) {
-        if (!data_stamp(r, call, false, &req_bytes))
-            return free(op);
+        if (!data_stamp(r, call, false, &req_bytes)) {
+            free(op);
+            return;
+        }
         idempotent = true;
     }
     fwd_start(op, r, call, &plan, table, row, req_bytes, idempotent, fp);
@@ -447,14 +467,18 @@ static void mr_reply(mr_op *op) {
 
 static void mr_after_backoff(void *arg) {
     mr_op *op = arg;
-    if (op->r->closing || rpc_call_cancelled(op->call))
-        return mr_reply(op);
+    if (op->r->closing || rpc_call_cancelled(op->call)) {
+        mr_reply(op);
+        return;
+    }
     if (op->plan.multi) { /* every cluster failed: start over, healthy ones first */
         rtr_plan_restart(op->r, &op->plan);
         op->c = rtr_plan_cluster(op->r, &op->plan);
     }
-    if (op->c->map_gen != op->gen)
-        return mr_round(op);
+    if (op->c->map_gen != op->gen) {
+        mr_round(op);
+        return;
+    }
     if (rtr_cluster_refresh(op->c, mr_round, op) != ST_OK)
         mr_reply(op);
 }
@@ -465,18 +489,19 @@ static void mr_round_over(mr_op *op) {
     for (size_t i = 0; i < op->n; i++)
         if (!op->res[i].final) {
             again = true;
-            not_owner = not_owner || rtr_is_not_owner(op->res[i].code, op->res[i].message);
+            not_owner = not_owner || st_is_not_owner(op->res[i].code, op->res[i].message);
             lost = lost || rtr_fo_error(op->res[i].code);
         }
     /* Entries a cluster could not take move to the plan's next cluster at once (multi-cluster
      * profiles; the entries are idempotent: their timestamps were assigned before). */
     if (lost && !op->r->closing && rtr_plan_next(op->r, &op->plan, ST_UNAVAILABLE)) {
         op->c = rtr_plan_cluster(op->r, &op->plan);
-        return mr_round(op);
+        mr_round(op);
+        return;
     }
     st_code why = not_owner ? ST_FAILED_PRECONDITION : ST_UNAVAILABLE;
     if (!again || (!not_owner && rtr_plan_dark(op->r, &op->plan)) ||
-        !rtr_retry_allowed(op->attempts, why, not_owner ? RTR_NOT_OWNER_PREFIX : NULL) ||
+        !rtr_retry_allowed(op->attempts, why, not_owner ? ST_NOT_OWNER_PREFIX : NULL) ||
         op->r->closing ||
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), mr_after_backoff, op) != ST_OK)
         mr_reply(op);
@@ -592,7 +617,8 @@ static void mr_round(void *arg) {
     if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout)) {
         rpc_call_finish(op->call, ST_DEADLINE_EXCEEDED, "deadline exceeded");
         st_buf_free(&op->head);
-        return free(op);
+        free(op);
+        return;
     }
     timeout = rtr_plan_attempt_ms(&op->plan, timeout);
     op->gen = op->c->map_gen;
@@ -601,7 +627,8 @@ static void mr_round(void *arg) {
     if (!owner) {
         rpc_call_finish(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
         st_buf_free(&op->head);
-        return free(op);
+        free(op);
+        return;
     }
     mr_owners(op, owner, count);
     op->groups_pending++; /* guard: the round ends after every group was sent */
@@ -666,8 +693,10 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!data_route(r, call, table, profile, false, row, &plan))
         return;
     st_err err = {0};
-    if (mr_check(pk.n_entries, pk.n_mutations, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+    if (mr_check(pk.n_entries, pk.n_mutations, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     bool idempotent = pk.idempotent;
     if (plan.multi && !idempotent) {
         if (!data_stamp(r, call, true, &req_bytes))
@@ -676,8 +705,10 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     st_arena *a = rpc_call_arena(call);
     mr_op *op = calloc(1, sizeof *op);
-    if (!op)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     *op = (mr_op){.r = r,
                   .call = call,
                   .c = rtr_plan_cluster(r, &plan),
@@ -692,7 +723,8 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     if (rc != ST_OK) {
         st_buf_free(&op->head);
         free(op);
-        return rtr_fail(call, rc, "could not split the MutateRows request");
+        rtr_fail(call, rc, "could not split the MutateRows request");
+        return;
     }
     memset(op->res, 0, op->n * sizeof *op->res);
     mr_round(op);
@@ -764,8 +796,10 @@ static void srk_reply(srk_op *op, rtr_fan *f) {
     st_slice ends[ST_TOPO_NODES_MAX];
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
     for (size_t i = 0; i < f->n; i++) {
-        if (srk_parse(&f->res[i], a, &per[i], &counts[i]) != ST_OK)
-            return srk_finish(op, ST_INTERNAL, "a node sent unreadable samples");
+        if (srk_parse(&f->res[i], a, &per[i], &counts[i]) != ST_OK) {
+            srk_finish(op, ST_INTERNAL, "a node sent unreadable samples");
+            return;
+        }
         ends[i] = st_slice_make(NULL, 0);
         for (size_t k = 0; t && k < t->n; k++) /* end of the node's last tablet */
             if (t->v[k].node == op->nodes[i])
@@ -773,8 +807,10 @@ static void srk_reply(srk_op *op, rtr_fan *f) {
     }
     rtr_sample *all;
     size_t n;
-    if (rtr_samples_merge(per, counts, ends, f->n, a, &all, &n) != ST_OK)
-        return srk_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (rtr_samples_merge(per, counts, ends, f->n, a, &all, &n) != ST_OK) {
+        srk_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     st_code rc = ST_OK;
     for (size_t i = 0; i < n && rc == ST_OK; i++) {
         Google__Bigtable__V2__SampleRowKeysResponse m;
@@ -797,7 +833,8 @@ static void srk_done(rtr_fan *f, void *arg) {
     st_code rc = rtr_fan_first_error(f, &err);
     if (rc == ST_OK) {
         srk_reply(op, f);
-        return rtr_fan_free(f);
+        rtr_fan_free(f);
+        return;
     }
     for (size_t i = 0; i < f->n; i++)
         if (f->res[i].node)
@@ -805,7 +842,8 @@ static void srk_done(rtr_fan *f, void *arg) {
     rtr_fan_free(f);
     if (rtr_fo_error(rc) && !op->r->closing && rtr_plan_next(op->r, &op->plan, rc)) {
         op->c = rtr_plan_cluster(op->r, &op->plan);
-        return srk_send(op);
+        srk_send(op);
+        return;
     }
     if (rtr_retryable(rc, err.msg, true) && op->attempts < RTR_RETRIES_MAX && !op->r->closing &&
         rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), srk_after_backoff, op) == ST_OK)
@@ -826,14 +864,19 @@ static void srk_send(void *arg) {
     if (n == 0) { /* no tablet known yet: learn the map first */
         if (op->attempts++ < RTR_RETRIES_MAX && rtr_cluster_refresh(op->c, srk_send, op) == ST_OK)
             return;
-        return srk_finish(op, ST_UNAVAILABLE, "no node serves this table");
+        srk_finish(op, ST_UNAVAILABLE, "no node serves this table");
+        return;
     }
     int64_t timeout;
-    if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout))
-        return srk_finish(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+    if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout)) {
+        srk_finish(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+        return;
+    }
     rtr_fan *f = rtr_fan_new(op->r, n, timeout, srk_done, op);
-    if (!f)
-        return srk_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!f) {
+        srk_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         rtr_fan_call(f, i, &op->c->nodes[op->nodes[i]], RTR_BT "SampleRowKeys", op->req);
     rtr_fan_seal(f);
@@ -848,8 +891,10 @@ void rtr_h_sample_row_keys(rpc_call *call, st_slice req_bytes, void *arg) {
                             st_slice_make(NULL, 0), &plan))
         return;
     srk_op *op = calloc(1, sizeof *op);
-    if (!op)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     *op = (srk_op){.r = r,
                    .call = call,
                    .c = rtr_plan_cluster(r, &plan),

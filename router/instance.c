@@ -71,11 +71,15 @@ void rtr_h_get_instance(rpc_call *call, st_slice bytes, void *arg) {
     if (!req)
         return;
     st_err err = {0};
-    if (rtr_check_instance(&r->topo, req->name, false, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+    if (rtr_check_instance(&r->topo, req->name, false, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     pb_instance *in = make_instance(call, &r->topo);
-    if (!in)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!in) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     rtr_reply(call, &in->base);
 }
 
@@ -87,16 +91,20 @@ void rtr_h_list_instances(rpc_call *call, st_slice bytes, void *arg) {
         return;
     static const char *const lits[] = {"projects", NULL};
     st_slice project;
-    if (!rtr_name_match(req->parent, lits, 2, &project))
-        return rtr_fail(call, ST_INVALID_ARGUMENT,
-                        "invalid parent '%s': expected projects/<project>", req->parent);
+    if (!rtr_name_match(req->parent, lits, 2, &project)) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "invalid parent '%s': expected projects/<project>",
+                 req->parent);
+        return;
+    }
     Google__Bigtable__Admin__V2__ListInstancesResponse resp;
     google__bigtable__admin__v2__list_instances_response__init(&resp);
     pb_instance *in = NULL;
     /* One instance per topology: another project simply has none here. */
     if (st_slice_eq(project, st_slice_cstr(r->topo.project))) {
-        if (!(in = make_instance(call, &r->topo)))
-            return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        if (!(in = make_instance(call, &r->topo))) {
+            rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
         resp.n_instances = 1;
         resp.instances = &in;
     }
@@ -111,21 +119,27 @@ void rtr_h_get_cluster(rpc_call *call, st_slice bytes, void *arg) {
         return;
     static const char *const lits[] = {"projects", NULL, "instances", NULL, "clusters", NULL};
     st_slice v[3];
-    if (strlen(req->name) > RTR_TABLE_NAME_MAX || !rtr_name_match(req->name, lits, 6, v))
-        return rtr_fail(call, ST_INVALID_ARGUMENT,
-                        "invalid cluster name '%s': expected "
-                        "projects/<project>/instances/<instance>/clusters/<cluster>",
-                        req->name);
+    if (strlen(req->name) > RTR_TABLE_NAME_MAX || !rtr_name_match(req->name, lits, 6, v)) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "invalid cluster name '%s': expected "
+                 "projects/<project>/instances/<instance>/clusters/<cluster>",
+                 req->name);
+        return;
+    }
     const st_topo_cluster *c = NULL;
     for (size_t i = 0; i < r->topo.n_clusters && !c; i++)
         if (st_slice_eq(v[2], st_slice_cstr(r->topo.clusters[i].id)))
             c = &r->topo.clusters[i];
     if (!st_slice_eq(v[0], st_slice_cstr(r->topo.project)) ||
-        !st_slice_eq(v[1], st_slice_cstr(r->topo.instance)) || !c)
-        return rtr_fail(call, ST_NOT_FOUND, "Cluster %s not found.", req->name);
+        !st_slice_eq(v[1], st_slice_cstr(r->topo.instance)) || !c) {
+        rtr_fail(call, ST_NOT_FOUND, "Cluster %s not found.", req->name);
+        return;
+    }
     pb_cluster *cl = make_cluster(call, &r->topo, c);
-    if (!cl)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!cl) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     rtr_reply(call, &cl->base);
 }
 
@@ -136,14 +150,18 @@ void rtr_h_list_clusters(rpc_call *call, st_slice bytes, void *arg) {
     if (!req)
         return;
     st_err err = {0};
-    if (rtr_check_instance(&r->topo, req->parent, true, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+    if (rtr_check_instance(&r->topo, req->parent, true, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     Google__Bigtable__Admin__V2__ListClustersResponse resp;
     google__bigtable__admin__v2__list_clusters_response__init(&resp);
     pb_cluster *v[ST_TOPO_CLUSTERS_MAX];
     for (size_t i = 0; i < r->topo.n_clusters; i++)
-        if (!(v[i] = make_cluster(call, &r->topo, &r->topo.clusters[i])))
-            return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        if (!(v[i] = make_cluster(call, &r->topo, &r->topo.clusters[i]))) {
+            rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
     resp.n_clusters = r->topo.n_clusters;
     resp.clusters = v;
     rtr_reply(call, &resp.base);

@@ -16,6 +16,7 @@ static void usage(FILE *out) {
             "usage: strata-router --config TOPOLOGY_FILE [--listen HOST:PORT]\n"
             "                     [--balance auto|on|off] [--balance-ms MS] [--zone ZONE]\n"
             "                     [--metrics HOST:PORT] [--poll-us N] [--no-unix] [--verbose]\n"
+            "                     [--version]\n"
             "Serves the Cloud Bigtable data and table admin APIs for the instance the topology\n"
             "file describes (docs/formats/topology.md), forwarding to its nodes. The listen\n"
             "address defaults to the file's [router] listen, else 127.0.0.1:8086.\n"
@@ -33,6 +34,8 @@ static void usage(FILE *out) {
             "--no-unix: TCP to every node (docs/router.md, Unix sockets).\n");
     fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
+
+#define RTR_BALANCE_MS_MAX 86400000 /* a day between balancer rounds */
 
 static void on_signal(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
@@ -115,12 +118,15 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--balance-ms") && v) {
-            char *end;
-            balance_ms = strtoll(argv[++i], &end, 10);
-            if (*end || balance_ms <= 0 || balance_ms > 86400000LL) {
-                fprintf(stderr, "strata-router: --balance-ms takes 1 to 86400000\n");
+            uint64_t ms;
+            if (!st_parse_u64(argv[++i], 1, RTR_BALANCE_MS_MAX, &ms)) {
+                fprintf(stderr,
+                        "strata-router: --balance-ms takes a whole number from 1 to %d "
+                        "(milliseconds), got '%s'\n",
+                        RTR_BALANCE_MS_MAX, v);
                 return 2;
             }
+            balance_ms = (long long)ms;
         } else if (!strcmp(a, "--poll-us") && v) {
             if (!rpc_loop_poll_parse(argv[++i], &poll_us)) {
                 fprintf(stderr, "strata-router: --poll-us takes 0 to %d (microseconds)\n",
@@ -140,7 +146,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(a, "--version")) {
+            printf("strata-router %s\n", st_version());
+            return 0;
         } else {
+            fprintf(stderr, "strata-router: unknown flag or missing value: '%s'\n", a);
             usage(stderr);
             return 2;
         }
@@ -166,7 +176,9 @@ int main(int argc, char **argv) {
     char host[ST_TOPO_ADDR_MAX + 1];
     if (listen) {
         if (!st_addr_split(listen, host, sizeof host, &o.listen_port)) {
-            fprintf(stderr, "strata-router: bad --listen '%s': use HOST:PORT\n", listen);
+            fprintf(stderr,
+                    "strata-router: bad --listen '%s': use HOST:PORT ([::1]:PORT for IPv6)\n",
+                    listen);
             return 2;
         }
         o.listen_host = host;

@@ -244,22 +244,30 @@ static void load_done(rpc_ccall *call, st_code code, const char *message, void *
     meta_load *l = arg;
     if (code == ST_OK && l->feed_rc != ST_OK)
         code = l->feed_rc;
-    if (code != ST_OK)
-        return load_fail_cluster(l, message ? message : st_code_name(code));
+    if (code != ST_OK) {
+        load_fail_cluster(l, message ? message : st_code_name(code));
+        return;
+    }
     l->tablet++;
     load_next(l);
 }
 
 static void load_next(meta_load *l) {
     rtr_ctx *r = l->r;
-    if (l->cluster >= r->n_clusters || r->closing)
-        return load_finish(l, ST_UNAVAILABLE);
+    if (l->cluster >= r->n_clusters || r->closing) {
+        load_finish(l, ST_UNAVAILABLE);
+        return;
+    }
     rtr_cluster *c = &r->clusters[l->cluster];
     const rtr_tmap_table *t = rtr_tmap_find(c->map, RTR_META_TABLE);
-    if (!t || t->n == 0)
-        return load_fail_cluster(l, "no tablet of the metadata table is known");
-    if (l->tablet >= t->n)
-        return load_finish(l, ST_OK);
+    if (!t || t->n == 0) {
+        load_fail_cluster(l, "no tablet of the metadata table is known");
+        return;
+    }
+    if (l->tablet >= t->n) {
+        load_finish(l, ST_OK);
+        return;
+    }
     st_buf req;
     st_buf_init(&req);
     st_err err = {0};
@@ -357,8 +365,10 @@ static void boot_schemas_done(rtr_fan *f, void *arg) {
     uint8_t buf[128];
     size_t len = strata__internal__v1__create_tablet_request__pack(&req, buf);
     rtr_fan *g = rtr_fan_new(r, b->n_clusters_todo, RTR_ADMIN_TIMEOUT_MS, boot_tablets_done, b);
-    if (!g)
-        return meta_load_start(r, boot_load_done, b);
+    if (!g) {
+        meta_load_start(r, boot_load_done, b);
+        return;
+    }
     for (size_t i = 0; i < b->n_clusters_todo; i++)
         rtr_fan_call(g, i, &r->clusters[b->todo[i]].nodes[0], RTR_NODE "CreateTablet",
                      st_slice_make(buf, len));
@@ -367,8 +377,10 @@ static void boot_schemas_done(rtr_fan *f, void *arg) {
 
 void rtr_meta_bootstrap(rtr_ctx *r, void (*done)(void *arg, st_code code), void *arg) {
     meta_boot *b = calloc(1, sizeof *b);
-    if (!b)
-        return done(arg, ST_RESOURCE_EXHAUSTED);
+    if (!b) {
+        done(arg, ST_RESOURCE_EXHAUSTED);
+        return;
+    }
     *b = (meta_boot){.r = r, .done = done, .arg = arg};
     size_t n_calls = 0;
     for (size_t c = 0; c < r->n_clusters; c++)
@@ -376,13 +388,17 @@ void rtr_meta_bootstrap(rtr_ctx *r, void (*done)(void *arg, st_code code), void 
             b->todo[b->n_clusters_todo++] = c;
             n_calls += r->clusters[c].n_nodes;
         }
-    if (b->n_clusters_todo == 0)
-        return meta_load_start(r, boot_load_done, b);
+    if (b->n_clusters_todo == 0) {
+        meta_load_start(r, boot_load_done, b);
+        return;
+    }
     uint8_t buf[256];
     size_t len = put_table_request(buf, sizeof buf);
     rtr_fan *f = rtr_fan_new(r, n_calls, RTR_ADMIN_TIMEOUT_MS, boot_schemas_done, b);
-    if (!f)
-        return meta_load_start(r, boot_load_done, b);
+    if (!f) {
+        meta_load_start(r, boot_load_done, b);
+        return;
+    }
     size_t k = 0;
     for (size_t i = 0; i < b->n_clusters_todo; i++) {
         rtr_cluster *c = &r->clusters[b->todo[i]];
@@ -506,7 +522,8 @@ static void write_send(meta_write *w) {
         st_buf_free(&key);
         st_buf_free(&req);
         w->done(w->arg, ST_RESOURCE_EXHAUSTED, "out of memory writing metadata");
-        return write_free(w);
+        write_free(w);
+        return;
     }
     for (size_t c = 0; c < r->n_clusters; c++) {
         const rtr_tmap_table *t = rtr_tmap_find(r->clusters[c].map, RTR_META_TABLE);
@@ -534,7 +551,8 @@ void rtr_meta_write(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_s
     if (!w || !w->name || (pb && st_buf_append(&w->pb, pb->data, pb->len) != ST_OK)) {
         if (w)
             write_free(w);
-        return done(arg, ST_RESOURCE_EXHAUSTED, "out of memory writing metadata");
+        done(arg, ST_RESOURCE_EXHAUSTED, "out of memory writing metadata");
+        return;
     }
     w->r = r;
     w->kind = kind;

@@ -147,10 +147,14 @@ static void fail_unknown(rpc_call *call, const char *name) {
 /* GetOperation and WaitOperation: every kept operation is done, so waiting returns at once. */
 static void get_op(rpc_call *call, rtr_ctx *r, const char *name) {
     st_slice pb;
-    if (!name[0])
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "name must be set");
-    if (!rtr_ops_get(rtr_inst_of(r)->ops, name, &pb))
-        return fail_unknown(call, name);
+    if (!name[0]) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "name must be set");
+        return;
+    }
+    if (!rtr_ops_get(rtr_inst_of(r)->ops, name, &pb)) {
+        fail_unknown(call, name);
+        return;
+    }
     reply_bytes(call, pb);
 }
 
@@ -177,12 +181,16 @@ void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
         (void *)rtr_unpack(call, &google__longrunning__list_operations_request__descriptor, bytes);
     if (!req)
         return;
-    if (req->filter[0])
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "ListOperations filters are not supported");
+    if (req->filter[0]) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "ListOperations filters are not supported");
+        return;
+    }
     char *end = NULL;
     unsigned long long skip = req->page_token[0] ? strtoull(req->page_token, &end, 10) : 0;
-    if (end && *end)
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "invalid page_token '%s'", req->page_token);
+    if (end && *end) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "invalid page_token '%s'", req->page_token);
+        return;
+    }
     size_t max =
         req->page_size > 0 && req->page_size < RTR_OPS_MAX ? (size_t)req->page_size : RTR_OPS_MAX;
     const rtr_ops *o = rtr_inst_of(r)->ops;
@@ -226,8 +234,10 @@ void rtr_h_delete_operation(rpc_call *call, st_slice bytes, void *arg) {
         (void *)rtr_unpack(call, &google__longrunning__delete_operation_request__descriptor, bytes);
     if (!req)
         return;
-    if (!rtr_ops_delete(rtr_inst_of(r)->ops, req->name))
-        return fail_unknown(call, req->name);
+    if (!rtr_ops_delete(rtr_inst_of(r)->ops, req->name)) {
+        fail_unknown(call, req->name);
+        return;
+    }
     reply_bytes(call, st_slice_make(NULL, 0));
 }
 
@@ -239,7 +249,9 @@ void rtr_h_cancel_operation(rpc_call *call, st_slice bytes, void *arg) {
     if (!req)
         return;
     st_slice pb;
-    if (!rtr_ops_get(rtr_inst_of(r)->ops, req->name, &pb))
-        return fail_unknown(call, req->name);
+    if (!rtr_ops_get(rtr_inst_of(r)->ops, req->name, &pb)) {
+        fail_unknown(call, req->name);
+        return;
+    }
     reply_bytes(call, st_slice_make(NULL, 0));
 }

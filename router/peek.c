@@ -18,6 +18,12 @@ static bool peek_bytes(const rtr_wire_field *f, st_slice *out, bool *seen) {
     return true;
 }
 
+/* A string field (table name, app profile id, family name) with a NUL byte inside would become
+ * its prefix as a C string: such a request is not peeked, and unpacking refuses it. */
+static bool peek_str(const rtr_wire_field *f, st_slice *out, bool *seen) {
+    return peek_bytes(f, out, seen) && (!out->len || !memchr(out->data, 0, out->len));
+}
+
 static bool peek_varint(const rtr_wire_field *f, uint64_t *out, bool *seen) {
     if (f->wire_type != 0 || *seen)
         return false;
@@ -40,7 +46,7 @@ bool rtr_peek_read_rows(st_slice req, rtr_rr_peek *out) {
         bool ok = true;
         switch (f.num) {
         case 1:
-            ok = peek_bytes(&f, &out->table, &seen[1]);
+            ok = peek_str(&f, &out->table, &seen[1]);
             break;
         case 2:
             ok = peek_bytes(&f, &out->rows, &seen[2]);
@@ -52,7 +58,7 @@ bool rtr_peek_read_rows(st_slice req, rtr_rr_peek *out) {
             ok = peek_varint(&f, &limit, &seen[4]);
             break;
         case 5:
-            ok = peek_bytes(&f, &out->profile, &seen[5]);
+            ok = peek_str(&f, &out->profile, &seen[5]);
             break;
         case 6:
             ok = peek_varint(&f, &view, &seen[6]);
@@ -80,27 +86,26 @@ static bool peek_mutation(st_slice m, bool *idempotent) {
     rtr_wire_field f;
     bool bad = false;
     size_t kinds = 0;
-    st_slice set_cell = {0};
-    bool has_set_cell = false;
+    st_slice body = {0};
+    bool is_set_cell = false;
     while (rtr_wire_next(&p, end, &f, &bad)) {
         if (f.wire_type != 2)
             return false;
         kinds++;
-        if (f.num == 1) {
-            set_cell = f.bytes;
-            has_set_cell = true;
-        }
+        body = f.bytes;
+        is_set_cell = f.num == 1;
     }
     if (bad || kinds != 1)
         return false;
-    if (!has_set_cell)
-        return true;
-    p = set_cell.data;
-    end = set_cell.data + set_cell.len;
-    bool seen_ts = false;
+    /* Every kind that names a family has it as field 1 (family_name, a string). */
+    p = body.data;
+    end = body.data + body.len;
+    bool seen_ts = false, seen_family = false;
     uint64_t ts = 0;
+    st_slice family;
     while (rtr_wire_next(&p, end, &f, &bad))
-        if (f.num == 3 && !peek_varint(&f, &ts, &seen_ts))
+        if ((is_set_cell && f.num == 3 && !peek_varint(&f, &ts, &seen_ts)) ||
+            (f.num == 1 && f.wire_type == 2 && !peek_str(&f, &family, &seen_family)))
             return false;
     if (bad)
         return false;
@@ -121,7 +126,7 @@ bool rtr_peek_mutate_row(st_slice req, rtr_mr_peek *out) {
         bool ok = true;
         switch (f.num) {
         case 1:
-            ok = peek_bytes(&f, &out->table, &seen[1]);
+            ok = peek_str(&f, &out->table, &seen[1]);
             break;
         case 2:
             ok = peek_bytes(&f, &out->row, &seen[2]);
@@ -131,7 +136,7 @@ bool rtr_peek_mutate_row(st_slice req, rtr_mr_peek *out) {
             out->n_mutations++;
             break;
         case 4:
-            ok = peek_bytes(&f, &out->profile, &seen[4]);
+            ok = peek_str(&f, &out->profile, &seen[4]);
             break;
         default:
             break;
@@ -177,13 +182,13 @@ bool rtr_peek_mutate_rows(st_slice req, rtr_mrs_peek *out) {
         bool ok = true;
         switch (f.num) {
         case 1:
-            ok = peek_bytes(&f, &out->table, &seen[1]);
+            ok = peek_str(&f, &out->table, &seen[1]);
             break;
         case 2:
             ok = f.wire_type == 2 && peek_entry(f.bytes, out);
             break;
         case 3:
-            ok = peek_bytes(&f, &out->profile, &seen[3]);
+            ok = peek_str(&f, &out->profile, &seen[3]);
             break;
         default:
             break;

@@ -516,8 +516,10 @@ static void prof_written(void *arg, st_code code, const char *message) {
 static void prof_store(rtr_ctx *r, rpc_call *call, prof_kind kind, const char *id,
                        rtr_pb_profile *p) {
     prof_op *op = calloc(1, sizeof *op);
-    if (!op)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     *op = (prof_op){.r = r, .call = call, .kind = kind};
     snprintf(op->id, sizeof op->id, "%s", id);
     st_buf_init(&op->pb);
@@ -536,7 +538,8 @@ static void prof_store(rtr_ctx *r, rpc_call *call, prof_kind kind, const char *i
         if (rc != ST_OK) {
             st_buf_free(&op->pb);
             free(op);
-            return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
         }
     }
     st_slice pb = st_buf_slice(&op->pb);
@@ -561,24 +564,32 @@ void rtr_h_create_app_profile(rpc_call *call, st_slice bytes, void *arg) {
     if (!req)
         return;
     st_err err = {0};
-    if (rtr_check_instance(&r->topo, req->parent, false, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
-    if (!rtr_profile_id_valid(req->app_profile_id))
-        return rtr_fail(call, ST_INVALID_ARGUMENT,
-                        "invalid app profile id '%s': use 1-%d of [-_.a-zA-Z0-9], not starting "
-                        "with '-' or '.'",
-                        req->app_profile_id, RTR_PROFILE_ID_MAX);
-    if (!req->app_profile)
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "app_profile must be set");
+    if (rtr_check_instance(&r->topo, req->parent, false, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    if (!rtr_profile_id_valid(req->app_profile_id)) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "invalid app profile id '%s': use 1-%d of [-_.a-zA-Z0-9], not starting "
+                 "with '-' or '.'",
+                 req->app_profile_id, RTR_PROFILE_ID_MAX);
+        return;
+    }
+    if (!req->app_profile) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "app_profile must be set");
+        return;
+    }
     st_buf scratch;
     st_buf_init(&scratch);
     st_slice old;
     bool exists = rtr_profile_lookup(r, req->app_profile_id, &scratch, &old);
     st_buf_free(&scratch);
-    if (exists)
-        return rtr_fail(call, ST_ALREADY_EXISTS,
-                        "App profile projects/%s/instances/%s/appProfiles/%s already exists.",
-                        r->topo.project, r->topo.instance, req->app_profile_id);
+    if (exists) {
+        rtr_fail(call, ST_ALREADY_EXISTS,
+                 "App profile projects/%s/instances/%s/appProfiles/%s already exists.",
+                 r->topo.project, r->topo.instance, req->app_profile_id);
+        return;
+    }
     if (!prof_check(r, call, req->app_profile_id, req->app_profile, req->ignore_warnings))
         return;
     prof_store(r, call, PROF_CREATE, req->app_profile_id, req->app_profile);
@@ -592,8 +603,10 @@ void rtr_h_get_app_profile(rpc_call *call, st_slice bytes, void *arg) {
         return;
     char id[RTR_PROFILE_ID_MAX + 1];
     st_err err = {0};
-    if (rtr_profile_parse_name(&r->topo, req->name, id, sizeof id, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+    if (rtr_profile_parse_name(&r->topo, req->name, id, sizeof id, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     st_buf scratch;
     st_buf_init(&scratch);
     st_slice pb;
@@ -647,10 +660,14 @@ void rtr_h_list_app_profiles(rpc_call *call, st_slice bytes, void *arg) {
     if (!req)
         return;
     st_err err = {0};
-    if (rtr_check_instance(&r->topo, req->parent, true, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
-    if (req->page_size < 0)
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "page_size must not be negative");
+    if (rtr_check_instance(&r->topo, req->parent, true, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    if (req->page_size < 0) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "page_size must not be negative");
+        return;
+    }
     size_t max = req->page_size > 0 && req->page_size < RTR_LIST_PAGE_MAX ? (size_t)req->page_size
                                                                           : RTR_LIST_PAGE_MAX;
     st_buf out;
@@ -668,12 +685,16 @@ void rtr_h_update_app_profile(rpc_call *call, st_slice bytes, void *arg) {
         call, &google__bigtable__admin__v2__update_app_profile_request__descriptor, bytes);
     if (!req)
         return;
-    if (!req->app_profile)
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "app_profile must be set");
+    if (!req->app_profile) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "app_profile must be set");
+        return;
+    }
     char id[RTR_PROFILE_ID_MAX + 1];
     st_err err = {0};
-    if (rtr_profile_parse_name(&r->topo, req->app_profile->name, id, sizeof id, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+    if (rtr_profile_parse_name(&r->topo, req->app_profile->name, id, sizeof id, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     st_buf scratch;
     st_buf_init(&scratch);
     st_slice pb;
@@ -686,15 +707,19 @@ void rtr_h_update_app_profile(rpc_call *call, st_slice bytes, void *arg) {
     if (!cur)
         return;
     /* Optimistic concurrency: an etag that is not the stored one means a change in between. */
-    if (req->app_profile->etag[0] && strcmp(req->app_profile->etag, cur->etag) != 0)
-        return rtr_fail(call, ST_ABORTED,
-                        "app profile '%s' changed since etag %s was read (now %s): read it "
-                        "again and retry",
-                        id, req->app_profile->etag, cur->etag);
+    if (req->app_profile->etag[0] && strcmp(req->app_profile->etag, cur->etag) != 0) {
+        rtr_fail(call, ST_ABORTED,
+                 "app profile '%s' changed since etag %s was read (now %s): read it "
+                 "again and retry",
+                 id, req->app_profile->etag, cur->etag);
+        return;
+    }
     if (rtr_profile_apply_mask(cur, req->app_profile,
                                req->update_mask ? req->update_mask->paths : NULL,
-                               req->update_mask ? req->update_mask->n_paths : 0, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+                               req->update_mask ? req->update_mask->n_paths : 0, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     if (!prof_check(r, call, id, cur, req->ignore_warnings))
         return;
     prof_store(r, call, PROF_UPDATE, id, cur);
@@ -708,14 +733,20 @@ void rtr_h_delete_app_profile(rpc_call *call, st_slice bytes, void *arg) {
         return;
     char id[RTR_PROFILE_ID_MAX + 1];
     st_err err = {0};
-    if (rtr_profile_parse_name(&r->topo, req->name, id, sizeof id, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+    if (rtr_profile_parse_name(&r->topo, req->name, id, sizeof id, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     /* Requests without a profile id use "default": it must stay. */
-    if (strcmp(id, RTR_PROFILE_DEFAULT) == 0)
-        return rtr_fail(call, ST_FAILED_PRECONDITION,
-                        "the default app profile cannot be deleted: requests without an app "
-                        "profile id use it (update it instead)");
-    if (!rtr_meta_find(&r->meta, RTR_META_KIND_PROFILE, id))
-        return fail_not_found(call, r, id);
+    if (strcmp(id, RTR_PROFILE_DEFAULT) == 0) {
+        rtr_fail(call, ST_FAILED_PRECONDITION,
+                 "the default app profile cannot be deleted: requests without an app "
+                 "profile id use it (update it instead)");
+        return;
+    }
+    if (!rtr_meta_find(&r->meta, RTR_META_KIND_PROFILE, id)) {
+        fail_not_found(call, r, id);
+        return;
+    }
     prof_store(r, call, PROF_DELETE, id, NULL);
 }

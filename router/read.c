@@ -159,17 +159,23 @@ static st_code rr_emit(rr_op *op, rpc_ccall *from, st_slice msg) {
 
 /* Continues once the backlog is out: the next step, or the end. */
 static void rr_continue(rr_op *op) {
-    if (rpc_call_cancelled(op->call) || op->r->closing)
-        return rr_free(op, ST_CANCELLED, NULL);
+    if (rpc_call_cancelled(op->call) || op->r->closing) {
+        rr_free(op, ST_CANCELLED, NULL);
+        return;
+    }
     st_code rc = rr_drain(op);
-    if (rc != ST_OK)
-        return rr_free(op, rc, "could not send rows");
+    if (rc != ST_OK) {
+        rr_free(op, rc, "could not send rows");
+        return;
+    }
     if (backlog_bytes(op) > 0) {
         op->wait = RR_WRITABLE;
         return;
     }
-    if (op->complete)
-        return rr_free(op, ST_OK, NULL);
+    if (op->complete) {
+        rr_free(op, ST_OK, NULL);
+        return;
+    }
     rr_step(op);
 }
 
@@ -213,7 +219,8 @@ static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
         st_err_set(&op->last, rc, "could not relay rows from node");
         op->limit_hit = true; /* stop taking answers; rr_done reports op->last */
         op->complete = false;
-        return rpc_ccall_cancel(call);
+        rpc_ccall_cancel(call);
+        return;
     }
     /* rows_limit reached: the node call carries the limit too (the client's request, or the
      * rows still allowed), so the node ends the stream by itself right after this row. It is not
@@ -277,14 +284,18 @@ static void rr_refreshed(void *arg) {
 static void rr_after_backoff(void *arg) {
     rr_op *op = arg;
     op->wait = RR_IDLE;
-    if (rpc_call_cancelled(op->call) || op->r->closing)
-        return rr_free(op, ST_CANCELLED, NULL);
+    if (rpc_call_cancelled(op->call) || op->r->closing) {
+        rr_free(op, ST_CANCELLED, NULL);
+        return;
+    }
     if (op->plan.multi) { /* every cluster failed: start over, healthy ones first */
         rtr_plan_restart(op->r, &op->plan);
         op->c = rtr_plan_cluster(op->r, &op->plan);
     }
-    if (op->c->map_gen != op->gen)
-        return rr_continue(op); /* the map changed since this try: use it */
+    if (op->c->map_gen != op->gen) {
+        rr_continue(op);
+        return;
+    } /* the map changed since this try: use it */
     op->wait = RR_TIMER;
     if (rtr_cluster_refresh(op->c, rr_refreshed, op) != ST_OK)
         rr_free(op, op->last.code, op->last.msg);
@@ -297,8 +308,10 @@ static void rr_retry(rr_op *op) {
         return;
     }
     if (!rtr_retry_allowed(op->attempts, op->last.code, op->last.msg) || op->r->closing ||
-        rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
-        return rr_free(op, op->last.code, op->last.msg);
+        rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK) {
+        rr_free(op, op->last.code, op->last.msg);
+        return;
+    }
     op->wait = RR_TIMER;
     if (rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), rr_after_backoff, op) != ST_OK)
         rr_free(op, op->last.code, op->last.msg);
@@ -326,7 +339,8 @@ static void rr_tablet_done(rr_op *op) {
     if (!rtr_read_next_pos(&tb, op->reversed, &next)) {
         op->complete = true;
     } else if (set_buf(&op->pos, next) != ST_OK) {
-        return rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
     }
     op->has_pos = true;
     rr_continue(op);
@@ -372,27 +386,37 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
         evtimer_del(op->idle);
     bool stalled = op->stalled;
     op->stalled = false;
-    if (rpc_call_cancelled(op->call) || op->r->closing)
-        return rr_free(op, ST_CANCELLED, NULL);
-    if (op->limit_hit && op->last.code != ST_OK)
-        return rr_free(op, op->last.code, op->last.msg);
+    if (rpc_call_cancelled(op->call) || op->r->closing) {
+        rr_free(op, ST_CANCELLED, NULL);
+        return;
+    }
+    if (op->limit_hit && op->last.code != ST_OK) {
+        rr_free(op, op->last.code, op->last.msg);
+        return;
+    }
     if (op->limit_hit) {
         op->complete = true;
-        return rr_continue(op);
+        rr_continue(op);
+        return;
     }
     if (op->paused) { /* backpressure: resume after the last row once the client caught up */
         op->paused = false;
-        if (rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK)
-            return rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return rr_continue(op);
+        if (rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK) {
+            rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
+        rr_continue(op);
+        return;
     }
     if (stalled) {
         code = ST_DEADLINE_EXCEEDED;
         message = "the node sent nothing within the attempt deadline, or its cluster turned "
                   "unhealthy";
     }
-    if (code == ST_OK)
-        return rr_tablet_done(op);
+    if (code == ST_OK) {
+        rr_tablet_done(op);
+        return;
+    }
     st_err_set(&op->last, code, "%s", message ? message : "");
     /* The client's own deadline passing is not the node's fault: only UNAVAILABLE and the idle
      * timer's deadline move a read. */
@@ -461,15 +485,18 @@ static st_code rr_build(rr_op *op, const rtr_tablet *tb, st_buf *out, st_slice *
 
 static void rr_send(rr_op *op, const rtr_tablet *tb) {
     int64_t timeout;
-    if (!rtr_call_timeout(op->call, 0, &timeout))
-        return rr_free(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+    if (!rtr_call_timeout(op->call, 0, &timeout)) {
+        rr_free(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+        return;
+    }
     st_buf buf;
     st_buf_init(&buf);
     st_slice req;
     if (set_buf(&op->cur_start, tb->start) != ST_OK || set_buf(&op->cur_end, tb->end) != ST_OK ||
         rr_build(op, tb, &buf, &req) != ST_OK) {
         st_buf_free(&buf);
-        return rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
     }
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
@@ -506,8 +533,10 @@ static void rr_no_tablets(rr_op *op) {
 
 static void rr_step(void *arg) {
     rr_op *op = arg;
-    if (rr_limit_reached(op))
-        return rr_free(op, ST_OK, NULL);
+    if (rr_limit_reached(op)) {
+        rr_free(op, ST_OK, NULL);
+        return;
+    }
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
     if (!t || t->n == 0) {
         rr_no_tablets(op);
@@ -518,14 +547,19 @@ static void rr_step(void *arg) {
     op->gen = op->c->map_gen;
     st_code rc =
         rtr_read_locate(&op->rs, op->reversed, op->has_pos, st_buf_slice(&op->pos), t, &k, &gap);
-    if (rc == ST_OK)
-        return rr_send(op, &t->v[k]);
-    if (rc == ST_NOT_FOUND)
-        return rr_free(op, ST_OK, NULL);
+    if (rc == ST_OK) {
+        rr_send(op, &t->v[k]);
+        return;
+    }
+    if (rc == ST_NOT_FOUND) {
+        rr_free(op, ST_OK, NULL);
+        return;
+    }
     if (rc == ST_UNAVAILABLE) {
         st_err_set(&op->last, rc, "no node of cluster %s serves the rows of table %s",
                    op->c->topo->id, op->table);
-        return rr_retry(op);
+        rr_retry(op);
+        return;
     }
     if (rc != ST_OK)
         rr_free(op, rc, "out of memory");
@@ -574,18 +608,24 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     bool one_row = req.rows && req.rows->n_row_keys == 1 && req.rows->n_row_ranges == 0;
     st_slice row = one_row ? st_slice_make(req.rows->row_keys[0].data, req.rows->row_keys[0].len)
                            : st_slice_make(NULL, 0);
-    if (rtr_route_plan(r, req.profile, false, row, &plan, &err) != ST_OK)
-        return rtr_fail(call, err.code, "%s", err.msg);
+    if (rtr_route_plan(r, req.profile, false, row, &plan, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     uint64_t fp = rtr_qod_fingerprint(RTR_BT "ReadRows", req_bytes);
     if (rtr_qod_refused(r, fp, &err)) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
-    if (req.limit < 0)
-        return rtr_fail(call, ST_INVALID_ARGUMENT, "rows_limit must not be negative");
+    if (req.limit < 0) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "rows_limit must not be negative");
+        return;
+    }
     rr_op *op = calloc(1, sizeof *op);
-    if (!op)
-        return rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     *op = (rr_op){.r = r,
                   .call = call,
                   .c = rtr_plan_cluster(r, &plan),
@@ -603,8 +643,10 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     st_buf_init(&op->fwd);
     rtr_rr_track_init(&op->track);
     st_code rc = btu_rowset_from_pb(req.rows, rpc_call_arena(call), &op->rs, &err);
-    if (rc != ST_OK)
-        return rr_free(op, rc, err.msg);
+    if (rc != ST_OK) {
+        rr_free(op, rc, err.msg);
+        return;
+    }
     rpc_call_set_cancel_cb(call, rr_cancelled, op);
     rr_step(op);
 }

@@ -82,8 +82,10 @@ ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *d
 void rtr_reply(rpc_call *call, const ProtobufCMessage *msg) {
     size_t len = protobuf_c_message_get_packed_size(msg);
     uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len ? len : 1);
-    if (!buf)
-        return rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (!buf) {
+        rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     protobuf_c_message_pack(msg, buf);
     st_code rc = rpc_call_send(call, st_slice_make(buf, len));
     rpc_call_finish(call, rc, rc == ST_OK ? NULL : "could not send the response");
@@ -100,33 +102,24 @@ void rtr_fail(rpc_call *call, st_code code, const char *fmt, ...) {
     rpc_call_finish(call, code, msg);
 }
 
-st_code rtr_check_table_name(const char *name, st_err *err) {
-    /* projects/P/instances/I/tables/T with non-empty, slash-free parts. Every data request
-     * checks its table name: one pass, no repeated strlen. */
-    static const char *const parts[] = {"projects", NULL, "instances", NULL, "tables", NULL};
-    static const size_t part_lens[] = {8, 0, 9, 0, 6, 0};
-    size_t total = strlen(name);
-    const char *p = name, *end = name + total;
-    bool ok = total <= RTR_TABLE_NAME_MAX;
-    for (size_t i = 0; ok && i < 6; i++) {
-        const char *slash = memchr(p, '/', (size_t)(end - p));
-        size_t len = slash ? (size_t)(slash - p) : (size_t)(end - p);
-        bool last = i == 5;
-        ok = len > 0 && (last ? slash == NULL : slash != NULL) &&
-             (!parts[i] || (part_lens[i] == len && memcmp(p, parts[i], len) == 0));
-        p += len + 1;
-    }
-    if (!ok)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "invalid table name '%s': expected "
-                          "projects/<project>/instances/<instance>/tables/<table>",
-                          name);
-    return ST_OK;
+st_code rtr_check_table_name(const rtr_ctx *r, const char *name, st_err *err) {
+    st_slice project, instance;
+    st_code rc = btu_table_name_parse(name, RTR_TABLE_NAME_MAX, &project, &instance, NULL, err);
+    if (rc != ST_OK || !r)
+        return rc;
+    if (st_slice_eq(project, st_slice_cstr(r->topo.project)) &&
+        st_slice_eq(instance, st_slice_cstr(r->topo.instance)))
+        return ST_OK;
+    return st_err_set(err, ST_NOT_FOUND,
+                      "instance projects/%.*s/instances/%.*s not found: this Strata instance is "
+                      "projects/%s/instances/%s",
+                      (int)project.len, (const char *)project.data, (int)instance.len,
+                      (const char *)instance.data, r->topo.project, r->topo.instance);
 }
 
 const rtr_meta_rec *rtr_table_or_fail(rtr_ctx *r, rpc_call *call, const char *name) {
     st_err err;
-    if (rtr_check_table_name(name, &err) != ST_OK) {
+    if (rtr_check_table_name(r, name, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return NULL;
     }
@@ -160,13 +153,8 @@ size_t rtr_forward_headers(const rpc_call *call, rpc_metadata *md) {
     return n;
 }
 
-bool rtr_is_not_owner(st_code code, const char *message) {
-    return code == ST_FAILED_PRECONDITION && message &&
-           strncmp(message, RTR_NOT_OWNER_PREFIX, strlen(RTR_NOT_OWNER_PREFIX)) == 0;
-}
-
 bool rtr_retryable(st_code code, const char *message, bool unavailable_ok) {
-    if (rtr_is_not_owner(code, message))
+    if (st_is_not_owner(code, message))
         return true;
     return unavailable_ok && code == ST_UNAVAILABLE;
 }
@@ -184,7 +172,7 @@ int64_t rtr_backoff_ms(int attempt) {
 /* A write to a moving tablet is refused until the move ends (docs/cluster.md): the longer budget
  * lets it wait for the move instead of failing while the balancer moves small tablets. */
 bool rtr_retry_allowed(int attempts, st_code code, const char *message) {
-    int max = rtr_is_not_owner(code, message) ? RTR_RETRIES_NOT_OWNER_MAX : RTR_RETRIES_MAX;
+    int max = st_is_not_owner(code, message) ? RTR_RETRIES_NOT_OWNER_MAX : RTR_RETRIES_MAX;
     return attempts < max;
 }
 

@@ -62,7 +62,6 @@ struct event;
 #define RTR_TABLE_NAME_MAX 512
 #define RTR_MUTATIONS_MAX 100000
 #define RTR_FORWARD_HEADERS_MAX 4
-#define RTR_NOT_OWNER_PREFIX "strata-not-owner:"
 
 typedef struct rtr_cluster rtr_cluster;
 typedef struct rtr_node rtr_node;
@@ -419,8 +418,10 @@ ProtobufCMessage *rtr_unpack_try(rpc_call *call, const ProtobufCMessageDescripto
 void rtr_reply(rpc_call *call, const ProtobufCMessage *msg);
 void rtr_fail(rpc_call *call, st_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Table name check: projects/P/instances/I/tables/T. */
-st_code rtr_check_table_name(const char *name, st_err *err);
+/* Table name check (btu_table_name_parse): projects/P/instances/I/tables/T with a valid table id
+ * (INVALID_ARGUMENT), and, with r, P/I the instance this router serves (NOT_FOUND otherwise, as
+ * Cloud Bigtable answers for an instance that does not exist). */
+st_code rtr_check_table_name(const rtr_ctx *r, const char *name, st_err *err);
 /* The table's metadata record, or NULL after failing the call (NOT_FOUND "table ... not found",
  * INVALID_ARGUMENT for a malformed name). */
 const rtr_meta_rec *rtr_table_or_fail(rtr_ctx *r, rpc_call *call, const char *name);
@@ -441,7 +442,6 @@ extern uint64_t rtr_retries_total;
  * ends, seconds for a large tablet), RTR_RETRIES_MAX otherwise. The client's deadline still
  * ends the wait earlier. */
 bool rtr_retry_allowed(int attempts, st_code code, const char *message);
-bool rtr_is_not_owner(st_code code, const char *message);
 
 /* ---- balance.c ---- */
 /* One tablet as the balancer sees it (memory borrowed). */

@@ -11,7 +11,11 @@
  * varints and lengths, groups, unknown wire types, ragged packed arrays), so garbage is refused
  * in one linear pass without allocating. It never refuses bytes that protobuf-c accepts and that
  * nest within the limit, but for field number 0 in a tag of more than one byte, which protobuf-c
- * takes as an unknown field and cannot re-encode. */
+ * takes as an unknown field and cannot re-encode, and for a NUL byte inside a string field:
+ * protobuf-c hands strings over as C strings, so "dur\0evil" would arrive as "dur" and a request
+ * meant for one table, family or app profile would act on another (names and ids never hold a
+ * NUL, so the request is refused naming the field). */
+#include <string.h>
 #include <limits.h>
 
 #include "strata/btutil.h"
@@ -23,6 +27,9 @@ typedef struct pbc_frame {
     const uint8_t *end;
     const ProtobufCFieldDescriptor *last;
 } pbc_frame;
+
+/* pbc_field's answer for a string field holding a NUL byte (btu_pb_check names the field). */
+static const char pbc_nul_in_string[] = "a NUL byte inside a string field";
 
 /* A varint of at most max_len bytes wholly before end; 0 if unterminated (protobuf-c's limits:
  * 10 bytes for values, 5 for tags and lengths). */
@@ -118,6 +125,8 @@ static const char *pbc_field(pbc_frame *f, const uint8_t **p, const ProtobufCFie
     const ProtobufCFieldDescriptor *fd = f->last;
     if (!fd || fd->id != (tag >> 3))
         fd = f->last = protobuf_c_message_descriptor_get_field(f->desc, (unsigned)(tag >> 3));
+    if (fd && fd->type == PROTOBUF_C_TYPE_STRING && v > 0 && memchr(q, 0, (size_t)v))
+        return pbc_nul_in_string;
     if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE) {
         *sub = fd;
         *sub_end = *p;
@@ -146,6 +155,12 @@ st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, uns
         const ProtobufCFieldDescriptor *sub;
         const uint8_t *sub_end, *at = p;
         const char *bad = pbc_field(&stack[n - 1], &p, &sub, &sub_end);
+        if (bad == pbc_nul_in_string)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "invalid %s: field %s of %s holds a NUL byte (at byte %zu); names "
+                              "and ids never do, and the name would be cut short there: fix it",
+                              desc->name, stack[n - 1].last->name, stack[n - 1].desc->name,
+                              (size_t)(at - base));
         if (bad)
             return pbc_malformed(err, desc, bad, (size_t)(at - base));
         if (!sub)

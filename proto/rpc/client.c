@@ -1101,35 +1101,13 @@ static void blocking_done(rpc_ccall *call, st_code code, const char *message, vo
     event_base_loopbreak(b->base);
 }
 
-static bool split_addr(const char *addr, char *host, size_t host_size, uint16_t *port) {
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr)
-        return false;
-    const char *h = addr;
-    size_t hl = (size_t)(colon - addr);
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    if (hl + 1 > host_size)
-        return false;
-    memcpy(host, h, hl);
-    host[hl] = 0;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p <= 0 || p > 65535)
-        return false;
-    *port = (uint16_t)p;
-    return true;
-}
-
 static st_code blocking_run(const char *addr, const rpc_client_opts *opts, const char *path,
                             st_slice request, const rpc_metadata *md, size_t md_count,
                             int64_t timeout_ms, blocking_ctx *b, st_err *status) {
     char host[256];
     uint16_t port = 0;
     bool is_unix = strncmp(addr, RPC_UNIX_PREFIX, strlen(RPC_UNIX_PREFIX)) == 0;
-    if (!is_unix && !split_addr(addr, host, sizeof(host), &port))
+    if (!is_unix && (!st_addr_split(addr, host, sizeof(host), &port) || port == 0))
         return st_err_set(status, ST_INVALID_ARGUMENT,
                           "bad address %s (want host:port or " RPC_UNIX_PREFIX "PATH)", addr);
     b->base = event_base_new();

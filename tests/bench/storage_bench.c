@@ -998,6 +998,10 @@ static void print_header(const bench_cfg *cfg) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("storage-bench %s\n", st_version());
+        return 0;
+    }
     bench_cfg cfg;
     int pa = parse_args(argc, argv, &cfg);
     if (pa != 0)

@@ -5,8 +5,8 @@
  * Properties: no crash, leak or deep recursion; what the scan accepts unpacks (or is refused by
  * protobuf-c for a reason of its own) and re-encodes into bytes the scan accepts again; what the
  * scan refuses as malformed, protobuf-c refuses too (but for field number 0, see btutil.h), so
- * the scan never turns away a message that protobuf-c would take; btu_pb_unpack agrees with the
- * two steps. */
+ * the scan never turns away a message that protobuf-c would take (but for a NUL byte inside a
+ * string field, refused on purpose: btutil.h); btu_pb_unpack agrees with the two steps. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -71,7 +71,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (m && !strstr(err.msg, "field number 0"))
             abort();
         protobuf_c_message_free_unpacked(m, NULL);
-    } else if (!strstr(err.msg, "message nesting exceeds")) {
+    } else if (!strstr(err.msg, "message nesting exceeds") &&
+               !strstr(err.msg, "holds a NUL byte")) {
         abort();
     }
     ProtobufCMessage *m = btu_pb_unpack(desc, NULL, in, NULL);

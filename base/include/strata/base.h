@@ -37,6 +37,25 @@ typedef enum st_code {
 /* The canonical upper-case gRPC name ("NOT_FOUND"); "UNKNOWN_CODE" for out-of-range values. */
 const char *st_code_name(st_code code);
 
+/* "This node does not own that row": the FAILED_PRECONDITION a node answers for a row no
+ * writable local tablet of it holds (docs/cluster.md). Routers and replication shippers refresh
+ * their tablet map and retry on it, so its text is a contract: nodes start the message with
+ * ST_NOT_OWNER_PREFIX, and the others recognise it only through st_is_not_owner. */
+#define ST_NOT_OWNER_PREFIX "strata-not-owner:"
+bool st_is_not_owner(st_code code, const char *message);
+
+/* The one parser of "host:port" addresses (flags, topology files, clients): host into host
+ * (NUL-terminated; an IPv6 address in brackets, "[::1]:8086", loses them; a bare IPv6 address is
+ * refused as ambiguous), port 0..65535 into *port (may be NULL; 0 means "any free port" where
+ * the caller listens). False for anything else, or a host that does not fit in host_cap. */
+bool st_addr_split(const char *addr, char *host, size_t host_cap, uint16_t *port);
+
+/* "0.1.0 (<git describe>)": the version of this build, for --version (static string). */
+const char *st_version(void);
+
+/* Strict decimal: s is 1..20 digits only (no sign, space or suffix) and lo <= value <= hi. */
+bool st_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+
 #define ST_ERR_MSG_MAX 512
 /* A fixed buffer for a human-readable message; caller-owned, never allocates. */
 typedef struct st_err {

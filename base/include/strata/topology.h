@@ -70,7 +70,5 @@ const st_topo_cluster *st_topology_cluster(const st_topology *t, const char *id)
  * in out or in a socket address (the node is then reached over TCP only). */
 #define ST_TOPO_NODE_SOCK_NAME "node.sock"
 bool st_topo_node_sock_path(const char *data_dir, char *out, size_t cap);
-/* Splits "host:port" into host (NUL-terminated, brackets of [v6] removed) and port. */
-bool st_addr_split(const char *addr, char *host, size_t host_cap, uint16_t *port);
 
 #endif

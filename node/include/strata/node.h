@@ -43,9 +43,6 @@ typedef struct node_opts {
 #define NODE_NUM_MAX ((1u << 24) - 1)
 
 void node_opts_default(node_opts *o);
-/* Parses "host:port" ("[v6]:port" too) into host (NUL-terminated, brackets removed) and port;
- * false when malformed or host does not fit in host_cap. */
-bool node_parse_addr(const char *s, char *host, size_t host_cap, uint16_t *port);
 /* Opens storage and the catalog, recovers, and starts listening on base. */
 st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out, st_err *err);
 uint16_t node_port(const node_ctx *n);

@@ -75,10 +75,11 @@ typedef struct repl_node_ops {
 
 /* Turns one ReplicatedRow (table name, encoded row mutation) into a row mutation ready to write:
  * decodes (muts allocated from arena; slices point into encoded), validates (origin cluster
- * 1..1023, version = STO_VERSION(commit_ts, origin), non-empty row key within limits, at least one
- * mutation), routes it to the local tablet through ops->route, and sets STO_ROW_REPLICATED. The
- * origin's version, commit timestamp and origin are kept, so applying it twice, or in any order
- * with other rows, gives the same contents. Errors as described at the top. */
+ * 1..STO_ORIGIN_MAX, version = STO_VERSION(commit_ts, origin), non-empty row key within limits, at
+ * least one mutation), routes it to the local tablet through ops->route, and sets
+ * STO_ROW_REPLICATED. The origin's version, commit timestamp and origin are kept, so applying it
+ * twice, or in any order with other rows, gives the same contents. Errors as described at the top.
+ */
 st_code repl_apply_prepare(const repl_node_ops *ops, void *node, const char *table,
                            st_slice encoded, st_arena *arena, sto_row_mut *out, st_err *err);
 

@@ -119,8 +119,12 @@ typedef struct sto_row_mut {
  * in the low bits, so versions order writes by (commit time, cluster) and storage can tell a
  * tombstone's age for tombstone_grace_us. */
 #define STO_VERSION_TIEBREAK_BITS 10
+/* The largest tiebreaker, so the largest origin cluster number a version can carry: the one
+ * limit strata-node --cluster-num, replication's Apply and tablet moves all check. */
+#define STO_ORIGIN_MAX ((1u << STO_VERSION_TIEBREAK_BITS) - 1)
 #define STO_VERSION(commit_ts_us, tiebreak)                                                        \
-    (((uint64_t)(commit_ts_us) << STO_VERSION_TIEBREAK_BITS) | ((uint64_t)(tiebreak)&1023u))
+    (((uint64_t)(commit_ts_us) << STO_VERSION_TIEBREAK_BITS) |                                     \
+     ((uint64_t)(tiebreak)&STO_ORIGIN_MAX))
 #define STO_VERSION_TS_US(version) ((int64_t)((version) >> STO_VERSION_TIEBREAK_BITS))
 
 #define STO_ROW_REPLICATED 1u /* came in by replication: never shipped onward */

@@ -360,8 +360,53 @@ static void test_base_clock_fake(void **state) {
     assert_true(st_clock_now(st_clock_system()) > 0);
 }
 
+/* Numeric flags: digits only, in range, no overflow; anything else is refused, never 0. */
+static void test_base_parse_u64(void **state) {
+    (void)state;
+    uint64_t v = 7;
+    assert_true(st_parse_u64("0", 0, 10, &v));
+    assert_int_equal(v, 0);
+    assert_true(st_parse_u64("1023", 0, 1023, &v));
+    assert_int_equal(v, 1023);
+    assert_true(st_parse_u64("18446744073709551615", 0, UINT64_MAX, &v));
+    assert_true(v == UINT64_MAX);
+    const char *bad[] = {"", "east", "1x", "-1", "+1", " 1", "1 ", "0x10", "18446744073709551616"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_false(st_parse_u64(bad[i], 0, UINT64_MAX, &v));
+    assert_false(st_parse_u64("1024", 0, 1023, &v));
+    assert_false(st_parse_u64("0", 1, 10, &v));
+    assert_false(st_parse_u64(NULL, 0, 10, &v));
+}
+
+/* The not-owner contract: FAILED_PRECONDITION whose message starts with the prefix, only. */
+static void test_base_not_owner(void **state) {
+    (void)state;
+    assert_true(st_is_not_owner(ST_FAILED_PRECONDITION, ST_NOT_OWNER_PREFIX " node 3 ..."));
+    assert_false(st_is_not_owner(ST_UNAVAILABLE, ST_NOT_OWNER_PREFIX " node 3"));
+    assert_false(st_is_not_owner(ST_FAILED_PRECONDITION, "x " ST_NOT_OWNER_PREFIX));
+    assert_false(st_is_not_owner(ST_FAILED_PRECONDITION, NULL));
+}
+
+/* One host:port parser: IPv4, names, [IPv6]; bare IPv6, empty parts and bad ports refused. */
+static void test_base_addr_split(void **state) {
+    (void)state;
+    char host[64];
+    uint16_t port = 1;
+    assert_true(st_addr_split("[::1]:0", host, sizeof host, &port));
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 0);
+    assert_true(st_addr_split("example.com:8086", host, sizeof host, &port));
+    assert_string_equal(host, "example.com");
+    const char *bad[] = {"::1:80", ":80", "h:", "h:65536", "h:8o", "[::1]80", "h:-1", "h"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_false(st_addr_split(bad[i], host, sizeof host, &port));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_base_parse_u64),
+        cmocka_unit_test(test_base_not_owner),
+        cmocka_unit_test(test_base_addr_split),
         cmocka_unit_test(test_base_varint_roundtrip),
         cmocka_unit_test(test_base_varint_overlong),
         cmocka_unit_test(test_base_crc32c_vectors),

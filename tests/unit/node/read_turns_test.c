@@ -165,11 +165,11 @@ static void pack_request(st_buf *out, bool ranges) {
     size_t n = ranges ? EMPTY_RANGES : 0;
     Google__Bigtable__V2__RowRange *rr = calloc(n + 1, sizeof *rr);
     Google__Bigtable__V2__RowRange **rp = calloc(n + 1, sizeof *rp);
-    char(*keys)[2][16] = calloc(n + 1, sizeof *keys);
+    char(*keys)[2][24] = calloc(n + 1, sizeof *keys); /* any size_t fits: no truncation */
     for (size_t i = 0; i < n; i++) {
         google__bigtable__v2__row_range__init(&rr[i]);
-        snprintf(keys[i][0], 16, "b%06zu", i);
-        snprintf(keys[i][1], 16, "b%06zu~", i);
+        snprintf(keys[i][0], sizeof keys[i][0], "b%06zu", i);
+        snprintf(keys[i][1], sizeof keys[i][1], "b%06zu~", i);
         rr[i].start_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED;
         rr[i].start_key_closed = (ProtobufCBinaryData){strlen(keys[i][0]), (uint8_t *)keys[i][0]};
         rr[i].end_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN;

@@ -96,30 +96,43 @@ static void rd_chunk(reader *r, const Google__Bigtable__V2__ReadRowsResponse__Ce
     bool commit = c->row_status_case ==
                   GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
     if (c->row_status_case ==
-        GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_RESET_ROW)
-        return rd_bad(r, "reset_row");
-    if (commit && c->value_size > 0)
-        return rd_bad(r, "commit inside a split cell");
+        GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_RESET_ROW) {
+        rd_bad(r, "reset_row");
+        return;
+    }
+    if (commit && c->value_size > 0) {
+        rd_bad(r, "commit inside a split cell");
+        return;
+    }
     if (r->state == 0) {
-        if (!c->row_key.len || !c->family_name || !c->qualifier || c->row_key.len >= 16)
-            return rd_bad(r, "missing key field for new row");
+        if (!c->row_key.len || !c->family_name || !c->qualifier || c->row_key.len >= 16) {
+            rd_bad(r, "missing key field for new row");
+            return;
+        }
         char k[16] = {0};
         memcpy(k, c->row_key.data, c->row_key.len);
-        if (r->have_last && (r->reversed ? strcmp(r->last, k) <= 0 : strcmp(r->last, k) >= 0))
-            return rd_bad(r, "out of order row key");
+        if (r->have_last && (r->reversed ? strcmp(r->last, k) <= 0 : strcmp(r->last, k) >= 0)) {
+            rd_bad(r, "out of order row key");
+            return;
+        }
         memcpy(r->cur_key, k, sizeof k);
         r->cur_cells = r->cur_bytes = 0;
         r->cur_hash = 14695981039346656037ull;
         r->cur_labels[0] = 0;
     } else if (r->state == 1) {
         if (c->row_key.len && (c->row_key.len != strlen(r->cur_key) ||
-                               memcmp(c->row_key.data, r->cur_key, c->row_key.len) != 0))
-            return rd_bad(r, "new row key during a row");
-        if (c->family_name && !c->qualifier)
-            return rd_bad(r, "family without qualifier");
+                               memcmp(c->row_key.data, r->cur_key, c->row_key.len) != 0)) {
+            rd_bad(r, "new row key during a row");
+            return;
+        }
+        if (c->family_name && !c->qualifier) {
+            rd_bad(r, "family without qualifier");
+            return;
+        }
     } else if (c->row_key.len || c->family_name || c->qualifier || c->timestamp_micros ||
                c->n_labels) {
-        return rd_bad(r, "key parts inside a split cell");
+        rd_bad(r, "key parts inside a split cell");
+        return;
     }
     if (r->state != 2) {
         r->cur_cells++;
@@ -150,8 +163,10 @@ static void rd_message(st_slice msg, void *arg) {
     reader *r = arg;
     Google__Bigtable__V2__ReadRowsResponse *m =
         google__bigtable__v2__read_rows_response__unpack(NULL, msg.len, msg.data);
-    if (!m)
-        return rd_bad(r, "undecodable response");
+    if (!m) {
+        rd_bad(r, "undecodable response");
+        return;
+    }
     for (size_t i = 0; i < m->n_chunks; i++)
         rd_chunk(r, m->chunks[i]);
     if (m->last_scanned_row_key.len && m->last_scanned_row_key.len < 16) {

@@ -145,8 +145,10 @@ static void big_pump(rpc_call *call, void *arg) {
     while (job->next < job->end && rpc_call_writable(call)) {
         big_fill(&job->buf, job->next);
         st_code rc = rpc_call_send_buf(call, &job->buf);
-        if (rc != ST_OK)
-            return big_end(call, job, rc);
+        if (rc != ST_OK) {
+            big_end(call, job, rc);
+            return;
+        }
         job->next++;
     }
     if (job->next == job->end)
@@ -159,8 +161,10 @@ static void big_cancel(rpc_call *call, void *arg) {
 
 static void h_big(rpc_call *call, st_slice req, void *arg) {
     (void)arg;
-    if (req.len != 8)
-        return rpc_call_finish(call, ST_INVALID_ARGUMENT, "want 8 bytes");
+    if (req.len != 8) {
+        rpc_call_finish(call, ST_INVALID_ARGUMENT, "want 8 bytes");
+        return;
+    }
     big_job *job = calloc(1, sizeof(*job));
     job->next = st_get_fixed32(req.data);
     job->end = job->next + st_get_fixed32(req.data + 4);

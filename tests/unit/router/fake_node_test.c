@@ -291,7 +291,8 @@ static void fn_read_rows(rpc_call *call, st_slice req, void *arg) {
     google__bigtable__v2__read_rows_request__free_unpacked(r, NULL);
     if (meta) {
         fn_send_meta(call);
-        return rpc_call_finish(call, ST_OK, NULL);
+        rpc_call_finish(call, ST_OK, NULL);
+        return;
     }
     if (memmem(req.data, req.len, FN_POISON, strlen(FN_POISON))) {
         n->poison_reads++;

@@ -3,7 +3,8 @@
  * protobuf-c peek to the same table, profile, row, rows_limit, reversed flag, entry and mutation
  * counts; a SetCell with timestamp -1 anywhere makes a write non-idempotent; encodings the peek
  * does not take (a singular field twice, a known field with another wire type, a mutation with
- * two kinds, truncated bytes) are refused so the handler unpacks them as before. Also proves
+ * two kinds, truncated bytes, a NUL byte inside a table name, app profile id or family name) are
+ * refused so the handler unpacks them (and refuses the NUL). Also proves
  * rtr_read_covers, which lets a first ReadRows step send the client's bytes unchanged.
  */
 #include <setjmp.h>
@@ -176,6 +177,23 @@ static void test_peek_read_covers(void **state) {
     assert_false(rtr_read_covers(&none, &all));
 }
 
+/* Hand-encoded: field 1 table name, field 3 one mutation whose set_cell has family "cf". */
+static void test_peek_refuses_nul_in_names(void **state) {
+    (void)state;
+    static const uint8_t table_nul[] = {0x0a, 3, 't', 0, 'x', 0x12, 1, 'r'};
+    rtr_mr_peek mr;
+    assert_false(rtr_peek_mutate_row(st_slice_make(table_nul, sizeof table_nul), &mr));
+    static const uint8_t family_nul[] = {0x0a, 1,    't', 0x12, 1, 'r', 0x1a,
+                                         6,    0x0a, 4,   0x0a, 2, 'c', 0};
+    assert_false(rtr_peek_mutate_row(st_slice_make(family_nul, sizeof family_nul), &mr));
+    static const uint8_t family_ok[] = {0x0a, 1,    't', 0x12, 1, 'r', 0x1a,
+                                        6,    0x0a, 4,   0x0a, 2, 'c', 'f'};
+    assert_true(rtr_peek_mutate_row(st_slice_make(family_ok, sizeof family_ok), &mr));
+    static const uint8_t profile_nul[] = {0x0a, 1, 't', 0x2a, 2, 'p', 0};
+    rtr_rr_peek rr;
+    assert_false(rtr_peek_read_rows(st_slice_make(profile_nul, sizeof profile_nul), &rr));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_peek_read_rows_matches_generated_code),
@@ -183,6 +201,7 @@ int main(void) {
         cmocka_unit_test(test_peek_mutate_row_finds_row_and_server_time),
         cmocka_unit_test(test_peek_mutate_rows_counts_entries),
         cmocka_unit_test(test_peek_read_covers),
+        cmocka_unit_test(test_peek_refuses_nul_in_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,6 +62,14 @@ bool btu_id_valid(const char *id, size_t max, bool allow_lead_punct);
 bool btu_table_id_valid(const char *id);
 bool btu_family_valid(const char *family);
 
+/* Splits a table name "projects/P/instances/I/tables/T" (at most max bytes) into its project,
+ * instance and table id (slices into name). P and I are non-empty and slash-free; T follows
+ * btu_table_id_valid (Bigtable's [_a-zA-Z0-9][-_.a-zA-Z0-9]*, 1..BTU_TABLE_ID_MAX). Any of the
+ * outputs may be NULL. INVALID_ARGUMENT saying which part is wrong. The node and the router both
+ * check every table name through it. */
+st_code btu_table_name_parse(const char *name, size_t max, st_slice *project, st_slice *instance,
+                             st_slice *table_id, st_err *err);
+
 /* ---- nesting bound before unpacking ----
  * protobuf-c unpacks (and packs, sizes and frees) recursively, one C stack frame per nested
  * message, so bytes from the network are checked with btu_pb_check before they are unpacked.
@@ -79,9 +87,11 @@ bool btu_family_valid(const char *family);
  * for bytes protobuf-c would refuse anyway: a tag over 5 bytes, a truncated varint, fixed value
  * or length, a length over 2^31 - 1, a group (wire types 3 and 4), wire types 6 and 7, a packed
  * repeated field of ragged length; and for field number 0, which the protobuf spec forbids
- * (protobuf-c refuses it in a one-byte tag only, and re-encodes a longer one into that). Never
- * refuses other bytes protobuf-c accepts that nest within depth_max. Unknown fields are skipped,
- * not descended into. */
+ * (protobuf-c refuses it in a one-byte tag only, and re-encodes a longer one into that); and
+ * INVALID_ARGUMENT "invalid <type>: field <f> of <type> holds a NUL byte ..." for a string field
+ * with a NUL byte inside, which protobuf-c would hand over cut at the NUL ("dur\0evil" as "dur":
+ * another table, family or app profile). Never refuses other bytes protobuf-c accepts that nest
+ * within depth_max. Unknown fields are skipped, not descended into. */
 st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, unsigned depth_max,
                      st_err *err);
 

@@ -1,0 +1,25 @@
+/* paths.h — file-system paths the `strata` commands share (paths.c): where the Strata binaries
+ * are, and instance directories made absolute so that every command, whatever its working
+ * directory, names the same files the same way. */
+#ifndef OPS_PATHS_H
+#define OPS_PATHS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* True when path is a regular file this process may execute. */
+bool ops_executable(const char *path);
+/* The first executable name in $PATH's directories, into out. */
+bool ops_path_search(const char *name, char *out, size_t cap);
+/* A Strata binary (name, e.g. "strata-node", built in folder sub, e.g. "node"), into out: in
+ * bin_dir when given (and only there); else in the build tree next to this binary
+ * (<build>/ops/strata -> <build>/<sub>/<name>); else beside this binary (an install); else in
+ * $PATH. False when none is executable. */
+bool ops_bin_find(const char *bin_dir, const char *sub, const char *name, char *out, size_t cap);
+/* path made absolute (relative to the working directory) and normalised lexically: "." and empty
+ * components dropped, ".." removing the one before, no trailing '/' (symbolic links are kept, so
+ * the directory need not exist yet). False when the working directory is unknown or the result
+ * does not fit in cap. */
+bool ops_path_absolute(const char *path, char *out, size_t cap);
+
+#endif
