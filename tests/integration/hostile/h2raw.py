@@ -1,6 +1,5 @@
 # h2raw.py — a minimal stdlib-only HTTP/2 + gRPC client that sends exactly the frames it is told
 # (hostile tests: no flow control unless data_fc is used, no HPACK decoding).
-# Minimal stdlib-only HTTP/2 + gRPC client for hostile framing tests.
 import socket, struct, time, sys
 DATA, HEADERS, RST, SETTINGS, PING, GOAWAY, WINUP, CONT = 0, 1, 3, 4, 6, 7, 8, 9
 
