@@ -1,6 +1,7 @@
 /* repl_internal.h — what replication's files share (private to replication/).
  * ctx.c: the per-node context, client pool, tablet names, GetPositions, gather;
- * shipper.c: one shipper per peer cluster; apply.c: the receiving side (Apply). */
+ * shipper.c, shipper_pos.c, shipper_batch.c: one shipper per peer cluster (shipper_internal.h says
+ * which part is where); apply.c: the receiving side (Apply). */
 #ifndef REPL_INTERNAL_H
 #define REPL_INTERNAL_H
 

@@ -1,22 +1,19 @@
-/* data.c — data API forwarding other than ReadRows: single-row requests go to the node owning the
- * row; MutateRows fans out one sub-request per node and merges the per-entry results back into
- * the caller's order; SampleRowKeys asks every node holding tablets and merges. A node that no
- * longer owns the rows ("strata-not-owner:") makes the router refresh the cluster's tablet map
- * and retry, bounded (RTR_RETRIES_MAX) with backoff, without the client seeing it. */
-#include "failover.h"
-#include "router_internal.h"
+/* data.c — data API forwarding other than ReadRows (read.c) and MutateRows (mutate_rows.c):
+ * single-row requests go to the node owning the row; SampleRowKeys asks every node holding
+ * tablets and merges. A node that no longer owns the rows ("strata-not-owner:") makes the router
+ * refresh the cluster's tablet map and retry, bounded (RTR_RETRIES_MAX) with backoff, without the
+ * client seeing it. */
+#include "data.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "google/rpc/status.pb-c.h"
-
 /* Common start of a data request: the table is known and the clusters to try are planned
  * (failover.c; row: the key of a single-row request, for row affinity, else empty). */
-static bool data_route(rtr_ctx *r, rpc_call *call, const char *table, const char *profile,
-                       bool transactional, st_slice row, rtr_plan *plan) {
+bool rtr_data_route(rtr_ctx *r, rpc_call *call, const char *table, const char *profile,
+                    bool transactional, st_slice row, rtr_plan *plan) {
     if (!rtr_table_or_fail(r, call, table))
         return false;
     st_err err = {0};
@@ -30,7 +27,7 @@ static bool data_route(rtr_ctx *r, rpc_call *call, const char *table, const char
 /* A multi-cluster write gets its server timestamps here, before the first forwarding, so a
  * retry on another cluster writes identical cells (docs/router.md, "Failover"). *req then
  * points into the call's arena. False after failing the call. */
-static bool data_stamp(rtr_ctx *r, rpc_call *call, bool rows, st_slice *req) {
+bool rtr_data_stamp(rtr_ctx *r, rpc_call *call, bool rows, st_slice *req) {
     st_buf out;
     st_buf_init(&out);
     size_t n = 0;
@@ -51,7 +48,7 @@ static bool data_stamp(rtr_ctx *r, rpc_call *call, bool rows, st_slice *req) {
 
 /* SetCell with timestamp -1 takes the server's time: a retry after the node may already have
  * applied it would add a second version, so such writes are not retried on UNAVAILABLE. */
-static bool muts_idempotent(Google__Bigtable__V2__Mutation *const *m, size_t n) {
+bool rtr_muts_idempotent(Google__Bigtable__V2__Mutation *const *m, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (m[i]->mutation_case == GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL &&
             m[i]->set_cell->timestamp_micros == -1)
@@ -341,7 +338,7 @@ static bool mutate_row_parse(rpc_call *call, st_slice req_bytes, char *table_buf
     *table = req->table_name;
     *profile = req->app_profile_id;
     *row = st_slice_make(req->row_key.data, req->row_key.len);
-    *idempotent = muts_idempotent(req->mutations, req->n_mutations);
+    *idempotent = rtr_muts_idempotent(req->mutations, req->n_mutations);
     return true;
 }
 
@@ -359,13 +356,13 @@ void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     if (!mutate_row_parse(call, req_bytes, op->table_buf, sizeof op->table_buf, profile_buf,
                           sizeof profile_buf, &table, &profile, &row, &idempotent) ||
-        !data_route(r, call, table, profile, false, row, &plan)) {
+        !rtr_data_route(r, call, table, profile, false, row, &plan)) {
         free(op);
         return;
     }
     uint64_t fp = rtr_qod_fingerprint(rpc_call_path(call), req_bytes); /* before stamping */
     if (plan.multi && !idempotent) {
-        if (!data_stamp(r, call, false, &req_bytes)) {
+        if (!rtr_data_stamp(r, call, false, &req_bytes)) {
             free(op);
             return;
         }
@@ -379,8 +376,8 @@ void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     Google__Bigtable__V2__CheckAndMutateRowRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__check_and_mutate_row_request__descriptor, req_bytes);
     rtr_plan plan;
-    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true,
-                            st_slice_make(NULL, 0), &plan))
+    if (!req || !rtr_data_route(r, call, req->table_name, req->app_profile_id, true,
+                                st_slice_make(NULL, 0), &plan))
         return;
     fwd_start(malloc(sizeof(fwd_op)), r, call, &plan, req->table_name,
               st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false,
@@ -392,8 +389,8 @@ void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) 
     Google__Bigtable__V2__ReadModifyWriteRowRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__read_modify_write_row_request__descriptor, req_bytes);
     rtr_plan plan;
-    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, true,
-                            st_slice_make(NULL, 0), &plan))
+    if (!req || !rtr_data_route(r, call, req->table_name, req->app_profile_id, true,
+                                st_slice_make(NULL, 0), &plan))
         return;
     fwd_start(malloc(sizeof(fwd_op)), r, call, &plan, req->table_name,
               st_slice_make(req->row_key.data, req->row_key.len), req_bytes, false,
@@ -409,325 +406,6 @@ void rtr_h_ping_and_warm(rpc_call *call, st_slice req_bytes, void *arg) {
     Google__Bigtable__V2__PingAndWarmResponse resp;
     google__bigtable__v2__ping_and_warm_response__init(&resp);
     rtr_reply(call, &resp.base);
-}
-
-/* ---- MutateRows ---- */
-
-typedef struct mr_op {
-    rtr_ctx *r;
-    rpc_call *call;
-    rtr_cluster *c;
-    rtr_plan plan;
-    const char *table;
-    st_slice req; /* the request as forwarded (stamped when multi-cluster) */
-    st_buf head;
-    rtr_entry *entries;
-    size_t n;
-    rtr_entry_result *res;
-    bool idempotent;
-    int attempts;
-    uint64_t gen;
-    size_t groups_pending;
-} mr_op;
-
-typedef struct mr_group {
-    mr_op *op;
-    rtr_node *node;
-    size_t *idx;
-    size_t n;
-} mr_group;
-
-static void mr_round(void *arg);
-
-static void mr_reply(mr_op *op) {
-    st_arena *a = rpc_call_arena(op->call);
-    Google__Bigtable__V2__MutateRowsResponse resp;
-    google__bigtable__v2__mutate_rows_response__init(&resp);
-    resp.entries = st_arena_alloc(a, op->n * sizeof *resp.entries);
-    Google__Bigtable__V2__MutateRowsResponse__Entry *ents = st_arena_alloc(a, op->n * sizeof *ents);
-    Google__Rpc__Status *sts = st_arena_alloc(a, op->n * sizeof *sts);
-    if (!resp.entries || !ents || !sts) {
-        rpc_call_finish(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
-    } else {
-        for (size_t i = 0; i < op->n; i++) {
-            google__bigtable__v2__mutate_rows_response__entry__init(&ents[i]);
-            google__rpc__status__init(&sts[i]);
-            sts[i].code = (int32_t)op->res[i].code;
-            sts[i].message = (char *)(op->res[i].message ? op->res[i].message : "");
-            ents[i].index = (int64_t)i;
-            ents[i].status = &sts[i];
-            resp.entries[i] = &ents[i];
-        }
-        resp.n_entries = op->n;
-        rtr_reply(op->call, &resp.base);
-    }
-    st_buf_free(&op->head);
-    free(op);
-}
-
-static void mr_after_backoff(void *arg) {
-    mr_op *op = arg;
-    if (op->r->closing || rpc_call_cancelled(op->call)) {
-        mr_reply(op);
-        return;
-    }
-    if (op->plan.multi) { /* every cluster failed: start over, healthy ones first */
-        rtr_plan_restart(op->r, &op->plan);
-        op->c = rtr_plan_cluster(op->r, &op->plan);
-    }
-    if (op->c->map_gen != op->gen) {
-        mr_round(op);
-        return;
-    }
-    if (rtr_cluster_refresh(op->c, mr_round, op) != ST_OK)
-        mr_reply(op);
-}
-
-/* After a round: entries left non-final are retried (bounded), else the answer goes out. */
-static void mr_round_over(mr_op *op) {
-    bool again = false, not_owner = false, lost = false;
-    for (size_t i = 0; i < op->n; i++)
-        if (!op->res[i].final) {
-            again = true;
-            not_owner = not_owner || st_is_not_owner(op->res[i].code, op->res[i].message);
-            lost = lost || rtr_fo_error(op->res[i].code);
-        }
-    /* Entries a cluster could not take move to the plan's next cluster at once (multi-cluster
-     * profiles; the entries are idempotent: their timestamps were assigned before). */
-    if (lost && !op->r->closing && rtr_plan_next(op->r, &op->plan, ST_UNAVAILABLE)) {
-        op->c = rtr_plan_cluster(op->r, &op->plan);
-        mr_round(op);
-        return;
-    }
-    st_code why = not_owner ? ST_FAILED_PRECONDITION : ST_UNAVAILABLE;
-    if (!again || (!not_owner && rtr_plan_dark(op->r, &op->plan)) ||
-        !rtr_retry_allowed(op->attempts, why, not_owner ? ST_NOT_OWNER_PREFIX : NULL) ||
-        op->r->closing ||
-        rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), mr_after_backoff, op) != ST_OK)
-        mr_reply(op);
-}
-
-static void mr_msg(rpc_ccall *call, st_slice msg, void *arg) {
-    mr_group *g = arg;
-    mr_op *op = g->op;
-    if (rtr_mutate_rows_merge(msg, g->idx, g->n, op->res, rpc_call_arena(op->call)) != ST_OK)
-        rpc_ccall_cancel(call);
-}
-
-/* Settles the group's entries after its call ended. Entries the node answered (final) keep their
- * status, except per-entry "not owner" answers, which are retried; entries it did not answer take
- * the call's status, non-final (retried) when that status is retryable. */
-static void mr_group_status(mr_group *g, st_code code, const char *message, bool unprocessed) {
-    mr_op *op = g->op;
-    bool retry = code != ST_OK && (unprocessed || rtr_retryable(code, message, op->idempotent) ||
-                                   (op->plan.multi && op->idempotent && rtr_fo_error(code)));
-    const char *m =
-        message ? st_arena_dup(rpc_call_arena(op->call), message, strlen(message) + 1) : NULL;
-    for (size_t i = 0; i < g->n; i++) {
-        rtr_entry_result *res = &op->res[g->idx[i]];
-        if (res->final) {
-            if (rtr_retryable(res->code, res->message, false))
-                res->final = false;
-            continue;
-        }
-        if (code == ST_OK) {
-            *res = (rtr_entry_result){ST_INTERNAL, "the node sent no status for this entry", true};
-            continue;
-        }
-        *res = (rtr_entry_result){code, m ? m : "", !retry};
-    }
-}
-
-static void mr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    mr_group *g = arg;
-    mr_op *op = g->op;
-    bool unprocessed = code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call);
-    if (!unprocessed)
-        rtr_health_report(g->node, code);
-    mr_group_status(g, code, message, unprocessed);
-    free(g->idx);
-    free(g);
-    if (--op->groups_pending == 0)
-        mr_round_over(op);
-}
-
-/* True when idx is every entry in order: the node can take the request as the client sent it. */
-static bool mr_all_entries(const mr_op *op, const size_t *idx, size_t n) {
-    if (n != op->n)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (idx[i] != i)
-            return false;
-    return true;
-}
-
-/* Sends one node's entries; false if the call could not start (entries stay non-final). */
-static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int64_t timeout) {
-    mr_group *g = malloc(sizeof *g);
-    st_buf buf;
-    st_buf_init(&buf);
-    st_err err = {0};
-    st_slice req = op->req;
-    bool ok = g != NULL;
-    if (ok && !mr_all_entries(op, idx, n)) {
-        ok = rtr_mutate_rows_build(&buf, st_buf_slice(&op->head), op->entries, idx, n) == ST_OK;
-        req = st_buf_slice(&buf);
-    }
-    if (ok) {
-        *g = (mr_group){op, node, idx, n};
-        rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
-        size_t n_md = rtr_forward_headers(op->call, md);
-        op->groups_pending++;
-        ok = rtr_node_call(node, RTR_BT "MutateRows", req, md, n_md, timeout, mr_msg, mr_done, g,
-                           &err) != NULL;
-        if (!ok)
-            op->groups_pending--;
-    }
-    st_buf_free(&buf);
-    if (!ok) {
-        rtr_health_report(node, ST_UNAVAILABLE);
-        for (size_t i = 0; i < n; i++)
-            op->res[idx[i]] = (rtr_entry_result){ST_UNAVAILABLE, "node unreachable", false};
-        free(g);
-        free(idx);
-    }
-    return ok;
-}
-
-/* Owner node of every entry still to send (SIZE_MAX: none known). */
-static void mr_owners(mr_op *op, size_t *owner, size_t *count) {
-    const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
-    for (size_t i = 0; i < op->n; i++) {
-        owner[i] = SIZE_MAX;
-        if (op->res[i].final)
-            continue;
-        size_t k = rtr_tmap_row(t, op->entries[i].row);
-        if (k == SIZE_MAX) {
-            op->res[i] = (rtr_entry_result){ST_UNAVAILABLE, "no node serves this row", false};
-            continue;
-        }
-        owner[i] = t->v[k].node;
-        count[owner[i]]++;
-    }
-}
-
-static void mr_round(void *arg) {
-    mr_op *op = arg;
-    int64_t timeout;
-    if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout)) {
-        rpc_call_finish(op->call, ST_DEADLINE_EXCEEDED, "deadline exceeded");
-        st_buf_free(&op->head);
-        free(op);
-        return;
-    }
-    timeout = rtr_plan_attempt_ms(&op->plan, timeout);
-    op->gen = op->c->map_gen;
-    size_t *owner = malloc(op->n * sizeof *owner);
-    size_t count[ST_TOPO_NODES_MAX] = {0};
-    if (!owner) {
-        rpc_call_finish(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        st_buf_free(&op->head);
-        free(op);
-        return;
-    }
-    mr_owners(op, owner, count);
-    op->groups_pending++; /* guard: the round ends after every group was sent */
-    for (size_t j = 0; j < op->c->n_nodes; j++) {
-        size_t *idx = count[j] ? malloc(count[j] * sizeof *idx) : NULL;
-        size_t k = 0;
-        for (size_t i = 0; idx && i < op->n; i++)
-            if (owner[i] == j)
-                idx[k++] = i;
-        if (idx)
-            mr_send_group(op, &op->c->nodes[j], idx, k, timeout);
-    }
-    free(owner);
-    if (--op->groups_pending == 0)
-        mr_round_over(op);
-}
-
-static st_code mr_check(size_t n_entries, size_t n_mutations, st_err *err) {
-    if (n_entries == 0)
-        return st_err_set(err, ST_INVALID_ARGUMENT, "No entries provided");
-    if (n_mutations > RTR_MUTATIONS_MAX)
-        return st_err_set(err, ST_INVALID_ARGUMENT, "Too many mutations: %zu provided; limit %d",
-                          n_mutations, RTR_MUTATIONS_MAX);
-    return ST_OK;
-}
-
-/* The fields a MutateRows is routed and checked by: peeked from the wire when plainly encoded
- * (100 entries' values are not copied), else unpacked. */
-static bool mutate_rows_parse(rpc_call *call, st_slice req_bytes, rtr_mrs_peek *pk,
-                              const char **table, const char **profile) {
-    if (rtr_peek_mutate_rows(req_bytes, pk)) {
-        *table = rtr_peek_str(rpc_call_arena(call), pk->table);
-        *profile = rtr_peek_str(rpc_call_arena(call), pk->profile);
-        if (*table && *profile)
-            return true;
-    }
-    Google__Bigtable__V2__MutateRowsRequest *req =
-        (void *)rtr_unpack(call, &google__bigtable__v2__mutate_rows_request__descriptor, req_bytes);
-    if (!req)
-        return false;
-    *pk = (rtr_mrs_peek){.n_entries = req->n_entries, .idempotent = true};
-    for (size_t i = 0; i < req->n_entries; i++) {
-        pk->n_mutations += req->entries[i]->n_mutations;
-        pk->idempotent = pk->idempotent &&
-                         muts_idempotent(req->entries[i]->mutations, req->entries[i]->n_mutations);
-    }
-    if (req->n_entries > 0)
-        pk->first_row = st_slice_make(req->entries[0]->row_key.data, req->entries[0]->row_key.len);
-    *table = req->table_name;
-    *profile = req->app_profile_id;
-    return true;
-}
-
-void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
-    rtr_ctx *r = arg;
-    rtr_mrs_peek pk;
-    const char *table, *profile;
-    rtr_plan plan;
-    if (!mutate_rows_parse(call, req_bytes, &pk, &table, &profile))
-        return;
-    st_slice row = pk.n_entries == 1 ? pk.first_row : st_slice_make(NULL, 0);
-    if (!data_route(r, call, table, profile, false, row, &plan))
-        return;
-    st_err err = {0};
-    if (mr_check(pk.n_entries, pk.n_mutations, &err) != ST_OK) {
-        rtr_fail(call, err.code, "%s", err.msg);
-        return;
-    }
-    bool idempotent = pk.idempotent;
-    if (plan.multi && !idempotent) {
-        if (!data_stamp(r, call, true, &req_bytes))
-            return;
-        idempotent = true;
-    }
-    st_arena *a = rpc_call_arena(call);
-    mr_op *op = calloc(1, sizeof *op);
-    if (!op) {
-        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    *op = (mr_op){.r = r,
-                  .call = call,
-                  .c = rtr_plan_cluster(r, &plan),
-                  .plan = plan,
-                  .table = table,
-                  .req = req_bytes,
-                  .idempotent = idempotent};
-    st_buf_init(&op->head);
-    st_code rc = rtr_mutate_rows_split(req_bytes, a, &op->head, &op->entries, &op->n);
-    if (rc == ST_OK && !(op->res = st_arena_alloc(a, op->n * sizeof *op->res)))
-        rc = ST_RESOURCE_EXHAUSTED;
-    if (rc != ST_OK) {
-        st_buf_free(&op->head);
-        free(op);
-        rtr_fail(call, rc, "could not split the MutateRows request");
-        return;
-    }
-    memset(op->res, 0, op->n * sizeof *op->res);
-    mr_round(op);
 }
 
 /* ---- SampleRowKeys ---- */
@@ -887,8 +565,8 @@ void rtr_h_sample_row_keys(rpc_call *call, st_slice req_bytes, void *arg) {
     Google__Bigtable__V2__SampleRowKeysRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__sample_row_keys_request__descriptor, req_bytes);
     rtr_plan plan;
-    if (!req || !data_route(r, call, req->table_name, req->app_profile_id, false,
-                            st_slice_make(NULL, 0), &plan))
+    if (!req || !rtr_data_route(r, call, req->table_name, req->app_profile_id, false,
+                                st_slice_make(NULL, 0), &plan))
         return;
     srk_op *op = calloc(1, sizeof *op);
     if (!op) {

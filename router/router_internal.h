@@ -11,7 +11,8 @@
  * refresh), tmap.c (the tablet map and the row-set walk over it: pure), wire.c (protobuf wire
  * scanning and request rewriting, MutateRows grouping and merging, SampleRowKeys merging: pure),
  * meta.c (metadata records, load and store), admin.c (table admin API), data.c (MutateRow,
- * MutateRows, CheckAndMutateRow, ReadModifyWriteRow, SampleRowKeys, PingAndWarm), read.c
+ * CheckAndMutateRow, ReadModifyWriteRow, SampleRowKeys, PingAndWarm; data.h), mutate_rows.c
+ * (MutateRows), read.c
  * (ReadRows across tablets with flow control and transparent resumption), balance.c (the tablet
  * balancer: MoveTablet from the fullest node to the emptiest, one move per cluster at a time),
  * health.c and failover.c (cluster health probes; multi-cluster plans, failover, idempotent

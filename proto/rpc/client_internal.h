@@ -1,0 +1,90 @@
+/* Private to the client side of proto/rpc: the objects the client's files share.
+ *   client.c          rpc_client: the connection (dial over TCP, TLS or a Unix socket, output,
+ *                     keepalive PINGs, GOAWAY draining, failure and its logging);
+ *   client_call.c     rpc_ccall: one per stream (allocation, submission, the stream callbacks,
+ *                     completion, deadlines, cancellation, the unary helper);
+ *   client_blocking.c rpc_blocking_unary / rpc_blocking_stream: one call on a base of their own,
+ *                     for tests and command-line tools. */
+#ifndef STRATA_RPC_CLIENT_INTERNAL_H
+#define STRATA_RPC_CLIENT_INTERNAL_H
+
+#include "rpc_internal.h"
+
+#define RPC_PEER_NAME_MAX 320 /* "unix:" + a socket path, or host:port */
+struct rpc_client {
+    struct event_base *base;
+    rpc_client_opts opts;
+    const h2_transport *tp;
+    char *host;                       /* :authority and TLS name: the host, or "unix:PATH" */
+    char peer[RPC_PEER_NAME_MAX + 1]; /* for logs and errors: "host:port" or "unix:PATH" */
+    struct bufferevent *bev;
+    nghttp2_session *session;
+    rpc_ccall *calls;
+    bool dead;
+    bool direct;    /* plain socket: client_flush writes it itself once connected */
+    bool connected; /* BEV_EVENT_CONNECTED seen */
+    bool is_unix;   /* a Unix-domain socket (rpc_client_new_unix) */
+    /* direct and connected: reads the socket itself (h2_sock_read), the bufferevent does not,
+     * and output goes to wbuf (h2_out_add) */
+    struct event *read_ev;
+    h2_wbuf wbuf;
+    /* API calls only queue frames and activate this event, which flushes from the loop: so no
+     * API function runs a user callback (on_done) before it returns. */
+    struct event *flush_ev;
+    char fail_msg[256];
+    uint32_t timeouts_sent; /* requests sent with grpc-timeout (ccall_submit) */
+    /* The server sent GOAWAY: the calls it accepted finish here, new ones are refused
+     * (rpc_client_alive is false, so the owner dials a new connection), and the connection
+     * closes once the last call ended. */
+    bool draining;
+    int64_t last_read_us; /* st_mono_us of the last bytes received (0: none yet) */
+    /* Keepalive (rpc_client_opts): a timer every keepalive_ms once connected; a PING out since
+     * ping_sent_us (0: none) with nothing read since fails the connection after the timeout. */
+    struct event *ka_ev;
+    int64_t ping_sent_us;
+    bool silent;    /* failed by the keepalive: a silent peer, not a drop (rpc_ccall_conn_lost) */
+    size_t n_calls; /* calls not yet completed */
+};
+
+struct rpc_ccall {
+    rpc_client *c;
+    int32_t stream_id;
+    rpc_deframer deframer;
+    rpc_ccall_msg_fn on_msg;
+    rpc_ccall_done_fn on_done;
+    void *arg;
+    const uint8_t *body; /* the framed request, in the call's own allocation */
+    size_t body_len, body_off;
+    int http_status;
+    bool got_status, cancelled, deadline_hit;
+    st_code status;
+    char message[RPC_GRPC_MESSAGE_MAX];
+    st_err local; /* an error found on our side (bad response framing) */
+    /* Kept to resubmit a request the server refused before processing it (REFUSED_STREAM, e.g.
+     * sent before its SETTINGS_MAX_CONCURRENT_STREAMS arrived), as gRPC clients do. Like the body,
+     * they live in the call's one allocation (ccall_alloc). */
+    const char *path;
+    size_t path_len;
+    nghttp2_nv *md; /* lengths known: nghttp2 takes them as they are */
+    size_t md_count;
+    int64_t deadline_us;   /* st_mono_us; 0 = none */
+    char timeout_text[16]; /* the grpc-timeout value of the HEADERS in flight */
+    int refused_retries;
+    bool unprocessed; /* ended before the server processed it (rpc_ccall_unprocessed) */
+    bool sent;        /* its HEADERS went out: the server may be working on it */
+    size_t lost_with; /* the connection dropped under it, with this many sent calls (>= 1) */
+    struct event *deadline_ev; /* NULL, or the timer inside the call's allocation (added) */
+    size_t alloc_bytes;        /* size of the call's allocation (ccall_alloc) */
+    rpc_ccall *prev, *next;
+};
+
+/* client.c: user code queued output; flush it from the loop (no user callback runs before the
+ * API function that queued it returns). */
+void rpc_client_kick(rpc_client *c);
+
+/* client_call.c: ends a call (unlinks it, runs its on_done, frees or caches its allocation). */
+void rpc_ccall_complete(rpc_ccall *call, st_code code, const char *message);
+/* client_call.c: installs the session callbacks that serve the calls' streams. */
+void rpc_ccall_session_callbacks(nghttp2_session_callbacks *cbs);
+
+#endif

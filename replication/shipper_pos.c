@@ -1,0 +1,129 @@
+/* shipper_pos.c — the shipper's durable position (shipper.c says how it is recorded): the
+ * position file DIR/peer-<id>.pos, the storage log holder "repl:<id>", and the recorder thread
+ * that writes both off the loop. */
+#include "shipper_internal.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/storage.h" /* sto_row_mut_peek/_decode/_encode */
+#include "strata/internal/v1/node.pb-c.h"
+#include "strata/internal/v1/replication.pb-c.h"
+#include "strata/btutil.h"
+
+/* ---- the durable position ---- */
+
+st_code shipper_pos_read(repl_shipper *s, uint64_t *lsn, st_err *err) {
+    st_buf b;
+    st_buf_init(&b);
+    st_code rc = st_env_read_all(st_env_posix(), s->pos_path, &b, err);
+    if (rc == ST_OK) {
+        char text[POS_FILE_BYTES_MAX + 1];
+        unsigned long long v = 0;
+        size_t n = b.len < POS_FILE_BYTES_MAX ? b.len : POS_FILE_BYTES_MAX;
+        if (n)
+            memcpy(text, b.data, n);
+        text[n] = '\0';
+        if (sscanf(text, "repl-position v1 %llu", &v) != 1 || v == 0)
+            rc = st_err_set(err, ST_DATA_LOSS,
+                            "replication position file %s is malformed; remove it to ship the "
+                            "whole log again",
+                            s->pos_path);
+        *lsn = v;
+    }
+    st_buf_free(&b);
+    return rc;
+}
+
+uint64_t shipper_durable_get(repl_shipper *s) {
+    pthread_mutex_lock(&s->pmu);
+    uint64_t v = s->durable_next;
+    pthread_mutex_unlock(&s->pmu);
+    return v;
+}
+
+/* Writes lsn to the position file, then to the holder (a crash between the two leaves the
+ * holder behind the file, which only keeps more log). Any thread; never moves backwards. */
+static st_code pos_record(repl_shipper *s, uint64_t lsn) {
+    pthread_mutex_lock(&s->wmu);
+    st_code rc = ST_OK;
+    if (lsn > shipper_durable_get(s)) {
+        char text[POS_FILE_BYTES_MAX];
+        int len = snprintf(text, sizeof text, "repl-position v1 %" PRIu64 "\n", lsn);
+        st_err err = {0};
+        rc = st_env_write_atomic(st_env_posix(), s->pos_path, text, (size_t)len, &err);
+        if (rc == ST_OK)
+            rc = sto_log_hold(s->r->o.db, s->holder, lsn, &err);
+        if (rc != ST_OK) /* shipping goes on; a restart would resend more; retried later */
+            st_log(ST_LOG_WARN, "repl", "peer=%s recording position %" PRIu64 " failed: %s", s->id,
+                   lsn, err.msg);
+        pthread_mutex_lock(&s->pmu);
+        if (rc == ST_OK)
+            s->durable_next = lsn;
+        pthread_mutex_unlock(&s->pmu);
+    }
+    pthread_mutex_unlock(&s->wmu);
+    return rc;
+}
+
+void *shipper_recorder_main(void *arg) {
+    repl_shipper *s = arg;
+    pthread_mutex_lock(&s->pmu);
+    for (;;) {
+        while (!s->stop && s->want <= s->durable_next)
+            pthread_cond_wait(&s->pcv, &s->pmu);
+        if (s->stop)
+            break;
+        uint64_t lsn = s->want;
+        pthread_mutex_unlock(&s->pmu);
+        st_code rc = pos_record(s, lsn);
+        pthread_mutex_lock(&s->pmu);
+        if (rc != ST_OK && s->want == lsn)
+            s->want = 0; /* the loop's timer asks again */
+    }
+    pthread_mutex_unlock(&s->pmu);
+    return NULL;
+}
+
+static void persist_timer_arm(repl_shipper *s) {
+    if (!evtimer_pending(s->ev_persist, NULL)) {
+        struct timeval tv = {s->r->o.hold_interval_ms / 1000,
+                             (s->r->o.hold_interval_ms % 1000) * 1000};
+        evtimer_add(s->ev_persist, &tv);
+    }
+}
+
+/* At most every hold_interval_ms the recorder thread is asked to record acked_next (the loop
+ * never waits for an fsync); forced (close, tests) or without the thread, it is recorded here
+ * before returning. The timer runs while the recorded position is behind. */
+void repl_shipper_persist(repl_shipper *s, bool force) {
+    if (s->acked_next == shipper_durable_get(s))
+        return;
+    int64_t now = st_mono_us();
+    bool due = now - s->persisted_at_us >= (int64_t)s->r->o.hold_interval_ms * 1000;
+    if (force || (due && !s->pthread_ok)) {
+        s->persisted_at_us = now;
+        (void)pos_record(s, s->acked_next);
+    } else if (due) {
+        s->persisted_at_us = now;
+        pthread_mutex_lock(&s->pmu);
+        if (s->want < s->acked_next) {
+            s->want = s->acked_next;
+            pthread_cond_signal(&s->pcv);
+        }
+        pthread_mutex_unlock(&s->pmu);
+    }
+    if (!s->r->closing && !force)
+        persist_timer_arm(s);
+}
+
+void shipper_on_persist(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    repl_shipper *s = arg;
+    if (!s->r->closing)
+        repl_shipper_persist(s, false);
+}
