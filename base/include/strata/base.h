@@ -206,4 +206,17 @@ uint64_t st_test_seed(const char *test_name);
 #define ST_TL_DRAINS_MAX 16
 bool st_tl_at_thread_exit(void (*fn)(void *), void *arg);
 
+/* A per-thread cache: the first member of the cache's _Thread_local struct, drain set in its
+ * initializer (drain frees what the cache keeps, leaving it empty). The type-specific rest of the
+ * cache is what it keeps, how much, and how that is freed. */
+typedef struct st_tl_cache {
+    void (*drain)(struct st_tl_cache *c);
+    bool registered; /* c->drain runs at this thread's exit */
+} st_tl_cache;
+
+/* True when the calling thread's cache c may keep something: c->drain then runs at its exit (the
+ * first call arranges it, and again after a drain if the exiting thread still uses c). False
+ * when that cannot be arranged: the caller frees instead of keeping. */
+bool st_tl_cache_ready(st_tl_cache *c);
+
 #endif
