@@ -57,3 +57,20 @@ bool st_tl_cache_ready(st_tl_cache *c) {
         c->registered = st_tl_at_thread_exit(tl_cache_drain, c);
     return c->registered;
 }
+
+void st_tl_stash_drain(st_tl_cache *c) {
+    st_tl_stash *s = (st_tl_stash *)c;
+    while (s->n > 0)
+        s->free_fn(s->v[--s->n]);
+}
+
+void *st_tl_stash_take(st_tl_stash *s) {
+    return s->n > 0 ? s->v[--s->n] : NULL;
+}
+
+bool st_tl_stash_put(st_tl_stash *s, void *p) {
+    if (s->n >= s->max || s->n >= ST_TL_STASH_MAX || !st_tl_cache_ready(&s->tl))
+        return false;
+    s->v[s->n++] = p;
+    return true;
+}

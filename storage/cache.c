@@ -155,25 +155,16 @@ void sto_cache_free(sto_cache *c) {
 /* Each thread keeps its last context (freed when the thread ends): reusing one that is warm in
  * this core's cache, without the pool's lock, made decompression of a 4 KiB block about a third
  * cheaper than a context bouncing between the readers' cores. */
-typedef struct dctx_cache {
-    st_tl_cache tl; /* first: the drain gets the cache */
-    ZSTD_DCtx *d;
-} dctx_cache;
-
-static void dctx_cache_drain(st_tl_cache *c) {
-    dctx_cache *dc = (dctx_cache *)c;
-    ZSTD_freeDCtx(dc->d);
-    dc->d = NULL;
+static void dctx_free(void *d) {
+    ZSTD_freeDCtx(d);
 }
 
-static _Thread_local dctx_cache dctx_tl = {.tl.drain = dctx_cache_drain};
+static _Thread_local st_tl_stash dctx_tl = ST_TL_STASH_INIT(1, dctx_free);
 
 void *sto_cache_dctx_get(sto_cache *c) {
-    ZSTD_DCtx *d = dctx_tl.d;
-    if (d) {
-        dctx_tl.d = NULL;
+    ZSTD_DCtx *d = st_tl_stash_take(&dctx_tl);
+    if (d)
         return d;
-    }
     if (c) {
         pthread_mutex_lock(&c->dctx_mu);
         if (c->n_dctx > 0)
@@ -185,10 +176,8 @@ void *sto_cache_dctx_get(sto_cache *c) {
 
 void sto_cache_dctx_put(sto_cache *c, void *dctx) {
     ZSTD_DCtx *d = dctx;
-    if (d && !dctx_tl.d && st_tl_cache_ready(&dctx_tl.tl)) {
-        dctx_tl.d = d;
+    if (d && st_tl_stash_put(&dctx_tl, d))
         return;
-    }
     if (c && d) {
         pthread_mutex_lock(&c->dctx_mu);
         if (c->n_dctx < STO_CACHE_DCTX_MAX) {

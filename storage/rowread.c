@@ -442,19 +442,7 @@ static void rr_destroy(void *p) {
     free(r);
 }
 
-typedef struct rr_cache {
-    st_tl_cache tl; /* first: the drain gets the cache */
-    sto_rowreader *r;
-} rr_cache;
-
-static void rr_cache_drain(st_tl_cache *c) {
-    rr_cache *rc = (rr_cache *)c;
-    if (rc->r)
-        rr_destroy(rc->r);
-    rc->r = NULL;
-}
-
-static _Thread_local rr_cache rr_tl = {.tl.drain = rr_cache_drain};
+static _Thread_local st_tl_stash rr_tl = ST_TL_STASH_INIT(1, rr_destroy);
 
 static size_t rr_kept_bytes(const sto_rowreader *r) {
     const st_buf *bs[] = {&r->start_enc,     &r->end_enc,  &r->row_prefix,    &r->row,
@@ -468,10 +456,9 @@ static size_t rr_kept_bytes(const sto_rowreader *r) {
 
 /* A reader with every field as calloc + init would leave it, its buffers kept (emptied). */
 static sto_rowreader *rr_take(void) {
-    sto_rowreader *r = rr_tl.r;
+    sto_rowreader *r = st_tl_stash_take(&rr_tl);
     if (!r)
         return NULL;
-    rr_tl.r = NULL;
     sto_rowreader keep = *r;
     memset(r, 0, sizeof *r);
     st_buf *mine[] = {&r->start_enc,     &r->end_enc,  &r->row_prefix,    &r->row,
@@ -498,11 +485,8 @@ void sto_rowreader_free(sto_rowreader *r) {
     r->it = NULL;
     sto_gc_set_unref(r->gc);
     r->gc = NULL;
-    if (!rr_tl.r && rr_kept_bytes(r) <= RR_KEEP_BYTES && st_tl_cache_ready(&rr_tl.tl)) {
-        rr_tl.r = r;
-        return;
-    }
-    rr_destroy(r);
+    if (rr_kept_bytes(r) > RR_KEEP_BYTES || !st_tl_stash_put(&rr_tl, r))
+        rr_destroy(r);
 }
 
 static st_code rr_set_range(sto_rowreader *r, const sto_range *range) {

@@ -233,26 +233,15 @@ static st_code it_status(sto_kviter *base, st_err *err) {
 #define SST_ITER_KEEP 4
 #define SST_ITER_KEEP_WIN_BYTES (32u << 10) /* bigger buffers are not kept */
 
-static void iter_destroy(sst_iter *it) {
+static void iter_destroy(void *p) {
+    sst_iter *it = p;
     sto_block_iter_deinit(&it->index_it);
     sto_block_iter_deinit(&it->data_it);
     st_buf_free(&it->ra.win);
     free(it);
 }
 
-typedef struct sst_iter_stash {
-    st_tl_cache tl; /* first: the drain gets the stash */
-    struct sst_iter *v[SST_ITER_KEEP];
-    int n;
-} sst_iter_stash;
-
-static void stash_drain(st_tl_cache *c) {
-    sst_iter_stash *st = (sst_iter_stash *)c;
-    while (st->n > 0)
-        iter_destroy(st->v[--st->n]);
-}
-
-static _Thread_local sst_iter_stash stash = {.tl.drain = stash_drain};
+static _Thread_local st_tl_stash stash = ST_TL_STASH_INIT(SST_ITER_KEEP, iter_destroy);
 
 static void it_free(sto_kviter *base) {
     sst_iter *it = (sst_iter *)base;
@@ -263,11 +252,8 @@ static void it_free(sto_kviter *base) {
         st_buf_free(&it->ra.win);
     bool small = it->index_it.key.cap <= SST_ITER_KEEP_WIN_BYTES &&
                  it->data_it.key.cap <= SST_ITER_KEEP_WIN_BYTES;
-    if (small && stash.n < SST_ITER_KEEP && st_tl_cache_ready(&stash.tl)) {
-        stash.v[stash.n++] = it;
-        return;
-    }
-    iter_destroy(it);
+    if (!small || !st_tl_stash_put(&stash, it))
+        iter_destroy(it);
 }
 
 static const sto_kviter_ops sst_iter_ops = {
@@ -285,9 +271,9 @@ static const sto_kviter_ops sst_iter_ops = {
 
 /* A kept iterator, reset to what calloc + init would give (buffers kept, emptied). */
 static sst_iter *iter_take(void) {
-    if (stash.n == 0)
+    sst_iter *it = st_tl_stash_take(&stash);
+    if (!it)
         return NULL;
-    sst_iter *it = stash.v[--stash.n];
     st_buf ik = it->index_it.key, dk = it->data_it.key, win = it->ra.win;
     memset(it, 0, sizeof *it);
     it->index_it.key = ik;

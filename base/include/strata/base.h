@@ -219,4 +219,21 @@ typedef struct st_tl_cache {
  * when that cannot be arranged: the caller frees instead of keeping. */
 bool st_tl_cache_ready(st_tl_cache *c);
 
+/* The common per-thread cache: up to max (<= ST_TL_STASH_MAX) objects kept for reuse, each
+ * freed by free_fn when the thread exits. Declare it _Thread_local with ST_TL_STASH_INIT. */
+#define ST_TL_STASH_MAX 8
+typedef struct st_tl_stash {
+    st_tl_cache tl;
+    void (*free_fn)(void *p);
+    unsigned max, n;
+    void *v[ST_TL_STASH_MAX];
+} st_tl_stash;
+void st_tl_stash_drain(st_tl_cache *c);
+#define ST_TL_STASH_INIT(max_, free_fn_)                                                           \
+    { .tl.drain = st_tl_stash_drain, .free_fn = (free_fn_), .max = (max_) }
+/* The object kept last, taken out of s; NULL when s keeps none. */
+void *st_tl_stash_take(st_tl_stash *s);
+/* Keeps p in s; false when s is full or cannot keep anything: the caller frees p. */
+bool st_tl_stash_put(st_tl_stash *s, void *p);
+
 #endif

@@ -2,7 +2,8 @@
  * (each once, with its argument), a thread's registrations stop at ST_TL_DRAINS_MAX, and another
  * thread's drains are its own. And st_tl_cache_ready: a per-thread cache is drained at its
  * thread's exit, also when it is used again after that drain (by a later thread-exit
- * destructor), so nothing it keeps is lost. */
+ * destructor), so nothing it keeps is lost. And st_tl_stash: keeps up to its max, hands back the
+ * last kept first, frees what it keeps at thread exit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -108,10 +109,40 @@ static void test_tlcache_cache_drained_at_exit_also_after_late_use(void **state)
     pthread_key_delete(late_key);
 }
 
+static int stash_freed;
+
+static void stash_free(void *p) {
+    (void)p;
+    __atomic_fetch_add(&stash_freed, 1, __ATOMIC_RELAXED);
+}
+
+static _Thread_local st_tl_stash tl_stash = ST_TL_STASH_INIT(2, stash_free);
+
+static void *use_stash(void *arg) {
+    int *objs = arg;
+    assert_true(st_tl_stash_put(&tl_stash, &objs[0]));
+    assert_true(st_tl_stash_put(&tl_stash, &objs[1]));
+    assert_false(st_tl_stash_put(&tl_stash, &objs[2])); /* full at max */
+    assert_ptr_equal(st_tl_stash_take(&tl_stash), &objs[1]);
+    assert_true(st_tl_stash_put(&tl_stash, &objs[2]));
+    return NULL;
+}
+
+static void test_tlcache_stash_keeps_max_and_frees_at_exit(void **state) {
+    (void)state;
+    int objs[3];
+    pthread_t t;
+    assert_null(st_tl_stash_take(&tl_stash));
+    assert_int_equal(pthread_create(&t, NULL, use_stash, objs), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(stash_freed, 2); /* objs[0] and objs[2], kept at exit */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tlcache_drains_run_at_thread_exit),
         cmocka_unit_test(test_tlcache_cache_drained_at_exit_also_after_late_use),
+        cmocka_unit_test(test_tlcache_stash_keeps_max_and_frees_at_exit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
