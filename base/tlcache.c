@@ -26,6 +26,7 @@ static void tl_run(void *arg) {
     for (size_t i = 0; i < t->n; i++)
         t->d[i].fn(t->d[i].arg);
     t->n = 0;
+    t->registered = false; /* the key is cleared now: a later registration sets it again */
 }
 
 static void tl_key_init(void) {
@@ -42,5 +43,34 @@ bool st_tl_at_thread_exit(void (*fn)(void *), void *arg) {
     tl.d[tl.n].fn = fn;
     tl.d[tl.n].arg = arg;
     tl.n++;
+    return true;
+}
+
+static void tl_cache_drain(void *arg) {
+    st_tl_cache *c = arg;
+    c->registered = false; /* a use after this drain registers it again */
+    c->drain(c);
+}
+
+bool st_tl_cache_ready(st_tl_cache *c) {
+    if (!c->registered)
+        c->registered = st_tl_at_thread_exit(tl_cache_drain, c);
+    return c->registered;
+}
+
+void st_tl_stash_drain(st_tl_cache *c) {
+    st_tl_stash *s = (st_tl_stash *)c;
+    while (s->n > 0)
+        s->free_fn(s->v[--s->n]);
+}
+
+void *st_tl_stash_take(st_tl_stash *s) {
+    return s->n > 0 ? s->v[--s->n] : NULL;
+}
+
+bool st_tl_stash_put(st_tl_stash *s, void *p) {
+    if (s->n >= s->max || s->n >= ST_TL_STASH_MAX || !st_tl_cache_ready(&s->tl))
+        return false;
+    s->v[s->n++] = p;
     return true;
 }

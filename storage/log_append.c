@@ -9,50 +9,37 @@
 
 /* ---- appends ---- */
 
-/* Each appending thread keeps its encode buffer between sto_log_append_wait calls (pthread key,
- * freed when the thread ends): a malloc and free of a record-sized buffer per write, and the
- * cold cache lines of a fresh one, were a visible part of an unsynced write's cost. */
+/* Each appending thread keeps its encode buffer between sto_log_append_wait calls (freed when the
+ * thread ends): a malloc and free of a record-sized buffer per write, and the cold cache lines of
+ * a fresh one, were a visible part of an unsynced write's cost. */
 #define LOG_ENC_BUF_KEEP_BYTES ((size_t)64 << 10) /* larger buffers are freed, not kept */
 
-static pthread_key_t enc_key;
-static bool enc_key_ok;
-static pthread_once_t enc_once = PTHREAD_ONCE_INIT;
+typedef struct enc_cache {
+    st_tl_cache tl; /* first: the drain gets the cache */
+    st_buf buf;     /* empty while lent out */
+} enc_cache;
 
-static void enc_buf_free_at_exit(void *p) {
-    st_buf_free(p);
-    free(p);
+static void enc_cache_drain(st_tl_cache *c) {
+    st_buf_free(&((enc_cache *)c)->buf);
 }
 
-static void enc_key_init(void) {
-    enc_key_ok = pthread_key_create(&enc_key, enc_buf_free_at_exit) == 0;
-}
+static _Thread_local enc_cache enc_tl = {.tl.drain = enc_cache_drain};
 
 /* Moves this thread's kept buffer (if any) into *out, emptied. */
 static void enc_buf_take(st_buf *out) {
-    st_buf_init(out);
-    pthread_once(&enc_once, enc_key_init);
-    st_buf *kept = enc_key_ok ? pthread_getspecific(enc_key) : NULL;
-    if (kept && kept->data) {
-        *out = *kept;
-        out->len = 0;
-        st_buf_init(kept);
-    }
+    *out = enc_tl.buf;
+    out->len = 0;
+    st_buf_init(&enc_tl.buf);
 }
 
 /* Keeps buf for this thread's next append, or frees it. */
 static void enc_buf_give(st_buf *buf) {
-    st_buf *kept = enc_key_ok ? pthread_getspecific(enc_key) : NULL;
-    if (enc_key_ok && !kept && buf->cap <= LOG_ENC_BUF_KEEP_BYTES &&
-        (kept = calloc(1, sizeof *kept)) && pthread_setspecific(enc_key, kept) != 0) {
-        free(kept);
-        kept = NULL;
-    }
-    if (!kept || kept->data || buf->cap > LOG_ENC_BUF_KEEP_BYTES) {
+    if (enc_tl.buf.data || buf->cap > LOG_ENC_BUF_KEEP_BYTES || !st_tl_cache_ready(&enc_tl.tl)) {
         st_buf_free(buf);
         return;
     }
-    *kept = *buf;
-    kept->len = 0;
+    enc_tl.buf = *buf;
+    enc_tl.buf.len = 0;
     st_buf_init(buf);
 }
 

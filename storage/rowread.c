@@ -430,10 +430,6 @@ uint64_t sto_rowreader_rows(const sto_rowreader *r) {
  * included, unless they grew past RR_KEEP_BYTES) for its next read; the thread's end frees it. */
 #define RR_KEEP_BYTES (16u << 10)
 
-static pthread_key_t rr_key;
-static bool rr_key_ok;
-static pthread_once_t rr_once = PTHREAD_ONCE_INIT;
-
 static void rr_destroy(void *p) {
     sto_rowreader *r = p;
     vis_deinit(&r->vs);
@@ -446,9 +442,7 @@ static void rr_destroy(void *p) {
     free(r);
 }
 
-static void rr_key_init(void) {
-    rr_key_ok = pthread_key_create(&rr_key, rr_destroy) == 0;
-}
+static _Thread_local st_tl_stash rr_tl = ST_TL_STASH_INIT(1, rr_destroy);
 
 static size_t rr_kept_bytes(const sto_rowreader *r) {
     const st_buf *bs[] = {&r->start_enc,     &r->end_enc,  &r->row_prefix,    &r->row,
@@ -462,11 +456,9 @@ static size_t rr_kept_bytes(const sto_rowreader *r) {
 
 /* A reader with every field as calloc + init would leave it, its buffers kept (emptied). */
 static sto_rowreader *rr_take(void) {
-    pthread_once(&rr_once, rr_key_init);
-    sto_rowreader *r = rr_key_ok ? pthread_getspecific(rr_key) : NULL;
+    sto_rowreader *r = st_tl_stash_take(&rr_tl);
     if (!r)
         return NULL;
-    pthread_setspecific(rr_key, NULL);
     sto_rowreader keep = *r;
     memset(r, 0, sizeof *r);
     st_buf *mine[] = {&r->start_enc,     &r->end_enc,  &r->row_prefix,    &r->row,
@@ -493,10 +485,8 @@ void sto_rowreader_free(sto_rowreader *r) {
     r->it = NULL;
     sto_gc_set_unref(r->gc);
     r->gc = NULL;
-    if (rr_key_ok && rr_kept_bytes(r) <= RR_KEEP_BYTES && !pthread_getspecific(rr_key) &&
-        pthread_setspecific(rr_key, r) == 0)
-        return;
-    rr_destroy(r);
+    if (rr_kept_bytes(r) > RR_KEEP_BYTES || !st_tl_stash_put(&rr_tl, r))
+        rr_destroy(r);
 }
 
 static st_code rr_set_range(sto_rowreader *r, const sto_range *range) {

@@ -233,45 +233,15 @@ static st_code it_status(sto_kviter *base, st_err *err) {
 #define SST_ITER_KEEP 4
 #define SST_ITER_KEEP_WIN_BYTES (32u << 10) /* bigger buffers are not kept */
 
-typedef struct sst_iter_stash {
-    struct sst_iter *v[SST_ITER_KEEP];
-    int n;
-} sst_iter_stash;
-
-static pthread_key_t stash_key;
-static bool stash_key_ok;
-static pthread_once_t stash_once = PTHREAD_ONCE_INIT;
-
-static void iter_destroy(sst_iter *it) {
+static void iter_destroy(void *p) {
+    sst_iter *it = p;
     sto_block_iter_deinit(&it->index_it);
     sto_block_iter_deinit(&it->data_it);
     st_buf_free(&it->ra.win);
     free(it);
 }
 
-static void stash_free(void *p) {
-    sst_iter_stash *st = p;
-    for (int i = 0; i < st->n; i++)
-        iter_destroy(st->v[i]);
-    free(st);
-}
-
-static void stash_key_init(void) {
-    stash_key_ok = pthread_key_create(&stash_key, stash_free) == 0;
-}
-
-static sst_iter_stash *stash_get(bool create) {
-    pthread_once(&stash_once, stash_key_init);
-    if (!stash_key_ok)
-        return NULL;
-    sst_iter_stash *st = pthread_getspecific(stash_key);
-    if (!st && create && (st = calloc(1, sizeof *st)) != NULL &&
-        pthread_setspecific(stash_key, st) != 0) {
-        free(st);
-        st = NULL;
-    }
-    return st;
-}
+static _Thread_local st_tl_stash stash = ST_TL_STASH_INIT(SST_ITER_KEEP, iter_destroy);
 
 static void it_free(sto_kviter *base) {
     sst_iter *it = (sst_iter *)base;
@@ -282,12 +252,8 @@ static void it_free(sto_kviter *base) {
         st_buf_free(&it->ra.win);
     bool small = it->index_it.key.cap <= SST_ITER_KEEP_WIN_BYTES &&
                  it->data_it.key.cap <= SST_ITER_KEEP_WIN_BYTES;
-    sst_iter_stash *st = small ? stash_get(true) : NULL;
-    if (st && st->n < SST_ITER_KEEP) {
-        st->v[st->n++] = it;
-        return;
-    }
-    iter_destroy(it);
+    if (!small || !st_tl_stash_put(&stash, it))
+        iter_destroy(it);
 }
 
 static const sto_kviter_ops sst_iter_ops = {
@@ -305,10 +271,9 @@ static const sto_kviter_ops sst_iter_ops = {
 
 /* A kept iterator, reset to what calloc + init would give (buffers kept, emptied). */
 static sst_iter *iter_take(void) {
-    sst_iter_stash *st = stash_get(false);
-    if (!st || st->n == 0)
+    sst_iter *it = st_tl_stash_take(&stash);
+    if (!it)
         return NULL;
-    sst_iter *it = st->v[--st->n];
     st_buf ik = it->index_it.key, dk = it->data_it.key, win = it->ra.win;
     memset(it, 0, sizeof *it);
     it->index_it.key = ik;

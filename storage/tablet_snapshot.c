@@ -125,45 +125,34 @@ st_code sto_snapshot_new(sto_tablet *t, sto_snapshot **out, st_err *err) {
 
 /* Each thread keeps the buffers of its last read's bounds (freed when the thread ends): two
  * allocations fewer per point read. */
-static pthread_key_t bounds_key;
-static bool bounds_key_ok;
-static pthread_once_t bounds_once = PTHREAD_ONCE_INIT;
+#define BOUNDS_KEEP_BYTES 4096 /* larger buffers are freed, not kept */
 
-static void bounds_destroy(void *p) {
-    key_bounds *b = p;
-    st_buf_free(&b->lo);
-    st_buf_free(&b->hi);
-    free(b);
+typedef struct bounds_cache {
+    st_tl_cache tl; /* first: the drain gets the cache */
+    st_buf lo, hi;  /* empty while lent out */
+} bounds_cache;
+
+static void bounds_cache_drain(st_tl_cache *c) {
+    bounds_cache *bc = (bounds_cache *)c;
+    st_buf_free(&bc->lo);
+    st_buf_free(&bc->hi);
 }
 
-static void bounds_key_init(void) {
-    bounds_key_ok = pthread_key_create(&bounds_key, bounds_destroy) == 0;
-}
+static _Thread_local bounds_cache bounds_tl = {.tl.drain = bounds_cache_drain};
 
 static void bounds_take(key_bounds *b) {
-    pthread_once(&bounds_once, bounds_key_init);
-    key_bounds *kept = bounds_key_ok ? pthread_getspecific(bounds_key) : NULL;
-    if (kept) {
-        *b = *kept;
-        b->lo.len = b->hi.len = 0;
-        st_buf_init(&kept->lo); /* kept now holds nothing until bounds_free */
-        st_buf_init(&kept->hi);
-        return;
-    }
-    st_buf_init(&b->lo);
-    st_buf_init(&b->hi);
+    b->lo = bounds_tl.lo;
+    b->hi = bounds_tl.hi;
+    b->lo.len = b->hi.len = 0;
+    st_buf_init(&bounds_tl.lo); /* the cache holds nothing until bounds_free */
+    st_buf_init(&bounds_tl.hi);
 }
 
 static void bounds_free(key_bounds *b) {
-    key_bounds *kept = bounds_key_ok ? pthread_getspecific(bounds_key) : NULL;
-    if (!kept && bounds_key_ok && (kept = calloc(1, sizeof *kept)) != NULL &&
-        pthread_setspecific(bounds_key, kept) != 0) {
-        free(kept);
-        kept = NULL;
-    }
-    if (kept && !kept->lo.data && !kept->hi.data && b->lo.cap + b->hi.cap <= 4096) {
-        kept->lo = b->lo;
-        kept->hi = b->hi;
+    if (!bounds_tl.lo.data && !bounds_tl.hi.data && b->lo.cap + b->hi.cap <= BOUNDS_KEEP_BYTES &&
+        st_tl_cache_ready(&bounds_tl.tl)) {
+        bounds_tl.lo = b->lo;
+        bounds_tl.hi = b->hi;
         return;
     }
     st_buf_free(&b->lo);

@@ -225,4 +225,34 @@ uint64_t st_test_seed(const char *test_name);
 #define ST_TL_DRAINS_MAX 16
 bool st_tl_at_thread_exit(void (*fn)(void *), void *arg);
 
+/* A per-thread cache: the first member of the cache's _Thread_local struct, drain set in its
+ * initializer (drain frees what the cache keeps, leaving it empty). The type-specific rest of the
+ * cache is what it keeps, how much, and how that is freed. */
+typedef struct st_tl_cache {
+    void (*drain)(struct st_tl_cache *c);
+    bool registered; /* c->drain runs at this thread's exit */
+} st_tl_cache;
+
+/* True when the calling thread's cache c may keep something: c->drain then runs at its exit (the
+ * first call arranges it, and again after a drain if the exiting thread still uses c). False
+ * when that cannot be arranged: the caller frees instead of keeping. */
+bool st_tl_cache_ready(st_tl_cache *c);
+
+/* The common per-thread cache: up to max (<= ST_TL_STASH_MAX) objects kept for reuse, each
+ * freed by free_fn when the thread exits. Declare it _Thread_local with ST_TL_STASH_INIT. */
+#define ST_TL_STASH_MAX 8
+typedef struct st_tl_stash {
+    st_tl_cache tl;
+    void (*free_fn)(void *p);
+    unsigned max, n;
+    void *v[ST_TL_STASH_MAX];
+} st_tl_stash;
+void st_tl_stash_drain(st_tl_cache *c);
+#define ST_TL_STASH_INIT(max_, free_fn_)                                                           \
+    { .tl.drain = st_tl_stash_drain, .free_fn = (free_fn_), .max = (max_) }
+/* The object kept last, taken out of s; NULL when s keeps none. */
+void *st_tl_stash_take(st_tl_stash *s);
+/* Keeps p in s; false when s is full or cannot keep anything: the caller frees p. */
+bool st_tl_stash_put(st_tl_stash *s, void *p);
+
 #endif
