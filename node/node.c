@@ -569,6 +569,33 @@ static st_code lock_data_dir(node_ctx *n, st_env *env, st_err *err) {
     return rc;
 }
 
+static void count_tablet(const sto_tablet_info *info, void *arg) {
+    (void)info;
+    (*(size_t *)arg)++;
+}
+
+/* A catalog removed from a data directory whose storage still holds tablets would start with no
+ * tables and drop every tablet as an orphan: refused unless the operator accepts the loss. */
+static st_code catalog_missing_check(node_ctx *n, bool had_catalog, st_err *err) {
+    size_t tablets = 0;
+    if (had_catalog)
+        return ST_OK;
+    sto_tablet_list(n->db, count_tablet, &tablets);
+    if (tablets == 0)
+        return ST_OK;
+    if (!n->opts.accept_data_loss)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s/catalog is missing but storage holds %zu tablet(s): the table "
+                          "definitions were removed; restore this node's data from a replica or a "
+                          "backup, or start with --accept-data-loss to drop those tablets",
+                          n->data_dir, tablets);
+    st_log(ST_LOG_ERROR, "node",
+           "%s/catalog is missing: dropping %zu tablet(s) and every row in them "
+           "(--accept-data-loss)",
+           n->data_dir, tablets);
+    return ST_OK;
+}
+
 st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out, st_err *err) {
     if (opts->node_num > NODE_NUM_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "node number %u is over the maximum %u",
@@ -584,10 +611,17 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     st_code rc = env->ops->mkdirs(env, n->data_dir, err);
     if (rc == ST_OK)
         rc = lock_data_dir(n, env, err);
+    char cat_path[4200];
+    snprintf(cat_path, sizeof cat_path, "%s/catalog", n->data_dir);
+    bool had_catalog = true;
+    if (rc == ST_OK)
+        rc = env->ops->exists(env, cat_path, &had_catalog, err);
     if (rc == ST_OK)
         rc = node_catalog_open(env, n->data_dir, &n->catalog, err);
     if (rc == ST_OK)
         rc = open_storage(n, err);
+    if (rc == ST_OK)
+        rc = catalog_missing_check(n, had_catalog, err);
     if (rc == ST_OK)
         rc = load_tablets(n, err);
     if (rc == ST_OK && !(n->rowlocks = node_rowlocks_new()))

@@ -402,9 +402,10 @@ static st_code db_init(sto_db *db, const char *dir, const sto_options *opts, st_
 }
 
 /* The manifest proves records up to the highest flushed point or holder position were written;
- * a log that ends before that lost them (a segment cut short whose loss was accepted, or an
- * unsynced tail lost with sync=false): say how many at least, once. */
-static void log_end_check(sto_db *db, uint64_t last) {
+ * a log that ends before that lost them (a segment cut short or removed from outside, or an
+ * unsynced tail lost with sync=false). With sync on, and unless the operator accepted data loss,
+ * the open fails: starting would serve a table without those rows as if nothing happened. */
+static st_code log_end_check(sto_db *db, uint64_t last, st_err *err) {
     uint64_t known = 0;
     for (size_t i = 0; i < db->n_tablets; i++)
         if (db->tablets[i]->flushed_lsn > known)
@@ -412,17 +413,74 @@ static void log_end_check(sto_db *db, uint64_t last) {
     for (size_t i = 0; i < db->n_holders; i++)
         if (db->holders[i].lsn > 0 && db->holders[i].lsn - 1 > known)
             known = db->holders[i].lsn - 1;
-    if (known > last)
-        st_log(ST_LOG_WARN, "storage",
-               "event=log_records_lost log_last_lsn=%" PRIu64 " manifest_lsn=%" PRIu64
-               " lost_at_least=%" PRIu64 " msg=\"the manifest names records the commit log no "
-               "longer holds\"",
-               last, known, known - last);
+    if (known <= last)
+        return ST_OK;
+    if (db->o.sync && !db->o.accept_data_loss)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "the manifest of %s names commit log records up to lsn %" PRIu64
+                          " but the log in %s/log ends at %" PRIu64
+                          " (segments removed or cut short): restore this node's data from a "
+                          "replica or a backup, or start with --accept-data-loss to serve what "
+                          "remains",
+                          db->dir, known, db->dir, last);
+    st_log(ST_LOG_WARN, "storage",
+           "event=log_records_lost log_last_lsn=%" PRIu64 " manifest_lsn=%" PRIu64
+           " lost_at_least=%" PRIu64 " msg=\"the manifest names records the commit log no "
+           "longer holds\"",
+           last, known, known - last);
+    return ST_OK;
+}
+
+static st_code count_fn(const char *name, void *arg) {
+    size_t *n = arg;
+    size_t len = strlen(name);
+    if (name[0] != '.' && !(len > 4 && strcmp(name + len - 4, ".tmp") == 0))
+        (*n)++;
+    return ST_OK;
+}
+
+static size_t count_files(sto_db *db, const char *sub) {
+    char path[STO_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/%s", db->dir, sub);
+    size_t n = 0;
+    st_err e;
+    db->env->ops->list(db->env, path, count_fn, &n, &e);
+    return n;
+}
+
+/* A directory without a MANIFEST is new, unless it holds log segments or SSTables: then the
+ * MANIFEST (the tablet list) was removed, and opening would start empty while the old files
+ * are never read again. Refused unless the operator accepted data loss. */
+static st_code manifest_missing_check(sto_db *db, st_err *err) {
+    char path[STO_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/MANIFEST", db->dir);
+    bool have = true;
+    st_code rc = db->env->ops->exists(db->env, path, &have, err);
+    if (rc != ST_OK || have)
+        return rc;
+    size_t segs = count_files(db, "log"), ssts = count_files(db, "sst");
+    if (segs == 0 && ssts == 0)
+        return ST_OK;
+    if (!db->o.accept_data_loss)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s has no MANIFEST but holds %zu commit log segment(s) and %zu "
+                          "SSTable(s): the MANIFEST was removed and the tablets it listed cannot "
+                          "be found; restore this node's data from a replica or a backup, or "
+                          "start with --accept-data-loss to start empty (the old files are "
+                          "deleted)",
+                          path, segs, ssts);
+    st_log(ST_LOG_ERROR, "storage",
+           "event=manifest_missing_accepted segments=%zu ssts=%zu msg=\"%s is missing: every "
+           "tablet and row it listed is lost; starting empty\"",
+           segs, ssts, path);
+    return ST_OK;
 }
 
 static st_code db_recover(sto_db *db, st_err *err) {
     uint64_t from = 1;
-    st_code rc = sto_manifest_load(db, &from, err);
+    st_code rc = manifest_missing_check(db, err);
+    if (rc == ST_OK)
+        rc = sto_manifest_load(db, &from, err);
     if (rc != ST_OK)
         return rc;
     char logdir[STO_PATH_MAX + 16];
@@ -446,7 +504,9 @@ static st_code db_recover(sto_db *db, st_err *err) {
     }
     uint64_t last = sto_log_last_durable_lsn(db->log);
     atomic_store(&db->applied_lsn, last);
-    log_end_check(db, last);
+    rc = log_end_check(db, last, err);
+    if (rc != ST_OK)
+        return rc;
     /* A flushed point beyond the log's end (unsynced tail lost with sync=false, or a damaged log
      * directory) would make new records look flushed: those tablets' data is all in SSTables. */
     for (size_t i = 0; i < db->n_tablets; i++) {

@@ -216,6 +216,67 @@ static int log_segment_files(const char *dir) {
     return n;
 }
 
+static void rm_log_segments(const char *dir) {
+    char path[600], file[900];
+    snprintf(path, sizeof path, "%s/log", dir);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, ".log")) {
+            snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+            assert_int_equal(unlink(file), 0);
+        }
+    closedir(d);
+}
+
+/* A MANIFEST removed from a directory that holds log segments used to open as a new, empty
+ * engine (the old segment never replayed): the open must fail with ST_DATA_LOSS naming the
+ * MANIFEST, and start empty only when the operator accepts the loss. */
+static void test_db_manifest_removed_refused(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    assert_int_equal(tu_set(f->db, 1, "a", "cf", "q", 1, "v", V(1)), ST_OK);
+    sto_db_close(f->db);
+    f->db = NULL;
+    char path[600];
+    snprintf(path, sizeof path, "%s/MANIFEST", f->dir);
+    assert_int_equal(unlink(path), 0);
+    st_err err;
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "MANIFEST"));
+    assert_non_null(strstr(err.msg, "--accept-data-loss"));
+    f->o.accept_data_loss = true;
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+}
+
+/* Log segments removed while the MANIFEST names a flushed point inside them: the rows after
+ * that point are gone, and the open used to only log event=log_records_lost. */
+static void test_db_log_removed_refused(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    assert_int_equal(tu_set(f->db, 1, "a", "cf", "q", 1, "v", V(1)), ST_OK);
+    st_err err;
+    assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    assert_int_equal(tu_set(f->db, 1, "b", "cf", "q", 1, "v", V(2)), ST_OK);
+    sto_db_close(f->db);
+    f->db = NULL;
+    rm_log_segments(f->dir);
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "log"));
+    f->o.accept_data_loss = true;
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+    assert_string_equal(dump(f, 1), "a cf:q@1=v\n");
+}
+
+/* A fresh directory, and one reopened without writes, still open normally. */
+static void test_db_fresh_dir_opens(void **state) {
+    fixture *f = *state;
+    reopen(f);
+    mk(f, 1, "", "");
+    reopen(f);
+    assert_string_equal(dump(f, 1), "");
+}
+
 /* Each start used to begin a new preallocated log segment at its first write, and the unflushed
  * rows kept every one of them: five open/write/close rounds of a few rows must leave the log
  * at most two segments, with every row still there. */
@@ -766,6 +827,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_db_empty_ranges_read_big_block_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_second_open_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_files_owner_only, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_manifest_removed_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_log_removed_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_fresh_dir_opens, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
