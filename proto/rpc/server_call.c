@@ -507,6 +507,26 @@ static bool content_type_ok(const uint8_t *v, size_t len) {
     return len >= n && memcmp(v, ct, n) == 0 && (len == n || v[n] == '+' || v[n] == ';');
 }
 
+/* Reserves n bytes of request metadata beyond the call's inline text in the process's budget
+ * (--max-buffered-request-bytes), given back when the call is released: many streams with large
+ * metadata and no message would otherwise hold memory outside the budget. False (the call is
+ * refused at END_HEADERS) when it does not fit. */
+static bool header_reserve(rpc_call *call, size_t n) {
+    rpc_server *srv = call->conn->srv;
+    size_t max = srv->limits.buffered_request_bytes_max;
+    if (rpc_mem_reserve(n, max)) {
+        call->mem_reserved += n;
+        return true;
+    }
+    st_err_set(&call->early, ST_RESOURCE_EXHAUSTED,
+               "the server is buffering %zu KiB of requests and this request's metadata would pass "
+               "its limit of %zu KiB (--max-buffered-request-bytes): retry later or send less "
+               "metadata",
+               rpc_mem_buffered() >> 10, max >> 10);
+    STAT_ADD(srv, calls_refused_memory, 1);
+    return false;
+}
+
 static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, const uint8_t *value,
                          size_t valuelen) {
     call->hdr_bytes += namelen + valuelen + 32;
@@ -517,6 +537,8 @@ static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, co
                        RPC_HEADER_BYTES_MAX);
         return;
     }
+    if (call->early.code == ST_RESOURCE_EXHAUSTED)
+        return; /* refused: nothing more is stored */
     char *n, *v;
     size_t need = namelen + valuelen + 2;
     if (need <= sizeof(call->hdr_text) - call->hdr_text_used) {
@@ -524,6 +546,8 @@ static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, co
         v = n + namelen + 1;
         call->hdr_text_used += need;
     } else {
+        if (!header_reserve(call, need))
+            return;
         n = st_arena_alloc(&call->arena, namelen + 1);
         v = st_arena_alloc(&call->arena, valuelen + 1);
     }

@@ -336,6 +336,56 @@ static void test_rpc_limits_buffered_request_bytes(void **state) {
     fixture_stop(f);
 }
 
+/* Sixteen streams, each with 48 KiB of metadata and a tiny message, against a budget of 256 KiB:
+ * the metadata is reserved in the same budget as request messages, so only the streams whose
+ * metadata fits are admitted (held by the handler), the others are refused with
+ * RESOURCE_EXHAUSTED naming the flag, and the budget returns to 0 when the calls end. */
+static void test_rpc_limits_metadata_bytes(void **state) {
+    (void)state;
+    rpc_limits l;
+    rpc_limits_default(&l);
+    l.buffered_request_bytes_max = (size_t)256 << 10;
+    fixture *f = fixture_start(&l);
+    enum { N = HOLD_MAX, MD = 3, MD_BYTES = 16 << 10 };
+    static char val[MD][MD_BYTES];
+    rpc_metadata md[MD];
+    for (int i = 0; i < MD; i++) {
+        memset(val[i], 'a' + i, MD_BYTES - 1);
+        md[i].name = i == 0 ? "x-big-0" : i == 1 ? "x-big-1" : "x-big-2";
+        md[i].value = val[i];
+    }
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    assert_non_null(c);
+    mem_ctx m = {.f = f, .calls = N};
+    for (int i = 0; i < N; i++)
+        assert_int_equal(
+            rpc_client_unary(c, "/t.T/Hold", ST_SLICE_LIT("x"), md, MD, 60000, on_unary, &m.r),
+            ST_OK);
+    assert_true(run_until(base, mem_settled, &m));
+    int held = __atomic_load_n(&f->sv.held_n, __ATOMIC_ACQUIRE);
+    rpc_server_stats st = stats_of(f);
+    print_message("held=%d refused=%d buffered=%llu: %s\n", held, m.r.exhausted,
+                  (unsigned long long)st.buffered_request_bytes, m.r.message);
+    assert_true(held >= 1 && held <= 6);
+    assert_int_equal(m.r.exhausted, N - held);
+    assert_non_null(strstr(m.r.message, "--max-buffered-request-bytes"));
+    assert_true(st.buffered_request_bytes > 0 &&
+                st.buffered_request_bytes <= l.buffered_request_bytes_max);
+    assert_int_equal(rpc_server_post(f->sv.srv, hold_release, &f->sv), ST_OK);
+    assert_true(run_until(base, mem_all_done, &m));
+    assert_int_equal(m.r.ok, held);
+    assert_true(WAIT_STAT(f, buffered_request_bytes, 0));
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("small"), md, MD,
+                                        0, NULL, &status),
+                     ST_OK);
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    fixture_stop(f);
+}
+
 /* Past the connection limit a new connection gets SETTINGS + GOAWAY and is closed; once one
  * closes, new ones are served again. */
 static void test_rpc_limits_connection_limit(void **state) {
@@ -700,6 +750,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_limits_out_of_descriptors),
         cmocka_unit_test(test_rpc_limits_flags),
         cmocka_unit_test(test_rpc_limits_buffered_request_bytes),
+        cmocka_unit_test(test_rpc_limits_metadata_bytes),
         cmocka_unit_test(test_rpc_limits_connection_limit),
         cmocka_unit_test(test_rpc_limits_idle_timeout),
         cmocka_unit_test(test_rpc_limits_handshake_timeout),
