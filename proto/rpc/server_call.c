@@ -173,6 +173,7 @@ void rpc_call_detach(rpc_call *call) {
     conn->request_bytes -= call->request_bytes;
     call->request_bytes = 0;
     STAT_SUB(srv, queued_bytes, call->out.len - call->out_off);
+    rpc_queued_sub(call->out.len - call->out_off);
     STAT_SUB(srv, calls_active, 1);
     /* The queue's last frames may be referenced by wbuf (a stream closes when its trailers went
      * into wbuf, before the write): keep its memory until then instead of writing now. */
@@ -221,9 +222,17 @@ size_t rpc_call_queued_bytes(const rpc_call *call) {
     return call->out.len - call->out_off;
 }
 
+/* Past the process's queued-response budget a call with bytes queued waits for its own queue to
+ * drain (call_out_consumed wakes it at empty): each stalled reader then holds at most one more
+ * message, and a call with nothing queued is never kept waiting on other calls' clients. */
 bool rpc_call_writable(const rpc_call *call) {
-    return call->conn && !call->finished &&
-           rpc_call_queued_bytes(call) < call->conn->srv->opts.send_queue_bytes_max;
+    if (!call->conn || call->finished)
+        return false;
+    size_t queued = rpc_call_queued_bytes(call);
+    const rpc_server *srv = call->conn->srv;
+    if (queued > 0 && rpc_queued_response_bytes() >= srv->limits.queued_response_bytes_max)
+        return false;
+    return queued < srv->opts.send_queue_bytes_max;
 }
 
 void rpc_call_set_cancel_cb(rpc_call *call, void (*on_cancel)(rpc_call *, void *), void *arg) {
@@ -279,6 +288,7 @@ static int submit_trailers(h2_conn *conn, rpc_call *call) {
 static void call_out_consumed(h2_conn *conn, rpc_call *call, size_t n) {
     call->out_off += n;
     STAT_SUB(conn->srv, queued_bytes, n);
+    rpc_queued_sub(n);
     size_t left = call->out.len - call->out_off;
     if (left == 0) {
         st_buf_reset(&call->out);
@@ -409,6 +419,7 @@ static st_code call_queued(rpc_call *call, size_t n) {
     h2_conn *conn = call->conn;
     rpc_server *srv = conn->srv;
     uint64_t now = STAT_ADD(srv, queued_bytes, n) + n;
+    rpc_queued_add(n);
     uint64_t peak = __atomic_load_n(&srv->stats.queued_bytes_peak, __ATOMIC_RELAXED);
     if (now > peak)
         __atomic_store_n(&srv->stats.queued_bytes_peak, now, __ATOMIC_RELAXED);

@@ -75,6 +75,57 @@ static void hold_release(void *arg) { /* on the loop */
     __atomic_store_n(&sv->held_n, 0, __ATOMIC_RELEASE);
 }
 
+/* Streams FLOOD_MSG-byte messages while the call is writable, waiting for room otherwise,
+ * until the client goes away. flood_waiting counts the calls that had to wait. */
+#define FLOOD_MSG ((size_t)64 << 10)
+static int flood_waiting; /* atomic for the test thread */
+
+typedef struct flood {
+    bool waited;
+} flood;
+
+static void flood_cancel(rpc_call *call, void *arg) {
+    (void)call;
+    free(arg);
+}
+
+static void flood_pump(rpc_call *call, void *arg) {
+    static uint8_t msg[FLOOD_MSG];
+    flood *fl = arg;
+    while (rpc_call_writable(call))
+        if (rpc_call_send(call, st_slice_make(msg, sizeof msg)) != ST_OK)
+            break;
+    if (!fl->waited) {
+        fl->waited = true;
+        __atomic_fetch_add(&flood_waiting, 1, __ATOMIC_RELEASE);
+        rpc_call_set_writable_cb(call, flood_pump, fl);
+    }
+}
+
+/* One 1-byte gRPC message per stream; src->ptr points to the stream's "sent" flag. */
+static ssize_t flood_body(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length,
+                          uint32_t *flags, nghttp2_data_source *src, void *u) {
+    (void)s;
+    (void)sid;
+    (void)u;
+    static const uint8_t body[6] = {0, 0, 0, 0, 1, 'x'};
+    bool *sent = src->ptr;
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (*sent || length < sizeof body)
+        return 0;
+    *sent = true;
+    memcpy(buf, body, sizeof body);
+    return (ssize_t)sizeof body;
+}
+
+static void h_flood(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    (void)arg;
+    flood *fl = calloc(1, sizeof *fl);
+    rpc_call_set_cancel_cb(call, flood_cancel, fl);
+    flood_pump(call, fl);
+}
+
 typedef struct fixture {
     struct event_base *base;
     uint16_t port;
@@ -97,6 +148,7 @@ static void fixture_setup(fixture *f) {
     assert_non_null(f->sv.srv);
     assert_int_equal(rpc_server_add_method(f->sv.srv, "/t.T/Echo", h_echo, &f->sv), ST_OK);
     assert_int_equal(rpc_server_add_method(f->sv.srv, "/t.T/Hold", h_hold, &f->sv), ST_OK);
+    assert_int_equal(rpc_server_add_method(f->sv.srv, "/t.T/Flood", h_flood, NULL), ST_OK);
     assert_int_equal(rpc_server_listen(f->sv.srv, "127.0.0.1", 0, &f->port, &err), ST_OK);
     snprintf(f->addr, sizeof(f->addr), "127.0.0.1:%u", f->port);
 }
@@ -275,6 +327,8 @@ static void test_rpc_limits_flags(void **state) {
     assert_int_equal(l.slow_request_window_ms, 0);
     assert_int_equal(rpc_limits_flag(&l, "--min-request-bytes-per-s", "2k", &err), 1);
     assert_int_equal(l.request_bytes_per_s_min, 2048);
+    assert_int_equal(rpc_limits_flag(&l, "--max-queued-response-bytes", "1m", &err), 1);
+    assert_int_equal(l.queued_response_bytes_max, (size_t)1 << 20);
     assert_int_equal(rpc_limits_flag(&l, "--poll-us", "5", &err), 0);
     assert_int_equal(rpc_limits_flag(&l, "--max-connections", "0", &err), -1);
     assert_non_null(strstr(err.msg, "--max-connections"));
@@ -383,6 +437,50 @@ static void test_rpc_limits_metadata_bytes(void **state) {
     rpc_client_free(c);
     event_base_loop(base, EVLOOP_NONBLOCK);
     event_base_free(base);
+    fixture_stop(f);
+}
+
+/* Eight streaming calls whose client never reads, against a queued-response budget of 256 KiB
+ * (each call's own bound is 1 MiB): once every call waits for room, the process's queued bytes
+ * are within the budget plus one message per call, instead of eight times the per-call bound;
+ * they return to 0 when the client goes away. */
+static void test_rpc_limits_queued_response_bytes(void **state) {
+    (void)state;
+    rpc_limits l;
+    rpc_limits_default(&l);
+    l.queued_response_bytes_max = (size_t)256 << 10;
+    fixture *f = fixture_start(&l);
+    enum { N = 8 };
+    __atomic_store_n(&flood_waiting, 0, __ATOMIC_RELEASE);
+    raw_call r = {.fd = raw_tcp_connect(f->port, 4096), .grpc_status = -1};
+    assert_true(r.fd >= 0);
+    st_buf_init(&r.data);
+    nghttp2_session *s = raw_session(&r, false);
+    assert_non_null(s);
+    nghttp2_nv nva[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":path", (uint8_t *)"/t.T/Flood", 5, 10, 0},
+        {(uint8_t *)":authority", (uint8_t *)"localhost", 10, 9, 0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+    };
+    bool sent[N] = {0};
+    for (int i = 0; i < N; i++) {
+        nghttp2_data_provider prd = {.source.ptr = &sent[i], .read_callback = flood_body};
+        assert_true(nghttp2_submit_request(s, NULL, nva, 5, &prd, NULL) > 0);
+    }
+    assert_int_equal(nghttp2_session_send(s), 0); /* and never reads */
+    for (int i = 0; i < 30000 && __atomic_load_n(&flood_waiting, __ATOMIC_ACQUIRE) < N; i++)
+        sleep_ms(1);
+    assert_int_equal(__atomic_load_n(&flood_waiting, __ATOMIC_ACQUIRE), N);
+    size_t queued = rpc_queued_response_bytes();
+    print_message("queued=%zu (budget %zu)\n", queued, l.queued_response_bytes_max);
+    assert_true(queued <= l.queued_response_bytes_max + N * (FLOOD_MSG + 5));
+    nghttp2_session_del(s);
+    close(r.fd);
+    st_buf_free(&r.data);
+    assert_true(WAIT_STAT(f, calls_active, 0));
+    assert_int_equal(rpc_queued_response_bytes(), 0);
     fixture_stop(f);
 }
 
@@ -751,6 +849,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_limits_flags),
         cmocka_unit_test(test_rpc_limits_buffered_request_bytes),
         cmocka_unit_test(test_rpc_limits_metadata_bytes),
+        cmocka_unit_test(test_rpc_limits_queued_response_bytes),
         cmocka_unit_test(test_rpc_limits_connection_limit),
         cmocka_unit_test(test_rpc_limits_idle_timeout),
         cmocka_unit_test(test_rpc_limits_handshake_timeout),
