@@ -85,8 +85,8 @@ typedef struct flood {
 } flood;
 
 static void flood_cancel(rpc_call *call, void *arg) {
-    (void)call;
     free(arg);
+    rpc_call_finish(call, ST_CANCELLED, NULL); /* gives the handler's reference back */
 }
 
 static void flood_pump(rpc_call *call, void *arg) {
