@@ -19,9 +19,24 @@ static rpc_limits g_limits = {
     .handshake_timeout_ms = RPC_HANDSHAKE_TIMEOUT_MS_DEFAULT,
     .slow_request_window_ms = RPC_SLOW_REQUEST_WINDOW_MS_DEFAULT,
     .request_bytes_per_s_min = RPC_REQUEST_BYTES_PER_S_MIN_DEFAULT,
+    .queued_response_bytes_max = RPC_QUEUED_RESPONSE_BYTES_DEFAULT,
 };
 static size_t g_buffered; /* request bytes reserved by calls of every server (atomic) */
 static uint32_t g_conns;  /* server connections open (atomic) */
+static size_t g_queued;   /* response bytes queued by calls of every server (atomic) */
+
+void rpc_queued_add(size_t n) {
+    __atomic_fetch_add(&g_queued, n, __ATOMIC_RELAXED);
+}
+
+void rpc_queued_sub(size_t n) {
+    size_t was = __atomic_fetch_sub(&g_queued, n, __ATOMIC_RELAXED);
+    ST_ASSERT(was >= n);
+}
+
+size_t rpc_queued_response_bytes(void) {
+    return __atomic_load_n(&g_queued, __ATOMIC_RELAXED);
+}
 
 void rpc_limits_default(rpc_limits *l) {
     *l = (rpc_limits){
@@ -31,6 +46,7 @@ void rpc_limits_default(rpc_limits *l) {
         .handshake_timeout_ms = RPC_HANDSHAKE_TIMEOUT_MS_DEFAULT,
         .slow_request_window_ms = RPC_SLOW_REQUEST_WINDOW_MS_DEFAULT,
         .request_bytes_per_s_min = RPC_REQUEST_BYTES_PER_S_MIN_DEFAULT,
+        .queued_response_bytes_max = RPC_QUEUED_RESPONSE_BYTES_DEFAULT,
     };
 }
 
@@ -146,6 +162,8 @@ int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *
          offsetof(rpc_limits, slow_request_window_ms), sizeof(uint32_t)},
         {"--min-request-bytes-per-s", true, 0, UINT32_MAX, 1,
          offsetof(rpc_limits, request_bytes_per_s_min), sizeof(uint32_t)},
+        {"--max-queued-response-bytes", true, 1, SIZE_MAX, 1,
+         offsetof(rpc_limits, queued_response_bytes_max), sizeof(size_t)},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (strcmp(flag, f[i].name) != 0)

@@ -172,6 +172,9 @@ uint32_t rpc_connections_max_auto(void);
 bool rpc_mem_reserve(size_t n, size_t max);
 void rpc_mem_release(size_t n);
 size_t rpc_mem_buffered(void);
+/* Counts response bytes queued by server calls (rpc_queued_response_bytes). */
+void rpc_queued_add(size_t n);
+void rpc_queued_sub(size_t n);
 /* Takes one of the process's max connection slots; false when all are taken. */
 bool rpc_conn_slot_take(uint32_t max);
 void rpc_conn_slot_put(void);

@@ -173,6 +173,7 @@ void rpc_call_detach(rpc_call *call) {
     conn->request_bytes -= call->request_bytes;
     call->request_bytes = 0;
     STAT_SUB(srv, queued_bytes, call->out.len - call->out_off);
+    rpc_queued_sub(call->out.len - call->out_off);
     STAT_SUB(srv, calls_active, 1);
     /* The queue's last frames may be referenced by wbuf (a stream closes when its trailers went
      * into wbuf, before the write): keep its memory until then instead of writing now. */
@@ -221,9 +222,17 @@ size_t rpc_call_queued_bytes(const rpc_call *call) {
     return call->out.len - call->out_off;
 }
 
+/* Past the process's queued-response budget a call with bytes queued waits for its own queue to
+ * drain (call_out_consumed wakes it at empty): each stalled reader then holds at most one more
+ * message, and a call with nothing queued is never kept waiting on other calls' clients. */
 bool rpc_call_writable(const rpc_call *call) {
-    return call->conn && !call->finished &&
-           rpc_call_queued_bytes(call) < call->conn->srv->opts.send_queue_bytes_max;
+    if (!call->conn || call->finished)
+        return false;
+    size_t queued = rpc_call_queued_bytes(call);
+    const rpc_server *srv = call->conn->srv;
+    if (queued > 0 && rpc_queued_response_bytes() >= srv->limits.queued_response_bytes_max)
+        return false;
+    return queued < srv->opts.send_queue_bytes_max;
 }
 
 void rpc_call_set_cancel_cb(rpc_call *call, void (*on_cancel)(rpc_call *, void *), void *arg) {
@@ -279,6 +288,7 @@ static int submit_trailers(h2_conn *conn, rpc_call *call) {
 static void call_out_consumed(h2_conn *conn, rpc_call *call, size_t n) {
     call->out_off += n;
     STAT_SUB(conn->srv, queued_bytes, n);
+    rpc_queued_sub(n);
     size_t left = call->out.len - call->out_off;
     if (left == 0) {
         st_buf_reset(&call->out);
@@ -409,6 +419,7 @@ static st_code call_queued(rpc_call *call, size_t n) {
     h2_conn *conn = call->conn;
     rpc_server *srv = conn->srv;
     uint64_t now = STAT_ADD(srv, queued_bytes, n) + n;
+    rpc_queued_add(n);
     uint64_t peak = __atomic_load_n(&srv->stats.queued_bytes_peak, __ATOMIC_RELAXED);
     if (now > peak)
         __atomic_store_n(&srv->stats.queued_bytes_peak, now, __ATOMIC_RELAXED);
@@ -507,6 +518,26 @@ static bool content_type_ok(const uint8_t *v, size_t len) {
     return len >= n && memcmp(v, ct, n) == 0 && (len == n || v[n] == '+' || v[n] == ';');
 }
 
+/* Reserves n bytes of request metadata beyond the call's inline text in the process's budget
+ * (--max-buffered-request-bytes), given back when the call is released: many streams with large
+ * metadata and no message would otherwise hold memory outside the budget. False (the call is
+ * refused at END_HEADERS) when it does not fit. */
+static bool header_reserve(rpc_call *call, size_t n) {
+    rpc_server *srv = call->conn->srv;
+    size_t max = srv->limits.buffered_request_bytes_max;
+    if (rpc_mem_reserve(n, max)) {
+        call->mem_reserved += n;
+        return true;
+    }
+    st_err_set(&call->early, ST_RESOURCE_EXHAUSTED,
+               "the server is buffering %zu KiB of requests and this request's metadata would pass "
+               "its limit of %zu KiB (--max-buffered-request-bytes): retry later or send less "
+               "metadata",
+               rpc_mem_buffered() >> 10, max >> 10);
+    STAT_ADD(srv, calls_refused_memory, 1);
+    return false;
+}
+
 static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, const uint8_t *value,
                          size_t valuelen) {
     call->hdr_bytes += namelen + valuelen + 32;
@@ -517,6 +548,8 @@ static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, co
                        RPC_HEADER_BYTES_MAX);
         return;
     }
+    if (call->early.code == ST_RESOURCE_EXHAUSTED)
+        return; /* refused: nothing more is stored */
     char *n, *v;
     size_t need = namelen + valuelen + 2;
     if (need <= sizeof(call->hdr_text) - call->hdr_text_used) {
@@ -524,6 +557,8 @@ static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, co
         v = n + namelen + 1;
         call->hdr_text_used += need;
     } else {
+        if (!header_reserve(call, need))
+            return;
         n = st_arena_alloc(&call->arena, namelen + 1);
         v = st_arena_alloc(&call->arena, valuelen + 1);
     }

@@ -75,6 +75,57 @@ static void hold_release(void *arg) { /* on the loop */
     __atomic_store_n(&sv->held_n, 0, __ATOMIC_RELEASE);
 }
 
+/* Streams FLOOD_MSG-byte messages while the call is writable, waiting for room otherwise,
+ * until the client goes away. flood_waiting counts the calls that had to wait. */
+#define FLOOD_MSG ((size_t)64 << 10)
+static int flood_waiting; /* atomic for the test thread */
+
+typedef struct flood {
+    bool waited;
+} flood;
+
+static void flood_cancel(rpc_call *call, void *arg) {
+    free(arg);
+    rpc_call_finish(call, ST_CANCELLED, NULL); /* gives the handler's reference back */
+}
+
+static void flood_pump(rpc_call *call, void *arg) {
+    static uint8_t msg[FLOOD_MSG];
+    flood *fl = arg;
+    while (rpc_call_writable(call))
+        if (rpc_call_send(call, st_slice_make(msg, sizeof msg)) != ST_OK)
+            break;
+    if (!fl->waited) {
+        fl->waited = true;
+        __atomic_fetch_add(&flood_waiting, 1, __ATOMIC_RELEASE);
+        rpc_call_set_writable_cb(call, flood_pump, fl);
+    }
+}
+
+/* One 1-byte gRPC message per stream; src->ptr points to the stream's "sent" flag. */
+static ssize_t flood_body(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length,
+                          uint32_t *flags, nghttp2_data_source *src, void *u) {
+    (void)s;
+    (void)sid;
+    (void)u;
+    static const uint8_t body[6] = {0, 0, 0, 0, 1, 'x'};
+    bool *sent = src->ptr;
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (*sent || length < sizeof body)
+        return 0;
+    *sent = true;
+    memcpy(buf, body, sizeof body);
+    return (ssize_t)sizeof body;
+}
+
+static void h_flood(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    (void)arg;
+    flood *fl = calloc(1, sizeof *fl);
+    rpc_call_set_cancel_cb(call, flood_cancel, fl);
+    flood_pump(call, fl);
+}
+
 typedef struct fixture {
     struct event_base *base;
     uint16_t port;
@@ -97,6 +148,7 @@ static void fixture_setup(fixture *f) {
     assert_non_null(f->sv.srv);
     assert_int_equal(rpc_server_add_method(f->sv.srv, "/t.T/Echo", h_echo, &f->sv), ST_OK);
     assert_int_equal(rpc_server_add_method(f->sv.srv, "/t.T/Hold", h_hold, &f->sv), ST_OK);
+    assert_int_equal(rpc_server_add_method(f->sv.srv, "/t.T/Flood", h_flood, NULL), ST_OK);
     assert_int_equal(rpc_server_listen(f->sv.srv, "127.0.0.1", 0, &f->port, &err), ST_OK);
     snprintf(f->addr, sizeof(f->addr), "127.0.0.1:%u", f->port);
 }
@@ -275,6 +327,8 @@ static void test_rpc_limits_flags(void **state) {
     assert_int_equal(l.slow_request_window_ms, 0);
     assert_int_equal(rpc_limits_flag(&l, "--min-request-bytes-per-s", "2k", &err), 1);
     assert_int_equal(l.request_bytes_per_s_min, 2048);
+    assert_int_equal(rpc_limits_flag(&l, "--max-queued-response-bytes", "1m", &err), 1);
+    assert_int_equal(l.queued_response_bytes_max, (size_t)1 << 20);
     assert_int_equal(rpc_limits_flag(&l, "--poll-us", "5", &err), 0);
     assert_int_equal(rpc_limits_flag(&l, "--max-connections", "0", &err), -1);
     assert_non_null(strstr(err.msg, "--max-connections"));
@@ -333,6 +387,100 @@ static void test_rpc_limits_buffered_request_bytes(void **state) {
     event_base_loop(base, EVLOOP_NONBLOCK);
     event_base_free(base);
     free(big);
+    fixture_stop(f);
+}
+
+/* Sixteen streams, each with 48 KiB of metadata and a tiny message, against a budget of 256 KiB:
+ * the metadata is reserved in the same budget as request messages, so only the streams whose
+ * metadata fits are admitted (held by the handler), the others are refused with
+ * RESOURCE_EXHAUSTED naming the flag, and the budget returns to 0 when the calls end. */
+static void test_rpc_limits_metadata_bytes(void **state) {
+    (void)state;
+    rpc_limits l;
+    rpc_limits_default(&l);
+    l.buffered_request_bytes_max = (size_t)256 << 10;
+    fixture *f = fixture_start(&l);
+    enum { N = HOLD_MAX, MD = 3, MD_BYTES = 16 << 10 };
+    static char val[MD][MD_BYTES];
+    rpc_metadata md[MD];
+    for (int i = 0; i < MD; i++) {
+        memset(val[i], 'a' + i, MD_BYTES - 1);
+        md[i].name = i == 0 ? "x-big-0" : i == 1 ? "x-big-1" : "x-big-2";
+        md[i].value = val[i];
+    }
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    assert_non_null(c);
+    mem_ctx m = {.f = f, .calls = N};
+    for (int i = 0; i < N; i++)
+        assert_int_equal(
+            rpc_client_unary(c, "/t.T/Hold", ST_SLICE_LIT("x"), md, MD, 60000, on_unary, &m.r),
+            ST_OK);
+    assert_true(run_until(base, mem_settled, &m));
+    int held = __atomic_load_n(&f->sv.held_n, __ATOMIC_ACQUIRE);
+    rpc_server_stats st = stats_of(f);
+    print_message("held=%d refused=%d buffered=%llu: %s\n", held, m.r.exhausted,
+                  (unsigned long long)st.buffered_request_bytes, m.r.message);
+    assert_true(held >= 1 && held <= 6);
+    assert_int_equal(m.r.exhausted, N - held);
+    assert_non_null(strstr(m.r.message, "--max-buffered-request-bytes"));
+    assert_true(st.buffered_request_bytes > 0 &&
+                st.buffered_request_bytes <= l.buffered_request_bytes_max);
+    assert_int_equal(rpc_server_post(f->sv.srv, hold_release, &f->sv), ST_OK);
+    assert_true(run_until(base, mem_all_done, &m));
+    assert_int_equal(m.r.ok, held);
+    assert_true(WAIT_STAT(f, buffered_request_bytes, 0));
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("small"), md, MD,
+                                        0, NULL, &status),
+                     ST_OK);
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    fixture_stop(f);
+}
+
+/* Eight streaming calls whose client never reads, against a queued-response budget of 256 KiB
+ * (each call's own bound is 1 MiB): once every call waits for room, the process's queued bytes
+ * are within the budget plus one message per call, instead of eight times the per-call bound;
+ * they return to 0 when the client goes away. */
+static void test_rpc_limits_queued_response_bytes(void **state) {
+    (void)state;
+    rpc_limits l;
+    rpc_limits_default(&l);
+    l.queued_response_bytes_max = (size_t)256 << 10;
+    fixture *f = fixture_start(&l);
+    enum { N = 8 };
+    __atomic_store_n(&flood_waiting, 0, __ATOMIC_RELEASE);
+    raw_call r = {.fd = raw_tcp_connect(f->port, 4096), .grpc_status = -1};
+    assert_true(r.fd >= 0);
+    st_buf_init(&r.data);
+    nghttp2_session *s = raw_session(&r, false);
+    assert_non_null(s);
+    nghttp2_nv nva[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":path", (uint8_t *)"/t.T/Flood", 5, 10, 0},
+        {(uint8_t *)":authority", (uint8_t *)"localhost", 10, 9, 0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+    };
+    bool sent[N] = {0};
+    for (int i = 0; i < N; i++) {
+        nghttp2_data_provider prd = {.source.ptr = &sent[i], .read_callback = flood_body};
+        assert_true(nghttp2_submit_request(s, NULL, nva, 5, &prd, NULL) > 0);
+    }
+    assert_int_equal(nghttp2_session_send(s), 0); /* and never reads */
+    for (int i = 0; i < 30000 && __atomic_load_n(&flood_waiting, __ATOMIC_ACQUIRE) < N; i++)
+        sleep_ms(1);
+    assert_int_equal(__atomic_load_n(&flood_waiting, __ATOMIC_ACQUIRE), N);
+    size_t queued = rpc_queued_response_bytes();
+    print_message("queued=%zu (budget %zu)\n", queued, l.queued_response_bytes_max);
+    assert_true(queued <= l.queued_response_bytes_max + N * (FLOOD_MSG + 5));
+    nghttp2_session_del(s);
+    close(r.fd);
+    st_buf_free(&r.data);
+    assert_true(WAIT_STAT(f, calls_active, 0));
+    assert_int_equal(rpc_queued_response_bytes(), 0);
     fixture_stop(f);
 }
 
@@ -700,6 +848,8 @@ int main(void) {
         cmocka_unit_test(test_rpc_limits_out_of_descriptors),
         cmocka_unit_test(test_rpc_limits_flags),
         cmocka_unit_test(test_rpc_limits_buffered_request_bytes),
+        cmocka_unit_test(test_rpc_limits_metadata_bytes),
+        cmocka_unit_test(test_rpc_limits_queued_response_bytes),
         cmocka_unit_test(test_rpc_limits_connection_limit),
         cmocka_unit_test(test_rpc_limits_idle_timeout),
         cmocka_unit_test(test_rpc_limits_handshake_timeout),

@@ -148,6 +148,11 @@ typedef struct rpc_limits {
      * the call ends with RESOURCE_EXHAUSTED (slow clients); 0: no check. */
     uint32_t slow_request_window_ms;
     uint32_t request_bytes_per_s_min;
+    /* Response bytes queued by all calls of all servers (waiting for slow or stalled clients).
+     * Past it rpc_call_writable is false for every call that still has bytes queued, so
+     * producers waiting for room hold at most one more message each until their own queue
+     * drains. */
+    size_t queued_response_bytes_max;
 } rpc_limits;
 
 #define RPC_BUFFERED_REQUEST_BYTES_DEFAULT ((size_t)256 << 20)
@@ -156,6 +161,7 @@ typedef struct rpc_limits {
 #define RPC_HANDSHAKE_TIMEOUT_MS_DEFAULT 10000u
 #define RPC_SLOW_REQUEST_WINDOW_MS_DEFAULT 30000u
 #define RPC_REQUEST_BYTES_PER_S_MIN_DEFAULT 1024u
+#define RPC_QUEUED_RESPONSE_BYTES_DEFAULT ((size_t)256 << 20)
 
 /* The defaults above (connections_max 0: automatic). */
 void rpc_limits_default(rpc_limits *l);
@@ -167,6 +173,8 @@ void rpc_limits_get(rpc_limits *out);
  * RPC_LIMITS_FLAGS_USAGE's, parses value into l and returns 1 (consumed) or -1 (bad or missing
  * value; err says why); 0 when flag is not one of them. */
 int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *err);
+/* Response bytes queued now by the server calls of this process (any thread). */
+size_t rpc_queued_response_bytes(void);
 #define RPC_LIMITS_FLAGS_USAGE                                                                     \
     "Connection limits (docs/operations.md, Connection limits and timeouts):\n"                    \
     "--max-buffered-request-bytes N  request bytes buffered by all calls (default 256 MiB)\n"      \
@@ -175,7 +183,9 @@ int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *
     "--handshake-timeout-ms N  HTTP/2 preface+SETTINGS (and TLS) within N ms (default 10000)\n"    \
     "--slow-client-timeout-ms N  a request must bring --min-request-bytes-per-s over each N ms\n"  \
     "                        (default 30000; 0: no check)\n"                                       \
-    "--min-request-bytes-per-s N  (default 1024)\n"
+    "--min-request-bytes-per-s N  (default 1024)\n"                                                \
+    "--max-queued-response-bytes N  response bytes queued by all calls before producers wait\n"    \
+    "                        (default 256 MiB)\n"
 
 /* ---- the server side of one call (loop thread only) ---- */
 /* Request metadata by lower-case name ("authorization", "x-goog-request-params",
