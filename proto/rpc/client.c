@@ -516,10 +516,8 @@ static void client_fail(rpc_client *c, const char *why) {
     snprintf(msg, sizeof(msg), "connection to %s failed: %s", c->peer, why);
     h2_wbuf_drop(&c->wbuf); /* lost anyway; it must not pin the calls' requests */
     size_t sent = 0;
-    for (rpc_ccall *call = c->calls; call; call = call->next) {
-        call->sent = call->sent && c->connected; /* framed before the connect: never left */
+    for (rpc_ccall *call = c->calls; call; call = call->next)
         sent += call->sent;
-    }
     for (rpc_ccall *call = c->calls; call; call = call->next) {
         call->lost_with = call->sent && !c->silent ? sent : 0;
         call->unprocessed = call->unprocessed || !call->sent;
