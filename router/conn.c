@@ -115,6 +115,7 @@ static rpc_client *node_client(rtr_node *n, st_err *err) {
         n->backoff_ms = RTR_RECONNECT_BACKOFF_MAX_MS;
     n->retry_at_us = now + n->backoff_ms * 1000;
     n->client = node_dial(n, err);
+    n->conn_id++;
     if (!n->client)
         st_err_prefix(err, "node %s: ", n->addr);
     return n->client;

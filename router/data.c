@@ -70,6 +70,7 @@ typedef struct fwd_op {
     bool idempotent;
     bool moved_once;  /* moved on once after a node connection dropped under it */
     int64_t drop_us;  /* when it last did (st_mono_us) */
+    uint64_t conn_id; /* op->node's rtr_node.conn_id when this attempt was sent */
     bool map_checked; /* the table had no tablet here: the map was refreshed once since */
     int attempts;
     uint64_t gen;
@@ -205,7 +206,8 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
     if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
         op->drop_us = st_mono_us();
         rtr_qod_verdict v =
-            rtr_qod_dropped(op->r, op->fp, lost, op->node, op->drop_us, &op->moved_once, &op->last);
+            rtr_qod_dropped(op->r, op->fp, lost, op->node, rtr_qod_drop_id(op->node, op->conn_id),
+                            op->drop_us, &op->moved_once, &op->last);
         if (v == RTR_QOD_WAIT &&
             rtr_later_add(op->r, RTR_QOD_CORRELATE_MS, fwd_qod_settled, op) == ST_OK)
             return;
@@ -252,6 +254,7 @@ static void fwd_send(void *arg) {
     op->node = &op->c->nodes[t->v[k].node];
     op->inflight = rtr_node_call(op->node, op->path, op->req, md, n_md, timeout, fwd_msg, fwd_done,
                                  op, &op->last);
+    op->conn_id = op->node->conn_id;
     if (op->inflight) {
         if (op->plan.multi && op->idempotent && op->plan.cur + 1 < op->plan.n) {
             op->link.move = fwd_move;

@@ -190,8 +190,8 @@ bool rtr_qod_refused(rtr_ctx *r, uint64_t fp, st_err *err) {
                "request refused for %lld more s: the connection to node %s dropped while it "
                "served this request (%u time%s), possibly a query of death; check that node's "
                "log for a crash before sending it again",
-               (long long)((s->refuse_until - now) / 1000000 + 1), s->node, s->drops,
-               s->drops == 1 ? "" : "s");
+               (long long)((s->refuse_until - now) / 1000000 + 1), s->node, s->drops + s->crowd,
+               s->drops + s->crowd == 1 ? "" : "s");
     return true;
 }
 
@@ -209,12 +209,13 @@ static bool qod_correlated(const rtr_ctx *r, const rtr_node *n, int64_t drop_us)
 }
 
 static rtr_qod_verdict qod_refuse(rtr_qod_suspect *s, bool alone, st_err *err) {
-    int64_t refuse_ms = s->drops > 1 ? RTR_QOD_REPEAT_REFUSE_MS : RTR_QOD_ALONE_REFUSE_MS;
+    int64_t refuse_ms =
+        s->drops + s->crowd > 1 ? RTR_QOD_REPEAT_REFUSE_MS : RTR_QOD_ALONE_REFUSE_MS;
     s->refuse_until = st_mono_us() + refuse_ms * 1000;
     st_log(ST_LOG_WARN, "router",
            "msg=\"possible query of death: not sent again\" node=%s drops=%u alone=%s "
            "fingerprint=%016llx refused_s=%lld",
-           s->node, s->drops, alone ? "yes" : "no", (unsigned long long)s->fp,
+           s->node, s->drops + s->crowd, alone ? "yes" : "no", (unsigned long long)s->fp,
            (long long)(refuse_ms / 1000));
     st_err_set(err, ST_INTERNAL,
                "the connection to node %s dropped while it served this request%s, possibly a "
@@ -224,19 +225,37 @@ static rtr_qod_verdict qod_refuse(rtr_qod_suspect *s, bool alone, st_err *err) {
     return RTR_QOD_REFUSE;
 }
 
+uint64_t rtr_qod_drop_id(const rtr_node *node, uint64_t conn_id) {
+    return ((uint64_t)node->num + 1) << 40 | (conn_id & ((1ULL << 40) - 1));
+}
+
+/* Counts drop against s once, however many identical calls it took. */
+static void qod_count(rtr_qod_suspect *s, size_t lost_with, const rtr_node *node, uint64_t drop,
+                      int64_t drop_us) {
+    if (s->last_drop == drop)
+        return;
+    s->last_drop = drop;
+    s->last_us = drop_us;
+    snprintf(s->node, sizeof s->node, "%s", node->addr);
+    if (lost_with <= 1)
+        s->drops++;
+    else
+        s->crowd++;
+}
+
 rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const rtr_node *node,
-                                int64_t drop_us, bool *moved_once, st_err *err) {
+                                uint64_t drop, int64_t drop_us, bool *moved_once, st_err *err) {
     if (!r->fo)
         return RTR_QOD_GO;
     rtr_qod_suspect *s = qod_find(r->fo, fp, true);
-    s->drops++;
-    s->last_us = drop_us;
-    snprintf(s->node, sizeof s->node, "%s", node->addr);
-    if (s->drops > 1 || *moved_once)
+    qod_count(s, lost_with, node, drop, drop_us);
+    if (*moved_once) /* this very request dropped twice */
         return qod_refuse(s, lost_with <= 1, err);
+    if (lost_with <= 1 && s->drops > 1) /* alone in a second drop */
+        return qod_refuse(s, true, err);
     if (lost_with <= 1 && !qod_correlated(r, node, drop_us))
         return RTR_QOD_WAIT;
-    *moved_once = true;
+    *moved_once = true; /* among other calls: no evidence against this request by itself */
     return RTR_QOD_GO;
 }
 

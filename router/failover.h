@@ -43,7 +43,9 @@ typedef struct rtr_health_cluster {
 /* A request that was in flight when a node connection dropped (failover.c). */
 typedef struct rtr_qod_suspect {
     uint64_t fp;                     /* rtr_qod_fingerprint; 0: free slot */
-    uint32_t drops;                  /* connection drops it was in flight at */
+    uint32_t drops;                  /* connection drops it was alone in */
+    uint32_t crowd;                  /* connection drops it was in with other calls */
+    uint64_t last_drop;              /* rtr_qod_drop_id of the last drop counted */
     int64_t last_us;                 /* st_mono_us of the last drop */
     int64_t refuse_until;            /* st_mono_us; 0: not refused */
     char node[ST_TOPO_ADDR_MAX + 1]; /* the node of the last drop, for the message */
@@ -150,7 +152,11 @@ int64_t rtr_plan_attempt_ms(const rtr_plan *p, int64_t timeout_ms);
  *     RTR_QOD_CORRELATE_MS, the probes' time to notice): it goes nowhere else, the client gets
  *     INTERNAL, and the same request (same method and bytes) is refused for
  *     RTR_QOD_ALONE_REFUSE_MS;
- *   - a second drop under the same request refuses it for RTR_QOD_REPEAT_REFUSE_MS.
+ *   - a second drop under the same request refuses it for RTR_QOD_REPEAT_REFUSE_MS: the same
+ *     attempt dropped twice, or the request alone in a drop after an earlier drop of any kind.
+ * Identical requests lost in one drop (a hot row) count once: one drop is one piece of evidence
+ * per fingerprint, and a drop among other calls counts only once the request is later alone in
+ * a drop.
  * So a query of death takes down one node (two when it arrives among other load), not every
  * cluster in turn. */
 typedef enum rtr_qod_verdict {
@@ -159,13 +165,16 @@ typedef enum rtr_qod_verdict {
     RTR_QOD_REFUSE, /* end the request with err */
 } rtr_qod_verdict;
 uint64_t rtr_qod_fingerprint(const char *path, st_slice req);
+/* Names one connection loss: node's connection number conn_id (rtr_node.conn_id when the call
+ * was started). Every call lost in that drop gets the same id. */
+uint64_t rtr_qod_drop_id(const rtr_node *node, uint64_t conn_id);
 /* True (err set: INTERNAL naming the reason) while requests with fingerprint fp are refused. */
 bool rtr_qod_refused(rtr_ctx *r, uint64_t fp, st_err *err);
-/* An attempt of request fp ended because node's connection dropped under it and lost_with sent
- * calls (rpc_ccall_conn_lost) at drop_us (st_mono_us). *moved_once: the request already moved
- * on after such a drop (set here when it may again). */
+/* An attempt of request fp ended because node's connection dropped under it (drop id drop,
+ * rtr_qod_drop_id) and lost_with sent calls (rpc_ccall_conn_lost) at drop_us (st_mono_us).
+ * *moved_once: the request already moved on after such a drop (set here when it may again). */
 rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const rtr_node *node,
-                                int64_t drop_us, bool *moved_once, st_err *err);
+                                uint64_t drop, int64_t drop_us, bool *moved_once, st_err *err);
 /* After a WAIT: GO when another node went down around drop_us, else REFUSE (err set). */
 rtr_qod_verdict rtr_qod_settle(rtr_ctx *r, uint64_t fp, const rtr_node *node, int64_t drop_us,
                                bool *moved_once, st_err *err);

@@ -52,6 +52,7 @@ typedef struct rr_op {
     uint64_t fp;        /* rtr_qod_fingerprint of the client's request */
     bool moved_once;    /* moved on once after a node connection dropped under it */
     int64_t drop_us;    /* when it last did (st_mono_us) */
+    uint64_t conn_id;   /* op->node's rtr_node.conn_id when this attempt was sent */
     bool map_checked;   /* the table had no tablet here: the map was refreshed once since */
     rtr_inflight link;  /* multi-cluster: in its cluster's in-flight list during a node call */
     struct event *idle; /* multi-cluster: a node silent this long is given up (failover.h) */
@@ -431,7 +432,8 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
         rtr_health_report(op->node, code);
         op->drop_us = st_mono_us();
         rtr_qod_verdict v =
-            rtr_qod_dropped(op->r, op->fp, lost, op->node, op->drop_us, &op->moved_once, &op->last);
+            rtr_qod_dropped(op->r, op->fp, lost, op->node, rtr_qod_drop_id(op->node, op->conn_id),
+                            op->drop_us, &op->moved_once, &op->last);
         if (v == RTR_QOD_WAIT) {
             op->wait = RR_TIMER;
             if (rtr_later_add(op->r, RTR_QOD_CORRELATE_MS, rr_qod_settled, op) != ST_OK)
@@ -504,6 +506,7 @@ static void rr_send(rr_op *op, const rtr_tablet *tb) {
     op->node = &op->c->nodes[tb->node];
     op->inflight = rtr_node_call(op->node, RTR_BT "ReadRows", req, md, n_md, timeout, rr_msg,
                                  rr_done, op, &op->last);
+    op->conn_id = op->node->conn_id;
     st_buf_free(&buf);
     if (op->inflight)
         rr_idle_arm(op);

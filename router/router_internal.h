@@ -273,6 +273,7 @@ struct rtr_node {
     char host[ST_TOPO_ADDR_MAX + 1];
     uint16_t port;
     rpc_client *client;
+    uint64_t conn_id;    /* this node's connections dialled so far: names the current one */
     int64_t retry_at_us; /* no new connection before this (st_mono_us) */
     int64_t backoff_ms;
     /* conn.c: the client goes through the node's Unix socket; unix_skip: the last such client
