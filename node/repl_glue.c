@@ -228,11 +228,10 @@ void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, 
  * because the peer has no Replication service (UNIMPLEMENTED: its nodes run without --config).
  * Waiting would never end, so CheckConsistency says so instead of "not yet". */
 static bool peer_cannot_replicate(node_ctx *n, char *msg, size_t cap) {
-    static const char unimpl[] = "UNIMPLEMENTED:";
     for (size_t i = 0; i < repl_peer_count(n->repl); i++) {
         repl_peer_stats st;
         repl_peer_stats_get(n->repl, i, &st);
-        if (st.backing_off && !strncmp(st.last_error, unimpl, sizeof unimpl - 1)) {
+        if (st.backing_off && st.last_code == ST_UNIMPLEMENTED) {
             snprintf(msg, cap,
                      "cluster %s does not accept replicated writes (%.120s): its nodes run "
                      "without the instance topology; restart them with --config TOPOLOGY "

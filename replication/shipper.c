@@ -47,6 +47,7 @@ void shipper_schedule_pump(repl_shipper *s, uint32_t delay_ms) {
 
 void shipper_set_error(repl_shipper *s, st_code code, const char *msg) {
     /* Cut on purpose: a status line, not the whole message. */
+    s->last_code = code;
     int n = snprintf(s->last_error, sizeof s->last_error, "%s: ", st_code_name(code));
     if (n > 0 && (size_t)n < sizeof s->last_error)
         snprintf(s->last_error + n, sizeof s->last_error - (size_t)n, "%.*s",
@@ -134,8 +135,10 @@ static void pump(repl_shipper *s) {
     }
     if (s->count == 0 && caught_up) {
         s->caught_up_wall_us = st_wall_us();
-        if (s->last_error[0] && !s->backing_off)
+        if (s->last_error[0] && !s->backing_off) {
             s->last_error[0] = '\0';
+            s->last_code = ST_OK;
+        }
     }
     repl_shipper_persist(s, false);
     if (caught_up)
@@ -313,5 +316,6 @@ void repl_shipper_stats(repl_shipper *s, repl_peer_stats *out) {
     out->backing_off = s->backing_off;
     out->link_cut = repl_link_cut(s->r, s->cluster_num);
     out->backoff_ms = s->backoff_ms;
+    out->last_code = s->last_code;
     snprintf(out->last_error, sizeof out->last_error, "%s", s->last_error);
 }

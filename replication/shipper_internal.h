@@ -95,6 +95,7 @@ struct repl_shipper {
     int64_t caught_up_wall_us;         /* when the shipper last had nothing to send */
     int64_t last_send_us, pump_at_us;  /* monotonic: last new batch sent; pending pump due */
     uint64_t rows_shipped, records_skipped, batches_sent, rpcs_failed, map_refreshes;
+    st_code last_code; /* of last_error; ST_OK when none */
     char last_error[256];
 };
 

@@ -189,6 +189,7 @@ typedef struct repl_peer_stats {
     bool backing_off;
     bool link_cut; /* repl_links_set cut this link */
     uint32_t backoff_ms;
+    st_code last_code; /* the code of last_error (ST_OK: none) */
     char last_error[256];
 } repl_peer_stats;
 
