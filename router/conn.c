@@ -137,6 +137,12 @@ rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const r
     return call;
 }
 
+rtr_call_fate rtr_call_fate_of(const rpc_ccall *call, st_code code) {
+    if (code != ST_UNAVAILABLE || !rpc_ccall_unprocessed(call))
+        return RTR_CALL_SENT;
+    return rpc_ccall_connected(call) ? RTR_CALL_REFUSED : RTR_CALL_UNREACHED;
+}
+
 void rtr_node_disconnect_all(rtr_ctx *r) {
     for (size_t c = 0; c < r->n_clusters; c++)
         for (size_t i = 0; i < r->clusters[c].n_nodes; i++) {

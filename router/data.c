@@ -195,13 +195,19 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
         return;
     }
     st_err_set(&op->last, code, "%s", message ? message : "");
-    /* Never processed (not sent, or refused by the node's GOAWAY): any request may go again,
-     * and the node is not to blame. */
-    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call)) {
+    /* Never processed: any request may go again. Refused by the node's GOAWAY, the node is not
+     * to blame; never sent because the connect failed, it is unreachable. */
+    rtr_call_fate fate = rtr_call_fate_of(call, code);
+    if (fate == RTR_CALL_REFUSED) {
         fwd_retry(op);
         return;
     }
     rtr_health_report(op->node, code);
+    if (fate == RTR_CALL_UNREACHED) {
+        if (!fwd_failover(op))
+            fwd_retry(op);
+        return;
+    }
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
     if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
         op->drop_us = st_mono_us();

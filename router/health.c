@@ -147,7 +147,7 @@ static void probe_done(rpc_ccall *call, st_code code, const char *message, void 
      * out behind busy streams on a connection still receiving says neither. */
     if (code == ST_DEADLINE_EXCEEDED && node_answering(n))
         return;
-    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
+    if (rtr_call_fate_of(call, code) == RTR_CALL_REFUSED)
         return; /* refused by the node's GOAWAY: the next probe goes on a new connection */
     if (code == ST_UNAVAILABLE || code == ST_DEADLINE_EXCEEDED || code == ST_CANCELLED)
         node_down(r->fo, n, code == ST_UNAVAILABLE ? "probe unavailable" : "probe timeout");

@@ -139,8 +139,9 @@ static void mr_group_status(mr_group *g, st_code code, const char *message, bool
 static void mr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
     mr_group *g = arg;
     mr_op *op = g->op;
-    bool unprocessed = code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call);
-    if (!unprocessed)
+    rtr_call_fate fate = rtr_call_fate_of(call, code);
+    bool unprocessed = fate != RTR_CALL_SENT;
+    if (fate != RTR_CALL_REFUSED) /* refused by the node's GOAWAY: the node is up */
         rtr_health_report(g->node, code);
     mr_group_status(g, code, message, unprocessed);
     free(g->idx);

@@ -421,10 +421,15 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     st_err_set(&op->last, code, "%s", message ? message : "");
     /* The client's own deadline passing is not the node's fault: only UNAVAILABLE and the idle
      * timer's deadline move a read. */
-    /* A request the node never processed (not sent, or refused by its GOAWAY) says nothing
-     * about the node: retry on a new connection without marking it down. */
-    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call)) {
-        rr_retry(op);
+    /* A request the node never processed may go again: refused by its GOAWAY (the node is up:
+     * retry on a new connection), or never sent because the connect failed (the node is
+     * unreachable: marked down, next cluster). */
+    rtr_call_fate fate = rtr_call_fate_of(call, code);
+    if (fate == RTR_CALL_UNREACHED) /* the connect failed: the node is unreachable */
+        rtr_health_report(op->node, code);
+    if (fate != RTR_CALL_SENT) {
+        if (fate == RTR_CALL_REFUSED || !rr_failover(op))
+            rr_retry(op);
         return;
     }
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;

@@ -361,6 +361,14 @@ struct rtr_ctx {
 rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const rpc_metadata *md,
                          size_t md_count, int64_t timeout_ms, rpc_ccall_msg_fn on_msg,
                          rpc_ccall_done_fn on_done, void *arg, st_err *err);
+/* How a node call that ended UNAVAILABLE relates to its node (only inside its on_done):
+ * RTR_CALL_SENT: the request may have reached the node (a lost connection, a status);
+ * RTR_CALL_REFUSED: the node took the connection but refused the call unprocessed (its GOAWAY):
+ *   the node is up, and the request may go again anywhere;
+ * RTR_CALL_UNREACHED: the connection never came up (connect refused or timed out): nothing was
+ *   sent, so the request may go again anywhere, but the node is unreachable. */
+typedef enum rtr_call_fate { RTR_CALL_SENT, RTR_CALL_REFUSED, RTR_CALL_UNREACHED } rtr_call_fate;
+rtr_call_fate rtr_call_fate_of(const rpc_ccall *call, st_code code);
 void rtr_node_disconnect_all(rtr_ctx *r);
 
 /* Fan-out of calls in parallel; done runs once every call ended (from the loop, or from
