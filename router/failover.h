@@ -38,6 +38,7 @@ typedef struct rtr_health_node {
 typedef struct rtr_health_cluster {
     bool up;          /* the verdict, updated after every probe and every reported failure */
     uint64_t changes; /* verdict changes, for logs and tests */
+    char why[ST_TOPO_ADDR_MAX + 64]; /* why it last turned unhealthy, for errors */
 } rtr_health_cluster;
 
 /* A request that was in flight when a node connection dropped (failover.c). */
@@ -78,6 +79,15 @@ bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster);
  * (killed, unreachable). A request to such a cluster that failed with UNAVAILABLE is not retried
  * further: the client gets rtr_cluster_unreachable at once. False without health state. */
 bool rtr_health_cluster_dark(const rtr_ctx *r, size_t cluster);
+/* True when requests are not even sent to the cluster: every node is down and none has
+ * answered a probe since (a killed, frozen or cut-off cluster). Sending would only wait for the
+ * connection's keepalive to give up (a frozen process still accepts connections): the request
+ * fails at once instead, or a multi-cluster one moves on. The first good probe of any node lifts
+ * it, so a cluster that comes back is served again within a probe period. False without health
+ * state. */
+bool rtr_health_cluster_refuses(const rtr_ctx *r, size_t cluster);
+/* Why the cluster last turned unhealthy ("node HOST:PORT: probe timeout"), "" when unknown. */
+const char *rtr_health_cluster_why(const rtr_ctx *r, size_t cluster);
 /* Sets err to UNAVAILABLE "cluster X has no reachable node; ..." with last's reason. */
 st_code rtr_cluster_unreachable(const rtr_cluster *c, const st_err *last, st_err *err);
 /* Sets err to FAILED_PRECONDITION: table has no tablets in cluster c (a cluster added after the
@@ -132,6 +142,16 @@ bool rtr_plan_next(rtr_ctx *r, rtr_plan *p, st_code why);
 /* True when no cluster of the plan has a reachable node (rtr_health_cluster_dark): retrying an
  * UNAVAILABLE request is pointless, the client is told at once. */
 bool rtr_plan_dark(const rtr_ctx *r, const rtr_plan *p);
+/* Checked before a request part is sent on the plan's current cluster. */
+typedef enum rtr_plan_gate {
+    RTR_GATE_GO,    /* send on rtr_plan_cluster (the plan may have moved past refusing ones) */
+    RTR_GATE_RETRY, /* the last cluster refuses but others of the plan may not: err set
+                       (UNAVAILABLE); fail the attempt unsent, as when a call cannot start */
+    RTR_GATE_END,   /* every cluster of the plan refuses: end the request with err */
+} rtr_plan_gate;
+/* A cluster that refuses (rtr_health_cluster_refuses) is not sent to: a multi-cluster plan moves
+ * past it; when none is left err gets UNAVAILABLE "cluster X has no reachable node; ...". */
+rtr_plan_gate rtr_plan_gate_check(rtr_ctx *r, rtr_plan *p, st_err *err);
 /* Back to the first cluster, healthy ones first as of now (after a backoff, once every
  * candidate failed). */
 void rtr_plan_restart(rtr_ctx *r, rtr_plan *p);

@@ -45,8 +45,8 @@ static void node_down(rtr_fo *fo, const rtr_node *n, const char *why) {
     h->down = true;
     h->down_since_us = st_mono_us();
     st_log(ST_LOG_DEBUG, "router", "node=%s down why=%s", n->addr, why);
-    char msg[ST_TOPO_ADDR_MAX + 64];
-    snprintf(msg, sizeof msg, "node %s: %s", n->addr, why);
+    char *msg = fo->clusters[n->cluster->idx].why; /* the latest reason, for errors */
+    snprintf(msg, sizeof fo->clusters[0].why, "node %s: %s", n->addr, why);
     cluster_update(fo, n->cluster, msg);
 }
 
@@ -115,14 +115,32 @@ bool rtr_health_cluster_dark(const rtr_ctx *r, size_t cluster) {
     return true;
 }
 
+bool rtr_health_cluster_refuses(const rtr_ctx *r, size_t cluster) {
+    if (!r->fo)
+        return false;
+    for (size_t i = 0; i < r->clusters[cluster].n_nodes; i++) {
+        const rtr_health_node *h = &r->fo->nodes[cluster][i];
+        if (!h->down || h->good > 0)
+            return false;
+    }
+    return true;
+}
+
+const char *rtr_health_cluster_why(const rtr_ctx *r, size_t cluster) {
+    return r->fo ? r->fo->clusters[cluster].why : "";
+}
+
 st_code rtr_cluster_unreachable(const rtr_cluster *c, const st_err *last, st_err *err) {
     char why[sizeof last->msg]; /* last may be err itself */
     snprintf(why, sizeof why, "%s", last && last->msg[0] ? last->msg : "none");
+    if (strstr(why, " has no reachable node; ")) /* said already (rtr_plan_gate_check) */
+        return st_err_set(err, ST_UNAVAILABLE, "%s", why);
     return st_err_set(err, ST_UNAVAILABLE,
                       "cluster %s has no reachable node; its %zu node(s) are down or unreachable "
-                      "(last error: %s). Requests routed to it fail until one of its nodes "
-                      "answers again; a multi-cluster app profile, or repointing this profile "
-                      "(strata failover), serves them from another cluster",
+                      "(last error: %s). Requests routed to it fail at once until one of its "
+                      "nodes answers again: retry later, or serve them from another cluster with "
+                      "a multi-cluster app profile or by repointing this profile (strata "
+                      "failover PROFILE CLUSTER)",
                       c->topo->id, c->n_nodes, why);
 }
 

@@ -73,7 +73,7 @@ static void mr_after_backoff(void *arg) {
         rtr_plan_restart(op->r, &op->plan);
         op->c = rtr_plan_cluster(op->r, &op->plan);
     }
-    if (op->c->map_gen != op->gen) {
+    if (op->c->map_gen != op->gen || rtr_health_cluster_refuses(op->r, op->c->idx)) {
         mr_round(op);
         return;
     }
@@ -210,8 +210,27 @@ static void mr_owners(mr_op *op, size_t *owner, size_t *count) {
     }
 }
 
+/* A cluster none of whose nodes answers is not sent to (health.c): the plan moves past it, or
+ * the round ends unsent with every entry still open UNAVAILABLE (mr_round_over then answers at
+ * once when the whole plan refuses, else retries). False when the round ended that way. */
+static bool mr_gate(mr_op *op) {
+    st_err err = {0};
+    rtr_plan_gate g = rtr_plan_gate_check(op->r, &op->plan, &err);
+    op->c = rtr_plan_cluster(op->r, &op->plan);
+    if (g == RTR_GATE_GO)
+        return true;
+    const char *m = st_arena_dup(rpc_call_arena(op->call), err.msg, strlen(err.msg) + 1);
+    for (size_t i = 0; i < op->n; i++)
+        if (!op->res[i].final)
+            op->res[i] = (rtr_entry_result){ST_UNAVAILABLE, m ? m : "", false};
+    mr_round_over(op);
+    return false;
+}
+
 static void mr_round(void *arg) {
     mr_op *op = arg;
+    if (!mr_gate(op))
+        return;
     int64_t timeout;
     if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout)) {
         rpc_call_finish(op->call, ST_DEADLINE_EXCEEDED, "deadline exceeded");
