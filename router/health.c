@@ -17,6 +17,14 @@ static rtr_health_node *hnode(rtr_fo *fo, const rtr_node *n) {
     return &fo->nodes[n->cluster->idx][n->idx];
 }
 
+/* Multi-cluster parts waiting on the cluster go to their next cluster now: a silent node would
+ * otherwise hold them until their own attempt deadline. move only cancels their node call (its
+ * done callback runs later, from the loop), so the list stays as it is here. */
+static void cluster_move_parts(const rtr_cluster *c) {
+    for (rtr_inflight *f = c->inflight; f; f = f->next)
+        f->move(f);
+}
+
 /* Recomputes a cluster's verdict and logs a change. */
 static void cluster_update(rtr_fo *fo, const rtr_cluster *c, const char *why) {
     bool up = true;
@@ -27,11 +35,8 @@ static void cluster_update(rtr_fo *fo, const rtr_cluster *c, const char *why) {
         return;
     hc->up = up;
     hc->changes++;
-    /* Multi-cluster parts waiting on this cluster go to their next cluster now: a silent node
-     * would otherwise hold them until their own attempt deadline. move only cancels their node
-     * call (its done callback runs later, from the loop), so the list stays as it is here. */
-    for (rtr_inflight *f = up ? NULL : c->inflight; f; f = f->next)
-        f->move(f);
+    if (!up)
+        cluster_move_parts(c);
     st_log(up ? ST_LOG_INFO : ST_LOG_WARN, "router", "cluster=%s health=%s%s%s", c->topo->id,
            up ? "up" : "down", why ? " why=" : "", why ? why : "");
 }
@@ -104,6 +109,10 @@ void rtr_inflight_unlink(rtr_inflight *f) {
 
 bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster) {
     return !r->fo || r->fo->clusters[cluster].up;
+}
+
+bool rtr_health_cluster_silent(const rtr_ctx *r, size_t cluster) {
+    return r->fo && r->fo->clusters[cluster].silent > 0;
 }
 
 bool rtr_health_cluster_dark(const rtr_ctx *r, size_t cluster) {
@@ -198,6 +207,65 @@ static void probe_tick(evutil_socket_t fd, short what, void *arg) {
             probe_node(fo, &r->clusters[c].nodes[i]);
 }
 
+/* ---- silent links ----
+ * The probes need their 1 s deadline to tell a dead node from a busy one; a request waiting on a
+ * link that went silent (a partition dropping packets, a frozen process) needs to know sooner.
+ * Node connections PING every RTR_NODE_KEEPALIVE_MS while calls are open (conn.c), so a live
+ * node always sends something within about that, however long its requests take: nothing for
+ * RTR_SILENT_MS with calls open means the link is silent. The node's health is left to the
+ * probes (a hiccup of half a second must not refuse single-cluster requests); only multi-cluster
+ * parts move, and are placed after healthy clusters, until the link receives again. */
+static void silence_check(rtr_fo *fo, rtr_node *n, int64_t now) {
+    rtr_health_node *h = hnode(fo, n);
+    bool busy = n->client && rpc_client_alive(n->client) && rpc_client_calls(n->client) > 0;
+    if (!busy)
+        h->busy_since_us = 0;
+    else if (!h->busy_since_us)
+        h->busy_since_us = now;
+    int64_t heard = busy ? rpc_client_last_read_us(n->client) : 0;
+    if (heard < h->busy_since_us)
+        heard = h->busy_since_us;
+    bool silent = busy && now - heard >= (int64_t)RTR_SILENT_MS * 1000;
+    if (silent == h->silent)
+        return;
+    h->silent = silent;
+    rtr_health_cluster *hc = &fo->clusters[n->cluster->idx];
+    if (silent)
+        hc->silent++;
+    else
+        hc->silent--;
+    st_log(silent ? ST_LOG_INFO : ST_LOG_DEBUG, "router",
+           silent ? "node=%s silent: calls open and nothing received for %d ms; multi-cluster "
+                    "requests move to other clusters"
+                  : "node=%s receives again (%d ms silence threshold)",
+           n->addr, RTR_SILENT_MS);
+    if (silent)
+        cluster_move_parts(n->cluster);
+}
+
+static void silence_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rtr_fo *fo = arg;
+    rtr_ctx *r = fo->ctx;
+    if (r->closing)
+        return;
+    int64_t now = st_mono_us();
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++)
+            silence_check(fo, &r->clusters[c].nodes[i], now);
+}
+
+static struct event *timer_start(rtr_ctx *r, int64_t ms, event_callback_fn fn, void *arg) {
+    struct event *ev = event_new(r->base, -1, EV_PERSIST, fn, arg);
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    if (ev && event_add(ev, &tv) != 0) {
+        event_free(ev);
+        ev = NULL;
+    }
+    return ev;
+}
+
 st_code rtr_health_start(rtr_ctx *r, st_err *err) {
     rtr_fo *fo = calloc(1, sizeof *fo);
     if (!fo)
@@ -206,12 +274,13 @@ st_code rtr_health_start(rtr_ctx *r, st_err *err) {
     fo->probe_ms = r->opts.probe_ms > 0 ? r->opts.probe_ms : RTR_PROBE_MS_DEFAULT;
     for (size_t c = 0; c < r->n_clusters; c++)
         fo->clusters[c].up = true;
-    fo->timer = event_new(r->base, -1, EV_PERSIST, probe_tick, fo);
-    struct timeval tv = {(time_t)(fo->probe_ms / 1000),
-                         (suseconds_t)((fo->probe_ms % 1000) * 1000)};
-    if (!fo->timer || event_add(fo->timer, &tv) != 0) {
+    fo->timer = timer_start(r, fo->probe_ms, probe_tick, fo);
+    fo->silence_timer = timer_start(r, RTR_SILENCE_TICK_MS, silence_tick, fo);
+    if (!fo->timer || !fo->silence_timer) {
         if (fo->timer)
             event_free(fo->timer);
+        if (fo->silence_timer)
+            event_free(fo->silence_timer);
         free(fo);
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "could not start the health probes");
     }
@@ -224,6 +293,8 @@ void rtr_health_stop(rtr_ctx *r) {
         return;
     if (r->fo->timer)
         event_free(r->fo->timer);
+    if (r->fo->silence_timer)
+        event_free(r->fo->silence_timer);
     st_log(ST_LOG_DEBUG, "router", "health stopped failovers=%llu",
            (unsigned long long)r->fo->failovers);
     free(r->fo);

@@ -26,6 +26,9 @@ typedef struct mr_op {
     int attempts;
     uint64_t gen;
     size_t groups_pending;
+    struct mr_group *groups; /* node calls in flight */
+    bool stalled;            /* they were cancelled because their cluster turned unhealthy */
+    rtr_inflight link;       /* multi-cluster: in its cluster's in-flight list during a round */
 } mr_op;
 
 typedef struct mr_group {
@@ -33,6 +36,8 @@ typedef struct mr_group {
     rtr_node *node;
     size_t *idx;
     size_t n;
+    rpc_ccall *call;
+    struct mr_group *prev, *next; /* in op->groups */
 } mr_group;
 
 static void mr_round(void *arg);
@@ -59,8 +64,20 @@ static void mr_reply(mr_op *op) {
         resp.n_entries = op->n;
         rtr_reply(op->call, &resp.base);
     }
+    rtr_inflight_unlink(&op->link);
     st_buf_free(&op->head);
     free(op);
+}
+
+/* Its cluster turned unhealthy (or a node's link went silent) during the round: the calls still
+ * out are cancelled, and their entries move to the next cluster (mr_done, mr_round_over). */
+static void mr_move(rtr_inflight *f) {
+    mr_op *op = (mr_op *)((char *)f - offsetof(mr_op, link));
+    if (op->stalled)
+        return;
+    op->stalled = true;
+    for (mr_group *g = op->groups; g; g = g->next)
+        rpc_ccall_cancel(g->call);
 }
 
 static void mr_after_backoff(void *arg) {
@@ -84,6 +101,8 @@ static void mr_after_backoff(void *arg) {
 /* After a round: entries left non-final are retried (bounded), else the answer goes out. */
 static void mr_round_over(mr_op *op) {
     bool again = false, not_owner = false, lost = false;
+    rtr_inflight_unlink(&op->link);
+    op->stalled = false;
     for (size_t i = 0; i < op->n; i++)
         if (!op->res[i].final) {
             again = true;
@@ -139,6 +158,16 @@ static void mr_group_status(mr_group *g, st_code code, const char *message, bool
 static void mr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
     mr_group *g = arg;
     mr_op *op = g->op;
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        op->groups = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    if (op->stalled && code == ST_CANCELLED) {
+        code = ST_DEADLINE_EXCEEDED;
+        message = "its cluster turned unhealthy while the request was out";
+    }
     rtr_call_fate fate = rtr_call_fate_of(call, code);
     bool unprocessed = fate != RTR_CALL_SENT;
     if (fate != RTR_CALL_REFUSED) /* refused by the node's GOAWAY: the node is up */
@@ -173,14 +202,22 @@ static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int6
         req = st_buf_slice(&buf);
     }
     if (ok) {
-        *g = (mr_group){op, node, idx, n};
+        *g = (mr_group){.op = op, .node = node, .idx = idx, .n = n};
         rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
         size_t n_md = rtr_forward_headers(op->call, md);
         op->groups_pending++;
-        ok = rtr_node_call(node, RTR_BT "MutateRows", req, md, n_md, timeout, mr_msg, mr_done, g,
-                           &err) != NULL;
-        if (!ok)
+        g->call = rtr_node_call(node, RTR_BT "MutateRows", req, md, n_md, timeout, mr_msg, mr_done,
+                                g, &err);
+        ok = g->call != NULL;
+        if (!ok) {
             op->groups_pending--;
+        } else {
+            g->prev = NULL;
+            g->next = op->groups;
+            if (op->groups)
+                op->groups->prev = g;
+            op->groups = g;
+        }
     }
     st_buf_free(&buf);
     if (!ok) {
@@ -260,6 +297,11 @@ static void mr_round(void *arg) {
             mr_send_group(op, &op->c->nodes[j], idx, k, timeout);
     }
     free(owner);
+    /* Multi-cluster writes (idempotent: stamped) leave a cluster that turns unhealthy at once. */
+    if (op->groups && op->plan.multi && op->idempotent && op->plan.cur + 1 < op->plan.n) {
+        op->link.move = mr_move;
+        rtr_inflight_link(op->c, &op->link);
+    }
     if (--op->groups_pending == 0)
         mr_round_over(op);
 }
