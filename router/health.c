@@ -230,17 +230,18 @@ static void silence_check(rtr_fo *fo, rtr_node *n, int64_t now) {
         return;
     h->silent = silent;
     rtr_health_cluster *hc = &fo->clusters[n->cluster->idx];
-    if (silent)
-        hc->silent++;
-    else
+    if (!silent) {
         hc->silent--;
-    st_log(silent ? ST_LOG_INFO : ST_LOG_DEBUG, "router",
-           silent ? "node=%s silent: calls open and nothing received for %d ms; multi-cluster "
-                    "requests move to other clusters"
-                  : "node=%s receives again (%d ms silence threshold)",
+        st_log(ST_LOG_DEBUG, "router", "node=%s link no longer silent", n->addr);
+        return;
+    }
+    hc->silent++;
+    /* Once the probes have the node down, each redial that hangs goes silent again: say it once. */
+    st_log(h->down ? ST_LOG_DEBUG : ST_LOG_INFO, "router",
+           "node=%s silent: calls open and nothing received for %d ms; multi-cluster requests "
+           "move to other clusters",
            n->addr, RTR_SILENT_MS);
-    if (silent)
-        cluster_move_parts(n->cluster);
+    cluster_move_parts(n->cluster);
 }
 
 static void silence_tick(evutil_socket_t fd, short what, void *arg) {
