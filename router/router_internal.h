@@ -55,8 +55,7 @@ struct event;
 #define RTR_INTERNAL_TABLE_PREFIX "projects/_strata/" /* never balanced */
 #define RTR_RECONNECT_BACKOFF_MIN_MS 50
 #define RTR_RECONNECT_BACKOFF_MAX_MS 2000
-#define RTR_NODE_KEEPALIVE_MS 250 /* HTTP/2 PING period on node links with calls open (health.c)   \
-                                   */
+#define RTR_NODE_KEEPALIVE_MS 250 /* PING period on node links with calls open (health.c) */
 #define RTR_DRAIN_CHECK_MS 100    /* a node connection closing after GOAWAY: is it done? */
 #define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
 #define RTR_TABLETS_MAX ((size_t)1 << 20)        /* tablets in one cluster's map */
