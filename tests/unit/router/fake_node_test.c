@@ -19,7 +19,8 @@
  *   - a connection whose peer goes silent (a proxy that starts dropping every byte, as a
  *     network partition does) is failed by the rpc client's keepalive PING with UNAVAILABLE,
  *     not left hanging until the call's deadline, and a multi-cluster read whose cluster goes
- *     silent is served by the other cluster.
+ *     silent is served by the other cluster (the router finds the link silent: calls open,
+ *     nothing received for RTR_SILENT_MS).
  * Each test starts its own nodes and router on ephemeral loopback ports.
  */
 #include <setjmp.h>
@@ -823,6 +824,7 @@ static void test_fake_node_silent_cluster_moves_multi_reads(void **state) {
     /* Moved when c1's link went silent (0.5 s), or when its probe failed (1 s), whichever came
      * first: either way c1 is now behind healthy clusters in multi-cluster plans. */
     assert_false(rtr_cluster_healthy(&fx.r->clusters[0]));
+    assert_true(rtr_health_cluster_silent(fx.r, 0)); /* probes still open on the dead link */
     fx_close(&fx);
 }
 
