@@ -604,6 +604,7 @@ static void rcs_msg(rpc_ccall *call, st_slice msg, void *arg) {
     rcs_op *op = arg;
     if (op->paused || op->complete)
         return;
+    op->attempts = 0; /* the stream makes progress: retries count afresh */
     st_code rc = rcs_track(op, msg);
     if (rc == ST_OK)
         rc = rcs_emit(op, call, msg);
