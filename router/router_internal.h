@@ -13,7 +13,8 @@
  * meta.c (metadata records, load and store), admin.c (table admin API), data.c (MutateRow,
  * CheckAndMutateRow, ReadModifyWriteRow, SampleRowKeys, PingAndWarm; data.h), mutate_rows.c
  * (MutateRows), read.c
- * (ReadRows across tablets with flow control and transparent resumption), balance.c (the tablet
+ * (ReadRows across tablets with flow control and transparent resumption), changes.c (change
+ * streams: partitions, ReadChangeStream relayed to the node or closed for a stale partition), balance.c (the tablet
  * balancer: MoveTablet from the fullest node to the emptiest, one move per cluster at a time),
  * health.c and failover.c (cluster health probes; multi-cluster plans, failover, idempotent
  * writes, the query-of-death guard: failover.h), instance.c, profiles.c and operations.c
