@@ -14,12 +14,12 @@
  * CheckAndMutateRow, ReadModifyWriteRow, SampleRowKeys, PingAndWarm; data.h), mutate_rows.c
  * (MutateRows), read.c
  * (ReadRows across tablets with flow control and transparent resumption), changes.c (change
- * streams: partitions, ReadChangeStream relayed to the node or closed for a stale partition), balance.c (the tablet
- * balancer: MoveTablet from the fullest node to the emptiest, one move per cluster at a time),
- * health.c and failover.c (cluster health probes; multi-cluster plans, failover, idempotent
- * writes, the query-of-death guard: failover.h), instance.c, profiles.c and operations.c
- * (instance admin, app profiles and routing by them, long-running operations: instance.h). App
- * profiles are records of the metadata table (rtr_ctx.meta.profiles, written with
+ * streams: partitions, ReadChangeStream relayed to the node or closed for a stale partition),
+ * balance.c (the tablet balancer: MoveTablet from the fullest node to the emptiest, one move per
+ * cluster at a time), health.c and failover.c (cluster health probes; multi-cluster plans,
+ * failover, idempotent writes, the query-of-death guard: failover.h), instance.c, profiles.c and
+ * operations.c (instance admin, app profiles and routing by them, long-running operations:
+ * instance.h). App profiles are records of the metadata table (rtr_ctx.meta.profiles, written with
  * rtr_meta_write(RTR_META_KIND_PROFILE, ...)). */
 #ifndef ROUTER_INTERNAL_H
 #define ROUTER_INTERNAL_H
