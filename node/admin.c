@@ -1,7 +1,10 @@
 /* admin.c — the table admin API of a node: tables, column families with GC rules, DropRowRange
  * and consistency tokens. Admin calls are rare and run to completion on the loop thread. */
 #include "admin.h"
+#include "changes.h"
 #include "strata/btutil.h"
+
+#include "google/longrunning/operations.pb-c.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -132,6 +135,8 @@ pb_table *node_table_to_pb(const node_table *t, bool names_only, st_arena *a) {
         return pt;
     pt->granularity = GOOGLE__BIGTABLE__ADMIN__V2__TABLE__TIMESTAMP_GRANULARITY__MILLIS;
     pt->deletion_protection = t->deletion_protection;
+    if (t->cs_retention_us > 0 && !(pt->change_stream_config = node_cs_config_to_pb(t, a)))
+        return NULL;
     pt->column_families = st_arena_alloc(a, (t->n_families + 1) * sizeof *pt->column_families);
     if (!pt->column_families)
         return NULL;
@@ -253,7 +258,12 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     t->deletion_protection = req->table && req->table->deletion_protection;
-    rc = node_table_families_from_pb(t, req->table, &err);
+    int64_t retention = 0;
+    rc = node_cs_retention_from_pb(req->table ? req->table->change_stream_config : NULL, &retention,
+                                   &err);
+    node_cs_set_retention(n, t, retention);
+    if (rc == ST_OK)
+        rc = node_table_families_from_pb(t, req->table, &err);
     if (rc == ST_OK)
         rc = node_catalog_save(n->catalog, &err);
     if (rc == ST_OK)
@@ -343,6 +353,7 @@ st_code node_table_drop(node_ctx *n, const char *name, st_err *err) {
     if (rc != ST_OK)
         return rc;
     drop_table_tablets(n, name);
+    node_cs_tables_changed(n);
     st_log(ST_LOG_INFO, "admin", "deleted table=%s", name);
     return ST_OK;
 }
@@ -369,6 +380,138 @@ void node_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
     Google__Protobuf__Empty empty;
     google__protobuf__empty__init(&empty);
     node_reply(call, &empty.base);
+}
+
+/* ---- UpdateTable ----
+ * Change stream config and deletion protection. A long-running operation in the API; here it
+ * is done when it answers (the router applies it to every node first). */
+
+#define UT_MASK_CS "change_stream_config"
+#define UT_MASK_CS_RETENTION "change_stream_config.retention_period"
+#define UT_MASK_PROTECTION "deletion_protection"
+#define TYPE_URL_PREFIX "type.googleapis.com/google.bigtable.admin.v2."
+
+typedef struct update_spec {
+    bool set_retention, set_protection;
+    int64_t retention_us;
+    bool protection;
+} update_spec;
+
+static st_code update_spec_from_pb(const Google__Bigtable__Admin__V2__UpdateTableRequest *req,
+                                   update_spec *u, st_err *err) {
+    memset(u, 0, sizeof *u);
+    if (!req->table || !req->update_mask || req->update_mask->n_paths == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "UpdateTable needs a table and an update_mask (change_stream_config, "
+                          "change_stream_config.retention_period or deletion_protection)");
+    for (size_t i = 0; i < req->update_mask->n_paths; i++) {
+        const char *p = req->update_mask->paths[i];
+        if (strcmp(p, UT_MASK_CS) == 0 || strcmp(p, UT_MASK_CS_RETENTION) == 0)
+            u->set_retention = true;
+        else if (strcmp(p, UT_MASK_PROTECTION) == 0)
+            u->set_protection = true;
+        else
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "update_mask path '%s' is not supported; use change_stream_config, "
+                              "change_stream_config.retention_period or deletion_protection",
+                              p);
+    }
+    u->protection = req->table->deletion_protection;
+    return u->set_retention
+               ? node_cs_retention_from_pb(req->table->change_stream_config, &u->retention_us, err)
+               : ST_OK;
+}
+
+/* Applies u to the table (catalog saved, GC rules pushed). */
+st_code node_table_update(node_ctx *n, node_table *meta, bool set_retention, int64_t retention_us,
+                          bool set_protection, bool protection, st_err *err) {
+    node_table saved = *meta;
+    if (set_retention)
+        node_cs_set_retention(n, meta, retention_us);
+    if (set_protection)
+        meta->deletion_protection = protection;
+    st_code rc = node_catalog_save(n->catalog, err);
+    if (rc != ST_OK) {
+        meta->cs_retention_us = saved.cs_retention_us;
+        meta->cs_since_us = saved.cs_since_us;
+        meta->deletion_protection = saved.deletion_protection;
+        return rc;
+    }
+    return node_table_push_gc(n, meta, err);
+}
+
+/* The done Operation answering UpdateTable: UpdateTableMetadata and the Table. */
+static st_code update_operation(node_ctx *n, const node_table *meta, int64_t start_us, st_arena *a,
+                                Google__Longrunning__Operation *op) {
+    pb_table *pt = node_table_to_pb(meta, false, a);
+    char *name = st_arena_alloc(a, NODE_TABLE_NAME_MAX + 64);
+    Google__Protobuf__Timestamp *ts = st_arena_alloc(a, 2 * sizeof *ts);
+    Google__Protobuf__Any *any = st_arena_alloc(a, 2 * sizeof *any);
+    if (!pt || !name || !ts || !any)
+        return ST_RESOURCE_EXHAUSTED;
+    /* The name only identifies the operation; the node keeps no operations (it is done). */
+    snprintf(name, NODE_TABLE_NAME_MAX + 64, "operations/%s/%" PRId64, meta->name, start_us);
+    int64_t end_us = st_wall_us();
+    for (int i = 0; i < 2; i++) {
+        google__protobuf__timestamp__init(&ts[i]);
+        ts[i].seconds = (i ? end_us : start_us) / 1000000;
+        ts[i].nanos = (int32_t)((i ? end_us : start_us) % 1000000) * 1000;
+        google__protobuf__any__init(&any[i]);
+    }
+    Google__Bigtable__Admin__V2__UpdateTableMetadata md;
+    google__bigtable__admin__v2__update_table_metadata__init(&md);
+    md.name = (char *)meta->name;
+    md.start_time = &ts[0];
+    md.end_time = &ts[1];
+    size_t md_len = protobuf_c_message_get_packed_size(&md.base);
+    size_t t_len = protobuf_c_message_get_packed_size(&pt->base);
+    uint8_t *md_buf = st_arena_alloc(a, md_len + 1), *t_buf = st_arena_alloc(a, t_len + 1);
+    if (!md_buf || !t_buf)
+        return ST_RESOURCE_EXHAUSTED;
+    any[0].type_url = TYPE_URL_PREFIX "UpdateTableMetadata";
+    any[0].value = (ProtobufCBinaryData){protobuf_c_message_pack(&md.base, md_buf), md_buf};
+    any[1].type_url = TYPE_URL_PREFIX "Table";
+    any[1].value = (ProtobufCBinaryData){protobuf_c_message_pack(&pt->base, t_buf), t_buf};
+    google__longrunning__operation__init(op);
+    op->name = name;
+    op->metadata = &any[0];
+    op->done = true;
+    op->result_case = GOOGLE__LONGRUNNING__OPERATION__RESULT_RESPONSE;
+    op->response = &any[1];
+    (void)n;
+    return ST_OK;
+}
+
+void node_h_update_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    int64_t start_us = st_wall_us();
+    Google__Bigtable__Admin__V2__UpdateTableRequest *req = (void *)node_unpack(
+        call, &google__bigtable__admin__v2__update_table_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    st_err err = {0};
+    update_spec u;
+    if (update_spec_from_pb(req, &u, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    node_table *meta;
+    if (!node_table_or_fail(n, call, req->table->name, &meta))
+        return;
+    if (node_table_update(n, meta, u.set_retention, u.retention_us, u.set_protection, u.protection,
+                          &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    st_log(ST_LOG_INFO, "admin",
+           "updated table=%s change_stream_retention_us=%" PRId64 " deletion_protection=%d",
+           meta->name, meta->cs_retention_us, (int)meta->deletion_protection);
+    Google__Longrunning__Operation op;
+    if (update_operation(n, meta, start_us, rpc_call_arena(call), &op) != ST_OK) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory building the operation");
+        return;
+    }
+    node_reply(call, &op.base);
 }
 
 /* ---- ModifyColumnFamilies ---- */

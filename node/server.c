@@ -4,6 +4,7 @@
  * and admin through BIGTABLE_EMULATOR_HOST alone, and a router reaches the internal service
  * there too. The same server may also listen on a Unix-domain socket (node_listen_unix) for a
  * router on the same host (docs/cluster.md). */
+#include "admin.h"
 #include "node_internal.h"
 #include "repl_glue.h"
 
@@ -28,6 +29,7 @@ static const method methods[] = {
     {TA "GetTable", node_h_get_table},
     {TA "ListTables", node_h_list_tables},
     {TA "DeleteTable", node_h_delete_table},
+    {TA "UpdateTable", node_h_update_table},
     {TA "ModifyColumnFamilies", node_h_modify_column_families},
     {TA "DropRowRange", node_h_drop_row_range},
     {TA "GenerateConsistencyToken", node_repl_h_generate_consistency_token},
