@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strata/cstoken.h"
 #include "strata/internal/v1/node.pb-c.h"
 
 typedef Google__Bigtable__Admin__V2__Table pb_table;
@@ -636,12 +637,6 @@ void rtr_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg)
 
 /* ---- UpdateTable: change streams and deletion protection ---- */
 
-static void put_timestamp(Google__Protobuf__Timestamp *ts, int64_t us) {
-    google__protobuf__timestamp__init(ts);
-    ts->seconds = us / 1000000;
-    ts->nanos = (int32_t)(us % 1000000) * 1000;
-}
-
 /* The answer: a finished Operation (metadata UpdateTableMetadata, response the Table), kept for
  * google.longrunning.Operations like UpdateAppProfile's. */
 static void reply_update_op(adm_op *op) {
@@ -649,8 +644,8 @@ static void reply_update_op(adm_op *op) {
     char name[RTR_OP_NAME_MAX + 1];
     rtr_ops_name(in->ops, op->name, name);
     Google__Protobuf__Timestamp start, end;
-    put_timestamp(&start, op->start_us);
-    put_timestamp(&end, st_wall_us());
+    btu_cs_time_set(&start, op->start_us);
+    btu_cs_time_set(&end, st_wall_us());
     Google__Bigtable__Admin__V2__UpdateTableMetadata meta;
     google__bigtable__admin__v2__update_table_metadata__init(&meta);
     meta.name = op->name;

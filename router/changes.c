@@ -22,87 +22,44 @@
 #include <string.h>
 
 #include "google/rpc/status.pb-c.h"
+#include "strata/cstoken.h"
 
 typedef Google__Bigtable__V2__RowRange pb_range;
 typedef Google__Bigtable__V2__StreamContinuationToken pb_token;
 typedef Google__Bigtable__V2__StreamPartition pb_partition;
 typedef Google__Bigtable__V2__ReadChangeStreamRequest pb_rcs_req;
 
-/* ---- partitions: key ranges [start, end), empty end = unbounded ---- */
+/* ---- partitions: key ranges [start, end), empty end = unbounded (strata/cstoken.h) ---- */
 
-typedef struct cs_range {
-    st_slice start, end;
-} cs_range;
-
-/* A RowRange as [start, end) (open starts and closed ends turned into successor keys).
- * INVALID_ARGUMENT for an empty range. */
-static st_code range_from_pb(const pb_range *rr, st_arena *a, cs_range *out, st_err *err) {
-    *out = (cs_range){st_slice_make(NULL, 0), st_slice_make(NULL, 0)};
-    if (!rr)
-        return ST_OK;
-    st_code rc = ST_OK;
-    if (rr->start_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED)
-        out->start = st_slice_make(rr->start_key_closed.data, rr->start_key_closed.len);
-    else if (rr->start_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_OPEN)
-        rc = btu_key_successor(a, st_slice_make(rr->start_key_open.data, rr->start_key_open.len),
-                               &out->start);
-    if (rr->end_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN)
-        out->end = st_slice_make(rr->end_key_open.data, rr->end_key_open.len);
-    else if (rc == ST_OK &&
-             rr->end_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_CLOSED)
-        rc = btu_key_successor(a, st_slice_make(rr->end_key_closed.data, rr->end_key_closed.len),
-                               &out->end);
-    if (rc != ST_OK)
-        return st_err_set(err, rc, "out of memory");
-    if (out->end.len && st_slice_cmp(out->start, out->end) >= 0)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "the partition's row range is empty: its start is not below its end");
-    return ST_OK;
-}
-
-static bool range_eq(cs_range x, cs_range y) {
-    return st_slice_eq(x.start, y.start) && st_slice_eq(x.end, y.end);
-}
-
-static bool range_overlaps(cs_range x, cs_range y) {
+static bool range_overlaps(btu_key_range x, btu_key_range y) {
     return (x.end.len == 0 || st_slice_cmp(y.start, x.end) < 0) &&
            (y.end.len == 0 || st_slice_cmp(x.start, y.end) < 0);
 }
 
-static cs_range range_intersect(cs_range x, cs_range y) {
-    cs_range o;
+static btu_key_range range_intersect(btu_key_range x, btu_key_range y) {
+    btu_key_range o;
     o.start = st_slice_cmp(x.start, y.start) >= 0 ? x.start : y.start;
     o.end = btu_end_cmp(x.end, y.end) <= 0 ? x.end : y.end;
     return o;
 }
 
-static cs_range tablet_range(const rtr_tablet *tb) {
-    return (cs_range){tb->start, tb->end};
+static btu_key_range tablet_range(const rtr_tablet *tb) {
+    return (btu_key_range){tb->start, tb->end};
 }
 
-/* A StreamPartition of r (closed start when bounded, open end when bounded), arena memory. */
-static pb_partition *partition_pb(st_arena *a, cs_range r) {
+/* A StreamPartition of r shaped as Cloud Bigtable's, arena memory (keys not copied). */
+static pb_partition *partition_pb(st_arena *a, btu_key_range r) {
     pb_partition *p = st_arena_alloc(a, sizeof *p);
     pb_range *rr = st_arena_alloc(a, sizeof *rr);
     if (!p || !rr)
         return NULL;
-    google__bigtable__v2__stream_partition__init(p);
-    google__bigtable__v2__row_range__init(rr);
-    if (r.start.len) {
-        rr->start_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED;
-        rr->start_key_closed = (ProtobufCBinaryData){r.start.len, (uint8_t *)r.start.data};
-    }
-    if (r.end.len) {
-        rr->end_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN;
-        rr->end_key_open = (ProtobufCBinaryData){r.end.len, (uint8_t *)r.end.data};
-    }
-    p->row_range = rr;
+    btu_cs_partition_set(p, rr, r.start, r.end);
     return p;
 }
 
 /* The tablets of t overlapping part: [*first, *first + *n). covered: they hold every row of
  * part without a gap. */
-static void overlapping(const rtr_tmap_table *t, cs_range part, size_t *first, size_t *n,
+static void overlapping(const rtr_tmap_table *t, btu_key_range part, size_t *first, size_t *n,
                         bool *covered) {
     *first = 0;
     *n = 0;
@@ -126,146 +83,27 @@ static void overlapping(const rtr_tmap_table *t, cs_range part, size_t *first, s
     *covered = ok;
 }
 
-/* ---- continuation tokens (docs/changestreams.md, "Tokens") ----
- * "1.W": every record with stamp <= W was delivered; "1.W.H.K": a catch-up scan from W to H
- * delivered the rows up to and including key K (lower-case hex). */
-
-typedef struct cs_tok {
-    int64_t w;
-} cs_tok;
-
-static bool parse_i64(const char **p, int64_t *out) {
-    const char *s = *p;
-    int64_t v = 0;
-    if (*s < '0' || *s > '9')
-        return false;
-    for (; *s >= '0' && *s <= '9'; s++) {
-        if (v > (INT64_MAX - (*s - '0')) / 10)
-            return false;
-        v = v * 10 + (*s - '0');
-    }
-    *p = s;
-    *out = v;
-    return true;
-}
-
-/* Checks the token's text; t receives W. */
-static bool tok_parse(const char *s, cs_tok *t) {
-    int64_t h;
-    if (strncmp(s, "1.", 2) != 0)
-        return false;
-    s += 2;
-    if (!parse_i64(&s, &t->w))
-        return false;
-    if (*s == 0)
-        return true;
-    if (*s++ != '.' || !parse_i64(&s, &h) || h < t->w || *s++ != '.')
-        return false;
-    size_t n = strspn(s, "0123456789abcdef");
-    return n > 0 && n % 2 == 0 && s[n] == 0;
-}
-
-static char *tok_live(st_arena *a, int64_t w) {
-    char buf[32];
-    snprintf(buf, sizeof buf, "1.%" PRId64, w < 0 ? 0 : w);
-    return st_arena_dup(a, buf, strlen(buf) + 1);
-}
-
-/* Where a read starts: tokens, each for a range, together exactly the request's partition
- * (sorted by start). */
-typedef struct cs_piece {
-    cs_range range;
-    const char *text;
-    int64_t w;
-} cs_piece;
-
-typedef struct cs_start {
-    cs_piece *v;
-    size_t n;
-} cs_start;
-
-static int piece_cmp(const void *x, const void *y) {
-    return st_slice_cmp(((const cs_piece *)x)->range.start, ((const cs_piece *)y)->range.start);
-}
-
-/* The request's start position. start_time T is "1.(T-1)"; no start at all is now; tokens are
- * checked: well-formed text, partitions that exactly cover the request's partition (one token:
- * equal to it). INVALID_ARGUMENT otherwise. */
-static st_code start_from_req(const pb_rcs_req *req, cs_range part, st_arena *a, cs_start *out,
-                              st_err *err) {
-    size_t n = 1;
+/* Where the request starts (docs/changestreams.md, "Tokens"): its continuation tokens, checked
+ * and merged by the codec (one token as it is; several by their smallest W); start_time T as
+ * "1.(T-1)"; no start at all as the router's clock now minus one. INVALID_ARGUMENT for bad
+ * tokens or times. */
+static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, st_arena *a,
+                         btu_cs_pos *out, st_err *err) {
     if (req->start_from_case ==
-        GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_CONTINUATION_TOKENS)
-        n = req->continuation_tokens ? req->continuation_tokens->n_tokens : 0;
-    if (n == 0)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "continuation_tokens is set but holds no token: pass the tokens of "
-                          "the partition, or start_time");
-    out->v = st_arena_alloc(a, n * sizeof *out->v);
-    out->n = n;
-    if (!out->v)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-    if (req->start_from_case !=
         GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_CONTINUATION_TOKENS) {
-        int64_t t = st_wall_us();
-        if (req->start_from_case ==
-                GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME &&
-            req->start_time)
-            t = req->start_time->seconds * 1000000 + req->start_time->nanos / 1000;
-        out->v[0] = (cs_piece){part, tok_live(a, t - 1), t - 1 < 0 ? 0 : t - 1};
-        return out->v[0].text ? ST_OK : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        const Google__Bigtable__V2__StreamContinuationTokens *t = req->continuation_tokens;
+        return btu_cs_tokens_merge(t ? t->tokens : NULL, t ? t->n_tokens : 0, part, a, out, err);
     }
-    for (size_t i = 0; i < n; i++) {
-        const pb_token *tk = req->continuation_tokens->tokens[i];
-        cs_tok t;
-        if (!tk->partition)
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "continuation token %zu has no partition: pass the tokens exactly "
-                              "as the stream sent them",
-                              i);
-        if (!tok_parse(tk->token, &t))
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "continuation token '%s' is malformed: pass the tokens exactly as "
-                              "the stream sent them",
-                              tk->token);
-        st_code rc = range_from_pb(tk->partition->row_range, a, &out->v[i].range, err);
+    int64_t us = st_wall_us();
+    if (req->start_from_case ==
+            GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME &&
+        req->start_time) {
+        st_code rc = btu_cs_time_us(req->start_time, "start_time", true, &us, err);
         if (rc != ST_OK)
             return rc;
-        out->v[i].text = tk->token;
-        out->v[i].w = t.w;
     }
-    qsort(out->v, n, sizeof *out->v, piece_cmp);
-    bool ok = st_slice_eq(out->v[0].range.start, part.start) &&
-              st_slice_eq(out->v[n - 1].range.end, part.end);
-    for (size_t i = 1; ok && i < n; i++)
-        ok = out->v[i - 1].range.end.len &&
-             st_slice_eq(out->v[i - 1].range.end, out->v[i].range.start);
-    if (!ok)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          n == 1 ? "the continuation token's partition is not the request's "
-                                   "partition: read each partition with its own tokens"
-                                 : "the continuation tokens' partitions do not exactly cover the "
-                                   "request's partition: pass every token of the merged "
-                                   "partitions, and only those");
+    btu_cs_pos_live(out, us > 0 ? us - 1 : 0);
     return ST_OK;
-}
-
-/* The token for piece of a partition that starts at s: a single token that covers it applies
- * as it is (a token applies to any range); several start from the smallest W of theirs (records
- * in between may come twice: delivery is at least once). */
-static const char *token_for(const cs_start *s, cs_range piece, st_arena *a) {
-    const cs_piece *only = NULL;
-    size_t n = 0;
-    int64_t w = INT64_MAX;
-    for (size_t i = 0; i < s->n; i++)
-        if (range_overlaps(s->v[i].range, piece)) {
-            only = &s->v[i];
-            n++;
-            w = s->v[i].w < w ? s->v[i].w : w;
-        }
-    if (n == 1)
-        return only->text;
-    return tok_live(a, n ? w : 0);
 }
 
 /* ---- checks shared by both methods ---- */
@@ -371,7 +209,7 @@ static void gp_refreshed(void *arg) {
     }
     size_t first, n;
     bool covered;
-    overlapping(t, (cs_range){st_slice_make(NULL, 0), st_slice_make(NULL, 0)}, &first, &n,
+    overlapping(t, (btu_key_range){st_slice_make(NULL, 0), st_slice_make(NULL, 0)}, &first, &n,
                 &covered);
     if (covered) {
         gp_answer(op, t);
@@ -422,9 +260,9 @@ typedef struct rcs_op {
     rtr_cluster *c;
     const pb_rcs_req *req; /* call arena */
     st_slice req_bytes;
-    cs_range part;
-    cs_start start; /* call arena */
-    rtr_node *node; /* of the node call in flight */
+    btu_key_range part;
+    btu_cs_pos start; /* where the request starts */
+    rtr_node *node;   /* of the node call in flight */
     rpc_ccall *inflight;
     rcs_wait wait;
     st_buf backlog; /* messages, each prefixed with its varint length */
@@ -779,13 +617,14 @@ static void rcs_send(rcs_op *op, const rtr_tablet *tb) {
  * overlaps as new partitions, with a token for each piece of the old partition in them. */
 static void rcs_close(rcs_op *op, const rtr_tablet *v, size_t n) {
     st_arena *a = rpc_call_arena(op->call);
-    cs_start from = op->start;
-    cs_piece last;
-    cs_tok t;
-    if (op->token.len && tok_parse((const char *)op->token.data, &t)) {
-        last = (cs_piece){op->part, (const char *)op->token.data, t.w};
-        from = (cs_start){&last, 1};
-    }
+    /* Once tokens were relayed the stream resumes from the last one, else from the request. */
+    btu_cs_pos *from = &op->start, last;
+    if (op->token.len &&
+        btu_cs_token_parse(st_slice_make(op->token.data, op->token.len - 1), &last, NULL) == ST_OK)
+        from = &last;
+    char *text = st_arena_alloc(a, BTU_CS_TOKEN_MAX);
+    if (text)
+        btu_cs_token_format(from, text);
     Google__Bigtable__V2__ReadChangeStreamResponse__CloseStream cs;
     google__bigtable__v2__read_change_stream_response__close_stream__init(&cs);
     Google__Rpc__Status status;
@@ -796,17 +635,18 @@ static void rcs_close(rcs_op *op, const rtr_tablet *v, size_t n) {
     cs.status = &status;
     cs.continuation_tokens = st_arena_alloc(a, n * sizeof *cs.continuation_tokens);
     cs.new_partitions = st_arena_alloc(a, n * sizeof *cs.new_partitions);
-    bool ok = cs.continuation_tokens && cs.new_partitions;
+    bool ok = text && cs.continuation_tokens && cs.new_partitions;
     for (size_t i = 0; ok && i < n; i++) {
-        cs_range piece = range_intersect(op->part, tablet_range(&v[i]));
+        /* The piece of the old partition in this tablet starts where the old partition was:
+         * a token applies to any range. */
         pb_token *tk = st_arena_alloc(a, sizeof *tk);
         ok = tk != NULL;
         if (ok) {
             google__bigtable__v2__stream_continuation_token__init(tk);
-            tk->partition = partition_pb(a, piece);
-            tk->token = (char *)token_for(&from, piece, a);
+            tk->partition = partition_pb(a, range_intersect(op->part, tablet_range(&v[i])));
+            tk->token = text;
             cs.new_partitions[i] = partition_pb(a, tablet_range(&v[i]));
-            ok = tk->partition && tk->token && cs.new_partitions[i];
+            ok = tk->partition && cs.new_partitions[i];
             cs.continuation_tokens[i] = tk;
         }
     }
@@ -843,7 +683,8 @@ static void rcs_step(rcs_op *op) {
         rcs_retry(op, ST_UNAVAILABLE, msg);
         return;
     }
-    if (n == 1 && range_eq(tablet_range(&t->v[first]), op->part))
+    btu_key_range tr = t ? tablet_range(&t->v[first]) : op->part;
+    if (n == 1 && btu_cs_range_eq(&tr, &op->part))
         rcs_send(op, &t->v[first]);
     else
         rcs_close(op, &t->v[first], n);
@@ -856,18 +697,10 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_cluster *c = req ? cs_route(r, call, req->table_name, req->app_profile_id) : NULL;
     if (!c)
         return;
-    if (!req->partition) {
-        rtr_fail(call, ST_INVALID_ARGUMENT,
-                 "partition must be set: one that GenerateInitialChangeStreamPartitions or a "
-                 "CloseStream named");
-        return;
-    }
     st_arena *a = rpc_call_arena(call);
-    cs_range part;
-    cs_start start;
+    btu_key_range part;
     st_err err = {0};
-    if (range_from_pb(req->partition->row_range, a, &part, &err) != ST_OK ||
-        start_from_req(req, part, a, &start, &err) != ST_OK) {
+    if (btu_cs_partition_range(req->partition, "partition", a, &part, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
@@ -876,13 +709,17 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    *op = (rcs_op){.r = r,
-                   .call = call,
-                   .c = c,
-                   .req = req,
-                   .req_bytes = req_bytes,
-                   .part = part,
-                   .start = start};
+    if (start_pos(req, &part, a, &op->start, &err) != ST_OK) {
+        free(op);
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    op->r = r;
+    op->call = call;
+    op->c = c;
+    op->req = req;
+    op->req_bytes = req_bytes;
+    op->part = part;
     st_buf_init(&op->backlog);
     st_buf_init(&op->fwd);
     st_buf_init(&op->token);

@@ -555,7 +555,7 @@ static void data_cases(void) {
     static const char *const bad_tok[] = {"g", "p", "2.5", NULL};
     expect_code("ReadChangeStream with a malformed token",
                 read_changes("cs2", "", "g", "p", 0, bad_tok, &p, &st), &st, ST_INVALID_ARGUMENT,
-                "malformed");
+                "invalid change stream continuation token");
     static const char *const other_tok[] = {"g", "h", "1.5", NULL};
     expect_code("ReadChangeStream with another partition's token",
                 read_changes("cs2", "", "g", "p", 0, other_tok, &p, &st), &st, ST_INVALID_ARGUMENT,
