@@ -230,6 +230,7 @@ typedef struct parts {
     size_t n_tokens;
     int close_code; /* CloseStream status, -1 none */
     size_t msgs;
+    char rows[512]; /* row keys of DataChanges, each followed by ',' */
 } parts;
 
 static void range_text(const Google__Bigtable__V2__RowRange *rr, char *out, size_t cap) {
@@ -279,6 +280,14 @@ static void on_change(st_slice msg, void *arg) {
     p->msgs++;
     Google__Bigtable__V2__ReadChangeStreamResponse *r =
         google__bigtable__v2__read_change_stream_response__unpack(NULL, msg.len, msg.data);
+    if (r &&
+        r->stream_record_case ==
+            GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_DATA_CHANGE &&
+        r->data_change->row_key.len) {
+        size_t off = strlen(p->rows);
+        snprintf(p->rows + off, sizeof p->rows - off, "%.*s,", (int)r->data_change->row_key.len,
+                 (const char *)r->data_change->row_key.data);
+    }
     if (r && r->stream_record_case ==
                  GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_CLOSE_STREAM) {
         Google__Bigtable__V2__ReadChangeStreamResponse__CloseStream *cs = r->close_stream;
@@ -309,15 +318,17 @@ static void set_range(Google__Bigtable__V2__RowRange *rr, const char *s, const c
 
 /* ReadChangeStream of partition [s, e) from start_us (tokens NULL) or from tokens: pairs of
  * "start", "end", "token" strings, NULL-terminated. */
-static st_code read_changes(const char *id, const char *profile, const char *s, const char *e,
-                            int64_t start_us, const char *const *tokens, parts *p, st_err *st) {
+static st_code read_until(const char *id, const char *profile, const char *s, const char *e,
+                          int64_t start_us, int64_t end_us, const char *const *tokens, parts *p,
+                          st_err *st) {
     char name[BT_NAME_MAX];
     table_name(id, name, sizeof name);
     Google__Bigtable__V2__RowRange rr, trr[4];
     Google__Bigtable__V2__StreamPartition part, tpart[4];
     Google__Bigtable__V2__StreamContinuationToken tk[4], *tkp[4];
     Google__Bigtable__V2__StreamContinuationTokens toks;
-    Google__Protobuf__Timestamp ts;
+    Google__Protobuf__Timestamp ts, end_ts;
+    Google__Protobuf__Duration hb;
     set_range(&rr, s, e);
     google__bigtable__v2__stream_partition__init(&part);
     part.row_range = &rr;
@@ -326,6 +337,15 @@ static st_code read_changes(const char *id, const char *profile, const char *s, 
     req.table_name = name;
     req.app_profile_id = (char *)profile;
     req.partition = &part;
+    if (end_us) { /* the node ends the stream there (CloseStream OK); heartbeats help it along */
+        google__protobuf__timestamp__init(&end_ts);
+        end_ts.seconds = end_us / 1000000;
+        end_ts.nanos = (int32_t)(end_us % 1000000) * 1000;
+        req.end_time = &end_ts;
+        google__protobuf__duration__init(&hb);
+        hb.nanos = 200000000;
+        req.heartbeat_duration = &hb;
+    }
     if (tokens) {
         google__bigtable__v2__stream_continuation_tokens__init(&toks);
         for (size_t i = 0; tokens[3 * i] && i < 4; i++) {
@@ -361,6 +381,11 @@ static st_code read_changes(const char *id, const char *profile, const char *s, 
                             0, CALL_TIMEOUT_MS, on_change, p, st);
     free(buf);
     return rc;
+}
+
+static st_code read_changes(const char *id, const char *profile, const char *s, const char *e,
+                            int64_t start_us, const char *const *tokens, parts *p, st_err *st) {
+    return read_until(id, profile, s, e, start_us, 0, tokens, p, st);
 }
 
 static void expect_parts(const char *what, const parts *p, const char *const *want) {
@@ -595,6 +620,73 @@ static void data_cases(void) {
     expect_tokens("  CloseStream token: for g..h only", &p, whole_toks);
 }
 
+#define E2E_WINDOW_US 1000000 /* each end-to-end read ends this long after it starts */
+#define E2E_TRIES_MAX 30      /* hang guard while replication brings a write to west */
+
+static void write_row(const char *id, const char *row) {
+    bt_client cl;
+    ci_client(&cl, "");
+    bt_muts m;
+    bt_muts_init(&m);
+    bt_muts_set(&m, "cf", st_slice_cstr("q"), -1, st_slice_cstr("v"));
+    st_err st;
+    st_code rc = bt_mutate_row(&cl, id, st_slice_cstr(row), &m, &st);
+    bt_muts_deinit(&m);
+    if (rc != ST_OK)
+        ci_fail("MutateRow %s/%s: %s %s", id, row, st_code_name(rc), st.msg);
+}
+
+/* Reads partition [s, e) of id through profile from start_us, each read ending E2E_WINDOW_US
+ * after it starts, until a DataChange of row shows (replication may take a moment). */
+static void expect_change(const char *what, const char *id, const char *profile, const char *s,
+                          const char *e, int64_t start_us, const char *row) {
+    parts p;
+    st_err st;
+    char want[64];
+    snprintf(want, sizeof want, "%s,", row);
+    st_code rc = ST_OK;
+    bool seen = false;
+    for (int i = 0; i < E2E_TRIES_MAX && !seen && rc == ST_OK; i++) {
+        rc = read_until(id, profile, s, e, start_us, st_wall_us() + E2E_WINDOW_US, NULL, &p, &st);
+        seen = strstr(p.rows, want) != NULL;
+    }
+    printf("%-62s %-20s %s\n", what, st_code_name(rc), seen ? "ok" : "WRONG");
+    CHECK(seen && rc == ST_OK && p.close_code <= 0, "%s: %s \"%s\", rows \"%s\", close %d", what,
+          st_code_name(rc), st.msg, p.rows, p.close_code);
+}
+
+/* Through the nodes: records of writes reach the client through the router, in each cluster,
+ * for a table whose streams UpdateTable turned on (so every node of every cluster took it). */
+static void end_to_end_cases(void) {
+    st_err st;
+    parts p;
+    bt_client cl;
+    ci_client(&cl, "");
+    expect_code("CreateAppProfile w (single-cluster to west)",
+                bt_create_app_profile(&cl, "w", ci_topo.clusters[1].id, &st), &st, ST_OK, NULL);
+    int64_t before = st_wall_us();
+    write_row("cs2", "h1");
+    expect_change("ReadChangeStream g..k on east: the write to h1", "cs2", "", "g", "k", before,
+                  "h1");
+    expect_code("Partitions of cs2 on west (not split there)", partitions("cs2", "w", &p, &st), &st,
+                ST_OK, NULL);
+    static const char *const three[] = {"..g", "g..p", "p..", NULL};
+    expect_parts("  = west's tablets", &p, three);
+    expect_change("ReadChangeStream g..p on west: the write, replicated", "cs2", "w", "g", "p",
+                  before, "h1");
+
+    static const char *const ret_paths[] = {"change_stream_config.retention_period", NULL};
+    expect_code("CreateTable cs3 (streams off)", create_table("cs3", 0, false, NULL, &st), &st,
+                ST_OK, NULL);
+    expect_code("UpdateTable cs3 retention 1d (on)",
+                update_table("cs3", ret_paths, DAY_S, false, NULL, &st), &st, ST_OK, NULL);
+    int64_t on = st_wall_us();
+    write_row("cs3", "x1");
+    expect_change("ReadChangeStream of cs3 on east after UpdateTable", "cs3", "", "", "", on, "x1");
+    expect_change("ReadChangeStream of cs3 on west after UpdateTable", "cs3", "w", "", "", on,
+                  "x1");
+}
+
 int main(int argc, char **argv) {
     int rc = ci_init("changes_router_test", argc, argv);
     if (rc)
@@ -602,6 +694,7 @@ int main(int argc, char **argv) {
     ci_up(2, 1);
     admin_cases();
     data_cases();
+    end_to_end_cases();
     if (g_failures)
         ci_fail("%d check(s) failed", g_failures);
     ci_down();
