@@ -685,6 +685,17 @@ static void end_to_end_cases(void) {
     expect_change("ReadChangeStream of cs3 on east after UpdateTable", "cs3", "", "", "", on, "x1");
     expect_change("ReadChangeStream of cs3 on west after UpdateTable", "cs3", "w", "", "", on,
                   "x1");
+    /* ModifyColumnFamilies pushes the recorded table, config included: streams stay on and
+     * their history keeps its start. */
+    expect_code("ModifyColumnFamilies cs3: create cf2",
+                bt_create_family(&cl, "cs3", "cf2", "", &st), &st, ST_OK, NULL);
+    pb_table *t = get_table("cs3", GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__SCHEMA_VIEW);
+    CHECK(retention_of(t) == DAY_S && t && t->n_column_families == 2,
+          "after ModifyColumnFamilies: retention %" PRId64 "s", retention_of(t));
+    google__bigtable__admin__v2__table__free_unpacked(t, NULL);
+    write_row("cs3", "x2");
+    expect_change("ReadChangeStream of cs3 from the same start: the next write", "cs3", "", "", "",
+                  on, "x2");
 }
 
 int main(int argc, char **argv) {
