@@ -672,6 +672,118 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
 
 /* ---- DropRowRange ---- */
 
+/* With change streams on, a dropped row gets a record like a DeleteFromRow: the rows are
+ * deleted through node_write (one DeleteFromRow each, DROP_BATCH_ROWS per write) rather than by
+ * storage's sto_tablet_drop_prefix. Their history stays (a row delete does not cover it). */
+#define DROP_BATCH_ROWS 256
+
+typedef struct drop_op {
+    rpc_call *call;
+    size_t pending; /* writes not finished, plus one while scanning */
+    st_code code;
+    char msg[ST_ERR_MSG_MAX];
+} drop_op;
+
+static void drop_reply(drop_op *op) {
+    if (op->code != ST_OK) {
+        node_fail(op->call, op->code, "%s", op->msg);
+    } else {
+        Google__Protobuf__Empty empty;
+        google__protobuf__empty__init(&empty);
+        node_reply(op->call, &empty.base);
+    }
+    free(op);
+}
+
+static void drop_written(node_ctx *n, st_code code, const char *msg, void *arg) {
+    (void)n;
+    drop_op *op = arg;
+    if (code != ST_OK && op->code == ST_OK) {
+        op->code = code;
+        snprintf(op->msg, sizeof op->msg, "%s", msg ? msg : st_code_name(code));
+    }
+    if (--op->pending == 0)
+        drop_reply(op);
+}
+
+/* Writes a DeleteFromRow for each of the rows (keys in keys, n_rows of them) of tablet id. */
+static st_code drop_flush(node_ctx *n, drop_op *op, uint64_t id, st_buf *keys, size_t *offs,
+                          size_t n_rows, st_err *err) {
+    if (n_rows == 0)
+        return ST_OK;
+    static const sto_mut del = {.type = STO_MUT_DEL_ROW};
+    sto_row_mut rows[DROP_BATCH_ROWS];
+    uint64_t version = node_next_version(n);
+    for (size_t i = 0; i < n_rows; i++)
+        rows[i] = (sto_row_mut){
+            .tablet_id = id,
+            .row = st_slice_make(keys->data + offs[i],
+                                 (i + 1 < n_rows ? offs[i + 1] : keys->len) - offs[i]),
+            .muts = &del,
+            .n_muts = 1,
+            .version = version,
+            .commit_ts_us = (uint64_t)STO_VERSION_TS_US(version),
+            .origin = n->opts.cluster_num,
+            /* every cluster drops its own rows (the router asks each) */
+            .flags = STO_ROW_REPLICATED};
+    st_code rc = node_write(n, rows, n_rows, err, drop_written, op);
+    if (rc == ST_OK)
+        op->pending++;
+    return rc;
+}
+
+/* Deletes the rows with prefix (empty = all) of one tablet, a batch per write. */
+static st_code drop_tablet_rows(node_ctx *n, drop_op *op, node_tablet *tab, st_slice prefix,
+                                st_err *err) {
+    sto_snapshot *snap = NULL;
+    sto_iter *it = NULL;
+    sto_range r = {.start = prefix};
+    st_code rc = sto_snapshot_new(tab->st, &snap, err);
+    if (rc == ST_OK)
+        rc = sto_iter_new(snap, &r, false, &it, err);
+    st_buf keys;
+    st_buf_init(&keys);
+    size_t offs[DROP_BATCH_ROWS], n_rows = 0;
+    sto_cell c;
+    while (rc == ST_OK && (rc = sto_iter_next(it, &c, err)) == ST_OK) {
+        if (c.row.len < prefix.len || memcmp(c.row.data, prefix.data, prefix.len) != 0)
+            break;
+        offs[n_rows++] = keys.len;
+        if (st_buf_append(&keys, c.row.data, c.row.len) != ST_OK)
+            rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+        sto_iter_skip_row(it);
+        if (rc == ST_OK && n_rows == DROP_BATCH_ROWS) {
+            rc = drop_flush(n, op, tab->id, &keys, offs, n_rows, err);
+            n_rows = 0;
+            st_buf_reset(&keys);
+        }
+    }
+    if (rc == ST_NOT_FOUND || rc == ST_OK)
+        rc = drop_flush(n, op, tab->id, &keys, offs, n_rows, err);
+    st_buf_free(&keys);
+    if (it)
+        sto_iter_free(it);
+    if (snap)
+        sto_snapshot_free(snap);
+    return rc;
+}
+
+static void drop_recorded(node_ctx *n, rpc_call *call, node_tablets *t, st_slice prefix) {
+    drop_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+        return;
+    }
+    op->call = call;
+    op->pending = 1;
+    st_err err = {0};
+    for (size_t i = 0; op->code == ST_OK && i < t->n; i++)
+        if ((op->code = drop_tablet_rows(n, op, &t->v[i], prefix, &err)) != ST_OK)
+            snprintf(op->msg, sizeof op->msg, "%s", err.msg);
+    if (--op->pending == 0)
+        drop_reply(op);
+}
+
 void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Google__Bigtable__Admin__V2__DropRowRangeRequest *req = (void *)node_unpack(
@@ -697,6 +809,11 @@ void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     st_err err;
+    node_table *meta = node_catalog_find(n->catalog, req->name);
+    if (meta && meta->cs_retention_us > 0) {
+        drop_recorded(n, call, t, prefix);
+        return;
+    }
     uint64_t version = node_next_version(n);
     for (size_t i = 0; i < t->n; i++) {
         st_code rc = sto_tablet_drop_prefix(n->db, t->v[i].id, prefix, version, &err);

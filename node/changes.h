@@ -85,6 +85,8 @@ Google__Bigtable__Admin__V2__ChangeStreamConfig *node_cs_config_to_pb(const node
 /* Recounts the tables with streams on (after a table is added, dropped or changed) and keeps
  * each of their tablets' GC reports registered. */
 void node_cs_tables_changed(node_ctx *n);
+/* Unregisters every tablet's GC report (node_close, before the server goes). */
+void node_cs_stop_reports(node_ctx *n);
 
 /* How node_write treats its rows. */
 typedef enum node_write_kind {

@@ -5,6 +5,7 @@
 #include "changes.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,16 @@ typedef struct cs_arrival {
     int64_t stamp;
 } cs_arrival;
 
+/* Cells a compaction dropped, on their way from a storage thread to the loop. */
+typedef struct cs_gc_batch {
+    struct cs_gc_batch *next, *prev; /* node_cs.gc_pending */
+    node_ctx *n;
+    uint64_t tablet_id;
+    sto_gc_dropped *cells; /* slices point into data */
+    size_t n_cells;
+    uint8_t *data;
+} cs_gc_batch;
+
 typedef struct node_cs {
     int64_t start_stamp;  /* records at or below it may predate this process */
     int64_t resolved;     /* the last resolved stamp handed out */
@@ -48,6 +59,10 @@ typedef struct node_cs {
     size_t tables_on;      /* tables with streams on */
     size_t hint_t, hint_j; /* the last tablet found by id: n->tables[hint_t].v[hint_j] */
     st_buf scratch;        /* sto_mut: a record's mutations while encoding */
+    /* GC batches posted to the loop and not yet run (freed at close if the loop never runs
+     * them); the lock is taken by storage threads too. */
+    pthread_mutex_t gc_lock;
+    cs_gc_batch *gc_pending;
 } node_cs;
 
 /* ---- clock, config ---- */
@@ -101,13 +116,27 @@ Google__Bigtable__Admin__V2__ChangeStreamConfig *node_cs_config_to_pb(const node
     return c;
 }
 
+static void gc_report(uint64_t tablet_id, const sto_gc_dropped *cells, size_t n_cells, void *arg);
+
 void node_cs_tables_changed(node_ctx *n) {
-    if (!n->cs)
+    if (!n->cs || n->closing)
         return;
     size_t on = 0;
-    for (size_t i = 0; i < node_catalog_count(n->catalog); i++)
-        on += node_catalog_at(n->catalog, i)->cs_retention_us > 0;
+    for (size_t i = 0; i < node_catalog_count(n->catalog); i++) {
+        const node_table *meta = node_catalog_at(n->catalog, i);
+        on += meta->cs_retention_us > 0;
+        node_tablets *t = node_tablets_find(n, meta->name);
+        for (size_t j = 0; t && j < t->n; j++)
+            sto_tablet_set_gc_report(t->v[j].st, meta->cs_retention_us > 0 ? gc_report : NULL,
+                                     meta->cs_retention_us > 0 ? n : NULL);
+    }
     n->cs->tables_on = on;
+}
+
+void node_cs_stop_reports(node_ctx *n) {
+    for (size_t i = 0; i < n->n_tables; i++)
+        for (size_t j = 0; j < n->tables[i].n; j++)
+            sto_tablet_set_gc_report(n->tables[i].v[j].st, NULL, NULL);
 }
 
 /* ---- open, close ---- */
@@ -117,6 +146,7 @@ st_code node_cs_open(node_ctx *n, st_err *err) {
     if (!cs)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting change streams");
     st_buf_init(&cs->scratch);
+    pthread_mutex_init(&cs->gc_lock, NULL);
     n->cs = cs;
     cs->start_stamp = node_cs_next_stamp(n);
     cs->resolved = cs->start_stamp;
@@ -149,6 +179,12 @@ void node_cs_close(node_ctx *n) {
     }
     free(cs->arrivals);
     st_buf_free(&cs->scratch);
+    while (cs->gc_pending) {
+        cs_gc_batch *b = cs->gc_pending;
+        cs->gc_pending = b->next;
+        free(b);
+    }
+    pthread_mutex_destroy(&cs->gc_lock);
     free(cs);
     n->cs = NULL;
 }
@@ -658,4 +694,129 @@ void node_cs_unwatch(node_ctx *n, node_cs_watcher *w) {
     if (w->next)
         w->next->prev = w->prev;
     w->prev = w->next = NULL;
+}
+
+/* ---- GC records ----
+ * A compaction's dropped cells come from a storage thread; on the loop each row gets one
+ * record (type garbage collection: a DeleteFromColumn [ts, ts + 1) per cell) written as a row
+ * mutation holding only the record cell. */
+
+static void gc_batch_unlink(node_cs *cs, cs_gc_batch *b) {
+    pthread_mutex_lock(&cs->gc_lock);
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        cs->gc_pending = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    pthread_mutex_unlock(&cs->gc_lock);
+}
+
+static void gc_written(node_ctx *n, st_code code, const char *msg, void *arg) {
+    (void)n;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "changes", "writing garbage collection records failed: %s",
+               msg ? msg : st_code_name(code));
+    free(arg);
+}
+
+/* The rows of b's cells as GC row mutations (one per row; cells come in key order). */
+static size_t gc_rows(node_ctx *n, cs_gc_batch *b, sto_row_mut *rows, sto_mut *muts) {
+    size_t count = 0;
+    for (size_t i = 0; i < b->n_cells; i++) {
+        const sto_gc_dropped *c = &b->cells[i];
+        if (count == 0 || !st_slice_eq(rows[count - 1].row, c->row)) {
+            uint64_t v = node_next_version(n);
+            rows[count++] = (sto_row_mut){.tablet_id = b->tablet_id,
+                                          .row = c->row,
+                                          .muts = &muts[i],
+                                          .version = v,
+                                          .commit_ts_us = (uint64_t)STO_VERSION_TS_US(v),
+                                          .flags = STO_ROW_GC};
+        }
+        muts[i] = (sto_mut){.type = STO_MUT_DEL_COLUMN,
+                            .family = c->family,
+                            .qualifier = c->qualifier,
+                            .ts_start_us = c->ts_us,
+                            .ts_end_us = c->ts_us + 1};
+        rows[count - 1].n_muts++;
+    }
+    return count;
+}
+
+static void gc_on_loop(void *arg) {
+    cs_gc_batch *b = arg;
+    node_ctx *n = b->n;
+    gc_batch_unlink(n->cs, b);
+    node_tablets *t = tablet_table(n, b->tablet_id);
+    node_table *meta = t ? node_catalog_find(n->catalog, t->name) : NULL;
+    if (!meta || meta->cs_retention_us <= 0 || n->closing) {
+        free(b);
+        return;
+    }
+    sto_row_mut *rows = calloc(b->n_cells, sizeof *rows);
+    sto_mut *muts = calloc(b->n_cells, sizeof *muts);
+    st_err err = {0};
+    st_code rc = rows && muts ? ST_OK : ST_RESOURCE_EXHAUSTED;
+    if (rc == ST_OK) {
+        size_t count = gc_rows(n, b, rows, muts);
+        rc = node_write_mode(n, rows, count, NODE_WRITE_GC, &err, gc_written, b);
+    }
+    if (rc != ST_OK) {
+        st_log(ST_LOG_WARN, "changes",
+               "garbage collection records of tablet %" PRIu64 " not written: %s", b->tablet_id,
+               err.msg[0] ? err.msg : st_code_name(rc));
+        free(b);
+    }
+    free(rows); /* storage copied them; the records keep their own copies */
+    free(muts);
+}
+
+/* Storage thread: copies the cells and posts them to the loop. */
+static void gc_report(uint64_t tablet_id, const sto_gc_dropped *cells, size_t n_cells, void *arg) {
+    node_ctx *n = arg;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n_cells; i++)
+        bytes += cells[i].row.len + cells[i].family.len + cells[i].qualifier.len;
+    cs_gc_batch *b = malloc(sizeof *b + n_cells * sizeof *b->cells + bytes + 1);
+    if (!b || n_cells == 0) {
+        if (b == NULL)
+            st_log(ST_LOG_ERROR, "changes",
+                   "out of memory: %zu GC records of tablet %" PRIu64 " lost", n_cells, tablet_id);
+        free(b);
+        return;
+    }
+    b->n = n;
+    b->tablet_id = tablet_id;
+    b->cells = (sto_gc_dropped *)(b + 1);
+    b->n_cells = n_cells;
+    b->data = (uint8_t *)(b->cells + n_cells);
+    uint8_t *p = b->data;
+    for (size_t i = 0; i < n_cells; i++) {
+        const sto_gc_dropped *c = &cells[i];
+        st_slice parts[3] = {c->row, c->family, c->qualifier};
+        for (int k = 0; k < 3; k++) {
+            if (parts[k].len)
+                memcpy(p, parts[k].data, parts[k].len);
+            parts[k] = st_slice_make(p, parts[k].len);
+            p += parts[k].len;
+        }
+        b->cells[i] = (sto_gc_dropped){parts[0], parts[1], parts[2], c->ts_us};
+    }
+    node_cs *cs = n->cs;
+    pthread_mutex_lock(&cs->gc_lock);
+    b->prev = NULL;
+    b->next = cs->gc_pending;
+    if (b->next)
+        b->next->prev = b;
+    cs->gc_pending = b;
+    pthread_mutex_unlock(&cs->gc_lock);
+    if (rpc_server_post(n->rpc, gc_on_loop, b) != ST_OK) {
+        st_log(ST_LOG_ERROR, "changes",
+               "%zu GC records of tablet %" PRIu64 " lost: the loop's "
+               "queue is full",
+               n_cells, tablet_id);
+        gc_batch_unlink(cs, b);
+        free(b);
+    }
 }

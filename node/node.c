@@ -690,6 +690,8 @@ void node_close(node_ctx *n) {
     n->closing = true;
     node_split_timer_stop(n);
     node_moves_abort(n);
+    if (n->cs)
+        node_cs_stop_reports(n); /* compactions must not post to the server once it is gone */
     while (n->rpc && __atomic_load_n(&n->writes_in_flight, __ATOMIC_RELAXED) > 0)
         event_base_loop(n->base, EVLOOP_ONCE);
     node_repl_stop(n); /* before the server: its Apply handler uses the replication context */
