@@ -9,7 +9,9 @@
  *   and GenerateInitialChangeStreamPartitions gives its own tablets only (none: no partition);
  * - a tablet moved away while streaming ends the stream with CloseStream OUT_OF_RANGE naming
  *   the partition itself (its rows are elsewhere now) with a token, from which the target node
- *   goes on: the rows written before the move are not sent again, one written after it is.
+ *   goes on: the rows written before the move are not sent again, one written after it is;
+ * - a client that does not read holds the node's queued response bytes near the call's queue
+ *   bound (1 MiB) while 20 MiB of history wait, and then gets every record.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +28,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "raw_h2.h"
 #include "strata/cstoken.h"
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/node.h"
@@ -416,6 +419,153 @@ static void test_cs_read_member_and_move(void **state) {
     free(s);
 }
 
+/* ---- a client that does not read ---- */
+
+#define SLOW_RECORDS 40
+#define SLOW_VALUE_BYTES ((size_t)512 << 10)
+/* What the node may queue for the one stalled call: its queue bound (1 MiB), the record that
+ * crossed it and the messages of a turn, with slack. 20 MiB wait. */
+#define SLOW_QUEUED_MAX ((size_t)4 << 20)
+
+#define NVS(n, v)                                                                                  \
+    { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, sizeof(v) - 1, 0 }
+
+static st_code put_big(const char *key, const uint8_t *v) {
+    Google__Bigtable__V2__Mutation m, *mp = &m;
+    Google__Bigtable__V2__Mutation__SetCell sc;
+    google__bigtable__v2__mutation__init(&m);
+    google__bigtable__v2__mutation__set_cell__init(&sc);
+    sc.family_name = "f";
+    sc.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"q"};
+    sc.value = (ProtobufCBinaryData){SLOW_VALUE_BYTES, (uint8_t *)v};
+    sc.timestamp_micros = 1000;
+    m.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
+    m.set_cell = &sc;
+    Google__Bigtable__V2__MutateRowRequest req;
+    google__bigtable__v2__mutate_row_request__init(&req);
+    req.table_name = TBL("big");
+    req.row_key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+    req.n_mutations = 1;
+    req.mutations = &mp;
+    st_err status;
+    return call(&S, BT "MutateRow", &req.base, NULL, &status);
+}
+
+/* The gRPC-framed ReadChangeStream request of table big from t0 to t_end. */
+static size_t slow_request(uint8_t *out, size_t cap, int64_t t0, int64_t t_end) {
+    Google__Bigtable__V2__ReadChangeStreamRequest req;
+    google__bigtable__v2__read_change_stream_request__init(&req);
+    req.table_name = TBL("big");
+    Google__Bigtable__V2__StreamPartition p;
+    Google__Bigtable__V2__RowRange rr;
+    btu_cs_partition_set(&p, &rr, st_slice_cstr(""), st_slice_cstr(""));
+    req.partition = &p;
+    Google__Protobuf__Timestamp st, et;
+    btu_cs_time_set(&st, t0);
+    btu_cs_time_set(&et, t_end);
+    req.start_from_case = GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME;
+    req.start_time = &st;
+    req.end_time = &et;
+    size_t len = protobuf_c_message_get_packed_size(&req.base);
+    assert_true(len + 5 <= cap);
+    out[0] = 0;
+    out[1] = (uint8_t)(len >> 24);
+    out[2] = (uint8_t)(len >> 16);
+    out[3] = (uint8_t)(len >> 8);
+    out[4] = (uint8_t)len;
+    protobuf_c_message_pack(&req.base, out + 5);
+    return len + 5;
+}
+
+/* Records (DataChange messages with done) in gRPC-framed response bytes. */
+static size_t count_records(const st_buf *data) {
+    size_t n = 0;
+    for (size_t off = 0; off + 5 <= data->len;) {
+        size_t len = (size_t)data->data[off + 1] << 24 | (size_t)data->data[off + 2] << 16 |
+                     (size_t)data->data[off + 3] << 8 | data->data[off + 4];
+        assert_true(off + 5 + len <= data->len);
+        Google__Bigtable__V2__ReadChangeStreamResponse *r =
+            google__bigtable__v2__read_change_stream_response__unpack(NULL, len,
+                                                                      data->data + off + 5);
+        assert_non_null(r);
+        n += r->stream_record_case ==
+                 GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_DATA_CHANGE &&
+             r->data_change->done;
+        google__bigtable__v2__read_change_stream_response__free_unpacked(r, NULL);
+        off += 5 + len;
+    }
+    return n;
+}
+
+static void test_cs_read_slow_client(void **state) {
+    (void)state;
+    table_pb tb;
+    table_pb_init(&tb, NULL, 0);
+    Google__Bigtable__Admin__V2__CreateTableRequest creq;
+    google__bigtable__admin__v2__create_table_request__init(&creq);
+    creq.parent = PARENT;
+    creq.table_id = "big";
+    creq.table = &tb.t;
+    st_err status;
+    assert_int_equal(call(&S, TA "CreateTable", &creq.base, NULL, &status), ST_OK);
+    int64_t t0 = st_wall_us() + 1000;
+    while (st_wall_us() <= t0)
+        usleep(500);
+    uint8_t *v = malloc(SLOW_VALUE_BYTES);
+    memset(v, 'x', SLOW_VALUE_BYTES);
+    for (int i = 0; i < SLOW_RECORDS; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "b%03d", i);
+        assert_int_equal(put_big(key, v), ST_OK);
+    }
+    free(v);
+    uint8_t body[1024];
+    raw_call r = {.fd = raw_tcp_connect((uint16_t)atoi(strchr(S.addr, ':') + 1), 4096),
+                  .grpc_status = -1};
+    assert_true(r.fd >= 0);
+    r.body = body;
+    r.body_len = slow_request(body, sizeof body, t0, st_wall_us());
+    st_buf_init(&r.data);
+    nghttp2_session *s = raw_session(&r, true);
+    assert_non_null(s);
+    nghttp2_nv nva[] = {NVS(":method", "POST"),
+                        NVS(":scheme", "http"),
+                        NVS(":path", BT "ReadChangeStream"),
+                        NVS(":authority", "t"),
+                        NVS("content-type", "application/grpc"),
+                        NVS("te", "trailers")};
+    nghttp2_data_provider prd = {.read_callback = raw_body};
+    assert_true(nghttp2_submit_request(s, NULL, nva, 6, &prd, NULL) > 0);
+    assert_int_equal(nghttp2_session_send(s), 0);
+    /* Not reading: the socket fills, then the call's queue. Watch what the node queues. */
+    size_t peak = 0;
+    for (int ms = 0; ms < 60000 && peak < SLOW_VALUE_BYTES; ms++) { /* it starts sending */
+        size_t q = rpc_queued_response_bytes();
+        peak = q > peak ? q : peak;
+        usleep(1000);
+    }
+    for (int ms = 0; ms < 300; ms++) { /* a stalled reader would pile up 20 MiB by now */
+        size_t q = rpc_queued_response_bytes();
+        peak = q > peak ? q : peak;
+        usleep(1000);
+    }
+    static uint8_t buf[1 << 16];
+    while (!r.closed) {
+        ssize_t n = recv(r.fd, buf, sizeof buf, 0);
+        assert_true(n > 0);
+        assert_true(nghttp2_session_mem_recv(s, buf, (size_t)n) == n);
+        assert_int_equal(nghttp2_session_send(s), 0);
+    }
+    assert_int_equal(r.grpc_status, 0);
+    assert_int_equal(count_records(&r.data), SLOW_RECORDS);
+    printf("queued response bytes peak with a stalled reader: %zu\n", peak);
+    assert_true(peak >= SLOW_VALUE_BYTES);
+    assert_true(peak <= SLOW_QUEUED_MAX);
+    nghttp2_session_del(s);
+    close(r.fd);
+    st_buf_free(&r.data);
+}
+
 /* ---- harness ---- */
 
 static int g_failures;
@@ -425,6 +575,7 @@ static void *client_main(void *arg) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cs_read_gc_record),
         cmocka_unit_test(test_cs_read_member_and_move),
+        cmocka_unit_test(test_cs_read_slow_client),
     };
     g_failures = cmocka_run_group_tests(tests, NULL, NULL);
     event_base_loopbreak(g_base);
