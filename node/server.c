@@ -5,6 +5,7 @@
  * there too. The same server may also listen on a Unix-domain socket (node_listen_unix) for a
  * router on the same host (docs/cluster.md). */
 #include "admin.h"
+#include "changes.h"
 #include "node_internal.h"
 #include "repl_glue.h"
 
@@ -25,6 +26,8 @@ static const method methods[] = {
     {BT "CheckAndMutateRow", node_h_check_and_mutate_row},
     {BT "ReadModifyWriteRow", node_h_read_modify_write_row},
     {BT "PingAndWarm", node_h_ping_and_warm},
+    {BT "GenerateInitialChangeStreamPartitions", node_h_generate_partitions},
+    {BT "ReadChangeStream", node_h_read_change_stream},
     {TA "CreateTable", node_h_create_table},
     {TA "GetTable", node_h_get_table},
     {TA "ListTables", node_h_list_tables},
