@@ -80,6 +80,7 @@ typedef struct cs_reader {
     sto_snapshot *snap;
     sto_iter *it;
     st_buf scan_from;
+    st_buf scan_row; /* the row of the scan's last cell (empty before the first) */
     uint64_t snap_bytes;
     cs_rec pending;
     int64_t turn_records, turn_cells;
@@ -167,6 +168,7 @@ static void cs_free(cs_reader *r) {
     st_buf_free(&r->start);
     st_buf_free(&r->end);
     st_buf_free(&r->scan_from);
+    st_buf_free(&r->scan_row);
     st_buf_free(&r->pending.row);
     st_buf_free(&r->pending.value);
     st_buf_free(&r->msg);
@@ -351,6 +353,7 @@ static st_code scan_start(cs_reader *r, int64_t h, st_err *err) {
     r->snap_bytes = 0;
     r->scan_h = h;
     r->scanning = true;
+    st_buf_reset(&r->scan_row);
     return ST_OK;
 }
 
@@ -405,6 +408,20 @@ static void pos_scan(cs_reader *r, st_slice row) {
     memcpy(r->pos.key, row.data, row.len);
 }
 
+/* The scan reached a new row: the one before it is complete, so its last record goes out with a
+ * token naming that row (and without a record the position moves past it all the same). */
+static st_code scan_next_row(cs_reader *r, st_slice row, st_err *err) {
+    if (r->scan_row.len > 0 && r->scan_row.len <= BTU_ROW_KEY_MAX) {
+        pos_scan(r, S(&r->scan_row));
+        st_code rc = send_pending(r, err); /* pending, if any, is of that row */
+        if (rc != ST_OK)
+            return rc;
+    }
+    if (!buf_set(&r->scan_row, row))
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory scanning change records");
+    return ST_OK;
+}
+
 static st_code scan(cs_reader *r, st_err *err) {
     for (;;) {
         if (turn_spent(r))
@@ -421,16 +438,14 @@ static st_code scan(cs_reader *r, st_err *err) {
         if (rc != ST_OK)
             return rc;
         r->turn_cells++;
+        if (!st_slice_eq(c.row, S(&r->scan_row)) && (rc = scan_next_row(r, c.row, err)) != ST_OK)
+            return rc;
         int64_t stamp;
         if (!record_stamp(&c, &stamp) || stamp <= r->pos.w || stamp > r->scan_h)
             continue;
-        if (r->pending.set) {
-            if (!st_slice_eq(c.row, S(&r->pending.row)) && r->pending.row.len <= BTU_ROW_KEY_MAX)
-                pos_scan(r, S(&r->pending.row)); /* its row is complete */
-            if ((rc = send_pending(r, err)) != ST_OK)
-                return rc;
-        }
-        if ((rc = pending_set(r, stamp, c.row, c.value, err)) != ST_OK)
+        /* A record of the same row before it: sent with the position before the row. */
+        if ((rc = send_pending(r, err)) != ST_OK ||
+            (rc = pending_set(r, stamp, c.row, c.value, err)) != ST_OK)
             return rc;
     }
 }
