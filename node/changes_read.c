@@ -327,13 +327,18 @@ static bool on_ring(const node_cs_rec *rec, void *arg) {
     return pending_set(r, rec->stamp_us, rec->row, rec->value, &r->fail) == ST_OK;
 }
 
-/* Opens the catch-up scan of (pos.w, h] (a scan position from a token goes on after its key). */
+/* Opens the catch-up scan of (pos.w, h], h at most the resolved stamp (a scan position from a
+ * token goes on after its key up to its own H). */
 static st_code scan_start(cs_reader *r, int64_t h, st_err *err) {
     node_tablet *tab = node_tablet_by_id(r->n, r->tablet_id, NULL);
     if (!tab)
         return st_err_set(err, ST_INTERNAL, "the partition's tablet vanished");
     st_slice from = S(&r->start);
     st_buf_reset(&r->scan_from);
+    /* A scan token past what this node has resolved (another node's clock) or past end_time:
+     * records up to its H may still be in flight here, so its scan starts over from W. */
+    if (r->pos.scan && r->pos.h > h)
+        btu_cs_pos_live(&r->pos, r->pos.w);
     if (r->pos.scan) {
         h = r->pos.h;
         if (st_buf_append(&r->scan_from, r->pos.key, r->pos.key_len) != ST_OK ||
