@@ -713,6 +713,12 @@ static st_code start_pos(node_ctx *n, const node_table *meta,
     }
     const Google__Bigtable__V2__StreamContinuationTokens *tk = req->continuation_tokens;
     st_code rc = btu_cs_tokens_merge(tk->tokens, tk->n_tokens, part, a, pos, err);
+    /* A time past what this node has resolved (a token from a node whose clock is ahead):
+     * writes this node makes or applies from now on may have stamps below it, so the stream
+     * starts at the resolved stamp (records may come twice, none is skipped). */
+    int64_t resolved = node_cs_resolved(n);
+    if (rc == ST_OK && pos->w > resolved)
+        btu_cs_pos_live(pos, resolved);
     if (rc == ST_OK && pos->w < oldest - 1) {
         time_text(pos->w, t1, sizeof t1);
         return st_err_set(err, ST_INVALID_ARGUMENT,
