@@ -287,7 +287,9 @@ static st_code send_pending(cs_reader *r, st_err *err) {
 static st_code pending_set(cs_reader *r, int64_t stamp, st_slice row, st_slice value, st_err *err) {
     cs_rec *p = &r->pending;
     if (!buf_set(&p->row, row) || !buf_set(&p->value, value))
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a change record");
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                          "out of memory reading a change record; resume from the last "
+                          "continuation token");
     p->stamp = stamp;
     p->set = true;
     return ST_OK;
@@ -332,7 +334,9 @@ static bool on_ring(const node_cs_rec *rec, void *arg) {
 static st_code scan_start(cs_reader *r, int64_t h, st_err *err) {
     node_tablet *tab = node_tablet_by_id(r->n, r->tablet_id, NULL);
     if (!tab)
-        return st_err_set(err, ST_INTERNAL, "the partition's tablet vanished");
+        return st_err_set(err, ST_UNAVAILABLE,
+                          "the partition's tablet left this node; resume from the last "
+                          "continuation token");
     st_slice from = S(&r->start);
     st_buf_reset(&r->scan_from);
     /* A scan token past what this node has resolved (another node's clock) or past end_time:
@@ -538,7 +542,10 @@ static st_code still_valid(cs_reader *r, node_tablets **t, st_err *err) {
     node_table *meta = node_catalog_find(r->n->catalog, r->table);
     *t = meta ? node_tablets_find(r->n, r->table) : NULL;
     if (!*t)
-        return st_err_set(err, ST_NOT_FOUND, "table \"%s\" was deleted", r->table);
+        return st_err_set(err, ST_NOT_FOUND,
+                          "table \"%s\" was deleted while its change stream was read; its "
+                          "history is gone with it",
+                          r->table);
     if (meta->cs_retention_us == 0 || meta->cs_since_us != r->since_us)
         return st_err_set(err, ST_FAILED_PRECONDITION,
                           "change streams of table %s were turned off (or off and on again) "
