@@ -202,10 +202,14 @@ static void arm(cs_reader *r, int64_t delay_us) {
     event_add(r->timer, &tv);
 }
 
+/* New records: the turn runs from the loop right after the write's completion (which acks the
+ * write first), not after the next poll of the sockets: a timer, even of 1 us, waits for the
+ * poll's millisecond timeout when nothing else is ready. Once per completion, so a busy table
+ * does not starve the loop (the turn's own continuation is a timer). */
 static void on_watch(node_cs_watcher *w) {
     cs_reader *r = (cs_reader *)((char *)w - offsetof(cs_reader, watcher));
     if (!r->waiting_writable)
-        arm(r, CS_TURN_DELAY_US);
+        event_active(r->timer, EV_TIMEOUT, 0);
 }
 
 static void on_writable(rpc_call *call, void *arg) {
