@@ -330,8 +330,13 @@ static void row_copy(node_cs_write *w, size_t i, const sto_row_mut *r, bool reco
     *out = *r;
     out->muts = &w->muts[*mi];
     out->n_muts = 0;
+    /* A replicated row of record cells only stays as it came (storage refuses an empty row). */
+    size_t user = 0;
+    for (size_t j = 0; j < r->n_muts; j++)
+        user += !is_system(&r->muts[j]);
+    bool strip = (r->flags & STO_ROW_REPLICATED) && (user > 0 || recorded);
     for (size_t j = 0; mode != NODE_WRITE_GC && j < r->n_muts; j++)
-        if (!is_system(&r->muts[j]) || !(r->flags & STO_ROW_REPLICATED)) {
+        if (!strip || !is_system(&r->muts[j])) {
             w->muts[(*mi)++] = r->muts[j];
             out->n_muts++;
         }
