@@ -39,6 +39,10 @@ typedef struct sto_log_options {
      * the records before the cut, logs what was dropped (event=log_data_loss_accepted) and
      * continues. */
     bool accept_data_loss;
+    /* After this many microseconds without a group, the commit thread writes a checkpoint of the
+     * last group with an fdatasync of its own (docs/formats/log.md, checkpoints). 0: 100 ms;
+     * negative: never (tests that damage the last group as a crash right after it would). */
+    int64_t checkpoint_idle_us;
 } sto_log_options;
 
 /* Called once the group holding the records is durable (or failed), on the commit thread or on the
@@ -113,6 +117,7 @@ typedef struct sto_log_stats {
     uint64_t records;       /* records made durable */
     uint64_t groups;        /* groups written successfully */
     uint64_t syncs;         /* fdatasync calls on records (not segment headers) */
+    uint64_t ckpt_syncs;    /* fdatasync calls for a checkpoint alone (idle log, close) */
     uint64_t failed_groups; /* groups whose write or sync failed */
     uint64_t segments_created;
     uint64_t segments_reused;  /* last segments appended to again after a restart */

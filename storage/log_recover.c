@@ -15,6 +15,8 @@ typedef struct scan_result {
     uint64_t last_lsn;   /* last good record (first_lsn - 1 when none) */
     uint64_t good_bytes; /* end of that record; 0 when the header is bad */
     uint64_t file_bytes;
+    uint64_t data_off; /* where the segment's records start */
+    bool ckpt;         /* it has checkpoint slots (version 4) */
     /* The last segment has bytes other than reserved zeros after good_bytes (or was cut short):
      * appends go to a new segment. Not torn: they continue at good_bytes. */
     bool torn;
@@ -201,8 +203,36 @@ static st_code scan_cut_short(scan_ctx *c, scan_result *res, bool zero_tail, st_
     return ST_OK;
 }
 
+/* The last segment's checkpoint says records up to lsn C were durable, that is acknowledged
+ * (a slot is written only with an lsn whose group's fdatasync had returned), but its good
+ * records end at L < C: records that were acknowledged read back as zeros or garbage (a lost or
+ * overwritten page), with nothing later in the file to tell. ST_DATA_LOSS unless the log
+ * accepts the loss (then, as for a cut, appends go to a new segment). */
+static st_code scan_ckpt_lost(scan_ctx *c, scan_result *res, st_err *err) {
+    const char *path = c->rd.path;
+    uint64_t l = res->last_lsn, ck = c->rd.ckpt_lsn, x = res->good_bytes;
+    res->torn = true; /* never append after damaged records */
+    if (!c->log->accept_data_loss)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s: its checkpoint says records up to lsn %" PRIu64
+                          " were made durable, but its records end at lsn %" PRIu64
+                          " (byte %" PRIu64 "): lsn %" PRIu64 "..%" PRIu64 " at least, which were "
+                          "acknowledged, read back as zeros or garbage: restore the file or the "
+                          "node from a replica, or start with --accept-data-loss to drop them",
+                          path, ck, l, x, l + 1, ck);
+    st_log(ST_LOG_ERROR, "log",
+           "event=log_data_loss_accepted segment=%s reason=checkpoint checkpoint_lsn=%" PRIu64
+           " kept_last_lsn=%" PRIu64 " kept_bytes=%" PRIu64 " dropped_from_lsn=%" PRIu64
+           " dropped_records=at_least_%" PRIu64 " msg=\"acknowledged records after lsn %" PRIu64
+           " are unreadable and dropped; appends continue from lsn %" PRIu64 " in a new segment\"",
+           path, ck, l, x, l + 1, ck - l, l, l + 1);
+    c->dropped = true;
+    return ST_OK;
+}
+
 /* What follows the last segment's good records: only reserved zeros (appends may continue
- * there) or torn bytes; and whether the file was cut short. */
+ * there) or torn bytes; whether the file was cut short; and whether its checkpoint names
+ * records it no longer holds. */
 static st_code scan_tail(scan_ctx *c, scan_result *res, st_err *err) {
     bool zero = true;
     st_code rc = tail_zero(&c->rd, res->good_bytes, &zero, err);
@@ -210,8 +240,10 @@ static st_code scan_tail(scan_ctx *c, scan_result *res, st_err *err) {
         return rc;
     res->torn = !zero;
     if (c->rd.reserved > 0 && res->file_bytes < c->rd.reserved)
-        return scan_cut_short(c, res, zero, err);
-    return ST_OK;
+        rc = scan_cut_short(c, res, zero, err);
+    if (rc == ST_OK && !c->dropped && c->rd.ckpt_lsn > res->last_lsn)
+        rc = scan_ckpt_lost(c, res, err);
+    return rc;
 }
 
 /* Reads one segment's records in order. For a non-last segment, records first..stop_lsn must all
@@ -225,7 +257,10 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
     st_code rc = log_reader_open_seg(&c->rd, c->log, first_lsn, &res->file_bytes, &why, err);
     if (rc != ST_OK)
         return rc;
-    if (why && is_last && (res->file_bytes <= LOG_SEG_HDR_BYTES || seg_header_zero(&c->rd))) {
+    res->data_off = c->rd.data_off;
+    res->ckpt = c->rd.ckpt;
+    if (why && is_last &&
+        (res->file_bytes <= LOG_SEG_HDR_BYTES || c->rd.hdr_partial || seg_header_zero(&c->rd))) {
         /* A crash while the segment was being created (its space may have been reserved
          * already): records go in only after the header is durable, so it holds none. */
         res->torn = true;
@@ -236,7 +271,7 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
                           "commit log segment %s: %s; restore the node from "
                           "a replica",
                           c->rd.path, why);
-    uint64_t off = LOG_SEG_HDR_BYTES;
+    uint64_t off = c->rd.data_off;
     res->good_bytes = off;
     for (uint64_t expect = first_lsn; is_last || expect <= stop_lsn; expect++) {
         rec_status st;
@@ -288,6 +323,14 @@ static void position_apply(sto_log *log, bool have_seg, const scan_result *res) 
         log->durable_lsn = res->last_lsn;
         log->next_lsn = res->last_lsn + 1;
         log->wbytes = res->good_bytes;
+        log->wfirst = s->first_lsn;
+        log->wdata = res->data_off;
+        log->wckpt = res->ckpt;
+        /* Records read back after a crash may still be only in the page cache of a process
+         * that died before its fdatasync: no checkpoint names them until a group of this
+         * process has been synced after them. */
+        log->ckpt_lsn = res->last_lsn;
+        log->ckpt_n = 0;
         /* Appending after the last record needs a way to write inside the file when zeros
          * follow it (wopen_at); a torn tail is never overwritten. */
         bool reopen = !res->torn && res->good_bytes >= LOG_SEG_HDR_BYTES &&
