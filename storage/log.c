@@ -117,6 +117,14 @@ uint64_t sto_log_oldest_lsn(sto_log *log) {
     return v;
 }
 
+uint64_t sto_log_segment_first(sto_log *log, uint64_t lsn) {
+    pthread_mutex_lock(&log->mu);
+    ptrdiff_t i = log_segs_find(log, lsn);
+    uint64_t v = log->n_segs == 0 ? 0 : log->segs[i < 0 ? 0 : i].first_lsn;
+    pthread_mutex_unlock(&log->mu);
+    return v;
+}
+
 void sto_log_stats_get(sto_log *log, sto_log_stats *out) {
     pthread_mutex_lock(&log->mu);
     *out = log->stats;

@@ -59,13 +59,14 @@ st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out
 void sto_log_close(sto_log *log);
 
 /* Replays every record with lsn >= from_lsn in order, then positions appends after the last good
- * record. fn returns non-OK to stop. Records below the oldest stored lsn were trimmed on purpose
- * and are skipped silently. A torn tail is not rewritten: appends continue in a new segment and
- * the torn bytes are ignored from then on; after a clean end (only reserved zeros follow the
- * last record) appends continue in the same segment (docs/formats/log.md). ST_DATA_LOSS for a
- * bad record before the tail (in the last segment: one that a good record of a later group
- * follows) and for a last segment cut short (unless accept_data_loss);
- * ST_FAILED_PRECONDITION once appends started. */
+ * record; a log without segments gets its first one here, so that a manifest written after the
+ * replay can name it (a log emptied from outside is then told from a new one). fn returns non-OK to
+ * stop. Records below the oldest stored lsn were trimmed on purpose and are skipped silently. A
+ * torn tail is not rewritten: appends continue in a new segment and the torn bytes are ignored from
+ * then on; after a clean end (only reserved zeros follow the last record) appends continue in the
+ * same segment (docs/formats/log.md). ST_DATA_LOSS for a bad record before the tail (in the last
+ * segment: one that a good record of a later group follows) and for a last segment cut short
+ * (unless accept_data_loss); ST_FAILED_PRECONDITION once appends started. */
 st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
                        st_code (*fn)(const sto_log_record *rec, void *arg), void *arg, st_err *err);
 
@@ -94,6 +95,9 @@ st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto
 uint64_t sto_log_last_durable_lsn(sto_log *log);
 uint64_t sto_log_bytes(sto_log *log);      /* bytes in live segments */
 uint64_t sto_log_oldest_lsn(sto_log *log); /* first lsn still stored */
+/* The first lsn of the segment holding lsn (the oldest segment when lsn is before it): the
+ * oldest segment a trim to keep_from = lsn keeps. 0 when the log has no segment. */
+uint64_t sto_log_segment_first(sto_log *log, uint64_t lsn);
 /* Deletes whole segments whose records all have lsn < keep_from: takes them off the log at once
  * (sto_log_oldest_lsn, sto_log_bytes and cursors see the trim on return), removes their files
  * and syncs the directory before it returns (after any removals queued before it). Errors:

@@ -402,8 +402,9 @@ st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
     st_code rc = replay_segments(log, &c, i0 < 0 ? 0 : (size_t)i0, n, err);
     /* An accepted loss starts the next segment now (appends have not started: the writer state
      * is the replay's), so the cut segment is an old one from here on, also if no write comes
-     * before the next start, which would otherwise refuse it again. */
-    if (rc == ST_OK && c.dropped)
+     * before the next start, which would otherwise refuse it again. An empty log gets its first
+     * segment now, for the manifest to name. */
+    if (rc == ST_OK && (c.dropped || n == 0))
         rc = log_segment_create(log, log->next_lsn, err);
     log_reader_close(&c.rd);
     st_arena_deinit(&c.arena);
