@@ -262,9 +262,17 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
     if (why && is_last &&
         (res->file_bytes <= LOG_SEG_HDR_BYTES || c->rd.hdr_partial || seg_header_zero(&c->rd))) {
         /* A crash while the segment was being created (its space may have been reserved
-         * already): records go in only after the header is durable, so it holds none. */
-        res->torn = true;
-        return ST_OK;
+         * already): records go in only after the header is durable, so it holds none, and
+         * nothing but zeros follows the header. Anything else is a header wiped over records. */
+        bool zero = true;
+        if (res->file_bytes > LOG_SEG_HDR_BYTES &&
+            (rc = tail_zero(&c->rd, LOG_SEG_HDR_BYTES, &zero, err)) != ST_OK)
+            return rc;
+        if (zero) {
+            res->torn = true;
+            return ST_OK;
+        }
+        why = "the segment header is zeros or cut but data follows it";
     }
     if (why)
         return st_err_set(err, ST_DATA_LOSS,

@@ -1918,8 +1918,9 @@ static st_code ck_replay(st_env *env, bool accept, collected *c, sto_log **log, 
  * crash: each group's checkpoint names the group before it, so recovery knows acknowledged
  * records are gone: ST_DATA_LOSS naming the file and the way out. Accepting the loss keeps the
  * records before the zeros, logs what was dropped and goes on in a new segment, and later opens
- * are clean. Zeros over the last group alone are not detected (nothing later names it): the log
- * ends before it, as after a torn write. */
+ * are clean. A zeroed header page over records is ST_DATA_LOSS too. Zeros over the last group
+ * alone are not detected (nothing later names it): the log ends before it, as after a torn
+ * write. */
 static void test_log_zeroed_tail_is_data_loss(void **state) {
     (void)state;
     uint64_t last_off;
@@ -1954,6 +1955,13 @@ static void test_log_zeroed_tail_is_data_loss(void **state) {
     assert_int_equal(append_ids(log, kept + 1, 1, 300, NULL), ST_OK);
     sto_log_close(log);
     assert_int_equal(replay_check_prefix(env, kept + 1, &log), kept + 1);
+    sto_log_close(log);
+    env->ops->destroy(env);
+
+    env = env_groups(true, &last_off, path); /* the header page, checkpoints and all */
+    zero_range(env, path, 0, SEG_DATA);
+    assert_int_equal(ck_replay(env, false, NULL, &log, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "header"));
     sto_log_close(log);
     env->ops->destroy(env);
 
