@@ -121,7 +121,7 @@ typedef struct sto_log_stats {
     uint64_t records;       /* records made durable */
     uint64_t groups;        /* groups written successfully */
     uint64_t syncs;         /* fdatasync calls on records (not segment headers) */
-    uint64_t ckpt_syncs;    /* fdatasync calls for a checkpoint alone (idle log, close) */
+    uint64_t ckpt_syncs;    /* fdatasync calls for a checkpoint alone (idle, roll, close) */
     uint64_t failed_groups; /* groups whose write or sync failed */
     uint64_t segments_created;
     uint64_t segments_reused;  /* last segments appended to again after a restart */

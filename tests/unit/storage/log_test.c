@@ -1205,6 +1205,16 @@ static void test_log_middle_corruption_is_data_loss(void **state) {
     sto_log_close(log);
     env->ops->destroy(env);
 
+    /* The newest segment removed: the one before it, now the last, ends cleanly, but its
+     * checkpoint (written when the log rolled over) names the removed one's first lsn. */
+    env = env_with_segments();
+    last_segment(env, path);
+    assert_int_equal(env->ops->remove(env, path, NULL), ST_OK);
+    assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "checkpoint"));
+    sto_log_close(log);
+    env->ops->destroy(env);
+
     /* A bad header in a non-last segment, and in a last segment that holds records. */
     env = env_with_segments();
     segment_path(env, 1, path);
