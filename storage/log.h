@@ -10,7 +10,10 @@
  * their group's first lsn so that a good record of a later group after a bad one proves the bad
  * one was acknowledged (docs/formats/log.md, reading rules). Segments are preallocated and their
  * header records that size, so a last segment that got shorter (cut by something other than the
- * log) is told from a torn write: ST_DATA_LOSS unless the caller accepts the loss. A restart
+ * log) is told from a torn write: ST_DATA_LOSS unless the caller accepts the loss. Each
+ * segment's header page also holds a checkpoint of the last durable lsn (written with each group,
+ * with no extra sync, and when idle, rolling over and closing), so acknowledged records that
+ * read back as zeros are ST_DATA_LOSS too. A restart
  * keeps appending into the last segment after its last record when only reserved zeros follow
  * it, so restarts do not add segments. */
 #ifndef STO_LOG_H
@@ -35,9 +38,9 @@ typedef struct sto_log_options {
     bool sync;            /* false: no fdatasync; records count as durable once written */
     size_t segment_bytes; /* 0 = STO_LOG_SEGMENT_BYTES_DEFAULT; at most ..._MAX */
     /* A last segment shorter than its header says (truncated from outside: its end, and the
-     * records there, are gone) makes sto_log_replay fail with ST_DATA_LOSS. true: replay keeps
-     * the records before the cut, logs what was dropped (event=log_data_loss_accepted) and
-     * continues. */
+     * records there, are gone), or whose checkpoint names records it no longer holds, makes
+     * sto_log_replay fail with ST_DATA_LOSS. true: replay keeps the records before the damage,
+     * logs what was dropped (event=log_data_loss_accepted) and continues. */
     bool accept_data_loss;
     /* After this many microseconds without a group, the commit thread writes a checkpoint of the
      * last group with an fdatasync of its own (docs/formats/log.md, checkpoints). 0: 100 ms;
@@ -65,8 +68,9 @@ void sto_log_close(sto_log *log);
  * torn tail is not rewritten: appends continue in a new segment and the torn bytes are ignored from
  * then on; after a clean end (only reserved zeros follow the last record) appends continue in the
  * same segment (docs/formats/log.md). ST_DATA_LOSS for a bad record before the tail (in the last
- * segment: one that a good record of a later group follows) and for a last segment cut short
- * (unless accept_data_loss); ST_FAILED_PRECONDITION once appends started. */
+ * segment: one that a good record of a later group follows), and for a last segment cut short
+ * or whose checkpoint names records it no longer holds (both unless accept_data_loss);
+ * ST_FAILED_PRECONDITION once appends started. */
 st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
                        st_code (*fn)(const sto_log_record *rec, void *arg), void *arg, st_err *err);
 
