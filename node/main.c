@@ -40,8 +40,9 @@ static void usage(FILE *out) {
             "--poll-us N keeps polling the sockets N microseconds after the last message before\n"
             "sleeping (default 50; 0: never), which saves a wake-up per message when few calls\n"
             "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n"
-            "--accept-data-loss starts even when the commit log's last segment was cut short, or\n"
-            "the storage MANIFEST, the catalog or log segments are missing, dropping what they\n"
+            "--accept-data-loss starts even when the commit log's last segment was cut short or\n"
+            "lost acknowledged records its checkpoint names, or the storage MANIFEST, the\n"
+            "catalog or log segments are missing, dropping what they\n"
             "held and logging exactly what (docs/formats/log.md, docs/operations.md); without it\n"
             "the node refuses to start and names the damaged or missing file.\n");
     fputs(RPC_LIMITS_FLAGS_USAGE, out);
