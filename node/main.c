@@ -42,9 +42,9 @@ static void usage(FILE *out) {
             "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n"
             "--accept-data-loss starts even when the commit log's last segment was cut short or\n"
             "lost acknowledged records its checkpoint names, or the storage MANIFEST, the\n"
-            "catalog or log segments are missing, dropping what they\n"
-            "held and logging exactly what (docs/formats/log.md, docs/operations.md); without it\n"
-            "the node refuses to start and names the damaged or missing file.\n");
+            "catalog or log segments are missing, dropping what they held and logging exactly\n"
+            "what (docs/formats/log.md, docs/operations.md); without it the node refuses to\n"
+            "start and names the damaged or missing file.\n");
     fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 
