@@ -246,6 +246,25 @@ static st_code scan_tail(scan_ctx *c, scan_result *res, st_err *err) {
     return rc;
 }
 
+/* The last segment's header is bad (why): *empty when a crash during its creation explains it
+ * (its space may have been reserved already): records go in only after the header is durable,
+ * so such a file holds nothing but zeros after a header that is short, cut or zero. Anything
+ * else is a header wiped over records (why says so). */
+static st_code seg_created_empty(scan_ctx *c, const scan_result *res, bool *empty, const char **why,
+                                 st_err *err) {
+    *empty = false;
+    if (res->file_bytes > LOG_SEG_HDR_BYTES && !c->rd.hdr_partial && !seg_header_zero(&c->rd))
+        return ST_OK;
+    bool zero = true;
+    st_code rc = ST_OK;
+    if (res->file_bytes > LOG_SEG_HDR_BYTES)
+        rc = tail_zero(&c->rd, LOG_SEG_HDR_BYTES, &zero, err);
+    if (rc == ST_OK && !zero)
+        *why = "the segment header is zeros or cut but data follows it";
+    *empty = rc == ST_OK && zero;
+    return rc;
+}
+
 /* Reads one segment's records in order. For a non-last segment, records first..stop_lsn must all
  * be good and later bytes are ignored; in the last segment the first bad record ends the log,
  * unless a good record of a later group follows it (tail_check). */
@@ -259,20 +278,12 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
         return rc;
     res->data_off = c->rd.data_off;
     res->ckpt = c->rd.ckpt;
-    if (why && is_last &&
-        (res->file_bytes <= LOG_SEG_HDR_BYTES || c->rd.hdr_partial || seg_header_zero(&c->rd))) {
-        /* A crash while the segment was being created (its space may have been reserved
-         * already): records go in only after the header is durable, so it holds none, and
-         * nothing but zeros follows the header. Anything else is a header wiped over records. */
-        bool zero = true;
-        if (res->file_bytes > LOG_SEG_HDR_BYTES &&
-            (rc = tail_zero(&c->rd, LOG_SEG_HDR_BYTES, &zero, err)) != ST_OK)
-            return rc;
-        if (zero) {
-            res->torn = true;
-            return ST_OK;
-        }
-        why = "the segment header is zeros or cut but data follows it";
+    bool empty = false;
+    if (why && is_last && (rc = seg_created_empty(c, res, &empty, &why, err)) != ST_OK)
+        return rc;
+    if (empty) {
+        res->torn = true;
+        return ST_OK;
     }
     if (why)
         return st_err_set(err, ST_DATA_LOSS,
