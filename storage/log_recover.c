@@ -401,6 +401,31 @@ static st_code replay_segments(sto_log *log, scan_ctx *c, size_t i0, size_t n, s
     return ST_OK;
 }
 
+/* Makes the records replay read durable: after a process died between a group's write and its
+ * fdatasync, they may be only in the page cache, and the engine now treats them as written
+ * (the manifest records the log's end, checkpoints will name them). One fdatasync per start, of
+ * the last segment (earlier ones were synced before the next was created). */
+static st_code sync_recovered(sto_log *log, st_err *err) {
+    pthread_mutex_lock(&log->mu);
+    bool have = log->n_segs > 0 &&
+                log->segs[log->n_segs - 1].last_lsn >= log->segs[log->n_segs - 1].first_lsn;
+    uint64_t first = have ? log->segs[log->n_segs - 1].first_lsn : 0;
+    uint64_t end = have ? log->segs[log->n_segs - 1].good_bytes : 0;
+    pthread_mutex_unlock(&log->mu);
+    if (!log->sync || !have)
+        return ST_OK;
+    char path[LOG_PATH_MAX];
+    log_seg_path(log, first, path);
+    st_wfile *f;
+    st_code rc = log->env->ops->wopen_at ? log->env->ops->wopen_at(log->env, path, end, &f, err)
+                                         : log->env->ops->wopen_append(log->env, path, &f, err);
+    if (rc != ST_OK)
+        return rc;
+    rc = log->env->ops->sync(f, err);
+    log->env->ops->wclose(f, NULL);
+    return rc;
+}
+
 st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
                        st_code (*fn)(const sto_log_record *rec, void *arg), void *arg,
                        st_err *err) {
@@ -419,6 +444,8 @@ st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
     scan_ctx c = {.log = log, .from_lsn = from_lsn, .fn = fn, .arg = arg};
     st_arena_init(&c.arena, 4096);
     st_code rc = replay_segments(log, &c, i0 < 0 ? 0 : (size_t)i0, n, err);
+    if (rc == ST_OK)
+        rc = sync_recovered(log, err);
     /* An accepted loss starts the next segment now (appends have not started: the writer state
      * is the replay's), so the cut segment is an old one from here on, also if no write comes
      * before the next start, which would otherwise refuse it again. An empty log gets its first
