@@ -1,6 +1,7 @@
 /* read.c — the ReadRows handler: validates the request, walks the row set over the table's
- * tablets (one storage snapshot per tablet, taken when the scan reaches it), applies the filter
- * row by row, and streams whole rows as CellChunks (read.h) under the call's flow control.
+ * tablets (one storage snapshot per tablet, taken when the scan reaches it, and again after the
+ * read waited for its client: read_release_storage), applies the filter row by row, and streams
+ * whole rows as CellChunks (read.h) under the call's flow control.
  *
  * Flow control and fairness. Work happens in turns on the loop thread. A turn ends after it sent
  * one response batch (~NODE_READ_BATCH_BYTES), or scanned NODE_READ_TURN_ROWS rows or
@@ -60,6 +61,7 @@ typedef struct read_state {
 
     bool row_open; /* the row being assembled (its buffers are below) */
     size_t row_bytes;
+    int64_t row_cells; /* cells of the open row counted in cells_seen */
     st_rng rng;
 
     bool scanned_unreported;
@@ -531,6 +533,7 @@ static st_code read_row(read_state *r, st_err *err) {
             return rc;
         r->cells_seen++;
         bool new_row = !r->row_open || !st_slice_eq(c.row, st_buf_slice(&r->row_key));
+        r->row_cells = new_row ? 1 : r->row_cells + 1;
         bool finished = false;
         if (new_row && r->row_open) {
             rc = row_finish(r, err);
@@ -566,13 +569,34 @@ static void read_fail(read_state *r, const st_err *err) {
     read_end(r, err->code == ST_OK ? ST_INTERNAL : err->code, err->msg);
 }
 
+/* Lets the storage snapshot and iterator go while the read waits (they hold the block they are in,
+ * about a value of a table of large values): the open row is dropped and read again from its
+ * first cell once the read goes on, in a new snapshot (each row is read atomically; Bigtable does
+ * not promise one snapshot for a whole scan, and the router resumes scans in new calls anyway).
+ * Kept when the position cannot be told (no row open inside a piece). */
+static void read_release_storage(read_state *r) {
+    if (r->it) {
+        if (!r->row_open || node_scan_rewind(&r->scan, st_buf_slice(&r->row_key)) != ST_OK)
+            return;
+        sto_iter_free(r->it);
+        r->it = NULL;
+        r->cells_seen -= r->row_cells; /* seen again when the row is read again */
+        row_reset(r);
+    }
+    if (r->snap) {
+        sto_snapshot_free(r->snap);
+        r->snap = NULL;
+    }
+}
+
 /* Waits for the call to have room (its own queue, and the process's queued-response budget):
  * the RPC layer calls on_writable once it has. Nothing this read produced stays outside the
- * call's queue meanwhile, and the buffers of a row not started are given back, so a read whose
- * client does not read holds no more than what the budget counts, plus its iterator. */
+ * call's queue meanwhile, and its row buffers and storage iterator are given back, so a read
+ * whose client does not read holds no more than what the budget counts, plus its state. */
 static void read_wait(read_state *r) {
     r->waiting_writable = true;
     r->in_turn = false;
+    read_release_storage(r);
     if (!r->row_open)
         row_release(r);
     if (r->batch.len == 0)

@@ -107,12 +107,14 @@ def hold(port, conns_n, streams, table, pids, limit):
 
 def drain(conns, rows, size):
     """Opens every held stream's window wide and reads them to their end: exit 0 when each
-    stream ended and brought at least ROWS x SIZE bytes (every row), 1 otherwise."""
-    import struct
+    stream ended, brought at least ROWS x SIZE bytes and every row key r000000.. exactly once
+    (the values are random: a key shows up in them with odds of 2^-56), 1 otherwise."""
+    import re, struct
     from h2raw import frame, DATA, WINUP, RST, GOAWAY
-    want, bad = rows * size, 0
+    want, bad, key = rows * size, 0, re.compile(rb'r\d{6}')
+    expect = {('r%06d' % i).encode(): 1 for i in range(rows)}
     for c in conns:
-        got, ended = {}, set()
+        got, ended, keys, tail = {}, set(), {}, {}
         sids = list(range(1, c.next, 2))
         c.s.sendall(b''.join(frame(WINUP, 0, sid, struct.pack('>I', 1 << 30)) for sid in sids))
         c.s.settimeout(60)
@@ -123,12 +125,20 @@ def drain(conns, rows, size):
             if t == GOAWAY: print('GOAWAY while draining'); return 1
             if t == DATA:
                 got[sid] = got.get(sid, 0) + len(p)
+                seen = tail.get(sid, b'') + p  # a key cut across two frames is whole here
+                for k in key.findall(seen):
+                    keys.setdefault(sid, {})[k] = keys.get(sid, {}).get(k, 0) + 1
+                tail[sid] = seen[-6:]  # shorter than a key: no key is counted twice
                 if p: c.s.sendall(frame(WINUP, 0, 0, struct.pack('>I', len(p))))
             if t == RST or (fl & 1 and t in (DATA, 1)): ended.add(sid)
-        short = [s for s in sids if got.get(s, 0) < want]
+        short = [s for s in sids if got.get(s, 0) < want or keys.get(s) != expect]
         bad += len(short)
-        if short: print('%d streams ended short, e.g. stream %d with %d bytes' % (len(short), short[0], got.get(short[0], 0)))
-    print('drained %d connections: %d streams short of %d bytes' % (len(conns), bad, want))
+        if short:
+            k = keys.get(short[0], {})
+            print('%d streams ended short or with rows missing or repeated, e.g. stream %d: %d bytes, '
+                  'rows %s' % (len(short), short[0], got.get(short[0], 0),
+                               {x.decode(): n for x, n in sorted(k.items()) if expect.get(x) != n} or 'none'))
+    print('drained %d connections: %d streams short, or with a row missing or repeated' % (len(conns), bad))
     return 0 if bad == 0 else 1
 
 
