@@ -5,11 +5,12 @@
  *
  * Flow control: answers that arrive while the client's call may not queue them (its own queue is
  * full, or the process is past its queued-response budget) wait in a backlog, counted in that
- * budget (rpc_call_hold). While the backlog is not empty and the process is past the budget, or
- * the backlog passes RTR_READ_BACKLOG_BYTES, the node call is paused with HTTP/2 flow control
- * (rpc_ccall_pause): the node's stream stalls after at most one stream window, and resumes once
- * the client has taken the backlog. Nothing is reset (a node accepts only so many stream resets
- * per second before it closes the whole connection).
+ * budget (rpc_call_hold). While the process is past the budget and the client has not taken what
+ * it was sent (bytes queued or backlogged), or the backlog passes RTR_READ_BACKLOG_BYTES, the node
+ * call is paused with HTTP/2 flow control (rpc_ccall_pause; the idle timer is off meanwhile): the
+ * node's stream stalls after at most the client's stream window (256 KiB) and goes on once the
+ * client has taken those bytes. Nothing is reset (a node accepts only so many stream resets per
+ * second before it closes the whole connection).
  *
  * Resumption: "strata-not-owner" answers and lost node connections (after a tablet-map refresh,
  * bounded retries) resume after the last row delivered: the client never sees a row twice, and a
