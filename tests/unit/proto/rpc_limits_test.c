@@ -491,6 +491,7 @@ static void test_rpc_limits_queued_response_bytes(void **state) {
 #define CLIENT_WINDOW ((size_t)256 << 10) /* the client's stream window (rpc_ccall_pause) */
 
 typedef struct pause_ctx {
+    size_t pause_after; /* bytes received before the client pauses the call */
     size_t got, at_pause;
     bool paused, done;
     st_code code;
@@ -499,7 +500,7 @@ typedef struct pause_ctx {
 static void pause_msg(rpc_ccall *call, st_slice msg, void *arg) {
     pause_ctx *p = arg;
     p->got += msg.len;
-    if (!p->paused && p->got >= PAUSE_AFTER) {
+    if (!p->paused && p->got >= p->pause_after) {
         p->paused = true;
         p->at_pause = p->got;
         rpc_ccall_pause(call);
@@ -544,7 +545,7 @@ static void test_rpc_client_pause(void **state) {
     struct event_base *base = event_base_new();
     rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
     assert_non_null(c);
-    pause_ctx p = {0};
+    pause_ctx p = {.pause_after = PAUSE_AFTER};
     rpc_ccall *call =
         rpc_client_call(c, "/t.T/Flood", ST_SLICE_LIT("x"), NULL, 0, 0, pause_msg, pause_done, &p);
     assert_non_null(call);
@@ -574,6 +575,54 @@ static void test_rpc_client_pause(void **state) {
     event_base_loop(base, EVLOOP_NONBLOCK);
     event_base_free(base);
     assert_true(WAIT_STAT(f, calls_active, 0));
+    fixture_stop(f);
+}
+
+static bool pause_b_flowed(const pause_ctx *p) {
+    return p->done || p->got >= ((size_t)8 << 20);
+}
+
+/* One call whose client stopped reading fills the queued-response budget (256 KiB: its own queue
+ * alone passes it); another call of the same client, read as it comes, keeps streaming: past the
+ * budget a call holding nothing still queues one message at a time. The process's queued bytes
+ * stay within the stalled call's own bound plus the budget and a message or two. */
+static void test_rpc_limits_reader_served_past_budget(void **state) {
+    (void)state;
+    rpc_limits l;
+    rpc_limits_default(&l);
+    l.queued_response_bytes_max = (size_t)256 << 10;
+    fixture *f = fixture_start(&l);
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    assert_non_null(c);
+    pause_ctx a = {.pause_after = 1}, b = {.pause_after = SIZE_MAX};
+    rpc_ccall *ca =
+        rpc_client_call(c, "/t.T/Flood", ST_SLICE_LIT("x"), NULL, 0, 0, pause_msg, pause_done, &a);
+    assert_non_null(ca);
+    assert_true(pause_spin(base, &a, pause_is_paused));
+    for (int i = 0; i < 30000 && rpc_queued_response_bytes() < l.queued_response_bytes_max; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        sleep_ms(1);
+    }
+    assert_true(rpc_queued_response_bytes() >= l.queued_response_bytes_max);
+    rpc_ccall *cb =
+        rpc_client_call(c, "/t.T/Flood", ST_SLICE_LIT("x"), NULL, 0, 0, pause_msg, pause_done, &b);
+    assert_non_null(cb);
+    assert_true(pause_spin(base, &b, pause_b_flowed));
+    assert_false(a.done);
+    assert_false(b.done);
+    size_t queued = rpc_queued_response_bytes();
+    print_message("a reader got %zu bytes while the budget was full; queued=%zu\n", b.got, queued);
+    assert_true(queued <= ((size_t)1 << 20) + l.queued_response_bytes_max + 3 * (FLOOD_MSG + 5));
+    rpc_ccall_cancel(ca);
+    rpc_ccall_cancel(cb);
+    assert_true(pause_spin(base, &a, pause_is_done));
+    assert_true(pause_spin(base, &b, pause_is_done));
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    assert_true(WAIT_STAT(f, calls_active, 0));
+    assert_int_equal(rpc_queued_response_bytes(), 0);
     fixture_stop(f);
 }
 
@@ -944,6 +993,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_limits_metadata_bytes),
         cmocka_unit_test(test_rpc_limits_queued_response_bytes),
         cmocka_unit_test(test_rpc_client_pause),
+        cmocka_unit_test(test_rpc_limits_reader_served_past_budget),
         cmocka_unit_test(test_rpc_limits_connection_limit),
         cmocka_unit_test(test_rpc_limits_idle_timeout),
         cmocka_unit_test(test_rpc_limits_handshake_timeout),
