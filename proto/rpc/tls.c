@@ -89,7 +89,17 @@ static st_code tls_server_load_pair(SSL_CTX *ctx, const char *cert_path, const c
                           cert_path, why);
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, key_path, SSL_FILETYPE_PEM) != 1) {
+        /* OpenSSL checks the key against the certificate while loading it */
+        unsigned long e = ERR_peek_last_error();
+        bool mismatch =
+            ERR_GET_LIB(e) == ERR_LIB_X509 && (ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH ||
+                                               ERR_GET_REASON(e) == X509_R_KEY_TYPE_MISMATCH);
         tls_err_text(why, sizeof(why));
+        if (mismatch)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "the key %s does not match the certificate %s (%s); give the key "
+                              "the certificate was issued for",
+                              key_path, cert_path, why);
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "%s is not an unencrypted PEM private key (%s); give the key in PEM "
                           "form without a passphrase",
