@@ -293,10 +293,10 @@ static void rr_after_backoff(void *arg) {
         rtr_plan_restart(op->r, &op->plan);
         op->c = rtr_plan_cluster(op->r, &op->plan);
     }
-    if (op->c->map_gen != op->gen) {
+    if (op->c->map_gen != op->gen || rtr_health_cluster_refuses(op->r, op->c->idx)) {
         rr_continue(op);
         return;
-    } /* the map changed since this try: use it */
+    } /* the map changed since this try (or the cluster refuses: no refresh): go on */
     op->wait = RR_TIMER;
     if (rtr_cluster_refresh(op->c, rr_refreshed, op) != ST_OK)
         rr_free(op, op->last.code, op->last.msg);
@@ -421,10 +421,15 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     st_err_set(&op->last, code, "%s", message ? message : "");
     /* The client's own deadline passing is not the node's fault: only UNAVAILABLE and the idle
      * timer's deadline move a read. */
-    /* A request the node never processed (not sent, or refused by its GOAWAY) says nothing
-     * about the node: retry on a new connection without marking it down. */
-    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call)) {
-        rr_retry(op);
+    /* A request the node never processed may go again: refused by its GOAWAY (the node is up:
+     * retry on a new connection), or never sent because the connect failed (the node is
+     * unreachable: marked down, next cluster). */
+    rtr_call_fate fate = rtr_call_fate_of(call, code);
+    if (fate == RTR_CALL_UNREACHED) /* the connect failed: the node is unreachable */
+        rtr_health_report(op->node, code);
+    if (fate != RTR_CALL_SENT) {
+        if (fate == RTR_CALL_REFUSED || !rr_failover(op))
+            rr_retry(op);
         return;
     }
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
@@ -518,6 +523,22 @@ static void rr_send(rr_op *op, const rtr_tablet *tb) {
     }
 }
 
+/* A cluster none of whose nodes answers is not sent to (health.c): the next cluster of a
+ * multi-cluster plan (the read resumes there as after a failover), or UNAVAILABLE at once. False
+ * when op went on that way. */
+static bool rr_gate(rr_op *op) {
+    rtr_plan_gate g = rtr_plan_gate_check(op->r, &op->plan, &op->last);
+    rtr_cluster *c = rtr_plan_cluster(op->r, &op->plan);
+    if (c != op->c)
+        op->map_checked = false;
+    op->c = c;
+    if (g == RTR_GATE_END)
+        rr_free(op, op->last.code, op->last.msg);
+    else if (g == RTR_GATE_RETRY)
+        rr_retry(op);
+    return g == RTR_GATE_GO;
+}
+
 /* The table has no tablet in the cluster: maybe the map is stale (refreshed once to see), else
  * the cluster does not serve it (added after the table was created): the next cluster of a
  * multi-cluster plan, or a clear error. */
@@ -540,6 +561,8 @@ static void rr_step(void *arg) {
         rr_free(op, ST_OK, NULL);
         return;
     }
+    if (!rr_gate(op))
+        return;
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
     if (!t || t->n == 0) {
         rr_no_tablets(op);

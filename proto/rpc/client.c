@@ -155,8 +155,12 @@ static void client_fail(rpc_client *c, const char *why) {
     snprintf(msg, sizeof(msg), "connection to %s failed: %s", c->peer, why);
     h2_wbuf_drop(&c->wbuf); /* lost anyway; it must not pin the calls' requests */
     size_t sent = 0;
-    for (rpc_ccall *call = c->calls; call; call = call->next)
+    for (rpc_ccall *call = c->calls; call; call = call->next) {
+        /* Frames queued before the connect are only in our buffer: a connect that failed sent
+         * nothing, so these calls are neither lost in a drop nor possibly processed. */
+        call->sent = call->sent && c->connected;
         sent += call->sent;
+    }
     for (rpc_ccall *call = c->calls; call; call = call->next) {
         call->lost_with = call->sent && !c->silent ? sent : 0;
         call->unprocessed = call->unprocessed || !call->sent;

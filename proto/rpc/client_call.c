@@ -311,6 +311,10 @@ size_t rpc_ccall_conn_lost(const rpc_ccall *call) {
     return call->lost_with;
 }
 
+bool rpc_ccall_connected(const rpc_ccall *call) {
+    return call->c->connected;
+}
+
 /* Marks a call whose request HEADERS went out (the server may be processing it from now on). */
 static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {
     (void)user_data;

@@ -6,6 +6,8 @@
   hold.py check PORT TABLE ROWS BYTES          exit 0 if a scan returns every row write wrote
   hold.py rmw-storm PORT TABLE ROW THREADS PID  THREADS clients increment ROW; kill -9 PID midway
   hold.py rmw-after PORT TABLE ROW OTHER       once OTHER is served again, exit 0 if ROW is too
+  hold.py rmw-down PORT TABLE ROW N            N increments of ROW, 0.1 s apart, while its node is
+      down (each fails; some meet the router's redials of the node, whose connects fail)
   hold.py readers PORT TABLE CONNS STREAMS PIDS LIMIT_MB
       opens CONNS connections x STREAMS ReadRows of the whole TABLE and never reads an answer
   hold.py metadata PORT CONNS STREAMS PIDS LIMIT_MB
@@ -130,8 +132,8 @@ def rmw_once(c, table, row):
 
 
 def rmw_storm(port, table, row, threads, pid):
-    """THREADS clients increment the same counter; after 200 answers the node PID is killed -9;
-    returns when every client has seen a failure."""
+    """THREADS clients increment the same counter; after 200 answers the node PID is frozen, then
+    killed -9 0.3 s later; returns when every client has seen a failure."""
     import signal, threading
     state = {'ok': 0, 'failed': set(), 'stop': False}
     def client(k):
@@ -149,6 +151,11 @@ def rmw_storm(port, table, row, threads, pid):
     for _ in range(600):
         if state['ok'] >= 200: break
         time.sleep(0.1)
+    # Frozen first, so every client's call is out on the node's connection when it dies: one
+    # drop under 16 identical calls (a kill between two calls would leave one call alone in the
+    # drop, which the guard is meant to suspect).
+    os.kill(int(pid), signal.SIGSTOP)
+    time.sleep(0.3)
     os.kill(int(pid), signal.SIGKILL)
     for _ in range(300):
         if len(state['failed']) == threads: break
@@ -173,8 +180,21 @@ def rmw_after(port, table, row, other):
     return 0 if ok else 1
 
 
+def rmw_down(port, table, row, n):
+    failed = 0
+    for _ in range(n):
+        try:
+            failed += not rmw_once(Conn(port), table, row)
+        except OSError:
+            failed += 1
+        time.sleep(0.1)
+    print('%d of %d increments failed while the node was down' % (failed, n))
+    return 0
+
+
 def main(a):
     if a[0] == 'rmw-storm': return rmw_storm(int(a[1]), a[2], a[3], int(a[4]), a[5])
+    if a[0] == 'rmw-down': return rmw_down(int(a[1]), a[2], a[3], int(a[4]))
     if a[0] == 'rmw-after': return rmw_after(int(a[1]), a[2], a[3], a[4])
     if a[0] == 'create': return create(int(a[1]), a[2])
     if a[0] == 'check': return check(int(a[1]), a[2], int(a[3]), int(a[4]))

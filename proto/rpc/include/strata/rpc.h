@@ -332,6 +332,11 @@ bool rpc_ccall_unprocessed(const rpc_ccall *call);
  * included). A drop under a single call points at that call as its cause. A peer gone silent
  * (no keepalive answer) is no drop: 0. */
 size_t rpc_ccall_conn_lost(const rpc_ccall *call);
+/* Only inside on_done: true when the call's connection had been established. False: the
+ * connect failed (refused, timed out), so the server was never reached; such a call ends
+ * UNAVAILABLE and unprocessed, while one refused by the server's GOAWAY is unprocessed on a
+ * connected client. */
+bool rpc_ccall_connected(const rpc_ccall *call);
 /* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. Servers
  * limit how many resets they accept per second (nghttp2: a burst of 1000, then 33/s; past it
  * the connection gets GOAWAY): cancel only calls that would not end by themselves. */
