@@ -59,7 +59,8 @@ typedef struct node_cs {
     /* the ring: durable writes' records in one circular buffer, and its blocks oldest first (a
      * circular queue) */
     uint8_t *ring;
-    size_t ring_tail; /* where the next block goes */
+    size_t ring_bytes; /* its size (CS_RING_BYTES) */
+    size_t ring_tail;  /* where the next block goes */
     cs_block *blocks;
     size_t blk_head, blk_n, blk_cap;
     cs_arrival *arrivals;
@@ -157,6 +158,7 @@ st_code node_cs_open(node_ctx *n, st_err *err) {
     st_buf_init(&cs->scratch);
     pthread_mutex_init(&cs->gc_lock, NULL);
     n->cs = cs;
+    cs->ring_bytes = CS_RING_BYTES;
     cs->start_stamp = node_cs_next_stamp(n);
     cs->resolved = cs->start_stamp;
     node_cs_tables_changed(n);
@@ -328,8 +330,13 @@ static void row_copy(node_cs_write *w, size_t i, const sto_row_mut *r, bool reco
     *out = *r;
     out->muts = &w->muts[*mi];
     out->n_muts = 0;
+    /* A replicated row of record cells only stays as it came (storage refuses an empty row). */
+    size_t user = 0;
+    for (size_t j = 0; j < r->n_muts; j++)
+        user += !is_system(&r->muts[j]);
+    bool strip = (r->flags & STO_ROW_REPLICATED) && (user > 0 || recorded);
     for (size_t j = 0; mode != NODE_WRITE_GC && j < r->n_muts; j++)
-        if (!is_system(&r->muts[j]) || !(r->flags & STO_ROW_REPLICATED)) {
+        if (!strip || !is_system(&r->muts[j])) {
             w->muts[(*mi)++] = r->muts[j];
             out->n_muts++;
         }
@@ -530,6 +537,13 @@ void node_cs_write_lost(node_ctx *n, node_cs_write *w) {
 
 /* ---- the ring ---- */
 
+void node_cs_set_ring_bytes(node_ctx *n, size_t bytes) {
+    node_cs *cs = n->cs;
+    if (cs->ring)
+        return; /* in use already */
+    cs->ring_bytes = bytes;
+}
+
 static const cs_block *block_at(node_cs *cs, size_t i) {
     return &cs->blocks[(cs->blk_head + i) % cs->blk_cap];
 }
@@ -545,7 +559,7 @@ static void ring_evict_oldest(node_cs *cs) {
 /* Room for need bytes at the ring's tail (wrapping to the start when the end is too short),
  * evicting the oldest blocks in the way; their offset. */
 static size_t ring_place(node_cs *cs, size_t need) {
-    if (cs->ring_tail + need > CS_RING_BYTES) {
+    if (cs->ring_tail + need > cs->ring_bytes) {
         /* the blocks of the previous lap past the tail are the oldest: they go first */
         while (cs->blk_n && block_at(cs, 0)->off >= cs->ring_tail)
             ring_evict_oldest(cs);
@@ -579,14 +593,14 @@ static st_code ring_push(node_cs *cs, const node_cs_write *w) {
     for (size_t k = 0; k < w->n; k++)
         need +=
             CS_REC_HEAD + strlen(w->recs[k].table) + 1 + w->recs[k].row.len + w->recs[k].value.len;
-    if (need > CS_RING_BYTES) { /* never kept: readers of its stamp go to storage */
+    if (need > cs->ring_bytes) { /* never kept: readers of its stamp go to storage */
         while (cs->blk_n)
             ring_evict_oldest(cs);
         if (w->stamp > cs->evicted_upto)
             cs->evicted_upto = w->stamp;
         return ST_OK;
     }
-    if (!cs->ring && !(cs->ring = malloc(CS_RING_BYTES)))
+    if (!cs->ring && !(cs->ring = malloc(cs->ring_bytes)))
         return ST_RESOURCE_EXHAUSTED;
     if (cs->blk_n == cs->blk_cap && blocks_grow(cs) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
