@@ -258,6 +258,8 @@ int main(int argc, char **argv) {
     o.ssl_ctx = tls.ctx;
     rpc_limits_set(&limits);
     signal(SIGPIPE, SIG_IGN);
+    if (tls.ctx) /* a reload asked for while the router starts must not stop it */
+        signal(SIGHUP, SIG_IGN);
     struct event_base *base = event_base_new();
     if (!base) {
         fprintf(stderr, "strata-router: could not create the event loop\n");
