@@ -2,6 +2,8 @@
 #   tls_probe.py plain PORT                 h2c with prior knowledge; prints served|refused
 #   tls_probe.py tls PORT CA [CERT KEY]     TLS (ALPN h2, SNI localhost) then an HTTP/2 PING;
 #                                           prints "served serial=HEX" or "refused: WHY"
+#   tls_probe.py list PORT CA [CERT KEY]    as tls, then a gRPC ListTables call on the connection;
+#                                           prints the table ids or "refused: WHY"
 #   tls_probe.py hold PORT CA GOFILE        as tls, then keeps the connection, waits for GOFILE
 #                                           to exist and PINGs again on it: "second served"
 import os, socket, ssl, struct, sys, time
@@ -56,6 +58,19 @@ def serial(s):
     return s.getpeercert()['serialNumber'].lower().lstrip('0')
 
 
+def list_tables(s):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
+    import h2raw, re
+    c = h2raw.Conn.__new__(h2raw.Conn)  # the TLS socket instead of Conn's own TCP one
+    c.s, c.buf, c.next, c.conn_win, c.init_win, c.win = s, b'', 1, 65535, 65535, {}
+    sid = c.headers('/google.bigtable.admin.v2.BigtableTableAdmin/ListTables')
+    c.data(sid, h2raw.grpc_msg(h2raw.fld(1, 'projects/p/instances/i')))
+    data, hdrs, why = c.wait_end(sid)
+    if why != 'end':
+        return 'refused: stream ended with %s' % why
+    return ' '.join(m.decode() for m in re.findall(rb'/tables/([A-Za-z0-9_.-]+)', data))
+
+
 def main():
     mode, port = sys.argv[1], int(sys.argv[2])
     if mode == 'plain':
@@ -73,6 +88,12 @@ def main():
             s = tls_conn(port, *args)
             print('served serial=%s' % serial(s))
         except (OSError, ConnectionError, ssl.SSLError) as e:
+            print('refused: %s' % e)
+        return
+    if mode == 'list':
+        try:
+            print(list_tables(tls_conn(port, *sys.argv[3:])))
+        except (OSError, ConnectionError, ssl.SSLError, EOFError) as e:
             print('refused: %s' % e)
         return
     if mode == 'hold':

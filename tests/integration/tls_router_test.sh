@@ -3,7 +3,7 @@
 # server certificates for localhost/127.0.0.1 made here with the openssl CLI; the official cbt
 # creates and reads a table over TLS (-cert-file: the test CA); a plaintext HTTP/2 client is
 # refused; with --tls-client-ca a client without a certificate is refused and one with a
-# certificate of the CA is served; after the files are replaced and SIGHUP, new connections see
+# certificate of the CA is served (a gRPC ListTables call over it); after the files are replaced and SIGHUP, new connections see
 # the new certificate while a connection opened before keeps working; a reload with a bad key
 # keeps the certificate; startup stops with the reason for unreadable or mismatched files.
 # Usage: tls_router_test.sh PATH/TO/strata-node PATH/TO/strata-router (skips, 77, without
@@ -120,6 +120,9 @@ expect_match "mTLS: a certificate of another CA refused" "^refused" \
   "$($PROBE tls "$P2" "$dir/ca.pem" "$dir/other.pem" "$dir/other.key")"
 expect_match "mTLS: client certificate of the CA served" "^served serial=3e9$" \
   "$($PROBE tls "$P2" "$dir/ca.pem" "$dir/cli.pem" "$dir/cli.key")"
+expect "mTLS: ListTables with the client certificate" "t1" \
+  "$($PROBE list "$P2" "$dir/ca.pem" "$dir/cli.pem" "$dir/cli.key")"
+expect_match "mTLS: ListTables without one refused" "^refused" "$($PROBE list "$P2" "$dir/ca.pem")"
 
 [ $fail = 0 ] && echo "PASS" || echo "FAILED"
 exit $fail
