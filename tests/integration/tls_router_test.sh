@@ -71,6 +71,7 @@ expect "cert without key: exit 2" 2 "$rc"
 start_router "$dir/topology" "$dir/r1.log" --tls-cert "$dir/live.pem" --tls-key "$dir/live.key"
 R1=$ROUTER_ADDR
 P1=${R1##*:}
+R1_PID=$ROUTER_PID
 cbts() { # cbt over TLS to localhost:P1, trusting the test CA
   timeout 60 "$CBT" -project p -instance i -data-endpoint "localhost:$P1" \
     -admin-endpoint "localhost:$P1" -cert-file "$dir/ca.pem" -access-token test-token "$@" 2>&1
@@ -123,6 +124,13 @@ expect_match "mTLS: client certificate of the CA served" "^served serial=3e9$" \
 expect "mTLS: ListTables with the client certificate" "t1" \
   "$($PROBE list "$P2" "$dir/ca.pem" "$dir/cli.pem" "$dir/cli.key")"
 expect_match "mTLS: ListTables without one refused" "^refused" "$($PROBE list "$P2" "$dir/ca.pem")"
+
+# Both routers stop cleanly (under the sanitizers: no leak of the replaced TLS contexts).
+for p in "$R1_PID" "$ROUTER_PID"; do
+  kill "$p"; wait "$p"; rc=$?
+  expect "router $p exits cleanly" 0 "$rc"
+done
+if grep -l 'Sanitizer' "$dir"/r*.log; then echo "FAIL: sanitizer report in a router log"; fail=1; fi
 
 [ $fail = 0 ] && echo "PASS" || echo "FAILED"
 exit $fail
