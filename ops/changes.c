@@ -17,7 +17,11 @@
 #include <unistd.h>
 
 #include "changes.h"
+#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
+#include "google/longrunning/operations.pb-c.h"
 #include "instance.h"
+#include "strata/btutil.h"
+#include "strata/rpc.h"
 #include "strata/topology.h"
 
 #define CH_HEARTBEAT_S_DEFAULT 2
@@ -26,11 +30,13 @@
 #define CH_PROGRESS_TTY_MS 1000
 #define CH_PROGRESS_PLAIN_S 10
 #define CH_NAME_MAX 1024
+#define CH_ADMIN_TIMEOUT_MS 60000
+#define CH_UPDATE_TABLE "/google.bigtable.admin.v2.BigtableTableAdmin/UpdateTable"
 
 typedef struct ch_args {
     const char *table, *endpoint, *dir, *profile, *project, *instance;
-    const char *from, *until, *checkpoint;
-    bool follow, quiet;
+    const char *from, *until, *checkpoint, *enable;
+    bool follow, quiet, disable;
     int64_t heartbeat_s;
 } ch_args;
 
@@ -72,6 +78,9 @@ static void usage(FILE *out) {
             "                     flushed): a resumed run repeats changes, never skips one\n"
             "  --heartbeat-s N    heartbeat interval asked from the server (default 2)\n"
             "  --quiet            no progress on stderr\n"
+            "Turning streams on or off (UpdateTable through the router, then exit):\n"
+            "  --enable RETENTION keep changes for RETENTION (1d to 7d; e.g. 1d, 36h)\n"
+            "  --disable          turn change streams off (deletes the table's history)\n"
             "Exit status: 0 done (or stopped by Ctrl-C), 1 failed, 2 bad usage.\n");
 }
 
@@ -90,6 +99,7 @@ static int parse_args(int argc, char **argv, ch_args *a) {
                             : !strcmp(f, "--from")        ? &a->from
                             : !strcmp(f, "--until")       ? &a->until
                             : !strcmp(f, "--checkpoint")  ? &a->checkpoint
+                            : !strcmp(f, "--enable")      ? &a->enable
                                                           : NULL;
         uint64_t n;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -99,6 +109,8 @@ static int parse_args(int argc, char **argv, ch_args *a) {
             a->follow = true;
         } else if (!strcmp(f, "--quiet")) {
             a->quiet = true;
+        } else if (!strcmp(f, "--disable")) {
+            a->disable = true;
         } else if (!strcmp(f, "--heartbeat-s") && v && st_parse_u64(v, 1, CH_HEARTBEAT_S_MAX, &n)) {
             a->heartbeat_s = (int64_t)n;
             i++;
@@ -281,6 +293,74 @@ static void on_retry(const char *msg, void *arg) {
         fprintf(stderr, "%sstrata changes: %s\n", r->tty ? "\n" : "", msg);
 }
 
+/* ---- turning streams on and off ---- */
+
+/* UpdateTable with change_stream_config (retention_us 0: off). Exit code. */
+static int update_table(const char *addr, const char *table, int64_t retention_us) {
+    Google__Protobuf__Duration d;
+    google__protobuf__duration__init(&d);
+    d.seconds = retention_us / 1000000;
+    Google__Bigtable__Admin__V2__ChangeStreamConfig cfg;
+    google__bigtable__admin__v2__change_stream_config__init(&cfg);
+    cfg.retention_period = &d;
+    Google__Bigtable__Admin__V2__Table t;
+    google__bigtable__admin__v2__table__init(&t);
+    t.name = (char *)table;
+    t.change_stream_config = retention_us ? &cfg : NULL;
+    char *paths[] = {"change_stream_config"};
+    Google__Protobuf__FieldMask mask;
+    google__protobuf__field_mask__init(&mask);
+    mask.paths = paths;
+    mask.n_paths = 1;
+    Google__Bigtable__Admin__V2__UpdateTableRequest req;
+    google__bigtable__admin__v2__update_table_request__init(&req);
+    req.table = &t;
+    req.update_mask = &mask;
+    uint8_t buf[2 * CH_NAME_MAX];
+    size_t len = google__bigtable__admin__v2__update_table_request__pack(&req, buf);
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err st = {0};
+    st_code rc = rpc_blocking_unary(addr, NULL, CH_UPDATE_TABLE, st_slice_make(buf, len), NULL, 0,
+                                    CH_ADMIN_TIMEOUT_MS, &resp, &st);
+    Google__Longrunning__Operation *op =
+        rc == ST_OK ? (void *)btu_pb_unpack(&google__longrunning__operation__descriptor, NULL,
+                                            st_buf_slice(&resp), NULL)
+                    : NULL;
+    bool ok = op && op->done && op->result_case != GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
+    if (rc != ST_OK)
+        fprintf(stderr, "strata changes: UpdateTable %s at %s: %s: %s\n", table, addr,
+                st_code_name(rc), st.msg);
+    else if (!ok)
+        fprintf(stderr, "strata changes: UpdateTable did not finish: %s (run it again)\n",
+                op && op->error && op->error->message ? op->error->message : "no operation");
+    else if (retention_us)
+        printf("change streams on for %s, retention %lld s\n", table,
+               (long long)(retention_us / 1000000));
+    else
+        printf("change streams off for %s (its history is deleted)\n", table);
+    if (op)
+        google__longrunning__operation__free_unpacked(op, NULL);
+    st_buf_free(&resp);
+    return ok ? 0 : 1;
+}
+
+static int admin(ch_run *r, const char *addr) {
+    int64_t retention = 0;
+    if (r->a.enable) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "+%s", r->a.enable);
+        if (!ops_cs_time_parse(rel, 0, &retention) || retention <= 0) {
+            fprintf(stderr,
+                    "strata changes: bad --enable '%s': a retention such as 1d, 36h or "
+                    "7d\n",
+                    r->a.enable);
+            return 2;
+        }
+    }
+    return update_table(addr, r->table, retention);
+}
+
 /* ---- main ---- */
 
 /* Positions of --checkpoint when the file exists; false after printing why it cannot be used. */
@@ -359,7 +439,7 @@ int ops_changes_main(int argc, char **argv) {
                 r->a.from && !ops_cs_time_parse(r->a.from, now, &from) ? r->a.from : r->a.until);
         return 2;
     }
-    if (!r->a.follow && !r->a.from && !r->a.checkpoint) {
+    if (!r->a.follow && !r->a.from && !r->a.checkpoint && !r->a.enable && !r->a.disable) {
         fprintf(stderr, "strata changes: say where to start: --from TIME (e.g. --from -10m), "
                         "--checkpoint FILE, or --follow for new changes only\n");
         return 2;
@@ -371,6 +451,8 @@ int ops_changes_main(int argc, char **argv) {
     char addr[512];
     if (!resolve_target(r, addr, sizeof addr))
         return 1;
+    if (r->a.enable || r->a.disable)
+        return admin(r, addr);
     ops_cs_pos *pos;
     size_t n;
     if (!load_checkpoint(r, &pos, &n))
