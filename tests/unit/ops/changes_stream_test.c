@@ -239,7 +239,7 @@ static bool range_is(const Google__Bigtable__V2__StreamPartition *sp, const char
     const Google__Bigtable__V2__RowRange *r = sp->row_range;
     size_t el = r->end_key_case ? r->end_key_open.len : 0;
     return r->start_key_closed.len == strlen(s) &&
-           !memcmp(r->start_key_closed.data, s, strlen(s)) && el == strlen(e) &&
+           (!*s || !memcmp(r->start_key_closed.data, s, strlen(s))) && el == strlen(e) &&
            (!el || !memcmp(r->end_key_open.data, e, el));
 }
 
