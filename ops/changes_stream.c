@@ -542,7 +542,8 @@ static bool wanted_try(ops_cs *cs, const ops_cs_pos *w) {
             end_cmp(&t->end, &w->end) <= 0 && !pos_push(&sel, &n, t))
             break;
     }
-    qsort(sel, n, sizeof *sel, pos_start_cmp);
+    if (n > 1)
+        qsort(sel, n, sizeof *sel, pos_start_cmp);
     bool tiled = n > 0 && buf_eq(&sel[0].start, &w->start) && buf_eq(&sel[n - 1].end, &w->end);
     for (size_t i = 1; tiled && i < n; i++)
         tiled = buf_eq(&sel[i - 1].end, &sel[i].start);
