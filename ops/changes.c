@@ -17,11 +17,7 @@
 #include <unistd.h>
 
 #include "changes.h"
-#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
-#include "google/longrunning/operations.pb-c.h"
 #include "instance.h"
-#include "strata/btutil.h"
-#include "strata/rpc.h"
 #include "strata/topology.h"
 
 #define CH_HEARTBEAT_S_DEFAULT 2
@@ -30,8 +26,6 @@
 #define CH_PROGRESS_TTY_MS 1000
 #define CH_PROGRESS_PLAIN_S 10
 #define CH_NAME_MAX 1024
-#define CH_ADMIN_TIMEOUT_MS 60000
-#define CH_UPDATE_TABLE "/google.bigtable.admin.v2.BigtableTableAdmin/UpdateTable"
 
 typedef struct ch_args {
     const char *table, *endpoint, *dir, *profile, *project, *instance;
@@ -297,52 +291,17 @@ static void on_retry(const char *msg, void *arg) {
 
 /* UpdateTable with change_stream_config (retention_us 0: off). Exit code. */
 static int update_table(const char *addr, const char *table, int64_t retention_us) {
-    Google__Protobuf__Duration d;
-    google__protobuf__duration__init(&d);
-    d.seconds = retention_us / 1000000;
-    Google__Bigtable__Admin__V2__ChangeStreamConfig cfg;
-    google__bigtable__admin__v2__change_stream_config__init(&cfg);
-    cfg.retention_period = &d;
-    Google__Bigtable__Admin__V2__Table t;
-    google__bigtable__admin__v2__table__init(&t);
-    t.name = (char *)table;
-    t.change_stream_config = retention_us ? &cfg : NULL;
-    char *paths[] = {"change_stream_config"};
-    Google__Protobuf__FieldMask mask;
-    google__protobuf__field_mask__init(&mask);
-    mask.paths = paths;
-    mask.n_paths = 1;
-    Google__Bigtable__Admin__V2__UpdateTableRequest req;
-    google__bigtable__admin__v2__update_table_request__init(&req);
-    req.table = &t;
-    req.update_mask = &mask;
-    uint8_t buf[2 * CH_NAME_MAX];
-    size_t len = google__bigtable__admin__v2__update_table_request__pack(&req, buf);
-    st_buf resp;
-    st_buf_init(&resp);
-    st_err st = {0};
-    st_code rc = rpc_blocking_unary(addr, NULL, CH_UPDATE_TABLE, st_slice_make(buf, len), NULL, 0,
-                                    CH_ADMIN_TIMEOUT_MS, &resp, &st);
-    Google__Longrunning__Operation *op =
-        rc == ST_OK ? (void *)btu_pb_unpack(&google__longrunning__operation__descriptor, NULL,
-                                            st_buf_slice(&resp), NULL)
-                    : NULL;
-    bool ok = op && op->done && op->result_case != GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
-    if (rc != ST_OK)
-        fprintf(stderr, "strata changes: UpdateTable %s at %s: %s: %s\n", table, addr,
-                st_code_name(rc), st.msg);
-    else if (!ok)
-        fprintf(stderr, "strata changes: UpdateTable did not finish: %s (run it again)\n",
-                op && op->error && op->error->message ? op->error->message : "no operation");
-    else if (retention_us)
+    st_err err = {0};
+    if (ops_cs_set_retention(addr, table, retention_us, &err) != ST_OK) {
+        fprintf(stderr, "strata changes: %s\n", err.msg);
+        return 1;
+    }
+    if (retention_us)
         printf("change streams on for %s, retention %lld s\n", table,
                (long long)(retention_us / 1000000));
     else
         printf("change streams off for %s (its history is deleted)\n", table);
-    if (op)
-        google__longrunning__operation__free_unpacked(op, NULL);
-    st_buf_free(&resp);
-    return ok ? 0 : 1;
+    return 0;
 }
 
 static int admin(ch_run *r, const char *addr) {

@@ -135,6 +135,11 @@ st_code ops_cs_positions(const ops_cs *cs, ops_cs_pos **pos, size_t *n);
 /* Frees; turn the loop once after (rpc_client_free). */
 void ops_cs_free(ops_cs *cs);
 
+/* UpdateTable through the router at addr (blocking): change streams on with this retention, or
+ * off when retention_us is 0. err says what failed. */
+st_code ops_cs_set_retention(const char *addr, const char *table, int64_t retention_us,
+                             st_err *err);
+
 /* `strata changes` */
 int ops_changes_main(int argc, char **argv);
 

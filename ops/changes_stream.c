@@ -15,7 +15,9 @@
 #include <string.h>
 
 #include "changes.h"
+#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
+#include "google/longrunning/operations.pb-c.h"
 #include "strata/btutil.h"
 #include "strata/rpc.h"
 
@@ -25,6 +27,8 @@
 #define CS_BACKOFF_MAX_MS 5000
 #define CS_GEN_TIMEOUT_MS 30000
 #define CS_PARAMS_MAX 2048
+#define CS_ADMIN_TIMEOUT_MS 60000
+#define CS_UPDATE_TABLE "/google.bigtable.admin.v2.BigtableTableAdmin/UpdateTable"
 
 typedef Google__Bigtable__V2__ReadChangeStreamResponse cs_resp;
 typedef Google__Bigtable__V2__ReadChangeStreamResponse__DataChange cs_dc;
@@ -1007,4 +1011,55 @@ void ops_cs_free(ops_cs *cs) {
     free(cs->profile);
     free(cs->addr);
     free(cs);
+}
+
+/* ---- turning streams on and off ---- */
+
+st_code ops_cs_set_retention(const char *addr, const char *table, int64_t retention_us,
+                             st_err *err) {
+    Google__Protobuf__Duration d;
+    google__protobuf__duration__init(&d);
+    d.seconds = retention_us / 1000000;
+    Google__Bigtable__Admin__V2__ChangeStreamConfig cfg;
+    google__bigtable__admin__v2__change_stream_config__init(&cfg);
+    cfg.retention_period = &d;
+    Google__Bigtable__Admin__V2__Table t;
+    google__bigtable__admin__v2__table__init(&t);
+    t.name = (char *)table;
+    t.change_stream_config = retention_us ? &cfg : NULL;
+    char *paths[] = {"change_stream_config"};
+    Google__Protobuf__FieldMask mask;
+    google__protobuf__field_mask__init(&mask);
+    mask.paths = paths;
+    mask.n_paths = 1;
+    Google__Bigtable__Admin__V2__UpdateTableRequest req;
+    google__bigtable__admin__v2__update_table_request__init(&req);
+    req.table = &t;
+    req.update_mask = &mask;
+    st_buf packed, resp;
+    st_buf_init(&packed);
+    st_buf_init(&resp);
+    size_t len = google__bigtable__admin__v2__update_table_request__get_packed_size(&req);
+    st_err st = {0};
+    st_code rc = st_buf_reserve(&packed, len + 1);
+    if (rc == ST_OK) {
+        packed.len = google__bigtable__admin__v2__update_table_request__pack(&req, packed.data);
+        rc = rpc_blocking_unary(addr, NULL, CS_UPDATE_TABLE, st_buf_slice(&packed), NULL, 0,
+                                CS_ADMIN_TIMEOUT_MS, &resp, &st);
+    }
+    Google__Longrunning__Operation *op =
+        rc == ST_OK ? (void *)btu_pb_unpack(&google__longrunning__operation__descriptor, NULL,
+                                            st_buf_slice(&resp), NULL)
+                    : NULL;
+    if (rc != ST_OK)
+        st_err_set(err, rc, "UpdateTable %s at %s: %s: %s", table, addr, st_code_name(rc), st.msg);
+    else if (!op || !op->done || op->result_case == GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR)
+        rc =
+            st_err_set(err, ST_INTERNAL, "UpdateTable %s did not finish: %s (run it again)", table,
+                       op && op->error && op->error->message ? op->error->message : "no operation");
+    if (op)
+        google__longrunning__operation__free_unpacked(op, NULL);
+    st_buf_free(&packed);
+    st_buf_free(&resp);
+    return rc;
 }
