@@ -325,8 +325,17 @@ static void phase_backlog(cs_bench *b, st_err *err) {
     int64_t t0 = mono_ns();
     if (consumer_start(b, start_us, st_wall_us(), err) != ST_OK)
         return;
-    while (!b->cs_done && !bench_stop_requested())
+    /* a consumer that makes no progress (a stream failing over and over) is given up on after
+     * the grace period: what it did not deliver counts as missing */
+    b->grace_over = false;
+    struct event *guard = evtimer_new(b->base, grace_cb, b);
+    struct timeval tv = {BENCH_CS_GRACE_MS / 1000, 0};
+    if (guard)
+        evtimer_add(guard, &tv);
+    while (!b->cs_done && !b->grace_over && !bench_stop_requested())
         event_base_loop(b->base, EVLOOP_ONCE);
+    if (guard)
+        event_free(guard);
     b->res->cs_catchup_s = (double)(mono_ns() - t0) / 1e9;
     consumer_end(b);
     b->res->cs_backlog = written;
@@ -349,6 +358,7 @@ static void phase_live(cs_bench *b, st_err *err) {
     write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, cfg->duration_s);
     b->res->elapsed_s = (double)(mono_ns() - t0) / 1e9;
     b->live = false;
+    b->grace_over = false;
     b->grace = evtimer_new(b->base, grace_cb, b);
     struct timeval tv = {BENCH_CS_GRACE_MS / 1000, 0};
     if (b->grace)

@@ -31,7 +31,7 @@ print(len({json.loads(l)["row"] for l in open(sys.argv[1]) if l.strip()}))' "$1"
 
 echo "== 1. strata bench --workload changes"
 T0=$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)
-timeout 300 "$STRATA" bench --target "$ADDR" --workload changes --cs-backlog 300 --requests 400 \
+timeout 120 "$STRATA" bench --target "$ADDR" --workload changes --cs-backlog 300 --requests 400 \
   --cs-profile p1 --cs-compare --conns 2 --streams 4 --value-size 100 --quiet >"$tmp/bench.out" 2>&1
 rc=$?
 kv=$(grep '^strata-bench ' "$tmp/bench.out")
@@ -80,7 +80,7 @@ for _ in $(seq 1 600); do [ "$(cat "$CK")" != "$snap" ] && break; sleep 0.1; don
 [ "$(cat "$CK")" != "$snap" ] || bad "the checkpoint never moved"
 kill -9 "$CLI"
 wait "$CLI" 2>/dev/null
-timeout 300 "$STRATA" bench --target "$ADDR" --workload changes --cs-backlog 50 --requests 1 \
+timeout 120 "$STRATA" bench --target "$ADDR" --workload changes --cs-backlog 50 --requests 1 \
   --cs-profile p1 --quiet >"$tmp/bench2.out" 2>&1
 "${CH[@]}" --checkpoint "$CK" >"$tmp/4b.out" 2>"$tmp/4b.err" || bad "resume: $(cat "$tmp/4b.err")"
 n=$(count "$tmp/4b.out")
