@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# changes_fake_test.sh — the consumer side of change streams against changes_fake_server (an
+# changes_cli_fake_test.sh — the consumer side of change streams against changes_fake_server (an
 # in-memory endpoint whose streams end UNAVAILABLE after every 50 records, like a node going
 # away), so `strata changes` and `strata bench --workload changes` are tested apart from the
 # real node and router:
@@ -10,7 +10,7 @@
 #   4. --follow --checkpoint killed with kill -9, 50 more writes, resumed from the checkpoint:
 #      the 50 new changes, not a restart from the beginning; SIGTERM ends --follow with 0;
 #   5. a table without streams: exit 1 with what to do.
-# Usage: changes_fake_test.sh PATH/TO/strata PATH/TO/changes_fake_server
+# Usage: changes_cli_fake_test.sh PATH/TO/strata PATH/TO/changes_fake_server
 set -u
 . "$(dirname "$0")/lib.sh"
 STRATA=$1
