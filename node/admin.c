@@ -1,7 +1,10 @@
 /* admin.c — the table admin API of a node: tables, column families with GC rules, DropRowRange
  * and consistency tokens. Admin calls are rare and run to completion on the loop thread. */
 #include "admin.h"
+#include "changes.h"
 #include "strata/btutil.h"
+
+#include "google/longrunning/operations.pb-c.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -132,6 +135,8 @@ pb_table *node_table_to_pb(const node_table *t, bool names_only, st_arena *a) {
         return pt;
     pt->granularity = GOOGLE__BIGTABLE__ADMIN__V2__TABLE__TIMESTAMP_GRANULARITY__MILLIS;
     pt->deletion_protection = t->deletion_protection;
+    if (t->cs_retention_us > 0 && !(pt->change_stream_config = node_cs_config_to_pb(t, a)))
+        return NULL;
     pt->column_families = st_arena_alloc(a, (t->n_families + 1) * sizeof *pt->column_families);
     if (!pt->column_families)
         return NULL;
@@ -253,7 +258,12 @@ void node_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     t->deletion_protection = req->table && req->table->deletion_protection;
-    rc = node_table_families_from_pb(t, req->table, &err);
+    int64_t retention = 0;
+    rc = node_cs_retention_from_pb(req->table ? req->table->change_stream_config : NULL, &retention,
+                                   &err);
+    node_cs_set_retention(n, t, retention);
+    if (rc == ST_OK)
+        rc = node_table_families_from_pb(t, req->table, &err);
     if (rc == ST_OK)
         rc = node_catalog_save(n->catalog, &err);
     if (rc == ST_OK)
@@ -343,6 +353,7 @@ st_code node_table_drop(node_ctx *n, const char *name, st_err *err) {
     if (rc != ST_OK)
         return rc;
     drop_table_tablets(n, name);
+    node_cs_tables_changed(n);
     st_log(ST_LOG_INFO, "admin", "deleted table=%s", name);
     return ST_OK;
 }
@@ -369,6 +380,138 @@ void node_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
     Google__Protobuf__Empty empty;
     google__protobuf__empty__init(&empty);
     node_reply(call, &empty.base);
+}
+
+/* ---- UpdateTable ----
+ * Change stream config and deletion protection. A long-running operation in the API; here it
+ * is done when it answers (the router applies it to every node first). */
+
+#define UT_MASK_CS "change_stream_config"
+#define UT_MASK_CS_RETENTION "change_stream_config.retention_period"
+#define UT_MASK_PROTECTION "deletion_protection"
+#define TYPE_URL_PREFIX "type.googleapis.com/google.bigtable.admin.v2."
+
+typedef struct update_spec {
+    bool set_retention, set_protection;
+    int64_t retention_us;
+    bool protection;
+} update_spec;
+
+static st_code update_spec_from_pb(const Google__Bigtable__Admin__V2__UpdateTableRequest *req,
+                                   update_spec *u, st_err *err) {
+    memset(u, 0, sizeof *u);
+    if (!req->table || !req->update_mask || req->update_mask->n_paths == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "UpdateTable needs a table and an update_mask (change_stream_config, "
+                          "change_stream_config.retention_period or deletion_protection)");
+    for (size_t i = 0; i < req->update_mask->n_paths; i++) {
+        const char *p = req->update_mask->paths[i];
+        if (strcmp(p, UT_MASK_CS) == 0 || strcmp(p, UT_MASK_CS_RETENTION) == 0)
+            u->set_retention = true;
+        else if (strcmp(p, UT_MASK_PROTECTION) == 0)
+            u->set_protection = true;
+        else
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "update_mask path '%s' is not supported; use change_stream_config, "
+                              "change_stream_config.retention_period or deletion_protection",
+                              p);
+    }
+    u->protection = req->table->deletion_protection;
+    return u->set_retention
+               ? node_cs_retention_from_pb(req->table->change_stream_config, &u->retention_us, err)
+               : ST_OK;
+}
+
+/* Applies u to the table (catalog saved, GC rules pushed). */
+st_code node_table_update(node_ctx *n, node_table *meta, bool set_retention, int64_t retention_us,
+                          bool set_protection, bool protection, st_err *err) {
+    node_table saved = *meta;
+    if (set_retention)
+        node_cs_set_retention(n, meta, retention_us);
+    if (set_protection)
+        meta->deletion_protection = protection;
+    st_code rc = node_catalog_save(n->catalog, err);
+    if (rc != ST_OK) {
+        meta->cs_retention_us = saved.cs_retention_us;
+        meta->cs_since_us = saved.cs_since_us;
+        meta->deletion_protection = saved.deletion_protection;
+        return rc;
+    }
+    return node_table_push_gc(n, meta, err);
+}
+
+/* The done Operation answering UpdateTable: UpdateTableMetadata and the Table. */
+static st_code update_operation(node_ctx *n, const node_table *meta, int64_t start_us, st_arena *a,
+                                Google__Longrunning__Operation *op) {
+    pb_table *pt = node_table_to_pb(meta, false, a);
+    char *name = st_arena_alloc(a, NODE_TABLE_NAME_MAX + 64);
+    Google__Protobuf__Timestamp *ts = st_arena_alloc(a, 2 * sizeof *ts);
+    Google__Protobuf__Any *any = st_arena_alloc(a, 2 * sizeof *any);
+    if (!pt || !name || !ts || !any)
+        return ST_RESOURCE_EXHAUSTED;
+    /* The name only identifies the operation; the node keeps no operations (it is done). */
+    snprintf(name, NODE_TABLE_NAME_MAX + 64, "operations/%s/%" PRId64, meta->name, start_us);
+    int64_t end_us = st_wall_us();
+    for (int i = 0; i < 2; i++) {
+        google__protobuf__timestamp__init(&ts[i]);
+        ts[i].seconds = (i ? end_us : start_us) / 1000000;
+        ts[i].nanos = (int32_t)((i ? end_us : start_us) % 1000000) * 1000;
+        google__protobuf__any__init(&any[i]);
+    }
+    Google__Bigtable__Admin__V2__UpdateTableMetadata md;
+    google__bigtable__admin__v2__update_table_metadata__init(&md);
+    md.name = (char *)meta->name;
+    md.start_time = &ts[0];
+    md.end_time = &ts[1];
+    size_t md_len = protobuf_c_message_get_packed_size(&md.base);
+    size_t t_len = protobuf_c_message_get_packed_size(&pt->base);
+    uint8_t *md_buf = st_arena_alloc(a, md_len + 1), *t_buf = st_arena_alloc(a, t_len + 1);
+    if (!md_buf || !t_buf)
+        return ST_RESOURCE_EXHAUSTED;
+    any[0].type_url = TYPE_URL_PREFIX "UpdateTableMetadata";
+    any[0].value = (ProtobufCBinaryData){protobuf_c_message_pack(&md.base, md_buf), md_buf};
+    any[1].type_url = TYPE_URL_PREFIX "Table";
+    any[1].value = (ProtobufCBinaryData){protobuf_c_message_pack(&pt->base, t_buf), t_buf};
+    google__longrunning__operation__init(op);
+    op->name = name;
+    op->metadata = &any[0];
+    op->done = true;
+    op->result_case = GOOGLE__LONGRUNNING__OPERATION__RESULT_RESPONSE;
+    op->response = &any[1];
+    (void)n;
+    return ST_OK;
+}
+
+void node_h_update_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    int64_t start_us = st_wall_us();
+    Google__Bigtable__Admin__V2__UpdateTableRequest *req = (void *)node_unpack(
+        call, &google__bigtable__admin__v2__update_table_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    st_err err = {0};
+    update_spec u;
+    if (update_spec_from_pb(req, &u, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    node_table *meta;
+    if (!node_table_or_fail(n, call, req->table->name, &meta))
+        return;
+    if (node_table_update(n, meta, u.set_retention, u.retention_us, u.set_protection, u.protection,
+                          &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    st_log(ST_LOG_INFO, "admin",
+           "updated table=%s change_stream_retention_us=%" PRId64 " deletion_protection=%d",
+           meta->name, meta->cs_retention_us, (int)meta->deletion_protection);
+    Google__Longrunning__Operation op;
+    if (update_operation(n, meta, start_us, rpc_call_arena(call), &op) != ST_OK) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory building the operation");
+        return;
+    }
+    node_reply(call, &op.base);
 }
 
 /* ---- ModifyColumnFamilies ---- */
@@ -529,6 +672,118 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
 
 /* ---- DropRowRange ---- */
 
+/* With change streams on, a dropped row gets a record like a DeleteFromRow: the rows are
+ * deleted through node_write (one DeleteFromRow each, DROP_BATCH_ROWS per write) rather than by
+ * storage's sto_tablet_drop_prefix. Their history stays (a row delete does not cover it). */
+#define DROP_BATCH_ROWS 256
+
+typedef struct drop_op {
+    rpc_call *call;
+    size_t pending; /* writes not finished, plus one while scanning */
+    st_code code;
+    char msg[ST_ERR_MSG_MAX];
+} drop_op;
+
+static void drop_reply(drop_op *op) {
+    if (op->code != ST_OK) {
+        node_fail(op->call, op->code, "%s", op->msg);
+    } else {
+        Google__Protobuf__Empty empty;
+        google__protobuf__empty__init(&empty);
+        node_reply(op->call, &empty.base);
+    }
+    free(op);
+}
+
+static void drop_written(node_ctx *n, st_code code, const char *msg, void *arg) {
+    (void)n;
+    drop_op *op = arg;
+    if (code != ST_OK && op->code == ST_OK) {
+        op->code = code;
+        snprintf(op->msg, sizeof op->msg, "%s", msg ? msg : st_code_name(code));
+    }
+    if (--op->pending == 0)
+        drop_reply(op);
+}
+
+/* Writes a DeleteFromRow for each of the rows (keys in keys, n_rows of them) of tablet id. */
+static st_code drop_flush(node_ctx *n, drop_op *op, uint64_t id, st_buf *keys, size_t *offs,
+                          size_t n_rows, st_err *err) {
+    if (n_rows == 0)
+        return ST_OK;
+    static const sto_mut del = {.type = STO_MUT_DEL_ROW};
+    sto_row_mut rows[DROP_BATCH_ROWS];
+    uint64_t version = node_next_version(n);
+    for (size_t i = 0; i < n_rows; i++)
+        rows[i] = (sto_row_mut){
+            .tablet_id = id,
+            .row = st_slice_make(keys->data + offs[i],
+                                 (i + 1 < n_rows ? offs[i + 1] : keys->len) - offs[i]),
+            .muts = &del,
+            .n_muts = 1,
+            .version = version,
+            .commit_ts_us = (uint64_t)STO_VERSION_TS_US(version),
+            .origin = n->opts.cluster_num,
+            /* every cluster drops its own rows (the router asks each) */
+            .flags = STO_ROW_REPLICATED};
+    st_code rc = node_write(n, rows, n_rows, err, drop_written, op);
+    if (rc == ST_OK)
+        op->pending++;
+    return rc;
+}
+
+/* Deletes the rows with prefix (empty = all) of one tablet, a batch per write. */
+static st_code drop_tablet_rows(node_ctx *n, drop_op *op, node_tablet *tab, st_slice prefix,
+                                st_err *err) {
+    sto_snapshot *snap = NULL;
+    sto_iter *it = NULL;
+    sto_range r = {.start = prefix};
+    st_code rc = sto_snapshot_new(tab->st, &snap, err);
+    if (rc == ST_OK)
+        rc = sto_iter_new(snap, &r, false, &it, err);
+    st_buf keys;
+    st_buf_init(&keys);
+    size_t offs[DROP_BATCH_ROWS], n_rows = 0;
+    sto_cell c;
+    while (rc == ST_OK && (rc = sto_iter_next(it, &c, err)) == ST_OK) {
+        if (c.row.len < prefix.len || memcmp(c.row.data, prefix.data, prefix.len) != 0)
+            break;
+        offs[n_rows++] = keys.len;
+        if (st_buf_append(&keys, c.row.data, c.row.len) != ST_OK)
+            rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+        sto_iter_skip_row(it);
+        if (rc == ST_OK && n_rows == DROP_BATCH_ROWS) {
+            rc = drop_flush(n, op, tab->id, &keys, offs, n_rows, err);
+            n_rows = 0;
+            st_buf_reset(&keys);
+        }
+    }
+    if (rc == ST_NOT_FOUND || rc == ST_OK)
+        rc = drop_flush(n, op, tab->id, &keys, offs, n_rows, err);
+    st_buf_free(&keys);
+    if (it)
+        sto_iter_free(it);
+    if (snap)
+        sto_snapshot_free(snap);
+    return rc;
+}
+
+static void drop_recorded(node_ctx *n, rpc_call *call, node_tablets *t, st_slice prefix) {
+    drop_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+        return;
+    }
+    op->call = call;
+    op->pending = 1;
+    st_err err = {0};
+    for (size_t i = 0; op->code == ST_OK && i < t->n; i++)
+        if ((op->code = drop_tablet_rows(n, op, &t->v[i], prefix, &err)) != ST_OK)
+            snprintf(op->msg, sizeof op->msg, "%s", err.msg);
+    if (--op->pending == 0)
+        drop_reply(op);
+}
+
 void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Google__Bigtable__Admin__V2__DropRowRangeRequest *req = (void *)node_unpack(
@@ -554,6 +809,11 @@ void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     st_err err;
+    node_table *meta = node_catalog_find(n->catalog, req->name);
+    if (meta && meta->cs_retention_us > 0) {
+        drop_recorded(n, call, t, prefix);
+        return;
+    }
     uint64_t version = node_next_version(n);
     for (size_t i = 0; i < t->n; i++) {
         st_code rc = sto_tablet_drop_prefix(n->db, t->v[i].id, prefix, version, &err);

@@ -23,4 +23,11 @@ st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_e
 /* Removes the table from the catalog (saved) and drops its local tablets. NOT_FOUND if absent. */
 st_code node_table_drop(node_ctx *n, const char *name, st_err *err);
 
+/* Sets a table's change stream retention (0 = off) and/or deletion protection, saves the catalog
+ * and pushes the GC rules (UpdateTable). */
+st_code node_table_update(node_ctx *n, node_table *meta, bool set_retention, int64_t retention_us,
+                          bool set_protection, bool protection, st_err *err);
+/* UpdateTable (registered in server.c). */
+void node_h_update_table(rpc_call *call, st_slice req, void *arg);
+
 #endif

@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CATALOG_MAGIC "STRCAT01"
+/* Version 2 adds each table's change stream retention and start; version 1 files are still
+ * read (streams off) and are rewritten as version 2 on the next save. */
+#define CATALOG_MAGIC "STRCAT02"
+#define CATALOG_MAGIC_V1 "STRCAT01"
 #define CATALOG_MAGIC_BYTES 8
 #define CATALOG_TABLES_MAX 100000
 
@@ -99,6 +102,10 @@ static st_code put_table(st_buf *b, const node_table *t) {
     if (rc == ST_OK)
         rc = st_buf_append_byte(b, t->deletion_protection ? 1 : 0);
     if (rc == ST_OK)
+        rc = st_buf_append_varint64(b, (uint64_t)t->cs_retention_us);
+    if (rc == ST_OK)
+        rc = st_buf_append_varint64(b, (uint64_t)t->cs_since_us);
+    if (rc == ST_OK)
         rc = st_buf_append_varint64(b, t->n_families);
     for (size_t i = 0; rc == ST_OK && i < t->n_families; i++) {
         rc = put_str(b, t->families[i].name);
@@ -111,6 +118,7 @@ static st_code put_table(st_buf *b, const node_table *t) {
 typedef struct reader {
     const uint8_t *p, *end;
     bool ok;
+    int version; /* of the file: 1 or 2 */
 } reader;
 
 static uint64_t get_u64(reader *r) {
@@ -176,6 +184,12 @@ static void get_table(reader *r, node_table *t) {
         t->deletion_protection = *r->p++ != 0;
     else
         r->ok = false;
+    if (r->version >= 2) {
+        t->cs_retention_us = (int64_t)get_u64(r);
+        t->cs_since_us = (int64_t)get_u64(r);
+        if (t->cs_retention_us < 0 || t->cs_since_us < 0)
+            r->ok = false;
+    }
     uint64_t n = get_u64(r);
     if (!r->ok || n > NODE_FAMILIES_MAX) {
         r->ok = false;
@@ -196,8 +210,12 @@ static void get_table(reader *r, node_table *t) {
 /* ---- load and save ---- */
 
 static st_code catalog_decode(node_catalog *c, st_slice data, st_err *err) {
-    if (data.len < CATALOG_MAGIC_BYTES + 4 ||
-        memcmp(data.data, CATALOG_MAGIC, CATALOG_MAGIC_BYTES) != 0)
+    int version = 0;
+    if (data.len >= CATALOG_MAGIC_BYTES + 4)
+        version = memcmp(data.data, CATALOG_MAGIC, CATALOG_MAGIC_BYTES) == 0      ? 2
+                  : memcmp(data.data, CATALOG_MAGIC_V1, CATALOG_MAGIC_BYTES) == 0 ? 1
+                                                                                  : 0;
+    if (version == 0)
         return st_err_set(err, ST_DATA_LOSS, "catalog %s: not a Strata catalog (bad magic)",
                           c->path);
     size_t body = data.len - 4;
@@ -205,7 +223,7 @@ static st_code catalog_decode(node_catalog *c, st_slice data, st_err *err) {
     if (st_crc32c(0, data.data, body) != want)
         return st_err_set(err, ST_DATA_LOSS,
                           "catalog %s: checksum mismatch; restore it from a backup", c->path);
-    reader r = {data.data + CATALOG_MAGIC_BYTES, data.data + body, true};
+    reader r = {data.data + CATALOG_MAGIC_BYTES, data.data + body, true, version};
     c->next_tablet_id = get_u64(&r);
     uint64_t n = get_u64(&r);
     if (!r.ok || n > CATALOG_TABLES_MAX)

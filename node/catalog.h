@@ -37,6 +37,10 @@ typedef struct node_table {
     char name[NODE_TABLE_NAME_MAX + 1]; /* projects/P/instances/I/tables/T */
     int64_t create_time_us;
     bool deletion_protection;
+    /* Change streams (docs/changestreams.md): how long records are kept (0 = streams off) and
+     * the node's clock when they were last turned on (0 when off). */
+    int64_t cs_retention_us;
+    int64_t cs_since_us;
     node_family *families;
     size_t n_families;
 } node_table;

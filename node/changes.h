@@ -61,6 +61,67 @@ typedef struct node_cs_watcher {
 void node_cs_watch(node_ctx *n, node_cs_watcher *w);
 void node_cs_unwatch(node_ctx *n, node_cs_watcher *w); /* safe on an unwatched watcher */
 
+/* ---- write side: the node's hooks (changes_write.c) ---- */
+
+/* Starts and ends the write side (node_open after the tablets are loaded; node_close once no
+ * write is in flight). */
+st_code node_cs_open(node_ctx *n, st_err *err);
+void node_cs_close(node_ctx *n);
+
+/* A fresh stamp: the hybrid logical clock's next value (microseconds), above every version and
+ * stamp handed out before. */
+int64_t node_cs_next_stamp(node_ctx *n);
+
+/* retention_period of a ChangeStreamConfig (NULL or no period = off, 0): INVALID_ARGUMENT unless
+ * between NODE_CS_RETENTION_MIN_US and NODE_CS_RETENTION_MAX_US. */
+st_code node_cs_retention_from_pb(const Google__Bigtable__Admin__V2__ChangeStreamConfig *c,
+                                  int64_t *retention_us, st_err *err);
+/* Sets a table's retention (0 = off) in its catalog entry: turning streams on stamps cs_since_us,
+ * turning them off clears it. The caller saves the catalog and pushes GC rules. */
+void node_cs_set_retention(node_ctx *n, node_table *meta, int64_t retention_us);
+/* The table's ChangeStreamConfig (NULL when streams are off), in arena a. */
+Google__Bigtable__Admin__V2__ChangeStreamConfig *node_cs_config_to_pb(const node_table *meta,
+                                                                      st_arena *a);
+/* Recounts the tables with streams on (after a table is added, dropped or changed) and keeps
+ * each of their tablets' GC reports registered. */
+void node_cs_tables_changed(node_ctx *n);
+/* Unregisters every tablet's GC report (node_close, before the server goes). */
+void node_cs_stop_reports(node_ctx *n);
+
+/* How node_write treats its rows. */
+typedef enum node_write_kind {
+    NODE_WRITE_RECORD = 0, /* a change: rows of tables with streams on get a record */
+    NODE_WRITE_COPY,       /* a tablet move's copy: applied as given, no record */
+    NODE_WRITE_GC,         /* GC records: each row's mutations are the record's content (the
+                              cells storage dropped); only the record cell is applied */
+} node_write_kind;
+
+/* node_write with a mode (node_write is NODE_WRITE_RECORD). */
+st_code node_write_mode(node_ctx *n, const sto_row_mut *rows, size_t count, node_write_kind mode,
+                        st_err *err, node_write_done_fn done, void *arg);
+
+/* What node_write keeps of one write for change streams: its stamp, its records. */
+typedef struct node_cs_write node_cs_write;
+/* Adds the record cells to rows (a copy in *out, valid until node_cs_write_done/abort; rows
+ * themselves when nothing is added, with *w NULL). */
+st_code node_cs_write_prepare(node_ctx *n, const sto_row_mut *rows, size_t count,
+                              node_write_kind mode, const sto_row_mut **out, node_cs_write **w,
+                              st_err *err);
+/* Just before storage gets the write (loop thread): its stamp is in flight. */
+void node_cs_write_started(node_ctx *n, node_cs_write *w);
+/* Storage refused it at once (loop thread): no longer in flight; w is freed. */
+void node_cs_write_abort(node_ctx *n, node_cs_write *w);
+/* Its completion (loop thread): durable records go to the ring, watchers are woken, w is freed
+ * or kept by the ring. */
+void node_cs_write_done(node_ctx *n, node_cs_write *w, st_code code);
+/* Its completion could not reach the loop (storage thread): the ring will answer MISS for the
+ * stamps up to it; w is freed. */
+void node_cs_write_lost(node_ctx *n, node_cs_write *w);
+
+/* Rows of table in [start, end) arrived on this node (a move's copy): the ring answers MISS for
+ * them below a fresh stamp taken now. */
+void node_cs_range_arrived(node_ctx *n, const char *table, st_slice start, st_slice end);
+
 /* ---- read side ---- */
 
 /* The data API handlers (registered in server.c). */

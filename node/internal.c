@@ -3,6 +3,7 @@
  * move.c. Admin-like calls: rare, run to completion on the loop thread. docs/cluster.md tells the
  * conventions (tablet ids, strata-not-owner, splits, moves). */
 #include "admin.h"
+#include "changes.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -104,6 +105,9 @@ static st_code put_table(node_ctx *n, const Google__Bigtable__Admin__V2__Table *
     st_code rc = node_check_table_name(pt->name, err);
     node_table spec;
     memset(&spec, 0, sizeof spec);
+    int64_t retention = 0;
+    if (rc == ST_OK)
+        rc = node_cs_retention_from_pb(pt->change_stream_config, &retention, err);
     if (rc == ST_OK)
         rc = node_table_families_from_pb(&spec, pt, err);
     node_table *meta = rc == ST_OK ? node_catalog_find(n->catalog, pt->name) : NULL;
@@ -115,6 +119,7 @@ static st_code put_table(node_ctx *n, const Google__Bigtable__Admin__V2__Table *
     if (rc != ST_OK)
         return rc;
     meta->deletion_protection = pt->deletion_protection;
+    node_cs_set_retention(n, meta, retention);
     rc = node_catalog_save(n->catalog, err);
     if (rc == ST_OK && !node_tablets_find(n, pt->name) && !node_tables_add(n, pt->name))
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a table");

@@ -17,8 +17,8 @@ static void usage(FILE *out) {
             "usage: strata-node --data DIR [--listen HOST:PORT] [--no-sync] [--cache-mb N]\n"
             "                   [--memtable-mb N] [--cluster-num N] [--node-num N]\n"
             "                   [--split-bytes N] [--config TOPOLOGY] [--metrics HOST:PORT]\n"
-            "                   [--unix PATH] [--poll-us N] [--accept-data-loss] [--verbose]\n"
-            "                   [--version]\n"
+            "                   [--unix PATH] [--poll-us N] [--accept-data-loss]\n"
+            "                   [--cluster-id ID] [--verbose] [--version]\n"
             "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
             "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
             "are on disk (fast, loses recent writes in a crash). --cache-mb N sets the block\n"
@@ -43,7 +43,10 @@ static void usage(FILE *out) {
             "--accept-data-loss starts even when the commit log's last segment was cut short, or\n"
             "the storage MANIFEST, the catalog or log segments are missing, dropping what they\n"
             "held and logging exactly what (docs/formats/log.md, docs/operations.md); without it\n"
-            "the node refuses to start and names the damaged or missing file.\n");
+            "the node refuses to start and names the damaged or missing file.\n"
+            "--cluster-id ID names this node's cluster in change stream records\n"
+            "(source_cluster_id) when it runs without --config ([a-z][-a-z0-9]*, at most 63\n"
+            "characters; default strata). With --config the topology names the clusters.\n");
     fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 
@@ -137,6 +140,17 @@ static bool parse_limits_flag(main_args *m, const char *a, const char *v, int *i
     return rc != 0;
 }
 
+/* --cluster-id: a cluster id as topology files spell them ([a-z][-a-z0-9]*, 1..63 characters). */
+static bool cluster_id_valid(const char *v) {
+    size_t n = strlen(v);
+    if (n == 0 || n > 63 || v[0] < 'a' || v[0] > 'z')
+        return false;
+    for (size_t i = 1; i < n; i++)
+        if (!((v[i] >= 'a' && v[i] <= 'z') || (v[i] >= '0' && v[i] <= '9') || v[i] == '-'))
+            return false;
+    return true;
+}
+
 /* One flag at argv[*i] (with its value, if any). Returns -1 to go on, else the exit code. */
 static int parse_one(main_args *m, int argc, char **argv, int *i) {
     const char *a = argv[*i];
@@ -171,6 +185,15 @@ static int parse_one(main_args *m, int argc, char **argv, int *i) {
     } else if (parse_limits_flag(m, a, v, i)) {
         if (!m->limits_ok)
             return 2;
+    } else if (!strcmp(a, "--cluster-id") && v) {
+        if (!cluster_id_valid(argv[++*i])) {
+            fprintf(stderr,
+                    "strata-node: --cluster-id takes [a-z][-a-z0-9]* of at most 63 characters, "
+                    "got '%s'\n",
+                    argv[*i]);
+            return 2;
+        }
+        m->o.cluster_id = argv[*i];
     } else if (!strcmp(a, "--accept-data-loss")) {
         m->o.accept_data_loss = true;
     } else if (!strcmp(a, "--verbose")) {

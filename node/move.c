@@ -8,14 +8,19 @@
  *   writes in order, so a counter suffices) -> snapshot + iterator -> CopyRows batches: per row
  *   and version one row mutation of SetCells that keeps the cells' version, commit time and
  *   origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each)
- *   -> wait until every peer cluster has this node's log records of the tablet -> drop here and
- *   answer with the target's Tablet.
+ *   -> wait until every peer cluster has this node's log records of the tablet -> drop here ->
+ *   pass this node's clock to the target (an empty CopyRows) -> answer with the target's Tablet.
+ *
+ * The copy reads system families too, so the tablet's change history (docs/changestreams.md)
+ * moves with it; the target applies the copies without making change records of them, and each
+ * CopyRows carries this node's clock so the target's records sort after the copied ones.
  *
  * Also the target's side, CopyRows (node_h_copy_rows).
  *
  * On failure the tablet stays here and writable again, the call gets the error, and the target's
  * half-filled tablet is dropped (best effort). A move outlives a cancelled MoveTablet call. */
 #include "admin.h"
+#include "changes.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -167,6 +172,9 @@ static void move_unary(node_move *m, const char *method, const ProtobufCMessage 
 
 /* ---- the end ---- */
 
+static void move_send_clock(node_move *m);
+static void move_answer(node_move *m);
+
 static void move_finish(node_move *m) {
     node_tablets *t;
     node_tablet *tab = node_tablet_by_id(m->n, m->id, &t);
@@ -181,6 +189,36 @@ static void move_finish(node_move *m) {
     st_log(ST_LOG_INFO, "move",
            "table=%s tablet=%" PRIu64 " moved to %s as %" PRIu64 " cells=%" PRIu64, m->table, m->id,
            m->target, m->target_id, m->cells_copied);
+    move_send_clock(m);
+}
+
+/* After the drop, the target's clock moves past this node's once more: every change stream
+ * position this node handed out for the tablet is below it, so records the target makes from
+ * now on sort after them. A failure is logged only: the tablet is the target's already. */
+static void clock_done(st_code code, const char *msg, st_slice resp, void *arg) {
+    (void)resp;
+    node_move *m = arg;
+    if (m->aborting)
+        return;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " target=%s: could not pass the clock: %s",
+               m->id, m->target, msg ? msg : st_code_name(code));
+    move_answer(m);
+}
+
+static void move_send_clock(node_move *m) {
+    Strata__Internal__V1__CopyRowsRequest req;
+    strata__internal__v1__copy_rows_request__init(&req);
+    req.tablet_id = m->target_id;
+    req.clock_us = node_cs_next_stamp(m->n);
+    uint8_t buf[32];
+    size_t len = protobuf_c_message_pack(&req.base, buf);
+    if (rpc_client_unary(m->client, NODE_SVC "CopyRows", st_slice_make(buf, len), NULL, 0,
+                         MOVE_RPC_TIMEOUT_MS, clock_done, m) != ST_OK)
+        move_answer(m);
+}
+
+static void move_answer(node_move *m) {
     m->answered = true;
     st_code rc = rpc_call_send(m->call, st_buf_slice(&m->target_tablet));
     rpc_call_finish(m->call, rc == ST_OK ? ST_OK : ST_CANCELLED,
@@ -343,6 +381,7 @@ static st_slice batch_pack(node_move *m, batch *b) {
     Strata__Internal__V1__CopyRowsRequest req;
     strata__internal__v1__copy_rows_request__init(&req);
     req.tablet_id = m->target_id;
+    req.clock_us = node_cs_next_stamp(m->n);
     req.rows = (ProtobufCBinaryData *)b->rows.data;
     req.n_rows = b->rows.len / sizeof(ProtobufCBinaryData);
     size_t len = protobuf_c_message_get_packed_size(&req.base);
@@ -423,8 +462,10 @@ static void move_copy_start(node_move *m) {
     st_err err = {0};
     sto_range all = {0};
     st_code rc = sto_snapshot_new(tab->st, &m->snap, &err);
+    /* System families too: a tablet's change history moves with its rows. */
     if (rc == ST_OK)
-        rc = sto_iter_new(m->snap, &all, false, &m->it, &err);
+        rc =
+            sto_iter_new_flags(m->snap, &all, false, STO_ITER_USER | STO_ITER_SYSTEM, &m->it, &err);
     if (rc != ST_OK) {
         move_fail(m, rc, err.msg);
         return;
@@ -615,6 +656,19 @@ static st_code copy_row_prepare(node_ctx *n, node_tablets *t, const node_tablet 
     return ST_OK;
 }
 
+/* The latest time a copied row carries: its commit time, or a change record's stamp (the
+ * timestamp of a cell of a system family). */
+static int64_t copy_row_max_ts(const sto_row_mut *r) {
+    int64_t max = (int64_t)r->commit_ts_us;
+    for (size_t i = 0; i < r->n_muts; i++) {
+        const sto_mut *m = &r->muts[i];
+        if (m->type == STO_MUT_SET_CELL && m->family.len && m->family.data[0] == 0 &&
+            m->ts_us > max)
+            max = m->ts_us;
+    }
+    return max;
+}
+
 void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Strata__Internal__V1__CopyRowsRequest *req =
@@ -642,23 +696,29 @@ void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     op->call = call;
     op->n = (uint32_t)req->n_rows;
     st_err err = {0};
-    int64_t max_ts = 0;
+    int64_t max_ts = req->clock_us;
     for (size_t i = 0; i < req->n_rows; i++) {
         if (copy_row_prepare(n, t, tab, req->rows[i], arena, &rows[i], &err) != ST_OK) {
             node_fail(call, err.code, "%s", err.msg);
             return;
         }
-        if ((int64_t)rows[i].commit_ts_us > max_ts)
-            max_ts = (int64_t)rows[i].commit_ts_us;
+        int64_t ts = copy_row_max_ts(&rows[i]);
+        if (ts > max_ts)
+            max_ts = ts;
     }
+    /* The clock moves past the copied commit times (as for replicated rows), so a write made
+     * here after the move gets a higher version than the cells it overwrites, and past the
+     * source's clock and the copied change records' stamps, so records made here come after
+     * them. The ring has none of the copied records: it sends readers of the range to storage
+     * for anything older than now. */
+    if (max_ts > n->hlc_last_us)
+        n->hlc_last_us = max_ts;
+    node_cs_range_arrived(n, t->name, st_buf_slice(&tab->start), st_buf_slice(&tab->end));
     if (req->n_rows == 0) {
         copy_rows_durable(n, ST_OK, NULL, op);
         return;
     }
-    /* The clock moves past the copied commit times (as for replicated rows), so a write made
-     * here after the move gets a higher version than the cells it overwrites. */
-    if (max_ts > n->hlc_last_us)
-        n->hlc_last_us = max_ts;
-    if (node_write(n, rows, req->n_rows, &err, copy_rows_durable, op) != ST_OK)
+    if (node_write_mode(n, rows, req->n_rows, NODE_WRITE_COPY, &err, copy_rows_durable, op) !=
+        ST_OK)
         node_fail(call, err.code, "copying rows: %s", err.msg);
 }

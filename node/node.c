@@ -1,5 +1,6 @@
 /* node.c — opening a node (storage + catalog + tablet map), the clock, and the request helpers
  * every handler uses. */
+#include "changes.h"
 #include "node_internal.h"
 #include "repl_glue.h"
 
@@ -247,7 +248,9 @@ st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err) {
     node_tablets *t = node_tablets_find(n, meta->name);
     if (!t)
         return ST_OK;
-    sto_family_gc *fams = calloc(meta->n_families ? meta->n_families : 1, sizeof *fams);
+    /* One more rule: change records live as long as the table's retention (0 when streams are
+     * off, so compactions drop what is left of a history). */
+    sto_family_gc *fams = calloc(meta->n_families + 1, sizeof *fams);
     sto_gc_rule *scratch =
         calloc(NODE_GC_NODES_MAX * (meta->n_families ? meta->n_families : 1), sizeof *scratch);
     if (!fams || !scratch) {
@@ -260,9 +263,13 @@ st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err) {
         fams[i].family = st_slice_cstr(meta->families[i].name);
         node_gc_to_sto(&meta->families[i].gc, &fams[i].rule, scratch, &used);
     }
+    fams[meta->n_families].family = st_slice_make(NODE_CS_FAMILY, NODE_CS_FAMILY_LEN);
+    fams[meta->n_families].rule =
+        (sto_gc_rule){.kind = STO_GC_MAX_AGE, .max_age_us = meta->cs_retention_us};
+    node_cs_tables_changed(n);
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < t->n; i++)
-        rc = sto_tablet_set_gc(t->v[i].st, fams, meta->n_families, err);
+        rc = sto_tablet_set_gc(t->v[i].st, fams, meta->n_families + 1, err);
     free(fams);
     free(scratch);
     return rc;
@@ -479,8 +486,9 @@ typedef struct write_op {
     node_write_done_fn done;
     void *arg;
     st_code code;
-    uint64_t lsn;  /* of the write's last record */
-    rpc_post post; /* its completion's place in the server's post queue */
+    uint64_t lsn;      /* of the write's last record */
+    rpc_post post;     /* its completion's place in the server's post queue */
+    node_cs_write *cs; /* its change records (changes_write.c); NULL when none */
     char msg[ST_ERR_MSG_MAX];
 } write_op;
 
@@ -490,6 +498,7 @@ static void write_finish_on_loop(void *arg) {
         op->n->written_lsn_max = op->lsn;
     __atomic_fetch_sub(&op->n->writes_in_flight, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&op->n->writes_finished, 1, __ATOMIC_RELAXED);
+    node_cs_write_done(op->n, op->cs, op->code);
     if (op->code == ST_OK)
         node_repl_notify(op->n);
     op->done(op->n, op->code, op->code == ST_OK ? NULL : op->msg, op->arg);
@@ -507,6 +516,7 @@ static void write_durable(st_code code, uint64_t lsn, const st_err *err, void *a
         /* The post queue is full (RPC_POST_QUEUE_MAX): the write stands but
          * its caller cannot be told; its call ends when the connection does. */
         st_log(ST_LOG_ERROR, "node", "could not deliver a write completion to the loop");
+        node_cs_write_lost(op->n, op->cs);
         __atomic_fetch_add(&op->n->writes_finished, 1, __ATOMIC_RELAXED);
         __atomic_fetch_sub(&op->n->writes_in_flight, 1, __ATOMIC_RELAXED);
         free(op);
@@ -515,6 +525,11 @@ static void write_durable(st_code code, uint64_t lsn, const st_err *err, void *a
 
 st_code node_write(node_ctx *n, const sto_row_mut *rows, size_t count, st_err *err,
                    node_write_done_fn done, void *arg) {
+    return node_write_mode(n, rows, count, NODE_WRITE_RECORD, err, done, arg);
+}
+
+st_code node_write_mode(node_ctx *n, const sto_row_mut *rows, size_t count, node_write_kind mode,
+                        st_err *err, node_write_done_fn done, void *arg) {
     if (n->closing)
         return st_err_set(err, ST_UNAVAILABLE, "the node is shutting down; retry on another");
     write_op *op = calloc(1, sizeof *op);
@@ -523,10 +538,21 @@ st_code node_write(node_ctx *n, const sto_row_mut *rows, size_t count, st_err *e
     op->n = n;
     op->done = done;
     op->arg = arg;
+    /* Change records join the rows here, so every path that writes rows records them. */
+    const sto_row_mut *out = rows;
+    st_code rc = node_cs_write_prepare(n, rows, count, mode, &out, &op->cs, err);
+    if (rc != ST_OK) {
+        free(op);
+        return rc;
+    }
+    /* In flight before storage has it: its completion may run (or be lost) at once. */
+    node_cs_write *cs = op->cs;
+    node_cs_write_started(n, cs);
     __atomic_fetch_add(&n->writes_in_flight, 1, __ATOMIC_RELAXED);
-    st_code rc = sto_write_async(n->db, rows, count, err, write_durable, op);
+    rc = sto_write_async(n->db, out, count, err, write_durable, op);
     if (rc != ST_OK) {
         __atomic_fetch_sub(&n->writes_in_flight, 1, __ATOMIC_RELAXED);
+        node_cs_write_abort(n, cs);
         free(op);
     } else {
         n->writes_started++;
@@ -623,6 +649,8 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     if (rc == ST_OK)
         rc = catalog_missing_check(n, had_catalog, err);
     if (rc == ST_OK)
+        rc = node_cs_open(n, err);
+    if (rc == ST_OK)
         rc = load_tablets(n, err);
     if (rc == ST_OK && !(n->rowlocks = node_rowlocks_new()))
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
@@ -662,6 +690,8 @@ void node_close(node_ctx *n) {
     n->closing = true;
     node_split_timer_stop(n);
     node_moves_abort(n);
+    if (n->cs)
+        node_cs_stop_reports(n); /* compactions must not post to the server once it is gone */
     while (n->rpc && __atomic_load_n(&n->writes_in_flight, __ATOMIC_RELAXED) > 0)
         event_base_loop(n->base, EVLOOP_ONCE);
     node_repl_stop(n); /* before the server: its Apply handler uses the replication context */
@@ -670,6 +700,7 @@ void node_close(node_ctx *n) {
         event_base_loop(n->base, EVLOOP_NONBLOCK);
     }
     node_read_pool_free(n); /* the reads ended with the server */
+    node_cs_close(n);       /* no write is in flight, no reader watches */
     if (n->db)
         sto_db_close(n->db);
     for (size_t i = 0; i < n->n_tables; i++)

@@ -36,6 +36,11 @@ bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind) {
     (void)behind;
     return true;
 }
+const char *node_repl_cluster_id(node_ctx *n, uint32_t cluster_num) {
+    (void)n;
+    (void)cluster_num;
+    return NULL;
+}
 void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg) {
     node_h_generate_consistency_token(call, req, arg);
 }
@@ -101,6 +106,13 @@ static const repl_node_ops glue_ops = {.route = glue_route,
                                        .write = glue_write_rows,
                                        .observe_ts = glue_observe_ts,
                                        .table_exists = glue_table_exists};
+
+const char *node_repl_cluster_id(node_ctx *n, uint32_t cluster_num) {
+    if (!n->repl || cluster_num == 0)
+        return NULL;
+    const st_topology *t = repl_topology(n->repl);
+    return cluster_num <= t->n_clusters ? t->clusters[cluster_num - 1].id : NULL;
+}
 
 /* ---- start, stop ---- */
 

@@ -26,6 +26,10 @@ bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind);
  * repl_tablet_named). No-op without replication. */
 void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table);
 
+/* The id of cluster number cluster_num in the topology (--config); NULL without one, or for a
+ * number outside it. Change streams name a record's origin cluster with it. */
+const char *node_repl_cluster_id(node_ctx *n, uint32_t cluster_num);
+
 /* A local write is durable: wakes idle shippers (repl_notify_commit). No-op without replication. */
 void node_repl_notify(node_ctx *n);
 

@@ -4,6 +4,8 @@
  * and admin through BIGTABLE_EMULATOR_HOST alone, and a router reaches the internal service
  * there too. The same server may also listen on a Unix-domain socket (node_listen_unix) for a
  * router on the same host (docs/cluster.md). */
+#include "admin.h"
+#include "changes.h"
 #include "node_internal.h"
 #include "repl_glue.h"
 
@@ -24,10 +26,13 @@ static const method methods[] = {
     {BT "CheckAndMutateRow", node_h_check_and_mutate_row},
     {BT "ReadModifyWriteRow", node_h_read_modify_write_row},
     {BT "PingAndWarm", node_h_ping_and_warm},
+    {BT "GenerateInitialChangeStreamPartitions", node_h_generate_partitions},
+    {BT "ReadChangeStream", node_h_read_change_stream},
     {TA "CreateTable", node_h_create_table},
     {TA "GetTable", node_h_get_table},
     {TA "ListTables", node_h_list_tables},
     {TA "DeleteTable", node_h_delete_table},
+    {TA "UpdateTable", node_h_update_table},
     {TA "ModifyColumnFamilies", node_h_modify_column_families},
     {TA "DropRowRange", node_h_drop_row_range},
     {TA "GenerateConsistencyToken", node_repl_h_generate_consistency_token},

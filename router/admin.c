@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "strata/cstoken.h"
 #include "strata/internal/v1/node.pb-c.h"
 
 typedef Google__Bigtable__Admin__V2__Table pb_table;
@@ -24,10 +25,13 @@ struct adm_op {
     rtr_ctx *r;
     rpc_call *call;
     char name[RTR_TABLE_NAME_MAX + 1];
-    pb_table *table; /* the schema being written (call arena) */
-    st_buf table_pb; /* serialized table */
-    st_buf put_req;  /* serialized PutTableRequest */
-    bool create;     /* CreateTable (else ModifyColumnFamilies) */
+    pb_table *table;  /* the schema being written (call arena) */
+    st_buf table_pb;  /* serialized table */
+    st_buf put_req;   /* serialized PutTableRequest */
+    bool create;      /* CreateTable (else ModifyColumnFamilies or UpdateTable) */
+    bool update;      /* UpdateTable: answers an Operation */
+    int64_t start_us; /* UpdateTable: when the request arrived (wall clock) */
+    st_buf old_put;   /* UpdateTable: PutTableRequest of the schema before, for a rollback */
     ProtobufCBinaryData *splits;
     size_t n_splits;
     ProtobufCMessage *reply; /* sent on success (call arena) */
@@ -44,16 +48,22 @@ static adm_op *op_new(rtr_ctx *r, rpc_call *call, const char *name) {
     snprintf(op->name, sizeof op->name, "%s", name);
     st_buf_init(&op->table_pb);
     st_buf_init(&op->put_req);
+    st_buf_init(&op->old_put);
     return op;
 }
 
+static void reply_update_op(adm_op *op);
+
 static void op_finish(adm_op *op, st_code code, const char *msg) {
-    st_buf_free(&op->table_pb);
-    st_buf_free(&op->put_req);
-    if (code == ST_OK && op->reply)
+    if (code == ST_OK && op->update)
+        reply_update_op(op);
+    else if (code == ST_OK && op->reply)
         rtr_reply(op->call, op->reply);
     else
         rpc_call_finish(op->call, code, msg);
+    st_buf_free(&op->table_pb);
+    st_buf_free(&op->put_req);
+    st_buf_free(&op->old_put);
     free(op);
 }
 
@@ -184,13 +194,64 @@ static pb_table *schema_new(st_arena *a, const char *name, const pb_table *spec)
         t->column_families = spec->column_families;
         t->n_column_families = spec->n_column_families;
         t->deletion_protection = spec->deletion_protection;
+        t->change_stream_config = spec->change_stream_config; /* checked by rtr_cs_config_check */
     }
     return t->name ? t : NULL;
+}
+
+/* ---- change stream configuration (docs/changestreams.md) ---- */
+
+st_code rtr_cs_config_check(Google__Bigtable__Admin__V2__ChangeStreamConfig **cfg, st_err *err) {
+    if (!*cfg || !(*cfg)->retention_period) {
+        *cfg = NULL; /* no retention: change streams off */
+        return ST_OK;
+    }
+    const Google__Protobuf__Duration *d = (*cfg)->retention_period;
+    if (d->seconds >= RTR_CS_RETENTION_MIN_S && d->nanos >= 0 && d->nanos < 1000000000 &&
+        (d->seconds < RTR_CS_RETENTION_MAX_S ||
+         (d->seconds == RTR_CS_RETENTION_MAX_S && !d->nanos)))
+        return ST_OK;
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "change_stream_config.retention_period is %lld.%09ds: change stream "
+                      "retention must be between 1 day (%llds) and 7 days (%llds); leave "
+                      "change_stream_config unset to turn change streams off",
+                      (long long)d->seconds, (int)(d->nanos < 0 ? -d->nanos : d->nanos),
+                      (long long)RTR_CS_RETENTION_MIN_S, (long long)RTR_CS_RETENTION_MAX_S);
+}
+
+bool rtr_cs_enabled(const Google__Bigtable__Admin__V2__Table *t) {
+    return t->change_stream_config && t->change_stream_config->retention_period;
 }
 
 /* ---- schema push: PutTable on the first node (it validates GC rules), then on all others ---- */
 
 static void schema_pushed(adm_op *op);
+
+static void restore_done(rtr_fan *f, void *arg) {
+    (void)arg;
+    for (size_t i = 0; i < f->n; i++)
+        if (f->res[i].code != ST_OK)
+            st_log(ST_LOG_WARN, "router",
+                   "PutTable restoring a table's previous schema on %s "
+                   "failed: %s",
+                   f->res[i].node ? f->res[i].node->addr : "?", f->res[i].err.msg);
+    rtr_fan_free(f);
+}
+
+/* UpdateTable reached only some nodes: the record still holds the previous table, so the nodes
+ * that took the change get the previous table back (best effort, not waited for). */
+static void restore_schema(adm_op *op) {
+    rtr_ctx *r = op->r;
+    rtr_fan *f = rtr_fan_new(r, count_nodes(r), RTR_ADMIN_TIMEOUT_MS, restore_done, NULL);
+    if (!f)
+        return;
+    size_t k = 0;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++)
+            rtr_fan_call(f, k++, &r->clusters[c].nodes[i], RTR_NODE "PutTable",
+                         st_buf_slice(&op->old_put));
+    rtr_fan_seal(f);
+}
 
 static void put_rest_done(rtr_fan *f, void *arg) {
     adm_op *op = arg;
@@ -198,6 +259,8 @@ static void put_rest_done(rtr_fan *f, void *arg) {
     st_code rc = rtr_fan_first_error(f, &err);
     rtr_fan_free(f);
     if (rc != ST_OK) {
+        if (op->update && op->old_put.len)
+            restore_schema(op);
         op_finish(op, rc, err.msg);
         return;
     } /* the record still says the old schema */
@@ -354,7 +417,8 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    if (normalize_families(t, a, &err) != ST_OK) {
+    if (rtr_cs_config_check(&t->change_stream_config, &err) != ST_OK ||
+        normalize_families(t, a, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
@@ -568,6 +632,111 @@ void rtr_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg)
         return;
     op->table = t;
     op->reply = &t->base;
+    push_schema(op);
+}
+
+/* ---- UpdateTable: change streams and deletion protection ---- */
+
+/* The answer: a finished Operation (metadata UpdateTableMetadata, response the Table), kept for
+ * google.longrunning.Operations like UpdateAppProfile's. */
+static void reply_update_op(adm_op *op) {
+    rtr_inst *in = rtr_inst_of(op->r);
+    char name[RTR_OP_NAME_MAX + 1];
+    rtr_ops_name(in->ops, op->name, name);
+    Google__Protobuf__Timestamp start, end;
+    btu_cs_time_set(&start, op->start_us);
+    btu_cs_time_set(&end, st_wall_us());
+    Google__Bigtable__Admin__V2__UpdateTableMetadata meta;
+    google__bigtable__admin__v2__update_table_metadata__init(&meta);
+    meta.name = op->name;
+    meta.start_time = &start;
+    meta.end_time = &end;
+    uint8_t mbuf[RTR_TABLE_NAME_MAX + 64];
+    size_t mlen = google__bigtable__admin__v2__update_table_metadata__pack(&meta, mbuf);
+    st_buf out;
+    st_buf_init(&out);
+    st_code rc = rtr_op_pack_done(
+        name, RTR_TYPE_URL_PREFIX "google.bigtable.admin.v2.UpdateTableMetadata",
+        st_slice_make(mbuf, mlen), RTR_TYPE_URL_PREFIX "google.bigtable.admin.v2.Table",
+        st_buf_slice(&op->table_pb), &out);
+    if (rc == ST_OK && rtr_ops_put(in->ops, name, st_buf_slice(&out)) != ST_OK)
+        st_log(ST_LOG_WARN, "router", "could not keep operation %s: out of memory", name);
+    if (rc == ST_OK) {
+        rc = rpc_call_send(op->call, st_buf_slice(&out));
+        rpc_call_finish(op->call, rc, rc == ST_OK ? NULL : "could not send the response");
+    } else {
+        rpc_call_finish(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    st_buf_free(&out);
+}
+
+#define UPDATE_PATHS                                                                               \
+    "change_stream_config, change_stream_config.retention_period, deletion_protection"
+
+/* Applies the update mask: t takes src's values for the paths named. INVALID_ARGUMENT for an
+ * empty mask, a path UpdateTable does not change, or a retention outside 1-7 days. */
+static st_code update_apply(pb_table *t, const pb_table *src, const Google__Protobuf__FieldMask *m,
+                            st_err *err) {
+    if (!m || m->n_paths == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "update_mask is empty: name the fields to change (" UPDATE_PATHS ")");
+    char bad[512] = "";
+    for (size_t i = 0; i < m->n_paths; i++) {
+        const char *p = m->paths[i];
+        if (strcmp(p, "change_stream_config") == 0 ||
+            strcmp(p, "change_stream_config.retention_period") == 0) {
+            t->change_stream_config = src->change_stream_config;
+            if (rtr_cs_config_check(&t->change_stream_config, err) != ST_OK)
+                return err->code;
+        } else if (strcmp(p, "deletion_protection") == 0) {
+            t->deletion_protection = src->deletion_protection;
+        } else {
+            size_t l = strlen(bad);
+            snprintf(bad + l, sizeof bad - l, "%s\"%s\"", l ? ", " : "", p);
+        }
+    }
+    if (bad[0])
+        return st_err_set(
+            err, ST_INVALID_ARGUMENT,
+            "update_mask path(s) %s cannot be changed by UpdateTable: it changes " UPDATE_PATHS
+            " (column families: ModifyColumnFamilies)",
+            bad);
+    return ST_OK;
+}
+
+/* UpdateTable: the new table goes to every node of every cluster (PutTable, as
+ * ModifyColumnFamilies), then to the metadata record; the answer is a finished Operation. */
+void rtr_h_update_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    int64_t start_us = st_wall_us();
+    Google__Bigtable__Admin__V2__UpdateTableRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__update_table_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    if (!req->table) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "table must be set, with its name");
+        return;
+    }
+    const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->table->name);
+    pb_table *t = rec ? unpack_table(call, rec) : NULL;
+    if (!t)
+        return;
+    st_err err = {0};
+    adm_op *op = NULL;
+    if (update_apply(t, req->table, req->update_mask, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    if (!(op = op_new(r, call, req->table->name)))
+        return;
+    /* PutTableRequest{table = 1}: the stored bytes as they are. */
+    if (rtr_wire_put_bytes(&op->old_put, 1, st_slice_make(rec->pb, rec->len)) != ST_OK) {
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    op->table = t;
+    op->update = true;
+    op->start_us = start_us;
     push_schema(op);
 }
 

@@ -1,7 +1,7 @@
 /* operations.c — google.longrunning.Operations on the router. Admin calls that return an
- * operation (UpdateAppProfile now; backups later) finish before they answer, so every operation
- * is done when first returned; the router keeps the last RTR_OPS_MAX of them in memory so that
- * GetOperation / ListOperations / WaitOperation find them. They are not shared between routers
+ * operation (UpdateAppProfile, UpdateTable; backups later) finish before they answer, so every
+ * operation is done when first returned; the router keeps the last RTR_OPS_MAX of them in memory so
+ * that GetOperation / ListOperations / WaitOperation find them. They are not shared between routers
  * and do not survive a restart: a client polling another router gets NOT_FOUND (see
  * docs/router.md). */
 #include "instance.h"

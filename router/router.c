@@ -32,6 +32,9 @@ static const method methods[] = {
     {RTR_TA "DropRowRange", rtr_h_drop_row_range},
     {RTR_TA "GenerateConsistencyToken", rtr_h_generate_consistency_token},
     {RTR_TA "CheckConsistency", rtr_h_check_consistency},
+    {RTR_TA "UpdateTable", rtr_h_update_table},
+    {RTR_BT "GenerateInitialChangeStreamPartitions", rtr_h_generate_partitions},
+    {RTR_BT "ReadChangeStream", rtr_h_read_change_stream},
     /* Instance admin (GetInstance, ListClusters, app profiles) and google.longrunning.Operations:
      * rtr_instance_open (instance.c). */
 };

@@ -13,12 +13,13 @@
  * meta.c (metadata records, load and store), admin.c (table admin API), data.c (MutateRow,
  * CheckAndMutateRow, ReadModifyWriteRow, SampleRowKeys, PingAndWarm; data.h), mutate_rows.c
  * (MutateRows), read.c
- * (ReadRows across tablets with flow control and transparent resumption), balance.c (the tablet
- * balancer: MoveTablet from the fullest node to the emptiest, one move per cluster at a time),
- * health.c and failover.c (cluster health probes; multi-cluster plans, failover, idempotent
- * writes, the query-of-death guard: failover.h), instance.c, profiles.c and operations.c
- * (instance admin, app profiles and routing by them, long-running operations: instance.h). App
- * profiles are records of the metadata table (rtr_ctx.meta.profiles, written with
+ * (ReadRows across tablets with flow control and transparent resumption), changes.c (change
+ * streams: partitions, ReadChangeStream relayed to the node or closed for a stale partition),
+ * balance.c (the tablet balancer: MoveTablet from the fullest node to the emptiest, one move per
+ * cluster at a time), health.c and failover.c (cluster health probes; multi-cluster plans,
+ * failover, idempotent writes, the query-of-death guard: failover.h), instance.c, profiles.c and
+ * operations.c (instance admin, app profiles and routing by them, long-running operations:
+ * instance.h). App profiles are records of the metadata table (rtr_ctx.meta.profiles, written with
  * rtr_meta_write(RTR_META_KIND_PROFILE, ...)). */
 #ifndef ROUTER_INTERNAL_H
 #define ROUTER_INTERNAL_H
@@ -445,6 +446,15 @@ extern uint64_t rtr_retries_total;
  * ends the wait earlier. */
 bool rtr_retry_allowed(int attempts, st_code code, const char *message);
 
+/* ---- admin.c: change stream configuration (docs/changestreams.md) ---- */
+#define RTR_CS_RETENTION_MIN_S (24LL * 3600)     /* change_stream_config.retention_period */
+#define RTR_CS_RETENTION_MAX_S (7LL * 24 * 3600) /* ... 1 to 7 days, as Cloud Bigtable */
+/* A config without retention_period means change streams off: *cfg becomes NULL. A retention
+ * outside [1 day, 7 days] is INVALID_ARGUMENT. */
+st_code rtr_cs_config_check(Google__Bigtable__Admin__V2__ChangeStreamConfig **cfg, st_err *err);
+/* The stored table has change streams on. */
+bool rtr_cs_enabled(const Google__Bigtable__Admin__V2__Table *t);
+
 /* ---- balance.c ---- */
 /* One tablet as the balancer sees it (memory borrowed). */
 typedef struct rtr_bal_tablet {
@@ -496,6 +506,10 @@ void rtr_h_modify_column_families(rpc_call *call, st_slice req, void *arg);
 void rtr_h_drop_row_range(rpc_call *call, st_slice req, void *arg);
 void rtr_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg);
 void rtr_h_check_consistency(rpc_call *call, st_slice req, void *arg);
+void rtr_h_update_table(rpc_call *call, st_slice req, void *arg);
+/* changes.c: change streams (docs/changestreams.md, "The router") */
+void rtr_h_generate_partitions(rpc_call *call, st_slice req, void *arg);
+void rtr_h_read_change_stream(rpc_call *call, st_slice req, void *arg);
 
 /* ---- paths ---- */
 #define RTR_BT "/google.bigtable.v2.Bigtable/"

@@ -454,16 +454,21 @@ static uint64_t tombstone_bound(sto_db *db, int64_t now) {
     return b > 0 ? STO_VERSION(b, 0) : 0;
 }
 
-/* Merges the rewritten inputs into new files, cut where moved tables lie between them. */
-static st_code rewrite(sto_db *db, sto_tablet *t, const pick_set *ps, outputs *o, st_err *err) {
+/* Merges the rewritten inputs into new files, cut where moved tables lie between them. When t
+ * has a GC report function, the cells dropped as GC garbage go to report. */
+static st_code rewrite(sto_db *db, sto_tablet *t, const pick_set *ps, outputs *o,
+                       sto_gc_report_buf *report, st_err *err) {
     pthread_mutex_lock(&t->mu);
     sto_gc_set *gc = t->gc;
     sto_gc_set_ref(gc);
+    bool collect = t->report_fn != NULL;
     pthread_mutex_unlock(&t->mu);
     int64_t now = sto_db_now_us(db);
     sto_kviter *merged = sto_tablet_sst_merge(t, ps->in, ps->n_rw);
     sto_kviter *it =
-        merged ? sto_compact_iter_new(merged, gc, now, ps->full, tombstone_bound(db, now)) : NULL;
+        merged ? sto_compact_iter_new_report(merged, gc, now, ps->full, tombstone_bound(db, now),
+                                             collect ? report : NULL)
+               : NULL;
     sto_gc_set_unref(gc);
     if (!it)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a compaction");
@@ -472,10 +477,50 @@ static st_code rewrite(sto_db *db, sto_tablet *t, const pick_set *ps, outputs *o
     return rc;
 }
 
+/* Hands the report of a compaction of t, now installed, to t's report function (the one set
+ * now, if any) in batches of STO_GC_REPORT_BATCH cells or STO_GC_REPORT_BATCH_BYTES. */
+static void deliver_report(sto_tablet *t, const sto_gc_report_buf *rep) {
+    if (rep->cut)
+        st_log(ST_LOG_WARN, "storage",
+               "event=gc_report_cut tablet=%" PRIu64 " reported=%" PRIu64 " cut=%" PRIu64
+               " msg=\"a compaction dropped more GC garbage than its report holds "
+               "(STO_GC_REPORT_MAX_BYTES); change streams miss GC records for the cut cells\"",
+               t->id, rep->cells, rep->cut);
+    if (rep->cells == 0)
+        return;
+    sto_gc_dropped *batch = malloc(STO_GC_REPORT_BATCH * sizeof *batch);
+    if (!batch) {
+        st_log(ST_LOG_WARN, "storage",
+               "event=gc_report_cut tablet=%" PRIu64 " reported=0 cut=%" PRIu64
+               " msg=\"out of memory delivering a GC report\"",
+               t->id, rep->cells);
+        return;
+    }
+    pthread_mutex_lock(&t->report_mu);
+    pthread_mutex_lock(&t->mu);
+    sto_gc_report_fn fn = t->report_fn;
+    void *arg = t->report_arg;
+    pthread_mutex_unlock(&t->mu);
+    size_t pos = 0, n = 0, bytes = 0;
+    while (fn && sto_gc_report_next(rep, &pos, &batch[n])) {
+        bytes += batch[n].row.len + batch[n].family.len + batch[n].qualifier.len;
+        if (++n == STO_GC_REPORT_BATCH || bytes >= STO_GC_REPORT_BATCH_BYTES) {
+            fn(t->id, batch, n, arg);
+            n = bytes = 0;
+        }
+    }
+    if (fn && n)
+        fn(t->id, batch, n, arg);
+    pthread_mutex_unlock(&t->report_mu);
+    free(batch);
+}
+
 /* Runs the chosen compaction of t (the caller holds t's compaction claim). */
 static st_code run(sto_db *db, sto_tablet *t, const pick_set *ps, st_err *err) {
     outputs o = {NULL, 0, 0};
-    st_code rc = ps->n_rw ? rewrite(db, t, ps, &o, err) : ST_OK;
+    sto_gc_report_buf rep = {.max_bytes = STO_GC_REPORT_MAX_BYTES};
+    st_buf_init(&rep.data);
+    st_code rc = ps->n_rw ? rewrite(db, t, ps, &o, &rep, err) : ST_OK;
     size_t n_out = o.n;
     if (rc == ST_OK) {
         atomic_fetch_add(&db->compactions, 1); /* counted before the result becomes visible */
@@ -488,6 +533,9 @@ static st_code run(sto_db *db, sto_tablet *t, const pick_set *ps, st_err *err) {
         pthread_mutex_unlock(&db->meta_mu);
     }
     outputs_discard(&o);
+    if (rc == ST_OK)
+        deliver_report(t, &rep);
+    st_buf_free(&rep.data);
     if (rc == ST_OK)
         st_log(ST_LOG_DEBUG, "storage",
                "event=compaction tablet=%" PRIu64 " rewritten=%zu moved=%zu outputs=%zu full=%d",

@@ -114,6 +114,7 @@ st_code sto_tablet_alloc(sto_db *db, uint64_t id, st_slice table, st_slice start
     pthread_rwlock_init(&t->gate, &ga);
     pthread_rwlockattr_destroy(&ga);
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->report_mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     atomic_init(&t->inflight, 0);
     atomic_init(&t->n_ssts_hint, 0);
@@ -167,6 +168,7 @@ void sto_tablet_release(sto_tablet *t) {
     st_buf_free(&t->hi);
     pthread_rwlock_destroy(&t->gate);
     pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->report_mu);
     pthread_cond_destroy(&t->cv);
     free(t);
 }

@@ -106,6 +106,12 @@ struct sto_tablet {
     struct sto_snapset *snapset; /* ssts as snapshots share them (tablet_snapshot.c), or NULL */
     uint64_t list_gen;           /* counts changes of ssts (sto_tablet_update_hints_locked) */
     sto_gc_set *gc;
+    /* sto_tablet_set_gc_report: the function and its argument change under report_mu and t->mu
+     * (in that order); compaction reads them under t->mu to decide whether to collect, and calls
+     * the function holding report_mu, so a change waits for a running call */
+    pthread_mutex_t report_mu;
+    sto_gc_report_fn report_fn;
+    void *report_arg;
     uint64_t last_applied_lsn;
     uint64_t flushed_lsn;
     bool read_only;

@@ -322,10 +322,12 @@ typedef struct mt_dels {
 
 /* Whether a later delete of the same row mutation covers SET_CELL muts[i]: within one mutation
  * all entries share one version, so "later delete wins" has to be settled here, by not writing
- * the cell at all (Bigtable applies a row's mutations in list order). */
+ * the cell at all (Bigtable applies a row's mutations in list order). A row delete does not cover
+ * system families (strata/storage.h). */
 static bool mt_set_is_deleted_later(const sto_row_mut *row, size_t i, const mt_dels *dels) {
     const sto_mut *s = &row->muts[i];
-    if (dels->last_row_del != SIZE_MAX && dels->last_row_del > i)
+    if (dels->last_row_del != SIZE_MAX && dels->last_row_del > i &&
+        !sto_family_is_system(s->family))
         return true;
     if (dels->last_del == SIZE_MAX || dels->last_del < i)
         return false; /* the common case: no delete after this cell */

@@ -38,7 +38,8 @@ typedef struct vis_state {
     uint64_t row_thr;  /* entries of the row with a lower version are hidden */
     st_buf fam_prefix; /* ikey prefix through enc(family); empty = no family yet */
     st_buf fam_name;
-    uint64_t fam_thr; /* max(row_thr, family tombstones) */
+    bool fam_sys;     /* the family is a system family: row tombstones do not cover it */
+    uint64_t fam_thr; /* max(row_thr or 0 for a system family, family tombstones) */
     const sto_gc_rule *rule;
     st_buf col_prefix; /* ikey prefix through enc(qualifier); empty = no column yet */
     st_buf qual;
@@ -83,6 +84,17 @@ static st_code vis_set_prefix(st_buf *b, st_slice key, size_t len) {
     return st_buf_append(b, key.data, len);
 }
 
+bool sto_family_is_system(st_slice family) {
+    return family.len > 0 && family.data[0] == STO_SYSTEM_FAMILY_BYTE;
+}
+
+/* Whether the entry belongs to a system family, from its encoded bytes: enc(family) of a name
+ * starting with 0x00 starts with 0x00 0xff (an escaped 0x00). Row tombstones belong to none. */
+static bool vis_key_system(st_slice key, const sto_key_parts *pt) {
+    return pt->kind != STO_KEY_ROW_DEL && pt->fam_end >= pt->row_end + 3 &&
+           key.data[pt->row_end + 1] == 0x00 && key.data[pt->row_end + 2] == 0xff;
+}
+
 /* Enters the family of key when it differs from the current one. */
 static st_code vis_family(vis_state *vs, st_slice key, const sto_key_parts *pt) {
     if (vis_prefix_eq(&vs->fam_prefix, key, pt->fam_end))
@@ -95,7 +107,8 @@ static st_code vis_family(vis_state *vs, st_slice key, const sto_key_parts *pt) 
     if (rc != ST_OK)
         return rc;
     vs->rule = sto_gc_set_find(vs->gc, st_buf_slice(&vs->fam_name));
-    vs->fam_thr = vs->row_thr;
+    vs->fam_sys = sto_family_is_system(st_buf_slice(&vs->fam_name));
+    vs->fam_thr = vs->fam_sys ? 0 : vs->row_thr;
     st_buf_reset(&vs->col_prefix);
     return ST_OK;
 }
@@ -203,6 +216,8 @@ struct sto_rowreader {
     sto_gc_set *gc;
     vis_state vs;
     bool reverse;
+    unsigned flags;   /* STO_ITER_USER / STO_ITER_SYSTEM: the families returned */
+    unsigned skipped; /* entries of the current row stepped over for their family kind */
     bool has_start, start_excl, has_end, end_incl;
     st_buf start_enc, end_enc; /* enc(range start / end) */
     st_buf seek_key;           /* seek targets are copied here, never passed from the iterator */
@@ -226,17 +241,23 @@ static st_code rr_fail(sto_rowreader *r, st_code code, st_err *err) {
     return code;
 }
 
-/* Seeks to enc(row) (the row's first entry) or, with after, to enc(row) 0x03, which sorts after
- * every entry of the row and before the next row. */
-static st_code rr_seek_row(sto_rowreader *r, st_slice prefix, bool after) {
+/* Seeks to enc(row) followed by suffix[0, n). */
+static st_code rr_seek_in(sto_rowreader *r, st_slice prefix, const uint8_t *suffix, size_t n) {
     st_buf_reset(&r->seek_key);
     st_code rc = st_buf_append(&r->seek_key, prefix.data, prefix.len);
-    if (rc == ST_OK && after)
-        rc = st_buf_append_byte(&r->seek_key, 0x03);
+    if (rc == ST_OK && n)
+        rc = st_buf_append(&r->seek_key, suffix, n);
     if (rc != ST_OK)
         return st_err_set(&r->err, rc, "reading rows: out of memory");
     r->it->ops->seek(r->it, st_buf_slice(&r->seek_key));
     return ST_OK;
+}
+
+/* Seeks to enc(row) (the row's first entry) or, with after, to enc(row) 0x03, which sorts after
+ * every entry of the row and before the next row. */
+static st_code rr_seek_row(sto_rowreader *r, st_slice prefix, bool after) {
+    static const uint8_t past_row = 0x03;
+    return rr_seek_in(r, prefix, &past_row, after ? 1 : 0);
 }
 
 /* Positions on the first entry of the range (forward) or the last (reverse). */
@@ -294,6 +315,7 @@ static st_code rr_start_row(sto_rowreader *r, st_slice prefix) {
                           rc == ST_DATA_LOSS ? "malformed row key" : "out of memory");
     vis_row_start(&r->vs);
     r->in_row = true;
+    r->skipped = 0;
     r->rows++;
     return r->reverse ? rr_seek_row(r, st_buf_slice(&r->row_prefix), false) : ST_OK;
 }
@@ -354,6 +376,30 @@ static st_code rr_new_row(sto_rowreader *r, st_slice key, size_t plen) {
     return rr_enter_row(r, st_slice_make(key.data, plen), &moved);
 }
 
+/* Whether the reader returns the family kind of this entry (row tombstones always count). */
+static bool rr_wanted(const sto_rowreader *r, st_slice key, const sto_key_parts *pt) {
+    if (r->flags == (STO_ITER_USER | STO_ITER_SYSTEM) || pt->kind == STO_KEY_ROW_DEL)
+        return true;
+    return (r->flags & (vis_key_system(key, pt) ? STO_ITER_SYSTEM : STO_ITER_USER)) != 0;
+}
+
+/* Steps over an entry of a family kind the reader does not return; past RR_SKIP_STEPS of them in
+ * a row it seeks instead (a seek costs a few steps). A row's system entries come before its user
+ * entries, so a reader of user families seeks to enc(row) 0x02 0x01, the first key a user family
+ * can have, and a reader of system families, once it meets a user family, leaves the row. */
+#define RR_SKIP_STEPS 4
+static st_code rr_skip_entry(sto_rowreader *r, st_slice key, const sto_key_parts *pt) {
+    if (++r->skipped <= RR_SKIP_STEPS) {
+        r->it->ops->next(r->it);
+        return ST_OK;
+    }
+    r->skipped = 0;
+    if (!vis_key_system(key, pt))
+        return rr_leave_row(r);
+    static const uint8_t first_user[2] = {0x02, 0x01};
+    return rr_seek_in(r, st_buf_slice(&r->row_prefix), first_user, sizeof first_user);
+}
+
 /* Scans entries until a visible cell (ST_OK), the end (ST_NOT_FOUND) or an error. */
 static st_code rr_scan(sto_rowreader *r, sto_cell *cell) {
     sto_kviter *it = r->it;
@@ -377,6 +423,11 @@ static st_code rr_scan(sto_rowreader *r, sto_cell *cell) {
                 return ST_NOT_FOUND;
             if (!r->in_row || r->reverse)
                 continue; /* the iterator moved: look again */
+        }
+        if (!rr_wanted(r, key, &pt)) {
+            if ((rc = rr_skip_entry(r, key, &pt)) != ST_OK)
+                return rc;
+            continue;
         }
         vis_verdict v;
         if ((rc = vis_feed(&r->vs, key, &pt, &v)) != ST_OK)
@@ -505,7 +556,8 @@ static st_code rr_set_range(sto_rowreader *r, const sto_range *range) {
 }
 
 st_code sto_rowreader_new(sto_kviter *merged, sto_gc_set *gc, int64_t now_us,
-                          const sto_range *range, bool reverse, sto_rowreader **out, st_err *err) {
+                          const sto_range *range, bool reverse, unsigned flags, sto_rowreader **out,
+                          st_err *err) {
     if (!merged)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "creating a row reader: out of memory");
     sto_rowreader *r = rr_take();
@@ -527,6 +579,7 @@ st_code sto_rowreader_new(sto_kviter *merged, sto_gc_set *gc, int64_t now_us,
     if (gc)
         sto_gc_set_ref(gc);
     r->reverse = reverse;
+    r->flags = flags & (STO_ITER_USER | STO_ITER_SYSTEM);
     r->vs.gc = gc;
     r->vs.now_us = now_us;
     r->vs.want_qual = true;
@@ -549,7 +602,10 @@ typedef struct compact_iter {
     uint64_t drop_below;
     st_buf row_prefix;
     bool in_row;
-    st_code code; /* sticky error of the filter itself */
+    sto_gc_report_buf *report; /* NULL: no report */
+    st_buf row_raw, qual_raw;  /* unescaped row and qualifier of a reported cell */
+    bool row_raw_ok;           /* row_raw holds the current row */
+    st_code code;              /* sticky error of the filter itself */
     st_err err;
 } compact_iter;
 
@@ -570,6 +626,67 @@ static bool ci_keep(const compact_iter *c, vis_verdict v, const sto_key_parts *p
     return true;
 }
 
+static st_code ci_append_part(st_buf *b, st_slice part) {
+    st_code rc = st_buf_append_fixed32(b, (uint32_t)part.len);
+    return rc == ST_OK ? st_buf_append(b, part.data, part.len) : rc;
+}
+
+/* Adds a cell of a user family the compaction drops as GC garbage to the report. A cell that
+ * does not fit (max_bytes, or no memory) is counted, not stored: the report is best effort, and
+ * the compaction goes on. */
+static void ci_report(compact_iter *c, st_slice key, const sto_key_parts *pt) {
+    sto_gc_report_buf *r = c->report;
+    st_code rc = ST_OK;
+    if (!c->row_raw_ok)
+        rc = sto_key_unescape(st_slice_make(key.data, pt->row_end), &c->row_raw);
+    c->row_raw_ok = rc == ST_OK;
+    if (rc == ST_OK)
+        rc = sto_key_unescape(
+            st_slice_make(key.data + pt->fam_end + 1, pt->qual_end - pt->fam_end - 1),
+            &c->qual_raw);
+    st_slice fam = st_buf_slice(&c->vs.fam_name);
+    size_t need = 3 * 4 + 8 + c->row_raw.len + fam.len + c->qual_raw.len;
+    if (rc != ST_OK || r->data.len + need > r->max_bytes) {
+        r->cut++;
+        return;
+    }
+    size_t at = r->data.len;
+    rc = ci_append_part(&r->data, st_buf_slice(&c->row_raw));
+    if (rc == ST_OK)
+        rc = ci_append_part(&r->data, fam);
+    if (rc == ST_OK)
+        rc = ci_append_part(&r->data, st_buf_slice(&c->qual_raw));
+    if (rc == ST_OK)
+        rc = st_buf_append_fixed64(&r->data, (uint64_t)pt->ts_us);
+    if (rc != ST_OK) {
+        r->data.len = at;
+        r->cut++;
+        return;
+    }
+    r->cells++;
+}
+
+static bool gc_report_part(const sto_gc_report_buf *r, size_t *pos, st_slice *out) {
+    if (r->data.len - *pos < 4)
+        return false;
+    uint32_t n = st_get_fixed32(r->data.data + *pos);
+    if (r->data.len - *pos - 4 < n)
+        return false;
+    *out = st_slice_make(r->data.data + *pos + 4, n);
+    *pos += 4 + (size_t)n;
+    return true;
+}
+
+bool sto_gc_report_next(const sto_gc_report_buf *r, size_t *pos, sto_gc_dropped *out) {
+    size_t p = *pos;
+    if (!gc_report_part(r, &p, &out->row) || !gc_report_part(r, &p, &out->family) ||
+        !gc_report_part(r, &p, &out->qualifier) || r->data.len - p < 8)
+        return false;
+    out->ts_us = (int64_t)st_get_fixed64(r->data.data + p);
+    *pos = p + 8;
+    return true;
+}
+
 /* Moves the input forward to the next entry to keep (or its end). */
 static void ci_settle(compact_iter *c) {
     sto_kviter *in = c->in;
@@ -585,6 +702,7 @@ static void ci_settle(compact_iter *c) {
             rc = vis_set_prefix(&c->row_prefix, key, pt.row_end);
             vis_row_start(&c->vs);
             c->in_row = true;
+            c->row_raw_ok = false;
         }
         vis_verdict v = VIS_CELL;
         if (rc == ST_OK)
@@ -595,6 +713,8 @@ static void ci_settle(compact_iter *c) {
         }
         if (ci_keep(c, v, &pt))
             return;
+        if (c->report && (v == VIS_GC_AGE || v == VIS_GC_VERSIONS) && !c->vs.fam_sys)
+            ci_report(c, key, &pt);
         in->ops->next(in);
     }
 }
@@ -658,6 +778,8 @@ static void ci_free(sto_kviter *b) {
     sto_gc_set_unref(c->gc);
     vis_deinit(&c->vs);
     st_buf_free(&c->row_prefix);
+    st_buf_free(&c->row_raw);
+    st_buf_free(&c->qual_raw);
     free(c);
 }
 
@@ -676,6 +798,12 @@ static const sto_kviter_ops ci_ops = {
 
 sto_kviter *sto_compact_iter_new(sto_kviter *merged, sto_gc_set *gc, int64_t now_us, bool full,
                                  uint64_t drop_tombstones_below) {
+    return sto_compact_iter_new_report(merged, gc, now_us, full, drop_tombstones_below, NULL);
+}
+
+sto_kviter *sto_compact_iter_new_report(sto_kviter *merged, sto_gc_set *gc, int64_t now_us,
+                                        bool full, uint64_t drop_tombstones_below,
+                                        sto_gc_report_buf *report) {
     if (!merged)
         return NULL;
     compact_iter *c = calloc(1, sizeof *c);
@@ -691,6 +819,9 @@ sto_kviter *sto_compact_iter_new(sto_kviter *merged, sto_gc_set *gc, int64_t now
     vis_init(&c->vs, gc, now_us, false);
     c->full = full;
     c->drop_below = drop_tombstones_below;
+    c->report = report;
     st_buf_init(&c->row_prefix);
+    st_buf_init(&c->row_raw);
+    st_buf_init(&c->qual_raw);
     return &c->base;
 }

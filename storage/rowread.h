@@ -35,7 +35,8 @@ bool sto_gc_rule_garbage(const sto_gc_rule *r, int64_t rank, int64_t ts_us, int6
                          bool versions_known);
 
 /* The tablet reader behind sto_iter: takes the merged iterator (freed by sto_rowreader_free, or
- * at once when creation fails), refs gc (may be NULL). Rows outside range are never returned.
+ * at once when creation fails), refs gc (may be NULL). Rows outside range are never returned, nor
+ * cells of family kinds flags (STO_ITER_USER / STO_ITER_SYSTEM) leave out.
  * next: ST_NOT_FOUND at the end; ST_DATA_LOSS for a malformed key; the merged iterator's error
  * otherwise; errors are sticky. The cell's slices are valid until the next call on r.
  * skip_row: the next call starts at the row after the last returned cell's row (no-op before
@@ -43,7 +44,8 @@ bool sto_gc_rule_garbage(const sto_gc_rule *r, int64_t rank, int64_t ts_us, int6
  * (empty before any); valid until the next call on r. */
 typedef struct sto_rowreader sto_rowreader;
 st_code sto_rowreader_new(sto_kviter *merged, sto_gc_set *gc, int64_t now_us,
-                          const sto_range *range, bool reverse, sto_rowreader **out, st_err *err);
+                          const sto_range *range, bool reverse, unsigned flags, sto_rowreader **out,
+                          st_err *err);
 st_code sto_rowreader_next(sto_rowreader *r, sto_cell *cell, st_err *err);
 void sto_rowreader_skip_row(sto_rowreader *r);
 st_slice sto_rowreader_last_scanned_row(sto_rowreader *r);
@@ -57,5 +59,22 @@ void sto_rowreader_free(sto_rowreader *r);
  * is dropped always. A malformed key ends it with ST_DATA_LOSS. NULL if memory runs out. */
 sto_kviter *sto_compact_iter_new(sto_kviter *merged, sto_gc_set *gc, int64_t now_us, bool full,
                                  uint64_t drop_tombstones_below);
+
+/* The cells of user families a compaction dropped as GC garbage (sto_gc_report_fn), in key
+ * order, encoded one after the other in data: row, family and qualifier each as a fixed32 length
+ * and the bytes, then the fixed64 timestamp. Cells that would take data past max_bytes (or that
+ * met an allocation failure) are only counted in cut. */
+typedef struct sto_gc_report_buf {
+    st_buf data;
+    size_t max_bytes;
+    uint64_t cells, cut;
+} sto_gc_report_buf;
+/* As sto_compact_iter_new, also appending to report (not taken; may be NULL) every cell it drops
+ * as GC garbage of a user family. */
+sto_kviter *sto_compact_iter_new_report(sto_kviter *merged, sto_gc_set *gc, int64_t now_us,
+                                        bool full, uint64_t drop_tombstones_below,
+                                        sto_gc_report_buf *report);
+/* The cell at *pos of report->data (slices into it), advancing *pos; false at the end. */
+bool sto_gc_report_next(const sto_gc_report_buf *report, size_t *pos, sto_gc_dropped *out);
 
 #endif

@@ -259,6 +259,8 @@ static st_code make_child(sto_db *db, sto_tablet *t, uint64_t id, st_slice start
     sto_gc_set_unref(c->gc);
     c->gc = t->gc;
     sto_gc_set_ref(c->gc);
+    c->report_fn = t->report_fn; /* c is not published yet: its own locks are not needed */
+    c->report_arg = t->report_arg;
     c->read_only = t->read_only;
     c->broken = t->broken;
     memcpy(c->ro_msg, t->ro_msg, sizeof c->ro_msg);
@@ -364,6 +366,15 @@ st_code sto_tablet_set_gc(sto_tablet *t, const sto_family_gc *fams, size_t n, st
     pthread_mutex_unlock(&t->mu);
     sto_gc_set_unref(old);
     return ST_OK;
+}
+
+void sto_tablet_set_gc_report(sto_tablet *t, sto_gc_report_fn fn, void *arg) {
+    pthread_mutex_lock(&t->report_mu); /* waits for a call of the old function to end */
+    pthread_mutex_lock(&t->mu);
+    t->report_fn = fn;
+    t->report_arg = fn ? arg : NULL;
+    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(&t->report_mu);
 }
 
 st_code sto_tablet_flush(sto_db *db, uint64_t id, st_err *err) {

@@ -254,6 +254,16 @@ sto_kviter *tablet_snapshot_merge(sto_snapshot *s, const key_bounds *b, int coun
 
 st_code sto_iter_new(sto_snapshot *s, const sto_range *range, bool reverse, sto_iter **out,
                      st_err *err) {
+    return sto_iter_new_flags(s, range, reverse, STO_ITER_USER, out, err);
+}
+
+st_code sto_iter_new_flags(sto_snapshot *s, const sto_range *range, bool reverse, unsigned flags,
+                           sto_iter **out, st_err *err) {
+    if (!(flags & (STO_ITER_USER | STO_ITER_SYSTEM)))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "an iterator must return user families, system families or both "
+                          "(flags %#x); pass STO_ITER_USER and/or STO_ITER_SYSTEM",
+                          flags);
     key_bounds b;
     int counts[2] = {0, 0};
     st_code rc = bounds_init(&b, range);
@@ -270,7 +280,7 @@ st_code sto_iter_new(sto_snapshot *s, const sto_range *range, bool reverse, sto_
     it->extra_runs = counts[1] > 1 ? counts[1] - 1 : 0;
     it->extra_mems = counts[1] > 0 || counts[0] > 1 ? counts[0] : 0;
     sto_range all = {{NULL, 0}, false, {NULL, 0}, false};
-    rc = sto_rowreader_new(m, s->gc, sto_db_now_us(s->t->db), range ? range : &all, reverse,
+    rc = sto_rowreader_new(m, s->gc, sto_db_now_us(s->t->db), range ? range : &all, reverse, flags,
                            &it->rr, err);
     if (rc != ST_OK) {
         free(it);

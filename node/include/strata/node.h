@@ -38,6 +38,10 @@ typedef struct node_opts {
      * writes that were in the lost part (logged: event=log_data_loss_accepted). false: the node
      * refuses to start, naming the file (docs/formats/log.md). */
     bool accept_data_loss;
+    /* source_cluster_id of the change stream records this node writes when it has no topology
+     * (--cluster-id; [a-z][-a-z0-9]*, at most 63 characters); NULL = "strata". With --config the
+     * topology names every cluster. */
+    const char *cluster_id;
 } node_opts;
 
 #define NODE_NUM_MAX ((1u << 24) - 1)

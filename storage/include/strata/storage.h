@@ -190,6 +190,38 @@ st_code sto_tablet_split(sto_db *db, uint64_t id, st_slice split_row, uint64_t l
 /* Replaces the family GC rules of the tablet (kept in memory; the node sets them after open).
  * Families without a rule keep everything. Rules and slices are copied. */
 st_code sto_tablet_set_gc(sto_tablet *t, const sto_family_gc *fams, size_t n, st_err *err);
+/* ---- garbage-collection report (change streams) ----
+ * When a compaction of a tablet drops cells of user families because its GC rules (max versions,
+ * max age) made them garbage, storage reports them to the tablet's report function: not cells
+ * hidden by deletes, not overwritten duplicates, not cells of system families. Flushes apply no
+ * GC rules, so only compactions report. A compaction sees only its tablet's rows (a split child
+ * reads the tables it shares with its sibling through its own range), so only those are reported.
+ *
+ * fn runs once the compaction's new files are installed (durable), on the thread that ran the
+ * compaction: a storage worker, or the caller of sto_tablet_compact. It gets the cells in
+ * batches (at most STO_GC_REPORT_BATCH cells and about STO_GC_REPORT_BATCH_BYTES of names per
+ * call), in key order, and its slices are valid during the call only. It must return soon and
+ * must not wait for anything that may wait for storage (a node posts the cells to its loop and
+ * returns); it must not call sto_tablet_set_gc_report for its own tablet (that waits for it).
+ * A crash between the install and the call loses the report (the cells are gone either way).
+ * A compaction judges only its inputs: a cell can be reported again when an older copy of it
+ * (same row, family, qualifier and timestamp) lived in a table outside the compaction, and a cell
+ * that a delete in a table outside the compaction hides is reported like any other. A compaction
+ * holds its report in memory up to STO_GC_REPORT_MAX_BYTES; cells past that are left out of the
+ * report (logged: event=gc_report_cut). */
+typedef struct sto_gc_dropped {
+    st_slice row, family, qualifier;
+    int64_t ts_us;
+} sto_gc_dropped;
+typedef void (*sto_gc_report_fn)(uint64_t tablet_id, const sto_gc_dropped *cells, size_t n,
+                                 void *arg);
+#define STO_GC_REPORT_BATCH 1000
+#define STO_GC_REPORT_BATCH_BYTES (1u << 20)
+#define STO_GC_REPORT_MAX_BYTES (64u << 20)
+/* Sets (fn NULL: clears) the tablet's report function. When it returns, no call of the previous
+ * function is running or will start. Split children inherit their parent's. */
+void sto_tablet_set_gc_report(sto_tablet *t, sto_gc_report_fn fn, void *arg);
+
 /* Deletes every row with the given prefix (empty = all rows): DropRowRange. Durable on return. */
 st_code sto_tablet_drop_prefix(sto_db *db, uint64_t id, st_slice prefix, uint64_t version,
                                st_err *err);
@@ -244,10 +276,29 @@ typedef struct sto_cell {
     uint64_t version;
 } sto_cell;
 
-/* Iterates visible cells of rows in range, rows ascending (or descending when reverse), and
- * within a row always family, qualifier ascending and timestamp descending. */
+/* System families. A family whose name starts with the byte STO_SYSTEM_FAMILY_BYTE is a system
+ * family: the node keeps data of its own there (a row's change history, "\0changes"), which no
+ * client can name. Storage treats them like any family except that:
+ *   - sto_iter_new never returns their cells; sto_iter_new_flags chooses;
+ *   - a row tombstone (STO_MUT_DEL_ROW, and so sto_tablet_drop_prefix) does not cover them, in
+ *     reads and in compactions; STO_MUT_DEL_FAMILY / DEL_COLUMN / SET_CELL act on them as on any
+ *     family, and so do GC rules (sto_tablet_set_gc).
+ * Within a row their entries sort before those of every user family (enc(family) begins with
+ * 0x00 0xff, docs/formats/keys.md), so an iterator skips either kind cheaply. */
+#define STO_SYSTEM_FAMILY_BYTE 0x00
+bool sto_family_is_system(st_slice family); /* non-empty and starts with the byte above */
+
+/* Iterates visible cells of user families of rows in range, rows ascending (or descending when
+ * reverse), and within a row always family, qualifier ascending and timestamp descending. */
 st_code sto_iter_new(sto_snapshot *s, const sto_range *range, bool reverse, sto_iter **out,
                      st_err *err);
+/* Which families sto_iter_new_flags returns; both = every cell. */
+enum { STO_ITER_USER = 1u, STO_ITER_SYSTEM = 2u };
+/* As sto_iter_new, returning the cells of the families flags choose (system cells of a row come
+ * before its user cells, by the order above). A row without a visible cell of those kinds yields
+ * nothing. ST_INVALID_ARGUMENT when flags choose neither kind. */
+st_code sto_iter_new_flags(sto_snapshot *s, const sto_range *range, bool reverse, unsigned flags,
+                           sto_iter **out, st_err *err);
 /* Next cell; ST_NOT_FOUND at the end; ST_DATA_LOSS / ST_INTERNAL on a bad block. */
 st_code sto_iter_next(sto_iter *it, sto_cell *cell, st_err *err);
 /* Skips the rest of the current row (the next call starts at the next row). */

@@ -123,11 +123,93 @@ static void test_catalog_corruption_is_data_loss(void **state) {
     env->ops->remove(env, path, NULL);
 }
 
+/* Change stream settings survive a save and reopen. */
+static void test_catalog_change_stream_roundtrip(void **state) {
+    (void)state;
+    char dir[512];
+    tmpdir(dir, sizeof dir, "cs");
+    st_env *env = st_env_posix();
+    st_err err;
+    node_catalog *c;
+    assert_int_equal(node_catalog_open(env, dir, &c, &err), ST_OK);
+    node_table *t;
+    assert_int_equal(node_catalog_add(c, "projects/p/instances/i/tables/s", 9, &t, &err), ST_OK);
+    t->cs_retention_us = 3LL * 86400 * 1000000;
+    t->cs_since_us = 1234567890123LL;
+    t->deletion_protection = true;
+    node_gc none = {.kind = STO_GC_NONE};
+    assert_int_equal(node_table_family_set(t, "f", &none, &err), ST_OK);
+    assert_int_equal(node_catalog_save(c, &err), ST_OK);
+    node_catalog_free(c);
+    assert_int_equal(node_catalog_open(env, dir, &c, &err), ST_OK);
+    t = node_catalog_find(c, "projects/p/instances/i/tables/s");
+    assert_non_null(t);
+    assert_int_equal(t->cs_retention_us, 3LL * 86400 * 1000000);
+    assert_int_equal(t->cs_since_us, 1234567890123LL);
+    assert_true(t->deletion_protection);
+    assert_int_equal(t->n_families, 1);
+    node_catalog_free(c);
+}
+
+/* A version 1 file (before change streams) still opens: its tables have streams off. */
+static void test_catalog_reads_version_1(void **state) {
+    (void)state;
+    char dir[512], path[600];
+    tmpdir(dir, sizeof dir, "v1");
+    snprintf(path, sizeof path, "%s/catalog", dir);
+    const char *name = "projects/p/instances/i/tables/old";
+    st_buf b;
+    st_buf_init(&b);
+    assert_int_equal(st_buf_append(&b, "STRCAT01", 8), ST_OK);
+    st_buf_append_varint64(&b, 17); /* next_tablet_id */
+    st_buf_append_varint64(&b, 1);  /* n_tables */
+    st_buf_append_varint64(&b, strlen(name));
+    st_buf_append(&b, name, strlen(name));
+    st_buf_append_varint64(&b, 55); /* create_time_us */
+    st_buf_append_byte(&b, 1);      /* deletion_protection */
+    st_buf_append_varint64(&b, 1);  /* n_families */
+    st_buf_append_varint64(&b, 2);
+    st_buf_append(&b, "cf", 2);
+    st_buf_append_byte(&b, STO_GC_MAX_VERSIONS);
+    st_buf_append_varint64(&b, 2);
+    st_buf_append_varint64(&b, 0);
+    st_buf_append_varint64(&b, 0);
+    st_buf_append_fixed32(&b, st_crc_mask(st_crc32c(0, b.data, b.len)));
+    st_env *env = st_env_posix();
+    st_err err;
+    assert_int_equal(st_env_write_atomic(env, path, b.data, b.len, &err), ST_OK);
+    st_buf_free(&b);
+    node_catalog *c;
+    assert_int_equal(node_catalog_open(env, dir, &c, &err), ST_OK);
+    node_table *t = node_catalog_find(c, name);
+    assert_non_null(t);
+    assert_int_equal(t->create_time_us, 55);
+    assert_true(t->deletion_protection);
+    assert_int_equal(t->cs_retention_us, 0);
+    assert_int_equal(t->cs_since_us, 0);
+    assert_int_equal(t->n_families, 1);
+    assert_int_equal(t->families[0].gc.max_versions, 2);
+    assert_true(node_catalog_next_tablet_id(c) >= 17);
+    /* Saved again, it becomes version 2 and still reads back the same. */
+    t->cs_retention_us = 86400000000LL;
+    assert_int_equal(node_catalog_save(c, &err), ST_OK);
+    node_catalog_free(c);
+    assert_int_equal(node_catalog_open(env, dir, &c, &err), ST_OK);
+    t = node_catalog_find(c, name);
+    assert_non_null(t);
+    assert_int_equal(t->cs_retention_us, 86400000000LL);
+    assert_int_equal(t->families[0].gc.max_versions, 2);
+    node_catalog_free(c);
+    env->ops->remove(env, path, NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_catalog_roundtrip),
         cmocka_unit_test(test_catalog_rejects_deep_rules),
         cmocka_unit_test(test_catalog_corruption_is_data_loss),
+        cmocka_unit_test(test_catalog_change_stream_roundtrip),
+        cmocka_unit_test(test_catalog_reads_version_1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -88,7 +88,9 @@ static void read_dump(sto_kviter *merged, sto_gc_set *gc, int64_t now, const sto
     sto_rowreader *r;
     st_err err;
     st_buf_reset(out);
-    assert_int_equal(sto_rowreader_new(merged, gc, now, range, reverse, &r, &err), ST_OK);
+    assert_int_equal(sto_rowreader_new(merged, gc, now, range, reverse,
+                                       STO_ITER_USER | STO_ITER_SYSTEM, &r, &err),
+                     ST_OK);
     sto_cell c;
     st_code rc;
     while ((rc = sto_rowreader_next(r, &c, &err)) == ST_OK) {
@@ -115,7 +117,9 @@ static void expect_read(fixture *fx, sto_gc_set *gc, int64_t now, const sto_rang
 static void expect_versions(fixture *fx, const uint64_t *want, size_t n) {
     sto_rowreader *r;
     st_err err;
-    assert_int_equal(sto_rowreader_new(fx_merged(fx), NULL, 0, NULL, false, &r, &err), ST_OK);
+    assert_int_equal(sto_rowreader_new(fx_merged(fx), NULL, 0, NULL, false,
+                                       STO_ITER_USER | STO_ITER_SYSTEM, &r, &err),
+                     ST_OK);
     sto_cell c;
     size_t i = 0;
     while (sto_rowreader_next(r, &c, &err) == ST_OK) {
@@ -355,7 +359,9 @@ static void test_rowread_skip_row_and_last_scanned(void **state) {
     for (int rev = 0; rev < 2; rev++) {
         sto_rowreader *r;
         sto_cell c;
-        assert_int_equal(sto_rowreader_new(fx_merged(&fx), NULL, 0, NULL, rev, &r, NULL), ST_OK);
+        assert_int_equal(sto_rowreader_new(fx_merged(&fx), NULL, 0, NULL, rev,
+                                           STO_ITER_USER | STO_ITER_SYSTEM, &r, NULL),
+                         ST_OK);
         assert_int_equal(sto_rowreader_last_scanned_row(r).len, 0);
         sto_rowreader_skip_row(r); /* before any cell: nothing to skip */
         assert_int_equal(sto_rowreader_next(r, &c, NULL), ST_OK);
@@ -389,7 +395,9 @@ static void test_rowread_corrupt_key_is_data_loss(void **state) {
     sto_rowreader *r;
     sto_cell c;
     st_err err;
-    assert_int_equal(sto_rowreader_new(fx_merged(&fx), NULL, 0, NULL, false, &r, NULL), ST_OK);
+    assert_int_equal(sto_rowreader_new(fx_merged(&fx), NULL, 0, NULL, false,
+                                       STO_ITER_USER | STO_ITER_SYSTEM, &r, NULL),
+                     ST_OK);
     assert_int_equal(sto_rowreader_next(r, &c, &err), ST_OK);
     assert_int_equal(sto_rowreader_next(r, &c, &err), ST_DATA_LOSS);
     assert_int_equal(sto_rowreader_next(r, &c, &err), ST_DATA_LOSS); /* sticky */
@@ -678,7 +686,8 @@ static void check_skips(fixture *fx, const m_world *w, const m_view *v, const m_
     m_dump(w, v, &all, reverse, &want);
     /* Recover the row order of the dump by walking the model the same way. */
     sto_rowreader *r;
-    assert_int_equal(sto_rowreader_new(fx_merged(fx), mr->set, now, NULL, reverse, &r, NULL),
+    assert_int_equal(sto_rowreader_new(fx_merged(fx), mr->set, now, NULL, reverse,
+                                       STO_ITER_USER | STO_ITER_SYSTEM, &r, NULL),
                      ST_OK);
     size_t n = v->n;
     size_t *order = malloc((n ? n : 1) * sizeof *order);

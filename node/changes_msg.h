@@ -1,0 +1,63 @@
+/* changes_msg.h — the ReadChangeStreamResponse messages a node sends (private to node/): one
+ * change record as DataChange messages, Heartbeat, CloseStream. Pure encoders (changes_msg.c), so
+ * unit tests check the message rules without a node; changes_read.c decides what to send when.
+ *
+ * A record's messages follow what the official Java client enforces (docs/changestreams.md,
+ * Reading): the first message carries type, source_cluster_id, row_key, commit_timestamp and
+ * tiebreaker; the following ones only type CONTINUATION and chunks; the last one done, token and
+ * estimated_low_watermark. Mutations are SetCell, DeleteFromColumn and DeleteFromFamily only (a
+ * DeleteFromRow is expanded to one DeleteFromFamily per family). A SetCell value longer than the
+ * chunk size travels in several chunks with chunk_info; a message holds at most that many bytes of
+ * values (and of names), but always at least one chunk. */
+#ifndef NODE_CHANGES_MSG_H
+#define NODE_CHANGES_MSG_H
+
+#include "google/bigtable/v2/bigtable.pb-c.h"
+#include "strata/base.h"
+#include "strata/storage.h"
+
+/* Bytes of values (and names) in one DataChange message, and the largest chunk of a value. */
+#define NODE_CS_MSG_VALUE_BYTES ((size_t)1 << 20)
+
+/* One record to send. */
+typedef struct node_cs_change {
+    const sto_row_mut *row;        /* the decoded record: row key, mutations, commit time, origin */
+    bool gc;                       /* GARBAGE_COLLECTION (source_cluster_id then stays empty) */
+    const char *source_cluster_id; /* USER records: the origin cluster's id */
+    const char *token;             /* the position once this record is delivered */
+    int64_t watermark_us;
+    /* Families a DeleteFromRow expands to (a record written as the design says never holds
+     * one: the write side expands it; kept for records that do). */
+    const char *const *families;
+    size_t n_families;
+} node_cs_change;
+
+/* Receives one packed message: RPC_SEND_HEADROOM free bytes, then the ReadChangeStreamResponse
+ * (rpc_call_send_buf's layout). It may take the buffer's memory (msg comes back empty either
+ * way). A code other than ST_OK stops the encoding and is returned. */
+typedef st_code (*node_cs_emit_fn)(st_buf *msg, void *arg);
+
+/* Encodes c as DataChange messages of at most value_bytes bytes of values each (chunks of at most
+ * value_bytes), calling emit once per message in order. Scratch from arena (the caller frees it
+ * after the call), msg is the buffer the messages are packed into. ST_OK (also for a record with
+ * no mutation: nothing is sent), emit's code, RESOURCE_EXHAUSTED when memory runs out. */
+st_code node_cs_encode_change(const node_cs_change *c, size_t value_bytes, st_arena *arena,
+                              st_buf *msg, node_cs_emit_fn emit, void *arg);
+
+/* A Heartbeat for partition [start, end) at token with the watermark, packed into msg (emptied
+ * first; RPC_SEND_HEADROOM bytes in front). RESOURCE_EXHAUSTED when memory runs out. */
+st_code node_cs_encode_heartbeat(st_buf *msg, st_slice start, st_slice end, const char *token,
+                                 int64_t watermark_us);
+
+/* One new partition of a CloseStream and the part of the old partition its token covers. */
+typedef struct node_cs_piece {
+    st_slice new_start, new_end; /* the new partition (a tablet, or rows no local tablet holds) */
+    st_slice tok_start, tok_end; /* its overlap with the old partition */
+} node_cs_piece;
+
+/* A CloseStream with status code/message (message may be NULL) and, for each piece, a new
+ * partition and a continuation token (token text) for its overlap, packed into msg as above. */
+st_code node_cs_encode_close(st_buf *msg, st_code code, const char *message,
+                             const node_cs_piece *pieces, size_t n, const char *token);
+
+#endif

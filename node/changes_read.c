@@ -1,0 +1,811 @@
+/* changes_read.c — the read side of change streams on the node (docs/changestreams.md, Reading):
+ * GenerateInitialChangeStreamPartitions (one partition per local tablet) and ReadChangeStream
+ * for a partition equal to one local tablet.
+ *
+ * The reader keeps a position `pos` (what its tokens say: every record of the partition with
+ * stamp <= pos.w was sent, and during a catch-up scan the records in (w, h] of rows up to
+ * pos.key too) and works in two modes:
+ *   - live: the ring (node_cs_ring_scan) gives the records with stamps in (w, resolved]; a
+ *     watcher wakes the reader when new ones resolve;
+ *   - catch-up: when the ring does not reach back to w, a snapshot of the tablet is scanned in
+ *     key order for records with stamps in (w, h], h the resolved stamp when the scan began.
+ * Each record waits in `pending` until the reader knows which token it may carry: in live mode a
+ * write's records share its stamp, so only the last of them may say "1.stamp"; in a scan only the
+ * last record of a row may name that row. A record's messages are queued whole; between records
+ * the reader stops when the call's queue is full (and resumes from rpc_call_set_writable_cb) or
+ * when the turn did its share of work (then the next turn is a timer, so other calls run in
+ * between), as ReadRows does (read.c). Live mode stops only between two writes' records, so one
+ * write's records (bounded by one request's size) are queued at once.
+ *
+ * Heartbeats go out every heartbeat_duration without other tokens; the stream ends with
+ * CloseStream OK once the position passes end_time, and with CloseStream OUT_OF_RANGE (new
+ * partitions and a token for each) when its tablet split, merged or moved away. A cancelled call
+ * (client gone, deadline, node closing) frees everything from its cancel callback. */
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "changes.h"
+#include "changes_msg.h"
+#include "repl_glue.h"
+#include "strata/cstoken.h"
+
+#define CS_HEARTBEAT_US_DEFAULT (5 * 1000000LL)
+/* heartbeat_duration is raised to this, and lowered to the max, so a stream cannot spin. */
+#define CS_HEARTBEAT_US_MIN (100 * 1000LL)
+#define CS_HEARTBEAT_US_MAX (24 * 3600 * 1000000LL)
+/* Work per loop turn: records sent, cells scanned, bytes queued, block bytes read. */
+#define CS_TURN_RECORDS 1000
+#define CS_TURN_CELLS 20000
+#define CS_TURN_SEND_BYTES ((size_t)1 << 20)
+#define CS_TURN_BLOCK_BYTES ((uint64_t)8 << 20)
+/* Past end_time while writes are still in flight: look again this soon. */
+#define CS_END_RECHECK_US 10000
+/* The next turn after the loop's next poll of the sockets (read.c, READ_TURN_DELAY_US). */
+#define CS_TURN_DELAY_US 1
+#define CS_ARENA_BLOCK_BYTES ((size_t)64 << 10)
+/* Buffers above this are freed after use instead of kept for the next record. */
+#define CS_BUF_KEEP_BYTES ((size_t)1 << 20)
+/* source_cluster_id of records when the node knows no cluster names (docs/operations.md). */
+#define CS_CLUSTER_ID_DEFAULT "strata"
+
+/* Results of the work functions besides ST_OK (caught up) and the call's error codes; never a
+ * status of the call. */
+#define CS_MORE ST_ABORTED         /* the turn's share is done: go on in the next turn */
+#define CS_BLOCKED ST_OUT_OF_RANGE /* the call's queue is full: go on once it drains */
+#define CS_AGAIN ST_ALREADY_EXISTS /* switched between live and catch-up: go on at once */
+
+typedef struct cs_rec {
+    bool set;
+    int64_t stamp;
+    st_buf row, value;
+} cs_rec;
+
+typedef struct cs_reader {
+    node_ctx *n;
+    rpc_call *call;
+    char table[NODE_TABLE_NAME_MAX + 1];
+    uint64_t tablet_id;
+    int64_t since_us; /* the table's cs_since_us when the stream began */
+    st_buf start, end;
+    bool has_end;
+    int64_t end_us;
+    int64_t hb_us, hb_due; /* heartbeat interval; st_mono_us of the next one */
+    btu_cs_pos pos;
+    bool scanning;
+    int64_t scan_h;
+    sto_snapshot *snap;
+    sto_iter *it;
+    st_buf scan_from;
+    uint64_t snap_bytes;
+    cs_rec pending;
+    int64_t turn_records, turn_cells;
+    size_t turn_sent;
+    uint64_t turn_blocks;
+    st_code stop; /* why the ring scan stopped: CS_MORE or CS_BLOCKED */
+    st_err fail;  /* a failure inside the ring callback */
+    node_cs_watcher watcher;
+    bool watching, waiting_writable, writable_cb_set;
+    struct event *timer;
+    st_arena arena; /* one record's decoding and messages */
+    st_buf msg;
+    char token[BTU_CS_TOKEN_MAX];
+} cs_reader;
+
+static void cs_turn(cs_reader *r);
+
+/* ---- small helpers ---- */
+
+static st_slice S(const st_buf *b) {
+    return st_buf_slice(b);
+}
+
+static bool buf_set(st_buf *b, st_slice s) {
+    st_buf_reset(b);
+    return st_buf_append(b, s.data, s.len) == ST_OK;
+}
+
+static void buf_recycle(st_buf *b) {
+    if (b->cap > CS_BUF_KEEP_BYTES)
+        st_buf_free(b);
+    else
+        st_buf_reset(b);
+}
+
+/* "2026-12-04T20:39:37.123456Z" for messages. */
+static void time_text(int64_t us, char *out, size_t cap) {
+    time_t s = (time_t)(us / 1000000);
+    struct tm tm;
+    if (us < 0 || !gmtime_r(&s, &tm)) {
+        snprintf(out, cap, "%" PRId64 "us", us);
+        return;
+    }
+    char day[24];
+    if (strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+        day[0] = 0;
+    snprintf(out, cap, "%.20s.%06dZ", day, (int)(us % 1000000));
+}
+
+static const char *token_text(cs_reader *r) {
+    btu_cs_token_format(&r->pos, r->token);
+    return r->token;
+}
+
+/* The id of cluster number origin: from the topology (--config), else --cluster-id. */
+static const char *cluster_id(node_ctx *n, uint32_t origin, char *buf, size_t cap) {
+    const char *id = node_repl_cluster_id(n, origin);
+    if (id)
+        return id;
+    if (origin == 0 || origin == n->opts.cluster_num)
+        return n->opts.cluster_id && n->opts.cluster_id[0] ? n->opts.cluster_id
+                                                           : CS_CLUSTER_ID_DEFAULT;
+    snprintf(buf, cap, "cluster-%u", origin);
+    return buf;
+}
+
+/* ---- lifecycle ---- */
+
+static void scan_free(cs_reader *r) {
+    if (r->it)
+        sto_iter_free(r->it);
+    if (r->snap)
+        sto_snapshot_free(r->snap);
+    r->it = NULL;
+    r->snap = NULL;
+    r->scanning = false;
+}
+
+static void cs_free(cs_reader *r) {
+    if (r->watching)
+        node_cs_unwatch(r->n, &r->watcher);
+    if (r->timer)
+        event_free(r->timer);
+    scan_free(r);
+    st_buf_free(&r->start);
+    st_buf_free(&r->end);
+    st_buf_free(&r->scan_from);
+    st_buf_free(&r->pending.row);
+    st_buf_free(&r->pending.value);
+    st_buf_free(&r->msg);
+    st_arena_deinit(&r->arena);
+    free(r);
+}
+
+static void cs_end(cs_reader *r, st_code code, const char *msg) {
+    if (code != ST_OK && code != ST_CANCELLED)
+        st_log(ST_LOG_DEBUG, "changes", "table=%s code=%s msg=\"%s\"", r->table, st_code_name(code),
+               msg ? msg : "");
+    rpc_call_finish(r->call, code, msg);
+    cs_free(r);
+}
+
+static void on_cancel(rpc_call *call, void *arg) {
+    (void)call;
+    cs_end(arg, ST_CANCELLED, NULL); /* never inside a turn: the RPC layer calls it from the loop */
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    cs_turn(arg);
+}
+
+static void arm(cs_reader *r, int64_t delay_us) {
+    if (delay_us < CS_TURN_DELAY_US)
+        delay_us = CS_TURN_DELAY_US;
+    struct timeval tv = {(time_t)(delay_us / 1000000), (suseconds_t)(delay_us % 1000000)};
+    event_add(r->timer, &tv);
+}
+
+static void on_watch(node_cs_watcher *w) {
+    cs_reader *r = (cs_reader *)((char *)w - offsetof(cs_reader, watcher));
+    if (!r->waiting_writable)
+        arm(r, CS_TURN_DELAY_US);
+}
+
+static void on_writable(rpc_call *call, void *arg) {
+    (void)call;
+    cs_reader *r = arg;
+    if (!r->waiting_writable)
+        return;
+    r->waiting_writable = false;
+    cs_turn(r);
+}
+
+/* ---- sending ---- */
+
+static st_code emit(st_buf *msg, void *arg) {
+    cs_reader *r = arg;
+    size_t len = msg->len;
+    if (rpc_call_send_buf(r->call, msg) != ST_OK)
+        return ST_CANCELLED;
+    r->turn_sent += len;
+    return ST_OK;
+}
+
+/* The families a DeleteFromRow stands for (the table's now), in the record's arena. */
+static st_code row_families(cs_reader *r, const sto_row_mut *row, node_cs_change *c) {
+    bool del_row = false;
+    for (size_t i = 0; i < row->n_muts; i++)
+        del_row = del_row || row->muts[i].type == STO_MUT_DEL_ROW;
+    node_table *meta = del_row ? node_catalog_find(r->n->catalog, r->table) : NULL;
+    if (!meta || meta->n_families == 0)
+        return ST_OK;
+    const char **v = st_arena_alloc(&r->arena, meta->n_families * sizeof *v);
+    if (!v)
+        return ST_RESOURCE_EXHAUSTED;
+    for (size_t i = 0; i < meta->n_families; i++)
+        v[i] = meta->families[i].name;
+    c->families = v;
+    c->n_families = meta->n_families;
+    return ST_OK;
+}
+
+/* Sends the pending record with the token of the current position. */
+static st_code send_pending(cs_reader *r, st_err *err) {
+    cs_rec *p = &r->pending;
+    if (!p->set)
+        return ST_OK;
+    p->set = false;
+    sto_row_mut row;
+    st_code rc = ST_OK;
+    if (!sto_row_mut_decode(S(&p->value), &row, &r->arena)) {
+        rc = st_err_set(err, ST_DATA_LOSS,
+                        "the change record at stamp %" PRId64 " of a row of table %s is damaged "
+                        "and cannot be decoded; check the node's storage (docs/operations.md)",
+                        p->stamp, r->table);
+    } else {
+        char buf[32];
+        node_cs_change c = {&row,
+                            (row.flags & STO_ROW_GC) != 0,
+                            cluster_id(r->n, row.origin, buf, sizeof buf),
+                            token_text(r),
+                            r->pos.w,
+                            NULL,
+                            0};
+        rc = row_families(r, &row, &c);
+        if (rc == ST_OK)
+            rc = node_cs_encode_change(&c, NODE_CS_MSG_VALUE_BYTES, &r->arena, &r->msg, emit, r);
+        if (rc != ST_OK)
+            st_err_set(err, rc,
+                       rc == ST_CANCELLED ? "the call ended while sending"
+                                          : "out of memory encoding a change record");
+    }
+    st_arena_deinit(&r->arena);
+    buf_recycle(&r->msg);
+    buf_recycle(&p->value);
+    r->turn_records++;
+    r->hb_due = st_mono_us() + r->hb_us;
+    return rc;
+}
+
+static st_code pending_set(cs_reader *r, int64_t stamp, st_slice row, st_slice value, st_err *err) {
+    cs_rec *p = &r->pending;
+    if (!buf_set(&p->row, row) || !buf_set(&p->value, value))
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a change record");
+    p->stamp = stamp;
+    p->set = true;
+    return ST_OK;
+}
+
+static st_code send_heartbeat(cs_reader *r) {
+    st_code rc =
+        node_cs_encode_heartbeat(&r->msg, S(&r->start), S(&r->end), token_text(r), r->pos.w);
+    if (rc == ST_OK)
+        rc = rpc_call_send_buf(r->call, &r->msg);
+    buf_recycle(&r->msg);
+    r->hb_due = st_mono_us() + r->hb_us;
+    return rc;
+}
+
+/* ---- the work: live and catch-up ---- */
+
+static bool turn_spent(const cs_reader *r) {
+    return r->turn_records >= CS_TURN_RECORDS || r->turn_cells >= CS_TURN_CELLS ||
+           r->turn_sent >= CS_TURN_SEND_BYTES || r->turn_blocks >= CS_TURN_BLOCK_BYTES;
+}
+
+/* The ring callback: a record's predecessor is sent once it is known whether it closes its
+ * write (a higher stamp follows: its token may say "1.stamp"). */
+static bool on_ring(const node_cs_rec *rec, void *arg) {
+    cs_reader *r = arg;
+    if (r->pending.set && rec->stamp_us > r->pending.stamp) {
+        btu_cs_pos_live(&r->pos, r->pending.stamp);
+        if (send_pending(r, &r->fail) != ST_OK)
+            return false;
+        r->stop = turn_spent(r) ? CS_MORE : !rpc_call_writable(r->call) ? CS_BLOCKED : ST_OK;
+        if (r->stop != ST_OK)
+            return false;
+    } else if (send_pending(r, &r->fail) != ST_OK) {
+        return false;
+    }
+    return pending_set(r, rec->stamp_us, rec->row, rec->value, &r->fail) == ST_OK;
+}
+
+/* Opens the catch-up scan of (pos.w, h] (a scan position from a token goes on after its key). */
+static st_code scan_start(cs_reader *r, int64_t h, st_err *err) {
+    node_tablet *tab = node_tablet_by_id(r->n, r->tablet_id, NULL);
+    if (!tab)
+        return st_err_set(err, ST_INTERNAL, "the partition's tablet vanished");
+    st_slice from = S(&r->start);
+    st_buf_reset(&r->scan_from);
+    if (r->pos.scan) {
+        h = r->pos.h;
+        if (st_buf_append(&r->scan_from, r->pos.key, r->pos.key_len) != ST_OK ||
+            st_buf_append_byte(&r->scan_from, 0) != ST_OK)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a scan");
+        if (st_slice_cmp(S(&r->scan_from), from) > 0)
+            from = S(&r->scan_from);
+    }
+    st_code rc = sto_snapshot_new(tab->st, &r->snap, err);
+    sto_range range = {from, false, S(&r->end), false};
+    if (rc == ST_OK)
+        rc = sto_iter_new_flags(r->snap, &range, false, STO_ITER_SYSTEM, &r->it, err);
+    if (rc != ST_OK) {
+        scan_free(r);
+        return rc;
+    }
+    r->snap_bytes = 0;
+    r->scan_h = h;
+    r->scanning = true;
+    return ST_OK;
+}
+
+static st_code live(cs_reader *r, st_err *err) {
+    int64_t upto = node_cs_resolved(r->n);
+    if (r->has_end && upto > r->end_us)
+        upto = r->end_us;
+    if (upto <= r->pos.w)
+        return ST_OK;
+    r->stop = ST_OK;
+    st_err_clear(&r->fail);
+    node_cs_ring_rc rc =
+        node_cs_ring_scan(r->n, r->table, S(&r->start), S(&r->end), r->pos.w, upto, on_ring, r);
+    if (r->fail.code != ST_OK) {
+        *err = r->fail;
+        return err->code;
+    }
+    if (rc == NODE_CS_RING_MISS) {
+        r->pending.set = false; /* the scan reads it again */
+        st_code src = scan_start(r, upto, err);
+        return src == ST_OK ? CS_AGAIN : src;
+    }
+    if (rc == NODE_CS_RING_STOP)
+        return r->stop;
+    btu_cs_pos_live(&r->pos, upto);
+    return send_pending(r, err);
+}
+
+/* The stamp of a change record cell; false for any other cell. */
+static bool record_stamp(const sto_cell *c, int64_t *stamp) {
+    if (c->family.len != NODE_CS_FAMILY_LEN ||
+        memcmp(c->family.data, NODE_CS_FAMILY, NODE_CS_FAMILY_LEN) != 0 ||
+        c->qualifier.len != NODE_CS_QUALIFIER_LEN)
+        return false;
+    *stamp = (int64_t)st_get_be64(c->qualifier.data);
+    return true;
+}
+
+static st_code scan_end(cs_reader *r, st_err *err) {
+    int64_t h = r->scan_h;
+    scan_free(r);
+    btu_cs_pos_live(&r->pos, h);
+    st_code rc = send_pending(r, err);
+    return rc == ST_OK ? CS_AGAIN : rc;
+}
+
+/* Marks every record of row (and of the rows before it) in (w, scan_h] as sent. */
+static void pos_scan(cs_reader *r, st_slice row) {
+    r->pos.scan = true;
+    r->pos.h = r->scan_h;
+    r->pos.key_len = row.len; /* row keys are at most BTU_ROW_KEY_MAX bytes */
+    memcpy(r->pos.key, row.data, row.len);
+}
+
+static st_code scan(cs_reader *r, st_err *err) {
+    for (;;) {
+        if (turn_spent(r))
+            return CS_MORE;
+        if (!rpc_call_writable(r->call))
+            return CS_BLOCKED;
+        sto_cell c;
+        st_code rc = sto_iter_next(r->it, &c, err);
+        uint64_t bytes = sto_snapshot_read_bytes(r->snap);
+        r->turn_blocks += bytes - r->snap_bytes;
+        r->snap_bytes = bytes;
+        if (rc == ST_NOT_FOUND)
+            return scan_end(r, err);
+        if (rc != ST_OK)
+            return rc;
+        r->turn_cells++;
+        int64_t stamp;
+        if (!record_stamp(&c, &stamp) || stamp <= r->pos.w || stamp > r->scan_h)
+            continue;
+        if (r->pending.set) {
+            if (!st_slice_eq(c.row, S(&r->pending.row)) && r->pending.row.len <= BTU_ROW_KEY_MAX)
+                pos_scan(r, S(&r->pending.row)); /* its row is complete */
+            if ((rc = send_pending(r, err)) != ST_OK)
+                return rc;
+        }
+        if ((rc = pending_set(r, stamp, c.row, c.value, err)) != ST_OK)
+            return rc;
+    }
+}
+
+static st_code work(cs_reader *r, st_err *err) {
+    for (;;) {
+        st_code rc = r->scanning ? scan(r, err) : live(r, err);
+        if (rc != CS_AGAIN)
+            return rc;
+        if (turn_spent(r))
+            return CS_MORE;
+    }
+}
+
+/* ---- closing ---- */
+
+static st_slice end_min(st_slice a, st_slice b) {
+    return btu_end_cmp(a, b) <= 0 ? a : b;
+}
+
+/* [start, end) as pieces: each local tablet overlapping it (new partition = the tablet, token
+ * for the overlap), and the rows no local tablet holds (new partition = token = that gap: the
+ * router knows who holds them). out has room for 2 * t->n + 1 pieces; returns the count. */
+static size_t pieces_of(const node_tablets *t, st_slice start, st_slice end, node_cs_piece *out) {
+    size_t k = 0, i = 0;
+    st_slice cur = start;
+    for (;;) {
+        while (i < t->n && t->v[i].end.len && st_slice_cmp(S(&t->v[i].end), cur) <= 0)
+            i++;
+        bool next = i < t->n && (end.len == 0 || st_slice_cmp(S(&t->v[i].start), end) < 0);
+        st_slice e;
+        if (next && st_slice_cmp(S(&t->v[i].start), cur) <= 0) {
+            e = end_min(S(&t->v[i].end), end);
+            out[k++] = (node_cs_piece){S(&t->v[i].start), S(&t->v[i].end), cur, e};
+            i++;
+        } else {
+            e = next ? S(&t->v[i].start) : end;
+            out[k++] = (node_cs_piece){cur, e, cur, e};
+        }
+        if (e.len == 0 || btu_end_cmp(e, end) == 0)
+            return k;
+        cur = e;
+    }
+}
+
+/* Sends CloseStream (code, pieces of the partition with the current token) and ends the call
+ * with OK, as Cloud Bigtable ends a stream it closes. */
+static void close_stream(cs_reader *r, st_code code, const char *msg, const node_tablets *t) {
+    node_cs_piece *pieces = NULL;
+    size_t n = 0;
+    if (t) {
+        pieces = malloc((2 * t->n + 1) * sizeof *pieces);
+        if (!pieces) {
+            cs_end(r, ST_RESOURCE_EXHAUSTED, "out of memory closing the stream");
+            return;
+        }
+        n = pieces_of(t, S(&r->start), S(&r->end), pieces);
+    }
+    r->pending.set = false; /* not sent: the new partitions' readers send it */
+    st_code rc = node_cs_encode_close(&r->msg, code, msg, pieces, n, token_text(r));
+    free(pieces);
+    if (rc == ST_OK)
+        rc = rpc_call_send_buf(r->call, &r->msg);
+    if (rc == ST_RESOURCE_EXHAUSTED)
+        cs_end(r, rc, "out of memory closing the stream");
+    else
+        cs_end(r, rc == ST_OK ? ST_OK : ST_CANCELLED, NULL);
+}
+
+static void close_moved(cs_reader *r, const node_tablets *t) {
+    close_stream(r, ST_OUT_OF_RANGE,
+                 "the partition's tablet split, merged or moved: read the new partitions from the "
+                 "continuation tokens given",
+                 t);
+}
+
+/* ---- turns ---- */
+
+/* Whether the stream may go on: its table, streams and tablet are as when it began. ST_OK, or
+ * CS_MORE when the tablet changed (close with new partitions), or the code that ends the call. */
+static st_code still_valid(cs_reader *r, node_tablets **t, st_err *err) {
+    if (r->n->closing)
+        return st_err_set(err, ST_UNAVAILABLE,
+                          "the node is shutting down; resume from the last continuation token");
+    node_table *meta = node_catalog_find(r->n->catalog, r->table);
+    *t = meta ? node_tablets_find(r->n, r->table) : NULL;
+    if (!*t)
+        return st_err_set(err, ST_NOT_FOUND, "table \"%s\" was deleted", r->table);
+    if (meta->cs_retention_us == 0 || meta->cs_since_us != r->since_us)
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "change streams of table %s were turned off (or off and on again) "
+                          "while reading: the history this stream read is gone; start a new "
+                          "stream from GenerateInitialChangeStreamPartitions",
+                          r->table);
+    node_tablets *owner = NULL;
+    node_tablet *tab = node_tablet_by_id(r->n, r->tablet_id, &owner);
+    if (!tab || owner != *t || !st_slice_eq(S(&tab->start), S(&r->start)) ||
+        btu_end_cmp(S(&tab->end), S(&r->end)) != 0)
+        return CS_MORE;
+    return ST_OK;
+}
+
+static void wait_writable(cs_reader *r) {
+    r->waiting_writable = true;
+    if (!r->writable_cb_set) {
+        r->writable_cb_set = true;
+        rpc_call_set_writable_cb(r->call, on_writable, r);
+    }
+}
+
+/* Caught up: end at end_time, heartbeat when due, then sleep until a record, the next heartbeat
+ * or end_time. */
+static void idle(cs_reader *r) {
+    if (r->has_end && r->pos.w >= r->end_us) {
+        close_stream(r, ST_OK, NULL, NULL);
+        return;
+    }
+    int64_t now = st_mono_us();
+    if (now >= r->hb_due) {
+        if (!rpc_call_writable(r->call)) {
+            wait_writable(r);
+            return;
+        }
+        if (send_heartbeat(r) != ST_OK) {
+            cs_end(r, ST_CANCELLED, NULL);
+            return;
+        }
+    }
+    if (!r->watching) {
+        node_cs_watch(r->n, &r->watcher);
+        r->watching = true;
+    }
+    int64_t delay = r->hb_due - now;
+    if (r->has_end) {
+        int64_t to_end = r->end_us - st_wall_us();
+        delay = to_end < CS_END_RECHECK_US ? (delay < CS_END_RECHECK_US ? delay : CS_END_RECHECK_US)
+                                           : (to_end < delay ? to_end : delay);
+    }
+    arm(r, delay);
+}
+
+static void cs_turn(cs_reader *r) {
+    if (rpc_call_cancelled(r->call)) {
+        cs_end(r, ST_CANCELLED, NULL);
+        return;
+    }
+    if (r->waiting_writable)
+        return; /* on_writable goes on */
+    st_err err;
+    st_err_clear(&err);
+    node_tablets *t = NULL;
+    st_code rc = still_valid(r, &t, &err);
+    if (rc == CS_MORE) {
+        close_moved(r, t);
+        return;
+    }
+    if (rc == ST_OK) {
+        r->turn_records = r->turn_cells = 0;
+        r->turn_sent = 0;
+        r->turn_blocks = 0;
+        rc = work(r, &err);
+    }
+    if (rc == CS_BLOCKED) {
+        wait_writable(r);
+    } else if (rc == CS_MORE) {
+        if (st_mono_us() >= r->hb_due && rpc_call_writable(r->call) && send_heartbeat(r) != ST_OK)
+            cs_end(r, ST_CANCELLED, NULL);
+        else
+            arm(r, CS_TURN_DELAY_US);
+    } else if (rc == ST_OK) {
+        idle(r);
+    } else {
+        cs_end(r, err.code != ST_OK ? err.code : rc, err.code != ST_OK ? err.msg : NULL);
+    }
+}
+
+/* ---- the handlers ---- */
+
+static st_code streams_on(const node_table *meta, st_err *err) {
+    if (meta->cs_retention_us > 0)
+        return ST_OK;
+    return st_err_set(err, ST_FAILED_PRECONDITION,
+                      "change streams are not enabled on table %s: turn them on with UpdateTable "
+                      "(change_stream_config.retention_period) first",
+                      meta->name);
+}
+
+void node_h_generate_partitions(rpc_call *call, st_slice bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__V2__GenerateInitialChangeStreamPartitionsRequest *req =
+        (Google__Bigtable__V2__GenerateInitialChangeStreamPartitionsRequest *)node_unpack(
+            call,
+            &google__bigtable__v2__generate_initial_change_stream_partitions_request__descriptor,
+            bytes);
+    if (!req)
+        return;
+    node_table *meta;
+    node_tablets *t = node_table_or_fail(n, call, req->table_name, &meta);
+    if (!t)
+        return;
+    st_err err;
+    if (streams_on(meta, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    /* A standalone node's tablets cover every row; a cluster member's are its share, which the
+     * router puts together with the other nodes'. */
+    for (size_t i = 0; i < t->n; i++) {
+        Google__Bigtable__V2__GenerateInitialChangeStreamPartitionsResponse resp =
+            GOOGLE__BIGTABLE__V2__GENERATE_INITIAL_CHANGE_STREAM_PARTITIONS_RESPONSE__INIT;
+        Google__Bigtable__V2__StreamPartition p;
+        Google__Bigtable__V2__RowRange rr;
+        btu_cs_partition_set(&p, &rr, S(&t->v[i].start), S(&t->v[i].end));
+        resp.partition = &p;
+        if (node_send(call, &resp.base) != ST_OK) {
+            rpc_call_finish(call, ST_CANCELLED, NULL);
+            return;
+        }
+    }
+    rpc_call_finish(call, ST_OK, NULL);
+}
+
+/* Where the stream starts (docs/changestreams.md, Tokens): start_time T is the token 1.(T-1);
+ * nothing given is now. INVALID_ARGUMENT for a start in the future or before what the table's
+ * history holds (its retention, or when streams were turned on). */
+static st_code start_pos(node_ctx *n, const node_table *meta,
+                         const Google__Bigtable__V2__ReadChangeStreamRequest *req,
+                         const btu_key_range *part, st_arena *a, btu_cs_pos *pos, st_err *err) {
+    int64_t now = st_wall_us() > n->hlc_last_us ? st_wall_us() : n->hlc_last_us;
+    int64_t oldest = now - meta->cs_retention_us;
+    oldest = oldest > meta->cs_since_us ? oldest : meta->cs_since_us;
+    char t1[40], t2[40];
+    time_text(oldest, t2, sizeof t2);
+    if (req->start_from_case ==
+        GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME) {
+        int64_t t;
+        st_code rc = btu_cs_time_us(req->start_time, "start_time", true, &t, err);
+        if (rc != ST_OK)
+            return rc;
+        time_text(t, t1, sizeof t1);
+        if (t > now)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "start_time %s is in the future: start at or before now", t1);
+        if (t < oldest)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "start_time %s is before %s, the oldest change table %s still "
+                              "holds (its retention, or when change streams were turned on)",
+                              t1, t2, meta->name);
+        btu_cs_pos_live(pos, t - 1);
+        return ST_OK;
+    }
+    if (req->start_from_case !=
+        GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_CONTINUATION_TOKENS) {
+        btu_cs_pos_live(pos, node_cs_resolved(n));
+        return ST_OK;
+    }
+    const Google__Bigtable__V2__StreamContinuationTokens *tk = req->continuation_tokens;
+    st_code rc = btu_cs_tokens_merge(tk->tokens, tk->n_tokens, part, a, pos, err);
+    if (rc == ST_OK && pos->w < oldest - 1) {
+        time_text(pos->w, t1, sizeof t1);
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "the continuation token's time %s is before %s, the oldest change "
+                          "table %s still holds (its retention, or when change streams were "
+                          "turned on): records after it may be gone; start again with start_time",
+                          t1, t2, meta->name);
+    }
+    return rc;
+}
+
+/* end_time and heartbeat_duration into r. */
+static st_code stream_times(cs_reader *r, const Google__Bigtable__V2__ReadChangeStreamRequest *req,
+                            st_err *err) {
+    if (req->end_time) {
+        st_code rc = btu_cs_time_us(req->end_time, "end_time", false, &r->end_us, err);
+        if (rc != ST_OK)
+            return rc;
+        r->has_end = true;
+    }
+    r->hb_us = CS_HEARTBEAT_US_DEFAULT;
+    const Google__Protobuf__Duration *d = req->heartbeat_duration;
+    if (d && (d->seconds < 0 || d->nanos < 0 || d->nanos > 999999999))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "heartbeat_duration must be positive (got %lld s %d ns)",
+                          (long long)d->seconds, (int)d->nanos);
+    if (d && (d->seconds > 0 || d->nanos > 0)) {
+        int64_t us = d->seconds > CS_HEARTBEAT_US_MAX / 1000000
+                         ? CS_HEARTBEAT_US_MAX
+                         : d->seconds * 1000000 + d->nanos / 1000;
+        r->hb_us = us < CS_HEARTBEAT_US_MIN   ? CS_HEARTBEAT_US_MIN
+                   : us > CS_HEARTBEAT_US_MAX ? CS_HEARTBEAT_US_MAX
+                                              : us;
+    }
+    r->hb_due = st_mono_us() + r->hb_us;
+    return ST_OK;
+}
+
+/* The local tablet whose range is exactly part; NULL when none is. */
+static node_tablet *tablet_exact(node_tablets *t, const btu_key_range *part) {
+    if (t->n == 0)
+        return NULL;
+    node_tablet *tab = &t->v[node_tablet_index(t, part->start)];
+    if (st_slice_eq(S(&tab->start), part->start) && btu_end_cmp(S(&tab->end), part->end) == 0)
+        return tab;
+    return NULL;
+}
+
+static cs_reader *reader_new(node_ctx *n, rpc_call *call, const node_table *meta) {
+    cs_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->n = n;
+    r->call = call;
+    snprintf(r->table, sizeof r->table, "%s", meta->name);
+    r->since_us = meta->cs_since_us;
+    st_arena_init(&r->arena, CS_ARENA_BLOCK_BYTES);
+    r->watcher.table = r->table;
+    r->watcher.fn = on_watch;
+    r->timer = evtimer_new(n->base, on_timer, r);
+    if (!r->timer) {
+        cs_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Validates the request into r (partition, start, times); the code and err on failure. */
+static st_code reader_setup(cs_reader *r, const node_table *meta, btu_key_range *part,
+                            const Google__Bigtable__V2__ReadChangeStreamRequest *req, st_err *err) {
+    st_arena *a = rpc_call_arena(r->call);
+    st_code rc = streams_on(meta, err);
+    if (rc == ST_OK)
+        rc = btu_cs_partition_range(req->partition, "partition", a, part, err);
+    if (rc == ST_OK)
+        rc = start_pos(r->n, meta, req, part, a, &r->pos, err);
+    if (rc == ST_OK)
+        rc = stream_times(r, req, err);
+    return rc;
+}
+
+void node_h_read_change_stream(rpc_call *call, st_slice bytes, void *arg) {
+    node_ctx *n = arg;
+    Google__Bigtable__V2__ReadChangeStreamRequest *req =
+        (Google__Bigtable__V2__ReadChangeStreamRequest *)node_unpack(
+            call, &google__bigtable__v2__read_change_stream_request__descriptor, bytes);
+    if (!req)
+        return;
+    node_table *meta;
+    node_tablets *t = node_table_or_fail(n, call, req->table_name, &meta);
+    if (!t)
+        return;
+    btu_key_range part = {{NULL, 0}, {NULL, 0}};
+    cs_reader *r = reader_new(n, call, meta);
+    if (!r) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory starting the change stream");
+        return;
+    }
+    st_err err;
+    st_err_clear(&err);
+    if (reader_setup(r, meta, &part, req, &err) != ST_OK || !buf_set(&r->start, part.start) ||
+        !buf_set(&r->end, part.end)) {
+        cs_end(r, err.code != ST_OK ? err.code : ST_RESOURCE_EXHAUSTED,
+               err.code != ST_OK ? err.msg : "out of memory starting the change stream");
+        return;
+    }
+    rpc_call_set_cancel_cb(call, on_cancel, r);
+    node_tablet *tab = tablet_exact(t, &part);
+    if (!tab && node_in_cluster(n)) {
+        node_not_owner(n, &err, r->table, part.start);
+        cs_end(r, err.code, err.msg);
+        return;
+    }
+    if (!tab) { /* a standalone node holds every row: the partition is stale (split, merge) */
+        close_moved(r, t);
+        return;
+    }
+    r->tablet_id = tab->id;
+    cs_turn(r);
+}

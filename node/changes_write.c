@@ -1,0 +1,822 @@
+/* changes_write.c — the write side of change streams (docs/changestreams.md): the stamp of each
+ * write, the record cell added to every row mutation of a table with streams on, the resolved
+ * stamp, the ring of recent records and its watchers, and the GC records storage's compactions
+ * ask for. Loop thread, except node_cs_write_lost and the GC report (storage threads). */
+#include "changes.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The ring's bound: records of about this many bytes stay in memory for live readers. */
+#define CS_RING_BYTES ((size_t)64 << 20)
+#define CS_BLOCK_OVERHEAD 128 /* bytes charged per ring block beyond its data */
+
+/* One write's records: built by node_cs_write_prepare, kept by the ring once durable. */
+struct node_cs_write {
+    int64_t stamp;
+    size_t n;          /* records */
+    node_cs_rec *recs; /* pointing into data once the write is built */
+    st_buf data;       /* table names, row keys, qualifiers, record values */
+    sto_row_mut *rows; /* what storage gets; freed when the write is done */
+    sto_mut *muts;
+    size_t bytes; /* charged to the ring */
+};
+
+/* Rows of a table that arrived here (a move's copy) at a stamp. */
+typedef struct cs_arrival {
+    char *table;
+    st_buf start, end;
+    int64_t stamp;
+} cs_arrival;
+
+/* Cells a compaction dropped, on their way from a storage thread to the loop. */
+typedef struct cs_gc_batch {
+    struct cs_gc_batch *next, *prev; /* node_cs.gc_pending */
+    node_ctx *n;
+    uint64_t tablet_id;
+    sto_gc_dropped *cells; /* slices point into data */
+    size_t n_cells;
+    uint8_t *data;
+} cs_gc_batch;
+
+typedef struct node_cs {
+    int64_t start_stamp;  /* records at or below it may predate this process */
+    int64_t resolved;     /* the last resolved stamp handed out */
+    int64_t evicted_upto; /* the ring dropped every record at or below it */
+    int64_t lost_stamp;   /* atomic: highest stamp whose completion never reached the loop */
+    /* stamps of writes in flight, oldest first (a circular queue) */
+    int64_t *fifo;
+    size_t fifo_head, fifo_n, fifo_cap;
+    /* the ring: durable writes' records, oldest first (a circular queue of blocks) */
+    node_cs_write **ring;
+    size_t ring_head, ring_n, ring_cap, ring_bytes;
+    cs_arrival *arrivals;
+    size_t n_arrivals;
+    node_cs_watcher *watchers;
+    size_t tables_on;      /* tables with streams on */
+    size_t hint_t, hint_j; /* the last tablet found by id: n->tables[hint_t].v[hint_j] */
+    st_buf scratch;        /* sto_mut: a record's mutations while encoding */
+    /* GC batches posted to the loop and not yet run (freed at close if the loop never runs
+     * them); the lock is taken by storage threads too. */
+    pthread_mutex_t gc_lock;
+    cs_gc_batch *gc_pending;
+} node_cs;
+
+/* ---- clock, config ---- */
+
+int64_t node_cs_next_stamp(node_ctx *n) {
+    int64_t now = st_wall_us();
+    n->hlc_last_us = now > n->hlc_last_us ? now : n->hlc_last_us + 1;
+    return n->hlc_last_us;
+}
+
+st_code node_cs_retention_from_pb(const Google__Bigtable__Admin__V2__ChangeStreamConfig *c,
+                                  int64_t *retention_us, st_err *err) {
+    *retention_us = 0;
+    if (!c || !c->retention_period)
+        return ST_OK;
+    const Google__Protobuf__Duration *d = c->retention_period;
+    if (d->seconds < 0 || d->nanos < 0 || d->seconds > NODE_CS_RETENTION_MAX_US / 1000000)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "change_stream_config.retention_period must be between 1 and 7 days");
+    int64_t us = d->seconds * 1000000 + d->nanos / 1000;
+    if (us < NODE_CS_RETENTION_MIN_US || us > NODE_CS_RETENTION_MAX_US)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "change_stream_config.retention_period must be between 1 and 7 days, "
+                          "got %" PRId64 " s",
+                          d->seconds);
+    *retention_us = us;
+    return ST_OK;
+}
+
+void node_cs_set_retention(node_ctx *n, node_table *meta, int64_t retention_us) {
+    if (retention_us > 0 && meta->cs_retention_us == 0)
+        meta->cs_since_us = node_cs_next_stamp(n);
+    if (retention_us <= 0)
+        meta->cs_since_us = 0;
+    meta->cs_retention_us = retention_us > 0 ? retention_us : 0;
+}
+
+Google__Bigtable__Admin__V2__ChangeStreamConfig *node_cs_config_to_pb(const node_table *meta,
+                                                                      st_arena *a) {
+    if (meta->cs_retention_us <= 0)
+        return NULL;
+    Google__Bigtable__Admin__V2__ChangeStreamConfig *c = st_arena_alloc(a, sizeof *c);
+    Google__Protobuf__Duration *d = st_arena_alloc(a, sizeof *d);
+    if (!c || !d)
+        return NULL;
+    google__bigtable__admin__v2__change_stream_config__init(c);
+    google__protobuf__duration__init(d);
+    d->seconds = meta->cs_retention_us / 1000000;
+    d->nanos = (int32_t)(meta->cs_retention_us % 1000000) * 1000;
+    c->retention_period = d;
+    return c;
+}
+
+static void gc_report(uint64_t tablet_id, const sto_gc_dropped *cells, size_t n_cells, void *arg);
+
+void node_cs_tables_changed(node_ctx *n) {
+    if (!n->cs || n->closing)
+        return;
+    size_t on = 0;
+    for (size_t i = 0; i < node_catalog_count(n->catalog); i++) {
+        const node_table *meta = node_catalog_at(n->catalog, i);
+        on += meta->cs_retention_us > 0;
+        node_tablets *t = node_tablets_find(n, meta->name);
+        for (size_t j = 0; t && j < t->n; j++)
+            sto_tablet_set_gc_report(t->v[j].st, meta->cs_retention_us > 0 ? gc_report : NULL,
+                                     meta->cs_retention_us > 0 ? n : NULL);
+    }
+    n->cs->tables_on = on;
+}
+
+void node_cs_stop_reports(node_ctx *n) {
+    for (size_t i = 0; i < n->n_tables; i++)
+        for (size_t j = 0; j < n->tables[i].n; j++)
+            sto_tablet_set_gc_report(n->tables[i].v[j].st, NULL, NULL);
+}
+
+/* ---- open, close ---- */
+
+st_code node_cs_open(node_ctx *n, st_err *err) {
+    node_cs *cs = calloc(1, sizeof *cs);
+    if (!cs)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting change streams");
+    st_buf_init(&cs->scratch);
+    pthread_mutex_init(&cs->gc_lock, NULL);
+    n->cs = cs;
+    cs->start_stamp = node_cs_next_stamp(n);
+    cs->resolved = cs->start_stamp;
+    node_cs_tables_changed(n);
+    return ST_OK;
+}
+
+static void write_free(node_cs_write *w) {
+    if (!w)
+        return;
+    free(w->recs);
+    free(w->rows);
+    free(w->muts);
+    st_buf_free(&w->data);
+    free(w);
+}
+
+void node_cs_close(node_ctx *n) {
+    node_cs *cs = n->cs;
+    if (!cs)
+        return;
+    for (size_t i = 0; i < cs->ring_n; i++)
+        write_free(cs->ring[(cs->ring_head + i) % cs->ring_cap]);
+    free(cs->ring);
+    free(cs->fifo);
+    for (size_t i = 0; i < cs->n_arrivals; i++) {
+        free(cs->arrivals[i].table);
+        st_buf_free(&cs->arrivals[i].start);
+        st_buf_free(&cs->arrivals[i].end);
+    }
+    free(cs->arrivals);
+    st_buf_free(&cs->scratch);
+    while (cs->gc_pending) {
+        cs_gc_batch *b = cs->gc_pending;
+        cs->gc_pending = b->next;
+        free(b);
+    }
+    pthread_mutex_destroy(&cs->gc_lock);
+    free(cs);
+    n->cs = NULL;
+}
+
+/* ---- building a write's records ---- */
+
+/* The table of the local tablet with this id (NULL when none). The last hit is tried first: a
+ * write's rows mostly go to one tablet. */
+static node_tablets *tablet_table(node_ctx *n, uint64_t id) {
+    node_cs *cs = n->cs;
+    if (cs->hint_t < n->n_tables) {
+        node_tablets *t = &n->tables[cs->hint_t];
+        if (cs->hint_j < t->n && t->v[cs->hint_j].id == id)
+            return t;
+    }
+    for (size_t i = 0; i < n->n_tables; i++)
+        for (size_t j = 0; j < n->tables[i].n; j++)
+            if (n->tables[i].v[j].id == id) {
+                cs->hint_t = i;
+                cs->hint_j = j;
+                return &n->tables[i];
+            }
+    return NULL;
+}
+
+static bool is_system(const sto_mut *m) {
+    return m->type != STO_MUT_DEL_ROW && m->family.len > 0 && m->family.data[0] == 0;
+}
+
+/* A replicated row carries its origin's record cells: they are not this cluster's history. */
+static bool has_foreign_records(const sto_row_mut *r) {
+    if (!(r->flags & STO_ROW_REPLICATED))
+        return false;
+    for (size_t i = 0; i < r->n_muts; i++)
+        if (is_system(&r->muts[i]))
+            return true;
+    return false;
+}
+
+/* The table meta of row r when it gets a record, else NULL. */
+static node_table *row_meta(node_ctx *n, const sto_row_mut *r, node_write_kind mode) {
+    if (mode == NODE_WRITE_COPY || (n->cs->tables_on == 0 && mode != NODE_WRITE_GC))
+        return NULL;
+    node_tablets *t = tablet_table(n, r->tablet_id);
+    node_table *meta = t ? node_catalog_find(n->catalog, t->name) : NULL;
+    return meta && meta->cs_retention_us > 0 ? meta : NULL;
+}
+
+/* The mutations a record holds for row r: the user's (a DeleteFromRow as one DeleteFromFamily
+ * per family of the table), into cs->scratch. */
+static st_code record_muts(node_cs *cs, const node_table *meta, const sto_row_mut *r) {
+    st_buf_reset(&cs->scratch);
+    for (size_t i = 0; i < r->n_muts; i++) {
+        const sto_mut *m = &r->muts[i];
+        if (is_system(m))
+            continue;
+        if (m->type != STO_MUT_DEL_ROW) {
+            if (st_buf_append(&cs->scratch, m, sizeof *m) != ST_OK)
+                return ST_RESOURCE_EXHAUSTED;
+            continue;
+        }
+        for (size_t f = 0; f < meta->n_families; f++) {
+            sto_mut d = {.type = STO_MUT_DEL_FAMILY,
+                         .family = st_slice_cstr(meta->families[f].name)};
+            if (st_buf_append(&cs->scratch, &d, sizeof d) != ST_OK)
+                return ST_RESOURCE_EXHAUSTED;
+        }
+    }
+    return ST_OK;
+}
+
+/* Offsets of one record inside w->data while the buffer may still move. */
+typedef struct rec_ref {
+    size_t table, row, row_len, qual, value, value_len;
+    size_t mut; /* index of the record's SetCell in w->muts */
+} rec_ref;
+
+static st_code append_cstr(st_buf *b, const char *s, size_t *off) {
+    *off = b->len;
+    return st_buf_append(b, s, strlen(s) + 1);
+}
+
+/* Encodes the record of row r (index k of the write) into w->data. */
+static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *meta,
+                            const sto_row_mut *r, node_write_kind mode, uint32_t k, rec_ref *ref,
+                            st_err *err) {
+    node_cs *cs = n->cs;
+    st_code rc = mode == NODE_WRITE_GC ? ST_OK : record_muts(cs, meta, r);
+    sto_row_mut rec = {.row = r->row,
+                       .version = r->version,
+                       .commit_ts_us = r->commit_ts_us,
+                       .origin = r->origin,
+                       .flags = r->flags & STO_ROW_GC};
+    if (mode == NODE_WRITE_GC) {
+        rec.muts = r->muts;
+        rec.n_muts = r->n_muts;
+        rec.flags = STO_ROW_GC;
+    } else {
+        rec.muts = (const sto_mut *)cs->scratch.data;
+        rec.n_muts = cs->scratch.len / sizeof(sto_mut);
+    }
+    uint8_t qual[NODE_CS_QUALIFIER_LEN];
+    st_put_be64(qual, (uint64_t)w->stamp);
+    qual[8] = (uint8_t)(k >> 24);
+    qual[9] = (uint8_t)(k >> 16);
+    qual[10] = (uint8_t)(k >> 8);
+    qual[11] = (uint8_t)k;
+    if (rc == ST_OK)
+        rc = append_cstr(&w->data, meta->name, &ref->table);
+    ref->row = w->data.len;
+    ref->row_len = r->row.len;
+    if (rc == ST_OK)
+        rc = st_buf_append(&w->data, r->row.data, r->row.len);
+    ref->qual = w->data.len;
+    if (rc == ST_OK)
+        rc = st_buf_append(&w->data, qual, sizeof qual);
+    ref->value = w->data.len;
+    if (rc == ST_OK)
+        rc = sto_row_mut_encode(&w->data, &rec);
+    ref->value_len = w->data.len - ref->value;
+    if (rc == ST_INVALID_ARGUMENT)
+        return st_err_set(err, rc,
+                          "row mutation too large for its change record (at most %u mutations "
+                          "after a DeleteFromRow becomes one delete per family)",
+                          STO_ROW_MUTS_MAX);
+    if (rc != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building a change record");
+    return ST_OK;
+}
+
+/* Copies row r into w->rows[i] with its mutations (without foreign records) and, when it gets a
+ * record, room for the record's SetCell (ref->mut). */
+static void row_copy(node_cs_write *w, size_t i, const sto_row_mut *r, bool recorded,
+                     node_write_kind mode, size_t *mi, rec_ref *ref) {
+    sto_row_mut *out = &w->rows[i];
+    *out = *r;
+    out->muts = &w->muts[*mi];
+    out->n_muts = 0;
+    for (size_t j = 0; mode != NODE_WRITE_GC && j < r->n_muts; j++)
+        if (!is_system(&r->muts[j]) || !(r->flags & STO_ROW_REPLICATED)) {
+            w->muts[(*mi)++] = r->muts[j];
+            out->n_muts++;
+        }
+    if (recorded) {
+        ref->mut = (*mi)++;
+        out->n_muts++;
+    }
+}
+
+/* Points records and record cells into w->data (final now). */
+static void write_finalize(node_cs_write *w, const rec_ref *refs) {
+    for (size_t k = 0; k < w->n; k++) {
+        const rec_ref *f = &refs[k];
+        node_cs_rec *rec = &w->recs[k];
+        rec->stamp_us = w->stamp;
+        rec->table = (const char *)w->data.data + f->table;
+        rec->row = st_slice_make(w->data.data + f->row, f->row_len);
+        rec->value = st_slice_make(w->data.data + f->value, f->value_len);
+        w->muts[f->mut] =
+            (sto_mut){.type = STO_MUT_SET_CELL,
+                      .family = st_slice_make(NODE_CS_FAMILY, NODE_CS_FAMILY_LEN),
+                      .qualifier = st_slice_make(w->data.data + f->qual, NODE_CS_QUALIFIER_LEN),
+                      .ts_us = w->stamp,
+                      .value = rec->value};
+    }
+    w->bytes = w->data.len + w->n * sizeof(node_cs_rec) + CS_BLOCK_OVERHEAD;
+}
+
+static st_code write_build(node_ctx *n, node_cs_write *w, const sto_row_mut *rows, size_t count,
+                           node_table **metas, node_write_kind mode, st_err *err) {
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += (mode == NODE_WRITE_GC ? 0 : rows[i].n_muts) + 1;
+    w->rows = calloc(count, sizeof *w->rows);
+    w->muts = calloc(total, sizeof *w->muts);
+    w->recs = calloc(w->n ? w->n : 1, sizeof *w->recs);
+    rec_ref *refs = calloc(w->n ? w->n : 1, sizeof *refs);
+    st_code rc = ST_OK;
+    if (!w->rows || !w->muts || !w->recs || !refs)
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building change records");
+    size_t mi = 0, k = 0;
+    for (size_t i = 0; rc == ST_OK && i < count; i++) {
+        row_copy(w, i, &rows[i], metas[i] != NULL, mode, &mi, &refs[k]);
+        if (metas[i]) {
+            rc = record_build(n, w, metas[i], &rows[i], mode, (uint32_t)i, &refs[k], err);
+            k++;
+        }
+    }
+    if (rc == ST_OK)
+        write_finalize(w, refs);
+    free(refs);
+    return rc;
+}
+
+st_code node_cs_write_prepare(node_ctx *n, const sto_row_mut *rows, size_t count,
+                              node_write_kind mode, const sto_row_mut **out, node_cs_write **wp,
+                              st_err *err) {
+    *out = rows;
+    *wp = NULL;
+    if (!n->cs || mode == NODE_WRITE_COPY)
+        return ST_OK;
+    node_table *meta_one[16];
+    node_table **metas = count <= 16 ? meta_one : calloc(count, sizeof *metas);
+    if (!metas)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory preparing a write");
+    size_t recorded = 0;
+    bool strip = false;
+    for (size_t i = 0; i < count; i++) {
+        metas[i] = row_meta(n, &rows[i], mode);
+        recorded += metas[i] != NULL;
+        strip = strip || has_foreign_records(&rows[i]);
+    }
+    st_code rc = ST_OK;
+    if (recorded || strip) {
+        node_cs_write *w = calloc(1, sizeof *w);
+        if (!w) {
+            rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory preparing a write");
+        } else {
+            st_buf_init(&w->data);
+            w->n = recorded;
+            w->stamp = recorded ? node_cs_next_stamp(n) : 0;
+            rc = write_build(n, w, rows, count, metas, mode, err);
+            if (rc != ST_OK) {
+                write_free(w);
+            } else {
+                *out = w->rows;
+                *wp = w;
+            }
+        }
+    }
+    if (metas != meta_one)
+        free(metas);
+    return rc;
+}
+
+/* ---- in flight, resolved ---- */
+
+static st_code fifo_push(node_cs *cs, int64_t stamp) {
+    if (cs->fifo_n == cs->fifo_cap) {
+        size_t cap = cs->fifo_cap ? cs->fifo_cap * 2 : 64;
+        int64_t *v = malloc(cap * sizeof *v);
+        if (!v)
+            return ST_RESOURCE_EXHAUSTED;
+        for (size_t i = 0; i < cs->fifo_n; i++)
+            v[i] = cs->fifo[(cs->fifo_head + i) % cs->fifo_cap];
+        free(cs->fifo);
+        cs->fifo = v;
+        cs->fifo_head = 0;
+        cs->fifo_cap = cap;
+    }
+    cs->fifo[(cs->fifo_head + cs->fifo_n++) % cs->fifo_cap] = stamp;
+    return ST_OK;
+}
+
+/* Storage completes writes in order: a completion at `stamp` finishes every earlier one too
+ * (even one whose completion was lost). */
+static void fifo_pop_upto(node_cs *cs, int64_t stamp) {
+    while (cs->fifo_n && cs->fifo[cs->fifo_head] <= stamp) {
+        cs->fifo_head = (cs->fifo_head + 1) % cs->fifo_cap;
+        cs->fifo_n--;
+    }
+}
+
+int64_t node_cs_resolved(node_ctx *n) {
+    node_cs *cs = n->cs;
+    fifo_pop_upto(cs, __atomic_load_n(&cs->lost_stamp, __ATOMIC_ACQUIRE));
+    int64_t r;
+    if (cs->fifo_n) {
+        r = cs->fifo[cs->fifo_head] - 1;
+    } else {
+        /* Nothing in flight: now. The clock is moved to it, so later stamps are above. */
+        int64_t now = st_wall_us();
+        if (now > n->hlc_last_us)
+            n->hlc_last_us = now;
+        r = n->hlc_last_us;
+    }
+    if (r > cs->resolved)
+        cs->resolved = r;
+    return cs->resolved;
+}
+
+void node_cs_write_started(node_ctx *n, node_cs_write *w) {
+    if (!w || w->n == 0)
+        return;
+    if (fifo_push(n->cs, w->stamp) != ST_OK) {
+        /* Without its place in the queue the stamp could be passed while in flight: resolved
+         * stays below it until it is done by treating it as lost once it completes. */
+        st_log(ST_LOG_ERROR, "changes", "out of memory tracking a write in flight");
+        int64_t cur = __atomic_load_n(&n->cs->lost_stamp, __ATOMIC_ACQUIRE);
+        if (w->stamp > cur)
+            __atomic_store_n(&n->cs->lost_stamp, w->stamp, __ATOMIC_RELEASE);
+    }
+}
+
+void node_cs_write_abort(node_ctx *n, node_cs_write *w) {
+    node_cs *cs = n->cs;
+    /* It was the last one started. */
+    if (w && w->n && cs->fifo_n &&
+        cs->fifo[(cs->fifo_head + cs->fifo_n - 1) % cs->fifo_cap] == w->stamp)
+        cs->fifo_n--;
+    write_free(w);
+}
+
+void node_cs_write_lost(node_ctx *n, node_cs_write *w) {
+    if (w && w->n) {
+        int64_t cur = __atomic_load_n(&n->cs->lost_stamp, __ATOMIC_ACQUIRE);
+        while (w->stamp > cur &&
+               !__atomic_compare_exchange_n(&n->cs->lost_stamp, &cur, w->stamp, false,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        }
+    }
+    write_free(w);
+}
+
+/* ---- the ring ---- */
+
+static node_cs_write *ring_at(node_cs *cs, size_t i) {
+    return cs->ring[(cs->ring_head + i) % cs->ring_cap];
+}
+
+static void ring_evict(node_cs *cs, size_t limit) {
+    while (cs->ring_n && cs->ring_bytes > limit) {
+        node_cs_write *w = ring_at(cs, 0);
+        cs->ring_head = (cs->ring_head + 1) % cs->ring_cap;
+        cs->ring_n--;
+        cs->ring_bytes -= w->bytes;
+        if (w->stamp > cs->evicted_upto)
+            cs->evicted_upto = w->stamp;
+        write_free(w);
+    }
+}
+
+static st_code ring_push(node_cs *cs, node_cs_write *w) {
+    if (cs->ring_n == cs->ring_cap) {
+        size_t cap = cs->ring_cap ? cs->ring_cap * 2 : 1024;
+        node_cs_write **v = malloc(cap * sizeof *v);
+        if (!v)
+            return ST_RESOURCE_EXHAUSTED;
+        for (size_t i = 0; i < cs->ring_n; i++)
+            v[i] = ring_at(cs, i);
+        free(cs->ring);
+        cs->ring = v;
+        cs->ring_head = 0;
+        cs->ring_cap = cap;
+    }
+    cs->ring[(cs->ring_head + cs->ring_n++) % cs->ring_cap] = w;
+    cs->ring_bytes += w->bytes;
+    ring_evict(cs, CS_RING_BYTES);
+    return ST_OK;
+}
+
+static bool write_has_table(const node_cs_write *w, const char *table) {
+    for (size_t k = 0; k < w->n; k++)
+        if (strcmp(w->recs[k].table, table) == 0)
+            return true;
+    return false;
+}
+
+static void wake_watchers(node_cs *cs, const node_cs_write *w) {
+    for (node_cs_watcher *x = cs->watchers, *next; x; x = next) {
+        next = x->next; /* x may unwatch itself */
+        if (write_has_table(w, x->table))
+            x->fn(x);
+    }
+}
+
+void node_cs_write_done(node_ctx *n, node_cs_write *w, st_code code) {
+    if (!w)
+        return;
+    node_cs *cs = n->cs;
+    if (w->n == 0 || code != ST_OK) {
+        if (w->n)
+            fifo_pop_upto(cs, w->stamp);
+        write_free(w);
+        return;
+    }
+    fifo_pop_upto(cs, w->stamp);
+    free(w->rows); /* storage copied them; the ring needs the records only */
+    free(w->muts);
+    w->rows = NULL;
+    w->muts = NULL;
+    if (ring_push(cs, w) != ST_OK) {
+        st_log(ST_LOG_ERROR, "changes", "out of memory keeping recent change records");
+        if (w->stamp > cs->evicted_upto)
+            cs->evicted_upto = w->stamp;
+        write_free(w);
+        return;
+    }
+    if (cs->watchers)
+        wake_watchers(cs, w);
+}
+
+void node_cs_range_arrived(node_ctx *n, const char *table, st_slice start, st_slice end) {
+    node_cs *cs = n->cs;
+    if (!cs)
+        return;
+    int64_t stamp = node_cs_next_stamp(n);
+    for (size_t i = 0; i < cs->n_arrivals; i++) {
+        cs_arrival *a = &cs->arrivals[i];
+        if (strcmp(a->table, table) == 0 && st_slice_eq(st_buf_slice(&a->start), start) &&
+            st_slice_eq(st_buf_slice(&a->end), end)) {
+            a->stamp = stamp;
+            return;
+        }
+    }
+    cs_arrival *v = realloc(cs->arrivals, (cs->n_arrivals + 1) * sizeof *v);
+    char *name = strdup(table);
+    if (!v || !name) {
+        free(name);
+        if (v)
+            cs->arrivals = v;
+        st_log(ST_LOG_ERROR, "changes", "out of memory noting a tablet's arrival");
+        cs->evicted_upto = stamp; /* the ring then sends every reader to storage */
+        return;
+    }
+    cs->arrivals = v;
+    cs_arrival *a = &v[cs->n_arrivals++];
+    a->table = name;
+    a->stamp = stamp;
+    st_buf_init(&a->start);
+    st_buf_init(&a->end);
+    if (st_buf_append(&a->start, start.data, start.len) != ST_OK ||
+        st_buf_append(&a->end, end.data, end.len) != ST_OK)
+        cs->evicted_upto = stamp;
+}
+
+static bool range_overlaps(st_slice s1, st_slice e1, st_slice s2, st_slice e2) {
+    return (e1.len == 0 || st_slice_cmp(s2, e1) < 0) && (e2.len == 0 || st_slice_cmp(s1, e2) < 0);
+}
+
+static bool in_range(st_slice row, st_slice start, st_slice end) {
+    return st_slice_cmp(row, start) >= 0 && (end.len == 0 || st_slice_cmp(row, end) < 0);
+}
+
+/* The stamp below which the ring may lack records of table's rows in [start, end). */
+static int64_t ring_floor(node_cs *cs, const char *table, st_slice start, st_slice end) {
+    int64_t floor = cs->start_stamp;
+    if (cs->evicted_upto > floor)
+        floor = cs->evicted_upto;
+    int64_t lost = __atomic_load_n(&cs->lost_stamp, __ATOMIC_ACQUIRE);
+    if (lost > floor)
+        floor = lost;
+    for (size_t i = 0; i < cs->n_arrivals; i++) {
+        const cs_arrival *a = &cs->arrivals[i];
+        if (a->stamp > floor && strcmp(a->table, table) == 0 &&
+            range_overlaps(st_buf_slice(&a->start), st_buf_slice(&a->end), start, end))
+            floor = a->stamp;
+    }
+    return floor;
+}
+
+/* Index of the first ring block with stamp > after. */
+static size_t ring_find(node_cs *cs, int64_t after) {
+    size_t lo = 0, hi = cs->ring_n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ring_at(cs, mid)->stamp <= after)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+node_cs_ring_rc node_cs_ring_scan(node_ctx *n, const char *table, st_slice start, st_slice end,
+                                  int64_t after, int64_t upto,
+                                  bool (*fn)(const node_cs_rec *rec, void *arg), void *arg) {
+    node_cs *cs = n->cs;
+    if (after < ring_floor(cs, table, start, end))
+        return NODE_CS_RING_MISS;
+    for (size_t i = ring_find(cs, after); i < cs->ring_n; i++) {
+        const node_cs_write *w = ring_at(cs, i);
+        if (w->stamp > upto)
+            break;
+        for (size_t k = 0; k < w->n; k++) {
+            const node_cs_rec *r = &w->recs[k];
+            if (strcmp(r->table, table) != 0 || !in_range(r->row, start, end))
+                continue;
+            if (!fn(r, arg))
+                return NODE_CS_RING_STOP;
+        }
+    }
+    return NODE_CS_RING_OK;
+}
+
+/* ---- watchers ---- */
+
+void node_cs_watch(node_ctx *n, node_cs_watcher *w) {
+    node_cs *cs = n->cs;
+    w->prev = NULL;
+    w->next = cs->watchers;
+    if (cs->watchers)
+        cs->watchers->prev = w;
+    cs->watchers = w;
+}
+
+void node_cs_unwatch(node_ctx *n, node_cs_watcher *w) {
+    node_cs *cs = n->cs;
+    if (!cs)
+        return;
+    if (w->prev)
+        w->prev->next = w->next;
+    else if (cs->watchers == w)
+        cs->watchers = w->next;
+    else
+        return; /* not watching */
+    if (w->next)
+        w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+}
+
+/* ---- GC records ----
+ * A compaction's dropped cells come from a storage thread; on the loop each row gets one
+ * record (type garbage collection: a DeleteFromColumn [ts, ts + 1) per cell) written as a row
+ * mutation holding only the record cell. */
+
+static void gc_batch_unlink(node_cs *cs, cs_gc_batch *b) {
+    pthread_mutex_lock(&cs->gc_lock);
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        cs->gc_pending = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    pthread_mutex_unlock(&cs->gc_lock);
+}
+
+static void gc_written(node_ctx *n, st_code code, const char *msg, void *arg) {
+    (void)n;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "changes", "writing garbage collection records failed: %s",
+               msg ? msg : st_code_name(code));
+    free(arg);
+}
+
+/* The rows of b's cells as GC row mutations (one per row; cells come in key order). */
+static size_t gc_rows(node_ctx *n, cs_gc_batch *b, sto_row_mut *rows, sto_mut *muts) {
+    size_t count = 0;
+    for (size_t i = 0; i < b->n_cells; i++) {
+        const sto_gc_dropped *c = &b->cells[i];
+        if (count == 0 || !st_slice_eq(rows[count - 1].row, c->row)) {
+            uint64_t v = node_next_version(n);
+            rows[count++] = (sto_row_mut){.tablet_id = b->tablet_id,
+                                          .row = c->row,
+                                          .muts = &muts[i],
+                                          .version = v,
+                                          .commit_ts_us = (uint64_t)STO_VERSION_TS_US(v),
+                                          .flags = STO_ROW_GC};
+        }
+        muts[i] = (sto_mut){.type = STO_MUT_DEL_COLUMN,
+                            .family = c->family,
+                            .qualifier = c->qualifier,
+                            .ts_start_us = c->ts_us,
+                            .ts_end_us = c->ts_us + 1};
+        rows[count - 1].n_muts++;
+    }
+    return count;
+}
+
+static void gc_on_loop(void *arg) {
+    cs_gc_batch *b = arg;
+    node_ctx *n = b->n;
+    gc_batch_unlink(n->cs, b);
+    node_tablets *t = tablet_table(n, b->tablet_id);
+    node_table *meta = t ? node_catalog_find(n->catalog, t->name) : NULL;
+    if (!meta || meta->cs_retention_us <= 0 || n->closing) {
+        free(b);
+        return;
+    }
+    sto_row_mut *rows = calloc(b->n_cells, sizeof *rows);
+    sto_mut *muts = calloc(b->n_cells, sizeof *muts);
+    st_err err = {0};
+    st_code rc = rows && muts ? ST_OK : ST_RESOURCE_EXHAUSTED;
+    if (rc == ST_OK) {
+        size_t count = gc_rows(n, b, rows, muts);
+        rc = node_write_mode(n, rows, count, NODE_WRITE_GC, &err, gc_written, b);
+    }
+    if (rc != ST_OK) {
+        st_log(ST_LOG_WARN, "changes",
+               "garbage collection records of tablet %" PRIu64 " not written: %s", b->tablet_id,
+               err.msg[0] ? err.msg : st_code_name(rc));
+        free(b);
+    }
+    free(rows); /* storage copied them; the records keep their own copies */
+    free(muts);
+}
+
+/* Storage thread: copies the cells and posts them to the loop. */
+static void gc_report(uint64_t tablet_id, const sto_gc_dropped *cells, size_t n_cells, void *arg) {
+    node_ctx *n = arg;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n_cells; i++)
+        bytes += cells[i].row.len + cells[i].family.len + cells[i].qualifier.len;
+    cs_gc_batch *b = malloc(sizeof *b + n_cells * sizeof *b->cells + bytes + 1);
+    if (!b || n_cells == 0) {
+        if (b == NULL)
+            st_log(ST_LOG_ERROR, "changes",
+                   "out of memory: %zu GC records of tablet %" PRIu64 " lost", n_cells, tablet_id);
+        free(b);
+        return;
+    }
+    b->n = n;
+    b->tablet_id = tablet_id;
+    b->cells = (sto_gc_dropped *)(b + 1);
+    b->n_cells = n_cells;
+    b->data = (uint8_t *)(b->cells + n_cells);
+    uint8_t *p = b->data;
+    for (size_t i = 0; i < n_cells; i++) {
+        const sto_gc_dropped *c = &cells[i];
+        st_slice parts[3] = {c->row, c->family, c->qualifier};
+        for (int k = 0; k < 3; k++) {
+            if (parts[k].len)
+                memcpy(p, parts[k].data, parts[k].len);
+            parts[k] = st_slice_make(p, parts[k].len);
+            p += parts[k].len;
+        }
+        b->cells[i] = (sto_gc_dropped){parts[0], parts[1], parts[2], c->ts_us};
+    }
+    node_cs *cs = n->cs;
+    pthread_mutex_lock(&cs->gc_lock);
+    b->prev = NULL;
+    b->next = cs->gc_pending;
+    if (b->next)
+        b->next->prev = b;
+    cs->gc_pending = b;
+    pthread_mutex_unlock(&cs->gc_lock);
+    if (rpc_server_post(n->rpc, gc_on_loop, b) != ST_OK) {
+        st_log(ST_LOG_ERROR, "changes",
+               "%zu GC records of tablet %" PRIu64 " lost: the loop's "
+               "queue is full",
+               n_cells, tablet_id);
+        gc_batch_unlink(cs, b);
+        free(b);
+    }
+}

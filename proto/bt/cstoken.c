@@ -1,0 +1,309 @@
+/* cstoken.c — change-stream continuation tokens and partitions (strata/cstoken.h). Pure
+ * functions: the node and the router parse and check tokens with the same rules. */
+#include "strata/cstoken.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CS_TOKEN_VERSION "1."
+#define CS_DEC_DIGITS_MAX 19 /* INT64_MAX has 19 digits */
+/* Last second of year 9999, the end of google.protobuf.Timestamp's range. */
+#define CS_TIME_SECONDS_MAX 253402300799LL
+/* Bytes of a key or token echoed in an error message. */
+#define CS_ECHO_MAX 48
+
+/* ---- positions and token text ---- */
+
+void btu_cs_pos_live(btu_cs_pos *p, int64_t w) {
+    p->w = w;
+    p->scan = false;
+    p->h = 0;
+    p->key_len = 0;
+}
+
+/* s printable (other bytes as '?'), cut at CS_ECHO_MAX with "...", into out. */
+static void echo(char *out, size_t cap, st_slice s) {
+    size_t k = 0;
+    for (size_t i = 0; i < s.len && i < CS_ECHO_MAX && k + 1 < cap; i++)
+        out[k++] = s.data[i] >= 0x20 && s.data[i] < 0x7f ? (char)s.data[i] : '?';
+    for (size_t i = 0; s.len > CS_ECHO_MAX && i < 3 && k + 1 < cap; i++)
+        out[k++] = '.';
+    out[k] = 0;
+}
+
+static st_code bad_token(st_slice text, st_err *err) {
+    char shown[CS_ECHO_MAX + 4];
+    echo(shown, sizeof shown, text);
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "invalid change stream continuation token '%s': expected 1.W or 1.W.H.K "
+                      "(W < H decimal microseconds, K a row key in lower-case hex) as "
+                      "ReadChangeStream sent it; resume with a token the stream returned, or "
+                      "with start_time",
+                      shown);
+}
+
+/* A decimal of 1..19 digits, no leading zero (but "0"), at most INT64_MAX; advances *p. */
+static bool parse_dec(const uint8_t **p, const uint8_t *end, int64_t *out) {
+    const uint8_t *s = *p;
+    size_t n = 0;
+    while (s + n < end && s[n] >= '0' && s[n] <= '9')
+        n++;
+    if (n == 0 || n > CS_DEC_DIGITS_MAX || (n > 1 && s[0] == '0'))
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = v * 10 + (uint64_t)(s[i] - '0'); /* 19 digits fit in uint64 */
+    if (v > (uint64_t)INT64_MAX)
+        return false;
+    *out = (int64_t)v;
+    *p = s + n;
+    return true;
+}
+
+static int hex_val(uint8_t c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Lower-case hex of 1..BTU_ROW_KEY_MAX bytes, the rest of the text. */
+static bool parse_hex_key(const uint8_t *s, const uint8_t *end, btu_cs_pos *out) {
+    size_t n = (size_t)(end - s);
+    if (n == 0 || n % 2 != 0 || n / 2 > BTU_ROW_KEY_MAX)
+        return false;
+    for (size_t i = 0; i < n; i += 2) {
+        int hi = hex_val(s[i]), lo = hex_val(s[i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        out->key[i / 2] = (uint8_t)(hi << 4 | lo);
+    }
+    out->key_len = n / 2;
+    return true;
+}
+
+st_code btu_cs_token_parse(st_slice text, btu_cs_pos *out, st_err *err) {
+    const uint8_t *p = text.data, *end = text.data + text.len;
+    size_t vlen = sizeof CS_TOKEN_VERSION - 1;
+    int64_t w;
+    if (text.len < vlen || memcmp(p, CS_TOKEN_VERSION, vlen) != 0)
+        return bad_token(text, err);
+    p += vlen;
+    if (!parse_dec(&p, end, &w))
+        return bad_token(text, err);
+    if (p == end) {
+        btu_cs_pos_live(out, w);
+        return ST_OK;
+    }
+    int64_t h;
+    if (*p++ != '.' || !parse_dec(&p, end, &h) || h <= w || p == end || *p++ != '.' ||
+        !parse_hex_key(p, end, out))
+        return bad_token(text, err);
+    out->w = w;
+    out->h = h;
+    out->scan = true;
+    return ST_OK;
+}
+
+size_t btu_cs_token_format(const btu_cs_pos *p, char out[BTU_CS_TOKEN_MAX]) {
+    static const char digits[] = "0123456789abcdef";
+    if (!p->scan)
+        return (size_t)snprintf(out, BTU_CS_TOKEN_MAX, CS_TOKEN_VERSION "%lld", (long long)p->w);
+    ST_ASSERT(p->key_len > 0 && p->key_len <= BTU_ROW_KEY_MAX && p->h > p->w);
+    int n = snprintf(out, BTU_CS_TOKEN_MAX, CS_TOKEN_VERSION "%lld.%lld.", (long long)p->w,
+                     (long long)p->h);
+    size_t k = (size_t)n;
+    for (size_t i = 0; i < p->key_len; i++) {
+        out[k++] = digits[p->key[i] >> 4];
+        out[k++] = digits[p->key[i] & 15];
+    }
+    out[k] = 0;
+    return k;
+}
+
+/* ---- partitions ---- */
+
+static st_slice bin(ProtobufCBinaryData b) {
+    return st_slice_make(b.data, b.len);
+}
+
+/* "[start, end)" for an error message; an empty bound shows as "" (first row) or "inf". */
+static void range_text(char *out, size_t cap, const btu_key_range *r) {
+    char s[CS_ECHO_MAX + 4], e[CS_ECHO_MAX + 4];
+    echo(s, sizeof s, r->start);
+    echo(e, sizeof e, r->end);
+    snprintf(out, cap, "[\"%s\", %s%s%s)", s, r->end.len ? "\"" : "", r->end.len ? e : "inf",
+             r->end.len ? "\"" : "");
+}
+
+st_code btu_cs_partition_range(const Google__Bigtable__V2__StreamPartition *p, const char *what,
+                               st_arena *arena, btu_key_range *out, st_err *err) {
+    if (p == NULL)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "%s is missing: give the partition to read, as "
+                          "GenerateInitialChangeStreamPartitions or a CloseStream returned it",
+                          what);
+    const Google__Bigtable__V2__RowRange *r = p->row_range;
+    st_slice s = {NULL, 0}, e = {NULL, 0};
+    bool s_open = false, e_closed = false;
+    if (r && r->start_key_case != GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY__NOT_SET) {
+        s_open = r->start_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_OPEN;
+        s = bin(s_open ? r->start_key_open : r->start_key_closed);
+    }
+    if (r && r->end_key_case != GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY__NOT_SET) {
+        e_closed = r->end_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_CLOSED;
+        e = bin(e_closed ? r->end_key_closed : r->end_key_open);
+    }
+    if (s.len > BTU_ROW_KEY_MAX || e.len > BTU_ROW_KEY_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "%s has a row key over %d bytes, longer than any row key", what,
+                          BTU_ROW_KEY_MAX);
+    if ((s.len > 0 && s_open && btu_key_successor(arena, s, &s) != ST_OK) ||
+        (e.len > 0 && e_closed && btu_key_successor(arena, e, &e) != ST_OK))
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading %s", what);
+    out->start = s;
+    out->end = e;
+    if (btu_range_is_empty(out)) {
+        char t[2 * CS_ECHO_MAX + 32];
+        range_text(t, sizeof t, out);
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "%s %s selects no row: its start must be below its end", what, t);
+    }
+    return ST_OK;
+}
+
+void btu_cs_partition_set(Google__Bigtable__V2__StreamPartition *p,
+                          Google__Bigtable__V2__RowRange *rr, st_slice start, st_slice end) {
+    google__bigtable__v2__stream_partition__init(p);
+    google__bigtable__v2__row_range__init(rr);
+    p->row_range = rr;
+    if (start.len > 0) {
+        rr->start_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED;
+        rr->start_key_closed.data = (uint8_t *)(uintptr_t)start.data;
+        rr->start_key_closed.len = start.len;
+    }
+    if (end.len > 0) {
+        rr->end_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN;
+        rr->end_key_open.data = (uint8_t *)(uintptr_t)end.data;
+        rr->end_key_open.len = end.len;
+    }
+}
+
+bool btu_cs_range_eq(const btu_key_range *a, const btu_key_range *b) {
+    return st_slice_eq(a->start, b->start) && btu_end_cmp(a->end, b->end) == 0;
+}
+
+/* ---- merging tokens ---- */
+
+typedef struct cs_part {
+    btu_key_range r;
+    int64_t w;
+} cs_part;
+
+static int part_cmp(const void *a, const void *b) {
+    const cs_part *x = a, *y = b;
+    return st_slice_cmp(x->r.start, y->r.start);
+}
+
+static st_code token_at(Google__Bigtable__V2__StreamContinuationToken *const *tokens, size_t i,
+                        st_arena *arena, btu_key_range *r, btu_cs_pos *pos, st_err *err) {
+    char what[64];
+    snprintf(what, sizeof what, "continuation_tokens[%zu].partition", i);
+    if (tokens[i] == NULL)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "continuation_tokens[%zu] is empty", i);
+    st_code rc = btu_cs_partition_range(tokens[i]->partition, what, arena, r, err);
+    if (rc == ST_OK)
+        rc = btu_cs_token_parse(st_slice_cstr(tokens[i]->token), pos, err);
+    return rc;
+}
+
+static st_code not_covered(const btu_key_range *want, const char *how, const btu_key_range *got,
+                           st_err *err) {
+    char w[2 * CS_ECHO_MAX + 32], g[2 * CS_ECHO_MAX + 32];
+    range_text(w, sizeof w, want);
+    range_text(g, sizeof g, got);
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "the continuation tokens do not cover the partition %s exactly: %s %s; pass "
+                      "the tokens of exactly this partition (a CloseStream names the tokens of "
+                      "each new partition)",
+                      w, how, g);
+}
+
+/* parts[0..n) sorted by start: each must start where the previous ended, the first at the
+ * partition's start, the last ending at its end. */
+static st_code check_tiling(const cs_part *parts, size_t n, const btu_key_range *partition,
+                            st_err *err) {
+    if (!st_slice_eq(parts[0].r.start, partition->start))
+        return not_covered(partition, "the first token's partition is", &parts[0].r, err);
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (parts[i].r.end.len == 0 || st_slice_cmp(parts[i].r.end, parts[i + 1].r.start) > 0)
+            return not_covered(partition, "tokens overlap at", &parts[i + 1].r, err);
+        if (st_slice_cmp(parts[i].r.end, parts[i + 1].r.start) < 0)
+            return not_covered(partition, "a gap is left before", &parts[i + 1].r, err);
+    }
+    if (btu_end_cmp(parts[n - 1].r.end, partition->end) != 0)
+        return not_covered(partition, "the last token's partition is", &parts[n - 1].r, err);
+    return ST_OK;
+}
+
+st_code btu_cs_tokens_merge(Google__Bigtable__V2__StreamContinuationToken *const *tokens, size_t n,
+                            const btu_key_range *partition, st_arena *arena, btu_cs_pos *out,
+                            st_err *err) {
+    if (n == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "continuation_tokens holds no token: pass the tokens the stream "
+                          "returned, or start_time");
+    if (n > BTU_CS_TOKENS_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "continuation_tokens holds %zu tokens; at most %d are accepted", n,
+                          BTU_CS_TOKENS_MAX);
+    btu_key_range r;
+    if (n == 1) {
+        st_code rc = token_at(tokens, 0, arena, &r, out, err);
+        if (rc == ST_OK && !btu_cs_range_eq(&r, partition))
+            return not_covered(partition, "the token's partition is", &r, err);
+        return rc;
+    }
+    cs_part *parts = st_arena_alloc(arena, n * sizeof *parts);
+    if (parts == NULL)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading the tokens");
+    for (size_t i = 0; i < n; i++) {
+        st_code rc = token_at(tokens, i, arena, &parts[i].r, out, err);
+        if (rc != ST_OK)
+            return rc;
+        parts[i].w = out->w;
+    }
+    qsort(parts, n, sizeof *parts, part_cmp);
+    st_code rc = check_tiling(parts, n, partition, err);
+    if (rc != ST_OK)
+        return rc;
+    int64_t w = parts[0].w;
+    for (size_t i = 1; i < n; i++)
+        w = parts[i].w < w ? parts[i].w : w;
+    btu_cs_pos_live(out, w);
+    return ST_OK;
+}
+
+/* ---- times ---- */
+
+st_code btu_cs_time_us(const Google__Protobuf__Timestamp *t, const char *field, bool round_up,
+                       int64_t *out, st_err *err) {
+    if (t->seconds < 0 || t->seconds > CS_TIME_SECONDS_MAX || t->nanos < 0 || t->nanos > 999999999)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "%s is out of range (seconds %lld, nanos %d): give a time after "
+                          "1970-01-01T00:00:00Z with nanos in 0..999999999",
+                          field, (long long)t->seconds, (int)t->nanos);
+    int64_t us = t->seconds * 1000000 + t->nanos / 1000;
+    if (round_up && t->nanos % 1000 != 0)
+        us++;
+    *out = us;
+    return ST_OK;
+}
+
+void btu_cs_time_set(Google__Protobuf__Timestamp *t, int64_t us) {
+    google__protobuf__timestamp__init(t);
+    t->seconds = us / 1000000;
+    t->nanos = (int32_t)(us % 1000000) * 1000;
+}

@@ -1,0 +1,80 @@
+/* strata/cstoken.h — change-stream continuation tokens and partitions (docs/changestreams.md,
+ * Tokens), shared by the node (which reads change streams) and the router (which answers
+ * CloseStream for partitions that no longer match one tablet). Pure functions, no RPC, no storage.
+ *
+ * A token is text, opaque to clients, in exactly one of two forms:
+ *   "1.W"       live: every record of the partition with stamp <= W was delivered;
+ *   "1.W.H.K"   inside a catch-up scan from W to H: every record with stamp <= W, and those with
+ *               stamps in (W, H] of rows up to and including row key K, were delivered.
+ * W and H are decimal microseconds (0 <= W < H, no sign, no leading zero), K is the row key in
+ * lower-case hex (1..BTU_ROW_KEY_MAX bytes). Anything else is refused with INVALID_ARGUMENT, so
+ * every accepted token formats back to the same text. */
+#ifndef STRATA_CSTOKEN_H
+#define STRATA_CSTOKEN_H
+
+#include "google/bigtable/v2/bigtable.pb-c.h"
+#include "strata/btutil.h"
+
+/* Longest token text, NUL included: "1." W "." H "." then the key in hex. */
+#define BTU_CS_TOKEN_MAX (2 + 19 + 1 + 19 + 1 + 2 * BTU_ROW_KEY_MAX + 1)
+/* Most tokens one ReadChangeStream request may carry (a merge of that many partitions). */
+#define BTU_CS_TOKENS_MAX 10000
+
+/* A reader's position in a partition's history. */
+typedef struct btu_cs_pos {
+    int64_t w;      /* every record with stamp <= w was delivered (>= 0) */
+    bool scan;      /* inside a catch-up scan: the fields below are set */
+    int64_t h;      /* scan: the scan's last stamp (> w) */
+    size_t key_len; /* scan: rows <= key delivered their records in (w, h] */
+    uint8_t key[BTU_ROW_KEY_MAX];
+} btu_cs_pos;
+
+/* Sets p to the live position "1.w". */
+void btu_cs_pos_live(btu_cs_pos *p, int64_t w);
+
+/* Parses token text (any bytes; a token from a request may hold anything). INVALID_ARGUMENT with
+ * a sentence naming the expected forms for anything that is not exactly one of them. */
+st_code btu_cs_token_parse(st_slice text, btu_cs_pos *out, st_err *err);
+
+/* Writes p's token text, NUL-terminated, into out (BTU_CS_TOKEN_MAX bytes); returns its length.
+ * p must be valid (as btu_cs_token_parse returns it). */
+size_t btu_cs_token_format(const btu_cs_pos *p, char out[BTU_CS_TOKEN_MAX]);
+
+/* A partition's rows as [start, end) (empty start = first row, empty end = unbounded; an open
+ * start or closed end becomes the key's successor, allocated from arena; other slices point into
+ * p). A missing row_range means every row. INVALID_ARGUMENT for a missing partition (what names
+ * it: "partition", "continuation_tokens[3].partition"), a key over BTU_ROW_KEY_MAX or a range
+ * that selects no row; RESOURCE_EXHAUSTED when memory runs out. */
+st_code btu_cs_partition_range(const Google__Bigtable__V2__StreamPartition *p, const char *what,
+                               st_arena *arena, btu_key_range *out, st_err *err);
+
+/* Fills p and rr (p->row_range = rr) with [start, end) as Cloud Bigtable's partitions are shaped:
+ * start_key_closed and end_key_open, an empty bound left unset. The slices are not copied. */
+void btu_cs_partition_set(Google__Bigtable__V2__StreamPartition *p,
+                          Google__Bigtable__V2__RowRange *rr, st_slice start, st_slice end);
+
+/* True when a and b select the same rows. */
+bool btu_cs_range_eq(const btu_key_range *a, const btu_key_range *b);
+
+/* Where a request with continuation tokens tokens[0..n) for partition starts. One token: its
+ * partition must be exactly the request's, and its position is kept as is (a scan token stays a
+ * scan). Several (partitions merged): their partitions must tile the request's exactly (no gap,
+ * no overlap, same ends), and the start is the live position at the smallest W among them
+ * (records between may come twice: delivery is at least once). INVALID_ARGUMENT saying what does
+ * not match for anything else (no token, more than BTU_CS_TOKENS_MAX, a bad token or partition);
+ * RESOURCE_EXHAUSTED when memory runs out (arena holds the scratch). */
+st_code btu_cs_tokens_merge(Google__Bigtable__V2__StreamContinuationToken *const *tokens, size_t n,
+                            const btu_key_range *partition, st_arena *arena, btu_cs_pos *out,
+                            st_err *err);
+
+/* A Timestamp as microseconds since the epoch: rounded up to the next microsecond when round_up
+ * (a start time: records at or after it), down otherwise. INVALID_ARGUMENT naming field for
+ * seconds outside 0..253402300799 (the epoch to the end of year 9999, the Timestamp range
+ * without the years before the epoch, which no history reaches) or nanos outside 0..999999999. */
+st_code btu_cs_time_us(const Google__Protobuf__Timestamp *t, const char *field, bool round_up,
+                       int64_t *out, st_err *err);
+
+/* Microseconds as a Timestamp. */
+void btu_cs_time_set(Google__Protobuf__Timestamp *t, int64_t us);
+
+#endif

@@ -1,0 +1,728 @@
+/* changes.c — change streams on the router (docs/changestreams.md, "The router").
+ *
+ * GenerateInitialChangeStreamPartitions answers one partition per tablet of the table in the
+ * cluster of the (single-cluster) app profile, from a freshly refreshed tablet map.
+ *
+ * ReadChangeStream: a partition equal to one tablet goes to the node that holds it and every
+ * answer streams through until the node ends the stream. A partition that matches no single
+ * tablet any more (split, merge) is answered by the router: CloseStream OUT_OF_RANGE with the
+ * overlapping tablets as new partitions and, for each, a continuation token derived from the
+ * request. Flow control as in read.c: answers wait in a backlog while the client is slow; past
+ * RTR_READ_BACKLOG_BYTES the node call is cancelled at a record boundary and, once the client
+ * drained the backlog, resumed from the last token relayed. A node answering strata-not-owner
+ * makes the router refresh the map and decide again (forward, or CloseStream); a lost node
+ * connection ends the stream with UNAVAILABLE (the client resumes from its last token). */
+#include "failover.h"
+#include "instance.h"
+#include "router_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "google/rpc/status.pb-c.h"
+#include "strata/cstoken.h"
+
+typedef Google__Bigtable__V2__RowRange pb_range;
+typedef Google__Bigtable__V2__StreamContinuationToken pb_token;
+typedef Google__Bigtable__V2__StreamPartition pb_partition;
+typedef Google__Bigtable__V2__ReadChangeStreamRequest pb_rcs_req;
+
+/* ---- partitions: key ranges [start, end), empty end = unbounded (strata/cstoken.h) ---- */
+
+static bool range_overlaps(btu_key_range x, btu_key_range y) {
+    return (x.end.len == 0 || st_slice_cmp(y.start, x.end) < 0) &&
+           (y.end.len == 0 || st_slice_cmp(x.start, y.end) < 0);
+}
+
+static btu_key_range range_intersect(btu_key_range x, btu_key_range y) {
+    btu_key_range o;
+    o.start = st_slice_cmp(x.start, y.start) >= 0 ? x.start : y.start;
+    o.end = btu_end_cmp(x.end, y.end) <= 0 ? x.end : y.end;
+    return o;
+}
+
+static btu_key_range tablet_range(const rtr_tablet *tb) {
+    return (btu_key_range){tb->start, tb->end};
+}
+
+/* A StreamPartition of r shaped as Cloud Bigtable's, arena memory (keys not copied). */
+static pb_partition *partition_pb(st_arena *a, btu_key_range r) {
+    pb_partition *p = st_arena_alloc(a, sizeof *p);
+    pb_range *rr = st_arena_alloc(a, sizeof *rr);
+    if (!p || !rr)
+        return NULL;
+    btu_cs_partition_set(p, rr, r.start, r.end);
+    return p;
+}
+
+/* The tablets of t overlapping part: [*first, *first + *n). covered: they hold every row of
+ * part without a gap. */
+static void overlapping(const rtr_tmap_table *t, btu_key_range part, size_t *first, size_t *n,
+                        bool *covered) {
+    *first = 0;
+    *n = 0;
+    *covered = false;
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n; i++) {
+        if (!range_overlaps(part, tablet_range(&t->v[i])))
+            continue;
+        if (*n == 0)
+            *first = i;
+        (*n)++;
+    }
+    if (*n == 0)
+        return;
+    const rtr_tablet *v = &t->v[*first];
+    bool ok =
+        st_slice_cmp(v[0].start, part.start) <= 0 && btu_end_cmp(v[*n - 1].end, part.end) >= 0;
+    for (size_t i = 1; ok && i < *n; i++)
+        ok = v[i - 1].end.len && st_slice_eq(v[i - 1].end, v[i].start);
+    *covered = ok;
+}
+
+/* Where the request starts (docs/changestreams.md, "Tokens"): its continuation tokens, checked
+ * and merged by the codec (one token as it is; several by their smallest W); start_time T as
+ * "1.(T-1)"; no start at all as the router's clock now minus one. INVALID_ARGUMENT for bad
+ * tokens or times. */
+static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, st_arena *a,
+                         btu_cs_pos *out, st_err *err) {
+    if (req->start_from_case ==
+        GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_CONTINUATION_TOKENS) {
+        const Google__Bigtable__V2__StreamContinuationTokens *t = req->continuation_tokens;
+        return btu_cs_tokens_merge(t ? t->tokens : NULL, t ? t->n_tokens : 0, part, a, out, err);
+    }
+    int64_t us = st_wall_us();
+    if (req->start_from_case ==
+            GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME &&
+        req->start_time) {
+        st_code rc = btu_cs_time_us(req->start_time, "start_time", true, &us, err);
+        if (rc != ST_OK)
+            return rc;
+    }
+    btu_cs_pos_live(out, us > 0 ? us - 1 : 0);
+    return ST_OK;
+}
+
+/* ---- checks shared by both methods ---- */
+
+/* The table exists and has change streams on, the profile uses single-cluster routing: its
+ * cluster. Fails the call otherwise. */
+static rtr_cluster *cs_route(rtr_ctx *r, rpc_call *call, const char *table, const char *profile) {
+    const rtr_meta_rec *rec = rtr_table_or_fail(r, call, table);
+    if (!rec)
+        return NULL;
+    const char *id = profile[0] ? profile : RTR_PROFILE_DEFAULT;
+    rtr_policy pol;
+    rtr_cluster *c = NULL;
+    st_err err = {0};
+    if (rtr_profile_policy(r, id, &pol, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return NULL;
+    }
+    if (pol.kind == RTR_ROUTING_MULTI) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "app profile '%s' uses multi-cluster routing, and change streams need an app "
+                 "profile with single-cluster routing (each cluster has its own history): use "
+                 "or create a profile routed to one cluster",
+                 id);
+        return NULL;
+    }
+    if (rtr_profile_route(r, id, false, &c, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return NULL;
+    }
+    Google__Bigtable__Admin__V2__Table *t = (void *)rtr_unpack_try(
+        call, &google__bigtable__admin__v2__table__descriptor, st_slice_make(rec->pb, rec->len));
+    if (!t) {
+        rtr_fail(call, ST_INTERNAL, "the stored schema of table %s is unreadable", table);
+        return NULL;
+    }
+    if (!rtr_cs_enabled(t)) {
+        rtr_fail(call, ST_FAILED_PRECONDITION,
+                 "change streams are off for table %s: turn them on with UpdateTable "
+                 "(change_stream_config.retention_period of 1 to 7 days)",
+                 table);
+        return NULL;
+    }
+    return c;
+}
+
+/* ---- GenerateInitialChangeStreamPartitions ---- */
+
+typedef struct gp_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    rtr_cluster *c;
+    const char *table; /* call arena */
+    int attempts;
+} gp_op;
+
+static void gp_refresh(void *arg);
+
+static void gp_end(gp_op *op, st_code code, const char *msg) {
+    rpc_call_finish(op->call, code, msg);
+    free(op);
+}
+
+/* One partition per tablet, in key order. */
+static void gp_answer(gp_op *op, const rtr_tmap_table *t) {
+    st_arena *a = rpc_call_arena(op->call);
+    for (size_t i = 0; i < t->n; i++) {
+        Google__Bigtable__V2__GenerateInitialChangeStreamPartitionsResponse resp;
+        google__bigtable__v2__generate_initial_change_stream_partitions_response__init(&resp);
+        resp.partition = partition_pb(a, tablet_range(&t->v[i]));
+        size_t len =
+            resp.partition
+                ? google__bigtable__v2__generate_initial_change_stream_partitions_response__get_packed_size(
+                      &resp)
+                : 0;
+        uint8_t *buf = len ? st_arena_alloc(a, len) : NULL;
+        if (!buf) {
+            gp_end(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
+        google__bigtable__v2__generate_initial_change_stream_partitions_response__pack(&resp, buf);
+        st_code rc = rpc_call_send(op->call, st_slice_make(buf, len));
+        if (rc != ST_OK) {
+            gp_end(op, rc, "could not send the partitions");
+            return;
+        }
+    }
+    gp_end(op, ST_OK, NULL);
+}
+
+static void gp_refreshed(void *arg) {
+    gp_op *op = arg;
+    if (rpc_call_cancelled(op->call) || op->r->closing) {
+        gp_end(op, ST_CANCELLED, NULL);
+        return;
+    }
+    const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    if (!t || t->n == 0) {
+        st_err err = {0};
+        rtr_table_not_in_cluster(op->c, op->table, &err);
+        gp_end(op, err.code, err.msg);
+        return;
+    }
+    size_t first, n;
+    bool covered;
+    overlapping(t, (btu_key_range){st_slice_make(NULL, 0), st_slice_make(NULL, 0)}, &first, &n,
+                &covered);
+    if (covered) {
+        gp_answer(op, t);
+        return;
+    }
+    /* A gap: a tablet between two nodes (a move ending). Look again shortly. */
+    if (op->attempts >= RTR_RETRIES_MAX ||
+        rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), gp_refresh, op) != ST_OK) {
+        char msg[RTR_TABLE_NAME_MAX + 256];
+        snprintf(msg, sizeof msg,
+                 "the tablets of table %s in cluster %s do not cover every row (a tablet is "
+                 "being moved): retry",
+                 op->table, op->c->topo->id);
+        gp_end(op, ST_UNAVAILABLE, msg);
+    }
+}
+
+static void gp_refresh(void *arg) {
+    gp_op *op = arg;
+    if (rtr_cluster_refresh(op->c, gp_refreshed, op) != ST_OK)
+        gp_end(op, ST_RESOURCE_EXHAUSTED, "too many requests wait for a tablet map");
+}
+
+void rtr_h_generate_partitions(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__V2__GenerateInitialChangeStreamPartitionsRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__v2__generate_initial_change_stream_partitions_request__descriptor,
+        req_bytes);
+    rtr_cluster *c = req ? cs_route(r, call, req->table_name, req->app_profile_id) : NULL;
+    if (!c)
+        return;
+    gp_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    *op = (gp_op){r, call, c, req->table_name, 0};
+    gp_refresh(op); /* partitions must be the tablets of now: the map is refreshed first */
+}
+
+/* ---- ReadChangeStream ---- */
+
+typedef enum rcs_wait { RCS_IDLE, RCS_NODE, RCS_TIMER, RCS_WRITABLE } rcs_wait;
+
+typedef struct rcs_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    rtr_cluster *c;
+    const pb_rcs_req *req; /* call arena */
+    st_slice req_bytes;
+    btu_key_range part;
+    btu_cs_pos start; /* where the request starts */
+    rtr_node *node;   /* of the node call in flight */
+    rpc_ccall *inflight;
+    rcs_wait wait;
+    st_buf backlog; /* messages, each prefixed with its varint length */
+    size_t backlog_off;
+    st_buf fwd;
+    bool writable_cb;
+    st_buf token;   /* the last token relayed (record end or heartbeat), NUL-terminated */
+    bool in_record; /* part of a DataChange was relayed, its last message not yet */
+    bool paused;    /* the node call was cancelled for backpressure */
+    bool closed;    /* the node sent CloseStream */
+    bool complete;  /* finish with end once the backlog is out */
+    st_err end;
+    int attempts;
+    uint64_t gen;
+} rcs_op;
+
+static void rcs_step(rcs_op *op);
+
+static void rcs_free(rcs_op *op, st_code code, const char *msg) {
+    rpc_call_finish(op->call, code, msg);
+    st_buf_free(&op->backlog);
+    st_buf_free(&op->fwd);
+    st_buf_free(&op->token);
+    free(op);
+}
+
+static size_t rcs_backlog(const rcs_op *op) {
+    return op->backlog.len - op->backlog_off;
+}
+
+static st_code rcs_drain(rcs_op *op) {
+    while (rcs_backlog(op) > 0 && rpc_call_writable(op->call)) {
+        const uint8_t *p = op->backlog.data + op->backlog_off;
+        st_slice msg;
+        if (!st_get_len_prefixed(&p, op->backlog.data + op->backlog.len, &msg))
+            return ST_INTERNAL;
+        op->backlog_off = (size_t)(p - op->backlog.data);
+        st_code rc = rpc_call_send(op->call, msg);
+        if (rc != ST_OK)
+            return rc;
+    }
+    if (rcs_backlog(op) == 0) {
+        st_buf_reset(&op->backlog);
+        op->backlog_off = 0;
+    }
+    return ST_OK;
+}
+
+static void rcs_writable(rpc_call *call, void *arg);
+
+/* As read.c's rr_emit: straight to the client while it takes messages, else into the backlog. */
+static st_code rcs_emit(rcs_op *op, rpc_ccall *from, st_slice msg) {
+    if (rcs_backlog(op) > 0) {
+        st_code rc = rcs_drain(op);
+        if (rc != ST_OK)
+            return rc;
+    }
+    if (rcs_backlog(op) == 0 && rpc_call_writable(op->call)) {
+        if (from && rpc_ccall_msg_take(from, &op->fwd))
+            return rpc_call_send_buf(op->call, &op->fwd);
+        return rpc_call_send(op->call, msg);
+    }
+    if (st_buf_append_varint64(&op->backlog, msg.len) != ST_OK ||
+        st_buf_append(&op->backlog, msg.data, msg.len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    if (!op->writable_cb) {
+        op->writable_cb = true;
+        rpc_call_set_writable_cb(op->call, rcs_writable, op);
+    }
+    return ST_OK;
+}
+
+/* Ends the stream with code once every message queued reached the client. */
+static void rcs_end(rcs_op *op, st_code code, const char *msg) {
+    op->complete = true;
+    st_err_set(&op->end, code, "%s", msg ? msg : "");
+}
+
+static void rcs_continue(rcs_op *op) {
+    if (rpc_call_cancelled(op->call) || op->r->closing) {
+        rcs_free(op, ST_CANCELLED, NULL);
+        return;
+    }
+    st_code rc = rcs_drain(op);
+    if (rc != ST_OK) {
+        rcs_free(op, rc, "could not send the change stream");
+        return;
+    }
+    if (rcs_backlog(op) > 0) {
+        op->wait = RCS_WRITABLE;
+        return;
+    }
+    if (op->complete) {
+        rcs_free(op, op->end.code, op->end.code == ST_OK ? NULL : op->end.msg);
+        return;
+    }
+    rcs_step(op);
+}
+
+static void rcs_writable(rpc_call *call, void *arg) {
+    (void)call;
+    rcs_op *op = arg;
+    if (op->wait == RCS_WRITABLE) {
+        op->wait = RCS_IDLE;
+        rcs_continue(op);
+    } else if (op->wait == RCS_NODE && rcs_drain(op) != ST_OK && op->inflight) {
+        rpc_ccall_cancel(op->inflight);
+    }
+}
+
+static void rcs_cancelled(rpc_call *call, void *arg) {
+    (void)call;
+    rcs_op *op = arg;
+    if (op->wait == RCS_NODE && op->inflight)
+        rpc_ccall_cancel(op->inflight); /* rcs_done cleans up */
+    else if (op->wait == RCS_WRITABLE || op->wait == RCS_IDLE)
+        rcs_free(op, ST_CANCELLED, NULL);
+    /* RCS_TIMER: the timer (or refresh) callback sees the cancellation. */
+}
+
+/* The token of a StreamContinuationToken message (field 2). */
+static bool scan_token_msg(st_slice m, st_slice *tok) {
+    const uint8_t *p = m.data, *end = p + m.len;
+    rtr_wire_field f;
+    bool bad = false;
+    while (rtr_wire_next(&p, end, &f, &bad))
+        if (f.num == 2 && f.wire_type == 2)
+            *tok = f.bytes;
+    return !bad;
+}
+
+static st_code set_token(rcs_op *op, st_slice tok) {
+    st_buf_reset(&op->token);
+    if (st_buf_append(&op->token, tok.data, tok.len) != ST_OK ||
+        st_buf_append_byte(&op->token, 0) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+/* Follows the stream's position in one ReadChangeStreamResponse: a DataChange's last message
+ * (done) and a Heartbeat carry the token to resume from; CloseStream ends the node's stream. */
+static st_code rcs_track(rcs_op *op, st_slice msg) {
+    const uint8_t *p = msg.data, *end = p + msg.len;
+    rtr_wire_field f;
+    bool bad = false;
+    while (rtr_wire_next(&p, end, &f, &bad)) {
+        if (f.wire_type != 2)
+            continue;
+        st_slice tok = st_slice_make(NULL, 0);
+        bool done = false;
+        if (f.num == 1) { /* DataChange: done = 8, token = 9 */
+            const uint8_t *q = f.bytes.data, *qend = q + f.bytes.len;
+            rtr_wire_field g;
+            while (rtr_wire_next(&q, qend, &g, &bad)) {
+                if (g.num == 8 && g.wire_type == 0)
+                    done = g.varint != 0;
+                else if (g.num == 9 && g.wire_type == 2)
+                    tok = g.bytes;
+            }
+            op->in_record = !done;
+        } else if (f.num == 2) { /* Heartbeat: continuation_token = 1 */
+            const uint8_t *q = f.bytes.data, *qend = q + f.bytes.len;
+            rtr_wire_field g;
+            while (rtr_wire_next(&q, qend, &g, &bad))
+                if (g.num == 1 && g.wire_type == 2 && !scan_token_msg(g.bytes, &tok))
+                    bad = true;
+        } else if (f.num == 3) {
+            op->closed = true;
+        }
+        if (tok.len && set_token(op, tok) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+    }
+    return bad ? ST_INTERNAL : ST_OK;
+}
+
+static void rcs_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    rcs_op *op = arg;
+    if (op->paused || op->complete)
+        return;
+    op->attempts = 0; /* the stream makes progress: retries count afresh */
+    st_code rc = rcs_track(op, msg);
+    if (rc == ST_OK)
+        rc = rcs_emit(op, call, msg);
+    if (rc != ST_OK) {
+        rcs_end(op, rc, "could not relay the change stream from its node");
+        rpc_ccall_cancel(call);
+        return;
+    }
+    /* A slow client: stop the node at a record boundary, resume from the last token later. */
+    if (rcs_backlog(op) > RTR_READ_BACKLOG_BYTES && !op->in_record && !op->closed &&
+        op->token.len) {
+        st_log(ST_LOG_DEBUG, "router", "change stream table=%s paused: client slow, backlog=%zu",
+               op->req->table_name, rcs_backlog(op));
+        op->paused = true;
+        rpc_ccall_cancel(call);
+    }
+}
+
+static void rcs_refreshed(void *arg) {
+    rcs_op *op = arg;
+    op->wait = RCS_IDLE;
+    rcs_continue(op); /* sees a cancellation itself */
+}
+
+static void rcs_after_backoff(void *arg) {
+    rcs_op *op = arg;
+    op->wait = RCS_IDLE;
+    if (rpc_call_cancelled(op->call) || op->r->closing) {
+        rcs_free(op, ST_CANCELLED, NULL);
+        return;
+    }
+    if (op->c->map_gen != op->gen) {
+        rcs_continue(op); /* the map changed since this try: use it */
+        return;
+    }
+    op->wait = RCS_TIMER;
+    if (rtr_cluster_refresh(op->c, rcs_refreshed, op) != ST_OK) {
+        op->wait = RCS_IDLE;
+        rcs_end(op, ST_RESOURCE_EXHAUSTED, "too many requests wait for a tablet map");
+        rcs_continue(op);
+    }
+}
+
+/* After a backoff and a fresh tablet map, decide again (forward or CloseStream). */
+static void rcs_retry(rcs_op *op, st_code code, const char *msg) {
+    if (!rtr_retry_allowed(op->attempts, code, msg) || op->r->closing) {
+        rcs_end(op, code, msg);
+        rcs_continue(op);
+        return;
+    }
+    op->wait = RCS_TIMER;
+    if (rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), rcs_after_backoff, op) != ST_OK) {
+        op->wait = RCS_IDLE;
+        rcs_end(op, code, msg);
+        rcs_continue(op);
+    }
+}
+
+/* How a node call that ended with code leaves the stream: its end (rcs_end), or a retry after
+ * a fresh map (returns false: the retry continues the stream). */
+static bool rcs_outcome(rcs_op *op, rpc_ccall *call, st_code code, const char *message) {
+    if (code == ST_OK || op->closed) {
+        rcs_end(op, code, message);
+    } else if (op->in_record) {
+        rcs_end(op, ST_UNAVAILABLE,
+                "the change stream's node stopped in the middle of a record: resume from the "
+                "last token received");
+    } else if (rtr_retryable(code, message, false) ||
+               (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))) {
+        rcs_retry(op, code, message); /* the tablet moved or split: a fresh map decides */
+        return false;
+    } else if (code == ST_UNAVAILABLE) {
+        char msg[RPC_GRPC_MESSAGE_MAX];
+        rtr_health_report(op->node, code);
+        snprintf(msg, sizeof msg,
+                 "the connection to node %s failed during the change stream (%s): resume from "
+                 "the last token received",
+                 op->node->addr, message ? message : "connection lost");
+        rcs_end(op, ST_UNAVAILABLE, msg);
+    } else {
+        rcs_end(op, code, message);
+    }
+    return true;
+}
+
+static void rcs_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    rcs_op *op = arg;
+    op->inflight = NULL;
+    op->wait = RCS_IDLE;
+    if (rpc_call_cancelled(op->call) || op->r->closing) {
+        rcs_free(op, ST_CANCELLED, NULL);
+        return;
+    }
+    if (op->paused) /* backpressure: resumed from the last token once the client caught up */
+        op->paused = false;
+    else if (!op->complete && !rcs_outcome(op, call, code, message))
+        return;
+    rcs_continue(op); /* op->complete: relaying failed, or the stream's end */
+}
+
+/* The client's request, or once tokens were relayed the same request resuming from the last
+ * one: continuation_tokens = [{the request's partition, token}] instead of start_time (4) or
+ * continuation_tokens (6). */
+static st_code rcs_request(rcs_op *op, st_buf *out, st_slice *req) {
+    *req = op->req_bytes;
+    if (!op->token.len)
+        return ST_OK;
+    static const uint32_t skip[] = {4, 6};
+    st_slice part = st_slice_make(NULL, 0);
+    const uint8_t *p = op->req_bytes.data, *end = p + op->req_bytes.len;
+    rtr_wire_field f;
+    bool bad = false;
+    while (rtr_wire_next(&p, end, &f, &bad))
+        if (f.num == 3 && f.wire_type == 2)
+            part = f.bytes;
+    st_buf tok, toks;
+    st_buf_init(&tok);
+    st_buf_init(&toks);
+    st_code rc = rtr_wire_copy_except(out, op->req_bytes, skip, 2);
+    if (rc == ST_OK)
+        rc = rtr_wire_put_bytes(&tok, 1, part);
+    if (rc == ST_OK)
+        rc = rtr_wire_put_bytes(&tok, 2, st_slice_make(op->token.data, op->token.len - 1));
+    if (rc == ST_OK)
+        rc = rtr_wire_put_bytes(&toks, 1, st_buf_slice(&tok));
+    if (rc == ST_OK)
+        rc = rtr_wire_put_bytes(out, 6, st_buf_slice(&toks));
+    st_buf_free(&tok);
+    st_buf_free(&toks);
+    *req = st_buf_slice(out);
+    return rc;
+}
+
+static void rcs_send(rcs_op *op, const rtr_tablet *tb) {
+    int64_t timeout;
+    if (!rtr_call_timeout(op->call, 0, &timeout)) {
+        rcs_end(op, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+        rcs_continue(op);
+        return;
+    }
+    st_buf buf;
+    st_buf_init(&buf);
+    st_slice req;
+    if (rcs_request(op, &buf, &req) != ST_OK) {
+        st_buf_free(&buf);
+        rcs_end(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        rcs_continue(op);
+        return;
+    }
+    rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
+    size_t n_md = rtr_forward_headers(op->call, md);
+    st_err err = {0};
+    op->node = &op->c->nodes[tb->node];
+    op->wait = RCS_NODE;
+    op->inflight = rtr_node_call(op->node, RTR_BT "ReadChangeStream", req, md, n_md, timeout,
+                                 rcs_msg, rcs_done, op, &err);
+    st_buf_free(&buf);
+    if (!op->inflight) {
+        char msg[RPC_GRPC_MESSAGE_MAX];
+        op->wait = RCS_IDLE;
+        rtr_health_report(op->node, ST_UNAVAILABLE);
+        snprintf(msg, sizeof msg,
+                 "node %s of cluster %s, which holds the partition, cannot be reached (%s): "
+                 "retry from the last token received",
+                 op->node->addr, op->c->topo->id, err.msg);
+        rcs_end(op, ST_UNAVAILABLE, msg);
+        rcs_continue(op);
+    }
+}
+
+/* The partition is no longer one tablet: CloseStream OUT_OF_RANGE naming the tablets it
+ * overlaps as new partitions, with a token for each piece of the old partition in them. */
+static void rcs_close(rcs_op *op, const rtr_tablet *v, size_t n) {
+    st_arena *a = rpc_call_arena(op->call);
+    /* Once tokens were relayed the stream resumes from the last one, else from the request. */
+    btu_cs_pos *from = &op->start, last;
+    if (op->token.len &&
+        btu_cs_token_parse(st_slice_make(op->token.data, op->token.len - 1), &last, NULL) == ST_OK)
+        from = &last;
+    char *text = st_arena_alloc(a, BTU_CS_TOKEN_MAX);
+    if (text)
+        btu_cs_token_format(from, text);
+    Google__Bigtable__V2__ReadChangeStreamResponse__CloseStream cs;
+    google__bigtable__v2__read_change_stream_response__close_stream__init(&cs);
+    Google__Rpc__Status status;
+    google__rpc__status__init(&status);
+    status.code = ST_OUT_OF_RANGE;
+    status.message = (char *)"the partition no longer matches one tablet (it was split or merged): "
+                             "read the new partitions, starting from these tokens";
+    cs.status = &status;
+    cs.continuation_tokens = st_arena_alloc(a, n * sizeof *cs.continuation_tokens);
+    cs.new_partitions = st_arena_alloc(a, n * sizeof *cs.new_partitions);
+    bool ok = text && cs.continuation_tokens && cs.new_partitions;
+    for (size_t i = 0; ok && i < n; i++) {
+        /* The piece of the old partition in this tablet starts where the old partition was:
+         * a token applies to any range. */
+        pb_token *tk = st_arena_alloc(a, sizeof *tk);
+        ok = tk != NULL;
+        if (ok) {
+            google__bigtable__v2__stream_continuation_token__init(tk);
+            tk->partition = partition_pb(a, range_intersect(op->part, tablet_range(&v[i])));
+            tk->token = text;
+            cs.new_partitions[i] = partition_pb(a, tablet_range(&v[i]));
+            ok = tk->partition && cs.new_partitions[i];
+            cs.continuation_tokens[i] = tk;
+        }
+    }
+    cs.n_continuation_tokens = cs.n_new_partitions = n;
+    Google__Bigtable__V2__ReadChangeStreamResponse resp;
+    google__bigtable__v2__read_change_stream_response__init(&resp);
+    resp.stream_record_case =
+        GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_CLOSE_STREAM;
+    resp.close_stream = &cs;
+    size_t len = ok ? google__bigtable__v2__read_change_stream_response__get_packed_size(&resp) : 0;
+    uint8_t *buf = ok ? st_arena_alloc(a, len) : NULL;
+    if (!buf) {
+        rcs_end(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        google__bigtable__v2__read_change_stream_response__pack(&resp, buf);
+        st_code rc = rcs_emit(op, NULL, st_slice_make(buf, len));
+        rcs_end(op, rc, rc == ST_OK ? NULL : "could not send CloseStream");
+    }
+    rcs_continue(op);
+}
+
+static void rcs_step(rcs_op *op) {
+    const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->req->table_name);
+    size_t first, n;
+    bool covered;
+    overlapping(t, op->part, &first, &n, &covered);
+    op->gen = op->c->map_gen;
+    if (!covered) {
+        char msg[RTR_TABLE_NAME_MAX + 256];
+        snprintf(msg, sizeof msg,
+                 "no tablet of table %s in cluster %s holds some rows of the partition (a "
+                 "tablet is being moved, or the cluster has no copy of the table): retry",
+                 op->req->table_name, op->c->topo->id);
+        rcs_retry(op, ST_UNAVAILABLE, msg);
+        return;
+    }
+    btu_key_range tr = t ? tablet_range(&t->v[first]) : op->part;
+    if (n == 1 && btu_cs_range_eq(&tr, &op->part))
+        rcs_send(op, &t->v[first]);
+    else
+        rcs_close(op, &t->v[first], n);
+}
+
+void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    pb_rcs_req *req = (void *)rtr_unpack(
+        call, &google__bigtable__v2__read_change_stream_request__descriptor, req_bytes);
+    rtr_cluster *c = req ? cs_route(r, call, req->table_name, req->app_profile_id) : NULL;
+    if (!c)
+        return;
+    st_arena *a = rpc_call_arena(call);
+    btu_key_range part;
+    st_err err = {0};
+    if (btu_cs_partition_range(req->partition, "partition", a, &part, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    rcs_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    if (start_pos(req, &part, a, &op->start, &err) != ST_OK) {
+        free(op);
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    op->r = r;
+    op->call = call;
+    op->c = c;
+    op->req = req;
+    op->req_bytes = req_bytes;
+    op->part = part;
+    st_buf_init(&op->backlog);
+    st_buf_init(&op->fwd);
+    st_buf_init(&op->token);
+    rpc_call_set_cancel_cb(call, rcs_cancelled, op);
+    rcs_step(op);
+}

@@ -1,0 +1,834 @@
+/*
+ * Proves the write side of change streams (docs/changestreams.md) in in-process nodes that share
+ * one event_base on the main thread while the tests run on a client thread and talk gRPC:
+ * - UpdateTable: retention outside 1..7 days and unknown mask paths are INVALID_ARGUMENT, a
+ *   valid one answers a done Operation holding the Table, GetTable shows the config, deletion
+ *   protection refuses DeleteTable, the config mask without a config turns streams off;
+ * - every row mutation of a table with streams on adds one record cell (family "\0changes",
+ *   qualifier be64(stamp) be32(index), timestamp = stamp) for MutateRow, MutateRows,
+ *   CheckAndMutateRow and ReadModifyWriteRow, with strictly increasing stamps above the commit
+ *   times; a DeleteFromRow record holds one DeleteFromFamily per family; tables without streams
+ *   get none; user reads never see the records;
+ * - the history of a deleted row survives a flush and a full compaction;
+ * - DropRowRange writes one record per dropped row;
+ * - a compaction that drops cells by a GC rule leads to a GC record (STO_ROW_GC, one
+ *   DeleteFromColumn [ts, ts+1) per cell);
+ * - the resolved stamp stays below a write in flight and passes it once durable, and the ring
+ *   holds the record then (and answers MISS for stamps before the node started);
+ * - a tablet move copies the history to the target without making new records, and records the
+ *   target makes afterwards have higher stamps;
+ * - records survive kill -9 of a node process (forked before the test threads start) and a
+ *   restart.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "changes.h"
+#include "google/longrunning/operations.pb-c.h"
+#include "sto_test_util.h"
+#include "strata/internal/v1/node.pb-c.h"
+#include "strata/node.h"
+#include "strata/rpc.h"
+#include "strata/storage.h"
+#include "tu_tmp.h"
+
+#define PARENT "projects/p/instances/i"
+#define TBL(x) PARENT "/tables/" x
+#define TIMEOUT_MS 60000
+#define BT "/google.bigtable.v2.Bigtable/"
+#define TA "/google.bigtable.admin.v2.BigtableTableAdmin/"
+#define IN "/strata.internal.v1.Node/"
+#define DAY_S (24 * 3600)
+#define RECS_MAX 64
+
+typedef struct node_env {
+    node_ctx *node;
+    char addr[64];
+    char dir[512];
+} node_env;
+
+static struct event_base *g_base;
+static node_env S, A, B; /* S standalone; A, B cluster members 1 and 2 */
+
+/* ---- RPC helpers ---- */
+
+static st_code call(const node_env *e, const char *path, const ProtobufCMessage *req, st_buf *resp,
+                    st_err *status) {
+    size_t len = protobuf_c_message_get_packed_size(req);
+    uint8_t *buf = malloc(len + 1);
+    protobuf_c_message_pack(req, buf);
+    st_buf ignore;
+    st_buf_init(&ignore);
+    st_code rc = rpc_blocking_unary(e->addr, NULL, path, st_slice_make(buf, len), NULL, 0,
+                                    TIMEOUT_MS, resp ? resp : &ignore, status);
+    st_buf_free(&ignore);
+    free(buf);
+    return rc;
+}
+
+/* A Table message with families fams (NULL-terminated; rule: max versions `versions`, 0 = none)
+ * and retention (days; 0 = no config). Storage for the messages is in *tb. */
+typedef struct table_pb {
+    Google__Bigtable__Admin__V2__Table t;
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry e[4], *ep[4];
+    Google__Bigtable__Admin__V2__ColumnFamily cf[4];
+    Google__Bigtable__Admin__V2__GcRule rule;
+    Google__Bigtable__Admin__V2__ChangeStreamConfig cs;
+    Google__Protobuf__Duration d;
+} table_pb;
+
+static void table_pb_init(table_pb *tb, const char *name, const char *const *fams, int versions,
+                          int64_t retention_s) {
+    memset(tb, 0, sizeof *tb);
+    google__bigtable__admin__v2__table__init(&tb->t);
+    google__bigtable__admin__v2__gc_rule__init(&tb->rule);
+    if (versions) {
+        tb->rule.rule_case = GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS;
+        tb->rule.max_num_versions = versions;
+    }
+    tb->t.name = (char *)name;
+    for (size_t i = 0; fams && fams[i]; i++) {
+        google__bigtable__admin__v2__table__column_families_entry__init(&tb->e[i]);
+        google__bigtable__admin__v2__column_family__init(&tb->cf[i]);
+        tb->cf[i].gc_rule = &tb->rule;
+        tb->e[i].key = (char *)fams[i];
+        tb->e[i].value = &tb->cf[i];
+        tb->ep[i] = &tb->e[i];
+        tb->t.n_column_families++;
+    }
+    tb->t.column_families = tb->ep;
+    if (retention_s) {
+        google__bigtable__admin__v2__change_stream_config__init(&tb->cs);
+        google__protobuf__duration__init(&tb->d);
+        tb->d.seconds = retention_s;
+        tb->cs.retention_period = &tb->d;
+        tb->t.change_stream_config = &tb->cs;
+    }
+}
+
+static void create_table(const node_env *e, const char *id, const char *const *fams, int versions,
+                         int64_t retention_s) {
+    table_pb tb;
+    table_pb_init(&tb, NULL, fams, versions, retention_s);
+    Google__Bigtable__Admin__V2__CreateTableRequest req;
+    google__bigtable__admin__v2__create_table_request__init(&req);
+    req.parent = PARENT;
+    req.table_id = (char *)id;
+    req.table = &tb.t;
+    st_err status;
+    assert_int_equal(call(e, TA "CreateTable", &req.base, NULL, &status), ST_OK);
+}
+
+static void set_cell(Google__Bigtable__V2__Mutation *m, Google__Bigtable__V2__Mutation__SetCell *sc,
+                     const char *fam, const char *qual, const char *value, int64_t ts) {
+    google__bigtable__v2__mutation__init(m);
+    google__bigtable__v2__mutation__set_cell__init(sc);
+    sc->family_name = (char *)fam;
+    sc->column_qualifier = (ProtobufCBinaryData){strlen(qual), (uint8_t *)qual};
+    sc->value = (ProtobufCBinaryData){strlen(value), (uint8_t *)value};
+    sc->timestamp_micros = ts;
+    m->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
+    m->set_cell = sc;
+}
+
+static st_code mutate_one(const node_env *e, const char *table, const char *key,
+                          Google__Bigtable__V2__Mutation *m) {
+    Google__Bigtable__V2__MutateRowRequest req;
+    google__bigtable__v2__mutate_row_request__init(&req);
+    req.table_name = (char *)table;
+    req.row_key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+    req.n_mutations = 1;
+    req.mutations = &m;
+    st_err status;
+    return call(e, BT "MutateRow", &req.base, NULL, &status);
+}
+
+static st_code put(const node_env *e, const char *table, const char *key, const char *fam,
+                   const char *qual, const char *value, int64_t ts) {
+    Google__Bigtable__V2__Mutation m;
+    Google__Bigtable__V2__Mutation__SetCell sc;
+    set_cell(&m, &sc, fam, qual, value, ts);
+    return mutate_one(e, table, key, &m);
+}
+
+static st_code delete_row(const node_env *e, const char *table, const char *key) {
+    Google__Bigtable__V2__Mutation m;
+    Google__Bigtable__V2__Mutation__DeleteFromRow d;
+    google__bigtable__v2__mutation__init(&m);
+    google__bigtable__v2__mutation__delete_from_row__init(&d);
+    m.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_ROW;
+    m.delete_from_row = &d;
+    return mutate_one(e, table, key, &m);
+}
+
+static void ignore_msg(st_slice msg, void *arg) {
+    (void)msg;
+    (void)arg;
+}
+
+static st_code mutate_two(const node_env *e, const char *table, const char *k1, const char *k2) {
+    Google__Bigtable__V2__Mutation m[2], *mp[2] = {&m[0], &m[1]};
+    Google__Bigtable__V2__Mutation__SetCell sc[2];
+    set_cell(&m[0], &sc[0], "f", "a", "one", 1000);
+    set_cell(&m[1], &sc[1], "f", "a", "two", 1000);
+    Google__Bigtable__V2__MutateRowsRequest__Entry ents[2], *ep[2] = {&ents[0], &ents[1]};
+    const char *keys[2] = {k1, k2};
+    for (int i = 0; i < 2; i++) {
+        google__bigtable__v2__mutate_rows_request__entry__init(&ents[i]);
+        ents[i].row_key = (ProtobufCBinaryData){strlen(keys[i]), (uint8_t *)keys[i]};
+        ents[i].n_mutations = 1;
+        ents[i].mutations = &mp[i];
+    }
+    Google__Bigtable__V2__MutateRowsRequest req;
+    google__bigtable__v2__mutate_rows_request__init(&req);
+    req.table_name = (char *)table;
+    req.n_entries = 2;
+    req.entries = ep;
+    size_t len = protobuf_c_message_get_packed_size(&req.base);
+    uint8_t *buf = malloc(len);
+    protobuf_c_message_pack(&req.base, buf);
+    st_err status;
+    st_code rc = rpc_blocking_stream(e->addr, NULL, BT "MutateRows", st_slice_make(buf, len), NULL,
+                                     0, TIMEOUT_MS, ignore_msg, NULL, &status);
+    free(buf);
+    return rc;
+}
+
+/* ---- reading records from storage ---- */
+
+typedef struct rec {
+    char row[32];
+    int64_t stamp, ts;
+    uint32_t index;
+    uint64_t commit_ts;
+    uint32_t flags, origin;
+    size_t n_muts;
+    sto_mut_type types[8];
+    char fams[8][8];
+} rec;
+
+typedef struct tablet_ids {
+    const char *table;
+    uint64_t ids[16];
+    size_t n;
+} tablet_ids;
+
+static void collect_id(const sto_tablet_info *info, void *arg) {
+    tablet_ids *t = arg;
+    if (st_slice_eq(info->table, st_slice_cstr(t->table)) && t->n < 16)
+        t->ids[t->n++] = info->id;
+}
+
+static size_t table_tablets(const node_env *e, const char *table, uint64_t *ids) {
+    tablet_ids t = {.table = table};
+    sto_tablet_list(node_db(e->node), collect_id, &t);
+    memcpy(ids, t.ids, t.n * sizeof *ids);
+    return t.n;
+}
+
+static void rec_fill(rec *r, const sto_cell *c) {
+    snprintf(r->row, sizeof r->row, "%.*s", (int)c->row.len, (const char *)c->row.data);
+    assert_int_equal(c->qualifier.len, NODE_CS_QUALIFIER_LEN);
+    r->stamp = (int64_t)st_get_be64(c->qualifier.data);
+    const uint8_t *q = c->qualifier.data + 8;
+    r->index = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3];
+    r->ts = c->ts_us;
+    st_arena a;
+    st_arena_init(&a, 4096);
+    sto_row_mut m;
+    assert_true(sto_row_mut_decode(c->value, &m, &a));
+    assert_true(st_slice_eq(m.row, c->row));
+    assert_int_equal(m.tablet_id, 0);
+    r->commit_ts = m.commit_ts_us;
+    r->flags = m.flags;
+    r->origin = m.origin;
+    r->n_muts = m.n_muts;
+    for (size_t i = 0; i < m.n_muts && i < 8; i++) {
+        r->types[i] = m.muts[i].type;
+        snprintf(r->fams[i], sizeof r->fams[i], "%.*s", (int)m.muts[i].family.len,
+                 (const char *)m.muts[i].family.data);
+    }
+    st_arena_deinit(&a);
+}
+
+/* Records of table's rows starting with prefix (all tablets of e), sorted by stamp. */
+static size_t records(const node_env *e, const char *table, const char *prefix, rec *out) {
+    uint64_t ids[16];
+    size_t n_ids = table_tablets(e, table, ids), n = 0;
+    for (size_t i = 0; i < n_ids; i++) {
+        sto_tablet *t;
+        assert_int_equal(sto_tablet_get(node_db(e->node), ids[i], &t), ST_OK);
+        sto_snapshot *s;
+        sto_iter *it;
+        sto_range all = {0};
+        assert_int_equal(sto_snapshot_new(t, &s, NULL), ST_OK);
+        assert_int_equal(sto_iter_new_flags(s, &all, false, STO_ITER_SYSTEM, &it, NULL), ST_OK);
+        sto_cell c;
+        while (sto_iter_next(it, &c, NULL) == ST_OK) {
+            assert_true(st_slice_eq(c.family, st_slice_make(NODE_CS_FAMILY, NODE_CS_FAMILY_LEN)));
+            if (c.row.len < strlen(prefix) || memcmp(c.row.data, prefix, strlen(prefix)) != 0)
+                continue;
+            assert_true(n < RECS_MAX);
+            rec_fill(&out[n++], &c);
+        }
+        sto_iter_free(it);
+        sto_snapshot_free(s);
+    }
+    for (size_t i = 1; i < n; i++) /* insertion sort by stamp */
+        for (size_t j = i; j > 0 && out[j].stamp < out[j - 1].stamp; j--) {
+            rec x = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = x;
+        }
+    return n;
+}
+
+/* Visible user cells of table's rows starting with prefix on e. */
+static size_t user_cells(const node_env *e, const char *table, const char *prefix) {
+    uint64_t ids[16];
+    size_t n_ids = table_tablets(e, table, ids), n = 0;
+    for (size_t i = 0; i < n_ids; i++) {
+        sto_tablet *t;
+        assert_int_equal(sto_tablet_get(node_db(e->node), ids[i], &t), ST_OK);
+        sto_snapshot *s;
+        sto_iter *it;
+        sto_range all = {0};
+        assert_int_equal(sto_snapshot_new(t, &s, NULL), ST_OK);
+        assert_int_equal(sto_iter_new(s, &all, false, &it, NULL), ST_OK);
+        sto_cell c;
+        while (sto_iter_next(it, &c, NULL) == ST_OK)
+            n += c.row.len >= strlen(prefix) && memcmp(c.row.data, prefix, strlen(prefix)) == 0;
+        sto_iter_free(it);
+        sto_snapshot_free(s);
+    }
+    return n;
+}
+
+/* ---- running code on the loop thread ---- */
+
+typedef struct loop_job {
+    void (*fn)(struct loop_job *j);
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    void *arg;
+} loop_job;
+
+static void job_run(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    loop_job *j = arg;
+    j->fn(j);
+}
+
+static void job_finish(loop_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Runs fn on the loop; it (or a later callback) calls job_finish. */
+static void on_loop(void (*fn)(loop_job *j), void *arg) {
+    loop_job j = {.fn = fn, .arg = arg};
+    pthread_mutex_init(&j.mu, NULL);
+    pthread_cond_init(&j.cv, NULL);
+    struct timeval tv = {0, 0};
+    assert_int_equal(event_base_once(g_base, -1, EV_TIMEOUT, job_run, &j, &tv), 0);
+    pthread_mutex_lock(&j.mu);
+    while (!j.done)
+        pthread_cond_wait(&j.cv, &j.mu);
+    pthread_mutex_unlock(&j.mu);
+    pthread_mutex_destroy(&j.mu);
+    pthread_cond_destroy(&j.cv);
+}
+
+/* ---- tests ---- */
+
+static const char *const FG[] = {"f", "g", NULL};
+
+static st_code update_table(const node_env *e, const char *name, const char *path,
+                            int64_t retention_s, bool protect, st_buf *resp) {
+    table_pb tb;
+    table_pb_init(&tb, name, NULL, 0, retention_s);
+    tb.t.deletion_protection = protect;
+    Google__Protobuf__FieldMask mask;
+    google__protobuf__field_mask__init(&mask);
+    char *paths[1] = {(char *)path};
+    mask.n_paths = 1;
+    mask.paths = paths;
+    Google__Bigtable__Admin__V2__UpdateTableRequest req;
+    google__bigtable__admin__v2__update_table_request__init(&req);
+    req.table = &tb.t;
+    req.update_mask = &mask;
+    st_err status;
+    return call(e, TA "UpdateTable", &req.base, resp, &status);
+}
+
+/* GetTable's retention in seconds (0 = no config). */
+static int64_t get_retention(const node_env *e, const char *name) {
+    Google__Bigtable__Admin__V2__GetTableRequest req;
+    google__bigtable__admin__v2__get_table_request__init(&req);
+    req.name = (char *)name;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status;
+    assert_int_equal(call(e, TA "GetTable", &req.base, &resp, &status), ST_OK);
+    Google__Bigtable__Admin__V2__Table *t =
+        google__bigtable__admin__v2__table__unpack(NULL, resp.len, resp.data);
+    assert_non_null(t);
+    int64_t s = t->change_stream_config && t->change_stream_config->retention_period
+                    ? t->change_stream_config->retention_period->seconds
+                    : 0;
+    google__bigtable__admin__v2__table__free_unpacked(t, NULL);
+    st_buf_free(&resp);
+    return s;
+}
+
+static void test_cs_update_table(void **state) {
+    (void)state;
+    create_table(&S, "u", FG, 0, 0);
+    assert_int_equal(get_retention(&S, TBL("u")), 0);
+    const char *cs = "change_stream_config.retention_period";
+    assert_int_equal(update_table(&S, TBL("u"), cs, DAY_S / 2, false, NULL), ST_INVALID_ARGUMENT);
+    assert_int_equal(update_table(&S, TBL("u"), cs, 8 * DAY_S, false, NULL), ST_INVALID_ARGUMENT);
+    assert_int_equal(update_table(&S, TBL("u"), "granularity", DAY_S, false, NULL),
+                     ST_INVALID_ARGUMENT);
+    assert_int_equal(get_retention(&S, TBL("u")), 0);
+    st_buf resp;
+    st_buf_init(&resp);
+    assert_int_equal(update_table(&S, TBL("u"), cs, 3 * DAY_S, false, &resp), ST_OK);
+    Google__Longrunning__Operation *op =
+        google__longrunning__operation__unpack(NULL, resp.len, resp.data);
+    assert_non_null(op);
+    assert_true(op->done);
+    assert_int_equal(op->result_case, GOOGLE__LONGRUNNING__OPERATION__RESULT_RESPONSE);
+    assert_string_equal(op->metadata->type_url,
+                        "type.googleapis.com/google.bigtable.admin.v2.UpdateTableMetadata");
+    assert_string_equal(op->response->type_url,
+                        "type.googleapis.com/google.bigtable.admin.v2.Table");
+    Google__Bigtable__Admin__V2__Table *t = google__bigtable__admin__v2__table__unpack(
+        NULL, op->response->value.len, op->response->value.data);
+    assert_non_null(t);
+    assert_int_equal(t->change_stream_config->retention_period->seconds, 3 * DAY_S);
+    google__bigtable__admin__v2__table__free_unpacked(t, NULL);
+    google__longrunning__operation__free_unpacked(op, NULL);
+    st_buf_free(&resp);
+    assert_int_equal(get_retention(&S, TBL("u")), 3 * DAY_S);
+    /* Deletion protection refuses DeleteTable until it is off again. */
+    assert_int_equal(update_table(&S, TBL("u"), "deletion_protection", 0, true, NULL), ST_OK);
+    assert_int_equal(get_retention(&S, TBL("u")), 3 * DAY_S); /* other fields untouched */
+    Google__Bigtable__Admin__V2__DeleteTableRequest del;
+    google__bigtable__admin__v2__delete_table_request__init(&del);
+    del.name = TBL("u");
+    st_err status;
+    assert_int_equal(call(&S, TA "DeleteTable", &del.base, NULL, &status), ST_FAILED_PRECONDITION);
+    assert_int_equal(update_table(&S, TBL("u"), "deletion_protection", 0, false, NULL), ST_OK);
+    /* The config mask without a config: streams off. */
+    assert_int_equal(update_table(&S, TBL("u"), "change_stream_config", 0, false, NULL), ST_OK);
+    assert_int_equal(get_retention(&S, TBL("u")), 0);
+    assert_int_equal(call(&S, TA "DeleteTable", &del.base, NULL, &status), ST_OK);
+}
+
+static void assert_set_record(const rec *r, const char *row, const char *fam) {
+    assert_string_equal(r->row, row);
+    assert_int_equal(r->ts, r->stamp);
+    assert_true((int64_t)r->commit_ts < r->stamp);
+    assert_int_equal(r->flags, 0);
+    assert_int_equal(r->n_muts, 1);
+    assert_int_equal(r->types[0], STO_MUT_SET_CELL);
+    assert_string_equal(r->fams[0], fam);
+}
+
+static void test_cs_records_per_method(void **state) {
+    (void)state;
+    create_table(&S, "r", FG, 0, DAY_S);
+    create_table(&S, "off", FG, 0, 0);
+    assert_int_equal(put(&S, TBL("r"), "r1", "f", "a", "v1", 1000), ST_OK);
+    assert_int_equal(mutate_two(&S, TBL("r"), "r2", "r3"), ST_OK);
+    /* CheckAndMutateRow without a predicate: true_mutations apply when the row has cells. */
+    Google__Bigtable__V2__Mutation m, *mp = &m;
+    Google__Bigtable__V2__Mutation__SetCell sc;
+    set_cell(&m, &sc, "g", "b", "cam", 2000);
+    Google__Bigtable__V2__CheckAndMutateRowRequest cam;
+    google__bigtable__v2__check_and_mutate_row_request__init(&cam);
+    cam.table_name = TBL("r");
+    cam.row_key = (ProtobufCBinaryData){2, (uint8_t *)"r1"};
+    cam.n_true_mutations = 1;
+    cam.true_mutations = &mp;
+    st_err status;
+    assert_int_equal(call(&S, BT "CheckAndMutateRow", &cam.base, NULL, &status), ST_OK);
+    Google__Bigtable__V2__ReadModifyWriteRule rule, *rp = &rule;
+    google__bigtable__v2__read_modify_write_rule__init(&rule);
+    rule.family_name = "f";
+    rule.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"c"};
+    rule.rule_case = GOOGLE__BIGTABLE__V2__READ_MODIFY_WRITE_RULE__RULE_APPEND_VALUE;
+    rule.append_value = (ProtobufCBinaryData){1, (uint8_t *)"x"};
+    Google__Bigtable__V2__ReadModifyWriteRowRequest rmw;
+    google__bigtable__v2__read_modify_write_row_request__init(&rmw);
+    rmw.table_name = TBL("r");
+    rmw.row_key = (ProtobufCBinaryData){2, (uint8_t *)"r4"};
+    rmw.n_rules = 1;
+    rmw.rules = &rp;
+    assert_int_equal(call(&S, BT "ReadModifyWriteRow", &rmw.base, NULL, &status), ST_OK);
+    assert_int_equal(delete_row(&S, TBL("r"), "r1"), ST_OK);
+    assert_int_equal(put(&S, TBL("off"), "r1", "f", "a", "v1", 1000), ST_OK);
+
+    rec r[RECS_MAX];
+    size_t n = records(&S, TBL("r"), "", r);
+    assert_int_equal(n, 6);
+    assert_set_record(&r[0], "r1", "f");
+    assert_set_record(&r[1], "r2", "f");
+    assert_set_record(&r[2], "r3", "f");
+    assert_int_equal(r[1].stamp, r[2].stamp); /* one write, two rows: indexes 0 and 1 */
+    assert_int_equal(r[1].index, 0);
+    assert_int_equal(r[2].index, 1);
+    assert_set_record(&r[3], "r1", "g"); /* CheckAndMutateRow */
+    assert_set_record(&r[4], "r4", "f"); /* ReadModifyWriteRow */
+    assert_string_equal(r[5].row, "r1"); /* DeleteFromRow: one DeleteFromFamily per family */
+    assert_int_equal(r[5].n_muts, 2);
+    assert_int_equal(r[5].types[0], STO_MUT_DEL_FAMILY);
+    assert_int_equal(r[5].types[1], STO_MUT_DEL_FAMILY);
+    assert_string_equal(r[5].fams[0], "f");
+    assert_string_equal(r[5].fams[1], "g");
+    for (size_t i = 1; i < n; i++)
+        assert_true(r[i].stamp > r[i - 1].stamp || i == 2);
+    assert_int_equal(records(&S, TBL("off"), "", r), 0);
+    /* User reads (sto_iter_new) see only user cells: r2, r3, r4's. */
+    assert_int_equal(user_cells(&S, TBL("r"), ""), 3);
+}
+
+/* After test_cs_records_per_method: r1 is deleted, its history stays through a flush and a
+ * compaction. */
+static void test_cs_history_survives_compaction(void **state) {
+    (void)state;
+    rec r[RECS_MAX];
+    assert_int_equal(records(&S, TBL("r"), "r1", r), 3);
+    uint64_t ids[16];
+    size_t n_ids = table_tablets(&S, TBL("r"), ids);
+    for (size_t i = 0; i < n_ids; i++) {
+        assert_int_equal(sto_tablet_flush(node_db(S.node), ids[i], NULL), ST_OK);
+        assert_int_equal(sto_tablet_compact(node_db(S.node), ids[i], NULL), ST_OK);
+    }
+    assert_int_equal(records(&S, TBL("r"), "r1", r), 3);
+    assert_int_equal(user_cells(&S, TBL("r"), "r1"), 0);
+}
+
+static void test_cs_drop_row_range(void **state) {
+    (void)state;
+    create_table(&S, "d", FG, 0, DAY_S);
+    assert_int_equal(put(&S, TBL("d"), "p1", "f", "a", "v", 1000), ST_OK);
+    assert_int_equal(put(&S, TBL("d"), "p2", "g", "a", "v", 1000), ST_OK);
+    assert_int_equal(put(&S, TBL("d"), "q1", "f", "a", "v", 1000), ST_OK);
+    Google__Bigtable__Admin__V2__DropRowRangeRequest req;
+    google__bigtable__admin__v2__drop_row_range_request__init(&req);
+    req.name = TBL("d");
+    req.target_case = GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_ROW_KEY_PREFIX;
+    req.row_key_prefix = (ProtobufCBinaryData){1, (uint8_t *)"p"};
+    st_err status;
+    assert_int_equal(call(&S, TA "DropRowRange", &req.base, NULL, &status), ST_OK);
+    assert_int_equal(user_cells(&S, TBL("d"), "p"), 0);
+    assert_int_equal(user_cells(&S, TBL("d"), "q"), 1);
+    rec r[RECS_MAX];
+    assert_int_equal(records(&S, TBL("d"), "p", r), 4); /* two puts, two drops */
+    for (int i = 2; i < 4; i++) {
+        assert_int_equal(r[i].n_muts, 2);
+        assert_int_equal(r[i].types[0], STO_MUT_DEL_FAMILY);
+        assert_string_equal(r[i].fams[1], "g");
+        assert_int_equal(r[i].flags, 0);
+    }
+    assert_int_equal(records(&S, TBL("d"), "q", r), 1);
+}
+
+static void test_cs_gc_records(void **state) {
+    (void)state;
+    static const char *const F[] = {"f", NULL};
+    create_table(&S, "gc", F, 1, DAY_S); /* max versions 1 */
+    uint64_t ids[16];
+    assert_int_equal(table_tablets(&S, TBL("gc"), ids), 1);
+    for (int64_t ts = 1000; ts <= 3000; ts += 1000) {
+        assert_int_equal(put(&S, TBL("gc"), "k", "f", "q", "v", ts), ST_OK);
+        assert_int_equal(sto_tablet_flush(node_db(S.node), ids[0], NULL), ST_OK);
+    }
+    assert_int_equal(sto_tablet_compact(node_db(S.node), ids[0], NULL), ST_OK);
+    rec r[RECS_MAX];
+    size_t n = 0;
+    for (int i = 0; i < 5000 && (n = records(&S, TBL("gc"), "k", r)) < 4; i++)
+        usleep(1000);
+    assert_int_equal(n, 4);
+    const rec *g = &r[3];
+    assert_int_equal(g->flags, STO_ROW_GC);
+    assert_int_equal(g->origin, 0);
+    assert_int_equal(g->n_muts, 2); /* the cells at 1000 and 2000 */
+    assert_int_equal(g->types[0], STO_MUT_DEL_COLUMN);
+    assert_string_equal(g->fams[0], "f");
+}
+
+/* ---- resolved stamp and ring (on the loop) ---- */
+
+typedef struct resolved_probe {
+    node_ctx *n;
+    int64_t stamp, before, after;
+    size_t ring_hits;
+    node_cs_ring_rc ring_rc, old_rc;
+    bool failed; /* no cmocka asserts on the loop thread: checked on the client */
+    loop_job *job;
+    sto_mut mut;
+    sto_row_mut row;
+} resolved_probe;
+
+static bool count_rec(const node_cs_rec *cr, void *arg) {
+    resolved_probe *p = arg;
+    p->ring_hits += cr->stamp_us == p->stamp && st_slice_eq(cr->row, st_slice_cstr("z1"));
+    return true;
+}
+
+static void probe_done(node_ctx *n, st_code code, const char *msg, void *arg) {
+    (void)msg;
+    resolved_probe *p = arg;
+    p->failed = p->failed || code != ST_OK;
+    p->after = node_cs_resolved(n);
+    p->ring_rc = node_cs_ring_scan(n, TBL("r"), st_slice_make("", 0), st_slice_make("", 0),
+                                   p->stamp - 1, p->after, count_rec, p);
+    p->old_rc = node_cs_ring_scan(n, TBL("r"), st_slice_make("", 0), st_slice_make("", 0), 0,
+                                  p->after, count_rec, p);
+    job_finish(p->job);
+}
+
+static void probe_write(loop_job *j) {
+    resolved_probe *p = j->arg;
+    p->job = j;
+    p->mut = tu_set_mut("f", "z", 1000, "v");
+    p->row = (sto_row_mut){.row = st_slice_cstr("z1"), .muts = &p->mut, .n_muts = 1};
+    st_err err = {0};
+    if (node_row_prepare(p->n, TBL("r"), &p->row, &err) != ST_OK ||
+        node_write(p->n, &p->row, 1, &err, probe_done, p) != ST_OK) {
+        p->failed = true;
+        job_finish(j);
+        return;
+    }
+    p->stamp = p->n->hlc_last_us; /* the write's stamp: the clock's last value */
+    p->before = node_cs_resolved(p->n);
+    p->failed = p->n->hlc_last_us < p->stamp; /* resolved may move the clock, never back */
+}
+
+static void test_cs_resolved_and_ring(void **state) {
+    (void)state;
+    resolved_probe p = {.n = S.node};
+    on_loop(probe_write, &p);
+    assert_false(p.failed);
+    assert_true(p.before < p.stamp);
+    assert_true(p.after >= p.stamp);
+    assert_int_equal(p.ring_rc, NODE_CS_RING_OK);
+    assert_int_equal(p.ring_hits, 1);
+    assert_int_equal(p.old_rc, NODE_CS_RING_MISS); /* before the node started */
+    rec r[RECS_MAX];
+    assert_int_equal(records(&S, TBL("r"), "z1", r), 1);
+    assert_int_equal(r[0].stamp, p.stamp);
+}
+
+/* ---- moves ---- */
+
+static uint64_t create_tablet(const node_env *e, const char *table) {
+    Strata__Internal__V1__CreateTabletRequest req;
+    strata__internal__v1__create_tablet_request__init(&req);
+    req.table_name = (char *)table;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status;
+    assert_int_equal(call(e, IN "CreateTablet", &req.base, &resp, &status), ST_OK);
+    Strata__Internal__V1__Tablet *t =
+        strata__internal__v1__tablet__unpack(NULL, resp.len, resp.data);
+    uint64_t id = t->id;
+    strata__internal__v1__tablet__free_unpacked(t, NULL);
+    st_buf_free(&resp);
+    return id;
+}
+
+static void test_cs_move(void **state) {
+    (void)state;
+    table_pb tb;
+    table_pb_init(&tb, TBL("m"), FG, 0, 2 * DAY_S);
+    Strata__Internal__V1__PutTableRequest pt;
+    strata__internal__v1__put_table_request__init(&pt);
+    pt.table = &tb.t;
+    st_err status;
+    assert_int_equal(call(&A, IN "PutTable", &pt.base, NULL, &status), ST_OK);
+    uint64_t id = create_tablet(&A, TBL("m"));
+    for (int i = 0; i < 5; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "m%d", i);
+        assert_int_equal(put(&A, TBL("m"), key, "f", "a", "v", 1000), ST_OK);
+    }
+    assert_int_equal(delete_row(&A, TBL("m"), "m0"), ST_OK);
+    rec src[RECS_MAX], dst[RECS_MAX];
+    size_t n_src = records(&A, TBL("m"), "", src);
+    assert_int_equal(n_src, 6);
+    Strata__Internal__V1__MoveTabletRequest mv;
+    strata__internal__v1__move_tablet_request__init(&mv);
+    mv.id = id;
+    mv.target = B.addr;
+    assert_int_equal(call(&A, IN "MoveTablet", &mv.base, NULL, &status), ST_OK);
+    assert_int_equal(get_retention(&B, TBL("m")), 2 * DAY_S);
+    /* The history arrived as it was: no record for the copies. */
+    assert_int_equal(records(&B, TBL("m"), "", dst), n_src);
+    for (size_t i = 0; i < n_src; i++) {
+        assert_int_equal(dst[i].stamp, src[i].stamp);
+        assert_string_equal(dst[i].row, src[i].row);
+        assert_int_equal(dst[i].n_muts, src[i].n_muts);
+    }
+    /* A write on the target sorts after everything copied. */
+    assert_int_equal(put(&B, TBL("m"), "m9", "f", "a", "v", 1000), ST_OK);
+    assert_int_equal(records(&B, TBL("m"), "", dst), n_src + 1);
+    assert_string_equal(dst[n_src].row, "m9");
+    assert_true(dst[n_src].stamp > src[n_src - 1].stamp);
+}
+
+/* ---- kill -9 ---- */
+
+static node_env K; /* opened in main from the killed process's data */
+
+static void test_cs_survives_kill(void **state) {
+    (void)state;
+    rec r[RECS_MAX];
+    assert_int_equal(records(&K, TBL("k"), "", r), 3);
+    assert_string_equal(r[0].row, "k1");
+    assert_string_equal(r[1].row, "k2");
+    assert_string_equal(r[2].row, "k1");
+    assert_int_equal(r[2].types[0], STO_MUT_DEL_FAMILY);
+    assert_int_equal(user_cells(&K, TBL("k"), ""), 1);
+    /* Stamps made after the restart are above the ones before it. */
+    assert_int_equal(put(&K, TBL("k"), "k3", "f", "a", "v", 1000), ST_OK);
+    assert_int_equal(records(&K, TBL("k"), "", r), 4);
+    assert_string_equal(r[3].row, "k3");
+}
+
+/* ---- harness ---- */
+
+static int g_failures;
+
+static void *client_main(void *arg) {
+    (void)arg;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cs_update_table),
+        cmocka_unit_test(test_cs_records_per_method),
+        cmocka_unit_test(test_cs_history_survives_compaction),
+        cmocka_unit_test(test_cs_drop_row_range),
+        cmocka_unit_test(test_cs_gc_records),
+        cmocka_unit_test(test_cs_resolved_and_ring),
+        cmocka_unit_test(test_cs_move),
+        cmocka_unit_test(test_cs_survives_kill),
+    };
+    g_failures = cmocka_run_group_tests(tests, NULL, NULL);
+    event_base_loopbreak(g_base);
+    return NULL;
+}
+
+static void open_node_at(node_env *e, uint32_t num, bool sync) {
+    node_opts o;
+    node_opts_default(&o);
+    o.data_dir = e->dir;
+    o.listen_port = 0;
+    o.sync = sync;
+    o.node_num = num;
+    o.cluster_num = num ? 3 : 0;
+    st_err err;
+    if (node_open(g_base, &o, &e->node, &err) != ST_OK) {
+        fprintf(stderr, "node_open: %s\n", err.msg);
+        exit(1);
+    }
+    snprintf(e->addr, sizeof e->addr, "127.0.0.1:%u", node_port(e->node));
+}
+
+static void open_node(node_env *e, const char *name, uint32_t num) {
+    tu_tmpdir(e->dir, sizeof e->dir, name);
+    open_node_at(e, num, false);
+}
+
+/* The child: a node with sync on, a table with streams on, three acknowledged writes; then it
+ * tells the parent and waits to be killed. */
+static int g_pipe[2];
+
+static void *child_client(void *arg) {
+    node_env *e = arg;
+    static const char *const F[] = {"f", NULL};
+    create_table(e, "k", F, 0, DAY_S);
+    if (put(e, TBL("k"), "k1", "f", "a", "v", 1000) != ST_OK ||
+        put(e, TBL("k"), "k2", "f", "a", "v", 1000) != ST_OK ||
+        delete_row(e, TBL("k"), "k1") != ST_OK)
+        _exit(3);
+    if (write(g_pipe[1], "x", 1) != 1)
+        _exit(4);
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static void child_main(const char *dir) {
+    g_base = event_base_new();
+    node_env e;
+    snprintf(e.dir, sizeof e.dir, "%s", dir);
+    open_node_at(&e, 0, true);
+    pthread_t th;
+    pthread_create(&th, NULL, child_client, &e);
+    event_base_loop(g_base, EVLOOP_NO_EXIT_ON_EMPTY);
+    _exit(5);
+}
+
+/* Runs the child, kills it with SIGKILL once its writes are acknowledged. */
+static void run_and_kill(const char *dir) {
+    if (pipe(g_pipe) != 0)
+        exit(1);
+    pid_t pid = fork();
+    if (pid == 0)
+        child_main(dir);
+    char c;
+    if (read(g_pipe[0], &c, 1) != 1) {
+        fprintf(stderr, "the child node failed before its writes were acknowledged\n");
+        exit(1);
+    }
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    close(g_pipe[0]);
+    close(g_pipe[1]);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    evthread_use_pthreads();
+    tu_tmpdir(K.dir, sizeof K.dir, "cs_killed");
+    run_and_kill(K.dir);
+    g_base = event_base_new();
+    open_node_at(&K, 0, false);
+    open_node(&S, "cs_s", 0);
+    open_node(&A, "cs_a", 1);
+    open_node(&B, "cs_b", 2);
+    pthread_t th;
+    pthread_create(&th, NULL, client_main, NULL);
+    event_base_loop(g_base, EVLOOP_NO_EXIT_ON_EMPTY);
+    pthread_join(th, NULL);
+    node_close(S.node);
+    node_close(A.node);
+    node_close(B.node);
+    node_close(K.node);
+    event_base_free(g_base);
+    tu_rmrf(S.dir);
+    tu_rmrf(A.dir);
+    tu_rmrf(B.dir);
+    tu_rmrf(K.dir);
+    return g_failures;
+}

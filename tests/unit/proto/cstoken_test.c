@@ -1,0 +1,294 @@
+/*
+ * Proves the change-stream token codec shared by the node and the router (proto/bt/cstoken.c):
+ * "1.W" and "1.W.H.K" parse and format back to the same text, every other text is refused with
+ * INVALID_ARGUMENT; partitions become [start, end) ranges; several tokens are accepted only when
+ * their partitions tile the request's partition exactly, and then start at the smallest W; one
+ * token keeps its scan position; Timestamps convert with the documented rounding.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "strata/cstoken.h"
+
+static st_slice S(const char *s) {
+    return st_slice_cstr(s);
+}
+
+static void roundtrip(const char *text) {
+    btu_cs_pos p;
+    st_err err = {0};
+    assert_int_equal(btu_cs_token_parse(S(text), &p, &err), ST_OK);
+    char out[BTU_CS_TOKEN_MAX];
+    size_t n = btu_cs_token_format(&p, out);
+    assert_int_equal(n, strlen(text));
+    assert_string_equal(out, text);
+}
+
+static void test_cstoken_parse_live_and_scan(void **state) {
+    (void)state;
+    btu_cs_pos p;
+    assert_int_equal(btu_cs_token_parse(S("1.1733300000000000"), &p, NULL), ST_OK);
+    assert_false(p.scan);
+    assert_int_equal(p.w, 1733300000000000LL);
+    assert_int_equal(btu_cs_token_parse(S("1.5.9.00ff61"), &p, NULL), ST_OK);
+    assert_true(p.scan);
+    assert_int_equal(p.w, 5);
+    assert_int_equal(p.h, 9);
+    assert_int_equal(p.key_len, 3);
+    assert_memory_equal(p.key,
+                        "\x00\xff"
+                        "a",
+                        3);
+    roundtrip("1.0");
+    roundtrip("1.9223372036854775807");
+    roundtrip("1.0.1.00");
+    roundtrip("1.17.9223372036854775807.6b6579");
+}
+
+static void test_cstoken_refuses_anything_else(void **state) {
+    (void)state;
+    static const char *const bad[] = {
+        "",
+        "1",
+        "1.",
+        "2.5",
+        "0.5",
+        "1.05",
+        "1.-5",
+        "1.+5",
+        " 1.5",
+        "1.5 ",
+        "1.5.",
+        "1.5.9",
+        "1.5.9.",
+        "1.5.9.6",
+        "1.5.9.6A",
+        "1.5.9.zz",
+        "1.5.5.61",
+        "1.9.5.61",
+        "1.5.09.61",
+        "1.5.9.61.",
+        "1.5.9..61",
+        "1..5",
+        "1.5..9.61",
+        "1.5x",
+        "10.5",
+        "1.1e3",
+        "1.0x10",
+        "1.9223372036854775808",
+        "1.18446744073709551616",
+        "1.00000000000000000001",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        btu_cs_pos p;
+        st_err err = {0};
+        if (btu_cs_token_parse(S(bad[i]), &p, &err) != ST_INVALID_ARGUMENT)
+            fail_msg("accepted token '%s'", bad[i]);
+        assert_non_null(strstr(err.msg, "expected 1.W or 1.W.H.K"));
+    }
+    /* A NUL inside, and a key one byte over the row key limit. */
+    btu_cs_pos p;
+    assert_int_equal(btu_cs_token_parse(st_slice_make("1.5\0", 4), &p, NULL), ST_INVALID_ARGUMENT);
+    size_t n = 2 * BTU_ROW_KEY_MAX + 2;
+    char *t = malloc(16 + n + 1);
+    assert_non_null(t);
+    strcpy(t, "1.1.2.");
+    memset(t + 6, 'a', n);
+    t[6 + n] = 0;
+    assert_int_equal(btu_cs_token_parse(S(t), &p, NULL), ST_INVALID_ARGUMENT);
+    t[6 + n - 2] = 0; /* exactly BTU_ROW_KEY_MAX bytes: fine, and formats back */
+    roundtrip(t);
+    free(t);
+}
+
+/* A partition with the given bounds (NULL = unset), allocated from a. */
+static Google__Bigtable__V2__StreamPartition *part(st_arena *a, const char *start, bool s_open,
+                                                   const char *end, bool e_closed) {
+    Google__Bigtable__V2__StreamPartition *p = st_arena_alloc(a, sizeof *p);
+    Google__Bigtable__V2__RowRange *r = st_arena_alloc(a, sizeof *r);
+    google__bigtable__v2__stream_partition__init(p);
+    google__bigtable__v2__row_range__init(r);
+    p->row_range = r;
+    if (start) {
+        ProtobufCBinaryData k = {strlen(start), (uint8_t *)(uintptr_t)start};
+        r->start_key_case = s_open ? GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_OPEN
+                                   : GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED;
+        if (s_open)
+            r->start_key_open = k;
+        else
+            r->start_key_closed = k;
+    }
+    if (end) {
+        ProtobufCBinaryData k = {strlen(end), (uint8_t *)(uintptr_t)end};
+        r->end_key_case = e_closed ? GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_CLOSED
+                                   : GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN;
+        if (e_closed)
+            r->end_key_closed = k;
+        else
+            r->end_key_open = k;
+    }
+    return p;
+}
+
+static void test_cstoken_partition_range(void **state) {
+    (void)state;
+    st_arena a;
+    st_arena_init(&a, 4096);
+    btu_key_range r;
+    st_err err = {0};
+    assert_int_equal(btu_cs_partition_range(NULL, "partition", &a, &r, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "partition is missing"));
+    Google__Bigtable__V2__StreamPartition whole = GOOGLE__BIGTABLE__V2__STREAM_PARTITION__INIT;
+    assert_int_equal(btu_cs_partition_range(&whole, "partition", &a, &r, NULL), ST_OK);
+    assert_int_equal(r.start.len, 0);
+    assert_int_equal(r.end.len, 0);
+    assert_int_equal(btu_cs_partition_range(part(&a, "b", true, "d", true), "p", &a, &r, NULL),
+                     ST_OK);
+    assert_true(st_slice_eq(r.start, st_slice_make("b\0", 2)));
+    assert_true(st_slice_eq(r.end, st_slice_make("d\0", 2)));
+    assert_int_equal(btu_cs_partition_range(part(&a, "d", false, "b", false), "p", &a, &r, &err),
+                     ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "selects no row"));
+    assert_int_equal(btu_cs_partition_range(part(&a, "b", false, "b", false), "p", &a, &r, NULL),
+                     ST_INVALID_ARGUMENT);
+    /* What btu_cs_partition_set builds reads back as the same range. */
+    Google__Bigtable__V2__StreamPartition p;
+    Google__Bigtable__V2__RowRange rr;
+    btu_cs_partition_set(&p, &rr, S("k1"), S(""));
+    assert_int_equal(btu_cs_partition_range(&p, "p", &a, &r, NULL), ST_OK);
+    assert_true(st_slice_eq(r.start, S("k1")));
+    assert_int_equal(r.end.len, 0);
+    assert_int_equal(rr.end_key_case, GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY__NOT_SET);
+    st_arena_deinit(&a);
+}
+
+static Google__Bigtable__V2__StreamContinuationToken *tok(st_arena *a, const char *start,
+                                                          const char *end, const char *text) {
+    Google__Bigtable__V2__StreamContinuationToken *t = st_arena_alloc(a, sizeof *t);
+    google__bigtable__v2__stream_continuation_token__init(t);
+    t->partition = part(a, start, false, end, false);
+    t->token = (char *)(uintptr_t)text;
+    return t;
+}
+
+static st_code merge(st_arena *a, Google__Bigtable__V2__StreamContinuationToken **v, size_t n,
+                     const char *start, const char *end, btu_cs_pos *pos, st_err *err) {
+    btu_key_range want;
+    assert_int_equal(btu_cs_partition_range(part(a, start, false, end, false), "p", a, &want, NULL),
+                     ST_OK);
+    return btu_cs_tokens_merge(v, n, &want, a, pos, err);
+}
+
+static void test_cstoken_merge_one(void **state) {
+    (void)state;
+    st_arena a;
+    st_arena_init(&a, 4096);
+    btu_cs_pos pos;
+    st_err err = {0};
+    Google__Bigtable__V2__StreamContinuationToken *v[1] = {tok(&a, "b", "d", "1.5.9.63")};
+    assert_int_equal(merge(&a, v, 1, "b", "d", &pos, &err), ST_OK);
+    assert_true(pos.scan); /* one token: the scan goes on where it was */
+    assert_int_equal(pos.h, 9);
+    assert_int_equal(merge(&a, v, 1, "b", "e", &pos, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "do not cover the partition"));
+    assert_int_equal(merge(&a, v, 1, "a", "d", &pos, NULL), ST_INVALID_ARGUMENT);
+    assert_int_equal(merge(&a, v, 1, "b", NULL, &pos, NULL), ST_INVALID_ARGUMENT);
+    assert_int_equal(merge(&a, v, 0, "b", "d", &pos, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "no token"));
+    v[0] = tok(&a, "b", "d", "1.x");
+    assert_int_equal(merge(&a, v, 1, "b", "d", &pos, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "'1.x'"));
+    v[0]->partition = NULL;
+    assert_int_equal(merge(&a, v, 1, "b", "d", &pos, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "continuation_tokens[0].partition is missing"));
+    st_arena_deinit(&a);
+}
+
+static void test_cstoken_merge_several(void **state) {
+    (void)state;
+    st_arena a;
+    st_arena_init(&a, 4096);
+    btu_cs_pos pos;
+    st_err err = {0};
+    /* Out of order on purpose: [c, inf), [, b), [b, c) tile everything. */
+    Google__Bigtable__V2__StreamContinuationToken *v[3] = {
+        tok(&a, "c", NULL, "1.30"), tok(&a, NULL, "b", "1.20.40.61"), tok(&a, "b", "c", "1.25")};
+    assert_int_equal(merge(&a, v, 3, NULL, NULL, &pos, &err), ST_OK);
+    assert_false(pos.scan); /* merged: the smallest W, live */
+    assert_int_equal(pos.w, 20);
+    /* Not the request's ends. */
+    assert_int_equal(merge(&a, v, 3, "a", NULL, &pos, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "first token"));
+    assert_int_equal(merge(&a, v, 3, NULL, "z", &pos, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "last token"));
+    /* A gap: [, b) and [c, inf) alone. */
+    Google__Bigtable__V2__StreamContinuationToken *gap[2] = {v[0], v[1]};
+    assert_int_equal(merge(&a, gap, 2, NULL, NULL, &pos, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "gap"));
+    /* An overlap: [, c) with [b, c). */
+    Google__Bigtable__V2__StreamContinuationToken *ov[3] = {tok(&a, NULL, "c", "1.1"), v[2], v[0]};
+    assert_int_equal(merge(&a, ov, 3, NULL, NULL, &pos, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "overlap"));
+    /* The same partition twice. */
+    Google__Bigtable__V2__StreamContinuationToken *twice[2] = {v[2], v[2]};
+    assert_int_equal(merge(&a, twice, 2, "b", "c", &pos, &err), ST_INVALID_ARGUMENT);
+    /* An unbounded partition that is not the last. */
+    Google__Bigtable__V2__StreamContinuationToken *unb[2] = {tok(&a, "a", NULL, "1.1"),
+                                                             tok(&a, "b", NULL, "1.1")};
+    assert_int_equal(merge(&a, unb, 2, "a", NULL, &pos, &err), ST_INVALID_ARGUMENT);
+    /* One bad token text among good ones. */
+    Google__Bigtable__V2__StreamContinuationToken *badt[2] = {tok(&a, NULL, "b", "1.1"),
+                                                              tok(&a, "b", NULL, "1.01")};
+    assert_int_equal(merge(&a, badt, 2, NULL, NULL, &pos, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "'1.01'"));
+    st_arena_deinit(&a);
+}
+
+static void test_cstoken_times(void **state) {
+    (void)state;
+    Google__Protobuf__Timestamp t = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    int64_t us;
+    t.seconds = 1700000000;
+    t.nanos = 123456789;
+    assert_int_equal(btu_cs_time_us(&t, "start_time", true, &us, NULL), ST_OK);
+    assert_int_equal(us, 1700000000123457LL);
+    assert_int_equal(btu_cs_time_us(&t, "end_time", false, &us, NULL), ST_OK);
+    assert_int_equal(us, 1700000000123456LL);
+    t.nanos = 5000;
+    assert_int_equal(btu_cs_time_us(&t, "start_time", true, &us, NULL), ST_OK);
+    assert_int_equal(us, 1700000000000005LL);
+    Google__Protobuf__Timestamp back;
+    btu_cs_time_set(&back, us);
+    assert_int_equal(back.seconds, t.seconds);
+    assert_int_equal(back.nanos, t.nanos);
+    st_err err = {0};
+    t.nanos = -1;
+    assert_int_equal(btu_cs_time_us(&t, "start_time", true, &us, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "start_time is out of range"));
+    t.nanos = 1000000000;
+    assert_int_equal(btu_cs_time_us(&t, "start_time", true, &us, NULL), ST_INVALID_ARGUMENT);
+    t.nanos = 0;
+    t.seconds = -1;
+    assert_int_equal(btu_cs_time_us(&t, "start_time", true, &us, NULL), ST_INVALID_ARGUMENT);
+    t.seconds = 253402300800LL;
+    assert_int_equal(btu_cs_time_us(&t, "start_time", true, &us, NULL), ST_INVALID_ARGUMENT);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cstoken_parse_live_and_scan),
+        cmocka_unit_test(test_cstoken_refuses_anything_else),
+        cmocka_unit_test(test_cstoken_partition_range),
+        cmocka_unit_test(test_cstoken_merge_one),
+        cmocka_unit_test(test_cstoken_merge_several),
+        cmocka_unit_test(test_cstoken_times),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
