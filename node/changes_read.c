@@ -525,12 +525,16 @@ static st_code still_valid(cs_reader *r, node_tablets **t, st_err *err) {
                           "while reading: the history this stream read is gone; start a new "
                           "stream from GenerateInitialChangeStreamPartitions",
                           r->table);
-    node_tablets *owner = NULL;
-    node_tablet *tab = node_tablet_by_id(r->n, r->tablet_id, &owner);
-    if (!tab || owner != *t || !st_slice_eq(S(&tab->start), S(&r->start)) ||
-        btu_end_cmp(S(&tab->end), S(&r->end)) != 0)
-        return CS_MORE;
-    return ST_OK;
+    /* Splits give new ids, moves drop the tablet: the same id and range means unchanged. */
+    for (size_t i = 0; i < (*t)->n; i++) {
+        const node_tablet *tab = &(*t)->v[i];
+        if (tab->id == r->tablet_id)
+            return st_slice_eq(S(&tab->start), S(&r->start)) &&
+                           btu_end_cmp(S(&tab->end), S(&r->end)) == 0
+                       ? ST_OK
+                       : CS_MORE;
+    }
+    return CS_MORE;
 }
 
 static void wait_writable(cs_reader *r) {

@@ -355,9 +355,20 @@ static void write_finalize(node_cs_write *w, const rec_ref *refs) {
 
 static st_code write_build(node_ctx *n, node_cs_write *w, const sto_row_mut *rows, size_t count,
                            node_table **metas, node_write_kind mode, st_err *err) {
-    size_t total = 0;
-    for (size_t i = 0; i < count; i++)
+    size_t total = 0, bytes = 0;
+    for (size_t i = 0; i < count; i++) {
         total += (mode == NODE_WRITE_GC ? 0 : rows[i].n_muts) + 1;
+        if (!metas[i])
+            continue;
+        /* room for the record (its encoding is about the size of the row's mutations), so
+         * the buffer is allocated once */
+        bytes += strlen(metas[i]->name) + 2 * rows[i].row.len + NODE_CS_QUALIFIER_LEN + 64;
+        for (size_t j = 0; j < rows[i].n_muts; j++)
+            bytes += rows[i].muts[j].family.len + rows[i].muts[j].qualifier.len +
+                     rows[i].muts[j].value.len + 32;
+    }
+    if (st_buf_reserve(&w->data, bytes) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building change records");
     w->rows = calloc(count, sizeof *w->rows);
     w->muts = calloc(total, sizeof *w->muts);
     w->recs = calloc(w->n ? w->n : 1, sizeof *w->recs);

@@ -1050,6 +1050,21 @@ static void read_and_resume(const char *what, int64_t t0, int64_t t_end, bool wa
     stream_free(s);
 }
 
+/* The node stops while a stream waits: it exits cleanly (no leak) and the stream ends. */
+static void stop_with_open_stream(void) {
+    req_opts o = {.table = "t", .p = &g_whole, .hb_ms = 100};
+    stream *s = stream_new(&o);
+    pthread_t th;
+    pthread_create(&th, NULL, stream_thread, s);
+    bool up = wait_count(s, &s->heartbeats, 1);
+    node_stop();
+    pthread_join(th, NULL);
+    bool ok = up && s->code != ST_OK && s->violations == 0;
+    printf("%-58s %s\n", "node stops with a stream open", ok ? "ok" : "WRONG");
+    CHECK(ok, "open stream at stop: up %d, ended %s \"%s\"", up, st_code_name(s->code), s->msg);
+    stream_free(s);
+}
+
 static void create(const char *id, bool on) {
     st_err st = {0};
     st_code rc = bt_create_table(&g_c, id, "cf", &st);
@@ -1085,10 +1100,10 @@ int main(int argc, char **argv) {
     create("ts", true);
     test_split();
     /* After a restart the ring is empty: the same history comes from storage. */
-    node_stop();
+    stop_with_open_stream();
     node_start();
     read_and_resume("after restart (catch-up scan)", t0, t_end, true);
-    node_stop();
+    stop_with_open_stream();
     for (size_t i = 0; i < g_n_exp; i++)
         st_buf_free(&g_exp[i].text);
     part_free(&g_whole);

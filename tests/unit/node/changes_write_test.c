@@ -13,6 +13,7 @@
  * - DropRowRange writes one record per dropped row;
  * - a compaction that drops cells by a GC rule leads to a GC record (STO_ROW_GC, one
  *   DeleteFromColumn [ts, ts+1) per cell);
+ * - a replicated row keeps only this node's record (its origin's record cell is removed);
  * - the resolved stamp stays below a write in flight and passes it once durable, and the ring
  *   holds the record then (and answers MISS for stamps before the node started);
  * - a tablet move copies the history to the target without making new records, and records the
@@ -640,6 +641,70 @@ static void test_cs_resolved_and_ring(void **state) {
     assert_int_equal(r[0].stamp, p.stamp);
 }
 
+/* A replicated row mutation arrives with its origin's record cell: the node keeps only its own
+ * record (its stamp), with the origin's commit time and origin. */
+typedef struct repl_probe {
+    node_ctx *n;
+    bool failed;
+    loop_job *job;
+    sto_mut muts[2];
+    sto_row_mut row;
+    uint8_t qual[NODE_CS_QUALIFIER_LEN];
+} repl_probe;
+
+static void repl_done(node_ctx *n, st_code code, const char *msg, void *arg) {
+    (void)n;
+    (void)msg;
+    repl_probe *p = arg;
+    p->failed = p->failed || code != ST_OK;
+    job_finish(p->job);
+}
+
+static void repl_write(loop_job *j) {
+    repl_probe *p = j->arg;
+    p->job = j;
+    st_put_be64(p->qual, 5000); /* the origin's stamp */
+    memset(p->qual + 8, 0, 4);
+    p->muts[0] = tu_set_mut("f", "y", 1000, "v");
+    p->muts[1] = (sto_mut){.type = STO_MUT_SET_CELL,
+                           .family = st_slice_make(NODE_CS_FAMILY, NODE_CS_FAMILY_LEN),
+                           .qualifier = st_slice_make(p->qual, sizeof p->qual),
+                           .ts_us = 5000,
+                           .value = st_slice_cstr("foreign")};
+    st_err err = {0};
+    uint64_t id = 0;
+    node_tablet *tab = node_write_tablet(p->n, TBL("r"), st_slice_cstr("y1"), &err);
+    if (tab)
+        id = tab->id;
+    p->row = (sto_row_mut){.tablet_id = id,
+                           .row = st_slice_cstr("y1"),
+                           .muts = p->muts,
+                           .n_muts = 2,
+                           .version = STO_VERSION(4000, 7),
+                           .commit_ts_us = 4000,
+                           .origin = 7,
+                           .flags = STO_ROW_REPLICATED};
+    if (!tab || node_write(p->n, &p->row, 1, &err, repl_done, p) != ST_OK) {
+        p->failed = true;
+        job_finish(j);
+    }
+}
+
+static void test_cs_replicated_rows(void **state) {
+    (void)state;
+    repl_probe p = {.n = S.node};
+    on_loop(repl_write, &p);
+    assert_false(p.failed);
+    rec r[RECS_MAX];
+    assert_int_equal(records(&S, TBL("r"), "y1", r), 1);
+    assert_true(r[0].stamp > 5000);
+    assert_int_equal(r[0].commit_ts, 4000);
+    assert_int_equal(r[0].origin, 7);
+    assert_int_equal(r[0].flags, 0);
+    assert_int_equal(r[0].n_muts, 1);
+    assert_string_equal(r[0].fams[0], "f");
+}
+
 /* ---- moves ---- */
 
 static uint64_t create_tablet(const node_env *e, const char *table) {
@@ -729,6 +794,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_cs_drop_row_range),
         cmocka_unit_test(test_cs_gc_records),
         cmocka_unit_test(test_cs_resolved_and_ring),
+        cmocka_unit_test(test_cs_replicated_rows),
         cmocka_unit_test(test_cs_move),
         cmocka_unit_test(test_cs_survives_kill),
     };

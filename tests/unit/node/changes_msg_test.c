@@ -1,0 +1,293 @@
+/*
+ * Proves the ReadChangeStreamResponse encoders of the node (node/changes_msg.c) shape records as
+ * the official Java client requires: one message for a small record with every field; a value
+ * over the chunk size split into chunks with chunk_info across messages, the first message
+ * carrying the record's metadata and the later ones only type CONTINUATION and chunks, the last
+ * done + token + watermark; GC records without a source cluster; DeleteFromRow expanded to
+ * DeleteFromFamily; messages bounded by the value budget; Heartbeat and CloseStream fields.
+ * Messages are decoded back with protobuf-c and checked field by field.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "changes_msg.h"
+#include "strata/rpc.h"
+
+typedef Google__Bigtable__V2__ReadChangeStreamResponse cs_resp;
+typedef Google__Bigtable__V2__ReadChangeStreamResponse__DataChange cs_data;
+
+#define MSGS_MAX 64
+
+typedef struct sink {
+    cs_resp *msgs[MSGS_MAX];
+    size_t n;
+    size_t max_bytes; /* largest message seen */
+    st_code fail_at;  /* return this code ... */
+    size_t fail_n;    /* ... for message number fail_n (1-based; 0 = never) */
+} sink;
+
+static st_code collect(st_buf *msg, void *arg) {
+    sink *s = arg;
+    assert_true(msg->len >= RPC_SEND_HEADROOM);
+    if (s->fail_n && s->n + 1 == s->fail_n)
+        return s->fail_at;
+    size_t len = msg->len - RPC_SEND_HEADROOM;
+    if (len > s->max_bytes)
+        s->max_bytes = len;
+    cs_resp *r = google__bigtable__v2__read_change_stream_response__unpack(
+        NULL, len, msg->data + RPC_SEND_HEADROOM);
+    assert_non_null(r);
+    assert_true(s->n < MSGS_MAX);
+    s->msgs[s->n++] = r;
+    st_buf_reset(msg);
+    return ST_OK;
+}
+
+static void sink_free(sink *s) {
+    for (size_t i = 0; i < s->n; i++)
+        google__bigtable__v2__read_change_stream_response__free_unpacked(s->msgs[i], NULL);
+    s->n = 0;
+}
+
+static cs_data *dc(sink *s, size_t i) {
+    assert_int_equal(s->msgs[i]->stream_record_case,
+                     GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_DATA_CHANGE);
+    return s->msgs[i]->data_change;
+}
+
+static st_slice S(const char *s) {
+    return st_slice_cstr(s);
+}
+
+static st_code encode(const node_cs_change *c, size_t value_bytes, sink *s) {
+    st_arena a;
+    st_buf msg;
+    st_arena_init(&a, 4096);
+    st_buf_init(&msg);
+    st_code rc = node_cs_encode_change(c, value_bytes, &a, &msg, collect, s);
+    st_arena_deinit(&a);
+    st_buf_free(&msg);
+    return rc;
+}
+
+static void test_changes_msg_small_record(void **state) {
+    (void)state;
+    sto_mut m[3] = {
+        {.type = STO_MUT_SET_CELL,
+         .family = S("cf"),
+         .qualifier = S("q"),
+         .ts_us = 7000,
+         .value = S("v")},
+        {.type = STO_MUT_DEL_COLUMN,
+         .family = S("cf"),
+         .qualifier = S("q"),
+         .ts_start_us = 0,
+         .ts_end_us = STO_TS_END_INF},
+        {.type = STO_MUT_DEL_FAMILY, .family = S("g")},
+    };
+    sto_row_mut row = {
+        .row = S("r1"), .muts = m, .n_muts = 3, .commit_ts_us = 1700000000123456, .origin = 2};
+    node_cs_change c = {&row, false, "east", "1.42", 41000001, NULL, 0};
+    sink s = {0};
+    assert_int_equal(encode(&c, NODE_CS_MSG_VALUE_BYTES, &s), ST_OK);
+    assert_int_equal(s.n, 1);
+    cs_data *d = dc(&s, 0);
+    assert_int_equal(d->type,
+                     GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__USER);
+    assert_string_equal(d->source_cluster_id, "east");
+    assert_memory_equal(d->row_key.data, "r1", 2);
+    assert_int_equal(d->commit_timestamp->seconds, 1700000000);
+    assert_int_equal(d->commit_timestamp->nanos, 123456000);
+    assert_int_equal(d->tiebreaker, 2);
+    assert_true(d->done);
+    assert_string_equal(d->token, "1.42");
+    assert_int_equal(d->estimated_low_watermark->seconds, 41);
+    assert_int_equal(d->estimated_low_watermark->nanos, 1000);
+    assert_int_equal(d->n_chunks, 3);
+    assert_null(d->chunks[0]->chunk_info);
+    assert_int_equal(d->chunks[0]->mutation->set_cell->timestamp_micros, 7000);
+    assert_string_equal(d->chunks[0]->mutation->set_cell->family_name, "cf");
+    const Google__Bigtable__V2__Mutation__DeleteFromColumn *dcol =
+        d->chunks[1]->mutation->delete_from_column;
+    assert_non_null(dcol);
+    assert_int_equal(dcol->time_range->end_timestamp_micros, 0); /* unbounded */
+    assert_string_equal(d->chunks[2]->mutation->delete_from_family->family_name, "g");
+    sink_free(&s);
+}
+
+static void test_changes_msg_gc_record(void **state) {
+    (void)state;
+    sto_mut m = {.type = STO_MUT_DEL_COLUMN,
+                 .family = S("cf"),
+                 .qualifier = S("q"),
+                 .ts_start_us = 1000,
+                 .ts_end_us = 2000};
+    sto_row_mut row = {.row = S("r"), .muts = &m, .n_muts = 1, .commit_ts_us = 5, .origin = 0};
+    node_cs_change c = {&row, true, "east", "1.9", 9, NULL, 0};
+    sink s = {0};
+    assert_int_equal(encode(&c, NODE_CS_MSG_VALUE_BYTES, &s), ST_OK);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(
+        dc(&s, 0)->type,
+        GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__GARBAGE_COLLECTION);
+    assert_string_equal(dc(&s, 0)->source_cluster_id, "");
+    sink_free(&s);
+}
+
+static void test_changes_msg_chunked_value(void **state) {
+    (void)state;
+    size_t big = 2 * NODE_CS_MSG_VALUE_BYTES + 1000;
+    uint8_t *v = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        v[i] = (uint8_t)(i * 7);
+    sto_mut m[2] = {
+        {.type = STO_MUT_SET_CELL,
+         .family = S("cf"),
+         .qualifier = S("big"),
+         .ts_us = 1000,
+         .value = st_slice_make(v, big)},
+        {.type = STO_MUT_SET_CELL,
+         .family = S("cf"),
+         .qualifier = S("small"),
+         .ts_us = 1000,
+         .value = S("x")},
+    };
+    sto_row_mut row = {.row = S("r"), .muts = m, .n_muts = 2, .commit_ts_us = 5, .origin = 1};
+    node_cs_change c = {&row, false, "east", "1.5", 5, NULL, 0};
+    sink s = {0};
+    assert_int_equal(encode(&c, NODE_CS_MSG_VALUE_BYTES, &s), ST_OK);
+    assert_int_equal(s.n, 3);
+    size_t off = 0;
+    for (size_t i = 0; i < 3; i++) {
+        cs_data *d = dc(&s, i);
+        bool first = i == 0, last = i == 2;
+        assert_int_equal(
+            d->type ==
+                GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__CONTINUATION,
+            !first);
+        assert_int_equal(d->row_key.len > 0, first);
+        assert_int_equal(d->commit_timestamp != NULL, first);
+        assert_int_equal(d->source_cluster_id[0] != 0, first);
+        assert_int_equal(d->done, last);
+        assert_int_equal(d->token[0] != 0, last);
+        assert_int_equal(d->estimated_low_watermark != NULL, last);
+        const Google__Bigtable__V2__ReadChangeStreamResponse__MutationChunk *ch = d->chunks[0];
+        assert_non_null(ch->chunk_info);
+        assert_int_equal(ch->chunk_info->chunked_value_size, big);
+        assert_int_equal(ch->chunk_info->chunked_value_offset, off);
+        assert_int_equal(ch->chunk_info->last_chunk, last);
+        const ProtobufCBinaryData *piece = &ch->mutation->set_cell->value;
+        assert_true(piece->len <= NODE_CS_MSG_VALUE_BYTES);
+        assert_memory_equal(piece->data, v + off, piece->len);
+        off += piece->len;
+    }
+    assert_int_equal(off, big);
+    /* The small cell rides in the last message, after the last piece. */
+    assert_int_equal(dc(&s, 2)->n_chunks, 2);
+    assert_null(dc(&s, 2)->chunks[1]->chunk_info);
+    assert_true(s.max_bytes < NODE_CS_MSG_VALUE_BYTES + 4096);
+    sink_free(&s);
+    free(v);
+}
+
+static void test_changes_msg_budget_and_del_row(void **state) {
+    (void)state;
+    sto_mut m[41];
+    for (size_t i = 0; i < 40; i++)
+        m[i] = (sto_mut){.type = STO_MUT_SET_CELL,
+                         .family = S("cf"),
+                         .qualifier = S("q"),
+                         .ts_us = 1000,
+                         .value = S("0123456789")};
+    m[40] = (sto_mut){.type = STO_MUT_DEL_ROW};
+    const char *fams[2] = {"a", "b"};
+    sto_row_mut row = {.row = S("r"), .muts = m, .n_muts = 41, .commit_ts_us = 5};
+    node_cs_change c = {&row, false, "east", "1.5", 5, fams, 2};
+    sink s = {0};
+    /* 200 bytes a message: a few chunks each (each costs its names, value and 32 bytes). */
+    assert_int_equal(encode(&c, 200, &s), ST_OK);
+    assert_true(s.n > 5);
+    size_t chunks = 0;
+    for (size_t i = 0; i < s.n; i++) {
+        assert_true(dc(&s, i)->n_chunks >= 1);
+        chunks += dc(&s, i)->n_chunks;
+    }
+    assert_int_equal(chunks, 42); /* DeleteFromRow became two DeleteFromFamily */
+    cs_data *last = dc(&s, s.n - 1);
+    assert_string_equal(last->chunks[last->n_chunks - 1]->mutation->delete_from_family->family_name,
+                        "b");
+    assert_string_equal(last->chunks[last->n_chunks - 2]->mutation->delete_from_family->family_name,
+                        "a");
+    sink_free(&s);
+    /* No mutation: nothing is sent. A failing emit stops the encoding with its code. */
+    row.n_muts = 0;
+    assert_int_equal(encode(&c, 200, &s), ST_OK);
+    assert_int_equal(s.n, 0);
+    row.n_muts = 41;
+    s.fail_at = ST_CANCELLED;
+    s.fail_n = 2;
+    assert_int_equal(encode(&c, 200, &s), ST_CANCELLED);
+    assert_int_equal(s.n, 1);
+    sink_free(&s);
+}
+
+static void test_changes_msg_heartbeat_and_close(void **state) {
+    (void)state;
+    st_buf b;
+    st_buf_init(&b);
+    assert_int_equal(node_cs_encode_heartbeat(&b, S("a"), S(""), "1.77", 77), ST_OK);
+    cs_resp *r = google__bigtable__v2__read_change_stream_response__unpack(
+        NULL, b.len - RPC_SEND_HEADROOM, b.data + RPC_SEND_HEADROOM);
+    assert_non_null(r);
+    assert_int_equal(r->stream_record_case,
+                     GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_HEARTBEAT);
+    assert_string_equal(r->heartbeat->continuation_token->token, "1.77");
+    assert_memory_equal(
+        r->heartbeat->continuation_token->partition->row_range->start_key_closed.data, "a", 1);
+    assert_int_equal(r->heartbeat->continuation_token->partition->row_range->end_key_case,
+                     GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY__NOT_SET);
+    assert_int_equal(r->heartbeat->estimated_low_watermark->nanos, 77000);
+    google__bigtable__v2__read_change_stream_response__free_unpacked(r, NULL);
+    node_cs_piece p[2] = {{S(""), S("m"), S("c"), S("m")}, {S("m"), S("x"), S("m"), S("p")}};
+    assert_int_equal(node_cs_encode_close(&b, ST_OUT_OF_RANGE, "split", p, 2, "1.5"), ST_OK);
+    r = google__bigtable__v2__read_change_stream_response__unpack(NULL, b.len - RPC_SEND_HEADROOM,
+                                                                  b.data + RPC_SEND_HEADROOM);
+    assert_non_null(r);
+    const Google__Bigtable__V2__ReadChangeStreamResponse__CloseStream *cs = r->close_stream;
+    assert_int_equal(cs->status->code, ST_OUT_OF_RANGE);
+    assert_int_equal(cs->n_new_partitions, 2);
+    assert_int_equal(cs->n_continuation_tokens, 2);
+    assert_int_equal(cs->new_partitions[0]->row_range->start_key_case,
+                     GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY__NOT_SET);
+    assert_memory_equal(cs->continuation_tokens[0]->partition->row_range->start_key_closed.data,
+                        "c", 1);
+    assert_memory_equal(cs->continuation_tokens[1]->partition->row_range->end_key_open.data, "p",
+                        1);
+    assert_string_equal(cs->continuation_tokens[1]->token, "1.5");
+    google__bigtable__v2__read_change_stream_response__free_unpacked(r, NULL);
+    assert_int_equal(node_cs_encode_close(&b, ST_OK, NULL, NULL, 0, "1.5"), ST_OK);
+    r = google__bigtable__v2__read_change_stream_response__unpack(NULL, b.len - RPC_SEND_HEADROOM,
+                                                                  b.data + RPC_SEND_HEADROOM);
+    assert_non_null(r);
+    assert_int_equal(r->close_stream->n_continuation_tokens, 0);
+    assert_int_equal(r->close_stream->status->code, 0);
+    google__bigtable__v2__read_change_stream_response__free_unpacked(r, NULL);
+    st_buf_free(&b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_changes_msg_small_record),
+        cmocka_unit_test(test_changes_msg_gc_record),
+        cmocka_unit_test(test_changes_msg_chunked_value),
+        cmocka_unit_test(test_changes_msg_budget_and_del_row),
+        cmocka_unit_test(test_changes_msg_heartbeat_and_close),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
