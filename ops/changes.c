@@ -39,6 +39,7 @@ typedef struct ch_run {
     char table[CH_NAME_MAX];
     ops_cs *cs;
     struct event_base *base;
+    struct event *flush_ev; /* stdout is flushed once the changes at hand are written */
     st_buf line;
     bool out_is_file, tty, out_closed, out_failed;
     st_code code;
@@ -180,7 +181,20 @@ static bool on_change(const ops_cs_change *c, void *arg) {
         }
         return false;
     }
+    struct timeval now = {0, 0};
+    if (r->flush_ev && !evtimer_pending(r->flush_ev, NULL))
+        evtimer_add(r->flush_ev, &now);
     return true;
+}
+
+static void flush_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    ch_run *r = arg;
+    if (fflush(stdout) != 0 && errno == EPIPE && !r->out_closed) {
+        r->out_closed = true; /* the reader went away (| head): a normal end */
+        ops_cs_stop(r->cs);
+    }
 }
 
 /* Everything printed so far reaches the file (or pipe) before a checkpoint says so. */
@@ -354,6 +368,7 @@ static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size
     int64_t ms = r->tty ? CH_PROGRESS_TTY_MS : CH_CKPT_INTERVAL_MS;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000 * 1000)};
     tick = event_new(r->base, -1, EV_PERSIST, tick_cb, r);
+    r->flush_ev = evtimer_new(r->base, flush_cb, r);
     sigint = evsignal_new(r->base, SIGINT, signal_cb, r);
     sigterm = evsignal_new(r->base, SIGTERM, signal_cb, r);
     if (tick)
@@ -368,6 +383,9 @@ static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size
     progress(r, true);
     if (tick)
         event_free(tick);
+    if (r->flush_ev)
+        event_free(r->flush_ev);
+    r->flush_ev = NULL;
     if (sigint)
         event_free(sigint);
     if (sigterm)
