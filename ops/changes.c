@@ -399,6 +399,30 @@ static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size
     return 0;
 }
 
+/* --from / --until, and whether the command knows where to start; false after saying why. */
+static bool check_times(const ch_run *r, int64_t now, int64_t *from, int64_t *until) {
+    const char *bad = r->a.from && !ops_cs_time_parse(r->a.from, now, from)      ? r->a.from
+                      : r->a.until && !ops_cs_time_parse(r->a.until, now, until) ? r->a.until
+                                                                                 : NULL;
+    if (bad) {
+        fprintf(stderr,
+                "strata changes: bad TIME '%s': use RFC 3339 (2026-12-04T20:00:00Z), "
+                "`now`, or -10m / -2h / -1d / -30s\n",
+                bad);
+        return false;
+    }
+    if (!r->a.follow && !r->a.from && !r->a.checkpoint && !r->a.enable && !r->a.disable) {
+        fprintf(stderr, "strata changes: say where to start: --from TIME (e.g. --from -10m), "
+                        "--checkpoint FILE, or --follow for new changes only\n");
+        return false;
+    }
+    if (*until && *until <= *from && !r->a.checkpoint) {
+        fprintf(stderr, "strata changes: --until must be after --from\n");
+        return false;
+    }
+    return true;
+}
+
 int ops_changes_main(int argc, char **argv) {
     static ch_run run; /* one per process; the loop's callbacks point at it */
     ch_run *r = &run;
@@ -406,25 +430,9 @@ int ops_changes_main(int argc, char **argv) {
     int prc = parse_args(argc, argv, &r->a);
     if (prc)
         return prc == 1 ? 0 : 2;
-    int64_t now = st_wall_us();
-    int64_t from = now, until = 0;
-    if ((r->a.from && !ops_cs_time_parse(r->a.from, now, &from)) ||
-        (r->a.until && !ops_cs_time_parse(r->a.until, now, &until))) {
-        fprintf(stderr,
-                "strata changes: bad TIME '%s': use RFC 3339 (2026-12-04T20:00:00Z), "
-                "`now`, or -10m / -2h / -1d / -30s\n",
-                r->a.from && !ops_cs_time_parse(r->a.from, now, &from) ? r->a.from : r->a.until);
+    int64_t now = st_wall_us(), from = now, until = 0;
+    if (!check_times(r, now, &from, &until))
         return 2;
-    }
-    if (!r->a.follow && !r->a.from && !r->a.checkpoint && !r->a.enable && !r->a.disable) {
-        fprintf(stderr, "strata changes: say where to start: --from TIME (e.g. --from -10m), "
-                        "--checkpoint FILE, or --follow for new changes only\n");
-        return 2;
-    }
-    if (until && until <= from && !r->a.checkpoint) {
-        fprintf(stderr, "strata changes: --until must be after --from\n");
-        return 2;
-    }
     char addr[512];
     if (!resolve_target(r, addr, sizeof addr))
         return 1;
