@@ -240,6 +240,29 @@ static st_code mem_append(st_wfile *f, const void *data, size_t len, st_err *err
     return rc;
 }
 
+/* Writes in place (zeros fill any gap past the end). The model keeps no older copy of bytes
+ * overwritten below the synced length: a crash keeps the new ones, the harsher case for a reader
+ * that must not trust them before the writer's next sync. */
+static st_code mem_pwrite(st_wfile *f, uint64_t off, const void *data, size_t len, st_err *err) {
+    st_code rc = ST_OK;
+    pthread_mutex_lock(&f->env->mu);
+    st_buf *b = &f->ino->data;
+    if (f->generation != f->env->generation) {
+        rc = dead_handle(err, f->path);
+    } else if (off > SIZE_MAX - len ||
+               (off + len > b->len && st_buf_reserve(b, (size_t)off + len - b->len) != ST_OK)) {
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "write %s: out of memory", f->path);
+    } else {
+        if (off > b->len)
+            memset(b->data + b->len, 0, (size_t)off - b->len);
+        memcpy(b->data + off, data, len);
+        if (off + len > b->len)
+            b->len = (size_t)off + len;
+    }
+    pthread_mutex_unlock(&f->env->mu);
+    return rc;
+}
+
 static st_code mem_sync(st_wfile *f, st_err *err) {
     st_code rc = ST_OK;
     pthread_mutex_lock(&f->env->mu);
@@ -527,6 +550,7 @@ static const st_env_ops mem_ops = {
     .wopen = mem_wopen,
     .wopen_append = mem_wopen_append,
     .append = mem_append,
+    .pwrite = mem_pwrite,
     .sync = mem_sync,
     .wclose = mem_wclose,
     .ropen = mem_ropen,

@@ -13,6 +13,7 @@
 
 struct st_wfile {
     int fd;
+    bool appending; /* O_APPEND: pwrite would append, not write in place */
     char path[];
 };
 
@@ -44,6 +45,7 @@ static st_code wfile_from_fd(int fd, const char *path, st_wfile **out, st_err *e
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory opening %s", path);
     }
     f->fd = fd;
+    f->appending = false;
     strcpy(f->path, path);
     *out = f;
     return ST_OK;
@@ -53,7 +55,10 @@ static st_code open_w(const char *path, int flags, st_wfile **out, st_err *err) 
     int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, ST_ENV_FILE_MODE);
     if (fd < 0)
         return io_err(err, "open for writing", path, errno);
-    return wfile_from_fd(fd, path, out, err);
+    st_code rc = wfile_from_fd(fd, path, out, err);
+    if (rc == ST_OK)
+        (*out)->appending = (flags & O_APPEND) != 0;
+    return rc;
 }
 
 static st_code px_wopen(st_env *env, const char *path, st_wfile **out, st_err *err) {
@@ -93,6 +98,27 @@ static st_code px_append(st_wfile *f, const void *data, size_t len, st_err *err)
             return io_err(err, "write", f->path, errno);
         }
         p += n;
+        len -= (size_t)n;
+    }
+    return ST_OK;
+}
+
+static st_code px_pwrite(st_wfile *f, uint64_t off, const void *data, size_t len, st_err *err) {
+    if (f->appending)
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "writing in place in %s: it was opened for appending", f->path);
+    const uint8_t *p = data;
+    while (len > 0) {
+        if (off > (uint64_t)INT64_MAX)
+            return st_err_set(err, ST_INVALID_ARGUMENT, "writing %s: offset too large", f->path);
+        ssize_t n = pwrite(f->fd, p, len, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return io_err(err, "write", f->path, errno);
+        }
+        p += n;
+        off += (uint64_t)n;
         len -= (size_t)n;
     }
     return ST_OK;
@@ -342,6 +368,7 @@ static const st_env_ops posix_ops = {
     .destroy = px_destroy,
     .preallocate = px_preallocate,
     .wopen_at = px_wopen_at,
+    .pwrite = px_pwrite,
     .lock = px_lock,
     .unlock = px_unlock,
 };

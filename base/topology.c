@@ -371,7 +371,10 @@ st_code st_topology_save(const char *path, const st_topology *t, st_err *err) {
         return st_err_set(err, ST_INVALID_ARGUMENT, "topology path is longer than %d characters",
                           ST_TOPO_PATH_MAX);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); /* owner-only */
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (fd >= 0 && !f)
+        close(fd);
     if (!f)
         return st_err_set(err, ST_UNAVAILABLE,
                           "cannot create %s: %s (check the directory exists "

@@ -723,9 +723,8 @@ static st_code drop_flush(node_ctx *n, drop_op *op, uint64_t id, st_buf *keys, s
             .n_muts = 1,
             .version = version,
             .commit_ts_us = (uint64_t)STO_VERSION_TS_US(version),
-            .origin = n->opts.cluster_num,
-            /* every cluster drops its own rows (the router asks each) */
-            .flags = STO_ROW_REPLICATED};
+            /* shipped to the peer clusters, as storage's own DropRowRange deletes are */
+            .origin = n->opts.cluster_num};
     st_code rc = node_write(n, rows, n_rows, err, drop_written, op);
     if (rc == ST_OK)
         op->pending++;

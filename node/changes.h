@@ -118,6 +118,10 @@ void node_cs_write_done(node_ctx *n, node_cs_write *w, st_code code);
  * stamps up to it; w is freed. */
 void node_cs_write_lost(node_ctx *n, node_cs_write *w);
 
+/* Sets the ring's size before its first record (tests: eviction with little data); ignored once
+ * the ring holds records. */
+void node_cs_set_ring_bytes(node_ctx *n, size_t bytes);
+
 /* Rows of table in [start, end) arrived on this node (a move's copy): the ring answers MISS for
  * them below a fresh stamp taken now. */
 void node_cs_range_arrived(node_ctx *n, const char *table, st_slice start, st_slice end);

@@ -80,6 +80,7 @@ typedef struct cs_reader {
     sto_snapshot *snap;
     sto_iter *it;
     st_buf scan_from;
+    st_buf scan_row; /* the row of the scan's last cell (empty before the first) */
     uint64_t snap_bytes;
     cs_rec pending;
     int64_t turn_records, turn_cells;
@@ -167,6 +168,7 @@ static void cs_free(cs_reader *r) {
     st_buf_free(&r->start);
     st_buf_free(&r->end);
     st_buf_free(&r->scan_from);
+    st_buf_free(&r->scan_row);
     st_buf_free(&r->pending.row);
     st_buf_free(&r->pending.value);
     st_buf_free(&r->msg);
@@ -200,10 +202,14 @@ static void arm(cs_reader *r, int64_t delay_us) {
     event_add(r->timer, &tv);
 }
 
+/* New records: the turn runs from the loop right after the write's completion (which acks the
+ * write first), not after the next poll of the sockets: a timer, even of 1 us, waits for the
+ * poll's millisecond timeout when nothing else is ready. Once per completion, so a busy table
+ * does not starve the loop (the turn's own continuation is a timer). */
 static void on_watch(node_cs_watcher *w) {
     cs_reader *r = (cs_reader *)((char *)w - offsetof(cs_reader, watcher));
     if (!r->waiting_writable)
-        arm(r, CS_TURN_DELAY_US);
+        event_active(r->timer, EV_TIMEOUT, 0);
 }
 
 static void on_writable(rpc_call *call, void *arg) {
@@ -285,7 +291,9 @@ static st_code send_pending(cs_reader *r, st_err *err) {
 static st_code pending_set(cs_reader *r, int64_t stamp, st_slice row, st_slice value, st_err *err) {
     cs_rec *p = &r->pending;
     if (!buf_set(&p->row, row) || !buf_set(&p->value, value))
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a change record");
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                          "out of memory reading a change record; resume from the last "
+                          "continuation token");
     p->stamp = stamp;
     p->set = true;
     return ST_OK;
@@ -325,13 +333,20 @@ static bool on_ring(const node_cs_rec *rec, void *arg) {
     return pending_set(r, rec->stamp_us, rec->row, rec->value, &r->fail) == ST_OK;
 }
 
-/* Opens the catch-up scan of (pos.w, h] (a scan position from a token goes on after its key). */
+/* Opens the catch-up scan of (pos.w, h], h at most the resolved stamp (a scan position from a
+ * token goes on after its key up to its own H). */
 static st_code scan_start(cs_reader *r, int64_t h, st_err *err) {
     node_tablet *tab = node_tablet_by_id(r->n, r->tablet_id, NULL);
     if (!tab)
-        return st_err_set(err, ST_INTERNAL, "the partition's tablet vanished");
+        return st_err_set(err, ST_UNAVAILABLE,
+                          "the partition's tablet left this node; resume from the last "
+                          "continuation token");
     st_slice from = S(&r->start);
     st_buf_reset(&r->scan_from);
+    /* A scan token past what this node has resolved (another node's clock) or past end_time:
+     * records up to its H may still be in flight here, so its scan starts over from W. */
+    if (r->pos.scan && r->pos.h > h)
+        btu_cs_pos_live(&r->pos, r->pos.w);
     if (r->pos.scan) {
         h = r->pos.h;
         if (st_buf_append(&r->scan_from, r->pos.key, r->pos.key_len) != ST_OK ||
@@ -351,6 +366,7 @@ static st_code scan_start(cs_reader *r, int64_t h, st_err *err) {
     r->snap_bytes = 0;
     r->scan_h = h;
     r->scanning = true;
+    st_buf_reset(&r->scan_row);
     return ST_OK;
 }
 
@@ -405,6 +421,20 @@ static void pos_scan(cs_reader *r, st_slice row) {
     memcpy(r->pos.key, row.data, row.len);
 }
 
+/* The scan reached a new row: the one before it is complete, so its last record goes out with a
+ * token naming that row (and without a record the position moves past it all the same). */
+static st_code scan_next_row(cs_reader *r, st_slice row, st_err *err) {
+    if (r->scan_row.len > 0 && r->scan_row.len <= BTU_ROW_KEY_MAX) {
+        pos_scan(r, S(&r->scan_row));
+        st_code rc = send_pending(r, err); /* pending, if any, is of that row */
+        if (rc != ST_OK)
+            return rc;
+    }
+    if (!buf_set(&r->scan_row, row))
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory scanning change records");
+    return ST_OK;
+}
+
 static st_code scan(cs_reader *r, st_err *err) {
     for (;;) {
         if (turn_spent(r))
@@ -421,16 +451,14 @@ static st_code scan(cs_reader *r, st_err *err) {
         if (rc != ST_OK)
             return rc;
         r->turn_cells++;
+        if (!st_slice_eq(c.row, S(&r->scan_row)) && (rc = scan_next_row(r, c.row, err)) != ST_OK)
+            return rc;
         int64_t stamp;
         if (!record_stamp(&c, &stamp) || stamp <= r->pos.w || stamp > r->scan_h)
             continue;
-        if (r->pending.set) {
-            if (!st_slice_eq(c.row, S(&r->pending.row)) && r->pending.row.len <= BTU_ROW_KEY_MAX)
-                pos_scan(r, S(&r->pending.row)); /* its row is complete */
-            if ((rc = send_pending(r, err)) != ST_OK)
-                return rc;
-        }
-        if ((rc = pending_set(r, stamp, c.row, c.value, err)) != ST_OK)
+        /* A record of the same row before it: sent with the position before the row. */
+        if ((rc = send_pending(r, err)) != ST_OK ||
+            (rc = pending_set(r, stamp, c.row, c.value, err)) != ST_OK)
             return rc;
     }
 }
@@ -518,7 +546,10 @@ static st_code still_valid(cs_reader *r, node_tablets **t, st_err *err) {
     node_table *meta = node_catalog_find(r->n->catalog, r->table);
     *t = meta ? node_tablets_find(r->n, r->table) : NULL;
     if (!*t)
-        return st_err_set(err, ST_NOT_FOUND, "table \"%s\" was deleted", r->table);
+        return st_err_set(err, ST_NOT_FOUND,
+                          "table \"%s\" was deleted while its change stream was read; its "
+                          "history is gone with it",
+                          r->table);
     if (meta->cs_retention_us == 0 || meta->cs_since_us != r->since_us)
         return st_err_set(err, ST_FAILED_PRECONDITION,
                           "change streams of table %s were turned off (or off and on again) "
@@ -693,6 +724,12 @@ static st_code start_pos(node_ctx *n, const node_table *meta,
     }
     const Google__Bigtable__V2__StreamContinuationTokens *tk = req->continuation_tokens;
     st_code rc = btu_cs_tokens_merge(tk->tokens, tk->n_tokens, part, a, pos, err);
+    /* A time past what this node has resolved (a token from a node whose clock is ahead):
+     * writes this node makes or applies from now on may have stamps below it, so the stream
+     * starts at the resolved stamp (records may come twice, none is skipped). */
+    int64_t resolved = node_cs_resolved(n);
+    if (rc == ST_OK && pos->w > resolved)
+        btu_cs_pos_live(pos, resolved);
     if (rc == ST_OK && pos->w < oldest - 1) {
         time_text(pos->w, t1, sizeof t1);
         return st_err_set(err, ST_INVALID_ARGUMENT,

@@ -10,9 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The ring's bound: records of about this many bytes stay in memory for live readers. */
+/* The ring's bound: records of this many bytes stay in memory for live readers. One buffer,
+ * allocated at the first record, so keeping records costs no allocation per write. */
 #define CS_RING_BYTES ((size_t)64 << 20)
-#define CS_BLOCK_OVERHEAD 128 /* bytes charged per ring block beyond its data */
+#define CS_REC_HEAD 12 /* a record in the ring: le32 table length (with its NUL), row, value */
 
 /* One write's records: built by node_cs_write_prepare, kept by the ring once durable. */
 struct node_cs_write {
@@ -20,10 +21,15 @@ struct node_cs_write {
     size_t n;          /* records */
     node_cs_rec *recs; /* pointing into data once the write is built */
     st_buf data;       /* table names, row keys, qualifiers, record values */
-    sto_row_mut *rows; /* what storage gets; freed when the write is done */
+    sto_row_mut *rows; /* what storage gets (allocated with w) */
     sto_mut *muts;
-    size_t bytes; /* charged to the ring */
 };
+
+/* One durable write's records in the ring's buffer. */
+typedef struct cs_block {
+    int64_t stamp;
+    size_t off, len;
+} cs_block;
 
 /* Rows of a table that arrived here (a move's copy) at a stamp. */
 typedef struct cs_arrival {
@@ -50,9 +56,13 @@ typedef struct node_cs {
     /* stamps of writes in flight, oldest first (a circular queue) */
     int64_t *fifo;
     size_t fifo_head, fifo_n, fifo_cap;
-    /* the ring: durable writes' records, oldest first (a circular queue of blocks) */
-    node_cs_write **ring;
-    size_t ring_head, ring_n, ring_cap, ring_bytes;
+    /* the ring: durable writes' records in one circular buffer, and its blocks oldest first (a
+     * circular queue) */
+    uint8_t *ring;
+    size_t ring_bytes; /* its size (CS_RING_BYTES) */
+    size_t ring_tail;  /* where the next block goes */
+    cs_block *blocks;
+    size_t blk_head, blk_n, blk_cap;
     cs_arrival *arrivals;
     size_t n_arrivals;
     node_cs_watcher *watchers;
@@ -148,6 +158,7 @@ st_code node_cs_open(node_ctx *n, st_err *err) {
     st_buf_init(&cs->scratch);
     pthread_mutex_init(&cs->gc_lock, NULL);
     n->cs = cs;
+    cs->ring_bytes = CS_RING_BYTES;
     cs->start_stamp = node_cs_next_stamp(n);
     cs->resolved = cs->start_stamp;
     node_cs_tables_changed(n);
@@ -157,9 +168,6 @@ st_code node_cs_open(node_ctx *n, st_err *err) {
 static void write_free(node_cs_write *w) {
     if (!w)
         return;
-    free(w->recs);
-    free(w->rows);
-    free(w->muts);
     st_buf_free(&w->data);
     free(w);
 }
@@ -168,9 +176,8 @@ void node_cs_close(node_ctx *n) {
     node_cs *cs = n->cs;
     if (!cs)
         return;
-    for (size_t i = 0; i < cs->ring_n; i++)
-        write_free(cs->ring[(cs->ring_head + i) % cs->ring_cap]);
     free(cs->ring);
+    free(cs->blocks);
     free(cs->fifo);
     for (size_t i = 0; i < cs->n_arrivals; i++) {
         free(cs->arrivals[i].table);
@@ -323,8 +330,13 @@ static void row_copy(node_cs_write *w, size_t i, const sto_row_mut *r, bool reco
     *out = *r;
     out->muts = &w->muts[*mi];
     out->n_muts = 0;
+    /* A replicated row of record cells only stays as it came (storage refuses an empty row). */
+    size_t user = 0;
+    for (size_t j = 0; j < r->n_muts; j++)
+        user += !is_system(&r->muts[j]);
+    bool strip = (r->flags & STO_ROW_REPLICATED) && (user > 0 || recorded);
     for (size_t j = 0; mode != NODE_WRITE_GC && j < r->n_muts; j++)
-        if (!is_system(&r->muts[j]) || !(r->flags & STO_ROW_REPLICATED)) {
+        if (!strip || !is_system(&r->muts[j])) {
             w->muts[(*mi)++] = r->muts[j];
             out->n_muts++;
         }
@@ -350,14 +362,35 @@ static void write_finalize(node_cs_write *w, const rec_ref *refs) {
                       .ts_us = w->stamp,
                       .value = rec->value};
     }
-    w->bytes = w->data.len + w->n * sizeof(node_cs_rec) + CS_BLOCK_OVERHEAD;
+}
+
+/* Mutations w needs room for: the rows' own and one record cell each. */
+static size_t write_muts(const sto_row_mut *rows, size_t count, node_write_kind mode) {
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += (mode == NODE_WRITE_GC ? 0 : rows[i].n_muts) + 1;
+    return total;
+}
+
+/* A write and its arrays in one allocation (all of them pointer-aligned). */
+static node_cs_write *write_new(size_t count, size_t n_muts, size_t n_recs) {
+    size_t size = sizeof(node_cs_write) + count * sizeof(sto_row_mut) + n_muts * sizeof(sto_mut) +
+                  n_recs * (sizeof(node_cs_rec) + sizeof(rec_ref));
+    node_cs_write *w = calloc(1, size);
+    if (!w)
+        return NULL;
+    st_buf_init(&w->data);
+    w->rows = (sto_row_mut *)(w + 1);
+    w->muts = (sto_mut *)(w->rows + count);
+    w->recs = (node_cs_rec *)(w->muts + n_muts);
+    w->n = n_recs;
+    return w;
 }
 
 static st_code write_build(node_ctx *n, node_cs_write *w, const sto_row_mut *rows, size_t count,
                            node_table **metas, node_write_kind mode, st_err *err) {
-    size_t total = 0, bytes = 0;
+    size_t bytes = 0;
     for (size_t i = 0; i < count; i++) {
-        total += (mode == NODE_WRITE_GC ? 0 : rows[i].n_muts) + 1;
         if (!metas[i])
             continue;
         /* room for the record (its encoding is about the size of the row's mutations), so
@@ -369,13 +402,8 @@ static st_code write_build(node_ctx *n, node_cs_write *w, const sto_row_mut *row
     }
     if (st_buf_reserve(&w->data, bytes) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building change records");
-    w->rows = calloc(count, sizeof *w->rows);
-    w->muts = calloc(total, sizeof *w->muts);
-    w->recs = calloc(w->n ? w->n : 1, sizeof *w->recs);
-    rec_ref *refs = calloc(w->n ? w->n : 1, sizeof *refs);
+    rec_ref *refs = (rec_ref *)(w->recs + w->n);
     st_code rc = ST_OK;
-    if (!w->rows || !w->muts || !w->recs || !refs)
-        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building change records");
     size_t mi = 0, k = 0;
     for (size_t i = 0; rc == ST_OK && i < count; i++) {
         row_copy(w, i, &rows[i], metas[i] != NULL, mode, &mi, &refs[k]);
@@ -386,7 +414,6 @@ static st_code write_build(node_ctx *n, node_cs_write *w, const sto_row_mut *row
     }
     if (rc == ST_OK)
         write_finalize(w, refs);
-    free(refs);
     return rc;
 }
 
@@ -410,12 +437,10 @@ st_code node_cs_write_prepare(node_ctx *n, const sto_row_mut *rows, size_t count
     }
     st_code rc = ST_OK;
     if (recorded || strip) {
-        node_cs_write *w = calloc(1, sizeof *w);
+        node_cs_write *w = write_new(count, write_muts(rows, count, mode), recorded);
         if (!w) {
             rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory preparing a write");
         } else {
-            st_buf_init(&w->data);
-            w->n = recorded;
             w->stamp = recorded ? node_cs_next_stamp(n) : 0;
             rc = write_build(n, w, rows, count, metas, mode, err);
             if (rc != ST_OK) {
@@ -512,38 +537,91 @@ void node_cs_write_lost(node_ctx *n, node_cs_write *w) {
 
 /* ---- the ring ---- */
 
-static node_cs_write *ring_at(node_cs *cs, size_t i) {
-    return cs->ring[(cs->ring_head + i) % cs->ring_cap];
+void node_cs_set_ring_bytes(node_ctx *n, size_t bytes) {
+    node_cs *cs = n->cs;
+    if (cs->ring)
+        return; /* in use already */
+    cs->ring_bytes = bytes;
 }
 
-static void ring_evict(node_cs *cs, size_t limit) {
-    while (cs->ring_n && cs->ring_bytes > limit) {
-        node_cs_write *w = ring_at(cs, 0);
-        cs->ring_head = (cs->ring_head + 1) % cs->ring_cap;
-        cs->ring_n--;
-        cs->ring_bytes -= w->bytes;
+static const cs_block *block_at(node_cs *cs, size_t i) {
+    return &cs->blocks[(cs->blk_head + i) % cs->blk_cap];
+}
+
+static void ring_evict_oldest(node_cs *cs) {
+    const cs_block *b = block_at(cs, 0);
+    if (b->stamp > cs->evicted_upto)
+        cs->evicted_upto = b->stamp;
+    cs->blk_head = (cs->blk_head + 1) % cs->blk_cap;
+    cs->blk_n--;
+}
+
+/* Room for need bytes at the ring's tail (wrapping to the start when the end is too short),
+ * evicting the oldest blocks in the way; their offset. */
+static size_t ring_place(node_cs *cs, size_t need) {
+    if (cs->ring_tail + need > cs->ring_bytes) {
+        /* the blocks of the previous lap past the tail are the oldest: they go first */
+        while (cs->blk_n && block_at(cs, 0)->off >= cs->ring_tail)
+            ring_evict_oldest(cs);
+        cs->ring_tail = 0;
+    }
+    while (cs->blk_n && block_at(cs, 0)->off >= cs->ring_tail &&
+           block_at(cs, 0)->off < cs->ring_tail + need)
+        ring_evict_oldest(cs);
+    size_t off = cs->ring_tail;
+    cs->ring_tail += need;
+    return off;
+}
+
+static st_code blocks_grow(node_cs *cs) {
+    size_t cap = cs->blk_cap ? cs->blk_cap * 2 : 4096;
+    cs_block *v = malloc(cap * sizeof *v);
+    if (!v)
+        return ST_RESOURCE_EXHAUSTED;
+    for (size_t i = 0; i < cs->blk_n; i++)
+        v[i] = *block_at(cs, i);
+    free(cs->blocks);
+    cs->blocks = v;
+    cs->blk_head = 0;
+    cs->blk_cap = cap;
+    return ST_OK;
+}
+
+/* Copies w's records into the ring. */
+static st_code ring_push(node_cs *cs, const node_cs_write *w) {
+    size_t need = 0;
+    for (size_t k = 0; k < w->n; k++)
+        need +=
+            CS_REC_HEAD + strlen(w->recs[k].table) + 1 + w->recs[k].row.len + w->recs[k].value.len;
+    if (need > cs->ring_bytes) { /* never kept: readers of its stamp go to storage */
+        while (cs->blk_n)
+            ring_evict_oldest(cs);
         if (w->stamp > cs->evicted_upto)
             cs->evicted_upto = w->stamp;
-        write_free(w);
+        return ST_OK;
     }
-}
-
-static st_code ring_push(node_cs *cs, node_cs_write *w) {
-    if (cs->ring_n == cs->ring_cap) {
-        size_t cap = cs->ring_cap ? cs->ring_cap * 2 : 1024;
-        node_cs_write **v = malloc(cap * sizeof *v);
-        if (!v)
-            return ST_RESOURCE_EXHAUSTED;
-        for (size_t i = 0; i < cs->ring_n; i++)
-            v[i] = ring_at(cs, i);
-        free(cs->ring);
-        cs->ring = v;
-        cs->ring_head = 0;
-        cs->ring_cap = cap;
+    if (!cs->ring && !(cs->ring = malloc(cs->ring_bytes)))
+        return ST_RESOURCE_EXHAUSTED;
+    if (cs->blk_n == cs->blk_cap && blocks_grow(cs) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    size_t off = ring_place(cs, need);
+    uint8_t *p = cs->ring + off;
+    for (size_t k = 0; k < w->n; k++) {
+        const node_cs_rec *r = &w->recs[k];
+        size_t tlen = strlen(r->table) + 1;
+        st_put_fixed32(p, (uint32_t)tlen);
+        st_put_fixed32(p + 4, (uint32_t)r->row.len);
+        st_put_fixed32(p + 8, (uint32_t)r->value.len);
+        p += CS_REC_HEAD;
+        memcpy(p, r->table, tlen);
+        p += tlen;
+        memcpy(p, r->row.data, r->row.len);
+        p += r->row.len;
+        memcpy(p, r->value.data, r->value.len);
+        p += r->value.len;
     }
-    cs->ring[(cs->ring_head + cs->ring_n++) % cs->ring_cap] = w;
-    cs->ring_bytes += w->bytes;
-    ring_evict(cs, CS_RING_BYTES);
+    cs->blocks[(cs->blk_head + cs->blk_n++) % cs->blk_cap] =
+        (cs_block){.stamp = w->stamp, .off = off, .len = need};
     return ST_OK;
 }
 
@@ -573,19 +651,14 @@ void node_cs_write_done(node_ctx *n, node_cs_write *w, st_code code) {
         return;
     }
     fifo_pop_upto(cs, w->stamp);
-    free(w->rows); /* storage copied them; the ring needs the records only */
-    free(w->muts);
-    w->rows = NULL;
-    w->muts = NULL;
     if (ring_push(cs, w) != ST_OK) {
         st_log(ST_LOG_ERROR, "changes", "out of memory keeping recent change records");
         if (w->stamp > cs->evicted_upto)
             cs->evicted_upto = w->stamp;
-        write_free(w);
-        return;
     }
     if (cs->watchers)
         wake_watchers(cs, w);
+    write_free(w);
 }
 
 void node_cs_range_arrived(node_ctx *n, const char *table, st_slice start, st_slice end) {
@@ -649,10 +722,10 @@ static int64_t ring_floor(node_cs *cs, const char *table, st_slice start, st_sli
 
 /* Index of the first ring block with stamp > after. */
 static size_t ring_find(node_cs *cs, int64_t after) {
-    size_t lo = 0, hi = cs->ring_n;
+    size_t lo = 0, hi = cs->blk_n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (ring_at(cs, mid)->stamp <= after)
+        if (block_at(cs, mid)->stamp <= after)
             lo = mid + 1;
         else
             hi = mid;
@@ -666,15 +739,21 @@ node_cs_ring_rc node_cs_ring_scan(node_ctx *n, const char *table, st_slice start
     node_cs *cs = n->cs;
     if (after < ring_floor(cs, table, start, end))
         return NODE_CS_RING_MISS;
-    for (size_t i = ring_find(cs, after); i < cs->ring_n; i++) {
-        const node_cs_write *w = ring_at(cs, i);
-        if (w->stamp > upto)
+    for (size_t i = ring_find(cs, after); i < cs->blk_n; i++) {
+        const cs_block *b = block_at(cs, i);
+        if (b->stamp > upto)
             break;
-        for (size_t k = 0; k < w->n; k++) {
-            const node_cs_rec *r = &w->recs[k];
-            if (strcmp(r->table, table) != 0 || !in_range(r->row, start, end))
+        const uint8_t *p = cs->ring + b->off, *end_p = p + b->len;
+        while (p < end_p) {
+            uint32_t tlen = st_get_fixed32(p), rlen = st_get_fixed32(p + 4),
+                     vlen = st_get_fixed32(p + 8);
+            node_cs_rec r = {.stamp_us = b->stamp, .table = (const char *)p + CS_REC_HEAD};
+            r.row = st_slice_make(p + CS_REC_HEAD + tlen, rlen);
+            r.value = st_slice_make(p + CS_REC_HEAD + tlen + rlen, vlen);
+            p += CS_REC_HEAD + tlen + rlen + vlen;
+            if (strcmp(r.table, table) != 0 || !in_range(r.row, start, end))
                 continue;
-            if (!fn(r, arg))
+            if (!fn(&r, arg))
                 return NODE_CS_RING_STOP;
         }
     }

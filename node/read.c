@@ -1,6 +1,7 @@
 /* read.c — the ReadRows handler: validates the request, walks the row set over the table's
- * tablets (one storage snapshot per tablet, taken when the scan reaches it), applies the filter
- * row by row, and streams whole rows as CellChunks (read.h) under the call's flow control.
+ * tablets (one storage snapshot per tablet, taken when the scan reaches it, and again after the
+ * read waited for its client: read_release_storage), applies the filter row by row, and streams
+ * whole rows as CellChunks (read.h) under the call's flow control.
  *
  * Flow control and fairness. Work happens in turns on the loop thread. A turn ends after it sent
  * one response batch (~NODE_READ_BATCH_BYTES), or scanned NODE_READ_TURN_ROWS rows or
@@ -60,6 +61,7 @@ typedef struct read_state {
 
     bool row_open; /* the row being assembled (its buffers are below) */
     size_t row_bytes;
+    int64_t row_cells; /* cells of the open row counted in cells_seen */
     st_rng rng;
 
     bool scanned_unreported;
@@ -266,7 +268,8 @@ static st_code send_batch(read_state *r) {
     if (batch_bytes(r) == 0)
         return ST_OK;
     st_code rc = rpc_call_send_buf(r->call, &r->batch);
-    st_buf_reset(&r->batch);
+    if (rc != ST_RESOURCE_EXHAUSTED) /* kept when the queue is full: sent once it has room */
+        st_buf_reset(&r->batch);
     return rc;
 }
 
@@ -361,6 +364,15 @@ static st_code next_cell(read_state *r, sto_cell *c, st_err *err) {
         sto_iter_free(r->it);
         r->it = NULL;
     }
+}
+
+/* Frees the row buffers (a read about to wait: nothing is assembled in them). */
+static void row_release(read_state *r) {
+    st_buf_free(&r->cellv);
+    st_buf_free(&r->celloff);
+    st_buf_free(&r->rowdata);
+    st_buf_free(&r->cellp);
+    st_arena_deinit(&r->row_arena);
 }
 
 static void row_reset(read_state *r) {
@@ -521,6 +533,7 @@ static st_code read_row(read_state *r, st_err *err) {
             return rc;
         r->cells_seen++;
         bool new_row = !r->row_open || !st_slice_eq(c.row, st_buf_slice(&r->row_key));
+        r->row_cells = new_row ? 1 : r->row_cells + 1;
         bool finished = false;
         if (new_row && r->row_open) {
             rc = row_finish(r, err);
@@ -556,27 +569,64 @@ static void read_fail(read_state *r, const st_err *err) {
     read_end(r, err->code == ST_OK ? ST_INTERNAL : err->code, err->msg);
 }
 
-/* Ends the turn (r->in_turn is still set): flush, then wait for room or schedule the next turn.
- * Frees r when the call ends here. */
+/* Lets the storage snapshot and iterator go while the read waits (they hold the block they are in,
+ * about a value of a table of large values): the open row is dropped and read again from its
+ * first cell once the read goes on, in a new snapshot (each row is read atomically; Bigtable does
+ * not promise one snapshot for a whole scan, and the router resumes scans in new calls anyway).
+ * Kept when the position cannot be told (no row open inside a piece). */
+static void read_release_storage(read_state *r) {
+    if (r->it) {
+        if (!r->row_open || node_scan_rewind(&r->scan, st_buf_slice(&r->row_key)) != ST_OK)
+            return;
+        sto_iter_free(r->it);
+        r->it = NULL;
+        r->cells_seen -= r->row_cells; /* seen again when the row is read again */
+        row_reset(r);
+    }
+    if (r->snap) {
+        sto_snapshot_free(r->snap);
+        r->snap = NULL;
+    }
+}
+
+/* Waits for the call to have room (its own queue, and the process's queued-response budget):
+ * the RPC layer calls on_writable once it has. Nothing this read produced stays outside the
+ * call's queue meanwhile, and its row buffers and storage iterator are given back, so a read
+ * whose client does not read holds no more than what the budget counts, plus its state. */
+static void read_wait(read_state *r) {
+    r->waiting_writable = true;
+    r->in_turn = false;
+    read_release_storage(r);
+    if (!r->row_open)
+        row_release(r);
+    if (r->batch.len == 0)
+        st_buf_free(&r->batch);
+    /* Registered the first time the read must wait (most reads never do): the RPC layer then
+     * calls on_writable from the loop once there is room (at once if there already is). */
+    if (!r->writable_cb_set) {
+        r->writable_cb_set = true;
+        rpc_call_set_writable_cb(r->call, on_writable, r);
+    }
+}
+
+/* Ends the turn (r->in_turn is still set): sends what the turn batched, then waits for room or
+ * schedules the next turn. Frees r when the call ends here. */
 static void turn_yield(read_state *r) {
-    if (!rpc_call_writable(r->call)) {
-        r->waiting_writable = true;
-        r->in_turn = false;
-        /* Registered the first time the read must wait (most reads never do): the RPC layer
-         * then calls on_writable from the loop once the queue drains (at once if it already
-         * has). */
-        if (!r->writable_cb_set) {
-            r->writable_cb_set = true;
-            rpc_call_set_writable_cb(r->call, on_writable, r);
-        }
+    st_code rc = flush(r);
+    if (rc == ST_RESOURCE_EXHAUSTED) { /* the call's own queue is full: the batch waits */
+        read_wait(r);
         return;
     }
-    st_err err;
-    if (flush(r) != ST_OK) {
+    if (rc != ST_OK) {
         read_end(r, ST_CANCELLED, NULL);
         return;
     }
+    if (!rpc_call_writable(r->call)) {
+        read_wait(r);
+        return;
+    }
     if (schedule_turn(r) != ST_OK) {
+        st_err err;
         st_err_set(&err, ST_RESOURCE_EXHAUSTED, "could not schedule the next part of the read");
         read_fail(r, &err);
         return;
@@ -603,6 +653,11 @@ static void read_turn(read_state *r) {
         }
         if (r->scan_done || limit_reached(r)) {
             read_complete(r);
+            return;
+        }
+        /* No room (a scheduled turn, or the first): produce nothing until there is. */
+        if (r->turn_rows == 0 && !rpc_call_writable(r->call)) {
+            read_wait(r);
             return;
         }
         if (turn_done(r))

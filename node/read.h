@@ -90,6 +90,11 @@ void node_scan_deinit(node_scan *s);
  * out. The scan moves past the piece at once: read it fully before the next call. */
 st_code node_scan_next(node_scan *s, const node_tablet *v, size_t n, node_key_range *piece,
                        size_t *tablet);
+/* Moves the scan back into the piece node_scan_next returned last, to the row key: the next piece
+ * starts at that row (forward: rows >= key; reversed: rows <= key), so a read can let its
+ * iterator go inside a piece and take it up again at the row it had not finished. key must lie
+ * in that piece. ST_RESOURCE_EXHAUSTED when memory runs out (the scan is unchanged). */
+st_code node_scan_rewind(node_scan *s, st_slice key);
 /* Whether v[0..n) holds every row of rs: ST_OK, or ST_FAILED_PRECONDITION with the first
  * uncovered position copied to key (ReadRows answers strata-not-owner before sending anything),
  * or ST_RESOURCE_EXHAUSTED. */

@@ -143,6 +143,24 @@ st_code node_scan_next(node_scan *s, const node_tablet *v, size_t n, node_key_ra
     return ST_NOT_FOUND;
 }
 
+st_code node_scan_rewind(node_scan *s, st_slice key) {
+    st_buf pos;
+    st_buf_init(&pos);
+    if (st_buf_append(&pos, key.data, key.len) != ST_OK ||
+        (s->reversed && st_buf_append_byte(&pos, 0) != ST_OK)) { /* rows < key + "\0" */
+        st_buf_free(&pos);
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    if (!s->has_pos) { /* that piece ended its range: the scan had moved to the next one */
+        ST_ASSERT(s->done > 0);
+        s->done--;
+    }
+    s->has_pos = true;
+    st_buf_free(&s->pos);
+    s->pos = pos;
+    return ST_OK;
+}
+
 st_code node_scan_uncovered(const node_rowset *rs, const node_tablet *v, size_t n, st_buf *key) {
     node_scan s;
     node_scan_init(&s, rs, false);

@@ -3,6 +3,7 @@
  * the command lines `strata up` uses, the partition file, log tails, disk use.
  * Everything here is best effort and bounded: it serves commands a person types. */
 #include "instance.h"
+#include "paths.h"
 #include "strata/internal/v1/replication.pb-c.h"
 
 #include <arpa/inet.h>
@@ -93,7 +94,7 @@ bool ops_inst_pid_write(const char *dir, const char *name, pid_t pid) {
     char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], tmp[OPS_PATH_MAX + OPS_NAME_MAX + 24];
     pid_path(dir, name, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = ops_fopen_private(tmp);
     if (!f)
         return false;
     bool ok = fprintf(f, "%ld\n", (long)pid) > 0;
@@ -266,7 +267,7 @@ bool ops_inst_no_unix_write(const char *dir, bool no_unix) {
     snprintf(path, sizeof path, "%s/run/no-unix", dir);
     if (!no_unix)
         return unlink(path) == 0 || errno == ENOENT;
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, OPS_FILE_MODE);
     return fd >= 0 && close(fd) == 0;
 }
 
@@ -332,7 +333,9 @@ pid_t ops_inst_spawn(const char *dir, const char *name, char *const argv[], cons
                      long *log_offset) {
     char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
     snprintf(log_path, sizeof log_path, "%s/logs/%s.log", dir, name);
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, OPS_FILE_MODE);
+    if (fd >= 0)
+        (void)fchmod(fd, OPS_FILE_MODE); /* a log made before logs were owner-only */
     if (fd < 0) {
         fprintf(stderr, "%s: cannot open %s: %s\n", who, log_path, strerror(errno));
         return 0;
@@ -436,7 +439,7 @@ bool ops_inst_partition_write(const char *dir, const ops_partition *p) {
     if (p->n == 0)
         return unlink(path) == 0 || errno == ENOENT;
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = ops_fopen_private(tmp);
     if (!f)
         return false;
     bool ok = fprintf(f, "# replication links cut by `strata chaos partition`; `strata chaos "

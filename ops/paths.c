@@ -2,6 +2,7 @@
  * (paths.h). */
 #include "paths.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,4 +112,14 @@ bool ops_path_absolute(const char *path, char *out, size_t cap) {
         out[k++] = '/';
     out[k] = '\0';
     return true;
+}
+
+FILE *ops_fopen_private(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, OPS_FILE_MODE);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "w");
+    if (!f)
+        close(fd);
+    return f;
 }

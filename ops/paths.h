@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* True when path is a regular file this process may execute. */
 bool ops_executable(const char *path);
@@ -21,5 +22,12 @@ bool ops_bin_find(const char *bin_dir, const char *sub, const char *name, char *
  * the directory need not exist yet). False when the working directory is unknown or the result
  * does not fit in cap. */
 bool ops_path_absolute(const char *path, char *out, size_t cap);
+
+/* Modes of what the `strata` commands create in an instance directory: owner-only, like the
+ * node's data files (topology, logs, pid files; the directory itself). */
+#define OPS_FILE_MODE 0600
+#define OPS_DIR_MODE 0700
+/* fopen(path, "w") creating the file owner-only (an existing file keeps its mode). */
+FILE *ops_fopen_private(const char *path);
 
 #endif

@@ -180,7 +180,7 @@ static pid_t spawn(char *const argv[], const char *log_path) {
     pid_t pid = fork();
     if (pid != 0)
         return pid;
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600); /* owner-only, as data files */
     if (fd >= 0) {
         dup2(fd, 1);
         dup2(fd, 2);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "instance.h"
+#include "paths.h"
 
 #define UP_CLUSTERS_DEFAULT 2
 #define UP_NODES_DEFAULT 3
@@ -369,7 +370,7 @@ static bool up_metrics_record(up_ctx *c, up_proc *p) {
         return true;
     }
     FILE *f = NULL;
-    if (!pick_port(&c->topo, addr, sizeof addr) || !(f = fopen(path, "w"))) {
+    if (!pick_port(&c->topo, addr, sizeof addr) || !(f = ops_fopen_private(path))) {
         fprintf(stderr, "strata up: cannot set up %s's metrics port (%s): %s\n", p->name, path,
                 strerror(errno));
         return false;
@@ -542,11 +543,11 @@ static bool mkdir_p(const char *path) {
     for (char *s = buf + 1; *s; s++)
         if (*s == '/') {
             *s = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            if (mkdir(buf, OPS_DIR_MODE) != 0 && errno != EEXIST)
                 return false;
             *s = '/';
         }
-    return mkdir(buf, 0755) == 0 || errno == EEXIST;
+    return mkdir(buf, OPS_DIR_MODE) == 0 || errno == EEXIST;
 }
 
 static bool up_make_dirs(up_ctx *c) {
@@ -701,7 +702,20 @@ static int up_already(up_ctx *c) {
     return rc;
 }
 
+/* An instance made when these were created with wider modes is narrowed to owner-only (new ones
+ * are created so; the logs of the processes started are narrowed as they are opened). Best
+ * effort: what does not exist yet is skipped. */
+static void up_narrow_modes(const up_ctx *c) {
+    const char *subs[] = {"", "/logs", "/run", "/topology"};
+    char path[OPS_PATH_MAX + 16];
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        snprintf(path, sizeof path, "%s%s", c->dir, subs[i]);
+        (void)chmod(path, i == 3 ? OPS_FILE_MODE : OPS_DIR_MODE);
+    }
+}
+
 static int up_run(up_ctx *c) {
+    up_narrow_modes(c);
     if (up_running_state(c))
         return up_already(c);
     if (!up_find_bins(c) || !up_make_dirs(c) || !up_topo_build(c) || !up_check_ports(c) ||

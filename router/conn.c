@@ -73,14 +73,17 @@ static bool node_unix_path(const rtr_node *n, char *out, size_t cap) {
  * that never connected (a socket file left by a node that died, while a restarted one may serve
  * TCP only), one attempt goes over TCP before the socket is tried again. */
 static rpc_client *node_dial(rtr_node *n, st_err *err) {
+    /* Frequent PINGs while calls are open: a live node then always sends something within about
+     * RTR_NODE_KEEPALIVE_MS, which is how health.c tells a silent link from a slow request. */
+    const rpc_client_opts opts = {.keepalive_ms = RTR_NODE_KEEPALIVE_MS};
     char path[RPC_UNIX_PATH_MAX + 1];
     bool skip = n->unix_skip;
     n->unix_skip = false;
     n->via_unix = !skip && node_unix_path(n, path, sizeof path);
     if (!n->via_unix)
-        return rpc_client_new(n->ctx->base, n->host, n->port, NULL, err);
+        return rpc_client_new(n->ctx->base, n->host, n->port, &opts, err);
     st_log(ST_LOG_DEBUG, "router", "node=%s via unix:%s", n->addr, path);
-    return rpc_client_new_unix(n->ctx->base, path, NULL, err);
+    return rpc_client_new_unix(n->ctx->base, path, &opts, err);
 }
 
 /* A live client for node, or NULL while the reconnect backoff runs. */
@@ -135,6 +138,12 @@ rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const r
     if (!call)
         st_err_set(err, ST_UNAVAILABLE, "node %s: could not start %s", node->addr, path);
     return call;
+}
+
+rtr_call_fate rtr_call_fate_of(const rpc_ccall *call, st_code code) {
+    if (code != ST_UNAVAILABLE || !rpc_ccall_unprocessed(call))
+        return RTR_CALL_SENT;
+    return rpc_ccall_connected(call) ? RTR_CALL_REFUSED : RTR_CALL_UNREACHED;
 }
 
 void rtr_node_disconnect_all(rtr_ctx *r) {

@@ -108,10 +108,11 @@ static void fwd_after_backoff(void *arg) {
         rtr_plan_restart(op->r, &op->plan);
         op->c = rtr_plan_cluster(op->r, &op->plan);
     }
-    if (op->c->map_gen != op->gen) {
+    /* The map changed since this try: use it. A cluster that refuses gets no refresh either. */
+    if (op->c->map_gen != op->gen || rtr_health_cluster_refuses(op->r, op->c->idx)) {
         fwd_send(op);
         return;
-    } /* the map changed since this try: use it */
+    }
     if (rtr_cluster_refresh(op->c, fwd_send, op) != ST_OK)
         fwd_finish(op, op->last.code, op->last.msg);
 }
@@ -195,13 +196,19 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
         return;
     }
     st_err_set(&op->last, code, "%s", message ? message : "");
-    /* Never processed (not sent, or refused by the node's GOAWAY): any request may go again,
-     * and the node is not to blame. */
-    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call)) {
+    /* Never processed: any request may go again. Refused by the node's GOAWAY, the node is not
+     * to blame; never sent because the connect failed, it is unreachable. */
+    rtr_call_fate fate = rtr_call_fate_of(call, code);
+    if (fate == RTR_CALL_REFUSED) {
         fwd_retry(op);
         return;
     }
     rtr_health_report(op->node, code);
+    if (fate == RTR_CALL_UNREACHED) {
+        if (!fwd_failover(op))
+            fwd_retry(op);
+        return;
+    }
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
     if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
         op->drop_us = st_mono_us();
@@ -219,8 +226,25 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
     fwd_after_failure(op, code);
 }
 
+/* A cluster none of whose nodes answers is not sent to (health.c): the next cluster of a
+ * multi-cluster plan, or UNAVAILABLE at once. False when op went on that way. */
+static bool fwd_gate(fwd_op *op) {
+    rtr_plan_gate g = rtr_plan_gate_check(op->r, &op->plan, &op->last);
+    rtr_cluster *c = rtr_plan_cluster(op->r, &op->plan);
+    if (c != op->c)
+        op->map_checked = false;
+    op->c = c;
+    if (g == RTR_GATE_END)
+        fwd_finish(op, op->last.code, op->last.msg);
+    else if (g == RTR_GATE_RETRY)
+        fwd_retry(op);
+    return g == RTR_GATE_GO;
+}
+
 static void fwd_send(void *arg) {
     fwd_op *op = arg;
+    if (!fwd_gate(op))
+        return;
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
     if ((!t || t->n == 0) && !op->map_checked) { /* a stale map? look once */
         op->map_checked = true;
@@ -437,6 +461,10 @@ static void srk_after_backoff(void *arg) {
         rtr_plan_restart(op->r, &op->plan);
         op->c = rtr_plan_cluster(op->r, &op->plan);
     }
+    if (!op->r->closing && rtr_health_cluster_refuses(op->r, op->c->idx)) {
+        srk_send(op); /* no refresh of a cluster none of whose nodes answers */
+        return;
+    }
     if (op->r->closing || rtr_cluster_refresh(op->c, srk_send, op) != ST_OK)
         srk_finish(op, ST_UNAVAILABLE, "the router is shutting down");
 }
@@ -534,6 +562,16 @@ static void srk_done(rtr_fan *f, void *arg) {
 
 static void srk_send(void *arg) {
     srk_op *op = arg;
+    st_err err = {0};
+    rtr_plan_gate g = rtr_plan_gate_check(op->r, &op->plan, &err);
+    op->c = rtr_plan_cluster(op->r, &op->plan);
+    if (g == RTR_GATE_RETRY && op->attempts < RTR_RETRIES_MAX && !op->r->closing &&
+        rtr_later_add(op->r, rtr_backoff_ms(++op->attempts), srk_after_backoff, op) == ST_OK)
+        return;
+    if (g != RTR_GATE_GO) { /* no node of the cluster answers: not sent (health.c) */
+        srk_finish(op, err.code, err.msg);
+        return;
+    }
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
     bool holds[ST_TOPO_NODES_MAX] = {false};
     size_t n = 0;

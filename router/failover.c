@@ -131,6 +131,22 @@ bool rtr_plan_dark(const rtr_ctx *r, const rtr_plan *p) {
     return p->n > 0;
 }
 
+rtr_plan_gate rtr_plan_gate_check(rtr_ctx *r, rtr_plan *p, st_err *err) {
+    while (rtr_health_cluster_refuses(r, p->order[p->cur]))
+        if (!rtr_plan_next(r, p, ST_UNAVAILABLE)) {
+            const rtr_cluster *c = rtr_plan_cluster(r, p);
+            st_err why = {0};
+            st_err_set(&why, ST_UNAVAILABLE, "%s; no node answered a health probe since",
+                       rtr_health_cluster_why(r, c->idx));
+            rtr_cluster_unreachable(c, &why, err);
+            for (size_t i = 0; i < p->n; i++)
+                if (!rtr_health_cluster_refuses(r, p->order[i]))
+                    return RTR_GATE_RETRY;
+            return RTR_GATE_END;
+        }
+    return RTR_GATE_GO;
+}
+
 void rtr_plan_restart(rtr_ctx *r, rtr_plan *p) {
     if (!p->multi)
         return;

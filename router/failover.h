@@ -16,6 +16,12 @@
 #define RTR_PROBE_TIMEOUT_MS 1000 /* one probe (GetStatus); slower counts as a failure */
 #define RTR_PROBE_UP_ROUNDS 2     /* consecutive good probes that bring a node back */
 #define RTR_FO_ATTEMPT_MS 5000    /* unary attempt, ReadRows silence: another cluster remains */
+/* Silent links (health.c): node connections PING every RTR_NODE_KEEPALIVE_MS
+ * (router_internal.h) while calls are open, so a live node always sends something within about
+ * that; a connection with calls open that received nothing for RTR_SILENT_MS (looked at every
+ * RTR_SILENCE_TICK_MS) is silent, and multi-cluster request parts leave its cluster at once. */
+#define RTR_SILENT_MS 500
+#define RTR_SILENCE_TICK_MS 100
 /* Query-of-death guard (failover.c, docs/router.md "Queries of death"). */
 #define RTR_QOD_SUSPECTS_MAX 256        /* requests remembered after a connection drop */
 #define RTR_QOD_ALONE_REFUSE_MS 30000   /* refused after a drop under it alone */
@@ -33,11 +39,15 @@ typedef struct rtr_health_node {
     bool probing;          /* a probe is in flight */
     uint64_t failures;     /* probe and request failures, for logs */
     int64_t down_since_us; /* st_mono_us */
+    int64_t busy_since_us; /* first silence tick that saw calls open on its link (0: none) */
+    bool silent;           /* calls open, nothing received for RTR_SILENT_MS */
 } rtr_health_node;
 
 typedef struct rtr_health_cluster {
     bool up;          /* the verdict, updated after every probe and every reported failure */
     uint64_t changes; /* verdict changes, for logs and tests */
+    char why[ST_TOPO_ADDR_MAX + 64]; /* why it last turned unhealthy, for errors */
+    size_t silent;                   /* nodes whose link is silent (rtr_health_node.silent) */
 } rtr_health_cluster;
 
 /* A request that was in flight when a node connection dropped (failover.c). */
@@ -55,6 +65,7 @@ typedef struct rtr_qod_suspect {
 typedef struct rtr_fo {
     rtr_ctx *ctx;
     struct event *timer;
+    struct event *silence_timer; /* every RTR_SILENCE_TICK_MS */
     int64_t probe_ms;
     rtr_health_cluster clusters[ST_TOPO_CLUSTERS_MAX];
     rtr_health_node nodes[ST_TOPO_CLUSTERS_MAX][ST_TOPO_NODES_MAX];
@@ -74,10 +85,23 @@ void rtr_health_report(rtr_node *n, st_code code);
  * that node's rows: nodes hold disjoint tablets). Without health state (unit tests, before start)
  * every cluster is healthy. */
 bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster);
+/* True while a node of the cluster has a silent link (calls open, nothing received for
+ * RTR_SILENT_MS): multi-cluster plans put the cluster after the healthy ones, and the parts
+ * already waiting there were moved on. False without health state. */
+bool rtr_health_cluster_silent(const rtr_ctx *r, size_t cluster);
 /* True when no node of the cluster is up: each failed its last probe or a request part
  * (killed, unreachable). A request to such a cluster that failed with UNAVAILABLE is not retried
  * further: the client gets rtr_cluster_unreachable at once. False without health state. */
 bool rtr_health_cluster_dark(const rtr_ctx *r, size_t cluster);
+/* True when requests are not even sent to the cluster: every node is down and none has
+ * answered a probe since (a killed, frozen or cut-off cluster). Sending would only wait for the
+ * connection's keepalive to give up (a frozen process still accepts connections): the request
+ * fails at once instead, or a multi-cluster one moves on. The first good probe of any node lifts
+ * it, so a cluster that comes back is served again within a probe period. False without health
+ * state. */
+bool rtr_health_cluster_refuses(const rtr_ctx *r, size_t cluster);
+/* Why the cluster last turned unhealthy ("node HOST:PORT: probe timeout"), "" when unknown. */
+const char *rtr_health_cluster_why(const rtr_ctx *r, size_t cluster);
 /* Sets err to UNAVAILABLE "cluster X has no reachable node; ..." with last's reason. */
 st_code rtr_cluster_unreachable(const rtr_cluster *c, const st_err *last, st_err *err);
 /* Sets err to FAILED_PRECONDITION: table has no tablets in cluster c (a cluster added after the
@@ -132,6 +156,16 @@ bool rtr_plan_next(rtr_ctx *r, rtr_plan *p, st_code why);
 /* True when no cluster of the plan has a reachable node (rtr_health_cluster_dark): retrying an
  * UNAVAILABLE request is pointless, the client is told at once. */
 bool rtr_plan_dark(const rtr_ctx *r, const rtr_plan *p);
+/* Checked before a request part is sent on the plan's current cluster. */
+typedef enum rtr_plan_gate {
+    RTR_GATE_GO,    /* send on rtr_plan_cluster (the plan may have moved past refusing ones) */
+    RTR_GATE_RETRY, /* the last cluster refuses but others of the plan may not: err set
+                       (UNAVAILABLE); fail the attempt unsent, as when a call cannot start */
+    RTR_GATE_END,   /* every cluster of the plan refuses: end the request with err */
+} rtr_plan_gate;
+/* A cluster that refuses (rtr_health_cluster_refuses) is not sent to: a multi-cluster plan moves
+ * past it; when none is left err gets UNAVAILABLE "cluster X has no reachable node; ...". */
+rtr_plan_gate rtr_plan_gate_check(rtr_ctx *r, rtr_plan *p, st_err *err);
 /* Back to the first cluster, healthy ones first as of now (after a backoff, once every
  * candidate failed). */
 void rtr_plan_restart(rtr_ctx *r, rtr_plan *p);

@@ -17,6 +17,14 @@ static rtr_health_node *hnode(rtr_fo *fo, const rtr_node *n) {
     return &fo->nodes[n->cluster->idx][n->idx];
 }
 
+/* Multi-cluster parts waiting on the cluster go to their next cluster now: a silent node would
+ * otherwise hold them until their own attempt deadline. move only cancels their node call (its
+ * done callback runs later, from the loop), so the list stays as it is here. */
+static void cluster_move_parts(const rtr_cluster *c) {
+    for (rtr_inflight *f = c->inflight; f; f = f->next)
+        f->move(f);
+}
+
 /* Recomputes a cluster's verdict and logs a change. */
 static void cluster_update(rtr_fo *fo, const rtr_cluster *c, const char *why) {
     bool up = true;
@@ -27,11 +35,8 @@ static void cluster_update(rtr_fo *fo, const rtr_cluster *c, const char *why) {
         return;
     hc->up = up;
     hc->changes++;
-    /* Multi-cluster parts waiting on this cluster go to their next cluster now: a silent node
-     * would otherwise hold them until their own attempt deadline. move only cancels their node
-     * call (its done callback runs later, from the loop), so the list stays as it is here. */
-    for (rtr_inflight *f = up ? NULL : c->inflight; f; f = f->next)
-        f->move(f);
+    if (!up)
+        cluster_move_parts(c);
     st_log(up ? ST_LOG_INFO : ST_LOG_WARN, "router", "cluster=%s health=%s%s%s", c->topo->id,
            up ? "up" : "down", why ? " why=" : "", why ? why : "");
 }
@@ -45,8 +50,8 @@ static void node_down(rtr_fo *fo, const rtr_node *n, const char *why) {
     h->down = true;
     h->down_since_us = st_mono_us();
     st_log(ST_LOG_DEBUG, "router", "node=%s down why=%s", n->addr, why);
-    char msg[ST_TOPO_ADDR_MAX + 64];
-    snprintf(msg, sizeof msg, "node %s: %s", n->addr, why);
+    char *msg = fo->clusters[n->cluster->idx].why; /* the latest reason, for errors */
+    snprintf(msg, sizeof fo->clusters[0].why, "node %s: %s", n->addr, why);
     cluster_update(fo, n->cluster, msg);
 }
 
@@ -106,6 +111,10 @@ bool rtr_health_cluster_up(const rtr_ctx *r, size_t cluster) {
     return !r->fo || r->fo->clusters[cluster].up;
 }
 
+bool rtr_health_cluster_silent(const rtr_ctx *r, size_t cluster) {
+    return r->fo && r->fo->clusters[cluster].silent > 0;
+}
+
 bool rtr_health_cluster_dark(const rtr_ctx *r, size_t cluster) {
     if (!r->fo)
         return false;
@@ -115,14 +124,32 @@ bool rtr_health_cluster_dark(const rtr_ctx *r, size_t cluster) {
     return true;
 }
 
+bool rtr_health_cluster_refuses(const rtr_ctx *r, size_t cluster) {
+    if (!r->fo)
+        return false;
+    for (size_t i = 0; i < r->clusters[cluster].n_nodes; i++) {
+        const rtr_health_node *h = &r->fo->nodes[cluster][i];
+        if (!h->down || h->good > 0)
+            return false;
+    }
+    return true;
+}
+
+const char *rtr_health_cluster_why(const rtr_ctx *r, size_t cluster) {
+    return r->fo ? r->fo->clusters[cluster].why : "";
+}
+
 st_code rtr_cluster_unreachable(const rtr_cluster *c, const st_err *last, st_err *err) {
     char why[sizeof last->msg]; /* last may be err itself */
     snprintf(why, sizeof why, "%s", last && last->msg[0] ? last->msg : "none");
+    if (strstr(why, " has no reachable node; ")) /* said already (rtr_plan_gate_check) */
+        return st_err_set(err, ST_UNAVAILABLE, "%s", why);
     return st_err_set(err, ST_UNAVAILABLE,
                       "cluster %s has no reachable node; its %zu node(s) are down or unreachable "
-                      "(last error: %s). Requests routed to it fail until one of its nodes "
-                      "answers again; a multi-cluster app profile, or repointing this profile "
-                      "(strata failover), serves them from another cluster",
+                      "(last error: %s). Requests routed to it fail at once until one of its "
+                      "nodes answers again: retry later, or serve them from another cluster with "
+                      "a multi-cluster app profile or by repointing this profile (strata "
+                      "failover PROFILE CLUSTER)",
                       c->topo->id, c->n_nodes, why);
 }
 
@@ -147,7 +174,7 @@ static void probe_done(rpc_ccall *call, st_code code, const char *message, void 
      * out behind busy streams on a connection still receiving says neither. */
     if (code == ST_DEADLINE_EXCEEDED && node_answering(n))
         return;
-    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call))
+    if (rtr_call_fate_of(call, code) == RTR_CALL_REFUSED)
         return; /* refused by the node's GOAWAY: the next probe goes on a new connection */
     if (code == ST_UNAVAILABLE || code == ST_DEADLINE_EXCEEDED || code == ST_CANCELLED)
         node_down(r->fo, n, code == ST_UNAVAILABLE ? "probe unavailable" : "probe timeout");
@@ -180,6 +207,66 @@ static void probe_tick(evutil_socket_t fd, short what, void *arg) {
             probe_node(fo, &r->clusters[c].nodes[i]);
 }
 
+/* ---- silent links ----
+ * The probes need their 1 s deadline to tell a dead node from a busy one; a request waiting on a
+ * link that went silent (a partition dropping packets, a frozen process) needs to know sooner.
+ * Node connections PING every RTR_NODE_KEEPALIVE_MS while calls are open (conn.c), so a live
+ * node always sends something within about that, however long its requests take: nothing for
+ * RTR_SILENT_MS with calls open means the link is silent. The node's health is left to the
+ * probes (a hiccup of half a second must not refuse single-cluster requests); only multi-cluster
+ * parts move, and are placed after healthy clusters, until the link receives again. */
+static void silence_check(rtr_fo *fo, rtr_node *n, int64_t now) {
+    rtr_health_node *h = hnode(fo, n);
+    bool busy = n->client && rpc_client_alive(n->client) && rpc_client_calls(n->client) > 0;
+    if (!busy)
+        h->busy_since_us = 0;
+    else if (!h->busy_since_us)
+        h->busy_since_us = now;
+    int64_t heard = busy ? rpc_client_last_read_us(n->client) : 0;
+    if (heard < h->busy_since_us)
+        heard = h->busy_since_us;
+    bool silent = busy && now - heard >= (int64_t)RTR_SILENT_MS * 1000;
+    if (silent == h->silent)
+        return;
+    h->silent = silent;
+    rtr_health_cluster *hc = &fo->clusters[n->cluster->idx];
+    if (!silent) {
+        hc->silent--;
+        st_log(ST_LOG_DEBUG, "router", "node=%s link no longer silent", n->addr);
+        return;
+    }
+    hc->silent++;
+    /* Once the probes have the node down, each redial that hangs goes silent again: say it once. */
+    st_log(h->down ? ST_LOG_DEBUG : ST_LOG_INFO, "router",
+           "node=%s silent: calls open and nothing received for %d ms; multi-cluster requests "
+           "move to other clusters",
+           n->addr, RTR_SILENT_MS);
+    cluster_move_parts(n->cluster);
+}
+
+static void silence_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rtr_fo *fo = arg;
+    rtr_ctx *r = fo->ctx;
+    if (r->closing)
+        return;
+    int64_t now = st_mono_us();
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++)
+            silence_check(fo, &r->clusters[c].nodes[i], now);
+}
+
+static struct event *timer_start(rtr_ctx *r, int64_t ms, event_callback_fn fn, void *arg) {
+    struct event *ev = event_new(r->base, -1, EV_PERSIST, fn, arg);
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    if (ev && event_add(ev, &tv) != 0) {
+        event_free(ev);
+        ev = NULL;
+    }
+    return ev;
+}
+
 st_code rtr_health_start(rtr_ctx *r, st_err *err) {
     rtr_fo *fo = calloc(1, sizeof *fo);
     if (!fo)
@@ -188,12 +275,13 @@ st_code rtr_health_start(rtr_ctx *r, st_err *err) {
     fo->probe_ms = r->opts.probe_ms > 0 ? r->opts.probe_ms : RTR_PROBE_MS_DEFAULT;
     for (size_t c = 0; c < r->n_clusters; c++)
         fo->clusters[c].up = true;
-    fo->timer = event_new(r->base, -1, EV_PERSIST, probe_tick, fo);
-    struct timeval tv = {(time_t)(fo->probe_ms / 1000),
-                         (suseconds_t)((fo->probe_ms % 1000) * 1000)};
-    if (!fo->timer || event_add(fo->timer, &tv) != 0) {
+    fo->timer = timer_start(r, fo->probe_ms, probe_tick, fo);
+    fo->silence_timer = timer_start(r, RTR_SILENCE_TICK_MS, silence_tick, fo);
+    if (!fo->timer || !fo->silence_timer) {
         if (fo->timer)
             event_free(fo->timer);
+        if (fo->silence_timer)
+            event_free(fo->silence_timer);
         free(fo);
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "could not start the health probes");
     }
@@ -206,6 +294,8 @@ void rtr_health_stop(rtr_ctx *r) {
         return;
     if (r->fo->timer)
         event_free(r->fo->timer);
+    if (r->fo->silence_timer)
+        event_free(r->fo->silence_timer);
     st_log(ST_LOG_DEBUG, "router", "health stopped failovers=%llu",
            (unsigned long long)r->fo->failovers);
     free(r->fo);

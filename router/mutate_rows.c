@@ -26,6 +26,11 @@ typedef struct mr_op {
     int attempts;
     uint64_t gen;
     size_t groups_pending;
+    uint64_t fp;             /* rtr_qod_fingerprint of the client's request (before stamping) */
+    bool moved_once;         /* moved on once after a node connection dropped under it */
+    struct mr_group *groups; /* node calls in flight */
+    bool stalled;            /* they were cancelled because their cluster turned unhealthy */
+    rtr_inflight link;       /* multi-cluster: in its cluster's in-flight list during a round */
 } mr_op;
 
 typedef struct mr_group {
@@ -33,6 +38,11 @@ typedef struct mr_group {
     rtr_node *node;
     size_t *idx;
     size_t n;
+    rpc_ccall *call;
+    struct mr_group *prev, *next; /* in op->groups */
+    uint64_t conn_id;             /* node's rtr_node.conn_id when the call was sent */
+    int64_t drop_us;              /* its connection dropped under it then (st_mono_us) */
+    const char *lost_msg;         /* the call's status message then (call arena) */
 } mr_group;
 
 static void mr_round(void *arg);
@@ -59,8 +69,20 @@ static void mr_reply(mr_op *op) {
         resp.n_entries = op->n;
         rtr_reply(op->call, &resp.base);
     }
+    rtr_inflight_unlink(&op->link);
     st_buf_free(&op->head);
     free(op);
+}
+
+/* Its cluster turned unhealthy (or a node's link went silent) during the round: the calls still
+ * out are cancelled, and their entries move to the next cluster (mr_done, mr_round_over). */
+static void mr_move(rtr_inflight *f) {
+    mr_op *op = (mr_op *)((char *)f - offsetof(mr_op, link));
+    if (op->stalled)
+        return;
+    op->stalled = true;
+    for (mr_group *g = op->groups; g; g = g->next)
+        rpc_ccall_cancel(g->call);
 }
 
 static void mr_after_backoff(void *arg) {
@@ -73,7 +95,7 @@ static void mr_after_backoff(void *arg) {
         rtr_plan_restart(op->r, &op->plan);
         op->c = rtr_plan_cluster(op->r, &op->plan);
     }
-    if (op->c->map_gen != op->gen) {
+    if (op->c->map_gen != op->gen || rtr_health_cluster_refuses(op->r, op->c->idx)) {
         mr_round(op);
         return;
     }
@@ -84,6 +106,8 @@ static void mr_after_backoff(void *arg) {
 /* After a round: entries left non-final are retried (bounded), else the answer goes out. */
 static void mr_round_over(mr_op *op) {
     bool again = false, not_owner = false, lost = false;
+    rtr_inflight_unlink(&op->link);
+    op->stalled = false;
     for (size_t i = 0; i < op->n; i++)
         if (!op->res[i].final) {
             again = true;
@@ -136,17 +160,82 @@ static void mr_group_status(mr_group *g, st_code code, const char *message, bool
     }
 }
 
-static void mr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    mr_group *g = arg;
+/* The group's entries not settled yet end with err (the query-of-death guard refused them). */
+static void mr_group_refuse(mr_group *g, const st_err *err) {
     mr_op *op = g->op;
-    bool unprocessed = code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call);
-    if (!unprocessed)
-        rtr_health_report(g->node, code);
-    mr_group_status(g, code, message, unprocessed);
+    const char *m = st_arena_dup(rpc_call_arena(op->call), err->msg, strlen(err->msg) + 1);
+    for (size_t i = 0; i < g->n; i++) {
+        rtr_entry_result *res = &op->res[g->idx[i]];
+        if (!res->final)
+            *res = (rtr_entry_result){err->code, m ? m : "", true};
+    }
+}
+
+static void mr_group_end(mr_group *g) {
+    mr_op *op = g->op;
     free(g->idx);
     free(g);
     if (--op->groups_pending == 0)
         mr_round_over(op);
+}
+
+/* A drop under the group alone, RTR_QOD_CORRELATE_MS ago: did another node go down with it? */
+static void mr_qod_settled(void *arg) {
+    mr_group *g = arg;
+    mr_op *op = g->op;
+    st_err err = {0};
+    if (rtr_qod_settle(op->r, op->fp, g->node, g->drop_us, &op->moved_once, &err) == RTR_QOD_REFUSE)
+        mr_group_refuse(g, &err);
+    else
+        mr_group_status(g, ST_UNAVAILABLE, g->lost_msg, false);
+    mr_group_end(g);
+}
+
+/* The group's node connection dropped under it, with lost sent calls: the same query-of-death
+ * rule as the other requests (failover.h), applied to the group's entries. True when the group
+ * is settled here or waits for mr_qod_settled; false: settle it as usual. */
+static bool mr_qod(mr_group *g, size_t lost, const char *message) {
+    mr_op *op = g->op;
+    st_err err = {0};
+    g->drop_us = st_mono_us();
+    rtr_qod_verdict v =
+        rtr_qod_dropped(op->r, op->fp, lost, g->node, rtr_qod_drop_id(g->node, g->conn_id),
+                        g->drop_us, &op->moved_once, &err);
+    if (v == RTR_QOD_GO)
+        return false;
+    if (v == RTR_QOD_WAIT) {
+        g->lost_msg = st_arena_dup(rpc_call_arena(op->call), message, strlen(message) + 1);
+        if (g->lost_msg && rtr_later_add(op->r, RTR_QOD_CORRELATE_MS, mr_qod_settled, g) == ST_OK)
+            return true;
+        st_err_set(&err, ST_UNAVAILABLE, "%s", message); /* out of memory: not moved on */
+    }
+    mr_group_refuse(g, &err);
+    mr_group_end(g);
+    return true;
+}
+
+static void mr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    mr_group *g = arg;
+    mr_op *op = g->op;
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        op->groups = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    if (op->stalled && code == ST_CANCELLED) {
+        code = ST_DEADLINE_EXCEEDED;
+        message = "its cluster turned unhealthy while the request was out";
+    }
+    rtr_call_fate fate = rtr_call_fate_of(call, code);
+    bool unprocessed = fate != RTR_CALL_SENT;
+    if (fate != RTR_CALL_REFUSED) /* refused by the node's GOAWAY: the node is up */
+        rtr_health_report(g->node, code);
+    size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
+    if (lost > 0 && mr_qod(g, lost, message ? message : ""))
+        return;
+    mr_group_status(g, code, message, unprocessed);
+    mr_group_end(g);
 }
 
 /* True when idx is every entry in order: the node can take the request as the client sent it. */
@@ -172,14 +261,23 @@ static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int6
         req = st_buf_slice(&buf);
     }
     if (ok) {
-        *g = (mr_group){op, node, idx, n};
+        *g = (mr_group){.op = op, .node = node, .idx = idx, .n = n};
         rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
         size_t n_md = rtr_forward_headers(op->call, md);
         op->groups_pending++;
-        ok = rtr_node_call(node, RTR_BT "MutateRows", req, md, n_md, timeout, mr_msg, mr_done, g,
-                           &err) != NULL;
-        if (!ok)
+        g->call = rtr_node_call(node, RTR_BT "MutateRows", req, md, n_md, timeout, mr_msg, mr_done,
+                                g, &err);
+        g->conn_id = node->conn_id;
+        ok = g->call != NULL;
+        if (!ok) {
             op->groups_pending--;
+        } else {
+            g->prev = NULL;
+            g->next = op->groups;
+            if (op->groups)
+                op->groups->prev = g;
+            op->groups = g;
+        }
     }
     st_buf_free(&buf);
     if (!ok) {
@@ -209,8 +307,27 @@ static void mr_owners(mr_op *op, size_t *owner, size_t *count) {
     }
 }
 
+/* A cluster none of whose nodes answers is not sent to (health.c): the plan moves past it, or
+ * the round ends unsent with every entry still open UNAVAILABLE (mr_round_over then answers at
+ * once when the whole plan refuses, else retries). False when the round ended that way. */
+static bool mr_gate(mr_op *op) {
+    st_err err = {0};
+    rtr_plan_gate g = rtr_plan_gate_check(op->r, &op->plan, &err);
+    op->c = rtr_plan_cluster(op->r, &op->plan);
+    if (g == RTR_GATE_GO)
+        return true;
+    const char *m = st_arena_dup(rpc_call_arena(op->call), err.msg, strlen(err.msg) + 1);
+    for (size_t i = 0; i < op->n; i++)
+        if (!op->res[i].final)
+            op->res[i] = (rtr_entry_result){ST_UNAVAILABLE, m ? m : "", false};
+    mr_round_over(op);
+    return false;
+}
+
 static void mr_round(void *arg) {
     mr_op *op = arg;
+    if (!mr_gate(op))
+        return;
     int64_t timeout;
     if (!rtr_call_timeout(op->call, op->r->opts.node_timeout_ms, &timeout)) {
         rpc_call_finish(op->call, ST_DEADLINE_EXCEEDED, "deadline exceeded");
@@ -240,6 +357,11 @@ static void mr_round(void *arg) {
             mr_send_group(op, &op->c->nodes[j], idx, k, timeout);
     }
     free(owner);
+    /* Multi-cluster writes (idempotent: stamped) leave a cluster that turns unhealthy at once. */
+    if (op->groups && op->plan.multi && op->idempotent && op->plan.cur + 1 < op->plan.n) {
+        op->link.move = mr_move;
+        rtr_inflight_link(op->c, &op->link);
+    }
     if (--op->groups_pending == 0)
         mr_round_over(op);
 }
@@ -287,11 +409,12 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_plan plan;
     if (!mutate_rows_parse(call, req_bytes, &pk, &table, &profile))
         return;
+    uint64_t fp = rtr_qod_fingerprint(rpc_call_path(call), req_bytes); /* before stamping */
     st_slice row = pk.n_entries == 1 ? pk.first_row : st_slice_make(NULL, 0);
     if (!rtr_data_route(r, call, table, profile, false, row, &plan))
         return;
     st_err err = {0};
-    if (mr_check(pk.n_entries, pk.n_mutations, &err) != ST_OK) {
+    if (mr_check(pk.n_entries, pk.n_mutations, &err) != ST_OK || rtr_qod_refused(r, fp, &err)) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
@@ -313,7 +436,8 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
                   .plan = plan,
                   .table = table,
                   .req = req_bytes,
-                  .idempotent = idempotent};
+                  .idempotent = idempotent,
+                  .fp = fp};
     st_buf_init(&op->head);
     st_code rc = rtr_mutate_rows_split(req_bytes, a, &op->head, &op->entries, &op->n);
     if (rc == ST_OK && !(op->res = st_arena_alloc(a, op->n * sizeof *op->res)))

@@ -386,7 +386,7 @@ bool rtr_profile_lookup(const rtr_ctx *r, const char *id, st_buf *scratch, st_sl
 
 bool rtr_cluster_healthy(const rtr_cluster *c) {
     /* The probes' verdict (health.c) when they run; the links' state in any case. */
-    if (!rtr_health_cluster_up(c->ctx, c->idx))
+    if (!rtr_health_cluster_up(c->ctx, c->idx) || rtr_health_cluster_silent(c->ctx, c->idx))
         return false;
     int64_t now = st_mono_us();
     for (size_t i = 0; i < c->n_nodes; i++) {

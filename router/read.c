@@ -3,12 +3,18 @@
  * forwarded to the client as they come, so rows arrive in strict order and nothing is buffered
  * whole. rows_limit holds across tablets: each call asks for what is still missing.
  *
- * Flow control: the rpc client cannot pause a node's stream, so answers that arrive while the
- * client is not writable wait in a backlog; past RTR_READ_BACKLOG_BYTES the node call is cancelled
- * and, once the client drained the backlog, the read resumes after the last row delivered. The
- * same resumption serves "strata-not-owner" answers and lost node connections (after a tablet-map
- * refresh, bounded retries): the client never sees a row twice, and a row cut short is withdrawn
- * with reset_row first. */
+ * Flow control: answers that arrive while the client's call may not queue them (its own queue is
+ * full, or the process is past its queued-response budget) wait in a backlog, counted in that
+ * budget (rpc_call_hold). While the process is past the budget and the client has not taken what
+ * it was sent (bytes queued or backlogged), or the backlog passes RTR_READ_BACKLOG_BYTES, the node
+ * call is paused with HTTP/2 flow control (rpc_ccall_pause; the idle timer is off meanwhile): the
+ * node's stream stalls after at most the client's stream window (256 KiB) and goes on once the
+ * client has taken those bytes. Nothing is reset (a node accepts only so many stream resets per
+ * second before it closes the whole connection).
+ *
+ * Resumption: "strata-not-owner" answers and lost node connections (after a tablet-map refresh,
+ * bounded retries) resume after the last row delivered: the client never sees a row twice, and a
+ * row cut short is withdrawn with reset_row first. */
 #include "failover.h"
 #include "router_internal.h"
 
@@ -38,11 +44,12 @@ typedef struct rr_op {
     rtr_rr_track track;
     rpc_ccall *inflight;
     rr_wait wait;
-    bool paused;    /* the node call was cancelled for backpressure */
+    bool paused;    /* the node call is paused (flow control) until the client takes the backlog */
     bool limit_hit; /* rows_limit was reached (the node ends its call by itself), or relaying
                        failed (the node call was cancelled) */
     bool complete;  /* every row was read: finish once the backlog is out */
     st_buf backlog; /* messages, each prefixed with its varint length */
+    size_t held;    /* backlog bytes counted in the queued-response budget (rpc_call_hold) */
     st_buf fwd;     /* a node message's buffer taken to pass on without a copy (rr_emit) */
     size_t backlog_off;
     bool writable_cb; /* rr_writable is registered (once a backlog formed) */
@@ -63,6 +70,7 @@ static void rr_step(void *arg);
 
 static void rr_free(rr_op *op, st_code code, const char *msg) {
     rtr_inflight_unlink(&op->link);
+    rpc_call_unhold(op->call, op->held);
     rpc_call_finish(op->call, code, msg);
     st_buf_free(&op->head);
     st_buf_free(&op->pos);
@@ -79,20 +87,24 @@ static void rr_free(rr_op *op, st_code code, const char *msg) {
 /* A multi-cluster read whose node sends nothing for RTR_FO_ATTEMPT_MS while another cluster
  * remains (a stopped process, a partition: no reset ever comes) is cancelled and moves on. The
  * timer restarts with every message, so a long scan that keeps answering is never cut. */
-static void rr_idle_cb(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    rr_op *op = arg;
+static void rr_give_up(rr_op *op) {
     if (op->wait == RR_NODE && op->inflight) {
         op->stalled = true;
         rpc_ccall_cancel(op->inflight); /* rr_done moves the read on */
     }
 }
 
+static void rr_idle_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rr_op *op = arg;
+    if (!op->paused) /* a paused node call is silent on purpose */
+        rr_give_up(op);
+}
+
 /* Its cluster turned unhealthy while the node call was out: move on now (rr_done). */
 static void rr_move(rtr_inflight *f) {
-    rr_op *op = (rr_op *)((char *)f - offsetof(rr_op, link));
-    rr_idle_cb(-1, 0, op);
+    rr_give_up((rr_op *)((char *)f - offsetof(rr_op, link)));
 }
 
 static void rr_idle_arm(rr_op *op) {
@@ -110,9 +122,20 @@ static size_t backlog_bytes(const rr_op *op) {
     return op->backlog.len - op->backlog_off;
 }
 
-/* Sends queued messages while the client takes them. */
+/* Makes the budget count what the backlog holds now. */
+static void rr_hold_sync(rr_op *op) {
+    size_t now = backlog_bytes(op);
+    if (now > op->held)
+        rpc_call_hold(op->call, now - op->held);
+    else if (now < op->held)
+        rpc_call_unhold(op->call, op->held - now);
+    op->held = now;
+}
+
+/* Moves backlogged messages into the client's queue while it has room of its own: they are
+ * counted in the budget already, so moving them takes nothing more from it. */
 static st_code rr_drain(rr_op *op) {
-    while (backlog_bytes(op) > 0 && rpc_call_writable(op->call)) {
+    while (backlog_bytes(op) > 0 && rpc_call_has_room(op->call)) {
         const uint8_t *p = op->backlog.data + op->backlog_off;
         const uint8_t *end = op->backlog.data + op->backlog.len;
         st_slice msg;
@@ -127,6 +150,7 @@ static st_code rr_drain(rr_op *op) {
         st_buf_reset(&op->backlog);
         op->backlog_off = 0;
     }
+    rr_hold_sync(op);
     return ST_OK;
 }
 
@@ -148,6 +172,7 @@ static st_code rr_emit(rr_op *op, rpc_ccall *from, st_slice msg) {
     if (st_buf_append_varint64(&op->backlog, msg.len) != ST_OK ||
         st_buf_append(&op->backlog, msg.data, msg.len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
+    rr_hold_sync(op);
     /* Only a read that had to wait asks to hear about room: registering costs an event per call
      * (and one more each time the queue empties). The server remembers that the queue was full,
      * so the notice still comes. */
@@ -180,6 +205,36 @@ static void rr_continue(rr_op *op) {
     rr_step(op);
 }
 
+/* Whether the node call must pause: the process is past its queued-response budget while the
+ * client has not taken what it was sent (bytes queued or backlogged: the next message would
+ * wait here), or the backlog is past the read's own bound. */
+static bool rr_should_pause(rr_op *op) {
+    size_t b = backlog_bytes(op);
+    if (b > RTR_READ_BACKLOG_BYTES)
+        return true;
+    return (b > 0 || rpc_call_queued_bytes(op->call) > 0) && rpc_call_over_budget(op->call);
+}
+
+static void rr_pause(rr_op *op, rpc_ccall *call) {
+    st_log(ST_LOG_DEBUG, "router", "read table=%s paused: client slow, backlog=%zu bytes",
+           op->table, backlog_bytes(op));
+    op->paused = true;
+    rpc_ccall_pause(call);
+    if (!op->writable_cb) { /* rr_writable resumes it once the client took its bytes */
+        op->writable_cb = true;
+        rpc_call_set_writable_cb(op->call, rr_writable, op);
+    }
+    if (op->idle) /* the node falls silent on purpose: not a reason to move on */
+        evtimer_del(op->idle);
+}
+
+static void rr_resume(rr_op *op) {
+    op->paused = false;
+    rpc_ccall_resume(op->inflight);
+    if (op->idle)
+        rr_idle_arm(op);
+}
+
 static void rr_writable(rpc_call *call, void *arg) {
     (void)call;
     rr_op *op = arg;
@@ -190,6 +245,8 @@ static void rr_writable(rpc_call *call, void *arg) {
         st_code rc = rr_drain(op);
         if (rc != ST_OK && op->inflight)
             rpc_ccall_cancel(op->inflight);
+        else if (op->paused && op->inflight && !rr_should_pause(op))
+            rr_resume(op);
     }
 }
 
@@ -209,7 +266,7 @@ static bool rr_limit_reached(const rr_op *op) {
 
 static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
     rr_op *op = arg;
-    if (op->paused || op->limit_hit || op->stalled)
+    if (op->limit_hit || op->stalled)
         return;
     if (op->idle && evtimer_pending(op->idle, NULL))
         rr_idle_arm(op); /* the node is alive: restart its silence clock */
@@ -227,14 +284,10 @@ static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
      * rows still allowed), so the node ends the stream by itself right after this row. It is not
      * reset: a node accepts only so many stream resets per second before it closes the whole
      * connection (every read on it then fails), and ending by itself costs it nothing more. */
-    if (rr_limit_reached(op)) {
+    if (rr_limit_reached(op))
         op->limit_hit = true;
-    } else if (backlog_bytes(op) > RTR_READ_BACKLOG_BYTES) {
-        st_log(ST_LOG_DEBUG, "router", "read table=%s paused: client slow, backlog=%zu bytes",
-               op->table, backlog_bytes(op));
-        op->paused = true;
-        rpc_ccall_cancel(call);
-    }
+    else if (!op->paused && rr_should_pause(op))
+        rr_pause(op, call);
 }
 
 static st_code set_buf(st_buf *b, st_slice v) {
@@ -293,10 +346,10 @@ static void rr_after_backoff(void *arg) {
         rtr_plan_restart(op->r, &op->plan);
         op->c = rtr_plan_cluster(op->r, &op->plan);
     }
-    if (op->c->map_gen != op->gen) {
+    if (op->c->map_gen != op->gen || rtr_health_cluster_refuses(op->r, op->c->idx)) {
         rr_continue(op);
         return;
-    } /* the map changed since this try: use it */
+    } /* the map changed since this try (or the cluster refuses: no refresh): go on */
     op->wait = RR_TIMER;
     if (rtr_cluster_refresh(op->c, rr_refreshed, op) != ST_OK)
         rr_free(op, op->last.code, op->last.msg);
@@ -387,6 +440,7 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
         evtimer_del(op->idle);
     bool stalled = op->stalled;
     op->stalled = false;
+    op->paused = false; /* the node call is over: the next one starts unpaused */
     if (rpc_call_cancelled(op->call) || op->r->closing) {
         rr_free(op, ST_CANCELLED, NULL);
         return;
@@ -397,15 +451,6 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     }
     if (op->limit_hit) {
         op->complete = true;
-        rr_continue(op);
-        return;
-    }
-    if (op->paused) { /* backpressure: resume after the last row once the client caught up */
-        op->paused = false;
-        if (rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK) {
-            rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
-            return;
-        }
         rr_continue(op);
         return;
     }
@@ -421,10 +466,15 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     st_err_set(&op->last, code, "%s", message ? message : "");
     /* The client's own deadline passing is not the node's fault: only UNAVAILABLE and the idle
      * timer's deadline move a read. */
-    /* A request the node never processed (not sent, or refused by its GOAWAY) says nothing
-     * about the node: retry on a new connection without marking it down. */
-    if (code == ST_UNAVAILABLE && rpc_ccall_unprocessed(call)) {
-        rr_retry(op);
+    /* A request the node never processed may go again: refused by its GOAWAY (the node is up:
+     * retry on a new connection), or never sent because the connect failed (the node is
+     * unreachable: marked down, next cluster). */
+    rtr_call_fate fate = rtr_call_fate_of(call, code);
+    if (fate == RTR_CALL_UNREACHED) /* the connect failed: the node is unreachable */
+        rtr_health_report(op->node, code);
+    if (fate != RTR_CALL_SENT) {
+        if (fate == RTR_CALL_REFUSED || !rr_failover(op))
+            rr_retry(op);
         return;
     }
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
@@ -518,6 +568,22 @@ static void rr_send(rr_op *op, const rtr_tablet *tb) {
     }
 }
 
+/* A cluster none of whose nodes answers is not sent to (health.c): the next cluster of a
+ * multi-cluster plan (the read resumes there as after a failover), or UNAVAILABLE at once. False
+ * when op went on that way. */
+static bool rr_gate(rr_op *op) {
+    rtr_plan_gate g = rtr_plan_gate_check(op->r, &op->plan, &op->last);
+    rtr_cluster *c = rtr_plan_cluster(op->r, &op->plan);
+    if (c != op->c)
+        op->map_checked = false;
+    op->c = c;
+    if (g == RTR_GATE_END)
+        rr_free(op, op->last.code, op->last.msg);
+    else if (g == RTR_GATE_RETRY)
+        rr_retry(op);
+    return g == RTR_GATE_GO;
+}
+
 /* The table has no tablet in the cluster: maybe the map is stale (refreshed once to see), else
  * the cluster does not serve it (added after the table was created): the next cluster of a
  * multi-cluster plan, or a clear error. */
@@ -540,6 +606,8 @@ static void rr_step(void *arg) {
         rr_free(op, ST_OK, NULL);
         return;
     }
+    if (!rr_gate(op))
+        return;
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
     if (!t || t->n == 0) {
         rr_no_tablets(op);

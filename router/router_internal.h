@@ -56,7 +56,8 @@ struct event;
 #define RTR_INTERNAL_TABLE_PREFIX "projects/_strata/" /* never balanced */
 #define RTR_RECONNECT_BACKOFF_MIN_MS 50
 #define RTR_RECONNECT_BACKOFF_MAX_MS 2000
-#define RTR_DRAIN_CHECK_MS 100 /* a node connection closing after GOAWAY: is it done? */
+#define RTR_NODE_KEEPALIVE_MS 250 /* PING period on node links with calls open (health.c) */
+#define RTR_DRAIN_CHECK_MS 100    /* a node connection closing after GOAWAY: is it done? */
 #define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
 #define RTR_TABLETS_MAX ((size_t)1 << 20)        /* tablets in one cluster's map */
 #define RTR_WAITERS_MAX 65536                    /* requests parked on one map refresh */
@@ -362,6 +363,14 @@ struct rtr_ctx {
 rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const rpc_metadata *md,
                          size_t md_count, int64_t timeout_ms, rpc_ccall_msg_fn on_msg,
                          rpc_ccall_done_fn on_done, void *arg, st_err *err);
+/* How a node call that ended UNAVAILABLE relates to its node (only inside its on_done):
+ * RTR_CALL_SENT: the request may have reached the node (a lost connection, a status);
+ * RTR_CALL_REFUSED: the node took the connection but refused the call unprocessed (its GOAWAY):
+ *   the node is up, and the request may go again anywhere;
+ * RTR_CALL_UNREACHED: the connection never came up (connect refused or timed out): nothing was
+ *   sent, so the request may go again anywhere, but the node is unreachable. */
+typedef enum rtr_call_fate { RTR_CALL_SENT, RTR_CALL_REFUSED, RTR_CALL_UNREACHED } rtr_call_fate;
+rtr_call_fate rtr_call_fate_of(const rpc_ccall *call, st_code code);
 void rtr_node_disconnect_all(rtr_ctx *r);
 
 /* Fan-out of calls in parallel; done runs once every call ended (from the loop, or from

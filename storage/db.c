@@ -415,6 +415,8 @@ static st_code log_end_check(sto_db *db, uint64_t last, st_err *err) {
     for (size_t i = 0; i < db->n_holders; i++)
         if (db->holders[i].lsn > 0 && db->holders[i].lsn - 1 > known)
             known = db->holders[i].lsn - 1;
+    if (db->mf_log_last > known) /* the log's durable end when the manifest was written */
+        known = db->mf_log_last;
     if (known <= last)
         return ST_OK;
     if (db->o.sync && !db->o.accept_data_loss)
@@ -478,6 +480,32 @@ static st_code manifest_missing_check(sto_db *db, st_err *err) {
     return ST_OK;
 }
 
+/* The manifest names the oldest log segment its trim kept (with sync on; written only after the
+ * segment was durable). A log whose oldest segment is newer, or that has none, lost segments to
+ * something else (files removed from outside): the records in them, acknowledged and maybe
+ * never flushed, are gone. Refused unless the operator accepted data loss. */
+static st_code log_segments_check(sto_db *db, st_err *err) {
+    uint64_t want = db->mf_log_first, oldest = sto_log_segment_first(db->log, 0);
+    if (want == 0 || (oldest != 0 && oldest <= want))
+        return ST_OK;
+    char has[64] = "has no segment";
+    if (oldest)
+        snprintf(has, sizeof has, "starts at segment %020" PRIu64 ".log", oldest);
+    if (db->o.sync && !db->o.accept_data_loss)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "the manifest of %s needs commit log segment %s/log/%020" PRIu64
+                          ".log and later ones, but the log %s (segments removed): restore this "
+                          "node's data from a replica or a backup, or start with "
+                          "--accept-data-loss to serve what remains",
+                          db->dir, db->dir, want, has);
+    st_log(ST_LOG_ERROR, "storage",
+           "event=log_segments_missing manifest_log_first=%" PRIu64 " log_oldest=%" PRIu64
+           " msg=\"commit log segments the manifest needs were removed: the records in them "
+           "are lost\"",
+           want, oldest);
+    return ST_OK;
+}
+
 static st_code db_recover(sto_db *db, st_err *err) {
     uint64_t from = 1;
     st_code rc = manifest_missing_check(db, err);
@@ -492,6 +520,8 @@ static st_code db_recover(sto_db *db, st_err *err) {
                           .segment_bytes = db->o.log_segment_bytes,
                           .accept_data_loss = db->o.accept_data_loss};
     rc = sto_log_open(logdir, &lo, &db->log, err);
+    if (rc == ST_OK)
+        rc = log_segments_check(db, err);
     if (rc != ST_OK)
         return rc;
     uint64_t oldest = sto_log_oldest_lsn(db->log);

@@ -169,6 +169,9 @@ struct sto_db {
     uint64_t next_file;
     sto_holder holders[STO_HOLDERS_MAX];
     size_t n_holders;
+    /* What the manifest loaded at open says of the commit log (docs/formats/manifest.md):
+     * the oldest segment that must exist, and the log's durable end when it was written. */
+    uint64_t mf_log_first, mf_log_last;
     bool stopping;
     int64_t mem_check_at_us;
     /* under meta_mu */

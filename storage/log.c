@@ -29,6 +29,8 @@ st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out
     log->env = opts->env ? opts->env : st_env_posix();
     log->sync = opts->sync;
     log->accept_data_loss = opts->accept_data_loss;
+    log->ckpt_idle_us =
+        opts->checkpoint_idle_us ? opts->checkpoint_idle_us : LOG_CKPT_IDLE_US_DEFAULT;
     log->segment_bytes = opts->segment_bytes ? opts->segment_bytes : STO_LOG_SEGMENT_BYTES_DEFAULT;
     snprintf(log->dir, sizeof log->dir, "%s", dir);
     pthread_mutex_init(&log->mu, NULL);
@@ -77,6 +79,7 @@ void sto_log_close(sto_log *log) {
     pthread_join(log->thread, NULL);
     if (rm_started) /* it removes what is queued before it ends (trims are over by now) */
         pthread_join(log->rm_thread, NULL);
+    log_ckpt_final(log);
     log_writer_close_file(log);
     st_buf_free(&log->group);
     free(log->segs);
@@ -110,6 +113,14 @@ uint64_t sto_log_bytes(sto_log *log) {
 uint64_t sto_log_oldest_lsn(sto_log *log) {
     pthread_mutex_lock(&log->mu);
     uint64_t v = log->n_segs ? log->segs[0].first_lsn : log->durable_lsn + 1;
+    pthread_mutex_unlock(&log->mu);
+    return v;
+}
+
+uint64_t sto_log_segment_first(sto_log *log, uint64_t lsn) {
+    pthread_mutex_lock(&log->mu);
+    ptrdiff_t i = log_segs_find(log, lsn);
+    uint64_t v = log->n_segs == 0 ? 0 : log->segs[i < 0 ? 0 : i].first_lsn;
     pthread_mutex_unlock(&log->mu);
     return v;
 }

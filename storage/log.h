@@ -10,7 +10,10 @@
  * their group's first lsn so that a good record of a later group after a bad one proves the bad
  * one was acknowledged (docs/formats/log.md, reading rules). Segments are preallocated and their
  * header records that size, so a last segment that got shorter (cut by something other than the
- * log) is told from a torn write: ST_DATA_LOSS unless the caller accepts the loss. A restart
+ * log) is told from a torn write: ST_DATA_LOSS unless the caller accepts the loss. Each
+ * segment's header page also holds a checkpoint of the last durable lsn (written with each group,
+ * with no extra sync, and when idle, rolling over and closing), so acknowledged records that
+ * read back as zeros are ST_DATA_LOSS too. A restart
  * keeps appending into the last segment after its last record when only reserved zeros follow
  * it, so restarts do not add segments. */
 #ifndef STO_LOG_H
@@ -35,10 +38,14 @@ typedef struct sto_log_options {
     bool sync;            /* false: no fdatasync; records count as durable once written */
     size_t segment_bytes; /* 0 = STO_LOG_SEGMENT_BYTES_DEFAULT; at most ..._MAX */
     /* A last segment shorter than its header says (truncated from outside: its end, and the
-     * records there, are gone) makes sto_log_replay fail with ST_DATA_LOSS. true: replay keeps
-     * the records before the cut, logs what was dropped (event=log_data_loss_accepted) and
-     * continues. */
+     * records there, are gone), or whose checkpoint names records it no longer holds, makes
+     * sto_log_replay fail with ST_DATA_LOSS. true: replay keeps the records before the damage,
+     * logs what was dropped (event=log_data_loss_accepted) and continues. */
     bool accept_data_loss;
+    /* After this many microseconds without a group, the commit thread writes a checkpoint of the
+     * last group with an fdatasync of its own (docs/formats/log.md, checkpoints). 0: 100 ms;
+     * negative: never (tests that damage the last group as a crash right after it would). */
+    int64_t checkpoint_idle_us;
 } sto_log_options;
 
 /* Called once the group holding the records is durable (or failed), on the commit thread or on the
@@ -55,12 +62,14 @@ st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out
 void sto_log_close(sto_log *log);
 
 /* Replays every record with lsn >= from_lsn in order, then positions appends after the last good
- * record. fn returns non-OK to stop. Records below the oldest stored lsn were trimmed on purpose
- * and are skipped silently. A torn tail is not rewritten: appends continue in a new segment and
- * the torn bytes are ignored from then on; after a clean end (only reserved zeros follow the
- * last record) appends continue in the same segment (docs/formats/log.md). ST_DATA_LOSS for a
- * bad record before the tail (in the last segment: one that a good record of a later group
- * follows) and for a last segment cut short (unless accept_data_loss);
+ * record; a log without segments gets its first one here, so that a manifest written after the
+ * replay can name it (a log emptied from outside is then told from a new one). fn returns non-OK to
+ * stop. Records below the oldest stored lsn were trimmed on purpose and are skipped silently. A
+ * torn tail is not rewritten: appends continue in a new segment and the torn bytes are ignored from
+ * then on; after a clean end (only reserved zeros follow the last record) appends continue in the
+ * same segment (docs/formats/log.md). ST_DATA_LOSS for a bad record before the tail (in the last
+ * segment: one that a good record of a later group follows), and for a last segment cut short
+ * or whose checkpoint names records it no longer holds (both unless accept_data_loss);
  * ST_FAILED_PRECONDITION once appends started. */
 st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
                        st_code (*fn)(const sto_log_record *rec, void *arg), void *arg, st_err *err);
@@ -90,6 +99,9 @@ st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto
 uint64_t sto_log_last_durable_lsn(sto_log *log);
 uint64_t sto_log_bytes(sto_log *log);      /* bytes in live segments */
 uint64_t sto_log_oldest_lsn(sto_log *log); /* first lsn still stored */
+/* The first lsn of the segment holding lsn (the oldest segment when lsn is before it): the
+ * oldest segment a trim to keep_from = lsn keeps. 0 when the log has no segment. */
+uint64_t sto_log_segment_first(sto_log *log, uint64_t lsn);
 /* Deletes whole segments whose records all have lsn < keep_from: takes them off the log at once
  * (sto_log_oldest_lsn, sto_log_bytes and cursors see the trim on return), removes their files
  * and syncs the directory before it returns (after any removals queued before it). Errors:
@@ -113,6 +125,7 @@ typedef struct sto_log_stats {
     uint64_t records;       /* records made durable */
     uint64_t groups;        /* groups written successfully */
     uint64_t syncs;         /* fdatasync calls on records (not segment headers) */
+    uint64_t ckpt_syncs;    /* fdatasync calls for a checkpoint alone (idle, roll, close) */
     uint64_t failed_groups; /* groups whose write or sync failed */
     uint64_t segments_created;
     uint64_t segments_reused;  /* last segments appended to again after a restart */

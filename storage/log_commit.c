@@ -6,6 +6,7 @@
 #include "log_impl.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 /* ---- the writer (commit thread) ---- */
 
@@ -37,7 +38,7 @@ static st_code segment_open_file(sto_log *log, const char *path, st_wfile **f, u
  * that name can only be a last segment without a good record, and is truncated. */
 st_code log_segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
     char path[LOG_PATH_MAX];
-    uint8_t hdr[LOG_SEG_HDR_BYTES];
+    uint8_t hdr[LOG_SEG_PAGE_BYTES];
     pthread_mutex_lock(&log->mu);
     bool full = log->n_segs >= LOG_SEGMENTS_MAX;
     pthread_mutex_unlock(&log->mu);
@@ -64,7 +65,7 @@ st_code log_segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
         return rc;
     }
     pthread_mutex_lock(&log->mu);
-    log_seg s = {first_lsn, first_lsn - 1, LOG_SEG_HDR_BYTES, LOG_SEG_HDR_BYTES};
+    log_seg s = {first_lsn, first_lsn - 1, LOG_SEG_PAGE_BYTES, LOG_SEG_PAGE_BYTES};
     if (log->n_segs > 0 && log->segs[log->n_segs - 1].first_lsn == first_lsn) {
         log->segs[log->n_segs - 1] = s;
         __atomic_add_fetch(&log->segs_gen, 1, __ATOMIC_RELEASE);
@@ -81,7 +82,11 @@ st_code log_segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
         return rc;
     }
     log->wf = f;
-    log->wbytes = LOG_SEG_HDR_BYTES;
+    log->wbytes = log->wdata = LOG_SEG_PAGE_BYTES;
+    log->wfirst = first_lsn;
+    log->wckpt = log->env->ops->pwrite != NULL;
+    log->ckpt_lsn = first_lsn - 1; /* the segment's existence already says that much */
+    log->ckpt_n = 0;
     log->wstate = W_OPEN;
     return ST_OK;
 }
@@ -99,11 +104,54 @@ static st_code writer_reopen(sto_log *log, st_err *err) {
                      : log->env->ops->wopen_append(log->env, path, &log->wf, err);
     if (rc != ST_OK)
         return rc;
+    if (!log->env->ops->wopen_at)
+        log->wckpt = false; /* a file opened for appending cannot be written in place */
     log->wstate = W_OPEN;
     pthread_mutex_lock(&log->mu);
     log->stats.segments_reused += log->wbytes < size; /* reserved space taken up again */
     pthread_mutex_unlock(&log->mu);
     return ST_OK;
+}
+
+/* The segment a roll leaves: still open, so that once the next segment is durable its
+ * checkpoint can name the next segment's first lsn. Recovery checks the slots of the last
+ * segment only, so this one's matter only if the segments after it disappear (removed from
+ * outside): then it is the last, its checkpoint lies beyond its records, and the loss is
+ * ST_DATA_LOSS instead of a log that silently ends early. One fdatasync per roll. */
+typedef struct roll_prev {
+    st_wfile *wf;
+    uint64_t first, ckpt_n;
+    bool ckpt;
+} roll_prev;
+
+static void roll_detach(sto_log *log, roll_prev *p) {
+    *p = (roll_prev){log->wf, log->wfirst, log->ckpt_n, log->wckpt};
+    log->wf = NULL;
+}
+
+/* created: the next segment (named next_lsn) is durable. Best effort: a failure leaves the old
+ * segment without the mark, which only weakens the check above. */
+static void roll_finish(sto_log *log, roll_prev *p, bool created) {
+    if (!p->wf)
+        return;
+    if (created && log->sync && p->ckpt) {
+        uint8_t slot[LOG_CKPT_BYTES];
+        log_ckpt_make(slot, p->first, log->next_lsn);
+        st_err e;
+        st_err_clear(&e);
+        uint64_t off = p->ckpt_n % 2 ? LOG_CKPT_OFF1 : LOG_CKPT_OFF0;
+        st_code rc = log->env->ops->pwrite(p->wf, off, slot, sizeof slot, &e);
+        if (rc == ST_OK)
+            rc = log->env->ops->sync(p->wf, &e);
+        if (rc != ST_OK)
+            st_log(ST_LOG_WARN, "log", "event=checkpoint_failed code=%s msg=\"%s\"",
+                   st_code_name(rc), e.msg);
+        pthread_mutex_lock(&log->mu);
+        log->stats.ckpt_syncs++;
+        pthread_mutex_unlock(&log->mu);
+    }
+    log->env->ops->wclose(p->wf, NULL);
+    p->wf = NULL;
 }
 
 /* Gets an open segment with room for group_bytes: positions, reopens or rolls over as needed. */
@@ -120,11 +168,15 @@ static st_code writer_ready(sto_log *log, size_t group_bytes, st_err *err) {
     }
     if (log->wstate == W_REOPEN && (rc = writer_reopen(log, err)) != ST_OK)
         return rc;
-    if (log->wstate == W_OPEN && log->wbytes > LOG_SEG_HDR_BYTES &&
-        log->wbytes + group_bytes > log->segment_bytes)
+    roll_prev prev = {0};
+    if (log->wstate == W_OPEN && log->wbytes > log->wdata &&
+        log->wbytes + group_bytes > log->segment_bytes) {
         log->wstate = W_NEW_SEGMENT; /* every record in it is durable: just move on */
+        roll_detach(log, &prev);
+    }
     if (log->wstate == W_NEW_SEGMENT)
         rc = log_segment_create(log, log->next_lsn, err);
+    roll_finish(log, &prev, rc == ST_OK);
     return rc;
 }
 
@@ -155,6 +207,24 @@ static st_code group_build(sto_log *log, log_entry *batch, st_slice *out, st_err
     return ST_OK;
 }
 
+/* Writes a checkpoint slot of the open segment saying records up to lsn are durable, for the
+ * sync that comes next (docs/formats/log.md, checkpoints). Only with an lsn whose group was
+ * synced by this process, and only when it is new: the two slots alternate, so a torn slot
+ * leaves the other one's older, still true, value. */
+static st_code ckpt_write(sto_log *log, uint64_t lsn, st_err *err) {
+    if (!log->sync || !log->wckpt || !log->wf || lsn <= log->ckpt_lsn)
+        return ST_OK;
+    uint8_t slot[LOG_CKPT_BYTES];
+    log_ckpt_make(slot, log->wfirst, lsn);
+    uint64_t off = log->ckpt_n % 2 ? LOG_CKPT_OFF1 : LOG_CKPT_OFF0;
+    st_code rc = log->env->ops->pwrite(log->wf, off, slot, sizeof slot, err);
+    if (rc == ST_OK) {
+        log->ckpt_n++;
+        log->ckpt_lsn = lsn;
+    }
+    return rc;
+}
+
 /* After a successful write + sync: acknowledge in order, then publish to cursors. */
 static void group_succeeded(sto_log *log, log_entry *batch, size_t bytes, uint64_t n) {
     log->wbytes += bytes;
@@ -162,6 +232,7 @@ static void group_succeeded(sto_log *log, log_entry *batch, size_t bytes, uint64
     pthread_mutex_lock(&log->mu);
     log->stats.groups++;
     log->stats.records += n;
+    log->last_group_us = st_mono_us();
     pthread_mutex_unlock(&log->mu);
     for (log_entry *e = batch; e; e = e->next)
         if (e->done)
@@ -210,6 +281,10 @@ static void group_commit(sto_log *log, log_entry *batch) {
         rc = group_build(log, batch, &data, &err);
     if (rc == ST_OK)
         rc = log->env->ops->append(log->wf, data.data, data.len, &err);
+    /* The previous group was synced: its last lsn goes into a slot, made durable by this
+     * group's own fdatasync (no extra sync). */
+    if (rc == ST_OK)
+        rc = ckpt_write(log, log->next_lsn - 1, &err);
     if (rc == ST_OK && log->sync) {
         rc = log->env->ops->sync(log->wf, &err);
         pthread_mutex_lock(&log->mu);
@@ -271,12 +346,78 @@ void log_hand_off_locked(sto_log *log) {
         pthread_cond_signal(&log->work_cv);
 }
 
+/* Writes the checkpoint of the last synced group and syncs it (the writer: whoever set
+ * writing, or the closer after the commit thread ended). A failure abandons the segment, as a
+ * failed group does, so nothing is written after bytes whose state is unknown. */
+static void ckpt_sync(sto_log *log, uint64_t lsn) {
+    st_err err;
+    st_err_clear(&err);
+    st_code rc = ckpt_write(log, lsn, &err);
+    if (rc == ST_OK)
+        rc = log->env->ops->sync(log->wf, &err);
+    pthread_mutex_lock(&log->mu);
+    log->stats.ckpt_syncs++;
+    pthread_mutex_unlock(&log->mu);
+    if (rc == ST_OK)
+        return;
+    st_log(ST_LOG_WARN, "log", "event=checkpoint_failed code=%s msg=\"%s\"", st_code_name(rc),
+           err.msg);
+    log_writer_close_file(log);
+    log->wstate = W_NEW_SEGMENT;
+}
+
+/* mu held: a checkpoint is worth a sync of its own: the last group is synced but no slot names
+ * it yet. Writer state is read while no group is being written (the last writer released it
+ * under mu). */
+static bool ckpt_due_locked(const sto_log *log) {
+    return log->sync && log->wckpt && log->wstate == W_OPEN && log->wf &&
+           log->durable_lsn > log->ckpt_lsn;
+}
+
+/* mu held, no group being written, nothing queued: the log has been idle for a while, so the
+ * commit thread takes the writer's part and checkpoints the last group. */
+static void ckpt_idle_locked(sto_log *log) {
+    uint64_t lsn = log->durable_lsn;
+    log->writing = true;
+    log->writer = pthread_self();
+    pthread_mutex_unlock(&log->mu);
+    ckpt_sync(log, lsn);
+    pthread_mutex_lock(&log->mu);
+    log->writing = false;
+    log_hand_off_locked(log);
+}
+
+/* mu held: waits for work; when a checkpoint is due, wakes up ckpt_idle_us after the last
+ * group to write it if nothing came meanwhile. */
+static void commit_wait_locked(sto_log *log) {
+    if (log->writing || log->closing || log->ckpt_idle_us < 0 || !ckpt_due_locked(log)) {
+        pthread_cond_wait(&log->work_cv, &log->mu);
+        return;
+    }
+    int64_t left = log->last_group_us + log->ckpt_idle_us - st_mono_us();
+    if (left <= 0) {
+        ckpt_idle_locked(log);
+        return;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (left % 1000000) * 1000;
+    ts.tv_sec += (time_t)(left / 1000000 + ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&log->work_cv, &log->mu, &ts);
+}
+
+void log_ckpt_final(sto_log *log) {
+    if (ckpt_due_locked(log)) /* the threads have ended: nobody else touches the log */
+        ckpt_sync(log, log->durable_lsn);
+}
+
 void *log_commit_main(void *arg) {
     sto_log *log = arg;
     pthread_mutex_lock(&log->mu);
     for (;;) {
         while ((!log->head || log->writing) && !(log->closing && !log->writing))
-            pthread_cond_wait(&log->work_cv, &log->mu);
+            commit_wait_locked(log);
         if (!log->head)
             break; /* closing and drained */
         log_run_group_locked(log);

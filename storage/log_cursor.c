@@ -81,7 +81,7 @@ static st_code cursor_switch(sto_log_cursor *c, uint64_t first_lsn, st_err *err)
     if (why)
         return st_err_set(err, ST_DATA_LOSS, "commit log segment %s: %s", c->rd.path, why);
     c->seg_first = first_lsn;
-    c->off = LOG_SEG_HDR_BYTES;
+    c->off = c->rd.data_off;
     return ST_OK;
 }
 

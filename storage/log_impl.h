@@ -9,16 +9,28 @@
 #include <pthread.h>
 
 #define LOG_SEG_MAGIC 0x474c5453u /* "STLG" */
-#define LOG_SEG_VERSION 3u        /* 3: the header records the segment's reserved size */
+#define LOG_SEG_VERSION 4u        /* 4: a header page with checkpoint slots, records after it */
+#define LOG_SEG_VERSION_V3 3u     /* read too: records right after the header, no checkpoints */
 #define LOG_SEG_VERSION_V2 2u     /* read too: its reserved size is unknown */
 #define LOG_SEG_HDR_BYTES 24
+#define LOG_SEG_PAGE_BYTES 4096 /* version 4: the header page; records start here */
+/* Version 4 checkpoint slots: each in its own 512-byte sector of the header page, away from the
+ * header's, so rewriting one never puts the header or the other slot at risk. */
+#define LOG_CKPT_BYTES 24
+#define LOG_CKPT_OFF0 512
+#define LOG_CKPT_OFF1 1024
 #define LOG_REC_HDR_BYTES 24
 #define LOG_SEGMENTS_MAX 65536 /* live segments; trim keeps far fewer */
 #define LOG_PATH_MAX 4096
 #define LOG_READ_CHUNK ((size_t)256 << 10) /* read-ahead of the record reader */
 #define LOG_NAME_DIGITS 20                 /* of the first lsn in a segment's file name */
+/* After this long without a group, the commit thread writes the last group's checkpoint with
+ * its own fdatasync: at most one extra sync per idle period, none under steady load. */
+#define LOG_CKPT_IDLE_US_DEFAULT 100000
 
 _Static_assert(LOG_SEG_HDR_BYTES == 4 + 4 + 8 + 4 + 4, "segment header layout");
+_Static_assert(LOG_CKPT_BYTES == 4 + 4 + 8 + 8, "checkpoint slot layout");
+_Static_assert(LOG_CKPT_OFF1 + LOG_CKPT_BYTES <= LOG_SEG_PAGE_BYTES, "slots fit the header page");
 _Static_assert(STO_LOG_SEGMENT_BYTES_MAX <= UINT32_MAX, "segment size fits its u32 field");
 _Static_assert(LOG_REC_HDR_BYTES == 4 + 4 + 8 + 8, "record header layout");
 _Static_assert(STO_LOG_RECORD_BYTES_MAX <= UINT32_MAX, "record length fits its u32 field");
@@ -59,6 +71,7 @@ struct sto_log {
     bool sync;
     bool accept_data_loss;
     size_t segment_bytes;
+    int64_t ckpt_idle_us; /* < 0: no idle checkpoints */
     char dir[LOG_PATH_MAX];
     pthread_t thread;
     pthread_mutex_t mu;
@@ -79,7 +92,8 @@ struct sto_log {
      * (writer); the writer state below belongs to whoever set this. */
     bool writing;
     pthread_t writer;
-    st_code failed; /* sticky: positioning found the last segment corrupt */
+    st_code failed;        /* sticky: positioning found the last segment corrupt */
+    int64_t last_group_us; /* st_mono_us when the last group finished */
     /* Trimmed segments whose files are still to be removed (first lsns, oldest first), by the
      * remover thread (started by the first trim) or, when it cannot start, by the trimmer. */
     uint64_t *rm;
@@ -100,6 +114,14 @@ struct sto_log {
     st_wfile *wf;
     uint64_t next_lsn;
     uint64_t wbytes; /* bytes written to the open segment */
+    uint64_t wfirst; /* first lsn of the open segment */
+    uint64_t wdata;  /* where its records start (its header's size) */
+    /* Checkpoints (docs/formats/log.md): the open segment has slots and the env can write them
+     * (wckpt); ckpt_lsn is the highest lsn a slot was written with, or one this process did not
+     * sync itself (after recovery), below which no slot is written; ckpt_n picks the slot. */
+    bool wckpt;
+    uint64_t ckpt_lsn;
+    uint64_t ckpt_n;
     st_buf group;
 };
 
@@ -111,6 +133,10 @@ typedef struct rec_reader {
     char path[LOG_PATH_MAX];
     uint64_t limit;    /* bytes that may be read */
     uint64_t reserved; /* the open segment's preallocated size from its header (0: unknown) */
+    uint64_t data_off; /* where its records start: after the header (v2, v3) or its page (v4) */
+    bool ckpt;         /* version 4: it has checkpoint slots */
+    uint64_t ckpt_lsn; /* the highest valid checkpoint in its slots, 0 when none */
+    bool hdr_partial;  /* a good version 4 header whose page is cut: a crash during creation */
     uint64_t win_off;  /* file offset of win.data[0] */
     st_buf win;
 } rec_reader;
@@ -130,8 +156,11 @@ typedef struct rec_view {
 
 /* The path of segment first_lsn (out: LOG_PATH_MAX bytes). */
 void log_seg_path(const sto_log *log, uint64_t first_lsn, char *out);
-/* A segment header for first_lsn; reserved: the file's preallocated size, 0 when none. */
-void log_seg_header_make(uint8_t *h, uint64_t first_lsn, uint32_t reserved);
+/* A segment's header page (LOG_SEG_PAGE_BYTES) for first_lsn, checkpoint slots empty; reserved:
+ * the file's preallocated size, 0 when none. */
+void log_seg_header_make(uint8_t *page, uint64_t first_lsn, uint32_t reserved);
+/* A checkpoint slot of segment first_lsn saying records up to lsn are durable. */
+void log_ckpt_make(uint8_t *slot, uint64_t first_lsn, uint64_t lsn);
 void log_reader_close(rec_reader *r);
 /* Makes [off, off + n) available in the window; *out is NULL when the file is shorter. */
 st_code log_reader_fill(rec_reader *r, uint64_t off, size_t n, const uint8_t **out, st_err *err);
@@ -165,5 +194,7 @@ void log_entry_free(log_entry *e);
 void log_run_group_locked(sto_log *log);
 /* mu held, no group being written: wakes whoever should write what is queued next. */
 void log_hand_off_locked(sto_log *log);
+/* At close, after the commit thread ended: the checkpoint of the last group, synced. */
+void log_ckpt_final(sto_log *log);
 
 #endif

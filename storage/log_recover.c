@@ -15,6 +15,8 @@ typedef struct scan_result {
     uint64_t last_lsn;   /* last good record (first_lsn - 1 when none) */
     uint64_t good_bytes; /* end of that record; 0 when the header is bad */
     uint64_t file_bytes;
+    uint64_t data_off; /* where the segment's records start */
+    bool ckpt;         /* it has checkpoint slots (version 4) */
     /* The last segment has bytes other than reserved zeros after good_bytes (or was cut short):
      * appends go to a new segment. Not torn: they continue at good_bytes. */
     bool torn;
@@ -201,8 +203,36 @@ static st_code scan_cut_short(scan_ctx *c, scan_result *res, bool zero_tail, st_
     return ST_OK;
 }
 
+/* The last segment's checkpoint says records up to lsn C were durable, that is acknowledged
+ * (a slot is written only with an lsn whose group's fdatasync had returned), but its good
+ * records end at L < C: records that were acknowledged read back as zeros or garbage (a lost or
+ * overwritten page), with nothing later in the file to tell. ST_DATA_LOSS unless the log
+ * accepts the loss (then, as for a cut, appends go to a new segment). */
+static st_code scan_ckpt_lost(scan_ctx *c, scan_result *res, st_err *err) {
+    const char *path = c->rd.path;
+    uint64_t l = res->last_lsn, ck = c->rd.ckpt_lsn, x = res->good_bytes;
+    res->torn = true; /* never append after damaged records */
+    if (!c->log->accept_data_loss)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s: its checkpoint says records up to lsn %" PRIu64
+                          " were made durable, but its records end at lsn %" PRIu64
+                          " (byte %" PRIu64 "): lsn %" PRIu64 "..%" PRIu64 " at least, which were "
+                          "acknowledged, read back as zeros or garbage: restore the file or the "
+                          "node from a replica, or start with --accept-data-loss to drop them",
+                          path, ck, l, x, l + 1, ck);
+    st_log(ST_LOG_ERROR, "log",
+           "event=log_data_loss_accepted segment=%s reason=checkpoint checkpoint_lsn=%" PRIu64
+           " kept_last_lsn=%" PRIu64 " kept_bytes=%" PRIu64 " dropped_from_lsn=%" PRIu64
+           " dropped_records=at_least_%" PRIu64 " msg=\"acknowledged records after lsn %" PRIu64
+           " are unreadable and dropped; appends continue from lsn %" PRIu64 " in a new segment\"",
+           path, ck, l, x, l + 1, ck - l, l, l + 1);
+    c->dropped = true;
+    return ST_OK;
+}
+
 /* What follows the last segment's good records: only reserved zeros (appends may continue
- * there) or torn bytes; and whether the file was cut short. */
+ * there) or torn bytes; whether the file was cut short; and whether its checkpoint names
+ * records it no longer holds. */
 static st_code scan_tail(scan_ctx *c, scan_result *res, st_err *err) {
     bool zero = true;
     st_code rc = tail_zero(&c->rd, res->good_bytes, &zero, err);
@@ -210,8 +240,29 @@ static st_code scan_tail(scan_ctx *c, scan_result *res, st_err *err) {
         return rc;
     res->torn = !zero;
     if (c->rd.reserved > 0 && res->file_bytes < c->rd.reserved)
-        return scan_cut_short(c, res, zero, err);
-    return ST_OK;
+        rc = scan_cut_short(c, res, zero, err);
+    if (rc == ST_OK && !c->dropped && c->rd.ckpt_lsn > res->last_lsn)
+        rc = scan_ckpt_lost(c, res, err);
+    return rc;
+}
+
+/* The last segment's header is bad (why): *empty when a crash during its creation explains it
+ * (its space may have been reserved already): records go in only after the header is durable,
+ * so such a file holds nothing but zeros after a header that is short, cut or zero. Anything
+ * else is a header wiped over records (why says so). */
+static st_code seg_created_empty(scan_ctx *c, const scan_result *res, bool *empty, const char **why,
+                                 st_err *err) {
+    *empty = false;
+    if (res->file_bytes > LOG_SEG_HDR_BYTES && !c->rd.hdr_partial && !seg_header_zero(&c->rd))
+        return ST_OK;
+    bool zero = true;
+    st_code rc = ST_OK;
+    if (res->file_bytes > LOG_SEG_HDR_BYTES)
+        rc = tail_zero(&c->rd, LOG_SEG_HDR_BYTES, &zero, err);
+    if (rc == ST_OK && !zero)
+        *why = "the segment header is zeros or cut but data follows it";
+    *empty = rc == ST_OK && zero;
+    return rc;
 }
 
 /* Reads one segment's records in order. For a non-last segment, records first..stop_lsn must all
@@ -225,9 +276,12 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
     st_code rc = log_reader_open_seg(&c->rd, c->log, first_lsn, &res->file_bytes, &why, err);
     if (rc != ST_OK)
         return rc;
-    if (why && is_last && (res->file_bytes <= LOG_SEG_HDR_BYTES || seg_header_zero(&c->rd))) {
-        /* A crash while the segment was being created (its space may have been reserved
-         * already): records go in only after the header is durable, so it holds none. */
+    res->data_off = c->rd.data_off;
+    res->ckpt = c->rd.ckpt;
+    bool empty = false;
+    if (why && is_last && (rc = seg_created_empty(c, res, &empty, &why, err)) != ST_OK)
+        return rc;
+    if (empty) {
         res->torn = true;
         return ST_OK;
     }
@@ -236,7 +290,7 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
                           "commit log segment %s: %s; restore the node from "
                           "a replica",
                           c->rd.path, why);
-    uint64_t off = LOG_SEG_HDR_BYTES;
+    uint64_t off = c->rd.data_off;
     res->good_bytes = off;
     for (uint64_t expect = first_lsn; is_last || expect <= stop_lsn; expect++) {
         rec_status st;
@@ -288,6 +342,14 @@ static void position_apply(sto_log *log, bool have_seg, const scan_result *res) 
         log->durable_lsn = res->last_lsn;
         log->next_lsn = res->last_lsn + 1;
         log->wbytes = res->good_bytes;
+        log->wfirst = s->first_lsn;
+        log->wdata = res->data_off;
+        log->wckpt = res->ckpt;
+        /* Records read back after a crash may still be only in the page cache of a process
+         * that died before its fdatasync: no checkpoint names them until a group of this
+         * process has been synced after them. */
+        log->ckpt_lsn = res->last_lsn;
+        log->ckpt_n = 0;
         /* Appending after the last record needs a way to write inside the file when zeros
          * follow it (wopen_at); a torn tail is never overwritten. */
         bool reopen = !res->torn && res->good_bytes >= LOG_SEG_HDR_BYTES &&
@@ -339,6 +401,31 @@ static st_code replay_segments(sto_log *log, scan_ctx *c, size_t i0, size_t n, s
     return ST_OK;
 }
 
+/* Makes the records replay read durable: after a process died between a group's write and its
+ * fdatasync, they may be only in the page cache, and the engine now treats them as written
+ * (the manifest records the log's end, checkpoints will name them). One fdatasync per start, of
+ * the last segment (earlier ones were synced before the next was created). */
+static st_code sync_recovered(sto_log *log, st_err *err) {
+    pthread_mutex_lock(&log->mu);
+    bool have = log->n_segs > 0 &&
+                log->segs[log->n_segs - 1].last_lsn >= log->segs[log->n_segs - 1].first_lsn;
+    uint64_t first = have ? log->segs[log->n_segs - 1].first_lsn : 0;
+    uint64_t end = have ? log->segs[log->n_segs - 1].good_bytes : 0;
+    pthread_mutex_unlock(&log->mu);
+    if (!log->sync || !have)
+        return ST_OK;
+    char path[LOG_PATH_MAX];
+    log_seg_path(log, first, path);
+    st_wfile *f;
+    st_code rc = log->env->ops->wopen_at ? log->env->ops->wopen_at(log->env, path, end, &f, err)
+                                         : log->env->ops->wopen_append(log->env, path, &f, err);
+    if (rc != ST_OK)
+        return rc;
+    rc = log->env->ops->sync(f, err);
+    log->env->ops->wclose(f, NULL);
+    return rc;
+}
+
 st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
                        st_code (*fn)(const sto_log_record *rec, void *arg), void *arg,
                        st_err *err) {
@@ -357,10 +444,13 @@ st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
     scan_ctx c = {.log = log, .from_lsn = from_lsn, .fn = fn, .arg = arg};
     st_arena_init(&c.arena, 4096);
     st_code rc = replay_segments(log, &c, i0 < 0 ? 0 : (size_t)i0, n, err);
+    if (rc == ST_OK)
+        rc = sync_recovered(log, err);
     /* An accepted loss starts the next segment now (appends have not started: the writer state
      * is the replay's), so the cut segment is an old one from here on, also if no write comes
-     * before the next start, which would otherwise refuse it again. */
-    if (rc == ST_OK && c.dropped)
+     * before the next start, which would otherwise refuse it again. An empty log gets its first
+     * segment now, for the manifest to name. */
+    if (rc == ST_OK && (c.dropped || n == 0))
         rc = log_segment_create(log, log->next_lsn, err);
     log_reader_close(&c.rd);
     st_arena_deinit(&c.arena);

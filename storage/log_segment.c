@@ -18,6 +18,7 @@ void log_seg_path(const sto_log *log, uint64_t first_lsn, char *out) {
 
 /* reserved: the file's preallocated size, 0 when it could not be reserved. */
 void log_seg_header_make(uint8_t *h, uint64_t first_lsn, uint32_t reserved) {
+    memset(h, 0, LOG_SEG_PAGE_BYTES);
     st_put_fixed32(h, LOG_SEG_MAGIC);
     st_put_fixed32(h + 4, LOG_SEG_VERSION);
     st_put_fixed64(h + 8, first_lsn);
@@ -25,8 +26,25 @@ void log_seg_header_make(uint8_t *h, uint64_t first_lsn, uint32_t reserved) {
     st_put_fixed32(h + 20, st_crc_mask(st_crc32c(0, h, 20)));
 }
 
-/* Checks a header read from disk (version 3, or 2 whose reserved size is unknown: *reserved 0);
- * on failure returns false with the reason in why. */
+void log_ckpt_make(uint8_t *s, uint64_t first_lsn, uint64_t lsn) {
+    st_put_fixed32(s + 4, 0);
+    st_put_fixed64(s + 8, first_lsn);
+    st_put_fixed64(s + 16, lsn);
+    st_put_fixed32(s, st_crc_mask(st_crc32c(0, s + 4, LOG_CKPT_BYTES - 4)));
+}
+
+/* The lsn of a checkpoint slot of segment first_lsn, 0 when it is empty or not valid (torn,
+ * copied from another segment). */
+static uint64_t ckpt_parse(const uint8_t *s, uint64_t first_lsn) {
+    uint64_t lsn = st_get_fixed64(s + 16);
+    if (st_crc_unmask(st_get_fixed32(s)) != st_crc32c(0, s + 4, LOG_CKPT_BYTES - 4) ||
+        st_get_fixed32(s + 4) != 0 || st_get_fixed64(s + 8) != first_lsn || lsn < first_lsn)
+        return 0;
+    return lsn;
+}
+
+/* Checks a header read from disk (version 4 or 3, or 2 whose reserved size is unknown:
+ * *reserved 0); on failure returns false with the reason in why. */
 static bool seg_header_ok(const uint8_t *h, size_t got, uint64_t first_lsn, uint64_t *reserved,
                           const char **why) {
     uint32_t version = got >= LOG_SEG_HDR_BYTES ? st_get_fixed32(h + 4) : 0;
@@ -38,12 +56,13 @@ static bool seg_header_ok(const uint8_t *h, size_t got, uint64_t first_lsn, uint
         *why = "bad magic in segment header";
     else if (st_crc_unmask(st_get_fixed32(h + crc_at)) != st_crc32c(0, h, crc_at))
         *why = "checksum mismatch in segment header";
-    else if (version != LOG_SEG_VERSION && version != LOG_SEG_VERSION_V2)
+    else if (version != LOG_SEG_VERSION && version != LOG_SEG_VERSION_V3 &&
+             version != LOG_SEG_VERSION_V2)
         *why = "unknown segment format version";
     else if (st_get_fixed64(h + 8) != first_lsn)
         *why = "segment header names a different first lsn than the file name";
     else {
-        *reserved = version == LOG_SEG_VERSION ? st_get_fixed32(h + 16) : 0;
+        *reserved = version == LOG_SEG_VERSION_V2 ? 0 : st_get_fixed32(h + 16);
         return true;
     }
     return false;
@@ -65,6 +84,9 @@ static st_code reader_open(rec_reader *r, st_env *env, const char *path, st_err 
     snprintf(r->path, sizeof r->path, "%s", path);
     r->limit = 0;
     r->reserved = 0;
+    r->data_off = LOG_SEG_HDR_BYTES;
+    r->ckpt = r->hdr_partial = false;
+    r->ckpt_lsn = 0;
     return env->ops->ropen(env, path, &r->f, err);
 }
 
@@ -148,8 +170,24 @@ st_code log_reader_open_seg(rec_reader *r, sto_log *log, uint64_t first_lsn, uin
     size_t n = *size < LOG_SEG_HDR_BYTES ? (size_t)*size : LOG_SEG_HDR_BYTES;
     if (n > 0 && (rc = log_reader_fill(r, 0, n, &h, err)) != ST_OK)
         return rc;
-    if (!h || !seg_header_ok(h, n, first_lsn, &r->reserved, bad_why))
+    if (!h || !seg_header_ok(h, n, first_lsn, &r->reserved, bad_why)) {
         *bad_why = *bad_why ? *bad_why : "truncated segment header";
+        return ST_OK;
+    }
+    if (st_get_fixed32(h + 4) != LOG_SEG_VERSION)
+        return ST_OK;
+    /* Version 4: the header page, with the checkpoint slots, comes whole before any record. */
+    if (*size < LOG_SEG_PAGE_BYTES ||
+        (rc = log_reader_fill(r, 0, LOG_SEG_PAGE_BYTES, &h, err)) != ST_OK || !h) {
+        r->hdr_partial = rc == ST_OK;
+        *bad_why = "truncated segment header page";
+        return rc;
+    }
+    uint64_t a = ckpt_parse(h + LOG_CKPT_OFF0, first_lsn),
+             b = ckpt_parse(h + LOG_CKPT_OFF1, first_lsn);
+    r->ckpt = true;
+    r->ckpt_lsn = a > b ? a : b;
+    r->data_off = LOG_SEG_PAGE_BYTES;
     return ST_OK;
 }
 

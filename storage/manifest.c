@@ -15,7 +15,8 @@
 #include "db_impl.h"
 
 #define MF_MAGIC "STMANIF1"
-#define MF_FORMAT 1u
+#define MF_FORMAT 2u    /* 2: the commit log's oldest needed segment and durable end */
+#define MF_FORMAT_V1 1u /* read too: without those two fields */
 #define MF_HEADER_BYTES 24u
 #define MF_FILES_MAX 1000000u /* files named by one manifest */
 
@@ -41,6 +42,9 @@ struct sto_mf_state {
     size_t n, cap;
     sto_holder h[STO_HOLDERS_MAX];
     size_t n_h;
+    uint64_t log_end;   /* the log's durable end when captured (the trim computes from it) */
+    uint64_t log_first; /* recorded: the oldest segment the trim keeps, 0 for none or no sync */
+    uint64_t log_last;  /* recorded: log_end with sync on, else 0 */
     st_arena arena;
 };
 
@@ -152,6 +156,7 @@ static st_code capture(sto_db *db, sto_mf_state *st, st_err *err) {
     memset(st, 0, sizeof *st);
     st_arena_init(&st->arena, 64 << 10);
     uint64_t applied = atomic_load(&db->applied_lsn);
+    st->log_end = db->log ? sto_log_last_durable_lsn(db->log) : 0;
     pthread_mutex_lock(&db->mu);
     st->next_file = db->next_file;
     memcpy(st->h, db->holders, sizeof st->h);
@@ -190,6 +195,8 @@ static st_code encode(const sto_mf_state *st, st_buf *out) {
         rc = put_lp(out, st_slice_cstr(st->h[i].name));
         rc = rc ? rc : st_buf_append_varint64(out, st->h[i].lsn);
     }
+    rc = rc ? rc : st_buf_append_varint64(out, st->log_first);
+    rc = rc ? rc : st_buf_append_varint64(out, st->log_last);
     if (rc != ST_OK)
         return rc;
     size_t body = out->len - MF_HEADER_BYTES;
@@ -200,25 +207,37 @@ static st_code encode(const sto_mf_state *st, st_buf *out) {
 }
 
 /* Log records still needed: those after the oldest recorded flushed point, and those every holder
- * has not passed. The last record always stays, so the log keeps its lsn sequence. */
-static void trim_log(sto_db *db, const sto_mf_state *st) {
-    if (!db->log)
-        return;
-    uint64_t last = sto_log_last_durable_lsn(db->log);
-    uint64_t keep = last;
+ * has not passed. The last record always stays, so the log keeps its lsn sequence. Computed from
+ * the captured state, so the segment the manifest names as the oldest needed (log_first) is the
+ * one the trim after its write keeps. */
+static uint64_t log_keep(const sto_mf_state *st) {
+    uint64_t keep = st->log_end;
     for (size_t i = 0; i < st->n; i++)
         if (st->t[i].flushed_lsn + 1 < keep)
             keep = st->t[i].flushed_lsn + 1;
     for (size_t i = 0; i < st->n_h; i++)
         if (st->h[i].lsn < keep)
             keep = st->h[i].lsn;
-    if (keep <= 1)
+    return keep;
+}
+
+static void trim_log(sto_db *db, uint64_t keep) {
+    if (!db->log || keep <= 1)
         return;
     /* The files go in the log's background thread: unlinking 64 MB segments and syncing the
      * directory here cost the flush thread about 0.2 s per GB written. */
     st_err e;
     if (sto_log_trim_async(db->log, keep, &e) != ST_OK)
         st_log(ST_LOG_WARN, "storage", "event=log_trim_failed msg=\"%s\"", e.msg);
+}
+
+/* What the manifest records of the log: with sync on, the oldest segment that must exist and
+ * the durable end, which recovery checks the log against (a segment removed from outside). With
+ * sync off neither is durable when recorded, so nothing is. */
+static void log_position(sto_db *db, sto_mf_state *st, uint64_t keep) {
+    bool on = db->o.sync && db->log;
+    st->log_first = on ? sto_log_segment_first(db->log, keep) : 0;
+    st->log_last = on ? st->log_end : 0;
 }
 
 st_code sto_manifest_write(sto_db *db, sto_mf_edit_fn edit, void *arg, st_err *err) {
@@ -228,6 +247,8 @@ st_code sto_manifest_write(sto_db *db, sto_mf_edit_fn edit, void *arg, st_err *e
     st_code rc = capture(db, &st, err);
     if (rc == ST_OK && edit)
         rc = edit(&st, arg, err);
+    uint64_t keep = log_keep(&st);
+    log_position(db, &st, keep);
     if (rc == ST_OK && encode(&st, &out) != ST_OK)
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory writing the manifest");
     char path[STO_PATH_MAX + 16];
@@ -237,7 +258,7 @@ st_code sto_manifest_write(sto_db *db, sto_mf_edit_fn edit, void *arg, st_err *e
     if (rc == ST_OK) {
         atomic_store(&db->manifest_dirty, false);
         sto_db_release_obsolete(db);
-        trim_log(db, &st);
+        trim_log(db, keep);
     } else {
         atomic_store(&db->manifest_dirty, true);
         st_log(ST_LOG_WARN, "storage", "event=manifest_write_failed code=%s msg=\"%s\"",
@@ -264,7 +285,8 @@ static bool get_lp(const uint8_t **p, const uint8_t *end, st_slice *s) {
 static st_code decode(sto_mf_state *st, st_slice data, const char *path, st_err *err) {
     if (data.len < MF_HEADER_BYTES || memcmp(data.data, MF_MAGIC, 8) != 0)
         return corrupt(err, path, "bad magic or short file");
-    if (st_get_fixed32(data.data + 8) != MF_FORMAT)
+    uint32_t format = st_get_fixed32(data.data + 8);
+    if (format != MF_FORMAT && format != MF_FORMAT_V1)
         return corrupt(err, path, "unknown format version");
     uint64_t body = st_get_fixed64(data.data + 16);
     if (body != data.len - MF_HEADER_BYTES)
@@ -307,6 +329,9 @@ static st_code decode(sto_mf_state *st, st_slice data, const char *path, st_err 
         st->h[i].name[name.len] = '\0';
         st->n_h++;
     }
+    if (format != MF_FORMAT_V1 &&
+        (!st_get_varint64(&p, end, &st->log_first) || !st_get_varint64(&p, end, &st->log_last)))
+        return corrupt(err, path, "bad commit log position");
     return p == end ? ST_OK : corrupt(err, path, "trailing bytes");
 }
 
@@ -429,6 +454,8 @@ static st_code load_state(sto_db *db, sto_mf_state *st, uint64_t *replay_from, s
     db->next_file = st->next_file > max_file ? st->next_file : max_file + 1;
     memcpy(db->holders, st->h, sizeof db->holders);
     db->n_holders = st->n_h;
+    db->mf_log_first = st->log_first;
+    db->mf_log_last = st->log_last;
     *replay_from = min_flushed == UINT64_MAX ? 1 : min_flushed + 1;
     return rc;
 }

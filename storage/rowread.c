@@ -38,8 +38,7 @@ typedef struct vis_state {
     uint64_t row_thr;  /* entries of the row with a lower version are hidden */
     st_buf fam_prefix; /* ikey prefix through enc(family); empty = no family yet */
     st_buf fam_name;
-    bool fam_sys;     /* the family is a system family: row tombstones do not cover it */
-    uint64_t fam_thr; /* max(row_thr or 0 for a system family, family tombstones) */
+    uint64_t fam_thr; /* max(row_thr, family tombstones); a system family starts from 0 */
     const sto_gc_rule *rule;
     st_buf col_prefix; /* ikey prefix through enc(qualifier); empty = no column yet */
     st_buf qual;
@@ -88,11 +87,13 @@ bool sto_family_is_system(st_slice family) {
     return family.len > 0 && family.data[0] == STO_SYSTEM_FAMILY_BYTE;
 }
 
-/* Whether the entry belongs to a system family, from its encoded bytes: enc(family) of a name
- * starting with 0x00 starts with 0x00 0xff (an escaped 0x00). Row tombstones belong to none. */
-static bool vis_key_system(st_slice key, const sto_key_parts *pt) {
-    return pt->kind != STO_KEY_ROW_DEL && pt->fam_end >= pt->row_end + 3 &&
-           key.data[pt->row_end + 1] == 0x00 && key.data[pt->row_end + 2] == 0xff;
+/* Whether the entry (a parsed key) belongs to a system family, from its encoded bytes: enc(family)
+ * of a name starting with 0x00 starts with 0x00 0xff (an escaped 0x00). Row tombstones belong to
+ * none. The first test is the one that fails for user data. A parsed key has at least two bytes
+ * after enc(row) and its tag. */
+static inline bool vis_key_system(st_slice key, const sto_key_parts *pt) {
+    return key.data[pt->row_end + 1] == 0x00 && pt->kind != STO_KEY_ROW_DEL &&
+           key.data[pt->row_end + 2] == 0xff;
 }
 
 /* Enters the family of key when it differs from the current one. */
@@ -107,8 +108,8 @@ static st_code vis_family(vis_state *vs, st_slice key, const sto_key_parts *pt) 
     if (rc != ST_OK)
         return rc;
     vs->rule = sto_gc_set_find(vs->gc, st_buf_slice(&vs->fam_name));
-    vs->fam_sys = sto_family_is_system(st_buf_slice(&vs->fam_name));
-    vs->fam_thr = vs->fam_sys ? 0 : vs->row_thr;
+    /* Row tombstones do not cover system families (strata/storage.h). */
+    vs->fam_thr = vs->row_thr && vis_key_system(key, pt) ? 0 : vs->row_thr;
     st_buf_reset(&vs->col_prefix);
     return ST_OK;
 }
@@ -377,10 +378,12 @@ static st_code rr_new_row(sto_rowreader *r, st_slice key, size_t plen) {
 }
 
 /* Whether the reader returns the family kind of this entry (row tombstones always count). */
-static bool rr_wanted(const sto_rowreader *r, st_slice key, const sto_key_parts *pt) {
-    if (r->flags == (STO_ITER_USER | STO_ITER_SYSTEM) || pt->kind == STO_KEY_ROW_DEL)
-        return true;
-    return (r->flags & (vis_key_system(key, pt) ? STO_ITER_SYSTEM : STO_ITER_USER)) != 0;
+static inline bool rr_wanted(const sto_rowreader *r, st_slice key, const sto_key_parts *pt) {
+    if (r->flags == STO_ITER_USER) /* the common case: one byte compare for user entries */
+        return !vis_key_system(key, pt);
+    if (r->flags == STO_ITER_SYSTEM)
+        return pt->kind == STO_KEY_ROW_DEL || vis_key_system(key, pt);
+    return true;
 }
 
 /* Steps over an entry of a family kind the reader does not return; past RR_SKIP_STEPS of them in
@@ -713,7 +716,7 @@ static void ci_settle(compact_iter *c) {
         }
         if (ci_keep(c, v, &pt))
             return;
-        if (c->report && (v == VIS_GC_AGE || v == VIS_GC_VERSIONS) && !c->vs.fam_sys)
+        if (c->report && (v == VIS_GC_AGE || v == VIS_GC_VERSIONS) && !vis_key_system(key, &pt))
             ci_report(c, key, &pt);
         in->ops->next(in);
     }

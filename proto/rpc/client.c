@@ -155,8 +155,12 @@ static void client_fail(rpc_client *c, const char *why) {
     snprintf(msg, sizeof(msg), "connection to %s failed: %s", c->peer, why);
     h2_wbuf_drop(&c->wbuf); /* lost anyway; it must not pin the calls' requests */
     size_t sent = 0;
-    for (rpc_ccall *call = c->calls; call; call = call->next)
+    for (rpc_ccall *call = c->calls; call; call = call->next) {
+        /* Frames queued before the connect are only in our buffer: a connect that failed sent
+         * nothing, so these calls are neither lost in a drop nor possibly processed. */
+        call->sent = call->sent && c->connected;
         sent += call->sent;
+    }
     for (rpc_ccall *call = c->calls; call; call = call->next) {
         call->lost_with = call->sent && !c->silent ? sent : 0;
         call->unprocessed = call->unprocessed || !call->sent;
@@ -332,6 +336,8 @@ static bool client_session_new(rpc_client *c) {
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
     rpc_ccall_session_callbacks(cbs);
     nghttp2_option *opt = h2_session_option();
+    if (opt) /* the calls give flow-control credit back themselves (rpc_ccall_pause) */
+        nghttp2_option_set_no_auto_window_update(opt, 1);
     int rv =
         opt ? nghttp2_session_client_new3(&c->session, cbs, c, opt, h2_mem()) : NGHTTP2_ERR_NOMEM;
     nghttp2_session_callbacks_del(cbs);
@@ -340,7 +346,7 @@ static bool client_session_new(rpc_client *c) {
         return false;
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
-        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)H2_STREAM_WINDOW_BYTES},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)H2_CLIENT_STREAM_WINDOW_BYTES},
         {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
     return nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 3) == 0 &&

@@ -242,16 +242,41 @@ bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out) {
     return rpc_deframer_take(&call->deframer, out);
 }
 
+/* Automatic WINDOW_UPDATE is off on client sessions (client_session_new): the connection's
+ * window is given back as bytes arrive, a stream's once its call took them, unless the call is
+ * paused (rpc_ccall_pause): its server then stalls on that stream alone. */
 static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id,
                          const uint8_t *data, size_t len, void *user_data) {
     (void)flags;
     (void)user_data;
     rpc_ccall *call = nghttp2_session_get_stream_user_data(session, stream_id);
-    if (!call || call->local.code != ST_OK || call->cancelled || call->deadline_hit)
-        return 0;
-    if (rpc_deframer_feed(&call->deframer, data, len, &call->local, response_msg, call) != ST_OK)
+    if (nghttp2_session_consume_connection(session, len) != 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (call && call->local.code == ST_OK && !call->cancelled && !call->deadline_hit &&
+        rpc_deframer_feed(&call->deframer, data, len, &call->local, response_msg, call) != ST_OK)
         nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_CANCEL);
-    return 0;
+    if (call && call->paused) {
+        call->unconsumed += len;
+        return 0;
+    }
+    return nghttp2_session_consume_stream(session, stream_id, len) == 0
+               ? 0
+               : NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+void rpc_ccall_pause(rpc_ccall *call) {
+    call->paused = true;
+}
+
+void rpc_ccall_resume(rpc_ccall *call) {
+    if (!call->paused)
+        return;
+    call->paused = false;
+    rpc_client *c = call->c;
+    if (call->unconsumed > 0 && c->session && call->stream_id > 0 &&
+        nghttp2_session_consume_stream(c->session, call->stream_id, call->unconsumed) == 0)
+        rpc_client_kick(c); /* the WINDOW_UPDATE goes out from the loop */
+    call->unconsumed = 0;
 }
 
 static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code,
@@ -309,6 +334,10 @@ bool rpc_ccall_unprocessed(const rpc_ccall *call) {
 
 size_t rpc_ccall_conn_lost(const rpc_ccall *call) {
     return call->lost_with;
+}
+
+bool rpc_ccall_connected(const rpc_ccall *call) {
+    return call->c->connected;
 }
 
 /* Marks a call whose request HEADERS went out (the server may be processing it from now on). */

@@ -75,6 +75,10 @@ struct rpc_ccall {
     size_t lost_with; /* the connection dropped under it, with this many sent calls (>= 1) */
     struct event *deadline_ev; /* NULL, or the timer inside the call's allocation (added) */
     size_t alloc_bytes;        /* size of the call's allocation (ccall_alloc) */
+    /* rpc_ccall_pause: the stream's received bytes are not given back to the server's
+     * flow-control window (unconsumed counts them) until rpc_ccall_resume. */
+    bool paused;
+    size_t unconsumed;
     rpc_ccall *prev, *next;
 };
 

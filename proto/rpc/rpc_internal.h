@@ -15,7 +15,10 @@
 #define H2_CONN_OUTPUT_HIGH_WATER_BYTES ((size_t)1 << 20) /* socket output stops filling here */
 #define H2_CONN_REQUEST_BYTES_MAX ((size_t)512 << 20)     /* request bytes buffered per conn */
 #define H2_STREAM_WINDOW_BYTES ((int32_t)1 << 20)         /* HTTP/2 initial stream window */
-#define H2_CONN_WINDOW_BYTES ((int32_t)16 << 20)          /* HTTP/2 connection window */
+/* A client's initial stream window: what a server may still send on a call after the client
+ * paused it (rpc_ccall_pause), so what a proxy holds per paused call beyond its budget. */
+#define H2_CLIENT_STREAM_WINDOW_BYTES ((int32_t)256 << 10)
+#define H2_CONN_WINDOW_BYTES ((int32_t)16 << 20) /* HTTP/2 connection window */
 #define RPC_CALL_ARENA_BLOCK_BYTES ((size_t)4096)
 #define H2_HANDSHAKE_TIMEOUT_MS 10000 /* client: connect (+ TLS handshake); servers: rpc_limits */
 #define RPC_REFUSED_RETRIES_MAX 8     /* client resubmits of a request refused unprocessed */

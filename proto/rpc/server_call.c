@@ -15,6 +15,7 @@
 #include "server_internal.h"
 
 static void call_finish_internal(rpc_call *call, st_code code, const char *msg);
+static void budget_forget(rpc_server *srv, rpc_call *call);
 
 /* Response headers are handed to nghttp2 without copies (H2_NV): every name and value is a
  * literal or lives in the call (status texts, the arena's grpc-message), which outlasts the
@@ -62,6 +63,8 @@ static void call_release(rpc_call *call) {
     h2_loop_calls(-1);
     if (call->mem_reserved)
         rpc_mem_release(call->mem_reserved);
+    if (call->held) /* the handler did not give them back: they go with the call */
+        rpc_queued_sub(call->held);
     rpc_deframer_deinit(&call->deframer);
     st_arena_deinit(&call->arena);
     call_cache *cc = &tl_call_cache;
@@ -174,6 +177,7 @@ void rpc_call_detach(rpc_call *call) {
     call->request_bytes = 0;
     STAT_SUB(srv, queued_bytes, call->out.len - call->out_off);
     rpc_queued_sub(call->out.len - call->out_off);
+    budget_forget(srv, call); /* after the queue's bytes left the budget: the next may go */
     STAT_SUB(srv, calls_active, 1);
     /* The queue's last frames may be referenced by wbuf (a stream closes when its trailers went
      * into wbuf, before the write): keep its memory until then instead of writing now. */
@@ -222,17 +226,116 @@ size_t rpc_call_queued_bytes(const rpc_call *call) {
     return call->out.len - call->out_off;
 }
 
-/* Past the process's queued-response budget a call with bytes queued waits for its own queue to
- * drain (call_out_consumed wakes it at empty): each stalled reader then holds at most one more
- * message, and a call with nothing queued is never kept waiting on other calls' clients. */
-bool rpc_call_writable(const rpc_call *call) {
+/* ---- the queued-response budget ----
+ * Past --max-queued-response-bytes a call that has bytes queued (or held: rpc_call_hold) waits
+ * in the server's list of waiters, which are woken one at a time, oldest first, as queued bytes
+ * leave the process; a woken call may queue one message (budget_granted), then the next is
+ * woken if there is still room. A call holding nothing may still queue one message: a client
+ * that reads keeps being served while stalled ones fill the budget, and a call whose client
+ * does not read can take that way once (its message then stays queued). The process thus holds
+ * at most the budget, plus one message per call whose client stopped reading, plus the one that
+ * crossed the budget. */
+
+static bool budget_over(const rpc_server *srv) {
+    return rpc_queued_response_bytes() >= srv->limits.queued_response_bytes_max;
+}
+
+static void waiter_unlink(rpc_server *srv, rpc_call *call) {
+    if (!call->budget_waiting)
+        return;
+    if (call->wait_prev)
+        call->wait_prev->wait_next = call->wait_next;
+    else
+        srv->waiters_head = call->wait_next;
+    if (call->wait_next)
+        call->wait_next->wait_prev = call->wait_prev;
+    else
+        srv->waiters_tail = call->wait_prev;
+    call->wait_prev = call->wait_next = NULL;
+    call->budget_waiting = false;
+}
+
+static void waiter_push(rpc_server *srv, rpc_call *call) {
+    if (call->budget_waiting)
+        return;
+    call->budget_waiting = true;
+    call->wait_prev = srv->waiters_tail;
+    call->wait_next = NULL;
+    if (srv->waiters_tail)
+        srv->waiters_tail->wait_next = call;
+    else
+        srv->waiters_head = call;
+    srv->waiters_tail = call;
+}
+
+/* Wakes the oldest waiter when the budget has room and no woken call is still to produce. */
+static void budget_kick(rpc_server *srv) {
+    if (srv->budget_woken || !srv->waiters_head || budget_over(srv))
+        return;
+    rpc_call *call = srv->waiters_head;
+    waiter_unlink(srv, call);
+    call->budget_granted = true;
+    srv->budget_woken = call;
+    event_active(call->notify_ev, EV_TIMEOUT, 0);
+}
+
+/* The call leaves the budget's bookkeeping (it finished or its stream is gone). */
+static void budget_forget(rpc_server *srv, rpc_call *call) {
+    waiter_unlink(srv, call);
+    call->budget_granted = false;
+    if (srv->budget_woken == call) {
+        srv->budget_woken = NULL;
+        budget_kick(srv);
+    }
+}
+
+/* Whether the budget lets call queue a message now. A call that may not and will be told about
+ * room (it has a writable callback) joins the waiters; while some wait, a call holding bytes
+ * joins them even under the budget, so that nobody overtakes them. */
+static bool budget_allows(rpc_call *call) {
+    rpc_server *srv = call->conn->srv;
+    if (call->budget_granted)
+        return true;
+    if (!call->budget_waiting && !srv->waiters_head && !srv->budget_woken && !budget_over(srv))
+        return true;
+    if (rpc_call_queued_bytes(call) == 0 && call->held == 0)
+        return true; /* holds nothing: one message (see above) */
+    if (call->notify_ev) {
+        waiter_push(srv, call);
+        budget_kick(srv); /* room already (bytes left without a kick): the oldest goes */
+    }
+    return call->budget_granted;
+}
+
+bool rpc_call_has_room(const rpc_call *call) {
     if (!call->conn || call->finished)
         return false;
-    size_t queued = rpc_call_queued_bytes(call);
-    const rpc_server *srv = call->conn->srv;
-    if (queued > 0 && rpc_queued_response_bytes() >= srv->limits.queued_response_bytes_max)
-        return false;
-    return queued < srv->opts.send_queue_bytes_max;
+    return rpc_call_queued_bytes(call) < call->conn->srv->opts.send_queue_bytes_max;
+}
+
+bool rpc_call_writable(rpc_call *call) {
+    return rpc_call_has_room(call) && budget_allows(call);
+}
+
+bool rpc_call_over_budget(const rpc_call *call) {
+    rpc_limits l;
+    if (call->conn)
+        return budget_over(call->conn->srv);
+    rpc_limits_get(&l);
+    return rpc_queued_response_bytes() >= l.queued_response_bytes_max;
+}
+
+void rpc_call_hold(rpc_call *call, size_t n) {
+    call->held += n;
+    rpc_queued_add(n);
+}
+
+void rpc_call_unhold(rpc_call *call, size_t n) {
+    ST_ASSERT(n <= call->held);
+    call->held -= n;
+    rpc_queued_sub(n);
+    if (call->conn)
+        budget_kick(call->conn->srv);
 }
 
 void rpc_call_set_cancel_cb(rpc_call *call, void (*on_cancel)(rpc_call *, void *), void *arg) {
@@ -248,6 +351,12 @@ static void call_notify_cb(evutil_socket_t fd, short what, void *arg) {
         return;
     rpc_call_ref(call);
     call->on_writable(call, call->on_writable_arg);
+    h2_conn *conn = call->conn;
+    if (conn && conn->srv->budget_woken == call) { /* its turn is over: the next waiter's */
+        call->budget_granted = false;
+        conn->srv->budget_woken = NULL;
+        budget_kick(conn->srv);
+    }
     rpc_call_unref(call);
 }
 
@@ -256,7 +365,8 @@ void rpc_call_set_writable_cb(rpc_call *call, void (*on_writable)(rpc_call *, vo
     call->on_writable_arg = arg;
     if (call->conn && !call->notify_ev)
         call->notify_ev = event_new(call->conn->srv->base, -1, 0, call_notify_cb, call);
-    /* Room already: say so from the loop, so a producer that registers late is not stranded. */
+    /* Room already: say so from the loop, so a producer that registers late is not stranded
+     * (without room from the budget, the call joins its waiters here). */
     if (call->notify_ev && rpc_call_writable(call))
         event_active(call->notify_ev, EV_TIMEOUT, 0);
 }
@@ -299,6 +409,7 @@ static void call_out_consumed(h2_conn *conn, rpc_call *call, size_t n) {
         call->was_full = false;
         event_active(call->notify_ev, EV_TIMEOUT, 0);
     }
+    budget_kick(conn->srv);
 }
 
 /* DATA frames are NO_COPY: nghttp2 only sizes them here and send_data_cb writes the frame header
@@ -385,6 +496,7 @@ static void call_finish_internal(rpc_call *call, st_code code, const char *msg) 
     h2_conn *conn = call->conn;
     if (!conn)
         return;
+    budget_forget(conn->srv, call);
     int rv = call->headers_sent ? nghttp2_session_resume_data(conn->session, call->stream_id)
                                 : submit_trailers_only(conn, call);
     (void)rv; /* resume fails harmlessly when the provider is not deferred */
@@ -420,6 +532,7 @@ static st_code call_queued(rpc_call *call, size_t n) {
     rpc_server *srv = conn->srv;
     uint64_t now = STAT_ADD(srv, queued_bytes, n) + n;
     rpc_queued_add(n);
+    call->budget_granted = false; /* a woken waiter queues one message */
     uint64_t peak = __atomic_load_n(&srv->stats.queued_bytes_peak, __ATOMIC_RELAXED);
     if (now > peak)
         __atomic_store_n(&srv->stats.queued_bytes_peak, now, __ATOMIC_RELAXED);

@@ -80,6 +80,11 @@ struct rpc_server {
     struct event *accept_ev;
     uint32_t accept_backoff_ms;
     bool accept_paused;
+    /* Calls waiting for the queued-response budget (rpc_call_writable), oldest first, and the
+     * one woken to produce next (NULL: none pending). One at a time, so the budget is passed by
+     * at most one message and waiters resume in the order they started waiting. */
+    rpc_call *waiters_head, *waiters_tail;
+    rpc_call *budget_woken;
 };
 
 struct h2_conn {
@@ -150,6 +155,10 @@ struct rpc_call {
     void (*on_writable)(rpc_call *, void *);
     void *on_writable_arg;
     struct event *notify_ev;
+    size_t held; /* bytes the handler holds for the call outside its queue (rpc_call_hold) */
+    bool budget_waiting; /* in srv's waiter list */
+    bool budget_granted; /* woken from it: may queue one message whatever the budget */
+    rpc_call *wait_prev, *wait_next;
     rpc_call *prev, *next;
     char code_text[12], http_text[12]; /* grpc-status and :status values of the final HEADERS */
     /* Not zeroed by call_new (only [0, hdrs_len) and [0, hdr_text_used) are ever read): */

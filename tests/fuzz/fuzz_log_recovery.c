@@ -1,6 +1,7 @@
 /* fuzz_log_recovery: commit-log recovery on arbitrary segment bytes. The input becomes one or two
  * segment files in an in-memory env (byte 0 chooses whether each gets a valid header, so mutated
- * inputs reach the record parser, whether there is a second segment and its first lsn; bytes 1-2
+ * inputs reach the record parser, whether there is a second segment and its first lsn, and
+ * whether the first one is a version 4 segment whose checkpoint claims lsn byte 1; bytes 1-2
  * where the input is split); the log is opened and replayed. Properties: no crash, leak or
  * out-of-bounds read; replay ends in ST_OK or ST_DATA_LOSS; after an OK replay the lsns are dense,
  * a cursor reads exactly the replayed records, an append lands right after them, and a second open
@@ -16,7 +17,9 @@
 #include "log.h"
 
 #define FUZZ_DIR "/log"
-#define FUZZ_SEG_HDR_BYTES 24 /* docs/formats/log.md */
+#define FUZZ_SEG_HDR_BYTES 24    /* docs/formats/log.md */
+#define FUZZ_SEG_PAGE_BYTES 4096 /* version 4: records after the header page */
+#define FUZZ_CKPT_OFF 512        /* version 4: checkpoint slot 0 */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -38,13 +41,31 @@ static st_code count_fn(const sto_log_record *rec, void *arg) {
     return ST_OK;
 }
 
-static void write_segment(st_env *env, uint64_t first_lsn, bool header, const uint8_t *data,
-                          size_t len) {
+/* A version 4 header page whose checkpoint says records up to ckpt are durable. */
+static void write_v4_page(st_wfile *f, st_env *env, uint64_t first_lsn, uint64_t ckpt) {
+    static uint8_t page[FUZZ_SEG_PAGE_BYTES];
+    memset(page, 0, sizeof page);
+    st_put_fixed32(page, 0x474c5453u);
+    st_put_fixed32(page + 4, 4);
+    st_put_fixed64(page + 8, first_lsn);
+    st_put_fixed32(page + 20, st_crc_mask(st_crc32c(0, page, 20)));
+    uint8_t *s = page + FUZZ_CKPT_OFF;
+    st_put_fixed64(s + 8, first_lsn);
+    st_put_fixed64(s + 16, ckpt);
+    st_put_fixed32(s, st_crc_mask(st_crc32c(0, s + 4, 20)));
+    ST_ASSERT(env->ops->append(f, page, sizeof page, NULL) == ST_OK);
+}
+
+/* ckpt > 0: a version 4 segment whose checkpoint claims ckpt; else a version 2 header or none. */
+static void write_segment(st_env *env, uint64_t first_lsn, bool header, uint64_t ckpt,
+                          const uint8_t *data, size_t len) {
     char path[64];
     snprintf(path, sizeof path, FUZZ_DIR "/%020llu.log", (unsigned long long)first_lsn);
     st_wfile *f;
     ST_ASSERT(env->ops->wopen(env, path, &f, NULL) == ST_OK);
-    if (header) {
+    if (header && ckpt > 0) {
+        write_v4_page(f, env, first_lsn, ckpt);
+    } else if (header) {
         uint8_t h[FUZZ_SEG_HDR_BYTES];
         st_put_fixed32(h, 0x474c5453u);
         st_put_fixed32(h + 4, 2); /* format version */
@@ -131,9 +152,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     st_env *env = st_env_mem_new();
     ST_ASSERT(env && env->ops->mkdirs(env, FUZZ_DIR, NULL) == ST_OK);
     size_t cut = (flags & 2) && split < size ? split : size;
-    write_segment(env, 1, flags & 1, data, cut);
+    uint64_t ckpt = flags & 8 ? 1 + (split & 0xff) : 0;
+    write_segment(env, 1, flags & 1, ckpt, data, cut);
     if (flags & 2)
-        write_segment(env, 2 + (flags >> 4), flags & 4, data + cut, size - cut);
+        write_segment(env, 2 + (flags >> 4), flags & 4, 0, data + cut, size - cut);
 
     sto_log *log = open_log(env);
     replay_count c = {0};

@@ -222,6 +222,8 @@ typedef struct stream {
     st_buf req;
     int stop_after_recs;       /* cancel once this many records came (0: never) */
     int stop_after_heartbeats; /* cancel once this many heartbeats came (0: never) */
+    const char *stop_on_row;   /* cancel once a record of this row came (NULL: never) */
+    int seen_stop_row;         /* atomic */
     int stop;                  /* atomic: cancel at the next message */
     /* what came */
     rec recs[RECS_MAX];
@@ -398,6 +400,8 @@ static void on_data(stream *s, const cs_data *d) {
     snprintf(r->token, sizeof r->token, "%s", d->token);
     r->wm_us = ts_us(d->estimated_low_watermark);
     __atomic_store_n(&s->n_recs, n + 1, __ATOMIC_RELEASE);
+    if (s->stop_on_row && st_slice_eq(st_buf_slice(&r->row), st_slice_cstr(s->stop_on_row)))
+        __atomic_store_n(&s->seen_stop_row, 1, __ATOMIC_RELEASE);
 }
 
 static void part_from_pb(part *p, const Google__Bigtable__V2__StreamPartition *pb) {
@@ -451,7 +455,7 @@ static void on_msg(rpc_ccall *call, st_slice msg, void *arg) {
                GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_CLOSE_STREAM)
         on_close(s, r->close_stream);
     google__bigtable__v2__read_change_stream_response__free_unpacked(r, NULL);
-    if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE) ||
+    if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE) || s->seen_stop_row ||
         (s->stop_after_recs && s->n_recs >= s->stop_after_recs) ||
         (s->stop_after_heartbeats && s->heartbeats >= s->stop_after_heartbeats))
         rpc_ccall_cancel(call);
@@ -1050,6 +1054,44 @@ static void read_and_resume(const char *what, int64_t t0, int64_t t_end, bool wa
     stream_free(s);
 }
 
+/* A token whose time is past what the node has resolved (another node's clock ahead): a scan
+ * token's scan part is not trusted (the node scans again from W up to what it has resolved:
+ * records come again, at least once), a live token starts at the resolved stamp; either way a
+ * write made after the stream began comes (it would not if the stream trusted the token's time:
+ * its stamp is below it). */
+static void test_token_ahead(const char *what, const char *token, const char *row) {
+    token_arg tk = {&g_whole, token};
+    req_opts o = {.table = "t", .p = &g_whole, .tokens = &tk, .n_tokens = 1, .hb_ms = 100};
+    stream *s = stream_new(&o);
+    s->stop_on_row = row;
+    pthread_t th;
+    pthread_create(&th, NULL, stream_thread, s);
+    bool up = wait_count(s, &s->heartbeats, 1); /* caught up with what the node has */
+    bt_muts m;
+    bt_muts_init(&m);
+    bt_muts_set(&m, "cf", S("q"), 5000, S("after"));
+    mutate("t", row, &m);
+    bt_muts_deinit(&m);
+    bool got = wait_count(s, &s->seen_stop_row, 1);
+    if (!got)
+        __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    bool ok = up && got && s->violations == 0;
+    printf("%-58s %s\n", what, ok ? "ok" : "WRONG");
+    CHECK(ok, "%s: heartbeat %d, %s %d, %d records, ended %s \"%s\"", what, up, row, got, s->n_recs,
+          st_code_name(s->code), s->msg);
+    stream_free(s);
+}
+
+static void test_tokens_ahead(int64_t t0) {
+    char token[128];
+    int64_t ahead = now_us() + (int64_t)3600 * 1000000;
+    snprintf(token, sizeof token, "1.%" PRId64 ".%" PRId64 ".7239", t0 - 1, ahead); /* "r9" */
+    test_token_ahead("scan token ahead of the node's clock", token, "zz");
+    snprintf(token, sizeof token, "1.%" PRId64, ahead);
+    test_token_ahead("live token ahead of the node's clock", token, "zz2");
+}
+
 /* The node stops while a stream waits: it exits cleanly (no leak) and the stream ends. */
 static void stop_with_open_stream(void) {
     req_opts o = {.table = "t", .p = &g_whole, .hb_ms = 100};
@@ -1103,6 +1145,7 @@ int main(int argc, char **argv) {
     stop_with_open_stream();
     node_start();
     read_and_resume("after restart (catch-up scan)", t0, t_end, true);
+    test_tokens_ahead(t0);
     stop_with_open_stream();
     for (size_t i = 0; i < g_n_exp; i++)
         st_buf_free(&g_exp[i].text);

@@ -646,11 +646,13 @@ static void expect_change(const char *what, const char *id, const char *profile,
     snprintf(want, sizeof want, "%s,", row);
     st_code rc = ST_OK;
     bool seen = false;
-    for (int i = 0; i < E2E_TRIES_MAX && !seen && rc == ST_OK; i++) {
+    int tries = 0;
+    for (; tries < E2E_TRIES_MAX && !seen && rc == ST_OK; tries++) {
         rc = read_until(id, profile, s, e, start_us, st_wall_us() + E2E_WINDOW_US, NULL, &p, &st);
         seen = strstr(p.rows, want) != NULL;
     }
-    printf("%-62s %-20s %s\n", what, st_code_name(rc), seen ? "ok" : "WRONG");
+    printf("%-62s %-20s %s (%d read(s) of %d ms)\n", what, st_code_name(rc), seen ? "ok" : "WRONG",
+           tries, E2E_WINDOW_US / 1000);
     CHECK(seen && rc == ST_OK && p.close_code <= 0, "%s: %s \"%s\", rows \"%s\", close %d", what,
           st_code_name(rc), st.msg, p.rows, p.close_code);
 }
@@ -678,8 +680,11 @@ static void end_to_end_cases(void) {
     static const char *const ret_paths[] = {"change_stream_config.retention_period", NULL};
     expect_code("CreateTable cs3 (streams off)", create_table("cs3", 0, false, NULL, &st), &st,
                 ST_OK, NULL);
+    long long t0 = ci_now_ms();
     expect_code("UpdateTable cs3 retention 1d (on)",
                 update_table("cs3", ret_paths, DAY_S, false, NULL, &st), &st, ST_OK, NULL);
+    printf("  (UpdateTable answered after %lld ms: every node of both clusters took it)\n",
+           ci_now_ms() - t0);
     int64_t on = st_wall_us();
     write_row("cs3", "x1");
     expect_change("ReadChangeStream of cs3 on east after UpdateTable", "cs3", "", "", "", on, "x1");

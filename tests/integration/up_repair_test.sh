@@ -5,7 +5,9 @@
 # `strata down --dir REL --purge` deletes every node's data (none "kept ... outside"). On a partly
 # running instance (a node killed with SIGKILL, the router stopped), `strata up` starts exactly
 # the missing processes, router included, and leaves the others' pids alone; `strata restart
-# east-0` replaces that one process. Every binary answers --version.
+# east-0` replaces that one process. Every binary answers --version. What `strata up` creates
+# in the instance directory is owner-only (files 0600, directories 0700), and an instance made
+# with wider modes is narrowed by the next `strata up`.
 # Usage: up_repair_test.sh PATH/TO/strata PATH/TO/strata-node PATH/TO/strata-router
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -41,6 +43,20 @@ grep -q "^node = 127.0.0.1:[0-9]* $ABS/east-0\$" "$ABS/topology" ||
   fail "the topology does not record absolute data directories: $(grep '^node' "$ABS/topology")"
 (cd / && "$STRATA" status --dir "$ABS" >/dev/null) || fail "status by absolute path from / is not healthy"
 
+echo "== owner-only modes"
+# modes_check DIRS... -- FILES...: each dir is 700 and each file 600
+modes_check() {
+  local want=700 f
+  for f in "$@"; do
+    [ "$f" = -- ] && { want=600; continue; }
+    [ "$(stat -c %a "$f")" = "$want" ] || fail "$f is mode $(stat -c %a "$f"), not $want"
+  done
+}
+modes_check "$ABS" "$ABS/logs" "$ABS/run" -- "$ABS/topology" "$ABS"/logs/*.log "$ABS"/run/*.pid
+# As an older strata left them: the next up narrows what it opens again.
+chmod 755 "$ABS" "$ABS/logs" "$ABS/run"
+chmod 644 "$ABS/topology" "$ABS/logs/east-1.log" "$ABS/logs/router.log"
+
 echo "== partly running: east-1 killed, router stopped; strata up starts just those"
 E0=$(cat "$ABS/run/east-0.pid")
 kill -9 "$(cat "$ABS/run/east-1.pid")"
@@ -58,6 +74,7 @@ echo "$OUT" | grep -Eq "^  router .* ready" || fail "router not started"
 echo "$OUT" | grep -Eq "^  east-0 " && fail "east-0 was started again though it ran"
 [ "$(cat "$ABS/run/east-0.pid")" = "$E0" ] || fail "east-0's pid changed"
 "$STRATA" status --dir rel/inst >/dev/null || fail "not healthy after the repair"
+modes_check "$ABS" "$ABS/logs" "$ABS/run" -- "$ABS/topology" "$ABS/logs/east-1.log" "$ABS/logs/router.log"
 AGAIN=$("$STRATA" up --dir rel/inst --port "$PORT") || fail "third up failed"
 echo "$AGAIN" | grep -q "Already running" || fail "a whole instance is not 'Already running'"
 

@@ -56,6 +56,11 @@ typedef struct st_env_ops {
      * from there (the log reuses a preallocated segment after its last record). ST_NOT_FOUND
      * when it does not exist. */
     st_code (*wopen_at)(st_env *env, const char *path, uint64_t off, st_wfile **out, st_err *err);
+    /* Optional, NULL when the env has no such thing (added for the commit log's checkpoints).
+     * Writes len bytes at byte off of a file opened by wopen or wopen_at, without moving the
+     * position appends write at; the next sync makes them durable with the appends. Not for
+     * files opened by wopen_append (ST_FAILED_PRECONDITION). */
+    st_code (*pwrite)(st_wfile *f, uint64_t off, const void *data, size_t len, st_err *err);
     /* Optional, NULL when the env cannot lock. Takes an exclusive lock on path (created when
      * absent) and holds it until unlock: another lock of the same path, from another process or
      * from this one, fails with ST_FAILED_PRECONDITION and *holder_pid set to the holder's

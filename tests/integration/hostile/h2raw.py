@@ -101,21 +101,21 @@ class Conn:
         return t, fl, sid, p
     def wait_end(self, sid, limit=30):
         """Collect frames until stream sid ends; returns (data bytes, list of header blocks raw, reason)."""
-        end = time.time() + limit; data = b''; hdrs = []
+        end = time.time() + limit; data = bytearray(); hdrs = []  # += on bytes is quadratic
         self.s.settimeout(limit)
         while time.time() < end:
             try: t, fl, s, p = self.read_frame()
-            except socket.timeout: return data, hdrs, 'timeout'
-            except (EOFError, ConnectionResetError) as e: return data, hdrs, 'eof:' + str(e)
-            if t == GOAWAY: return data, hdrs, 'goaway:' + p[8:].decode('latin1') + ' code=%d' % struct.unpack('>I', p[4:8])[0]
+            except socket.timeout: return bytes(data), hdrs, 'timeout'
+            except (EOFError, ConnectionResetError) as e: return bytes(data), hdrs, 'eof:' + str(e)
+            if t == GOAWAY: return bytes(data), hdrs, 'goaway:' + p[8:].decode('latin1') + ' code=%d' % struct.unpack('>I', p[4:8])[0]
             if s != sid: continue
             if t == DATA:
                 data += p
                 if p: self.s.sendall(frame(WINUP, 0, 0, struct.pack('>I', len(p))) + frame(WINUP, 0, sid, struct.pack('>I', len(p))))
             if t == HEADERS: hdrs.append(p)
-            if t == RST: return data, hdrs, 'rst:%d' % struct.unpack('>I', p)[0]
-            if fl & 1: return data, hdrs, 'end'
-        return data, hdrs, 'timeout'
+            if t == RST: return bytes(data), hdrs, 'rst:%d' % struct.unpack('>I', p)[0]
+            if fl & 1: return bytes(data), hdrs, 'end'
+        return bytes(data), hdrs, 'timeout'
 
 def status_of(hdrs):
     """Crude: find grpc-status / grpc-message literal strings in raw header blocks (works when

@@ -6,10 +6,15 @@
   hold.py check PORT TABLE ROWS BYTES          exit 0 if a scan returns every row write wrote
   hold.py rmw-storm PORT TABLE ROW THREADS PID  THREADS clients increment ROW; kill -9 PID midway
   hold.py rmw-after PORT TABLE ROW OTHER       once OTHER is served again, exit 0 if ROW is too
+  hold.py rmw-down PORT TABLE ROW N            N increments of ROW, 0.1 s apart, while its node is
+      down (each fails; some meet the router's redials of the node, whose connects fail)
   hold.py readers PORT TABLE CONNS STREAMS PIDS LIMIT_MB
       opens CONNS connections x STREAMS ReadRows of the whole TABLE and never reads an answer
   hold.py metadata PORT CONNS STREAMS PIDS LIMIT_MB
       opens CONNS connections x STREAMS requests, each with ~60 KiB of metadata and no message
+  hold.py stall-then-read PORT TABLE CONNS STREAMS PIDS LIMIT_MB ROWS BYTES
+      readers, then a scan from another connection must return every row (written by write)
+      while they stall, then the readers read: every stream must end with every row
   hold.py timed PORT TABLE PROFILE N MAX_MS   N ReadRows one after another; exit 1 if one took
       longer than MAX_MS
 Both hold modes then sample the VmRSS of every pid in PIDS (comma-separated) every 0.5 s until it
@@ -102,6 +107,59 @@ def hold(port, conns_n, streams, table, pids, limit):
     return watch(conns, pids, limit)
 
 
+def drain(conns, rows, size):
+    """Opens every held stream's window wide and reads them to their end: exit 0 when each
+    stream ended, brought at least ROWS x SIZE bytes and every row key r000000.. exactly once
+    (the values are random: a key shows up in them with odds of 2^-56), 1 otherwise."""
+    import re, struct
+    from h2raw import frame, DATA, WINUP, RST, GOAWAY
+    want, bad, key = rows * size, 0, re.compile(rb'r\d{6}')
+    expect = {('r%06d' % i).encode(): 1 for i in range(rows)}
+    for c in conns:
+        got, ended, keys, tail = {}, set(), {}, {}
+        sids = list(range(1, c.next, 2))
+        c.s.sendall(b''.join(frame(WINUP, 0, sid, struct.pack('>I', 1 << 30)) for sid in sids))
+        c.s.settimeout(60)
+        while len(ended) < len(sids):
+            try: t, fl, sid, p = c.read_frame()
+            except (OSError, EOFError) as e:
+                print('connection failed while draining: %r' % e); return 1
+            if t == GOAWAY: print('GOAWAY while draining'); return 1
+            if t == DATA:
+                got[sid] = got.get(sid, 0) + len(p)
+                seen = tail.get(sid, b'') + p  # a key cut across two frames is whole here
+                for k in key.findall(seen):
+                    keys.setdefault(sid, {})[k] = keys.get(sid, {}).get(k, 0) + 1
+                tail[sid] = seen[-6:]  # shorter than a key: no key is counted twice
+                if p: c.s.sendall(frame(WINUP, 0, 0, struct.pack('>I', len(p))))
+            if t == RST or (fl & 1 and t in (DATA, 1)): ended.add(sid)
+        short = [s for s in sids if got.get(s, 0) < want or keys.get(s) != expect]
+        bad += len(short)
+        if short:
+            k = keys.get(short[0], {})
+            print('%d streams ended short or with rows missing or repeated, e.g. stream %d: %d bytes, '
+                  'rows %s' % (len(short), short[0], got.get(short[0], 0),
+                               {x.decode(): n for x, n in sorted(k.items()) if expect.get(x) != n} or 'none'))
+    print('drained %d connections: %d streams short, or with a row missing or repeated' % (len(conns), bad))
+    return 0 if bad == 0 else 1
+
+
+def stall_then_read(port, conns_n, streams, table, pids, limit, rows, size):
+    """readers, then: a scan from another connection must return every row while the readers
+    stall; then the readers read and every stream must end with every row."""
+    conns = []
+    for _ in range(conns_n):
+        c = Conn(port)
+        for _ in range(streams):
+            sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')
+            c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table)))
+        conns.append(c)
+    if watch(conns, pids, limit) != 0: return 1
+    if check(port, table, rows, size) != 0:
+        print('a scan from another connection failed while the readers stall'); return 1
+    return drain(conns, rows, size)
+
+
 def timed_reads(port, table, profile, n):
     """n ReadRows of TABLE with app profile PROFILE, one after another: prints each one's ms."""
     worst = 0
@@ -130,8 +188,8 @@ def rmw_once(c, table, row):
 
 
 def rmw_storm(port, table, row, threads, pid):
-    """THREADS clients increment the same counter; after 200 answers the node PID is killed -9;
-    returns when every client has seen a failure."""
+    """THREADS clients increment the same counter; after 200 answers the node PID is frozen, then
+    killed -9 0.3 s later; returns when every client has seen a failure."""
     import signal, threading
     state = {'ok': 0, 'failed': set(), 'stop': False}
     def client(k):
@@ -149,6 +207,11 @@ def rmw_storm(port, table, row, threads, pid):
     for _ in range(600):
         if state['ok'] >= 200: break
         time.sleep(0.1)
+    # Frozen first, so every client's call is out on the node's connection when it dies: one
+    # drop under 16 identical calls (a kill between two calls would leave one call alone in the
+    # drop, which the guard is meant to suspect).
+    os.kill(int(pid), signal.SIGSTOP)
+    time.sleep(0.3)
     os.kill(int(pid), signal.SIGKILL)
     for _ in range(300):
         if len(state['failed']) == threads: break
@@ -173,14 +236,29 @@ def rmw_after(port, table, row, other):
     return 0 if ok else 1
 
 
+def rmw_down(port, table, row, n):
+    failed = 0
+    for _ in range(n):
+        try:
+            failed += not rmw_once(Conn(port), table, row)
+        except OSError:
+            failed += 1
+        time.sleep(0.1)
+    print('%d of %d increments failed while the node was down' % (failed, n))
+    return 0
+
+
 def main(a):
     if a[0] == 'rmw-storm': return rmw_storm(int(a[1]), a[2], a[3], int(a[4]), a[5])
+    if a[0] == 'rmw-down': return rmw_down(int(a[1]), a[2], a[3], int(a[4]))
     if a[0] == 'rmw-after': return rmw_after(int(a[1]), a[2], a[3], a[4])
     if a[0] == 'create': return create(int(a[1]), a[2])
     if a[0] == 'check': return check(int(a[1]), a[2], int(a[3]), int(a[4]))
     if a[0] == 'timed': return 1 if timed_reads(int(a[1]), a[2], a[3], int(a[4])) > int(a[5]) else 0
     if a[0] == 'write': return write(int(a[1]), a[2], int(a[3]), int(a[4]))
     if a[0] == 'readers': return hold(int(a[1]), int(a[3]), int(a[4]), a[2], a[5].split(','), int(a[6]))
+    if a[0] == 'stall-then-read':
+        return stall_then_read(int(a[1]), int(a[3]), int(a[4]), a[2], a[5].split(','), int(a[6]), int(a[7]), int(a[8]))
     if a[0] == 'metadata': return hold(int(a[1]), int(a[2]), int(a[3]), None, a[4].split(','), int(a[5]))
     print(__doc__); return 2
 

@@ -14,6 +14,8 @@
  * - a compaction that drops cells by a GC rule leads to a GC record (STO_ROW_GC, one
  *   DeleteFromColumn [ts, ts+1) per cell);
  * - a replicated row keeps only this node's record (its origin's record cell is removed);
+ * - the ring keeps the newest records within its size, answers MISS for evicted ones and never
+ *   keeps a record larger than itself;
  * - the resolved stamp stays below a write in flight and passes it once durable, and the ring
  *   holds the record then (and answers MISS for stamps before the node started);
  * - a tablet move copies the history to the target without making new records, and records the
@@ -63,6 +65,8 @@ typedef struct node_env {
 
 static struct event_base *g_base;
 static node_env S, A, B; /* S standalone; A, B cluster members 1 and 2 */
+static node_env R;       /* standalone, with a 4 KiB ring */
+#define SMALL_RING_BYTES 4096
 
 /* ---- RPC helpers ---- */
 
@@ -705,6 +709,72 @@ static void test_cs_replicated_rows(void **state) {
     assert_string_equal(r[0].fams[0], "f");
 }
 
+/* ---- ring eviction (node R, 4 KiB ring) ---- */
+
+typedef struct ring_probe {
+    int64_t after, upto;
+    node_cs_ring_rc rc;
+    char rows[32][8];
+    size_t n;
+} ring_probe;
+
+static bool ring_collect(const node_cs_rec *cr, void *arg) {
+    ring_probe *p = arg;
+    if (p->n < 32)
+        snprintf(p->rows[p->n++], sizeof p->rows[0], "%.*s", (int)cr->row.len,
+                 (const char *)cr->row.data);
+    return true;
+}
+
+static void ring_scan_job(loop_job *j) {
+    ring_probe *p = j->arg;
+    p->upto = node_cs_resolved(R.node);
+    p->rc = node_cs_ring_scan(R.node, TBL("ring"), st_slice_make("", 0), st_slice_make("", 0),
+                              p->after, p->upto, ring_collect, p);
+    job_finish(j);
+}
+
+static ring_probe ring_scan(int64_t after) {
+    ring_probe p = {.after = after};
+    on_loop(ring_scan_job, &p);
+    return p;
+}
+
+static void test_cs_ring_eviction(void **state) {
+    (void)state;
+    static const char *const F[] = {"f", NULL};
+    create_table(&R, "ring", F, 0, DAY_S);
+    char value[501];
+    memset(value, 'v', 500);
+    value[500] = 0;
+    for (int i = 0; i < 20; i++) { /* about 3 laps of the ring */
+        char key[8];
+        snprintf(key, sizeof key, "w%02d", i);
+        assert_int_equal(put(&R, TBL("ring"), key, "f", "a", value, 1000), ST_OK);
+    }
+    rec r[RECS_MAX];
+    assert_int_equal(records(&R, TBL("ring"), "w", r), 20);
+    /* The newest records are in the ring, in order; older ones were evicted. */
+    ring_probe p = ring_scan(r[16].stamp);
+    assert_int_equal(p.rc, NODE_CS_RING_OK);
+    assert_int_equal(p.n, 3);
+    assert_string_equal(p.rows[0], "w17");
+    assert_string_equal(p.rows[2], "w19");
+    assert_int_equal(ring_scan(r[2].stamp).rc, NODE_CS_RING_MISS);
+    /* A record larger than the ring is never kept: readers from before it go to storage. */
+    char big[SMALL_RING_BYTES + 100];
+    memset(big, 'b', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    assert_int_equal(put(&R, TBL("ring"), "x0", "f", "a", big, 1000), ST_OK);
+    assert_int_equal(put(&R, TBL("ring"), "x1", "f", "a", "small", 1000), ST_OK);
+    assert_int_equal(records(&R, TBL("ring"), "x", r), 2);
+    assert_int_equal(ring_scan(r[0].stamp - 1).rc, NODE_CS_RING_MISS);
+    p = ring_scan(r[0].stamp);
+    assert_int_equal(p.rc, NODE_CS_RING_OK);
+    assert_int_equal(p.n, 1);
+    assert_string_equal(p.rows[0], "x1");
+}
+
 /* ---- moves ---- */
 
 static uint64_t create_tablet(const node_env *e, const char *table) {
@@ -795,6 +865,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_cs_gc_records),
         cmocka_unit_test(test_cs_resolved_and_ring),
         cmocka_unit_test(test_cs_replicated_rows),
+        cmocka_unit_test(test_cs_ring_eviction),
         cmocka_unit_test(test_cs_move),
         cmocka_unit_test(test_cs_survives_kill),
     };
@@ -883,6 +954,8 @@ int main(void) {
     open_node(&S, "cs_s", 0);
     open_node(&A, "cs_a", 1);
     open_node(&B, "cs_b", 2);
+    open_node(&R, "cs_r", 0);
+    node_cs_set_ring_bytes(R.node, SMALL_RING_BYTES); /* no record yet: main thread is fine */
     pthread_t th;
     pthread_create(&th, NULL, client_main, NULL);
     event_base_loop(g_base, EVLOOP_NO_EXIT_ON_EMPTY);
@@ -891,10 +964,12 @@ int main(void) {
     node_close(A.node);
     node_close(B.node);
     node_close(K.node);
+    node_close(R.node);
     event_base_free(g_base);
     tu_rmrf(S.dir);
     tu_rmrf(A.dir);
     tu_rmrf(B.dir);
     tu_rmrf(K.dir);
+    tu_rmrf(R.dir);
     return g_failures;
 }

@@ -799,6 +799,79 @@ static void test_read_rowset_and_walk_match_brute_force(void **state) {
     }
 }
 
+/* A read that lets its iterator go inside a piece rewinds the walk to the row it had not
+ * finished (node_scan_rewind): random row sets and tablets, forward and reverse, rewinding at a
+ * random row of random pieces; the rows delivered before each rewind plus those of the pieces
+ * after it are exactly the row set, each once. */
+static void test_read_walk_rewind_delivers_each_row_once(void **state) {
+    (void)state;
+    st_rng rng;
+    st_rng_seed(&rng, st_test_seed("test_read_walk_rewind_delivers_each_row_once"));
+    char keys[UNIVERSE_MAX][4];
+    size_t lens[UNIVERSE_MAX];
+    size_t nu = universe(keys, lens);
+    size_t order[UNIVERSE_MAX]; /* the universe by key */
+    for (size_t i = 0; i < nu; i++)
+        order[i] = i;
+    for (size_t i = 1; i < nu; i++)
+        for (size_t j = i;
+             j > 0 && st_slice_cmp(st_slice_make(keys[order[j - 1]], lens[order[j - 1]]),
+                                   st_slice_make(keys[order[j]], lens[order[j]])) > 0;
+             j--) {
+            size_t x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    for (int iter = 0; iter < 500; iter++) {
+        rs_fixture f;
+        rs_init(&f);
+        char store[256][4];
+        size_t used = 0;
+        size_t nk = st_rng_below(&rng, 4), nr = st_rng_below(&rng, 5);
+        for (size_t i = 0; i < nk; i++) {
+            size_t u = st_rng_below(&rng, nu);
+            f.keys[f.set.n_row_keys++] = (ProtobufCBinaryData){lens[u], (uint8_t *)keys[u]};
+        }
+        for (size_t i = 0; i < nr; i++)
+            random_range(&f, &rng, store, &used);
+        node_rowset rs;
+        st_err err;
+        assert_int_equal(node_rowset_from_pb(&f.set, &f.arena, &rs, &err), ST_OK);
+        node_tablet t[6];
+        size_t nt;
+        make_tablets(t, &nt, &rng, keys, lens, nu);
+        for (int dir = 0; dir < 2; dir++) {
+            node_scan s;
+            node_scan_init(&s, &rs, dir == 1);
+            int hits[UNIVERSE_MAX] = {0};
+            node_key_range piece;
+            size_t ti;
+            for (int guard = 0; node_scan_next(&s, t, nt, &piece, &ti) == ST_OK; guard++) {
+                assert_true(guard < 10000);
+                /* The piece's rows in scan order; the read stops at a random one (its open row). */
+                size_t in[UNIVERSE_MAX], m = 0;
+                for (size_t k = 0; k < nu; k++) {
+                    size_t u = order[dir == 0 ? k : nu - 1 - k];
+                    if (in_range(&piece, st_slice_make(keys[u], lens[u])))
+                        in[m++] = u;
+                }
+                size_t stop = m > 0 && st_rng_below(&rng, 2) ? st_rng_below(&rng, m) : m;
+                for (size_t k = 0; k < stop; k++)
+                    hits[in[k]]++;
+                if (stop < m) {
+                    st_slice open = st_slice_make(keys[in[stop]], lens[in[stop]]);
+                    assert_int_equal(node_scan_rewind(&s, open), ST_OK);
+                }
+            }
+            for (size_t u = 0; u < nu; u++)
+                assert_int_equal(hits[u], in_rowset(&rs, st_slice_make(keys[u], lens[u])));
+            node_scan_deinit(&s);
+        }
+        free_tablets(t, nt);
+        st_arena_deinit(&f.arena);
+    }
+}
+
 static void test_read_walk_splits_by_tablet(void **state) {
     (void)state;
     rs_fixture f;
@@ -1033,6 +1106,7 @@ int main(void) {
         cmocka_unit_test(test_read_rowset_keys_and_ranges_merge),
         cmocka_unit_test(test_read_rowset_range_errors),
         cmocka_unit_test(test_read_rowset_and_walk_match_brute_force),
+        cmocka_unit_test(test_read_walk_rewind_delivers_each_row_once),
         cmocka_unit_test(test_read_walk_splits_by_tablet),
         cmocka_unit_test(test_read_walk_reports_gaps),
         cmocka_unit_test(test_read_filter_pb_converts_and_evaluates),

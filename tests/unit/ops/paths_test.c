@@ -3,7 +3,7 @@
  * its spelling: relative paths are joined to the working directory, "." and empty components
  * vanish, ".." removes the component before it (never climbing above "/"), trailing slashes
  * go, and a result that does not fit is refused rather than cut. Also that ops_bin_find looks
- * only in --bin-dir when one is given.
+ * only in --bin-dir when one is given, and that ops_fopen_private creates owner-only files.
  */
 #include <limits.h>
 #include <setjmp.h>
@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -61,12 +63,32 @@ static void test_paths_bin_dir_only(void **state) {
                 ops_bin_find("/usr/bin", "node", "sh", out, sizeof out));
 }
 
+/* Files the commands create in an instance directory are owner-only whatever the umask. */
+static void test_paths_fopen_private(void **state) {
+    (void)state;
+    char dir[] = "/tmp/paths_test.XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/f", dir);
+    mode_t old = umask(0);
+    FILE *f = ops_fopen_private(path);
+    umask(old);
+    assert_non_null(f);
+    assert_true(fputs("x\n", f) >= 0);
+    assert_int_equal(fclose(f), 0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, OPS_FILE_MODE);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paths_absolute_normalises),
         cmocka_unit_test(test_paths_relative_joins_cwd),
         cmocka_unit_test(test_paths_too_long_refused),
         cmocka_unit_test(test_paths_bin_dir_only),
+        cmocka_unit_test(test_paths_fopen_private),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

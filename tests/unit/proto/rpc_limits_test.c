@@ -484,6 +484,148 @@ static void test_rpc_limits_queued_response_bytes(void **state) {
     fixture_stop(f);
 }
 
+/* ---- a client pausing one call (rpc_ccall_pause) ---- */
+
+#define PAUSE_AFTER ((size_t)1 << 20)     /* bytes received before the client pauses */
+#define RESUMED_MORE ((size_t)4 << 20)    /* bytes it must receive after resuming */
+#define CLIENT_WINDOW ((size_t)256 << 10) /* the client's stream window (rpc_ccall_pause) */
+
+typedef struct pause_ctx {
+    size_t pause_after; /* bytes received before the client pauses the call */
+    size_t got, at_pause;
+    bool paused, done;
+    st_code code;
+} pause_ctx;
+
+static void pause_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    pause_ctx *p = arg;
+    p->got += msg.len;
+    if (!p->paused && p->got >= p->pause_after) {
+        p->paused = true;
+        p->at_pause = p->got;
+        rpc_ccall_pause(call);
+    }
+}
+
+static void pause_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    (void)message;
+    pause_ctx *p = arg;
+    p->done = true;
+    p->code = code;
+}
+
+/* Turns the client's loop until pred(p) holds (bounded: a hang guard, not a deadline). */
+static bool pause_spin(struct event_base *base, pause_ctx *p, bool (*pred)(const pause_ctx *)) {
+    for (int i = 0; i < 30000 && !pred(p); i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        sleep_ms(1);
+    }
+    return pred(p);
+}
+
+static bool pause_is_paused(const pause_ctx *p) {
+    return p->paused || p->done;
+}
+static bool pause_resumed_enough(const pause_ctx *p) {
+    return p->done || p->got >= p->at_pause + CLIENT_WINDOW + RESUMED_MORE;
+}
+static bool pause_is_done(const pause_ctx *p) {
+    return p->done;
+}
+
+/* A paused call gets at most its stream window more (the server's stream stalls: no reset, the
+ * call stays open) and, resumed, streams on. The server floods 64 KiB messages for as long as
+ * the client takes them. */
+static void test_rpc_client_pause(void **state) {
+    (void)state;
+    rpc_limits l;
+    rpc_limits_default(&l);
+    fixture *f = fixture_start(&l);
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    assert_non_null(c);
+    pause_ctx p = {.pause_after = PAUSE_AFTER};
+    rpc_ccall *call =
+        rpc_client_call(c, "/t.T/Flood", ST_SLICE_LIT("x"), NULL, 0, 0, pause_msg, pause_done, &p);
+    assert_non_null(call);
+    assert_true(pause_spin(base, &p, pause_is_paused));
+    assert_false(p.done);
+    /* Until nothing more arrives: the server has used up the window it was given. */
+    size_t last = p.got;
+    for (int quiet = 0, i = 0; quiet < 300 && i < 30000 && !p.done; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        quiet = p.got == last ? quiet + 1 : 0;
+        last = p.got;
+        sleep_ms(1);
+    }
+    print_message("received %zu bytes before the pause, %zu after it\n", p.at_pause,
+                  p.got - p.at_pause);
+    assert_false(p.done);
+    assert_true(p.got - p.at_pause <= CLIENT_WINDOW + 2 * (FLOOD_MSG + 5));
+    assert_int_equal(stats_of(f).calls_cancelled, 0); /* stalled, not reset */
+    assert_int_equal(stats_of(f).calls_active, 1);
+    rpc_ccall_resume(call);
+    assert_true(pause_spin(base, &p, pause_resumed_enough));
+    assert_false(p.done);
+    rpc_ccall_cancel(call);
+    assert_true(pause_spin(base, &p, pause_is_done));
+    assert_int_equal(p.code, ST_CANCELLED);
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    assert_true(WAIT_STAT(f, calls_active, 0));
+    fixture_stop(f);
+}
+
+static bool pause_b_flowed(const pause_ctx *p) {
+    return p->done || p->got >= ((size_t)8 << 20);
+}
+
+/* One call whose client stopped reading fills the queued-response budget (256 KiB: its own queue
+ * alone passes it); another call of the same client, read as it comes, keeps streaming: past the
+ * budget a call holding nothing still queues one message at a time. The process's queued bytes
+ * stay within the stalled call's own bound plus the budget and a message or two. */
+static void test_rpc_limits_reader_served_past_budget(void **state) {
+    (void)state;
+    rpc_limits l;
+    rpc_limits_default(&l);
+    l.queued_response_bytes_max = (size_t)256 << 10;
+    fixture *f = fixture_start(&l);
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    assert_non_null(c);
+    pause_ctx a = {.pause_after = 1}, b = {.pause_after = SIZE_MAX};
+    rpc_ccall *ca =
+        rpc_client_call(c, "/t.T/Flood", ST_SLICE_LIT("x"), NULL, 0, 0, pause_msg, pause_done, &a);
+    assert_non_null(ca);
+    assert_true(pause_spin(base, &a, pause_is_paused));
+    for (int i = 0; i < 30000 && rpc_queued_response_bytes() < l.queued_response_bytes_max; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        sleep_ms(1);
+    }
+    assert_true(rpc_queued_response_bytes() >= l.queued_response_bytes_max);
+    rpc_ccall *cb =
+        rpc_client_call(c, "/t.T/Flood", ST_SLICE_LIT("x"), NULL, 0, 0, pause_msg, pause_done, &b);
+    assert_non_null(cb);
+    assert_true(pause_spin(base, &b, pause_b_flowed));
+    assert_false(a.done);
+    assert_false(b.done);
+    size_t queued = rpc_queued_response_bytes();
+    print_message("a reader got %zu bytes while the budget was full; queued=%zu\n", b.got, queued);
+    assert_true(queued <= ((size_t)1 << 20) + l.queued_response_bytes_max + 3 * (FLOOD_MSG + 5));
+    rpc_ccall_cancel(ca);
+    rpc_ccall_cancel(cb);
+    assert_true(pause_spin(base, &a, pause_is_done));
+    assert_true(pause_spin(base, &b, pause_is_done));
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    assert_true(WAIT_STAT(f, calls_active, 0));
+    assert_int_equal(rpc_queued_response_bytes(), 0);
+    fixture_stop(f);
+}
+
 /* Past the connection limit a new connection gets SETTINGS + GOAWAY and is closed; once one
  * closes, new ones are served again. */
 static void test_rpc_limits_connection_limit(void **state) {
@@ -850,6 +992,8 @@ int main(void) {
         cmocka_unit_test(test_rpc_limits_buffered_request_bytes),
         cmocka_unit_test(test_rpc_limits_metadata_bytes),
         cmocka_unit_test(test_rpc_limits_queued_response_bytes),
+        cmocka_unit_test(test_rpc_client_pause),
+        cmocka_unit_test(test_rpc_limits_reader_served_past_budget),
         cmocka_unit_test(test_rpc_limits_connection_limit),
         cmocka_unit_test(test_rpc_limits_idle_timeout),
         cmocka_unit_test(test_rpc_limits_handshake_timeout),

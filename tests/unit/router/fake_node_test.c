@@ -6,7 +6,7 @@
  *     node's HTTP/2 layer closes a connection that resets too many streams per second);
  *   - a request in flight alone when its node's connection dropped (a query of death) is not
  *     sent to the next cluster of a multi-cluster profile, and is refused for a while after, so
- *     the other cluster's node survives;
+ *     the other cluster's node survives (ReadRows, and the entries of MutateRows);
  *   - a request to a cluster none of whose nodes is reachable fails fast with UNAVAILABLE naming
  *     the cluster, and a read of a table without tablets in its cluster fails with
  *     FAILED_PRECONDITION naming both;
@@ -19,7 +19,8 @@
  *   - a connection whose peer goes silent (a proxy that starts dropping every byte, as a
  *     network partition does) is failed by the rpc client's keepalive PING with UNAVAILABLE,
  *     not left hanging until the call's deadline, and a multi-cluster read whose cluster goes
- *     silent is served by the other cluster.
+ *     silent is served by the other cluster (the router finds the link silent: calls open,
+ *     nothing received for RTR_SILENT_MS).
  * Each test starts its own nodes and router on ephemeral loopback ports.
  */
 #include <setjmp.h>
@@ -40,6 +41,7 @@
 
 #include "google/bigtable/admin/v2/instance.pb-c.h"
 #include "google/bigtable/admin/v2/table.pb-c.h"
+#include "google/rpc/status.pb-c.h"
 #include "failover.h"
 #include "router_internal.h"
 #include "strata/internal/v1/node.pb-c.h"
@@ -65,7 +67,7 @@ typedef struct fake_node {
     bool dead;
     struct event *die_ev;
     rpc_call *dying; /* the poison call, finished once the server is gone */
-    int data_reads, cancels, poison_reads;
+    int data_reads, cancels, poison_reads, data_writes;
     bool slow_status; /* GetStatus answers only after FN_SLOW_STATUS_MS (a busy node) */
     bool hold;        /* FN_HOLD reads are held until the node dies */
     int held_reads;
@@ -329,6 +331,37 @@ static void fn_read_rows(rpc_call *call, st_slice req, void *arg) {
     fn_later(n, call, 20);
 }
 
+/* MutateRows: dies on the poison row (as fn_read_rows), else every entry OK. */
+static void fn_mutate_rows(rpc_call *call, st_slice req, void *arg) {
+    fake_node *n = arg;
+    if (memmem(req.data, req.len, FN_POISON, strlen(FN_POISON))) {
+        n->poison_reads++;
+        n->dying = call;
+        event_active(n->die_ev, EV_TIMEOUT, 0);
+        return;
+    }
+    Google__Bigtable__V2__MutateRowsRequest *r =
+        google__bigtable__v2__mutate_rows_request__unpack(NULL, req.len, req.data);
+    assert_non_null(r);
+    Google__Bigtable__V2__MutateRowsResponse resp;
+    google__bigtable__v2__mutate_rows_response__init(&resp);
+    Google__Bigtable__V2__MutateRowsResponse__Entry ents[8], *ep[8];
+    Google__Rpc__Status ok;
+    google__rpc__status__init(&ok);
+    assert_true(r->n_entries <= 8);
+    for (size_t i = 0; i < r->n_entries; i++) {
+        google__bigtable__v2__mutate_rows_response__entry__init(&ents[i]);
+        ents[i].index = (int64_t)i;
+        ents[i].status = &ok;
+        ep[i] = &ents[i];
+    }
+    resp.entries = ep;
+    resp.n_entries = r->n_entries;
+    google__bigtable__v2__mutate_rows_request__free_unpacked(r, NULL);
+    n->data_writes++;
+    fn_reply(call, &resp.base);
+}
+
 /* Starts a node listening on port (0: any free one). */
 static void fn_start_on(fake_node *n, struct event_base *base, int cluster, uint16_t port) {
     memset(n, 0, sizeof *n);
@@ -345,6 +378,7 @@ static void fn_start_on(fake_node *n, struct event_base *base, int cluster, uint
     assert_int_equal(rpc_server_add_method(n->srv, RTR_NODE "CreateTablet", fn_empty, n), ST_OK);
     assert_int_equal(rpc_server_add_method(n->srv, RTR_BT "MutateRow", fn_empty, n), ST_OK);
     assert_int_equal(rpc_server_add_method(n->srv, RTR_BT "ReadRows", fn_read_rows, n), ST_OK);
+    assert_int_equal(rpc_server_add_method(n->srv, RTR_BT "MutateRows", fn_mutate_rows, n), ST_OK);
     assert_int_equal(rpc_server_listen(n->srv, "127.0.0.1", port, &n->port, &err), ST_OK);
 }
 
@@ -559,6 +593,58 @@ static void fx_read(fixture *fx, const char *table, const char *profile, const c
     fx_wait(fx, res, 1);
 }
 
+/* The first failed entry of a MutateRows answer replaces an OK call status in res. */
+static void mrs_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    read_res *res = arg;
+    Google__Bigtable__V2__MutateRowsResponse *r =
+        google__bigtable__v2__mutate_rows_response__unpack(NULL, msg.len, msg.data);
+    assert_non_null(r);
+    for (size_t i = 0; i < r->n_entries && res->code == ST_OK; i++)
+        if (r->entries[i]->status && r->entries[i]->status->code != 0) {
+            res->code = (st_code)r->entries[i]->status->code;
+            snprintf(res->msg, sizeof res->msg, "%s", r->entries[i]->status->message);
+        }
+    google__bigtable__v2__mutate_rows_response__free_unpacked(r, NULL);
+}
+
+static void mrs_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    read_res *res = arg;
+    if (res->code == ST_OK || code != ST_OK)
+        rd_done(call, code, message, arg);
+    res->done = true;
+}
+
+/* A MutateRows of one entry, row row (SetCell cf:c at an explicit timestamp), through profile. */
+static void fx_mutate_rows(fixture *fx, const char *profile, const char *row, read_res *res) {
+    Google__Bigtable__V2__Mutation__SetCell set;
+    google__bigtable__v2__mutation__set_cell__init(&set);
+    set.family_name = (char *)"cf";
+    set.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"c"};
+    set.timestamp_micros = 1000;
+    Google__Bigtable__V2__Mutation m, *mp[1] = {&m};
+    google__bigtable__v2__mutation__init(&m);
+    m.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
+    m.set_cell = &set;
+    Google__Bigtable__V2__MutateRowsRequest__Entry e, *ep[1] = {&e};
+    google__bigtable__v2__mutate_rows_request__entry__init(&e);
+    e.row_key = (ProtobufCBinaryData){strlen(row), (uint8_t *)row};
+    e.mutations = mp;
+    e.n_mutations = 1;
+    Google__Bigtable__V2__MutateRowsRequest req;
+    google__bigtable__v2__mutate_rows_request__init(&req);
+    req.table_name = (char *)FN_TABLE;
+    req.app_profile_id = (char *)profile;
+    req.entries = ep;
+    req.n_entries = 1;
+    uint8_t buf[512];
+    size_t len = google__bigtable__v2__mutate_rows_request__pack(&req, buf);
+    memset(res, 0, sizeof *res);
+    assert_non_null(rpc_client_call(fx->client, RTR_BT "MutateRows", st_slice_make(buf, len), NULL,
+                                    0, 20000, mrs_msg, mrs_done, res));
+    fx_wait(fx, res, 1);
+}
+
 /* ---- tests ---- */
 
 static void test_fake_node_rows_limit_never_resets_node_streams(void **state) {
@@ -601,6 +687,28 @@ static void test_fake_node_query_of_death_does_not_spread(void **state) {
     fx_read(&fx, FN_TABLE, "multi", "r0001", 0, &res);
     assert_int_equal(res.code, ST_OK);
     assert_true(fx.nodes[1].data_reads >= 1);
+    fx_close(&fx);
+}
+
+/* The same guard for MutateRows: the entries of a node call dropped alone go nowhere else. */
+static void test_fake_node_mutate_rows_query_of_death_does_not_spread(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, 2);
+    read_res res;
+    fx_mutate_rows(&fx, "multi", FN_POISON, &res);
+    assert_int_equal(res.code, ST_INTERNAL);
+    assert_non_null(strstr(res.msg, "query of death"));
+    assert_true(fx.nodes[0].dead);                 /* the first cluster tried died ... */
+    assert_int_equal(fx.nodes[1].poison_reads, 0); /* ... and the entry went no further */
+    fx_mutate_rows(&fx, "multi", FN_POISON, &res); /* the client retries: refused at once */
+    assert_int_equal(res.code, ST_INTERNAL);
+    assert_non_null(strstr(res.msg, "query of death"));
+    assert_int_equal(fx.nodes[1].poison_reads, 0);
+    assert_false(fx.nodes[1].dead);
+    fx_mutate_rows(&fx, "multi", "r0001", &res); /* other writes: the surviving cluster */
+    assert_int_equal(res.code, ST_OK);
+    assert_int_equal(fx.nodes[1].data_writes, 1);
     fx_close(&fx);
 }
 
@@ -713,7 +821,10 @@ static void test_fake_node_silent_cluster_moves_multi_reads(void **state) {
     fx_read(&fx, FN_TABLE, "multi", "r0002", 0, &res);
     assert_int_equal(res.code, ST_OK);
     assert_int_equal(fx.nodes[1].data_reads, 1); /* served by c2 */
-    assert_false(rtr_health_cluster_up(fx.r, 0));
+    /* Moved when c1's link went silent (0.5 s), or when its probe failed (1 s), whichever came
+     * first: either way c1 is now behind healthy clusters in multi-cluster plans. */
+    assert_false(rtr_cluster_healthy(&fx.r->clusters[0]));
+    assert_true(rtr_health_cluster_silent(fx.r, 0)); /* probes still open on the dead link */
     fx_close(&fx);
 }
 
@@ -843,6 +954,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fake_node_rows_limit_never_resets_node_streams),
         cmocka_unit_test(test_fake_node_query_of_death_does_not_spread),
+        cmocka_unit_test(test_fake_node_mutate_rows_query_of_death_does_not_spread),
         cmocka_unit_test(test_fake_node_dead_cluster_fails_fast),
         cmocka_unit_test(test_fake_node_hot_request_survives_a_crash),
         cmocka_unit_test(test_fake_node_table_without_tablets_in_cluster),

@@ -268,6 +268,61 @@ static void test_db_log_removed_refused(void **state) {
     assert_string_equal(dump(f, 1), "a cf:q@1=v\n");
 }
 
+/* Every log segment removed before anything was flushed: the manifest holds no flushed point
+ * inside the log, but it names the segment the log started with (created at open), so the open
+ * fails with ST_DATA_LOSS naming it instead of serving an empty tablet; accepting the loss
+ * opens. */
+static void test_db_log_removed_before_flush_refused(void **state) {
+    fixture *f = *state;
+    mk(f, 1, "", "");
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(tu_set(f->db, 1,
+                                i == 0   ? "a"
+                                : i == 1 ? "b"
+                                         : "c",
+                                "cf", "q", 1, "v", V(1 + (uint64_t)i)),
+                         ST_OK);
+    sto_db_close(f->db);
+    f->db = NULL;
+    rm_log_segments(f->dir);
+    st_err err;
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "00000000000000000001.log"));
+    assert_non_null(strstr(err.msg, "--accept-data-loss"));
+    f->o.accept_data_loss = true;
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+    assert_string_equal(dump(f, 1), "");
+    f->o.accept_data_loss = false;
+    reopen(f); /* the loss was recorded: the next open does not ask again */
+}
+
+/* The oldest of several unflushed segments removed: replay used to start at the oldest segment
+ * left and skip the missing records silently. */
+static void test_db_oldest_log_segment_removed_refused(void **state) {
+    fixture *f = *state;
+    f->o.memtable_bytes = 64 << 20; /* nothing flushed: every row needs the log */
+    f->o.log_segment_bytes = 64 << 10;
+    reopen(f);
+    mk(f, 1, "", "");
+    char row[32], val[1024];
+    memset(val, 'v', sizeof val - 1);
+    val[sizeof val - 1] = 0;
+    for (int i = 0; i < 300; i++) {
+        snprintf(row, sizeof row, "r%04d", i);
+        assert_int_equal(tu_set(f->db, 1, row, "cf", "q", 1, val, V(1 + (uint64_t)i)), ST_OK);
+    }
+    sto_db_close(f->db);
+    f->db = NULL;
+    assert_true(log_segment_files(f->dir) >= 3);
+    char path[700];
+    snprintf(path, sizeof path, "%s/log/%020d.log", f->dir, 1);
+    assert_int_equal(unlink(path), 0);
+    st_err err;
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "00000000000000000001.log"));
+    assert_non_null(strstr(err.msg, "segments removed"));
+}
+
 /* A fresh directory, and one reopened without writes, still open normally. */
 static void test_db_fresh_dir_opens(void **state) {
     fixture *f = *state;
@@ -829,6 +884,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_db_files_owner_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_manifest_removed_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_log_removed_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_log_removed_before_flush_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_oldest_log_segment_removed_refused, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_db_fresh_dir_opens, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -32,6 +32,7 @@
 #include "log.h"
 
 #define LOGDIR "/db/log"
+#define SEG_DATA 4096 /* records of a segment start after its header page */
 
 /* cmocka's assertions must not run off the main thread; worker threads abort with a message. */
 #define CHECK(cond)                                                                                \
@@ -206,8 +207,11 @@ static void collected_free(collected *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* No idle checkpoints: tests that damage the last group (as a crash right after it would leave
+ * it) must not find it named by a checkpoint written while they ran. */
 static sto_log *log_open_env(st_env *env, size_t segment_bytes) {
-    sto_log_options o = {.env = env, .sync = true, .segment_bytes = segment_bytes};
+    sto_log_options o = {
+        .env = env, .sync = true, .segment_bytes = segment_bytes, .checkpoint_idle_us = -1};
     sto_log *log = NULL;
     st_err err;
     st_code rc = sto_log_open(LOGDIR, &o, &log, &err);
@@ -1182,7 +1186,7 @@ static void test_log_middle_corruption_is_data_loss(void **state) {
     /* A flipped payload byte in the second segment. */
     st_env *env = env_with_segments();
     segment_path(env, 1, path);
-    flip_byte(env, path, 24 + 24 + 5); /* segment header, record header */
+    flip_byte(env, path, SEG_DATA + 24 + 5); /* segment header page, record header */
     assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_DATA_LOSS);
     assert_non_null(strstr(err.msg, "checksum"));
     assert_non_null(strstr(err.msg, "restore"));
@@ -1198,6 +1202,16 @@ static void test_log_middle_corruption_is_data_loss(void **state) {
     assert_int_equal(env->ops->remove(env, path, NULL), ST_OK);
     assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_DATA_LOSS);
     assert_non_null(strstr(err.msg, "missing"));
+    sto_log_close(log);
+    env->ops->destroy(env);
+
+    /* The newest segment removed: the one before it, now the last, ends cleanly, but its
+     * checkpoint (written when the log rolled over) names the removed one's first lsn. */
+    env = env_with_segments();
+    last_segment(env, path);
+    assert_int_equal(env->ops->remove(env, path, NULL), ST_OK);
+    assert_int_equal(log_reopen(env, 2048, 1, NULL, &log, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "checkpoint"));
     sto_log_close(log);
     env->ops->destroy(env);
 
@@ -1260,6 +1274,9 @@ static st_env *env_one_segment(uint64_t *last_group_off, char *path) {
         }
         assert_int_equal(append_ids(log, 1 + g * LT_ROWS, LT_ROWS, 300, NULL), ST_OK);
     }
+    /* A crash, not a close: a close would checkpoint the last group, whose damage the tests
+     * below then could not call a torn write. Everything was synced, so nothing is lost. */
+    st_env_mem_crash(env, false, 0);
     sto_log_close(log);
     last_segment(env, path);
     return env;
@@ -1294,9 +1311,9 @@ static void test_log_last_segment_corruption_is_data_loss(void **state) {
         st_env *env = env_one_segment(&last_off, path);
         if (round % 2) /* a zero tail after the records, as preallocation leaves it */
             append_raw(env, path, lt_zeros, sizeof lt_zeros);
-        size_t off = 24 + (size_t)st_rng_below(&rng, last_off - 24);
+        size_t off = SEG_DATA + (size_t)st_rng_below(&rng, last_off - SEG_DATA);
         if (round == 0)
-            off = 24 + 1; /* the very first record's checksum */
+            off = SEG_DATA + 1; /* the very first record's checksum */
         flip_byte(env, path, off);
         st_err err;
         sto_log *log;
@@ -1858,6 +1875,195 @@ static void test_log_restarts_reuse_segment(void **state) {
     posix_dirs_remove(root, dir);
 }
 
+/* ---- checkpoints: acknowledged records that read back as zeros ---- */
+
+#define CK_GROUPS 30
+
+/* Overwrites [off, off + len) of the file with zeros, keeping its size (a lost page). */
+static void zero_range(st_env *env, const char *path, size_t off, size_t len) {
+    st_buf b;
+    st_buf_init(&b);
+    assert_int_equal(st_env_read_all(env, path, &b, NULL), ST_OK);
+    assert_true(off + len <= b.len);
+    memset(b.data + off, 0, len);
+    st_wfile *f;
+    assert_int_equal(env->ops->wopen(env, path, &f, NULL), ST_OK);
+    assert_int_equal(env->ops->append(f, b.data, b.len, NULL), ST_OK);
+    assert_int_equal(env->ops->sync(f, NULL), ST_OK);
+    assert_int_equal(env->ops->wclose(f, NULL), ST_OK);
+    st_buf_free(&b);
+}
+
+/* CK_GROUPS groups of one row each; then a crash (crash true: no close, no checkpoint of the
+ * last group) or a close. *last_off: where the last group starts in the only segment. */
+static st_env *env_groups(bool crash, uint64_t *last_off, char *path) {
+    st_env *env = st_env_mem_new();
+    sto_log *log;
+    assert_int_equal(log_reopen(env, 0, 1, NULL, &log, NULL), ST_OK);
+    for (uint64_t g = 1; g <= CK_GROUPS; g++) {
+        if (g == CK_GROUPS) {
+            last_segment(env, path);
+            *last_off = file_len(env, path);
+        }
+        assert_int_equal(append_ids(log, g, 1, 300, NULL), ST_OK);
+    }
+    sto_log_stats st;
+    sto_log_stats_get(log, &st);
+    assert_int_equal(st.syncs, st.groups); /* checkpoints ride on the groups' own syncs */
+    if (crash)
+        st_env_mem_crash(env, false, 0);
+    sto_log_close(log);
+    last_segment(env, path);
+    return env;
+}
+
+static st_code ck_replay(st_env *env, bool accept, collected *c, sto_log **log, st_err *err) {
+    sto_log_options o = {
+        .env = env, .sync = true, .accept_data_loss = accept, .checkpoint_idle_us = -1};
+    assert_int_equal(sto_log_open(LOGDIR, &o, log, err), ST_OK);
+    return sto_log_replay(*log, 1, c ? collect_fn : NULL, c, err);
+}
+
+/* The newest segment keeps its size but its last 1 KiB of records reads back as zeros, after a
+ * crash: each group's checkpoint names the group before it, so recovery knows acknowledged
+ * records are gone: ST_DATA_LOSS naming the file and the way out. Accepting the loss keeps the
+ * records before the zeros, logs what was dropped and goes on in a new segment, and later opens
+ * are clean. A zeroed header page over records is ST_DATA_LOSS too. Zeros over the last group
+ * alone are not detected (nothing later names it): the log ends before it, as after a torn
+ * write. */
+static void test_log_zeroed_tail_is_data_loss(void **state) {
+    (void)state;
+    uint64_t last_off;
+    char path[256];
+    st_env *env = env_groups(true, &last_off, path);
+    uint64_t size = file_len(env, path);
+    zero_range(env, path, (size_t)size - 1024, 1024);
+    sto_log *log;
+    st_err err;
+    collected c = {.max_val = 300};
+    assert_int_equal(ck_replay(env, false, &c, &log, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, "checkpoint"));
+    assert_non_null(strstr(err.msg, "--accept-data-loss"));
+    sto_log_close(log);
+    collected_free(&c);
+
+    event_count ec = {.event = "reason=checkpoint"};
+    st_log_set_sink(event_sink, &ec);
+    c = (collected){.max_val = 300};
+    assert_int_equal(ck_replay(env, true, &c, &log, &err), ST_OK);
+    st_log_set_sink(quiet_sink, NULL);
+    size_t kept = c.n;
+    assert_int_equal(ec.n, 1);
+    assert_non_null(strstr(ec.last, "event=log_data_loss_accepted"));
+    assert_true(kept > 0 && kept < CK_GROUPS - 2);
+    for (size_t i = 0; i < kept; i++)
+        assert_int_equal(c.id[i], i + 1);
+    collected_free(&c);
+    sto_log_close(log);
+    assert_int_equal(replay_check_prefix(env, kept, &log), kept); /* accepted once */
+    assert_int_equal(append_ids(log, kept + 1, 1, 300, NULL), ST_OK);
+    sto_log_close(log);
+    assert_int_equal(replay_check_prefix(env, kept + 1, &log), kept + 1);
+    sto_log_close(log);
+    env->ops->destroy(env);
+
+    env = env_groups(true, &last_off, path); /* the header page, checkpoints and all */
+    zero_range(env, path, 0, SEG_DATA);
+    assert_int_equal(ck_replay(env, false, NULL, &log, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "header"));
+    sto_log_close(log);
+    env->ops->destroy(env);
+
+    env = env_groups(true, &last_off, path); /* the last group alone: a torn write's look */
+    zero_range(env, path, (size_t)last_off, (size_t)(file_len(env, path) - last_off));
+    assert_int_equal(replay_check_prefix(env, CK_GROUPS - 1, &log), CK_GROUPS - 1);
+    sto_log_close(log);
+    env->ops->destroy(env);
+}
+
+/* The last group is named by a checkpoint too once the log closes, or once it has been idle for
+ * checkpoint_idle_us (a sync of its own, counted apart from the groups'): zeros over it are then
+ * ST_DATA_LOSS as well. */
+static void test_log_checkpoint_close_and_idle(void **state) {
+    (void)state;
+    uint64_t last_off;
+    char path[256];
+    st_env *env = env_groups(false, &last_off, path);
+    zero_range(env, path, (size_t)last_off, (size_t)(file_len(env, path) - last_off));
+    sto_log *log;
+    st_err err;
+    assert_int_equal(ck_replay(env, false, NULL, &log, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "checkpoint"));
+    sto_log_close(log);
+    env->ops->destroy(env);
+
+    env = st_env_mem_new();
+    sto_log_options o = {.env = env, .sync = true, .checkpoint_idle_us = 1000};
+    assert_int_equal(sto_log_open(LOGDIR, &o, &log, &err), ST_OK);
+    assert_int_equal(sto_log_replay(log, 1, NULL, NULL, &err), ST_OK);
+    assert_int_equal(append_ids(log, 1, 1, 300, NULL), ST_OK);
+    for (uint64_t g = 2; g <= 5; g++) {
+        last_segment(env, path);
+        last_off = file_len(env, path);
+        assert_int_equal(append_ids(log, g, 1, 300, NULL), ST_OK);
+    }
+    sto_log_stats st = {0};
+    for (int i = 0; i < 100000 && st.ckpt_syncs == 0; i++) { /* poll: it comes after 1 ms */
+        usleep(1000);
+        sto_log_stats_get(log, &st);
+    }
+    assert_true(st.ckpt_syncs >= 1);
+    assert_int_equal(st.syncs, st.groups);
+    st_env_mem_crash(env, false, 0);
+    sto_log_close(log);
+    zero_range(env, path, (size_t)last_off, (size_t)(file_len(env, path) - last_off));
+    assert_int_equal(ck_replay(env, false, NULL, &log, &err), ST_DATA_LOSS);
+    sto_log_close(log);
+    env->ops->destroy(env);
+}
+
+/* A version 3 segment (records right after a 24-byte header, no checkpoints), as older nodes
+ * wrote them: replayed, appended to in place, and replayed again. */
+static void test_log_reads_version_3(void **state) {
+    (void)state;
+    st_env *env = st_env_mem_new();
+    assert_int_equal(env->ops->mkdirs(env, LOGDIR, NULL), ST_OK);
+    st_buf b;
+    st_buf_init(&b);
+    uint8_t h[24];
+    st_put_fixed32(h, 0x474c5453u);
+    st_put_fixed32(h + 4, 3);
+    st_put_fixed64(h + 8, 1);
+    st_put_fixed32(h + 16, 0);
+    st_put_fixed32(h + 20, st_crc_mask(st_crc32c(0, h, 20)));
+    assert_int_equal(st_buf_append(&b, h, sizeof h), ST_OK);
+    for (uint64_t id = 1; id <= 5; id++) {
+        trow t;
+        trow_make(&t, id, 300);
+        size_t at = b.len;
+        assert_int_equal(st_buf_append(&b, h, sizeof h), ST_OK); /* room for the header */
+        assert_int_equal(sto_row_mut_encode(&b, &t.row), ST_OK);
+        uint8_t *r = b.data + at;
+        size_t len = b.len - at - 24;
+        st_put_fixed32(r + 4, (uint32_t)len);
+        st_put_fixed64(r + 8, id);
+        st_put_fixed64(r + 16, id); /* each record its own group */
+        st_put_fixed32(r, st_crc_mask(st_crc32c(0, r + 4, 20 + len)));
+        trow_free(&t);
+    }
+    append_raw(env, LOGDIR "/00000000000000000001.log", b.data, b.len);
+    st_buf_free(&b);
+    sto_log *log;
+    assert_int_equal(replay_check_prefix(env, 5, &log), 5);
+    assert_int_equal(append_ids(log, 6, 3, 300, NULL), ST_OK);
+    sto_log_close(log);
+    assert_int_equal(replay_check_prefix(env, 8, &log), 8);
+    sto_log_close(log);
+    assert_int_equal(segment_count(env), 1);
+    env->ops->destroy(env);
+}
+
 int main(void) {
     st_log_set_sink(quiet_sink, NULL);
     const struct CMUnitTest tests[] = {
@@ -1882,6 +2088,9 @@ int main(void) {
         cmocka_unit_test(test_log_posix_preallocated_segments),
         cmocka_unit_test(test_log_crash_loop),
         cmocka_unit_test(test_log_trim_async),
+        cmocka_unit_test(test_log_zeroed_tail_is_data_loss),
+        cmocka_unit_test(test_log_checkpoint_close_and_idle),
+        cmocka_unit_test(test_log_reads_version_3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -172,6 +172,10 @@ static void test_skipping_long_runs(void **state) {
             if (row != 1 || i < 2)
                 write_row(f, 1, rk, &m, 1, V(200 + i));
         }
+        /* The lowest a user family name can start with: a seek past the system families must
+         * not skip it. */
+        sto_mut low = set_mut(ST_SLICE_LIT("\x01low"), "q", 1, "v");
+        write_row(f, 1, rk, &low, 1, V(300));
     }
     for (int pass = 0; pass < 2; pass++) {
         for (int rev = 0; rev < 2; rev++) {
@@ -184,11 +188,55 @@ static void test_skipping_long_runs(void **state) {
             for (size_t i = 0; i < f->out.len; i++)
                 sys += f->out.data[i] == '\n';
             assert_null(strstr((const char *)f->out.data, " cf:"));
-            assert_int_equal(user, 40 + 2 + 40);
+            assert_int_equal(user, 40 + 2 + 40 + 3);
             assert_int_equal(sys, 3 * 40);
         }
         flush(f, 1);
     }
+}
+
+/* Bytes of data blocks one scan of tablet 1 with these flags reads from disk, on a fresh open
+ * (empty block cache). */
+static uint64_t scan_bytes(fixture *f, unsigned flags) {
+    assert_int_equal(tu_db_reopen(f->dir, &f->o, &f->db), ST_OK);
+    sto_tablet *t;
+    assert_int_equal(sto_tablet_get(f->db, 1, &t), ST_OK);
+    sto_snapshot *s;
+    st_err err;
+    assert_int_equal(sto_snapshot_new(t, &s, &err), ST_OK);
+    sto_iter *it;
+    assert_int_equal(sto_iter_new_flags(s, NULL, false, flags, &it, &err), ST_OK);
+    sto_cell c;
+    while (sto_iter_next(it, &c, &err) == ST_OK)
+        ;
+    sto_iter_free(it);
+    uint64_t n = sto_snapshot_read_bytes(s);
+    sto_snapshot_free(s);
+    return n;
+}
+
+/* A system-only scan of rows with big user cells reads the row's first blocks, not all of them:
+ * after a few user entries it seeks to the next row. */
+static void test_system_scan_skips_user_blocks(void **state) {
+    fixture *f = *state;
+    char val[1500];
+    memset(val, 'v', sizeof val - 1);
+    val[sizeof val - 1] = 0;
+    for (int row = 0; row < 20; row++) {
+        char rk[8], q[8];
+        snprintf(rk, sizeof rk, "r%02d", row);
+        set_sys(f, 1, rk, "s", 1, V(1));
+        for (int i = 0; i < 30; i++) {
+            snprintf(q, sizeof q, "u%02d", i);
+            sto_mut m = set_mut(ST_SLICE_LIT("cf"), q, 1, val);
+            write_row(f, 1, rk, &m, 1, V(2));
+        }
+    }
+    flush(f, 1);
+    uint64_t sys = scan_bytes(f, STO_ITER_SYSTEM), user = scan_bytes(f, STO_ITER_USER);
+    assert_true(sys > 0);
+    assert_true(sys * 3 < user);
+    f->t = NULL; /* the reopen made a new tablet object */
 }
 
 static void test_row_delete_keeps_system_cells(void **state) {
@@ -295,6 +343,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_iterators_split_user_and_system, setup, teardown),
         cmocka_unit_test_setup_teardown(test_skipping_long_runs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_system_scan_skips_user_blocks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_row_delete_keeps_system_cells, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop_prefix_keeps_system_cells, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_max_age_trims_system_family, setup, teardown),

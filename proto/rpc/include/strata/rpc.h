@@ -148,10 +148,12 @@ typedef struct rpc_limits {
      * the call ends with RESOURCE_EXHAUSTED (slow clients); 0: no check. */
     uint32_t slow_request_window_ms;
     uint32_t request_bytes_per_s_min;
-    /* Response bytes queued by all calls of all servers (waiting for slow or stalled clients).
-     * Past it rpc_call_writable is false for every call that still has bytes queued, so
-     * producers waiting for room hold at most one more message each until their own queue
-     * drains. */
+    /* Response bytes queued by all calls of all servers (waiting for slow or stalled clients),
+     * with the bytes handlers hold for their calls (rpc_call_hold). Past it rpc_call_writable is
+     * false for every call that has bytes queued or held: such calls wait in their server's
+     * list and resume one message at a time, oldest first, as queued bytes leave. A call
+     * holding nothing may queue one message past it (so clients that read keep being served),
+     * which a call whose client never reads does once. */
     size_t queued_response_bytes_max;
 } rpc_limits;
 
@@ -218,8 +220,21 @@ st_code rpc_call_send(rpc_call *call, st_slice msg);
  * On any error msg is untouched. Errors: those of rpc_call_send, and INVALID_ARGUMENT when msg is
  * shorter than the headroom. */
 st_code rpc_call_send_buf(rpc_call *call, st_buf *msg);
-/* True while the queued response bytes are below send_queue_bytes_max. */
-bool rpc_call_writable(const rpc_call *call);
+/* True while the call may queue a message: its queued response bytes are below
+ * send_queue_bytes_max and the process's queued-response budget allows it (rpc_limits,
+ * queued_response_bytes_max). A call refused by the budget while it has a writable callback
+ * joins the budget's waiters: the callback comes when its turn does. */
+bool rpc_call_writable(rpc_call *call);
+/* True while the call's own queue is below send_queue_bytes_max, whatever the budget says (a
+ * proxy moving bytes it already holds into the queue: rpc_call_hold). */
+bool rpc_call_has_room(const rpc_call *call);
+/* True while the process's queued-response bytes are at or past its budget. */
+bool rpc_call_over_budget(const rpc_call *call);
+/* Counts n bytes the handler holds for the call outside its queue (a proxy's backlog of
+ * messages not yet queued) in the queued-response budget, until rpc_call_unhold gives them back
+ * (what is still held when the call is released goes with it). */
+void rpc_call_hold(rpc_call *call, size_t n);
+void rpc_call_unhold(rpc_call *call, size_t n);
 size_t rpc_call_queued_bytes(const rpc_call *call);
 /* Runs on the loop thread (from the loop, never inside rpc_call_send) when there is room: once
  * soon after registering if the call is writable then, and whenever the queue, having reached the
@@ -323,6 +338,14 @@ st_code rpc_client_unary(rpc_client *c, const char *path, st_slice request, cons
  * RPC_SEND_HEADROOM bytes before the message (false: copy the slice instead). A proxy forwards a
  * large streamed message thus without copying it. */
 bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out);
+/* Flow control of one call: while paused, the bytes the server sends on the call's stream are
+ * not given back to its HTTP/2 window, so the server stalls on this stream once the window is
+ * used up (at most one client stream window, 256 KiB, arrives after the pause; it is
+ * still delivered to on_msg). The connection's other calls are not affected, and no stream is
+ * reset (servers limit how many resets a peer may send). rpc_ccall_resume gives the window
+ * back. Any time before on_done. */
+void rpc_ccall_pause(rpc_ccall *call);
+void rpc_ccall_resume(rpc_ccall *call);
 /* Only inside on_done: true when the call ended UNAVAILABLE without the server having processed
  * it (its request was never sent, or the server refused the stream with GOAWAY): a retry cannot
  * apply it twice, whatever the method. */
@@ -332,6 +355,11 @@ bool rpc_ccall_unprocessed(const rpc_ccall *call);
  * included). A drop under a single call points at that call as its cause. A peer gone silent
  * (no keepalive answer) is no drop: 0. */
 size_t rpc_ccall_conn_lost(const rpc_ccall *call);
+/* Only inside on_done: true when the call's connection had been established. False: the
+ * connect failed (refused, timed out), so the server was never reached; such a call ends
+ * UNAVAILABLE and unprocessed, while one refused by the server's GOAWAY is unprocessed on a
+ * connected client. */
+bool rpc_ccall_connected(const rpc_ccall *call);
 /* Sends RST_STREAM(CANCEL); on_done then runs with CANCELLED from the loop. Idempotent. Servers
  * limit how many resets they accept per second (nghttp2: a burst of 1000, then 33/s; past it
  * the connection gets GOAWAY): cancel only calls that would not end by themselves. */

@@ -1,0 +1,141 @@
+/* frozen_client.c — one call through a router with an app profile id, for
+ * frozen_cluster_test.sh (cbt retries UNAVAILABLE by itself and has no app-profile flag on its
+ * writes). Prints the call's gRPC status name and message on one line ("OK" when it succeeded;
+ * for MutateRows the first failed entry's status) and exits 0 whenever the call ran, 2 on bad
+ * usage. Instance projects/p/instances/i; the client's deadline is 60 s (a hang guard: the test
+ * asserts on the status and message, never on time).
+ *   frozen_client ADDR TABLE_ID PROFILE_ID read|write|writes
+ *     read: ReadRows of the whole table; write: MutateRow of row w (cf:c at server time);
+ *     writes: MutateRows of rows wa and wb. */
+#include <stdio.h>
+#include <string.h>
+
+#include "google/bigtable/v2/bigtable.pb-c.h"
+#include "strata/rpc.h"
+
+#define CALL_TIMEOUT_MS 60000
+
+static Google__Bigtable__V2__Mutation__SetCell set_cell = {
+    .base = PROTOBUF_C_MESSAGE_INIT(&google__bigtable__v2__mutation__set_cell__descriptor),
+    .family_name = (char *)"cf",
+    .column_qualifier = {1, (uint8_t *)"c"},
+    .timestamp_micros = -1,
+    .value = {1, (uint8_t *)"v"}};
+
+static void init_mutation(Google__Bigtable__V2__Mutation *m) {
+    google__bigtable__v2__mutation__init(m);
+    m->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
+    m->set_cell = &set_cell;
+}
+
+/* Collects the first failed entry of MutateRows answers. */
+typedef struct entries_ans {
+    st_code code;
+    st_err err;
+} entries_ans;
+
+static void entries_msg(st_slice msg, void *arg) {
+    entries_ans *a = arg;
+    Google__Bigtable__V2__MutateRowsResponse *r =
+        google__bigtable__v2__mutate_rows_response__unpack(NULL, msg.len, msg.data);
+    if (!r) {
+        a->code = st_err_set(&a->err, ST_INTERNAL, "unreadable MutateRowsResponse");
+        return;
+    }
+    for (size_t i = 0; i < r->n_entries && a->code == ST_OK; i++)
+        if (r->entries[i]->status && r->entries[i]->status->code != 0)
+            a->code =
+                st_err_set(&a->err, (st_code)r->entries[i]->status->code, "%s",
+                           r->entries[i]->status->message ? r->entries[i]->status->message : "");
+    google__bigtable__v2__mutate_rows_response__free_unpacked(r, NULL);
+}
+
+static void ignore_msg(st_slice msg, void *arg) {
+    (void)msg;
+    (void)arg;
+}
+
+static st_code call_read(const char *addr, const char *table, const char *profile, st_err *st) {
+    Google__Bigtable__V2__ReadRowsRequest req;
+    google__bigtable__v2__read_rows_request__init(&req);
+    req.table_name = (char *)table;
+    req.app_profile_id = (char *)profile;
+    uint8_t buf[1024];
+    size_t len = google__bigtable__v2__read_rows_request__pack(&req, buf);
+    return rpc_blocking_stream(addr, NULL, "/google.bigtable.v2.Bigtable/ReadRows",
+                               st_slice_make(buf, len), NULL, 0, CALL_TIMEOUT_MS, ignore_msg, NULL,
+                               st);
+}
+
+static st_code call_write(const char *addr, const char *table, const char *profile, st_err *st) {
+    Google__Bigtable__V2__Mutation m, *mp[1] = {&m};
+    init_mutation(&m);
+    Google__Bigtable__V2__MutateRowRequest req;
+    google__bigtable__v2__mutate_row_request__init(&req);
+    req.table_name = (char *)table;
+    req.app_profile_id = (char *)profile;
+    req.row_key = (ProtobufCBinaryData){1, (uint8_t *)"w"};
+    req.mutations = mp;
+    req.n_mutations = 1;
+    uint8_t buf[1024];
+    size_t len = google__bigtable__v2__mutate_row_request__pack(&req, buf);
+    st_buf resp;
+    st_buf_init(&resp);
+    st_code rc = rpc_blocking_unary(addr, NULL, "/google.bigtable.v2.Bigtable/MutateRow",
+                                    st_slice_make(buf, len), NULL, 0, CALL_TIMEOUT_MS, &resp, st);
+    st_buf_free(&resp);
+    return rc;
+}
+
+static st_code call_writes(const char *addr, const char *table, const char *profile, st_err *st) {
+    Google__Bigtable__V2__Mutation m, *mp[1] = {&m};
+    init_mutation(&m);
+    Google__Bigtable__V2__MutateRowsRequest__Entry e[2], *ep[2] = {&e[0], &e[1]};
+    const char *rows[2] = {"wa", "wb"};
+    for (int i = 0; i < 2; i++) {
+        google__bigtable__v2__mutate_rows_request__entry__init(&e[i]);
+        e[i].row_key = (ProtobufCBinaryData){2, (uint8_t *)rows[i]};
+        e[i].mutations = mp;
+        e[i].n_mutations = 1;
+    }
+    Google__Bigtable__V2__MutateRowsRequest req;
+    google__bigtable__v2__mutate_rows_request__init(&req);
+    req.table_name = (char *)table;
+    req.app_profile_id = (char *)profile;
+    req.entries = ep;
+    req.n_entries = 2;
+    uint8_t buf[1024];
+    size_t len = google__bigtable__v2__mutate_rows_request__pack(&req, buf);
+    entries_ans a = {ST_OK, {0}};
+    st_code rc =
+        rpc_blocking_stream(addr, NULL, "/google.bigtable.v2.Bigtable/MutateRows",
+                            st_slice_make(buf, len), NULL, 0, CALL_TIMEOUT_MS, entries_msg, &a, st);
+    if (rc == ST_OK && a.code != ST_OK) {
+        *st = a.err;
+        rc = a.code;
+    }
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: frozen_client ADDR TABLE_ID PROFILE_ID read|write|writes\n");
+        return 2;
+    }
+    char table[512];
+    snprintf(table, sizeof table, "projects/p/instances/i/tables/%s", argv[2]);
+    st_err st = {0};
+    st_code rc;
+    if (strcmp(argv[4], "read") == 0)
+        rc = call_read(argv[1], table, argv[3], &st);
+    else if (strcmp(argv[4], "write") == 0)
+        rc = call_write(argv[1], table, argv[3], &st);
+    else if (strcmp(argv[4], "writes") == 0)
+        rc = call_writes(argv[1], table, argv[3], &st);
+    else {
+        fprintf(stderr, "frozen_client: unknown call '%s' (read, write or writes)\n", argv[4]);
+        return 2;
+    }
+    printf("%s %s\n", st_code_name(rc), rc == ST_OK ? "" : st.msg);
+    return 0;
+}
