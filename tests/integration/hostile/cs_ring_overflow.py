@@ -45,4 +45,8 @@ recs = [e for e in evs if e[0] == 'rec']
 print('heartbeats %d, first %s, last %s; last record token %s' % (len(hbs), hbs[:1], hbs[-1:], recs[-1][4] if recs else None))
 print('records %d (distinct %d), missing %d %s; close %s' % (len(seen), len(set(seen)), len(missing), missing[:5],
       [e[1:3] for e in evs if e[0] == 'close']))
+if missing and recs:
+    ev, st, msg, err = ncs(port, cs_req(T, tokens=[(b'', recs[-1][4])], end_us=now_us() + 300000), 30)
+    again = set(e[1].decode() for e in ev or [] if e[0] == 'rec')
+    print('a new stream from the last token: status %s, %d of the %d missing rows' % (st, len(set(missing) & again), len(missing)))
 sys.exit(1 if missing else 0)
