@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""cs_dropfamily.py PORT — a table with streams on and families cf, g; row a gets cf:q, row b g:q;
+then ModifyColumnFamilies drops cf. Reads the history through the default profile and, when the
+instance has a single-cluster profile 'w' on another cluster (created here on a cluster named
+west if it exists), through it too. Prints the records.
+Expected: each cluster's history treats the drop the same way, and a record's source_cluster_id
+names the cluster where the change was made (the drop is made on every cluster by the router).
+Defect (2 clusters): each cluster's history holds a DeleteFromFamily cf record for row a whose
+source_cluster_id is the OTHER cluster (east's history says west, west's says east), and no record
+of its own drop; with 1 cluster there is no record at all. Exit 1 if a drop record names a cluster
+other than the one read."""
+import sys
+from cslib import *
+
+port = int(sys.argv[1])
+IA = '/google.bigtable.admin.v2.BigtableInstanceAdmin/'
+ncall(port, IA + 'CreateAppProfile', fld(1, INST) + fld(2, 'w') + fld(3, fld(6, fld(1, 'west'))), 5)
+T = 'dropfam_%d' % (now_us() % 100000)
+create_cs(port, T, families=('cf', 'g'))
+t0 = now_us()
+mutate(port, T, 'a', [set_cell('cf', 'q', 'x')]); mutate(port, T, 'b', [set_cell('g', 'q', 'x')])
+print('drop cf:', ncall(port, ADMIN + 'ModifyColumnFamilies', fld(1, tname(T)) + fld(2, fld(1, 'cf') + fld(4, 1)), 5)[1:])
+time.sleep(1)
+bad = 0
+for prof, cl in ((None, 'east'), ('w', 'west')):
+    ev, st, msg, err = ncs(port, cs_req(T, start_us=t0, end_us=now_us() + 300000, profile=prof), 8)
+    if st != 0:
+        print('profile %s: %s %s' % (prof, st, msg)); continue
+    print('history read through profile %s (cluster %s):' % (prof or 'default', cl))
+    for e in ev:
+        if e[0] == 'rec':
+            print('   row %s source_cluster_id %s mutations %s' % (e[1], e[3], e[5]))
+            if any(m[0] == 'delfam' for m in e[5]) and e[3] not in (cl.encode(), b'strata'):
+                bad += 1
+sys.exit(1 if bad else 0)
