@@ -41,7 +41,7 @@ static void fuzz_copy(st_slice msg, const uint8_t *prm) {
     if (a == ST_OK) {
         FUZZ_CHECK(fuzz_slice_eq(st_buf_slice(&all), msg));
         st_slice out = st_buf_slice(&part);
-        const uint8_t *p = out.data, *end = out.data + out.len;
+        const uint8_t *p = out.data, *end = rtr_slice_end(out);
         rtr_wire_field f;
         bool bad = false;
         while (rtr_wire_next(&p, end, &f, &bad))
@@ -127,12 +127,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     const uint8_t *prm = data + 1;
     size_t len = size - 1 - FUZZ_PARAMS;
-    /* A copy of exactly the message's bytes, so ASan sees any read past its end. */
+    /* A copy of exactly the message's bytes, so ASan sees any read past its end; an empty
+     * message is (NULL, 0), as the gRPC deframer delivers it. */
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf)
         abort();
     memcpy(buf, data + 1 + FUZZ_PARAMS, len);
-    st_slice msg = st_slice_make(buf, len);
+    st_slice msg = st_slice_make(len ? buf : NULL, len);
     switch (data[0] % 4) {
     case 0:
         fuzz_copy(msg, prm);
