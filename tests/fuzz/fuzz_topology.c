@@ -58,7 +58,9 @@ static st_topology fuzz_topo, fuzz_back;
 /* Writes t to a file of this process and loads it back. */
 static void fuzz_round_trip(const st_topology *t) {
     char path[256];
-    const char *dir = getenv("TMPDIR");
+    const char *dir = getenv("STRATA_TEST_TMP"); /* set by CTest */
+    if (!dir || !*dir)
+        dir = getenv("TMPDIR");
     snprintf(path, sizeof path, "%s/fuzz_topology.%ld", dir && *dir ? dir : "/tmp", (long)getpid());
     st_err err = {0};
     if (st_topology_save(path, t, &err) != ST_OK)
