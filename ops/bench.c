@@ -82,7 +82,14 @@ static void usage(FILE *out) {
         "  --emulator-bin PATH  cbtemulator binary (default $STRATA_EMULATOR or the gcloud SDK's)\n"
         "  --workload LIST      comma-separated: write, bulkwrite, read, scan, ycsb-a, ycsb-b, "
         "ycsb-e,\n"
-        "                       scan-limit (default write,read,scan)\n"
+        "                       scan-limit, changes (default write,read,scan)\n"
+        "  --cs-backlog N       changes: writes before the consumer starts, for its catch-up "
+        "speed\n"
+        "                       (default 10000; 0: none)\n"
+        "  --cs-compare         changes: also write with streams off (write cost on / off)\n"
+        "  --cs-profile ID      changes: single-cluster app profile of its writes and stream "
+        "(default\n"
+        "                       with --up/--dir: bench-cs-<first cluster>, created)\n"
         "  --dist D             key distribution: uniform, zipfian, sequential (default uniform)\n"
         "  --conns N            connections (default 1)\n"
         "  --streams N          concurrent calls per connection (default 1)\n"
@@ -178,6 +185,7 @@ static void opts_default(bench_opts *o) {
     c->timeout_ms = 30000;
     c->seed = 1;
     c->progress = true;
+    c->cs_backlog = BENCH_CS_BACKLOG_DEFAULT;
     strcpy(c->project, "strata");
     strcpy(c->instance, "bench");
     strcpy(c->table, "bench");
@@ -269,6 +277,10 @@ static int parse_flag_load(bench_opts *o, const char *name, const char *v) {
     }
     if (!strcmp(name, "seed"))
         return parse_u64(v, &c->seed);
+    if (!strcmp(name, "cs-backlog"))
+        return parse_u64(v, &c->cs_backlog) && c->cs_backlog <= OPS_KEY_INDEX_MAX / 2;
+    if (!strcmp(name, "cs-profile"))
+        return parse_name(v, c->cs_profile);
     if (!strcmp(name, "duration")) {
         c->duration_s = strtod(v, &end);
         end += *end == 's';
@@ -325,6 +337,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         }
         if (!strcmp(name, "no-lag")) {
             o->no_lag = true;
+            continue;
+        }
+        if (!strcmp(name, "cs-compare")) {
+            o->cfg.cs_compare = true;
             continue;
         }
         char buf[64];
@@ -509,6 +525,33 @@ static void target_direct(bench_env *env) {
                 c->nodes[0].addr, c->n_nodes, c->id);
 }
 
+static bool runs_changes(const bench_cfg *c) {
+    for (size_t i = 0; i < c->n_wl; i++)
+        if (c->wl[i] == WL_CHANGES)
+            return true;
+    return false;
+}
+
+/* The changes workload writes and reads through one single-cluster profile: --cs-profile, or
+ * with an instance bench-cs-<first cluster> (created), or --app-profile. */
+static st_code cs_profile_prepare(bench_opts *o, bench_env *env, bench_target *t, st_err *err) {
+    bench_cfg *c = &o->cfg;
+    if (!runs_changes(c) || c->cs_profile[0])
+        return ST_OK;
+    if (!env->inst.topo) {
+        if (!c->app_profile[0])
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "the changes workload needs an app profile with single-cluster "
+                              "routing: --cs-profile ID (or --up / --dir, where the bench makes "
+                              "one)");
+        snprintf(c->cs_profile, sizeof c->cs_profile, "%s", c->app_profile);
+        return ST_OK;
+    }
+    const char *cluster = env->inst.topo->clusters[0].id;
+    snprintf(c->cs_profile, sizeof c->cs_profile, "bench-cs-%.60s", cluster);
+    return bench_profile_ensure(c, t, c->cs_profile, cluster, err);
+}
+
 /* The targets, in run order: Strata (or the given endpoint) first, then the node directly
  * (--direct), then the emulator. */
 static st_code targets_prepare(bench_opts *o, bench_env *env, st_err *err) {
@@ -534,6 +577,9 @@ static st_code targets_prepare(bench_opts *o, bench_env *env, st_err *err) {
         t->pids[t->n_pids++] = o->pids[i];
     if (t->n_pids == 0 && host_is_local(t->host))
         t->n_pids = ops_proc_find_listeners(t->port, t->pids, BENCH_PIDS_MAX);
+    st_code prc = cs_profile_prepare(o, env, t, err);
+    if (prc != ST_OK)
+        return prc;
     if (o->lag_cluster && !o->no_lag) {
         snprintf(t->lag_profile, sizeof(t->lag_profile), "bench-lag-%.60s", o->lag_cluster);
         st_code rc = bench_profile_ensure(&o->cfg, t, t->lag_profile, o->lag_cluster, err);
@@ -722,6 +768,47 @@ static void print_lag(const bench_env *env, const bench_result *res, size_t n_ro
     }
 }
 
+/* The changes workload: change latency, catch-up, write cost. */
+static void print_cs(const bench_env *env, const bench_result *res, size_t n_rows) {
+    for (size_t i = 0; i < n_rows * env->n_targets; i++) {
+        const bench_result *r = &res[i];
+        if (r->wl != WL_CHANGES || result_empty(r))
+            continue;
+        printf("\nchange stream (%s): write acknowledged -> change record received: %llu samples, "
+               "p50 %.2f ms, p99 %.2f ms, max %.2f ms, lost %llu\n",
+               r->label, (unsigned long long)r->cs_lat.total,
+               (double)ops_hist_percentile(&r->cs_lat, 50) / 1e6,
+               (double)ops_hist_percentile(&r->cs_lat, 99) / 1e6, (double)r->cs_lat.max / 1e6,
+               (unsigned long long)r->cs_lost);
+        if (r->cs_backlog)
+            printf("backlog: %llu changes caught up in %.3f s (%.0f changes/s), %llu received\n",
+                   (unsigned long long)r->cs_backlog, r->cs_catchup_s,
+                   r->cs_catchup_s > 0 ? (double)r->cs_backlog_received / r->cs_catchup_s : 0,
+                   (unsigned long long)r->cs_backlog_received);
+        if (r->cs_off_calls)
+            printf("writes: streams on %.1f ops/s, off %.1f ops/s: on / off = %.3f\n", ops_s(r),
+                   r->cs_off_ops_s, r->cs_off_ops_s > 0 ? ops_s(r) / r->cs_off_ops_s : 0);
+    }
+}
+
+static void kv_cs(const bench_result *r) {
+    const char *l = r->label;
+    printf(" changes.%s.cs.samples=%llu changes.%s.cs.p50_ms=%.3f changes.%s.cs.p99_ms=%.3f "
+           "changes.%s.cs.max_ms=%.3f changes.%s.cs.lost=%llu",
+           l, (unsigned long long)r->cs_lat.total, l,
+           (double)ops_hist_percentile(&r->cs_lat, 50) / 1e6, l,
+           (double)ops_hist_percentile(&r->cs_lat, 99) / 1e6, l, (double)r->cs_lat.max / 1e6, l,
+           (unsigned long long)r->cs_lost);
+    printf(" changes.%s.cs.backlog=%llu changes.%s.cs.backlog_received=%llu "
+           "changes.%s.cs.catchup_s=%.3f changes.%s.cs.catchup_per_s=%.1f",
+           l, (unsigned long long)r->cs_backlog, l, (unsigned long long)r->cs_backlog_received, l,
+           r->cs_catchup_s, l,
+           r->cs_catchup_s > 0 ? (double)r->cs_backlog_received / r->cs_catchup_s : 0);
+    if (r->cs_off_calls)
+        printf(" changes.%s.cs.off_ops_s=%.1f changes.%s.cs.write_cost_ratio=%.3f", l,
+               r->cs_off_ops_s, l, r->cs_off_ops_s > 0 ? ops_s(r) / r->cs_off_ops_s : 0);
+}
+
 static void kv_result(const bench_result *r, const bench_target *t) {
     const char *w = bench_wl_name(r->wl), *l = r->label;
     printf(" %s.%s.calls=%llu %s.%s.rows=%llu %s.%s.elapsed_s=%.3f", w, l,
@@ -749,6 +836,8 @@ static void kv_result(const bench_result *r, const bench_target *t) {
                w, l, n, r->proc_cpu_s[p], w, l, n, (double)r->proc_rss_kb[p] / 1024.0, w, l, n,
                (double)r->proc_rss_peak_kb[p] / 1024.0);
     }
+    if (r->wl == WL_CHANGES)
+        kv_cs(r);
     if (t->lag_profile[0] && bench_wl_writes(r->wl))
         printf(" %s.%s.lag.samples=%llu %s.%s.lag.p50_ms=%.3f %s.%s.lag.p99_ms=%.3f "
                "%s.%s.lag.max_ms=%.3f %s.%s.lag.lost=%llu",
@@ -859,6 +948,8 @@ static bool target_skips(const bench_target *t, bench_wl wl) {
  * the targets alternating slice by slice; the preload is one slice. res[t] gets the totals. */
 static st_code run_rounds(bench_opts *o, bench_env *env, bench_wl wl, bench_result *res,
                           st_err *err) {
+    if (wl == WL_CHANGES) /* Strata only: the emulator has no change streams */
+        return bench_cs_run(&o->cfg, &env->targets[0], &res[0], err);
     bench_cfg c = o->cfg;
     uint32_t rounds = wl == WL_LOAD ? 1 : o->rounds;
     c.duration_s /= rounds;
@@ -938,6 +1029,7 @@ static int bench_main_run(bench_opts *o, bench_env *env) {
         print_table(env, res, rows);
         print_procs(env, res, rows);
         print_lag(env, res, rows);
+        print_cs(env, res, rows);
         print_kv(o, env, res, rows, errors, complete && status == 0);
     }
     if (errors || !complete)

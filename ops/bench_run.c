@@ -22,8 +22,9 @@
 #define BENCH_TABLE_NAME_MAX (4 * BENCH_NAME_MAX)
 #define BENCH_PARAMS_MAX (3 * BENCH_TABLE_NAME_MAX + 64)
 
-static const char *const wl_names[WL_COUNT] = {
-    "write", "bulkwrite", "read", "scan", "ycsb-a", "ycsb-b", "ycsb-e", "scan-limit", "load"};
+static const char *const wl_names[WL_COUNT] = {"write",   "bulkwrite", "read",   "scan",
+                                               "ycsb-a",  "ycsb-b",    "ycsb-e", "scan-limit",
+                                               "changes", "load"};
 
 const char *bench_wl_name(bench_wl wl) {
     return wl < WL_COUNT ? wl_names[wl] : "?";
@@ -328,6 +329,7 @@ static void op_pick(bench_run *r, bench_slot *s, uint64_t *idx) {
     case WL_YCSB_E:
         op_pick_ycsb_e(r, s);
         break;
+    case WL_CHANGES: /* driven by bench_cs.c, never by these slots */
     case WL_COUNT:
         ST_ASSERT(false);
     }

@@ -29,6 +29,7 @@ typedef enum bench_wl {
     WL_YCSB_B,
     WL_YCSB_E,
     WL_SCAN_LIMIT, /* a start key and rows_limit, no end key (cbt read start=K count=N) */
+    WL_CHANGES,    /* change streams: writes with one consumer (bench_cs.c) */
     WL_LOAD,       /* the preload: sequential MutateRows over [0, preload) */
     WL_COUNT
 } bench_wl;
@@ -52,6 +53,10 @@ typedef struct bench_cfg {
     char project[BENCH_NAME_MAX], instance[BENCH_NAME_MAX], table[BENCH_NAME_MAX];
     char app_profile[BENCH_NAME_MAX];
     uint32_t lag_interval_ms; /* replication lag probe (bench_target.lag_profile) */
+    /* the changes workload (bench_cs.c) */
+    uint64_t cs_backlog;             /* changes written before the consumer starts */
+    bool cs_compare;                 /* also write with streams off (TABLE-nocs) */
+    char cs_profile[BENCH_NAME_MAX]; /* single-cluster profile of its writes and stream */
 } bench_cfg;
 
 /* One endpoint under test. */
@@ -95,6 +100,14 @@ typedef struct bench_result {
     ops_hist lag;      /* nanoseconds from the marker's write acknowledged to visible */
     uint64_t lag_lost; /* markers not visible within BENCH_LAG_GIVEUP_MS or failed calls */
     char lag_error[160];
+    /* the changes workload: latency from a write's acknowledgement to its change record
+     * (nanoseconds), the backlog caught up, and write throughput with streams off */
+    ops_hist cs_lat;
+    uint64_t cs_lost; /* acknowledged writes whose record never came */
+    uint64_t cs_backlog, cs_backlog_received;
+    double cs_catchup_s;
+    uint64_t cs_off_calls;
+    double cs_off_ops_s;
 } bench_result;
 
 /* Creates app profile `id` routing to `cluster` (single-cluster) through the instance admin API
@@ -108,6 +121,11 @@ st_code bench_table_ensure(const bench_cfg *cfg, const bench_target *t, st_err *
  * happen at all (no event base, no connection); failed calls are counted in res instead. */
 st_code bench_run_workload(const bench_cfg *cfg, bench_target *t, bench_wl wl, bench_result *res,
                            st_err *err);
+/* The changes workload (bench_cs.c) against t: tables TABLE-cs (streams on) and, with
+ * cs_compare, TABLE-nocs; fills res (writes of the live phase in calls/hist, the stream in
+ * cs_*). An error return means it could not run at all (streams cannot be turned on...). */
+#define BENCH_CS_BACKLOG_DEFAULT 10000
+st_code bench_cs_run(const bench_cfg *cfg, bench_target *t, bench_result *res, st_err *err);
 /* ---- a local instance (bench_up.c): one started with `strata up` in a temporary dir, or an
  * existing one named by its directory ---- */
 #define BENCH_UP_WAIT_S 120 /* `strata up` gets this long to bring every process up */

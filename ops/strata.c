@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "changes.h"
 #include "instance.h"
 
 typedef int (*strata_cmd_fn)(int argc, char **argv); /* argv[0] is the command name */
@@ -26,6 +27,7 @@ static const strata_cmd commands[] = {
     {"chaos", ops_chaos_main, "rehearse failures: kill/restart a cluster, cut/heal replication"},
     {"restart", ops_restart_main,
      "stop and start one process of a local instance (east-1, router)"},
+    {"changes", ops_changes_main, "print a table's change stream as JSON lines (--follow)"},
     {"help", cmd_help, "list the commands, or `strata help CMD` for one"},
 };
 #define COMMANDS_COUNT (sizeof(commands) / sizeof(commands[0]))

@@ -9,6 +9,8 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <pthread.h>
+#include <time.h>
 
 #include "sto_test_util.h"
 
@@ -25,6 +27,7 @@ typedef struct fixture {
     st_buf report; /* one line per reported cell */
     int calls;
     size_t max_batch;
+    pthread_mutex_t mu; /* reports may come from a storage worker */
 } fixture;
 
 static int setup(void **state) {
@@ -35,6 +38,7 @@ static int setup(void **state) {
     st_clock_fake_init(&f->clock, T0_US);
     f->o.clock = &f->clock;
     st_buf_init(&f->report);
+    pthread_mutex_init(&f->mu, NULL);
     if (tu_db_open_fresh(f->dir, sizeof f->dir, "gc_report_test", &f->o, &f->db) != ST_OK)
         return -1;
     sto_tablet *t;
@@ -50,12 +54,14 @@ static int teardown(void **state) {
     fixture *f = *state;
     tu_db_close_rm(f->db, f->dir);
     st_buf_free(&f->report);
+    pthread_mutex_destroy(&f->mu);
     free(f);
     return 0;
 }
 
 static void on_report(uint64_t tablet_id, const sto_gc_dropped *cells, size_t n, void *arg) {
     fixture *f = arg;
+    pthread_mutex_lock(&f->mu);
     f->calls++;
     if (n > f->max_batch)
         f->max_batch = n;
@@ -67,6 +73,7 @@ static void on_report(uint64_t tablet_id, const sto_gc_dropped *cells, size_t n,
                       cells[i].ts_us, ST_SLICE_LIT(""), 0};
         tu_append_cell(&f->report, &c);
     }
+    pthread_mutex_unlock(&f->mu);
 }
 
 static const char *report_text(fixture *f) {
@@ -215,11 +222,44 @@ static void test_split_child_reports_its_rows(void **state) {
     assert_string_equal(report_text(f), "2 a ver:q@1=\n2 b ver:q@1=\n");
 }
 
+/* A compaction the engine starts by itself reports from its worker thread. */
+static void test_background_compaction_reports(void **state) {
+    fixture *f = *state;
+    f->o.compaction_trigger = 4; /* options are copied at open */
+    assert_int_equal(tu_db_reopen(f->dir, &f->o, &f->db), ST_OK);
+    set_rules(f, 1);
+    sto_tablet_set_gc_report(tablet(f, 1), on_report, f);
+    st_slice age = ST_SLICE_LIT("age");
+    for (int i = 0; i < 4; i++) { /* four small tables: a tier the workers merge */
+        set1(f, 1, "a", age, "x", T0_US - 2 * HOUR_US + i, V(i + 1));
+        set1(f, 1, "a", age, "y", T0_US, V(i + 1));
+        flush(f, 1);
+    }
+    int calls = 0;
+    for (int i = 0; i < 3000 && calls == 0; i++) { /* up to 30 s on a loaded machine */
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&f->mu);
+        calls = f->calls;
+        pthread_mutex_unlock(&f->mu);
+    }
+    assert_int_equal(calls, 1);
+    char want[512];
+    int n = 0;
+    for (int i = 3; i >= 0; i--)
+        n += snprintf(want + n, sizeof want - (size_t)n, "1 a age:x@%" PRId64 "=\n",
+                      T0_US - 2 * HOUR_US + i);
+    pthread_mutex_lock(&f->mu);
+    assert_string_equal(report_text(f), want);
+    pthread_mutex_unlock(&f->mu);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_reports_exactly_gc_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_child_reports_its_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_background_compaction_reports, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

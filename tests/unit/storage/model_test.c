@@ -7,6 +7,9 @@
  * full compaction may drop), splits tablets at random rows, drops row prefixes and reopens the
  * engine; after each step of that kind and periodically it compares every tablet forward and
  * reverse, random ranges and point reads. Runs on the in-memory env. STRATA_SEED replays a run.
+ * One of the three families is a system family (its name starts with 0x00): row deletes do not
+ * cover it, plain reads do not show it, and full dumps with STO_ITER_USER | STO_ITER_SYSTEM are
+ * compared too.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,7 +25,14 @@
 #define NOW_US 1000
 #define MAX_TABLETS 32
 
-static const char *const FAMS[] = {"a", "b", "c"};
+/* Index order is name order: the system family "\0s" sorts first. */
+static const char *const FAMS[] = {"\0s", "a", "b"};
+static const size_t FAM_LEN[] = {2, 1, 1};
+#define SYS_FAM 0
+
+static st_slice fam_slice(int f) {
+    return st_slice_make(FAMS[f], FAM_LEN[f]);
+}
 static const char *const QUALS[] = {"", "x", "y", "z"};
 
 /* ---- the model ---- */
@@ -162,7 +172,7 @@ static bool hidden(const model *m, const ment *c) {
         const ment *e = &m->e[c->row][i];
         if (e->dead || e->version <= c->version)
             continue;
-        if (e->kind == STO_MUT_DEL_ROW)
+        if (e->kind == STO_MUT_DEL_ROW && c->fam != SYS_FAM)
             return true;
         if (e->kind == STO_MUT_DEL_FAMILY && e->fam == c->fam)
             return true;
@@ -217,14 +227,14 @@ static size_t column_visible(model *m, int row, int fam, int qual, const ment **
     return k;
 }
 
-static void append_row_cells(model *m, int row, st_buf *out) {
+static void append_row_cells(model *m, int row, bool with_sys, st_buf *out) {
     const ment *vis[4096];
-    for (int f = 0; f < 3; f++)
+    for (int f = with_sys ? 0 : 1; f < 3; f++)
         for (int q = 0; q < 4; q++) {
             size_t n = column_visible(m, row, f, q, vis, false);
             for (size_t i = 0; i < n; i++) {
                 sto_cell c = {row_slice(m, row),
-                              st_slice_cstr(FAMS[f]),
+                              fam_slice(f),
                               st_slice_cstr(QUALS[q]),
                               vis[i]->ts,
                               st_slice_make(vis[i]->value, vis[i]->value_len),
@@ -240,12 +250,13 @@ static bool in_tablet(const model *m, const mtablet *t, int row) {
 }
 
 /* Model text of rows lo..hi (indexes, inclusive) inside tablet t. */
-static void model_dump(model *m, const mtablet *t, int lo, int hi, bool reverse, st_buf *out) {
+static void model_dump(model *m, const mtablet *t, int lo, int hi, bool reverse, bool with_sys,
+                       st_buf *out) {
     st_buf_reset(out);
     for (int k = 0; k < N_ROWS; k++) {
         int r = reverse ? N_ROWS - 1 - k : k;
         if (r >= lo && r <= hi && in_tablet(m, t, r))
-            append_row_cells(m, r, out);
+            append_row_cells(m, r, with_sys, out);
     }
     st_buf_append_byte(out, 0);
     out->len--;
@@ -303,7 +314,7 @@ static void random_mut(run *r, int row, uint64_t version, sto_mut *mu, ment *me)
     uint64_t k = st_rng_below(&r->rng, 20);
     me->fam = (int)st_rng_below(&r->rng, 3);
     me->qual = (int)st_rng_below(&r->rng, 4);
-    mu->family = st_slice_cstr(FAMS[me->fam]);
+    mu->family = fam_slice(me->fam);
     mu->qualifier = st_slice_cstr(QUALS[me->qual]);
     if (k < 14) {
         me->kind = STO_MUT_SET_CELL;
@@ -339,7 +350,7 @@ static bool later_covers(const ment *d, const ment *e) {
     case STO_MUT_SET_CELL:
         return d->fam == e->fam && d->qual == e->qual && d->ts == e->ts;
     case STO_MUT_DEL_ROW:
-        return true;
+        return e->fam != SYS_FAM;
     case STO_MUT_DEL_FAMILY:
         return d->fam == e->fam;
     case STO_MUT_DEL_COLUMN:
@@ -406,17 +417,40 @@ static void debug_dump(run *r) {
         }
 }
 
+/* Every cell of t, user and system families, as text. */
+static void dump_all(sto_tablet *t, bool reverse, st_buf *out) {
+    st_buf_reset(out);
+    sto_snapshot *s;
+    st_err err;
+    assert_int_equal(sto_snapshot_new(t, &s, &err), ST_OK);
+    sto_iter *it;
+    assert_int_equal(
+        sto_iter_new_flags(s, NULL, reverse, STO_ITER_USER | STO_ITER_SYSTEM, &it, &err), ST_OK);
+    sto_cell c;
+    st_code rc;
+    while ((rc = sto_iter_next(it, &c, &err)) == ST_OK)
+        tu_append_cell(out, &c);
+    assert_int_equal(rc, ST_NOT_FOUND);
+    sto_iter_free(it);
+    sto_snapshot_free(s);
+    st_buf_append_byte(out, 0);
+    out->len--;
+}
+
 static void compare_tablet(run *r, const mtablet *mt) {
     sto_tablet *t;
     assert_int_equal(sto_tablet_get(r->db, mt->id, &t), ST_OK);
     for (int rev = 0; rev < 2; rev++) {
         assert_int_equal(tu_dump_range(t, NULL, rev, &r->a), ST_OK);
-        model_dump(&r->m, mt, 0, N_ROWS - 1, rev, &r->b);
+        model_dump(&r->m, mt, 0, N_ROWS - 1, rev, false, &r->b);
         if (strcmp((char *)r->a.data, (char *)r->b.data) != 0)
             debug_dump(r);
         if (strcmp((char *)r->a.data, (char *)r->b.data) != 0)
             fprintf(stderr, "tablet %llu reverse=%d\nengine:\n%s\nmodel:\n%s\n",
                     (unsigned long long)mt->id, rev, (char *)r->a.data, (char *)r->b.data);
+        assert_string_equal((char *)r->a.data, (char *)r->b.data);
+        dump_all(t, rev, &r->a);
+        model_dump(&r->m, mt, 0, N_ROWS - 1, rev, true, &r->b);
         assert_string_equal((char *)r->a.data, (char *)r->b.data);
     }
     for (int k = 0; k < 4; k++) { /* random ranges and a point read */
@@ -432,7 +466,7 @@ static void compare_tablet(run *r, const mtablet *mt) {
         sto_range range = {row_slice(&r->m, lo), sx, row_slice(&r->m, hi), ei};
         bool rev = st_rng_below(&r->rng, 2);
         assert_int_equal(tu_dump_range(t, &range, rev, &r->a), ST_OK);
-        model_dump(&r->m, mt, lo + (sx ? 1 : 0), hi - (ei ? 0 : 1), rev, &r->b);
+        model_dump(&r->m, mt, lo + (sx ? 1 : 0), hi - (ei ? 0 : 1), rev, false, &r->b);
         assert_string_equal((char *)r->a.data, (char *)r->b.data);
     }
 }
@@ -492,7 +526,7 @@ static void step_drop_prefix(run *r) {
         if (!in_tablet(&r->m, t, row) || !st_slice_has_prefix(row_slice(&r->m, row), prefix))
             continue;
         st_buf_reset(&cells);
-        append_row_cells(&r->m, row, &cells);
+        append_row_cells(&r->m, row, false, &cells);
         if (cells.len) {
             ment e = {.row = row, .kind = STO_MUT_DEL_ROW, .version = v};
             model_add(&r->m, &e);
@@ -519,7 +553,7 @@ static void run_init(run *r, uint64_t seed, bool background) {
     make_rows(&r->m, &r->rng);
     for (int f = 0; f < 3; f++) {
         random_rule(&r->rng, &r->m.rules[f], r->m.kids[f], background);
-        r->fgc[f] = (sto_family_gc){st_slice_cstr(FAMS[f]), r->m.rules[f]};
+        r->fgc[f] = (sto_family_gc){fam_slice(f), r->m.rules[f]};
     }
     snprintf(r->dir, sizeof r->dir, "/model"); /* in memory: durability is crash_test's job */
     tu_small_options(&r->o);

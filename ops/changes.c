@@ -1,0 +1,479 @@
+/* ops/changes.c — `strata changes`: prints a table's change stream as JSON lines, one change
+ * per line, read through the router (docs/operations.md, "Reading change streams").
+ *
+ * The consumer (changes_stream.c) reads every partition at once; this file adds the command
+ * line, stdout, progress on stderr and the checkpoint. The checkpoint holds each partition's
+ * last token and is written only after the output it covers was flushed (and fsync'd when stdout
+ * is a file), so a run resumed from it repeats at most what the killed run printed after its
+ * last checkpoint: at least once, never a gap. */
+#define _DEFAULT_SOURCE /* fsync, isatty */
+#include <errno.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "changes.h"
+#include "instance.h"
+#include "strata/topology.h"
+
+#define CH_HEARTBEAT_S_DEFAULT 2
+#define CH_HEARTBEAT_S_MAX 3600
+#define CH_CKPT_INTERVAL_MS 1000
+#define CH_PROGRESS_TTY_MS 1000
+#define CH_PROGRESS_PLAIN_S 10
+#define CH_NAME_MAX 1024
+
+typedef struct ch_args {
+    const char *table, *endpoint, *dir, *profile, *project, *instance;
+    const char *from, *until, *checkpoint, *enable;
+    bool follow, quiet, disable;
+    int64_t heartbeat_s;
+} ch_args;
+
+typedef struct ch_run {
+    ch_args a;
+    char table[CH_NAME_MAX];
+    ops_cs *cs;
+    struct event_base *base;
+    struct event *flush_ev; /* stdout is flushed once the changes at hand are written */
+    st_buf line;
+    bool out_is_file, tty, out_closed, out_failed;
+    st_code code;
+    char msg[ST_ERR_MSG_MAX];
+    uint32_t ckpt_crc; /* of the last checkpoint written, to skip identical rewrites */
+    bool ckpt_written, ckpt_failed;
+    int64_t start_mono_us, last_progress_us;
+    uint64_t last_records;
+} ch_run;
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: strata changes --table T [--endpoint HOST:PORT | --dir DIR] [--app-profile P]\n"
+            "                      [--from TIME] [--until TIME] [--follow] [--checkpoint FILE]\n"
+            "                      [--heartbeat-s N] [--project P --instance I] [--quiet]\n"
+            "Prints the change stream of table T as JSON lines on stdout, one change per line:\n"
+            "  {\"row\":..,\"type\":\"USER\"|\"GARBAGE_COLLECTION\",\"cluster\":..,"
+            "\"commit_time\":..,\"tiebreaker\":N,\"mods\":[..]}\n"
+            "Bytes that are not printable UTF-8 are base64 under the key + \"_b64\".\n"
+            "  --table T          table id, or projects/P/instances/I/tables/T\n"
+            "  --endpoint H:P     the router (default: the router of the instance in --dir)\n"
+            "  --dir DIR          a local instance (default $STRATA_HOME, else ~/.strata/local)\n"
+            "  --app-profile P    app profile with single-cluster routing: which cluster's stream\n"
+            "  --from TIME        start (RFC 3339, `now`, or relative: -10m, -2h, -1d, -30s);\n"
+            "                     default now with --follow; required without it\n"
+            "  --until TIME       stop at TIME (also with --follow)\n"
+            "  --follow           keep reading new changes until Ctrl-C (or --until); without it\n"
+            "                     stop once every partition caught up to the start of the command\n"
+            "  --checkpoint FILE  resume from FILE when it exists (--from is then ignored), and\n"
+            "                     keep it updated (atomically, after the output it covers was\n"
+            "                     flushed): a resumed run repeats changes, never skips one\n"
+            "  --heartbeat-s N    heartbeat interval asked from the server (default 2)\n"
+            "  --quiet            no progress on stderr\n"
+            "Turning streams on or off (UpdateTable through the router, then exit):\n"
+            "  --enable RETENTION keep changes for RETENTION (1d to 7d; e.g. 1d, 36h)\n"
+            "  --disable          turn change streams off (deletes the table's history)\n"
+            "Exit status: 0 done (or stopped by Ctrl-C), 1 failed, 2 bad usage.\n");
+}
+
+/* 0 parsed, 1 help shown, 2 bad usage. */
+static int parse_args(int argc, char **argv, ch_args *a) {
+    memset(a, 0, sizeof *a);
+    a->heartbeat_s = CH_HEARTBEAT_S_DEFAULT;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **slot = !strcmp(f, "--table")         ? &a->table
+                            : !strcmp(f, "--endpoint")    ? &a->endpoint
+                            : !strcmp(f, "--dir")         ? &a->dir
+                            : !strcmp(f, "--app-profile") ? &a->profile
+                            : !strcmp(f, "--project")     ? &a->project
+                            : !strcmp(f, "--instance")    ? &a->instance
+                            : !strcmp(f, "--from")        ? &a->from
+                            : !strcmp(f, "--until")       ? &a->until
+                            : !strcmp(f, "--checkpoint")  ? &a->checkpoint
+                            : !strcmp(f, "--enable")      ? &a->enable
+                                                          : NULL;
+        uint64_t n;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 1;
+        } else if (!strcmp(f, "--follow")) {
+            a->follow = true;
+        } else if (!strcmp(f, "--quiet")) {
+            a->quiet = true;
+        } else if (!strcmp(f, "--disable")) {
+            a->disable = true;
+        } else if (!strcmp(f, "--heartbeat-s") && v && st_parse_u64(v, 1, CH_HEARTBEAT_S_MAX, &n)) {
+            a->heartbeat_s = (int64_t)n;
+            i++;
+        } else if (slot && v) {
+            *slot = v;
+            i++;
+        } else {
+            fprintf(stderr,
+                    "strata changes: bad flag or missing value: %s (see strata changes "
+                    "--help)\n",
+                    f);
+            return 2;
+        }
+    }
+    if (!a->table) {
+        fprintf(stderr, "strata changes: --table is required (see strata changes --help)\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* The router's address and the full table name. False after printing why. */
+static bool resolve_target(ch_run *r, char *addr, size_t cap) {
+    const ch_args *a = &r->a;
+    const char *project = a->project ? a->project : "p",
+               *instance = a->instance ? a->instance : "i";
+    static st_topology topo; /* large: not on the stack */
+    if (!a->endpoint || a->dir) {
+        char dir[OPS_PATH_MAX], path[OPS_PATH_MAX];
+        st_err err = {0};
+        if (!ops_inst_dir(a->dir, dir, sizeof dir) ||
+            !ops_fmt(path, sizeof path, "%s/topology", dir))
+            return false;
+        if (st_topology_load(path, &topo, &err) != ST_OK || topo.n_routers == 0) {
+            fprintf(stderr,
+                    "strata changes: %s (is there an instance in %s? `strata up`, or give "
+                    "--endpoint HOST:PORT)\n",
+                    err.msg[0] ? err.msg : "no router in the topology", dir);
+            return false;
+        }
+        project = a->project ? a->project : topo.project;
+        instance = a->instance ? a->instance : topo.instance;
+        if (!a->endpoint)
+            snprintf(addr, cap, "%s", topo.routers[0]);
+    }
+    if (a->endpoint)
+        snprintf(addr, cap, "%s", a->endpoint);
+    bool full = !strncmp(a->table, "projects/", 9);
+    if (!(full ? ops_fmt(r->table, sizeof r->table, "%s", a->table)
+               : ops_fmt(r->table, sizeof r->table, "projects/%s/instances/%s/tables/%s", project,
+                         instance, a->table)))
+        return false;
+    return true;
+}
+
+/* ---- output and checkpoint ---- */
+
+static bool on_change(const ops_cs_change *c, void *arg) {
+    ch_run *r = arg;
+    st_buf_reset(&r->line);
+    if (ops_cs_json(&r->line, c) != ST_OK || st_buf_append_byte(&r->line, '\n') != ST_OK) {
+        r->code = ST_RESOURCE_EXHAUSTED;
+        snprintf(r->msg, sizeof r->msg, "out of memory formatting a change");
+        return false;
+    }
+    if (fwrite(r->line.data, 1, r->line.len, stdout) != r->line.len) {
+        if (errno == EPIPE) {
+            r->out_closed = true; /* the reader went away (| head): a normal end */
+        } else {
+            r->out_failed = true;
+            r->code = ST_UNAVAILABLE;
+            snprintf(r->msg, sizeof r->msg, "cannot write to stdout: %s", strerror(errno));
+        }
+        return false;
+    }
+    struct timeval now = {0, 0};
+    if (r->flush_ev && !evtimer_pending(r->flush_ev, NULL))
+        evtimer_add(r->flush_ev, &now);
+    return true;
+}
+
+static void flush_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    ch_run *r = arg;
+    if (fflush(stdout) != 0 && errno == EPIPE && !r->out_closed) {
+        r->out_closed = true; /* the reader went away (| head): a normal end */
+        ops_cs_stop(r->cs);
+    }
+}
+
+/* Everything printed so far reaches the file (or pipe) before a checkpoint says so. */
+static bool flush_output(ch_run *r) {
+    if (fflush(stdout) != 0) {
+        if (errno == EPIPE)
+            r->out_closed = true;
+        return false;
+    }
+    return !r->out_is_file || fsync(STDOUT_FILENO) == 0;
+}
+
+static uint32_t positions_crc(const ops_cs_pos *p, size_t n) {
+    uint32_t crc = 0;
+    for (size_t i = 0; i < n; i++) {
+        crc = st_crc32c(crc, p[i].start.data, p[i].start.len);
+        crc = st_crc32c(crc, "|", 1);
+        crc = st_crc32c(crc, p[i].end.data, p[i].end.len);
+        crc = st_crc32c(crc, "|", 1);
+        if (p[i].token)
+            crc = st_crc32c(crc, p[i].token, strlen(p[i].token));
+        else
+            crc = st_crc32c(crc, &p[i].start_us, sizeof p[i].start_us);
+        crc = st_crc32c(crc, "\n", 1);
+    }
+    return crc;
+}
+
+static void checkpoint(ch_run *r) {
+    if (!r->a.checkpoint || r->ckpt_failed || !flush_output(r))
+        return;
+    ops_cs_pos *pos;
+    size_t n;
+    if (ops_cs_positions(r->cs, &pos, &n) != ST_OK)
+        return;
+    uint32_t crc = positions_crc(pos, n);
+    if (n > 0 && (!r->ckpt_written || crc != r->ckpt_crc)) {
+        st_err err = {0};
+        if (ops_cs_ckpt_write(r->a.checkpoint, r->table, pos, n, &err) == ST_OK) {
+            r->ckpt_crc = crc;
+            r->ckpt_written = true;
+        } else {
+            fprintf(stderr, "strata changes: %s\n", err.msg);
+            r->ckpt_failed = true; /* the stream stops: resuming would need it */
+            r->code = err.code;
+            snprintf(r->msg, sizeof r->msg, "%s", err.msg);
+            ops_cs_stop(r->cs);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        ops_cs_pos_free(&pos[i]);
+    free(pos);
+}
+
+/* ---- progress ---- */
+
+static void progress(ch_run *r, bool final) {
+    if (r->a.quiet)
+        return;
+    int64_t now = st_mono_us();
+    if (!final && !r->tty && now - r->last_progress_us < CH_PROGRESS_PLAIN_S * 1000000LL)
+        return;
+    ops_cs_stats s;
+    ops_cs_stats_get(r->cs, &s);
+    double dt = r->last_progress_us ? (double)(now - r->last_progress_us) / 1e6
+                                    : (double)(now - r->start_mono_us) / 1e6;
+    double rate = dt > 0 ? (double)(s.records - r->last_records) / dt : 0;
+    char lag[32] = "-";
+    if (s.min_watermark_us)
+        snprintf(lag, sizeof lag, "%.1fs", (double)(st_wall_us() - s.min_watermark_us) / 1e6);
+    fprintf(stderr, "%spartitions %zu (%zu done) records %llu (%.0f/s) lag %s retries %llu%s",
+            r->tty ? "\r" : "strata changes: ", s.partitions, s.done, (unsigned long long)s.records,
+            rate, lag, (unsigned long long)s.retries, r->tty && !final ? "   " : "\n");
+    r->last_progress_us = now;
+    r->last_records = s.records;
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    ch_run *r = arg;
+    checkpoint(r);
+    progress(r, false);
+}
+
+static void signal_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    ops_cs_stop(((ch_run *)arg)->cs);
+}
+
+static void on_done(st_code code, const char *msg, void *arg) {
+    ch_run *r = arg;
+    if (r->code == ST_OK && !r->out_closed) {
+        r->code = code;
+        snprintf(r->msg, sizeof r->msg, "%s", msg);
+    }
+    event_base_loopbreak(r->base);
+}
+
+static void on_retry(const char *msg, void *arg) {
+    ch_run *r = arg;
+    if (!r->a.quiet)
+        fprintf(stderr, "%sstrata changes: %s\n", r->tty ? "\n" : "", msg);
+}
+
+/* ---- turning streams on and off ---- */
+
+/* UpdateTable with change_stream_config (retention_us 0: off). Exit code. */
+static int update_table(const char *addr, const char *table, int64_t retention_us) {
+    st_err err = {0};
+    if (ops_cs_set_retention(addr, table, retention_us, &err) != ST_OK) {
+        fprintf(stderr, "strata changes: %s\n", err.msg);
+        return 1;
+    }
+    if (retention_us)
+        printf("change streams on for %s, retention %lld s\n", table,
+               (long long)(retention_us / 1000000));
+    else
+        printf("change streams off for %s (its history is deleted)\n", table);
+    return 0;
+}
+
+static int admin(ch_run *r, const char *addr) {
+    int64_t retention = 0;
+    if (r->a.enable) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "+%s", r->a.enable);
+        if (!ops_cs_time_parse(rel, 0, &retention) || retention <= 0) {
+            fprintf(stderr,
+                    "strata changes: bad --enable '%s': a retention such as 1d, 36h or "
+                    "7d\n",
+                    r->a.enable);
+            return 2;
+        }
+    }
+    return update_table(addr, r->table, retention);
+}
+
+/* ---- main ---- */
+
+/* Positions of --checkpoint when the file exists; false after printing why it cannot be used. */
+static bool load_checkpoint(ch_run *r, ops_cs_pos **pos, size_t *n) {
+    *pos = NULL;
+    *n = 0;
+    if (!r->a.checkpoint)
+        return true;
+    st_err err = {0};
+    st_code rc = ops_cs_ckpt_read(r->a.checkpoint, r->table, pos, n, &err);
+    if (rc == ST_NOT_FOUND)
+        return true;
+    if (rc != ST_OK) {
+        fprintf(stderr, "strata changes: %s\n", err.msg);
+        return false;
+    }
+    if (!r->a.quiet)
+        fprintf(stderr, "strata changes: resuming %zu partition(s) from %s%s\n", *n,
+                r->a.checkpoint, r->a.from ? " (--from ignored)" : "");
+    return true;
+}
+
+static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size_t n) {
+    st_err err = {0};
+    struct event *tick = NULL, *sigint = NULL, *sigterm = NULL;
+    r->cs = ops_cs_new(r->base, o, &err);
+    if (!r->cs || ops_cs_start(r->cs, pos, n, &err) != ST_OK) {
+        fprintf(stderr, "strata changes: %s\n", err.msg);
+        ops_cs_free(r->cs);
+        return 1;
+    }
+    int64_t ms = r->tty ? CH_PROGRESS_TTY_MS : CH_CKPT_INTERVAL_MS;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000 * 1000)};
+    tick = event_new(r->base, -1, EV_PERSIST, tick_cb, r);
+    r->flush_ev = evtimer_new(r->base, flush_cb, r);
+    sigint = evsignal_new(r->base, SIGINT, signal_cb, r);
+    sigterm = evsignal_new(r->base, SIGTERM, signal_cb, r);
+    if (tick)
+        event_add(tick, &tv);
+    if (sigint)
+        event_add(sigint, NULL);
+    if (sigterm)
+        event_add(sigterm, NULL);
+    event_base_dispatch(r->base);
+    if (!r->out_failed)
+        checkpoint(r);
+    progress(r, true);
+    if (tick)
+        event_free(tick);
+    if (r->flush_ev)
+        event_free(r->flush_ev);
+    r->flush_ev = NULL;
+    if (sigint)
+        event_free(sigint);
+    if (sigterm)
+        event_free(sigterm);
+    ops_cs_free(r->cs);
+    event_base_loop(r->base, EVLOOP_NONBLOCK);
+    if (r->code != ST_OK) {
+        fprintf(stderr, "strata changes: %s\n", r->msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* --from / --until, and whether the command knows where to start; false after saying why. */
+static bool check_times(const ch_run *r, int64_t now, int64_t *from, int64_t *until) {
+    const char *bad = r->a.from && !ops_cs_time_parse(r->a.from, now, from)      ? r->a.from
+                      : r->a.until && !ops_cs_time_parse(r->a.until, now, until) ? r->a.until
+                                                                                 : NULL;
+    if (bad) {
+        fprintf(stderr,
+                "strata changes: bad TIME '%s': use RFC 3339 (2026-12-04T20:00:00Z), "
+                "`now`, or -10m / -2h / -1d / -30s\n",
+                bad);
+        return false;
+    }
+    if (!r->a.follow && !r->a.from && !r->a.checkpoint && !r->a.enable && !r->a.disable) {
+        fprintf(stderr, "strata changes: say where to start: --from TIME (e.g. --from -10m), "
+                        "--checkpoint FILE, or --follow for new changes only\n");
+        return false;
+    }
+    if (*until && *until <= *from && !r->a.checkpoint) {
+        fprintf(stderr, "strata changes: --until must be after --from\n");
+        return false;
+    }
+    return true;
+}
+
+int ops_changes_main(int argc, char **argv) {
+    static ch_run run; /* one per process; the loop's callbacks point at it */
+    ch_run *r = &run;
+    memset(r, 0, sizeof *r);
+    int prc = parse_args(argc, argv, &r->a);
+    if (prc)
+        return prc == 1 ? 0 : 2;
+    int64_t now = st_wall_us(), from = now, until = 0;
+    if (!check_times(r, now, &from, &until))
+        return 2;
+    char addr[512];
+    if (!resolve_target(r, addr, sizeof addr))
+        return 1;
+    if (r->a.enable || r->a.disable)
+        return admin(r, addr);
+    ops_cs_pos *pos;
+    size_t n;
+    if (!load_checkpoint(r, &pos, &n))
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    st_log_set_level(ST_LOG_WARN);
+    struct stat st;
+    r->out_is_file = fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode);
+    r->tty = isatty(STDERR_FILENO);
+    r->start_mono_us = st_mono_us();
+    ops_cs_opts o = {.addr = addr,
+                     .table = r->table,
+                     .app_profile = r->a.profile ? r->a.profile : "",
+                     .start_us = from,
+                     .end_us = until         ? until
+                               : r->a.follow ? 0
+                                             : now,
+                     .stop_us = until         ? until
+                                : r->a.follow ? 0
+                                              : now,
+                     .heartbeat_s = r->a.heartbeat_s,
+                     .on_change = on_change,
+                     .on_done = on_done,
+                     .on_retry = on_retry,
+                     .arg = r};
+    r->base = event_base_new();
+    int rc = 1;
+    if (!r->base)
+        fprintf(stderr, "strata changes: cannot create an event loop (out of memory?)\n");
+    else
+        rc = run_loop(r, &o, pos, n);
+    for (size_t i = 0; i < n; i++)
+        ops_cs_pos_free(&pos[i]);
+    free(pos);
+    st_buf_free(&r->line);
+    if (r->base)
+        event_base_free(r->base);
+    return rc;
+}
