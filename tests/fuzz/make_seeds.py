@@ -136,6 +136,7 @@ H2 = {
     "control": PREFACE + SETTINGS + frame(6, 0, 0, b"12345678") +
     frame(8, 0, 0, struct.pack(">I", 1 << 20)) + frame(1, 0x4, 1, headers_block(READ_PATH)) +
     frame(3, 0, 1, struct.pack(">I", 8)) + frame(7, 0, 0, struct.pack(">II", 0, 0)),
+    "empty_message": PREFACE + SETTINGS + call(1, MUTATE_PATH, b""),
     "unknown_method": PREFACE + SETTINGS + call(1, b"/x.Y/Z", b""),
     "bad_prefix": PREFACE + SETTINGS + frame(1, 0x4, 1, headers_block(MUTATE_PATH)) +
     frame(0, 0x1, 1, b"\x01\xff\xff\xff\xff"),
