@@ -2,6 +2,7 @@
  *   strata-router --config TOPOLOGY_FILE [--listen HOST:PORT]
  * then BIGTABLE_EMULATOR_HOST=HOST:PORT cbt -project p -instance i ls */
 #include <event2/event.h>
+#include <openssl/ssl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@ static void usage(FILE *out) {
             "usage: strata-router --config TOPOLOGY_FILE [--listen HOST:PORT]\n"
             "                     [--balance auto|on|off] [--balance-ms MS] [--zone ZONE]\n"
             "                     [--metrics HOST:PORT] [--poll-us N] [--no-unix] [--verbose]\n"
+            "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
             "                     [--version]\n"
             "Serves the Cloud Bigtable data and table admin APIs for the instance the topology\n"
             "file describes (docs/formats/topology.md), forwarding to its nodes. The listen\n"
@@ -31,7 +33,12 @@ static void usage(FILE *out) {
             "are in flight; it stops while the CPUs are busy (docs/router.md, Busy polling).\n"
             "A node whose data directory (topology file) holds a Unix socket node.sock, as\n"
             "strata-node --unix DATA/node.sock makes, is reached through it instead of TCP;\n"
-            "--no-unix: TCP to every node (docs/router.md, Unix sockets).\n");
+            "--no-unix: TCP to every node (docs/router.md, Unix sockets).\n"
+            "--tls-cert FILE --tls-key FILE serve TLS (HTTP/2 over TLS 1.2+) instead of plaintext\n"
+            "with this PEM certificate chain and key; --tls-client-ca FILE also requires client\n"
+            "certificates signed by a CA in FILE. SIGHUP re-reads the three files: new\n"
+            "connections get the new certificate, open ones keep theirs; a reload that fails\n"
+            "keeps the old certificate (docs/operations.md, TLS on the router).\n");
     fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 
@@ -43,13 +50,43 @@ static void on_signal(evutil_socket_t fd, short what, void *arg) {
     event_base_loopbreak(arg);
 }
 
+/* --tls-cert/--tls-key/--tls-client-ca, and the context new connections use. */
+typedef struct tls_files {
+    const char *cert, *key, *client_ca; /* cert NULL: plaintext */
+    SSL_CTX *ctx;
+    rtr_ctx *r; /* set once the router is open */
+} tls_files;
+
+/* SIGHUP: the files are read into a new context; only when that works does the listener switch
+ * to it (the old context lives on in the connections made with it). */
+static void on_sighup(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    tls_files *t = arg;
+    st_err err = {0};
+    SSL_CTX *ctx = rpc_tls_server_ctx_new(t->cert, t->key, t->client_ca, &err);
+    if (!ctx) {
+        st_log(ST_LOG_ERROR, "router",
+               "msg=\"TLS reload failed: still serving the previous certificate\" err=\"%s\"",
+               err.msg);
+        return;
+    }
+    if (!rtr_set_ssl_ctx(t->r, ctx)) {
+        SSL_CTX_free(ctx);
+        return;
+    }
+    SSL_CTX_free(t->ctx);
+    t->ctx = ctx;
+    st_log(ST_LOG_INFO, "router", "msg=\"TLS certificate reloaded\" cert=%s", t->cert);
+}
+
 /* --metrics HOST:PORT, when given. */
 static char metrics_host[ST_TOPO_ADDR_MAX + 1];
 static uint16_t metrics_port;
 /* --poll-us: busy polling after activity before the loop sleeps (rpc_loop_run). */
 static unsigned poll_us = RPC_LOOP_POLL_US_DEFAULT;
 
-static int run(struct event_base *base, const rtr_opts *o) {
+static int run(struct event_base *base, const rtr_opts *o, tls_files *tls) {
     rtr_ctx *r;
     st_err err = {0};
     if (rtr_open(base, o, &r, &err) != ST_OK) {
@@ -68,19 +105,44 @@ static int run(struct event_base *base, const rtr_opts *o) {
         }
         snprintf(mline, sizeof mline, " metrics=http://%s:%u/metrics", metrics_host, metrics_port);
     }
-    printf("strata-router listening on %s:%u%s\n", rtr_host(r), rtr_port(r), mline);
+    printf("strata-router listening on %s:%u%s%s\n", rtr_host(r), rtr_port(r),
+           tls->ctx ? " tls" : "", mline);
     fflush(stdout);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    struct event *sighup = NULL;
+    tls->r = r;
+    if (tls->ctx && (sighup = evsignal_new(base, SIGHUP, on_sighup, tls)))
+        event_add(sighup, NULL);
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
     rpc_loop_run(base, poll_us);
     st_log(ST_LOG_INFO, "router", "shutting down");
     event_free(sigint);
     event_free(sigterm);
+    if (sighup)
+        event_free(sighup);
     metrics_http_free(metrics);
     rtr_close(r);
     event_base_loop(base, EVLOOP_NONBLOCK);
+    return 0;
+}
+
+/* Checks the TLS flags and loads the files before anything else starts, so a bad file stops the
+ * router at once with the reason. 0 when fine (or no TLS asked for). */
+static int tls_open(tls_files *t) {
+    if (!t->cert && !t->key && !t->client_ca)
+        return 0;
+    if (!t->cert || !t->key) {
+        fprintf(stderr, "strata-router: TLS needs both --tls-cert FILE and --tls-key FILE%s\n",
+                t->client_ca ? " (--tls-client-ca only adds client certificate checks)" : "");
+        return 2;
+    }
+    st_err err = {0};
+    if (!(t->ctx = rpc_tls_server_ctx_new(t->cert, t->key, t->client_ca, &err))) {
+        fprintf(stderr, "strata-router: %s\n", err.msg);
+        return 1;
+    }
     return 0;
 }
 
@@ -89,6 +151,7 @@ int main(int argc, char **argv) {
     int balance = RTR_BALANCE_AUTO;
     long long balance_ms = 0;
     bool no_unix = false;
+    tls_files tls = {0};
     rpc_limits limits; /* --max-connections and the other flags of strata/rpc.h */
     rpc_limits_default(&limits);
     st_err lim_err = {0};
@@ -102,6 +165,12 @@ int main(int argc, char **argv) {
             listen = argv[++i];
         else if (!strcmp(a, "--zone") && v)
             zone = argv[++i];
+        else if (!strcmp(a, "--tls-cert") && v)
+            tls.cert = argv[++i];
+        else if (!strcmp(a, "--tls-key") && v)
+            tls.key = argv[++i];
+        else if (!strcmp(a, "--tls-client-ca") && v)
+            tls.client_ca = argv[++i];
         else if (!strcmp(a, "--metrics") && v) {
             if (!st_addr_split(argv[++i], metrics_host, sizeof metrics_host, &metrics_port) ||
                 !metrics_host[0]) {
@@ -183,14 +252,22 @@ int main(int argc, char **argv) {
         }
         o.listen_host = host;
     }
+    int tls_rc = tls_open(&tls);
+    if (tls_rc != 0)
+        return tls_rc;
+    o.ssl_ctx = tls.ctx;
     rpc_limits_set(&limits);
     signal(SIGPIPE, SIG_IGN);
+    if (tls.ctx) /* a reload asked for while the router starts must not stop it */
+        signal(SIGHUP, SIG_IGN);
     struct event_base *base = event_base_new();
     if (!base) {
         fprintf(stderr, "strata-router: could not create the event loop\n");
+        SSL_CTX_free(tls.ctx);
         return 1;
     }
-    int rc = run(base, &o);
+    int rc = run(base, &o, &tls);
     event_base_free(base);
+    SSL_CTX_free(tls.ctx);
     return rc;
 }

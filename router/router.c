@@ -285,7 +285,8 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
     r->opts.topo = &r->topo;
     r->base = base;
     st_code rc = init_clusters(r, err);
-    if (rc == ST_OK && !(r->rpc = rpc_server_new(base, NULL, err)))
+    rpc_server_opts so = {.ssl_ctx = opts->ssl_ctx};
+    if (rc == ST_OK && !(r->rpc = rpc_server_new(base, &so, err)))
         rc = err ? err->code : ST_INTERNAL;
     if (rc == ST_OK)
         rc = register_methods(r, err);
@@ -316,6 +317,9 @@ uint16_t rtr_port(const rtr_ctx *r) {
 }
 const char *rtr_host(const rtr_ctx *r) {
     return r->listen_host;
+}
+bool rtr_set_ssl_ctx(rtr_ctx *r, struct ssl_ctx_st *ctx) {
+    return rpc_server_set_ssl_ctx(r->rpc, ctx);
 }
 
 void rtr_close(rtr_ctx *r) {

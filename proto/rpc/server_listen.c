@@ -253,3 +253,13 @@ void rpc_server_listeners_free(rpc_server *s) {
         event_free(s->accept_ev);
     s->accept_ev = NULL;
 }
+
+/* New connections wrap their sockets with ctx from now on. A TLS connection's SSL holds its own
+ * reference to the context it was made with, so connections already open keep theirs until they
+ * close, and the caller may free the context it replaced. */
+bool rpc_server_set_ssl_ctx(rpc_server *s, struct ssl_ctx_st *ctx) {
+    if (!s->opts.ssl_ctx || !ctx)
+        return false; /* the transport (plain or TLS) is fixed when the server is made */
+    s->opts.ssl_ctx = ctx;
+    return true;
+}

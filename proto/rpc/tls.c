@@ -1,4 +1,5 @@
 /* TLS for the RPC layer: contexts with ALPN h2, and the plain/TLS transport table. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -58,6 +59,62 @@ st_code rpc_tls_client_ctx_prepare(SSL_CTX *ctx, st_err *err) {
     return ST_OK;
 }
 
+/* A file the process cannot open is reported as such (with errno), before OpenSSL's less
+ * telling "system lib" error. */
+static bool tls_file_readable(const char *what, const char *path, st_err *err) {
+    FILE *f = fopen(path, "r");
+    if (f) {
+        fclose(f);
+        return true;
+    }
+    st_err_set(err, ST_INVALID_ARGUMENT,
+               "cannot read the TLS %s %s: %s; check the path and its "
+               "permissions",
+               what, path, strerror(errno));
+    return false;
+}
+
+/* Certificate chain and key into ctx, each step with its own message. */
+static st_code tls_server_load_pair(SSL_CTX *ctx, const char *cert_path, const char *key_path,
+                                    st_err *err) {
+    char why[256];
+    if (!tls_file_readable("certificate", cert_path, err) ||
+        !tls_file_readable("key", key_path, err))
+        return ST_INVALID_ARGUMENT;
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert_path) != 1) {
+        tls_err_text(why, sizeof(why));
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "%s is not a PEM certificate (chain) (%s); give the server "
+                          "certificate in PEM form, intermediates after it",
+                          cert_path, why);
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, key_path, SSL_FILETYPE_PEM) != 1) {
+        /* OpenSSL checks the key against the certificate while loading it */
+        unsigned long e = ERR_peek_last_error();
+        bool mismatch =
+            ERR_GET_LIB(e) == ERR_LIB_X509 && (ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH ||
+                                               ERR_GET_REASON(e) == X509_R_KEY_TYPE_MISMATCH);
+        tls_err_text(why, sizeof(why));
+        if (mismatch)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "the key %s does not match the certificate %s (%s); give the key "
+                              "the certificate was issued for",
+                              key_path, cert_path, why);
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "%s is not an unencrypted PEM private key (%s); give the key in PEM "
+                          "form without a passphrase",
+                          key_path, why);
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        tls_err_text(why, sizeof(why));
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "the key %s does not match the certificate %s (%s); give the key the "
+                          "certificate was issued for",
+                          key_path, cert_path, why);
+    }
+    return ST_OK;
+}
+
 SSL_CTX *rpc_tls_server_ctx_new(const char *cert_path, const char *key_path,
                                 const char *client_ca_path, st_err *err) {
     char why[256];
@@ -67,25 +124,30 @@ SSL_CTX *rpc_tls_server_ctx_new(const char *cert_path, const char *key_path,
         st_err_set(err, ST_INTERNAL, "SSL_CTX_new failed: %s", why);
         return NULL;
     }
-    if (SSL_CTX_use_certificate_chain_file(ctx, cert_path) != 1 ||
-        SSL_CTX_use_PrivateKey_file(ctx, key_path, SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(ctx) != 1) {
-        tls_err_text(why, sizeof(why));
-        st_err_set(err, ST_INVALID_ARGUMENT,
-                   "cannot load TLS certificate %s / key %s (%s); check the paths and that the "
-                   "key matches the certificate",
-                   cert_path, key_path, why);
+    if (tls_server_load_pair(ctx, cert_path, key_path, err) != ST_OK) {
         SSL_CTX_free(ctx);
         return NULL;
     }
     if (client_ca_path) {
-        if (SSL_CTX_load_verify_locations(ctx, client_ca_path, NULL) != 1) {
-            tls_err_text(why, sizeof(why));
-            st_err_set(err, ST_INVALID_ARGUMENT, "cannot load client CA %s: %s", client_ca_path,
-                       why);
+        if (!tls_file_readable("client CA", client_ca_path, err)) {
             SSL_CTX_free(ctx);
             return NULL;
         }
+        if (SSL_CTX_load_verify_locations(ctx, client_ca_path, NULL) != 1) {
+            tls_err_text(why, sizeof(why));
+            st_err_set(err, ST_INVALID_ARGUMENT,
+                       "cannot load the client CA %s (%s); give the CA certificate(s) in PEM "
+                       "form",
+                       client_ca_path, why);
+            SSL_CTX_free(ctx);
+            return NULL;
+        }
+        /* The CA names go into the CertificateRequest, so clients holding several certificates
+         * pick one this server accepts. */
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(client_ca_path);
+        if (names)
+            SSL_CTX_set_client_CA_list(ctx, names);
+        ERR_clear_error();
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
     }
     if (rpc_tls_server_ctx_prepare(ctx, err) != ST_OK) {

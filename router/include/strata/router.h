@@ -10,6 +10,8 @@
 #include "strata/base.h"
 #include "strata/topology.h"
 
+struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
+
 struct event_base;
 typedef struct rtr_ctx rtr_ctx;
 
@@ -32,6 +34,9 @@ typedef struct rtr_opts {
      * holds a Unix socket ST_TOPO_NODE_SOCK_NAME is reached through it, else over TCP; true = TCP
      * always (strata-router --no-unix). */
     bool no_unix;
+    /* TLS on the public listener (strata-router --tls-cert): a server context from
+     * rpc_tls_server_ctx_new, borrowed, outliving the router; NULL = plaintext h2c. */
+    struct ssl_ctx_st *ssl_ctx;
 } rtr_opts;
 
 #define RTR_BALANCE_AUTO 0
@@ -50,5 +55,8 @@ const char *rtr_host(const rtr_ctx *r); /* the host it listens on */
 /* Stops listening, ends outstanding calls and frees. Loop thread only; turn the base once
  * afterwards (event_base_loop(base, EVLOOP_NONBLOCK)) before freeing it. */
 void rtr_close(rtr_ctx *r);
+/* Certificate reload: handshakes from now on use ctx (borrowed like rtr_opts.ssl_ctx), open
+ * connections keep theirs. False when the router was opened without TLS. */
+bool rtr_set_ssl_ctx(rtr_ctx *r, struct ssl_ctx_st *ctx);
 
 #endif

@@ -388,6 +388,11 @@ struct ssl_ctx_st *rpc_tls_server_ctx_new(const char *cert_path, const char *key
  * optional (client certificates). Already prepared. NULL on failure. */
 struct ssl_ctx_st *rpc_tls_client_ctx_new(const char *ca_path, const char *cert_path,
                                           const char *key_path, st_err *err);
+/* Replaces the TLS context of a server made with one (rpc_server_opts.ssl_ctx; borrowed the same
+ * way): handshakes from now on use ctx, connections already open keep the context they were
+ * made with (each holds a reference), so the old one may be SSL_CTX_free'd at once. False (nothing
+ * changed) when the server serves plaintext or ctx is NULL. Loop thread only. */
+bool rpc_server_set_ssl_ctx(rpc_server *s, struct ssl_ctx_st *ctx);
 /* Make a caller-built context usable: ALPN h2 (server: select; client: offer), TLS >= 1.2. */
 st_code rpc_tls_server_ctx_prepare(struct ssl_ctx_st *ctx, st_err *err);
 st_code rpc_tls_client_ctx_prepare(struct ssl_ctx_st *ctx, st_err *err);
