@@ -36,7 +36,7 @@ bool rtr_peek_read_rows(st_slice req, rtr_rr_peek *out) {
     /* ReadRowsRequest: table_name 1, rows 2, filter 3, rows_limit 4, app_profile_id 5,
      * request_stats_view 6, reversed 7; others (authorized_view_name 9, newer fields) travel
      * verbatim. */
-    const uint8_t *p = req.data, *end = req.data + req.len;
+    const uint8_t *p = req.data, *end = rtr_slice_end(req);
     rtr_wire_field f;
     bool bad = false, seen[8] = {false};
     uint64_t limit = 0, reversed = 0, view = 0;
@@ -82,7 +82,7 @@ bool rtr_peek_read_rows(st_slice req, rtr_rr_peek *out) {
  * delete_from_family 3, delete_from_row 4, add_to_cell 5, merge_to_cell 6, newer ones); a
  * SetCell whose timestamp_micros (3) is -1 takes the server's time, so it is not idempotent. */
 static bool peek_mutation(st_slice m, bool *idempotent) {
-    const uint8_t *p = m.data, *end = m.data + m.len;
+    const uint8_t *p = m.data, *end = rtr_slice_end(m);
     rtr_wire_field f;
     bool bad = false;
     size_t kinds = 0;
@@ -99,7 +99,7 @@ static bool peek_mutation(st_slice m, bool *idempotent) {
         return false;
     /* Every kind that names a family has it as field 1 (family_name, a string). */
     p = body.data;
-    end = body.data + body.len;
+    end = rtr_slice_end(body);
     bool seen_ts = false, seen_family = false;
     uint64_t ts = 0;
     st_slice family;
@@ -117,7 +117,7 @@ static bool peek_mutation(st_slice m, bool *idempotent) {
 bool rtr_peek_mutate_row(st_slice req, rtr_mr_peek *out) {
     /* MutateRowRequest: table_name 1, row_key 2, mutations 3 (repeated), app_profile_id 4;
      * others (authorized_view_name 6, newer fields) travel verbatim. */
-    const uint8_t *p = req.data, *end = req.data + req.len;
+    const uint8_t *p = req.data, *end = rtr_slice_end(req);
     rtr_wire_field f;
     bool bad = false, seen[5] = {false};
     memset(out, 0, sizeof *out);
@@ -149,7 +149,7 @@ bool rtr_peek_mutate_row(st_slice req, rtr_mr_peek *out) {
 
 /* One MutateRowsRequest.Entry: row_key 1, mutations 2 (repeated). */
 static bool peek_entry(st_slice e, rtr_mrs_peek *out) {
-    const uint8_t *p = e.data, *end = e.data + e.len;
+    const uint8_t *p = e.data, *end = rtr_slice_end(e);
     rtr_wire_field f;
     bool bad = false, seen_row = false;
     st_slice row = {0};
@@ -173,7 +173,7 @@ static bool peek_entry(st_slice e, rtr_mrs_peek *out) {
 bool rtr_peek_mutate_rows(st_slice req, rtr_mrs_peek *out) {
     /* MutateRowsRequest: table_name 1, entries 2 (repeated), app_profile_id 3; others
      * (authorized_view_name 5, newer fields) travel verbatim. */
-    const uint8_t *p = req.data, *end = req.data + req.len;
+    const uint8_t *p = req.data, *end = rtr_slice_end(req);
     rtr_wire_field f;
     bool bad = false, seen[4] = {false};
     memset(out, 0, sizeof *out);

@@ -144,6 +144,11 @@ typedef struct rtr_wire_field {
     st_slice raw;       /* the whole field: tag and value */
 } rtr_wire_field;
 
+/* One past the last byte of s: s.data for an empty slice, which may be NULL (an empty gRPC
+ * message arrives as NULL, 0) where NULL + 0 would be undefined behaviour. */
+static inline const uint8_t *rtr_slice_end(st_slice s) {
+    return s.len ? s.data + s.len : s.data;
+}
 /* Reads the field at *p (advancing it); false at end or on malformed input (*p then == end). */
 bool rtr_wire_next(const uint8_t **p, const uint8_t *end, rtr_wire_field *f, bool *bad);
 /* Appends every field of msg except those numbered in skip[0..n_skip). INVALID_ARGUMENT for a

@@ -80,7 +80,7 @@ static bool skipped(uint32_t num, const uint32_t *skip, size_t n) {
 }
 
 st_code rtr_wire_copy_except(st_buf *out, st_slice msg, const uint32_t *skip, size_t n_skip) {
-    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    const uint8_t *p = msg.data, *end = rtr_slice_end(msg);
     rtr_wire_field f;
     bool bad = false;
     while (rtr_wire_next(&p, end, &f, &bad))
@@ -140,7 +140,7 @@ st_code rtr_wire_put_rowset(st_buf *out, uint32_t num, const btu_rowset *rs) {
 
 /* The row key (field 1) of a MutateRowsRequest.Entry. */
 static bool entry_row(st_slice entry, st_slice *row) {
-    const uint8_t *p = entry.data, *end = entry.data + entry.len;
+    const uint8_t *p = entry.data, *end = rtr_slice_end(entry);
     rtr_wire_field f;
     bool bad = false;
     *row = st_slice_make(NULL, 0);
@@ -152,7 +152,7 @@ static bool entry_row(st_slice entry, st_slice *row) {
 
 st_code rtr_mutate_rows_split(st_slice req, st_arena *a, st_buf *out_head, rtr_entry **entries,
                               size_t *n) {
-    const uint8_t *p = req.data, *end = req.data + req.len;
+    const uint8_t *p = req.data, *end = rtr_slice_end(req);
     rtr_wire_field f;
     bool bad = false;
     size_t count = 0;
@@ -195,7 +195,7 @@ st_code rtr_mutate_rows_build(st_buf *out, st_slice head, const rtr_entry *entri
 /* google.rpc.Status: code 1 (int32), message 2 (string); details 3 are not kept. Later
  * occurrences overwrite earlier ones, as protobuf merges. */
 static st_code merge_status(st_slice st, rtr_entry_result *r, st_arena *a) {
-    const uint8_t *p = st.data, *end = st.data + st.len;
+    const uint8_t *p = st.data, *end = rtr_slice_end(st);
     rtr_wire_field f;
     bool bad = false;
     while (rtr_wire_next(&p, end, &f, &bad)) {
@@ -225,7 +225,7 @@ static st_code merge_status(st_slice st, rtr_entry_result *r, st_arena *a) {
 /* One MutateRowsResponse.Entry: index 1 (int64), status 2. */
 static st_code merge_entry(st_slice e, const size_t *idx, size_t n, rtr_entry_result *res,
                            st_arena *a) {
-    const uint8_t *p = e.data, *end = e.data + e.len;
+    const uint8_t *p = e.data, *end = rtr_slice_end(e);
     rtr_wire_field f;
     bool bad = false;
     int64_t index = 0;
@@ -260,7 +260,7 @@ st_code rtr_mutate_rows_merge(st_slice resp, const size_t *idx, size_t n, rtr_en
                               st_arena *a) {
     /* Scanned, not unpacked: a 100-entry answer would cost 300 allocations. MutateRowsResponse:
      * entries 1; rate_limit_info 3 is not used. */
-    const uint8_t *p = resp.data, *end = resp.data + resp.len;
+    const uint8_t *p = resp.data, *end = rtr_slice_end(resp);
     rtr_wire_field f;
     bool bad = false;
     while (rtr_wire_next(&p, end, &f, &bad)) {
@@ -348,7 +348,7 @@ static void track_candidate(track_msg *m, st_slice key, bool reversed) {
 }
 
 static st_code track_chunk(rtr_rr_track *t, track_msg *m, st_slice chunk, bool reversed) {
-    const uint8_t *p = chunk.data, *end = chunk.data + chunk.len;
+    const uint8_t *p = chunk.data, *end = rtr_slice_end(chunk);
     uint32_t num, wt;
     uint64_t v;
     st_slice b;
@@ -381,7 +381,7 @@ static st_code track_last(rtr_rr_track *t, st_slice key, bool reversed) {
 }
 
 st_code rtr_rr_track_feed(rtr_rr_track *t, st_slice msg, bool reversed) {
-    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    const uint8_t *p = msg.data, *end = rtr_slice_end(msg);
     track_msg m = {.row = st_buf_slice(&t->row)};
     uint32_t num, wt;
     uint64_t v;

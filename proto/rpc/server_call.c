@@ -852,9 +852,9 @@ static void request_done(rpc_call *call) {
     call->dispatched = true;
     call->handler_ref = true;
     rpc_call_ref(call);
-    call->method->handler(call,
-                          st_slice_make(call->request.data + call->request_skip,
-                                        call->request.len - call->request_skip),
+    /* An empty message leaves request.data NULL: no NULL + 0 (undefined behaviour). */
+    const uint8_t *msg = call->request.data ? call->request.data + call->request_skip : NULL;
+    call->method->handler(call, st_slice_make(msg, call->request.len - call->request_skip),
                           call->method->arg);
 }
 
