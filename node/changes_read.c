@@ -324,7 +324,9 @@ static bool on_ring(const node_cs_rec *rec, void *arg) {
         btu_cs_pos_live(&r->pos, r->pending.stamp);
         if (send_pending(r, &r->fail) != ST_OK)
             return false;
-        r->stop = turn_spent(r) ? CS_MORE : !rpc_call_writable(r->call) ? CS_BLOCKED : ST_OK;
+        /* Room before the turn's share: a turn that ends for its share with a full queue would
+         * leave the next turn to queue on top of it, past the call's bound. */
+        r->stop = !rpc_call_writable(r->call) ? CS_BLOCKED : turn_spent(r) ? CS_MORE : ST_OK;
         if (r->stop != ST_OK)
             return false;
     } else if (send_pending(r, &r->fail) != ST_OK) {
@@ -376,6 +378,8 @@ static st_code live(cs_reader *r, st_err *err) {
         upto = r->end_us;
     if (upto <= r->pos.w)
         return ST_OK;
+    if (!rpc_call_writable(r->call))
+        return CS_BLOCKED; /* a turn after CS_MORE or a heartbeat may find the queue full */
     r->stop = ST_OK;
     st_err_clear(&r->fail);
     node_cs_ring_rc rc =
