@@ -11,7 +11,9 @@
  *   the partition itself (its rows are elsewhere now) with a token, from which the target node
  *   goes on: the rows written before the move are not sent again, one written after it is;
  * - a client that does not read holds the node's queued response bytes near the call's queue
- *   bound (1 MiB) while 20 MiB of history wait, and then gets every record.
+ *   bound (1 MiB) while 20 MiB of history wait, and then gets every record; so does a live
+ *   stream's client that stops reading while 20 writes of 1 MiB are made, and it then gets
+ *   every record and the heartbeats after them.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -426,24 +428,29 @@ static void test_cs_read_member_and_move(void **state) {
 /* What the node may queue for the one stalled call: its queue bound (1 MiB), the record that
  * crossed it and the messages of a turn, with slack. 20 MiB wait. */
 #define SLOW_QUEUED_MAX ((size_t)4 << 20)
+/* The live case: records of 1 MiB (each one a turn's whole share of bytes). */
+#define LIVE_RECORDS 20
+#define LIVE_VALUE_BYTES ((size_t)1 << 20)
+#define SLOW_HEARTBEAT_MS 200
 
 #define NVS(n, v)                                                                                  \
     { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, sizeof(v) - 1, 0 }
 
-static st_code put_big(const char *key, const uint8_t *v) {
+static st_code put_big(const char *table, const char *key, const uint8_t *v) {
     Google__Bigtable__V2__Mutation m, *mp = &m;
     Google__Bigtable__V2__Mutation__SetCell sc;
     google__bigtable__v2__mutation__init(&m);
     google__bigtable__v2__mutation__set_cell__init(&sc);
     sc.family_name = "f";
     sc.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"q"};
-    sc.value = (ProtobufCBinaryData){SLOW_VALUE_BYTES, (uint8_t *)v};
+    sc.value = (ProtobufCBinaryData){
+        strcmp(table, TBL("big")) == 0 ? SLOW_VALUE_BYTES : LIVE_VALUE_BYTES, (uint8_t *)v};
     sc.timestamp_micros = 1000;
     m.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
     m.set_cell = &sc;
     Google__Bigtable__V2__MutateRowRequest req;
     google__bigtable__v2__mutate_row_request__init(&req);
-    req.table_name = TBL("big");
+    req.table_name = (char *)table;
     req.row_key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
     req.n_mutations = 1;
     req.mutations = &mp;
@@ -451,11 +458,12 @@ static st_code put_big(const char *key, const uint8_t *v) {
     return call(&S, BT "MutateRow", &req.base, NULL, &status);
 }
 
-/* The gRPC-framed ReadChangeStream request of table big from t0 to t_end. */
-static size_t slow_request(uint8_t *out, size_t cap, int64_t t0, int64_t t_end) {
+/* The gRPC-framed ReadChangeStream request of table from t0 to t_end (0: live, no end, with
+ * heartbeats every SLOW_HEARTBEAT_MS). */
+static size_t slow_request(uint8_t *out, size_t cap, const char *table, int64_t t0, int64_t t_end) {
     Google__Bigtable__V2__ReadChangeStreamRequest req;
     google__bigtable__v2__read_change_stream_request__init(&req);
-    req.table_name = TBL("big");
+    req.table_name = (char *)table;
     Google__Bigtable__V2__StreamPartition p;
     Google__Bigtable__V2__RowRange rr;
     btu_cs_partition_set(&p, &rr, st_slice_cstr(""), st_slice_cstr(""));
@@ -465,7 +473,13 @@ static size_t slow_request(uint8_t *out, size_t cap, int64_t t0, int64_t t_end) 
     btu_cs_time_set(&et, t_end);
     req.start_from_case = GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME;
     req.start_time = &st;
-    req.end_time = &et;
+    Google__Protobuf__Duration hb;
+    google__protobuf__duration__init(&hb);
+    hb.nanos = SLOW_HEARTBEAT_MS * 1000000;
+    if (t_end)
+        req.end_time = &et;
+    else
+        req.heartbeat_duration = &hb;
     size_t len = protobuf_c_message_get_packed_size(&req.base);
     assert_true(len + 5 <= cap);
     out[0] = 0;
@@ -516,7 +530,7 @@ static void test_cs_read_slow_client(void **state) {
     for (int i = 0; i < SLOW_RECORDS; i++) {
         char key[16];
         snprintf(key, sizeof key, "b%03d", i);
-        assert_int_equal(put_big(key, v), ST_OK);
+        assert_int_equal(put_big(TBL("big"), key, v), ST_OK);
     }
     free(v);
     uint8_t body[1024];
@@ -524,7 +538,7 @@ static void test_cs_read_slow_client(void **state) {
                   .grpc_status = -1};
     assert_true(r.fd >= 0);
     r.body = body;
-    r.body_len = slow_request(body, sizeof body, t0, st_wall_us());
+    r.body_len = slow_request(body, sizeof body, TBL("big"), t0, st_wall_us());
     st_buf_init(&r.data);
     nghttp2_session *s = raw_session(&r, true);
     assert_non_null(s);
@@ -566,6 +580,103 @@ static void test_cs_read_slow_client(void **state) {
     st_buf_free(&r.data);
 }
 
+/* Complete messages in data: records (DataChange with done), and heartbeats after the last one. */
+static void count_live(const st_buf *data, size_t *records, size_t *heartbeats_after) {
+    *records = *heartbeats_after = 0;
+    for (size_t off = 0; off + 5 <= data->len;) {
+        size_t len = (size_t)data->data[off + 1] << 24 | (size_t)data->data[off + 2] << 16 |
+                     (size_t)data->data[off + 3] << 8 | data->data[off + 4];
+        if (off + 5 + len > data->len)
+            return; /* still arriving */
+        Google__Bigtable__V2__ReadChangeStreamResponse *r =
+            google__bigtable__v2__read_change_stream_response__unpack(NULL, len,
+                                                                      data->data + off + 5);
+        assert_non_null(r);
+        if (r->stream_record_case ==
+                GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_DATA_CHANGE &&
+            r->data_change->done) {
+            (*records)++;
+            *heartbeats_after = 0;
+        } else if (r->stream_record_case ==
+                   GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_HEARTBEAT) {
+            (*heartbeats_after)++;
+        }
+        google__bigtable__v2__read_change_stream_response__free_unpacked(r, NULL);
+        off += 5 + len;
+    }
+}
+
+/* A live stream (no end time) whose client stops reading while LIVE_RECORDS writes of 1 MiB
+ * are made: the node queues about the call's bound (each record is a turn's whole share, and a
+ * turn must not end for its share with the queue full), then, once the client reads, every
+ * record arrives and the heartbeats go on. */
+static void test_cs_read_live_slow_client(void **state) {
+    (void)state;
+    table_pb tb;
+    table_pb_init(&tb, NULL, 0);
+    Google__Bigtable__Admin__V2__CreateTableRequest creq;
+    google__bigtable__admin__v2__create_table_request__init(&creq);
+    creq.parent = PARENT;
+    creq.table_id = "live";
+    creq.table = &tb.t;
+    st_err status;
+    assert_int_equal(call(&S, TA "CreateTable", &creq.base, NULL, &status), ST_OK);
+    int64_t t0 = st_wall_us();
+    uint8_t body[1024];
+    raw_call r = {.fd = raw_tcp_connect((uint16_t)atoi(strchr(S.addr, ':') + 1), 4096),
+                  .grpc_status = -1};
+    assert_true(r.fd >= 0);
+    struct timeval tv = {TIMEOUT_MS / 1000, 0}; /* a stream that goes silent fails, not hangs */
+    assert_int_equal(setsockopt(r.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    r.body = body;
+    r.body_len = slow_request(body, sizeof body, TBL("live"), t0, 0);
+    st_buf_init(&r.data);
+    nghttp2_session *s = raw_session(&r, true);
+    assert_non_null(s);
+    nghttp2_nv nva[] = {NVS(":method", "POST"),
+                        NVS(":scheme", "http"),
+                        NVS(":path", BT "ReadChangeStream"),
+                        NVS(":authority", "t"),
+                        NVS("content-type", "application/grpc"),
+                        NVS("te", "trailers")};
+    nghttp2_data_provider prd = {.read_callback = raw_body};
+    assert_true(nghttp2_submit_request(s, NULL, nva, 6, &prd, NULL) > 0);
+    assert_int_equal(nghttp2_session_send(s), 0);
+    /* Not reading while the writes are made (each acknowledged after the node ran its turns). */
+    uint8_t *v = malloc(LIVE_VALUE_BYTES);
+    memset(v, 'y', LIVE_VALUE_BYTES);
+    size_t peak = 0;
+    for (int i = 0; i < LIVE_RECORDS; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "l%03d", i);
+        assert_int_equal(put_big(TBL("live"), key, v), ST_OK);
+        size_t q = rpc_queued_response_bytes();
+        peak = q > peak ? q : peak;
+    }
+    free(v);
+    for (int ms = 0; ms < 300; ms++) { /* the reader's turns after the last write */
+        size_t q = rpc_queued_response_bytes();
+        peak = q > peak ? q : peak;
+        usleep(1000);
+    }
+    static uint8_t buf[1 << 16];
+    size_t recs = 0, hbs = 0;
+    while (recs < LIVE_RECORDS || hbs < 2) {
+        ssize_t n = recv(r.fd, buf, sizeof buf, 0);
+        assert_true(n > 0); /* silent for TIMEOUT_MS: the stream hangs */
+        assert_true(nghttp2_session_mem_recv(s, buf, (size_t)n) == n);
+        assert_int_equal(nghttp2_session_send(s), 0);
+        assert_false(r.closed);
+        count_live(&r.data, &recs, &hbs);
+    }
+    printf("queued response bytes peak with a stalled live reader: %zu\n", peak);
+    assert_int_equal(recs, LIVE_RECORDS);
+    assert_true(peak <= SLOW_QUEUED_MAX);
+    nghttp2_session_del(s);
+    close(r.fd); /* the node cancels the call */
+    st_buf_free(&r.data);
+}
+
 /* ---- harness ---- */
 
 static int g_failures;
@@ -576,6 +687,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_cs_read_gc_record),
         cmocka_unit_test(test_cs_read_member_and_move),
         cmocka_unit_test(test_cs_read_slow_client),
+        cmocka_unit_test(test_cs_read_live_slow_client),
     };
     g_failures = cmocka_run_group_tests(tests, NULL, NULL);
     event_base_loopbreak(g_base);
