@@ -563,7 +563,11 @@ static st_code check_mods(const node_table *t, pb_mod **mods, size_t n_mods, st_
 }
 
 /* Writes a DeleteFromFamily for every row of the table holding cells of family, so a dropped
- * family's data is gone (and does not come back if the family is created again). */
+ * family's data is gone (and does not come back if the family is created again). A schema
+ * change, not a data change: every node of every cluster purges its own rows when the router
+ * pushes the schema, so these deletes are not shipped to peers (STO_ROW_REPLICATED) and, written
+ * below node_write, leave no change-stream record (change streams do not capture schema changes,
+ * docs/changestreams.md). */
 st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_err *err) {
     sto_mut del = {.type = STO_MUT_DEL_FAMILY, .family = st_slice_cstr(family)};
     st_code rc = ST_OK;
@@ -587,7 +591,9 @@ st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_e
                                .row = cell.row,
                                .muts = &del,
                                .n_muts = 1,
-                               .version = node_next_version(n)};
+                               .version = node_next_version(n),
+                               .origin = n->opts.cluster_num,
+                               .flags = STO_ROW_REPLICATED};
             row.commit_ts_us = (uint64_t)STO_VERSION_TS_US(row.version);
             rc = sto_write(n->db, &row, 1, NULL, err);
             if (rc != ST_OK)

@@ -5,9 +5,11 @@
  *
  * ReadChangeStream: a partition equal to one tablet goes to the node that holds it and every
  * answer streams through until the node ends the stream. A partition that matches no single
- * tablet any more (split, merge) is answered by the router: CloseStream OUT_OF_RANGE with the
- * overlapping tablets as new partitions and, for each, a continuation token derived from the
- * request. Flow control as in read.c: answers wait in a backlog while the client is slow; past
+ * tablet any more (split, merge) is answered by the router, on a tablet map refreshed first
+ * (a map older than the split would name tablets that no longer exist): CloseStream
+ * OUT_OF_RANGE with the overlapping tablets as new partitions and, for each, a continuation
+ * token derived from the request. A node's own CloseStream starts a refresh of the map. Flow
+ * control as in read.c: answers wait in a backlog while the client is slow; past
  * RTR_READ_BACKLOG_BYTES the node call is cancelled at a record boundary and, once the client
  * drained the backlog, resumed from the last token relayed. A node answering strata-not-owner
  * makes the router refresh the map and decide again (forward, or CloseStream); a lost node
@@ -277,6 +279,7 @@ typedef struct rcs_op {
     st_err end;
     int attempts;
     uint64_t gen;
+    bool map_checked; /* the map was refreshed once before answering CloseStream */
 } rcs_op;
 
 static void rcs_step(rcs_op *op);
@@ -467,6 +470,18 @@ static void rcs_refreshed(void *arg) {
     rcs_continue(op); /* sees a cancellation itself */
 }
 
+static void rcs_map_renewed(void *arg) {
+    (void)arg;
+}
+
+/* Refreshes the cluster's map without waiting for it, so that the next request for the new
+ * partitions finds their tablets. Failure is harmless: rcs_step refreshes before a CloseStream. */
+static void rcs_map_renew(rtr_cluster *c) {
+    if (rtr_cluster_refresh(c, rcs_map_renewed, NULL) != ST_OK)
+        st_log(ST_LOG_DEBUG, "router",
+               "cluster=%s tablet map refresh after CloseStream not started", c->topo->id);
+}
+
 static void rcs_after_backoff(void *arg) {
     rcs_op *op = arg;
     op->wait = RCS_IDLE;
@@ -505,6 +520,8 @@ static void rcs_retry(rcs_op *op, st_code code, const char *msg) {
  * a fresh map (returns false: the retry continues the stream). */
 static bool rcs_outcome(rcs_op *op, rpc_ccall *call, st_code code, const char *message) {
     if (code == ST_OK || op->closed) {
+        if (op->closed) /* the node split or merged the tablet: see its new tablets now */
+            rcs_map_renew(op->c);
         rcs_end(op, code, message);
     } else if (op->in_record) {
         rcs_end(op, ST_UNAVAILABLE,
@@ -684,10 +701,23 @@ static void rcs_step(rcs_op *op) {
         return;
     }
     btu_key_range tr = t ? tablet_range(&t->v[first]) : op->part;
-    if (n == 1 && btu_cs_range_eq(&tr, &op->part))
+    if (n == 1 && btu_cs_range_eq(&tr, &op->part)) {
         rcs_send(op, &t->v[first]);
-    else
-        rcs_close(op, &t->v[first], n);
+        return;
+    }
+    /* The map may predate a split or merge the client already saw (a node's CloseStream):
+     * CloseStream from it would name tablets that no longer exist. Decide on a fresh map. */
+    if (!op->map_checked) {
+        op->map_checked = true;
+        op->wait = RCS_TIMER;
+        if (rtr_cluster_refresh(op->c, rcs_refreshed, op) == ST_OK)
+            return;
+        op->wait = RCS_IDLE;
+        rcs_end(op, ST_RESOURCE_EXHAUSTED, "too many requests wait for a tablet map: retry");
+        rcs_continue(op);
+        return;
+    }
+    rcs_close(op, &t->v[first], n);
 }
 
 void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {

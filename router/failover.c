@@ -307,7 +307,7 @@ int64_t rtr_fo_write_ts(rtr_ctx *r) {
 /* SetCell: family_name 1, column_qualifier 2, timestamp_micros 3, value 4. The last field 3 on
  * the wire is the value (protobuf's rule for repeated scalars in a singular field). */
 static st_code stamp_set_cell(st_slice msg, int64_t ts_us, st_buf *out, size_t *n) {
-    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    const uint8_t *p = msg.data, *end = rtr_slice_end(msg);
     rtr_wire_field f;
     bool bad = false, server_time = false;
     while (rtr_wire_next(&p, end, &f, &bad))
@@ -331,7 +331,7 @@ static st_code stamp_level(st_slice msg, const uint32_t *path, size_t depth, int
                            st_buf *out, st_buf *scratch, size_t *n) {
     if (depth == 0)
         return stamp_set_cell(msg, ts_us, out, n);
-    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    const uint8_t *p = msg.data, *end = rtr_slice_end(msg);
     rtr_wire_field f;
     bool bad = false;
     while (rtr_wire_next(&p, end, &f, &bad)) {

@@ -102,7 +102,7 @@ static st_code copy_id(st_slice s, char *out, st_err *err) {
 }
 
 static st_code scan_single(st_slice msg, rtr_policy *out, st_err *err) {
-    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    const uint8_t *p = msg.data, *end = rtr_slice_end(msg);
     rtr_wire_field f;
     bool bad;
     while (rtr_wire_next(&p, end, &f, &bad)) {
@@ -115,7 +115,7 @@ static st_code scan_single(st_slice msg, rtr_policy *out, st_err *err) {
 }
 
 static st_code scan_multi(st_slice msg, rtr_policy *out, st_err *err) {
-    const uint8_t *p = msg.data, *end = msg.data + msg.len;
+    const uint8_t *p = msg.data, *end = rtr_slice_end(msg);
     rtr_wire_field f;
     bool bad;
     while (rtr_wire_next(&p, end, &f, &bad)) {
@@ -135,7 +135,7 @@ static st_code scan_multi(st_slice msg, rtr_policy *out, st_err *err) {
 
 st_code rtr_policy_parse(st_slice pb, rtr_policy *out, st_err *err) {
     memset(out, 0, sizeof *out);
-    const uint8_t *p = pb.data, *end = pb.data + pb.len;
+    const uint8_t *p = pb.data, *end = rtr_slice_end(pb);
     rtr_wire_field f;
     bool bad;
     while (rtr_wire_next(&p, end, &f, &bad)) {

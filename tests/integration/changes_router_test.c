@@ -14,7 +14,9 @@
  *   - ReadChangeStream of a partition that is no longer one tablet: CloseStream OUT_OF_RANGE
  *     with the tablets as new partitions and tokens derived from the request (start_time T ->
  *     "1.(T-1)", a token kept as it is); malformed tokens and tokens of another partition are
- *     INVALID_ARGUMENT.
+ *     INVALID_ARGUMENT;
+ *   - a child partition of a split the router's tablet map does not show yet (SplitTablet on the
+ *     node) is read from the node: the router refreshes its map before answering CloseStream.
  *
  *   changes_router_test <build>/ops/strata
  * Exit 77 when strata, strata-node or strata-router is missing.
@@ -547,6 +549,25 @@ static void admin_cases(void) {
     expect_code("DeleteTable cs1", delete_table("cs1", &st), &st, ST_OK, NULL);
 }
 
+/* A split the router has not seen (SplitTablet straight on the node, as when the node splits a
+ * growing tablet itself): reading a child partition through the router must reach the node,
+ * not end in a CloseStream naming the old, already split tablet from the router's stale map. */
+static void stale_map_case(void) {
+    st_err st;
+    parts p;
+    split_tablet("cs2", "k", "m");
+    int64_t now = st_wall_us();
+    st_code rc = read_until("cs2", "", "k", "m", now, now + 300000, NULL, &p, &st);
+    printf("%-62s %-20s close %d, %zu new partition(s)\n",
+           "ReadChangeStream k..m (split on the node only)", st_code_name(rc), p.close_code, p.n);
+    for (size_t i = 0; i < p.n; i++)
+        printf("    new partition %s\n", p.v[i]);
+    CHECK(rc == ST_OK && p.close_code <= 0 && p.n == 0,
+          "k..m after a split the router had not seen: %s \"%s\", CloseStream %d with %zu new "
+          "partition(s) (the router answered from a stale tablet map)",
+          st_code_name(rc), st.msg, p.close_code, p.n);
+}
+
 static void data_cases(void) {
     st_err st;
     parts p;
@@ -618,6 +639,8 @@ static void data_cases(void) {
     expect_parts("  CloseStream new partition: the whole tablet", &p, whole);
     static const char *const whole_toks[] = {"g..h=1.700", NULL};
     expect_tokens("  CloseStream token: for g..h only", &p, whole_toks);
+
+    stale_map_case();
 }
 
 #define E2E_WINDOW_US 1000000 /* each end-to-end read ends this long after it starts */
