@@ -267,8 +267,7 @@ typedef struct rcs_op {
     rtr_node *node;   /* of the node call in flight */
     rpc_ccall *inflight;
     rcs_wait wait;
-    st_buf backlog; /* messages, each prefixed with its varint length */
-    size_t backlog_off;
+    rtr_msgq backlog; /* messages waiting for the client */
     st_buf fwd;
     bool writable_cb;
     st_buf token;   /* the last token relayed (record end or heartbeat), NUL-terminated */
@@ -286,32 +285,18 @@ static void rcs_step(rcs_op *op);
 
 static void rcs_free(rcs_op *op, st_code code, const char *msg) {
     rpc_call_finish(op->call, code, msg);
-    st_buf_free(&op->backlog);
+    st_buf_free(&op->backlog.buf);
     st_buf_free(&op->fwd);
     st_buf_free(&op->token);
     free(op);
 }
 
 static size_t rcs_backlog(const rcs_op *op) {
-    return op->backlog.len - op->backlog_off;
+    return rtr_msgq_bytes(&op->backlog);
 }
 
 static st_code rcs_drain(rcs_op *op) {
-    while (rcs_backlog(op) > 0 && rpc_call_writable(op->call)) {
-        const uint8_t *p = op->backlog.data + op->backlog_off;
-        st_slice msg;
-        if (!st_get_len_prefixed(&p, op->backlog.data + op->backlog.len, &msg))
-            return ST_INTERNAL;
-        op->backlog_off = (size_t)(p - op->backlog.data);
-        st_code rc = rpc_call_send(op->call, msg);
-        if (rc != ST_OK)
-            return rc;
-    }
-    if (rcs_backlog(op) == 0) {
-        st_buf_reset(&op->backlog);
-        op->backlog_off = 0;
-    }
-    return ST_OK;
+    return rtr_msgq_drain(&op->backlog, op->call, false);
 }
 
 static void rcs_writable(rpc_call *call, void *arg);
@@ -328,8 +313,7 @@ static st_code rcs_emit(rcs_op *op, rpc_ccall *from, st_slice msg) {
             return rpc_call_send_buf(op->call, &op->fwd);
         return rpc_call_send(op->call, msg);
     }
-    if (st_buf_append_varint64(&op->backlog, msg.len) != ST_OK ||
-        st_buf_append(&op->backlog, msg.data, msg.len) != ST_OK)
+    if (rtr_msgq_push(&op->backlog, msg) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     if (!op->writable_cb) {
         op->writable_cb = true;
@@ -750,7 +734,7 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
     op->req = req;
     op->req_bytes = req_bytes;
     op->part = part;
-    st_buf_init(&op->backlog);
+    st_buf_init(&op->backlog.buf);
     st_buf_init(&op->fwd);
     st_buf_init(&op->token);
     rpc_call_set_cancel_cb(call, rcs_cancelled, op);

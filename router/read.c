@@ -48,10 +48,9 @@ typedef struct rr_op {
     bool limit_hit; /* rows_limit was reached (the node ends its call by itself), or relaying
                        failed (the node call was cancelled) */
     bool complete;  /* every row was read: finish once the backlog is out */
-    st_buf backlog; /* messages, each prefixed with its varint length */
-    size_t held;    /* backlog bytes counted in the queued-response budget (rpc_call_hold) */
-    st_buf fwd;     /* a node message's buffer taken to pass on without a copy (rr_emit) */
-    size_t backlog_off;
+    rtr_msgq backlog; /* messages waiting for the client */
+    size_t held;      /* backlog bytes counted in the queued-response budget (rpc_call_hold) */
+    st_buf fwd;       /* a node message's buffer taken to pass on without a copy (rr_emit) */
     bool writable_cb; /* rr_writable is registered (once a backlog formed) */
     int attempts;
     uint64_t gen;
@@ -76,7 +75,7 @@ static void rr_free(rr_op *op, st_code code, const char *msg) {
     st_buf_free(&op->pos);
     st_buf_free(&op->cur_start);
     st_buf_free(&op->cur_end);
-    st_buf_free(&op->backlog);
+    st_buf_free(&op->backlog.buf);
     st_buf_free(&op->fwd);
     rtr_rr_track_deinit(&op->track);
     if (op->idle)
@@ -119,7 +118,7 @@ static void rr_idle_arm(rr_op *op) {
 }
 
 static size_t backlog_bytes(const rr_op *op) {
-    return op->backlog.len - op->backlog_off;
+    return rtr_msgq_bytes(&op->backlog);
 }
 
 /* Makes the budget count what the backlog holds now. */
@@ -135,23 +134,9 @@ static void rr_hold_sync(rr_op *op) {
 /* Moves backlogged messages into the client's queue while it has room of its own: they are
  * counted in the budget already, so moving them takes nothing more from it. */
 static st_code rr_drain(rr_op *op) {
-    while (backlog_bytes(op) > 0 && rpc_call_has_room(op->call)) {
-        const uint8_t *p = op->backlog.data + op->backlog_off;
-        const uint8_t *end = op->backlog.data + op->backlog.len;
-        st_slice msg;
-        if (!st_get_len_prefixed(&p, end, &msg))
-            return ST_INTERNAL;
-        op->backlog_off = (size_t)(p - op->backlog.data);
-        st_code rc = rpc_call_send(op->call, msg);
-        if (rc != ST_OK)
-            return rc;
-    }
-    if (backlog_bytes(op) == 0) {
-        st_buf_reset(&op->backlog);
-        op->backlog_off = 0;
-    }
+    st_code rc = rtr_msgq_drain(&op->backlog, op->call, true);
     rr_hold_sync(op);
-    return ST_OK;
+    return rc;
 }
 
 static void rr_writable(rpc_call *call, void *arg);
@@ -169,8 +154,7 @@ static st_code rr_emit(rr_op *op, rpc_ccall *from, st_slice msg) {
             return rpc_call_send_buf(op->call, &op->fwd);
         return rpc_call_send(op->call, msg);
     }
-    if (st_buf_append_varint64(&op->backlog, msg.len) != ST_OK ||
-        st_buf_append(&op->backlog, msg.data, msg.len) != ST_OK)
+    if (rtr_msgq_push(&op->backlog, msg) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     rr_hold_sync(op);
     /* Only a read that had to wait asks to hear about room: registering costs an event per call
@@ -710,7 +694,7 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     st_buf_init(&op->pos);
     st_buf_init(&op->cur_start);
     st_buf_init(&op->cur_end);
-    st_buf_init(&op->backlog);
+    st_buf_init(&op->backlog.buf);
     st_buf_init(&op->fwd);
     rtr_rr_track_init(&op->track);
     st_code rc = btu_rowset_from_pb(req.rows, rpc_call_arena(call), &op->rs, &err);

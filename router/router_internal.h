@@ -149,6 +149,21 @@ typedef struct rtr_wire_field {
 static inline const uint8_t *rtr_slice_end(st_slice s) {
     return s.len ? s.data + s.len : s.data;
 }
+/* Whole gRPC messages a router call holds while its client is slow (read.c, changes.c), oldest
+ * first: each prefixed with its varint length in buf, consumed from off. */
+typedef struct rtr_msgq {
+    st_buf buf;
+    size_t off;
+} rtr_msgq;
+static inline size_t rtr_msgq_bytes(const rtr_msgq *q) {
+    return q->buf.len - q->off;
+}
+/* Appends a copy of msg; RESOURCE_EXHAUSTED without memory. */
+st_code rtr_msgq_push(rtr_msgq *q, st_slice msg);
+/* Sends queued messages to call, oldest first, while it takes them: while it has room of its own
+ * when counted (the messages are counted in the queued-response budget already, so moving them
+ * takes nothing more from it), else while it is writable. The code of a failed send. */
+st_code rtr_msgq_drain(rtr_msgq *q, rpc_call *call, bool counted);
 /* Reads the field at *p (advancing it); false at end or on malformed input (*p then == end). */
 bool rtr_wire_next(const uint8_t **p, const uint8_t *end, rtr_wire_field *f, bool *bad);
 /* Appends every field of msg except those numbered in skip[0..n_skip). INVALID_ARGUMENT for a

@@ -450,3 +450,28 @@ st_code rtr_samples_merge(rtr_sample *const *per_node, const size_t *counts,
     *n_out = w;
     return ST_OK;
 }
+
+st_code rtr_msgq_push(rtr_msgq *q, st_slice msg) {
+    if (st_buf_append_varint64(&q->buf, msg.len) != ST_OK ||
+        st_buf_append(&q->buf, msg.data, msg.len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+st_code rtr_msgq_drain(rtr_msgq *q, rpc_call *call, bool counted) {
+    while (rtr_msgq_bytes(q) > 0 && (counted ? rpc_call_has_room(call) : rpc_call_writable(call))) {
+        const uint8_t *p = q->buf.data + q->off;
+        st_slice msg;
+        if (!st_get_len_prefixed(&p, q->buf.data + q->buf.len, &msg))
+            return ST_INTERNAL;
+        q->off = (size_t)(p - q->buf.data);
+        st_code rc = rpc_call_send(call, msg);
+        if (rc != ST_OK)
+            return rc;
+    }
+    if (rtr_msgq_bytes(q) == 0) {
+        st_buf_reset(&q->buf);
+        q->off = 0;
+    }
+    return ST_OK;
+}
