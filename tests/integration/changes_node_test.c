@@ -111,15 +111,7 @@ static void node_stop(void) {
 /* ---- plain calls ---- */
 
 static st_code unary(const char *path, const ProtobufCMessage *req, st_buf *resp, st_err *st) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len ? len : 1);
-    protobuf_c_message_pack(req, buf);
-    memset(st, 0, sizeof *st);
-    st_buf_reset(resp);
-    st_code rc = rpc_blocking_unary(g_c.addr, NULL, path, st_slice_make(buf, len), NULL, 0,
-                                    CALL_TIMEOUT_MS, resp, st);
-    free(buf);
-    return rc;
+    return bt_call_pb(g_c.addr, path, req, CALL_TIMEOUT_MS, resp, st);
 }
 
 static void expect_code(const char *what, st_code got, const st_err *st, st_code want,

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "btclient.h"
 #include "chaos_util.h"
 #include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/longrunning/operations.pb-c.h"
@@ -58,15 +59,7 @@ static int g_failures;
 
 static st_code unary(const char *addr, const char *path, const ProtobufCMessage *req, st_buf *resp,
                      st_err *st) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len ? len : 1);
-    protobuf_c_message_pack(req, buf);
-    memset(st, 0, sizeof *st);
-    st_buf_reset(resp);
-    st_code rc = rpc_blocking_unary(addr, NULL, path, st_slice_make(buf, len), NULL, 0,
-                                    CALL_TIMEOUT_MS, resp, st);
-    free(buf);
-    return rc;
+    return bt_call_pb(addr, path, req, CALL_TIMEOUT_MS, resp, st);
 }
 
 static void expect_code(const char *what, st_code got, const st_err *st, st_code want,

@@ -73,6 +73,22 @@ static void pack_msg(const ProtobufCMessage *m, st_buf *out) {
     out->len = n;
 }
 
+st_code bt_call_pb(const char *addr, const char *path, const ProtobufCMessage *req, int timeout_ms,
+                   st_buf *resp, st_err *st) {
+    st_buf body, ignore;
+    st_buf_init(&body);
+    st_buf_init(&ignore);
+    pack_msg(req, &body);
+    st_err_clear(st);
+    if (resp)
+        st_buf_reset(resp);
+    st_code rc = rpc_blocking_unary(addr, NULL, path, st_slice_make(body.data, body.len), NULL, 0,
+                                    timeout_ms, resp ? resp : &ignore, st);
+    st_buf_free(&ignore);
+    st_buf_free(&body);
+    return rc;
+}
+
 /* URL-encodes the table name for x-goog-request-params, as the Go client does. */
 static void request_params(const char *table_name, char *out, size_t cap) {
     size_t o = (size_t)snprintf(out, cap, "table_name=");

@@ -115,6 +115,12 @@ st_code bt_read_modify_write(const bt_client *c, const char *table, st_slice row
                              const bt_rmw_rule *rules, size_t n, st_buf *dump, bool with_ts,
                              st_err *st);
 
+/* Packs req and calls path on addr (no metadata) with a deadline of timeout_ms; resp (NULL:
+ * discarded) receives the answer, st (cleared first) the status. For tests that call methods
+ * this client has no function for. */
+st_code bt_call_pb(const char *addr, const char *path, const ProtobufCMessage *req, int timeout_ms,
+                   st_buf *resp, st_err *st);
+
 /* Appends one "key<TAB>offset\n" line (key escaped like row keys) per SampleRowKeys answer. */
 st_code bt_sample_row_keys(const bt_client *c, const char *table, st_buf *dump, size_t *n_keys,
                            st_err *st);

@@ -30,6 +30,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "btclient.h"
 #include "raw_h2.h"
 #include "strata/cstoken.h"
 #include "strata/internal/v1/node.pb-c.h"
@@ -58,16 +59,7 @@ static node_env S, A, B; /* S standalone; A, B cluster members 1 and 2 */
 
 static st_code call(const node_env *e, const char *path, const ProtobufCMessage *req, st_buf *resp,
                     st_err *status) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(req, buf);
-    st_buf ignore;
-    st_buf_init(&ignore);
-    st_code rc = rpc_blocking_unary(e->addr, NULL, path, st_slice_make(buf, len), NULL, 0,
-                                    TIMEOUT_MS, resp ? resp : &ignore, status);
-    st_buf_free(&ignore);
-    free(buf);
-    return rc;
+    return bt_call_pb(e->addr, path, req, TIMEOUT_MS, resp, status);
 }
 
 /* A Table with family f (max versions `versions`, 0 = no rule) and a retention of a day. */

@@ -39,6 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "btclient.h"
 #include "changes.h"
 #include "google/longrunning/operations.pb-c.h"
 #include "sto_test_util.h"
@@ -72,16 +73,7 @@ static node_env R;       /* standalone, with a 4 KiB ring */
 
 static st_code call(const node_env *e, const char *path, const ProtobufCMessage *req, st_buf *resp,
                     st_err *status) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(req, buf);
-    st_buf ignore;
-    st_buf_init(&ignore);
-    st_code rc = rpc_blocking_unary(e->addr, NULL, path, st_slice_make(buf, len), NULL, 0,
-                                    TIMEOUT_MS, resp ? resp : &ignore, status);
-    st_buf_free(&ignore);
-    free(buf);
-    return rc;
+    return bt_call_pb(e->addr, path, req, TIMEOUT_MS, resp, status);
 }
 
 /* A Table message with families fams (NULL-terminated; rule: max versions `versions`, 0 = none)
