@@ -32,6 +32,7 @@
 #define BENCH_CS_RETENTION_US (24LL * 3600 * 1000000)
 #define BENCH_CS_HEARTBEAT_S 1
 #define BENCH_CS_CATCHUP_MARGIN_US 1000
+#define BENCH_CS_RSS_PERIOD_MS 200
 
 typedef struct cs_bench cs_bench;
 
@@ -74,6 +75,7 @@ struct cs_bench {
     char cs_msg[ST_ERR_MSG_MAX];
     struct event *grace;
     bool grace_over;
+    struct event *rss_timer;
 };
 
 static int64_t mono_ns(void) {
@@ -108,6 +110,44 @@ static bool seq_room(cs_bench *b, uint64_t seq) {
     memset(r + b->cap, 0, (cap - b->cap) * sizeof(*r));
     b->cap = cap;
     return true;
+}
+
+/* ---- the target's processes ---- */
+
+/* CPU seconds of the target's processes so far; false when one cannot be read. */
+static bool procs_cpu(const bench_target *t, double *cpu) {
+    *cpu = 0;
+    for (size_t i = 0; i < t->n_pids; i++) {
+        ops_proc_stat st;
+        if (!ops_proc_stat_read(t->pids[i], &st))
+            return false;
+        *cpu += st.cpu_s;
+    }
+    return t->n_pids > 0;
+}
+
+/* Keeps the largest RSS of a node seen so far. */
+static void rss_sample(cs_bench *b) {
+    const bench_target *t = b->t;
+    for (size_t i = 0; i < t->n_pids; i++) {
+        ops_proc_stat st;
+        if (strcmp(t->pid_names[i], "router") == 0 || !ops_proc_stat_read(t->pids[i], &st) ||
+            st.rss_kb <= b->res->cs_node_rss_peak_kb)
+            continue;
+        b->res->cs_node_rss_peak_kb = st.rss_kb;
+        if (t->pid_names[i][0])
+            snprintf(b->res->cs_node_rss_name, sizeof b->res->cs_node_rss_name, "%s",
+                     t->pid_names[i]);
+        else
+            snprintf(b->res->cs_node_rss_name, sizeof b->res->cs_node_rss_name, "pid %d",
+                     (int)t->pids[i]);
+    }
+}
+
+static void rss_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rss_sample(arg);
 }
 
 /* ---- writers ---- */
@@ -354,9 +394,13 @@ static void phase_live(cs_bench *b, st_err *err) {
     if (consumer_start(b, st_wall_us(), 0, err) != ST_OK)
         return;
     b->live = true;
+    double cpu0, cpu1;
+    bool cpu_ok = procs_cpu(b->t, &cpu0);
     int64_t t0 = mono_ns();
     write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, cfg->duration_s);
     b->res->elapsed_s = (double)(mono_ns() - t0) / 1e9;
+    b->res->cs_cpu_ok = cpu_ok && procs_cpu(b->t, &cpu1);
+    b->res->cs_on_cpu_s = b->res->cs_cpu_ok ? cpu1 - cpu0 : 0;
     b->live = false;
     b->grace_over = false;
     b->grace = evtimer_new(b->base, grace_cb, b);
@@ -386,9 +430,13 @@ static void phase_off(cs_bench *b) {
     snprintf(b->table, sizeof b->table, "projects/%s/instances/%s/tables/%s-nocs", cfg->project,
              cfg->instance, cfg->table);
     uint64_t ok0 = b->ok;
+    double cpu0, cpu1;
+    bool cpu_ok = procs_cpu(b->t, &cpu0);
     int64_t t0 = mono_ns();
     write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, cfg->duration_s);
     double s = (double)(mono_ns() - t0) / 1e9;
+    b->res->cs_cpu_ok = b->res->cs_cpu_ok && cpu_ok && procs_cpu(b->t, &cpu1);
+    b->res->cs_off_cpu_s = b->res->cs_cpu_ok ? cpu1 - cpu0 : 0;
     b->res->cs_off_calls = b->ok - ok0;
     b->res->cs_off_ops_s = s > 0 ? (double)(b->ok - ok0) / s : 0;
 }
@@ -432,6 +480,11 @@ static st_code cs_setup(cs_bench *b, st_err *err) {
     st_rng_seed(&rng, cfg->seed);
     for (uint32_t i = 0; i < cfg->value_bytes; i++)
         b->value[i] = (uint8_t)st_rng_next(&rng);
+    b->rss_timer = event_new(b->base, -1, EV_PERSIST, rss_timer_cb, b);
+    struct timeval period = {0, BENCH_CS_RSS_PERIOD_MS * 1000};
+    if (!b->rss_timer || event_add(b->rss_timer, &period) != 0)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory setting up the run");
+    rss_sample(b);
     for (uint32_t i = 0; i < b->n_slots; i++) {
         b->slots[i] = (cs_slot){.b = b, .conn = i % b->n_conns};
         b->slots[i].retry = evtimer_new(b->base, slot_retry_cb, &b->slots[i]);
@@ -442,6 +495,10 @@ static st_code cs_setup(cs_bench *b, st_err *err) {
 }
 
 static void cs_teardown(cs_bench *b) {
+    if (b->rss_timer) {
+        rss_sample(b);
+        event_free(b->rss_timer);
+    }
     for (uint32_t i = 0; b->clients && i < b->n_conns; i++)
         if (b->clients[i])
             rpc_client_free(b->clients[i]);
