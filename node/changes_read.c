@@ -755,11 +755,7 @@ static st_code stream_times(cs_reader *r, const Google__Bigtable__V2__ReadChange
         r->has_end = true;
     }
     r->hb_us = CS_HEARTBEAT_US_DEFAULT;
-    const Google__Protobuf__Duration *d = req->heartbeat_duration;
-    if (d && (d->seconds < 0 || d->nanos < 0 || d->nanos > 999999999))
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "heartbeat_duration must be positive (got %lld s %d ns)",
-                          (long long)d->seconds, (int)d->nanos);
+    const Google__Protobuf__Duration *d = req->heartbeat_duration; /* btu_cs_check_times */
     if (d && (d->seconds > 0 || d->nanos > 0)) {
         int64_t us = d->seconds > CS_HEARTBEAT_US_MAX / 1000000
                          ? CS_HEARTBEAT_US_MAX
@@ -806,6 +802,8 @@ static st_code reader_setup(cs_reader *r, const node_table *meta, btu_key_range 
                             const Google__Bigtable__V2__ReadChangeStreamRequest *req, st_err *err) {
     st_arena *a = rpc_call_arena(r->call);
     st_code rc = streams_on(meta, err);
+    if (rc == ST_OK)
+        rc = btu_cs_check_times(req, err);
     if (rc == ST_OK)
         rc = btu_cs_partition_range(req->partition, "partition", a, part, err);
     if (rc == ST_OK)

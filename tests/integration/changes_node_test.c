@@ -869,6 +869,16 @@ static void test_errors(int64_t t_on) {
     expect_stream_error("token of another partition", &o, ST_INVALID_ARGUMENT, "do not cover");
     o = (req_opts){.table = "t", .start_us = now_us()};
     expect_stream_error("no partition", &o, ST_INVALID_ARGUMENT, "partition is missing");
+    o = (req_opts){.table = "t", .p = &g_whole, .start_us = now_us()};
+    o.end_us = o.start_us - 1;
+    expect_stream_error("end_time before start_time", &o, ST_INVALID_ARGUMENT, "before start_time");
+    o.end_us = 0;
+    o.hb_ms = -1500;
+    expect_stream_error("negative heartbeat_duration", &o, ST_INVALID_ARGUMENT,
+                        "heartbeat_duration");
+    o.hb_ms = -500; /* seconds 0, nanos negative */
+    expect_stream_error("negative heartbeat_duration under a second", &o, ST_INVALID_ARGUMENT,
+                        "heartbeat_duration");
     part_free(&ab);
 }
 
