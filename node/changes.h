@@ -19,6 +19,17 @@
 /* Record qualifier: be64(stamp_us) be32(index of the row in its write). */
 #define NODE_CS_QUALIFIER_LEN 12
 
+/* A record's flags (beside STO_ROW_GC): its SetCells with an empty value are references to the
+ * cell the same row mutation wrote (family, qualifier, timestamp; docs/changestreams.md, Values
+ * by reference): readers of the stored record take the value from the row. Records in the ring
+ * never have it (they hold every value). */
+#define NODE_CS_REC_REFS 0x100u
+/* SetCell values of at least this many bytes are stored by reference. */
+#define NODE_CS_REF_MIN_BYTES 64
+/* Rows with more mutations than this keep every value in the record (checking which SetCells a
+ * later mutation of the same row mutation overwrites or deletes is quadratic). */
+#define NODE_CS_REF_MUTS_MAX 256
+
 /* Retention limits of change_stream_config (microseconds). */
 #define NODE_CS_RETENTION_MIN_US (24LL * 3600 * 1000000)
 #define NODE_CS_RETENTION_MAX_US (7LL * 24 * 3600 * 1000000)

@@ -263,9 +263,47 @@ static st_code record_muts(node_cs *cs, const node_table *meta, const sto_row_mu
     return ST_OK;
 }
 
-/* Offsets of one record inside w->data while the buffer may still move. */
+/* Whether SetCell muts[i] leaves its cell as written: no later mutation of the same row
+ * mutation overwrites it (same timestamp) or deletes it. */
+static bool cell_kept(const sto_mut *muts, size_t n, size_t i) {
+    const sto_mut *s = &muts[i];
+    for (size_t j = i + 1; j < n; j++) {
+        const sto_mut *m = &muts[j];
+        if (!st_slice_eq(m->family, s->family))
+            continue;
+        if (m->type == STO_MUT_DEL_FAMILY)
+            return false;
+        if (!st_slice_eq(m->qualifier, s->qualifier))
+            continue;
+        if (m->type == STO_MUT_SET_CELL && m->ts_us == s->ts_us)
+            return false;
+        if (m->type == STO_MUT_DEL_COLUMN && s->ts_us >= m->ts_start_us &&
+            (m->ts_end_us == STO_TS_END_INF || s->ts_us < m->ts_end_us))
+            return false;
+    }
+    return true;
+}
+
+/* Empties the values the stored record keeps by reference (docs/changestreams.md, Values by
+ * reference); whether there was any. */
+static bool values_to_refs(sto_mut *muts, size_t n) {
+    if (n > NODE_CS_REF_MUTS_MAX)
+        return false;
+    bool any = false;
+    for (size_t i = 0; i < n; i++)
+        if (muts[i].type == STO_MUT_SET_CELL && muts[i].value.len >= NODE_CS_REF_MIN_BYTES &&
+            cell_kept(muts, n, i)) {
+            muts[i].value = st_slice_make(NULL, 0);
+            any = true;
+        }
+    return any;
+}
+
+/* Offsets of one record inside w->data while the buffer may still move: the table, the row,
+ * the qualifier, the record as the ring keeps it (every value) and as storage keeps it (values
+ * by reference; the same bytes when it has none). */
 typedef struct rec_ref {
-    size_t table, row, row_len, qual, value, value_len;
+    size_t table, row, row_len, qual, value, value_len, stored, stored_len;
     size_t mut; /* index of the record's SetCell in w->muts */
 } rec_ref;
 
@@ -312,6 +350,15 @@ static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *met
     if (rc == ST_OK)
         rc = sto_row_mut_encode(&w->data, &rec);
     ref->value_len = w->data.len - ref->value;
+    ref->stored = ref->value;
+    ref->stored_len = ref->value_len;
+    if (rc == ST_OK && mode != NODE_WRITE_GC &&
+        values_to_refs((sto_mut *)cs->scratch.data, rec.n_muts)) {
+        rec.flags |= NODE_CS_REC_REFS;
+        ref->stored = w->data.len;
+        rc = sto_row_mut_encode(&w->data, &rec);
+        ref->stored_len = w->data.len - ref->stored;
+    }
     if (rc == ST_INVALID_ARGUMENT)
         return st_err_set(err, rc,
                           "row mutation too large for its change record (at most %u mutations "
@@ -360,7 +407,7 @@ static void write_finalize(node_cs_write *w, const rec_ref *refs) {
                       .family = st_slice_make(NODE_CS_FAMILY, NODE_CS_FAMILY_LEN),
                       .qualifier = st_slice_make(w->data.data + f->qual, NODE_CS_QUALIFIER_LEN),
                       .ts_us = w->stamp,
-                      .value = rec->value};
+                      .value = st_slice_make(w->data.data + f->stored, f->stored_len)};
     }
 }
 
@@ -393,12 +440,12 @@ static st_code write_build(node_ctx *n, node_cs_write *w, const sto_row_mut *row
     for (size_t i = 0; i < count; i++) {
         if (!metas[i])
             continue;
-        /* room for the record (its encoding is about the size of the row's mutations), so
-         * the buffer is allocated once */
-        bytes += strlen(metas[i]->name) + 2 * rows[i].row.len + NODE_CS_QUALIFIER_LEN + 64;
+        /* room for the record twice (each encoding is about the size of the row's mutations;
+         * the stored one without the values it references), so the buffer is allocated once */
+        bytes += strlen(metas[i]->name) + 3 * rows[i].row.len + NODE_CS_QUALIFIER_LEN + 128;
         for (size_t j = 0; j < rows[i].n_muts; j++)
-            bytes += rows[i].muts[j].family.len + rows[i].muts[j].qualifier.len +
-                     rows[i].muts[j].value.len + 32;
+            bytes += 2 * (rows[i].muts[j].family.len + rows[i].muts[j].qualifier.len + 32) +
+                     rows[i].muts[j].value.len;
     }
     if (st_buf_reserve(&w->data, bytes) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building change records");
