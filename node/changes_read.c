@@ -9,6 +9,10 @@
  *     watcher wakes the reader when new ones resolve;
  *   - catch-up: when the ring does not reach back to w, a snapshot of the tablet is scanned in
  *     key order for records with stamps in (w, h], h the resolved stamp when the scan began.
+ *     Stored records may hold SetCell values by reference (NODE_CS_REC_REFS): the scan holds a
+ *     row's records (its system cells come first) until it has passed the row's user cells,
+ *     which give those values as the cells have them now (none for a cell gone since); a row
+ *     with more records than a hold takes is looked up with an iterator of its own.
  * Each record waits in `pending` until the reader knows which token it may carry: in live mode a
  * write's records share its stamp, so only the last of them may say "1.stamp"; in a scan only the
  * last record of a row may name that row. A record's messages are queued whole; between records
@@ -318,9 +322,8 @@ static st_code send_pending(cs_reader *r, st_err *err) {
         return ST_OK;
     p->set = false;
     sto_row_mut row;
-    st_code rc = sto_row_mut_decode(S(&p->value), &row, &r->arena)
-                     ? send_change(r, &row, err)
-                     : damaged(r, p->stamp, err);
+    st_code rc = sto_row_mut_decode(S(&p->value), &row, &r->arena) ? send_change(r, &row, err)
+                                                                   : damaged(r, p->stamp, err);
     st_arena_deinit(&r->arena);
     buf_recycle(&p->value);
     return rc;
