@@ -313,8 +313,11 @@ st_code btu_cs_check_times(const Google__Bigtable__V2__ReadChangeStreamRequest *
         rc = btu_cs_time_us(req->end_time, "end_time", false, &end, err);
     if (rc != ST_OK)
         return rc;
-    /* end_time is inclusive: equal to start_time asks for the records of that microsecond */
-    if (has_start && req->end_time && end < start)
+    /* end_time is inclusive: equal to start_time asks for the records of that instant (compared
+     * to the nanosecond: the two round to microseconds in opposite directions) */
+    const Google__Protobuf__Timestamp *s = req->start_time, *e = req->end_time;
+    if (has_start && e &&
+        (e->seconds < s->seconds || (e->seconds == s->seconds && e->nanos < s->nanos)))
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "end_time (%lld.%09d s) is before start_time (%lld.%09d s): give an "
                           "end_time at or after the start_time, or none to read without end",
