@@ -190,6 +190,7 @@ static void scan_free(cs_reader *r) {
 }
 
 static void cs_free(cs_reader *r) {
+    node_cs_readers_add(r->n, -1);
     if (r->watching)
         node_cs_unwatch(r->n, &r->watcher);
     if (r->timer)
@@ -945,6 +946,7 @@ static cs_reader *reader_new(node_ctx *n, rpc_call *call, const node_table *meta
     if (!r)
         return NULL;
     r->n = n;
+    node_cs_readers_add(n, 1); /* records go to the ring from now on */
     r->call = call;
     snprintf(r->table, sizeof r->table, "%s", meta->name);
     r->since_us = meta->cs_since_us;

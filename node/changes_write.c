@@ -18,6 +18,7 @@
 /* One write's records: built by node_cs_write_prepare, kept by the ring once durable. */
 struct node_cs_write {
     int64_t stamp;
+    bool ringless;     /* no stream was open when it was built: the ring skips it */
     size_t n;          /* records */
     node_cs_rec *recs; /* pointing into data once the write is built */
     st_buf data;       /* table names, row keys, qualifiers, record values */
@@ -67,6 +68,7 @@ typedef struct node_cs {
     size_t n_arrivals;
     node_cs_watcher *watchers;
     size_t tables_on;      /* tables with streams on */
+    size_t readers;        /* ReadChangeStream calls open: without any, no ring */
     size_t hint_t, hint_j; /* the last tablet found by id: n->tables[hint_t].v[hint_j] */
     st_buf scratch;        /* sto_mut: a record's mutations while encoding */
     /* GC batches posted to the loop and not yet run (freed at close if the loop never runs
@@ -346,15 +348,19 @@ static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *met
     ref->qual = w->data.len;
     if (rc == ST_OK)
         rc = st_buf_append(&w->data, qual, sizeof qual);
+    /* the ring's encoding (every value), unless no stream is open */
     ref->value = w->data.len;
-    if (rc == ST_OK)
+    if (rc == ST_OK && !w->ringless)
         rc = sto_row_mut_encode(&w->data, &rec);
     ref->value_len = w->data.len - ref->value;
+    /* storage's (values by reference), when it differs */
+    bool refs = rc == ST_OK && mode != NODE_WRITE_GC &&
+                values_to_refs((sto_mut *)cs->scratch.data, rec.n_muts);
+    if (refs)
+        rec.flags |= NODE_CS_REC_REFS;
     ref->stored = ref->value;
     ref->stored_len = ref->value_len;
-    if (rc == ST_OK && mode != NODE_WRITE_GC &&
-        values_to_refs((sto_mut *)cs->scratch.data, rec.n_muts)) {
-        rec.flags |= NODE_CS_REC_REFS;
+    if (rc == ST_OK && (refs || w->ringless)) {
         ref->stored = w->data.len;
         rc = sto_row_mut_encode(&w->data, &rec);
         ref->stored_len = w->data.len - ref->stored;
@@ -489,6 +495,7 @@ st_code node_cs_write_prepare(node_ctx *n, const sto_row_mut *rows, size_t count
             rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory preparing a write");
         } else {
             w->stamp = recorded ? node_cs_next_stamp(n) : 0;
+            w->ringless = n->cs->readers == 0;
             rc = write_build(n, w, rows, count, metas, mode, err);
             if (rc != ST_OK) {
                 write_free(w);
@@ -636,6 +643,11 @@ static st_code blocks_grow(node_cs *cs) {
 
 /* Copies w's records into the ring. */
 static st_code ring_push(node_cs *cs, const node_cs_write *w) {
+    if (w->ringless) { /* a reader reaching back to it reads storage */
+        if (w->stamp > cs->evicted_upto)
+            cs->evicted_upto = w->stamp;
+        return ST_OK;
+    }
     size_t need = 0;
     for (size_t k = 0; k < w->n; k++)
         need +=
@@ -808,6 +820,15 @@ node_cs_ring_rc node_cs_ring_scan(node_ctx *n, const char *table, st_slice start
 }
 
 /* ---- watchers ---- */
+
+void node_cs_readers_add(node_ctx *n, int delta) {
+    if (!n->cs)
+        return;
+    if (delta > 0)
+        n->cs->readers++;
+    else if (n->cs->readers > 0)
+        n->cs->readers--;
+}
 
 void node_cs_watch(node_ctx *n, node_cs_watcher *w) {
     node_cs *cs = n->cs;
