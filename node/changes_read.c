@@ -55,7 +55,9 @@
 #define CS_END_RECHECK_US 10000
 /* The next turn after the loop's next poll of the sockets (read.c, READ_TURN_DELAY_US). */
 #define CS_TURN_DELAY_US 1
-#define CS_ARENA_BLOCK_BYTES ((size_t)64 << 10)
+/* One record's decoding and message structs (values are not copied into it): a small block,
+ * taken and given back per record. */
+#define CS_ARENA_BLOCK_BYTES ((size_t)8 << 10)
 /* Buffers above this are freed after use instead of kept for the next record. */
 #define CS_BUF_KEEP_BYTES ((size_t)1 << 20)
 /* source_cluster_id of records when the node knows no cluster names (docs/operations.md). */
