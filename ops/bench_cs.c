@@ -75,6 +75,8 @@ struct cs_bench {
     char cs_msg[ST_ERR_MSG_MAX];
     struct event *grace;
     bool grace_over;
+    struct event *guard; /* the backlog phase's */
+    uint64_t guard_seen; /* backlog changes received at its last check */
     struct event *rss_timer;
 };
 
@@ -315,6 +317,20 @@ static void grace_cb(evutil_socket_t fd, short what, void *arg) {
     event_base_loopbreak(b->base);
 }
 
+/* The backlog's guard: the consumer is given up on only after a grace period without a new
+ * backlog change (a large backlog may take longer than one period to catch up). */
+static void backlog_guard_cb(evutil_socket_t fd, short what, void *arg) {
+    cs_bench *b = arg;
+    if (b->received_backlog == b->guard_seen) {
+        grace_cb(fd, what, arg);
+        return;
+    }
+    b->guard_seen = b->received_backlog;
+    struct timeval tv = {BENCH_CS_GRACE_MS / 1000, 0};
+    if (evtimer_add(b->guard, &tv) != 0)
+        grace_cb(fd, what, arg);
+}
+
 static st_code consumer_start(cs_bench *b, int64_t start_us, int64_t stop_us, st_err *err) {
     char addr[OPS_ADDR_MAX + 16];
     snprintf(addr, sizeof addr, strchr(b->t->host, ':') ? "[%s]:%u" : "%s:%u", b->t->host,
@@ -366,16 +382,18 @@ static void phase_backlog(cs_bench *b, st_err *err) {
     if (consumer_start(b, start_us, st_wall_us(), err) != ST_OK)
         return;
     /* a consumer that makes no progress (a stream failing over and over) is given up on after
-     * the grace period: what it did not deliver counts as missing */
+     * a grace period without a new change: what it did not deliver counts as missing */
     b->grace_over = false;
-    struct event *guard = evtimer_new(b->base, grace_cb, b);
+    b->guard_seen = b->received_backlog;
+    b->guard = evtimer_new(b->base, backlog_guard_cb, b);
     struct timeval tv = {BENCH_CS_GRACE_MS / 1000, 0};
-    if (guard)
-        evtimer_add(guard, &tv);
+    if (b->guard)
+        evtimer_add(b->guard, &tv);
     while (!b->cs_done && !b->grace_over && !bench_stop_requested())
         event_base_loop(b->base, EVLOOP_ONCE);
-    if (guard)
-        event_free(guard);
+    if (b->guard)
+        event_free(b->guard);
+    b->guard = NULL;
     b->res->cs_catchup_s = (double)(mono_ns() - t0) / 1e9;
     consumer_end(b);
     b->res->cs_backlog = written;
