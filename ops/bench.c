@@ -795,6 +795,10 @@ static void print_cs(const bench_env *env, const bench_result *res, size_t n_row
                    (unsigned long long)r->cs_backlog, r->cs_catchup_s,
                    r->cs_catchup_s > 0 ? (double)r->cs_backlog_received / r->cs_catchup_s : 0,
                    (unsigned long long)r->cs_backlog_received);
+        if (r->cs_backlog && r->cs_backlog_received && r->cs_catchup_cpu_ok)
+            printf("catch-up CPU per change: servers (router + nodes) %.2f us, consumer %.2f us\n",
+                   cs_cpu_us(r->cs_catchup_cpu_s, r->cs_backlog_received),
+                   cs_cpu_us(r->cs_catchup_client_cpu_s, r->cs_backlog_received));
         if (r->cs_off_calls)
             printf("writes: streams on %.1f ops/s, off %.1f ops/s: on / off = %.3f\n", ops_s(r),
                    r->cs_off_ops_s, r->cs_off_ops_s > 0 ? ops_s(r) / r->cs_off_ops_s : 0);
@@ -826,6 +830,11 @@ static void kv_cs(const bench_result *r) {
     if (r->cs_off_calls)
         printf(" changes.%s.cs.off_ops_s=%.1f changes.%s.cs.write_cost_ratio=%.3f", l,
                r->cs_off_ops_s, l, r->cs_off_ops_s > 0 ? ops_s(r) / r->cs_off_ops_s : 0);
+    if (r->cs_backlog && r->cs_backlog_received && r->cs_catchup_cpu_ok)
+        printf(" changes.%s.cs.catchup_cpu_us_per_change=%.2f "
+               "changes.%s.cs.catchup_client_cpu_us_per_change=%.2f",
+               l, cs_cpu_us(r->cs_catchup_cpu_s, r->cs_backlog_received), l,
+               cs_cpu_us(r->cs_catchup_client_cpu_s, r->cs_backlog_received));
     if (r->cs_off_calls && r->cs_cpu_ok && r->calls)
         printf(" changes.%s.cs.on_cpu_us_per_write=%.2f changes.%s.cs.off_cpu_us_per_write=%.2f "
                "changes.%s.cs.cpu_cost_ratio=%.3f",

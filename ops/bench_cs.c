@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "bench_run.h"
@@ -126,6 +127,14 @@ static bool procs_cpu(const bench_target *t, double *cpu) {
         *cpu += st.cpu_s;
     }
     return t->n_pids > 0;
+}
+
+static double self_cpu_s(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+           ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
 }
 
 /* Keeps the largest RSS of a node seen so far. */
@@ -378,6 +387,8 @@ static void phase_backlog(cs_bench *b, st_err *err) {
     write_phase(b, b->next_seq + cfg->cs_backlog, 0);
     b->backlog_end = b->next_seq;
     uint64_t written = b->ok;
+    double cpu0, cpu1, self0 = self_cpu_s();
+    bool cpu_ok = procs_cpu(b->t, &cpu0);
     int64_t t0 = mono_ns();
     if (consumer_start(b, start_us, st_wall_us(), err) != ST_OK)
         return;
@@ -395,6 +406,9 @@ static void phase_backlog(cs_bench *b, st_err *err) {
         event_free(b->guard);
     b->guard = NULL;
     b->res->cs_catchup_s = (double)(mono_ns() - t0) / 1e9;
+    b->res->cs_catchup_cpu_ok = cpu_ok && procs_cpu(b->t, &cpu1);
+    b->res->cs_catchup_cpu_s = b->res->cs_catchup_cpu_ok ? cpu1 - cpu0 : 0;
+    b->res->cs_catchup_client_cpu_s = self_cpu_s() - self0;
     consumer_end(b);
     b->res->cs_backlog = written;
     b->res->cs_backlog_received = b->received_backlog;

@@ -113,6 +113,10 @@ typedef struct bench_result {
      * than throughput */
     bool cs_cpu_ok;
     double cs_on_cpu_s, cs_off_cpu_s;
+    /* CPU while the backlog was caught up: the target's processes (cs_catchup_cpu_ok) and this
+     * process (the consumer) */
+    bool cs_catchup_cpu_ok;
+    double cs_catchup_cpu_s, cs_catchup_client_cpu_s;
     /* the largest VmRSS of a node (a process not named "router"), sampled every
      * BENCH_CS_RSS_PERIOD_MS during the whole workload, and which node */
     uint64_t cs_node_rss_peak_kb;
