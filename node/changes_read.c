@@ -382,6 +382,7 @@ oom:
 /* A user cell of the held row: the value of every held SetCell that references it (same
  * family, qualifier and timestamp: the value the cell has now, docs/changestreams.md). */
 static st_code hold_match(cs_hold *h, const sto_cell *c, st_err *err) {
+    const void *v = NULL; /* one copy of the value for every record naming the cell */
     for (size_t i = 0; i < h->n_refs;) {
         sto_mut *m = (sto_mut *)&h->v[h->refs[i].rec].row.muts[h->refs[i].mut];
         if (m->ts_us != c->ts_us || !st_slice_eq(m->qualifier, c->qualifier) ||
@@ -389,8 +390,7 @@ static st_code hold_match(cs_hold *h, const sto_cell *c, st_err *err) {
             i++;
             continue;
         }
-        const void *v = st_arena_dup(&h->arena, c->value.data, c->value.len);
-        if (!v && c->value.len)
+        if (!v && c->value.len && !(v = st_arena_dup(&h->arena, c->value.data, c->value.len)))
             return st_err_set(err, ST_RESOURCE_EXHAUSTED,
                               "out of memory reading a referenced value; resume from the last "
                               "continuation token");
