@@ -70,9 +70,10 @@ typedef struct node_cs_watcher {
     struct node_cs_watcher *prev, *next; /* owned by the ring */
 } node_cs_watcher;
 void node_cs_watch(node_ctx *n, node_cs_watcher *w);
-/* A ReadChangeStream call opens (+1) or ends (-1). While none is open, writes skip the ring (and
- * the encoding of their records with every value): a reader that then asks for earlier records
- * reads them from storage, as for records the ring dropped. */
+/* A ReadChangeStream call opens (+1) or ends (-1). While none is open — none since the node
+ * started, or none for 10 minutes (CS_RING_GRACE_US) — writes skip the ring (and the encoding
+ * of their records with every value): a reader that then asks for earlier records reads them
+ * from storage, as for records the ring dropped. */
 void node_cs_readers_add(node_ctx *n, int delta);
 void node_cs_unwatch(node_ctx *n, node_cs_watcher *w); /* safe on an unwatched watcher */
 

@@ -13,7 +13,12 @@
 /* The ring's bound: records of this many bytes stay in memory for live readers. One buffer,
  * allocated at the first record, so keeping records costs no allocation per write. */
 #define CS_RING_BYTES ((size_t)64 << 20)
-#define CS_REC_HEAD 12 /* a record in the ring: le32 table length (with its NUL), row, value */
+#define CS_REC_HEAD 12
+/* After the last ReadChangeStream call of the node ends, the ring is filled on for this long: a
+ * consumer that reconnects (a retry, a router pausing a slow client, new partitions after a
+ * split) finds the writes made in between in memory, not by scanning its tablet again. */
+#define CS_RING_GRACE_US                                                                           \
+    (10LL * 60 * 1000000) /* a record in the ring: le32 table length (with its NUL), row, value */
 
 /* One write's records: built by node_cs_write_prepare, kept by the ring once durable. */
 struct node_cs_write {
@@ -68,7 +73,9 @@ typedef struct node_cs {
     size_t n_arrivals;
     node_cs_watcher *watchers;
     size_t tables_on;      /* tables with streams on */
-    size_t readers;        /* ReadChangeStream calls open: without any, no ring */
+    size_t readers;        /* ReadChangeStream calls open */
+    int64_t ring_until;    /* st_mono_us until which the ring is filled without a reader (0: a
+                              reader was never seen) */
     size_t hint_t, hint_j; /* the last tablet found by id: n->tables[hint_t].v[hint_j] */
     st_buf scratch;        /* sto_mut: a record's mutations while encoding */
     /* GC batches posted to the loop and not yet run (freed at close if the loop never runs
@@ -495,7 +502,7 @@ st_code node_cs_write_prepare(node_ctx *n, const sto_row_mut *rows, size_t count
             rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory preparing a write");
         } else {
             w->stamp = recorded ? node_cs_next_stamp(n) : 0;
-            w->ringless = n->cs->readers == 0;
+            w->ringless = n->cs->readers == 0 && st_mono_us() >= n->cs->ring_until;
             rc = write_build(n, w, rows, count, metas, mode, err);
             if (rc != ST_OK) {
                 write_free(w);
@@ -826,8 +833,8 @@ void node_cs_readers_add(node_ctx *n, int delta) {
         return;
     if (delta > 0)
         n->cs->readers++;
-    else if (n->cs->readers > 0)
-        n->cs->readers--;
+    else if (n->cs->readers > 0 && --n->cs->readers == 0)
+        n->cs->ring_until = st_mono_us() + CS_RING_GRACE_US;
 }
 
 void node_cs_watch(node_ctx *n, node_cs_watcher *w) {
