@@ -406,7 +406,17 @@ void node_h_list_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
 
 /* ---- DeleteBackupPieces ---- */
 
-/* The pieces of one backup directory, each removed unless busy. */
+/* An unsealed import (<piece>.in) of the piece goes too, unless a seal or pull works on it. */
+static st_code delete_import(node_ctx *n, const bk_name *b, const char *piece, st_err *err) {
+    if (bk_piece_check(piece, NULL) != ST_OK)
+        return ST_OK;
+    char final[NODE_BK_PATH_MAX], in[NODE_BK_PATH_MAX];
+    bk_piece_dir(n, b, piece, "", final, sizeof final);
+    bk_piece_dir(n, b, piece, ".in", in, sizeof in);
+    return bk_busy(n, final) ? ST_OK : bk_remove_tree(in, err);
+}
+
+/* The pieces of one backup directory, each removed unless busy, and unsealed imports. */
 static st_code delete_all(node_ctx *n, const bk_name *b, st_err *err) {
     char dir[NODE_BK_PATH_MAX];
     bk_backup_dir(n, b, dir, sizeof dir);
@@ -416,6 +426,13 @@ static st_code delete_all(node_ctx *n, const bk_name *b, st_err *err) {
     st_code rc = ST_OK;
     struct dirent *e;
     while (rc == ST_OK && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len > 3 && strcmp(e->d_name + len - 3, ".in") == 0) {
+            char piece[NODE_BK_NAME_MAX + 8];
+            snprintf(piece, sizeof piece, "%.*s", (int)(len - 3), e->d_name);
+            rc = delete_import(n, b, piece, err);
+            continue;
+        }
         if (bk_piece_check(e->d_name, NULL) != ST_OK)
             continue;
         bk_piece *p = NULL;
@@ -461,6 +478,8 @@ void node_h_delete_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) 
                             req->piece, b.full);
         else if (lrc == ST_OK || lrc == ST_DATA_LOSS)
             rc = bk_remove_piece(path, &err);
+        if (rc == ST_OK)
+            rc = delete_import(n, &b, req->piece, &err);
     } else if (rc == ST_OK) {
         rc = delete_all(n, &b, &err);
     }
