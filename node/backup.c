@@ -92,7 +92,7 @@ typedef struct freeze_arg {
     char table[NODE_TABLE_NAME_MAX + 1];
     st_buf start, end;
     uint64_t tablet_id;
-    int64_t clock_us; /* the node's clock when asked: versions in the piece are below it */
+    int64_t frozen_wall_us, freeze_us, total_us; /* when the freeze ended; how long it took */
     char tmp[NODE_BK_PATH_MAX], final[NODE_BK_PATH_MAX];
     bk_piece *out;
     /* what out points into (freeze_describe) */
@@ -164,39 +164,46 @@ static void freeze_work(bk_job *j) {
     int64_t t0 = st_mono_us();
     if (rc == ST_OK)
         rc = sto_tablet_backup(n->db, a->tablet_id, a->tmp, &files, &nf, err);
-    int64_t frozen = st_wall_us(), t1 = st_mono_us();
-    bk_piece *p = NULL;
+    a->frozen_wall_us = st_wall_us();
+    a->freeze_us = st_mono_us() - t0;
     if (rc == ST_OK)
-        rc = freeze_describe(n, a, files, nf, &p, err);
-    if (rc == ST_OK) {
-        p->frozen_us = frozen > a->clock_us ? frozen : a->clock_us;
-        rc = bk_manifest_write(a->tmp, p, err);
-    }
+        rc = freeze_describe(n, a, files, nf, &a->out, err);
+    a->total_us = st_mono_us() - t0;
+    free(files);
+    j->rc = rc;
+}
+
+/* On the loop: the piece's instant is at or above every version the node handed out or took in
+ * (replication, moves) before the freeze ended, so a restore's clock passes every restored cell.
+ * Then the manifest, and the rename that makes the piece exist. */
+static st_code freeze_seal(node_ctx *n, freeze_arg *a, st_err *err) {
+    bk_piece *p = a->out;
+    p->frozen_us = a->frozen_wall_us > n->hlc_last_us ? a->frozen_wall_us : n->hlc_last_us;
+    st_code rc = bk_manifest_write(a->tmp, p, err);
     if (rc == ST_OK)
         rc = bk_publish(a->tmp, a->final, err);
-    if (rc != ST_OK)
-        bk_remove_tree(a->tmp, NULL);
     if (rc == ST_OK)
         st_log(ST_LOG_INFO, "backup",
                "event=tablet_frozen backup=%s piece=%s tablet=%" PRIu64 " files=%zu bytes=%" PRIu64
                " freeze_us=%" PRId64 " total_us=%" PRId64,
-               a->name.full, a->piece, a->tablet_id, nf, p->size_bytes, t1 - t0, st_mono_us() - t0);
-    free(files);
-    a->out = p;
-    j->rc = rc;
+               a->name.full, a->piece, a->tablet_id, p->n_files, p->size_bytes, a->freeze_us,
+               a->total_us);
+    return rc;
 }
 
 static void freeze_done(bk_job *j) {
     freeze_arg *a = j->arg;
     node_ctx *n = j->n;
+    if (j->rc == ST_OK)
+        j->rc = freeze_seal(n, a, &j->err);
+    if (j->rc != ST_OK)
+        bk_remove_tree(a->tmp, NULL);
     bk_busy_remove(n, a->final);
-    if (j->rc == ST_OK) {
+    if (j->rc == ST_OK)
         node_reply(j->call, &a->out->base);
-    } else {
-        st_code code = j->rc;
-        node_fail(j->call, code, "backing up tablet %" PRIu64 " as piece %s of %s: %s",
+    else
+        node_fail(j->call, j->rc, "backing up tablet %" PRIu64 " as piece %s of %s: %s",
                   a->tablet_id, a->piece, a->name.full, j->err.msg);
-    }
     freeze_arg_free(a);
     free(j);
 }
@@ -286,7 +293,6 @@ void node_h_backup_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     if (rc == ST_OK) {
         a->tablet_id = tab->id;
-        a->clock_us = n->hlc_last_us;
         if (st_buf_append(&a->start, tab->start.data, tab->start.len) != ST_OK ||
             st_buf_append(&a->end, tab->end.data, tab->end.len) != ST_OK)
             rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory starting a backup");
