@@ -62,11 +62,14 @@ st_code node_backups_open(node_ctx *n, st_err *err) {
     n->backups = calloc(1, sizeof *n->backups);
     if (!n->backups)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
+    pthread_mutex_init(&n->backups->crc_mu, NULL);
     char root[NODE_BK_PATH_MAX];
     bk_root_dir(n, root, sizeof root);
     st_code rc = bk_mkdirs(root, err);
-    if (rc == ST_OK)
+    if (rc == ST_OK) {
         bk_sweep(n);
+        bk_crc_load(n);
+    }
     return rc;
 }
 
@@ -80,6 +83,8 @@ void node_backups_close(node_ctx *n) {
     for (size_t i = 0; i < b->n_busy; i++)
         free(b->busy[i]);
     free(b->busy);
+    free(b->crcs);
+    pthread_mutex_destroy(&b->crc_mu);
     free(b);
     n->backups = NULL;
 }
@@ -131,7 +136,7 @@ static st_code freeze_describe(node_ctx *n, freeze_arg *a, const sto_backup_file
         fs[i].name = names + 32 * i;
         char path[NODE_BK_PATH_MAX + 40];
         snprintf(path, sizeof path, "%s/%s", a->tmp, fs[i].name);
-        rc = bk_file_crc(path, &fs[i].size, &fs[i].crc32c, err);
+        rc = bk_file_crc_cached(n->backups, path, &fs[i].size, &fs[i].crc32c, err);
         p->size_bytes += fs[i].size;
     }
     if (rc != ST_OK) {

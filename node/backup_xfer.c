@@ -400,6 +400,11 @@ typedef struct seal_arg {
 static void seal_work(bk_job *j) {
     seal_arg *a = j->arg;
     j->rc = bk_seal_dir(a->in, a->final, a->want, j->n->opts.node_num, &a->out, &j->err);
+    for (size_t i = 0; j->rc == ST_OK && i < a->out->n_files; i++) {
+        char path[NODE_BK_PATH_MAX + 80];
+        snprintf(path, sizeof path, "%s/%s", a->final, a->out->files[i]->name);
+        bk_crc_remember(j->n->backups, path, a->out->files[i]->size, a->out->files[i]->crc32c);
+    }
     if (j->rc == ST_OK)
         st_log(ST_LOG_INFO, "backup", "event=piece_sealed backup=%s piece=%s files=%zu",
                a->out->backup, a->out->piece, a->out->n_files);
