@@ -194,6 +194,15 @@ void rtr_h_create_backup(rpc_call *call, st_slice bytes, void *arg) {
     char name[RTR_BK_NAME_MAX + 1], op[RTR_OP_NAME_MAX + 1];
     size_t ci;
     st_err err = {0};
+    /* A bare table id (the Node.js client's cluster.createBackup({table: 'id'})) names a table
+     * of this instance. */
+    char full[RTR_TABLE_NAME_MAX + 64];
+    if (req->backup && req->backup->source_table && req->backup->source_table[0] &&
+        !strchr(req->backup->source_table, '/')) {
+        snprintf(full, sizeof full, "projects/%s/instances/%s/tables/%s", r->topo.project,
+                 r->topo.instance, req->backup->source_table);
+        req->backup->source_table = full;
+    }
     if (create_check(r, req, &ci, name, sizeof name, now, &err) != ST_OK) {
         fail_err(call, &err);
         return;
