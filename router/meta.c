@@ -14,6 +14,10 @@
 /* ---- records (pure) ---- */
 
 static rtr_meta_rec **recs(rtr_meta *m, rtr_meta_kind kind, size_t **n) {
+    if (kind == RTR_META_KIND_IAM) {
+        *n = &m->n_iams;
+        return &m->iams;
+    }
     *n = kind == RTR_META_KIND_TABLE ? &m->n_tables : &m->n_profiles;
     return kind == RTR_META_KIND_TABLE ? &m->tables : &m->profiles;
 }
@@ -46,14 +50,20 @@ void rtr_meta_free(rtr_meta *m) {
         free(m->profiles[i].name);
         free(m->profiles[i].pb);
     }
+    for (size_t i = 0; i < m->n_iams; i++) {
+        free(m->iams[i].name);
+        free(m->iams[i].pb);
+    }
     free(m->tables);
     free(m->profiles);
+    free(m->iams);
     memset(m, 0, sizeof *m);
 }
 
 const rtr_meta_rec *rtr_meta_find(const rtr_meta *m, rtr_meta_kind kind, const char *name) {
-    const rtr_meta_rec *v = kind == RTR_META_KIND_TABLE ? m->tables : m->profiles;
-    size_t n = kind == RTR_META_KIND_TABLE ? m->n_tables : m->n_profiles;
+    size_t *np;
+    const rtr_meta_rec *v = *recs((rtr_meta *)m, kind, &np);
+    size_t n = *np;
     bool found;
     size_t i = rec_pos(v, n, name, &found);
     return found ? &v[i] : NULL;
@@ -76,7 +86,7 @@ st_code rtr_meta_put(rtr_meta *m, rtr_meta_kind kind, const char *name, st_slice
         return ST_OK;
     }
     char *nm = strdup(name);
-    rtr_meta_rec *nv = m->n_tables + m->n_profiles < RTR_META_RECORDS_MAX
+    rtr_meta_rec *nv = m->n_tables + m->n_profiles + m->n_iams < RTR_META_RECORDS_MAX
                            ? realloc(*v, (*n + 1) * sizeof *nv)
                            : NULL;
     if (!nm || !nv) {
@@ -107,7 +117,9 @@ void rtr_meta_del(rtr_meta *m, rtr_meta_kind kind, const char *name) {
 }
 
 static const char *kind_prefix(rtr_meta_kind kind) {
-    return kind == RTR_META_KIND_TABLE ? RTR_META_TABLE_PREFIX : RTR_META_PROFILE_PREFIX;
+    return kind == RTR_META_KIND_TABLE     ? RTR_META_TABLE_PREFIX
+           : kind == RTR_META_KIND_PROFILE ? RTR_META_PROFILE_PREFIX
+                                           : RTR_META_IAM_PREFIX;
 }
 
 st_code rtr_meta_row_key(rtr_meta_kind kind, const char *name, st_buf *out) {
@@ -120,7 +132,7 @@ st_code rtr_meta_row_key(rtr_meta_kind kind, const char *name, st_buf *out) {
 }
 
 bool rtr_meta_parse_row_key(st_slice key, rtr_meta_kind *kind, char *name, size_t name_cap) {
-    for (int k = RTR_META_KIND_TABLE; k <= RTR_META_KIND_PROFILE; k++) {
+    for (int k = RTR_META_KIND_TABLE; k <= RTR_META_KIND_IAM; k++) {
         st_slice p = st_slice_cstr(kind_prefix((rtr_meta_kind)k));
         if (!st_slice_has_prefix(key, p))
             continue;
