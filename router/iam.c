@@ -16,7 +16,9 @@
 #include "strata/auth.h"
 
 #define RTR_IA_PATH "/google.bigtable.admin.v2.BigtableInstanceAdmin/"
-#define IAM_ETAG_BYTES 8
+/* Etags are ASCII: the Node.js client turns them into an ASCII string and back. */
+#define IAM_ETAG_BYTES 16     /* hex digits of a SHA-256 prefix */
+#define IAM_ETAG_EMPTY "ACAB" /* of a resource without a policy, as Cloud Bigtable answers */
 #define IAM_BINDINGS_MAX 1500 /* as Cloud IAM's limit on members in one policy */
 
 typedef Google__Iam__V1__Policy pb_policy;
@@ -91,16 +93,14 @@ static pb_policy *policy_load(rtr_ctx *r, rpc_call *call, const char *resource) 
     if (rec)
         return (pb_policy *)rtr_unpack(call, &google__iam__v1__policy__descriptor,
                                        st_slice_make(rec->pb, rec->len));
-    pb_policy *p = st_arena_alloc(rpc_call_arena(call), sizeof *p + IAM_ETAG_BYTES);
+    pb_policy *p = st_arena_alloc(rpc_call_arena(call), sizeof *p);
     if (!p) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return NULL;
     }
     google__iam__v1__policy__init(p);
     p->version = 1;
-    p->etag.data = (uint8_t *)(p + 1);
-    p->etag.len = IAM_ETAG_BYTES;
-    memset(p->etag.data, 0, IAM_ETAG_BYTES);
+    p->etag = (ProtobufCBinaryData){strlen(IAM_ETAG_EMPTY), (uint8_t *)IAM_ETAG_EMPTY};
     return p;
 }
 
@@ -156,15 +156,18 @@ static st_code bindings_check(const pb_policy *p, st_err *err) {
 static void etag_next(rpc_call *call, pb_policy *p, const pb_policy *cur) {
     p->etag = (ProtobufCBinaryData){0, NULL};
     size_t len = protobuf_c_message_get_packed_size(&p->base);
-    uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len + cur->etag.len + SHA256_DIGEST_LENGTH);
+    uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len + cur->etag.len + IAM_ETAG_BYTES);
     if (!buf)
         return;
     protobuf_c_message_pack(&p->base, buf);
     if (cur->etag.len)
         memcpy(buf + len, cur->etag.data, cur->etag.len);
-    uint8_t *digest = buf + len + cur->etag.len;
+    uint8_t digest[SHA256_DIGEST_LENGTH];
     SHA256(buf, len + cur->etag.len, digest);
-    p->etag = (ProtobufCBinaryData){IAM_ETAG_BYTES, digest};
+    uint8_t *tag = buf + len + cur->etag.len;
+    for (size_t i = 0; i < IAM_ETAG_BYTES; i++)
+        tag[i] = (uint8_t) "0123456789abcdef"[(digest[i / 2] >> (i % 2 ? 0 : 4)) & 15];
+    p->etag = (ProtobufCBinaryData){IAM_ETAG_BYTES, tag};
 }
 
 typedef struct set_op {
