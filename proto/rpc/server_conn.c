@@ -193,7 +193,7 @@ static bool h2_session_start(h2_conn *conn) {
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, conn->srv->opts.streams_max},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)H2_STREAM_WINDOW_BYTES},
-        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)RPC_HEADER_BYTES_MAX},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)conn->srv->limits.header_bytes_max},
         {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
     if (nghttp2_submit_settings(conn->session, NGHTTP2_FLAG_NONE, iv, 4) != 0 ||

@@ -85,6 +85,8 @@ struct rpc_server {
      * at most one message and waiters resume in the order they started waiting. */
     rpc_call *waiters_head, *waiters_tail;
     rpc_call *budget_woken;
+    rpc_guard_fn guard; /* rpc_server_set_guard; NULL: every call runs */
+    void *guard_arg;
 };
 
 struct h2_conn {
@@ -111,6 +113,8 @@ struct h2_conn {
     bool ready;            /* the client's preface and SETTINGS arrived */
     bool tick_ready;       /* the timer runs at conn_tick_ready */
     bool slot;             /* holds one of the process's connection slots */
+    bool role_known;       /* peer_role was read from the peer's certificate */
+    char peer_role[RPC_ROLE_MAX + 1];
     h2_conn *prev, *next;
 };
 
