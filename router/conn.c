@@ -75,7 +75,13 @@ static bool node_unix_path(const rtr_node *n, char *out, size_t cap) {
 static rpc_client *node_dial(rtr_node *n, st_err *err) {
     /* Frequent PINGs while calls are open: a live node then always sends something within about
      * RTR_NODE_KEEPALIVE_MS, which is how health.c tells a silent link from a slow request. */
-    const rpc_client_opts opts = {.keepalive_ms = RTR_NODE_KEEPALIVE_MS};
+    struct ssl_ctx_st *tls = n->ctx->opts.node_ssl_ctx;
+    /* With mutual TLS the node must prove it is a node of the topology's host: over the Unix
+     * socket too, where the host comes from the topology rather than the address dialled. */
+    const rpc_client_opts opts = {.keepalive_ms = RTR_NODE_KEEPALIVE_MS,
+                                  .ssl_ctx = tls,
+                                  .peer_role = tls ? RPC_ROLE_NODE : NULL,
+                                  .server_name = tls ? n->host : NULL};
     char path[RPC_UNIX_PATH_MAX + 1];
     bool skip = n->unix_skip;
     n->unix_skip = false;

@@ -37,6 +37,12 @@ typedef struct rtr_opts {
     /* TLS on the public listener (strata-router --tls-cert): a server context from
      * rpc_tls_server_ctx_new, borrowed, outliving the router; NULL = plaintext h2c. */
     struct ssl_ctx_st *ssl_ctx;
+    /* Mutual TLS to the nodes (strata-router --internal-ca; docs/security.md, Internal links):
+     * a client context from rpc_tls_client_ctx_new with the cluster CA and the router's own
+     * certificate (OU=strata-router), borrowed, outliving the router. Every link to a node, its
+     * Unix socket included, then uses it and requires the node's certificate to name
+     * strata-node and its topology host. NULL = plaintext links. */
+    struct ssl_ctx_st *node_ssl_ctx;
 } rtr_opts;
 
 #define RTR_BALANCE_AUTO 0
