@@ -12,6 +12,8 @@
 #include <netinet/tcp.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <openssl/err.h>
 #include <nghttp2/nghttp2.h>
 
 #include "server_internal.h"
@@ -162,6 +164,25 @@ static void conn_write_cb(struct bufferevent *bev, void *arg) {
         h2_conn_close(conn);
 }
 
+/* A handshake that failed: one (rate-limited) line with OpenSSL's reason and the usual fix, so
+ * an operator sees why a client or peer could not connect. */
+static void conn_tls_failed(h2_conn *conn) {
+    unsigned long e = bufferevent_get_openssl_error(conn->bev);
+    char why[256] = "no TLS error recorded (plaintext client, or the peer closed)";
+    if (e)
+        ERR_error_string_n(e, why, sizeof why);
+    while (bufferevent_get_openssl_error(conn->bev))
+        ;
+    /* A peer that connects and closes without a word is a readiness probe, not a failure. */
+    if (!e || ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+        return;
+    RPC_LOG_LIMITED(ST_LOG_INFO,
+                    "msg=\"TLS handshake failed\" why=\"%s\" hint=\"clients must speak TLS; "
+                    "where client certificates are required they must be signed by the CA given "
+                    "to this server\"",
+                    why);
+}
+
 static void conn_event_cb(struct bufferevent *bev, short events, void *arg) {
     h2_conn *conn = arg;
     if (events & BEV_EVENT_CONNECTED) {
@@ -173,6 +194,8 @@ static void conn_event_cb(struct bufferevent *bev, short events, void *arg) {
         }
         return;
     }
+    if ((events & BEV_EVENT_ERROR) && conn->tp == &h2_transport_tls && !conn->ready)
+        conn_tls_failed(conn);
     if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
         h2_conn_close(conn);
 }
