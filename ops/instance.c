@@ -305,6 +305,27 @@ static void cmdline_node_tls(ops_cmdline *cl, const char *dir, const char *name,
     }
 }
 
+/* Whether the router binary takes --auth-file (its usage text holds the flag): a router built
+ * without token checks refuses unknown flags, and a secure instance must still start with one
+ * (TLS only; `strata up --secure` then says the tokens are not checked). */
+bool ops_router_takes_auth(const char *bin) {
+    static const char flag[] = "--auth-file FILE";
+    FILE *f = bin ? fopen(bin, "rb") : NULL;
+    if (!f)
+        return false;
+    char buf[65536 + sizeof flag];
+    size_t keep = 0, n;
+    bool found = false;
+    while (!found && (n = fread(buf + keep, 1, sizeof buf - keep, f)) > 0) {
+        size_t len = keep + n;
+        found = memmem(buf, len, flag, sizeof flag - 1) != NULL;
+        keep = len < sizeof flag - 1 ? len : sizeof flag - 1; /* a match across two reads */
+        memmove(buf, buf + len - keep, keep);
+    }
+    fclose(f);
+    return found;
+}
+
 /* The router serves its public port with router.pem (valid for localhost and 127.0.0.1, signed
  * by the CA clients trust) and presents the same certificate to the nodes. */
 static void cmdline_router_tls(ops_cmdline *cl, const char *dir, size_t *n) {
@@ -320,7 +341,7 @@ static void cmdline_router_tls(ops_cmdline *cl, const char *dir, size_t *n) {
     }
     /* Principals and tokens: made by ops_auth_bootstrap (`strata up --secure`). */
     cmdline_secure_file(dir, "principals", cl->tls[3], sizeof cl->tls[3]);
-    if (access(cl->tls[3], F_OK) != 0)
+    if (access(cl->tls[3], F_OK) != 0 || !ops_router_takes_auth(cl->argv[0]))
         return;
     ops_fmt(cl->tls[4], sizeof cl->tls[4], "%s/logs/audit.log", dir);
     cl->argv[(*n)++] = "--auth-file";

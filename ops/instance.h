@@ -100,6 +100,8 @@ void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin, co
  * --tls-cert/--tls-key/--tls-ca, and the router's --tls-cert/--tls-key, --internal-ca and, when
  * DIR/secure/principals exists, --auth-file and --audit-log DIR/logs/audit.log. */
 /* strata-router --config DIR/topology --listen ADDR for router r. */
+/* Whether the strata-router at bin takes --auth-file (a build with token checks). */
+bool ops_router_takes_auth(const char *bin);
 void ops_inst_router_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
                              const st_topology *t, size_t r);
 

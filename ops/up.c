@@ -20,14 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "certs.h"
 #include "instance.h"
 #include "paths.h"
-
-/* The principals and tokens of a secure instance come from the router's auth module
- * (ops/auth.h, ops_auth_bootstrap). Declared weak so that `strata up --secure` builds and runs
- * (TLS only, with no tokens file) where that module is not linked in. */
-st_code ops_auth_bootstrap(const char *secure_dir, st_err *err) __attribute__((weak));
 
 #define UP_CLUSTERS_DEFAULT 2
 #define UP_NODES_DEFAULT 3
@@ -712,7 +708,7 @@ static bool up_secure_setup(up_ctx *c) {
         rc = ops_certs_leaf(dir, "admin", RPC_ROLE_ADMIN, NULL, &err);
     char tokens[OPS_PATH_MAX + 32];
     snprintf(tokens, sizeof tokens, "%s/tokens", dir);
-    if (rc == ST_OK && ops_auth_bootstrap && access(tokens, F_OK) != 0)
+    if (rc == ST_OK && access(tokens, F_OK) != 0)
         rc = ops_auth_bootstrap(dir, &err);
     if (rc != ST_OK) {
         fprintf(stderr, "strata up: %s\n", err.msg);
@@ -733,7 +729,12 @@ static void up_print_secure(const up_ctx *c) {
     else
         snprintf(ep, sizeof ep, "%s", t->routers[0]);
     /* cbt wants some token with -cert-file; a router without principals checks none */
-    bool has_token = ops_secure_token(c->dir, "admin", token, sizeof token);
+    char bin[OPS_PATH_MAX];
+    snprintf(bin, sizeof bin, "%s", c->router_bin);
+    if (!bin[0]) /* an instance found running: its router is the one strata up would start */
+        ops_bin_find(c->o.bin_dir, "router", "strata-router", bin, sizeof bin);
+    bool has_token =
+        ops_secure_token(c->dir, "admin", token, sizeof token) && ops_router_takes_auth(bin);
     if (!has_token)
         snprintf(token, sizeof token, "unchecked");
     printf(", router %s (TLS)\n\nTry it (%s):\n  unset BIGTABLE_EMULATOR_HOST\n"
