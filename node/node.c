@@ -658,7 +658,9 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     if (rc == ST_OK && !(n->rowlocks = node_rowlocks_new()))
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
     if (rc == ST_OK) {
-        rpc_server_opts so = {.ssl_ctx = opts->ssl_ctx};
+        /* The Unix socket (a router on this host) is plaintext in an owner-only directory:
+         * only the node's own user reaches it, and that user holds the keys anyway. */
+        rpc_server_opts so = {.ssl_ctx = opts->ssl_ctx, .unix_peer_role = RPC_ROLE_ROUTER};
         n->peer_opts = (rpc_client_opts){.ssl_ctx = opts->client_ssl_ctx,
                                          .peer_role = opts->client_ssl_ctx ? RPC_ROLE_NODE : NULL};
         n->rpc = rpc_server_new(base, &so, err);

@@ -39,7 +39,8 @@ st_code ops_certs_leaf(const char *dir, const char *name, const char *role, cons
 void ops_secure_use(const char *inst_dir);
 bool ops_secure_on(void);
 /* Client options for a node (server role strata-node) or a router (strata-router); addr is the
- * address dialled (a "unix:" one verifies the certificate for localhost). NULL: plaintext. */
+ * address dialled ("unix:" ones are plaintext: the socket's directory stands for TLS). NULL:
+ * plaintext. */
 const rpc_client_opts *ops_secure_node_opts(const char *addr);
 const rpc_client_opts *ops_secure_router_opts(void);
 /* "authorization: Bearer TOKEN" with the admin token of DIR/secure/tokens (*n 0: none). */

@@ -17,7 +17,7 @@ static struct {
     char dir[OPS_CERTS_PATH_MAX];
     bool loaded, on;
     SSL_CTX *ctx;
-    rpc_client_opts node, node_unix, router;
+    rpc_client_opts node, router;
     char token[OPS_SECURE_TOKEN_MAX];
     char bearer[OPS_SECURE_TOKEN_MAX + 16];
     rpc_metadata md;
@@ -70,8 +70,6 @@ static void secure_load(void) {
                 "(run `strata up --secure` there again to recreate missing certificates)\n",
                 g_sec.dir, err.msg);
     g_sec.node = (rpc_client_opts){.ssl_ctx = g_sec.ctx, .peer_role = RPC_ROLE_NODE};
-    g_sec.node_unix = g_sec.node;
-    g_sec.node_unix.server_name = "localhost";
     g_sec.router = (rpc_client_opts){.ssl_ctx = g_sec.ctx, .peer_role = RPC_ROLE_ROUTER};
     g_sec.md = (rpc_metadata){0};
     if (ops_secure_token(g_sec.dir, "admin", g_sec.token, sizeof g_sec.token)) {
@@ -88,8 +86,9 @@ bool ops_secure_on(void) {
 const rpc_client_opts *ops_secure_node_opts(const char *addr) {
     if (!ops_secure_on())
         return NULL;
+    /* a node's Unix socket is plaintext: its directory's permissions stand for TLS */
     bool is_unix = addr && strncmp(addr, RPC_UNIX_PREFIX, strlen(RPC_UNIX_PREFIX)) == 0;
-    return is_unix ? &g_sec.node_unix : &g_sec.node;
+    return is_unix ? NULL : &g_sec.node;
 }
 
 const rpc_client_opts *ops_secure_router_opts(void) {

@@ -286,6 +286,18 @@ static bool conn_timer_start(h2_conn *conn) {
 
 /* ---- opening ---- */
 
+/* A Unix-socket peer of another user id never gets the role the socket stands for (its
+ * directory should already keep such peers out). */
+static bool conn_unix_same_user(int fd) {
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid())
+        return true;
+    RPC_LOG_LIMITED(ST_LOG_WARN, "msg=\"closing a Unix-socket connection of another user\" %s",
+                    "hint=\"only the server's own user may use its socket\"");
+    return false;
+}
+
 void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
     h2_conn *conn = calloc(1, sizeof(*conn));
     if (!conn) {
@@ -296,8 +308,20 @@ void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
     conn->srv = srv;
     conn->slot = true;
     conn->accepted_us = st_mono_us();
-    conn->tp = srv->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
-    conn->direct = srv->opts.ssl_ctx == NULL;
+    bool is_unix = addr && addr->sa_family == AF_UNIX;
+    bool unix_plain = is_unix && srv->opts.ssl_ctx && srv->opts.unix_peer_role;
+    if (unix_plain && !conn_unix_same_user(fd)) {
+        free(conn); /* not linked in yet: nothing else to undo */
+        rpc_conn_slot_put();
+        close(fd);
+        return;
+    }
+    conn->tp = srv->opts.ssl_ctx && !unix_plain ? &h2_transport_tls : &h2_transport_plain;
+    conn->direct = conn->tp == &h2_transport_plain;
+    if (unix_plain) { /* the socket's permissions stand for a certificate */
+        snprintf(conn->peer_role, sizeof conn->peer_role, "%s", srv->opts.unix_peer_role);
+        conn->role_known = true;
+    }
     conn->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = conn;

@@ -7,16 +7,18 @@
 #   - with certificates of the cluster CA (made here with the openssl CLI), a node serves data
 #     and Node methods only to strata-router/strata-admin and Replication Apply only to
 #     strata-node, with PERMISSION_DENIED naming the roles; the node's Unix socket checks the
-#     same;
+#     same over TCP; the Unix socket serves only the node's own user (plaintext, as a router),
+#     and a node refuses a socket in a directory other users may enter;
 #   - internal methods through the router are refused;
 #   - a row written through the router reaches the other cluster (replication over mTLS);
 #   - a client insisting on a node certificate refuses the router's;
 #   - strata status works on the secure instance;
 #   - cbt with the exact command line `strata up --secure` printed (skipped without cbt).
-# Usage: mtls_test.sh STRATA MTLS_CALL (skips, 77, without openssl)
+# Usage: mtls_test.sh STRATA MTLS_CALL STRATA_NODE (skips, 77, without openssl)
 set -u
 STRATA=$1
 CALL=$2
+NODE_BIN=$3
 . "$(dirname "$0")/lib.sh"
 command -v openssl >/dev/null || { echo "openssl not installed: skipping"; exit 77; }
 instance_init mtls
@@ -87,10 +89,23 @@ expect_match "a certificate of the CA without a role" \
   "^PERMISSION_DENIED .*names no role" "$(as norole "$EAST" $BT/MutateRow)"
 expect_match "node certificate: CopyRows passes the check" '^(INVALID_ARGUMENT|NOT_FOUND|FAILED_PRECONDITION)' \
   "$(as west-0 "$EAST" $NODE/CopyRows)"
-expect_match "the Unix socket checks roles too" '^PERMISSION_DENIED .*ReadRows' \
-  "$(as west-0 "unix:$DIR/east-0/node.sock" $BT/ReadRows --name localhost)"
-expect_match "the Unix socket needs a certificate" '^UNAVAILABLE' \
-  "$("$CALL" "unix:$DIR/east-0/node.sock" $BT/ReadRows --ca "$S/ca.pem" --name localhost)"
+# The Unix socket is plaintext for the node's own user, who counts as a router there (and
+# holds every key anyway); its directory keeps everyone else out.
+SOCK=unix:$DIR/east-0/node.sock
+expect_match "the node's own user on the Unix socket: router methods" '^OK' \
+  "$("$CALL" "$SOCK" $NODE/GetStatus)"
+expect_match "the node's own user on the Unix socket: no Replication" \
+  '^PERMISSION_DENIED .*Apply is served only to strata-node, not to a client whose certificate names strata-router' \
+  "$("$CALL" "$SOCK" $REPL/Apply)"
+expect_match "the socket's directory is the node user's alone" '^drwx------' "$(ls -ld "$DIR/east-0")"
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  expect_match "another user cannot use the Unix socket" '^UNAVAILABLE' \
+    "$(setpriv --reuid=65534 --regid=65534 --clear-groups "$CALL" "$SOCK" $BT/ReadRows 2>/dev/null)"
+fi
+open=$TMPD/open; mkdir -p "$open"; chmod 755 "$open"
+out=$("$NODE_BIN" --data "$TMPD/open-data" --listen 127.0.0.1:0 --unix "$open/node.sock" \
+  --tls-cert "$S/east-0.pem" --tls-key "$S/east-0.key" --tls-ca "$S/ca.pem" 2>&1); rc=$?
+expect_match "a socket directory others may enter is refused (exit $rc)" 'carries no TLS .* chmod 700' "$out"
 
 # ---- through the router ----
 expect_match "MoveTablet through the router" '^UNIMPLEMENTED' \

@@ -44,11 +44,12 @@ typedef struct node_opts {
      * topology names every cluster. */
     const char *cluster_id;
     /* Mutual TLS (strata-node --tls-cert/--tls-key/--tls-ca; docs/security.md). ssl_ctx serves
-     * every listener, the Unix socket included, and should require client certificates of the
-     * cluster CA (rpc_tls_server_ctx_new with a client CA): the node then serves each method
-     * only to the roles node/access.c allows. client_ssl_ctx is what the node presents to its
-     * peers (replication, moves, backups) and how it verifies them. Borrowed, outliving the
-     * node; NULL = plaintext, every method open to every caller. */
+     * the TCP listener and should require client certificates of the cluster CA
+     * (rpc_tls_server_ctx_new with a client CA): the node then serves each method only to the
+     * roles node/access.c allows. The Unix socket stays plaintext for the node's own user, who
+     * counts as a router there (rpc_server_opts.unix_peer_role). client_ssl_ctx is what the node
+     * presents to its peers (replication, moves, backups) and how it verifies them. Borrowed,
+     * outliving the node; NULL = plaintext, every method open to every caller. */
     struct ssl_ctx_st *ssl_ctx, *client_ssl_ctx;
 } node_opts;
 

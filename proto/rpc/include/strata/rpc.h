@@ -60,6 +60,12 @@ typedef struct rpc_server_opts {
     uint32_t streams_max;        /* 0 = rpc_limits.streams_per_conn_max */
     struct ssl_ctx_st *ssl_ctx;  /* NULL = plaintext h2c; borrowed, outlives the server; prepare
                                     it with rpc_tls_server_ctx_prepare (ALPN h2) */
+    /* With ssl_ctx: NULL = Unix-socket listeners speak TLS like TCP ones. A role (RPC_ROLE_*) =
+     * they stay plaintext and every caller gets this role (rpc_call_peer_role), because the
+     * socket is reachable only by the server's own user: rpc_server_listen_unix then refuses a
+     * socket whose directory others may enter, and connections from another user id
+     * (SO_PEERCRED) are closed. That user can read the server's keys anyway. */
+    const char *unix_peer_role;
 } rpc_server_opts;
 
 typedef struct rpc_server_stats {
