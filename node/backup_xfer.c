@@ -691,7 +691,8 @@ static st_code pull_start(bk_pull *p, st_err *err) {
     uint16_t port;
     if (!st_addr_split(p->source, host, sizeof host, &port) || port == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT, "source '%s' is not host:port", p->source);
-    rpc_client_opts o = {.message_bytes_max = BK_PULL_LIST_MAX};
+    rpc_client_opts o = p->n->peer_opts; /* mutual TLS to the source node, when on */
+    o.message_bytes_max = BK_PULL_LIST_MAX;
     p->client = rpc_client_new(p->n->base, host, port, &o, err);
     if (!p->client)
         return err->code ? err->code : ST_UNAVAILABLE;
