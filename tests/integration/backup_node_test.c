@@ -566,6 +566,16 @@ int main(int argc, char **argv) {
     pull.piece = "nope";
     rc = unary(1, "PullBackupPiece", &pull.base, NULL, &st);
     expect_code("PullBackupPiece of a missing piece", rc, &st, ST_NOT_FOUND, NULL);
+    pull.piece = "p0";
+    pull.backup = B3;
+    char dead[64];
+    snprintf(dead, sizeof dead, "127.0.0.1:%u", (unsigned)bt_free_port());
+    pull.source = dead;
+    rc = unary(1, "PullBackupPiece", &pull.base, NULL, &st);
+    expect_code("PullBackupPiece from a node that is down", rc, &st, ST_UNAVAILABLE, NULL);
+    pull.source = "no-port";
+    rc = unary(1, "PullBackupPiece", &pull.base, NULL, &st);
+    expect_code("PullBackupPiece from a bad address", rc, &st, ST_INVALID_ARGUMENT, NULL);
     rc = restore(1, "pulled", B2, "p0", &st);
     expect_code("CreateTablet restoring the pulled piece", rc, &st, ST_OK, NULL);
     dump(1, "pulled", &now);
