@@ -1,9 +1,11 @@
 /* ops/strata.c — the `strata` command-line tool: `strata <command> [flags]`. Each command is
  * one row of the table below (name, entry point, one-line summary); adding a command (up, down,
  * status, failover, chaos, backup...) is adding its row. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "auth.h"
 #include "bench.h"
 #include "changes.h"
 #include "instance.h"
@@ -27,6 +29,7 @@ static const strata_cmd commands[] = {
     {"chaos", ops_chaos_main, "rehearse failures: kill/restart a cluster, cut/heal replication"},
     {"restart", ops_restart_main,
      "stop and start one process of a local instance (east-1, router)"},
+    {"auth", ops_auth_main, "principals, tokens and roles of a router's --auth-file"},
     {"changes", ops_changes_main, "print a table's change stream as JSON lines (--follow)"},
     {"help", cmd_help, "list the commands, or `strata help CMD` for one"},
 };
@@ -62,6 +65,9 @@ static int cmd_help(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* A server that refuses a call's TLS handshake, or dies mid-call, closes the socket under
+     * the command's writes: that is an error to report, not a reason to die. */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;
