@@ -699,7 +699,7 @@ static void test_cs_read_live_slow_client(void **state) {
 
 #define REF_VALUE_BYTES 5000 /* above node R's ring: its records are read from storage */
 #define R_RING_BYTES 4096
-#define REF_ROW_WRITES 600 /* above the 256 records a scan holds of one row */
+#define REF_ROW_WRITES 300 /* above the 256 records a scan holds of one row */
 
 static node_env R; /* a standalone node with a ring too small for any record here */
 
