@@ -1,6 +1,6 @@
 /*
  * Proves the router's backups on a real local instance (`strata up`, one cluster of three nodes,
- * a 64 KiB split threshold so tablets split and the balancer moves them while the test runs):
+ * a 256 KiB split threshold so tablets split and the balancer moves them while the test runs):
  *   1. point in time under concurrent writes, splits and moves: a writer thread writes rows
  *      (two cells with the same value: a row is whole when they agree) spread over the key
  *      space while BACKUPS backups are made; each is restored and read: every row acknowledged
@@ -35,7 +35,7 @@
 #define INST "projects/p/instances/i"
 #define CLUSTER INST "/clusters/east"
 #define ROWS_MAX 200000
-#define PREFILL 1500
+#define PREFILL 1000
 #define BACKUPS 3
 #define VALUE_BYTES 300
 #define WAIT_POLLS_MAX 1200 /* hang guard (2 min at 100 ms), not a timing assertion */
@@ -347,7 +347,10 @@ static void case_router_restart(void) {
         kill(node, SIGCONT);
         ci_fail("CreateBackup orphan: %s", st.msg);
     }
-    kill(pid_of("router"), SIGKILL);
+    pid_t router = pid_of("router");
+    kill(router, SIGKILL);
+    for (int i = 0; i < WAIT_POLLS_MAX && kill(router, 0) == 0; i++)
+        usleep(10 * 1000); /* gone before `strata up` looks for it */
     kill(node, SIGCONT);
     restart_all();
     st_code rc = op_wait(op, msg, sizeof msg);
@@ -379,7 +382,7 @@ int main(int argc, char **argv) {
     int rc = ci_init("backup_router_test", argc, argv);
     if (rc)
         return rc;
-    const char *extra[] = {"--split-bytes", "65536", NULL};
+    const char *extra[] = {"--split-bytes", "262144", NULL};
     ci_up_with(1, 3, extra);
     ci_client(&g_cl, "");
     st_err st;
