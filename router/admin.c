@@ -520,6 +520,7 @@ static void delete_recorded(void *arg, st_code code, const char *msg) {
     adm_op *op = arg;
     if (code == ST_OK) {
         drop_everywhere(op->r, op->name);
+        rtr_iam_forget(op->r, op->name); /* a table made later under this name starts afresh */
         st_log(ST_LOG_INFO, "router", "deleted table=%s", op->name);
     }
     op_finish(op, code, msg);

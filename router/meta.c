@@ -26,6 +26,9 @@ static rtr_meta_rec **recs(rtr_meta *m, rtr_meta_kind kind, size_t **n) {
     case RTR_META_KIND_BACKUP:
         *n = &m->n_backups;
         return &m->backups;
+    case RTR_META_KIND_IAM:
+        *n = &m->n_iams;
+        return &m->iams;
     default:
         *n = &m->n_ops;
         return &m->ops;
@@ -90,9 +93,10 @@ st_code rtr_meta_put(rtr_meta *m, rtr_meta_kind kind, const char *name, st_slice
         return ST_OK;
     }
     char *nm = strdup(name);
-    rtr_meta_rec *nv = m->n_tables + m->n_profiles + m->n_backups + m->n_ops < RTR_META_RECORDS_MAX
-                           ? realloc(*v, (*n + 1) * sizeof *nv)
-                           : NULL;
+    rtr_meta_rec *nv =
+        m->n_tables + m->n_profiles + m->n_backups + m->n_ops + m->n_iams < RTR_META_RECORDS_MAX
+            ? realloc(*v, (*n + 1) * sizeof *nv)
+            : NULL;
     if (!nm || !nv) {
         free(nm);
         free(copy);
@@ -122,7 +126,8 @@ void rtr_meta_del(rtr_meta *m, rtr_meta_kind kind, const char *name) {
 
 static const char *kind_prefix(rtr_meta_kind kind) {
     static const char *const prefixes[RTR_META_KINDS] = {
-        RTR_META_TABLE_PREFIX, RTR_META_PROFILE_PREFIX, RTR_META_BACKUP_PREFIX, RTR_META_OP_PREFIX};
+        RTR_META_TABLE_PREFIX, RTR_META_PROFILE_PREFIX, RTR_META_BACKUP_PREFIX, RTR_META_OP_PREFIX,
+        RTR_META_IAM_PREFIX};
     return prefixes[kind];
 }
 

@@ -293,6 +293,8 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
     if (rc == ST_OK)
         rc = register_methods(r, err);
     if (rc == ST_OK)
+        rc = rtr_auth_open(r, err); /* auth.c: tokens, roles, audit log, IAM methods */
+    if (rc == ST_OK)
         rc = start_connect(r, err);
     if (rc == ST_OK)
         rc = rtr_instance_start(r, err); /* the default app profile */
@@ -351,5 +353,6 @@ void rtr_close(rtr_ctx *r) {
     rtr_meta_free(&r->meta);
     rtr_instance_close(r);
     rtr_health_stop(r); /* after the clients: their last callbacks see r->closing */
+    rtr_auth_close(r);
     free(r);
 }

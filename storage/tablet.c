@@ -47,9 +47,9 @@ static st_code add_edit(sto_mf_state *st, void *arg, st_err *err) {
             return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory writing the manifest");
         for (size_t j = 0; j < t->n_ssts; j++)
             files[j] = t->ssts[j].f->number;
-        st_code rc =
-            sto_mf_add_tablet(st, t->id, st_buf_slice(&t->table), st_buf_slice(&t->start),
-                              st_buf_slice(&t->end), t->flushed_lsn, files, t->n_ssts, err);
+        st_code rc = sto_mf_add_tablet(st, t->id, st_buf_slice(&t->table), st_buf_slice(&t->start),
+                                       st_buf_slice(&t->end), t->flushed_lsn, t->sys_floor, files,
+                                       t->n_ssts, err);
         if (files != stack)
             free(files);
         if (rc != ST_OK)
@@ -242,6 +242,7 @@ static st_code make_child(sto_db *db, sto_tablet *t, uint64_t id, st_slice start
     st_code rc = sto_tablet_alloc(db, id, st_buf_slice(&t->table), start, end, &c, err);
     if (rc != ST_OK)
         return rc;
+    c->sys_floor = t->sys_floor; /* restored files stay without their change history */
     pthread_mutex_lock(&t->mu);
     c->ssts = calloc(t->n_ssts ? t->n_ssts : 1, sizeof(sto_tsst));
     if (!c->ssts) {
@@ -253,7 +254,7 @@ static st_code make_child(sto_db *db, sto_tablet *t, uint64_t id, st_slice start
     for (size_t i = 0; i < t->n_ssts; i++) {
         sto_file *f = t->ssts[i].f;
         f->tablet_refs++;
-        c->ssts[c->n_ssts++] = (sto_tsst){f, sto_tsst_needs_wrap(c, f)};
+        c->ssts[c->n_ssts++] = sto_tsst_of(c, f);
     }
     c->flushed_lsn = c->last_applied_lsn = t->flushed_lsn;
     sto_gc_set_unref(c->gc);

@@ -1,0 +1,264 @@
+/* backup.c — a tablet's files for a backup, and a tablet made of a backup's files
+ * (docs/backups.md, "On a node").
+ *
+ * Freezing (sto_tablet_backup) stops the tablet's writes at its gate (as a split does) and waits
+ * for the records already in the log to be applied; it then flushes the memtables and captures
+ * the SSTables the tablet lists, which now hold exactly its contents, with a reference on each,
+ * and lets the writes go. The captured files are then hard-linked into the caller's directory
+ * (the references keep a file a compaction replaced meanwhile on disk until then). SSTables are
+ * immutable, so the links are the backup. A compaction of the tablet is not waited for: it
+ * changes which files the tablet lists, never a file's bytes.
+ *
+ * Restoring (sto_tablet_restore) links a backup's files into <dir>/sst under new file numbers
+ * and makes a tablet listing them, durable with one manifest write. A crash before that write
+ * leaves links no tablet lists: the orphan sweep at the next open removes them. The restored
+ * files' system families (the source table's change history) are hidden: the tablet's sys_floor
+ * is set above their numbers (db_impl.h), and compactions of the tablet drop those entries. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db_impl.h"
+
+static void unlink_all(sto_db *db, const char *dir, const sto_backup_file *files, size_t n) {
+    char path[STO_PATH_MAX + 64];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%020" PRIu64 ".sst", dir, files[i].number);
+        db->env->ops->remove(db->env, path, NULL);
+    }
+}
+
+/* The files t lists, each with a reference on its table so that it stays on disk (an obsolete
+ * table's file goes at its last unref) until it is linked. t->mu held. */
+static st_code capture_files(sto_tablet *t, sto_backup_file **out, sto_sst ***ssts, size_t *n_out,
+                             st_err *err) {
+    size_t n = t->n_ssts;
+    sto_backup_file *files = calloc(n ? n : 1, sizeof *files);
+    sto_sst **refs = calloc(n ? n : 1, sizeof *refs);
+    if (!files || !refs) {
+        free(files);
+        free(refs);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory listing a tablet's files");
+    }
+    for (size_t i = 0; i < n; i++) {
+        sto_file *f = t->ssts[i].f;
+        files[i] = (sto_backup_file){f->number, f->bytes};
+        refs[i] = f->sst;
+        sto_sst_ref(f->sst);
+    }
+    *out = files;
+    *ssts = refs;
+    *n_out = n;
+    return ST_OK;
+}
+
+/* Links the captured files into dir; on failure none is left there. */
+static st_code link_files(sto_db *db, const char *dir, const sto_backup_file *files, size_t n,
+                          st_err *err) {
+    char from[STO_PATH_MAX + 64], to[STO_PATH_MAX + 64];
+    st_code rc = ST_OK;
+    size_t done = 0;
+    for (; rc == ST_OK && done < n; done++) {
+        sto_db_sst_path(db, files[done].number, from, sizeof from);
+        snprintf(to, sizeof to, "%s/%020" PRIu64 ".sst", dir, files[done].number);
+        rc = db->env->ops->link(db->env, from, to, err);
+    }
+    if (rc != ST_OK)
+        unlink_all(db, dir, files, done - 1);
+    return rc;
+}
+
+/* Stops t's writes at its gate and waits for the records already in the log to be applied: from
+ * then until the gate opens, t's contents cannot change. NOT_FOUND when t was split or dropped
+ * while waiting. */
+static st_code stop_writes(sto_db *db, sto_tablet *t, st_err *err) {
+    pthread_rwlock_wrlock(&t->gate);
+    pthread_mutex_lock(&db->mu);
+    bool dead = t->dead;
+    pthread_mutex_unlock(&db->mu);
+    if (dead) {
+        pthread_rwlock_unlock(&t->gate);
+        return st_err_set(err, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by this node",
+                          t->id);
+    }
+    pthread_mutex_lock(&t->mu);
+    while (atomic_load(&t->inflight) > 0)
+        pthread_cond_wait(&t->cv, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+    return ST_OK;
+}
+
+/* Writes wait from stop_writes until the memtables are flushed and the file list captured
+ * (with references); a compaction running meanwhile goes on, since the captured files keep
+ * holding exactly the contents even once it replaces them. */
+static st_code freeze(sto_db *db, sto_tablet *t, sto_backup_file **files, sto_sst ***refs,
+                      size_t *n, st_err *err) {
+    st_code rc = stop_writes(db, t, err);
+    if (rc != ST_OK)
+        return rc;
+    if (atomic_load(&t->ro_hint) && t->broken)
+        rc = st_err_set(err, ST_DATA_LOSS, "tablet %" PRIu64 " is damaged: %s", t->id, t->ro_msg);
+    if (rc == ST_OK) {
+        pthread_mutex_lock(&t->mu);
+        sto_tablet_freeze_locked(t);
+        pthread_mutex_unlock(&t->mu);
+        rc = sto_tablet_flush_imms(db, t, err);
+    }
+    if (rc == ST_OK) {
+        pthread_mutex_lock(&t->mu);
+        if (t->n_imm || !sto_memtable_empty(t->active))
+            rc = st_err_set(err, ST_INTERNAL, "tablet %" PRIu64 " still had unflushed data", t->id);
+        else
+            rc = capture_files(t, files, refs, n, err);
+        pthread_mutex_unlock(&t->mu);
+    }
+    pthread_rwlock_unlock(&t->gate);
+    return rc;
+}
+
+st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_file **files,
+                          size_t *n, st_err *err) {
+    *files = NULL;
+    *n = 0;
+    sto_tablet *t;
+    if (sto_tablet_get(db, id, &t) != ST_OK)
+        return st_err_set(err, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by this node", id);
+    sto_sst **refs = NULL;
+    st_code rc = freeze(db, t, files, &refs, n, err);
+    if (rc == ST_OK)
+        rc = link_files(db, dir, *files, *n, err);
+    for (size_t i = 0; refs && i < *n; i++)
+        sto_sst_unref(refs[i]);
+    free(refs);
+    if (rc == ST_OK && (rc = db->env->ops->sync_dir(db->env, dir, err)) != ST_OK)
+        unlink_all(db, dir, *files, *n);
+    if (rc != ST_OK) {
+        free(*files);
+        *files = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+/* ---- restore ---- */
+
+typedef struct restore_arg {
+    sto_tablet *t;
+} restore_arg;
+
+static st_code restore_edit(sto_mf_state *st, void *arg, st_err *err) {
+    sto_tablet *t = ((restore_arg *)arg)->t;
+    uint64_t *nums = malloc((t->n_ssts ? t->n_ssts : 1) * sizeof *nums);
+    if (!nums)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory writing the manifest");
+    for (size_t i = 0; i < t->n_ssts; i++)
+        nums[i] = t->ssts[i].f->number;
+    st_code rc = sto_mf_add_tablet(st, t->id, st_buf_slice(&t->table), st_buf_slice(&t->start),
+                                   st_buf_slice(&t->end), t->flushed_lsn, t->sys_floor, nums,
+                                   t->n_ssts, err);
+    free(nums);
+    return rc;
+}
+
+/* Undoes restore_link: the files go (no manifest lists them). meta_mu held. */
+static void restore_unlink(sto_db *db, sto_tablet *t) {
+    char path[STO_PATH_MAX + 64];
+    for (size_t i = 0; i < t->n_ssts; i++) {
+        sto_file *f = t->ssts[i].f;
+        sto_db_sst_path(db, f->number, path, sizeof path);
+        if (f->sst) {
+            sto_sst_mark_obsolete(f->sst); /* removes the file at the last unref */
+            sto_sst_unref(f->sst);
+        } else {
+            db->env->ops->remove(db->env, path, NULL);
+        }
+        free(f);
+    }
+    t->n_ssts = 0;
+}
+
+/* Links paths[0, n) into <dir>/sst under new numbers and lists them in t. meta_mu held. */
+static st_code restore_link(sto_db *db, sto_tablet *t, const char *const *paths, size_t n,
+                            st_err *err) {
+    t->ssts = calloc(n ? n : 1, sizeof *t->ssts);
+    if (!t->ssts)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory restoring a tablet");
+    t->cap_ssts = n ? n : 1;
+    uint64_t *nums = calloc(n ? n : 1, sizeof *nums);
+    if (!nums)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory restoring a tablet");
+    char to[STO_PATH_MAX + 64];
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < n; i++) {
+        nums[i] = sto_db_new_file_number(db);
+        sto_db_sst_path(db, nums[i], to, sizeof to);
+        rc = db->env->ops->link(db->env, paths[i], to, err);
+        sto_file *f = NULL;
+        if (rc == ST_OK && (rc = sto_file_new(db, nums[i], &f, err)) != ST_OK)
+            db->env->ops->remove(db->env, to, NULL);
+        if (rc == ST_OK) {
+            f->tablet_refs = 1;
+            t->ssts[t->n_ssts++] = (sto_tsst){f, false, true};
+        }
+    }
+    if (rc == ST_OK) {
+        /* every restored number is below the floor; files made for t later are above it */
+        t->sys_floor = n ? nums[n - 1] + 1 : 0;
+        for (size_t i = 0; i < t->n_ssts; i++)
+            t->ssts[i] = sto_tsst_of(t, t->ssts[i].f);
+        snprintf(to, sizeof to, "%s/sst", db->dir);
+        rc = db->env->ops->sync_dir(db->env, to, err);
+    }
+    free(nums);
+    return rc;
+}
+
+static uint64_t restore_lsn(sto_db *db) {
+    uint64_t a = atomic_load(&db->applied_lsn), d = sto_log_last_durable_lsn(db->log);
+    return a > d ? a : d;
+}
+
+st_code sto_tablet_restore(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
+                           const char *const *paths, size_t n, sto_tablet **out, st_err *err) {
+    if (start.len > STO_ROW_KEY_MAX || end.len > STO_ROW_KEY_MAX ||
+        (end.len && st_slice_cmp(start, end) >= 0))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "a restored tablet's range must be row keys of at most %d bytes, start "
+                          "before end",
+                          STO_ROW_KEY_MAX);
+    pthread_mutex_lock(&db->meta_mu);
+    pthread_mutex_lock(&db->mu);
+    bool exists = sto_db_find_locked(db, id) != NULL;
+    pthread_mutex_unlock(&db->mu);
+    sto_tablet *t = NULL;
+    st_code rc = exists
+                     ? st_err_set(err, ST_ALREADY_EXISTS, "tablet %" PRIu64 " already exists", id)
+                     : sto_tablet_alloc(db, id, table, start, end, &t, err);
+    if (rc == ST_OK)
+        rc = restore_link(db, t, paths, n, err);
+    if (rc == ST_OK) {
+        t->flushed_lsn = t->last_applied_lsn = restore_lsn(db);
+        pthread_mutex_lock(&t->mu);
+        sto_tablet_update_hints_locked(t);
+        pthread_mutex_unlock(&t->mu);
+        restore_arg a = {t};
+        rc = sto_manifest_write(db, restore_edit, &a, err);
+    }
+    if (rc == ST_OK) {
+        pthread_mutex_lock(&db->mu);
+        rc = sto_db_insert_locked(db, t, err);
+        pthread_mutex_unlock(&db->mu);
+    }
+    if (rc != ST_OK && t) {
+        restore_unlink(db, t);
+        sto_tablet_release(t);
+        t = NULL;
+    }
+    pthread_mutex_unlock(&db->meta_mu);
+    if (rc == ST_OK && out)
+        *out = t;
+    if (rc == ST_OK)
+        sto_db_kick(db); /* many restored files may call for a compaction */
+    return rc;
+}
