@@ -112,6 +112,14 @@ static void job_free(bk_job *j) {
     free(j);
 }
 
+void rtr_bk_jobs_free(rtr_ctx *r) {
+    while (r->bk->jobs) {
+        st_log(ST_LOG_WARN, "router", "operation %s: left unfinished at close",
+               r->bk->jobs->op_name);
+        job_free(r->bk->jobs);
+    }
+}
+
 bool rtr_bk_busy(rtr_ctx *r, const char *name) {
     for (bk_job *j = r->bk ? r->bk->jobs : NULL; j; j = j->next)
         if ((j->backup && strcmp(j->backup, name) == 0) ||
