@@ -115,8 +115,9 @@ st_code ops_bk_manifest_write(const char *dir, const ops_bk_manifest *m, st_err 
 /* Reads and parses dir/MANIFEST (NOT_FOUND when absent: an export that did not finish). */
 st_code ops_bk_manifest_load(const char *dir, ops_bk_manifest *m, st_err *err);
 
-/* Per-file callback of the checks: bytes as they are read (for progress); may be NULL. */
-typedef void (*ops_bk_read_fn)(const uint8_t *data, size_t len, void *arg);
+/* Per-file callback of the checks: bytes as they are read (progress, or the import sending
+ * them on). A code other than ST_OK stops the read and is returned (the callback sets err). */
+typedef st_code (*ops_bk_read_fn)(const uint8_t *data, size_t len, void *arg, st_err *err);
 
 /* Checks that every file named exists as a regular file with its size (no content read). */
 st_code ops_bk_check_sizes(const char *dir, const ops_bk_manifest *m, st_err *err);

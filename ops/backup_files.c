@@ -300,19 +300,22 @@ static st_code read_compare(int fd, const char *path, const ops_bk_file *f, ops_
         EVP_MD_CTX_free(ctx);
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading %s", path);
     }
-    while ((n = read(fd, buf, BK_READ_BYTES)) > 0 || (n < 0 && errno == EINTR)) {
+    st_code rc = ST_OK;
+    while (rc == ST_OK && ((n = read(fd, buf, BK_READ_BYTES)) > 0 || (n < 0 && errno == EINTR))) {
         if (n <= 0)
             continue;
         crc = st_crc32c(crc, buf, (size_t)n);
         EVP_DigestUpdate(ctx, buf, (size_t)n);
         size += (uint64_t)n;
         if (on_data)
-            on_data(buf, (size_t)n, arg);
+            rc = on_data(buf, (size_t)n, arg, err);
     }
     unsigned shan = 0;
     EVP_DigestFinal_ex(ctx, sha, &shan);
     EVP_MD_CTX_free(ctx);
     free(buf);
+    if (rc != ST_OK)
+        return rc;
     if (n < 0)
         return io_err(err, "cannot read", path);
     if (size != f->size)

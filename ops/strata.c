@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backup.h"
 #include "bench.h"
 #include "changes.h"
 #include "instance.h"
@@ -28,6 +29,7 @@ static const strata_cmd commands[] = {
     {"restart", ops_restart_main,
      "stop and start one process of a local instance (east-1, router)"},
     {"changes", ops_changes_main, "print a table's change stream as JSON lines (--follow)"},
+    {"backup", ops_backup_main, "backups: create/list/restore, export/import/verify a directory"},
     {"help", cmd_help, "list the commands, or `strata help CMD` for one"},
 };
 #define COMMANDS_COUNT (sizeof(commands) / sizeof(commands[0]))

@@ -1,0 +1,521 @@
+/* ops/backup_xfer.c — `strata backup export`, `import` and `verify` (docs/backups.md,
+ * docs/formats/backup-export.md). The router says where the pieces are (BackupAdmin); the bytes
+ * go straight between the nodes and the directory, one kept connection per node.
+ *
+ * export: DescribeBackup, then ReadBackupFile of every file of every piece into DIR (each file
+ * under a temporary name until fsync'd, checked against the node's size and CRC32C), then the
+ * manifest last. import: the manifest and every file's size first, BeginImport (the backup is
+ * CREATING, invisible to restores), WriteBackupFile of every chunk to the node the router named
+ * while checking each file's CRC32C and SHA-256 against the manifest as it is read,
+ * SealBackupPiece, FinishImport; on any failure (a damaged file, a node down, Ctrl-C) the backup
+ * is deleted, so nothing half-imported stays. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backup_cli.h"
+#include "instance.h"
+#include "strata/btutil.h"
+#include "strata/internal/v1/backup_admin.pb-c.h"
+#include "strata/internal/v1/node.pb-c.h"
+
+#define BK_NODES_MAX 64
+
+/* Set by SIGINT/SIGTERM during a transfer, read between chunks: the one piece of mutable global
+ * state here, as a signal handler can reach nothing else. */
+static volatile sig_atomic_t bk_interrupted;
+
+static void on_signal(int sig) {
+    (void)sig;
+    bk_interrupted = 1;
+}
+
+typedef struct bk_xfer {
+    bk_ctx *c;
+    ops_progress prog;
+    bk_conn nodes[BK_NODES_MAX];
+    size_t n_nodes;
+    /* export: the file being received */
+    ops_bk_out out;
+    uint64_t off;
+    const char *node;
+    /* import: where chunks go */
+    bk_conn *conn;
+    Strata__Internal__V1__BackupFileChunk chunk;
+} bk_xfer;
+
+static st_code node_conn(bk_xfer *x, const char *addr, bk_conn **out, st_err *err) {
+    for (size_t i = 0; i < x->n_nodes; i++)
+        if (!strcmp(x->nodes[i].addr, addr)) {
+            *out = &x->nodes[i];
+            return ST_OK;
+        }
+    if (x->n_nodes == BK_NODES_MAX)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "more than %d nodes hold the backup",
+                          BK_NODES_MAX);
+    st_code rc = bk_conn_open(&x->nodes[x->n_nodes], addr, err);
+    if (rc == ST_OK)
+        *out = &x->nodes[x->n_nodes++];
+    return rc;
+}
+
+static void xfer_free(bk_xfer *x) {
+    for (size_t i = 0; i < x->n_nodes; i++)
+        bk_conn_close(&x->nodes[i]);
+    x->n_nodes = 0;
+}
+
+static void catch_signals(void) {
+    bk_interrupted = 0;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static st_code check_interrupt(st_err *err) {
+    return bk_interrupted ? st_err_set(err, ST_CANCELLED, "interrupted") : ST_OK;
+}
+
+/* ---- export ---- */
+
+static bool export_chunk(st_slice msg, void *arg, st_err *err) {
+    bk_xfer *x = arg;
+    Strata__Internal__V1__BackupFileChunk *ch =
+        (void *)btu_pb_unpack(&strata__internal__v1__backup_file_chunk__descriptor, NULL, msg, err);
+    if (!ch)
+        return false;
+    st_code rc = check_interrupt(err);
+    if (rc == ST_OK && ch->offset != x->off)
+        rc = st_err_set(err, ST_DATA_LOSS, "node %s sent offset %llu of %s, expected %llu", x->node,
+                        (unsigned long long)ch->offset, x->out.final, (unsigned long long)x->off);
+    if (rc == ST_OK)
+        rc = ops_bk_out_write(&x->out, ch->data.data, ch->data.len, err);
+    if (rc == ST_OK) {
+        x->off += ch->data.len;
+        ops_progress_add(&x->prog, ch->data.len);
+    }
+    strata__internal__v1__backup_file_chunk__free_unpacked(ch, NULL);
+    return rc == ST_OK;
+}
+
+/* One file of a piece from its node into DIR, checked against what the node's piece says. */
+static st_code export_file(bk_xfer *x, const char *dir,
+                           const Strata__Internal__V1__PieceLocation *pl,
+                           const Strata__Internal__V1__BackupFile *bf, ops_bk_piece *p,
+                           st_err *err) {
+    bk_conn *k;
+    ops_bk_file f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.name, sizeof f.name, "%s", bf->name ? bf->name : "");
+    st_code rc = node_conn(x, pl->node, &k, err);
+    if (rc == ST_OK)
+        rc = ops_bk_out_open(&x->out, dir, p->id, f.name, err);
+    if (rc != ST_OK)
+        return rc;
+    Strata__Internal__V1__ReadBackupFileRequest req;
+    strata__internal__v1__read_backup_file_request__init(&req);
+    req.backup = pl->piece->backup;
+    req.piece = pl->piece->piece;
+    req.file = bf->name;
+    x->off = 0;
+    x->node = pl->node;
+    rc = bk_conn_stream(k, BK_SVC_NODE "ReadBackupFile", &req.base, export_chunk, x,
+                        BK_FILE_TIMEOUT_MS, err);
+    if (rc != ST_OK) {
+        ops_bk_out_abort(&x->out);
+        return rc;
+    }
+    rc = ops_bk_out_close(&x->out, &f, err);
+    if (rc == ST_OK && (f.size != bf->size || f.crc32c != bf->crc32c))
+        rc = st_err_set(err, ST_DATA_LOSS,
+                        "node %s sent %s of piece %s with %llu bytes, CRC32C %08x; its piece says "
+                        "%llu bytes, %08x (the node's copy is damaged: check the node's disk)",
+                        pl->node, f.name, p->id, (unsigned long long)f.size, f.crc32c,
+                        (unsigned long long)bf->size, bf->crc32c);
+    if (rc == ST_OK && !ops_bk_piece_add_file(p, &f))
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    return rc;
+}
+
+static int64_t ts_us(const Google__Protobuf__Timestamp *t) {
+    return t ? t->seconds * 1000000 + t->nanos / 1000 : 0;
+}
+
+/* The manifest's header from the router's layout. */
+static st_code manifest_from_layout(const Strata__Internal__V1__BackupLayout *l, ops_bk_manifest *m,
+                                    st_err *err) {
+    const Google__Bigtable__Admin__V2__Backup *b = l->backup;
+    if (!b || !l->schema)
+        return st_err_set(err, ST_INTERNAL, "DescribeBackup answered without backup or schema");
+    snprintf(m->backup, sizeof m->backup, "%s", b->name ? b->name : "");
+    snprintf(m->source_table, sizeof m->source_table, "%s", b->source_table ? b->source_table : "");
+    m->backup_type = b->backup_type ? b->backup_type : 1;
+    m->start_us = ts_us(b->start_time);
+    m->end_us = ts_us(b->end_time);
+    m->expire_us = ts_us(b->expire_time);
+    size_t n = google__bigtable__admin__v2__table__get_packed_size(l->schema);
+    if (st_buf_reserve(&m->schema, n + 1) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    m->schema.len = google__bigtable__admin__v2__table__pack(l->schema, m->schema.data);
+    return ST_OK;
+}
+
+static uint64_t layout_bytes(const Strata__Internal__V1__BackupLayout *l) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < l->n_pieces; i++)
+        for (size_t j = 0; l->pieces[i]->piece && j < l->pieces[i]->piece->n_files; j++)
+            n += l->pieces[i]->piece->files[j]->size;
+    return n;
+}
+
+static st_code export_layout(bk_xfer *x, const char *dir,
+                             const Strata__Internal__V1__BackupLayout *l, ops_bk_manifest *m,
+                             st_err *err) {
+    st_code rc = manifest_from_layout(l, m, err);
+    for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++) {
+        const Strata__Internal__V1__PieceLocation *pl = l->pieces[i];
+        const Strata__Internal__V1__BackupPiece *bp = pl->piece;
+        if (!bp || !pl->node || !bp->piece)
+            return st_err_set(err, ST_INTERNAL, "DescribeBackup: piece %zu has no node", i);
+        ops_bk_piece *p = ops_bk_manifest_add_piece(
+            m, bp->piece, st_slice_make(bp->start_key.data, bp->start_key.len),
+            st_slice_make(bp->end_key.data, bp->end_key.len), bp->frozen_us);
+        if (!p)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        for (size_t j = 0; rc == ST_OK && j < bp->n_files; j++)
+            rc = export_file(x, dir, pl, bp->files[j], p, err);
+    }
+    if (rc == ST_OK)
+        rc = ops_bk_manifest_write(dir, m, err);
+    return rc;
+}
+
+static void print_summary(const bk_ctx *c, const char *verb, const char *name, const char *dir,
+                          const ops_bk_manifest *m, const ops_progress *p) {
+    double secs = (double)(st_mono_us() - p->start_us) / 1e6;
+    uint64_t bytes = ops_bk_manifest_bytes(m);
+    if (c->a.json) {
+        printf("{\"%s\":\"%s\",\"dir\":\"%s\",\"pieces\":%zu,\"files\":%zu,\"bytes\":%llu,"
+               "\"seconds\":%.3f}\n",
+               verb, name, dir, m->n_pieces, ops_bk_manifest_files(m), (unsigned long long)bytes,
+               secs);
+        return;
+    }
+    char size[32], rate[32];
+    ops_progress_bytes(bytes, size, sizeof size);
+    ops_progress_bytes(secs > 0 ? (uint64_t)((double)bytes / secs) : 0, rate, sizeof rate);
+    printf("%s %s %s %s: %zu pieces, %zu files, %s in %.1f s (%s/s)\n", verb, name,
+           !strcmp(verb, "exported") ? "into" : "from", dir, m->n_pieces, ops_bk_manifest_files(m),
+           size, secs, rate);
+}
+
+int bk_export(bk_ctx *c) {
+    char name[BK_RES_MAX];
+    if (c->a.n_pos != 2) {
+        fprintf(stderr, "strata backup export: want ID DIR (see strata backup --help)\n");
+        return 2;
+    }
+    if (!bk_backup_name(c, c->a.pos[0], name, sizeof name))
+        return 2;
+    const char *dir = c->a.pos[1];
+    static bk_xfer x; /* one per process: holds the node connections */
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    ops_bk_manifest m;
+    ops_bk_manifest_init(&m);
+    st_err err = {0};
+    Strata__Internal__V1__DescribeBackupRequest req;
+    strata__internal__v1__describe_backup_request__init(&req);
+    req.name = name;
+    ProtobufCMessage *lm = NULL;
+    catch_signals();
+    st_code rc = bk_router_call(c, BK_SVC_BACKUP "DescribeBackup", &req.base,
+                                &strata__internal__v1__backup_layout__descriptor, &lm, &err);
+    if (rc == ST_OK)
+        rc = ops_bk_dir_create(dir, &err);
+    if (rc == ST_OK) {
+        const Strata__Internal__V1__BackupLayout *l = (void *)lm;
+        ops_progress_init(&x.prog, "strata backup export", OPS_PROGRESS_BYTES, layout_bytes(l),
+                          c->a.quiet);
+        rc = export_layout(&x, dir, l, &m, &err);
+        ops_progress_finish(&x.prog, rc == ST_OK);
+        if (rc != ST_OK && err.code != ST_ALREADY_EXISTS)
+            st_err_prefix(&err,
+                          "%s is incomplete (no MANIFEST; remove it and export again): ", dir);
+    }
+    if (rc == ST_OK)
+        print_summary(c, "exported", name, dir, &m, &x.prog);
+    else
+        bk_fail(c, &err);
+    if (lm)
+        protobuf_c_message_free_unpacked(lm, NULL);
+    xfer_free(&x);
+    ops_bk_manifest_deinit(&m);
+    return rc == ST_OK ? 0 : 1;
+}
+
+/* ---- verify ---- */
+
+static st_code progress_chunk(const uint8_t *data, size_t len, void *arg, st_err *err) {
+    (void)data;
+    ops_progress_add(arg, len);
+    return check_interrupt(err);
+}
+
+int bk_verify(bk_ctx *c) {
+    if (c->a.n_pos != 1) {
+        fprintf(stderr, "strata backup verify: want DIR (see strata backup --help)\n");
+        return 2;
+    }
+    const char *dir = c->a.pos[0];
+    ops_bk_manifest m;
+    ops_progress p;
+    st_err err = {0};
+    catch_signals();
+    st_code rc = ops_bk_manifest_load(dir, &m, &err);
+    if (rc == ST_OK)
+        rc = ops_bk_check_sizes(dir, &m, &err);
+    ops_progress_init(&p, "strata backup verify", OPS_PROGRESS_BYTES, ops_bk_manifest_bytes(&m),
+                      c->a.quiet || rc != ST_OK);
+    for (size_t i = 0; rc == ST_OK && i < m.n_pieces; i++)
+        for (size_t j = 0; rc == ST_OK && j < m.pieces[i].n_files; j++)
+            rc = ops_bk_check_file(dir, &m.pieces[i], &m.pieces[i].files[j], progress_chunk, &p,
+                                   &err);
+    ops_progress_finish(&p, rc == ST_OK);
+    if (rc == ST_OK)
+        print_summary(c, "verified", m.backup, dir, &m, &p);
+    else if (c->a.json)
+        printf("{\"verified\":false,\"dir\":\"%s\",\"code\":\"%s\"}\n", dir, st_code_name(rc));
+    if (rc != ST_OK)
+        bk_fail(c, &err);
+    ops_bk_manifest_deinit(&m);
+    return rc == ST_OK ? 0 : 1;
+}
+
+/* ---- import ---- */
+
+static st_code import_chunk(const uint8_t *data, size_t len, void *arg, st_err *err) {
+    bk_xfer *x = arg;
+    st_code rc = check_interrupt(err);
+    x->chunk.data.data = (uint8_t *)data;
+    x->chunk.data.len = len;
+    if (rc == ST_OK)
+        rc = bk_conn_call(x->conn, BK_SVC_NODE "WriteBackupFile", &x->chunk.base, NULL, NULL,
+                          BK_CHUNK_TIMEOUT_MS, err);
+    if (rc == ST_OK) {
+        x->chunk.offset += len;
+        ops_progress_add(&x->prog, len);
+    }
+    return rc;
+}
+
+/* BeginImport's pieces from the manifest (files with sizes and CRC32C); freed by free_pieces. */
+static Strata__Internal__V1__BackupPiece **manifest_pieces(const ops_bk_manifest *m) {
+    Strata__Internal__V1__BackupPiece **ps = calloc(m->n_pieces + 1, sizeof *ps);
+    for (size_t i = 0; ps && i < m->n_pieces; i++) {
+        const ops_bk_piece *p = &m->pieces[i];
+        Strata__Internal__V1__BackupPiece *bp = calloc(1, sizeof *bp);
+        Strata__Internal__V1__BackupFile **fs = calloc(p->n_files + 1, sizeof *fs);
+        Strata__Internal__V1__BackupFile *fv = calloc(p->n_files + 1, sizeof *fv);
+        ps[i] = bp;
+        if (!bp || !fs || !fv) {
+            free(fs);
+            free(fv);
+            return ps; /* the caller sees the hole and frees what is there */
+        }
+        strata__internal__v1__backup_piece__init(bp);
+        bp->piece = (char *)p->id;
+        bp->table_name = (char *)m->source_table;
+        bp->start_key.data = p->start_key.data;
+        bp->start_key.len = p->start_key.len;
+        bp->end_key.data = p->end_key.data;
+        bp->end_key.len = p->end_key.len;
+        bp->frozen_us = p->frozen_us;
+        bp->files = fs;
+        bp->n_files = p->n_files;
+        for (size_t j = 0; j < p->n_files; j++) {
+            strata__internal__v1__backup_file__init(&fv[j]);
+            fv[j].name = (char *)p->files[j].name;
+            fv[j].size = p->files[j].size;
+            fv[j].crc32c = p->files[j].crc32c;
+            fs[j] = &fv[j];
+            bp->size_bytes += p->files[j].size;
+        }
+        fs[p->n_files] = fv; /* past n_files: not sent, only remembered for free_pieces */
+    }
+    return ps;
+}
+
+static void free_pieces(Strata__Internal__V1__BackupPiece **ps, size_t n) {
+    for (size_t i = 0; ps && i < n; i++) {
+        if (ps[i] && ps[i]->files) {
+            free(ps[i]->files[ps[i]->n_files]);
+            free(ps[i]->files);
+        }
+        free(ps[i]);
+    }
+    free(ps);
+}
+
+static void set_ts(Google__Protobuf__Timestamp *t, int64_t us) {
+    google__protobuf__timestamp__init(t);
+    t->seconds = us / 1000000;
+    t->nanos = (int32_t)(us % 1000000 * 1000);
+}
+
+static st_code begin_import(bk_xfer *x, const ops_bk_manifest *m, const char *parent,
+                            const char *id, ProtobufCMessage **layout, st_err *err) {
+    Google__Bigtable__Admin__V2__Table *schema = (void *)btu_pb_unpack(
+        &google__bigtable__admin__v2__table__descriptor, NULL, st_buf_slice(&m->schema), err);
+    if (!schema)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "the export's schema does not parse (damaged manifest: export again)");
+    Google__Protobuf__Timestamp st, en, ex;
+    set_ts(&st, m->start_us);
+    set_ts(&en, m->end_us);
+    set_ts(&ex, m->expire_us);
+    Google__Bigtable__Admin__V2__Backup b;
+    google__bigtable__admin__v2__backup__init(&b);
+    b.source_table = (char *)m->source_table;
+    b.start_time = &st;
+    b.end_time = &en;
+    b.expire_time = &ex;
+    b.backup_type = m->backup_type;
+    Strata__Internal__V1__BeginImportRequest req;
+    strata__internal__v1__begin_import_request__init(&req);
+    req.parent = (char *)parent;
+    req.backup_id = (char *)id;
+    req.backup = &b;
+    req.schema = schema;
+    req.pieces = manifest_pieces(m);
+    req.n_pieces = m->n_pieces;
+    bool whole = req.pieces != NULL;
+    for (size_t i = 0; whole && i < m->n_pieces; i++)
+        whole = req.pieces[i] && req.pieces[i]->files;
+    st_code rc = whole
+                     ? bk_router_call(x->c, BK_SVC_BACKUP "BeginImport", &req.base,
+                                      &strata__internal__v1__backup_layout__descriptor, layout, err)
+                     : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    free_pieces(req.pieces, m->n_pieces);
+    protobuf_c_message_free_unpacked(&schema->base, NULL);
+    return rc;
+}
+
+static const ops_bk_piece *find_piece(const ops_bk_manifest *m, const char *id) {
+    for (size_t i = 0; id && i < m->n_pieces; i++)
+        if (!strcmp(m->pieces[i].id, id))
+            return &m->pieces[i];
+    return NULL;
+}
+
+/* Every file of one piece to its node, checked as read; then the seal. */
+static st_code import_piece(bk_xfer *x, const char *dir, const ops_bk_manifest *m, const char *name,
+                            Strata__Internal__V1__PieceLocation *pl, st_err *err) {
+    const ops_bk_piece *p = pl->piece ? find_piece(m, pl->piece->piece) : NULL;
+    if (!p || !pl->node)
+        return st_err_set(err, ST_INTERNAL, "BeginImport answered a piece the export lacks");
+    st_code rc = node_conn(x, pl->node, &x->conn, err);
+    for (size_t j = 0; rc == ST_OK && j < p->n_files; j++) {
+        strata__internal__v1__backup_file_chunk__init(&x->chunk);
+        x->chunk.backup = (char *)name;
+        x->chunk.piece = (char *)p->id;
+        x->chunk.file = (char *)p->files[j].name;
+        if (p->files[j].size == 0) /* an empty file still exists: one empty chunk makes it */
+            rc = import_chunk(NULL, 0, x, err);
+        if (rc == ST_OK)
+            rc = ops_bk_check_file(dir, p, &p->files[j], import_chunk, x, err);
+    }
+    if (rc != ST_OK)
+        return rc;
+    if (!pl->piece->backup || !pl->piece->backup[0])
+        pl->piece->backup = (char *)name;
+    return bk_conn_call(x->conn, BK_SVC_NODE "SealBackupPiece", &pl->piece->base, NULL, NULL,
+                        BK_ADMIN_TIMEOUT_MS, err);
+}
+
+/* DeleteBackup after a failed import; says in err whether it went. */
+static void import_undo(bk_xfer *x, const char *name, st_err *err) {
+    Google__Bigtable__Admin__V2__DeleteBackupRequest req;
+    google__bigtable__admin__v2__delete_backup_request__init(&req);
+    req.name = (char *)name;
+    st_err derr = {0};
+    if (bk_router_call(x->c, BK_SVC_ADMIN "DeleteBackup", &req.base, NULL, NULL, &derr) == ST_OK)
+        st_err_prefix(err, "import failed, the partly imported %s was deleted: ", name);
+    else
+        st_err_prefix(err,
+                      "import failed and the partly imported %s could not be deleted (%s): "
+                      "delete it with `strata backup delete`: ",
+                      name, derr.msg);
+}
+
+static st_code import_run(bk_xfer *x, const char *dir, const ops_bk_manifest *m, const char *id,
+                          ProtobufCMessage **done, st_err *err) {
+    char parent[BK_RES_MAX], name[BK_RES_MAX];
+    const bk_ctx *c = x->c;
+    if (!ops_fmt(parent, sizeof parent, "projects/%s/instances/%s/clusters/%s", c->project,
+                 c->instance, c->cluster) ||
+        !ops_fmt(name, sizeof name, "%s/backups/%s", parent, id))
+        return st_err_set(err, ST_INVALID_ARGUMENT, "backup name too long");
+    ProtobufCMessage *lm = NULL;
+    st_code rc = begin_import(x, m, parent, id, &lm, err);
+    if (rc != ST_OK)
+        return rc;
+    Strata__Internal__V1__BackupLayout *l = (void *)lm;
+    if (l->backup && l->backup->name && l->backup->name[0])
+        snprintf(name, sizeof name, "%s", l->backup->name);
+    for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++)
+        rc = import_piece(x, dir, m, name, l->pieces[i], err);
+    if (rc == ST_OK && l->n_pieces != m->n_pieces)
+        rc = st_err_set(err, ST_INTERNAL, "BeginImport placed %zu pieces of %zu", l->n_pieces,
+                        m->n_pieces);
+    if (rc == ST_OK) {
+        Strata__Internal__V1__FinishImportRequest f;
+        strata__internal__v1__finish_import_request__init(&f);
+        f.name = name;
+        rc = bk_router_call(c, BK_SVC_BACKUP "FinishImport", &f.base,
+                            &google__bigtable__admin__v2__backup__descriptor, done, err);
+    }
+    if (rc != ST_OK)
+        import_undo(x, name, err);
+    protobuf_c_message_free_unpacked(lm, NULL);
+    return rc;
+}
+
+int bk_import(bk_ctx *c) {
+    if (c->a.n_pos != 1) {
+        fprintf(stderr, "strata backup import: want DIR --cluster C (see strata backup --help)\n");
+        return 2;
+    }
+    const char *dir = c->a.pos[0];
+    ops_bk_manifest m;
+    st_err err = {0};
+    catch_signals();
+    st_code rc = ops_bk_manifest_load(dir, &m, &err);
+    if (rc == ST_OK) /* a missing or truncated file is refused before anything is created */
+        rc = ops_bk_check_sizes(dir, &m, &err);
+    const char *id = c->a.as ? c->a.as : bk_leaf(m.backup);
+    static bk_xfer x; /* one per process: holds the node connections */
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    ProtobufCMessage *done = NULL;
+    if (rc == ST_OK) {
+        ops_progress_init(&x.prog, "strata backup import", OPS_PROGRESS_BYTES,
+                          ops_bk_manifest_bytes(&m), c->a.quiet);
+        rc = import_run(&x, dir, &m, id, &done, &err);
+        ops_progress_finish(&x.prog, rc == ST_OK);
+    }
+    xfer_free(&x);
+    if (rc == ST_OK && c->a.json) {
+        bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)done);
+    } else if (rc == ST_OK) {
+        print_summary(c, "imported", ((Google__Bigtable__Admin__V2__Backup *)done)->name, dir, &m,
+                      &x.prog);
+    } else {
+        bk_fail(c, &err);
+    }
+    if (done)
+        protobuf_c_message_free_unpacked(done, NULL);
+    ops_bk_manifest_deinit(&m);
+    return rc == ST_OK ? 0 : 1;
+}
