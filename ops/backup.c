@@ -73,9 +73,10 @@ static const char **flag_slot(bk_args *a, const char *f) {
 }
 
 /* 0 parsed, 1 help shown, 2 bad usage. */
-static int parse_args(int argc, char **argv, bk_args *a) {
+static int parse_args(int argc, char **argv, bk_args *a, const char **sub) {
     memset(a, 0, sizeof *a);
-    for (int i = 2; i < argc; i++) {
+    *sub = NULL;
+    for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const char **slot = flag_slot(a, f);
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -90,6 +91,8 @@ static int parse_args(int argc, char **argv, bk_args *a) {
         } else if (slot && v) {
             *slot = v;
             i++;
+        } else if (f[0] != '-' && !*sub) {
+            *sub = f;
         } else if (f[0] != '-' && a->n_pos < 2) {
             a->pos[a->n_pos++] = f;
         } else {
@@ -528,14 +531,13 @@ int ops_backup_main(int argc, char **argv) {
     static bk_ctx ctx; /* one per process */
     bk_ctx *c = &ctx;
     memset(c, 0, sizeof *c);
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    c->sub = argv[1];
-    int prc = parse_args(argc, argv, &c->a);
+    int prc = parse_args(argc, argv, &c->a, &c->sub);
     if (prc)
         return prc == 1 ? 0 : 2;
+    if (!c->sub) {
+        usage(stderr);
+        return 2;
+    }
     st_log_set_level(ST_LOG_WARN);
     if (!strcmp(c->sub, "verify"))
         return bk_verify(c); /* no server involved */
