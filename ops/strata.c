@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "auth.h"
 #include "backup.h"
 #include "bench.h"
 #include "changes.h"
@@ -28,6 +29,7 @@ static const strata_cmd commands[] = {
     {"chaos", ops_chaos_main, "rehearse failures: kill/restart a cluster, cut/heal replication"},
     {"restart", ops_restart_main,
      "stop and start one process of a local instance (east-1, router)"},
+    {"auth", ops_auth_main, "principals, tokens and roles of a router's --auth-file"},
     {"changes", ops_changes_main, "print a table's change stream as JSON lines (--follow)"},
     {"backup", ops_backup_main, "backups: create/list/restore, export/import/verify a directory"},
     {"help", cmd_help, "list the commands, or `strata help CMD` for one"},

@@ -1,0 +1,173 @@
+/* perm.c — roles, permissions and the permission every public method of strata-router needs
+ * (strata/auth.h; the table in docs/security.md lists the same). Constant tables only. */
+#include "strata/auth.h"
+
+#include <string.h>
+
+st_role st_auth_role_parse(const char *name) {
+    static const struct {
+        const char *name;
+        st_role role;
+    } names[] = {
+        {"reader", ST_ROLE_READER},
+        {"writer", ST_ROLE_WRITER},
+        {"admin", ST_ROLE_ADMIN},
+        {"roles/bigtable.reader", ST_ROLE_READER},
+        {"roles/bigtable.user", ST_ROLE_WRITER},
+        {"roles/bigtable.admin", ST_ROLE_ADMIN},
+    };
+    for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].name))
+            return names[i].role;
+    return ST_ROLE_NONE;
+}
+
+const char *st_auth_role_name(st_role role) {
+    return role == ST_ROLE_READER   ? "reader"
+           : role == ST_ROLE_WRITER ? "writer"
+           : role == ST_ROLE_ADMIN  ? "admin"
+                                    : "none";
+}
+
+const char *st_auth_role_iam_name(st_role role) {
+    return role == ST_ROLE_READER   ? "roles/bigtable.reader"
+           : role == ST_ROLE_WRITER ? "roles/bigtable.user"
+           : role == ST_ROLE_ADMIN  ? "roles/bigtable.admin"
+                                    : "";
+}
+
+#define R ST_ROLE_READER
+#define W ST_ROLE_WRITER
+#define A ST_ROLE_ADMIN
+
+/* Cloud Bigtable's permission names; the minimum role is what its predefined roles grant
+ * (roles/bigtable.reader, .user, .admin), except strata.backups.transfer, Strata's own. */
+static const st_auth_perm perms[] = {
+    {"bigtable.tables.readRows", R},
+    {"bigtable.tables.sampleRowKeys", R},
+    {"bigtable.tables.readChangeStream", R},
+    {"bigtable.tables.get", R},
+    {"bigtable.tables.list", R},
+    {"bigtable.tables.checkConsistency", R},
+    {"bigtable.tables.generateConsistencyToken", R},
+    {"bigtable.instances.get", R},
+    {"bigtable.instances.list", R},
+    {"bigtable.instances.ping", R},
+    {"bigtable.clusters.get", R},
+    {"bigtable.clusters.list", R},
+    {"bigtable.appProfiles.get", R},
+    {"bigtable.appProfiles.list", R},
+    {"bigtable.backups.get", R},
+    {"bigtable.backups.list", R},
+    {"bigtable.tables.mutateRows", W},
+    {"bigtable.tables.create", A},
+    {"bigtable.tables.delete", A},
+    {"bigtable.tables.update", A},
+    {"bigtable.tables.restore", A},
+    {"bigtable.tables.getIamPolicy", A},
+    {"bigtable.tables.setIamPolicy", A},
+    {"bigtable.instances.update", A},
+    {"bigtable.instances.getIamPolicy", A},
+    {"bigtable.instances.setIamPolicy", A},
+    {"bigtable.appProfiles.create", A},
+    {"bigtable.appProfiles.update", A},
+    {"bigtable.appProfiles.delete", A},
+    {"bigtable.backups.create", A},
+    {"bigtable.backups.update", A},
+    {"bigtable.backups.delete", A},
+    {"strata.backups.transfer", A},
+};
+
+#undef R
+#undef W
+#undef A
+
+#define BT "/google.bigtable.v2.Bigtable/"
+#define TA "/google.bigtable.admin.v2.BigtableTableAdmin/"
+#define IA "/google.bigtable.admin.v2.BigtableInstanceAdmin/"
+#define LRO "/google.longrunning.Operations/"
+#define T ST_AUTH_SCOPE_TABLE
+#define I ST_AUTH_SCOPE_INSTANCE
+
+/* Every method strata-router serves. A path ending in '/' covers a whole service. */
+static const st_auth_method methods[] = {
+    {BT "ReadRows", "bigtable.tables.readRows", T, false, false},
+    {BT "SampleRowKeys", "bigtable.tables.sampleRowKeys", T, false, false},
+    {BT "MutateRow", "bigtable.tables.mutateRows", T, false, false},
+    {BT "MutateRows", "bigtable.tables.mutateRows", T, false, false},
+    {BT "CheckAndMutateRow", "bigtable.tables.mutateRows", T, false, false},
+    {BT "ReadModifyWriteRow", "bigtable.tables.mutateRows", T, false, false},
+    {BT "PingAndWarm", "bigtable.instances.ping", I, false, false},
+    {BT "GenerateInitialChangeStreamPartitions", "bigtable.tables.readChangeStream", T, false,
+     false},
+    {BT "ReadChangeStream", "bigtable.tables.readChangeStream", T, false, false},
+    {TA "CreateTable", "bigtable.tables.create", I, false, true},
+    {TA "GetTable", "bigtable.tables.get", T, false, false},
+    {TA "ListTables", "bigtable.tables.list", I, false, false},
+    {TA "DeleteTable", "bigtable.tables.delete", T, false, true},
+    {TA "ModifyColumnFamilies", "bigtable.tables.update", T, false, true},
+    {TA "DropRowRange", "bigtable.tables.update", T, false, true},
+    {TA "GenerateConsistencyToken", "bigtable.tables.generateConsistencyToken", T, false, false},
+    {TA "CheckConsistency", "bigtable.tables.checkConsistency", T, false, false},
+    {TA "UpdateTable", "bigtable.tables.update", T, true, true},
+    {TA "CreateBackup", "bigtable.backups.create", I, false, true},
+    {TA "GetBackup", "bigtable.backups.get", I, false, false},
+    {TA "ListBackups", "bigtable.backups.list", I, false, false},
+    {TA "UpdateBackup", "bigtable.backups.update", I, false, true},
+    {TA "DeleteBackup", "bigtable.backups.delete", I, false, true},
+    {TA "CopyBackup", "bigtable.backups.create", I, false, true},
+    {TA "RestoreTable", "bigtable.tables.restore", I, false, true},
+    {TA "GetIamPolicy", "bigtable.tables.getIamPolicy", T, false, true},
+    {TA "SetIamPolicy", "bigtable.tables.setIamPolicy", T, false, true},
+    {TA "TestIamPermissions", NULL, ST_AUTH_SCOPE_ANY, false, false},
+    {IA "GetInstance", "bigtable.instances.get", I, false, false},
+    {IA "ListInstances", "bigtable.instances.list", I, false, false},
+    {IA "GetCluster", "bigtable.clusters.get", I, false, false},
+    {IA "ListClusters", "bigtable.clusters.list", I, false, false},
+    {IA "CreateAppProfile", "bigtable.appProfiles.create", I, false, true},
+    {IA "GetAppProfile", "bigtable.appProfiles.get", I, false, false},
+    {IA "ListAppProfiles", "bigtable.appProfiles.list", I, false, false},
+    {IA "UpdateAppProfile", "bigtable.appProfiles.update", I, false, true},
+    {IA "DeleteAppProfile", "bigtable.appProfiles.delete", I, false, true},
+    {IA "GetIamPolicy", "bigtable.instances.getIamPolicy", I, false, true},
+    {IA "SetIamPolicy", "bigtable.instances.setIamPolicy", I, false, true},
+    {IA "TestIamPermissions", NULL, ST_AUTH_SCOPE_ANY, false, false},
+    {LRO "GetOperation", "bigtable.instances.get", I, false, false},
+    {LRO "ListOperations", "bigtable.instances.get", I, false, false},
+    {LRO "WaitOperation", "bigtable.instances.get", I, false, false},
+    {LRO "CancelOperation", "bigtable.instances.update", I, false, true},
+    {LRO "DeleteOperation", "bigtable.instances.update", I, false, true},
+    /* The backup export and import service of `strata backup` (docs/backups.md). */
+    {"/strata.internal.v1.BackupAdmin/", "strata.backups.transfer", I, false, true},
+};
+
+#undef T
+#undef I
+
+const st_auth_method *st_auth_method_find(const char *path) {
+    for (size_t i = 0; path && i < sizeof methods / sizeof methods[0]; i++) {
+        const char *m = methods[i].path;
+        size_t n = strlen(m);
+        if (m[n - 1] == '/' ? !strncmp(path, m, n) && path[n] && !strchr(path + n, '/')
+                            : !strcmp(path, m))
+            return &methods[i];
+    }
+    return NULL;
+}
+
+const st_auth_perm *st_auth_perm_find(const char *name) {
+    for (size_t i = 0; name && i < sizeof perms / sizeof perms[0]; i++)
+        if (!strcmp(perms[i].name, name))
+            return &perms[i];
+    return NULL;
+}
+
+const st_auth_perm *st_auth_perms(size_t *n) {
+    *n = sizeof perms / sizeof perms[0];
+    return perms;
+}
+
+const st_auth_method *st_auth_methods(size_t *n) {
+    *n = sizeof methods / sizeof methods[0];
+    return methods;
+}
