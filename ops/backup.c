@@ -189,8 +189,8 @@ static const char *type_name(int t) {
     return t == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT ? "HOT" : "STANDARD";
 }
 
-/* A JSON string of a resource name (names hold no control bytes; quotes escaped anyway). */
-static void json_str(const char *s) {
+/* A JSON string: quotes and backslashes escaped, control bytes dropped (names and paths). */
+void bk_json_str(const char *s) {
     putchar('"');
     for (; s && *s; s++) {
         if (*s == '"' || *s == '\\')
@@ -207,11 +207,11 @@ static void print_backup_json(const Google__Bigtable__Admin__V2__Backup *b) {
     ts_fmt(b->end_time, en);
     ts_fmt(b->expire_time, ex);
     printf("{\"name\":");
-    json_str(b->name);
+    bk_json_str(b->name);
     printf(",\"id\":");
-    json_str(bk_leaf(b->name));
+    bk_json_str(bk_leaf(b->name));
     printf(",\"source_table\":");
-    json_str(b->source_table);
+    bk_json_str(b->source_table);
     printf(",\"state\":\"%s\",\"backup_type\":\"%s\",\"size_bytes\":%lld,\"start_time\":\"%s\","
            "\"end_time\":\"%s\",\"expire_time\":\"%s\"}",
            state_name(b->state), type_name(b->backup_type), (long long)b->size_bytes, st, en, ex);
@@ -296,7 +296,7 @@ static st_code op_finish(const bk_ctx *c, ProtobufCMessage *started,
         return op_wait(c, op, done, err);
     if (c->a.json) {
         printf("{\"operation\":");
-        json_str(op->name);
+        bk_json_str(op->name);
         printf(",\"done\":%s}\n", op->done ? "true" : "false");
     } else {
         printf("started: operation %s (poll it, or run again with --wait)\n", op->name);

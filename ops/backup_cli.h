@@ -24,7 +24,7 @@
 #define BK_SVC_NODE "/strata.internal.v1.Node/"
 
 typedef struct bk_args {
-    const char *endpoint, *dir, *project, *instance, *cluster, *profile;
+    const char *endpoint, *dir, *project, *instance, *cluster;
     const char *expire, *type, *to, *as, *filter, *order_by, *id;
     bool json, quiet, wait;
     const char *pos[2]; /* positional arguments after the subcommand */
@@ -74,6 +74,7 @@ const char *bk_leaf(const char *name);
 /* Printing a Backup (human lines, or one JSON object). */
 void bk_print_backup(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup *b);
 void bk_fail(const bk_ctx *c, const st_err *err);
+void bk_json_str(const char *s); /* to stdout */
 
 /* Subcommands in backup_xfer.c. */
 int bk_export(bk_ctx *c);

@@ -196,10 +196,12 @@ static void print_summary(const bk_ctx *c, const char *verb, const char *name, c
     double secs = (double)(st_mono_us() - p->start_us) / 1e6;
     uint64_t bytes = ops_bk_manifest_bytes(m);
     if (c->a.json) {
-        printf("{\"%s\":\"%s\",\"dir\":\"%s\",\"pieces\":%zu,\"files\":%zu,\"bytes\":%llu,"
-               "\"seconds\":%.3f}\n",
-               verb, name, dir, m->n_pieces, ops_bk_manifest_files(m), (unsigned long long)bytes,
-               secs);
+        printf("{\"%s\":", verb);
+        bk_json_str(name);
+        printf(",\"dir\":");
+        bk_json_str(dir);
+        printf(",\"pieces\":%zu,\"files\":%zu,\"bytes\":%llu,\"seconds\":%.3f}\n", m->n_pieces,
+               ops_bk_manifest_files(m), (unsigned long long)bytes, secs);
         return;
     }
     char size[32], rate[32];
@@ -285,8 +287,11 @@ int bk_verify(bk_ctx *c) {
     ops_progress_finish(&p, rc == ST_OK);
     if (rc == ST_OK)
         print_summary(c, "verified", m.backup, dir, &m, &p);
-    else if (c->a.json)
-        printf("{\"verified\":false,\"dir\":\"%s\",\"code\":\"%s\"}\n", dir, st_code_name(rc));
+    else if (c->a.json) {
+        printf("{\"verified\":false,\"dir\":");
+        bk_json_str(dir);
+        printf(",\"code\":\"%s\"}\n", st_code_name(rc));
+    }
     if (rc != ST_OK)
         bk_fail(c, &err);
     ops_bk_manifest_deinit(&m);
