@@ -64,7 +64,6 @@ static const char **flag_slot(bk_args *a, const char *f) {
         {"--filter", offsetof(bk_args, filter)},
         {"--order-by", offsetof(bk_args, order_by)},
         {"--id", offsetof(bk_args, id)},
-        {"--app-profile", offsetof(bk_args, profile)},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(f, flags[i].name))
