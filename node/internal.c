@@ -3,6 +3,7 @@
  * move.c. Admin-like calls: rare, run to completion on the loop thread. docs/cluster.md tells the
  * conventions (tablet ids, strata-not-owner, splits, moves). */
 #include "admin.h"
+#include "backup.h"
 #include "changes.h"
 
 #include <inttypes.h>
@@ -250,7 +251,9 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     st_code rc = check_range(start, end, &err);
     if (rc == ST_OK)
         rc = find_same_range(t, start, end, &same, &err);
-    if (rc == ST_OK && !same)
+    if (rc == ST_OK && !same && req->restore_backup[0])
+        rc = node_backup_restore(n, t, start, end, req->restore_backup, req->restore_piece, &err);
+    else if (rc == ST_OK && !same)
         rc = node_tablet_create(n, t, start, end, &err);
     if (rc == ST_OK && !same)
         rc = node_table_push_gc(n, node_catalog_find(n->catalog, t->name), &err);

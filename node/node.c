@@ -1,5 +1,6 @@
 /* node.c — opening a node (storage + catalog + tablet map), the clock, and the request helpers
  * every handler uses. */
+#include "backup.h"
 #include "changes.h"
 #include "node_internal.h"
 #include "repl_glue.h"
@@ -652,6 +653,8 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
         rc = node_cs_open(n, err);
     if (rc == ST_OK)
         rc = load_tablets(n, err);
+    if (rc == ST_OK)
+        rc = node_backups_open(n, err);
     if (rc == ST_OK && !(n->rowlocks = node_rowlocks_new()))
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
     if (rc == ST_OK) {
@@ -694,7 +697,8 @@ void node_close(node_ctx *n) {
         node_cs_stop_reports(n); /* compactions must not post to the server once it is gone */
     while (n->rpc && __atomic_load_n(&n->writes_in_flight, __ATOMIC_RELAXED) > 0)
         event_base_loop(n->base, EVLOOP_ONCE);
-    node_repl_stop(n); /* before the server: its Apply handler uses the replication context */
+    node_backups_close(n); /* before the server: its workers post their answers to it */
+    node_repl_stop(n);     /* before the server: its Apply handler uses the replication context */
     if (n->rpc) {
         rpc_server_free(n->rpc);
         event_base_loop(n->base, EVLOOP_NONBLOCK);

@@ -79,7 +79,8 @@ struct node_ctx {
     struct repl_ctx *repl;        /* replication (repl_glue.c); NULL without --config */
     struct read_state *read_pool; /* idle ReadRows states kept for reuse (read.c) */
     size_t read_pool_n;
-    struct node_cs *cs; /* change streams, write side (changes_write.c) */
+    struct node_cs *cs;           /* change streams, write side (changes_write.c) */
+    struct node_backups *backups; /* backup pieces being made, pulls (backup.c) */
 };
 
 /* Tablets of a table; NULL if the table is unknown. */

@@ -5,6 +5,7 @@
  * there too. The same server may also listen on a Unix-domain socket (node_listen_unix) for a
  * router on the same host (docs/cluster.md). */
 #include "admin.h"
+#include "backup.h"
 #include "changes.h"
 #include "node_internal.h"
 #include "repl_glue.h"
@@ -46,6 +47,13 @@ static const method methods[] = {
     {IN "SplitTablet", node_h_split_tablet},
     {IN "MoveTablet", node_h_move_tablet},
     {IN "CopyRows", node_h_copy_rows},
+    {IN "BackupTablet", node_h_backup_tablet},
+    {IN "ListBackupPieces", node_h_list_backup_pieces},
+    {IN "DeleteBackupPieces", node_h_delete_backup_pieces},
+    {IN "ReadBackupFile", node_h_read_backup_file},
+    {IN "WriteBackupFile", node_h_write_backup_file},
+    {IN "SealBackupPiece", node_h_seal_backup_piece},
+    {IN "PullBackupPiece", node_h_pull_backup_piece},
 };
 
 st_code node_server_register(node_ctx *n, st_err *err) {

@@ -45,6 +45,8 @@ sto_kviter *sto_tablet_sst_merge(sto_tablet *t, sto_tsst *files, size_t n) {
         sto_kviter *it = sto_sst_iter_new_scan(files[i].f->sst);
         if (it && files[i].wrap)
             it = sto_range_iter_new(it, st_buf_slice(&t->lo), st_buf_slice(&t->hi));
+        if (it && files[i].nosys) /* restored: its outputs carry no foreign history */
+            it = sto_nosys_iter_new(it);
         if (!it)
             break;
         kids[k++] = it;
@@ -431,7 +433,7 @@ static st_code install(sto_db *db, sto_tablet *t, const pick_set *ps, outputs *o
     }
     for (size_t i = 0; i < o->n; i++) {
         o->f[i]->tablet_refs = 1;
-        tail[m++] = (sto_tsst){o->f[i], sto_tsst_needs_wrap(t, o->f[i])};
+        tail[m++] = sto_tsst_of(t, o->f[i]);
     }
     qsort(tail, m, sizeof *tail, cmp_smallest);
     memcpy(list + k, tail, m * sizeof *tail);

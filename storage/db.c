@@ -261,6 +261,10 @@ void sto_tablet_update_hints_locked(sto_tablet *t) {
     atomic_store(&t->n_imm_hint, (int)t->n_imm);
 }
 
+sto_tsst sto_tsst_of(const sto_tablet *t, sto_file *f) {
+    return (sto_tsst){f, sto_tsst_needs_wrap(t, f), f->number < t->sys_floor};
+}
+
 bool sto_tsst_needs_wrap(const sto_tablet *t, const sto_file *f) {
     if (!f->sst)
         return false;

@@ -77,6 +77,9 @@ typedef struct sto_file {
 typedef struct sto_tsst {
     sto_file *f;
     bool wrap;
+    /* the file came from a backup (sto_tablet_restore): its system-family entries (another
+     * table's change history) are not part of this tablet, so reads and compactions skip them */
+    bool nosys;
 } sto_tsst;
 
 /* A frozen memtable waiting for flush; upto_lsn: every record of the tablet with lsn <= upto_lsn
@@ -114,6 +117,9 @@ struct sto_tablet {
     void *report_arg;
     uint64_t last_applied_lsn;
     uint64_t flushed_lsn;
+    /* files numbered below it were restored from a backup: read without system families
+     * (sto_tsst.nosys); 0 = none. Set at restore, inherited by split children, in the manifest. */
+    uint64_t sys_floor;
     bool read_only;
     bool broken; /* an SSTable could not be opened: reads fail too */
     char ro_msg[STO_RO_MSG_MAX];
@@ -200,9 +206,10 @@ void sto_file_drop_ref(sto_db *db, sto_file *f);
 /* meta_mu held, after a successful manifest write: delete queued files. */
 void sto_db_release_obsolete(sto_db *db);
 bool sto_tsst_needs_wrap(const sto_tablet *t, const sto_file *f);
-void sto_tablet_update_hints_locked(sto_tablet *t); /* t->mu held, after the lists changed */
-void sto_tablet_drop_snapset(sto_tablet *t);        /* t->mu held, or t no longer shared */
-void sto_db_kick(sto_db *db);                       /* wakes workers */
+sto_tsst sto_tsst_of(const sto_tablet *t, sto_file *f); /* f as t lists it: wrap and nosys set */
+void sto_tablet_update_hints_locked(sto_tablet *t);     /* t->mu held, after the lists changed */
+void sto_tablet_drop_snapset(sto_tablet *t);            /* t->mu held, or t no longer shared */
+void sto_db_kick(sto_db *db);                           /* wakes workers */
 void sto_tablet_mark_read_only(sto_tablet *t, st_code code, const char *msg);
 int64_t sto_db_now_us(sto_db *db);
 
@@ -215,14 +222,21 @@ st_code sto_manifest_write(sto_db *db, sto_mf_edit_fn edit, void *arg, st_err *e
 /* Edits available to edit callbacks. */
 st_code sto_mf_remove_tablet(sto_mf_state *st, uint64_t id);
 st_code sto_mf_add_tablet(sto_mf_state *st, uint64_t id, st_slice table, st_slice start,
-                          st_slice end, uint64_t flushed_lsn, const uint64_t *files, size_t n,
-                          st_err *err);
+                          st_slice end, uint64_t flushed_lsn, uint64_t sys_floor,
+                          const uint64_t *files, size_t n, st_err *err);
 st_code sto_mf_set_holder(sto_mf_state *st, const char *name, uint64_t lsn, bool remove,
                           st_err *err);
 /* Reads the manifest (absent = fresh db) and builds tablets and files; recovery. */
 st_code sto_manifest_load(sto_db *db, uint64_t *replay_from, st_err *err);
 /* Removes SSTable files no tablet lists (crashed flushes and compactions). */
 void sto_manifest_remove_orphans(sto_db *db);
+
+/* ---- tablet.c ---- */
+/* Claims t for an operation that must see it still: no background job runs on it, no new
+ * record for it enters the log, every record already appended is applied (split, drop, backup).
+ * ST_NOT_FOUND when the tablet is not here. */
+st_code sto_tablet_claim_exclusive(sto_db *db, uint64_t id, sto_tablet **out, st_err *err);
+void sto_tablet_release_exclusive(sto_db *db, sto_tablet *t);
 
 /* ---- write.c ---- */
 /* t->mu held: freezes the active memtable when not empty; returns true if it did. */

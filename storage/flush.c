@@ -226,7 +226,7 @@ static st_code install(sto_db *db, sto_tablet *t, sto_file *f, st_err *err) {
     }
     memmove(&t->ssts[1], &t->ssts[0], t->n_ssts * sizeof(sto_tsst));
     f->tablet_refs = 1;
-    t->ssts[0] = (sto_tsst){f, sto_tsst_needs_wrap(t, f)};
+    t->ssts[0] = sto_tsst_of(t, f);
     t->n_ssts++;
     sto_imm imm = t->imm[0];
     memmove(&t->imm[0], &t->imm[1], (t->n_imm - 1) * sizeof(sto_imm));

@@ -36,4 +36,8 @@ sto_kviter *sto_merge_iter_new(sto_kviter **children, size_t n);
  * for split tablets that share a parent's SSTables. */
 sto_kviter *sto_range_iter_new(sto_kviter *child, st_slice lo, st_slice hi);
 
+/* Hides the entries of system families (sto_family_is_system) of child (taken): the view of a
+ * file restored from a backup, whose change history belongs to another table. */
+sto_kviter *sto_nosys_iter_new(sto_kviter *child);
+
 #endif

@@ -15,8 +15,9 @@
 #include "db_impl.h"
 
 #define MF_MAGIC "STMANIF1"
-#define MF_FORMAT 2u    /* 2: the commit log's oldest needed segment and durable end */
-#define MF_FORMAT_V1 1u /* read too: without those two fields */
+#define MF_FORMAT 3u    /* 3: a tablet's sys_floor (restored files) */
+#define MF_FORMAT_V2 2u /* read too: without sys_floor */
+#define MF_FORMAT_V1 1u /* read too: without sys_floor and the log position */
 #define MF_HEADER_BYTES 24u
 #define MF_FILES_MAX 1000000u /* files named by one manifest */
 
@@ -32,6 +33,7 @@ typedef struct mf_tablet {
     uint64_t id;
     st_slice table, start, end;
     uint64_t flushed_lsn;
+    uint64_t sys_floor;
     uint64_t *files;
     size_t n_files;
 } mf_tablet;
@@ -73,8 +75,8 @@ static st_slice mf_dup(sto_mf_state *st, st_slice s) {
 }
 
 st_code sto_mf_add_tablet(sto_mf_state *st, uint64_t id, st_slice table, st_slice start,
-                          st_slice end, uint64_t flushed_lsn, const uint64_t *files, size_t n,
-                          st_err *err) {
+                          st_slice end, uint64_t flushed_lsn, uint64_t sys_floor,
+                          const uint64_t *files, size_t n, st_err *err) {
     if (mf_grow(st) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory writing the manifest");
     mf_tablet *m = &st->t[st->n];
@@ -83,6 +85,7 @@ st_code sto_mf_add_tablet(sto_mf_state *st, uint64_t id, st_slice table, st_slic
     m->start = mf_dup(st, start);
     m->end = mf_dup(st, end);
     m->flushed_lsn = flushed_lsn;
+    m->sys_floor = sys_floor;
     m->n_files = n;
     m->files = n ? st_arena_alloc(&st->arena, n * sizeof(uint64_t)) : NULL;
     if (m->table.len == SIZE_MAX || m->start.len == SIZE_MAX || m->end.len == SIZE_MAX ||
@@ -144,7 +147,7 @@ static st_code capture_tablet(sto_mf_state *st, sto_tablet *t, uint64_t applied,
         for (size_t i = 0; i < t->n_ssts; i++)
             files[i] = t->ssts[i].f->number;
         rc = sto_mf_add_tablet(st, t->id, st_buf_slice(&t->table), st_buf_slice(&t->start),
-                               st_buf_slice(&t->end), flushed, files, t->n_ssts, err);
+                               st_buf_slice(&t->end), flushed, t->sys_floor, files, t->n_ssts, err);
     }
     pthread_mutex_unlock(&t->mu);
     if (files != stack)
@@ -186,6 +189,7 @@ static st_code encode(const sto_mf_state *st, st_buf *out) {
         rc = rc ? rc : put_lp(out, m->start);
         rc = rc ? rc : put_lp(out, m->end);
         rc = rc ? rc : st_buf_append_varint64(out, m->flushed_lsn);
+        rc = rc ? rc : st_buf_append_varint64(out, m->sys_floor);
         rc = rc ? rc : st_buf_append_varint64(out, m->n_files);
         for (size_t j = 0; j < m->n_files && rc == ST_OK; j++)
             rc = st_buf_append_varint64(out, m->files[j]);
@@ -286,7 +290,7 @@ static st_code decode(sto_mf_state *st, st_slice data, const char *path, st_err 
     if (data.len < MF_HEADER_BYTES || memcmp(data.data, MF_MAGIC, 8) != 0)
         return corrupt(err, path, "bad magic or short file");
     uint32_t format = st_get_fixed32(data.data + 8);
-    if (format != MF_FORMAT && format != MF_FORMAT_V1)
+    if (format != MF_FORMAT && format != MF_FORMAT_V2 && format != MF_FORMAT_V1)
         return corrupt(err, path, "unknown format version");
     uint64_t body = st_get_fixed64(data.data + 16);
     if (body != data.len - MF_HEADER_BYTES)
@@ -299,12 +303,13 @@ static st_code decode(sto_mf_state *st, st_slice data, const char *path, st_err 
         n > STO_TABLETS_MAX)
         return corrupt(err, path, "bad header fields");
     for (uint64_t i = 0; i < n; i++) {
-        uint64_t id, flushed, nf;
+        uint64_t id, flushed, nf, floor = 0;
         st_slice table, start, stop;
         if (!st_get_varint64(&p, end, &id) || !get_lp(&p, end, &table) ||
             !get_lp(&p, end, &start) || !get_lp(&p, end, &stop) ||
-            !st_get_varint64(&p, end, &flushed) || !st_get_varint64(&p, end, &nf) ||
-            nf > MF_FILES_MAX || nf > (uint64_t)(end - p))
+            !st_get_varint64(&p, end, &flushed) ||
+            (format == MF_FORMAT && !st_get_varint64(&p, end, &floor)) ||
+            !st_get_varint64(&p, end, &nf) || nf > MF_FILES_MAX || nf > (uint64_t)(end - p))
             return corrupt(err, path, "bad tablet entry");
         uint64_t *files = nf ? malloc(nf * sizeof(uint64_t)) : NULL;
         if (nf && !files)
@@ -312,8 +317,9 @@ static st_code decode(sto_mf_state *st, st_slice data, const char *path, st_err 
         bool ok = true;
         for (uint64_t j = 0; j < nf && ok; j++)
             ok = st_get_varint64(&p, end, &files[j]);
-        st_code rc = ok ? sto_mf_add_tablet(st, id, table, start, stop, flushed, files, nf, err)
-                        : corrupt(err, path, "bad file list");
+        st_code rc =
+            ok ? sto_mf_add_tablet(st, id, table, start, stop, flushed, floor, files, nf, err)
+               : corrupt(err, path, "bad file list");
         free(files);
         if (rc != ST_OK)
             return rc;
@@ -393,6 +399,7 @@ static st_code build_tablet(sto_db *db, const mf_tablet *m, sto_file **files, si
     if (rc != ST_OK)
         return rc;
     t->flushed_lsn = t->last_applied_lsn = m->flushed_lsn;
+    t->sys_floor = m->sys_floor;
     t->ssts = calloc(m->n_files ? m->n_files : 1, sizeof(sto_tsst));
     if (!t->ssts) {
         sto_tablet_release(t);
@@ -404,9 +411,7 @@ static st_code build_tablet(sto_db *db, const mf_tablet *m, sto_file **files, si
         ST_ASSERT(fp);
         sto_file *f = *fp;
         f->tablet_refs++;
-        t->ssts[t->n_ssts].f = f;
-        t->ssts[t->n_ssts].wrap = sto_tsst_needs_wrap(t, f);
-        t->n_ssts++;
+        t->ssts[t->n_ssts++] = sto_tsst_of(t, f);
         if (!f->sst && !t->broken) {
             t->broken = t->read_only = true;
             snprintf(t->ro_msg, sizeof t->ro_msg,

@@ -5,6 +5,7 @@
  * in exactly the reverse order backward. Each child's current key is cached next to the heap, so
  * a step costs one child move plus O(log n) memcmps. Changing direction re-seeks every other child
  * around the current key (equal keys of other children sit on the correct side by index). */
+#include "key.h"
 #include "kviter.h"
 
 #include <stdlib.h>
@@ -353,4 +354,125 @@ sto_kviter *sto_range_iter_new(sto_kviter *child, st_slice lo, st_slice hi) {
         return NULL;
     }
     return &r->base;
+}
+
+/* ---- system families hidden (restored files) ----
+ * An entry of a system family is enc(row) 0x02 enc(family) ... with enc(family) starting
+ * 0x00 0xff (an escaped 0x00, key.h). Within a row they sort before every user family, so going
+ * forward one seek to enc(row) 0x02 0x01 (above every system family, at or below every user
+ * family) skips them all; going backward they are stepped over one by one (reverse scans of
+ * restored tablets only). */
+
+typedef struct nosys_iter {
+    sto_kviter base;
+    sto_kviter *child;
+    st_buf target;
+    bool oom;
+} nosys_iter;
+
+static bool nosys_is_system(st_slice k, size_t *row_len) {
+    size_t rp = sto_key_row_prefix_len(k);
+    *row_len = rp;
+    return rp && k.len > rp + 2 && k.data[rp] == 0x02 && k.data[rp + 1] == 0x00 &&
+           k.data[rp + 2] == 0xff;
+}
+
+static void nosys_skip_forward(nosys_iter *s) {
+    sto_kviter *c = s->child;
+    size_t rp;
+    while (c->ops->valid(c) && nosys_is_system(c->ops->key(c), &rp)) {
+        st_slice k = c->ops->key(c);
+        st_buf_reset(&s->target);
+        static const uint8_t past[2] = {0x02, 0x01};
+        if (st_buf_append(&s->target, k.data, rp) != ST_OK ||
+            st_buf_append(&s->target, past, 2) != ST_OK) {
+            s->oom = true;
+            return;
+        }
+        c->ops->seek(c, st_buf_slice(&s->target));
+    }
+}
+
+static void nosys_skip_backward(nosys_iter *s) {
+    sto_kviter *c = s->child;
+    size_t rp;
+    while (c->ops->valid(c) && nosys_is_system(c->ops->key(c), &rp))
+        c->ops->prev(c);
+}
+
+static void nosys_seek(sto_kviter *b, st_slice target) {
+    nosys_iter *s = (nosys_iter *)b;
+    s->child->ops->seek(s->child, target);
+    nosys_skip_forward(s);
+}
+static void nosys_seek_first(sto_kviter *b) {
+    nosys_iter *s = (nosys_iter *)b;
+    s->child->ops->seek_first(s->child);
+    nosys_skip_forward(s);
+}
+static void nosys_seek_last(sto_kviter *b) {
+    nosys_iter *s = (nosys_iter *)b;
+    s->child->ops->seek_last(s->child);
+    nosys_skip_backward(s);
+}
+static void nosys_next(sto_kviter *b) {
+    nosys_iter *s = (nosys_iter *)b;
+    s->child->ops->next(s->child);
+    nosys_skip_forward(s);
+}
+static void nosys_prev(sto_kviter *b) {
+    nosys_iter *s = (nosys_iter *)b;
+    s->child->ops->prev(s->child);
+    nosys_skip_backward(s);
+}
+static bool nosys_valid(sto_kviter *b) {
+    nosys_iter *s = (nosys_iter *)b;
+    return !s->oom && s->child->ops->valid(s->child);
+}
+static st_slice nosys_key(sto_kviter *b) {
+    nosys_iter *s = (nosys_iter *)b;
+    return s->child->ops->key(s->child);
+}
+static st_slice nosys_value(sto_kviter *b) {
+    nosys_iter *s = (nosys_iter *)b;
+    return s->child->ops->value(s->child);
+}
+static st_code nosys_status(sto_kviter *b, st_err *err) {
+    nosys_iter *s = (nosys_iter *)b;
+    if (s->oom)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a restored table");
+    return s->child->ops->status(s->child, err);
+}
+static void nosys_free(sto_kviter *b) {
+    nosys_iter *s = (nosys_iter *)b;
+    if (!s)
+        return;
+    s->child->ops->free(s->child);
+    st_buf_free(&s->target);
+    free(s);
+}
+
+static const sto_kviter_ops nosys_ops = {
+    .seek = nosys_seek,
+    .seek_first = nosys_seek_first,
+    .seek_last = nosys_seek_last,
+    .next = nosys_next,
+    .prev = nosys_prev,
+    .valid = nosys_valid,
+    .key = nosys_key,
+    .value = nosys_value,
+    .status = nosys_status,
+    .free = nosys_free,
+};
+
+sto_kviter *sto_nosys_iter_new(sto_kviter *child) {
+    nosys_iter *s = calloc(1, sizeof *s);
+    if (!s) {
+        child->ops->free(child);
+        return NULL;
+    }
+    s->base.ops = &nosys_ops;
+    s->child = child;
+    st_buf_init(&s->target);
+    return &s->base;
 }

@@ -47,9 +47,9 @@ static st_code add_edit(sto_mf_state *st, void *arg, st_err *err) {
             return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory writing the manifest");
         for (size_t j = 0; j < t->n_ssts; j++)
             files[j] = t->ssts[j].f->number;
-        st_code rc =
-            sto_mf_add_tablet(st, t->id, st_buf_slice(&t->table), st_buf_slice(&t->start),
-                              st_buf_slice(&t->end), t->flushed_lsn, files, t->n_ssts, err);
+        st_code rc = sto_mf_add_tablet(st, t->id, st_buf_slice(&t->table), st_buf_slice(&t->start),
+                                       st_buf_slice(&t->end), t->flushed_lsn, t->sys_floor, files,
+                                       t->n_ssts, err);
         if (files != stack)
             free(files);
         if (rc != ST_OK)
@@ -156,9 +156,8 @@ void sto_tablet_list(sto_db *db, void (*fn)(const sto_tablet_info *info, void *a
 
 /* ---- exclusive operations (split, drop) ---- */
 
-/* Claims t for a split or drop: no background job runs on it, no new record for it enters the
- * log, and every record already appended is applied. */
-static st_code claim_exclusive(sto_db *db, uint64_t id, sto_tablet **out, st_err *err) {
+/* db_impl.h */
+st_code sto_tablet_claim_exclusive(sto_db *db, uint64_t id, sto_tablet **out, st_err *err) {
     pthread_mutex_lock(&db->mu);
     sto_tablet *t = sto_db_find_locked(db, id);
     while (t && t->busy) {
@@ -182,7 +181,7 @@ static st_code claim_exclusive(sto_db *db, uint64_t id, sto_tablet **out, st_err
     return ST_OK;
 }
 
-static void release_exclusive(sto_db *db, sto_tablet *t) {
+void sto_tablet_release_exclusive(sto_db *db, sto_tablet *t) {
     pthread_mutex_lock(&db->mu);
     if (!t->dead)
         t->busy = false;
@@ -222,7 +221,7 @@ static void retire(sto_db *db, sto_tablet *t) {
 
 st_code sto_tablet_drop(sto_db *db, uint64_t id, st_err *err) {
     sto_tablet *t;
-    st_code rc = claim_exclusive(db, id, &t, err);
+    st_code rc = sto_tablet_claim_exclusive(db, id, &t, err);
     if (rc != ST_OK)
         return rc;
     pthread_mutex_lock(&db->meta_mu);
@@ -231,7 +230,7 @@ st_code sto_tablet_drop(sto_db *db, uint64_t id, st_err *err) {
     if (rc == ST_OK)
         retire(db, t);
     pthread_mutex_unlock(&db->meta_mu);
-    release_exclusive(db, t);
+    sto_tablet_release_exclusive(db, t);
     return rc;
 }
 
@@ -242,6 +241,7 @@ static st_code make_child(sto_db *db, sto_tablet *t, uint64_t id, st_slice start
     st_code rc = sto_tablet_alloc(db, id, st_buf_slice(&t->table), start, end, &c, err);
     if (rc != ST_OK)
         return rc;
+    c->sys_floor = t->sys_floor; /* restored files stay without their change history */
     pthread_mutex_lock(&t->mu);
     c->ssts = calloc(t->n_ssts ? t->n_ssts : 1, sizeof(sto_tsst));
     if (!c->ssts) {
@@ -253,7 +253,7 @@ static st_code make_child(sto_db *db, sto_tablet *t, uint64_t id, st_slice start
     for (size_t i = 0; i < t->n_ssts; i++) {
         sto_file *f = t->ssts[i].f;
         f->tablet_refs++;
-        c->ssts[c->n_ssts++] = (sto_tsst){f, sto_tsst_needs_wrap(c, f)};
+        c->ssts[c->n_ssts++] = sto_tsst_of(c, f);
     }
     c->flushed_lsn = c->last_applied_lsn = t->flushed_lsn;
     sto_gc_set_unref(c->gc);
@@ -334,7 +334,7 @@ st_code sto_tablet_split(sto_db *db, uint64_t id, st_slice split_row, uint64_t l
     if (rc != ST_OK)
         return rc;
     sto_tablet *t;
-    rc = claim_exclusive(db, id, &t, err);
+    rc = sto_tablet_claim_exclusive(db, id, &t, err);
     if (rc != ST_OK)
         return rc;
     if (atomic_load(&t->ro_hint) && t->broken)
@@ -350,7 +350,7 @@ st_code sto_tablet_split(sto_db *db, uint64_t id, st_slice split_row, uint64_t l
         rc = split_install(db, t, split_row, left_id, right_id, err);
         pthread_mutex_unlock(&db->meta_mu);
     }
-    release_exclusive(db, t);
+    sto_tablet_release_exclusive(db, t);
     return rc;
 }
 

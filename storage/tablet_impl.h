@@ -10,6 +10,7 @@
 typedef struct snap_sst {
     sto_sst *sst;
     bool wrap;
+    bool nosys; /* sto_tsst.nosys */
 } snap_sst;
 
 typedef struct sto_snapset sto_snapset; /* the shared table list (tablet_snapshot.c) */

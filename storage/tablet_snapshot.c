@@ -42,7 +42,7 @@ static sto_snapset *snapset_get_locked(sto_tablet *t) {
         ss->n = t->n_ssts;
         for (size_t i = 0; i < t->n_ssts; i++) {
             sto_sst_ref(t->ssts[i].f->sst);
-            ss->ssts[i] = (snap_sst){t->ssts[i].f->sst, t->ssts[i].wrap};
+            ss->ssts[i] = (snap_sst){t->ssts[i].f->sst, t->ssts[i].wrap, t->ssts[i].nosys};
         }
         t->snapset = ss;
     }
@@ -190,14 +190,19 @@ static bool sst_skippable(sto_sst *sst, const key_bounds *b) {
 /* One child for tabs[0, n): a plain table iterator, or for several tables with pairwise disjoint
  * key ranges a concatenation that opens one table at a time, so a seek reads one block of the
  * run instead of one block per table (sequentially written tablets have many such tables). */
-static sto_kviter *run_iter(sto_snapshot *s, sto_sst **tabs, bool *wrap, size_t n) {
+static sto_kviter *run_iter(sto_snapshot *s, sto_sst **tabs, bool *wrap, bool nosys, size_t n) {
     sto_tablet *t = s->t;
-    if (n > 1)
-        return sto_sst_concat_iter_new(tabs, wrap, n, st_buf_slice(&t->lo), st_buf_slice(&t->hi),
-                                       sto_range_iter_new, &s->keep);
-    sto_kviter *it = sto_sst_iter_new_kept(tabs[0], &s->keep);
-    if (it && wrap[0])
-        it = sto_range_iter_new(it, st_buf_slice(&t->lo), st_buf_slice(&t->hi));
+    sto_kviter *it;
+    if (n > 1) {
+        it = sto_sst_concat_iter_new(tabs, wrap, n, st_buf_slice(&t->lo), st_buf_slice(&t->hi),
+                                     sto_range_iter_new, &s->keep);
+    } else {
+        it = sto_sst_iter_new_kept(tabs[0], &s->keep);
+        if (it && wrap[0])
+            it = sto_range_iter_new(it, st_buf_slice(&t->lo), st_buf_slice(&t->hi));
+    }
+    if (it && nosys) /* a run of restored tables (runs never mix restored and other tables) */
+        it = sto_nosys_iter_new(it);
     return it;
 }
 
@@ -207,11 +212,12 @@ static sto_kviter *run_iter(sto_snapshot *s, sto_sst **tabs, bool *wrap, size_t 
  * different runs, so the merge's newest-first tie order is kept. */
 sto_kviter *tablet_snapshot_merge(sto_snapshot *s, const key_bounds *b, int counts[2]) {
     size_t cap = s->n_mems + s->n_ssts + 1;
-    sto_kviter **kids = malloc(cap * (sizeof(sto_kviter *) + sizeof(sto_sst *) + sizeof(bool)));
+    sto_kviter **kids = malloc(cap * (sizeof(sto_kviter *) + sizeof(sto_sst *) + 2 * sizeof(bool)));
     if (!kids)
         return NULL;
     sto_sst **tabs = (sto_sst **)(void *)(kids + cap);
     bool *wrap = (bool *)(void *)(tabs + cap);
+    bool *nosys = wrap + cap;
     size_t k = 0, m = 0;
     bool ok = true;
     for (size_t i = 0; ok && i < s->n_mems; i++) {
@@ -225,16 +231,17 @@ sto_kviter *tablet_snapshot_merge(sto_snapshot *s, const key_bounds *b, int coun
         if (sst_skippable(s->ssts[i].sst, b))
             continue;
         tabs[m] = s->ssts[i].sst;
+        nosys[m] = s->ssts[i].nosys;
         wrap[m++] = s->ssts[i].wrap;
     }
     size_t run = 0; /* the current run is tabs[run, i) */
     for (size_t i = 0; ok && i <= m; i++) {
-        bool fits = i < m && i - run < STO_SST_CONCAT_MAX;
+        bool fits = i < m && i - run < STO_SST_CONCAT_MAX && nosys[i] == nosys[run];
         for (size_t j = run; fits && j < i; j++)
             fits = sto_sst_disjoint(tabs[j], tabs[i]);
         if (fits || i == run)
             continue;
-        kids[k] = run_iter(s, tabs + run, wrap + run, i - run);
+        kids[k] = run_iter(s, tabs + run, wrap + run, nosys[run], i - run);
         ok = kids[k++] != NULL;
         run = i;
     }

@@ -230,6 +230,33 @@ st_code sto_tablet_flush(sto_db *db, uint64_t id, st_err *err);
 /* Compacts all SSTables of the tablet into one now (tests, the CLI). */
 st_code sto_tablet_compact(sto_db *db, uint64_t id, st_err *err);
 
+/* ---- backups (docs/backups.md) ---- */
+
+/* One SSTable of a frozen tablet: linked as <dir>/<number as 20 digits>.sst. */
+typedef struct sto_backup_file {
+    uint64_t number;
+    uint64_t bytes;
+} sto_backup_file;
+
+/* Freezes tablet id: while its writes, flushes and compactions wait, flushes its memtables and
+ * hard-links the SSTables that then hold exactly its contents into dir (which must exist, on the
+ * engine's file system), then syncs dir. The files may hold rows outside the tablet's range
+ * (shared with a split sibling). *files (free() it) lists them in the tablet's read order,
+ * newest first: the order sto_tablet_restore takes. ST_NOT_FOUND when the tablet is not here;
+ * ST_DATA_LOSS for a damaged tablet; on any error no link is left in dir. */
+st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_file **files,
+                          size_t *n, st_err *err);
+/* Creates tablet id for rows [start, end) of table from SSTables at paths (read order, as
+ * sto_tablet_backup listed them): links them into the engine's sst directory under new file
+ * numbers (no copy; same file system), restricts reads to the range and makes the tablet durable
+ * with one manifest write. A crash before that leaves no tablet (the links are orphans, removed at
+ * the next open). The files' system families (another table's change history) are hidden from
+ * every read of this tablet and of its split children, and its compactions drop them. Errors:
+ * ST_ALREADY_EXISTS for a used id, ST_NOT_FOUND for a missing file, ST_DATA_LOSS for a file that
+ * is not a readable SSTable (nothing is created in either case). */
+st_code sto_tablet_restore(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
+                           const char *const *paths, size_t n, sto_tablet **out, st_err *err);
+
 /* ---- writes ---- */
 
 /* Applies n row mutations (each atomic on its own) and returns when all are durable. The tablet

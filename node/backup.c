@@ -1,0 +1,559 @@
+/* backup.c — BackupTablet, ListBackupPieces, DeleteBackupPieces and restores (CreateTablet with
+ * restore_backup) on a node; docs/backups.md, "On a node".
+ *
+ * Freezing a tablet and checksumming its files take time proportional to the memtable and the
+ * files, so BackupTablet (and SealBackupPiece, backup_xfer.c) run on a thread of their own and
+ * come back to the loop to answer; the loop only checks the request and records which piece is
+ * being made (bk_busy), so a second call for the same piece is told to retry instead of racing. */
+#include "backup.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "repl_glue.h"
+
+/* ---- worker threads ---- */
+
+static void job_on_loop(void *arg) {
+    bk_job *j = arg;
+    node_ctx *n = j->n;
+    j->done(j); /* frees j */
+    n->backups->jobs--;
+}
+
+static void *job_thread(void *arg) {
+    bk_job *j = arg;
+    j->work(j);
+    /* The queue has room but for a burst of a million posts; wait for it rather than lose the
+     * answer (node_backups_close waits for this post). */
+    while (rpc_server_post_item(j->n->rpc, &j->post, job_on_loop, j) != ST_OK)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    return NULL;
+}
+
+st_code bk_job_start(bk_job *j, st_err *err) {
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    j->n->backups->jobs++;
+    int r = pthread_create(&th, &attr, job_thread, j);
+    pthread_attr_destroy(&attr);
+    if (r != 0) {
+        j->n->backups->jobs--;
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                          "could not start a backup thread (%s); retry later", strerror(r));
+    }
+    return ST_OK;
+}
+
+/* ---- open / close ---- */
+
+st_code node_backups_open(node_ctx *n, st_err *err) {
+    n->backups = calloc(1, sizeof *n->backups);
+    if (!n->backups)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
+    char root[NODE_BK_PATH_MAX];
+    bk_root_dir(n, root, sizeof root);
+    st_code rc = bk_mkdirs(root, err);
+    if (rc == ST_OK)
+        bk_sweep(n);
+    return rc;
+}
+
+void node_backups_close(node_ctx *n) {
+    node_backups *b = n->backups;
+    if (!b)
+        return;
+    bk_pulls_abort(n);
+    while (n->rpc && b->jobs > 0)
+        event_base_loop(n->base, EVLOOP_ONCE);
+    for (size_t i = 0; i < b->n_busy; i++)
+        free(b->busy[i]);
+    free(b->busy);
+    free(b);
+    n->backups = NULL;
+}
+
+/* ---- BackupTablet ---- */
+
+typedef struct freeze_arg {
+    bk_name name;
+    char piece[NODE_BK_NAME_MAX + 1];
+    char table[NODE_TABLE_NAME_MAX + 1];
+    st_buf start, end;
+    uint64_t tablet_id;
+    int64_t clock_us; /* the node's clock when asked: versions in the piece are below it */
+    char tmp[NODE_BK_PATH_MAX], final[NODE_BK_PATH_MAX];
+    bk_piece *out;
+    /* what out points into (freeze_describe) */
+    Strata__Internal__V1__BackupFile **fv, *fs;
+    char *names;
+} freeze_arg;
+
+/* The piece message for files linked into a.tmp: sizes and CRC32C read back from the links. */
+static st_code freeze_describe(node_ctx *n, freeze_arg *a, const sto_backup_file *files, size_t nf,
+                               bk_piece **out, st_err *err) {
+    bk_piece *p = calloc(1, sizeof *p);
+    Strata__Internal__V1__BackupFile **fv = calloc(nf ? nf : 1, sizeof *fv);
+    Strata__Internal__V1__BackupFile *fs = calloc(nf ? nf : 1, sizeof *fs);
+    char *names = calloc(nf ? nf : 1, 32);
+    a->fv = fv;
+    a->fs = fs;
+    a->names = names;
+    if (!p || !fv || !fs || !names) {
+        free(p);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory describing a piece");
+    }
+    strata__internal__v1__backup_piece__init(p);
+    p->backup = a->name.full;
+    p->piece = a->piece;
+    p->table_name = a->table;
+    p->start_key = (ProtobufCBinaryData){a->start.len, a->start.data};
+    p->end_key = (ProtobufCBinaryData){a->end.len, a->end.data};
+    p->node_num = n->opts.node_num;
+    p->files = fv;
+    p->n_files = nf;
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < nf; i++) {
+        strata__internal__v1__backup_file__init(&fs[i]);
+        fv[i] = &fs[i];
+        snprintf(names + 32 * i, 32, "%020" PRIu64 ".sst", files[i].number);
+        fs[i].name = names + 32 * i;
+        char path[NODE_BK_PATH_MAX + 40];
+        snprintf(path, sizeof path, "%s/%s", a->tmp, fs[i].name);
+        rc = bk_file_crc(path, &fs[i].size, &fs[i].crc32c, err);
+        p->size_bytes += fs[i].size;
+    }
+    if (rc != ST_OK) {
+        free(p);
+        return rc;
+    }
+    *out = p;
+    return ST_OK;
+}
+
+static void freeze_arg_free(freeze_arg *a) {
+    free(a->out);
+    free(a->fv);
+    free(a->fs);
+    free(a->names);
+    st_buf_free(&a->start);
+    st_buf_free(&a->end);
+    free(a);
+}
+
+static void freeze_work(bk_job *j) {
+    freeze_arg *a = j->arg;
+    node_ctx *n = j->n;
+    st_err *err = &j->err;
+    st_code rc = bk_remove_tree(a->tmp, err);
+    if (rc == ST_OK)
+        rc = bk_mkdirs(a->tmp, err);
+    sto_backup_file *files = NULL;
+    size_t nf = 0;
+    int64_t t0 = st_mono_us();
+    if (rc == ST_OK)
+        rc = sto_tablet_backup(n->db, a->tablet_id, a->tmp, &files, &nf, err);
+    int64_t frozen = st_wall_us(), t1 = st_mono_us();
+    bk_piece *p = NULL;
+    if (rc == ST_OK)
+        rc = freeze_describe(n, a, files, nf, &p, err);
+    if (rc == ST_OK) {
+        p->frozen_us = frozen > a->clock_us ? frozen : a->clock_us;
+        rc = bk_manifest_write(a->tmp, p, err);
+    }
+    if (rc == ST_OK)
+        rc = bk_publish(a->tmp, a->final, err);
+    if (rc != ST_OK)
+        bk_remove_tree(a->tmp, NULL);
+    if (rc == ST_OK)
+        st_log(ST_LOG_INFO, "backup",
+               "event=tablet_frozen backup=%s piece=%s tablet=%" PRIu64 " files=%zu bytes=%" PRIu64
+               " freeze_us=%" PRId64 " total_us=%" PRId64,
+               a->name.full, a->piece, a->tablet_id, nf, p->size_bytes, t1 - t0, st_mono_us() - t0);
+    free(files);
+    a->out = p;
+    j->rc = rc;
+}
+
+static void freeze_done(bk_job *j) {
+    freeze_arg *a = j->arg;
+    node_ctx *n = j->n;
+    bk_busy_remove(n, a->final);
+    if (j->rc == ST_OK) {
+        node_reply(j->call, &a->out->base);
+    } else {
+        st_code code = j->rc;
+        node_fail(j->call, code, "backing up tablet %" PRIu64 " as piece %s of %s: %s",
+                  a->tablet_id, a->piece, a->name.full, j->err.msg);
+    }
+    freeze_arg_free(a);
+    free(j);
+}
+
+/* INVALID_ARGUMENT unless the backup is in the table's project and instance. */
+static st_code same_instance(const bk_name *b, const char *table, st_err *err) {
+    char want[3 * NODE_BK_NAME_MAX + 40];
+    snprintf(want, sizeof want, "projects/%s/instances/%s/tables/", b->project, b->instance);
+    if (strncmp(table, want, strlen(want)) == 0)
+        return ST_OK;
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "backup %s is not in the instance of table %s: a backup belongs to the "
+                      "table's own instance",
+                      b->full, table);
+}
+
+/* An existing piece answers a retried BackupTablet; one of another table is a conflict. */
+static bool freeze_existing(node_ctx *n, rpc_call *call, const bk_name *b, const char *piece,
+                            const char *table) {
+    bk_piece *p = NULL;
+    st_err err = {0};
+    if (bk_piece_load(n, b, piece, rpc_call_arena(call), &p, &err) != ST_OK)
+        return false;
+    if (strcmp(p->table_name, table) != 0)
+        node_fail(call, ST_ALREADY_EXISTS,
+                  "piece %s of backup %s already holds table %s; pick another piece id", piece,
+                  b->full, p->table_name);
+    else
+        node_reply(call, &p->base);
+    return true;
+}
+
+static st_code freeze_start(node_ctx *n, rpc_call *call, freeze_arg *a, st_err *err) {
+    bk_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a backup");
+    *j = (bk_job){.n = n, .call = call, .work = freeze_work, .done = freeze_done, .arg = a};
+    char backup_dir[NODE_BK_PATH_MAX];
+    bk_backup_dir(n, &a->name, backup_dir, sizeof backup_dir);
+    st_code rc = bk_mkdirs(backup_dir, err);
+    if (rc == ST_OK && !bk_busy_add(n, a->final))
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a backup");
+    if (rc == ST_OK && (rc = bk_job_start(j, err)) != ST_OK)
+        bk_busy_remove(n, a->final);
+    if (rc != ST_OK)
+        free(j);
+    return rc;
+}
+
+void node_h_backup_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__BackupTabletRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__backup_tablet_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    freeze_arg *a = calloc(1, sizeof *a);
+    if (!a) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory starting a backup");
+        return;
+    }
+    st_buf_init(&a->start);
+    st_buf_init(&a->end);
+    st_err err = {0};
+    node_tablets *t = NULL;
+    node_tablet *tab = NULL;
+    st_code rc = bk_name_parse(req->backup, &a->name, &err);
+    if (rc == ST_OK)
+        rc = bk_piece_check(req->piece, &err);
+    if (rc == ST_OK && !(tab = node_tablet_by_id(n, req->tablet_id, &t)))
+        rc = st_err_set(&err, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u",
+                        req->tablet_id, n->opts.node_num);
+    if (rc == ST_OK)
+        rc = same_instance(&a->name, t->name, &err);
+    if (rc == ST_OK) {
+        snprintf(a->piece, sizeof a->piece, "%s", req->piece);
+        snprintf(a->table, sizeof a->table, "%s", t->name);
+        bk_piece_dir(n, &a->name, a->piece, "", a->final, sizeof a->final);
+        bk_piece_dir(n, &a->name, a->piece, ".tmp", a->tmp, sizeof a->tmp);
+        if (bk_busy(n, a->final))
+            rc = st_err_set(&err, ST_ABORTED,
+                            "piece %s of backup %s is being made or changed now; retry", a->piece,
+                            a->name.full);
+    }
+    if (rc == ST_OK && freeze_existing(n, call, &a->name, a->piece, a->table)) {
+        freeze_arg_free(a);
+        return;
+    }
+    if (rc == ST_OK) {
+        a->tablet_id = tab->id;
+        a->clock_us = n->hlc_last_us;
+        if (st_buf_append(&a->start, tab->start.data, tab->start.len) != ST_OK ||
+            st_buf_append(&a->end, tab->end.data, tab->end.len) != ST_OK)
+            rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory starting a backup");
+    }
+    if (rc == ST_OK)
+        rc = freeze_start(n, call, a, &err);
+    if (rc != ST_OK) {
+        freeze_arg_free(a);
+        node_fail(call, rc, "%s", err.msg);
+    }
+}
+
+/* ---- ListBackupPieces ---- */
+
+typedef struct list_ctx {
+    node_ctx *n;
+    st_arena *a;
+    const char *only; /* a backup's full name, or NULL for all */
+    bk_piece **v;
+    size_t len, cap;
+    st_code rc;
+} list_ctx;
+
+static void list_add(list_ctx *c, bk_piece *p) {
+    if (c->only && strcmp(p->backup, c->only) != 0)
+        return;
+    if (c->len == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        bk_piece **v = st_arena_alloc(c->a, cap * sizeof *v);
+        if (!v) {
+            c->rc = ST_RESOURCE_EXHAUSTED;
+            return;
+        }
+        if (c->len)
+            memcpy(v, c->v, c->len * sizeof *v);
+        c->v = v;
+        c->cap = cap;
+    }
+    c->v[c->len++] = p;
+}
+
+/* Pieces of one backup directory: sealed piece directories (dotted names are in the making). */
+static void list_backup_dir(list_ctx *c, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while (c->rc == ST_OK && (e = readdir(d)) != NULL) {
+        if (bk_piece_check(e->d_name, NULL) != ST_OK)
+            continue;
+        char path[NODE_BK_PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        bk_piece *p = NULL;
+        st_err err = {0};
+        if (bk_manifest_read(path, c->a, &p, &err) == ST_OK)
+            list_add(c, p);
+        else if (err.code != ST_NOT_FOUND)
+            st_log(ST_LOG_WARN, "backup", "event=piece_unreadable path=%s msg=\"%s\"", path,
+                   err.msg);
+    }
+    closedir(d);
+}
+
+/* Walks <root>/<instance>/<cluster>/<backup> (depth 0..2 below root) and lists each backup. */
+static void list_walk(list_ctx *c, char *path, size_t cap, int depth) {
+    if (depth == 3) {
+        list_backup_dir(c, path);
+        return;
+    }
+    DIR *d = opendir(path);
+    if (!d)
+        return;
+    size_t len = strlen(path);
+    struct dirent *e;
+    while (c->rc == ST_OK && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path + len, cap - len, "/%s", e->d_name);
+        list_walk(c, path, cap, depth + 1);
+        path[len] = '\0';
+    }
+    closedir(d);
+}
+
+void node_h_list_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__ListBackupPiecesRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__list_backup_pieces_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    list_ctx c = {.n = n, .a = rpc_call_arena(call), .rc = ST_OK};
+    char path[NODE_BK_PATH_MAX];
+    if (req->backup[0]) {
+        bk_name b;
+        st_err err = {0};
+        if (bk_name_parse(req->backup, &b, &err) != ST_OK) {
+            node_fail(call, err.code, "%s", err.msg);
+            return;
+        }
+        c.only = req->backup;
+        bk_backup_dir(n, &b, path, sizeof path);
+        list_backup_dir(&c, path);
+    } else {
+        bk_root_dir(n, path, sizeof path);
+        list_walk(&c, path, sizeof path, 0);
+    }
+    if (c.rc != ST_OK) {
+        node_fail(call, c.rc, "out of memory listing backup pieces");
+        return;
+    }
+    Strata__Internal__V1__ListBackupPiecesResponse resp;
+    strata__internal__v1__list_backup_pieces_response__init(&resp);
+    resp.pieces = c.v;
+    resp.n_pieces = c.len;
+    node_reply(call, &resp.base);
+}
+
+/* ---- DeleteBackupPieces ---- */
+
+/* The pieces of one backup directory, each removed unless busy. */
+static st_code delete_all(node_ctx *n, const bk_name *b, st_err *err) {
+    char dir[NODE_BK_PATH_MAX];
+    bk_backup_dir(n, b, dir, sizeof dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return ST_OK;
+    st_code rc = ST_OK;
+    struct dirent *e;
+    while (rc == ST_OK && (e = readdir(d)) != NULL) {
+        if (bk_piece_check(e->d_name, NULL) != ST_OK)
+            continue;
+        bk_piece *p = NULL;
+        st_err perr = {0};
+        /* only pieces of this backup: another project may use the same instance and id */
+        if (bk_piece_load(n, b, e->d_name, NULL, &p, &perr) != ST_OK && perr.code != ST_DATA_LOSS)
+            continue;
+        bk_piece_free(p);
+        char path[NODE_BK_PATH_MAX];
+        bk_piece_dir(n, b, e->d_name, "", path, sizeof path);
+        if (bk_busy(n, path))
+            rc = st_err_set(err, ST_ABORTED, "piece %s of backup %s is being made now; retry",
+                            e->d_name, b->full);
+        else
+            rc = bk_remove_piece(path, err);
+    }
+    closedir(d);
+    if (rc == ST_OK)
+        rmdir(dir); /* only when empty: nothing else of the backup is in the making */
+    return rc;
+}
+
+void node_h_delete_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__DeleteBackupPiecesRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__delete_backup_pieces_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    bk_name b;
+    st_err err = {0};
+    st_code rc = bk_name_parse(req->backup, &b, &err);
+    if (rc == ST_OK && req->piece[0])
+        rc = bk_piece_check(req->piece, &err);
+    if (rc == ST_OK && req->piece[0]) {
+        char path[NODE_BK_PATH_MAX];
+        bk_piece_dir(n, &b, req->piece, "", path, sizeof path);
+        bk_piece *p = NULL;
+        st_err perr = {0};
+        st_code lrc = bk_piece_load(n, &b, req->piece, NULL, &p, &perr);
+        bk_piece_free(p);
+        if (bk_busy(n, path))
+            rc = st_err_set(&err, ST_ABORTED, "piece %s of backup %s is being made now; retry",
+                            req->piece, b.full);
+        else if (lrc == ST_OK || lrc == ST_DATA_LOSS)
+            rc = bk_remove_piece(path, &err);
+    } else if (rc == ST_OK) {
+        rc = delete_all(n, &b, &err);
+    }
+    if (rc != ST_OK) {
+        node_fail(call, rc, "%s", err.msg);
+        return;
+    }
+    st_log(ST_LOG_INFO, "backup", "event=pieces_deleted backup=%s piece=%s", b.full,
+           req->piece[0] ? req->piece : "*");
+    Google__Protobuf__Empty empty;
+    google__protobuf__empty__init(&empty);
+    node_reply(call, &empty.base);
+}
+
+/* ---- restore (CreateTablet with restore_backup) ---- */
+
+static bool range_inside(st_slice s, st_slice e, const bk_piece *p) {
+    st_slice ps = st_slice_make(p->start_key.data, p->start_key.len);
+    st_slice pe = st_slice_make(p->end_key.data, p->end_key.len);
+    if (st_slice_cmp(s, ps) < 0)
+        return false;
+    if (pe.len == 0)
+        return true;
+    return e.len != 0 && st_slice_cmp(e, pe) <= 0;
+}
+
+/* The piece's file paths, checked to exist with their recorded sizes (a cheap guard: the
+ * SSTables' own block checksums catch damage inside). */
+static st_code restore_paths(const char *dir, const bk_piece *p, st_arena *a, const char ***out,
+                             st_err *err) {
+    const char **paths = st_arena_alloc(a, (p->n_files ? p->n_files : 1) * sizeof *paths);
+    if (!paths)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory restoring");
+    for (size_t i = 0; i < p->n_files; i++) {
+        const char *name = p->files[i]->name;
+        if (bk_file_check(name, err) != ST_OK)
+            return st_err_set(err, ST_DATA_LOSS, "piece %s lists a bad file name", dir);
+        size_t len = strlen(dir) + strlen(name) + 2;
+        char *path = st_arena_alloc(a, len);
+        if (!path)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory restoring");
+        snprintf(path, len, "%s/%s", dir, name);
+        struct stat sb;
+        if (stat(path, &sb) != 0 || (uint64_t)sb.st_size != p->files[i]->size)
+            return st_err_set(err, ST_DATA_LOSS,
+                              "file %s of the piece is missing or not %" PRIu64
+                              " bytes: restore from another copy of the backup",
+                              path, p->files[i]->size);
+        paths[i] = path;
+    }
+    *out = paths;
+    return ST_OK;
+}
+
+st_code node_backup_restore(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
+                            const char *backup, const char *piece, st_err *err) {
+    bk_name b;
+    st_code rc = bk_name_parse(backup, &b, err);
+    if (rc == ST_OK)
+        rc = bk_piece_check(piece, err);
+    st_arena a;
+    st_arena_init(&a, 16 << 10);
+    bk_piece *p = NULL;
+    char dir[NODE_BK_PATH_MAX];
+    bk_piece_dir(n, &b, piece, "", dir, sizeof dir);
+    if (rc == ST_OK)
+        rc = bk_piece_load(n, &b, piece, &a, &p, err);
+    if (rc == ST_OK && !range_inside(start, end, p))
+        rc = st_err_set(err, ST_INVALID_ARGUMENT,
+                        "the tablet's range must lie inside the range of piece %s of %s", piece,
+                        backup);
+    const char **paths = NULL;
+    if (rc == ST_OK)
+        rc = restore_paths(dir, p, &a, &paths, err);
+    uint64_t id = node_tablet_new_id(n);
+    if (rc == ST_OK)
+        rc = node_catalog_save(n->catalog, err);
+    sto_tablet *st = NULL;
+    if (rc == ST_OK)
+        rc = sto_tablet_restore(n->db, id, st_slice_cstr(t->name), start, end, paths, p->n_files,
+                                &st, err);
+    if (rc == ST_OK && node_tablet_map(t, st) != ST_OK)
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a tablet");
+    if (rc == ST_OK) {
+        node_repl_tablet_named(n, id, t->name);
+        /* Writes after the restore must win over the restored cells: the clock moves past the
+         * instant the piece was frozen (its versions are below it). */
+        if (p->frozen_us > n->hlc_last_us)
+            n->hlc_last_us = p->frozen_us;
+        st_log(ST_LOG_INFO, "backup",
+               "event=tablet_restored table=%s tablet=%" PRIu64 " backup=%s piece=%s files=%zu",
+               t->name, id, backup, piece, p->n_files);
+    }
+    st_arena_deinit(&a);
+    return rc;
+}

@@ -1,0 +1,128 @@
+/* backup.h — backup pieces on a node (docs/backups.md, "On a node"; the piece manifest:
+ * docs/formats/backup-piece.md). Private to node/.
+ *
+ * A piece lives in <data>/backups/<instance>/<cluster>/<backup id>/<piece id>/: hard links to
+ * SSTables and the manifest PIECE, written last. Pieces are made in a sibling directory whose name
+ * holds a dot (<piece>.tmp for a freeze, <piece>.in for an import, <piece>.del for a delete; piece
+ * ids have no dot) and renamed into place once complete, so a crash leaves a whole piece or none;
+ * the sweep at start removes the dotted leftovers.
+ *
+ * Modules: backup_store.c (names, paths, the manifest, files and directories), backup.c
+ * (BackupTablet, ListBackupPieces, DeleteBackupPieces, restores, the worker threads),
+ * backup_xfer.c (ReadBackupFile, WriteBackupFile, SealBackupPiece, PullBackupPiece). */
+#ifndef NODE_BACKUP_H
+#define NODE_BACKUP_H
+
+#include "node_internal.h"
+#include "strata/internal/v1/node.pb-c.h"
+
+#define NODE_BK_CHUNK_BYTES ((size_t)1 << 20) /* ReadBackupFile chunks; WriteBackupFile's bound */
+#define NODE_BK_NAME_MAX 64                   /* bytes of one name component, piece or file id */
+#define NODE_BK_FILES_MAX 100000              /* files in one piece */
+#define NODE_BK_PATH_MAX 4400
+#define NODE_BK_MANIFEST "PIECE"
+
+typedef Strata__Internal__V1__BackupPiece bk_piece;
+
+/* ---- handlers (server.c) ---- */
+void node_h_backup_tablet(rpc_call *call, st_slice req, void *arg);
+void node_h_list_backup_pieces(rpc_call *call, st_slice req, void *arg);
+void node_h_delete_backup_pieces(rpc_call *call, st_slice req, void *arg);
+void node_h_read_backup_file(rpc_call *call, st_slice req, void *arg);
+void node_h_write_backup_file(rpc_call *call, st_slice req, void *arg);
+void node_h_seal_backup_piece(rpc_call *call, st_slice req, void *arg);
+void node_h_pull_backup_piece(rpc_call *call, st_slice req, void *arg);
+
+/* ---- the node's side (node.c, internal.c) ---- */
+/* At open: the backups tree exists and holds no unsealed leftovers. */
+st_code node_backups_open(node_ctx *n, st_err *err);
+/* At close, before the server goes: waits for the worker threads, ends pulls. */
+void node_backups_close(node_ctx *n);
+/* CreateTablet with restore_backup: a tablet of t for [start, end) made of the local piece. */
+st_code node_backup_restore(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
+                            const char *backup, const char *piece, st_err *err);
+
+/* ---- shared by backup*.c ---- */
+typedef struct bk_name {
+    char full[5 * NODE_BK_NAME_MAX + 64]; /* projects/P/instances/I/clusters/C/backups/B */
+    char project[NODE_BK_NAME_MAX + 1], instance[NODE_BK_NAME_MAX + 1];
+    char cluster[NODE_BK_NAME_MAX + 1], id[NODE_BK_NAME_MAX + 1];
+} bk_name;
+
+/* INVALID_ARGUMENT unless name is projects/P/instances/I/clusters/C/backups/B with each part
+ * 1..64 bytes of [A-Za-z0-9_.-] starting with a letter, digit or '_'. */
+st_code bk_name_parse(const char *name, bk_name *out, st_err *err);
+/* INVALID_ARGUMENT unless piece is [A-Za-z0-9_-]{1,64}. */
+st_code bk_piece_check(const char *piece, st_err *err);
+/* INVALID_ARGUMENT unless file is [A-Za-z0-9_-]{1,64}.sst. */
+st_code bk_file_check(const char *file, st_err *err);
+
+void bk_root_dir(const node_ctx *n, char *out, size_t cap); /* <data>/backups */
+void bk_backup_dir(const node_ctx *n, const bk_name *b, char *out, size_t cap);
+/* The piece's directory; suffix "" for the sealed piece, ".tmp", ".in" or ".del". */
+void bk_piece_dir(const node_ctx *n, const bk_name *b, const char *piece, const char *suffix,
+                  char *out, size_t cap);
+
+/* Writes dir/PIECE (format docs/formats/backup-piece.md) durably (tmp, fsync, rename, dir). */
+st_code bk_manifest_write(const char *dir, const bk_piece *p, st_err *err);
+/* Reads dir/PIECE, allocated from a (NULL: malloc; free with ..._free_unpacked). NOT_FOUND when
+ * absent; DATA_LOSS when damaged. */
+st_code bk_manifest_read(const char *dir, st_arena *a, bk_piece **out, st_err *err);
+/* The sealed piece named so, checked to belong to backup b (its manifest names b): NOT_FOUND. */
+st_code bk_piece_load(const node_ctx *n, const bk_name *b, const char *piece, st_arena *a,
+                      bk_piece **out, st_err *err);
+/* The file listed in p, or NULL. */
+const Strata__Internal__V1__BackupFile *bk_piece_file(const bk_piece *p, const char *file);
+
+st_code bk_file_crc(const char *path, uint64_t *size, uint32_t *crc, st_err *err);
+st_code bk_fsync_path(const char *path, st_err *err); /* a file or a directory */
+st_code bk_mkdirs(const char *path, st_err *err);     /* 0700, like mkdir -p */
+/* Removes path (file or tree); absent is OK. */
+st_code bk_remove_tree(const char *path, st_err *err);
+/* Renames a directory into place and syncs the parent: the atomic step of a piece. */
+st_code bk_publish(const char *from, const char *to, st_err *err);
+/* Removes a sealed or partial piece directory crash-safely (rename to .del first). */
+st_code bk_remove_piece(const char *dir, st_err *err);
+/* Removes the dotted leftovers under <data>/backups (node_backups_open). */
+void bk_sweep(const node_ctx *n);
+
+/* The node's backup state (node_ctx.backups). */
+typedef struct node_backups {
+    char **busy; /* piece directories a worker or a pull is making or changing (loop thread) */
+    size_t n_busy, cap_busy;
+    int jobs;              /* worker threads not yet done (loop thread) */
+    struct bk_pull *pulls; /* PullBackupPiece calls in progress (backup_xfer.c) */
+} node_backups;
+
+/* Pieces being made or changed by a worker or a pull: one key per piece directory. Loop thread. */
+bool bk_busy(node_ctx *n, const char *dir);
+bool bk_busy_add(node_ctx *n, const char *dir);
+void bk_busy_remove(node_ctx *n, const char *dir);
+
+/* ---- worker threads (backup.c): work runs on its own thread, done on the loop ---- */
+typedef struct bk_job bk_job;
+typedef void (*bk_job_fn)(bk_job *j);
+struct bk_job {
+    node_ctx *n;
+    rpc_call *call;
+    bk_job_fn work, done;
+    void *arg;
+    st_code rc;
+    st_err err;
+    rpc_post post;
+};
+/* Starts j->work on a new thread; j->done(j) runs on the loop afterwards and frees j (with
+ * free()). ST_RESOURCE_EXHAUSTED when no thread could start (nothing runs). */
+st_code bk_job_start(bk_job *j, st_err *err);
+
+/* Seals the import directory <piece>.in against p (sizes, CRC32C): the work of SealBackupPiece
+ * and of a pull's end. Thread-safe (touches files only). out is p as stored (malloc'd). */
+st_code bk_seal_dir(const char *in_dir, const char *final_dir, const bk_piece *p, uint32_t node_num,
+                    bk_piece **out, st_err *err);
+/* Appends data at off to file in dir (off 0 starts it anew); FAILED_PRECONDITION when off is
+ * not the file's current size. Loop thread (a chunk is at most NODE_BK_CHUNK_BYTES). */
+st_code bk_write_chunk(const char *dir, const char *file, uint64_t off, st_slice data, st_err *err);
+void bk_piece_free(bk_piece *p);  /* malloc'd pieces; NULL is fine */
+void bk_pulls_abort(node_ctx *n); /* node_backups_close: pulls end UNAVAILABLE */
+
+#endif

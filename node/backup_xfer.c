@@ -1,0 +1,759 @@
+/* backup_xfer.c — moving pieces between nodes and directories (docs/backups.md, "On a node"):
+ * ReadBackupFile streams a file of a sealed piece; WriteBackupFile and SealBackupPiece assemble a
+ * piece in <piece>.in and seal it (sizes and CRC32C checked on a worker thread, then the
+ * manifest, then the rename into place); PullBackupPiece does both against another node.
+ * Every name is checked (backup_store.c) before it becomes a path; a file is readable only when
+ * the sealed piece's manifest lists it. */
+#include "backup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "strata/btutil.h"
+
+/* A chunk written may carry this much more than a read sends (a writer's own chunking). */
+#define BK_WRITE_CHUNK_MAX (NODE_BK_CHUNK_BYTES + ((size_t)64 << 10))
+#define BK_PULL_MESSAGE_MAX (BK_WRITE_CHUNK_MAX + ((size_t)64 << 10))
+#define BK_PULL_LIST_MAX ((size_t)64 << 20) /* the source's ListBackupPieces answer */
+#define BK_HOST_MAX 256
+#define NODE_SVC "/strata.internal.v1.Node/"
+
+/* ---- ReadBackupFile ---- */
+
+typedef struct rd_state {
+    rpc_call *call;
+    int fd;
+    uint64_t off, size;
+    char backup[sizeof(((bk_name *)0)->full)];
+    char piece[NODE_BK_NAME_MAX + 1], file[NODE_BK_NAME_MAX + 8];
+    uint8_t *data;
+    st_buf msg;
+} rd_state;
+
+static void rd_free(rd_state *s) {
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->data);
+    st_buf_free(&s->msg);
+    free(s);
+}
+
+static void rd_cancel(rpc_call *call, void *arg) {
+    rpc_call_finish(call, ST_CANCELLED, "cancelled");
+    rd_free(arg);
+}
+
+/* Sends one chunk at s->off; false when the stream ended (finished). */
+static bool rd_send_one(rd_state *s) {
+    size_t want =
+        s->size - s->off < NODE_BK_CHUNK_BYTES ? (size_t)(s->size - s->off) : NODE_BK_CHUNK_BYTES;
+    ssize_t got = pread(s->fd, s->data, want, (off_t)s->off);
+    if (got <= 0) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "reading %s of piece %s at %" PRIu64 ": %s", s->file, s->piece,
+                 s->off, got < 0 ? strerror(errno) : "file shorter than when opened");
+        rpc_call_finish(s->call, got < 0 ? ST_INTERNAL : ST_DATA_LOSS, msg);
+        rd_free(s);
+        return false;
+    }
+    Strata__Internal__V1__BackupFileChunk c;
+    strata__internal__v1__backup_file_chunk__init(&c);
+    c.backup = s->backup;
+    c.piece = s->piece;
+    c.file = s->file;
+    c.offset = s->off;
+    c.data = (ProtobufCBinaryData){(size_t)got, s->data};
+    size_t len = protobuf_c_message_get_packed_size(&c.base);
+    st_buf_reset(&s->msg);
+    if (st_buf_reserve(&s->msg, len) != ST_OK) {
+        rpc_call_finish(s->call, ST_RESOURCE_EXHAUSTED, "out of memory sending a backup file");
+        rd_free(s);
+        return false;
+    }
+    protobuf_c_message_pack(&c.base, s->msg.data);
+    if (rpc_call_send(s->call, st_slice_make(s->msg.data, len)) != ST_OK) {
+        rpc_call_finish(s->call, ST_CANCELLED, "the call ended");
+        rd_free(s);
+        return false;
+    }
+    s->off += (uint64_t)got;
+    return true;
+}
+
+static void rd_writable(rpc_call *call, void *arg) {
+    rd_state *s = arg;
+    while (s->off < s->size && rpc_call_writable(call))
+        if (!rd_send_one(s))
+            return;
+    if (s->off >= s->size) {
+        rpc_call_finish(call, ST_OK, NULL);
+        rd_free(s);
+    }
+}
+
+/* Opens the listed file of a sealed piece for reading: NOT_FOUND unless listed. */
+static st_code rd_open(node_ctx *n, rpc_call *call,
+                       const Strata__Internal__V1__ReadBackupFileRequest *req, rd_state *s,
+                       st_err *err) {
+    bk_name b;
+    st_code rc = bk_name_parse(req->backup, &b, err);
+    if (rc == ST_OK)
+        rc = bk_piece_check(req->piece, err);
+    if (rc == ST_OK)
+        rc = bk_file_check(req->file, err);
+    bk_piece *p = NULL;
+    if (rc == ST_OK)
+        rc = bk_piece_load(n, &b, req->piece, rpc_call_arena(call), &p, err);
+    const Strata__Internal__V1__BackupFile *f = rc == ST_OK ? bk_piece_file(p, req->file) : NULL;
+    if (rc == ST_OK && !f)
+        rc = st_err_set(err, ST_NOT_FOUND, "piece %s of backup %s has no file %s", req->piece,
+                        req->backup, req->file);
+    if (rc != ST_OK)
+        return rc;
+    char path[NODE_BK_PATH_MAX];
+    bk_piece_dir(n, &b, req->piece, "", path, sizeof path);
+    size_t len = strlen(path);
+    snprintf(path + len, sizeof path - len, "/%s", req->file);
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0)
+        return st_err_set(err, ST_DATA_LOSS, "file %s of the piece is missing: %s", path,
+                          strerror(errno));
+    struct stat sb;
+    s->size = fstat(s->fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    if (s->size != f->size)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "file %s holds %" PRIu64 " bytes, its piece manifest says %" PRIu64, path,
+                          s->size, f->size);
+    if (req->offset > s->size)
+        return st_err_set(err, ST_OUT_OF_RANGE,
+                          "offset %" PRIu64 " is past the end of %s (%" PRIu64 " bytes)",
+                          req->offset, req->file, s->size);
+    s->off = req->offset;
+    snprintf(s->backup, sizeof s->backup, "%s", req->backup);
+    snprintf(s->piece, sizeof s->piece, "%s", req->piece);
+    snprintf(s->file, sizeof s->file, "%s", req->file);
+    return ST_OK;
+}
+
+void node_h_read_backup_file(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__ReadBackupFileRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__read_backup_file_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    rd_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory reading a backup file");
+        return;
+    }
+    s->fd = -1;
+    s->call = call;
+    st_buf_init(&s->msg);
+    st_err err = {0};
+    st_code rc = rd_open(n, call, req, s, &err);
+    if (rc == ST_OK && !(s->data = malloc(NODE_BK_CHUNK_BYTES)))
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory reading a backup file");
+    if (rc != ST_OK) {
+        rd_free(s);
+        node_fail(call, rc, "%s", err.msg);
+        return;
+    }
+    rpc_call_set_cancel_cb(call, rd_cancel, s);
+    rpc_call_set_writable_cb(call, rd_writable, s);
+}
+
+/* ---- WriteBackupFile ---- */
+
+st_code bk_write_chunk(const char *dir, const char *file, uint64_t off, st_slice data,
+                       st_err *err) {
+    char path[NODE_BK_PATH_MAX + 80];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC | (off == 0 ? O_CREAT | O_TRUNC : 0), 0600);
+    if (fd < 0 && errno == ENOENT)
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "file %s was not started: send its chunk at offset 0 first", file);
+    if (fd < 0)
+        return st_err_set(err, ST_INTERNAL, "opening %s: %s", path, strerror(errno));
+    struct stat sb;
+    st_code rc = ST_OK;
+    if (fstat(fd, &sb) != 0)
+        rc = st_err_set(err, ST_INTERNAL, "looking at %s: %s", path, strerror(errno));
+    else if ((uint64_t)sb.st_size != off)
+        rc = st_err_set(err, ST_FAILED_PRECONDITION,
+                        "chunk of %s at offset %" PRIu64 " is out of order: the file holds %" PRIu64
+                        " bytes; send the chunk at that offset (or 0 to start the file again)",
+                        file, off, (uint64_t)sb.st_size);
+    size_t done = 0;
+    while (rc == ST_OK && done < data.len) {
+        ssize_t w = pwrite(fd, data.data + done, data.len - done, (off_t)(off + done));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            rc = st_err_set(err, errno == ENOSPC ? ST_RESOURCE_EXHAUSTED : ST_INTERNAL,
+                            "writing %s: %s", path, strerror(errno));
+        else
+            done += (size_t)w;
+    }
+    close(fd);
+    return rc;
+}
+
+/* The import directory of a piece, made when absent; ALREADY_EXISTS once sealed, ABORTED while
+ * a seal or pull works on it. */
+static st_code import_dir(node_ctx *n, const bk_name *b, const char *piece, char *in, size_t cap,
+                          st_err *err) {
+    char final[NODE_BK_PATH_MAX];
+    bk_piece_dir(n, b, piece, "", final, sizeof final);
+    bk_piece_dir(n, b, piece, ".in", in, cap);
+    if (bk_busy(n, final))
+        return st_err_set(err, ST_ABORTED, "piece %s of backup %s is being sealed or pulled now",
+                          piece, b->full);
+    struct stat sb;
+    if (stat(final, &sb) == 0)
+        return st_err_set(err, ST_ALREADY_EXISTS,
+                          "piece %s of backup %s is sealed already; delete it "
+                          "(DeleteBackupPieces) to write it again",
+                          piece, b->full);
+    return bk_mkdirs(in, err);
+}
+
+void node_h_write_backup_file(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__BackupFileChunk *req =
+        (void *)node_unpack(call, &strata__internal__v1__backup_file_chunk__descriptor, req_bytes);
+    if (!req)
+        return;
+    bk_name b;
+    st_err err = {0};
+    char in[NODE_BK_PATH_MAX];
+    st_code rc = bk_name_parse(req->backup, &b, &err);
+    if (rc == ST_OK)
+        rc = bk_piece_check(req->piece, &err);
+    if (rc == ST_OK)
+        rc = bk_file_check(req->file, &err);
+    if (rc == ST_OK && req->data.len > BK_WRITE_CHUNK_MAX)
+        rc = st_err_set(&err, ST_INVALID_ARGUMENT,
+                        "a chunk carries at most %zu bytes, this one %zu: send smaller chunks",
+                        BK_WRITE_CHUNK_MAX, req->data.len);
+    if (rc == ST_OK)
+        rc = import_dir(n, &b, req->piece, in, sizeof in, &err);
+    if (rc == ST_OK)
+        rc = bk_write_chunk(in, req->file, req->offset,
+                            st_slice_make(req->data.data, req->data.len), &err);
+    if (rc != ST_OK) {
+        node_fail(call, rc, "%s", err.msg);
+        return;
+    }
+    Google__Protobuf__Empty empty;
+    google__protobuf__empty__init(&empty);
+    node_reply(call, &empty.base);
+}
+
+/* ---- SealBackupPiece ---- */
+
+/* A malloc'd copy of p (pack, unpack). */
+static bk_piece *piece_copy(const bk_piece *p) {
+    size_t len = protobuf_c_message_get_packed_size(&p->base);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return NULL;
+    protobuf_c_message_pack(&p->base, buf);
+    bk_piece *c = strata__internal__v1__backup_piece__unpack(NULL, len, buf);
+    free(buf);
+    return c;
+}
+
+/* Checks one listed file of the import directory against the manifest. */
+static st_code seal_check_file(const char *in, const Strata__Internal__V1__BackupFile *f,
+                               st_err *err) {
+    char path[NODE_BK_PATH_MAX + 80];
+    snprintf(path, sizeof path, "%s/%s", in, f->name);
+    uint64_t size;
+    uint32_t crc;
+    st_code rc = bk_file_crc(path, &size, &crc, err);
+    if (rc == ST_NOT_FOUND)
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "file %s of the piece was never written: send it with WriteBackupFile",
+                          f->name);
+    if (rc != ST_OK)
+        return rc;
+    if (size != f->size)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "file %s holds %" PRIu64 " bytes, the manifest says %" PRIu64
+                          ": send the file again from offset 0",
+                          f->name, size, f->size);
+    if (crc != f->crc32c)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "file %s has CRC32C %08x, the manifest says %08x: the copy is damaged; "
+                          "send the file again from offset 0",
+                          f->name, crc, f->crc32c);
+    return bk_fsync_path(path, err);
+}
+
+st_code bk_seal_dir(const char *in, const char *final, const bk_piece *p, uint32_t node_num,
+                    bk_piece **out, st_err *err) {
+    *out = NULL;
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < p->n_files; i++)
+        rc = seal_check_file(in, p->files[i], err);
+    bk_piece *c = rc == ST_OK ? piece_copy(p) : NULL;
+    if (rc == ST_OK && !c)
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory sealing a piece");
+    if (rc == ST_OK) {
+        c->node_num = node_num;
+        c->size_bytes = 0;
+        for (size_t i = 0; i < c->n_files; i++)
+            c->size_bytes += c->files[i]->size;
+        rc = bk_manifest_write(in, c, err);
+    }
+    if (rc == ST_OK)
+        rc = bk_publish(in, final, err);
+    if (rc != ST_OK) {
+        bk_piece_free(c);
+        return rc;
+    }
+    *out = c;
+    return ST_OK;
+}
+
+static int name_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* INVALID_ARGUMENT unless p is a well-formed piece for sealing: names, range, unique files. */
+static st_code seal_validate(const bk_piece *p, bk_name *b, st_err *err) {
+    st_code rc = bk_name_parse(p->backup, b, err);
+    if (rc == ST_OK)
+        rc = bk_piece_check(p->piece, err);
+    if (rc == ST_OK)
+        rc = node_check_table_name(p->table_name, err);
+    if (rc == ST_OK &&
+        (p->start_key.len > NODE_ROW_KEY_MAX || p->end_key.len > NODE_ROW_KEY_MAX ||
+         (p->end_key.len && st_slice_cmp(st_slice_make(p->start_key.data, p->start_key.len),
+                                         st_slice_make(p->end_key.data, p->end_key.len)) >= 0)))
+        rc = st_err_set(err, ST_INVALID_ARGUMENT,
+                        "the piece's range must be row keys of at most %d bytes, start before end",
+                        NODE_ROW_KEY_MAX);
+    if (rc == ST_OK && p->n_files > NODE_BK_FILES_MAX)
+        rc =
+            st_err_set(err, ST_INVALID_ARGUMENT, "a piece has at most %d files", NODE_BK_FILES_MAX);
+    const char **names = rc == ST_OK ? malloc((p->n_files + 1) * sizeof *names) : NULL;
+    if (rc == ST_OK && !names)
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory sealing a piece");
+    for (size_t i = 0; rc == ST_OK && i < p->n_files; i++) {
+        names[i] = p->files[i]->name;
+        rc = bk_file_check(names[i], err);
+    }
+    if (rc == ST_OK && p->n_files > 1) {
+        qsort(names, p->n_files, sizeof *names, name_cmp);
+        for (size_t i = 1; rc == ST_OK && i < p->n_files; i++)
+            if (strcmp(names[i - 1], names[i]) == 0)
+                rc = st_err_set(err, ST_INVALID_ARGUMENT, "file %s is listed twice", names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+static bool same_files(const bk_piece *a, const bk_piece *b) {
+    if (a->n_files != b->n_files || strcmp(a->table_name, b->table_name) != 0)
+        return false;
+    for (size_t i = 0; i < a->n_files; i++)
+        if (strcmp(a->files[i]->name, b->files[i]->name) != 0 ||
+            a->files[i]->size != b->files[i]->size || a->files[i]->crc32c != b->files[i]->crc32c)
+            return false;
+    return true;
+}
+
+typedef struct seal_arg {
+    bk_piece *want; /* malloc'd copy of the request */
+    bk_piece *out;
+    char in[NODE_BK_PATH_MAX], final[NODE_BK_PATH_MAX];
+    struct bk_pull *pull; /* a pull's end: freed with the job */
+} seal_arg;
+
+static void seal_work(bk_job *j) {
+    seal_arg *a = j->arg;
+    j->rc = bk_seal_dir(a->in, a->final, a->want, j->n->opts.node_num, &a->out, &j->err);
+    if (j->rc == ST_OK)
+        st_log(ST_LOG_INFO, "backup", "event=piece_sealed backup=%s piece=%s files=%zu",
+               a->out->backup, a->out->piece, a->out->n_files);
+}
+
+static void pull_free(struct bk_pull *p);
+
+static void seal_done(bk_job *j) {
+    seal_arg *a = j->arg;
+    bk_busy_remove(j->n, a->final);
+    if (j->rc == ST_OK)
+        node_reply(j->call, &a->out->base);
+    else
+        node_fail(j->call, j->rc, "sealing piece %s of %s: %s", a->want->piece, a->want->backup,
+                  j->err.msg);
+    if (a->pull)
+        pull_free(a->pull);
+    bk_piece_free(a->want);
+    bk_piece_free(a->out);
+    free(a);
+    free(j);
+}
+
+/* Starts the seal of b's piece p->piece (the import directory must exist). Takes want. */
+static st_code seal_start(node_ctx *n, rpc_call *call, const bk_name *b, bk_piece *want,
+                          struct bk_pull *pull, st_err *err) {
+    seal_arg *a = calloc(1, sizeof *a);
+    bk_job *j = calloc(1, sizeof *j);
+    st_code rc = a && j ? ST_OK : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (rc == ST_OK) {
+        a->want = want;
+        a->pull = pull;
+        bk_piece_dir(n, b, want->piece, ".in", a->in, sizeof a->in);
+        bk_piece_dir(n, b, want->piece, "", a->final, sizeof a->final);
+        *j = (bk_job){.n = n, .call = call, .work = seal_work, .done = seal_done, .arg = a};
+        struct stat sb;
+        if (stat(a->in, &sb) != 0)
+            rc = st_err_set(err, ST_FAILED_PRECONDITION,
+                            "no file of piece %s was written: send them with WriteBackupFile "
+                            "first",
+                            want->piece);
+    }
+    if (rc == ST_OK && !pull && !bk_busy_add(n, a->final))
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (rc == ST_OK && (rc = bk_job_start(j, err)) != ST_OK && !pull)
+        bk_busy_remove(n, a->final);
+    if (rc != ST_OK) {
+        free(a);
+        free(j);
+    }
+    return rc;
+}
+
+void node_h_seal_backup_piece(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    bk_piece *req =
+        (void *)node_unpack(call, &strata__internal__v1__backup_piece__descriptor, req_bytes);
+    if (!req)
+        return;
+    bk_name b;
+    st_err err = {0};
+    st_code rc = seal_validate(req, &b, &err);
+    char final[NODE_BK_PATH_MAX];
+    if (rc == ST_OK) {
+        bk_piece_dir(n, &b, req->piece, "", final, sizeof final);
+        if (bk_busy(n, final))
+            rc = st_err_set(&err, ST_ABORTED, "piece %s of %s is being sealed now; retry",
+                            req->piece, b.full);
+    }
+    bk_piece *have = NULL;
+    if (rc == ST_OK &&
+        bk_piece_load(n, &b, req->piece, rpc_call_arena(call), &have, &err) == ST_OK) {
+        if (same_files(have, req))
+            node_reply(call, &have->base); /* a retried seal */
+        else
+            node_fail(call, ST_ALREADY_EXISTS,
+                      "piece %s of %s is sealed already with other files; delete it first",
+                      req->piece, b.full);
+        return;
+    }
+    bk_piece *want = rc == ST_OK ? piece_copy(req) : NULL;
+    if (rc == ST_OK && !want)
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory sealing a piece");
+    if (rc == ST_OK && (rc = seal_start(n, call, &b, want, NULL, &err)) != ST_OK)
+        bk_piece_free(want);
+    if (rc != ST_OK)
+        node_fail(call, rc, "%s", err.msg);
+}
+
+/* ---- PullBackupPiece ---- */
+
+typedef struct bk_pull {
+    struct bk_pull *next;
+    node_ctx *n;
+    rpc_call *call;
+    rpc_client *client;
+    bk_name src, dst;
+    char piece[NODE_BK_NAME_MAX + 1];
+    char source[BK_HOST_MAX + 8];
+    char in[NODE_BK_PATH_MAX], final[NODE_BK_PATH_MAX];
+    bk_piece *want; /* the source's manifest, renamed to dst (malloc'd) */
+    size_t file;    /* the file being read */
+    uint64_t off;
+    st_code fail; /* a chunk could not be written: the read was cancelled */
+    st_err err;
+    bool aborting, sealing;
+    bool owns_busy; /* final is in the busy list for this pull */
+} bk_pull;
+
+static void pull_unlist(bk_pull *p) {
+    bk_pull **pp = &p->n->backups->pulls;
+    while (*pp && *pp != p)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = p->next;
+}
+
+static void pull_free(bk_pull *p) {
+    pull_unlist(p);
+    if (p->client)
+        rpc_client_free(p->client);
+    if (p->owns_busy) {
+        bk_busy_remove(p->n, p->final);
+        if (!p->sealing)
+            bk_remove_tree(p->in, NULL);
+    }
+    bk_piece_free(p->want);
+    free(p);
+}
+
+static void pull_free_posted(void *arg) {
+    pull_free(arg);
+}
+
+/* Ends a pull with an error; its memory goes from the loop (not inside a client callback). */
+static void pull_fail(bk_pull *p, st_code code, const char *fmt, const char *detail) {
+    node_fail(p->call, code, "pulling piece %s of %s from %s: %s%s", p->piece, p->src.full,
+              p->source, fmt, detail ? detail : "");
+    p->aborting = true;
+    pull_unlist(p);
+    if (rpc_server_post(p->n->rpc, pull_free_posted, p) != ST_OK)
+        st_log(ST_LOG_WARN, "backup", "event=pull_leaked piece=%s", p->piece);
+}
+
+static void pull_next_file(bk_pull *p);
+static void pull_next_posted(void *arg);
+
+static void pull_msg(rpc_ccall *cc, st_slice msg, void *arg) {
+    bk_pull *p = arg;
+    if (p->aborting || p->fail != ST_OK)
+        return;
+    st_err err = {0};
+    Strata__Internal__V1__BackupFileChunk *c = (void *)btu_pb_unpack(
+        &strata__internal__v1__backup_file_chunk__descriptor, NULL, msg, &err);
+    st_code rc = c ? ST_OK : ST_DATA_LOSS;
+    if (rc == ST_OK && (c->offset != p->off || c->data.len > BK_WRITE_CHUNK_MAX))
+        rc = st_err_set(&err, ST_DATA_LOSS,
+                        "the source sent a chunk at %" PRIu64 " (want %" PRIu64
+                        ") or over %zu bytes",
+                        c->offset, p->off, BK_WRITE_CHUNK_MAX);
+    if (rc == ST_OK)
+        rc = bk_write_chunk(p->in, p->want->files[p->file]->name, p->off,
+                            st_slice_make(c->data.data, c->data.len), &err);
+    if (rc == ST_OK)
+        p->off += c->data.len;
+    if (c)
+        protobuf_c_message_free_unpacked(&c->base, NULL);
+    if (rc != ST_OK) {
+        p->fail = rc;
+        p->err = err;
+        rpc_ccall_cancel(cc);
+    }
+}
+
+static void pull_read_done(rpc_ccall *cc, st_code code, const char *message, void *arg) {
+    (void)cc;
+    bk_pull *p = arg;
+    if (p->aborting)
+        return;
+    const Strata__Internal__V1__BackupFile *f = p->want->files[p->file];
+    if (p->fail != ST_OK) {
+        pull_fail(p, p->fail, "", p->err.msg);
+        return;
+    }
+    if (code != ST_OK) {
+        pull_fail(p, code, "ReadBackupFile: ", message);
+        return;
+    }
+    if (p->off != f->size) {
+        pull_fail(p, ST_DATA_LOSS, "a file ended short: ", f->name);
+        return;
+    }
+    p->file++;
+    /* the next step may free the client: leave its callback first */
+    if (rpc_server_post(p->n->rpc, pull_next_posted, p) != ST_OK)
+        pull_fail(p, ST_RESOURCE_EXHAUSTED, "the node is overloaded; retry", NULL);
+}
+
+static void pull_next_file(bk_pull *p) {
+    if (p->file == p->want->n_files) {
+        /* Files in: seal on a worker; the pull's memory goes with the seal job. */
+        rpc_client_free(p->client); /* from a posted function, never inside its callbacks */
+        p->client = NULL;
+        pull_unlist(p);
+        p->sealing = true;
+        st_err err = {0};
+        bk_piece *want = p->want;
+        p->want = NULL;
+        if (seal_start(p->n, p->call, &p->dst, want, p, &err) != ST_OK) {
+            p->sealing = false;
+            bk_piece_free(want);
+            node_fail(p->call, err.code, "%s", err.msg);
+            pull_free(p);
+        }
+        return;
+    }
+    Strata__Internal__V1__ReadBackupFileRequest r;
+    strata__internal__v1__read_backup_file_request__init(&r);
+    r.backup = p->src.full;
+    r.piece = p->piece;
+    r.file = p->want->files[p->file]->name;
+    p->off = 0;
+    uint8_t buf[1024];
+    size_t len = protobuf_c_message_get_packed_size(&r.base);
+    protobuf_c_message_pack(&r.base, buf);
+    if (!rpc_client_call(p->client, NODE_SVC "ReadBackupFile", st_slice_make(buf, len), NULL, 0, 0,
+                         pull_msg, pull_read_done, p))
+        pull_fail(p, ST_UNAVAILABLE, "the source's connection is gone", NULL);
+}
+
+static void pull_next_posted(void *arg) {
+    bk_pull *p = arg;
+    if (!p->aborting)
+        pull_next_file(p);
+}
+
+/* The source's manifest of the piece, checked as a seal would check it, renamed to dst. */
+static st_code pull_take_manifest(bk_pull *p, st_slice resp, st_err *err) {
+    Strata__Internal__V1__ListBackupPiecesResponse *r = (void *)btu_pb_unpack(
+        &strata__internal__v1__list_backup_pieces_response__descriptor, NULL, resp, err);
+    if (!r)
+        return ST_DATA_LOSS;
+    st_code rc =
+        st_err_set(err, ST_NOT_FOUND, "the source has no piece %s of %s", p->piece, p->src.full);
+    for (size_t i = 0; i < r->n_pieces; i++) {
+        if (strcmp(r->pieces[i]->piece, p->piece) != 0 ||
+            strcmp(r->pieces[i]->backup, p->src.full) != 0)
+            continue;
+        bk_name check;
+        p->want = piece_copy(r->pieces[i]);
+        rc = p->want ? ST_OK : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        if (rc == ST_OK) {
+            free(p->want->backup);
+            p->want->backup = strdup(p->dst.full);
+            rc = p->want->backup ? seal_validate(p->want, &check, err)
+                                 : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        }
+        break;
+    }
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return rc;
+}
+
+static void pull_list_done(st_code code, const char *message, st_slice resp, void *arg) {
+    bk_pull *p = arg;
+    if (p->aborting)
+        return;
+    if (code != ST_OK) {
+        pull_fail(p, code, "ListBackupPieces: ", message);
+        return;
+    }
+    st_err err = {0};
+    if (pull_take_manifest(p, resp, &err) != ST_OK) {
+        pull_fail(p, err.code ? err.code : ST_DATA_LOSS, "", err.msg);
+        return;
+    }
+    /* the next step may free the client: leave its callback first */
+    if (rpc_server_post(p->n->rpc, pull_next_posted, p) != ST_OK)
+        pull_fail(p, ST_RESOURCE_EXHAUSTED, "the node is overloaded; retry", NULL);
+}
+
+static st_code pull_start(bk_pull *p, st_err *err) {
+    char host[BK_HOST_MAX];
+    uint16_t port;
+    if (!st_addr_split(p->source, host, sizeof host, &port) || port == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "source '%s' is not host:port", p->source);
+    rpc_client_opts o = {.message_bytes_max = BK_PULL_LIST_MAX};
+    p->client = rpc_client_new(p->n->base, host, port, &o, err);
+    if (!p->client)
+        return err->code ? err->code : ST_UNAVAILABLE;
+    st_code rc = bk_remove_tree(p->in, err);
+    if (rc == ST_OK)
+        rc = bk_mkdirs(p->in, err);
+    if (rc != ST_OK)
+        return rc;
+    Strata__Internal__V1__ListBackupPiecesRequest r;
+    strata__internal__v1__list_backup_pieces_request__init(&r);
+    r.backup = p->src.full;
+    uint8_t buf[1024];
+    size_t len = protobuf_c_message_get_packed_size(&r.base);
+    protobuf_c_message_pack(&r.base, buf);
+    return rpc_client_unary(p->client, NODE_SVC "ListBackupPieces", st_slice_make(buf, len), NULL,
+                            0, 60000, pull_list_done, p) == ST_OK
+               ? ST_OK
+               : st_err_set(err, ST_UNAVAILABLE, "could not call the source %s", p->source);
+}
+
+static st_code pull_check(node_ctx *n, const Strata__Internal__V1__PullBackupPieceRequest *req,
+                          bk_pull *p, st_err *err) {
+    st_code rc = bk_name_parse(req->source_backup, &p->src, err);
+    if (rc == ST_OK)
+        rc = bk_name_parse(req->backup[0] ? req->backup : req->source_backup, &p->dst, err);
+    if (rc == ST_OK)
+        rc = bk_piece_check(req->piece, err);
+    if (rc == ST_OK && strlen(req->source) > BK_HOST_MAX)
+        rc = st_err_set(err, ST_INVALID_ARGUMENT, "source address over %d bytes", BK_HOST_MAX);
+    if (rc != ST_OK)
+        return rc;
+    snprintf(p->piece, sizeof p->piece, "%s", req->piece);
+    snprintf(p->source, sizeof p->source, "%s", req->source);
+    bk_piece_dir(n, &p->dst, p->piece, ".in", p->in, sizeof p->in);
+    bk_piece_dir(n, &p->dst, p->piece, "", p->final, sizeof p->final);
+    if (bk_busy(n, p->final))
+        return st_err_set(err, ST_ABORTED, "piece %s of %s is being made now; retry", p->piece,
+                          p->dst.full);
+    char dir[NODE_BK_PATH_MAX];
+    bk_backup_dir(n, &p->dst, dir, sizeof dir);
+    return bk_mkdirs(dir, err);
+}
+
+void node_h_pull_backup_piece(rpc_call *call, st_slice req_bytes, void *arg) {
+    node_ctx *n = arg;
+    Strata__Internal__V1__PullBackupPieceRequest *req = (void *)node_unpack(
+        call, &strata__internal__v1__pull_backup_piece_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    bk_pull *p = calloc(1, sizeof *p);
+    if (!p) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory pulling a piece");
+        return;
+    }
+    p->n = n;
+    p->call = call;
+    st_err err = {0};
+    st_code rc = pull_check(n, req, p, &err);
+    bk_piece *have = NULL;
+    if (rc == ST_OK &&
+        bk_piece_load(n, &p->dst, p->piece, rpc_call_arena(call), &have, NULL) == ST_OK) {
+        node_reply(call, &have->base); /* here already: a retried pull */
+        free(p);
+        return;
+    }
+    if (rc == ST_OK && !(p->owns_busy = bk_busy_add(n, p->final)))
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory pulling a piece");
+    if (rc == ST_OK) {
+        p->next = n->backups->pulls;
+        n->backups->pulls = p;
+        rc = pull_start(p, &err);
+        if (rc != ST_OK)
+            pull_unlist(p);
+    }
+    if (rc != ST_OK) {
+        node_fail(call, rc, "pulling piece %s: %s", req->piece, err.msg);
+        p->aborting = true; /* the client's callbacks, run by its free, do nothing */
+        pull_free(p);
+    }
+}
+
+void bk_pulls_abort(node_ctx *n) {
+    while (n->backups->pulls) {
+        bk_pull *p = n->backups->pulls;
+        p->aborting = true;
+        node_fail(p->call, ST_UNAVAILABLE, "the node is shutting down; pull piece %s again",
+                  p->piece);
+        pull_free(p);
+    }
+}

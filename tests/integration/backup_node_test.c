@@ -1,0 +1,555 @@
+/*
+ * Proves backups on real strata-node processes (docs/backups.md, "On a node"):
+ *   - BackupTablet freezes a tablet (idempotent per piece); writes after it are not in the piece;
+ *     PutTable + CreateTablet(restore_backup, restore_piece) makes a table whose rows are exactly
+ *     the frozen ones, also after a restart of the node;
+ *   - ReadBackupFile / WriteBackupFile / SealBackupPiece copy the piece to a second node, where it
+ *     restores the same rows; PullBackupPiece copies it there under another backup name;
+ *   - hostile names (.., /, over-long, wrong instance) are INVALID_ARGUMENT; a missing tablet,
+ *     piece or file NOT_FOUND; an out-of-order chunk FAILED_PRECONDITION; a seal with a wrong
+ *     CRC DATA_LOSS naming the file; an oversized chunk INVALID_ARGUMENT;
+ *   - kill -9 during a BackupTablet, then a restart: the piece is whole or absent, and unsealed
+ *     leftovers are gone; DeleteBackupPieces removes pieces;
+ *   - the nodes then stop cleanly (exit 0: no leak under ASan).
+ *
+ *   backup_node_test PATH/TO/strata-node
+ */
+#include <dirent.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "btclient.h"
+#include "strata/internal/v1/node.pb-c.h"
+#include "strata/rpc.h"
+
+#define NODE "/strata.internal.v1.Node/"
+#define INST "projects/p/instances/i"
+#define B1 INST "/clusters/c1/backups/b1"
+#define B2 INST "/clusters/c1/backups/b2"
+#define B3 INST "/clusters/c1/backups/b3"
+#define CALL_TIMEOUT_MS 60000
+#define ROWS 300
+
+typedef Strata__Internal__V1__BackupPiece pb_piece;
+
+static int g_failures;
+static const char *g_bin;
+static char g_dir[BT_PATH_MAX - 64], g_data[2][BT_PATH_MAX];
+static bt_proc g_node[2];
+static bt_client g_c[2];
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            printf("FAIL line %d: ", __LINE__);                                                    \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            g_failures++;                                                                          \
+        }                                                                                          \
+    } while (0)
+
+static void node_start(int i) {
+    st_err err = {0};
+    if (bt_node_start(&g_node[i], g_bin, g_data[i], &err) != ST_OK) {
+        printf("FAIL: strata-node did not start: %s\n", err.msg);
+        exit(1);
+    }
+    bt_client_init(&g_c[i], g_node[i].addr);
+}
+
+static void node_stop(int i) {
+    int status = 0;
+    bt_proc_stop(&g_node[i], SIGTERM, &status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "strata-node did not exit cleanly (status 0x%x; see %s.log)", status, g_data[i]);
+}
+
+static st_code unary(int i, const char *method, const ProtobufCMessage *req, st_buf *resp,
+                     st_err *st) {
+    char path[128];
+    snprintf(path, sizeof path, NODE "%s", method);
+    if (resp)
+        st_buf_reset(resp);
+    return bt_call_pb(g_c[i].addr, path, req, CALL_TIMEOUT_MS, resp, st);
+}
+
+static void expect_code(const char *what, st_code got, const st_err *st, st_code want,
+                        const char *needle) {
+    bool ok = got == want && (!needle || strstr(st->msg, needle));
+    printf("%-58s %-20s %s\n", what, st_code_name(got), ok ? "ok" : "WRONG");
+    CHECK(ok, "%s: got %s \"%s\", want %s%s%s", what, st_code_name(got), st->msg,
+          st_code_name(want), needle ? " with " : "", needle ? needle : "");
+}
+
+/* ---- data ---- */
+
+static void write_rows(int node, const char *table, int from, int to, const char *tag) {
+    bt_muts m;
+    bt_muts_init(&m);
+    for (int r = from; r < to; r++) {
+        char row[32], val[64];
+        snprintf(row, sizeof row, "r%04d", r);
+        snprintf(val, sizeof val, "%s-%d", tag, r);
+        bt_muts_reset(&m);
+        bt_muts_set(&m, "cf", st_slice_cstr("q"), 1000 * (1000 + r), st_slice_cstr(val));
+        st_err st = {0};
+        st_code rc = bt_mutate_row(&g_c[node], table, st_slice_cstr(row), &m, &st);
+        CHECK(rc == ST_OK, "write %s: %s", row, st.msg);
+    }
+    bt_muts_deinit(&m);
+}
+
+static void dump(int node, const char *table, st_buf *out) {
+    st_buf_reset(out);
+    bt_read_req req = {0};
+    st_err st = {0};
+    size_t n = 0;
+    st_code rc = bt_read_dump(&g_c[node], table, &req, out, &n, &st);
+    CHECK(rc == ST_OK, "reading %s: %s", table, st.msg);
+}
+
+static uint64_t first_tablet(int node, const char *table) {
+    char name[BT_NAME_MAX];
+    bt_table_name(&g_c[node], table, name);
+    Strata__Internal__V1__ListTabletsRequest req = STRATA__INTERNAL__V1__LIST_TABLETS_REQUEST__INIT;
+    req.table_name = name;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err st = {0};
+    uint64_t id = 0;
+    if (unary(node, "ListTablets", &req.base, &resp, &st) == ST_OK) {
+        Strata__Internal__V1__ListTabletsResponse *r =
+            strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data);
+        if (r && r->n_tablets)
+            id = r->tablets[0]->id;
+        if (r)
+            strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+    }
+    st_buf_free(&resp);
+    CHECK(id != 0, "no tablet for %s", table);
+    return id;
+}
+
+static st_code backup_tablet(int node, uint64_t id, const char *backup, const char *piece,
+                             pb_piece **out, st_err *st) {
+    Strata__Internal__V1__BackupTabletRequest req =
+        STRATA__INTERNAL__V1__BACKUP_TABLET_REQUEST__INIT;
+    req.tablet_id = id;
+    req.backup = (char *)backup;
+    req.piece = (char *)piece;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_code rc = unary(node, "BackupTablet", &req.base, &resp, st);
+    if (out)
+        *out = rc == ST_OK ? strata__internal__v1__backup_piece__unpack(NULL, resp.len, resp.data)
+                           : NULL;
+    st_buf_free(&resp);
+    return rc;
+}
+
+/* PutTable `table` (family cf) on node, then CreateTablet restoring the piece for all rows. */
+static st_code restore(int node, const char *table, const char *backup, const char *piece,
+                       st_err *st) {
+    char name[BT_NAME_MAX];
+    bt_table_name(&g_c[node], table, name);
+    Google__Bigtable__Admin__V2__ColumnFamily cf = GOOGLE__BIGTABLE__ADMIN__V2__COLUMN_FAMILY__INIT;
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry e =
+        GOOGLE__BIGTABLE__ADMIN__V2__TABLE__COLUMN_FAMILIES_ENTRY__INIT;
+    e.key = "cf";
+    e.value = &cf;
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *ev[] = {&e};
+    Google__Bigtable__Admin__V2__Table t = GOOGLE__BIGTABLE__ADMIN__V2__TABLE__INIT;
+    t.name = name;
+    t.column_families = ev;
+    t.n_column_families = 1;
+    Strata__Internal__V1__PutTableRequest put = STRATA__INTERNAL__V1__PUT_TABLE_REQUEST__INIT;
+    put.table = &t;
+    st_code rc = unary(node, "PutTable", &put.base, NULL, st);
+    if (rc != ST_OK)
+        return rc;
+    Strata__Internal__V1__CreateTabletRequest req =
+        STRATA__INTERNAL__V1__CREATE_TABLET_REQUEST__INIT;
+    req.table_name = name;
+    req.restore_backup = (char *)backup;
+    req.restore_piece = (char *)piece;
+    return unary(node, "CreateTablet", &req.base, NULL, st);
+}
+
+static pb_piece *list_piece(int node, const char *backup, const char *piece) {
+    Strata__Internal__V1__ListBackupPiecesRequest req =
+        STRATA__INTERNAL__V1__LIST_BACKUP_PIECES_REQUEST__INIT;
+    req.backup = (char *)backup;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err st = {0};
+    pb_piece *found = NULL;
+    if (unary(node, "ListBackupPieces", &req.base, &resp, &st) == ST_OK) {
+        Strata__Internal__V1__ListBackupPiecesResponse *r =
+            strata__internal__v1__list_backup_pieces_response__unpack(NULL, resp.len, resp.data);
+        for (size_t i = 0; r && i < r->n_pieces && !found; i++) {
+            if (strcmp(r->pieces[i]->piece, piece) != 0)
+                continue;
+            size_t len = protobuf_c_message_get_packed_size(&r->pieces[i]->base);
+            uint8_t *buf = malloc(len + 1);
+            protobuf_c_message_pack(&r->pieces[i]->base, buf);
+            found = strata__internal__v1__backup_piece__unpack(NULL, len, buf);
+            free(buf);
+        }
+        if (r)
+            strata__internal__v1__list_backup_pieces_response__free_unpacked(r, NULL);
+    }
+    st_buf_free(&resp);
+    return found;
+}
+
+/* ---- file copies ---- */
+
+typedef struct copy_ctx {
+    int to;
+    const char *backup, *piece, *file;
+    st_code rc;
+    st_err st;
+    uint64_t bytes;
+} copy_ctx;
+
+static void copy_chunk(st_slice msg, void *arg) {
+    copy_ctx *c = arg;
+    Strata__Internal__V1__BackupFileChunk *in =
+        strata__internal__v1__backup_file_chunk__unpack(NULL, msg.len, msg.data);
+    if (!in) {
+        c->rc = ST_DATA_LOSS;
+        return;
+    }
+    CHECK(in->offset == c->bytes && in->data.len <= (1u << 20), "chunk at %" PRIu64 " len %zu",
+          in->offset, in->data.len);
+    Strata__Internal__V1__BackupFileChunk out = STRATA__INTERNAL__V1__BACKUP_FILE_CHUNK__INIT;
+    out.backup = (char *)c->backup;
+    out.piece = (char *)c->piece;
+    out.file = (char *)c->file;
+    out.offset = in->offset;
+    out.data = in->data;
+    if (c->rc == ST_OK)
+        c->rc = unary(c->to, "WriteBackupFile", &out.base, NULL, &c->st);
+    c->bytes += in->data.len;
+    strata__internal__v1__backup_file_chunk__free_unpacked(in, NULL);
+}
+
+static st_code read_file(int from, const char *backup, const char *piece, const char *file,
+                         void (*fn)(st_slice, void *), void *arg, st_err *st) {
+    Strata__Internal__V1__ReadBackupFileRequest req =
+        STRATA__INTERNAL__V1__READ_BACKUP_FILE_REQUEST__INIT;
+    req.backup = (char *)backup;
+    req.piece = (char *)piece;
+    req.file = (char *)file;
+    size_t len = protobuf_c_message_get_packed_size(&req.base);
+    uint8_t buf[1024];
+    protobuf_c_message_pack(&req.base, buf);
+    return rpc_blocking_stream(g_c[from].addr, NULL, NODE "ReadBackupFile", st_slice_make(buf, len),
+                               NULL, 0, CALL_TIMEOUT_MS, fn, arg, st);
+}
+
+/* Copies piece p of node `from` to node `to` file by file, then seals it there. */
+static st_code export_import(int from, int to, const pb_piece *p, st_err *st) {
+    for (size_t i = 0; i < p->n_files; i++) {
+        copy_ctx c = {.to = to, .backup = p->backup, .piece = p->piece, .file = p->files[i]->name};
+        st_code rc = read_file(from, p->backup, p->piece, p->files[i]->name, copy_chunk, &c, st);
+        if (rc == ST_OK && c.rc != ST_OK) {
+            *st = c.st;
+            rc = c.rc;
+        }
+        if (rc != ST_OK)
+            return rc;
+        CHECK(c.bytes == p->files[i]->size, "copied %" PRIu64 " of %" PRIu64 " bytes", c.bytes,
+              p->files[i]->size);
+    }
+    return unary(to, "SealBackupPiece", &p->base, NULL, st);
+}
+
+/* ---- parts of the test ---- */
+
+static void test_hostile(uint64_t id) {
+    st_err st = {0};
+    st_code rc = backup_tablet(0, id, INST "/clusters/c1/backups/..", "p", NULL, &st);
+    expect_code("BackupTablet backup id ..", rc, &st, ST_INVALID_ARGUMENT, "invalid backup");
+    rc = backup_tablet(0, id, INST "/clusters/../backups/b", "p", NULL, &st);
+    expect_code("BackupTablet cluster ..", rc, &st, ST_INVALID_ARGUMENT, NULL);
+    rc = backup_tablet(0, id, INST "/clusters/c1/backups/b/x", "p", NULL, &st);
+    expect_code("BackupTablet backup with /", rc, &st, ST_INVALID_ARGUMENT, NULL);
+    rc = backup_tablet(0, id, B1, "../../x", NULL, &st);
+    expect_code("BackupTablet piece ../../x", rc, &st, ST_INVALID_ARGUMENT, "invalid piece");
+    char longp[200];
+    memset(longp, 'a', sizeof longp - 1);
+    longp[sizeof longp - 1] = '\0';
+    rc = backup_tablet(0, id, B1, longp, NULL, &st);
+    expect_code("BackupTablet piece of 199 bytes", rc, &st, ST_INVALID_ARGUMENT, NULL);
+    rc = backup_tablet(0, id, "projects/p/instances/other/clusters/c1/backups/b", "p", NULL, &st);
+    expect_code("BackupTablet into another instance", rc, &st, ST_INVALID_ARGUMENT, "instance");
+    rc = backup_tablet(0, 424242, B1, "p", NULL, &st);
+    expect_code("BackupTablet missing tablet", rc, &st, ST_NOT_FOUND, NULL);
+    rc = read_file(0, B1, "p0", "../p0/PIECE", NULL, NULL, &st);
+    expect_code("ReadBackupFile file ../p0/PIECE", rc, &st, ST_INVALID_ARGUMENT, NULL);
+    rc = read_file(0, B1, "p0", "PIECE", NULL, NULL, &st);
+    expect_code("ReadBackupFile the manifest", rc, &st, ST_INVALID_ARGUMENT, NULL);
+    rc = read_file(0, B1, "p0", "00000000000000999999.sst", NULL, NULL, &st);
+    expect_code("ReadBackupFile missing file", rc, &st, ST_NOT_FOUND, NULL);
+    rc = read_file(0, B2, "p0", "00000000000000999999.sst", NULL, NULL, &st);
+    expect_code("ReadBackupFile missing backup", rc, &st, ST_NOT_FOUND, NULL);
+    rc = read_file(0, "projects/p/instances/i/backups/b1", "p0", "a.sst", NULL, NULL, &st);
+    expect_code("ReadBackupFile name without cluster", rc, &st, ST_INVALID_ARGUMENT, NULL);
+    rc = restore(0, "nowhere", B1, "nope", &st);
+    expect_code("CreateTablet restoring a missing piece", rc, &st, ST_NOT_FOUND, NULL);
+}
+
+static void test_write_rules(void) {
+    st_err st = {0};
+    Strata__Internal__V1__BackupFileChunk c = STRATA__INTERNAL__V1__BACKUP_FILE_CHUNK__INIT;
+    c.backup = B3;
+    c.piece = "w";
+    c.file = "x.sst";
+    uint8_t data[100] = {1, 2, 3};
+    c.data = (ProtobufCBinaryData){sizeof data, data};
+    c.offset = 5;
+    st_code rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
+    expect_code("WriteBackupFile first chunk not at 0", rc, &st, ST_FAILED_PRECONDITION, NULL);
+    c.offset = 0;
+    rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
+    expect_code("WriteBackupFile at 0", rc, &st, ST_OK, NULL);
+    c.offset = 50;
+    rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
+    expect_code("WriteBackupFile out of order", rc, &st, ST_FAILED_PRECONDITION, "100");
+    c.file = "../x.sst";
+    c.offset = 0;
+    rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
+    expect_code("WriteBackupFile file ../x.sst", rc, &st, ST_INVALID_ARGUMENT, NULL);
+    c.file = "y.sst";
+    uint8_t *big = calloc(1, (2u << 20));
+    c.data = (ProtobufCBinaryData){2u << 20, big};
+    rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
+    expect_code("WriteBackupFile 2 MiB chunk", rc, &st, ST_INVALID_ARGUMENT, "at most");
+    free(big);
+    Strata__Internal__V1__BackupFile f = STRATA__INTERNAL__V1__BACKUP_FILE__INIT;
+    f.name = "x.sst";
+    f.size = sizeof data;
+    f.crc32c = st_crc32c(0, data, sizeof data) ^ 1;
+    Strata__Internal__V1__BackupFile *fv[] = {&f};
+    pb_piece p = STRATA__INTERNAL__V1__BACKUP_PIECE__INIT;
+    p.backup = B3;
+    p.piece = "w";
+    p.table_name = INST "/tables/t";
+    p.files = fv;
+    p.n_files = 1;
+    rc = unary(1, "SealBackupPiece", &p.base, NULL, &st);
+    expect_code("SealBackupPiece wrong CRC", rc, &st, ST_DATA_LOSS, "x.sst");
+    f.crc32c ^= 1;
+    f.size = 99;
+    rc = unary(1, "SealBackupPiece", &p.base, NULL, &st);
+    expect_code("SealBackupPiece wrong size", rc, &st, ST_DATA_LOSS, "x.sst");
+    f.size = sizeof data;
+    rc = unary(1, "SealBackupPiece", &p.base, NULL, &st);
+    expect_code("SealBackupPiece right size and CRC", rc, &st, ST_OK, NULL);
+    rc = unary(1, "SealBackupPiece", &p.base, NULL, &st);
+    expect_code("SealBackupPiece again (idempotent)", rc, &st, ST_OK, NULL);
+    c.data = (ProtobufCBinaryData){sizeof data, data};
+    c.file = "x.sst";
+    rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
+    expect_code("WriteBackupFile into a sealed piece", rc, &st, ST_ALREADY_EXISTS, NULL);
+    Strata__Internal__V1__DeleteBackupPiecesRequest d =
+        STRATA__INTERNAL__V1__DELETE_BACKUP_PIECES_REQUEST__INIT;
+    d.backup = B3;
+    rc = unary(1, "DeleteBackupPieces", &d.base, NULL, &st);
+    expect_code("DeleteBackupPieces", rc, &st, ST_OK, NULL);
+    pb_piece *gone = list_piece(1, B3, "w");
+    CHECK(!gone, "piece w still listed after DeleteBackupPieces");
+    strata__internal__v1__backup_piece__free_unpacked(gone, NULL);
+}
+
+static bool has_dotted_leftover(const char *data) {
+    char path[BT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/backups/i/c1/b1", data);
+    DIR *d = opendir(path);
+    bool found = false;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && strchr(e->d_name, '.'))
+            found = true;
+    if (d)
+        closedir(d);
+    return found;
+}
+
+typedef struct bg_backup {
+    uint64_t id;
+    st_code rc;
+} bg_backup;
+
+static void *bg_backup_run(void *arg) {
+    bg_backup *b = arg;
+    st_err st = {0};
+    b->rc = backup_tablet(0, b->id, B1, "kill", NULL, &st);
+    return NULL;
+}
+
+/* Values big enough that the freeze's flush takes a while: the kill lands inside it. */
+static void write_big(const char *table) {
+    bt_muts m;
+    bt_muts_init(&m);
+    size_t len = (size_t)1 << 20;
+    char *val = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        val[i] = (char)('a' + (i * 7919) % 26);
+    for (int r = 0; r < 24; r++) {
+        char row[32];
+        snprintf(row, sizeof row, "big%02d", r);
+        val[0] = (char)('A' + r);
+        bt_muts_reset(&m);
+        bt_muts_set(&m, "cf", st_slice_cstr("q"), 1000000, st_slice_make((uint8_t *)val, len));
+        st_err st = {0};
+        CHECK(bt_mutate_row(&g_c[0], table, st_slice_cstr(row), &m, &st) == ST_OK, "big: %s",
+              st.msg);
+    }
+    free(val);
+    bt_muts_deinit(&m);
+}
+
+/* kill -9 once the backup's unsealed directory exists (the freeze is under way); after the
+ * restart the piece is whole (every listed file readable) or absent, and no unsealed directory
+ * is left. A leftover made by hand goes too. */
+static void test_kill(const char *table) {
+    write_big(table);
+    uint64_t id = first_tablet(0, table);
+    char tmp[BT_PATH_MAX + 64];
+    snprintf(tmp, sizeof tmp, "%s/backups/i/c1/b1/kill.tmp", g_data[0]);
+    pthread_t th;
+    bg_backup b = {id, ST_UNKNOWN};
+    pthread_create(&th, NULL, bg_backup_run, &b);
+    struct stat sb;
+    for (int i = 0; i < 200000 && stat(tmp, &sb) != 0; i++) /* hang guard, not a timing check */
+        usleep(50);
+    bool mid = stat(tmp, &sb) == 0;
+    bt_proc_stop(&g_node[0], SIGKILL, NULL);
+    pthread_join(th, NULL);
+    char junk[BT_PATH_MAX + 64];
+    snprintf(junk, sizeof junk, "%s/backups/i/c1/b1/half.in", g_data[0]);
+    mkdir(junk, 0700);
+    node_start(0);
+    CHECK(!has_dotted_leftover(g_data[0]), "an unsealed piece directory survived the restart");
+    pb_piece *p = list_piece(0, B1, "kill");
+    printf("%-58s %s%s\n", "piece after kill -9 during BackupTablet", p ? "whole" : "absent",
+           mid ? " (killed mid-freeze)" : "");
+    for (size_t i = 0; p && i < p->n_files; i++) {
+        st_err st = {0};
+        st_code rc = read_file(0, B1, "kill", p->files[i]->name, NULL, NULL, &st);
+        CHECK(rc == ST_OK, "file %s of the surviving piece: %s", p->files[i]->name, st.msg);
+    }
+    if (p)
+        strata__internal__v1__backup_piece__free_unpacked(p, NULL);
+    /* the tablet itself is intact and can be frozen again */
+    p = NULL;
+    st_err st = {0};
+    st_code rc = backup_tablet(0, first_tablet(0, table), B1, "after", &p, &st);
+    expect_code("BackupTablet after the restart", rc, &st, ST_OK, NULL);
+    if (p)
+        strata__internal__v1__backup_piece__free_unpacked(p, NULL);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || access(argv[1], X_OK) != 0) {
+        printf("SKIP: usage: backup_node_test PATH/TO/strata-node\n");
+        return 77;
+    }
+    g_bin = argv[1];
+    bt_tmpdir(g_dir, sizeof g_dir, "backup_node");
+    snprintf(g_data[0], sizeof g_data[0], "%s/a", g_dir);
+    snprintf(g_data[1], sizeof g_data[1], "%s/b", g_dir);
+    node_start(0);
+    node_start(1);
+    st_err st = {0};
+    CHECK(bt_create_table(&g_c[0], "src", "cf", &st) == ST_OK, "create: %s", st.msg);
+    write_rows(0, "src", 0, ROWS, "v1");
+    uint64_t id = first_tablet(0, "src");
+    st_buf frozen, now;
+    st_buf_init(&frozen);
+    st_buf_init(&now);
+    dump(0, "src", &frozen);
+
+    pb_piece *p = NULL, *again = NULL;
+    st_code rc = backup_tablet(0, id, B1, "p0", &p, &st);
+    expect_code("BackupTablet", rc, &st, ST_OK, NULL);
+    CHECK(p && p->n_files > 0 && p->size_bytes > 0 && p->frozen_us > 0, "piece without files");
+    rc = backup_tablet(0, id, B1, "p0", &again, &st);
+    expect_code("BackupTablet again (idempotent)", rc, &st, ST_OK, NULL);
+    CHECK(again && p && again->n_files == p->n_files && again->frozen_us == p->frozen_us,
+          "the retried BackupTablet made another piece");
+
+    /* writes after the freeze: not in the piece */
+    write_rows(0, "src", 0, 10, "v2");
+    write_rows(0, "src", ROWS, ROWS + 20, "v2");
+    rc = restore(0, "restored", B1, "p0", &st);
+    expect_code("CreateTablet restoring the piece", rc, &st, ST_OK, NULL);
+    dump(0, "restored", &now);
+    CHECK(now.len == frozen.len && memcmp(now.data, frozen.data, now.len) == 0,
+          "restored rows differ from the frozen ones (%zu vs %zu bytes)", now.len, frozen.len);
+    write_rows(0, "restored", 0, 1, "after"); /* the restored table takes writes */
+
+    test_hostile(id);
+
+    /* export / import to node 1, restore there */
+    rc = p ? export_import(0, 1, p, &st) : ST_INTERNAL;
+    expect_code("Read/WriteBackupFile + SealBackupPiece to node 2", rc, &st, ST_OK, NULL);
+    rc = restore(1, "imported", B1, "p0", &st);
+    expect_code("CreateTablet restoring the imported piece", rc, &st, ST_OK, NULL);
+    dump(1, "imported", &now);
+    CHECK(now.len == frozen.len && memcmp(now.data, frozen.data, now.len) == 0,
+          "imported rows differ from the frozen ones");
+
+    /* PullBackupPiece under another name */
+    Strata__Internal__V1__PullBackupPieceRequest pull =
+        STRATA__INTERNAL__V1__PULL_BACKUP_PIECE_REQUEST__INIT;
+    pull.source = g_node[0].addr;
+    pull.source_backup = B1;
+    pull.piece = "p0";
+    pull.backup = B2;
+    rc = unary(1, "PullBackupPiece", &pull.base, NULL, &st);
+    expect_code("PullBackupPiece", rc, &st, ST_OK, NULL);
+    rc = unary(1, "PullBackupPiece", &pull.base, NULL, &st);
+    expect_code("PullBackupPiece again (idempotent)", rc, &st, ST_OK, NULL);
+    pull.piece = "nope";
+    rc = unary(1, "PullBackupPiece", &pull.base, NULL, &st);
+    expect_code("PullBackupPiece of a missing piece", rc, &st, ST_NOT_FOUND, NULL);
+    rc = restore(1, "pulled", B2, "p0", &st);
+    expect_code("CreateTablet restoring the pulled piece", rc, &st, ST_OK, NULL);
+    dump(1, "pulled", &now);
+    CHECK(now.len == frozen.len && memcmp(now.data, frozen.data, now.len) == 0,
+          "pulled rows differ from the frozen ones");
+
+    test_write_rules();
+
+    /* a restart keeps the restored table */
+    node_stop(1);
+    node_start(1);
+    dump(1, "pulled", &now);
+    CHECK(now.len == frozen.len && memcmp(now.data, frozen.data, now.len) == 0,
+          "pulled rows differ after a restart");
+
+    test_kill("src");
+
+    node_stop(0);
+    node_stop(1);
+    if (p)
+        strata__internal__v1__backup_piece__free_unpacked(p, NULL);
+    if (again)
+        strata__internal__v1__backup_piece__free_unpacked(again, NULL);
+    st_buf_free(&frozen);
+    st_buf_free(&now);
+    if (g_failures == 0)
+        bt_rmrf(g_dir);
+    printf("%s (%d failures)\n", g_failures ? "FAILED" : "PASSED", g_failures);
+    return g_failures ? 1 : 0;
+}
