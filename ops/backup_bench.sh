@@ -38,8 +38,10 @@ CL=$(sed -n 's/^\[cluster \([^]]*\)\]$/\1/p' "$A/topology" | head -n1)
 NODE=$(ls -d "$A/$CL"-0)
 KEYS=$((MB * 16))
 echo "loading $MB MiB ($KEYS rows of 64 KiB) into table big of A..." >&2
+# bulkwrite sends 100 rows per MutateRows call: KEYS / 100 calls write each key once
 "$STRATA" bench --dir "$A" --project p --instance i --table big --workload bulkwrite \
-  --dist sequential --keys "$KEYS" --requests "$KEYS" --value-size 65536 --no-lag --quiet \
+  --dist sequential --keys "$KEYS" --requests $(((KEYS + 99) / 100)) --value-size 65536 \
+  --no-lag --quiet \
   >"$T/load.out" 2>&1 || { cat "$T/load.out" >&2; exit 1; }
 BK=("$STRATA" backup --dir "$A" --quiet)
 "${BK[@]}" create big --id warm --wait >/dev/null # flushes the memtable: b1 then costs links only
