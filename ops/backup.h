@@ -106,6 +106,11 @@ st_code ops_bk_out_close(ops_bk_out *o, ops_bk_file *f, st_err *err);
 /* Closes and removes the temporary file (after a failure). */
 void ops_bk_out_abort(ops_bk_out *o);
 
+/* Makes dir/pieces/<to_piece>/<name> a hard link to the same file of from_piece (an export
+ * writes a file that several pieces of one node share only once). */
+st_code ops_bk_link(const char *dir, const char *from_piece, const char *to_piece, const char *name,
+                    st_err *err);
+
 /* Syncs every piece directory, then writes MANIFEST under a temporary name, fsyncs it, renames
  * it and syncs dir: the manifest exists only once every file it names is durable. */
 st_code ops_bk_manifest_write(const char *dir, const ops_bk_manifest *m, st_err *err);
@@ -125,6 +130,10 @@ st_code ops_bk_check_sizes(const char *dir, const ops_bk_manifest *m, st_err *er
  * (the import sends them on) and may be NULL. DATA_LOSS names the file. */
 st_code ops_bk_check_file(const char *dir, const ops_bk_piece *p, const ops_bk_file *f,
                           ops_bk_read_fn on_data, void *arg, st_err *err);
+/* The file's device and inode (false when it cannot be looked at): a file that several pieces
+ * share through hard links is read once by verify. */
+bool ops_bk_file_id(const char *dir, const ops_bk_piece *p, const ops_bk_file *f, uint64_t *dev,
+                    uint64_t *ino);
 /* ops_bk_manifest_load + ops_bk_check_file for every file. */
 st_code ops_bk_verify(const char *dir, ops_bk_manifest *m, ops_bk_read_fn on_data, void *arg,
                       st_err *err);

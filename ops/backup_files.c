@@ -173,6 +173,21 @@ static st_code write_all_file(const char *path, st_slice data, st_err *err) {
     return close(fd) == 0 ? ST_OK : io_err(err, "cannot close", path);
 }
 
+st_code ops_bk_link(const char *dir, const char *from_piece, const char *to_piece, const char *name,
+                    st_err *err) {
+    char from[4096], pdir[4096], to[4096];
+    if (!ops_bk_piece_id_ok(from_piece) || !ops_bk_piece_id_ok(to_piece) ||
+        !ops_bk_file_name_ok(name))
+        return st_err_set(err, ST_INVALID_ARGUMENT, "names an export cannot hold");
+    if (!path_fmt(from, sizeof from, err, "%s/%s/%s/%s", dir, OPS_BK_PIECES, from_piece, name) ||
+        !path_fmt(pdir, sizeof pdir, err, "%s/%s/%s", dir, OPS_BK_PIECES, to_piece) ||
+        !path_fmt(to, sizeof to, err, "%s/%s", pdir, name))
+        return ST_INVALID_ARGUMENT;
+    if (mkdir(pdir, 0755) != 0 && errno != EEXIST)
+        return io_err(err, "cannot create", pdir);
+    return link(from, to) == 0 ? ST_OK : io_err(err, "cannot link to", to);
+}
+
 st_code ops_bk_manifest_write(const char *dir, const ops_bk_manifest *m, st_err *err) {
     char p[4096], tmp[4096], fin[4096];
     st_code rc = ST_OK;
@@ -344,6 +359,17 @@ st_code ops_bk_check_file(const char *dir, const ops_bk_piece *p, const ops_bk_f
     rc = read_compare(fd, path, f, on_data, arg, err);
     close(fd);
     return rc;
+}
+
+bool ops_bk_file_id(const char *dir, const ops_bk_piece *p, const ops_bk_file *f, uint64_t *dev,
+                    uint64_t *ino) {
+    char path[4096];
+    struct stat st;
+    if (!file_path(dir, p, f, path, sizeof path, NULL) || lstat(path, &st) != 0)
+        return false;
+    *dev = (uint64_t)st.st_dev;
+    *ino = (uint64_t)st.st_ino;
+    return true;
 }
 
 st_code ops_bk_verify(const char *dir, ops_bk_manifest *m, ops_bk_read_fn on_data, void *arg,

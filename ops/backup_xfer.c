@@ -169,6 +169,32 @@ static uint64_t layout_bytes(const Strata__Internal__V1__BackupLayout *l) {
     return n;
 }
 
+/* Pieces of one node share files (a tablet split keeps its files whole in both halves): a file
+ * already exported for an earlier piece of the same node, same name, size and CRC32C, is hard
+ * linked instead of read again. False: not shared, or the link failed (then it is read). */
+static bool export_link(bk_xfer *x, const char *dir, const Strata__Internal__V1__BackupLayout *l,
+                        const ops_bk_manifest *m, size_t i,
+                        const Strata__Internal__V1__BackupFile *bf, ops_bk_piece *p) {
+    for (size_t k = 0; k < i && k + 1 < m->n_pieces; k++) {
+        if (strcmp(l->pieces[k]->node, l->pieces[i]->node))
+            continue;
+        const ops_bk_piece *q = &m->pieces[k];
+        for (size_t j = 0; j < q->n_files; j++) {
+            const ops_bk_file *f = &q->files[j];
+            if (strcmp(f->name, bf->name ? bf->name : "") || f->size != bf->size ||
+                f->crc32c != bf->crc32c)
+                continue;
+            ops_bk_file copy = *f;
+            if (ops_bk_link(dir, q->id, p->id, f->name, NULL) != ST_OK ||
+                !ops_bk_piece_add_file(p, &copy))
+                return false;
+            ops_progress_add(&x->prog, f->size);
+            return true;
+        }
+    }
+    return false;
+}
+
 static st_code export_layout(bk_xfer *x, const char *dir,
                              const Strata__Internal__V1__BackupLayout *l, ops_bk_manifest *m,
                              st_err *err) {
@@ -184,7 +210,8 @@ static st_code export_layout(bk_xfer *x, const char *dir,
         if (!p)
             return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
         for (size_t j = 0; rc == ST_OK && j < bp->n_files; j++)
-            rc = export_file(x, dir, pl, bp->files[j], p, err);
+            if (!export_link(x, dir, l, m, i, bp->files[j], p))
+                rc = export_file(x, dir, pl, bp->files[j], p, err);
     }
     if (rc == ST_OK)
         rc = ops_bk_manifest_write(dir, m, err);
@@ -265,6 +292,27 @@ static st_code progress_chunk(const uint8_t *data, size_t len, void *arg, st_err
     return check_interrupt(err);
 }
 
+/* True when file j of piece i is the same inode as a file of an earlier piece with the same
+ * manifest entry, which was checked already (a hard link of the export). */
+static bool seen_before(const char *dir, const ops_bk_manifest *m, size_t i, size_t j,
+                        ops_progress *p) {
+    const ops_bk_file *f = &m->pieces[i].files[j];
+    uint64_t dev, ino, d2, i2;
+    if (!ops_bk_file_id(dir, &m->pieces[i], f, &dev, &ino))
+        return false;
+    for (size_t k = 0; k < i; k++)
+        for (size_t n = 0; n < m->pieces[k].n_files; n++) {
+            const ops_bk_file *g = &m->pieces[k].files[n];
+            if (g->size == f->size && g->crc32c == f->crc32c &&
+                !memcmp(g->sha256, f->sha256, sizeof f->sha256) &&
+                ops_bk_file_id(dir, &m->pieces[k], g, &d2, &i2) && d2 == dev && i2 == ino) {
+                ops_progress_add(p, f->size);
+                return true;
+            }
+        }
+    return false;
+}
+
 int bk_verify(bk_ctx *c) {
     if (c->a.n_pos != 1) {
         fprintf(stderr, "strata backup verify: want DIR (see strata backup --help)\n");
@@ -282,8 +330,9 @@ int bk_verify(bk_ctx *c) {
                       c->a.quiet || rc != ST_OK);
     for (size_t i = 0; rc == ST_OK && i < m.n_pieces; i++)
         for (size_t j = 0; rc == ST_OK && j < m.pieces[i].n_files; j++)
-            rc = ops_bk_check_file(dir, &m.pieces[i], &m.pieces[i].files[j], progress_chunk, &p,
-                                   &err);
+            if (!seen_before(dir, &m, i, j, &p))
+                rc = ops_bk_check_file(dir, &m.pieces[i], &m.pieces[i].files[j], progress_chunk, &p,
+                                       &err);
     ops_progress_finish(&p, rc == ST_OK);
     if (rc == ST_OK)
         print_summary(c, "verified", m.backup, dir, &m, &p);

@@ -6,7 +6,8 @@
  *   - Node ReadBackupFile, WriteBackupFile, SealBackupPiece (sizes and CRC32C checked), with
  *     pieces as files under ROOT/<backup id>/<piece>/<file>, every piece "on" this address.
  * At start it holds backup b1 of cluster c1 (table t): piece p0 ["", "m") with 000001.sst
- * (3 MiB + 17 bytes) and an empty 000002.sst, piece p1 ["m", end) with 000003.sst (100 KiB).
+ * (3 MiB + 17 bytes) and an empty 000002.sst, piece p1 ["m", end) with 000003.sst (100 KiB) and
+ * the same 000001.sst as p0 (a split's halves share their files).
  * Prints "fake listening on 127.0.0.1:PORT" and serves until killed.
  *   backup_fake_server ROOT */
 #define _DEFAULT_SOURCE
@@ -543,6 +544,8 @@ static void seed(void) {
     seed_file(b->pieces[0], "p0", "000002.sst", 0, 2);
     b->pieces[1] = seed_piece("p1", "m", "");
     seed_file(b->pieces[1], "p1", "000003.sst", 100 << 10, 3);
+    seed_file(b->pieces[1], "p1", "000001.sst", (3 << 20) + 17,
+              1); /* shared with p0, as after a split */
     b->n = 2;
 }
 
