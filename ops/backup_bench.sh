@@ -4,7 +4,9 @@
 # into A with `strata bench --workload bulkwrite` (64 KiB values); then, once each:
 #   - backup create --wait on A (after a first backup flushed the memtable), and the extra disk
 #     it costs (du of A's node before and after: hard links cost no data blocks);
-#   - export to a directory, against `cp -r` (then `sync`) of the same files in the same run;
+#   - export to a directory, against `cp -a` and `cp -r` (then `sync`) of the exported files in the
+#     same run (the export hard-links files that pieces share; cp -a keeps those links, cp -r
+#     copies each);
 #   - the disk's sequential write bandwidth: dd if=/dev/zero bs=1M count=1024 conv=fsync;
 #   - import into B, and restore on B, against that bandwidth.
 # Prints one human line per figure and a final `backup-bench key=value ...` line. Not a test:
@@ -61,14 +63,23 @@ t0=$(now)
 "${BK[@]}" export b1 "$T/exp" >/dev/null
 t1=$(now)
 export_s=$(secs "$t0" "$t1")
+# the export links files that pieces share: cp -a (links kept) copies the same distinct bytes,
+# cp -r copies every link as a file of its own
+DISTINCT=$(du -sb "$T/exp/pieces" | cut -f1)
 t0=$(now)
-cp -r "$T/exp/pieces" "$T/cp"
+cp -a "$T/exp/pieces" "$T/cpa"
+sync
 t1=$(now)
+rm -rf "$T/cpa"
 sync
 t2=$(now)
-cp_s=$(secs "$t0" "$t1")
-cpsync_s=$(secs "$t0" "$t2")
-echo "export: $export_s s ($(rate "$BYTES" "$export_s") MiB/s, every file fsync'd); cp -r: $cp_s s ($(rate "$BYTES" "$cp_s") MiB/s), cp -r + sync: $cpsync_s s ($(rate "$BYTES" "$cpsync_s") MiB/s)"
+cp -r "$T/exp/pieces" "$T/cp"
+sync
+t3=$(now)
+rm -rf "$T/cp"
+cpa_s=$(secs "$t0" "$t1")
+cp_s=$(secs "$t2" "$t3")
+echo "export: $export_s s for $DISTINCT distinct bytes ($(rate "$DISTINCT" "$export_s") MiB/s, every file fsync'd); cp -a + sync: $cpa_s s ($(rate "$DISTINCT" "$cpa_s") MiB/s); cp -r + sync: $cp_s s ($(rate "$BYTES" "$cp_s") MiB/s of $BYTES bytes)"
 
 t0=$(now)
 dd if=/dev/zero of="$T/dd" bs=1M count=1024 conv=fsync status=none
@@ -91,6 +102,7 @@ restore_ratio=$(python3 -c "print(f'{$BYTES / $restore_s / $DD_BPS:.2f}')")
 echo "import: $import_s s ($(rate "$BYTES" "$import_s") MiB/s, $import_ratio of dd)"
 echo "restore: $restore_s s ($(rate "$BYTES" "$restore_s") MiB/s, $restore_ratio of dd)"
 echo "backup-bench size_bytes=$BYTES create_s=$create_s extra_disk_bytes=$extra" \
-  "export_s=$export_s cp_s=$cp_s cp_sync_s=$cpsync_s export_vs_cp=$(ratio "$cp_s" "$export_s")" \
-  "export_vs_cp_sync=$(ratio "$cpsync_s" "$export_s") dd_s=$dd_s import_s=$import_s" \
+  "distinct_bytes=$DISTINCT export_s=$export_s cp_a_sync_s=$cpa_s cp_r_sync_s=$cp_s" \
+  "export_vs_cp_a=$(ratio "$cpa_s" "$export_s") export_vs_cp_r=$(ratio "$cp_s" "$export_s")" \
+  "dd_s=$dd_s import_s=$import_s" \
   "import_vs_dd=$import_ratio restore_s=$restore_s restore_vs_dd=$restore_ratio"
