@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backup_cli.h"
 #include "instance.h"
@@ -21,6 +22,8 @@
 #include "strata/internal/v1/node.pb-c.h"
 
 #define BK_NODES_MAX 64
+#define BK_READ_RETRIES 3 /* ReadBackupFile streams that drop: resumed from their offset */
+#define BK_RETRY_MS 200   /* then 400, 800 */
 
 /* Set by SIGINT/SIGTERM during a transfer, read between chunks: the one piece of mutable global
  * state here, as a signal handler can reach nothing else. */
@@ -120,8 +123,17 @@ static st_code export_file(bk_xfer *x, const char *dir,
     req.file = bf->name;
     x->off = 0;
     x->node = pl->node;
-    rc = bk_conn_stream(k, BK_SVC_NODE "ReadBackupFile", &req.base, export_chunk, x,
-                        BK_FILE_TIMEOUT_MS, err);
+    for (int attempt = 0;; attempt++) { /* a dropped stream resumes where it stopped */
+        req.offset = x->off;
+        rc = bk_conn_stream(k, BK_SVC_NODE "ReadBackupFile", &req.base, export_chunk, x,
+                            BK_FILE_TIMEOUT_MS, err);
+        if (rc == ST_OK || attempt == BK_READ_RETRIES || bk_interrupted ||
+            (rc != ST_UNAVAILABLE && rc != ST_ABORTED && rc != ST_DEADLINE_EXCEEDED))
+            break;
+        ops_progress_note(&x->prog, "%s (retrying from byte %llu)", err->msg,
+                          (unsigned long long)x->off);
+        usleep(BK_RETRY_MS * 1000 << attempt);
+    }
     if (rc != ST_OK) {
         ops_bk_out_abort(&x->out);
         return rc;

@@ -2,7 +2,8 @@
 # backup_cli_fake_test.sh — `strata backup` against backup_fake_server (router and node in one
 # process, pieces as plain files), so the CLI is tested apart from the real router and node:
 #   1. create --wait, list (--json, across pages), describe, delete, restore --wait;
-#   2. export b1 -> verify OK; the export's files equal the backup's, byte for byte;
+#   2. export b1 -> verify OK; the export's files equal the backup's, byte for byte, although the
+#      fake drops the first stream of 000001.sst after 1 MiB (the export resumes at the offset);
 #   3. a flipped byte, a truncated file, a missing file: verify refuses, naming the file;
 #   4. import of the intact export as b2: the server's files equal the originals, b2 READY;
 #   5. import of a damaged export: refused naming the file, and b3 does not stay behind;
@@ -16,7 +17,7 @@ command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 
 tmp=$(make_tmp)
 bad() { echo "FAIL: $*" >&2; exit 1; }
 
-"$FAKE" "$tmp/root" >"$tmp/fake.log" 2>&1 &
+"$FAKE" "$tmp/root" --drop-once >"$tmp/fake.log" 2>&1 &
 PIDS+=("$!")
 ADDR=$(wait_line "$tmp/fake.log" '127\.0\.0\.1:[0-9]+') || bad "the fake server did not start"
 BK=(timeout 120 "$STRATA" backup --endpoint "$ADDR" --cluster c1 --quiet)
@@ -44,7 +45,9 @@ grep -q 'restored .*backups/b1 into projects/p/instances/i/tables/t2' "$tmp/1r.o
 echo ok
 
 echo "== 2. export, verify"
-"${BK[@]}" export b1 "$tmp/exp" >"$tmp/2.out" 2>&1 || bad "export: $(cat "$tmp/2.out")"
+timeout 120 "$STRATA" backup --endpoint "$ADDR" --cluster c1 export b1 "$tmp/exp" >"$tmp/2.out" \
+  2>"$tmp/2.err" || bad "export: $(cat "$tmp/2.err")"
+grep -q 'retrying from byte 1048576' "$tmp/2.err" || bad "no resumed stream: $(cat "$tmp/2.err")"
 grep -q 'exported .*b1 into' "$tmp/2.out" || bad "export output: $(cat "$tmp/2.out")"
 for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
   cmp "$tmp/root/b1/$f" "$tmp/exp/pieces/$f" || bad "exported $f differs from the backup's"

@@ -8,8 +8,10 @@
  * At start it holds backup b1 of cluster c1 (table t): piece p0 ["", "m") with 000001.sst
  * (3 MiB + 17 bytes) and an empty 000002.sst, piece p1 ["m", end) with 000003.sst (100 KiB) and
  * the same 000001.sst as p0 (a split's halves share their files).
+ * With --drop-once the first ReadBackupFile of a 000001.sst ends UNAVAILABLE after its first
+ * chunk (a node restarting), so exports must resume from the offset they reached.
  * Prints "fake listening on 127.0.0.1:PORT" and serves until killed.
- *   backup_fake_server ROOT */
+ *   backup_fake_server ROOT [--drop-once] */
 #define _DEFAULT_SOURCE
 #include <event2/event.h>
 #include <fcntl.h>
@@ -41,6 +43,7 @@ typedef struct fb {
 
 typedef struct fake {
     char root[512], addr[64];
+    bool drop_once; /* the first ReadBackupFile of a 000001.sst ends UNAVAILABLE after 1 MiB */
     fb b[FB_MAX];
 } fake;
 
@@ -213,6 +216,8 @@ static void h_read_file(rpc_call *call, st_slice req, void *arg) {
         uint64_t off = q->offset;
         size_t n;
         fseek(f, (long)off, SEEK_SET);
+        bool drop = F.drop_once && q->offset == 0 && strcmp(q->file, "000001.sst") == 0;
+        F.drop_once = F.drop_once && !drop;
         while ((n = fread(buf, 1, FB_CHUNK, f)) > 0) {
             Strata__Internal__V1__BackupFileChunk ch;
             strata__internal__v1__backup_file_chunk__init(&ch);
@@ -228,10 +233,12 @@ static void h_read_file(rpc_call *call, st_slice req, void *arg) {
             rpc_call_send(call, st_slice_make(out, len));
             free(out);
             off += n;
+            if (drop)
+                break;
         }
         free(buf);
         fclose(f);
-        rpc_call_finish(call, ST_OK, NULL);
+        rpc_call_finish(call, drop ? ST_UNAVAILABLE : ST_OK, drop ? "fake: dropped once" : NULL);
     }
     if (q)
         strata__internal__v1__read_backup_file_request__free_unpacked(q, NULL);
@@ -550,11 +557,12 @@ static void seed(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: backup_fake_server ROOT\n");
+    if (argc != 2 && !(argc == 3 && !strcmp(argv[2], "--drop-once"))) {
+        fprintf(stderr, "usage: backup_fake_server ROOT [--drop-once]\n");
         return 2;
     }
     snprintf(F.root, sizeof F.root, "%s", argv[1]);
+    F.drop_once = argc == 3;
     seed();
     struct event_base *base = event_base_new();
     st_err err = {0};
