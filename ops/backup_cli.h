@@ -5,6 +5,7 @@
 #define STRATA_OPS_BACKUP_CLI_H
 
 #include <protobuf-c/protobuf-c.h>
+#include <signal.h>
 #include <stdbool.h>
 
 #include "backup.h"
@@ -17,6 +18,9 @@
 #define BK_CHUNK_BYTES (1u << 20)               /* as node.proto: chunks of at most 1 MiB */
 #define BK_POLL_MS 500                          /* GetOperation while --wait */
 #define BK_RES_MAX 1100                         /* a resource name with room */
+#define BK_FETCH_STREAMS 4 /* an export's concurrent ReadBackupFile streams per node */
+#define BK_READ_RETRIES 3  /* ReadBackupFile streams that drop: resumed from their offset */
+#define BK_RETRY_MS 200    /* then 400, 800 */
 
 #define BK_SVC_ADMIN "/google.bigtable.admin.v2.BigtableTableAdmin/"
 #define BK_SVC_OPS "/google.longrunning.Operations/"
@@ -75,6 +79,20 @@ const char *bk_leaf(const char *name);
 void bk_print_backup(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup *b);
 void bk_fail(const bk_ctx *c, const st_err *err);
 void bk_json_str(const char *s); /* to stdout */
+
+/* One file of an export to fetch from a node (backup_fetch.c). */
+typedef struct bk_fetch_job {
+    const char *backup, *piece, *file; /* the ReadBackupFile request */
+    uint64_t size;                     /* what the node's piece says */
+    uint32_t crc32c;
+    ops_bk_file result; /* filled: name, size and checksums as written */
+} bk_fetch_job;
+
+/* Fetches every job's file from the node at k into dir/pieces/<piece>/<file>, up to
+ * BK_FETCH_STREAMS at once, each checked against the node's size and CRC32C; stops starting
+ * new ones at the first failure (err names the file) or when *stop is set. */
+st_code bk_fetch_files(bk_conn *k, const char *dir, bk_fetch_job *jobs, size_t n,
+                       ops_progress *prog, const volatile sig_atomic_t *stop, st_err *err);
 
 /* Subcommands in backup_xfer.c. */
 int bk_export(bk_ctx *c);

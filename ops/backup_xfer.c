@@ -22,8 +22,6 @@
 #include "strata/internal/v1/node.pb-c.h"
 
 #define BK_NODES_MAX 64
-#define BK_READ_RETRIES 3 /* ReadBackupFile streams that drop: resumed from their offset */
-#define BK_RETRY_MS 200   /* then 400, 800 */
 
 /* Set by SIGINT/SIGTERM during a transfer, read between chunks: the one piece of mutable global
  * state here, as a signal handler can reach nothing else. */
@@ -82,74 +80,6 @@ static st_code check_interrupt(st_err *err) {
 
 /* ---- export ---- */
 
-static bool export_chunk(st_slice msg, void *arg, st_err *err) {
-    bk_xfer *x = arg;
-    Strata__Internal__V1__BackupFileChunk *ch =
-        (void *)btu_pb_unpack(&strata__internal__v1__backup_file_chunk__descriptor, NULL, msg, err);
-    if (!ch)
-        return false;
-    st_code rc = check_interrupt(err);
-    if (rc == ST_OK && ch->offset != x->off)
-        rc = st_err_set(err, ST_DATA_LOSS, "node %s sent offset %llu of %s, expected %llu", x->node,
-                        (unsigned long long)ch->offset, x->out.final, (unsigned long long)x->off);
-    if (rc == ST_OK)
-        rc = ops_bk_out_write(&x->out, ch->data.data, ch->data.len, err);
-    if (rc == ST_OK) {
-        x->off += ch->data.len;
-        ops_progress_add(&x->prog, ch->data.len);
-    }
-    strata__internal__v1__backup_file_chunk__free_unpacked(ch, NULL);
-    return rc == ST_OK;
-}
-
-/* One file of a piece from its node into DIR, checked against what the node's piece says. */
-static st_code export_file(bk_xfer *x, const char *dir,
-                           const Strata__Internal__V1__PieceLocation *pl,
-                           const Strata__Internal__V1__BackupFile *bf, ops_bk_piece *p,
-                           st_err *err) {
-    bk_conn *k;
-    ops_bk_file f;
-    memset(&f, 0, sizeof f);
-    snprintf(f.name, sizeof f.name, "%s", bf->name ? bf->name : "");
-    st_code rc = node_conn(x, pl->node, &k, err);
-    if (rc == ST_OK)
-        rc = ops_bk_out_open(&x->out, dir, p->id, f.name, err);
-    if (rc != ST_OK)
-        return rc;
-    Strata__Internal__V1__ReadBackupFileRequest req;
-    strata__internal__v1__read_backup_file_request__init(&req);
-    req.backup = pl->piece->backup;
-    req.piece = pl->piece->piece;
-    req.file = bf->name;
-    x->off = 0;
-    x->node = pl->node;
-    for (int attempt = 0;; attempt++) { /* a dropped stream resumes where it stopped */
-        req.offset = x->off;
-        rc = bk_conn_stream(k, BK_SVC_NODE "ReadBackupFile", &req.base, export_chunk, x,
-                            BK_FILE_TIMEOUT_MS, err);
-        if (rc == ST_OK || attempt == BK_READ_RETRIES || bk_interrupted ||
-            (rc != ST_UNAVAILABLE && rc != ST_ABORTED && rc != ST_DEADLINE_EXCEEDED))
-            break;
-        ops_progress_note(&x->prog, "%s (retrying from byte %llu)", err->msg,
-                          (unsigned long long)x->off);
-        usleep(BK_RETRY_MS * 1000 << attempt);
-    }
-    if (rc != ST_OK) {
-        ops_bk_out_abort(&x->out);
-        return rc;
-    }
-    rc = ops_bk_out_close(&x->out, &f, err);
-    if (rc == ST_OK && (f.size != bf->size || f.crc32c != bf->crc32c))
-        rc = st_err_set(err, ST_DATA_LOSS,
-                        "node %s sent %s of piece %s with %llu bytes, CRC32C %08x; its piece says "
-                        "%llu bytes, %08x (the node's copy is damaged: check the node's disk)",
-                        pl->node, f.name, p->id, (unsigned long long)f.size, f.crc32c,
-                        (unsigned long long)bf->size, bf->crc32c);
-    if (rc == ST_OK && !ops_bk_piece_add_file(p, &f))
-        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-    return rc;
-}
-
 static int64_t ts_us(const Google__Protobuf__Timestamp *t) {
     return t ? t->seconds * 1000000 + t->nanos / 1000 : 0;
 }
@@ -181,52 +111,122 @@ static uint64_t layout_bytes(const Strata__Internal__V1__BackupLayout *l) {
     return n;
 }
 
-/* Pieces of one node share files (a tablet split keeps its files whole in both halves): a file
- * already exported for an earlier piece of the same node, same name, size and CRC32C, is hard
- * linked instead of read again. False: not shared, or the link failed (then it is read). */
-static bool export_link(bk_xfer *x, const char *dir, const Strata__Internal__V1__BackupLayout *l,
-                        const ops_bk_manifest *m, size_t i,
-                        const Strata__Internal__V1__BackupFile *bf, ops_bk_piece *p) {
-    for (size_t k = 0; k < i && k + 1 < m->n_pieces; k++) {
-        if (strcmp(l->pieces[k]->node, l->pieces[i]->node))
+/* An earlier piece of the same node holding the same file (name, size, CRC32C): a split's
+ * halves keep their files whole, so pieces share them. Sets *k and *j; false when none. */
+static bool shared_file(const Strata__Internal__V1__BackupLayout *l, size_t i,
+                        const Strata__Internal__V1__BackupFile *bf, size_t *k, size_t *j) {
+    for (*k = 0; *k < i; (*k)++) {
+        const Strata__Internal__V1__BackupPiece *q = l->pieces[*k]->piece;
+        if (strcmp(l->pieces[*k]->node, l->pieces[i]->node))
             continue;
-        const ops_bk_piece *q = &m->pieces[k];
-        for (size_t j = 0; j < q->n_files; j++) {
-            const ops_bk_file *f = &q->files[j];
-            if (strcmp(f->name, bf->name ? bf->name : "") || f->size != bf->size ||
-                f->crc32c != bf->crc32c)
-                continue;
-            ops_bk_file copy = *f;
-            if (ops_bk_link(dir, q->id, p->id, f->name, NULL) != ST_OK ||
-                !ops_bk_piece_add_file(p, &copy))
-                return false;
-            ops_progress_add(&x->prog, f->size);
-            return true;
-        }
+        for (*j = 0; *j < q->n_files; (*j)++)
+            if (!strcmp(q->files[*j]->name, bf->name) && q->files[*j]->size == bf->size &&
+                q->files[*j]->crc32c == bf->crc32c)
+                return true;
     }
     return false;
+}
+
+/* Every file not shared with an earlier piece, fetched node by node; jobs[] in layout order. */
+static st_code fetch_all(bk_xfer *x, const char *dir, const Strata__Internal__V1__BackupLayout *l,
+                         bk_fetch_job *jobs, size_t n, const char **job_node, st_err *err) {
+    st_code rc = ST_OK;
+    bk_fetch_job *batch = calloc(n + 1, sizeof *batch);
+    if (!batch)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t a = 0; rc == ST_OK && a < l->n_pieces; a++) {
+        const char *node = l->pieces[a]->node;
+        bool first = true; /* each node once, at its first piece */
+        for (size_t b = 0; b < a && first; b++)
+            first = strcmp(l->pieces[b]->node, node) != 0;
+        size_t m = 0;
+        for (size_t i = 0; first && i < n; i++)
+            if (!strcmp(job_node[i], node))
+                batch[m++] = jobs[i];
+        bk_conn *k = NULL;
+        if (m)
+            rc = node_conn(x, node, &k, err);
+        if (rc == ST_OK && m)
+            rc = bk_fetch_files(k, dir, batch, m, &x->prog, &bk_interrupted, err);
+        for (size_t i = 0, b = 0; rc == ST_OK && first && i < n; i++)
+            if (!strcmp(job_node[i], node))
+                jobs[i].result = batch[b++].result;
+    }
+    free(batch);
+    return rc;
+}
+
+/* The manifest's pieces and files: fetched files from jobs, shared ones hard-linked. */
+static st_code export_assemble(const char *dir, const Strata__Internal__V1__BackupLayout *l,
+                               const bk_fetch_job *jobs, ops_bk_manifest *m, st_err *err) {
+    size_t next = 0;
+    for (size_t i = 0; i < l->n_pieces; i++) {
+        const Strata__Internal__V1__BackupPiece *bp = l->pieces[i]->piece;
+        ops_bk_piece *p = ops_bk_manifest_add_piece(
+            m, bp->piece, st_slice_make(bp->start_key.data, bp->start_key.len),
+            st_slice_make(bp->end_key.data, bp->end_key.len), bp->frozen_us);
+        if (!p)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        for (size_t j = 0; j < bp->n_files; j++) {
+            size_t k, kj;
+            const ops_bk_file *f;
+            if (shared_file(l, i, bp->files[j], &k, &kj)) {
+                f = &m->pieces[k].files[kj];
+                st_code rc = ops_bk_link(dir, m->pieces[k].id, p->id, f->name, err);
+                if (rc != ST_OK)
+                    return rc;
+            } else {
+                f = &jobs[next++].result;
+            }
+            if (!ops_bk_piece_add_file(p, f))
+                return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        }
+    }
+    return ST_OK;
 }
 
 static st_code export_layout(bk_xfer *x, const char *dir,
                              const Strata__Internal__V1__BackupLayout *l, ops_bk_manifest *m,
                              st_err *err) {
     st_code rc = manifest_from_layout(l, m, err);
+    size_t total = 0, n = 0;
     for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++) {
         const Strata__Internal__V1__PieceLocation *pl = l->pieces[i];
-        const Strata__Internal__V1__BackupPiece *bp = pl->piece;
-        if (!bp || !pl->node || !bp->piece)
+        if (!pl->piece || !pl->node || !pl->piece->piece)
             return st_err_set(err, ST_INTERNAL, "DescribeBackup: piece %zu has no node", i);
-        ops_bk_piece *p = ops_bk_manifest_add_piece(
-            m, bp->piece, st_slice_make(bp->start_key.data, bp->start_key.len),
-            st_slice_make(bp->end_key.data, bp->end_key.len), bp->frozen_us);
-        if (!p)
-            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-        for (size_t j = 0; rc == ST_OK && j < bp->n_files; j++)
-            if (!export_link(x, dir, l, m, i, bp->files[j], p))
-                rc = export_file(x, dir, pl, bp->files[j], p, err);
+        for (size_t j = 0; j < pl->piece->n_files; j++)
+            if (!pl->piece->files[j]->name)
+                return st_err_set(err, ST_INTERNAL, "DescribeBackup: a file without a name");
+        total += pl->piece->n_files;
+    }
+    bk_fetch_job *jobs = calloc(total + 1, sizeof *jobs);
+    const char **job_node = calloc(total + 1, sizeof *job_node);
+    if (rc == ST_OK && (!jobs || !job_node))
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++) {
+        const Strata__Internal__V1__BackupPiece *bp = l->pieces[i]->piece;
+        for (size_t j = 0; j < bp->n_files; j++) {
+            size_t k, kj;
+            if (shared_file(l, i, bp->files[j], &k, &kj)) {
+                ops_progress_add(&x->prog, bp->files[j]->size); /* linked, not read */
+                continue;
+            }
+            jobs[n] = (bk_fetch_job){.backup = bp->backup,
+                                     .piece = bp->piece,
+                                     .file = bp->files[j]->name,
+                                     .size = bp->files[j]->size,
+                                     .crc32c = bp->files[j]->crc32c};
+            job_node[n++] = l->pieces[i]->node;
+        }
     }
     if (rc == ST_OK)
+        rc = fetch_all(x, dir, l, jobs, n, job_node, err);
+    if (rc == ST_OK)
+        rc = export_assemble(dir, l, jobs, m, err);
+    if (rc == ST_OK)
         rc = ops_bk_manifest_write(dir, m, err);
+    free(jobs);
+    free(job_node);
     return rc;
 }
 
