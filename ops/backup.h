@@ -101,7 +101,8 @@ typedef struct ops_bk_out {
 st_code ops_bk_out_open(ops_bk_out *o, const char *dir, const char *piece, const char *name,
                         st_err *err);
 st_code ops_bk_out_write(ops_bk_out *o, const void *data, size_t len, st_err *err);
-/* fsync, close, rename to the final name; fills f's size and checksums (name kept). */
+/* Starts the file's writeback, closes it and renames it to its final name; fills f's size and
+ * checksums (name kept). Not durable yet: ops_bk_manifest_write fsyncs every file it names. */
 st_code ops_bk_out_close(ops_bk_out *o, ops_bk_file *f, st_err *err);
 /* Closes and removes the temporary file (after a failure). */
 void ops_bk_out_abort(ops_bk_out *o);
@@ -111,8 +112,9 @@ void ops_bk_out_abort(ops_bk_out *o);
 st_code ops_bk_link(const char *dir, const char *from_piece, const char *to_piece, const char *name,
                     st_err *err);
 
-/* Syncs every piece directory, then writes MANIFEST under a temporary name, fsyncs it, renames
- * it and syncs dir: the manifest exists only once every file it names is durable. */
+/* fsyncs every file m names and every piece directory, then writes MANIFEST under a temporary
+ * name, fsyncs it, renames it and syncs dir: the manifest exists only once every file it names
+ * is durable. */
 st_code ops_bk_manifest_write(const char *dir, const ops_bk_manifest *m, st_err *err);
 
 /* ---- reading and checking ---- */

@@ -21,6 +21,7 @@
 #define BK_FETCH_STREAMS 4 /* an export's concurrent ReadBackupFile streams per node */
 #define BK_READ_RETRIES 3  /* ReadBackupFile streams that drop: resumed from their offset */
 #define BK_RETRY_MS 200    /* then 400, 800 */
+#define BK_SEND_STREAMS 4  /* an import's files of one piece in flight at once */
 
 #define BK_SVC_ADMIN "/google.bigtable.admin.v2.BigtableTableAdmin/"
 #define BK_SVC_OPS "/google.longrunning.Operations/"
@@ -93,6 +94,12 @@ typedef struct bk_fetch_job {
  * new ones at the first failure (err names the file) or when *stop is set. */
 st_code bk_fetch_files(bk_conn *k, const char *dir, bk_fetch_job *jobs, size_t n,
                        ops_progress *prog, const volatile sig_atomic_t *stop, st_err *err);
+
+/* Sends every file of piece p (of the export in dir) to the node at k as backup's, up to
+ * BK_SEND_STREAMS files at once, each in order, checking each file's CRC32C and SHA-256 against
+ * the manifest (DATA_LOSS naming the file); stops at the first failure or when *stop is set. */
+st_code bk_send_piece(bk_conn *k, const char *dir, const char *backup, const ops_bk_piece *p,
+                      ops_progress *prog, const volatile sig_atomic_t *stop, st_err *err);
 
 /* Subcommands in backup_xfer.c. */
 int bk_export(bk_ctx *c);

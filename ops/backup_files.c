@@ -2,7 +2,9 @@
  * writing each under a temporary name, checksummed as it goes, renamed once fsync'd; the
  * manifest last; and the checks of every file against the manifest (size, CRC32C, SHA-256),
  * each failure naming the file. */
-#define _DEFAULT_SOURCE /* fsync, O_NOFOLLOW, O_DIRECTORY */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sync_file_range; fsync, O_NOFOLLOW, O_DIRECTORY */
+#endif
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -130,8 +132,11 @@ void ops_bk_out_abort(ops_bk_out *o) {
 st_code ops_bk_out_close(ops_bk_out *o, ops_bk_file *f, st_err *err) {
     unsigned n = 0;
     st_code rc = ST_OK;
-    if (fsync(o->fd) != 0)
-        rc = io_err(err, "cannot fsync", o->tmp);
+    /* Writeback starts now, in the background; ops_bk_manifest_write waits for it (fsync of
+     * every file) before the manifest exists, so the transfer of the next files overlaps it. */
+    if (sync_file_range(o->fd, 0, 0, SYNC_FILE_RANGE_WRITE) != 0 && errno != ENOSYS &&
+        errno != EINVAL)
+        rc = io_err(err, "cannot write back", o->tmp);
     if (rc == ST_OK && close(o->fd) != 0)
         rc = io_err(err, "cannot close", o->tmp);
     else if (rc != ST_OK)
@@ -188,9 +193,25 @@ st_code ops_bk_link(const char *dir, const char *from_piece, const char *to_piec
     return link(from, to) == 0 ? ST_OK : io_err(err, "cannot link to", to);
 }
 
+static st_code fsync_file(const char *path, st_err *err) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW);
+    if (fd < 0)
+        return io_err(err, "cannot open", path);
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? ST_OK : io_err(err, "cannot fsync", path);
+}
+
 st_code ops_bk_manifest_write(const char *dir, const ops_bk_manifest *m, st_err *err) {
     char p[4096], tmp[4096], fin[4096];
     st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < m->n_pieces; i++) /* every file durable first */
+        for (size_t j = 0; rc == ST_OK && j < m->pieces[i].n_files; j++) {
+            if (!path_fmt(p, sizeof p, err, "%s/%s/%s/%s", dir, OPS_BK_PIECES, m->pieces[i].id,
+                          m->pieces[i].files[j].name))
+                return ST_INVALID_ARGUMENT;
+            rc = fsync_file(p, err);
+        }
     for (size_t i = 0; rc == ST_OK && i < m->n_pieces; i++) {
         if (!path_fmt(p, sizeof p, err, "%s/%s/%s", dir, OPS_BK_PIECES, m->pieces[i].id))
             return ST_INVALID_ARGUMENT;

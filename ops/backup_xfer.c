@@ -37,13 +37,8 @@ typedef struct bk_xfer {
     ops_progress prog;
     bk_conn nodes[BK_NODES_MAX];
     size_t n_nodes;
-    /* export: the file being received */
-    ops_bk_out out;
-    uint64_t off;
-    const char *node;
-    /* import: where chunks go */
+    /* import: the node of the piece being sent */
     bk_conn *conn;
-    Strata__Internal__V1__BackupFileChunk chunk;
 } bk_xfer;
 
 static st_code node_conn(bk_xfer *x, const char *addr, bk_conn **out, st_err *err) {
@@ -361,21 +356,6 @@ int bk_verify(bk_ctx *c) {
 
 /* ---- import ---- */
 
-static st_code import_chunk(const uint8_t *data, size_t len, void *arg, st_err *err) {
-    bk_xfer *x = arg;
-    st_code rc = check_interrupt(err);
-    x->chunk.data.data = (uint8_t *)data;
-    x->chunk.data.len = len;
-    if (rc == ST_OK)
-        rc = bk_conn_call(x->conn, BK_SVC_NODE "WriteBackupFile", &x->chunk.base, NULL, NULL,
-                          BK_CHUNK_TIMEOUT_MS, err);
-    if (rc == ST_OK) {
-        x->chunk.offset += len;
-        ops_progress_add(&x->prog, len);
-    }
-    return rc;
-}
-
 /* BeginImport's pieces from the manifest (files with sizes and CRC32C); freed by free_pieces. */
 static Strata__Internal__V1__BackupPiece **manifest_pieces(const ops_bk_manifest *m) {
     Strata__Internal__V1__BackupPiece **ps = calloc(m->n_pieces + 1, sizeof *ps);
@@ -482,16 +462,8 @@ static st_code import_piece(bk_xfer *x, const char *dir, const ops_bk_manifest *
     if (!p || !pl->node)
         return st_err_set(err, ST_INTERNAL, "BeginImport answered a piece the export lacks");
     st_code rc = node_conn(x, pl->node, &x->conn, err);
-    for (size_t j = 0; rc == ST_OK && j < p->n_files; j++) {
-        strata__internal__v1__backup_file_chunk__init(&x->chunk);
-        x->chunk.backup = (char *)name;
-        x->chunk.piece = (char *)p->id;
-        x->chunk.file = (char *)p->files[j].name;
-        if (p->files[j].size == 0) /* an empty file still exists: one empty chunk makes it */
-            rc = import_chunk(NULL, 0, x, err);
-        if (rc == ST_OK)
-            rc = ops_bk_check_file(dir, p, &p->files[j], import_chunk, x, err);
-    }
+    if (rc == ST_OK)
+        rc = bk_send_piece(x->conn, dir, name, p, &x->prog, &bk_interrupted, err);
     if (rc != ST_OK)
         return rc;
     if (!pl->piece->backup || !pl->piece->backup[0])
