@@ -50,6 +50,7 @@ typedef struct bk_conn {
     struct event_base *base;
     struct rpc_client *client;
     char addr[512];
+    size_t pending; /* calls started without waiting (an import's seals) */
 } bk_conn;
 
 st_code bk_conn_open(bk_conn *k, const char *addr, st_err *err);

@@ -20,6 +20,8 @@
 #include "strata/btutil.h"
 #include "strata/internal/v1/backup_admin.pb-c.h"
 #include "strata/internal/v1/node.pb-c.h"
+#include "strata/rpc.h"
+#include <event2/event.h>
 
 #define BK_NODES_MAX 64
 
@@ -37,9 +39,20 @@ typedef struct bk_xfer {
     ops_progress prog;
     bk_conn nodes[BK_NODES_MAX];
     size_t n_nodes;
-    /* import: the node of the piece being sent */
+    /* import: the node of the piece being sent; seals in flight and the first that failed */
     bk_conn *conn;
+    st_code seal_rc;
+    st_err seal_err;
 } bk_xfer;
+
+/* A SealBackupPiece in flight while the next piece is sent (the node reads back and syncs the
+ * sealed piece's files meanwhile). */
+typedef struct bk_seal {
+    bk_xfer *x;
+    bk_conn *k;
+    st_buf packed;
+    char piece[OPS_BK_PIECE_ID_MAX + 1];
+} bk_seal;
 
 static st_code node_conn(bk_xfer *x, const char *addr, bk_conn **out, st_err *err) {
     for (size_t i = 0; i < x->n_nodes; i++)
@@ -456,6 +469,43 @@ static const ops_bk_piece *find_piece(const ops_bk_manifest *m, const char *id) 
 }
 
 /* Every file of one piece to its node, checked as read; then the seal. */
+static void seal_done(st_code code, const char *message, st_slice response, void *arg) {
+    (void)response;
+    bk_seal *s = arg;
+    if (code != ST_OK && s->x->seal_rc == ST_OK) {
+        s->x->seal_rc = code;
+        st_err_set(&s->x->seal_err, code, "SealBackupPiece %s at %s: %s: %s", s->piece, s->k->addr,
+                   st_code_name(code), message);
+    }
+    if (--s->k->pending == 0)
+        event_base_loopbreak(s->k->base);
+    st_buf_free(&s->packed);
+    free(s);
+}
+
+/* Starts the seal of piece bp on x->conn without waiting for it (seals_wait does). */
+static st_code seal_start(bk_xfer *x, const Strata__Internal__V1__BackupPiece *bp, st_err *err) {
+    bk_seal *s = calloc(1, sizeof *s);
+    size_t n = strata__internal__v1__backup_piece__get_packed_size(bp);
+    if (!s || (st_buf_init(&s->packed), st_buf_reserve(&s->packed, n + 1)) != ST_OK) {
+        free(s);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    s->x = x;
+    s->k = x->conn;
+    snprintf(s->piece, sizeof s->piece, "%s", bp->piece);
+    s->packed.len = strata__internal__v1__backup_piece__pack(bp, s->packed.data);
+    if (rpc_client_unary(s->k->client, BK_SVC_NODE "SealBackupPiece", st_buf_slice(&s->packed),
+                         NULL, 0, BK_ADMIN_TIMEOUT_MS, seal_done, s) != ST_OK) {
+        st_buf_free(&s->packed);
+        free(s);
+        return st_err_set(err, ST_UNAVAILABLE, "SealBackupPiece at %s: cannot start the call",
+                          x->conn->addr);
+    }
+    s->k->pending++;
+    return ST_OK;
+}
+
 static st_code import_piece(bk_xfer *x, const char *dir, const ops_bk_manifest *m, const char *name,
                             Strata__Internal__V1__PieceLocation *pl, st_err *err) {
     const ops_bk_piece *p = pl->piece ? find_piece(m, pl->piece->piece) : NULL;
@@ -468,8 +518,17 @@ static st_code import_piece(bk_xfer *x, const char *dir, const ops_bk_manifest *
         return rc;
     if (!pl->piece->backup || !pl->piece->backup[0])
         pl->piece->backup = (char *)name;
-    return bk_conn_call(x->conn, BK_SVC_NODE "SealBackupPiece", &pl->piece->base, NULL, NULL,
-                        BK_ADMIN_TIMEOUT_MS, err);
+    return seal_start(x, pl->piece, err);
+}
+
+/* Waits for every seal in flight; the first failure, if any, in err. */
+static st_code seals_wait(bk_xfer *x, st_err *err) {
+    for (size_t i = 0; i < x->n_nodes; i++)
+        while (x->nodes[i].pending > 0 && event_base_dispatch(x->nodes[i].base) == 0)
+            ;
+    if (x->seal_rc != ST_OK)
+        return st_err_set(err, x->seal_rc, "%s", x->seal_err.msg);
+    return ST_OK;
 }
 
 /* DeleteBackup after a failed import; says in err whether it went. */
@@ -504,6 +563,12 @@ static st_code import_run(bk_xfer *x, const char *dir, const ops_bk_manifest *m,
         snprintf(name, sizeof name, "%s", l->backup->name);
     for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++)
         rc = import_piece(x, dir, m, name, l->pieces[i], err);
+    st_err serr = {0}; /* every seal ends before FinishImport, or before the undo */
+    st_code src = seals_wait(x, &serr);
+    if (rc == ST_OK && src != ST_OK) {
+        rc = src;
+        *err = serr;
+    }
     if (rc == ST_OK && l->n_pieces != m->n_pieces)
         rc = st_err_set(err, ST_INTERNAL, "BeginImport placed %zu pieces of %zu", l->n_pieces,
                         m->n_pieces);
