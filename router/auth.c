@@ -274,6 +274,10 @@ static st_code auth_start(rtr_ctx *r, rtr_auth *au, st_err *err) {
             return st_err_set(err, ST_INVALID_ARGUMENT, "--auth-file path too long");
         snprintf(au->path, sizeof au->path, "%s", o->auth_file);
         au->on = true;
+        if (!o->ssl_ctx)
+            st_log(ST_LOG_WARN, "router",
+                   "msg=\"--auth-file without TLS: tokens cross the network in clear text and can "
+                   "be replayed; add --tls-cert and --tls-key\"");
         st_code rc = auth_load(au, err);
         if (rc != ST_OK)
             return rc;
