@@ -6,6 +6,7 @@
  * the sealed piece's manifest lists it. */
 #include "backup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -296,12 +297,31 @@ static st_code seal_check_file(const char *in, const Strata__Internal__V1__Backu
     return bk_fsync_path(path, err);
 }
 
+/* Files written to the import directory that the manifest does not list go: a sealed piece holds
+ * exactly its listed files. */
+static void seal_drop_unlisted(const char *in, const bk_piece *p) {
+    DIR *d = opendir(in);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            bk_piece_file(p, e->d_name))
+            continue;
+        char path[NODE_BK_PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", in, e->d_name);
+        bk_remove_tree(path, NULL);
+    }
+    if (d)
+        closedir(d);
+}
+
 st_code bk_seal_dir(const char *in, const char *final, const bk_piece *p, uint32_t node_num,
                     bk_piece **out, st_err *err) {
     *out = NULL;
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < p->n_files; i++)
         rc = seal_check_file(in, p->files[i], err);
+    if (rc == ST_OK)
+        seal_drop_unlisted(in, p);
     bk_piece *c = rc == ST_OK ? piece_copy(p) : NULL;
     if (rc == ST_OK && !c)
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory sealing a piece");
@@ -380,6 +400,11 @@ typedef struct seal_arg {
 static void seal_work(bk_job *j) {
     seal_arg *a = j->arg;
     j->rc = bk_seal_dir(a->in, a->final, a->want, j->n->opts.node_num, &a->out, &j->err);
+    for (size_t i = 0; j->rc == ST_OK && i < a->out->n_files; i++) {
+        char path[NODE_BK_PATH_MAX + 80];
+        snprintf(path, sizeof path, "%s/%s", a->final, a->out->files[i]->name);
+        bk_crc_remember(j->n->backups, path, a->out->files[i]->size, a->out->files[i]->crc32c);
+    }
     if (j->rc == ST_OK)
         st_log(ST_LOG_INFO, "backup", "event=piece_sealed backup=%s piece=%s files=%zu",
                a->out->backup, a->out->piece, a->out->n_files);

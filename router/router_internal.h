@@ -44,6 +44,8 @@ struct event;
 #define RTR_META_QUALIFIER "v"
 #define RTR_META_TABLE_PREFIX "table/"
 #define RTR_META_PROFILE_PREFIX "profile/"
+#define RTR_META_BACKUP_PREFIX "backup/"
+#define RTR_META_OP_PREFIX "op/"
 #define RTR_META_IAM_PREFIX "iam/" /* then the resource: instance or table full name */
 #define RTR_META_REFRESH_MS_DEFAULT 1000
 #define RTR_META_RECORDS_MAX 100000 /* tables + profiles in the instance */
@@ -261,7 +263,7 @@ char *rtr_peek_str(st_arena *a, st_slice s);
 
 /* ---- metadata records (meta.c) ---- */
 typedef struct rtr_meta_rec {
-    char *name;  /* full table name, or app profile id */
+    char *name;  /* full table name, app profile id, full backup name or operation name */
     uint8_t *pb; /* serialized google.bigtable.admin.v2.Table / AppProfile */
     size_t len;
 } rtr_meta_rec;
@@ -271,6 +273,10 @@ typedef struct rtr_meta {
     size_t n_tables;
     rtr_meta_rec *profiles; /* sorted by id; opaque to this module */
     size_t n_profiles;
+    rtr_meta_rec *backups; /* by full backup name: strata.internal.v1.BackupRecord (backup.h) */
+    size_t n_backups;
+    rtr_meta_rec *ops; /* by operation name: strata.internal.v1.OperationRecord (backup.h) */
+    size_t n_ops;
     rtr_meta_rec *iams; /* IAM policies (auth.c) by resource name; google.iam.v1.Policy */
     size_t n_iams;
 } rtr_meta;
@@ -278,8 +284,11 @@ typedef struct rtr_meta {
 typedef enum rtr_meta_kind {
     RTR_META_KIND_TABLE,
     RTR_META_KIND_PROFILE,
+    RTR_META_KIND_BACKUP,
+    RTR_META_KIND_OP,
     RTR_META_KIND_IAM,
 } rtr_meta_kind;
+#define RTR_META_KINDS 5
 
 void rtr_meta_free(rtr_meta *m);
 const rtr_meta_rec *rtr_meta_find(const rtr_meta *m, rtr_meta_kind kind, const char *name);
@@ -385,6 +394,7 @@ struct rtr_ctx {
     uint64_t bal_moves, bal_failed; /* counters for logs */
     struct rtr_inst *inst;          /* instance admin, app profiles, operations (instance.h) */
     struct rtr_fo *fo;              /* cluster health and failover state (health.c, failover.h) */
+    struct rtr_bk *bk;              /* backups and their operations (backup.h) */
     struct rtr_auth *auth;          /* tokens, roles, audit log (auth.c) */
 };
 
