@@ -2,6 +2,7 @@
  *   strata-node --data DIR --listen 127.0.0.1:8086
  * then BIGTABLE_EMULATOR_HOST=127.0.0.1:8086 cbt -project p -instance i ls */
 #include <event2/event.h>
+#include <openssl/ssl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@ static void usage(FILE *out) {
             "                   [--split-bytes N] [--config TOPOLOGY] [--metrics HOST:PORT]\n"
             "                   [--unix PATH] [--poll-us N] [--accept-data-loss]\n"
             "                   [--cluster-id ID] [--verbose] [--version]\n"
+            "                   [--tls-cert FILE --tls-key FILE --tls-ca FILE]\n"
             "Serves the Cloud Bigtable data and table admin APIs from DIR (created if absent).\n"
             "Default listen address 127.0.0.1:8086. --no-sync acknowledges writes before they\n"
             "are on disk (fast, loses recent writes in a crash). --cache-mb N sets the block\n"
@@ -47,7 +49,16 @@ static void usage(FILE *out) {
             "start and names the damaged or missing file.\n"
             "--cluster-id ID names this node's cluster in change stream records\n"
             "(source_cluster_id) when it runs without --config ([a-z][-a-z0-9]*, at most 63\n"
-            "characters; default strata). With --config the topology names the clusters.\n");
+            "characters; default strata). With --config the topology names the clusters.\n"
+            "--tls-cert FILE --tls-key FILE --tls-ca FILE: mutual TLS on the TCP listener and on\n"
+            "the links to peer nodes (a --unix socket stays plaintext for this user only: its\n"
+            "directory must be mode 0700; callers there count as strata-router).\n"
+            "Clients must present a certificate signed by\n"
+            "the cluster CA in --tls-ca; its subject OU says what they are (strata-router,\n"
+            "strata-node, strata-admin) and decides which methods they may call. The node's\n"
+            "own certificate (OU=strata-node, valid for its --listen host) serves and dials.\n"
+            "SIGHUP re-reads the three files; a reload that fails keeps the old ones\n"
+            "(docs/security.md, Internal links).\n");
     fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 
@@ -117,6 +128,7 @@ typedef struct main_args {
     unsigned poll_us;
     rpc_limits limits; /* --max-connections and the other flags of strata/rpc.h */
     bool limits_ok;
+    const char *tls_cert, *tls_key, *tls_ca; /* mutual TLS: all three or none */
 } main_args;
 
 /* A HOST:PORT flag (st_addr_split, IPv6 in brackets); false after a message. */
@@ -195,6 +207,12 @@ static int parse_one(main_args *m, int argc, char **argv, int *i) {
             return 2;
         }
         m->o.cluster_id = argv[*i];
+    } else if (!strcmp(a, "--tls-cert") && v) {
+        m->tls_cert = argv[++*i];
+    } else if (!strcmp(a, "--tls-key") && v) {
+        m->tls_key = argv[++*i];
+    } else if (!strcmp(a, "--tls-ca") && v) {
+        m->tls_ca = argv[++*i];
     } else if (!strcmp(a, "--accept-data-loss")) {
         m->o.accept_data_loss = true;
     } else if (!strcmp(a, "--verbose")) {
@@ -231,6 +249,13 @@ static int check_args(const main_args *m) {
                 m->o.cluster_num, m->o.cluster_num);
         return 2;
     }
+    bool any_tls = m->tls_cert || m->tls_key || m->tls_ca;
+    if (any_tls && !(m->tls_cert && m->tls_key && m->tls_ca)) {
+        fprintf(stderr, "strata-node: mutual TLS needs all of --tls-cert FILE, --tls-key FILE and "
+                        "--tls-ca FILE (the node's certificate, its key and the cluster CA; "
+                        "docs/security.md)\n");
+        return 2;
+    }
     return -1;
 }
 
@@ -249,6 +274,45 @@ static int parse_args(main_args *m, int argc, char **argv) {
     return check_args(m);
 }
 
+/* The node's two TLS contexts: serving (client certificates of the CA required) and dialling
+ * peers (presenting the node's own certificate). */
+typedef struct node_tls {
+    const char *cert, *key, *ca;
+    SSL_CTX *server, *client;
+    node_ctx *n; /* set once the node is open */
+} node_tls;
+
+static bool node_tls_open(node_tls *t, st_err *err) {
+    if (!t->cert)
+        return true;
+    t->server = rpc_tls_server_ctx_new(t->cert, t->key, t->ca, err);
+    t->client = t->server ? rpc_tls_client_ctx_new(t->ca, t->cert, t->key, err) : NULL;
+    return t->client != NULL;
+}
+
+/* SIGHUP: new files for new connections, both ways; on any failure nothing changes. */
+static void on_sighup(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    node_tls *t = arg;
+    st_err err = {0};
+    SSL_CTX *ctx = rpc_tls_server_ctx_new(t->cert, t->key, t->ca, &err);
+    if (!ctx || rpc_tls_client_ctx_reload(t->client, t->ca, t->cert, t->key, &err) != ST_OK) {
+        SSL_CTX_free(ctx);
+        st_log(ST_LOG_ERROR, "node",
+               "msg=\"TLS reload failed: still using the previous certificate\" err=\"%s\"",
+               err.msg);
+        return;
+    }
+    if (!node_set_ssl_ctx(t->n, ctx)) {
+        SSL_CTX_free(ctx);
+        return;
+    }
+    SSL_CTX_free(t->server);
+    t->server = ctx;
+    st_log(ST_LOG_INFO, "node", "msg=\"TLS certificate reloaded\" cert=%s", t->cert);
+}
+
 int main(int argc, char **argv) {
     static main_args args; /* zeroed; parse_args fills it */
     int prc = parse_args(&args, argc, argv);
@@ -262,13 +326,27 @@ int main(int argc, char **argv) {
     o.listen_host = host;
     rpc_limits_set(&args.limits);
     signal(SIGPIPE, SIG_IGN);
-    struct event_base *base = event_base_new();
-    node_ctx *n;
+    static node_tls tls; /* lives as long as the loop (the SIGHUP event's argument) */
+    tls = (node_tls){.cert = args.tls_cert, .key = args.tls_key, .ca = args.tls_ca};
     st_err err = {0};
-    if (!base || node_open(base, &o, &n, &err) != ST_OK) {
-        fprintf(stderr, "strata-node: %s\n", err.msg[0] ? err.msg : "could not start");
+    if (!node_tls_open(&tls, &err)) {
+        fprintf(stderr, "strata-node: %s\n", err.msg);
+        SSL_CTX_free(tls.server);
         return 1;
     }
+    if (tls.server) /* a reload asked for while the node starts must not stop it */
+        signal(SIGHUP, SIG_IGN);
+    o.ssl_ctx = tls.server;
+    o.client_ssl_ctx = tls.client;
+    struct event_base *base = event_base_new();
+    node_ctx *n;
+    if (!base || node_open(base, &o, &n, &err) != ST_OK) {
+        fprintf(stderr, "strata-node: %s\n", err.msg[0] ? err.msg : "could not start");
+        SSL_CTX_free(tls.server);
+        SSL_CTX_free(tls.client);
+        return 1;
+    }
+    tls.n = n;
     if (unix_path && node_listen_unix(n, unix_path, &err) != ST_OK) {
         fprintf(stderr, "strata-node: --unix: %s\n", err.msg);
         node_close(n);
@@ -287,19 +365,26 @@ int main(int argc, char **argv) {
         snprintf(mline, sizeof mline, " metrics=http://%s:%u/metrics", mhost, mport);
     if (unix_path)
         snprintf(uline, sizeof uline, " unix=%s", unix_path);
-    printf("strata-node listening on %s:%u data=%s%s%s\n", host, node_port(n), o.data_dir, uline,
-           mline);
+    printf("strata-node listening on %s:%u data=%s%s%s%s\n", host, node_port(n), o.data_dir, uline,
+           mline, tls.server ? " mtls" : "");
     fflush(stdout);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    struct event *sighup = tls.server ? evsignal_new(base, SIGHUP, on_sighup, &tls) : NULL;
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
+    if (sighup)
+        event_add(sighup, NULL);
     rpc_loop_run(base, poll_us);
     st_log(ST_LOG_INFO, "node", "shutting down");
     event_free(sigint);
     event_free(sigterm);
+    if (sighup)
+        event_free(sighup);
     node_metrics_stop(metrics);
     node_close(n);
     event_base_free(base);
+    SSL_CTX_free(tls.server);
+    SSL_CTX_free(tls.client);
     return 0;
 }

@@ -561,7 +561,7 @@ static node_move *move_new(node_ctx *n, rpc_call *call, const node_tablets *t,
     snprintf(m->target, sizeof m->target, "%s", target);
     st_buf_init(&m->target_tablet);
     st_arena_init(&m->arena, MOVE_ARENA_BLOCK_BYTES);
-    m->client = rpc_client_new(n->base, host, port, NULL, err);
+    m->client = rpc_client_new(n->base, host, port, &n->peer_opts, err);
     if (!m->client) {
         move_free(m);
         return NULL;

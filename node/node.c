@@ -658,8 +658,15 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     if (rc == ST_OK && !(n->rowlocks = node_rowlocks_new()))
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
     if (rc == ST_OK) {
-        n->rpc = rpc_server_new(base, NULL, err);
+        /* The Unix socket (a router on this host) is plaintext in an owner-only directory:
+         * only the node's own user reaches it, and that user holds the keys anyway. */
+        rpc_server_opts so = {.ssl_ctx = opts->ssl_ctx, .unix_peer_role = RPC_ROLE_ROUTER};
+        n->peer_opts = (rpc_client_opts){.ssl_ctx = opts->client_ssl_ctx,
+                                         .peer_role = opts->client_ssl_ctx ? RPC_ROLE_NODE : NULL};
+        n->rpc = rpc_server_new(base, &so, err);
         rc = n->rpc ? node_server_register(n, err) : (err ? err->code : ST_INTERNAL);
+        if (n->rpc && opts->ssl_ctx) /* who may call what (access.c) */
+            rpc_server_set_guard(n->rpc, node_access_guard, n);
     }
     if (rc == ST_OK)
         rc = node_repl_start(n, err);
@@ -714,4 +721,8 @@ void node_close(node_ctx *n) {
     node_rowlocks_free(n->rowlocks);
     st_env_posix()->ops->unlock(n->data_lock); /* last: the data directory is free again */
     free(n);
+}
+
+bool node_set_ssl_ctx(node_ctx *n, struct ssl_ctx_st *ctx) {
+    return rpc_server_set_ssl_ctx(n->rpc, ctx);
 }

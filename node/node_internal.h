@@ -81,7 +81,15 @@ struct node_ctx {
     size_t read_pool_n;
     struct node_cs *cs;           /* change streams, write side (changes_write.c) */
     struct node_backups *backups; /* backup pieces being made, pulls (backup.c) */
+    /* How this node dials its peers (replication, moves, backups): with mutual TLS it presents
+     * the node certificate (opts.client_ssl_ctx) and requires a strata-node certificate back. */
+    rpc_client_opts peer_opts;
 };
+
+/* access.c: the roles (bit mask) allowed to call path when the node requires client
+ * certificates, and the server guard enforcing them (rpc_guard_fn). */
+unsigned node_access_roles(const char *path);
+st_code node_access_guard(rpc_call *call, const char *path, void *arg, st_err *err);
 
 /* Tablets of a table; NULL if the table is unknown. */
 node_tablets *node_tablets_find(node_ctx *n, const char *table);

@@ -141,6 +141,7 @@ st_code node_repl_start(node_ctx *n, st_err *err) {
         o.base = n->base;
         o.ops = &glue_ops;
         o.node = n;
+        o.client_opts = &n->peer_opts; /* mutual TLS to the peer clusters' nodes, if on */
         rc = repl_open(&o, &n->repl, err);
     }
     if (rc == ST_OK)

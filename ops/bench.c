@@ -3,6 +3,7 @@
  * each target in turn, and the report: a line per run, a summary table (with Strata/emulator
  * ratios when comparing) and one machine-readable key=value line. See docs/strata-bench.md. */
 #include <limits.h>
+#include <openssl/ssl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "bench_run.h"
+#include "certs.h"
 #include "paths.h"
 #include "strata/topology.h"
 
@@ -39,7 +41,11 @@ typedef struct bench_opts {
     bool direct;                    /* --direct: also measure the first node without the router */
     const char *lag_cluster;        /* --lag-cluster ID */
     bool no_lag, names_set;
-    uint32_t rounds; /* --rounds: each workload in this many slices, targets alternating */
+    uint32_t rounds;      /* --rounds: each workload in this many slices, targets alternating */
+    const char *tls_ca;   /* --tls CA.pem */
+    const char *tls_name; /* --tls-name HOST: the name the certificate must hold */
+    const char *token;    /* --token TOKEN */
+    bool secure;          /* --secure: --up starts `strata up --secure` */
 } bench_opts;
 
 static void usage(FILE *out) {
@@ -108,7 +114,18 @@ static void usage(FILE *out) {
         "                       target's listening port)\n"
         "  --seed N             random seed (default 1)\n"
         "  --quiet              no progress lines on stderr\n"
-        "  --keep-tmp           keep the temporary dir (server logs, node data)\n"
+        "  --keep-tmp           keep the temporary dir (server logs, node data)\n");
+    fprintf(
+        out,
+        "  --tls CA.pem         TLS to the target, its certificate checked against CA.pem\n"
+        "  --tls-name HOST      the name the target's certificate must hold (default: its host)\n"
+        "  --token TOKEN        authorization: Bearer TOKEN on every call\n"
+        "                       (--dir/--up of a secure instance: DIR/secure's CA and admin\n"
+        "                       token unless given)\n"
+        "  --secure             with --up: start the instance with `strata up --secure`\n"
+        "  --storm N            during read/scan workloads: N new connections (full TLS\n"
+        "                       handshakes with --tls), started 40%% into the run; reports the\n"
+        "                       workload's p99 before and during the storm\n"
         "Exit status: 0 when every call succeeded and verified, 1 otherwise, 2 for bad usage.\n");
 }
 
@@ -236,6 +253,18 @@ static int parse_flag_where(bench_opts *o, const char *name, const char *v) {
         if (!parse_u64(v, &n) || n < 1 || n > 60000)
             return 0;
         o->cfg.lag_interval_ms = (uint32_t)n;
+    } else if (!strcmp(name, "tls")) {
+        o->tls_ca = v;
+    } else if (!strcmp(name, "tls-name")) {
+        o->tls_name = v;
+    } else if (!strcmp(name, "token")) {
+        if (strlen(v) >= BENCH_TOKEN_MAX)
+            return 0;
+        o->token = v;
+    } else if (!strcmp(name, "storm")) {
+        if (!parse_u64(v, &n) || n < 1 || n > BENCH_STORM_MAX)
+            return 0;
+        o->cfg.storm = (uint32_t)n;
     } else if (!strcmp(name, "pid")) {
         if (!parse_u64(v, &n) || n == 0 || n > INT_MAX || o->n_pids == BENCH_PIDS_MAX)
             return 0;
@@ -339,6 +368,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->no_lag = true;
             continue;
         }
+        if (!strcmp(name, "secure")) {
+            o->secure = true;
+            continue;
+        }
         if (!strcmp(name, "cs-compare")) {
             o->cfg.cs_compare = true;
             continue;
@@ -378,6 +411,11 @@ static bool opts_check(bench_opts *o) {
     }
     if (o->direct && !o->up_clusters && !o->inst_dir) {
         fprintf(stderr, "strata bench: --direct needs an instance: --up CLUSTERS or --dir DIR\n");
+        return false;
+    }
+    if (o->secure && !o->up_clusters) {
+        fprintf(stderr, "strata bench: --secure starts an instance: use it with --up CLUSTERS "
+                        "(a running secure instance: --dir DIR)\n");
         return false;
     }
     if (!o->up_nodes)
@@ -439,6 +477,7 @@ typedef struct bench_env {
     bench_inst inst; /* --up / --dir */
     bench_target targets[BENCH_TARGETS_MAX];
     size_t n_targets;
+    struct ssl_ctx_st *tls; /* --tls, or a secure instance's CA */
 } bench_env;
 
 static st_code start_child(bench_env *env, ops_child *child, char *const argv[], const char *log,
@@ -485,6 +524,7 @@ static st_code start_emulator(bench_opts *o, bench_env *env, st_err *err) {
  * endpoint), its processes are measured, the lag probe reads from the other cluster. */
 static st_code target_instance(bench_opts *o, bench_env *env, bench_target *t, st_err *err) {
     bench_inst *in = &env->inst;
+    in->secure = o->secure;
     st_code rc = o->up_clusters ? bench_inst_up(in, env->tmp, o->up_clusters, o->up_nodes, err)
                                 : bench_inst_load(in, o->inst_dir, err);
     if (rc != ST_OK)
@@ -552,6 +592,35 @@ static st_code cs_profile_prepare(bench_opts *o, bench_env *env, bench_target *t
     return bench_profile_ensure(c, t, c->cs_profile, cluster, err);
 }
 
+/* --tls/--token, or the CA and admin token of a secure instance (--up --secure, --dir): TLS and
+ * the token for the first target. */
+static st_code target_security(bench_opts *o, bench_env *env, bench_target *t, st_err *err) {
+    char ca[PATH_MAX + 32], token[BENCH_TOKEN_MAX] = "";
+    const char *ca_path = o->tls_ca, *tok = o->token;
+    if (!ca_path && env->inst.topo) {
+        snprintf(ca, sizeof ca, "%s/%s/ca.pem", env->inst.dir, OPS_SECURE_SUBDIR);
+        if (access(ca, F_OK) == 0)
+            ca_path = ca;
+        if (ca_path && !tok && ops_secure_token(env->inst.dir, "admin", token, sizeof token))
+            tok = token;
+        if (ca_path && o->direct)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "--direct is not supported on a secure instance (its nodes serve "
+                              "only routers): drop --direct");
+    }
+    if (tok)
+        snprintf(t->auth, sizeof t->auth, "Bearer %s", tok);
+    if (!ca_path)
+        return ST_OK;
+    if (!(env->tls = rpc_tls_client_ctx_new(ca_path, NULL, NULL, err)))
+        return err ? err->code : ST_INVALID_ARGUMENT;
+    t->copts.ssl_ctx = env->tls;
+    t->copts.server_name = o->tls_name;
+    fprintf(stderr, "bench: TLS to %s:%u (CA %s)%s\n", t->host, t->port, ca_path,
+            t->auth[0] ? " with a bearer token" : "");
+    return ST_OK;
+}
+
 /* The targets, in run order: Strata (or the given endpoint) first, then the node directly
  * (--direct), then the emulator. */
 static st_code targets_prepare(bench_opts *o, bench_env *env, st_err *err) {
@@ -573,6 +642,9 @@ static st_code targets_prepare(bench_opts *o, bench_env *env, st_err *err) {
     } else if (!target_set_addr(t, o->target)) {
         return st_err_set(err, ST_INVALID_ARGUMENT, "bad --target '%s': use HOST:PORT", o->target);
     }
+    st_code src = target_security(o, env, t, err);
+    if (src != ST_OK)
+        return src;
     for (size_t i = 0; i < o->n_pids; i++)
         t->pids[t->n_pids++] = o->pids[i];
     if (t->n_pids == 0 && host_is_local(t->host))
@@ -749,6 +821,28 @@ static void print_procs(const bench_env *env, const bench_result *res, size_t n_
     printf("peak MB = VmHWM, the process's peak resident set since it started.\n");
 }
 
+/* --storm: the read workload's latency before the storm and during it. */
+static void print_storm(const bench_result *res, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const bench_result *r = &res[i];
+        if (!r->storm_ok && !r->storm_failed && !r->storm_error[0])
+            continue;
+        printf("\nhandshake storm during %s (%s): %llu new connections in %.2f s (%llu failed); "
+               "workload p50/p99 before %.0f/%.0f us (%llu calls), during %.0f/%.0f us (%llu "
+               "calls)\n",
+               bench_wl_name(r->wl), r->label, (unsigned long long)r->storm_ok, r->storm_s,
+               (unsigned long long)r->storm_failed,
+               (double)ops_hist_percentile(&r->storm_before, 50) / 1e3,
+               (double)ops_hist_percentile(&r->storm_before, 99) / 1e3,
+               (unsigned long long)r->storm_before.total,
+               (double)ops_hist_percentile(&r->storm_during, 50) / 1e3,
+               (double)ops_hist_percentile(&r->storm_during, 99) / 1e3,
+               (unsigned long long)r->storm_during.total);
+        if (r->storm_error[0])
+            printf("          first storm error: %s\n", r->storm_error);
+    }
+}
+
 static void print_lag(const bench_env *env, const bench_result *res, size_t n_rows) {
     for (size_t i = 0; i < n_rows * env->n_targets; i++) {
         const bench_result *r = &res[i];
@@ -820,6 +914,12 @@ static void kv_result(const bench_result *r, const bench_target *t) {
            w, l, pct_us(r, 50), w, l, pct_us(r, 90), w, l, pct_us(r, 99), w, l, pct_us(r, 99.9), w,
            l, (double)r->hist.max / 1e3, w, l, ops_hist_mean(&r->hist) / 1e3);
     printf(" %s.%s.errors=%llu", w, l, (unsigned long long)r->errors_total);
+    if (r->storm_ok || r->storm_failed)
+        printf(" %s.%s.storm.conns=%llu %s.%s.storm.failed=%llu %s.%s.storm.s=%.3f "
+               "%s.%s.storm.p99_before_us=%.1f %s.%s.storm.p99_during_us=%.1f",
+               w, l, (unsigned long long)r->storm_ok, w, l, (unsigned long long)r->storm_failed, w,
+               l, r->storm_s, w, l, (double)ops_hist_percentile(&r->storm_before, 99) / 1e3, w, l,
+               (double)ops_hist_percentile(&r->storm_during, 99) / 1e3);
     for (int i = 0; i < BENCH_ERR_SLOTS; i++)
         if (r->errors[i])
             printf(" %s.%s.err.%s=%llu", w, l,
@@ -1029,6 +1129,7 @@ static int bench_main_run(bench_opts *o, bench_env *env) {
         print_table(env, res, rows);
         print_procs(env, res, rows);
         print_lag(env, res, rows);
+        print_storm(res, rows * env->n_targets);
         print_cs(env, res, rows);
         print_kv(o, env, res, rows, errors, complete && status == 0);
     }
@@ -1072,6 +1173,8 @@ int ops_bench_main(int argc, char **argv) {
     ops_child_stop(&env.emulator);
     ops_child_stop(&env.node);
     bench_inst_down(&env.inst, !o.keep_tmp);
+    if (env.tls)
+        SSL_CTX_free(env.tls);
     if (tmp) {
         if (o.keep_tmp)
             fprintf(stderr, "bench: kept %s\n", env.tmp);

@@ -54,7 +54,8 @@ struct cs_bench {
     uint32_t n_slots, active;
     char table[4 * BENCH_NAME_MAX], params[8 * BENCH_NAME_MAX];
     const char *profile;
-    rpc_metadata md[1];
+    rpc_metadata md[2];
+    size_t n_md;
     st_buf req;
     uint8_t *value;
     /* the current write phase */
@@ -189,7 +190,7 @@ static rpc_client *client_for(cs_bench *b, uint32_t i) {
         return NULL; /* still finishing: the slot retries after its backoff */
     if (b->clients[i])
         rpc_client_free(b->clients[i]);
-    b->clients[i] = rpc_client_new(b->base, b->t->host, b->t->port, NULL, NULL);
+    b->clients[i] = rpc_client_new(b->base, b->t->host, b->t->port, &b->t->copts, NULL);
     return b->clients[i];
 }
 
@@ -211,7 +212,7 @@ static void slot_issue(cs_slot *s) {
     s->t0_ns = mono_ns();
     if (!build_write(b, s->seq) ||
         !rpc_client_call(c, "/google.bigtable.v2.Bigtable/MutateRow", st_buf_slice(&b->req), b->md,
-                         1, b->cfg->timeout_ms, NULL, write_done, s)) {
+                         b->n_md, b->cfg->timeout_ms, NULL, write_done, s)) {
         b->failed++;
         count_error(b, ST_UNAVAILABLE, "cannot start a MutateRow (connection closed)");
         if (evtimer_add(s->retry, &tv) != 0)
@@ -419,7 +420,7 @@ static st_code cs_setup(cs_bench *b, st_err *err) {
              cfg->instance, cfg->table);
     b->profile = cfg->cs_profile[0] ? cfg->cs_profile : cfg->app_profile;
     snprintf(b->params, sizeof b->params, "app_profile_id=%s", b->profile);
-    b->md[0] = (rpc_metadata){"x-goog-request-params", b->params};
+    b->n_md = bench_md_fill(b->md, b->params, b->t);
     b->base = event_base_new();
     b->n_conns = cfg->conns;
     b->n_slots = cfg->conns * cfg->streams;

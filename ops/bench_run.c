@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "bench_run.h"
+#include "bench_storm.h"
 #include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
@@ -50,10 +51,22 @@ bool bench_stop_requested(void) {
     return stop_flag != 0;
 }
 
-static int64_t now_ns(void) {
+int64_t bench_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t now_ns(void) {
+    return bench_now_ns();
+}
+
+size_t bench_md_fill(rpc_metadata md[2], const char *params, const bench_target *t) {
+    md[0] = (rpc_metadata){"x-goog-request-params", params};
+    if (!t->auth[0])
+        return 1;
+    md[1] = (rpc_metadata){"authorization", t->auth};
+    return 2;
 }
 
 typedef enum op_kind { OP_MUTATE, OP_BULK, OP_READ, OP_SCAN } op_kind;
@@ -78,7 +91,8 @@ typedef struct bench_lag {
     size_t key_len;
     st_buf req;
     char params[BENCH_PARAMS_MAX + 3 * BENCH_NAME_MAX + 32];
-    rpc_metadata md[1];
+    rpc_metadata md[2];
+    size_t n_md;
 } bench_lag;
 
 typedef struct bench_slot {
@@ -119,7 +133,10 @@ struct bench_run {
     size_t values_len;
     char table_name[BENCH_TABLE_NAME_MAX];
     char params[BENCH_PARAMS_MAX];
-    rpc_metadata md[1];
+    rpc_metadata md[2];
+    size_t n_md;
+    bench_storm storm;                           /* --storm */
+    struct event *storm_timer;                   /* starts it 40% into the run */
     rpc_client *graveyard[BENCH_RECONNECTS_MAX]; /* dead clients, freed when the run ends */
     size_t n_graveyard;
     bench_lag lag;
@@ -344,6 +361,9 @@ static bool run_may_issue(bench_run *r) {
         return false;
     if (r->limit)
         return r->issued < r->limit;
+    /* a storm not started or not finished yet keeps the workload going */
+    if (r->cfg->storm && (!r->storm.started || bench_storm_running(&r->storm)))
+        return true;
     return now_ns() < r->deadline_ns;
 }
 
@@ -378,6 +398,10 @@ static void record_success(bench_run *r, bench_slot *s, uint64_t lat_ns, uint64_
     res->bytes += bytes;
     ops_hist_record(&res->hist, lat_ns);
     ops_hist_record(&r->interval, lat_ns);
+    if (r->cfg->storm && !r->storm.started)
+        ops_hist_record(&res->storm_before, lat_ns);
+    else if (bench_storm_running(&r->storm))
+        ops_hist_record(&res->storm_during, lat_ns);
     r->interval_calls++;
     r->interval_bytes += bytes;
 }
@@ -465,7 +489,7 @@ static rpc_client *conn_client(bench_run *r, bench_conn *c, st_err *err) {
         r->graveyard[r->n_graveyard++] = c->client;
         c->client = NULL;
     }
-    c->client = rpc_client_new(r->base, r->tgt->host, r->tgt->port, NULL, err);
+    c->client = rpc_client_new(r->base, r->tgt->host, r->tgt->port, &r->tgt->copts, err);
     return c->client;
 }
 
@@ -506,7 +530,7 @@ static void slot_issue(bench_slot *s) {
     st_err err = {0};
     rpc_client *c = conn_client(r, s->conn, &err);
     s->t0_ns = now_ns();
-    if (!c || !rpc_client_call(c, op_path(s->op), st_buf_slice(&r->req), r->md, 1,
+    if (!c || !rpc_client_call(c, op_path(s->op), st_buf_slice(&r->req), r->md, r->n_md,
                                r->cfg->timeout_ms, slot_msg, slot_done, s)) {
         record_error(r, ST_UNAVAILABLE, c ? "the connection is closed" : err.msg);
         slot_backoff(s);
@@ -587,7 +611,7 @@ static void lag_poll(bench_run *r) {
     req.rows = &set;
     l->seen = false;
     if (!lag_pack(l, &req.base) ||
-        !rpc_client_call(l->client, op_path(OP_READ), st_buf_slice(&l->req), l->md, 1,
+        !rpc_client_call(l->client, op_path(OP_READ), st_buf_slice(&l->req), l->md, l->n_md,
                          r->cfg->timeout_ms, lag_read_msg, lag_read_done, r))
         lag_fail(r, "reading the marker", "the call could not start");
 }
@@ -626,7 +650,7 @@ static void lag_write(bench_run *r) {
     req.mutations = &mp;
     l->state = LAG_WRITING;
     if (!lag_pack(l, &req.base) ||
-        !rpc_client_call(l->client, op_path(OP_MUTATE), st_buf_slice(&l->req), r->md, 1,
+        !rpc_client_call(l->client, op_path(OP_MUTATE), st_buf_slice(&l->req), r->md, r->n_md,
                          r->cfg->timeout_ms, NULL, lag_write_done, r))
         lag_fail(r, "writing the marker", "the call could not start");
 }
@@ -650,9 +674,9 @@ static st_code lag_setup(bench_run *r, st_err *err) {
     url_encode(r->table_name, enc, sizeof(enc));
     url_encode(r->tgt->lag_profile, prof, sizeof(prof));
     snprintf(l->params, sizeof(l->params), "table_name=%s&app_profile_id=%s", enc, prof);
-    l->md[0] = (rpc_metadata){"x-goog-request-params", l->params};
+    l->n_md = bench_md_fill(l->md, l->params, r->tgt);
     l->timer = evtimer_new(r->base, lag_timer_cb, r);
-    l->client = rpc_client_new(r->base, r->tgt->host, r->tgt->port, NULL, err);
+    l->client = rpc_client_new(r->base, r->tgt->host, r->tgt->port, &r->tgt->copts, err);
     if (!l->timer || !l->client)
         return st_err_set(err, ST_UNAVAILABLE, "lag probe: cannot connect to %s:%u", r->tgt->host,
                           r->tgt->port);
@@ -721,7 +745,7 @@ static st_code run_setup(bench_run *r, st_err *err) {
         url_encode(cfg->app_profile, prof, sizeof(prof));
         snprintf(r->params + n, sizeof(r->params) - (size_t)n, "&app_profile_id=%s", prof);
     }
-    r->md[0] = (rpc_metadata){"x-goog-request-params", r->params};
+    r->n_md = bench_md_fill(r->md, r->params, r->tgt);
     r->values_len = (size_t)cfg->value_bytes * 2 + ((size_t)1 << 20);
     r->values = malloc(r->values_len);
     r->base = event_base_new();
@@ -754,6 +778,8 @@ static st_code run_setup(bench_run *r, st_err *err) {
 
 static void run_teardown(bench_run *r) {
     lag_teardown(r);
+    if (r->storm_timer)
+        event_free(r->storm_timer);
     for (uint32_t i = 0; r->conns && i < r->n_conns; i++)
         if (r->conns[i].client)
             rpc_client_free(r->conns[i].client);
@@ -838,11 +864,36 @@ static void run_warmup(bench_run *r) {
         return;
     r->active = 0;
     for (uint32_t i = 0; i < r->n_conns; i++)
-        if (rpc_client_call(r->conns[i].client, op_path(OP_READ), st_buf_slice(&r->req), r->md, 1,
-                            r->cfg->timeout_ms, NULL, warmup_done, r))
+        if (rpc_client_call(r->conns[i].client, op_path(OP_READ), st_buf_slice(&r->req), r->md,
+                            r->n_md, r->cfg->timeout_ms, NULL, warmup_done, r))
             r->active++;
     if (r->active > 0)
         event_base_dispatch(r->base);
+}
+
+static void storm_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    bench_run *r = arg;
+    st_err err = {0};
+    if (bench_storm_start(&r->storm, r->cfg, r->tgt, &err) != ST_OK) {
+        snprintf(r->res->storm_error, sizeof r->res->storm_error, "%.150s", err.msg);
+        r->storm.started = true; /* nothing runs: the workload ends at its deadline */
+    }
+}
+
+/* --storm on a read workload: the storm starts 40% into the run, so the calls before it give
+ * the baseline its p99 is compared with. */
+static void storm_schedule(bench_run *r) {
+    if (!r->cfg->storm || (r->wl != WL_READ && r->wl != WL_SCAN)) {
+        r->storm.started = true; /* no storm: the run behaves as without --storm */
+        return;
+    }
+    int64_t us = (int64_t)(r->cfg->duration_s * 0.4 * 1e6);
+    struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+    r->storm_timer = evtimer_new(r->base, storm_timer_cb, r);
+    if (!r->storm_timer || evtimer_add(r->storm_timer, &tv) != 0)
+        storm_timer_cb(-1, 0, r);
 }
 
 static void run_loop(bench_run *r) {
@@ -856,10 +907,12 @@ static void run_loop(bench_run *r) {
         slot_issue(&r->slots[i]);
     if (r->lag.state == LAG_IDLE)
         lag_schedule(r, r->cfg->lag_interval_ms);
+    storm_schedule(r);
     if (r->active > 0)
         event_base_dispatch(r->base);
     r->res->elapsed_s = (double)(now_ns() - r->start_ns) / 1e9;
     evtimer_del(r->tick);
+    bench_storm_join(&r->storm, r->res);
 }
 
 st_code bench_run_workload(const bench_cfg *cfg, bench_target *t, bench_wl wl, bench_result *res,
@@ -867,6 +920,8 @@ st_code bench_run_workload(const bench_cfg *cfg, bench_target *t, bench_wl wl, b
     memset(res, 0, sizeof(*res));
     ops_hist_init(&res->hist);
     ops_hist_init(&res->lag);
+    ops_hist_init(&res->storm_before);
+    ops_hist_init(&res->storm_during);
     res->wl = wl;
     res->label = t->label;
     bench_run *r = calloc(1, sizeof(*r));
@@ -934,9 +989,11 @@ st_code bench_table_ensure(const bench_cfg *cfg, const bench_target *t, st_err *
         packed.len = google__bigtable__admin__v2__create_table_request__pack(&req, packed.data);
         char addr[OPS_ADDR_MAX + 16];
         snprintf(addr, sizeof(addr), strchr(t->host, ':') ? "[%s]:%u" : "%s:%u", t->host, t->port);
-        rc = rpc_blocking_unary(addr, NULL,
-                                "/google.bigtable.admin.v2.BigtableTableAdmin/CreateTable",
-                                st_buf_slice(&packed), NULL, 0, BENCH_ADMIN_TIMEOUT_MS, &resp, err);
+        rpc_metadata md[2];
+        size_t n_md = bench_md_fill(md, "", t);
+        rc = rpc_blocking_unary(
+            addr, &t->copts, "/google.bigtable.admin.v2.BigtableTableAdmin/CreateTable",
+            st_buf_slice(&packed), md + 1, n_md - 1, BENCH_ADMIN_TIMEOUT_MS, &resp, err);
         if (rc == ST_ALREADY_EXISTS && err)
             *err = (st_err){0}; /* not a failure: the caller checks err.code at the end */
         if (rc == ST_ALREADY_EXISTS)
@@ -978,9 +1035,11 @@ st_code bench_profile_ensure(const bench_cfg *cfg, const bench_target *t, const 
             google__bigtable__admin__v2__create_app_profile_request__pack(&req, packed.data);
         char addr[OPS_ADDR_MAX + 16];
         snprintf(addr, sizeof(addr), strchr(t->host, ':') ? "[%s]:%u" : "%s:%u", t->host, t->port);
-        rc = rpc_blocking_unary(addr, NULL,
-                                "/google.bigtable.admin.v2.BigtableInstanceAdmin/CreateAppProfile",
-                                st_buf_slice(&packed), NULL, 0, BENCH_ADMIN_TIMEOUT_MS, &resp, err);
+        rpc_metadata md[2];
+        size_t n_md = bench_md_fill(md, "", t);
+        rc = rpc_blocking_unary(
+            addr, &t->copts, "/google.bigtable.admin.v2.BigtableInstanceAdmin/CreateAppProfile",
+            st_buf_slice(&packed), md + 1, n_md - 1, BENCH_ADMIN_TIMEOUT_MS, &resp, err);
         if (rc == ST_ALREADY_EXISTS && err)
             *err = (st_err){0}; /* not a failure: the caller checks err.code at the end */
         if (rc == ST_ALREADY_EXISTS)

@@ -4,6 +4,7 @@
 #define STRATA_OPS_BENCH_RUN_H
 
 #include "bench.h"
+#include "strata/rpc.h"
 
 #define BENCH_CONNS_MAX 1024
 #define BENCH_STREAMS_MAX 256 /* the server's default SETTINGS_MAX_CONCURRENT_STREAMS */
@@ -19,6 +20,9 @@
 #define BENCH_LAG_POLL_MS 1       /* replication lag probe: pause between reads of the marker */
 #define BENCH_LAG_GIVEUP_MS 30000 /* a marker not visible after this counts as lost */
 #define BENCH_LAG_INTERVAL_MS_DEFAULT 100 /* pause between one marker found and the next write */
+#define BENCH_TOKEN_MAX 512               /* --token */
+#define BENCH_STORM_MAX 100000            /* --storm: new connections */
+#define BENCH_STORM_THREADS 4 /* connecting at once, each one connection after the other */
 
 typedef enum bench_wl {
     WL_WRITE = 0,
@@ -57,6 +61,9 @@ typedef struct bench_cfg {
     uint64_t cs_backlog;             /* changes written before the consumer starts */
     bool cs_compare;                 /* also write with streams off (TABLE-nocs) */
     char cs_profile[BENCH_NAME_MAX]; /* single-cluster profile of its writes and stream */
+    /* --storm N: while a read workload runs, N new TLS connections (each a full handshake and
+     * one PingAndWarm), started 40% into the run; the workload's p99 before and during. */
+    uint32_t storm;
 } bench_cfg;
 
 /* One endpoint under test. */
@@ -73,7 +80,15 @@ typedef struct bench_target {
      * routing to the other cluster) until visible; the time from the write's acknowledgement to
      * the first read that sees it is one lag sample. */
     char lag_profile[BENCH_NAME_MAX];
+    /* --tls CA.pem: TLS to the target, its certificate verified with the CA (copts.ssl_ctx
+     * NULL: plaintext); --token: "authorization: Bearer TOKEN" on every call ("" = none). */
+    rpc_client_opts copts;
+    char auth[BENCH_TOKEN_MAX + 8];
 } bench_target;
+
+/* The metadata of a call to t: x-goog-request-params = params, then the token if any; returns
+ * how many entries md[0..2) holds. */
+size_t bench_md_fill(rpc_metadata md[2], const char *params, const bench_target *t);
 
 #define BENCH_ERR_VERIFY (ST_UNAUTHENTICATED + 1) /* index of verification failures */
 #define BENCH_ERR_SLOTS (BENCH_ERR_VERIFY + 1)
@@ -108,6 +123,12 @@ typedef struct bench_result {
     double cs_catchup_s;
     uint64_t cs_off_calls;
     double cs_off_ops_s;
+    /* --storm: the workload's latencies before the storm and while it ran, the connections
+     * that completed their call and those that failed, and how long the storm took */
+    ops_hist storm_before, storm_during;
+    uint64_t storm_ok, storm_failed;
+    double storm_s;
+    char storm_error[160];
 } bench_result;
 
 /* Creates app profile `id` routing to `cluster` (single-cluster) through the instance admin API
@@ -136,6 +157,7 @@ typedef struct bench_inst {
     char tmp[4096];    /* the bench's temporary dir (logs of `strata up` / `strata down`) */
     bool started;      /* this bench ran `strata up`: it runs `strata down` at the end */
     st_topology *topo; /* DIR/topology (heap) */
+    bool secure;       /* bench_inst_up: `strata up --secure` */
 } bench_inst;
 
 /* Runs `strata up --dir TMP/instance --port P --clusters C --nodes N` (P a free loopback port)

@@ -122,9 +122,11 @@ st_code bench_inst_up(bench_inst *in, const char *tmp, uint32_t clusters, uint32
     snprintf(wait_s, sizeof(wait_s), "%d", BENCH_UP_WAIT_S);
     char *argv[BENCH_UP_ARGS_MAX] = {NULL,       "up",         "--dir", in->dir,   "--port",
                                      port,       "--clusters", nc,      "--nodes", nn,
-                                     "--wait-s", wait_s,       NULL};
-    fprintf(stderr, "bench: strata up --dir %s --port %s --clusters %s --nodes %s\n", in->dir, port,
-            nc, nn);
+                                     "--wait-s", wait_s,       NULL,    NULL};
+    if (in->secure)
+        argv[12] = "--secure";
+    fprintf(stderr, "bench: strata up --dir %s --port %s --clusters %s --nodes %s%s\n", in->dir,
+            port, nc, nn, in->secure ? " --secure" : "");
     in->started = true; /* even a failed start may have left processes: down cleans up */
     int rc = run_self(argv, log);
     if (rc != 0) {

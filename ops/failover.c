@@ -11,6 +11,7 @@
 #include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/longrunning/operations.pb-c.h"
 #include "instance.h"
+#include "certs.h"
 #include "strata/btutil.h"
 #include "strata/rpc.h"
 
@@ -56,9 +57,11 @@ static fo_profile *get_profile(const char *router, const char *name) {
     st_buf resp;
     st_buf_init(&resp);
     st_err st = {0};
+    size_t n_md;
+    const rpc_metadata *md = ops_secure_md(&n_md);
     st_code rc =
-        rpc_blocking_unary(router, NULL, FAILOVER_IA "GetAppProfile", st_slice_make(buf, len), NULL,
-                           0, FAILOVER_RPC_TIMEOUT_MS, &resp, &st);
+        rpc_blocking_unary(router, ops_secure_router_opts(), FAILOVER_IA "GetAppProfile",
+                           st_slice_make(buf, len), md, n_md, FAILOVER_RPC_TIMEOUT_MS, &resp, &st);
     fo_profile *p = NULL;
     if (rc == ST_OK &&
         !(p = (void *)btu_pb_unpack(&google__bigtable__admin__v2__app_profile__descriptor, NULL,
@@ -103,8 +106,10 @@ static bool update_profile(const char *router, const fo_profile *cur, const char
     st_code rc = st_buf_reserve(&reqb, len + 1);
     if (rc == ST_OK) {
         len = google__bigtable__admin__v2__update_app_profile_request__pack(&req, reqb.data);
-        rc = rpc_blocking_unary(router, NULL, FAILOVER_IA "UpdateAppProfile",
-                                st_slice_make(reqb.data, len), NULL, 0, FAILOVER_RPC_TIMEOUT_MS,
+        size_t n_md;
+        const rpc_metadata *md = ops_secure_md(&n_md);
+        rc = rpc_blocking_unary(router, ops_secure_router_opts(), FAILOVER_IA "UpdateAppProfile",
+                                st_slice_make(reqb.data, len), md, n_md, FAILOVER_RPC_TIMEOUT_MS,
                                 &resp, &st);
     }
     st_buf_free(&reqb);

@@ -3,6 +3,7 @@
  * the command lines `strata up` uses, the partition file, log tails, disk use.
  * Everything here is best effort and bounded: it serves commands a person types. */
 #include "instance.h"
+#include "certs.h"
 #include "paths.h"
 #include "strata/internal/v1/replication.pb-c.h"
 
@@ -59,6 +60,7 @@ bool ops_inst_dir(const char *flag, char *out, size_t cap) {
                 OPS_DIR_MAX);
         return false;
     }
+    ops_secure_use(out); /* a secure instance: the commands' calls carry its credentials */
     return true;
 }
 
@@ -277,6 +279,77 @@ bool ops_inst_no_unix(const char *dir) {
     return access(path, F_OK) == 0;
 }
 
+/* DIR/secure/<file>, when the instance is secure, into buf. */
+static bool cmdline_secure_file(const char *dir, const char *file, char *buf, size_t cap) {
+    return ops_fmt(buf, cap, "%s/%s/%s", dir, OPS_SECURE_SUBDIR, file);
+}
+
+static bool cmdline_secure(const char *dir) {
+    char ca[OPS_PATH_MAX + 32];
+    return cmdline_secure_file(dir, "ca.pem", ca, sizeof ca) && access(ca, F_OK) == 0;
+}
+
+static void cmdline_node_tls(ops_cmdline *cl, const char *dir, const char *name, size_t *n) {
+    if (!cmdline_secure(dir))
+        return;
+    char file[OPS_NAME_MAX + 8];
+    snprintf(file, sizeof file, "%s.pem", name);
+    cmdline_secure_file(dir, file, cl->tls[0], sizeof cl->tls[0]);
+    snprintf(file, sizeof file, "%s.key", name);
+    cmdline_secure_file(dir, file, cl->tls[1], sizeof cl->tls[1]);
+    cmdline_secure_file(dir, "ca.pem", cl->tls[2], sizeof cl->tls[2]);
+    const char *flags[] = {"--tls-cert", "--tls-key", "--tls-ca"};
+    for (size_t k = 0; k < 3; k++) {
+        cl->argv[(*n)++] = (char *)flags[k];
+        cl->argv[(*n)++] = cl->tls[k];
+    }
+}
+
+/* Whether the router binary takes --auth-file (its usage text holds the flag): a router built
+ * without token checks refuses unknown flags, and a secure instance must still start with one
+ * (TLS only; `strata up --secure` then says the tokens are not checked). */
+bool ops_router_takes_auth(const char *bin) {
+    static const char flag[] = "--auth-file FILE";
+    FILE *f = bin ? fopen(bin, "rb") : NULL;
+    if (!f)
+        return false;
+    char buf[65536 + sizeof flag];
+    size_t keep = 0, n;
+    bool found = false;
+    while (!found && (n = fread(buf + keep, 1, sizeof buf - keep, f)) > 0) {
+        size_t len = keep + n;
+        found = memmem(buf, len, flag, sizeof flag - 1) != NULL;
+        keep = len < sizeof flag - 1 ? len : sizeof flag - 1; /* a match across two reads */
+        memmove(buf, buf + len - keep, keep);
+    }
+    fclose(f);
+    return found;
+}
+
+/* The router serves its public port with router.pem (valid for localhost and 127.0.0.1, signed
+ * by the CA clients trust) and presents the same certificate to the nodes. */
+static void cmdline_router_tls(ops_cmdline *cl, const char *dir, size_t *n) {
+    if (!cmdline_secure(dir))
+        return;
+    cmdline_secure_file(dir, "router.pem", cl->tls[0], sizeof cl->tls[0]);
+    cmdline_secure_file(dir, "router.key", cl->tls[1], sizeof cl->tls[1]);
+    cmdline_secure_file(dir, "ca.pem", cl->tls[2], sizeof cl->tls[2]);
+    const char *flags[] = {"--tls-cert", "--tls-key", "--internal-ca"};
+    for (size_t k = 0; k < 3; k++) {
+        cl->argv[(*n)++] = (char *)flags[k];
+        cl->argv[(*n)++] = cl->tls[k];
+    }
+    /* Principals and tokens: made by ops_auth_bootstrap (`strata up --secure`). */
+    cmdline_secure_file(dir, "principals", cl->tls[3], sizeof cl->tls[3]);
+    if (access(cl->tls[3], F_OK) != 0 || !ops_router_takes_auth(cl->argv[0]))
+        return;
+    ops_fmt(cl->tls[4], sizeof cl->tls[4], "%s/logs/audit.log", dir);
+    cl->argv[(*n)++] = "--auth-file";
+    cl->argv[(*n)++] = cl->tls[3];
+    cl->argv[(*n)++] = "--audit-log";
+    cl->argv[(*n)++] = cl->tls[4];
+}
+
 void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin, const st_topology *t,
                            size_t i, size_t j) {
     const char **a = (const char **)cl->argv;
@@ -310,6 +383,7 @@ void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin, co
     char name[OPS_NAME_MAX];
     ops_inst_node_name(t, i, j, name);
     cmdline_metrics(cl, dir, name, &n);
+    cmdline_node_tls(cl, dir, name, &n);
     a[n] = NULL;
 }
 
@@ -326,6 +400,7 @@ void ops_inst_router_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
     char name[OPS_NAME_MAX];
     ops_inst_router_name(r, name);
     cmdline_metrics(cl, dir, name, &n);
+    cmdline_router_tls(cl, dir, &n);
     a[n] = NULL;
 }
 
@@ -481,8 +556,9 @@ int ops_inst_set_links(const st_topology *t, const ops_partition *part, size_t i
     char name[OPS_NAME_MAX];
     ops_inst_node_name(t, i, j, name);
     st_code rc =
-        rpc_blocking_unary(cl->nodes[j].addr, NULL, "/strata.internal.v1.Replication/SetLinks",
-                           st_slice_make(buf, len), NULL, 0, OPS_SET_LINKS_TIMEOUT_MS, &resp, &err);
+        rpc_blocking_unary(cl->nodes[j].addr, ops_secure_node_opts(cl->nodes[j].addr),
+                           "/strata.internal.v1.Replication/SetLinks", st_slice_make(buf, len),
+                           NULL, 0, OPS_SET_LINKS_TIMEOUT_MS, &resp, &err);
     st_buf_free(&resp);
     if (rc == ST_OK) {
         if (!quiet) {

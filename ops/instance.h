@@ -70,7 +70,7 @@ bool ops_inst_tcp_ready(const char *addr, int timeout_ms);
 void ops_inst_log_tail(const char *path, int lines);
 
 /* ---- starting processes (`strata up`, `strata chaos restart-cluster`) ---- */
-#define OPS_ARGV_MAX 20
+#define OPS_ARGV_MAX 32
 #define OPS_POLL_MS 50
 #define OPS_PROGRESS_EVERY_S 5
 
@@ -82,6 +82,7 @@ typedef struct ops_cmdline {
     char topo_path[OPS_PATH_MAX + 16];
     char metrics_addr[ST_TOPO_ADDR_MAX + 1];
     char unix_path[ST_TOPO_PATH_MAX + 16];
+    char tls[5][OPS_PATH_MAX + OPS_NAME_MAX + 32]; /* a secure instance's files (certs.h) */
 } ops_cmdline;
 /* DIR/run/no-unix: `strata up --no-unix` (present) or not (absent); false when it cannot be
  * written or removed. */
@@ -95,7 +96,12 @@ bool ops_inst_no_unix(const char *dir);
  * exists or the path does not fit in a socket address (st_topo_node_sock_path). */
 void ops_inst_node_cmdline(ops_cmdline *cl, const char *dir, const char *bin, const st_topology *t,
                            size_t i, size_t j);
+/* Both also add, on a secure instance (DIR/secure/ca.pem exists; certs.h), the node's
+ * --tls-cert/--tls-key/--tls-ca, and the router's --tls-cert/--tls-key, --internal-ca and, when
+ * DIR/secure/principals exists, --auth-file and --audit-log DIR/logs/audit.log. */
 /* strata-router --config DIR/topology --listen ADDR for router r. */
+/* Whether the strata-router at bin takes --auth-file (a build with token checks). */
+bool ops_router_takes_auth(const char *bin);
 void ops_inst_router_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
                              const st_topology *t, size_t r);
 

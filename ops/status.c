@@ -11,6 +11,7 @@
 
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "instance.h"
+#include "certs.h"
 #include "strata/btutil.h"
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/internal/v1/replication.pb-c.h"
@@ -72,8 +73,8 @@ static void fill_pid(const char *dir, const char *name, char *out, size_t cap, b
 static st_code node_get_status(const char *addr, st_buf *resp, bool *serving) {
     st_err status = {0};
     st_code rc =
-        rpc_blocking_unary(addr, NULL, "/strata.internal.v1.Node/GetStatus", st_slice_make("", 0),
-                           NULL, 0, STATUS_RPC_TIMEOUT_MS, resp, &status);
+        rpc_blocking_unary(addr, ops_secure_node_opts(addr), "/strata.internal.v1.Node/GetStatus",
+                           st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, resp, &status);
     *serving = rc == ST_OK || rc == ST_UNIMPLEMENTED;
     return rc;
 }
@@ -101,9 +102,9 @@ static void probe_node(const st_topo_node *n, node_row *row) {
     snprintf(row->tablets, sizeof row->tablets, "-");
     if (row->ok) {
         st_buf_reset(&resp);
-        rc = rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Node/ListTablets",
-                                st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp,
-                                &status);
+        rc = rpc_blocking_unary(n->addr, ops_secure_node_opts(n->addr),
+                                "/strata.internal.v1.Node/ListTablets", st_slice_make("", 0), NULL,
+                                0, STATUS_RPC_TIMEOUT_MS, &resp, &status);
         Strata__Internal__V1__ListTabletsResponse *l =
             rc == ST_OK
                 ? (void *)btu_pb_unpack(&strata__internal__v1__list_tablets_response__descriptor,
@@ -129,9 +130,9 @@ static void probe_repl(const status_ctx *c, size_t ci, const st_topo_node *n, no
         return;
     st_buf resp;
     st_buf_init(&resp);
-    st_code rc =
-        rpc_blocking_unary(n->addr, NULL, "/strata.internal.v1.Replication/GetPositions",
-                           st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp, NULL);
+    st_code rc = rpc_blocking_unary(
+        n->addr, ops_secure_node_opts(n->addr), "/strata.internal.v1.Replication/GetPositions",
+        st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp, NULL);
     row->pos = rc == ST_OK ? (void *)btu_pb_unpack(&strata__internal__v1__positions__descriptor,
                                                    NULL, st_slice_make(resp.data, resp.len), NULL)
                            : NULL;
@@ -321,9 +322,11 @@ static const char *probe_router(const status_ctx *c, const char *addr, bool *ok)
     size_t len = google__bigtable__v2__ping_and_warm_request__pack(&req, buf);
     st_buf resp;
     st_buf_init(&resp);
-    st_code rc =
-        rpc_blocking_unary(addr, NULL, "/google.bigtable.v2.Bigtable/PingAndWarm",
-                           st_slice_make(buf, len), NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp, NULL);
+    size_t n_md;
+    const rpc_metadata *md = ops_secure_md(&n_md);
+    st_code rc = rpc_blocking_unary(
+        addr, ops_secure_router_opts(), "/google.bigtable.v2.Bigtable/PingAndWarm",
+        st_slice_make(buf, len), md, n_md, STATUS_RPC_TIMEOUT_MS, &resp, NULL);
     st_buf_free(&resp);
     *ok = rc == ST_OK || rc == ST_UNIMPLEMENTED;
     if (rc == ST_OK)

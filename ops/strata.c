@@ -1,6 +1,7 @@
 /* ops/strata.c — the `strata` command-line tool: `strata <command> [flags]`. Each command is
  * one row of the table below (name, entry point, one-line summary); adding a command (up, down,
  * status, failover, chaos, backup...) is adding its row. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,6 +65,9 @@ static int cmd_help(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* A server that refuses a call's TLS handshake, or dies mid-call, closes the socket under
+     * the command's writes: that is an error to report, not a reason to die. */
+    signal(SIGPIPE, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
+#include "certs.h"
 #include "instance.h"
 #include "paths.h"
 
@@ -37,6 +39,7 @@ typedef struct up_opts {
     bool shape_given, no_router;
     bool metrics; /* --metrics: every process serves /metrics on a free port (docs/metrics.md) */
     bool no_unix; /* --no-unix: nodes serve TCP only, so the router reaches them over TCP */
+    bool secure;  /* --secure: mutual TLS, certificates and principals in DIR/secure */
 } up_opts;
 
 /* One process we start: a node (cluster ci, node ni) or a router (ri). */
@@ -61,7 +64,7 @@ static void up_usage(FILE *out) {
     fprintf(out,
             "usage: strata up [--dir DIR] [--port PORT] [--clusters N] [--nodes M]\n"
             "                 [--split-bytes N] [--config FILE] [--bin-dir DIR] [--wait-s S]\n"
-            "                 [--no-router] [--metrics] [--no-unix]\n"
+            "                 [--no-router] [--metrics] [--no-unix] [--secure]\n"
             "Starts a local Strata instance in the background: N clusters (default 2: east, west,\n"
             "then zone-3, ...) of M strata-node processes each (default 3) and one strata-router\n"
             "on 127.0.0.1:PORT (default 8086, the emulator's port).\n"
@@ -79,6 +82,11 @@ static void up_usage(FILE *out) {
             "  --no-unix        TCP between the router and the nodes; by default each node also\n"
             "                   serves a Unix socket DATA/node.sock, which the router uses\n"
             "                   (faster on one host; docs/router.md, Unix sockets)\n"
+            "  --secure         TLS for clients, mutual TLS between router and nodes, and\n"
+            "                   bearer tokens: creates a CA, certificates and principals in\n"
+            "                   DIR/secure (ca.pem for clients, tokens: ROLE TOKEN lines) and\n"
+            "                   prints the cbt command line to use (docs/security.md). An\n"
+            "                   instance made with --secure stays secure on every start\n"
             "Run again on a running instance: starts whatever of it is stopped (router\n"
             "included) and leaves the rest alone; `strata restart NAME` restarts one process.\n"
             "Stop it with\n"
@@ -120,6 +128,9 @@ static int up_parse(int argc, char **argv, up_opts *o) {
             continue;
         } else if (!strcmp(a, "--no-unix")) {
             o->no_unix = true;
+            continue;
+        } else if (!strcmp(a, "--secure")) {
+            o->secure = true;
             continue;
         } else if (!v) {
             fprintf(stderr, "strata up: unknown flag or missing value: '%s'\n", a);
@@ -655,6 +666,86 @@ static bool up_start_routers(up_ctx *c) {
     return true;
 }
 
+/* ---- --secure ---- */
+
+/* "DNS:localhost,IP:127.0.0.1", plus the host of addr when it is another. */
+static void up_san(const char *addr, char *out, size_t cap) {
+    char host[ST_TOPO_ADDR_MAX + 1];
+    uint16_t port;
+    unsigned char ip[16];
+    snprintf(out, cap, "DNS:localhost,IP:127.0.0.1");
+    if (!addr || !st_addr_split(addr, host, sizeof host, &port) || !host[0] ||
+        !strcmp(host, "localhost") || !strcmp(host, "127.0.0.1"))
+        return;
+    bool is_ip = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;
+    size_t used = strlen(out);
+    snprintf(out + used, cap - used, ",%s:%s", is_ip ? "IP" : "DNS", host);
+}
+
+/* The CA, one certificate per process and the admin's, each made only when missing (a restart
+ * keeps them), and the principals (tokens) when there are none yet. */
+static bool up_secure_setup(up_ctx *c) {
+    char dir[OPS_PATH_MAX + 16], san[2 * ST_TOPO_ADDR_MAX + 64], name[OPS_NAME_MAX];
+    snprintf(dir, sizeof dir, "%s/%s", c->dir, OPS_SECURE_SUBDIR);
+    st_err err = {0};
+    if ((mkdir(dir, OPS_DIR_MODE) != 0 && errno != EEXIST) || chmod(dir, OPS_DIR_MODE) != 0) {
+        fprintf(stderr, "strata up: cannot create %s: %s (choose a writable --dir)\n", dir,
+                strerror(errno));
+        return false;
+    }
+    st_code rc = ops_certs_ca(dir, &err);
+    const st_topology *t = &c->topo;
+    for (size_t i = 0; rc == ST_OK && i < t->n_clusters; i++)
+        for (size_t j = 0; rc == ST_OK && j < t->clusters[i].n_nodes; j++) {
+            ops_inst_node_name(t, i, j, name);
+            up_san(t->clusters[i].nodes[j].addr, san, sizeof san);
+            rc = ops_certs_leaf(dir, name, RPC_ROLE_NODE, san, &err);
+        }
+    up_san(t->n_routers ? t->routers[0] : NULL, san, sizeof san);
+    if (rc == ST_OK)
+        rc = ops_certs_leaf(dir, "router", RPC_ROLE_ROUTER, san, &err);
+    if (rc == ST_OK)
+        rc = ops_certs_leaf(dir, "admin", RPC_ROLE_ADMIN, NULL, &err);
+    char tokens[OPS_PATH_MAX + 32];
+    snprintf(tokens, sizeof tokens, "%s/tokens", dir);
+    if (rc == ST_OK && access(tokens, F_OK) != 0)
+        rc = ops_auth_bootstrap(dir, &err);
+    if (rc != ST_OK) {
+        fprintf(stderr, "strata up: %s\n", err.msg);
+        return false;
+    }
+    ops_secure_use(c->dir); /* this run's own calls use the new credentials */
+    return true;
+}
+
+/* The cbt command line for a secure instance: TLS to localhost (the router certificate is valid
+ * for it), the CA to trust, the admin token when the instance has principals. */
+static void up_print_secure(const up_ctx *c) {
+    const st_topology *t = &c->topo;
+    char host[ST_TOPO_ADDR_MAX + 1], token[OPS_SECURE_TOKEN_MAX] = "", ep[ST_TOPO_ADDR_MAX + 16];
+    uint16_t port = 0;
+    if (st_addr_split(t->routers[0], host, sizeof host, &port) && !strcmp(host, "127.0.0.1"))
+        snprintf(ep, sizeof ep, "localhost:%u", port);
+    else
+        snprintf(ep, sizeof ep, "%s", t->routers[0]);
+    /* cbt wants some token with -cert-file; a router without principals checks none */
+    char bin[OPS_PATH_MAX];
+    snprintf(bin, sizeof bin, "%s", c->router_bin);
+    if (!bin[0]) /* an instance found running: its router is the one strata up would start */
+        ops_bin_find(c->o.bin_dir, "router", "strata-router", bin, sizeof bin);
+    bool has_token =
+        ops_secure_token(c->dir, "admin", token, sizeof token) && ops_router_takes_auth(bin);
+    if (!has_token)
+        snprintf(token, sizeof token, "unchecked");
+    printf(", router %s (TLS)\n\nTry it (%s):\n  unset BIGTABLE_EMULATOR_HOST\n"
+           "  cbt -project %s -instance %s -data-endpoint %s -admin-endpoint %s -cert-file "
+           "%s/%s/ca.pem -access-token %s ls\n\n",
+           t->routers[0],
+           has_token ? "the admin principal; writer and reader tokens are in DIR/secure/tokens"
+                     : "this router checks no tokens: any -access-token works",
+           t->project, t->instance, ep, ep, c->dir, OPS_SECURE_SUBDIR, token);
+}
+
 static void up_print_endpoint(const up_ctx *c, bool already) {
     const st_topology *t = &c->topo;
     const char *dir_hint = c->o.dir_flag ? " --dir " : "";
@@ -666,6 +757,8 @@ static void up_print_endpoint(const up_ctx *c, bool already) {
     printf(")");
     if (t->n_routers == 0) {
         printf(", no router (connect to a node directly)\n");
+    } else if (ops_secure_on()) {
+        up_print_secure(c);
     } else {
         printf(", router %s\n\nTry it:\n  export BIGTABLE_EMULATOR_HOST=%s\n"
                "  cbt -project %s -instance %s ls\n\n",
@@ -716,10 +809,18 @@ static void up_narrow_modes(const up_ctx *c) {
 
 static int up_run(up_ctx *c) {
     up_narrow_modes(c);
-    if (up_running_state(c))
+    if (up_running_state(c)) {
+        if (c->o.secure && !ops_secure_on()) {
+            fprintf(stderr,
+                    "strata up: the instance in %s runs without --secure: stop it first "
+                    "(`strata down`), then `strata up --secure` (its data is kept)\n",
+                    c->dir);
+            return 1;
+        }
         return up_already(c);
+    }
     if (!up_find_bins(c) || !up_make_dirs(c) || !up_topo_build(c) || !up_check_ports(c) ||
-        !up_topo_save(c) || !up_unix_setup(c))
+        !up_topo_save(c) || !up_unix_setup(c) || (c->o.secure && !up_secure_setup(c)))
         return 1;
     if (!up_start_nodes(c) || !up_start_routers(c)) {
         fprintf(stderr,

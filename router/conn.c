@@ -75,7 +75,11 @@ static bool node_unix_path(const rtr_node *n, char *out, size_t cap) {
 static rpc_client *node_dial(rtr_node *n, st_err *err) {
     /* Frequent PINGs while calls are open: a live node then always sends something within about
      * RTR_NODE_KEEPALIVE_MS, which is how health.c tells a silent link from a slow request. */
-    const rpc_client_opts opts = {.keepalive_ms = RTR_NODE_KEEPALIVE_MS};
+    struct ssl_ctx_st *tls = n->ctx->opts.node_ssl_ctx;
+    /* With mutual TLS the node must prove it is a node of the topology's host. */
+    const rpc_client_opts opts = {.keepalive_ms = RTR_NODE_KEEPALIVE_MS,
+                                  .ssl_ctx = tls,
+                                  .peer_role = tls ? RPC_ROLE_NODE : NULL};
     char path[RPC_UNIX_PATH_MAX + 1];
     bool skip = n->unix_skip;
     n->unix_skip = false;
@@ -83,7 +87,10 @@ static rpc_client *node_dial(rtr_node *n, st_err *err) {
     if (!n->via_unix)
         return rpc_client_new(n->ctx->base, n->host, n->port, &opts, err);
     st_log(ST_LOG_DEBUG, "router", "node=%s via unix:%s", n->addr, path);
-    return rpc_client_new_unix(n->ctx->base, path, &opts, err);
+    /* A node's socket is plaintext even with mutual TLS: it lives in the node's owner-only
+     * data directory, which only this user can enter (docs/security.md, Unix sockets). */
+    const rpc_client_opts uopts = {.keepalive_ms = RTR_NODE_KEEPALIVE_MS};
+    return rpc_client_new_unix(n->ctx->base, path, &uopts, err);
 }
 
 /* A live client for node, or NULL while the reconnect backoff runs. */

@@ -19,6 +19,7 @@ static void usage(FILE *out) {
             "                     [--metrics HOST:PORT] [--poll-us N] [--no-unix] [--verbose]\n"
             "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
             "                     [--auth-file FILE] [--audit-log FILE [--audit-log-max-bytes N]]\n"
+            "                     [--internal-ca FILE [--internal-cert FILE --internal-key FILE]]\n"
             "                     [--version]\n"
             "Serves the Cloud Bigtable data and table admin APIs for the instance the topology\n"
             "file describes (docs/formats/topology.md), forwarding to its nodes. The listen\n"
@@ -44,7 +45,13 @@ static void usage(FILE *out) {
             "checks its role (docs/security.md; `strata auth` edits FILE); FILE is re-read when\n"
             "it changes and on SIGHUP. Without it the router is open to every client.\n"
             "--audit-log FILE appends a JSON line per admin call, denied call and failed\n"
-            "authentication; it moves to FILE.1 past --audit-log-max-bytes (default 100 MiB).\n");
+            "authentication; it moves to FILE.1 past --audit-log-max-bytes (default 100 MiB).\n"
+
+            "--internal-ca FILE: mutual TLS to the nodes (strata-node --tls-ca): the router\n"
+            "presents --internal-cert/--internal-key (default: --tls-cert/--tls-key), whose\n"
+            "subject OU must be strata-router, and accepts only nodes whose certificate the\n"
+            "cluster CA in FILE signed for strata-node and the node's topology host. SIGHUP\n"
+            "re-reads them too (docs/security.md, Internal links).\n");
     fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 
@@ -60,6 +67,9 @@ static void on_signal(evutil_socket_t fd, short what, void *arg) {
 typedef struct tls_files {
     const char *cert, *key, *client_ca; /* cert NULL: plaintext */
     SSL_CTX *ctx;
+    /* --internal-ca/--internal-cert/--internal-key: the links to the nodes; ca NULL: plaintext */
+    const char *int_ca, *int_cert, *int_key;
+    SSL_CTX *node_ctx;
     rtr_ctx *r; /* set once the router is open */
 } tls_files;
 
@@ -70,9 +80,20 @@ static void on_sighup(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     tls_files *t = arg;
     rtr_auth_reload(t->r); /* --auth-file, when given */
-    if (!t->cert)
-        return;
     st_err err = {0};
+    if (t->node_ctx) {
+        if (rpc_tls_client_ctx_reload(t->node_ctx, t->int_ca, t->int_cert, t->int_key, &err) !=
+            ST_OK)
+            st_log(ST_LOG_ERROR, "router",
+                   "msg=\"TLS reload of the node links failed: still using the previous "
+                   "certificate\" err=\"%s\"",
+                   err.msg);
+        else
+            st_log(ST_LOG_INFO, "router", "msg=\"node link certificate reloaded\" cert=%s",
+                   t->int_cert);
+    }
+    if (!t->ctx)
+        return;
     SSL_CTX *ctx = rpc_tls_server_ctx_new(t->cert, t->key, t->client_ca, &err);
     if (!ctx) {
         st_log(ST_LOG_ERROR, "router",
@@ -121,7 +142,8 @@ static int run(struct event_base *base, const rtr_opts *o, tls_files *tls) {
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     struct event *sighup = NULL;
     tls->r = r;
-    if ((tls->ctx || o->auth_file) && (sighup = evsignal_new(base, SIGHUP, on_sighup, tls)))
+    if ((tls->ctx || tls->node_ctx || o->auth_file) &&
+        (sighup = evsignal_new(base, SIGHUP, on_sighup, tls)))
         event_add(sighup, NULL);
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
@@ -140,6 +162,23 @@ static int run(struct event_base *base, const rtr_opts *o, tls_files *tls) {
 /* Checks the TLS flags and loads the files before anything else starts, so a bad file stops the
  * router at once with the reason. 0 when fine (or no TLS asked for). */
 static int tls_open(tls_files *t) {
+    if (t->int_cert || t->int_key || t->int_ca) {
+        if (!t->int_cert && !t->int_key) { /* one certificate for both sides */
+            t->int_cert = t->cert;
+            t->int_key = t->key;
+        }
+        if (!t->int_ca || !t->int_cert || !t->int_key) {
+            fprintf(stderr, "strata-router: mutual TLS to the nodes needs --internal-ca FILE (the "
+                            "cluster CA) and the router's certificate and key (--internal-cert "
+                            "and --internal-key, or --tls-cert and --tls-key)\n");
+            return 2;
+        }
+        st_err err = {0};
+        if (!(t->node_ctx = rpc_tls_client_ctx_new(t->int_ca, t->int_cert, t->int_key, &err))) {
+            fprintf(stderr, "strata-router: node links: %s\n", err.msg);
+            return 1;
+        }
+    }
     if (!t->cert && !t->key && !t->client_ca)
         return 0;
     if (!t->cert || !t->key) {
@@ -194,7 +233,13 @@ int main(int argc, char **argv) {
                         v);
                 return 2;
             }
-        } else if (!strcmp(a, "--metrics") && v) {
+        } else if (!strcmp(a, "--internal-ca") && v)
+            tls.int_ca = argv[++i];
+        else if (!strcmp(a, "--internal-cert") && v)
+            tls.int_cert = argv[++i];
+        else if (!strcmp(a, "--internal-key") && v)
+            tls.int_key = argv[++i];
+        else if (!strcmp(a, "--metrics") && v) {
             if (!st_addr_split(argv[++i], metrics_host, sizeof metrics_host, &metrics_port) ||
                 !metrics_host[0]) {
                 fprintf(stderr, "strata-router: bad --metrics '%s': use HOST:PORT\n", v);
@@ -279,21 +324,27 @@ int main(int argc, char **argv) {
         o.listen_host = host;
     }
     int tls_rc = tls_open(&tls);
-    if (tls_rc != 0)
+    if (tls_rc != 0) {
+        SSL_CTX_free(tls.node_ctx);
         return tls_rc;
+    }
     o.ssl_ctx = tls.ctx;
+    o.node_ssl_ctx = tls.node_ctx;
     rpc_limits_set(&limits);
     signal(SIGPIPE, SIG_IGN);
-    if (tls.ctx || auth_file) /* a reload asked for while the router starts must not stop it */
+    if (tls.ctx || tls.node_ctx ||
+        auth_file) /* a reload asked for while the router starts must not stop it */
         signal(SIGHUP, SIG_IGN);
     struct event_base *base = event_base_new();
     if (!base) {
         fprintf(stderr, "strata-router: could not create the event loop\n");
         SSL_CTX_free(tls.ctx);
+        SSL_CTX_free(tls.node_ctx);
         return 1;
     }
     int rc = run(base, &o, &tls);
     event_base_free(base);
     SSL_CTX_free(tls.ctx);
+    SSL_CTX_free(tls.node_ctx);
     return rc;
 }

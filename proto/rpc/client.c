@@ -19,6 +19,8 @@
 #include <event2/buffer.h>
 #include <nghttp2/nghttp2.h>
 
+#include <event2/bufferevent_ssl.h>
+
 #include "client_internal.h"
 
 /* ---- logging connection failures ----
@@ -295,6 +297,23 @@ static void keepalive_start(rpc_client *c, int fd) {
         event_add(c->ka_ev, &tv);
 }
 
+/* rpc_client_opts.peer_role: the server's certificate names the role this client expects (a
+ * node dialling a router's address by mistake, or a certificate of the wrong kind, stops here
+ * with a message naming both). */
+static bool client_role_ok(rpc_client *c, struct bufferevent *bev, char *why, size_t cap) {
+    if (!c->opts.peer_role || !c->opts.ssl_ctx)
+        return true;
+    char role[RPC_ROLE_MAX + 1];
+    rpc_tls_peer_role(bufferevent_openssl_get_ssl(bev), role, sizeof role);
+    if (strcmp(role, c->opts.peer_role) == 0)
+        return true;
+    snprintf(why, cap,
+             "the server's certificate names role '%s', not '%s' (subject OU): give that server "
+             "a certificate for its role",
+             role[0] ? role : "(none)", c->opts.peer_role);
+    return false;
+}
+
 static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
     rpc_client *c = arg;
     if (events & BEV_EVENT_CONNECTED) {
@@ -304,8 +323,11 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
             setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->connected = true;
         keepalive_start(c, bufferevent_getfd(bev));
+        char why[RPC_ROLE_MAX * 2 + 160];
         if (!c->tp->negotiated_h2(bev))
             client_fail(c, "TLS ALPN did not select h2");
+        else if (!client_role_ok(c, bev, why, sizeof why))
+            client_fail(c, why);
         else if (c->direct && !client_read_direct(c))
             client_fail(c, "cannot watch the socket");
         else if (!c->dead && !client_flush(c))

@@ -36,8 +36,9 @@ static st_code deframer_prefix_done(rpc_deframer *d, st_err *err) {
         return st_err_set(err, ST_INTERNAL, "bad gRPC message flag byte 0x%02x", flag);
     if (len > d->bytes_max)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED,
-                          "gRPC message of %u bytes exceeds the maximum of %zu bytes", len,
-                          d->bytes_max);
+                          "gRPC message of %u bytes exceeds the maximum of %zu bytes (a Strata "
+                          "server's --max-message-bytes): send smaller messages",
+                          len, d->bytes_max);
     d->msg_len = len;
     st_buf_reset(&d->msg);
     return ST_OK;

@@ -20,6 +20,9 @@ static rpc_limits g_limits = {
     .slow_request_window_ms = RPC_SLOW_REQUEST_WINDOW_MS_DEFAULT,
     .request_bytes_per_s_min = RPC_REQUEST_BYTES_PER_S_MIN_DEFAULT,
     .queued_response_bytes_max = RPC_QUEUED_RESPONSE_BYTES_DEFAULT,
+    .streams_per_conn_max = RPC_STREAMS_MAX_DEFAULT,
+    .header_bytes_max = RPC_HEADER_BYTES_MAX,
+    .message_bytes_max = RPC_MESSAGE_BYTES_MAX_DEFAULT,
 };
 static size_t g_buffered; /* request bytes reserved by calls of every server (atomic) */
 static uint32_t g_conns;  /* server connections open (atomic) */
@@ -47,6 +50,9 @@ void rpc_limits_default(rpc_limits *l) {
         .slow_request_window_ms = RPC_SLOW_REQUEST_WINDOW_MS_DEFAULT,
         .request_bytes_per_s_min = RPC_REQUEST_BYTES_PER_S_MIN_DEFAULT,
         .queued_response_bytes_max = RPC_QUEUED_RESPONSE_BYTES_DEFAULT,
+        .streams_per_conn_max = RPC_STREAMS_MAX_DEFAULT,
+        .header_bytes_max = RPC_HEADER_BYTES_MAX,
+        .message_bytes_max = RPC_MESSAGE_BYTES_MAX_DEFAULT,
     };
 }
 
@@ -164,6 +170,14 @@ int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *
          offsetof(rpc_limits, request_bytes_per_s_min), sizeof(uint32_t)},
         {"--max-queued-response-bytes", true, 1, SIZE_MAX, 1,
          offsetof(rpc_limits, queued_response_bytes_max), sizeof(size_t)},
+        {"--max-streams-per-connection", false, 1, INT32_MAX, 1,
+         offsetof(rpc_limits, streams_per_conn_max), sizeof(uint32_t)},
+        /* HTTP/2 carries SETTINGS values in 32 bits; below the minimum no gRPC call fits */
+        {"--max-header-bytes", true, RPC_HEADER_BYTES_MIN, UINT32_MAX, 1,
+         offsetof(rpc_limits, header_bytes_max), sizeof(size_t)},
+        /* the gRPC prefix carries a message length in 32 bits */
+        {"--max-message-bytes", true, 1, UINT32_MAX, 1, offsetof(rpc_limits, message_bytes_max),
+         sizeof(size_t)},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (strcmp(flag, f[i].name) != 0)

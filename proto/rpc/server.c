@@ -121,6 +121,9 @@ rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts,
     s->base = base;
     if (opts)
         s->opts = *opts;
+    server_limits_init(s);
+    if (!s->opts.message_bytes_max)
+        s->opts.message_bytes_max = s->limits.message_bytes_max;
     if (!s->opts.message_bytes_max)
         s->opts.message_bytes_max = RPC_MESSAGE_BYTES_MAX_DEFAULT;
     if (s->opts.message_bytes_max > UINT32_MAX)
@@ -128,8 +131,11 @@ rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts,
     if (!s->opts.send_queue_bytes_max)
         s->opts.send_queue_bytes_max = RPC_SEND_QUEUE_BYTES_DEFAULT;
     if (!s->opts.streams_max)
+        s->opts.streams_max = s->limits.streams_per_conn_max;
+    if (!s->opts.streams_max)
         s->opts.streams_max = RPC_STREAMS_MAX_DEFAULT;
-    server_limits_init(s);
+    if (s->limits.header_bytes_max < RPC_HEADER_BYTES_MIN)
+        s->limits.header_bytes_max = RPC_HEADER_BYTES_MAX;
     pthread_mutex_init(&s->post_mu, NULL);
     rpc_metrics_init(&s->metrics);
     s->post_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -166,6 +172,11 @@ st_code rpc_server_add_method(rpc_server *s, const char *path, rpc_handler_fn ha
     }
     s->methods[s->methods_len++] = (rpc_method_ent){p, handler, arg};
     return ST_OK;
+}
+
+void rpc_server_set_guard(rpc_server *s, rpc_guard_fn fn, void *arg) {
+    s->guard = fn;
+    s->guard_arg = arg;
 }
 
 const rpc_method_ent *rpc_server_method_find(const rpc_server *srv, const char *path) {

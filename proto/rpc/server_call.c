@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/bufferevent_ssl.h>
 #include <nghttp2/nghttp2.h>
 
 #include "server_internal.h"
@@ -657,11 +658,13 @@ static bool header_reserve(rpc_call *call, size_t n) {
 static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, const uint8_t *value,
                          size_t valuelen) {
     call->hdr_bytes += namelen + valuelen + 32;
-    if (call->hdrs_len == RPC_HEADERS_COUNT_MAX || call->hdr_bytes > RPC_HEADER_BYTES_MAX) {
+    size_t max = call->conn ? call->conn->srv->limits.header_bytes_max : RPC_HEADER_BYTES_MAX;
+    if (call->hdrs_len == RPC_HEADERS_COUNT_MAX || call->hdr_bytes > max) {
         if (call->early.code == ST_OK)
             st_err_set(&call->early, ST_RESOURCE_EXHAUSTED,
-                       "request metadata exceeds %u entries or %zu bytes", RPC_HEADERS_COUNT_MAX,
-                       RPC_HEADER_BYTES_MAX);
+                       "request metadata exceeds %u entries or %zu bytes (the server's "
+                       "--max-header-bytes): send less metadata",
+                       RPC_HEADERS_COUNT_MAX, max);
         return;
     }
     if (call->early.code == ST_RESOURCE_EXHAUSTED)
@@ -743,6 +746,14 @@ static void request_headers_done(h2_conn *conn, rpc_call *call) {
         snprintf(msg, sizeof(msg), "unknown method %.200s", call->path ? call->path : "(none)");
         call_fail(call, ST_UNIMPLEMENTED, msg);
         return;
+    }
+    if (conn->srv->guard) {
+        st_err gerr = {0};
+        st_code grc = conn->srv->guard(call, call->path, conn->srv->guard_arg, &gerr);
+        if (grc != ST_OK) {
+            call_fail(call, grc, gerr.msg[0] ? gerr.msg : "refused by the server");
+            return;
+        }
     }
     if (call->deadline_us) {
         int64_t left = call->deadline_us - st_mono_us();
@@ -956,4 +967,17 @@ void rpc_call_session_callbacks(nghttp2_session_callbacks *cbs) {
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+}
+
+const char *rpc_call_peer_role(rpc_call *call) {
+    h2_conn *conn = call->conn;
+    if (!conn)
+        return "";
+    if (!conn->role_known) {
+        SSL *ssl = conn->tp == &h2_transport_tls ? bufferevent_openssl_get_ssl(conn->bev) : NULL;
+        if (!ssl || !rpc_tls_peer_role(ssl, conn->peer_role, sizeof conn->peer_role))
+            conn->peer_role[0] = '\0';
+        conn->role_known = true; /* a connection's peer certificate never changes */
+    }
+    return conn->peer_role;
 }

@@ -14,6 +14,8 @@
 #include <netinet/tcp.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <openssl/err.h>
 #include <nghttp2/nghttp2.h>
 
 #include "server_internal.h"
@@ -164,6 +166,25 @@ static void conn_write_cb(struct bufferevent *bev, void *arg) {
         h2_conn_close(conn);
 }
 
+/* A handshake that failed: one (rate-limited) line with OpenSSL's reason and the usual fix, so
+ * an operator sees why a client or peer could not connect. */
+static void conn_tls_failed(h2_conn *conn) {
+    unsigned long e = bufferevent_get_openssl_error(conn->bev);
+    char why[256] = "no TLS error recorded (plaintext client, or the peer closed)";
+    if (e)
+        ERR_error_string_n(e, why, sizeof why);
+    while (bufferevent_get_openssl_error(conn->bev))
+        ;
+    /* A peer that connects and closes without a word is a readiness probe, not a failure. */
+    if (!e || ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
+        return;
+    RPC_LOG_LIMITED(ST_LOG_INFO,
+                    "msg=\"TLS handshake failed\" why=\"%s\" hint=\"clients must speak TLS; "
+                    "where client certificates are required they must be signed by the CA given "
+                    "to this server\"",
+                    why);
+}
+
 static void conn_event_cb(struct bufferevent *bev, short events, void *arg) {
     h2_conn *conn = arg;
     if (events & BEV_EVENT_CONNECTED) {
@@ -175,6 +196,8 @@ static void conn_event_cb(struct bufferevent *bev, short events, void *arg) {
         }
         return;
     }
+    if ((events & BEV_EVENT_ERROR) && conn->tp == &h2_transport_tls && !conn->ready)
+        conn_tls_failed(conn);
     if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
         h2_conn_close(conn);
 }
@@ -195,7 +218,7 @@ static bool h2_session_start(h2_conn *conn) {
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, conn->srv->opts.streams_max},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)H2_STREAM_WINDOW_BYTES},
-        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)RPC_HEADER_BYTES_MAX},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)conn->srv->limits.header_bytes_max},
         {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
     if (nghttp2_submit_settings(conn->session, NGHTTP2_FLAG_NONE, iv, 4) != 0 ||
@@ -280,6 +303,18 @@ static void conn_peer_name(const struct sockaddr *addr, char *out, size_t cap) {
     }
 }
 
+/* A Unix-socket peer of another user id never gets the role the socket stands for (its
+ * directory should already keep such peers out). */
+static bool conn_unix_same_user(int fd) {
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == geteuid())
+        return true;
+    RPC_LOG_LIMITED(ST_LOG_WARN, "msg=\"closing a Unix-socket connection of another user\" %s",
+                    "hint=\"only the server's own user may use its socket\"");
+    return false;
+}
+
 void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
     h2_conn *conn = calloc(1, sizeof(*conn));
     if (!conn) {
@@ -291,8 +326,20 @@ void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
     conn->slot = true;
     conn->accepted_us = st_mono_us();
     conn_peer_name(addr, conn->peer, sizeof conn->peer);
-    conn->tp = srv->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
-    conn->direct = srv->opts.ssl_ctx == NULL;
+    bool is_unix = addr && addr->sa_family == AF_UNIX;
+    bool unix_plain = is_unix && srv->opts.ssl_ctx && srv->opts.unix_peer_role;
+    if (unix_plain && !conn_unix_same_user(fd)) {
+        free(conn); /* not linked in yet: nothing else to undo */
+        rpc_conn_slot_put();
+        close(fd);
+        return;
+    }
+    conn->tp = srv->opts.ssl_ctx && !unix_plain ? &h2_transport_tls : &h2_transport_plain;
+    conn->direct = conn->tp == &h2_transport_plain;
+    if (unix_plain) { /* the socket's permissions stand for a certificate */
+        snprintf(conn->peer_role, sizeof conn->peer_role, "%s", srv->opts.unix_peer_role);
+        conn->role_known = true;
+    }
     conn->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = conn;

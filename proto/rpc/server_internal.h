@@ -88,6 +88,8 @@ struct rpc_server {
     /* rpc_server_set_gate: runs before every handler (NULL: none). */
     rpc_gate_fn gate;
     void *gate_arg;
+    rpc_guard_fn guard; /* rpc_server_set_guard; NULL: every call runs */
+    void *guard_arg;
 };
 
 struct h2_conn {
@@ -115,6 +117,8 @@ struct h2_conn {
     bool tick_ready;       /* the timer runs at conn_tick_ready */
     bool slot;             /* holds one of the process's connection slots */
     char peer[RPC_CALL_PEER_MAX + 1]; /* "ip:port", "[ip6]:port" or "unix" (rpc_call_peer) */
+    bool role_known;                  /* peer_role was read from the peer's certificate */
+    char peer_role[RPC_ROLE_MAX + 1];
     h2_conn *prev, *next;
 };
 

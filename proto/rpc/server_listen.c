@@ -211,6 +211,33 @@ static void unix_paths_remove(rpc_server *s) {
     s->unix_len = 0;
 }
 
+/* rpc_server_opts.unix_peer_role: the socket replaces TLS with file permissions, so its
+ * directory must be closed to other users. */
+static st_code unix_owner_only(const rpc_server *s, const char *path, st_err *err) {
+    if (!s->opts.ssl_ctx || !s->opts.unix_peer_role)
+        return ST_OK;
+    char dir[RPC_UNIX_PATH_MAX + 1];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return st_err_set(err, ST_UNAVAILABLE, "cannot stat %s, the directory of socket %s: %s",
+                          dir, path, strerror(errno));
+    if ((st.st_mode & 077) || st.st_uid != geteuid())
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "the Unix socket %s carries no TLS and relies on its directory %s being "
+                          "this user's alone, but it is mode %03o owned by uid %u: chmod 700 it "
+                          "(or put the socket elsewhere, or drop the socket)",
+                          path, dir, (unsigned)(st.st_mode & 0777), (unsigned)st.st_uid);
+    return ST_OK;
+}
+
 st_code rpc_server_listen_unix(rpc_server *s, const char *path, st_err *err) {
     if (s->listeners_len == RPC_LISTENERS_MAX)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "too many listeners (max %d)",
@@ -221,7 +248,9 @@ st_code rpc_server_listen_unix(rpc_server *s, const char *path, st_err *err) {
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "socket path '%s' is empty or longer than %d bytes", path,
                           RPC_UNIX_PATH_MAX);
-    st_code rc = unix_clear_stale(path, &sa, len, err);
+    st_code rc = unix_owner_only(s, path, err);
+    if (rc == ST_OK)
+        rc = unix_clear_stale(path, &sa, len, err);
     if (rc != ST_OK)
         return rc;
     struct evconnlistener *l = evconnlistener_new_bind(

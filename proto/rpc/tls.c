@@ -157,6 +157,9 @@ SSL_CTX *rpc_tls_server_ctx_new(const char *cert_path, const char *key_path,
     return ctx;
 }
 
+static st_code tls_client_load(SSL_CTX *ctx, const char *ca_path, const char *cert_path,
+                               const char *key_path, st_err *err);
+
 SSL_CTX *rpc_tls_client_ctx_new(const char *ca_path, const char *cert_path, const char *key_path,
                                 st_err *err) {
     char why[256];
@@ -166,23 +169,9 @@ SSL_CTX *rpc_tls_client_ctx_new(const char *ca_path, const char *cert_path, cons
         st_err_set(err, ST_INTERNAL, "SSL_CTX_new failed: %s", why);
         return NULL;
     }
-    if (ca_path) {
-        if (SSL_CTX_load_verify_locations(ctx, ca_path, NULL) != 1) {
-            tls_err_text(why, sizeof(why));
-            st_err_set(err, ST_INVALID_ARGUMENT, "cannot load CA %s: %s", ca_path, why);
-            SSL_CTX_free(ctx);
-            return NULL;
-        }
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-    } else {
+    if (!ca_path)
         st_log(ST_LOG_WARN, "rpc", "msg=\"TLS client without a CA: server NOT verified\"");
-    }
-    if (cert_path && key_path &&
-        (SSL_CTX_use_certificate_chain_file(ctx, cert_path) != 1 ||
-         SSL_CTX_use_PrivateKey_file(ctx, key_path, SSL_FILETYPE_PEM) != 1)) {
-        tls_err_text(why, sizeof(why));
-        st_err_set(err, ST_INVALID_ARGUMENT, "cannot load client certificate %s: %s", cert_path,
-                   why);
+    if (tls_client_load(ctx, ca_path, cert_path, key_path, err) != ST_OK) {
         SSL_CTX_free(ctx);
         return NULL;
     }
@@ -191,6 +180,81 @@ SSL_CTX *rpc_tls_client_ctx_new(const char *ca_path, const char *cert_path, cons
         return NULL;
     }
     return ctx;
+}
+
+/* ---- peer roles ---- */
+
+bool rpc_tls_peer_role(const SSL *ssl, char *out, size_t cap) {
+    out[0] = '\0';
+    X509 *x = ssl ? SSL_get0_peer_certificate(ssl) : NULL;
+    if (!x || SSL_get_verify_result(ssl) != X509_V_OK)
+        return false;
+    X509_NAME *name = X509_get_subject_name(x);
+    for (int i = -1; (i = X509_NAME_get_index_by_NID(name, NID_organizationalUnitName, i)) >= 0;) {
+        ASN1_STRING *d = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, i));
+        const unsigned char *v = ASN1_STRING_get0_data(d);
+        int len = ASN1_STRING_length(d);
+        /* only plain "strata-..." names of a sane length; anything else is not a role */
+        if (len < 8 || (size_t)len >= cap || memcmp(v, "strata-", 7) != 0 ||
+            memchr(v, '\0', (size_t)len))
+            continue;
+        memcpy(out, v, (size_t)len);
+        out[len] = '\0';
+        return true;
+    }
+    return false;
+}
+
+/* The CA, certificate and key of a client context, loaded into ctx (fresh or scratch). */
+static st_code tls_client_load(SSL_CTX *ctx, const char *ca_path, const char *cert_path,
+                               const char *key_path, st_err *err) {
+    char why[256];
+    if (ca_path) {
+        if (!tls_file_readable("CA", ca_path, err))
+            return ST_INVALID_ARGUMENT;
+        if (SSL_CTX_load_verify_locations(ctx, ca_path, NULL) != 1) {
+            tls_err_text(why, sizeof(why));
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "cannot load the CA %s (%s); give the CA certificate(s) in PEM form",
+                              ca_path, why);
+        }
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    }
+    if (cert_path && key_path) {
+        if (!tls_file_readable("certificate", cert_path, err) ||
+            !tls_file_readable("key", key_path, err))
+            return ST_INVALID_ARGUMENT;
+        if (SSL_CTX_use_certificate_chain_file(ctx, cert_path) != 1 ||
+            SSL_CTX_use_PrivateKey_file(ctx, key_path, SSL_FILETYPE_PEM) != 1 ||
+            SSL_CTX_check_private_key(ctx) != 1) {
+            tls_err_text(why, sizeof(why));
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "cannot use the client certificate %s with the key %s (%s); give a "
+                              "PEM certificate and the unencrypted PEM key it was issued for",
+                              cert_path, key_path, why);
+        }
+    }
+    return ST_OK;
+}
+
+st_code rpc_tls_client_ctx_reload(SSL_CTX *ctx, const char *ca_path, const char *cert_path,
+                                  const char *key_path, st_err *err) {
+    SSL_CTX *scratch = SSL_CTX_new(TLS_client_method());
+    if (!scratch)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reloading TLS files");
+    st_code rc = tls_client_load(scratch, ca_path, cert_path, key_path, err);
+    SSL_CTX_free(scratch);
+    if (rc != ST_OK)
+        return rc;
+    /* The files load: now into the live context. A CA store is replaced whole (adding to the old
+     * one would keep trusting a CA that was removed). */
+    if (ca_path) {
+        X509_STORE *store = X509_STORE_new();
+        if (!store)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reloading the CA");
+        SSL_CTX_set_cert_store(ctx, store);
+    }
+    return tls_client_load(ctx, ca_path, cert_path, key_path, err);
 }
 
 /* ---- transports ---- */

@@ -7,6 +7,7 @@
 #include "strata/base.h"
 
 struct event_base;
+struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
 typedef struct node_ctx node_ctx;
 
 /* The block cache of a node unless --cache-mb says otherwise (see node_opts_default). */
@@ -42,6 +43,14 @@ typedef struct node_opts {
      * (--cluster-id; [a-z][-a-z0-9]*, at most 63 characters); NULL = "strata". With --config the
      * topology names every cluster. */
     const char *cluster_id;
+    /* Mutual TLS (strata-node --tls-cert/--tls-key/--tls-ca; docs/security.md). ssl_ctx serves
+     * the TCP listener and should require client certificates of the cluster CA
+     * (rpc_tls_server_ctx_new with a client CA): the node then serves each method only to the
+     * roles node/access.c allows. The Unix socket stays plaintext for the node's own user, who
+     * counts as a router there (rpc_server_opts.unix_peer_role). client_ssl_ctx is what the node
+     * presents to its peers (replication, moves, backups) and how it verifies them. Borrowed,
+     * outliving the node; NULL = plaintext, every method open to every caller. */
+    struct ssl_ctx_st *ssl_ctx, *client_ssl_ctx;
 } node_opts;
 
 #define NODE_NUM_MAX ((1u << 24) - 1)
@@ -55,6 +64,9 @@ uint16_t node_port(const node_ctx *n);
  * INVALID_ARGUMENT for a path over RPC_UNIX_PATH_MAX (107) bytes, UNAVAILABLE when another
  * process serves there or it cannot be bound. Loop thread, after node_open. */
 st_code node_listen_unix(node_ctx *n, const char *path, st_err *err);
+/* Certificate reload (SIGHUP): handshakes from now on use ctx (borrowed like opts.ssl_ctx), open
+ * connections keep theirs. False when the node serves plaintext. Loop thread. */
+bool node_set_ssl_ctx(node_ctx *n, struct ssl_ctx_st *ctx);
 /* The node's storage engine (tests and tools: storage's calls are thread-safe). */
 struct sto_db *node_db(node_ctx *n);
 /* Stops listening, waits for storage to settle and frees. Loop thread only. */

@@ -42,6 +42,13 @@ typedef struct rtr_opts {
     /* --audit-log: JSON lines of admin calls, denied calls and auth failures; NULL = none. */
     const char *audit_log;
     uint64_t audit_log_bytes_max; /* rotate past this; 0 = 100 MiB */
+    /* Mutual TLS to the nodes (strata-router --internal-ca; docs/security.md, Internal links):
+     * a client context from rpc_tls_client_ctx_new with the cluster CA and the router's own
+     * certificate (OU=strata-router), borrowed, outliving the router. Every TCP link to a node
+     * then uses it and requires the node's certificate to name strata-node and its topology
+     * host (a node's Unix socket stays plaintext: its directory is the user's alone). NULL =
+     * plaintext links. */
+    struct ssl_ctx_st *node_ssl_ctx;
 } rtr_opts;
 
 #define RTR_BALANCE_AUTO 0

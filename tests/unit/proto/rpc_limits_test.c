@@ -337,6 +337,42 @@ static void test_rpc_limits_flags(void **state) {
     assert_int_equal(rpc_limits_flag(&l, "--max-buffered-request-bytes", NULL, &err), -1);
 }
 
+/* --max-header-bytes, --max-message-bytes and --max-streams-per-connection: parsed with their
+ * bounds, and a server made after rpc_limits_set applies the first two to requests (the
+ * stream limit goes out in SETTINGS: nghttp2 refuses streams past it). */
+static void test_rpc_limits_size_flags(void **state) {
+    (void)state;
+    rpc_limits l;
+    rpc_limits_default(&l);
+    st_err err = {0};
+    assert_int_equal(l.header_bytes_max, RPC_HEADER_BYTES_MAX);
+    assert_int_equal(l.streams_per_conn_max, RPC_STREAMS_MAX_DEFAULT);
+    assert_int_equal(rpc_limits_flag(&l, "--max-streams-per-connection", "8", &err), 1);
+    assert_int_equal(l.streams_per_conn_max, 8);
+    assert_int_equal(rpc_limits_flag(&l, "--max-streams-per-connection", "0", &err), -1);
+    assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "1k", &err), -1);
+    assert_non_null(strstr(err.msg, "--max-header-bytes"));
+    assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "8k", &err), 1);
+    assert_int_equal(rpc_limits_flag(&l, "--max-message-bytes", "4k", &err), 1);
+    assert_int_equal(l.message_bytes_max, 4096);
+    fixture *f = fixture_start(&l);
+    static char big[16 << 10];
+    memset(big, 'a', sizeof big - 1);
+    rpc_metadata md = {"x-big", big};
+    st_err status = {0};
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("x"), &md, 1,
+                                        10000, NULL, &status),
+                     ST_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(status.msg, "--max-header-bytes"));
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, 5000), NULL,
+                                        0, 10000, NULL, &status),
+                     ST_RESOURCE_EXHAUSTED);
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, 4000), NULL,
+                                        0, 10000, NULL, &status),
+                     ST_OK);
+    fixture_stop(f);
+}
+
 /* Four concurrent 3 MiB requests on four connections against a budget of 8 MiB: the announced
  * lengths are reserved as the prefixes arrive, so exactly two are admitted (and held by the
  * handler) and two are refused at once; the budget is given back when the calls end. */
@@ -998,6 +1034,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_limits_idle_timeout),
         cmocka_unit_test(test_rpc_limits_handshake_timeout),
         cmocka_unit_test(test_rpc_limits_slow_request),
+        cmocka_unit_test(test_rpc_limits_size_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

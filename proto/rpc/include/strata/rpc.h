@@ -28,12 +28,13 @@
 
 struct event_base;
 struct ssl_ctx_st; /* OpenSSL's SSL_CTX */
+struct ssl_st;     /* OpenSSL's SSL */
 
 /* ---- named maxima and defaults ---- */
 #define RPC_MESSAGE_BYTES_MAX_DEFAULT ((size_t)256 << 20) /* one gRPC message, either way */
 #define RPC_SEND_QUEUE_BYTES_DEFAULT ((size_t)1 << 20)    /* per call: "writable" below this */
 #define RPC_STREAMS_MAX_DEFAULT 256u                      /* SETTINGS_MAX_CONCURRENT_STREAMS */
-#define RPC_HEADER_BYTES_MAX ((size_t)64 << 10)           /* request metadata per stream */
+#define RPC_HEADER_BYTES_MAX ((size_t)64 << 10)           /* default request metadata per call */
 #define RPC_HEADERS_COUNT_MAX 64u                         /* request metadata entries per stream */
 #define RPC_POST_QUEUE_MAX ((size_t)1 << 20)              /* pending rpc_server_post functions */
 #define RPC_GRPC_MESSAGE_MAX 1024                         /* bytes of grpc-message text kept */
@@ -54,11 +55,17 @@ typedef struct rpc_call rpc_call;
 typedef void (*rpc_handler_fn)(rpc_call *call, st_slice request, void *arg);
 
 typedef struct rpc_server_opts {
-    size_t message_bytes_max;    /* 0 = RPC_MESSAGE_BYTES_MAX_DEFAULT */
+    size_t message_bytes_max;    /* 0 = rpc_limits.message_bytes_max */
     size_t send_queue_bytes_max; /* 0 = RPC_SEND_QUEUE_BYTES_DEFAULT */
-    uint32_t streams_max;        /* 0 = RPC_STREAMS_MAX_DEFAULT */
+    uint32_t streams_max;        /* 0 = rpc_limits.streams_per_conn_max */
     struct ssl_ctx_st *ssl_ctx;  /* NULL = plaintext h2c; borrowed, outlives the server; prepare
                                     it with rpc_tls_server_ctx_prepare (ALPN h2) */
+    /* With ssl_ctx: NULL = Unix-socket listeners speak TLS like TCP ones. A role (RPC_ROLE_*) =
+     * they stay plaintext and every caller gets this role (rpc_call_peer_role), because the
+     * socket is reachable only by the server's own user: rpc_server_listen_unix then refuses a
+     * socket whose directory others may enter, and connections from another user id
+     * (SO_PEERCRED) are closed. That user can read the server's keys anyway. */
+    const char *unix_peer_role;
 } rpc_server_opts;
 
 typedef struct rpc_server_stats {
@@ -161,6 +168,15 @@ typedef struct rpc_limits {
      * holding nothing may queue one message past it (so clients that read keep being served),
      * which a call whose client never reads does once. */
     size_t queued_response_bytes_max;
+    /* Per connection: HTTP/2 streams (calls) open at once (SETTINGS_MAX_CONCURRENT_STREAMS; a
+     * client past it gets its stream refused) ... */
+    uint32_t streams_per_conn_max;
+    /* ... request metadata bytes per call (SETTINGS_MAX_HEADER_LIST_SIZE; a call past it ends
+     * RESOURCE_EXHAUSTED) ... */
+    size_t header_bytes_max;
+    /* ... and one gRPC message's bytes (a request past it ends RESOURCE_EXHAUSTED as soon as
+     * its prefix announces the length). Servers whose rpc_server_opts set their own keep them. */
+    size_t message_bytes_max;
 } rpc_limits;
 
 #define RPC_BUFFERED_REQUEST_BYTES_DEFAULT ((size_t)256 << 20)
@@ -170,6 +186,7 @@ typedef struct rpc_limits {
 #define RPC_SLOW_REQUEST_WINDOW_MS_DEFAULT 30000u
 #define RPC_REQUEST_BYTES_PER_S_MIN_DEFAULT 1024u
 #define RPC_QUEUED_RESPONSE_BYTES_DEFAULT ((size_t)256 << 20)
+#define RPC_HEADER_BYTES_MIN ((size_t)4 << 10) /* room for gRPC's own headers and a token */
 
 /* The defaults above (connections_max 0: automatic). */
 void rpc_limits_default(rpc_limits *l);
@@ -193,7 +210,10 @@ size_t rpc_queued_response_bytes(void);
     "                        (default 30000; 0: no check)\n"                                       \
     "--min-request-bytes-per-s N  (default 1024)\n"                                                \
     "--max-queued-response-bytes N  response bytes queued by all calls before producers wait\n"    \
-    "                        (default 256 MiB)\n"
+    "                        (default 256 MiB)\n"                                                  \
+    "--max-streams-per-connection N  calls open at once on one connection (default 256)\n"         \
+    "--max-header-bytes N    request metadata bytes per call (default 64 KiB, min 4 KiB)\n"        \
+    "--max-message-bytes N   bytes of one gRPC message (default 256 MiB)\n"
 
 /* ---- the server side of one call (loop thread only) ---- */
 /* Request metadata by lower-case name ("authorization", "x-goog-request-params",
@@ -277,6 +297,10 @@ typedef struct rpc_client_opts {
     struct ssl_ctx_st *ssl_ctx; /* NULL = plaintext; borrowed; prepare with
                                    rpc_tls_client_ctx_prepare */
     const char *server_name;    /* TLS SNI and certificate name check; NULL = the host */
+    /* TLS: the role the server's certificate must name (rpc_tls_peer_role, e.g.
+     * RPC_ROLE_NODE); a server naming another fails the connection with a message saying
+     * which. NULL = any certificate the CA signed. */
+    const char *peer_role;
     /* Dead-peer detection (a peer that stops answering without closing: a frozen process, a
      * network that drops packets). While calls are open the client sends an HTTP/2 PING every
      * keepalive_ms; when keepalive_timeout_ms pass after one with nothing received at all, the
@@ -403,6 +427,33 @@ struct ssl_ctx_st *rpc_tls_client_ctx_new(const char *ca_path, const char *cert_
  * made with (each holds a reference), so the old one may be SSL_CTX_free'd at once. False (nothing
  * changed) when the server serves plaintext or ctx is NULL. Loop thread only. */
 bool rpc_server_set_ssl_ctx(rpc_server *s, struct ssl_ctx_st *ctx);
+
+/* ---- peer roles (mutual TLS between Strata's processes, docs/security.md) ----
+ * A certificate says what its holder is in its subject's organizational unit (OU): one of the
+ * RPC_ROLE_* names. Servers that require client certificates (rpc_tls_server_ctx_new with a
+ * client CA) then know, per call, which kind of process called. */
+#define RPC_ROLE_MAX 63
+#define RPC_ROLE_ROUTER "strata-router"
+#define RPC_ROLE_NODE "strata-node"
+#define RPC_ROLE_ADMIN "strata-admin" /* the operator's tools (strata CLI) */
+/* The role named by the verified certificate of ssl's peer (the first subject OU starting
+ * "strata-") into out; false, with out "", when there is no verified certificate or it names
+ * none. */
+bool rpc_tls_peer_role(const struct ssl_st *ssl, char *out, size_t cap);
+/* The role of the client of call's connection, by its verified certificate; "" on plaintext
+ * connections and for clients without one. Valid until the call is released. */
+const char *rpc_call_peer_role(rpc_call *call);
+/* Decides, before the handler, whether call may run: anything but ST_OK ends the call with that
+ * code and err's message (a guard never sees an unknown method). Loop thread. */
+typedef st_code (*rpc_guard_fn)(rpc_call *call, const char *path, void *arg, st_err *err);
+/* Installs the server's guard (NULL: none), for every call from now on. */
+void rpc_server_set_guard(rpc_server *s, rpc_guard_fn fn, void *arg);
+/* Reloads a client context in place from PEM files (new connections use them; open ones keep
+ * theirs): everything is loaded into a scratch context first, so on failure ctx is unchanged.
+ * Loop thread of every client using ctx. */
+st_code rpc_tls_client_ctx_reload(struct ssl_ctx_st *ctx, const char *ca_path,
+                                  const char *cert_path, const char *key_path, st_err *err);
+
 /* Make a caller-built context usable: ALPN h2 (server: select; client: offer), TLS >= 1.2. */
 st_code rpc_tls_server_ctx_prepare(struct ssl_ctx_st *ctx, st_err *err);
 st_code rpc_tls_client_ctx_prepare(struct ssl_ctx_st *ctx, st_err *err);

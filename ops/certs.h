@@ -1,0 +1,51 @@
+/* ops/certs.h — a secure local instance's certificates and credentials (docs/security.md):
+ *
+ *   DIR/secure/             0700
+ *   DIR/secure/ca.pem       the cluster CA (clients trust it: cbt -cert-file DIR/secure/ca.pem)
+ *   DIR/secure/ca.key       its key, 0600: whoever holds it can mint any role
+ *   DIR/secure/router.pem   OU=strata-router, valid for localhost and 127.0.0.1 (and key, 0600)
+ *   DIR/secure/<node>.pem   OU=strata-node per node, valid for its host (and key, 0600)
+ *   DIR/secure/admin.pem    OU=strata-admin: the strata CLI's own certificate (and key, 0600)
+ *   DIR/secure/tokens       "ROLE TOKEN" lines of the router's principals (ops_auth_bootstrap)
+ *   DIR/secure/principals   the router's --auth-file (token hashes)
+ *
+ * certs.c makes the certificates (OpenSSL's C API); secure.c gives the other commands the
+ * credentials to talk to such an instance. */
+#ifndef OPS_CERTS_H
+#define OPS_CERTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "strata/base.h"
+#include "strata/rpc.h"
+
+#define OPS_CERTS_PATH_MAX 1200
+#define OPS_SECURE_SUBDIR "secure"
+#define OPS_SECURE_TOKEN_MAX 256
+
+/* Creates dir/ca.pem and dir/ca.key unless both exist (kept: everything chains to them).
+ * INTERNAL with OpenSSL's or the system's reason on failure. */
+st_code ops_certs_ca(const char *dir, st_err *err);
+/* Creates dir/<name>.pem and .key for role (RPC_ROLE_*), signed by the CA in dir, valid for san
+ * ("DNS:localhost,IP:127.0.0.1"; NULL or "" for none), unless both exist. */
+st_code ops_certs_leaf(const char *dir, const char *name, const char *role, const char *san,
+                       st_err *err);
+
+/* ---- talking to a secure instance (secure.c) ----
+ * The instance directory a command works on (ops_inst_dir records it): when DIR/secure/ca.pem
+ * exists the instance is secure and the helpers below give the admin certificate and token;
+ * otherwise they give plaintext (NULL options, no metadata). Loaded on first use. */
+void ops_secure_use(const char *inst_dir);
+bool ops_secure_on(void);
+/* Client options for a node (server role strata-node) or a router (strata-router); addr is the
+ * address dialled ("unix:" ones are plaintext: the socket's directory stands for TLS). NULL:
+ * plaintext. */
+const rpc_client_opts *ops_secure_node_opts(const char *addr);
+const rpc_client_opts *ops_secure_router_opts(void);
+/* "authorization: Bearer TOKEN" with the admin token of DIR/secure/tokens (*n 0: none). */
+const rpc_metadata *ops_secure_md(size_t *n);
+/* The first token of role in DIR/secure/tokens ("admin", "writer", "reader") into out. */
+bool ops_secure_token(const char *inst_dir, const char *role, char *out, size_t cap);
+
+#endif
