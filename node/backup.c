@@ -62,11 +62,14 @@ st_code node_backups_open(node_ctx *n, st_err *err) {
     n->backups = calloc(1, sizeof *n->backups);
     if (!n->backups)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
+    pthread_mutex_init(&n->backups->crc_mu, NULL);
     char root[NODE_BK_PATH_MAX];
     bk_root_dir(n, root, sizeof root);
     st_code rc = bk_mkdirs(root, err);
-    if (rc == ST_OK)
+    if (rc == ST_OK) {
         bk_sweep(n);
+        bk_crc_load(n);
+    }
     return rc;
 }
 
@@ -80,6 +83,8 @@ void node_backups_close(node_ctx *n) {
     for (size_t i = 0; i < b->n_busy; i++)
         free(b->busy[i]);
     free(b->busy);
+    free(b->crcs);
+    pthread_mutex_destroy(&b->crc_mu);
     free(b);
     n->backups = NULL;
 }
@@ -92,7 +97,7 @@ typedef struct freeze_arg {
     char table[NODE_TABLE_NAME_MAX + 1];
     st_buf start, end;
     uint64_t tablet_id;
-    int64_t clock_us; /* the node's clock when asked: versions in the piece are below it */
+    int64_t frozen_wall_us, freeze_us, total_us; /* when the freeze ended; how long it took */
     char tmp[NODE_BK_PATH_MAX], final[NODE_BK_PATH_MAX];
     bk_piece *out;
     /* what out points into (freeze_describe) */
@@ -131,7 +136,7 @@ static st_code freeze_describe(node_ctx *n, freeze_arg *a, const sto_backup_file
         fs[i].name = names + 32 * i;
         char path[NODE_BK_PATH_MAX + 40];
         snprintf(path, sizeof path, "%s/%s", a->tmp, fs[i].name);
-        rc = bk_file_crc(path, &fs[i].size, &fs[i].crc32c, err);
+        rc = bk_file_crc_cached(n->backups, path, &fs[i].size, &fs[i].crc32c, err);
         p->size_bytes += fs[i].size;
     }
     if (rc != ST_OK) {
@@ -164,39 +169,46 @@ static void freeze_work(bk_job *j) {
     int64_t t0 = st_mono_us();
     if (rc == ST_OK)
         rc = sto_tablet_backup(n->db, a->tablet_id, a->tmp, &files, &nf, err);
-    int64_t frozen = st_wall_us(), t1 = st_mono_us();
-    bk_piece *p = NULL;
+    a->frozen_wall_us = st_wall_us();
+    a->freeze_us = st_mono_us() - t0;
     if (rc == ST_OK)
-        rc = freeze_describe(n, a, files, nf, &p, err);
-    if (rc == ST_OK) {
-        p->frozen_us = frozen > a->clock_us ? frozen : a->clock_us;
-        rc = bk_manifest_write(a->tmp, p, err);
-    }
+        rc = freeze_describe(n, a, files, nf, &a->out, err);
+    a->total_us = st_mono_us() - t0;
+    free(files);
+    j->rc = rc;
+}
+
+/* On the loop: the piece's instant is at or above every version the node handed out or took in
+ * (replication, moves) before the freeze ended, so a restore's clock passes every restored cell.
+ * Then the manifest, and the rename that makes the piece exist. */
+static st_code freeze_seal(node_ctx *n, freeze_arg *a, st_err *err) {
+    bk_piece *p = a->out;
+    p->frozen_us = a->frozen_wall_us > n->hlc_last_us ? a->frozen_wall_us : n->hlc_last_us;
+    st_code rc = bk_manifest_write(a->tmp, p, err);
     if (rc == ST_OK)
         rc = bk_publish(a->tmp, a->final, err);
-    if (rc != ST_OK)
-        bk_remove_tree(a->tmp, NULL);
     if (rc == ST_OK)
         st_log(ST_LOG_INFO, "backup",
                "event=tablet_frozen backup=%s piece=%s tablet=%" PRIu64 " files=%zu bytes=%" PRIu64
                " freeze_us=%" PRId64 " total_us=%" PRId64,
-               a->name.full, a->piece, a->tablet_id, nf, p->size_bytes, t1 - t0, st_mono_us() - t0);
-    free(files);
-    a->out = p;
-    j->rc = rc;
+               a->name.full, a->piece, a->tablet_id, p->n_files, p->size_bytes, a->freeze_us,
+               a->total_us);
+    return rc;
 }
 
 static void freeze_done(bk_job *j) {
     freeze_arg *a = j->arg;
     node_ctx *n = j->n;
+    if (j->rc == ST_OK)
+        j->rc = freeze_seal(n, a, &j->err);
+    if (j->rc != ST_OK)
+        bk_remove_tree(a->tmp, NULL);
     bk_busy_remove(n, a->final);
-    if (j->rc == ST_OK) {
+    if (j->rc == ST_OK)
         node_reply(j->call, &a->out->base);
-    } else {
-        st_code code = j->rc;
-        node_fail(j->call, code, "backing up tablet %" PRIu64 " as piece %s of %s: %s",
+    else
+        node_fail(j->call, j->rc, "backing up tablet %" PRIu64 " as piece %s of %s: %s",
                   a->tablet_id, a->piece, a->name.full, j->err.msg);
-    }
     freeze_arg_free(a);
     free(j);
 }
@@ -286,7 +298,6 @@ void node_h_backup_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     if (rc == ST_OK) {
         a->tablet_id = tab->id;
-        a->clock_us = n->hlc_last_us;
         if (st_buf_append(&a->start, tab->start.data, tab->start.len) != ST_OK ||
             st_buf_append(&a->end, tab->end.data, tab->end.len) != ST_OK)
             rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory starting a backup");
@@ -406,7 +417,17 @@ void node_h_list_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
 
 /* ---- DeleteBackupPieces ---- */
 
-/* The pieces of one backup directory, each removed unless busy. */
+/* An unsealed import (<piece>.in) of the piece goes too, unless a seal or pull works on it. */
+static st_code delete_import(node_ctx *n, const bk_name *b, const char *piece, st_err *err) {
+    if (bk_piece_check(piece, NULL) != ST_OK)
+        return ST_OK;
+    char final[NODE_BK_PATH_MAX], in[NODE_BK_PATH_MAX];
+    bk_piece_dir(n, b, piece, "", final, sizeof final);
+    bk_piece_dir(n, b, piece, ".in", in, sizeof in);
+    return bk_busy(n, final) ? ST_OK : bk_remove_tree(in, err);
+}
+
+/* The pieces of one backup directory, each removed unless busy, and unsealed imports. */
 static st_code delete_all(node_ctx *n, const bk_name *b, st_err *err) {
     char dir[NODE_BK_PATH_MAX];
     bk_backup_dir(n, b, dir, sizeof dir);
@@ -416,6 +437,13 @@ static st_code delete_all(node_ctx *n, const bk_name *b, st_err *err) {
     st_code rc = ST_OK;
     struct dirent *e;
     while (rc == ST_OK && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len > 3 && strcmp(e->d_name + len - 3, ".in") == 0) {
+            char piece[NODE_BK_NAME_MAX + 8];
+            snprintf(piece, sizeof piece, "%.*s", (int)(len - 3), e->d_name);
+            rc = delete_import(n, b, piece, err);
+            continue;
+        }
         if (bk_piece_check(e->d_name, NULL) != ST_OK)
             continue;
         bk_piece *p = NULL;
@@ -461,6 +489,8 @@ void node_h_delete_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) 
                             req->piece, b.full);
         else if (lrc == ST_OK || lrc == ST_DATA_LOSS)
             rc = bk_remove_piece(path, &err);
+        if (rc == ST_OK)
+            rc = delete_import(n, &b, req->piece, &err);
     } else if (rc == ST_OK) {
         rc = delete_all(n, &b, &err);
     }

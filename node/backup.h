@@ -13,6 +13,8 @@
 #ifndef NODE_BACKUP_H
 #define NODE_BACKUP_H
 
+#include <pthread.h>
+
 #include "node_internal.h"
 #include "strata/internal/v1/node.pb-c.h"
 
@@ -23,6 +25,7 @@
 #define NODE_BK_MANIFEST "PIECE"
 
 typedef Strata__Internal__V1__BackupPiece bk_piece;
+typedef struct node_backups node_backups;
 
 /* ---- handlers (server.c) ---- */
 void node_h_backup_tablet(rpc_call *call, st_slice req, void *arg);
@@ -75,6 +78,13 @@ st_code bk_piece_load(const node_ctx *n, const bk_name *b, const char *piece, st
 const Strata__Internal__V1__BackupFile *bk_piece_file(const bk_piece *p, const char *file);
 
 st_code bk_file_crc(const char *path, uint64_t *size, uint32_t *crc, st_err *err);
+/* bk_file_crc through the node's cache (any thread). */
+st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
+                           st_err *err);
+/* Records the CRC32C of a file a piece holds (any thread). */
+void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t crc);
+/* Fills the cache from the manifests of the pieces on disk (node_backups_open). */
+void bk_crc_load(node_ctx *n);
 st_code bk_fsync_path(const char *path, st_err *err); /* a file or a directory */
 st_code bk_mkdirs(const char *path, st_err *err);     /* 0700, like mkdir -p */
 /* Removes path (file or tree); absent is OK. */
@@ -87,12 +97,18 @@ st_code bk_remove_piece(const char *dir, st_err *err);
 void bk_sweep(const node_ctx *n);
 
 /* The node's backup state (node_ctx.backups). */
-typedef struct node_backups {
+typedef struct bk_crc_entry bk_crc_entry;
+struct node_backups {
+    /* CRC32C of files some piece holds, by inode (SSTables are immutable): a freeze reads only
+     * the files no piece links yet. Shared with the worker threads under crc_mu. */
+    pthread_mutex_t crc_mu;
+    bk_crc_entry *crcs;
+    size_t n_crcs, cap_crcs;
     char **busy; /* piece directories a worker or a pull is making or changing (loop thread) */
     size_t n_busy, cap_busy;
     int jobs;              /* worker threads not yet done (loop thread) */
     struct bk_pull *pulls; /* PullBackupPiece calls in progress (backup_xfer.c) */
-} node_backups;
+};
 
 /* Pieces being made or changed by a worker or a pull: one key per piece directory. Loop thread. */
 bool bk_busy(node_ctx *n, const char *dir);

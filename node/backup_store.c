@@ -370,3 +370,119 @@ void bk_busy_remove(node_ctx *n, const char *dir) {
         }
     }
 }
+
+/* ---- the CRC32C cache ----
+ * Keyed by device, inode, size and modification time: a file some piece links keeps all four
+ * (SSTables are never rewritten), and an inode number reused by a new file after a delete comes
+ * with another modification time. */
+
+#define BK_CRC_CACHE_MAX 200000
+
+struct bk_crc_entry {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns;
+    uint32_t crc;
+};
+
+static bool crc_key(const char *path, bk_crc_entry *k) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return false;
+    *k = (bk_crc_entry){(uint64_t)sb.st_dev, (uint64_t)sb.st_ino, (uint64_t)sb.st_size,
+                        (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec, 0};
+    return true;
+}
+
+static bk_crc_entry *crc_find(node_backups *b, const bk_crc_entry *k) {
+    for (size_t i = 0; i < b->n_crcs; i++) {
+        bk_crc_entry *e = &b->crcs[i];
+        if (e->ino == k->ino && e->dev == k->dev && e->size == k->size &&
+            e->mtime_ns == k->mtime_ns)
+            return e;
+    }
+    return NULL;
+}
+
+static void crc_put(node_backups *b, const bk_crc_entry *k) {
+    bk_crc_entry *e = crc_find(b, k);
+    if (e) {
+        e->crc = k->crc;
+        return;
+    }
+    if (b->n_crcs == BK_CRC_CACHE_MAX)
+        b->n_crcs = 0; /* start over: the cache only saves reads */
+    if (b->n_crcs == b->cap_crcs) {
+        size_t cap = b->cap_crcs ? b->cap_crcs * 2 : 256;
+        bk_crc_entry *v = realloc(b->crcs, cap * sizeof *v);
+        if (!v)
+            return;
+        b->crcs = v;
+        b->cap_crcs = cap;
+    }
+    b->crcs[b->n_crcs++] = *k;
+}
+
+void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t crc) {
+    bk_crc_entry k;
+    if (!crc_key(path, &k) || k.size != size)
+        return;
+    k.crc = crc;
+    pthread_mutex_lock(&b->crc_mu);
+    crc_put(b, &k);
+    pthread_mutex_unlock(&b->crc_mu);
+}
+
+st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
+                           st_err *err) {
+    bk_crc_entry k;
+    if (crc_key(path, &k)) {
+        pthread_mutex_lock(&b->crc_mu);
+        const bk_crc_entry *e = crc_find(b, &k);
+        bool hit = e != NULL;
+        if (hit)
+            *crc = e->crc;
+        pthread_mutex_unlock(&b->crc_mu);
+        if (hit) {
+            *size = k.size;
+            return ST_OK;
+        }
+    }
+    st_code rc = bk_file_crc(path, size, crc, err);
+    if (rc == ST_OK)
+        bk_crc_remember(b, path, *size, *crc);
+    return rc;
+}
+
+static void crc_load_dir(node_ctx *n, const char *dir, int depth) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || (depth == 3 && bk_piece_check(e->d_name, NULL) != ST_OK))
+            continue;
+        char path[NODE_BK_PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (depth < 3) {
+            crc_load_dir(n, path, depth + 1);
+            continue;
+        }
+        bk_piece *p = NULL;
+        if (bk_manifest_read(path, NULL, &p, NULL) != ST_OK)
+            continue;
+        for (size_t i = 0; i < p->n_files; i++) {
+            char file[NODE_BK_PATH_MAX + 80];
+            if (bk_file_check(p->files[i]->name, NULL) != ST_OK)
+                continue;
+            snprintf(file, sizeof file, "%s/%s", path, p->files[i]->name);
+            bk_crc_remember(n->backups, file, p->files[i]->size, p->files[i]->crc32c);
+        }
+        bk_piece_free(p);
+    }
+    if (d)
+        closedir(d);
+}
+
+void bk_crc_load(node_ctx *n) {
+    char root[NODE_BK_PATH_MAX];
+    bk_root_dir(n, root, sizeof root);
+    crc_load_dir(n, root, 0);
+}

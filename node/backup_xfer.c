@@ -6,6 +6,7 @@
  * the sealed piece's manifest lists it. */
 #include "backup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,6 +15,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <event2/event.h>
 
 #include "strata/btutil.h"
 
@@ -296,12 +299,31 @@ static st_code seal_check_file(const char *in, const Strata__Internal__V1__Backu
     return bk_fsync_path(path, err);
 }
 
+/* Files written to the import directory that the manifest does not list go: a sealed piece holds
+ * exactly its listed files. */
+static void seal_drop_unlisted(const char *in, const bk_piece *p) {
+    DIR *d = opendir(in);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            bk_piece_file(p, e->d_name))
+            continue;
+        char path[NODE_BK_PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", in, e->d_name);
+        bk_remove_tree(path, NULL);
+    }
+    if (d)
+        closedir(d);
+}
+
 st_code bk_seal_dir(const char *in, const char *final, const bk_piece *p, uint32_t node_num,
                     bk_piece **out, st_err *err) {
     *out = NULL;
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < p->n_files; i++)
         rc = seal_check_file(in, p->files[i], err);
+    if (rc == ST_OK)
+        seal_drop_unlisted(in, p);
     bk_piece *c = rc == ST_OK ? piece_copy(p) : NULL;
     if (rc == ST_OK && !c)
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory sealing a piece");
@@ -380,6 +402,11 @@ typedef struct seal_arg {
 static void seal_work(bk_job *j) {
     seal_arg *a = j->arg;
     j->rc = bk_seal_dir(a->in, a->final, a->want, j->n->opts.node_num, &a->out, &j->err);
+    for (size_t i = 0; j->rc == ST_OK && i < a->out->n_files; i++) {
+        char path[NODE_BK_PATH_MAX + 80];
+        snprintf(path, sizeof path, "%s/%s", a->final, a->out->files[i]->name);
+        bk_crc_remember(j->n->backups, path, a->out->files[i]->size, a->out->files[i]->crc32c);
+    }
     if (j->rc == ST_OK)
         st_log(ST_LOG_INFO, "backup", "event=piece_sealed backup=%s piece=%s files=%zu",
                a->out->backup, a->out->piece, a->out->n_files);
@@ -486,8 +513,25 @@ typedef struct bk_pull {
     st_code fail; /* a chunk could not be written: the read was cancelled */
     st_err err;
     bool aborting, sealing;
-    bool owns_busy; /* final is in the busy list for this pull */
+    bool answered;    /* the call is finished */
+    bool owns_busy;   /* final is in the busy list for this pull */
+    struct event *ev; /* runs step from the loop, outside the client's callbacks */
+    void (*step)(struct bk_pull *p);
 } bk_pull;
+
+static void pull_run(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    bk_pull *p = arg;
+    p->step(p);
+}
+
+/* Runs step(p) from the loop soon; freeing p cancels it (so does node close). */
+static void pull_defer(bk_pull *p, void (*step)(bk_pull *p)) {
+    p->step = step;
+    struct timeval tv = {0, 0};
+    evtimer_add(p->ev, &tv);
+}
 
 static void pull_unlist(bk_pull *p) {
     bk_pull **pp = &p->n->backups->pulls;
@@ -507,25 +551,21 @@ static void pull_free(bk_pull *p) {
             bk_remove_tree(p->in, NULL);
     }
     bk_piece_free(p->want);
+    if (p->ev)
+        event_free(p->ev);
     free(p);
 }
 
-static void pull_free_posted(void *arg) {
-    pull_free(arg);
-}
-
-/* Ends a pull with an error; its memory goes from the loop (not inside a client callback). */
+/* Ends a pull with an error; its memory goes from the loop (not inside a client callback), or
+ * at node close if that comes first. */
 static void pull_fail(bk_pull *p, st_code code, const char *fmt, const char *detail) {
     node_fail(p->call, code, "pulling piece %s of %s from %s: %s%s", p->piece, p->src.full,
               p->source, fmt, detail ? detail : "");
-    p->aborting = true;
-    pull_unlist(p);
-    if (rpc_server_post(p->n->rpc, pull_free_posted, p) != ST_OK)
-        st_log(ST_LOG_WARN, "backup", "event=pull_leaked piece=%s", p->piece);
+    p->answered = p->aborting = true;
+    pull_defer(p, pull_free);
 }
 
 static void pull_next_file(bk_pull *p);
-static void pull_next_posted(void *arg);
 
 static void pull_msg(rpc_ccall *cc, st_slice msg, void *arg) {
     bk_pull *p = arg;
@@ -573,15 +613,15 @@ static void pull_read_done(rpc_ccall *cc, st_code code, const char *message, voi
         return;
     }
     p->file++;
-    /* the next step may free the client: leave its callback first */
-    if (rpc_server_post(p->n->rpc, pull_next_posted, p) != ST_OK)
-        pull_fail(p, ST_RESOURCE_EXHAUSTED, "the node is overloaded; retry", NULL);
+    pull_defer(p, pull_next_file); /* it may free the client: leave its callback first */
 }
 
 static void pull_next_file(bk_pull *p) {
+    if (p->aborting)
+        return;
     if (p->file == p->want->n_files) {
         /* Files in: seal on a worker; the pull's memory goes with the seal job. */
-        rpc_client_free(p->client); /* from a posted function, never inside its callbacks */
+        rpc_client_free(p->client); /* from the pull's timer, never inside its callbacks */
         p->client = NULL;
         pull_unlist(p);
         p->sealing = true;
@@ -592,7 +632,7 @@ static void pull_next_file(bk_pull *p) {
             p->sealing = false;
             bk_piece_free(want);
             node_fail(p->call, err.code, "%s", err.msg);
-            pull_free(p);
+            pull_free(p); /* unlisted: nothing else frees it */
         }
         return;
     }
@@ -608,12 +648,6 @@ static void pull_next_file(bk_pull *p) {
     if (!rpc_client_call(p->client, NODE_SVC "ReadBackupFile", st_slice_make(buf, len), NULL, 0, 0,
                          pull_msg, pull_read_done, p))
         pull_fail(p, ST_UNAVAILABLE, "the source's connection is gone", NULL);
-}
-
-static void pull_next_posted(void *arg) {
-    bk_pull *p = arg;
-    if (!p->aborting)
-        pull_next_file(p);
 }
 
 /* The source's manifest of the piece, checked as a seal would check it, renamed to dst. */
@@ -656,9 +690,7 @@ static void pull_list_done(st_code code, const char *message, st_slice resp, voi
         pull_fail(p, err.code ? err.code : ST_DATA_LOSS, "", err.msg);
         return;
     }
-    /* the next step may free the client: leave its callback first */
-    if (rpc_server_post(p->n->rpc, pull_next_posted, p) != ST_OK)
-        pull_fail(p, ST_RESOURCE_EXHAUSTED, "the node is overloaded; retry", NULL);
+    pull_defer(p, pull_next_file); /* it may free the client: leave its callback first */
 }
 
 static st_code pull_start(bk_pull *p, st_err *err) {
@@ -725,12 +757,14 @@ void node_h_pull_backup_piece(rpc_call *call, st_slice req_bytes, void *arg) {
     p->n = n;
     p->call = call;
     st_err err = {0};
-    st_code rc = pull_check(n, req, p, &err);
+    st_code rc = (p->ev = evtimer_new(n->base, pull_run, p))
+                     ? pull_check(n, req, p, &err)
+                     : st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory pulling a piece");
     bk_piece *have = NULL;
     if (rc == ST_OK &&
         bk_piece_load(n, &p->dst, p->piece, rpc_call_arena(call), &have, NULL) == ST_OK) {
         node_reply(call, &have->base); /* here already: a retried pull */
-        free(p);
+        pull_free(p);
         return;
     }
     if (rc == ST_OK && !(p->owns_busy = bk_busy_add(n, p->final)))
@@ -753,8 +787,9 @@ void bk_pulls_abort(node_ctx *n) {
     while (n->backups->pulls) {
         bk_pull *p = n->backups->pulls;
         p->aborting = true;
-        node_fail(p->call, ST_UNAVAILABLE, "the node is shutting down; pull piece %s again",
-                  p->piece);
+        if (!p->answered)
+            node_fail(p->call, ST_UNAVAILABLE, "the node is shutting down; pull piece %s again",
+                      p->piece);
         pull_free(p);
     }
 }

@@ -8,6 +8,7 @@
  * failure before the commit point rolls the nodes back (best effort). */
 #include "router_internal.h"
 #include "instance.h" /* rtr_check_instance */
+#include "backup.h"   /* rtr_bk_cluster_states */
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -457,7 +458,11 @@ void rtr_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     if (full_view(req->view, false)) {
         pb_table *t = unpack_table(call, rec); /* on failure the call is finished */
-        if (t)
+        bool states = req->view == GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__REPLICATION_VIEW ||
+                      req->view == GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__FULL;
+        if (t && states && rtr_bk_cluster_states(r, t, rpc_call_arena(call)) != ST_OK)
+            rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        else if (t)
             rtr_reply(call, &t->base);
         return;
     }
@@ -515,6 +520,7 @@ static void delete_recorded(void *arg, st_code code, const char *msg) {
     adm_op *op = arg;
     if (code == ST_OK) {
         drop_everywhere(op->r, op->name);
+        rtr_iam_forget(op->r, op->name); /* a table made later under this name starts afresh */
         st_log(ST_LOG_INFO, "router", "deleted table=%s", op->name);
     }
     op_finish(op, code, msg);

@@ -18,6 +18,7 @@ static void usage(FILE *out) {
             "                     [--balance auto|on|off] [--balance-ms MS] [--zone ZONE]\n"
             "                     [--metrics HOST:PORT] [--poll-us N] [--no-unix] [--verbose]\n"
             "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
+            "                     [--auth-file FILE] [--audit-log FILE [--audit-log-max-bytes N]]\n"
             "                     [--internal-ca FILE [--internal-cert FILE --internal-key FILE]]\n"
             "                     [--version]\n"
             "Serves the Cloud Bigtable data and table admin APIs for the instance the topology\n"
@@ -40,6 +41,12 @@ static void usage(FILE *out) {
             "certificates signed by a CA in FILE. SIGHUP re-reads the three files: new\n"
             "connections get the new certificate, open ones keep theirs; a reload that fails\n"
             "keeps the old certificate (docs/operations.md, TLS on the router).\n"
+            "--auth-file FILE requires a bearer token of a principal of FILE on every call and\n"
+            "checks its role (docs/security.md; `strata auth` edits FILE); FILE is re-read when\n"
+            "it changes and on SIGHUP. Without it the router is open to every client.\n"
+            "--audit-log FILE appends a JSON line per admin call, denied call and failed\n"
+            "authentication; it moves to FILE.1 past --audit-log-max-bytes (default 100 MiB).\n"
+
             "--internal-ca FILE: mutual TLS to the nodes (strata-node --tls-ca): the router\n"
             "presents --internal-cert/--internal-key (default: --tls-cert/--tls-key), whose\n"
             "subject OU must be strata-router, and accepts only nodes whose certificate the\n"
@@ -72,6 +79,7 @@ static void on_sighup(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     tls_files *t = arg;
+    rtr_auth_reload(t->r); /* --auth-file, when given */
     st_err err = {0};
     if (t->node_ctx) {
         if (rpc_tls_client_ctx_reload(t->node_ctx, t->int_ca, t->int_cert, t->int_key, &err) !=
@@ -134,7 +142,8 @@ static int run(struct event_base *base, const rtr_opts *o, tls_files *tls) {
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     struct event *sighup = NULL;
     tls->r = r;
-    if ((tls->ctx || tls->node_ctx) && (sighup = evsignal_new(base, SIGHUP, on_sighup, tls)))
+    if ((tls->ctx || tls->node_ctx || o->auth_file) &&
+        (sighup = evsignal_new(base, SIGHUP, on_sighup, tls)))
         event_add(sighup, NULL);
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
@@ -187,6 +196,8 @@ static int tls_open(tls_files *t) {
 
 int main(int argc, char **argv) {
     const char *config = NULL, *listen = NULL, *zone = NULL;
+    const char *auth_file = NULL, *audit_log = NULL; /* docs/security.md */
+    uint64_t audit_max = 0;
     int balance = RTR_BALANCE_AUTO;
     long long balance_ms = 0;
     bool no_unix = false;
@@ -210,7 +221,19 @@ int main(int argc, char **argv) {
             tls.key = argv[++i];
         else if (!strcmp(a, "--tls-client-ca") && v)
             tls.client_ca = argv[++i];
-        else if (!strcmp(a, "--internal-ca") && v)
+        else if (!strcmp(a, "--auth-file") && v)
+            auth_file = argv[++i];
+        else if (!strcmp(a, "--audit-log") && v)
+            audit_log = argv[++i];
+        else if (!strcmp(a, "--audit-log-max-bytes") && v) {
+            if (!st_parse_u64(argv[++i], 4096, UINT64_MAX, &audit_max)) {
+                fprintf(stderr,
+                        "strata-router: --audit-log-max-bytes takes a whole number of "
+                        "bytes, at least 4096, got '%s'\n",
+                        v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--internal-ca") && v)
             tls.int_ca = argv[++i];
         else if (!strcmp(a, "--internal-cert") && v)
             tls.int_cert = argv[++i];
@@ -287,6 +310,9 @@ int main(int argc, char **argv) {
     o.balance_ms = balance_ms;
     o.zone = zone;
     o.no_unix = no_unix;
+    o.auth_file = auth_file;
+    o.audit_log = audit_log;
+    o.audit_log_bytes_max = audit_max;
     char host[ST_TOPO_ADDR_MAX + 1];
     if (listen) {
         if (!st_addr_split(listen, host, sizeof host, &o.listen_port)) {
@@ -306,7 +332,8 @@ int main(int argc, char **argv) {
     o.node_ssl_ctx = tls.node_ctx;
     rpc_limits_set(&limits);
     signal(SIGPIPE, SIG_IGN);
-    if (tls.ctx || tls.node_ctx) /* a reload asked for while the router starts must not stop it */
+    if (tls.ctx || tls.node_ctx ||
+        auth_file) /* a reload asked for while the router starts must not stop it */
         signal(SIGHUP, SIG_IGN);
     struct event_base *base = event_base_new();
     if (!base) {

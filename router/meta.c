@@ -1,6 +1,8 @@
 /* meta.c — instance metadata kept in the instance itself: the table RTR_META_TABLE, one tablet on
- * the first node of every cluster, rows "table/<full name>" and "profile/<id>" whose one cell
- * (family m, qualifier v) holds the serialized google.bigtable.admin.v2.Table / AppProfile.
+ * the first node of every cluster, rows "table/<full name>", "profile/<id>", "backup/<full name>"
+ * and "op/<operation name>" whose one cell (family m, qualifier v) holds the serialized
+ * google.bigtable.admin.v2.Table / AppProfile or strata.internal.v1.BackupRecord /
+ * OperationRecord.
  * Writes go to every cluster's copy; reads come from the first cluster that answers; the cache
  * is re-read every meta_refresh_ms so other routers' changes show. See docs/router.md. */
 #include "router_internal.h"
@@ -14,8 +16,23 @@
 /* ---- records (pure) ---- */
 
 static rtr_meta_rec **recs(rtr_meta *m, rtr_meta_kind kind, size_t **n) {
-    *n = kind == RTR_META_KIND_TABLE ? &m->n_tables : &m->n_profiles;
-    return kind == RTR_META_KIND_TABLE ? &m->tables : &m->profiles;
+    switch (kind) {
+    case RTR_META_KIND_TABLE:
+        *n = &m->n_tables;
+        return &m->tables;
+    case RTR_META_KIND_PROFILE:
+        *n = &m->n_profiles;
+        return &m->profiles;
+    case RTR_META_KIND_BACKUP:
+        *n = &m->n_backups;
+        return &m->backups;
+    case RTR_META_KIND_IAM:
+        *n = &m->n_iams;
+        return &m->iams;
+    default:
+        *n = &m->n_ops;
+        return &m->ops;
+    }
 }
 
 /* Index of name, or of where it would go (*found false). */
@@ -38,22 +55,22 @@ static size_t rec_pos(const rtr_meta_rec *v, size_t n, const char *name, bool *f
 }
 
 void rtr_meta_free(rtr_meta *m) {
-    for (size_t i = 0; i < m->n_tables; i++) {
-        free(m->tables[i].name);
-        free(m->tables[i].pb);
+    for (int k = 0; k < RTR_META_KINDS; k++) {
+        size_t *n;
+        rtr_meta_rec **v = recs(m, (rtr_meta_kind)k, &n);
+        for (size_t i = 0; i < *n; i++) {
+            free((*v)[i].name);
+            free((*v)[i].pb);
+        }
+        free(*v);
     }
-    for (size_t i = 0; i < m->n_profiles; i++) {
-        free(m->profiles[i].name);
-        free(m->profiles[i].pb);
-    }
-    free(m->tables);
-    free(m->profiles);
     memset(m, 0, sizeof *m);
 }
 
 const rtr_meta_rec *rtr_meta_find(const rtr_meta *m, rtr_meta_kind kind, const char *name) {
-    const rtr_meta_rec *v = kind == RTR_META_KIND_TABLE ? m->tables : m->profiles;
-    size_t n = kind == RTR_META_KIND_TABLE ? m->n_tables : m->n_profiles;
+    size_t *np;
+    const rtr_meta_rec *v = *recs((rtr_meta *)m, kind, &np);
+    size_t n = *np;
     bool found;
     size_t i = rec_pos(v, n, name, &found);
     return found ? &v[i] : NULL;
@@ -76,9 +93,10 @@ st_code rtr_meta_put(rtr_meta *m, rtr_meta_kind kind, const char *name, st_slice
         return ST_OK;
     }
     char *nm = strdup(name);
-    rtr_meta_rec *nv = m->n_tables + m->n_profiles < RTR_META_RECORDS_MAX
-                           ? realloc(*v, (*n + 1) * sizeof *nv)
-                           : NULL;
+    rtr_meta_rec *nv =
+        m->n_tables + m->n_profiles + m->n_backups + m->n_ops + m->n_iams < RTR_META_RECORDS_MAX
+            ? realloc(*v, (*n + 1) * sizeof *nv)
+            : NULL;
     if (!nm || !nv) {
         free(nm);
         free(copy);
@@ -107,7 +125,10 @@ void rtr_meta_del(rtr_meta *m, rtr_meta_kind kind, const char *name) {
 }
 
 static const char *kind_prefix(rtr_meta_kind kind) {
-    return kind == RTR_META_KIND_TABLE ? RTR_META_TABLE_PREFIX : RTR_META_PROFILE_PREFIX;
+    static const char *const prefixes[RTR_META_KINDS] = {
+        RTR_META_TABLE_PREFIX, RTR_META_PROFILE_PREFIX, RTR_META_BACKUP_PREFIX, RTR_META_OP_PREFIX,
+        RTR_META_IAM_PREFIX};
+    return prefixes[kind];
 }
 
 st_code rtr_meta_row_key(rtr_meta_kind kind, const char *name, st_buf *out) {
@@ -120,7 +141,7 @@ st_code rtr_meta_row_key(rtr_meta_kind kind, const char *name, st_buf *out) {
 }
 
 bool rtr_meta_parse_row_key(st_slice key, rtr_meta_kind *kind, char *name, size_t name_cap) {
-    for (int k = RTR_META_KIND_TABLE; k <= RTR_META_KIND_PROFILE; k++) {
+    for (int k = 0; k < RTR_META_KINDS; k++) {
         st_slice p = st_slice_cstr(kind_prefix((rtr_meta_kind)k));
         if (!st_slice_has_prefix(key, p))
             continue;

@@ -1,9 +1,11 @@
-/* operations.c — google.longrunning.Operations on the router. Admin calls that return an
- * operation (UpdateAppProfile, UpdateTable; backups later) finish before they answer, so every
- * operation is done when first returned; the router keeps the last RTR_OPS_MAX of them in memory so
- * that GetOperation / ListOperations / WaitOperation find them. They are not shared between routers
- * and do not survive a restart: a client polling another router gets NOT_FOUND (see
- * docs/router.md). */
+/* operations.c — google.longrunning.Operations on the router. UpdateAppProfile and UpdateTable
+ * finish before they answer: their operations are done when first returned, and the router keeps
+ * the last RTR_OPS_MAX of them in memory only (another router, or this one after a restart,
+ * answers NOT_FOUND). The operations of backups (CreateBackup, CopyBackup, RestoreTable) run
+ * after the answer and are also records of the metadata table (backup_ops.c): GetOperation and
+ * ListOperations find them on every router and after restarts; the in-memory copy, when this
+ * router runs the operation, has the freshest progress. See docs/router.md. */
+#include "backup.h"
 #include "instance.h"
 
 #include <inttypes.h>
@@ -139,19 +141,28 @@ static void reply_bytes(rpc_call *call, st_slice msg) {
 
 static void fail_unknown(rpc_call *call, const char *name) {
     rtr_fail(call, ST_NOT_FOUND,
-             "operation %s not found: this router keeps its last %d operations in memory, and "
-             "only those it started",
+             "operation %s not found: backup operations are kept for 7 days; others only by "
+             "the router that started them, its last %d",
              name, RTR_OPS_MAX);
 }
 
-/* GetOperation and WaitOperation: every kept operation is done, so waiting returns at once. */
+/* The operation in memory, else a stored one (backups). */
+static bool find_any(rtr_ctx *r, const char *name, st_slice *pb) {
+    if (rtr_ops_get(rtr_inst_of(r)->ops, name, pb))
+        return true;
+    const rtr_meta_rec *m = rtr_meta_find(&r->meta, RTR_META_KIND_OP, name);
+    return m && rtr_bk_op_of_record(st_slice_make(m->pb, m->len), pb);
+}
+
+/* GetOperation and WaitOperation: waiting returns at once (WaitOperation may answer an
+ * operation not yet done, as google.longrunning allows). */
 static void get_op(rpc_call *call, rtr_ctx *r, const char *name) {
     st_slice pb;
     if (!name[0]) {
         rtr_fail(call, ST_INVALID_ARGUMENT, "name must be set");
         return;
     }
-    if (!rtr_ops_get(rtr_inst_of(r)->ops, name, &pb)) {
+    if (!find_any(r, name, &pb)) {
         fail_unknown(call, name);
         return;
     }
@@ -170,6 +181,47 @@ void rtr_h_wait_operation(rpc_call *call, st_slice bytes, void *arg) {
         (void *)rtr_unpack(call, &google__longrunning__wait_operation_request__descriptor, bytes);
     if (req)
         get_op(call, arg, req->name);
+}
+
+typedef struct op_ref {
+    const char *name;
+    uint64_t id; /* the name's last number: the router's clock when it was made */
+    st_slice pb;
+} op_ref;
+
+static uint64_t name_id(const char *name) {
+    const char *slash = strrchr(name, '/');
+    return slash ? strtoull(slash + 1, NULL, 10) : 0;
+}
+
+static int ref_cmp(const void *a, const void *b) {
+    const op_ref *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? 1 : -1;
+    return strcmp(x->name, y->name);
+}
+
+/* Kept and stored operations whose name starts with prefix (each once), newest first. */
+static op_ref *collect(rtr_ctx *r, const char *prefix, size_t *n) {
+    const rtr_ops *o = rtr_inst_of(r)->ops;
+    size_t plen = strlen(prefix);
+    op_ref *v = malloc((o->n + r->meta.n_ops + 1) * sizeof *v);
+    *n = 0;
+    if (!v)
+        return NULL;
+    for (size_t i = 0; i < o->n; i++)
+        if (strncmp(o->v[i].name, prefix, plen) == 0)
+            v[(*n)++] = (op_ref){o->v[i].name, name_id(o->v[i].name),
+                                 st_slice_make(o->v[i].pb, o->v[i].len)};
+    for (size_t i = 0; i < r->meta.n_ops; i++) {
+        const rtr_meta_rec *m = &r->meta.ops[i];
+        st_slice pb;
+        if (strncmp(m->name, prefix, plen) == 0 && !find(o, m->name) &&
+            rtr_bk_op_of_record(st_slice_make(m->pb, m->len), &pb))
+            v[(*n)++] = (op_ref){m->name, name_id(m->name), pb};
+    }
+    qsort(v, *n, sizeof *v, ref_cmp);
+    return v;
 }
 
 /* Operations whose name starts with the request's name ("operations/projects/p/instances/i"),
@@ -193,55 +245,67 @@ void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
     }
     size_t max =
         req->page_size > 0 && req->page_size < RTR_OPS_MAX ? (size_t)req->page_size : RTR_OPS_MAX;
-    const rtr_ops *o = rtr_inst_of(r)->ops;
-    size_t plen = strlen(req->name);
-    uint64_t below = UINT64_MAX;
-    size_t matched = 0, sent = 0;
+    size_t n;
+    op_ref *v = collect(r, req->name, &n);
     st_buf out;
     st_buf_init(&out);
-    st_code rc = ST_OK;
-    /* Newest first: repeatedly take the largest seq below the previous one (n is bounded). */
-    for (;;) {
-        const op_rec *best = NULL;
-        for (size_t i = 0; i < o->n; i++)
-            if (o->v[i].seq < below && strncmp(o->v[i].name, req->name, plen) == 0 &&
-                (!best || o->v[i].seq > best->seq))
-                best = &o->v[i];
-        if (!best || rc != ST_OK)
-            break;
-        below = best->seq;
-        if (matched++ < skip)
-            continue;
-        if (sent == max) {
+    st_code rc = v ? ST_OK : ST_RESOURCE_EXHAUSTED;
+    for (size_t i = skip; rc == ST_OK && i < n; i++) {
+        if (i - skip == max) {
             char tok[32];
-            snprintf(tok, sizeof tok, "%zu", matched - 1);
+            snprintf(tok, sizeof tok, "%zu", i);
             rc = rtr_wire_put_bytes(&out, 2, st_slice_cstr(tok));
             break;
         }
-        rc = rtr_wire_put_bytes(&out, 1, st_slice_make(best->pb, best->len));
-        sent++;
+        rc = rtr_wire_put_bytes(&out, 1, v[i].pb);
     }
     if (rc == ST_OK)
         reply_bytes(call, st_buf_slice(&out));
     else
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     st_buf_free(&out);
+    free(v);
 }
 
+static void deleted(void *arg, st_code code, const char *msg) {
+    rpc_call *call = arg;
+    if (code == ST_OK)
+        reply_bytes(call, st_slice_make(NULL, 0));
+    else
+        rtr_fail(call, code, "could not delete the operation's record: %s",
+                 msg ? msg : st_code_name(code));
+}
+
+/* A running operation cannot be deleted (cancel it first); a stored one loses its record. */
 void rtr_h_delete_operation(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Longrunning__DeleteOperationRequest *req =
         (void *)rtr_unpack(call, &google__longrunning__delete_operation_request__descriptor, bytes);
     if (!req)
         return;
-    if (!rtr_ops_delete(rtr_inst_of(r)->ops, req->name)) {
+    st_slice pb;
+    if (!find_any(r, req->name, &pb)) {
         fail_unknown(call, req->name);
         return;
     }
-    reply_bytes(call, st_slice_make(NULL, 0));
+    Google__Longrunning__Operation *op =
+        (void *)rtr_unpack_try(call, &google__longrunning__operation__descriptor, pb);
+    if (op && !op->done) {
+        rtr_fail(call, ST_FAILED_PRECONDITION,
+                 "operation %s is still running: cancel it (CancelOperation) or wait for it",
+                 req->name);
+        return;
+    }
+    rtr_ops_delete(rtr_inst_of(r)->ops, req->name);
+    if (rtr_meta_find(&r->meta, RTR_META_KIND_OP, req->name))
+        rtr_meta_write(r, RTR_META_KIND_OP, req->name, NULL, deleted, call);
+    else
+        reply_bytes(call, st_slice_make(NULL, 0));
 }
 
-/* Cancelling a finished operation changes nothing (google.longrunning allows that). */
+/* A running backup operation of this router stops at its next step and cleans up (it ends with
+ * CANCELLED); one run by another router is cancelled there. Cancelling a finished operation
+ * changes nothing (google.longrunning allows that). */
 void rtr_h_cancel_operation(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Longrunning__CancelOperationRequest *req =
@@ -249,9 +313,11 @@ void rtr_h_cancel_operation(rpc_call *call, st_slice bytes, void *arg) {
     if (!req)
         return;
     st_slice pb;
-    if (!rtr_ops_get(rtr_inst_of(r)->ops, req->name, &pb)) {
+    if (!find_any(r, req->name, &pb)) {
         fail_unknown(call, req->name);
         return;
     }
+    if (rtr_bk_job_cancel(r, req->name, "CancelOperation"))
+        st_log(ST_LOG_INFO, "router", "operation %s: cancel requested", req->name);
     reply_bytes(call, st_slice_make(NULL, 0));
 }

@@ -3,6 +3,7 @@
 #include "router_internal.h"
 #include "instance.h" /* instance admin, app profiles, operations */
 #include "failover.h" /* cluster health, multi-cluster routing */
+#include "backup.h"   /* backups, their operations, BackupAdmin */
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -45,7 +46,8 @@ static st_code register_methods(rtr_ctx *r, st_err *err) {
         if (rc != ST_OK)
             return st_err_set(err, rc, "registering %s failed", methods[i].path);
     }
-    return rtr_instance_open(r, err); /* instance.c */
+    st_code rc = rtr_instance_open(r, err);        /* instance.c */
+    return rc == ST_OK ? rtr_bk_open(r, err) : rc; /* backup.c */
 }
 
 /* ---- request helpers ---- */
@@ -291,6 +293,8 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
     if (rc == ST_OK)
         rc = register_methods(r, err);
     if (rc == ST_OK)
+        rc = rtr_auth_open(r, err); /* auth.c: tokens, roles, audit log, IAM methods */
+    if (rc == ST_OK)
         rc = start_connect(r, err);
     if (rc == ST_OK)
         rc = rtr_instance_start(r, err); /* the default app profile */
@@ -298,6 +302,8 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
         rc = rtr_meta_start_timer(r, err);
     if (rc == ST_OK)
         rc = start_listen(r, err);
+    if (rc == ST_OK)
+        rc = rtr_bk_start(r, err); /* needs the listen address: names this router's operations */
     if (rc == ST_OK)
         rc = rtr_balance_start(r, err); /* needs the listen address */
     if (rc == ST_OK)
@@ -343,8 +349,10 @@ void rtr_close(rtr_ctx *r) {
         free(r->clusters[c].waiters);
         st_buf_free(&r->clusters[c].bal.start);
     }
+    rtr_bk_close(r); /* after the clients: the jobs' last callbacks freed them */
     rtr_meta_free(&r->meta);
     rtr_instance_close(r);
     rtr_health_stop(r); /* after the clients: their last callbacks see r->closing */
+    rtr_auth_close(r);
     free(r);
 }

@@ -28,6 +28,7 @@
 
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
+#include "strata/auth.h"
 #include "strata/btutil.h"
 #include "strata/router.h"
 #include "strata/rpc.h"
@@ -41,6 +42,9 @@ struct event;
 #define RTR_META_QUALIFIER "v"
 #define RTR_META_TABLE_PREFIX "table/"
 #define RTR_META_PROFILE_PREFIX "profile/"
+#define RTR_META_BACKUP_PREFIX "backup/"
+#define RTR_META_OP_PREFIX "op/"
+#define RTR_META_IAM_PREFIX "iam/" /* then the resource: instance or table full name */
 #define RTR_META_REFRESH_MS_DEFAULT 1000
 #define RTR_META_RECORDS_MAX 100000 /* tables + profiles in the instance */
 #define RTR_META_RECORD_BYTES_MAX ((size_t)1 << 20)
@@ -257,7 +261,7 @@ char *rtr_peek_str(st_arena *a, st_slice s);
 
 /* ---- metadata records (meta.c) ---- */
 typedef struct rtr_meta_rec {
-    char *name;  /* full table name, or app profile id */
+    char *name;  /* full table name, app profile id, full backup name or operation name */
     uint8_t *pb; /* serialized google.bigtable.admin.v2.Table / AppProfile */
     size_t len;
 } rtr_meta_rec;
@@ -267,9 +271,22 @@ typedef struct rtr_meta {
     size_t n_tables;
     rtr_meta_rec *profiles; /* sorted by id; opaque to this module */
     size_t n_profiles;
+    rtr_meta_rec *backups; /* by full backup name: strata.internal.v1.BackupRecord (backup.h) */
+    size_t n_backups;
+    rtr_meta_rec *ops; /* by operation name: strata.internal.v1.OperationRecord (backup.h) */
+    size_t n_ops;
+    rtr_meta_rec *iams; /* IAM policies (auth.c) by resource name; google.iam.v1.Policy */
+    size_t n_iams;
 } rtr_meta;
 
-typedef enum rtr_meta_kind { RTR_META_KIND_TABLE, RTR_META_KIND_PROFILE } rtr_meta_kind;
+typedef enum rtr_meta_kind {
+    RTR_META_KIND_TABLE,
+    RTR_META_KIND_PROFILE,
+    RTR_META_KIND_BACKUP,
+    RTR_META_KIND_OP,
+    RTR_META_KIND_IAM,
+} rtr_meta_kind;
+#define RTR_META_KINDS 5
 
 void rtr_meta_free(rtr_meta *m);
 const rtr_meta_rec *rtr_meta_find(const rtr_meta *m, rtr_meta_kind kind, const char *name);
@@ -375,6 +392,8 @@ struct rtr_ctx {
     uint64_t bal_moves, bal_failed; /* counters for logs */
     struct rtr_inst *inst;          /* instance admin, app profiles, operations (instance.h) */
     struct rtr_fo *fo;              /* cluster health and failover state (health.c, failover.h) */
+    struct rtr_bk *bk;              /* backups and their operations (backup.h) */
+    struct rtr_auth *auth;          /* tokens, roles, audit log (auth.c) */
 };
 
 /* ---- conn.c ---- */
@@ -539,6 +558,52 @@ void rtr_h_update_table(rpc_call *call, st_slice req, void *arg);
 /* changes.c: change streams (docs/changestreams.md, "The router") */
 void rtr_h_generate_partitions(rpc_call *call, st_slice req, void *arg);
 void rtr_h_read_change_stream(rpc_call *call, st_slice req, void *arg);
+
+/* ---- auth.c, iam.c, audit.c: who may call what (docs/security.md) ---- */
+#define RTR_AUTH_PATH_MAX 4096
+#define RTR_AUTH_CHECK_MS 1000 /* the auth file is checked for changes this often */
+#define RTR_AUDIT_PATH_MAX 4096
+#define RTR_AUDIT_BYTES_MAX_DEFAULT ((uint64_t)100 << 20) /* rotate the audit log past this */
+#define RTR_AUDIT_QUEUE_BYTES_MAX ((size_t)8 << 20)       /* lines waiting for the writer thread */
+typedef struct rtr_auth rtr_auth;
+/* Loads --auth-file (a bad file stops startup), opens --audit-log, installs the RPC gate when
+ * either is set, and registers the IAM methods (iam.c). */
+st_code rtr_auth_open(rtr_ctx *r, st_err *err);
+void rtr_auth_close(rtr_ctx *r);
+/* True when the router checks tokens (--auth-file). */
+bool rtr_auth_on(const rtr_ctx *r);
+/* "projects/P/instances/I". */
+const char *rtr_auth_instance(const rtr_ctx *r);
+/* The principal whose bearer token call carries, or NULL (no auth, no or unknown token); valid
+ * until the loop runs again (a reload frees it). */
+const char *rtr_auth_principal(rtr_ctx *r, const rpc_call *call);
+/* The highest role of principal on the instance, or on table (a full name; NULL: instance):
+ * the auth file's grants, the instance's IAM policy and the table's. */
+st_role rtr_auth_role(rtr_ctx *r, const char *principal, const char *table);
+/* iam.c: the role a serialized google.iam.v1.Policy gives principal (members user:NAME or
+ * serviceAccount:NAME); the IAM methods; dropping a deleted table's policy. */
+st_role rtr_iam_role(st_slice policy, const char *principal);
+st_code rtr_iam_register(rtr_ctx *r, st_err *err);
+void rtr_iam_forget(rtr_ctx *r, const char *table);
+
+/* One audit line (audit.c); NULL fields are left out. */
+typedef struct rtr_audit_rec {
+    const char *principal, *peer, *method, *resource, *permission;
+    const char *outcome; /* "allowed" | "denied" */
+    st_code code;        /* what the check answered */
+    const char *message;
+} rtr_audit_rec;
+typedef struct rtr_audit rtr_audit;
+/* Opens (appends to) path, mode 0600, and starts the writer thread. NULL with err when path
+ * cannot be opened. bytes_max 0: RTR_AUDIT_BYTES_MAX_DEFAULT. */
+rtr_audit *rtr_audit_open(const char *path, uint64_t bytes_max, st_err *err);
+/* Writes what is queued, stops the thread, frees. NULL is fine. */
+void rtr_audit_close(rtr_audit *a);
+/* Queues one line (never blocks on the disk; drops the line when RTR_AUDIT_QUEUE_BYTES_MAX
+ * bytes wait). Any thread. */
+void rtr_audit_write(rtr_audit *a, const rtr_audit_rec *rec);
+/* The JSON line of rec at wall_us (pure), appended to out. */
+st_code rtr_audit_format(const rtr_audit_rec *rec, int64_t wall_us, st_buf *out);
 
 /* ---- paths ---- */
 #define RTR_BT "/google.bigtable.v2.Bigtable/"

@@ -1,10 +1,13 @@
 /* backup.c — a tablet's files for a backup, and a tablet made of a backup's files
  * (docs/backups.md, "On a node").
  *
- * Freezing (sto_tablet_backup) claims the tablet as a split does: its writes wait at the gate,
- * the records already in the log are applied, no flush or compaction of it runs. The memtables
- * are then flushed and the SSTables the tablet lists, which now hold exactly its contents, are
- * hard-linked into the caller's directory. SSTables are immutable, so the links are the backup.
+ * Freezing (sto_tablet_backup) stops the tablet's writes at its gate (as a split does) and waits
+ * for the records already in the log to be applied; it then flushes the memtables and captures
+ * the SSTables the tablet lists, which now hold exactly its contents, with a reference on each,
+ * and lets the writes go. The captured files are then hard-linked into the caller's directory
+ * (the references keep a file a compaction replaced meanwhile on disk until then). SSTables are
+ * immutable, so the links are the backup. A compaction of the tablet is not waited for: it
+ * changes which files the tablet lists, never a file's bytes.
  *
  * Restoring (sto_tablet_restore) links a backup's files into <dir>/sst under new file numbers
  * and makes a tablet listing them, durable with one manifest write. A crash before that write
@@ -26,17 +29,33 @@ static void unlink_all(sto_db *db, const char *dir, const sto_backup_file *files
     }
 }
 
-/* Links the files t lists into dir (t claimed, memtables flushed). */
-static st_code link_files(sto_db *db, sto_tablet *t, const char *dir, sto_backup_file **out,
-                          size_t *n_out, st_err *err) {
-    pthread_mutex_lock(&t->mu);
+/* The files t lists, each with a reference on its table so that it stays on disk (an obsolete
+ * table's file goes at its last unref) until it is linked. t->mu held. */
+static st_code capture_files(sto_tablet *t, sto_backup_file **out, sto_sst ***ssts, size_t *n_out,
+                             st_err *err) {
     size_t n = t->n_ssts;
     sto_backup_file *files = calloc(n ? n : 1, sizeof *files);
-    for (size_t i = 0; files && i < n; i++)
-        files[i] = (sto_backup_file){t->ssts[i].f->number, t->ssts[i].f->bytes};
-    pthread_mutex_unlock(&t->mu);
-    if (!files)
+    sto_sst **refs = calloc(n ? n : 1, sizeof *refs);
+    if (!files || !refs) {
+        free(files);
+        free(refs);
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory listing a tablet's files");
+    }
+    for (size_t i = 0; i < n; i++) {
+        sto_file *f = t->ssts[i].f;
+        files[i] = (sto_backup_file){f->number, f->bytes};
+        refs[i] = f->sst;
+        sto_sst_ref(f->sst);
+    }
+    *out = files;
+    *ssts = refs;
+    *n_out = n;
+    return ST_OK;
+}
+
+/* Links the captured files into dir; on failure none is left there. */
+static st_code link_files(sto_db *db, const char *dir, const sto_backup_file *files, size_t n,
+                          st_err *err) {
     char from[STO_PATH_MAX + 64], to[STO_PATH_MAX + 64];
     st_code rc = ST_OK;
     size_t done = 0;
@@ -45,14 +64,57 @@ static st_code link_files(sto_db *db, sto_tablet *t, const char *dir, sto_backup
         snprintf(to, sizeof to, "%s/%020" PRIu64 ".sst", dir, files[done].number);
         rc = db->env->ops->link(db->env, from, to, err);
     }
-    if (rc != ST_OK) {
+    if (rc != ST_OK)
         unlink_all(db, dir, files, done - 1);
-        free(files);
-        return rc;
+    return rc;
+}
+
+/* Stops t's writes at its gate and waits for the records already in the log to be applied: from
+ * then until the gate opens, t's contents cannot change. NOT_FOUND when t was split or dropped
+ * while waiting. */
+static st_code stop_writes(sto_db *db, sto_tablet *t, st_err *err) {
+    pthread_rwlock_wrlock(&t->gate);
+    pthread_mutex_lock(&db->mu);
+    bool dead = t->dead;
+    pthread_mutex_unlock(&db->mu);
+    if (dead) {
+        pthread_rwlock_unlock(&t->gate);
+        return st_err_set(err, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by this node",
+                          t->id);
     }
-    *out = files;
-    *n_out = n;
+    pthread_mutex_lock(&t->mu);
+    while (atomic_load(&t->inflight) > 0)
+        pthread_cond_wait(&t->cv, &t->mu);
+    pthread_mutex_unlock(&t->mu);
     return ST_OK;
+}
+
+/* Writes wait from stop_writes until the memtables are flushed and the file list captured
+ * (with references); a compaction running meanwhile goes on, since the captured files keep
+ * holding exactly the contents even once it replaces them. */
+static st_code freeze(sto_db *db, sto_tablet *t, sto_backup_file **files, sto_sst ***refs,
+                      size_t *n, st_err *err) {
+    st_code rc = stop_writes(db, t, err);
+    if (rc != ST_OK)
+        return rc;
+    if (atomic_load(&t->ro_hint) && t->broken)
+        rc = st_err_set(err, ST_DATA_LOSS, "tablet %" PRIu64 " is damaged: %s", t->id, t->ro_msg);
+    if (rc == ST_OK) {
+        pthread_mutex_lock(&t->mu);
+        sto_tablet_freeze_locked(t);
+        pthread_mutex_unlock(&t->mu);
+        rc = sto_tablet_flush_imms(db, t, err);
+    }
+    if (rc == ST_OK) {
+        pthread_mutex_lock(&t->mu);
+        if (t->n_imm || !sto_memtable_empty(t->active))
+            rc = st_err_set(err, ST_INTERNAL, "tablet %" PRIu64 " still had unflushed data", t->id);
+        else
+            rc = capture_files(t, files, refs, n, err);
+        pthread_mutex_unlock(&t->mu);
+    }
+    pthread_rwlock_unlock(&t->gate);
+    return rc;
 }
 
 st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_file **files,
@@ -60,23 +122,18 @@ st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_f
     *files = NULL;
     *n = 0;
     sto_tablet *t;
-    st_code rc = sto_tablet_claim_exclusive(db, id, &t, err);
-    if (rc != ST_OK)
-        return rc;
-    if (atomic_load(&t->ro_hint) && t->broken)
-        rc = st_err_set(err, ST_DATA_LOSS, "tablet %" PRIu64 " is damaged: %s", id, t->ro_msg);
-    if (rc == ST_OK) {
-        pthread_mutex_lock(&t->mu);
-        sto_tablet_freeze_locked(t);
-        pthread_mutex_unlock(&t->mu);
-        rc = sto_tablet_flush_imms(db, t, err);
-    }
+    if (sto_tablet_get(db, id, &t) != ST_OK)
+        return st_err_set(err, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by this node", id);
+    sto_sst **refs = NULL;
+    st_code rc = freeze(db, t, files, &refs, n, err);
     if (rc == ST_OK)
-        rc = link_files(db, t, dir, files, n, err);
-    sto_tablet_release_exclusive(db, t);
-    /* The links exist; making their names durable need not hold the tablet's writes. */
-    if (rc == ST_OK && (rc = db->env->ops->sync_dir(db->env, dir, err)) != ST_OK) {
+        rc = link_files(db, dir, *files, *n, err);
+    for (size_t i = 0; refs && i < *n; i++)
+        sto_sst_unref(refs[i]);
+    free(refs);
+    if (rc == ST_OK && (rc = db->env->ops->sync_dir(db->env, dir, err)) != ST_OK)
         unlink_all(db, dir, *files, *n);
+    if (rc != ST_OK) {
         free(*files);
         *files = NULL;
         *n = 0;

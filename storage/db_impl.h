@@ -231,13 +231,6 @@ st_code sto_manifest_load(sto_db *db, uint64_t *replay_from, st_err *err);
 /* Removes SSTable files no tablet lists (crashed flushes and compactions). */
 void sto_manifest_remove_orphans(sto_db *db);
 
-/* ---- tablet.c ---- */
-/* Claims t for an operation that must see it still: no background job runs on it, no new
- * record for it enters the log, every record already appended is applied (split, drop, backup).
- * ST_NOT_FOUND when the tablet is not here. */
-st_code sto_tablet_claim_exclusive(sto_db *db, uint64_t id, sto_tablet **out, st_err *err);
-void sto_tablet_release_exclusive(sto_db *db, sto_tablet *t);
-
 /* ---- write.c ---- */
 /* t->mu held: freezes the active memtable when not empty; returns true if it did. */
 bool sto_tablet_freeze_locked(sto_tablet *t);

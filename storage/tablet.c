@@ -156,8 +156,9 @@ void sto_tablet_list(sto_db *db, void (*fn)(const sto_tablet_info *info, void *a
 
 /* ---- exclusive operations (split, drop) ---- */
 
-/* db_impl.h */
-st_code sto_tablet_claim_exclusive(sto_db *db, uint64_t id, sto_tablet **out, st_err *err) {
+/* Claims t for a split or drop: no background job runs on it, no new record for it enters the
+ * log, and every record already appended is applied. */
+static st_code claim_exclusive(sto_db *db, uint64_t id, sto_tablet **out, st_err *err) {
     pthread_mutex_lock(&db->mu);
     sto_tablet *t = sto_db_find_locked(db, id);
     while (t && t->busy) {
@@ -181,7 +182,7 @@ st_code sto_tablet_claim_exclusive(sto_db *db, uint64_t id, sto_tablet **out, st
     return ST_OK;
 }
 
-void sto_tablet_release_exclusive(sto_db *db, sto_tablet *t) {
+static void release_exclusive(sto_db *db, sto_tablet *t) {
     pthread_mutex_lock(&db->mu);
     if (!t->dead)
         t->busy = false;
@@ -221,7 +222,7 @@ static void retire(sto_db *db, sto_tablet *t) {
 
 st_code sto_tablet_drop(sto_db *db, uint64_t id, st_err *err) {
     sto_tablet *t;
-    st_code rc = sto_tablet_claim_exclusive(db, id, &t, err);
+    st_code rc = claim_exclusive(db, id, &t, err);
     if (rc != ST_OK)
         return rc;
     pthread_mutex_lock(&db->meta_mu);
@@ -230,7 +231,7 @@ st_code sto_tablet_drop(sto_db *db, uint64_t id, st_err *err) {
     if (rc == ST_OK)
         retire(db, t);
     pthread_mutex_unlock(&db->meta_mu);
-    sto_tablet_release_exclusive(db, t);
+    release_exclusive(db, t);
     return rc;
 }
 
@@ -334,7 +335,7 @@ st_code sto_tablet_split(sto_db *db, uint64_t id, st_slice split_row, uint64_t l
     if (rc != ST_OK)
         return rc;
     sto_tablet *t;
-    rc = sto_tablet_claim_exclusive(db, id, &t, err);
+    rc = claim_exclusive(db, id, &t, err);
     if (rc != ST_OK)
         return rc;
     if (atomic_load(&t->ro_hint) && t->broken)
@@ -350,7 +351,7 @@ st_code sto_tablet_split(sto_db *db, uint64_t id, st_slice split_row, uint64_t l
         rc = split_install(db, t, split_row, left_id, right_id, err);
         pthread_mutex_unlock(&db->meta_mu);
     }
-    sto_tablet_release_exclusive(db, t);
+    release_exclusive(db, t);
     return rc;
 }
 

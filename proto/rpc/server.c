@@ -149,6 +149,11 @@ rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts,
     return s;
 }
 
+void rpc_server_set_gate(rpc_server *s, rpc_gate_fn gate, void *arg) {
+    s->gate = gate;
+    s->gate_arg = arg;
+}
+
 st_code rpc_server_add_method(rpc_server *s, const char *path, rpc_handler_fn handler, void *arg) {
     if (rpc_server_method_find(s, path))
         return ST_ALREADY_EXISTS;

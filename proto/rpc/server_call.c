@@ -214,6 +214,9 @@ const char *rpc_call_header(const rpc_call *call, const char *name) {
 const char *rpc_call_path(const rpc_call *call) {
     return call->path ? call->path : "";
 }
+const char *rpc_call_peer(const rpc_call *call) {
+    return call->conn ? call->conn->peer : "";
+}
 st_arena *rpc_call_arena(rpc_call *call) {
     return &call->arena;
 }
@@ -865,8 +868,11 @@ static void request_done(rpc_call *call) {
     rpc_call_ref(call);
     /* An empty message leaves request.data NULL: no NULL + 0 (undefined behaviour). */
     const uint8_t *msg = call->request.data ? call->request.data + call->request_skip : NULL;
-    call->method->handler(call, st_slice_make(msg, call->request.len - call->request_skip),
-                          call->method->arg);
+    st_slice req = st_slice_make(msg, call->request.len - call->request_skip);
+    rpc_server *srv = call->conn->srv;
+    if (srv->gate && !srv->gate(call, req, srv->gate_arg))
+        return; /* the gate finished the call */
+    call->method->handler(call, req, call->method->arg);
 }
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data) {

@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <netinet/tcp.h>
 
 #include <event2/buffer.h>
@@ -286,6 +288,21 @@ static bool conn_timer_start(h2_conn *conn) {
 
 /* ---- opening ---- */
 
+/* The client's address as rpc_call_peer shows it. */
+static void conn_peer_name(const struct sockaddr *addr, char *out, size_t cap) {
+    char ip[INET6_ADDRSTRLEN] = "?";
+    snprintf(out, cap, "unix");
+    if (addr && addr->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)addr;
+        inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+        snprintf(out, cap, "%s:%u", ip, ntohs(a->sin_port));
+    } else if (addr && addr->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)addr;
+        inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+        snprintf(out, cap, "[%s]:%u", ip, ntohs(a->sin6_port));
+    }
+}
+
 /* A Unix-socket peer of another user id never gets the role the socket stands for (its
  * directory should already keep such peers out). */
 static bool conn_unix_same_user(int fd) {
@@ -308,6 +325,7 @@ void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
     conn->srv = srv;
     conn->slot = true;
     conn->accepted_us = st_mono_us();
+    conn_peer_name(addr, conn->peer, sizeof conn->peer);
     bool is_unix = addr && addr->sa_family == AF_UNIX;
     bool unix_plain = is_unix && srv->opts.ssl_ctx && srv->opts.unix_peer_role;
     if (unix_plain && !conn_unix_same_user(fd)) {

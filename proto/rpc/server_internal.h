@@ -85,6 +85,9 @@ struct rpc_server {
      * at most one message and waiters resume in the order they started waiting. */
     rpc_call *waiters_head, *waiters_tail;
     rpc_call *budget_woken;
+    /* rpc_server_set_gate: runs before every handler (NULL: none). */
+    rpc_gate_fn gate;
+    void *gate_arg;
     rpc_guard_fn guard; /* rpc_server_set_guard; NULL: every call runs */
     void *guard_arg;
 };
@@ -113,7 +116,8 @@ struct h2_conn {
     bool ready;            /* the client's preface and SETTINGS arrived */
     bool tick_ready;       /* the timer runs at conn_tick_ready */
     bool slot;             /* holds one of the process's connection slots */
-    bool role_known;       /* peer_role was read from the peer's certificate */
+    char peer[RPC_CALL_PEER_MAX + 1]; /* "ip:port", "[ip6]:port" or "unix" (rpc_call_peer) */
+    bool role_known;                  /* peer_role was read from the peer's certificate */
     char peer_role[RPC_ROLE_MAX + 1];
     h2_conn *prev, *next;
 };

@@ -272,6 +272,30 @@ static st_code export_import(int from, int to, const pb_piece *p, st_err *st) {
     return unary(to, "SealBackupPiece", &p->base, NULL, st);
 }
 
+/* Owner-only: the piece's directory 0700, its manifest and files 0600. */
+static void check_modes(int node, const char *piece) {
+    char dir[BT_PATH_MAX + 64], path[BT_PATH_MAX + 384];
+    snprintf(dir, sizeof dir, "%s/backups/i/c1/b1/%s", g_data[node], piece);
+    struct stat sb;
+    CHECK(stat(dir, &sb) == 0 && (sb.st_mode & 0777) == 0700, "%s mode %o", dir,
+          (unsigned)(sb.st_mode & 0777));
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int files = 0;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600, "%s mode %o", path,
+              (unsigned)(sb.st_mode & 0777));
+        files++;
+    }
+    if (d)
+        closedir(d);
+    CHECK(files >= 2, "piece %s holds %d files", dir, files);
+    printf("%-58s %s\n", "piece directory 0700, files 0600", files >= 2 ? "ok" : "WRONG");
+}
+
 /* ---- parts of the test ---- */
 
 static void test_hostile(uint64_t id) {
@@ -334,6 +358,10 @@ static void test_write_rules(void) {
     rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
     expect_code("WriteBackupFile 2 MiB chunk", rc, &st, ST_INVALID_ARGUMENT, "at most");
     free(big);
+    c.file = "extra.sst"; /* written, then left out of the manifest: the seal drops it */
+    c.data = (ProtobufCBinaryData){sizeof data, data};
+    rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
+    expect_code("WriteBackupFile a file the seal will not list", rc, &st, ST_OK, NULL);
     Strata__Internal__V1__BackupFile f = STRATA__INTERNAL__V1__BACKUP_FILE__INIT;
     f.name = "x.sst";
     f.size = sizeof data;
@@ -360,6 +388,14 @@ static void test_write_rules(void) {
     c.file = "x.sst";
     rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
     expect_code("WriteBackupFile into a sealed piece", rc, &st, ST_ALREADY_EXISTS, NULL);
+    char path[BT_PATH_MAX + 64];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/backups/i/c1/b3/w/extra.sst", g_data[1]);
+    CHECK(stat(path, &sb) != 0, "the sealed piece kept a file its manifest does not list");
+    c.piece = "u"; /* an import never sealed: DeleteBackupPieces removes it too */
+    c.offset = 0;
+    rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
+    expect_code("WriteBackupFile of an import left unsealed", rc, &st, ST_OK, NULL);
     Strata__Internal__V1__DeleteBackupPiecesRequest d =
         STRATA__INTERNAL__V1__DELETE_BACKUP_PIECES_REQUEST__INIT;
     d.backup = B3;
@@ -367,6 +403,8 @@ static void test_write_rules(void) {
     expect_code("DeleteBackupPieces", rc, &st, ST_OK, NULL);
     pb_piece *gone = list_piece(1, B3, "w");
     CHECK(!gone, "piece w still listed after DeleteBackupPieces");
+    snprintf(path, sizeof path, "%s/backups/i/c1/b3", g_data[1]);
+    CHECK(stat(path, &sb) != 0, "the backup's directory is left after DeleteBackupPieces");
     strata__internal__v1__backup_piece__free_unpacked(gone, NULL);
 }
 
@@ -455,6 +493,9 @@ static void test_kill(const char *table) {
     st_err st = {0};
     st_code rc = backup_tablet(0, first_tablet(0, table), B1, "after", &p, &st);
     expect_code("BackupTablet after the restart", rc, &st, ST_OK, NULL);
+    /* its CRCs (some from the cache of files other pieces hold) pass a seal's check */
+    rc = p ? export_import(0, 1, p, &st) : ST_INTERNAL;
+    expect_code("its copy to node 2 (the seal checks every CRC32C)", rc, &st, ST_OK, NULL);
     if (p)
         strata__internal__v1__backup_piece__free_unpacked(p, NULL);
 }
@@ -499,10 +540,12 @@ int main(int argc, char **argv) {
     write_rows(0, "restored", 0, 1, "after"); /* the restored table takes writes */
 
     test_hostile(id);
+    check_modes(0, "p0");
 
     /* export / import to node 1, restore there */
     rc = p ? export_import(0, 1, p, &st) : ST_INTERNAL;
     expect_code("Read/WriteBackupFile + SealBackupPiece to node 2", rc, &st, ST_OK, NULL);
+    check_modes(1, "p0");
     rc = restore(1, "imported", B1, "p0", &st);
     expect_code("CreateTablet restoring the imported piece", rc, &st, ST_OK, NULL);
     dump(1, "imported", &now);
@@ -523,6 +566,16 @@ int main(int argc, char **argv) {
     pull.piece = "nope";
     rc = unary(1, "PullBackupPiece", &pull.base, NULL, &st);
     expect_code("PullBackupPiece of a missing piece", rc, &st, ST_NOT_FOUND, NULL);
+    pull.piece = "p0";
+    pull.backup = B3;
+    char dead[64];
+    snprintf(dead, sizeof dead, "127.0.0.1:%u", (unsigned)bt_free_port());
+    pull.source = dead;
+    rc = unary(1, "PullBackupPiece", &pull.base, NULL, &st);
+    expect_code("PullBackupPiece from a node that is down", rc, &st, ST_UNAVAILABLE, NULL);
+    pull.source = "no-port";
+    rc = unary(1, "PullBackupPiece", &pull.base, NULL, &st);
+    expect_code("PullBackupPiece from a bad address", rc, &st, ST_INVALID_ARGUMENT, NULL);
     rc = restore(1, "pulled", B2, "p0", &st);
     expect_code("CreateTablet restoring the pulled piece", rc, &st, ST_OK, NULL);
     dump(1, "pulled", &now);

@@ -37,6 +37,11 @@ typedef struct rtr_opts {
     /* TLS on the public listener (strata-router --tls-cert): a server context from
      * rpc_tls_server_ctx_new, borrowed, outliving the router; NULL = plaintext h2c. */
     struct ssl_ctx_st *ssl_ctx;
+    /* --auth-file: principals and roles (strata/auth.h); NULL = open to every client. */
+    const char *auth_file;
+    /* --audit-log: JSON lines of admin calls, denied calls and auth failures; NULL = none. */
+    const char *audit_log;
+    uint64_t audit_log_bytes_max; /* rotate past this; 0 = 100 MiB */
     /* Mutual TLS to the nodes (strata-router --internal-ca; docs/security.md, Internal links):
      * a client context from rpc_tls_client_ctx_new with the cluster CA and the router's own
      * certificate (OU=strata-router), borrowed, outliving the router. Every TCP link to a node
@@ -65,5 +70,7 @@ void rtr_close(rtr_ctx *r);
 /* Certificate reload: handshakes from now on use ctx (borrowed like rtr_opts.ssl_ctx), open
  * connections keep theirs. False when the router was opened without TLS. */
 bool rtr_set_ssl_ctx(rtr_ctx *r, struct ssl_ctx_st *ctx);
+/* Re-reads the auth file now (SIGHUP); a file that does not parse keeps the previous one. */
+void rtr_auth_reload(rtr_ctx *r);
 
 #endif

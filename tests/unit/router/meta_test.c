@@ -62,7 +62,13 @@ static void test_meta_row_keys_round_trip(void **state) {
     assert_true(rtr_meta_parse_row_key(st_buf_slice(&k), &kind, name, sizeof name));
     assert_int_equal(kind, RTR_META_KIND_PROFILE);
     assert_string_equal(name, "batch");
-    assert_false(rtr_meta_parse_row_key(S("backup/x"), &kind, name, sizeof name));
+    assert_true(rtr_meta_parse_row_key(S("backup/x"), &kind, name, sizeof name));
+    assert_int_equal(kind, RTR_META_KIND_BACKUP);
+    assert_int_equal(rtr_meta_row_key(RTR_META_KIND_OP, "operations/a/1", &k), ST_OK);
+    assert_true(st_slice_eq(st_buf_slice(&k), S("op/operations/a/1")));
+    assert_true(rtr_meta_parse_row_key(st_buf_slice(&k), &kind, name, sizeof name));
+    assert_int_equal(kind, RTR_META_KIND_OP);
+    assert_false(rtr_meta_parse_row_key(S("later/x"), &kind, name, sizeof name));
     assert_false(rtr_meta_parse_row_key(S("table/"), &kind, name, sizeof name));
     assert_false(rtr_meta_parse_row_key(S("table/a\0b"), &kind, name, sizeof name));
     st_buf_free(&k);

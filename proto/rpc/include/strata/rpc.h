@@ -88,6 +88,12 @@ typedef struct rpc_server_stats {
 
 /* NULL on failure (err says why). opts may be NULL. Free with rpc_server_free. */
 rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts, st_err *err);
+/* A gate runs on the loop thread before the handler of every call, once its request arrived: it
+ * returns true to let the handler run, or finishes the call itself (rpc_call_finish, which
+ * releases the handler's reference) and returns false. strata-router checks bearer tokens and
+ * permissions here, for every method registered now or later. */
+typedef bool (*rpc_gate_fn)(rpc_call *call, st_slice request, void *arg);
+void rpc_server_set_gate(rpc_server *s, rpc_gate_fn gate, void *arg);
 /* Registers a method by full path ("/google.bigtable.v2.Bigtable/ReadRows"); the path string is
  * copied. ALREADY_EXISTS for a duplicate path, RESOURCE_EXHAUSTED if out of memory. */
 st_code rpc_server_add_method(rpc_server *s, const char *path, rpc_handler_fn handler, void *arg);
@@ -214,6 +220,10 @@ size_t rpc_queued_response_bytes(void);
  * "bigtable-features"); NULL if absent. Valid until the call is released. */
 const char *rpc_call_header(const rpc_call *call, const char *name);
 const char *rpc_call_path(const rpc_call *call);
+/* The client's address: "ip:port", "[ip6]:port", or "unix" for a Unix-domain socket; "" once
+ * the connection is gone. Valid until the call is released. */
+#define RPC_CALL_PEER_MAX 64
+const char *rpc_call_peer(const rpc_call *call);
 /* The call's arena, freed when the call is released: unpack the request through it. */
 st_arena *rpc_call_arena(rpc_call *call);
 /* Monotonic deadline in microseconds (st_mono_us clock) from grpc-timeout; 0 if none. */

@@ -1,4 +1,4 @@
-/* backup_test — proves the storage side of backups (docs/backups.md, "On a node"):
+/* tablet_backup_test — proves the storage side of backups (docs/backups.md, "On a node"):
  *   - sto_tablet_backup links exactly the tablet's contents (memtable flushed first) into a
  *     directory, as hard links to the engine's own files; writes after it are not in the piece;
  *     a missing tablet is NOT_FOUND and a failed link leaves nothing behind;
@@ -38,7 +38,7 @@ static int setup(void **state) {
     f->o.compaction_trigger = 100; /* only explicit compactions */
     f->o.write_stall_tables = 200;
     st_buf_init(&f->out);
-    if (tu_db_open_fresh(f->dir, sizeof f->dir, "backup_test", &f->o, &f->db) != ST_OK)
+    if (tu_db_open_fresh(f->dir, sizeof f->dir, "tablet_backup_test", &f->o, &f->db) != ST_OK)
         return -1;
     snprintf(f->bk, sizeof f->bk, "%s/backups/p0", f->dir);
     char mid[600];

@@ -1,0 +1,223 @@
+/* audit.c — the router's audit log (--audit-log FILE): one JSON line per admin call, denied
+ * call and failed authentication (docs/security.md, Audit log). The loop thread only formats a
+ * line and appends it to a bounded buffer; a writer thread of its own writes, and rotates the
+ * file by size (FILE -> FILE.1), so a slow disk never stalls the event loop. When the buffer is
+ * full, lines are dropped, and the router's log says how many once lines flow again. */
+#include "router_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct rtr_audit {
+    char path[RTR_AUDIT_PATH_MAX + 1];
+    uint64_t bytes_max; /* rotate past this size */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    st_buf pending;   /* lines waiting for the writer (mu) */
+    uint64_t dropped; /* lines dropped since the last one written (mu) */
+    bool stop;        /* (mu) */
+    int fd;           /* writer thread only after open */
+    uint64_t size;    /* the file's size (writer) */
+};
+
+/* ---- JSON ---- */
+
+static st_code json_str(st_buf *b, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    st_code rc = st_buf_append_byte(b, '"');
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p && rc == ST_OK; p++) {
+        if (*p == '"' || *p == '\\') {
+            char e[2] = {'\\', (char)*p};
+            rc = st_buf_append(b, e, 2);
+        } else if (*p < 0x20 || *p >= 0x7f) { /* bytes from clients: always valid JSON */
+            char e[6] = {'\\', 'u', '0', '0', hex[*p >> 4], hex[*p & 15]};
+            rc = st_buf_append(b, e, 6);
+        } else
+            rc = st_buf_append_byte(b, *p);
+    }
+    return rc == ST_OK ? st_buf_append_byte(b, '"') : rc;
+}
+
+static st_code json_field(st_buf *b, const char *name, const char *value, bool first) {
+    char head[48];
+    snprintf(head, sizeof head, "%s\"%s\":", first ? "{" : ",", name);
+    st_code rc = st_buf_append(b, head, strlen(head));
+    return rc == ST_OK ? json_str(b, value) : rc;
+}
+
+/* RFC 3339 UTC with milliseconds. */
+static void time_text(int64_t wall_us, char *out, size_t cap) {
+    time_t s = (time_t)(wall_us / 1000000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    char day[32];
+    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, cap, "%s.%03dZ", day, (int)(wall_us / 1000 % 1000));
+}
+
+st_code rtr_audit_format(const rtr_audit_rec *rec, int64_t wall_us, st_buf *out) {
+    char t[48];
+    time_text(wall_us, t, sizeof t);
+    st_code rc = json_field(out, "time", t, true);
+    const char *fields[][2] = {
+        {"principal", rec->principal},     {"peer", rec->peer},
+        {"method", rec->method},           {"resource", rec->resource},
+        {"permission", rec->permission},   {"outcome", rec->outcome},
+        {"code", st_code_name(rec->code)}, {"message", rec->message},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0] && rc == ST_OK; i++)
+        if (fields[i][1])
+            rc = json_field(out, fields[i][0], fields[i][1], false);
+    if (rc == ST_OK)
+        rc = st_buf_append(out, "}\n", 2);
+    return rc;
+}
+
+/* ---- the writer ---- */
+
+static void audit_reopen(rtr_audit *a) {
+    if (a->fd >= 0)
+        close(a->fd);
+    a->fd = open(a->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    struct stat st;
+    a->size = a->fd >= 0 && fstat(a->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+    if (a->fd < 0)
+        st_log(ST_LOG_ERROR, "router",
+               "msg=\"cannot open the audit log: lines are lost\" path=%s "
+               "err=\"%s\"",
+               a->path, strerror(errno));
+}
+
+/* Writes a batch (whole lines), rotating first when it would pass bytes_max. */
+static void audit_write(rtr_audit *a, const uint8_t *p, size_t n) {
+    if (a->size > 0 && a->size + n > a->bytes_max) {
+        char old[RTR_AUDIT_PATH_MAX + 3];
+        snprintf(old, sizeof old, "%s.1", a->path);
+        if (rename(a->path, old) != 0)
+            st_log(ST_LOG_WARN, "router", "msg=\"audit log rotation failed\" err=\"%s\"",
+                   strerror(errno));
+        audit_reopen(a);
+    }
+    while (n > 0 && a->fd >= 0) {
+        ssize_t w = write(a->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            st_log(ST_LOG_ERROR, "router", "msg=\"audit log write failed\" err=\"%s\"",
+                   strerror(errno));
+            return;
+        }
+        p += w;
+        n -= (size_t)w;
+        a->size += (uint64_t)w;
+    }
+}
+
+static void *audit_main(void *arg) {
+    rtr_audit *a = arg;
+    st_buf batch;
+    st_buf_init(&batch);
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->stop && a->pending.len == 0)
+            pthread_cond_wait(&a->cv, &a->mu);
+        if (a->pending.len == 0 && a->stop)
+            break;
+        st_buf t = batch; /* swap: the loop appends to an empty buffer meanwhile */
+        batch = a->pending;
+        a->pending = t;
+        st_buf_reset(&a->pending);
+        pthread_mutex_unlock(&a->mu);
+        audit_write(a, batch.data, batch.len);
+        st_buf_reset(&batch);
+        pthread_mutex_lock(&a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+    st_buf_free(&batch);
+    return NULL;
+}
+
+rtr_audit *rtr_audit_open(const char *path, uint64_t bytes_max, st_err *err) {
+    rtr_audit *a = calloc(1, sizeof *a);
+    if (!a) {
+        st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    if (strlen(path) > RTR_AUDIT_PATH_MAX) {
+        free(a);
+        st_err_set(err, ST_INVALID_ARGUMENT, "--audit-log path longer than %d bytes",
+                   RTR_AUDIT_PATH_MAX);
+        return NULL;
+    }
+    snprintf(a->path, sizeof a->path, "%s", path);
+    a->bytes_max = bytes_max ? bytes_max : RTR_AUDIT_BYTES_MAX_DEFAULT;
+    a->fd = open(a->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (a->fd < 0) {
+        st_err_set(err, ST_INVALID_ARGUMENT, "cannot open the audit log %s: %s", path,
+                   strerror(errno));
+        free(a);
+        return NULL;
+    }
+    struct stat st;
+    a->size = fstat(a->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+    st_buf_init(&a->pending);
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    if (pthread_create(&a->thread, NULL, audit_main, a) != 0) {
+        close(a->fd);
+        pthread_mutex_destroy(&a->mu);
+        pthread_cond_destroy(&a->cv);
+        free(a);
+        st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot start the audit log writer thread");
+        return NULL;
+    }
+    return a;
+}
+
+void rtr_audit_close(rtr_audit *a) {
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mu);
+    a->stop = true;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL); /* what is queued is written first */
+    if (a->fd >= 0)
+        close(a->fd);
+    st_buf_free(&a->pending);
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    free(a);
+}
+
+void rtr_audit_write(rtr_audit *a, const rtr_audit_rec *rec) {
+    if (!a)
+        return;
+    st_buf line;
+    st_buf_init(&line);
+    st_code rc = rtr_audit_format(rec, st_wall_us(), &line);
+    pthread_mutex_lock(&a->mu);
+    uint64_t dropped = a->dropped;
+    if (rc != ST_OK || a->pending.len + line.len > RTR_AUDIT_QUEUE_BYTES_MAX)
+        a->dropped++;
+    else if (st_buf_append(&a->pending, line.data, line.len) != ST_OK)
+        a->dropped++;
+    else
+        a->dropped = 0;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    if (dropped && !a->dropped)
+        st_log(ST_LOG_WARN, "router",
+               "msg=\"audit log lines dropped: the disk is too slow\" "
+               "dropped=%llu",
+               (unsigned long long)dropped);
+    st_buf_free(&line);
+}

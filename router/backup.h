@@ -1,0 +1,185 @@
+/* backup.h — Cloud Bigtable backups on the router (private to router/; docs/backups.md).
+ * Modules: backup_filter.c (pure: names, ids, expiry rules, ListBackups filter and order_by),
+ * backup.c (records, CreateBackup / GetBackup / ListBackups / UpdateBackup / DeleteBackup /
+ * RestoreTable / CopyBackup handlers, GetTable's cluster states), backup_job.c (the work of the
+ * long-running operations: the consistent freeze of every tablet, copies, restores),
+ * backup_ops.c (operations kept in the metadata table, leases, the periodic sweep that finishes
+ * the operations of a dead router and deletes expired backups), backup_admin.c (the BackupAdmin
+ * service of the `strata backup` CLI).
+ *
+ * A backup is the metadata record "backup/<full name>" (strata.internal.v1.BackupRecord) plus its
+ * pieces on the nodes of its cluster. Operations of backups are records "op/<name>"
+ * (OperationRecord) so that they outlive the router that started them. */
+#ifndef ROUTER_BACKUP_H
+#define ROUTER_BACKUP_H
+
+#include "instance.h"
+#include "router_internal.h"
+#include "strata/internal/v1/backup_admin.pb-c.h"
+#include "strata/internal/v1/node.pb-c.h"
+#include "strata/internal/v1/router_records.pb-c.h"
+
+#define RTR_BA "/strata.internal.v1.BackupAdmin/"
+
+#define RTR_BK_ID_MAX 50 /* backup ids: [_a-zA-Z0-9][-_.a-zA-Z0-9]*, as Cloud Bigtable */
+#define RTR_BK_NAME_MAX (RTR_TABLE_NAME_MAX + 64)
+#define RTR_BK_HOUR_US (3600LL * 1000000)
+#define RTR_BK_DAY_US (24 * RTR_BK_HOUR_US)
+#define RTR_BK_EXPIRE_MIN_US (6 * RTR_BK_HOUR_US)      /* expire_time: 6 hours ... */
+#define RTR_BK_EXPIRE_MAX_US (90 * RTR_BK_DAY_US)      /* ... to 90 days after creation */
+#define RTR_BK_COPY_EXPIRE_MAX_US (30 * RTR_BK_DAY_US) /* copies: at most 30 days */
+#define RTR_BK_HOT_MIN_US (24 * RTR_BK_HOUR_US)        /* hot_to_standard_time: 24 h at least */
+#define RTR_BK_IMPORT_EXPIRE_US (7 * RTR_BK_DAY_US)    /* an import whose expire_time passed */
+#define RTR_BK_PAGE_MAX 1000                           /* backups per ListBackups page */
+#define RTR_BK_STALL_MS 30000 /* a range no node could freeze (or a piece not copied) this long */
+#define RTR_BK_RETRY_MS 200   /* pause between rounds of a backup that hit a split or move */
+#define RTR_BK_CALL_TIMEOUT_MS 600000 /* one BackupTablet, PullBackupPiece or CreateTablet */
+#define RTR_BK_PARALLEL 8             /* node calls of one operation at a time */
+#define RTR_BK_SWEEP_MS 10000         /* leases renewed, dead operations and expired backups */
+#define RTR_BK_LEASE_MS 60000         /* an operation whose router is silent this long is dead */
+#define RTR_BK_OP_KEEP_US (7 * RTR_BK_DAY_US)       /* finished operations kept this long */
+#define RTR_BK_IMPORT_KEEP_US (24 * RTR_BK_HOUR_US) /* an import never finished: deleted */
+
+typedef Google__Bigtable__Admin__V2__Backup rtr_pb_backup;
+typedef Strata__Internal__V1__BackupRecord rtr_pb_bkrec;
+
+/* ---- names, ids, expiry (backup_filter.c, pure) ---- */
+/* [_a-zA-Z0-9][-_.a-zA-Z0-9]*, 1..RTR_BK_ID_MAX characters. */
+bool rtr_bk_id_valid(const char *id);
+/* "projects/P/instances/I/clusters/C" of the topology's instance: the cluster's index in *idx.
+ * allow_any: C "-" gives *idx = SIZE_MAX. INVALID_ARGUMENT for a malformed name, NOT_FOUND for
+ * another instance or an unknown cluster. */
+st_code rtr_bk_parse_cluster(const st_topology *t, const char *name, bool allow_any, size_t *idx,
+                             st_err *err);
+/* "projects/P/instances/I/clusters/C/backups/B": the cluster index and B (id, cap >=
+ * RTR_BK_ID_MAX + 1). Errors as rtr_bk_parse_cluster, and INVALID_ARGUMENT for a bad id. */
+st_code rtr_bk_parse_name(const st_topology *t, const char *name, size_t *idx, char *id, size_t cap,
+                          st_err *err);
+/* expire_us (0: not set) must lie in [from_us + RTR_BK_EXPIRE_MIN_US, from_us + max_us].
+ * INVALID_ARGUMENT naming the bounds otherwise. */
+st_code rtr_bk_check_expire(int64_t expire_us, int64_t from_us, int64_t max_us, st_err *err);
+int64_t rtr_bk_ts_us(const Google__Protobuf__Timestamp *t); /* NULL: 0 */
+
+/* ---- ListBackups filter and order_by (backup_filter.c, pure) ---- */
+typedef struct rtr_bk_filter rtr_bk_filter;
+/* Cloud Bigtable's filter language: comparisons "field OP value" with OP one of < > <= >= != =
+ * : (":" = contains for strings, = for the rest) over name, source_table, state, start_time,
+ * end_time, expire_time (RFC 3339 times, e.g. 2026-01-02T03:04:05Z) and size_bytes; AND, OR,
+ * NOT (or a leading -) and parentheses; juxtaposition is AND. Empty text: everything (*out
+ * NULL). INVALID_ARGUMENT with the position otherwise. Memory from a. */
+st_code rtr_bk_filter_parse(const char *text, st_arena *a, rtr_bk_filter **out, st_err *err);
+bool rtr_bk_filter_match(const rtr_bk_filter *f, const rtr_pb_backup *b); /* NULL f: true */
+
+#define RTR_BK_ORDER_KEYS_MAX 8
+typedef enum rtr_bk_field {
+    RTR_BK_F_NAME,
+    RTR_BK_F_SOURCE_TABLE,
+    RTR_BK_F_STATE,
+    RTR_BK_F_START,
+    RTR_BK_F_END,
+    RTR_BK_F_EXPIRE,
+    RTR_BK_F_SIZE,
+} rtr_bk_field;
+typedef struct rtr_bk_order {
+    rtr_bk_field field[RTR_BK_ORDER_KEYS_MAX];
+    bool desc[RTR_BK_ORDER_KEYS_MAX];
+    size_t n;
+} rtr_bk_order;
+/* "field [desc|asc], ..." over name, source_table, state, start_time, end_time, expire_time,
+ * size_bytes; empty: "start_time desc". Ties always end by name. INVALID_ARGUMENT otherwise. */
+st_code rtr_bk_order_parse(const char *text, rtr_bk_order *out, st_err *err);
+int rtr_bk_order_cmp(const rtr_bk_order *o, const rtr_pb_backup *a, const rtr_pb_backup *b);
+
+/* ---- records (backup.c) ---- */
+/* A stored backup record unpacked into a (NULL for a corrupt one). */
+rtr_pb_bkrec *rtr_bk_rec_unpack(st_slice pb, st_arena *a);
+rtr_pb_bkrec *rtr_bk_find(rtr_ctx *r, const char *name, st_arena *a);
+st_code rtr_bk_rec_pack(const rtr_pb_bkrec *rec, st_buf *out);
+/* GetTable with REPLICATION_VIEW or FULL: every cluster READY (a table exists in every cluster
+ * from its creation). */
+st_code rtr_bk_cluster_states(rtr_ctx *r, Google__Bigtable__Admin__V2__Table *t, st_arena *a);
+/* The node of a piece: the node numbered num in cluster c (NULL when the topology lost it). */
+rtr_node *rtr_bk_node(rtr_cluster *c, uint32_t num);
+
+/* ---- jobs (backup_job.c): the work of CreateBackup, CopyBackup and RestoreTable ---- */
+typedef struct bk_job bk_job;
+typedef enum bk_kind { BK_CREATE, BK_COPY, BK_RESTORE, BK_REAP } bk_kind;
+/* What a job starts from; strings are copied. */
+typedef struct bk_job_spec {
+    bk_kind kind;
+    const char *op_name;
+    const char *backup;    /* CREATE, COPY: the backup made; RESTORE: the source */
+    const char *table;     /* RESTORE: the new table */
+    rtr_cluster *cluster;  /* CREATE, COPY: the backup's cluster */
+    st_slice rec;          /* CREATE, COPY: the record written (CREATING); RESTORE: the source */
+    st_slice schema;       /* RESTORE: the new table's record (Table with restore_info) */
+    const char *meta_type; /* the operation's metadata type url */
+    st_slice meta;         /* its metadata (serialized) */
+    int64_t start_us;
+    rpc_call *call; /* answered with the running Operation once the records are written */
+} bk_job_spec;
+/* Starts a job: writes the operation record (not done), then for CREATE and COPY the backup
+ * record, then answers spec->call with the Operation and goes on; a failed write fails the call
+ * instead. */
+void rtr_bk_job_start(rtr_ctx *r, const bk_job_spec *spec);
+/* True while a job of this router works on name (a backup made, copied or restored from, or a
+ * table being restored). */
+bool rtr_bk_busy(rtr_ctx *r, const char *name);
+/* Stops a job at its next step (CancelOperation, DeleteBackup of a backup being made): it fails
+ * with CANCELLED and cleans up. False when no job of this router runs op_name. */
+bool rtr_bk_job_cancel(rtr_ctx *r, const char *op_name, const char *why);
+/* The job making backup (a CREATE or COPY), or NULL. */
+const char *rtr_bk_job_of_backup(rtr_ctx *r, const char *backup);
+/* Deletes a backup: its record, then its pieces on every node of its cluster; done(arg, code,
+ * message) runs after the record is gone. */
+void rtr_bk_delete(rtr_ctx *r, const char *name, rtr_meta_done_fn done, void *arg);
+/* Rewrites the record of every running job of this router (its lease, its progress). */
+void rtr_bk_jobs_renew(rtr_ctx *r);
+bool rtr_bk_job_exists(rtr_ctx *r, const char *op_name);
+/* Finishes an operation of a dead router as failed, cleaning its partial work (BK_REAP). */
+void rtr_bk_reap(rtr_ctx *r, const char *op_name, st_slice op_rec);
+
+/* ---- operations kept in the metadata table (backup_ops.c) ---- */
+/* "host:port/<start us>" of this router. */
+const char *rtr_bk_owner(rtr_ctx *r);
+/* Serializes an Operation: running (done false) or finished with a response or an error
+ * (code != ST_OK). */
+st_code rtr_bk_op_pack(const char *name, const char *meta_type, st_slice meta, bool done,
+                       st_code code, const char *message, const char *resp_type, st_slice resp,
+                       st_buf *out);
+/* Writes the record of an operation (with this router as owner while not done) and keeps the
+ * Operation for GetOperation. done may be NULL. */
+void rtr_bk_op_store(rtr_ctx *r, const char *name, st_slice op, bool done_op, int64_t created_us,
+                     rtr_meta_done_fn done, void *arg);
+/* The Operation inside a stored OperationRecord (false for a corrupt one). */
+bool rtr_bk_op_of_record(st_slice rec, st_slice *op);
+
+/* ---- the module (backup.c): rtr_ctx.bk ---- */
+typedef struct rtr_bk {
+    bk_job *jobs;
+    struct event *sweep_timer;
+    char owner[ST_TOPO_ADDR_MAX + 40];
+    int64_t started_us;
+    uint64_t restore_seq;
+} rtr_bk;
+/* Registers the backup methods (router.c's register_methods). */
+st_code rtr_bk_open(rtr_ctx *r, st_err *err);
+/* After listening: the owner name and the sweep timer (first sweep at once). */
+st_code rtr_bk_start(rtr_ctx *r, st_err *err);
+/* Runs the sweep once: leases, dead operations, expired backups (backup_ops.c). */
+void rtr_bk_sweep(rtr_ctx *r);
+void rtr_bk_close(rtr_ctx *r);
+
+/* ---- handlers ---- */
+void rtr_h_create_backup(rpc_call *call, st_slice req, void *arg);
+void rtr_h_get_backup(rpc_call *call, st_slice req, void *arg);
+void rtr_h_list_backups(rpc_call *call, st_slice req, void *arg);
+void rtr_h_update_backup(rpc_call *call, st_slice req, void *arg);
+void rtr_h_delete_backup(rpc_call *call, st_slice req, void *arg);
+void rtr_h_restore_table(rpc_call *call, st_slice req, void *arg);
+void rtr_h_copy_backup(rpc_call *call, st_slice req, void *arg);
+void rtr_h_describe_backup(rpc_call *call, st_slice req, void *arg);
+void rtr_h_begin_import(rpc_call *call, st_slice req, void *arg);
+void rtr_h_finish_import(rpc_call *call, st_slice req, void *arg);
+
+#endif

@@ -1,0 +1,351 @@
+/* backup_admin.c — strata.internal.v1.BackupAdmin, the router's side of `strata backup export`
+ * and `import` (docs/backups.md): where the pieces of a backup are (DescribeBackup), and the
+ * record of an imported backup, CREATING while the CLI sends the files to the nodes
+ * (BeginImport) and READY once every piece is sealed where planned (FinishImport). An import
+ * never finished is deleted by the sweep after RTR_BK_IMPORT_KEEP_US (backup_ops.c). */
+#include "backup.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/cstoken.h"
+
+typedef Strata__Internal__V1__BackupPiece pb_piece;
+
+static void *arena_alloc(void *data, size_t size) {
+    return st_arena_alloc(data, size);
+}
+static void arena_free(void *data, void *p) {
+    (void)data;
+    (void)p;
+}
+
+static rtr_pb_bkrec *find_or_fail(rtr_ctx *r, rpc_call *call, const char *name, size_t *ci) {
+    char id[RTR_BK_ID_MAX + 1];
+    st_err err = {0};
+    if (rtr_bk_parse_name(&r->topo, name, ci, id, sizeof id, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return NULL;
+    }
+    rtr_pb_bkrec *rec = rtr_bk_find(r, name, rpc_call_arena(call));
+    if (!rec)
+        rtr_fail(call, ST_NOT_FOUND, "Backup %s not found.", name);
+    return rec;
+}
+
+/* The layout answer: the record's backup, schema and pieces with their nodes' addresses. */
+static void reply_layout(rtr_ctx *r, rpc_call *call, rtr_pb_bkrec *rec, size_t ci) {
+    st_arena *a = rpc_call_arena(call);
+    Strata__Internal__V1__BackupLayout out;
+    strata__internal__v1__backup_layout__init(&out);
+    out.backup = rec->backup;
+    out.schema = rec->schema;
+    out.pieces = st_arena_alloc(a, (rec->n_pieces + 1) * sizeof *out.pieces);
+    if (!out.pieces) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < rec->n_pieces; i++) {
+        Strata__Internal__V1__PieceLocation *pl = st_arena_alloc(a, sizeof *pl);
+        rtr_node *n = rtr_bk_node(&r->clusters[ci], rec->pieces[i]->node_num);
+        if (!pl) {
+            rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
+        strata__internal__v1__piece_location__init(pl);
+        pl->piece = rec->pieces[i];
+        pl->node = n ? n->addr : (char *)"";
+        out.pieces[out.n_pieces++] = pl;
+    }
+    rtr_reply(call, &out.base);
+}
+
+void rtr_h_describe_backup(rpc_call *call, st_slice bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Strata__Internal__V1__DescribeBackupRequest *req =
+        (void *)rtr_unpack(call, &strata__internal__v1__describe_backup_request__descriptor, bytes);
+    size_t ci;
+    rtr_pb_bkrec *rec = req ? find_or_fail(r, call, req->name, &ci) : NULL;
+    if (!rec)
+        return;
+    if (rec->backup->state != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY) {
+        rtr_fail(call, ST_FAILED_PRECONDITION,
+                 "backup %s is still being created (state CREATING): export it once it is READY",
+                 req->name);
+        return;
+    }
+    reply_layout(r, call, rec, ci);
+}
+
+/* ---- BeginImport ---- */
+
+static bool piece_id_valid(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] == '-' || s[i] == '_' || (s[i] >= '0' && s[i] <= '9') ||
+              (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z')))
+            return false;
+    return true;
+}
+
+static int piece_cmp(const void *a, const void *b) {
+    const pb_piece *x = *(pb_piece *const *)a, *y = *(pb_piece *const *)b;
+    return st_slice_cmp(st_slice_make(x->start_key.data, x->start_key.len),
+                        st_slice_make(y->start_key.data, y->start_key.len));
+}
+
+/* Pieces with valid distinct ids that cover the key space exactly once. */
+static st_code check_pieces(pb_piece **v, size_t n, st_err *err) {
+    if (n == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "an import needs at least one piece");
+    qsort(v, n, sizeof *v, piece_cmp);
+    st_slice at = st_slice_make(NULL, 0);
+    for (size_t i = 0; i < n; i++) {
+        if (!piece_id_valid(v[i]->piece))
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "invalid piece id '%s': use 1-64 of [A-Za-z0-9_-]", v[i]->piece);
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(v[k]->piece, v[i]->piece) == 0)
+                return st_err_set(err, ST_INVALID_ARGUMENT, "piece id '%s' appears twice",
+                                  v[i]->piece);
+        if (!st_slice_eq(st_slice_make(v[i]->start_key.data, v[i]->start_key.len), at) ||
+            (i > 0 && at.len == 0))
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "the pieces do not cover the key space exactly once (piece '%s' "
+                              "starts where no piece ends): the export's manifest is damaged",
+                              v[i]->piece);
+        at = st_slice_make(v[i]->end_key.data, v[i]->end_key.len);
+    }
+    if (at.len)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "the pieces do not reach the end of the key space: the export's "
+                          "manifest is damaged");
+    return ST_OK;
+}
+
+typedef struct imp_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    rtr_pb_bkrec *rec; /* call arena */
+    size_t cluster;
+    bool finish;
+    st_buf pb;
+} imp_op;
+
+static void imp_written(void *arg, st_code code, const char *msg) {
+    imp_op *op = arg;
+    if (code != ST_OK)
+        rtr_fail(op->call, code, "could not record backup %s: %s", op->rec->backup->name,
+                 msg ? msg : st_code_name(code));
+    else if (op->finish)
+        rtr_reply(op->call, &op->rec->backup->base);
+    else
+        reply_layout(op->r, op->call, op->rec, op->cluster);
+    st_buf_free(&op->pb);
+    free(op);
+}
+
+static void imp_store(rtr_ctx *r, rpc_call *call, rtr_pb_bkrec *rec, size_t ci, bool finish) {
+    imp_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    *op = (imp_op){r, call, rec, ci, finish, {0}};
+    st_buf_init(&op->pb);
+    if (rtr_bk_rec_pack(rec, &op->pb) != ST_OK) {
+        imp_written(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    st_slice s = st_buf_slice(&op->pb);
+    rtr_meta_write(r, RTR_META_KIND_BACKUP, rec->backup->name, &s, imp_written, op);
+}
+
+static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest *req, size_t *ci,
+                            char *name, size_t cap, st_err *err) {
+    if (rtr_bk_parse_cluster(&r->topo, req->parent, false, ci, err) != ST_OK)
+        return err->code;
+    if (!rtr_bk_id_valid(req->backup_id))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "invalid backup id '%s': use 1-%d of [-_.a-zA-Z0-9], starting with a "
+                          "letter, a digit or '_' (import --as ID)",
+                          req->backup_id, RTR_BK_ID_MAX);
+    snprintf(name, cap, "%s/backups/%s", req->parent, req->backup_id);
+    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name))
+        return st_err_set(err, ST_ALREADY_EXISTS,
+                          "Backup %s already exists: import under another id (--as ID)", name);
+    if (!req->backup || !req->schema)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "backup and schema must be set (from the export's manifest)");
+    return check_pieces(req->pieces, req->n_pieces, err);
+}
+
+void rtr_h_begin_import(rpc_call *call, st_slice bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Strata__Internal__V1__BeginImportRequest *req =
+        (void *)rtr_unpack(call, &strata__internal__v1__begin_import_request__descriptor, bytes);
+    if (!req)
+        return;
+    st_arena *a = rpc_call_arena(call);
+    char *name = st_arena_alloc(a, RTR_BK_NAME_MAX + 1);
+    size_t ci;
+    st_err err = {0};
+    if (!name) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    if (import_check(r, req, &ci, name, RTR_BK_NAME_MAX + 1, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    int64_t now = st_wall_us();
+    rtr_pb_backup *b = req->backup;
+    Google__Protobuf__Timestamp *exp = st_arena_alloc(a, sizeof *exp);
+    if (!exp) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    int64_t e = rtr_bk_ts_us(b->expire_time);
+    if (e < now + RTR_BK_EXPIRE_MIN_US || e > now + RTR_BK_EXPIRE_MAX_US)
+        e = now + RTR_BK_IMPORT_EXPIRE_US; /* past or out of bounds here: 7 days from now */
+    btu_cs_time_set(exp, e);
+    b->name = name;
+    b->expire_time = exp;
+    b->state = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING;
+    b->source_backup = (char *)"";
+    if (b->backup_type == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__BACKUP_TYPE_UNSPECIFIED)
+        b->backup_type = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__STANDARD;
+    b->size_bytes = 0;
+    rtr_cluster *c = &r->clusters[ci];
+    for (size_t i = 0; i < req->n_pieces; i++) {
+        pb_piece *p = req->pieces[i];
+        p->backup = name;
+        p->node_num = c->nodes[i % c->n_nodes].num; /* spread over the cluster's nodes */
+        b->size_bytes += (int64_t)p->size_bytes;
+    }
+    rtr_pb_bkrec *rec = st_arena_alloc(a, sizeof *rec);
+    if (!rec) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    strata__internal__v1__backup_record__init(rec);
+    rec->backup = b;
+    rec->schema = req->schema;
+    rec->pieces = req->pieces;
+    rec->n_pieces = req->n_pieces;
+    rec->operation = (char *)"";
+    rec->created_us = now;
+    st_log(ST_LOG_INFO, "router", "import of backup %s: begun (%zu pieces)", name, req->n_pieces);
+    imp_store(r, call, rec, ci, false);
+}
+
+/* ---- FinishImport ---- */
+
+typedef struct fin_op {
+    rtr_ctx *r;
+    rpc_call *call;
+    rtr_pb_bkrec *rec;
+    size_t cluster;
+} fin_op;
+
+static bool files_equal(const pb_piece *a, const pb_piece *b) {
+    if (a->n_files != b->n_files)
+        return false;
+    for (size_t i = 0; i < a->n_files; i++) {
+        const Strata__Internal__V1__BackupFile *x = a->files[i], *y = NULL;
+        for (size_t k = 0; k < b->n_files && !y; k++)
+            if (strcmp(b->files[k]->name, x->name) == 0)
+                y = b->files[k];
+        if (!y || y->size != x->size || y->crc32c != x->crc32c)
+            return false;
+    }
+    return true;
+}
+
+/* The sealed piece id on node i of the answers, or NULL. */
+static const pb_piece *sealed(rtr_fan *f, size_t i, const char *id, st_arena *a) {
+    size_t off = 0;
+    st_slice msg;
+    ProtobufCAllocator al = {arena_alloc, arena_free, a};
+    if (f->res[i].code != ST_OK || !rtr_fan_next_msg(&f->res[i], &off, &msg))
+        return NULL;
+    Strata__Internal__V1__ListBackupPiecesResponse *resp = (void *)btu_pb_unpack(
+        &strata__internal__v1__list_backup_pieces_response__descriptor, &al, msg, NULL);
+    for (size_t k = 0; resp && k < resp->n_pieces; k++)
+        if (strcmp(resp->pieces[k]->piece, id) == 0)
+            return resp->pieces[k];
+    return NULL;
+}
+
+static void fin_listed(rtr_fan *f, void *arg) {
+    fin_op *op = arg;
+    rtr_pb_bkrec *rec = op->rec;
+    rtr_cluster *c = &op->r->clusters[op->cluster];
+    st_arena *a = rpc_call_arena(op->call);
+    for (size_t i = 0; i < rec->n_pieces; i++) {
+        const pb_piece *want = rec->pieces[i];
+        rtr_node *n = rtr_bk_node(c, want->node_num);
+        const pb_piece *got = n ? sealed(f, n->idx, want->piece, a) : NULL;
+        if (!got || !files_equal(want, got)) {
+            rtr_fail(op->call, ST_FAILED_PRECONDITION,
+                     "piece %s of backup %s is %s on node %s: send its files again (or delete "
+                     "the backup and import again)",
+                     want->piece, rec->backup->name,
+                     !n                             ? "planned on a node no longer in the topology"
+                     : f->res[n->idx].code != ST_OK ? "not readable"
+                     : !got                         ? "not sealed"
+                                                    : "sealed with other files than planned",
+                     n ? n->addr : "?");
+            rtr_fan_free(f);
+            free(op);
+            return;
+        }
+    }
+    rtr_fan_free(f);
+    rec->backup->state = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY;
+    Google__Protobuf__Timestamp *t = st_arena_alloc(a, sizeof *t);
+    if (t && !rec->backup->end_time) {
+        btu_cs_time_set(t, st_wall_us());
+        rec->backup->end_time = t;
+    }
+    st_log(ST_LOG_INFO, "router", "import of backup %s: finished", rec->backup->name);
+    imp_store(op->r, op->call, rec, op->cluster, true);
+    free(op);
+}
+
+void rtr_h_finish_import(rpc_call *call, st_slice bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Strata__Internal__V1__FinishImportRequest *req =
+        (void *)rtr_unpack(call, &strata__internal__v1__finish_import_request__descriptor, bytes);
+    size_t ci;
+    rtr_pb_bkrec *rec = req ? find_or_fail(r, call, req->name, &ci) : NULL;
+    if (!rec)
+        return;
+    if (rec->backup->state == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY ||
+        rec->operation[0]) {
+        rtr_fail(call, ST_FAILED_PRECONDITION, "backup %s is not an import in progress (it is %s)",
+                 req->name,
+                 rec->operation[0] ? "being made by CreateBackup or CopyBackup" : "READY");
+        return;
+    }
+    rtr_cluster *c = &r->clusters[ci];
+    fin_op *op = calloc(1, sizeof *op);
+    rtr_fan *f = op ? rtr_fan_new(r, c->n_nodes, RTR_ADMIN_TIMEOUT_MS, fin_listed, op) : NULL;
+    if (!f) {
+        free(op);
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    *op = (fin_op){r, call, rec, ci};
+    Strata__Internal__V1__ListBackupPiecesRequest lr;
+    strata__internal__v1__list_backup_pieces_request__init(&lr);
+    lr.backup = req->name;
+    uint8_t buf[RTR_BK_NAME_MAX + 16];
+    size_t len = strata__internal__v1__list_backup_pieces_request__pack(&lr, buf);
+    for (size_t i = 0; i < c->n_nodes; i++)
+        rtr_fan_call(f, i, &c->nodes[i], RTR_NODE "ListBackupPieces", st_slice_make(buf, len));
+    rtr_fan_seal(f);
+}

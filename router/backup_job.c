@@ -1,0 +1,1179 @@
+/* backup_job.c — the work behind CreateBackup, CopyBackup and RestoreTable, and the cleanup of
+ * an operation whose router died (docs/backups.md, "Consistency", "Restore", "Operations").
+ *
+ * CreateBackup: start_time is recorded before the first freeze; then rounds: refresh the
+ * cluster's tablet map, BackupTablet on the owner of every tablet of the table that does not
+ * overlap a piece already frozen; a tablet that split or moved answers NOT_FOUND and the next
+ * round freezes what covers its range now (tablets only split and move, so a tablet either lies
+ * inside a frozen piece's range or is disjoint from all of them). When the pieces cover the key
+ * space exactly once, end_time is recorded and the backup is READY. A range no node froze for
+ * RTR_BK_STALL_MS fails the operation, and every piece made is deleted.
+ *
+ * CopyBackup: PullBackupPiece of every piece onto the destination cluster's nodes, round robin.
+ * RestoreTable: DropTable of the target first (a half-table of an earlier try that died: it has
+ * no record, so nobody sees it), PutTable everywhere, then per piece: in the backup's cluster
+ * CreateTablet(restore) on the node holding it; in every other cluster PullBackupPiece onto a
+ * node (round robin) under a temporary backup name, then CreateTablet(restore) there. The table
+ * record is written last: the table is invisible until then. Temporary pieces are deleted after.
+ *
+ * Every job counts its callbacks in flight (pending): when the router closes, the last callback
+ * frees the job without touching the metadata — the next start of a router finishes the
+ * operation (backup_ops.c). */
+#include "backup.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strata/cstoken.h"
+
+typedef Strata__Internal__V1__BackupPiece pb_piece;
+typedef Google__Bigtable__Admin__V2__Table pb_table;
+
+typedef struct bk_task {
+    bk_job *job;
+    size_t piece;   /* in the source record */
+    rtr_node *from; /* the node holding the piece; NULL: no pull */
+    rtr_node *to;   /* where it is pulled to / restored on */
+    const char *as; /* the backup name it gets on `to` */
+    int stage;      /* 0 pull, 1 CreateTablet (RESTORE), 2 done */
+    int attempts;
+    st_buf resp;
+} bk_task;
+
+typedef struct bk_freeze {
+    st_slice start, end;
+    uint64_t id;
+    rtr_node *node;
+} bk_freeze;
+
+struct bk_job {
+    rtr_ctx *r;
+    bk_job *next;
+    bk_kind kind;
+    char *op_name, *backup, *table, *temp; /* temp: RESTORE's pulled pieces' name suffix */
+    rtr_cluster *cluster;
+    st_arena arena;
+    rtr_pb_bkrec *rec;    /* CREATE, COPY: being built; RESTORE: the source */
+    rtr_pb_bkrec *src;    /* COPY: the source */
+    st_buf schema;        /* RESTORE: the new table's record */
+    ProtobufCMessage *md; /* the operation's metadata */
+    const char *md_type;
+    Google__Bigtable__Admin__V2__OperationProgress *progress; /* inside md (COPY, RESTORE) */
+    rpc_call *call;                                           /* until answered */
+    int64_t start_us, created_us, progress_us;
+    int pending; /* callbacks in flight */
+    bool cancelled, failing, finished;
+    st_code fail_code;
+    char fail_msg[512];
+    st_err last_err;   /* CREATE: the last retryable error */
+    pb_piece **pieces; /* CREATE, COPY: made so far */
+    size_t n_pieces;
+    bk_freeze *freeze; /* CREATE: this round's calls */
+    size_t n_freeze;
+    bk_task *tasks; /* COPY, RESTORE */
+    size_t n_tasks, next_task, done_tasks;
+    size_t step; /* RESTORE: 0 drop, 1 put, 2 tasks, 3 record */
+};
+
+static void *arena_alloc(void *data, size_t size) {
+    return st_arena_alloc(data, size);
+}
+static void arena_free(void *data, void *p) {
+    (void)data;
+    (void)p;
+}
+
+/* ---- the list of jobs ---- */
+
+static void job_free(bk_job *j) {
+    rtr_bk *bk = j->r->bk;
+    for (bk_job **p = &bk->jobs; *p; p = &(*p)->next)
+        if (*p == j) {
+            *p = j->next;
+            break;
+        }
+    if (j->call)
+        rpc_call_finish(j->call, ST_UNAVAILABLE,
+                        "the router is shutting down: retry on another router");
+    for (size_t i = 0; i < j->n_tasks; i++)
+        st_buf_free(&j->tasks[i].resp);
+    free(j->tasks);
+    free(j->pieces);
+    free(j->freeze);
+    free(j->op_name);
+    free(j->backup);
+    free(j->table);
+    free(j->temp);
+    st_buf_free(&j->schema);
+    st_arena_deinit(&j->arena);
+    free(j);
+}
+
+bool rtr_bk_busy(rtr_ctx *r, const char *name) {
+    for (bk_job *j = r->bk ? r->bk->jobs : NULL; j; j = j->next)
+        if ((j->backup && strcmp(j->backup, name) == 0) ||
+            (j->table && strcmp(j->table, name) == 0))
+            return true;
+    return false;
+}
+
+const char *rtr_bk_job_of_backup(rtr_ctx *r, const char *backup) {
+    for (bk_job *j = r->bk ? r->bk->jobs : NULL; j; j = j->next)
+        if ((j->kind == BK_CREATE || j->kind == BK_COPY) && strcmp(j->backup, backup) == 0)
+            return j->op_name;
+    return NULL;
+}
+
+static bk_job *job_by_op(rtr_ctx *r, const char *op) {
+    for (bk_job *j = r->bk ? r->bk->jobs : NULL; j; j = j->next)
+        if (strcmp(j->op_name, op) == 0)
+            return j;
+    return NULL;
+}
+
+bool rtr_bk_job_cancel(rtr_ctx *r, const char *op_name, const char *why) {
+    bk_job *j = job_by_op(r, op_name);
+    if (!j || j->kind == BK_REAP)
+        return false;
+    if (!j->cancelled && !j->failing)
+        snprintf(j->fail_msg, sizeof j->fail_msg, "%s", why);
+    j->cancelled = true;
+    return true;
+}
+
+/* A callback of j arrived: false when the job was freed (the router is closing). */
+static bool job_back(bk_job *j) {
+    j->pending--;
+    if (!j->r->closing)
+        return true;
+    if (j->pending == 0)
+        job_free(j);
+    return false;
+}
+
+/* ---- the operation ---- */
+
+static st_code op_bytes(bk_job *j, bool done, st_code code, const char *msg, const char *rtype,
+                        st_slice resp, st_buf *out) {
+    size_t len = protobuf_c_message_get_packed_size(j->md);
+    uint8_t *m = malloc(len ? len : 1);
+    if (!m)
+        return ST_RESOURCE_EXHAUSTED;
+    protobuf_c_message_pack(j->md, m);
+    st_code rc = rtr_bk_op_pack(j->op_name, j->md_type, st_slice_make(m, len), done, code, msg,
+                                rtype, resp, out);
+    free(m);
+    return rc;
+}
+
+/* Moves progress to done/total and keeps the running operation for GetOperation. */
+static void job_progress(bk_job *j, size_t done, size_t total) {
+    if (j->progress && total)
+        j->progress->progress_percent = (int32_t)(done * 100 / total);
+    st_buf op;
+    st_buf_init(&op);
+    if (op_bytes(j, false, ST_OK, NULL, NULL, st_slice_make(NULL, 0), &op) == ST_OK)
+        rtr_ops_put(rtr_inst_of(j->r)->ops, j->op_name, st_buf_slice(&op));
+    st_buf_free(&op);
+}
+
+void rtr_bk_jobs_renew(rtr_ctx *r) {
+    for (bk_job *j = r->bk->jobs; j; j = j->next) {
+        if (j->finished || j->failing || j->call) /* the last two write their record anyway */
+            continue;
+        st_buf op;
+        st_buf_init(&op);
+        if (op_bytes(j, false, ST_OK, NULL, NULL, st_slice_make(NULL, 0), &op) == ST_OK)
+            rtr_bk_op_store(r, j->op_name, st_buf_slice(&op), false, j->created_us, NULL, NULL);
+        st_buf_free(&op);
+    }
+}
+
+bool rtr_bk_job_exists(rtr_ctx *r, const char *op_name) {
+    return job_by_op(r, op_name) != NULL;
+}
+
+static void final_written(void *arg, st_code code, const char *msg) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router", "operation %s finished but its record was not updated: %s",
+               j->op_name, msg ? msg : st_code_name(code));
+    job_free(j);
+}
+
+/* The operation is done: its record says so, then the job goes. */
+static void job_end(bk_job *j, st_code code, const char *msg, const char *rtype, st_slice resp) {
+    st_buf op;
+    st_buf_init(&op);
+    j->finished = true;
+    if (op_bytes(j, true, code, msg, rtype, resp, &op) != ST_OK) {
+        st_buf_free(&op);
+        job_free(j);
+        return;
+    }
+    if (j->call) { /* failed before it was answered: the client gets the error itself */
+        rpc_call_finish(j->call, code == ST_OK ? ST_INTERNAL : code, msg);
+        j->call = NULL;
+    }
+    st_log(code == ST_OK ? ST_LOG_INFO : ST_LOG_WARN, "router", "operation %s: %s%s%s", j->op_name,
+           st_code_name(code), msg ? ": " : "", msg ? msg : "");
+    j->pending++;
+    rtr_bk_op_store(j->r, j->op_name, st_buf_slice(&op), true, j->created_us, final_written, j);
+    st_buf_free(&op);
+}
+
+/* ---- cleanup of a failed operation ---- */
+
+static void cleanup_done(bk_job *j);
+
+/* Slots never called (no node) are not failures. */
+static void log_fan_errors(const bk_job *j, const rtr_fan *f) {
+    for (size_t i = 0; i < f->n; i++)
+        if (f->res[i].node && f->res[i].code != ST_OK)
+            st_log(ST_LOG_WARN, "router", "operation %s: cleanup on %s failed: %s", j->op_name,
+                   f->res[i].node->addr, f->res[i].err.msg);
+}
+
+static void cleanup_fan_done(rtr_fan *f, void *arg) {
+    bk_job *j = arg;
+    log_fan_errors(j, f);
+    rtr_fan_free(f);
+    if (job_back(j))
+        cleanup_done(j);
+}
+
+static size_t pack_delete_pieces(const char *backup, uint8_t *buf, size_t cap) {
+    Strata__Internal__V1__DeleteBackupPiecesRequest req;
+    strata__internal__v1__delete_backup_pieces_request__init(&req);
+    req.backup = (char *)backup;
+    ST_ASSERT(strata__internal__v1__delete_backup_pieces_request__get_packed_size(&req) <= cap);
+    return strata__internal__v1__delete_backup_pieces_request__pack(&req, buf);
+}
+
+/* The temporary name of a restore's pieces pulled into cluster c. */
+static void temp_name(const bk_job *j, const rtr_cluster *c, char *out, size_t cap) {
+    snprintf(out, cap, "projects/%s/instances/%s/clusters/%s/backups/%s", j->r->topo.project,
+             j->r->topo.instance, c->topo->id, j->temp);
+}
+
+/* CREATE, COPY: DeleteBackupPieces on every node of the cluster. RESTORE: DropTable of the
+ * target everywhere (when no record made it visible) and the temporary pieces of every other
+ * cluster. */
+static void cleanup_nodes(bk_job *j, void (*done)(rtr_fan *, void *)) {
+    rtr_ctx *r = j->r;
+    size_t n = 0;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        n += r->clusters[c].n_nodes;
+    bool drop = j->kind == BK_RESTORE && !rtr_meta_find(&r->meta, RTR_META_KIND_TABLE, j->table);
+    rtr_fan *f = rtr_fan_new(r, 2 * n, RTR_ADMIN_TIMEOUT_MS, done, j);
+    if (!f) {
+        cleanup_done(j);
+        return;
+    }
+    j->pending++;
+    uint8_t buf[RTR_BK_NAME_MAX + 64], dbuf[RTR_TABLE_NAME_MAX + 16];
+    Strata__Internal__V1__DropTableRequest dreq;
+    strata__internal__v1__drop_table_request__init(&dreq);
+    dreq.name = j->table;
+    size_t dlen =
+        j->kind == BK_RESTORE ? strata__internal__v1__drop_table_request__pack(&dreq, dbuf) : 0;
+    size_t k = 0;
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        rtr_cluster *cl = &r->clusters[c];
+        char name[RTR_BK_NAME_MAX + 1];
+        bool pieces = j->kind == BK_RESTORE ? cl != j->cluster : cl == j->cluster;
+        if (j->kind == BK_RESTORE)
+            temp_name(j, cl, name, sizeof name);
+        size_t len = pack_delete_pieces(j->kind == BK_RESTORE ? name : j->backup, buf, sizeof buf);
+        for (size_t i = 0; i < cl->n_nodes; i++, k += 2) {
+            if (pieces)
+                rtr_fan_call(f, k, &cl->nodes[i], RTR_NODE "DeleteBackupPieces",
+                             st_slice_make(buf, len));
+            if (drop)
+                rtr_fan_call(f, k + 1, &cl->nodes[i], RTR_NODE "DropTable",
+                             st_slice_make(dbuf, dlen));
+        }
+    }
+    rtr_fan_seal(f);
+}
+
+static void cleanup_record_done(void *arg, st_code code, const char *msg) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router", "operation %s: could not delete backup record %s: %s",
+               j->op_name, j->backup, msg ? msg : st_code_name(code));
+    job_end(j, j->fail_code, j->fail_msg, NULL, st_slice_make(NULL, 0));
+}
+
+static void cleanup_done(bk_job *j) {
+    bool rec = (j->kind == BK_CREATE || j->kind == BK_COPY) &&
+               rtr_meta_find(&j->r->meta, RTR_META_KIND_BACKUP, j->backup);
+    if (!rec) {
+        job_end(j, j->fail_code, j->fail_msg, NULL, st_slice_make(NULL, 0));
+        return;
+    }
+    j->pending++;
+    rtr_meta_write(j->r, RTR_META_KIND_BACKUP, j->backup, NULL, cleanup_record_done, j);
+}
+
+/* Fails the operation once no callback is in flight: cleanup, then the record. */
+static void job_fail(bk_job *j, st_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void job_fail(bk_job *j, st_code code, const char *fmt, ...) {
+    if (!j->failing) {
+        j->failing = true;
+        j->fail_code = code;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(j->fail_msg, sizeof j->fail_msg, fmt, ap);
+        va_end(ap);
+    }
+    if (j->pending == 0)
+        cleanup_nodes(j, cleanup_fan_done);
+}
+
+/* True (after failing the job) when it was cancelled. */
+static bool job_cancelled(bk_job *j) {
+    if (!j->cancelled)
+        return false;
+    char why[sizeof j->fail_msg];
+    snprintf(why, sizeof why, "%s", j->fail_msg);
+    job_fail(j, ST_CANCELLED, "operation cancelled: %s", why[0] ? why : "CancelOperation");
+    return true;
+}
+
+/* ---- CreateBackup: the freeze rounds ---- */
+
+static bool overlaps(st_slice s1, st_slice e1, st_slice s2, st_slice e2) {
+    bool a = e2.len == 0 || st_slice_cmp(s1, e2) < 0;
+    bool b = e1.len == 0 || st_slice_cmp(s2, e1) < 0;
+    return a && b;
+}
+
+static st_slice bin(ProtobufCBinaryData d) {
+    return st_slice_make(d.data, d.len);
+}
+
+static bool frozen_overlap(const bk_job *j, st_slice s, st_slice e) {
+    for (size_t i = 0; i < j->n_pieces; i++)
+        if (overlaps(s, e, bin(j->pieces[i]->start_key), bin(j->pieces[i]->end_key)))
+            return true;
+    return false;
+}
+
+static int piece_cmp(const void *a, const void *b) {
+    const pb_piece *x = *(pb_piece *const *)a, *y = *(pb_piece *const *)b;
+    return st_slice_cmp(bin(x->start_key), bin(y->start_key));
+}
+
+/* The pieces cover the key space exactly once. */
+static bool covered(bk_job *j) {
+    if (j->n_pieces == 0)
+        return false;
+    qsort(j->pieces, j->n_pieces, sizeof *j->pieces, piece_cmp);
+    st_slice at = st_slice_make(NULL, 0);
+    for (size_t i = 0; i < j->n_pieces; i++) {
+        if (!st_slice_eq(bin(j->pieces[i]->start_key), at))
+            return false;
+        at = bin(j->pieces[i]->end_key);
+        if (at.len == 0)
+            return i + 1 == j->n_pieces;
+    }
+    return false;
+}
+
+static st_code add_piece(bk_job *j, pb_piece *p) {
+    pb_piece **v = realloc(j->pieces, (j->n_pieces + 1) * sizeof *v);
+    if (!v)
+        return ST_RESOURCE_EXHAUSTED;
+    v[j->n_pieces++] = p;
+    j->pieces = v;
+    return ST_OK;
+}
+
+static pb_piece *piece_unpack(bk_job *j, st_slice msg) {
+    ProtobufCAllocator al = {arena_alloc, arena_free, &j->arena};
+    return (pb_piece *)btu_pb_unpack(&strata__internal__v1__backup_piece__descriptor, &al, msg,
+                                     NULL);
+}
+
+static void create_round(void *arg);
+static void create_finish(bk_job *j);
+
+static bool fatal_code(st_code c) {
+    return c == ST_INVALID_ARGUMENT || c == ST_UNIMPLEMENTED || c == ST_INTERNAL ||
+           c == ST_DATA_LOSS || c == ST_PERMISSION_DENIED || c == ST_ALREADY_EXISTS;
+}
+
+/* After a round: done, another round, or failed for good. */
+static void create_next(bk_job *j) {
+    if (covered(j)) {
+        create_finish(j);
+        return;
+    }
+    if (st_mono_us() - j->progress_us > (int64_t)RTR_BK_STALL_MS * 1000) {
+        job_fail(j, j->last_err.code ? j->last_err.code : ST_UNAVAILABLE,
+                 "no node froze the rest of table %s in cluster %s for %d s (a node down or "
+                 "the table's tablets unreachable): %s; retry the backup once every node of "
+                 "the cluster is up",
+                 j->table, j->cluster->topo->id, RTR_BK_STALL_MS / 1000,
+                 j->last_err.msg[0] ? j->last_err.msg : "no tablet covers the rest");
+        return;
+    }
+    j->pending++;
+    if (rtr_later_add(j->r, RTR_BK_RETRY_MS, create_round, j) != ST_OK) {
+        j->pending--;
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+    }
+}
+
+static void freeze_done(rtr_fan *f, void *arg) {
+    bk_job *j = arg;
+    st_code fatal = ST_OK;
+    for (size_t i = 0; i < f->n; i++) {
+        rtr_fan_res *res = &f->res[i];
+        size_t off = 0;
+        st_slice msg;
+        pb_piece *p = NULL;
+        if (res->code == ST_OK && rtr_fan_next_msg(res, &off, &msg) && (p = piece_unpack(j, msg)) &&
+            !frozen_overlap(j, bin(p->start_key), bin(p->end_key))) {
+            p->node_num = j->freeze[i].node->num;
+            if (add_piece(j, p) == ST_OK)
+                j->progress_us = st_mono_us();
+            continue;
+        }
+        if (res->code == ST_OK)
+            continue; /* unreadable or overlapping: the range is frozen again next round */
+        j->last_err = res->err;
+        j->last_err.code = res->code;
+        if (fatal_code(res->code) && !st_is_not_owner(res->code, res->err.msg))
+            fatal = res->code;
+    }
+    rtr_fan_free(f);
+    if (!job_back(j))
+        return;
+    if (fatal != ST_OK) {
+        job_fail(j, fatal, "freezing a tablet of %s on a node failed: %s", j->table,
+                 j->last_err.msg);
+        return;
+    }
+    if (!job_cancelled(j))
+        create_next(j);
+}
+
+static void create_refreshed(void *arg) {
+    bk_job *j = arg;
+    if (!job_back(j) || job_cancelled(j))
+        return;
+    if (!rtr_meta_find(&j->r->meta, RTR_META_KIND_TABLE, j->table)) {
+        job_fail(j, ST_NOT_FOUND, "table %s was deleted while it was being backed up", j->table);
+        return;
+    }
+    const rtr_tmap_table *t = rtr_tmap_find(j->cluster->map, j->table);
+    free(j->freeze);
+    j->freeze = calloc(t && t->n ? t->n : 1, sizeof *j->freeze);
+    j->n_freeze = 0;
+    if (!j->freeze) {
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    for (size_t i = 0; t && i < t->n; i++)
+        if (!frozen_overlap(j, t->v[i].start, t->v[i].end))
+            j->freeze[j->n_freeze++] = (bk_freeze){t->v[i].start, t->v[i].end, t->v[i].id,
+                                                   &j->cluster->nodes[t->v[i].node]};
+    if (j->n_freeze == 0) {
+        create_next(j);
+        return;
+    }
+    rtr_fan *f = rtr_fan_new(j->r, j->n_freeze, RTR_BK_CALL_TIMEOUT_MS, freeze_done, j);
+    if (!f) {
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    j->pending++;
+    for (size_t i = 0; i < j->n_freeze; i++) {
+        char piece[64];
+        snprintf(piece, sizeof piece, "n%u-t%" PRIu64, j->freeze[i].node->num, j->freeze[i].id);
+        Strata__Internal__V1__BackupTabletRequest req;
+        strata__internal__v1__backup_tablet_request__init(&req);
+        req.tablet_id = j->freeze[i].id;
+        req.backup = j->backup;
+        req.piece = piece;
+        uint8_t buf[RTR_BK_NAME_MAX + 128];
+        size_t len = strata__internal__v1__backup_tablet_request__pack(&req, buf);
+        rtr_fan_call(f, i, j->freeze[i].node, RTR_NODE "BackupTablet", st_slice_make(buf, len));
+    }
+    rtr_fan_seal(f);
+}
+
+static void create_round(void *arg) {
+    bk_job *j = arg;
+    if (!job_back(j) || job_cancelled(j))
+        return;
+    j->pending++;
+    if (rtr_cluster_refresh(j->cluster, create_refreshed, j) != ST_OK) {
+        j->pending--;
+        create_next(j);
+    }
+}
+
+/* ---- finishing CREATE and COPY: the READY record ---- */
+
+static void ready_op_written(void *arg, st_code code, const char *msg) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    if (code != ST_OK) {
+        job_fail(j, code, "could not record the finished backup: %s",
+                 msg ? msg : st_code_name(code));
+        return;
+    }
+    size_t len = google__bigtable__admin__v2__backup__get_packed_size(j->rec->backup);
+    uint8_t *b = st_arena_alloc(&j->arena, len ? len : 1);
+    if (b)
+        google__bigtable__admin__v2__backup__pack(j->rec->backup, b);
+    job_end(j, ST_OK, NULL, RTR_TYPE_URL_PREFIX "google.bigtable.admin.v2.Backup",
+            st_slice_make(b, b ? len : 0));
+}
+
+static void ready_record(bk_job *j) {
+    /* Deleted meanwhile (DeleteBackup through another router): not brought back. */
+    const rtr_meta_rec *cur = rtr_meta_find(&j->r->meta, RTR_META_KIND_BACKUP, j->backup);
+    if (!cur) {
+        job_fail(j, ST_CANCELLED, "backup %s was deleted while it was being created", j->backup);
+        return;
+    }
+    rtr_pb_bkrec *now = rtr_bk_rec_unpack(st_slice_make(cur->pb, cur->len), &j->arena);
+    if (now && now->backup->expire_time) /* UpdateBackup meanwhile */
+        j->rec->backup->expire_time = now->backup->expire_time;
+    int64_t size = 0;
+    for (size_t i = 0; i < j->n_pieces; i++)
+        size += (int64_t)j->pieces[i]->size_bytes;
+    j->rec->backup->size_bytes = size;
+    j->rec->backup->state = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY;
+    j->rec->pieces = j->pieces;
+    j->rec->n_pieces = j->n_pieces;
+    st_buf pb;
+    st_buf_init(&pb);
+    if (rtr_bk_rec_pack(j->rec, &pb) != ST_OK) {
+        st_buf_free(&pb);
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    st_slice s = st_buf_slice(&pb);
+    j->pending++;
+    rtr_meta_write(j->r, RTR_META_KIND_BACKUP, j->backup, &s, ready_op_written, j);
+    st_buf_free(&pb);
+}
+
+static void create_finish(bk_job *j) {
+    Google__Protobuf__Timestamp *end = st_arena_alloc(&j->arena, sizeof *end);
+    if (!end) {
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    btu_cs_time_set(end, st_wall_us());
+    j->rec->backup->end_time = end;
+    ((Google__Bigtable__Admin__V2__CreateBackupMetadata *)j->md)->end_time = end;
+    st_log(ST_LOG_INFO, "router", "backup %s: %zu pieces frozen", j->backup, j->n_pieces);
+    ready_record(j);
+}
+
+/* ---- tasks: PullBackupPiece and CreateTablet(restore), RTR_BK_PARALLEL at a time ---- */
+
+static void tasks_pump(bk_job *j);
+static void restore_tasks_done(bk_job *j);
+
+static st_code task_request(bk_task *t, st_buf *out, const char **path) {
+    bk_job *j = t->job;
+    const pb_piece *p = (j->kind == BK_COPY ? j->src : j->rec)->pieces[t->piece];
+    const char *src_name = (j->kind == BK_COPY ? j->src : j->rec)->backup->name;
+    ProtobufCMessage *m;
+    Strata__Internal__V1__PullBackupPieceRequest pull;
+    Strata__Internal__V1__CreateTabletRequest ct;
+    if (t->stage == 0) {
+        strata__internal__v1__pull_backup_piece_request__init(&pull);
+        pull.source = t->from->addr;
+        pull.source_backup = (char *)src_name;
+        pull.piece = p->piece;
+        pull.backup = (char *)t->as;
+        m = &pull.base;
+        *path = RTR_NODE "PullBackupPiece";
+    } else {
+        strata__internal__v1__create_tablet_request__init(&ct);
+        ct.table_name = j->table;
+        ct.start_key = p->start_key;
+        ct.end_key = p->end_key;
+        ct.restore_backup = (char *)t->as;
+        ct.restore_piece = p->piece;
+        m = &ct.base;
+        *path = RTR_NODE "CreateTablet";
+    }
+    size_t len = protobuf_c_message_get_packed_size(m);
+    st_buf_reset(out);
+    if (st_buf_reserve(out, len + 1) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    out->len = protobuf_c_message_pack(m, out->data);
+    return ST_OK;
+}
+
+static void task_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    bk_task *t = arg;
+    st_buf_reset(&t->resp);
+    st_buf_append(&t->resp, msg.data, msg.len);
+}
+
+static void task_start(void *arg);
+
+static void task_stage_done(bk_task *t) {
+    bk_job *j = t->job;
+    if (j->kind == BK_COPY) {
+        pb_piece *p = piece_unpack(j, st_buf_slice(&t->resp));
+        if (!p || add_piece(j, p) != ST_OK) {
+            job_fail(j, ST_INTERNAL, "node %s answered PullBackupPiece with an unreadable piece",
+                     t->to->addr);
+            return;
+        }
+        p->node_num = t->to->num;
+        t->stage = 2;
+    } else {
+        t->stage++;
+    }
+    if (t->stage == 2) {
+        j->done_tasks++;
+        job_progress(j, j->done_tasks, j->n_tasks + 1);
+    }
+}
+
+static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg) {
+    (void)call;
+    bk_task *t = arg;
+    bk_job *j = t->job;
+    if (!job_back(j))
+        return;
+    if (code == ST_ALREADY_EXISTS && t->stage == 1)
+        code = ST_OK; /* the tablet of an earlier attempt of this step */
+    if (code == ST_OK && !j->failing) {
+        task_stage_done(t);
+    } else if (!j->failing && !fatal_code(code) && ++t->attempts < RTR_RETRIES_MAX) {
+        j->pending++;
+        if (rtr_later_add(j->r, rtr_backoff_ms(t->attempts), task_start, t) == ST_OK)
+            return;
+        j->pending--;
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    } else if (!j->failing) {
+        job_fail(j, code, "%s of piece %s on node %s failed: %s",
+                 t->stage == 0 ? "PullBackupPiece" : "CreateTablet",
+                 (j->kind == BK_COPY ? j->src : j->rec)->pieces[t->piece]->piece, t->to->addr,
+                 msg ? msg : st_code_name(code));
+    }
+    if (j->failing) {
+        job_fail(j, j->fail_code, "%s", j->fail_msg);
+        return;
+    }
+    if (t->stage < 2) {
+        j->pending++;
+        task_start(t);
+        return;
+    }
+    tasks_pump(j);
+}
+
+static void task_start(void *arg) {
+    bk_task *t = arg;
+    bk_job *j = t->job;
+    if (!job_back(j))
+        return;
+    if (j->failing) {
+        job_fail(j, j->fail_code, "%s", j->fail_msg);
+        return;
+    }
+    st_buf req;
+    st_buf_init(&req);
+    const char *path;
+    st_err err = {0};
+    rpc_ccall *c = NULL;
+    if (task_request(t, &req, &path) == ST_OK)
+        c = rtr_node_call(t->to, path, st_buf_slice(&req), NULL, 0, RTR_BK_CALL_TIMEOUT_MS,
+                          task_msg, task_done, t, &err);
+    st_buf_free(&req);
+    j->pending++;
+    if (!c) /* as if the call had failed: retried with backoff */
+        task_done(NULL, err.code ? err.code : ST_UNAVAILABLE, err.msg[0] ? err.msg : NULL, t);
+}
+
+static void tasks_pump(bk_job *j) {
+    if (job_cancelled(j))
+        return;
+    while (j->next_task < j->n_tasks && j->pending < RTR_BK_PARALLEL) {
+        bk_task *t = &j->tasks[j->next_task++];
+        j->pending++;
+        task_start(t);
+        if (j->failing)
+            return;
+    }
+    if (j->done_tasks < j->n_tasks || j->pending)
+        return;
+    if (j->kind == BK_COPY)
+        ready_record(j);
+    else
+        restore_tasks_done(j);
+}
+
+/* ---- CopyBackup ---- */
+
+static void copy_run(bk_job *j) {
+    rtr_pb_bkrec *s = j->src;
+    rtr_cluster *src_c = NULL;
+    size_t ci;
+    char id[RTR_BK_ID_MAX + 1];
+    if (rtr_bk_parse_name(&j->r->topo, s->backup->name, &ci, id, sizeof id, NULL) == ST_OK)
+        src_c = &j->r->clusters[ci];
+    j->tasks = calloc(s->n_pieces ? s->n_pieces : 1, sizeof *j->tasks);
+    if (!j->tasks || !src_c) {
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < s->n_pieces; i++) {
+        bk_task *t = &j->tasks[j->n_tasks++];
+        *t = (bk_task){.job = j, .piece = i, .as = j->backup};
+        st_buf_init(&t->resp);
+        t->from = rtr_bk_node(src_c, s->pieces[i]->node_num);
+        t->to = &j->cluster->nodes[i % j->cluster->n_nodes];
+        if (!t->from) {
+            job_fail(j, ST_FAILED_PRECONDITION,
+                     "node %u holding piece %s of backup %s is no longer in the topology",
+                     s->pieces[i]->node_num, s->pieces[i]->piece, s->backup->name);
+            return;
+        }
+    }
+    tasks_pump(j);
+}
+
+/* ---- RestoreTable ---- */
+
+static void restore_step(bk_job *j);
+
+static void restore_fan_done(rtr_fan *f, void *arg) {
+    bk_job *j = arg;
+    st_err err = {0};
+    st_code rc = j->step == 1 ? rtr_fan_first_error(f, &err) : ST_OK; /* drops: best effort */
+    rtr_fan_free(f);
+    if (!job_back(j) || job_cancelled(j))
+        return;
+    if (rc != ST_OK) {
+        job_fail(j, rc, "could not install the schema of %s on every node: %s", j->table, err.msg);
+        return;
+    }
+    j->step++;
+    restore_step(j);
+}
+
+/* Step 0: DropTable of the target on every node; step 1: PutTable with the new schema. */
+static void restore_fan(bk_job *j) {
+    rtr_ctx *r = j->r;
+    size_t n = 0;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        n += r->clusters[c].n_nodes;
+    st_buf req;
+    st_buf_init(&req);
+    st_code rc;
+    if (j->step == 0) {
+        Strata__Internal__V1__DropTableRequest d;
+        strata__internal__v1__drop_table_request__init(&d);
+        d.name = j->table;
+        rc = st_buf_reserve(&req, RTR_TABLE_NAME_MAX + 16);
+        if (rc == ST_OK)
+            req.len = strata__internal__v1__drop_table_request__pack(&d, req.data);
+    } else {
+        rc = rtr_wire_put_bytes(&req, 1, st_buf_slice(&j->schema)); /* PutTableRequest.table */
+    }
+    rtr_fan *f = rc == ST_OK ? rtr_fan_new(r, n, RTR_ADMIN_TIMEOUT_MS, restore_fan_done, j) : NULL;
+    if (!f) {
+        st_buf_free(&req);
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    j->pending++;
+    size_t k = 0;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++)
+            rtr_fan_call(f, k++, &r->clusters[c].nodes[i],
+                         j->step == 0 ? RTR_NODE "DropTable" : RTR_NODE "PutTable",
+                         st_buf_slice(&req));
+    st_buf_free(&req);
+    rtr_fan_seal(f);
+}
+
+/* One task per piece per cluster: restored on the holder in the backup's cluster, pulled onto a
+ * node (round robin) and restored there in every other cluster. */
+static void restore_tasks(bk_job *j) {
+    rtr_ctx *r = j->r;
+    rtr_pb_bkrec *s = j->rec;
+    j->tasks = calloc(s->n_pieces * r->n_clusters + 1, sizeof *j->tasks);
+    char *names = st_arena_alloc(&j->arena, r->n_clusters * (RTR_BK_NAME_MAX + 1));
+    if (!j->tasks || !names) {
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        rtr_cluster *cl = &r->clusters[c];
+        char *as = names + c * (RTR_BK_NAME_MAX + 1);
+        if (cl == j->cluster)
+            snprintf(as, RTR_BK_NAME_MAX + 1, "%s", s->backup->name);
+        else
+            temp_name(j, cl, as, RTR_BK_NAME_MAX + 1);
+        for (size_t i = 0; i < s->n_pieces; i++) {
+            bk_task *t = &j->tasks[j->n_tasks++];
+            *t = (bk_task){.job = j, .piece = i, .as = as, .stage = 1};
+            st_buf_init(&t->resp);
+            rtr_node *holder = rtr_bk_node(j->cluster, s->pieces[i]->node_num);
+            if (!holder) {
+                job_fail(j, ST_FAILED_PRECONDITION,
+                         "node %u holding piece %s of backup %s is no longer in the topology",
+                         s->pieces[i]->node_num, s->pieces[i]->piece, s->backup->name);
+                return;
+            }
+            t->to = cl == j->cluster ? holder : &cl->nodes[i % cl->n_nodes];
+            if (cl != j->cluster) {
+                t->from = holder;
+                t->stage = 0;
+            }
+        }
+    }
+    tasks_pump(j);
+}
+
+static void restore_end(bk_job *j) {
+    if (j->progress)
+        j->progress->progress_percent = 100;
+    if (j->progress && !j->progress->end_time) {
+        j->progress->end_time = st_arena_alloc(&j->arena, sizeof *j->progress->end_time);
+        if (j->progress->end_time)
+            btu_cs_time_set(j->progress->end_time, st_wall_us());
+    }
+    job_end(j, ST_OK, NULL, RTR_TYPE_URL_PREFIX "google.bigtable.admin.v2.Table",
+            st_buf_slice(&j->schema));
+}
+
+static void temp_deleted(rtr_fan *f, void *arg) {
+    bk_job *j = arg;
+    log_fan_errors(j, f);
+    rtr_fan_free(f);
+    if (job_back(j))
+        restore_end(j);
+}
+
+static void restore_refreshed(void *arg) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    /* The temporary pieces' files are linked into the tablets: the pieces can go. */
+    rtr_ctx *r = j->r;
+    size_t n = 0;
+    for (size_t c = 0; c < r->n_clusters; c++)
+        n += &r->clusters[c] == j->cluster ? 0 : r->clusters[c].n_nodes;
+    rtr_fan *f = n ? rtr_fan_new(r, n, RTR_ADMIN_TIMEOUT_MS, temp_deleted, j) : NULL;
+    if (!f) {
+        restore_end(j);
+        return;
+    }
+    j->pending++;
+    size_t k = 0;
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        if (&r->clusters[c] == j->cluster)
+            continue;
+        char name[RTR_BK_NAME_MAX + 1];
+        uint8_t buf[RTR_BK_NAME_MAX + 64];
+        temp_name(j, &r->clusters[c], name, sizeof name);
+        size_t blen = pack_delete_pieces(name, buf, sizeof buf);
+        for (size_t i = 0; i < r->clusters[c].n_nodes; i++)
+            rtr_fan_call(f, k++, &r->clusters[c].nodes[i], RTR_NODE "DeleteBackupPieces",
+                         st_slice_make(buf, blen));
+    }
+    rtr_fan_seal(f);
+}
+
+static void restore_recorded(void *arg, st_code code, const char *msg) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    if (code != ST_OK) {
+        job_fail(j, code, "could not record table %s: %s", j->table,
+                 msg ? msg : st_code_name(code));
+        return;
+    }
+    st_log(ST_LOG_INFO, "router", "restored table=%s from backup %s (%zu pieces)", j->table,
+           j->backup, j->rec->n_pieces);
+    j->pending++;
+    if (rtr_refresh_all(j->r, restore_refreshed, j) != ST_OK)
+        restore_refreshed(j); /* the pending count it takes is the one above */
+}
+
+static void restore_tasks_done(bk_job *j) {
+    if (rtr_meta_find(&j->r->meta, RTR_META_KIND_TABLE, j->table)) {
+        job_fail(j, ST_ALREADY_EXISTS, "table %s was created by another request meanwhile",
+                 j->table);
+        return;
+    }
+    st_slice pb = st_buf_slice(&j->schema);
+    j->pending++;
+    rtr_meta_write(j->r, RTR_META_KIND_TABLE, j->table, &pb, restore_recorded, j);
+}
+
+static void restore_step(bk_job *j) {
+    if (j->step < 2) {
+        restore_fan(j);
+        return;
+    }
+    job_progress(j, 1, j->rec->n_pieces * j->r->n_clusters + 1);
+    restore_tasks(j);
+}
+
+/* ---- cleanup of a dead router's operation (BK_REAP) ---- */
+
+static void reap_run(bk_job *j) {
+    const char *why = "the router running this operation stopped (restart, crash or lost "
+                      "connection) before it finished; its partial work was removed: retry the "
+                      "request";
+    if (j->kind == BK_CREATE || j->kind == BK_COPY) {
+        rtr_pb_bkrec *cur = rtr_bk_find(j->r, j->backup, &j->arena);
+        if (cur && cur->backup->state == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY) {
+            size_t len = google__bigtable__admin__v2__backup__get_packed_size(cur->backup);
+            uint8_t *b = st_arena_alloc(&j->arena, len ? len : 1);
+            if (b)
+                google__bigtable__admin__v2__backup__pack(cur->backup, b);
+            job_end(j, ST_OK, NULL, RTR_TYPE_URL_PREFIX "google.bigtable.admin.v2.Backup",
+                    st_slice_make(b, b ? len : 0));
+            return;
+        }
+    } else {
+        const rtr_meta_rec *t = rtr_meta_find(&j->r->meta, RTR_META_KIND_TABLE, j->table);
+        if (t) { /* the record was written: the restore committed */
+            job_end(j, ST_OK, NULL, RTR_TYPE_URL_PREFIX "google.bigtable.admin.v2.Table",
+                    st_slice_make(t->pb, t->len));
+            return;
+        }
+    }
+    job_fail(j, ST_ABORTED, "%s", why);
+}
+
+/* ---- starting ---- */
+
+static bk_job *job_new(rtr_ctx *r, bk_kind kind, const char *op, const char *backup,
+                       const char *table) {
+    bk_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->r = r;
+    j->kind = kind;
+    st_arena_init(&j->arena, 16384);
+    st_buf_init(&j->schema);
+    j->op_name = strdup(op);
+    j->backup = backup ? strdup(backup) : NULL;
+    j->table = table ? strdup(table) : NULL;
+    const char *slash = strrchr(op, '/');
+    char temp[64];
+    snprintf(temp, sizeof temp, "restore-%s", slash ? slash + 1 : "0");
+    j->temp = strdup(temp);
+    j->progress_us = st_mono_us();
+    if (!j->op_name || (backup && !j->backup) || (table && !j->table) || !j->temp) {
+        job_free(j);
+        return NULL;
+    }
+    j->next = r->bk->jobs;
+    r->bk->jobs = j;
+    return j;
+}
+
+static ProtobufCMessage *md_unpack(bk_job *j, st_slice meta) {
+    ProtobufCAllocator al = {arena_alloc, arena_free, &j->arena};
+    const ProtobufCMessageDescriptor *d =
+        j->kind == BK_CREATE ? &google__bigtable__admin__v2__create_backup_metadata__descriptor
+        : j->kind == BK_COPY ? &google__bigtable__admin__v2__copy_backup_metadata__descriptor
+                             : &google__bigtable__admin__v2__restore_table_metadata__descriptor;
+    ProtobufCMessage *m = btu_pb_unpack(d, &al, meta, NULL);
+    if (m && j->kind == BK_COPY)
+        j->progress = ((Google__Bigtable__Admin__V2__CopyBackupMetadata *)m)->progress;
+    if (m && j->kind == BK_RESTORE)
+        j->progress = ((Google__Bigtable__Admin__V2__RestoreTableMetadata *)m)->progress;
+    return m;
+}
+
+static void job_run(bk_job *j) {
+    switch (j->kind) {
+    case BK_CREATE:
+        j->pending++;
+        create_round(j);
+        break;
+    case BK_COPY:
+        copy_run(j);
+        break;
+    case BK_RESTORE:
+        restore_step(j);
+        break;
+    default:
+        reap_run(j);
+    }
+}
+
+static void answer(bk_job *j) {
+    st_buf op;
+    st_buf_init(&op);
+    st_code rc = op_bytes(j, false, ST_OK, NULL, NULL, st_slice_make(NULL, 0), &op);
+    if (rc == ST_OK) {
+        rtr_ops_put(rtr_inst_of(j->r)->ops, j->op_name, st_buf_slice(&op));
+        rc = rpc_call_send(j->call, st_buf_slice(&op));
+    }
+    rpc_call_finish(j->call, rc, rc == ST_OK ? NULL : "could not send the response");
+    j->call = NULL;
+    st_buf_free(&op);
+}
+
+static void start_rec_written(void *arg, st_code code, const char *msg) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    if (code != ST_OK) {
+        job_fail(j, code, "could not record backup %s: %s", j->backup,
+                 msg ? msg : st_code_name(code));
+        return;
+    }
+    answer(j);
+    job_run(j);
+}
+
+static void start_op_written(void *arg, st_code code, const char *msg) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    if (code != ST_OK) {
+        rpc_call_finish(j->call, code, msg ? msg : "could not record the operation");
+        j->call = NULL;
+        job_free(j);
+        return;
+    }
+    if (j->kind == BK_RESTORE) {
+        answer(j);
+        job_run(j);
+        return;
+    }
+    st_buf pb;
+    st_buf_init(&pb);
+    if (rtr_bk_rec_pack(j->rec, &pb) != ST_OK) {
+        st_buf_free(&pb);
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    st_slice s = st_buf_slice(&pb);
+    j->pending++;
+    rtr_meta_write(j->r, RTR_META_KIND_BACKUP, j->backup, &s, start_rec_written, j);
+    st_buf_free(&pb);
+}
+
+void rtr_bk_job_start(rtr_ctx *r, const bk_job_spec *s) {
+    bk_job *j = job_new(r, s->kind, s->op_name, s->backup, s->table);
+    if (j) {
+        j->cluster = s->cluster;
+        j->call = s->call;
+        j->start_us = s->start_us;
+        j->created_us = s->start_us;
+        j->md_type = s->meta_type;
+        j->md = md_unpack(j, s->meta);
+        j->rec = rtr_bk_rec_unpack(s->rec, &j->arena);
+        if (s->kind == BK_COPY)
+            j->src = rtr_bk_rec_unpack(s->schema, &j->arena);
+        else if (s->kind == BK_RESTORE)
+            st_buf_append(&j->schema, s->schema.data, s->schema.len);
+    }
+    if (!j || !j->md || !j->rec || (s->kind == BK_COPY && !j->src) ||
+        (s->kind == BK_RESTORE && j->schema.len != s->schema.len)) {
+        if (j) {
+            j->call = NULL;
+            job_free(j);
+        }
+        rtr_fail(s->call, ST_RESOURCE_EXHAUSTED, "out of memory starting operation %s", s->op_name);
+        return;
+    }
+    st_buf op;
+    st_buf_init(&op);
+    if (op_bytes(j, false, ST_OK, NULL, NULL, st_slice_make(NULL, 0), &op) != ST_OK) {
+        st_buf_free(&op);
+        j->call = NULL;
+        job_free(j);
+        rtr_fail(s->call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    j->pending++;
+    rtr_bk_op_store(r, j->op_name, st_buf_slice(&op), false, j->created_us, start_op_written, j);
+    st_buf_free(&op);
+}
+
+/* ---- reaping ---- */
+
+void rtr_bk_reap(rtr_ctx *r, const char *op_name, st_slice op_rec) {
+    if (job_by_op(r, op_name))
+        return;
+    Strata__Internal__V1__OperationRecord *rec = (void *)btu_pb_unpack(
+        &strata__internal__v1__operation_record__descriptor, NULL, op_rec, NULL);
+    Google__Longrunning__Operation *op = rec ? rec->operation : NULL;
+    const char *type = op && op->metadata ? op->metadata->type_url : "";
+    bk_kind kind = strstr(type, "CreateBackupMetadata")   ? BK_CREATE
+                   : strstr(type, "CopyBackupMetadata")   ? BK_COPY
+                   : strstr(type, "RestoreTableMetadata") ? BK_RESTORE
+                                                          : BK_REAP;
+    bk_job *j = NULL;
+    if (kind != BK_REAP)
+        j = job_new(r, kind, op_name, NULL, NULL);
+    if (j) {
+        j->md_type = type[0] ? type : NULL;
+        j->md = md_unpack(j, st_slice_make(op->metadata->value.data, op->metadata->value.len));
+        j->md_type = j->md ? st_arena_dup(&j->arena, type, strlen(type) + 1) : NULL;
+        j->created_us = rec->created_us;
+    }
+    const char *target = NULL;
+    if (j && j->md && j->md_type)
+        target =
+            kind == BK_CREATE ? ((Google__Bigtable__Admin__V2__CreateBackupMetadata *)j->md)->name
+            : kind == BK_COPY ? ((Google__Bigtable__Admin__V2__CopyBackupMetadata *)j->md)->name
+                              : ((Google__Bigtable__Admin__V2__RestoreTableMetadata *)j->md)->name;
+    size_t ci = 0;
+    char id[RTR_BK_ID_MAX + 1];
+    st_code rc = ST_INTERNAL;
+    if (target && kind != BK_RESTORE) {
+        rc = rtr_bk_parse_name(&r->topo, target, &ci, id, sizeof id, NULL);
+        j->backup = rc == ST_OK ? strdup(target) : NULL;
+        rc = j->backup ? ST_OK : ST_INTERNAL;
+    } else if (target) {
+        size_t bci;
+        const char *src =
+            ((Google__Bigtable__Admin__V2__RestoreTableMetadata *)j->md)->backup_info
+                ? ((Google__Bigtable__Admin__V2__RestoreTableMetadata *)j->md)->backup_info->backup
+                : "";
+        rc = rtr_bk_parse_name(&r->topo, src, &bci, id, sizeof id, NULL);
+        ci = bci;
+        j->table = rc == ST_OK ? strdup(target) : NULL;
+        rc = j->table ? ST_OK : ST_INTERNAL;
+    }
+    if (rec)
+        protobuf_c_message_free_unpacked(&rec->base, NULL);
+    if (!j)
+        return;
+    if (rc != ST_OK) {
+        st_log(ST_LOG_WARN, "router", "operation %s: unreadable record, left as it is", op_name);
+        job_free(j);
+        return;
+    }
+    j->kind = kind;
+    j->cluster = &r->clusters[ci];
+    st_log(ST_LOG_WARN, "router", "operation %s: its router is gone; finishing it", op_name);
+    reap_run(j);
+}

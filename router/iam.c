@@ -1,0 +1,306 @@
+/* iam.c — IAM policies of the instance and of its tables: GetIamPolicy, SetIamPolicy and
+ * TestIamPermissions of BigtableInstanceAdmin and BigtableTableAdmin (google.iam.v1 messages).
+ * A policy is a record "iam/<resource name>" of the metadata table (meta.c), so every router of
+ * the instance enforces it (after its next metadata reload). Bindings name Bigtable's roles
+ * (roles/bigtable.reader, .user, .admin) and members "user:NAME" or "serviceAccount:NAME", NAME
+ * a principal of the auth file (auth.c). The etag is a hash of the bindings and the previous
+ * etag: a SetIamPolicy carrying an etag other than the current one ends ABORTED. */
+#include "router_internal.h"
+
+#include <openssl/sha.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "google/iam/v1/iam_policy.pb-c.h"
+#include "google/iam/v1/policy.pb-c.h"
+#include "strata/auth.h"
+
+#define RTR_IA_PATH "/google.bigtable.admin.v2.BigtableInstanceAdmin/"
+/* Etags are ASCII: the Node.js client turns them into an ASCII string and back. */
+#define IAM_ETAG_BYTES 16     /* hex digits of a SHA-256 prefix */
+#define IAM_ETAG_EMPTY "ACAB" /* of a resource without a policy, as Cloud Bigtable answers */
+#define IAM_BINDINGS_MAX 1500 /* as Cloud IAM's limit on members in one policy */
+
+typedef Google__Iam__V1__Policy pb_policy;
+typedef Google__Iam__V1__Binding pb_binding;
+
+/* ---- the role a policy gives a principal (pure, no allocation) ---- */
+
+static bool member_is(st_slice m, const char *principal) {
+    static const char *const kinds[] = {"user:", "serviceAccount:"};
+    size_t n = strlen(principal);
+    for (size_t i = 0; i < 2; i++) {
+        size_t k = strlen(kinds[i]);
+        if (m.len == k + n && !memcmp(m.data, kinds[i], k) && !memcmp(m.data + k, principal, n))
+            return true;
+    }
+    return false;
+}
+
+/* The role of one Binding message when principal is among its members. */
+static st_role binding_role(st_slice b, const char *principal) {
+    const uint8_t *p = b.data, *end = rtr_slice_end(b);
+    rtr_wire_field f;
+    bool bad = false, member = false;
+    char role[32] = "";
+    while (rtr_wire_next(&p, end, &f, &bad)) {
+        if (f.num == 1 && f.wire_type == 2 && f.bytes.len < sizeof role) {
+            memcpy(role, f.bytes.data, f.bytes.len);
+            role[f.bytes.len] = '\0';
+        } else if (f.num == 2 && f.wire_type == 2 && member_is(f.bytes, principal))
+            member = true;
+    }
+    return member && !bad && !strncmp(role, "roles/", 6) ? st_auth_role_parse(role) : ST_ROLE_NONE;
+}
+
+st_role rtr_iam_role(st_slice policy, const char *principal) {
+    const uint8_t *p = policy.data, *end = rtr_slice_end(policy);
+    rtr_wire_field f;
+    bool bad = false;
+    st_role best = ST_ROLE_NONE;
+    while (rtr_wire_next(&p, end, &f, &bad))
+        if (f.num == 4 && f.wire_type == 2) {
+            st_role r = binding_role(f.bytes, principal);
+            best = r > best ? r : best;
+        }
+    return best;
+}
+
+/* ---- resources ---- */
+
+/* The resource of an instance-admin IAM call must be this instance; of a table-admin call, an
+ * existing table of it. false after failing the call. */
+static bool resource_check(rtr_ctx *r, rpc_call *call, const char *resource, bool table) {
+    if (!table) {
+        if (resource && !strcmp(resource, rtr_auth_instance(r)))
+            return true;
+        rtr_fail(call, ST_NOT_FOUND, "instance \"%.300s\" not found: this Strata instance is %s",
+                 resource ? resource : "", rtr_auth_instance(r));
+        return false;
+    }
+    if (resource && strstr(resource, "/backups/")) {
+        rtr_fail(call, ST_UNIMPLEMENTED,
+                 "IAM policies of backups are not supported: set them on the instance");
+        return false;
+    }
+    return rtr_table_or_fail(r, call, resource ? resource : "") != NULL;
+}
+
+/* The stored policy of resource, or an empty one (version 1, the etag of nothing). NULL after
+ * failing the call (a stored record that does not parse). */
+static pb_policy *policy_load(rtr_ctx *r, rpc_call *call, const char *resource) {
+    const rtr_meta_rec *rec = rtr_meta_find(&r->meta, RTR_META_KIND_IAM, resource);
+    if (rec)
+        return (pb_policy *)rtr_unpack(call, &google__iam__v1__policy__descriptor,
+                                       st_slice_make(rec->pb, rec->len));
+    pb_policy *p = st_arena_alloc(rpc_call_arena(call), sizeof *p);
+    if (!p) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    google__iam__v1__policy__init(p);
+    p->version = 1;
+    p->etag = (ProtobufCBinaryData){strlen(IAM_ETAG_EMPTY), (uint8_t *)IAM_ETAG_EMPTY};
+    return p;
+}
+
+/* ---- GetIamPolicy ---- */
+
+static void get_policy(rpc_call *call, st_slice req_bytes, rtr_ctx *r, bool table) {
+    Google__Iam__V1__GetIamPolicyRequest *req =
+        (void *)rtr_unpack(call, &google__iam__v1__get_iam_policy_request__descriptor, req_bytes);
+    if (!req || !resource_check(r, call, req->resource, table))
+        return;
+    pb_policy *p = policy_load(r, call, req->resource);
+    if (p)
+        rtr_reply(call, &p->base);
+}
+
+static void h_get_instance_policy(rpc_call *call, st_slice req, void *arg) {
+    get_policy(call, req, arg, false);
+}
+static void h_get_table_policy(rpc_call *call, st_slice req, void *arg) {
+    get_policy(call, req, arg, true);
+}
+
+/* ---- SetIamPolicy ---- */
+
+static st_code bindings_check(const pb_policy *p, st_err *err) {
+    size_t members = 0;
+    for (size_t i = 0; i < p->n_bindings; i++) {
+        const pb_binding *b = p->bindings[i];
+        if (strncmp(b->role, "roles/", 6) || st_auth_role_parse(b->role) == ST_ROLE_NONE)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "role \"%.100s\" is not supported: use roles/bigtable.reader, "
+                              "roles/bigtable.user or roles/bigtable.admin",
+                              b->role);
+        for (size_t j = 0; j < b->n_members; j++) {
+            const char *m = b->members[j];
+            const char *colon = strchr(m, ':');
+            bool kind_ok = colon && (!strncmp(m, "user:", 5) || !strncmp(m, "serviceAccount:", 15));
+            if (!kind_ok || !st_auth_name_valid(colon + 1))
+                return st_err_set(err, ST_INVALID_ARGUMENT,
+                                  "member \"%.100s\" is not supported: use user:NAME or "
+                                  "serviceAccount:NAME with NAME a principal of the auth file",
+                                  m);
+        }
+        if ((members += b->n_members) > IAM_BINDINGS_MAX)
+            return st_err_set(err, ST_INVALID_ARGUMENT, "more than %d members in one policy",
+                              IAM_BINDINGS_MAX);
+    }
+    return ST_OK;
+}
+
+/* The new policy's etag: a hash of its bindings and the current etag, so that every change
+ * gives a new one. */
+static void etag_next(rpc_call *call, pb_policy *p, const pb_policy *cur) {
+    p->etag = (ProtobufCBinaryData){0, NULL};
+    size_t len = protobuf_c_message_get_packed_size(&p->base);
+    uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len + cur->etag.len + IAM_ETAG_BYTES);
+    if (!buf)
+        return;
+    protobuf_c_message_pack(&p->base, buf);
+    if (cur->etag.len)
+        memcpy(buf + len, cur->etag.data, cur->etag.len);
+    uint8_t digest[SHA256_DIGEST_LENGTH];
+    SHA256(buf, len + cur->etag.len, digest);
+    uint8_t *tag = buf + len + cur->etag.len;
+    for (size_t i = 0; i < IAM_ETAG_BYTES; i++)
+        tag[i] = (uint8_t) "0123456789abcdef"[(digest[i / 2] >> (i % 2 ? 0 : 4)) & 15];
+    p->etag = (ProtobufCBinaryData){IAM_ETAG_BYTES, tag};
+}
+
+typedef struct set_op {
+    rpc_call *call;
+    pb_policy *policy;
+} set_op;
+
+static void set_recorded(void *arg, st_code code, const char *msg) {
+    set_op *op = arg;
+    if (code != ST_OK) {
+        rtr_fail(op->call, code, "could not store the policy: %s", msg ? msg : "");
+        return;
+    }
+    rtr_reply(op->call, &op->policy->base);
+}
+
+static void set_policy(rpc_call *call, st_slice req_bytes, rtr_ctx *r, bool table) {
+    Google__Iam__V1__SetIamPolicyRequest *req =
+        (void *)rtr_unpack(call, &google__iam__v1__set_iam_policy_request__descriptor, req_bytes);
+    if (!req || !resource_check(r, call, req->resource, table))
+        return;
+    st_err err = {0};
+    if (!req->policy) {
+        rtr_fail(call, ST_INVALID_ARGUMENT, "SetIamPolicy needs a policy");
+        return;
+    }
+    if (bindings_check(req->policy, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    pb_policy *cur = policy_load(r, call, req->resource);
+    if (!cur)
+        return;
+    const ProtobufCBinaryData *e = &req->policy->etag;
+    if (e->len && (e->len != cur->etag.len || memcmp(e->data, cur->etag.data, e->len))) {
+        rtr_fail(call, ST_ABORTED,
+                 "the policy of %s changed since it was read (etag mismatch): read it again "
+                 "with GetIamPolicy, apply the change and set it again",
+                 req->resource);
+        return;
+    }
+    pb_policy *p = req->policy;
+    p->version = 1;
+    etag_next(call, p, cur);
+    set_op *op = st_arena_alloc(rpc_call_arena(call), sizeof *op);
+    size_t len = protobuf_c_message_get_packed_size(&p->base);
+    uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len ? len : 1);
+    if (!op || !buf || !p->etag.len) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    protobuf_c_message_pack(&p->base, buf);
+    *op = (set_op){call, p};
+    st_slice pb = st_slice_make(buf, len);
+    st_log(ST_LOG_INFO, "router", "msg=\"IAM policy set\" resource=%s bindings=%zu", req->resource,
+           p->n_bindings);
+    rtr_meta_write(r, RTR_META_KIND_IAM, req->resource, &pb, set_recorded, op);
+}
+
+static void h_set_instance_policy(rpc_call *call, st_slice req, void *arg) {
+    set_policy(call, req, arg, false);
+}
+static void h_set_table_policy(rpc_call *call, st_slice req, void *arg) {
+    set_policy(call, req, arg, true);
+}
+
+/* ---- TestIamPermissions ---- */
+
+static void test_permissions(rpc_call *call, st_slice req_bytes, rtr_ctx *r, bool table) {
+    Google__Iam__V1__TestIamPermissionsRequest *req = (void *)rtr_unpack(
+        call, &google__iam__v1__test_iam_permissions_request__descriptor, req_bytes);
+    if (!req || !resource_check(r, call, req->resource, table))
+        return;
+    st_role role = ST_ROLE_ADMIN; /* without an auth file everyone may do everything */
+    if (rtr_auth_on(r)) {
+        const char *who = rtr_auth_principal(r, call);
+        role = who ? rtr_auth_role(r, who, table ? req->resource : NULL) : ST_ROLE_NONE;
+    }
+    Google__Iam__V1__TestIamPermissionsResponse resp;
+    google__iam__v1__test_iam_permissions_response__init(&resp);
+    resp.permissions =
+        st_arena_alloc(rpc_call_arena(call), (req->n_permissions + 1) * sizeof *resp.permissions);
+    if (!resp.permissions) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < req->n_permissions; i++) {
+        const st_auth_perm *p = st_auth_perm_find(req->permissions[i]);
+        if (p && p->role <= role)
+            resp.permissions[resp.n_permissions++] = req->permissions[i];
+    }
+    rtr_reply(call, &resp.base);
+}
+
+static void h_test_instance(rpc_call *call, st_slice req, void *arg) {
+    test_permissions(call, req, arg, false);
+}
+static void h_test_table(rpc_call *call, st_slice req, void *arg) {
+    test_permissions(call, req, arg, true);
+}
+
+/* ---- registration, table deletion ---- */
+
+static void forgotten(void *arg, st_code code, const char *msg) {
+    (void)arg;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router",
+               "msg=\"could not delete a deleted table's IAM policy\" "
+               "err=\"%s\"",
+               msg ? msg : st_code_name(code));
+}
+
+void rtr_iam_forget(rtr_ctx *r, const char *table) {
+    if (rtr_meta_find(&r->meta, RTR_META_KIND_IAM, table))
+        rtr_meta_write(r, RTR_META_KIND_IAM, table, NULL, forgotten, NULL);
+}
+
+st_code rtr_iam_register(rtr_ctx *r, st_err *err) {
+    static const struct {
+        const char *path;
+        rpc_handler_fn fn;
+    } methods[] = {
+        {RTR_IA_PATH "GetIamPolicy", h_get_instance_policy},
+        {RTR_IA_PATH "SetIamPolicy", h_set_instance_policy},
+        {RTR_IA_PATH "TestIamPermissions", h_test_instance},
+        {RTR_TA "GetIamPolicy", h_get_table_policy},
+        {RTR_TA "SetIamPolicy", h_set_table_policy},
+        {RTR_TA "TestIamPermissions", h_test_table},
+    };
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+        st_code rc = rpc_server_add_method(r->rpc, methods[i].path, methods[i].fn, r);
+        if (rc != ST_OK)
+            return st_err_set(err, rc, "registering %s failed", methods[i].path);
+    }
+    return ST_OK;
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# auth_router_test.sh — strata-router with --auth-file and --audit-log, over TLS (a CA and a
+# certificate for localhost made here with the openssl CLI). Principals made with `strata auth`:
+# admin, writer, reader (instance roles) and t1reader (reader of table t1 only). The official cbt
+# (-data-endpoint/-admin-endpoint, -cert-file CA, -access-token) checks for each role allowed
+# and denied calls with their exact codes, a wrong token (Unauthenticated), a
+# per-table grant, token rotation without restart (the old token stops working, the new one
+# works; SIGHUP; a broken file keeps the previous one), and the audit log's lines.
+# Usage: auth_router_test.sh strata-node strata-router strata (skips, 77, without openssl,
+# python3 or cbt)
+set -u
+. "$(dirname "$0")/lib.sh"
+NODE_BIN=$1
+ROUTER_BIN=$2
+STRATA=$3
+command -v openssl >/dev/null || { echo "openssl not installed: skipping"; exit 77; }
+command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 77; }
+if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
+
+dir=$(make_tmp)
+fail=0
+expect() { # WHAT WANT GOT
+  if [ "$2" != "$3" ]; then echo "FAIL: $1: want '$2', got '$3'"; fail=1; else echo "ok: $1"; fi
+}
+expect_match() { # WHAT REGEX GOT
+  if ! printf '%s' "$3" | grep -Eq "$2"; then echo "FAIL: $1: want /$2/, got '$3'"; fail=1; else echo "ok: $1"; fi
+}
+
+ossl() { openssl "$@" >/dev/null 2>&1 || { echo "FAIL: openssl $*"; exit 1; }; }
+ossl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=strata-test-ca -keyout "$dir/ca.key" -out "$dir/ca.pem"
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$dir/san.ext"
+ossl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout "$dir/srv.key" -out "$dir/srv.csr"
+ossl x509 -req -in "$dir/srv.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -set_serial 1001 -days 2 \
+  -extfile "$dir/san.ext" -out "$dir/srv.pem"
+
+# ---- principals ----
+AF=$dir/principals
+tok() { "$STRATA" auth add-principal "$1" --file "$AF" || { echo "FAIL: add-principal $1"; exit 1; }; }
+T_ADMIN=$(tok admin); T_WRITER=$(tok writer); T_READER=$(tok reader); T_T1=$(tok t1reader)
+"$STRATA" auth grant admin admin --file "$AF" &&
+  "$STRATA" auth grant writer writer --file "$AF" &&
+  "$STRATA" auth grant reader reader --file "$AF" &&
+  "$STRATA" auth grant t1reader reader --table t1 --file "$AF" || { echo "FAIL: grant"; exit 1; }
+expect "auth file is owner-only" "600" "$(stat -c %a "$AF")"
+expect "no token in the auth file" "0" "$(grep -c -e "$T_ADMIN" -e "$T_READER" "$AF")"
+expect_match "strata auth list" "t1reader reader on table t1" "$("$STRATA" auth list --file "$AF")"
+
+start_member "$dir/n1" 1; A1=$NODE_ADDR
+cat >"$dir/topology" <<TOPO
+project = p
+instance = i
+[cluster east]
+zone = zone-a
+node = $A1 $dir/n1
+TOPO
+
+# A malformed auth file stops the router at startup with the line.
+printf 'strata-auth 1\nprincipal x sha256:zz\n' >"$dir/bad"
+out=$("$ROUTER_BIN" --config "$dir/topology" --listen 127.0.0.1:0 --auth-file "$dir/bad" 2>&1); rc=$?
+expect "bad auth file: exit 1" 1 "$rc"
+expect_match "bad auth file: says which line" "bad: line 2: the token hash must be sha256" "$out"
+
+start_router "$dir/topology" "$dir/r.log" --tls-cert "$dir/srv.pem" --tls-key "$dir/srv.key" \
+  --auth-file "$AF" --audit-log "$dir/audit.log"
+P=${ROUTER_ADDR##*:}
+as() { # TOKEN|- cbt ARGS...: cbt over TLS with that token (- : none)
+  local t=$1
+  shift
+  local targs=()
+  [ "$t" != - ] && targs=(-access-token "$t")
+  timeout 60 "$CBT" -project p -instance i -data-endpoint "localhost:$P" -admin-endpoint "localhost:$P" \
+    -cert-file "$dir/ca.pem" "${targs[@]}" "$@" 2>&1
+}
+code_of() { grep -Eo 'code = [A-Za-z]+' | head -n1; }
+
+# ---- admin ----
+as "$T_ADMIN" createtable t1 families=cf1 >/dev/null || { echo "FAIL: admin createtable"; fail=1; }
+as "$T_ADMIN" createtable t2 families=cf1 >/dev/null || { echo "FAIL: admin createtable t2"; fail=1; }
+expect "admin: ls" "t1 t2" "$(as "$T_ADMIN" ls | sort | tr '\n' ' ' | sed 's/ $//')"
+# ---- writer ----
+as "$T_WRITER" set t1 r1 cf1:c=hello >/dev/null || { echo "FAIL: writer set"; fail=1; }
+as "$T_WRITER" set t2 r1 cf1:c=two >/dev/null || { echo "FAIL: writer set t2"; fail=1; }
+expect_match "writer: read" '"hello"' "$(as "$T_WRITER" read t1)"
+out=$(as "$T_WRITER" createtable t3)
+expect "writer: createtable denied" "code = PermissionDenied" "$(printf '%s' "$out" | code_of)"
+expect_match "writer: denial names the permission" "permission bigtable.tables.create denied" "$out"
+expect "writer: deletetable denied" "code = PermissionDenied" "$(as "$T_WRITER" deletetable t2 | code_of)"
+# ---- reader ----
+expect_match "reader: read" '"hello"' "$(as "$T_READER" read t1)"
+expect "reader: ls" "t1 t2" "$(as "$T_READER" ls | sort | tr '\n' ' ' | sed 's/ $//')"
+out=$(as "$T_READER" set t1 r2 cf1:c=no)
+expect "reader: set denied" "code = PermissionDenied" "$(printf '%s' "$out" | code_of)"
+expect_match "reader: denial names the permission" "permission bigtable.tables.mutateRows denied" "$out"
+expect "reader: createfamily denied" "code = PermissionDenied" "$(as "$T_READER" createfamily t1 cf2 | code_of)"
+# ---- a grant on one table ----
+expect_match "t1reader: read t1" '"hello"' "$(as "$T_T1" read t1)"
+expect "t1reader: read t2 denied" "code = PermissionDenied" "$(as "$T_T1" read t2 | code_of)"
+expect "t1reader: ls denied (instance-wide)" "code = PermissionDenied" "$(as "$T_T1" ls | code_of)"
+# ---- a wrong token (no token at all: the Node test; cbt always sends one over TLS) ----
+expect "wrong token: Unauthenticated" "code = Unauthenticated" "$(as st1_0123456789abcdef ls | code_of)"
+
+# ---- rotation without restart ----
+NEW=$("$STRATA" auth rotate reader --file "$AF") || { echo "FAIL: rotate"; fail=1; }
+ok=0
+for _ in $(seq 1 100); do # the router checks the file every second
+  if [ "$(as "$T_READER" ls | code_of)" = "code = Unauthenticated" ]; then ok=1; break; fi
+  sleep 0.1
+done
+expect "rotation: old token refused" 1 "$ok"
+expect_match "rotation: new token works" '"hello"' "$(as "$NEW" read t1)"
+wait_line "$dir/r.log" 'auth file loaded.*principals=4' >/dev/null || fail=1
+# SIGHUP reloads too (a revoke), and a broken file keeps the previous principals.
+"$STRATA" auth revoke writer --file "$AF"
+kill -HUP "$ROUTER_PID"
+ok=0
+for _ in $(seq 1 100); do
+  if [ "$(as "$T_WRITER" ls | code_of)" = "code = PermissionDenied" ]; then ok=1; break; fi
+  sleep 0.1
+done
+expect "revoke + SIGHUP: writer has no role" 1 "$ok"
+cp "$AF" "$dir/good"
+printf 'garbage\n' >>"$AF"
+wait_line "$dir/r.log" 'auth file reload failed' >/dev/null || fail=1
+expect_match "broken file: previous principals stay" '"hello"' "$(as "$NEW" read t1)"
+cp "$dir/good" "$AF"
+
+# ---- audit log ----
+A=$dir/audit.log
+expect "audit log is owner-only" "600" "$(stat -c %a "$A")"
+expect_match "audit: admin CreateTable allowed" \
+  '"principal":"admin","peer":"127\.0\.0\.1:[0-9]+","method":"/google\.bigtable\.admin\.v2\.BigtableTableAdmin/CreateTable","resource":"projects/p/instances/i","permission":"bigtable\.tables\.create","outcome":"allowed","code":"OK"' \
+  "$(cat "$A")"
+expect_match "audit: reader MutateRow denied" \
+  '"principal":"reader",.*"method":"/google\.bigtable\.v2\.Bigtable/MutateRow","resource":"projects/p/instances/i/tables/t1","permission":"bigtable\.tables\.mutateRows","outcome":"denied","code":"PERMISSION_DENIED"' \
+  "$(cat "$A")"
+expect_match "audit: wrong token" '"principal":"",.*"outcome":"denied","code":"UNAUTHENTICATED"' "$(cat "$A")"
+expect_match "audit: time is RFC 3339" '^\{"time":"20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z"' "$(head -n1 "$A")"
+expect "audit: reads are not logged" "0" "$(grep -c '"principal":"writer".*ReadRows' "$A")"
+if command -v python3 >/dev/null; then
+  expect "audit: every line is JSON" "ok" "$(python3 -c 'import json,sys
+[json.loads(l) for l in open(sys.argv[1])]
+print("ok")' "$A" 2>&1)"
+fi
+
+kill "$ROUTER_PID"; wait "$ROUTER_PID"; rc=$?
+expect "router exits cleanly" 0 "$rc"
+if grep -l 'Sanitizer' "$dir"/r*.log; then echo "FAIL: sanitizer report in the router log"; fail=1; fi
+
+[ $fail = 0 ] && echo "PASS" || echo "FAILED"
+exit $fail

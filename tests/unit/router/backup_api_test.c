@@ -1,0 +1,229 @@
+/*
+ * The pure parts of the router's backups (router/backup_filter.c): backup ids and names,
+ * expire_time bounds, ListBackups' filter language (comparisons over every documented field,
+ * AND / OR / NOT, parentheses, times) and order_by (default start_time desc, ties by name).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backup.h"
+
+static st_topology topo(void) {
+    st_topology t;
+    memset(&t, 0, sizeof t);
+    strcpy(t.project, "p");
+    strcpy(t.instance, "i");
+    strcpy(t.clusters[0].id, "east");
+    strcpy(t.clusters[1].id, "west");
+    t.n_clusters = 2;
+    return t;
+}
+
+static void test_ids_and_names(void **state) {
+    (void)state;
+    assert_true(rtr_bk_id_valid("nightly_1.a-b"));
+    assert_true(rtr_bk_id_valid("_x"));
+    assert_false(rtr_bk_id_valid("-x"));
+    assert_false(rtr_bk_id_valid(".x"));
+    assert_false(rtr_bk_id_valid(""));
+    assert_false(rtr_bk_id_valid("a/b"));
+    assert_true(rtr_bk_id_valid("12345678901234567890123456789012345678901234567890"));
+    assert_false(rtr_bk_id_valid("123456789012345678901234567890123456789012345678901"));
+    st_topology t = topo();
+    size_t ci;
+    char id[RTR_BK_ID_MAX + 1];
+    st_err err = {0};
+    assert_int_equal(rtr_bk_parse_name(&t, "projects/p/instances/i/clusters/west/backups/b1", &ci,
+                                       id, sizeof id, &err),
+                     ST_OK);
+    assert_int_equal(ci, 1);
+    assert_string_equal(id, "b1");
+    assert_int_equal(rtr_bk_parse_name(&t, "projects/p/instances/i/clusters/north/backups/b1", &ci,
+                                       id, sizeof id, &err),
+                     ST_NOT_FOUND);
+    assert_int_equal(rtr_bk_parse_name(&t, "projects/p/instances/x/clusters/east/backups/b1", &ci,
+                                       id, sizeof id, &err),
+                     ST_NOT_FOUND);
+    assert_int_equal(rtr_bk_parse_name(&t, "projects/p/instances/i/clusters/east/backups/-b", &ci,
+                                       id, sizeof id, &err),
+                     ST_INVALID_ARGUMENT);
+    assert_int_equal(
+        rtr_bk_parse_name(&t, "projects/p/instances/i/clusters/east", &ci, id, sizeof id, &err),
+        ST_INVALID_ARGUMENT);
+    assert_int_equal(rtr_bk_parse_cluster(&t, "projects/p/instances/i/clusters/-", true, &ci, &err),
+                     ST_OK);
+    assert_int_equal(ci, SIZE_MAX);
+    assert_int_equal(
+        rtr_bk_parse_cluster(&t, "projects/p/instances/i/clusters/-", false, &ci, &err),
+        ST_NOT_FOUND);
+}
+
+static void test_expire_bounds(void **state) {
+    (void)state;
+    int64_t now = 1700000000LL * 1000000;
+    st_err err = {0};
+    assert_int_equal(
+        rtr_bk_check_expire(now + RTR_BK_EXPIRE_MIN_US, now, RTR_BK_EXPIRE_MAX_US, &err), ST_OK);
+    assert_int_equal(
+        rtr_bk_check_expire(now + RTR_BK_EXPIRE_MAX_US, now, RTR_BK_EXPIRE_MAX_US, &err), ST_OK);
+    assert_int_equal(
+        rtr_bk_check_expire(now + RTR_BK_EXPIRE_MIN_US - 1, now, RTR_BK_EXPIRE_MAX_US, &err),
+        ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "6 hours and 90 days"));
+    assert_int_equal(
+        rtr_bk_check_expire(now + 31 * RTR_BK_DAY_US, now, RTR_BK_COPY_EXPIRE_MAX_US, &err),
+        ST_INVALID_ARGUMENT);
+    assert_int_equal(rtr_bk_check_expire(0, now, RTR_BK_EXPIRE_MAX_US, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "must be set"));
+}
+
+/* Three backups: b1 (READY, small, 2026-01-01), b2 (CREATING, 2026-01-02), prod (READY, big,
+ * 2026-01-03); start times one day apart. */
+typedef struct fx {
+    rtr_pb_backup b[3];
+    Google__Protobuf__Timestamp start[3], exp[3];
+} fx;
+
+static void fx_init(fx *f) {
+    const char *names[3] = {"projects/p/instances/i/clusters/east/backups/b1",
+                            "projects/p/instances/i/clusters/east/backups/b2",
+                            "projects/p/instances/i/clusters/west/backups/prod"};
+    const char *tables[3] = {"projects/p/instances/i/tables/t", "projects/p/instances/i/tables/t",
+                             "projects/p/instances/i/tables/prod_t"};
+    for (int i = 0; i < 3; i++) {
+        google__bigtable__admin__v2__backup__init(&f->b[i]);
+        google__protobuf__timestamp__init(&f->start[i]);
+        google__protobuf__timestamp__init(&f->exp[i]);
+        f->start[i].seconds = 1767225600 + i * 86400; /* 2026-01-01T00:00:00Z + i days */
+        f->exp[i].seconds = f->start[i].seconds + 7 * 86400;
+        f->b[i].name = (char *)names[i];
+        f->b[i].source_table = (char *)tables[i];
+        f->b[i].start_time = &f->start[i];
+        f->b[i].expire_time = &f->exp[i];
+        f->b[i].state = i == 1 ? GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING
+                               : GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY;
+    }
+    f->b[0].size_bytes = 100;
+    f->b[2].size_bytes = 20000000000LL;
+}
+
+/* The matching backups as a string of indexes, e.g. "02". */
+static void matches(const char *filter, const fx *f, char *out) {
+    st_arena a;
+    st_arena_init(&a, 1024);
+    rtr_bk_filter *flt;
+    st_err err = {0};
+    assert_int_equal(rtr_bk_filter_parse(filter, &a, &flt, &err), ST_OK);
+    char *o = out;
+    for (int i = 0; i < 3; i++)
+        if (rtr_bk_filter_match(flt, &f->b[i]))
+            *o++ = (char)('0' + i);
+    *o = '\0';
+    st_arena_deinit(&a);
+}
+
+static void test_filter(void **state) {
+    (void)state;
+    fx f;
+    fx_init(&f);
+    char m[8];
+    matches("", &f, m);
+    assert_string_equal(m, "012");
+    matches("name:prod", &f, m);
+    assert_string_equal(m, "2");
+    matches("name:\"backups/b\"", &f, m);
+    assert_string_equal(m, "01");
+    matches("state:READY", &f, m);
+    assert_string_equal(m, "02");
+    matches("state = creating", &f, m);
+    assert_string_equal(m, "1");
+    matches("size_bytes > 10000000000", &f, m);
+    assert_string_equal(m, "2");
+    matches("source_table:prod OR size_bytes = 100", &f, m);
+    assert_string_equal(m, "02");
+    matches("(name:b) AND (start_time < \"2026-01-02T00:00:00Z\")", &f, m);
+    assert_string_equal(m, "0");
+    matches("start_time >= 2026-01-02T00:00:00Z expire_time < 2026-01-10T00:00:01+00:00", &f, m);
+    assert_string_equal(m, "12");
+    matches("NOT state:READY", &f, m);
+    assert_string_equal(m, "1");
+    matches("-name:b1 AND -name:b2", &f, m);
+    assert_string_equal(m, "2");
+    matches("end_time < 2030-01-01T00:00:00.5Z", &f, m); /* no end_time: 0 */
+    assert_string_equal(m, "012");
+    matches("name = \"projects/p/instances/i/clusters/east/backups/b1\"", &f, m);
+    assert_string_equal(m, "0");
+    /* OR binds tighter than AND. */
+    matches("state:CREATING AND name:b2 OR name:prod", &f, m);
+    assert_string_equal(m, "1");
+    const char *bad[] = {"colour:red",
+                         "name",
+                         "name:",
+                         "state:GONE",
+                         "size_bytes > big",
+                         "start_time < yesterday",
+                         "(name:b",
+                         "name:b)",
+                         "name ~ b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        st_arena a;
+        st_arena_init(&a, 1024);
+        rtr_bk_filter *flt;
+        st_err err = {0};
+        assert_int_equal(rtr_bk_filter_parse(bad[i], &a, &flt, &err), ST_INVALID_ARGUMENT);
+        assert_non_null(strstr(err.msg, "invalid filter"));
+        st_arena_deinit(&a);
+    }
+}
+
+static void order(const char *text, const fx *f, char *out) {
+    rtr_bk_order o;
+    st_err err = {0};
+    assert_int_equal(rtr_bk_order_parse(text, &o, &err), ST_OK);
+    int idx[3] = {0, 1, 2};
+    for (int i = 0; i < 3; i++) /* insertion sort: three items */
+        for (int k = i; k > 0 && rtr_bk_order_cmp(&o, &f->b[idx[k - 1]], &f->b[idx[k]]) > 0; k--) {
+            int t = idx[k];
+            idx[k] = idx[k - 1];
+            idx[k - 1] = t;
+        }
+    for (int i = 0; i < 3; i++)
+        out[i] = (char)('0' + idx[i]);
+    out[3] = '\0';
+}
+
+static void test_order_by(void **state) {
+    (void)state;
+    fx f;
+    fx_init(&f);
+    char m[8];
+    order("", &f, m);
+    assert_string_equal(m, "210"); /* newest first */
+    order("start_time", &f, m);
+    assert_string_equal(m, "012");
+    order("size_bytes desc", &f, m);
+    assert_string_equal(m, "201");
+    order("state, name desc", &f, m);
+    assert_string_equal(m, "120");
+    order(" source_table asc , name ", &f, m);
+    assert_string_equal(m, "201");
+    rtr_bk_order o;
+    st_err err = {0};
+    assert_int_equal(rtr_bk_order_parse("colour", &o, &err), ST_INVALID_ARGUMENT);
+    assert_int_equal(rtr_bk_order_parse("name sideways", &o, &err), ST_INVALID_ARGUMENT);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ids_and_names),
+        cmocka_unit_test(test_expire_bounds),
+        cmocka_unit_test(test_filter),
+        cmocka_unit_test(test_order_by),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,115 @@
+/* iam_test.c — the pure parts of the router's authorization: the role an IAM policy (the
+ * serialized google.iam.v1.Policy of a metadata record) gives a principal, for user: and
+ * serviceAccount: members, the highest binding winning, unknown roles and look-alike names giving
+ * nothing; IAM records as metadata row keys; and the audit log's JSON line (escaping of bytes a
+ * client chose, fields left out when absent). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "google/iam/v1/policy.pb-c.h"
+#include "router_internal.h"
+
+static st_buf policy(const char *const *roles, const char *const *members, size_t n) {
+    Google__Iam__V1__Binding b[8], *bp[8];
+    char *m[8];
+    Google__Iam__V1__Policy p;
+    google__iam__v1__policy__init(&p);
+    for (size_t i = 0; i < n; i++) {
+        google__iam__v1__binding__init(&b[i]);
+        b[i].role = (char *)roles[i];
+        m[i] = (char *)members[i];
+        b[i].members = &m[i];
+        b[i].n_members = 1;
+        bp[i] = &b[i];
+    }
+    p.bindings = bp;
+    p.n_bindings = n;
+    st_buf out;
+    st_buf_init(&out);
+    size_t len = google__iam__v1__policy__get_packed_size(&p);
+    assert_int_equal(st_buf_reserve(&out, len + 1), ST_OK);
+    out.len = google__iam__v1__policy__pack(&p, out.data);
+    return out;
+}
+
+static void test_iam_role_of_members(void **state) {
+    (void)state;
+    const char *roles[] = {"roles/bigtable.reader", "roles/bigtable.user", "roles/bigtable.admin",
+                           "roles/owner"};
+    const char *members[] = {"user:alice", "serviceAccount:alice", "user:bob", "user:carl"};
+    st_buf p = policy(roles, members, 4);
+    st_slice s = st_buf_slice(&p);
+    assert_int_equal(rtr_iam_role(s, "alice"), ST_ROLE_WRITER); /* the highest of two */
+    assert_int_equal(rtr_iam_role(s, "bob"), ST_ROLE_ADMIN);
+    assert_int_equal(rtr_iam_role(s, "carl"), ST_ROLE_NONE); /* not a Bigtable role */
+    assert_int_equal(rtr_iam_role(s, "alic"), ST_ROLE_NONE);
+    assert_int_equal(rtr_iam_role(s, "alicex"), ST_ROLE_NONE);
+    assert_int_equal(rtr_iam_role(st_slice_make(NULL, 0), "alice"), ST_ROLE_NONE);
+    /* Short names ("reader") are the auth file's, not IAM roles. */
+    const char *short_role[] = {"admin"};
+    st_buf q = policy(short_role, members, 1);
+    assert_int_equal(rtr_iam_role(st_buf_slice(&q), "alice"), ST_ROLE_NONE);
+    /* Malformed bytes give nothing rather than a guess. */
+    uint8_t junk[] = {0x22, 0x05, 0x0a, 0x7f};
+    assert_int_equal(rtr_iam_role(st_slice_make(junk, sizeof junk), "alice"), ST_ROLE_NONE);
+    st_buf_free(&p);
+    st_buf_free(&q);
+}
+
+static void test_iam_meta_row_key(void **state) {
+    (void)state;
+    st_buf key;
+    st_buf_init(&key);
+    assert_int_equal(rtr_meta_row_key(RTR_META_KIND_IAM, "projects/p/instances/i", &key), ST_OK);
+    assert_true(st_slice_eq(st_buf_slice(&key), st_slice_cstr("iam/projects/p/instances/i")));
+    rtr_meta_kind kind;
+    char name[RTR_TABLE_NAME_MAX + 1];
+    assert_true(rtr_meta_parse_row_key(st_buf_slice(&key), &kind, name, sizeof name));
+    assert_int_equal(kind, RTR_META_KIND_IAM);
+    assert_string_equal(name, "projects/p/instances/i");
+    rtr_meta m = {0};
+    assert_int_equal(rtr_meta_put(&m, RTR_META_KIND_IAM, name, st_slice_cstr("x")), ST_OK);
+    assert_non_null(rtr_meta_find(&m, RTR_META_KIND_IAM, name));
+    assert_null(rtr_meta_find(&m, RTR_META_KIND_TABLE, name));
+    rtr_meta_free(&m);
+    st_buf_free(&key);
+}
+
+static void test_audit_format(void **state) {
+    (void)state;
+    rtr_audit_rec rec = {"alice",
+                         "127.0.0.1:4000",
+                         "/google.bigtable.v2.Bigtable/MutateRow",
+                         "projects/p/instances/i/tables/t\"\n\x01\xff",
+                         "bigtable.tables.mutateRows",
+                         "denied",
+                         ST_PERMISSION_DENIED,
+                         NULL};
+    st_buf out;
+    st_buf_init(&out);
+    assert_int_equal(rtr_audit_format(&rec, 1764892800123456LL, &out), ST_OK);
+    assert_int_equal(st_buf_append_byte(&out, 0), ST_OK);
+    assert_string_equal((const char *)out.data,
+                        "{\"time\":\"2025-12-05T00:00:00.123Z\",\"principal\":\"alice\","
+                        "\"peer\":\"127.0.0.1:4000\",\"method\":\"/google.bigtable.v2.Bigtable/"
+                        "MutateRow\",\"resource\":\"projects/p/instances/i/tables/t\\\"\\u000a"
+                        "\\u0001\\u00ff\",\"permission\":\"bigtable.tables.mutateRows\","
+                        "\"outcome\":\"denied\",\"code\":\"PERMISSION_DENIED\"}\n");
+    st_buf_free(&out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_iam_role_of_members),
+        cmocka_unit_test(test_iam_meta_row_key),
+        cmocka_unit_test(test_audit_format),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
