@@ -1,5 +1,5 @@
-/* ops/backup_export.h — `strata backup` (docs/backups.md, docs/formats/backup-export.md), private to
- * ops/:
+/* ops/backup_export.h — `strata backup` (docs/backups.md, docs/formats/backup-export.md), private
+ * to ops/:
  *
  * - the export directory (backup_dir.c): its MANIFEST (parse, format), writing files so a crash
  *   never leaves a directory that verifies, and checking every file against the manifest;
