@@ -70,6 +70,22 @@ const cases = [
   ['reader ListOperations', LRO + 'ListOperations', fld(4, 'operations'), bearer(R), [0, 3, 5]],
   ['reader DeleteOperation', LRO + 'DeleteOperation', fld(1, 'operations/x'), bearer(R), 7],
 ];
+// IAM: SetIamPolicyRequest {resource 1, policy 2 {bindings 4 {role 1, members 2}, etag 3}}
+const IA = '/google.bigtable.admin.v2.BigtableInstanceAdmin/';
+const binding = (role, ...members) => fld(4, Buffer.concat([fld(1, role), ...members.map(m => fld(2, m))]));
+const setPolicy = (res, ...parts) => Buffer.concat([fld(1, res), fld(2, Buffer.concat(parts))]);
+cases.push(
+  ['IAM bad etag', IA + 'SetIamPolicy', setPolicy(I, fld(3, '0011223344556677')), bearer(A), 10],
+  ['IAM unknown role', IA + 'SetIamPolicy', setPolicy(I, binding('roles/owner', 'user:x')), bearer(A), 3],
+  ['IAM group member', IA + 'SetIamPolicy', setPolicy(I, binding('roles/bigtable.reader', 'group:x@y')), bearer(A), 3],
+  ['IAM allUsers', IA + 'SetIamPolicy', setPolicy(I, binding('roles/bigtable.admin', 'allUsers')), bearer(A), 3],
+  ['IAM empty user', IA + 'SetIamPolicy', setPolicy(I, binding('roles/bigtable.admin', 'user:')), bearer(A), [0, 3]],
+  ['IAM 1501 members', IA + 'SetIamPolicy', setPolicy(I, binding('roles/bigtable.reader', ...Array.from({length: 1501}, (_, i) => 'user:u' + i))), bearer(A), 3],
+  ['IAM writer sets policy', IA + 'SetIamPolicy', setPolicy(I, binding('roles/bigtable.admin', 'user:writer')), bearer(tok.writer), 7],
+  ['IAM other instance', IA + 'SetIamPolicy', setPolicy('projects/p/instances/j', binding('roles/bigtable.admin', 'user:reader')), bearer(A), [5, 7]],
+  ['IAM table policy on the instance name', TA + 'SetIamPolicy', setPolicy(I, binding('roles/bigtable.admin', 'user:reader')), bearer(A), [3, 5]],
+  ['IAM empty policy', IA + 'SetIamPolicy', setPolicy(I), bearer(A), 0],
+);
 if (t1r) {
   const t = bearer(t1r);
   cases.push(
