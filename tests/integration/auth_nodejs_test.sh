@@ -88,6 +88,8 @@ want "table get" "roles/bigtable.reader=serviceAccount:nobody"
 want "nobody reads t1 after" OK
 want "nobody reads t2" 7
 want "nobody permissions on t1" "bigtable.tables.readRows"
+want "nobody permissions on t2" OK
+want "nobody permissions on a missing table" OK
 want "table recreated bindings" 0
 want "nobody reads recreated t1" 7
 want "table policy of a missing table" 5
