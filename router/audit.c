@@ -245,6 +245,22 @@ void rtr_audit_close(rtr_audit *a) {
     free(a);
 }
 
+bool rtr_audit_limit_take(rtr_audit_limit *l, int64_t now_us, uint64_t *suppressed) {
+    int64_t sec = now_us / 1000000;
+    if (sec != l->sec) {
+        l->sec = sec;
+        l->lines = 0;
+    }
+    if (l->lines >= RTR_AUDIT_UNAUTH_PER_SEC) {
+        l->suppressed++;
+        return false;
+    }
+    l->lines++;
+    *suppressed = l->suppressed;
+    l->suppressed = 0;
+    return true;
+}
+
 void rtr_audit_write(rtr_audit *a, const rtr_audit_rec *rec) {
     if (!a)
         return;

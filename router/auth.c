@@ -48,6 +48,7 @@ struct rtr_auth {
     rtr_audit *audit;
     char instance[RTR_TABLE_NAME_MAX + 1]; /* projects/P/instances/I */
     auth_cache_ent cache[RTR_AUTH_CACHE_N];
+    rtr_audit_limit unauth; /* lines for failed authentications */
 };
 
 /* ---- the file ---- */
@@ -215,7 +216,18 @@ static void audit(rtr_auth *au, rpc_call *call, const char *principal, const cha
 
 static bool refuse(rtr_auth *au, rpc_call *call, const char *principal, const char *resource,
                    const char *perm, st_code code, const char *msg) {
-    audit(au, call, principal, resource, perm, "denied", code, msg);
+    uint64_t suppressed = 0;
+    if (code != ST_UNAUTHENTICATED)
+        audit(au, call, principal, resource, perm, "denied", code, msg);
+    else if (rtr_audit_limit_take(&au->unauth, st_mono_us(), &suppressed)) {
+        char line[RPC_GRPC_MESSAGE_MAX];
+        if (suppressed)
+            snprintf(line, sizeof line,
+                     "%s (and %llu earlier failed authentications not written: at most %d "
+                     "lines a second)",
+                     msg, (unsigned long long)suppressed, RTR_AUDIT_UNAUTH_PER_SEC);
+        audit(au, call, principal, resource, perm, "denied", code, suppressed ? line : msg);
+    }
     rtr_fail(call, code, "%s", msg);
     return false;
 }

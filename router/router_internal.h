@@ -567,6 +567,10 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req, void *arg);
 #define RTR_AUDIT_PATH_MAX 4096
 #define RTR_AUDIT_BYTES_MAX_DEFAULT ((uint64_t)100 << 20) /* rotate the audit log past this */
 #define RTR_AUDIT_QUEUE_BYTES_MAX ((size_t)8 << 20)       /* lines waiting for the writer thread */
+/* Failed authentications (no principal to hold to account) written per second; the rest are
+ * counted and the count goes into the next line written, so a tokenless flood cannot rotate
+ * the admin lines out of the log within minutes. */
+#define RTR_AUDIT_UNAUTH_PER_SEC 20
 typedef struct rtr_auth rtr_auth;
 /* Loads --auth-file (a bad file stops startup), opens --audit-log, installs the RPC gate when
  * either is set, and registers the IAM methods (iam.c). */
@@ -596,6 +600,15 @@ typedef struct rtr_audit_rec {
     const char *message;
 } rtr_audit_rec;
 typedef struct rtr_audit rtr_audit;
+/* A per-second cap on lines of one kind (RTR_AUDIT_UNAUTH_PER_SEC); zero-initialised. */
+typedef struct rtr_audit_limit {
+    int64_t sec;         /* the second `lines` counts in (monotonic) */
+    unsigned lines;      /* lines let through in it */
+    uint64_t suppressed; /* refused since the last line let through */
+} rtr_audit_limit;
+/* Whether one more line may be written at now_us; when true, *suppressed is how many were
+ * refused before it (and the count restarts). */
+bool rtr_audit_limit_take(rtr_audit_limit *l, int64_t now_us, uint64_t *suppressed);
 /* Opens (appends to) path, mode 0600, and starts the writer thread. NULL with err when path
  * cannot be opened. bytes_max 0: RTR_AUDIT_BYTES_MAX_DEFAULT. */
 rtr_audit *rtr_audit_open(const char *path, uint64_t bytes_max, st_err *err);

@@ -168,6 +168,24 @@ static int count_lines(const char *path) {
     return n;
 }
 
+/* A tokenless flood writes at most RTR_AUDIT_UNAUTH_PER_SEC lines a second, and the next line
+ * let through says how many were left out. */
+static void test_audit_unauth_limit(void **state) {
+    (void)state;
+    rtr_audit_limit l = {0};
+    uint64_t suppressed = 99;
+    int64_t t = 5000000;
+    unsigned written = 0;
+    for (int i = 0; i < 1000; i++)
+        written += rtr_audit_limit_take(&l, t + i, &suppressed);
+    assert_int_equal(written, RTR_AUDIT_UNAUTH_PER_SEC);
+    assert_int_equal(suppressed, 0);
+    assert_true(rtr_audit_limit_take(&l, t + 1000000, &suppressed));
+    assert_int_equal(suppressed, 1000 - RTR_AUDIT_UNAUTH_PER_SEC);
+    assert_true(rtr_audit_limit_take(&l, t + 1000001, &suppressed));
+    assert_int_equal(suppressed, 0);
+}
+
 static void test_audit_rotation(void **state) {
     (void)state;
     char dir[] = "/tmp/audit-test-XXXXXX";
@@ -206,7 +224,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_iam_role_of_members), cmocka_unit_test(test_iam_meta_row_key),
         cmocka_unit_test(test_audit_format),        cmocka_unit_test(test_audit_reopens_moved_file),
-        cmocka_unit_test(test_audit_rotation),
+        cmocka_unit_test(test_audit_rotation),      cmocka_unit_test(test_audit_unauth_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
