@@ -8,7 +8,7 @@
 #include <signal.h>
 #include <stdbool.h>
 
-#include "backup_export.h"
+#include "backup_dir.h"
 #include "google/bigtable/admin/v2/table.pb-c.h"
 #include "progress.h"
 

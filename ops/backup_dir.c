@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backup_export.h"
+#include "backup_dir.h"
 
 #define BK_IO_BYTES (1u << 20)
 #define BK_LINE_TOKENS_MAX 8

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backup_export.h"
+#include "backup_dir.h"
 
 #define BK_READ_BYTES (1u << 20)
 

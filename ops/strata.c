@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "auth.h"
-#include "backup_export.h"
+#include "backup_dir.h"
 #include "bench.h"
 #include "changes.h"
 #include "instance.h"

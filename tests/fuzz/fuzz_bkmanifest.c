@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backup_export.h"
+#include "backup_dir.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -22,7 +22,7 @@
 #include <cmocka.h>
 #include <openssl/evp.h>
 
-#include "backup_export.h"
+#include "backup_dir.h"
 
 static char test_dir[1024];
 

@@ -1,5 +1,5 @@
-/* ops/backup_export.h — `strata backup` (docs/backups.md, docs/formats/backup-export.md), private
- * to ops/:
+/* ops/backup_dir.h — `strata backup` (docs/backups.md, docs/formats/backup-export.md), private to
+ * ops/:
  *
  * - the export directory (backup_dir.c): its MANIFEST (parse, format), writing files so a crash
  *   never leaves a directory that verifies, and checking every file against the manifest;
@@ -10,8 +10,8 @@
  * Errors: INVALID_ARGUMENT for a manifest that is not one (err names the line), DATA_LOSS for a
  * file that does not match it (err names the file), NOT_FOUND for a missing file or manifest,
  * UNAVAILABLE for I/O failures; err always says what to do. */
-#ifndef STRATA_OPS_BACKUP_EXPORT_H
-#define STRATA_OPS_BACKUP_EXPORT_H
+#ifndef STRATA_OPS_BACKUP_DIR_H
+#define STRATA_OPS_BACKUP_DIR_H
 
 #include <stdbool.h>
 #include <stddef.h>
