@@ -45,11 +45,13 @@ const bt = new Bigtable({projectId: 'p'});
   console.log(`listed ${list.length}: ${list[0].name} done`);
 })().catch(e => { console.error(e); process.exit(1); });
 JS
-kill "$(cat "$DIR/run/router.pid")" || fail "no router pid in $DIR/run"
+RPID=$(cat "$DIR/run/router.pid") || fail "no router pid in $DIR/run"
+kill "$RPID"
+for _ in $(seq 1 100); do kill -0 "$RPID" 2>/dev/null || break; sleep 0.1; done # gone before `strata up` looks
 "$STRATA" up --dir "$DIR" >/dev/null 2>&1 || fail "strata up did not restart the router"
 ok=0
-for _ in $(seq 1 20); do
-  if NODE_PATH="$CACHE/node_modules" timeout 20 node "$TMPD/lro.js" >"$TMPD/lro.out" 2>"$TMPD/lro.err"; then
+for _ in $(seq 1 10); do
+  if NODE_PATH="$CACHE/node_modules" timeout 15 node "$TMPD/lro.js" >"$TMPD/lro.out" 2>"$TMPD/lro.err"; then
     ok=1; break
   fi
   sleep 0.5
