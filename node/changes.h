@@ -19,6 +19,17 @@
 /* Record qualifier: be64(stamp_us) be32(index of the row in its write). */
 #define NODE_CS_QUALIFIER_LEN 12
 
+/* A record's flags (beside STO_ROW_GC): its SetCells with an empty value are references to the
+ * cell the same row mutation wrote (family, qualifier, timestamp; docs/changestreams.md, Values
+ * by reference): readers of the stored record take the value from the row. Records in the ring
+ * never have it (they hold every value). */
+#define NODE_CS_REC_REFS 0x100u
+/* SetCell values of at least this many bytes are stored by reference. */
+#define NODE_CS_REF_MIN_BYTES 64
+/* Rows with more mutations than this keep every value in the record (checking which SetCells a
+ * later mutation of the same row mutation overwrites or deletes is quadratic). */
+#define NODE_CS_REF_MUTS_MAX 256
+
 /* Retention limits of change_stream_config (microseconds). */
 #define NODE_CS_RETENTION_MIN_US (24LL * 3600 * 1000000)
 #define NODE_CS_RETENTION_MAX_US (7LL * 24 * 3600 * 1000000)
@@ -59,6 +70,11 @@ typedef struct node_cs_watcher {
     struct node_cs_watcher *prev, *next; /* owned by the ring */
 } node_cs_watcher;
 void node_cs_watch(node_ctx *n, node_cs_watcher *w);
+/* A ReadChangeStream call opens (+1) or ends (-1). While none is open — none since the node
+ * started, or none for 10 minutes (CS_RING_GRACE_US) — writes skip the ring (and the encoding
+ * of their records with every value): a reader that then asks for earlier records reads them
+ * from storage, as for records the ring dropped. */
+void node_cs_readers_add(node_ctx *n, int delta);
 void node_cs_unwatch(node_ctx *n, node_cs_watcher *w); /* safe on an unwatched watcher */
 
 /* ---- write side: the node's hooks (changes_write.c) ---- */

@@ -9,6 +9,10 @@
  *     watcher wakes the reader when new ones resolve;
  *   - catch-up: when the ring does not reach back to w, a snapshot of the tablet is scanned in
  *     key order for records with stamps in (w, h], h the resolved stamp when the scan began.
+ *     Stored records may hold SetCell values by reference (NODE_CS_REC_REFS): the scan holds a
+ *     row's records (its system cells come first) until it has passed the row's user cells,
+ *     which give those values as the cells have them now (none for a cell gone since); a row
+ *     with more records than a hold takes is looked up with an iterator of its own.
  * Each record waits in `pending` until the reader knows which token it may carry: in live mode a
  * write's records share its stamp, so only the last of them may say "1.stamp"; in a scan only the
  * last record of a row may name that row. A record's messages are queued whole; between records
@@ -42,11 +46,18 @@
 #define CS_TURN_CELLS 20000
 #define CS_TURN_SEND_BYTES ((size_t)1 << 20)
 #define CS_TURN_BLOCK_BYTES ((uint64_t)8 << 20)
+/* A scan holds at most this many records (or record bytes) of one row before it looks their
+ * values up and sends them (a row with a long history in the window). */
+#define CS_HOLD_RECORDS 256
+#define CS_HOLD_BYTES ((size_t)1 << 20)
+#define CS_HOLD_ARENA_BYTES 8192 /* a row's records and values: one block in the common case */
 /* Past end_time while writes are still in flight: look again this soon. */
 #define CS_END_RECHECK_US 10000
 /* The next turn after the loop's next poll of the sockets (read.c, READ_TURN_DELAY_US). */
 #define CS_TURN_DELAY_US 1
-#define CS_ARENA_BLOCK_BYTES ((size_t)64 << 10)
+/* One record's decoding and message structs (values are not copied into it): a small block,
+ * taken and given back per record. */
+#define CS_ARENA_BLOCK_BYTES ((size_t)8 << 10)
 /* Buffers above this are freed after use instead of kept for the next record. */
 #define CS_BUF_KEEP_BYTES ((size_t)1 << 20)
 /* source_cluster_id of records when the node knows no cluster names (docs/operations.md). */
@@ -63,6 +74,26 @@ typedef struct cs_rec {
     int64_t stamp;
     st_buf row, value;
 } cs_rec;
+
+/* A catch-up scan holds a row's records until it has passed the row's user cells, which give
+ * the values the records hold by reference (NODE_CS_REC_REFS). */
+typedef struct cs_held {
+    int64_t stamp;
+    sto_row_mut row; /* decoded in cs_hold.arena */
+} cs_held;
+
+typedef struct cs_ref {
+    size_t rec, mut; /* a SetCell whose value is still to be found: held[rec].row.muts[mut] */
+} cs_ref;
+
+typedef struct cs_hold {
+    st_arena arena; /* the records, their decodings and the values found */
+    cs_held *v;
+    size_t n, cap;
+    cs_ref *refs;
+    size_t n_refs, cap_refs;
+    size_t bytes;
+} cs_hold;
 
 typedef struct cs_reader {
     node_ctx *n;
@@ -83,6 +114,7 @@ typedef struct cs_reader {
     st_buf scan_row; /* the row of the scan's last cell (empty before the first) */
     uint64_t snap_bytes;
     cs_rec pending;
+    cs_hold hold;
     int64_t turn_records, turn_cells;
     size_t turn_sent;
     uint64_t turn_blocks;
@@ -160,6 +192,7 @@ static void scan_free(cs_reader *r) {
 }
 
 static void cs_free(cs_reader *r) {
+    node_cs_readers_add(r->n, -1);
     if (r->watching)
         node_cs_unwatch(r->n, &r->watcher);
     if (r->timer)
@@ -171,6 +204,9 @@ static void cs_free(cs_reader *r) {
     st_buf_free(&r->scan_row);
     st_buf_free(&r->pending.row);
     st_buf_free(&r->pending.value);
+    st_arena_deinit(&r->hold.arena);
+    free(r->hold.v);
+    free(r->hold.refs);
     st_buf_free(&r->msg);
     st_arena_deinit(&r->arena);
     free(r);
@@ -250,41 +286,148 @@ static st_code row_families(cs_reader *r, const sto_row_mut *row, node_cs_change
     return ST_OK;
 }
 
-/* Sends the pending record with the token of the current position. */
+static st_code damaged(cs_reader *r, int64_t stamp, st_err *err) {
+    return st_err_set(err, ST_DATA_LOSS,
+                      "the change record at stamp %" PRId64 " of a row of table %s is damaged "
+                      "and cannot be decoded; check the node's storage (docs/operations.md)",
+                      stamp, r->table);
+}
+
+/* Sends one decoded record with the token of the current position. */
+static st_code send_change(cs_reader *r, const sto_row_mut *row, st_err *err) {
+    char buf[32];
+    node_cs_change c = {row,
+                        (row->flags & STO_ROW_GC) != 0,
+                        cluster_id(r->n, row->origin, buf, sizeof buf),
+                        token_text(r),
+                        r->pos.w,
+                        NULL,
+                        0};
+    st_code rc = row_families(r, row, &c);
+    if (rc == ST_OK)
+        rc = node_cs_encode_change(&c, NODE_CS_MSG_VALUE_BYTES, &r->arena, &r->msg, emit, r);
+    if (rc != ST_OK)
+        st_err_set(err, rc,
+                   rc == ST_CANCELLED ? "the call ended while sending"
+                                      : "out of memory encoding a change record");
+    st_arena_deinit(&r->arena);
+    buf_recycle(&r->msg);
+    r->turn_records++;
+    r->hb_due = st_mono_us() + r->hb_us;
+    return rc;
+}
+
+/* Sends the pending record (from the ring: every value inline) with the token of the current
+ * position. */
 static st_code send_pending(cs_reader *r, st_err *err) {
     cs_rec *p = &r->pending;
     if (!p->set)
         return ST_OK;
     p->set = false;
     sto_row_mut row;
-    st_code rc = ST_OK;
-    if (!sto_row_mut_decode(S(&p->value), &row, &r->arena)) {
-        rc = st_err_set(err, ST_DATA_LOSS,
-                        "the change record at stamp %" PRId64 " of a row of table %s is damaged "
-                        "and cannot be decoded; check the node's storage (docs/operations.md)",
-                        p->stamp, r->table);
-    } else {
-        char buf[32];
-        node_cs_change c = {&row,
-                            (row.flags & STO_ROW_GC) != 0,
-                            cluster_id(r->n, row.origin, buf, sizeof buf),
-                            token_text(r),
-                            r->pos.w,
-                            NULL,
-                            0};
-        rc = row_families(r, &row, &c);
-        if (rc == ST_OK)
-            rc = node_cs_encode_change(&c, NODE_CS_MSG_VALUE_BYTES, &r->arena, &r->msg, emit, r);
-        if (rc != ST_OK)
-            st_err_set(err, rc,
-                       rc == ST_CANCELLED ? "the call ended while sending"
-                                          : "out of memory encoding a change record");
-    }
+    st_code rc = sto_row_mut_decode(S(&p->value), &row, &r->arena) ? send_change(r, &row, err)
+                                                                   : damaged(r, p->stamp, err);
     st_arena_deinit(&r->arena);
-    buf_recycle(&r->msg);
     buf_recycle(&p->value);
-    r->turn_records++;
-    r->hb_due = st_mono_us() + r->hb_us;
+    return rc;
+}
+
+/* ---- a scanned row's records and the values they reference ---- */
+
+static void hold_clear(cs_hold *h) {
+    st_arena_deinit(&h->arena);
+    h->n = h->n_refs = h->bytes = 0;
+}
+
+/* Holds the stored record value of stamp (its SetCells by reference become refs). */
+static st_code hold_add(cs_reader *r, int64_t stamp, st_slice value, st_err *err) {
+    cs_hold *h = &r->hold;
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 16;
+        cs_held *v = realloc(h->v, cap * sizeof *v);
+        if (!v)
+            goto oom;
+        h->v = v;
+        h->cap = cap;
+    }
+    cs_held *x = &h->v[h->n];
+    const void *copy = st_arena_dup(&h->arena, value.data, value.len);
+    if (!copy && value.len)
+        goto oom;
+    if (!sto_row_mut_decode(st_slice_make(copy, value.len), &x->row, &h->arena))
+        return damaged(r, stamp, err);
+    x->stamp = stamp;
+    for (size_t i = 0; (x->row.flags & NODE_CS_REC_REFS) && i < x->row.n_muts; i++) {
+        if (x->row.muts[i].type != STO_MUT_SET_CELL || x->row.muts[i].value.len > 0)
+            continue;
+        if (h->n_refs == h->cap_refs) {
+            size_t cap = h->cap_refs ? 2 * h->cap_refs : 16;
+            cs_ref *v = realloc(h->refs, cap * sizeof *v);
+            if (!v)
+                goto oom;
+            h->refs = v;
+            h->cap_refs = cap;
+        }
+        h->refs[h->n_refs++] = (cs_ref){h->n, i};
+    }
+    h->n++;
+    h->bytes += value.len;
+    return ST_OK;
+oom:
+    return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                      "out of memory reading change records; resume from the last continuation "
+                      "token");
+}
+
+/* A user cell of the held row: the value of every held SetCell that references it (same
+ * family, qualifier and timestamp: the value the cell has now, docs/changestreams.md). */
+static st_code hold_match(cs_hold *h, const sto_cell *c, st_err *err) {
+    const void *v = NULL; /* one copy of the value for every record naming the cell */
+    for (size_t i = 0; i < h->n_refs;) {
+        sto_mut *m = (sto_mut *)&h->v[h->refs[i].rec].row.muts[h->refs[i].mut];
+        if (m->ts_us != c->ts_us || !st_slice_eq(m->qualifier, c->qualifier) ||
+            !st_slice_eq(m->family, c->family)) {
+            i++;
+            continue;
+        }
+        if (!v && c->value.len && !(v = st_arena_dup(&h->arena, c->value.data, c->value.len)))
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                              "out of memory reading a referenced value; resume from the last "
+                              "continuation token");
+        m->value = st_slice_make(v, c->value.len);
+        h->refs[i] = h->refs[--h->n_refs];
+    }
+    return ST_OK;
+}
+
+/* Finds the held values in the row's user cells with an iterator of its own (the scan has not
+ * reached them yet). */
+static st_code hold_lookup(cs_reader *r, st_err *err) {
+    sto_range range = {S(&r->scan_row), false, S(&r->scan_row), true};
+    sto_iter *it = NULL;
+    st_code rc = sto_iter_new_flags(r->snap, &range, false, STO_ITER_USER, &it, err);
+    sto_cell c;
+    while (rc == ST_OK && r->hold.n_refs && (rc = sto_iter_next(it, &c, err)) == ST_OK)
+        rc = hold_match(&r->hold, &c, err);
+    if (it)
+        sto_iter_free(it);
+    return rc == ST_NOT_FOUND ? ST_OK : rc;
+}
+
+/* Sends the held records, each with the current position's token; last_pos (when given) moves
+ * the position past the row first for the last one (or at once when none is held). A SetCell
+ * whose cell is gone keeps its empty value. */
+static st_code hold_flush(cs_reader *r, void (*last_pos)(cs_reader *r), st_err *err) {
+    cs_hold *h = &r->hold;
+    st_code rc = ST_OK;
+    if (h->n == 0 && last_pos)
+        last_pos(r);
+    for (size_t i = 0; rc == ST_OK && i < h->n; i++) {
+        if (i + 1 == h->n && last_pos)
+            last_pos(r);
+        rc = send_change(r, &h->v[i].row, err);
+    }
+    hold_clear(h);
     return rc;
 }
 
@@ -360,7 +503,8 @@ static st_code scan_start(cs_reader *r, int64_t h, st_err *err) {
     st_code rc = sto_snapshot_new(tab->st, &r->snap, err);
     sto_range range = {from, false, S(&r->end), false};
     if (rc == ST_OK)
-        rc = sto_iter_new_flags(r->snap, &range, false, STO_ITER_SYSTEM, &r->it, err);
+        rc = sto_iter_new_flags(r->snap, &range, false, STO_ITER_SYSTEM | STO_ITER_USER, &r->it,
+                                err);
     if (rc != ST_OK) {
         scan_free(r);
         return rc;
@@ -409,34 +553,51 @@ static bool record_stamp(const sto_cell *c, int64_t *stamp) {
     return true;
 }
 
+/* The scan is over: every record in (w, scan_h] was sent. */
+static void pos_scan_done(cs_reader *r) {
+    btu_cs_pos_live(&r->pos, r->scan_h);
+}
+
 static st_code scan_end(cs_reader *r, st_err *err) {
-    int64_t h = r->scan_h;
     scan_free(r);
-    btu_cs_pos_live(&r->pos, h);
-    st_code rc = send_pending(r, err);
+    st_code rc = hold_flush(r, pos_scan_done, err); /* the last row's user cells were passed */
     return rc == ST_OK ? CS_AGAIN : rc;
 }
 
-/* Marks every record of row (and of the rows before it) in (w, scan_h] as sent. */
-static void pos_scan(cs_reader *r, st_slice row) {
+/* Marks every record of the scan's current row (and of the rows before it) in (w, scan_h] as
+ * sent. */
+static void pos_row_done(cs_reader *r) {
+    st_slice row = S(&r->scan_row);
     r->pos.scan = true;
     r->pos.h = r->scan_h;
     r->pos.key_len = row.len; /* row keys are at most BTU_ROW_KEY_MAX bytes */
     memcpy(r->pos.key, row.data, row.len);
 }
 
-/* The scan reached a new row: the one before it is complete, so its last record goes out with a
- * token naming that row (and without a record the position moves past it all the same). */
+/* The scan reached a new row: the one before it is complete (its user cells gave the values
+ * its records reference), so its records go out, the last with a token naming that row (and
+ * without a record the position moves past it all the same). */
 static st_code scan_next_row(cs_reader *r, st_slice row, st_err *err) {
     if (r->scan_row.len > 0 && r->scan_row.len <= BTU_ROW_KEY_MAX) {
-        pos_scan(r, S(&r->scan_row));
-        st_code rc = send_pending(r, err); /* pending, if any, is of that row */
+        st_code rc = hold_flush(r, pos_row_done, err);
         if (rc != ST_OK)
             return rc;
     }
     if (!buf_set(&r->scan_row, row))
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory scanning change records");
     return ST_OK;
+}
+
+/* A record of the current row: held until the row's user cells are passed; a full hold is
+ * looked up and sent first, with the position before the row. */
+static st_code scan_record(cs_reader *r, int64_t stamp, st_slice value, st_err *err) {
+    st_code rc = ST_OK;
+    if (r->hold.n >= CS_HOLD_RECORDS || r->hold.bytes >= CS_HOLD_BYTES) {
+        rc = hold_lookup(r, err);
+        if (rc == ST_OK)
+            rc = hold_flush(r, NULL, err);
+    }
+    return rc == ST_OK ? hold_add(r, stamp, value, err) : rc;
 }
 
 static st_code scan(cs_reader *r, st_err *err) {
@@ -457,12 +618,15 @@ static st_code scan(cs_reader *r, st_err *err) {
         r->turn_cells++;
         if (!st_slice_eq(c.row, S(&r->scan_row)) && (rc = scan_next_row(r, c.row, err)) != ST_OK)
             return rc;
+        if (!sto_family_is_system(c.family)) { /* after the row's records */
+            if (r->hold.n_refs && (rc = hold_match(&r->hold, &c, err)) != ST_OK)
+                return rc;
+            continue;
+        }
         int64_t stamp;
         if (!record_stamp(&c, &stamp) || stamp <= r->pos.w || stamp > r->scan_h)
             continue;
-        /* A record of the same row before it: sent with the position before the row. */
-        if ((rc = send_pending(r, err)) != ST_OK ||
-            (rc = pending_set(r, stamp, c.row, c.value, err)) != ST_OK)
+        if ((rc = scan_record(r, stamp, c.value, err)) != ST_OK)
             return rc;
     }
 }
@@ -522,6 +686,7 @@ static void close_stream(cs_reader *r, st_code code, const char *msg, const node
         n = pieces_of(t, S(&r->start), S(&r->end), pieces);
     }
     r->pending.set = false; /* not sent: the new partitions' readers send it */
+    hold_clear(&r->hold);
     st_code rc = node_cs_encode_close(&r->msg, code, msg, pieces, n, token_text(r));
     free(pieces);
     if (rc == ST_OK)
@@ -755,11 +920,7 @@ static st_code stream_times(cs_reader *r, const Google__Bigtable__V2__ReadChange
         r->has_end = true;
     }
     r->hb_us = CS_HEARTBEAT_US_DEFAULT;
-    const Google__Protobuf__Duration *d = req->heartbeat_duration;
-    if (d && (d->seconds < 0 || d->nanos < 0 || d->nanos > 999999999))
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "heartbeat_duration must be positive (got %lld s %d ns)",
-                          (long long)d->seconds, (int)d->nanos);
+    const Google__Protobuf__Duration *d = req->heartbeat_duration; /* btu_cs_check_times */
     if (d && (d->seconds > 0 || d->nanos > 0)) {
         int64_t us = d->seconds > CS_HEARTBEAT_US_MAX / 1000000
                          ? CS_HEARTBEAT_US_MAX
@@ -787,10 +948,12 @@ static cs_reader *reader_new(node_ctx *n, rpc_call *call, const node_table *meta
     if (!r)
         return NULL;
     r->n = n;
+    node_cs_readers_add(n, 1); /* records go to the ring from now on */
     r->call = call;
     snprintf(r->table, sizeof r->table, "%s", meta->name);
     r->since_us = meta->cs_since_us;
     st_arena_init(&r->arena, CS_ARENA_BLOCK_BYTES);
+    st_arena_init(&r->hold.arena, CS_HOLD_ARENA_BYTES);
     r->watcher.table = r->table;
     r->watcher.fn = on_watch;
     r->timer = evtimer_new(n->base, on_timer, r);
@@ -806,6 +969,8 @@ static st_code reader_setup(cs_reader *r, const node_table *meta, btu_key_range 
                             const Google__Bigtable__V2__ReadChangeStreamRequest *req, st_err *err) {
     st_arena *a = rpc_call_arena(r->call);
     st_code rc = streams_on(meta, err);
+    if (rc == ST_OK)
+        rc = btu_cs_check_times(req, err);
     if (rc == ST_OK)
         rc = btu_cs_partition_range(req->partition, "partition", a, part, err);
     if (rc == ST_OK)

@@ -13,11 +13,17 @@
 /* The ring's bound: records of this many bytes stay in memory for live readers. One buffer,
  * allocated at the first record, so keeping records costs no allocation per write. */
 #define CS_RING_BYTES ((size_t)64 << 20)
-#define CS_REC_HEAD 12 /* a record in the ring: le32 table length (with its NUL), row, value */
+#define CS_REC_HEAD 12
+/* After the last ReadChangeStream call of the node ends, the ring is filled on for this long: a
+ * consumer that reconnects (a retry, a router pausing a slow client, new partitions after a
+ * split) finds the writes made in between in memory, not by scanning its tablet again. */
+#define CS_RING_GRACE_US                                                                           \
+    (10LL * 60 * 1000000) /* a record in the ring: le32 table length (with its NUL), row, value */
 
 /* One write's records: built by node_cs_write_prepare, kept by the ring once durable. */
 struct node_cs_write {
     int64_t stamp;
+    bool ringless;     /* no stream was open when it was built: the ring skips it */
     size_t n;          /* records */
     node_cs_rec *recs; /* pointing into data once the write is built */
     st_buf data;       /* table names, row keys, qualifiers, record values */
@@ -67,6 +73,9 @@ typedef struct node_cs {
     size_t n_arrivals;
     node_cs_watcher *watchers;
     size_t tables_on;      /* tables with streams on */
+    size_t readers;        /* ReadChangeStream calls open */
+    int64_t ring_until;    /* st_mono_us until which the ring is filled without a reader (0: a
+                              reader was never seen) */
     size_t hint_t, hint_j; /* the last tablet found by id: n->tables[hint_t].v[hint_j] */
     st_buf scratch;        /* sto_mut: a record's mutations while encoding */
     /* GC batches posted to the loop and not yet run (freed at close if the loop never runs
@@ -263,9 +272,47 @@ static st_code record_muts(node_cs *cs, const node_table *meta, const sto_row_mu
     return ST_OK;
 }
 
-/* Offsets of one record inside w->data while the buffer may still move. */
+/* Whether SetCell muts[i] leaves its cell as written: no later mutation of the same row
+ * mutation overwrites it (same timestamp) or deletes it. */
+static bool cell_kept(const sto_mut *muts, size_t n, size_t i) {
+    const sto_mut *s = &muts[i];
+    for (size_t j = i + 1; j < n; j++) {
+        const sto_mut *m = &muts[j];
+        if (!st_slice_eq(m->family, s->family))
+            continue;
+        if (m->type == STO_MUT_DEL_FAMILY)
+            return false;
+        if (!st_slice_eq(m->qualifier, s->qualifier))
+            continue;
+        if (m->type == STO_MUT_SET_CELL && m->ts_us == s->ts_us)
+            return false;
+        if (m->type == STO_MUT_DEL_COLUMN && s->ts_us >= m->ts_start_us &&
+            (m->ts_end_us == STO_TS_END_INF || s->ts_us < m->ts_end_us))
+            return false;
+    }
+    return true;
+}
+
+/* Empties the values the stored record keeps by reference (docs/changestreams.md, Values by
+ * reference); whether there was any. */
+static bool values_to_refs(sto_mut *muts, size_t n) {
+    if (n > NODE_CS_REF_MUTS_MAX)
+        return false;
+    bool any = false;
+    for (size_t i = 0; i < n; i++)
+        if (muts[i].type == STO_MUT_SET_CELL && muts[i].value.len >= NODE_CS_REF_MIN_BYTES &&
+            cell_kept(muts, n, i)) {
+            muts[i].value = st_slice_make(NULL, 0);
+            any = true;
+        }
+    return any;
+}
+
+/* Offsets of one record inside w->data while the buffer may still move: the table, the row,
+ * the qualifier, the record as the ring keeps it (every value) and as storage keeps it (values
+ * by reference; the same bytes when it has none). */
 typedef struct rec_ref {
-    size_t table, row, row_len, qual, value, value_len;
+    size_t table, row, row_len, qual, value, value_len, stored, stored_len;
     size_t mut; /* index of the record's SetCell in w->muts */
 } rec_ref;
 
@@ -308,10 +355,23 @@ static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *met
     ref->qual = w->data.len;
     if (rc == ST_OK)
         rc = st_buf_append(&w->data, qual, sizeof qual);
+    /* the ring's encoding (every value), unless no stream is open */
     ref->value = w->data.len;
-    if (rc == ST_OK)
+    if (rc == ST_OK && !w->ringless)
         rc = sto_row_mut_encode(&w->data, &rec);
     ref->value_len = w->data.len - ref->value;
+    /* storage's (values by reference), when it differs */
+    bool refs = rc == ST_OK && mode != NODE_WRITE_GC &&
+                values_to_refs((sto_mut *)cs->scratch.data, rec.n_muts);
+    if (refs)
+        rec.flags |= NODE_CS_REC_REFS;
+    ref->stored = ref->value;
+    ref->stored_len = ref->value_len;
+    if (rc == ST_OK && (refs || w->ringless)) {
+        ref->stored = w->data.len;
+        rc = sto_row_mut_encode(&w->data, &rec);
+        ref->stored_len = w->data.len - ref->stored;
+    }
     if (rc == ST_INVALID_ARGUMENT)
         return st_err_set(err, rc,
                           "row mutation too large for its change record (at most %u mutations "
@@ -360,7 +420,7 @@ static void write_finalize(node_cs_write *w, const rec_ref *refs) {
                       .family = st_slice_make(NODE_CS_FAMILY, NODE_CS_FAMILY_LEN),
                       .qualifier = st_slice_make(w->data.data + f->qual, NODE_CS_QUALIFIER_LEN),
                       .ts_us = w->stamp,
-                      .value = rec->value};
+                      .value = st_slice_make(w->data.data + f->stored, f->stored_len)};
     }
 }
 
@@ -393,12 +453,12 @@ static st_code write_build(node_ctx *n, node_cs_write *w, const sto_row_mut *row
     for (size_t i = 0; i < count; i++) {
         if (!metas[i])
             continue;
-        /* room for the record (its encoding is about the size of the row's mutations), so
-         * the buffer is allocated once */
-        bytes += strlen(metas[i]->name) + 2 * rows[i].row.len + NODE_CS_QUALIFIER_LEN + 64;
+        /* room for the record twice (each encoding is about the size of the row's mutations;
+         * the stored one without the values it references), so the buffer is allocated once */
+        bytes += strlen(metas[i]->name) + 3 * rows[i].row.len + NODE_CS_QUALIFIER_LEN + 128;
         for (size_t j = 0; j < rows[i].n_muts; j++)
-            bytes += rows[i].muts[j].family.len + rows[i].muts[j].qualifier.len +
-                     rows[i].muts[j].value.len + 32;
+            bytes += 2 * (rows[i].muts[j].family.len + rows[i].muts[j].qualifier.len + 32) +
+                     rows[i].muts[j].value.len;
     }
     if (st_buf_reserve(&w->data, bytes) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building change records");
@@ -442,6 +502,7 @@ st_code node_cs_write_prepare(node_ctx *n, const sto_row_mut *rows, size_t count
             rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory preparing a write");
         } else {
             w->stamp = recorded ? node_cs_next_stamp(n) : 0;
+            w->ringless = n->cs->readers == 0 && st_mono_us() >= n->cs->ring_until;
             rc = write_build(n, w, rows, count, metas, mode, err);
             if (rc != ST_OK) {
                 write_free(w);
@@ -589,6 +650,11 @@ static st_code blocks_grow(node_cs *cs) {
 
 /* Copies w's records into the ring. */
 static st_code ring_push(node_cs *cs, const node_cs_write *w) {
+    if (w->ringless) { /* a reader reaching back to it reads storage */
+        if (w->stamp > cs->evicted_upto)
+            cs->evicted_upto = w->stamp;
+        return ST_OK;
+    }
     size_t need = 0;
     for (size_t k = 0; k < w->n; k++)
         need +=
@@ -761,6 +827,15 @@ node_cs_ring_rc node_cs_ring_scan(node_ctx *n, const char *table, st_slice start
 }
 
 /* ---- watchers ---- */
+
+void node_cs_readers_add(node_ctx *n, int delta) {
+    if (!n->cs)
+        return;
+    if (delta > 0)
+        n->cs->readers++;
+    else if (n->cs->readers > 0 && --n->cs->readers == 0)
+        n->cs->ring_until = st_mono_us() + CS_RING_GRACE_US;
+}
 
 void node_cs_watch(node_ctx *n, node_cs_watcher *w) {
     node_cs *cs = n->cs;

@@ -862,6 +862,16 @@ static void print_lag(const bench_env *env, const bench_result *res, size_t n_ro
     }
 }
 
+static double cs_cpu_us(double cpu_s, uint64_t calls) {
+    return calls ? cpu_s * 1e6 / (double)calls : 0;
+}
+
+/* Server CPU per write with streams on / off. */
+static double cs_cpu_ratio(const bench_result *r) {
+    double off = cs_cpu_us(r->cs_off_cpu_s, r->cs_off_calls);
+    return off > 0 ? cs_cpu_us(r->cs_on_cpu_s, r->calls) / off : 0;
+}
+
 /* The changes workload: change latency, catch-up, write cost. */
 static void print_cs(const bench_env *env, const bench_result *res, size_t n_rows) {
     for (size_t i = 0; i < n_rows * env->n_targets; i++) {
@@ -879,9 +889,22 @@ static void print_cs(const bench_env *env, const bench_result *res, size_t n_row
                    (unsigned long long)r->cs_backlog, r->cs_catchup_s,
                    r->cs_catchup_s > 0 ? (double)r->cs_backlog_received / r->cs_catchup_s : 0,
                    (unsigned long long)r->cs_backlog_received);
+        if (r->cs_backlog && r->cs_backlog_received && r->cs_catchup_cpu_ok)
+            printf("catch-up CPU per change: servers (router + nodes) %.2f us, consumer %.2f us\n",
+                   cs_cpu_us(r->cs_catchup_cpu_s, r->cs_backlog_received),
+                   cs_cpu_us(r->cs_catchup_client_cpu_s, r->cs_backlog_received));
         if (r->cs_off_calls)
             printf("writes: streams on %.1f ops/s, off %.1f ops/s: on / off = %.3f\n", ops_s(r),
                    r->cs_off_ops_s, r->cs_off_ops_s > 0 ? ops_s(r) / r->cs_off_ops_s : 0);
+        if (r->cs_off_calls && r->cs_cpu_ok && r->calls)
+            printf("server CPU per write (router + nodes): streams on %.1f us, off %.1f us: "
+                   "on / off = %.3f\n",
+                   cs_cpu_us(r->cs_on_cpu_s, r->calls), cs_cpu_us(r->cs_off_cpu_s, r->cs_off_calls),
+                   cs_cpu_ratio(r));
+        if (r->cs_node_rss_peak_kb)
+            printf("node RSS: peak %.1f MiB (%s, sampled every 200 ms) of a %d MiB budget\n",
+                   (double)r->cs_node_rss_peak_kb / 1024.0, r->cs_node_rss_name,
+                   BENCH_CS_NODE_BUDGET_MIB);
     }
 }
 
@@ -901,6 +924,19 @@ static void kv_cs(const bench_result *r) {
     if (r->cs_off_calls)
         printf(" changes.%s.cs.off_ops_s=%.1f changes.%s.cs.write_cost_ratio=%.3f", l,
                r->cs_off_ops_s, l, r->cs_off_ops_s > 0 ? ops_s(r) / r->cs_off_ops_s : 0);
+    if (r->cs_backlog && r->cs_backlog_received && r->cs_catchup_cpu_ok)
+        printf(" changes.%s.cs.catchup_cpu_us_per_change=%.2f "
+               "changes.%s.cs.catchup_client_cpu_us_per_change=%.2f",
+               l, cs_cpu_us(r->cs_catchup_cpu_s, r->cs_backlog_received), l,
+               cs_cpu_us(r->cs_catchup_client_cpu_s, r->cs_backlog_received));
+    if (r->cs_off_calls && r->cs_cpu_ok && r->calls)
+        printf(" changes.%s.cs.on_cpu_us_per_write=%.2f changes.%s.cs.off_cpu_us_per_write=%.2f "
+               "changes.%s.cs.cpu_cost_ratio=%.3f",
+               l, cs_cpu_us(r->cs_on_cpu_s, r->calls), l,
+               cs_cpu_us(r->cs_off_cpu_s, r->cs_off_calls), l, cs_cpu_ratio(r));
+    if (r->cs_node_rss_peak_kb)
+        printf(" changes.%s.cs.node_rss_peak_mb=%.1f changes.%s.cs.node_budget_mb=%d", l,
+               (double)r->cs_node_rss_peak_kb / 1024.0, l, BENCH_CS_NODE_BUDGET_MIB);
 }
 
 static void kv_result(const bench_result *r, const bench_target *t) {

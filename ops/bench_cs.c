@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "bench_run.h"
@@ -32,6 +33,7 @@
 #define BENCH_CS_RETENTION_US (24LL * 3600 * 1000000)
 #define BENCH_CS_HEARTBEAT_S 1
 #define BENCH_CS_CATCHUP_MARGIN_US 1000
+#define BENCH_CS_RSS_PERIOD_MS 200
 
 typedef struct cs_bench cs_bench;
 
@@ -75,6 +77,9 @@ struct cs_bench {
     char cs_msg[ST_ERR_MSG_MAX];
     struct event *grace;
     bool grace_over;
+    struct event *guard; /* the backlog phase's */
+    uint64_t guard_seen; /* backlog changes received at its last check */
+    struct event *rss_timer;
 };
 
 static int64_t mono_ns(void) {
@@ -109,6 +114,52 @@ static bool seq_room(cs_bench *b, uint64_t seq) {
     memset(r + b->cap, 0, (cap - b->cap) * sizeof(*r));
     b->cap = cap;
     return true;
+}
+
+/* ---- the target's processes ---- */
+
+/* CPU seconds of the target's processes so far; false when one cannot be read. */
+static bool procs_cpu(const bench_target *t, double *cpu) {
+    *cpu = 0;
+    for (size_t i = 0; i < t->n_pids; i++) {
+        ops_proc_stat st;
+        if (!ops_proc_stat_read(t->pids[i], &st))
+            return false;
+        *cpu += st.cpu_s;
+    }
+    return t->n_pids > 0;
+}
+
+static double self_cpu_s(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+           ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* Keeps the largest RSS of a node seen so far. */
+static void rss_sample(cs_bench *b) {
+    const bench_target *t = b->t;
+    for (size_t i = 0; i < t->n_pids; i++) {
+        ops_proc_stat st;
+        if (strcmp(t->pid_names[i], "router") == 0 || !ops_proc_stat_read(t->pids[i], &st) ||
+            st.rss_kb <= b->res->cs_node_rss_peak_kb)
+            continue;
+        b->res->cs_node_rss_peak_kb = st.rss_kb;
+        if (t->pid_names[i][0])
+            snprintf(b->res->cs_node_rss_name, sizeof b->res->cs_node_rss_name, "%s",
+                     t->pid_names[i]);
+        else
+            snprintf(b->res->cs_node_rss_name, sizeof b->res->cs_node_rss_name, "pid %d",
+                     (int)t->pids[i]);
+    }
+}
+
+static void rss_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rss_sample(arg);
 }
 
 /* ---- writers ---- */
@@ -276,6 +327,20 @@ static void grace_cb(evutil_socket_t fd, short what, void *arg) {
     event_base_loopbreak(b->base);
 }
 
+/* The backlog's guard: the consumer is given up on only after a grace period without a new
+ * backlog change (a large backlog may take longer than one period to catch up). */
+static void backlog_guard_cb(evutil_socket_t fd, short what, void *arg) {
+    cs_bench *b = arg;
+    if (b->received_backlog == b->guard_seen) {
+        grace_cb(fd, what, arg);
+        return;
+    }
+    b->guard_seen = b->received_backlog;
+    struct timeval tv = {BENCH_CS_GRACE_MS / 1000, 0};
+    if (evtimer_add(b->guard, &tv) != 0)
+        grace_cb(fd, what, arg);
+}
+
 static st_code consumer_start(cs_bench *b, int64_t start_us, int64_t stop_us, st_err *err) {
     char addr[OPS_ADDR_MAX + 16];
     snprintf(addr, sizeof addr, strchr(b->t->host, ':') ? "[%s]:%u" : "%s:%u", b->t->host,
@@ -323,21 +388,28 @@ static void phase_backlog(cs_bench *b, st_err *err) {
     write_phase(b, b->next_seq + cfg->cs_backlog, 0);
     b->backlog_end = b->next_seq;
     uint64_t written = b->ok;
+    double cpu0, cpu1, self0 = self_cpu_s();
+    bool cpu_ok = procs_cpu(b->t, &cpu0);
     int64_t t0 = mono_ns();
     if (consumer_start(b, start_us, st_wall_us(), err) != ST_OK)
         return;
     /* a consumer that makes no progress (a stream failing over and over) is given up on after
-     * the grace period: what it did not deliver counts as missing */
+     * a grace period without a new change: what it did not deliver counts as missing */
     b->grace_over = false;
-    struct event *guard = evtimer_new(b->base, grace_cb, b);
+    b->guard_seen = b->received_backlog;
+    b->guard = evtimer_new(b->base, backlog_guard_cb, b);
     struct timeval tv = {BENCH_CS_GRACE_MS / 1000, 0};
-    if (guard)
-        evtimer_add(guard, &tv);
+    if (b->guard)
+        evtimer_add(b->guard, &tv);
     while (!b->cs_done && !b->grace_over && !bench_stop_requested())
         event_base_loop(b->base, EVLOOP_ONCE);
-    if (guard)
-        event_free(guard);
+    if (b->guard)
+        event_free(b->guard);
+    b->guard = NULL;
     b->res->cs_catchup_s = (double)(mono_ns() - t0) / 1e9;
+    b->res->cs_catchup_cpu_ok = cpu_ok && procs_cpu(b->t, &cpu1);
+    b->res->cs_catchup_cpu_s = b->res->cs_catchup_cpu_ok ? cpu1 - cpu0 : 0;
+    b->res->cs_catchup_client_cpu_s = self_cpu_s() - self0;
     consumer_end(b);
     b->res->cs_backlog = written;
     b->res->cs_backlog_received = b->received_backlog;
@@ -355,9 +427,13 @@ static void phase_live(cs_bench *b, st_err *err) {
     if (consumer_start(b, st_wall_us(), 0, err) != ST_OK)
         return;
     b->live = true;
+    double cpu0, cpu1;
+    bool cpu_ok = procs_cpu(b->t, &cpu0);
     int64_t t0 = mono_ns();
     write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, cfg->duration_s);
     b->res->elapsed_s = (double)(mono_ns() - t0) / 1e9;
+    b->res->cs_cpu_ok = cpu_ok && procs_cpu(b->t, &cpu1);
+    b->res->cs_on_cpu_s = b->res->cs_cpu_ok ? cpu1 - cpu0 : 0;
     b->live = false;
     b->grace_over = false;
     b->grace = evtimer_new(b->base, grace_cb, b);
@@ -387,9 +463,13 @@ static void phase_off(cs_bench *b) {
     snprintf(b->table, sizeof b->table, "projects/%s/instances/%s/tables/%s-nocs", cfg->project,
              cfg->instance, cfg->table);
     uint64_t ok0 = b->ok;
+    double cpu0, cpu1;
+    bool cpu_ok = procs_cpu(b->t, &cpu0);
     int64_t t0 = mono_ns();
     write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, cfg->duration_s);
     double s = (double)(mono_ns() - t0) / 1e9;
+    b->res->cs_cpu_ok = b->res->cs_cpu_ok && cpu_ok && procs_cpu(b->t, &cpu1);
+    b->res->cs_off_cpu_s = b->res->cs_cpu_ok ? cpu1 - cpu0 : 0;
     b->res->cs_off_calls = b->ok - ok0;
     b->res->cs_off_ops_s = s > 0 ? (double)(b->ok - ok0) / s : 0;
 }
@@ -433,6 +513,11 @@ static st_code cs_setup(cs_bench *b, st_err *err) {
     st_rng_seed(&rng, cfg->seed);
     for (uint32_t i = 0; i < cfg->value_bytes; i++)
         b->value[i] = (uint8_t)st_rng_next(&rng);
+    b->rss_timer = event_new(b->base, -1, EV_PERSIST, rss_timer_cb, b);
+    struct timeval period = {0, BENCH_CS_RSS_PERIOD_MS * 1000};
+    if (!b->rss_timer || event_add(b->rss_timer, &period) != 0)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory setting up the run");
+    rss_sample(b);
     for (uint32_t i = 0; i < b->n_slots; i++) {
         b->slots[i] = (cs_slot){.b = b, .conn = i % b->n_conns};
         b->slots[i].retry = evtimer_new(b->base, slot_retry_cb, &b->slots[i]);
@@ -443,6 +528,10 @@ static st_code cs_setup(cs_bench *b, st_err *err) {
 }
 
 static void cs_teardown(cs_bench *b) {
+    if (b->rss_timer) {
+        rss_sample(b);
+        event_free(b->rss_timer);
+    }
     for (uint32_t i = 0; b->clients && i < b->n_conns; i++)
         if (b->clients[i])
             rpc_client_free(b->clients[i]);

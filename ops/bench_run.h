@@ -123,6 +123,19 @@ typedef struct bench_result {
     double cs_catchup_s;
     uint64_t cs_off_calls;
     double cs_off_ops_s;
+    /* CPU of the target's processes (router and nodes) while the live writes ran with streams
+     * on (consumer included) and off: CPU per write, which the machine's other load moves less
+     * than throughput */
+    bool cs_cpu_ok;
+    double cs_on_cpu_s, cs_off_cpu_s;
+    /* CPU while the backlog was caught up: the target's processes (cs_catchup_cpu_ok) and this
+     * process (the consumer) */
+    bool cs_catchup_cpu_ok;
+    double cs_catchup_cpu_s, cs_catchup_client_cpu_s;
+    /* the largest VmRSS of a node (a process not named "router"), sampled every
+     * BENCH_CS_RSS_PERIOD_MS during the whole workload, and which node */
+    uint64_t cs_node_rss_peak_kb;
+    char cs_node_rss_name[BENCH_PROC_NAME_MAX];
     /* --storm: the workload's latencies before the storm and while it ran, the connections
      * that completed their call and those that failed, and how long the storm took */
     ops_hist storm_before, storm_during;
@@ -130,6 +143,11 @@ typedef struct bench_result {
     double storm_s;
     char storm_error[160];
 } bench_result;
+
+/* The node memory budget the changes workload compares node RSS with (MiB): 256 MiB of
+ * memtables + 256 MiB of block cache + 64 MiB of other buffers (docs/strata-bench.md, Memory) +
+ * the change-stream ring (64 MiB, docs/changestreams.md). */
+#define BENCH_CS_NODE_BUDGET_MIB 640
 
 /* Creates app profile `id` routing to `cluster` (single-cluster) through the instance admin API
  * unless it exists: the lag probe's way to read from the other cluster through the router. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "backup_export.h"
 #include "bench.h"
 #include "changes.h"
 #include "instance.h"
@@ -31,6 +32,7 @@ static const strata_cmd commands[] = {
      "stop and start one process of a local instance (east-1, router)"},
     {"auth", ops_auth_main, "principals, tokens and roles of a router's --auth-file"},
     {"changes", ops_changes_main, "print a table's change stream as JSON lines (--follow)"},
+    {"backup", ops_backup_main, "backups: create/list/restore, export/import/verify a directory"},
     {"help", cmd_help, "list the commands, or `strata help CMD` for one"},
 };
 #define COMMANDS_COUNT (sizeof(commands) / sizeof(commands[0]))

@@ -83,29 +83,44 @@ st_code rtr_audit_format(const rtr_audit_rec *rec, int64_t wall_us, st_buf *out)
 
 /* ---- the writer ---- */
 
+/* Logs a failure once per outage (the writer retries at every batch), and the recovery. */
 static void audit_reopen(rtr_audit *a) {
+    bool was_open = a->fd >= 0;
     if (a->fd >= 0)
         close(a->fd);
     a->fd = open(a->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     struct stat st;
     a->size = a->fd >= 0 && fstat(a->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
-    if (a->fd < 0)
+    if (a->fd >= 0 && !was_open)
+        st_log(ST_LOG_INFO, "router", "msg=\"audit log open again\" path=%s", a->path);
+    if (a->fd < 0 && was_open)
         st_log(ST_LOG_ERROR, "router",
-               "msg=\"cannot open the audit log: lines are lost\" path=%s "
+               "msg=\"cannot open the audit log: lines are lost until it opens again (retried at "
+               "every line); check the directory's permissions and free space\" path=%s "
                "err=\"%s\"",
                a->path, strerror(errno));
 }
 
-/* Writes a batch (whole lines), rotating first when it would pass bytes_max. */
-static void audit_write(rtr_audit *a, const uint8_t *p, size_t n) {
-    if (a->size > 0 && a->size + n > a->bytes_max) {
-        char old[RTR_AUDIT_PATH_MAX + 3];
-        snprintf(old, sizeof old, "%s.1", a->path);
-        if (rename(a->path, old) != 0)
-            st_log(ST_LOG_WARN, "router", "msg=\"audit log rotation failed\" err=\"%s\"",
-                   strerror(errno));
-        audit_reopen(a);
-    }
+/* Whether the file is still ours: an operator or logrotate may have moved or removed it (the
+ * lines would go on into the old inode, out of sight), or an earlier open may have failed. */
+static bool audit_file_ok(const rtr_audit *a) {
+    struct stat path_st, fd_st;
+    return a->fd >= 0 && stat(a->path, &path_st) == 0 && fstat(a->fd, &fd_st) == 0 &&
+           path_st.st_dev == fd_st.st_dev && path_st.st_ino == fd_st.st_ino;
+}
+
+/* FILE -> FILE.1 and a new FILE; false when the new file is not empty (the rename failed). */
+static bool audit_rotate(rtr_audit *a) {
+    char old[RTR_AUDIT_PATH_MAX + 3];
+    snprintf(old, sizeof old, "%s.1", a->path);
+    if (rename(a->path, old) != 0)
+        st_log(ST_LOG_WARN, "router", "msg=\"audit log rotation failed\" err=\"%s\"",
+               strerror(errno));
+    audit_reopen(a);
+    return a->size == 0;
+}
+
+static void audit_write_all(rtr_audit *a, const uint8_t *p, size_t n) {
     while (n > 0 && a->fd >= 0) {
         ssize_t w = write(a->fd, p, n);
         if (w < 0 && errno == EINTR)
@@ -118,6 +133,38 @@ static void audit_write(rtr_audit *a, const uint8_t *p, size_t n) {
         p += w;
         n -= (size_t)w;
         a->size += (uint64_t)w;
+    }
+}
+
+/* Writes a batch of whole lines, as many at a time as fit under bytes_max, rotating between
+ * them, so no line is split across files and FILE passes the bound only by a line longer than
+ * it. */
+static void audit_write(rtr_audit *a, const uint8_t *p, size_t n) {
+    if (!audit_file_ok(a)) {
+        if (a->fd >= 0)
+            st_log(ST_LOG_WARN, "router",
+                   "msg=\"the audit log was moved or removed: starting a new file\" path=%s",
+                   a->path);
+        audit_reopen(a);
+    }
+    bool force = false; /* a rotation that did not empty FILE: write anyway */
+    while (n > 0 && a->fd >= 0) {
+        size_t take = 0;
+        while (take < n) {
+            const uint8_t *nl = memchr(p + take, '\n', n - take);
+            size_t line = nl ? (size_t)(nl - (p + take)) + 1 : n - take;
+            if (!force && a->size + take > 0 && a->size + take + line > a->bytes_max)
+                break;
+            take += line;
+        }
+        if (take == 0) {
+            force = !audit_rotate(a);
+            continue;
+        }
+        audit_write_all(a, p, take);
+        p += take;
+        n -= take;
+        force = false;
     }
 }
 

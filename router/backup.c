@@ -702,6 +702,7 @@ void rtr_bk_close(rtr_ctx *r) {
     rtr_bk *bk = r->bk;
     if (!bk)
         return;
+    rtr_bk_jobs_free(r);
     if (bk->sweep_timer)
         event_free(bk->sweep_timer);
     free(bk);

@@ -136,6 +136,9 @@ void rtr_bk_delete(rtr_ctx *r, const char *name, rtr_meta_done_fn done, void *ar
 /* Rewrites the record of every running job of this router (its lease, its progress). */
 void rtr_bk_jobs_renew(rtr_ctx *r);
 bool rtr_bk_job_exists(rtr_ctx *r, const char *op_name);
+/* At close, after every callback ran: frees the jobs left (their records stay not done; the
+ * sweep of the next start finishes them). */
+void rtr_bk_jobs_free(rtr_ctx *r);
 /* Finishes an operation of a dead router as failed, cleaning its partial work (BK_REAP). */
 void rtr_bk_reap(rtr_ctx *r, const char *op_name, st_slice op_rec);
 

@@ -74,7 +74,8 @@ struct bk_job {
     size_t n_freeze;
     bk_task *tasks; /* COPY, RESTORE */
     size_t n_tasks, next_task, done_tasks;
-    size_t step; /* RESTORE: 0 drop, 1 put, 2 tasks, 3 record */
+    size_t step;              /* RESTORE: 0 drop, 1 put, 2 tasks, 3 record */
+    uint32_t rounds, retried; /* CREATE: freeze rounds; tablets that split, moved or failed */
 };
 
 static void *arena_alloc(void *data, size_t size) {
@@ -109,6 +110,14 @@ static void job_free(bk_job *j) {
     st_buf_free(&j->schema);
     st_arena_deinit(&j->arena);
     free(j);
+}
+
+void rtr_bk_jobs_free(rtr_ctx *r) {
+    while (r->bk->jobs) {
+        st_log(ST_LOG_WARN, "router", "operation %s: left unfinished at close",
+               r->bk->jobs->op_name);
+        job_free(r->bk->jobs);
+    }
 }
 
 bool rtr_bk_busy(rtr_ctx *r, const char *name) {
@@ -452,6 +461,7 @@ static void freeze_done(rtr_fan *f, void *arg) {
             continue; /* unreadable or overlapping: the range is frozen again next round */
         j->last_err = res->err;
         j->last_err.code = res->code;
+        j->retried++;
         if (fatal_code(res->code) && !st_is_not_owner(res->code, res->err.msg))
             fatal = res->code;
     }
@@ -476,6 +486,7 @@ static void create_refreshed(void *arg) {
         return;
     }
     const rtr_tmap_table *t = rtr_tmap_find(j->cluster->map, j->table);
+    j->rounds++;
     free(j->freeze);
     j->freeze = calloc(t && t->n ? t->n : 1, sizeof *j->freeze);
     j->n_freeze = 0;
@@ -581,7 +592,9 @@ static void create_finish(bk_job *j) {
     btu_cs_time_set(end, st_wall_us());
     j->rec->backup->end_time = end;
     ((Google__Bigtable__Admin__V2__CreateBackupMetadata *)j->md)->end_time = end;
-    st_log(ST_LOG_INFO, "router", "backup %s: %zu pieces frozen", j->backup, j->n_pieces);
+    st_log(ST_LOG_INFO, "router",
+           "backup %s: %zu pieces frozen in %u rounds (%u tablets split, moved or retried)",
+           j->backup, j->n_pieces, j->rounds, j->retried);
     ready_record(j);
 }
 
@@ -646,6 +659,7 @@ static void task_stage_done(bk_task *t) {
     } else {
         t->stage++;
     }
+    j->progress_us = st_mono_us();
     if (t->stage == 2) {
         j->done_tasks++;
         job_progress(j, j->done_tasks, j->n_tasks + 1);
@@ -662,7 +676,9 @@ static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg)
         code = ST_OK; /* the tablet of an earlier attempt of this step */
     if (code == ST_OK && !j->failing) {
         task_stage_done(t);
-    } else if (!j->failing && !fatal_code(code) && ++t->attempts < RTR_RETRIES_MAX) {
+    } else if (!j->failing && !fatal_code(code) && ++t->attempts &&
+               st_mono_us() - j->progress_us <= (int64_t)RTR_BK_STALL_MS * 1000) {
+        /* a node restarting or a piece busy: again, until nothing progressed for the bound */
         j->pending++;
         if (rtr_later_add(j->r, rtr_backoff_ms(t->attempts), task_start, t) == ST_OK)
             return;
@@ -762,6 +778,12 @@ static void copy_run(bk_job *j) {
 
 static void restore_step(bk_job *j);
 
+static void restore_again(void *arg) {
+    bk_job *j = arg;
+    if (job_back(j) && !job_cancelled(j))
+        restore_step(j);
+}
+
 static void restore_fan_done(rtr_fan *f, void *arg) {
     bk_job *j = arg;
     st_err err = {0};
@@ -769,10 +791,20 @@ static void restore_fan_done(rtr_fan *f, void *arg) {
     rtr_fan_free(f);
     if (!job_back(j) || job_cancelled(j))
         return;
-    if (rc != ST_OK) {
+    bool stalled = st_mono_us() - j->progress_us > (int64_t)RTR_BK_STALL_MS * 1000;
+    if (rc != ST_OK && (fatal_code(rc) || stalled)) {
         job_fail(j, rc, "could not install the schema of %s on every node: %s", j->table, err.msg);
         return;
     }
+    if (rc != ST_OK) { /* a node restarting: the step again, after a pause */
+        j->pending++;
+        if (rtr_later_add(j->r, RTR_BK_RETRY_MS, restore_again, j) != ST_OK) {
+            j->pending--;
+            job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
+        }
+        return;
+    }
+    j->progress_us = st_mono_us();
     j->step++;
     restore_step(j);
 }

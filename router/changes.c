@@ -91,6 +91,9 @@ static void overlapping(const rtr_tmap_table *t, btu_key_range part, size_t *fir
  * tokens or times. */
 static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, st_arena *a,
                          btu_cs_pos *out, st_err *err) {
+    st_code rc = btu_cs_check_times(req, err); /* before a CloseStream can answer */
+    if (rc != ST_OK)
+        return rc;
     if (req->start_from_case ==
         GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_CONTINUATION_TOKENS) {
         const Google__Bigtable__V2__StreamContinuationTokens *t = req->continuation_tokens;
@@ -100,7 +103,7 @@ static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, st_ar
     if (req->start_from_case ==
             GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME &&
         req->start_time) {
-        st_code rc = btu_cs_time_us(req->start_time, "start_time", true, &us, err);
+        rc = btu_cs_time_us(req->start_time, "start_time", true, &us, err);
         if (rc != ST_OK)
             return rc;
     }

@@ -239,13 +239,17 @@ static void h_set_table_policy(rpc_call *call, st_slice req, void *arg) {
 static void test_permissions(rpc_call *call, st_slice req_bytes, rtr_ctx *r, bool table) {
     Google__Iam__V1__TestIamPermissionsRequest *req = (void *)rtr_unpack(
         call, &google__iam__v1__test_iam_permissions_request__descriptor, req_bytes);
-    if (!req || !resource_check(r, call, req->resource, table))
+    if (!req)
         return;
     st_role role = ST_ROLE_ADMIN; /* without an auth file everyone may do everything */
     if (rtr_auth_on(r)) {
         const char *who = rtr_auth_principal(r, call);
         role = who ? rtr_auth_role(r, who, table ? req->resource : NULL) : ST_ROLE_NONE;
     }
+    /* A principal without a role there gets no permissions whether the table exists or not:
+     * NOT_FOUND would tell it which table names exist, which ListTables does not. */
+    if (role != ST_ROLE_NONE && !resource_check(r, call, req->resource, table))
+        return;
     Google__Iam__V1__TestIamPermissionsResponse resp;
     google__iam__v1__test_iam_permissions_response__init(&resp);
     resp.permissions =

@@ -20,7 +20,9 @@
  * failover, idempotent writes, the query-of-death guard: failover.h), instance.c, profiles.c and
  * operations.c (instance admin, app profiles and routing by them, long-running operations:
  * instance.h). App profiles are records of the metadata table (rtr_ctx.meta.profiles, written with
- * rtr_meta_write(RTR_META_KIND_PROFILE, ...)). */
+ * rtr_meta_write(RTR_META_KIND_PROFILE, ...)). auth.c (bearer tokens and roles checked before every
+ * handler: --auth-file), iam.c (IAM policies, records of the metadata table) and audit.c (the
+ * --audit-log writer thread): docs/security.md. */
 #ifndef ROUTER_INTERNAL_H
 #define ROUTER_INTERNAL_H
 

@@ -89,54 +89,59 @@ static const st_auth_perm perms[] = {
 #define T ST_AUTH_SCOPE_TABLE
 #define I ST_AUTH_SCOPE_INSTANCE
 
-/* Every method strata-router serves. A path ending in '/' covers a whole service. */
+/* Every method strata-router serves, sorted by path (st_auth_method_find searches it; auth_test
+ * checks the order). */
 static const st_auth_method methods[] = {
-    {BT "ReadRows", "bigtable.tables.readRows", T, false, false},
-    {BT "SampleRowKeys", "bigtable.tables.sampleRowKeys", T, false, false},
-    {BT "MutateRow", "bigtable.tables.mutateRows", T, false, false},
-    {BT "MutateRows", "bigtable.tables.mutateRows", T, false, false},
-    {BT "CheckAndMutateRow", "bigtable.tables.mutateRows", T, false, false},
-    {BT "ReadModifyWriteRow", "bigtable.tables.mutateRows", T, false, false},
-    {BT "PingAndWarm", "bigtable.instances.ping", I, false, false},
-    {BT "GenerateInitialChangeStreamPartitions", "bigtable.tables.readChangeStream", T, false,
-     false},
-    {BT "ReadChangeStream", "bigtable.tables.readChangeStream", T, false, false},
-    {TA "CreateTable", "bigtable.tables.create", I, false, true},
-    {TA "GetTable", "bigtable.tables.get", T, false, false},
-    {TA "ListTables", "bigtable.tables.list", I, false, false},
-    {TA "DeleteTable", "bigtable.tables.delete", T, false, true},
-    {TA "ModifyColumnFamilies", "bigtable.tables.update", T, false, true},
-    {TA "DropRowRange", "bigtable.tables.update", T, false, true},
-    {TA "GenerateConsistencyToken", "bigtable.tables.generateConsistencyToken", T, false, false},
-    {TA "CheckConsistency", "bigtable.tables.checkConsistency", T, false, false},
-    {TA "UpdateTable", "bigtable.tables.update", T, true, true},
-    {TA "CreateBackup", "bigtable.backups.create", I, false, true},
-    {TA "GetBackup", "bigtable.backups.get", I, false, false},
-    {TA "ListBackups", "bigtable.backups.list", I, false, false},
-    {TA "UpdateBackup", "bigtable.backups.update", I, false, true},
-    {TA "DeleteBackup", "bigtable.backups.delete", I, false, true},
-    {TA "CopyBackup", "bigtable.backups.create", I, false, true},
-    {TA "RestoreTable", "bigtable.tables.restore", I, false, true},
-    {TA "GetIamPolicy", "bigtable.tables.getIamPolicy", T, false, true},
-    {TA "SetIamPolicy", "bigtable.tables.setIamPolicy", T, false, true},
-    {TA "TestIamPermissions", NULL, ST_AUTH_SCOPE_ANY, false, false},
-    {IA "GetInstance", "bigtable.instances.get", I, false, false},
-    {IA "ListInstances", "bigtable.instances.list", I, false, false},
-    {IA "GetCluster", "bigtable.clusters.get", I, false, false},
-    {IA "ListClusters", "bigtable.clusters.list", I, false, false},
     {IA "CreateAppProfile", "bigtable.appProfiles.create", I, false, true},
-    {IA "GetAppProfile", "bigtable.appProfiles.get", I, false, false},
-    {IA "ListAppProfiles", "bigtable.appProfiles.list", I, false, false},
-    {IA "UpdateAppProfile", "bigtable.appProfiles.update", I, false, true},
     {IA "DeleteAppProfile", "bigtable.appProfiles.delete", I, false, true},
+    {IA "GetAppProfile", "bigtable.appProfiles.get", I, false, false},
+    {IA "GetCluster", "bigtable.clusters.get", I, false, false},
     {IA "GetIamPolicy", "bigtable.instances.getIamPolicy", I, false, true},
+    {IA "GetInstance", "bigtable.instances.get", I, false, false},
+    {IA "ListAppProfiles", "bigtable.appProfiles.list", I, false, false},
+    {IA "ListClusters", "bigtable.clusters.list", I, false, false},
+    {IA "ListInstances", "bigtable.instances.list", I, false, false},
     {IA "SetIamPolicy", "bigtable.instances.setIamPolicy", I, false, true},
     {IA "TestIamPermissions", NULL, ST_AUTH_SCOPE_ANY, false, false},
+    {IA "UpdateAppProfile", "bigtable.appProfiles.update", I, false, true},
+    {TA "CheckConsistency", "bigtable.tables.checkConsistency", T, false, false},
+    {TA "CopyBackup", "bigtable.backups.create", I, false, true},
+    {TA "CreateBackup", "bigtable.backups.create", I, false, true},
+    {TA "CreateTable", "bigtable.tables.create", I, false, true},
+    {TA "DeleteBackup", "bigtable.backups.delete", I, false, true},
+    {TA "DeleteTable", "bigtable.tables.delete", T, false, true},
+    {TA "DropRowRange", "bigtable.tables.update", T, false, true},
+    {TA "GenerateConsistencyToken", "bigtable.tables.generateConsistencyToken", T, false, false},
+    {TA "GetBackup", "bigtable.backups.get", I, false, false},
+    {TA "GetIamPolicy", "bigtable.tables.getIamPolicy", T, false, true},
+    {TA "GetTable", "bigtable.tables.get", T, false, false},
+    {TA "ListBackups", "bigtable.backups.list", I, false, false},
+    {TA "ListTables", "bigtable.tables.list", I, false, false},
+    {TA "ModifyColumnFamilies", "bigtable.tables.update", T, false, true},
+    {TA "RestoreTable", "bigtable.tables.restore", I, false, true},
+    {TA "SetIamPolicy", "bigtable.tables.setIamPolicy", T, false, true},
+    {TA "TestIamPermissions", NULL, ST_AUTH_SCOPE_ANY, false, false},
+    {TA "UpdateBackup", "bigtable.backups.update", I, false, true},
+    {TA "UpdateTable", "bigtable.tables.update", T, true, true},
+    {BT "CheckAndMutateRow", "bigtable.tables.mutateRows", T, false, false},
+    {BT "GenerateInitialChangeStreamPartitions", "bigtable.tables.readChangeStream", T, false,
+     false},
+    {BT "MutateRow", "bigtable.tables.mutateRows", T, false, false},
+    {BT "MutateRows", "bigtable.tables.mutateRows", T, false, false},
+    {BT "PingAndWarm", "bigtable.instances.ping", I, false, false},
+    {BT "ReadChangeStream", "bigtable.tables.readChangeStream", T, false, false},
+    {BT "ReadModifyWriteRow", "bigtable.tables.mutateRows", T, false, false},
+    {BT "ReadRows", "bigtable.tables.readRows", T, false, false},
+    {BT "SampleRowKeys", "bigtable.tables.sampleRowKeys", T, false, false},
+    {LRO "CancelOperation", "bigtable.instances.update", I, false, true},
+    {LRO "DeleteOperation", "bigtable.instances.update", I, false, true},
     {LRO "GetOperation", "bigtable.instances.get", I, false, false},
     {LRO "ListOperations", "bigtable.instances.get", I, false, false},
     {LRO "WaitOperation", "bigtable.instances.get", I, false, false},
-    {LRO "CancelOperation", "bigtable.instances.update", I, false, true},
-    {LRO "DeleteOperation", "bigtable.instances.update", I, false, true},
+};
+
+/* Whole services: a path ending in '/' covers every method of it. */
+static const st_auth_method services[] = {
     /* The backup export and import service of `strata backup` (docs/backups.md). */
     {"/strata.internal.v1.BackupAdmin/", "strata.backups.transfer", I, false, true},
 };
@@ -145,12 +150,23 @@ static const st_auth_method methods[] = {
 #undef I
 
 const st_auth_method *st_auth_method_find(const char *path) {
-    for (size_t i = 0; path && i < sizeof methods / sizeof methods[0]; i++) {
-        const char *m = methods[i].path;
-        size_t n = strlen(m);
-        if (m[n - 1] == '/' ? !strncmp(path, m, n) && path[n] && !strchr(path + n, '/')
-                            : !strcmp(path, m))
-            return &methods[i];
+    if (!path)
+        return NULL;
+    size_t lo = 0, hi = sizeof methods / sizeof methods[0];
+    while (lo < hi) { /* every call of the router comes here: a binary search, not a scan */
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(methods[mid].path, path);
+        if (c == 0)
+            return &methods[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = 0; i < sizeof services / sizeof services[0]; i++) {
+        size_t n = strlen(services[i].path);
+        if (!strncmp(path, services[i].path, n) && path[n] && !strchr(path + n, '/'))
+            return &services[i];
     }
     return NULL;
 }
@@ -170,4 +186,9 @@ const st_auth_perm *st_auth_perms(size_t *n) {
 const st_auth_method *st_auth_methods(size_t *n) {
     *n = sizeof methods / sizeof methods[0];
     return methods;
+}
+
+const st_auth_method *st_auth_services(size_t *n) {
+    *n = sizeof services / sizeof services[0];
+    return services;
 }

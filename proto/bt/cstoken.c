@@ -302,6 +302,37 @@ st_code btu_cs_time_us(const Google__Protobuf__Timestamp *t, const char *field, 
     return ST_OK;
 }
 
+st_code btu_cs_check_times(const Google__Bigtable__V2__ReadChangeStreamRequest *req, st_err *err) {
+    int64_t start = 0, end = 0;
+    bool has_start = req->start_from_case ==
+                         GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME &&
+                     req->start_time;
+    st_code rc =
+        has_start ? btu_cs_time_us(req->start_time, "start_time", true, &start, err) : ST_OK;
+    if (rc == ST_OK && req->end_time)
+        rc = btu_cs_time_us(req->end_time, "end_time", false, &end, err);
+    if (rc != ST_OK)
+        return rc;
+    /* end_time is inclusive: equal to start_time asks for the records of that instant (compared
+     * to the nanosecond: the two round to microseconds in opposite directions) */
+    const Google__Protobuf__Timestamp *s = req->start_time, *e = req->end_time;
+    if (has_start && e &&
+        (e->seconds < s->seconds || (e->seconds == s->seconds && e->nanos < s->nanos)))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "end_time (%lld.%09d s) is before start_time (%lld.%09d s): give an "
+                          "end_time at or after the start_time, or none to read without end",
+                          (long long)req->end_time->seconds, (int)req->end_time->nanos,
+                          (long long)req->start_time->seconds, (int)req->start_time->nanos);
+    const Google__Protobuf__Duration *d = req->heartbeat_duration;
+    /* negative, or nanos of the other sign than seconds (not a valid Duration) */
+    if (d && (d->seconds < 0 || d->nanos < 0 || d->nanos > 999999999))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "heartbeat_duration must be a positive duration (got %lld s %d ns); "
+                          "leave it unset for the default of 5 s",
+                          (long long)d->seconds, (int)d->nanos);
+    return ST_OK;
+}
+
 void btu_cs_time_set(Google__Protobuf__Timestamp *t, int64_t us) {
     google__protobuf__timestamp__init(t);
     t->seconds = us / 1000000;

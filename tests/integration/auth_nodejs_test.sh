@@ -4,7 +4,8 @@
 # with --auth-file over TLS (sslCreds: the test CA and a bearer token): instance getIamPolicy,
 # setIamPolicy (etag checked: ABORTED when stale), testIamPermissions before and after a binding,
 # bad roles and members refused, a table's policy letting a principal without roles read that
-# table only, no token (UNAUTHENTICATED), internal methods through the router (never served).
+# table only and going away with the table, no token (UNAUTHENTICATED), internal methods through
+# the router (never served).
 # Usage: auth_nodejs_test.sh strata-node strata-router strata (skips, 77, without openssl, node or
 # the client package)
 set -u
@@ -87,6 +88,10 @@ want "table get" "roles/bigtable.reader=serviceAccount:nobody"
 want "nobody reads t1 after" OK
 want "nobody reads t2" 7
 want "nobody permissions on t1" "bigtable.tables.readRows"
+want "nobody permissions on t2" OK
+want "nobody permissions on a missing table" OK
+want "table recreated bindings" 0
+want "nobody reads recreated t1" 7
 want "table policy of a missing table" 5
 want "no token" 16
 want "no token read" 16

@@ -869,6 +869,16 @@ static void test_errors(int64_t t_on) {
     expect_stream_error("token of another partition", &o, ST_INVALID_ARGUMENT, "do not cover");
     o = (req_opts){.table = "t", .start_us = now_us()};
     expect_stream_error("no partition", &o, ST_INVALID_ARGUMENT, "partition is missing");
+    o = (req_opts){.table = "t", .p = &g_whole, .start_us = now_us()};
+    o.end_us = o.start_us - 1;
+    expect_stream_error("end_time before start_time", &o, ST_INVALID_ARGUMENT, "before start_time");
+    o.end_us = 0;
+    o.hb_ms = -1500;
+    expect_stream_error("negative heartbeat_duration", &o, ST_INVALID_ARGUMENT,
+                        "heartbeat_duration");
+    o.hb_ms = -500; /* seconds 0, nanos negative */
+    expect_stream_error("negative heartbeat_duration under a second", &o, ST_INVALID_ARGUMENT,
+                        "heartbeat_duration");
     part_free(&ab);
 }
 
@@ -1123,10 +1133,20 @@ int main(int argc, char **argv) {
     int64_t t_on = now_us();
     int64_t t0 = t_on + 2000; /* after the node's clock turned streams on */
     wait_past(t0);
+    /* A node keeps records in its ring only while a stream is open: one stays open (reading
+     * along) while the history is written, so reading it back is served from the ring. */
+    req_opts lo = {.table = "t", .p = &g_whole, .hb_ms = 100};
+    stream *along = stream_new(&lo);
+    pthread_t along_th;
+    pthread_create(&along_th, NULL, stream_thread, along);
+    CHECK(wait_count(along, &along->heartbeats, 1), "the stream kept open did not start");
     write_history();
     int64_t t_end = now_us() + 1000;
     test_partitions();
     read_and_resume("live (ring)", t0, t_end, false);
+    __atomic_store_n(&along->stop, 1, __ATOMIC_RELEASE); /* cancelled at its next heartbeat */
+    pthread_join(along_th, NULL);
+    stream_free(along);
     test_errors(t_on);
     test_merge(t0);
     test_heartbeats();

@@ -13,8 +13,8 @@
  *     also after a tablet split on the node (SplitTablet);
  *   - ReadChangeStream of a partition that is no longer one tablet: CloseStream OUT_OF_RANGE
  *     with the tablets as new partitions and tokens derived from the request (start_time T ->
- *     "1.(T-1)", a token kept as it is); malformed tokens and tokens of another partition are
- *     INVALID_ARGUMENT;
+ *     "1.(T-1)", a token kept as it is); malformed tokens, tokens of another partition and an
+ *     end_time before the start_time (router and node alike) are INVALID_ARGUMENT;
  *   - a child partition of a split the router's tablet map does not show yet (SplitTablet on the
  *     node) is read from the node: the router refreshes its map before answering CloseStream.
  *
@@ -606,6 +606,14 @@ static void data_cases(void) {
                 ST_OK, NULL);
     static const char *const four[] = {"..g", "g..k", "k..p", "p..", NULL};
     expect_parts("  = its tablets", &p, four);
+    /* end_time before start_time: the router refuses it for a stale partition (which it would
+     * otherwise close itself) and the node for its own tablet */
+    expect_code("ReadChangeStream g..p (split) with end_time before start_time",
+                read_until("cs2", "", "g", "p", t0, t0 - 1000000, NULL, &p, &st), &st,
+                ST_INVALID_ARGUMENT, "before start_time");
+    expect_code("ReadChangeStream p.. with end_time before start_time",
+                read_until("cs2", "", "p", "", t0, t0 - 1, NULL, &p, &st), &st, ST_INVALID_ARGUMENT,
+                "before start_time");
     expect_code("ReadChangeStream g..p (split) from start_time",
                 read_changes("cs2", "", "g", "p", t0, NULL, &p, &st), &st, ST_OK, NULL);
     static const char *const kids[] = {"g..k", "k..p", NULL};

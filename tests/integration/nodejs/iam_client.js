@@ -111,6 +111,16 @@ async function main() {
   show('nobody reads t2', await code(nobody.table('t2').getRows({limit: 1})));
   const [tt] = await nobody.table('t1').testIamPermissions(PERMS);
   show('nobody permissions on t1', tt.sort().join(','));
+  // No oracle for table names: a principal without a role answers the same for t2 and a missing table.
+  show('nobody permissions on t2', await code(nobody.table('t2').testIamPermissions(PERMS)));
+  show('nobody permissions on a missing table',
+       await code(nobody.table('nope').testIamPermissions(PERMS)));
+  // A deleted table's policy goes with it: a new table of that name starts without one.
+  await admin.table('t1').delete();
+  await admin.createTable('t1', {families: ['cf']});
+  const [tn] = await admin.table('t1').getIamPolicy();
+  show('table recreated bindings', tn.bindings.length);
+  show('nobody reads recreated t1', await code(nobody.table('t1').getRows({limit: 1})));
   show('table policy of a missing table',
        await raw('/google.bigtable.admin.v2.BigtableTableAdmin/GetIamPolicy', adminTok,
                  fld(1, inst + '/tables/nope')));

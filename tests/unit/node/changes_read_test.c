@@ -13,7 +13,10 @@
  * - a client that does not read holds the node's queued response bytes near the call's queue
  *   bound (1 MiB) while 20 MiB of history wait, and then gets every record; so does a live
  *   stream's client that stops reading while 20 writes of 1 MiB are made, and it then gets
- *   every record and the heartbeats after them.
+ *   every record and the heartbeats after them;
+ * - records read back from storage carry the values they hold by reference as the cells have
+ *   them then (written, overwritten at the same timestamp, deleted or hidden by a GC rule), and
+ *   the values they keep inline (small, or deleted by the same row mutation) as written.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +34,7 @@
 #include <unistd.h>
 
 #include "btclient.h"
+#include "changes.h"
 #include "raw_h2.h"
 #include "strata/cstoken.h"
 #include "strata/internal/v1/node.pb-c.h"
@@ -124,11 +128,17 @@ typedef struct rec {
     char source[32], row[32];
     int mut_case;
     char token[128];
+    /* the record's first SetCell: its value's length and byte (-1: bytes differ) */
+    bool has_set;
+    size_t set_len;
+    int set_byte;
+    int n_chunks;
 } rec;
 
 typedef struct stream {
     rec recs[RECS_MAX];
     size_t n_recs, heartbeats;
+    size_t n_done; /* every record, also past RECS_MAX */
     bool closed;
     int close_code;
     size_t n_new, n_tok;
@@ -148,14 +158,30 @@ static bool whole(const Google__Bigtable__V2__StreamPartition *p) {
 
 static void on_data(stream *s,
                     const Google__Bigtable__V2__ReadChangeStreamResponse__DataChange *d) {
-    if (s->n_recs >= RECS_MAX || !d->done) /* the records here fit one message each */
+    if (!d->done) /* the records here fit one message each */
         return;
-    rec *r = &s->recs[s->n_recs++];
+    rec spare;
+    memset(&spare, 0, sizeof spare);
+    s->n_done++;
+    rec *r = s->n_recs < RECS_MAX ? &s->recs[s->n_recs++] : &spare;
     r->type = d->type;
     snprintf(r->source, sizeof r->source, "%s", d->source_cluster_id);
     snprintf(r->row, sizeof r->row, "%.*s", (int)d->row_key.len, (const char *)d->row_key.data);
     r->mut_case = d->n_chunks ? (int)d->chunks[0]->mutation->mutation_case : 0;
     snprintf(r->token, sizeof r->token, "%s", d->token);
+    r->n_chunks = (int)d->n_chunks;
+    for (size_t i = 0; i < d->n_chunks && !r->has_set; i++) {
+        const Google__Bigtable__V2__Mutation *m = d->chunks[i]->mutation;
+        if (m->mutation_case != GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL)
+            continue;
+        ProtobufCBinaryData v = m->set_cell->value;
+        r->has_set = true;
+        r->set_len = v.len;
+        r->set_byte = v.len ? v.data[0] : 0;
+        for (size_t k = 1; k < v.len; k++)
+            if (v.data[k] != v.data[0])
+                r->set_byte = -1;
+    }
 }
 
 static void on_msg(st_slice msg, void *arg) {
@@ -669,6 +695,129 @@ static void test_cs_read_live_slow_client(void **state) {
     st_buf_free(&r.data);
 }
 
+/* ---- values by reference ---- */
+
+#define REF_VALUE_BYTES 5000 /* above node R's ring: its records are read from storage */
+#define R_RING_BYTES 4096
+#define REF_ROW_WRITES 300 /* above the 256 records a scan holds of one row */
+
+static node_env R; /* a standalone node with a ring too small for any record here */
+
+/* MutateRow on R of key: for each letter of sets a SetCell f:q at ts (REF_VALUE_BYTES of that
+ * letter, or one byte when small), then, when del is 'c', a DeleteFromColumn f:q, when 'r' a
+ * DeleteFromRow. */
+static void ref_write(const char *key, const char *sets, int64_t ts, bool small, char del) {
+    Google__Bigtable__V2__Mutation m[4], *mp[4];
+    Google__Bigtable__V2__Mutation__SetCell sc[3];
+    Google__Bigtable__V2__Mutation__DeleteFromColumn dc;
+    Google__Bigtable__V2__Mutation__DeleteFromRow dr;
+    static uint8_t vals[3][REF_VALUE_BYTES];
+    size_t n = 0;
+    for (size_t i = 0; sets[i] && i < 3; i++, n++) {
+        memset(vals[i], sets[i], REF_VALUE_BYTES);
+        google__bigtable__v2__mutation__init(&m[n]);
+        google__bigtable__v2__mutation__set_cell__init(&sc[i]);
+        sc[i].family_name = "f";
+        sc[i].column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"q"};
+        sc[i].value = (ProtobufCBinaryData){small ? 1 : REF_VALUE_BYTES, vals[i]};
+        sc[i].timestamp_micros = ts;
+        m[n].mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
+        m[n].set_cell = &sc[i];
+    }
+    if (del == 'c') {
+        google__bigtable__v2__mutation__init(&m[n]);
+        google__bigtable__v2__mutation__delete_from_column__init(&dc);
+        dc.family_name = "f";
+        dc.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"q"};
+        m[n].mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_COLUMN;
+        m[n++].delete_from_column = &dc;
+    } else if (del == 'r') {
+        google__bigtable__v2__mutation__init(&m[n]);
+        google__bigtable__v2__mutation__delete_from_row__init(&dr);
+        m[n].mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_ROW;
+        m[n++].delete_from_row = &dr;
+    }
+    for (size_t i = 0; i < n; i++)
+        mp[i] = &m[i];
+    Google__Bigtable__V2__MutateRowRequest req;
+    google__bigtable__v2__mutate_row_request__init(&req);
+    req.table_name = TBL("refs");
+    req.row_key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+    req.n_mutations = n;
+    req.mutations = mp;
+    st_err status;
+    assert_int_equal(call(&R, BT "MutateRow", &req.base, NULL, &status), ST_OK);
+}
+
+static void expect_set(const rec *r, const char *row, size_t len, int byte) {
+    assert_string_equal(r->row, row);
+    assert_true(r->has_set);
+    assert_int_equal(r->set_len, len);
+    if (len)
+        assert_int_equal(r->set_byte, byte);
+}
+
+/* Records read back from storage (catch-up) carry the values the cells have when read: the
+ * value written, a later value written at the same timestamp, or none for a cell deleted or
+ * hidden by the GC rule since; a value the same row mutation deleted stays in the record, and
+ * so do values under NODE_CS_REF_MIN_BYTES. */
+static void test_cs_read_values_by_reference(void **state) {
+    (void)state;
+    table_pb tb;
+    table_pb_init(&tb, NULL, 1); /* max versions 1 */
+    Google__Bigtable__Admin__V2__CreateTableRequest req;
+    google__bigtable__admin__v2__create_table_request__init(&req);
+    req.parent = PARENT;
+    req.table_id = "refs";
+    req.table = &tb.t;
+    st_err status;
+    assert_int_equal(call(&R, TA "CreateTable", &req.base, NULL, &status), ST_OK);
+    int64_t t0 = st_wall_us() + 1000;
+    while (st_wall_us() <= t0)
+        usleep(500);
+    ref_write("ra", "A", 1000, false, 0);   /* kept: its value */
+    ref_write("rb", "B", 1000, false, 0);   /* overwritten at the same timestamp */
+    ref_write("rb", "C", 1000, false, 0);   /*   both records carry C */
+    ref_write("rc", "D", 1000, false, 0);   /* deleted later: no value */
+    ref_write("rc", "", 0, false, 'r');     /*   DeleteFromRow */
+    ref_write("rd", "E", 1000, false, 0);   /* hidden by max versions 1: no value */
+    ref_write("rd", "F", 2000, false, 0);   /*   F */
+    ref_write("re", "G", 1000, false, 'c'); /* deleted by its own row mutation: G stays */
+    ref_write("rf", "H", 1000, true, 0);    /* small: inline */
+    ref_write("rf", "", 0, false, 'r');     /*   and deleted: still H */
+    stream *s = calloc(1, sizeof *s);
+    req_opts o = {.table = TBL("refs"), .start_us = t0, .end_us = st_wall_us()};
+    assert_int_equal(read_stream(&R, &o, s, &status), ST_OK);
+    assert_true(s->closed);
+    assert_int_equal(s->n_recs, 10);
+    expect_set(&s->recs[0], "ra", REF_VALUE_BYTES, 'A');
+    expect_set(&s->recs[1], "rb", REF_VALUE_BYTES, 'C');
+    expect_set(&s->recs[2], "rb", REF_VALUE_BYTES, 'C');
+    expect_set(&s->recs[3], "rc", 0, 0);
+    assert_int_equal(s->recs[4].mut_case,
+                     GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_FAMILY);
+    expect_set(&s->recs[5], "rd", 0, 0);
+    expect_set(&s->recs[6], "rd", REF_VALUE_BYTES, 'F');
+    expect_set(&s->recs[7], "re", REF_VALUE_BYTES, 'G');
+    assert_int_equal(s->recs[7].n_chunks, 2);
+    expect_set(&s->recs[8], "rf", 1, 'H');
+    assert_string_equal(s->recs[9].row, "rf");
+
+    /* A row with more records in the window than a scan holds: they go out in groups, each
+     * looked up in the row by an iterator of its own; all reference one cell (same timestamp),
+     * whose value is the last one written. */
+    t0 = st_wall_us();
+    for (int i = 0; i < REF_ROW_WRITES; i++)
+        ref_write("rg", i + 1 == REF_ROW_WRITES ? "Z" : "Y", 1000, false, 0);
+    memset(s, 0, sizeof *s);
+    o = (req_opts){.table = TBL("refs"), .start_us = t0, .end_us = st_wall_us()};
+    assert_int_equal(read_stream(&R, &o, s, &status), ST_OK);
+    assert_int_equal(s->n_done, REF_ROW_WRITES);
+    for (size_t i = 0; i < s->n_recs; i++)
+        expect_set(&s->recs[i], "rg", REF_VALUE_BYTES, 'Z');
+    free(s);
+}
+
 /* ---- harness ---- */
 
 static int g_failures;
@@ -680,6 +829,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_cs_read_member_and_move),
         cmocka_unit_test(test_cs_read_slow_client),
         cmocka_unit_test(test_cs_read_live_slow_client),
+        cmocka_unit_test(test_cs_read_values_by_reference),
     };
     g_failures = cmocka_run_group_tests(tests, NULL, NULL);
     event_base_loopbreak(g_base);
@@ -709,6 +859,8 @@ int main(void) {
     open_node(&S, "csr_s", 0);
     open_node(&A, "csr_a", 1);
     open_node(&B, "csr_b", 2);
+    open_node(&R, "csr_r", 0);
+    node_cs_set_ring_bytes(R.node, R_RING_BYTES); /* no record yet: main thread is fine */
     pthread_t th;
     pthread_create(&th, NULL, client_main, NULL);
     event_base_loop(g_base, EVLOOP_NO_EXIT_ON_EMPTY);
@@ -716,9 +868,11 @@ int main(void) {
     node_close(S.node);
     node_close(A.node);
     node_close(B.node);
+    node_close(R.node);
     event_base_free(g_base);
     tu_rmrf(S.dir);
     tu_rmrf(A.dir);
     tu_rmrf(B.dir);
+    tu_rmrf(R.dir);
     return g_failures;
 }

@@ -353,6 +353,24 @@ static void on_loop(void (*fn)(loop_job *j), void *arg) {
     pthread_cond_destroy(&j.cv);
 }
 
+/* A stream open (+1) or closed (-1) as far as the ring is concerned: without one the node
+ * keeps no records in memory. */
+typedef struct readers_job {
+    node_ctx *n;
+    int delta;
+} readers_job;
+
+static void readers_run(loop_job *j) {
+    readers_job *r = j->arg;
+    node_cs_readers_add(r->n, r->delta);
+    job_finish(j);
+}
+
+static void readers_add(const node_env *e, int delta) {
+    readers_job r = {e->node, delta};
+    on_loop(readers_run, &r);
+}
+
 /* ---- tests ---- */
 
 static const char *const FG[] = {"f", "g", NULL};
@@ -624,8 +642,23 @@ static void probe_write(loop_job *j) {
 
 static void test_cs_resolved_and_ring(void **state) {
     (void)state;
+    /* With no stream open the write skips the ring: a reader from before it reads storage. */
+    resolved_probe q = {.n = S.node};
+    on_loop(probe_write, &q);
+    assert_false(q.failed);
+    assert_int_equal(q.ring_rc, NODE_CS_RING_MISS);
+    assert_int_equal(q.ring_hits, 0);
+    readers_add(&S, 1);
     resolved_probe p = {.n = S.node};
     on_loop(probe_write, &p);
+    readers_add(&S, -1);
+    /* The last stream closed just now: the ring goes on for a while (a consumer reconnecting
+     * finds the writes made meanwhile in memory). */
+    resolved_probe g = {.n = S.node};
+    on_loop(probe_write, &g);
+    assert_false(g.failed);
+    assert_int_equal(g.ring_rc, NODE_CS_RING_OK);
+    assert_int_equal(g.ring_hits, 1);
     assert_false(p.failed);
     assert_true(p.before < p.stamp);
     assert_true(p.after >= p.stamp);
@@ -633,8 +666,10 @@ static void test_cs_resolved_and_ring(void **state) {
     assert_int_equal(p.ring_hits, 1);
     assert_int_equal(p.old_rc, NODE_CS_RING_MISS); /* before the node started */
     rec r[RECS_MAX];
-    assert_int_equal(records(&S, TBL("r"), "z1", r), 1);
-    assert_int_equal(r[0].stamp, p.stamp);
+    assert_int_equal(records(&S, TBL("r"), "z1", r), 3);
+    assert_int_equal(r[0].stamp, q.stamp);
+    assert_int_equal(r[1].stamp, p.stamp);
+    assert_int_equal(r[2].stamp, g.stamp);
 }
 
 /* A replicated row mutation arrives with its origin's record cell: the node keeps only its own
@@ -739,6 +774,7 @@ static void test_cs_ring_eviction(void **state) {
     char value[501];
     memset(value, 'v', 500);
     value[500] = 0;
+    readers_add(&R, 1);
     for (int i = 0; i < 20; i++) { /* about 3 laps of the ring */
         char key[8];
         snprintf(key, sizeof key, "w%02d", i);
@@ -765,6 +801,7 @@ static void test_cs_ring_eviction(void **state) {
     assert_int_equal(p.rc, NODE_CS_RING_OK);
     assert_int_equal(p.n, 1);
     assert_string_equal(p.rows[0], "x1");
+    readers_add(&R, -1);
 }
 
 /* ---- moves ---- */

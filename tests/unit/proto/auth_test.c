@@ -199,6 +199,16 @@ static void test_auth_methods(void **state) {
     (void)state;
     size_t n;
     const st_auth_method *m = st_auth_methods(&n);
+    for (size_t i = 1; i < n; i++) /* st_auth_method_find searches it */
+        if (strcmp(m[i - 1].path, m[i].path) >= 0)
+            fail_msg("the method table is not sorted at %s", m[i].path);
+    for (size_t i = 0; i < n; i++)
+        assert_ptr_equal(st_auth_method_find(m[i].path), &m[i]);
+    size_t n_svc;
+    const st_auth_method *svc = st_auth_services(&n_svc);
+    for (size_t i = 0; i < n_svc; i++)
+        if (svc[i].path[strlen(svc[i].path) - 1] != '/' || !st_auth_perm_find(svc[i].perm))
+            fail_msg("bad service entry %s", svc[i].path);
     for (size_t i = 0; i < n; i++) {
         if (m[i].scope == ST_AUTH_SCOPE_ANY)
             continue;

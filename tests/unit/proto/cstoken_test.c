@@ -281,8 +281,60 @@ static void test_cstoken_times(void **state) {
     assert_int_equal(btu_cs_time_us(&t, "start_time", true, &us, NULL), ST_INVALID_ARGUMENT);
 }
 
+/* The request's time arguments: end before start, bad durations, timestamps out of range. */
+static void test_cstoken_check_times(void **state) {
+    (void)state;
+    Google__Bigtable__V2__ReadChangeStreamRequest req =
+        GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__INIT;
+    Google__Protobuf__Timestamp start = GOOGLE__PROTOBUF__TIMESTAMP__INIT,
+                                end = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    Google__Protobuf__Duration hb = GOOGLE__PROTOBUF__DURATION__INIT;
+    st_err err = {0};
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_OK); /* nothing given */
+    start.seconds = 1700000000;
+    start.nanos = 500;
+    req.start_from_case = GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME;
+    req.start_time = &start;
+    end = start;
+    req.end_time = &end;
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_OK); /* inclusive: equal is fine */
+    end.nanos = 0; /* the same microsecond once rounded, but before the start */
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "before start_time"));
+    end.seconds = start.seconds - 1;
+    end.nanos = 999999999;
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_INVALID_ARGUMENT);
+    end.nanos = -1;
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "end_time is out of range"));
+    /* with tokens, end_time is not compared with a start */
+    req.start_from_case =
+        GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_CONTINUATION_TOKENS;
+    req.start_time = NULL;
+    end.seconds = 1;
+    end.nanos = 0;
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_OK);
+    req.heartbeat_duration = &hb;
+    hb.seconds = 0;
+    hb.nanos = 1;
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_OK);
+    hb.seconds = -1;
+    hb.nanos = 0;
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "heartbeat_duration"));
+    hb.seconds = 0;
+    hb.nanos = -5;
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_INVALID_ARGUMENT);
+    hb.seconds = 2;
+    hb.nanos = -5; /* signs differ: not a Duration */
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_INVALID_ARGUMENT);
+    hb.nanos = 1000000000;
+    assert_int_equal(btu_cs_check_times(&req, &err), ST_INVALID_ARGUMENT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cstoken_check_times),
         cmocka_unit_test(test_cstoken_parse_live_and_scan),
         cmocka_unit_test(test_cstoken_refuses_anything_else),
         cmocka_unit_test(test_cstoken_partition_range),

@@ -2,7 +2,8 @@
  * serialized google.iam.v1.Policy of a metadata record) gives a principal, for user: and
  * serviceAccount: members, the highest binding winning, unknown roles and look-alike names giving
  * nothing; IAM records as metadata row keys; and the audit log's JSON line (escaping of bytes a
- * client chose, fields left out when absent). */
+ * client chose, fields left out when absent), and its rotation by size: no line is cut or lost
+ * across FILE and FILE.1, and FILE stays under the bound. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -105,11 +110,103 @@ static void test_audit_format(void **state) {
     st_buf_free(&out);
 }
 
+static bool file_has(const char *path, const char *needle) {
+    char buf[4096] = {0};
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
+/* An audit log moved away (by an operator, logrotate) or removed while the router runs: the next
+ * lines go to a new file at the path, not on into the old inode where nobody looks. */
+static void test_audit_reopens_moved_file(void **state) {
+    (void)state;
+    char dir[] = "/tmp/strata-audit-XXXXXX", path[64], moved[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/audit.log", dir);
+    snprintf(moved, sizeof moved, "%s/audit.moved", dir);
+    st_err err = {0};
+    rtr_audit *a = rtr_audit_open(path, 0, &err);
+    assert_non_null(a);
+    rtr_audit_rec rec = {"alice", "unix",   "/m/first",         "r",
+                         NULL,    "denied", ST_UNAUTHENTICATED, NULL};
+    rtr_audit_write(a, &rec);
+    while (!file_has(path, "/m/first")) /* the writer thread's turn */
+        usleep(1000);
+    assert_int_equal(rename(path, moved), 0);
+    rec.method = "/m/second";
+    rtr_audit_write(a, &rec);
+    while (!file_has(path, "/m/second") && !file_has(moved, "/m/second"))
+        usleep(1000);
+    assert_true(file_has(path, "/m/second"));
+    assert_int_equal(unlink(path), 0); /* removed outright */
+    rec.method = "/m/third";
+    rtr_audit_write(a, &rec);
+    rtr_audit_close(a); /* writes what is queued */
+    assert_true(file_has(path, "/m/third"));
+    unlink(path);
+    unlink(moved);
+    rmdir(dir);
+}
+
+/* Lines of path, each checked to be one whole audit line; -1 when the file is absent. */
+static int count_lines(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        assert_true(line[0] == '{' && strstr(line, "\"code\":\"OK\"}\n"));
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static void test_audit_rotation(void **state) {
+    (void)state;
+    char dir[] = "/tmp/audit-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64], old[70];
+    snprintf(path, sizeof path, "%s/audit.log", dir);
+    snprintf(old, sizeof old, "%s.1", path);
+    st_err err = {0};
+    rtr_audit *a = rtr_audit_open(path, 4096, &err);
+    assert_non_null(a);
+    rtr_audit_rec rec = {"admin",
+                         "127.0.0.1:1",
+                         "/google.bigtable.admin.v2.BigtableTableAdmin/"
+                         "CreateTable",
+                         "projects/p/instances/i",
+                         "bigtable.tables.create",
+                         "allowed",
+                         ST_OK,
+                         NULL};
+    for (int i = 0; i < 100; i++) /* about 250 bytes each: several rotations */
+        rtr_audit_write(a, &rec);
+    rtr_audit_close(a); /* writes what is still queued */
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(st.st_size <= 4096);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    int now = count_lines(path), before = count_lines(old);
+    assert_true(now > 0 && before > 0);
+    assert_true(now + before <= 100); /* older rotations were replaced */
+    unlink(path);
+    unlink(old);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_iam_role_of_members),
-        cmocka_unit_test(test_iam_meta_row_key),
-        cmocka_unit_test(test_audit_format),
+        cmocka_unit_test(test_iam_role_of_members), cmocka_unit_test(test_iam_meta_row_key),
+        cmocka_unit_test(test_audit_format),        cmocka_unit_test(test_audit_reopens_moved_file),
+        cmocka_unit_test(test_audit_rotation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

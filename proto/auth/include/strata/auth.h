@@ -143,6 +143,7 @@ const st_auth_method *st_auth_method_find(const char *path);
 const st_auth_perm *st_auth_perm_find(const char *name);
 /* Every permission, for documentation and tests. */
 const st_auth_perm *st_auth_perms(size_t *n);
-const st_auth_method *st_auth_methods(size_t *n);
+const st_auth_method *st_auth_methods(size_t *n);  /* sorted by path */
+const st_auth_method *st_auth_services(size_t *n); /* paths ending in '/' */
 
 #endif

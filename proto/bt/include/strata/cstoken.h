@@ -74,6 +74,13 @@ st_code btu_cs_tokens_merge(Google__Bigtable__V2__StreamContinuationToken *const
 st_code btu_cs_time_us(const Google__Protobuf__Timestamp *t, const char *field, bool round_up,
                        int64_t *out, st_err *err);
 
+/* The time arguments of a ReadChangeStreamRequest, checked as Cloud Bigtable checks them (the
+ * node and the router both call it before anything else about the times): INVALID_ARGUMENT for
+ * an end_time or start_time out of range (btu_cs_time_us), an end_time before the start_time,
+ * or a heartbeat_duration that is negative or not a valid Duration (nanos outside 0..999999999
+ * or of the other sign than seconds). */
+st_code btu_cs_check_times(const Google__Bigtable__V2__ReadChangeStreamRequest *req, st_err *err);
+
 /* Microseconds as a Timestamp. */
 void btu_cs_time_set(Google__Protobuf__Timestamp *t, int64_t us);
 

@@ -1,0 +1,562 @@
+/* ops/backup.c — `strata backup`: create, list, describe, delete and restore backups through the
+ * router's Cloud Bigtable admin API (docs/backups.md, docs/operations.md "Backups with strata
+ * backup"); export, import and verify are in backup_xfer.c. Human output by default, --json for
+ * scripts; results on stdout, progress and errors on stderr. */
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backup_cli.h"
+#include "changes.h"
+#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
+#include "google/longrunning/operations.pb-c.h"
+#include "instance.h"
+#include "strata/btutil.h"
+#include "strata/topology.h"
+
+#define BK_EXPIRE_DEFAULT "7d"
+#define BK_LIST_PAGE 100
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: strata backup <subcommand> [flags]\n"
+            "  create TABLE [--cluster C] [--id ID] [--expire 7d] [--type standard|hot] [--wait]\n"
+            "  list [--cluster C|-] [--filter F] [--order-by O]\n"
+            "  describe ID            show one backup\n"
+            "  delete ID              delete a backup (its files go when no table shares them)\n"
+            "  restore ID --to TABLE [--instance I] [--wait]\n"
+            "  export ID DIR          copy a backup into a new directory (from the nodes)\n"
+            "  verify DIR             check an export: manifest and every file's checksums\n"
+            "  import DIR --cluster C [--as ID]   load an export as a backup of cluster C\n"
+            "Common flags:\n"
+            "  --endpoint H:P     the router (default: the router of the instance in --dir)\n"
+            "  --dir DIR          a local instance (default $STRATA_HOME, else ~/.strata/local)\n"
+            "  --project P --instance I   default: the instance's (p / i with --endpoint)\n"
+            "  --cluster C        the backup's cluster (default: the instance's first cluster)\n"
+            "  --json             machine-readable output on stdout\n"
+            "  --quiet            no progress on stderr\n"
+            "ID is a backup id of --cluster, or projects/P/instances/I/clusters/C/backups/B.\n"
+            "--expire is from now (6h to 90d; default 7d). restore --instance I restores into\n"
+            "another instance of the deployment. --wait polls the operation with progress.\n"
+            "Exit status: 0 done, 1 failed, 2 bad usage.\n");
+}
+
+/* ---- flags ---- */
+
+static const char **flag_slot(bk_args *a, const char *f) {
+    static const struct {
+        const char *name;
+        size_t off;
+    } flags[] = {
+        {"--endpoint", offsetof(bk_args, endpoint)},
+        {"--router", offsetof(bk_args, endpoint)},
+        {"--dir", offsetof(bk_args, dir)},
+        {"--project", offsetof(bk_args, project)},
+        {"--instance", offsetof(bk_args, instance)},
+        {"--cluster", offsetof(bk_args, cluster)},
+        {"--expire", offsetof(bk_args, expire)},
+        {"--type", offsetof(bk_args, type)},
+        {"--to", offsetof(bk_args, to)},
+        {"--as", offsetof(bk_args, as)},
+        {"--filter", offsetof(bk_args, filter)},
+        {"--order-by", offsetof(bk_args, order_by)},
+        {"--id", offsetof(bk_args, id)},
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(f, flags[i].name))
+            return (const char **)((char *)a + flags[i].off);
+    return NULL;
+}
+
+/* 0 parsed, 1 help shown, 2 bad usage. */
+static int parse_args(int argc, char **argv, bk_args *a, const char **sub) {
+    memset(a, 0, sizeof *a);
+    *sub = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **slot = flag_slot(a, f);
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 1;
+        } else if (!strcmp(f, "--json")) {
+            a->json = true;
+        } else if (!strcmp(f, "--quiet")) {
+            a->quiet = true;
+        } else if (!strcmp(f, "--wait")) {
+            a->wait = true;
+        } else if (slot && v) {
+            *slot = v;
+            i++;
+        } else if (f[0] != '-' && !*sub) {
+            *sub = f;
+        } else if (f[0] != '-' && a->n_pos < 2) {
+            a->pos[a->n_pos++] = f;
+        } else {
+            fprintf(stderr,
+                    "strata backup: bad flag, missing value or extra argument: %s (see "
+                    "strata backup --help)\n",
+                    f);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* The router's address, project, instance and default cluster. False after printing why. */
+static bool resolve(bk_ctx *c) {
+    const bk_args *a = &c->a;
+    static st_topology topo; /* large: not on the stack */
+    snprintf(c->project, sizeof c->project, "%s", a->project ? a->project : "p");
+    snprintf(c->instance, sizeof c->instance, "%s", a->instance ? a->instance : "i");
+    if (!a->endpoint || a->dir) {
+        char dir[OPS_PATH_MAX], path[OPS_PATH_MAX];
+        st_err err = {0};
+        if (!ops_inst_dir(a->dir, dir, sizeof dir) ||
+            !ops_fmt(path, sizeof path, "%s/topology", dir))
+            return false;
+        if (st_topology_load(path, &topo, &err) != ST_OK || topo.n_routers == 0) {
+            fprintf(stderr,
+                    "strata backup: %s (is there an instance in %s? `strata up`, or give "
+                    "--endpoint HOST:PORT)\n",
+                    err.msg[0] ? err.msg : "no router in the topology", dir);
+            return false;
+        }
+        snprintf(c->project, sizeof c->project, "%s", a->project ? a->project : topo.project);
+        snprintf(c->instance, sizeof c->instance, "%s", a->instance ? a->instance : topo.instance);
+        snprintf(c->cluster, sizeof c->cluster, "%s", topo.clusters[0].id);
+        if (!a->endpoint)
+            snprintf(c->addr, sizeof c->addr, "%s", topo.routers[0]);
+    }
+    if (a->endpoint)
+        snprintf(c->addr, sizeof c->addr, "%s", a->endpoint);
+    snprintf(c->home_instance, sizeof c->home_instance, "%s",
+             a->endpoint && !a->dir ? "i" : topo.instance);
+    if (a->cluster)
+        snprintf(c->cluster, sizeof c->cluster, "%s", a->cluster);
+    return true;
+}
+
+const char *bk_leaf(const char *name) {
+    const char *s = strrchr(name, '/');
+    return s ? s + 1 : name;
+}
+
+bool bk_backup_name(const bk_ctx *c, const char *id, char *out, size_t cap) {
+    if (!strncmp(id, "projects/", 9))
+        return ops_fmt(out, cap, "%s", id);
+    if (!c->cluster[0]) {
+        fprintf(stderr,
+                "strata backup: which cluster holds backup %s? give --cluster C or the "
+                "full name projects/P/instances/I/clusters/C/backups/%s\n",
+                id, id);
+        return false;
+    }
+    return ops_fmt(out, cap, "projects/%s/instances/%s/clusters/%s/backups/%s", c->project,
+                   c->instance, c->cluster, id);
+}
+
+bool bk_table_name(const bk_ctx *c, const char *id, char *out, size_t cap) {
+    if (!strncmp(id, "projects/", 9))
+        return ops_fmt(out, cap, "%s", id);
+    return ops_fmt(out, cap, "projects/%s/instances/%s/tables/%s", c->project, c->instance, id);
+}
+
+void bk_fail(const bk_ctx *c, const st_err *err) {
+    fprintf(stderr, "strata backup %s: %s\n", c->sub, err->msg);
+}
+
+/* ---- printing ---- */
+
+static void ts_fmt(const Google__Protobuf__Timestamp *t, char out[OPS_CS_TIME_MAX]) {
+    if (!t) {
+        snprintf(out, OPS_CS_TIME_MAX, "-");
+        return;
+    }
+    ops_cs_time_format(t->seconds * 1000000 + t->nanos / 1000, out);
+}
+
+static const char *state_name(int s) {
+    return s == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY      ? "READY"
+           : s == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING ? "CREATING"
+                                                                       : "UNSPECIFIED";
+}
+
+static const char *type_name(int t) {
+    return t == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT ? "HOT" : "STANDARD";
+}
+
+/* A JSON string: quotes and backslashes escaped, control bytes dropped (names and paths). */
+void bk_json_str(const char *s) {
+    putchar('"');
+    for (; s && *s; s++) {
+        if (*s == '"' || *s == '\\')
+            putchar('\\');
+        if ((unsigned char)*s >= 0x20)
+            putchar(*s);
+    }
+    putchar('"');
+}
+
+static void print_backup_json(const Google__Bigtable__Admin__V2__Backup *b) {
+    char st[OPS_CS_TIME_MAX], en[OPS_CS_TIME_MAX], ex[OPS_CS_TIME_MAX];
+    ts_fmt(b->start_time, st);
+    ts_fmt(b->end_time, en);
+    ts_fmt(b->expire_time, ex);
+    printf("{\"name\":");
+    bk_json_str(b->name);
+    printf(",\"id\":");
+    bk_json_str(bk_leaf(b->name));
+    printf(",\"source_table\":");
+    bk_json_str(b->source_table);
+    printf(",\"state\":\"%s\",\"backup_type\":\"%s\",\"size_bytes\":%lld,\"start_time\":\"%s\","
+           "\"end_time\":\"%s\",\"expire_time\":\"%s\"}",
+           state_name(b->state), type_name(b->backup_type), (long long)b->size_bytes, st, en, ex);
+}
+
+void bk_print_backup(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup *b) {
+    if (c->a.json) {
+        print_backup_json(b);
+        putchar('\n');
+        return;
+    }
+    char st[OPS_CS_TIME_MAX], en[OPS_CS_TIME_MAX], ex[OPS_CS_TIME_MAX], size[32];
+    ts_fmt(b->start_time, st);
+    ts_fmt(b->end_time, en);
+    ts_fmt(b->expire_time, ex);
+    ops_progress_bytes((uint64_t)b->size_bytes, size, sizeof size);
+    printf("name:         %s\nsource_table: %s\nstate:        %s\ntype:         %s\n"
+           "size:         %s (%lld bytes)\nstart_time:   %s\nend_time:     %s\nexpire_time:  %s\n",
+           b->name, b->source_table, state_name(b->state), type_name(b->backup_type), size,
+           (long long)b->size_bytes, st, en, ex);
+}
+
+/* ---- long-running operations ---- */
+
+/* RestoreTableMetadata's progress percent, or -1. */
+static int op_percent(const Google__Longrunning__Operation *op) {
+    if (!op->metadata || !op->metadata->type_url ||
+        !strstr(op->metadata->type_url, "RestoreTableMetadata"))
+        return -1;
+    Google__Bigtable__Admin__V2__RestoreTableMetadata *md =
+        google__bigtable__admin__v2__restore_table_metadata__unpack(NULL, op->metadata->value.len,
+                                                                    op->metadata->value.data);
+    int pct = md && md->progress ? md->progress->progress_percent : -1;
+    if (md)
+        google__bigtable__admin__v2__restore_table_metadata__free_unpacked(md, NULL);
+    return pct;
+}
+
+/* Polls GetOperation until done; *out is the finished operation (free it). */
+static st_code op_wait(const bk_ctx *c, Google__Longrunning__Operation *op,
+                       Google__Longrunning__Operation **out, st_err *err) {
+    ops_progress p;
+    char label[64];
+    snprintf(label, sizeof label, "strata backup %s", c->sub);
+    ops_progress_init(&p, label, OPS_PROGRESS_PERCENT, 100, c->a.quiet);
+    char name[BK_RES_MAX];
+    snprintf(name, sizeof name, "%s", op->name ? op->name : "");
+    Google__Longrunning__Operation *cur = op;
+    st_code rc = ST_OK;
+    while (rc == ST_OK && !cur->done) {
+        int pct = op_percent(cur);
+        ops_progress_set(&p, pct > 0 ? (uint64_t)pct : 0);
+        usleep(BK_POLL_MS * 1000);
+        Google__Longrunning__GetOperationRequest req;
+        google__longrunning__get_operation_request__init(&req);
+        req.name = name;
+        ProtobufCMessage *next = NULL;
+        rc = bk_router_call(c, BK_SVC_OPS "GetOperation", &req.base,
+                            &google__longrunning__operation__descriptor, &next, err);
+        if (rc == ST_OK) {
+            google__longrunning__operation__free_unpacked(cur, NULL);
+            cur = (Google__Longrunning__Operation *)next;
+        }
+    }
+    bool ok = rc == ST_OK && cur->result_case != GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
+    ops_progress_finish(&p, ok);
+    if (rc == ST_OK && !ok)
+        rc =
+            st_err_set(err, cur->error && cur->error->code ? (st_code)cur->error->code : ST_UNKNOWN,
+                       "operation %s failed: %s", name,
+                       cur->error && cur->error->message ? cur->error->message : "no message");
+    *out = cur;
+    return rc;
+}
+
+/* Prints the operation started (no --wait), or waits and returns the finished one. */
+static st_code op_finish(const bk_ctx *c, ProtobufCMessage *started,
+                         Google__Longrunning__Operation **done, st_err *err) {
+    Google__Longrunning__Operation *op = (Google__Longrunning__Operation *)started;
+    *done = NULL;
+    if (c->a.wait)
+        return op_wait(c, op, done, err);
+    if (c->a.json) {
+        printf("{\"operation\":");
+        bk_json_str(op->name);
+        printf(",\"done\":%s}\n", op->done ? "true" : "false");
+    } else {
+        printf("started: operation %s (poll it, or run again with --wait)\n", op->name);
+    }
+    google__longrunning__operation__free_unpacked(op, NULL);
+    return ST_OK;
+}
+
+/* ---- create, list, describe, delete, restore ---- */
+
+static bool parse_expire(const bk_ctx *c, Google__Protobuf__Timestamp *ts) {
+    char rel[64];
+    int64_t now = st_wall_us(), at = 0;
+    const char *e = c->a.expire ? c->a.expire : BK_EXPIRE_DEFAULT;
+    snprintf(rel, sizeof rel, "+%s", e);
+    if (!ops_cs_time_parse(rel, now, &at) && !ops_cs_time_parse(e, now, &at)) {
+        fprintf(stderr,
+                "strata backup: bad --expire '%s': a duration from now (6h, 7d, 90d) or "
+                "an RFC 3339 time\n",
+                e);
+        return false;
+    }
+    ts->seconds = at / 1000000;
+    ts->nanos = (int32_t)(at % 1000000 * 1000);
+    return true;
+}
+
+static int cmd_create(bk_ctx *c) {
+    char table[BK_RES_MAX], parent[BK_RES_MAX], id[256];
+    if (c->a.n_pos != 1) {
+        fprintf(stderr, "strata backup create: want one TABLE (see strata backup --help)\n");
+        return 2;
+    }
+    Google__Protobuf__Timestamp expire;
+    google__protobuf__timestamp__init(&expire);
+    if (!parse_expire(c, &expire))
+        return 2;
+    if (c->a.type && strcmp(c->a.type, "standard") && strcmp(c->a.type, "hot")) {
+        fprintf(stderr, "strata backup create: --type is standard or hot\n");
+        return 2;
+    }
+    if (!c->cluster[0]) {
+        fprintf(stderr, "strata backup create: give --cluster C (the cluster to back up in)\n");
+        return 2;
+    }
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    if (c->a.id)
+        snprintf(id, sizeof id, "%s", c->a.id);
+    else
+        snprintf(id, sizeof id, "%.200s-%04d%02d%02d-%02d%02d%02d", bk_leaf(c->a.pos[0]),
+                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    if (!bk_table_name(c, c->a.pos[0], table, sizeof table) ||
+        !ops_fmt(parent, sizeof parent, "projects/%s/instances/%s/clusters/%s", c->project,
+                 c->instance, c->cluster))
+        return 2;
+    Google__Bigtable__Admin__V2__Backup b;
+    google__bigtable__admin__v2__backup__init(&b);
+    b.source_table = table;
+    b.expire_time = &expire;
+    b.backup_type = c->a.type && !strcmp(c->a.type, "hot")
+                        ? GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT
+                        : GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__STANDARD;
+    Google__Bigtable__Admin__V2__CreateBackupRequest req;
+    google__bigtable__admin__v2__create_backup_request__init(&req);
+    req.parent = parent;
+    req.backup_id = id;
+    req.backup = &b;
+    ProtobufCMessage *op = NULL;
+    Google__Longrunning__Operation *done = NULL;
+    st_err err = {0};
+    st_code rc = bk_router_call(c, BK_SVC_ADMIN "CreateBackup", &req.base,
+                                &google__longrunning__operation__descriptor, &op, &err);
+    if (rc == ST_OK)
+        rc = op_finish(c, op, &done, &err);
+    if (done)
+        google__longrunning__operation__free_unpacked(done, NULL);
+    if (rc == ST_OK && c->a.wait) { /* the backup as it now stands: READY, with its size */
+        char name[BK_RES_MAX];
+        if (!ops_fmt(name, sizeof name, "%s/backups/%s", parent, id))
+            return 2;
+        Google__Bigtable__Admin__V2__GetBackupRequest g;
+        google__bigtable__admin__v2__get_backup_request__init(&g);
+        g.name = name;
+        ProtobufCMessage *b2 = NULL;
+        rc = bk_router_call(c, BK_SVC_ADMIN "GetBackup", &g.base,
+                            &google__bigtable__admin__v2__backup__descriptor, &b2, &err);
+        if (rc == ST_OK)
+            bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)b2);
+        if (b2)
+            protobuf_c_message_free_unpacked(b2, NULL);
+    }
+    if (rc != ST_OK)
+        bk_fail(c, &err);
+    return rc == ST_OK ? 0 : 1;
+}
+
+static void print_list_row(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup *b,
+                           bool first) {
+    if (c->a.json) {
+        printf("%s", first ? "[" : ",\n ");
+        print_backup_json(b);
+        return;
+    }
+    char size[32], ex[OPS_CS_TIME_MAX], cluster[128] = "-";
+    const char *cl = strstr(b->name ? b->name : "", "/clusters/");
+    if (cl)
+        snprintf(cluster, sizeof cluster, "%.*s", (int)strcspn(cl + 10, "/"), cl + 10);
+    ops_progress_bytes((uint64_t)b->size_bytes, size, sizeof size);
+    ts_fmt(b->expire_time, ex);
+    printf("%-28s %-12s %-20s %-9s %-10s %s\n", bk_leaf(b->name), cluster,
+           bk_leaf(b->source_table ? b->source_table : ""), state_name(b->state), size, ex);
+}
+
+static int cmd_list(bk_ctx *c) {
+    char parent[BK_RES_MAX], token[1024] = "";
+    const char *cl = c->a.cluster ? c->a.cluster : "-";
+    if (!ops_fmt(parent, sizeof parent, "projects/%s/instances/%s/clusters/%s", c->project,
+                 c->instance, cl))
+        return 2;
+    size_t n = 0;
+    st_err err = {0};
+    st_code rc = ST_OK;
+    if (!c->a.json)
+        printf("%-28s %-12s %-20s %-9s %-10s %s\n", "BACKUP", "CLUSTER", "TABLE", "STATE", "SIZE",
+               "EXPIRES");
+    do {
+        Google__Bigtable__Admin__V2__ListBackupsRequest req;
+        google__bigtable__admin__v2__list_backups_request__init(&req);
+        req.parent = parent;
+        req.filter = (char *)(c->a.filter ? c->a.filter : "");
+        req.order_by = (char *)(c->a.order_by ? c->a.order_by : "");
+        req.page_size = BK_LIST_PAGE;
+        req.page_token = token;
+        ProtobufCMessage *m = NULL;
+        rc = bk_router_call(c, BK_SVC_ADMIN "ListBackups", &req.base,
+                            &google__bigtable__admin__v2__list_backups_response__descriptor, &m,
+                            &err);
+        if (rc != ST_OK)
+            break;
+        Google__Bigtable__Admin__V2__ListBackupsResponse *r = (void *)m;
+        for (size_t i = 0; i < r->n_backups; i++, n++)
+            print_list_row(c, r->backups[i], n == 0);
+        snprintf(token, sizeof token, "%s", r->next_page_token ? r->next_page_token : "");
+        protobuf_c_message_free_unpacked(m, NULL);
+    } while (token[0]);
+    if (c->a.json && rc == ST_OK)
+        printf(n ? "]\n" : "[]\n");
+    if (rc != ST_OK)
+        bk_fail(c, &err);
+    return rc == ST_OK ? 0 : 1;
+}
+
+/* describe and delete: one backup by name. */
+static int cmd_one(bk_ctx *c, bool del) {
+    char name[BK_RES_MAX];
+    if (c->a.n_pos != 1) {
+        fprintf(stderr, "strata backup %s: want one backup ID\n", c->sub);
+        return 2;
+    }
+    if (!bk_backup_name(c, c->a.pos[0], name, sizeof name))
+        return 2;
+    st_err err = {0};
+    ProtobufCMessage *m = NULL;
+    st_code rc;
+    if (del) {
+        Google__Bigtable__Admin__V2__DeleteBackupRequest req;
+        google__bigtable__admin__v2__delete_backup_request__init(&req);
+        req.name = name;
+        rc = bk_router_call(c, BK_SVC_ADMIN "DeleteBackup", &req.base, NULL, NULL, &err);
+        if (rc == ST_OK && c->a.json)
+            printf("{\"deleted\":\"%s\"}\n", name);
+        else if (rc == ST_OK)
+            printf("deleted %s\n", name);
+    } else {
+        Google__Bigtable__Admin__V2__GetBackupRequest req;
+        google__bigtable__admin__v2__get_backup_request__init(&req);
+        req.name = name;
+        rc = bk_router_call(c, BK_SVC_ADMIN "GetBackup", &req.base,
+                            &google__bigtable__admin__v2__backup__descriptor, &m, &err);
+        if (rc == ST_OK)
+            bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)m);
+    }
+    if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
+    if (rc != ST_OK)
+        bk_fail(c, &err);
+    return rc == ST_OK ? 0 : 1;
+}
+
+static int cmd_restore(bk_ctx *c) {
+    char name[BK_RES_MAX], parent[BK_RES_MAX];
+    if (c->a.n_pos != 1 || !c->a.to) {
+        fprintf(stderr, "strata backup restore: want ID --to TABLE (see strata backup --help)\n");
+        return 2;
+    }
+    /* --instance names where the table goes; a short ID is a backup of the instance of --dir */
+    char target[128];
+    snprintf(target, sizeof target, "%s", c->instance);
+    snprintf(c->instance, sizeof c->instance, "%s", c->home_instance);
+    bool named = bk_backup_name(c, c->a.pos[0], name, sizeof name);
+    snprintf(c->instance, sizeof c->instance, "%s", target);
+    if (!named ||
+        !ops_fmt(parent, sizeof parent, "projects/%s/instances/%s", c->project, c->instance))
+        return 2;
+    Google__Bigtable__Admin__V2__RestoreTableRequest req;
+    google__bigtable__admin__v2__restore_table_request__init(&req);
+    req.parent = parent;
+    req.table_id = (char *)bk_leaf(c->a.to);
+    req.source_case = GOOGLE__BIGTABLE__ADMIN__V2__RESTORE_TABLE_REQUEST__SOURCE_BACKUP;
+    req.backup = name;
+    ProtobufCMessage *op = NULL;
+    Google__Longrunning__Operation *done = NULL;
+    st_err err = {0};
+    st_code rc = bk_router_call(c, BK_SVC_ADMIN "RestoreTable", &req.base,
+                                &google__longrunning__operation__descriptor, &op, &err);
+    if (rc == ST_OK)
+        rc = op_finish(c, op, &done, &err);
+    if (done)
+        google__longrunning__operation__free_unpacked(done, NULL);
+    if (rc == ST_OK && c->a.wait && c->a.json)
+        printf("{\"restored\":\"%s/tables/%s\",\"backup\":\"%s\"}\n", parent, req.table_id, name);
+    else if (rc == ST_OK && c->a.wait)
+        printf("restored %s into %s/tables/%s\n", name, parent, req.table_id);
+    if (rc != ST_OK)
+        bk_fail(c, &err);
+    return rc == ST_OK ? 0 : 1;
+}
+
+int ops_backup_main(int argc, char **argv) {
+    static bk_ctx ctx; /* one per process */
+    bk_ctx *c = &ctx;
+    memset(c, 0, sizeof *c);
+    int prc = parse_args(argc, argv, &c->a, &c->sub);
+    if (prc)
+        return prc == 1 ? 0 : 2;
+    if (!c->sub) {
+        usage(stderr);
+        return 2;
+    }
+    st_log_set_level(ST_LOG_WARN);
+    if (!strcmp(c->sub, "verify"))
+        return bk_verify(c); /* no server involved */
+    static const char *subs[] = {"create",  "list",   "describe", "delete",
+                                 "restore", "export", "import"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
+        known |= !strcmp(c->sub, subs[i]);
+    if (!known) {
+        fprintf(stderr, "strata backup: unknown subcommand '%s' (see strata backup --help)\n",
+                c->sub);
+        return 2;
+    }
+    if (!resolve(c))
+        return 1;
+    return !strcmp(c->sub, "create")     ? cmd_create(c)
+           : !strcmp(c->sub, "list")     ? cmd_list(c)
+           : !strcmp(c->sub, "describe") ? cmd_one(c, false)
+           : !strcmp(c->sub, "delete")   ? cmd_one(c, true)
+           : !strcmp(c->sub, "restore")  ? cmd_restore(c)
+           : !strcmp(c->sub, "export")   ? bk_export(c)
+                                         : bk_import(c);
+}

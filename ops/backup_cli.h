@@ -1,0 +1,110 @@
+/* ops/backup_cli.h — the pieces `strata backup`'s subcommands share (backup.c, backup_xfer.c,
+ * backup_rpc.c), private to ops/: the parsed flags, the resolved names, and gRPC calls on one
+ * kept connection (an export or import makes thousands of calls to the same node). */
+#ifndef STRATA_OPS_BACKUP_CLI_H
+#define STRATA_OPS_BACKUP_CLI_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <signal.h>
+#include <stdbool.h>
+
+#include "backup_export.h"
+#include "google/bigtable/admin/v2/table.pb-c.h"
+#include "progress.h"
+
+#define BK_ADMIN_TIMEOUT_MS 60000
+#define BK_CHUNK_TIMEOUT_MS 60000
+#define BK_FILE_TIMEOUT_MS (24 * 3600 * 1000LL) /* one ReadBackupFile stream: a whole file */
+#define BK_CHUNK_BYTES (1u << 20)               /* as node.proto: chunks of at most 1 MiB */
+#define BK_POLL_MS 500                          /* GetOperation while --wait */
+#define BK_RES_MAX 1100                         /* a resource name with room */
+#define BK_FETCH_STREAMS 4 /* an export's concurrent ReadBackupFile streams per node */
+#define BK_READ_RETRIES 3  /* ReadBackupFile streams that drop: resumed from their offset */
+#define BK_RETRY_MS 200    /* then 400, 800 */
+#define BK_SEND_STREAMS 4  /* an import's files of one piece in flight at once */
+
+#define BK_SVC_ADMIN "/google.bigtable.admin.v2.BigtableTableAdmin/"
+#define BK_SVC_OPS "/google.longrunning.Operations/"
+#define BK_SVC_BACKUP "/strata.internal.v1.BackupAdmin/"
+#define BK_SVC_NODE "/strata.internal.v1.Node/"
+
+typedef struct bk_args {
+    const char *endpoint, *dir, *project, *instance, *cluster;
+    const char *expire, *type, *to, *as, *filter, *order_by, *id;
+    bool json, quiet, wait;
+    const char *pos[2]; /* positional arguments after the subcommand */
+    int n_pos;
+} bk_args;
+
+typedef struct bk_ctx {
+    const char *sub; /* "create", "export"... */
+    bk_args a;
+    char addr[512];                   /* the router */
+    char project[128], instance[128]; /* resolved */
+    char home_instance[128]; /* the topology's (or "i"): restore's source, not --instance */
+    char cluster[128];       /* --cluster, else the instance's first cluster */
+} bk_ctx;
+
+/* One connection kept open for many calls (reconnected once when it died). */
+typedef struct bk_conn {
+    struct event_base *base;
+    struct rpc_client *client;
+    char addr[512];
+    size_t pending; /* calls started without waiting (an import's seals) */
+} bk_conn;
+
+st_code bk_conn_open(bk_conn *k, const char *addr, st_err *err);
+void bk_conn_close(bk_conn *k);
+/* A unary call: req packed, the answer unpacked into *resp (free with
+ * protobuf_c_message_free_unpacked; resp_desc NULL: the answer is dropped). err says which
+ * method at which address failed. */
+st_code bk_conn_call(bk_conn *k, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                     int64_t timeout_ms, st_err *err);
+/* A server-streaming call: on_msg for each message (returning false cancels the call, whose
+ * code is then the one on_msg set in err). */
+st_code bk_conn_stream(bk_conn *k, const char *method, const ProtobufCMessage *req,
+                       bool (*on_msg)(st_slice msg, void *arg, st_err *err), void *arg,
+                       int64_t timeout_ms, st_err *err);
+/* bk_conn_call on a connection of its own to the router. */
+st_code bk_router_call(const bk_ctx *c, const char *method, const ProtobufCMessage *req,
+                       const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                       st_err *err);
+
+/* Names: ID or a full name into out. */
+bool bk_backup_name(const bk_ctx *c, const char *id, char *out, size_t cap);
+bool bk_table_name(const bk_ctx *c, const char *id, char *out, size_t cap);
+/* The last component of a resource name. */
+const char *bk_leaf(const char *name);
+
+/* Printing a Backup (human lines, or one JSON object). */
+void bk_print_backup(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup *b);
+void bk_fail(const bk_ctx *c, const st_err *err);
+void bk_json_str(const char *s); /* to stdout */
+
+/* One file of an export to fetch from a node (backup_fetch.c). */
+typedef struct bk_fetch_job {
+    const char *backup, *piece, *file; /* the ReadBackupFile request */
+    uint64_t size;                     /* what the node's piece says */
+    uint32_t crc32c;
+    ops_bk_file result; /* filled: name, size and checksums as written */
+} bk_fetch_job;
+
+/* Fetches every job's file from the node at k into dir/pieces/<piece>/<file>, up to
+ * BK_FETCH_STREAMS at once, each checked against the node's size and CRC32C; stops starting
+ * new ones at the first failure (err names the file) or when *stop is set. */
+st_code bk_fetch_files(bk_conn *k, const char *dir, bk_fetch_job *jobs, size_t n,
+                       ops_progress *prog, const volatile sig_atomic_t *stop, st_err *err);
+
+/* Sends every file of piece p (of the export in dir) to the node at k as backup's, up to
+ * BK_SEND_STREAMS files at once, each in order, checking each file's CRC32C and SHA-256 against
+ * the manifest (DATA_LOSS naming the file); stops at the first failure or when *stop is set. */
+st_code bk_send_piece(bk_conn *k, const char *dir, const char *backup, const ops_bk_piece *p,
+                      ops_progress *prog, const volatile sig_atomic_t *stop, st_err *err);
+
+/* Subcommands in backup_xfer.c. */
+int bk_export(bk_ctx *c);
+int bk_import(bk_ctx *c);
+int bk_verify(bk_ctx *c);
+
+#endif

@@ -1,0 +1,521 @@
+/* ops/backup_dir.c — the export directory of `strata backup export/import/verify`
+ * (docs/formats/backup-export.md): the MANIFEST's text, files written under temporary names and
+ * renamed once durable, and the checks of every file against the manifest.
+ *
+ * The manifest is the only file that says an export is complete: it is written last, after every
+ * file it names was fsync'd under its final name, and its own last line carries the CRC32C and
+ * SHA-256 of everything before it. A crash at any point leaves either no MANIFEST (verify says
+ * the export did not finish) or a complete export. */
+#define _DEFAULT_SOURCE /* fsync, O_NOFOLLOW, O_DIRECTORY */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backup_export.h"
+
+#define BK_IO_BYTES (1u << 20)
+#define BK_LINE_TOKENS_MAX 8
+
+/* ---- the manifest in memory ---- */
+
+void ops_bk_manifest_init(ops_bk_manifest *m) {
+    memset(m, 0, sizeof *m);
+    st_buf_init(&m->schema);
+}
+
+void ops_bk_manifest_deinit(ops_bk_manifest *m) {
+    for (size_t i = 0; i < m->n_pieces; i++) {
+        st_buf_free(&m->pieces[i].start_key);
+        st_buf_free(&m->pieces[i].end_key);
+        free(m->pieces[i].files);
+    }
+    free(m->pieces);
+    st_buf_free(&m->schema);
+    memset(m, 0, sizeof *m);
+}
+
+ops_bk_piece *ops_bk_manifest_add_piece(ops_bk_manifest *m, const char *id, st_slice start,
+                                        st_slice end, int64_t frozen_us) {
+    if (m->n_pieces == m->cap_pieces) {
+        size_t cap = m->cap_pieces ? m->cap_pieces * 2 : 4;
+        ops_bk_piece *np = realloc(m->pieces, cap * sizeof *np);
+        if (!np)
+            return NULL;
+        m->pieces = np;
+        m->cap_pieces = cap;
+    }
+    ops_bk_piece *p = &m->pieces[m->n_pieces];
+    memset(p, 0, sizeof *p);
+    st_buf_init(&p->start_key);
+    st_buf_init(&p->end_key);
+    snprintf(p->id, sizeof p->id, "%s", id);
+    p->frozen_us = frozen_us;
+    m->n_pieces++; /* counted first, so deinit frees the keys even if an append fails */
+    if (st_buf_append(&p->start_key, start.data, start.len) != ST_OK ||
+        st_buf_append(&p->end_key, end.data, end.len) != ST_OK)
+        return NULL;
+    return p;
+}
+
+ops_bk_file *ops_bk_piece_add_file(ops_bk_piece *p, const ops_bk_file *f) {
+    if (p->n_files == p->cap_files) {
+        size_t cap = p->cap_files ? p->cap_files * 2 : 4;
+        ops_bk_file *nf = realloc(p->files, cap * sizeof *nf);
+        if (!nf)
+            return NULL;
+        p->files = nf;
+        p->cap_files = cap;
+    }
+    p->files[p->n_files] = *f;
+    return &p->files[p->n_files++];
+}
+
+uint64_t ops_bk_manifest_bytes(const ops_bk_manifest *m) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < m->n_pieces; i++)
+        for (size_t j = 0; j < m->pieces[i].n_files; j++)
+            n += m->pieces[i].files[j].size;
+    return n;
+}
+
+size_t ops_bk_manifest_files(const ops_bk_manifest *m) {
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_pieces; i++)
+        n += m->pieces[i].n_files;
+    return n;
+}
+
+/* ---- names ---- */
+
+static bool name_chars(const char *s, size_t max, const char *extra) {
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-' || (c && strchr(extra, c));
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+bool ops_bk_piece_id_ok(const char *s) {
+    return name_chars(s, OPS_BK_PIECE_ID_MAX, "");
+}
+
+bool ops_bk_file_name_ok(const char *s) {
+    size_t n = strlen(s), t = strlen(OPS_BK_TMP_SUFFIX);
+    /* not ".", "..", hidden, nor a temporary name of the writer */
+    return s[0] != '.' && name_chars(s, OPS_BK_FILE_NAME_MAX, ".") &&
+           !(n >= t && !strcmp(s + n - t, OPS_BK_TMP_SUFFIX));
+}
+
+bool ops_bk_resource_name_ok(const char *s) {
+    return name_chars(s, OPS_BK_NAME_MAX, "/.~%");
+}
+
+/* ---- hex ---- */
+
+void ops_bk_hex(const uint8_t *data, size_t len, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[data[i] >> 4];
+        out[2 * i + 1] = digits[data[i] & 15];
+    }
+    out[2 * len] = '\0';
+}
+
+static int hex_val(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Lower-case hex of exactly the token into out ("-" = empty). */
+static bool unhex(st_slice t, size_t max, st_buf *out) {
+    st_buf_reset(out);
+    if (t.len == 1 && t.data[0] == '-')
+        return true;
+    if (t.len % 2 || t.len / 2 > max || st_buf_reserve(out, t.len / 2 + 1) != ST_OK)
+        return false;
+    for (size_t i = 0; i < t.len; i += 2) {
+        int hi = hex_val((char)t.data[i]), lo = hex_val((char)t.data[i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        out->data[out->len++] = (uint8_t)(hi << 4 | lo);
+    }
+    return true;
+}
+
+static bool unhex_fixed(st_slice t, uint8_t *out, size_t n) {
+    if (t.len != 2 * n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hex_val((char)t.data[2 * i]), lo = hex_val((char)t.data[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return true;
+}
+
+/* ---- formatting ---- */
+
+static st_code buf_printf(st_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static st_code buf_printf(st_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || st_buf_reserve(b, (size_t)n + 1) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    va_start(ap, fmt);
+    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return ST_OK;
+}
+
+static st_code buf_hex(st_buf *b, st_slice s) {
+    if (s.len == 0)
+        return st_buf_append_byte(b, '-');
+    if (st_buf_reserve(b, 2 * s.len + 1) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    ops_bk_hex(s.data, s.len, (char *)b->data + b->len);
+    b->len += 2 * s.len;
+    return ST_OK;
+}
+
+static void sha256(const void *data, size_t len, uint8_t out[OPS_BK_SHA256_BYTES]) {
+    unsigned n = 0;
+    EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
+}
+
+static st_code format_header(const ops_bk_manifest *m, st_buf *b) {
+    st_code rc =
+        buf_printf(b,
+                   "%s %d\n# A Strata backup export: docs/formats/backup-export.md. "
+                   "Check it with `strata backup verify DIR`.\n"
+                   "backup %s\nsource_table %s\nbackup_type %d\n"
+                   "start_us %lld\nend_us %lld\nexpire_us %lld\nschema ",
+                   OPS_BK_MAGIC, OPS_BK_VERSION, m->backup, m->source_table, m->backup_type,
+                   (long long)m->start_us, (long long)m->end_us, (long long)m->expire_us);
+    if (rc == ST_OK)
+        rc = buf_hex(b, st_buf_slice(&m->schema));
+    return rc == ST_OK ? st_buf_append_byte(b, '\n') : rc;
+}
+
+static st_code format_piece(const ops_bk_piece *p, st_buf *b) {
+    st_code rc = buf_printf(b, "piece %s ", p->id);
+    if (rc == ST_OK)
+        rc = buf_hex(b, st_buf_slice(&p->start_key));
+    if (rc == ST_OK)
+        rc = st_buf_append_byte(b, ' ');
+    if (rc == ST_OK)
+        rc = buf_hex(b, st_buf_slice(&p->end_key));
+    if (rc == ST_OK)
+        rc = buf_printf(b, " %lld\n", (long long)p->frozen_us);
+    for (size_t j = 0; rc == ST_OK && j < p->n_files; j++) {
+        const ops_bk_file *f = &p->files[j];
+        char sha[2 * OPS_BK_SHA256_BYTES + 1];
+        ops_bk_hex(f->sha256, OPS_BK_SHA256_BYTES, sha);
+        rc = buf_printf(b, "file %s %llu %08x %s\n", f->name, (unsigned long long)f->size,
+                        f->crc32c, sha);
+    }
+    return rc;
+}
+
+st_code ops_bk_manifest_format(const ops_bk_manifest *m, st_buf *out, st_err *err) {
+    st_buf_reset(out);
+    if (!ops_bk_resource_name_ok(m->backup) || !ops_bk_resource_name_ok(m->source_table))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "backup '%s' or table '%s' has characters an export cannot hold",
+                          m->backup, m->source_table);
+    st_code rc = format_header(m, out);
+    for (size_t i = 0; rc == ST_OK && i < m->n_pieces; i++) {
+        const ops_bk_piece *p = &m->pieces[i];
+        if (!ops_bk_piece_id_ok(p->id))
+            return st_err_set(err, ST_INVALID_ARGUMENT, "piece id '%s' is not [A-Za-z0-9_-]",
+                              p->id);
+        for (size_t j = 0; j < p->n_files; j++)
+            if (!ops_bk_file_name_ok(p->files[j].name))
+                return st_err_set(err, ST_INVALID_ARGUMENT,
+                                  "file name '%s' of piece %s is not [A-Za-z0-9_.-]",
+                                  p->files[j].name, p->id);
+        rc = format_piece(p, out);
+    }
+    if (rc != ST_OK)
+        return st_err_set(err, rc, "out of memory formatting the manifest");
+    uint8_t sha[OPS_BK_SHA256_BYTES];
+    char shahex[2 * OPS_BK_SHA256_BYTES + 1];
+    sha256(out->data, out->len, sha);
+    ops_bk_hex(sha, sizeof sha, shahex);
+    uint32_t crc = st_crc32c(0, out->data, out->len);
+    if (buf_printf(out, "end %08x %s\n", crc, shahex) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory formatting the manifest");
+    return ST_OK;
+}
+
+/* ---- parsing ---- */
+
+typedef struct bk_line {
+    st_slice tok[BK_LINE_TOKENS_MAX];
+    size_t n;
+    size_t lineno;
+} bk_line;
+
+/* Splits one line on single spaces; false for empty tokens, control bytes or too many. */
+static bool split_line(st_slice line, bk_line *l) {
+    l->n = 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= line.len; i++) {
+        if (i < line.len && (line.data[i] < 0x20 || line.data[i] >= 0x7f))
+            return false;
+        if (i < line.len && line.data[i] != ' ')
+            continue;
+        if (i == start || l->n == BK_LINE_TOKENS_MAX)
+            return false;
+        l->tok[l->n++] = st_slice_make(line.data + start, i - start);
+        start = i + 1;
+    }
+    return true;
+}
+
+static bool tok_is(st_slice t, const char *s) {
+    return t.len == strlen(s) && !memcmp(t.data, s, t.len);
+}
+
+/* A token into a NUL-terminated string of at most max bytes. */
+static bool tok_str(st_slice t, char *out, size_t max) {
+    if (t.len > max)
+        return false;
+    memcpy(out, t.data, t.len);
+    out[t.len] = '\0';
+    return true;
+}
+
+static bool tok_u64(st_slice t, uint64_t max, uint64_t *out) {
+    if (t.len == 0 || t.len > 20 || (t.len > 1 && t.data[0] == '0'))
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < t.len; i++) {
+        if (t.data[i] < '0' || t.data[i] > '9')
+            return false;
+        uint64_t d = (uint64_t)(t.data[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return v <= max;
+}
+
+static bool tok_i64(st_slice t, int64_t *out) {
+    uint64_t v;
+    if (!tok_u64(t, INT64_MAX, &v))
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+typedef struct bk_parse {
+    const char *what;
+    ops_bk_manifest *m;
+    st_err *err;
+    unsigned seen; /* header keys seen, one bit each */
+    size_t files;
+} bk_parse;
+
+static st_code bad(bk_parse *ps, const bk_line *l, const char *why) {
+    return st_err_set(ps->err, ST_INVALID_ARGUMENT,
+                      "%s line %zu: %s (not a Strata backup export, or damaged: export it again)",
+                      ps->what, l->lineno, why);
+}
+
+enum {
+    BK_H_BACKUP = 1,
+    BK_H_TABLE = 2,
+    BK_H_TYPE = 4,
+    BK_H_START = 8,
+    BK_H_END = 16,
+    BK_H_EXPIRE = 32,
+    BK_H_SCHEMA = 64,
+    BK_H_ALL = 127
+};
+
+static st_code parse_header(bk_parse *ps, const bk_line *l) {
+    ops_bk_manifest *m = ps->m;
+    static const char *keys[] = {"backup", "source_table", "backup_type", "start_us",
+                                 "end_us", "expire_us",    "schema"};
+    unsigned bit = 0;
+    for (unsigned i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (tok_is(l->tok[0], keys[i]))
+            bit = 1u << i;
+    if (!bit)
+        return bad(ps, l, "unknown keyword");
+    if (ps->seen & bit)
+        return bad(ps, l, "keyword repeated");
+    if (l->n != 2)
+        return bad(ps, l, "wants exactly one value");
+    ps->seen |= bit;
+    uint64_t type;
+    bool ok = bit == BK_H_BACKUP ? tok_str(l->tok[1], m->backup, OPS_BK_NAME_MAX) &&
+                                       ops_bk_resource_name_ok(m->backup)
+              : bit == BK_H_TABLE ? tok_str(l->tok[1], m->source_table, OPS_BK_NAME_MAX) &&
+                                        ops_bk_resource_name_ok(m->source_table)
+              : bit == BK_H_TYPE   ? tok_u64(l->tok[1], 2, &type) && (m->backup_type = (int)type, 1)
+              : bit == BK_H_START  ? tok_i64(l->tok[1], &m->start_us)
+              : bit == BK_H_END    ? tok_i64(l->tok[1], &m->end_us)
+              : bit == BK_H_EXPIRE ? tok_i64(l->tok[1], &m->expire_us)
+                                   : unhex(l->tok[1], OPS_BK_SCHEMA_BYTES_MAX, &m->schema);
+    return ok ? ST_OK : bad(ps, l, "bad value");
+}
+
+/* The new piece starts after the previous one ends (pieces sorted, never overlapping). */
+static bool piece_in_order(const ops_bk_manifest *m, const ops_bk_piece *p) {
+    if (p->end_key.len && st_slice_cmp(st_buf_slice(&p->start_key), st_buf_slice(&p->end_key)) >= 0)
+        return false;
+    if (m->n_pieces < 2)
+        return true;
+    const ops_bk_piece *prev = &m->pieces[m->n_pieces - 2];
+    return prev->end_key.len &&
+           st_slice_cmp(st_buf_slice(&prev->end_key), st_buf_slice(&p->start_key)) <= 0;
+}
+
+static st_code parse_piece(bk_parse *ps, const bk_line *l) {
+    char id[OPS_BK_PIECE_ID_MAX + 1];
+    int64_t frozen;
+    if (l->n != 5 || !tok_str(l->tok[1], id, OPS_BK_PIECE_ID_MAX) || !ops_bk_piece_id_ok(id) ||
+        !tok_i64(l->tok[4], &frozen))
+        return bad(ps, l, "want: piece ID START_HEX END_HEX FROZEN_US, ID [A-Za-z0-9_-]{1,64}");
+    if (ps->m->n_pieces >= OPS_BK_PIECES_MAX)
+        return bad(ps, l, "too many pieces");
+    for (size_t i = 0; i < ps->m->n_pieces; i++)
+        if (!strcmp(ps->m->pieces[i].id, id))
+            return bad(ps, l, "piece id repeated");
+    ops_bk_piece *p = ops_bk_manifest_add_piece(ps->m, id, st_slice_make(NULL, 0),
+                                                st_slice_make(NULL, 0), frozen);
+    if (!p)
+        return st_err_set(ps->err, ST_RESOURCE_EXHAUSTED, "%s: out of memory", ps->what);
+    if (!unhex(l->tok[2], OPS_BK_KEY_BYTES_MAX, &p->start_key) ||
+        !unhex(l->tok[3], OPS_BK_KEY_BYTES_MAX, &p->end_key))
+        return bad(ps, l, "bad key (lower-case hex, or - for none)");
+    if (!piece_in_order(ps->m, p))
+        return bad(ps, l, "piece ranges out of order or overlapping");
+    return ST_OK;
+}
+
+static st_code parse_file(bk_parse *ps, const bk_line *l) {
+    ops_bk_file f;
+    memset(&f, 0, sizeof f);
+    uint8_t crc[4];
+    if (ps->m->n_pieces == 0)
+        return bad(ps, l, "file before any piece");
+    if (l->n != 5 || !tok_str(l->tok[1], f.name, OPS_BK_FILE_NAME_MAX) ||
+        !ops_bk_file_name_ok(f.name) || !tok_u64(l->tok[2], INT64_MAX, &f.size) ||
+        !unhex_fixed(l->tok[3], crc, 4) || !unhex_fixed(l->tok[4], f.sha256, OPS_BK_SHA256_BYTES))
+        return bad(ps, l,
+                   "want: file NAME SIZE CRC32C_HEX8 SHA256_HEX64, NAME [A-Za-z0-9_.-] not "
+                   "starting with '.'");
+    f.crc32c = (uint32_t)crc[0] << 24 | (uint32_t)crc[1] << 16 | (uint32_t)crc[2] << 8 | crc[3];
+    ops_bk_piece *p = &ps->m->pieces[ps->m->n_pieces - 1];
+    for (size_t i = 0; i < p->n_files; i++)
+        if (!strcmp(p->files[i].name, f.name))
+            return bad(ps, l, "file repeated in its piece");
+    if (++ps->files > OPS_BK_FILES_MAX)
+        return bad(ps, l, "too many files");
+    if (!ops_bk_piece_add_file(p, &f))
+        return st_err_set(ps->err, ST_RESOURCE_EXHAUSTED, "%s: out of memory", ps->what);
+    return ST_OK;
+}
+
+static st_code parse_line(bk_parse *ps, const bk_line *l) {
+    if (tok_is(l->tok[0], "piece") || tok_is(l->tok[0], "file")) {
+        if (ps->seen != BK_H_ALL)
+            return bad(ps, l, "piece or file before the header is complete");
+        return tok_is(l->tok[0], "piece") ? parse_piece(ps, l) : parse_file(ps, l);
+    }
+    if (ps->m->n_pieces)
+        return bad(ps, l, "header keyword after the first piece");
+    return parse_header(ps, l);
+}
+
+/* The last line "end CRC SHA" must cover exactly the bytes before it. */
+static st_code check_end(bk_parse *ps, const char *text, size_t len, size_t *body) {
+    bk_line l = {.lineno = 0};
+    if (len == 0 || text[len - 1] != '\n')
+        return st_err_set(ps->err, ST_INVALID_ARGUMENT,
+                          "%s: does not end with a newline (truncated: export it again)", ps->what);
+    size_t start = len - 1;
+    while (start > 0 && text[start - 1] != '\n')
+        start--;
+    for (size_t i = 0; i < start; i++)
+        l.lineno += text[i] == '\n';
+    l.lineno++;
+    uint8_t crc[4], sha[OPS_BK_SHA256_BYTES], want[OPS_BK_SHA256_BYTES];
+    if (!split_line(st_slice_make(text + start, len - 1 - start), &l) || l.n != 3 ||
+        !tok_is(l.tok[0], "end") || !unhex_fixed(l.tok[1], crc, 4) ||
+        !unhex_fixed(l.tok[2], sha, sizeof sha))
+        return bad(ps, &l, "the last line is not `end CRC32C SHA256` (truncated?)");
+    uint32_t c = (uint32_t)crc[0] << 24 | (uint32_t)crc[1] << 16 | (uint32_t)crc[2] << 8 | crc[3];
+    sha256(text, start, want);
+    if (c != st_crc32c(0, text, start) || memcmp(sha, want, sizeof sha))
+        return st_err_set(ps->err, ST_DATA_LOSS,
+                          "%s: checksum mismatch (the manifest was changed or damaged: export "
+                          "again from the backup)",
+                          ps->what);
+    *body = start;
+    return ST_OK;
+}
+
+static st_code parse_body(bk_parse *ps, const char *text, size_t len) {
+    size_t pos = 0, lineno = 0;
+    while (pos < len) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - text) : len;
+        bk_line l = {.lineno = ++lineno};
+        st_slice line = st_slice_make(text + pos, end - pos);
+        pos = end + 1;
+        if (lineno == 1) {
+            char want[64];
+            snprintf(want, sizeof want, "%s %d", OPS_BK_MAGIC, OPS_BK_VERSION);
+            if (!tok_is(line, want))
+                return bad(ps, &l, "first line is not `" OPS_BK_MAGIC " 1`");
+            continue;
+        }
+        if (line.len && line.data[0] == '#')
+            continue;
+        if (!split_line(line, &l))
+            return bad(ps, &l, "empty token, control byte or too many tokens");
+        st_code rc = parse_line(ps, &l);
+        if (rc != ST_OK)
+            return rc;
+    }
+    if (lineno == 0 || ps->seen != BK_H_ALL)
+        return st_err_set(ps->err, ST_INVALID_ARGUMENT,
+                          "%s: header incomplete (backup, source_table, backup_type, start_us, "
+                          "end_us, expire_us, schema): export it again",
+                          ps->what);
+    return ST_OK;
+}
+
+st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, ops_bk_manifest *m,
+                              st_err *err) {
+    ops_bk_manifest_init(m);
+    bk_parse ps = {.what = what, .m = m, .err = err};
+    size_t body = 0;
+    if (len > OPS_BK_MANIFEST_BYTES_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "%s: larger than %u bytes: not a manifest",
+                          what, OPS_BK_MANIFEST_BYTES_MAX);
+    st_code rc = check_end(&ps, text, len, &body);
+    if (rc == ST_OK)
+        rc = parse_body(&ps, text, body);
+    return rc;
+}

@@ -1,0 +1,405 @@
+/* ops/backup_files.c — the files of an export directory (docs/formats/backup-export.md):
+ * writing each under a temporary name, checksummed as it goes, renamed once fsync'd; the
+ * manifest last; and the checks of every file against the manifest (size, CRC32C, SHA-256),
+ * each failure naming the file. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sync_file_range; fsync, O_NOFOLLOW, O_DIRECTORY */
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backup_export.h"
+
+#define BK_READ_BYTES (1u << 20)
+
+static bool path_fmt(char *out, size_t cap, st_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static bool path_fmt(char *out, size_t cap, st_err *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= cap) {
+        st_err_set(err, ST_INVALID_ARGUMENT, "path too long under %.200s: use a shorter DIR", out);
+        return false;
+    }
+    return true;
+}
+
+static st_code io_err(st_err *err, const char *what, const char *path) {
+    int e = errno;
+    return st_err_set(err, e == ENOENT ? ST_NOT_FOUND : ST_UNAVAILABLE, "%s %s: %s", what, path,
+                      strerror(e));
+}
+
+static st_code fsync_dir(const char *dir, st_err *err) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return io_err(err, "cannot open directory", dir);
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? ST_OK : io_err(err, "cannot fsync directory", dir);
+}
+
+/* ---- writing ---- */
+
+static bool dir_empty(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    struct dirent *e;
+    bool empty = true;
+    while (empty && (e = readdir(d)))
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    return empty;
+}
+
+st_code ops_bk_dir_create(const char *dir, st_err *err) {
+    char p[4096];
+    if (mkdir(dir, 0755) != 0 && !(errno == EEXIST && dir_empty(dir)))
+        return errno == EEXIST
+                   ? st_err_set(err, ST_ALREADY_EXISTS,
+                                "%s exists and is not empty: export into a new directory", dir)
+                   : io_err(err, "cannot create", dir);
+    if (!path_fmt(p, sizeof p, err, "%s/%s", dir, OPS_BK_PIECES))
+        return ST_INVALID_ARGUMENT;
+    if (mkdir(p, 0755) != 0)
+        return io_err(err, "cannot create", p);
+    return ST_OK;
+}
+
+st_code ops_bk_out_open(ops_bk_out *o, const char *dir, const char *piece, const char *name,
+                        st_err *err) {
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    if (!ops_bk_piece_id_ok(piece) || !ops_bk_file_name_ok(name))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "piece '%s' file '%s': names an export cannot hold", piece, name);
+    char pdir[4096];
+    if (!path_fmt(pdir, sizeof pdir, err, "%s/%s/%s", dir, OPS_BK_PIECES, piece) ||
+        !path_fmt(o->final, sizeof o->final, err, "%s/%s", pdir, name) ||
+        !path_fmt(o->tmp, sizeof o->tmp, err, "%s%s", o->final, OPS_BK_TMP_SUFFIX))
+        return ST_INVALID_ARGUMENT;
+    if (mkdir(pdir, 0755) != 0 && errno != EEXIST)
+        return io_err(err, "cannot create", pdir);
+    o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
+    if (o->fd < 0)
+        return io_err(err, "cannot create", o->tmp);
+    o->sha = EVP_MD_CTX_new();
+    if (!o->sha || !EVP_DigestInit_ex(o->sha, EVP_sha256(), NULL)) {
+        ops_bk_out_abort(o);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting SHA-256");
+    }
+    return ST_OK;
+}
+
+st_code ops_bk_out_write(ops_bk_out *o, const void *data, size_t len, st_err *err) {
+    const uint8_t *p = data;
+    o->crc32c = st_crc32c(o->crc32c, data, len);
+    EVP_DigestUpdate(o->sha, data, len);
+    o->size += len;
+    while (len > 0) {
+        ssize_t n = write(o->fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return io_err(err, "cannot write", o->tmp);
+        p += n;
+        len -= (size_t)n;
+    }
+    return ST_OK;
+}
+
+void ops_bk_out_abort(ops_bk_out *o) {
+    if (o->fd >= 0) {
+        close(o->fd);
+        unlink(o->tmp);
+    }
+    o->fd = -1;
+    EVP_MD_CTX_free(o->sha);
+    o->sha = NULL;
+}
+
+st_code ops_bk_out_close(ops_bk_out *o, ops_bk_file *f, st_err *err) {
+    unsigned n = 0;
+    st_code rc = ST_OK;
+    /* Writeback starts now, in the background; ops_bk_manifest_write waits for it (fsync of
+     * every file) before the manifest exists, so the transfer of the next files overlaps it. */
+    if (sync_file_range(o->fd, 0, 0, SYNC_FILE_RANGE_WRITE) != 0 && errno != ENOSYS &&
+        errno != EINVAL)
+        rc = io_err(err, "cannot write back", o->tmp);
+    if (rc == ST_OK && close(o->fd) != 0)
+        rc = io_err(err, "cannot close", o->tmp);
+    else if (rc != ST_OK)
+        close(o->fd);
+    o->fd = -1;
+    if (rc == ST_OK && rename(o->tmp, o->final) != 0)
+        rc = io_err(err, "cannot rename", o->tmp);
+    if (rc != ST_OK)
+        unlink(o->tmp);
+    f->size = o->size;
+    f->crc32c = o->crc32c;
+    EVP_DigestFinal_ex(o->sha, f->sha256, &n);
+    EVP_MD_CTX_free(o->sha);
+    o->sha = NULL;
+    return rc;
+}
+
+static st_code write_all_file(const char *path, st_slice data, st_err *err) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return io_err(err, "cannot create", path);
+    size_t off = 0;
+    while (off < data.len) {
+        ssize_t n = write(fd, data.data + off, data.len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            st_code rc = io_err(err, "cannot write", path);
+            close(fd);
+            return rc;
+        }
+        off += (size_t)n;
+    }
+    if (fsync(fd) != 0) {
+        st_code rc = io_err(err, "cannot fsync", path);
+        close(fd);
+        return rc;
+    }
+    return close(fd) == 0 ? ST_OK : io_err(err, "cannot close", path);
+}
+
+st_code ops_bk_link(const char *dir, const char *from_piece, const char *to_piece, const char *name,
+                    st_err *err) {
+    char from[4096], pdir[4096], to[4096];
+    if (!ops_bk_piece_id_ok(from_piece) || !ops_bk_piece_id_ok(to_piece) ||
+        !ops_bk_file_name_ok(name))
+        return st_err_set(err, ST_INVALID_ARGUMENT, "names an export cannot hold");
+    if (!path_fmt(from, sizeof from, err, "%s/%s/%s/%s", dir, OPS_BK_PIECES, from_piece, name) ||
+        !path_fmt(pdir, sizeof pdir, err, "%s/%s/%s", dir, OPS_BK_PIECES, to_piece) ||
+        !path_fmt(to, sizeof to, err, "%s/%s", pdir, name))
+        return ST_INVALID_ARGUMENT;
+    if (mkdir(pdir, 0755) != 0 && errno != EEXIST)
+        return io_err(err, "cannot create", pdir);
+    return link(from, to) == 0 ? ST_OK : io_err(err, "cannot link to", to);
+}
+
+static st_code fsync_file(const char *path, st_err *err) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW);
+    if (fd < 0)
+        return io_err(err, "cannot open", path);
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? ST_OK : io_err(err, "cannot fsync", path);
+}
+
+st_code ops_bk_manifest_write(const char *dir, const ops_bk_manifest *m, st_err *err) {
+    char p[4096], tmp[4096], fin[4096];
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < m->n_pieces; i++) /* every file durable first */
+        for (size_t j = 0; rc == ST_OK && j < m->pieces[i].n_files; j++) {
+            if (!path_fmt(p, sizeof p, err, "%s/%s/%s/%s", dir, OPS_BK_PIECES, m->pieces[i].id,
+                          m->pieces[i].files[j].name))
+                return ST_INVALID_ARGUMENT;
+            rc = fsync_file(p, err);
+        }
+    for (size_t i = 0; rc == ST_OK && i < m->n_pieces; i++) {
+        if (!path_fmt(p, sizeof p, err, "%s/%s/%s", dir, OPS_BK_PIECES, m->pieces[i].id))
+            return ST_INVALID_ARGUMENT;
+        if (m->pieces[i].n_files)
+            rc = fsync_dir(p, err);
+    }
+    if (rc == ST_OK && path_fmt(p, sizeof p, err, "%s/%s", dir, OPS_BK_PIECES))
+        rc = fsync_dir(p, err);
+    if (rc != ST_OK)
+        return rc;
+    if (!path_fmt(fin, sizeof fin, err, "%s/%s", dir, OPS_BK_MANIFEST) ||
+        !path_fmt(tmp, sizeof tmp, err, "%s%s", fin, OPS_BK_TMP_SUFFIX))
+        return ST_INVALID_ARGUMENT;
+    st_buf text;
+    st_buf_init(&text);
+    rc = ops_bk_manifest_format(m, &text, err);
+    if (rc == ST_OK)
+        rc = write_all_file(tmp, st_buf_slice(&text), err);
+    st_buf_free(&text);
+    if (rc == ST_OK && rename(tmp, fin) != 0)
+        rc = io_err(err, "cannot rename", tmp);
+    if (rc != ST_OK) {
+        unlink(tmp);
+        return rc;
+    }
+    return fsync_dir(dir, err);
+}
+
+/* ---- reading and checking ---- */
+
+st_code ops_bk_manifest_load(const char *dir, ops_bk_manifest *m, st_err *err) {
+    char path[4096];
+    ops_bk_manifest_init(m);
+    if (!path_fmt(path, sizeof path, err, "%s/%s", dir, OPS_BK_MANIFEST))
+        return ST_INVALID_ARGUMENT;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return st_err_set(err, ST_NOT_FOUND,
+                              "%s is missing: %s is not a finished export (an export that was "
+                              "interrupted has no manifest: export again)",
+                              path, dir);
+        return io_err(err, "cannot open", path);
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        (uint64_t)st.st_size > OPS_BK_MANIFEST_BYTES_MAX) {
+        close(fd);
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "%s is not a regular file of at most %u bytes: not an export", path,
+                          OPS_BK_MANIFEST_BYTES_MAX);
+    }
+    char *text = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    ssize_t n = 1;
+    while (text && got < (size_t)st.st_size &&
+           ((n = read(fd, text + got, (size_t)st.st_size - got)) > 0 || (n < 0 && errno == EINTR)))
+        got += n > 0 ? (size_t)n : 0;
+    close(fd);
+    st_code rc = !text   ? st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading %s", path)
+                 : n < 0 ? io_err(err, "cannot read", path)
+                         : ops_bk_manifest_parse(text, got, path, m, err);
+    free(text);
+    return rc;
+}
+
+static bool file_path(const char *dir, const ops_bk_piece *p, const ops_bk_file *f, char *out,
+                      size_t cap, st_err *err) {
+    return path_fmt(out, cap, err, "%s/%s/%s/%s", dir, OPS_BK_PIECES, p->id, f->name);
+}
+
+/* Opens a manifest's file read-only, never through a symbolic link; checks it is a regular file
+ * of the manifest's size. */
+static st_code open_checked(const char *path, const ops_bk_file *f, int *fd, st_err *err) {
+    struct stat st;
+    *fd = open(path, O_RDONLY | O_NOFOLLOW);
+    if (*fd < 0)
+        return errno == ENOENT ? st_err_set(err, ST_NOT_FOUND,
+                                            "%s is missing (the export is incomplete: copy or "
+                                            "export it again)",
+                                            path)
+                               : io_err(err, "cannot open", path);
+    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(*fd);
+        return st_err_set(err, ST_DATA_LOSS, "%s is not a regular file (export it again)", path);
+    }
+    if ((uint64_t)st.st_size != f->size) {
+        close(*fd);
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s has %llu bytes, the manifest says %llu (truncated or damaged: copy "
+                          "or export it again)",
+                          path, (unsigned long long)st.st_size, (unsigned long long)f->size);
+    }
+    return ST_OK;
+}
+
+st_code ops_bk_check_sizes(const char *dir, const ops_bk_manifest *m, st_err *err) {
+    char path[4096];
+    for (size_t i = 0; i < m->n_pieces; i++)
+        for (size_t j = 0; j < m->pieces[i].n_files; j++) {
+            int fd;
+            if (!file_path(dir, &m->pieces[i], &m->pieces[i].files[j], path, sizeof path, err))
+                return ST_INVALID_ARGUMENT;
+            st_code rc = open_checked(path, &m->pieces[i].files[j], &fd, err);
+            if (rc != ST_OK)
+                return rc;
+            close(fd);
+        }
+    return ST_OK;
+}
+
+/* Reads fd to its end, checksumming; compares with f. */
+static st_code read_compare(int fd, const char *path, const ops_bk_file *f, ops_bk_read_fn on_data,
+                            void *arg, st_err *err) {
+    uint8_t *buf = malloc(BK_READ_BYTES), sha[OPS_BK_SHA256_BYTES];
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    uint64_t size = 0;
+    uint32_t crc = 0;
+    ssize_t n = 0;
+    if (!buf || !ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+        free(buf);
+        EVP_MD_CTX_free(ctx);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading %s", path);
+    }
+    st_code rc = ST_OK;
+    while (rc == ST_OK && ((n = read(fd, buf, BK_READ_BYTES)) > 0 || (n < 0 && errno == EINTR))) {
+        if (n <= 0)
+            continue;
+        crc = st_crc32c(crc, buf, (size_t)n);
+        EVP_DigestUpdate(ctx, buf, (size_t)n);
+        size += (uint64_t)n;
+        if (on_data)
+            rc = on_data(buf, (size_t)n, arg, err);
+    }
+    unsigned shan = 0;
+    EVP_DigestFinal_ex(ctx, sha, &shan);
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    if (rc != ST_OK)
+        return rc;
+    if (n < 0)
+        return io_err(err, "cannot read", path);
+    if (size != f->size)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s: read %llu bytes, the manifest says %llu (changed while read? "
+                          "copy or export it again)",
+                          path, (unsigned long long)size, (unsigned long long)f->size);
+    if (crc != f->crc32c || memcmp(sha, f->sha256, sizeof sha))
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s: checksum mismatch (CRC32C %08x, manifest %08x): the file is "
+                          "damaged; copy or export it again",
+                          path, crc, f->crc32c);
+    return ST_OK;
+}
+
+st_code ops_bk_check_file(const char *dir, const ops_bk_piece *p, const ops_bk_file *f,
+                          ops_bk_read_fn on_data, void *arg, st_err *err) {
+    char path[4096];
+    int fd;
+    if (!file_path(dir, p, f, path, sizeof path, err))
+        return ST_INVALID_ARGUMENT;
+    st_code rc = open_checked(path, f, &fd, err);
+    if (rc != ST_OK)
+        return rc;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    rc = read_compare(fd, path, f, on_data, arg, err);
+    close(fd);
+    return rc;
+}
+
+bool ops_bk_file_id(const char *dir, const ops_bk_piece *p, const ops_bk_file *f, uint64_t *dev,
+                    uint64_t *ino) {
+    char path[4096];
+    struct stat st;
+    if (!file_path(dir, p, f, path, sizeof path, NULL) || lstat(path, &st) != 0)
+        return false;
+    *dev = (uint64_t)st.st_dev;
+    *ino = (uint64_t)st.st_ino;
+    return true;
+}
+
+st_code ops_bk_verify(const char *dir, ops_bk_manifest *m, ops_bk_read_fn on_data, void *arg,
+                      st_err *err) {
+    st_code rc = ops_bk_manifest_load(dir, m, err);
+    if (rc == ST_OK)
+        rc = ops_bk_check_sizes(dir, m, err); /* a missing file is named before any long read */
+    for (size_t i = 0; rc == ST_OK && i < m->n_pieces; i++)
+        for (size_t j = 0; rc == ST_OK && j < m->pieces[i].n_files; j++)
+            rc = ops_bk_check_file(dir, &m->pieces[i], &m->pieces[i].files[j], on_data, arg, err);
+    return rc;
+}

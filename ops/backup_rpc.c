@@ -1,0 +1,162 @@
+/* ops/backup_rpc.c — gRPC calls of `strata backup` on a kept connection (backup_cli.h): an
+ * export or import makes one call per MiB to the same node, so a connection per call (as
+ * rpc_blocking_unary does) would cost a handshake per MiB. */
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backup_cli.h"
+#include "strata/btutil.h"
+#include "strata/rpc.h"
+
+typedef struct bk_wait {
+    struct event_base *base;
+    bool done;
+    st_code code;
+    char msg[ST_ERR_MSG_MAX];
+    st_buf resp;
+    uint64_t messages;
+    bool (*on_msg)(st_slice msg, void *arg, st_err *err);
+    void *arg;
+    st_err cb_err; /* what on_msg said when it stopped the call */
+    bool stopped;
+} bk_wait;
+
+st_code bk_conn_open(bk_conn *k, const char *addr, st_err *err) {
+    memset(k, 0, sizeof *k);
+    snprintf(k->addr, sizeof k->addr, "%s", addr);
+    char host[256];
+    uint16_t port = 0;
+    if (!st_addr_split(addr, host, sizeof host, &port) || port == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "bad address '%s': want HOST:PORT", addr);
+    k->base = event_base_new();
+    if (!k->base)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot create an event loop");
+    k->client = rpc_client_new(k->base, host, port, NULL, err);
+    if (!k->client) {
+        event_base_free(k->base);
+        k->base = NULL;
+        return err ? err->code : ST_UNAVAILABLE;
+    }
+    return ST_OK;
+}
+
+void bk_conn_close(bk_conn *k) {
+    if (k->client)
+        rpc_client_free(k->client);
+    if (k->base) {
+        event_base_loop(k->base, EVLOOP_NONBLOCK);
+        event_base_free(k->base);
+    }
+    k->client = NULL;
+    k->base = NULL;
+}
+
+static void wait_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    bk_wait *w = arg;
+    w->messages++;
+    if (w->on_msg) {
+        if (!w->stopped && !w->on_msg(msg, w->arg, &w->cb_err)) {
+            w->stopped = true;
+            rpc_ccall_cancel(call);
+        }
+    } else if (w->messages == 1 && st_buf_append(&w->resp, msg.data, msg.len) != ST_OK) {
+        w->messages = UINT64_MAX;
+    }
+}
+
+static void wait_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    bk_wait *w = arg;
+    w->done = true;
+    w->code = code;
+    snprintf(w->msg, sizeof w->msg, "%s", message ? message : "");
+    event_base_loopbreak(w->base);
+}
+
+/* Starts the call (reconnecting once if the connection died) and runs the loop until it ends. */
+static st_code run_call(bk_conn *k, const char *method, st_slice req, int64_t timeout_ms,
+                        bk_wait *w, st_err *err) {
+    if (!rpc_client_alive(k->client)) {
+        char addr[512];
+        snprintf(addr, sizeof addr, "%s", k->addr);
+        bk_conn_close(k);
+        st_code rc = bk_conn_open(k, addr, err);
+        if (rc != ST_OK)
+            return rc;
+    }
+    w->base = k->base;
+    if (!rpc_client_call(k->client, method, req, NULL, 0, timeout_ms, wait_msg, wait_done, w))
+        return st_err_set(err, ST_UNAVAILABLE, "%s at %s: cannot start the call", method, k->addr);
+    while (!w->done && event_base_dispatch(k->base) == 0)
+        ;
+    if (w->stopped)
+        return st_err_set(err, w->cb_err.code, "%s", w->cb_err.msg);
+    if (w->code != ST_OK)
+        return st_err_set(err, w->code, "%s at %s: %s: %s", bk_leaf(method), k->addr,
+                          st_code_name(w->code), w->msg);
+    return ST_OK;
+}
+
+static st_code pack(const ProtobufCMessage *req, st_buf *out, st_err *err) {
+    size_t len = protobuf_c_message_get_packed_size(req);
+    st_buf_init(out);
+    if (st_buf_reserve(out, len + 1) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory packing a request");
+    out->len = protobuf_c_message_pack(req, out->data);
+    return ST_OK;
+}
+
+st_code bk_conn_call(bk_conn *k, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                     int64_t timeout_ms, st_err *err) {
+    st_buf packed;
+    bk_wait w;
+    memset(&w, 0, sizeof w);
+    st_buf_init(&w.resp);
+    if (resp)
+        *resp = NULL;
+    st_code rc = pack(req, &packed, err);
+    if (rc == ST_OK)
+        rc = run_call(k, method, st_buf_slice(&packed), timeout_ms, &w, err);
+    if (rc == ST_OK && w.messages != 1)
+        rc = st_err_set(err, ST_INTERNAL, "%s at %s: answered %llu messages, not one",
+                        bk_leaf(method), k->addr, (unsigned long long)w.messages);
+    if (rc == ST_OK && resp_desc) {
+        *resp = btu_pb_unpack(resp_desc, NULL, st_buf_slice(&w.resp), err);
+        if (!*resp)
+            rc = st_err_set(err, ST_INTERNAL, "%s at %s: the answer does not parse",
+                            bk_leaf(method), k->addr);
+    }
+    st_buf_free(&packed);
+    st_buf_free(&w.resp);
+    return rc;
+}
+
+st_code bk_conn_stream(bk_conn *k, const char *method, const ProtobufCMessage *req,
+                       bool (*on_msg)(st_slice msg, void *arg, st_err *err), void *arg,
+                       int64_t timeout_ms, st_err *err) {
+    st_buf packed;
+    bk_wait w;
+    memset(&w, 0, sizeof w);
+    st_buf_init(&w.resp);
+    w.on_msg = on_msg;
+    w.arg = arg;
+    st_code rc = pack(req, &packed, err);
+    if (rc == ST_OK)
+        rc = run_call(k, method, st_buf_slice(&packed), timeout_ms, &w, err);
+    st_buf_free(&packed);
+    return rc;
+}
+
+st_code bk_router_call(const bk_ctx *c, const char *method, const ProtobufCMessage *req,
+                       const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                       st_err *err) {
+    bk_conn k;
+    st_code rc = bk_conn_open(&k, c->addr, err);
+    if (rc == ST_OK)
+        rc = bk_conn_call(&k, method, req, resp_desc, resp, BK_ADMIN_TIMEOUT_MS, err);
+    bk_conn_close(&k);
+    return rc;
+}

@@ -1,0 +1,624 @@
+/* ops/backup_xfer.c — `strata backup export`, `import` and `verify` (docs/backups.md,
+ * docs/formats/backup-export.md). The router says where the pieces are (BackupAdmin); the bytes
+ * go straight between the nodes and the directory, one kept connection per node.
+ *
+ * export: DescribeBackup, then ReadBackupFile of every file of every piece into DIR (each file
+ * under a temporary name until fsync'd, checked against the node's size and CRC32C), then the
+ * manifest last. import: the manifest and every file's size first, BeginImport (the backup is
+ * CREATING, invisible to restores), WriteBackupFile of every chunk to the node the router named
+ * while checking each file's CRC32C and SHA-256 against the manifest as it is read,
+ * SealBackupPiece, FinishImport; on any failure (a damaged file, a node down, Ctrl-C) the backup
+ * is deleted, so nothing half-imported stays. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backup_cli.h"
+#include "instance.h"
+#include "strata/btutil.h"
+#include "strata/internal/v1/backup_admin.pb-c.h"
+#include "strata/internal/v1/node.pb-c.h"
+#include "strata/rpc.h"
+#include <event2/event.h>
+
+#define BK_NODES_MAX 64
+
+/* Set by SIGINT/SIGTERM during a transfer, read between chunks: the one piece of mutable global
+ * state here, as a signal handler can reach nothing else. */
+static volatile sig_atomic_t bk_interrupted;
+
+static void on_signal(int sig) {
+    (void)sig;
+    bk_interrupted = 1;
+}
+
+typedef struct bk_xfer {
+    bk_ctx *c;
+    ops_progress prog;
+    bk_conn nodes[BK_NODES_MAX];
+    size_t n_nodes;
+    /* import: the node of the piece being sent; seals in flight and the first that failed */
+    bk_conn *conn;
+    st_code seal_rc;
+    st_err seal_err;
+} bk_xfer;
+
+/* A SealBackupPiece in flight while the next piece is sent (the node reads back and syncs the
+ * sealed piece's files meanwhile). */
+typedef struct bk_seal {
+    bk_xfer *x;
+    bk_conn *k;
+    st_buf packed;
+    char piece[OPS_BK_PIECE_ID_MAX + 1];
+} bk_seal;
+
+static st_code node_conn(bk_xfer *x, const char *addr, bk_conn **out, st_err *err) {
+    for (size_t i = 0; i < x->n_nodes; i++)
+        if (!strcmp(x->nodes[i].addr, addr)) {
+            *out = &x->nodes[i];
+            return ST_OK;
+        }
+    if (x->n_nodes == BK_NODES_MAX)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "more than %d nodes hold the backup",
+                          BK_NODES_MAX);
+    st_code rc = bk_conn_open(&x->nodes[x->n_nodes], addr, err);
+    if (rc == ST_OK)
+        *out = &x->nodes[x->n_nodes++];
+    return rc;
+}
+
+static void xfer_free(bk_xfer *x) {
+    for (size_t i = 0; i < x->n_nodes; i++)
+        bk_conn_close(&x->nodes[i]);
+    x->n_nodes = 0;
+}
+
+static void catch_signals(void) {
+    bk_interrupted = 0;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static st_code check_interrupt(st_err *err) {
+    return bk_interrupted ? st_err_set(err, ST_CANCELLED, "interrupted") : ST_OK;
+}
+
+/* ---- export ---- */
+
+static int64_t ts_us(const Google__Protobuf__Timestamp *t) {
+    return t ? t->seconds * 1000000 + t->nanos / 1000 : 0;
+}
+
+/* The manifest's header from the router's layout. */
+static st_code manifest_from_layout(const Strata__Internal__V1__BackupLayout *l, ops_bk_manifest *m,
+                                    st_err *err) {
+    const Google__Bigtable__Admin__V2__Backup *b = l->backup;
+    if (!b || !l->schema)
+        return st_err_set(err, ST_INTERNAL, "DescribeBackup answered without backup or schema");
+    snprintf(m->backup, sizeof m->backup, "%s", b->name ? b->name : "");
+    snprintf(m->source_table, sizeof m->source_table, "%s", b->source_table ? b->source_table : "");
+    m->backup_type = b->backup_type ? b->backup_type : 1;
+    m->start_us = ts_us(b->start_time);
+    m->end_us = ts_us(b->end_time);
+    m->expire_us = ts_us(b->expire_time);
+    size_t n = google__bigtable__admin__v2__table__get_packed_size(l->schema);
+    if (st_buf_reserve(&m->schema, n + 1) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    m->schema.len = google__bigtable__admin__v2__table__pack(l->schema, m->schema.data);
+    return ST_OK;
+}
+
+static uint64_t layout_bytes(const Strata__Internal__V1__BackupLayout *l) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < l->n_pieces; i++)
+        for (size_t j = 0; l->pieces[i]->piece && j < l->pieces[i]->piece->n_files; j++)
+            n += l->pieces[i]->piece->files[j]->size;
+    return n;
+}
+
+/* An earlier piece of the same node holding the same file (name, size, CRC32C): a split's
+ * halves keep their files whole, so pieces share them. Sets *k and *j; false when none. */
+static bool shared_file(const Strata__Internal__V1__BackupLayout *l, size_t i,
+                        const Strata__Internal__V1__BackupFile *bf, size_t *k, size_t *j) {
+    for (*k = 0; *k < i; (*k)++) {
+        const Strata__Internal__V1__BackupPiece *q = l->pieces[*k]->piece;
+        if (strcmp(l->pieces[*k]->node, l->pieces[i]->node))
+            continue;
+        for (*j = 0; *j < q->n_files; (*j)++)
+            if (!strcmp(q->files[*j]->name, bf->name) && q->files[*j]->size == bf->size &&
+                q->files[*j]->crc32c == bf->crc32c)
+                return true;
+    }
+    return false;
+}
+
+/* Every file not shared with an earlier piece, fetched node by node; jobs[] in layout order. */
+static st_code fetch_all(bk_xfer *x, const char *dir, const Strata__Internal__V1__BackupLayout *l,
+                         bk_fetch_job *jobs, size_t n, const char **job_node, st_err *err) {
+    st_code rc = ST_OK;
+    bk_fetch_job *batch = calloc(n + 1, sizeof *batch);
+    if (!batch)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t a = 0; rc == ST_OK && a < l->n_pieces; a++) {
+        const char *node = l->pieces[a]->node;
+        bool first = true; /* each node once, at its first piece */
+        for (size_t b = 0; b < a && first; b++)
+            first = strcmp(l->pieces[b]->node, node) != 0;
+        size_t m = 0;
+        for (size_t i = 0; first && i < n; i++)
+            if (!strcmp(job_node[i], node))
+                batch[m++] = jobs[i];
+        bk_conn *k = NULL;
+        if (m)
+            rc = node_conn(x, node, &k, err);
+        if (rc == ST_OK && m)
+            rc = bk_fetch_files(k, dir, batch, m, &x->prog, &bk_interrupted, err);
+        for (size_t i = 0, b = 0; rc == ST_OK && first && i < n; i++)
+            if (!strcmp(job_node[i], node))
+                jobs[i].result = batch[b++].result;
+    }
+    free(batch);
+    return rc;
+}
+
+/* The manifest's pieces and files: fetched files from jobs, shared ones hard-linked. */
+static st_code export_assemble(const char *dir, const Strata__Internal__V1__BackupLayout *l,
+                               const bk_fetch_job *jobs, ops_bk_manifest *m, st_err *err) {
+    size_t next = 0;
+    for (size_t i = 0; i < l->n_pieces; i++) {
+        const Strata__Internal__V1__BackupPiece *bp = l->pieces[i]->piece;
+        ops_bk_piece *p = ops_bk_manifest_add_piece(
+            m, bp->piece, st_slice_make(bp->start_key.data, bp->start_key.len),
+            st_slice_make(bp->end_key.data, bp->end_key.len), bp->frozen_us);
+        if (!p)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        for (size_t j = 0; j < bp->n_files; j++) {
+            size_t k, kj;
+            const ops_bk_file *f;
+            if (shared_file(l, i, bp->files[j], &k, &kj)) {
+                f = &m->pieces[k].files[kj];
+                st_code rc = ops_bk_link(dir, m->pieces[k].id, p->id, f->name, err);
+                if (rc != ST_OK)
+                    return rc;
+            } else {
+                f = &jobs[next++].result;
+            }
+            if (!ops_bk_piece_add_file(p, f))
+                return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        }
+    }
+    return ST_OK;
+}
+
+static st_code export_layout(bk_xfer *x, const char *dir,
+                             const Strata__Internal__V1__BackupLayout *l, ops_bk_manifest *m,
+                             st_err *err) {
+    st_code rc = manifest_from_layout(l, m, err);
+    size_t total = 0, n = 0;
+    for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++) {
+        const Strata__Internal__V1__PieceLocation *pl = l->pieces[i];
+        if (!pl->piece || !pl->node || !pl->piece->piece)
+            return st_err_set(err, ST_INTERNAL, "DescribeBackup: piece %zu has no node", i);
+        for (size_t j = 0; j < pl->piece->n_files; j++)
+            if (!pl->piece->files[j]->name)
+                return st_err_set(err, ST_INTERNAL, "DescribeBackup: a file without a name");
+        total += pl->piece->n_files;
+    }
+    bk_fetch_job *jobs = calloc(total + 1, sizeof *jobs);
+    const char **job_node = calloc(total + 1, sizeof *job_node);
+    if (rc == ST_OK && (!jobs || !job_node))
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++) {
+        const Strata__Internal__V1__BackupPiece *bp = l->pieces[i]->piece;
+        for (size_t j = 0; j < bp->n_files; j++) {
+            size_t k, kj;
+            if (shared_file(l, i, bp->files[j], &k, &kj)) {
+                ops_progress_add(&x->prog, bp->files[j]->size); /* linked, not read */
+                continue;
+            }
+            jobs[n] = (bk_fetch_job){.backup = bp->backup,
+                                     .piece = bp->piece,
+                                     .file = bp->files[j]->name,
+                                     .size = bp->files[j]->size,
+                                     .crc32c = bp->files[j]->crc32c};
+            job_node[n++] = l->pieces[i]->node;
+        }
+    }
+    if (rc == ST_OK)
+        rc = fetch_all(x, dir, l, jobs, n, job_node, err);
+    if (rc == ST_OK)
+        rc = export_assemble(dir, l, jobs, m, err);
+    if (rc == ST_OK)
+        rc = ops_bk_manifest_write(dir, m, err);
+    free(jobs);
+    free(job_node);
+    return rc;
+}
+
+static void print_summary(const bk_ctx *c, const char *verb, const char *name, const char *dir,
+                          const ops_bk_manifest *m, const ops_progress *p) {
+    double secs = (double)(st_mono_us() - p->start_us) / 1e6;
+    uint64_t bytes = ops_bk_manifest_bytes(m);
+    if (c->a.json) {
+        printf("{\"%s\":", verb);
+        bk_json_str(name);
+        printf(",\"dir\":");
+        bk_json_str(dir);
+        printf(",\"pieces\":%zu,\"files\":%zu,\"bytes\":%llu,\"seconds\":%.3f}\n", m->n_pieces,
+               ops_bk_manifest_files(m), (unsigned long long)bytes, secs);
+        return;
+    }
+    char size[32], rate[32];
+    ops_progress_bytes(bytes, size, sizeof size);
+    ops_progress_bytes(secs > 0 ? (uint64_t)((double)bytes / secs) : 0, rate, sizeof rate);
+    printf("%s %s %s %s: %zu pieces, %zu files, %s in %.1f s (%s/s)\n", verb, name,
+           !strcmp(verb, "exported") ? "into" : "from", dir, m->n_pieces, ops_bk_manifest_files(m),
+           size, secs, rate);
+}
+
+int bk_export(bk_ctx *c) {
+    char name[BK_RES_MAX];
+    if (c->a.n_pos != 2) {
+        fprintf(stderr, "strata backup export: want ID DIR (see strata backup --help)\n");
+        return 2;
+    }
+    if (!bk_backup_name(c, c->a.pos[0], name, sizeof name))
+        return 2;
+    const char *dir = c->a.pos[1];
+    static bk_xfer x; /* one per process: holds the node connections */
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    ops_bk_manifest m;
+    ops_bk_manifest_init(&m);
+    st_err err = {0};
+    Strata__Internal__V1__DescribeBackupRequest req;
+    strata__internal__v1__describe_backup_request__init(&req);
+    req.name = name;
+    ProtobufCMessage *lm = NULL;
+    catch_signals();
+    st_code rc = bk_router_call(c, BK_SVC_BACKUP "DescribeBackup", &req.base,
+                                &strata__internal__v1__backup_layout__descriptor, &lm, &err);
+    if (rc == ST_OK)
+        rc = ops_bk_dir_create(dir, &err);
+    if (rc == ST_OK) {
+        const Strata__Internal__V1__BackupLayout *l = (void *)lm;
+        ops_progress_init(&x.prog, "strata backup export", OPS_PROGRESS_BYTES, layout_bytes(l),
+                          c->a.quiet);
+        rc = export_layout(&x, dir, l, &m, &err);
+        ops_progress_finish(&x.prog, rc == ST_OK);
+        if (rc != ST_OK && err.code != ST_ALREADY_EXISTS)
+            st_err_prefix(&err,
+                          "%s is incomplete (no MANIFEST; remove it and export again): ", dir);
+    }
+    if (rc == ST_OK)
+        print_summary(c, "exported", name, dir, &m, &x.prog);
+    else
+        bk_fail(c, &err);
+    if (lm)
+        protobuf_c_message_free_unpacked(lm, NULL);
+    xfer_free(&x);
+    ops_bk_manifest_deinit(&m);
+    return rc == ST_OK ? 0 : 1;
+}
+
+/* ---- verify ---- */
+
+static st_code progress_chunk(const uint8_t *data, size_t len, void *arg, st_err *err) {
+    (void)data;
+    ops_progress_add(arg, len);
+    return check_interrupt(err);
+}
+
+/* True when file j of piece i is the same inode as a file of an earlier piece with the same
+ * manifest entry, which was checked already (a hard link of the export). */
+static bool seen_before(const char *dir, const ops_bk_manifest *m, size_t i, size_t j,
+                        ops_progress *p) {
+    const ops_bk_file *f = &m->pieces[i].files[j];
+    uint64_t dev, ino, d2, i2;
+    if (!ops_bk_file_id(dir, &m->pieces[i], f, &dev, &ino))
+        return false;
+    for (size_t k = 0; k < i; k++)
+        for (size_t n = 0; n < m->pieces[k].n_files; n++) {
+            const ops_bk_file *g = &m->pieces[k].files[n];
+            if (g->size == f->size && g->crc32c == f->crc32c &&
+                !memcmp(g->sha256, f->sha256, sizeof f->sha256) &&
+                ops_bk_file_id(dir, &m->pieces[k], g, &d2, &i2) && d2 == dev && i2 == ino) {
+                ops_progress_add(p, f->size);
+                return true;
+            }
+        }
+    return false;
+}
+
+int bk_verify(bk_ctx *c) {
+    if (c->a.n_pos != 1) {
+        fprintf(stderr, "strata backup verify: want DIR (see strata backup --help)\n");
+        return 2;
+    }
+    const char *dir = c->a.pos[0];
+    ops_bk_manifest m;
+    ops_progress p;
+    st_err err = {0};
+    catch_signals();
+    st_code rc = ops_bk_manifest_load(dir, &m, &err);
+    if (rc == ST_OK)
+        rc = ops_bk_check_sizes(dir, &m, &err);
+    ops_progress_init(&p, "strata backup verify", OPS_PROGRESS_BYTES, ops_bk_manifest_bytes(&m),
+                      c->a.quiet || rc != ST_OK);
+    for (size_t i = 0; rc == ST_OK && i < m.n_pieces; i++)
+        for (size_t j = 0; rc == ST_OK && j < m.pieces[i].n_files; j++)
+            if (!seen_before(dir, &m, i, j, &p))
+                rc = ops_bk_check_file(dir, &m.pieces[i], &m.pieces[i].files[j], progress_chunk, &p,
+                                       &err);
+    ops_progress_finish(&p, rc == ST_OK);
+    if (rc == ST_OK)
+        print_summary(c, "verified", m.backup, dir, &m, &p);
+    else if (c->a.json) {
+        printf("{\"verified\":false,\"dir\":");
+        bk_json_str(dir);
+        printf(",\"code\":\"%s\"}\n", st_code_name(rc));
+    }
+    if (rc != ST_OK)
+        bk_fail(c, &err);
+    ops_bk_manifest_deinit(&m);
+    return rc == ST_OK ? 0 : 1;
+}
+
+/* ---- import ---- */
+
+/* BeginImport's pieces from the manifest (files with sizes and CRC32C); freed by free_pieces. */
+static Strata__Internal__V1__BackupPiece **manifest_pieces(const ops_bk_manifest *m) {
+    Strata__Internal__V1__BackupPiece **ps = calloc(m->n_pieces + 1, sizeof *ps);
+    for (size_t i = 0; ps && i < m->n_pieces; i++) {
+        const ops_bk_piece *p = &m->pieces[i];
+        Strata__Internal__V1__BackupPiece *bp = calloc(1, sizeof *bp);
+        Strata__Internal__V1__BackupFile **fs = calloc(p->n_files + 1, sizeof *fs);
+        Strata__Internal__V1__BackupFile *fv = calloc(p->n_files + 1, sizeof *fv);
+        ps[i] = bp;
+        if (!bp || !fs || !fv) {
+            free(fs);
+            free(fv);
+            return ps; /* the caller sees the hole and frees what is there */
+        }
+        strata__internal__v1__backup_piece__init(bp);
+        bp->piece = (char *)p->id;
+        bp->table_name = (char *)m->source_table;
+        bp->start_key.data = p->start_key.data;
+        bp->start_key.len = p->start_key.len;
+        bp->end_key.data = p->end_key.data;
+        bp->end_key.len = p->end_key.len;
+        bp->frozen_us = p->frozen_us;
+        bp->files = fs;
+        bp->n_files = p->n_files;
+        for (size_t j = 0; j < p->n_files; j++) {
+            strata__internal__v1__backup_file__init(&fv[j]);
+            fv[j].name = (char *)p->files[j].name;
+            fv[j].size = p->files[j].size;
+            fv[j].crc32c = p->files[j].crc32c;
+            fs[j] = &fv[j];
+            bp->size_bytes += p->files[j].size;
+        }
+        fs[p->n_files] = fv; /* past n_files: not sent, only remembered for free_pieces */
+    }
+    return ps;
+}
+
+static void free_pieces(Strata__Internal__V1__BackupPiece **ps, size_t n) {
+    for (size_t i = 0; ps && i < n; i++) {
+        if (ps[i] && ps[i]->files) {
+            free(ps[i]->files[ps[i]->n_files]);
+            free(ps[i]->files);
+        }
+        free(ps[i]);
+    }
+    free(ps);
+}
+
+static void set_ts(Google__Protobuf__Timestamp *t, int64_t us) {
+    google__protobuf__timestamp__init(t);
+    t->seconds = us / 1000000;
+    t->nanos = (int32_t)(us % 1000000 * 1000);
+}
+
+static st_code begin_import(bk_xfer *x, const ops_bk_manifest *m, const char *parent,
+                            const char *id, ProtobufCMessage **layout, st_err *err) {
+    Google__Bigtable__Admin__V2__Table *schema = (void *)btu_pb_unpack(
+        &google__bigtable__admin__v2__table__descriptor, NULL, st_buf_slice(&m->schema), err);
+    if (!schema)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "the export's schema does not parse (damaged manifest: export again)");
+    Google__Protobuf__Timestamp st, en, ex;
+    set_ts(&st, m->start_us);
+    set_ts(&en, m->end_us);
+    set_ts(&ex, m->expire_us);
+    Google__Bigtable__Admin__V2__Backup b;
+    google__bigtable__admin__v2__backup__init(&b);
+    b.source_table = (char *)m->source_table;
+    b.start_time = &st;
+    b.end_time = &en;
+    b.expire_time = &ex;
+    b.backup_type = m->backup_type;
+    Strata__Internal__V1__BeginImportRequest req;
+    strata__internal__v1__begin_import_request__init(&req);
+    req.parent = (char *)parent;
+    req.backup_id = (char *)id;
+    req.backup = &b;
+    req.schema = schema;
+    req.pieces = manifest_pieces(m);
+    req.n_pieces = m->n_pieces;
+    bool whole = req.pieces != NULL;
+    for (size_t i = 0; whole && i < m->n_pieces; i++)
+        whole = req.pieces[i] && req.pieces[i]->files;
+    st_code rc = whole
+                     ? bk_router_call(x->c, BK_SVC_BACKUP "BeginImport", &req.base,
+                                      &strata__internal__v1__backup_layout__descriptor, layout, err)
+                     : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    free_pieces(req.pieces, m->n_pieces);
+    protobuf_c_message_free_unpacked(&schema->base, NULL);
+    return rc;
+}
+
+static const ops_bk_piece *find_piece(const ops_bk_manifest *m, const char *id) {
+    for (size_t i = 0; id && i < m->n_pieces; i++)
+        if (!strcmp(m->pieces[i].id, id))
+            return &m->pieces[i];
+    return NULL;
+}
+
+/* Every file of one piece to its node, checked as read; then the seal. */
+static void seal_done(st_code code, const char *message, st_slice response, void *arg) {
+    (void)response;
+    bk_seal *s = arg;
+    if (code != ST_OK && s->x->seal_rc == ST_OK) {
+        s->x->seal_rc = code;
+        st_err_set(&s->x->seal_err, code, "SealBackupPiece %s at %s: %s: %s", s->piece, s->k->addr,
+                   st_code_name(code), message);
+    }
+    if (--s->k->pending == 0)
+        event_base_loopbreak(s->k->base);
+    st_buf_free(&s->packed);
+    free(s);
+}
+
+/* Starts the seal of piece bp on x->conn without waiting for it (seals_wait does). */
+static st_code seal_start(bk_xfer *x, const Strata__Internal__V1__BackupPiece *bp, st_err *err) {
+    bk_seal *s = calloc(1, sizeof *s);
+    size_t n = strata__internal__v1__backup_piece__get_packed_size(bp);
+    if (!s || (st_buf_init(&s->packed), st_buf_reserve(&s->packed, n + 1)) != ST_OK) {
+        free(s);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    s->x = x;
+    s->k = x->conn;
+    snprintf(s->piece, sizeof s->piece, "%s", bp->piece);
+    s->packed.len = strata__internal__v1__backup_piece__pack(bp, s->packed.data);
+    if (rpc_client_unary(s->k->client, BK_SVC_NODE "SealBackupPiece", st_buf_slice(&s->packed),
+                         NULL, 0, BK_ADMIN_TIMEOUT_MS, seal_done, s) != ST_OK) {
+        st_buf_free(&s->packed);
+        free(s);
+        return st_err_set(err, ST_UNAVAILABLE, "SealBackupPiece at %s: cannot start the call",
+                          x->conn->addr);
+    }
+    s->k->pending++;
+    return ST_OK;
+}
+
+static st_code import_piece(bk_xfer *x, const char *dir, const ops_bk_manifest *m, const char *name,
+                            Strata__Internal__V1__PieceLocation *pl, st_err *err) {
+    const ops_bk_piece *p = pl->piece ? find_piece(m, pl->piece->piece) : NULL;
+    if (!p || !pl->node)
+        return st_err_set(err, ST_INTERNAL, "BeginImport answered a piece the export lacks");
+    st_code rc = node_conn(x, pl->node, &x->conn, err);
+    if (rc == ST_OK)
+        rc = bk_send_piece(x->conn, dir, name, p, &x->prog, &bk_interrupted, err);
+    if (rc != ST_OK)
+        return rc;
+    if (!pl->piece->backup || !pl->piece->backup[0])
+        pl->piece->backup = (char *)name;
+    return seal_start(x, pl->piece, err);
+}
+
+/* Waits for every seal in flight; the first failure, if any, in err. */
+static st_code seals_wait(bk_xfer *x, st_err *err) {
+    for (size_t i = 0; i < x->n_nodes; i++)
+        while (x->nodes[i].pending > 0 && event_base_dispatch(x->nodes[i].base) == 0)
+            ;
+    if (x->seal_rc != ST_OK)
+        return st_err_set(err, x->seal_rc, "%s", x->seal_err.msg);
+    return ST_OK;
+}
+
+/* DeleteBackup after a failed import; says in err whether it went. */
+static void import_undo(bk_xfer *x, const char *name, st_err *err) {
+    Google__Bigtable__Admin__V2__DeleteBackupRequest req;
+    google__bigtable__admin__v2__delete_backup_request__init(&req);
+    req.name = (char *)name;
+    st_err derr = {0};
+    if (bk_router_call(x->c, BK_SVC_ADMIN "DeleteBackup", &req.base, NULL, NULL, &derr) == ST_OK)
+        st_err_prefix(err, "import failed, the partly imported %s was deleted: ", name);
+    else
+        st_err_prefix(err,
+                      "import failed and the partly imported %s could not be deleted (%s): "
+                      "delete it with `strata backup delete`: ",
+                      name, derr.msg);
+}
+
+static st_code import_run(bk_xfer *x, const char *dir, const ops_bk_manifest *m, const char *id,
+                          ProtobufCMessage **done, st_err *err) {
+    char parent[BK_RES_MAX], name[BK_RES_MAX];
+    const bk_ctx *c = x->c;
+    if (!ops_fmt(parent, sizeof parent, "projects/%s/instances/%s/clusters/%s", c->project,
+                 c->instance, c->cluster) ||
+        !ops_fmt(name, sizeof name, "%s/backups/%s", parent, id))
+        return st_err_set(err, ST_INVALID_ARGUMENT, "backup name too long");
+    ProtobufCMessage *lm = NULL;
+    st_code rc = begin_import(x, m, parent, id, &lm, err);
+    if (rc != ST_OK)
+        return rc;
+    Strata__Internal__V1__BackupLayout *l = (void *)lm;
+    if (l->backup && l->backup->name && l->backup->name[0])
+        snprintf(name, sizeof name, "%s", l->backup->name);
+    for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++)
+        rc = import_piece(x, dir, m, name, l->pieces[i], err);
+    st_err serr = {0}; /* every seal ends before FinishImport, or before the undo */
+    st_code src = seals_wait(x, &serr);
+    if (rc == ST_OK && src != ST_OK) {
+        rc = src;
+        *err = serr;
+    }
+    if (rc == ST_OK && l->n_pieces != m->n_pieces)
+        rc = st_err_set(err, ST_INTERNAL, "BeginImport placed %zu pieces of %zu", l->n_pieces,
+                        m->n_pieces);
+    if (rc == ST_OK) {
+        Strata__Internal__V1__FinishImportRequest f;
+        strata__internal__v1__finish_import_request__init(&f);
+        f.name = name;
+        rc = bk_router_call(c, BK_SVC_BACKUP "FinishImport", &f.base,
+                            &google__bigtable__admin__v2__backup__descriptor, done, err);
+    }
+    if (rc != ST_OK)
+        import_undo(x, name, err);
+    protobuf_c_message_free_unpacked(lm, NULL);
+    return rc;
+}
+
+int bk_import(bk_ctx *c) {
+    if (c->a.n_pos != 1) {
+        fprintf(stderr, "strata backup import: want DIR --cluster C (see strata backup --help)\n");
+        return 2;
+    }
+    const char *dir = c->a.pos[0];
+    ops_bk_manifest m;
+    st_err err = {0};
+    catch_signals();
+    st_code rc = ops_bk_manifest_load(dir, &m, &err);
+    if (rc == ST_OK) /* a missing or truncated file is refused before anything is created */
+        rc = ops_bk_check_sizes(dir, &m, &err);
+    const char *id = c->a.as ? c->a.as : bk_leaf(m.backup);
+    static bk_xfer x; /* one per process: holds the node connections */
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    ProtobufCMessage *done = NULL;
+    if (rc == ST_OK) {
+        ops_progress_init(&x.prog, "strata backup import", OPS_PROGRESS_BYTES,
+                          ops_bk_manifest_bytes(&m), c->a.quiet);
+        rc = import_run(&x, dir, &m, id, &done, &err);
+        ops_progress_finish(&x.prog, rc == ST_OK);
+    }
+    xfer_free(&x);
+    if (rc == ST_OK && c->a.json) {
+        bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)done);
+    } else if (rc == ST_OK) {
+        print_summary(c, "imported", ((Google__Bigtable__Admin__V2__Backup *)done)->name, dir, &m,
+                      &x.prog);
+    } else {
+        bk_fail(c, &err);
+    }
+    if (done)
+        protobuf_c_message_free_unpacked(done, NULL);
+    ops_bk_manifest_deinit(&m);
+    return rc == ST_OK ? 0 : 1;
+}

@@ -1,0 +1,294 @@
+/*
+ * Proves the export directory of `strata backup` (ops/backup_dir.c, backup_files.c) accepts only
+ * an export that is complete and intact: an export written with ops_bk_out and
+ * ops_bk_manifest_write verifies and loads back the same; a flipped byte, a truncated file, a
+ * missing file, a changed manifest and an export that stopped before its manifest are each
+ * refused with an error naming the bad file; and manifests that are not ones (path traversal in
+ * piece or file names, hidden or temporary names, repeated or overlapping pieces, a missing
+ * header, a wrong version) are refused by the parser before any path is built from them.
+ */
+#define _DEFAULT_SOURCE /* mkdtemp */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <openssl/evp.h>
+
+#include "backup_export.h"
+
+static char test_dir[1024];
+
+static void make_dir(char *out, size_t cap) {
+    const char *base = getenv("STRATA_TEST_TMP");
+    if (!base || !*base)
+        base = "/tmp";
+    mkdir(base, 0755);
+    snprintf(out, cap, "%s/bkdir.XXXXXX", base);
+    assert_non_null(mkdtemp(out));
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(seed * 131 + i * 7 + (i >> 9));
+}
+
+static void add_file(const char *dir, ops_bk_piece *p, const char *name, size_t size,
+                     unsigned seed) {
+    ops_bk_out o;
+    ops_bk_file f;
+    st_err err = {0};
+    uint8_t *data = malloc(size ? size : 1);
+    assert_non_null(data);
+    fill(data, size, seed);
+    memset(&f, 0, sizeof f);
+    snprintf(f.name, sizeof f.name, "%s", name);
+    assert_int_equal(ops_bk_out_open(&o, dir, p->id, name, &err), ST_OK);
+    /* in two writes, as an export receives chunks */
+    assert_int_equal(ops_bk_out_write(&o, data, size / 2, &err), ST_OK);
+    assert_int_equal(ops_bk_out_write(&o, data + size / 2, size - size / 2, &err), ST_OK);
+    assert_int_equal(ops_bk_out_close(&o, &f, &err), ST_OK);
+    assert_int_equal(f.size, size);
+    assert_int_equal(f.crc32c, st_crc32c(0, data, size));
+    assert_non_null(ops_bk_piece_add_file(p, &f));
+    free(data);
+}
+
+/* An export of two pieces ("" .. "m", "m" .. end), three files, written into test_dir/x. */
+static void write_export(char *dir, size_t cap, ops_bk_manifest *m) {
+    st_err err = {0};
+    make_dir(test_dir, sizeof test_dir);
+    snprintf(dir, cap, "%s/x", test_dir);
+    assert_int_equal(ops_bk_dir_create(dir, &err), ST_OK);
+    ops_bk_manifest_init(m);
+    snprintf(m->backup, sizeof m->backup, "projects/p/instances/i/clusters/c1/backups/b1");
+    snprintf(m->source_table, sizeof m->source_table, "projects/p/instances/i/tables/t");
+    m->backup_type = 1;
+    m->start_us = 1000;
+    m->end_us = 2000;
+    m->expire_us = 3000;
+    assert_int_equal(st_buf_append(&m->schema, "\x0a\x01t", 3), ST_OK);
+    ops_bk_piece *a =
+        ops_bk_manifest_add_piece(m, "p0", st_slice_make(NULL, 0), ST_SLICE_LIT("m"), 1500);
+    assert_non_null(a);
+    add_file(dir, a, "000001.sst", 300000, 1);
+    add_file(dir, a, "000002.sst", 5, 2);
+    ops_bk_piece *b =
+        ops_bk_manifest_add_piece(m, "p1", ST_SLICE_LIT("m"), st_slice_make(NULL, 0), 1600);
+    assert_non_null(b);
+    add_file(dir, b, "000001.sst", 2 << 20, 3); /* same name, another piece */
+    assert_int_equal(ops_bk_manifest_write(dir, m, &err), ST_OK);
+}
+
+static void expect_refused(const char *dir, st_code code, const char *names) {
+    ops_bk_manifest m;
+    st_err err = {0};
+    assert_int_equal(ops_bk_verify(dir, &m, NULL, NULL, &err), code);
+    if (!strstr(err.msg, names))
+        fail_msg("error '%s' does not name '%s'", err.msg, names);
+    ops_bk_manifest_deinit(&m);
+}
+
+static void cleanup(void) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_backup_dir_round_trip(void **state) {
+    (void)state;
+    char dir[1100];
+    ops_bk_manifest w, r;
+    st_err err = {0};
+    write_export(dir, sizeof dir, &w);
+    assert_int_equal(ops_bk_verify(dir, &r, NULL, NULL, &err), ST_OK);
+    assert_string_equal(r.backup, w.backup);
+    assert_string_equal(r.source_table, w.source_table);
+    assert_int_equal(r.start_us, 1000);
+    assert_int_equal(r.end_us, 2000);
+    assert_int_equal(r.expire_us, 3000);
+    assert_int_equal(r.schema.len, 3);
+    assert_int_equal(r.n_pieces, 2);
+    assert_int_equal(r.pieces[0].n_files, 2);
+    assert_int_equal(r.pieces[1].end_key.len, 0);
+    assert_memory_equal(r.pieces[1].start_key.data, "m", 1);
+    assert_int_equal(ops_bk_manifest_bytes(&r), ops_bk_manifest_bytes(&w));
+    assert_memory_equal(r.pieces[1].files[0].sha256, w.pieces[1].files[0].sha256, 32);
+    /* no temporary name is left behind */
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s/pieces/p0/000001.sst.tmp", dir);
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    ops_bk_manifest_deinit(&w);
+    ops_bk_manifest_deinit(&r);
+    cleanup();
+}
+
+static void test_backup_dir_flipped_byte_refused(void **state) {
+    (void)state;
+    char dir[1100], path[1200];
+    ops_bk_manifest w;
+    write_export(dir, sizeof dir, &w);
+    snprintf(path, sizeof path, "%s/pieces/p1/000001.sst", dir);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t c;
+    assert_int_equal(pread(fd, &c, 1, 1234567), 1);
+    c ^= 0x10;
+    assert_int_equal(pwrite(fd, &c, 1, 1234567), 1);
+    close(fd);
+    expect_refused(dir, ST_DATA_LOSS, "pieces/p1/000001.sst");
+    ops_bk_manifest_deinit(&w);
+    cleanup();
+}
+
+static void test_backup_dir_truncated_refused(void **state) {
+    (void)state;
+    char dir[1100], path[1200];
+    ops_bk_manifest w;
+    write_export(dir, sizeof dir, &w);
+    snprintf(path, sizeof path, "%s/pieces/p0/000001.sst", dir);
+    assert_int_equal(truncate(path, 1000), 0);
+    expect_refused(dir, ST_DATA_LOSS, "pieces/p0/000001.sst");
+    ops_bk_manifest_deinit(&w);
+    cleanup();
+}
+
+static void test_backup_dir_missing_refused(void **state) {
+    (void)state;
+    char dir[1100], path[1200];
+    ops_bk_manifest w;
+    write_export(dir, sizeof dir, &w);
+    snprintf(path, sizeof path, "%s/pieces/p0/000002.sst", dir);
+    assert_int_equal(unlink(path), 0);
+    expect_refused(dir, ST_NOT_FOUND, "pieces/p0/000002.sst");
+    ops_bk_manifest_deinit(&w);
+    cleanup();
+}
+
+static void test_backup_dir_manifest_changed_refused(void **state) {
+    (void)state;
+    char dir[1100], path[1200];
+    ops_bk_manifest w;
+    write_export(dir, sizeof dir, &w);
+    snprintf(path, sizeof path, "%s/MANIFEST", dir);
+    FILE *f = fopen(path, "r+");
+    assert_non_null(f);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text, f);
+    char *at = strstr(text, "end_us 2000");
+    assert_non_null(at);
+    at[8] = '1'; /* end_us 2100: still parses, so only the checksum tells */
+    rewind(f);
+    assert_int_equal(fwrite(text, 1, n, f), n);
+    fclose(f);
+    expect_refused(dir, ST_DATA_LOSS, "MANIFEST");
+    assert_int_equal(truncate(path, (off_t)n - 3), 0);
+    expect_refused(dir, ST_INVALID_ARGUMENT, "MANIFEST");
+    ops_bk_manifest_deinit(&w);
+    cleanup();
+}
+
+/* An export that stopped before its manifest (a crash, Ctrl-C) never verifies. */
+static void test_backup_dir_unfinished_refused(void **state) {
+    (void)state;
+    char dir[1100];
+    st_err err = {0};
+    make_dir(test_dir, sizeof test_dir);
+    snprintf(dir, sizeof dir, "%s/x", test_dir);
+    assert_int_equal(ops_bk_dir_create(dir, &err), ST_OK);
+    ops_bk_out o;
+    assert_int_equal(ops_bk_out_open(&o, dir, "p0", "000001.sst", &err), ST_OK);
+    assert_int_equal(ops_bk_out_write(&o, "abc", 3, &err), ST_OK);
+    ops_bk_out_abort(&o);
+    expect_refused(dir, ST_NOT_FOUND, "MANIFEST");
+    /* and a second export into it is refused only if something is there */
+    assert_int_equal(ops_bk_dir_create(dir, &err), ST_ALREADY_EXISTS);
+    cleanup();
+}
+
+/* text + the `end` line it needs, parsed. */
+static st_code parse_body(const char *body, st_err *err) {
+    st_buf text;
+    st_buf_init(&text);
+    assert_int_equal(st_buf_append(&text, body, strlen(body)), ST_OK);
+    uint8_t sha[32];
+    char shahex[65], end[128];
+    unsigned n = 0;
+    assert_int_equal(EVP_Digest(text.data, text.len, sha, &n, EVP_sha256(), NULL), 1);
+    ops_bk_hex(sha, 32, shahex);
+    snprintf(end, sizeof end, "end %08x %s\n", st_crc32c(0, text.data, text.len), shahex);
+    assert_int_equal(st_buf_append(&text, end, strlen(end)), ST_OK);
+    ops_bk_manifest m;
+    st_code rc = ops_bk_manifest_parse((const char *)text.data, text.len, "M", &m, err);
+    ops_bk_manifest_deinit(&m);
+    st_buf_free(&text);
+    return rc;
+}
+
+#define HDR                                                                                        \
+    "strata-backup-export 1\nbackup projects/p/instances/i/clusters/c/backups/b\n"                 \
+    "source_table projects/p/instances/i/tables/t\nbackup_type 1\nstart_us 1\nend_us 2\n"          \
+    "expire_us 3\nschema 0a0174\n"
+#define SHA "0000000000000000000000000000000000000000000000000000000000000000"
+
+static void test_backup_dir_hostile_manifest_refused(void **state) {
+    (void)state;
+    static const char *bad[] = {
+        HDR "piece .. - - 1\n",
+        HDR "piece ../x - - 1\n",
+        HDR "piece p - - 1\nfile ../../etc/passwd 1 00000000 " SHA "\n",
+        HDR "piece p - - 1\nfile a/b 1 00000000 " SHA "\n",
+        HDR "piece p - - 1\nfile .. 1 00000000 " SHA "\n",
+        HDR "piece p - - 1\nfile .hidden 1 00000000 " SHA "\n",
+        HDR "piece p - - 1\nfile x.sst.tmp 1 00000000 " SHA "\n",
+        HDR "piece p - - 1\nfile x 1 00000000 " SHA "\nfile x 1 00000000 " SHA "\n",
+        HDR "piece p - 6d 1\npiece p 6d - 1\n",
+        HDR "piece p - 6d 1\npiece q 6c - 1\n", /* overlaps */
+        HDR "piece p 6d 6d 1\n",                /* empty range */
+        HDR "piece p - - 1\npiece q - - 1\n",   /* two pieces covering everything */
+        HDR "file x 1 00000000 " SHA "\n",      /* file without a piece */
+        HDR "piece p - - 1\nfile x -1 00000000 " SHA "\n",
+        HDR "piece p - - 1\nfile x 99999999999999999999 00000000 " SHA "\n",
+        HDR "piece p - - 1\nfile x 1 0000000 " SHA "\n",
+        HDR "piece p - - 1\nfile x 1 00000000 " SHA " extra\n",
+        HDR "piece p 6 - 1\n", /* odd hex */
+        HDR "piece p - - 1\nbackup_type 1\n",
+        HDR "backup_type 2\n",
+        HDR "piece p  - - 1\n",
+        "strata-backup-export 1\nbackup projects/p/instances/i/clusters/c/backups/b\n",
+        "strata-backup-export 2\n",
+        "strata-backup-export 1\nbackup ../../b\n",
+        "strata-backup-export 1\nbackup a b\n",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        st_err err = {0};
+        st_code rc = parse_body(bad[i], &err);
+        if (rc != ST_INVALID_ARGUMENT)
+            fail_msg("manifest %zu accepted (%d): %s", i, rc, bad[i]);
+        assert_non_null(strstr(err.msg, "M"));
+    }
+    st_err err = {0};
+    assert_int_equal(
+        parse_body(HDR "piece p - 6d 1\nfile x 1 00000000 " SHA "\npiece q 6d - 2\n", &err), ST_OK);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backup_dir_round_trip),
+        cmocka_unit_test(test_backup_dir_flipped_byte_refused),
+        cmocka_unit_test(test_backup_dir_truncated_refused),
+        cmocka_unit_test(test_backup_dir_missing_refused),
+        cmocka_unit_test(test_backup_dir_manifest_changed_refused),
+        cmocka_unit_test(test_backup_dir_unfinished_refused),
+        cmocka_unit_test(test_backup_dir_hostile_manifest_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
