@@ -133,6 +133,13 @@ st_code rtr_bk_cluster_states(rtr_ctx *r, pb_table *t, st_arena *a) {
 /* ---- CreateBackup ---- */
 
 static st_code check_type(const rtr_pb_backup *b, int64_t now, st_err *err) {
+    if (b->backup_type !=
+            GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__BACKUP_TYPE_UNSPECIFIED &&
+        b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__STANDARD &&
+        b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "unknown backup_type %d: use STANDARD, HOT or leave it unset",
+                          (int)b->backup_type);
     if (b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT) {
         if (b->hot_to_standard_time)
             return st_err_set(err, ST_INVALID_ARGUMENT,

@@ -158,9 +158,15 @@ typedef struct fparse {
     st_arena *a;
     st_err *err;
     int depth;
+    int terms;
 } fparse;
 
+/* Bounds on a filter: its nesting, its comparisons (matching recurses over a tree of at most
+ * 2 x FILTER_TERMS_MAX nodes) and its length (a client's filter is a few conditions; a huge one
+ * would only cost the router memory and time). */
 #define FILTER_DEPTH_MAX 64
+#define FILTER_TERMS_MAX 256
+#define FILTER_BYTES_MAX 8192
 
 static const struct {
     const char *name;
@@ -183,10 +189,11 @@ static bool field_by_name(const char *s, size_t len, rtr_bk_field *out) {
 
 static st_code perr(fparse *fp, const char *what) {
     return st_err_set(fp->err, ST_INVALID_ARGUMENT,
-                      "invalid filter '%s' at offset %zu: %s (write comparisons such as "
+                      "invalid filter '%.200s%s' at offset %zu: %s (write comparisons such as "
                       "name:nightly AND size_bytes > 1000, over name, source_table, state, "
                       "start_time, end_time, expire_time, size_bytes)",
-                      fp->text, (size_t)(fp->p - fp->text), what);
+                      fp->text, strlen(fp->text) > 200 ? "..." : "", (size_t)(fp->p - fp->text),
+                      what);
 }
 
 static void skip_ws(fparse *fp) {
@@ -236,10 +243,25 @@ static bool parse_op(fparse *fp, fop *op) {
     return false;
 }
 
+/* The bytes the value at p takes (its end is found as parse_value finds it), plus one: the
+ * allocation holds this value only, not the rest of the filter. */
+static size_t value_cap(const char *p) {
+    const char *q = p;
+    if (*q == '"') {
+        for (q++; *q && *q != '"'; q++)
+            if (*q == '\\' && q[1])
+                q++;
+    } else {
+        while (*q && !isspace((unsigned char)*q) && *q != '(' && *q != ')')
+            q++;
+    }
+    return (size_t)(q - p) + 1;
+}
+
 /* A quoted string ("..." with \" and \\) or a bare run up to space or parenthesis. */
 static char *parse_value(fparse *fp) {
     skip_ws(fp);
-    size_t cap = strlen(fp->p) + 1;
+    size_t cap = value_cap(fp->p);
     char *out = st_arena_alloc(fp->a, cap), *o = out;
     if (!out)
         return NULL;
@@ -293,6 +315,10 @@ static rtr_bk_filter *parse_expr(fparse *fp);
 
 static rtr_bk_filter *parse_cmp(fparse *fp) {
     skip_ws(fp);
+    if (++fp->terms > FILTER_TERMS_MAX) {
+        perr(fp, "more than 256 comparisons");
+        return NULL;
+    }
     const char *s = fp->p;
     while (isalnum((unsigned char)*fp->p) || *fp->p == '_' || *fp->p == '.')
         fp->p++;
@@ -383,11 +409,13 @@ static rtr_bk_filter *parse_expr(fparse *fp) {
 }
 
 st_code rtr_bk_filter_parse(const char *text, st_arena *a, rtr_bk_filter **out, st_err *err) {
-    fparse fp = {text, text, a, err, 0};
+    fparse fp = {text, text, a, err, 0, 0};
     *out = NULL;
     skip_ws(&fp);
     if (!*fp.p)
         return ST_OK;
+    if (strlen(text) > FILTER_BYTES_MAX)
+        return perr(&fp, "longer than 8192 bytes");
     rtr_bk_filter *n = parse_expr(&fp);
     if (!n)
         return err && err->code ? err->code : ST_INVALID_ARGUMENT;

@@ -74,6 +74,8 @@ async function main() {
 
   await code(east.createBackup('b1', {table: 'bt', expireTime: later(8 * HOUR)}), 6, 'same id');
   await code(east.createBackup('-bad', {table: 'bt', expireTime: later(8 * HOUR)}), 3, 'bad id');
+  await code(east.createBackup('b9', {table: 'bt', expireTime: later(8 * HOUR), backupType: 99}), 3,
+             'unknown backup_type');
   await code(east.createBackup('b9', {table: 'bt', expireTime: later(HOUR)}), 3, 'expire 1 h');
   await code(east.createBackup('b9', {table: 'bt', expireTime: later(91 * 24 * HOUR)}), 3,
              'expire 91 d');

@@ -7,6 +7,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -181,6 +183,38 @@ static void test_filter(void **state) {
     }
 }
 
+/* A filter of many comparisons: up to 256 parse and match; more, or a filter over 8 KiB, is
+ * INVALID_ARGUMENT at once. A chain of 300 000 ORs used to take the router's memory (each value
+ * took the rest of the filter's length) and then its stack (matching recursed once per
+ * comparison). */
+static void test_filter_size(void **state) {
+    (void)state;
+    fx f;
+    fx_init(&f);
+    size_t cap = 300000 * 12 + 1;
+    char *big = malloc(cap), *p = big;
+    assert_non_null(big);
+    for (int i = 0; i < 256; i++)
+        p += sprintf(p, "%sname:prod", i ? " OR " : "");
+    char m[8];
+    matches(big, &f, m);
+    assert_string_equal(m, "2");
+    p = big;
+    for (int i = 0; i < 300000; i++)
+        p += sprintf(p, "%sname:b", i ? " OR " : "");
+    const char *bad[] = {big, big + strlen(big) - 257 * 10 + 4};
+    for (size_t i = 0; i < 2; i++) {
+        st_arena a;
+        st_arena_init(&a, 1024);
+        rtr_bk_filter *flt;
+        st_err err = {0};
+        assert_int_equal(rtr_bk_filter_parse(bad[i], &a, &flt, &err), ST_INVALID_ARGUMENT);
+        assert_non_null(strstr(err.msg, "invalid filter"));
+        st_arena_deinit(&a);
+    }
+    free(big);
+}
+
 static void order(const char *text, const fx *f, char *out) {
     rtr_bk_order o;
     st_err err = {0};
@@ -220,9 +254,8 @@ static void test_order_by(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ids_and_names),
-        cmocka_unit_test(test_expire_bounds),
-        cmocka_unit_test(test_filter),
+        cmocka_unit_test(test_ids_and_names), cmocka_unit_test(test_expire_bounds),
+        cmocka_unit_test(test_filter),        cmocka_unit_test(test_filter_size),
         cmocka_unit_test(test_order_by),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
