@@ -63,12 +63,18 @@ st_code node_backups_open(node_ctx *n, st_err *err) {
     if (!n->backups)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting the node");
     pthread_mutex_init(&n->backups->crc_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&n->backups->crc_cv, &ca);
+    pthread_condattr_destroy(&ca);
     char root[NODE_BK_PATH_MAX];
     bk_root_dir(n, root, sizeof root);
     st_code rc = bk_mkdirs(root, err);
     if (rc == ST_OK) {
         bk_sweep(n);
         bk_crc_load(n);
+        rc = bk_crc_bg_start(n, err);
     }
     return rc;
 }
@@ -77,6 +83,7 @@ void node_backups_close(node_ctx *n) {
     node_backups *b = n->backups;
     if (!b)
         return;
+    bk_crc_bg_stop(b);
     bk_pulls_abort(n);
     while (n->rpc && b->jobs > 0)
         event_base_loop(n->base, EVLOOP_ONCE);
@@ -84,6 +91,7 @@ void node_backups_close(node_ctx *n) {
         free(b->busy[i]);
     free(b->busy);
     free(b->crcs);
+    pthread_cond_destroy(&b->crc_cv);
     pthread_mutex_destroy(&b->crc_mu);
     free(b);
     n->backups = NULL;
@@ -98,6 +106,7 @@ typedef struct freeze_arg {
     st_buf start, end;
     uint64_t tablet_id;
     int64_t frozen_wall_us, freeze_us, total_us; /* when the freeze ended; how long it took */
+    uint64_t crc_read_files, crc_read_bytes;     /* read back: not checksummed before */
     char tmp[NODE_BK_PATH_MAX], final[NODE_BK_PATH_MAX];
     bk_piece *out;
     /* what out points into (freeze_describe) */
@@ -136,8 +145,11 @@ static st_code freeze_describe(node_ctx *n, freeze_arg *a, const sto_backup_file
         fs[i].name = names + 32 * i;
         char path[NODE_BK_PATH_MAX + 40];
         snprintf(path, sizeof path, "%s/%s", a->tmp, fs[i].name);
-        rc = bk_file_crc_cached(n->backups, path, &fs[i].size, &fs[i].crc32c, err);
+        bool read = false;
+        rc = bk_file_crc_cached(n->backups, path, &fs[i].size, &fs[i].crc32c, &read, err);
         p->size_bytes += fs[i].size;
+        a->crc_read_files += read;
+        a->crc_read_bytes += read ? fs[i].size : 0;
     }
     if (rc != ST_OK) {
         free(p);
@@ -190,9 +202,10 @@ static st_code freeze_seal(node_ctx *n, freeze_arg *a, st_err *err) {
     if (rc == ST_OK)
         st_log(ST_LOG_INFO, "backup",
                "event=tablet_frozen backup=%s piece=%s tablet=%" PRIu64 " files=%zu bytes=%" PRIu64
-               " freeze_us=%" PRId64 " total_us=%" PRId64,
+               " freeze_us=%" PRId64 " total_us=%" PRId64 " crc_read_files=%" PRIu64
+               " crc_read_bytes=%" PRIu64,
                a->name.full, a->piece, a->tablet_id, p->n_files, p->size_bytes, a->freeze_us,
-               a->total_us);
+               a->total_us, a->crc_read_files, a->crc_read_bytes);
     return rc;
 }
 

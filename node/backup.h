@@ -78,9 +78,18 @@ st_code bk_piece_load(const node_ctx *n, const bk_name *b, const char *piece, st
 const Strata__Internal__V1__BackupFile *bk_piece_file(const bk_piece *p, const char *file);
 
 st_code bk_file_crc(const char *path, uint64_t *size, uint32_t *crc, st_err *err);
-/* bk_file_crc through the node's cache (any thread). */
+/* bk_file_crc through the node's cache (any thread); *read tells whether the file was read
+ * (counted in the freeze counters). */
 st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
-                           st_err *err);
+                           bool *read, st_err *err);
+/* Files and bytes read for checksums: by freezes, and by the background pass (backup_crc.c). */
+typedef struct bk_crc_stats {
+    uint64_t freeze_files, freeze_bytes, bg_files, bg_bytes;
+} bk_crc_stats;
+void bk_crc_counters(node_backups *b, bk_crc_stats *out);
+/* The background pass that checksums new SSTables into the cache (node_backups_open/close). */
+st_code bk_crc_bg_start(node_ctx *n, st_err *err);
+void bk_crc_bg_stop(node_backups *b);
 /* Records the CRC32C of a file a piece holds (any thread). */
 void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t crc);
 /* Fills the cache from the manifests of the pieces on disk (node_backups_open). */
@@ -99,11 +108,18 @@ void bk_sweep(const node_ctx *n);
 /* The node's backup state (node_ctx.backups). */
 typedef struct bk_crc_entry bk_crc_entry;
 struct node_backups {
-    /* CRC32C of files some piece holds, by inode (SSTables are immutable): a freeze reads only
-     * the files no piece links yet. Shared with the worker threads under crc_mu. */
+    /* CRC32C of SSTables by inode (SSTables are immutable), filled by the background pass and
+     * by freezes: a freeze reads only the files neither has seen yet. Shared with the worker
+     * threads and the background pass under crc_mu. */
     pthread_mutex_t crc_mu;
     bk_crc_entry *crcs;
     size_t n_crcs, cap_crcs;
+    uint64_t crc_gen; /* background passes started */
+    uint64_t freeze_read_files, freeze_read_bytes, bg_read_files, bg_read_bytes;
+    pthread_cond_t crc_cv; /* wakes the background pass at close (CLOCK_MONOTONIC) */
+    bool crc_stop, crc_thread_on;
+    pthread_t crc_thread;
+    char sst_dir[NODE_BK_PATH_MAX];
     char **busy; /* piece directories a worker or a pull is making or changing (loop thread) */
     size_t n_busy, cap_busy;
     int jobs;              /* worker threads not yet done (loop thread) */

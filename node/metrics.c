@@ -11,6 +11,7 @@
 
 #include <event2/event.h>
 
+#include "backup.h"
 #include "node_internal.h"
 #ifdef STRATA_REPLICATION
 #include "strata/replication.h"
@@ -213,6 +214,24 @@ static void render_repl(node_ctx *n, prom_out *o) {
 #endif
 }
 
+/* Bytes read back to checksum SSTables for backup pieces: by="freeze" is what backups waited
+ * for, by="background" what the background pass read ahead of them (docs/backups.md). */
+static void render_backup_crc(node_ctx *n, prom_out *o) {
+    if (!n->backups)
+        return;
+    bk_crc_stats s;
+    bk_crc_counters(n->backups, &s);
+    const char *name = "strata_node_backup_crc_read_bytes_total";
+    prom_family(o, name, "counter", "Bytes of SSTables read to compute backup checksums.");
+    prom_label fl[] = {{"by", "freeze"}}, bl[] = {{"by", "background"}};
+    prom_sample_u64(o, name, fl, 1, s.freeze_bytes);
+    prom_sample_u64(o, name, bl, 1, s.bg_bytes);
+    name = "strata_node_backup_crc_read_files_total";
+    prom_family(o, name, "counter", "SSTables read to compute backup checksums.");
+    prom_sample_u64(o, name, fl, 1, s.freeze_files);
+    prom_sample_u64(o, name, bl, 1, s.bg_files);
+}
+
 /* ---- the page ---- */
 
 void node_metrics_render(node_metrics *m, prom_out *o) {
@@ -222,6 +241,7 @@ void node_metrics_render(node_metrics *m, prom_out *o) {
     render_tablets(n, o);
     render_hot(m, o);
     render_repl(n, o);
+    render_backup_crc(n, o);
     prom_process(o);
 }
 

@@ -1,0 +1,349 @@
+/* backup_crc.c — the node's cache of SSTable CRC32Cs and the background pass that fills it
+ * (docs/backups.md, "On a node").
+ *
+ * A piece's manifest holds each file's CRC32C. Reading a file back to compute it at the freeze
+ * would make a backup cost a full read of the table, so a low-priority thread checksums every
+ * SSTable soon after it is written (flush, compaction, split, restore link), while it is likely
+ * still in the page cache, at most BK_CRC_BG_BYTES_PER_S, and records the result by inode. A
+ * freeze then reads only the files the pass has not reached yet: normally just the one its own
+ * flush wrote. After a restart the pass works through the existing files the same way.
+ *
+ * The cache is keyed by device, inode, size and modification time: a file some piece links
+ * keeps all four (SSTables are never rewritten, a hard link shares the inode), and an inode
+ * number reused by a new file after a delete comes with another modification time. An SSTable
+ * is written by appends only, so a file still being written changes size: the pass records a
+ * CRC only when the file's stat before and after the read agree with the bytes read, and skips
+ * files modified in the last BK_CRC_BG_SETTLE_NS (a writer is most likely still at them). */
+#include "backup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BK_CRC_CACHE_MAX 200000
+#define BK_CRC_BG_INTERVAL_MS 1000                  /* between two passes */
+#define BK_CRC_BG_SETTLE_NS ((int64_t)1000000000)   /* files untouched this long */
+#define BK_CRC_BG_BYTES_PER_S ((uint64_t)128 << 20) /* the pass's read rate bound */
+#define BK_CRC_BG_CHUNK ((size_t)1 << 20)
+
+struct bk_crc_entry {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns;
+    uint32_t crc;
+    uint64_t gen; /* the background pass that last saw the file (or the one running) */
+};
+
+static bk_crc_entry key_of(const struct stat *sb) {
+    return (bk_crc_entry){(uint64_t)sb->st_dev,
+                          (uint64_t)sb->st_ino,
+                          (uint64_t)sb->st_size,
+                          (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec,
+                          0,
+                          0};
+}
+
+static bool crc_key(const char *path, bk_crc_entry *k) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return false;
+    *k = key_of(&sb);
+    return true;
+}
+
+static bool same_file(const bk_crc_entry *a, const bk_crc_entry *b) {
+    return a->ino == b->ino && a->dev == b->dev && a->size == b->size && a->mtime_ns == b->mtime_ns;
+}
+
+static bk_crc_entry *crc_find(node_backups *b, const bk_crc_entry *k) {
+    for (size_t i = 0; i < b->n_crcs; i++)
+        if (same_file(&b->crcs[i], k))
+            return &b->crcs[i];
+    return NULL;
+}
+
+/* crc_mu held. */
+static void crc_put(node_backups *b, const bk_crc_entry *k) {
+    bk_crc_entry *e = crc_find(b, k);
+    if (e) {
+        e->crc = k->crc;
+        e->gen = b->crc_gen;
+        return;
+    }
+    if (b->n_crcs == BK_CRC_CACHE_MAX)
+        b->n_crcs = 0; /* start over: the cache only saves reads */
+    if (b->n_crcs == b->cap_crcs) {
+        size_t cap = b->cap_crcs ? b->cap_crcs * 2 : 256;
+        bk_crc_entry *v = realloc(b->crcs, cap * sizeof *v);
+        if (!v)
+            return;
+        b->crcs = v;
+        b->cap_crcs = cap;
+    }
+    b->crcs[b->n_crcs] = *k;
+    b->crcs[b->n_crcs++].gen = b->crc_gen;
+}
+
+void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t crc) {
+    bk_crc_entry k;
+    if (!crc_key(path, &k) || k.size != size)
+        return;
+    k.crc = crc;
+    pthread_mutex_lock(&b->crc_mu);
+    crc_put(b, &k);
+    pthread_mutex_unlock(&b->crc_mu);
+}
+
+st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
+                           bool *read, st_err *err) {
+    bk_crc_entry k;
+    *read = false;
+    if (crc_key(path, &k)) {
+        pthread_mutex_lock(&b->crc_mu);
+        const bk_crc_entry *e = crc_find(b, &k);
+        bool hit = e != NULL;
+        if (hit)
+            *crc = e->crc;
+        pthread_mutex_unlock(&b->crc_mu);
+        if (hit) {
+            *size = k.size;
+            return ST_OK;
+        }
+    }
+    st_code rc = bk_file_crc(path, size, crc, err);
+    if (rc != ST_OK)
+        return rc;
+    *read = true;
+    bk_crc_remember(b, path, *size, *crc);
+    pthread_mutex_lock(&b->crc_mu);
+    b->freeze_read_files++;
+    b->freeze_read_bytes += *size;
+    pthread_mutex_unlock(&b->crc_mu);
+    return ST_OK;
+}
+
+void bk_crc_counters(node_backups *b, bk_crc_stats *out) {
+    pthread_mutex_lock(&b->crc_mu);
+    *out = (bk_crc_stats){b->freeze_read_files, b->freeze_read_bytes, b->bg_read_files,
+                          b->bg_read_bytes};
+    pthread_mutex_unlock(&b->crc_mu);
+}
+
+/* ---- at open: the CRCs the pieces on disk already list ---- */
+
+static void crc_load_dir(node_ctx *n, const char *dir, int depth) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || (depth == 3 && bk_piece_check(e->d_name, NULL) != ST_OK))
+            continue;
+        char path[NODE_BK_PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (depth < 3) {
+            crc_load_dir(n, path, depth + 1);
+            continue;
+        }
+        bk_piece *p = NULL;
+        if (bk_manifest_read(path, NULL, &p, NULL) != ST_OK)
+            continue;
+        for (size_t i = 0; i < p->n_files; i++) {
+            char file[NODE_BK_PATH_MAX + 80];
+            if (bk_file_check(p->files[i]->name, NULL) != ST_OK)
+                continue;
+            snprintf(file, sizeof file, "%s/%s", path, p->files[i]->name);
+            bk_crc_remember(n->backups, file, p->files[i]->size, p->files[i]->crc32c);
+        }
+        bk_piece_free(p);
+    }
+    if (d)
+        closedir(d);
+}
+
+void bk_crc_load(node_ctx *n) {
+    char root[NODE_BK_PATH_MAX];
+    bk_root_dir(n, root, sizeof root);
+    crc_load_dir(n, root, 0);
+}
+
+/* ---- the background pass ---- */
+
+/* Sleeps until the monotonic deadline (µs) or until the node closes: false when it closes. */
+static bool bg_wait_until(node_backups *b, int64_t mono_deadline_us) {
+    pthread_mutex_lock(&b->crc_mu);
+    while (!b->crc_stop) {
+        int64_t left = mono_deadline_us - st_mono_us();
+        if (left <= 0)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t ns = ts.tv_nsec + (left % 1000000) * 1000;
+        ts.tv_sec += left / 1000000 + ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        pthread_cond_timedwait(&b->crc_cv, &b->crc_mu, &ts);
+    }
+    bool go = !b->crc_stop;
+    pthread_mutex_unlock(&b->crc_mu);
+    return go;
+}
+
+/* The CRC32C of path read at most BK_CRC_BG_BYTES_PER_S; false on an error or at close. */
+static bool bg_file_crc(node_backups *b, int fd, uint8_t *buf, uint64_t *size, uint32_t *crc) {
+    uint64_t total = 0;
+    uint32_t c = 0;
+    int64_t t0 = st_mono_us();
+    for (;;) {
+        ssize_t got = read(fd, buf, BK_CRC_BG_CHUNK);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return false;
+        if (got == 0)
+            break;
+        c = st_crc32c(c, buf, (size_t)got);
+        total += (uint64_t)got;
+        if (!bg_wait_until(b, t0 + (int64_t)(total * 1000000 / BK_CRC_BG_BYTES_PER_S)))
+            return false;
+    }
+    *size = total;
+    *crc = c;
+    return true;
+}
+
+/* Checksums one file the cache does not know yet and records it if it did not change; false
+ * when it is left for a later pass. */
+static bool bg_one(node_backups *b, const char *path, const struct stat *before, uint8_t *buf) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return true; /* deleted meanwhile (compaction) */
+    uint64_t size = 0;
+    uint32_t crc = 0;
+    bool ok = bg_file_crc(b, fd, buf, &size, &crc);
+    close(fd);
+    struct stat after;
+    bk_crc_entry k = key_of(before), now;
+    if (!ok)
+        return false;
+    if (stat(path, &after) != 0)
+        return true; /* deleted meanwhile */
+    now = key_of(&after);
+    if (!same_file(&k, &now) || size != k.size)
+        return false; /* still being written: a later pass takes it */
+    k.crc = crc;
+    pthread_mutex_lock(&b->crc_mu);
+    crc_put(b, &k);
+    b->bg_read_files++;
+    b->bg_read_bytes += size;
+    pthread_mutex_unlock(&b->crc_mu);
+    return true;
+}
+
+/* True when the cache knows the file; marks it seen by this pass. */
+static bool bg_known(node_backups *b, const struct stat *sb) {
+    bk_crc_entry k = key_of(sb);
+    pthread_mutex_lock(&b->crc_mu);
+    bk_crc_entry *e = crc_find(b, &k);
+    if (e)
+        e->gen = b->crc_gen;
+    pthread_mutex_unlock(&b->crc_mu);
+    return e != NULL;
+}
+
+/* Drops the entries of files this pass did not see (compacted away, or only in pieces): a
+ * freeze links live SSTables only, so those would never be asked for again. */
+static void bg_prune(node_backups *b, uint64_t gen) {
+    pthread_mutex_lock(&b->crc_mu);
+    size_t w = 0;
+    for (size_t i = 0; i < b->n_crcs; i++)
+        if (b->crcs[i].gen >= gen)
+            b->crcs[w++] = b->crcs[i];
+    b->n_crcs = w;
+    pthread_mutex_unlock(&b->crc_mu);
+}
+
+static bool is_sst(const char *name) {
+    size_t len = strlen(name);
+    return name[0] != '.' && len > 4 && strcmp(name + len - 4, ".sst") == 0;
+}
+
+/* One pass over the SSTable directory; *pending counts the files left for a later pass (too
+ * fresh, or changed while read). False when the node closes. */
+static bool bg_pass(node_backups *b, uint8_t *buf, uint64_t *pending) {
+    DIR *d = opendir(b->sst_dir);
+    if (!d)
+        return true; /* no SSTable yet */
+    pthread_mutex_lock(&b->crc_mu);
+    uint64_t gen = ++b->crc_gen;
+    pthread_mutex_unlock(&b->crc_mu);
+    bool go = true;
+    struct dirent *e;
+    while (go && (e = readdir(d)) != NULL) {
+        if (!is_sst(e->d_name))
+            continue;
+        char path[NODE_BK_PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", b->sst_dir, e->d_name);
+        struct stat sb;
+        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || bg_known(b, &sb))
+            continue;
+        int64_t mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        if (st_wall_us() * 1000 - mtime_ns < BK_CRC_BG_SETTLE_NS || !bg_one(b, path, &sb, buf))
+            ++*pending;
+        go = bg_wait_until(b, 0);
+    }
+    closedir(d);
+    if (go)
+        bg_prune(b, gen);
+    return go;
+}
+
+static void *bg_thread(void *arg) {
+    node_backups *b = arg;
+    uint8_t *buf = malloc(BK_CRC_BG_CHUNK);
+    bk_crc_stats s0, s1;
+    bk_crc_counters(b, &s0);
+    uint64_t pending = 0;
+    while (buf && bg_pass(b, buf, &pending)) {
+        bk_crc_counters(b, &s1);
+        if (s1.bg_files != s0.bg_files)
+            st_log(ST_LOG_INFO, "backup",
+                   "event=crc_background files=%" PRIu64 " bytes=%" PRIu64 " pending=%" PRIu64
+                   " total_files=%" PRIu64 " total_bytes=%" PRIu64,
+                   s1.bg_files - s0.bg_files, s1.bg_bytes - s0.bg_bytes, pending, s1.bg_files,
+                   s1.bg_bytes);
+        pending = 0;
+        s0 = s1;
+        if (!bg_wait_until(b, st_mono_us() + BK_CRC_BG_INTERVAL_MS * 1000))
+            break;
+    }
+    free(buf);
+    return NULL;
+}
+
+st_code bk_crc_bg_start(node_ctx *n, st_err *err) {
+    node_backups *b = n->backups;
+    snprintf(b->sst_dir, sizeof b->sst_dir, "%s/storage/sst", n->data_dir);
+    int r = pthread_create(&b->crc_thread, NULL, bg_thread, b);
+    if (r != 0)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                          "could not start the backup checksum thread (%s); free resources and "
+                          "restart the node",
+                          strerror(r));
+    b->crc_thread_on = true;
+    return ST_OK;
+}
+
+void bk_crc_bg_stop(node_backups *b) {
+    if (!b->crc_thread_on)
+        return;
+    pthread_mutex_lock(&b->crc_mu);
+    b->crc_stop = true;
+    pthread_cond_broadcast(&b->crc_cv);
+    pthread_mutex_unlock(&b->crc_mu);
+    pthread_join(b->crc_thread, NULL);
+    b->crc_thread_on = false;
+}
