@@ -112,18 +112,8 @@ static bool resolve(bk_ctx *c) {
     snprintf(c->project, sizeof c->project, "%s", a->project ? a->project : "p");
     snprintf(c->instance, sizeof c->instance, "%s", a->instance ? a->instance : "i");
     if (!a->endpoint || a->dir) {
-        char dir[OPS_PATH_MAX], path[OPS_PATH_MAX];
-        st_err err = {0};
-        if (!ops_inst_dir(a->dir, dir, sizeof dir) ||
-            !ops_fmt(path, sizeof path, "%s/topology", dir))
+        if (!ops_inst_topology("strata backup", a->dir, &topo))
             return false;
-        if (st_topology_load(path, &topo, &err) != ST_OK || topo.n_routers == 0) {
-            fprintf(stderr,
-                    "strata backup: %s (is there an instance in %s? `strata up`, or give "
-                    "--endpoint HOST:PORT)\n",
-                    err.msg[0] ? err.msg : "no router in the topology", dir);
-            return false;
-        }
         snprintf(c->project, sizeof c->project, "%s", a->project ? a->project : topo.project);
         snprintf(c->instance, sizeof c->instance, "%s", a->instance ? a->instance : topo.instance);
         snprintf(c->cluster, sizeof c->cluster, "%s", topo.clusters[0].id);

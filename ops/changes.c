@@ -134,18 +134,8 @@ static bool resolve_target(ch_run *r, char *addr, size_t cap) {
                *instance = a->instance ? a->instance : "i";
     static st_topology topo; /* large: not on the stack */
     if (!a->endpoint || a->dir) {
-        char dir[OPS_PATH_MAX], path[OPS_PATH_MAX];
-        st_err err = {0};
-        if (!ops_inst_dir(a->dir, dir, sizeof dir) ||
-            !ops_fmt(path, sizeof path, "%s/topology", dir))
+        if (!ops_inst_topology("strata changes", a->dir, &topo))
             return false;
-        if (st_topology_load(path, &topo, &err) != ST_OK || topo.n_routers == 0) {
-            fprintf(stderr,
-                    "strata changes: %s (is there an instance in %s? `strata up`, or give "
-                    "--endpoint HOST:PORT)\n",
-                    err.msg[0] ? err.msg : "no router in the topology", dir);
-            return false;
-        }
         project = a->project ? a->project : topo.project;
         instance = a->instance ? a->instance : topo.instance;
         if (!a->endpoint)

@@ -64,6 +64,19 @@ bool ops_inst_dir(const char *flag, char *out, size_t cap) {
     return true;
 }
 
+bool ops_inst_topology(const char *cmd, const char *flag, st_topology *topo) {
+    char dir[OPS_PATH_MAX], path[OPS_PATH_MAX];
+    st_err err = {0};
+    if (!ops_inst_dir(flag, dir, sizeof dir) || !ops_fmt(path, sizeof path, "%s/topology", dir))
+        return false;
+    if (st_topology_load(path, topo, &err) == ST_OK && topo->n_routers > 0)
+        return true;
+    fprintf(stderr,
+            "%s: %s (is there an instance in %s? `strata up`, or give --endpoint HOST:PORT)\n", cmd,
+            err.msg[0] ? err.msg : "no router in the topology", dir);
+    return false;
+}
+
 void ops_inst_node_name(const st_topology *t, size_t i, size_t j, char out[OPS_NAME_MAX]) {
     snprintf(out, OPS_NAME_MAX, "%s-%zu", t->clusters[i].id, j);
 }

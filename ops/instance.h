@@ -43,6 +43,10 @@ int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s);
 /* The instance directory: flag if given, else $STRATA_HOME, else $HOME/.strata/local. False (with
  * a message on stderr) when none can be formed. */
 bool ops_inst_dir(const char *flag, char *out, size_t cap);
+/* Loads the topology of the instance in ops_inst_dir(flag) for a command (cmd, e.g. "strata
+ * backup") that reaches its router. False (with a message on stderr saying what to do) when
+ * there is none or it names no router. */
+bool ops_inst_topology(const char *cmd, const char *flag, st_topology *topo);
 
 /* snprintf that reports truncation (false) instead of cutting a path short silently. */
 bool ops_fmt(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
