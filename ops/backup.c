@@ -268,8 +268,14 @@ static void print_backup_json(const Google__Bigtable__Admin__V2__Backup *b) {
     printf(",\"source_table\":");
     bk_json_str(b->source_table);
     printf(",\"state\":\"%s\",\"backup_type\":\"%s\",\"size_bytes\":%lld,\"start_time\":\"%s\","
-           "\"end_time\":\"%s\",\"expire_time\":\"%s\"}",
+           "\"end_time\":\"%s\",\"expire_time\":\"%s\"",
            state_name(b->state), type_name(b->backup_type), (long long)b->size_bytes, st, en, ex);
+    if (b->hot_to_standard_time) {
+        char hot[OPS_CS_TIME_MAX];
+        ts_fmt(b->hot_to_standard_time, hot);
+        printf(",\"hot_to_standard_time\":\"%s\"", hot);
+    }
+    putchar('}');
 }
 
 void bk_print_backup(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup *b) {
@@ -287,6 +293,11 @@ void bk_print_backup(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup 
            "size:         %s (%lld bytes)\nstart_time:   %s\nend_time:     %s\nexpire_time:  %s\n",
            b->name, b->source_table, state_name(b->state), type_name(b->backup_type), size,
            (long long)b->size_bytes, st, en, ex);
+    if (b->hot_to_standard_time) {
+        char hot[OPS_CS_TIME_MAX];
+        ts_fmt(b->hot_to_standard_time, hot);
+        printf("hot_until:    %s\n", hot);
+    }
 }
 
 /* ---- long-running operations ---- */
