@@ -345,12 +345,12 @@ static rtr_pb_backup *token_parse(rtr_ctx *r, st_arena *a, const char *tok, uint
     snprintf(want, sizeof want, BK_TOKEN_PREFIX "%08x", (unsigned)crc);
     uint8_t *pb = len > pre && len % 2 == 0 ? st_arena_alloc(a, (len - pre) / 2) : NULL;
     bool ok = pb && !strncmp(tok, BK_TOKEN_PREFIX, strlen(BK_TOKEN_PREFIX));
-    if (ok && strncmp(tok, want, pre) != 0)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "page_token belongs to a listing with another parent, filter or "
-                          "order_by: repeat the request of the previous page with its "
-                          "next_page_token"),
-               NULL;
+    if (ok && strncmp(tok, want, pre) != 0) {
+        st_err_set(err, ST_INVALID_ARGUMENT,
+                   "page_token belongs to a listing with another parent, filter or order_by: "
+                   "repeat the request of the previous page with its next_page_token");
+        return NULL;
+    }
     for (size_t i = pre; ok && i < len; i += 2) {
         int hi = hex_val(tok[i]), lo = hex_val(tok[i + 1]);
         ok = hi >= 0 && lo >= 0;
@@ -364,12 +364,12 @@ static rtr_pb_backup *token_parse(rtr_ctx *r, st_arena *a, const char *tok, uint
            : NULL;
     size_t ci;
     char id[RTR_BK_ID_MAX + 1];
-    if (!b || rtr_bk_parse_name(&r->topo, b->name, &ci, id, sizeof id, NULL) != ST_OK)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "invalid page_token: pass the next_page_token of the previous page "
-                          "unchanged, or an empty one for the first page"),
-               NULL;
-    return b;
+    if (b && rtr_bk_parse_name(&r->topo, b->name, &ci, id, sizeof id, NULL) == ST_OK)
+        return b;
+    st_err_set(err, ST_INVALID_ARGUMENT,
+               "invalid page_token: pass the next_page_token of the previous page unchanged, or "
+               "an empty one for the first page");
+    return NULL;
 }
 
 /* The index in the sorted v of the first backup after last (NULL: 0). */
