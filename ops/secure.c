@@ -56,10 +56,8 @@ bool ops_secure_token(const char *inst_dir, const char *role, char *out, size_t 
     return found;
 }
 
-/* Loads the credentials once; a secure instance whose files cannot be read is said once on
- * stderr, and calls then fail their TLS handshake (with the server's reason). */
-/* The CA the servers' certificates must chain to, and the admin certificate (none outside an
- * instance directory: routers need none, nodes refuse the handshake). */
+/* The CA the servers' certificates must chain to, and the admin certificate (none without a
+ * secure instance directory: routers need none, nodes then refuse the handshake). */
 static void secure_paths(char *ca, char *cert, char *key, size_t cap) {
     snprintf(ca, cap, "%s/%s/ca.pem", g_sec.dir, OPS_SECURE_SUBDIR);
     snprintf(cert, cap, "%s/%s/admin.pem", g_sec.dir, OPS_SECURE_SUBDIR);
@@ -69,7 +67,7 @@ static void secure_paths(char *ca, char *cert, char *key, size_t cap) {
         snprintf(ca, cap, "%s", g_sec.ca_flag);
     else if (!inst)
         ca[0] = '\0';
-    if (!inst || access(cert, F_OK) != 0)
+    if (!inst)
         cert[0] = key[0] = '\0';
 }
 
