@@ -64,4 +64,5 @@ expect_match "the admin creates" '^state: *READY' \
   "$(bke create t --id b3 --wait --tls-ca "$S/ca.pem" --token "$admin")"
 expect_match "a missing CA file" 'cannot read --tls-ca' "$(bke list --tls-ca "$TMPD/nope.pem")"
 "$STRATA" down --dir "$DIR" >/dev/null 2>&1 || fail "strata down"
+if grep -l 'Sanitizer' "$DIR"/logs/*.log; then fail "sanitizer report in a log"; fi
 echo PASS
