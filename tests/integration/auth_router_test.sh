@@ -10,7 +10,8 @@
 # (anonymous: UNAUTHENTICATED, like every path; with a token: UNIMPLEMENTED; both audited),
 # sends an anonymous 8 MiB body to a router allowed to buffer 4 MiB (refused UNAUTHENTICATED at
 # the headers: nothing buffered, no memory refusal in the metrics), and shows a principal whose
-# line is deleted by hand refused after SIGHUP on a connection opened before.
+# line is deleted by hand refused after SIGHUP on a connection opened before. `strata bench
+# --workload changes --tls --token` runs its change-stream consumer over TLS with the token.
 # Usage: auth_router_test.sh strata-node strata-router strata auth_call (skips, 77, without
 # openssl, python3 or cbt)
 set -u
@@ -190,6 +191,19 @@ printf 'garbage\n' >>"$AF"
 wait_line "$dir/r.log" 'auth file reload failed' >/dev/null || fail=1
 expect_match "broken file: previous principals stay" '"hello"' "$(as "$NEW" read t1)"
 cp "$dir/good" "$AF"
+
+# ---- strata bench --workload changes over TLS with a token: the consumer too ----
+as "$T_ADMIN" createappprofile i cs1 cs route-to=east >/dev/null ||
+  { echo "FAIL: createappprofile"; fail=1; }
+timeout 120 "$STRATA" bench --target "localhost:$P" --tls "$dir/ca.pem" --token "$T_ADMIN" \
+  --cs-profile cs1 --workload changes --cs-backlog 50 --requests 50 --conns 1 --streams 2 --quiet \
+  >"$dir/bench.out" 2>&1
+kv=$(grep '^strata-bench ' "$dir/bench.out")
+for want in changes.target.cs.lost=0 changes.target.cs.backlog_received=50 \
+  changes.target.calls=50; do
+  expect_match "bench changes over TLS with a token: $want" " $want " "$kv"
+done
+[ -n "$kv" ] || cat "$dir/bench.out"
 
 # ---- audit log ----
 A=$dir/audit.log
