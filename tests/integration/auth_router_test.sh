@@ -196,7 +196,7 @@ cp "$dir/good" "$AF"
 as "$T_ADMIN" createappprofile i cs1 cs route-to=east >/dev/null ||
   { echo "FAIL: createappprofile"; fail=1; }
 timeout 120 "$STRATA" bench --target "localhost:$P" --tls "$dir/ca.pem" --token "$T_ADMIN" \
-  --cs-profile cs1 --workload changes --cs-backlog 50 --requests 50 --conns 1 --streams 2 --quiet \
+  --project p --instance i --cs-profile cs1 --workload changes --cs-backlog 50 --requests 50 --conns 1 --streams 2 --quiet \
   >"$dir/bench.out" 2>&1
 kv=$(grep '^strata-bench ' "$dir/bench.out")
 for want in changes.target.cs.lost=0 changes.target.cs.backlog_received=50 \
