@@ -8,8 +8,9 @@
 # works; SIGHUP; a broken file keeps the previous one), and the audit log's lines, also on a
 # router with an audit log and no auth file. auth_call probes paths the router does not serve
 # (anonymous: UNAUTHENTICATED, like every path; with a token: UNIMPLEMENTED; both audited),
-# sends an anonymous 8 MiB body to a router allowed to buffer 4 MiB (refused UNAUTHENTICATED at
-# the headers: nothing buffered, no memory refusal in the metrics), and shows a principal whose
+# sends an anonymous 8 MiB body to a router whose message limit is 4 MiB (refused UNAUTHENTICATED
+# at the headers, where a body read would be too large: nothing buffered, no memory refusal in
+# the metrics), and shows a principal whose
 # line is deleted by hand refused after SIGHUP on a connection opened before. `strata bench
 # --workload changes --tls --token` runs its change-stream consumer over TLS with the token.
 # Usage: auth_router_test.sh strata-node strata-router strata auth_call (skips, 77, without
@@ -68,7 +69,7 @@ expect "bad auth file: exit 1" 1 "$rc"
 expect_match "bad auth file: says which line" "bad: line 2: the token hash must be sha256" "$out"
 
 start_router "$dir/topology" "$dir/r.log" --tls-cert "$dir/srv.pem" --tls-key "$dir/srv.key" \
-  --auth-file "$AF" --audit-log "$dir/audit.log" --max-buffered-request-bytes 4m \
+  --auth-file "$AF" --audit-log "$dir/audit.log" --max-message-bytes 4m \
   --metrics 127.0.0.1:0
 P=${ROUTER_ADDR##*:}
 MURL=$(grep -Eo 'metrics=http://[^ ]+' "$dir/r.log" | head -n1 | sed 's/^metrics=//')
@@ -136,9 +137,13 @@ expect_match "audit: admin's internal path" \
   '"principal":"admin",.*"method":"/strata\.internal\.v1\.Node/ListTablets",.*"outcome":"denied","code":"UNIMPLEMENTED"' \
   "$(cat "$dir/audit.log")"
 
-# ---- an anonymous body is refused at the headers, not buffered (the router may buffer 4 MiB) ----
+# ---- an anonymous body is refused at the headers, never read (messages here: at most 4 MiB) ----
+# A body read at all would end RESOURCE_EXHAUSTED (too large) as the writer's does; the anonymous
+# one ends UNAUTHENTICATED: the refusal came before the router looked at a byte of it.
 expect_match "anonymous 8 MiB body: Unauthenticated" '^UNAUTHENTICATED ' \
   "$(call /google.bigtable.v2.Bigtable/MutateRow --body 8388608)"
+expect_match "writer's 8 MiB body: read, too large" '^RESOURCE_EXHAUSTED ' \
+  "$(call /google.bigtable.v2.Bigtable/MutateRow --body 8388608 --token "$T_WRITER")"
 expect "anonymous body: no memory refusal" 0 "$(metric strata_rpc_server_calls_refused_memory_total)"
 expect "anonymous body: nothing left buffered" 0 "$(metric strata_rpc_buffered_request_bytes)"
 expect_match "after it: writer still served" '"hello"' "$(as "$T_WRITER" read t1)"
