@@ -370,7 +370,10 @@ static void set_policy(rpc_call *call, st_slice req_bytes, rtr_ctx *r, bool tabl
     *op = (set_op){call, r, req->resource, p, st_slice_make(buf, len), false};
     st_log(ST_LOG_INFO, "router", "msg=\"IAM policy set\" resource=%s bindings=%zu", req->resource,
            p->n_bindings);
-    cas_send(op);
+    if (e->len)
+        cas_send(op);
+    else /* no etag: replace whatever is there, as Cloud IAM does */
+        rtr_meta_write(r, RTR_META_KIND_IAM, req->resource, &op->pb, set_recorded, op);
 }
 
 static void h_set_instance_policy(rpc_call *call, st_slice req, void *arg) {
