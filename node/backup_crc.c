@@ -100,6 +100,30 @@ void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t 
     pthread_mutex_unlock(&b->crc_mu);
 }
 
+void bk_crc_append(node_backups *b, const struct stat *before, const struct stat *after,
+                   st_slice data) {
+    bk_crc_entry k = key_of(before), n = key_of(after);
+    uint32_t crc = 0;
+    pthread_mutex_lock(&b->crc_mu);
+    bk_crc_entry *e = k.size == 0 ? NULL : crc_find(b, &k);
+    bool known = k.size == 0 || e != NULL;
+    if (e)
+        crc = e->crc;
+    pthread_mutex_unlock(&b->crc_mu);
+    if (!known || n.size != k.size + data.len)
+        return;                                  /* the seal reads the file back */
+    n.crc = st_crc32c(crc, data.data, data.len); /* outside the lock: up to a chunk of bytes */
+    pthread_mutex_lock(&b->crc_mu);
+    e = k.size == 0 ? NULL : crc_find(b, &k);
+    if (e) { /* the entry follows the file as it grows: one entry per file, not per chunk */
+        e->dev = n.dev, e->ino = n.ino, e->size = n.size, e->mtime_ns = n.mtime_ns;
+        e->crc = n.crc;
+    } else {
+        crc_put(b, &n);
+    }
+    pthread_mutex_unlock(&b->crc_mu);
+}
+
 st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
                            bool *read, st_err *err) {
     bk_crc_entry k;

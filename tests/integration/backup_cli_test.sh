@@ -64,7 +64,7 @@ echo "== 2. export, verify, a flipped byte refused"
 bka export b1 "$EXP" >"$TMPD/2.out" 2>&1 || fail "export: $(cat "$TMPD/2.out")"
 "$STRATA" backup verify "$EXP" --quiet >"$TMPD/2v.out" 2>&1 || fail "verify: $(cat "$TMPD/2v.out")"
 cp -r "$EXP" "$TMPD/flipped"
-victim=$(find "$TMPD/flipped/pieces" -type f -size +0 | sort | head -n1)
+victim=$(find "$TMPD/flipped/files" -type f -size +0 | sort | head -n1)
 [ -n "$victim" ] || fail "the export has no non-empty file: $(find "$EXP")"
 python3 -c '
 import os, sys

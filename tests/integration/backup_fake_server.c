@@ -257,6 +257,18 @@ static void h_write_file(rpc_call *call, st_slice req, void *arg) {
         snprintf(path, sizeof path, "%s/%s/%s", F.root, leaf(q->backup), q->piece);
         mkdir(path, 0755);
         path_of(path, sizeof path, q->backup, q->piece, q->file);
+        if (q->link_piece[0]) { /* a file another piece holds: linked, as a node does */
+            char src[1500];
+            path_of(src, sizeof src, q->backup, q->link_piece, q->link_file);
+            unlink(path);
+            bool ok = safe(q->link_piece) && safe(q->link_file) && link(src, path) == 0;
+            if (ok)
+                answer(call, NULL);
+            else
+                rpc_call_finish(call, ST_FAILED_PRECONDITION, "fake: no file to link");
+            strata__internal__v1__backup_file_chunk__free_unpacked(q, NULL);
+            return;
+        }
         fd = open(path, O_WRONLY | O_CREAT | (q->offset == 0 ? O_TRUNC : 0), 0644);
     }
     if (fd < 0 || pwrite(fd, q->data.data, q->data.len, (off_t)q->offset) != (ssize_t)q->data.len)
