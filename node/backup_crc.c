@@ -32,6 +32,7 @@
 #define BK_CRC_BG_SETTLE_NS ((int64_t)1000000000)   /* files untouched this long */
 #define BK_CRC_BG_BYTES_PER_S ((uint64_t)128 << 20) /* the pass's read rate bound */
 #define BK_CRC_BG_CHUNK ((size_t)1 << 20)
+#define BK_CRC_RECEIVED_PASSES 3600 /* about an hour at one pass a second */
 
 struct bk_crc_entry {
     uint64_t dev, ino, size;
@@ -73,7 +74,8 @@ static void crc_put(node_backups *b, const bk_crc_entry *k) {
     bk_crc_entry *e = crc_find(b, k);
     if (e) {
         e->crc = k->crc;
-        e->gen = b->crc_gen;
+        if (e->gen < b->crc_gen) /* a received file's later expiry stays (bk_crc_append) */
+            e->gen = b->crc_gen;
         return;
     }
     if (b->n_crcs == BK_CRC_CACHE_MAX)
@@ -120,7 +122,12 @@ void bk_crc_append(node_backups *b, const struct stat *before, const struct stat
         e->crc = n.crc;
     } else {
         crc_put(b, &n);
+        e = crc_find(b, &n);
     }
+    /* A received file is not in the SSTable directory the background pass lists: kept for
+     * BK_CRC_RECEIVED_PASSES passes (its seal, and links from later pieces of the import). */
+    if (e)
+        e->gen = b->crc_gen + BK_CRC_RECEIVED_PASSES;
     pthread_mutex_unlock(&b->crc_mu);
 }
 
@@ -272,7 +279,7 @@ static bool bg_known(node_backups *b, const struct stat *sb) {
     bk_crc_entry k = key_of(sb);
     pthread_mutex_lock(&b->crc_mu);
     bk_crc_entry *e = crc_find(b, &k);
-    if (e)
+    if (e && e->gen < b->crc_gen)
         e->gen = b->crc_gen;
     pthread_mutex_unlock(&b->crc_mu);
     return e != NULL;

@@ -584,12 +584,27 @@ static st_code seal_start(bk_xfer *x, const Strata__Internal__V1__BackupPiece *b
     return ST_OK;
 }
 
+/* Removes what the node holds of piece `piece` of the backup being imported: a piece sealed or
+ * half written by an earlier import of the same id that failed while the node was down (its
+ * DeleteBackup could not reach the node). The backup is CREATING and this import's, so anything
+ * of that name on the node is such a leftover; without this a retry would meet ALREADY_EXISTS. */
+static st_code clear_leftover(bk_xfer *x, const char *name, const char *piece, st_err *err) {
+    Strata__Internal__V1__DeleteBackupPiecesRequest d;
+    strata__internal__v1__delete_backup_pieces_request__init(&d);
+    d.backup = (char *)name;
+    d.piece = (char *)piece;
+    return bk_conn_call(x->conn, BK_SVC_NODE "DeleteBackupPieces", &d.base, NULL, NULL,
+                        BK_ADMIN_TIMEOUT_MS, err);
+}
+
 static st_code import_piece(bk_xfer *x, const char *dir, const ops_bk_manifest *m, const char *name,
                             Strata__Internal__V1__PieceLocation *pl, st_err *err) {
     const ops_bk_piece *p = pl->piece ? find_piece(m, pl->piece->piece) : NULL;
     if (!p || !pl->node)
         return st_err_set(err, ST_INTERNAL, "BeginImport answered a piece the export lacks");
     st_code rc = node_conn(x, pl->node, &x->conn, err);
+    if (rc == ST_OK)
+        rc = clear_leftover(x, name, p->id, err);
     bk_link_src *links = rc == ST_OK ? calloc(p->n_files + 1, sizeof *links) : NULL;
     if (rc == ST_OK && !links)
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");

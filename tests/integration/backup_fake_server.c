@@ -281,6 +281,24 @@ static void h_write_file(rpc_call *call, st_slice req, void *arg) {
         strata__internal__v1__backup_file_chunk__free_unpacked(q, NULL);
 }
 
+/* Node DeleteBackupPieces of one piece of a backup being imported (an import clears leftovers
+ * of its pieces first): its files go. */
+static void h_delete_pieces(rpc_call *call, st_slice req, void *arg) {
+    (void)arg;
+    Strata__Internal__V1__DeleteBackupPiecesRequest *q =
+        strata__internal__v1__delete_backup_pieces_request__unpack(NULL, req.len, req.data);
+    fb *b = q ? find(q->backup) : NULL;
+    if (b && !b->ready && safe(q->piece)) {
+        char cmd[1500];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/%s/%s'", F.root, leaf(q->backup), q->piece);
+        if (system(cmd) != 0)
+            fprintf(stderr, "fake: %s failed\n", cmd);
+    }
+    answer(call, NULL);
+    if (q)
+        strata__internal__v1__delete_backup_pieces_request__free_unpacked(q, NULL);
+}
+
 static void h_seal(rpc_call *call, st_slice req, void *arg) {
     (void)arg;
     Strata__Internal__V1__BackupPiece *q =
@@ -600,6 +618,7 @@ int main(int argc, char **argv) {
         {NO "ReadBackupFile", h_read_file},
         {NO "WriteBackupFile", h_write_file},
         {NO "SealBackupPiece", h_seal},
+        {NO "DeleteBackupPieces", h_delete_pieces},
     };
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
         rpc_server_add_method(s, methods[i].path, methods[i].fn, NULL);

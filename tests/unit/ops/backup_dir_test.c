@@ -141,7 +141,7 @@ static void test_backup_dir_round_trip(void **state) {
              g_version < 2 ? "%s/pieces/p0/000001.sst.tmp" : "%s/files/p0.000001.sst.tmp", dir);
     assert_int_not_equal(access(tmp, F_OK), 0);
     /* version 2 holds each content once: p0 and p1 share 000002.sst's */
-    char a[1200], b[1200], na[200], nb[200];
+    char a[1200], b[1200], na[512], nb[512];
     file_at(dir, &r, 0, 1, a, sizeof a, na, sizeof na);
     file_at(dir, &r, 1, 1, b, sizeof b, nb, sizeof nb);
     assert_int_equal(strcmp(a, b) == 0, g_version >= 2);
@@ -156,7 +156,7 @@ static void test_backup_dir_round_trip(void **state) {
 
 static void test_backup_dir_flipped_byte_refused(void **state) {
     (void)state;
-    char dir[1100], path[1200], names[200];
+    char dir[1100], path[1200], names[512];
     ops_bk_manifest w;
     write_export(dir, sizeof dir, &w);
     file_at(dir, &w, 1, 0, path, sizeof path, names, sizeof names);
@@ -174,7 +174,7 @@ static void test_backup_dir_flipped_byte_refused(void **state) {
 
 static void test_backup_dir_truncated_refused(void **state) {
     (void)state;
-    char dir[1100], path[1200], names[200];
+    char dir[1100], path[1200], names[512];
     ops_bk_manifest w;
     write_export(dir, sizeof dir, &w);
     file_at(dir, &w, 0, 0, path, sizeof path, names, sizeof names);
@@ -186,7 +186,7 @@ static void test_backup_dir_truncated_refused(void **state) {
 
 static void test_backup_dir_missing_refused(void **state) {
     (void)state;
-    char dir[1100], path[1200], names[200];
+    char dir[1100], path[1200], names[512];
     ops_bk_manifest w;
     write_export(dir, sizeof dir, &w);
     file_at(dir, &w, 0, 1, path, sizeof path, names, sizeof names);
