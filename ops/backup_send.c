@@ -3,7 +3,9 @@
  * WriteBackupFile chunk after the other (the node wants the chunks of a file in order), so
  * reading and checksumming the next chunk here overlaps the node writing the last one. Each
  * file's CRC32C and SHA-256 are compared with the manifest once its last byte was read: a
- * damaged file fails the import before its piece is sealed. */
+ * damaged file fails the import before its piece is sealed. A file an earlier piece already put
+ * on the node (links[]) is one WriteBackupFile with link_piece: the node hard-links it after
+ * checking its size and CRC32C, no byte is sent again. */
 #define _DEFAULT_SOURCE /* O_NOFOLLOW */
 #include <errno.h>
 #include <event2/event.h>

@@ -2,13 +2,14 @@
  * docs/formats/backup-export.md). The router says where the pieces are (BackupAdmin); the bytes
  * go straight between the nodes and the directory, one kept connection per node.
  *
- * export: DescribeBackup, then ReadBackupFile of every file of every piece into DIR (each file
- * under a temporary name until fsync'd, checked against the node's size and CRC32C), then the
- * manifest last. import: the manifest and every file's size first, BeginImport (the backup is
- * CREATING, invisible to restores), WriteBackupFile of every chunk to the node the router named
- * while checking each file's CRC32C and SHA-256 against the manifest as it is read,
- * SealBackupPiece, FinishImport; on any failure (a damaged file, a node down, Ctrl-C) the backup
- * is deleted, so nothing half-imported stays. */
+ * export: DescribeBackup, then ReadBackupFile of every distinct file into DIR/files/<sha256>
+ * (format 2; each file under a temporary name until fsync'd, checked against the node's size
+ * and CRC32C), then the manifest last. import: the manifest and every file's size first,
+ * BeginImport (the backup is CREATING, invisible to restores), WriteBackupFile of every chunk of
+ * each distinct content once per node (checking each file's CRC32C and SHA-256 against the
+ * manifest as it is read) and a link for the pieces that list it again, SealBackupPiece,
+ * FinishImport; on any failure (a damaged file, a node down, Ctrl-C) the backup is deleted, so
+ * nothing half-imported stays. Both read format 1 exports too (ops_bk_file_path). */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>

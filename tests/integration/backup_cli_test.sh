@@ -4,7 +4,8 @@
 #      `create --wait` makes b1 READY; list and describe show it;
 #   2. export b1 -> verify OK; a copy with one flipped byte -> verify refuses, naming the file;
 #   3. instance B (another deployment): import of the damaged copy is refused naming the file and
-#      leaves no backup; import of the intact export -> b1 READY on B;
+#      leaves no backup; import of the intact export -> b1 READY on B; an import over a sealed
+#      piece that a failed import left on the node (its node killed) succeeds;
 #   4. restore b1 on B into bk2 -> `cbt read` of bk2 on B equals `cbt read` of bk on A.
 # Skips (77) without cbt, or while the router answers CreateBackup UNIMPLEMENTED.
 # Usage: backup_cli_test.sh PATH/TO/strata
@@ -83,6 +84,16 @@ bkb describe b9 >/dev/null 2>&1 && fail "b9 stayed on B after a failed import"
 bkb import "$EXP" >"$TMPD/3.out" 2>&1 || fail "import: $(cat "$TMPD/3.out")"
 bkb describe b1 | grep -q '^state: *READY' || fail "b1 on B is not READY: $(bkb describe b1)"
 echo "ok: $(cat "$TMPD/3.out")"
+
+echo "== 3b. a sealed piece left by an import whose node was killed does not block the retry"
+# (an import whose node dies is deleted, but the dead node keeps what it had sealed): a sealed
+# piece of b7 on B's node, as such an import leaves it
+sealed=$(ls -d "$DIRB"/*-0/backups/i/*/b1/*/ | head -n1)
+[ -n "$sealed" ] || fail "no sealed piece of b1 on B: $(find "$DIRB" -path '*backups*' | head)"
+mkdir -p "$(dirname "$(dirname "$sealed")")/b7" && cp -a "$sealed" "$(dirname "$(dirname "$sealed")")/b7/"
+bkb import "$EXP" --as b7 >"$TMPD/3b.out" 2>&1 || fail "import over a leftover piece: $(cat "$TMPD/3b.out")"
+bkb describe b7 | grep -q '^state: *READY' || fail "b7 on B is not READY: $(bkb describe b7)"
+echo ok
 
 echo "== 4. restore on B, same rows as A"
 bkb restore b1 --to bk2 --wait >"$TMPD/4.out" 2>&1 || fail "restore: $(cat "$TMPD/4.out")"
