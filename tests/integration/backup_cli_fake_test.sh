@@ -9,7 +9,8 @@
 #   3. a flipped byte (in the shared file), a truncated file, a missing file: verify refuses,
 #      naming the piece's file;
 #   4. import of the intact export as b2: the server's files equal the originals, the shared file
-#      sent once and linked, b2 READY; the format 1 export imports too;
+#      sent once and linked, b2 READY; an import over a sealed piece an earlier failed import
+#      left clears it; the format 1 export imports too;
 #   5. import of a damaged export: refused naming the file, and b3 does not stay behind;
 #   6. export into a directory that is not empty: refused, the directory untouched.
 # Usage: backup_cli_fake_test.sh PATH/TO/strata PATH/TO/backup_fake_server
@@ -109,6 +110,10 @@ done
   bad "the file shared by p0 and p1 was sent twice instead of linked"
 "${BK[@]}" import "$tmp/exp" --as b2 >/dev/null 2>"$tmp/4b.err" && bad "import over b2 succeeded"
 grep -q 'ALREADY_EXISTS' "$tmp/4b.err" || bad "import over b2: $(cat "$tmp/4b.err")"
+# a sealed piece of b6 left on the node by an earlier import of b6 that failed while the node was
+# down: the import clears it instead of failing ALREADY_EXISTS
+mkdir -p "$tmp/root/b6/p0" && touch "$tmp/root/b6/p0/SEALED"
+"${BK[@]}" import "$tmp/exp" --as b6 >"$tmp/4d.out" 2>&1 || bad "import over a leftover: $(cat "$tmp/4d.out")"
 "${BK[@]}" import "$tmp/exp1" --as b4 >"$tmp/4c.out" 2>&1 || bad "import of format 1: $(cat "$tmp/4c.out")"
 for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
   cmp "$tmp/root/b1/$f" "$tmp/root/b4/$f" || bad "imported (format 1) $f differs"

@@ -257,6 +257,13 @@ static void h_write_file(rpc_call *call, st_slice req, void *arg) {
         snprintf(path, sizeof path, "%s/%s/%s", F.root, leaf(q->backup), q->piece);
         mkdir(path, 0755);
         path_of(path, sizeof path, q->backup, q->piece, q->file);
+        char sealed[1500]; /* a node refuses writes into a sealed piece: so does the fake */
+        path_of(sealed, sizeof sealed, q->backup, q->piece, "SEALED");
+        if (access(sealed, F_OK) == 0) {
+            rpc_call_finish(call, ST_ALREADY_EXISTS, "fake: the piece is sealed already");
+            strata__internal__v1__backup_file_chunk__free_unpacked(q, NULL);
+            return;
+        }
         if (q->link_piece[0]) { /* a file another piece holds: linked, as a node does */
             char src[1500];
             path_of(src, sizeof src, q->backup, q->link_piece, q->link_file);
@@ -320,6 +327,11 @@ static void h_seal(rpc_call *call, st_slice req, void *arg) {
     if (bad) {
         rpc_call_finish(call, ST_DATA_LOSS, bad);
     } else {
+        char path[1500];
+        path_of(path, sizeof path, q->backup, q->piece, "SEALED");
+        FILE *f = fopen(path, "w");
+        if (f)
+            fclose(f);
         b->sealed[k] = true;
         answer(call, &q->base);
     }
