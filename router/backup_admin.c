@@ -176,7 +176,10 @@ static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest
     snprintf(name, cap, "%s/backups/%s", req->parent, req->backup_id);
     if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name))
         return st_err_set(err, ST_ALREADY_EXISTS,
-                          "Backup %s already exists: import under another id (--as ID)", name);
+                          "Backup %s already exists: import under another id (--as ID), or, "
+                          "if it is an import that was cut short (state CREATING), delete it "
+                          "with `strata backup delete` and import again",
+                          name);
     if (!req->backup || !req->schema)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "backup and schema must be set (from the export's manifest)");
