@@ -10,7 +10,10 @@
 #      winner is READY and restores to the source's rows;
 #   4. an import while the node is down fails with an error (no hang); once the node is back a
 #      retry (after deleting what the failure left, if anything) succeeds, and no piece
-#      directory other than the imported backup's is left on the node.
+#      directory other than the imported backup's is left on the node;
+#   5. the node killed with -9 while an import sends: the import fails; once the node is back the
+#      retry (after a delete if asked) is READY and restores the rows; no dotted (unsealed or
+#      half-deleted) piece directory stays on the node.
 # Usage: backup_hostile_import_test.sh PATH/TO/strata
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -101,6 +104,27 @@ if ! bk import "$TMPD/exp" --as down1 >/dev/null 2>"$TMPD/4r.err"; then
   bk import "$TMPD/exp" --as down1 >/dev/null || fail "import down1 after delete"
 fi
 bk describe down1 | grep -q '^state: *READY' || fail "down1 not READY"
+echo "ok: down1 READY after the node came back"
+
+echo "== 5. the node killed with -9 half way through an import"
+"$STRATA" backup --dir "$DIR" --quiet import "$TMPD/exp" --as mid >/dev/null 2>"$TMPD/5.err" &
+IP=$!
+for _ in $(seq 1 1000); do compgen -G "$BKD/mid/*.in/*" >/dev/null && break; sleep 0.01; done
+kill -9 "$(cat "$DIR/run/east-0.pid")"
+wait $IP && echo "(the import finished before the kill)"
+echo "import: $(head -c 400 "$TMPD/5.err")"
+# shellcheck disable=SC2086
+setsid $NODE_CMD >>"$DIR/logs/east-0.log" 2>&1 </dev/null &
+echo $! >"$DIR/run/east-0.pid"
+for _ in $(seq 1 300); do cbtq count big >/dev/null 2>&1 && break; sleep 0.1; done
+if ! bk import "$TMPD/exp" --as mid >/dev/null 2>"$TMPD/5r.err"; then
+  grep -q 'strata backup delete' "$TMPD/5r.err" || fail "retry after the node came back: $(cat "$TMPD/5r.err")"
+  bk delete mid >/dev/null || fail "delete mid"
+  bk import "$TMPD/exp" --as mid >/dev/null || fail "import mid after delete"
+fi
+bk describe mid | grep -q '^state: *READY' || fail "mid not READY"
+bk restore mid --to midt --wait >/dev/null || fail "restore mid"
+[ "$(cbtq count midt | tail -1)" = "$ROWS" ] || fail "midt has $(cbtq count midt) rows, big $ROWS"
 left=$(find "$BKD" -mindepth 2 -maxdepth 2 -name '*.*')
 [ -z "$left" ] || fail "dotted piece directories left: $left"
 echo "ok: $(ls "$BKD" | tr '\n' ' ')"
