@@ -22,7 +22,10 @@ if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 77; }
 instance_init backup_hostile_import_test
 bk() { timeout 120 "$STRATA" backup --dir "$DIR" --quiet "$@"; }
-cbtq() { BIGTABLE_EMULATOR_HOST=127.0.0.1:$PORT timeout 60 "$CBT" -project p -instance i "$@" 2>&1 | grep -v 'creds flag unset'; }
+cbtq() {
+  BIGTABLE_EMULATOR_HOST=127.0.0.1:$PORT timeout 60 "$CBT" -project p -instance i "$@" 2>&1 | grep -v 'creds flag unset'
+  return "${PIPESTATUS[0]}"
+}
 BKD=$DIR/east-0/backups/i/east
 
 "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >/dev/null || fail "strata up failed"
