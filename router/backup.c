@@ -317,12 +317,12 @@ void rtr_h_list_backups(rpc_call *call, st_slice bytes, void *arg) {
         fail_err(call, &err);
         return;
     }
-    char *end = NULL;
-    unsigned long long skip = req->page_token[0] ? strtoull(req->page_token, &end, 10) : 0;
-    if ((end && *end) || req->page_size < 0) {
+    size_t tl = strlen(req->page_token); /* a token is a count: digits only ("-1" wraps) */
+    unsigned long long skip = tl ? strtoull(req->page_token, NULL, 10) : 0;
+    if (tl > 19 || strspn(req->page_token, "0123456789") != tl || req->page_size < 0) {
         rtr_fail(call, ST_INVALID_ARGUMENT,
-                 "invalid page_token '%s' or negative page_size %d: pass the next_page_token "
-                 "of the previous page unchanged",
+                 "invalid page_token '%.64s' or negative page_size %d: pass the "
+                 "next_page_token of the previous page unchanged",
                  req->page_token, req->page_size);
         return;
     }

@@ -58,7 +58,7 @@ st_code rtr_bk_parse_name(const st_topology *t, const char *name, size_t *idx, c
 /* expire_us (0: not set) must lie in [from_us + RTR_BK_EXPIRE_MIN_US, from_us + max_us].
  * INVALID_ARGUMENT naming the bounds otherwise. */
 st_code rtr_bk_check_expire(int64_t expire_us, int64_t from_us, int64_t max_us, st_err *err);
-int64_t rtr_bk_ts_us(const Google__Protobuf__Timestamp *t); /* NULL: 0 */
+int64_t rtr_bk_ts_us(const Google__Protobuf__Timestamp *t); /* NULL: 0; invalid: INT64_MIN */
 
 /* ---- ListBackups filter and order_by (backup_filter.c, pure) ---- */
 typedef struct rtr_bk_filter rtr_bk_filter;
