@@ -23,9 +23,8 @@ const mkb = (id, extra) => ({parent: E, backupId: id,
   backup: Object.assign({sourceTable: T, expireTime: later(8)}, extra || {})});
 (async () => {
   const L = 'listBackups', C = 'createBackup', A = I + '/clusters/-';
-  for (const t of ['-1', '99999999999999999999999', 'abc', ' 1', '+1', '1e3', '0x1'])
-    await expect(`page_token '${t}'`, L, {parent: A, pageToken: t}, [3]);
-  await expect('page_token a count', L, {parent: A, pageToken: '0'}, [0]);
+  for (const t of ['-1', '0', '99999999999999999999999', 'abc', ' 1', '+1', '1e3', '0x1', 'z'.repeat(4000)])
+    await expect(`page_token '${t.slice(0, 24)}'`, L, {parent: A, pageToken: t}, [3]);
   await expect('page_size -5', L, {parent: A, pageSize: -5}, [3]);
   await expect('page_size 2^31-1', L, {parent: A, pageSize: 2147483647}, [0]);
   await expect('order_by 100k commas', L, {parent: A, orderBy: ','.repeat(100000)}, [3]);
