@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "backup_dir.h"
+#include "strata/rpc.h"
 #include "google/bigtable/admin/v2/table.pb-c.h"
 #include "progress.h"
 
@@ -30,6 +31,7 @@
 
 typedef struct bk_args {
     const char *endpoint, *dir, *project, *instance, *cluster;
+    const char *tls_ca, *token, *token_file; /* a secure router (ops_secure_override) */
     const char *expire, *type, *to, *as, *filter, *order_by, *id;
     bool json, quiet, wait;
     const char *pos[2]; /* positional arguments after the subcommand */
@@ -50,10 +52,17 @@ typedef struct bk_conn {
     struct event_base *base;
     struct rpc_client *client;
     char addr[512];
-    size_t pending; /* calls started without waiting (an import's seals) */
+    size_t pending;              /* calls started without waiting (an import's seals) */
+    bool router;                 /* the router: its TLS and bearer token (certs.h) */
+    const rpc_client_opts *opts; /* NULL: plaintext */
+    const rpc_metadata *md;      /* sent with every call */
+    size_t n_md;
 } bk_conn;
 
+/* A connection to a node (a secure instance's: mutual TLS with the admin certificate). */
 st_code bk_conn_open(bk_conn *k, const char *addr, st_err *err);
+/* A connection to the router (a secure one's: TLS and the bearer token). */
+st_code bk_conn_open_router(bk_conn *k, const char *addr, st_err *err);
 void bk_conn_close(bk_conn *k);
 /* A unary call: req packed, the answer unpacked into *resp (free with
  * protobuf_c_message_free_unpacked; resp_desc NULL: the answer is dropped). err says which

@@ -164,7 +164,11 @@ typedef struct rtr_bk {
     char owner[ST_TOPO_ADDR_MAX + 40];
     int64_t started_us;
     uint64_t restore_seq;
+    int64_t expiry_ahead_us; /* STRATA_BACKUP_TEST_EXPIRY_AHEAD_S (tests only; 0 otherwise) */
 } rtr_bk;
+/* Tests of the expiry sweep: the sweep treats expire times as if this many seconds more had
+ * passed (docs/operations.md); read once at start. */
+#define RTR_BK_TEST_EXPIRY_ENV "STRATA_BACKUP_TEST_EXPIRY_AHEAD_S"
 /* Registers the backup methods (router.c's register_methods). */
 st_code rtr_bk_open(rtr_ctx *r, st_err *err);
 /* After listening: the owner name and the sweep timer (first sweep at once). */

@@ -120,17 +120,20 @@ void rtr_bk_jobs_free(rtr_ctx *r) {
     }
 }
 
+/* A finished job (its operation already reads done, only its record is still being written)
+ * holds no name any more: a client that saw the operation end may reuse the name at once. */
 bool rtr_bk_busy(rtr_ctx *r, const char *name) {
     for (bk_job *j = r->bk ? r->bk->jobs : NULL; j; j = j->next)
-        if ((j->backup && strcmp(j->backup, name) == 0) ||
-            (j->table && strcmp(j->table, name) == 0))
+        if (!j->finished && ((j->backup && strcmp(j->backup, name) == 0) ||
+                             (j->table && strcmp(j->table, name) == 0)))
             return true;
     return false;
 }
 
 const char *rtr_bk_job_of_backup(rtr_ctx *r, const char *backup) {
     for (bk_job *j = r->bk ? r->bk->jobs : NULL; j; j = j->next)
-        if ((j->kind == BK_CREATE || j->kind == BK_COPY) && strcmp(j->backup, backup) == 0)
+        if ((j->kind == BK_CREATE || j->kind == BK_COPY) && !j->finished &&
+            strcmp(j->backup, backup) == 0)
             return j->op_name;
     return NULL;
 }
