@@ -1168,6 +1168,30 @@ static void test_rpc_tls_full_socket(void **state) {
     tls_pair_free(&t);
 }
 
+/* A server that completes the TCP connect but never answers the ClientHello (a listening socket
+ * nobody accepts from): the client gives up after its connect timeout and says why. */
+static void test_rpc_tls_client_handshake_timeout(void **state) {
+    (void)state;
+    tls_pair t;
+    tls_pair_make(&t);
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(sa.sin_port));
+    rpc_client_opts copts = {.ssl_ctx = t.cctx, .connect_timeout_ms = 300};
+    st_err status = {0};
+    assert_int_equal(
+        rpc_blocking_unary(addr, &copts, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0, 0, NULL, &status),
+        ST_UNAVAILABLE);
+    assert_non_null(strstr(status.msg, "TLS handshake timed out"));
+    close(lfd);
+    tls_pair_free(&t);
+}
+
 /* Log lines of the server, for the checks below. */
 typedef struct log_watch {
     pthread_mutex_t mu;
@@ -1369,6 +1393,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_tls_many_streams),
         cmocka_unit_test(test_rpc_tls_slow_reader),
         cmocka_unit_test(test_rpc_tls_full_socket),
+        cmocka_unit_test(test_rpc_tls_client_handshake_timeout),
         cmocka_unit_test(test_rpc_tls_handshake_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
