@@ -1,5 +1,6 @@
 /* h2io.c — the connection plumbing shared by the server and the client, below HTTP/2: the
- * plain-socket write queue that writes without copying large payloads (h2_wbuf, h2_out_*),
+ * connections' write queue that writes without copying large payloads (h2_wbuf, h2_out_*;
+ * under TLS, tlsio.c encrypts what it holds),
  * socket reads straight into the session (h2_sock_read), Unix-domain addresses, the nghttp2
  * session options, and libevent's log routed into st_log. rpc_internal.h explains each. */
 #include <errno.h>

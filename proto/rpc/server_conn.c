@@ -125,8 +125,8 @@ static bool conn_feed(void *arg, const uint8_t *data, size_t len) {
     return true;
 }
 
-/* A handshake that failed: one (rate-limited) line with OpenSSL's reason and the usual fix, so
- * an operator sees why a client or peer could not connect. */
+/* A handshake that failed (or a TLS error later): one rate-limited line with OpenSSL's reason and
+ * the usual fix, so an operator sees why a client or peer could not connect. */
 static void conn_tls_failed(h2_conn *conn, unsigned long e) {
     char why[512];
     h2_tls_why(&conn->wbuf, e, why, sizeof why);
