@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/bufferevent_ssl.h>
 #include <nghttp2/nghttp2.h>
 
 #include "server_internal.h"
@@ -981,7 +980,7 @@ const char *rpc_call_peer_role(rpc_call *call) {
     if (!conn)
         return "";
     if (!conn->role_known) {
-        SSL *ssl = conn->tp == &h2_transport_tls ? bufferevent_openssl_get_ssl(conn->bev) : NULL;
+        SSL *ssl = conn->wbuf.ssl;
         if (!ssl || !rpc_tls_peer_role(ssl, conn->peer_role, sizeof conn->peer_role))
             conn->peer_role[0] = '\0';
         conn->role_known = true; /* a connection's peer certificate never changes */
