@@ -151,14 +151,14 @@ def tokens_cases(port, ca, tok):
     ]
     for what, t, path, body, want, *h in roles:
         expect(what, want, call(port, ca, path, body, h[0] if h else bearer(t) if t else []))
-    iam_cases(port, ca, A)
+    iam_cases(port, ca, A, R)
 
 
 def binding(role, *members):
     return fld(4, fld(1, role) + b''.join(fld(2, m) for m in members))
 
 
-def iam_cases(port, ca, A):
+def iam_cases(port, ca, A, tok_reader):
     sp = IA + 'SetIamPolicy'
     reader = 'roles/bigtable.reader'
     cases = [
@@ -173,7 +173,11 @@ def iam_cases(port, ca, A):
         ('10,000 bindings of unknown roles', b''.join(binding('roles/x%d' % i, 'user:u') for i in range(10000)), '3'),
         ('truncated binding', fld(4, b'') [:1] + b'\x7f', '3'),
         ('binding of garbage bytes', fld(4, b'\xff' * 64), '3'),
-        ('version 3 (conditions)', fld(1, 3) + binding(reader, 'user:bob'), ['3', '0']),
+        ('version 3 (no condition)', fld(1, 3) + binding(reader, 'user:bob'), ['3', '0']),
+        # A condition that is never true must not become an unconditional admin grant.
+        ('conditional admin binding', fld(1, 3) + fld(4, fld(1, 'roles/bigtable.admin') + fld(2, 'user:reader') +
+                                                     fld(3, fld(1, 'request.time < timestamp("2000-01-01T00:00:00Z")'))), '3'),
+        ('binding with an unknown field', fld(4, fld(1, reader) + fld(2, 'user:bob') + fld(9, 'x')), '3'),
         ('etag of 1 MB', fld(3, b'e' * (1 << 20)) + binding(reader, 'user:bob'), ['10', '3', '8']),
     ]
     for what, pol, want in cases:
@@ -181,6 +185,8 @@ def iam_cases(port, ca, A):
     expect('SetIamPolicy policy not a message', ['3'], call(port, ca, sp, fld(1, INST) + fld(2, b'\xff\xff\xff'), bearer(A)))
     expect('SetIamPolicy truncated request', ['3'], call(port, ca, sp, fld(1, INST)[:-3], bearer(A)))
     expect('GetIamPolicy after the hostile sets', '0', call(port, ca, IA + 'GetIamPolicy', fld(1, INST), bearer(A)))
+    expect('reader still not admin after the hostile sets', '7',
+           call(port, ca, TA + 'CreateTable', fld(1, INST) + fld(2, 'condt'), bearer(tok_reader)))
 
 
 def storm(port, ca, tok, n_idle, n_half):
