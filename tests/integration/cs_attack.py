@@ -62,9 +62,15 @@ def flood(port, rpid, npid, streams, rows, nbytes, limit_mb):
     errs = []
     val = b'v' * nbytes
     for k in range(rows):
-        _, st, why = rcall(port, BT + 'MutateRow', fld(1, tname(T)) + fld(2, 'row%04d' % k) + fld(3, set_cell('cf', 'q', val)))
-        if st != '0': errs.append((k, st, why))
+        _, st, why = rcall(port, BT + 'MutateRow', fld(1, tname(T)) + fld(2, 'row%04d' % k) + fld(3, set_cell('cf', 'q', val)),
+                           limit=20)
+        if st != '0':
+            errs.append((k, st, why))
+            break
     expect('%d writes succeed with %d unread streams open' % (rows, streams), not errs, str(errs[:3]))
+    if errs:
+        for c in conns: c.s.close()
+        return
     # Another client is served: a table admin call and a read.
     _, st, why = rcall(port, ADMIN + 'ListTables', fld(1, INST), limit=30)
     expect('ListTables served meanwhile', st == '0', str((st, why)))
