@@ -12,6 +12,8 @@ hostile/cslib.py. Prints "ok: WHAT" or "FAIL: WHAT ..."; exit status 1 when a ca
       a stream is open when change streams are turned off: it ends with a clean status, and a
       new stream of the table is FAILED_PRECONDITION; ReadChangeStream of a table that never had
       streams is FAILED_PRECONDITION too.
+  cs_attack.py inputs PORT
+      malformed tokens, times, heartbeats and partitions: each INVALID_ARGUMENT.
 """
 import os, socket, sys, threading, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
@@ -121,10 +123,49 @@ def disable(port):
     expect('ReadChangeStream of a table without streams is FAILED_PRECONDITION', st == '9', str((st, why)))
 
 
+def inputs(port):
+    """Hostile ReadChangeStream requests through the router: each a clean INVALID_ARGUMENT."""
+    T = 'csin%d' % (now_us() % 100000)
+    rcall(port, ADMIN + 'CreateTable', fld(1, INST) + fld(2, T) + fld(3, fld(3, fld(1, 'cf') + fld(2, b'')) +
+                                                              fld(8, fld(1, fld(1, 86400)))))
+    t0 = now_us()
+    rcall(port, BT + 'MutateRow', fld(1, tname(T)) + fld(2, 'r') + fld(3, set_cell('cf', 'q', 'v')))
+    now = now_us()
+    tok = lambda t: cs_req(T, tokens=[(b'', t)], end_us=now + 300000)
+    cases = [
+        ('token garbage', tok('garbage')),
+        ('token truncated', tok('1.')),
+        ('token with a NUL', tok('1.%d\x00' % t0)),
+        ('token H below W', tok('1.%d.%d.72' % (now, t0))),
+        ('token of another partition', cs_req(T, tokens=[(rng('a', 'b'), '1.%d' % t0)], end_us=now + 300000)),
+        ('token before the history', tok('1.1')),
+        ('token version 2', tok('2.%d' % t0)),
+        ('end_time before start_time', cs_req(T, start_us=now, end_us=t0)),
+        ('start_time a day ahead', cs_req(T, start_us=now + 86400 * 10**6)),
+        ('start_time in 1970', cs_req(T, start_us=1, end_us=now)),
+        ('negative start_time', cs_req(T, start_us=-5 * 10**6, end_us=now)),
+        ('heartbeat negative', cs_req(T, start_us=t0, end_us=now + 300000, hb_s=-1)),
+        ('heartbeat nanos negative', cs_req(T, start_us=t0, end_us=now + 300000, hb_ns=-1)),
+        ('partition start above end', cs_req(T, partition=rng('z', 'a'), start_us=t0)),
+        ('partition key of 200 KB', cs_req(T, partition=rng('a' * 200000), start_us=t0)),
+    ]
+    for what, req in cases:
+        _, st, why = rcall(port, BT + 'ReadChangeStream', req, limit=15)
+        expect(what + ' is INVALID_ARGUMENT', st == '3', str((st, why)))
+    for what, req in (('heartbeat 0 (the default)', cs_req(T, start_us=t0, end_us=now + 300000, hb_s=0)),
+                      ('heartbeat of 2^62 s', cs_req(T, start_us=t0, end_us=now + 300000, hb_s=1 << 62))):
+        data, st, why = rcall(port, BT + 'ReadChangeStream', req, limit=15)
+        recs = [e for e in decode(data) if e[0] == 'rec']
+        expect(what + ' reads the row', st == '0' and len(recs) == 1, str((st, why, len(recs))))
+    _, st, why = rcall(port, BT + 'ReadChangeStream', cs_req('nope' + T, start_us=t0), limit=15)
+    expect('an unknown table is NOT_FOUND', st == '5', str((st, why)))
+
+
 def main():
     cmd, port = sys.argv[1], int(sys.argv[2])
     if cmd == 'flood': flood(port, int(sys.argv[3]), int(sys.argv[4]), *map(int, sys.argv[5:9]))
     elif cmd == 'disable': disable(port)
+    elif cmd == 'inputs': inputs(port)
     else: sys.exit('unknown command ' + cmd)
     sys.exit(1 if failed else 0)
 

@@ -8,7 +8,10 @@
 #     (default 1024; measured about 640 MB and 380 MB: the queued-response budget of 256 MiB,
 #     counted twice while queued, plus each stalled stream's last message);
 #   - change streams turned off while a stream is open: the stream ends FAILED_PRECONDITION,
-#     new ones too; a table that never had streams answers FAILED_PRECONDITION.
+#     new ones too; a table that never had streams answers FAILED_PRECONDITION;
+#   - malformed tokens (garbage, NUL, H below W, another partition's, older than the history),
+#     times (end before start, a day ahead, 1970, negative), heartbeats and partitions through
+#     the router: each INVALID_ARGUMENT; a heartbeat of 0 or 2^62 s still reads.
 # Usage: cs_hostile_test.sh PATH/TO/strata [LIMIT_MB] (skips, 77, without python3)
 set -u
 STRATA=$1
@@ -22,4 +25,5 @@ instance_init cshostile
 $ATTACK flood "$PORT" "$(cat "$DIR/run/router.pid")" "$(cat "$DIR/run/east-0.pid")" 300 40 65536 "$LIMIT" ||
   fail "unread change streams"
 $ATTACK disable "$PORT" || fail "change streams turned off under an open stream"
+$ATTACK inputs "$PORT" || fail "malformed change stream requests"
 echo "PASS"
