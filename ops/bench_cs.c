@@ -355,7 +355,9 @@ static st_code consumer_start(cs_bench *b, int64_t start_us, int64_t stop_us, st
                      .on_change = on_change,
                      .on_done = on_done,
                      .on_retry = on_retry,
-                     .arg = b};
+                     .arg = b,
+                     .copts = &b->t->copts,                               /* --tls, --secure */
+                     .authorization = b->t->auth[0] ? b->t->auth : NULL}; /* --token */
     b->cs_done = false;
     b->cs = ops_cs_new(b->base, &o, err);
     if (!b->cs)
@@ -485,7 +487,8 @@ static st_code tables_prepare(const bench_cfg *cfg, const bench_target *t, st_er
     snprintf(addr, sizeof addr, strchr(t->host, ':') ? "[%s]:%u" : "%s:%u", t->host, t->port);
     snprintf(name, sizeof name, "projects/%s/instances/%s/tables/%s", c.project, c.instance,
              c.table);
-    if (rc == ST_OK && (rc = ops_cs_set_retention(addr, name, BENCH_CS_RETENTION_US, err)) != ST_OK)
+    if (rc == ST_OK && (rc = ops_cs_set_retention_auth(addr, &t->copts, t->auth[0] ? t->auth : NULL,
+                                                       name, BENCH_CS_RETENTION_US, err)) != ST_OK)
         st_err_prefix(err, "turning change streams on: ");
     if (rc == ST_OK && cfg->cs_compare) {
         snprintf(c.table, sizeof c.table, "%.200s-nocs", cfg->table);

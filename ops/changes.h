@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "strata/base.h"
+#include "strata/rpc.h"
 
 struct event_base;
 
@@ -114,6 +115,10 @@ typedef struct ops_cs_opts {
     /* A transient failure being retried (may be NULL). */
     void (*on_retry)(const char *msg, void *arg);
     void *arg;
+    /* TLS and the bearer token (borrowed: they outlive the consumer): copts NULL = plaintext,
+     * authorization NULL = no token, else the header's value ("Bearer TOKEN"). */
+    const rpc_client_opts *copts;
+    const char *authorization;
 } ops_cs_opts;
 
 typedef struct ops_cs_stats {
@@ -139,6 +144,10 @@ void ops_cs_free(ops_cs *cs);
  * off when retention_us is 0. err says what failed. */
 st_code ops_cs_set_retention(const char *addr, const char *table, int64_t retention_us,
                              st_err *err);
+/* The same over TLS (copts, NULL = plaintext) with an authorization header (NULL = none). */
+st_code ops_cs_set_retention_auth(const char *addr, const rpc_client_opts *copts,
+                                  const char *authorization, const char *table,
+                                  int64_t retention_us, st_err *err);
 
 /* `strata changes` */
 int ops_changes_main(int argc, char **argv);

@@ -249,8 +249,17 @@ static rpc_client *client_get(ops_cs *cs, st_err *err) {
         st_err_set(err, ST_INVALID_ARGUMENT, "bad address '%s': use HOST:PORT", cs->addr);
         return NULL;
     }
-    cs->client = rpc_client_new(cs->base, host, port, NULL, err);
+    cs->client = rpc_client_new(cs->base, host, port, cs->o.copts, err);
     return cs->client;
+}
+
+/* A call's metadata: the routing parameters, then the token when there is one. */
+static size_t cs_md(const ops_cs *cs, rpc_metadata md[2]) {
+    md[0] = (rpc_metadata){"x-goog-request-params", cs->params};
+    if (!cs->o.authorization)
+        return 1;
+    md[1] = (rpc_metadata){"authorization", cs->o.authorization};
+    return 2;
 }
 
 static bool retryable(st_code code) {
@@ -764,11 +773,12 @@ static void part_open(cs_part *p) {
                err.msg[0] ? err.msg : "out of memory");
         return;
     }
-    rpc_metadata md = {"x-goog-request-params", cs->params};
+    rpc_metadata md[2];
+    size_t n_md = cs_md(cs, md);
     p->state = P_OPEN;
     part_reset_change(p);
-    p->call =
-        rpc_client_call(c, CS_PATH_READ, st_buf_slice(&cs->req), &md, 1, 0, part_msg, part_done, p);
+    p->call = rpc_client_call(c, CS_PATH_READ, st_buf_slice(&cs->req), md, n_md, 0, part_msg,
+                              part_done, p);
     if (!p->call) { /* the client died under us: try again on a new one */
         p->failures++;
         part_schedule(p, backoff_ms(p->failures));
@@ -875,8 +885,9 @@ static void gen_start(ops_cs *cs) {
     }
     cs->req.len = google__bigtable__v2__generate_initial_change_stream_partitions_request__pack(
         &req, cs->req.data);
-    rpc_metadata md = {"x-goog-request-params", cs->params};
-    cs->gen_call = rpc_client_call(c, CS_PATH_GEN, st_buf_slice(&cs->req), &md, 1,
+    rpc_metadata md[2];
+    size_t n_md = cs_md(cs, md);
+    cs->gen_call = rpc_client_call(c, CS_PATH_GEN, st_buf_slice(&cs->req), md, n_md,
                                    CS_GEN_TIMEOUT_MS, gen_msg, gen_done, cs);
     if (cs->gen_call) {
         cs->open_calls++;
@@ -1017,6 +1028,12 @@ void ops_cs_free(ops_cs *cs) {
 
 st_code ops_cs_set_retention(const char *addr, const char *table, int64_t retention_us,
                              st_err *err) {
+    return ops_cs_set_retention_auth(addr, NULL, NULL, table, retention_us, err);
+}
+
+st_code ops_cs_set_retention_auth(const char *addr, const rpc_client_opts *copts,
+                                  const char *authorization, const char *table,
+                                  int64_t retention_us, st_err *err) {
     Google__Protobuf__Duration d;
     google__protobuf__duration__init(&d);
     d.seconds = retention_us / 1000000;
@@ -1044,8 +1061,9 @@ st_code ops_cs_set_retention(const char *addr, const char *table, int64_t retent
     st_code rc = st_buf_reserve(&packed, len + 1);
     if (rc == ST_OK) {
         packed.len = google__bigtable__admin__v2__update_table_request__pack(&req, packed.data);
-        rc = rpc_blocking_unary(addr, NULL, CS_UPDATE_TABLE, st_buf_slice(&packed), NULL, 0,
-                                CS_ADMIN_TIMEOUT_MS, &resp, &st);
+        rpc_metadata md = {"authorization", authorization};
+        rc = rpc_blocking_unary(addr, copts, CS_UPDATE_TABLE, st_buf_slice(&packed), &md,
+                                authorization ? 1 : 0, CS_ADMIN_TIMEOUT_MS, &resp, &st);
     }
     Google__Longrunning__Operation *op =
         rc == ST_OK ? (void *)btu_pb_unpack(&google__longrunning__operation__descriptor, NULL,

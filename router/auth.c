@@ -2,8 +2,10 @@
  * carries a bearer token (`authorization: Bearer TOKEN`) naming a principal of the file; the call
  * runs only when the role the principal holds on the resource — from the file's grants, the
  * instance's IAM policy and the table's IAM policy (iam.c), the highest — reaches the role its
- * method's permission needs (strata/auth.h). The check is a gate the RPC server runs before
- * every handler, so a method added later is refused until it has a permission.
+ * method's permission needs (strata/auth.h). The token is checked when the request's headers
+ * end (guard: nothing of an anonymous call's body is buffered, and paths the router does not
+ * serve are refused and audited there too), the role once the body names the table (gate, before
+ * every handler), so a method added later is refused until it has a permission.
  *
  * The file is re-read when it changes (checked every RTR_AUTH_CHECK_MS) or at rtr_auth_reload
  * (SIGHUP); a file that fails to parse keeps the previous principals. Token hashes found are
@@ -82,6 +84,11 @@ static st_code auth_load(rtr_auth *au, st_err *err) {
         au->stamp = s;
     st_log(ST_LOG_INFO, "router", "msg=\"auth file loaded\" path=%s principals=%zu grants=%zu",
            au->path, db.n_principals, db.n_grants);
+    if (db.n_orphan_grants)
+        st_log(ST_LOG_WARN, "router",
+               "msg=\"auth file: grant lines name principals the file does not list; they grant "
+               "nothing: delete them (strata auth remove does)\" path=%s lines=%zu",
+               au->path, db.n_orphan_grants);
     return ST_OK;
 }
 
@@ -214,10 +221,13 @@ static void audit(rtr_auth *au, rpc_call *call, const char *principal, const cha
     rtr_audit_write(au->audit, &rec);
 }
 
-static bool refuse(rtr_auth *au, rpc_call *call, const char *principal, const char *resource,
-                   const char *perm, st_code code, const char *msg) {
+/* The audit line of a refused call. Refusals of callers without a principal (no valid token,
+ * or a router without --auth-file) are written at most RTR_AUDIT_UNAUTH_PER_SEC a second: they
+ * cost an attacker nothing. */
+static void audit_refusal(rtr_auth *au, rpc_call *call, const char *principal, const char *resource,
+                          const char *perm, st_code code, const char *msg) {
     uint64_t suppressed = 0;
-    if (code != ST_UNAUTHENTICATED)
+    if (principal && principal[0])
         audit(au, call, principal, resource, perm, "denied", code, msg);
     else if (rtr_audit_limit_take(&au->unauth, st_mono_us(), &suppressed)) {
         char line[RPC_GRPC_MESSAGE_MAX];
@@ -228,8 +238,68 @@ static bool refuse(rtr_auth *au, rpc_call *call, const char *principal, const ch
                      msg, (unsigned long long)suppressed, RTR_AUDIT_UNAUTH_PER_SEC);
         audit(au, call, principal, resource, perm, "denied", code, suppressed ? line : msg);
     }
+}
+
+static bool refuse(rtr_auth *au, rpc_call *call, const char *principal, const char *resource,
+                   const char *perm, st_code code, const char *msg) {
+    audit_refusal(au, call, principal, resource, perm, code, msg);
     rtr_fail(call, code, "%s", msg);
     return false;
+}
+
+#define MSG_NO_TOKEN                                                                               \
+    "this router requires a bearer token: send 'authorization: Bearer TOKEN' (cbt -access-token "  \
+    "TOKEN, over TLS)"
+#define MSG_BAD_HEADER "the authorization header is not 'Bearer TOKEN'"
+#define MSG_BAD_TOKEN                                                                              \
+    "the bearer token is not valid (unknown, rotated or removed): ask the instance's "             \
+    "administrator for a current one (strata auth)"
+
+/* The principal of call's bearer token; NULL with *why set when it has none that is valid. */
+static const st_auth_principal *call_principal(rtr_auth *au, rpc_call *call, const char **why) {
+    st_slice tok;
+    const char *hdr = rpc_call_header(call, "authorization");
+    if (!st_auth_bearer_parse(hdr, &tok)) {
+        *why = hdr ? MSG_BAD_HEADER : MSG_NO_TOKEN;
+        return NULL;
+    }
+    const st_auth_principal *p = token_principal(au, tok);
+    *why = p ? NULL : MSG_BAD_TOKEN;
+    return p;
+}
+
+/* Runs when the request's headers end, before its body is read (rpc_guard_fn): a call without
+ * a valid token is refused here, for every path (the router's or not, so an anonymous probe
+ * learns nothing about which exist) and buffers no body; a path the router does not serve is
+ * refused and audited like any other refusal. The role, which needs the table the body names,
+ * is checked by gate() once the body arrived. */
+static st_code guard(rpc_call *call, const char *path, void *arg, st_err *err) {
+    rtr_auth *au = ((rtr_ctx *)arg)->auth;
+    const st_auth_method *m = st_auth_method_find(path);
+    const char *perm = m ? m->perm : NULL, *who = NULL, *why = NULL;
+    if (au->on) {
+        const st_auth_principal *p = call_principal(au, call, &why);
+        if (!p) {
+            audit_refusal(au, call, NULL, au->instance, perm, ST_UNAUTHENTICATED, why);
+            return st_err_set(err, ST_UNAUTHENTICATED, "%s", why);
+        }
+        who = p->name;
+    }
+    char msg[RPC_GRPC_MESSAGE_MAX];
+    if (!rpc_call_method_known(call)) {
+        snprintf(msg, sizeof msg,
+                 "unknown method %.200s: this router serves the Bigtable data and admin APIs "
+                 "(docs/router.md); Strata's internal services are not reachable through it",
+                 path);
+        audit_refusal(au, call, who, au->instance, NULL, ST_UNIMPLEMENTED, msg);
+        return st_err_set(err, ST_UNIMPLEMENTED, "%s", msg);
+    }
+    if (au->on && !m) {
+        snprintf(msg, sizeof msg, "method %.200s is not open to clients", path);
+        audit_refusal(au, call, who, au->instance, NULL, ST_PERMISSION_DENIED, msg);
+        return st_err_set(err, ST_PERMISSION_DENIED, "%s", msg);
+    }
+    return ST_OK;
 }
 
 static bool gate(rpc_call *call, st_slice req, void *arg) {
@@ -247,18 +317,11 @@ static bool gate(rpc_call *call, st_slice req, void *arg) {
         audit(au, call, NULL, resource, perm, "allowed", ST_OK, NULL);
         return true;
     }
-    st_slice tok;
-    const char *hdr = rpc_call_header(call, "authorization");
-    if (!st_auth_bearer_parse(hdr, &tok))
-        return refuse(au, call, NULL, resource, perm, ST_UNAUTHENTICATED,
-                      hdr ? "the authorization header is not 'Bearer TOKEN'"
-                          : "this router requires a bearer token: send 'authorization: Bearer "
-                            "TOKEN' (cbt -access-token TOKEN, over TLS)");
-    const st_auth_principal *p = token_principal(au, tok);
+    /* Again: the file may have been reloaded since guard() saw the headers. */
+    const char *why;
+    const st_auth_principal *p = call_principal(au, call, &why);
     if (!p)
-        return refuse(au, call, NULL, resource, perm, ST_UNAUTHENTICATED,
-                      "the bearer token is not valid (unknown, rotated or removed): ask the "
-                      "instance's administrator for a current one (strata auth)");
+        return refuse(au, call, NULL, resource, perm, ST_UNAUTHENTICATED, why);
     char msg[RPC_GRPC_MESSAGE_MAX];
     if (!m) {
         snprintf(msg, sizeof msg, "method %.200s is not open to clients", rpc_call_path(call));
@@ -304,8 +367,10 @@ static st_code auth_start(rtr_ctx *r, rtr_auth *au, st_err *err) {
     }
     if (o->audit_log && !(au->audit = rtr_audit_open(o->audit_log, o->audit_log_bytes_max, err)))
         return err ? err->code : ST_INVALID_ARGUMENT;
-    if (au->on || au->audit)
+    if (au->on || au->audit) {
+        rpc_server_set_guard(r->rpc, guard, r);
         rpc_server_set_gate(r->rpc, gate, r);
+    }
     return ST_OK;
 }
 

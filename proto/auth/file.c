@@ -87,6 +87,12 @@ static st_code parse_line(st_auth_db *db, char **w, int n, bool *seen_header, st
         if (role == ST_ROLE_NONE)
             return st_err_set(err, ST_INVALID_ARGUMENT,
                               "unknown role '%.80s': use reader, writer or admin", w[2]);
+        if (st_auth_principal_find(db, w[1]) == SIZE_MAX) {
+            /* Deleting a principal's line by hand must revoke it even when its grant lines
+             * stay: a file refused for them would keep the old principals in force. */
+            db->n_orphan_grants++;
+            return ST_OK;
+        }
         return st_auth_grant_add(db, w[1], role, n == 4 ? w[3] : "", err);
     }
     return st_err_set(err, ST_INVALID_ARGUMENT,

@@ -762,19 +762,22 @@ static void request_headers_done(h2_conn *conn, rpc_call *call) {
         call_fail(call, call->early.code, call->early.msg);
         return;
     }
-    if (!call->path || !(call->method = rpc_server_method_find(conn->srv, call->path))) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "unknown method %.200s", call->path ? call->path : "(none)");
-        call_fail(call, ST_UNIMPLEMENTED, msg);
-        return;
-    }
-    if (conn->srv->guard) {
+    /* The guard sees unknown methods too (rpc_call_method_known): a server requiring
+     * credentials refuses a probe without them before saying which methods exist. */
+    call->method = call->path ? rpc_server_method_find(conn->srv, call->path) : NULL;
+    if (call->path && conn->srv->guard) {
         st_err gerr = {0};
         st_code grc = conn->srv->guard(call, call->path, conn->srv->guard_arg, &gerr);
         if (grc != ST_OK) {
             call_fail(call, grc, gerr.msg[0] ? gerr.msg : "refused by the server");
             return;
         }
+    }
+    if (!call->method) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "unknown method %.200s", call->path ? call->path : "(none)");
+        call_fail(call, ST_UNIMPLEMENTED, msg);
+        return;
     }
     if (call->deadline_us) {
         int64_t left = call->deadline_us - st_mono_us();
@@ -988,6 +991,10 @@ void rpc_call_session_callbacks(nghttp2_session_callbacks *cbs) {
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+}
+
+bool rpc_call_method_known(const rpc_call *call) {
+    return call->method != NULL;
 }
 
 const char *rpc_call_peer_role(rpc_call *call) {

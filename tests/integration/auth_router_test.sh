@@ -6,14 +6,21 @@
 # and denied calls with their exact codes, a wrong token (Unauthenticated), a
 # per-table grant, token rotation without restart (the old token stops working, the new one
 # works; SIGHUP; a broken file keeps the previous one), and the audit log's lines, also on a
-# router with an audit log and no auth file.
-# Usage: auth_router_test.sh strata-node strata-router strata (skips, 77, without openssl,
-# python3 or cbt)
+# router with an audit log and no auth file. auth_call probes paths the router does not serve
+# (anonymous: UNAUTHENTICATED, like every path; with a token: UNIMPLEMENTED; both audited),
+# sends an anonymous 8 MiB body to a router whose message limit is 4 MiB (refused UNAUTHENTICATED
+# at the headers, where a body read would be too large: nothing buffered, no memory refusal in
+# the metrics), and shows a principal whose
+# line is deleted by hand refused after SIGHUP on a connection opened before. `strata bench
+# --workload changes --tls --token` runs its change-stream consumer over TLS with the token.
+# Usage: auth_router_test.sh strata-node strata-router strata auth_call (skips, 77, without
+# openssl, python3 or cbt)
 set -u
 . "$(dirname "$0")/lib.sh"
 NODE_BIN=$1
 ROUTER_BIN=$2
 STRATA=$3
+AUTH_CALL=$4
 command -v openssl >/dev/null || { echo "openssl not installed: skipping"; exit 77; }
 command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 77; }
 if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
@@ -62,8 +69,20 @@ expect "bad auth file: exit 1" 1 "$rc"
 expect_match "bad auth file: says which line" "bad: line 2: the token hash must be sha256" "$out"
 
 start_router "$dir/topology" "$dir/r.log" --tls-cert "$dir/srv.pem" --tls-key "$dir/srv.key" \
-  --auth-file "$AF" --audit-log "$dir/audit.log"
+  --auth-file "$AF" --audit-log "$dir/audit.log" --max-message-bytes 4m \
+  --metrics 127.0.0.1:0
 P=${ROUTER_ADDR##*:}
+MURL=$(grep -Eo 'metrics=http://[^ ]+' "$dir/r.log" | head -n1 | sed 's/^metrics=//')
+call() { # PATH ARGS...: auth_call over TLS (prints "CODE message")
+  local path=$1
+  shift
+  timeout 120 "$AUTH_CALL" "127.0.0.1:$P" "$path" --ca "$dir/ca.pem" --name localhost "$@" 2>&1
+}
+metric() { # NAME: its value in the router's metrics
+  python3 -c 'import sys,urllib.request
+for l in urllib.request.urlopen(sys.argv[1]).read().decode().splitlines():
+    if l.startswith(sys.argv[2] + " "): print(l.split()[1])' "$MURL" "$1"
+}
 as() { # TOKEN|- cbt ARGS...: cbt over TLS with that token (- : none)
   local t=$1
   shift
@@ -97,6 +116,62 @@ expect "t1reader: ls denied (instance-wide)" "code = PermissionDenied" "$(as "$T
 # ---- a wrong token (no token at all: the Node test; cbt always sends one over TLS) ----
 expect "wrong token: Unauthenticated" "code = Unauthenticated" "$(as st1_0123456789abcdef ls | code_of)"
 
+# ---- paths the router does not serve: no token, no answer about which exist ----
+for path in /strata.internal.v1.Node/ListTablets /google.bigtable.v2.Bigtable/Nope \
+  /google.bigtable.v2.Bigtable/ReadRows; do
+  expect_match "anonymous $path: Unauthenticated" '^UNAUTHENTICATED ' "$(call "$path")"
+done
+expect_match "bad token, unknown path: Unauthenticated" '^UNAUTHENTICATED ' \
+  "$(call /google.bigtable.v2.Bigtable/Nope --token st1_00)"
+expect_match "reader, unknown path: Unimplemented" '^UNIMPLEMENTED unknown method' \
+  "$(call /google.bigtable.v2.Bigtable/Nope --token "$T_READER")"
+expect_match "admin, internal path: Unimplemented" '^UNIMPLEMENTED unknown method' \
+  "$(call /strata.internal.v1.Node/ListTablets --token "$T_ADMIN")"
+expect_match "audit: anonymous probe of an internal path" \
+  '"principal":"",.*"method":"/strata\.internal\.v1\.Node/ListTablets",.*"outcome":"denied","code":"UNAUTHENTICATED"' \
+  "$(cat "$dir/audit.log")"
+expect_match "audit: reader's unknown path" \
+  '"principal":"reader",.*"method":"/google\.bigtable\.v2\.Bigtable/Nope",.*"outcome":"denied","code":"UNIMPLEMENTED"' \
+  "$(cat "$dir/audit.log")"
+expect_match "audit: admin's internal path" \
+  '"principal":"admin",.*"method":"/strata\.internal\.v1\.Node/ListTablets",.*"outcome":"denied","code":"UNIMPLEMENTED"' \
+  "$(cat "$dir/audit.log")"
+
+# ---- an anonymous body is refused at the headers, never read (messages here: at most 4 MiB) ----
+# A body read at all would end RESOURCE_EXHAUSTED (too large) as the writer's does; the anonymous
+# one ends UNAUTHENTICATED: the refusal came before the router looked at a byte of it.
+expect_match "anonymous 8 MiB body: Unauthenticated" '^UNAUTHENTICATED ' \
+  "$(call /google.bigtable.v2.Bigtable/MutateRow --body 8388608)"
+expect_match "writer's 8 MiB body: read, too large" '^RESOURCE_EXHAUSTED ' \
+  "$(call /google.bigtable.v2.Bigtable/MutateRow --body 8388608 --token "$T_WRITER")"
+expect "anonymous body: no memory refusal" 0 "$(metric strata_rpc_server_calls_refused_memory_total)"
+expect "anonymous body: nothing left buffered" 0 "$(metric strata_rpc_buffered_request_bytes)"
+expect_match "after it: writer still served" '"hello"' "$(as "$T_WRITER" read t1)"
+
+# ---- a principal's line deleted by hand, SIGHUP: refused on a connection opened before ----
+T_TEMP=$(tok temp)
+"$STRATA" auth grant temp reader --file "$AF" || { echo "FAIL: grant temp"; fail=1; }
+kill -HUP "$ROUTER_PID"
+ok=0
+for _ in $(seq 1 100); do
+  case $(call /google.bigtable.admin.v2.BigtableTableAdmin/ListTables --token "$T_TEMP" \
+    --field1 projects/p/instances/i) in OK*) ok=1; break ;; esac
+  sleep 0.1
+done
+expect "temp: token works" 1 "$ok"
+call /google.bigtable.admin.v2.BigtableTableAdmin/ListTables --token "$T_TEMP" \
+  --field1 projects/p/instances/i --again-when "$dir/go" >"$dir/again.out" &
+CALLER=$!
+for _ in $(seq 1 600); do [ -s "$dir/again.out" ] && break; sleep 0.1; done
+expect "open connection: first call" "OK " "$(head -n1 "$dir/again.out")"
+sed -i '/^principal temp /d' "$AF" # the grant line stays: it grants nothing now
+kill -HUP "$ROUTER_PID"
+wait_line "$dir/r.log" 'grant lines name principals the file does not list' >/dev/null || fail=1
+touch "$dir/go"
+wait "$CALLER"
+expect_match "open connection: deleted principal refused" '^UNAUTHENTICATED .*not valid' \
+  "$(sed -n 2p "$dir/again.out")"
+
 # ---- rotation without restart ----
 NEW=$("$STRATA" auth rotate reader --file "$AF") || { echo "FAIL: rotate"; fail=1; }
 ok=0
@@ -121,6 +196,19 @@ printf 'garbage\n' >>"$AF"
 wait_line "$dir/r.log" 'auth file reload failed' >/dev/null || fail=1
 expect_match "broken file: previous principals stay" '"hello"' "$(as "$NEW" read t1)"
 cp "$dir/good" "$AF"
+
+# ---- strata bench --workload changes over TLS with a token: the consumer too ----
+as "$T_ADMIN" createappprofile i cs1 cs route-to=east >/dev/null ||
+  { echo "FAIL: createappprofile"; fail=1; }
+timeout 120 "$STRATA" bench --target "localhost:$P" --tls "$dir/ca.pem" --token "$T_ADMIN" \
+  --project p --instance i --cs-profile cs1 --workload changes --cs-backlog 50 --requests 50 --conns 1 --streams 2 --quiet \
+  >"$dir/bench.out" 2>&1
+kv=$(grep '^strata-bench ' "$dir/bench.out")
+for want in changes.target.cs.lost=0 changes.target.cs.backlog_received=50 \
+  changes.target.calls=50; do
+  expect_match "bench changes over TLS with a token: $want" " $want " "$kv"
+done
+[ -n "$kv" ] || cat "$dir/bench.out"
 
 # ---- audit log ----
 A=$dir/audit.log

@@ -60,14 +60,17 @@ typedef struct st_auth_db {
     st_auth_grant *grants;
     size_t n_grants;
     st_auth_hash_ent *by_hash;
+    size_t n_orphan_grants; /* grant lines naming no principal listed above them: ignored */
 } st_auth_db;
 
 void st_auth_db_init(st_auth_db *db);
 void st_auth_db_free(st_auth_db *db); /* then empty again */
 
 /* Parses the file's text into db (initialised; replaced). INVALID_ARGUMENT with a message naming
- * the line for a malformed line, a duplicate principal or token hash, a grant naming an unknown
- * principal, or more than the maxima; RESOURCE_EXHAUSTED without memory. db is empty on error. */
+ * the line for a malformed line, a duplicate principal or token hash, or more than the maxima;
+ * RESOURCE_EXHAUSTED without memory. db is empty on error. A grant naming no principal listed
+ * above it grants nothing (counted in n_orphan_grants), so deleting a principal's line revokes
+ * it. */
 st_code st_auth_parse(st_slice text, st_auth_db *db, st_err *err);
 /* The file's text for db (appended to out). */
 st_code st_auth_format(const st_auth_db *db, st_buf *out);

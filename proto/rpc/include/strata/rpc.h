@@ -443,9 +443,14 @@ bool rpc_tls_peer_role(const struct ssl_st *ssl, char *out, size_t cap);
 /* The role of the client of call's connection, by its verified certificate; "" on plaintext
  * connections and for clients without one. Valid until the call is released. */
 const char *rpc_call_peer_role(rpc_call *call);
-/* Decides, before the handler, whether call may run: anything but ST_OK ends the call with that
- * code and err's message (a guard never sees an unknown method). Loop thread. */
+/* Decides, when the request's headers end (before its message is read, so a refused call
+ * buffers no body), whether call may run: anything but ST_OK ends the call with that code and
+ * err's message. It also sees paths the server does not serve (rpc_call_method_known false;
+ * ST_OK then ends the call UNIMPLEMENTED), so it can refuse a caller without credentials before
+ * telling it which methods exist. Loop thread. */
 typedef st_code (*rpc_guard_fn)(rpc_call *call, const char *path, void *arg, st_err *err);
+/* True when the server has a handler for call's path (meaningful in a guard and after). */
+bool rpc_call_method_known(const rpc_call *call);
 /* Installs the server's guard (NULL: none), for every call from now on. */
 void rpc_server_set_guard(rpc_server *s, rpc_guard_fn fn, void *arg);
 /* Reloads a client context in place from PEM files (new connections use them; open ones keep
