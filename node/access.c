@@ -5,7 +5,8 @@
  *   Bigtable data and table admin (the public APIs)   strata-router, strata-admin
  *   Node service (placement, moves, backups)           strata-router, strata-admin
  *     ListTablets                                      + strata-node (shippers route by it)
- *     CopyRows, PullBackupPiece, ReadBackupFile        + strata-node (node-to-node copies)
+ *     CopyRows, PullBackupPiece, ReadBackupFile,       + strata-node (node-to-node copies:
+ *     ListBackupPieces                                    a pull lists the source's piece)
  *   Replication Apply                                  strata-node
  *   Replication GetPositions                           strata-node, strata-admin
  *   Replication SetLinks                               strata-admin (strata chaos)
@@ -36,6 +37,7 @@ static const access_rule rules[] = {
     {"/strata.internal.v1.Node/CopyRows", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"/strata.internal.v1.Node/PullBackupPiece", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"/strata.internal.v1.Node/ReadBackupFile", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
+    {"/strata.internal.v1.Node/ListBackupPieces", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"", ROLE_ROUTER | ROLE_ADMIN},
 };
 

@@ -92,6 +92,12 @@ st_code bk_crc_bg_start(node_ctx *n, st_err *err);
 void bk_crc_bg_stop(node_backups *b);
 /* Records the CRC32C of a file a piece holds (any thread). */
 void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t crc);
+/* Extends the cached CRC32C of a file being received by the chunk data, appended between the
+ * two stats (before.st_size 0: the file starts). Nothing when the file's CRC so far is not
+ * known (the seal then reads it back). Loop thread (the cache is shared under crc_mu). */
+struct stat;
+void bk_crc_append(node_backups *b, const struct stat *before, const struct stat *after,
+                   st_slice data);
 /* Fills the cache from the manifests of the pieces on disk (node_backups_open). */
 void bk_crc_load(node_ctx *n);
 st_code bk_fsync_path(const char *path, st_err *err); /* a file or a directory */
@@ -148,12 +154,19 @@ struct bk_job {
 st_code bk_job_start(bk_job *j, st_err *err);
 
 /* Seals the import directory <piece>.in against p (sizes, CRC32C): the work of SealBackupPiece
- * and of a pull's end. Thread-safe (touches files only). out is p as stored (malloc'd). */
-st_code bk_seal_dir(const char *in_dir, const char *final_dir, const bk_piece *p, uint32_t node_num,
-                    bk_piece **out, st_err *err);
-/* Appends data at off to file in dir (off 0 starts it anew); FAILED_PRECONDITION when off is
- * not the file's current size. Loop thread (a chunk is at most NODE_BK_CHUNK_BYTES). */
-st_code bk_write_chunk(const char *dir, const char *file, uint64_t off, st_slice data, st_err *err);
+ * and of a pull's end. The CRC32C of a file comes from the cache when its chunks were
+ * checksummed on the way in (bk_write_chunk), else the file is read back; each file is fsync'd
+ * once. Thread-safe (files and the cache). out is p as stored (malloc'd); *read_back counts
+ * the files read back. */
+st_code bk_seal_dir(node_backups *b, const char *in_dir, const char *final_dir, const bk_piece *p,
+                    uint32_t node_num, bk_piece **out, size_t *read_back, st_err *err);
+/* Appends data at off to file in dir (off 0 starts it anew, as a new file: a link another piece
+ * holds to the old one keeps its bytes); FAILED_PRECONDITION when off is not the file's current
+ * size. The chunk's CRC32C extends the file's in the cache (bk_crc_append) and its writeback
+ * starts, so the seal neither reads it back nor waits long for its fsync. Loop thread (a chunk
+ * is at most NODE_BK_CHUNK_BYTES). */
+st_code bk_write_chunk(node_backups *b, const char *dir, const char *file, uint64_t off,
+                       st_slice data, st_err *err);
 void bk_piece_free(bk_piece *p);  /* malloc'd pieces; NULL is fine */
 void bk_pulls_abort(node_ctx *n); /* node_backups_close: pulls end UNAVAILABLE */
 

@@ -32,6 +32,7 @@
 #define BK_CRC_BG_SETTLE_NS ((int64_t)1000000000)   /* files untouched this long */
 #define BK_CRC_BG_BYTES_PER_S ((uint64_t)128 << 20) /* the pass's read rate bound */
 #define BK_CRC_BG_CHUNK ((size_t)1 << 20)
+#define BK_CRC_RECEIVED_PASSES 3600 /* about an hour at one pass a second */
 
 struct bk_crc_entry {
     uint64_t dev, ino, size;
@@ -73,7 +74,8 @@ static void crc_put(node_backups *b, const bk_crc_entry *k) {
     bk_crc_entry *e = crc_find(b, k);
     if (e) {
         e->crc = k->crc;
-        e->gen = b->crc_gen;
+        if (e->gen < b->crc_gen) /* a received file's later expiry stays (bk_crc_append) */
+            e->gen = b->crc_gen;
         return;
     }
     if (b->n_crcs == BK_CRC_CACHE_MAX)
@@ -97,6 +99,35 @@ void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t 
     k.crc = crc;
     pthread_mutex_lock(&b->crc_mu);
     crc_put(b, &k);
+    pthread_mutex_unlock(&b->crc_mu);
+}
+
+void bk_crc_append(node_backups *b, const struct stat *before, const struct stat *after,
+                   st_slice data) {
+    bk_crc_entry k = key_of(before), n = key_of(after);
+    uint32_t crc = 0;
+    pthread_mutex_lock(&b->crc_mu);
+    bk_crc_entry *e = k.size == 0 ? NULL : crc_find(b, &k);
+    bool known = k.size == 0 || e != NULL;
+    if (e)
+        crc = e->crc;
+    pthread_mutex_unlock(&b->crc_mu);
+    if (!known || n.size != k.size + data.len)
+        return;                                  /* the seal reads the file back */
+    n.crc = st_crc32c(crc, data.data, data.len); /* outside the lock: up to a chunk of bytes */
+    pthread_mutex_lock(&b->crc_mu);
+    e = k.size == 0 ? NULL : crc_find(b, &k);
+    if (e) { /* the entry follows the file as it grows: one entry per file, not per chunk */
+        e->dev = n.dev, e->ino = n.ino, e->size = n.size, e->mtime_ns = n.mtime_ns;
+        e->crc = n.crc;
+    } else {
+        crc_put(b, &n);
+        e = crc_find(b, &n);
+    }
+    /* A received file is not in the SSTable directory the background pass lists: kept for
+     * BK_CRC_RECEIVED_PASSES passes (its seal, and links from later pieces of the import). */
+    if (e)
+        e->gen = b->crc_gen + BK_CRC_RECEIVED_PASSES;
     pthread_mutex_unlock(&b->crc_mu);
 }
 
@@ -248,7 +279,7 @@ static bool bg_known(node_backups *b, const struct stat *sb) {
     bk_crc_entry k = key_of(sb);
     pthread_mutex_lock(&b->crc_mu);
     bk_crc_entry *e = crc_find(b, &k);
-    if (e)
+    if (e && e->gen < b->crc_gen)
         e->gen = b->crc_gen;
     pthread_mutex_unlock(&b->crc_mu);
     return e != NULL;

@@ -4,6 +4,9 @@
  * manifest, then the rename into place); PullBackupPiece does both against another node.
  * Every name is checked (backup_store.c) before it becomes a path; a file is readable only when
  * the sealed piece's manifest lists it. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sync_file_range */
+#endif
 #include "backup.h"
 
 #include <dirent.h>
@@ -173,17 +176,20 @@ void node_h_read_backup_file(rpc_call *call, st_slice req_bytes, void *arg) {
 
 /* ---- WriteBackupFile ---- */
 
-st_code bk_write_chunk(const char *dir, const char *file, uint64_t off, st_slice data,
-                       st_err *err) {
+st_code bk_write_chunk(node_backups *b, const char *dir, const char *file, uint64_t off,
+                       st_slice data, st_err *err) {
     char path[NODE_BK_PATH_MAX + 80];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    int fd = open(path, O_WRONLY | O_CLOEXEC | (off == 0 ? O_CREAT | O_TRUNC : 0), 0600);
+    /* A restart is a new inode: a piece that linked the old file keeps its bytes. */
+    if (off == 0 && unlink(path) != 0 && errno != ENOENT)
+        return st_err_set(err, ST_INTERNAL, "removing %s: %s", path, strerror(errno));
+    int fd = open(path, O_WRONLY | O_CLOEXEC | (off == 0 ? O_CREAT | O_EXCL : 0), 0600);
     if (fd < 0 && errno == ENOENT)
         return st_err_set(err, ST_FAILED_PRECONDITION,
                           "file %s was not started: send its chunk at offset 0 first", file);
     if (fd < 0)
         return st_err_set(err, ST_INTERNAL, "opening %s: %s", path, strerror(errno));
-    struct stat sb;
+    struct stat sb, after;
     st_code rc = ST_OK;
     if (fstat(fd, &sb) != 0)
         rc = st_err_set(err, ST_INTERNAL, "looking at %s: %s", path, strerror(errno));
@@ -203,7 +209,62 @@ st_code bk_write_chunk(const char *dir, const char *file, uint64_t off, st_slice
         else
             done += (size_t)w;
     }
+    if (rc == ST_OK && fstat(fd, &after) == 0) {
+        bk_crc_append(b, &sb, &after, data);
+        /* writeback starts now: the seal's fsync then finds little left to write */
+        if (data.len)
+            (void)sync_file_range(fd, (off_t)off, (off_t)data.len, SYNC_FILE_RANGE_WRITE);
+    }
     close(fd);
+    return rc;
+}
+
+/* WriteBackupFile with link_piece: req->file of the import directory in becomes a hard link to
+ * the file another piece of backup b holds on this node (being imported, or sealed), checked
+ * against the size and CRC32C the request announces (from the cache when the file was
+ * checksummed on its way in: no read back). */
+static st_code link_file(node_ctx *n, const bk_name *b,
+                         const Strata__Internal__V1__BackupFileChunk *req, const char *in,
+                         st_err *err) {
+    st_code rc = bk_piece_check(req->link_piece, err);
+    if (rc == ST_OK)
+        rc = bk_file_check(req->link_file, err);
+    if (rc == ST_OK &&
+        (req->offset != 0 || req->data.len != 0 || strcmp(req->link_piece, req->piece) == 0))
+        rc = st_err_set(err, ST_INVALID_ARGUMENT,
+                        "a link carries no data, has offset 0 and names another piece");
+    if (rc != ST_OK)
+        return rc;
+    char dst[NODE_BK_PATH_MAX + 80], src[NODE_BK_PATH_MAX + 80], pdir[NODE_BK_PATH_MAX];
+    snprintf(dst, sizeof dst, "%s/%s", in, req->file);
+    if (unlink(dst) != 0 && errno != ENOENT)
+        return st_err_set(err, ST_INTERNAL, "removing %s: %s", dst, strerror(errno));
+    /* being assembled, or sealed meanwhile (the seal renames .in into place) */
+    static const char *const where[] = {".in", ""};
+    int e = ENOENT;
+    for (size_t i = 0; i < 2 && e == ENOENT; i++) {
+        bk_piece_dir(n, b, req->link_piece, where[i], pdir, sizeof pdir);
+        snprintf(src, sizeof src, "%s/%s", pdir, req->link_file);
+        e = link(src, dst) == 0 ? 0 : errno;
+    }
+    if (e == ENOENT)
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "piece %s of %s has no file %s here to link: send the file's bytes",
+                          req->link_piece, b->full, req->link_file);
+    if (e)
+        return st_err_set(err, ST_INTERNAL, "linking %s to %s: %s", dst, src, strerror(e));
+    uint64_t size = 0;
+    uint32_t crc = 0;
+    bool read = false;
+    rc = bk_file_crc_cached(n->backups, dst, &size, &crc, &read, err);
+    if (rc == ST_OK && (size != req->link_size || crc != req->link_crc32c))
+        rc = st_err_set(err, ST_DATA_LOSS,
+                        "file %s of piece %s holds %" PRIu64 " bytes with CRC32C %08x, the link "
+                        "announces %" PRIu64 " bytes, %08x: send the file's bytes instead",
+                        req->link_file, req->link_piece, size, crc, req->link_size,
+                        req->link_crc32c);
+    if (rc != ST_OK)
+        unlink(dst);
     return rc;
 }
 
@@ -246,8 +307,10 @@ void node_h_write_backup_file(rpc_call *call, st_slice req_bytes, void *arg) {
                         BK_WRITE_CHUNK_MAX, req->data.len);
     if (rc == ST_OK)
         rc = import_dir(n, &b, req->piece, in, sizeof in, &err);
-    if (rc == ST_OK)
-        rc = bk_write_chunk(in, req->file, req->offset,
+    if (rc == ST_OK && req->link_piece && req->link_piece[0])
+        rc = link_file(n, &b, req, in, &err);
+    else if (rc == ST_OK)
+        rc = bk_write_chunk(n->backups, in, req->file, req->offset,
                             st_slice_make(req->data.data, req->data.len), &err);
     if (rc != ST_OK) {
         node_fail(call, rc, "%s", err.msg);
@@ -273,13 +336,16 @@ static bk_piece *piece_copy(const bk_piece *p) {
 }
 
 /* Checks one listed file of the import directory against the manifest. */
-static st_code seal_check_file(const char *in, const Strata__Internal__V1__BackupFile *f,
+static st_code seal_check_file(node_backups *b, const char *in,
+                               const Strata__Internal__V1__BackupFile *f, size_t *read_back,
                                st_err *err) {
     char path[NODE_BK_PATH_MAX + 80];
     snprintf(path, sizeof path, "%s/%s", in, f->name);
     uint64_t size;
     uint32_t crc;
-    st_code rc = bk_file_crc(path, &size, &crc, err);
+    bool read = false; /* known from the chunks' way in (bk_write_chunk), or read back now */
+    st_code rc = bk_file_crc_cached(b, path, &size, &crc, &read, err);
+    *read_back += read;
     if (rc == ST_NOT_FOUND)
         return st_err_set(err, ST_FAILED_PRECONDITION,
                           "file %s of the piece was never written: send it with WriteBackupFile",
@@ -316,12 +382,13 @@ static void seal_drop_unlisted(const char *in, const bk_piece *p) {
         closedir(d);
 }
 
-st_code bk_seal_dir(const char *in, const char *final, const bk_piece *p, uint32_t node_num,
-                    bk_piece **out, st_err *err) {
+st_code bk_seal_dir(node_backups *b, const char *in, const char *final, const bk_piece *p,
+                    uint32_t node_num, bk_piece **out, size_t *read_back, st_err *err) {
     *out = NULL;
+    *read_back = 0;
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < p->n_files; i++)
-        rc = seal_check_file(in, p->files[i], err);
+        rc = seal_check_file(b, in, p->files[i], read_back, err);
     if (rc == ST_OK)
         seal_drop_unlisted(in, p);
     bk_piece *c = rc == ST_OK ? piece_copy(p) : NULL;
@@ -401,15 +468,18 @@ typedef struct seal_arg {
 
 static void seal_work(bk_job *j) {
     seal_arg *a = j->arg;
-    j->rc = bk_seal_dir(a->in, a->final, a->want, j->n->opts.node_num, &a->out, &j->err);
+    size_t read_back = 0;
+    j->rc = bk_seal_dir(j->n->backups, a->in, a->final, a->want, j->n->opts.node_num, &a->out,
+                        &read_back, &j->err);
     for (size_t i = 0; j->rc == ST_OK && i < a->out->n_files; i++) {
         char path[NODE_BK_PATH_MAX + 80];
         snprintf(path, sizeof path, "%s/%s", a->final, a->out->files[i]->name);
         bk_crc_remember(j->n->backups, path, a->out->files[i]->size, a->out->files[i]->crc32c);
     }
     if (j->rc == ST_OK)
-        st_log(ST_LOG_INFO, "backup", "event=piece_sealed backup=%s piece=%s files=%zu",
-               a->out->backup, a->out->piece, a->out->n_files);
+        st_log(ST_LOG_INFO, "backup",
+               "event=piece_sealed backup=%s piece=%s files=%zu read_back_files=%zu",
+               a->out->backup, a->out->piece, a->out->n_files, read_back);
 }
 
 static void pull_free(struct bk_pull *p);
@@ -581,7 +651,7 @@ static void pull_msg(rpc_ccall *cc, st_slice msg, void *arg) {
                         ") or over %zu bytes",
                         c->offset, p->off, BK_WRITE_CHUNK_MAX);
     if (rc == ST_OK)
-        rc = bk_write_chunk(p->in, p->want->files[p->file]->name, p->off,
+        rc = bk_write_chunk(p->n->backups, p->in, p->want->files[p->file]->name, p->off,
                             st_slice_make(c->data.data, c->data.len), &err);
     if (rc == ST_OK)
         p->off += c->data.len;

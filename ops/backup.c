@@ -2,6 +2,7 @@
  * router's Cloud Bigtable admin API (docs/backups.md, docs/operations.md "Backups with strata
  * backup"); export, import and verify are in backup_xfer.c. Human output by default, --json for
  * scripts; results on stdout, progress and errors on stderr. */
+#include <errno.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "backup_cli.h"
+#include "certs.h"
 #include "changes.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/longrunning/operations.pb-c.h"
@@ -27,6 +29,10 @@ static void usage(FILE *out) {
             "  list [--cluster C|-] [--filter F] [--order-by O]\n"
             "  describe ID            show one backup\n"
             "  delete ID              delete a backup (its files go when no table shares them)\n"
+            "  update ID --expire 30d set a backup's expire time\n"
+            "  copy ID --to CLUSTER [--as NEWID] [--expire 7d] [--wait]   copy a READY backup\n"
+            "                         into a cluster (NEWID default: ID; copies expire in 30d\n"
+            "                         at most)\n"
             "  restore ID --to TABLE [--instance I] [--wait]\n"
             "  export ID DIR          copy a backup into a new directory (from the nodes)\n"
             "  verify DIR             check an export: manifest and every file's checksums\n"
@@ -36,11 +42,16 @@ static void usage(FILE *out) {
             "  --dir DIR          a local instance (default $STRATA_HOME, else ~/.strata/local)\n"
             "  --project P --instance I   default: the instance's (p / i with --endpoint)\n"
             "  --cluster C        the backup's cluster (default: the instance's first cluster)\n"
+            "  --tls-ca FILE      the CA of a TLS router (default: DIR/secure/ca.pem of a secure\n"
+            "                     instance in --dir)\n"
+            "  --token-file FILE  the bearer token for the router (default: the admin token of\n"
+            "                     DIR/secure/tokens); --token TOKEN gives it on the command line\n"
             "  --json             machine-readable output on stdout\n"
             "  --quiet            no progress on stderr\n"
             "ID is a backup id of --cluster, or projects/P/instances/I/clusters/C/backups/B.\n"
-            "--expire is from now (6h to 90d; default 7d). restore --instance I restores into\n"
-            "another instance of the deployment. --wait polls the operation with progress.\n"
+            "--expire is from now (6h to 90d; default 7d; update needs it). restore --instance I\n"
+            "restores into another instance of the deployment. --wait polls the operation with "
+            "progress.\n"
             "Exit status: 0 done, 1 failed, 2 bad usage.\n");
 }
 
@@ -64,6 +75,9 @@ static const char **flag_slot(bk_args *a, const char *f) {
         {"--filter", offsetof(bk_args, filter)},
         {"--order-by", offsetof(bk_args, order_by)},
         {"--id", offsetof(bk_args, id)},
+        {"--tls-ca", offsetof(bk_args, tls_ca)},
+        {"--token", offsetof(bk_args, token)},
+        {"--token-file", offsetof(bk_args, token_file)},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(f, flags[i].name))
@@ -105,6 +119,58 @@ static int parse_args(int argc, char **argv, bk_args *a, const char **sub) {
     return 0;
 }
 
+/* The token of --token-file: its first line without surrounding blanks; a "ROLE TOKEN" line (as
+ * in DIR/secure/tokens) gives its last word. False after printing why. */
+static bool token_file_read(const char *path, char *out, size_t cap) {
+    char line[OPS_SECURE_TOKEN_MAX + 64] = "";
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr,
+                "strata backup: cannot read --token-file %s: %s (give a file holding the "
+                "router's bearer token)\n",
+                path, strerror(errno));
+        return false;
+    }
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    size_t n = got ? strcspn(line, "\r\n") : 0;
+    while (n && (line[n - 1] == ' ' || line[n - 1] == '\t'))
+        n--;
+    line[n] = '\0';
+    const char *tok = strrchr(line, ' ');
+    tok = tok ? tok + 1 : line + strspn(line, " \t");
+    if (!tok[0] || strlen(tok) >= cap) {
+        fprintf(stderr,
+                "strata backup: --token-file %s holds no token on its first line (want "
+                "TOKEN, or ROLE TOKEN as in DIR/secure/tokens)\n",
+                path);
+        return false;
+    }
+    snprintf(out, cap, "%s", tok);
+    return true;
+}
+
+/* --tls-ca, --token and --token-file over the credentials of a secure instance in --dir. */
+static bool credentials(const bk_args *a) {
+    static char token[OPS_SECURE_TOKEN_MAX]; /* ops_secure_override copies it; off the stack */
+    if (a->token && a->token_file) {
+        fprintf(stderr, "strata backup: give --token or --token-file, not both\n");
+        return false;
+    }
+    if (a->tls_ca && access(a->tls_ca, R_OK) != 0) {
+        fprintf(stderr,
+                "strata backup: cannot read --tls-ca %s: %s (give the PEM file of the CA "
+                "that signed the router's certificate, e.g. DIR/secure/ca.pem)\n",
+                a->tls_ca, strerror(errno));
+        return false;
+    }
+    if (a->token_file && !token_file_read(a->token_file, token, sizeof token))
+        return false;
+    if (a->tls_ca || a->token || a->token_file)
+        ops_secure_override(a->tls_ca, a->token_file ? token : a->token);
+    return true;
+}
+
 /* The router's address, project, instance and default cluster. False after printing why. */
 static bool resolve(bk_ctx *c) {
     const bk_args *a = &c->a;
@@ -126,7 +192,7 @@ static bool resolve(bk_ctx *c) {
              a->endpoint && !a->dir ? "i" : topo.instance);
     if (a->cluster)
         snprintf(c->cluster, sizeof c->cluster, "%s", a->cluster);
-    return true;
+    return credentials(a); /* after ops_inst_topology: it names the instance's credentials */
 }
 
 const char *bk_leaf(const char *name) {
@@ -202,8 +268,14 @@ static void print_backup_json(const Google__Bigtable__Admin__V2__Backup *b) {
     printf(",\"source_table\":");
     bk_json_str(b->source_table);
     printf(",\"state\":\"%s\",\"backup_type\":\"%s\",\"size_bytes\":%lld,\"start_time\":\"%s\","
-           "\"end_time\":\"%s\",\"expire_time\":\"%s\"}",
+           "\"end_time\":\"%s\",\"expire_time\":\"%s\"",
            state_name(b->state), type_name(b->backup_type), (long long)b->size_bytes, st, en, ex);
+    if (b->hot_to_standard_time) {
+        char hot[OPS_CS_TIME_MAX];
+        ts_fmt(b->hot_to_standard_time, hot);
+        printf(",\"hot_to_standard_time\":\"%s\"", hot);
+    }
+    putchar('}');
 }
 
 void bk_print_backup(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup *b) {
@@ -221,21 +293,34 @@ void bk_print_backup(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup 
            "size:         %s (%lld bytes)\nstart_time:   %s\nend_time:     %s\nexpire_time:  %s\n",
            b->name, b->source_table, state_name(b->state), type_name(b->backup_type), size,
            (long long)b->size_bytes, st, en, ex);
+    if (b->hot_to_standard_time) {
+        char hot[OPS_CS_TIME_MAX];
+        ts_fmt(b->hot_to_standard_time, hot);
+        printf("hot_until:    %s\n", hot);
+    }
 }
 
 /* ---- long-running operations ---- */
 
-/* RestoreTableMetadata's progress percent, or -1. */
+/* The progress percent of RestoreTableMetadata or CopyBackupMetadata, or -1. */
 static int op_percent(const Google__Longrunning__Operation *op) {
-    if (!op->metadata || !op->metadata->type_url ||
-        !strstr(op->metadata->type_url, "RestoreTableMetadata"))
+    if (!op->metadata || !op->metadata->type_url)
         return -1;
-    Google__Bigtable__Admin__V2__RestoreTableMetadata *md =
-        google__bigtable__admin__v2__restore_table_metadata__unpack(NULL, op->metadata->value.len,
-                                                                    op->metadata->value.data);
-    int pct = md && md->progress ? md->progress->progress_percent : -1;
-    if (md)
-        google__bigtable__admin__v2__restore_table_metadata__free_unpacked(md, NULL);
+    const ProtobufCBinaryData *v = &op->metadata->value;
+    int pct = -1;
+    if (strstr(op->metadata->type_url, "RestoreTableMetadata")) {
+        Google__Bigtable__Admin__V2__RestoreTableMetadata *md =
+            google__bigtable__admin__v2__restore_table_metadata__unpack(NULL, v->len, v->data);
+        pct = md && md->progress ? md->progress->progress_percent : -1;
+        if (md)
+            google__bigtable__admin__v2__restore_table_metadata__free_unpacked(md, NULL);
+    } else if (strstr(op->metadata->type_url, "CopyBackupMetadata")) {
+        Google__Bigtable__Admin__V2__CopyBackupMetadata *md =
+            google__bigtable__admin__v2__copy_backup_metadata__unpack(NULL, v->len, v->data);
+        pct = md && md->progress ? md->progress->progress_percent : -1;
+        if (md)
+            google__bigtable__admin__v2__copy_backup_metadata__free_unpacked(md, NULL);
+    }
     return pct;
 }
 
@@ -294,7 +379,22 @@ static st_code op_finish(const bk_ctx *c, ProtobufCMessage *started,
     return ST_OK;
 }
 
-/* ---- create, list, describe, delete, restore ---- */
+/* GetBackup of name, printed (after create --wait, update, copy --wait). */
+static st_code show_backup(const bk_ctx *c, const char *name, st_err *err) {
+    Google__Bigtable__Admin__V2__GetBackupRequest g;
+    google__bigtable__admin__v2__get_backup_request__init(&g);
+    g.name = (char *)name;
+    ProtobufCMessage *b = NULL;
+    st_code rc = bk_router_call(c, BK_SVC_ADMIN "GetBackup", &g.base,
+                                &google__bigtable__admin__v2__backup__descriptor, &b, err);
+    if (rc == ST_OK)
+        bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)b);
+    if (b)
+        protobuf_c_message_free_unpacked(b, NULL);
+    return rc;
+}
+
+/* ---- create, list, describe, delete, restore, update, copy ---- */
 
 static bool parse_expire(const bk_ctx *c, Google__Protobuf__Timestamp *ts) {
     char rel[64];
@@ -368,16 +468,7 @@ static int cmd_create(bk_ctx *c) {
         char name[BK_RES_MAX];
         if (!ops_fmt(name, sizeof name, "%s/backups/%s", parent, id))
             return 2;
-        Google__Bigtable__Admin__V2__GetBackupRequest g;
-        google__bigtable__admin__v2__get_backup_request__init(&g);
-        g.name = name;
-        ProtobufCMessage *b2 = NULL;
-        rc = bk_router_call(c, BK_SVC_ADMIN "GetBackup", &g.base,
-                            &google__bigtable__admin__v2__backup__descriptor, &b2, &err);
-        if (rc == ST_OK)
-            bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)b2);
-        if (b2)
-            protobuf_c_message_free_unpacked(b2, NULL);
+        rc = show_backup(c, name, &err);
     }
     if (rc != ST_OK)
         bk_fail(c, &err);
@@ -477,6 +568,83 @@ static int cmd_one(bk_ctx *c, bool del) {
     return rc == ST_OK ? 0 : 1;
 }
 
+static int cmd_update(bk_ctx *c) {
+    char name[BK_RES_MAX];
+    if (c->a.n_pos != 1 || !c->a.expire) {
+        fprintf(stderr, "strata backup update: want ID --expire WHEN (see strata backup --help)\n");
+        return 2;
+    }
+    Google__Protobuf__Timestamp expire;
+    google__protobuf__timestamp__init(&expire);
+    if (!bk_backup_name(c, c->a.pos[0], name, sizeof name) || !parse_expire(c, &expire))
+        return 2;
+    Google__Bigtable__Admin__V2__Backup b;
+    google__bigtable__admin__v2__backup__init(&b);
+    b.name = name;
+    b.expire_time = &expire;
+    char *paths[] = {"expire_time"};
+    Google__Protobuf__FieldMask mask;
+    google__protobuf__field_mask__init(&mask);
+    mask.paths = paths;
+    mask.n_paths = 1;
+    Google__Bigtable__Admin__V2__UpdateBackupRequest req;
+    google__bigtable__admin__v2__update_backup_request__init(&req);
+    req.backup = &b;
+    req.update_mask = &mask;
+    ProtobufCMessage *m = NULL;
+    st_err err = {0};
+    st_code rc = bk_router_call(c, BK_SVC_ADMIN "UpdateBackup", &req.base,
+                                &google__bigtable__admin__v2__backup__descriptor, &m, &err);
+    if (rc == ST_OK)
+        bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)m);
+    if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
+    if (rc != ST_OK)
+        bk_fail(c, &err);
+    return rc == ST_OK ? 0 : 1;
+}
+
+/* copy ID --to CLUSTER [--as NEWID]: CopyBackup into CLUSTER (an id of the instance, or
+ * projects/P/instances/I/clusters/C). */
+static int cmd_copy(bk_ctx *c) {
+    char src[BK_RES_MAX], parent[BK_RES_MAX], name[BK_RES_MAX];
+    if (c->a.n_pos != 1 || !c->a.to) {
+        fprintf(stderr, "strata backup copy: want ID --to CLUSTER (see strata backup --help)\n");
+        return 2;
+    }
+    Google__Protobuf__Timestamp expire;
+    google__protobuf__timestamp__init(&expire);
+    if (!bk_backup_name(c, c->a.pos[0], src, sizeof src) || !parse_expire(c, &expire))
+        return 2;
+    const char *id = c->a.as ? c->a.as : bk_leaf(src);
+    bool full = !strncmp(c->a.to, "projects/", 9);
+    if (!(full ? ops_fmt(parent, sizeof parent, "%s", c->a.to)
+               : ops_fmt(parent, sizeof parent, "projects/%s/instances/%s/clusters/%s", c->project,
+                         c->instance, c->a.to)) ||
+        !ops_fmt(name, sizeof name, "%s/backups/%s", parent, id))
+        return 2;
+    Google__Bigtable__Admin__V2__CopyBackupRequest req;
+    google__bigtable__admin__v2__copy_backup_request__init(&req);
+    req.parent = parent;
+    req.backup_id = (char *)id;
+    req.source_backup = src;
+    req.expire_time = &expire;
+    ProtobufCMessage *op = NULL;
+    Google__Longrunning__Operation *done = NULL;
+    st_err err = {0};
+    st_code rc = bk_router_call(c, BK_SVC_ADMIN "CopyBackup", &req.base,
+                                &google__longrunning__operation__descriptor, &op, &err);
+    if (rc == ST_OK)
+        rc = op_finish(c, op, &done, &err);
+    if (done)
+        google__longrunning__operation__free_unpacked(done, NULL);
+    if (rc == ST_OK && c->a.wait) /* the copy as it now stands: READY, with its size */
+        rc = show_backup(c, name, &err);
+    if (rc != ST_OK)
+        bk_fail(c, &err);
+    return rc == ST_OK ? 0 : 1;
+}
+
 static int cmd_restore(bk_ctx *c) {
     char name[BK_RES_MAX], parent[BK_RES_MAX];
     if (c->a.n_pos != 1 || !c->a.to) {
@@ -530,8 +698,8 @@ int ops_backup_main(int argc, char **argv) {
     st_log_set_level(ST_LOG_WARN);
     if (!strcmp(c->sub, "verify"))
         return bk_verify(c); /* no server involved */
-    static const char *subs[] = {"create",  "list",   "describe", "delete",
-                                 "restore", "export", "import"};
+    static const char *subs[] = {"create", "list",   "describe", "delete", "restore",
+                                 "export", "import", "update",   "copy"};
     bool known = false;
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
         known |= !strcmp(c->sub, subs[i]);
@@ -547,6 +715,8 @@ int ops_backup_main(int argc, char **argv) {
            : !strcmp(c->sub, "describe") ? cmd_one(c, false)
            : !strcmp(c->sub, "delete")   ? cmd_one(c, true)
            : !strcmp(c->sub, "restore")  ? cmd_restore(c)
+           : !strcmp(c->sub, "update")   ? cmd_update(c)
+           : !strcmp(c->sub, "copy")     ? cmd_copy(c)
            : !strcmp(c->sub, "export")   ? bk_export(c)
                                          : bk_import(c);
 }

@@ -63,23 +63,26 @@ t0=$(now)
 "${BK[@]}" export b1 "$T/exp" >/dev/null
 t1=$(now)
 export_s=$(secs "$t0" "$t1")
-# the export links files that pieces share: cp -a (links kept) copies the same distinct bytes,
-# cp -r copies every link as a file of its own
-DISTINCT=$(du -sb "$T/exp/pieces" | cut -f1)
+# format 2 holds each distinct file once under files/; format 1 (older strata) hard-linked the
+# files pieces share under pieces/: cp -a (links kept) copies the same distinct bytes, cp -r
+# copies every link as a file of its own
+SUB=files
+[ -d "$T/exp/files" ] || SUB=pieces
+DISTINCT=$(du -sb "$T/exp/$SUB" | cut -f1)
 t0=$(now)
-cp -a "$T/exp/pieces" "$T/cpa"
+cp -a "$T/exp/$SUB" "$T/cpa"
 sync
 t1=$(now)
 rm -rf "$T/cpa"
 sync
 t2=$(now)
-cp -r "$T/exp/pieces" "$T/cp"
+cp -r "$T/exp/$SUB" "$T/cp"
 sync
 t3=$(now)
 rm -rf "$T/cp"
 cpa_s=$(secs "$t0" "$t1")
 cp_s=$(secs "$t2" "$t3")
-echo "export: $export_s s for $DISTINCT distinct bytes ($(rate "$DISTINCT" "$export_s") MiB/s, every file fsync'd); cp -a + sync: $cpa_s s ($(rate "$DISTINCT" "$cpa_s") MiB/s); cp -r + sync: $cp_s s ($(rate "$BYTES" "$cp_s") MiB/s of $BYTES bytes)"
+echo "export: $export_s s for $DISTINCT distinct bytes ($(rate "$DISTINCT" "$export_s") MiB/s, every file fsync'd); cp -a + sync: $cpa_s s ($(rate "$DISTINCT" "$cpa_s") MiB/s); cp -r + sync: $cp_s s ($(rate "$(du -sb --apparent-size "$T/exp/$SUB" -l | cut -f1)" "$cp_s") MiB/s)"
 
 t0=$(now)
 dd if=/dev/zero of="$T/dd" bs=1M count=1024 conv=fsync status=none
@@ -99,10 +102,12 @@ t1=$(now)
 restore_s=$(secs "$t0" "$t1")
 import_ratio=$(python3 -c "print(f'{$BYTES / $import_s / $DD_BPS:.2f}')")
 restore_ratio=$(python3 -c "print(f'{$BYTES / $restore_s / $DD_BPS:.2f}')")
-echo "import: $import_s s ($(rate "$BYTES" "$import_s") MiB/s, $import_ratio of dd)"
+import_distinct_ratio=$(python3 -c "print(f'{$DISTINCT / $import_s / $DD_BPS:.2f}')")
+echo "import: $import_s s ($(rate "$BYTES" "$import_s") MiB/s of the pieces' $BYTES bytes, $import_ratio of dd; $(rate "$DISTINCT" "$import_s") MiB/s of the $DISTINCT distinct bytes, $import_distinct_ratio of dd)"
 echo "restore: $restore_s s ($(rate "$BYTES" "$restore_s") MiB/s, $restore_ratio of dd)"
 echo "backup-bench size_bytes=$BYTES create_s=$create_s extra_disk_bytes=$extra" \
   "distinct_bytes=$DISTINCT export_s=$export_s cp_a_sync_s=$cpa_s cp_r_sync_s=$cp_s" \
   "export_vs_cp_a=$(ratio "$cpa_s" "$export_s") export_vs_cp_r=$(ratio "$cp_s" "$export_s")" \
   "dd_s=$dd_s import_s=$import_s" \
-  "import_vs_dd=$import_ratio restore_s=$restore_s restore_vs_dd=$restore_ratio"
+  "import_vs_dd=$import_ratio import_distinct_vs_dd=$import_distinct_ratio" \
+  "restore_s=$restore_s restore_vs_dd=$restore_ratio load=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' /)"

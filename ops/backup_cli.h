@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "backup_dir.h"
+#include "strata/rpc.h"
 #include "google/bigtable/admin/v2/table.pb-c.h"
 #include "progress.h"
 
@@ -30,6 +31,7 @@
 
 typedef struct bk_args {
     const char *endpoint, *dir, *project, *instance, *cluster;
+    const char *tls_ca, *token, *token_file; /* a secure router (ops_secure_override) */
     const char *expire, *type, *to, *as, *filter, *order_by, *id;
     bool json, quiet, wait;
     const char *pos[2]; /* positional arguments after the subcommand */
@@ -50,10 +52,17 @@ typedef struct bk_conn {
     struct event_base *base;
     struct rpc_client *client;
     char addr[512];
-    size_t pending; /* calls started without waiting (an import's seals) */
+    size_t pending;              /* calls started without waiting (an import's seals) */
+    bool router;                 /* the router: its TLS and bearer token (certs.h) */
+    const rpc_client_opts *opts; /* NULL: plaintext */
+    const rpc_metadata *md;      /* sent with every call */
+    size_t n_md;
 } bk_conn;
 
+/* A connection to a node (a secure instance's: mutual TLS with the admin certificate). */
 st_code bk_conn_open(bk_conn *k, const char *addr, st_err *err);
+/* A connection to the router (a secure one's: TLS and the bearer token). */
+st_code bk_conn_open_router(bk_conn *k, const char *addr, st_err *err);
 void bk_conn_close(bk_conn *k);
 /* A unary call: req packed, the answer unpacked into *resp (free with
  * protobuf_c_message_free_unpacked; resp_desc NULL: the answer is dropped). err says which
@@ -84,23 +93,32 @@ void bk_json_str(const char *s); /* to stdout */
 
 /* One file of an export to fetch from a node (backup_fetch.c). */
 typedef struct bk_fetch_job {
+    int version;                       /* of the export (ops_bk_out_open) */
     const char *backup, *piece, *file; /* the ReadBackupFile request */
     uint64_t size;                     /* what the node's piece says */
     uint32_t crc32c;
     ops_bk_file result; /* filled: name, size and checksums as written */
 } bk_fetch_job;
 
-/* Fetches every job's file from the node at k into dir/pieces/<piece>/<file>, up to
+/* Fetches every job's file from the node at k into dir (ops_bk_out_open), up to
  * BK_FETCH_STREAMS at once, each checked against the node's size and CRC32C; stops starting
  * new ones at the first failure (err names the file) or when *stop is set. */
 st_code bk_fetch_files(bk_conn *k, const char *dir, bk_fetch_job *jobs, size_t n,
                        ops_progress *prog, const volatile sig_atomic_t *stop, st_err *err);
 
+/* A file of the piece being sent that an earlier piece already put on the same node: the node
+ * links it (WriteBackupFile with link_piece) instead of receiving its bytes again. */
+typedef struct bk_link_src {
+    const char *piece, *file; /* piece NULL: send the bytes */
+} bk_link_src;
+
 /* Sends every file of piece p (of the export in dir) to the node at k as backup's, up to
  * BK_SEND_STREAMS files at once, each in order, checking each file's CRC32C and SHA-256 against
- * the manifest (DATA_LOSS naming the file); stops at the first failure or when *stop is set. */
-st_code bk_send_piece(bk_conn *k, const char *dir, const char *backup, const ops_bk_piece *p,
-                      ops_progress *prog, const volatile sig_atomic_t *stop, st_err *err);
+ * the manifest (DATA_LOSS naming the file); links[j] (links may be NULL) makes file j a link
+ * instead. Stops at the first failure or when *stop is set. */
+st_code bk_send_piece(bk_conn *k, const char *dir, const ops_bk_manifest *m, const char *backup,
+                      const ops_bk_piece *p, const bk_link_src *links, ops_progress *prog,
+                      const volatile sig_atomic_t *stop, st_err *err);
 
 /* Subcommands in backup_xfer.c. */
 int bk_export(bk_ctx *c);

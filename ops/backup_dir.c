@@ -27,6 +27,7 @@
 
 void ops_bk_manifest_init(ops_bk_manifest *m) {
     memset(m, 0, sizeof *m);
+    m->version = OPS_BK_VERSION;
     st_buf_init(&m->schema);
 }
 
@@ -199,14 +200,13 @@ static void sha256(const void *data, size_t len, uint8_t out[OPS_BK_SHA256_BYTES
 }
 
 static st_code format_header(const ops_bk_manifest *m, st_buf *b) {
-    st_code rc =
-        buf_printf(b,
-                   "%s %d\n# A Strata backup export: docs/formats/backup-export.md. "
-                   "Check it with `strata backup verify DIR`.\n"
-                   "backup %s\nsource_table %s\nbackup_type %d\n"
-                   "start_us %lld\nend_us %lld\nexpire_us %lld\nschema ",
-                   OPS_BK_MAGIC, OPS_BK_VERSION, m->backup, m->source_table, m->backup_type,
-                   (long long)m->start_us, (long long)m->end_us, (long long)m->expire_us);
+    st_code rc = buf_printf(b,
+                            "%s %d\n# A Strata backup export: docs/formats/backup-export.md. "
+                            "Check it with `strata backup verify DIR`.\n"
+                            "backup %s\nsource_table %s\nbackup_type %d\n"
+                            "start_us %lld\nend_us %lld\nexpire_us %lld\nschema ",
+                            OPS_BK_MAGIC, m->version, m->backup, m->source_table, m->backup_type,
+                            (long long)m->start_us, (long long)m->end_us, (long long)m->expire_us);
     if (rc == ST_OK)
         rc = buf_hex(b, st_buf_slice(&m->schema));
     return rc == ST_OK ? st_buf_append_byte(b, '\n') : rc;
@@ -234,6 +234,9 @@ static st_code format_piece(const ops_bk_piece *p, st_buf *b) {
 
 st_code ops_bk_manifest_format(const ops_bk_manifest *m, st_buf *out, st_err *err) {
     st_buf_reset(out);
+    if (m->version < OPS_BK_VERSION_MIN || m->version > OPS_BK_VERSION)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "export format %d is not one of %d..%d",
+                          m->version, OPS_BK_VERSION_MIN, OPS_BK_VERSION);
     if (!ops_bk_resource_name_ok(m->backup) || !ops_bk_resource_name_ok(m->source_table))
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "backup '%s' or table '%s' has characters an export cannot hold",
@@ -485,9 +488,14 @@ static st_code parse_body(bk_parse *ps, const char *text, size_t len) {
         pos = end + 1;
         if (lineno == 1) {
             char want[64];
-            snprintf(want, sizeof want, "%s %d", OPS_BK_MAGIC, OPS_BK_VERSION);
-            if (!tok_is(line, want))
-                return bad(ps, &l, "first line is not `" OPS_BK_MAGIC " 1`");
+            for (int v = OPS_BK_VERSION_MIN; v <= OPS_BK_VERSION && !ps->m->version; v++) {
+                snprintf(want, sizeof want, "%s %d", OPS_BK_MAGIC, v);
+                ps->m->version = tok_is(line, want) ? v : 0;
+            }
+            if (!ps->m->version)
+                return bad(ps, &l,
+                           "first line is not `" OPS_BK_MAGIC " 1` or `" OPS_BK_MAGIC
+                           " 2` (a newer strata wrote it? use that one)");
             continue;
         }
         if (line.len && line.data[0] == '#')
@@ -509,6 +517,7 @@ static st_code parse_body(bk_parse *ps, const char *text, size_t len) {
 st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, ops_bk_manifest *m,
                               st_err *err) {
     ops_bk_manifest_init(m);
+    m->version = 0; /* from the first line */
     bk_parse ps = {.what = what, .m = m, .err = err};
     size_t body = 0;
     if (len > OPS_BK_MANIFEST_BYTES_MAX)

@@ -20,9 +20,11 @@
 #include "strata/base.h"
 
 #define OPS_BK_MAGIC "strata-backup-export"
-#define OPS_BK_VERSION 1
+#define OPS_BK_VERSION 2     /* written by export */
+#define OPS_BK_VERSION_MIN 1 /* still read by verify and import */
 #define OPS_BK_MANIFEST "MANIFEST"
-#define OPS_BK_PIECES "pieces" /* DIR/pieces/<piece id>/<file name> */
+#define OPS_BK_PIECES "pieces" /* version 1: DIR/pieces/<piece id>/<file name> */
+#define OPS_BK_FILES "files"   /* version 2: DIR/files/<SHA-256 hex>, each content once */
 #define OPS_BK_TMP_SUFFIX ".tmp"
 #define OPS_BK_MANIFEST_BYTES_MAX (64u << 20)
 #define OPS_BK_SCHEMA_BYTES_MAX (1u << 20)
@@ -50,6 +52,7 @@ typedef struct ops_bk_piece {
 } ops_bk_piece;
 
 typedef struct ops_bk_manifest {
+    int version;                            /* OPS_BK_VERSION by init; as read by parse */
     char backup[OPS_BK_NAME_MAX + 1];       /* projects/P/instances/I/clusters/C/backups/B */
     char source_table[OPS_BK_NAME_MAX + 1]; /* projects/P/instances/I/tables/T */
     int backup_type;                        /* Backup.BackupType: 1 STANDARD, 2 HOT */
@@ -86,20 +89,29 @@ st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, op
 
 /* ---- writing an export directory ---- */
 
-/* Creates dir (which must not exist, or be empty) and dir/pieces. */
-st_code ops_bk_dir_create(const char *dir, st_err *err);
+/* Where file f of piece p of m lives under dir: version 1 pieces/<piece>/<name>, version 2
+ * files/<SHA-256 hex> (every piece holding the same content shares it). False (err set when
+ * not NULL) when the path is too long. */
+bool ops_bk_file_path(const char *dir, const ops_bk_manifest *m, const ops_bk_piece *p,
+                      const ops_bk_file *f, char *out, size_t cap, st_err *err);
 
-/* One file being written: under a temporary name, checksummed as it goes. */
+/* Creates dir (which must not exist, or be empty) and dir/files (version 2) or dir/pieces. */
+st_code ops_bk_dir_create(const char *dir, int version, st_err *err);
+
+/* One file being written: under a temporary name, checksummed as it goes; version 2 renames
+ * it to its digest at close. */
 typedef struct ops_bk_out {
     int fd;
+    int version;
+    char files[4096]; /* version 2: dir/files */
     char tmp[4096], final[4096];
     uint64_t size;
     uint32_t crc32c;
     void *sha; /* EVP_MD_CTX */
 } ops_bk_out;
 
-st_code ops_bk_out_open(ops_bk_out *o, const char *dir, const char *piece, const char *name,
-                        st_err *err);
+st_code ops_bk_out_open(ops_bk_out *o, const char *dir, int version, const char *piece,
+                        const char *name, st_err *err);
 st_code ops_bk_out_write(ops_bk_out *o, const void *data, size_t len, st_err *err);
 /* Starts the file's writeback, closes it and renames it to its final name; fills f's size and
  * checksums (name kept). Not durable yet: ops_bk_manifest_write fsyncs every file it names. */
@@ -107,8 +119,8 @@ st_code ops_bk_out_close(ops_bk_out *o, ops_bk_file *f, st_err *err);
 /* Closes and removes the temporary file (after a failure). */
 void ops_bk_out_abort(ops_bk_out *o);
 
-/* Makes dir/pieces/<to_piece>/<name> a hard link to the same file of from_piece (an export
- * writes a file that several pieces of one node share only once). */
+/* Version 1: makes dir/pieces/<to_piece>/<name> a hard link to the same file of from_piece (an
+ * export writes a file that several pieces of one node share only once). */
 st_code ops_bk_link(const char *dir, const char *from_piece, const char *to_piece, const char *name,
                     st_err *err);
 
@@ -130,12 +142,12 @@ typedef st_code (*ops_bk_read_fn)(const uint8_t *data, size_t len, void *arg, st
 st_code ops_bk_check_sizes(const char *dir, const ops_bk_manifest *m, st_err *err);
 /* Reads one file of piece p and checks size, CRC32C and SHA-256; on_data sees every chunk
  * (the import sends them on) and may be NULL. DATA_LOSS names the file. */
-st_code ops_bk_check_file(const char *dir, const ops_bk_piece *p, const ops_bk_file *f,
-                          ops_bk_read_fn on_data, void *arg, st_err *err);
+st_code ops_bk_check_file(const char *dir, const ops_bk_manifest *m, const ops_bk_piece *p,
+                          const ops_bk_file *f, ops_bk_read_fn on_data, void *arg, st_err *err);
 /* The file's device and inode (false when it cannot be looked at): a file that several pieces
- * share through hard links is read once by verify. */
-bool ops_bk_file_id(const char *dir, const ops_bk_piece *p, const ops_bk_file *f, uint64_t *dev,
-                    uint64_t *ino);
+ * share (version 2: one file per content; version 1: hard links) is read once by verify. */
+bool ops_bk_file_id(const char *dir, const ops_bk_manifest *m, const ops_bk_piece *p,
+                    const ops_bk_file *f, uint64_t *dev, uint64_t *ino);
 /* ops_bk_manifest_load + ops_bk_check_file for every file. */
 st_code ops_bk_verify(const char *dir, ops_bk_manifest *m, ops_bk_read_fn on_data, void *arg,
                       st_err *err);

@@ -63,31 +63,47 @@ static bool dir_empty(const char *dir) {
     return empty;
 }
 
-st_code ops_bk_dir_create(const char *dir, st_err *err) {
+st_code ops_bk_dir_create(const char *dir, int version, st_err *err) {
     char p[4096];
     if (mkdir(dir, 0755) != 0 && !(errno == EEXIST && dir_empty(dir)))
         return errno == EEXIST
                    ? st_err_set(err, ST_ALREADY_EXISTS,
                                 "%s exists and is not empty: export into a new directory", dir)
                    : io_err(err, "cannot create", dir);
-    if (!path_fmt(p, sizeof p, err, "%s/%s", dir, OPS_BK_PIECES))
+    if (!path_fmt(p, sizeof p, err, "%s/%s", dir, version >= 2 ? OPS_BK_FILES : OPS_BK_PIECES))
         return ST_INVALID_ARGUMENT;
     if (mkdir(p, 0755) != 0)
         return io_err(err, "cannot create", p);
     return ST_OK;
 }
 
-st_code ops_bk_out_open(ops_bk_out *o, const char *dir, const char *piece, const char *name,
-                        st_err *err) {
+bool ops_bk_file_path(const char *dir, const ops_bk_manifest *m, const ops_bk_piece *p,
+                      const ops_bk_file *f, char *out, size_t cap, st_err *err) {
+    if (m->version < 2)
+        return path_fmt(out, cap, err, "%s/%s/%s/%s", dir, OPS_BK_PIECES, p->id, f->name);
+    char sha[2 * OPS_BK_SHA256_BYTES + 1];
+    ops_bk_hex(f->sha256, OPS_BK_SHA256_BYTES, sha);
+    return path_fmt(out, cap, err, "%s/%s/%s", dir, OPS_BK_FILES, sha);
+}
+
+st_code ops_bk_out_open(ops_bk_out *o, const char *dir, int version, const char *piece,
+                        const char *name, st_err *err) {
     memset(o, 0, sizeof *o);
     o->fd = -1;
+    o->version = version;
     if (!ops_bk_piece_id_ok(piece) || !ops_bk_file_name_ok(name))
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "piece '%s' file '%s': names an export cannot hold", piece, name);
     char pdir[4096];
-    if (!path_fmt(pdir, sizeof pdir, err, "%s/%s/%s", dir, OPS_BK_PIECES, piece) ||
-        !path_fmt(o->final, sizeof o->final, err, "%s/%s", pdir, name) ||
-        !path_fmt(o->tmp, sizeof o->tmp, err, "%s%s", o->final, OPS_BK_TMP_SUFFIX))
+    /* version 2: files/<piece>.<name> until the digest is known (piece ids hold no dot, so no
+     * two files of the export share the temporary name, and no digest looks like one) */
+    bool ok = version >= 2
+                  ? path_fmt(o->files, sizeof o->files, err, "%s/%s", dir, OPS_BK_FILES) &&
+                        path_fmt(pdir, sizeof pdir, err, "%s", o->files) &&
+                        path_fmt(o->final, sizeof o->final, err, "%s/%s.%s", pdir, piece, name)
+                  : path_fmt(pdir, sizeof pdir, err, "%s/%s/%s", dir, OPS_BK_PIECES, piece) &&
+                        path_fmt(o->final, sizeof o->final, err, "%s/%s", pdir, name);
+    if (!ok || !path_fmt(o->tmp, sizeof o->tmp, err, "%s%s", o->final, OPS_BK_TMP_SUFFIX))
         return ST_INVALID_ARGUMENT;
     if (mkdir(pdir, 0755) != 0 && errno != EEXIST)
         return io_err(err, "cannot create", pdir);
@@ -142,15 +158,21 @@ st_code ops_bk_out_close(ops_bk_out *o, ops_bk_file *f, st_err *err) {
     else if (rc != ST_OK)
         close(o->fd);
     o->fd = -1;
-    if (rc == ST_OK && rename(o->tmp, o->final) != 0)
-        rc = io_err(err, "cannot rename", o->tmp);
-    if (rc != ST_OK)
-        unlink(o->tmp);
     f->size = o->size;
     f->crc32c = o->crc32c;
     EVP_DigestFinal_ex(o->sha, f->sha256, &n);
     EVP_MD_CTX_free(o->sha);
     o->sha = NULL;
+    if (o->version >= 2) { /* named by its content: the same content twice is one file */
+        char sha[2 * OPS_BK_SHA256_BYTES + 1];
+        ops_bk_hex(f->sha256, OPS_BK_SHA256_BYTES, sha);
+        if (rc == ST_OK && !path_fmt(o->final, sizeof o->final, err, "%s/%s", o->files, sha))
+            rc = ST_INVALID_ARGUMENT;
+    }
+    if (rc == ST_OK && rename(o->tmp, o->final) != 0)
+        rc = io_err(err, "cannot rename", o->tmp);
+    if (rc != ST_OK)
+        unlink(o->tmp);
     return rc;
 }
 
@@ -207,18 +229,18 @@ st_code ops_bk_manifest_write(const char *dir, const ops_bk_manifest *m, st_err 
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < m->n_pieces; i++) /* every file durable first */
         for (size_t j = 0; rc == ST_OK && j < m->pieces[i].n_files; j++) {
-            if (!path_fmt(p, sizeof p, err, "%s/%s/%s/%s", dir, OPS_BK_PIECES, m->pieces[i].id,
-                          m->pieces[i].files[j].name))
+            if (!ops_bk_file_path(dir, m, &m->pieces[i], &m->pieces[i].files[j], p, sizeof p, err))
                 return ST_INVALID_ARGUMENT;
             rc = fsync_file(p, err);
         }
-    for (size_t i = 0; rc == ST_OK && i < m->n_pieces; i++) {
+    for (size_t i = 0; rc == ST_OK && m->version < 2 && i < m->n_pieces; i++) {
         if (!path_fmt(p, sizeof p, err, "%s/%s/%s", dir, OPS_BK_PIECES, m->pieces[i].id))
             return ST_INVALID_ARGUMENT;
         if (m->pieces[i].n_files)
             rc = fsync_dir(p, err);
     }
-    if (rc == ST_OK && path_fmt(p, sizeof p, err, "%s/%s", dir, OPS_BK_PIECES))
+    if (rc == ST_OK &&
+        path_fmt(p, sizeof p, err, "%s/%s", dir, m->version >= 2 ? OPS_BK_FILES : OPS_BK_PIECES))
         rc = fsync_dir(p, err);
     if (rc != ST_OK)
         return rc;
@@ -247,7 +269,7 @@ st_code ops_bk_manifest_load(const char *dir, ops_bk_manifest *m, st_err *err) {
     ops_bk_manifest_init(m);
     if (!path_fmt(path, sizeof path, err, "%s/%s", dir, OPS_BK_MANIFEST))
         return ST_INVALID_ARGUMENT;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK); /* a FIFO must not block */
     struct stat st;
     if (fd < 0) {
         if (errno == ENOENT)
@@ -278,16 +300,16 @@ st_code ops_bk_manifest_load(const char *dir, ops_bk_manifest *m, st_err *err) {
     return rc;
 }
 
-static bool file_path(const char *dir, const ops_bk_piece *p, const ops_bk_file *f, char *out,
-                      size_t cap, st_err *err) {
-    return path_fmt(out, cap, err, "%s/%s/%s/%s", dir, OPS_BK_PIECES, p->id, f->name);
-}
-
 /* Opens a manifest's file read-only, never through a symbolic link; checks it is a regular file
  * of the manifest's size. */
 static st_code open_checked(const char *path, const ops_bk_file *f, int *fd, st_err *err) {
     struct stat st;
-    *fd = open(path, O_RDONLY | O_NOFOLLOW);
+    *fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK); /* a FIFO must not block the open */
+    if (*fd < 0 && errno == ELOOP)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s is a symbolic link: an export holds regular files only (copy it "
+                          "with cp -a or tar, or export it again)",
+                          path);
     if (*fd < 0)
         return errno == ENOENT ? st_err_set(err, ST_NOT_FOUND,
                                             "%s is missing (the export is incomplete: copy or "
@@ -308,16 +330,61 @@ static st_code open_checked(const char *path, const ops_bk_file *f, int *fd, st_
     return ST_OK;
 }
 
+/* Version 2 paths are digests: an error also names the piece's file. */
+static st_code name_file(st_code rc, const ops_bk_manifest *m, const ops_bk_piece *p,
+                         const ops_bk_file *f, st_err *err) {
+    if (rc != ST_OK && m->version >= 2 && err)
+        st_err_prefix(err, "file %s of piece %s: ", f->name, p->id);
+    return rc;
+}
+
+/* path is a directory itself, not a symbolic link to one: nothing outside DIR is read. */
+static st_code real_dir(const char *path, st_err *err) {
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? st_err_set(err, ST_NOT_FOUND,
+                                            "%s is missing (the export is incomplete: copy or "
+                                            "export it again)",
+                                            path)
+                               : io_err(err, "cannot read", path);
+    if (!S_ISDIR(st.st_mode))
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s is not a directory (a symbolic link?): an export holds its pieces "
+                          "in place (copy it with cp -a or tar, or export it again)",
+                          path);
+    return ST_OK;
+}
+
+/* The directories files are read from are real ones: version 2's files/, version 1's pieces/
+ * and each piece's directory. */
+static st_code check_dirs(const char *dir, const ops_bk_manifest *m, st_err *err) {
+    char path[4096];
+    bool v2 = m->version >= 2;
+    if (!path_fmt(path, sizeof path, err, "%s/%s", dir, v2 ? OPS_BK_FILES : OPS_BK_PIECES))
+        return ST_INVALID_ARGUMENT;
+    st_code drc = ops_bk_manifest_files(m) ? real_dir(path, err) : ST_OK;
+    for (size_t i = 0; !v2 && drc == ST_OK && i < m->n_pieces; i++)
+        if (m->pieces[i].n_files) /* a piece without files may have no directory */
+            drc = path_fmt(path, sizeof path, err, "%s/%s/%s", dir, OPS_BK_PIECES, m->pieces[i].id)
+                      ? real_dir(path, err)
+                      : ST_INVALID_ARGUMENT;
+    return drc;
+}
+
 st_code ops_bk_check_sizes(const char *dir, const ops_bk_manifest *m, st_err *err) {
     char path[4096];
+    st_code drc = check_dirs(dir, m, err);
+    if (drc != ST_OK)
+        return drc;
     for (size_t i = 0; i < m->n_pieces; i++)
         for (size_t j = 0; j < m->pieces[i].n_files; j++) {
             int fd;
-            if (!file_path(dir, &m->pieces[i], &m->pieces[i].files[j], path, sizeof path, err))
+            const ops_bk_file *f = &m->pieces[i].files[j];
+            if (!ops_bk_file_path(dir, m, &m->pieces[i], f, path, sizeof path, err))
                 return ST_INVALID_ARGUMENT;
-            st_code rc = open_checked(path, &m->pieces[i].files[j], &fd, err);
+            st_code rc = open_checked(path, f, &fd, err);
             if (rc != ST_OK)
-                return rc;
+                return name_file(rc, m, &m->pieces[i], f, err);
             close(fd);
         }
     return ST_OK;
@@ -367,26 +434,26 @@ static st_code read_compare(int fd, const char *path, const ops_bk_file *f, ops_
     return ST_OK;
 }
 
-st_code ops_bk_check_file(const char *dir, const ops_bk_piece *p, const ops_bk_file *f,
-                          ops_bk_read_fn on_data, void *arg, st_err *err) {
+st_code ops_bk_check_file(const char *dir, const ops_bk_manifest *m, const ops_bk_piece *p,
+                          const ops_bk_file *f, ops_bk_read_fn on_data, void *arg, st_err *err) {
     char path[4096];
     int fd;
-    if (!file_path(dir, p, f, path, sizeof path, err))
+    if (!ops_bk_file_path(dir, m, p, f, path, sizeof path, err))
         return ST_INVALID_ARGUMENT;
     st_code rc = open_checked(path, f, &fd, err);
     if (rc != ST_OK)
-        return rc;
+        return name_file(rc, m, p, f, err);
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     rc = read_compare(fd, path, f, on_data, arg, err);
     close(fd);
-    return rc;
+    return rc == ST_DATA_LOSS ? name_file(rc, m, p, f, err) : rc;
 }
 
-bool ops_bk_file_id(const char *dir, const ops_bk_piece *p, const ops_bk_file *f, uint64_t *dev,
-                    uint64_t *ino) {
+bool ops_bk_file_id(const char *dir, const ops_bk_manifest *m, const ops_bk_piece *p,
+                    const ops_bk_file *f, uint64_t *dev, uint64_t *ino) {
     char path[4096];
     struct stat st;
-    if (!file_path(dir, p, f, path, sizeof path, NULL) || lstat(path, &st) != 0)
+    if (!ops_bk_file_path(dir, m, p, f, path, sizeof path, NULL) || lstat(path, &st) != 0)
         return false;
     *dev = (uint64_t)st.st_dev;
     *ino = (uint64_t)st.st_ino;
@@ -400,6 +467,7 @@ st_code ops_bk_verify(const char *dir, ops_bk_manifest *m, ops_bk_read_fn on_dat
         rc = ops_bk_check_sizes(dir, m, err); /* a missing file is named before any long read */
     for (size_t i = 0; rc == ST_OK && i < m->n_pieces; i++)
         for (size_t j = 0; rc == ST_OK && j < m->pieces[i].n_files; j++)
-            rc = ops_bk_check_file(dir, &m->pieces[i], &m->pieces[i].files[j], on_data, arg, err);
+            rc =
+                ops_bk_check_file(dir, m, &m->pieces[i], &m->pieces[i].files[j], on_data, arg, err);
     return rc;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backup_cli.h"
+#include "certs.h"
 #include "strata/btutil.h"
 #include "strata/rpc.h"
 
@@ -23,9 +24,12 @@ typedef struct bk_wait {
     bool stopped;
 } bk_wait;
 
-st_code bk_conn_open(bk_conn *k, const char *addr, st_err *err) {
+static st_code conn_open(bk_conn *k, const char *addr, bool router, st_err *err) {
     memset(k, 0, sizeof *k);
     snprintf(k->addr, sizeof k->addr, "%s", addr);
+    k->router = router;
+    k->opts = router ? ops_secure_router_opts() : ops_secure_node_opts(addr);
+    k->md = router ? ops_secure_md(&k->n_md) : NULL;
     char host[256];
     uint16_t port = 0;
     if (!st_addr_split(addr, host, sizeof host, &port) || port == 0)
@@ -33,13 +37,21 @@ st_code bk_conn_open(bk_conn *k, const char *addr, st_err *err) {
     k->base = event_base_new();
     if (!k->base)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot create an event loop");
-    k->client = rpc_client_new(k->base, host, port, NULL, err);
+    k->client = rpc_client_new(k->base, host, port, k->opts, err);
     if (!k->client) {
         event_base_free(k->base);
         k->base = NULL;
         return err ? err->code : ST_UNAVAILABLE;
     }
     return ST_OK;
+}
+
+st_code bk_conn_open(bk_conn *k, const char *addr, st_err *err) {
+    return conn_open(k, addr, false, err);
+}
+
+st_code bk_conn_open_router(bk_conn *k, const char *addr, st_err *err) {
+    return conn_open(k, addr, true, err);
 }
 
 void bk_conn_close(bk_conn *k) {
@@ -75,27 +87,51 @@ static void wait_done(rpc_ccall *call, st_code code, const char *message, void *
     event_base_loopbreak(w->base);
 }
 
+/* What to do about a router's refusal that credentials explain ("" otherwise). */
+static const char *router_hint(const bk_conn *k, st_code code) {
+    if (!k->router && code == ST_UNAVAILABLE && k->opts)
+        return " (a secure instance's nodes accept only its admin certificate: give --dir DIR "
+               "of the instance)";
+    if (!k->router)
+        return "";
+    if (code == ST_UNAUTHENTICATED && !k->n_md)
+        return " (no bearer token was sent: give --token-file FILE or --token TOKEN, or --dir DIR "
+               "of the secure instance, whose DIR/secure/tokens has an admin token)";
+    if (code == ST_UNAUTHENTICATED)
+        return " (the router refused the token: it may have been rotated or removed; give a "
+               "current one with --token-file FILE or --token TOKEN)";
+    if (code == ST_PERMISSION_DENIED && k->n_md)
+        return " (the token's principal lacks that role: use a token with the admin role, the "
+               "\"admin\" line of DIR/secure/tokens)";
+    if (code == ST_UNAVAILABLE && !k->opts)
+        return " (a router that serves TLS only, as `strata up --secure` starts it, needs --dir "
+               "DIR of its instance or --tls-ca CA.pem)";
+    return "";
+}
+
 /* Starts the call (reconnecting once if the connection died) and runs the loop until it ends. */
 static st_code run_call(bk_conn *k, const char *method, st_slice req, int64_t timeout_ms,
                         bk_wait *w, st_err *err) {
     if (!rpc_client_alive(k->client)) {
         char addr[512];
         snprintf(addr, sizeof addr, "%s", k->addr);
+        bool router = k->router;
         bk_conn_close(k);
-        st_code rc = bk_conn_open(k, addr, err);
+        st_code rc = conn_open(k, addr, router, err);
         if (rc != ST_OK)
             return rc;
     }
     w->base = k->base;
-    if (!rpc_client_call(k->client, method, req, NULL, 0, timeout_ms, wait_msg, wait_done, w))
+    if (!rpc_client_call(k->client, method, req, k->md, k->n_md, timeout_ms, wait_msg, wait_done,
+                         w))
         return st_err_set(err, ST_UNAVAILABLE, "%s at %s: cannot start the call", method, k->addr);
     while (!w->done && event_base_dispatch(k->base) == 0)
         ;
     if (w->stopped)
         return st_err_set(err, w->cb_err.code, "%s", w->cb_err.msg);
     if (w->code != ST_OK)
-        return st_err_set(err, w->code, "%s at %s: %s: %s", bk_leaf(method), k->addr,
-                          st_code_name(w->code), w->msg);
+        return st_err_set(err, w->code, "%s at %s: %s: %s%s", bk_leaf(method), k->addr,
+                          st_code_name(w->code), w->msg, router_hint(k, w->code));
     return ST_OK;
 }
 
@@ -154,7 +190,7 @@ st_code bk_router_call(const bk_ctx *c, const char *method, const ProtobufCMessa
                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                        st_err *err) {
     bk_conn k;
-    st_code rc = bk_conn_open(&k, c->addr, err);
+    st_code rc = bk_conn_open_router(&k, c->addr, err);
     if (rc == ST_OK)
         rc = bk_conn_call(&k, method, req, resp_desc, resp, BK_ADMIN_TIMEOUT_MS, err);
     bk_conn_close(&k);

@@ -3,7 +3,9 @@
  * WriteBackupFile chunk after the other (the node wants the chunks of a file in order), so
  * reading and checksumming the next chunk here overlaps the node writing the last one. Each
  * file's CRC32C and SHA-256 are compared with the manifest once its last byte was read: a
- * damaged file fails the import before its piece is sealed. */
+ * damaged file fails the import before its piece is sealed. A file an earlier piece already put
+ * on the node (links[]) is one WriteBackupFile with link_piece: the node hard-links it after
+ * checking its size and CRC32C, no byte is sent again. */
 #define _DEFAULT_SOURCE /* O_NOFOLLOW */
 #include <errno.h>
 #include <event2/event.h>
@@ -37,7 +39,9 @@ typedef struct bk_send {
 struct bk_sender {
     bk_conn *k;
     const char *dir, *backup;
+    const ops_bk_manifest *m;
     const ops_bk_piece *p;
+    const bk_link_src *links; /* per file of p, or NULL */
     size_t next, active;
     ops_progress *prog;
     const volatile sig_atomic_t *stop;
@@ -94,9 +98,9 @@ static void send_finish(bk_send *s) {
     st_code rc = ST_OK;
     if (s->crc != s->f->crc32c || memcmp(sha, s->f->sha256, sizeof sha))
         rc = st_err_set(&err, ST_DATA_LOSS,
-                        "%s: checksum mismatch (CRC32C %08x, manifest %08x): the file is damaged; "
-                        "copy or export it again",
-                        s->path, s->crc, s->f->crc32c);
+                        "file %s of piece %s: %s: checksum mismatch (CRC32C %08x, manifest %08x): "
+                        "the file is damaged; copy or export it again",
+                        s->f->name, s->sr->p->id, s->path, s->crc, s->f->crc32c);
     send_end(s, rc, &err);
 }
 
@@ -160,11 +164,55 @@ static void send_next(bk_send *s) {
         send_fail(s, ST_UNAVAILABLE, "WriteBackupFile at %s: cannot start the call", sr->k->addr);
 }
 
+static void link_done(st_code code, const char *message, st_slice response, void *arg) {
+    (void)response;
+    bk_send *s = arg;
+    st_err err = {0};
+    if (code != ST_OK)
+        st_err_set(&err, code, "WriteBackupFile (link of %s) at %s: %s: %s", s->f->name,
+                   s->sr->k->addr, st_code_name(code), message);
+    else
+        ops_progress_add(s->sr->prog, s->f->size);
+    send_end(s, code, &err);
+}
+
+/* The node holds the file in an earlier piece: it links it, checking size and CRC32C. */
+static void send_link(bk_send *s, const bk_link_src *l) {
+    bk_sender *sr = s->sr;
+    Strata__Internal__V1__BackupFileChunk ch;
+    strata__internal__v1__backup_file_chunk__init(&ch);
+    ch.backup = (char *)sr->backup;
+    ch.piece = (char *)sr->p->id;
+    ch.file = (char *)s->f->name;
+    ch.link_piece = (char *)l->piece;
+    ch.link_file = (char *)l->file;
+    ch.link_size = s->f->size;
+    ch.link_crc32c = s->f->crc32c;
+    size_t n = strata__internal__v1__backup_file_chunk__get_packed_size(&ch);
+    st_buf_reset(&s->packed);
+    if (st_buf_reserve(&s->packed, n + 1) != ST_OK) {
+        send_fail(s, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    s->packed.len = strata__internal__v1__backup_file_chunk__pack(&ch, s->packed.data);
+    if (rpc_client_unary(sr->k->client, BK_SVC_NODE "WriteBackupFile", st_buf_slice(&s->packed),
+                         NULL, 0, BK_CHUNK_TIMEOUT_MS, link_done, s) != ST_OK)
+        send_fail(s, ST_UNAVAILABLE, "WriteBackupFile at %s: cannot start the call", sr->k->addr);
+}
+
 static void send_open(bk_send *s) {
+    const bk_link_src *l = s->sr->links ? &s->sr->links[s->f - s->sr->p->files] : NULL;
+    if (l && l->piece) {
+        send_link(s, l);
+        return;
+    }
     s->off = 0;
     s->crc = 0;
-    snprintf(s->path, sizeof s->path, "%s/%s/%s/%s", s->sr->dir, OPS_BK_PIECES, s->sr->p->id,
-             s->f->name);
+    if (!ops_bk_file_path(s->sr->dir, s->sr->m, s->sr->p, s->f, s->path, sizeof s->path, NULL)) {
+        send_fail(s, ST_INVALID_ARGUMENT, "the path of %s is too long: use a shorter DIR",
+                  s->f->name);
+        return;
+    }
     s->fd = open(s->path, O_RDONLY | O_NOFOLLOW);
     s->sha = EVP_MD_CTX_new();
     if (s->fd < 0) {
@@ -179,10 +227,18 @@ static void send_open(bk_send *s) {
     send_next(s); /* an empty file is one empty chunk: the node then has it */
 }
 
-st_code bk_send_piece(bk_conn *k, const char *dir, const char *backup, const ops_bk_piece *p,
-                      ops_progress *prog, const volatile sig_atomic_t *stop, st_err *err) {
+st_code bk_send_piece(bk_conn *k, const char *dir, const ops_bk_manifest *m, const char *backup,
+                      const ops_bk_piece *p, const bk_link_src *links, ops_progress *prog,
+                      const volatile sig_atomic_t *stop, st_err *err) {
     bk_send slots[BK_SEND_STREAMS];
-    bk_sender sr = {.k = k, .dir = dir, .backup = backup, .p = p, .prog = prog, .stop = stop};
+    bk_sender sr = {.k = k,
+                    .dir = dir,
+                    .backup = backup,
+                    .m = m,
+                    .p = p,
+                    .links = links,
+                    .prog = prog,
+                    .stop = stop};
     memset(slots, 0, sizeof slots);
     if (!rpc_client_alive(k->client)) {
         char addr[512];

@@ -2,14 +2,16 @@
  * docs/formats/backup-export.md). The router says where the pieces are (BackupAdmin); the bytes
  * go straight between the nodes and the directory, one kept connection per node.
  *
- * export: DescribeBackup, then ReadBackupFile of every file of every piece into DIR (each file
- * under a temporary name until fsync'd, checked against the node's size and CRC32C), then the
- * manifest last. import: the manifest and every file's size first, BeginImport (the backup is
- * CREATING, invisible to restores), WriteBackupFile of every chunk to the node the router named
- * while checking each file's CRC32C and SHA-256 against the manifest as it is read,
- * SealBackupPiece, FinishImport; on any failure (a damaged file, a node down, Ctrl-C) the backup
- * is deleted, so nothing half-imported stays. */
+ * export: DescribeBackup, then ReadBackupFile of every distinct file into DIR/files/<sha256>
+ * (format 2; each file under a temporary name until fsync'd, checked against the node's size
+ * and CRC32C), then the manifest last. import: the manifest and every file's size first,
+ * BeginImport (the backup is CREATING, invisible to restores), WriteBackupFile of every chunk of
+ * each distinct content once per node (checking each file's CRC32C and SHA-256 against the
+ * manifest as it is read) and a link for the pieces that list it again, SealBackupPiece,
+ * FinishImport; on any failure (a damaged file, a node down, Ctrl-C) the backup is deleted, so
+ * nothing half-imported stays. Both read format 1 exports too (ops_bk_file_path). */
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +45,17 @@ typedef struct bk_xfer {
     bk_conn *conn;
     st_code seal_rc;
     st_err seal_err;
+    /* import: every file sent so far, by node and content (a hash table of indexes + 1 into
+     * sent), so a file that several pieces on one node share is sent once and linked after */
+    struct bk_sent *sent;
+    size_t n_sent, cap_sent, *slot, n_slots;
 } bk_xfer;
+
+typedef struct bk_sent {
+    const bk_conn *k;
+    const ops_bk_piece *p;
+    const ops_bk_file *f;
+} bk_sent;
 
 /* A SealBackupPiece in flight while the next piece is sent (the node reads back and syncs the
  * sealed piece's files meanwhile). */
@@ -73,6 +85,11 @@ static void xfer_free(bk_xfer *x) {
     for (size_t i = 0; i < x->n_nodes; i++)
         bk_conn_close(&x->nodes[i]);
     x->n_nodes = 0;
+    free(x->sent);
+    free(x->slot);
+    x->sent = NULL;
+    x->slot = NULL;
+    x->n_sent = x->cap_sent = x->n_slots = 0;
 }
 
 static void catch_signals(void) {
@@ -179,8 +196,9 @@ static st_code export_assemble(const char *dir, const Strata__Internal__V1__Back
             size_t k, kj;
             const ops_bk_file *f;
             if (shared_file(l, i, bp->files[j], &k, &kj)) {
-                f = &m->pieces[k].files[kj];
-                st_code rc = ops_bk_link(dir, m->pieces[k].id, p->id, f->name, err);
+                f = &m->pieces[k].files[kj]; /* version 2: the same files/<digest> */
+                st_code rc =
+                    m->version < 2 ? ops_bk_link(dir, m->pieces[k].id, p->id, f->name, err) : ST_OK;
                 if (rc != ST_OK)
                     return rc;
             } else {
@@ -219,7 +237,8 @@ static st_code export_layout(bk_xfer *x, const char *dir,
                 ops_progress_add(&x->prog, bp->files[j]->size); /* linked, not read */
                 continue;
             }
-            jobs[n] = (bk_fetch_job){.backup = bp->backup,
+            jobs[n] = (bk_fetch_job){.version = m->version,
+                                     .backup = bp->backup,
                                      .piece = bp->piece,
                                      .file = bp->files[j]->name,
                                      .size = bp->files[j]->size,
@@ -279,10 +298,13 @@ int bk_export(bk_ctx *c) {
     req.name = name;
     ProtobufCMessage *lm = NULL;
     catch_signals();
+    const char *fmt = getenv("STRATA_BACKUP_EXPORT_FORMAT"); /* 1: the older layout, for tests */
+    if (fmt && !strcmp(fmt, "1"))
+        m.version = 1;
     st_code rc = bk_router_call(c, BK_SVC_BACKUP "DescribeBackup", &req.base,
                                 &strata__internal__v1__backup_layout__descriptor, &lm, &err);
     if (rc == ST_OK)
-        rc = ops_bk_dir_create(dir, &err);
+        rc = ops_bk_dir_create(dir, m.version, &err);
     if (rc == ST_OK) {
         const Strata__Internal__V1__BackupLayout *l = (void *)lm;
         ops_progress_init(&x.prog, "strata backup export", OPS_PROGRESS_BYTES, layout_bytes(l),
@@ -318,14 +340,14 @@ static bool seen_before(const char *dir, const ops_bk_manifest *m, size_t i, siz
                         ops_progress *p) {
     const ops_bk_file *f = &m->pieces[i].files[j];
     uint64_t dev, ino, d2, i2;
-    if (!ops_bk_file_id(dir, &m->pieces[i], f, &dev, &ino))
+    if (!ops_bk_file_id(dir, m, &m->pieces[i], f, &dev, &ino))
         return false;
     for (size_t k = 0; k < i; k++)
         for (size_t n = 0; n < m->pieces[k].n_files; n++) {
             const ops_bk_file *g = &m->pieces[k].files[n];
             if (g->size == f->size && g->crc32c == f->crc32c &&
                 !memcmp(g->sha256, f->sha256, sizeof f->sha256) &&
-                ops_bk_file_id(dir, &m->pieces[k], g, &d2, &i2) && d2 == dev && i2 == ino) {
+                ops_bk_file_id(dir, m, &m->pieces[k], g, &d2, &i2) && d2 == dev && i2 == ino) {
                 ops_progress_add(p, f->size);
                 return true;
             }
@@ -351,8 +373,8 @@ int bk_verify(bk_ctx *c) {
     for (size_t i = 0; rc == ST_OK && i < m.n_pieces; i++)
         for (size_t j = 0; rc == ST_OK && j < m.pieces[i].n_files; j++)
             if (!seen_before(dir, &m, i, j, &p))
-                rc = ops_bk_check_file(dir, &m.pieces[i], &m.pieces[i].files[j], progress_chunk, &p,
-                                       &err);
+                rc = ops_bk_check_file(dir, &m, &m.pieces[i], &m.pieces[i].files[j], progress_chunk,
+                                       &p, &err);
     ops_progress_finish(&p, rc == ST_OK);
     if (rc == ST_OK)
         print_summary(c, "verified", m.backup, dir, &m, &p);
@@ -468,6 +490,63 @@ static const ops_bk_piece *find_piece(const ops_bk_manifest *m, const char *id) 
     return NULL;
 }
 
+/* ---- files sent, by node and content ---- */
+
+static size_t sent_hash(const bk_conn *k, const ops_bk_file *f, size_t n_slots) {
+    uint64_t h;
+    memcpy(&h, f->sha256, sizeof h);
+    h ^= f->size * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)k;
+    return (size_t)(h % n_slots);
+}
+
+static bool sent_same(const bk_sent *e, const bk_conn *k, const ops_bk_file *f) {
+    return e->k == k && e->f->size == f->size && e->f->crc32c == f->crc32c &&
+           !memcmp(e->f->sha256, f->sha256, sizeof f->sha256);
+}
+
+/* A file with f's content already on node k, or NULL. */
+static const bk_sent *sent_find(const bk_xfer *x, const bk_conn *k, const ops_bk_file *f) {
+    for (size_t h = x->n_slots ? sent_hash(k, f, x->n_slots) : 0; x->n_slots && x->slot[h];
+         h = (h + 1) % x->n_slots)
+        if (sent_same(&x->sent[x->slot[h] - 1], k, f))
+            return &x->sent[x->slot[h] - 1];
+    return NULL;
+}
+
+static void sent_index(bk_xfer *x, size_t i) {
+    size_t h = sent_hash(x->sent[i].k, x->sent[i].f, x->n_slots);
+    while (x->slot[h])
+        h = (h + 1) % x->n_slots;
+    x->slot[h] = i + 1;
+}
+
+/* Remembers that file f of piece p is on node k; false out of memory. */
+static bool sent_add(bk_xfer *x, const bk_conn *k, const ops_bk_piece *p, const ops_bk_file *f) {
+    if (sent_find(x, k, f))
+        return true;
+    if (x->n_sent == x->cap_sent) {
+        size_t cap = x->cap_sent ? x->cap_sent * 2 : 64;
+        bk_sent *v = realloc(x->sent, cap * sizeof *v);
+        size_t *slot = calloc(2 * cap, sizeof *slot);
+        if (!v || !slot) {
+            if (v)
+                x->sent = v;
+            free(slot);
+            return false;
+        }
+        x->sent = v;
+        x->cap_sent = cap;
+        free(x->slot);
+        x->slot = slot;
+        x->n_slots = 2 * cap;
+        for (size_t i = 0; i < x->n_sent; i++)
+            sent_index(x, i);
+    }
+    x->sent[x->n_sent] = (bk_sent){k, p, f};
+    sent_index(x, x->n_sent++);
+    return true;
+}
+
 /* Every file of one piece to its node, checked as read; then the seal. */
 static void seal_done(st_code code, const char *message, st_slice response, void *arg) {
     (void)response;
@@ -506,6 +585,19 @@ static st_code seal_start(bk_xfer *x, const Strata__Internal__V1__BackupPiece *b
     return ST_OK;
 }
 
+/* Removes what the node holds of piece `piece` of the backup being imported: a piece sealed or
+ * half written by an earlier import of the same id that failed while the node was down (its
+ * DeleteBackup could not reach the node). The backup is CREATING and this import's, so anything
+ * of that name on the node is such a leftover; without this a retry would meet ALREADY_EXISTS. */
+static st_code clear_leftover(bk_xfer *x, const char *name, const char *piece, st_err *err) {
+    Strata__Internal__V1__DeleteBackupPiecesRequest d;
+    strata__internal__v1__delete_backup_pieces_request__init(&d);
+    d.backup = (char *)name;
+    d.piece = (char *)piece;
+    return bk_conn_call(x->conn, BK_SVC_NODE "DeleteBackupPieces", &d.base, NULL, NULL,
+                        BK_ADMIN_TIMEOUT_MS, err);
+}
+
 static st_code import_piece(bk_xfer *x, const char *dir, const ops_bk_manifest *m, const char *name,
                             Strata__Internal__V1__PieceLocation *pl, st_err *err) {
     const ops_bk_piece *p = pl->piece ? find_piece(m, pl->piece->piece) : NULL;
@@ -513,7 +605,21 @@ static st_code import_piece(bk_xfer *x, const char *dir, const ops_bk_manifest *
         return st_err_set(err, ST_INTERNAL, "BeginImport answered a piece the export lacks");
     st_code rc = node_conn(x, pl->node, &x->conn, err);
     if (rc == ST_OK)
-        rc = bk_send_piece(x->conn, dir, name, p, &x->prog, &bk_interrupted, err);
+        rc = clear_leftover(x, name, p->id, err);
+    bk_link_src *links = rc == ST_OK ? calloc(p->n_files + 1, sizeof *links) : NULL;
+    if (rc == ST_OK && !links)
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t j = 0; rc == ST_OK && j < p->n_files; j++) {
+        const bk_sent *e = sent_find(x, x->conn, &p->files[j]);
+        if (e)
+            links[j] = (bk_link_src){e->p->id, e->f->name};
+    }
+    if (rc == ST_OK)
+        rc = bk_send_piece(x->conn, dir, m, name, p, links, &x->prog, &bk_interrupted, err);
+    for (size_t j = 0; rc == ST_OK && j < p->n_files; j++)
+        if (!links[j].piece && !sent_add(x, x->conn, p, &p->files[j]))
+            rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    free(links);
     if (rc != ST_OK)
         return rc;
     if (!pl->piece->backup || !pl->piece->backup[0])

@@ -45,6 +45,12 @@ const rpc_client_opts *ops_secure_node_opts(const char *addr);
 const rpc_client_opts *ops_secure_router_opts(void);
 /* "authorization: Bearer TOKEN" with the admin token of DIR/secure/tokens (*n 0: none). */
 const rpc_metadata *ops_secure_md(size_t *n);
+/* Credentials given on a command line, over the instance directory's: ca_path (NULL or "": the
+ * instance's DIR/secure/ca.pem, if any) is the CA the servers' certificates must chain to (TLS
+ * on, any router certificate it signed), token (NULL or "": the instance's admin token) goes
+ * as "authorization: Bearer TOKEN" (also over plaintext, to a router that checks tokens
+ * without TLS). Takes effect at the next call of the helpers above. */
+void ops_secure_override(const char *ca_path, const char *token);
 /* The first token of role in DIR/secure/tokens ("admin", "writer", "reader") into out. */
 bool ops_secure_token(const char *inst_dir, const char *role, char *out, size_t cap);
 

@@ -21,7 +21,15 @@ static struct {
     char token[OPS_SECURE_TOKEN_MAX];
     char bearer[OPS_SECURE_TOKEN_MAX + 16];
     rpc_metadata md;
+    char ca_flag[OPS_CERTS_PATH_MAX]; /* ops_secure_override: "" = the instance's */
+    char token_flag[OPS_SECURE_TOKEN_MAX];
 } g_sec;
+
+void ops_secure_override(const char *ca_path, const char *token) {
+    snprintf(g_sec.ca_flag, sizeof g_sec.ca_flag, "%s", ca_path ? ca_path : "");
+    snprintf(g_sec.token_flag, sizeof g_sec.token_flag, "%s", token ? token : "");
+    g_sec.loaded = false;
+}
 
 void ops_secure_use(const char *inst_dir) {
     snprintf(g_sec.dir, sizeof g_sec.dir, "%s", inst_dir);
@@ -48,6 +56,21 @@ bool ops_secure_token(const char *inst_dir, const char *role, char *out, size_t 
     return found;
 }
 
+/* The CA the servers' certificates must chain to, and the admin certificate (none without a
+ * secure instance directory: routers need none, nodes then refuse the handshake). */
+static void secure_paths(char *ca, char *cert, char *key, size_t cap) {
+    snprintf(ca, cap, "%s/%s/ca.pem", g_sec.dir, OPS_SECURE_SUBDIR);
+    snprintf(cert, cap, "%s/%s/admin.pem", g_sec.dir, OPS_SECURE_SUBDIR);
+    snprintf(key, cap, "%s/%s/admin.key", g_sec.dir, OPS_SECURE_SUBDIR);
+    bool inst = g_sec.dir[0] && access(ca, F_OK) == 0;
+    if (g_sec.ca_flag[0])
+        snprintf(ca, cap, "%s", g_sec.ca_flag);
+    else if (!inst)
+        ca[0] = '\0';
+    if (!inst)
+        cert[0] = key[0] = '\0';
+}
+
 /* Loads the credentials once; a secure instance whose files cannot be read is said once on
  * stderr, and calls then fail their TLS handshake (with the server's reason). */
 static void secure_load(void) {
@@ -55,27 +78,36 @@ static void secure_load(void) {
         return;
     g_sec.loaded = true;
     char ca[OPS_CERTS_PATH_MAX + 32], cert[OPS_CERTS_PATH_MAX + 32], key[OPS_CERTS_PATH_MAX + 32];
-    snprintf(ca, sizeof ca, "%s/%s/ca.pem", g_sec.dir, OPS_SECURE_SUBDIR);
-    g_sec.on = g_sec.dir[0] && access(ca, F_OK) == 0;
+    secure_paths(ca, cert, key, sizeof ca);
+    g_sec.on = ca[0] != '\0';
+    g_sec.md = (rpc_metadata){0};
+    if (g_sec.token_flag[0])
+        snprintf(g_sec.token, sizeof g_sec.token, "%s", g_sec.token_flag);
+    else if (!g_sec.on || !ops_secure_token(g_sec.dir, "admin", g_sec.token, sizeof g_sec.token))
+        g_sec.token[0] = '\0';
+    if (g_sec.token[0]) { /* a token without TLS: a router checking tokens over plaintext */
+        snprintf(g_sec.bearer, sizeof g_sec.bearer, "Bearer %s", g_sec.token);
+        g_sec.md = (rpc_metadata){"authorization", g_sec.bearer};
+    }
     if (!g_sec.on)
         return;
-    snprintf(cert, sizeof cert, "%s/%s/admin.pem", g_sec.dir, OPS_SECURE_SUBDIR);
-    snprintf(key, sizeof key, "%s/%s/admin.key", g_sec.dir, OPS_SECURE_SUBDIR);
     st_err err = {0};
     SSL_CTX_free(g_sec.ctx);
-    g_sec.ctx = rpc_tls_client_ctx_new(ca, cert, key, &err);
-    if (!g_sec.ctx)
+    g_sec.ctx = rpc_tls_client_ctx_new(ca, cert[0] ? cert : NULL, key[0] ? key : NULL, &err);
+    if (!g_sec.ctx && g_sec.ca_flag[0])
+        fprintf(stderr,
+                "strata: the CA file %s cannot be used: %s (give the PEM file of the CA "
+                "that signed the router's certificate)\n",
+                g_sec.ca_flag, err.msg);
+    else if (!g_sec.ctx)
         fprintf(stderr,
                 "strata: %s is a secure instance but its admin credentials cannot be used: %s "
                 "(run `strata up --secure` there again to recreate missing certificates)\n",
                 g_sec.dir, err.msg);
     g_sec.node = (rpc_client_opts){.ssl_ctx = g_sec.ctx, .peer_role = RPC_ROLE_NODE};
-    g_sec.router = (rpc_client_opts){.ssl_ctx = g_sec.ctx, .peer_role = RPC_ROLE_ROUTER};
-    g_sec.md = (rpc_metadata){0};
-    if (ops_secure_token(g_sec.dir, "admin", g_sec.token, sizeof g_sec.token)) {
-        snprintf(g_sec.bearer, sizeof g_sec.bearer, "Bearer %s", g_sec.token);
-        g_sec.md = (rpc_metadata){"authorization", g_sec.bearer};
-    }
+    /* a CA given by hand may have signed a router certificate without Strata's role in it */
+    g_sec.router = (rpc_client_opts){.ssl_ctx = g_sec.ctx,
+                                     .peer_role = g_sec.ca_flag[0] ? NULL : RPC_ROLE_ROUTER};
 }
 
 bool ops_secure_on(void) {
@@ -96,6 +128,7 @@ const rpc_client_opts *ops_secure_router_opts(void) {
 }
 
 const rpc_metadata *ops_secure_md(size_t *n) {
-    *n = ops_secure_on() && g_sec.md.name ? 1 : 0;
+    secure_load();
+    *n = g_sec.md.name ? 1 : 0;
     return *n ? &g_sec.md : NULL;
 }

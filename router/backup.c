@@ -169,7 +169,8 @@ static st_code create_check(rtr_ctx *r, const Google__Bigtable__Admin__V2__Creat
                           "backup.source_table must be set: the full name of the table to back "
                           "up");
     snprintf(name, cap, "%s/backups/%s", req->parent, req->backup_id);
-    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name))
+    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name) ||
+        rtr_bk_import_pending(r, name))
         return st_err_set(err, ST_ALREADY_EXISTS, "Backup %s already exists.", name);
     if (rtr_check_table_name(r, req->backup->source_table, err) != ST_OK)
         return err->code;
@@ -300,6 +301,92 @@ static st_code list_collect(rtr_ctx *r, size_t ci, const rtr_bk_filter *f, const
     return ST_OK;
 }
 
+/* ListBackups page tokens: "b1" + 8 hex digits (a CRC32C of parent, filter and order_by: a
+ * token only continues the listing it came from) + the hex of a Backup holding the sort fields
+ * of the last backup returned. The next page starts after where that backup sorts, so backups
+ * created or deleted between pages (the last one returned included) do not shift the pages. */
+#define BK_TOKEN_PREFIX "b1"
+
+static uint32_t list_query_crc(const Google__Bigtable__Admin__V2__ListBackupsRequest *req) {
+    uint32_t crc = st_crc32c(0, req->parent, strlen(req->parent) + 1);
+    crc = st_crc32c(crc, req->filter, strlen(req->filter) + 1);
+    return st_crc32c(crc, req->order_by, strlen(req->order_by));
+}
+
+static char *token_make(st_arena *a, uint32_t crc, const rtr_pb_backup *last) {
+    rtr_pb_backup k;
+    google__bigtable__admin__v2__backup__init(&k);
+    k.name = last->name;
+    k.source_table = last->source_table;
+    k.state = last->state;
+    k.start_time = last->start_time;
+    k.end_time = last->end_time;
+    k.expire_time = last->expire_time;
+    k.size_bytes = last->size_bytes;
+    st_slice pb = pack_arena(a, &k.base);
+    char *tok = st_arena_alloc(a, 2 * pb.len + 16);
+    if (!tok || !pb.data)
+        return NULL;
+    int n = snprintf(tok, 16, BK_TOKEN_PREFIX "%08x", (unsigned)crc);
+    for (size_t i = 0; i < pb.len; i++)
+        snprintf(tok + n + 2 * i, 3, "%02x", ((const uint8_t *)pb.data)[i]);
+    return tok;
+}
+
+static int hex_val(char ch) {
+    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+}
+
+/* The last backup of the previous page, or NULL (INVALID_ARGUMENT in err) for a token that is
+ * not one of ours or belongs to another parent, filter or order_by. */
+static rtr_pb_backup *token_parse(rtr_ctx *r, st_arena *a, const char *tok, uint32_t crc,
+                                  st_err *err) {
+    size_t len = strlen(tok), pre = strlen(BK_TOKEN_PREFIX) + 8;
+    char want[16];
+    snprintf(want, sizeof want, BK_TOKEN_PREFIX "%08x", (unsigned)crc);
+    uint8_t *pb = len > pre && len % 2 == 0 ? st_arena_alloc(a, (len - pre) / 2) : NULL;
+    bool ok = pb && !strncmp(tok, BK_TOKEN_PREFIX, strlen(BK_TOKEN_PREFIX));
+    if (ok && strncmp(tok, want, pre) != 0) {
+        st_err_set(err, ST_INVALID_ARGUMENT,
+                   "page_token belongs to a listing with another parent, filter or order_by: "
+                   "repeat the request of the previous page with its next_page_token");
+        return NULL;
+    }
+    for (size_t i = pre; ok && i < len; i += 2) {
+        int hi = hex_val(tok[i]), lo = hex_val(tok[i + 1]);
+        ok = hi >= 0 && lo >= 0;
+        if (ok)
+            pb[(i - pre) / 2] = (uint8_t)(hi << 4 | lo);
+    }
+    ProtobufCAllocator al = {arena_alloc, arena_free, a};
+    rtr_pb_backup *b =
+        ok ? (rtr_pb_backup *)btu_pb_unpack(&google__bigtable__admin__v2__backup__descriptor, &al,
+                                            st_slice_make(pb, (len - pre) / 2), NULL)
+           : NULL;
+    size_t ci;
+    char id[RTR_BK_ID_MAX + 1];
+    if (b && rtr_bk_parse_name(&r->topo, b->name, &ci, id, sizeof id, NULL) == ST_OK)
+        return b;
+    st_err_set(err, ST_INVALID_ARGUMENT,
+               "invalid page_token: pass the next_page_token of the previous page unchanged, or "
+               "an empty one for the first page");
+    return NULL;
+}
+
+/* The index in the sorted v of the first backup after last (NULL: 0). */
+static size_t list_resume(const rtr_bk_order *o, rtr_pb_backup **v, size_t n,
+                          const rtr_pb_backup *last) {
+    size_t lo = 0, hi = last ? n : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (rtr_bk_order_cmp(o, v[mid], last) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 void rtr_h_list_backups(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__Admin__V2__ListBackupsRequest *req = (void *)rtr_unpack(
@@ -311,19 +398,19 @@ void rtr_h_list_backups(rpc_call *call, st_slice bytes, void *arg) {
     size_t ci;
     rtr_bk_filter *f;
     rtr_bk_order o;
+    rtr_pb_backup *last = NULL;
+    uint32_t crc = list_query_crc(req);
     if (rtr_bk_parse_cluster(&r->topo, req->parent, true, &ci, &err) != ST_OK ||
         rtr_bk_filter_parse(req->filter, a, &f, &err) != ST_OK ||
-        rtr_bk_order_parse(req->order_by, &o, &err) != ST_OK) {
+        rtr_bk_order_parse(req->order_by, &o, &err) != ST_OK ||
+        (req->page_token[0] && !(last = token_parse(r, a, req->page_token, crc, &err)))) {
         fail_err(call, &err);
         return;
     }
-    char *end = NULL;
-    unsigned long long skip = req->page_token[0] ? strtoull(req->page_token, &end, 10) : 0;
-    if ((end && *end) || req->page_size < 0) {
+    if (req->page_size < 0) {
         rtr_fail(call, ST_INVALID_ARGUMENT,
-                 "invalid page_token '%s' or negative page_size %d: pass the next_page_token "
-                 "of the previous page unchanged",
-                 req->page_token, req->page_size);
+                 "negative page_size %d: use 0 (the default, %d) or more", req->page_size,
+                 RTR_BK_PAGE_MAX);
         return;
     }
     size_t max = req->page_size > 0 && req->page_size < RTR_BK_PAGE_MAX ? (size_t)req->page_size
@@ -334,16 +421,15 @@ void rtr_h_list_backups(rpc_call *call, st_slice bytes, void *arg) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
+    size_t skip = list_resume(&o, v, n, last);
     Google__Bigtable__Admin__V2__ListBackupsResponse resp;
     google__bigtable__admin__v2__list_backups_response__init(&resp);
-    char tok[32];
-    if (skip < n) {
-        resp.backups = v + skip;
-        resp.n_backups = n - skip < max ? n - skip : max;
-        if (skip + resp.n_backups < n) {
-            snprintf(tok, sizeof tok, "%llu", skip + resp.n_backups);
-            resp.next_page_token = tok;
-        }
+    resp.backups = v + skip;
+    resp.n_backups = n - skip < max ? n - skip : max;
+    if (skip + resp.n_backups < n &&
+        !(resp.next_page_token = token_make(a, crc, v[skip + resp.n_backups - 1]))) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
     }
     reply_pb(call, &resp.base);
 }
@@ -575,7 +661,8 @@ static st_code copy_check(rtr_ctx *r, const Google__Bigtable__Admin__V2__CopyBac
                           "letter, a digit or '_'",
                           req->backup_id, RTR_BK_ID_MAX);
     snprintf(name, cap, "%s/backups/%s", req->parent, req->backup_id);
-    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name))
+    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name) ||
+        rtr_bk_import_pending(r, name))
         return st_err_set(err, ST_ALREADY_EXISTS, "Backup %s already exists.", name);
     return rtr_bk_check_expire(rtr_bk_ts_us(req->expire_time), st_wall_us(),
                                RTR_BK_COPY_EXPIRE_MAX_US, err);
@@ -687,6 +774,13 @@ static void sweep_tick(evutil_socket_t fd, short what, void *arg) {
 st_code rtr_bk_start(rtr_ctx *r, st_err *err) {
     rtr_bk *bk = r->bk;
     bk->started_us = st_wall_us();
+    const char *ahead = getenv(RTR_BK_TEST_EXPIRY_ENV);
+    if (ahead && atoll(ahead) > 0) {
+        bk->expiry_ahead_us = atoll(ahead) * 1000000;
+        st_log(ST_LOG_WARN, "router",
+               "%s=%s: backups expire %s seconds early (a test setting: unset it in production)",
+               RTR_BK_TEST_EXPIRY_ENV, ahead, ahead);
+    }
     snprintf(bk->owner, sizeof bk->owner, "%s:%u/%" PRId64, r->listen_host, r->port,
              bk->started_us);
     int64_t ms = RTR_BK_SWEEP_MS;

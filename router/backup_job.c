@@ -120,17 +120,20 @@ void rtr_bk_jobs_free(rtr_ctx *r) {
     }
 }
 
+/* A finished job (its operation already reads done, only its record is still being written)
+ * holds no name any more: a client that saw the operation end may reuse the name at once. */
 bool rtr_bk_busy(rtr_ctx *r, const char *name) {
     for (bk_job *j = r->bk ? r->bk->jobs : NULL; j; j = j->next)
-        if ((j->backup && strcmp(j->backup, name) == 0) ||
-            (j->table && strcmp(j->table, name) == 0))
+        if (!j->finished && ((j->backup && strcmp(j->backup, name) == 0) ||
+                             (j->table && strcmp(j->table, name) == 0)))
             return true;
     return false;
 }
 
 const char *rtr_bk_job_of_backup(rtr_ctx *r, const char *backup) {
     for (bk_job *j = r->bk ? r->bk->jobs : NULL; j; j = j->next)
-        if ((j->kind == BK_CREATE || j->kind == BK_COPY) && strcmp(j->backup, backup) == 0)
+        if ((j->kind == BK_CREATE || j->kind == BK_COPY) && !j->finished &&
+            strcmp(j->backup, backup) == 0)
             return j->op_name;
     return NULL;
 }
@@ -424,6 +427,11 @@ static bool fatal_code(st_code c) {
 static void create_next(bk_job *j) {
     if (covered(j)) {
         create_finish(j);
+        return;
+    }
+    if (st_mono_us() - j->progress_us > (int64_t)RTR_BK_STALL_MS * 1000 &&
+        j->last_err.code == ST_RESOURCE_EXHAUSTED) { /* a node out of disk: its words, whole */
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "%s", j->last_err.msg);
         return;
     }
     if (st_mono_us() - j->progress_us > (int64_t)RTR_BK_STALL_MS * 1000) {

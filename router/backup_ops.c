@@ -223,7 +223,7 @@ static bool backup_stale(rtr_ctx *r, const rtr_meta_rec *m, int64_t now) {
         const rtr_pb_backup *b = rec->backup;
         int64_t exp = rtr_bk_ts_us(b->expire_time);
         if (b->state == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY)
-            stale = exp && exp < now;
+            stale = exp && exp < now + r->bk->expiry_ahead_us;
         else if (!rec->operation[0])
             stale = rec->created_us + RTR_BK_IMPORT_KEEP_US < now;
         else if (rec->created_us + (int64_t)RTR_BK_LEASE_MS * 1000 < now) {

@@ -4,8 +4,13 @@
 #   1. create --wait, list (--json, across pages), describe, delete, restore --wait;
 #   2. export b1 -> verify OK; the export's files equal the backup's, byte for byte, although the
 #      fake drops the first stream of 000001.sst after 1 MiB (the export resumes at the offset);
-#   3. a flipped byte, a truncated file, a missing file: verify refuses, naming the file;
-#   4. import of the intact export as b2: the server's files equal the originals, b2 READY;
+#      the file p0 and p1 share is one file of files/ (format 2); a format 1 export (pieces/,
+#      STRATA_BACKUP_EXPORT_FORMAT=1) still verifies;
+#   3. a flipped byte (in the shared file), a truncated file, a missing file: verify refuses,
+#      naming the piece's file;
+#   4. import of the intact export as b2: the server's files equal the originals, the shared file
+#      sent once and linked, b2 READY; an import over a sealed piece an earlier failed import
+#      left clears it; the format 1 export imports too;
 #   5. import of a damaged export: refused naming the file, and b3 does not stay behind;
 #   6. export into a directory that is not empty: refused, the directory untouched.
 # Usage: backup_cli_fake_test.sh PATH/TO/strata PATH/TO/backup_fake_server
@@ -49,16 +54,26 @@ timeout 120 "$STRATA" backup --endpoint "$ADDR" --cluster c1 export b1 "$tmp/exp
   2>"$tmp/2.err" || bad "export: $(cat "$tmp/2.err")"
 grep -q 'retrying from byte 1048576' "$tmp/2.err" || bad "no resumed stream: $(cat "$tmp/2.err")"
 grep -q 'exported .*b1 into' "$tmp/2.out" || bad "export output: $(cat "$tmp/2.out")"
+at() { echo "files/$(sha256sum "$tmp/root/b1/$1" | cut -c1-64)"; } # where piece/file's content is
 for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
-  cmp "$tmp/root/b1/$f" "$tmp/exp/pieces/$f" || bad "exported $f differs from the backup's"
+  cmp "$tmp/root/b1/$f" "$tmp/exp/$(at "$f")" || bad "exported $f differs from the backup's"
 done
-# the file both pieces hold was read once and hard linked
-[ "$(stat -c %i "$tmp/exp/pieces/p0/000001.sst")" = "$(stat -c %i "$tmp/exp/pieces/p1/000001.sst")" ] ||
-  bad "the file shared by p0 and p1 was exported twice instead of linked"
+# each content once: the file both pieces hold is one file (4 listed, 3 distinct), no pieces/
+[ "$(ls "$tmp/exp/files" | wc -l)" -eq 3 ] || bad "files/ holds $(ls "$tmp/exp/files")"
+[ ! -e "$tmp/exp/pieces" ] || bad "a version 2 export has pieces/"
+grep -q '^strata-backup-export 2$' "$tmp/exp/MANIFEST" || bad "the export is not format 2"
 [ -z "$(find "$tmp/exp" -name '*.tmp')" ] || bad "temporary files left in the export"
 "$STRATA" backup verify "$tmp/exp" --quiet >"$tmp/2v.out" 2>&1 || bad "verify: $(cat "$tmp/2v.out")"
 grep -q '^verified ' "$tmp/2v.out" || bad "verify output: $(cat "$tmp/2v.out")"
 grep -q '^schema 0a' "$tmp/exp/MANIFEST" || bad "no schema in the manifest"
+# the earlier layout (format 1, pieces/<piece>/<file>, shared files hard-linked) still verifies
+STRATA_BACKUP_EXPORT_FORMAT=1 timeout 120 "$STRATA" backup --endpoint "$ADDR" --cluster c1 \
+  --quiet export b1 "$tmp/exp1" >/dev/null 2>"$tmp/2o.err" || bad "format 1 export: $(cat "$tmp/2o.err")"
+grep -q '^strata-backup-export 1$' "$tmp/exp1/MANIFEST" || bad "the legacy export is not format 1"
+for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
+  cmp "$tmp/root/b1/$f" "$tmp/exp1/pieces/$f" || bad "format 1: exported $f differs"
+done
+"$STRATA" backup verify "$tmp/exp1" --quiet >/dev/null 2>"$tmp/2o.err" || bad "verify format 1: $(cat "$tmp/2o.err")"
 echo ok
 
 echo "== 3. damaged exports refused, naming the file"
@@ -67,16 +82,17 @@ damaged
 python3 -c '
 import sys
 p = sys.argv[1]
-b = bytearray(open(p, "rb").read()); b[123457] ^= 1; open(p, "wb").write(b)' "$tmp/dmg/pieces/p0/000001.sst"
+b = bytearray(open(p, "rb").read()); b[123457] ^= 1; open(p, "wb").write(b)' "$tmp/dmg/$(at p0/000001.sst)"
 "$STRATA" backup verify "$tmp/dmg" --quiet 2>"$tmp/3a.err" && bad "verify accepted a flipped byte"
-grep -q 'pieces/p0/000001.sst: checksum mismatch' "$tmp/3a.err" || bad "flipped byte: $(cat "$tmp/3a.err")"
+grep -q "file 000001.sst of piece p0: .*$(at p0/000001.sst): checksum mismatch" "$tmp/3a.err" ||
+  bad "flipped byte: $(cat "$tmp/3a.err")"
 cp -r "$tmp/dmg" "$tmp/dmg-flipped"
-damaged; truncate -s 1000 "$tmp/dmg/pieces/p1/000003.sst"
+damaged; truncate -s 1000 "$tmp/dmg/$(at p1/000003.sst)"
 "$STRATA" backup verify "$tmp/dmg" --quiet 2>"$tmp/3b.err" && bad "verify accepted a truncated file"
-grep -q 'pieces/p1/000003.sst has 1000 bytes' "$tmp/3b.err" || bad "truncated: $(cat "$tmp/3b.err")"
-damaged; rm "$tmp/dmg/pieces/p0/000002.sst"
+grep -q 'file 000003.sst of piece p1: .* has 1000 bytes' "$tmp/3b.err" || bad "truncated: $(cat "$tmp/3b.err")"
+damaged; rm "$tmp/dmg/$(at p0/000002.sst)"
 "$STRATA" backup verify "$tmp/dmg" --quiet 2>"$tmp/3c.err" && bad "verify accepted a missing file"
-grep -q 'pieces/p0/000002.sst is missing' "$tmp/3c.err" || bad "missing: $(cat "$tmp/3c.err")"
+grep -q 'file 000002.sst of piece p0: .* is missing' "$tmp/3c.err" || bad "missing: $(cat "$tmp/3c.err")"
 damaged; rm "$tmp/dmg/MANIFEST"
 "$STRATA" backup verify "$tmp/dmg" --quiet 2>"$tmp/3d.err" && bad "verify accepted no manifest"
 grep -q 'MANIFEST is missing' "$tmp/3d.err" || bad "no manifest: $(cat "$tmp/3d.err")"
@@ -89,13 +105,25 @@ for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
   cmp "$tmp/root/b1/$f" "$tmp/root/b2/$f" || bad "imported $f differs"
 done
 "${BK[@]}" describe b2 | grep -q '^state: *READY' || bad "b2 is not READY"
+# the file p0 and p1 share went over the wire once: the server linked it into p1
+[ "$(stat -c %i "$tmp/root/b2/p0/000001.sst")" = "$(stat -c %i "$tmp/root/b2/p1/000001.sst")" ] ||
+  bad "the file shared by p0 and p1 was sent twice instead of linked"
 "${BK[@]}" import "$tmp/exp" --as b2 >/dev/null 2>"$tmp/4b.err" && bad "import over b2 succeeded"
 grep -q 'ALREADY_EXISTS' "$tmp/4b.err" || bad "import over b2: $(cat "$tmp/4b.err")"
+# a sealed piece of b6 left on the node by an earlier import of b6 that failed while the node was
+# down: the import clears it instead of failing ALREADY_EXISTS
+mkdir -p "$tmp/root/b6/p0" && touch "$tmp/root/b6/p0/SEALED"
+"${BK[@]}" import "$tmp/exp" --as b6 >"$tmp/4d.out" 2>&1 || bad "import over a leftover: $(cat "$tmp/4d.out")"
+"${BK[@]}" import "$tmp/exp1" --as b4 >"$tmp/4c.out" 2>&1 || bad "import of format 1: $(cat "$tmp/4c.out")"
+for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
+  cmp "$tmp/root/b1/$f" "$tmp/root/b4/$f" || bad "imported (format 1) $f differs"
+done
 echo ok
 
 echo "== 5. a damaged import leaves nothing"
 "${BK[@]}" import "$tmp/dmg-flipped" --as b3 >/dev/null 2>"$tmp/5.err" && bad "damaged import succeeded"
-grep -q 'pieces/p0/000001.sst: checksum mismatch' "$tmp/5.err" || bad "damaged import: $(cat "$tmp/5.err")"
+grep -q "file 000001.sst of piece p0: .*checksum mismatch" "$tmp/5.err" || bad "damaged import: $(cat "$tmp/5.err")"
+[ ! -e "$tmp/root/b3" ] || bad "the failed import left files: $(find "$tmp/root/b3")"
 grep -q 'was deleted' "$tmp/5.err" || bad "damaged import did not say it deleted b3: $(cat "$tmp/5.err")"
 "${BK[@]}" describe b3 >/dev/null 2>&1 && bad "b3 stayed after a failed import"
 echo ok

@@ -5,7 +5,10 @@
 #   2. export b1 -> verify OK; a copy with one flipped byte -> verify refuses, naming the file;
 #   3. instance B (another deployment): import of the damaged copy is refused naming the file and
 #      leaves no backup; import of the intact export -> b1 READY on B;
-#   4. restore b1 on B into bk2 -> `cbt read` of bk2 on B equals `cbt read` of bk on A.
+#   4. restore b1 on B into bk2 -> `cbt read` of bk2 on B equals `cbt read` of bk on A;
+#   5. table sp loaded on A with a 256 KiB split threshold splits while it loads, so its pieces
+#      share files: the export stores each distinct file once (files/ holds fewer files than the
+#      manifest lists), verifies, imports into B and restores there with identical rows.
 # Skips (77) without cbt, or while the router answers CreateBackup UNIMPLEMENTED.
 # Usage: backup_cli_test.sh PATH/TO/strata
 set -u
@@ -36,7 +39,9 @@ bka() { timeout 300 "$STRATA" backup --dir "$DIR" --quiet "$@"; }
 bkb() { timeout 300 "$STRATA" backup --dir "$DIRB" --quiet "$@"; }
 
 echo "== 1. instance A, table bk, create --wait"
-"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 2 || fail "strata up (A) failed"
+# a 256 KiB split threshold: table sp (section 5) splits while it loads, bk (10 rows) does not
+"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 2 --split-bytes 262144 ||
+  fail "strata up (A) failed"
 cbtat "$PORT" createtable bk "families=cf:maxversions=2" splits=m || fail "createtable bk"
 for r in apple banana cherry kiwi lemon mango nectarine orange peach zucchini; do
   cbtat "$PORT" set bk "$r" "cf:name=$r" "cf:len=${#r}" >/dev/null || fail "set $r"
@@ -64,7 +69,7 @@ echo "== 2. export, verify, a flipped byte refused"
 bka export b1 "$EXP" >"$TMPD/2.out" 2>&1 || fail "export: $(cat "$TMPD/2.out")"
 "$STRATA" backup verify "$EXP" --quiet >"$TMPD/2v.out" 2>&1 || fail "verify: $(cat "$TMPD/2v.out")"
 cp -r "$EXP" "$TMPD/flipped"
-victim=$(find "$TMPD/flipped/pieces" -type f -size +0 | sort | head -n1)
+victim=$(find "$TMPD/flipped/files" -type f -size +0 | sort | head -n1)
 [ -n "$victim" ] || fail "the export has no non-empty file: $(find "$EXP")"
 python3 -c '
 import os, sys
@@ -89,4 +94,34 @@ bkb restore b1 --to bk2 --wait >"$TMPD/4.out" 2>&1 || fail "restore: $(cat "$TMP
 cbtat "$PORTB" read bk2 >"$TMPD/b.read" || fail "cbt read bk2 on B"
 diff "$TMPD/a.read" "$TMPD/b.read" >"$TMPD/4.diff" || fail "bk2 on B differs from bk on A: $(cat "$TMPD/4.diff")"
 echo "ok: $(grep -c '^----' "$TMPD/b.read") rows identical"
+
+echo "== 5. a table split while loading: its pieces share files, exported once, imported once"
+timeout 120 "$STRATA" bench --dir "$DIR" --project p --instance i --table sp --workload bulkwrite \
+  --dist sequential --keys 48 --requests 1 --value-size 65536 --no-lag --quiet >"$TMPD/5l.out" 2>&1 ||
+  fail "loading sp: $(cat "$TMPD/5l.out")"
+# the splits run in the background: back up until the pieces share a file (at most 60 tries)
+for try in $(seq 1 60); do
+  bka create sp --id s1 --expire 1d --wait >"$TMPD/5c.out" 2>&1 || fail "create s1: $(cat "$TMPD/5c.out")"
+  rm -rf "$TMPD/sp-exp"
+  bka export s1 "$TMPD/sp-exp" >"$TMPD/5e.out" 2>&1 || fail "export s1: $(cat "$TMPD/5e.out")"
+  listed=$(grep -c '^file ' "$TMPD/sp-exp/MANIFEST")
+  distinct=$(grep '^file ' "$TMPD/sp-exp/MANIFEST" | cut -d' ' -f5 | sort -u | wc -l)
+  [ "$listed" -gt "$distinct" ] && break
+  bka delete s1 >/dev/null 2>&1 || fail "delete s1"
+  sleep 1
+done
+stored=$(ls "$TMPD/sp-exp/files" | wc -l)
+[ "$stored" -eq "$distinct" ] || fail "files/ holds $stored files for $distinct distinct contents"
+[ "$listed" -gt "$distinct" ] || fail "no piece shares a file after $try tries ($listed listed, $distinct distinct): sp did not split"
+"$STRATA" backup verify "$TMPD/sp-exp" --quiet >/dev/null 2>"$TMPD/5v.err" || fail "verify s1: $(cat "$TMPD/5v.err")"
+bkb import "$TMPD/sp-exp" >"$TMPD/5i.out" 2>&1 || fail "import s1: $(cat "$TMPD/5i.out")"
+inodes=$(find "$DIRB"/*-0/backups/i/*/s1 -name '*.sst' -printf '%i\n' | sort -u | wc -l)
+[ "$inodes" -eq "$distinct" ] ||
+  fail "B's node holds $inodes files of s1 for $distinct distinct contents: a shared file was sent again"
+bkb restore s1 --to sp2 --wait >"$TMPD/5r.out" 2>&1 || fail "restore s1: $(cat "$TMPD/5r.out")"
+cbtat "$PORT" read sp >"$TMPD/sp.a" || fail "cbt read sp on A"
+cbtat "$PORTB" read sp2 >"$TMPD/sp.b" || fail "cbt read sp2 on B"
+[ "$(grep -c '^----' "$TMPD/sp.a")" -gt 0 ] || fail "sp on A is empty"
+cmp -s "$TMPD/sp.a" "$TMPD/sp.b" || fail "sp2 on B differs from sp on A"
+echo "ok: $listed files listed, $distinct distinct, each stored and sent once; $(grep -c '^----' "$TMPD/sp.b") rows identical"
 echo PASS

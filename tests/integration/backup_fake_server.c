@@ -257,6 +257,25 @@ static void h_write_file(rpc_call *call, st_slice req, void *arg) {
         snprintf(path, sizeof path, "%s/%s/%s", F.root, leaf(q->backup), q->piece);
         mkdir(path, 0755);
         path_of(path, sizeof path, q->backup, q->piece, q->file);
+        char sealed[1500]; /* a node refuses writes into a sealed piece: so does the fake */
+        path_of(sealed, sizeof sealed, q->backup, q->piece, "SEALED");
+        if (access(sealed, F_OK) == 0) {
+            rpc_call_finish(call, ST_ALREADY_EXISTS, "fake: the piece is sealed already");
+            strata__internal__v1__backup_file_chunk__free_unpacked(q, NULL);
+            return;
+        }
+        if (q->link_piece[0]) { /* a file another piece holds: linked, as a node does */
+            char src[1500];
+            path_of(src, sizeof src, q->backup, q->link_piece, q->link_file);
+            unlink(path);
+            bool ok = safe(q->link_piece) && safe(q->link_file) && link(src, path) == 0;
+            if (ok)
+                answer(call, NULL);
+            else
+                rpc_call_finish(call, ST_FAILED_PRECONDITION, "fake: no file to link");
+            strata__internal__v1__backup_file_chunk__free_unpacked(q, NULL);
+            return;
+        }
         fd = open(path, O_WRONLY | O_CREAT | (q->offset == 0 ? O_TRUNC : 0), 0644);
     }
     if (fd < 0 || pwrite(fd, q->data.data, q->data.len, (off_t)q->offset) != (ssize_t)q->data.len)
@@ -267,6 +286,24 @@ static void h_write_file(rpc_call *call, st_slice req, void *arg) {
         close(fd);
     if (q)
         strata__internal__v1__backup_file_chunk__free_unpacked(q, NULL);
+}
+
+/* Node DeleteBackupPieces of one piece of a backup being imported (an import clears leftovers
+ * of its pieces first): its files go. */
+static void h_delete_pieces(rpc_call *call, st_slice req, void *arg) {
+    (void)arg;
+    Strata__Internal__V1__DeleteBackupPiecesRequest *q =
+        strata__internal__v1__delete_backup_pieces_request__unpack(NULL, req.len, req.data);
+    fb *b = q ? find(q->backup) : NULL;
+    if (b && !b->ready && safe(q->piece)) {
+        char cmd[1500];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/%s/%s'", F.root, leaf(q->backup), q->piece);
+        if (system(cmd) != 0)
+            fprintf(stderr, "fake: %s failed\n", cmd);
+    }
+    answer(call, NULL);
+    if (q)
+        strata__internal__v1__delete_backup_pieces_request__free_unpacked(q, NULL);
 }
 
 static void h_seal(rpc_call *call, st_slice req, void *arg) {
@@ -290,6 +327,11 @@ static void h_seal(rpc_call *call, st_slice req, void *arg) {
     if (bad) {
         rpc_call_finish(call, ST_DATA_LOSS, bad);
     } else {
+        char path[1500];
+        path_of(path, sizeof path, q->backup, q->piece, "SEALED");
+        FILE *f = fopen(path, "w");
+        if (f)
+            fclose(f);
         b->sealed[k] = true;
         answer(call, &q->base);
     }
@@ -588,6 +630,7 @@ int main(int argc, char **argv) {
         {NO "ReadBackupFile", h_read_file},
         {NO "WriteBackupFile", h_write_file},
         {NO "SealBackupPiece", h_seal},
+        {NO "DeleteBackupPieces", h_delete_pieces},
     };
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
         rpc_server_add_method(s, methods[i].path, methods[i].fn, NULL);

@@ -10,6 +10,10 @@
  *     CRC DATA_LOSS naming the file; an oversized chunk INVALID_ARGUMENT;
  *   - kill -9 during a BackupTablet, then a restart: the piece is whole or absent, and unsealed
  *     leftovers are gone; DeleteBackupPieces removes pieces;
+ *   - a file received in chunks is sealed without being read back; WriteBackupFile with
+ *     link_piece links a file another piece holds (a wrong CRC32C DATA_LOSS, leaving nothing),
+ *     and a file restarted at offset 0 leaves a piece that linked it unchanged; kill -9 in the
+ *     middle of an import leaves the sealed pieces whole and the unsealed one gone;
  *   - after a restart the background pass checksums the SSTables no piece holds: a freeze then
  *     reads no file back (its log line's crc_read_files=0), and its CRCs pass a seal on node 2;
  *   - the nodes then stop cleanly (exit 0: no leak under ASan).
@@ -537,6 +541,167 @@ static long long log_value(int node, long off, const char *n1, const char *n2, c
     return v;
 }
 
+/* ---- shared files: sent once, linked into the other pieces (WriteBackupFile link_piece) ---- */
+
+#define LINK_BYTES ((size_t)(2u << 20) + 12345) /* three chunks */
+
+static uint8_t *link_data(unsigned seed) {
+    uint8_t *d = malloc(LINK_BYTES);
+    for (size_t i = 0; d && i < LINK_BYTES; i++)
+        d[i] = (uint8_t)((i * 2654435761u + seed) >> 11);
+    return d;
+}
+
+static st_code put_file(int node, const char *backup, const char *piece, const char *file,
+                        const uint8_t *d, size_t len, st_err *st) {
+    st_code rc = ST_OK;
+    for (size_t off = 0; rc == ST_OK && (off < len || off == 0);) {
+        Strata__Internal__V1__BackupFileChunk c = STRATA__INTERNAL__V1__BACKUP_FILE_CHUNK__INIT;
+        size_t n = len - off < (1u << 20) ? len - off : (1u << 20);
+        c.backup = (char *)backup;
+        c.piece = (char *)piece;
+        c.file = (char *)file;
+        c.offset = off;
+        c.data = (ProtobufCBinaryData){n, (uint8_t *)d + off};
+        rc = unary(node, "WriteBackupFile", &c.base, NULL, st);
+        off += n;
+        if (n == 0)
+            break;
+    }
+    return rc;
+}
+
+static st_code link_one(int node, const char *backup, const char *piece, const char *file,
+                        const char *from_piece, uint64_t size, uint32_t crc, st_err *st) {
+    Strata__Internal__V1__BackupFileChunk c = STRATA__INTERNAL__V1__BACKUP_FILE_CHUNK__INIT;
+    c.backup = (char *)backup;
+    c.piece = (char *)piece;
+    c.file = (char *)file;
+    c.link_piece = (char *)from_piece;
+    c.link_file = (char *)file;
+    c.link_size = size;
+    c.link_crc32c = crc;
+    return unary(node, "WriteBackupFile", &c.base, NULL, st);
+}
+
+static st_code seal_one(int node, const char *backup, const char *piece, const char *file,
+                        uint64_t size, uint32_t crc, st_err *st) {
+    Strata__Internal__V1__BackupFile f = STRATA__INTERNAL__V1__BACKUP_FILE__INIT;
+    f.name = (char *)file;
+    f.size = size;
+    f.crc32c = crc;
+    Strata__Internal__V1__BackupFile *fv[] = {&f};
+    pb_piece p = STRATA__INTERNAL__V1__BACKUP_PIECE__INIT;
+    p.backup = (char *)backup;
+    p.piece = (char *)piece;
+    p.table_name = INST "/tables/t";
+    p.files = fv;
+    p.n_files = 1;
+    return unary(node, "SealBackupPiece", &p.base, NULL, st);
+}
+
+static uint64_t inode_of(int node, const char *piece, const char *file) {
+    char path[BT_PATH_MAX + 128];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/backups/i/c1/b4/%s/%s", g_data[node], piece, file);
+    return stat(path, &sb) == 0 ? (uint64_t)sb.st_ino : 0;
+}
+
+/* A file received in chunks is checksummed on its way in: its seal reads nothing back. A link
+ * with the right size and CRC32C shares the inode; a wrong CRC, a missing source or a bad name
+ * is refused and leaves nothing. A file restarted at offset 0 after another piece linked it
+ * leaves the linked bytes alone. Node 1, backup b4. */
+static void test_links(void) {
+    st_err st = {0};
+    uint8_t *a = link_data(1), *b = link_data(2);
+    uint32_t ca = st_crc32c(0, a, LINK_BYTES), cb = st_crc32c(0, b, LINK_BYTES);
+    long off = 0;
+    char *log = log_from(1, 0);
+    off = log ? (long)strlen(log) : 0;
+    free(log);
+    st_code rc = put_file(1, B4, "l0", "s.sst", a, LINK_BYTES, &st);
+    expect_code("WriteBackupFile of a shared file (3 chunks)", rc, &st, ST_OK, NULL);
+    rc = link_one(1, B4, "l1", "s.sst", "l0", LINK_BYTES, ca ^ 1, &st);
+    expect_code("link with a wrong CRC32C", rc, &st, ST_DATA_LOSS, "s.sst");
+    CHECK(inode_of(1, "l1.in", "s.sst") == 0, "a refused link left a file");
+    rc = link_one(1, B4, "l1", "s.sst", "nope", LINK_BYTES, ca, &st);
+    expect_code("link from a piece that is not here", rc, &st, ST_FAILED_PRECONDITION, NULL);
+    rc = link_one(1, B4, "l1", "s.sst", "../l0", LINK_BYTES, ca, &st);
+    expect_code("link from piece ../l0", rc, &st, ST_INVALID_ARGUMENT, NULL);
+    rc = link_one(1, B4, "l1", "s.sst", "l0", LINK_BYTES, ca, &st);
+    expect_code("link from a piece being imported", rc, &st, ST_OK, NULL);
+    /* the background checksum pass (once a second) runs meanwhile: it must not forget the CRC
+     * of a file that is not in the SSTable directory it lists */
+    usleep(2500 * 1000);
+    rc = seal_one(1, B4, "l0", "s.sst", LINK_BYTES, ca, &st);
+    expect_code("SealBackupPiece of the sent file", rc, &st, ST_OK, NULL);
+    long long rb = log_value(1, off, "event=piece_sealed", "piece=l0 ", "read_back_files=");
+    printf("%-58s %lld\n", "files its seal read back", rb);
+    CHECK(rb == 0, "the seal read back %lld files checksummed on their way in", rb);
+    rc = link_one(1, B4, "l2", "s.sst", "l0", LINK_BYTES, ca, &st);
+    expect_code("link from a sealed piece", rc, &st, ST_OK, NULL);
+    rc = seal_one(1, B4, "l1", "s.sst", LINK_BYTES, ca, &st);
+    expect_code("SealBackupPiece of a linked file", rc, &st, ST_OK, NULL);
+    CHECK(inode_of(1, "l0", "s.sst") && inode_of(1, "l0", "s.sst") == inode_of(1, "l1", "s.sst"),
+          "the linked file is not the sent one");
+    /* l3 gets t.sst, l4 links it, then l3 starts t.sst again with other bytes */
+    rc = put_file(1, B4, "l3", "t.sst", a, LINK_BYTES, &st);
+    if (rc == ST_OK)
+        rc = link_one(1, B4, "l4", "t.sst", "l3", LINK_BYTES, ca, &st);
+    if (rc == ST_OK)
+        rc = put_file(1, B4, "l3", "t.sst", b, LINK_BYTES, &st);
+    expect_code("restart a file another piece linked", rc, &st, ST_OK, NULL);
+    rc = seal_one(1, B4, "l4", "t.sst", LINK_BYTES, ca, &st);
+    expect_code("the linked copy keeps its bytes", rc, &st, ST_OK, NULL);
+    rc = seal_one(1, B4, "l3", "t.sst", LINK_BYTES, cb, &st);
+    expect_code("the restarted file has the new bytes", rc, &st, ST_OK, NULL);
+    free(a);
+    free(b);
+}
+
+/* kill -9 while a piece is being imported: after the restart the sealed pieces are whole, the
+ * unsealed one is gone, and importing it again works. Runs after test_links (node 1, b4). */
+static void test_import_kill(void) {
+    st_err st = {0};
+    uint8_t *a = link_data(1);
+    uint32_t ca = st_crc32c(0, a, LINK_BYTES);
+    st_code rc = put_file(1, B4, "k0", "s.sst", a, LINK_BYTES / 2, &st);
+    if (rc == ST_OK)
+        rc = link_one(1, B4, "k1", "s.sst", "l0", LINK_BYTES, ca, &st);
+    expect_code("half an import, then kill -9", rc, &st, ST_OK, NULL);
+    bt_proc_stop(&g_node[1], SIGKILL, NULL);
+    node_start(1);
+    char path[BT_PATH_MAX + 64];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/backups/i/c1/b4/k0.in", g_data[1]);
+    CHECK(stat(path, &sb) != 0, "the half-imported piece survived kill -9");
+    snprintf(path, sizeof path, "%s/backups/i/c1/b4/k1.in", g_data[1]);
+    CHECK(stat(path, &sb) != 0, "the half-linked piece survived kill -9");
+    pb_piece *p = list_piece(1, B4, "k0");
+    CHECK(!p, "the half-imported piece is listed");
+    if (p)
+        strata__internal__v1__backup_piece__free_unpacked(p, NULL);
+    static const char *const sealed[] = {"l0", "l1", "l2"};
+    for (size_t i = 0; i < 3; i++) {
+        p = list_piece(1, B4, sealed[i]);
+        if (i == 2) { /* l2 was linked, never sealed: gone */
+            CHECK(!p, "unsealed piece l2 listed after kill -9");
+            break;
+        }
+        CHECK(p && p->n_files == 1 && p->files[0]->crc32c == ca, "sealed piece %s after kill -9",
+              sealed[i]);
+        rc = p ? read_file(1, B4, sealed[i], "s.sst", NULL, NULL, &st) : ST_NOT_FOUND;
+        CHECK(rc == ST_OK, "reading %s/s.sst after kill -9: %s", sealed[i], st.msg);
+        if (p)
+            strata__internal__v1__backup_piece__free_unpacked(p, NULL);
+    }
+    rc = put_file(1, B4, "k0", "s.sst", a, LINK_BYTES, &st);
+    if (rc == ST_OK)
+        rc = seal_one(1, B4, "k0", "s.sst", LINK_BYTES, ca, &st);
+    expect_code("the import again after the restart", rc, &st, ST_OK, NULL);
+    free(a);
+}
+
 /* An SSTable that no piece holds at a restart (its only piece deleted) is checksummed by the
  * background pass; a freeze afterwards reads no file back, and its CRCs are right. Without the
  * pass the restarted node knows only the CRCs the pieces' manifests list: the freeze would
@@ -658,6 +823,8 @@ int main(int argc, char **argv) {
           "pulled rows differ from the frozen ones");
 
     test_write_rules();
+    test_links();
+    test_import_kill();
 
     /* a restart keeps the restored table */
     node_stop(1);

@@ -25,6 +25,7 @@
 #include "backup_dir.h"
 
 static char test_dir[1024];
+static int g_version = OPS_BK_VERSION; /* of the export the tests write */
 
 static void make_dir(char *out, size_t cap) {
     const char *base = getenv("STRATA_TEST_TMP");
@@ -50,7 +51,7 @@ static void add_file(const char *dir, ops_bk_piece *p, const char *name, size_t 
     fill(data, size, seed);
     memset(&f, 0, sizeof f);
     snprintf(f.name, sizeof f.name, "%s", name);
-    assert_int_equal(ops_bk_out_open(&o, dir, p->id, name, &err), ST_OK);
+    assert_int_equal(ops_bk_out_open(&o, dir, g_version, p->id, name, &err), ST_OK);
     /* in two writes, as an export receives chunks */
     assert_int_equal(ops_bk_out_write(&o, data, size / 2, &err), ST_OK);
     assert_int_equal(ops_bk_out_write(&o, data + size / 2, size - size / 2, &err), ST_OK);
@@ -66,8 +67,9 @@ static void write_export(char *dir, size_t cap, ops_bk_manifest *m) {
     st_err err = {0};
     make_dir(test_dir, sizeof test_dir);
     snprintf(dir, cap, "%s/x", test_dir);
-    assert_int_equal(ops_bk_dir_create(dir, &err), ST_OK);
+    assert_int_equal(ops_bk_dir_create(dir, g_version, &err), ST_OK);
     ops_bk_manifest_init(m);
+    m->version = g_version;
     snprintf(m->backup, sizeof m->backup, "projects/p/instances/i/clusters/c1/backups/b1");
     snprintf(m->source_table, sizeof m->source_table, "projects/p/instances/i/tables/t");
     m->backup_type = 1;
@@ -84,7 +86,18 @@ static void write_export(char *dir, size_t cap, ops_bk_manifest *m) {
         ops_bk_manifest_add_piece(m, "p1", ST_SLICE_LIT("m"), st_slice_make(NULL, 0), 1600);
     assert_non_null(b);
     add_file(dir, b, "000001.sst", 2 << 20, 3); /* same name, another piece */
+    add_file(dir, b, "000002.sst", 5, 2);       /* the same content as p0's: one file in v2 */
     assert_int_equal(ops_bk_manifest_write(dir, m, &err), ST_OK);
+}
+
+/* The path of file j of piece i, and what an error about it names. */
+static void file_at(const char *dir, const ops_bk_manifest *m, size_t i, size_t j, char *path,
+                    size_t cap, char *names, size_t ncap) {
+    assert_true(ops_bk_file_path(dir, m, &m->pieces[i], &m->pieces[i].files[j], path, cap, NULL));
+    if (m->version < 2)
+        snprintf(names, ncap, "pieces/%s/%s", m->pieces[i].id, m->pieces[i].files[j].name);
+    else
+        snprintf(names, ncap, "file %s of piece %s", m->pieces[i].files[j].name, m->pieces[i].id);
 }
 
 static void expect_refused(const char *dir, st_code code, const char *names) {
@@ -121,10 +134,21 @@ static void test_backup_dir_round_trip(void **state) {
     assert_memory_equal(r.pieces[1].start_key.data, "m", 1);
     assert_int_equal(ops_bk_manifest_bytes(&r), ops_bk_manifest_bytes(&w));
     assert_memory_equal(r.pieces[1].files[0].sha256, w.pieces[1].files[0].sha256, 32);
+    assert_int_equal(r.version, g_version);
     /* no temporary name is left behind */
     char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s/pieces/p0/000001.sst.tmp", dir);
+    snprintf(tmp, sizeof tmp,
+             g_version < 2 ? "%s/pieces/p0/000001.sst.tmp" : "%s/files/p0.000001.sst.tmp", dir);
     assert_int_not_equal(access(tmp, F_OK), 0);
+    /* version 2 holds each content once: p0 and p1 share 000002.sst's */
+    char a[1200], b[1200], na[512], nb[512];
+    file_at(dir, &r, 0, 1, a, sizeof a, na, sizeof na);
+    file_at(dir, &r, 1, 1, b, sizeof b, nb, sizeof nb);
+    assert_int_equal(strcmp(a, b) == 0, g_version >= 2);
+    if (g_version >= 2) {
+        snprintf(tmp, sizeof tmp, "ls '%s/files' | wc -l | grep -qx 3", dir);
+        assert_int_equal(system(tmp), 0);
+    }
     ops_bk_manifest_deinit(&w);
     ops_bk_manifest_deinit(&r);
     cleanup();
@@ -132,10 +156,10 @@ static void test_backup_dir_round_trip(void **state) {
 
 static void test_backup_dir_flipped_byte_refused(void **state) {
     (void)state;
-    char dir[1100], path[1200];
+    char dir[1100], path[1200], names[512];
     ops_bk_manifest w;
     write_export(dir, sizeof dir, &w);
-    snprintf(path, sizeof path, "%s/pieces/p1/000001.sst", dir);
+    file_at(dir, &w, 1, 0, path, sizeof path, names, sizeof names);
     int fd = open(path, O_RDWR);
     assert_true(fd >= 0);
     uint8_t c;
@@ -143,31 +167,31 @@ static void test_backup_dir_flipped_byte_refused(void **state) {
     c ^= 0x10;
     assert_int_equal(pwrite(fd, &c, 1, 1234567), 1);
     close(fd);
-    expect_refused(dir, ST_DATA_LOSS, "pieces/p1/000001.sst");
+    expect_refused(dir, ST_DATA_LOSS, names);
     ops_bk_manifest_deinit(&w);
     cleanup();
 }
 
 static void test_backup_dir_truncated_refused(void **state) {
     (void)state;
-    char dir[1100], path[1200];
+    char dir[1100], path[1200], names[512];
     ops_bk_manifest w;
     write_export(dir, sizeof dir, &w);
-    snprintf(path, sizeof path, "%s/pieces/p0/000001.sst", dir);
+    file_at(dir, &w, 0, 0, path, sizeof path, names, sizeof names);
     assert_int_equal(truncate(path, 1000), 0);
-    expect_refused(dir, ST_DATA_LOSS, "pieces/p0/000001.sst");
+    expect_refused(dir, ST_DATA_LOSS, names);
     ops_bk_manifest_deinit(&w);
     cleanup();
 }
 
 static void test_backup_dir_missing_refused(void **state) {
     (void)state;
-    char dir[1100], path[1200];
+    char dir[1100], path[1200], names[512];
     ops_bk_manifest w;
     write_export(dir, sizeof dir, &w);
-    snprintf(path, sizeof path, "%s/pieces/p0/000002.sst", dir);
+    file_at(dir, &w, 0, 1, path, sizeof path, names, sizeof names);
     assert_int_equal(unlink(path), 0);
-    expect_refused(dir, ST_NOT_FOUND, "pieces/p0/000002.sst");
+    expect_refused(dir, ST_NOT_FOUND, names);
     ops_bk_manifest_deinit(&w);
     cleanup();
 }
@@ -202,14 +226,14 @@ static void test_backup_dir_unfinished_refused(void **state) {
     st_err err = {0};
     make_dir(test_dir, sizeof test_dir);
     snprintf(dir, sizeof dir, "%s/x", test_dir);
-    assert_int_equal(ops_bk_dir_create(dir, &err), ST_OK);
+    assert_int_equal(ops_bk_dir_create(dir, g_version, &err), ST_OK);
     ops_bk_out o;
-    assert_int_equal(ops_bk_out_open(&o, dir, "p0", "000001.sst", &err), ST_OK);
+    assert_int_equal(ops_bk_out_open(&o, dir, g_version, "p0", "000001.sst", &err), ST_OK);
     assert_int_equal(ops_bk_out_write(&o, "abc", 3, &err), ST_OK);
     ops_bk_out_abort(&o);
     expect_refused(dir, ST_NOT_FOUND, "MANIFEST");
     /* and a second export into it is refused only if something is there */
-    assert_int_equal(ops_bk_dir_create(dir, &err), ST_ALREADY_EXISTS);
+    assert_int_equal(ops_bk_dir_create(dir, g_version, &err), ST_ALREADY_EXISTS);
     cleanup();
 }
 
@@ -264,6 +288,7 @@ static void test_backup_dir_hostile_manifest_refused(void **state) {
         HDR "piece p  - - 1\n",
         "strata-backup-export 1\nbackup projects/p/instances/i/clusters/c/backups/b\n",
         "strata-backup-export 2\n",
+        "strata-backup-export 3\nbackup projects/p/instances/i/clusters/c/backups/b\n",
         "strata-backup-export 1\nbackup ../../b\n",
         "strata-backup-export 1\nbackup a b\n",
         "",
@@ -280,12 +305,24 @@ static void test_backup_dir_hostile_manifest_refused(void **state) {
         parse_body(HDR "piece p - 6d 1\nfile x 1 00000000 " SHA "\npiece q 6d - 2\n", &err), ST_OK);
 }
 
+/* The same checks on an export of the earlier layout (version 1, pieces/<piece>/<name>): still
+ * read by verify and import. */
+static void test_backup_dir_version1(void **state) {
+    g_version = 1;
+    test_backup_dir_round_trip(state);
+    test_backup_dir_flipped_byte_refused(state);
+    test_backup_dir_truncated_refused(state);
+    test_backup_dir_missing_refused(state);
+    g_version = OPS_BK_VERSION;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backup_dir_round_trip),
         cmocka_unit_test(test_backup_dir_flipped_byte_refused),
         cmocka_unit_test(test_backup_dir_truncated_refused),
         cmocka_unit_test(test_backup_dir_missing_refused),
+        cmocka_unit_test(test_backup_dir_version1),
         cmocka_unit_test(test_backup_dir_manifest_changed_refused),
         cmocka_unit_test(test_backup_dir_unfinished_refused),
         cmocka_unit_test(test_backup_dir_hostile_manifest_refused),
