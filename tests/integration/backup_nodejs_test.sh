@@ -66,7 +66,7 @@ RPID=$(cat "$DIR/run/router.pid") || fail "no router pid in $DIR/run"
 kill "$RPID"
 for _ in $(seq 1 100); do kill -0 "$RPID" 2>/dev/null || break; sleep 0.1; done # gone before `strata up` looks
 "$STRATA" up --dir "$DIR" >/dev/null 2>&1 || fail "strata up did not restart the router"
-NODE_PATH="$CACHE/node_modules" timeout 300 node "$TMPD/lro.js" >"$TMPD/lro.out" 2>"$TMPD/lro.err"
+NODE_PATH="$CACHE/node_modules" timeout 240 node "$TMPD/lro.js" >"$TMPD/lro.out" 2>"$TMPD/lro.err"
 rc=$?
 cat "$TMPD/lro.out"
 [ $rc = 0 ] || { grep -v -e MetadataLookupWarning -e trace-warnings "$TMPD/lro.err" >&2
