@@ -325,6 +325,16 @@ static int op_percent(const Google__Longrunning__Operation *op) {
 }
 
 /* Polls GetOperation until done; *out is the finished operation (free it). */
+/* A router that restarts or fails over answers UNAVAILABLE for a while; the operation goes on
+ * (operations are kept in the instance's metadata), so --wait keeps polling for up to
+ * BK_WAIT_UNAVAILABLE_MS before it gives up. */
+static bool op_wait_retry(int64_t *since) {
+    int64_t now = st_mono_us();
+    if (!*since)
+        *since = now;
+    return now - *since < (int64_t)BK_WAIT_UNAVAILABLE_MS * 1000;
+}
+
 static st_code op_wait(const bk_ctx *c, Google__Longrunning__Operation *op,
                        Google__Longrunning__Operation **out, st_err *err) {
     ops_progress p;
@@ -335,6 +345,7 @@ static st_code op_wait(const bk_ctx *c, Google__Longrunning__Operation *op,
     snprintf(name, sizeof name, "%s", op->name ? op->name : "");
     Google__Longrunning__Operation *cur = op;
     st_code rc = ST_OK;
+    int64_t unavailable_since = 0;
     while (rc == ST_OK && !cur->done) {
         int pct = op_percent(cur);
         ops_progress_set(&p, pct > 0 ? (uint64_t)pct : 0);
@@ -348,6 +359,10 @@ static st_code op_wait(const bk_ctx *c, Google__Longrunning__Operation *op,
         if (rc == ST_OK) {
             google__longrunning__operation__free_unpacked(cur, NULL);
             cur = (Google__Longrunning__Operation *)next;
+            unavailable_since = 0;
+        } else if (rc == ST_UNAVAILABLE && op_wait_retry(&unavailable_since)) {
+            st_err_clear(err); /* a router restarting: its operations outlive it */
+            rc = ST_OK;
         }
     }
     bool ok = rc == ST_OK && cur->result_case != GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;

@@ -18,6 +18,7 @@
 #define BK_FILE_TIMEOUT_MS (24 * 3600 * 1000LL) /* one ReadBackupFile stream: a whole file */
 #define BK_CHUNK_BYTES (1u << 20)               /* as node.proto: chunks of at most 1 MiB */
 #define BK_POLL_MS 500                          /* GetOperation while --wait */
+#define BK_WAIT_UNAVAILABLE_MS 60000            /* --wait rides out a router restart */
 #define BK_RES_MAX 1100                         /* a resource name with room */
 #define BK_FETCH_STREAMS 4 /* an export's concurrent ReadBackupFile streams per node */
 #define BK_READ_RETRIES 3  /* ReadBackupFile streams that drop: resumed from their offset */
