@@ -108,7 +108,8 @@ st_code bk_remove_tree(const char *path, st_err *err);
 st_code bk_publish(const char *from, const char *to, st_err *err);
 /* Removes a sealed or partial piece directory crash-safely (rename to .del first). */
 st_code bk_remove_piece(const char *dir, st_err *err);
-/* Removes the dotted leftovers under <data>/backups (node_backups_open). */
+/* Removes the dotted leftovers under <data>/backups and the backup directories they leave
+ * empty, e.g. a restore's that failed after making its directory (node_backups_open). */
 void bk_sweep(const node_ctx *n);
 
 /* The node's backup state (node_ctx.backups). */

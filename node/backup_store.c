@@ -321,6 +321,8 @@ static void sweep_dir(sweep_ctx *c) {
             c->depth++;
             sweep_dir(c);
             c->depth--;
+            if (c->depth == 2 && rmdir(c->path) == 0) /* only when empty */
+                st_log(ST_LOG_INFO, "backup", "event=empty_backup_dir_removed path=%s", c->path);
         }
         c->path[len] = '\0';
     }

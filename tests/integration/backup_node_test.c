@@ -465,7 +465,7 @@ static void write_big(const char *table) {
 
 /* kill -9 once the backup's unsealed directory exists (the freeze is under way); after the
  * restart the piece is whole (every listed file readable) or absent, and no unsealed directory
- * is left. A leftover made by hand goes too. */
+ * is left. A leftover made by hand goes too, and so does an empty backup directory. */
 static void test_kill(const char *table) {
     write_big(table);
     uint64_t id = first_tablet(0, table);
@@ -483,8 +483,12 @@ static void test_kill(const char *table) {
     char junk[BT_PATH_MAX + 64];
     snprintf(junk, sizeof junk, "%s/backups/i/c1/b1/half.in", g_data[0]);
     mkdir(junk, 0700);
+    char empty[BT_PATH_MAX + 64]; /* a failed restore's directory, left empty */
+    snprintf(empty, sizeof empty, "%s/backups/i/c1/restore-7", g_data[0]);
+    mkdir(empty, 0700);
     node_start(0);
     CHECK(!has_dotted_leftover(g_data[0]), "an unsealed piece directory survived the restart");
+    CHECK(stat(empty, &sb) != 0, "an empty backup directory survived the restart");
     pb_piece *p = list_piece(0, B1, "kill");
     printf("%-58s %s%s\n", "piece after kill -9 during BackupTablet", p ? "whole" : "absent",
            mid ? " (killed mid-freeze)" : "");
