@@ -1,5 +1,6 @@
-/* changes_msg.c — ReadChangeStreamResponse encoders (changes_msg.h). Pure: protobuf-c structs
- * built in an arena, packed behind RPC_SEND_HEADROOM free bytes. */
+/* changes_msg.c — ReadChangeStreamResponse encoders (changes_msg.h). Pure: DataChange messages
+ * written as wire bytes directly, Heartbeat and CloseStream as protobuf-c structs packed, each
+ * behind RPC_SEND_HEADROOM free bytes. */
 #include "changes_msg.h"
 
 #include <string.h>
@@ -8,10 +9,6 @@
 #include "strata/rpc.h"
 
 typedef Google__Bigtable__V2__ReadChangeStreamResponse cs_resp;
-typedef Google__Bigtable__V2__ReadChangeStreamResponse__DataChange cs_data;
-typedef Google__Bigtable__V2__ReadChangeStreamResponse__MutationChunk cs_chunk;
-typedef Google__Bigtable__V2__ReadChangeStreamResponse__MutationChunk__ChunkInfo cs_chunk_info;
-typedef Google__Bigtable__V2__Mutation pb_mut;
 
 /* Bytes a chunk costs in a message besides its value piece (tags, lengths, timestamps). */
 #define CS_CHUNK_OVERHEAD_BYTES 32
@@ -28,22 +25,89 @@ static st_code pack(st_buf *msg, const cs_resp *resp) {
     return ST_OK;
 }
 
-/* ---- DataChange ---- */
+/* ---- DataChange ----
+ * Written as protobuf wire bytes directly, without protobuf-c structs: a live reader encodes
+ * every record of its partition, and building the structs in an arena, the generic packer's
+ * size pass and its reflection cost more than the rest of a record's way out. The bytes are
+ * those protobuf-c writes for the same message (fields in number order, proto3 zero values left
+ * out, int32 and int64 as sign-extended varints); changes_msg_test repacks every message with
+ * protobuf-c and compares. Every field number below is below 16, so every tag is one byte. */
 
-static char *cstr(st_arena *a, st_slice s) {
-    char *p = st_arena_alloc(a, s.len + 1);
-    if (p) {
-        if (s.len)
-            memcpy(p, s.data, s.len);
-        p[s.len] = 0;
+typedef enum cs_dc_field {
+    DC_TYPE = 1,
+    DC_SOURCE = 2,
+    DC_ROW = 3,
+    DC_COMMIT = 4,
+    DC_TIEBREAKER = 5,
+    DC_CHUNKS = 6,
+    DC_DONE = 8,
+    DC_TOKEN = 9,
+    DC_WATERMARK = 10,
+} cs_dc_field;
+
+#define WIRE_VARINT 0u
+#define WIRE_LEN 2u
+#define RESP_DATA_CHANGE 1u /* ReadChangeStreamResponse.data_change */
+
+static size_t vlen(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
     }
-    return p;
+    return n;
 }
 
-static ProtobufCBinaryData bin(st_slice s) {
-    ProtobufCBinaryData b = {s.len, (uint8_t *)(uintptr_t)s.data};
-    return b;
+/* A varint field (left out when zero), a length-delimited field of len bytes (left out when
+ * empty unless always), and their writers. */
+static size_t f_varint(uint64_t v) {
+    return v ? 1 + vlen(v) : 0;
 }
+static size_t f_len(size_t len, bool always) {
+    return len || always ? 1 + vlen(len) + len : 0;
+}
+static uint8_t *w_varint(uint8_t *p, uint32_t field, uint64_t v) {
+    if (!v)
+        return p;
+    *p++ = (uint8_t)(field << 3 | WIRE_VARINT);
+    return p + st_put_varint64(p, v);
+}
+static uint8_t *w_head(uint8_t *p, uint32_t field, size_t len) {
+    *p++ = (uint8_t)(field << 3 | WIRE_LEN);
+    return p + st_put_varint64(p, len);
+}
+static uint8_t *w_bytes(uint8_t *p, uint32_t field, st_slice s) {
+    if (!s.len)
+        return p;
+    p = w_head(p, field, s.len);
+    memcpy(p, s.data, s.len);
+    return p + s.len;
+}
+
+static uint64_t sx(int64_t v) { /* int32 / int64 on the wire */
+    return (uint64_t)v;
+}
+
+/* A google.protobuf.Timestamp of us: its bytes' length, and the writer. */
+static size_t ts_len(int64_t us) {
+    return f_varint(sx(us / 1000000)) + f_varint(sx((int32_t)(us % 1000000) * 1000));
+}
+static uint8_t *w_ts(uint8_t *p, uint32_t field, int64_t us) {
+    p = w_head(p, field, ts_len(us));
+    p = w_varint(p, 1, sx(us / 1000000));
+    return w_varint(p, 2, sx((int32_t)(us % 1000000) * 1000));
+}
+
+/* One MutationChunk: a mutation, or piece k of a long SetCell value. */
+typedef struct cs_chunk {
+    sto_mut_type type; /* SET_CELL, DEL_COLUMN or DEL_FAMILY */
+    st_slice family, qualifier, value;
+    int64_t ts, ts_start, ts_end; /* ts_end 0: unbounded */
+    bool info, last;              /* chunk_info, and its last_chunk */
+    uint64_t size, off;
+    size_t body, mut, info_len, len; /* the lengths of the Mutation's oneof message, the Mutation,
+                                        the ChunkInfo and the MutationChunk */
+} cs_chunk;
 
 /* Chunks one mutation takes. */
 static size_t mut_chunks(const sto_mut *m, size_t value_bytes, size_t n_families) {
@@ -54,118 +118,74 @@ static size_t mut_chunks(const sto_mut *m, size_t value_bytes, size_t n_families
     return 1;
 }
 
-/* A chunk holding a fresh Mutation; NULL when memory runs out. */
-static cs_chunk *chunk_new(st_arena *a, pb_mut **out) {
-    cs_chunk *c = st_arena_alloc(a, sizeof *c);
-    pb_mut *m = st_arena_alloc(a, sizeof *m);
-    if (!c || !m)
-        return NULL;
-    google__bigtable__v2__read_change_stream_response__mutation_chunk__init(c);
-    google__bigtable__v2__mutation__init(m);
-    c->mutation = m;
-    *out = m;
-    return c;
-}
-
-static cs_chunk *del_family(st_arena *a, const char *family) {
-    pb_mut *m;
-    cs_chunk *c = chunk_new(a, &m);
-    Google__Bigtable__V2__Mutation__DeleteFromFamily *d = st_arena_alloc(a, sizeof *d);
-    if (!c || !d)
-        return NULL;
-    google__bigtable__v2__mutation__delete_from_family__init(d);
-    d->family_name = (char *)(uintptr_t)family;
-    m->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_FAMILY;
-    m->delete_from_family = d;
-    return c;
-}
-
-static cs_chunk *del_column(st_arena *a, const sto_mut *sm, char *family) {
-    pb_mut *m;
-    cs_chunk *c = chunk_new(a, &m);
-    Google__Bigtable__V2__Mutation__DeleteFromColumn *d = st_arena_alloc(a, sizeof *d);
-    Google__Bigtable__V2__TimestampRange *tr = st_arena_alloc(a, sizeof *tr);
-    if (!c || !d || !tr)
-        return NULL;
-    google__bigtable__v2__mutation__delete_from_column__init(d);
-    google__bigtable__v2__timestamp_range__init(tr);
-    d->family_name = family;
-    d->column_qualifier = bin(sm->qualifier);
-    tr->start_timestamp_micros = sm->ts_start_us;
-    tr->end_timestamp_micros = sm->ts_end_us == STO_TS_END_INF ? 0 : sm->ts_end_us; /* 0: none */
-    d->time_range = tr;
-    m->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_COLUMN;
-    m->delete_from_column = d;
-    return c;
-}
-
-/* Piece k of a SetCell (the whole value when it fits one chunk). */
-static cs_chunk *set_cell(st_arena *a, const sto_mut *sm, char *family, size_t k,
-                          size_t value_bytes) {
-    pb_mut *m;
-    cs_chunk *c = chunk_new(a, &m);
-    Google__Bigtable__V2__Mutation__SetCell *s = st_arena_alloc(a, sizeof *s);
-    if (!c || !s)
-        return NULL;
-    google__bigtable__v2__mutation__set_cell__init(s);
-    s->family_name = family;
-    s->column_qualifier = bin(sm->qualifier);
-    s->timestamp_micros = sm->ts_us;
-    s->value = bin(sm->value);
-    if (sm->value.len > value_bytes) {
-        cs_chunk_info *ci = st_arena_alloc(a, sizeof *ci);
-        if (!ci)
-            return NULL;
-        google__bigtable__v2__read_change_stream_response__mutation_chunk__chunk_info__init(ci);
-        size_t off = k * value_bytes;
-        size_t len = sm->value.len - off < value_bytes ? sm->value.len - off : value_bytes;
-        ci->chunked_value_size = (int32_t)sm->value.len; /* values are at most 100 MiB */
-        ci->chunked_value_offset = (int32_t)off;
-        ci->last_chunk = off + len == sm->value.len;
-        s->value = bin(st_slice_make(sm->value.data + off, len));
-        c->chunk_info = ci;
-    }
-    m->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
-    m->set_cell = s;
-    return c;
+static void chunk_lengths(cs_chunk *c) {
+    c->body = f_len(c->family.len, false);
+    if (c->type == STO_MUT_SET_CELL)
+        c->body +=
+            f_len(c->qualifier.len, false) + f_varint(sx(c->ts)) + f_len(c->value.len, false);
+    else if (c->type == STO_MUT_DEL_COLUMN)
+        c->body += f_len(c->qualifier.len, false) +
+                   f_len(f_varint(sx(c->ts_start)) + f_varint(sx(c->ts_end)), true);
+    c->mut = f_len(c->body, true);
+    c->info_len = c->info ? f_varint(c->size) + f_varint(c->off) + f_varint(c->last) : 0;
+    c->len = (c->info ? f_len(c->info_len, true) : 0) + f_len(c->mut, true);
 }
 
 /* The chunks of mutation sm into out (mut_chunks of them). */
-static st_code mut_to_chunks(const node_cs_change *c, const sto_mut *sm, size_t value_bytes,
-                             st_arena *a, cs_chunk **out) {
-    if (sm->type == STO_MUT_DEL_ROW) {
-        for (size_t f = 0; f < c->n_families; f++)
-            if (!(out[f] = del_family(a, c->families[f])))
-                return ST_RESOURCE_EXHAUSTED;
-        return ST_OK;
+static void mut_to_chunks(const node_cs_change *c, const sto_mut *sm, size_t value_bytes,
+                          cs_chunk *out) {
+    size_t n = mut_chunks(sm, value_bytes, c->n_families);
+    for (size_t k = 0; k < n; k++) {
+        cs_chunk *x = &out[k];
+        memset(x, 0, sizeof *x);
+        x->type = sm->type == STO_MUT_DEL_ROW ? STO_MUT_DEL_FAMILY : sm->type;
+        x->family = sm->type == STO_MUT_DEL_ROW ? st_slice_cstr(c->families[k]) : sm->family;
+        x->qualifier = sm->qualifier;
+        x->ts = sm->ts_us;
+        x->ts_start = sm->ts_start_us;
+        x->ts_end = sm->ts_end_us == STO_TS_END_INF ? 0 : sm->ts_end_us;
+        x->value = sm->value;
+        if (sm->type == STO_MUT_SET_CELL && sm->value.len > value_bytes) {
+            size_t off = k * value_bytes;
+            size_t len = sm->value.len - off < value_bytes ? sm->value.len - off : value_bytes;
+            x->info = true;
+            x->size = (uint64_t)(int32_t)sm->value.len; /* values are at most 100 MiB */
+            x->off = off;
+            x->last = off + len == sm->value.len;
+            x->value = st_slice_make(sm->value.data + off, len);
+        }
+        chunk_lengths(x);
     }
-    char *family = cstr(a, sm->family);
-    if (!family)
-        return ST_RESOURCE_EXHAUSTED;
-    if (sm->type == STO_MUT_DEL_FAMILY)
-        out[0] = del_family(a, family);
-    else if (sm->type == STO_MUT_DEL_COLUMN)
-        out[0] = del_column(a, sm, family);
-    else
-        for (size_t k = 0; k < mut_chunks(sm, value_bytes, 0); k++)
-            if (!(out[k] = set_cell(a, sm, family, k, value_bytes)))
-                return ST_RESOURCE_EXHAUSTED;
-    return out[0] ? ST_OK : ST_RESOURCE_EXHAUSTED;
 }
 
-/* Bytes chunk c costs in a message. */
+static uint8_t *w_chunk(uint8_t *p, const cs_chunk *c) {
+    if (c->info) {
+        p = w_head(p, 1, c->info_len);
+        p = w_varint(p, 1, c->size);
+        p = w_varint(p, 2, c->off);
+        p = w_varint(p, 3, c->last);
+    }
+    p = w_head(p, 2, c->mut);
+    /* Mutation's oneof: set_cell = 1, delete_from_column = 2, delete_from_family = 3 */
+    p = w_head(p, c->type == STO_MUT_SET_CELL ? 1 : c->type == STO_MUT_DEL_COLUMN ? 2 : 3, c->body);
+    p = w_bytes(p, 1, c->family);
+    if (c->type == STO_MUT_DEL_FAMILY)
+        return p;
+    p = w_bytes(p, 2, c->qualifier);
+    if (c->type == STO_MUT_SET_CELL) {
+        p = w_varint(p, 3, sx(c->ts));
+        return w_bytes(p, 4, c->value);
+    }
+    p = w_head(p, 3, f_varint(sx(c->ts_start)) + f_varint(sx(c->ts_end)));
+    p = w_varint(p, 1, sx(c->ts_start));
+    return w_varint(p, 2, sx(c->ts_end));
+}
+
+/* Bytes chunk c costs in a message (the budget's measure, not its encoded size). */
 static size_t chunk_cost(const cs_chunk *c) {
-    const pb_mut *m = c->mutation;
-    size_t v = CS_CHUNK_OVERHEAD_BYTES;
-    if (m->mutation_case == GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL)
-        v += strlen(m->set_cell->family_name) + m->set_cell->column_qualifier.len +
-             m->set_cell->value.len;
-    else if (m->mutation_case == GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_COLUMN)
-        v += strlen(m->delete_from_column->family_name) +
-             m->delete_from_column->column_qualifier.len;
-    else
-        v += strlen(m->delete_from_family->family_name);
-    return v;
+    return CS_CHUNK_OVERHEAD_BYTES + c->family.len +
+           (c->type == STO_MUT_DEL_FAMILY ? 0 : c->qualifier.len) +
+           (c->type == STO_MUT_SET_CELL ? c->value.len : 0);
 }
 
 typedef struct cs_enc {
@@ -173,38 +193,59 @@ typedef struct cs_enc {
     st_buf *msg;
     node_cs_emit_fn emit;
     void *arg;
-    Google__Protobuf__Timestamp commit, wm;
 } cs_enc;
 
-/* Sends chunks[0..n) as one DataChange message: the record's first and/or last. */
-static st_code emit_msg(cs_enc *e, cs_chunk **chunks, size_t n, bool first, bool last) {
-    cs_data d = GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__INIT;
-    cs_resp resp = GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__INIT;
-    resp.stream_record_case =
-        GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_DATA_CHANGE;
-    resp.data_change = &d;
-    d.type = GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__CONTINUATION;
+/* The DataChange of chunks[0..n): the record's first and/or last message. */
+static size_t dc_len(const cs_enc *e, const cs_chunk *chunks, size_t n, bool first, bool last) {
+    const node_cs_change *c = e->c;
+    size_t len = 2; /* type */
     if (first) {
-        const sto_row_mut *row = e->c->row;
-        d.type =
-            e->c->gc
-                ? GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__GARBAGE_COLLECTION
-                : GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__USER;
-        if (!e->c->gc)
-            d.source_cluster_id = (char *)(uintptr_t)e->c->source_cluster_id;
-        d.row_key = bin(row->row);
-        d.commit_timestamp = &e->commit;
-        d.tiebreaker = (int32_t)row->origin;
+        len += c->gc || !c->source_cluster_id ? 0 : f_len(strlen(c->source_cluster_id), false);
+        len += f_len(c->row->row.len, false) + f_len(ts_len((int64_t)c->row->commit_ts_us), true) +
+               f_varint(sx((int32_t)c->row->origin));
     }
-    d.chunks = chunks;
-    d.n_chunks = n;
-    if (last) {
-        d.done = true;
-        d.token = (char *)(uintptr_t)e->c->token;
-        d.estimated_low_watermark = &e->wm;
-    }
-    if (pack(e->msg, &resp) != ST_OK)
+    for (size_t i = 0; i < n; i++)
+        len += f_len(chunks[i].len, true);
+    if (last)
+        len += 2 + (c->token ? f_len(strlen(c->token), false) : 0) +
+               f_len(ts_len(c->watermark_us), true);
+    return len;
+}
+
+/* Sends chunks[0..n) as one DataChange message: the record's first and/or last. */
+static st_code emit_msg(cs_enc *e, const cs_chunk *chunks, size_t n, bool first, bool last) {
+    const node_cs_change *c = e->c;
+    size_t dc = dc_len(e, chunks, n, first, last);
+    size_t len = f_len(dc, true);
+    st_buf_reset(e->msg);
+    if (st_buf_reserve(e->msg, RPC_SEND_HEADROOM + len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
+    uint8_t *p = e->msg->data;
+    memset(p, 0, RPC_SEND_HEADROOM);
+    p = w_head(p + RPC_SEND_HEADROOM, RESP_DATA_CHANGE, dc);
+    p = w_varint(
+        p, DC_TYPE,
+        !first ? GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__CONTINUATION
+        : c->gc
+            ? GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__GARBAGE_COLLECTION
+            : GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__USER);
+    if (first) {
+        if (!c->gc && c->source_cluster_id)
+            p = w_bytes(p, DC_SOURCE, st_slice_cstr(c->source_cluster_id));
+        p = w_bytes(p, DC_ROW, c->row->row);
+        p = w_ts(p, DC_COMMIT, (int64_t)c->row->commit_ts_us);
+        p = w_varint(p, DC_TIEBREAKER, sx((int32_t)c->row->origin));
+    }
+    for (size_t i = 0; i < n; i++)
+        p = w_chunk(w_head(p, DC_CHUNKS, chunks[i].len), &chunks[i]);
+    if (last) {
+        p = w_varint(p, DC_DONE, 1);
+        if (c->token)
+            p = w_bytes(p, DC_TOKEN, st_slice_cstr(c->token));
+        p = w_ts(p, DC_WATERMARK, c->watermark_us);
+    }
+    ST_ASSERT((size_t)(p - e->msg->data) == RPC_SEND_HEADROOM + len);
+    e->msg->len = RPC_SEND_HEADROOM + len;
     return e->emit(e->msg, e->arg);
 }
 
@@ -216,22 +257,19 @@ st_code node_cs_encode_change(const node_cs_change *c, size_t value_bytes, st_ar
         total += mut_chunks(&row->muts[i], value_bytes, c->n_families);
     if (total == 0)
         return ST_OK;
-    cs_chunk **chunks = st_arena_alloc(arena, total * sizeof *chunks);
+    cs_chunk one[4];
+    cs_chunk *chunks = total <= 4 ? one : st_arena_alloc(arena, total * sizeof *chunks);
     if (!chunks)
         return ST_RESOURCE_EXHAUSTED;
     size_t k = 0;
     for (size_t i = 0; i < row->n_muts; i++) {
-        if (mut_to_chunks(c, &row->muts[i], value_bytes, arena, chunks + k) != ST_OK)
-            return ST_RESOURCE_EXHAUSTED;
+        mut_to_chunks(c, &row->muts[i], value_bytes, chunks + k);
         k += mut_chunks(&row->muts[i], value_bytes, c->n_families);
     }
-    cs_enc e = {
-        c, msg, emit, arg, GOOGLE__PROTOBUF__TIMESTAMP__INIT, GOOGLE__PROTOBUF__TIMESTAMP__INIT};
-    btu_cs_time_set(&e.commit, (int64_t)row->commit_ts_us);
-    btu_cs_time_set(&e.wm, c->watermark_us);
+    cs_enc e = {c, msg, emit, arg};
     size_t from = 0, cost = 0;
     for (size_t i = 0; i < total; i++) {
-        size_t cc = chunk_cost(chunks[i]);
+        size_t cc = chunk_cost(&chunks[i]);
         if (i > from && cost + cc > value_bytes + CS_CHUNK_OVERHEAD_BYTES) {
             st_code rc = emit_msg(&e, chunks + from, i - from, from == 0, false);
             if (rc != ST_OK)

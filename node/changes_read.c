@@ -58,6 +58,9 @@
 /* One record's decoding and message structs (values are not copied into it): a small block,
  * taken and given back per record. */
 #define CS_ARENA_BLOCK_BYTES ((size_t)8 << 10)
+/* The arena is kept from one record to the next (one block serves many small records) until it
+ * holds more than this, and emptied at the end of every turn. */
+#define CS_ARENA_KEEP_BYTES ((size_t)64 << 10)
 /* Buffers above this are freed after use instead of kept for the next record. */
 #define CS_BUF_KEEP_BYTES ((size_t)1 << 20)
 /* source_cluster_id of records when the node knows no cluster names (docs/operations.md). */
@@ -69,10 +72,14 @@
 #define CS_BLOCKED ST_OUT_OF_RANGE /* the call's queue is full: go on once it drains */
 #define CS_AGAIN ST_ALREADY_EXISTS /* switched between live and catch-up: go on at once */
 
+/* A record waiting for its token: during a ring scan its value is read where the ring holds it
+ * (in_ring); one still waiting when the scan stops is copied into value, since the ring may
+ * change before the next turn. */
 typedef struct cs_rec {
-    bool set;
+    bool set, in_ring;
     int64_t stamp;
-    st_buf row, value;
+    st_slice ring_value;
+    st_buf value;
 } cs_rec;
 
 /* A catch-up scan holds a row's records until it has passed the row's user cells, which give
@@ -126,6 +133,8 @@ typedef struct cs_reader {
     st_arena arena; /* one record's decoding and messages */
     st_buf msg;
     char token[BTU_CS_TOKEN_MAX];
+    bool token_live; /* token holds "1.token_w" */
+    int64_t token_w;
 } cs_reader;
 
 static void cs_turn(cs_reader *r);
@@ -162,8 +171,13 @@ static void time_text(int64_t us, char *out, size_t cap) {
     snprintf(out, cap, "%.20s.%06dZ", day, (int)(us % 1000000));
 }
 
+/* The current position's token. Live, the records of one write share it: formatted once. */
 static const char *token_text(cs_reader *r) {
-    btu_cs_token_format(&r->pos, r->token);
+    if (r->pos.scan || !r->token_live || r->token_w != r->pos.w) {
+        btu_cs_token_format(&r->pos, r->token);
+        r->token_live = !r->pos.scan;
+        r->token_w = r->pos.w;
+    }
     return r->token;
 }
 
@@ -202,7 +216,6 @@ static void cs_free(cs_reader *r) {
     st_buf_free(&r->end);
     st_buf_free(&r->scan_from);
     st_buf_free(&r->scan_row);
-    st_buf_free(&r->pending.row);
     st_buf_free(&r->pending.value);
     st_arena_deinit(&r->hold.arena);
     free(r->hold.v);
@@ -293,6 +306,11 @@ static st_code damaged(cs_reader *r, int64_t stamp, st_err *err) {
                       stamp, r->table);
 }
 
+static void arena_recycle(cs_reader *r) {
+    if (r->arena.total_bytes > CS_ARENA_KEEP_BYTES)
+        st_arena_deinit(&r->arena);
+}
+
 /* Sends one decoded record with the token of the current position. */
 static st_code send_change(cs_reader *r, const sto_row_mut *row, st_err *err) {
     char buf[32];
@@ -310,7 +328,7 @@ static st_code send_change(cs_reader *r, const sto_row_mut *row, st_err *err) {
         st_err_set(err, rc,
                    rc == ST_CANCELLED ? "the call ended while sending"
                                       : "out of memory encoding a change record");
-    st_arena_deinit(&r->arena);
+    arena_recycle(r);
     buf_recycle(&r->msg);
     r->turn_records++;
     r->hb_due = st_mono_us() + r->hb_us;
@@ -325,10 +343,12 @@ static st_code send_pending(cs_reader *r, st_err *err) {
         return ST_OK;
     p->set = false;
     sto_row_mut row;
-    st_code rc = sto_row_mut_decode(S(&p->value), &row, &r->arena) ? send_change(r, &row, err)
-                                                                   : damaged(r, p->stamp, err);
-    st_arena_deinit(&r->arena);
-    buf_recycle(&p->value);
+    st_slice value = p->in_ring ? p->ring_value : S(&p->value);
+    st_code rc = sto_row_mut_decode(value, &row, &r->arena) ? send_change(r, &row, err)
+                                                            : damaged(r, p->stamp, err);
+    arena_recycle(r);
+    if (!p->in_ring)
+        buf_recycle(&p->value);
     return rc;
 }
 
@@ -431,14 +451,27 @@ static st_code hold_flush(cs_reader *r, void (*last_pos)(cs_reader *r), st_err *
     return rc;
 }
 
-static st_code pending_set(cs_reader *r, int64_t stamp, st_slice row, st_slice value, st_err *err) {
+/* The ring's record waits (read in place while the ring scan runs). */
+static void pending_set(cs_reader *r, int64_t stamp, st_slice value) {
     cs_rec *p = &r->pending;
-    if (!buf_set(&p->row, row) || !buf_set(&p->value, value))
+    p->stamp = stamp;
+    p->ring_value = value;
+    p->in_ring = true;
+    p->set = true;
+}
+
+/* The ring scan stopped with a record waiting: it is copied, the ring may change meanwhile. */
+static st_code pending_keep(cs_reader *r, st_err *err) {
+    cs_rec *p = &r->pending;
+    if (!p->set || !p->in_ring)
+        return ST_OK;
+    p->in_ring = false;
+    if (!buf_set(&p->value, p->ring_value)) {
+        p->set = false;
         return st_err_set(err, ST_RESOURCE_EXHAUSTED,
                           "out of memory reading a change record; resume from the last "
                           "continuation token");
-    p->stamp = stamp;
-    p->set = true;
+    }
     return ST_OK;
 }
 
@@ -475,7 +508,8 @@ static bool on_ring(const node_cs_rec *rec, void *arg) {
     } else if (send_pending(r, &r->fail) != ST_OK) {
         return false;
     }
-    return pending_set(r, rec->stamp_us, rec->row, rec->value, &r->fail) == ST_OK;
+    pending_set(r, rec->stamp_us, rec->value);
+    return true;
 }
 
 /* Opens the catch-up scan of (pos.w, h], h at most the resolved stamp (a scan position from a
@@ -528,6 +562,8 @@ static st_code live(cs_reader *r, st_err *err) {
     st_err_clear(&r->fail);
     node_cs_ring_rc rc =
         node_cs_ring_scan(r->n, r->table, S(&r->start), S(&r->end), r->pos.w, upto, on_ring, r);
+    if (rc == NODE_CS_RING_STOP && r->fail.code == ST_OK)
+        pending_keep(r, &r->fail);
     if (r->fail.code != ST_OK) {
         *err = r->fail;
         return err->code;
@@ -796,6 +832,7 @@ static void cs_turn(cs_reader *r) {
         r->turn_sent = 0;
         r->turn_blocks = 0;
         rc = work(r, &err);
+        st_arena_deinit(&r->arena); /* an idle reader holds no scratch */
     }
     if (rc == CS_BLOCKED) {
         wait_writable(r);

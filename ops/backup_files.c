@@ -269,7 +269,7 @@ st_code ops_bk_manifest_load(const char *dir, ops_bk_manifest *m, st_err *err) {
     ops_bk_manifest_init(m);
     if (!path_fmt(path, sizeof path, err, "%s/%s", dir, OPS_BK_MANIFEST))
         return ST_INVALID_ARGUMENT;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK); /* a FIFO must not block */
     struct stat st;
     if (fd < 0) {
         if (errno == ENOENT)
@@ -304,7 +304,12 @@ st_code ops_bk_manifest_load(const char *dir, ops_bk_manifest *m, st_err *err) {
  * of the manifest's size. */
 static st_code open_checked(const char *path, const ops_bk_file *f, int *fd, st_err *err) {
     struct stat st;
-    *fd = open(path, O_RDONLY | O_NOFOLLOW);
+    *fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK); /* a FIFO must not block the open */
+    if (*fd < 0 && errno == ELOOP)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s is a symbolic link: an export holds regular files only (copy it "
+                          "with cp -a or tar, or export it again)",
+                          path);
     if (*fd < 0)
         return errno == ENOENT ? st_err_set(err, ST_NOT_FOUND,
                                             "%s is missing (the export is incomplete: copy or "
@@ -333,8 +338,44 @@ static st_code name_file(st_code rc, const ops_bk_manifest *m, const ops_bk_piec
     return rc;
 }
 
+/* path is a directory itself, not a symbolic link to one: nothing outside DIR is read. */
+static st_code real_dir(const char *path, st_err *err) {
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? st_err_set(err, ST_NOT_FOUND,
+                                            "%s is missing (the export is incomplete: copy or "
+                                            "export it again)",
+                                            path)
+                               : io_err(err, "cannot read", path);
+    if (!S_ISDIR(st.st_mode))
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s is not a directory (a symbolic link?): an export holds its pieces "
+                          "in place (copy it with cp -a or tar, or export it again)",
+                          path);
+    return ST_OK;
+}
+
+/* The directories files are read from are real ones: version 2's files/, version 1's pieces/
+ * and each piece's directory. */
+static st_code check_dirs(const char *dir, const ops_bk_manifest *m, st_err *err) {
+    char path[4096];
+    bool v2 = m->version >= 2;
+    if (!path_fmt(path, sizeof path, err, "%s/%s", dir, v2 ? OPS_BK_FILES : OPS_BK_PIECES))
+        return ST_INVALID_ARGUMENT;
+    st_code drc = ops_bk_manifest_files(m) ? real_dir(path, err) : ST_OK;
+    for (size_t i = 0; !v2 && drc == ST_OK && i < m->n_pieces; i++)
+        if (m->pieces[i].n_files) /* a piece without files may have no directory */
+            drc = path_fmt(path, sizeof path, err, "%s/%s/%s", dir, OPS_BK_PIECES, m->pieces[i].id)
+                      ? real_dir(path, err)
+                      : ST_INVALID_ARGUMENT;
+    return drc;
+}
+
 st_code ops_bk_check_sizes(const char *dir, const ops_bk_manifest *m, st_err *err) {
     char path[4096];
+    st_code drc = check_dirs(dir, m, err);
+    if (drc != ST_OK)
+        return drc;
     for (size_t i = 0; i < m->n_pieces; i++)
         for (size_t j = 0; j < m->pieces[i].n_files; j++) {
             int fd;

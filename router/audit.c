@@ -26,6 +26,8 @@ struct rtr_audit {
     bool stop;        /* (mu) */
     int fd;           /* writer thread only after open */
     uint64_t size;    /* the file's size (writer) */
+    bool failing;     /* writes fail (disk full, file size limit): logged once (writer) */
+    uint64_t lost;    /* lines lost to failed writes during that outage (writer) */
 };
 
 /* ---- JSON ---- */
@@ -120,19 +122,52 @@ static bool audit_rotate(rtr_audit *a) {
     return a->size == 0;
 }
 
+static uint64_t count_lines(const uint8_t *p, size_t n) {
+    uint64_t k = 0;
+    for (const uint8_t *e = p + n; (p = memchr(p, '\n', (size_t)(e - p))) != NULL; p++)
+        k++;
+    return k;
+}
+
+/* A write that failed part-way (disk full, file size limit) must not leave half a line that the
+ * next line would continue: the file is cut back to the last whole line. The failure is logged
+ * once per outage, and the recovery with the number of lines lost. */
+static void audit_write_failed(rtr_audit *a, const uint8_t *line0, const uint8_t *p, size_t n,
+                               int err) {
+    size_t partial = (size_t)(p - line0);
+    if (partial > 0 && ftruncate(a->fd, (off_t)(a->size - partial)) == 0)
+        a->size -= partial;
+    a->lost += count_lines(line0, partial + n);
+    if (!a->failing)
+        st_log(ST_LOG_ERROR, "router",
+               "msg=\"audit log write failed: lines are lost until writes succeed again (retried "
+               "at every line); free space on its file system\" path=%s err=\"%s\"",
+               a->path, strerror(err));
+    a->failing = true;
+}
+
 static void audit_write_all(rtr_audit *a, const uint8_t *p, size_t n) {
+    const uint8_t *line0 = p; /* start of the line being written */
     while (n > 0 && a->fd >= 0) {
         ssize_t w = write(a->fd, p, n);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            st_log(ST_LOG_ERROR, "router", "msg=\"audit log write failed\" err=\"%s\"",
-                   strerror(errno));
+            audit_write_failed(a, line0, p, n, w < 0 ? errno : ENOSPC);
             return;
         }
+        const uint8_t *nl = memrchr(p, '\n', (size_t)w);
+        if (nl)
+            line0 = nl + 1;
         p += w;
         n -= (size_t)w;
         a->size += (uint64_t)w;
+    }
+    if (n == 0 && a->failing) {
+        st_log(ST_LOG_INFO, "router", "msg=\"audit log written again\" path=%s lost_lines=%llu",
+               a->path, (unsigned long long)a->lost);
+        a->failing = false;
+        a->lost = 0;
     }
 }
 

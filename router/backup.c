@@ -169,7 +169,8 @@ static st_code create_check(rtr_ctx *r, const Google__Bigtable__Admin__V2__Creat
                           "backup.source_table must be set: the full name of the table to back "
                           "up");
     snprintf(name, cap, "%s/backups/%s", req->parent, req->backup_id);
-    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name))
+    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name) ||
+        rtr_bk_import_pending(r, name))
         return st_err_set(err, ST_ALREADY_EXISTS, "Backup %s already exists.", name);
     if (rtr_check_table_name(r, req->backup->source_table, err) != ST_OK)
         return err->code;
@@ -660,7 +661,8 @@ static st_code copy_check(rtr_ctx *r, const Google__Bigtable__Admin__V2__CopyBac
                           "letter, a digit or '_'",
                           req->backup_id, RTR_BK_ID_MAX);
     snprintf(name, cap, "%s/backups/%s", req->parent, req->backup_id);
-    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name))
+    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name) ||
+        rtr_bk_import_pending(r, name))
         return st_err_set(err, ST_ALREADY_EXISTS, "Backup %s already exists.", name);
     return rtr_bk_check_expire(rtr_bk_ts_us(req->expire_time), st_wall_us(),
                                RTR_BK_COPY_EXPIRE_MAX_US, err);

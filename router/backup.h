@@ -58,7 +58,7 @@ st_code rtr_bk_parse_name(const st_topology *t, const char *name, size_t *idx, c
 /* expire_us (0: not set) must lie in [from_us + RTR_BK_EXPIRE_MIN_US, from_us + max_us].
  * INVALID_ARGUMENT naming the bounds otherwise. */
 st_code rtr_bk_check_expire(int64_t expire_us, int64_t from_us, int64_t max_us, st_err *err);
-int64_t rtr_bk_ts_us(const Google__Protobuf__Timestamp *t); /* NULL: 0 */
+int64_t rtr_bk_ts_us(const Google__Protobuf__Timestamp *t); /* NULL: 0; invalid: INT64_MIN */
 
 /* ---- ListBackups filter and order_by (backup_filter.c, pure) ---- */
 typedef struct rtr_bk_filter rtr_bk_filter;
@@ -130,6 +130,8 @@ bool rtr_bk_busy(rtr_ctx *r, const char *name);
 bool rtr_bk_job_cancel(rtr_ctx *r, const char *op_name, const char *why);
 /* The job making backup (a CREATE or COPY), or NULL. */
 const char *rtr_bk_job_of_backup(rtr_ctx *r, const char *backup);
+/* A BeginImport of backup (full name) is recording it now: the name is taken. */
+bool rtr_bk_import_pending(rtr_ctx *r, const char *backup);
 /* Deletes a backup: its record, then its pieces on every node of its cluster; done(arg, code,
  * message) runs after the record is gone. */
 void rtr_bk_delete(rtr_ctx *r, const char *name, rtr_meta_done_fn done, void *arg);
@@ -160,6 +162,7 @@ bool rtr_bk_op_of_record(st_slice rec, st_slice *op);
 /* ---- the module (backup.c): rtr_ctx.bk ---- */
 typedef struct rtr_bk {
     bk_job *jobs;
+    struct imp_op *imports; /* BeginImports whose record is being written (backup_admin.c) */
     struct event *sweep_timer;
     char owner[ST_TOPO_ADDR_MAX + 40];
     int64_t started_us;

@@ -133,10 +133,30 @@ typedef struct imp_op {
     size_t cluster;
     bool finish;
     st_buf pb;
+    struct imp_op *next; /* BeginImport: in r->bk->imports until its record is written */
 } imp_op;
+
+/* The record of a BeginImport reaches r->meta only when its write completes: until then its
+ * name is in r->bk->imports, so a second BeginImport (or CreateBackup) of it meanwhile is
+ * ALREADY_EXISTS instead of both importing into the same pieces. */
+bool rtr_bk_import_pending(rtr_ctx *r, const char *backup) {
+    for (imp_op *o = r->bk ? r->bk->imports : NULL; o; o = o->next)
+        if (strcmp(o->rec->backup->name, backup) == 0)
+            return true;
+    return false;
+}
+
+static void imp_unlist(imp_op *op) {
+    for (imp_op **p = op->r->bk ? &op->r->bk->imports : NULL; p && *p; p = &(*p)->next)
+        if (*p == op) {
+            *p = op->next;
+            return;
+        }
+}
 
 static void imp_written(void *arg, st_code code, const char *msg) {
     imp_op *op = arg;
+    imp_unlist(op);
     if (code != ST_OK)
         rtr_fail(op->call, code, "could not record backup %s: %s", op->rec->backup->name,
                  msg ? msg : st_code_name(code));
@@ -154,8 +174,12 @@ static void imp_store(rtr_ctx *r, rpc_call *call, rtr_pb_bkrec *rec, size_t ci, 
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    *op = (imp_op){r, call, rec, ci, finish, {0}};
+    *op = (imp_op){r, call, rec, ci, finish, {0}, NULL};
     st_buf_init(&op->pb);
+    if (!finish && r->bk) {
+        op->next = r->bk->imports;
+        r->bk->imports = op;
+    }
     if (rtr_bk_rec_pack(rec, &op->pb) != ST_OK) {
         imp_written(op, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
@@ -174,9 +198,13 @@ static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest
                           "letter, a digit or '_' (import --as ID)",
                           req->backup_id, RTR_BK_ID_MAX);
     snprintf(name, cap, "%s/backups/%s", req->parent, req->backup_id);
-    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name))
+    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name) ||
+        rtr_bk_import_pending(r, name))
         return st_err_set(err, ST_ALREADY_EXISTS,
-                          "Backup %s already exists: import under another id (--as ID)", name);
+                          "Backup %s already exists: import under another id (--as ID), or, "
+                          "if it is an import that was cut short (state CREATING), delete it "
+                          "with `strata backup delete` and import again",
+                          name);
     if (!req->backup || !req->schema)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "backup and schema must be set (from the export's manifest)");

@@ -76,7 +76,14 @@ st_code rtr_bk_parse_name(const st_topology *t, const char *name, size_t *idx, c
 }
 
 int64_t rtr_bk_ts_us(const Google__Protobuf__Timestamp *t) {
-    return t ? t->seconds * 1000000 + t->nanos / 1000 : 0;
+    if (!t)
+        return 0;
+    /* outside Timestamp's range (years 1..9999) or its nanos: a time no bound accepts, and no
+     * int64 overflow that could wrap a far-off second into an accepted window */
+    if (t->seconds < -62135596800LL || t->seconds > 253402300799LL || t->nanos < 0 ||
+        t->nanos > 999999999)
+        return INT64_MIN;
+    return t->seconds * 1000000 + t->nanos / 1000;
 }
 
 static void fmt_time(int64_t us, char *out, size_t cap) {

@@ -429,6 +429,11 @@ static void create_next(bk_job *j) {
         create_finish(j);
         return;
     }
+    if (st_mono_us() - j->progress_us > (int64_t)RTR_BK_STALL_MS * 1000 &&
+        j->last_err.code == ST_RESOURCE_EXHAUSTED) { /* a node out of disk: its words, whole */
+        job_fail(j, ST_RESOURCE_EXHAUSTED, "%s", j->last_err.msg);
+        return;
+    }
     if (st_mono_us() - j->progress_us > (int64_t)RTR_BK_STALL_MS * 1000) {
         job_fail(j, j->last_err.code ? j->last_err.code : ST_UNAVAILABLE,
                  "no node froze the rest of table %s in cluster %s for %d s (a node down or "

@@ -441,9 +441,13 @@ static void rcs_msg(rpc_ccall *call, st_slice msg, void *arg) {
         rpc_ccall_cancel(call);
         return;
     }
-    /* A slow client: stop the node at a record boundary, resume from the last token later. */
-    if (rcs_backlog(op) > RTR_READ_BACKLOG_BYTES && !op->in_record && !op->closed &&
-        op->token.len) {
+    /* A slow client: stop the node at a record boundary, resume from the last token later. As
+     * in read.c, also once the process is past its queued-response budget while this client has
+     * not taken what it was sent: else N streams whose clients never read hold N x 4 MiB. */
+    size_t b = rcs_backlog(op);
+    bool slow = b > RTR_READ_BACKLOG_BYTES ||
+                ((b > 0 || rpc_call_queued_bytes(op->call) > 0) && rpc_call_over_budget(op->call));
+    if (slow && !op->in_record && !op->closed && op->token.len) {
         st_log(ST_LOG_DEBUG, "router", "change stream table=%s paused: client slow, backlog=%zu",
                op->req->table_name, rcs_backlog(op));
         op->paused = true;
@@ -601,10 +605,14 @@ static void rcs_send(rcs_op *op, const rtr_tablet *tb) {
     st_err err = {0};
     op->node = &op->c->nodes[tb->node];
     op->wait = RCS_NODE;
-    op->inflight = rtr_node_call(op->node, RTR_BT "ReadChangeStream", req, md, n_md, timeout,
-                                 rcs_msg, rcs_done, op, &err);
+    op->inflight = rtr_node_call_long(op->node, RTR_BT "ReadChangeStream", req, md, n_md, timeout,
+                                      rcs_msg, rcs_done, op, &err);
     st_buf_free(&buf);
-    if (!op->inflight) {
+    if (!op->inflight && err.code == ST_RESOURCE_EXHAUSTED) { /* the node is fine */
+        op->wait = RCS_IDLE;
+        rcs_end(op, ST_RESOURCE_EXHAUSTED, err.msg);
+        rcs_continue(op);
+    } else if (!op->inflight) {
         char msg[RPC_GRPC_MESSAGE_MAX];
         op->wait = RCS_IDLE;
         rtr_health_report(op->node, ST_UNAVAILABLE);

@@ -1,5 +1,6 @@
 /* conn.c — the router's links to its nodes: one rpc_client per node (through the node's Unix
- * socket when it has one on this host, else TCP), replaced with a backoff when it dies; fan-out
+ * socket when it has one on this host, else TCP), replaced with a backoff when it dies, plus
+ * clients of their own for change streams (rtr_node_call_long); fan-out
  * of calls to many nodes; delayed callbacks; the per-cluster tablet-map refresh (ListTablets on
  * every node), coalesced so a burst of "not owner" answers costs one refresh. */
 #include "router_internal.h"
@@ -72,7 +73,7 @@ static bool node_unix_path(const rtr_node *n, char *out, size_t cap) {
 /* A new client for n: through its Unix socket when there is one, else TCP. After a Unix client
  * that never connected (a socket file left by a node that died, while a restarted one may serve
  * TCP only), one attempt goes over TCP before the socket is tried again. */
-static rpc_client *node_dial(rtr_node *n, st_err *err) {
+static rpc_client *node_dial_via(rtr_node *n, bool via_unix, st_err *err) {
     /* Frequent PINGs while calls are open: a live node then always sends something within about
      * RTR_NODE_KEEPALIVE_MS, which is how health.c tells a silent link from a slow request. */
     struct ssl_ctx_st *tls = n->ctx->opts.node_ssl_ctx;
@@ -81,16 +82,21 @@ static rpc_client *node_dial(rtr_node *n, st_err *err) {
                                   .ssl_ctx = tls,
                                   .peer_role = tls ? RPC_ROLE_NODE : NULL};
     char path[RPC_UNIX_PATH_MAX + 1];
-    bool skip = n->unix_skip;
-    n->unix_skip = false;
-    n->via_unix = !skip && node_unix_path(n, path, sizeof path);
-    if (!n->via_unix)
+    if (!via_unix || !node_unix_path(n, path, sizeof path))
         return rpc_client_new(n->ctx->base, n->host, n->port, &opts, err);
     st_log(ST_LOG_DEBUG, "router", "node=%s via unix:%s", n->addr, path);
     /* A node's socket is plaintext even with mutual TLS: it lives in the node's owner-only
      * data directory, which only this user can enter (docs/security.md, Unix sockets). */
     const rpc_client_opts uopts = {.keepalive_ms = RTR_NODE_KEEPALIVE_MS};
     return rpc_client_new_unix(n->ctx->base, path, &uopts, err);
+}
+
+static rpc_client *node_dial(rtr_node *n, st_err *err) {
+    char path[RPC_UNIX_PATH_MAX + 1];
+    bool skip = n->unix_skip;
+    n->unix_skip = false;
+    n->via_unix = !skip && node_unix_path(n, path, sizeof path);
+    return node_dial_via(n, n->via_unix, err);
 }
 
 /* A live client for node, or NULL while the reconnect backoff runs. */
@@ -147,6 +153,55 @@ rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const r
     return call;
 }
 
+/* A long-call client of node with room for one more call: the first such live one, else a new
+ * one (the same transport as the regular client, which is live: the node is reachable). */
+static rpc_client *node_long_client(rtr_node *n, st_err *err) {
+    size_t k = 0;
+    for (size_t i = 0; i < n->n_long; i++) { /* dead ones go: their calls already ended */
+        rpc_client *c = n->long_clients[i];
+        if (rpc_client_alive(c))
+            n->long_clients[k++] = c;
+        else
+            bury(n->ctx, c);
+    }
+    n->n_long = k;
+    for (size_t i = 0; i < n->n_long; i++)
+        if (rpc_client_calls(n->long_clients[i]) < RTR_LONG_CALLS_PER_CLIENT)
+            return n->long_clients[i];
+    if (n->n_long == RTR_LONG_CLIENTS_MAX) {
+        st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                   "this router already relays %d change streams from node %s: close some, or "
+                   "read through another router",
+                   RTR_LONG_CLIENTS_MAX * RTR_LONG_CALLS_PER_CLIENT, n->addr);
+        return NULL;
+    }
+    rpc_client *c = node_dial_via(n, n->via_unix, err);
+    if (!c)
+        st_err_prefix(err, "node %s: ", n->addr);
+    else
+        n->long_clients[n->n_long++] = c;
+    return c;
+}
+
+rpc_ccall *rtr_node_call_long(rtr_node *node, const char *path, st_slice req,
+                              const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
+                              rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
+                              st_err *err) {
+    if (node->ctx->closing) {
+        st_err_set(err, ST_UNAVAILABLE, "the router is shutting down");
+        return NULL;
+    }
+    if (!node_client(node, err)) /* reachability and the reconnect backoff */
+        return NULL;
+    rpc_client *c = node_long_client(node, err);
+    if (!c)
+        return NULL;
+    rpc_ccall *call = rpc_client_call(c, path, req, md, md_count, timeout_ms, on_msg, on_done, arg);
+    if (!call)
+        st_err_set(err, ST_UNAVAILABLE, "node %s: could not start %s", node->addr, path);
+    return call;
+}
+
 rtr_call_fate rtr_call_fate_of(const rpc_ccall *call, st_code code) {
     if (code != ST_UNAVAILABLE || !rpc_ccall_unprocessed(call))
         return RTR_CALL_SENT;
@@ -160,6 +215,9 @@ void rtr_node_disconnect_all(rtr_ctx *r) {
             if (n->client)
                 rpc_client_free(n->client); /* runs outstanding done callbacks (CANCELLED) */
             n->client = NULL;
+            for (size_t k = 0; k < n->n_long; k++)
+                rpc_client_free(n->long_clients[k]);
+            n->n_long = 0;
         }
     graveyard_sweep(r, true);
     if (r->graveyard_ev)

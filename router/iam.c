@@ -138,6 +138,13 @@ static st_code bindings_check(const pb_policy *p, st_err *err) {
                               "role \"%.100s\" is not supported: use roles/bigtable.reader, "
                               "roles/bigtable.user or roles/bigtable.admin",
                               b->role);
+        /* A condition (field 3) narrows a grant; ignoring it would grant the role always. */
+        if (b->base.n_unknown_fields)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "the binding of role \"%.100s\" carries a condition or another "
+                              "field Strata does not support: bindings apply unconditionally "
+                              "here, so remove the condition",
+                              b->role);
         for (size_t j = 0; j < b->n_members; j++) {
             const char *m = b->members[j];
             const char *colon = strchr(m, ':');

@@ -64,6 +64,10 @@ struct event;
 #define RTR_RECONNECT_BACKOFF_MAX_MS 2000
 #define RTR_NODE_KEEPALIVE_MS 250 /* PING period on node links with calls open (health.c) */
 #define RTR_DRAIN_CHECK_MS 100    /* a node connection closing after GOAWAY: is it done? */
+/* Long calls (change streams) per node: at most this many on one connection, below the node's
+ * default SETTINGS_MAX_CONCURRENT_STREAMS (256), and at most this many such connections. */
+#define RTR_LONG_CALLS_PER_CLIENT 192
+#define RTR_LONG_CLIENTS_MAX 64
 #define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
 #define RTR_TABLETS_MAX ((size_t)1 << 20)        /* tablets in one cluster's map */
 #define RTR_WAITERS_MAX 65536                    /* requests parked on one map refresh */
@@ -320,6 +324,10 @@ struct rtr_node {
     /* conn.c: the client goes through the node's Unix socket; unix_skip: the last such client
      * never connected (a stale socket file), so the next one tries TCP first */
     bool via_unix, unix_skip;
+    /* conn.c: clients for calls that last as long as their client reads (change streams), so
+     * they never take the stream slots of the regular client (rtr_node_call_long) */
+    rpc_client *long_clients[RTR_LONG_CLIENTS_MAX];
+    size_t n_long;
 };
 
 /* The balancer's state in one cluster (balance.c). While `moving`, the target's copy of the
@@ -404,6 +412,14 @@ struct rtr_ctx {
 rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const rpc_metadata *md,
                          size_t md_count, int64_t timeout_ms, rpc_ccall_msg_fn on_msg,
                          rpc_ccall_done_fn on_done, void *arg, st_err *err);
+/* rtr_node_call for a call that lasts as long as its client reads (ReadChangeStream): it goes
+ * over a connection of its own kind, so that hundreds of them never hold the stream slots that
+ * the node's other calls need. RESOURCE_EXHAUSTED when RTR_LONG_CLIENTS_MAX connections of
+ * RTR_LONG_CALLS_PER_CLIENT calls are in use. */
+rpc_ccall *rtr_node_call_long(rtr_node *node, const char *path, st_slice req,
+                              const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
+                              rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
+                              st_err *err);
 /* How a node call that ended UNAVAILABLE relates to its node (only inside its on_done):
  * RTR_CALL_SENT: the request may have reached the node (a lost connection, a status);
  * RTR_CALL_REFUSED: the node took the connection but refused the call unprocessed (its GOAWAY):

@@ -19,8 +19,6 @@
 #include <event2/buffer.h>
 #include <nghttp2/nghttp2.h>
 
-#include <event2/bufferevent_ssl.h>
-
 #include "client_internal.h"
 
 /* ---- logging connection failures ----
@@ -78,7 +76,7 @@ static bool client_flush(rpc_client *c) {
                      nghttp2_strerror(rv));
             return false;
         }
-    } while (c->direct && c->connected && h2_out_write_now(c->bev, &c->wbuf) &&
+    } while (c->connected && h2_out_write_now(c->bev, &c->wbuf) &&
              nghttp2_session_want_write(c->session));
     return true;
 }
@@ -104,7 +102,7 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
     (void)session;
     (void)flags;
     rpc_client *c = user_data;
-    h2_wbuf *wbuf = c->direct && c->connected ? &c->wbuf : NULL;
+    h2_wbuf *wbuf = rpc_client_wbuf(c);
     if (h2_out_len(c->bev, wbuf) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
         return NGHTTP2_ERR_WOULDBLOCK;
     if (!h2_out_add(c->bev, wbuf, data, length))
@@ -176,9 +174,13 @@ static void client_fail(rpc_client *c, const char *why) {
     if (c->ka_ev)
         event_free(c->ka_ev);
     c->ka_ev = NULL;
+    if (c->hs_ev)
+        event_free(c->hs_ev);
+    c->hs_ev = NULL;
     if (c->session)
         nghttp2_session_del(c->session);
     c->session = NULL;
+    h2_tls_close(c->bev, &c->wbuf);
     if (c->bev)
         bufferevent_free(c->bev);
     c->bev = NULL;
@@ -213,11 +215,41 @@ static bool client_feed(void *arg, const uint8_t *data, size_t len) {
     return !c->dead;
 }
 
-/* Direct connections: the read event's callback (see h2_sock_read). */
+static bool client_established(rpc_client *c);
+
+static bool client_tls_established(void *arg) {
+    rpc_client *c = arg;
+    if (c->hs_ev)
+        event_free(c->hs_ev);
+    c->hs_ev = NULL;
+    return client_established(c);
+}
+
+/* TLS: ciphertext read from the socket, decrypted into client_feed. */
+static bool client_tls_feed(void *arg, const uint8_t *data, size_t len) {
+    rpc_client *c = arg;
+    static const h2_tls_sink sink_fns = {client_feed, client_tls_established, NULL};
+    h2_tls_sink sink = sink_fns;
+    sink.arg = c;
+    unsigned long e;
+    h2_tls_result r = h2_tls_recv(c->bev, &c->wbuf, data, len, &sink, &e);
+    if (r == H2_TLS_FAILED) {
+        char tls_why[512], why[600];
+        h2_tls_why(&c->wbuf, e, tls_why, sizeof tls_why);
+        snprintf(why, sizeof why, "%s: %s", c->connected ? "TLS error" : "TLS handshake failed",
+                 tls_why);
+        client_fail(c, why);
+    } else if (r == H2_TLS_EOF) {
+        client_fail(c, "connection closed by the server (TLS close_notify)");
+    }
+    return r == H2_TLS_OK && !c->dead;
+}
+
+/* The read event's callback (see h2_sock_read). */
 static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     rpc_client *c = arg;
-    switch (h2_sock_read(fd, client_feed, c)) {
+    switch (h2_sock_read(fd, c->wbuf.ssl ? client_tls_feed : client_feed, c)) {
     case H2_READ_AGAIN:
         if (!client_flush(c))
             client_fail(c, c->fail_msg);
@@ -232,11 +264,13 @@ static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg) {
         break;
     }
     case H2_READ_FED:
-        break; /* client_feed failed the client */
+        if (!c->dead) /* a callback refused without saying why */
+            client_fail(c, "connection ended");
+        break;
     }
 }
 
-/* Connected plain socket: from now on read it directly instead of through the bufferevent. */
+/* Connected socket: from now on read it directly instead of through the bufferevent. */
 static bool client_read_direct(rpc_client *c) {
     bufferevent_disable(c->bev, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
@@ -300,11 +334,11 @@ static void keepalive_start(rpc_client *c, int fd) {
 /* rpc_client_opts.peer_role: the server's certificate names the role this client expects (a
  * node dialling a router's address by mistake, or a certificate of the wrong kind, stops here
  * with a message naming both). */
-static bool client_role_ok(rpc_client *c, struct bufferevent *bev, char *why, size_t cap) {
-    if (!c->opts.peer_role || !c->opts.ssl_ctx)
+static bool client_role_ok(rpc_client *c, char *why, size_t cap) {
+    if (!c->opts.peer_role || !c->wbuf.ssl)
         return true;
     char role[RPC_ROLE_MAX + 1];
-    rpc_tls_peer_role(bufferevent_openssl_get_ssl(bev), role, sizeof role);
+    rpc_tls_peer_role(c->wbuf.ssl, role, sizeof role);
     if (strcmp(role, c->opts.peer_role) == 0)
         return true;
     snprintf(why, cap,
@@ -314,6 +348,39 @@ static bool client_role_ok(rpc_client *c, struct bufferevent *bev, char *why, si
     return false;
 }
 
+/* Connected (TLS: the handshake finished): checks the peer, then HTTP/2 goes out. False when
+ * the client failed. */
+static bool client_established(rpc_client *c) {
+    c->connected = true;
+    keepalive_start(c, bufferevent_getfd(c->bev));
+    char why[RPC_ROLE_MAX * 2 + 160];
+    if (c->wbuf.ssl && !h2_tls_alpn_h2(&c->wbuf))
+        client_fail(c, "TLS ALPN did not select h2");
+    else if (!client_role_ok(c, why, sizeof why))
+        client_fail(c, why);
+    else if (!c->wbuf.ssl && !client_read_direct(c))
+        client_fail(c, "cannot watch the socket");
+    else if (!c->dead && !client_flush(c))
+        client_fail(c, c->fail_msg);
+    return !c->dead;
+}
+
+static void client_handshake_timeout_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    client_fail(arg, "TLS handshake timed out");
+}
+
+/* TCP connected, TLS to do: the socket is read directly from now on, the handshake starts and
+ * must end within the connect timeout. */
+static bool client_tls_start(rpc_client *c) {
+    int64_t ms = c->opts.connect_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    c->hs_ev = event_new(c->base, -1, 0, client_handshake_timeout_cb, c);
+    return c->hs_ev && event_add(c->hs_ev, &tv) == 0 && client_read_direct(c) && !c->dead &&
+           h2_tls_connect(c->bev, &c->wbuf);
+}
+
 static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
     rpc_client *c = arg;
     if (events & BEV_EVENT_CONNECTED) {
@@ -321,17 +388,10 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
         int one = 1;
         if (!c->is_unix) /* a TCP option; Unix sockets have no Nagle */
             setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        c->connected = true;
-        keepalive_start(c, bufferevent_getfd(bev));
-        char why[RPC_ROLE_MAX * 2 + 160];
-        if (!c->tp->negotiated_h2(bev))
-            client_fail(c, "TLS ALPN did not select h2");
-        else if (!client_role_ok(c, bev, why, sizeof why))
-            client_fail(c, why);
-        else if (c->direct && !client_read_direct(c))
-            client_fail(c, "cannot watch the socket");
-        else if (!c->dead && !client_flush(c))
-            client_fail(c, c->fail_msg);
+        if (!c->wbuf.ssl)
+            client_established(c);
+        else if (!client_tls_start(c) && !c->dead)
+            client_fail(c, "cannot start the TLS handshake");
         return;
     }
     if (events & BEV_EVENT_EOF) {
@@ -343,9 +403,6 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg) {
         int e = EVUTIL_SOCKET_ERROR();
         snprintf(why, sizeof why, "%s%s%s", c->connected ? "socket error" : "connect failed",
                  e ? ": " : "", e ? evutil_socket_error_to_string(e) : "");
-        if (c->opts.ssl_ctx && c->connected) /* a TLS failure leaves no socket error */
-            snprintf(why, sizeof why, "socket or TLS error%s%s", e ? ": " : "",
-                     e ? evutil_socket_error_to_string(e) : "");
         client_fail(c, why);
     }
 }
@@ -402,8 +459,6 @@ static rpc_client *client_alloc(struct event_base *base, const char *name,
         c->opts.keepalive_timeout_ms = RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT;
     if (c->opts.connect_timeout_ms <= 0)
         c->opts.connect_timeout_ms = RPC_CONNECT_TIMEOUT_MS_DEFAULT;
-    c->tp = c->opts.ssl_ctx ? &h2_transport_tls : &h2_transport_plain;
-    c->direct = c->opts.ssl_ctx == NULL;
     return c;
 }
 
@@ -413,8 +468,10 @@ static rpc_client *client_connect(rpc_client *c, const struct sockaddr *sa, sock
                                   const char *where, st_err *err) {
     const char *sni = c->opts.server_name ? c->opts.server_name : c->host;
     c->flush_ev = event_new(c->base, -1, 0, flush_cb, c);
-    c->bev = c->tp->bev_new(c->base, -1, c->opts.ssl_ctx, false, sni);
-    if (!c->flush_ev || !c->bev || !client_session_new(c)) {
+    c->bev = bufferevent_socket_new(c->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    bool tls_ok =
+        !c->opts.ssl_ctx || (c->bev && h2_tls_attach(&c->wbuf, c->opts.ssl_ctx, false, sni));
+    if (!c->flush_ev || !c->bev || !tls_ok || !client_session_new(c)) {
         st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot set up a connection to %s", c->host);
         rpc_client_free(c);
         return NULL;
@@ -485,8 +542,11 @@ void rpc_client_free(rpc_client *c) {
         event_free(c->read_ev);
     if (c->ka_ev)
         event_free(c->ka_ev);
+    if (c->hs_ev)
+        event_free(c->hs_ev);
     if (c->session)
         nghttp2_session_del(c->session);
+    h2_tls_close(c->bev, &c->wbuf);
     if (c->bev)
         bufferevent_free(c->bev);
     if (c->flush_ev)

@@ -65,8 +65,8 @@ static st_code blocking_run(const char *addr, const rpc_client_opts *opts, const
     while (!b->done && event_base_dispatch(b->base) == 0)
         ;
     rpc_client_free(c);
-    /* Let libevent run the bufferevent's deferred teardown (finalizers, and for TLS the SSL
-     * object) before the base goes away. */
+    /* Let libevent run the bufferevent's deferred teardown (its finalizers) before the base
+     * goes away. */
     event_base_loop(b->base, EVLOOP_NONBLOCK);
     event_base_free(b->base);
     if (b->code == ST_OK && b->messages == UINT64_MAX)

@@ -191,7 +191,7 @@ static int body_send_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
     (void)session;
     rpc_client *c = user_data;
     rpc_ccall *call = source->ptr;
-    h2_wbuf *wbuf = c->direct && c->connected ? &c->wbuf : NULL;
+    h2_wbuf *wbuf = rpc_client_wbuf(c);
     if (h2_out_len(c->bev, wbuf) >= H2_CONN_OUTPUT_HIGH_WATER_BYTES)
         return NGHTTP2_ERR_WOULDBLOCK; /* retried with the same frame */
     if (frame->data.padlen != 0 || length > call->body_len - call->body_off)

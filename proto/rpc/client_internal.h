@@ -14,20 +14,19 @@
 struct rpc_client {
     struct event_base *base;
     rpc_client_opts opts;
-    const h2_transport *tp;
     char *host;                       /* :authority and TLS name: the host, or "unix:PATH" */
     char peer[RPC_PEER_NAME_MAX + 1]; /* for logs and errors: "host:port" or "unix:PATH" */
     struct bufferevent *bev;
     nghttp2_session *session;
     rpc_ccall *calls;
     bool dead;
-    bool direct;    /* plain socket: client_flush writes it itself once connected */
-    bool connected; /* BEV_EVENT_CONNECTED seen */
+    bool connected; /* BEV_EVENT_CONNECTED seen (TLS: and the handshake finished) */
     bool is_unix;   /* a Unix-domain socket (rpc_client_new_unix) */
-    /* direct and connected: reads the socket itself (h2_sock_read), the bufferevent does not,
-     * and output goes to wbuf (h2_out_add) */
+    /* Once connected (TLS: from the TCP connect on), reads the socket itself (h2_sock_read), the
+     * bufferevent does not; output goes to wbuf (rpc_client_wbuf). TLS: wbuf.ssl (tlsio.c). */
     struct event *read_ev;
     h2_wbuf wbuf;
+    struct event *hs_ev; /* TLS: ends a handshake not done within the connect timeout */
     /* API calls only queue frames and activate this event, which flushes from the loop: so no
      * API function runs a user callback (on_done) before it returns. */
     struct event *flush_ev;
@@ -81,6 +80,12 @@ struct rpc_ccall {
     size_t unconsumed;
     rpc_ccall *prev, *next;
 };
+
+/* Where output goes (h2_out_add): wbuf once connected or under TLS (plaintext waits there for
+ * the handshake), else the bufferevent, which writes it once the connect succeeds. */
+static inline h2_wbuf *rpc_client_wbuf(rpc_client *c) {
+    return c->connected || c->wbuf.ssl ? &c->wbuf : NULL;
+}
 
 /* client.c: user code queued output; flush it from the loop (no user callback runs before the
  * API function that queued it returns). */

@@ -1,5 +1,6 @@
 /* h2io.c — the connection plumbing shared by the server and the client, below HTTP/2: the
- * plain-socket write queue that writes without copying large payloads (h2_wbuf, h2_out_*),
+ * connections' write queue that writes without copying large payloads (h2_wbuf, h2_out_*;
+ * under TLS, tlsio.c encrypts what it holds),
  * socket reads straight into the session (h2_sock_read), Unix-domain addresses, the nghttp2
  * session options, and libevent's log routed into st_log. rpc_internal.h explains each. */
 #include <errno.h>
@@ -42,6 +43,7 @@ static void wbuf_release_retired(h2_wbuf *w) {
 
 void h2_wbuf_free(h2_wbuf *w) {
     st_buf_free(&w->buf);
+    st_buf_free(&w->tls_out);
     wbuf_release_retired(w);
     w->nsegs = 0;
     w->ref_bytes = 0;
@@ -68,7 +70,7 @@ void h2_wbuf_drop(h2_wbuf *w) {
 
 bool h2_out_add(struct bufferevent *bev, h2_wbuf *wbuf, const void *data, size_t len) {
     struct evbuffer *out = bufferevent_get_output(bev);
-    if (!wbuf || evbuffer_get_length(out) > 0)
+    if (!wbuf || (!wbuf->ssl && evbuffer_get_length(out) > 0))
         return evbuffer_add(out, data, len) == 0;
     size_t off = wbuf->buf.len;
     if (st_buf_append(&wbuf->buf, data, len) != ST_OK)
@@ -85,7 +87,7 @@ bool h2_out_add(struct bufferevent *bev, h2_wbuf *wbuf, const void *data, size_t
 
 bool h2_out_add_ref(struct bufferevent *bev, h2_wbuf *wbuf, const void *data, size_t len) {
     /* Room for this segment, the flat one before it and one after (see h2_out_add). */
-    if (!wbuf || len < H2_OUT_REF_BYTES_MIN || wbuf->nsegs + 3 > H2_OUT_SEGS_MAX ||
+    if (!wbuf || wbuf->ssl || len < H2_OUT_REF_BYTES_MIN || wbuf->nsegs + 3 > H2_OUT_SEGS_MAX ||
         evbuffer_get_length(bufferevent_get_output(bev)) > 0)
         return h2_out_add(bev, wbuf, data, len);
     if (wbuf->nsegs == 0 && wbuf->buf.len > 0)
@@ -100,9 +102,8 @@ size_t h2_out_len(struct bufferevent *bev, const h2_wbuf *wbuf) {
     return wbuf ? n + wbuf->buf.len + wbuf->ref_bytes : n;
 }
 
-/* The bufferevent still holds bytes the socket did not take (wbuf is empty then): try them now;
- * true when the output is empty afterwards. */
-static bool bev_output_write(struct bufferevent *bev) {
+/* For a plain wbuf, wbuf is empty while the bufferevent holds bytes (h2_out_add). */
+bool h2_bev_output_write(struct bufferevent *bev) {
     struct evbuffer *out = bufferevent_get_output(bev);
     if (evbuffer_get_length(out) == 0)
         return true;
@@ -161,8 +162,10 @@ static bool wbuf_spill(struct evbuffer *out, const h2_wbuf *wbuf, size_t done) {
 }
 
 bool h2_out_write_now(struct bufferevent *bev, h2_wbuf *wbuf) {
+    if (wbuf->ssl)
+        return h2_tls_write_now(bev, wbuf);
     bool wrote = evbuffer_get_length(bufferevent_get_output(bev)) > 0;
-    if (!bev_output_write(bev))
+    if (!h2_bev_output_write(bev))
         return false; /* wbuf is empty while the bufferevent holds bytes */
     size_t total = wbuf->buf.len + wbuf->ref_bytes;
     if (total > 0) {

@@ -23,26 +23,12 @@
 #define H2_HANDSHAKE_TIMEOUT_MS 10000 /* client: connect (+ TLS handshake); servers: rpc_limits */
 #define RPC_REFUSED_RETRIES_MAX 8     /* client resubmits of a request refused unprocessed */
 
-/* Plain and TLS connections share one table of operations (Redis's ConnectionType): how to wrap
- * a socket in a bufferevent, and whether the handshake settled on HTTP/2. */
-typedef struct h2_transport {
-    const char *name;
-    /* Takes ownership of fd (closed with the bufferevent). NULL on failure (fd closed). */
-    struct bufferevent *(*bev_new)(struct event_base *base, int fd, SSL_CTX *ctx, bool server,
-                                   const char *server_name);
-    /* After BEV_EVENT_CONNECTED: true if the peer agreed on h2. */
-    bool (*negotiated_h2)(struct bufferevent *bev);
-} h2_transport;
-
-extern const h2_transport h2_transport_plain; /* constant table */
-extern const h2_transport h2_transport_tls;   /* constant table */
-
-/* Output of plain sockets (server and client connections) goes first into the connection's own
- * write queue (h2_wbuf) and h2_out_write_now writes it with one sendmsg() from the loop callback
- * that produced it: a request or response costs one loop pass, no epoll_ctl pair, and none of the
- * evbuffer chain allocations and callbacks per frame. Only what the socket would not take moves
- * into the bufferevent's output, whose write event is then armed until it drains (the bufferevent
- * writes the rest, or reports the error).
+/* Output of every connection (server and client, plaintext or TLS) goes first into the connection's
+ * own write queue (h2_wbuf) and h2_out_write_now writes it with one sendmsg() from the loop
+ * callback that produced it: a request or response costs one loop pass, no epoll_ctl pair, and none
+ * of the evbuffer chain allocations and callbacks per frame. Only what the socket would not take
+ * moves into the bufferevent's output, whose write event is then armed until it drains (the
+ * bufferevent writes the rest, or reports the error).
  *
  * Small pieces (frame headers, HEADERS frames, small DATA payloads) are copied into the queue's
  * flat buffer; large DATA payloads (H2_OUT_REF_BYTES_MIN and up, h2_out_add_ref) are only
@@ -68,6 +54,16 @@ typedef struct h2_wbuf {
     /* malloc'd blocks whose owner went away while they were referenced: freed once written */
     void *retired[H2_OUT_SEGS_MAX];
     size_t nretired;
+    /* TLS (tlsio.c): the connection's SSL (NULL: plaintext). What is queued is then plaintext,
+     * always copied (never referenced), and h2_out_write_now encrypts it with one SSL_write
+     * into tls_out, then sends that like plaintext. The SSL's BIO reads the ciphertext chunk
+     * h2_tls_recv was handed (tls_in) and appends what it writes to tls_out: OpenSSL never
+     * touches the socket, so a flush is one send of many records, not one per record. */
+    SSL *ssl;
+    st_buf tls_out;        /* ciphertext not yet sent (empty between calls) */
+    const uint8_t *tls_in; /* ciphertext not yet consumed by OpenSSL ... */
+    size_t tls_in_len;     /* ... and its length */
+    bool tls_broken;       /* a fatal TLS error: no close_notify */
 } h2_wbuf;
 
 void h2_wbuf_free(h2_wbuf *w);
@@ -82,12 +78,13 @@ static inline bool h2_out_pinned(const h2_wbuf *w) {
 }
 
 /* Queues bytes (copied): into wbuf while the bufferevent's output is empty, else behind what it
- * still holds, so the order is kept. wbuf NULL (TLS, or a client not yet connected): the
- * bufferevent. */
+ * still holds, so the order is kept (TLS: always into wbuf, as plaintext). wbuf NULL (a plain
+ * client not yet connected): the bufferevent. */
 bool h2_out_add(struct bufferevent *bev, h2_wbuf *wbuf, const void *data, size_t len);
 
 /* As h2_out_add, but a large payload going into wbuf is referenced, not copied: data must stay
- * valid and unchanged until the next h2_out_write_now (or h2_wbuf_drop). */
+ * valid and unchanged until the next h2_out_write_now (or h2_wbuf_drop). Under TLS it is copied:
+ * a flush is then one flat buffer, encrypted with one SSL_write. */
 bool h2_out_add_ref(struct bufferevent *bev, h2_wbuf *wbuf, const void *data, size_t len);
 
 /* Bytes queued and not yet handed to the kernel (compared with the high-water mark). */
@@ -96,10 +93,57 @@ size_t h2_out_len(struct bufferevent *bev, const h2_wbuf *wbuf);
 /* Writes what is queued now; afterwards wbuf references nothing (what the socket did not take
  * was copied into the bufferevent). Returns true when it wrote something and nothing is left:
  * the caller's HTTP/2 session may have more to produce if it had stopped at the high-water
- * mark. */
+ * mark. Under TLS, plaintext queued before the handshake finished waits for it. */
 bool h2_out_write_now(struct bufferevent *bev, h2_wbuf *wbuf);
 
-/* Plain sockets only: what h2_sock_read found. */
+/* The bufferevent still holds bytes the socket did not take: try them now; true when its
+ * output is empty afterwards (else its write event is armed). */
+bool h2_bev_output_write(struct bufferevent *bev);
+
+/* ---- TLS over the direct path (tlsio.c) ----
+ * A TLS connection keeps the plain socket bufferevent, read event and write queue of a plaintext
+ * one; only the bytes change: h2_tls_recv decrypts what h2_sock_read read, h2_out_write_now
+ * encrypts what the session queued. */
+
+/* Gives wbuf an SSL for ctx (server or client side; a client's server_name is checked against
+ * the server's certificate and sent as SNI unless it is an IP address). False when out of
+ * memory. */
+bool h2_tls_attach(h2_wbuf *wbuf, SSL_CTX *ctx, bool server, const char *server_name);
+/* Starts a client's handshake (its ClientHello goes out). False when it cannot. */
+bool h2_tls_connect(struct bufferevent *bev, h2_wbuf *wbuf);
+/* Sends close_notify when the handshake finished and the socket takes it at once (best effort),
+ * then frees the SSL. Idempotent. */
+void h2_tls_close(struct bufferevent *bev, h2_wbuf *wbuf);
+/* h2_out_write_now of a TLS wbuf. */
+bool h2_tls_write_now(struct bufferevent *bev, h2_wbuf *wbuf);
+/* True once the handshake finished (always true for plaintext). */
+bool h2_tls_established(const h2_wbuf *wbuf);
+/* True when the handshake settled on ALPN h2. */
+bool h2_tls_alpn_h2(const h2_wbuf *wbuf);
+
+typedef enum h2_tls_result {
+    H2_TLS_OK,     /* consumed; more may come */
+    H2_TLS_EOF,    /* the peer sent close_notify */
+    H2_TLS_FAILED, /* a TLS error (handshake or record): *err holds OpenSSL's code */
+    H2_TLS_STOP,   /* a callback returned false: the connection ends (the SSL may be gone) */
+} h2_tls_result;
+
+typedef struct h2_tls_sink {
+    bool (*feed)(void *arg, const uint8_t *data, size_t len); /* plaintext, to HTTP/2 */
+    bool (*established)(void *arg); /* the handshake just finished (check ALPN, role ...) */
+    void *arg;
+} h2_tls_sink;
+
+/* Hands ciphertext read from the socket to OpenSSL: drives the handshake, then gives every
+ * decrypted record to sink->feed; sends what OpenSSL answers (handshake messages, alerts,
+ * session tickets, key updates). */
+h2_tls_result h2_tls_recv(struct bufferevent *bev, h2_wbuf *wbuf, const uint8_t *data, size_t len,
+                          const h2_tls_sink *sink, unsigned long *err);
+/* OpenSSL's reason for err (from h2_tls_recv) in out, naming an expired or not yet valid peer
+ * certificate as such, with the fix. */
+void h2_tls_why(const h2_wbuf *wbuf, unsigned long err, char *out, size_t cap);
+
+/* What h2_sock_read found. */
 typedef enum h2_read_result {
     H2_READ_AGAIN, /* drained for now (EAGAIN), or read its share of the loop pass */
     H2_READ_EOF,   /* the peer closed its side */
@@ -107,7 +151,7 @@ typedef enum h2_read_result {
     H2_READ_FED,   /* feed returned false: the caller ends the connection */
 } h2_read_result;
 
-/* Plain sockets only: reads fd straight into a stack buffer and hands each chunk to feed (the
+/* Reads fd straight into a stack buffer and hands each chunk to feed (the
  * HTTP/2 session), instead of letting the bufferevent read: libevent asks FIONREAD (an ioctl)
  * before every read and copies through an evbuffer chain. Stops at EAGAIN, at a short read (the
  * level-triggered read event fires again if more arrives) or after a few full chunks, so one busy

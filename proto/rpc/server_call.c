@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/bufferevent_ssl.h>
 #include <nghttp2/nghttp2.h>
 
 #include "server_internal.h"
@@ -655,8 +654,29 @@ static bool header_reserve(rpc_call *call, size_t n) {
     return false;
 }
 
+/* HTTP/2 forbids NUL, CR and LF in field names and values (RFC 9113, 8.2.1), and nghttp2 does
+ * not check them here (no_http_messaging): headers are kept as C strings, so "Bearer TOKEN\0x"
+ * would read as "Bearer TOKEN". Such a request is malformed and refused whole. */
+static bool header_bytes_ok(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] == 0 || p[i] == '\r' || p[i] == '\n')
+            return false;
+    return true;
+}
+
 static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, const uint8_t *value,
                          size_t valuelen) {
+    bool name_ok = header_bytes_ok(name, namelen);
+    if (!name_ok || !header_bytes_ok(value, valuelen)) {
+        if (call->early.code == ST_OK)
+            st_err_set(&call->early, ST_INVALID_ARGUMENT,
+                       "request metadata %s%.*s%s holds a NUL, CR or LF byte, which HTTP/2 forbids "
+                       "in names and values: send printable ASCII (binary values base64-encoded "
+                       "under a '-bin' key)",
+                       name_ok ? "'" : "", name_ok ? (int)(namelen < 64 ? namelen : 64) : 4,
+                       name_ok ? (const char *)name : "name", name_ok ? "'" : "");
+        return;
+    }
     call->hdr_bytes += namelen + valuelen + 32;
     size_t max = call->conn ? call->conn->srv->limits.header_bytes_max : RPC_HEADER_BYTES_MAX;
     if (call->hdrs_len == RPC_HEADERS_COUNT_MAX || call->hdr_bytes > max) {
@@ -981,7 +1001,7 @@ const char *rpc_call_peer_role(rpc_call *call) {
     if (!conn)
         return "";
     if (!conn->role_known) {
-        SSL *ssl = conn->tp == &h2_transport_tls ? bufferevent_openssl_get_ssl(conn->bev) : NULL;
+        SSL *ssl = conn->wbuf.ssl;
         if (!ssl || !rpc_tls_peer_role(ssl, conn->peer_role, sizeof conn->peer_role))
             conn->peer_role[0] = '\0';
         conn->role_known = true; /* a connection's peer certificate never changes */

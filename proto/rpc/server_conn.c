@@ -14,7 +14,6 @@
 #include <netinet/tcp.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent_ssl.h>
 #include <openssl/err.h>
 #include <nghttp2/nghttp2.h>
 
@@ -24,7 +23,7 @@
 
 /* Where send_cb queues output (see h2_out_add). */
 h2_wbuf *h2_conn_wbuf(h2_conn *conn) {
-    return conn->direct ? &conn->wbuf : NULL;
+    return &conn->wbuf;
 }
 
 /* wbuf may reference bytes of calls' response queues (send_data_cb): write them out before a
@@ -43,8 +42,7 @@ bool h2_conn_flush(h2_conn *conn) {
             RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"h2 send failed\" err=\"%s\"", nghttp2_strerror(rv));
             return false;
         }
-    } while (conn->direct && h2_out_write_now(conn->bev, &conn->wbuf) &&
-             nghttp2_session_want_write(conn->session));
+    } while (h2_out_write_now(conn->bev, &conn->wbuf) && nghttp2_session_want_write(conn->session));
     if (!nghttp2_session_want_read(conn->session) && !nghttp2_session_want_write(conn->session) &&
         h2_out_len(conn->bev, h2_conn_wbuf(conn)) == 0)
         return false; /* GOAWAY exchanged and everything written: done */
@@ -93,6 +91,7 @@ void h2_conn_close(h2_conn *conn) {
         event_free(conn->read_ev); /* before the bufferevent closes the socket */
     if (conn->session)
         nghttp2_session_del(conn->session);
+    h2_tls_close(conn->bev, &conn->wbuf);
     if (conn->bev)
         bufferevent_free(conn->bev);
     if (conn->flush_ev)
@@ -113,28 +112,6 @@ static void conn_heard(h2_conn *conn) {
         conn->idle_since_us = st_mono_us();
 }
 
-static void conn_read_cb(struct bufferevent *bev, void *arg) {
-    h2_conn *conn = arg;
-    h2_loop_activity();
-    conn_heard(conn);
-    struct evbuffer *in = bufferevent_get_input(bev);
-    size_t n;
-    while ((n = evbuffer_get_contiguous_space(in)) > 0) {
-        const uint8_t *p = evbuffer_pullup(in, (ssize_t)n);
-        ssize_t rv = nghttp2_session_mem_recv(conn->session, p, n);
-        if (rv < 0) {
-            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: bad HTTP/2 input\" err=\"%s\"",
-                            nghttp2_strerror((int)rv));
-            h2_conn_flush(conn); /* try to get the GOAWAY out */
-            h2_conn_close(conn);
-            return;
-        }
-        evbuffer_drain(in, n);
-    }
-    if (!h2_conn_flush(conn))
-        h2_conn_close(conn);
-}
-
 static bool conn_feed(void *arg, const uint8_t *data, size_t len) {
     h2_conn *conn = arg;
     conn_heard(conn);
@@ -148,11 +125,50 @@ static bool conn_feed(void *arg, const uint8_t *data, size_t len) {
     return true;
 }
 
-/* Plain sockets: the read event's callback (see h2_sock_read). */
+/* A handshake that failed (or a TLS error later): one rate-limited line with OpenSSL's reason and
+ * the usual fix, so an operator sees why a client or peer could not connect. */
+static void conn_tls_failed(h2_conn *conn, unsigned long e) {
+    char why[512];
+    h2_tls_why(&conn->wbuf, e, why, sizeof why);
+    if (h2_tls_established(&conn->wbuf))
+        RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: TLS error\" why=\"%s\"", why);
+    else
+        RPC_LOG_LIMITED(ST_LOG_INFO,
+                        "msg=\"TLS handshake failed\" why=\"%s\" hint=\"clients must speak TLS; "
+                        "where client certificates are required they must be signed by the CA "
+                        "given to this server and be valid now\"",
+                        why);
+}
+
+/* The handshake finished: only a client that agreed on h2 goes on. */
+static bool conn_tls_established(void *arg) {
+    h2_conn *conn = arg;
+    if (h2_tls_alpn_h2(&conn->wbuf))
+        return true;
+    RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: ALPN did not select h2\" %s",
+                    "hint=\"the client must offer h2 (gRPC) in ALPN\"");
+    return false;
+}
+
+/* TLS: ciphertext read from the socket, decrypted into conn_feed. */
+static bool conn_tls_feed(void *arg, const uint8_t *data, size_t len) {
+    h2_conn *conn = arg;
+    static const h2_tls_sink sink_fns = {conn_feed, conn_tls_established, NULL};
+    h2_tls_sink sink = sink_fns;
+    sink.arg = conn;
+    unsigned long e;
+    conn_heard(conn);
+    h2_tls_result r = h2_tls_recv(conn->bev, &conn->wbuf, data, len, &sink, &e);
+    if (r == H2_TLS_FAILED)
+        conn_tls_failed(conn, e);
+    return r == H2_TLS_OK;
+}
+
+/* The read event's callback (see h2_sock_read). */
 static void conn_sock_read_cb(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     h2_conn *conn = arg;
-    h2_read_result r = h2_sock_read(fd, conn_feed, conn);
+    h2_read_result r = h2_sock_read(fd, conn->wbuf.ssl ? conn_tls_feed : conn_feed, conn);
     if (r == H2_READ_ERROR)
         RPC_LOG_LIMITED(ST_LOG_DEBUG, "msg=\"closing connection: read failed\" errno=%d", errno);
     if (r != H2_READ_AGAIN || !h2_conn_flush(conn))
@@ -166,38 +182,11 @@ static void conn_write_cb(struct bufferevent *bev, void *arg) {
         h2_conn_close(conn);
 }
 
-/* A handshake that failed: one (rate-limited) line with OpenSSL's reason and the usual fix, so
- * an operator sees why a client or peer could not connect. */
-static void conn_tls_failed(h2_conn *conn) {
-    unsigned long e = bufferevent_get_openssl_error(conn->bev);
-    char why[256] = "no TLS error recorded (plaintext client, or the peer closed)";
-    if (e)
-        ERR_error_string_n(e, why, sizeof why);
-    while (bufferevent_get_openssl_error(conn->bev))
-        ;
-    /* A peer that connects and closes without a word is a readiness probe, not a failure. */
-    if (!e || ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING)
-        return;
-    RPC_LOG_LIMITED(ST_LOG_INFO,
-                    "msg=\"TLS handshake failed\" why=\"%s\" hint=\"clients must speak TLS; "
-                    "where client certificates are required they must be signed by the CA given "
-                    "to this server\"",
-                    why);
-}
-
+/* The bufferevent only writes (what the socket did not take at once): its errors end the
+ * connection. */
 static void conn_event_cb(struct bufferevent *bev, short events, void *arg) {
+    (void)bev;
     h2_conn *conn = arg;
-    if (events & BEV_EVENT_CONNECTED) {
-        bufferevent_set_timeouts(bev, NULL, NULL); /* handshake done: idle is fine from now */
-        if (!conn->tp->negotiated_h2(bev)) {
-            RPC_LOG_LIMITED(ST_LOG_INFO, "msg=\"closing connection: ALPN did not select h2\" %s",
-                            "hint=\"the client must offer h2 (gRPC) in ALPN\"");
-            h2_conn_close(conn);
-        }
-        return;
-    }
-    if ((events & BEV_EVENT_ERROR) && conn->tp == &h2_transport_tls && !conn->ready)
-        conn_tls_failed(conn);
     if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
         h2_conn_close(conn);
 }
@@ -334,8 +323,6 @@ void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
         close(fd);
         return;
     }
-    conn->tp = srv->opts.ssl_ctx && !unix_plain ? &h2_transport_tls : &h2_transport_plain;
-    conn->direct = conn->tp == &h2_transport_plain;
     if (unix_plain) { /* the socket's permissions stand for a certificate */
         snprintf(conn->peer_role, sizeof conn->peer_role, "%s", srv->opts.unix_peer_role);
         conn->role_known = true;
@@ -350,23 +337,21 @@ void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
     if (!addr || addr->sa_family != AF_UNIX) /* a TCP option; Unix sockets have no Nagle */
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn->flush_ev = event_new(srv->base, -1, 0, conn_flush_cb, conn);
-    conn->bev = conn->tp->bev_new(srv->base, fd, srv->opts.ssl_ctx, true, NULL);
-    if (!conn->bev || !conn->flush_ev || !conn_timer_start(conn)) {
+    conn->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!conn->bev)
+        close(fd);
+    bool tls = srv->opts.ssl_ctx && !unix_plain;
+    if (!conn->bev || !conn->flush_ev || !conn_timer_start(conn) ||
+        (tls && !h2_tls_attach(&conn->wbuf, srv->opts.ssl_ctx, true, NULL))) {
         h2_conn_close(conn);
         return;
     }
-    bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
+    bufferevent_setcb(conn->bev, NULL, conn_write_cb, conn_event_cb, conn);
     bufferevent_setwatermark(conn->bev, EV_WRITE, H2_CONN_OUTPUT_HIGH_WATER_BYTES / 2, 0);
-    /* A direct connection reads with its own event and arms the bufferevent's write event only
-     * while the socket is full. (A TLS handshake that never ends: the handshake timeout.) */
-    bool armed;
-    if (conn->direct) {
-        conn->read_ev = event_new(srv->base, bufferevent_getfd(conn->bev), EV_READ | EV_PERSIST,
-                                  conn_sock_read_cb, conn);
-        armed = conn->read_ev && event_add(conn->read_ev, NULL) == 0;
-    } else {
-        armed = bufferevent_enable(conn->bev, EV_READ | EV_WRITE) == 0;
-    }
-    if (!armed || !h2_session_start(conn))
+    /* The connection reads with its own event and arms the bufferevent's write event only while
+     * the socket is full. (A TLS handshake that never ends: the handshake timeout.) */
+    conn->read_ev = event_new(srv->base, bufferevent_getfd(conn->bev), EV_READ | EV_PERSIST,
+                              conn_sock_read_cb, conn);
+    if (!conn->read_ev || event_add(conn->read_ev, NULL) != 0 || !h2_session_start(conn))
         h2_conn_close(conn);
 }

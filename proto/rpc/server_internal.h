@@ -94,7 +94,6 @@ struct rpc_server {
 
 struct h2_conn {
     rpc_server *srv;
-    const h2_transport *tp;
     struct bufferevent *bev;
     nghttp2_session *session;
     rpc_call *calls;
@@ -102,11 +101,11 @@ struct h2_conn {
     /* API calls (send, finish) only queue frames and activate this event, which flushes from the
      * loop: so no API function re-enters user callbacks or closes the connection under them. */
     struct event *flush_ev;
-    /* plain socket: output goes to wbuf and h2_conn_flush writes it itself (h2_out_write_now),
-     * read_ev reads it (h2_sock_read); the bufferevent only writes what the socket would not
-     * take at once. Large DATA payloads in wbuf are references into their call's `out`, written
-     * before anything frees, moves or overwrites those bytes (conn_out_settle). */
-    bool direct;
+    /* Output goes to wbuf and h2_conn_flush writes it itself (h2_out_write_now), read_ev reads
+     * the socket (h2_sock_read); the bufferevent only writes what the socket would not take at
+     * once. Plaintext: large DATA payloads in wbuf are references into their call's `out`,
+     * written before anything frees, moves or overwrites those bytes (conn_out_settle). TLS:
+     * wbuf.ssl (tlsio.c) decrypts what is read and encrypts what is written. */
     h2_wbuf wbuf;
     struct event *read_ev;
     /* Periodic: the handshake, idle and slow-request timeouts (conn_timer_cb). */
@@ -190,7 +189,7 @@ void h2_conn_close(h2_conn *conn);
 bool h2_conn_flush(h2_conn *conn);
 /* User code queued output: flush it from the loop (re-activating an active event is a no-op). */
 void h2_conn_kick(h2_conn *conn);
-/* Where send_cb queues output (see h2_out_add): the plain socket's wbuf, or NULL (TLS). */
+/* Where send_cb queues output (see h2_out_add): the connection's wbuf. */
 h2_wbuf *h2_conn_wbuf(h2_conn *conn);
 /* wbuf may reference bytes of calls' response queues: write them out before a queue is
  * compacted, handed back to a caller, or freed. */

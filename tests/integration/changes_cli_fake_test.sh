@@ -78,7 +78,9 @@ for _ in $(seq 1 600); do [ "$(count "$tmp/4a.out")" -ge 700 ] && [ -s "$CK" ] &
 snap=$(cat "$CK")
 for _ in $(seq 1 600); do [ "$(cat "$CK")" != "$snap" ] && break; sleep 0.1; done
 [ "$(cat "$CK")" != "$snap" ] || bad "the checkpoint never moved"
-kill -9 "$CLI"
+# $CLI is timeout's pid: its child, the strata process, is the one to kill -9 (killing only
+# timeout would leave it following the stream after the test).
+kill -9 $(pgrep -P "$CLI") "$CLI" 2>/dev/null
 wait "$CLI" 2>/dev/null
 timeout 120 "$STRATA" bench --target "$ADDR" --workload changes --cs-backlog 50 --requests 1 \
   --cs-profile p1 --quiet >"$tmp/bench2.out" 2>&1

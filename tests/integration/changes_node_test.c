@@ -9,7 +9,8 @@
  *     2.5 MiB value in chunks), each row's records in commit order, through the ring (live) and,
  *     after a restart, through the catch-up scan of storage (scan tokens), every message shaped as
  *     the official Java client requires; CloseStream OK at end_time;
- *   - resuming from a record's token (live and scan tokens) misses nothing;
+ *   - resuming from a record's token (live and scan tokens; live from every record's, those
+ *     inside a write of several rows too) misses nothing;
  *   - heartbeats carry a parseable token and a watermark; a live stream receives a write made
  *     while it waits; a client that cancels is let go;
  *   - a tablet split while streaming ends the stream with CloseStream OUT_OF_RANGE naming the two
@@ -1051,6 +1052,16 @@ static void read_and_resume(const char *what, int64_t t0, int64_t t_end, bool wa
         stream *b = read_stream(&o2);
         snprintf(w, sizeof w, "%s: resume from token %.20s", what, s->recs[k].token);
         check_resume(w, s, k, b);
+        stream_free(b);
+    }
+    /* Live, from every record's token: the records of one write (the MutateRows) share a stamp
+     * and only the write's last may say it, so each resume must find the rest of its write. */
+    for (int i = 0; !want_scan && i < s->n_recs; i++) {
+        token_arg tk = {&g_whole, s->recs[i].token};
+        req_opts o2 = {.table = "t", .p = &g_whole, .tokens = &tk, .n_tokens = 1, .end_us = t_end};
+        stream *b = read_stream(&o2);
+        snprintf(w, sizeof w, "%s: resume from record %d", what, i);
+        check_resume(w, s, i, b);
         stream_free(b);
     }
     stream_free(s);

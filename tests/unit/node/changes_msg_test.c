@@ -5,7 +5,9 @@
  * carrying the record's metadata and the later ones only type CONTINUATION and chunks, the last
  * done + token + watermark; GC records without a source cluster; DeleteFromRow expanded to
  * DeleteFromFamily; messages bounded by the value budget; Heartbeat and CloseStream fields.
- * Messages are decoded back with protobuf-c and checked field by field.
+ * Messages are decoded back with protobuf-c and checked field by field, and each must be the
+ * bytes protobuf-c packs for what it decoded (the DataChange encoder writes wire bytes itself);
+ * test_changes_msg_wire_forms goes through the fields' edge values that way.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,6 +45,15 @@ static st_code collect(st_buf *msg, void *arg) {
     cs_resp *r = google__bigtable__v2__read_change_stream_response__unpack(
         NULL, len, msg->data + RPC_SEND_HEADROOM);
     assert_non_null(r);
+    /* DataChange messages are written without protobuf-c: they must be exactly what protobuf-c
+     * packs for the same message. */
+    size_t re_len = google__bigtable__v2__read_change_stream_response__get_packed_size(r);
+    assert_int_equal(re_len, len);
+    uint8_t *re = malloc(re_len ? re_len : 1);
+    assert_non_null(re);
+    google__bigtable__v2__read_change_stream_response__pack(r, re);
+    assert_memory_equal(re, msg->data + RPC_SEND_HEADROOM, len);
+    free(re);
     assert_true(s->n < MSGS_MAX);
     s->msgs[s->n++] = r;
     st_buf_reset(msg);
@@ -237,6 +248,66 @@ static void test_changes_msg_budget_and_del_row(void **state) {
     sink_free(&s);
 }
 
+/* Every field's edge values (empty strings and keys, zero and large times, a negative nanos
+ * part, unbounded and bounded DeleteFromColumn ends, DeleteFromFamily, a value exactly at and
+ * one past the chunk size, an origin past 127) come out as protobuf-c packs them (collect). */
+static void test_changes_msg_wire_forms(void **state) {
+    (void)state;
+    static uint8_t big[300];
+    memset(big, 'v', sizeof big);
+    sto_mut m[7] = {
+        {.type = STO_MUT_SET_CELL, .family = S("f"), .qualifier = S(""), .ts_us = 0},
+        {.type = STO_MUT_SET_CELL,
+         .family = S("fam"),
+         .qualifier = S("q"),
+         .ts_us = 1733000000123456LL,
+         .value = st_slice_make(big, 256)},
+        {.type = STO_MUT_SET_CELL,
+         .family = S("fam"),
+         .qualifier = S("q2"),
+         .ts_us = 7,
+         .value = st_slice_make(big, 257)},
+        {.type = STO_MUT_DEL_COLUMN,
+         .family = S("f"),
+         .qualifier = S("c"),
+         .ts_start_us = 0,
+         .ts_end_us = STO_TS_END_INF},
+        {.type = STO_MUT_DEL_COLUMN,
+         .family = S("f"),
+         .qualifier = S(""),
+         .ts_start_us = 5,
+         .ts_end_us = 900000000000LL},
+        {.type = STO_MUT_DEL_FAMILY, .family = S("f")},
+        {.type = STO_MUT_DEL_ROW},
+    };
+    const char *fams[1] = {"only"};
+    int64_t times[] = {0, 1, 999999, 1000000, 1733000000123456LL, -1500000};
+    for (size_t t = 0; t < sizeof times / sizeof times[0]; t++) {
+        for (int gc = 0; gc < 2; gc++) {
+            sto_row_mut row = {.row = t % 2 ? S("row-key") : S(""),
+                               .muts = m,
+                               .n_muts = 7,
+                               .commit_ts_us = (uint64_t)times[t],
+                               .origin = (uint32_t)(t * 100)};
+            node_cs_change c = {
+                &row, gc, t == 3 ? NULL : "east", t == 2 ? "" : "1.5.9.ab", times[t], fams, 1};
+            sink s = {0};
+            assert_int_equal(encode(&c, 256, &s), ST_OK);
+            assert_true(s.n >= 2);
+            size_t chunks = 0;
+            for (size_t i = 0; i < s.n; i++)
+                chunks += dc(&s, i)->n_chunks;
+            assert_int_equal(chunks, 8); /* the 257-byte value in two chunks */
+            sink_free(&s);
+            assert_int_equal(encode(&c, NODE_CS_MSG_VALUE_BYTES, &s), ST_OK);
+            assert_int_equal(s.n, 1);
+            assert_int_equal(dc(&s, 0)->n_chunks, 7);
+            assert_int_equal(dc(&s, 0)->tiebreaker, (int32_t)(t * 100));
+            sink_free(&s);
+        }
+    }
+}
+
 static void test_changes_msg_heartbeat_and_close(void **state) {
     (void)state;
     st_buf b;
@@ -287,6 +358,7 @@ int main(void) {
         cmocka_unit_test(test_changes_msg_gc_record),
         cmocka_unit_test(test_changes_msg_chunked_value),
         cmocka_unit_test(test_changes_msg_budget_and_del_row),
+        cmocka_unit_test(test_changes_msg_wire_forms),
         cmocka_unit_test(test_changes_msg_heartbeat_and_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -82,6 +82,25 @@ static void test_expire_bounds(void **state) {
         ST_INVALID_ARGUMENT);
     assert_int_equal(rtr_bk_check_expire(0, now, RTR_BK_EXPIRE_MAX_US, &err), ST_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "must be set"));
+    /* a Timestamp outside its range or with bad nanos is no time at all: refused, and seconds
+     * whose microseconds overflow int64 cannot wrap into the window */
+    Google__Protobuf__Timestamp t = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    /* 18446744073710e6 is 2^64 + 448384: these microseconds wrap to a day from now + 0.45 s */
+    t.seconds = now / 1000000 + 86400 + 18446744073710LL;
+    assert_int_equal(rtr_bk_check_expire(rtr_bk_ts_us(&t), now, RTR_BK_EXPIRE_MAX_US, &err),
+                     ST_INVALID_ARGUMENT);
+    t.seconds = -99999999999999LL;
+    assert_int_equal(rtr_bk_check_expire(rtr_bk_ts_us(&t), now, RTR_BK_EXPIRE_MAX_US, &err),
+                     ST_INVALID_ARGUMENT);
+    t.seconds = now / 1000000 + 86400;
+    t.nanos = -5;
+    assert_int_equal(rtr_bk_check_expire(rtr_bk_ts_us(&t), now, RTR_BK_EXPIRE_MAX_US, &err),
+                     ST_INVALID_ARGUMENT);
+    t.nanos = 1000000000;
+    assert_int_equal(rtr_bk_check_expire(rtr_bk_ts_us(&t), now, RTR_BK_EXPIRE_MAX_US, &err),
+                     ST_INVALID_ARGUMENT);
+    t.nanos = 999999999;
+    assert_int_equal(rtr_bk_check_expire(rtr_bk_ts_us(&t), now, RTR_BK_EXPIRE_MAX_US, &err), ST_OK);
 }
 
 /* Three backups: b1 (READY, small, 2026-01-01), b2 (CREATING, 2026-01-02), prod (READY, big,
