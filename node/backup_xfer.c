@@ -219,6 +219,44 @@ st_code bk_write_chunk(node_backups *b, const char *dir, const char *file, uint6
     return rc;
 }
 
+/* A chunk with any_order: written at its offset into the file its offset-0 chunk started, in
+ * whatever order the chunks come (a client keeps several in flight). The CRC32C cache still
+ * follows the file while its chunks happen to come in order (bk_crc_append only extends an
+ * entry by a write at the file's end); once one comes early the seal reads the file back. */
+static st_code write_any_order(node_backups *b, const char *dir, const char *file, uint64_t off,
+                               st_slice data, st_err *err) {
+    char path[NODE_BK_PATH_MAX + 80];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (off == 0 || data.len == 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "an any_order chunk of %s has offset 0 or no bytes: send the chunk at "
+                          "offset 0 in order first",
+                          file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return st_err_set(err, errno == ENOENT ? ST_FAILED_PRECONDITION : ST_INTERNAL,
+                          "opening %s: %s (send its chunk at offset 0 first)", path,
+                          strerror(errno));
+    struct stat sb, after;
+    st_code rc = ST_OK;
+    if (fstat(fd, &sb) != 0)
+        rc = st_err_set(err, ST_INTERNAL, "looking at %s: %s", path, strerror(errno));
+    for (size_t done = 0; rc == ST_OK && done < data.len;) {
+        ssize_t w = pwrite(fd, data.data + done, data.len - done, (off_t)(off + done));
+        if (w < 0 && errno != EINTR)
+            rc = st_err_set(err, errno == ENOSPC ? ST_RESOURCE_EXHAUSTED : ST_INTERNAL,
+                            "writing %s: %s", path, strerror(errno));
+        else if (w > 0)
+            done += (size_t)w;
+    }
+    if (rc == ST_OK && fstat(fd, &after) == 0) {
+        bk_crc_append(b, &sb, &after, data);
+        (void)sync_file_range(fd, (off_t)off, (off_t)data.len, SYNC_FILE_RANGE_WRITE);
+    }
+    close(fd);
+    return rc;
+}
+
 /* WriteBackupFile with link_piece: req->file of the import directory in becomes a hard link to
  * the file another piece of backup b holds on this node (being imported, or sealed), checked
  * against the size and CRC32C the request announces (from the cache when the file was
@@ -309,6 +347,9 @@ void node_h_write_backup_file(rpc_call *call, st_slice req_bytes, void *arg) {
         rc = import_dir(n, &b, req->piece, in, sizeof in, &err);
     if (rc == ST_OK && req->link_piece && req->link_piece[0])
         rc = link_file(n, &b, req, in, &err);
+    else if (rc == ST_OK && req->any_order)
+        rc = write_any_order(n->backups, in, req->file, req->offset,
+                             st_slice_make(req->data.data, req->data.len), &err);
     else if (rc == ST_OK)
         rc = bk_write_chunk(n->backups, in, req->file, req->offset,
                             st_slice_make(req->data.data, req->data.len), &err);

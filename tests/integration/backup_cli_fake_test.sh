@@ -12,7 +12,10 @@
 #      sent once and linked, b2 READY; an import over a sealed piece an earlier failed import
 #      left clears it; the format 1 export imports too;
 #   5. import of a damaged export: refused naming the file, and b3 does not stay behind;
-#   6. export into a directory that is not empty: refused, the directory untouched.
+#   6. export into a directory that is not empty: refused, the directory untouched;
+#   7. import pipelined (a second fake, --window): a file bigger than the CLI's window of chunks
+#      and several files arrive whole with several chunks in flight at once; a node error in the
+#      middle of a window is reported (naming the file and offset) and the import leaves nothing.
 # Usage: backup_cli_fake_test.sh PATH/TO/strata PATH/TO/backup_fake_server
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -133,4 +136,24 @@ mkdir -p "$tmp/full" && echo keep >"$tmp/full/x"
 "${BK[@]}" export b1 "$tmp/full" >/dev/null 2>"$tmp/6.err" && bad "export into a full directory succeeded"
 grep -q 'not empty' "$tmp/6.err" || bad "full dir: $(cat "$tmp/6.err")"
 [ "$(ls "$tmp/full")" = x ] || bad "the non-empty directory was changed"
+echo ok
+
+echo "== 7. import pipelined; a node error in the middle of the window"
+"$FAKE" "$tmp/root2" --window >"$tmp/fake2.log" 2>&1 &
+PIDS+=("$!")
+ADDR2=$(wait_line "$tmp/fake2.log" '127\.0\.0\.1:[0-9]+') || bad "the second fake server did not start"
+BK2=(timeout 120 "$STRATA" backup --endpoint "$ADDR2" --cluster c1 --quiet)
+"${BK2[@]}" export b1 "$tmp/exp2" >/dev/null 2>"$tmp/7a.err" || bad "export (--window): $(cat "$tmp/7a.err")"
+"${BK2[@]}" import "$tmp/exp2" --as b2 >"$tmp/7b.out" 2>&1 || bad "import (--window): $(cat "$tmp/7b.out")"
+for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
+  cmp "$tmp/root2/b1/$f" "$tmp/root2/b2/$f" || bad "imported (--window) $f differs"
+done
+most=$(sed -n 's/^fake: chunks in flight //p' "$tmp/fake2.log" | tail -n1)
+[ "${most:-0}" -ge 4 ] || bad "at most ${most:-0} chunks were in flight at once: the import does not pipeline"
+"${BK2[@]}" import "$tmp/exp2" --as fail1 >/dev/null 2>"$tmp/7c.err" && bad "import through a failing node succeeded"
+grep -q "WriteBackupFile 000001.sst (offset 5242880) at .*RESOURCE_EXHAUSTED.*no space left" "$tmp/7c.err" ||
+  bad "failing node: $(cat "$tmp/7c.err")"
+grep -q 'was deleted' "$tmp/7c.err" || bad "failing node: did not say it deleted fail1: $(cat "$tmp/7c.err")"
+[ ! -e "$tmp/root2/fail1" ] || bad "the failed import left files: $(find "$tmp/root2/fail1")"
+"${BK2[@]}" describe fail1 >/dev/null 2>&1 && bad "fail1 stayed after a failed import"
 echo "PASS"

@@ -10,8 +10,13 @@
  * the same 000001.sst as p0 (a split's halves share their files).
  * With --drop-once the first ReadBackupFile of a 000001.sst ends UNAVAILABLE after its first
  * chunk (a node restarting), so exports must resume from the offset they reached.
+ * With --window 000001.sst holds 9 MiB + 17 bytes (more than an import keeps in flight), the
+ * answers to WriteBackupFile chunks wait 20 ms (so a pipelining client fills its window), the
+ * most chunks ever waiting at once is printed as "fake: chunks in flight N", and the chunk at
+ * offset 5 MiB of a backup whose id starts with "fail" fails RESOURCE_EXHAUSTED (a disk filling
+ * up in the middle of the window).
  * Prints "fake listening on 127.0.0.1:PORT" and serves until killed.
- *   backup_fake_server ROOT [--drop-once] */
+ *   backup_fake_server ROOT [--drop-once | --window] */
 #define _DEFAULT_SOURCE
 #include <event2/event.h>
 #include <fcntl.h>
@@ -45,6 +50,9 @@ typedef struct fake {
     char root[512], addr[64];
     bool drop_once; /* the first ReadBackupFile of a 000001.sst ends UNAVAILABLE after 1 MiB */
     fb b[FB_MAX];
+    bool window; /* --window */
+    struct event_base *base;
+    size_t held, held_max; /* --window: chunk answers waiting now, and the most at once */
 } fake;
 
 static fake F; /* one per process: the handlers' shared state */
@@ -244,6 +252,41 @@ static void h_read_file(rpc_call *call, st_slice req, void *arg) {
         strata__internal__v1__read_backup_file_request__free_unpacked(q, NULL);
 }
 
+typedef struct held_call {
+    rpc_call *call;
+    bool fail;
+} held_call;
+
+static void held_answer(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    held_call *h = arg;
+    F.held--;
+    if (h->fail)
+        rpc_call_finish(h->call, ST_RESOURCE_EXHAUSTED,
+                        "fake: no space left on device writing the chunk at offset 5 MiB");
+    else
+        answer(h->call, NULL);
+    free(h);
+}
+
+/* --window: the chunk's answer in 20 ms, counting the answers waiting at once. */
+static void hold(rpc_call *call, bool fail) {
+    held_call *h = malloc(sizeof *h);
+    struct timeval tv = {0, 20000};
+    if (!h || event_base_once(F.base, -1, EV_TIMEOUT, held_answer, h, &tv) != 0) {
+        free(h);
+        rpc_call_finish(call, ST_INTERNAL, "fake: out of memory");
+        return;
+    }
+    *h = (held_call){call, fail};
+    if (++F.held > F.held_max) {
+        F.held_max = F.held;
+        printf("fake: chunks in flight %zu\n", F.held_max);
+        fflush(stdout);
+    }
+}
+
 static void h_write_file(rpc_call *call, st_slice req, void *arg) {
     (void)arg;
     Strata__Internal__V1__BackupFileChunk *q =
@@ -280,6 +323,8 @@ static void h_write_file(rpc_call *call, st_slice req, void *arg) {
     }
     if (fd < 0 || pwrite(fd, q->data.data, q->data.len, (off_t)q->offset) != (ssize_t)q->data.len)
         rpc_call_finish(call, ST_FAILED_PRECONDITION, "fake: not a backup being imported");
+    else if (F.window)
+        hold(call, !strncmp(leaf(q->backup), "fail", 4) && q->offset == 5u << 20);
     else
         answer(call, NULL);
     if (fd >= 0)
@@ -589,24 +634,27 @@ static void seed(void) {
     fb *b = fb_new(FB_PREFIX "b1", "projects/p/instances/i/tables/t");
     b->ready = true;
     b->pieces[0] = seed_piece("p0", "", "m");
-    seed_file(b->pieces[0], "p0", "000001.sst", (3 << 20) + 17, 1);
+    uint64_t big = F.window ? (9u << 20) + 17 : (3u << 20) + 17;
+    seed_file(b->pieces[0], "p0", "000001.sst", big, 1);
     seed_file(b->pieces[0], "p0", "000002.sst", 0, 2);
     b->pieces[1] = seed_piece("p1", "m", "");
     seed_file(b->pieces[1], "p1", "000003.sst", 100 << 10, 3);
-    seed_file(b->pieces[1], "p1", "000001.sst", (3 << 20) + 17,
-              1); /* shared with p0, as after a split */
+    seed_file(b->pieces[1], "p1", "000001.sst", big, 1); /* shared with p0, as after a split */
     b->n = 2;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 && !(argc == 3 && !strcmp(argv[2], "--drop-once"))) {
-        fprintf(stderr, "usage: backup_fake_server ROOT [--drop-once]\n");
+    if (argc != 2 &&
+        !(argc == 3 && (!strcmp(argv[2], "--drop-once") || !strcmp(argv[2], "--window")))) {
+        fprintf(stderr, "usage: backup_fake_server ROOT [--drop-once | --window]\n");
         return 2;
     }
     snprintf(F.root, sizeof F.root, "%s", argv[1]);
-    F.drop_once = argc == 3;
+    F.drop_once = argc == 3 && !strcmp(argv[2], "--drop-once");
+    F.window = argc == 3 && !strcmp(argv[2], "--window");
     seed();
     struct event_base *base = event_base_new();
+    F.base = base;
     st_err err = {0};
     rpc_server *s = rpc_server_new(base, NULL, &err);
     if (!s)
