@@ -175,7 +175,9 @@ static void crc_load_dir(node_ctx *n, const char *dir, int depth) {
         if (e->d_name[0] == '.' || (depth == 3 && bk_piece_check(e->d_name, NULL) != ST_OK))
             continue;
         char path[NODE_BK_PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        int len = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (len < 0 || (size_t)len >= sizeof path)
+            continue; /* no piece has such a path: the node never makes one */
         if (depth < 3) {
             crc_load_dir(n, path, depth + 1);
             continue;
