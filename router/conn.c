@@ -137,22 +137,6 @@ static rpc_client *node_client(rtr_node *n, st_err *err) {
     return n->client;
 }
 
-rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const rpc_metadata *md,
-                         size_t md_count, int64_t timeout_ms, rpc_ccall_msg_fn on_msg,
-                         rpc_ccall_done_fn on_done, void *arg, st_err *err) {
-    if (node->ctx->closing) {
-        st_err_set(err, ST_UNAVAILABLE, "the router is shutting down");
-        return NULL;
-    }
-    rpc_client *c = node_client(node, err);
-    if (!c)
-        return NULL;
-    rpc_ccall *call = rpc_client_call(c, path, req, md, md_count, timeout_ms, on_msg, on_done, arg);
-    if (!call)
-        st_err_set(err, ST_UNAVAILABLE, "node %s: could not start %s", node->addr, path);
-    return call;
-}
-
 /* A long-call client of node with room for one more call: the first such live one, else a new
  * one (the same transport as the regular client, which is live: the node is reachable). */
 static rpc_client *node_long_client(rtr_node *n, st_err *err) {
@@ -183,23 +167,38 @@ static rpc_client *node_long_client(rtr_node *n, st_err *err) {
     return c;
 }
 
-rpc_ccall *rtr_node_call_long(rtr_node *node, const char *path, st_slice req,
-                              const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
-                              rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
-                              st_err *err) {
+/* Starts a call on node's regular client, or with long_call on a long-call client (which needs
+ * the regular one too: reachability and the reconnect backoff). */
+static rpc_ccall *node_call(rtr_node *node, bool long_call, const char *path, st_slice req,
+                            const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
+                            rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
+                            st_err *err) {
     if (node->ctx->closing) {
         st_err_set(err, ST_UNAVAILABLE, "the router is shutting down");
         return NULL;
     }
-    if (!node_client(node, err)) /* reachability and the reconnect backoff */
-        return NULL;
-    rpc_client *c = node_long_client(node, err);
+    rpc_client *c = node_client(node, err);
+    if (c && long_call)
+        c = node_long_client(node, err);
     if (!c)
         return NULL;
     rpc_ccall *call = rpc_client_call(c, path, req, md, md_count, timeout_ms, on_msg, on_done, arg);
     if (!call)
         st_err_set(err, ST_UNAVAILABLE, "node %s: could not start %s", node->addr, path);
     return call;
+}
+
+rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const rpc_metadata *md,
+                         size_t md_count, int64_t timeout_ms, rpc_ccall_msg_fn on_msg,
+                         rpc_ccall_done_fn on_done, void *arg, st_err *err) {
+    return node_call(node, false, path, req, md, md_count, timeout_ms, on_msg, on_done, arg, err);
+}
+
+rpc_ccall *rtr_node_call_long(rtr_node *node, const char *path, st_slice req,
+                              const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
+                              rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
+                              st_err *err) {
+    return node_call(node, true, path, req, md, md_count, timeout_ms, on_msg, on_done, arg, err);
 }
 
 rtr_call_fate rtr_call_fate_of(const rpc_ccall *call, st_code code) {
