@@ -546,6 +546,22 @@ static int cmd_list(bk_ctx *c) {
     return rc == ST_OK ? 0 : 1;
 }
 
+/* A call answered with a Backup (GetBackup, UpdateBackup): prints it, or the error; the exit
+ * status. */
+static int backup_call_print(bk_ctx *c, const char *method, const ProtobufCMessage *req) {
+    ProtobufCMessage *m = NULL;
+    st_err err = {0};
+    st_code rc =
+        bk_router_call(c, method, req, &google__bigtable__admin__v2__backup__descriptor, &m, &err);
+    if (rc == ST_OK)
+        bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)m);
+    if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
+    if (rc != ST_OK)
+        bk_fail(c, &err);
+    return rc == ST_OK ? 0 : 1;
+}
+
 /* describe and delete: one backup by name. */
 static int cmd_one(bk_ctx *c, bool del) {
     char name[BK_RES_MAX];
@@ -555,29 +571,21 @@ static int cmd_one(bk_ctx *c, bool del) {
     }
     if (!bk_backup_name(c, c->a.pos[0], name, sizeof name))
         return 2;
-    st_err err = {0};
-    ProtobufCMessage *m = NULL;
-    st_code rc;
-    if (del) {
-        Google__Bigtable__Admin__V2__DeleteBackupRequest req;
-        google__bigtable__admin__v2__delete_backup_request__init(&req);
-        req.name = name;
-        rc = bk_router_call(c, BK_SVC_ADMIN "DeleteBackup", &req.base, NULL, NULL, &err);
-        if (rc == ST_OK && c->a.json)
-            printf("{\"deleted\":\"%s\"}\n", name);
-        else if (rc == ST_OK)
-            printf("deleted %s\n", name);
-    } else {
+    if (!del) {
         Google__Bigtable__Admin__V2__GetBackupRequest req;
         google__bigtable__admin__v2__get_backup_request__init(&req);
         req.name = name;
-        rc = bk_router_call(c, BK_SVC_ADMIN "GetBackup", &req.base,
-                            &google__bigtable__admin__v2__backup__descriptor, &m, &err);
-        if (rc == ST_OK)
-            bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)m);
+        return backup_call_print(c, BK_SVC_ADMIN "GetBackup", &req.base);
     }
-    if (m)
-        protobuf_c_message_free_unpacked(m, NULL);
+    Google__Bigtable__Admin__V2__DeleteBackupRequest req;
+    google__bigtable__admin__v2__delete_backup_request__init(&req);
+    req.name = name;
+    st_err err = {0};
+    st_code rc = bk_router_call(c, BK_SVC_ADMIN "DeleteBackup", &req.base, NULL, NULL, &err);
+    if (rc == ST_OK && c->a.json)
+        printf("{\"deleted\":\"%s\"}\n", name);
+    else if (rc == ST_OK)
+        printf("deleted %s\n", name);
     if (rc != ST_OK)
         bk_fail(c, &err);
     return rc == ST_OK ? 0 : 1;
@@ -606,17 +614,7 @@ static int cmd_update(bk_ctx *c) {
     google__bigtable__admin__v2__update_backup_request__init(&req);
     req.backup = &b;
     req.update_mask = &mask;
-    ProtobufCMessage *m = NULL;
-    st_err err = {0};
-    st_code rc = bk_router_call(c, BK_SVC_ADMIN "UpdateBackup", &req.base,
-                                &google__bigtable__admin__v2__backup__descriptor, &m, &err);
-    if (rc == ST_OK)
-        bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)m);
-    if (m)
-        protobuf_c_message_free_unpacked(m, NULL);
-    if (rc != ST_OK)
-        bk_fail(c, &err);
-    return rc == ST_OK ? 0 : 1;
+    return backup_call_print(c, BK_SVC_ADMIN "UpdateBackup", &req.base);
 }
 
 /* copy ID --to CLUSTER [--as NEWID]: CopyBackup into CLUSTER (an id of the instance, or
