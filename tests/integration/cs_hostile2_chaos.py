@@ -103,23 +103,26 @@ def chaos():
     nodes = topology_nodes()
     wait_acked(WRITES // 8); kill_consumer('1')
     wait_acked(WRITES * 2 // 8)
-    owner = [(n, p) for n, p in nodes if tablets_on(p)]
-    tid = tablets_on(owner[0][1])[0][0]
-    data, st, why = call(owner[0][1], '/strata.internal.v1.Node/SplitTablet', fld(1, tid) + fld(2, 'm'), limit=20)
-    print('chaos: split tablet %d at m on %s: %s' % (tid, owner[0][0], (why, st)))
+    for _ in range(20):  # the balancer may move the tablet meanwhile: find it again
+        owner = [(n, p, t) for n, p in nodes for t in tablets_on(p)]
+        if any(t[1] == b'm' for _, _, t in owner): break
+        if owner:
+            data, st, why = call(owner[0][1], '/strata.internal.v1.Node/SplitTablet', fld(1, owner[0][2][0]) + fld(2, 'm'),
+                                 limit=20)
+            print('chaos: split tablet %d at m on %s: %s' % (owner[0][2][0], owner[0][0], why))
+        time.sleep(0.2)
     wait_acked(WRITES * 3 // 8); kill_consumer('2')
     wait_acked(WRITES * 4 // 8)
-    src = owner[0]
-    other = [(n, p) for n, p in nodes if n != src[0]][0]
-    right = [t for t in tablets_on(src[1]) if t[1] == b'm']
+    right = [(n, p, t) for n, p in nodes for t in tablets_on(p) if t[1] == b'm']
     if right:
+        src = right[0][:2]
+        other = [(n, p) for n, p in nodes if n != src[0]][0]
         data, st, why = call(src[1], '/strata.internal.v1.Node/MoveTablet',
-                             fld(1, right[0][0]) + fld(2, '127.0.0.1:%d' % other[1]), limit=30)
-        print('chaos: move [m, ) from %s to %s: %s %s' % (src[0], other[0], (why, st), data[:80]))
-        print('tablets now: %s' % [(n, tablets_on(p)) for n, p in nodes])
-    else: fail('no tablet starting at m after the split: %s' % tablets_on(src[1]))
+                             fld(1, right[0][2][0]) + fld(2, '127.0.0.1:%d' % other[1]), limit=30)
+        print('chaos: move [m, ) from %s to %s: %s' % (src[0], other[0], why))
+    else: fail('no tablet starting at m after the split')
     wait_acked(WRITES * 5 // 8)
-    victim = [(n, p) for n, p in nodes if any(t[1] == b'm' for t in tablets_on(p))] or [other]
+    victim = [(n, p) for n, p in nodes if any(t[1] == b'm' for t in tablets_on(p))] or [nodes[-1]]
     pid = int(open(os.path.join(d, 'run', victim[0][0] + '.pid')).read())
     os.kill(pid, signal.SIGKILL)
     print('chaos: kill -9 %s (pid %d), %d acked' % (victim[0][0], pid, len(acked)))
