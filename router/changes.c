@@ -402,6 +402,7 @@ static void rcs_pause(rcs_op *op, rpc_ccall *call) {
            op->req->table_name, rcs_backlog(op));
     op->paused = true;
     rpc_ccall_pause(call);
+    st_buf_free(&op->fwd); /* no use while the stream waits: one buffer less per idle stream */
     if (!op->writable_cb) {
         op->writable_cb = true;
         rpc_call_set_writable_cb(op->call, rcs_writable, op);
