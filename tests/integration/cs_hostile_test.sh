@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # cs_hostile_test.sh — hostile change stream clients through a router (`strata up --clusters 1
 # --nodes 1`), by cs_attack.py (raw HTTP/2):
-#   - 600 live ReadChangeStreams that never read while 60 rows of 64 KiB are written: every
+#   - 400 live ReadChangeStreams that never read while 80 rows of 64 KiB are written: every
 #     write succeeds and other calls are served (the streams used to take every stream slot of
 #     the router's one connection to the node, so every write through the router waited for
 #     good), a fresh stream gets every row, the router stays within its documented bound
 #     (docs/changestreams.md, Router memory: 1.5 x (B + N x (M + W)) with B the 256 MiB budget,
-#     N the streams, M one message, W the 64 KiB window of change stream links: 497 MB here;
-#     measured 417 MB, and 576 MB before the streams' backlogs counted in the budget) and the
-#     node within NODE_LIMIT_MB (default 1024; measured about 480 MB); RSS is not checked under
+#     N the streams, M one message, W the 64 KiB window of change stream links: 459 MB here;
+#     measured 365 MB, and 669 MB before the streams' backlogs counted in the budget) and the
+#     node within NODE_LIMIT_MB (default 1024; measured about 490 MB); RSS is not checked under
 #     AddressSanitizer;
 #   - a second router with --max-change-streams 20: 20 unread streams are relayed, the 21st is
 #     RESOURCE_EXHAUSTED, and streams are served again once the client closed them;
@@ -21,7 +21,7 @@
 set -u
 STRATA=$1
 NODE_LIMIT=${2:-1024}
-STREAMS=600 ROWS=60 BYTES=65536
+STREAMS=400 ROWS=80 BYTES=65536
 # The router's bound in MB: 1.5 x (256 MiB + STREAMS x (message + 64 KiB)), a message being the
 # value plus at most 1 KiB of record around it.
 LIMIT=$(((3 * (256 * 1024 + STREAMS * (BYTES / 1024 + 1 + 64)) / 2) / 1024))
