@@ -17,9 +17,9 @@
  * costs a cancelled node call (a node closes a connection that resets too many streams). At most
  * --max-change-streams streams are relayed at once (RESOURCE_EXHAUSTED past it), which with the
  * budget bounds the router's memory (docs/changestreams.md, "Router memory"). A node answering
- * strata-not-owner
- * makes the router refresh the map and decide again (forward, or CloseStream); a lost node
- * connection ends the stream with UNAVAILABLE (the client resumes from its last token). */
+ * strata-not-owner makes the router refresh the map and decide again (forward, or CloseStream);
+ * a lost node connection ends the stream with UNAVAILABLE (the client resumes from its last
+ * token). */
 #include "failover.h"
 #include "instance.h"
 #include "router_internal.h"
