@@ -8,6 +8,9 @@
 #   2. the reader's token rotated while a 5,000-row ReadRows scan of the official Node.js client
 #      runs with it (hostile2_rotate.js): the scan ends with every row, a new call with the old
 #      token on the same connection is UNAUTHENTICATED (skipped without node or the package);
+#   2b. the writer removed while its live change stream (no end time) runs (hostile2_cs_revoke.js):
+#      the stream ends UNAUTHENTICATED and gets no later change. It used to keep streaming every
+#      change to the removed principal for as long as it stayed connected;
 #   3. a second router on the instance with --max-connections 16 and short handshake, slow-client
 #      and idle timeouts (hostile2_limits.py): stalled handshakes taking every slot, a trickled
 #      ClientHello, a header block left open, a body trickled a byte a second, while an
@@ -75,6 +78,17 @@ ROT
   rc=$?
   grep -E '^(ok|FAIL)' "$TMPD/2.out"
   [ $rc = 0 ] || fail "hostile2_rotate.js (exit $rc): $(grep -v '^ok' "$TMPD/2.out" | head)"
+fi
+
+echo "== 2b. the writer removed while its live change stream runs"
+if ! command -v node >/dev/null || [ ! -f "$CACHE/node_modules/@google-cloud/bigtable/package.json" ]; then
+  echo "skipped: node or @google-cloud/bigtable (installed by nodejs_client_test) missing"
+else
+  NODE_PATH="$CACHE/node_modules" timeout 120 node "$HERE/hostile2_cs_revoke.js" "$PORT" "$S/ca.pem" \
+    "$(tok writer)" "$(tok admin)" "$STRATA" auth remove writer --dir "$DIR" >"$TMPD/2b.out" 2>&1
+  rc=$?
+  grep -E '^(ok|FAIL)' "$TMPD/2b.out"
+  [ $rc = 0 ] || fail "hostile2_cs_revoke.js (exit $rc): $(grep -v '^ok' "$TMPD/2b.out" | head)"
 fi
 
 echo "== 3. slow and greedy clients against a router's limits"
