@@ -491,10 +491,32 @@ static st_code rcs_track(rcs_op *op, st_slice msg) {
     return bad ? ST_INTERNAL : ST_OK;
 }
 
+/* A live stream never finishes by itself: its principal is checked again with every message
+ * (records and heartbeats), so a token rotated or removed, or a role revoked, ends it rather than
+ * leaving it reading the table's changes for as long as the client stays connected. */
+static bool rcs_still_allowed(rcs_op *op, st_code *code, const char **why) {
+    if (!rtr_auth_on(op->r))
+        return true;
+    const char *p = rtr_auth_principal(op->r, op->call);
+    *code = p ? ST_PERMISSION_DENIED : ST_UNAUTHENTICATED;
+    *why = p ? "the principal lost bigtable.tables.readChangeStream on the table while its change "
+               "stream ran: ask an admin for the role, then resume from the last token"
+             : "the bearer token was rotated or removed while the change stream ran: resume from "
+               "the last token with a current one";
+    return p && rtr_auth_role(op->r, p, op->req->table_name) >= ST_ROLE_READER;
+}
+
 static void rcs_msg(rpc_ccall *call, st_slice msg, void *arg) {
     rcs_op *op = arg;
     if (op->complete)
         return;
+    st_code denied;
+    const char *why;
+    if (!rcs_still_allowed(op, &denied, &why)) {
+        rcs_end(op, denied, why);
+        rpc_ccall_cancel(call);
+        return;
+    }
     op->attempts = 0; /* the stream makes progress: retries count afresh */
     st_code rc = rcs_track(op, msg);
     if (rc == ST_OK)
