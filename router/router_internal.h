@@ -605,7 +605,7 @@ bool rtr_auth_on(const rtr_ctx *r);
 const char *rtr_auth_instance(const rtr_ctx *r);
 /* The principal whose bearer token call carries, or NULL (no auth, no or unknown token); valid
  * until the loop runs again (a reload frees it). */
-const char *rtr_auth_principal(rtr_ctx *r, const rpc_call *call);
+const char *rtr_auth_principal(rtr_ctx *r, rpc_call *call);
 /* The highest role of principal on the instance, or on table (a full name; NULL: instance):
  * the auth file's grants, the instance's IAM policy and the table's. */
 st_role rtr_auth_role(rtr_ctx *r, const char *principal, const char *table);
