@@ -256,6 +256,8 @@ void rtr_h_begin_import(rpc_call *call, st_slice bytes, void *arg) {
     b->source_backup = (char *)"";
     if (b->backup_type == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__BACKUP_TYPE_UNSPECIFIED)
         b->backup_type = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__STANDARD;
+    if (b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT)
+        b->hot_to_standard_time = NULL; /* kept as exported for a HOT one, even if past */
     b->size_bytes = 0;
     rtr_cluster *c = &r->clusters[ci];
     for (size_t i = 0; i < req->n_pieces; i++) {
