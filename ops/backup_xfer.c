@@ -260,6 +260,8 @@ static st_code export_layout(bk_xfer *x, const char *dir,
 
 static void print_summary(const bk_ctx *c, const char *verb, const char *name, const char *dir,
                           const ops_bk_manifest *m, const ops_progress *p) {
+    if (c->nested) /* a step of restore --target, which prints its own line */
+        return;
     double secs = (double)(st_mono_us() - p->start_us) / 1e6;
     uint64_t bytes = ops_bk_manifest_bytes(m);
     if (c->a.json) {

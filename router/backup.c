@@ -574,8 +574,14 @@ static st_code restore_check(rtr_ctx *r,
                              const Google__Bigtable__Admin__V2__RestoreTableRequest *req,
                              char *table, size_t cap, st_err *err) {
     if (rtr_check_instance(&r->topo, req->parent, false, err) != ST_OK) {
-        if (err->code == ST_NOT_FOUND)
-            st_err_prefix(err, "a backup restores into an instance this router serves: ");
+        if (err->code == ST_NOT_FOUND) /* one router serves one instance */
+            return st_err_set(err, ST_NOT_FOUND,
+                              "instance %.300s is not served by this router, which serves "
+                              "projects/%s/instances/%s only: to restore into another instance, "
+                              "run `strata backup restore ID --to TABLE --target HOST:PORT` with "
+                              "that instance's router (or --target DIR, its `strata up` "
+                              "directory)",
+                              req->parent, r->topo.project, r->topo.instance);
         return err->code;
     }
     if (!btu_table_id_valid(req->table_id))
