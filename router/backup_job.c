@@ -1102,6 +1102,39 @@ static void refused_op_deleted(void *arg, st_code code, const char *msg) {
         job_free(j);
 }
 
+static void stale_unclaimed(void *arg, st_code code, const char *msg) {
+    char *op = arg;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router", "releasing the table claim of finished operation %s: %s", op,
+               msg ? msg : st_code_name(code));
+    free(op);
+}
+
+/* A restore found its table id claimed: a claim naming a restore of that table that has ended
+ * (its release failed, e.g. the first cluster was unreachable then) is released now, so the
+ * client's retry succeeds; a claim of a running restore stays (the release compares the name). */
+static void release_stale_claims(bk_job *j) {
+    rtr_ctx *r = j->r;
+    char prefix[RTR_OP_NAME_MAX + 1];
+    snprintf(prefix, sizeof prefix, "operations/%s/", j->table);
+    size_t n = strlen(prefix);
+    for (size_t i = 0; i < r->meta.n_ops; i++) {
+        const rtr_meta_rec *m = &r->meta.ops[i];
+        st_slice pb;
+        if (strncmp(m->name, prefix, n) || !strcmp(m->name, j->op_name) ||
+            !rtr_bk_op_of_record(st_slice_make(m->pb, m->len), &pb))
+            continue;
+        Google__Longrunning__Operation *o =
+            google__longrunning__operation__unpack(NULL, pb.len, (const uint8_t *)pb.data);
+        bool done = o && o->done;
+        if (o)
+            google__longrunning__operation__free_unpacked(o, NULL);
+        char *name = done ? strdup(m->name) : NULL;
+        if (name)
+            rtr_bk_unclaim(r, j->table, name, stale_unclaimed, name);
+    }
+}
+
 /* The backup's record or the restore's claim could not be created (another router took the
  * name first, or the first cluster is unreachable): nothing was done on the nodes, so there is
  * nothing to clean; the call fails and the operation's record goes. */
@@ -1116,6 +1149,11 @@ static void job_refused(bk_job *j, st_code code, const char *msg) {
         snprintf(why, sizeof why, "Backup %s already exists.", j->backup);
     else
         snprintf(why, sizeof why, "%s", msg ? msg : st_code_name(code));
+    if (code == ST_ALREADY_EXISTS && j->kind == BK_RESTORE)
+        release_stale_claims(j);
+    char *mine = j->kind == BK_RESTORE && code != ST_ALREADY_EXISTS ? strdup(j->op_name) : NULL;
+    if (mine) /* the claim may have been taken though its answer was lost */
+        rtr_bk_unclaim(j->r, j->table, mine, stale_unclaimed, mine);
     rpc_call_finish(j->call, code, why);
     j->call = NULL;
     j->finished = true;
