@@ -104,4 +104,5 @@ bka restore b1 --to bk5 --instance other --wait >"$TMPD/4c.out" 2>&1 && fail "Re
 grep -q "NOT_FOUND\|not served by this router" "$TMPD/4c.out" && grep -q -- "--target" "$TMPD/4c.out" ||
   fail "RestoreTable naming another instance: $(cat "$TMPD/4c.out")"
 echo ok
+if grep -l 'Sanitizer' "$TMPD"/*.out "$DIR"/logs/*.log "$DIRB"/logs/*.log 2>/dev/null; then fail "sanitizer report"; fi
 echo PASS
