@@ -383,13 +383,19 @@ static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *met
 }
 
 /* Copies row r into w->rows[i] with its mutations (without foreign records) and, when it gets a
- * record, room for the record's SetCell (ref->mut). */
+ * record, room for the record's SetCell (ref->mut) in front of them: the record cell's key (the
+ * system family) sorts before the row's user cells and after the previous row's, so rows written
+ * in key order reach the memtable in key order and take its append path for both cells. */
 static void row_copy(node_cs_write *w, size_t i, const sto_row_mut *r, bool recorded,
                      node_write_kind mode, size_t *mi, rec_ref *ref) {
     sto_row_mut *out = &w->rows[i];
     *out = *r;
     out->muts = &w->muts[*mi];
     out->n_muts = 0;
+    if (recorded) {
+        ref->mut = (*mi)++;
+        out->n_muts++;
+    }
     /* A replicated row of record cells only stays as it came (storage refuses an empty row). */
     size_t user = 0;
     for (size_t j = 0; j < r->n_muts; j++)
@@ -400,10 +406,6 @@ static void row_copy(node_cs_write *w, size_t i, const sto_row_mut *r, bool reco
             w->muts[(*mi)++] = r->muts[j];
             out->n_muts++;
         }
-    if (recorded) {
-        ref->mut = (*mi)++;
-        out->n_muts++;
-    }
 }
 
 /* Points records and record cells into w->data (final now). */

@@ -68,6 +68,7 @@ static void usage(FILE *out) {
 typedef struct auth_args {
     const char *cmd, *name, *role, *table, *file, *dir;
     char path[OPS_PATH_MAX];
+    char tokens[OPS_PATH_MAX]; /* with --dir: DIR/secure/tokens, which the --dir tools read */
 } auth_args;
 
 /* 0 when fine, 2 for bad usage (said on stderr). */
@@ -97,7 +98,8 @@ static int args_parse(int argc, char **argv, auth_args *a) {
         return snprintf(a->path, sizeof a->path, "%s", a->file) < (int)sizeof a->path ? 0 : 2;
     char dir[OPS_PATH_MAX];
     if (!ops_inst_dir(a->dir, dir, sizeof dir) ||
-        !ops_fmt(a->path, sizeof a->path, "%s/secure/%s", dir, OPS_AUTH_PRINCIPALS_FILE))
+        !ops_fmt(a->path, sizeof a->path, "%s/secure/%s", dir, OPS_AUTH_PRINCIPALS_FILE) ||
+        !ops_fmt(a->tokens, sizeof a->tokens, "%s/secure/%s", dir, OPS_AUTH_TOKENS_FILE))
         return 2;
     return 0;
 }
@@ -119,6 +121,36 @@ static int do_list(const st_auth_db *db) {
     return 0;
 }
 
+/* After a rotate with --dir: NAME's line in DIR/secure/tokens (if it has one) gets the new token.
+ * `strata backup`, `status`, `bench` and `chaos` with --dir send the admin token from that file,
+ * so leaving the old one there locked them out of the instance at the router's next reload. */
+static st_code tokens_update(const char *path, const char *name, const char *tok, st_err *err) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return ST_OK; /* no tokens file: nothing reads the token from there */
+    st_buf out;
+    st_buf_init(&out);
+    char line[512];
+    bool found = false, ok = true;
+    size_t nlen = strlen(name);
+    while (ok && fgets(line, sizeof line, f)) {
+        bool mine = !strncmp(line, name, nlen) && line[nlen] == ' ';
+        if (mine)
+            snprintf(line, sizeof line, "%s %s\n", name, tok);
+        found |= mine;
+        ok = st_buf_append(&out, line, strlen(line)) == ST_OK;
+    }
+    fclose(f);
+    st_code rc = !ok     ? st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory")
+                 : found ? st_auth_write_file(path, st_buf_slice(&out), err)
+                         : ST_OK;
+    if (out.data)
+        memset(out.data, 0, out.cap); /* no token left behind in freed memory */
+    memset(line, 0, sizeof line);
+    st_buf_free(&out);
+    return rc;
+}
+
 /* add-principal and rotate: a new token, printed once. */
 static st_code do_token(st_auth_db *db, const auth_args *a, bool add, st_err *err) {
     char tok[ST_AUTH_TOKEN_LEN + 1];
@@ -129,6 +161,8 @@ static st_code do_token(st_auth_db *db, const auth_args *a, bool add, st_err *er
                  : st_auth_principal_rehash(db, a->name, hash, err);
     if (rc == ST_OK)
         rc = st_auth_save(a->path, db, err);
+    if (rc == ST_OK && !add && a->tokens[0])
+        rc = tokens_update(a->tokens, a->name, tok, err);
     if (rc == ST_OK)
         printf("%s\n", tok);
     memset(tok, 0, sizeof tok);

@@ -901,6 +901,11 @@ static void print_cs(const bench_env *env, const bench_result *res, size_t n_row
                    "on / off = %.3f\n",
                    cs_cpu_us(r->cs_on_cpu_s, r->calls), cs_cpu_us(r->cs_off_cpu_s, r->cs_off_calls),
                    cs_cpu_ratio(r));
+        if (r->cs_off_calls && r->calls)
+            printf("bench CPU per write (writers, + consumer when on): streams on %.1f us, off "
+                   "%.1f us\n",
+                   cs_cpu_us(r->cs_on_client_cpu_s, r->calls),
+                   cs_cpu_us(r->cs_off_client_cpu_s, r->cs_off_calls));
         if (r->cs_node_rss_peak_kb)
             printf("node RSS: peak %.1f MiB (%s, sampled every 200 ms) of a %d MiB budget\n",
                    (double)r->cs_node_rss_peak_kb / 1024.0, r->cs_node_rss_name,
@@ -934,6 +939,11 @@ static void kv_cs(const bench_result *r) {
                "changes.%s.cs.cpu_cost_ratio=%.3f",
                l, cs_cpu_us(r->cs_on_cpu_s, r->calls), l,
                cs_cpu_us(r->cs_off_cpu_s, r->cs_off_calls), l, cs_cpu_ratio(r));
+    if (r->cs_off_calls && r->calls)
+        printf(" changes.%s.cs.on_client_cpu_us_per_write=%.2f "
+               "changes.%s.cs.off_client_cpu_us_per_write=%.2f",
+               l, cs_cpu_us(r->cs_on_client_cpu_s, r->calls), l,
+               cs_cpu_us(r->cs_off_client_cpu_s, r->cs_off_calls));
     if (r->cs_node_rss_peak_kb)
         printf(" changes.%s.cs.node_rss_peak_mb=%.1f changes.%s.cs.node_budget_mb=%d", l,
                (double)r->cs_node_rss_peak_kb / 1024.0, l, BENCH_CS_NODE_BUDGET_MIB);

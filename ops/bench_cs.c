@@ -12,7 +12,9 @@
  *      (both on the bench's monotonic clock); every acknowledged row must arrive within
  *      BENCH_CS_GRACE_MS after the writers stop, else it counts as lost;
  *   3. with --cs-compare, the same live writes on TABLE-nocs (streams off), without a consumer:
- *      the write throughput ratio on / off is the write cost of streams.
+ *      the write throughput ratio on / off is the write cost of streams, and the CPU per write
+ *      of the servers and of this process (writers, plus the consumer with streams on) in both
+ *      phases say where it goes.
  * Failed writes count by gRPC code, failed or retried streams under UNAVAILABLE (or their code),
  * lost or missing changes under VERIFY. */
 #include <event2/event.h>
@@ -429,13 +431,14 @@ static void phase_live(cs_bench *b, st_err *err) {
     if (consumer_start(b, st_wall_us(), 0, err) != ST_OK)
         return;
     b->live = true;
-    double cpu0, cpu1;
+    double cpu0, cpu1, self0 = self_cpu_s();
     bool cpu_ok = procs_cpu(b->t, &cpu0);
     int64_t t0 = mono_ns();
     write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, cfg->duration_s);
     b->res->elapsed_s = (double)(mono_ns() - t0) / 1e9;
     b->res->cs_cpu_ok = cpu_ok && procs_cpu(b->t, &cpu1);
     b->res->cs_on_cpu_s = b->res->cs_cpu_ok ? cpu1 - cpu0 : 0;
+    b->res->cs_on_client_cpu_s = self_cpu_s() - self0;
     b->live = false;
     b->grace_over = false;
     b->grace = evtimer_new(b->base, grace_cb, b);
@@ -465,13 +468,14 @@ static void phase_off(cs_bench *b) {
     snprintf(b->table, sizeof b->table, "projects/%s/instances/%s/tables/%s-nocs", cfg->project,
              cfg->instance, cfg->table);
     uint64_t ok0 = b->ok;
-    double cpu0, cpu1;
+    double cpu0, cpu1, self0 = self_cpu_s();
     bool cpu_ok = procs_cpu(b->t, &cpu0);
     int64_t t0 = mono_ns();
     write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, cfg->duration_s);
     double s = (double)(mono_ns() - t0) / 1e9;
     b->res->cs_cpu_ok = b->res->cs_cpu_ok && cpu_ok && procs_cpu(b->t, &cpu1);
     b->res->cs_off_cpu_s = b->res->cs_cpu_ok ? cpu1 - cpu0 : 0;
+    b->res->cs_off_client_cpu_s = self_cpu_s() - self0;
     b->res->cs_off_calls = b->ok - ok0;
     b->res->cs_off_ops_s = s > 0 ? (double)(b->ok - ok0) / s : 0;
 }

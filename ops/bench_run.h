@@ -128,6 +128,8 @@ typedef struct bench_result {
      * than throughput */
     bool cs_cpu_ok;
     double cs_on_cpu_s, cs_off_cpu_s;
+    /* CPU of this process (the writers, and with streams on the consumer) in the same phases */
+    double cs_on_client_cpu_s, cs_off_client_cpu_s;
     /* CPU while the backlog was caught up: the target's processes (cs_catchup_cpu_ok) and this
      * process (the consumer) */
     bool cs_catchup_cpu_ok;

@@ -6,6 +6,7 @@
 #include "backup.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,18 +112,36 @@ st_code rtr_bk_check_expire(int64_t expire_us, int64_t from_us, int64_t max_us, 
                       (long long)(max_us / RTR_BK_DAY_US), a, b);
 }
 
-/* RFC 3339: YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM) into microseconds. */
+/* n decimal digits at s (never reading past a NUL), or -1. */
+static int digits(const char *s, int n) {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+/* RFC 3339: YYYY-MM-DDTHH:MM:SS[.fraction](Z|+HH:MM|-HH:MM) into microseconds. Every field is
+ * its exact digits and within its range: timegm would quietly turn month 13, February 31 or
+ * hour 99 into some other instant, and a filter would then compare with a time nobody wrote. */
 static bool parse_time(const char *s, int64_t *us) {
-    struct tm tm = {0};
-    int n = 0;
-    if (sscanf(s, "%4d-%2d-%2d%*[Tt ]%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-               &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6 ||
-        n < 19)
+    int y = digits(s, 4), mo = y < 0 || s[4] != '-' ? -1 : digits(s + 5, 2);
+    int d = mo < 1 || mo > 12 || s[7] != '-' ? -1 : digits(s + 8, 2);
+    int h = d < 1 || d > 31 || !s[10] || !strchr("Tt ", s[10]) ? -1 : digits(s + 11, 2);
+    int mi = h < 0 || h > 23 || s[13] != ':' ? -1 : digits(s + 14, 2);
+    int se = mi < 0 || mi > 59 || s[16] != ':' ? -1 : digits(s + 17, 2);
+    if (se < 0 || se > 59)
         return false;
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
+    struct tm tm = {.tm_year = y - 1900,
+                    .tm_mon = mo - 1,
+                    .tm_mday = d,
+                    .tm_hour = h,
+                    .tm_min = mi,
+                    .tm_sec = se};
     int64_t frac = 0, scale = 1000000;
-    const char *p = s + n;
+    const char *p = s + 19;
     if (*p == '.') {
         for (p++; isdigit((unsigned char)*p); p++)
             if (scale > 1)
@@ -132,8 +151,8 @@ static bool parse_time(const char *s, int64_t *us) {
     if (*p == 'Z' || *p == 'z') {
         p++;
     } else if (*p == '+' || *p == '-') {
-        int hh, mm;
-        if (sscanf(p + 1, "%2d:%2d", &hh, &mm) != 2)
+        int hh = digits(p + 1, 2), mm = hh < 0 || hh > 23 || p[3] != ':' ? -1 : digits(p + 4, 2);
+        if (mm < 0 || mm > 59)
             return false;
         off = (int64_t)(hh * 60 + mm) * 60 * (*p == '+' ? 1 : -1);
         p += 6;
@@ -142,7 +161,10 @@ static bool parse_time(const char *s, int64_t *us) {
     }
     if (*p)
         return false;
-    *us = ((int64_t)timegm(&tm) - off) * 1000000 + frac;
+    int64_t t = (int64_t)timegm(&tm);
+    if (tm.tm_mday != d) /* February 31 and the like: timegm moved it into the next month */
+        return false;
+    *us = (t - off) * 1000000 + frac;
     return true;
 }
 
@@ -309,8 +331,10 @@ static st_code cmp_value(fparse *fp, rtr_bk_filter *n, const char *val) {
             return perr(fp, "a state is CREATING or READY");
         return ST_OK;
     case RTR_BK_F_SIZE:
+        errno = 0;
         n->v = strtoll(val, &end, 10);
-        return *end || !*val ? perr(fp, "size_bytes compares with an integer") : ST_OK;
+        return *end || !*val || errno == ERANGE ? perr(fp, "size_bytes compares with an integer")
+                                                : ST_OK;
     default:
         return parse_time(val, &n->v)
                    ? ST_OK

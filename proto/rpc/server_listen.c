@@ -25,8 +25,10 @@
 /* ---- accepting ---- */
 
 /* At connections_max: a SETTINGS and a GOAWAY written straight to the new socket (no session is
- * made for it), then closed, so a client learns it was refused rather than cut off. */
-static void conn_refuse(rpc_server *srv, int fd) {
+ * made for it), then closed, so a client learns it was refused rather than cut off. A TLS client
+ * gets only the close: plaintext frames would read to it as a server speaking no TLS at all
+ * ("wrong version number"), sending its operator after certificates instead of the limit. */
+static void conn_refuse(rpc_server *srv, int fd, bool tls) {
     static const char debug[] = "server at its connection limit (--max-connections)";
     STAT_ADD(srv, conns_refused, 1); /* counted before the peer can see the close */
     uint8_t f[9 + 9 + 8 + sizeof debug - 1] = {0};
@@ -36,7 +38,7 @@ static void conn_refuse(rpc_server *srv, int fd) {
     f[9 + 2] = (uint8_t)glen;
     f[9 + 3] = NGHTTP2_GOAWAY; /* last stream 0, NO_ERROR: nothing was processed */
     memcpy(f + 9 + 9 + 8, debug, sizeof debug - 1);
-    ssize_t w = send(fd, f, sizeof f, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w = tls ? 0 : send(fd, f, sizeof f, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)w; /* best effort: the close says it too */
     shutdown(fd, SHUT_WR);
     uint8_t sink[512]; /* unread input would turn the close into a reset that loses the GOAWAY */
@@ -96,7 +98,8 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     rpc_server *srv = arg;
     srv->accept_backoff_ms = 0;
     if (!rpc_conn_slot_take(srv->limits.connections_max)) {
-        conn_refuse(srv, fd);
+        conn_refuse(srv, fd,
+                    srv->opts.ssl_ctx && !(addr->sa_family == AF_UNIX && srv->opts.unix_peer_role));
         return;
     }
     h2_conn_open(srv, fd, addr);

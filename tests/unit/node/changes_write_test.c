@@ -14,6 +14,7 @@
  * - a compaction that drops cells by a GC rule leads to a GC record (STO_ROW_GC, one
  *   DeleteFromColumn [ts, ts+1) per cell);
  * - a replicated row keeps only this node's record (its origin's record cell is removed);
+ * - the record cell comes first in the row storage gets (memtable append path);
  * - the ring keeps the newest records within its size, answers MISS for evicted ones and never
  *   keeps a record larger than itself;
  * - the resolved stamp stays below a write in flight and passes it once durable, and the ring
@@ -736,6 +737,54 @@ static void test_cs_replicated_rows(void **state) {
     assert_string_equal(r[0].fams[0], "f");
 }
 
+/* The rows storage gets: each recorded row's record cell comes first (its system family sorts
+ * before the row's user cells, so rows written in key order append to the memtable), followed by
+ * the row's own mutations in their order. */
+typedef struct order_probe {
+    node_ctx *n;
+    bool failed, record_first, user_order;
+    size_t n_muts;
+} order_probe;
+
+static void order_job(loop_job *j) {
+    order_probe *p = j->arg;
+    st_err err = {0};
+    node_tablet *tab = node_write_tablet(p->n, TBL("r"), st_slice_cstr("o1"), &err);
+    sto_mut muts[2] = {tu_set_mut("f", "a", 1000, "v1"), tu_set_mut("f", "b", 1000, "v2")};
+    sto_row_mut row = {.tablet_id = tab ? tab->id : 0,
+                       .row = st_slice_cstr("o1"),
+                       .muts = muts,
+                       .n_muts = 2,
+                       .version = STO_VERSION(1000, 1),
+                       .commit_ts_us = 1000};
+    const sto_row_mut *out = NULL;
+    node_cs_write *w = NULL;
+    p->failed = !tab ||
+                node_cs_write_prepare(p->n, &row, 1, NODE_WRITE_RECORD, &out, &w, &err) != ST_OK ||
+                !w;
+    if (!p->failed) {
+        p->n_muts = out[0].n_muts;
+        st_slice fam = out[0].muts[0].family;
+        p->record_first = fam.len == NODE_CS_FAMILY_LEN &&
+                          memcmp(fam.data, NODE_CS_FAMILY, NODE_CS_FAMILY_LEN) == 0;
+        p->user_order = out[0].n_muts == 3 &&
+                        st_slice_eq(out[0].muts[1].qualifier, st_slice_cstr("a")) &&
+                        st_slice_eq(out[0].muts[2].qualifier, st_slice_cstr("b"));
+        node_cs_write_abort(p->n, w); /* never started: storage does not get it */
+    }
+    job_finish(j);
+}
+
+static void test_cs_record_cell_first(void **state) {
+    (void)state;
+    order_probe p = {.n = S.node};
+    on_loop(order_job, &p);
+    assert_false(p.failed);
+    assert_int_equal(p.n_muts, 3);
+    assert_true(p.record_first);
+    assert_true(p.user_order);
+}
+
 /* ---- ring eviction (node R, 4 KiB ring) ---- */
 
 typedef struct ring_probe {
@@ -894,6 +943,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_cs_gc_records),
         cmocka_unit_test(test_cs_resolved_and_ring),
         cmocka_unit_test(test_cs_replicated_rows),
+        cmocka_unit_test(test_cs_record_cell_first),
         cmocka_unit_test(test_cs_ring_eviction),
         cmocka_unit_test(test_cs_move),
         cmocka_unit_test(test_cs_survives_kill),

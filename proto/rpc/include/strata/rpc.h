@@ -309,6 +309,9 @@ typedef struct rpc_client_opts {
     int64_t keepalive_ms;         /* 0 = RPC_KEEPALIVE_MS_DEFAULT; < 0 = no PINGs */
     int64_t keepalive_timeout_ms; /* 0 = RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT */
     int64_t connect_timeout_ms; /* connect (+ TLS handshake); 0 = RPC_CONNECT_TIMEOUT_MS_DEFAULT */
+    /* Each call's HTTP/2 receive window: what the server may send on a paused call
+     * (rpc_ccall_pause) before it stalls. 0 = 256 KiB; at most 2^31 - 1. */
+    int32_t stream_window_bytes;
 } rpc_client_opts;
 
 #define RPC_KEEPALIVE_MS_DEFAULT 1000
