@@ -10,6 +10,7 @@
  * manifest as it is read) and a link for the pieces that list it again, SealBackupPiece,
  * FinishImport; on any failure (a damaged file, a node down, Ctrl-C) the backup is deleted, so
  * nothing half-imported stays. Both read format 1 exports too (ops_bk_file_path). */
+#include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -92,7 +93,16 @@ static void xfer_free(bk_xfer *x) {
     x->n_sent = x->cap_sent = x->n_slots = 0;
 }
 
+/* A transfer allocates and frees a buffer of a MiB or more per chunk (the call's request, the
+ * response reassembled): kept on the heap for the next chunk rather than mapped, faulted in page
+ * by page and unmapped each time, as glibc does by default with buffers of that size. */
+static void tune_malloc(void) {
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
+    mallopt(M_TRIM_THRESHOLD, 32 << 20);
+}
+
 static void catch_signals(void) {
+    tune_malloc();
     bk_interrupted = 0;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
