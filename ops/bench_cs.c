@@ -358,8 +358,9 @@ static st_code consumer_start(cs_bench *b, int64_t start_us, int64_t stop_us, st
                      .on_done = on_done,
                      .on_retry = on_retry,
                      .arg = b,
-                     .copts = &b->t->copts,                               /* --tls, --secure */
-                     .authorization = b->t->auth[0] ? b->t->auth : NULL}; /* --token */
+                     .copts = &b->t->copts,                              /* --tls, --secure */
+                     .authorization = b->t->auth[0] ? b->t->auth : NULL, /* --token */
+                     .keys_only = true}; /* it matches rows only: no mutations decoded */
     b->cs_done = false;
     b->cs = ops_cs_new(b->base, &o, err);
     if (!b->cs)
