@@ -637,6 +637,10 @@ void node_cs_set_ring_bytes(node_ctx *n, size_t bytes) {
         (void)ring_alloc(cs); /* else at the first record */
 }
 
+bool node_cs_ring_mapped(const node_ctx *n) {
+    return n->cs && n->cs->ring;
+}
+
 static const cs_block *block_at(node_cs *cs, size_t i) {
     return &cs->blocks[(cs->blk_head + i) % cs->blk_cap];
 }
