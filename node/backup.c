@@ -91,6 +91,7 @@ void node_backups_close(node_ctx *n) {
         free(b->busy[i]);
     free(b->busy);
     free(b->crcs);
+    free(b->rx);
     pthread_cond_destroy(&b->crc_cv);
     pthread_mutex_destroy(&b->crc_mu);
     free(b);

@@ -92,12 +92,18 @@ st_code bk_crc_bg_start(node_ctx *n, st_err *err);
 void bk_crc_bg_stop(node_backups *b);
 /* Records the CRC32C of a file a piece holds (any thread). */
 void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t crc);
-/* Extends the cached CRC32C of a file being received by the chunk data, appended between the
- * two stats (before.st_size 0: the file starts). Nothing when the file's CRC so far is not
- * known (the seal then reads it back). Loop thread (the cache is shared under crc_mu). */
+/* Records the CRC32C of chunk data written at offset off of a file being received, between the
+ * two stats (before.st_size 0, off 0: the file starts). A chunk at the file's end extends the
+ * file's cached CRC32C; one written past the end or into a hole (chunks arriving out of order)
+ * is kept as a range with its own CRC32C until the ranges join up from offset 0 to the file's
+ * end, when their CRC32Cs combine into the file's. Nothing is known of the file when its CRC so
+ * far was not, or it changed between two chunks, or a chunk overlaps one already written (the
+ * seal then reads it back). Loop thread (the cache is shared under crc_mu). */
 struct stat;
-void bk_crc_append(node_backups *b, const struct stat *before, const struct stat *after,
-                   st_slice data);
+void bk_crc_write(node_backups *b, const struct stat *before, const struct stat *after,
+                  uint64_t off, st_slice data);
+/* CRC32C of A followed by B from crc(A), crc(B) and the length of B. */
+uint32_t bk_crc_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 /* Fills the cache from the manifests of the pieces on disk (node_backups_open). */
 void bk_crc_load(node_ctx *n);
 st_code bk_fsync_path(const char *path, st_err *err); /* a file or a directory */
@@ -114,6 +120,7 @@ void bk_sweep(const node_ctx *n);
 
 /* The node's backup state (node_ctx.backups). */
 typedef struct bk_crc_entry bk_crc_entry;
+typedef struct bk_rx bk_rx;
 struct node_backups {
     /* CRC32C of SSTables by inode (SSTables are immutable), filled by the background pass and
      * by freezes: a freeze reads only the files neither has seen yet. Shared with the worker
@@ -121,6 +128,8 @@ struct node_backups {
     pthread_mutex_t crc_mu;
     bk_crc_entry *crcs;
     size_t n_crcs, cap_crcs;
+    bk_rx *rx; /* files received out of order: their CRC32C by range (under crc_mu) */
+    size_t n_rx;
     uint64_t crc_gen; /* background passes started */
     uint64_t freeze_read_files, freeze_read_bytes, bg_read_files, bg_read_bytes;
     pthread_cond_t crc_cv; /* wakes the background pass at close (CLOCK_MONOTONIC) */
@@ -163,7 +172,7 @@ st_code bk_seal_dir(node_backups *b, const char *in_dir, const char *final_dir, 
                     uint32_t node_num, bk_piece **out, size_t *read_back, st_err *err);
 /* Appends data at off to file in dir (off 0 starts it anew, as a new file: a link another piece
  * holds to the old one keeps its bytes); FAILED_PRECONDITION when off is not the file's current
- * size. The chunk's CRC32C extends the file's in the cache (bk_crc_append) and its writeback
+ * size. The chunk's CRC32C extends the file's in the cache (bk_crc_write) and its writeback
  * starts, so the seal neither reads it back nor waits long for its fsync. Loop thread (a chunk
  * is at most NODE_BK_CHUNK_BYTES). */
 st_code bk_write_chunk(node_backups *b, const char *dir, const char *file, uint64_t off,

@@ -74,7 +74,7 @@ static void crc_put(node_backups *b, const bk_crc_entry *k) {
     bk_crc_entry *e = crc_find(b, k);
     if (e) {
         e->crc = k->crc;
-        if (e->gen < b->crc_gen) /* a received file's later expiry stays (bk_crc_append) */
+        if (e->gen < b->crc_gen) /* a received file's later expiry stays (crc_append) */
             e->gen = b->crc_gen;
         return;
     }
@@ -102,8 +102,9 @@ void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t 
     pthread_mutex_unlock(&b->crc_mu);
 }
 
-void bk_crc_append(node_backups *b, const struct stat *before, const struct stat *after,
-                   st_slice data) {
+/* A chunk written at the end of a file whose CRC32C so far the cache knows (or that was empty). */
+static void crc_append(node_backups *b, const struct stat *before, const struct stat *after,
+                       st_slice data) {
     bk_crc_entry k = key_of(before), n = key_of(after);
     uint32_t crc = 0;
     pthread_mutex_lock(&b->crc_mu);
@@ -128,6 +129,158 @@ void bk_crc_append(node_backups *b, const struct stat *before, const struct stat
      * BK_CRC_RECEIVED_PASSES passes (its seal, and links from later pieces of the import). */
     if (e)
         e->gen = b->crc_gen + BK_CRC_RECEIVED_PASSES;
+    pthread_mutex_unlock(&b->crc_mu);
+}
+
+/* ---- files received out of order ---- */
+
+#define BK_CRC_POLY 0x82f63b78u /* CRC32C, reflected */
+#define BK_RX_FILES 64          /* files with chunks out of order followed at once */
+#define BK_RX_RANGES 32         /* separate ranges of one such file */
+
+typedef struct bk_rx_range {
+    uint64_t off, len;
+    uint32_t crc;
+} bk_rx_range;
+
+struct bk_rx {
+    uint64_t dev, ino, size; /* size and mtime: the file after its last chunk */
+    int64_t mtime_ns;
+    size_t n;
+    bk_rx_range r[BK_RX_RANGES]; /* by offset, none touching the next */
+};
+
+/* a * b modulo the CRC's polynomial, bit 31 the coefficient of x^0; a is not 0. */
+static uint32_t gf2_mul(uint32_t a, uint32_t b) {
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ BK_CRC_POLY : b >> 1;
+    }
+    return p;
+}
+
+uint32_t bk_crc_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+    uint32_t p = 1u << 31, sq = 1u << 23; /* x^0, and x^8: one byte */
+    for (; len_b; len_b >>= 1) {
+        if (len_b & 1)
+            p = gf2_mul(sq, p);
+        sq = gf2_mul(sq, sq);
+    }
+    return gf2_mul(p, crc_a) ^ crc_b; /* crc_a shifted past len_b zero bytes, then B's */
+}
+
+static bk_rx *rx_find(node_backups *b, uint64_t dev, uint64_t ino) {
+    for (size_t i = 0; i < b->n_rx; i++)
+        if (b->rx[i].ino == ino && b->rx[i].dev == dev)
+            return &b->rx[i];
+    return NULL;
+}
+
+static void rx_drop(node_backups *b, bk_rx *x) {
+    *x = b->rx[--b->n_rx];
+}
+
+/* Adds [off, off + len) with its CRC32C, joined to the ranges it touches; false when it
+ * overlaps one (a chunk written twice) or the file has too many ranges. */
+static bool rx_add(bk_rx *x, uint64_t off, uint64_t len, uint32_t crc) {
+    size_t i = 0;
+    while (i < x->n && x->r[i].off + x->r[i].len <= off)
+        i++;
+    if (i < x->n && x->r[i].off < off + len)
+        return false;
+    bk_rx_range *prev = i > 0 && x->r[i - 1].off + x->r[i - 1].len == off ? &x->r[i - 1] : NULL;
+    bk_rx_range *next = i < x->n && x->r[i].off == off + len ? &x->r[i] : NULL;
+    if (prev) {
+        prev->crc = bk_crc_combine(prev->crc, crc, len);
+        prev->len += len;
+        if (next) {
+            prev->crc = bk_crc_combine(prev->crc, next->crc, next->len);
+            prev->len += next->len;
+            memmove(next, next + 1, (x->n - i - 1) * sizeof *next);
+            x->n--;
+        }
+        return true;
+    }
+    if (next) {
+        next->crc = bk_crc_combine(crc, next->crc, next->len);
+        next->off = off;
+        next->len += len;
+        return true;
+    }
+    if (x->n == BK_RX_RANGES)
+        return false;
+    memmove(&x->r[i + 1], &x->r[i], (x->n - i) * sizeof x->r[0]);
+    x->r[i] = (bk_rx_range){off, len, crc};
+    x->n++;
+    return true;
+}
+
+/* The file of k, stat'd before a chunk, as a file received out of order; NULL when its CRC so
+ * far is unknown. crc_mu held. */
+static bk_rx *rx_of(node_backups *b, const bk_crc_entry *k) {
+    bk_rx *x = rx_find(b, k->dev, k->ino);
+    if (x && (x->size != k->size || x->mtime_ns != k->mtime_ns)) {
+        rx_drop(b, x); /* changed since its last chunk here */
+        return NULL;
+    }
+    if (x)
+        return x;
+    const bk_crc_entry *e = k->size ? crc_find(b, k) : NULL;
+    if (k->size && !e)
+        return NULL;
+    if (!b->rx && !(b->rx = calloc(BK_RX_FILES, sizeof *b->rx)))
+        return NULL;
+    if (b->n_rx == BK_RX_FILES)
+        rx_drop(b, &b->rx[0]); /* a file whose import stopped, most likely: its seal reads */
+    x = &b->rx[b->n_rx++];
+    *x = (bk_rx){.dev = k->dev, .ino = k->ino};
+    if (k->size)
+        x->r[x->n++] = (bk_rx_range){0, k->size, e->crc};
+    return x;
+}
+
+/* crc_mu held. */
+static void rx_write(node_backups *b, const bk_crc_entry *k, const bk_crc_entry *after,
+                     uint64_t off, uint64_t len, uint32_t crc) {
+    bk_rx *x = rx_of(b, k);
+    if (!x)
+        return;
+    if (len && !rx_add(x, off, len, crc)) {
+        rx_drop(b, x);
+        return;
+    }
+    x->size = after->size;
+    x->mtime_ns = after->mtime_ns;
+    if (x->n != 1 || x->r[0].off != 0 || x->r[0].len != after->size)
+        return;
+    bk_crc_entry whole = *after; /* the ranges joined up: the file's CRC32C is known */
+    whole.crc = x->r[0].crc;
+    rx_drop(b, x);
+    crc_put(b, &whole);
+    bk_crc_entry *e = crc_find(b, &whole);
+    if (e)
+        e->gen = b->crc_gen + BK_CRC_RECEIVED_PASSES;
+}
+
+void bk_crc_write(node_backups *b, const struct stat *before, const struct stat *after,
+                  uint64_t off, st_slice data) {
+    bk_crc_entry k = key_of(before), n = key_of(after);
+    pthread_mutex_lock(&b->crc_mu);
+    bool append = off == k.size && !rx_find(b, k.dev, k.ino);
+    pthread_mutex_unlock(&b->crc_mu);
+    if (append) {
+        crc_append(b, before, after, data);
+        return;
+    }
+    uint32_t crc = st_crc32c(0, data.data, data.len); /* outside the lock */
+    pthread_mutex_lock(&b->crc_mu);
+    rx_write(b, &k, &n, off, data.len, crc);
     pthread_mutex_unlock(&b->crc_mu);
 }
 

@@ -210,7 +210,7 @@ st_code bk_write_chunk(node_backups *b, const char *dir, const char *file, uint6
             done += (size_t)w;
     }
     if (rc == ST_OK && fstat(fd, &after) == 0) {
-        bk_crc_append(b, &sb, &after, data);
+        bk_crc_write(b, &sb, &after, off, data);
         /* writeback starts now: the seal's fsync then finds little left to write */
         if (data.len)
             (void)sync_file_range(fd, (off_t)off, (off_t)data.len, SYNC_FILE_RANGE_WRITE);
@@ -220,9 +220,9 @@ st_code bk_write_chunk(node_backups *b, const char *dir, const char *file, uint6
 }
 
 /* A chunk with any_order: written at its offset into the file its offset-0 chunk started, in
- * whatever order the chunks come (a client keeps several in flight). The CRC32C cache still
- * follows the file while its chunks happen to come in order (bk_crc_append only extends an
- * entry by a write at the file's end); once one comes early the seal reads the file back. */
+ * whatever order the chunks come (a client keeps several in flight). Its CRC32C is recorded by
+ * range (bk_crc_write): once the ranges join up the file's CRC32C is known and the seal reads
+ * nothing back. */
 static st_code write_any_order(node_backups *b, const char *dir, const char *file, uint64_t off,
                                st_slice data, st_err *err) {
     char path[NODE_BK_PATH_MAX + 80];
@@ -250,7 +250,7 @@ static st_code write_any_order(node_backups *b, const char *dir, const char *fil
             done += (size_t)w;
     }
     if (rc == ST_OK && fstat(fd, &after) == 0) {
-        bk_crc_append(b, &sb, &after, data);
+        bk_crc_write(b, &sb, &after, off, data);
         (void)sync_file_range(fd, (off_t)off, (off_t)data.len, SYNC_FILE_RANGE_WRITE);
     }
     close(fd);
@@ -325,10 +325,36 @@ static st_code import_dir(node_ctx *n, const bk_name *b, const char *piece, char
     return bk_mkdirs(in, err);
 }
 
+/* Unpacks a WriteBackupFile request leaving its data where it lies, in the request's buffer
+ * (btu_pb_unpack_lift): no copy of each chunk's MiB into the call's arena. NULL when the call
+ * was failed. */
+static void *chunk_pb_alloc(void *arena, size_t size) {
+    return st_arena_alloc(arena, size);
+}
+
+static void chunk_pb_free(void *arena, void *ptr) {
+    (void)arena; /* the call's arena goes with the call */
+    (void)ptr;
+}
+
+static Strata__Internal__V1__BackupFileChunk *chunk_unpack(rpc_call *call, st_slice in) {
+    ProtobufCAllocator alloc = {chunk_pb_alloc, chunk_pb_free, rpc_call_arena(call)};
+    st_slice data;
+    st_err err = {0};
+    Strata__Internal__V1__BackupFileChunk *req = (void *)btu_pb_unpack_lift(
+        &strata__internal__v1__backup_file_chunk__descriptor, &alloc, in, 5, &data, &err);
+    if (!req) {
+        node_fail(call, err.code ? err.code : ST_INVALID_ARGUMENT, "%s", err.msg);
+        return NULL;
+    }
+    if (data.len)
+        req->data = (ProtobufCBinaryData){data.len, (uint8_t *)data.data};
+    return req;
+}
+
 void node_h_write_backup_file(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
-    Strata__Internal__V1__BackupFileChunk *req =
-        (void *)node_unpack(call, &strata__internal__v1__backup_file_chunk__descriptor, req_bytes);
+    Strata__Internal__V1__BackupFileChunk *req = chunk_unpack(call, req_bytes);
     if (!req)
         return;
     bk_name b;

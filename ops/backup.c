@@ -26,6 +26,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: strata backup <subcommand> [flags]\n"
             "  create TABLE [--cluster C] [--id ID] [--expire 7d] [--type standard|hot] [--wait]\n"
+            "                         [--hot-until 2d]  (HOT, turning STANDARD then)\n"
             "  list [--cluster C|-] [--filter F] [--order-by O]\n"
             "  describe ID            show one backup\n"
             "  delete ID              delete a backup (its files go when no table shares them)\n"
@@ -33,7 +34,9 @@ static void usage(FILE *out) {
             "  copy ID --to CLUSTER [--as NEWID] [--expire 7d] [--wait]   copy a READY backup\n"
             "                         into a cluster (NEWID default: ID; copies expire in 30d\n"
             "                         at most)\n"
-            "  restore ID --to TABLE [--instance I] [--wait]\n"
+            "  restore ID --to TABLE [--wait]\n"
+            "  restore ID --to TABLE --target HOST:PORT|DIR [--instance I]   into another\n"
+            "                         instance: its router, or its `strata up` directory\n"
             "  export ID DIR          copy a backup into a new directory (from the nodes)\n"
             "  verify DIR             check an export: manifest and every file's checksums\n"
             "  import DIR --cluster C [--as ID]   load an export as a backup of cluster C\n"
@@ -49,9 +52,10 @@ static void usage(FILE *out) {
             "  --json             machine-readable output on stdout\n"
             "  --quiet            no progress on stderr\n"
             "ID is a backup id of --cluster, or projects/P/instances/I/clusters/C/backups/B.\n"
-            "--expire is from now (6h to 90d; default 7d; update needs it). restore --instance I\n"
-            "restores into another instance of the deployment. --wait polls the operation with "
-            "progress.\n"
+            "--expire is from now (6h to 90d; default 7d; update needs it). restore --target\n"
+            "copies the backup to the other instance through this machine (an export in\n"
+            "$TMPDIR, an import under a temporary id, deleted after) and waits. --wait polls\n"
+            "the operation with progress.\n"
             "Exit status: 0 done, 1 failed, 2 bad usage.\n");
 }
 
@@ -75,6 +79,8 @@ static const char **flag_slot(bk_args *a, const char *f) {
         {"--filter", offsetof(bk_args, filter)},
         {"--order-by", offsetof(bk_args, order_by)},
         {"--id", offsetof(bk_args, id)},
+        {"--target", offsetof(bk_args, target)},
+        {"--hot-until", offsetof(bk_args, hot_until)},
         {"--tls-ca", offsetof(bk_args, tls_ca)},
         {"--token", offsetof(bk_args, token)},
         {"--token-file", offsetof(bk_args, token_file)},
@@ -335,8 +341,8 @@ static bool op_wait_retry(int64_t *since) {
     return now - *since < (int64_t)BK_WAIT_UNAVAILABLE_MS * 1000;
 }
 
-static st_code op_wait(const bk_ctx *c, Google__Longrunning__Operation *op,
-                       Google__Longrunning__Operation **out, st_err *err) {
+st_code bk_op_wait(const bk_ctx *c, Google__Longrunning__Operation *op,
+                   Google__Longrunning__Operation **out, st_err *err) {
     ops_progress p;
     char label[64];
     snprintf(label, sizeof label, "strata backup %s", c->sub);
@@ -382,7 +388,7 @@ static st_code op_finish(const bk_ctx *c, ProtobufCMessage *started,
     Google__Longrunning__Operation *op = (Google__Longrunning__Operation *)started;
     *done = NULL;
     if (c->a.wait)
-        return op_wait(c, op, done, err);
+        return bk_op_wait(c, op, done, err);
     if (c->a.json) {
         printf("{\"operation\":");
         bk_json_str(op->name);
@@ -411,21 +417,25 @@ static st_code show_backup(const bk_ctx *c, const char *name, st_err *err) {
 
 /* ---- create, list, describe, delete, restore, update, copy ---- */
 
-static bool parse_expire(const bk_ctx *c, Google__Protobuf__Timestamp *ts) {
+/* A time flag: a duration from now (6h, 7d) or an RFC 3339 time. */
+static bool parse_when(const char *flag, const char *e, Google__Protobuf__Timestamp *ts) {
     char rel[64];
     int64_t now = st_wall_us(), at = 0;
-    const char *e = c->a.expire ? c->a.expire : BK_EXPIRE_DEFAULT;
     snprintf(rel, sizeof rel, "+%s", e);
     if (!ops_cs_time_parse(rel, now, &at) && !ops_cs_time_parse(e, now, &at)) {
         fprintf(stderr,
-                "strata backup: bad --expire '%s': a duration from now (6h, 7d, 90d) or "
+                "strata backup: bad %s '%s': a duration from now (6h, 7d, 90d) or "
                 "an RFC 3339 time\n",
-                e);
+                flag, e);
         return false;
     }
     ts->seconds = at / 1000000;
     ts->nanos = (int32_t)(at % 1000000 * 1000);
     return true;
+}
+
+static bool parse_expire(const bk_ctx *c, Google__Protobuf__Timestamp *ts) {
+    return parse_when("--expire", c->a.expire ? c->a.expire : BK_EXPIRE_DEFAULT, ts);
 }
 
 static int cmd_create(bk_ctx *c) {
@@ -436,8 +446,15 @@ static int cmd_create(bk_ctx *c) {
     }
     Google__Protobuf__Timestamp expire;
     google__protobuf__timestamp__init(&expire);
-    if (!parse_expire(c, &expire))
+    Google__Protobuf__Timestamp hot;
+    google__protobuf__timestamp__init(&hot);
+    if (!parse_expire(c, &expire) ||
+        (c->a.hot_until && !parse_when("--hot-until", c->a.hot_until, &hot)))
         return 2;
+    if (c->a.hot_until && c->a.type && strcmp(c->a.type, "hot")) {
+        fprintf(stderr, "strata backup create: --hot-until is for HOT backups (--type hot)\n");
+        return 2;
+    }
     if (c->a.type && strcmp(c->a.type, "standard") && strcmp(c->a.type, "hot")) {
         fprintf(stderr, "strata backup create: --type is standard or hot\n");
         return 2;
@@ -462,9 +479,10 @@ static int cmd_create(bk_ctx *c) {
     google__bigtable__admin__v2__backup__init(&b);
     b.source_table = table;
     b.expire_time = &expire;
-    b.backup_type = c->a.type && !strcmp(c->a.type, "hot")
+    b.backup_type = (c->a.type && !strcmp(c->a.type, "hot")) || c->a.hot_until
                         ? GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT
                         : GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__STANDARD;
+    b.hot_to_standard_time = c->a.hot_until ? &hot : NULL;
     Google__Bigtable__Admin__V2__CreateBackupRequest req;
     google__bigtable__admin__v2__create_backup_request__init(&req);
     req.parent = parent;
@@ -670,6 +688,8 @@ static int cmd_restore(bk_ctx *c) {
     snprintf(c->instance, sizeof c->instance, "%s", c->home_instance);
     bool named = bk_backup_name(c, c->a.pos[0], name, sizeof name);
     snprintf(c->instance, sizeof c->instance, "%s", target);
+    if (named && c->a.target)
+        return bk_restore_across(c, name);
     if (!named ||
         !ops_fmt(parent, sizeof parent, "projects/%s/instances/%s", c->project, c->instance))
         return 2;

@@ -11,6 +11,7 @@
 #include "backup_dir.h"
 #include "strata/rpc.h"
 #include "google/bigtable/admin/v2/table.pb-c.h"
+#include "google/longrunning/operations.pb-c.h"
 #include "progress.h"
 
 #define BK_ADMIN_TIMEOUT_MS 60000
@@ -34,6 +35,8 @@ typedef struct bk_args {
     const char *endpoint, *dir, *project, *instance, *cluster;
     const char *tls_ca, *token, *token_file; /* a secure router (ops_secure_override) */
     const char *expire, *type, *to, *as, *filter, *order_by, *id;
+    const char *target;    /* restore: another instance's router HOST:PORT or directory */
+    const char *hot_until; /* create: hot_to_standard_time, from now (implies --type hot) */
     bool json, quiet, wait;
     const char *pos[2]; /* positional arguments after the subcommand */
     int n_pos;
@@ -46,6 +49,7 @@ typedef struct bk_ctx {
     char project[128], instance[128]; /* resolved */
     char home_instance[128]; /* the topology's (or "i"): restore's source, not --instance */
     char cluster[128];       /* --cluster, else the instance's first cluster */
+    bool nested;             /* a step of another subcommand: no summary line of its own */
 } bk_ctx;
 
 /* One connection kept open for many calls (reconnected once when it died). */
@@ -120,6 +124,14 @@ typedef struct bk_link_src {
 st_code bk_send_piece(bk_conn *k, const char *dir, const ops_bk_manifest *m, const char *backup,
                       const ops_bk_piece *p, const bk_link_src *links, ops_progress *prog,
                       const volatile sig_atomic_t *stop, st_err *err);
+
+/* Polls GetOperation until op is done, with progress (a router restarting is ridden out);
+ * *out is the finished operation (free it); an operation that failed is its error. */
+st_code bk_op_wait(const bk_ctx *c, Google__Longrunning__Operation *op,
+                   Google__Longrunning__Operation **out, st_err *err);
+/* restore ID --to TABLE --target HOST:PORT|DIR: into another instance (backup_across.c); name
+ * is the backup's full name. The exit status. */
+int bk_restore_across(bk_ctx *c, const char *name);
 
 /* Subcommands in backup_xfer.c. */
 int bk_export(bk_ctx *c);

@@ -204,9 +204,13 @@ static st_code format_header(const ops_bk_manifest *m, st_buf *b) {
                             "%s %d\n# A Strata backup export: docs/formats/backup-export.md. "
                             "Check it with `strata backup verify DIR`.\n"
                             "backup %s\nsource_table %s\nbackup_type %d\n"
-                            "start_us %lld\nend_us %lld\nexpire_us %lld\nschema ",
+                            "start_us %lld\nend_us %lld\nexpire_us %lld\n",
                             OPS_BK_MAGIC, m->version, m->backup, m->source_table, m->backup_type,
                             (long long)m->start_us, (long long)m->end_us, (long long)m->expire_us);
+    if (rc == ST_OK && m->hot_us > 0) /* optional: only a HOT backup's, so older readers of */
+        rc = buf_printf(b, "hot_to_standard_us %lld\n", (long long)m->hot_us); /* the rest */
+    if (rc == ST_OK)
+        rc = buf_printf(b, "schema ");
     if (rc == ST_OK)
         rc = buf_hex(b, st_buf_slice(&m->schema));
     return rc == ST_OK ? st_buf_append_byte(b, '\n') : rc;
@@ -350,13 +354,14 @@ enum {
     BK_H_END = 16,
     BK_H_EXPIRE = 32,
     BK_H_SCHEMA = 64,
-    BK_H_ALL = 127
+    BK_H_ALL = 127, /* the required keys */
+    BK_H_HOT = 128  /* optional */
 };
 
 static st_code parse_header(bk_parse *ps, const bk_line *l) {
     ops_bk_manifest *m = ps->m;
     static const char *keys[] = {"backup", "source_table", "backup_type", "start_us",
-                                 "end_us", "expire_us",    "schema"};
+                                 "end_us", "expire_us",    "schema",      "hot_to_standard_us"};
     unsigned bit = 0;
     for (unsigned i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (tok_is(l->tok[0], keys[i]))
@@ -377,6 +382,7 @@ static st_code parse_header(bk_parse *ps, const bk_line *l) {
               : bit == BK_H_START  ? tok_i64(l->tok[1], &m->start_us)
               : bit == BK_H_END    ? tok_i64(l->tok[1], &m->end_us)
               : bit == BK_H_EXPIRE ? tok_i64(l->tok[1], &m->expire_us)
+              : bit == BK_H_HOT    ? tok_i64(l->tok[1], &m->hot_us)
                                    : unhex(l->tok[1], OPS_BK_SCHEMA_BYTES_MAX, &m->schema);
     return ok ? ST_OK : bad(ps, l, "bad value");
 }
@@ -441,7 +447,7 @@ static st_code parse_file(bk_parse *ps, const bk_line *l) {
 
 static st_code parse_line(bk_parse *ps, const bk_line *l) {
     if (tok_is(l->tok[0], "piece") || tok_is(l->tok[0], "file")) {
-        if (ps->seen != BK_H_ALL)
+        if ((ps->seen & BK_H_ALL) != BK_H_ALL)
             return bad(ps, l, "piece or file before the header is complete");
         return tok_is(l->tok[0], "piece") ? parse_piece(ps, l) : parse_file(ps, l);
     }
@@ -506,7 +512,7 @@ static st_code parse_body(bk_parse *ps, const char *text, size_t len) {
         if (rc != ST_OK)
             return rc;
     }
-    if (lineno == 0 || ps->seen != BK_H_ALL)
+    if (lineno == 0 || (ps->seen & BK_H_ALL) != BK_H_ALL)
         return st_err_set(ps->err, ST_INVALID_ARGUMENT,
                           "%s: header incomplete (backup, source_table, backup_type, start_us, "
                           "end_us, expire_us, schema): export it again",

@@ -57,7 +57,8 @@ typedef struct ops_bk_manifest {
     char source_table[OPS_BK_NAME_MAX + 1]; /* projects/P/instances/I/tables/T */
     int backup_type;                        /* Backup.BackupType: 1 STANDARD, 2 HOT */
     int64_t start_us, end_us, expire_us;
-    st_buf schema; /* packed google.bigtable.admin.v2.Table: families, GC rules, change streams */
+    int64_t hot_us; /* HOT: hot_to_standard_time (optional line; 0 = none) */
+    st_buf schema;  /* packed google.bigtable.admin.v2.Table: families, GC rules, change streams */
     ops_bk_piece *pieces; /* malloc'd */
     size_t n_pieces, cap_pieces;
 } ops_bk_manifest;

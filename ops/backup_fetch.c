@@ -44,8 +44,9 @@ static void fetch_msg(rpc_ccall *call, st_slice msg, void *arg) {
     bk_fetch *f = arg;
     if (f->rc != ST_OK)
         return;
-    Strata__Internal__V1__BackupFileChunk *ch = (void *)btu_pb_unpack(
-        &strata__internal__v1__backup_file_chunk__descriptor, NULL, msg, &f->err);
+    st_slice data; /* in the message as it arrived: not copied out by protobuf-c */
+    Strata__Internal__V1__BackupFileChunk *ch = (void *)btu_pb_unpack_lift(
+        &strata__internal__v1__backup_file_chunk__descriptor, NULL, msg, 5, &data, &f->err);
     if (!ch)
         f->rc = ST_INTERNAL;
     else if (*f->fr->stop)
@@ -55,10 +56,10 @@ static void fetch_msg(rpc_ccall *call, st_slice msg, void *arg) {
                            f->fr->k->addr, (unsigned long long)ch->offset, f->out.final,
                            (unsigned long long)f->off);
     else
-        f->rc = ops_bk_out_write(&f->out, ch->data.data, ch->data.len, &f->err);
+        f->rc = ops_bk_out_write(&f->out, data.data, data.len, &f->err);
     if (f->rc == ST_OK) {
-        f->off += ch->data.len;
-        ops_progress_add(f->fr->prog, ch->data.len);
+        f->off += data.len;
+        ops_progress_add(f->fr->prog, data.len);
     } else {
         rpc_ccall_cancel(call);
     }

@@ -4,12 +4,13 @@
  * ones travel and this side reads and checksums the ones after. A file's chunk at offset 0 goes
  * alone (it starts the file: a new inode on the node); once answered, the file's other chunks go
  * with any_order (the node writes each at its offset, whatever order HTTP/2 delivers them in).
- * Each file's CRC32C and SHA-256 are computed as its chunks are read, in order, and compared
- * with the manifest at its last byte: a damaged file fails the import before its piece is
- * sealed. A file an earlier piece already put on the node (links[]) is one WriteBackupFile with
- * link_piece: the node hard-links it after checking its size and CRC32C, no byte is sent again.
- * On a failure no new chunk starts; the ones in flight are waited for, then the caller undoes
- * the import. */
+ * Each file's SHA-256 is computed as its chunks are read, in order (one pass over the bytes),
+ * and compared with the manifest at its last byte: a damaged file fails the import before its
+ * piece is sealed. The CRC32C is the node's to compute (it checks every chunk it receives, and
+ * the seal compares the file's with the manifest's), so each side hashes the bytes once. A file an
+ * earlier piece already put on the node (links[]) is one WriteBackupFile with link_piece: the node
+ * hard-links it after checking its size and CRC32C, no byte is sent again. On a failure no new
+ * chunk starts; the ones in flight are waited for, then the caller undoes the import. */
 #define _DEFAULT_SOURCE /* O_NOFOLLOW */
 #include <errno.h>
 #include <event2/event.h>
@@ -46,12 +47,11 @@ struct bk_send {
     const ops_bk_file *f;
     char path[4096];
     int fd;
-    uint64_t read_off; /* bytes read (and checksummed) so far */
+    uint64_t read_off; /* bytes read (and hashed) so far */
     size_t inflight;   /* chunks of this file in flight */
     bool started;      /* the chunk at offset 0 was answered */
     bool busy;         /* the slot holds a file */
     st_buf link;       /* the request of a link */
-    uint32_t crc;
     EVP_MD_CTX *sha;
     st_code rc; /* this file's first failure */
     st_err err;
@@ -126,16 +126,16 @@ static void send_settle(bk_send *s) {
         event_base_loopbreak(sr->k->base);
 }
 
-/* The file's last byte was read: its checksums against the manifest. */
+/* The file's last byte was read: its SHA-256 against the manifest. */
 static void send_check(bk_send *s) {
     uint8_t sha[OPS_BK_SHA256_BYTES];
     unsigned n = 0;
     EVP_DigestFinal_ex(s->sha, sha, &n);
-    if (s->crc != s->f->crc32c || memcmp(sha, s->f->sha256, sizeof sha))
+    if (memcmp(sha, s->f->sha256, sizeof sha))
         send_fail(s, ST_DATA_LOSS,
-                  "file %s of piece %s: %s: checksum mismatch (CRC32C %08x, manifest %08x): "
-                  "the file is damaged; copy or export it again",
-                  s->f->name, s->sr->p->id, s->path, s->crc, s->f->crc32c);
+                  "file %s of piece %s: %s: checksum mismatch (SHA-256 differs from the "
+                  "manifest's): the file is damaged; copy or export it again",
+                  s->f->name, s->sr->p->id, s->path);
 }
 
 static void chunk_done(st_code code, const char *message, st_slice response, void *arg) {
@@ -157,7 +157,7 @@ static void chunk_done(st_code code, const char *message, st_slice response, voi
 }
 
 /* Packs the chunk of file s at s->read_off into c (the bytes read from the file straight into
- * the request, checksummed) and starts its call. */
+ * the request, hashed there) and starts its call. */
 static void chunk_send(bk_send *s, bk_chunk *c) {
     bk_sender *sr = s->sr;
     uint64_t left = s->f->size - s->read_off;
@@ -191,7 +191,6 @@ static void chunk_send(bk_send *s, bk_chunk *c) {
                   got < 0 ? strerror(errno) : "shorter than the manifest says");
         return;
     }
-    s->crc = st_crc32c(s->crc, p + len, want);
     EVP_DigestUpdate(s->sha, p + len, want);
     c->packed.len = len + want;
     c->off = s->read_off;
@@ -293,7 +292,6 @@ static void send_open(bk_send *s) {
     s->read_off = 0;
     s->inflight = 0;
     s->started = false;
-    s->crc = 0;
     s->rc = ST_OK;
     if (l && l->piece)
         send_link(s, l);

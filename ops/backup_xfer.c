@@ -10,6 +10,7 @@
  * manifest as it is read) and a link for the pieces that list it again, SealBackupPiece,
  * FinishImport; on any failure (a damaged file, a node down, Ctrl-C) the backup is deleted, so
  * nothing half-imported stays. Both read format 1 exports too (ops_bk_file_path). */
+#include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -92,7 +93,16 @@ static void xfer_free(bk_xfer *x) {
     x->n_sent = x->cap_sent = x->n_slots = 0;
 }
 
+/* A transfer allocates and frees a buffer of a MiB or more per chunk (the call's request, the
+ * response reassembled): kept on the heap for the next chunk rather than mapped, faulted in page
+ * by page and unmapped each time, as glibc does by default with buffers of that size. */
+static void tune_malloc(void) {
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
+    mallopt(M_TRIM_THRESHOLD, 32 << 20);
+}
+
 static void catch_signals(void) {
+    tune_malloc();
     bk_interrupted = 0;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -121,6 +131,7 @@ static st_code manifest_from_layout(const Strata__Internal__V1__BackupLayout *l,
     m->start_us = ts_us(b->start_time);
     m->end_us = ts_us(b->end_time);
     m->expire_us = ts_us(b->expire_time);
+    m->hot_us = b->backup_type == 2 ? ts_us(b->hot_to_standard_time) : 0; /* 2: HOT */
     size_t n = google__bigtable__admin__v2__table__get_packed_size(l->schema);
     if (st_buf_reserve(&m->schema, n + 1) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -259,6 +270,8 @@ static st_code export_layout(bk_xfer *x, const char *dir,
 
 static void print_summary(const bk_ctx *c, const char *verb, const char *name, const char *dir,
                           const ops_bk_manifest *m, const ops_progress *p) {
+    if (c->nested) /* a step of restore --target, which prints its own line */
+        return;
     double secs = (double)(st_mono_us() - p->start_us) / 1e6;
     uint64_t bytes = ops_bk_manifest_bytes(m);
     if (c->a.json) {
@@ -452,10 +465,11 @@ static st_code begin_import(bk_xfer *x, const ops_bk_manifest *m, const char *pa
     if (!schema)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "the export's schema does not parse (damaged manifest: export again)");
-    Google__Protobuf__Timestamp st, en, ex;
+    Google__Protobuf__Timestamp st, en, ex, hot;
     set_ts(&st, m->start_us);
     set_ts(&en, m->end_us);
     set_ts(&ex, m->expire_us);
+    set_ts(&hot, m->hot_us);
     Google__Bigtable__Admin__V2__Backup b;
     google__bigtable__admin__v2__backup__init(&b);
     b.source_table = (char *)m->source_table;
@@ -463,6 +477,7 @@ static st_code begin_import(bk_xfer *x, const ops_bk_manifest *m, const char *pa
     b.end_time = &en;
     b.expire_time = &ex;
     b.backup_type = m->backup_type;
+    b.hot_to_standard_time = m->hot_us > 0 ? &hot : NULL;
     Strata__Internal__V1__BeginImportRequest req;
     strata__internal__v1__begin_import_request__init(&req);
     req.parent = (char *)parent;

@@ -127,24 +127,64 @@ void ops_inst_pid_remove(const char *dir, const char *name) {
     unlink(path);
 }
 
-bool ops_inst_pid_alive(pid_t pid) {
-    if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
-        return false;
-    char path[64], cmd[256];
+/* What /proc says of process pid: *ours when its command starts "strata", *leaving when it is on
+ * its way out (SIGKILL pending, or exiting: PF_EXITING, zombies included), *busy while threads
+ * other than a zombie leader remain (they still hold its files, its data directory lock among
+ * them). False without /proc. */
+static bool pid_proc_state(pid_t pid, bool *ours, bool *leaving, bool *busy) {
+    char path[64], buf[2048];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
     if (!f)
-        return true; /* no /proc: trust kill() */
-    size_t n = fread(cmd, 1, sizeof cmd - 1, f);
-    fclose(f);
-    cmd[n] = '\0';
-    /* "pid (comm) state ...": a zombie (state Z) has already stopped. */
-    char *open = strchr(cmd, '('), *close = strrchr(cmd, ')');
-    if (!open || !close || close < open)
-        return true;
-    if (close[1] == ' ' && close[2] == 'Z')
         return false;
-    return strncmp(open + 1, "strata", 6) == 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* "pid (comm) state ppid pgrp session tty tpgid flags ..." */
+    char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+    if (!open || !close || close < open || close[1] != ' ')
+        return false;
+    char state = close[2];
+    unsigned long flags = 0;
+    if (sscanf(close + 3, "%*d %*d %*d %*d %*d %lu", &flags) != 1)
+        return false;
+    *ours = strncmp(open + 1, "strata", 6) == 0;
+    *leaving = state == 'Z' || state == 'X' || (flags & 0x4) != 0; /* PF_EXITING */
+    long threads = 1;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    if ((f = fopen(path, "r"))) {
+        unsigned long long sig = 0, shd = 0;
+        while (fgets(buf, sizeof buf, f)) {
+            (void)(sscanf(buf, "Threads: %ld", &threads) || sscanf(buf, "SigPnd: %llx", &sig) ||
+                   sscanf(buf, "ShdPnd: %llx", &shd));
+        }
+        fclose(f);
+        *leaving = *leaving || ((sig | shd) & (1ull << (SIGKILL - 1))) != 0;
+    }
+    *busy = state != 'Z' || threads > 1;
+    return true;
+}
+
+bool ops_inst_pid_alive(pid_t pid) {
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
+        return false;
+    bool ours, leaving, busy;
+    if (!pid_proc_state(pid, &ours, &leaving, &busy))
+        return true;         /* no /proc: trust kill() */
+    return ours && !leaving; /* one killed with SIGKILL lives on for a moment: it has stopped */
+}
+
+bool ops_inst_pid_wait_gone(pid_t pid, int wait_ms) {
+    struct timespec nap = {0, OPS_POLL_MS * 1000000L};
+    for (int ms = 0;; ms += OPS_POLL_MS) {
+        bool ours, leaving, busy;
+        if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM) ||
+            !pid_proc_state(pid, &ours, &leaving, &busy) || !ours || !busy)
+            return true;
+        if (ms >= wait_ms)
+            return false;
+        nanosleep(&nap, NULL);
+    }
 }
 
 size_t ops_inst_pid_names(const char *dir, char names[][OPS_NAME_MAX], size_t max) {

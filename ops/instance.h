@@ -63,6 +63,11 @@ void ops_inst_pid_remove(const char *dir, const char *name);
 /* True if pid is a live process that looks like ours (its command starts "strata"), so a pid
  * reused by something else after a crash is not mistaken for a Strata process. */
 bool ops_inst_pid_alive(pid_t pid);
+/* Waits up to wait_ms for a process of ours that stopped (ops_inst_pid_alive false: killed,
+ * exiting, a zombie) to be gone with all its threads: until then it still holds its files (a
+ * node's data directory lock, its listening socket), and a process started in its place would
+ * find them taken. True when gone (or not ours), false when still there after wait_ms. */
+bool ops_inst_pid_wait_gone(pid_t pid, int wait_ms);
 
 /* Lists the names of the pid files in DIR/run (without ".pid"); returns how many (at most max). */
 size_t ops_inst_pid_names(const char *dir, char names[][OPS_NAME_MAX], size_t max);

@@ -162,6 +162,9 @@ int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s) {
             pid_t pid = ops_inst_pid_read(c->dir, all[k].name);
             if (ops_inst_pid_alive(pid))
                 continue;
+            if (pid && !ops_inst_pid_wait_gone(pid, c->wait_s * 1000))
+                fprintf(stderr, "strata up: %s (pid %d) is stopping but still there after %d s\n",
+                        all[k].name, (int)pid, c->wait_s);
             if (pid)
                 ops_inst_pid_remove(c->dir, all[k].name);
             c->procs[c->n_procs++] = all[k];
@@ -209,6 +212,11 @@ static bool rs_stop(const rs_ctx *c, const char *name, pid_t pid) {
             return false;
         }
         nanosleep(&nap, NULL);
+    }
+    if (!ops_inst_pid_wait_gone(pid, 10000)) {
+        fprintf(stderr, "%s: %s (pid %d) is stopping but still there after 10 s\n", c->who, name,
+                (int)pid);
+        return false;
     }
     ops_inst_pid_remove(c->dir, name);
     return true;

@@ -18,6 +18,9 @@
 #include "strata/cstoken.h"
 #include "strata/internal/v1/node.pb-c.h"
 
+/* Split intervals whose tablets CreateTable creates at a time in each cluster (create_tablets). */
+#define RTR_CREATE_TABLETS_BATCH 16
+
 typedef Google__Bigtable__Admin__V2__Table pb_table;
 typedef Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry pb_family;
 
@@ -35,6 +38,7 @@ struct adm_op {
     st_buf old_put;   /* UpdateTable: PutTableRequest of the schema before, for a rollback */
     ProtobufCBinaryData *splits;
     size_t n_splits;
+    size_t tablets_from;     /* CreateTable: the next split interval to create */
     ProtobufCMessage *reply; /* sent on success (call arena) */
 };
 
@@ -314,6 +318,8 @@ static void create_recorded(void *arg, st_code code, const char *msg) {
         op_finish(op, ST_OK, NULL);
 }
 
+static void create_tablets(adm_op *op);
+
 static void tablets_done(rtr_fan *f, void *arg) {
     adm_op *op = arg;
     st_err err = {0};
@@ -328,14 +334,24 @@ static void tablets_done(rtr_fan *f, void *arg) {
         rollback_fail(op, rc, err.msg);
         return;
     }
+    if (op->tablets_from < op->n_splits + 1) {
+        create_tablets(op);
+        return;
+    }
     st_slice pb = st_buf_slice(&op->table_pb);
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, create_recorded, op);
 }
 
-/* One CreateTablet per split interval per cluster, round robin over the cluster's nodes. */
+/* One CreateTablet per split interval per cluster, round robin over the cluster's nodes, at most
+ * RTR_CREATE_TABLETS_BATCH intervals at a time: a node creates a tablet on its loop (files,
+ * fsync), so hundreds sent at once kept it from answering anything else, the router's keepalive
+ * PINGs included, for seconds (the router then dropped the connection and every call on it). */
 static void create_tablets(adm_op *op) {
     rtr_ctx *r = op->r;
-    size_t per = op->n_splits + 1;
+    size_t from = op->tablets_from, per = op->n_splits + 1 - from;
+    if (per > RTR_CREATE_TABLETS_BATCH)
+        per = RTR_CREATE_TABLETS_BATCH;
+    op->tablets_from = from + per;
     rtr_fan *f = rtr_fan_new(r, per * r->n_clusters, RTR_ADMIN_TIMEOUT_MS, tablets_done, op);
     if (!f) {
         rollback_fail(op, ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -348,8 +364,9 @@ static void create_tablets(adm_op *op) {
     for (size_t c = 0; buf && c < r->n_clusters; c++) {
         rtr_cluster *cl = &r->clusters[c];
         for (size_t i = 0; i < per; i++) {
-            req.start_key = i ? op->splits[i - 1] : (ProtobufCBinaryData){0, NULL};
-            req.end_key = i < op->n_splits ? op->splits[i] : (ProtobufCBinaryData){0, NULL};
+            size_t k = from + i; /* interval k: [splits[k-1], splits[k]) */
+            req.start_key = k ? op->splits[k - 1] : (ProtobufCBinaryData){0, NULL};
+            req.end_key = k < op->n_splits ? op->splits[k] : (ProtobufCBinaryData){0, NULL};
             size_t len = strata__internal__v1__create_tablet_request__pack(&req, buf);
             rtr_node *n = &cl->nodes[cl->rr_next++ % cl->n_nodes];
             rtr_fan_call(f, c * per + i, n, RTR_NODE "CreateTablet", st_slice_make(buf, len));

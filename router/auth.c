@@ -8,9 +8,14 @@
  * every handler), so a method added later is refused until it has a permission.
  *
  * The file is re-read when it changes (checked every RTR_AUTH_CHECK_MS) or at rtr_auth_reload
- * (SIGHUP); a file that fails to parse keeps the previous principals. Token hashes found are
- * cached (RTR_AUTH_CACHE_N entries, keyed by the token), so a call usually costs one hash of
- * the header, one constant-time compare and the role lookup. */
+ * (SIGHUP); a file that fails to parse keeps the previous principals. Each connection remembers
+ * the last authorization header it sent and the principal it named (auth_memo, for the file
+ * loaded then), so a client that sends the same header on every call costs one compare of it
+ * per call; a new connection or another header looks the token up in a process-wide cache of
+ * token hashes (RTR_AUTH_CACHE_N entries, keyed by the token) and hashes it only on a miss. Both
+ * are stamped with the load they were filled under: after a reload every token is checked
+ * against the new file again, so a rotated or removed token fails on its next call, on open
+ * connections too. */
 #include "router_internal.h"
 
 #include <event2/event.h>
@@ -31,6 +36,16 @@ typedef struct auth_cache_ent {
     uint32_t idx; /* in db.principals */
     char tok[RTR_AUTH_CACHE_TOKEN_MAX];
 } auth_cache_ent;
+
+/* What a connection's last call showed (rpc_call_conn_memo): its authorization header, byte for
+ * byte, named principals[idx] of the file of load gen. Compared with plain memcmp: the bytes are
+ * the ones this connection's own client sent, so timing tells it nothing it does not know. */
+#define AUTH_MEMO_HDR_MAX (sizeof "Bearer " - 1 + RTR_AUTH_CACHE_TOKEN_MAX)
+typedef struct auth_memo {
+    uint64_t gen; /* 0: nothing known */
+    uint32_t idx, len;
+    char hdr[AUTH_MEMO_HDR_MAX];
+} auth_memo;
 
 typedef struct auth_stamp {
     dev_t dev;
@@ -137,13 +152,26 @@ static const st_auth_principal *token_principal(rtr_auth *au, st_slice tok) {
     return p;
 }
 
-const char *rtr_auth_principal(rtr_ctx *r, const rpc_call *call) {
-    rtr_auth *au = r->auth;
-    st_slice tok;
-    if (!au || !au->on || !st_auth_bearer_parse(rpc_call_header(call, "authorization"), &tok))
+/* The principal hdr names by the connection's memo, or NULL (then the memo, if any, in *memo
+ * for call_principal to fill). */
+static const st_auth_principal *memo_principal(rtr_auth *au, rpc_call *call, const char *hdr,
+                                               size_t len, auth_memo **memo) {
+    *memo = NULL;
+    if (len > AUTH_MEMO_HDR_MAX)
         return NULL;
-    const st_auth_principal *p = token_principal(au, tok);
-    return p ? p->name : NULL;
+    auth_memo *m = rpc_call_conn_memo(call, sizeof *m);
+    if (m && m->gen == au->gen && m->len == len && memcmp(m->hdr, hdr, len) == 0)
+        return &au->db.principals[m->idx];
+    *memo = m;
+    return NULL;
+}
+
+static void memo_fill(rtr_auth *au, auth_memo *m, const char *hdr, size_t len,
+                      const st_auth_principal *p) {
+    m->gen = au->gen;
+    m->idx = (uint32_t)(p - au->db.principals);
+    m->len = (uint32_t)len;
+    memcpy(m->hdr, hdr, len);
 }
 
 bool rtr_auth_on(const rtr_ctx *r) {
@@ -257,15 +285,33 @@ static bool refuse(rtr_auth *au, rpc_call *call, const char *principal, const ch
 
 /* The principal of call's bearer token; NULL with *why set when it has none that is valid. */
 static const st_auth_principal *call_principal(rtr_auth *au, rpc_call *call, const char **why) {
-    st_slice tok;
     const char *hdr = rpc_call_header(call, "authorization");
+    size_t len = hdr ? strlen(hdr) : 0;
+    auth_memo *memo = NULL;
+    const st_auth_principal *p = hdr ? memo_principal(au, call, hdr, len, &memo) : NULL;
+    if (p) {
+        *why = NULL;
+        return p;
+    }
+    st_slice tok;
     if (!st_auth_bearer_parse(hdr, &tok)) {
         *why = hdr ? MSG_BAD_HEADER : MSG_NO_TOKEN;
         return NULL;
     }
-    const st_auth_principal *p = token_principal(au, tok);
+    p = token_principal(au, tok);
     *why = p ? NULL : MSG_BAD_TOKEN;
+    if (p && memo)
+        memo_fill(au, memo, hdr, len, p);
     return p;
+}
+
+const char *rtr_auth_principal(rtr_ctx *r, rpc_call *call) {
+    rtr_auth *au = r->auth;
+    if (!au || !au->on)
+        return NULL;
+    const char *why;
+    const st_auth_principal *p = call_principal(au, call, &why);
+    return p ? p->name : NULL;
 }
 
 /* Runs when the request's headers end, before its body is read (rpc_guard_fn): a call without

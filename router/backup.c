@@ -39,6 +39,19 @@ rtr_pb_bkrec *rtr_bk_find(rtr_ctx *r, const char *name, st_arena *a) {
     return m ? rtr_bk_rec_unpack(st_slice_make(m->pb, m->len), a) : NULL;
 }
 
+bool rtr_bk_shown(rtr_ctx *r, const rtr_pb_bkrec *rec) {
+    if (rec->backup->state != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING ||
+        !rec->operation || !rec->operation[0])
+        return true;
+    st_slice op; /* as GetOperation finds it: this router's memory first, then the records */
+    if (rtr_ops_get(rtr_inst_of(r)->ops, rec->operation, &op))
+        return rtr_bk_visible(rec, &op);
+    const rtr_meta_rec *m = rtr_meta_find(&r->meta, RTR_META_KIND_OP, rec->operation);
+    if (m && rtr_bk_op_of_record(st_slice_make(m->pb, m->len), &op))
+        return rtr_bk_visible(rec, &op);
+    return true;
+}
+
 st_code rtr_bk_rec_pack(const rtr_pb_bkrec *rec, st_buf *out) {
     size_t len = strata__internal__v1__backup_record__get_packed_size(rec);
     st_buf_reset(out);
@@ -93,6 +106,10 @@ static rtr_pb_bkrec *rec_or_fail(rtr_ctx *r, rpc_call *call, const char *name, s
     rtr_pb_bkrec *rec = rtr_bk_rec_unpack(st_slice_make(m->pb, m->len), rpc_call_arena(call));
     if (!rec)
         rtr_fail(call, ST_INTERNAL, "the stored record of backup %s is unreadable", name);
+    else if (!rtr_bk_shown(r, rec)) { /* its creation failed: the record is being deleted */
+        fail_not_found(call, name);
+        return NULL;
+    }
     return rec;
 }
 
@@ -155,6 +172,22 @@ static st_code check_type(const rtr_pb_backup *b, int64_t now, st_err *err) {
     return ST_OK;
 }
 
+/* ALREADY_EXISTS for a backup id in use; a record hidden because its creation failed is still
+ * being deleted for a moment. */
+static st_code taken(rtr_ctx *r, const char *name, st_err *err) {
+    st_arena a;
+    st_arena_init(&a, 4096);
+    rtr_pb_bkrec *rec = rtr_bk_find(r, name, &a);
+    bool hidden = rec && !rtr_bk_shown(r, rec);
+    st_arena_deinit(&a);
+    if (hidden)
+        return st_err_set(err, ST_ALREADY_EXISTS,
+                          "Backup %s already exists: its failed creation is being cleaned up; "
+                          "retry in a few seconds",
+                          name);
+    return st_err_set(err, ST_ALREADY_EXISTS, "Backup %s already exists.", name);
+}
+
 static st_code create_check(rtr_ctx *r, const Google__Bigtable__Admin__V2__CreateBackupRequest *req,
                             size_t *ci, char *name, size_t cap, int64_t now, st_err *err) {
     if (rtr_bk_parse_cluster(&r->topo, req->parent, false, ci, err) != ST_OK)
@@ -171,7 +204,7 @@ static st_code create_check(rtr_ctx *r, const Google__Bigtable__Admin__V2__Creat
     snprintf(name, cap, "%s/backups/%s", req->parent, req->backup_id);
     if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name) ||
         rtr_bk_import_pending(r, name))
-        return st_err_set(err, ST_ALREADY_EXISTS, "Backup %s already exists.", name);
+        return taken(r, name, err);
     if (rtr_check_table_name(r, req->backup->source_table, err) != ST_OK)
         return err->code;
     if (!rtr_meta_find(&r->meta, RTR_META_KIND_TABLE, req->backup->source_table))
@@ -293,7 +326,7 @@ static st_code list_collect(rtr_ctx *r, size_t ci, const rtr_bk_filter *f, const
             (ci != SIZE_MAX && c != ci))
             continue;
         rtr_pb_bkrec *rec = rtr_bk_rec_unpack(st_slice_make(m->pb, m->len), a);
-        if (rec && rtr_bk_filter_match(f, rec->backup))
+        if (rec && rtr_bk_shown(r, rec) && rtr_bk_filter_match(f, rec->backup))
             v[(*n)++] = rec->backup;
     }
     qsort_r(v, *n, sizeof *v, list_cmp, (void *)o);
@@ -541,8 +574,14 @@ static st_code restore_check(rtr_ctx *r,
                              const Google__Bigtable__Admin__V2__RestoreTableRequest *req,
                              char *table, size_t cap, st_err *err) {
     if (rtr_check_instance(&r->topo, req->parent, false, err) != ST_OK) {
-        if (err->code == ST_NOT_FOUND)
-            st_err_prefix(err, "a backup restores into an instance this router serves: ");
+        if (err->code == ST_NOT_FOUND) /* one router serves one instance */
+            return st_err_set(err, ST_NOT_FOUND,
+                              "instance %.300s is not served by this router, which serves "
+                              "projects/%s/instances/%s only: to restore into another instance, "
+                              "run `strata backup restore ID --to TABLE --target HOST:PORT` with "
+                              "that instance's router (or --target DIR, its `strata up` "
+                              "directory)",
+                              req->parent, r->topo.project, r->topo.instance);
         return err->code;
     }
     if (!btu_table_id_valid(req->table_id))
@@ -663,7 +702,7 @@ static st_code copy_check(rtr_ctx *r, const Google__Bigtable__Admin__V2__CopyBac
     snprintf(name, cap, "%s/backups/%s", req->parent, req->backup_id);
     if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name) ||
         rtr_bk_import_pending(r, name))
-        return st_err_set(err, ST_ALREADY_EXISTS, "Backup %s already exists.", name);
+        return taken(r, name, err);
     return rtr_bk_check_expire(rtr_bk_ts_us(req->expire_time), st_wall_us(),
                                RTR_BK_COPY_EXPIRE_MAX_US, err);
 }

@@ -90,10 +90,19 @@ typedef struct rtr_bk_order {
 st_code rtr_bk_order_parse(const char *text, rtr_bk_order *out, st_err *err);
 int rtr_bk_order_cmp(const rtr_bk_order *o, const rtr_pb_backup *a, const rtr_pb_backup *b);
 
+/* A backup record is shown (GetBackup, ListBackups, restores, copies, exports) unless it is
+ * CREATING and its operation, as GetOperation answers it (op: the serialized Operation, NULL
+ * when unknown), ended with an error: a failed backup's operation is recorded done before its
+ * record is deleted, so every router hides the backup from the moment its operation reads
+ * failed (backup_filter.c, pure). */
+bool rtr_bk_visible(const rtr_pb_bkrec *rec, const st_slice *op);
+
 /* ---- records (backup.c) ---- */
 /* A stored backup record unpacked into a (NULL for a corrupt one). */
 rtr_pb_bkrec *rtr_bk_rec_unpack(st_slice pb, st_arena *a);
 rtr_pb_bkrec *rtr_bk_find(rtr_ctx *r, const char *name, st_arena *a);
+/* rtr_bk_visible with the operation as this router's GetOperation answers it. */
+bool rtr_bk_shown(rtr_ctx *r, const rtr_pb_bkrec *rec);
 st_code rtr_bk_rec_pack(const rtr_pb_bkrec *rec, st_buf *out);
 /* GetTable with REPLICATION_VIEW or FULL: every cluster READY (a table exists in every cluster
  * from its creation). */
@@ -158,6 +167,18 @@ void rtr_bk_op_store(rtr_ctx *r, const char *name, st_slice op, bool done_op, in
                      rtr_meta_done_fn done, void *arg);
 /* The Operation inside a stored OperationRecord (false for a corrupt one). */
 bool rtr_bk_op_of_record(st_slice rec, st_slice *op);
+
+/* ---- writes that must not race between routers (backup_meta.c) ---- */
+/* Creates a record only if the first cluster's metadata holds none under that name (a
+ * CheckAndMutateRow there), then writes it to every cluster; done gets ALREADY_EXISTS when
+ * another router created it first, UNAVAILABLE when the first cluster cannot be reached. */
+void rtr_bk_meta_create(rtr_ctx *r, rtr_meta_kind kind, const char *name, st_slice pb,
+                        rtr_meta_done_fn done, void *arg);
+/* A restore's claim on its table id ("bkclaim/<table>" = op, in the first cluster): taken only
+ * if nobody holds it (ALREADY_EXISTS otherwise), given back only if it still names op. */
+void rtr_bk_claim(rtr_ctx *r, const char *table, const char *op, rtr_meta_done_fn done, void *arg);
+void rtr_bk_unclaim(rtr_ctx *r, const char *table, const char *op, rtr_meta_done_fn done,
+                    void *arg);
 
 /* ---- the module (backup.c): rtr_ctx.bk ---- */
 typedef struct rtr_bk {

@@ -29,8 +29,10 @@ static rtr_pb_bkrec *find_or_fail(rtr_ctx *r, rpc_call *call, const char *name, 
         return NULL;
     }
     rtr_pb_bkrec *rec = rtr_bk_find(r, name, rpc_call_arena(call));
-    if (!rec)
+    if (!rec || !rtr_bk_shown(r, rec)) {
         rtr_fail(call, ST_NOT_FOUND, "Backup %s not found.", name);
+        return NULL;
+    }
     return rec;
 }
 
@@ -157,7 +159,12 @@ static void imp_unlist(imp_op *op) {
 static void imp_written(void *arg, st_code code, const char *msg) {
     imp_op *op = arg;
     imp_unlist(op);
-    if (code != ST_OK)
+    if (code == ST_ALREADY_EXISTS && !op->finish) /* another router's import or backup won */
+        rtr_fail(op->call, code,
+                 "Backup %s already exists (created through another router meanwhile): import "
+                 "under another id (--as ID)",
+                 op->rec->backup->name);
+    else if (code != ST_OK)
         rtr_fail(op->call, code, "could not record backup %s: %s", op->rec->backup->name,
                  msg ? msg : st_code_name(code));
     else if (op->finish)
@@ -185,7 +192,10 @@ static void imp_store(rtr_ctx *r, rpc_call *call, rtr_pb_bkrec *rec, size_t ci, 
         return;
     }
     st_slice s = st_buf_slice(&op->pb);
-    rtr_meta_write(r, RTR_META_KIND_BACKUP, rec->backup->name, &s, imp_written, op);
+    if (finish)
+        rtr_meta_write(r, RTR_META_KIND_BACKUP, rec->backup->name, &s, imp_written, op);
+    else /* only if no router recorded that id first */
+        rtr_bk_meta_create(r, RTR_META_KIND_BACKUP, rec->backup->name, s, imp_written, op);
 }
 
 static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest *req, size_t *ci,
@@ -246,6 +256,8 @@ void rtr_h_begin_import(rpc_call *call, st_slice bytes, void *arg) {
     b->source_backup = (char *)"";
     if (b->backup_type == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__BACKUP_TYPE_UNSPECIFIED)
         b->backup_type = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__STANDARD;
+    if (b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT)
+        b->hot_to_standard_time = NULL; /* kept as exported for a HOT one, even if past */
     b->size_bytes = 0;
     rtr_cluster *c = &r->clusters[ci];
     for (size_t i = 0; i < req->n_pieces; i++) {

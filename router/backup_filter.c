@@ -579,3 +579,17 @@ int rtr_bk_order_cmp(const rtr_bk_order *o, const rtr_pb_backup *a, const rtr_pb
     }
     return strcmp(str_of(a, RTR_BK_F_NAME), str_of(b, RTR_BK_F_NAME));
 }
+
+/* ---- visibility ---- */
+
+bool rtr_bk_visible(const rtr_pb_bkrec *rec, const st_slice *op) {
+    if (rec->backup->state != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING || !op ||
+        !rec->operation || !rec->operation[0])
+        return true;
+    Google__Longrunning__Operation *o =
+        google__longrunning__operation__unpack(NULL, op->len, (const uint8_t *)op->data);
+    bool failed = o && o->done && o->result_case == GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
+    if (o)
+        google__longrunning__operation__free_unpacked(o, NULL);
+    return !failed;
+}

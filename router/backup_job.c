@@ -65,6 +65,7 @@ struct bk_job {
     int64_t start_us, created_us, progress_us;
     int pending; /* callbacks in flight */
     bool cancelled, failing, finished;
+    bool drop_rec; /* failed CREATE, COPY: the record goes once the operation reads done */
     st_code fail_code;
     char fail_msg[512];
     st_err last_err;   /* CREATE: the last retryable error */
@@ -207,6 +208,20 @@ bool rtr_bk_job_exists(rtr_ctx *r, const char *op_name) {
     return job_by_op(r, op_name) != NULL;
 }
 
+static void end_step_done(void *arg, st_code code, const char *msg) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router", "operation %s: %s %s failed after it ended: %s", j->op_name,
+               j->kind == BK_RESTORE ? "releasing the claim on table" : "deleting the record of",
+               j->kind == BK_RESTORE ? j->table : j->backup, msg ? msg : st_code_name(code));
+    job_free(j);
+}
+
+/* The operation's end is recorded: only then does a failed backup's record go (until then it
+ * is CREATING with an operation that failed, which every router hides), and a restore give
+ * back its claim on the table id (its cleanup is over). */
 static void final_written(void *arg, st_code code, const char *msg) {
     bk_job *j = arg;
     if (!job_back(j))
@@ -214,7 +229,19 @@ static void final_written(void *arg, st_code code, const char *msg) {
     if (code != ST_OK)
         st_log(ST_LOG_WARN, "router", "operation %s finished but its record was not updated: %s",
                j->op_name, msg ? msg : st_code_name(code));
-    job_free(j);
+    if (j->r->closing) {
+        job_free(j);
+        return;
+    }
+    if (j->drop_rec) {
+        j->pending++;
+        rtr_meta_write(j->r, RTR_META_KIND_BACKUP, j->backup, NULL, end_step_done, j);
+    } else if (j->kind == BK_RESTORE && j->table) {
+        j->pending++;
+        rtr_bk_unclaim(j->r, j->table, j->op_name, end_step_done, j);
+    } else {
+        job_free(j);
+    }
 }
 
 /* The operation is done: its record says so, then the job goes. */
@@ -313,25 +340,14 @@ static void cleanup_nodes(bk_job *j, void (*done)(rtr_fan *, void *)) {
     rtr_fan_seal(f);
 }
 
-static void cleanup_record_done(void *arg, st_code code, const char *msg) {
-    bk_job *j = arg;
-    if (!job_back(j))
-        return;
-    if (code != ST_OK)
-        st_log(ST_LOG_WARN, "router", "operation %s: could not delete backup record %s: %s",
-               j->op_name, j->backup, msg ? msg : st_code_name(code));
-    job_end(j, j->fail_code, j->fail_msg, NULL, st_slice_make(NULL, 0));
-}
-
+/* The operation ends first, the backup's record after (final_written): a router that reads the
+ * metadata between the two writes sees the backup CREATING with a failed operation and hides it
+ * (GetBackup NOT_FOUND) as the operation already reads failed; never the backup gone while its
+ * operation runs. */
 static void cleanup_done(bk_job *j) {
-    bool rec = (j->kind == BK_CREATE || j->kind == BK_COPY) &&
-               rtr_meta_find(&j->r->meta, RTR_META_KIND_BACKUP, j->backup);
-    if (!rec) {
-        job_end(j, j->fail_code, j->fail_msg, NULL, st_slice_make(NULL, 0));
-        return;
-    }
-    j->pending++;
-    rtr_meta_write(j->r, RTR_META_KIND_BACKUP, j->backup, NULL, cleanup_record_done, j);
+    j->drop_rec = (j->kind == BK_CREATE || j->kind == BK_COPY) &&
+                  rtr_meta_find(&j->r->meta, RTR_META_KIND_BACKUP, j->backup);
+    job_end(j, j->fail_code, j->fail_msg, NULL, st_slice_make(NULL, 0));
 }
 
 /* Fails the operation once no callback is in flight: cleanup, then the record. */
@@ -1078,13 +1094,81 @@ static void answer(bk_job *j) {
     st_buf_free(&op);
 }
 
+static void refused_op_deleted(void *arg, st_code code, const char *msg) {
+    bk_job *j = arg;
+    (void)code;
+    (void)msg;
+    if (job_back(j))
+        job_free(j);
+}
+
+static void stale_unclaimed(void *arg, st_code code, const char *msg) {
+    char *op = arg;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router", "releasing the table claim of finished operation %s: %s", op,
+               msg ? msg : st_code_name(code));
+    free(op);
+}
+
+/* A restore found its table id claimed: a claim naming a restore of that table that has ended
+ * (its release failed, e.g. the first cluster was unreachable then) is released now, so the
+ * client's retry succeeds; a claim of a running restore stays (the release compares the name). */
+static void release_stale_claims(bk_job *j) {
+    rtr_ctx *r = j->r;
+    char prefix[RTR_OP_NAME_MAX + 1];
+    snprintf(prefix, sizeof prefix, "operations/%s/", j->table);
+    size_t n = strlen(prefix);
+    for (size_t i = 0; i < r->meta.n_ops; i++) {
+        const rtr_meta_rec *m = &r->meta.ops[i];
+        st_slice pb;
+        if (strncmp(m->name, prefix, n) || !strcmp(m->name, j->op_name) ||
+            !rtr_bk_op_of_record(st_slice_make(m->pb, m->len), &pb))
+            continue;
+        Google__Longrunning__Operation *o =
+            google__longrunning__operation__unpack(NULL, pb.len, (const uint8_t *)pb.data);
+        bool done = o && o->done;
+        if (o)
+            google__longrunning__operation__free_unpacked(o, NULL);
+        char *name = done ? strdup(m->name) : NULL;
+        if (name)
+            rtr_bk_unclaim(r, j->table, name, stale_unclaimed, name);
+    }
+}
+
+/* The backup's record or the restore's claim could not be created (another router took the
+ * name first, or the first cluster is unreachable): nothing was done on the nodes, so there is
+ * nothing to clean; the call fails and the operation's record goes. */
+static void job_refused(bk_job *j, st_code code, const char *msg) {
+    char why[640];
+    if (code == ST_ALREADY_EXISTS && j->kind == BK_RESTORE)
+        snprintf(why, sizeof why,
+                 "table \"%s\" already exists (or is being restored): restore into a new table "
+                 "id",
+                 j->table);
+    else if (code == ST_ALREADY_EXISTS)
+        snprintf(why, sizeof why, "Backup %s already exists.", j->backup);
+    else
+        snprintf(why, sizeof why, "%s", msg ? msg : st_code_name(code));
+    if (code == ST_ALREADY_EXISTS && j->kind == BK_RESTORE)
+        release_stale_claims(j);
+    char *mine = j->kind == BK_RESTORE && code != ST_ALREADY_EXISTS ? strdup(j->op_name) : NULL;
+    if (mine) /* the claim may have been taken though its answer was lost */
+        rtr_bk_unclaim(j->r, j->table, mine, stale_unclaimed, mine);
+    rpc_call_finish(j->call, code, why);
+    j->call = NULL;
+    j->finished = true;
+    rtr_ops_delete(rtr_inst_of(j->r)->ops, j->op_name);
+    j->pending++;
+    rtr_meta_write(j->r, RTR_META_KIND_OP, j->op_name, NULL, refused_op_deleted, j);
+}
+
+/* The backup's record (CREATE, COPY) or the claim on the table id (RESTORE) is written. */
 static void start_rec_written(void *arg, st_code code, const char *msg) {
     bk_job *j = arg;
     if (!job_back(j))
         return;
     if (code != ST_OK) {
-        job_fail(j, code, "could not record backup %s: %s", j->backup,
-                 msg ? msg : st_code_name(code));
+        job_refused(j, code, msg);
         return;
     }
     answer(j);
@@ -1102,8 +1186,8 @@ static void start_op_written(void *arg, st_code code, const char *msg) {
         return;
     }
     if (j->kind == BK_RESTORE) {
-        answer(j);
-        job_run(j);
+        j->pending++;
+        rtr_bk_claim(j->r, j->table, j->op_name, start_rec_written, j);
         return;
     }
     st_buf pb;
@@ -1115,7 +1199,7 @@ static void start_op_written(void *arg, st_code code, const char *msg) {
     }
     st_slice s = st_buf_slice(&pb);
     j->pending++;
-    rtr_meta_write(j->r, RTR_META_KIND_BACKUP, j->backup, &s, start_rec_written, j);
+    rtr_bk_meta_create(j->r, RTR_META_KIND_BACKUP, j->backup, s, start_rec_written, j);
     st_buf_free(&pb);
 }
 

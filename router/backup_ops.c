@@ -13,7 +13,7 @@
  *     whose lease ran out (its router died): its partial work is removed and it ends with
  *     ABORTED — unless its work had committed (backup READY, table recorded), then it ends done;
  *   - deletes backups whose expire_time passed, imports never finished after
- *     RTR_BK_IMPORT_KEEP_US, and CREATING backups whose operation is gone;
+ *     RTR_BK_IMPORT_KEEP_US, and CREATING backups whose operation is gone or failed;
  *   - forgets finished operations older than RTR_BK_OP_KEEP_US. */
 #include "backup.h"
 
@@ -227,8 +227,9 @@ static bool backup_stale(rtr_ctx *r, const rtr_meta_rec *m, int64_t now) {
         else if (!rec->operation[0])
             stale = rec->created_us + RTR_BK_IMPORT_KEEP_US < now;
         else if (rec->created_us + (int64_t)RTR_BK_LEASE_MS * 1000 < now) {
+            /* gone, or ended failed by a router that died before deleting the record */
             const rtr_meta_rec *op = rtr_meta_find(&r->meta, RTR_META_KIND_OP, rec->operation);
-            stale = !op && !rtr_bk_job_exists(r, rec->operation);
+            stale = (!op || !rtr_bk_shown(r, rec)) && !rtr_bk_job_exists(r, rec->operation);
         }
     }
     st_arena_deinit(&a);

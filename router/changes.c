@@ -9,11 +9,17 @@
  * (a map older than the split would name tablets that no longer exist): CloseStream
  * OUT_OF_RANGE with the overlapping tablets as new partitions and, for each, a continuation
  * token derived from the request. A node's own CloseStream starts a refresh of the map. Flow
- * control as in read.c: answers wait in a backlog while the client is slow; past
- * RTR_READ_BACKLOG_BYTES the node call is cancelled at a record boundary and, once the client
- * drained the backlog, resumed from the last token relayed. A node answering strata-not-owner
- * makes the router refresh the map and decide again (forward, or CloseStream); a lost node
- * connection ends the stream with UNAVAILABLE (the client resumes from its last token). */
+ * control as in read.c: answers wait in a backlog, counted in the queued-response budget, while
+ * the client is slow; once the process is past that budget while the client has not taken what
+ * it was sent, or the backlog passes RTR_READ_BACKLOG_BYTES, the node call is paused with HTTP/2
+ * flow control (rpc_ccall_pause: the node's stream stalls after the change stream links' window,
+ * RTR_CS_STREAM_WINDOW_BYTES) and resumed once the client took the backlog. A slow client never
+ * costs a cancelled node call (a node closes a connection that resets too many streams). At most
+ * --max-change-streams streams are relayed at once (RESOURCE_EXHAUSTED past it), which with the
+ * budget bounds the router's memory (docs/changestreams.md, "Router memory"). A node answering
+ * strata-not-owner makes the router refresh the map and decide again (forward, or CloseStream);
+ * a lost node connection ends the stream with UNAVAILABLE (the client resumes from its last
+ * token). */
 #include "failover.h"
 #include "instance.h"
 #include "router_internal.h"
@@ -275,7 +281,8 @@ typedef struct rcs_op {
     bool writable_cb;
     st_buf token;   /* the last token relayed (record end or heartbeat), NUL-terminated */
     bool in_record; /* part of a DataChange was relayed, its last message not yet */
-    bool paused;    /* the node call was cancelled for backpressure */
+    bool paused;    /* the node call is paused (flow control) until the client takes the backlog */
+    size_t held;    /* backlog bytes counted in the queued-response budget (rpc_call_hold) */
     bool closed;    /* the node sent CloseStream */
     bool complete;  /* finish with end once the backlog is out */
     st_err end;
@@ -287,6 +294,8 @@ typedef struct rcs_op {
 static void rcs_step(rcs_op *op);
 
 static void rcs_free(rcs_op *op, st_code code, const char *msg) {
+    op->r->cs_streams--;
+    rpc_call_unhold(op->call, op->held);
     rpc_call_finish(op->call, code, msg);
     st_buf_free(&op->backlog.buf);
     st_buf_free(&op->fwd);
@@ -298,8 +307,28 @@ static size_t rcs_backlog(const rcs_op *op) {
     return rtr_msgq_bytes(&op->backlog);
 }
 
+/* Makes the budget count what the backlog holds now. An emptied backlog, or a spare buffer
+ * (rpc_call_send_buf's swap), larger than RTR_CS_SPARE_BYTES is freed: a stream that was slow
+ * once must not keep its peak in memory for the rest of its life (uncounted by the budget). */
+static void rcs_hold_sync(rcs_op *op) {
+    size_t now = rcs_backlog(op);
+    if (now > op->held)
+        rpc_call_hold(op->call, now - op->held);
+    else if (now < op->held)
+        rpc_call_unhold(op->call, op->held - now);
+    op->held = now;
+    if (now == 0 && op->backlog.buf.cap > RTR_CS_SPARE_BYTES)
+        st_buf_free(&op->backlog.buf);
+    if (op->fwd.cap > RTR_CS_SPARE_BYTES)
+        st_buf_free(&op->fwd);
+}
+
+/* Moves backlogged messages into the client's queue while it has room of its own: they are
+ * counted in the budget already, so moving them takes nothing more from it. */
 static st_code rcs_drain(rcs_op *op) {
-    return rtr_msgq_drain(&op->backlog, op->call, false);
+    st_code rc = rtr_msgq_drain(&op->backlog, op->call, true);
+    rcs_hold_sync(op);
+    return rc;
 }
 
 static void rcs_writable(rpc_call *call, void *arg);
@@ -312,12 +341,15 @@ static st_code rcs_emit(rcs_op *op, rpc_ccall *from, st_slice msg) {
             return rc;
     }
     if (rcs_backlog(op) == 0 && rpc_call_writable(op->call)) {
-        if (from && rpc_ccall_msg_take(from, &op->fwd))
-            return rpc_call_send_buf(op->call, &op->fwd);
-        return rpc_call_send(op->call, msg);
+        st_code rc = from && rpc_ccall_msg_take(from, &op->fwd)
+                         ? rpc_call_send_buf(op->call, &op->fwd)
+                         : rpc_call_send(op->call, msg);
+        rcs_hold_sync(op); /* frees a large spare buffer */
+        return rc;
     }
     if (rtr_msgq_push(&op->backlog, msg) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
+    rcs_hold_sync(op);
     if (!op->writable_cb) {
         op->writable_cb = true;
         rpc_call_set_writable_cb(op->call, rcs_writable, op);
@@ -352,14 +384,45 @@ static void rcs_continue(rcs_op *op) {
     rcs_step(op);
 }
 
+/* Whether the node call must pause: the process is past its queued-response budget while the
+ * client has not taken what it was sent (bytes queued or backlogged: the next message would
+ * wait here), or the backlog is past the stream's own bound. */
+static bool rcs_should_pause(rcs_op *op) {
+    size_t b = rcs_backlog(op);
+    if (b > RTR_READ_BACKLOG_BYTES)
+        return true;
+    return (b > 0 || rpc_call_queued_bytes(op->call) > 0) && rpc_call_over_budget(op->call);
+}
+
+/* Stops returning the node stream's flow-control window: the node stalls after at most
+ * RTR_CS_STREAM_WINDOW_BYTES more and its reader waits, with its call, stream and position
+ * intact (nothing is reset, no node work is repeated). rcs_writable resumes it. */
+static void rcs_pause(rcs_op *op, rpc_ccall *call) {
+    st_log(ST_LOG_DEBUG, "router", "change stream table=%s paused: client slow, backlog=%zu",
+           op->req->table_name, rcs_backlog(op));
+    op->paused = true;
+    rpc_ccall_pause(call);
+    st_buf_free(&op->fwd); /* no use while the stream waits: one buffer less per idle stream */
+    if (!op->writable_cb) {
+        op->writable_cb = true;
+        rpc_call_set_writable_cb(op->call, rcs_writable, op);
+    }
+}
+
 static void rcs_writable(rpc_call *call, void *arg) {
     (void)call;
     rcs_op *op = arg;
     if (op->wait == RCS_WRITABLE) {
         op->wait = RCS_IDLE;
         rcs_continue(op);
-    } else if (op->wait == RCS_NODE && rcs_drain(op) != ST_OK && op->inflight) {
-        rpc_ccall_cancel(op->inflight);
+    } else if (op->wait == RCS_NODE) {
+        if (rcs_drain(op) != ST_OK) {
+            if (op->inflight)
+                rpc_ccall_cancel(op->inflight);
+        } else if (op->paused && op->inflight && !rcs_should_pause(op)) {
+            op->paused = false;
+            rpc_ccall_resume(op->inflight);
+        }
     }
 }
 
@@ -445,7 +508,7 @@ static bool rcs_still_allowed(rcs_op *op, st_code *code, const char **why) {
 
 static void rcs_msg(rpc_ccall *call, st_slice msg, void *arg) {
     rcs_op *op = arg;
-    if (op->paused || op->complete)
+    if (op->complete)
         return;
     st_code denied;
     const char *why;
@@ -463,18 +526,11 @@ static void rcs_msg(rpc_ccall *call, st_slice msg, void *arg) {
         rpc_ccall_cancel(call);
         return;
     }
-    /* A slow client: stop the node at a record boundary, resume from the last token later. As
-     * in read.c, also once the process is past its queued-response budget while this client has
-     * not taken what it was sent: else N streams whose clients never read hold N x 4 MiB. */
-    size_t b = rcs_backlog(op);
-    bool slow = b > RTR_READ_BACKLOG_BYTES ||
-                ((b > 0 || rpc_call_queued_bytes(op->call) > 0) && rpc_call_over_budget(op->call));
-    if (slow && !op->in_record && !op->closed && op->token.len) {
-        st_log(ST_LOG_DEBUG, "router", "change stream table=%s paused: client slow, backlog=%zu",
-               op->req->table_name, rcs_backlog(op));
-        op->paused = true;
-        rpc_ccall_cancel(call);
-    }
+    /* A slow client: the node call pauses with flow control (messages already on their way
+     * still arrive, into the backlog). Pausing anywhere, even inside a record, is safe: nothing
+     * is cut, the node merely waits. */
+    if (!op->paused && rcs_should_pause(op))
+        rcs_pause(op, call);
 }
 
 static void rcs_refreshed(void *arg) {
@@ -566,9 +622,8 @@ static void rcs_done(rpc_ccall *call, st_code code, const char *message, void *a
         rcs_free(op, ST_CANCELLED, NULL);
         return;
     }
-    if (op->paused) /* backpressure: resumed from the last token once the client caught up */
-        op->paused = false;
-    else if (!op->complete && !rcs_outcome(op, call, code, message))
+    op->paused = false; /* the node call is over: the next one starts unpaused */
+    if (!op->complete && !rcs_outcome(op, call, code, message))
         return;
     rcs_continue(op); /* op->complete: relaying failed, or the stream's end */
 }
@@ -751,6 +806,14 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
+    if (r->cs_streams >= r->opts.change_streams_max) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED,
+                 "this router already relays %" PRIu32 " change streams, its limit "
+                 "(strata-router --max-change-streams): close streams that are not read, retry "
+                 "later, or read through another router",
+                 r->cs_streams);
+        return;
+    }
     rcs_op *op = calloc(1, sizeof *op);
     if (!op) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -761,6 +824,7 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
+    r->cs_streams++; /* rcs_free counts it out */
     op->r = r;
     op->call = call;
     op->c = c;

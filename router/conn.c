@@ -73,21 +73,23 @@ static bool node_unix_path(const rtr_node *n, char *out, size_t cap) {
 /* A new client for n: through its Unix socket when there is one, else TCP. After a Unix client
  * that never connected (a socket file left by a node that died, while a restarted one may serve
  * TCP only), one attempt goes over TCP before the socket is tried again. */
-static rpc_client *node_dial_via(rtr_node *n, bool via_unix, st_err *err) {
+static rpc_client *node_dial_via(rtr_node *n, bool via_unix, int32_t window, st_err *err) {
     /* Frequent PINGs while calls are open: a live node then always sends something within about
      * RTR_NODE_KEEPALIVE_MS, which is how health.c tells a silent link from a slow request. */
     struct ssl_ctx_st *tls = n->ctx->opts.node_ssl_ctx;
     /* With mutual TLS the node must prove it is a node of the topology's host. */
     const rpc_client_opts opts = {.keepalive_ms = RTR_NODE_KEEPALIVE_MS,
                                   .ssl_ctx = tls,
-                                  .peer_role = tls ? RPC_ROLE_NODE : NULL};
+                                  .peer_role = tls ? RPC_ROLE_NODE : NULL,
+                                  .stream_window_bytes = window};
     char path[RPC_UNIX_PATH_MAX + 1];
     if (!via_unix || !node_unix_path(n, path, sizeof path))
         return rpc_client_new(n->ctx->base, n->host, n->port, &opts, err);
     st_log(ST_LOG_DEBUG, "router", "node=%s via unix:%s", n->addr, path);
     /* A node's socket is plaintext even with mutual TLS: it lives in the node's owner-only
      * data directory, which only this user can enter (docs/security.md, Unix sockets). */
-    const rpc_client_opts uopts = {.keepalive_ms = RTR_NODE_KEEPALIVE_MS};
+    const rpc_client_opts uopts = {.keepalive_ms = RTR_NODE_KEEPALIVE_MS,
+                                   .stream_window_bytes = window};
     return rpc_client_new_unix(n->ctx->base, path, &uopts, err);
 }
 
@@ -96,7 +98,7 @@ static rpc_client *node_dial(rtr_node *n, st_err *err) {
     bool skip = n->unix_skip;
     n->unix_skip = false;
     n->via_unix = !skip && node_unix_path(n, path, sizeof path);
-    return node_dial_via(n, n->via_unix, err);
+    return node_dial_via(n, n->via_unix, 0, err);
 }
 
 /* A live client for node, or NULL while the reconnect backoff runs. */
@@ -138,7 +140,9 @@ static rpc_client *node_client(rtr_node *n, st_err *err) {
 }
 
 /* A long-call client of node with room for one more call: the first such live one, else a new
- * one (the same transport as the regular client, which is live: the node is reachable). */
+ * one (the same transport as the regular client, which is live: the node is reachable). Its
+ * streams have a smaller window (RTR_CS_STREAM_WINDOW_BYTES): a change stream paused for a slow
+ * client lets its node send only that much more, and a router relays many of them. */
 static rpc_client *node_long_client(rtr_node *n, st_err *err) {
     size_t k = 0;
     for (size_t i = 0; i < n->n_long; i++) { /* dead ones go: their calls already ended */
@@ -159,7 +163,7 @@ static rpc_client *node_long_client(rtr_node *n, st_err *err) {
                    RTR_LONG_CLIENTS_MAX * RTR_LONG_CALLS_PER_CLIENT, n->addr);
         return NULL;
     }
-    rpc_client *c = node_dial_via(n, n->via_unix, err);
+    rpc_client *c = node_dial_via(n, n->via_unix, RTR_CS_STREAM_WINDOW_BYTES, err);
     if (!c)
         st_err_prefix(err, "node %s: ", n->addr);
     else

@@ -17,6 +17,7 @@ static void usage(FILE *out) {
             "usage: strata-router --config TOPOLOGY_FILE [--listen HOST:PORT]\n"
             "                     [--balance auto|on|off] [--balance-ms MS] [--zone ZONE]\n"
             "                     [--metrics HOST:PORT] [--poll-us N] [--no-unix] [--verbose]\n"
+            "                     [--max-change-streams N]\n"
             "                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]\n"
             "                     [--auth-file FILE] [--audit-log FILE [--audit-log-max-bytes N]]\n"
             "                     [--internal-ca FILE [--internal-cert FILE --internal-key FILE]]\n"
@@ -51,7 +52,10 @@ static void usage(FILE *out) {
             "presents --internal-cert/--internal-key (default: --tls-cert/--tls-key), whose\n"
             "subject OU must be strata-router, and accepts only nodes whose certificate the\n"
             "cluster CA in FILE signed for strata-node and the node's topology host. SIGHUP\n"
-            "re-reads them too (docs/security.md, Internal links).\n");
+            "re-reads them too (docs/security.md, Internal links).\n"
+            "--max-change-streams N: ReadChangeStream calls relayed at once (default 2048);\n"
+            "past it a new one is RESOURCE_EXHAUSTED. With --max-queued-response-bytes it\n"
+            "bounds what unread streams hold (docs/changestreams.md, Router memory).\n");
     fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 
@@ -201,6 +205,7 @@ int main(int argc, char **argv) {
     int balance = RTR_BALANCE_AUTO;
     long long balance_ms = 0;
     bool no_unix = false;
+    uint64_t cs_max = 0;
     tls_files tls = {0};
     rpc_limits limits; /* --max-connections and the other flags of strata/rpc.h */
     rpc_limits_default(&limits);
@@ -270,6 +275,14 @@ int main(int argc, char **argv) {
                         RPC_LOOP_POLL_US_MAX);
                 return 2;
             }
+        } else if (!strcmp(a, "--max-change-streams") && v) {
+            if (!st_parse_u64(argv[++i], 1, UINT32_MAX, &cs_max)) {
+                fprintf(stderr,
+                        "strata-router: --max-change-streams takes a whole number from 1 to "
+                        "%u, got '%s'\n",
+                        UINT32_MAX, v);
+                return 2;
+            }
         } else if (!strcmp(a, "--no-unix"))
             no_unix = true;
         else if ((lim_rc = rpc_limits_flag(&limits, a, v, &lim_err)) != 0) {
@@ -310,6 +323,7 @@ int main(int argc, char **argv) {
     o.balance_ms = balance_ms;
     o.zone = zone;
     o.no_unix = no_unix;
+    o.change_streams_max = (uint32_t)cs_max;
     o.auth_file = auth_file;
     o.audit_log = audit_log;
     o.audit_log_bytes_max = audit_max;

@@ -285,6 +285,8 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
     r->opts = *opts;
     r->topo = *opts->topo;
     r->opts.topo = &r->topo;
+    if (!r->opts.change_streams_max)
+        r->opts.change_streams_max = RTR_CS_STREAMS_MAX_DEFAULT;
     r->base = base;
     st_code rc = init_clusters(r, err);
     rpc_server_opts so = {.ssl_ctx = opts->ssl_ctx};

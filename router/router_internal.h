@@ -68,6 +68,12 @@ struct event;
  * default SETTINGS_MAX_CONCURRENT_STREAMS (256), and at most this many such connections. */
 #define RTR_LONG_CALLS_PER_CLIENT 192
 #define RTR_LONG_CLIENTS_MAX 64
+/* Change streams (changes.c; docs/changestreams.md, "Router memory"): the default of
+ * --max-change-streams, the HTTP/2 stream window of the change stream links to the nodes (what a
+ * node may still send on a paused stream) and the largest spare buffer a stream keeps. */
+#define RTR_CS_STREAMS_MAX_DEFAULT 2048
+#define RTR_CS_STREAM_WINDOW_BYTES ((int32_t)64 << 10)
+#define RTR_CS_SPARE_BYTES ((size_t)128 << 10)
 #define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
 #define RTR_TABLETS_MAX ((size_t)1 << 20)        /* tablets in one cluster's map */
 #define RTR_WAITERS_MAX 65536                    /* requests parked on one map refresh */
@@ -379,6 +385,7 @@ typedef struct rtr_later rtr_later;
 
 struct rtr_ctx {
     rtr_opts opts;
+    uint32_t cs_streams; /* ReadChangeStream calls relayed now (changes.c) */
     st_topology topo;
     struct event_base *base;
     rpc_server *rpc;
@@ -598,7 +605,7 @@ bool rtr_auth_on(const rtr_ctx *r);
 const char *rtr_auth_instance(const rtr_ctx *r);
 /* The principal whose bearer token call carries, or NULL (no auth, no or unknown token); valid
  * until the loop runs again (a reload frees it). */
-const char *rtr_auth_principal(rtr_ctx *r, const rpc_call *call);
+const char *rtr_auth_principal(rtr_ctx *r, rpc_call *call);
 /* The highest role of principal on the instance, or on table (a full name; NULL: instance):
  * the auth file's grants, the instance's IAM policy and the table's. */
 st_role rtr_auth_role(rtr_ctx *r, const char *principal, const char *table);

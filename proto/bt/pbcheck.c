@@ -15,8 +15,9 @@
  * protobuf-c hands strings over as C strings, so "dur\0evil" would arrive as "dur" and a request
  * meant for one table, family or app profile would act on another (names and ids never hold a
  * NUL, so the request is refused naming the field). */
-#include <string.h>
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "strata/btutil.h"
 
@@ -186,5 +187,66 @@ ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, Protobuf
                    "malformed %s: the message could not be parsed (a field of the wrong type, "
                    "or out of memory); send a valid protobuf encoding",
                    desc->name);
+    return m;
+}
+
+/* The end of the field whose value starts at p (wire type wt), or NULL when malformed. */
+static const uint8_t *lift_skip(const uint8_t *p, const uint8_t *end, unsigned wt) {
+    uint64_t v;
+    switch (wt) {
+    case 0:
+        return st_get_varint64(&p, end, &v) ? p : NULL;
+    case 1:
+        return end - p >= 8 ? p + 8 : NULL;
+    case 2:
+        return st_get_varint64(&p, end, &v) && v <= (uint64_t)(end - p) ? p + v : NULL;
+    case 5:
+        return end - p >= 4 ? p + 4 : NULL;
+    default: /* groups: left to btu_pb_unpack */
+        return NULL;
+    }
+}
+
+ProtobufCMessage *btu_pb_unpack_lift(const ProtobufCMessageDescriptor *desc,
+                                     ProtobufCAllocator *alloc, st_slice bytes, uint32_t field,
+                                     st_slice *lifted, st_err *err) {
+    const uint8_t *p = bytes.data, *end = bytes.data + bytes.len;
+    const uint64_t want = (uint64_t)field << 3 | 2;
+    size_t wire = 0; /* bytes of the field's occurrences, tags included */
+    *lifted = st_slice_make(NULL, 0);
+    while (p && p < end) {
+        uint64_t tag, len = 0;
+        const uint8_t *start = p, *value;
+        if (!st_get_varint64(&p, end, &tag))
+            return btu_pb_unpack(desc, alloc, bytes, err); /* refused there, with its message */
+        value = p;
+        p = lift_skip(p, end, (unsigned)(tag & 7));
+        if (p && tag == want && st_get_varint64(&value, p, &len)) {
+            *lifted = st_slice_make(value, (size_t)len);
+            wire += (size_t)(p - start);
+        }
+    }
+    if (!p || wire == 0) {
+        *lifted = st_slice_make(NULL, 0);
+        return btu_pb_unpack(desc, alloc, bytes, err);
+    }
+    uint8_t *rest = malloc(bytes.len - wire + 1); /* the other fields: protobuf-c copies them */
+    size_t n = 0;
+    for (p = bytes.data; rest && p < end;) {
+        uint64_t tag;
+        const uint8_t *start = p;
+        (void)st_get_varint64(&p, end, &tag);
+        p = lift_skip(p, end, (unsigned)(tag & 7));
+        if (tag != want) {
+            memcpy(rest + n, start, (size_t)(p - start));
+            n += (size_t)(p - start);
+        }
+    }
+    ProtobufCMessage *m = rest ? btu_pb_unpack(desc, alloc, st_slice_make(rest, n), err) : NULL;
+    if (!rest)
+        st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory parsing %s", desc->name);
+    free(rest);
+    if (!m)
+        *lifted = st_slice_make(NULL, 0);
     return m;
 }

@@ -425,7 +425,9 @@ static bool client_session_new(rpc_client *c) {
         return false;
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
-        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)H2_CLIENT_STREAM_WINDOW_BYTES},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE,
+         (uint32_t)(c->opts.stream_window_bytes > 0 ? c->opts.stream_window_bytes
+                                                    : H2_CLIENT_STREAM_WINDOW_BYTES)},
         {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
     return nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, iv, 3) == 0 &&

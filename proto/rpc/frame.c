@@ -99,7 +99,9 @@ st_code rpc_deframer_feed(rpc_deframer *d, const uint8_t *data, size_t len, st_e
         /* Zero-copy fast path: a whole message inside this chunk, nothing buffered yet. */
         if (d->msg.len == 0 && n == d->msg_len) {
             rc = deframer_deliver(d, st_slice_make(data, n), false, on_msg, arg);
-        } else if ((d->msg.len == 0 && st_buf_append(&d->msg, d->prefix, 5) != ST_OK) ||
+        } else if ((d->msg.len == 0 && /* the whole message at once: no growing copies */
+                    (st_buf_reserve(&d->msg, 5 + (size_t)d->msg_len) != ST_OK ||
+                     st_buf_append(&d->msg, d->prefix, 5) != ST_OK)) ||
                    st_buf_append(&d->msg, data, n) != ST_OK) {
             return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reassembling message");
         } else if (deframer_have(d) == d->msg_len) {

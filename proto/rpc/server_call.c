@@ -996,6 +996,17 @@ bool rpc_call_method_known(const rpc_call *call) {
     return call->method != NULL;
 }
 
+void *rpc_call_conn_memo(rpc_call *call, size_t size) {
+    h2_conn *conn = call->conn;
+    if (!conn || size == 0)
+        return NULL;
+    if (!conn->memo) {
+        conn->memo = calloc(1, size);
+        conn->memo_size = conn->memo ? size : 0;
+    }
+    return conn->memo_size == size ? conn->memo : NULL;
+}
+
 const char *rpc_call_peer_role(rpc_call *call) {
     h2_conn *conn = call->conn;
     if (!conn)

@@ -14,6 +14,7 @@
 #include <netinet/tcp.h>
 
 #include <event2/buffer.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <nghttp2/nghttp2.h>
 
@@ -101,6 +102,10 @@ void h2_conn_close(h2_conn *conn) {
     h2_wbuf_free(&conn->wbuf);
     if (conn->slot)
         rpc_conn_slot_put();
+    if (conn->memo) {
+        OPENSSL_cleanse(conn->memo, conn->memo_size); /* it may hold a credential */
+        free(conn->memo);
+    }
     STAT_SUB(srv, conns_open, 1);
     free(conn);
 }

@@ -118,6 +118,8 @@ struct h2_conn {
     char peer[RPC_CALL_PEER_MAX + 1]; /* "ip:port", "[ip6]:port" or "unix" (rpc_call_peer) */
     bool role_known;                  /* peer_role was read from the peer's certificate */
     char peer_role[RPC_ROLE_MAX + 1];
+    void *memo; /* rpc_call_conn_memo: memo_size bytes, cleansed and freed with the connection */
+    size_t memo_size;
     h2_conn *prev, *next;
 };
 

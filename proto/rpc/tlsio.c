@@ -280,6 +280,53 @@ h2_tls_result h2_tls_recv(struct bufferevent *bev, h2_wbuf *w, const uint8_t *da
     return res;
 }
 
+/* The fix for a certificate the verification refused (v, an X509_V_ERR_*), or NULL. */
+static const char *tls_verify_fix(long v) {
+    switch (v) {
+    case X509_V_ERR_CERT_HAS_EXPIRED:
+        return "the peer's certificate has expired; issue it a new certificate signed by the "
+               "same CA and reload it (SIGHUP)";
+    case X509_V_ERR_CERT_NOT_YET_VALID:
+        return "the peer's certificate is not yet valid; check both machines' clocks, or issue "
+               "a certificate valid from now";
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+    case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+    case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+    case X509_V_ERR_CERT_SIGNATURE_FAILURE:
+        return "the peer's certificate is not signed by a CA this side trusts (unknown CA); "
+               "issue it from the cluster CA, or give this process the CA that signed it "
+               "(--tls-ca, --internal-ca; during a CA change, a file holding both)";
+    case X509_V_ERR_HOSTNAME_MISMATCH:
+    case X509_V_ERR_IP_ADDRESS_MISMATCH:
+        return "the peer's certificate does not name the address dialled; its subjectAltName "
+               "must hold the host of the address in the topology";
+    default:
+        return NULL;
+    }
+}
+
+/* The fix when the peer refused this side's certificate (an alert it sent), or NULL. */
+static const char *tls_alert_fix(int reason) {
+    switch (reason) {
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
+        return "the peer refused this process's certificate: it has expired or is not yet "
+               "valid; issue a new one from the cluster CA (or check the clocks) and reload it "
+               "(SIGHUP)";
+    case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+        return "the peer does not trust the CA that signed this process's certificate; issue "
+               "it from the peer's CA, or give the peer this CA";
+    case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
+    case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+        return "the peer refused this process's certificate (or wants one); give it a "
+               "certificate of the cluster CA (--tls-cert/--tls-key, --internal-cert)";
+    default:
+        return NULL;
+    }
+}
+
 void h2_tls_why(const h2_wbuf *w, unsigned long err, char *out, size_t cap) {
     char text[256] = "no TLS error recorded";
     if (err)
@@ -287,16 +334,9 @@ void h2_tls_why(const h2_wbuf *w, unsigned long err, char *out, size_t cap) {
     long v = w->ssl && ERR_GET_REASON(err) == SSL_R_CERTIFICATE_VERIFY_FAILED
                  ? SSL_get_verify_result(w->ssl)
                  : X509_V_OK;
-    if (v == X509_V_ERR_CERT_HAS_EXPIRED)
-        snprintf(out, cap,
-                 "%s: the peer's certificate has expired; issue it a new certificate signed by "
-                 "the same CA",
-                 text);
-    else if (v == X509_V_ERR_CERT_NOT_YET_VALID)
-        snprintf(out, cap,
-                 "%s: the peer's certificate is not yet valid; check both machines' clocks, or "
-                 "issue a certificate valid from now",
-                 text);
+    const char *fix = v != X509_V_OK ? tls_verify_fix(v) : tls_alert_fix(ERR_GET_REASON(err));
+    if (fix)
+        snprintf(out, cap, "%s: %s", text, fix);
     else if (v != X509_V_OK)
         snprintf(out, cap, "%s: %s", text, X509_verify_cert_error_string(v));
     else

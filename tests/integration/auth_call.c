@@ -2,13 +2,15 @@
  * auth_router_test.sh: prints the call's status name and message on one line ("OK" when it
  * succeeded) and exits 0 whenever the call ran, 2 on bad usage.
  *   auth_call ADDR PATH [--ca FILE] [--name HOST] [--token TOKEN] [--body BYTES]
- *             [--field1 TEXT] [--again-when FILE]
+ *             [--field1 TEXT] [--again-when FILE] [--more T1,T2,...]
  * The request is BYTES zero bytes (default none): the router refuses a call without a valid
  * token before reading its body, so a large one shows whether it was buffered. --field1: the
  * request is a message whose field 1 is TEXT (ListTables' parent, GetTable's name). --again-when:
  * after the first call, waits until FILE exists and makes the same call again on the SAME
  * connection (a second status line; "NEW-CONNECTION" instead when the first connection died),
- * which shows that a token revoked meanwhile is refused on connections already open. The
+ * which shows that a token revoked meanwhile is refused on connections already open. --more: then
+ * one more call on the same connection with each token of the list ("-": none), a line each,
+ * which shows that each header on one connection is checked for itself. The
  * deadlines (30 s per call, 60 s for the file) are hang guards; the test asserts on statuses. */
 #include <signal.h>
 #include <stdio.h>
@@ -25,7 +27,7 @@
 #define WAIT_FILE_MS 60000
 
 typedef struct args {
-    const char *addr, *path, *ca, *name, *token, *body, *again, *field1;
+    const char *addr, *path, *ca, *name, *token, *body, *again, *field1, *more;
 } args;
 
 typedef struct outcome {
@@ -47,6 +49,7 @@ static int parse(int argc, char **argv, args *a) {
                             : !strcmp(f, "--body")       ? &a->body
                             : !strcmp(f, "--again-when") ? &a->again
                             : !strcmp(f, "--field1")     ? &a->field1
+                            : !strcmp(f, "--more")       ? &a->more
                                                          : NULL;
         if (!slot)
             return 2;
@@ -63,13 +66,14 @@ static void on_done(st_code code, const char *message, st_slice response, void *
     snprintf(o->msg, sizeof o->msg, "%s", message ? message : "");
 }
 
-/* One call on c; prints its status. */
-static void call_once(struct event_base *base, rpc_client *c, const args *a, st_slice body) {
+/* One call on c with token (NULL: none); prints its status. */
+static void call_as(struct event_base *base, rpc_client *c, const args *a, const char *token,
+                    st_slice body) {
     char auth[600];
     rpc_metadata md = {"authorization", auth};
-    snprintf(auth, sizeof auth, "Bearer %s", a->token ? a->token : "");
+    snprintf(auth, sizeof auth, "Bearer %s", token ? token : "");
     outcome o = {0};
-    if (rpc_client_unary(c, a->path, body, &md, a->token ? 1 : 0, CALL_TIMEOUT_MS, on_done, &o) !=
+    if (rpc_client_unary(c, a->path, body, &md, token ? 1 : 0, CALL_TIMEOUT_MS, on_done, &o) !=
         ST_OK) {
         printf("CLIENT-CALL could not start the call\n");
         return;
@@ -78,6 +82,24 @@ static void call_once(struct event_base *base, rpc_client *c, const args *a, st_
         event_base_loop(base, EVLOOP_ONCE);
     printf("%s %s\n", st_code_name(o.code), o.code == ST_OK ? "" : o.msg);
     fflush(stdout);
+}
+
+static void call_once(struct event_base *base, rpc_client *c, const args *a, st_slice body) {
+    call_as(base, c, a, a->token, body);
+}
+
+/* --more: one call per token of the comma-separated list, on the same connection. */
+static void call_more(struct event_base *base, rpc_client *c, const args *a, st_slice body) {
+    char list[2048];
+    snprintf(list, sizeof list, "%s", a->more);
+    char *save = NULL;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!rpc_client_alive(c)) {
+            printf("NEW-CONNECTION the first connection closed\n");
+            return;
+        }
+        call_as(base, c, a, strcmp(t, "-") ? t : NULL, body);
+    }
 }
 
 /* Waits for path, turning the loop so the open connection keeps answering the server. */
@@ -96,7 +118,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     if (parse(argc, argv, &a) != 0) {
         fprintf(stderr, "usage: auth_call ADDR PATH [--ca F] [--name HOST] [--token T] "
-                        "[--body BYTES] [--field1 TEXT] [--again-when FILE]\n");
+                        "[--body BYTES] [--field1 TEXT] [--again-when FILE] [--more T1,T2]\n");
         return 2;
     }
     st_err err = {0};
@@ -137,6 +159,8 @@ int main(int argc, char **argv) {
             printf("NEW-CONNECTION the first connection closed\n");
         else if (a.again)
             call_once(base, c, &a, st_slice_make(body, n));
+        if (a.more)
+            call_more(base, c, &a, st_slice_make(body, n));
         rpc_client_free(c);
         event_base_loop(base, EVLOOP_NONBLOCK);
     }

@@ -172,7 +172,22 @@ wait "$CALLER"
 expect_match "open connection: deleted principal refused" '^UNAUTHENTICATED .*not valid' \
   "$(sed -n 2p "$dir/again.out")"
 
-# ---- rotation without restart ----
+# ---- several tokens on one connection: each call's header is checked for itself (the router
+# remembers a connection's last header and principal; another header must not inherit them) ----
+call /google.bigtable.admin.v2.BigtableTableAdmin/ListTables --token "$T_T1" \
+  --field1 projects/p/instances/i --more "$T_ADMIN,$T_T1,st1_00bad,-,$T_ADMIN" >"$dir/more.out"
+expect "one connection, five tokens" \
+  "PERMISSION_DENIED OK PERMISSION_DENIED UNAUTHENTICATED UNAUTHENTICATED OK" \
+  "$(cut -d' ' -f1 "$dir/more.out" | tr '\n' ' ' | sed 's/ $//')"
+expect_match "one connection: t1reader's denial names t1reader" 'to principal t1reader' \
+  "$(sed -n 3p "$dir/more.out")"
+
+# ---- rotation without restart: on a connection opened before, the old token fails next ----
+call /google.bigtable.admin.v2.BigtableTableAdmin/ListTables --token "$T_READER" \
+  --field1 projects/p/instances/i --again-when "$dir/go2" >"$dir/again2.out" &
+CALLER=$!
+for _ in $(seq 1 600); do [ -s "$dir/again2.out" ] && break; sleep 0.1; done
+expect "open connection, reader: first call" "OK " "$(head -n1 "$dir/again2.out")"
 NEW=$("$STRATA" auth rotate reader --file "$AF") || { echo "FAIL: rotate"; fail=1; }
 ok=0
 for _ in $(seq 1 100); do # the router checks the file every second
@@ -180,6 +195,10 @@ for _ in $(seq 1 100); do # the router checks the file every second
   sleep 0.1
 done
 expect "rotation: old token refused" 1 "$ok"
+touch "$dir/go2"
+wait "$CALLER"
+expect_match "rotation: old token refused on the open connection" '^UNAUTHENTICATED .*not valid' \
+  "$(sed -n 2p "$dir/again2.out")"
 expect_match "rotation: new token works" '"hello"' "$(as "$NEW" read t1)"
 wait_line "$dir/r.log" 'auth file loaded.*principals=4' >/dev/null || fail=1
 # SIGHUP reloads too (a revoke), and a broken file keeps the previous principals.

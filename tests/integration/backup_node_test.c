@@ -10,7 +10,8 @@
  *     CRC DATA_LOSS naming the file; an oversized chunk INVALID_ARGUMENT;
  *   - kill -9 during a BackupTablet, then a restart: the piece is whole or absent, and unsealed
  *     leftovers are gone; DeleteBackupPieces removes pieces;
- *   - a file received in chunks is sealed without being read back; WriteBackupFile with
+ *   - a file received in chunks is sealed without being read back, also when its chunks came
+ *     out of order (any_order; a damaged chunk still fails the seal); WriteBackupFile with
  *     link_piece links a file another piece holds (a wrong CRC32C DATA_LOSS, leaving nothing),
  *     and a file restarted at offset 0 leaves a piece that linked it unchanged; kill -9 in the
  *     middle of an import leaves the sealed pieces whole and the unsealed one gone;
@@ -663,6 +664,70 @@ static void test_links(void) {
     free(b);
 }
 
+/* Chunk i of 5 (the last one short) of d at its offset with any_order: the first one alone. */
+#define ANY_CHUNK ((size_t)1 << 19)
+#define ANY_BYTES (4 * ANY_CHUNK + 777)
+
+static st_code put_chunk(const char *piece, const uint8_t *d, size_t i, st_err *st) {
+    Strata__Internal__V1__BackupFileChunk c = STRATA__INTERNAL__V1__BACKUP_FILE_CHUNK__INIT;
+    size_t off = i * ANY_CHUNK, n = ANY_BYTES - off < ANY_CHUNK ? ANY_BYTES - off : ANY_CHUNK;
+    c.backup = B4;
+    c.piece = (char *)piece;
+    c.file = "o.sst";
+    c.offset = off;
+    c.any_order = off > 0;
+    c.data = (ProtobufCBinaryData){n, (uint8_t *)d + off};
+    return unary(1, "WriteBackupFile", &c.base, NULL, st);
+}
+
+/* Sends o.sst of piece `piece` in the chunk order given (first must be 0), then seals it with
+ * the CRC32C of want; the seal's read_back_files in *read_back. */
+static st_code put_any_order(const char *piece, const uint8_t *d, const size_t *order, size_t n,
+                             uint32_t want, long long *read_back, st_err *st) {
+    char *log = log_from(1, 0);
+    long off = log ? (long)strlen(log) : 0;
+    free(log);
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < n; i++)
+        rc = put_chunk(piece, d, order[i], st);
+    if (rc == ST_OK)
+        rc = seal_one(1, B4, piece, "o.sst", ANY_BYTES, want, st);
+    char n2[64];
+    snprintf(n2, sizeof n2, "piece=%s ", piece);
+    *read_back = log_value(1, off, "event=piece_sealed", n2, "read_back_files=");
+    return rc;
+}
+
+/* Chunks that arrive out of order (any_order, as a pipelined import sends them) are checksummed
+ * by range and their CRC32Cs combined: the seal reads nothing back, and still refuses a file
+ * with a damaged chunk, naming it. A chunk written twice (a retry) makes the seal read the file
+ * back, which then passes. Node 1, backup b4. */
+static void test_any_order(void) {
+    st_err st = {0};
+    uint8_t *d = malloc(ANY_BYTES), *bad = malloc(ANY_BYTES);
+    for (size_t i = 0; i < ANY_BYTES; i++)
+        d[i] = bad[i] = (uint8_t)((i * 2654435761u + 7) >> 13);
+    bad[3 * ANY_CHUNK + 5] ^= 0x10;
+    uint32_t crc = st_crc32c(0, d, ANY_BYTES);
+    long long rb = -1;
+    static const size_t reversed[] = {0, 4, 3, 2, 1}, holes[] = {0, 2, 4, 1, 3},
+                        twice[] = {0, 2, 1, 2, 3, 4};
+    st_code rc = put_any_order("o0", d, reversed, 5, crc, &rb, &st);
+    expect_code("chunks 0 4 3 2 1 (any_order), then the seal", rc, &st, ST_OK, NULL);
+    printf("%-58s %lld\n", "files its seal read back", rb);
+    CHECK(rb == 0, "the seal read back %lld files whose chunks came out of order", rb);
+    rc = put_any_order("o1", d, holes, 5, crc, &rb, &st);
+    expect_code("chunks 0 2 4 1 3 (any_order), then the seal", rc, &st, ST_OK, NULL);
+    CHECK(rb == 0, "the seal read back %lld files whose chunks came out of order", rb);
+    rc = put_any_order("o2", bad, holes, 5, crc, &rb, &st);
+    expect_code("the same with a byte of chunk 3 flipped", rc, &st, ST_DATA_LOSS, "o.sst");
+    rc = put_any_order("o3", d, twice, 6, crc, &rb, &st);
+    expect_code("chunk 2 written twice, then the seal", rc, &st, ST_OK, NULL);
+    CHECK(rb == 1, "a file with a chunk written twice was sealed from ranges (read back %lld)", rb);
+    free(d);
+    free(bad);
+}
+
 /* kill -9 while a piece is being imported: after the restart the sealed pieces are whole, the
  * unsealed one is gone, and importing it again works. Runs after test_links (node 1, b4). */
 static void test_import_kill(void) {
@@ -828,6 +893,7 @@ int main(int argc, char **argv) {
 
     test_write_rules();
     test_links();
+    test_any_order();
     test_import_kill();
 
     /* a restart keeps the restored table */

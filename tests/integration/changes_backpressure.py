@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""changes_backpressure.py PORT ROUTER_PID ROWS ROW_BYTES LIMIT_MB — a ReadChangeStream through
-strata-router whose client stops reading (raw HTTP/2, stdlib only, hostile/h2raw.py).
+"""changes_backpressure.py PORT ROUTER_PID ROWS ROW_BYTES LIMIT_MB [NODE_METRICS_ADDR] — a
+ReadChangeStream through strata-router whose client stops reading (raw HTTP/2, stdlib only,
+hostile/h2raw.py).
 
 Creates table cs with change streams on, writes ROWS rows of ROW_BYTES bytes, opens a
 ReadChangeStream of the whole table (one tablet) from before the writes to shortly after them,
@@ -8,8 +9,11 @@ and reads nothing for a while: the router must not buffer the whole history (its
 at most LIMIT_MB; 0 = only print it, for sanitizer builds whose allocator keeps freed memory).
 Then it reads the stream to its end: every row's record exactly once, in row
 order (one partition on one node: stamp order is write order), ended by CloseStream OK.
+With NODE_METRICS_ADDR (the node's --metrics HOST:PORT), the node must have served exactly one
+ReadChangeStream call, none of them CANCELLED: the router paused the node's stream with flow
+control while the client did not read, instead of cancelling it and opening another.
 Exit 0 on success, 1 on a failed check, 2 on a setup error."""
-import os, struct, sys, time
+import os, re, struct, sys, time, urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
 from h2raw import Conn, fld, grpc_msg, WINUP, frame
 
@@ -64,9 +68,21 @@ def varint_at(b, i):
 T0 = time.time()
 
 
+def node_cs_calls(addr):
+    """{code: count} of the node's finished ReadChangeStream calls (strata_rpc_server_handled_total)."""
+    text = urllib.request.urlopen('http://%s/metrics' % addr, timeout=10).read().decode()
+    out = {}
+    for m in re.finditer(r'strata_rpc_server_handled_total\{([^}]*)\} (\d+)', text):
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if lab.get('method') == 'ReadChangeStream' and int(m.group(2)):
+            out[lab['code']] = int(m.group(2))
+    return out
+
+
 def main():
     port, pid, rows, size, limit = (int(sys.argv[1]), sys.argv[2], int(sys.argv[3]),
                                     int(sys.argv[4]), float(sys.argv[5]))
+    maddr = sys.argv[6] if len(sys.argv) > 6 else None
     cfg = fld(8, fld(1, fld(1, 86400)))  # Table.change_stream_config.retention_period = 1 day
     families = fld(3, fld(1, 'cf') + fld(2, b''))
     if not unary(port, '/google.bigtable.admin.v2.BigtableTableAdmin/CreateTable',
@@ -126,7 +142,18 @@ def main():
                         close = dict((a, b) for a, _, b in fields(x)).get(1, 0)
     want = ['r%06d' % k for k in range(rows)]
     bounded = limit <= 0 or grew <= limit  # limit 0: sanitizer builds, figures only
-    ok = seen == want and close == 0 and bounded
+    calls_ok = True
+    if maddr:
+        calls = {}
+        for _ in range(100):  # the node counts a call once it ended: poll (hang guard only)
+            calls = node_cs_calls(maddr)
+            if calls:
+                break
+            time.sleep(0.1)
+        calls_ok = calls == {'OK': 1}
+        print('node-side ReadChangeStream calls by final status: %s (want exactly one, OK: a slow '
+              'reader must not make the router cancel and reopen it)' % calls)
+    ok = seen == want and close == 0 and bounded and calls_ok
     print('%d records read (%d rows written), %d duplicates, %d missing, CloseStream %s: %s' %
           (len(seen), rows, len(seen) - len(set(seen)), len(set(want) - set(seen)), close,
            'ok' if ok else 'WRONG'))

@@ -2,12 +2,16 @@
 """cs_attack.py — hostile change stream clients through a router (cs_hostile_test.sh), on top of
 hostile/cslib.py. Prints "ok: WHAT" or "FAIL: WHAT ..."; exit status 1 when a case failed.
 
-  cs_attack.py flood PORT ROUTER_PID NODE_PID STREAMS ROWS BYTES LIMIT_MB
+  cs_attack.py flood PORT ROUTER_PID NODE_PID STREAMS ROWS BYTES LIMIT_MB [NODE_LIMIT_MB]
       STREAMS live ReadChangeStreams of a table (250 per connection) that never read, while
       ROWS rows of BYTES are written: every write succeeds (more than 256 streams used to take
       every stream slot of the router's node connection, and every other call to the node
       waited), other clients are served, a fresh stream from before the writes gets every row,
-      and the router and the node each grow by at most LIMIT_MB (printed).
+      and the router grows by at most LIMIT_MB, the node by at most NODE_LIMIT_MB (default
+      LIMIT_MB; both printed).
+  cs_attack.py cap PORT MAX
+      against a router started with --max-change-streams MAX: MAX unread streams are relayed, the
+      next one is RESOURCE_EXHAUSTED, and once the client closed them new streams are served.
   cs_attack.py disable PORT
       a stream is open when change streams are turned off: it ends with a clean status, and a
       new stream of the table is FAILED_PRECONDITION; ReadChangeStream of a table that never had
@@ -47,7 +51,7 @@ def rcall(port, path, body, limit=60):
     return data, ('0' if st == 'end' else st), why
 
 
-def flood(port, rpid, npid, streams, rows, nbytes, limit_mb):
+def flood(port, rpid, npid, streams, rows, nbytes, limit_mb, node_limit_mb=None):
     T = 'csflood%d' % (now_us() % 100000)
     rcall(port, ADMIN + 'CreateTable', fld(1, INST) + fld(2, T) + fld(3, fld(3, fld(1, 'cf') + fld(2, b'')) +
                                                               fld(8, fld(1, fld(1, 86400)))))
@@ -84,12 +88,41 @@ def flood(port, rpid, npid, streams, rows, nbytes, limit_mb):
     why = stream_cs(port, cs_req(T, start_us=start, end_us=end, hb_s=1), on, limit=120)
     expect('a fresh stream gets every row', len(seen) == rows, 'got %d of %d (%s)' % (len(seen), rows, why))
     grow_r, grow_n = rss_mb(rpid) - base_r, rss_mb(npid) - base_n
-    bound = limit_mb
-    print('  RSS growth with %d unread streams: router %d MB, node %d MB (bound %d MB)' %
-          (streams, grow_r, grow_n, bound))
-    expect('router memory bounded', grow_r <= bound, '%d MB' % grow_r)
-    expect('node memory bounded', grow_n <= bound, '%d MB' % grow_n)
+    nbound = node_limit_mb if node_limit_mb is not None else limit_mb
+    print('  RSS growth with %d unread streams: router %d MB (bound %d MB), node %d MB (bound %d MB)' %
+          (streams, grow_r, limit_mb, grow_n, nbound))
+    expect('router memory bounded', grow_r <= limit_mb, '%d MB' % grow_r)
+    expect('node memory bounded', grow_n <= nbound, '%d MB' % grow_n)
     for c in conns: c.s.close()
+
+
+def cap(port, most):
+    """MAX unread streams on one connection, then one more: RESOURCE_EXHAUSTED; the slots come
+    back when the client goes away."""
+    T = 'cscap%d' % (now_us() % 100000)
+    rcall(port, ADMIN + 'CreateTable', fld(1, INST) + fld(2, T) + fld(3, fld(3, fld(1, 'cf') + fld(2, b'')) +
+                                                              fld(8, fld(1, fld(1, 86400)))))
+    t0 = now_us()
+    c = Conn(port, timeout=30)
+    for i in range(most):
+        sid = c.headers(BT + 'ReadChangeStream')
+        c.data(sid, grpc_msg(cs_req(T, start_us=t0, hb_s=1)))
+    bounded = cs_req(T, start_us=t0, end_us=t0 + 1000)  # ends at once with CloseStream OK
+    st = None
+    for _ in range(100):  # the streams above reach the router first on their own connection: poll
+        _, st, why = rcall(port, BT + 'ReadChangeStream', bounded, limit=30)
+        if st == '8':
+            break
+        time.sleep(0.1)
+    expect('stream %d past --max-change-streams %d is RESOURCE_EXHAUSTED' % (most + 1, most), st == '8',
+           str((st, why)))
+    c.s.close()
+    for _ in range(100):  # the router frees the slots once it sees the connection gone: poll
+        _, st, why = rcall(port, BT + 'ReadChangeStream', bounded, limit=30)
+        if st == '0':
+            break
+        time.sleep(0.1)
+    expect('streams are served again once the client closed its streams', st == '0', str((st, why)))
 
 
 def disable(port):
@@ -163,7 +196,8 @@ def inputs(port):
 
 def main():
     cmd, port = sys.argv[1], int(sys.argv[2])
-    if cmd == 'flood': flood(port, int(sys.argv[3]), int(sys.argv[4]), *map(int, sys.argv[5:9]))
+    if cmd == 'flood': flood(port, int(sys.argv[3]), int(sys.argv[4]), *map(int, sys.argv[5:10]))
+    elif cmd == 'cap': cap(port, int(sys.argv[3]))
     elif cmd == 'disable': disable(port)
     elif cmd == 'inputs': inputs(port)
     else: sys.exit('unknown command ' + cmd)

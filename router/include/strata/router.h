@@ -49,6 +49,9 @@ typedef struct rtr_opts {
      * host (a node's Unix socket stays plaintext: its directory is the user's alone). NULL =
      * plaintext links. */
     struct ssl_ctx_st *node_ssl_ctx;
+    /* ReadChangeStream calls relayed at once (strata-router --max-change-streams); past it a new
+     * one is RESOURCE_EXHAUSTED. 0 = RTR_CS_STREAMS_MAX_DEFAULT. */
+    uint32_t change_streams_max;
 } rtr_opts;
 
 #define RTR_BALANCE_AUTO 0

@@ -154,6 +154,45 @@ static void test_backup_dir_round_trip(void **state) {
     cleanup();
 }
 
+/* A HOT backup's hot_to_standard_time is an optional header line: it round-trips, a manifest
+ * without it (every export before the line existed) reads 0, and it may be given once only. */
+static void test_backup_dir_hot_time(void **state) {
+    (void)state;
+    ops_bk_manifest w, r;
+    st_err err = {0};
+    st_buf text;
+    st_buf_init(&text);
+    ops_bk_manifest_init(&w);
+    snprintf(w.backup, sizeof w.backup, "projects/p/instances/i/clusters/c1/backups/b1");
+    snprintf(w.source_table, sizeof w.source_table, "projects/p/instances/i/tables/t");
+    w.backup_type = 2;
+    w.start_us = 1000;
+    w.end_us = 2000;
+    w.expire_us = 3000;
+    w.hot_us = 2500;
+    assert_int_equal(st_buf_append(&w.schema, "\x0a\x01t", 3), ST_OK);
+    assert_non_null(
+        ops_bk_manifest_add_piece(&w, "p0", st_slice_make(NULL, 0), st_slice_make(NULL, 0), 1500));
+    assert_int_equal(ops_bk_manifest_format(&w, &text, &err), ST_OK);
+    assert_int_equal(st_buf_append_byte(&text, 0), ST_OK); /* for strstr, not parsed */
+    assert_non_null(strstr((const char *)text.data, "\nhot_to_standard_us 2500\n"));
+    assert_int_equal(ops_bk_manifest_parse((const char *)text.data, text.len - 1, "M", &r, &err),
+                     ST_OK);
+    assert_int_equal(r.hot_us, 2500);
+    assert_int_equal(r.backup_type, 2);
+    ops_bk_manifest_deinit(&r);
+    w.hot_us = 0; /* STANDARD (or HOT without the time): no line, as older exports */
+    assert_int_equal(ops_bk_manifest_format(&w, &text, &err), ST_OK);
+    assert_int_equal(st_buf_append_byte(&text, 0), ST_OK);
+    assert_null(strstr((const char *)text.data, "hot_to_standard"));
+    assert_int_equal(ops_bk_manifest_parse((const char *)text.data, text.len - 1, "M", &r, &err),
+                     ST_OK);
+    assert_int_equal(r.hot_us, 0);
+    ops_bk_manifest_deinit(&r);
+    ops_bk_manifest_deinit(&w);
+    st_buf_free(&text);
+}
+
 static void test_backup_dir_flipped_byte_refused(void **state) {
     (void)state;
     char dir[1100], path[1200], names[512];
@@ -319,6 +358,7 @@ static void test_backup_dir_version1(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backup_dir_round_trip),
+        cmocka_unit_test(test_backup_dir_hot_time),
         cmocka_unit_test(test_backup_dir_flipped_byte_refused),
         cmocka_unit_test(test_backup_dir_truncated_refused),
         cmocka_unit_test(test_backup_dir_missing_refused),

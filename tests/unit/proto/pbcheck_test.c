@@ -4,7 +4,8 @@
  * 100,000 levels are refused without recursion; that every kind of malformed input it refuses is
  * refused by protobuf-c too (so it never turns away a message protobuf-c would take); that unknown
  * fields are skipped whatever they hold; and that packed repeated fields are checked the way
- * protobuf-c reads them (through a descriptor written here, since our .proto files have none). */
+ * protobuf-c reads them (through a descriptor written here, since our .proto files have none);
+ * and that btu_pb_unpack_lift leaves a bytes field in place and checks the rest the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -355,6 +356,70 @@ static void test_pbcheck_packed_requests_pass(void **state) {
     assert_int_equal(btu_pb_check(READ_ROWS, st_slice_make(NULL, 0), 0, &err), ST_OK);
 }
 
+/* btu_pb_unpack_lift: the bytes field is left in the input (its last occurrence), the other
+ * fields unpacked and checked as btu_pb_unpack does. */
+static size_t pack_mutate(const char *table, const char *key, uint8_t *out) {
+    Google__Bigtable__V2__MutateRowRequest r = GOOGLE__BIGTABLE__V2__MUTATE_ROW_REQUEST__INIT;
+    Google__Bigtable__V2__Mutation m = GOOGLE__BIGTABLE__V2__MUTATION__INIT;
+    Google__Bigtable__V2__Mutation__DeleteFromRow d =
+        GOOGLE__BIGTABLE__V2__MUTATION__DELETE_FROM_ROW__INIT;
+    Google__Bigtable__V2__Mutation *ms[] = {&m};
+    m.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_ROW;
+    m.delete_from_row = &d;
+    r.table_name = (char *)table;
+    r.app_profile_id = "p";
+    r.row_key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+    r.mutations = ms;
+    r.n_mutations = 1;
+    return google__bigtable__v2__mutate_row_request__pack(&r, out);
+}
+
+static void test_pb_unpack_lift(void **state) {
+    (void)state;
+    const ProtobufCMessageDescriptor *desc = &google__bigtable__v2__mutate_row_request__descriptor;
+    uint8_t buf[512];
+    st_slice lifted;
+    st_err err = {0};
+    size_t n = pack_mutate("t", "the-key", buf);
+    Google__Bigtable__V2__MutateRowRequest *r =
+        (void *)btu_pb_unpack_lift(desc, NULL, st_slice_make(buf, n), 2, &lifted, &err);
+    assert_non_null(r);
+    assert_int_equal(lifted.len, 7);
+    assert_memory_equal(lifted.data, "the-key", 7);
+    assert_true(lifted.data > buf && lifted.data + lifted.len <= buf + n); /* not copied */
+    assert_string_equal(r->table_name, "t");
+    assert_string_equal(r->app_profile_id, "p");
+    assert_int_equal(r->row_key.len, 0);
+    assert_int_equal(r->n_mutations, 1);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    /* twice: the last occurrence counts, as protobuf-c would take it */
+    size_t m = pack_mutate("u", "second", buf + n);
+    r = (void *)btu_pb_unpack_lift(desc, NULL, st_slice_make(buf, n + m), 2, &lifted, &err);
+    assert_non_null(r);
+    assert_int_equal(lifted.len, 6);
+    assert_memory_equal(lifted.data, "second", 6);
+    assert_string_equal(r->table_name, "u");
+    assert_int_equal(r->n_mutations, 2);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    /* absent: empty, the message as btu_pb_unpack gives it */
+    r = (void *)btu_pb_unpack_lift(desc, NULL, st_slice_make(buf, n), 9, &lifted, &err);
+    assert_non_null(r);
+    assert_int_equal(lifted.len, 0);
+    assert_int_equal(r->row_key.len, 7);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    /* truncated, and a NUL inside a string of the other fields: refused */
+    assert_null(btu_pb_unpack_lift(desc, NULL, st_slice_make(buf, n - 1), 2, &lifted, &err));
+    assert_int_equal(err.code, ST_INVALID_ARGUMENT);
+    n = pack_mutate("t\001x", "k", buf);
+    uint8_t *nul = memchr(buf, 1, n);
+    assert_non_null(nul);
+    *nul = 0;
+    st_err_clear(&err);
+    assert_null(btu_pb_unpack_lift(desc, NULL, st_slice_make(buf, n), 2, &lifted, &err));
+    assert_int_equal(err.code, ST_INVALID_ARGUMENT);
+    assert_int_equal(lifted.len, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pbcheck_depth_at_and_over_the_limit),
@@ -365,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_pbcheck_unknown_fields_skipped),
         cmocka_unit_test(test_pbcheck_packed_fields),
         cmocka_unit_test(test_pbcheck_packed_requests_pass),
+        cmocka_unit_test(test_pb_unpack_lift),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1192,6 +1192,60 @@ static void test_rpc_tls_client_handshake_timeout(void **state) {
     tls_pair_free(&t);
 }
 
+/* The status message of one call by a client of ctx cctx to a TLS server presenting cert/key. */
+static void tls_call_fails(EVP_PKEY *key, X509 *cert, SSL_CTX *cctx, st_err *status) {
+    SSL_CTX *sctx = SSL_CTX_new(TLS_server_method());
+    assert_int_equal(SSL_CTX_use_certificate(sctx, cert), 1);
+    assert_int_equal(SSL_CTX_use_PrivateKey(sctx, key), 1);
+    assert_int_equal(rpc_tls_server_ctx_prepare(sctx, NULL), ST_OK);
+    rpc_server_opts opts = {.ssl_ctx = sctx};
+    fixture *f = fixture_start(&opts);
+    rpc_client_opts copts = {.ssl_ctx = cctx};
+    assert_int_equal(rpc_blocking_unary(f->addr, &copts, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0,
+                                        10000, NULL, status),
+                     ST_UNAVAILABLE);
+    print_message("client: %s\n", status->msg);
+    fixture_stop(f);
+    SSL_CTX_free(sctx);
+}
+
+/* A client (a router's or a node's link to a node) that refuses the server's certificate says
+ * why and what to do, not only OpenSSL's "certificate verify failed": expired, not yet valid,
+ * signed by a CA the client does not trust. */
+static void test_rpc_tls_client_names_cert_problem(void **state) {
+    (void)state;
+    EVP_PKEY *key;
+    X509 *cert;
+    SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_verify(cctx, SSL_VERIFY_PEER, NULL);
+    assert_int_equal(rpc_tls_client_ctx_prepare(cctx, NULL), ST_OK);
+    st_err status = {0};
+
+    make_cert_valid(&key, &cert, -7200, -3600); /* expired an hour ago */
+    X509_STORE_add_cert(SSL_CTX_get_cert_store(cctx), cert);
+    tls_call_fails(key, cert, cctx, &status);
+    assert_non_null(strstr(status.msg, "certificate has expired"));
+    assert_non_null(strstr(status.msg, "issue it a new certificate"));
+    X509_free(cert);
+    EVP_PKEY_free(key);
+
+    make_cert_valid(&key, &cert, 3600, 7200); /* valid from an hour on */
+    X509_STORE_add_cert(SSL_CTX_get_cert_store(cctx), cert);
+    tls_call_fails(key, cert, cctx, &status);
+    assert_non_null(strstr(status.msg, "not yet valid"));
+    assert_non_null(strstr(status.msg, "clocks"));
+    X509_free(cert);
+    EVP_PKEY_free(key);
+
+    make_cert(&key, &cert); /* valid, but nothing the client trusts signed it */
+    tls_call_fails(key, cert, cctx, &status);
+    assert_non_null(strstr(status.msg, "not signed by a CA this side trusts"));
+    assert_non_null(strstr(status.msg, "cluster CA"));
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    SSL_CTX_free(cctx);
+}
+
 /* Log lines of the server, for the checks below. */
 typedef struct log_watch {
     pthread_mutex_t mu;
@@ -1237,6 +1291,7 @@ static void test_rpc_tls_expired_client_cert(void **state) {
                                         10000, NULL, &status),
                      ST_UNAVAILABLE);
     assert_non_null(strstr(status.msg, "expired")); /* the client hears it too (the alert) */
+    assert_non_null(strstr(status.msg, "the peer refused this process's certificate"));
     assert_true(wait_flag(&w.seen));
     pthread_mutex_lock(&w.mu);
     print_message("server: %s\n", w.line);
@@ -1394,6 +1449,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_tls_slow_reader),
         cmocka_unit_test(test_rpc_tls_full_socket),
         cmocka_unit_test(test_rpc_tls_client_handshake_timeout),
+        cmocka_unit_test(test_rpc_tls_client_names_cert_problem),
         cmocka_unit_test(test_rpc_tls_handshake_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

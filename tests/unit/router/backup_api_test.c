@@ -271,11 +271,50 @@ static void test_order_by(void **state) {
     assert_int_equal(rtr_bk_order_parse("name sideways", &o, &err), ST_INVALID_ARGUMENT);
 }
 
+/* A CREATING backup whose operation ended with an error is hidden; running, succeeded, unknown
+ * operations, READY backups and imports (no operation) are shown. */
+static void test_visible(void **state) {
+    (void)state;
+    rtr_pb_backup b;
+    google__bigtable__admin__v2__backup__init(&b);
+    b.state = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING;
+    rtr_pb_bkrec rec;
+    strata__internal__v1__backup_record__init(&rec);
+    rec.backup = &b;
+    rec.operation = (char *)"operations/x/1";
+    uint8_t buf[256];
+    st_slice op;
+    Google__Rpc__Status st;
+    google__rpc__status__init(&st);
+    st.code = 1;
+    Google__Longrunning__Operation o;
+    google__longrunning__operation__init(&o);
+    o.name = (char *)"operations/x/1";
+    op = st_slice_make(buf, google__longrunning__operation__pack(&o, buf));
+    assert_true(rtr_bk_visible(&rec, &op)); /* running */
+    o.done = true;
+    o.result_case = GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
+    o.error = &st;
+    op = st_slice_make(buf, google__longrunning__operation__pack(&o, buf));
+    assert_false(rtr_bk_visible(&rec, &op)); /* failed: hidden */
+    assert_true(rtr_bk_visible(&rec, NULL)); /* operation unknown */
+    b.state = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY;
+    assert_true(rtr_bk_visible(&rec, &op));
+    b.state = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING;
+    rec.operation = (char *)""; /* an import */
+    assert_true(rtr_bk_visible(&rec, &op));
+    rec.operation = (char *)"operations/x/1";
+    o.result_case = GOOGLE__LONGRUNNING__OPERATION__RESULT_RESPONSE;
+    o.error = NULL;
+    op = st_slice_make(buf, google__longrunning__operation__pack(&o, buf));
+    assert_true(rtr_bk_visible(&rec, &op)); /* done without error: its record turns READY */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids_and_names), cmocka_unit_test(test_expire_bounds),
         cmocka_unit_test(test_filter),        cmocka_unit_test(test_filter_size),
-        cmocka_unit_test(test_order_by),
+        cmocka_unit_test(test_order_by),      cmocka_unit_test(test_visible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

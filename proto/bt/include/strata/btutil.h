@@ -102,4 +102,12 @@ st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, uns
 ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
                                 st_slice bytes, st_err *err);
 
+/* btu_pb_unpack of bytes without the length-delimited field number `field` (a top-level bytes
+ * field): its last occurrence, as protobuf takes it, is left where it lies and set in *lifted
+ * (empty when absent), the message's field staying empty. protobuf-c would copy it: for a MiB of
+ * payload per message that copy, and the MiB allocated for it, are most of the parse. */
+ProtobufCMessage *btu_pb_unpack_lift(const ProtobufCMessageDescriptor *desc,
+                                     ProtobufCAllocator *alloc, st_slice bytes, uint32_t field,
+                                     st_slice *lifted, st_err *err);
+
 #endif

@@ -309,6 +309,9 @@ typedef struct rpc_client_opts {
     int64_t keepalive_ms;         /* 0 = RPC_KEEPALIVE_MS_DEFAULT; < 0 = no PINGs */
     int64_t keepalive_timeout_ms; /* 0 = RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT */
     int64_t connect_timeout_ms; /* connect (+ TLS handshake); 0 = RPC_CONNECT_TIMEOUT_MS_DEFAULT */
+    /* Each call's HTTP/2 receive window: what the server may send on a paused call
+     * (rpc_ccall_pause) before it stalls. 0 = 256 KiB; at most 2^31 - 1. */
+    int32_t stream_window_bytes;
 } rpc_client_opts;
 
 #define RPC_KEEPALIVE_MS_DEFAULT 1000
@@ -443,6 +446,13 @@ bool rpc_tls_peer_role(const struct ssl_st *ssl, char *out, size_t cap);
 /* The role of the client of call's connection, by its verified certificate; "" on plaintext
  * connections and for clients without one. Valid until the call is released. */
 const char *rpc_call_peer_role(rpc_call *call);
+/* A memo of size bytes that lives as long as call's connection, zeroed when first asked for:
+ * what a guard or gate learnt from an earlier call of the same client (who its credentials
+ * name) without working it out again on every call. One memo per connection, always asked for
+ * with the same size; its bytes are cleansed when the connection closes (they may hold a
+ * credential). NULL when the connection is gone, size differs from the first request's, or
+ * memory ran out: then work it out as if nothing were known. Loop thread. */
+void *rpc_call_conn_memo(rpc_call *call, size_t size);
 /* Decides, when the request's headers end (before its message is read, so a refused call
  * buffers no body), whether call may run: anything but ST_OK ends the call with that code and
  * err's message. It also sees paths the server does not serve (rpc_call_method_known false;
