@@ -137,6 +137,9 @@ void node_cs_write_lost(node_ctx *n, node_cs_write *w);
 /* Sets the ring's size before its first record (tests: eviction with little data); ignored once
  * the ring holds records. */
 void node_cs_set_ring_bytes(node_ctx *n, size_t bytes);
+/* Whether the ring's buffer is mapped (resident): from the moment a table has streams on, not at
+ * the first record (tests). */
+bool node_cs_ring_mapped(const node_ctx *n);
 
 /* Rows of table in [start, end) arrived on this node (a move's copy): the ring answers MISS for
  * them below a fresh stamp taken now. */

@@ -4,7 +4,8 @@
  * On its own table TABLE-cs (streams on, retention 1 day), written and read through a
  * single-cluster app profile:
  *   1. backlog: --cs-backlog N MutateRows (unique rows "cs" + 14 digits) at --conns x --streams,
- *      then one consumer (ops/changes_stream.c, as `strata changes`) reads from before the first
+ *      then one consumer (ops/changes_stream.c, as `strata changes`, but keys_only: it matches
+ *      rows, so DataChange messages are read at the wire level) reads from before the first
  *      write to after the last: the catch-up time and changes/s, and every written row must be
  *      there;
  *   2. live: the consumer follows the stream while the writers run for --duration / --requests;
@@ -358,8 +359,9 @@ static st_code consumer_start(cs_bench *b, int64_t start_us, int64_t stop_us, st
                      .on_done = on_done,
                      .on_retry = on_retry,
                      .arg = b,
-                     .copts = &b->t->copts,                               /* --tls, --secure */
-                     .authorization = b->t->auth[0] ? b->t->auth : NULL}; /* --token */
+                     .copts = &b->t->copts,                              /* --tls, --secure */
+                     .authorization = b->t->auth[0] ? b->t->auth : NULL, /* --token */
+                     .keys_only = true}; /* it matches rows only: no mutations decoded */
     b->cs_done = false;
     b->cs = ops_cs_new(b->base, &o, err);
     if (!b->cs)

@@ -119,6 +119,10 @@ typedef struct ops_cs_opts {
      * authorization NULL = no token, else the header's value ("Bearer TOKEN"). */
     const rpc_client_opts *copts;
     const char *authorization;
+    /* The changes passed to on_change carry no mutations (mods NULL, n_mods 0): a DataChange
+     * complete in one message is read at the wire level (ops_cs_wire_decode) instead of
+     * unpacked; anything else is decoded fully, as without it. The bench's consumer. */
+    bool keys_only;
 } ops_cs_opts;
 
 typedef struct ops_cs_stats {
@@ -148,6 +152,30 @@ st_code ops_cs_set_retention(const char *addr, const char *table, int64_t retent
 st_code ops_cs_set_retention_auth(const char *addr, const rpc_client_opts *copts,
                                   const char *authorization, const char *table,
                                   int64_t retention_us, st_err *err);
+
+/* ---- a response read at the wire level ---- */
+/* What a consumer that follows keys needs of a DataChange, read without unpacking it: slices
+ * point into the message. chunks_ok: the chunks' ChunkInfo add up within this message (a value
+ * chunked over several messages, or a CONTINUATION, is not "ok" here: those go to the full
+ * decoder); chunk_open: the message ends inside a chunked value. */
+typedef struct ops_cs_wire_dc {
+    int type; /* DataChange.Type: 1 USER, 2 GARBAGE_COLLECTION, 3 CONTINUATION */
+    st_slice row, cluster, token;
+    int64_t commit_us, watermark_us; /* 0 = absent */
+    int32_t tiebreaker;
+    bool done, chunks_ok, chunk_open;
+    size_t n_chunks;
+    uint64_t chunk_got, chunk_size; /* the chunked value in progress */
+} ops_cs_wire_dc;
+
+typedef enum ops_cs_wire_rc {
+    OPS_CS_WIRE_DC = 0, /* a DataChange: *dc filled */
+    OPS_CS_WIRE_OTHER,  /* a heartbeat, a CloseStream or no record: decode it fully */
+    OPS_CS_WIRE_BAD,    /* not a ReadChangeStreamResponse (truncated, bad wire types) */
+} ops_cs_wire_rc;
+
+/* Walks msg's fields with a varint / length reader; nothing is copied or allocated. */
+ops_cs_wire_rc ops_cs_wire_decode(st_slice msg, ops_cs_wire_dc *dc);
 
 /* `strata changes` */
 int ops_changes_main(int argc, char **argv);

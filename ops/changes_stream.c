@@ -92,6 +92,7 @@ struct ops_cs {
     char final_msg[ST_ERR_MSG_MAX];
     uint64_t records, retries;
     st_buf req;
+    st_buf token;      /* keys_only: the token of the message being handled, NUL-terminated */
     st_arena pb_arena; /* the response being handled (part_msg) */
 };
 
@@ -634,15 +635,59 @@ static void pb_free(void *arena, void *ptr) { /* the arena is emptied as a whole
     (void)ptr;
 }
 
+/* A DataChange complete in one message, for a keys_only consumer: read at the wire level, no
+ * mutations. False when the message needs the full decoder (anything else, or anything
+ * unusual: a change spread over several messages, chunks that do not add up, no token). */
+static bool part_msg_light(cs_part *p, st_slice msg, const char **why) {
+    ops_cs_wire_dc dc;
+    ops_cs_wire_rc rc = ops_cs_wire_decode(msg, &dc);
+    if (rc == OPS_CS_WIRE_BAD) {
+        *why = "an unreadable ReadChangeStreamResponse";
+        return true;
+    }
+    if (rc != OPS_CS_WIRE_DC || p->in_change || !dc.done || !dc.chunks_ok || dc.chunk_open ||
+        (dc.type != 1 && dc.type != 2) || dc.token.len == 0 || dc.cluster.len >= sizeof p->cluster)
+        return false;
+    memcpy(p->cluster, dc.cluster.data, dc.cluster.len);
+    p->cluster[dc.cluster.len] = '\0';
+    ops_cs_change c = {.row = dc.row,
+                       .type = dc.type == 2 ? OPS_CS_GC : OPS_CS_USER,
+                       .cluster = p->cluster,
+                       .commit_us = dc.commit_us,
+                       .tiebreaker = dc.tiebreaker};
+    ops_cs *cs = p->cs;
+    cs->records++;
+    if (cs->o.on_change && !cs->o.on_change(&c, cs->o.arg)) {
+        ops_cs_stop(cs);
+        return true;
+    }
+    st_buf_reset(&cs->token);
+    if (st_buf_append(&cs->token, dc.token.data, dc.token.len) != ST_OK ||
+        st_buf_append_byte(&cs->token, 0) != ST_OK ||
+        !part_set_token(p, (const char *)cs->token.data))
+        *why = "out of memory";
+    Google__Protobuf__Timestamp wm = {.seconds = dc.watermark_us / 1000000,
+                                      .nanos = (int32_t)(dc.watermark_us % 1000000 * 1000)};
+    part_watermark(p, dc.watermark_us ? &wm : NULL);
+    return true;
+}
+
+static void part_msg_failed(cs_part *p, const char *why);
+
 static void part_msg(rpc_ccall *call, st_slice msg, void *arg) {
     (void)call;
     cs_part *p = arg;
     if (p->state != P_OPEN)
         return;
+    const char *why = NULL;
+    if (p->cs->o.keys_only && part_msg_light(p, msg, &why)) {
+        p->failures = 0;
+        part_msg_failed(p, why);
+        return;
+    }
     ProtobufCAllocator alloc = {pb_alloc, pb_free, &p->cs->pb_arena};
     cs_resp *r = (cs_resp *)btu_pb_unpack(
         &google__bigtable__v2__read_change_stream_response__descriptor, &alloc, msg, NULL);
-    const char *why = NULL;
     p->failures = 0; /* the stream works: the next failure starts the backoff over */
     if (!r) {
         why = "an unreadable ReadChangeStreamResponse";
@@ -661,6 +706,11 @@ static void part_msg(rpc_ccall *call, st_slice msg, void *arg) {
     }
     if (p->cs->pb_arena.total_bytes > CS_PB_ARENA_KEEP_BYTES)
         st_arena_deinit(&p->cs->pb_arena); /* nothing points into it past this message */
+    part_msg_failed(p, why);
+}
+
+/* A message the stream cannot go on after (why NULL: none): reopened from the last token. */
+static void part_msg_failed(cs_part *p, const char *why) {
     if (why && p->state == P_OPEN) {
         if (p->cs->o.on_retry) {
             char line[256];
@@ -1034,6 +1084,7 @@ void ops_cs_free(ops_cs *cs) {
     if (cs->done_timer)
         event_free(cs->done_timer);
     st_buf_free(&cs->req);
+    st_buf_free(&cs->token);
     st_arena_deinit(&cs->pb_arena);
     free(cs->table);
     free(cs->profile);

@@ -4,6 +4,7 @@
  * - UpdateTable: retention outside 1..7 days and unknown mask paths are INVALID_ARGUMENT, a
  *   valid one answers a done Operation holding the Table, GetTable shows the config, deletion
  *   protection refuses DeleteTable, the config mask without a config turns streams off;
+ *   turning streams on maps the ring (pages faulted in) before any write reaches it;
  * - every row mutation of a table with streams on adds one record cell (family "\0changes",
  *   qualifier be64(stamp) be32(index), timestamp = stamp) for MutateRow, MutateRows,
  *   CheckAndMutateRow and ReadModifyWriteRow, with strictly increasing stamps above the commit
@@ -372,6 +373,23 @@ static void readers_add(const node_env *e, int delta) {
     on_loop(readers_run, &r);
 }
 
+typedef struct mapped_job {
+    node_ctx *n;
+    bool mapped;
+} mapped_job;
+
+static void mapped_run(loop_job *j) {
+    mapped_job *m = j->arg;
+    m->mapped = node_cs_ring_mapped(m->n);
+    job_finish(j);
+}
+
+static bool ring_mapped(const node_env *e) {
+    mapped_job m = {e->node, false};
+    on_loop(mapped_run, &m);
+    return m.mapped;
+}
+
 /* ---- tests ---- */
 
 static const char *const FG[] = {"f", "g", NULL};
@@ -424,9 +442,13 @@ static void test_cs_update_table(void **state) {
     assert_int_equal(update_table(&S, TBL("u"), "granularity", DAY_S, false, NULL),
                      ST_INVALID_ARGUMENT);
     assert_int_equal(get_retention(&S, TBL("u")), 0);
+    /* No table with streams on: no ring. Turning them on maps it (pages faulted in) before any
+     * write, so no write pays a page fault filling it. */
+    assert_false(ring_mapped(&S));
     st_buf resp;
     st_buf_init(&resp);
     assert_int_equal(update_table(&S, TBL("u"), cs, 3 * DAY_S, false, &resp), ST_OK);
+    assert_true(ring_mapped(&S));
     Google__Longrunning__Operation *op =
         google__longrunning__operation__unpack(NULL, resp.len, resp.data);
     assert_non_null(op);
