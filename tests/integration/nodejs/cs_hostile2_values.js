@@ -72,7 +72,9 @@ function fold(msgs) {
       if (cur) bad('a new change before the last one was done');
       if (t === 'USER' && !d.sourceClusterId) bad('USER without source_cluster_id');
       if (t === 'GARBAGE_COLLECTION' && d.sourceClusterId) bad('GARBAGE_COLLECTION with a source');
-      cur = {row: d.rowKey.toString(), type: t, cluster: d.sourceClusterId, mods: []};
+      const ct = d.commitTimestamp || {};
+      cur = {row: d.rowKey.toString(), type: t, cluster: d.sourceClusterId, mods: [],
+             commitUs: Number(ct.seconds || 0) * 1e6 + Math.floor(Number(ct.nanos || 0) / 1000)};
     } else if (!cur) bad('CONTINUATION without a change');
     for (const c of d.chunks || []) {
       const mu = c.mutation || bad('a chunk without a mutation');
@@ -147,7 +149,9 @@ async function check(profile, t0Arg) {
   const want = expected();
   let bad = 0;
   for (const [row, mods] of Object.entries(want)) {
-    const got = recs.filter(r => r.row === row);
+    // start_time selects by the time a change was applied in the cluster read: on the second
+    // cluster, the wide row's insert (committed before t1) can be applied after t1 and arrive too.
+    const got = recs.filter(r => r.row === row && r.commitUs >= t1);
     const g = got.length === 1 ? got[0].mods : [];
     const same = got.length === 1 && g.length === mods.length &&
                  mods.every((m, i) => g[i].k === m.k && g[i].fam === m.fam &&
