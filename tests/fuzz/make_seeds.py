@@ -187,3 +187,33 @@ write("fuzz_wire", {
 })
 write("fuzz_h2server", H2)
 write("fuzz_topology", TOPOLOGY)
+
+
+def ts(us):
+    return fld(1, us // 1000000) + fld(2, (us % 1000000) * 1000)
+
+
+def data_change(row, chunks, kind=1, cluster="east", done=1, token="1.1796455919303000"):
+    return fld(1, fld(1, kind) + fld(2, cluster) + fld(3, row) + fld(4, ts(1796455919303000)) +
+               fld(5, 1) + b"".join(fld(6, c) for c in chunks) + fld(8, done) + fld(9, token) +
+               fld(10, ts(1796455919302000)))
+
+
+def mchunk(value, info=None):
+    sc = fld(1, "cf") + fld(2, "q") + fld(3, 1000) + fld(4, value)
+    return (fld(1, info) if info is not None else b"") + fld(2, fld(1, sc))
+
+
+# ReadChangeStreamResponse messages as a node sends them: whole changes, a value chunked within
+# one message and over two, a delete, a heartbeat and a CloseStream.
+write("fuzz_cswire", {
+    "set_cells": data_change("row1", [mchunk(b"v" * 10), mchunk(b"w" * 70)]),
+    "chunked_whole": data_change("row2", [mchunk(b"a" * 5, fld(1, 8) + fld(2, 0)),
+                                          mchunk(b"b" * 3, fld(1, 8) + fld(2, 5) + fld(3, 1))]),
+    "chunked_open": data_change("row3", [mchunk(b"a" * 5, fld(1, 8) + fld(2, 0))], done=0),
+    "continuation": data_change("", [mchunk(b"b" * 3, fld(1, 8) + fld(2, 5) + fld(3, 1))], kind=3),
+    "gc_delete": data_change("row4", [fld(2, fld(3, fld(1, "cf")))], kind=2, cluster=""),
+    "heartbeat": fld(2, fld(1, fld(2, "1.1796455919303000")) + fld(2, ts(1796455919302000))),
+    "close_stream": fld(3, fld(1, fld(1, 0))),
+    "empty": b"",
+})
