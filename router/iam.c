@@ -201,98 +201,18 @@ static void set_recorded(void *arg, st_code code, const char *msg) {
 
 /* ---- the compare-and-set in the metadata table ---- */
 
-/* The CheckAndMutateRow that stores pb at key only if the record's latest value is still expect
- * (NULL: there is none): the predicate matches exactly that value (value_range [expect, expect]
- * over the latest cell of m:v), or any cell when expect is NULL, and the SetCell goes in the
- * branch that means "unchanged". The node runs it under the row's lock, so of two routers
- * comparing with the same value exactly one stores. */
-static st_code cas_request(st_slice key, const st_slice *expect, st_slice pb, st_buf *out) {
-    Google__Bigtable__V2__RowFilter fam, qual, last, val, chain;
-    google__bigtable__v2__row_filter__init(&fam);
-    fam.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_FAMILY_NAME_REGEX_FILTER;
-    fam.family_name_regex_filter = (char *)RTR_META_FAMILY;
-    google__bigtable__v2__row_filter__init(&qual);
-    qual.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_COLUMN_QUALIFIER_REGEX_FILTER;
-    qual.column_qualifier_regex_filter = (ProtobufCBinaryData){1, (uint8_t *)RTR_META_QUALIFIER};
-    google__bigtable__v2__row_filter__init(&last);
-    last.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER;
-    last.cells_per_column_limit_filter = 1;
-    Google__Bigtable__V2__ValueRange range;
-    google__bigtable__v2__value_range__init(&range);
-    google__bigtable__v2__row_filter__init(&val);
-    if (expect) {
-        ProtobufCBinaryData v = {expect->len, (uint8_t *)expect->data};
-        range.start_value_case = GOOGLE__BIGTABLE__V2__VALUE_RANGE__START_VALUE_START_VALUE_CLOSED;
-        range.start_value_closed = v;
-        range.end_value_case = GOOGLE__BIGTABLE__V2__VALUE_RANGE__END_VALUE_END_VALUE_CLOSED;
-        range.end_value_closed = v;
-        val.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_RANGE_FILTER;
-        val.value_range_filter = &range;
-    }
-    Google__Bigtable__V2__RowFilter *links[4] = {&fam, &qual, &last, &val};
-    Google__Bigtable__V2__RowFilter__Chain ch;
-    google__bigtable__v2__row_filter__chain__init(&ch);
-    ch.n_filters = expect ? 4 : 3;
-    ch.filters = links;
-    google__bigtable__v2__row_filter__init(&chain);
-    chain.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CHAIN;
-    chain.chain = &ch;
-    Google__Bigtable__V2__Mutation__SetCell set;
-    google__bigtable__v2__mutation__set_cell__init(&set);
-    set.family_name = (char *)RTR_META_FAMILY;
-    set.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)RTR_META_QUALIFIER};
-    set.timestamp_micros = -1;
-    set.value = (ProtobufCBinaryData){pb.len, (uint8_t *)pb.data};
-    Google__Bigtable__V2__Mutation mut;
-    google__bigtable__v2__mutation__init(&mut);
-    mut.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
-    mut.set_cell = &set;
-    Google__Bigtable__V2__Mutation *muts[1] = {&mut};
-    Google__Bigtable__V2__CheckAndMutateRowRequest req;
-    google__bigtable__v2__check_and_mutate_row_request__init(&req);
-    req.table_name = (char *)RTR_META_TABLE;
-    req.row_key = (ProtobufCBinaryData){key.len, (uint8_t *)key.data};
-    req.predicate_filter = &chain;
-    if (expect) {
-        req.n_true_mutations = 1;
-        req.true_mutations = muts;
-    } else {
-        req.n_false_mutations = 1;
-        req.false_mutations = muts;
-    }
-    size_t len = google__bigtable__v2__check_and_mutate_row_request__get_packed_size(&req);
-    if (st_buf_reserve(out, len) != ST_OK)
-        return ST_RESOURCE_EXHAUSTED;
-    out->len = google__bigtable__v2__check_and_mutate_row_request__pack(&req, out->data);
-    return ST_OK;
-}
-
-static void cas_done(rtr_fan *f, void *arg) {
+/* The compare-and-set stores the policy only if the first cluster's record still holds what this
+ * router read (none: there is no record). */
+static void cas_done(void *arg, st_code code, const char *message, bool matched) {
     set_op *op = arg;
-    st_err err = {0};
-    st_code code = rtr_fan_first_error(f, &err);
-    size_t off = 0;
-    st_slice msg = {0};
-    Google__Bigtable__V2__CheckAndMutateRowResponse *resp =
-        code == ST_OK && rtr_fan_next_msg(&f->res[0], &off, &msg)
-            ? google__bigtable__v2__check_and_mutate_row_response__unpack(NULL, msg.len, msg.data)
-            : NULL;
-    rtr_fan_free(f);
     /* With a record expected, stored when the predicate matched; without, when it did not. */
-    bool stored = resp && resp->predicate_matched == op->had;
-    if (resp)
-        google__bigtable__v2__check_and_mutate_row_response__free_unpacked(resp, NULL);
+    bool stored = matched == op->had;
     if (code != ST_OK) {
         rtr_fail(op->call, code,
                  "could not store the policy in the metadata of cluster %s (the first of the "
                  "topology, where policy changes are compared and set): %s; retry when it is "
                  "reachable",
-                 op->r->clusters[0].topo->id, err.msg);
-        return;
-    }
-    if (!resp) {
-        rtr_fail(op->call, ST_INTERNAL,
-                 "the metadata table's node sent no CheckAndMutateRow answer");
+                 op->r->clusters[0].topo->id, message);
         return;
     }
     if (!stored) {
@@ -312,29 +232,19 @@ static void cas_send(set_op *op) {
     const rtr_meta_rec *rec = rtr_meta_find(&r->meta, RTR_META_KIND_IAM, op->resource);
     st_slice expect = rec ? st_slice_make(rec->pb, rec->len) : (st_slice){0};
     op->had = rec != NULL;
-    st_buf key, req;
+    st_buf key;
     st_buf_init(&key);
-    st_buf_init(&req);
-    const rtr_tmap_table *t =
-        r->clusters[0].map ? rtr_tmap_find(r->clusters[0].map, RTR_META_TABLE) : NULL;
     st_code rc = rtr_meta_row_key(RTR_META_KIND_IAM, op->resource, &key);
     if (rc == ST_OK)
-        rc = cas_request(st_buf_slice(&key), rec ? &expect : NULL, op->pb, &req);
-    size_t k = rc == ST_OK && t ? rtr_tmap_row(t, st_buf_slice(&key)) : SIZE_MAX;
-    rtr_fan *f = k != SIZE_MAX ? rtr_fan_new(r, 1, RTR_ADMIN_TIMEOUT_MS, cas_done, op) : NULL;
-    if (f)
-        rtr_fan_call(f, 0, &r->clusters[0].nodes[t->v[k].node], RTR_BT "CheckAndMutateRow",
-                     st_buf_slice(&req));
+        rc = rtr_meta_cas(r, st_buf_slice(&key), rec ? &expect : NULL, &op->pb, cas_done, op);
     st_buf_free(&key);
-    st_buf_free(&req);
-    if (f) {
-        rtr_fan_seal(f);
+    if (rc == ST_OK)
         return;
-    }
-    rtr_fail(op->call, rc != ST_OK ? ST_RESOURCE_EXHAUSTED : ST_UNAVAILABLE,
-             rc != ST_OK ? "out of memory storing the policy"
-                         : "no tablet of the metadata table is known in cluster %s, where policy "
-                           "changes are compared and set: retry when it is reachable",
+    rtr_fail(op->call, rc != ST_UNAVAILABLE ? ST_RESOURCE_EXHAUSTED : ST_UNAVAILABLE,
+             rc != ST_UNAVAILABLE ? "out of memory storing the policy"
+                                  : "no tablet of the metadata table is known in cluster %s, where "
+                                    "policy changes are compared and set: retry when it is "
+                                    "reachable",
              r->clusters[0].topo->id);
 }
 

@@ -462,25 +462,33 @@ typedef struct meta_write {
     void *arg;
 } meta_write;
 
+/* A record's mutation: SetCell m:v (server time) of *pb, or DeleteFromRow when pb is NULL. */
+static void mutation_init(const st_slice *pb, Google__Bigtable__V2__Mutation__SetCell *set,
+                          Google__Bigtable__V2__Mutation__DeleteFromRow *del,
+                          Google__Bigtable__V2__Mutation *mut) {
+    google__bigtable__v2__mutation__init(mut);
+    google__bigtable__v2__mutation__set_cell__init(set);
+    google__bigtable__v2__mutation__delete_from_row__init(del);
+    if (!pb) {
+        mut->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_ROW;
+        mut->delete_from_row = del;
+        return;
+    }
+    set->family_name = (char *)RTR_META_FAMILY;
+    set->column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)RTR_META_QUALIFIER};
+    set->timestamp_micros = -1;
+    set->value = (ProtobufCBinaryData){pb->len, (uint8_t *)pb->data};
+    mut->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
+    mut->set_cell = set;
+}
+
 /* MutateRow on the metadata table: SetCell m:v (server time) or DeleteFromRow. */
 static st_code write_request(const meta_write *w, st_slice key, st_buf *out) {
-    Google__Bigtable__V2__Mutation mut;
-    google__bigtable__v2__mutation__init(&mut);
     Google__Bigtable__V2__Mutation__SetCell set;
-    google__bigtable__v2__mutation__set_cell__init(&set);
     Google__Bigtable__V2__Mutation__DeleteFromRow del;
-    google__bigtable__v2__mutation__delete_from_row__init(&del);
-    if (w->del) {
-        mut.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_ROW;
-        mut.delete_from_row = &del;
-    } else {
-        set.family_name = (char *)RTR_META_FAMILY;
-        set.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)RTR_META_QUALIFIER};
-        set.timestamp_micros = -1;
-        set.value = (ProtobufCBinaryData){w->pb.len, w->pb.data};
-        mut.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
-        mut.set_cell = &set;
-    }
+    Google__Bigtable__V2__Mutation mut;
+    st_slice pb = st_buf_slice(&w->pb);
+    mutation_init(w->del ? NULL : &pb, &set, &del, &mut);
     Google__Bigtable__V2__Mutation *muts[1] = {&mut};
     Google__Bigtable__V2__MutateRowRequest req;
     google__bigtable__v2__mutate_row_request__init(&req);
@@ -581,4 +589,116 @@ void rtr_meta_write(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_s
     w->done = done;
     w->arg = arg;
     write_send(w);
+}
+
+/* ---- compare-and-set in the first cluster ---- */
+
+/* The CheckAndMutateRow of rtr_meta_cas: the predicate is the row's latest m:v cell (value_range
+ * [expect, expect] on it when expect is given); the mutation sits in the branch that means "as
+ * expected": matched when expect is given, not matched (no record) otherwise. */
+static st_code cas_request(st_slice key, const st_slice *expect, const st_slice *pb, st_buf *out) {
+    Google__Bigtable__V2__RowFilter fam, qual, last, val, chain;
+    google__bigtable__v2__row_filter__init(&fam);
+    fam.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_FAMILY_NAME_REGEX_FILTER;
+    fam.family_name_regex_filter = (char *)RTR_META_FAMILY;
+    google__bigtable__v2__row_filter__init(&qual);
+    qual.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_COLUMN_QUALIFIER_REGEX_FILTER;
+    qual.column_qualifier_regex_filter = (ProtobufCBinaryData){1, (uint8_t *)RTR_META_QUALIFIER};
+    google__bigtable__v2__row_filter__init(&last);
+    last.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER;
+    last.cells_per_column_limit_filter = 1;
+    Google__Bigtable__V2__ValueRange range;
+    google__bigtable__v2__value_range__init(&range);
+    google__bigtable__v2__row_filter__init(&val);
+    if (expect) {
+        ProtobufCBinaryData v = {expect->len, (uint8_t *)expect->data};
+        range.start_value_case = GOOGLE__BIGTABLE__V2__VALUE_RANGE__START_VALUE_START_VALUE_CLOSED;
+        range.start_value_closed = v;
+        range.end_value_case = GOOGLE__BIGTABLE__V2__VALUE_RANGE__END_VALUE_END_VALUE_CLOSED;
+        range.end_value_closed = v;
+        val.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_VALUE_RANGE_FILTER;
+        val.value_range_filter = &range;
+    }
+    Google__Bigtable__V2__RowFilter *links[4] = {&fam, &qual, &last, &val};
+    Google__Bigtable__V2__RowFilter__Chain ch;
+    google__bigtable__v2__row_filter__chain__init(&ch);
+    ch.n_filters = expect ? 4 : 3;
+    ch.filters = links;
+    google__bigtable__v2__row_filter__init(&chain);
+    chain.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CHAIN;
+    chain.chain = &ch;
+    Google__Bigtable__V2__Mutation__SetCell set;
+    Google__Bigtable__V2__Mutation__DeleteFromRow del;
+    Google__Bigtable__V2__Mutation mut;
+    mutation_init(pb, &set, &del, &mut);
+    Google__Bigtable__V2__Mutation *muts[1] = {&mut};
+    Google__Bigtable__V2__CheckAndMutateRowRequest req;
+    google__bigtable__v2__check_and_mutate_row_request__init(&req);
+    req.table_name = (char *)RTR_META_TABLE;
+    req.row_key = (ProtobufCBinaryData){key.len, (uint8_t *)key.data};
+    req.predicate_filter = &chain;
+    if (expect) {
+        req.n_true_mutations = 1;
+        req.true_mutations = muts;
+    } else {
+        req.n_false_mutations = 1;
+        req.false_mutations = muts;
+    }
+    size_t len = google__bigtable__v2__check_and_mutate_row_request__get_packed_size(&req);
+    if (st_buf_reserve(out, len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    out->len = google__bigtable__v2__check_and_mutate_row_request__pack(&req, out->data);
+    return ST_OK;
+}
+
+typedef struct meta_cas {
+    rtr_meta_cas_fn done;
+    void *arg;
+} meta_cas;
+
+static void cas_done(rtr_fan *f, void *arg) {
+    meta_cas c = *(meta_cas *)arg;
+    free(arg);
+    st_err err = {0};
+    st_code code = rtr_fan_first_error(f, &err);
+    size_t off = 0;
+    st_slice msg = {0};
+    Google__Bigtable__V2__CheckAndMutateRowResponse *resp =
+        code == ST_OK && rtr_fan_next_msg(&f->res[0], &off, &msg)
+            ? google__bigtable__v2__check_and_mutate_row_response__unpack(NULL, msg.len, msg.data)
+            : NULL;
+    rtr_fan_free(f);
+    bool matched = resp && resp->predicate_matched;
+    if (resp)
+        google__bigtable__v2__check_and_mutate_row_response__free_unpacked(resp, NULL);
+    else if (code == ST_OK)
+        code = st_err_set(&err, ST_INTERNAL,
+                          "the metadata table's node sent no CheckAndMutateRow answer");
+    c.done(c.arg, code, code == ST_OK ? NULL : err.msg, matched);
+}
+
+st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
+                     rtr_meta_cas_fn done, void *arg) {
+    const rtr_tmap_table *t =
+        r->clusters[0].map ? rtr_tmap_find(r->clusters[0].map, RTR_META_TABLE) : NULL;
+    size_t k = t ? rtr_tmap_row(t, key) : SIZE_MAX;
+    if (k == SIZE_MAX)
+        return ST_UNAVAILABLE;
+    st_buf req;
+    st_buf_init(&req);
+    meta_cas *c = malloc(sizeof *c);
+    rtr_fan *f = c && cas_request(key, expect, pb, &req) == ST_OK
+                     ? rtr_fan_new(r, 1, RTR_ADMIN_TIMEOUT_MS, cas_done, c)
+                     : NULL;
+    if (!f) {
+        free(c);
+        st_buf_free(&req);
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    *c = (meta_cas){done, arg};
+    rtr_fan_call(f, 0, &r->clusters[0].nodes[t->v[k].node], RTR_BT "CheckAndMutateRow",
+                 st_buf_slice(&req));
+    st_buf_free(&req);
+    rtr_fan_seal(f);
+    return ST_OK;
 }

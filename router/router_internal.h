@@ -561,6 +561,18 @@ st_code rtr_meta_start_timer(rtr_ctx *r, st_err *err);
 typedef void (*rtr_meta_done_fn)(void *arg, st_code code, const char *message);
 void rtr_meta_write(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
                     rtr_meta_done_fn done, void *arg);
+/* matched: the CheckAndMutateRow's predicate_matched (when code is ST_OK). */
+typedef void (*rtr_meta_cas_fn)(void *arg, st_code code, const char *message, bool matched);
+/* A CheckAndMutateRow on row key of the first cluster's metadata table, the compare-and-set that
+ * new backup ids, restore claims and IAM policies go through: the predicate is the row's latest
+ * m:v cell, and only when it equals *expect if given; the mutation (SetCell pb, or DeleteFromRow
+ * when pb is NULL) runs when the predicate matched if expect is given, when it did not (no
+ * record) otherwise. The node runs it under the row's lock, so of two routers comparing against
+ * the same state exactly one mutates. ST_OK: sent, done follows. Otherwise done is not called:
+ * UNAVAILABLE when no tablet of the metadata table is known in the first cluster,
+ * RESOURCE_EXHAUSTED when memory runs out. */
+st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
+                     rtr_meta_cas_fn done, void *arg);
 
 /* ---- handlers ---- */
 void rtr_h_read_rows(rpc_call *call, st_slice req, void *arg);
