@@ -373,6 +373,32 @@ static void crc_init(void) {
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
 }
 
+/* a * b modulo the (reflected) Castagnoli polynomial; bit 31 is x^0 */
+static uint32_t crc_multmodp(uint32_t a, uint32_t b) {
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ 0x82f63b78u : b >> 1;
+    }
+    return p;
+}
+
+/* x^n modulo the polynomial. */
+static uint32_t crc_xpow(uint64_t n) {
+    uint32_t p = 1u << 31, sq = 1u << 30; /* x^0; x^1 */
+    for (; n; n >>= 1) {
+        if (n & 1)
+            p = crc_multmodp(sq, p);
+        sq = crc_multmodp(sq, sq);
+    }
+    return p;
+}
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -400,32 +426,6 @@ static pthread_once_t crc_hw_once = PTHREAD_ONCE_INIT;
 static bool crc_fold_ok;
 static uint64_t crc_fold_k[4][2]; /* fold by 128 (index 0), 256, 384, 512 bits */
 static uint64_t crc_fold_k2048[2];
-
-/* a * b modulo the (reflected) Castagnoli polynomial; bit 31 is x^0 */
-static uint32_t crc_multmodp(uint32_t a, uint32_t b) {
-    uint32_t m = 1u << 31, p = 0;
-    for (;;) {
-        if (a & m) {
-            p ^= b;
-            if ((a & (m - 1)) == 0)
-                break;
-        }
-        m >>= 1;
-        b = b & 1 ? (b >> 1) ^ 0x82f63b78u : b >> 1;
-    }
-    return p;
-}
-
-/* x^n modulo the polynomial. */
-static uint32_t crc_xpow(uint64_t n) {
-    uint32_t p = 1u << 31, sq = 1u << 30; /* x^0; x^1 */
-    for (; n; n >>= 1) {
-        if (n & 1)
-            p = crc_multmodp(sq, p);
-        sq = crc_multmodp(sq, sq);
-    }
-    return p;
-}
 
 /* The multipliers that fold a 128-bit chunk d bits forward. In a chunk loaded little endian,
  * the low quadword L holds the earlier bits, so chunk = L x^64 + H, and chunk x^d = L x^(64+d)
@@ -573,6 +573,10 @@ uint32_t st_crc32c(uint32_t crc, const void *data, size_t len) {
         return ~crc_hw(c, data, len);
 #endif
     return ~crc_sw(c, data, len);
+}
+
+uint32_t st_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+    return crc_multmodp(crc_xpow(8 * len_b), crc_a) ^ crc_b; /* A shifted past B, then B's */
 }
 
 /* 64-bit hash: a simple, well-mixed multiply-xorshift over 8-byte words (not cryptographic). */

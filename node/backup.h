@@ -102,8 +102,6 @@ void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t 
 struct stat;
 void bk_crc_write(node_backups *b, const struct stat *before, const struct stat *after,
                   uint64_t off, st_slice data);
-/* CRC32C of A followed by B from crc(A), crc(B) and the length of B. */
-uint32_t bk_crc_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 /* Fills the cache from the manifests of the pieces on disk (node_backups_open). */
 void bk_crc_load(node_ctx *n);
 st_code bk_fsync_path(const char *path, st_err *err); /* a file or a directory */

@@ -134,9 +134,8 @@ static void crc_append(node_backups *b, const struct stat *before, const struct 
 
 /* ---- files received out of order ---- */
 
-#define BK_CRC_POLY 0x82f63b78u /* CRC32C, reflected */
-#define BK_RX_FILES 64          /* files with chunks out of order followed at once */
-#define BK_RX_RANGES 32         /* separate ranges of one such file */
+#define BK_RX_FILES 64  /* files with chunks out of order followed at once */
+#define BK_RX_RANGES 32 /* separate ranges of one such file */
 
 typedef struct bk_rx_range {
     uint64_t off, len;
@@ -149,31 +148,6 @@ struct bk_rx {
     size_t n;
     bk_rx_range r[BK_RX_RANGES]; /* by offset, none touching the next */
 };
-
-/* a * b modulo the CRC's polynomial, bit 31 the coefficient of x^0; a is not 0. */
-static uint32_t gf2_mul(uint32_t a, uint32_t b) {
-    uint32_t m = 1u << 31, p = 0;
-    for (;;) {
-        if (a & m) {
-            p ^= b;
-            if ((a & (m - 1)) == 0)
-                break;
-        }
-        m >>= 1;
-        b = b & 1 ? (b >> 1) ^ BK_CRC_POLY : b >> 1;
-    }
-    return p;
-}
-
-uint32_t bk_crc_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
-    uint32_t p = 1u << 31, sq = 1u << 23; /* x^0, and x^8: one byte */
-    for (; len_b; len_b >>= 1) {
-        if (len_b & 1)
-            p = gf2_mul(sq, p);
-        sq = gf2_mul(sq, sq);
-    }
-    return gf2_mul(p, crc_a) ^ crc_b; /* crc_a shifted past len_b zero bytes, then B's */
-}
 
 static bk_rx *rx_find(node_backups *b, uint64_t dev, uint64_t ino) {
     for (size_t i = 0; i < b->n_rx; i++)
@@ -197,10 +171,10 @@ static bool rx_add(bk_rx *x, uint64_t off, uint64_t len, uint32_t crc) {
     bk_rx_range *prev = i > 0 && x->r[i - 1].off + x->r[i - 1].len == off ? &x->r[i - 1] : NULL;
     bk_rx_range *next = i < x->n && x->r[i].off == off + len ? &x->r[i] : NULL;
     if (prev) {
-        prev->crc = bk_crc_combine(prev->crc, crc, len);
+        prev->crc = st_crc32c_combine(prev->crc, crc, len);
         prev->len += len;
         if (next) {
-            prev->crc = bk_crc_combine(prev->crc, next->crc, next->len);
+            prev->crc = st_crc32c_combine(prev->crc, next->crc, next->len);
             prev->len += next->len;
             memmove(next, next + 1, (x->n - i - 1) * sizeof *next);
             x->n--;
@@ -208,7 +182,7 @@ static bool rx_add(bk_rx *x, uint64_t off, uint64_t len, uint32_t crc) {
         return true;
     }
     if (next) {
-        next->crc = bk_crc_combine(crc, next->crc, next->len);
+        next->crc = st_crc32c_combine(crc, next->crc, next->len);
         next->off = off;
         next->len += len;
         return true;

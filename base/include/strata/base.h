@@ -158,6 +158,8 @@ static inline int64_t st_clock_now(st_clock *c) {
 
 /* ---- checksums and hashes ---- */
 uint32_t st_crc32c(uint32_t crc, const void *data, size_t len); /* pass 0 to start */
+/* The CRC32C of A followed by B, from st_crc32c of each and the length of B. */
+uint32_t st_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 /* Masked form stored on disk, so a CRC of data that contains CRCs stays strong (LevelDB). */
 static inline uint32_t st_crc_mask(uint32_t crc) {
     return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;

@@ -127,6 +127,9 @@ static void test_base_crc32c_vectors(void **state) {
     /* Extending a CRC equals computing it over the concatenation. */
     assert_int_equal(st_crc32c(st_crc32c(0, "hello ", 6), "world", 5),
                      st_crc32c(0, "hello world", 11));
+    assert_int_equal(st_crc32c_combine(st_crc32c(0, "hello ", 6), st_crc32c(0, "world", 5), 5),
+                     st_crc32c(0, "hello world", 11));
+    assert_int_equal(st_crc32c_combine(st_crc32c(0, "foo", 3), 0, 0), st_crc32c(0, "foo", 3));
     uint32_t c = st_crc32c(0, "foo", 3);
     assert_int_not_equal(st_crc_mask(c), c);
     assert_int_equal(st_crc_unmask(st_crc_mask(c)), c);
