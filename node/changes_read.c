@@ -178,6 +178,11 @@ static void time_text(int64_t us, char *out, size_t cap) {
 static const char *token_text(cs_reader *r) {
     if (r->pos.scan || !r->token_live || r->token_w != r->pos.w) {
         int64_t y = node_repl_applied_bound(r->n, r->pos.w);
+        /* A bound this cluster gave the position before (the request's token, an earlier
+         * token of this reader) still holds at a later position: keep the larger one. */
+        if (y != INT64_MAX && r->pos.has_y && r->pos.cluster == r->n->opts.cluster_num &&
+            r->pos.y > y)
+            y = r->pos.y;
         if (y == INT64_MAX)
             r->pos.has_y = false; /* nothing is replicated here: a version 1 token */
         else
