@@ -10,7 +10,9 @@
 #   3. `--follow | head -1` on a table with no new changes: the command ends once head has
 #      exited (it used to run forever, noticing the closed pipe only at the next change);
 #   4. --from in the future: refused as such (it used to say that an end_time it made up was
-#      before the start_time).
+#      before the start_time);
+#   5. a checkpoint from before streams were turned off and on: the error says the checkpoint is
+#      older than the table's history (it used to say it did not match the table's partitions).
 # Skips (77) without python3.
 # Usage: cs_hostile3_cli_test.sh PATH/TO/strata
 set -u
@@ -88,4 +90,11 @@ echo "== 4. --from in the future"
 rc=$?
 [ $rc -eq 2 ] && grep -q "is in the future" "$TMPD/e.err" ||
   { cat "$TMPD/e.err"; fail "--from +1h was not refused as a time in the future (exit $rc)"; }
+echo "== 5. a checkpoint older than the table's history (streams turned off and on)"
+"$STRATA" changes --dir "$DIR" --table cs --disable >/dev/null || fail "--disable"
+"$STRATA" changes --dir "$DIR" --table cs --enable 1d >/dev/null || fail "--enable 1d"
+timeout 30 "${CH[@]}" --checkpoint "$CK" --until now >"$TMPD/f.out" 2>"$TMPD/f.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "older than the table's history" "$TMPD/f.err" ||
+  { cat "$TMPD/f.err"; fail "a checkpoint from before streams were turned on again was not explained (exit $rc)"; }
 echo "PASS"
