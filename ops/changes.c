@@ -484,6 +484,11 @@ int ops_changes_main(int argc, char **argv) {
     int64_t now = st_wall_us(), from = now, until = 0;
     if (!check_times(r, now, &from, &until))
         return 2;
+    if (fcntl(STDOUT_FILENO, F_GETFD) == -1) { /* the next file opened would take its place */
+        fprintf(stderr, "strata changes: stdout is closed: redirect it to a file or a pipe "
+                        "(the changes are printed there)\n");
+        return 2;
+    }
     char addr[512];
     if (!resolve_target(r, addr, sizeof addr))
         return 1;

@@ -12,7 +12,9 @@
 #   4. --from in the future: refused as such (it used to say that an end_time it made up was
 #      before the start_time);
 #   5. a checkpoint from before streams were turned off and on: the error says the checkpoint is
-#      older than the table's history (it used to say it did not match the table's partitions).
+#      older than the table's history (it used to say it did not match the table's partitions);
+#   6. stdout closed (>&-): refused before anything is opened (the checkpoint's lock file, or
+#      the router connection, would otherwise take descriptor 1 and receive the changes).
 # Skips (77) without python3.
 # Usage: cs_hostile3_cli_test.sh PATH/TO/strata
 set -u
@@ -97,4 +99,10 @@ timeout 30 "${CH[@]}" --checkpoint "$CK" --until now >"$TMPD/f.out" 2>"$TMPD/f.e
 rc=$?
 [ $rc -eq 1 ] && grep -q "older than the table's history" "$TMPD/f.err" ||
   { cat "$TMPD/f.err"; fail "a checkpoint from before streams were turned on again was not explained (exit $rc)"; }
+echo "== 6. stdout closed"
+rm -f "$TMPD/ckc" "$TMPD/ckc.lock"
+timeout 30 "${CH[@]}" --from "$FROM" --checkpoint "$TMPD/ckc" >&- 2>"$TMPD/g.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "stdout is closed" "$TMPD/g.err" && [ ! -e "$TMPD/ckc" ] ||
+  { cat "$TMPD/g.err"; fail "strata changes with stdout closed was not refused (exit $rc)"; }
 echo "PASS"
