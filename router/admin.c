@@ -29,11 +29,13 @@ struct adm_op {
     rtr_ctx *r;
     rpc_call *call;
     char name[RTR_TABLE_NAME_MAX + 1];
-    pb_table *table;  /* the schema being written (call arena) */
-    st_buf table_pb;  /* serialized table */
-    st_buf put_req;   /* serialized PutTableRequest */
-    bool create;      /* CreateTable (else ModifyColumnFamilies or UpdateTable) */
-    bool update;      /* UpdateTable: answers an Operation */
+    pb_table *table; /* the schema being written (call arena) */
+    st_buf table_pb; /* serialized table */
+    st_buf put_req;  /* serialized PutTableRequest */
+    bool create;     /* CreateTable (else ModifyColumnFamilies or UpdateTable) */
+    bool update;     /* UpdateTable: answers an Operation */
+    bool claimed;    /* CreateTable: holds the table id's claim (claim, given back at the end) */
+    char claim[RTR_OP_NAME_MAX + 1];
     int64_t start_us; /* UpdateTable: when the request arrived (wall clock) */
     st_buf old_put;   /* UpdateTable: PutTableRequest of the schema before, for a rollback */
     ProtobufCBinaryData *splits;
@@ -59,7 +61,15 @@ static adm_op *op_new(rtr_ctx *r, rpc_call *call, const char *name) {
 
 static void reply_update_op(adm_op *op);
 
+static void claim_released(void *arg, st_code code, const char *msg) {
+    (void)arg;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router", "releasing a CreateTable claim: %s", msg ? msg : "?");
+}
+
 static void op_finish(adm_op *op, st_code code, const char *msg) {
+    if (op->claimed) /* the record is written (or the tablets dropped): the id is settled */
+        rtr_bk_unclaim(op->r, op->name, op->claim, claim_released, NULL);
     if (code == ST_OK && op->update)
         reply_update_op(op);
     else if (code == ST_OK && op->reply)
@@ -393,6 +403,23 @@ static void schema_pushed(adm_op *op) {
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, modify_recorded, op);
 }
 
+/* The table id is claimed against a RestoreTable or CreateTable of it through another router
+ * (rtr_bk_reserve_table): only then are tablets made. */
+static void create_reserved(void *arg, st_code code, const char *msg) {
+    adm_op *op = arg;
+    if (code != ST_OK) {
+        char why[RTR_TABLE_NAME_MAX + 160];
+        snprintf(why, sizeof why,
+                 "table \"%s\" already exists, or is being created or restored through another "
+                 "router: use another table id",
+                 op->name);
+        op_finish(op, code, code == ST_ALREADY_EXISTS ? why : msg);
+        return;
+    }
+    op->claimed = true;
+    push_schema(op);
+}
+
 static const char *create_check(rtr_ctx *r,
                                 const Google__Bigtable__Admin__V2__CreateTableRequest *req,
                                 char *name, size_t cap, st_err *err) {
@@ -448,7 +475,8 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     op->splits = splits;
     op->n_splits = n_splits;
     op->reply = &t->base;
-    push_schema(op);
+    rtr_bk_create_token(r, op->claim, sizeof op->claim);
+    rtr_bk_reserve_table(r, name, op->claim, create_reserved, op);
 }
 
 /* ---- GetTable, ListTables ---- */
@@ -655,7 +683,8 @@ void rtr_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg)
         return;
     op->table = t;
     op->reply = &t->base;
-    push_schema(op);
+    rtr_bk_create_token(r, op->claim, sizeof op->claim);
+    rtr_bk_reserve_table(r, name, op->claim, create_reserved, op);
 }
 
 /* ---- UpdateTable: change streams and deletion protection ---- */

@@ -1187,7 +1187,7 @@ static void start_op_written(void *arg, st_code code, const char *msg) {
     }
     if (j->kind == BK_RESTORE) {
         j->pending++;
-        rtr_bk_claim(j->r, j->table, j->op_name, start_rec_written, j);
+        rtr_bk_reserve_table(j->r, j->table, j->op_name, start_rec_written, j);
         return;
     }
     st_buf pb;
