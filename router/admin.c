@@ -29,19 +29,20 @@ struct adm_op {
     rtr_ctx *r;
     rpc_call *call;
     char name[RTR_TABLE_NAME_MAX + 1];
-    pb_table *table; /* the schema being written (call arena) */
-    st_buf table_pb; /* serialized table */
-    st_buf put_req;  /* serialized PutTableRequest */
-    bool create;     /* CreateTable (else ModifyColumnFamilies or UpdateTable) */
-    bool update;     /* UpdateTable: answers an Operation */
-    bool claimed;    /* CreateTable: holds the table id's claim (claim, given back at the end) */
-    char claim[RTR_OP_NAME_MAX + 1];
+    pb_table *table;  /* the schema being written (call arena) */
+    st_buf table_pb;  /* serialized table */
+    st_buf put_req;   /* serialized PutTableRequest */
+    bool create;      /* CreateTable (else ModifyColumnFamilies or UpdateTable) */
+    bool update;      /* UpdateTable: answers an Operation */
     int64_t start_us; /* UpdateTable: when the request arrived (wall clock) */
     st_buf old_put;   /* UpdateTable: PutTableRequest of the schema before, for a rollback */
     ProtobufCBinaryData *splits;
     size_t n_splits;
     size_t tablets_from;     /* CreateTable: the next split interval to create */
     ProtobufCMessage *reply; /* sent on success (call arena) */
+    /* CreateTable: holds the table id's claim (rtr_bk_reserve_table) with this token */
+    bool claimed;
+    char claim[RTR_OP_NAME_MAX + 1];
 };
 
 static adm_op *op_new(rtr_ctx *r, rpc_call *call, const char *name) {
@@ -683,8 +684,7 @@ void rtr_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg)
         return;
     op->table = t;
     op->reply = &t->base;
-    rtr_bk_create_token(r, op->claim, sizeof op->claim);
-    rtr_bk_reserve_table(r, name, op->claim, create_reserved, op);
+    push_schema(op);
 }
 
 /* ---- UpdateTable: change streams and deletion protection ---- */
