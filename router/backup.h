@@ -156,6 +156,8 @@ void rtr_bk_reap(rtr_ctx *r, const char *op_name, st_slice op_rec);
 /* ---- operations kept in the metadata table (backup_ops.c) ---- */
 /* "host:port/<start us>" of this router. */
 const char *rtr_bk_owner(rtr_ctx *r);
+/* The owner is an earlier run of this router (same address, another start time): dead. */
+bool rtr_bk_owner_is_past_me(const rtr_ctx *r, const char *owner);
 /* Serializes an Operation: running (done false) or finished with a response or an error
  * (code != ST_OK). */
 st_code rtr_bk_op_pack(const char *name, const char *meta_type, st_slice meta, bool done,

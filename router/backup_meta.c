@@ -228,24 +228,29 @@ static void stale_released(void *arg, st_code code, const char *msg) {
     reserve_claim(v);
 }
 
-/* A CreateTable claim ("tablecreate/<us>/<router>") older than RTR_BK_CREATE_CLAIM_TTL_US is
- * one whose router died while creating the table: it is released and the claim tried again. */
+/* A CreateTable claim ("tablecreate/<us>/<router>") of an earlier run of this router, or older
+ * than RTR_BK_CREATE_CLAIM_TTL_US, is one whose router died while creating the table: it is
+ * released and the claim tried again. */
 static void claim_read(void *arg, st_code code, const char *msg, bool found, st_slice value) {
     bk_reserve *v = arg;
     (void)msg;
     char old[RTR_OP_NAME_MAX + 1];
     long long us = 0;
     size_t pre = strlen(RTR_BK_CREATE_CLAIM);
-    bool stale = code == ST_OK && found && value.len < sizeof old && value.len > pre &&
-                 !memcmp(value.data, RTR_BK_CREATE_CLAIM, pre) &&
-                 sscanf((const char *)value.data + pre, "%lld", &us) == 1 &&
-                 st_wall_us() - us > RTR_BK_CREATE_CLAIM_TTL_US;
+    bool mine = code == ST_OK && found && value.len < sizeof old && value.len > pre &&
+                !memcmp(value.data, RTR_BK_CREATE_CLAIM, pre);
+    if (mine) {
+        memcpy(old, value.data, value.len);
+        old[value.len] = '\0';
+    }
+    const char *owner = mine ? strchr(old + pre, '/') : NULL;
+    bool stale = owner && sscanf(old + pre, "%lld", &us) == 1 &&
+                 (st_wall_us() - us > RTR_BK_CREATE_CLAIM_TTL_US ||
+                  rtr_bk_owner_is_past_me(v->r, owner + 1));
     if (!stale) {
         reserve_end(v, ST_ALREADY_EXISTS, "another router is creating or restoring it");
         return;
     }
-    memcpy(old, value.data, value.len);
-    old[value.len] = '\0';
     st_log(ST_LOG_WARN, "router",
            "table=%s: releasing the claim %s of a CreateTable that never "
            "finished",
