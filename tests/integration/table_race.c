@@ -9,6 +9,7 @@
  * through A and at once RestoreTable through B (whose copy of the metadata is a moment old); then
  * a RestoreTable through A waited for and at once CreateTable through B. After each, both routers
  * must show the winner's families, and the table the winner's rows (the backup's 3, or none).
+ * Last, BeginImport of a backup ending before it starts, or of an unknown type, is refused.
  * Prints one line per step and "PASS" or "FAIL"; exit 0 on PASS. Deadlines are hang guards. */
 #include <pthread.h>
 #include <stdio.h>
@@ -19,10 +20,12 @@
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "google/longrunning/operations.pb-c.h"
+#include "strata/internal/v1/backup_admin.pb-c.h"
 #include "strata/rpc.h"
 
 #define TA "/google.bigtable.admin.v2.BigtableTableAdmin/"
 #define BT "/google.bigtable.v2.Bigtable/"
+#define BA "/strata.internal.v1.BackupAdmin/"
 #define LRO "/google.longrunning.Operations/"
 #define INST "projects/p/instances/i"
 #define CLUSTER INST "/clusters/east"
@@ -336,6 +339,47 @@ static bool setup(const char *a) {
     return ok;
 }
 
+/* BeginImport (what `strata backup import` sends, from an export's manifest) of a backup whose
+ * end is before its start, or whose type is unknown, is INVALID_ARGUMENT naming the field: a
+ * client that skipped the manifest's checks must not record such a backup either. */
+static bool import_refused(const char *addr, int64_t start_s, int64_t end_s, int type,
+                           const char *field) {
+    Google__Protobuf__Timestamp st, en, exp;
+    google__protobuf__timestamp__init(&st);
+    google__protobuf__timestamp__init(&en);
+    google__protobuf__timestamp__init(&exp);
+    st.seconds = start_s;
+    en.seconds = end_s;
+    exp.seconds = st_wall_us() / 1000000 + 24 * 3600;
+    Google__Bigtable__Admin__V2__Backup b;
+    google__bigtable__admin__v2__backup__init(&b);
+    b.source_table = (char *)INST "/tables/t";
+    b.start_time = &st;
+    b.end_time = &en;
+    b.expire_time = &exp;
+    b.backup_type = (Google__Bigtable__Admin__V2__Backup__BackupType)type;
+    Google__Bigtable__Admin__V2__Table schema;
+    google__bigtable__admin__v2__table__init(&schema);
+    Strata__Internal__V1__BackupPiece p;
+    strata__internal__v1__backup_piece__init(&p);
+    p.piece = (char *)"p0";
+    p.table_name = (char *)INST "/tables/t";
+    Strata__Internal__V1__BackupPiece *ps[1] = {&p};
+    Strata__Internal__V1__BeginImportRequest req;
+    strata__internal__v1__begin_import_request__init(&req);
+    req.parent = (char *)CLUSTER;
+    req.backup_id = (char *)"imp";
+    req.backup = &b;
+    req.schema = &schema;
+    req.n_pieces = 1;
+    req.pieces = ps;
+    st_err err = {0};
+    st_code rc = call(addr, BA "BeginImport", &req.base, NULL, &err);
+    printf("BeginImport start %lld end %lld type %d: %s %s\n", (long long)start_s, (long long)end_s,
+           type, st_code_name(rc), err.msg);
+    return rc == ST_INVALID_ARGUMENT && strstr(err.msg, field);
+}
+
 /* Waits until the router at addr knows backup tb (its metadata reloads every second). */
 static bool backup_known(const char *addr) {
     Google__Bigtable__Admin__V2__GetBackupRequest req;
@@ -364,6 +408,9 @@ int main(int argc, char **argv) {
         pass = round_together(a, b, r) && pass;
     pass = round_create_then_restore(a, b) && pass;
     pass = round_restore_then_create(a, b) && pass;
+    int64_t now = st_wall_us() / 1000000;
+    pass = import_refused(a, now - 60, now - 120, 1, "end_time") && pass;
+    pass = import_refused(a, now - 60, now - 59, 3, "backup_type") && pass;
     printf("%s\n", pass ? "PASS" : "FAIL");
     return pass ? 0 : 1;
 }
