@@ -237,13 +237,13 @@ static void claim_read(void *arg, st_code code, const char *msg, bool found, st_
     char old[RTR_OP_NAME_MAX + 1];
     long long us = 0;
     size_t pre = strlen(RTR_BK_CREATE_CLAIM);
-    bool mine = code == ST_OK && found && value.len < sizeof old && value.len > pre &&
-                !memcmp(value.data, RTR_BK_CREATE_CLAIM, pre);
-    if (mine) {
+    bool create = code == ST_OK && found && value.len < sizeof old && value.len > pre &&
+                  !memcmp(value.data, RTR_BK_CREATE_CLAIM, pre);
+    if (create) {
         memcpy(old, value.data, value.len);
         old[value.len] = '\0';
     }
-    const char *owner = mine ? strchr(old + pre, '/') : NULL;
+    const char *owner = create ? strchr(old + pre, '/') : NULL; /* "/host:port/<start us>" */
     bool stale = owner && sscanf(old + pre, "%lld", &us) == 1 &&
                  (st_wall_us() - us > RTR_BK_CREATE_CLAIM_TTL_US ||
                   rtr_bk_owner_is_past_me(v->r, owner + 1));
@@ -252,9 +252,7 @@ static void claim_read(void *arg, st_code code, const char *msg, bool found, st_
         return;
     }
     st_log(ST_LOG_WARN, "router",
-           "table=%s: releasing the claim %s of a CreateTable that never "
-           "finished",
-           v->table, old);
+           "table=%s: releasing the claim %s of a CreateTable that never finished", v->table, old);
     v->retried = true;
     rtr_bk_unclaim(v->r, v->table, old, stale_released, v);
 }
@@ -314,7 +312,9 @@ void rtr_bk_reserve_table(rtr_ctx *r, const char *table, const char *token, rtr_
         done(arg, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    *v = (bk_reserve){r, v->table, v->token, false, done, arg};
+    v->r = r;
+    v->done = done;
+    v->arg = arg;
     reserve_claim(v);
 }
 
