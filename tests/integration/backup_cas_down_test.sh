@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # backup_cas_down_test.sh — new backup ids and restore targets are taken with a compare-and-set in
 # the first cluster's metadata (docs/backups.md, "Several routers"). With that cluster's nodes
-# killed, through a router of the instance:
+# hung (SIGSTOP: the call fails, it does not wait forever) and then killed, through a router of
+# the instance:
 #   1. CreateBackup in the second cluster fails UNAVAILABLE at once (no hang), the message naming
 #      the first cluster; no backup of that id shows, in either cluster's metadata;
 #   2. RestoreTable fails the same way and leaves no table; CreateTable also;
@@ -42,6 +43,21 @@ cbtr "$R" createtable t "families=cf" >/dev/null || fail "createtable t"
 cbtr "$R" set t r1 cf:c=v1 >/dev/null || fail "set r1"
 bk create t --cluster east --id b0 --expire 1d --wait >"$dir/b0.out" 2>&1 ||
   fail "create b0: $(cat "$dir/b0.out")"
+
+echo "== 0. first cluster hung (SIGSTOP): CreateBackup fails UNAVAILABLE, it does not hang"
+kill -STOP "$N1_PID"
+t0=$(date +%s)
+bk create t --cluster west --id b9 --expire 1d >"$dir/0.out" 2>&1 && {
+  kill -CONT "$N1_PID"
+  fail "create b9 succeeded with the first cluster hung: $(cat "$dir/0.out")"
+}
+kill -CONT "$N1_PID"
+grep -q 'UNAVAILABLE\|DEADLINE_EXCEEDED' "$dir/0.out" ||
+  fail "create b9 with the first cluster hung: $(cat "$dir/0.out")"
+# The hung node may still run the compare-and-set it had received once it resumes: b9 may then
+# stay CREATING (hidden, its operation gone) until the sweep deletes it, but never READY.
+out=$(bk describe b9 --cluster west 2>&1) && fail "b9 exists after its creation failed: $out"
+echo "ok: failed after $(($(date +%s) - t0)) s"
 
 echo "== 1. first cluster down: CreateBackup UNAVAILABLE, nothing recorded"
 kill -9 "$N1_PID"
