@@ -103,14 +103,31 @@ st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row) {
     return ST_OK;
 }
 
-/* st_get_varint64 with the one-byte case (lengths, flags, counts) inline: readers decode a row
- * per change record they send and per replicated row they apply. */
-static inline bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-    if (*p < end && **p < 0x80) {
-        *v = *(*p)++;
+/* st_get_varint64 inline (the same checks), without a bound check per byte when ten bytes are
+ * left: readers decode a row per change record they send and per replicated row they apply, and
+ * a row's version, commit time and timestamps are 8 and 9 byte varints. */
+static inline bool get_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v) {
+    const uint8_t *p = *pp;
+    if (p < end && *p < 0x80) {
+        *v = *p;
+        *pp = p + 1;
         return true;
     }
-    return st_get_varint64(p, end, v);
+    if (end - p < 10)
+        return st_get_varint64(pp, end, v);
+    uint64_t r = 0;
+    for (int shift = 0; shift <= 63; shift += 7) {
+        uint8_t byte = *p++;
+        if (shift == 63 && byte > 1)
+            return false;
+        r |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *pp = p;
+            *v = r;
+            return true;
+        }
+    }
+    return false;
 }
 
 static bool get_bytes_max(const uint8_t **pp, const uint8_t *end, st_slice *out, size_t max) {
