@@ -10,10 +10,11 @@
 #   2. 4,000 pieces: the import completes (FinishImport). FinishImport unpacked the node's whole
 #      ListBackupPieces answer again for every piece (n^2: gigabytes parsed on the router's loop),
 #      so the command's FinishImport call timed out on its keepalive and the router grew to 2 GB.
-# Usage: backup_hostile_scale_test.sh PATH/TO/strata
+# Usage: backup_hostile_scale_test.sh PATH/TO/strata PATH/TO/bk_crc32c
 set -u
 . "$(dirname "$0")/lib.sh"
 STRATA=$1
+CRC32C=$2
 if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 77; }
 instance_init backup_hostile_scale_test
@@ -26,20 +27,9 @@ cbtq() {
 # manypieces SRC DST N: a copy of the one-piece export SRC whose manifest lists N pieces
 # [-, k000001), [k000001, k000002), ... [k00N-1, -), each with SRC's file, re-signed.
 manypieces() {
-  python3 - "$@" <<'PY'
-import hashlib, shutil, sys
-src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-tbl = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ (0x82f63b78 & -(c & 1))
-    tbl.append(c)
-def crc32c(data):
-    crc = 0xffffffff
-    for b in data:
-        crc = tbl[(crc ^ b) & 0xff] ^ (crc >> 8)
-    return crc ^ 0xffffffff
+  python3 - "$@" "$CRC32C" <<'PY'
+import hashlib, shutil, subprocess, sys
+src, dst, n, crctool = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 shutil.copytree(src, dst)
 lines = [l for l in open(dst + "/MANIFEST").read().split("\n") if l and not l.startswith("end ")]
 out = [l for l in lines if not l.startswith(("piece ", "file "))]
@@ -50,8 +40,9 @@ for i in range(n):
     e = "-" if i == n - 1 else ("k%06d" % (i + 1)).encode().hex()
     out += ["piece p%d %s %s %s" % (i, s, e, frozen), f]
 text = ("\n".join(out) + "\n").encode()
-text += b"end %08x %s\n" % (crc32c(text), hashlib.sha256(text).hexdigest().encode())
 open(dst + "/MANIFEST", "wb").write(text)
+crc = subprocess.check_output([crctool, dst + "/MANIFEST"]).strip()
+open(dst + "/MANIFEST", "ab").write(b"end %s %s\n" % (crc, hashlib.sha256(text).hexdigest().encode()))
 PY
 }
 
