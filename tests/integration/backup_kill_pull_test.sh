@@ -27,42 +27,64 @@ WEST=$DIR/west-0/backups/i/west
 bk create big --id b1 --wait >/dev/null || fail "create b1"
 RCMD=$(grep -o 'strata up starts router: .*' "$DIR/logs/router.log" | tail -1 | sed 's/^strata up starts router: //')
 
-# killed_while_pulling GLOB: kills the router (-9) once a directory matching GLOB exists (the
-# pull began), restarts it; prints whether the kill came during the pull.
+# killed_while_pulling GLOB OPERATION_PREFIX: once a directory matching GLOB exists (the pull
+# began) stops east's node, the source of the pull, so the pull cannot end before the router is
+# killed (-9), however slow the machine; restarts the router, then lets east go on. Prints whether
+# the kill came during the pull and the outcome to expect: "done" only when the router had
+# already logged the operation OK (the pull ended in the instant between its start being seen and
+# east being stopped, or before its start was seen at all), else "aborted".
 killed_while_pulling() {
-  local glob=$1 during=no
+  local glob=$1 during=no outcome=aborted east
+  east=$(cat "$DIR/run/east-0.pid")
   for _ in $(seq 1 1000); do # hang guard
     compgen -G "$glob" >/dev/null && { during=yes; break; }
     sleep 0.01
   done
+  kill -STOP "$east"
   kill -9 "$(cat "$DIR/run/router.pid")"
+  grep -q "operation $2/[0-9]*: OK" "$DIR/logs/router.log" && outcome="done"
   # shellcheck disable=SC2086 # the logged command line is split into its words on purpose
   setsid $RCMD >>"$DIR/logs/router.log" 2>&1 </dev/null &
   echo $! >"$DIR/run/router.pid"
-  echo "$during"
+  kill -CONT "$east"
+  echo "$during $outcome"
 }
 
-# settled OPERATION_PREFIX: waits until the router logs the operation ABORTED (the sweep
-# finished it) and west holds no `.in` directory (no pull left) and no `.del` one (no removal
-# under way).
+# settled OPERATION_PREFIX OUTCOME CHECK: waits until the operation reached its outcome (aborted:
+# the router logs it ABORTED, the sweep finished it; done: the command CHECK succeeds) and west
+# holds no `.in` directory (no pull left) and no `.del` one (no removal under way). An operation
+# the router logged OK whose record was not yet written when it was killed is still swept and
+# ends ABORTED: prints the outcome reached.
 settled() {
-  for _ in $(seq 1 600); do # hang guard
-    if grep -q "operation $1/[0-9]*: ABORTED" "$DIR/logs/router.log" &&
-      ! compgen -G "$WEST/*/*.in" >/dev/null && ! compgen -G "$WEST/*/*.del" >/dev/null; then
+  local got
+  for _ in $(seq 1 1200); do # hang guard
+    got=
+    grep -q "operation $1/[0-9]*: ABORTED" "$DIR/logs/router.log" && got=aborted
+    [ -z "$got" ] && [ "$2" = "done" ] && $3 >/dev/null 2>&1 && got="done"
+    if [ -n "$got" ] && ! compgen -G "$WEST/*/*.in" >/dev/null &&
+      ! compgen -G "$WEST/*/*.del" >/dev/null; then
+      echo "$got"
       return 0
     fi
     sleep 0.1
   done
-  fail "operation $1 did not end ABORTED, or a pull never ended: $(find "$WEST")"
+  echo "operation $1 did not end ${2^^}, or a pull never ended: $(find "$WEST")" >&2
+  return 1
 }
 
 echo "== 1. CopyBackup east -> west, the router killed during the pull"
 bk copy b1 --to west --as c1 >/dev/null || fail "copy c1"
-during=$(killed_while_pulling "$WEST/c1/*.in")
-settled "operations/projects/p/instances/i/clusters/west/backups/c1"
-left=$(find "$WEST/c1" -mindepth 1 -maxdepth 1 2>/dev/null)
-[ -z "$left" ] || fail "pieces of the aborted copy left on west: $left ($(du -sh "$WEST/c1" | cut -f1))"
-echo "ok: killed during the pull: $during; nothing of c1 left on west"
+PFX1=operations/projects/p/instances/i/clusters/west/backups/c1
+read -r during outcome < <(killed_while_pulling "$WEST/c1/*.in" "$PFX1")
+c1_ready() { bk describe c1 --json | grep -q "\"state\":\"READY\""; }
+got=$(settled "$PFX1" "$outcome" c1_ready) || fail "copy c1 did not settle"
+if [ "$got" = aborted ]; then
+  left=$(find "$WEST/c1" -mindepth 1 -maxdepth 1 2>/dev/null)
+  [ -z "$left" ] || fail "pieces of the aborted copy left on west: $left ($(du -sh "$WEST/c1" | cut -f1))"
+  echo "ok: killed during the pull: $during; nothing of c1 left on west"
+else
+  echo "ok: the pull ended before the kill (killed during it: $during); c1 READY on west"
+fi
 
 echo "== 2. RestoreTable, the router killed while west pulls the piece"
 for _ in $(seq 1 300); do # the restarted router answers
@@ -70,9 +92,10 @@ for _ in $(seq 1 300); do # the restarted router answers
   sleep 0.1
 done
 bk restore b1 --to rt1 >/dev/null || fail "restore rt1"
-during=$(killed_while_pulling "$WEST/restore-*/*.in")
-settled "operations/projects/p/instances/i/tables/rt1"
+PFX2=operations/projects/p/instances/i/tables/rt1
+read -r during outcome < <(killed_while_pulling "$WEST/restore-*/*.in" "$PFX2")
+got=$(settled "$PFX2" "$outcome" true) || fail "restore rt1 did not settle"
 left=$(find "$WEST" -mindepth 2 -maxdepth 2 -path "$WEST/restore-*" 2>/dev/null)
-[ -z "$left" ] || fail "temporary pieces of the aborted restore left on west: $left ($(du -sh "$WEST"/restore-* | cut -f1))"
-echo "ok: killed during the pull: $during; no temporary piece left on west"
+[ -z "$left" ] || fail "temporary pieces of the restore ($got) left on west: $left ($(du -sh "$WEST"/restore-* | cut -f1))"
+echo "ok: killed during the pull: $during; outcome $got; no temporary piece left on west"
 echo PASS
