@@ -15,11 +15,13 @@
  *     with more records than a hold takes is looked up with an iterator of its own.
  * Each record waits in `pending` until the reader knows which token it may carry: in live mode a
  * write's records share its stamp, so only the last of them may say "1.stamp"; in a scan only the
- * last record of a row may name that row. A record's messages are queued whole; between records
- * the reader stops when the call's queue is full (and resumes from rpc_call_set_writable_cb) or
- * when the turn did its share of work (then the next turn is a timer, so other calls run in
- * between), as ReadRows does (read.c). Live mode stops only between two writes' records, so one
- * write's records (bounded by one request's size) are queued at once.
+ * last record of a row may name that row. Between records the reader stops when the call's queue
+ * is full (and resumes from rpc_call_set_writable_cb) or when the turn did its share of work
+ * (then the next turn is a timer, so other calls run in between), as ReadRows does (read.c).
+ * Live mode stops only between two writes' records, so one write's records (bounded by one
+ * request's size) are queued at once, except that the last record of a write, and any record a
+ * scan sends, may stop between two of its messages (a 100 MiB cell): the next turn resumes it
+ * before anything else is sent (resume_record).
  *
  * Heartbeats go out every heartbeat_duration without other tokens; the stream ends with
  * CloseStream OK once the position passes end_time, and with CloseStream OUT_OF_RANGE (new
