@@ -16,8 +16,11 @@
 #include "strata/base.h"
 #include "strata/storage.h"
 
-/* Bytes of values (and names) in one DataChange message, and the largest chunk of a value. */
-#define NODE_CS_MSG_VALUE_BYTES ((size_t)1 << 20)
+/* Bytes of values (and names) in one DataChange message, and the largest chunk of a value. A
+ * router holds up to one such message for each stream whose consumer does not read, so this
+ * sizes its worst case (docs/router.md, Memory): 256 KiB keeps 1,024 stalled streams near
+ * 300 MiB, and is still large enough that framing costs nothing next to copying the values. */
+#define NODE_CS_MSG_VALUE_BYTES ((size_t)256 << 10)
 
 /* One record to send. */
 typedef struct node_cs_change {

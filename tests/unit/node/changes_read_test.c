@@ -848,11 +848,12 @@ static void put_value(const node_env *e, const char *table, const char *key, con
     assert_int_equal(call(e, BT "MutateRow", &req.base, NULL, &status), ST_OK);
 }
 
-/* The records in gRPC-framed response bytes (complete messages only) and the value bytes their
- * SetCells carry, each checked against v (chunk offsets included). */
-static void huge_scan(const st_buf *data, const uint8_t *v, size_t *records, size_t *value_bytes) {
-    *records = *value_bytes = 0;
-    for (size_t off = 0; off + 5 <= data->len;) {
+/* The records in gRPC-framed response bytes (complete messages only, from *off on, which moves
+ * past them) and the value bytes their SetCells carry, each checked against v (chunk offsets
+ * included). */
+static void huge_scan(const st_buf *data, const uint8_t *v, size_t *off_io, size_t *records,
+                      size_t *value_bytes) {
+    for (size_t off = *off_io; off + 5 <= data->len; *off_io = off) {
         size_t len = (size_t)data->data[off + 1] << 24 | (size_t)data->data[off + 2] << 16 |
                      (size_t)data->data[off + 3] << 8 | data->data[off + 4];
         if (off + 5 + len > data->len)
@@ -926,14 +927,14 @@ static void huge_record(const node_env *e, const char *table, const uint8_t *v) 
         usleep(1000);
     }
     static uint8_t buf[1 << 16];
-    size_t recs = 0, bytes = 0;
+    size_t recs = 0, bytes = 0, parsed = 0;
     while (recs < 1) {
         ssize_t n = recv(r.fd, buf, sizeof buf, 0);
         assert_true(n > 0); /* silent for TIMEOUT_MS: the stream hangs */
         assert_true(nghttp2_session_mem_recv(s, buf, (size_t)n) == n);
         assert_int_equal(nghttp2_session_send(s), 0);
         assert_false(r.closed);
-        huge_scan(&r.data, v, &recs, &bytes);
+        huge_scan(&r.data, v, &parsed, &recs, &bytes);
     }
     printf("%s: queued response bytes peak while a %zu-byte record waited: %zu\n", table,
            (size_t)HUGE_VALUE_BYTES, peak);
