@@ -384,7 +384,9 @@ static st_code parse_header(bk_parse *ps, const bk_line *l) {
               : bit == BK_H_EXPIRE ? tok_i64(l->tok[1], &m->expire_us)
               : bit == BK_H_HOT    ? tok_i64(l->tok[1], &m->hot_us)
                                    : unhex(l->tok[1], OPS_BK_SCHEMA_BYTES_MAX, &m->schema);
-    return ok ? ST_OK : bad(ps, l, "bad value");
+    char why[64];
+    snprintf(why, sizeof why, "bad value of field %s", keys[__builtin_ctz(bit)]);
+    return ok ? ST_OK : bad(ps, l, why);
 }
 
 /* The new piece starts after the previous one ends (pieces sorted, never overlapping). */
@@ -532,5 +534,7 @@ st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, op
     st_code rc = check_end(&ps, text, len, &body);
     if (rc == ST_OK)
         rc = parse_body(&ps, text, body);
+    if (rc == ST_OK) /* the fields against each other (backup_check.c) */
+        rc = ops_bk_manifest_check(m, what, err);
     return rc;
 }

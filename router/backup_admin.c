@@ -198,6 +198,31 @@ static void imp_store(rtr_ctx *r, rpc_call *call, rtr_pb_bkrec *rec, size_t ci, 
         rtr_bk_meta_create(r, RTR_META_KIND_BACKUP, rec->backup->name, s, imp_written, op);
 }
 
+/* The times and type of the imported backup, as the CLI's manifest check (ops/backup_check.c)
+ * has them: a client that skipped it must not record a backup that ends before it starts.
+ * BACKUP_TYPE_UNSPECIFIED stays accepted (STANDARD) for clients that predate the field. */
+static st_code import_fields(const rtr_pb_backup *b, st_err *err) {
+    int64_t st = rtr_bk_ts_us(b->start_time), en = rtr_bk_ts_us(b->end_time);
+    if (!b->start_time || st <= 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "backup.start_time must be set, after 1970 (from the export's manifest: "
+                          "export it again)");
+    if (!b->end_time || en < st)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "backup.end_time (%lld us) is before backup.start_time (%lld us): the "
+                          "export's manifest is damaged or forged; export it again",
+                          (long long)en, (long long)st);
+    if (b->backup_type !=
+            GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__BACKUP_TYPE_UNSPECIFIED &&
+        b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__STANDARD &&
+        b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "backup.backup_type %d is not STANDARD (1) or HOT (2): the export's "
+                          "manifest is damaged or forged; export it again",
+                          (int)b->backup_type);
+    return ST_OK;
+}
+
 static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest *req, size_t *ci,
                             char *name, size_t cap, st_err *err) {
     if (rtr_bk_parse_cluster(&r->topo, req->parent, false, ci, err) != ST_OK)
@@ -218,6 +243,8 @@ static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest
     if (!req->backup || !req->schema)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "backup and schema must be set (from the export's manifest)");
+    if (import_fields(req->backup, err) != ST_OK)
+        return err->code;
     return check_pieces(req->pieces, req->n_pieces, err);
 }
 
