@@ -145,7 +145,7 @@ static void fetch_done(rpc_ccall *call, st_code code, const char *message, void 
 static void fetch_start(bk_fetch *f) {
     bk_fetch_job *j = f->job;
     st_err err = {0};
-    if (f->out.sha == NULL) { /* not open yet: the job's first attempt */
+    if (f->out.fd < 0) { /* not open yet: the job's first attempt */
         st_code rc = ops_bk_out_open(&f->out, f->fr->dir, j->version, j->piece, j->file, &err);
         if (rc != ST_OK) {
             fetch_end(f, rc, &err);
