@@ -111,7 +111,7 @@ static void fetch_retry_cb(evutil_socket_t fd, short what, void *arg) {
         uint16_t port = 0;
         st_addr_split(k->addr, host, sizeof host, &port);
         rpc_client_free(k->client);
-        k->client = rpc_client_new(k->base, host, port, NULL, NULL);
+        k->client = bk_conn_client(k, host, port, NULL); /* its TLS too, on a secure one */
     }
     fetch_start(f);
 }
