@@ -171,9 +171,22 @@ static void time_text(int64_t us, char *out, size_t cap) {
     snprintf(out, cap, "%.20s.%06dZ", day, (int)(us % 1000000));
 }
 
-/* The current position's token. Live, the records of one write share it: formatted once. */
+/* The current position's token. Live, the records of one write share it: formatted once. With
+ * peer clusters it carries this cluster's number and the applied bound at the position (a
+ * version 2 token), so that another cluster can resume from it (docs/changestreams.md,
+ * Failover); a bound set earlier stays valid as the position moves on. */
 static const char *token_text(cs_reader *r) {
     if (r->pos.scan || !r->token_live || r->token_w != r->pos.w) {
+        int64_t y = node_repl_applied_bound(r->n, r->pos.w);
+        /* A bound this cluster gave the position before (the request's token, an earlier
+         * token of this reader) still holds at a later position: keep the larger one. */
+        if (y != INT64_MAX && r->pos.has_y && r->pos.cluster == r->n->opts.cluster_num &&
+            r->pos.y > y)
+            y = r->pos.y;
+        if (y == INT64_MAX)
+            r->pos.has_y = false; /* nothing is replicated here: a version 1 token */
+        else
+            btu_cs_pos_set_bound(&r->pos, r->n->opts.cluster_num, y);
         btu_cs_token_format(&r->pos, r->token);
         r->token_live = !r->pos.scan;
         r->token_w = r->pos.w;
@@ -930,6 +943,14 @@ static st_code start_pos(node_ctx *n, const node_table *meta,
     }
     const Google__Bigtable__V2__StreamContinuationTokens *tk = req->continuation_tokens;
     st_code rc = btu_cs_tokens_merge(tk->tokens, tk->n_tokens, part, a, pos, err);
+    /* A token of another cluster (a failover): writes that cluster had not applied by its W
+     * may have entered this one before W; they were all committed after its applied bound Y,
+     * so the stream starts at Y (records between come again: at least once). A bound older
+     * than this history starts at its oldest record. */
+    if (rc == ST_OK && pos->has_y && pos->cluster != n->opts.cluster_num) {
+        int64_t from = btu_cs_pos_start(pos, n->opts.cluster_num);
+        btu_cs_pos_live(pos, from < oldest - 1 && pos->w >= oldest - 1 ? oldest - 1 : from);
+    }
     /* A time past what this node has resolved (a token from a node whose clock is ahead):
      * writes this node makes or applies from now on may have stamps below it, so the stream
      * starts at the resolved stamp (records may come twice, none is skipped). */

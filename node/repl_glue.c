@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "changes.h"
 #include "node_internal.h"
 
 #ifndef STRATA_REPLICATION
@@ -40,6 +41,11 @@ const char *node_repl_cluster_id(node_ctx *n, uint32_t cluster_num) {
     (void)n;
     (void)cluster_num;
     return NULL;
+}
+int64_t node_repl_applied_bound(node_ctx *n, int64_t w) {
+    (void)n;
+    (void)w;
+    return INT64_MAX;
 }
 void node_repl_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg) {
     node_h_generate_consistency_token(call, req, arg);
@@ -102,10 +108,31 @@ static void glue_observe_ts(void *node, uint64_t commit_ts_us) {
         n->hlc_last_us = (int64_t)commit_ts_us;
 }
 
+/* Every local write with a commit time at or below the result is durable: with none in flight,
+ * the clock (a write commits above it and above now - 1, taking its commit time and entering
+ * storage in one turn of the loop); else unknown. */
+static int64_t glue_commit_floor(void *node) {
+    node_ctx *n = node;
+    if (__atomic_load_n(&n->writes_in_flight, __ATOMIC_RELAXED) != 0)
+        return 0;
+    int64_t now = st_wall_us() - 1;
+    return now > n->hlc_last_us ? now : n->hlc_last_us;
+}
+
+static int64_t glue_cs_resolved(void *node) {
+    return node_cs_resolved(node);
+}
+
 static const repl_node_ops glue_ops = {.route = glue_route,
                                        .write = glue_write_rows,
                                        .observe_ts = glue_observe_ts,
-                                       .table_exists = glue_table_exists};
+                                       .table_exists = glue_table_exists,
+                                       .commit_floor = glue_commit_floor,
+                                       .cs_resolved = glue_cs_resolved};
+
+int64_t node_repl_applied_bound(node_ctx *n, int64_t w) {
+    return repl_applied_bound(n->repl, w);
+}
 
 const char *node_repl_cluster_id(node_ctx *n, uint32_t cluster_num) {
     if (!n->repl || cluster_num == 0)

@@ -30,6 +30,11 @@ void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table);
  * number outside it. Change streams name a record's origin cluster with it. */
 const char *node_repl_cluster_id(node_ctx *n, uint32_t cluster_num);
 
+/* The applied bound of a change-stream token at position w (repl_applied_bound): every write
+ * another cluster committed at or before it had a stamp at or below w here. INT64_MAX without
+ * peer clusters, 0 while not known. */
+int64_t node_repl_applied_bound(node_ctx *n, int64_t w);
+
 /* A local write is durable: wakes idle shippers (repl_notify_commit). No-op without replication. */
 void node_repl_notify(node_ctx *n);
 

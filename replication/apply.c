@@ -166,6 +166,7 @@ void repl_h_get_positions(rpc_call *call, st_slice req_bytes, void *arg) {
         p->cluster_num = st->cluster_num;
         p->cluster_id = st->cluster_id;
         p->acked_next_lsn = st->acked_next_lsn;
+        p->acked_commit_us = st->acked_commit_us;
         p->records_behind = st->records_behind;
         p->bytes_behind = st->bytes_behind;
         p->time_behind_us = st->time_behind_us;

@@ -175,6 +175,7 @@ void repl_close(repl_ctx *r) {
             rpc_client_free(r->conns[i].client);
     r->n_conns = 0;
     event_base_loop(r->o.base, EVLOOP_NONBLOCK);
+    repl_applied_close(r);
     for (size_t i = 0; i < r->n_shippers; i++)
         repl_shipper_close(r->shippers[i]);
     for (size_t i = 0; i < r->n_names; i++)
@@ -207,6 +208,7 @@ void repl_positions_local(repl_ctx *r, repl_node_positions *out) {
         repl_shipper_stats(r->shippers[i], &st);
         out->peer_cluster[out->n_peers] = st.cluster_num;
         out->peer_acked_next[out->n_peers] = st.acked_next_lsn;
+        out->peer_acked_commit_us[out->n_peers] = st.acked_commit_us;
         out->n_peers++;
     }
 }
@@ -331,6 +333,7 @@ static void positions_from_pb(const Strata__Internal__V1__Positions *p, repl_nod
     for (size_t i = 0; i < p->n_peers && out->n_peers < ST_TOPO_CLUSTERS_MAX; i++) {
         out->peer_cluster[out->n_peers] = p->peers[i]->cluster_num;
         out->peer_acked_next[out->n_peers] = p->peers[i]->acked_next_lsn;
+        out->peer_acked_commit_us[out->n_peers] = p->peers[i]->acked_commit_us;
         out->n_peers++;
     }
 }

@@ -23,6 +23,23 @@ typedef struct repl_name {
     char *table;
 } repl_name;
 
+/* The applied bound of change-stream tokens (applied.c): pairs of (this node's resolved stamp,
+ * the bound Y that held then), in a ring in increasing order of both. */
+typedef struct repl_applied_pair {
+    int64_t stamp, y;
+} repl_applied_pair;
+
+typedef struct repl_applied {
+    repl_applied_pair *pairs; /* REPL_APPLIED_PAIRS_MAX, allocated at the first pair */
+    size_t head, n;
+    struct event *ev;     /* the next round */
+    bool polling;         /* a round is due or under way */
+    int64_t want_mono_us; /* the last repl_applied_bound call */
+    uint32_t pending;     /* GetPositions calls of the round outstanding */
+    bool failed;          /* a peer node of the round did not answer */
+    int64_t y;            /* the smallest acknowledged commit time of the round so far */
+} repl_applied;
+
 struct repl_ctx {
     repl_opts o; /* pointers below replace the caller's */
     st_topology topo;
@@ -38,6 +55,7 @@ struct repl_ctx {
     size_t n_names;
     bool closing;
     bool link_cut[ST_TOPO_CLUSTERS_MAX + 1]; /* by cluster number (repl_links_set) */
+    repl_applied applied;
 };
 
 /* The pooled client for addr, (re)created when absent or dead; NULL with err when it cannot be
@@ -62,6 +80,9 @@ uint32_t repl_shipper_cluster_num(const repl_shipper *s);
 void repl_shipper_link_changed(repl_shipper *s);
 /* Pumps at the next loop turn unless backing off or refreshing its map. */
 void repl_shipper_wake(repl_shipper *s);
+
+/* applied.c: frees the applied bound's state (after the clients: their callbacks run first). */
+void repl_applied_close(repl_ctx *r);
 
 /* apply.c */
 void repl_h_apply(rpc_call *call, st_slice req, void *arg);

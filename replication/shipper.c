@@ -70,6 +70,9 @@ static void retire(repl_shipper *s) {
     while (s->count && s->batches[s->head].state == B_DONE) {
         ship_batch *b = &s->batches[s->head];
         s->acked_next = b->next_lsn;
+        for (size_t i = 0; i < b->n_rows; i++)
+            if ((int64_t)b->rows[i].commit_ts_us > s->acked_commit_us)
+                s->acked_commit_us = (int64_t)b->rows[i].commit_ts_us;
         shipper_batch_reset(b);
         s->head = (s->head + 1) % REPL_INFLIGHT_BATCHES_MAX;
         s->count--;
@@ -135,6 +138,11 @@ static void pump(repl_shipper *s) {
     }
     if (s->count == 0 && caught_up) {
         s->caught_up_wall_us = st_wall_us();
+        /* Every durable record is acknowledged: so is every write committed up to the node's
+         * commit floor (none in flight), though none was shipped since. */
+        int64_t floor = s->r->ops.commit_floor ? s->r->ops.commit_floor(s->r->o.node) : 0;
+        if (floor > s->acked_commit_us)
+            s->acked_commit_us = floor;
         if (s->last_error[0] && !s->backing_off) {
             s->last_error[0] = '\0';
             s->last_code = ST_OK;
@@ -286,6 +294,7 @@ void repl_shipper_stats(repl_shipper *s, repl_peer_stats *out) {
     snprintf(out->cluster_id, sizeof out->cluster_id, "%s", s->id);
     out->cluster_num = s->cluster_num;
     out->acked_next_lsn = s->acked_next;
+    out->acked_commit_us = s->acked_commit_us;
     out->durable_next_lsn = shipper_durable_get(s);
     uint64_t last = sto_log_last_lsn(s->r->o.db);
     out->records_behind = last >= s->acked_next ? last - s->acked_next + 1 : 0;

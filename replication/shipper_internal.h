@@ -62,6 +62,10 @@ struct repl_shipper {
     sto_log_reader *reader; /* read raw: records are shipped as stored, not decoded */
     uint64_t read_next;     /* next lsn to read */
     uint64_t acked_next;    /* records below are on the peer (or were not to be shipped) */
+    /* Every local write with a commit time at or below it is on the peer: the largest commit
+     * time of an acknowledged row (local writes enter the log in commit order, so every earlier
+     * one was acknowledged too), or the node's commit floor when caught up. */
+    int64_t acked_commit_us;
     int64_t persisted_at_us;
 
     /* The recorder thread writes the position file and the holder (each with an fsync) off the

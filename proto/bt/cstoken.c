@@ -7,7 +7,8 @@
 #include <string.h>
 
 #define CS_TOKEN_VERSION "1."
-#define CS_DEC_DIGITS_MAX 19 /* INT64_MAX has 19 digits */
+#define CS_TOKEN_VERSION2 "2." /* with the issuing cluster and its applied bound */
+#define CS_DEC_DIGITS_MAX 19   /* INT64_MAX has 19 digits */
 /* Last second of year 9999, the end of google.protobuf.Timestamp's range. */
 #define CS_TIME_SECONDS_MAX 253402300799LL
 /* Bytes of a key or token echoed in an error message. */
@@ -19,7 +20,20 @@ void btu_cs_pos_live(btu_cs_pos *p, int64_t w) {
     p->w = w;
     p->scan = false;
     p->h = 0;
+    p->has_y = false;
+    p->cluster = 0;
+    p->y = 0;
     p->key_len = 0;
+}
+
+void btu_cs_pos_set_bound(btu_cs_pos *p, uint32_t cluster, int64_t y) {
+    p->has_y = true;
+    p->cluster = cluster;
+    p->y = y > p->w ? p->w : y < 0 ? 0 : y;
+}
+
+int64_t btu_cs_pos_start(const btu_cs_pos *p, uint32_t cluster) {
+    return p->has_y && p->cluster != cluster && p->y < p->w ? p->y : p->w;
 }
 
 /* s printable (other bytes as '?'), cut at CS_ECHO_MAX with "...", into out. */
@@ -36,10 +50,10 @@ static st_code bad_token(st_slice text, st_err *err) {
     char shown[CS_ECHO_MAX + 4];
     echo(shown, sizeof shown, text);
     return st_err_set(err, ST_INVALID_ARGUMENT,
-                      "invalid change stream continuation token '%s': expected 1.W or 1.W.H.K "
-                      "(W < H decimal microseconds, K a row key in lower-case hex) as "
-                      "ReadChangeStream sent it; resume with a token the stream returned, or "
-                      "with start_time",
+                      "invalid change stream continuation token '%s': expected 1.W, 1.W.H.K, "
+                      "2.C.Y.W or 2.C.Y.W.H.K (Y <= W < H decimal microseconds, C a cluster "
+                      "number, K a row key in lower-case hex) as ReadChangeStream sent it; "
+                      "resume with a token the stream returned, or with start_time",
                       shown);
 }
 
@@ -84,24 +98,38 @@ static bool parse_hex_key(const uint8_t *s, const uint8_t *end, btu_cs_pos *out)
     return true;
 }
 
+/* "C.Y." of a version 2 token (C below 2^32); advances *p. */
+static bool parse_bound(const uint8_t **p, const uint8_t *end, btu_cs_pos *out) {
+    int64_t c, y;
+    if (!parse_dec(p, end, &c) || c > (int64_t)UINT32_MAX || *p == end || *(*p)++ != '.' ||
+        !parse_dec(p, end, &y) || *p == end || *(*p)++ != '.')
+        return false;
+    out->cluster = (uint32_t)c;
+    out->y = y;
+    return true;
+}
+
 st_code btu_cs_token_parse(st_slice text, btu_cs_pos *out, st_err *err) {
     const uint8_t *p = text.data, *end = text.data + text.len;
     size_t vlen = sizeof CS_TOKEN_VERSION - 1;
     int64_t w;
-    if (text.len < vlen || memcmp(p, CS_TOKEN_VERSION, vlen) != 0)
+    bool v2 = text.len >= vlen && memcmp(p, CS_TOKEN_VERSION2, vlen) == 0;
+    if (!v2 && (text.len < vlen || memcmp(p, CS_TOKEN_VERSION, vlen) != 0))
         return bad_token(text, err);
     p += vlen;
-    if (!parse_dec(&p, end, &w))
+    btu_cs_pos_live(out, 0);
+    if (v2 && !parse_bound(&p, end, out))
         return bad_token(text, err);
-    if (p == end) {
-        btu_cs_pos_live(out, w);
+    if (!parse_dec(&p, end, &w) || (v2 && out->y > w))
+        return bad_token(text, err);
+    out->has_y = v2;
+    out->w = w;
+    if (p == end)
         return ST_OK;
-    }
     int64_t h;
     if (*p++ != '.' || !parse_dec(&p, end, &h) || h <= w || p == end || *p++ != '.' ||
         !parse_hex_key(p, end, out))
         return bad_token(text, err);
-    out->w = w;
     out->h = h;
     out->scan = true;
     return ST_OK;
@@ -109,11 +137,13 @@ st_code btu_cs_token_parse(st_slice text, btu_cs_pos *out, st_err *err) {
 
 size_t btu_cs_token_format(const btu_cs_pos *p, char out[BTU_CS_TOKEN_MAX]) {
     static const char digits[] = "0123456789abcdef";
+    int n = p->has_y ? snprintf(out, BTU_CS_TOKEN_MAX, CS_TOKEN_VERSION2 "%lu.%lld.%lld",
+                                (unsigned long)p->cluster, (long long)p->y, (long long)p->w)
+                     : snprintf(out, BTU_CS_TOKEN_MAX, CS_TOKEN_VERSION "%lld", (long long)p->w);
     if (!p->scan)
-        return (size_t)snprintf(out, BTU_CS_TOKEN_MAX, CS_TOKEN_VERSION "%lld", (long long)p->w);
+        return (size_t)n;
     ST_ASSERT(p->key_len > 0 && p->key_len <= BTU_ROW_KEY_MAX && p->h > p->w);
-    int n = snprintf(out, BTU_CS_TOKEN_MAX, CS_TOKEN_VERSION "%lld.%lld.", (long long)p->w,
-                     (long long)p->h);
+    n += snprintf(out + n, BTU_CS_TOKEN_MAX - (size_t)n, ".%lld.", (long long)p->h);
     size_t k = (size_t)n;
     for (size_t i = 0; i < p->key_len; i++) {
         out[k++] = digits[p->key[i] >> 4];
@@ -200,6 +230,9 @@ bool btu_cs_range_eq(const btu_key_range *a, const btu_key_range *b) {
 typedef struct cs_part {
     btu_key_range r;
     int64_t w;
+    bool has_y;
+    uint32_t cluster;
+    int64_t y;
 } cs_part;
 
 static int part_cmp(const void *a, const void *b) {
@@ -248,6 +281,26 @@ static st_code check_tiling(const cs_part *parts, size_t n, const btu_key_range 
     return ST_OK;
 }
 
+/* The start of merged partitions: the smallest W; issued by one cluster, that cluster with the
+ * smallest Y; else (several clusters, or versions mixed) the smallest W or Y without a bound,
+ * which is at or below where each token would start on any cluster. */
+static void merge_positions(const cs_part *parts, size_t n, btu_cs_pos *out) {
+    int64_t w = parts[0].w, y = parts[0].has_y ? parts[0].y : parts[0].w;
+    bool one_cluster = parts[0].has_y;
+    for (size_t i = 1; i < n; i++) {
+        w = parts[i].w < w ? parts[i].w : w;
+        int64_t yi = parts[i].has_y ? parts[i].y : parts[i].w;
+        y = yi < y ? yi : y;
+        one_cluster = one_cluster && parts[i].has_y && parts[i].cluster == parts[0].cluster;
+    }
+    if (one_cluster) {
+        btu_cs_pos_live(out, w);
+        btu_cs_pos_set_bound(out, parts[0].cluster, y);
+    } else {
+        btu_cs_pos_live(out, y < w ? y : w);
+    }
+}
+
 st_code btu_cs_tokens_merge(Google__Bigtable__V2__StreamContinuationToken *const *tokens, size_t n,
                             const btu_key_range *partition, st_arena *arena, btu_cs_pos *out,
                             st_err *err) {
@@ -274,15 +327,15 @@ st_code btu_cs_tokens_merge(Google__Bigtable__V2__StreamContinuationToken *const
         if (rc != ST_OK)
             return rc;
         parts[i].w = out->w;
+        parts[i].has_y = out->has_y;
+        parts[i].cluster = out->cluster;
+        parts[i].y = out->y;
     }
     qsort(parts, n, sizeof *parts, part_cmp);
     st_code rc = check_tiling(parts, n, partition, err);
     if (rc != ST_OK)
         return rc;
-    int64_t w = parts[0].w;
-    for (size_t i = 1; i < n; i++)
-        w = parts[i].w < w ? parts[i].w : w;
-    btu_cs_pos_live(out, w);
+    merge_positions(parts, n, out);
     return ST_OK;
 }
 

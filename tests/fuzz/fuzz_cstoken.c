@@ -6,7 +6,8 @@
  *   odd:  the rest is a ReadChangeStreamRequest (unpacked as the node does, btu_pb_unpack); its
  *         partition and continuation tokens go through btu_cs_partition_range and
  *         btu_cs_tokens_merge. Properties: no crash or leak; an accepted merge starts at or
- *         below every token's W and at one of them, and formats to a token that parses. */
+ *         below every token's W and at one of the tokens' W or Y (version 2), its bound (if it
+ *         kept one) is at or below every token's Y, and it formats to a token that parses. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,7 +27,8 @@ static void fuzz_text(st_slice in) {
     if (n != in.len || memcmp(out, in.data, n) != 0)
         abort();
     if (btu_cs_token_parse(st_slice_make(out, n), &q, NULL) != ST_OK || q.w != p.w ||
-        q.scan != p.scan || q.h != p.h || q.key_len != p.key_len ||
+        q.scan != p.scan || q.h != p.h || q.has_y != p.has_y || q.cluster != p.cluster ||
+        q.y != p.y || (p.has_y && p.y > p.w) || q.key_len != p.key_len ||
         memcmp(q.key, p.key, p.key_len) != 0)
         abort();
 }
@@ -44,9 +46,9 @@ static void fuzz_merge(const Google__Bigtable__V2__ReadChangeStreamRequest *req,
     bool seen = false;
     for (size_t i = 0; i < t->n_tokens; i++) {
         if (btu_cs_token_parse(st_slice_cstr(t->tokens[i]->token), &one, NULL) != ST_OK ||
-            one.w < pos.w)
+            one.w < pos.w || (pos.has_y && (!one.has_y || one.y < pos.y)))
             abort();
-        seen = seen || one.w == pos.w;
+        seen = seen || one.w == pos.w || (one.has_y && one.y == pos.w);
     }
     char out[BTU_CS_TOKEN_MAX];
     size_t n = btu_cs_token_format(&pos, out);

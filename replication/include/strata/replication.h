@@ -52,6 +52,14 @@ struct event_base;
 #define REPL_PEER_TABLETS_MAX 1000000 /* entries kept of one peer cluster's tablet map */
 #define REPL_TABLET_NAMES_MAX 100000  /* tablet id -> table names remembered */
 #define REPL_HOLDER_PREFIX "repl:"
+/* The applied bound of change-stream tokens (repl_applied_bound): while streams are read, the
+ * peer clusters' positions are asked every REPL_APPLIED_POLL_MS (each call given
+ * REPL_APPLIED_TIMEOUT_MS), until nobody asked for the bound for REPL_APPLIED_IDLE_MS; the last
+ * REPL_APPLIED_PAIRS_MAX changes of the bound are kept. */
+#define REPL_APPLIED_POLL_MS 250
+#define REPL_APPLIED_TIMEOUT_MS 2000
+#define REPL_APPLIED_IDLE_MS 60000
+#define REPL_APPLIED_PAIRS_MAX 4096
 
 /* ---- the node, as replication sees it (the node fills this in; node/repl_glue.c) ---- */
 typedef void (*repl_write_done_fn)(st_code code, const char *msg, void *arg);
@@ -69,6 +77,13 @@ typedef struct repl_node_ops {
     /* Optional: whether the table still exists here. Unshipped rows of a deleted table are
      * dropped before sending: the peers delete it too, and would refuse them for ever. */
     bool (*table_exists)(void *node, const char *table);
+    /* Optional: a commit time at or below which every write this node committed is durable in
+     * its log, 0 when none is known now (a write is in flight). Lets a caught-up shipper's
+     * acknowledged commit time (repl_peer_stats.acked_commit_us) follow the clock. */
+    int64_t (*commit_floor)(void *node);
+    /* Optional: the node's resolved change-stream stamp (every record at or below it is
+     * durable). Needed by repl_applied_bound; without it the bound is never known. */
+    int64_t (*cs_resolved)(void *node);
 } repl_node_ops;
 
 /* ---- receiving side: pure helpers (also used by the Apply handler) ---- */
@@ -108,7 +123,8 @@ typedef struct repl_node_positions {
     uint32_t cluster_num;
     uint64_t last_lsn;
     uint32_t peer_cluster[ST_TOPO_CLUSTERS_MAX];
-    uint64_t peer_acked_next[ST_TOPO_CLUSTERS_MAX]; /* records < this are on that peer */
+    uint64_t peer_acked_next[ST_TOPO_CLUSTERS_MAX];     /* records < this are on that peer */
+    int64_t peer_acked_commit_us[ST_TOPO_CLUSTERS_MAX]; /* repl_peer_stats.acked_commit_us */
     size_t n_peers;
 } repl_node_positions;
 
@@ -182,8 +198,11 @@ typedef struct repl_peer_stats {
     uint64_t records_behind;   /* last local lsn - (acked_next_lsn - 1) */
     uint64_t bytes_behind;     /* encoded bytes not acknowledged (unread records estimated) */
     uint64_t time_behind_us;   /* now - commit time of the oldest unacknowledged record */
-    uint64_t rows_shipped;     /* rows acknowledged by the peer */
-    uint64_t records_skipped;  /* replicated (not shipped onward) or of dropped tablets */
+    /* Every write this node committed with a commit time at or below it is durable on the
+     * peer (0: not known yet, e.g. just after a restart, until the first acknowledgement). */
+    int64_t acked_commit_us;
+    uint64_t rows_shipped;    /* rows acknowledged by the peer */
+    uint64_t records_skipped; /* replicated (not shipped onward) or of dropped tablets */
     uint64_t batches_sent, rpcs_failed, map_refreshes;
     uint32_t inflight_batches;
     bool backing_off;
@@ -211,6 +230,16 @@ st_code repl_positions_gather(repl_ctx *r, int64_t timeout_ms, repl_gather_done_
  * has shipped everything it holds at check time: later, never earlier, than needed). */
 void repl_token_from_positions(const st_topology *topo, const repl_node_positions *nodes, size_t n,
                                repl_token *out);
+/* The applied bound for change-stream tokens (docs/changestreams.md, Failover): a time Y such
+ * that every write committed by another cluster at or before Y had a stamp at or below w on
+ * this node, i.e. had been applied here by the time the node's resolved stamp was w. It is the
+ * smallest acked_commit_us of every node of every peer cluster towards this cluster, asked of
+ * them (GetPositions) while someone calls this function, and paired with this node's resolved
+ * stamp when the answers arrived; the result is the bound of the latest pair at or below w.
+ * INT64_MAX when the topology has no peer cluster (nothing is replicated here); 0 when no pair
+ * is old enough (nothing known: a reader of another cluster then starts from the oldest
+ * history it holds). Loop thread; NULL r is fine (INT64_MAX). */
+int64_t repl_applied_bound(repl_ctx *r, int64_t w);
 /* The topology the context was opened with. */
 const st_topology *repl_topology(const repl_ctx *r);
 

@@ -1,9 +1,11 @@
 /*
  * Proves the change-stream token codec shared by the node and the router (proto/bt/cstoken.c):
  * "1.W" and "1.W.H.K" parse and format back to the same text, every other text is refused with
- * INVALID_ARGUMENT; partitions become [start, end) ranges; several tokens are accepted only when
- * their partitions tile the request's partition exactly, and then start at the smallest W; one
- * token keeps its scan position; Timestamps convert with the documented rounding.
+ * INVALID_ARGUMENT; version 2 tokens ("2.C.Y.W", "2.C.Y.W.H.K") carry the issuing cluster and its
+ * applied bound Y, and start at Y on any other cluster; partitions become [start, end) ranges;
+ * several tokens are accepted only when their partitions tile the request's partition exactly, and
+ * then start at the smallest W; one token keeps its scan position; Timestamps convert with the
+ * documented rounding.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -91,7 +93,7 @@ static void test_cstoken_refuses_anything_else(void **state) {
         st_err err = {0};
         if (btu_cs_token_parse(S(bad[i]), &p, &err) != ST_INVALID_ARGUMENT)
             fail_msg("accepted token '%s'", bad[i]);
-        assert_non_null(strstr(err.msg, "expected 1.W or 1.W.H.K"));
+        assert_non_null(strstr(err.msg, "expected 1.W, 1.W.H.K, 2.C.Y.W or 2.C.Y.W.H.K"));
     }
     /* A NUL inside, and a key one byte over the row key limit. */
     btu_cs_pos p;
@@ -251,6 +253,119 @@ static void test_cstoken_merge_several(void **state) {
     st_arena_deinit(&a);
 }
 
+/* Version 2: the issuing cluster C and its applied bound Y <= W. */
+static void test_cstoken_v2(void **state) {
+    (void)state;
+    btu_cs_pos p;
+    assert_int_equal(btu_cs_token_parse(S("2.3.1733299999000000.1733300000000000"), &p, NULL),
+                     ST_OK);
+    assert_true(p.has_y);
+    assert_false(p.scan);
+    assert_int_equal(p.cluster, 3);
+    assert_int_equal(p.y, 1733299999000000LL);
+    assert_int_equal(p.w, 1733300000000000LL);
+    /* Read on its own cluster it starts at W, on any other at Y. */
+    assert_int_equal(btu_cs_pos_start(&p, 3), 1733300000000000LL);
+    assert_int_equal(btu_cs_pos_start(&p, 1), 1733299999000000LL);
+    assert_int_equal(btu_cs_token_parse(S("2.1.4.5.9.00ff61"), &p, NULL), ST_OK);
+    assert_true(p.has_y && p.scan);
+    assert_int_equal(p.y, 4);
+    assert_int_equal(p.w, 5);
+    assert_int_equal(p.h, 9);
+    assert_int_equal(p.key_len, 3);
+    roundtrip("2.0.0.0");
+    roundtrip("2.4294967295.9223372036854775807.9223372036854775807");
+    roundtrip("2.2.5.5");
+    roundtrip("2.2.0.17.9223372036854775807.6b6579");
+    /* A version 1 token has no bound: it starts at W anywhere (as before version 2). */
+    assert_int_equal(btu_cs_token_parse(S("1.7"), &p, NULL), ST_OK);
+    assert_false(p.has_y);
+    assert_int_equal(btu_cs_pos_start(&p, 2), 7);
+    static const char *const bad[] = {
+        "2.5",         "2.1.5",        "2.1.6.5",      "2.4294967296.1.5", "2.01.1.5",
+        "2.1.01.5",    "2.1..5",       "2..1.5",       "2.1.1.5.",         "2.1.1.5.9",
+        "2.1.1.5.9.6", "2.1.1.5.5.61", "2.-1.1.5",     "2.1.1.5 ",         "2.1.1",
+        "2.1.1.",      "3.1.1.5",      "2.1.2.1.5.61", "2.1.1.5.9.6A",     "2.1.1.5.9.61.",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        st_err err = {0};
+        if (btu_cs_token_parse(S(bad[i]), &p, &err) != ST_INVALID_ARGUMENT)
+            fail_msg("accepted token '%s'", bad[i]);
+        assert_non_null(strstr(err.msg, "2.C.Y.W"));
+    }
+    /* The longest token fits BTU_CS_TOKEN_MAX and formats back. */
+    size_t n = 2 * BTU_ROW_KEY_MAX;
+    char *t = malloc(80 + n + 1);
+    assert_non_null(t);
+    int k = snprintf(t, 80, "2.4294967295.9223372036854775806.9223372036854775806.%s.",
+                     "9223372036854775807");
+    memset(t + k, 'f', n);
+    t[k + (int)n] = 0;
+    assert_true(strlen(t) + 1 == BTU_CS_TOKEN_MAX);
+    roundtrip(t);
+    free(t);
+}
+
+/* Setting a bound: lowered to W, kept by formatting; btu_cs_pos_live drops it. */
+static void test_cstoken_v2_set_bound(void **state) {
+    (void)state;
+    btu_cs_pos p;
+    char out[BTU_CS_TOKEN_MAX];
+    btu_cs_pos_live(&p, 100);
+    btu_cs_pos_set_bound(&p, 2, 250);
+    assert_int_equal(p.y, 100);
+    btu_cs_token_format(&p, out);
+    assert_string_equal(out, "2.2.100.100");
+    btu_cs_pos_set_bound(&p, 2, 40);
+    btu_cs_token_format(&p, out);
+    assert_string_equal(out, "2.2.40.100");
+    btu_cs_pos_set_bound(&p, 1, -5);
+    assert_int_equal(p.y, 0);
+    btu_cs_pos_live(&p, 100);
+    assert_false(p.has_y);
+    btu_cs_token_format(&p, out);
+    assert_string_equal(out, "1.100");
+}
+
+static void test_cstoken_v2_merge(void **state) {
+    (void)state;
+    st_arena a;
+    st_arena_init(&a, 4096);
+    btu_cs_pos pos;
+    /* One token keeps its cluster, bound and scan. */
+    Google__Bigtable__V2__StreamContinuationToken *one[1] = {tok(&a, "b", "d", "2.1.3.5.9.63")};
+    assert_int_equal(merge(&a, one, 1, "b", "d", &pos, NULL), ST_OK);
+    assert_true(pos.has_y && pos.scan);
+    assert_int_equal(pos.cluster, 1);
+    assert_int_equal(pos.y, 3);
+    /* One cluster: the smallest W and the smallest Y. */
+    Google__Bigtable__V2__StreamContinuationToken *same[2] = {tok(&a, NULL, "b", "2.1.10.30"),
+                                                              tok(&a, "b", NULL, "2.1.15.20")};
+    assert_int_equal(merge(&a, same, 2, NULL, NULL, &pos, NULL), ST_OK);
+    assert_true(pos.has_y);
+    assert_false(pos.scan);
+    assert_int_equal(pos.cluster, 1);
+    assert_int_equal(pos.w, 20);
+    assert_int_equal(pos.y, 10);
+    assert_int_equal(btu_cs_pos_start(&pos, 1), 20);
+    assert_int_equal(btu_cs_pos_start(&pos, 2), 10);
+    /* Two clusters, or versions mixed: the smallest of everything, wherever it is read. */
+    Google__Bigtable__V2__StreamContinuationToken *two[2] = {tok(&a, NULL, "b", "2.1.10.30"),
+                                                             tok(&a, "b", NULL, "2.2.15.20")};
+    assert_int_equal(merge(&a, two, 2, NULL, NULL, &pos, NULL), ST_OK);
+    assert_false(pos.has_y);
+    assert_int_equal(pos.w, 10);
+    Google__Bigtable__V2__StreamContinuationToken *mixed[2] = {tok(&a, NULL, "b", "1.8"),
+                                                               tok(&a, "b", NULL, "2.1.15.20")};
+    assert_int_equal(merge(&a, mixed, 2, NULL, NULL, &pos, NULL), ST_OK);
+    assert_false(pos.has_y);
+    assert_int_equal(pos.w, 8);
+    mixed[0] = tok(&a, NULL, "b", "1.30");
+    assert_int_equal(merge(&a, mixed, 2, NULL, NULL, &pos, NULL), ST_OK);
+    assert_int_equal(pos.w, 15);
+    st_arena_deinit(&a);
+}
+
 static void test_cstoken_times(void **state) {
     (void)state;
     Google__Protobuf__Timestamp t = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
@@ -341,6 +456,9 @@ int main(void) {
         cmocka_unit_test(test_cstoken_merge_one),
         cmocka_unit_test(test_cstoken_merge_several),
         cmocka_unit_test(test_cstoken_times),
+        cmocka_unit_test(test_cstoken_v2),
+        cmocka_unit_test(test_cstoken_v2_set_bound),
+        cmocka_unit_test(test_cstoken_v2_merge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

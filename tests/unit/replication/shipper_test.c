@@ -8,7 +8,8 @@
  * shipper backs off exponentially and catches up once the peer is back; with two west nodes the
  * rows go to their owners by the peer's tablet map (ListTablets), refreshed after
  * strata-not-owner; a link cut by repl_links_set (strata chaos partition) ships nothing and the
- * receiving end refuses Apply until both ends are restored. The loop runs until a
+ * receiving end refuses Apply until both ends are restored; the applied bound of change-stream
+ * tokens follows the peer's acknowledged commit time (repl_applied_bound). The loop runs until a
  * condition holds; a generous iteration cap only guards against hangs. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -147,6 +148,22 @@ static st_code write_never(void *node, const sto_row_mut *rows, size_t n, st_err
 static const repl_node_ops east_ops = {.route = route_east, .write = write_never};
 static const repl_node_ops west_ops = {.route = route_west, .write = write_west};
 
+/* The applied bound's test: east's resolved stamp and west's commit floor, set by the test. */
+static int64_t g_resolved, g_floor;
+static int64_t fake_resolved(void *node) {
+    (void)node;
+    return g_resolved;
+}
+static int64_t fake_floor(void *node) {
+    (void)node;
+    return g_floor;
+}
+static const repl_node_ops east_bound_ops = {
+    .route = route_east, .write = write_never, .cs_resolved = fake_resolved};
+static const repl_node_ops west_bound_ops = {
+    .route = route_west, .write = write_west, .commit_floor = fake_floor};
+static const repl_node_ops *g_east_ops = &east_ops, *g_west_ops = &west_ops;
+
 /* ---- setup ---- */
 
 /* A node's store on a fresh directory (dir) with one tablet, and the path of the node's
@@ -174,7 +191,7 @@ static void repl_opts_for(env *e, repl_opts *o, bool east_side, size_t wi) {
     o->state_dir = east_side ? e->state_e : e->w[wi].state;
     o->db = east_side ? e->east_db : e->w[wi].db;
     o->base = e->base;
-    o->ops = east_side ? &east_ops : &west_ops;
+    o->ops = east_side ? g_east_ops : g_west_ops;
     o->node = east_side ? NULL : &e->w[wi];
     o->batch_rows_max = 7;
     o->inflight_max = 2;
@@ -447,6 +464,69 @@ static void test_shipper_link_cut_and_restored(void **state) {
     env_close(&e);
 }
 
+static int64_t g_want_bound;
+static bool east_bound_is(env *e) {
+    return repl_applied_bound(e->re, INT64_MAX) == g_want_bound;
+}
+static bool west_acked_commit_is(env *e) {
+    repl_peer_stats st;
+    repl_peer_stats_get(e->w[0].rw, 0, &st);
+    return st.acked_commit_us == g_floor;
+}
+
+/* The applied bound of change-stream tokens: a shipper's acknowledged commit time (the largest
+ * acknowledged row's, or the node's commit floor once caught up) reaches the other cluster
+ * through GetPositions and pairs with its resolved stamp; the bound of a position is the latest
+ * pair's at or below it; a cut link holds it. */
+static void test_shipper_applied_bound(void **state) {
+    (void)state;
+    g_east_ops = &east_bound_ops;
+    g_west_ops = &west_bound_ops;
+    g_resolved = 500;
+    g_floor = 1000;
+    env e;
+    env_open(&e);
+    int64_t before = st_wall_us();
+    write_rows(&e, 0, 10, false);
+    east_open(&e);
+    assert_int_equal(repl_applied_bound(NULL, 5), INT64_MAX); /* no replication: no bound */
+    assert_int_equal(repl_applied_bound(e.re, INT64_MAX), 0); /* nothing known yet */
+    run_until(&e, east_caught_up);
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st); /* east has no commit floor: its last row's commit */
+    assert_true(st.acked_commit_us >= before + 9 && st.acked_commit_us <= st_wall_us() + 9);
+    repl_node_positions p;
+    repl_positions_local(e.re, &p);
+    assert_int_equal(p.peer_acked_commit_us[0], st.acked_commit_us);
+    run_until(&e, west_acked_commit_is); /* west ships nothing: caught up at its floor */
+    g_want_bound = 1000;
+    run_until(&e, east_bound_is);
+    assert_int_equal(repl_applied_bound(e.re, 499), 0);
+    assert_int_equal(repl_applied_bound(e.re, 500), 1000);
+    g_resolved = 800;
+    g_floor = 2000;
+    g_want_bound = 2000;
+    run_until(&e, east_bound_is);
+    assert_int_equal(repl_applied_bound(e.re, 799), 1000);
+    assert_int_equal(repl_applied_bound(e.re, 800), 2000);
+    assert_int_equal(repl_applied_bound(e.re, 650), 1000);
+    /* West's link cut: its shipper stops, its acknowledged commit time and the bound stay. */
+    uint32_t east_num = 1;
+    st_err err;
+    assert_int_equal(repl_links_set(e.w[0].rw, &east_num, 1, &err), ST_OK);
+    g_floor = 3000;
+    g_resolved = 900;
+    run_turns(&e, 200);
+    assert_int_equal(repl_applied_bound(e.re, INT64_MAX), 2000);
+    assert_int_equal(repl_links_set(e.w[0].rw, NULL, 0, &err), ST_OK);
+    g_want_bound = 3000;
+    run_until(&e, east_bound_is);
+    assert_int_equal(repl_applied_bound(e.re, 899), 2000);
+    env_close(&e);
+    g_east_ops = &east_ops;
+    g_west_ops = &west_ops;
+}
+
 /* A row delete storage wrote itself (DropRowRange: origin 0, version with the cluster as
  * tiebreaker) travels with the origin taken from the version; a record with no origin at all
  * would be refused by every peer, so it is counted and skipped instead of stopping shipping. */
@@ -528,6 +608,7 @@ int main(void) {
         cmocka_unit_test(test_shipper_routes_by_peer_tablet_map),
         cmocka_unit_test(test_shipper_fills_origin_and_skips_invalid),
         cmocka_unit_test(test_shipper_link_cut_and_restored),
+        cmocka_unit_test(test_shipper_applied_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,35 +2,51 @@
  * Tokens), shared by the node (which reads change streams) and the router (which answers
  * CloseStream for partitions that no longer match one tablet). Pure functions, no RPC, no storage.
  *
- * A token is text, opaque to clients, in exactly one of two forms:
+ * A token is text, opaque to clients, in exactly one of these forms:
  *   "1.W"       live: every record of the partition with stamp <= W was delivered;
  *   "1.W.H.K"   inside a catch-up scan from W to H: every record with stamp <= W, and those with
- *               stamps in (W, H] of rows up to and including row key K, were delivered.
- * W and H are decimal microseconds (0 <= W < H, no sign, no leading zero), K is the row key in
- * lower-case hex (1..BTU_ROW_KEY_MAX bytes). Anything else is refused with INVALID_ARGUMENT, so
- * every accepted token formats back to the same text. */
+ *               stamps in (W, H] of rows up to and including row key K, were delivered;
+ *   "2.C.Y.W", "2.C.Y.W.H.K"   the same, issued by cluster number C, with its applied bound Y
+ *               (Y <= W): when the token was issued, cluster C had applied every write of every
+ *               other cluster committed at or before Y (docs/changestreams.md, Failover). Read on
+ *               another cluster, the stream starts at Y instead of W.
+ * W, H and Y are decimal microseconds (0 <= W < H, no sign, no leading zero), C a decimal below
+ * 2^32, K is the row key in lower-case hex (1..BTU_ROW_KEY_MAX bytes). Anything else is refused
+ * with INVALID_ARGUMENT, so every accepted token formats back to the same text. */
 #ifndef STRATA_CSTOKEN_H
 #define STRATA_CSTOKEN_H
 
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "strata/btutil.h"
 
-/* Longest token text, NUL included: "1." W "." H "." then the key in hex. */
-#define BTU_CS_TOKEN_MAX (2 + 19 + 1 + 19 + 1 + 2 * BTU_ROW_KEY_MAX + 1)
+/* Longest token text, NUL included: "2." C "." Y "." W "." H "." then the key in hex. */
+#define BTU_CS_TOKEN_MAX (2 + 10 + 1 + 19 + 1 + 19 + 1 + 19 + 1 + 2 * BTU_ROW_KEY_MAX + 1)
 /* Most tokens one ReadChangeStream request may carry (a merge of that many partitions). */
 #define BTU_CS_TOKENS_MAX 10000
 
 /* A reader's position in a partition's history. */
 typedef struct btu_cs_pos {
-    int64_t w;      /* every record with stamp <= w was delivered (>= 0) */
-    bool scan;      /* inside a catch-up scan: the fields below are set */
-    int64_t h;      /* scan: the scan's last stamp (> w) */
-    size_t key_len; /* scan: rows <= key delivered their records in (w, h] */
+    int64_t w;        /* every record with stamp <= w was delivered (>= 0) */
+    bool scan;        /* inside a catch-up scan: the fields below are set */
+    int64_t h;        /* scan: the scan's last stamp (> w) */
+    bool has_y;       /* a version 2 token: the two fields below are set */
+    uint32_t cluster; /* has_y: the number of the cluster that issued the position */
+    int64_t y;        /* has_y: that cluster's applied bound then (0 <= y <= w) */
+    size_t key_len;   /* scan: rows <= key delivered their records in (w, h] */
     uint8_t key[BTU_ROW_KEY_MAX];
 } btu_cs_pos;
 
-/* Sets p to the live position "1.w". */
+/* Sets p to the live position "1.w" (no cluster, no applied bound). */
 void btu_cs_pos_live(btu_cs_pos *p, int64_t w);
+
+/* Marks p as issued by cluster number `cluster` whose applied bound is y (a version 2 token);
+ * y is lowered to p->w (and raised to 0), since a bound above the position says nothing more. */
+void btu_cs_pos_set_bound(btu_cs_pos *p, uint32_t cluster, int64_t y);
+
+/* Where a stream resuming from p on cluster number `cluster` starts: p->w, or the applied bound
+ * p->y when p was issued by another cluster (writes that cluster had not applied by then may
+ * have entered this one before p->w). */
+int64_t btu_cs_pos_start(const btu_cs_pos *p, uint32_t cluster);
 
 /* Parses token text (any bytes; a token from a request may hold anything). INVALID_ARGUMENT with
  * a sentence naming the expected forms for anything that is not exactly one of them. */
@@ -58,9 +74,12 @@ bool btu_cs_range_eq(const btu_key_range *a, const btu_key_range *b);
 
 /* Where a request with continuation tokens tokens[0..n) for partition starts. One token: its
  * partition must be exactly the request's, and its position is kept as is (a scan token stays a
- * scan). Several (partitions merged): their partitions must tile the request's exactly (no gap,
- * no overlap, same ends), and the start is the live position at the smallest W among them
- * (records between may come twice: delivery is at least once). INVALID_ARGUMENT saying what does
+ * scan, a version 2 token keeps its cluster and bound). Several (partitions merged): their
+ * partitions must tile the request's exactly (no gap, no overlap, same ends), and the start is
+ * the live position at the smallest W among them (records between may come twice: delivery is
+ * at least once); when all were issued by one cluster it keeps that cluster and the smallest Y,
+ * when they come from several clusters (or mix versions) the start is the smallest of every W
+ * and Y, without a bound, so it is safe on any cluster. INVALID_ARGUMENT saying what does
  * not match for anything else (no token, more than BTU_CS_TOKENS_MAX, a bad token or partition);
  * RESOURCE_EXHAUSTED when memory runs out (arena holds the scratch). */
 st_code btu_cs_tokens_merge(Google__Bigtable__V2__StreamContinuationToken *const *tokens, size_t n,
