@@ -9,10 +9,13 @@
 #define _DEFAULT_SOURCE /* fsync, isatty */
 #include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +45,7 @@ typedef struct ch_run {
     struct event *flush_ev; /* stdout is flushed once the changes at hand are written */
     st_buf line;
     bool out_is_file, tty, out_closed, out_failed;
+    int lock_fd; /* FILE.lock of --checkpoint, held until exit; -1 without */
     st_code code;
     char msg[ST_ERR_MSG_MAX];
     uint32_t ckpt_crc; /* of the last checkpoint written, to skip identical rewrites */
@@ -262,10 +266,23 @@ static void progress(ch_run *r, bool final) {
     r->last_records = s.records;
 }
 
+/* Whether stdout is a pipe or socket whose reader went away (`| head -1`). A write would fail
+ * with EPIPE, but a stream with no new change writes nothing, so without this the command
+ * would wait for the next change (possibly forever) before noticing. */
+static bool out_gone(const ch_run *r) {
+    struct pollfd p = {.fd = STDOUT_FILENO, .events = 0};
+    return !r->out_is_file && poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP));
+}
+
 static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     ch_run *r = arg;
+    if (!r->out_closed && out_gone(r)) {
+        r->out_closed = true; /* a normal end, as an EPIPE on write */
+        ops_cs_stop(r->cs);
+        return;
+    }
     checkpoint(r);
     progress(r, false);
 }
@@ -326,17 +343,53 @@ static int admin(ch_run *r, const char *addr) {
 
 /* ---- main ---- */
 
+/* Takes FILE.lock of --checkpoint for the life of the process: two commands sharing one
+ * checkpoint would overwrite each other's positions (and each other's FILE.tmp), so the second
+ * is refused. False after printing why. */
+static bool lock_checkpoint(ch_run *r) {
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s.lock", r->a.checkpoint) >= sizeof path) {
+        fprintf(stderr, "strata changes: checkpoint path too long: %s\n", r->a.checkpoint);
+        return false;
+    }
+    r->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (r->lock_fd < 0) {
+        fprintf(stderr,
+                "strata changes: cannot create %s: %s (the checkpoint's directory must exist "
+                "and be writable)\n",
+                path, strerror(errno));
+        return false;
+    }
+    if (flock(r->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        fprintf(stderr,
+                "strata changes: checkpoint %s is in use by another strata changes (%s is "
+                "locked): give each consumer its own --checkpoint file, or stop the other one\n",
+                r->a.checkpoint, path);
+        return false;
+    }
+    return true;
+}
+
 /* Positions of --checkpoint when the file exists; false after printing why it cannot be used. */
 static bool load_checkpoint(ch_run *r, ops_cs_pos **pos, size_t *n) {
     *pos = NULL;
     *n = 0;
     if (!r->a.checkpoint)
         return true;
+    if (!lock_checkpoint(r))
+        return false;
     st_err err = {0};
     st_code rc = ops_cs_ckpt_read(r->a.checkpoint, r->table, pos, n, &err);
     if (rc == ST_NOT_FOUND)
         return true;
+    if (rc == ST_OK)
+        rc = ops_cs_ckpt_check(r->a.checkpoint, *pos, *n, &err);
     if (rc != ST_OK) {
+        for (size_t i = 0; i < *n; i++)
+            ops_cs_pos_free(&(*pos)[i]);
+        free(*pos);
+        *pos = NULL;
+        *n = 0;
         fprintf(stderr, "strata changes: %s\n", err.msg);
         return false;
     }
@@ -406,6 +459,13 @@ static bool check_times(const ch_run *r, int64_t now, int64_t *from, int64_t *un
                         "--checkpoint FILE, or --follow for new changes only\n");
         return false;
     }
+    if (r->a.from && *from > now) {
+        fprintf(stderr,
+                "strata changes: --from %s is in the future: give a time at or before "
+                "now (with --follow, new changes are read as they come)\n",
+                r->a.from);
+        return false;
+    }
     if (*until && *until <= *from && !r->a.checkpoint) {
         fprintf(stderr, "strata changes: --until must be after --from\n");
         return false;
@@ -417,12 +477,18 @@ int ops_changes_main(int argc, char **argv) {
     static ch_run run; /* one per process; the loop's callbacks point at it */
     ch_run *r = &run;
     memset(r, 0, sizeof *r);
+    r->lock_fd = -1;
     int prc = parse_args(argc, argv, &r->a);
     if (prc)
         return prc == 1 ? 0 : 2;
     int64_t now = st_wall_us(), from = now, until = 0;
     if (!check_times(r, now, &from, &until))
         return 2;
+    if (fcntl(STDOUT_FILENO, F_GETFD) == -1) { /* the next file opened would take its place */
+        fprintf(stderr, "strata changes: stdout is closed: redirect it to a file or a pipe "
+                        "(the changes are printed there)\n");
+        return 2;
+    }
     char addr[512];
     if (!resolve_target(r, addr, sizeof addr))
         return 1;
@@ -430,8 +496,11 @@ int ops_changes_main(int argc, char **argv) {
         return admin(r, addr);
     ops_cs_pos *pos;
     size_t n;
-    if (!load_checkpoint(r, &pos, &n))
+    if (!load_checkpoint(r, &pos, &n)) {
+        if (r->lock_fd >= 0)
+            close(r->lock_fd);
         return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     st_log_set_level(ST_LOG_WARN);
     struct stat st;
@@ -465,5 +534,7 @@ int ops_changes_main(int argc, char **argv) {
     st_buf_free(&r->line);
     if (r->base)
         event_base_free(r->base);
+    if (r->lock_fd >= 0)
+        close(r->lock_fd);
     return rc;
 }

@@ -95,6 +95,9 @@ st_code ops_cs_ckpt_write(const char *path, const char *table, const ops_cs_pos 
  * ops_cs_pos_free, then the array). */
 st_code ops_cs_ckpt_read(const char *path, const char *table, ops_cs_pos **pos, size_t *n,
                          st_err *err);
+/* INVALID_ARGUMENT (naming path) unless pos[0..n) cover every row key exactly once, as every
+ * checkpoint ops_cs_ckpt_write is given does: a gap would skip rows, an overlap repeat them. */
+st_code ops_cs_ckpt_check(const char *path, const ops_cs_pos *pos, size_t n, st_err *err);
 
 /* ---- the consumer ---- */
 typedef struct ops_cs ops_cs;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "changes.h"
@@ -404,6 +405,14 @@ st_code ops_cs_ckpt_read(const char *path, const char *table, ops_cs_pos **pos, 
     if (!f)
         return st_err_set(err, errno == ENOENT ? ST_NOT_FOUND : ST_UNAVAILABLE,
                           "cannot read the checkpoint %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "checkpoint %s is not a regular file (a directory?): give the path of "
+                          "a file, which strata changes creates",
+                          path);
+    }
     char *line = malloc(CKPT_LINE_MAX);
     size_t cap = 0, lineno = 0;
     st_code rc = line ? ST_OK : ST_RESOURCE_EXHAUSTED;
@@ -450,4 +459,42 @@ st_code ops_cs_ckpt_read(const char *path, const char *table, ops_cs_pos **pos, 
         *n = 0;
     }
     return rc;
+}
+
+static int ckpt_start_cmp(const void *a, const void *b) {
+    const ops_cs_pos *x = *(const ops_cs_pos *const *)a, *y = *(const ops_cs_pos *const *)b;
+    return st_slice_cmp(st_buf_slice(&x->start), st_buf_slice(&y->start));
+}
+
+/* Every checkpoint strata changes writes tiles the table's keys (a split's or merge's pieces
+ * replace their parent's line), so a file that leaves a gap would silently skip the rows in it
+ * and an overlap would read them twice: both are refused. */
+st_code ops_cs_ckpt_check(const char *path, const ops_cs_pos *pos, size_t n, st_err *err) {
+    const ops_cs_pos **v = calloc(n ? n : 1, sizeof *v);
+    if (!v)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory checking %s", path);
+    for (size_t i = 0; i < n; i++)
+        v[i] = &pos[i];
+    qsort(v, n, sizeof *v, ckpt_start_cmp);
+    const char *bad = NULL;
+    for (size_t i = 0; !bad && i + 1 < n; i++) {
+        int c = v[i]->end.len
+                    ? st_slice_cmp(st_buf_slice(&v[i]->end), st_buf_slice(&v[i + 1]->start))
+                    : 1;
+        bad = c > 0   ? "two partitions overlap"
+              : c < 0 ? "rows between two partitions are missing"
+                      : NULL;
+    }
+    if (!bad && (n == 0 || v[0]->start.len))
+        bad = "the first partition does not start the table";
+    if (!bad && v[n - 1]->end.len)
+        bad = "the last partition does not end the table";
+    free(v);
+    if (!bad)
+        return ST_OK;
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "checkpoint %s does not cover the table's rows exactly once (%s): it was "
+                      "edited or damaged, and resuming from it would skip or repeat rows; restore "
+                      "it, or delete it to start from --from",
+                      path, bad);
 }

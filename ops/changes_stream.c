@@ -287,6 +287,10 @@ static const char *hint(st_code code, const char *msg) {
                "docs/changestreams.md)";
     if (code == ST_INVALID_ARGUMENT && msg && strstr(msg, "multi"))
         return "use an app profile with single-cluster routing (--app-profile)";
+    if (code == ST_INVALID_ARGUMENT && msg && strstr(msg, "token") && strstr(msg, "oldest"))
+        return "the checkpoint is older than the table's history (its retention passed, or "
+               "change streams were turned off and on again since): the changes in between are "
+               "gone; delete it to start over from --from";
     if (code == ST_INVALID_ARGUMENT && msg && strstr(msg, "token"))
         return "the checkpoint does not match the table's partitions; delete it to start over "
                "from --from";

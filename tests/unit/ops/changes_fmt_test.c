@@ -231,6 +231,30 @@ static void test_checkpoint_round_trip(void **state) {
     tu_rmrf(dir);
 }
 
+/* A checkpoint must cover every row exactly once, in any order of its lines. */
+static void test_checkpoint_check(void **state) {
+    (void)state;
+    ops_cs_pos v[3];
+    pos_init(&v[0], "m", 1, "t", 1, "1.5", 0);
+    pos_init(&v[1], "t", 1, "", 0, "1.6", 0);
+    pos_init(&v[2], "", 0, "m", 1, NULL, 7);
+    st_err err = {0};
+    assert_int_equal(ops_cs_ckpt_check("ck", v, 3, &err), ST_OK);
+    assert_int_equal(ops_cs_ckpt_check("ck", v, 2, &err), ST_INVALID_ARGUMENT); /* [, m) gone */
+    assert_non_null(strstr(err.msg, "does not start"));
+    assert_int_equal(ops_cs_ckpt_check("ck", &v[1], 2, &err), ST_INVALID_ARGUMENT); /* [m, t) */
+    assert_non_null(strstr(err.msg, "missing"));
+    assert_int_equal(ops_cs_ckpt_check("ck", &v[2], 1, &err), ST_INVALID_ARGUMENT); /* [m, ) gone */
+    assert_non_null(strstr(err.msg, "does not end"));
+    ops_cs_pos dup[2] = {v[2], v[2]};
+    dup[0].end = v[1].end; /* [, ) and [, m) */
+    assert_int_equal(ops_cs_ckpt_check("ck", dup, 2, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "overlap"));
+    assert_int_equal(ops_cs_ckpt_check("ck", NULL, 0, &err), ST_INVALID_ARGUMENT);
+    for (size_t i = 0; i < 3; i++)
+        ops_cs_pos_free(&v[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_time_parse),
@@ -240,6 +264,7 @@ int main(void) {
         cmocka_unit_test(test_json_user_change),
         cmocka_unit_test(test_json_gc_binary_row),
         cmocka_unit_test(test_checkpoint_round_trip),
+        cmocka_unit_test(test_checkpoint_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# cs_hostile3_cli_test.sh — `strata changes` against hostile checkpoints, pipes and times, on
+# `strata up --clusters 1 --nodes 1` (one table with change streams on and a few rows):
+#   1. two commands with the same --checkpoint: the second is refused at once (it used to run,
+#      both rewriting FILE.tmp, until one failed with "No such file or directory (disk full?)"
+#      or renamed the other's half-written file), and runs once the first has exited;
+#   2. a checkpoint that leaves rows out (a line removed) or names a partition twice: refused
+#      (the first used to exit 0 having read nothing, the rows outside its partitions never read;
+#      the second printed every change twice); a directory as --checkpoint: refused as such;
+#   3. `--follow | head -1` on a table with no new changes: the command ends once head has
+#      exited (it used to run forever, noticing the closed pipe only at the next change);
+#   4. --from in the future: refused as such (it used to say that an end_time it made up was
+#      before the start_time);
+#   5. a checkpoint from before streams were turned off and on: the error says the checkpoint is
+#      older than the table's history (it used to say it did not match the table's partitions);
+#   6. stdout closed (>&-): refused before anything is opened (the checkpoint's lock file, or
+#      the router connection, would otherwise take descriptor 1 and receive the changes).
+# Skips (77) without python3.
+# Usage: cs_hostile3_cli_test.sh PATH/TO/strata
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+STRATA=$1
+command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
+instance_init cs_hostile3_cli
+"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up.out" 2>&1 ||
+  { cat "$TMPD/up.out"; fail "strata up"; }
+# cslib ACTION: "create" makes table cs (streams on), "write" writes rows a, m and z.
+cslib() {
+  HERE=$HERE python3 - "$PORT" "$1" <<'EOF'
+import os, sys
+sys.path.insert(0, os.path.join(os.environ['HERE'], 'hostile'))
+from cslib import create_cs, mutate, set_cell
+port = int(sys.argv[1])
+if sys.argv[2] == 'create':
+    _, st, why = create_cs(port, 'cs')
+    assert why == 'end', why
+for k in ('a', 'm', 'z') if sys.argv[2] == 'write' else ():
+    _, st, why = mutate(port, 'cs', k, [set_cell('cf', 'q', 'v' + k)])
+    assert why == 'end', why
+EOF
+}
+cslib create || fail "creating table cs"
+FROM=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
+cslib write || fail "writing rows"
+CH=("$STRATA" changes --dir "$DIR" --table cs --quiet)
+CK=$TMPD/ck
+
+echo "== 1. two commands, one checkpoint"
+"${CH[@]}" --from "$FROM" --follow --checkpoint "$CK" >"$TMPD/a.out" 2>"$TMPD/a.err" &
+A=$!
+PIDS+=("$A")
+for _ in $(seq 1 300); do [ -s "$CK" ] && break; sleep 0.1; done
+[ -s "$CK" ] || { cat "$TMPD/a.err"; fail "the first command wrote no checkpoint"; }
+timeout 20 "${CH[@]}" --follow --checkpoint "$CK" >"$TMPD/b.out" 2>"$TMPD/b.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "in use by another strata changes" "$TMPD/b.err" ||
+  { cat "$TMPD/b.err"; fail "a second command on the same checkpoint was not refused (exit $rc)"; }
+kill -INT "$A"
+wait "$A" || { cat "$TMPD/a.err"; fail "the first command did not end cleanly on SIGINT"; }
+[ "$(wc -l <"$TMPD/a.out")" -eq 3 ] || fail "the first command printed $(wc -l <"$TMPD/a.out") changes, not 3"
+timeout 30 "${CH[@]}" --checkpoint "$CK" --until now >"$TMPD/b.out" 2>"$TMPD/b.err" ||
+  { cat "$TMPD/b.err"; fail "the checkpoint was not usable once the first command ended"; }
+
+echo "== 2. checkpoints with a gap, an overlap, a directory"
+head -1 "$CK" >"$TMPD/gap"
+sed -n 2p "$CK" | sed 's/^t - /t 6d /' >>"$TMPD/gap" # the partition [m, end) only
+cp "$TMPD/gap" "$TMPD/ckgap"
+timeout 30 "${CH[@]}" --checkpoint "$TMPD/ckgap" --until now >"$TMPD/c.out" 2>"$TMPD/c.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "does not cover the table's rows exactly once" "$TMPD/c.err" ||
+  { cat "$TMPD/c.err"; fail "a checkpoint without the rows before m was used (exit $rc)"; }
+(cat "$CK" && sed -n 2p "$CK") >"$TMPD/ckdup"
+timeout 30 "${CH[@]}" --checkpoint "$TMPD/ckdup" --until now >"$TMPD/c.out" 2>"$TMPD/c.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "overlap" "$TMPD/c.err" ||
+  { cat "$TMPD/c.err"; fail "a checkpoint naming the table twice was used (exit $rc)"; }
+mkdir "$TMPD/ckdir"
+timeout 30 "${CH[@]}" --checkpoint "$TMPD/ckdir" --until now >"$TMPD/c.out" 2>"$TMPD/c.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "not a regular file" "$TMPD/c.err" ||
+  { cat "$TMPD/c.err"; fail "a directory as --checkpoint was not refused as such (exit $rc)"; }
+
+echo "== 3. --follow | head -1 with no new changes"
+timeout 60 "${CH[@]}" --from "$FROM" --follow 2>"$TMPD/d.err" | head -1 >"$TMPD/d.out"
+rc=${PIPESTATUS[0]}
+[ $rc -eq 0 ] || { cat "$TMPD/d.err"; fail "strata changes --follow | head -1 did not end (exit $rc)"; }
+grep -q '"row":"a"' "$TMPD/d.out" || fail "head -1 did not get the first change: $(cat "$TMPD/d.out")"
+
+echo "== 4. --from in the future"
+"${CH[@]}" --from +1h >"$TMPD/e.out" 2>"$TMPD/e.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "is in the future" "$TMPD/e.err" ||
+  { cat "$TMPD/e.err"; fail "--from +1h was not refused as a time in the future (exit $rc)"; }
+echo "== 5. a checkpoint older than the table's history (streams turned off and on)"
+"$STRATA" changes --dir "$DIR" --table cs --disable >/dev/null || fail "--disable"
+"$STRATA" changes --dir "$DIR" --table cs --enable 1d >/dev/null || fail "--enable 1d"
+timeout 30 "${CH[@]}" --checkpoint "$CK" --until now >"$TMPD/f.out" 2>"$TMPD/f.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "older than the table's history" "$TMPD/f.err" ||
+  { cat "$TMPD/f.err"; fail "a checkpoint from before streams were turned on again was not explained (exit $rc)"; }
+echo "== 6. stdout closed"
+rm -f "$TMPD/ckc" "$TMPD/ckc.lock"
+timeout 30 "${CH[@]}" --from "$FROM" --checkpoint "$TMPD/ckc" >&- 2>"$TMPD/g.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "stdout is closed" "$TMPD/g.err" && [ ! -e "$TMPD/ckc" ] ||
+  { cat "$TMPD/g.err"; fail "strata changes with stdout closed was not refused (exit $rc)"; }
+echo "PASS"
