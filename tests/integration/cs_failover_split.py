@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """cs_failover_split.py PORT DIR STRATA — a change stream consumer that fails over between clusters
 whose tablets differ misses no write (docs/changestreams.md, Failover: the applied bound), on
-`strata up --clusters 2 --nodes 1` (east, west). Each cluster splits on its own: east's tablet is
+`strata up --clusters 2 --nodes 2` (east, west). Each cluster splits on its own: east's tablet is
 split at m (SplitTablet on east's node) while the consumer reads east, so its tokens are for
 [, m) and [m, ); the links are cut, the writer is pointed at west (one tablet) and the consumer,
 killed with kill -9, resumes there from east's two tokens (the router closes each partition with
 west's tablet as the new one, the tokens merge). Then west splits at g, the links are cut again
-and the consumer fails back to east ([, m), [m, )) with west's tokens of [, g) and [g, ).
+and the consumer fails back to east ([, m), [m, )) with west's tokens of [, g) and [g, ). During
+each failover the new cluster moves a tablet to its other node (MoveTablet) while written.
 Rows on both sides of g and m are written throughout. Every acknowledged write must be printed.
 Exit 0 when every acknowledged write was printed, 1 otherwise."""
 import json, os, signal, subprocess, sys, time
@@ -94,12 +95,13 @@ def wait_printed(want, what):
 
 
 
-def node_port(cluster):
+def node_ports(cluster):
+    out = []
     for line in open(os.path.join(d, 'topology')):
         p = line.split()
         if len(p) >= 4 and p[0] == 'node' and os.path.basename(p[3]).startswith(cluster + '-'):
-            return int(p[2].rsplit(':', 1)[1])
-    fail('no node of %s in the topology' % cluster)
+            out.append(int(p[2].rsplit(':', 1)[1]))
+    return out
 
 
 def tablets_on(nport):
@@ -113,19 +115,42 @@ def tablets_on(nport):
     return out
 
 
+def cluster_tablets(cluster):
+    return [(p, t) for p in node_ports(cluster) for t in tablets_on(p)]
+
+
 def split(cluster, key):
-    p = node_port(cluster)
-    for t in tablets_on(p):
-        if t[1] < key.encode() and (not t[2] or t[2] > key.encode()):
-            data, st, why = call(p, '/strata.internal.v1.Node/SplitTablet', fld(1, t[0]) + fld(2, key), limit=20)
-            print('split %s at %s: %s %s' % (cluster, key, why, st))
-    print('%s tablets: %s' % (cluster, [(t[1], t[2]) for t in tablets_on(p)]))
+    for _ in range(20):  # the balancer may move the tablet meanwhile: find it again
+        if any(t[1] == key.encode() for _, t in cluster_tablets(cluster)): break
+        for p, t in cluster_tablets(cluster):
+            if t[1] < key.encode() and (not t[2] or t[2] > key.encode()):
+                data, st, why = call(p, '/strata.internal.v1.Node/SplitTablet', fld(1, t[0]) + fld(2, key), limit=20)
+                print('split %s at %s: %s %s' % (cluster, key, why, st))
+        time.sleep(0.2)
+    print('%s tablets: %s' % (cluster, [(p, t[1], t[2]) for p, t in cluster_tablets(cluster)]))
+
+
+def move(cluster, key):
+    """Moves the tablet starting at key to the other node of cluster."""
+    for p, t in cluster_tablets(cluster):
+        if t[1] == key.encode():
+            other = [q for q in node_ports(cluster) if q != p][0]
+            data, st, why = call(p, '/strata.internal.v1.Node/MoveTablet', fld(1, t[0]) + fld(2, '127.0.0.1:%d' % other),
+                                 limit=30)
+            print('move %s [%s, ) to %d: %s %s' % (cluster, key, other, why, st))
+            return
+    fail('no tablet of %s starts at %s' % (cluster, key))
+
+
+moving = {'west': '', 'east': 'm'}
 
 
 def fail_over(frm, to):
     run('chaos', 'partition', 'east', 'west')
     run('failover', PROFILE, to)
-    write(12)  # on the new cluster only: the links are cut
+    write(6)  # on the new cluster only: the links are cut
+    move(to, moving[to])  # the new cluster moves a tablet between its nodes meanwhile
+    write(6)
     t_w = now_us()
     for _ in range(300):  # until the consumer's tokens (issued by frm) pass those writes
         times = checkpoint_times()
