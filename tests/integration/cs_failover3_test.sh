@@ -12,5 +12,5 @@ instance_init csfailover3
 "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 3 --nodes 1 >"$TMPD/up.out" 2>&1 ||
   { cat "$TMPD/up.out"; fail "strata up"; }
 timeout 120 python3 "$(dirname "$0")/cs_failover3.py" "$PORT" "$DIR" "$STRATA" ||
-  fail "change stream across a failover with the replication links cut"
+  fail "change stream failover with three clusters"
 echo "PASS"

@@ -11,5 +11,5 @@ instance_init csfodown
 "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 3 --nodes 1 >"$TMPD/up.out" 2>&1 ||
   { cat "$TMPD/up.out"; fail "strata up"; }
 timeout 120 python3 "$(dirname "$0")/cs_failover_down.py" "$PORT" "$DIR" "$STRATA" ||
-  fail "change stream across a failover with the replication links cut"
+  fail "change stream failover with a peer node down"
 echo "PASS"
