@@ -25,7 +25,8 @@ cbtq() {
 }
 
 # manypieces SRC DST N: a copy of the one-piece export SRC whose manifest lists N pieces
-# [-, k000001), [k000001, k000002), ... [k00N-1, -), each with SRC's file, re-signed.
+# [-, k000001), [k000001, k000002), ... [k00N-1, -), each with SRC's file, re-signed (the first
+# piece keeps SRC's piece id, which format 3's file lines name as the holder).
 manypieces() {
   python3 - "$@" "$CRC32C" <<'PY'
 import hashlib, shutil, subprocess, sys
@@ -33,12 +34,13 @@ src, dst, n, crctool = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 shutil.copytree(src, dst)
 lines = [l for l in open(dst + "/MANIFEST").read().split("\n") if l and not l.startswith("end ")]
 out = [l for l in lines if not l.startswith(("piece ", "file "))]
-frozen = [l for l in lines if l.startswith("piece ")][0].split()[4]
+first = [l for l in lines if l.startswith("piece ")][0].split()
+orig, frozen = first[1], first[4]
 f = [l for l in lines if l.startswith("file ")][0]
-for i in range(n):
+for i in range(n):  # piece 0 keeps its id: format 3 file lines name the piece that holds the file
     s = "-" if i == 0 else ("k%06d" % i).encode().hex()
     e = "-" if i == n - 1 else ("k%06d" % (i + 1)).encode().hex()
-    out += ["piece p%d %s %s %s" % (i, s, e, frozen), f]
+    out += ["piece %s %s %s %s" % (orig if i == 0 else "p%d" % i, s, e, frozen), f]
 text = ("\n".join(out) + "\n").encode()
 open(dst + "/MANIFEST", "wb").write(text)
 crc = subprocess.check_output([crctool, dst + "/MANIFEST"]).strip()
