@@ -38,14 +38,12 @@ typedef struct rd_state {
     uint64_t off, size;
     char backup[sizeof(((bk_name *)0)->full)];
     char piece[NODE_BK_NAME_MAX + 1], file[NODE_BK_NAME_MAX + 8];
-    uint8_t *data;
-    st_buf msg;
+    st_buf msg; /* RPC_SEND_HEADROOM bytes, then the chunk packed in place */
 } rd_state;
 
 static void rd_free(rd_state *s) {
     if (s->fd >= 0)
         close(s->fd);
-    free(s->data);
     st_buf_free(&s->msg);
     free(s);
 }
@@ -55,48 +53,87 @@ static void rd_cancel(rpc_call *call, void *arg) {
     rd_free(arg);
 }
 
-/* Sends one chunk at s->off; false when the stream ended (finished). */
-static bool rd_send_one(rd_state *s) {
-    size_t want =
-        s->size - s->off < NODE_BK_CHUNK_BYTES ? (size_t)(s->size - s->off) : NODE_BK_CHUNK_BYTES;
-    ssize_t got = pread(s->fd, s->data, want, (off_t)s->off);
-    if (got <= 0) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "reading %s of piece %s at %" PRIu64 ": %s", s->file, s->piece,
-                 s->off, got < 0 ? strerror(errno) : "file shorter than when opened");
-        rpc_call_finish(s->call, got < 0 ? ST_INTERNAL : ST_DATA_LOSS, msg);
-        rd_free(s);
-        return false;
+/* want bytes of the file at off straight into p; false (errno set, or 0 at an early end) when
+ * they are not all there. */
+static bool rd_pread_all(int fd, uint8_t *p, size_t want, uint64_t off) {
+    while (want > 0) {
+        ssize_t got = pread(fd, p, want, (off_t)off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            if (got == 0)
+                errno = 0;
+            return false;
+        }
+        p += got;
+        want -= (size_t)got;
+        off += (uint64_t)got;
     }
+    return true;
+}
+
+/* The chunk at s->off packed into s->msg after RPC_SEND_HEADROOM bytes: the other fields, then
+ * field 5 (data) with the file's bytes read straight into the message, so neither this side nor
+ * the RPC layer (rpc_call_send_buf) copies them. */
+static st_code rd_pack(rd_state *s, size_t want) {
     Strata__Internal__V1__BackupFileChunk c;
     strata__internal__v1__backup_file_chunk__init(&c);
     c.backup = s->backup;
     c.piece = s->piece;
     c.file = s->file;
     c.offset = s->off;
-    c.data = (ProtobufCBinaryData){(size_t)got, s->data};
-    size_t len = protobuf_c_message_get_packed_size(&c.base);
+    size_t head = protobuf_c_message_get_packed_size(&c.base);
     st_buf_reset(&s->msg);
-    if (st_buf_reserve(&s->msg, len) != ST_OK) {
-        rpc_call_finish(s->call, ST_RESOURCE_EXHAUSTED, "out of memory sending a backup file");
+    if (st_buf_reserve(&s->msg, RPC_SEND_HEADROOM + head + 11 + want) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    uint8_t *p = s->msg.data + RPC_SEND_HEADROOM;
+    size_t len = protobuf_c_message_pack(&c.base, p);
+    p[len++] = 5 << 3 | 2; /* field 5, length-delimited */
+    for (uint64_t v = want;; v >>= 7) {
+        p[len++] = (uint8_t)(v & 0x7f) | (v > 0x7f ? 0x80 : 0);
+        if (v <= 0x7f)
+            break;
+    }
+    if (!rd_pread_all(s->fd, p + len, want, s->off))
+        return errno ? ST_INTERNAL : ST_DATA_LOSS;
+    s->msg.len = RPC_SEND_HEADROOM + len + want;
+    return ST_OK;
+}
+
+/* Sends one chunk at s->off; false when the stream ended (finished). */
+static bool rd_send_one(rd_state *s) {
+    size_t want =
+        s->size - s->off < NODE_BK_CHUNK_BYTES ? (size_t)(s->size - s->off) : NODE_BK_CHUNK_BYTES;
+    st_code rc = rd_pack(s, want);
+    if (rc != ST_OK) {
+        char msg[200];
+        if (rc == ST_RESOURCE_EXHAUSTED)
+            snprintf(msg, sizeof msg, "out of memory sending a backup file");
+        else
+            snprintf(msg, sizeof msg, "reading %s of piece %s at %" PRIu64 ": %s", s->file,
+                     s->piece, s->off,
+                     rc == ST_INTERNAL ? strerror(errno) : "file shorter than when opened");
+        rpc_call_finish(s->call, rc, msg);
         rd_free(s);
         return false;
     }
-    protobuf_c_message_pack(&c.base, s->msg.data);
-    if (rpc_call_send(s->call, st_slice_make(s->msg.data, len)) != ST_OK) {
+    if (rpc_call_send_buf(s->call, &s->msg) != ST_OK) {
         rpc_call_finish(s->call, ST_CANCELLED, "the call ended");
         rd_free(s);
         return false;
     }
-    s->off += (uint64_t)got;
+    s->off += (uint64_t)want;
     return true;
 }
 
+/* One chunk at a time, each once the call's queue is empty (the writable callback says so): the
+ * RPC layer then takes the packed chunk as its queue instead of copying it behind queued ones
+ * (rpc_call_send_buf). The connection still carries several files' chunks at once. */
 static void rd_writable(rpc_call *call, void *arg) {
     rd_state *s = arg;
-    while (s->off < s->size && rpc_call_writable(call))
-        if (!rd_send_one(s))
-            return;
+    if (s->off < s->size && rpc_call_writable(call) && rpc_call_queued_bytes(call) == 0 &&
+        !rd_send_one(s))
+        return;
     if (s->off >= s->size) {
         rpc_call_finish(call, ST_OK, NULL);
         rd_free(s);
@@ -163,8 +200,6 @@ void node_h_read_backup_file(rpc_call *call, st_slice req_bytes, void *arg) {
     st_buf_init(&s->msg);
     st_err err = {0};
     st_code rc = rd_open(n, call, req, s, &err);
-    if (rc == ST_OK && !(s->data = malloc(NODE_BK_CHUNK_BYTES)))
-        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory reading a backup file");
     if (rc != ST_OK) {
         rd_free(s);
         node_fail(call, rc, "%s", err.msg);
@@ -553,6 +588,12 @@ static void pull_free(struct bk_pull *p);
 
 static void seal_done(bk_job *j) {
     seal_arg *a = j->arg;
+    if (bk_busy_doomed(j->n, a->final)) { /* DeleteBackupPieces meanwhile: it must not stay */
+        bk_remove_piece(a->final, NULL);
+        if (j->rc == ST_OK)
+            j->rc = st_err_set(&j->err, ST_ABORTED,
+                               "the backup was deleted while the piece was sealed");
+    }
     bk_busy_remove(j->n, a->final);
     if (j->rc == ST_OK)
         node_reply(j->call, &a->out->base);

@@ -258,37 +258,54 @@ static st_code emit_msg(cs_enc *e, const cs_chunk *chunks, size_t n, bool first,
     return e->emit(e->msg, e->arg);
 }
 
-st_code node_cs_encode_change(const node_cs_change *c, size_t value_bytes, st_arena *arena,
-                              st_buf *msg, node_cs_emit_fn emit, void *arg) {
+/* The chunks of c into *out (arena memory when more than fit in one[4]) and their count. */
+static st_code record_chunks(const node_cs_change *c, size_t value_bytes, st_arena *arena,
+                             cs_chunk *one, cs_chunk **out, size_t *total) {
     const sto_row_mut *row = c->row;
-    size_t total = 0;
+    size_t n = 0;
     for (size_t i = 0; i < row->n_muts; i++)
-        total += mut_chunks(&row->muts[i], value_bytes, c->n_families);
-    if (total == 0)
-        return ST_OK;
-    cs_chunk one[4];
-    cs_chunk *chunks = total <= 4 ? one : st_arena_alloc(arena, total * sizeof *chunks);
-    if (!chunks)
+        n += mut_chunks(&row->muts[i], value_bytes, c->n_families);
+    *total = n;
+    *out = n <= 4 ? one : st_arena_alloc(arena, n * sizeof **out);
+    if (n && !*out)
         return ST_RESOURCE_EXHAUSTED;
     size_t k = 0;
     for (size_t i = 0; i < row->n_muts; i++) {
-        mut_to_chunks(c, &row->muts[i], value_bytes, chunks + k);
+        mut_to_chunks(c, &row->muts[i], value_bytes, *out + k);
         k += mut_chunks(&row->muts[i], value_bytes, c->n_families);
     }
+    return ST_OK;
+}
+
+st_code node_cs_encode_change(const node_cs_change *c, size_t value_bytes, st_arena *arena,
+                              st_buf *msg, node_cs_emit_fn emit, void *arg, size_t *next) {
+    cs_chunk one[4], *chunks;
+    size_t total;
+    st_code rc = record_chunks(c, value_bytes, arena, one, &chunks, &total);
+    if (rc != ST_OK || total == 0 || *next >= total) {
+        *next = rc == ST_OK ? total : *next;
+        return rc;
+    }
+    /* Messages are cut greedily from each message's first chunk, so a record resumed at *next
+     * (the first chunk of a message) is cut as it would have been in one go. */
     cs_enc e = {c, msg, emit, arg};
-    size_t from = 0, cost = 0;
-    for (size_t i = 0; i < total; i++) {
+    size_t from = *next, cost = 0;
+    for (size_t i = from; i < total; i++) {
         size_t cc = chunk_cost(&chunks[i]);
         if (i > from && cost + cc > value_bytes + CS_CHUNK_OVERHEAD_BYTES) {
-            st_code rc = emit_msg(&e, chunks + from, i - from, from == 0, false);
-            if (rc != ST_OK)
+            rc = emit_msg(&e, chunks + from, i - from, from == 0, false);
+            if (rc != ST_OK) {
+                *next = rc == NODE_CS_PAUSE ? i : from;
                 return rc;
+            }
             from = i;
             cost = 0;
         }
         cost += cc;
     }
-    return emit_msg(&e, chunks + from, total - from, from == 0, true);
+    rc = emit_msg(&e, chunks + from, total - from, from == 0, true);
+    *next = rc == ST_OK || rc == NODE_CS_PAUSE ? total : from;
+    return rc == NODE_CS_PAUSE ? ST_OK : rc;
 }
 
 /* ---- Heartbeat, CloseStream ---- */

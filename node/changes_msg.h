@@ -16,8 +16,11 @@
 #include "strata/base.h"
 #include "strata/storage.h"
 
-/* Bytes of values (and names) in one DataChange message, and the largest chunk of a value. */
-#define NODE_CS_MSG_VALUE_BYTES ((size_t)1 << 20)
+/* Bytes of values (and names) in one DataChange message, and the largest chunk of a value. A
+ * router holds up to one such message for each stream whose consumer does not read, so this
+ * sizes its worst case (docs/router.md, Memory): 256 KiB keeps 1,024 stalled streams near
+ * 300 MiB, and is still large enough that framing costs nothing next to copying the values. */
+#define NODE_CS_MSG_VALUE_BYTES ((size_t)256 << 10)
 
 /* One record to send. */
 typedef struct node_cs_change {
@@ -34,15 +37,22 @@ typedef struct node_cs_change {
 
 /* Receives one packed message: RPC_SEND_HEADROOM free bytes, then the ReadChangeStreamResponse
  * (rpc_call_send_buf's layout). It may take the buffer's memory (msg comes back empty either
- * way). A code other than ST_OK stops the encoding and is returned. */
+ * way). ST_OK goes on with the next message; NODE_CS_PAUSE took the message and stops the
+ * encoding before the next one (the sender resumes the record in a later loop turn); any other
+ * code stops the encoding and is returned. */
 typedef st_code (*node_cs_emit_fn)(st_buf *msg, void *arg);
+#define NODE_CS_PAUSE ST_ABORTED
 
 /* Encodes c as DataChange messages of at most value_bytes bytes of values each (chunks of at most
- * value_bytes), calling emit once per message in order. Scratch from arena (the caller frees it
- * after the call), msg is the buffer the messages are packed into. ST_OK (also for a record with
- * no mutation: nothing is sent), emit's code, RESOURCE_EXHAUSTED when memory runs out. */
+ * value_bytes), calling emit once per message in order, from the message that begins with chunk
+ * *next (0: the record's first). On return *next is the first chunk not yet sent, which is the
+ * record's chunk count once every message went out. Scratch from arena (the caller frees it after
+ * the call), msg is the buffer the messages are packed into. Returns ST_OK when the record's last
+ * message went out (also for a record with no mutation: nothing is sent), NODE_CS_PAUSE when emit
+ * paused before it (call again with the same c and *next to go on), emit's other codes, or
+ * RESOURCE_EXHAUSTED when memory runs out. */
 st_code node_cs_encode_change(const node_cs_change *c, size_t value_bytes, st_arena *arena,
-                              st_buf *msg, node_cs_emit_fn emit, void *arg);
+                              st_buf *msg, node_cs_emit_fn emit, void *arg, size_t *next);
 
 /* A Heartbeat for partition [start, end) at token with the watermark, packed into msg (emptied
  * first; RPC_SEND_HEADROOM bytes in front). RESOURCE_EXHAUSTED when memory runs out. */

@@ -15,11 +15,13 @@
  *     with more records than a hold takes is looked up with an iterator of its own.
  * Each record waits in `pending` until the reader knows which token it may carry: in live mode a
  * write's records share its stamp, so only the last of them may say "1.stamp"; in a scan only the
- * last record of a row may name that row. A record's messages are queued whole; between records
- * the reader stops when the call's queue is full (and resumes from rpc_call_set_writable_cb) or
- * when the turn did its share of work (then the next turn is a timer, so other calls run in
- * between), as ReadRows does (read.c). Live mode stops only between two writes' records, so one
- * write's records (bounded by one request's size) are queued at once.
+ * last record of a row may name that row. Between records the reader stops when the call's queue
+ * is full (and resumes from rpc_call_set_writable_cb) or when the turn did its share of work
+ * (then the next turn is a timer, so other calls run in between), as ReadRows does (read.c).
+ * Live mode stops only between two writes' records, so one write's records (bounded by one
+ * request's size) are queued at once, except that the last record of a write, and any record a
+ * scan sends, may stop between two of its messages (a 100 MiB cell): the next turn resumes it
+ * before anything else is sent (resume_record).
  *
  * Heartbeats go out every heartbeat_duration without other tokens; the stream ends with
  * CloseStream OK once the position passes end_time, and with CloseStream OUT_OF_RANGE (new
@@ -91,16 +93,23 @@ typedef struct cs_ref {
     size_t rec, mut; /* a SetCell whose value is still to be found: held[rec].row.muts[mut] */
 } cs_ref;
 
+typedef struct cs_reader cs_reader;
+
 typedef struct cs_hold {
     st_arena arena; /* the records, their decodings and the values found */
     cs_held *v;
     size_t n, cap;
+    /* A flush paused inside a record (cs_out): v[0..sent) went out, and the flush goes on with
+     * last_pos as it began. */
+    bool flushing;
+    size_t sent;
+    void (*last_pos)(cs_reader *r);
     cs_ref *refs;
     size_t n_refs, cap_refs;
     size_t bytes;
 } cs_hold;
 
-typedef struct cs_reader {
+struct cs_reader {
     node_ctx *n;
     rpc_call *call;
     char table[NODE_TABLE_NAME_MAX + 1];
@@ -133,7 +142,17 @@ typedef struct cs_reader {
     char token[BTU_CS_TOKEN_MAX];
     bool token_live; /* token holds "1.token_w" */
     int64_t token_w;
-} cs_reader;
+    /* A record of several messages goes out over several turns (docs/changestreams.md, Sending
+     * large records): out_next is the first chunk of the record being sent that has not gone
+     * out (0: no record is in the middle of being sent), out_pause whether the sending code may
+     * pause the record now. The record is pending's (live) or the hold's (a scan). */
+    size_t out_next;
+    bool out_pause;
+    /* The scan's cell read before a flush paused: handled first in the next turn. */
+    bool stashed;
+    sto_cell stash;
+    st_buf stash_buf;
+};
 
 static void cs_turn(cs_reader *r);
 
@@ -228,6 +247,7 @@ static void cs_free(cs_reader *r) {
     st_buf_free(&r->scan_from);
     st_buf_free(&r->scan_row);
     st_buf_free(&r->pending.value);
+    st_buf_free(&r->stash_buf);
     st_arena_deinit(&r->hold.arena);
     free(r->hold.v);
     free(r->hold.refs);
@@ -289,6 +309,10 @@ static st_code emit(st_buf *msg, void *arg) {
     if (rpc_call_send_buf(r->call, msg) != ST_OK)
         return ST_CANCELLED;
     r->turn_sent += len;
+    /* One message per turn past the turn's share, none past the call's bound: a record of
+     * 100 MiB is not copied out in one turn, and its messages leave as the client reads. */
+    if (r->out_pause && (r->turn_sent >= CS_TURN_SEND_BYTES || !rpc_call_writable(r->call)))
+        return NODE_CS_PAUSE;
     return ST_OK;
 }
 
@@ -321,7 +345,10 @@ static void arena_recycle(cs_reader *r) {
     st_arena_reset(&r->arena);
 }
 
-/* Sends one decoded record with the token of the current position. */
+/* Sends one decoded record with the token of the current position, from chunk out_next (a record
+ * paused in an earlier turn goes on where it stopped). With out_pause the record may pause
+ * between two messages: CS_MORE or CS_BLOCKED then (out_next says where it goes on), and nothing
+ * else may be sent on the call until it is resumed with the same record and position. */
 static st_code send_change(cs_reader *r, const sto_row_mut *row, st_err *err) {
     char buf[32];
     node_cs_change c = {row,
@@ -331,34 +358,59 @@ static st_code send_change(cs_reader *r, const sto_row_mut *row, st_err *err) {
                         r->pos.w,
                         NULL,
                         0};
+    size_t next = r->out_next;
     st_code rc = row_families(r, row, &c);
     if (rc == ST_OK)
-        rc = node_cs_encode_change(&c, NODE_CS_MSG_VALUE_BYTES, &r->arena, &r->msg, emit, r);
-    if (rc != ST_OK)
+        rc = node_cs_encode_change(&c, NODE_CS_MSG_VALUE_BYTES, &r->arena, &r->msg, emit, r, &next);
+    r->out_next = rc == NODE_CS_PAUSE ? next : 0;
+    if (rc == NODE_CS_PAUSE)
+        rc = rpc_call_writable(r->call) ? CS_MORE : CS_BLOCKED;
+    else if (rc != ST_OK)
         st_err_set(err, rc,
                    rc == ST_CANCELLED ? "the call ended while sending"
                                       : "out of memory encoding a change record");
     arena_recycle(r);
     buf_recycle(&r->msg);
-    r->turn_records++;
+    if (r->out_next == 0)
+        r->turn_records++;
     r->hb_due = st_mono_us() + r->hb_us;
     return rc;
 }
 
+static bool paused(st_code rc) {
+    return rc == CS_MORE || rc == CS_BLOCKED;
+}
+
+static st_code pending_keep(cs_reader *r, st_err *err);
+
 /* Sends the pending record (from the ring: every value inline) with the token of the current
- * position. */
+ * position. A record paused (send_change) stays pending, copied out of the ring, which may
+ * change before it goes on. */
 static st_code send_pending(cs_reader *r, st_err *err) {
     cs_rec *p = &r->pending;
     if (!p->set)
         return ST_OK;
-    p->set = false;
     sto_row_mut row;
     st_slice value = p->in_ring ? p->ring_value : S(&p->value);
     st_code rc = sto_row_mut_decode(value, &row, &r->arena) ? send_change(r, &row, err)
                                                             : damaged(r, p->stamp, err);
+    if (paused(rc)) {
+        st_code krc = pending_keep(r, err);
+        return krc == ST_OK ? rc : krc;
+    }
+    p->set = false;
     arena_recycle(r);
     if (!p->in_ring)
         buf_recycle(&p->value);
+    return rc;
+}
+
+/* send_pending where the record may pause: it closes its write (the position already names its
+ * stamp), so the next turn resumes it before the ring is read again from that stamp. */
+static st_code send_pending_pausable(cs_reader *r, st_err *err) {
+    r->out_pause = true;
+    st_code rc = send_pending(r, err);
+    r->out_pause = false;
     return rc;
 }
 
@@ -366,7 +418,9 @@ static st_code send_pending(cs_reader *r, st_err *err) {
 
 static void hold_clear(cs_hold *h) {
     st_arena_deinit(&h->arena);
-    h->n = h->n_refs = h->bytes = 0;
+    h->n = h->n_refs = h->bytes = h->sent = 0;
+    h->flushing = false;
+    h->last_pos = NULL;
 }
 
 /* Holds the stored record value of stamp (its SetCells by reference become refs). */
@@ -445,20 +499,43 @@ static st_code hold_lookup(cs_reader *r, st_err *err) {
 }
 
 /* Sends the held records, each with the current position's token; last_pos (when given) moves
- * the position past the row first for the last one (or at once when none is held). A SetCell
- * whose cell is gone keeps its empty value. */
+ * the position past the row first for the last one (or at once when none is held: both only
+ * ever set the position from the scan's row, so doing it again on a resumed flush changes
+ * nothing). A SetCell whose cell is gone keeps its empty value. A record may pause (CS_MORE,
+ * CS_BLOCKED): the hold is kept and the next turn's hold_flush goes on from it. */
 static st_code hold_flush(cs_reader *r, void (*last_pos)(cs_reader *r), st_err *err) {
     cs_hold *h = &r->hold;
     st_code rc = ST_OK;
     if (h->n == 0 && last_pos)
         last_pos(r);
-    for (size_t i = 0; rc == ST_OK && i < h->n; i++) {
-        if (i + 1 == h->n && last_pos)
+    r->out_pause = true;
+    while (rc == ST_OK && h->sent < h->n) {
+        if (h->sent + 1 == h->n && last_pos)
             last_pos(r);
-        rc = send_change(r, &h->v[i].row, err);
+        rc = send_change(r, &h->v[h->sent].row, err);
+        if (rc == ST_OK)
+            h->sent++;
+    }
+    r->out_pause = false;
+    if (paused(rc)) {
+        h->flushing = true;
+        h->last_pos = last_pos;
+        return rc;
     }
     hold_clear(h);
     return rc;
+}
+
+/* A record paused in an earlier turn goes on before anything else is sent on the call. ST_OK
+ * once no record is paused. */
+static st_code resume_record(cs_reader *r, st_err *err) {
+    if (r->out_next == 0)
+        return ST_OK;
+    if (!rpc_call_writable(r->call))
+        return CS_BLOCKED;
+    if (r->hold.flushing)
+        return hold_flush(r, r->hold.last_pos, err);
+    return send_pending_pausable(r, err);
 }
 
 /* The ring's record waits (read in place while the ring scan runs). */
@@ -508,7 +585,10 @@ static bool on_ring(const node_cs_rec *rec, void *arg) {
     cs_reader *r = arg;
     if (r->pending.set && rec->stamp_us > r->pending.stamp) {
         btu_cs_pos_live(&r->pos, r->pending.stamp);
-        if (send_pending(r, &r->fail) != ST_OK)
+        st_code rc = send_pending_pausable(r, &r->fail);
+        if (paused(rc))
+            r->stop = rc;
+        if (rc != ST_OK)
             return false;
         /* Room before the turn's share: a turn that ends for its share with a full queue would
          * leave the next turn to queue on top of it, past the call's bound. */
@@ -586,7 +666,7 @@ static st_code live(cs_reader *r, st_err *err) {
     if (rc == NODE_CS_RING_STOP)
         return r->stop;
     btu_cs_pos_live(&r->pos, upto);
-    return send_pending(r, err);
+    return send_pending_pausable(r, err);
 }
 
 /* The stamp of a change record cell; false for any other cell. */
@@ -646,6 +726,59 @@ static st_code scan_record(cs_reader *r, int64_t stamp, st_slice value, st_err *
     return rc == ST_OK ? hold_add(r, stamp, value, err) : rc;
 }
 
+/* One cell of the scan. CS_MORE or CS_BLOCKED when a flush it made paused inside a record: the
+ * cell is then handled again once the flush is done (which leaves nothing to flush for it). */
+static st_code scan_cell(cs_reader *r, const sto_cell *c, st_err *err) {
+    st_code rc;
+    if (!st_slice_eq(c->row, S(&r->scan_row)) && (rc = scan_next_row(r, c->row, err)) != ST_OK)
+        return rc;
+    if (!sto_family_is_system(c->family)) /* after the row's records */
+        return r->hold.n_refs ? hold_match(&r->hold, c, err) : ST_OK;
+    int64_t stamp;
+    if (!record_stamp(c, &stamp) || stamp <= r->pos.w || stamp > r->scan_h)
+        return ST_OK;
+    return scan_record(r, stamp, c->value, err);
+}
+
+/* Keeps the scan's current cell for the next turn (the iterator moves on meanwhile only when
+ * the cell was handled). */
+static st_code stash_cell(cs_reader *r, const sto_cell *c, st_err *err) {
+    st_buf *b = &r->stash_buf;
+    st_buf_reset(b);
+    if (st_buf_reserve(b, c->row.len + c->family.len + c->qualifier.len + c->value.len) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                          "out of memory scanning change records; resume from the last "
+                          "continuation token");
+    r->stash = *c;
+    st_slice *parts[] = {&r->stash.row, &r->stash.family, &r->stash.qualifier, &r->stash.value};
+    for (size_t i = 0; i < 4; i++) {
+        uint8_t *at = b->data + b->len;
+        if (parts[i]->len)
+            memcpy(at, parts[i]->data, parts[i]->len);
+        b->len += parts[i]->len;
+        *parts[i] = st_slice_make(at, parts[i]->len);
+    }
+    r->stashed = true;
+    return ST_OK;
+}
+
+/* The scan's next cell: the stashed one first. ST_NOT_FOUND at the end. */
+static st_code scan_next(cs_reader *r, sto_cell *c, bool *from_stash, st_err *err) {
+    *from_stash = r->stashed;
+    if (r->stashed) {
+        r->stashed = false;
+        *c = r->stash;
+        return ST_OK;
+    }
+    st_code rc = sto_iter_next(r->it, c, err);
+    uint64_t bytes = sto_snapshot_read_bytes(r->snap);
+    r->turn_blocks += bytes - r->snap_bytes;
+    r->snap_bytes = bytes;
+    if (rc == ST_OK)
+        r->turn_cells++;
+    return rc;
+}
+
 static st_code scan(cs_reader *r, st_err *err) {
     for (;;) {
         if (turn_spent(r))
@@ -653,26 +786,19 @@ static st_code scan(cs_reader *r, st_err *err) {
         if (!rpc_call_writable(r->call))
             return CS_BLOCKED;
         sto_cell c;
-        st_code rc = sto_iter_next(r->it, &c, err);
-        uint64_t bytes = sto_snapshot_read_bytes(r->snap);
-        r->turn_blocks += bytes - r->snap_bytes;
-        r->snap_bytes = bytes;
+        bool from_stash;
+        st_code rc = scan_next(r, &c, &from_stash, err);
         if (rc == ST_NOT_FOUND)
             return scan_end(r, err);
         if (rc != ST_OK)
             return rc;
-        r->turn_cells++;
-        if (!st_slice_eq(c.row, S(&r->scan_row)) && (rc = scan_next_row(r, c.row, err)) != ST_OK)
-            return rc;
-        if (!sto_family_is_system(c.family)) { /* after the row's records */
-            if (r->hold.n_refs && (rc = hold_match(&r->hold, &c, err)) != ST_OK)
-                return rc;
-            continue;
+        rc = scan_cell(r, &c, err);
+        if (paused(rc)) {
+            st_code src = from_stash ? ST_OK : stash_cell(r, &c, err);
+            r->stashed = true;
+            return src == ST_OK ? rc : src;
         }
-        int64_t stamp;
-        if (!record_stamp(&c, &stamp) || stamp <= r->pos.w || stamp > r->scan_h)
-            continue;
-        if ((rc = scan_record(r, stamp, c.value, err)) != ST_OK)
+        if (rc != ST_OK)
             return rc;
     }
 }
@@ -831,23 +957,27 @@ static void cs_turn(cs_reader *r) {
         return; /* on_writable goes on */
     st_err err;
     st_err_clear(&err);
-    node_tablets *t = NULL;
-    st_code rc = still_valid(r, &t, &err);
-    if (rc == CS_MORE) {
-        close_moved(r, t);
-        return;
-    }
+    r->turn_records = r->turn_cells = 0;
+    r->turn_sent = 0;
+    r->turn_blocks = 0;
+    st_code rc = resume_record(r, &err); /* a record is never cut by anything else */
     if (rc == ST_OK) {
-        r->turn_records = r->turn_cells = 0;
-        r->turn_sent = 0;
-        r->turn_blocks = 0;
-        rc = work(r, &err);
-        st_arena_reset(&r->arena); /* one block at most, reused by the next turn */
+        node_tablets *t = NULL;
+        rc = still_valid(r, &t, &err);
+        if (rc == CS_MORE) {
+            st_arena_deinit(&r->arena);
+            close_moved(r, t);
+            return;
+        }
+        if (rc == ST_OK)
+            rc = work(r, &err);
     }
+    st_arena_reset(&r->arena); /* one block at most, reused by the next turn */
     if (rc == CS_BLOCKED) {
         wait_writable(r);
     } else if (rc == CS_MORE) {
-        if (st_mono_us() >= r->hb_due && rpc_call_writable(r->call) && send_heartbeat(r) != ST_OK)
+        if (r->out_next == 0 && st_mono_us() >= r->hb_due && rpc_call_writable(r->call) &&
+            send_heartbeat(r) != ST_OK)
             cs_end(r, ST_CANCELLED, NULL);
         else
             arm(r, CS_TURN_DELAY_US);

@@ -64,6 +64,16 @@ typedef struct bk_conn {
     size_t n_md;
 } bk_conn;
 
+/* Each ReadBackupFile stream's HTTP/2 receive window on a node connection: a node sends 1 MiB
+ * chunks, and with the client's default window (256 KiB) each chunk waited for four window
+ * updates from this process, so the node and this side took turns instead of working at once
+ * (worst on a loaded machine, where every turn waits for the scheduler). The BK_FETCH_STREAMS
+ * streams' windows together fill the connection's (16 MiB). */
+#define BK_NODE_STREAM_WINDOW ((int32_t)4 << 20)
+
+/* A new RPC client for connection k to host:port (k's TLS options; a node's with
+ * BK_NODE_STREAM_WINDOW); NULL with err set (when not NULL) on failure. */
+struct rpc_client *bk_conn_client(const bk_conn *k, const char *host, uint16_t port, st_err *err);
 /* A connection to a node (a secure instance's: mutual TLS with the admin certificate). */
 st_code bk_conn_open(bk_conn *k, const char *addr, st_err *err);
 /* A connection to the router (a secure one's: TLS and the bearer token). */

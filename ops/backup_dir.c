@@ -216,7 +216,7 @@ static st_code format_header(const ops_bk_manifest *m, st_buf *b) {
     return rc == ST_OK ? st_buf_append_byte(b, '\n') : rc;
 }
 
-static st_code format_piece(const ops_bk_piece *p, st_buf *b) {
+static st_code format_piece(int version, const ops_bk_piece *p, st_buf *b) {
     st_code rc = buf_printf(b, "piece %s ", p->id);
     if (rc == ST_OK)
         rc = buf_hex(b, st_buf_slice(&p->start_key));
@@ -231,7 +231,7 @@ static st_code format_piece(const ops_bk_piece *p, st_buf *b) {
         char sha[2 * OPS_BK_SHA256_BYTES + 1];
         ops_bk_hex(f->sha256, OPS_BK_SHA256_BYTES, sha);
         rc = buf_printf(b, "file %s %llu %08x %s\n", f->name, (unsigned long long)f->size,
-                        f->crc32c, sha);
+                        f->crc32c, version >= 3 ? f->at : sha);
     }
     return rc;
 }
@@ -252,11 +252,12 @@ st_code ops_bk_manifest_format(const ops_bk_manifest *m, st_buf *out, st_err *er
             return st_err_set(err, ST_INVALID_ARGUMENT, "piece id '%s' is not [A-Za-z0-9_-]",
                               p->id);
         for (size_t j = 0; j < p->n_files; j++)
-            if (!ops_bk_file_name_ok(p->files[j].name))
+            if (!ops_bk_file_name_ok(p->files[j].name) ||
+                (m->version >= 3 && !ops_bk_piece_id_ok(p->files[j].at)))
                 return st_err_set(err, ST_INVALID_ARGUMENT,
-                                  "file name '%s' of piece %s is not [A-Za-z0-9_.-]",
-                                  p->files[j].name, p->id);
-        rc = format_piece(p, out);
+                                  "file name '%s' of piece %s (in '%s') is not [A-Za-z0-9_.-]",
+                                  p->files[j].name, p->id, p->files[j].at);
+        rc = format_piece(m->version, p, out);
     }
     if (rc != ST_OK)
         return st_err_set(err, rc, "out of memory formatting the manifest");
@@ -408,9 +409,6 @@ static st_code parse_piece(bk_parse *ps, const bk_line *l) {
         return bad(ps, l, "want: piece ID START_HEX END_HEX FROZEN_US, ID [A-Za-z0-9_-]{1,64}");
     if (ps->m->n_pieces >= OPS_BK_PIECES_MAX)
         return bad(ps, l, "too many pieces");
-    for (size_t i = 0; i < ps->m->n_pieces; i++)
-        if (!strcmp(ps->m->pieces[i].id, id))
-            return bad(ps, l, "piece id repeated");
     ops_bk_piece *p = ops_bk_manifest_add_piece(ps->m, id, st_slice_make(NULL, 0),
                                                 st_slice_make(NULL, 0), frozen);
     if (!p)
@@ -423,6 +421,32 @@ static st_code parse_piece(bk_parse *ps, const bk_line *l) {
     return ST_OK;
 }
 
+/* Version 3: the piece f.at names is p, or an earlier piece listing f's name with f's size and
+ * CRC32C and holding it itself, so that every files/<at>.<name> has one size and CRC32C. The
+ * search goes backwards: the pieces sharing a file are a split's halves, next to each other. */
+static bool file_at_ok(const ops_bk_manifest *m, const ops_bk_piece *p, const ops_bk_file *f) {
+    if (!strcmp(f->at, p->id))
+        return true;
+    for (size_t i = m->n_pieces - 1; i-- > 0;) {
+        const ops_bk_piece *q = &m->pieces[i];
+        if (strcmp(q->id, f->at))
+            continue;
+        for (size_t j = 0; j < q->n_files; j++)
+            if (!strcmp(q->files[j].name, f->name))
+                return q->files[j].size == f->size && q->files[j].crc32c == f->crc32c &&
+                       !strcmp(q->files[j].at, q->id);
+        return false;
+    }
+    return false;
+}
+
+/* The last token of a file line: the SHA-256 (versions 1 and 2) or the holding piece (3). */
+static bool parse_file_where(bk_parse *ps, st_slice t, ops_bk_file *f) {
+    if (ps->m->version < 3)
+        return unhex_fixed(t, f->sha256, OPS_BK_SHA256_BYTES);
+    return tok_str(t, f->at, OPS_BK_PIECE_ID_MAX) && ops_bk_piece_id_ok(f->at);
+}
+
 static st_code parse_file(bk_parse *ps, const bk_line *l) {
     ops_bk_file f;
     memset(&f, 0, sizeof f);
@@ -431,12 +455,18 @@ static st_code parse_file(bk_parse *ps, const bk_line *l) {
         return bad(ps, l, "file before any piece");
     if (l->n != 5 || !tok_str(l->tok[1], f.name, OPS_BK_FILE_NAME_MAX) ||
         !ops_bk_file_name_ok(f.name) || !tok_u64(l->tok[2], INT64_MAX, &f.size) ||
-        !unhex_fixed(l->tok[3], crc, 4) || !unhex_fixed(l->tok[4], f.sha256, OPS_BK_SHA256_BYTES))
+        !unhex_fixed(l->tok[3], crc, 4) || !parse_file_where(ps, l->tok[4], &f))
         return bad(ps, l,
-                   "want: file NAME SIZE CRC32C_HEX8 SHA256_HEX64, NAME [A-Za-z0-9_.-] not "
-                   "starting with '.'");
+                   ps->m->version < 3 ? "want: file NAME SIZE CRC32C_HEX8 SHA256_HEX64, NAME "
+                                        "[A-Za-z0-9_.-] not starting with '.'"
+                                      : "want: file NAME SIZE CRC32C_HEX8 PIECE, NAME "
+                                        "[A-Za-z0-9_.-] not starting with '.'");
     f.crc32c = (uint32_t)crc[0] << 24 | (uint32_t)crc[1] << 16 | (uint32_t)crc[2] << 8 | crc[3];
     ops_bk_piece *p = &ps->m->pieces[ps->m->n_pieces - 1];
+    if (ps->m->version >= 3 && !file_at_ok(ps->m, p, &f))
+        return bad(ps, l,
+                   "the file's PIECE is neither its own piece nor an earlier one holding a file "
+                   "of that name, size and CRC32C");
     for (size_t i = 0; i < p->n_files; i++)
         if (!strcmp(p->files[i].name, f.name))
             return bad(ps, l, "file repeated in its piece");
@@ -502,8 +532,8 @@ static st_code parse_body(bk_parse *ps, const char *text, size_t len) {
             }
             if (!ps->m->version)
                 return bad(ps, &l,
-                           "first line is not `" OPS_BK_MAGIC " 1` or `" OPS_BK_MAGIC
-                           " 2` (a newer strata wrote it? use that one)");
+                           "first line is not `" OPS_BK_MAGIC " N` with N 1, 2 or 3 (a newer "
+                           "strata wrote it? use that one)");
             continue;
         }
         if (line.len && line.data[0] == '#')
@@ -522,6 +552,33 @@ static st_code parse_body(bk_parse *ps, const char *text, size_t len) {
     return ST_OK;
 }
 
+static int id_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* No piece id twice, checked on a sorted copy once every piece is read: comparing each new
+ * piece with every earlier one took minutes for the 100,000 pieces a manifest may hold. */
+static st_code unique_piece_ids(bk_parse *ps) {
+    const ops_bk_manifest *m = ps->m;
+    if (m->n_pieces < 2)
+        return ST_OK;
+    const char **ids = malloc(m->n_pieces * sizeof *ids);
+    if (!ids)
+        return st_err_set(ps->err, ST_RESOURCE_EXHAUSTED, "%s: out of memory", ps->what);
+    for (size_t i = 0; i < m->n_pieces; i++)
+        ids[i] = m->pieces[i].id;
+    qsort(ids, m->n_pieces, sizeof *ids, id_cmp);
+    st_code rc = ST_OK;
+    for (size_t i = 1; i < m->n_pieces && rc == ST_OK; i++)
+        if (!strcmp(ids[i - 1], ids[i]))
+            rc = st_err_set(ps->err, ST_INVALID_ARGUMENT,
+                            "%s: piece id %s repeated (not a Strata backup export, or damaged: "
+                            "export it again)",
+                            ps->what, ids[i]);
+    free(ids);
+    return rc;
+}
+
 st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, ops_bk_manifest *m,
                               st_err *err) {
     ops_bk_manifest_init(m);
@@ -534,6 +591,8 @@ st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, op
     st_code rc = check_end(&ps, text, len, &body);
     if (rc == ST_OK)
         rc = parse_body(&ps, text, body);
+    if (rc == ST_OK)
+        rc = unique_piece_ids(&ps);
     if (rc == ST_OK) /* the fields against each other (backup_check.c) */
         rc = ops_bk_manifest_check(m, what, err);
     return rc;

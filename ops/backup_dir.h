@@ -20,11 +20,13 @@
 #include "strata/base.h"
 
 #define OPS_BK_MAGIC "strata-backup-export"
-#define OPS_BK_VERSION 2     /* written by export */
+#define OPS_BK_VERSION 3     /* written by export */
 #define OPS_BK_VERSION_MIN 1 /* still read by verify and import */
 #define OPS_BK_MANIFEST "MANIFEST"
 #define OPS_BK_PIECES "pieces" /* version 1: DIR/pieces/<piece id>/<file name> */
-#define OPS_BK_FILES "files"   /* version 2: DIR/files/<SHA-256 hex>, each content once */
+#define OPS_BK_FILES                                                                               \
+    "files" /* version 2: DIR/files/<SHA-256 hex>, each content once;                              \
+             * version 3: DIR/files/<piece id>.<file name>, each file once */
 #define OPS_BK_TMP_SUFFIX ".tmp"
 #define OPS_BK_MANIFEST_BYTES_MAX (64u << 20)
 #define OPS_BK_SCHEMA_BYTES_MAX (1u << 20)
@@ -40,7 +42,10 @@ typedef struct ops_bk_file {
     char name[OPS_BK_FILE_NAME_MAX + 1];
     uint64_t size;
     uint32_t crc32c;
-    uint8_t sha256[OPS_BK_SHA256_BYTES];
+    uint8_t sha256[OPS_BK_SHA256_BYTES]; /* versions 1 and 2 only (zero in version 3) */
+    /* version 3: the piece whose files/<at>.<name> holds the bytes (this piece, or an earlier
+     * one listing the same name, size and CRC32C: pieces of one node share files) */
+    char at[OPS_BK_PIECE_ID_MAX + 1];
 } ops_bk_file;
 
 typedef struct ops_bk_piece {
@@ -98,31 +103,34 @@ st_code ops_bk_manifest_check(const ops_bk_manifest *m, const char *what, st_err
 /* ---- writing an export directory ---- */
 
 /* Where file f of piece p of m lives under dir: version 1 pieces/<piece>/<name>, version 2
- * files/<SHA-256 hex> (every piece holding the same content shares it). False (err set when
- * not NULL) when the path is too long. */
+ * files/<SHA-256 hex> (every piece holding the same content shares it), version 3
+ * files/<f->at>.<name>. False (err set when not NULL) when the path is too long. */
 bool ops_bk_file_path(const char *dir, const ops_bk_manifest *m, const ops_bk_piece *p,
                       const ops_bk_file *f, char *out, size_t cap, st_err *err);
 
 /* Creates dir (which must not exist, or be empty) and dir/files (version 2) or dir/pieces. */
 st_code ops_bk_dir_create(const char *dir, int version, st_err *err);
 
-/* One file being written: under a temporary name, checksummed as it goes; version 2 renames
- * it to its digest at close. */
+/* One file being written: under a temporary name, checksummed as it goes (CRC32C; SHA-256 too
+ * before version 3); version 2 renames it to its digest at close, version 3 to
+ * files/<piece>.<name>. */
 typedef struct ops_bk_out {
     int fd;
     int version;
+    char piece[OPS_BK_PIECE_ID_MAX + 1];
     char files[4096]; /* version 2: dir/files */
     char tmp[4096], final[4096];
     uint64_t size;
     uint32_t crc32c;
-    void *sha; /* EVP_MD_CTX */
+    void *sha; /* EVP_MD_CTX; NULL from version 3 */
 } ops_bk_out;
 
 st_code ops_bk_out_open(ops_bk_out *o, const char *dir, int version, const char *piece,
                         const char *name, st_err *err);
 st_code ops_bk_out_write(ops_bk_out *o, const void *data, size_t len, st_err *err);
-/* Starts the file's writeback, closes it and renames it to its final name; fills f's size and
- * checksums (name kept). Not durable yet: ops_bk_manifest_write fsyncs every file it names. */
+/* Starts the file's writeback, closes it and renames it to its final name; fills f's size,
+ * checksums and (version 3) at (name kept). Not durable yet: ops_bk_manifest_write fsyncs every
+ * file it names. */
 st_code ops_bk_out_close(ops_bk_out *o, ops_bk_file *f, st_err *err);
 /* Closes and removes the temporary file (after a failure). */
 void ops_bk_out_abort(ops_bk_out *o);
@@ -148,7 +156,8 @@ typedef st_code (*ops_bk_read_fn)(const uint8_t *data, size_t len, void *arg, st
 
 /* Checks that every file named exists as a regular file with its size (no content read). */
 st_code ops_bk_check_sizes(const char *dir, const ops_bk_manifest *m, st_err *err);
-/* Reads one file of piece p and checks size, CRC32C and SHA-256; on_data sees every chunk
+/* Reads one file of piece p and checks size, CRC32C and (before version 3) SHA-256; on_data
+ * sees every chunk
  * (the import sends them on) and may be NULL. DATA_LOSS names the file. */
 st_code ops_bk_check_file(const char *dir, const ops_bk_manifest *m, const ops_bk_piece *p,
                           const ops_bk_file *f, ops_bk_read_fn on_data, void *arg, st_err *err);
@@ -159,6 +168,24 @@ bool ops_bk_file_id(const char *dir, const ops_bk_manifest *m, const ops_bk_piec
 /* ops_bk_manifest_load + ops_bk_check_file for every file. */
 st_code ops_bk_verify(const char *dir, ops_bk_manifest *m, ops_bk_read_fn on_data, void *arg,
                       st_err *err);
+
+/* True when a and b of manifest m are the same bytes: the same size and CRC32C, and the same
+ * SHA-256 (versions 1 and 2) or the same files/<at>.<name> (version 3). */
+bool ops_bk_file_same(const ops_bk_manifest *m, const ops_bk_file *a, const ops_bk_file *b);
+
+/* A file's checksum as it is read, for the manifest's version: CRC32C from version 3, SHA-256
+ * before (where the CRC32C is the node's to check). */
+typedef struct ops_bk_sum {
+    int version;
+    uint32_t crc32c;
+    void *sha; /* EVP_MD_CTX, versions 1 and 2 */
+} ops_bk_sum;
+
+st_code ops_bk_sum_init(ops_bk_sum *s, int version, st_err *err);
+void ops_bk_sum_update(ops_bk_sum *s, const void *data, size_t len);
+/* Finishes (and frees) the sum: true when it is f's. */
+bool ops_bk_sum_matches(ops_bk_sum *s, const ops_bk_file *f);
+void ops_bk_sum_free(ops_bk_sum *s);
 
 /* Hex helpers (lower case). */
 void ops_bk_hex(const uint8_t *data, size_t len, char *out); /* out: 2*len+1 */

@@ -111,7 +111,7 @@ static void fetch_retry_cb(evutil_socket_t fd, short what, void *arg) {
         uint16_t port = 0;
         st_addr_split(k->addr, host, sizeof host, &port);
         rpc_client_free(k->client);
-        k->client = rpc_client_new(k->base, host, port, NULL, NULL);
+        k->client = bk_conn_client(k, host, port, NULL); /* its TLS too, on a secure one */
     }
     fetch_start(f);
 }
@@ -145,7 +145,7 @@ static void fetch_done(rpc_ccall *call, st_code code, const char *message, void 
 static void fetch_start(bk_fetch *f) {
     bk_fetch_job *j = f->job;
     st_err err = {0};
-    if (f->out.sha == NULL) { /* not open yet: the job's first attempt */
+    if (f->out.fd < 0) { /* not open yet: the job's first attempt */
         st_code rc = ops_bk_out_open(&f->out, f->fr->dir, j->version, j->piece, j->file, &err);
         if (rc != ST_OK) {
             fetch_end(f, rc, &err);

@@ -24,6 +24,16 @@ typedef struct bk_wait {
     bool stopped;
 } bk_wait;
 
+rpc_client *bk_conn_client(const bk_conn *k, const char *host, uint16_t port, st_err *err) {
+    rpc_client_opts o;
+    memset(&o, 0, sizeof o);
+    if (k->opts)
+        o = *k->opts;
+    if (!k->router) /* a node streams an export's files: see BK_NODE_STREAM_WINDOW */
+        o.stream_window_bytes = BK_NODE_STREAM_WINDOW;
+    return rpc_client_new(k->base, host, port, &o, err);
+}
+
 static st_code conn_open(bk_conn *k, const char *addr, bool router, st_err *err) {
     memset(k, 0, sizeof *k);
     snprintf(k->addr, sizeof k->addr, "%s", addr);
@@ -37,7 +47,7 @@ static st_code conn_open(bk_conn *k, const char *addr, bool router, st_err *err)
     k->base = event_base_new();
     if (!k->base)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot create an event loop");
-    k->client = rpc_client_new(k->base, host, port, k->opts, err);
+    k->client = bk_conn_client(k, host, port, err);
     if (!k->client) {
         event_base_free(k->base);
         k->base = NULL;

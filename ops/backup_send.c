@@ -4,10 +4,11 @@
  * ones travel and this side reads and checksums the ones after. A file's chunk at offset 0 goes
  * alone (it starts the file: a new inode on the node); once answered, the file's other chunks go
  * with any_order (the node writes each at its offset, whatever order HTTP/2 delivers them in).
- * Each file's SHA-256 is computed as its chunks are read, in order (one pass over the bytes),
- * and compared with the manifest at its last byte: a damaged file fails the import before its
- * piece is sealed. The CRC32C is the node's to compute (it checks every chunk it receives, and
- * the seal compares the file's with the manifest's), so each side hashes the bytes once. A file an
+ * Each file's checksum (ops_bk_sum: CRC32C, SHA-256 before format 3) is computed as its chunks
+ * are read, in order (one pass over the bytes), and compared with the manifest at its last byte:
+ * a damaged file fails the import before its piece is sealed, naming it. The node computes the
+ * CRC32C too (it checks every chunk it receives, and the seal compares the file's with the
+ * manifest's). A file an
  * earlier piece already put on the node (links[]) is one WriteBackupFile with link_piece: the node
  * hard-links it after checking its size and CRC32C, no byte is sent again. On a failure no new
  * chunk starts; the ones in flight are waited for, then the caller undoes the import. */
@@ -15,7 +16,6 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +52,7 @@ struct bk_send {
     bool started;      /* the chunk at offset 0 was answered */
     bool busy;         /* the slot holds a file */
     st_buf link;       /* the request of a link */
-    EVP_MD_CTX *sha;
+    ops_bk_sum sum;
     st_code rc; /* this file's first failure */
     st_err err;
 };
@@ -80,8 +80,7 @@ static void send_close(bk_send *s) {
     if (s->fd >= 0)
         close(s->fd);
     s->fd = -1;
-    EVP_MD_CTX_free(s->sha);
-    s->sha = NULL;
+    ops_bk_sum_free(&s->sum);
 }
 
 /* Records a failure of file s: no new chunk of it starts; it ends once its chunks are back. */
@@ -126,16 +125,13 @@ static void send_settle(bk_send *s) {
         event_base_loopbreak(sr->k->base);
 }
 
-/* The file's last byte was read: its SHA-256 against the manifest. */
+/* The file's last byte was read: its checksum against the manifest. */
 static void send_check(bk_send *s) {
-    uint8_t sha[OPS_BK_SHA256_BYTES];
-    unsigned n = 0;
-    EVP_DigestFinal_ex(s->sha, sha, &n);
-    if (memcmp(sha, s->f->sha256, sizeof sha))
+    if (!ops_bk_sum_matches(&s->sum, s->f))
         send_fail(s, ST_DATA_LOSS,
-                  "file %s of piece %s: %s: checksum mismatch (SHA-256 differs from the "
+                  "file %s of piece %s: %s: checksum mismatch (%s differs from the "
                   "manifest's): the file is damaged; copy or export it again",
-                  s->f->name, s->sr->p->id, s->path);
+                  s->f->name, s->sr->p->id, s->path, s->sum.version < 3 ? "SHA-256" : "CRC32C");
 }
 
 static void chunk_done(st_code code, const char *message, st_slice response, void *arg) {
@@ -191,7 +187,7 @@ static void chunk_send(bk_send *s, bk_chunk *c) {
                   got < 0 ? strerror(errno) : "shorter than the manifest says");
         return;
     }
-    EVP_DigestUpdate(s->sha, p + len, want);
+    ops_bk_sum_update(&s->sum, p + len, want);
     c->packed.len = len + want;
     c->off = s->read_off;
     c->len = want;
@@ -300,7 +296,7 @@ static void send_open(bk_send *s) {
                   s->f->name);
     else if ((s->fd = open(s->path, O_RDONLY | O_NOFOLLOW)) < 0)
         send_fail(s, ST_NOT_FOUND, "%s: %s (copy or export it again)", s->path, strerror(errno));
-    else if (!(s->sha = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(s->sha, EVP_sha256(), NULL))
+    else if (ops_bk_sum_init(&s->sum, s->sr->m->version, &s->err) != ST_OK)
         send_fail(s, ST_RESOURCE_EXHAUSTED, "out of memory");
     else /* an empty file is one empty chunk: the node then has it */
         posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);

@@ -2,14 +2,15 @@
  * docs/formats/backup-export.md). The router says where the pieces are (BackupAdmin); the bytes
  * go straight between the nodes and the directory, one kept connection per node.
  *
- * export: DescribeBackup, then ReadBackupFile of every distinct file into DIR/files/<sha256>
- * (format 2; each file under a temporary name until fsync'd, checked against the node's size
- * and CRC32C), then the manifest last. import: the manifest and every file's size first,
- * BeginImport (the backup is CREATING, invisible to restores), WriteBackupFile of every chunk of
- * each distinct content once per node (checking each file's CRC32C and SHA-256 against the
- * manifest as it is read) and a link for the pieces that list it again, SealBackupPiece,
- * FinishImport; on any failure (a damaged file, a node down, Ctrl-C) the backup is deleted, so
- * nothing half-imported stays. Both read format 1 exports too (ops_bk_file_path). */
+ * export: DescribeBackup, then ReadBackupFile of every distinct file into
+ * DIR/files/<piece>.<name> (format 3; each file under a temporary name until fsync'd, checked
+ * against the node's size and CRC32C), then the manifest last. import: the manifest and every
+ * file's size first, BeginImport (the backup is CREATING, invisible to restores),
+ * WriteBackupFile of every chunk of each distinct file once per node (checking each file's
+ * checksum against the manifest as it is read: CRC32C, or SHA-256 before format 3) and a link for
+ * the pieces that list it again, SealBackupPiece, FinishImport; on any failure (a damaged file, a
+ * node down, Ctrl-C) the backup is deleted, so nothing half-imported stays. Both read formats 1
+ * and 2 too (ops_bk_file_path). */
 #include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
@@ -50,6 +51,7 @@ typedef struct bk_xfer {
      * sent), so a file that several pieces on one node share is sent once and linked after */
     struct bk_sent *sent;
     size_t n_sent, cap_sent, *slot, n_slots;
+    const ops_bk_manifest *m; /* import: the export's manifest */
 } bk_xfer;
 
 typedef struct bk_sent {
@@ -207,7 +209,7 @@ static st_code export_assemble(const char *dir, const Strata__Internal__V1__Back
             size_t k, kj;
             const ops_bk_file *f;
             if (shared_file(l, i, bp->files[j], &k, &kj)) {
-                f = &m->pieces[k].files[kj]; /* version 2: the same files/<digest> */
+                f = &m->pieces[k].files[kj]; /* the same files/<k's id>.<name> (v2: <digest>) */
                 st_code rc =
                     m->version < 2 ? ops_bk_link(dir, m->pieces[k].id, p->id, f->name, err) : ST_OK;
                 if (rc != ST_OK)
@@ -311,9 +313,10 @@ int bk_export(bk_ctx *c) {
     req.name = name;
     ProtobufCMessage *lm = NULL;
     catch_signals();
-    const char *fmt = getenv("STRATA_BACKUP_EXPORT_FORMAT"); /* 1: the older layout, for tests */
-    if (fmt && !strcmp(fmt, "1"))
-        m.version = 1;
+    /* 1 or 2: an older layout, for the tests of what verify and import still read */
+    const char *fmt = getenv("STRATA_BACKUP_EXPORT_FORMAT");
+    if (fmt && (!strcmp(fmt, "1") || !strcmp(fmt, "2")))
+        m.version = fmt[0] - '0';
     st_code rc = bk_router_call(c, BK_SVC_BACKUP "DescribeBackup", &req.base,
                                 &strata__internal__v1__backup_layout__descriptor, &lm, &err);
     if (rc == ST_OK)
@@ -358,9 +361,8 @@ static bool seen_before(const char *dir, const ops_bk_manifest *m, size_t i, siz
     for (size_t k = 0; k < i; k++)
         for (size_t n = 0; n < m->pieces[k].n_files; n++) {
             const ops_bk_file *g = &m->pieces[k].files[n];
-            if (g->size == f->size && g->crc32c == f->crc32c &&
-                !memcmp(g->sha256, f->sha256, sizeof f->sha256) &&
-                ops_bk_file_id(dir, m, &m->pieces[k], g, &d2, &i2) && d2 == dev && i2 == ino) {
+            if (ops_bk_file_same(m, g, f) && ops_bk_file_id(dir, m, &m->pieces[k], g, &d2, &i2) &&
+                d2 == dev && i2 == ino) {
                 ops_progress_add(p, f->size);
                 return true;
             }
@@ -498,7 +500,12 @@ static st_code begin_import(bk_xfer *x, const ops_bk_manifest *m, const char *pa
     return rc;
 }
 
-static const ops_bk_piece *find_piece(const ops_bk_manifest *m, const char *id) {
+/* The router answers the pieces in the manifest's order (both sorted by start key), so piece
+ * `hint` is the one asked for unless the router reordered them: a search of every piece for
+ * every piece cost n^2 comparisons for the 100,000 pieces a manifest may hold. */
+static const ops_bk_piece *find_piece(const ops_bk_manifest *m, const char *id, size_t hint) {
+    if (id && hint < m->n_pieces && !strcmp(m->pieces[hint].id, id))
+        return &m->pieces[hint];
     for (size_t i = 0; id && i < m->n_pieces; i++)
         if (!strcmp(m->pieces[i].id, id))
             return &m->pieces[i];
@@ -509,21 +516,22 @@ static const ops_bk_piece *find_piece(const ops_bk_manifest *m, const char *id) 
 
 static size_t sent_hash(const bk_conn *k, const ops_bk_file *f, size_t n_slots) {
     uint64_t h;
-    memcpy(&h, f->sha256, sizeof h);
+    memcpy(&h, f->sha256, sizeof h); /* zero in version 3, where at and name tell instead */
     h ^= f->size * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)k;
+    if (f->at[0])
+        h ^= st_hash64(f->name, strlen(f->name), st_hash64(f->at, strlen(f->at), 0));
     return (size_t)(h % n_slots);
 }
 
-static bool sent_same(const bk_sent *e, const bk_conn *k, const ops_bk_file *f) {
-    return e->k == k && e->f->size == f->size && e->f->crc32c == f->crc32c &&
-           !memcmp(e->f->sha256, f->sha256, sizeof f->sha256);
+static bool sent_same(const bk_xfer *x, const bk_sent *e, const bk_conn *k, const ops_bk_file *f) {
+    return e->k == k && ops_bk_file_same(x->m, e->f, f);
 }
 
 /* A file with f's content already on node k, or NULL. */
 static const bk_sent *sent_find(const bk_xfer *x, const bk_conn *k, const ops_bk_file *f) {
     for (size_t h = x->n_slots ? sent_hash(k, f, x->n_slots) : 0; x->n_slots && x->slot[h];
          h = (h + 1) % x->n_slots)
-        if (sent_same(&x->sent[x->slot[h] - 1], k, f))
+        if (sent_same(x, &x->sent[x->slot[h] - 1], k, f))
             return &x->sent[x->slot[h] - 1];
     return NULL;
 }
@@ -614,8 +622,8 @@ static st_code clear_leftover(bk_xfer *x, const char *name, const char *piece, s
 }
 
 static st_code import_piece(bk_xfer *x, const char *dir, const ops_bk_manifest *m, const char *name,
-                            Strata__Internal__V1__PieceLocation *pl, st_err *err) {
-    const ops_bk_piece *p = pl->piece ? find_piece(m, pl->piece->piece) : NULL;
+                            Strata__Internal__V1__PieceLocation *pl, size_t i, st_err *err) {
+    const ops_bk_piece *p = pl->piece ? find_piece(m, pl->piece->piece, i) : NULL;
     if (!p || !pl->node)
         return st_err_set(err, ST_INTERNAL, "BeginImport answered a piece the export lacks");
     st_code rc = node_conn(x, pl->node, &x->conn, err);
@@ -680,10 +688,11 @@ static st_code import_run(bk_xfer *x, const char *dir, const ops_bk_manifest *m,
     if (rc != ST_OK)
         return rc;
     Strata__Internal__V1__BackupLayout *l = (void *)lm;
+    x->m = m;
     if (l->backup && l->backup->name && l->backup->name[0])
         snprintf(name, sizeof name, "%s", l->backup->name);
     for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++)
-        rc = import_piece(x, dir, m, name, l->pieces[i], err);
+        rc = import_piece(x, dir, m, name, l->pieces[i], i, err);
     st_err serr = {0}; /* every seal ends before FinishImport, or before the undo */
     st_code src = seals_wait(x, &serr);
     if (rc == ST_OK && src != ST_OK) {

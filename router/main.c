@@ -53,9 +53,9 @@ static void usage(FILE *out) {
             "subject OU must be strata-router, and accepts only nodes whose certificate the\n"
             "cluster CA in FILE signed for strata-node and the node's topology host. SIGHUP\n"
             "re-reads them too (docs/security.md, Internal links).\n"
-            "--max-change-streams N: ReadChangeStream calls relayed at once (default 2048);\n"
+            "--max-change-streams N: ReadChangeStream calls relayed at once (default 1024);\n"
             "past it a new one is RESOURCE_EXHAUSTED. With --max-queued-response-bytes it\n"
-            "bounds what unread streams hold (docs/changestreams.md, Router memory).\n");
+            "bounds what unread streams hold (docs/router.md, Memory).\n");
     fputs(RPC_LIMITS_FLAGS_USAGE, out);
 }
 

@@ -4,14 +4,15 @@
 #   1. create --wait, list (--json, across pages), describe, delete, restore --wait;
 #   2. export b1 -> verify OK; the export's files equal the backup's, byte for byte, although the
 #      fake drops the first stream of 000001.sst after 1 MiB (the export resumes at the offset);
-#      the file p0 and p1 share is one file of files/ (format 2); a format 1 export (pieces/,
-#      STRATA_BACKUP_EXPORT_FORMAT=1) still verifies;
+#      the file p0 and p1 share is one file of files/ (format 3, files/<piece>.<name>); format 2
+#      (files/<sha256>) and format 1 (pieces/) exports (STRATA_BACKUP_EXPORT_FORMAT) still verify;
 #   3. a flipped byte (in the shared file), a truncated file, a missing file: verify refuses,
 #      naming the piece's file;
 #   4. import of the intact export as b2: the server's files equal the originals, the shared file
 #      sent once and linked, b2 READY; an import over a sealed piece an earlier failed import
-#      left clears it; the format 1 export imports too;
-#   5. import of a damaged export: refused naming the file, and b3 does not stay behind;
+#      left clears it; the format 1 and 2 exports import too;
+#   5. import of a damaged export (format 3, and format 2): refused naming the file, and the
+#      backup does not stay behind;
 #   6. export into a directory that is not empty: refused, the directory untouched;
 #   7. import pipelined (a second fake, --window): a file bigger than the CLI's window of chunks
 #      and several files arrive whole with several chunks in flight at once; a node error in the
@@ -57,14 +58,19 @@ timeout 120 "$STRATA" backup --endpoint "$ADDR" --cluster c1 export b1 "$tmp/exp
   2>"$tmp/2.err" || bad "export: $(cat "$tmp/2.err")"
 grep -q 'retrying from byte 1048576' "$tmp/2.err" || bad "no resumed stream: $(cat "$tmp/2.err")"
 grep -q 'exported .*b1 into' "$tmp/2.out" || bad "export output: $(cat "$tmp/2.out")"
-at() { echo "files/$(sha256sum "$tmp/root/b1/$1" | cut -c1-64)"; } # where piece/file's content is
+# where piece/file is: files/<piece that holds it>.<name>, from the manifest's `file` line
+at() {
+  awk -v p="${1%%/*}" -v f="${1#*/}" '$1 == "piece" { cur = $2 }
+    $1 == "file" && cur == p && $2 == f { print "files/" $5 "." $2 }' "$tmp/exp/MANIFEST"
+}
+[ "$(at p1/000001.sst)" = files/p0.000001.sst ] || bad "p1's 000001.sst is not p0's: $(at p1/000001.sst)"
 for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
   cmp "$tmp/root/b1/$f" "$tmp/exp/$(at "$f")" || bad "exported $f differs from the backup's"
 done
 # each content once: the file both pieces hold is one file (4 listed, 3 distinct), no pieces/
 [ "$(ls "$tmp/exp/files" | wc -l)" -eq 3 ] || bad "files/ holds $(ls "$tmp/exp/files")"
-[ ! -e "$tmp/exp/pieces" ] || bad "a version 2 export has pieces/"
-grep -q '^strata-backup-export 2$' "$tmp/exp/MANIFEST" || bad "the export is not format 2"
+[ ! -e "$tmp/exp/pieces" ] || bad "a version 3 export has pieces/"
+grep -q '^strata-backup-export 3$' "$tmp/exp/MANIFEST" || bad "the export is not format 3"
 [ -z "$(find "$tmp/exp" -name '*.tmp')" ] || bad "temporary files left in the export"
 "$STRATA" backup verify "$tmp/exp" --quiet >"$tmp/2v.out" 2>&1 || bad "verify: $(cat "$tmp/2v.out")"
 grep -q '^verified ' "$tmp/2v.out" || bad "verify output: $(cat "$tmp/2v.out")"
@@ -77,6 +83,15 @@ for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
   cmp "$tmp/root/b1/$f" "$tmp/exp1/pieces/$f" || bad "format 1: exported $f differs"
 done
 "$STRATA" backup verify "$tmp/exp1" --quiet >/dev/null 2>"$tmp/2o.err" || bad "verify format 1: $(cat "$tmp/2o.err")"
+# format 2 (files/<sha256>, SHA-256 per file) still verifies
+STRATA_BACKUP_EXPORT_FORMAT=2 timeout 120 "$STRATA" backup --endpoint "$ADDR" --cluster c1 \
+  --quiet export b1 "$tmp/exp2v" >/dev/null 2>"$tmp/2t.err" || bad "format 2 export: $(cat "$tmp/2t.err")"
+grep -q '^strata-backup-export 2$' "$tmp/exp2v/MANIFEST" || bad "the legacy export is not format 2"
+for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
+  sha=$(sha256sum "$tmp/root/b1/$f" | cut -c1-64)
+  cmp "$tmp/root/b1/$f" "$tmp/exp2v/files/$sha" || bad "format 2: exported $f differs"
+done
+"$STRATA" backup verify "$tmp/exp2v" --quiet >/dev/null 2>"$tmp/2t.err" || bad "verify format 2: $(cat "$tmp/2t.err")"
 echo ok
 
 echo "== 3. damaged exports refused, naming the file"
@@ -121,6 +136,10 @@ mkdir -p "$tmp/root/b6/p0" && touch "$tmp/root/b6/p0/SEALED"
 for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
   cmp "$tmp/root/b1/$f" "$tmp/root/b4/$f" || bad "imported (format 1) $f differs"
 done
+"${BK[@]}" import "$tmp/exp2v" --as b5 >"$tmp/4e.out" 2>&1 || bad "import of format 2: $(cat "$tmp/4e.out")"
+for f in p0/000001.sst p0/000002.sst p1/000003.sst p1/000001.sst; do
+  cmp "$tmp/root/b1/$f" "$tmp/root/b5/$f" || bad "imported (format 2) $f differs"
+done
 echo ok
 
 echo "== 5. a damaged import leaves nothing"
@@ -129,6 +148,18 @@ grep -q "file 000001.sst of piece p0: .*checksum mismatch" "$tmp/5.err" || bad "
 [ ! -e "$tmp/root/b3" ] || bad "the failed import left files: $(find "$tmp/root/b3")"
 grep -q 'was deleted' "$tmp/5.err" || bad "damaged import did not say it deleted b3: $(cat "$tmp/5.err")"
 "${BK[@]}" describe b3 >/dev/null 2>&1 && bad "b3 stayed after a failed import"
+# format 2: the SHA-256 tells
+rm -rf "$tmp/dmg2" && cp -r "$tmp/exp2v" "$tmp/dmg2"
+f2="$tmp/dmg2/files/$(sha256sum "$tmp/root/b1/p1/000003.sst" | cut -c1-64)"
+python3 -c '
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read()); b[4321] ^= 4; open(p, "wb").write(b)' "$f2"
+"$STRATA" backup verify "$tmp/dmg2" --quiet 2>"$tmp/5b.err" && bad "verify accepted a flipped byte (format 2)"
+grep -q "file 000003.sst of piece p1: .*checksum mismatch" "$tmp/5b.err" || bad "flipped byte (format 2): $(cat "$tmp/5b.err")"
+"${BK[@]}" import "$tmp/dmg2" --as b7 >/dev/null 2>"$tmp/5c.err" && bad "damaged import (format 2) succeeded"
+grep -q "file 000003.sst of piece p1: .*SHA-256 differs" "$tmp/5c.err" || bad "damaged import (format 2): $(cat "$tmp/5c.err")"
+"${BK[@]}" describe b7 >/dev/null 2>&1 && bad "b7 stayed after a failed import"
 echo ok
 
 echo "== 6. export into a non-empty directory"

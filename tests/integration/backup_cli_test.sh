@@ -105,7 +105,7 @@ for try in $(seq 1 60); do
   rm -rf "$TMPD/sp-exp"
   bka export s1 "$TMPD/sp-exp" >"$TMPD/5e.out" 2>&1 || fail "export s1: $(cat "$TMPD/5e.out")"
   listed=$(grep -c '^file ' "$TMPD/sp-exp/MANIFEST")
-  distinct=$(grep '^file ' "$TMPD/sp-exp/MANIFEST" | cut -d' ' -f5 | sort -u | wc -l)
+  distinct=$(awk '$1 == "file" { print $5 "." $2 }' "$TMPD/sp-exp/MANIFEST" | sort -u | wc -l)
   [ "$listed" -gt "$distinct" ] && break
   bka delete s1 >/dev/null 2>&1 || fail "delete s1"
   sleep 1

@@ -12,6 +12,12 @@
 #     AddressSanitizer;
 #   - a second router with --max-change-streams 20: 20 unread streams are relayed, the 21st is
 #     RESOURCE_EXHAUSTED, and streams are served again once the client closed them;
+#   - the worst case of that bound, scaled down: a third router with --max-change-streams 300
+#     and --max-queued-response-bytes 16m, 299 unread streams of rows of 1 MiB (and the fresh
+#     stream that reads them all), so every stream holds the largest message a node sends
+#     (256 KiB of values, NODE_CS_MSG_VALUE_BYTES): the router grows by at most
+#     1.5 x (16 MiB + 300 x (257 KiB + 64 KiB)) = 165 MB (measured 136 MB; 362 MB with the
+#     messages of 1 MiB nodes sent before);
 #   - change streams turned off while a stream is open: the stream ends FAILED_PRECONDITION,
 #     new ones too; a table that never had streams answers FAILED_PRECONDITION;
 #   - malformed tokens (garbage, NUL, H below W, another partition's, older than the history),
@@ -42,6 +48,16 @@ $ATTACK flood "$PORT" "$(cat "$DIR/run/router.pid")" "$(cat "$DIR/run/east-0.pid
 start_router "$DIR/topology" "$TMPD/router2.log" --max-change-streams 20
 FAIL_EXTRA_LOGS=("$TMPD/router2.log")
 $ATTACK cap "${ROUTER_ADDR##*:}" 20 || fail "--max-change-streams"
+# The bound at its worst, scaled down (docs/router.md, Memory): every stream at the cap holds a
+# message of the largest size while the budget is spent.
+WSTREAMS=300 WROWS=6 WBYTES=$((1 << 20)) WBUDGET_KB=$((16 * 1024)) WMSG_KB=$((256 + 1))
+WLIMIT=$(((3 * (WBUDGET_KB + WSTREAMS * (WMSG_KB + 64)) / 2) / 1024))
+[ "$LIMIT" = 100000 ] && WLIMIT=100000
+start_router "$DIR/topology" "$TMPD/router3.log" --max-change-streams $WSTREAMS \
+  --max-queued-response-bytes $((WBUDGET_KB * 1024))
+FAIL_EXTRA_LOGS+=("$TMPD/router3.log")
+$ATTACK flood "${ROUTER_ADDR##*:}" "$ROUTER_PID" "$(cat "$DIR/run/east-0.pid")" $((WSTREAMS - 1)) $WROWS \
+  $WBYTES "$WLIMIT" "$NODE_LIMIT" || fail "unread change streams of the largest messages"
 $ATTACK disable "$PORT" || fail "change streams turned off under an open stream"
 $ATTACK inputs "$PORT" || fail "malformed change stream requests"
 echo "PASS"

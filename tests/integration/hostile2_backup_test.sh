@@ -44,8 +44,10 @@ shutil.copytree(src, dst)
 lines = [l for l in open(os.path.join(dst, "MANIFEST")).read().split("\n") if l and not l.startswith("end ")]
 pi = next(i for i, l in enumerate(lines) if l.startswith("piece "))
 fi = next(i for i, l in enumerate(lines) if l.startswith("file "))
-name, _, _, sha = lines[fi].split()[1:5]
-data = open(os.path.join(dst, "files", sha), "rb").read()
+name, _, _, last = lines[fi].split()[1:5]
+v3 = lines[0].endswith(" 3")  # format 3: files/<piece>.<name>; 2: files/<sha256>
+path = os.path.join(dst, "files", last + "." + name if v3 else last)
+data = open(path, "rb").read()
 if case == "future287":  # only the piece in the future: inconsistent with start_us / end_us
     f = lines[pi].split(); f[4] = "9000000000000000000"; lines[pi] = " ".join(f)
 elif case == "future":  # the year 3000, and the backup's times with it: consistent
@@ -59,9 +61,11 @@ else:
     data = {"garbage": bytes((i * 7919 + 13) % 251 for i in range(len(data))),
             "half": data[:len(data) // 2],
             "flip": data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 0x40]) + data[len(data) // 2 + 1:]}[case]
-    sha = hashlib.sha256(data).hexdigest()
-    open(os.path.join(dst, "files", sha), "wb").write(data)
-    lines[fi] = "file %s %d %08x %s" % (name, len(data), crc32c(data), sha)
+    if not v3:
+        last = hashlib.sha256(data).hexdigest()
+        path = os.path.join(dst, "files", last)
+    open(path, "wb").write(data)
+    lines[fi] = "file %s %d %08x %s" % (name, len(data), crc32c(data), last)
 text = ("\n".join(lines) + "\n").encode()
 text += b"end %08x %s\n" % (crc32c(text), hashlib.sha256(text).hexdigest().encode())
 open(os.path.join(dst, "MANIFEST"), "wb").write(text)

@@ -7,7 +7,9 @@
  * DeleteFromFamily; messages bounded by the value budget; Heartbeat and CloseStream fields.
  * Messages are decoded back with protobuf-c and checked field by field, and each must be the
  * bytes protobuf-c packs for what it decoded (the DataChange encoder writes wire bytes itself);
- * test_changes_msg_wire_forms goes through the fields' edge values that way.
+ * test_changes_msg_wire_forms goes through the fields' edge values that way. A record paused
+ * after each message (NODE_CS_PAUSE) and resumed from the chunk it names is sent as the same
+ * messages as in one go.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,6 +34,8 @@ typedef struct sink {
     size_t max_bytes; /* largest message seen */
     st_code fail_at;  /* return this code ... */
     size_t fail_n;    /* ... for message number fail_n (1-based; 0 = never) */
+    bool pause;       /* take each message and pause after it (NODE_CS_PAUSE) */
+    size_t calls;     /* node_cs_encode_change calls encode made */
 } sink;
 
 static st_code collect(st_buf *msg, void *arg) {
@@ -57,7 +61,7 @@ static st_code collect(st_buf *msg, void *arg) {
     assert_true(s->n < MSGS_MAX);
     s->msgs[s->n++] = r;
     st_buf_reset(msg);
-    return ST_OK;
+    return s->pause ? NODE_CS_PAUSE : ST_OK;
 }
 
 static void sink_free(sink *s) {
@@ -81,7 +85,12 @@ static st_code encode(const node_cs_change *c, size_t value_bytes, sink *s) {
     st_buf msg;
     st_arena_init(&a, 4096);
     st_buf_init(&msg);
-    st_code rc = node_cs_encode_change(c, value_bytes, &a, &msg, collect, s);
+    size_t next = 0;
+    st_code rc;
+    do { /* a paused record goes on from the chunk it names, as the reader does in a later turn */
+        s->calls++;
+        rc = node_cs_encode_change(c, value_bytes, &a, &msg, collect, s, &next);
+    } while (rc == NODE_CS_PAUSE);
     st_arena_deinit(&a);
     st_buf_free(&msg);
     return rc;
@@ -204,6 +213,50 @@ static void test_changes_msg_chunked_value(void **state) {
     assert_null(dc(&s, 2)->chunks[1]->chunk_info);
     assert_true(s.max_bytes < NODE_CS_MSG_VALUE_BYTES + 4096);
     sink_free(&s);
+    free(v);
+}
+
+/* Paused after every message and resumed: the same messages, one encode call per message. */
+static void test_changes_msg_paused_record(void **state) {
+    (void)state;
+    size_t big = 3 * NODE_CS_MSG_VALUE_BYTES + 17;
+    uint8_t *v = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        v[i] = (uint8_t)(i * 13);
+    sto_mut m[3] = {
+        {.type = STO_MUT_SET_CELL, .family = S("cf"), .qualifier = S("a"), .value = S("x")},
+        {.type = STO_MUT_SET_CELL,
+         .family = S("cf"),
+         .qualifier = S("big"),
+         .ts_us = 1000,
+         .value = st_slice_make(v, big)},
+        {.type = STO_MUT_DEL_FAMILY, .family = S("cf")},
+    };
+    sto_row_mut row = {.row = S("r"), .muts = m, .n_muts = 3, .commit_ts_us = 5, .origin = 1};
+    node_cs_change c = {&row, false, "east", "1.5", 5, NULL, 0};
+    sink whole = {0}, paused = {.pause = true};
+    assert_int_equal(encode(&c, NODE_CS_MSG_VALUE_BYTES, &whole), ST_OK);
+    assert_int_equal(encode(&c, NODE_CS_MSG_VALUE_BYTES, &paused), ST_OK);
+    assert_true(whole.n >= 4);
+    assert_int_equal(whole.calls, 1);
+    assert_int_equal(paused.n, whole.n);
+    assert_int_equal(paused.calls, whole.n);
+    for (size_t i = 0; i < whole.n; i++) {
+        size_t a =
+            google__bigtable__v2__read_change_stream_response__get_packed_size(whole.msgs[i]);
+        size_t b =
+            google__bigtable__v2__read_change_stream_response__get_packed_size(paused.msgs[i]);
+        assert_int_equal(a, b);
+        uint8_t *x = malloc(a), *y = malloc(b);
+        google__bigtable__v2__read_change_stream_response__pack(whole.msgs[i], x);
+        google__bigtable__v2__read_change_stream_response__pack(paused.msgs[i], y);
+        assert_memory_equal(x, y, a);
+        free(x);
+        free(y);
+    }
+    assert_true(dc(&paused, paused.n - 1)->done);
+    sink_free(&whole);
+    sink_free(&paused);
     free(v);
 }
 
@@ -357,6 +410,7 @@ int main(void) {
         cmocka_unit_test(test_changes_msg_small_record),
         cmocka_unit_test(test_changes_msg_gc_record),
         cmocka_unit_test(test_changes_msg_chunked_value),
+        cmocka_unit_test(test_changes_msg_paused_record),
         cmocka_unit_test(test_changes_msg_budget_and_del_row),
         cmocka_unit_test(test_changes_msg_wire_forms),
         cmocka_unit_test(test_changes_msg_heartbeat_and_close),

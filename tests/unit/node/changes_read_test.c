@@ -16,7 +16,11 @@
  *   every record and the heartbeats after them;
  * - records read back from storage carry the values they hold by reference as the cells have
  *   them then (written, overwritten at the same timestamp, deleted or hidden by a GC rule), and
- *   the values they keep inline (small, or deleted by the same row mutation) as written.
+ *   the values they keep inline (small, or deleted by the same row mutation) as written;
+ * - one record of 12 MiB written while a live client does not read, from the ring (node S) and
+ *   from storage (node R, whose ring is smaller than the record, as a cell over the 64 MiB ring
+ *   is in production): the node queues about the call's bound, not the record (its messages go
+ *   out over several turns), and the client then gets the whole value, once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -818,6 +822,140 @@ static void test_cs_read_values_by_reference(void **state) {
     free(s);
 }
 
+/* ---- one record larger than a turn's share ---- */
+
+#define HUGE_VALUE_BYTES ((size_t)12 << 20)
+
+static void put_value(const node_env *e, const char *table, const char *key, const uint8_t *v,
+                      size_t len) {
+    Google__Bigtable__V2__Mutation m, *mp = &m;
+    Google__Bigtable__V2__Mutation__SetCell sc;
+    google__bigtable__v2__mutation__init(&m);
+    google__bigtable__v2__mutation__set_cell__init(&sc);
+    sc.family_name = "f";
+    sc.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"q"};
+    sc.value = (ProtobufCBinaryData){len, (uint8_t *)v};
+    sc.timestamp_micros = 1000;
+    m.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
+    m.set_cell = &sc;
+    Google__Bigtable__V2__MutateRowRequest req;
+    google__bigtable__v2__mutate_row_request__init(&req);
+    req.table_name = (char *)table;
+    req.row_key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
+    req.n_mutations = 1;
+    req.mutations = &mp;
+    st_err status;
+    assert_int_equal(call(e, BT "MutateRow", &req.base, NULL, &status), ST_OK);
+}
+
+/* The records in gRPC-framed response bytes (complete messages only, from *off on, which moves
+ * past them) and the value bytes their SetCells carry, each checked against v (chunk offsets
+ * included). */
+static void huge_scan(const st_buf *data, const uint8_t *v, size_t *off_io, size_t *records,
+                      size_t *value_bytes) {
+    for (size_t off = *off_io; off + 5 <= data->len; *off_io = off) {
+        size_t len = (size_t)data->data[off + 1] << 24 | (size_t)data->data[off + 2] << 16 |
+                     (size_t)data->data[off + 3] << 8 | data->data[off + 4];
+        if (off + 5 + len > data->len)
+            return; /* still arriving */
+        Google__Bigtable__V2__ReadChangeStreamResponse *r =
+            google__bigtable__v2__read_change_stream_response__unpack(NULL, len,
+                                                                      data->data + off + 5);
+        assert_non_null(r);
+        if (r->stream_record_case ==
+            GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_DATA_CHANGE) {
+            const Google__Bigtable__V2__ReadChangeStreamResponse__DataChange *d = r->data_change;
+            for (size_t i = 0; i < d->n_chunks; i++) {
+                const ProtobufCBinaryData *piece = &d->chunks[i]->mutation->set_cell->value;
+                size_t at =
+                    d->chunks[i]->chunk_info ? d->chunks[i]->chunk_info->chunked_value_offset : 0;
+                assert_int_equal(at, *value_bytes);
+                assert_true(at + piece->len <= HUGE_VALUE_BYTES);
+                assert_memory_equal(piece->data, v + at, piece->len);
+                *value_bytes += piece->len;
+            }
+            *records += d->done;
+        }
+        google__bigtable__v2__read_change_stream_response__free_unpacked(r, NULL);
+        off += 5 + len;
+    }
+}
+
+static void huge_record(const node_env *e, const char *table, const uint8_t *v) {
+    table_pb tb;
+    table_pb_init(&tb, NULL, 0);
+    Google__Bigtable__Admin__V2__CreateTableRequest creq;
+    google__bigtable__admin__v2__create_table_request__init(&creq);
+    creq.parent = PARENT;
+    creq.table_id = (char *)strrchr(table, '/') + 1;
+    creq.table = &tb.t;
+    st_err status;
+    assert_int_equal(call(e, TA "CreateTable", &creq.base, NULL, &status), ST_OK);
+    uint8_t body[1024];
+    raw_call r = {.fd = raw_tcp_connect((uint16_t)atoi(strchr(e->addr, ':') + 1), 4096),
+                  .grpc_status = -1};
+    assert_true(r.fd >= 0);
+    struct timeval tv = {TIMEOUT_MS / 1000, 0};
+    assert_int_equal(setsockopt(r.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    r.body = body;
+    r.body_len = slow_request(body, sizeof body, table, st_wall_us(), 0);
+    st_buf_init(&r.data);
+    nghttp2_session *s = raw_session(&r, true);
+    assert_non_null(s);
+    nghttp2_nv nva[] = {NVS(":method", "POST"),
+                        NVS(":scheme", "http"),
+                        NVS(":path", BT "ReadChangeStream"),
+                        NVS(":authority", "t"),
+                        NVS("content-type", "application/grpc"),
+                        NVS("te", "trailers")};
+    nghttp2_data_provider prd = {.read_callback = raw_body};
+    assert_true(nghttp2_submit_request(s, NULL, nva, 6, &prd, NULL) > 0);
+    assert_int_equal(nghttp2_session_send(s), 0);
+    usleep(100 * 1000); /* the stream is open before the write: the record is live */
+    put_value(e, table, "h", v, HUGE_VALUE_BYTES);
+    /* Not reading: the node sends until the call's queue is full, then waits. Sent in one turn,
+     * the whole record would be queued. */
+    size_t peak = 0;
+    for (int ms = 0; ms < 60000 && peak < ((size_t)1 << 20); ms++) { /* it starts sending */
+        size_t q = rpc_queued_response_bytes();
+        peak = q > peak ? q : peak;
+        usleep(1000);
+    }
+    for (int ms = 0; ms < 300; ms++) { /* the reader's next turns, had it not waited */
+        size_t q = rpc_queued_response_bytes();
+        peak = q > peak ? q : peak;
+        usleep(1000);
+    }
+    static uint8_t buf[1 << 16];
+    size_t recs = 0, bytes = 0, parsed = 0;
+    while (recs < 1) {
+        ssize_t n = recv(r.fd, buf, sizeof buf, 0);
+        assert_true(n > 0); /* silent for TIMEOUT_MS: the stream hangs */
+        assert_true(nghttp2_session_mem_recv(s, buf, (size_t)n) == n);
+        assert_int_equal(nghttp2_session_send(s), 0);
+        assert_false(r.closed);
+        huge_scan(&r.data, v, &parsed, &recs, &bytes);
+    }
+    printf("%s: queued response bytes peak while a %zu-byte record waited: %zu\n", table,
+           (size_t)HUGE_VALUE_BYTES, peak);
+    assert_int_equal(bytes, HUGE_VALUE_BYTES);
+    assert_true(peak <= SLOW_QUEUED_MAX);
+    nghttp2_session_del(s);
+    close(r.fd);
+    st_buf_free(&r.data);
+}
+
+static void test_cs_read_huge_record_slow_client(void **state) {
+    (void)state;
+    uint8_t *v = malloc(HUGE_VALUE_BYTES);
+    assert_non_null(v);
+    for (size_t i = 0; i < HUGE_VALUE_BYTES; i++)
+        v[i] = (uint8_t)(i * 31 + (i >> 20));
+    huge_record(&S, TBL("huge"), v); /* from the ring */
+    huge_record(&R, TBL("huge"), v); /* from storage: R's ring is smaller than the record */
+    free(v);
+}
+
 /* ---- harness ---- */
 
 static int g_failures;
@@ -830,6 +968,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_cs_read_slow_client),
         cmocka_unit_test(test_cs_read_live_slow_client),
         cmocka_unit_test(test_cs_read_values_by_reference),
+        cmocka_unit_test(test_cs_read_huge_record_slow_client),
     };
     g_failures = cmocka_run_group_tests(tests, NULL, NULL);
     event_base_loopbreak(g_base);

@@ -86,7 +86,10 @@ static void write_export(char *dir, size_t cap, ops_bk_manifest *m) {
         ops_bk_manifest_add_piece(m, "p1", ST_SLICE_LIT("m"), st_slice_make(NULL, 0), 1600);
     assert_non_null(b);
     add_file(dir, b, "000001.sst", 2 << 20, 3); /* same name, another piece */
-    add_file(dir, b, "000002.sst", 5, 2);       /* the same content as p0's: one file in v2 */
+    if (g_version >= 3) /* p0's file, as the export lists a file pieces of one node share */
+        assert_non_null(ops_bk_piece_add_file(b, &a->files[1]));
+    else /* the same content as p0's: one file in v2 */
+        add_file(dir, b, "000002.sst", 5, 2);
     assert_int_equal(ops_bk_manifest_write(dir, m, &err), ST_OK);
 }
 
@@ -134,13 +137,14 @@ static void test_backup_dir_round_trip(void **state) {
     assert_memory_equal(r.pieces[1].start_key.data, "m", 1);
     assert_int_equal(ops_bk_manifest_bytes(&r), ops_bk_manifest_bytes(&w));
     assert_memory_equal(r.pieces[1].files[0].sha256, w.pieces[1].files[0].sha256, 32);
+    assert_string_equal(r.pieces[1].files[1].at, g_version >= 3 ? "p0" : "");
     assert_int_equal(r.version, g_version);
     /* no temporary name is left behind */
     char tmp[1200];
     snprintf(tmp, sizeof tmp,
              g_version < 2 ? "%s/pieces/p0/000001.sst.tmp" : "%s/files/p0.000001.sst.tmp", dir);
     assert_int_not_equal(access(tmp, F_OK), 0);
-    /* version 2 holds each content once: p0 and p1 share 000002.sst's */
+    /* versions 2 and 3 hold p0's and p1's 000002.sst once */
     char a[1200], b[1200], na[512], nb[512];
     file_at(dir, &r, 0, 1, a, sizeof a, na, sizeof na);
     file_at(dir, &r, 1, 1, b, sizeof b, nb, sizeof nb);
@@ -300,6 +304,12 @@ static st_code parse_body(const char *body, st_err *err) {
     "source_table projects/p/instances/i/tables/t\nbackup_type 1\nstart_us 1\nend_us 2\n"          \
     "expire_us 3\nschema 0a0174\n"
 #define SHA "0000000000000000000000000000000000000000000000000000000000000000"
+#define HDR_REST                                                                                   \
+    "backup projects/p/instances/i/clusters/c/backups/b\n"                                         \
+    "source_table projects/p/instances/i/tables/t\nbackup_type 1\nstart_us 1\nend_us 2\n"          \
+    "expire_us 3\nschema 0a0174\n"
+#define HDR3 "strata-backup-export 3\n" HDR_REST
+#define HDR4 "strata-backup-export 4\n" HDR_REST
 
 static void test_backup_dir_hostile_manifest_refused(void **state) {
     (void)state;
@@ -321,13 +331,24 @@ static void test_backup_dir_hostile_manifest_refused(void **state) {
         HDR "piece p - - 1\nfile x 99999999999999999999 00000000 " SHA "\n",
         HDR "piece p - - 1\nfile x 1 0000000 " SHA "\n",
         HDR "piece p - - 1\nfile x 1 00000000 " SHA " extra\n",
-        HDR "piece p 6 - 1\n", /* odd hex */
+        HDR3 "piece p - - 1\nfile x 1 00000000 " SHA "\n", /* version 3 names a piece */
+        HDR3 "piece p - - 1\nfile x 1 00000000 q\n",       /* no piece q */
+        HDR3 "piece p - - 1\nfile x 1 00000000 ..\n",
+        HDR3 "piece p - - 1\nfile x 1 00000000 p/..\n",
+        HDR3 "piece q - 6d 1\nfile x 1 00000000 q\npiece p 6d - 1\nfile x 2 00000000 q\n",
+        HDR3 "piece q - 6d 1\nfile x 1 00000000 q\npiece p 6d - 1\nfile x 1 00000001 q\n",
+        HDR3 "piece q - 6d 1\nfile x 1 00000000 q\npiece p 6d - 1\nfile y 1 00000000 q\n",
+        HDR3 "piece p - 6d 1\nfile x 1 00000000 q\npiece q 6d - 1\nfile x 1 00000000 q\n",
+        HDR3 "piece r - 6c 1\nfile x 1 00000000 r\npiece q 6c 6d 1\nfile x 1 00000000 r\n"
+             "piece p 6d - 1\nfile x 1 00000000 q\n", /* q does not hold it itself */
+        HDR "piece p 6 - 1\n",                        /* odd hex */
         HDR "piece p - - 1\nbackup_type 1\n",
         HDR "backup_type 2\n",
         HDR "piece p  - - 1\n",
         "strata-backup-export 1\nbackup projects/p/instances/i/clusters/c/backups/b\n",
         "strata-backup-export 2\n",
-        "strata-backup-export 3\nbackup projects/p/instances/i/clusters/c/backups/b\n",
+        "strata-backup-export 4\nbackup projects/p/instances/i/clusters/c/backups/b\n",
+        HDR4 "piece p - - 1\n",
         "strata-backup-export 1\nbackup ../../b\n",
         "strata-backup-export 1\nbackup a b\n",
         "",
@@ -342,6 +363,22 @@ static void test_backup_dir_hostile_manifest_refused(void **state) {
     st_err err = {0};
     assert_int_equal(
         parse_body(HDR "piece p - 6d 1\nfile x 1 00000000 " SHA "\npiece q 6d - 2\n", &err), ST_OK);
+    assert_int_equal(parse_body(HDR3 "piece q - 6c 1\nfile x 1 00000000 q\npiece r 6c 6d 1\n"
+                                     "file x 1 00000000 q\nfile y 0 00000000 r\npiece p 6d - 1\n"
+                                     "file x 1 00000000 q\n",
+                                &err),
+                     ST_OK);
+}
+
+/* The same checks on an export of the SHA-256 layout (version 2, files/<sha256>): still read by
+ * verify and import. */
+static void test_backup_dir_version2(void **state) {
+    g_version = 2;
+    test_backup_dir_round_trip(state);
+    test_backup_dir_flipped_byte_refused(state);
+    test_backup_dir_truncated_refused(state);
+    test_backup_dir_missing_refused(state);
+    g_version = OPS_BK_VERSION;
 }
 
 /* The same checks on an export of the earlier layout (version 1, pieces/<piece>/<name>): still
@@ -362,6 +399,7 @@ int main(void) {
         cmocka_unit_test(test_backup_dir_flipped_byte_refused),
         cmocka_unit_test(test_backup_dir_truncated_refused),
         cmocka_unit_test(test_backup_dir_missing_refused),
+        cmocka_unit_test(test_backup_dir_version2),
         cmocka_unit_test(test_backup_dir_version1),
         cmocka_unit_test(test_backup_dir_manifest_changed_refused),
         cmocka_unit_test(test_backup_dir_unfinished_refused),
