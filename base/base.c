@@ -237,6 +237,24 @@ void st_arena_deinit(st_arena *a) {
     st_arena_init(a, bb);
 }
 
+void st_arena_reset(st_arena *a) {
+    st_arena_block *keep = a->head && a->head->size <= a->block_bytes ? a->head : NULL;
+    st_arena_block *b = keep ? keep->next : a->head;
+    while (b) {
+        st_arena_block *next = b->next;
+        free(b);
+        b = next;
+    }
+    if (keep == NULL) {
+        st_arena_init(a, a->block_bytes);
+        return;
+    }
+    keep->next = NULL;
+    a->ptr = keep->data;
+    a->avail = keep->size;
+    a->total_bytes = sizeof *keep + keep->size;
+}
+
 void *st_arena_alloc(st_arena *a, size_t size) {
     size = (size + 15) & ~(size_t)15;
     if (size == 0)

@@ -58,11 +58,9 @@
 /* The next turn after the loop's next poll of the sockets (read.c, READ_TURN_DELAY_US). */
 #define CS_TURN_DELAY_US 1
 /* One record's decoding and message structs (values are not copied into it): a small block,
- * taken and given back per record. */
+ * rewound after every record and kept for the reader's life (st_arena_reset), so a record costs
+ * no malloc; a record that needed more gives the extra blocks back at once. */
 #define CS_ARENA_BLOCK_BYTES ((size_t)8 << 10)
-/* The arena is kept from one record to the next (one block serves many small records) until it
- * holds more than this, and emptied at the end of every turn. */
-#define CS_ARENA_KEEP_BYTES ((size_t)64 << 10)
 /* Buffers above this are freed after use instead of kept for the next record. */
 #define CS_BUF_KEEP_BYTES ((size_t)1 << 20)
 /* source_cluster_id of records when the node knows no cluster names (docs/operations.md). */
@@ -344,8 +342,7 @@ static st_code damaged(cs_reader *r, int64_t stamp, st_err *err) {
 }
 
 static void arena_recycle(cs_reader *r) {
-    if (r->arena.total_bytes > CS_ARENA_KEEP_BYTES)
-        st_arena_deinit(&r->arena);
+    st_arena_reset(&r->arena);
 }
 
 /* Sends one decoded record with the token of the current position, from chunk out_next (a record
@@ -975,7 +972,7 @@ static void cs_turn(cs_reader *r) {
         if (rc == ST_OK)
             rc = work(r, &err);
     }
-    st_arena_deinit(&r->arena); /* an idle reader holds no scratch */
+    st_arena_reset(&r->arena); /* one block at most, reused by the next turn */
     if (rc == CS_BLOCKED) {
         wait_writable(r);
     } else if (rc == CS_MORE) {

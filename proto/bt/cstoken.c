@@ -135,19 +135,47 @@ st_code btu_cs_token_parse(st_slice text, btu_cs_pos *out, st_err *err) {
     return ST_OK;
 }
 
+size_t btu_cs_dec(char *out, uint64_t v) {
+    /* by hand: snprintf cost about a thousand instructions per token, once per change sent */
+    char tmp[BTU_CS_DEC_MAX];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* v in decimal as "%lld" writes it (the sign only for a negative, which a valid token has not). */
+static size_t put_i64(char *out, int64_t v) {
+    if (v >= 0)
+        return btu_cs_dec(out, (uint64_t)v);
+    out[0] = '-';
+    return 1 + btu_cs_dec(out + 1, 0 - (uint64_t)v);
+}
+
 size_t btu_cs_token_format(const btu_cs_pos *p, char out[BTU_CS_TOKEN_MAX]) {
     static const char digits[] = "0123456789abcdef";
-    int n = p->has_y ? snprintf(out, BTU_CS_TOKEN_MAX, CS_TOKEN_VERSION2 "%lu.%lld.%lld",
-                                (unsigned long)p->cluster, (long long)p->y, (long long)p->w)
-                     : snprintf(out, BTU_CS_TOKEN_MAX, CS_TOKEN_VERSION "%lld", (long long)p->w);
-    if (!p->scan)
-        return (size_t)n;
-    ST_ASSERT(p->key_len > 0 && p->key_len <= BTU_ROW_KEY_MAX && p->h > p->w);
-    n += snprintf(out + n, BTU_CS_TOKEN_MAX - (size_t)n, ".%lld.", (long long)p->h);
-    size_t k = (size_t)n;
-    for (size_t i = 0; i < p->key_len; i++) {
-        out[k++] = digits[p->key[i] >> 4];
-        out[k++] = digits[p->key[i] & 15];
+    size_t k = 2;
+    memcpy(out, p->has_y ? CS_TOKEN_VERSION2 : CS_TOKEN_VERSION, k);
+    if (p->has_y) {
+        k += btu_cs_dec(out + k, p->cluster);
+        out[k++] = '.';
+        k += put_i64(out + k, p->y);
+        out[k++] = '.';
+    }
+    k += put_i64(out + k, p->w);
+    if (p->scan) {
+        ST_ASSERT(p->key_len > 0 && p->key_len <= BTU_ROW_KEY_MAX && p->h > p->w);
+        out[k++] = '.';
+        k += put_i64(out + k, p->h);
+        out[k++] = '.';
+        for (size_t i = 0; i < p->key_len; i++) {
+            out[k++] = digits[p->key[i] >> 4];
+            out[k++] = digits[p->key[i] & 15];
+        }
     }
     out[k] = 0;
     return k;

@@ -120,7 +120,10 @@ typedef struct st_arena {
 
 void st_arena_init(st_arena *a, size_t block_bytes);
 void st_arena_deinit(st_arena *a);
-/* 16-byte aligned; NULL when memory runs out. Valid until st_arena_deinit. */
+/* Frees every block but the current one if it is no larger than block_bytes, and rewinds that one:
+ * the arena serves again without a malloc and holds at most one block. Invalidates what it gave. */
+void st_arena_reset(st_arena *a);
+/* 16-byte aligned; NULL when memory runs out. Valid until st_arena_deinit or st_arena_reset. */
 void *st_arena_alloc(st_arena *a, size_t size);
 void *st_arena_dup(st_arena *a, const void *data, size_t len);
 

@@ -255,6 +255,36 @@ static void test_base_arena(void **state) {
     st_arena_deinit(&a);
 }
 
+/* A reset keeps one block of at most block_bytes and serves from it again without a malloc; the
+ * extra blocks of a large use are freed, so the arena does not stay large. */
+static void test_base_arena_reset(void **state) {
+    (void)state;
+    st_arena a;
+    st_arena_init(&a, 1024);
+    st_arena_reset(&a); /* on an empty arena: nothing to keep */
+    assert_int_equal(a.total_bytes, 0);
+    uint8_t *first = st_arena_alloc(&a, 64);
+    assert_non_null(first);
+    size_t one_block = a.total_bytes;
+    for (int i = 0; i < 100; i++)
+        memset(st_arena_alloc(&a, 100), i, 100);   /* several blocks */
+    memset(st_arena_alloc(&a, 100000), 1, 100000); /* and a large one */
+    assert_true(a.total_bytes > 100000);
+    st_arena_reset(&a);
+    assert_int_equal(a.total_bytes, one_block);
+    uint8_t *again = st_arena_alloc(&a, 64);
+    assert_non_null(again);
+    memset(again, 2, 64);
+    assert_int_equal(a.total_bytes, one_block); /* the kept block served it */
+    st_arena_deinit(&a);
+    /* a large block that is the current one is not kept */
+    memset(st_arena_alloc(&a, 5000), 3, 5000);
+    st_arena_reset(&a);
+    assert_int_equal(a.total_bytes, 0);
+    assert_non_null(st_arena_alloc(&a, 10));
+    st_arena_deinit(&a);
+}
+
 /* ---- slices ---- */
 
 static void test_base_slices(void **state) {
@@ -417,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_base_crc32c_long_buffers),
         cmocka_unit_test(test_base_buf),
         cmocka_unit_test(test_base_arena),
+        cmocka_unit_test(test_base_arena_reset),
         cmocka_unit_test(test_base_slices),
         cmocka_unit_test(test_base_rng_deterministic),
         cmocka_unit_test(test_base_err_set_prefix),

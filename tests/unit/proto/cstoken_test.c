@@ -447,6 +447,95 @@ static void test_cstoken_check_times(void **state) {
     assert_int_equal(btu_cs_check_times(&req, &err), ST_INVALID_ARGUMENT);
 }
 
+/* Values where a hand-written decimal routine goes wrong: 0, one digit, each power of ten and its
+ * neighbours, the type limits, and pseudo-random values of every length. */
+static size_t dec_values(uint64_t *v, size_t cap) {
+    size_t n = 0;
+    v[n++] = 0;
+    v[n++] = UINT64_MAX;
+    v[n++] = UINT64_MAX - 1;
+    v[n++] = (uint64_t)INT64_MAX;
+    v[n++] = (uint64_t)INT64_MAX + 1;
+    v[n++] = UINT32_MAX;
+    v[n++] = (uint64_t)UINT32_MAX + 1;
+    for (uint64_t t = 1;; t *= 10) {
+        v[n++] = t - 1;
+        v[n++] = t;
+        v[n++] = t + 1;
+        if (t > UINT64_MAX / 10)
+            break;
+    }
+    uint64_t x = 0x9e3779b97f4a7c15ULL; /* xorshift64: the same values on every run */
+    while (n < cap) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v[n++] = x >> (x % 64); /* every magnitude, not only 20-digit values */
+    }
+    return n;
+}
+
+static void test_cstoken_dec_matches_snprintf(void **state) {
+    (void)state;
+    uint64_t v[400];
+    size_t n = dec_values(v, 400);
+    for (size_t i = 0; i < n; i++) {
+        char want[32], got[BTU_CS_DEC_MAX + 1];
+        snprintf(want, sizeof want, "%llu", (unsigned long long)v[i]);
+        size_t len = btu_cs_dec(got, v[i]);
+        got[len] = 0;
+        assert_int_equal(len, strlen(want));
+        assert_string_equal(got, want);
+    }
+}
+
+/* p formatted as the snprintf formats the token shapes are defined by. */
+static void token_by_snprintf(const btu_cs_pos *p, char *out, size_t cap) {
+    int n = p->has_y ? snprintf(out, cap, "2.%lu.%lld.%lld", (unsigned long)p->cluster,
+                                (long long)p->y, (long long)p->w)
+                     : snprintf(out, cap, "1.%lld", (long long)p->w);
+    if (p->scan) {
+        n += snprintf(out + n, cap - (size_t)n, ".%lld.", (long long)p->h);
+        for (size_t i = 0; i < p->key_len; i++)
+            n += snprintf(out + n, cap - (size_t)n, "%02x", p->key[i]);
+    }
+}
+
+static void check_format(const btu_cs_pos *p) {
+    char want[BTU_CS_TOKEN_MAX], got[BTU_CS_TOKEN_MAX];
+    token_by_snprintf(p, want, sizeof want);
+    size_t len = btu_cs_token_format(p, got);
+    assert_int_equal(len, strlen(want));
+    assert_string_equal(got, want);
+    btu_cs_pos back; /* and it is still a token the parser takes back */
+    assert_int_equal(btu_cs_token_parse(S(got), &back, NULL), ST_OK);
+}
+
+/* Every token shape (1.W, 1.W.H.K, 2.C.Y.W, 2.C.Y.W.H.K) with each number over the value list
+ * (cut to the field's range), byte for byte as snprintf formatted it. */
+static void test_cstoken_format_matches_snprintf(void **state) {
+    (void)state;
+    uint64_t v[300];
+    size_t n = dec_values(v, 300);
+    for (size_t i = 0; i < n; i++) {
+        int64_t a = (int64_t)(v[i] & (uint64_t)INT64_MAX), b = (int64_t)(v[n - 1 - i] >> 1);
+        int64_t w = a < INT64_MAX ? a : INT64_MAX - 1, lo = b < w ? b : w;
+        btu_cs_pos p;
+        btu_cs_pos_live(&p, w);
+        check_format(&p);
+        btu_cs_pos_set_bound(&p, (uint32_t)v[i], lo);
+        check_format(&p);
+        p.scan = true;
+        p.h = w + 1 + (int64_t)(v[(i + 7) % n] % (uint64_t)(INT64_MAX - w));
+        p.key_len = i == 0 ? BTU_ROW_KEY_MAX : 1 + i % 40;
+        for (size_t k = 0; k < p.key_len; k++)
+            p.key[k] = (uint8_t)(v[i] >> (k % 8 * 8));
+        check_format(&p);
+        p.has_y = false;
+        check_format(&p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cstoken_check_times),
@@ -459,6 +548,8 @@ int main(void) {
         cmocka_unit_test(test_cstoken_v2),
         cmocka_unit_test(test_cstoken_v2_set_bound),
         cmocka_unit_test(test_cstoken_v2_merge),
+        cmocka_unit_test(test_cstoken_dec_matches_snprintf),
+        cmocka_unit_test(test_cstoken_format_matches_snprintf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

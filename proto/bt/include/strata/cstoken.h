@@ -52,6 +52,13 @@ int64_t btu_cs_pos_start(const btu_cs_pos *p, uint32_t cluster);
  * a sentence naming the expected forms for anything that is not exactly one of them. */
 st_code btu_cs_token_parse(st_slice text, btu_cs_pos *out, st_err *err);
 
+/* Digits of the largest uint64_t (18446744073709551615). */
+#define BTU_CS_DEC_MAX 20
+
+/* Writes v in decimal (no sign, no leading zero, no NUL) at out, which has room for
+ * BTU_CS_DEC_MAX bytes; returns the digits written. The same text as "%llu". */
+size_t btu_cs_dec(char *out, uint64_t v);
+
 /* Writes p's token text, NUL-terminated, into out (BTU_CS_TOKEN_MAX bytes); returns its length.
  * p must be valid (as btu_cs_token_parse returns it). */
 size_t btu_cs_token_format(const btu_cs_pos *p, char out[BTU_CS_TOKEN_MAX]);
