@@ -90,6 +90,7 @@ void node_backups_close(node_ctx *n) {
     for (size_t i = 0; i < b->n_busy; i++)
         free(b->busy[i]);
     free(b->busy);
+    free(b->busy_doomed);
     free(b->crcs);
     free(b->rx);
     pthread_cond_destroy(&b->crc_cv);
@@ -213,6 +214,8 @@ static st_code freeze_seal(node_ctx *n, freeze_arg *a, st_err *err) {
 static void freeze_done(bk_job *j) {
     freeze_arg *a = j->arg;
     node_ctx *n = j->n;
+    if (j->rc == ST_OK && bk_busy_doomed(n, a->final))
+        j->rc = st_err_set(&j->err, ST_ABORTED, "the backup was deleted while the piece was made");
     if (j->rc == ST_OK)
         j->rc = freeze_seal(n, a, &j->err);
     if (j->rc != ST_OK)
@@ -438,13 +441,17 @@ static st_code delete_import(node_ctx *n, const bk_name *b, const char *piece, s
     char final[NODE_BK_PATH_MAX], in[NODE_BK_PATH_MAX];
     bk_piece_dir(n, b, piece, "", final, sizeof final);
     bk_piece_dir(n, b, piece, ".in", in, sizeof in);
-    return bk_busy(n, final) ? ST_OK : bk_remove_tree(in, err);
+    if (!bk_busy(n, final))
+        return bk_remove_tree(in, err);
+    bk_busy_doom(n, final, false); /* removed when its pull or seal ends */
+    return ST_OK;
 }
 
 /* The pieces of one backup directory, each removed unless busy, and unsealed imports. */
 static st_code delete_all(node_ctx *n, const bk_name *b, st_err *err) {
     char dir[NODE_BK_PATH_MAX];
     bk_backup_dir(n, b, dir, sizeof dir);
+    bk_busy_doom(n, dir, true); /* pieces in the making: removed when their work ends */
     DIR *d = opendir(dir);
     if (!d)
         return ST_OK;

@@ -135,6 +135,7 @@ struct node_backups {
     pthread_t crc_thread;
     char sst_dir[NODE_BK_PATH_MAX];
     char **busy; /* piece directories a worker or a pull is making or changing (loop thread) */
+    bool *busy_doomed; /* per busy piece: its backup was deleted meanwhile (bk_busy_doom) */
     size_t n_busy, cap_busy;
     int jobs;              /* worker threads not yet done (loop thread) */
     struct bk_pull *pulls; /* PullBackupPiece calls in progress (backup_xfer.c) */
@@ -144,6 +145,11 @@ struct node_backups {
 bool bk_busy(node_ctx *n, const char *dir);
 bool bk_busy_add(node_ctx *n, const char *dir);
 void bk_busy_remove(node_ctx *n, const char *dir);
+/* DeleteBackupPieces while a piece is made (a pull, a seal, a freeze): the piece directory dir,
+ * or with prefix every busy piece under dir, must not appear once its work ends (it would have
+ * no record: nothing would ever delete it). The work checks bk_busy_doomed before it answers. */
+void bk_busy_doom(node_ctx *n, const char *dir, bool prefix);
+bool bk_busy_doomed(node_ctx *n, const char *dir);
 
 /* ---- worker threads (backup.c): work runs on its own thread, done on the loop ---- */
 typedef struct bk_job bk_job;

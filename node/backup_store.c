@@ -353,13 +353,35 @@ bool bk_busy_add(node_ctx *n, const char *dir) {
         if (!v)
             return false;
         b->busy = v;
+        bool *d = realloc(b->busy_doomed, cap * sizeof *d);
+        if (!d)
+            return false;
+        b->busy_doomed = d;
         b->cap_busy = cap;
     }
     char *copy = strdup(dir);
     if (!copy)
         return false;
+    b->busy_doomed[b->n_busy] = false;
     b->busy[b->n_busy++] = copy;
     return true;
+}
+
+void bk_busy_doom(node_ctx *n, const char *dir, bool prefix) {
+    node_backups *b = n->backups;
+    size_t len = strlen(dir);
+    for (size_t i = 0; b && i < b->n_busy; i++)
+        if (prefix ? strncmp(b->busy[i], dir, len) == 0 && b->busy[i][len] == '/'
+                   : strcmp(b->busy[i], dir) == 0)
+            b->busy_doomed[i] = true;
+}
+
+bool bk_busy_doomed(node_ctx *n, const char *dir) {
+    node_backups *b = n->backups;
+    for (size_t i = 0; b && i < b->n_busy; i++)
+        if (strcmp(b->busy[i], dir) == 0)
+            return b->busy_doomed[i];
+    return false;
 }
 
 void bk_busy_remove(node_ctx *n, const char *dir) {
@@ -367,6 +389,7 @@ void bk_busy_remove(node_ctx *n, const char *dir) {
     for (size_t i = 0; i < b->n_busy; i++) {
         if (strcmp(b->busy[i], dir) == 0) {
             free(b->busy[i]);
+            b->busy_doomed[i] = b->busy_doomed[b->n_busy - 1];
             b->busy[i] = b->busy[--b->n_busy];
             return;
         }

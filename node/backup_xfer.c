@@ -553,6 +553,12 @@ static void pull_free(struct bk_pull *p);
 
 static void seal_done(bk_job *j) {
     seal_arg *a = j->arg;
+    if (bk_busy_doomed(j->n, a->final)) { /* DeleteBackupPieces meanwhile: it must not stay */
+        bk_remove_piece(a->final, NULL);
+        if (j->rc == ST_OK)
+            j->rc = st_err_set(&j->err, ST_ABORTED,
+                               "the backup was deleted while the piece was sealed");
+    }
     bk_busy_remove(j->n, a->final);
     if (j->rc == ST_OK)
         node_reply(j->call, &a->out->base);

@@ -66,15 +66,24 @@ static size_t f_varint(uint64_t v) {
 static size_t f_len(size_t len, bool always) {
     return len || always ? 1 + vlen(len) + len : 0;
 }
+/* st_put_varint64 inline: a DataChange has a dozen varints. */
+static inline uint8_t *put_varint(uint8_t *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
 static uint8_t *w_varint(uint8_t *p, uint32_t field, uint64_t v) {
     if (!v)
         return p;
     *p++ = (uint8_t)(field << 3 | WIRE_VARINT);
-    return p + st_put_varint64(p, v);
+    return put_varint(p, v);
 }
 static uint8_t *w_head(uint8_t *p, uint32_t field, size_t len) {
     *p++ = (uint8_t)(field << 3 | WIRE_LEN);
-    return p + st_put_varint64(p, len);
+    return put_varint(p, len);
 }
 static uint8_t *w_bytes(uint8_t *p, uint32_t field, st_slice s) {
     if (!s.len)

@@ -22,8 +22,16 @@
 #define CS_RING_GRACE_US                                                                           \
     (10LL * 60 * 1000000) /* a record in the ring: le32 table length (with its NUL), row, value */
 
+/* Writes kept for reuse on the loop: a node's writes mostly have one shape, so most take a kept
+ * write (its arrays in a block of CS_POOL_WRITE_BYTES, its record buffer with the capacity the
+ * last one needed) instead of allocating both and freeing both again at completion. */
+#define CS_POOL_MAX 256
+#define CS_POOL_WRITE_BYTES ((size_t)4096)
+#define CS_POOL_DATA_BYTES ((size_t)16 << 10) /* larger record buffers are not kept */
+
 /* One write's records: built by node_cs_write_prepare, kept by the ring once durable. */
 struct node_cs_write {
+    size_t alloc; /* bytes allocated for it and its arrays (CS_POOL_WRITE_BYTES: reusable) */
     int64_t stamp;
     bool ringless;     /* no stream was open when it was built: the ring skips it */
     size_t n;          /* records */
@@ -80,6 +88,8 @@ typedef struct node_cs {
                               reader was never seen) */
     size_t hint_t, hint_j; /* the last tablet found by id: n->tables[hint_t].v[hint_j] */
     st_buf scratch;        /* sto_mut: a record's mutations while encoding */
+    node_cs_write *pool[CS_POOL_MAX]; /* completed writes kept for reuse */
+    size_t pool_n;
     /* GC batches posted to the loop and not yet run (freed at close if the loop never runs
      * them); the lock is taken by storage threads too. */
     pthread_mutex_t gc_lock;
@@ -200,11 +210,25 @@ st_code node_cs_open(node_ctx *n, st_err *err) {
     return ST_OK;
 }
 
+/* Frees w outright (any thread). */
 static void write_free(node_cs_write *w) {
     if (!w)
         return;
     st_buf_free(&w->data);
     free(w);
+}
+
+/* Done with w (loop thread): kept for the next write when it is of the reusable size. */
+static void write_release(node_cs *cs, node_cs_write *w) {
+    if (!w)
+        return;
+    if (w->alloc != CS_POOL_WRITE_BYTES || cs->pool_n == CS_POOL_MAX) {
+        write_free(w);
+        return;
+    }
+    if (w->data.cap > CS_POOL_DATA_BYTES)
+        st_buf_free(&w->data);
+    cs->pool[cs->pool_n++] = w;
 }
 
 void node_cs_close(node_ctx *n) {
@@ -221,6 +245,8 @@ void node_cs_close(node_ctx *n) {
     }
     free(cs->arrivals);
     st_buf_free(&cs->scratch);
+    while (cs->pool_n)
+        write_free(cs->pool[--cs->pool_n]);
     while (cs->gc_pending) {
         cs_gc_batch *b = cs->gc_pending;
         cs->gc_pending = b->next;
@@ -460,14 +486,25 @@ static size_t write_muts(const sto_row_mut *rows, size_t count, node_write_kind 
     return total;
 }
 
-/* A write and its arrays in one allocation (all of them pointer-aligned). */
-static node_cs_write *write_new(size_t count, size_t n_muts, size_t n_recs) {
+/* A write and its arrays in one block (all of them pointer-aligned): a kept one when they fit
+ * in CS_POOL_WRITE_BYTES. Every array element is written before it is read (write_build). */
+static node_cs_write *write_new(node_cs *cs, size_t count, size_t n_muts, size_t n_recs) {
     size_t size = sizeof(node_cs_write) + count * sizeof(sto_row_mut) + n_muts * sizeof(sto_mut) +
                   n_recs * (sizeof(node_cs_rec) + sizeof(rec_ref));
-    node_cs_write *w = calloc(1, size);
-    if (!w)
-        return NULL;
-    st_buf_init(&w->data);
+    node_cs_write *w;
+    if (size <= CS_POOL_WRITE_BYTES && cs->pool_n) {
+        w = cs->pool[--cs->pool_n];
+        st_buf_reset(&w->data);
+    } else {
+        size_t alloc = size <= CS_POOL_WRITE_BYTES ? CS_POOL_WRITE_BYTES : size;
+        w = malloc(alloc);
+        if (!w)
+            return NULL;
+        w->alloc = alloc;
+        st_buf_init(&w->data);
+    }
+    w->stamp = 0;
+    w->ringless = false;
     w->rows = (sto_row_mut *)(w + 1);
     w->muts = (sto_mut *)(w->rows + count);
     w->recs = (node_cs_rec *)(w->muts + n_muts);
@@ -525,7 +562,7 @@ st_code node_cs_write_prepare(node_ctx *n, const sto_row_mut *rows, size_t count
     }
     st_code rc = ST_OK;
     if (recorded || strip) {
-        node_cs_write *w = write_new(count, write_muts(rows, count, mode), recorded);
+        node_cs_write *w = write_new(n->cs, count, write_muts(rows, count, mode), recorded);
         if (!w) {
             rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory preparing a write");
         } else {
@@ -533,7 +570,7 @@ st_code node_cs_write_prepare(node_ctx *n, const sto_row_mut *rows, size_t count
             w->ringless = n->cs->readers == 0 && st_mono_us() >= n->cs->ring_until;
             rc = write_build(n, w, rows, count, metas, mode, err);
             if (rc != ST_OK) {
-                write_free(w);
+                write_release(n->cs, w);
             } else {
                 *out = w->rows;
                 *wp = w;
@@ -610,7 +647,7 @@ void node_cs_write_abort(node_ctx *n, node_cs_write *w) {
     if (w && w->n && cs->fifo_n &&
         cs->fifo[(cs->fifo_head + cs->fifo_n - 1) % cs->fifo_cap] == w->stamp)
         cs->fifo_n--;
-    write_free(w);
+    write_release(cs, w);
 }
 
 void node_cs_write_lost(node_ctx *n, node_cs_write *w) {
@@ -749,7 +786,7 @@ void node_cs_write_done(node_ctx *n, node_cs_write *w, st_code code) {
     if (w->n == 0 || code != ST_OK) {
         if (w->n)
             fifo_pop_upto(cs, w->stamp);
-        write_free(w);
+        write_release(cs, w);
         return;
     }
     fifo_pop_upto(cs, w->stamp);
@@ -760,7 +797,7 @@ void node_cs_write_done(node_ctx *n, node_cs_write *w, st_code code) {
     }
     if (cs->watchers)
         wake_watchers(cs, w);
-    write_free(w);
+    write_release(cs, w);
 }
 
 void node_cs_range_arrived(node_ctx *n, const char *table, st_slice start, st_slice end) {

@@ -34,12 +34,20 @@
 #define BK_IA "/google.bigtable.admin.v2.BigtableInstanceAdmin/"
 
 /* Makes the calls that follow carry the credentials of the instance in dir (a secure one's
- * certificates and token; nothing for a plaintext one). */
+ * certificates and token; nothing for a plaintext one); NULL: no instance's, only --tls-ca and
+ * --token (a router named by HOST:PORT must not be sent the other instance's token, nor be
+ * checked against its CA). */
 static void use_creds(const char *dir) {
     char abs[4096];
     if (dir)
         ops_inst_dir(dir, abs, sizeof abs);
+    else
+        ops_secure_use("");
 }
+
+#define BK_SECURE_HINT                                                                             \
+    "; a secure destination (TLS, tokens) must be named by its directory, --target DIR: its "      \
+    "nodes accept only its admin certificate, which only the directory holds"
 
 /* The source's credentials: the instance of --dir (or the default one) unless only --endpoint. */
 static const char *source_dir(const bk_ctx *c) {
@@ -104,8 +112,10 @@ static bool target_resolve(const bk_ctx *c, bk_ctx *t) {
     }
     snprintf(t->addr, sizeof t->addr, "%s", tg);
     st_err err = {0};
+    use_creds(NULL);
     if (first_cluster(t, &err) != ST_OK) {
-        fprintf(stderr, "strata backup restore: the destination router %s: %s\n", tg, err.msg);
+        fprintf(stderr, "strata backup restore: the destination router %s: %s%s\n", tg, err.msg,
+                err.code == ST_UNAVAILABLE || err.code == ST_UNAUTHENTICATED ? BK_SECURE_HINT : "");
         return false;
     }
     return true;
@@ -172,7 +182,7 @@ static st_code across_run(bk_ctx *c, bk_ctx *t, const char *name, const char *xd
     e.a.n_pos = 2;
     if (bk_export(&e) != 0)
         return st_err_set(err, ST_UNAVAILABLE, "the export from the source failed (above)");
-    use_creds(t->a.dir ? t->a.dir : NULL);
+    use_creds(t->a.dir);
     bk_ctx i = *t; /* the import, into the destination */
     i.sub = "import";
     i.nested = true;
@@ -182,7 +192,8 @@ static st_code across_run(bk_ctx *c, bk_ctx *t, const char *name, const char *xd
     if (bk_import(&i) != 0)
         return st_err_set(err, ST_UNAVAILABLE,
                           "the import into the destination failed (above); nothing was left "
-                          "there");
+                          "there%s",
+                          t->a.dir ? "" : BK_SECURE_HINT);
     char temp[BK_RES_MAX];
     if (!ops_fmt(temp, sizeof temp, "projects/%s/instances/%s/clusters/%s/backups/%s", t->project,
                  t->instance, t->cluster, temp_id))

@@ -384,7 +384,9 @@ static st_code parse_header(bk_parse *ps, const bk_line *l) {
               : bit == BK_H_EXPIRE ? tok_i64(l->tok[1], &m->expire_us)
               : bit == BK_H_HOT    ? tok_i64(l->tok[1], &m->hot_us)
                                    : unhex(l->tok[1], OPS_BK_SCHEMA_BYTES_MAX, &m->schema);
-    return ok ? ST_OK : bad(ps, l, "bad value");
+    char why[64];
+    snprintf(why, sizeof why, "bad value of field %s", keys[__builtin_ctz(bit)]);
+    return ok ? ST_OK : bad(ps, l, why);
 }
 
 /* The new piece starts after the previous one ends (pieces sorted, never overlapping). */
@@ -406,9 +408,6 @@ static st_code parse_piece(bk_parse *ps, const bk_line *l) {
         return bad(ps, l, "want: piece ID START_HEX END_HEX FROZEN_US, ID [A-Za-z0-9_-]{1,64}");
     if (ps->m->n_pieces >= OPS_BK_PIECES_MAX)
         return bad(ps, l, "too many pieces");
-    for (size_t i = 0; i < ps->m->n_pieces; i++)
-        if (!strcmp(ps->m->pieces[i].id, id))
-            return bad(ps, l, "piece id repeated");
     ops_bk_piece *p = ops_bk_manifest_add_piece(ps->m, id, st_slice_make(NULL, 0),
                                                 st_slice_make(NULL, 0), frozen);
     if (!p)
@@ -520,6 +519,33 @@ static st_code parse_body(bk_parse *ps, const char *text, size_t len) {
     return ST_OK;
 }
 
+static int id_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* No piece id twice, checked on a sorted copy once every piece is read: comparing each new
+ * piece with every earlier one took minutes for the 100,000 pieces a manifest may hold. */
+static st_code unique_piece_ids(bk_parse *ps) {
+    const ops_bk_manifest *m = ps->m;
+    if (m->n_pieces < 2)
+        return ST_OK;
+    const char **ids = malloc(m->n_pieces * sizeof *ids);
+    if (!ids)
+        return st_err_set(ps->err, ST_RESOURCE_EXHAUSTED, "%s: out of memory", ps->what);
+    for (size_t i = 0; i < m->n_pieces; i++)
+        ids[i] = m->pieces[i].id;
+    qsort(ids, m->n_pieces, sizeof *ids, id_cmp);
+    st_code rc = ST_OK;
+    for (size_t i = 1; i < m->n_pieces && rc == ST_OK; i++)
+        if (!strcmp(ids[i - 1], ids[i]))
+            rc = st_err_set(ps->err, ST_INVALID_ARGUMENT,
+                            "%s: piece id %s repeated (not a Strata backup export, or damaged: "
+                            "export it again)",
+                            ps->what, ids[i]);
+    free(ids);
+    return rc;
+}
+
 st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, ops_bk_manifest *m,
                               st_err *err) {
     ops_bk_manifest_init(m);
@@ -532,5 +558,9 @@ st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, op
     st_code rc = check_end(&ps, text, len, &body);
     if (rc == ST_OK)
         rc = parse_body(&ps, text, body);
+    if (rc == ST_OK)
+        rc = unique_piece_ids(&ps);
+    if (rc == ST_OK) /* the fields against each other (backup_check.c) */
+        rc = ops_bk_manifest_check(m, what, err);
     return rc;
 }

@@ -88,6 +88,13 @@ st_code ops_bk_manifest_format(const ops_bk_manifest *m, st_buf *out, st_err *er
 st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, ops_bk_manifest *m,
                               st_err *err);
 
+/* The parsed fields against each other (backup_check.c; ops_bk_manifest_parse calls it):
+ * backup and source_table names of one instance, backup_type 1 or 2, start_us <= end_us <
+ * expire_us, hot_to_standard_us only for HOT, pieces covering the key space with frozen_us
+ * between start and end (an hour of clock skew allowed), sizes summing within int64.
+ * INVALID_ARGUMENT naming what and the field. */
+st_code ops_bk_manifest_check(const ops_bk_manifest *m, const char *what, st_err *err);
+
 /* ---- writing an export directory ---- */
 
 /* Where file f of piece p of m lives under dir: version 1 pieces/<piece>/<name>, version 2

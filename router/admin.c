@@ -40,6 +40,9 @@ struct adm_op {
     size_t n_splits;
     size_t tablets_from;     /* CreateTable: the next split interval to create */
     ProtobufCMessage *reply; /* sent on success (call arena) */
+    /* CreateTable: holds the table id's claim (rtr_bk_reserve_table) with this token */
+    bool claimed;
+    char claim[RTR_OP_NAME_MAX + 1];
 };
 
 static adm_op *op_new(rtr_ctx *r, rpc_call *call, const char *name) {
@@ -59,7 +62,15 @@ static adm_op *op_new(rtr_ctx *r, rpc_call *call, const char *name) {
 
 static void reply_update_op(adm_op *op);
 
+static void claim_released(void *arg, st_code code, const char *msg) {
+    (void)arg;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router", "releasing a CreateTable claim: %s", msg ? msg : "?");
+}
+
 static void op_finish(adm_op *op, st_code code, const char *msg) {
+    if (op->claimed) /* the record is written (or the tablets dropped): the id is settled */
+        rtr_bk_unclaim(op->r, op->name, op->claim, claim_released, NULL);
     if (code == ST_OK && op->update)
         reply_update_op(op);
     else if (code == ST_OK && op->reply)
@@ -393,6 +404,23 @@ static void schema_pushed(adm_op *op) {
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, modify_recorded, op);
 }
 
+/* The table id is claimed against a RestoreTable or CreateTable of it through another router
+ * (rtr_bk_reserve_table): only then are tablets made. */
+static void create_reserved(void *arg, st_code code, const char *msg) {
+    adm_op *op = arg;
+    if (code != ST_OK) {
+        char why[RTR_TABLE_NAME_MAX + 160];
+        snprintf(why, sizeof why,
+                 "table \"%s\" already exists, or is being created or restored through another "
+                 "router: use another table id",
+                 op->name);
+        op_finish(op, code, code == ST_ALREADY_EXISTS ? why : msg);
+        return;
+    }
+    op->claimed = true;
+    push_schema(op);
+}
+
 static const char *create_check(rtr_ctx *r,
                                 const Google__Bigtable__Admin__V2__CreateTableRequest *req,
                                 char *name, size_t cap, st_err *err) {
@@ -448,7 +476,8 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     op->splits = splits;
     op->n_splits = n_splits;
     op->reply = &t->base;
-    push_schema(op);
+    rtr_bk_create_token(r, op->claim, sizeof op->claim);
+    rtr_bk_reserve_table(r, name, op->claim, create_reserved, op);
 }
 
 /* ---- GetTable, ListTables ---- */

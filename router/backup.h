@@ -156,6 +156,8 @@ void rtr_bk_reap(rtr_ctx *r, const char *op_name, st_slice op_rec);
 /* ---- operations kept in the metadata table (backup_ops.c) ---- */
 /* "host:port/<start us>" of this router. */
 const char *rtr_bk_owner(rtr_ctx *r);
+/* The owner is an earlier run of this router (same address, another start time): dead. */
+bool rtr_bk_owner_is_past_me(const rtr_ctx *r, const char *owner);
 /* Serializes an Operation: running (done false) or finished with a response or an error
  * (code != ST_OK). */
 st_code rtr_bk_op_pack(const char *name, const char *meta_type, st_slice meta, bool done,
@@ -179,6 +181,19 @@ void rtr_bk_meta_create(rtr_ctx *r, rtr_meta_kind kind, const char *name, st_sli
 void rtr_bk_claim(rtr_ctx *r, const char *table, const char *op, rtr_meta_done_fn done, void *arg);
 void rtr_bk_unclaim(rtr_ctx *r, const char *table, const char *op, rtr_meta_done_fn done,
                     void *arg);
+/* CreateTable and RestoreTable of one table id agree through the claim: both take it (token: the
+ * restore's operation name, or a CreateTable's rtr_bk_create_token) for as long as they make
+ * tablets, then read the table's record in the first cluster, so exactly one proceeds and the
+ * other gets ALREADY_EXISTS, also when its router's copy of the metadata is a moment old. On
+ * ALREADY_EXISTS or an error the claim is not held (given back if it was taken); on ST_OK it is,
+ * until rtr_bk_unclaim(table, token). A CreateTable claim older than
+ * RTR_BK_CREATE_CLAIM_TTL_US (its router died) is released by the next reservation of that id. */
+void rtr_bk_reserve_table(rtr_ctx *r, const char *table, const char *token, rtr_meta_done_fn done,
+                          void *arg);
+#define RTR_BK_CREATE_CLAIM "tablecreate/"
+#define RTR_BK_CREATE_CLAIM_TTL_US (15LL * 60 * 1000000)
+/* "tablecreate/<now us>/<router>" into out (cap at least RTR_OP_NAME_MAX + 1). */
+void rtr_bk_create_token(rtr_ctx *r, char *out, size_t cap);
 
 /* ---- the module (backup.c): rtr_ctx.bk ---- */
 typedef struct rtr_bk {

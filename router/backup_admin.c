@@ -99,20 +99,41 @@ static int piece_cmp(const void *a, const void *b) {
                         st_slice_make(y->start_key.data, y->start_key.len));
 }
 
+static int piece_id_cmp(const void *a, const void *b) {
+    return strcmp((*(pb_piece *const *)a)->piece, (*(pb_piece *const *)b)->piece);
+}
+
+/* Valid ids, none twice. Sorted by id in a copy, so that an export of 100,000 pieces costs
+ * n log n comparisons: comparing every pair kept the router's loop (every client's calls) busy
+ * for seconds. */
+static st_code check_piece_ids(pb_piece **v, size_t n, st_err *err) {
+    pb_piece **by_id = malloc(n * sizeof *by_id);
+    if (!by_id)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    memcpy(by_id, v, n * sizeof *by_id);
+    qsort(by_id, n, sizeof *by_id, piece_id_cmp);
+    st_code rc = ST_OK;
+    for (size_t i = 0; i < n && rc == ST_OK; i++) {
+        if (!piece_id_valid(by_id[i]->piece))
+            rc = st_err_set(err, ST_INVALID_ARGUMENT,
+                            "invalid piece id '%s': use 1-64 of [A-Za-z0-9_-]", by_id[i]->piece);
+        else if (i > 0 && strcmp(by_id[i - 1]->piece, by_id[i]->piece) == 0)
+            rc = st_err_set(err, ST_INVALID_ARGUMENT, "piece id '%s' appears twice",
+                            by_id[i]->piece);
+    }
+    free(by_id);
+    return rc;
+}
+
 /* Pieces with valid distinct ids that cover the key space exactly once. */
 static st_code check_pieces(pb_piece **v, size_t n, st_err *err) {
     if (n == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT, "an import needs at least one piece");
+    if (check_piece_ids(v, n, err) != ST_OK)
+        return err->code;
     qsort(v, n, sizeof *v, piece_cmp);
     st_slice at = st_slice_make(NULL, 0);
     for (size_t i = 0; i < n; i++) {
-        if (!piece_id_valid(v[i]->piece))
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "invalid piece id '%s': use 1-64 of [A-Za-z0-9_-]", v[i]->piece);
-        for (size_t k = 0; k < i; k++)
-            if (strcmp(v[k]->piece, v[i]->piece) == 0)
-                return st_err_set(err, ST_INVALID_ARGUMENT, "piece id '%s' appears twice",
-                                  v[i]->piece);
         if (!st_slice_eq(st_slice_make(v[i]->start_key.data, v[i]->start_key.len), at) ||
             (i > 0 && at.len == 0))
             return st_err_set(err, ST_INVALID_ARGUMENT,
@@ -198,6 +219,31 @@ static void imp_store(rtr_ctx *r, rpc_call *call, rtr_pb_bkrec *rec, size_t ci, 
         rtr_bk_meta_create(r, RTR_META_KIND_BACKUP, rec->backup->name, s, imp_written, op);
 }
 
+/* The times and type of the imported backup, as the CLI's manifest check (ops/backup_check.c)
+ * has them: a client that skipped it must not record a backup that ends before it starts.
+ * BACKUP_TYPE_UNSPECIFIED stays accepted (STANDARD) for clients that predate the field. */
+static st_code import_fields(const rtr_pb_backup *b, st_err *err) {
+    int64_t st = rtr_bk_ts_us(b->start_time), en = rtr_bk_ts_us(b->end_time);
+    if (!b->start_time || st <= 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "backup.start_time must be set, after 1970 (from the export's manifest: "
+                          "export it again)");
+    if (!b->end_time || en < st)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "backup.end_time (%lld us) is before backup.start_time (%lld us): the "
+                          "export's manifest is damaged or forged; export it again",
+                          (long long)en, (long long)st);
+    if (b->backup_type !=
+            GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__BACKUP_TYPE_UNSPECIFIED &&
+        b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__STANDARD &&
+        b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "backup.backup_type %d is not STANDARD (1) or HOT (2): the export's "
+                          "manifest is damaged or forged; export it again",
+                          (int)b->backup_type);
+    return ST_OK;
+}
+
 static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest *req, size_t *ci,
                             char *name, size_t cap, st_err *err) {
     if (rtr_bk_parse_cluster(&r->topo, req->parent, false, ci, err) != ST_OK)
@@ -218,6 +264,8 @@ static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest
     if (!req->backup || !req->schema)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "backup and schema must be set (from the export's manifest)");
+    if (import_fields(req->backup, err) != ST_OK)
+        return err->code;
     return check_pieces(req->pieces, req->n_pieces, err);
 }
 
@@ -305,18 +353,40 @@ static bool files_equal(const pb_piece *a, const pb_piece *b) {
     return true;
 }
 
-/* The sealed piece id on node i of the answers, or NULL. */
-static const pb_piece *sealed(rtr_fan *f, size_t i, const char *id, st_arena *a) {
-    size_t off = 0;
-    st_slice msg;
+typedef Strata__Internal__V1__ListBackupPiecesResponse pb_listed;
+
+/* Each node's answer, unpacked once with its pieces sorted by id (NULL: no answer): looking up
+ * every piece in a fresh unpack of its node's whole list cost n^2 for an import of n pieces. */
+static pb_listed **listed_by_node(rtr_fan *f, size_t n_nodes, st_arena *a) {
+    pb_listed **v = st_arena_alloc(a, (n_nodes ? n_nodes : 1) * sizeof *v);
     ProtobufCAllocator al = {arena_alloc, arena_free, a};
-    if (f->res[i].code != ST_OK || !rtr_fan_next_msg(&f->res[i], &off, &msg))
-        return NULL;
-    Strata__Internal__V1__ListBackupPiecesResponse *resp = (void *)btu_pb_unpack(
-        &strata__internal__v1__list_backup_pieces_response__descriptor, &al, msg, NULL);
-    for (size_t k = 0; resp && k < resp->n_pieces; k++)
-        if (strcmp(resp->pieces[k]->piece, id) == 0)
-            return resp->pieces[k];
+    for (size_t i = 0; v && i < n_nodes; i++) {
+        size_t off = 0;
+        st_slice msg;
+        v[i] = f->res[i].code == ST_OK && rtr_fan_next_msg(&f->res[i], &off, &msg)
+                   ? (void *)btu_pb_unpack(
+                         &strata__internal__v1__list_backup_pieces_response__descriptor, &al, msg,
+                         NULL)
+                   : NULL;
+        if (v[i])
+            qsort(v[i]->pieces, v[i]->n_pieces, sizeof *v[i]->pieces, piece_id_cmp);
+    }
+    return v;
+}
+
+/* The sealed piece id in a node's sorted answer, or NULL. */
+static const pb_piece *sealed(const pb_listed *l, const char *id) {
+    size_t lo = 0, hi = l ? l->n_pieces : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(l->pieces[mid]->piece, id);
+        if (c == 0)
+            return l->pieces[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return NULL;
 }
 
@@ -325,10 +395,11 @@ static void fin_listed(rtr_fan *f, void *arg) {
     rtr_pb_bkrec *rec = op->rec;
     rtr_cluster *c = &op->r->clusters[op->cluster];
     st_arena *a = rpc_call_arena(op->call);
+    pb_listed **listed = listed_by_node(f, c->n_nodes, a);
     for (size_t i = 0; i < rec->n_pieces; i++) {
         const pb_piece *want = rec->pieces[i];
         rtr_node *n = rtr_bk_node(c, want->node_num);
-        const pb_piece *got = n ? sealed(f, n->idx, want->piece, a) : NULL;
+        const pb_piece *got = n && listed ? sealed(listed[n->idx], want->piece) : NULL;
         if (!got || !files_equal(want, got)) {
             rtr_fail(op->call, ST_FAILED_PRECONDITION,
                      "piece %s of backup %s is %s on node %s: send its files again (or delete "

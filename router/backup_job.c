@@ -1142,8 +1142,8 @@ static void job_refused(bk_job *j, st_code code, const char *msg) {
     char why[640];
     if (code == ST_ALREADY_EXISTS && j->kind == BK_RESTORE)
         snprintf(why, sizeof why,
-                 "table \"%s\" already exists (or is being restored): restore into a new table "
-                 "id",
+                 "table \"%s\" already exists (or is being created or restored): restore "
+                 "into a new table id",
                  j->table);
     else if (code == ST_ALREADY_EXISTS)
         snprintf(why, sizeof why, "Backup %s already exists.", j->backup);
@@ -1187,7 +1187,7 @@ static void start_op_written(void *arg, st_code code, const char *msg) {
     }
     if (j->kind == BK_RESTORE) {
         j->pending++;
-        rtr_bk_claim(j->r, j->table, j->op_name, start_rec_written, j);
+        rtr_bk_reserve_table(j->r, j->table, j->op_name, start_rec_written, j);
         return;
     }
     st_buf pb;

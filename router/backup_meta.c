@@ -15,6 +15,7 @@
  * Readers ignore the prefix (docs/formats/metadata.md). */
 #include "backup.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,4 +162,162 @@ void rtr_bk_claim(rtr_ctx *r, const char *table, const char *op, rtr_meta_done_f
 void rtr_bk_unclaim(rtr_ctx *r, const char *table, const char *op, rtr_meta_done_fn done,
                     void *arg) {
     claim_op(r, table, op, false, done, arg);
+}
+
+/* ---- a table id reserved by CreateTable or RestoreTable ---- */
+
+typedef struct bk_reserve {
+    rtr_ctx *r;
+    char *table, *token;
+    bool retried; /* a stale CreateTable claim was released and the claim tried again */
+    rtr_meta_done_fn done;
+    void *arg;
+} bk_reserve;
+
+static void reserve_end(bk_reserve *v, st_code code, const char *msg) {
+    v->done(v->arg, code, msg);
+    free(v->table);
+    free(v->token);
+    free(v);
+}
+
+static void released(void *arg, st_code code, const char *msg) {
+    char *what = arg;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router", "releasing the claim %s: %s", what,
+               msg ? msg : st_code_name(code));
+    free(what);
+}
+
+/* Gives back the claim if it still holds token; not waited for. */
+static void release(rtr_ctx *r, const char *table, const char *token) {
+    char *what = strdup(token);
+    if (what)
+        rtr_bk_unclaim(r, table, what, released, what);
+}
+
+static void reserve_claim(bk_reserve *v);
+
+static void table_read(void *arg, st_code code, const char *msg, bool found, st_slice value) {
+    bk_reserve *v = arg;
+    (void)value;
+    if (code != ST_OK || found)
+        release(v->r, v->table, v->token);
+    if (code != ST_OK) {
+        st_err err = {0};
+        st_err_set(&err, code,
+                   "could not read table %s in the metadata of cluster %s (the first of the "
+                   "topology; retry when it is reachable): %s",
+                   v->table, v->r->clusters[0].topo->id, msg ? msg : st_code_name(code));
+        reserve_end(v, code, err.msg);
+        return;
+    }
+    reserve_end(v, found ? ST_ALREADY_EXISTS : ST_OK,
+                found ? "the table was created a moment ago (through another router)" : NULL);
+}
+
+static void stale_released(void *arg, st_code code, const char *msg) {
+    bk_reserve *v = arg;
+    (void)msg;
+    if (code != ST_OK) {
+        reserve_end(v, code,
+                    "could not release a stale claim in the metadata of the first "
+                    "cluster: retry when it is reachable");
+        return;
+    }
+    reserve_claim(v);
+}
+
+/* A CreateTable claim ("tablecreate/<us>/<router>") of an earlier run of this router, or older
+ * than RTR_BK_CREATE_CLAIM_TTL_US, is one whose router died while creating the table: it is
+ * released and the claim tried again. */
+static void claim_read(void *arg, st_code code, const char *msg, bool found, st_slice value) {
+    bk_reserve *v = arg;
+    (void)msg;
+    char old[RTR_OP_NAME_MAX + 1];
+    long long us = 0;
+    size_t pre = strlen(RTR_BK_CREATE_CLAIM);
+    bool create = code == ST_OK && found && value.len < sizeof old && value.len > pre &&
+                  !memcmp(value.data, RTR_BK_CREATE_CLAIM, pre);
+    if (create) {
+        memcpy(old, value.data, value.len);
+        old[value.len] = '\0';
+    }
+    const char *owner = create ? strchr(old + pre, '/') : NULL; /* "/host:port/<start us>" */
+    bool stale = owner && sscanf(old + pre, "%lld", &us) == 1 &&
+                 (st_wall_us() - us > RTR_BK_CREATE_CLAIM_TTL_US ||
+                  rtr_bk_owner_is_past_me(v->r, owner + 1));
+    if (!stale) {
+        reserve_end(v, ST_ALREADY_EXISTS, "another router is creating or restoring it");
+        return;
+    }
+    st_log(ST_LOG_WARN, "router",
+           "table=%s: releasing the claim %s of a CreateTable that never finished", v->table, old);
+    v->retried = true;
+    rtr_bk_unclaim(v->r, v->table, old, stale_released, v);
+}
+
+/* Reads row key of the first cluster's metadata into then; false when it could not be sent
+ * (v ended with the error). */
+static bool reserve_read(bk_reserve *v, rtr_meta_kind kind, rtr_meta_get_fn then) {
+    st_buf key;
+    st_buf_init(&key);
+    st_code rc = kind == RTR_META_KIND_OP ? claim_key(v->table, &key)
+                                          : rtr_meta_row_key(kind, v->table, &key);
+    if (rc == ST_OK)
+        rc = rtr_meta_get(v->r, st_buf_slice(&key), then, v);
+    st_buf_free(&key);
+    if (rc == ST_OK)
+        return true;
+    if (kind == RTR_META_KIND_TABLE)
+        release(v->r, v->table, v->token);
+    reserve_end(v, rc,
+                rc == ST_UNAVAILABLE ? "no tablet of the metadata table is known in the first "
+                                       "cluster: retry when it is reachable"
+                                     : "out of memory");
+    return false;
+}
+
+/* The claim is taken (or refused): the table's record is then read where it is written first,
+ * so a table created (or restored) through another router a moment ago, whose record this
+ * router's copy does not hold yet, is found. */
+static void claimed(void *arg, st_code code, const char *msg) {
+    bk_reserve *v = arg;
+    if (code == ST_ALREADY_EXISTS && !v->retried)
+        reserve_read(v, RTR_META_KIND_OP, claim_read);
+    else if (code == ST_OK)
+        reserve_read(v, RTR_META_KIND_TABLE, table_read);
+    else
+        reserve_end(v, code,
+                    code == ST_ALREADY_EXISTS ? "another router is creating or restoring it" : msg);
+}
+
+static void reserve_claim(bk_reserve *v) {
+    rtr_bk_claim(v->r, v->table, v->token, claimed, v);
+}
+
+void rtr_bk_reserve_table(rtr_ctx *r, const char *table, const char *token, rtr_meta_done_fn done,
+                          void *arg) {
+    bk_reserve *v = calloc(1, sizeof *v);
+    if (v) {
+        v->table = strdup(table);
+        v->token = strdup(token);
+    }
+    if (!v || !v->table || !v->token) {
+        if (v) {
+            free(v->table);
+            free(v->token);
+        }
+        free(v);
+        done(arg, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    v->r = r;
+    v->done = done;
+    v->arg = arg;
+    reserve_claim(v);
+}
+
+void rtr_bk_create_token(rtr_ctx *r, char *out, size_t cap) {
+    snprintf(out, cap, "%s%lld/%s", RTR_BK_CREATE_CLAIM, (long long)st_wall_us(), rtr_bk_owner(r));
 }

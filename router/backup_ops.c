@@ -187,8 +187,7 @@ typedef struct sweep_item {
     uint8_t *copy;
 } sweep_item;
 
-/* The owner is an earlier run of this router (same address, another start time). */
-static bool owner_is_past_me(const rtr_ctx *r, const char *owner) {
+bool rtr_bk_owner_is_past_me(const rtr_ctx *r, const char *owner) {
     const char *me = r->bk->owner;
     const char *slash = strrchr(me, '/');
     size_t n = slash ? (size_t)(slash - me) + 1 : strlen(me);
@@ -207,7 +206,7 @@ static int sweep_op(rtr_ctx *r, const rtr_meta_rec *m, int64_t now) {
     if (done && rec->created_us + RTR_BK_OP_KEEP_US < now)
         what = 2;
     else if (!done && !rtr_bk_job_exists(r, m->name) &&
-             (owner_is_past_me(r, rec->owner) || rec->lease_until_us < now))
+             (rtr_bk_owner_is_past_me(r, rec->owner) || rec->lease_until_us < now))
         what = 0;
     protobuf_c_message_free_unpacked(&rec->base, NULL);
     return what;

@@ -702,3 +702,96 @@ st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_
     rtr_fan_seal(f);
     return ST_OK;
 }
+
+/* ---- one row of the first cluster's metadata, read there (not from the cache) ---- */
+
+typedef struct meta_get {
+    rtr_meta_get_fn done;
+    void *arg;
+} meta_get;
+
+/* The latest m:v cell of the one row the response holds (found false when none). */
+static st_code get_value(const rtr_fan_res *res, bool *found, st_buf *value) {
+    size_t off = 0;
+    st_slice msg;
+    int cell = 0; /* as rtr_meta_feed: only the first cell's chunks count */
+    while (rtr_fan_next_msg(res, &off, &msg)) {
+        Google__Bigtable__V2__ReadRowsResponse *r = (void *)btu_pb_unpack(
+            &google__bigtable__v2__read_rows_response__descriptor, NULL, msg, NULL);
+        if (!r)
+            return ST_INTERNAL;
+        for (size_t i = 0; i < r->n_chunks; i++) {
+            const Google__Bigtable__V2__ReadRowsResponse__CellChunk *c = r->chunks[i];
+            *found = true;
+            if (cell < 2 && st_buf_append(value, c->value.data, c->value.len) != ST_OK) {
+                google__bigtable__v2__read_rows_response__free_unpacked(r, NULL);
+                return ST_RESOURCE_EXHAUSTED;
+            }
+            cell = cell < 2 && c->value_size > 0 ? 1 : 2;
+        }
+        google__bigtable__v2__read_rows_response__free_unpacked(r, NULL);
+    }
+    return ST_OK;
+}
+
+static void get_done(rtr_fan *f, void *arg) {
+    meta_get g = *(meta_get *)arg;
+    free(arg);
+    st_err err = {0};
+    st_code code = rtr_fan_first_error(f, &err);
+    bool found = false;
+    st_buf value;
+    st_buf_init(&value);
+    if (code == ST_OK && (code = get_value(&f->res[0], &found, &value)) != ST_OK)
+        st_err_set(&err, code, "the metadata table's node sent an unreadable ReadRows answer");
+    rtr_fan_free(f);
+    g.done(g.arg, code, code == ST_OK ? NULL : err.msg, found, st_buf_slice(&value));
+    st_buf_free(&value);
+}
+
+static st_code get_request(st_slice key, st_buf *out) {
+    Google__Bigtable__V2__ReadRowsRequest req;
+    google__bigtable__v2__read_rows_request__init(&req);
+    Google__Bigtable__V2__RowFilter filter;
+    google__bigtable__v2__row_filter__init(&filter);
+    filter.filter_case = GOOGLE__BIGTABLE__V2__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER;
+    filter.cells_per_column_limit_filter = 1;
+    Google__Bigtable__V2__RowSet rows;
+    google__bigtable__v2__row_set__init(&rows);
+    ProtobufCBinaryData k = {key.len, (uint8_t *)key.data};
+    rows.n_row_keys = 1;
+    rows.row_keys = &k;
+    req.table_name = (char *)RTR_META_TABLE;
+    req.filter = &filter;
+    req.rows = &rows;
+    req.rows_limit = 1;
+    size_t len = google__bigtable__v2__read_rows_request__get_packed_size(&req);
+    if (st_buf_reserve(out, len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    out->len = google__bigtable__v2__read_rows_request__pack(&req, out->data);
+    return ST_OK;
+}
+
+st_code rtr_meta_get(rtr_ctx *r, st_slice key, rtr_meta_get_fn done, void *arg) {
+    const rtr_tmap_table *t =
+        r->clusters[0].map ? rtr_tmap_find(r->clusters[0].map, RTR_META_TABLE) : NULL;
+    size_t k = t ? rtr_tmap_row(t, key) : SIZE_MAX;
+    if (k == SIZE_MAX)
+        return ST_UNAVAILABLE;
+    st_buf req;
+    st_buf_init(&req);
+    meta_get *g = malloc(sizeof *g);
+    rtr_fan *f = g && get_request(key, &req) == ST_OK
+                     ? rtr_fan_new(r, 1, RTR_ADMIN_TIMEOUT_MS, get_done, g)
+                     : NULL;
+    if (!f) {
+        free(g);
+        st_buf_free(&req);
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    *g = (meta_get){done, arg};
+    rtr_fan_call(f, 0, &r->clusters[0].nodes[t->v[k].node], RTR_BT "ReadRows", st_buf_slice(&req));
+    st_buf_free(&req);
+    rtr_fan_seal(f);
+    return ST_OK;
+}

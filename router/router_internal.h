@@ -573,6 +573,12 @@ typedef void (*rtr_meta_cas_fn)(void *arg, st_code code, const char *message, bo
  * RESOURCE_EXHAUSTED when memory runs out. */
 st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
                      rtr_meta_cas_fn done, void *arg);
+/* Reads row key of the first cluster's metadata table there, not from this router's copy (which
+ * another router's write of a moment ago may not have reached): found and the row's latest m:v
+ * value. Returns as rtr_meta_cas. */
+typedef void (*rtr_meta_get_fn)(void *arg, st_code code, const char *message, bool found,
+                                st_slice value);
+st_code rtr_meta_get(rtr_ctx *r, st_slice key, rtr_meta_get_fn done, void *arg);
 
 /* ---- handlers ---- */
 void rtr_h_read_rows(rpc_call *call, st_slice req, void *arg);

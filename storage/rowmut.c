@@ -16,9 +16,19 @@ static int64_t unzigzag(uint64_t v) {
 }
 
 /* The encoders below write into room reserved once per row (sto_row_mut_bound), not through an
- * st_buf call per field: a row is encoded on every write's path. */
+ * st_buf call per field: a row is encoded on every write's path (its log record, and with change
+ * streams on its change record once or twice), with a dozen varints, written inline here. */
+static inline uint8_t *put_varint(uint8_t *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
 static uint8_t *put_bytes(uint8_t *p, st_slice s) {
-    p += st_put_varint64(p, s.len);
+    p = put_varint(p, s.len);
     if (s.len)
         memcpy(p, s.data, s.len);
     return p + s.len;
@@ -29,12 +39,12 @@ static uint8_t *put_mut(uint8_t *p, const sto_mut *m) {
     switch (m->type) {
     case STO_MUT_SET_CELL:
         p = put_bytes(put_bytes(p, m->family), m->qualifier);
-        p += st_put_varint64(p, zigzag(m->ts_us));
+        p = put_varint(p, zigzag(m->ts_us));
         return put_bytes(p, m->value);
     case STO_MUT_DEL_COLUMN:
         p = put_bytes(put_bytes(p, m->family), m->qualifier);
-        p += st_put_varint64(p, zigzag(m->ts_start_us));
-        return p + st_put_varint64(p, zigzag(m->ts_end_us));
+        p = put_varint(p, zigzag(m->ts_start_us));
+        return put_varint(p, zigzag(m->ts_end_us));
     case STO_MUT_DEL_FAMILY:
         return put_bytes(p, m->family);
     case STO_MUT_DEL_ROW:
@@ -79,13 +89,13 @@ st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row) {
         return ST_RESOURCE_EXHAUSTED;
     uint8_t *p = out->data + out->len;
     *p++ = ROWMUT_FORMAT;
-    p += st_put_varint64(p, row->tablet_id);
+    p = put_varint(p, row->tablet_id);
     p = put_bytes(p, row->row);
-    p += st_put_varint64(p, row->version);
-    p += st_put_varint64(p, row->commit_ts_us);
-    p += st_put_varint64(p, row->origin);
-    p += st_put_varint64(p, row->flags);
-    p += st_put_varint64(p, row->n_muts);
+    p = put_varint(p, row->version);
+    p = put_varint(p, row->commit_ts_us);
+    p = put_varint(p, row->origin);
+    p = put_varint(p, row->flags);
+    p = put_varint(p, row->n_muts);
     for (size_t i = 0; i < row->n_muts; i++)
         p = put_mut(p, &row->muts[i]);
     ST_ASSERT((size_t)(p - (out->data + out->len)) <= bound);
@@ -93,13 +103,46 @@ st_code sto_row_mut_encode(st_buf *out, const sto_row_mut *row) {
     return ST_OK;
 }
 
-static bool get_bytes_max(const uint8_t **p, const uint8_t *end, st_slice *out, size_t max) {
-    return st_get_len_prefixed(p, end, out) && out->len <= max;
+/* st_get_varint64 inline (the same checks), without a bound check per byte when ten bytes are
+ * left: readers decode a row per change record they send and per replicated row they apply, and
+ * a row's version, commit time and timestamps are 8 and 9 byte varints. */
+static inline bool get_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v) {
+    const uint8_t *p = *pp;
+    if (p < end && *p < 0x80) {
+        *v = *p;
+        *pp = p + 1;
+        return true;
+    }
+    if (end - p < 10)
+        return st_get_varint64(pp, end, v);
+    uint64_t r = 0;
+    for (int shift = 0; shift <= 63; shift += 7) {
+        uint8_t byte = *p++;
+        if (shift == 63 && byte > 1)
+            return false;
+        r |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *pp = p;
+            *v = r;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool get_bytes_max(const uint8_t **pp, const uint8_t *end, st_slice *out, size_t max) {
+    const uint8_t *p = *pp;
+    uint64_t len;
+    if (!get_varint(&p, end, &len) || len > (uint64_t)(end - p) || len > max)
+        return false;
+    *out = st_slice_make(p, (size_t)len);
+    *pp = p + len;
+    return true;
 }
 
 static bool get_zigzag(const uint8_t **p, const uint8_t *end, int64_t *v) {
     uint64_t u;
-    if (!st_get_varint64(p, end, &u))
+    if (!get_varint(p, end, &u))
         return false;
     *v = unzigzag(u);
     return true;
@@ -136,12 +179,12 @@ static bool row_head_decode(const uint8_t **pp, const uint8_t *end, sto_row_mut 
     memset(row, 0, sizeof *row);
     if (p == end || *p++ != ROWMUT_FORMAT)
         return false;
-    if (!st_get_varint64(&p, end, &row->tablet_id) ||
+    if (!get_varint(&p, end, &row->tablet_id) ||
         !get_bytes_max(&p, end, &row->row, STO_ROW_KEY_MAX) ||
-        !st_get_varint64(&p, end, &row->version) || !st_get_varint64(&p, end, &row->commit_ts_us) ||
-        !st_get_varint64(&p, end, &origin) || origin > UINT32_MAX ||
-        !st_get_varint64(&p, end, &flags) || flags > UINT32_MAX || !st_get_varint64(&p, end, &n) ||
-        n > STO_ROW_MUTS_MAX || n > (uint64_t)(end - p))
+        !get_varint(&p, end, &row->version) || !get_varint(&p, end, &row->commit_ts_us) ||
+        !get_varint(&p, end, &origin) || origin > UINT32_MAX || !get_varint(&p, end, &flags) ||
+        flags > UINT32_MAX || !get_varint(&p, end, &n) || n > STO_ROW_MUTS_MAX ||
+        n > (uint64_t)(end - p))
         return false;
     row->origin = (uint32_t)origin;
     row->flags = (uint32_t)flags;

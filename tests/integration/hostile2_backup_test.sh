@@ -2,10 +2,11 @@
 # hostile2_backup_test.sh — backups attacked from the outside on `strata up` (one cluster, one
 # node), docs/backups.md:
 #   1. an export whose manifest is re-signed with a piece frozen in the year 287,000 (its
-#      checksums all match): the import is accepted (verify cannot know the node's clock), but the
-#      restore must be refused naming the piece, leave no table, and leave the node's clock alone.
-#      It used to restore, and the node's clock (the version of every later write, change-stream
-#      times) jumped 285,000 years ahead;
+#      checksums all match) is refused by verify (frozen_us far outside start_us..end_us); one
+#      re-signed as a backup made in the year 3000 (its times consistent) is accepted by verify
+#      and import (they cannot know the node's clock), but the restore must be refused naming the
+#      piece, leave no table, and leave the node's clock alone. It used to restore, and the
+#      node's clock (the version of every later write, change-stream times) jumped ahead;
 #   2. exports whose SSTable is garbage or has a flipped byte, each re-signed so every
 #      checksum matches: import accepted, restore refused naming the SSTable, no table left;
 #   3. after all that a genuine restore works, and a write to the restored table wins over the
@@ -45,8 +46,15 @@ pi = next(i for i, l in enumerate(lines) if l.startswith("piece "))
 fi = next(i for i, l in enumerate(lines) if l.startswith("file "))
 name, _, _, sha = lines[fi].split()[1:5]
 data = open(os.path.join(dst, "files", sha), "rb").read()
-if case == "future":
+if case == "future287":  # only the piece in the future: inconsistent with start_us / end_us
     f = lines[pi].split(); f[4] = "9000000000000000000"; lines[pi] = " ".join(f)
+elif case == "future":  # the year 3000, and the backup's times with it: consistent
+    y3000 = 32503680000000000
+    for i, l in enumerate(lines):
+        k = l.split(" ")[0]
+        if k in ("start_us", "end_us"): lines[i] = "%s %d" % (k, y3000)
+        if k == "expire_us": lines[i] = "expire_us %d" % (y3000 + 86400000000)
+        if k == "piece": f = l.split(); f[4] = str(y3000); lines[i] = " ".join(f)
 else:
     data = {"garbage": bytes((i * 7919 + 13) % 251 for i in range(len(data))),
             "half": data[:len(data) // 2],
@@ -66,11 +74,15 @@ for r in a b c; do cbtq set t "$r" "cf:v=$r" >/dev/null || fail "set $r"; done
 bk create t --id src --wait >/dev/null || fail "create src"
 bk export src "$TMPD/exp" >/dev/null || fail "export src"
 
-echo "== 1. a piece frozen in the year 287,000"
+echo "== 1. a piece frozen in the year 287,000, then one of a backup made in the year 3000"
+forge "$TMPD/exp" "$TMPD/future287" future287 || fail "forge future287"
+"$STRATA" backup verify "$TMPD/future287" --quiet >/dev/null 2>"$TMPD/1v.err" &&
+  fail "verify accepted a piece frozen long after its backup's end_us"
+grep -q 'frozen_us' "$TMPD/1v.err" || fail "verify future287: $(cat "$TMPD/1v.err")"
 forge "$TMPD/exp" "$TMPD/future" future || fail "forge future"
 "$STRATA" backup verify "$TMPD/future" --quiet >/dev/null || fail "the re-signed export does not verify"
 bk import "$TMPD/future" --as future >/dev/null || fail "import future"
-bk restore future --to rfuture --wait >/dev/null 2>"$TMPD/1.err" && fail "a piece frozen in the year 287,000 was restored"
+bk restore future --to rfuture --wait >/dev/null 2>"$TMPD/1.err" && fail "a piece frozen in the year 3000 was restored"
 grep -q 'ahead of this node' "$TMPD/1.err" || fail "restore future: $(cat "$TMPD/1.err")"
 cbtq read rfuture >/dev/null 2>&1 && fail "rfuture exists after its restore failed"
 echo "ok: $(head -c 300 "$TMPD/1.err")"
