@@ -1,6 +1,6 @@
 /* changes_read.c — the read side of change streams on the node (docs/changestreams.md, Reading):
  * GenerateInitialChangeStreamPartitions (one partition per local tablet) and ReadChangeStream
- * for a partition equal to one local tablet.
+ * for a partition within one local tablet (usually equal to it).
  *
  * The reader keeps a position `pos` (what its tokens say: every record of the partition with
  * stamp <= pos.w was sent, and during a catch-up scan the records in (w, h] of rows up to
@@ -819,9 +819,10 @@ static st_slice end_min(st_slice a, st_slice b) {
     return btu_end_cmp(a, b) <= 0 ? a : b;
 }
 
-/* [start, end) as pieces: each local tablet overlapping it (new partition = the tablet, token
- * for the overlap), and the rows no local tablet holds (new partition = token = that gap: the
- * router knows who holds them). out has room for 2 * t->n + 1 pieces; returns the count. */
+/* [start, end) as pieces: its overlap with each local tablet, and the rows no local tablet
+ * holds (the router knows who holds them); new partition = token partition = the piece, so a
+ * client never gets a partition its tokens do not cover. out has room for 2 * t->n + 1 pieces;
+ * returns the count. */
 static size_t pieces_of(const node_tablets *t, st_slice start, st_slice end, node_cs_piece *out) {
     size_t k = 0, i = 0;
     st_slice cur = start;
@@ -832,7 +833,7 @@ static size_t pieces_of(const node_tablets *t, st_slice start, st_slice end, nod
         st_slice e;
         if (next && st_slice_cmp(S(&t->v[i].start), cur) <= 0) {
             e = end_min(S(&t->v[i].end), end);
-            out[k++] = (node_cs_piece){S(&t->v[i].start), S(&t->v[i].end), cur, e};
+            out[k++] = (node_cs_piece){cur, e, cur, e};
             i++;
         } else {
             e = next ? S(&t->v[i].start) : end;
@@ -897,12 +898,13 @@ static st_code still_valid(cs_reader *r, node_tablets **t, st_err *err) {
                           "while reading: the history this stream read is gone; start a new "
                           "stream from GenerateInitialChangeStreamPartitions",
                           r->table);
-    /* Splits give new ids, moves drop the tablet: the same id and range means unchanged. */
+    /* Splits give new ids, moves drop the tablet: the same id still holding the partition
+     * means unchanged. */
     for (size_t i = 0; i < (*t)->n; i++) {
         const node_tablet *tab = &(*t)->v[i];
         if (tab->id == r->tablet_id)
-            return st_slice_eq(S(&tab->start), S(&r->start)) &&
-                           btu_end_cmp(S(&tab->end), S(&r->end)) == 0
+            return st_slice_cmp(S(&tab->start), S(&r->start)) <= 0 &&
+                           btu_end_cmp(S(&r->end), S(&tab->end)) <= 0
                        ? ST_OK
                        : CS_MORE;
     }
@@ -1118,12 +1120,12 @@ static st_code stream_times(cs_reader *r, const Google__Bigtable__V2__ReadChange
     return ST_OK;
 }
 
-/* The local tablet whose range is exactly part; NULL when none is. */
-static node_tablet *tablet_exact(node_tablets *t, const btu_key_range *part) {
+/* The local tablet holding every row of part; NULL when none does. */
+static node_tablet *tablet_holding(node_tablets *t, const btu_key_range *part) {
     if (t->n == 0)
         return NULL;
     node_tablet *tab = &t->v[node_tablet_index(t, part->start)];
-    if (st_slice_eq(S(&tab->start), part->start) && btu_end_cmp(S(&tab->end), part->end) == 0)
+    if (st_slice_cmp(S(&tab->start), part->start) <= 0 && btu_end_cmp(part->end, S(&tab->end)) <= 0)
         return tab;
     return NULL;
 }
@@ -1191,7 +1193,7 @@ void node_h_read_change_stream(rpc_call *call, st_slice bytes, void *arg) {
         return;
     }
     rpc_call_set_cancel_cb(call, on_cancel, r);
-    node_tablet *tab = tablet_exact(t, &part);
+    node_tablet *tab = tablet_holding(t, &part);
     if (!tab && node_in_cluster(n)) {
         node_not_owner(n, &err, r->table, part.start);
         cs_end(r, err.code, err.msg);

@@ -792,13 +792,18 @@ void rtr_h_update_table(rpc_call *call, st_slice req_bytes, void *arg) {
     push_schema(op);
 }
 
-/* ---- DropRowRange: every node holding tablets of the table, in every cluster ---- */
+/* ---- DropRowRange: every node holding tablets of the table, in every cluster ----
+ * With change streams on, only the cluster of the default app profile (the cluster that accepts
+ * the call) drops the rows: its nodes delete them one row at a time and replication carries each
+ * delete to the other clusters, so every cluster's stream records a dropped row once, with that
+ * cluster as its source, as for a DeleteFromRow sent there (docs/changestreams.md). */
 
 typedef struct drop_op {
     rtr_ctx *r;
     rpc_call *call;
     st_slice req;
     char name[RTR_TABLE_NAME_MAX + 1];
+    const rtr_cluster *only; /* the one cluster asked, or NULL for every cluster */
 } drop_op;
 
 static void drop_done(rtr_fan *f, void *arg) {
@@ -822,6 +827,8 @@ static void drop_send(void *arg) {
     bool holds[ST_TOPO_CLUSTERS_MAX][ST_TOPO_NODES_MAX] = {{false}};
     size_t n = 0;
     for (size_t c = 0; c < r->n_clusters; c++) {
+        if (op->only && op->only != &r->clusters[c])
+            continue;
         const rtr_tmap_table *t = rtr_tmap_find(r->clusters[c].map, op->name);
         for (size_t i = 0; t && i < t->n; i++) {
             n += !holds[c][t->v[i].node];
@@ -842,11 +849,30 @@ static void drop_send(void *arg) {
     rtr_fan_seal(f);
 }
 
+/* With change streams on: the cluster of the default profile, which records the drop (see
+ * above). Fails the call and frees op when there is none. */
+static st_code drop_source(rtr_ctx *r, rpc_call *call, drop_op *op) {
+    if (r->n_clusters < 2)
+        return ST_OK;
+    rtr_cluster *c = NULL;
+    st_err err = {0};
+    st_code rc = rtr_profile_route(r, RTR_PROFILE_DEFAULT, false, &c, &err);
+    if (rc != ST_OK) {
+        rtr_fail(call, rc, "%s", err.msg);
+        free(op);
+        return rc;
+    }
+    op->only = c;
+    return ST_OK;
+}
+
 void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__Admin__V2__DropRowRangeRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__admin__v2__drop_row_range_request__descriptor, req_bytes);
-    if (!req || !rtr_table_or_fail(r, call, req->name))
+    const rtr_meta_rec *rec = req ? rtr_table_or_fail(r, call, req->name) : NULL;
+    pb_table *t = rec ? unpack_table(call, rec) : NULL; /* on failure the call is finished */
+    if (!t)
         return;
     bool prefix = req->target_case ==
                   GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_ROW_KEY_PREFIX;
@@ -866,8 +892,10 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    *op = (drop_op){r, call, req_bytes, ""};
+    *op = (drop_op){r, call, req_bytes, "", NULL};
     snprintf(op->name, sizeof op->name, "%s", req->name);
+    if (rtr_cs_enabled(t) && drop_source(r, call, op) != ST_OK)
+        return;
     /* Fresh maps: every node that holds a tablet of the table must see the drop. */
     if (rtr_refresh_all(r, drop_send, op) != ST_OK)
         drop_send(op);

@@ -3,18 +3,19 @@
  * GenerateInitialChangeStreamPartitions answers one partition per tablet of the table in the
  * cluster of the (single-cluster) app profile, from a freshly refreshed tablet map.
  *
- * ReadChangeStream: a partition equal to one tablet goes to the node that holds it and every
- * answer streams through until the node ends the stream. A partition that matches no single
- * tablet any more (split, merge) is answered by the router, on a tablet map refreshed first
- * (a map older than the split would name tablets that no longer exist): CloseStream
- * OUT_OF_RANGE with the overlapping tablets as new partitions and, for each, a continuation
- * token derived from the request. A node's own CloseStream starts a refresh of the map. Flow
- * control as in read.c: answers wait in a backlog, counted in the queued-response budget, while
- * the client is slow; once the process is past that budget while the client has not taken what
- * it was sent, or the backlog passes RTR_READ_BACKLOG_BYTES, the node call is paused with HTTP/2
- * flow control (rpc_ccall_pause: the node's stream stalls after the change stream links' window,
- * RTR_CS_STREAM_WINDOW_BYTES) and resumed once the client took the backlog. A slow client never
- * costs a cancelled node call (a node closes a connection that resets too many streams). At most
+ * ReadChangeStream: a partition within one tablet (usually equal to it) goes to the node that
+ * holds it and every answer streams through until the node ends the stream. A partition that
+ * spans several tablets (a split, or a range the client chose) is answered by the router, on a
+ * tablet map refreshed first (a map older than the split would name tablets that no longer
+ * exist): CloseStream OUT_OF_RANGE with the partition's piece in each overlapping tablet as a
+ * new partition and, for each, a continuation token for that piece derived from the request. A
+ * node's own CloseStream starts a refresh of the map. Flow control as in read.c: answers wait in a
+ * backlog, counted in the queued-response budget, while the client is slow; once the process is
+ * past that budget while the client has not taken what it was sent, or the backlog passes
+ * RTR_READ_BACKLOG_BYTES, the node call is paused with HTTP/2 flow control (rpc_ccall_pause: the
+ * node's stream stalls after the change stream links' window, RTR_CS_STREAM_WINDOW_BYTES) and
+ * resumed once the client took the backlog. A slow client never costs a cancelled node call (a node
+ * closes a connection that resets too many streams). At most
  * --max-change-streams streams are relayed at once (RESOURCE_EXHAUSTED past it), which with the
  * budget bounds the router's memory (docs/changestreams.md, "Router memory"). A node answering
  * strata-not-owner makes the router refresh the map and decide again (forward, or CloseStream);
@@ -702,8 +703,10 @@ static void rcs_send(rcs_op *op, const rtr_tablet *tb) {
     }
 }
 
-/* The partition is no longer one tablet: CloseStream OUT_OF_RANGE naming the tablets it
- * overlaps as new partitions, with a token for each piece of the old partition in them. */
+/* The partition is no longer within one tablet: CloseStream OUT_OF_RANGE with, for each tablet
+ * it overlaps, the piece of the old partition in that tablet as new partition and a token for
+ * that same piece (a client reading the new partitions with the tokens given gets every row of
+ * the old partition once, and no rows outside it). */
 static void rcs_close(rcs_op *op, const rtr_tablet *v, size_t n) {
     st_arena *a = rpc_call_arena(op->call);
     /* Once tokens were relayed the stream resumes from the last one, else from the request. */
@@ -734,7 +737,7 @@ static void rcs_close(rcs_op *op, const rtr_tablet *v, size_t n) {
             google__bigtable__v2__stream_continuation_token__init(tk);
             tk->partition = partition_pb(a, range_intersect(op->part, tablet_range(&v[i])));
             tk->token = text;
-            cs.new_partitions[i] = partition_pb(a, tablet_range(&v[i]));
+            cs.new_partitions[i] = partition_pb(a, range_intersect(op->part, tablet_range(&v[i])));
             ok = tk->partition && cs.new_partitions[i];
             cs.continuation_tokens[i] = tk;
         }
@@ -772,8 +775,7 @@ static void rcs_step(rcs_op *op) {
         rcs_retry(op, ST_UNAVAILABLE, msg);
         return;
     }
-    btu_key_range tr = t ? tablet_range(&t->v[first]) : op->part;
-    if (n == 1 && btu_cs_range_eq(&tr, &op->part)) {
+    if (n == 1) { /* one tablet holds the whole partition (maybe more rows): its node reads it */
         rcs_send(op, &t->v[first]);
         return;
     }

@@ -225,7 +225,8 @@ typedef struct parts {
     size_t n_tokens;
     int close_code; /* CloseStream status, -1 none */
     size_t msgs;
-    char rows[512]; /* row keys of DataChanges, each followed by ',' */
+    char rows[512];  /* row keys of DataChanges, each followed by ',' */
+    char drops[512]; /* DataChanges that delete: "row@source cluster," */
 } parts;
 
 static void range_text(const Google__Bigtable__V2__RowRange *rr, char *out, size_t cap) {
@@ -282,6 +283,15 @@ static void on_change(st_slice msg, void *arg) {
         size_t off = strlen(p->rows);
         snprintf(p->rows + off, sizeof p->rows - off, "%.*s,", (int)r->data_change->row_key.len,
                  (const char *)r->data_change->row_key.data);
+        const Google__Bigtable__V2__ReadChangeStreamResponse__DataChange *dc = r->data_change;
+        int mc = dc->n_chunks && dc->chunks[0]->mutation
+                     ? (int)dc->chunks[0]->mutation->mutation_case
+                     : 0;
+        off = strlen(p->drops);
+        if (mc == GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_FAMILY ||
+            mc == GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_ROW)
+            snprintf(p->drops + off, sizeof p->drops - off, "%.*s@%s,", (int)dc->row_key.len,
+                     (const char *)dc->row_key.data, dc->source_cluster_id);
     }
     if (r && r->stream_record_case ==
                  GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_CLOSE_STREAM) {
@@ -561,6 +571,46 @@ static void stale_map_case(void) {
           st_code_name(rc), st.msg, p.close_code, p.n);
 }
 
+static void write_row(const char *id, const char *row);
+
+/* A client that follows CloseStream (reads each new partition from its token) is never refused
+ * and gets the changes of the rows it asked for: b..h spans tablets ..g and g..k. */
+static void follow_close_case(void) {
+    st_err st;
+    parts p;
+    int64_t start = st_wall_us();
+    write_row("cs2", "c1");
+    st_code rc = read_until("cs2", "", "b", "h", start, start + 60000000, NULL, &p, &st);
+    CHECK(rc == ST_OK && p.close_code == ST_OUT_OF_RANGE && p.n == 2 && p.n_tokens == 2,
+          "b..h from now: %s \"%s\", close %d, %zu new partition(s), %zu token(s)",
+          st_code_name(rc), st.msg, p.close_code, p.n, p.n_tokens);
+    parts close = p;
+    bool seen = false;
+    for (size_t i = 0; i < close.n && i < close.n_tokens; i++) {
+        char s[64], e[64];
+        const char *dots = strstr(close.v[i], "..");
+        snprintf(s, sizeof s, "%.*s", dots ? (int)(dots - close.v[i]) : 0, close.v[i]);
+        snprintf(e, sizeof e, "%s", dots ? dots + 2 : "");
+        const char *eq = strchr(close.tokens[i], '=');
+        const char *const toks[] = {s, e, eq ? eq + 1 : "", NULL};
+        rc = read_until("cs2", "", s, e, 0, st_wall_us() + 300000, toks, &p, &st);
+        printf("%-62s %-20s close %d\n", "  ReadChangeStream of a new partition from its token",
+               st_code_name(rc), p.close_code);
+        CHECK(rc == ST_OK && p.close_code <= 0,
+              "new partition %s with token %s: %s \"%s\", CloseStream %d (a client following "
+              "CloseStream is stuck)",
+              close.v[i], close.tokens[i], st_code_name(rc), st.msg, p.close_code);
+        seen = seen || strstr(p.rows, "c1,") != NULL;
+    }
+    CHECK(seen, "the write to c1 did not show in the new partitions of b..h");
+    rc = read_until("cs2", "", "g", "h", start, st_wall_us() + 300000, NULL, &p, &st);
+    printf("%-62s %-20s close %d\n", "ReadChangeStream g..h (inside tablet g..k)", st_code_name(rc),
+           p.close_code);
+    CHECK(rc == ST_OK && p.close_code <= 0 && p.n == 0,
+          "g..h inside one tablet: %s \"%s\", CloseStream %d", st_code_name(rc), st.msg,
+          p.close_code);
+}
+
 static void data_cases(void) {
     st_err st;
     parts p;
@@ -628,28 +678,23 @@ static void data_cases(void) {
     expect_tokens("  CloseStream: the token as it was, for each child", &p, kid_toks2);
     expect_code("ReadChangeStream b..h (spans two tablets)",
                 read_changes("cs2", "", "b", "h", t0, NULL, &p, &st), &st, ST_OK, NULL);
-    static const char *const spans[] = {"..g", "g..k", NULL};
-    expect_parts("  CloseStream new partitions", &p, spans);
+    static const char *const spans[] = {"b..g", "g..h", NULL};
+    expect_parts("  CloseStream new partitions: the pieces of b..h", &p, spans);
     static const char *const span_toks[] = {"b..g=1.1699999999999999", "g..h=1.1699999999999999",
                                             NULL};
     expect_tokens("  CloseStream tokens for the pieces of b..h", &p, span_toks);
-    static const char *const part_tok[] = {"g", "h", "1.700", NULL};
-    expect_code("ReadChangeStream g..h (inside tablet g..k) from a token",
-                read_changes("cs2", "", "g", "h", 0, part_tok, &p, &st), &st, ST_OK, NULL);
-    static const char *const whole[] = {"g..k", NULL};
-    expect_parts("  CloseStream new partition: the whole tablet", &p, whole);
-    static const char *const whole_toks[] = {"g..h=1.700", NULL};
-    expect_tokens("  CloseStream token: for g..h only", &p, whole_toks);
 
+    follow_close_case();
     stale_map_case();
 }
 
 #define E2E_WINDOW_US 1000000 /* each end-to-end read ends this long after it starts */
 #define E2E_TRIES_MAX 30      /* hang guard while replication brings a write to west */
 
-static void write_row(const char *id, const char *row) {
+/* MutateRow through app profile profile ("" = default: cluster 0). */
+static void write_row_via(const char *id, const char *row, const char *profile) {
     bt_client cl;
-    ci_client(&cl, "");
+    ci_client(&cl, profile);
     bt_muts m;
     bt_muts_init(&m);
     bt_muts_set(&m, "cf", st_slice_cstr("q"), -1, st_slice_cstr("v"));
@@ -658,6 +703,10 @@ static void write_row(const char *id, const char *row) {
     bt_muts_deinit(&m);
     if (rc != ST_OK)
         ci_fail("MutateRow %s/%s: %s %s", id, row, st_code_name(rc), st.msg);
+}
+
+static void write_row(const char *id, const char *row) {
+    write_row_via(id, row, "");
 }
 
 /* Reads partition [s, e) of id through profile from start_us, each read ending E2E_WINDOW_US
@@ -727,6 +776,73 @@ static void end_to_end_cases(void) {
                   on, "x2");
 }
 
+static st_code drop_prefix(const char *id, const char *prefix, st_err *st) {
+    char name[BT_NAME_MAX];
+    table_name(id, name, sizeof name);
+    Google__Bigtable__Admin__V2__DropRowRangeRequest req;
+    google__bigtable__admin__v2__drop_row_range_request__init(&req);
+    req.name = name;
+    req.target_case = GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_ROW_KEY_PREFIX;
+    req.row_key_prefix = (ProtobufCBinaryData){strlen(prefix), (uint8_t *)prefix};
+    st_buf resp;
+    st_buf_init(&resp);
+    st_code rc = unary(ci_router, TA "DropRowRange", &req.base, &resp, st);
+    st_buf_free(&resp);
+    return rc;
+}
+
+static size_t count_of(const char *hay, const char *needle) {
+    size_t n = 0;
+    for (const char *q = strstr(hay, needle); q; q = strstr(q + 1, needle))
+        n++;
+    return n;
+}
+
+/* The stream of cluster profile ("" = east, "w" = west) from start_us once it holds the marker
+ * writes q1 (east) and q2 (west): every dropped row once, from east, the cluster that took the
+ * DropRowRange. */
+static void expect_drops(const char *what, const char *profile, int64_t start_us) {
+    parts p;
+    st_err st;
+    st_code rc = ST_OK;
+    bool seen = false;
+    for (int tries = 0; tries < E2E_TRIES_MAX && !seen && rc == ST_OK; tries++) {
+        rc = read_until("csd", profile, "", "", start_us, st_wall_us() + E2E_WINDOW_US, NULL, &p,
+                        &st);
+        seen = strstr(p.rows, "q1,") && strstr(p.rows, "q2,");
+    }
+    bool ok = seen && rc == ST_OK;
+    for (int i = 0; i < 3 && ok; i++) {
+        char row[8], want[80];
+        snprintf(row, sizeof row, "p%d@", i);
+        snprintf(want, sizeof want, "p%d@%s,", i, ci_topo.clusters[0].id);
+        ok = count_of(p.drops, row) == 1 && strstr(p.drops, want);
+    }
+    printf("%-62s %-20s %s\n", what, st_code_name(rc), ok ? "ok" : "WRONG");
+    CHECK(ok, "%s: %s \"%s\", markers %s, deletes \"%s\" (want p0..p2 once each from %s)", what,
+          st_code_name(rc), st.msg, seen ? "seen" : "missing", p.drops, ci_topo.clusters[0].id);
+}
+
+/* DropRowRange with streams on: each cluster's stream records every dropped row once, with the
+ * cluster that took the call (the default profile's) as source. */
+static void drop_cases(void) {
+    st_err st;
+    expect_code("CreateTable csd retention 1d", create_table("csd", DAY_S, false, NULL, &st), &st,
+                ST_OK, NULL);
+    int64_t before = st_wall_us();
+    write_row("csd", "p0");
+    write_row("csd", "p1");
+    write_row("csd", "p2");
+    expect_change("ReadChangeStream of csd on west: p2, replicated", "csd", "w", "", "", before,
+                  "p2");
+    int64_t start = st_wall_us();
+    expect_code("DropRowRange csd prefix p", drop_prefix("csd", "p", &st), &st, ST_OK, NULL);
+    write_row_via("csd", "q1", "");
+    write_row_via("csd", "q2", "w");
+    expect_drops("  east's stream: p0..p2 dropped once each, source east", "", start);
+    expect_drops("  west's stream: p0..p2 dropped once each, source east", "w", start);
+}
+
 int main(int argc, char **argv) {
     int rc = ci_init("changes_router_test", argc, argv);
     if (rc)
@@ -735,6 +851,7 @@ int main(int argc, char **argv) {
     admin_cases();
     data_cases();
     end_to_end_cases();
+    drop_cases();
     if (g_failures)
         ci_fail("%d check(s) failed", g_failures);
     ci_down();

@@ -5,7 +5,7 @@
  * - a compaction that drops cells by a GC rule shows in the stream as a GARBAGE_COLLECTION
  *   record without source cluster, after the USER records (source "strata", the default of a
  *   node without topology or --cluster-id);
- * - a cluster member answers strata-not-owner for a partition that is not one of its tablets,
+ * - a cluster member answers strata-not-owner for a partition that no tablet of its holds,
  *   and GenerateInitialChangeStreamPartitions gives its own tablets only (none: no partition);
  * - a tablet moved away while streaming ends the stream with CloseStream OUT_OF_RANGE naming
  *   the partition itself (its rows are elsewhere now) with a token, from which the target node
@@ -409,11 +409,11 @@ static void test_cs_read_member_and_move(void **state) {
     assert_int_equal(partitions(&B, TBL("m")), 0); /* B holds no tablet of it yet */
     g_move_id = create_tablet(&A, TBL("m"));
     assert_int_equal(partitions(&A, TBL("m")), 1);
-    /* Not one of A's tablets: strata-not-owner (the router then asks the right node). */
+    /* No tablet of B holds it: strata-not-owner (the router then asks the right node). */
     stream *s = calloc(1, sizeof *s);
     st_err status;
     req_opts o = {.table = TBL("m"), .start = "a", .end = "b"};
-    assert_int_equal(read_stream(&A, &o, s, &status), ST_FAILED_PRECONDITION);
+    assert_int_equal(read_stream(&B, &o, s, &status), ST_FAILED_PRECONDITION);
     assert_non_null(strstr(status.msg, "strata-not-owner"));
     /* Stream the whole tablet; the first heartbeat moves it to B. */
     int64_t t0 = st_wall_us();
