@@ -421,25 +421,6 @@ static st_code parse_piece(bk_parse *ps, const bk_line *l) {
     return ST_OK;
 }
 
-/* Version 3: the piece f.at names is p, or an earlier piece listing f's name with f's size and
- * CRC32C and holding it itself, so that every files/<at>.<name> has one size and CRC32C. The
- * search goes backwards: the pieces sharing a file are a split's halves, next to each other. */
-static bool file_at_ok(const ops_bk_manifest *m, const ops_bk_piece *p, const ops_bk_file *f) {
-    if (!strcmp(f->at, p->id))
-        return true;
-    for (size_t i = m->n_pieces - 1; i-- > 0;) {
-        const ops_bk_piece *q = &m->pieces[i];
-        if (strcmp(q->id, f->at))
-            continue;
-        for (size_t j = 0; j < q->n_files; j++)
-            if (!strcmp(q->files[j].name, f->name))
-                return q->files[j].size == f->size && q->files[j].crc32c == f->crc32c &&
-                       !strcmp(q->files[j].at, q->id);
-        return false;
-    }
-    return false;
-}
-
 /* The last token of a file line: the SHA-256 (versions 1 and 2) or the holding piece (3). */
 static bool parse_file_where(bk_parse *ps, st_slice t, ops_bk_file *f) {
     if (ps->m->version < 3)
@@ -463,10 +444,6 @@ static st_code parse_file(bk_parse *ps, const bk_line *l) {
                                         "[A-Za-z0-9_.-] not starting with '.'");
     f.crc32c = (uint32_t)crc[0] << 24 | (uint32_t)crc[1] << 16 | (uint32_t)crc[2] << 8 | crc[3];
     ops_bk_piece *p = &ps->m->pieces[ps->m->n_pieces - 1];
-    if (ps->m->version >= 3 && !file_at_ok(ps->m, p, &f))
-        return bad(ps, l,
-                   "the file's PIECE is neither its own piece nor an earlier one holding a file "
-                   "of that name, size and CRC32C");
     for (size_t i = 0; i < p->n_files; i++)
         if (!strcmp(p->files[i].name, f.name))
             return bad(ps, l, "file repeated in its piece");
@@ -552,29 +529,72 @@ static st_code parse_body(bk_parse *ps, const char *text, size_t len) {
     return ST_OK;
 }
 
-static int id_cmp(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
+typedef struct bk_pid {
+    const char *id;
+    size_t at; /* the piece's position in the manifest */
+} bk_pid;
+
+static int pid_cmp(const void *a, const void *b) {
+    return strcmp(((const bk_pid *)a)->id, ((const bk_pid *)b)->id);
 }
 
-/* No piece id twice, checked on a sorted copy once every piece is read: comparing each new
- * piece with every earlier one took minutes for the 100,000 pieces a manifest may hold. */
-static st_code unique_piece_ids(bk_parse *ps) {
+/* Version 3: the piece f->at names is piece i itself, or an earlier piece listing f's name with
+ * f's size and CRC32C and holding it itself, so that every files/<at>.<name> has one size and
+ * CRC32C. The holder is found in ids, sorted by id: a search from piece i backwards cost a
+ * scan of every earlier piece when the holder was far, minutes for 100,000 pieces. */
+static bool file_at_ok(const ops_bk_manifest *m, const bk_pid *ids, size_t i,
+                       const ops_bk_file *f) {
+    if (!strcmp(f->at, m->pieces[i].id))
+        return true;
+    bk_pid key = {f->at, 0};
+    const bk_pid *h = bsearch(&key, ids, m->n_pieces, sizeof *ids, pid_cmp);
+    if (!h || h->at >= i)
+        return false;
+    const ops_bk_piece *q = &m->pieces[h->at];
+    for (size_t j = 0; j < q->n_files; j++)
+        if (!strcmp(q->files[j].name, f->name))
+            return q->files[j].size == f->size && q->files[j].crc32c == f->crc32c &&
+                   !strcmp(q->files[j].at, q->id);
+    return false;
+}
+
+static st_code files_at_ok(bk_parse *ps, const bk_pid *ids) {
     const ops_bk_manifest *m = ps->m;
-    if (m->n_pieces < 2)
+    for (size_t i = 0; i < m->n_pieces; i++)
+        for (size_t j = 0; j < m->pieces[i].n_files; j++)
+            if (!file_at_ok(m, ids, i, &m->pieces[i].files[j]))
+                return st_err_set(ps->err, ST_INVALID_ARGUMENT,
+                                  "%s: piece %s, file %s: the file's PIECE %s is neither its own "
+                                  "piece nor an earlier one holding a file of that name, size "
+                                  "and CRC32C (not a Strata backup export, or damaged: export it "
+                                  "again)",
+                                  ps->what, m->pieces[i].id, m->pieces[i].files[j].name,
+                                  m->pieces[i].files[j].at);
+    return ST_OK;
+}
+
+/* No piece id twice, and (version 3) every file's holder, checked on a sorted copy of the ids
+ * once every piece is read: comparing each new piece with every earlier one took minutes for
+ * the 100,000 pieces a manifest may hold. */
+static st_code piece_ids_ok(bk_parse *ps) {
+    const ops_bk_manifest *m = ps->m;
+    if (m->n_pieces == 0)
         return ST_OK;
-    const char **ids = malloc(m->n_pieces * sizeof *ids);
+    bk_pid *ids = malloc(m->n_pieces * sizeof *ids);
     if (!ids)
         return st_err_set(ps->err, ST_RESOURCE_EXHAUSTED, "%s: out of memory", ps->what);
     for (size_t i = 0; i < m->n_pieces; i++)
-        ids[i] = m->pieces[i].id;
-    qsort(ids, m->n_pieces, sizeof *ids, id_cmp);
+        ids[i] = (bk_pid){m->pieces[i].id, i};
+    qsort(ids, m->n_pieces, sizeof *ids, pid_cmp);
     st_code rc = ST_OK;
     for (size_t i = 1; i < m->n_pieces && rc == ST_OK; i++)
-        if (!strcmp(ids[i - 1], ids[i]))
+        if (!strcmp(ids[i - 1].id, ids[i].id))
             rc = st_err_set(ps->err, ST_INVALID_ARGUMENT,
                             "%s: piece id %s repeated (not a Strata backup export, or damaged: "
                             "export it again)",
-                            ps->what, ids[i]);
+                            ps->what, ids[i].id);
+    if (rc == ST_OK && m->version >= 3)
+        rc = files_at_ok(ps, ids);
     free(ids);
     return rc;
 }
@@ -592,7 +612,7 @@ st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, op
     if (rc == ST_OK)
         rc = parse_body(&ps, text, body);
     if (rc == ST_OK)
-        rc = unique_piece_ids(&ps);
+        rc = piece_ids_ok(&ps);
     if (rc == ST_OK) /* the fields against each other (backup_check.c) */
         rc = ops_bk_manifest_check(m, what, err);
     return rc;

@@ -49,7 +49,10 @@ bool rtr_bk_shown(rtr_ctx *r, const rtr_pb_bkrec *rec) {
     const rtr_meta_rec *m = rtr_meta_find(&r->meta, RTR_META_KIND_OP, rec->operation);
     if (m && rtr_bk_op_of_record(st_slice_make(m->pb, m->len), &op))
         return rtr_bk_visible(rec, &op);
-    return true;
+    /* CREATING with no operation anywhere: a compare-and-set applied after its answer was lost
+     * (its creation was refused, its operation deleted); the sweep deletes it too. The operation
+     * is always recorded before the backup, so a live creation is never hidden this way. */
+    return false;
 }
 
 st_code rtr_bk_rec_pack(const rtr_pb_bkrec *rec, st_buf *out) {
