@@ -41,7 +41,17 @@ killed_while_pulling() {
     sleep 0.01
   done
   kill -STOP "$east"
-  kill -9 "$(cat "$DIR/run/router.pid")"
+  local rpid
+  rpid=$(cat "$DIR/run/router.pid")
+  kill -9 "$rpid"
+  # The port is free only once the killed router is gone (an ASan process takes a while to be
+  # torn down): a restart before that fails "Address already in use". A zombie holds no port.
+  for _ in $(seq 1 1200); do # hang guard
+    if [ ! -r "/proc/$rpid/stat" ] || grep -q '^[0-9]* (.*) Z' "/proc/$rpid/stat" 2>/dev/null; then
+      break
+    fi
+    sleep 0.05
+  done
   grep -q "operation $2/[0-9]*: OK" "$DIR/logs/router.log" && outcome="done"
   # shellcheck disable=SC2086 # the logged command line is split into its words on purpose
   setsid $RCMD >>"$DIR/logs/router.log" 2>&1 </dev/null &
