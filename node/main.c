@@ -382,7 +382,9 @@ int main(int argc, char **argv) {
     event_add(sigterm, NULL);
     if (sighup)
         event_add(sighup, NULL);
+    rpc_loop_watch *watch = rpc_loop_watch_start(base, "strata-node");
     rpc_loop_run(base, poll_us);
+    rpc_loop_watch_stop(watch);
     st_log(ST_LOG_INFO, "node", "shutting down");
     event_free(sigint);
     event_free(sigterm);

@@ -38,6 +38,7 @@ typedef struct node_tablet {
     st_buf start, end; /* [start, end); empty end = unbounded */
     bool moving;       /* MoveTablet is copying it away: writes get strata-not-owner, reads work */
     bool written;      /* written since the size-based split check last looked at it */
+    uint8_t split_waits;          /* checks in a row that found its split not yet quick (split.c) */
     uint64_t writes, writes_mark; /* rows written (node_row_prepare); at the last metrics tick */
 } node_tablet;
 

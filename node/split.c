@@ -1,7 +1,8 @@
 /* split.c — tablet splits: on request (SplitTablet) and by size (a timer looks at the tablets
  * written since its last look and splits those over split_bytes near their middle). Storage
- * makes a split a metadata change (the halves share the parent's SSTables), so it runs on the loop
- * thread; the halves stay on this node (moving one is the router's decision: MoveTablet). */
+ * makes a split a metadata change (the halves share the parent's SSTables) after flushing the
+ * memtable, so it runs on the loop thread once that flush is short; the halves stay on this node
+ * (moving one is the router's decision: MoveTablet). */
 #include "node_internal.h"
 #include "repl_glue.h"
 
@@ -12,6 +13,13 @@
 
 #define SPLIT_CHECK_MS_DEFAULT 1000
 #define SPLITS_PER_CHECK_MAX 16 /* bounds the loop time one check takes */
+/* A size-based split runs on the loop thread and holds the tablet's writes while storage flushes
+ * its memtable: it waits (sto_tablet_split_ready) until a running flush or compaction of the
+ * tablet ended and the memtable holds at most this much, so the loop is not held for seconds.
+ * After SPLIT_WAITS_MAX checks in a row that found it not ready (a memtable refilled faster than
+ * it flushes), the split runs anyway. */
+#define SPLIT_MEM_MAX ((size_t)4 << 20)
+#define SPLIT_WAITS_MAX 8
 
 /* Replaces map entry i by the storage tablets with these ids (the halves of a split). */
 static st_code map_halves(node_ctx *n, node_tablets *t, size_t i, const uint64_t ids[2],
@@ -98,6 +106,13 @@ static bool split_if_large(node_ctx *n, node_tablets *t, size_t i) {
     sto_tablet_info_get(tab->st, &info);
     if (info.approx_bytes <= n->opts.split_bytes)
         return false;
+    if (tab->split_waits < SPLIT_WAITS_MAX &&
+        sto_tablet_split_ready(n->db, tab->id, SPLIT_MEM_MAX) == ST_UNAVAILABLE) {
+        tab->split_waits++;
+        tab->written = true; /* looked at again next time */
+        return false;
+    }
+    tab->split_waits = 0;
     st_err err = {0};
     uint64_t ids[2];
     uint64_t parent = tab->id;

@@ -151,7 +151,9 @@ static int run(struct event_base *base, const rtr_opts *o, tls_files *tls) {
         event_add(sighup, NULL);
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
+    rpc_loop_watch *watch = rpc_loop_watch_start(base, "strata-router");
     rpc_loop_run(base, poll_us);
+    rpc_loop_watch_stop(watch);
     st_log(ST_LOG_INFO, "router", "shutting down");
     event_free(sigint);
     event_free(sigterm);

@@ -382,14 +382,24 @@ static st_code add_entry(sto_db *db, out_state *s, outputs *o, st_slice key, st_
     return sto_sst_writer_add(s->w, key, value, err);
 }
 
-static st_code write_outputs(sto_db *db, sto_kviter *it, const sto_tsst *moved, size_t n_moved,
-                             outputs *o, st_err *err) {
+/* Entries between looks at the tablet's yield_hint: a split or drop waiting for the compaction
+ * (on a server's event loop) waits at most this many entries, not the whole compaction. */
+#define YIELD_CHECK_ENTRIES 1024
+
+static st_code write_outputs(sto_db *db, sto_tablet *t, sto_kviter *it, const sto_tsst *moved,
+                             size_t n_moved, outputs *o, st_err *err) {
     sto_wbuf_env wenv; /* every writer below is finished or abandoned before return */
     sto_wbuf_env_init(&wenv, db->env);
     out_state s = {NULL, 0, {NULL, 0, 0}, &wenv.base, moved, n_moved, 0};
     st_code rc = ST_OK;
-    for (it->ops->seek_first(it); rc == ST_OK && it->ops->valid(it); it->ops->next(it))
-        rc = add_entry(db, &s, o, it->ops->key(it), it->ops->value(it), err);
+    size_t k = 0;
+    for (it->ops->seek_first(it); rc == ST_OK && it->ops->valid(it); it->ops->next(it)) {
+        if (++k % YIELD_CHECK_ENTRIES == 0 && atomic_load(&t->yield_hint))
+            rc = st_err_set(err, ST_ABORTED,
+                            "compaction of tablet %" PRIu64 " gave way to a split or drop", t->id);
+        else
+            rc = add_entry(db, &s, o, it->ops->key(it), it->ops->value(it), err);
+    }
     if (rc == ST_OK)
         rc = it->ops->status(it, err);
     if (s.w) {
@@ -474,7 +484,7 @@ static st_code rewrite(sto_db *db, sto_tablet *t, const pick_set *ps, outputs *o
     sto_gc_set_unref(gc);
     if (!it)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a compaction");
-    st_code rc = write_outputs(db, it, ps->in + ps->n_rw, ps->n_in - ps->n_rw, o, err);
+    st_code rc = write_outputs(db, t, it, ps->in + ps->n_rw, ps->n_in - ps->n_rw, o, err);
     it->ops->free(it);
     return rc;
 }
@@ -575,7 +585,7 @@ static void release_claim(sto_db *db, sto_tablet *t, st_code rc, bool full, cons
     t->compacting = false;
     if (full && rc == ST_OK)
         t->last_full_us = sto_db_now_us(db);
-    if (rc != ST_OK && rc != ST_DATA_LOSS) {
+    if (rc != ST_OK && rc != ST_DATA_LOSS && rc != ST_ABORTED) { /* ABORTED: gave way */
         t->bg_code = rc;
         snprintf(t->bg_msg, sizeof t->bg_msg, "%s", e->msg);
         t->backoff_us = t->backoff_us ? t->backoff_us * 2 : STO_RETRY_MIN_US;
@@ -664,7 +674,7 @@ static sto_tablet *pick(sto_db *db, bool *full, bool *froze) {
     for (size_t i = 0; i < db->n_tablets; i++) {
         sto_tablet *t = db->tablets[i];
         if (t->compacting || t->busy || t->dead || atomic_load(&t->ro_hint) ||
-            t->retry_at_us > mono)
+            t->retry_at_us > mono || t->split_hold_us > mono)
             continue;
         int n = atomic_load(&t->n_small_hint);
         if (!atomic_load(&t->no_tier_hint) && due(db, n, atomic_load(&t->n_settled_hint))) {

@@ -137,10 +137,13 @@ struct sto_tablet {
      * beyond the first, and for memtables merged with other sources */
     atomic_uint_fast64_t read_debt, mem_debt;
     atomic_bool ro_hint;
+    /* a split or drop waits for the tablet: a running compaction gives way (compaction.c) */
+    atomic_bool yield_hint;
     /* under db->mu (kept apart from the atomics above: a compiler may load neighbouring plain
      * bools with one wider read, which would overlap an atomic) */
     int64_t retry_at_us, backoff_us;
-    int64_t last_full_us; /* engine clock; the last full compaction (or load / creation) */
+    int64_t split_hold_us; /* monotonic; no compaction starts before it (split_ready) */
+    int64_t last_full_us;  /* engine clock; the last full compaction (or load / creation) */
     /* read-triggered compaction's write-idle check: last_applied_lsn as seen at idle_check_us
      * (monotonic; 0 = no check pending) */
     uint64_t idle_lsn;

@@ -170,6 +170,7 @@ static st_code claim_exclusive(sto_db *db, uint64_t id, sto_tablet **out, st_err
         return st_err_set(err, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by this node", id);
     }
     t->busy = true;
+    atomic_store(&t->yield_hint, true); /* a compaction of t stops early and is redone later */
     while (t->flushing || t->compacting)
         pthread_cond_wait(&db->stall_cv, &db->mu);
     pthread_mutex_unlock(&db->mu);
@@ -186,6 +187,7 @@ static void release_exclusive(sto_db *db, sto_tablet *t) {
     pthread_mutex_lock(&db->mu);
     if (!t->dead)
         t->busy = false;
+    atomic_store(&t->yield_hint, false);
     pthread_cond_broadcast(&db->stall_cv);
     pthread_cond_broadcast(&db->bg_cv);
     pthread_mutex_unlock(&db->mu);
@@ -327,6 +329,32 @@ static st_code split_install(sto_db *db, sto_tablet *t, st_slice split_row, uint
     }
     pthread_mutex_unlock(&db->mu);
     return ST_OK;
+}
+
+/* How long a tablet about to split keeps new compactions away: the running one ends, then the
+ * split, and the halves are compacted instead. */
+#define SPLIT_HOLD_US (3 * 1000000LL)
+
+st_code sto_tablet_split_ready(sto_db *db, uint64_t id, size_t max_mem_bytes) {
+    pthread_mutex_lock(&db->mu);
+    sto_tablet *t = sto_db_find_locked(db, id);
+    if (!t) {
+        pthread_mutex_unlock(&db->mu);
+        return ST_NOT_FOUND;
+    }
+    bool ready = !t->busy && !t->flushing && !t->compacting && atomic_load(&t->n_imm_hint) == 0;
+    if (!ready)
+        t->split_hold_us = st_mono_us() + SPLIT_HOLD_US;
+    /* The tablet stays listed while db->mu is held (a drop or split needs it to unlist t). */
+    pthread_mutex_lock(&t->mu);
+    bool froze = sto_memtable_bytes(t->active) > max_mem_bytes && sto_tablet_freeze_locked(t);
+    pthread_mutex_unlock(&t->mu);
+    if (froze) {
+        ready = false;
+        pthread_cond_broadcast(&db->bg_cv);
+    }
+    pthread_mutex_unlock(&db->mu);
+    return ready ? ST_OK : ST_UNAVAILABLE;
 }
 
 st_code sto_tablet_split(sto_db *db, uint64_t id, st_slice split_row, uint64_t left_id,

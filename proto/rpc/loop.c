@@ -118,6 +118,55 @@ int rpc_loop_run(struct event_base *base, unsigned spin_us) {
     return rc < 0 ? -1 : 0;
 }
 
+/* ---- watchdog ---- */
+
+#define WATCH_PERIOD_MS 250
+#define WATCH_LATE_MS 1000
+
+struct rpc_loop_watch {
+    struct event *ev;
+    int64_t due_us;
+    const char *who;
+};
+
+static void watch_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rpc_loop_watch *w = arg;
+    int64_t now = st_mono_us();
+    int64_t late_ms = (now - w->due_us) / 1000;
+    if (late_ms >= WATCH_LATE_MS)
+        st_log(ST_LOG_WARN, "rpc",
+               "msg=\"event loop blocked\" process=%s blocked_ms=%" PRId64
+               " why=\"one piece of work held the loop thread; every call of this process "
+               "waited that long\"",
+               w->who, late_ms);
+    w->due_us = now + WATCH_PERIOD_MS * 1000;
+}
+
+rpc_loop_watch *rpc_loop_watch_start(struct event_base *base, const char *who) {
+    rpc_loop_watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->who = who;
+    w->ev = event_new(base, -1, EV_PERSIST, watch_cb, w);
+    struct timeval tv = {0, WATCH_PERIOD_MS * 1000};
+    if (!w->ev || event_add(w->ev, &tv) != 0) {
+        rpc_loop_watch_stop(w);
+        return NULL;
+    }
+    w->due_us = st_mono_us() + WATCH_PERIOD_MS * 1000;
+    return w;
+}
+
+void rpc_loop_watch_stop(rpc_loop_watch *w) {
+    if (!w)
+        return;
+    if (w->ev)
+        event_free(w->ev);
+    free(w);
+}
+
 bool rpc_loop_poll_parse(const char *text, unsigned *spin_us) {
     char *end;
     errno = 0;

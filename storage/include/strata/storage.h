@@ -182,6 +182,13 @@ void sto_tablet_list(sto_db *db, void (*fn)(const sto_tablet_info *info, void *a
 void sto_tablet_info_get(sto_tablet *t, sto_tablet_info *out); /* slices valid while t lives */
 /* Drops the tablet and, once no snapshot uses them, its files. */
 st_code sto_tablet_drop(sto_db *db, uint64_t id, st_err *err);
+/* Whether a split of tablet id would now be quick. A split holds the tablet's writes while it
+ * waits for the tablet's running flush or compaction and flushes its memtable, all on the
+ * caller's thread (a server's event loop). ST_OK: none runs and the memtable holds at most
+ * max_mem_bytes. ST_UNAVAILABLE: not yet; a larger memtable was frozen for the background flush
+ * and no new compaction starts on the tablet for a few seconds, so asking again soon succeeds.
+ * ST_NOT_FOUND: no such tablet. */
+st_code sto_tablet_split_ready(sto_db *db, uint64_t id, size_t max_mem_bytes);
 /* Splits at split_row (start < split_row < end): left = [start, split_row), right =
  * [split_row, end). Both children share the parent's SSTables (no data copy); the parent id is
  * gone afterwards. Durable when it returns. */

@@ -3,7 +3,9 @@
  * SSTables (no new files), each reads exactly its half (forward and reverse), the parent id is
  * gone, compactions of one child rewrite only its rows and the shared files go only when neither
  * child lists them, splits survive a reopen (with unflushed writes to children), children split
- * again, and writers racing a split see every acknowledged write on the right child.
+ * again, writers racing a split see every acknowledged write on the right child, a split waits
+ * for a background flush when asked whether it is quick, and a compaction racing a split gives
+ * way or finishes without losing a row.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +14,7 @@
 
 #include <cmocka.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include "sto_test_util.h"
 
@@ -282,12 +285,89 @@ static void test_split_concurrent_writers(void **state) {
     assert_int_equal(rows, RACE_WRITERS * RACE_ROWS);
 }
 
+/* split_ready: a full memtable is frozen for the background flush (not ready), and once that
+ * flush ran the split is ready and quick; an unknown tablet is NOT_FOUND. */
+static void test_split_ready(void **state) {
+    fixture *f = *state;
+    st_err err;
+    assert_int_equal(sto_tablet_create(f->db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
+                                       ST_SLICE_LIT(""), NULL, &err),
+                     ST_OK);
+    fill(f, 1, 1500, 1);
+    char *all = strdup(dump(f, 1, &f->a));
+    assert_int_equal(sto_tablet_split_ready(f->db, 9, 1024), ST_NOT_FOUND);
+    assert_int_equal(sto_tablet_split_ready(f->db, 1, 1024), ST_UNAVAILABLE);
+    int tries = 0;
+    while (sto_tablet_split_ready(f->db, 1, 1024) != ST_OK) {
+        assert_true(++tries < 30000); /* the background flush never came */
+        usleep(1000);
+    }
+    sto_tablet *t;
+    assert_int_equal(sto_tablet_get(f->db, 1, &t), ST_OK);
+    sto_tablet_info info;
+    sto_tablet_info_get(t, &info);
+    assert_true(info.sst_count >= 1); /* flushed in the background, not by the split */
+    assert_int_equal(sto_tablet_split(f->db, 1, ST_SLICE_LIT("m"), 2, 3, &err), ST_OK);
+    filter(all, "", "m", &f->b);
+    assert_string_equal(dump(f, 2, &f->a), (char *)f->b.data);
+    filter(all, "m", "", &f->b);
+    assert_string_equal(dump(f, 3, &f->a), (char *)f->b.data);
+    free(all);
+}
+
+typedef struct compactor {
+    fixture *f;
+    st_code rc;
+} compactor;
+
+static void *compact_main(void *arg) {
+    compactor *c = arg;
+    st_err err;
+    c->rc = sto_tablet_compact(c->f->db, 1, &err);
+    return NULL;
+}
+
+/* A split while the tablet compacts: the compaction finishes or gives way (ABORTED, its outputs
+ * removed), and both halves read exactly the parent's rows, also after a reopen. */
+static void test_split_during_compaction(void **state) {
+    fixture *f = *state;
+    st_err err;
+    assert_int_equal(sto_tablet_create(f->db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
+                                       ST_SLICE_LIT(""), NULL, &err),
+                     ST_OK);
+    for (int v = 1; v <= 4; v++) {
+        fill(f, 1, 5000, v);
+        assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
+    }
+    char *all = strdup(dump(f, 1, &f->a));
+    int before = count_files(f->dir);
+    compactor c = {f, ST_INTERNAL};
+    pthread_t th;
+    pthread_create(&th, NULL, compact_main, &c);
+    usleep(2000);
+    assert_int_equal(sto_tablet_split(f->db, 1, ST_SLICE_LIT("m"), 2, 3, &err), ST_OK);
+    pthread_join(th, NULL);
+    assert_true(c.rc == ST_OK || c.rc == ST_ABORTED || c.rc == ST_NOT_FOUND);
+    if (c.rc != ST_OK) /* gave way (or came after the split): no output of it is left */
+        assert_int_equal(count_files(f->dir), before);
+    for (int pass = 0; pass < 2; pass++) {
+        filter(all, "", "m", &f->b);
+        assert_string_equal(dump(f, 2, &f->a), (char *)f->b.data);
+        filter(all, "m", "", &f->b);
+        assert_string_equal(dump(f, 3, &f->a), (char *)f->b.data);
+        reopen(f);
+    }
+    free(all);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_split_shares_ssts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_compaction_of_children, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_split_concurrent_writers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_ready, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_during_compaction, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

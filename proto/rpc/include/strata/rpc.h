@@ -132,6 +132,13 @@ st_code rpc_server_post_item(rpc_server *s, rpc_post *item, void (*fn)(void *arg
  * without a wake-up (loop.c says why). Returns 0, or -1 when the backend failed. */
 int rpc_loop_run(struct event_base *base, unsigned spin_us);
 
+/* A watchdog on base's loop: logs a warning each time a timer it keeps fires a second or more
+ * late, i.e. some callback held the loop thread that long and every call of the process waited
+ * (a router's 3 s keepalive fails a node link blocked that long). NULL when out of memory. */
+typedef struct rpc_loop_watch rpc_loop_watch;
+rpc_loop_watch *rpc_loop_watch_start(struct event_base *base, const char *who);
+void rpc_loop_watch_stop(rpc_loop_watch *w);
+
 /* The servers' default spin_us (strata-node and strata-router --poll-us). */
 #define RPC_LOOP_POLL_US_DEFAULT 50
 #define RPC_LOOP_POLL_US_MAX 10000
