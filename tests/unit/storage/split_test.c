@@ -84,6 +84,14 @@ static void filter(const char *dump, const char *lo, const char *hi, st_buf *out
     out->len--;
 }
 
+/* Tablet 1 of table "t", covering every row. */
+static void create_whole(fixture *f) {
+    st_err err;
+    assert_int_equal(sto_tablet_create(f->db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
+                                       ST_SLICE_LIT(""), NULL, &err),
+                     ST_OK);
+}
+
 static void fill(fixture *f, uint64_t id, int n, int version) {
     char row[16], val[32];
     for (int i = 0; i < n; i++) {
@@ -102,9 +110,7 @@ static const char *dump(fixture *f, uint64_t id, st_buf *b) {
 static void test_split_shares_ssts(void **state) {
     fixture *f = *state;
     st_err err;
-    assert_int_equal(sto_tablet_create(f->db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), NULL, &err),
-                     ST_OK);
+    create_whole(f);
     fill(f, 1, 1500, 1);
     assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
     fill(f, 1, 300, 2); /* unflushed at the split: the split flushes it */
@@ -141,9 +147,7 @@ static void test_split_shares_ssts(void **state) {
 static void test_split_compaction_of_children(void **state) {
     fixture *f = *state;
     st_err err;
-    assert_int_equal(sto_tablet_create(f->db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), NULL, &err),
-                     ST_OK);
+    create_whole(f);
     fill(f, 1, 800, 1);
     assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
     fill(f, 1, 800, 2);
@@ -260,9 +264,7 @@ static void *race_main(void *arg) {
 static void test_split_concurrent_writers(void **state) {
     fixture *f = *state;
     st_err err;
-    assert_int_equal(sto_tablet_create(f->db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), NULL, &err),
-                     ST_OK);
+    create_whole(f);
     pthread_t th[RACE_WRITERS];
     racer rs[RACE_WRITERS];
     for (int i = 0; i < RACE_WRITERS; i++) {
@@ -290,9 +292,7 @@ static void test_split_concurrent_writers(void **state) {
 static void test_split_ready(void **state) {
     fixture *f = *state;
     st_err err;
-    assert_int_equal(sto_tablet_create(f->db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), NULL, &err),
-                     ST_OK);
+    create_whole(f);
     fill(f, 1, 1500, 1);
     char *all = strdup(dump(f, 1, &f->a));
     assert_int_equal(sto_tablet_split_ready(f->db, 9, 1024), ST_NOT_FOUND);
@@ -332,9 +332,7 @@ static void *compact_main(void *arg) {
 static void test_split_during_compaction(void **state) {
     fixture *f = *state;
     st_err err;
-    assert_int_equal(sto_tablet_create(f->db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
-                                       ST_SLICE_LIT(""), NULL, &err),
-                     ST_OK);
+    create_whole(f);
     for (int v = 1; v <= 4; v++) {
         fill(f, 1, 5000, v);
         assert_int_equal(sto_tablet_flush(f->db, 1, &err), ST_OK);
