@@ -1,8 +1,9 @@
 /* backup.c — a tablet's files for a backup, and a tablet made of a backup's files
  * (docs/backups.md, "On a node").
  *
- * Freezing (sto_tablet_backup) stops the tablet's writes at its gate (as a split does) and waits
- * for the records already in the log to be applied; it then flushes the memtables and captures
+ * Freezing (sto_tablet_backup) flushes the tablet's memtable, then stops the tablet's writes at
+ * its gate (as a split does) and waits for the records already in the log to be applied; it then
+ * flushes what came meanwhile and captures
  * the SSTables the tablet lists, which now hold exactly its contents, with a reference on each,
  * and lets the writes go. The captured files are then hard-linked into the caller's directory
  * (the references keep a file a compaction replaced meanwhile on disk until then). SSTables are
@@ -94,6 +95,14 @@ static st_code stop_writes(sto_db *db, sto_tablet *t, st_err *err) {
  * holding exactly the contents even once it replaces them. */
 static st_code freeze(sto_db *db, sto_tablet *t, sto_backup_file **files, sto_sst ***refs,
                       size_t *n, st_err *err) {
+    /* The memtable is flushed once before the writes stop, so the flush done while they wait
+     * (a server's loop waits with them) holds only what came meanwhile. A failure here shows
+     * again in that second flush. */
+    pthread_mutex_lock(&t->mu);
+    bool froze = sto_tablet_freeze_locked(t);
+    pthread_mutex_unlock(&t->mu);
+    if (froze)
+        sto_tablet_flush_imms(db, t, NULL);
     st_code rc = stop_writes(db, t, err);
     if (rc != ST_OK)
         return rc;
