@@ -16,17 +16,14 @@ import os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cslib import *
+from csconsumer import Checks
 from sec_attack import grpc_status
 
 port, d = int(sys.argv[1]), sys.argv[2]
 T = 'ft%d' % (now_us() % 100000)
 PROFILE = 'p' + T
-failures = []
-
-
-def expect(what, ok, detail=''):
-    print(('ok: %s %s' % (what, detail)) if ok else 'FAIL: %s %s' % (what, detail))
-    if not ok: failures.append(what)
+checks = Checks()
+expect = checks.expect
 
 
 def read(tokens, end_us):
@@ -48,8 +45,7 @@ def has(got, row):
     return any(e[1] == row.encode() for e in got)
 
 
-print('profile', call(port, '/google.bigtable.admin.v2.BigtableInstanceAdmin/CreateAppProfile',
-                      fld(1, INST) + fld(2, PROFILE) + fld(3, fld(6, fld(1, 'east'))) + fld(4, 1))[1:])
+print('profile', create_profile(port, PROFILE, 'east')[1:])
 print('create', create_cs(port, T)[1:])
 t0 = now_us()
 time.sleep(0.05)
@@ -84,5 +80,4 @@ got, st, why, ev = read([(rng(), huge)], t2 + 1500000)
 th.join()
 expect('largest W and Y: the stream starts, a later row comes', code(st) == '0' and has(got, 'b'),
        '%s %s %d records' % (st[0], why, len(got)))
-print('FAIL' if failures else 'PASS')
-sys.exit(1 if failures else 0)
+checks.exit()

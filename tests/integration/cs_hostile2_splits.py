@@ -13,15 +13,12 @@ import os, subprocess, sys, threading, time, json
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cslib import *
+from csconsumer import Checks
 from sec_attack import grpc_status
 
 port, strata, d = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-failures = []
-
-
-def expect(what, ok, detail=''):
-    print(('ok: %s %s' % (what, detail)) if ok else 'FAIL: %s %s' % (what, detail))
-    if not ok: failures.append(what)
+checks = Checks()
+expect = checks.expect
 
 
 def gcall(path, body, limit=120):
@@ -71,7 +68,7 @@ expect('a write to the streamed table afterwards', st == '0', 'status %s' % st)
 th.join(90)
 expect('the open stream got the write made after the CreateTable', b'after' in res.get('got', b''),
        'stream: %s' % res.get('why'))
-if st == '0' and not failures:
+if st == '0' and not checks.failures:
     data, st = gcall(BT + 'GenerateInitialChangeStreamPartitions', fld(1, tname(B)))
     n = len(list(msgs(data)))
     expect('GenerateInitialChangeStreamPartitions answers 1000 partitions', st == '0' and n == 1000,
@@ -80,11 +77,9 @@ if st == '0' and not failures:
     t1 = now_us()
     c = Conn(port, timeout=30)
     for r in rows: mutate(port, B, r, [set_cell('cf', 'q', 'v')], conn=c)
-    when = time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(t1 // 10**6)) + '.%06dZ' % (t1 % 10**6)
-    p = subprocess.run([strata, 'changes', '--dir', d, '--table', B, '--from', when, '--quiet'],
+    p = subprocess.run([strata, 'changes', '--dir', d, '--table', B, '--from', rfc3339(t1), '--quiet'],
                        capture_output=True, text=True, timeout=120)
     seen = sorted({json.loads(l)['row'] for l in p.stdout.splitlines() if l.strip()})
     expect('strata changes reads the rows of the 1000 partitions', p.returncode == 0 and seen == rows,
            '%d of %d rows, status %d %s' % (len(seen), len(rows), p.returncode, p.stderr[-300:]))
-print('FAIL' if failures else 'PASS')
-sys.exit(1 if failures else 0)
+checks.exit()

@@ -21,6 +21,11 @@ def now_us():
     return int(time.time() * 1e6)
 
 
+def rfc3339(us):
+    """us (microseconds since the epoch) as `strata changes --from` takes it."""
+    return time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(us // 10**6)) + '.%06dZ' % (us % 10**6)
+
+
 def varint_at(b, i):
     v, shift = 0, 0
     while True:
@@ -69,6 +74,12 @@ def update_cs(port, table, retention):
     cfg = fld(8, fld(1, fld(1, retention))) if retention else b''
     mask = fld(2, fld(1, 'change_stream_config'))
     return call(port, ADMIN + 'UpdateTable', fld(1, fld(1, tname(table)) + cfg) + mask)
+
+
+def create_profile(port, name, cluster):
+    """A single-cluster app profile routed to cluster, with transactional writes allowed."""
+    return call(port, '/google.bigtable.admin.v2.BigtableInstanceAdmin/CreateAppProfile',
+                fld(1, INST) + fld(2, name) + fld(3, fld(6, fld(1, cluster))) + fld(4, 1))
 
 
 def set_cell(fam, q, val, ts_us=-1):
@@ -233,3 +244,52 @@ def row_keys(port, table, profile=None):
                 for f, _, x in fields(v):
                     if f == 1 and x: keys.append(x.decode())
     return keys, why
+
+
+def topology_nodes(d):
+    """The nodes of the instance in d (`strata up --dir d`): [(name, port)], name as east-0."""
+    nodes = []
+    for line in open(os.path.join(d, 'topology')):
+        p = line.split()
+        if len(p) >= 4 and p[0] == 'node': nodes.append((os.path.basename(p[3]), int(p[2].rsplit(':', 1)[1])))
+    return nodes
+
+
+def tablets_on(nport, table):
+    """The tablets of table on the node at nport: [(id, start, end)], b'' for an open end."""
+    data, st, why = call(nport, '/strata.internal.v1.Node/ListTablets', fld(1, tname(table)), limit=10)
+    out = []
+    for m in msgs(data):
+        for f, _, v in fields(m):
+            if f == 1:
+                t = dict((a, b) for a, _, b in fields(v))
+                if t.get(2, b'').decode().endswith('/' + table): out.append((t.get(1), t.get(3, b''), t.get(4, b'')))
+    return out
+
+
+def split_tablets(nodes, table, key):
+    """Splits table's tablet holding key at key on whichever of nodes [(name, port)] holds it,
+    until a tablet starts at key; the balancer may move the tablet meanwhile: it is found again."""
+    k = key.encode()
+    for _ in range(20):
+        held = [(n, p, t) for n, p in nodes for t in tablets_on(p, table)]
+        if any(t[1] == k for _, _, t in held): break
+        for n, p, t in held:
+            if t[1] < k and (not t[2] or t[2] > k):
+                data, st, why = call(p, '/strata.internal.v1.Node/SplitTablet', fld(1, t[0]) + fld(2, key), limit=20)
+                print('split tablet %d at %s on %s: %s %s' % (t[0], key, n, why, st))
+        time.sleep(0.2)
+    print('tablets: %s' % [(n, t[1], t[2]) for n, p in nodes for t in tablets_on(p, table)])
+
+
+def move_tablet(nodes, table, key):
+    """Moves table's tablet starting at key to another of nodes [(name, port)]: (from, to) names,
+    None when no tablet starts at key."""
+    for n, p, t in [(n, p, t) for n, p in nodes for t in tablets_on(p, table)]:
+        if t[1] == key.encode():
+            other = [(m, q) for m, q in nodes if m != n][0]
+            data, st, why = call(p, '/strata.internal.v1.Node/MoveTablet', fld(1, t[0]) + fld(2, '127.0.0.1:%d' % other[1]),
+                                 limit=30)
+            print('move [%s, ) from %s to %s: %s %s' % (key, n, other[0], why, st))
+            return n, other[0]
+    return None
