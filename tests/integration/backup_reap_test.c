@@ -29,7 +29,6 @@
 #include "strata/internal/v1/router_records.pb-c.h"
 
 #define TA "/google.bigtable.admin.v2.BigtableTableAdmin/"
-#define LRO "/google.longrunning.Operations/"
 #define INST "projects/p/instances/i"
 #define POLLS_MAX 1200 /* hang guard (2 min at 100 ms), not a timing assertion */
 #define MD_TYPE "type.googleapis.com/google.bigtable.admin.v2.CreateBackupMetadata"
@@ -37,36 +36,8 @@
 static bt_client g_cl, g_md; /* the router; the first node's metadata table */
 static char g_cluster[256], g_b1[512];
 
-/* GetOperation once: 1 done (*code its error), 0 running, -1 no answer. */
-static int op_poll(const char *name, st_code *code, char *msg, size_t cap) {
-    Google__Longrunning__GetOperationRequest req;
-    google__longrunning__get_operation_request__init(&req);
-    req.name = (char *)name;
-    st_buf resp;
-    st_buf_init(&resp);
-    st_err st;
-    Google__Longrunning__Operation *o = NULL;
-    if (bt_call_pb(ci_router, LRO "GetOperation", &req.base, 10000, &resp, &st) == ST_OK)
-        o = google__longrunning__operation__unpack(NULL, resp.len, resp.data);
-    st_buf_free(&resp);
-    if (!o)
-        return -1;
-    int done = o->done ? 1 : 0;
-    bool err = o->result_case == GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
-    *code = done && err ? (st_code)o->error->code : ST_OK;
-    snprintf(msg, cap, "%s", done && err ? o->error->message : "");
-    google__longrunning__operation__free_unpacked(o, NULL);
-    return done;
-}
-
 static st_code op_wait(const char *name, char *msg, size_t cap) {
-    st_code code = ST_OK;
-    for (int i = 0; i < POLLS_MAX; i++) {
-        if (op_poll(name, &code, msg, cap) == 1)
-            return code;
-        usleep(100 * 1000);
-    }
-    ci_fail("operation %s not done after %d polls", name, POLLS_MAX);
+    return ci_op_wait(name, POLLS_MAX, msg, cap);
 }
 
 /* The state GetBackup answers (0 when NOT_FOUND or failing). */
