@@ -155,7 +155,7 @@ struct node_backups {
     pthread_cond_t reap_cv;
     pthread_t reap_thread;
     bool reap_on, reap_wake, reap_stop;
-    uint64_t reaped; /* trash entries removed (atomic) */
+    uint64_t reaped, reaped_pieces; /* trash entries and the pieces in them removed (atomic) */
 };
 
 /* Pieces being made or changed by a worker or a pull: one key per piece directory. Loop thread. */

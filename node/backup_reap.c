@@ -61,6 +61,11 @@ st_code bk_trash(node_ctx *n, const char *path, const char *project, st_err *err
         r = renameat2(AT_FDCWD, path, AT_FDCWD, to, RENAME_NOREPLACE);
         e = r == 0 ? 0 : errno;
     }
+    struct stat sb;
+    if (r != 0 && e == ENOENT && lstat(path, &sb) == 0 && bk_mkdirs(b->trash, NULL) == ST_OK) {
+        r = renameat2(AT_FDCWD, path, AT_FDCWD, to, RENAME_NOREPLACE); /* the trash was removed */
+        e = r == 0 ? 0 : errno;
+    }
     if (r != 0 && e == ENOENT)
         return ST_OK; /* nothing there */
     if (r != 0)
@@ -137,6 +142,7 @@ static void reap_one(node_ctx *n, const char *path, const char *name) {
            "event=trash_removed name=%s pieces=%zu kept=%zu us=%" PRId64 " on=reaper", name, pieces,
            kept, st_mono_us() - t0);
     __atomic_add_fetch(&n->backups->reaped, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&n->backups->reaped_pieces, at ? pieces - kept : 1, __ATOMIC_RELAXED);
 }
 
 static void reap_all(node_ctx *n) {
