@@ -462,24 +462,74 @@ static st_code progress_chunk(const uint8_t *data, size_t len, void *arg, st_err
     return check_interrupt(err);
 }
 
-/* True when file j of piece i is the same inode as a file of an earlier piece with the same
- * manifest entry, which was checked already (a hard link of the export). */
-static bool seen_before(const char *dir, const ops_bk_manifest *m, size_t i, size_t j,
-                        ops_progress *p) {
-    const ops_bk_file *f = &m->pieces[i].files[j];
-    uint64_t dev, ino, d2, i2;
-    if (!ops_bk_file_id(dir, m, &m->pieces[i], f, &dev, &ino))
-        return false;
-    for (size_t k = 0; k < i; k++)
-        for (size_t n = 0; n < m->pieces[k].n_files; n++) {
-            const ops_bk_file *g = &m->pieces[k].files[n];
-            if (ops_bk_file_same(m, g, f) && ops_bk_file_id(dir, m, &m->pieces[k], g, &d2, &i2) &&
-                d2 == dev && i2 == ino) {
-                ops_progress_add(p, f->size);
-                return true;
-            }
+/* A file of the manifest with its inode, to find the files a hard link of the export makes
+ * checked already. */
+typedef struct bk_inode {
+    uint64_t dev, ino;
+    const ops_bk_file *f;
+    int version;
+    size_t piece, file;
+} bk_inode;
+
+/* Equal exactly when the two are the same inode and ops_bk_file_same. */
+static int inode_key_cmp(const bk_inode *x, const bk_inode *y) {
+    int c = (x->dev > y->dev) - (x->dev < y->dev);
+    if (!c)
+        c = (x->ino > y->ino) - (x->ino < y->ino);
+    if (!c)
+        c = (x->f->size > y->f->size) - (x->f->size < y->f->size);
+    if (!c)
+        c = (x->f->crc32c > y->f->crc32c) - (x->f->crc32c < y->f->crc32c);
+    if (!c && x->version >= 3)
+        c = strcmp(x->f->at, y->f->at);
+    if (!c && x->version >= 3)
+        c = strcmp(x->f->name, y->f->name);
+    if (!c && x->version < 3)
+        c = memcmp(x->f->sha256, y->f->sha256, sizeof x->f->sha256);
+    return c;
+}
+
+static int inode_cmp(const void *a, const void *b) {
+    const bk_inode *x = a, *y = b;
+    int c = inode_key_cmp(x, y);
+    if (!c)
+        c = cmp_size(x->piece, y->piece);
+    return c ? c : cmp_size(x->file, y->file);
+}
+
+/* seen[off[i] + j]: file j of piece i is the same inode as a file of an earlier piece with the
+ * same manifest entry, which is checked first (a hard link of the export). Found on a sorted
+ * list of the files, n log n, where comparing each file with every earlier piece's was
+ * quadratic. off has a slot per piece, seen one per file (malloc'd; NULL when out of memory). */
+static bool *seen_before(const char *dir, const ops_bk_manifest *m, size_t **off_out) {
+    size_t total = ops_bk_manifest_files(m), n = 0;
+    size_t *off = calloc(m->n_pieces + 1, sizeof *off);
+    bool *seen = calloc(total + 1, sizeof *seen);
+    bk_inode *v = calloc(total + 1, sizeof *v);
+    if (!off || !seen || !v) {
+        free(off);
+        free(seen);
+        free(v);
+        return NULL;
+    }
+    for (size_t i = 0, at = 0; i < m->n_pieces; at += m->pieces[i++].n_files) {
+        off[i] = at;
+        for (size_t j = 0; j < m->pieces[i].n_files; j++) {
+            bk_inode e = {
+                .f = &m->pieces[i].files[j], .version = m->version, .piece = i, .file = j};
+            if (ops_bk_file_id(dir, m, &m->pieces[i], e.f, &e.dev, &e.ino))
+                v[n++] = e;
         }
-    return false;
+    }
+    qsort(v, n, sizeof *v, inode_cmp);
+    for (size_t a = 0, head = 0; a < n; a++) {
+        if (inode_key_cmp(&v[head], &v[a]) != 0)
+            head = a;
+        seen[off[v[a].piece] + v[a].file] = v[head].piece < v[a].piece;
+    }
+    free(v);
+    *off_out = off;
+    return seen;
 }
 
 int bk_verify(bk_ctx *c) {
@@ -497,11 +547,20 @@ int bk_verify(bk_ctx *c) {
         rc = ops_bk_check_sizes(dir, &m, &err);
     ops_progress_init(&p, "strata backup verify", OPS_PROGRESS_BYTES, ops_bk_manifest_bytes(&m),
                       c->a.quiet || rc != ST_OK);
+    size_t *off = NULL;
+    bool *seen = rc == ST_OK ? seen_before(dir, &m, &off) : NULL;
+    if (rc == ST_OK && !seen)
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory");
     for (size_t i = 0; rc == ST_OK && i < m.n_pieces; i++)
-        for (size_t j = 0; rc == ST_OK && j < m.pieces[i].n_files; j++)
-            if (!seen_before(dir, &m, i, j, &p))
+        for (size_t j = 0; rc == ST_OK && j < m.pieces[i].n_files; j++) {
+            if (seen[off[i] + j])
+                ops_progress_add(&p, m.pieces[i].files[j].size);
+            else
                 rc = ops_bk_check_file(dir, &m, &m.pieces[i], &m.pieces[i].files[j], progress_chunk,
                                        &p, &err);
+        }
+    free(seen);
+    free(off);
     ops_progress_finish(&p, rc == ST_OK);
     if (rc == ST_OK)
         print_summary(c, "verified", m.backup, dir, &m, &p);
