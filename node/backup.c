@@ -85,11 +85,11 @@ void node_backups_close(node_ctx *n) {
     node_backups *b = n->backups;
     if (!b)
         return;
-    bk_reaper_stop(b);
     bk_crc_bg_stop(b);
     bk_pulls_abort(n);
     while (n->rpc && b->jobs > 0)
         event_base_loop(n->base, EVLOOP_ONCE);
+    bk_reaper_stop(b); /* after the jobs: their ends may put pieces in the trash */
     for (size_t i = 0; i < b->n_busy; i++)
         free(b->busy[i]);
     free(b->busy);

@@ -35,6 +35,8 @@ static bool reap_stopping(node_backups *b) {
 }
 
 static void reap_wake(node_backups *b) {
+    if (!b->reap_on)
+        return; /* stopped (or never started): the next start empties the trash */
     pthread_mutex_lock(&b->reap_mu);
     b->reap_wake = true;
     pthread_cond_signal(&b->reap_cv);
