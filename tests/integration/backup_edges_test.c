@@ -166,17 +166,6 @@ static Google__Bigtable__Admin__V2__ListBackupsResponse *list_page(const char *f
     return r;
 }
 
-static pid_t pid_of(const char *name) {
-    char path[BT_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/run/%s.pid", ci_dir, name);
-    FILE *f = fopen(path, "r");
-    long pid = 0;
-    if (!f || fscanf(f, "%ld", &pid) != 1)
-        ci_fail("no pid in %s", path);
-    fclose(f);
-    return (pid_t)pid;
-}
-
 /* ---- the cases ---- */
 
 static void case_hot(void) {
@@ -284,7 +273,7 @@ static void case_expiry(void) {
 
 /* CreateBackup id with node east-1 stopped, so the backup stays CREATING; returns its pid. */
 static pid_t create_stuck(const char *id, char *op, size_t cap) {
-    pid_t node = pid_of("east-1");
+    pid_t node = ci_pid("east-1");
     kill(node, SIGSTOP);
     st_err st;
     if (create_backup(id, 24 * 3600, 0, op, cap, &st) != ST_OK) {
@@ -365,7 +354,7 @@ static void case_router_restart(void) {
     printf("== 7. GetBackup while the restarted router finishes a dead router's operation\n");
     char op[512], msg[512];
     pid_t node = create_stuck("rr", op, sizeof op);
-    pid_t router = pid_of("router");
+    pid_t router = ci_pid("router");
     kill(router, SIGKILL);
     for (int i = 0; i < POLLS_MAX && kill(router, 0) == 0; i++)
         usleep(10 * 1000); /* gone before `strata up` looks for it */

@@ -240,17 +240,6 @@ static void check_contents(const char *table, const Google__Bigtable__Admin__V2_
     free(s.present);
 }
 
-static pid_t pid_of(const char *name) {
-    char path[BT_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/run/%s.pid", ci_dir, name);
-    FILE *f = fopen(path, "r");
-    long pid = 0;
-    if (!f || fscanf(f, "%ld", &pid) != 1)
-        ci_fail("no pid in %s", path);
-    fclose(f);
-    return (pid_t)pid;
-}
-
 static void restart_all(void) {
     const char *up[] = {"up", "--dir", ci_dir, NULL};
     ci_strata_ok(up);
@@ -312,7 +301,7 @@ static void case_kill_during_backup(void) {
     st_err st;
     if (create_backup("killed", op, sizeof op, &st) != ST_OK)
         ci_fail("CreateBackup killed: %s", st.msg);
-    kill(pid_of("east-1"), SIGKILL);
+    kill(ci_pid("east-1"), SIGKILL);
     st_code rc = op_wait(op, msg, sizeof msg);
     st_code grc;
     Google__Bigtable__Admin__V2__Backup *b = get_backup("killed", &grc);
@@ -335,7 +324,7 @@ static void case_kill_during_restore(void) {
     st_err st;
     if (restore("rk", "retried", op, sizeof op, &st) != ST_OK)
         ci_fail("RestoreTable rk: %s", st.msg);
-    kill(pid_of("east-2"), SIGKILL);
+    kill(ci_pid("east-2"), SIGKILL);
     st_code rc = op_wait(op, msg, sizeof msg);
     printf("  the operation ended: %s %s\n", st_code_name(rc), msg);
     if (rc != ST_OK && get_table("rk") != ST_NOT_FOUND)
@@ -359,13 +348,13 @@ static void case_router_restart(void) {
     printf("== 4. the router dies while a backup waits on a stopped node\n");
     char op[512], msg[512];
     st_err st;
-    pid_t node = pid_of("east-2"); /* east-0 holds the metadata table */
+    pid_t node = ci_pid("east-2"); /* east-0 holds the metadata table */
     kill(node, SIGSTOP);
     if (create_backup("orphan", op, sizeof op, &st) != ST_OK) {
         kill(node, SIGCONT);
         ci_fail("CreateBackup orphan: %s", st.msg);
     }
-    pid_t router = pid_of("router");
+    pid_t router = ci_pid("router");
     kill(router, SIGKILL);
     for (int i = 0; i < WAIT_POLLS_MAX && kill(router, 0) == 0; i++)
         usleep(10 * 1000); /* gone before `strata up` looks for it */

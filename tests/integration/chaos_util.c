@@ -78,6 +78,17 @@ void ci_strata_ok(const char *const *args) {
         ci_fail("`strata %s %s` exited with %d", args[0], args[1] ? args[1] : "", rc);
 }
 
+pid_t ci_pid(const char *name) {
+    char path[BT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/run/%s.pid", ci_dir, name);
+    FILE *f = fopen(path, "r");
+    long pid = 0;
+    if (!f || fscanf(f, "%ld", &pid) != 1)
+        ci_fail("no pid in %s", path);
+    fclose(f);
+    return (pid_t)pid;
+}
+
 void ci_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -6,6 +6,7 @@
 #define STRATA_TEST_CHAOS_UTIL_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "btclient.h"
 #include "strata/topology.h"
@@ -35,6 +36,9 @@ void ci_down(void);
 void ci_client(bt_client *c, const char *profile);
 /* A whole-number knob from the environment (CTest scales runs with them), else def. */
 long ci_env_long(const char *name, long def);
+/* The pid of the instance's process name ("east-1", "router") from its run/<name>.pid; fails
+ * the test when there is none. */
+pid_t ci_pid(const char *name);
 /* Monotonic milliseconds. */
 long long ci_now_ms(void);
 /* GetOperation of name through the router once: 1 done (*code its error, ST_OK for success;
