@@ -1,5 +1,6 @@
 /* backup_job.c — the work behind CreateBackup, CopyBackup and RestoreTable, and the cleanup of
- * an operation whose router died (docs/backups.md, "Consistency", "Restore", "Operations").
+ * an operation that failed or whose router died, which first checks that the name is still the
+ * operation's (docs/backups.md, "Consistency", "Restore", "Operations").
  *
  * CreateBackup: start_time is recorded before the first freeze; then rounds: refresh the
  * cluster's tablet map, BackupTablet on the owner of every tablet of the table that does not
@@ -66,6 +67,8 @@ struct bk_job {
     int pending; /* callbacks in flight */
     bool cancelled, failing, finished;
     bool drop_rec; /* failed CREATE, COPY: the record goes once the operation reads done */
+    bool owns;     /* its name was found to be this operation's (owner_check): cleanup may go */
+    void (*owner_then)(bk_job *, st_code, const char *, bool found, bool mine);
     st_code fail_code;
     char fail_msg[512];
     st_err last_err;   /* CREATE: the last retryable error */
@@ -345,8 +348,79 @@ static void cleanup_nodes(bk_job *j, void (*done)(rtr_fan *, void *)) {
  * (GetBackup NOT_FOUND) as the operation already reads failed; never the backup gone while its
  * operation runs. */
 static void cleanup_done(bk_job *j) {
-    j->drop_rec = (j->kind == BK_CREATE || j->kind == BK_COPY) &&
+    j->drop_rec = (j->kind == BK_CREATE || j->kind == BK_COPY) && j->owns &&
                   rtr_meta_find(&j->r->meta, RTR_META_KIND_BACKUP, j->backup);
+    job_end(j, j->fail_code, j->fail_msg, NULL, st_slice_make(NULL, 0));
+}
+
+/* ---- who holds the name now ---- */
+
+static void owner_read(void *arg, st_code code, const char *msg, bool found, st_slice value) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    bool mine = false;
+    if (code == ST_OK && found && j->kind == BK_RESTORE) {
+        mine = value.len == strlen(j->op_name) && memcmp(value.data, j->op_name, value.len) == 0;
+    } else if (code == ST_OK && found) {
+        rtr_pb_bkrec *rec = rtr_bk_rec_unpack(value, &j->arena);
+        mine = rec && rec->operation && strcmp(rec->operation, j->op_name) == 0;
+    }
+    j->owns = mine;
+    j->owner_then(j, code, msg, found, mine);
+}
+
+/* The cleanup of a failed operation removes pieces, tablets and records by name, and the name
+ * may have gone to another operation since this one took it (its router was taken for dead and
+ * its operation finished by a sweep, the backup deleted, and the id created again through
+ * another router). So, before anything is removed, who holds the name now is read where names
+ * are compared and set, in the first cluster: the backup's record must name this operation
+ * (CREATE, COPY), the claim on the table id must hold its name (RESTORE). Serves the live
+ * failure (job_fail) and the reaping of a dead router's operation (reap_run) alike. */
+static void owner_check(bk_job *j, void (*then)(bk_job *, st_code, const char *, bool, bool)) {
+    j->owner_then = then;
+    j->pending++;
+    st_code rc =
+        rtr_bk_first_get(j->r, j->kind == BK_RESTORE ? RTR_META_KIND_OP : RTR_META_KIND_BACKUP,
+                         j->kind == BK_RESTORE ? j->table : j->backup, owner_read, j);
+    if (rc != ST_OK) {
+        j->pending--;
+        then(j, rc,
+             rc == ST_UNAVAILABLE ? "no tablet of the metadata table is known in the first cluster"
+                                  : "out of memory",
+             false, false);
+    }
+}
+
+static const char *owner_what(const bk_job *j) {
+    return j->kind == BK_RESTORE ? "the claim on table" : "the record of backup";
+}
+
+/* A live operation failed: its partial work is removed unless its name now belongs to another
+ * operation (the backup's record names another one, the claim holds another name), or who holds
+ * it cannot be read; then it ends with its error and removes nothing. A record or claim that is
+ * simply gone (DeleteBackup through another router while the backup was made, a sweep that took
+ * this router for dead) still lets it remove what it made under the name, which would otherwise
+ * stay for ever: nobody else can have made pieces or tablets under a name no record or claim
+ * holds, since a creation writes its record, a restore or CreateTable its claim, before it
+ * touches a node. A record of its own left unread is CREATING with a failed operation: hidden,
+ * deleted with its pieces by the sweep; a restore's tablets, invisible without a record, are
+ * dropped by the next restore into that table id. */
+static void fail_owner_checked(bk_job *j, st_code code, const char *msg, bool found, bool mine) {
+    if (mine || (code == ST_OK && !found)) {
+        cleanup_nodes(j, cleanup_fan_done);
+        return;
+    }
+    const char *name = j->kind == BK_RESTORE ? j->table : j->backup;
+    size_t len = strlen(j->fail_msg);
+    if (code != ST_OK)
+        snprintf(j->fail_msg + len, sizeof j->fail_msg - len,
+                 " (%s %s could not be read in the first cluster: %s; nothing was removed)",
+                 owner_what(j), name, msg ? msg : st_code_name(code));
+    else
+        snprintf(j->fail_msg + len, sizeof j->fail_msg - len,
+                 " (%s %s names another operation now: nothing was removed)", owner_what(j), name);
+    st_log(ST_LOG_WARN, "router", "operation %s failed: %s", j->op_name, j->fail_msg);
     job_end(j, j->fail_code, j->fail_msg, NULL, st_slice_make(NULL, 0));
 }
 
@@ -362,8 +436,10 @@ static void job_fail(bk_job *j, st_code code, const char *fmt, ...) {
         vsnprintf(j->fail_msg, sizeof j->fail_msg, fmt, ap);
         va_end(ap);
     }
-    if (j->pending == 0)
+    if (j->pending == 0 && j->owns)
         cleanup_nodes(j, cleanup_fan_done);
+    else if (j->pending == 0)
+        owner_check(j, fail_owner_checked);
 }
 
 /* True (after failing the job) when it was cancelled. */
@@ -1024,33 +1100,22 @@ static void reap_owned(bk_job *j) {
     job_fail(j, ST_ABORTED, "%s", why);
 }
 
-static void reap_owner_read(void *arg, st_code code, const char *msg, bool found, st_slice value) {
-    bk_job *j = arg;
-    if (!job_back(j))
-        return;
-    const char *what = j->kind == BK_RESTORE ? "the claim on table" : "the record of backup";
+static void reap_owner_checked(bk_job *j, st_code code, const char *msg, bool found, bool mine) {
     const char *name = j->kind == BK_RESTORE ? j->table : j->backup;
     if (code != ST_OK) { /* not reaped: the next sweep tries again */
         st_log(ST_LOG_WARN, "router",
                "operation %s: its router is gone, but %s %s could not be read in the first "
                "cluster (%s); finishing it at a later sweep",
-               j->op_name, what, name, msg ? msg : st_code_name(code));
+               j->op_name, owner_what(j), name, msg ? msg : st_code_name(code));
         job_free(j);
         return;
-    }
-    bool mine = false;
-    if (found && j->kind == BK_RESTORE) {
-        mine = value.len == strlen(j->op_name) && memcmp(value.data, j->op_name, value.len) == 0;
-    } else if (found) {
-        rtr_pb_bkrec *rec = rtr_bk_rec_unpack(value, &j->arena);
-        mine = rec && rec->operation && strcmp(rec->operation, j->op_name) == 0;
     }
     if (mine) {
         reap_owned(j);
         return;
     }
     st_log(ST_LOG_WARN, "router", "operation %s: %s %s %s: nothing of it is removed", j->op_name,
-           what, name, found ? "names another operation" : "is not there");
+           owner_what(j), name, found ? "names another operation" : "is not there");
     char why[RTR_OP_NAME_MAX + 300];
     snprintf(why, sizeof why,
              "the router running this operation stopped before it finished, and %s is not "
@@ -1060,24 +1125,11 @@ static void reap_owner_read(void *arg, st_code code, const char *msg, bool found
     job_end(j, ST_ABORTED, why, NULL, st_slice_make(NULL, 0));
 }
 
-/* An operation whose router is gone: its cleanup removes pieces, tablets and records by name,
- * so it first checks, where names are compared and set, that the name is still this
- * operation's. One that was refused (another operation won the name, its own record survived its
- * router) or whose name went to another operation since must not remove that one's work: it
- * ends ABORTED with nothing removed. */
+/* An operation whose router is gone: one that was refused (another operation won the name, its
+ * own record survived its router) or whose name went to another operation since must not
+ * remove that one's work (owner_check): it ends ABORTED with nothing removed. */
 static void reap_run(bk_job *j) {
-    j->pending++;
-    st_code rc =
-        rtr_bk_first_get(j->r, j->kind == BK_RESTORE ? RTR_META_KIND_OP : RTR_META_KIND_BACKUP,
-                         j->kind == BK_RESTORE ? j->table : j->backup, reap_owner_read, j);
-    if (rc != ST_OK) {
-        j->pending--;
-        st_log(ST_LOG_WARN, "router",
-               "operation %s: its router is gone; the first cluster's metadata is not reachable "
-               "(%s): finishing it at a later sweep",
-               j->op_name, st_code_name(rc));
-        job_free(j);
-    }
+    owner_check(j, reap_owner_checked);
 }
 
 /* ---- starting ---- */

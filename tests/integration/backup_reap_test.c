@@ -12,10 +12,20 @@
  * RestoreTable into t2 whose claim a CreateTable on another router holds (its tablet made, its
  * record not yet): finishing the restore must not drop t2's tablet (it did, by name).
  *
+ * A live operation that fails checks the same before its cleanup. With the second node stopped
+ * (so the operation stays at its first step), a RestoreTable into t3 whose claim is then taken
+ * by a CreateTable elsewhere (its tablet made on the first node), and a CreateBackup b3 whose
+ * record then names another running operation (as after the backup was deleted and created
+ * again through another router), are cancelled: each must end CANCELLED saying nothing was
+ * removed, t3's tablet stays, and b3's record (the other operation's) and its pieces on the first
+ * node stay. Before, the cancelled restore dropped t3's tablet and the cancelled backup deleted
+ * b3's pieces and record, by name.
+ *
  *   backup_reap_test <build>/ops/strata
  * Exit 77 when the strata binary (or strata-node / strata-router next to it) is missing.
  */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,12 +39,14 @@
 #include "strata/internal/v1/router_records.pb-c.h"
 
 #define TA "/google.bigtable.admin.v2.BigtableTableAdmin/"
+#define LRO "/google.longrunning.Operations/"
 #define INST "projects/p/instances/i"
 #define POLLS_MAX 1200 /* hang guard (2 min at 100 ms), not a timing assertion */
 #define MD_TYPE "type.googleapis.com/google.bigtable.admin.v2.CreateBackupMetadata"
 
 static bt_client g_cl, g_md; /* the router; the first node's metadata table */
-static char g_cluster[256], g_b1[512];
+static char g_cluster[256], g_b1[512], g_b3[512];
+static pid_t g_stopped; /* the second node while it is stopped (continued on failure) */
 
 static st_code op_wait(const char *name, char *msg, size_t cap) {
     return ci_op_wait(name, POLLS_MAX, msg, cap);
@@ -60,7 +72,8 @@ static int backup_state(void) {
     return state;
 }
 
-static void create_b1(void) {
+/* CreateBackup id of t: the operation's name into op (the call answered, the backup CREATING). */
+static void start_backup(const char *id, char *op, size_t cap) {
     Google__Protobuf__Timestamp exp;
     google__protobuf__timestamp__init(&exp);
     exp.seconds = st_wall_us() / 1000000 + 86400;
@@ -71,20 +84,24 @@ static void create_b1(void) {
     Google__Bigtable__Admin__V2__CreateBackupRequest req;
     google__bigtable__admin__v2__create_backup_request__init(&req);
     req.parent = g_cluster;
-    req.backup_id = "b1";
+    req.backup_id = (char *)id;
     req.backup = &b;
     st_buf resp;
     st_buf_init(&resp);
     st_err st;
     if (bt_call_pb(ci_router, TA "CreateBackup", &req.base, 30000, &resp, &st) != ST_OK)
-        ci_fail("CreateBackup b1: %s", st.msg);
+        ci_fail("CreateBackup %s: %s", id, st.msg);
     Google__Longrunning__Operation *o =
         google__longrunning__operation__unpack(NULL, resp.len, resp.data);
-    char op[512], msg[512];
-    snprintf(op, sizeof op, "%s", o ? o->name : "");
+    snprintf(op, cap, "%s", o ? o->name : "");
     if (o)
         google__longrunning__operation__free_unpacked(o, NULL);
     st_buf_free(&resp);
+}
+
+static void create_b1(void) {
+    char op[512], msg[512];
+    start_backup("b1", op, sizeof op);
     st_code rc = op_wait(op, msg, sizeof msg);
     if (rc != ST_OK)
         ci_fail("backup b1 failed: %s %s", st_code_name(rc), msg);
@@ -155,27 +172,34 @@ static void md_write_op(const char *op, int64_t lease_until_us, const char *type
     md_write(key, st_slice_make(buf, len));
 }
 
-/* A CreateBackup operation of b1. */
-static void md_write_create_op(const char *op, int64_t lease_until_us) {
+/* A CreateBackup operation of backup. */
+static void md_write_create_op(const char *op, int64_t lease_until_us, const char *backup) {
     Google__Bigtable__Admin__V2__CreateBackupMetadata md;
     google__bigtable__admin__v2__create_backup_metadata__init(&md);
-    md.name = g_b1;
+    md.name = (char *)backup;
     md.source_table = INST "/tables/t";
     md_write_op(op, lease_until_us, MD_TYPE, &md.base);
 }
 
-/* b1's record: CREATING by operation op. */
-static void md_take_b1(const char *op) {
+/* backup's record in the metadata table (free with ..._free_unpacked), NULL when there is none. */
+static Strata__Internal__V1__BackupRecord *md_record(const char *backup) {
     char key[600];
-    snprintf(key, sizeof key, "backup/%s", g_b1);
+    snprintf(key, sizeof key, "backup/%s", backup);
     md_got g = {.found = false};
     st_buf_init(&g.value);
     md_read(key, &g);
     Strata__Internal__V1__BackupRecord *rec =
         g.found ? strata__internal__v1__backup_record__unpack(NULL, g.value.len, g.value.data)
                 : NULL;
+    st_buf_free(&g.value);
+    return rec;
+}
+
+/* backup's record: CREATING by operation op. */
+static void md_take(const char *backup, const char *op) {
+    Strata__Internal__V1__BackupRecord *rec = md_record(backup);
     if (!rec || !rec->backup)
-        ci_fail("b1's record is not in the metadata table");
+        ci_fail("%s's record is not in the metadata table", backup);
     rec->backup->state = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING;
     free(rec->operation);
     rec->operation = strdup(op);
@@ -183,16 +207,26 @@ static void md_take_b1(const char *op) {
     st_buf_init(&out);
     st_buf_reserve(&out, strata__internal__v1__backup_record__get_packed_size(rec));
     out.len = strata__internal__v1__backup_record__pack(rec, out.data);
+    char key[600];
+    snprintf(key, sizeof key, "backup/%s", backup);
     md_write(key, st_buf_slice(&out));
     st_buf_free(&out);
     strata__internal__v1__backup_record__free_unpacked(rec, NULL);
-    st_buf_free(&g.value);
 }
 
-static size_t node_pieces(void) {
+/* The operation backup's record in the metadata table names ("" when there is none). */
+static void md_record_op(const char *backup, char *op, size_t cap) {
+    Strata__Internal__V1__BackupRecord *rec = md_record(backup);
+    snprintf(op, cap, "%s", rec && rec->operation ? rec->operation : "");
+    if (rec)
+        strata__internal__v1__backup_record__free_unpacked(rec, NULL);
+}
+
+/* Pieces of backup on the first node. */
+static size_t node_pieces(const char *backup) {
     Strata__Internal__V1__ListBackupPiecesRequest req =
         STRATA__INTERNAL__V1__LIST_BACKUP_PIECES_REQUEST__INIT;
-    req.backup = g_b1;
+    req.backup = (char *)backup;
     st_buf resp;
     st_buf_init(&resp);
     st_err st;
@@ -218,11 +252,10 @@ static st_code node_call(const char *method, const ProtobufCMessage *req, st_buf
     return bt_call_pb(g_md.addr, path, req, 10000, resp, st);
 }
 
-/* Tablets of table t2 on the node (made here as a CreateTable running on another router makes
- * them before it writes the table's record). */
-static size_t t2_tablets(void) {
+/* Tablets of table on the first node. */
+static size_t node_tablets(const char *table) {
     Strata__Internal__V1__ListTabletsRequest req = STRATA__INTERNAL__V1__LIST_TABLETS_REQUEST__INIT;
-    req.table_name = INST "/tables/t2";
+    req.table_name = (char *)table;
     st_buf resp;
     st_buf_init(&resp);
     st_err st;
@@ -237,10 +270,9 @@ static size_t t2_tablets(void) {
     return n;
 }
 
-/* A CreateTable of t2 runs on a router elsewhere: it holds t2's claim and has made its tablet,
- * not yet its record. A RestoreTable into t2 (refused: the claim was taken) whose record
- * outlived its router is finished by the sweep: it must not drop t2's tablet. */
-static void test_restore_claimed(void) {
+/* A CreateTable of table runs on a router elsewhere: it holds the table's claim and has made its
+ * tablet on the first node (as CreateTable makes them before it writes the table's record). */
+static void plant_create_table(const char *table) {
     Google__Bigtable__Admin__V2__ColumnFamily cf = GOOGLE__BIGTABLE__ADMIN__V2__COLUMN_FAMILY__INIT;
     Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry e =
         GOOGLE__BIGTABLE__ADMIN__V2__TABLE__COLUMN_FAMILIES_ENTRY__INIT;
@@ -248,22 +280,54 @@ static void test_restore_claimed(void) {
     e.value = &cf;
     Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *ev[] = {&e};
     Google__Bigtable__Admin__V2__Table t = GOOGLE__BIGTABLE__ADMIN__V2__TABLE__INIT;
-    t.name = INST "/tables/t2";
+    t.name = (char *)table;
     t.column_families = ev;
     t.n_column_families = 1;
     Strata__Internal__V1__PutTableRequest put = STRATA__INTERNAL__V1__PUT_TABLE_REQUEST__INIT;
     put.table = &t;
     Strata__Internal__V1__CreateTabletRequest ct =
         STRATA__INTERNAL__V1__CREATE_TABLET_REQUEST__INIT;
-    ct.table_name = INST "/tables/t2";
+    ct.table_name = (char *)table;
     st_err st;
     if (node_call("PutTable", &put.base, NULL, &st) != ST_OK ||
         node_call("CreateTablet", &ct.base, NULL, &st) != ST_OK)
-        ci_fail("making t2's tablet on the node: %s", st.msg);
-    char claim[128];
+        ci_fail("making %s's tablet on the node: %s", table, st.msg);
+    char claim[128], key[600];
     snprintf(claim, sizeof claim, "tablecreate/%lld/10.9.9.9:1/1", (long long)st_wall_us());
-    md_write("bkclaim/" INST "/tables/t2", st_slice_cstr(claim));
-    size_t before = t2_tablets();
+    snprintf(key, sizeof key, "bkclaim/%s", table);
+    md_write(key, st_slice_cstr(claim));
+}
+
+/* op's end, printed. */
+static st_code op_end(const char *op, char *msg, size_t cap) {
+    st_code code = op_wait(op, msg, cap);
+    printf("%s ended %s: %s\n", op, st_code_name(code), msg);
+    return code;
+}
+
+/* op ended want saying nothing was removed (checked after what it left, so that a failure
+ * names what went). */
+static void want_nothing_removed(const char *op, st_code code, const char *msg, st_code want) {
+    if (code != want || !strstr(msg, "nothing was removed"))
+        ci_fail("operation %s ended %s \"%s\", want %s with nothing removed", op,
+                st_code_name(code), msg, st_code_name(want));
+}
+
+/* table's one tablet on the first node (before) is still there after op ended. */
+static void want_tablet_kept(const char *table, size_t before, const char *op) {
+    size_t after = node_tablets(table);
+    printf("%s's tablets on the first node: %zu before, %zu after\n", table, before, after);
+    if (before != 1 || after != before)
+        ci_fail("operation %s dropped the tablets of the CreateTable holding %s (%zu before, %zu "
+                "after)",
+                op, table, before, after);
+}
+
+/* A RestoreTable into t2 (refused: the claim was taken by a CreateTable elsewhere) whose record
+ * outlived its router is finished by the sweep: it must not drop t2's tablet. */
+static void test_restore_claimed(void) {
+    plant_create_table(INST "/tables/t2");
+    size_t before = node_tablets(INST "/tables/t2");
 
     Google__Bigtable__Admin__V2__BackupInfo bi = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP_INFO__INIT;
     bi.backup = g_b1;
@@ -278,48 +342,141 @@ static void test_restore_claimed(void) {
     md_write_op(op, 1, "type.googleapis.com/google.bigtable.admin.v2.RestoreTableMetadata",
                 &md.base);
     char msg[1024];
-    st_code code = op_wait(op, msg, sizeof msg);
-    printf("%s ended %s: %s\n", op, st_code_name(code), msg);
-    size_t after = t2_tablets();
-    printf("t2's tablets on the node: %zu before, %zu after\n", before, after);
-    if (before != 1 || after != before)
-        ci_fail("the refused restore's cleanup dropped the tablets of the CreateTable holding t2 "
-                "(%zu before, %zu after)",
-                before, after);
-    if (code != ST_ABORTED || !strstr(msg, "nothing was removed"))
-        ci_fail("operation %s ended %s \"%s\", want ABORTED with nothing removed", op,
-                st_code_name(code), msg);
+    st_code code = op_end(op, msg, sizeof msg);
+    want_tablet_kept(INST "/tables/t2", before, op);
+    want_nothing_removed(op, code, msg, ST_ABORTED);
+}
+
+/* ---- a live operation that fails after its name went to another operation ---- */
+
+static void node_stop(void) {
+    g_stopped = ci_pid("east-1");
+    kill(g_stopped, SIGSTOP);
+}
+
+static void node_continue(void) {
+    if (g_stopped > 0)
+        kill(g_stopped, SIGCONT);
+    g_stopped = 0;
+}
+
+static void cancel(const char *op) {
+    Google__Longrunning__CancelOperationRequest req;
+    google__longrunning__cancel_operation_request__init(&req);
+    req.name = (char *)op;
+    st_err st;
+    st_code rc = bt_call_pb(ci_router, LRO "CancelOperation", &req.base, 10000, NULL, &st);
+    node_continue();
+    if (rc != ST_OK)
+        ci_fail("CancelOperation %s: %s", op, st.msg);
+}
+
+/* A RestoreTable into t3 stays at its first step (DropTable of t3 on every node: the second
+ * one stopped); its claim on t3 then goes to a CreateTable elsewhere, which makes t3's tablet on
+ * the first node. Cancelled, the restore must not drop that tablet. */
+static void test_live_restore(void) {
+    node_stop();
+    Google__Bigtable__Admin__V2__RestoreTableRequest req;
+    google__bigtable__admin__v2__restore_table_request__init(&req);
+    req.parent = INST;
+    req.table_id = "t3";
+    req.source_case = GOOGLE__BIGTABLE__ADMIN__V2__RESTORE_TABLE_REQUEST__SOURCE_BACKUP;
+    req.backup = g_b1;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err st;
+    if (bt_call_pb(ci_router, TA "RestoreTable", &req.base, 30000, &resp, &st) != ST_OK)
+        ci_fail("RestoreTable t3: %s", st.msg);
+    Google__Longrunning__Operation *o =
+        google__longrunning__operation__unpack(NULL, resp.len, resp.data);
+    char op[512];
+    snprintf(op, sizeof op, "%s", o ? o->name : "");
+    if (o)
+        google__longrunning__operation__free_unpacked(o, NULL);
+    st_buf_free(&resp);
+    /* The restore's DropTable of t3 went out as it answered; the first node runs it in
+     * milliseconds. t3's tablet is made there after it, as the CreateTable would be. */
+    usleep(1000 * 1000);
+    plant_create_table(INST "/tables/t3");
+    size_t before = node_tablets(INST "/tables/t3");
+    cancel(op);
+    char msg[1024];
+    st_code code = op_end(op, msg, sizeof msg);
+    want_tablet_kept(INST "/tables/t3", before, op);
+    want_nothing_removed(op, code, msg, ST_CANCELLED);
+}
+
+/* A CreateBackup b3 stays CREATING (the second node stopped); its record then names another
+ * running operation Z, as when b3 was deleted and created again through another router.
+ * Cancelled, the first operation must leave b3's record and pieces alone. */
+static void test_live_create(void) {
+    node_stop();
+    char op[512], z[600], holder[600];
+    start_backup("b3", op, sizeof op);
+    size_t frozen = 0;
+    for (int i = 0; i < POLLS_MAX && !frozen; i++) { /* the first node's freeze of b3 ends */
+        frozen = node_pieces(g_b3);
+        usleep(100 * 1000);
+    }
+    if (!frozen) {
+        node_continue();
+        ci_fail("the first node never froze a piece of b3");
+    }
+    snprintf(z, sizeof z, "operations/%s/777", g_b3);
+    md_write_create_op(z, st_wall_us() + 3600LL * 1000000, g_b3); /* running elsewhere */
+    md_take(g_b3, z);
+    cancel(op);
+    char msg[1024];
+    st_code code = op_end(op, msg, sizeof msg);
+    md_record_op(g_b3, holder, sizeof holder);
+    size_t pieces = node_pieces(g_b3);
+    printf("b3 afterwards: record held by \"%s\", %zu piece(s) on the first node (%zu before)\n",
+           holder, pieces, frozen);
+    if (strcmp(holder, z))
+        ci_fail("b3's record (operation %s's) went with the cancelled %s: now \"%s\"", z, op,
+                holder);
+    if (pieces < frozen)
+        ci_fail("the cancelled %s deleted b3's pieces, operation %s's (%zu before, %zu after)", op,
+                z, frozen, pieces);
+    want_nothing_removed(op, code, msg, ST_CANCELLED);
 }
 
 int main(int argc, char **argv) {
     int rc = ci_init("backup_reap_test", argc, argv);
     if (rc)
         return rc;
-    ci_up(1, 1);
+    ci_up(1, 2);
     ci_client(&g_cl, "");
     snprintf(g_cluster, sizeof g_cluster, INST "/clusters/%s", ci_topo.clusters[0].id);
     snprintf(g_b1, sizeof g_b1, "%s/backups/b1", g_cluster);
+    snprintf(g_b3, sizeof g_b3, "%s/backups/b3", g_cluster);
     bt_client_init(&g_md, ci_topo.clusters[0].nodes[0].addr);
     snprintf(g_md.instance, sizeof g_md.instance, "projects/_strata/instances/_strata");
     st_err st;
-    if (bt_create_table(&g_cl, "t", "cf", &st) != ST_OK)
+    const char *splits[] = {"g", "p", NULL}; /* each node holds a tablet */
+    if (bt_create_table_split(&g_cl, "t", "cf", splits, &st) != ST_OK)
         ci_fail("create t: %s", st.msg);
-    bt_muts m;
-    bt_muts_init(&m);
-    bt_muts_set(&m, "cf", st_slice_cstr("c"), 1000, st_slice_cstr("v"));
-    if (bt_mutate_row(&g_cl, "t", st_slice_cstr("a"), &m, &st) != ST_OK)
-        ci_fail("write t: %s", st.msg);
-    bt_muts_deinit(&m);
+    const char *keys[] = {"apple", "kiwi", "zebra"};
+    for (size_t i = 0; i < 3; i++) {
+        bt_muts m;
+        bt_muts_init(&m);
+        bt_muts_set(&m, "cf", st_slice_cstr("c"), 1000, st_slice_cstr("v"));
+        if (bt_mutate_row(&g_cl, "t", st_slice_cstr(keys[i]), &m, &st) != ST_OK)
+            ci_fail("write t: %s", st.msg);
+        bt_muts_deinit(&m);
+    }
     create_b1();
-    size_t pieces = node_pieces();
-    printf("b1 READY with %zu piece(s) on the node\n", pieces);
+    size_t pieces = node_pieces(g_b1);
+    printf("b1 READY with %zu piece(s) on the first node\n", pieces);
+    test_live_restore();
+    test_live_create();
 
     char x[600], y[600];
     snprintf(x, sizeof x, "operations/%s/777", g_b1);
     snprintf(y, sizeof y, "operations/%s/555", g_b1);
-    md_write_create_op(x,
-                       st_wall_us() + 3600LL * 1000000); /* running elsewhere: nobody finishes it */
-    md_take_b1(x);
+    md_write_create_op(x, st_wall_us() + 3600LL * 1000000,
+                       g_b1); /* running elsewhere: nobody finishes it */
+    md_take(g_b1, x);
     int state = 0;
     for (int i = 0; i < POLLS_MAX && state != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING;
          i++) { /* the router's copy of the metadata catches up */
@@ -330,12 +487,12 @@ int main(int argc, char **argv) {
         ci_fail("the router never showed b1 CREATING (state %d)", state);
     printf("b1 CREATING by %s\n", x);
 
-    md_write_create_op(y, 1); /* refused, its router gone: the sweep finishes it */
+    md_write_create_op(y, 1, g_b1); /* refused, its router gone: the sweep finishes it */
     char msg[1024];
     st_code code = op_wait(y, msg, sizeof msg);
     printf("%s ended %s: %s\n", y, st_code_name(code), msg);
     state = backup_state();
-    size_t left = node_pieces();
+    size_t left = node_pieces(g_b1);
     printf("b1 afterwards: state %d, %zu piece(s) on the node\n", state, left);
     if (state != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING)
         ci_fail("b1 (operation %s's) is gone after %s was finished (state %d)", x, y, state);
