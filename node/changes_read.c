@@ -139,8 +139,14 @@ struct cs_reader {
     st_arena arena; /* one record's decoding and messages */
     st_buf msg;
     char token[BTU_CS_TOKEN_MAX];
-    bool token_live; /* token holds "1.token_w" */
+    bool token_live; /* token holds the live token of token_w */
     int64_t token_w;
+    /* A live token's text up to its W ("1." or "2.C.Y."): the next live token with the same
+     * cluster and bound only writes its W after it. */
+    size_t token_head;
+    bool token_has_y;
+    uint32_t token_cluster;
+    int64_t token_y;
     /* A record of several messages goes out over several turns (docs/changestreams.md, Sending
      * large records): out_next is the first chunk of the record being sent that has not gone
      * out (0: no record is in the middle of being sent), out_pause whether the sending code may
@@ -187,6 +193,26 @@ static void time_text(int64_t us, char *out, size_t cap) {
     snprintf(out, cap, "%.20s.%06dZ", day, (int)(us % 1000000));
 }
 
+/* Formats the current position's token. Live tokens mostly differ from the last one in their W
+ * only (the bound moves four times a second): the rest of the text is kept. */
+static void token_format(cs_reader *r) {
+    const btu_cs_pos *p = &r->pos;
+    bool same_head = r->token_live && !p->scan && p->w >= 0 && p->has_y == r->token_has_y &&
+                     (!p->has_y || (p->cluster == r->token_cluster && p->y == r->token_y));
+    if (same_head) {
+        size_t k = r->token_head + btu_cs_dec(r->token + r->token_head, (uint64_t)p->w);
+        r->token[k] = 0;
+    } else {
+        btu_cs_token_format(p, r->token);
+        r->token_head = (size_t)(strrchr(r->token, '.') - r->token) + 1; /* live: W is last */
+    }
+    r->token_live = !p->scan && p->w >= 0;
+    r->token_w = p->w;
+    r->token_has_y = p->has_y;
+    r->token_cluster = p->cluster;
+    r->token_y = p->y;
+}
+
 /* The current position's token. Live, the records of one write share it: formatted once. With
  * peer clusters it carries this cluster's number and the applied bound at the position (a
  * version 2 token), so that another cluster can resume from it (docs/changestreams.md,
@@ -203,9 +229,7 @@ static const char *token_text(cs_reader *r) {
             r->pos.has_y = false; /* nothing is replicated here: a version 1 token */
         else
             btu_cs_pos_set_bound(&r->pos, r->n->opts.cluster_num, y);
-        btu_cs_token_format(&r->pos, r->token);
-        r->token_live = !r->pos.scan;
-        r->token_w = r->pos.w;
+        token_format(r);
     }
     return r->token;
 }
