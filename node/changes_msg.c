@@ -362,7 +362,7 @@ st_code node_cs_encode_body(const node_cs_change *c, size_t value_bytes, st_buf 
     if (n == 0 || !one_message(chunks, n, value_bytes))
         return ST_NOT_FOUND;
     size_t len = dc_body_len(c, chunks, n, true);
-    if (st_buf_reserve(out, out->len + len) != ST_OK)
+    if (st_buf_reserve(out, len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     uint8_t *p = w_dc_body(out->data + out->len, c, chunks, n, true);
     ST_ASSERT((size_t)(p - out->data) == out->len + len);
