@@ -45,7 +45,11 @@ typedef struct node_cs_rec {
     int64_t stamp_us;
     const char *table; /* full table name */
     st_slice row;
-    st_slice value; /* the record cell's value (sto_row_mut encoding, docs/changestreams.md) */
+    /* The record: its DataChange message but for the end (node_cs_encode_body) when body, else
+     * the record cell's value with every value inline (sto_row_mut encoding,
+     * docs/changestreams.md). */
+    st_slice value;
+    bool body;
 } node_cs_rec;
 
 typedef enum node_cs_ring_rc {
@@ -83,6 +87,10 @@ void node_cs_unwatch(node_ctx *n, node_cs_watcher *w); /* safe on an unwatched w
  * write is in flight). */
 st_code node_cs_open(node_ctx *n, st_err *err);
 void node_cs_close(node_ctx *n);
+
+/* The source_cluster_id of records of cluster number origin: from the topology (--config), else
+ * --cluster-id; buf (cap bytes) holds a name made up for an unknown cluster. */
+const char *node_cs_cluster_id(node_ctx *n, uint32_t origin, char *buf, size_t cap);
 
 /* A fresh stamp: the hybrid logical clock's next value (microseconds), above every version and
  * stamp handed out before. */

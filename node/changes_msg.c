@@ -97,14 +97,22 @@ static uint64_t sx(int64_t v) { /* int32 / int64 on the wire */
     return (uint64_t)v;
 }
 
-/* A google.protobuf.Timestamp of us: its bytes' length, and the writer. */
-static size_t ts_len(int64_t us) {
-    return f_varint(sx(us / 1000000)) + f_varint(sx((int32_t)(us % 1000000) * 1000));
+/* A google.protobuf.Timestamp of us: its seconds and nanos on the wire and its bytes' length,
+ * worked out once for the length and the writer. */
+typedef struct cs_ts {
+    uint64_t s, ns;
+    size_t len;
+} cs_ts;
+
+static cs_ts ts_of(int64_t us) {
+    cs_ts t = {sx(us / 1000000), sx((int32_t)(us % 1000000) * 1000), 0};
+    t.len = f_varint(t.s) + f_varint(t.ns);
+    return t;
 }
-static uint8_t *w_ts(uint8_t *p, uint32_t field, int64_t us) {
-    p = w_head(p, field, ts_len(us));
-    p = w_varint(p, 1, sx(us / 1000000));
-    return w_varint(p, 2, sx((int32_t)(us % 1000000) * 1000));
+static uint8_t *w_ts(uint8_t *p, uint32_t field, cs_ts t) {
+    p = w_head(p, field, t.len);
+    p = w_varint(p, 1, t.s);
+    return w_varint(p, 2, t.ns);
 }
 
 /* One MutationChunk: a mutation, or piece k of a long SetCell value. */
@@ -204,34 +212,22 @@ typedef struct cs_enc {
     void *arg;
 } cs_enc;
 
-/* The DataChange of chunks[0..n): the record's first and/or last message. */
-static size_t dc_len(const cs_enc *e, const cs_chunk *chunks, size_t n, bool first, bool last) {
-    const node_cs_change *c = e->c;
+/* A DataChange's fields before done: type, the record's metadata (its first message), chunks. */
+static size_t dc_body_len(const node_cs_change *c, const cs_chunk *chunks, size_t n, bool first) {
     size_t len = 2; /* type */
     if (first) {
         len += c->gc || !c->source_cluster_id ? 0 : f_len(strlen(c->source_cluster_id), false);
-        len += f_len(c->row->row.len, false) + f_len(ts_len((int64_t)c->row->commit_ts_us), true) +
+        len += f_len(c->row->row.len, false) +
+               f_len(ts_of((int64_t)c->row->commit_ts_us).len, true) +
                f_varint(sx((int32_t)c->row->origin));
     }
     for (size_t i = 0; i < n; i++)
         len += f_len(chunks[i].len, true);
-    if (last)
-        len += 2 + (c->token ? f_len(strlen(c->token), false) : 0) +
-               f_len(ts_len(c->watermark_us), true);
     return len;
 }
 
-/* Sends chunks[0..n) as one DataChange message: the record's first and/or last. */
-static st_code emit_msg(cs_enc *e, const cs_chunk *chunks, size_t n, bool first, bool last) {
-    const node_cs_change *c = e->c;
-    size_t dc = dc_len(e, chunks, n, first, last);
-    size_t len = f_len(dc, true);
-    st_buf_reset(e->msg);
-    if (st_buf_reserve(e->msg, RPC_SEND_HEADROOM + len) != ST_OK)
-        return ST_RESOURCE_EXHAUSTED;
-    uint8_t *p = e->msg->data;
-    memset(p, 0, RPC_SEND_HEADROOM);
-    p = w_head(p + RPC_SEND_HEADROOM, RESP_DATA_CHANGE, dc);
+static uint8_t *w_dc_body(uint8_t *p, const node_cs_change *c, const cs_chunk *chunks, size_t n,
+                          bool first) {
     p = w_varint(
         p, DC_TYPE,
         !first ? GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__CONTINUATION
@@ -242,19 +238,51 @@ static st_code emit_msg(cs_enc *e, const cs_chunk *chunks, size_t n, bool first,
         if (!c->gc && c->source_cluster_id)
             p = w_bytes(p, DC_SOURCE, st_slice_cstr(c->source_cluster_id));
         p = w_bytes(p, DC_ROW, c->row->row);
-        p = w_ts(p, DC_COMMIT, (int64_t)c->row->commit_ts_us);
+        p = w_ts(p, DC_COMMIT, ts_of((int64_t)c->row->commit_ts_us));
         p = w_varint(p, DC_TIEBREAKER, sx((int32_t)c->row->origin));
     }
     for (size_t i = 0; i < n; i++)
         p = w_chunk(w_head(p, DC_CHUNKS, chunks[i].len), &chunks[i]);
-    if (last) {
-        p = w_varint(p, DC_DONE, 1);
-        if (c->token)
-            p = w_bytes(p, DC_TOKEN, st_slice_cstr(c->token));
-        p = w_ts(p, DC_WATERMARK, c->watermark_us);
-    }
-    ST_ASSERT((size_t)(p - e->msg->data) == RPC_SEND_HEADROOM + len);
-    e->msg->len = RPC_SEND_HEADROOM + len;
+    return p;
+}
+
+/* The record's last message ends with done, the token and the watermark. */
+static size_t dc_tail_len(size_t token_len, cs_ts watermark) {
+    return 2 + f_len(token_len, false) + f_len(watermark.len, true);
+}
+
+static uint8_t *w_dc_tail(uint8_t *p, st_slice token, cs_ts watermark) {
+    p = w_varint(p, DC_DONE, 1);
+    p = w_bytes(p, DC_TOKEN, token);
+    return w_ts(p, DC_WATERMARK, watermark);
+}
+
+/* Makes msg RPC_SEND_HEADROOM zero bytes and the ReadChangeStreamResponse's data_change head
+ * for a DataChange of dc bytes, with room for them; where they go. */
+static uint8_t *msg_start(st_buf *msg, size_t dc, size_t *total) {
+    *total = RPC_SEND_HEADROOM + f_len(dc, true);
+    st_buf_reset(msg);
+    if (st_buf_reserve(msg, *total) != ST_OK)
+        return NULL;
+    memset(msg->data, 0, RPC_SEND_HEADROOM);
+    return w_head(msg->data + RPC_SEND_HEADROOM, RESP_DATA_CHANGE, dc);
+}
+
+/* Sends chunks[0..n) as one DataChange message: the record's first and/or last. */
+static st_code emit_msg(cs_enc *e, const cs_chunk *chunks, size_t n, bool first, bool last) {
+    const node_cs_change *c = e->c;
+    st_slice token = c->token ? st_slice_cstr(c->token) : st_slice_make(NULL, 0);
+    cs_ts wm = ts_of(c->watermark_us);
+    size_t dc = dc_body_len(c, chunks, n, first) + (last ? dc_tail_len(token.len, wm) : 0);
+    size_t total;
+    uint8_t *p = msg_start(e->msg, dc, &total);
+    if (!p)
+        return ST_RESOURCE_EXHAUSTED;
+    p = w_dc_body(p, c, chunks, n, first);
+    if (last)
+        p = w_dc_tail(p, token, wm);
+    ST_ASSERT((size_t)(p - e->msg->data) == total);
+    e->msg->len = total;
     return e->emit(e->msg, e->arg);
 }
 
@@ -306,6 +334,55 @@ st_code node_cs_encode_change(const node_cs_change *c, size_t value_bytes, st_ar
     rc = emit_msg(&e, chunks + from, total - from, from == 0, true);
     *next = rc == ST_OK || rc == NODE_CS_PAUSE ? total : from;
     return rc == NODE_CS_PAUSE ? ST_OK : rc;
+}
+
+/* Whether chunks[0..n) go out as one message: node_cs_encode_change cuts a message before a
+ * chunk that would take it past the budget, never before the first. */
+static bool one_message(const cs_chunk *chunks, size_t n, size_t value_bytes) {
+    size_t cost = 0;
+    for (size_t i = 0; i < n; i++) {
+        cost += chunk_cost(&chunks[i]);
+        if (i > 0 && cost > value_bytes + CS_CHUNK_OVERHEAD_BYTES)
+            return false;
+    }
+    return true;
+}
+
+st_code node_cs_encode_body(const node_cs_change *c, size_t value_bytes, st_buf *out) {
+    const sto_row_mut *row = c->row;
+    cs_chunk chunks[NODE_CS_BODY_CHUNKS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < row->n_muts; i++) {
+        const sto_mut *m = &row->muts[i];
+        if (m->type == STO_MUT_DEL_ROW || mut_chunks(m, value_bytes, 0) != 1 ||
+            n == NODE_CS_BODY_CHUNKS_MAX)
+            return ST_NOT_FOUND;
+        mut_to_chunks(c, m, value_bytes, &chunks[n++]);
+    }
+    if (n == 0 || !one_message(chunks, n, value_bytes))
+        return ST_NOT_FOUND;
+    size_t len = dc_body_len(c, chunks, n, true);
+    if (st_buf_reserve(out, len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    uint8_t *p = w_dc_body(out->data + out->len, c, chunks, n, true);
+    ST_ASSERT((size_t)(p - out->data) == out->len + len);
+    out->len += len;
+    return ST_OK;
+}
+
+st_code node_cs_encode_prebuilt(st_buf *msg, st_slice body, const char *token,
+                                int64_t watermark_us) {
+    st_slice tok = st_slice_cstr(token);
+    size_t total;
+    cs_ts wm = ts_of(watermark_us);
+    uint8_t *p = msg_start(msg, body.len + dc_tail_len(tok.len, wm), &total);
+    if (!p)
+        return ST_RESOURCE_EXHAUSTED;
+    memcpy(p, body.data, body.len);
+    p = w_dc_tail(p + body.len, tok, wm);
+    ST_ASSERT((size_t)(p - msg->data) == total);
+    msg->len = total;
+    return ST_OK;
 }
 
 /* ---- Heartbeat, CloseStream ---- */

@@ -54,6 +54,21 @@ typedef st_code (*node_cs_emit_fn)(st_buf *msg, void *arg);
 st_code node_cs_encode_change(const node_cs_change *c, size_t value_bytes, st_arena *arena,
                               st_buf *msg, node_cs_emit_fn emit, void *arg, size_t *next);
 
+/* A record that goes out as one message — at most NODE_CS_BODY_CHUNKS_MAX mutations, none a
+ * DeleteFromRow, within value_bytes — is the same message for every reader but for its last
+ * fields (done, token, watermark): the write side encodes the rest once, for the ring
+ * (docs/changestreams.md, What a record costs), and each reader adds its own end.
+ * node_cs_encode_body appends that part of c's message to out (c->token, c->watermark_us and
+ * c->families are not used); ST_NOT_FOUND, out untouched, for a record of any other shape
+ * (node_cs_encode_change sends it); RESOURCE_EXHAUSTED. */
+#define NODE_CS_BODY_CHUNKS_MAX 16
+st_code node_cs_encode_body(const node_cs_change *c, size_t value_bytes, st_buf *out);
+
+/* Packs the message of a record whose body node_cs_encode_body wrote, with token (not NULL) and
+ * watermark, into msg as node_cs_encode_change would (RPC_SEND_HEADROOM bytes in front). */
+st_code node_cs_encode_prebuilt(st_buf *msg, st_slice body, const char *token,
+                                int64_t watermark_us);
+
 /* A Heartbeat for partition [start, end) at token with the watermark, packed into msg (emptied
  * first; RPC_SEND_HEADROOM bytes in front). RESOURCE_EXHAUSTED when memory runs out. */
 st_code node_cs_encode_heartbeat(st_buf *msg, st_slice start, st_slice end, const char *token,

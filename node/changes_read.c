@@ -63,8 +63,6 @@
 #define CS_ARENA_BLOCK_BYTES ((size_t)8 << 10)
 /* Buffers above this are freed after use instead of kept for the next record. */
 #define CS_BUF_KEEP_BYTES ((size_t)1 << 20)
-/* source_cluster_id of records when the node knows no cluster names (docs/operations.md). */
-#define CS_CLUSTER_ID_DEFAULT "strata"
 
 /* Results of the work functions besides ST_OK (caught up) and the call's error codes; never a
  * status of the call. */
@@ -77,6 +75,7 @@
  * change before the next turn. */
 typedef struct cs_rec {
     bool set, in_ring;
+    bool body; /* the value is the record's DataChange body (node_cs_rec.body) */
     int64_t stamp;
     st_slice ring_value;
     st_buf value;
@@ -140,8 +139,14 @@ struct cs_reader {
     st_arena arena; /* one record's decoding and messages */
     st_buf msg;
     char token[BTU_CS_TOKEN_MAX];
-    bool token_live; /* token holds "1.token_w" */
+    bool token_live; /* token holds the live token of token_w */
     int64_t token_w;
+    /* A live token's text up to its W ("1." or "2.C.Y."): the next live token with the same
+     * cluster and bound only writes its W after it. */
+    size_t token_head;
+    bool token_has_y;
+    uint32_t token_cluster;
+    int64_t token_y;
     /* A record of several messages goes out over several turns (docs/changestreams.md, Sending
      * large records): out_next is the first chunk of the record being sent that has not gone
      * out (0: no record is in the middle of being sent), out_pause whether the sending code may
@@ -188,6 +193,26 @@ static void time_text(int64_t us, char *out, size_t cap) {
     snprintf(out, cap, "%.20s.%06dZ", day, (int)(us % 1000000));
 }
 
+/* Formats the current position's token. Live tokens mostly differ from the last one in their W
+ * only (the bound moves four times a second): the rest of the text is kept. */
+static void token_format(cs_reader *r) {
+    const btu_cs_pos *p = &r->pos;
+    bool same_head = r->token_live && !p->scan && p->w >= 0 && p->has_y == r->token_has_y &&
+                     (!p->has_y || (p->cluster == r->token_cluster && p->y == r->token_y));
+    if (same_head) {
+        size_t k = r->token_head + btu_cs_dec(r->token + r->token_head, (uint64_t)p->w);
+        r->token[k] = 0;
+    } else {
+        btu_cs_token_format(p, r->token);
+        r->token_head = (size_t)(strrchr(r->token, '.') - r->token) + 1; /* live: W is last */
+    }
+    r->token_live = !p->scan && p->w >= 0;
+    r->token_w = p->w;
+    r->token_has_y = p->has_y;
+    r->token_cluster = p->cluster;
+    r->token_y = p->y;
+}
+
 /* The current position's token. Live, the records of one write share it: formatted once. With
  * peer clusters it carries this cluster's number and the applied bound at the position (a
  * version 2 token), so that another cluster can resume from it (docs/changestreams.md,
@@ -204,23 +229,9 @@ static const char *token_text(cs_reader *r) {
             r->pos.has_y = false; /* nothing is replicated here: a version 1 token */
         else
             btu_cs_pos_set_bound(&r->pos, r->n->opts.cluster_num, y);
-        btu_cs_token_format(&r->pos, r->token);
-        r->token_live = !r->pos.scan;
-        r->token_w = r->pos.w;
+        token_format(r);
     }
     return r->token;
-}
-
-/* The id of cluster number origin: from the topology (--config), else --cluster-id. */
-static const char *cluster_id(node_ctx *n, uint32_t origin, char *buf, size_t cap) {
-    const char *id = node_repl_cluster_id(n, origin);
-    if (id)
-        return id;
-    if (origin == 0 || origin == n->opts.cluster_num)
-        return n->opts.cluster_id && n->opts.cluster_id[0] ? n->opts.cluster_id
-                                                           : CS_CLUSTER_ID_DEFAULT;
-    snprintf(buf, cap, "cluster-%u", origin);
-    return buf;
 }
 
 /* ---- lifecycle ---- */
@@ -345,6 +356,23 @@ static void arena_recycle(cs_reader *r) {
     st_arena_reset(&r->arena);
 }
 
+/* Sends a record the ring holds as its DataChange body (one message) with the token of the
+ * current position. It never pauses inside: a message past the turn's share ends the turn after
+ * it, as the last message of any record does. */
+static st_code send_body(cs_reader *r, st_slice body, st_err *err) {
+    st_code rc = node_cs_encode_prebuilt(&r->msg, body, token_text(r), r->pos.w);
+    if (rc == ST_OK && (rc = emit(&r->msg, r)) == NODE_CS_PAUSE)
+        rc = ST_OK;
+    if (rc != ST_OK)
+        st_err_set(err, rc,
+                   rc == ST_CANCELLED ? "the call ended while sending"
+                                      : "out of memory encoding a change record");
+    buf_recycle(&r->msg);
+    r->turn_records++;
+    r->hb_due = st_mono_us() + r->hb_us;
+    return rc;
+}
+
 /* Sends one decoded record with the token of the current position, from chunk out_next (a record
  * paused in an earlier turn goes on where it stopped). With out_pause the record may pause
  * between two messages: CS_MORE or CS_BLOCKED then (out_next says where it goes on), and nothing
@@ -353,7 +381,7 @@ static st_code send_change(cs_reader *r, const sto_row_mut *row, st_err *err) {
     char buf[32];
     node_cs_change c = {row,
                         (row->flags & STO_ROW_GC) != 0,
-                        cluster_id(r->n, row->origin, buf, sizeof buf),
+                        node_cs_cluster_id(r->n, row->origin, buf, sizeof buf),
                         token_text(r),
                         r->pos.w,
                         NULL,
@@ -392,14 +420,20 @@ static st_code send_pending(cs_reader *r, st_err *err) {
         return ST_OK;
     sto_row_mut row;
     st_slice value = p->in_ring ? p->ring_value : S(&p->value);
-    st_code rc = sto_row_mut_decode(value, &row, &r->arena) ? send_change(r, &row, err)
-                                                            : damaged(r, p->stamp, err);
+    st_code rc;
+    if (p->body) {
+        rc = send_body(r, value, err);
+    } else if (sto_row_mut_decode(value, &row, &r->arena)) {
+        rc = send_change(r, &row, err); /* rewinds the arena */
+    } else {
+        rc = damaged(r, p->stamp, err);
+        arena_recycle(r);
+    }
     if (paused(rc)) {
         st_code krc = pending_keep(r, err);
         return krc == ST_OK ? rc : krc;
     }
     p->set = false;
-    arena_recycle(r);
     if (!p->in_ring)
         buf_recycle(&p->value);
     return rc;
@@ -539,10 +573,11 @@ static st_code resume_record(cs_reader *r, st_err *err) {
 }
 
 /* The ring's record waits (read in place while the ring scan runs). */
-static void pending_set(cs_reader *r, int64_t stamp, st_slice value) {
+static void pending_set(cs_reader *r, int64_t stamp, st_slice value, bool body) {
     cs_rec *p = &r->pending;
     p->stamp = stamp;
     p->ring_value = value;
+    p->body = body;
     p->in_ring = true;
     p->set = true;
 }
@@ -598,7 +633,7 @@ static bool on_ring(const node_cs_rec *rec, void *arg) {
     } else if (send_pending(r, &r->fail) != ST_OK) {
         return false;
     }
-    pending_set(r, rec->stamp_us, rec->value);
+    pending_set(r, rec->stamp_us, rec->value, rec->body);
     return true;
 }
 

@@ -3,6 +3,8 @@
  * stamp, the ring of recent records and its watchers, and the GC records storage's compactions
  * ask for. Loop thread, except node_cs_write_lost and the GC report (storage threads). */
 #include "changes.h"
+#include "changes_msg.h"
+#include "repl_glue.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -15,12 +17,13 @@
  * mapped with its pages faulted in as soon as a table has streams on (ring_alloc), so keeping
  * records costs no allocation and no page fault per write. */
 #define CS_RING_BYTES ((size_t)64 << 20)
-#define CS_REC_HEAD 12
+/* A record in the ring: le32 lengths of its table name (with its NUL), row and value, le32 1 when
+ * the value is a DataChange body (node_cs_rec.body); then the name, the row, the value. */
+#define CS_REC_HEAD 16
 /* After the last ReadChangeStream call of the node ends, the ring is filled on for this long: a
  * consumer that reconnects (a retry, a router pausing a slow client, new partitions after a
  * split) finds the writes made in between in memory, not by scanning its tablet again. */
-#define CS_RING_GRACE_US                                                                           \
-    (10LL * 60 * 1000000) /* a record in the ring: le32 table length (with its NUL), row, value */
+#define CS_RING_GRACE_US (10LL * 60 * 1000000)
 
 /* Writes kept for reuse on the loop: a node's writes mostly have one shape, so most take a kept
  * write (its arrays in a block of CS_POOL_WRITE_BYTES, its record buffer with the capacity the
@@ -97,6 +100,20 @@ typedef struct node_cs {
 } node_cs;
 
 /* ---- clock, config ---- */
+
+/* source_cluster_id of records when the node knows no cluster names (docs/operations.md). */
+#define CS_CLUSTER_ID_DEFAULT "strata"
+
+const char *node_cs_cluster_id(node_ctx *n, uint32_t origin, char *buf, size_t cap) {
+    const char *id = node_repl_cluster_id(n, origin);
+    if (id)
+        return id;
+    if (origin == 0 || origin == n->opts.cluster_num)
+        return n->opts.cluster_id && n->opts.cluster_id[0] ? n->opts.cluster_id
+                                                           : CS_CLUSTER_ID_DEFAULT;
+    snprintf(buf, cap, "cluster-%u", origin);
+    return buf;
+}
 
 int64_t node_cs_next_stamp(node_ctx *n) {
     int64_t now = st_wall_us();
@@ -365,12 +382,26 @@ static bool values_to_refs(sto_mut *muts, size_t n) {
  * by reference; the same bytes when it has none). */
 typedef struct rec_ref {
     size_t table, row, row_len, qual, value, value_len, stored, stored_len;
+    bool body;  /* the ring's is the record's DataChange but for its end (node_cs_rec.body) */
     size_t mut; /* index of the record's SetCell in w->muts */
 } rec_ref;
 
 static st_code append_cstr(st_buf *b, const char *s, size_t *off) {
     *off = b->len;
     return st_buf_append(b, s, strlen(s) + 1);
+}
+
+/* The record as the ring keeps it, appended to w->data: the part of its DataChange message that
+ * every reader sends alike when it is one message (readers then only add their token and
+ * watermark: no decoding, no encoding per reader and record), else its sto_row_mut encoding. */
+static st_code ring_encode(node_ctx *n, node_cs_write *w, const sto_row_mut *rec, bool *body) {
+    char buf[32];
+    node_cs_change c = {.row = rec,
+                        .gc = (rec->flags & STO_ROW_GC) != 0,
+                        .source_cluster_id = node_cs_cluster_id(n, rec->origin, buf, sizeof buf)};
+    st_code rc = node_cs_encode_body(&c, NODE_CS_MSG_VALUE_BYTES, &w->data);
+    *body = rc == ST_OK;
+    return rc == ST_NOT_FOUND ? sto_row_mut_encode(&w->data, rec) : rc;
 }
 
 /* Encodes the record of row r (index k of the write) into w->data. */
@@ -409,8 +440,9 @@ static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *met
         rc = st_buf_append(&w->data, qual, sizeof qual);
     /* the ring's encoding (every value), unless no stream is open */
     ref->value = w->data.len;
+    ref->body = false;
     if (rc == ST_OK && !w->ringless)
-        rc = sto_row_mut_encode(&w->data, &rec);
+        rc = ring_encode(n, w, &rec, &ref->body);
     ref->value_len = w->data.len - ref->value;
     /* storage's (values by reference), when it differs */
     bool refs = rc == ST_OK && mode != NODE_WRITE_GC &&
@@ -419,7 +451,7 @@ static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *met
         rec.flags |= NODE_CS_REC_REFS;
     ref->stored = ref->value;
     ref->stored_len = ref->value_len;
-    if (rc == ST_OK && (refs || w->ringless)) {
+    if (rc == ST_OK && (refs || w->ringless || ref->body)) {
         ref->stored = w->data.len;
         rc = sto_row_mut_encode(&w->data, &rec);
         ref->stored_len = w->data.len - ref->stored;
@@ -469,6 +501,7 @@ static void write_finalize(node_cs_write *w, const rec_ref *refs) {
         rec->table = (const char *)w->data.data + f->table;
         rec->row = st_slice_make(w->data.data + f->row, f->row_len);
         rec->value = st_slice_make(w->data.data + f->value, f->value_len);
+        rec->body = f->body;
         w->muts[f->mut] =
             (sto_mut){.type = STO_MUT_SET_CELL,
                       .family = st_slice_make(NODE_CS_FAMILY, NODE_CS_FAMILY_LEN),
@@ -751,6 +784,7 @@ static st_code ring_push(node_cs *cs, const node_cs_write *w) {
         st_put_fixed32(p, (uint32_t)tlen);
         st_put_fixed32(p + 4, (uint32_t)r->row.len);
         st_put_fixed32(p + 8, (uint32_t)r->value.len);
+        st_put_fixed32(p + 12, r->body);
         p += CS_REC_HEAD;
         memcpy(p, r->table, tlen);
         p += tlen;
@@ -889,6 +923,7 @@ node_cs_ring_rc node_cs_ring_scan(node_ctx *n, const char *table, st_slice start
             node_cs_rec r = {.stamp_us = b->stamp, .table = (const char *)p + CS_REC_HEAD};
             r.row = st_slice_make(p + CS_REC_HEAD + tlen, rlen);
             r.value = st_slice_make(p + CS_REC_HEAD + tlen + rlen, vlen);
+            r.body = st_get_fixed32(p + 12) != 0;
             p += CS_REC_HEAD + tlen + rlen + vlen;
             if (strcmp(r.table, table) != 0 || !in_range(r.row, start, end))
                 continue;

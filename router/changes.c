@@ -437,59 +437,62 @@ static void rcs_cancelled(rpc_call *call, void *arg) {
     /* RCS_TIMER: the timer (or refresh) callback sees the cancellation. */
 }
 
-/* The token of a StreamContinuationToken message (field 2). */
-static bool scan_token_msg(st_slice m, st_slice *tok) {
-    const uint8_t *p = m.data, *end = p + m.len;
-    rtr_wire_field f;
-    bool bad = false;
-    while (rtr_wire_next(&p, end, &f, &bad))
-        if (f.num == 2 && f.wire_type == 2)
-            *tok = f.bytes;
-    return !bad;
+/* The fields of message m (the lean reader: a relayed change costs the router little beside its
+ * bytes): the last length-delimited field tok_num is *tok, a varint field done_num sets *done
+ * (done_num 0: none). Malformed bytes end the walk, keeping what was found. */
+static void scan_fields(st_slice m, uint32_t tok_num, uint32_t done_num, st_slice *tok,
+                        bool *done) {
+    const uint8_t *p = m.data, *end = rtr_slice_end(m);
+    uint32_t num, wt;
+    uint64_t v;
+    st_slice b;
+    while (rtr_wire_scan(&p, end, &num, &wt, &v, &b) == 1) {
+        if (num == tok_num && wt == 2)
+            *tok = b;
+        else if (num == done_num && wt == 0)
+            *done = v != 0;
+    }
 }
 
 static st_code set_token(rcs_op *op, st_slice tok) {
     st_buf_reset(&op->token);
-    if (st_buf_append(&op->token, tok.data, tok.len) != ST_OK ||
-        st_buf_append_byte(&op->token, 0) != ST_OK)
+    if (st_buf_reserve(&op->token, tok.len + 1) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
+    memcpy(op->token.data, tok.data, tok.len);
+    op->token.data[tok.len] = 0;
+    op->token.len = tok.len + 1;
     return ST_OK;
 }
 
 /* Follows the stream's position in one ReadChangeStreamResponse: a DataChange's last message
  * (done) and a Heartbeat carry the token to resume from; CloseStream ends the node's stream. */
 static st_code rcs_track(rcs_op *op, st_slice msg) {
-    const uint8_t *p = msg.data, *end = p + msg.len;
-    rtr_wire_field f;
-    bool bad = false;
-    while (rtr_wire_next(&p, end, &f, &bad)) {
-        if (f.wire_type != 2)
+    const uint8_t *p = msg.data, *end = rtr_slice_end(msg);
+    uint32_t num, wt;
+    uint64_t v;
+    st_slice f;
+    int rc;
+    while ((rc = rtr_wire_scan(&p, end, &num, &wt, &v, &f)) == 1) {
+        if (wt != 2)
             continue;
         st_slice tok = st_slice_make(NULL, 0);
-        bool done = false;
-        if (f.num == 1) { /* DataChange: done = 8, token = 9 */
-            const uint8_t *q = f.bytes.data, *qend = q + f.bytes.len;
-            rtr_wire_field g;
-            while (rtr_wire_next(&q, qend, &g, &bad)) {
-                if (g.num == 8 && g.wire_type == 0)
-                    done = g.varint != 0;
-                else if (g.num == 9 && g.wire_type == 2)
-                    tok = g.bytes;
-            }
+        if (num == 1) { /* DataChange: done = 8, token = 9 */
+            bool done = false;
+            scan_fields(f, 9, 8, &tok, &done);
             op->in_record = !done;
-        } else if (f.num == 2) { /* Heartbeat: continuation_token = 1 */
-            const uint8_t *q = f.bytes.data, *qend = q + f.bytes.len;
-            rtr_wire_field g;
-            while (rtr_wire_next(&q, qend, &g, &bad))
-                if (g.num == 1 && g.wire_type == 2 && !scan_token_msg(g.bytes, &tok))
-                    bad = true;
-        } else if (f.num == 3) {
+        } else if (num == 2) { /* Heartbeat: continuation_token = 1, its token = 2 */
+            st_slice ct = st_slice_make(NULL, 0);
+            bool unused = false;
+            scan_fields(f, 1, 0, &ct, &unused);
+            if (ct.data)
+                scan_fields(ct, 2, 0, &tok, &unused);
+        } else if (num == 3) {
             op->closed = true;
         }
         if (tok.len && set_token(op, tok) != ST_OK)
             return ST_RESOURCE_EXHAUSTED;
     }
-    return bad ? ST_INTERNAL : ST_OK;
+    return rc < 0 ? ST_INTERNAL : ST_OK;
 }
 
 /* A live stream never finishes by itself: its principal is checked again with every message

@@ -180,6 +180,61 @@ st_code rtr_msgq_push(rtr_msgq *q, st_slice msg);
  * when counted (the messages are counted in the queued-response budget already, so moving them
  * takes nothing more from it), else while it is writable. The code of a failed send. */
 st_code rtr_msgq_drain(rtr_msgq *q, rpc_call *call, bool counted);
+/* Varints of one byte (tags, short lengths, booleans) dominate the messages the router scans on
+ * every response (ReadRows chunks): decode those inline, the rest through base. */
+static inline bool rtr_wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    const uint8_t *q = *p;
+    if (q < end && q[0] < 0x80) {
+        *v = q[0];
+        *p = q + 1;
+        return true;
+    }
+    if (end - q >= 2 && q[1] < 0x80) { /* two bytes: lengths up to 16 KiB (values, keys) */
+        *v = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
+        *p = q + 2;
+        return true;
+    }
+    return st_get_varint64(p, end, v);
+}
+
+/* The hot loops (ReadRows rows, change stream messages): a lean field reader (no rtr_wire_field
+ * to fill). 1: a field, 0: the end,
+ * -1: malformed (the same rules as rtr_wire_next). *v holds a varint's value, *b a
+ * length-delimited payload. */
+static inline int rtr_wire_scan(const uint8_t **p, const uint8_t *end, uint32_t *num, uint32_t *wt,
+                                uint64_t *v, st_slice *b) {
+    uint64_t tag;
+    if (*p >= end)
+        return 0;
+    if (!rtr_wire_varint(p, end, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
+        return -1;
+    *num = (uint32_t)(tag >> 3);
+    *wt = (uint32_t)(tag & 7);
+    *v = 0;
+    switch (*wt) {
+    case 0:
+        return rtr_wire_varint(p, end, v) ? 1 : -1;
+    case 1:
+    case 5: {
+        size_t w = *wt == 1 ? 8 : 4;
+        if ((size_t)(end - *p) < w)
+            return -1;
+        *p += w;
+        return 1;
+    }
+    case 2: {
+        uint64_t len;
+        if (!rtr_wire_varint(p, end, &len) || len > (uint64_t)(end - *p))
+            return -1;
+        *b = st_slice_make(*p, (size_t)len);
+        *p += len;
+        return 1;
+    }
+    default:
+        return -1;
+    }
+}
+
 /* Reads the field at *p (advancing it); false at end or on malformed input (*p then == end). */
 bool rtr_wire_next(const uint8_t **p, const uint8_t *end, rtr_wire_field *f, bool *bad);
 /* Appends every field of msg except those numbered in skip[0..n_skip). INVALID_ARGUMENT for a

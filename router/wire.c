@@ -9,30 +9,13 @@
 
 #include "google/rpc/status.pb-c.h"
 
-/* Varints of one byte (tags, short lengths, booleans) dominate the messages the router scans on
- * every response (ReadRows chunks): decode those inline, the rest through base. */
-static inline bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-    const uint8_t *q = *p;
-    if (q < end && q[0] < 0x80) {
-        *v = q[0];
-        *p = q + 1;
-        return true;
-    }
-    if (end - q >= 2 && q[1] < 0x80) { /* two bytes: lengths up to 16 KiB (values, keys) */
-        *v = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
-        *p = q + 2;
-        return true;
-    }
-    return st_get_varint64(p, end, v);
-}
-
 bool rtr_wire_next(const uint8_t **p, const uint8_t *end, rtr_wire_field *f, bool *bad) {
     const uint8_t *start = *p;
     uint64_t tag;
     *bad = false;
     if (*p >= end)
         return false;
-    if (!wire_varint(p, end, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
+    if (!rtr_wire_varint(p, end, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
         goto fail;
     f->num = (uint32_t)(tag >> 3);
     f->wire_type = (uint32_t)(tag & 7);
@@ -40,7 +23,7 @@ bool rtr_wire_next(const uint8_t **p, const uint8_t *end, rtr_wire_field *f, boo
     const uint8_t *v = *p;
     switch (f->wire_type) {
     case 0:
-        if (!wire_varint(p, end, &f->varint))
+        if (!rtr_wire_varint(p, end, &f->varint))
             goto fail;
         break;
     case 1:
@@ -53,7 +36,7 @@ bool rtr_wire_next(const uint8_t **p, const uint8_t *end, rtr_wire_field *f, boo
     }
     case 2: {
         uint64_t len;
-        if (!wire_varint(p, end, &len) || len > (uint64_t)(end - *p))
+        if (!rtr_wire_varint(p, end, &len) || len > (uint64_t)(end - *p))
             goto fail;
         f->bytes = st_slice_make(*p, (size_t)len);
         *p += len;
@@ -291,43 +274,6 @@ static st_code set_buf(st_buf *b, st_slice v) {
     return st_buf_append(b, v.data, v.len);
 }
 
-/* The per-row hot loop: a lean field reader (no rtr_wire_field to fill). 1: a field, 0: the end,
- * -1: malformed (the same rules as rtr_wire_next). *v holds a varint's value, *b a
- * length-delimited payload. */
-static inline int scan_field(const uint8_t **p, const uint8_t *end, uint32_t *num, uint32_t *wt,
-                             uint64_t *v, st_slice *b) {
-    uint64_t tag;
-    if (*p >= end)
-        return 0;
-    if (!wire_varint(p, end, &tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX)
-        return -1;
-    *num = (uint32_t)(tag >> 3);
-    *wt = (uint32_t)(tag & 7);
-    *v = 0;
-    switch (*wt) {
-    case 0:
-        return wire_varint(p, end, v) ? 1 : -1;
-    case 1:
-    case 5: {
-        size_t w = *wt == 1 ? 8 : 4;
-        if ((size_t)(end - *p) < w)
-            return -1;
-        *p += w;
-        return 1;
-    }
-    case 2: {
-        uint64_t len;
-        if (!wire_varint(p, end, &len) || len > (uint64_t)(end - *p))
-            return -1;
-        *b = st_slice_make(*p, (size_t)len);
-        *p += len;
-        return 1;
-    }
-    default:
-        return -1;
-    }
-}
-
 /* What one response message changes, as slices into it (or into t->row): applied once at its
  * end, so a 100-row answer copies two keys, not two hundred. */
 typedef struct track_msg {
@@ -353,7 +299,7 @@ static st_code track_chunk(rtr_rr_track *t, track_msg *m, st_slice chunk, bool r
     uint64_t v;
     st_slice b;
     int rc;
-    while ((rc = scan_field(&p, end, &num, &wt, &v, &b)) == 1) {
+    while ((rc = rtr_wire_scan(&p, end, &num, &wt, &v, &b)) == 1) {
         if (num == 1 && wt == 2 && b.len) {
             m->row = b;
             m->row_moved = true;
@@ -387,7 +333,7 @@ st_code rtr_rr_track_feed(rtr_rr_track *t, st_slice msg, bool reversed) {
     uint64_t v;
     st_slice b;
     int rc;
-    while ((rc = scan_field(&p, end, &num, &wt, &v, &b)) == 1) {
+    while ((rc = rtr_wire_scan(&p, end, &num, &wt, &v, &b)) == 1) {
         st_code sc = ST_OK;
         if (num == 1 && wt == 2)
             sc = track_chunk(t, &m, b, reversed);

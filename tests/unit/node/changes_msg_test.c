@@ -36,6 +36,8 @@ typedef struct sink {
     size_t fail_n;    /* ... for message number fail_n (1-based; 0 = never) */
     bool pause;       /* take each message and pause after it (NODE_CS_PAUSE) */
     size_t calls;     /* node_cs_encode_change calls encode made */
+    st_buf first;     /* the bytes of the first message of the last record encoded */
+    size_t first_at;  /* its index in msgs */
 } sink;
 
 static st_code collect(st_buf *msg, void *arg) {
@@ -44,6 +46,10 @@ static st_code collect(st_buf *msg, void *arg) {
     if (s->fail_n && s->n + 1 == s->fail_n)
         return s->fail_at;
     size_t len = msg->len - RPC_SEND_HEADROOM;
+    if (s->n == s->first_at) {
+        st_buf_reset(&s->first);
+        assert_int_equal(st_buf_append(&s->first, msg->data, msg->len), ST_OK);
+    }
     if (len > s->max_bytes)
         s->max_bytes = len;
     cs_resp *r = google__bigtable__v2__read_change_stream_response__unpack(
@@ -68,6 +74,7 @@ static void sink_free(sink *s) {
     for (size_t i = 0; i < s->n; i++)
         google__bigtable__v2__read_change_stream_response__free_unpacked(s->msgs[i], NULL);
     s->n = 0;
+    st_buf_free(&s->first);
 }
 
 static cs_data *dc(sink *s, size_t i) {
@@ -80,6 +87,34 @@ static st_slice S(const char *s) {
     return st_slice_cstr(s);
 }
 
+/* A record of one message encoded once without its end (node_cs_encode_body, as the write side
+ * does for the ring) and finished with the token and watermark (node_cs_encode_prebuilt, as each
+ * reader does) is the same bytes as node_cs_encode_change's message; any other record is refused
+ * with NOT_FOUND and nothing written. */
+static void check_body(const node_cs_change *c, size_t value_bytes, const st_buf *one_msg,
+                       size_t msgs) {
+    st_buf body, msg;
+    st_buf_init(&body);
+    st_buf_init(&msg);
+    st_buf_append(&body, "x", 1); /* appended after what the buffer holds */
+    st_code rc = node_cs_encode_body(c, value_bytes, &body);
+    bool shaped = msgs == 1 && c->row->n_muts <= NODE_CS_BODY_CHUNKS_MAX;
+    for (size_t i = 0; i < c->row->n_muts; i++)
+        shaped = shaped && c->row->muts[i].type != STO_MUT_DEL_ROW;
+    assert_int_equal(rc, shaped ? ST_OK : ST_NOT_FOUND);
+    if (rc == ST_OK) {
+        assert_int_equal(node_cs_encode_prebuilt(&msg, st_slice_make(body.data + 1, body.len - 1),
+                                                 c->token ? c->token : "", c->watermark_us),
+                         ST_OK);
+        assert_int_equal(msg.len, one_msg->len);
+        assert_memory_equal(msg.data, one_msg->data, msg.len);
+    } else {
+        assert_int_equal(body.len, 1);
+    }
+    st_buf_free(&body);
+    st_buf_free(&msg);
+}
+
 static st_code encode(const node_cs_change *c, size_t value_bytes, sink *s) {
     st_arena a;
     st_buf msg;
@@ -87,10 +122,13 @@ static st_code encode(const node_cs_change *c, size_t value_bytes, sink *s) {
     st_buf_init(&msg);
     size_t next = 0;
     st_code rc;
+    s->first_at = s->n;
     do { /* a paused record goes on from the chunk it names, as the reader does in a later turn */
         s->calls++;
         rc = node_cs_encode_change(c, value_bytes, &a, &msg, collect, s, &next);
     } while (rc == NODE_CS_PAUSE);
+    if (rc == ST_OK)
+        check_body(c, value_bytes, &s->first, s->n - s->first_at);
     st_arena_deinit(&a);
     st_buf_free(&msg);
     return rc;
