@@ -563,16 +563,16 @@ static st_code check_mods(const node_table *t, pb_mod **mods, size_t n_mods, st_
 }
 
 #define PURGE_BATCH_ROWS 256 /* rows per durable write of a family purge */
+#define PURGE_ROUNDS_MAX 4   /* passes over a table whose tablets split or move meanwhile */
 
-/* Writes the DeleteFromFamily of each row in keys (offs[i]: where row i starts) at one version:
- * one durable write for the batch rather than one fsync per row (a purge of 100,000 rows held
- * the loop for seconds). */
-static st_code purge_flush(node_ctx *n, uint64_t id, const sto_mut *del, const st_buf *keys,
-                           const size_t *offs, size_t n_rows, st_err *err) {
+/* Writes the DeleteFromFamily of each row in keys (offs[i]: where row i starts) at version: one
+ * durable write for the batch rather than one fsync per row. */
+static st_code purge_flush(sto_db *db, uint64_t id, const sto_mut *del, uint64_t version,
+                           uint32_t origin, const st_buf *keys, const size_t *offs, size_t n_rows,
+                           st_err *err) {
     if (n_rows == 0)
         return ST_OK;
     sto_row_mut rows[PURGE_BATCH_ROWS];
-    uint64_t version = node_next_version(n);
     for (size_t i = 0; i < n_rows; i++)
         rows[i] = (sto_row_mut){
             .tablet_id = id,
@@ -582,16 +582,19 @@ static st_code purge_flush(node_ctx *n, uint64_t id, const sto_mut *del, const s
             .n_muts = 1,
             .version = version,
             .commit_ts_us = (uint64_t)STO_VERSION_TS_US(version),
-            .origin = n->opts.cluster_num,
+            .origin = origin,
             .flags = STO_ROW_REPLICATED};
-    return sto_write(n->db, rows, n_rows, NULL, err);
+    return sto_write(db, rows, n_rows, NULL, err);
 }
 
-static st_code purge_tablet(node_ctx *n, node_tablet *tab, const sto_mut *del, st_err *err) {
+/* Deletes family's cells in tablet id (st) at version. Thread-safe: storage only. */
+static st_code purge_tablet(sto_db *db, uint64_t id, sto_tablet *st, const char *family,
+                            uint64_t version, uint32_t origin, st_err *err) {
+    sto_mut del = {.type = STO_MUT_DEL_FAMILY, .family = st_slice_cstr(family)};
     sto_snapshot *snap = NULL;
     sto_iter *it = NULL;
     sto_range all = {0};
-    st_code rc = sto_snapshot_new(tab->st, &snap, err);
+    st_code rc = sto_snapshot_new(st, &snap, err);
     if (rc == ST_OK)
         rc = sto_iter_new(snap, &all, false, &it, err);
     st_buf keys;
@@ -599,20 +602,20 @@ static st_code purge_tablet(node_ctx *n, node_tablet *tab, const sto_mut *del, s
     size_t offs[PURGE_BATCH_ROWS], n_rows = 0;
     sto_cell cell;
     while (rc == ST_OK && (rc = sto_iter_next(it, &cell, err)) == ST_OK) {
-        if (!st_slice_eq(cell.family, del->family))
+        if (!st_slice_eq(cell.family, del.family))
             continue;
         offs[n_rows++] = keys.len;
         if (st_buf_append(&keys, cell.row.data, cell.row.len) != ST_OK)
             rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory purging a family");
         sto_iter_skip_row(it);
         if (rc == ST_OK && n_rows == PURGE_BATCH_ROWS) {
-            rc = purge_flush(n, tab->id, del, &keys, offs, n_rows, err);
+            rc = purge_flush(db, id, &del, version, origin, &keys, offs, n_rows, err);
             n_rows = 0;
             st_buf_reset(&keys);
         }
     }
     if (rc == ST_NOT_FOUND)
-        rc = purge_flush(n, tab->id, del, &keys, offs, n_rows, err);
+        rc = purge_flush(db, id, &del, version, origin, &keys, offs, n_rows, err);
     st_buf_free(&keys);
     sto_iter_free(it);
     if (snap)
@@ -627,20 +630,146 @@ static st_code purge_tablet(node_ctx *n, node_tablet *tab, const sto_mut *del, s
  * below node_write, leave no change-stream record (change streams do not capture schema changes,
  * docs/changestreams.md). */
 st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_err *err) {
-    sto_mut del = {.type = STO_MUT_DEL_FAMILY, .family = st_slice_cstr(family)};
+    uint64_t version = node_next_version(n);
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < t->n; i++)
-        rc = purge_tablet(n, &t->v[i], &del, err);
+        rc = purge_tablet(n->db, t->v[i].id, t->v[i].st, family, version, n->opts.cluster_num, err);
     return rc;
 }
 
-static st_code apply_mod(node_ctx *n, node_table *t, const pb_mod *m, st_err *err) {
+/* ---- purges on a job thread ----
+ * A purge scans every row of the table: seconds for a large one (300,000 rows held the loop for
+ * 66 s when each row was its own durable write), so schema changes that drop families purge on
+ * a job. The caller has already taken the families out of the catalog in memory, so no write to
+ * them arrives meanwhile; one version, taken on the loop at the start, covers every delete, so a
+ * family created again meanwhile keeps its new cells. A tablet split or dropped meanwhile leaves
+ * no trace in storage's view of the old tablet: the table's tablets are then purged again. */
+
+typedef struct purge_arg {
+    char table[NODE_TABLE_NAME_MAX + 1];
+    char (*fams)[NODE_FAMILY_NAME_MAX + 1];
+    size_t n_fams;
+    uint64_t version;
+    int round;
+    uint64_t *ids;
+    sto_tablet **sts;
+    size_t n_ids;
+    node_purge_done_fn done;
+    void *done_arg;
+} purge_arg;
+
+static void purge_arg_free(purge_arg *a) {
+    free(a->fams);
+    free(a->ids);
+    free(a->sts);
+    free(a);
+}
+
+static void purge_work(node_job *j) {
+    purge_arg *a = j->arg;
+    j->rc = ST_OK;
+    for (size_t i = 0; j->rc == ST_OK && i < a->n_ids; i++)
+        for (size_t f = 0; j->rc == ST_OK && f < a->n_fams; f++)
+            j->rc = purge_tablet(j->n->db, a->ids[i], a->sts[i], a->fams[f], a->version,
+                                 j->n->opts.cluster_num, &j->err);
+}
+
+/* True when a tablet the job purged is no longer served (split, dropped or moved meanwhile). */
+static bool purge_vanished(node_ctx *n, const purge_arg *a) {
+    for (size_t i = 0; i < a->n_ids; i++)
+        if (!node_tablet_by_id(n, a->ids[i], NULL))
+            return true;
+    return false;
+}
+
+static st_code purge_start(node_ctx *n, rpc_call *call, purge_arg *a, st_err *err);
+
+static void purge_done(node_job *j) {
+    purge_arg *a = j->arg;
+    node_ctx *n = j->n;
+    st_code rc = j->rc;
+    if (rc == ST_NOT_FOUND || (rc == ST_OK && purge_vanished(n, a))) {
+        rc = ST_OK;
+        if (++a->round < PURGE_ROUNDS_MAX) {
+            if ((rc = purge_start(n, j->call, a, &j->err)) == ST_OK) {
+                free(j);
+                return;
+            }
+        } else {
+            rc = st_err_set(&j->err, ST_UNAVAILABLE,
+                            "the tablets of %s kept splitting or moving while a dropped "
+                            "family's cells were deleted; retry",
+                            a->table);
+        }
+    }
+    a->done(n, j->call, rc, rc == ST_OK ? NULL : j->err.msg, a->done_arg);
+    purge_arg_free(a);
+    free(j);
+}
+
+/* Captures the table's tablets of this moment and starts a job over them; a is the job's. */
+static st_code purge_start(node_ctx *n, rpc_call *call, purge_arg *a, st_err *err) {
+    node_tablets *t = node_tablets_find(n, a->table);
+    size_t count = t ? t->n : 0;
+    node_job *j = calloc(1, sizeof *j);
+    uint64_t *ids = calloc(count ? count : 1, sizeof *ids);
+    sto_tablet **sts = calloc(count ? count : 1, sizeof *sts);
+    if (!j || !ids || !sts) {
+        free(j);
+        free(ids);
+        free(sts);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory dropping a family");
+    }
+    free(a->ids);
+    free(a->sts);
+    a->ids = ids;
+    a->sts = sts;
+    for (size_t i = 0; i < count; i++) {
+        ids[i] = t->v[i].id;
+        sts[i] = t->v[i].st;
+    }
+    a->n_ids = count;
+    *j = (node_job){.n = n, .call = call, .work = purge_work, .done = purge_done, .arg = a};
+    st_code rc = node_job_start(j, err);
+    if (rc != ST_OK)
+        free(j);
+    return rc;
+}
+
+st_code node_family_purge_start(node_ctx *n, rpc_call *call, const char *table,
+                                const char *const *fams, size_t n_fams, node_purge_done_fn done,
+                                void *arg, st_err *err) {
+    purge_arg *a = calloc(1, sizeof *a);
+    if (a)
+        a->fams = calloc(n_fams ? n_fams : 1, sizeof *a->fams);
+    if (!a || !a->fams) {
+        free(a);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory dropping a family");
+    }
+    snprintf(a->table, sizeof a->table, "%s", table);
+    for (size_t i = 0; i < n_fams; i++)
+        snprintf(a->fams[i], sizeof a->fams[i], "%s", fams[i]);
+    a->n_fams = n_fams;
+    a->version = node_next_version(n);
+    a->done = done;
+    a->done_arg = arg;
+    st_code rc = purge_start(n, call, a, err);
+    if (rc != ST_OK)
+        purge_arg_free(a);
+    return rc;
+}
+
+/* Applies m to the catalog entry t in memory; a dropped family is added to *dropped (its cells
+ * are deleted afterwards, node_family_purge_start). */
+static st_code apply_mod(node_table *t, const pb_mod *m, const char **dropped, size_t *n_dropped,
+                         st_err *err) {
     const char *id = m->id;
     if (m->mod_case ==
         GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP) {
         st_code rc = node_table_family_drop(t, id, err);
-        node_tablets *tt = node_tablets_find(n, t->name);
-        return rc == ST_OK && tt ? node_family_purge(n, tt, id, err) : rc;
+        if (rc == ST_OK)
+            dropped[(*n_dropped)++] = id;
+        return rc;
     }
     const Google__Bigtable__Admin__V2__ColumnFamily *cf =
         m->mod_case ==
@@ -653,6 +782,32 @@ static st_code apply_mod(node_ctx *n, node_table *t, const pb_mod *m, st_err *er
         rc = node_table_family_set(t, id, &gc, err);
     node_gc_free(&gc);
     return rc;
+}
+
+/* The end of ModifyColumnFamilies once the dropped families' cells are gone: the catalog is
+ * saved, the GC rules pushed and the table answered. */
+static void mcf_finish(node_ctx *n, rpc_call *call, st_code code, const char *msg, void *arg) {
+    const char *name = arg;
+    st_err err = {0};
+    node_table *meta = node_catalog_find(n->catalog, name);
+    if (code == ST_OK && !meta)
+        code = st_err_set(&err, ST_NOT_FOUND, "table \"%s\" was deleted meanwhile", name);
+    else if (code != ST_OK)
+        st_err_set(&err, code, "%s", msg);
+    if (code == ST_OK)
+        code = node_catalog_save(n->catalog, &err);
+    if (code == ST_OK)
+        code = node_table_push_gc(n, meta, &err);
+    if (code != ST_OK) {
+        node_fail(call, code, "%s", err.msg);
+        return;
+    }
+    pb_table *pt = node_table_to_pb(meta, false, rpc_call_arena(call));
+    if (!pt) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    node_reply(call, &pt->base);
 }
 
 void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -684,22 +839,21 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
         node_gc_free(&gc);
     }
     st_code rc = check_mods(meta, req->modifications, req->n_modifications, &err);
+    const char **dropped =
+        st_arena_alloc(rpc_call_arena(call), (req->n_modifications + 1) * sizeof *dropped);
+    size_t n_dropped = 0;
+    if (rc == ST_OK && !dropped)
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory");
     for (size_t i = 0; rc == ST_OK && i < req->n_modifications; i++)
-        rc = apply_mod(n, meta, req->modifications[i], &err);
-    if (rc == ST_OK)
-        rc = node_catalog_save(n->catalog, &err);
-    if (rc == ST_OK)
-        rc = node_table_push_gc(n, meta, &err);
-    if (rc != ST_OK) {
+        rc = apply_mod(meta, req->modifications[i], dropped, &n_dropped, &err);
+    node_tablets *t = node_tablets_find(n, meta->name);
+    if (rc == ST_OK && n_dropped && t && t->n)
+        rc = node_family_purge_start(n, call, meta->name, dropped, n_dropped, mcf_finish, req->name,
+                                     &err);
+    else if (rc == ST_OK)
+        mcf_finish(n, call, ST_OK, NULL, req->name);
+    if (rc != ST_OK)
         node_fail(call, rc, "%s", err.msg);
-        return;
-    }
-    pb_table *pt = node_table_to_pb(meta, false, rpc_call_arena(call));
-    if (!pt) {
-        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    node_reply(call, &pt->base);
 }
 
 /* ---- DropRowRange ---- */

@@ -25,6 +25,7 @@
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "node_internal.h"
+#include "strata/internal/v1/node.pb-c.h"
 #include "sto_test_util.h"
 #include "strata/node.h"
 #include "strata/rpc.h"
@@ -44,7 +45,7 @@ static char g_addr[64], g_dir[512];
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static bool g_entered, g_released, g_drop_answered;
+static bool g_entered, g_released, g_answered;
 
 static void hold_job(void) {
     pthread_mutex_lock(&g_mu);
@@ -70,18 +71,21 @@ static st_code unary(const char *path, const ProtobufCMessage *req, st_err *stat
     return rc;
 }
 
-/* A table with family f, split at split (NULL: one tablet), change streams kept retention_s. */
+/* A table with families f and g, split at split (NULL: one tablet), change streams kept
+ * retention_s. */
 static void create_table(const char *id, const char *split, int64_t retention_s) {
     Google__Bigtable__Admin__V2__ColumnFamily cf;
     google__bigtable__admin__v2__column_family__init(&cf);
-    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry fam;
-    google__bigtable__admin__v2__table__column_families_entry__init(&fam);
-    fam.key = "f";
-    fam.value = &cf;
-    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *fams[1] = {&fam};
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry fam[2];
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *fams[2] = {&fam[0], &fam[1]};
+    for (int i = 0; i < 2; i++) {
+        google__bigtable__admin__v2__table__column_families_entry__init(&fam[i]);
+        fam[i].key = i ? "g" : "f";
+        fam[i].value = &cf;
+    }
     Google__Bigtable__Admin__V2__Table table;
     google__bigtable__admin__v2__table__init(&table);
-    table.n_column_families = 1;
+    table.n_column_families = 2;
     table.column_families = fams;
     Google__Bigtable__Admin__V2__ChangeStreamConfig cs;
     Google__Protobuf__Duration d;
@@ -109,10 +113,10 @@ static void create_table(const char *id, const char *split, int64_t retention_s)
     assert_int_equal(unary(ADMIN "CreateTable", &req.base, &status), ST_OK);
 }
 
-static void mutate_row(const char *table, const char *key) {
+static void mutate_cell(const char *table, const char *key, const char *family) {
     Google__Bigtable__V2__Mutation__SetCell sc;
     google__bigtable__v2__mutation__set_cell__init(&sc);
-    sc.family_name = "f";
+    sc.family_name = (char *)family;
     sc.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"q"};
     sc.timestamp_micros = -1;
     sc.value = (ProtobufCBinaryData){1, (uint8_t *)"v"};
@@ -129,6 +133,10 @@ static void mutate_row(const char *table, const char *key) {
     req.mutations = ms;
     st_err status;
     assert_int_equal(unary(BT "MutateRow", &req.base, &status), ST_OK);
+}
+
+static void mutate_row(const char *table, const char *key) {
+    mutate_cell(table, key, "f");
 }
 
 static void count_commits(st_slice msg, void *arg) {
@@ -176,16 +184,125 @@ static st_code drop_rows(const char *table, const char *prefix) {
     return unary(ADMIN "DropRowRange", &req.base, &status);
 }
 
-static void *drop_prefix(void *arg) {
-    *(st_code *)arg = drop_rows(TABLE, "a");
+static void count_cells_cb(st_slice msg, void *arg) {
+    Google__Bigtable__V2__ReadRowsResponse *r =
+        google__bigtable__v2__read_rows_response__unpack(NULL, msg.len, msg.data);
+    assert_non_null(r);
+    for (size_t i = 0; i < r->n_chunks; i++)
+        if (r->chunks[i]->qualifier) /* every cell here is one chunk */
+            (*(size_t *)arg)++;
+    google__bigtable__v2__read_rows_response__free_unpacked(r, NULL);
+}
+
+static size_t count_cells(const char *table) {
+    Google__Bigtable__V2__ReadRowsRequest req;
+    google__bigtable__v2__read_rows_request__init(&req);
+    req.table_name = (char *)table;
+    size_t len = protobuf_c_message_get_packed_size(&req.base);
+    uint8_t *buf = malloc(len + 1);
+    protobuf_c_message_pack(&req.base, buf);
+    size_t cells = 0;
+    st_err status;
+    assert_int_equal(rpc_blocking_stream(g_addr, NULL, BT "ReadRows", st_slice_make(buf, len), NULL,
+                                         0, TIMEOUT_MS, count_cells_cb, &cells, &status),
+                     ST_OK);
+    free(buf);
+    return cells;
+}
+
+/* ModifyColumnFamilies: create (or, drop set, drop) family of table. */
+static st_code modify_family(const char *table, const char *family, bool drop) {
+    Google__Bigtable__Admin__V2__ColumnFamily cf;
+    google__bigtable__admin__v2__column_family__init(&cf);
+    Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification m;
+    google__bigtable__admin__v2__modify_column_families_request__modification__init(&m);
+    m.id = (char *)family;
+    if (drop) {
+        m.mod_case =
+            GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP;
+        m.drop = true;
+    } else {
+        m.mod_case =
+            GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_CREATE;
+        m.create = &cf;
+    }
+    Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification *ms[1] = {&m};
+    Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest req;
+    google__bigtable__admin__v2__modify_column_families_request__init(&req);
+    req.name = (char *)table;
+    req.n_modifications = 1;
+    req.modifications = ms;
+    st_err status;
+    return unary(ADMIN "ModifyColumnFamilies", &req.base, &status);
+}
+
+/* PutTable (internal service) giving table the one family f: g is dropped with its cells. */
+static st_code put_table_f_only(const char *table) {
+    Google__Bigtable__Admin__V2__ColumnFamily cf;
+    google__bigtable__admin__v2__column_family__init(&cf);
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry fam;
+    google__bigtable__admin__v2__table__column_families_entry__init(&fam);
+    fam.key = "f";
+    fam.value = &cf;
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *fams[1] = {&fam};
+    Google__Bigtable__Admin__V2__Table t;
+    google__bigtable__admin__v2__table__init(&t);
+    t.name = (char *)table;
+    t.n_column_families = 1;
+    t.column_families = fams;
+    Strata__Internal__V1__PutTableRequest req;
+    strata__internal__v1__put_table_request__init(&req);
+    req.table = &t;
+    st_err status;
+    return unary("/strata.internal.v1.Node/PutTable", &req.base, &status);
+}
+
+/* ---- holding a job while the loop is checked ---- */
+
+typedef struct held_call {
+    st_code (*fn)(const char *table);
+    const char *table;
+    st_code rc;
+} held_call;
+
+static void *held_main(void *arg) {
+    held_call *h = arg;
+    h->rc = h->fn(h->table);
     pthread_mutex_lock(&g_mu);
-    g_drop_answered = true;
+    g_answered = true;
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
     return NULL;
 }
 
-/* ---- the test ---- */
+/* Starts h on a thread with jobs held; true once a job holds (the call has not answered), false
+ * when the call answered without a job (its work ran on the loop thread). */
+static bool held_start(held_call *h, pthread_t *th) {
+    g_entered = g_released = g_answered = false;
+    node_job_test_hook = hold_job;
+    pthread_create(th, NULL, held_main, h);
+    pthread_mutex_lock(&g_mu);
+    while (!g_entered && !g_answered)
+        pthread_cond_wait(&g_cv, &g_mu);
+    bool on_job = g_entered && !g_answered;
+    pthread_mutex_unlock(&g_mu);
+    return on_job;
+}
+
+static void held_end(pthread_t th) {
+    pthread_mutex_lock(&g_mu);
+    g_released = true;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    pthread_join(th, NULL);
+    node_job_test_hook = NULL;
+}
+
+static st_code drop_prefix_a(const char *table) {
+    return drop_rows(table, "a");
+}
+
+/* ---- the tests ---- */
 
 static void test_drop_row_range_leaves_the_loop_free(void **state) {
     (void)state;
@@ -193,28 +310,57 @@ static void test_drop_row_range_leaves_the_loop_free(void **state) {
     const char *rows[] = {"a1", "a2", "a3", "b1"};
     for (size_t i = 0; i < 4; i++)
         mutate_row(TABLE, rows[i]);
-    node_job_test_hook = hold_job;
-    st_code drop_rc = ST_UNKNOWN;
+    held_call h = {.fn = drop_prefix_a, .table = TABLE};
     pthread_t th;
-    pthread_create(&th, NULL, drop_prefix, &drop_rc);
-    pthread_mutex_lock(&g_mu);
-    while (!g_entered && !g_drop_answered)
-        pthread_cond_wait(&g_cv, &g_mu);
-    bool on_job = g_entered && !g_drop_answered;
-    pthread_mutex_unlock(&g_mu);
+    bool on_job = held_start(&h, &th);
     if (on_job) { /* the drop is held on its thread: the loop still serves writes and reads */
         mutate_row(TABLE, "b2");
         assert_int_equal(count_rows(TABLE), 5);
     }
-    pthread_mutex_lock(&g_mu);
-    g_released = true;
-    pthread_cond_broadcast(&g_cv);
-    pthread_mutex_unlock(&g_mu);
-    pthread_join(th, NULL);
-    node_job_test_hook = NULL;
+    held_end(th);
     assert_true(on_job); /* else DropRowRange did its scan and writes on the loop thread */
-    assert_int_equal(drop_rc, ST_OK);
+    assert_int_equal(h.rc, ST_OK);
     assert_int_equal(count_rows(TABLE), on_job ? 2 : 1); /* b1 (and b2) */
+}
+
+static st_code drop_family_g(const char *table) {
+    return modify_family(table, "g", true);
+}
+
+/* Dropping a family deletes its cells on a job (ModifyColumnFamilies, then PutTable as a router
+ * sends it): meanwhile the loop takes writes; afterwards a family of that name created again is
+ * empty. */
+static void test_drop_family_leaves_the_loop_free(void **state) {
+    (void)state;
+    const char *table = PARENT "/tables/fam";
+    create_table("fam", NULL, 0);
+    const char *rows[] = {"r1", "r2", "r3"};
+    for (size_t i = 0; i < 3; i++) {
+        mutate_cell(table, rows[i], "f");
+        mutate_cell(table, rows[i], "g");
+    }
+    assert_int_equal(count_cells(table), 6);
+    held_call h = {.fn = drop_family_g, .table = table};
+    pthread_t th;
+    bool on_job = held_start(&h, &th);
+    if (on_job)
+        mutate_cell(table, "r4", "f");
+    held_end(th);
+    assert_true(on_job); /* else the purge scanned and wrote on the loop thread */
+    assert_int_equal(h.rc, ST_OK);
+    assert_int_equal(modify_family(table, "g", false), ST_OK);
+    assert_int_equal(count_cells(table), 4); /* f of r1-r4 */
+
+    mutate_cell(table, "r1", "g");
+    h = (held_call){.fn = put_table_f_only, .table = table};
+    on_job = held_start(&h, &th);
+    if (on_job)
+        mutate_cell(table, "r5", "f");
+    held_end(th);
+    assert_true(on_job);
+    assert_int_equal(h.rc, ST_OK);
+    assert_int_equal(modify_family(table, "g", false), ST_OK);
+    assert_int_equal(count_cells(table), 5); /* f of r1-r5 */
 }
 
 /* With change streams on, the rows go batch by batch through the write path, each batch
@@ -244,6 +390,7 @@ static void *client_main(void *arg) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_drop_row_range_leaves_the_loop_free),
         cmocka_unit_test(test_drop_row_range_in_batches),
+        cmocka_unit_test(test_drop_family_leaves_the_loop_free),
     };
     g_failures = cmocka_run_group_tests(tests, NULL, NULL);
     event_base_loopbreak(g_base);
