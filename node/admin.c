@@ -943,7 +943,8 @@ static st_code drop_scan(drop_op *op, node_tablet *tab, size_t *n_rows, bool *fi
     *finished = false;
     sto_cell c;
     while (rc == ST_OK && *n_rows < DROP_BATCH_ROWS && (rc = sto_iter_next(it, &c, err)) == ST_OK) {
-        if (c.row.len < prefix.len || memcmp(c.row.data, prefix.data, prefix.len) != 0) {
+        if (prefix.len &&
+            (c.row.len < prefix.len || memcmp(c.row.data, prefix.data, prefix.len) != 0)) {
             *finished = true; /* rows sort: none after this one has the prefix */
             break;
         }
