@@ -139,31 +139,46 @@ static void mutate_row(const char *table, const char *key) {
     mutate_cell(table, key, "f");
 }
 
-static void count_commits(st_slice msg, void *arg) {
+typedef struct counts {
+    size_t rows, cells;
+} counts;
+
+static void count_chunks(st_slice msg, void *arg) {
+    counts *c = arg;
     Google__Bigtable__V2__ReadRowsResponse *r =
         google__bigtable__v2__read_rows_response__unpack(NULL, msg.len, msg.data);
     assert_non_null(r);
-    for (size_t i = 0; i < r->n_chunks; i++)
-        if (r->chunks[i]->row_status_case ==
-            GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW)
-            (*(size_t *)arg)++;
+    for (size_t i = 0; i < r->n_chunks; i++) {
+        c->cells += r->chunks[i]->qualifier != NULL; /* every cell here is one chunk */
+        c->rows += r->chunks[i]->row_status_case ==
+                   GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
+    }
     google__bigtable__v2__read_rows_response__free_unpacked(r, NULL);
 }
 
-static size_t count_rows(const char *table) {
+/* The rows and cells of a full scan of table. */
+static counts count_all(const char *table) {
     Google__Bigtable__V2__ReadRowsRequest req;
     google__bigtable__v2__read_rows_request__init(&req);
     req.table_name = (char *)table;
     size_t len = protobuf_c_message_get_packed_size(&req.base);
     uint8_t *buf = malloc(len + 1);
     protobuf_c_message_pack(&req.base, buf);
-    size_t rows = 0;
+    counts c = {0, 0};
     st_err status;
     assert_int_equal(rpc_blocking_stream(g_addr, NULL, BT "ReadRows", st_slice_make(buf, len), NULL,
-                                         0, TIMEOUT_MS, count_commits, &rows, &status),
+                                         0, TIMEOUT_MS, count_chunks, &c, &status),
                      ST_OK);
     free(buf);
-    return rows;
+    return c;
+}
+
+static size_t count_rows(const char *table) {
+    return count_all(table).rows;
+}
+
+static size_t count_cells(const char *table) {
+    return count_all(table).cells;
 }
 
 /* DropRowRange of the rows starting with prefix ("": every row). */
@@ -184,33 +199,7 @@ static st_code drop_rows(const char *table, const char *prefix) {
     return unary(ADMIN "DropRowRange", &req.base, &status);
 }
 
-static void count_cells_cb(st_slice msg, void *arg) {
-    Google__Bigtable__V2__ReadRowsResponse *r =
-        google__bigtable__v2__read_rows_response__unpack(NULL, msg.len, msg.data);
-    assert_non_null(r);
-    for (size_t i = 0; i < r->n_chunks; i++)
-        if (r->chunks[i]->qualifier) /* every cell here is one chunk */
-            (*(size_t *)arg)++;
-    google__bigtable__v2__read_rows_response__free_unpacked(r, NULL);
-}
-
-static size_t count_cells(const char *table) {
-    Google__Bigtable__V2__ReadRowsRequest req;
-    google__bigtable__v2__read_rows_request__init(&req);
-    req.table_name = (char *)table;
-    size_t len = protobuf_c_message_get_packed_size(&req.base);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(&req.base, buf);
-    size_t cells = 0;
-    st_err status;
-    assert_int_equal(rpc_blocking_stream(g_addr, NULL, BT "ReadRows", st_slice_make(buf, len), NULL,
-                                         0, TIMEOUT_MS, count_cells_cb, &cells, &status),
-                     ST_OK);
-    free(buf);
-    return cells;
-}
-
-/* ModifyColumnFamilies: create (or, drop set, drop) family of table. */
+/* ModifyColumnFamilies: creates family of table, or with drop set drops it. */
 static st_code modify_family(const char *table, const char *family, bool drop) {
     Google__Bigtable__Admin__V2__ColumnFamily cf;
     google__bigtable__admin__v2__column_family__init(&cf);
