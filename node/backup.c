@@ -76,6 +76,8 @@ st_code node_backups_open(node_ctx *n, st_err *err) {
         bk_crc_load(n);
         rc = bk_crc_bg_start(n, err);
     }
+    if (rc == ST_OK)
+        rc = bk_reaper_start(n, err);
     return rc;
 }
 
@@ -87,6 +89,7 @@ void node_backups_close(node_ctx *n) {
     bk_pulls_abort(n);
     while (n->rpc && b->jobs > 0)
         event_base_loop(n->base, EVLOOP_ONCE);
+    bk_reaper_stop(b); /* after the jobs: their ends may put pieces in the trash */
     for (size_t i = 0; i < b->n_busy; i++)
         free(b->busy[i]);
     free(b->busy);
@@ -436,55 +439,24 @@ void node_h_list_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
 
 /* An unsealed import (<piece>.in) of the piece goes too, unless a seal or pull works on it. */
 static st_code delete_import(node_ctx *n, const bk_name *b, const char *piece, st_err *err) {
-    if (bk_piece_check(piece, NULL) != ST_OK)
-        return ST_OK;
     char final[NODE_BK_PATH_MAX], in[NODE_BK_PATH_MAX];
     bk_piece_dir(n, b, piece, "", final, sizeof final);
     bk_piece_dir(n, b, piece, ".in", in, sizeof in);
     if (!bk_busy(n, final))
-        return bk_remove_tree(in, err);
+        return bk_trash(n, in, NULL, err);
     bk_busy_doom(n, final, false); /* removed when its pull or seal ends */
     return ST_OK;
 }
 
-/* The pieces of one backup directory, each removed unless busy, and unsealed imports. */
+/* The whole backup directory goes into the trash in one rename, whatever the number of its
+ * pieces: the reaper thread removes the files (and puts back the pieces of another project
+ * sharing the directory). Pieces in the making are doomed: their work, which finds its directory
+ * gone, removes what it made instead of sealing it. */
 static st_code delete_all(node_ctx *n, const bk_name *b, st_err *err) {
     char dir[NODE_BK_PATH_MAX];
     bk_backup_dir(n, b, dir, sizeof dir);
-    bk_busy_doom(n, dir, true); /* pieces in the making: removed when their work ends */
-    DIR *d = opendir(dir);
-    if (!d)
-        return ST_OK;
-    st_code rc = ST_OK;
-    struct dirent *e;
-    while (rc == ST_OK && (e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        if (len > 3 && strcmp(e->d_name + len - 3, ".in") == 0) {
-            char piece[NODE_BK_NAME_MAX + 8];
-            snprintf(piece, sizeof piece, "%.*s", (int)(len - 3), e->d_name);
-            rc = delete_import(n, b, piece, err);
-            continue;
-        }
-        if (bk_piece_check(e->d_name, NULL) != ST_OK)
-            continue;
-        bk_piece *p = NULL;
-        st_err perr = {0};
-        /* only pieces of this backup: another project may use the same instance and id */
-        if (bk_piece_load(n, b, e->d_name, NULL, &p, &perr) != ST_OK && perr.code != ST_DATA_LOSS)
-            continue;
-        bk_piece_free(p);
-        char path[NODE_BK_PATH_MAX];
-        bk_piece_dir(n, b, e->d_name, "", path, sizeof path);
-        if (bk_busy(n, path))
-            rc = st_err_set(err, ST_ABORTED, "piece %s of backup %s is being made now; retry",
-                            e->d_name, b->full);
-        else
-            rc = bk_remove_piece(path, err);
-    }
-    closedir(d);
-    if (rc == ST_OK)
-        rmdir(dir); /* only when empty: nothing else of the backup is in the making */
-    return rc;
+    bk_busy_doom(n, dir, true);
+    return bk_trash(n, dir, b->project, err);
 }
 
 void node_h_delete_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -509,7 +481,7 @@ void node_h_delete_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) 
             rc = st_err_set(&err, ST_ABORTED, "piece %s of backup %s is being made now; retry",
                             req->piece, b.full);
         else if (lrc == ST_OK || lrc == ST_DATA_LOSS)
-            rc = bk_remove_piece(path, &err);
+            rc = bk_trash(n, path, NULL, &err);
         if (rc == ST_OK)
             rc = delete_import(n, &b, req->piece, &err);
     } else if (rc == ST_OK) {
@@ -519,8 +491,8 @@ void node_h_delete_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) 
         node_fail(call, rc, "%s", err.msg);
         return;
     }
-    st_log(ST_LOG_INFO, "backup", "event=pieces_deleted backup=%s piece=%s", b.full,
-           req->piece[0] ? req->piece : "*");
+    st_log(ST_LOG_INFO, "backup", "event=pieces_deleted backup=%s piece=%s files_removed_by=reaper",
+           b.full, req->piece[0] ? req->piece : "*");
     Google__Protobuf__Empty empty;
     google__protobuf__empty__init(&empty);
     node_reply(call, &empty.base);

@@ -3,13 +3,15 @@
  *
  * A piece lives in <data>/backups/<instance>/<cluster>/<backup id>/<piece id>/: hard links to
  * SSTables and the manifest PIECE, written last. Pieces are made in a sibling directory whose name
- * holds a dot (<piece>.tmp for a freeze, <piece>.in for an import, <piece>.del for a delete; piece
- * ids have no dot) and renamed into place once complete, so a crash leaves a whole piece or none;
- * the sweep at start removes the dotted leftovers.
+ * holds a dot (<piece>.tmp for a freeze, <piece>.in for an import; piece ids have no dot) and
+ * renamed into place once complete, so a crash leaves a whole piece or none; the sweep at start
+ * removes the dotted leftovers. What is deleted is renamed into <data>/backups/.trash/ on the
+ * loop and removed by the reaper thread (backup_reap.c).
  *
  * Modules: backup_store.c (names, paths, the manifest, files and directories), backup.c
  * (BackupTablet, ListBackupPieces, DeleteBackupPieces, restores, the worker threads),
- * backup_xfer.c (ReadBackupFile, WriteBackupFile, SealBackupPiece, PullBackupPiece). */
+ * backup_xfer.c (ReadBackupFile, WriteBackupFile, SealBackupPiece, PullBackupPiece),
+ * backup_reap.c (the trash and its reaper thread). */
 #ifndef NODE_BACKUP_H
 #define NODE_BACKUP_H
 
@@ -62,7 +64,7 @@ st_code bk_file_check(const char *file, st_err *err);
 
 void bk_root_dir(const node_ctx *n, char *out, size_t cap); /* <data>/backups */
 void bk_backup_dir(const node_ctx *n, const bk_name *b, char *out, size_t cap);
-/* The piece's directory; suffix "" for the sealed piece, ".tmp", ".in" or ".del". */
+/* The piece's directory; suffix "" for the sealed piece, ".tmp" or ".in". */
 void bk_piece_dir(const node_ctx *n, const bk_name *b, const char *piece, const char *suffix,
                   char *out, size_t cap);
 
@@ -110,11 +112,18 @@ st_code bk_mkdirs(const char *path, st_err *err);     /* 0700, like mkdir -p */
 st_code bk_remove_tree(const char *path, st_err *err);
 /* Renames a directory into place and syncs the parent: the atomic step of a piece. */
 st_code bk_publish(const char *from, const char *to, st_err *err);
-/* Removes a sealed or partial piece directory crash-safely (rename to .del first). */
-st_code bk_remove_piece(const char *dir, st_err *err);
 /* Removes the dotted leftovers under <data>/backups and the backup directories they leave
  * empty, e.g. a restore's that failed after making its directory (node_backups_open). */
 void bk_sweep(const node_ctx *n);
+
+/* ---- the trash (backup_reap.c) ---- */
+/* Renames path (a piece, an import directory, or with project a backup's whole directory) into
+ * the trash and syncs its old parent: gone from its place at once, its files removed later by
+ * the reaper thread. Absent is OK. Loop thread. */
+st_code bk_trash(node_ctx *n, const char *path, const char *project, st_err *err);
+/* The reaper thread, which empties the trash (also of what an earlier run left there). */
+st_code bk_reaper_start(node_ctx *n, st_err *err);
+void bk_reaper_stop(node_backups *b); /* at the next piece: the next start finishes the rest */
 
 /* The node's backup state (node_ctx.backups). */
 typedef struct bk_crc_entry bk_crc_entry;
@@ -139,6 +148,14 @@ struct node_backups {
     size_t n_busy, cap_busy;
     int jobs;              /* worker threads not yet done (loop thread) */
     struct bk_pull *pulls; /* PullBackupPiece calls in progress (backup_xfer.c) */
+    /* the trash and its reaper (backup_reap.c) */
+    char trash[NODE_BK_PATH_MAX];
+    uint64_t trash_seq; /* loop thread */
+    pthread_mutex_t reap_mu;
+    pthread_cond_t reap_cv;
+    pthread_t reap_thread;
+    bool reap_on, reap_wake, reap_stop;
+    uint64_t reaped, reaped_pieces; /* trash entries and the pieces in them removed (atomic) */
 };
 
 /* Pieces being made or changed by a worker or a pull: one key per piece directory. Loop thread. */

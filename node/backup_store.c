@@ -166,15 +166,6 @@ st_code bk_publish(const char *from, const char *to, st_err *err) {
     return bk_fsync_path(parent, err);
 }
 
-st_code bk_remove_piece(const char *dir, st_err *err) {
-    char del[NODE_BK_PATH_MAX];
-    snprintf(del, sizeof del, "%s.del", dir);
-    st_code rc = bk_remove_tree(del, err);
-    if (rc == ST_OK && rename(dir, del) != 0)
-        rc = errno == ENOENT ? ST_OK : io_fail(err, "renaming for removal", dir, errno);
-    return rc == ST_OK ? bk_remove_tree(del, err) : rc;
-}
-
 st_code bk_file_crc(const char *path, uint64_t *size, uint32_t *crc, st_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -311,7 +302,8 @@ static void sweep_dir(sweep_ctx *c) {
     size_t len = strlen(c->path);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            (c->depth < 3 && e->d_name[0] == '.')) /* the trash: the reaper's (backup_reap.c) */
             continue;
         snprintf(c->path + len, sizeof c->path - len, "/%s", e->d_name);
         if (c->depth == 3 && strchr(e->d_name, '.')) {

@@ -589,7 +589,7 @@ static void pull_free(struct bk_pull *p);
 static void seal_done(bk_job *j) {
     seal_arg *a = j->arg;
     if (bk_busy_doomed(j->n, a->final)) { /* DeleteBackupPieces meanwhile: it must not stay */
-        bk_remove_piece(a->final, NULL);
+        bk_trash(j->n, a->final, NULL, NULL);
         if (j->rc == ST_OK)
             j->rc = st_err_set(&j->err, ST_ABORTED,
                                "the backup was deleted while the piece was sealed");

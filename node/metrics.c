@@ -215,7 +215,8 @@ static void render_repl(node_ctx *n, prom_out *o) {
 }
 
 /* Bytes read back to checksum SSTables for backup pieces: by="freeze" is what backups waited
- * for, by="background" what the background pass read ahead of them (docs/backups.md). */
+ * for, by="background" what the background pass read ahead of them (docs/backups.md); and what
+ * the reaper removed of deleted backups. */
 static void render_backup_crc(node_ctx *n, prom_out *o) {
     if (!n->backups)
         return;
@@ -230,6 +231,14 @@ static void render_backup_crc(node_ctx *n, prom_out *o) {
     prom_family(o, name, "counter", "SSTables read to compute backup checksums.");
     prom_sample_u64(o, name, fl, 1, s.freeze_files);
     prom_sample_u64(o, name, bl, 1, s.bg_files);
+    /* deletions: what the reaper thread removed from the trash, off the loop */
+    name = "strata_node_backup_trash_removed_total";
+    prom_family(o, name, "counter", "Deleted backups and pieces removed from the node's trash.");
+    prom_sample_u64(o, name, NULL, 0, __atomic_load_n(&n->backups->reaped, __ATOMIC_RELAXED));
+    name = "strata_node_backup_trash_pieces_removed_total";
+    prom_family(o, name, "counter", "Pieces removed from the node's trash.");
+    prom_sample_u64(o, name, NULL, 0,
+                    __atomic_load_n(&n->backups->reaped_pieces, __ATOMIC_RELAXED));
 }
 
 /* ---- the page ---- */

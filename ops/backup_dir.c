@@ -339,6 +339,10 @@ typedef struct bk_parse {
     st_err *err;
     unsigned seen; /* header keys seen, one bit each */
     size_t files;
+    /* The last piece's file names, a hash set of indexes + 1 into its files (open addressing,
+     * n_slots a power of two): comparing each new name with every earlier one of the piece was
+     * quadratic in a piece's files. names_of: that piece's index + 1. */
+    size_t *slots, n_slots, names_of;
 } bk_parse;
 
 static st_code bad(bk_parse *ps, const bk_line *l, const char *why) {
@@ -428,6 +432,45 @@ static bool parse_file_where(bk_parse *ps, st_slice t, ops_bk_file *f) {
     return tok_str(t, f->at, OPS_BK_PIECE_ID_MAX) && ops_bk_piece_id_ok(f->at);
 }
 
+static size_t name_slot(const bk_parse *ps, const char *name) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *c = name; *c; c++)
+        h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    return (size_t)h & (ps->n_slots - 1);
+}
+
+static void name_put(bk_parse *ps, const ops_bk_piece *p, size_t i) {
+    size_t h = name_slot(ps, p->files[i].name);
+    while (ps->slots[h])
+        h = (h + 1) & (ps->n_slots - 1);
+    ps->slots[h] = i + 1;
+}
+
+/* Whether the last piece p lists a file named name already. The set is rebuilt for a new piece
+ * and when it would be over half full; false with *oom set when memory ran out. */
+static bool name_seen(bk_parse *ps, const ops_bk_piece *p, const char *name, bool *oom) {
+    size_t want = 16;
+    while (want < 2 * (p->n_files + 1))
+        want *= 2;
+    if (ps->names_of != ps->m->n_pieces || ps->n_slots < want) {
+        size_t *v = calloc(want, sizeof *v);
+        if (!v) {
+            *oom = true;
+            return false;
+        }
+        free(ps->slots);
+        ps->slots = v;
+        ps->n_slots = want;
+        ps->names_of = ps->m->n_pieces;
+        for (size_t i = 0; i < p->n_files; i++)
+            name_put(ps, p, i);
+    }
+    for (size_t h = name_slot(ps, name); ps->slots[h]; h = (h + 1) & (ps->n_slots - 1))
+        if (!strcmp(p->files[ps->slots[h] - 1].name, name))
+            return true;
+    return false;
+}
+
 static st_code parse_file(bk_parse *ps, const bk_line *l) {
     ops_bk_file f;
     memset(&f, 0, sizeof f);
@@ -444,13 +487,16 @@ static st_code parse_file(bk_parse *ps, const bk_line *l) {
                                         "[A-Za-z0-9_.-] not starting with '.'");
     f.crc32c = (uint32_t)crc[0] << 24 | (uint32_t)crc[1] << 16 | (uint32_t)crc[2] << 8 | crc[3];
     ops_bk_piece *p = &ps->m->pieces[ps->m->n_pieces - 1];
-    for (size_t i = 0; i < p->n_files; i++)
-        if (!strcmp(p->files[i].name, f.name))
-            return bad(ps, l, "file repeated in its piece");
+    bool oom = false;
+    if (name_seen(ps, p, f.name, &oom))
+        return bad(ps, l, "file repeated in its piece");
+    if (oom)
+        return st_err_set(ps->err, ST_RESOURCE_EXHAUSTED, "%s: out of memory", ps->what);
     if (++ps->files > OPS_BK_FILES_MAX)
         return bad(ps, l, "too many files");
     if (!ops_bk_piece_add_file(p, &f))
         return st_err_set(ps->err, ST_RESOURCE_EXHAUSTED, "%s: out of memory", ps->what);
+    name_put(ps, p, p->n_files - 1); /* room: the set is at most half full before this one */
     return ST_OK;
 }
 
@@ -611,6 +657,7 @@ st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, op
     st_code rc = check_end(&ps, text, len, &body);
     if (rc == ST_OK)
         rc = parse_body(&ps, text, body);
+    free(ps.slots);
     if (rc == ST_OK)
         rc = piece_ids_ok(&ps);
     if (rc == ST_OK) /* the fields against each other (backup_check.c) */

@@ -181,6 +181,12 @@ void rtr_bk_meta_create(rtr_ctx *r, rtr_meta_kind kind, const char *name, st_sli
 void rtr_bk_claim(rtr_ctx *r, const char *table, const char *op, rtr_meta_done_fn done, void *arg);
 void rtr_bk_unclaim(rtr_ctx *r, const char *table, const char *op, rtr_meta_done_fn done,
                     void *arg);
+/* Reads, in the first cluster (where names are compared and set, so never a moment old), the
+ * record of a backup (kind RTR_META_KIND_BACKUP) or the claim on a table id (RTR_META_KIND_OP,
+ * name the table): who holds the name now. UNAVAILABLE (done not called) when that cluster's
+ * metadata tablet is not known. */
+st_code rtr_bk_first_get(rtr_ctx *r, rtr_meta_kind kind, const char *name, rtr_meta_get_fn done,
+                         void *arg);
 /* CreateTable and RestoreTable of one table id agree through the claim: both take it (token: the
  * restore's operation name, or a CreateTable's rtr_bk_create_token) for as long as they make
  * tablets, then read the table's record in the first cluster, so exactly one proceeds and the

@@ -996,7 +996,9 @@ static void restore_step(bk_job *j) {
 
 /* ---- cleanup of a dead router's operation (BK_REAP) ---- */
 
-static void reap_run(bk_job *j) {
+/* The operation holds the name (checked by reap_run): committed work is its response, the rest
+ * is removed as a failure's. */
+static void reap_owned(bk_job *j) {
     const char *why = "the router running this operation stopped (restart, crash or lost "
                       "connection) before it finished; its partial work was removed: retry the "
                       "request";
@@ -1020,6 +1022,62 @@ static void reap_run(bk_job *j) {
         }
     }
     job_fail(j, ST_ABORTED, "%s", why);
+}
+
+static void reap_owner_read(void *arg, st_code code, const char *msg, bool found, st_slice value) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    const char *what = j->kind == BK_RESTORE ? "the claim on table" : "the record of backup";
+    const char *name = j->kind == BK_RESTORE ? j->table : j->backup;
+    if (code != ST_OK) { /* not reaped: the next sweep tries again */
+        st_log(ST_LOG_WARN, "router",
+               "operation %s: its router is gone, but %s %s could not be read in the first "
+               "cluster (%s); finishing it at a later sweep",
+               j->op_name, what, name, msg ? msg : st_code_name(code));
+        job_free(j);
+        return;
+    }
+    bool mine = false;
+    if (found && j->kind == BK_RESTORE) {
+        mine = value.len == strlen(j->op_name) && memcmp(value.data, j->op_name, value.len) == 0;
+    } else if (found) {
+        rtr_pb_bkrec *rec = rtr_bk_rec_unpack(value, &j->arena);
+        mine = rec && rec->operation && strcmp(rec->operation, j->op_name) == 0;
+    }
+    if (mine) {
+        reap_owned(j);
+        return;
+    }
+    st_log(ST_LOG_WARN, "router", "operation %s: %s %s %s: nothing of it is removed", j->op_name,
+           what, name, found ? "names another operation" : "is not there");
+    char why[RTR_OP_NAME_MAX + 300];
+    snprintf(why, sizeof why,
+             "the router running this operation stopped before it finished, and %s is not "
+             "this operation's (it was refused, or another operation holds the name): nothing "
+             "was removed; retry the request",
+             name);
+    job_end(j, ST_ABORTED, why, NULL, st_slice_make(NULL, 0));
+}
+
+/* An operation whose router is gone: its cleanup removes pieces, tablets and records by name,
+ * so it first checks, where names are compared and set, that the name is still this
+ * operation's. One that was refused (another operation won the name, its own record survived its
+ * router) or whose name went to another operation since must not remove that one's work: it
+ * ends ABORTED with nothing removed. */
+static void reap_run(bk_job *j) {
+    j->pending++;
+    st_code rc =
+        rtr_bk_first_get(j->r, j->kind == BK_RESTORE ? RTR_META_KIND_OP : RTR_META_KIND_BACKUP,
+                         j->kind == BK_RESTORE ? j->table : j->backup, reap_owner_read, j);
+    if (rc != ST_OK) {
+        j->pending--;
+        st_log(ST_LOG_WARN, "router",
+               "operation %s: its router is gone; the first cluster's metadata is not reachable "
+               "(%s): finishing it at a later sweep",
+               j->op_name, st_code_name(rc));
+        job_free(j);
+    }
 }
 
 /* ---- starting ---- */

@@ -164,6 +164,18 @@ void rtr_bk_unclaim(rtr_ctx *r, const char *table, const char *op, rtr_meta_done
     claim_op(r, table, op, false, done, arg);
 }
 
+st_code rtr_bk_first_get(rtr_ctx *r, rtr_meta_kind kind, const char *name, rtr_meta_get_fn done,
+                         void *arg) {
+    st_buf key;
+    st_buf_init(&key);
+    st_code rc =
+        kind == RTR_META_KIND_OP ? claim_key(name, &key) : rtr_meta_row_key(kind, name, &key);
+    if (rc == ST_OK)
+        rc = rtr_meta_get(r, st_buf_slice(&key), done, arg);
+    st_buf_free(&key);
+    return rc;
+}
+
 /* ---- a table id reserved by CreateTable or RestoreTable ---- */
 
 typedef struct bk_reserve {

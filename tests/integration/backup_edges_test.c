@@ -81,37 +81,8 @@ static st_code create_backup(const char *id, int64_t expire_s, int64_t hot_s, ch
     return rc == ST_OK && !o ? ST_INTERNAL : rc;
 }
 
-/* GetOperation once: 1 done (*code its error, ST_OK for success), 0 running, -1 no answer. */
-static int op_poll(const char *name, st_code *code, char *msg, size_t cap) {
-    Google__Longrunning__GetOperationRequest req;
-    google__longrunning__get_operation_request__init(&req);
-    req.name = (char *)name;
-    st_buf resp;
-    st_buf_init(&resp);
-    st_err st;
-    Google__Longrunning__Operation *o = NULL;
-    if (bt_call_pb(ci_router, LRO "GetOperation", &req.base, 10000, &resp, &st) == ST_OK)
-        o = op_unpack(&resp);
-    st_buf_free(&resp);
-    if (!o)
-        return -1;
-    int done = o->done ? 1 : 0;
-    bool err = o->result_case == GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
-    *code = done && err ? (st_code)o->error->code : ST_OK;
-    snprintf(msg, cap, "%s", done && err ? o->error->message : "");
-    google__longrunning__operation__free_unpacked(o, NULL);
-    return done;
-}
-
-/* Polls GetOperation until done (errors while the router restarts are retried). */
 static st_code op_wait(const char *name, char *msg, size_t cap) {
-    st_code code = ST_OK;
-    for (int i = 0; i < POLLS_MAX; i++) {
-        if (op_poll(name, &code, msg, cap) == 1)
-            return code;
-        usleep(100 * 1000);
-    }
-    ci_fail("operation %s not done after %d polls", name, POLLS_MAX);
+    return ci_op_wait(name, POLLS_MAX, msg, cap);
 }
 
 static void create_ok(const char *id, int64_t expire_s, int64_t hot_s) {
@@ -380,7 +351,7 @@ static void restart_poll(const char *op, int *found, int *gone_running, int *pol
     for (*polls = 0; *polls < 20 * POLLS_MAX; (*polls)++) {
         st_code grc;
         pb_backup *b = get_backup("rr", &grc);
-        int done = op_poll(op, &code, msg, sizeof msg);
+        int done = ci_op_poll(op, &code, msg, sizeof msg);
         if (b)
             google__bigtable__admin__v2__backup__free_unpacked(b, NULL);
         *found += grc == ST_OK;

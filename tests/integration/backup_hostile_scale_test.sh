@@ -9,7 +9,9 @@
 #      seconds); the import is killed once its BeginImport is through;
 #   2. 4,000 pieces: the import completes (FinishImport). FinishImport unpacked the node's whole
 #      ListBackupPieces answer again for every piece (n^2: gigabytes parsed on the router's loop),
-#      so the command's FinishImport call timed out on its keepalive and the router grew to 2 GB.
+#      so the command's FinishImport call timed out on its keepalive and the router grew to 2 GB;
+#   3. the 4,000-piece backup deleted: the node answers once the backup's directory is in its
+#      trash and its reaper thread logs the 4,000 pieces removed (docs/backups.md, "On a node").
 # Usage: backup_hostile_scale_test.sh PATH/TO/strata PATH/TO/bk_crc32c
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -78,4 +80,22 @@ echo "ok: $lists listings answered while BeginImport was checked"
 echo "== 2. an import of 4,000 pieces completes"
 bk import "$TMPD/p4k" --as p4k >/dev/null 2>"$TMPD/2.err" || fail "import of 4,000 pieces: $(cat "$TMPD/2.err")"
 bk describe p4k | grep -q '^state: *READY' || fail "p4k not READY"
+echo ok
+
+echo "== 3. deleting the 4,000-piece backup: the node unlinks its files off its loop"
+# The node renames the backup's directory into its trash and answers; its reaper thread unlinks
+# the 4,000 pieces (it logs them). Unlinking them on the node's loop held every call to the node.
+bk delete p4k >/dev/null 2>"$TMPD/3.err" || fail "delete p4k: $(cat "$TMPD/3.err")"
+cbtq read t >"$TMPD/3.read" || fail "read t right after the delete: $(cat "$TMPD/3.read")"
+reaped=
+for _ in $(seq 1 600); do # hang guard, not a timing assertion
+  reaped=$(grep -o 'event=trash_removed name=[^ ]*@p pieces=4000 .*on=reaper' "$DIR/logs/east-0.log")
+  [ -n "$reaped" ] && break
+  timeout 60 "$STRATA" backup --dir "$DIR" list >"$TMPD/3.list" 2>&1 ||
+    fail "ListBackups failed while the node removed p4k: $(cat "$TMPD/3.list")"
+  sleep 0.1
+done
+[ -n "$reaped" ] || fail "the node's reaper never logged the 4,000 pieces of p4k removed"
+grep -q p4k "$TMPD/3.list" && fail "p4k still listed after its delete"
+echo "ok: $reaped"
 echo PASS

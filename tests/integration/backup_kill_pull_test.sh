@@ -62,8 +62,8 @@ killed_while_pulling() {
 
 # settled OPERATION_PREFIX OUTCOME DONE_CHECK LEFT: waits until the operation reached its outcome
 # (aborted: the router logs it ABORTED, the sweep finished it; done: the command DONE_CHECK
-# succeeds), west holds no `.in` directory (no pull left) and no `.del` one (no removal under
-# way), and the command LEFT, given the outcome reached, prints nothing (what must be gone is
+# succeeds), west holds no `.in` directory (no pull left) and its node's trash is empty (no
+# removal under way), and the command LEFT, given the outcome reached, prints nothing (what must be gone is
 # gone: a pull or seal that ends after the sweep removes its piece then, so the piece may exist a
 # moment before its removal starts). An operation the router logged OK whose record was not yet
 # written when it was killed is still swept and ends ABORTED: prints the outcome reached.
@@ -76,7 +76,7 @@ settled() {
     if [ -n "$got" ]; then
       left=$($4 "$got")
       if [ -z "$left" ] && ! compgen -G "$WEST/*/*.in" >/dev/null &&
-        ! compgen -G "$WEST/*/*.del" >/dev/null; then
+        ! compgen -G "$WEST/../../.trash/*" >/dev/null; then
         echo "$got"
         return 0
       fi

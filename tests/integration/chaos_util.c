@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "google/longrunning/operations.pb-c.h"
+
 char ci_dir[BT_PATH_MAX];
 char ci_router[BT_ADDR_MAX];
 st_topology ci_topo;
@@ -142,4 +144,36 @@ long ci_env_long(const char *name, long def) {
 
 long long ci_now_ms(void) {
     return (long long)(st_mono_us() / 1000);
+}
+
+int ci_op_poll(const char *name, st_code *code, char *msg, size_t cap) {
+    Google__Longrunning__GetOperationRequest req;
+    google__longrunning__get_operation_request__init(&req);
+    req.name = (char *)name;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err st;
+    Google__Longrunning__Operation *o = NULL;
+    if (bt_call_pb(ci_router, "/google.longrunning.Operations/GetOperation", &req.base, 10000,
+                   &resp, &st) == ST_OK)
+        o = google__longrunning__operation__unpack(NULL, resp.len, resp.data);
+    st_buf_free(&resp);
+    if (!o)
+        return -1;
+    int done = o->done ? 1 : 0;
+    bool err = o->result_case == GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
+    *code = done && err ? (st_code)o->error->code : ST_OK;
+    snprintf(msg, cap, "%s", done && err ? o->error->message : "");
+    google__longrunning__operation__free_unpacked(o, NULL);
+    return done;
+}
+
+st_code ci_op_wait(const char *name, int polls, char *msg, size_t cap) {
+    st_code code = ST_OK;
+    for (int i = 0; i < polls; i++) {
+        if (ci_op_poll(name, &code, msg, cap) == 1)
+            return code;
+        usleep(100 * 1000);
+    }
+    ci_fail("operation %s not done after %d polls", name, polls);
 }

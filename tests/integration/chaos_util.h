@@ -37,5 +37,11 @@ void ci_client(bt_client *c, const char *profile);
 long ci_env_long(const char *name, long def);
 /* Monotonic milliseconds. */
 long long ci_now_ms(void);
+/* GetOperation of name through the router once: 1 done (*code its error, ST_OK for success;
+ * msg its message), 0 running, -1 no answer. */
+int ci_op_poll(const char *name, st_code *code, char *msg, size_t cap);
+/* ci_op_poll every 100 ms until done (no answer, as while the router restarts, is retried): the
+ * operation's code; fails the test after polls polls (a hang guard, not a timing check). */
+st_code ci_op_wait(const char *name, int polls, char *msg, size_t cap);
 
 #endif

@@ -370,6 +370,37 @@ static void test_backup_dir_hostile_manifest_refused(void **state) {
                      ST_OK);
 }
 
+/* A piece of many files: a name repeated in its piece is refused at the line that repeats it,
+ * however far from the first; the same name in another piece is no repeat. (The check is a hash
+ * set per piece: comparing each name with every earlier one of its piece was quadratic.) */
+static void test_backup_dir_many_files(void **state) {
+    (void)state;
+    enum { FILES = 20000 };
+    st_buf b;
+    st_buf_init(&b);
+    const char *head = HDR "piece p - 6d 1\n";
+    assert_int_equal(st_buf_append(&b, head, strlen(head)), ST_OK);
+    char line[160];
+    for (int i = 0; i < FILES; i++) {
+        snprintf(line, sizeof line, "file f%05d 1 00000000 " SHA "\n", i);
+        assert_int_equal(st_buf_append(&b, line, strlen(line)), ST_OK);
+    }
+    snprintf(line, sizeof line, "piece q 6d - 1\nfile f00000 1 00000000 " SHA "\n");
+    assert_int_equal(st_buf_append(&b, line, strlen(line)), ST_OK);
+    assert_int_equal(st_buf_append(&b, "", 1), ST_OK);
+    st_err err = {0};
+    assert_int_equal(parse_body((const char *)b.data, &err), ST_OK);
+    /* the first piece's first name again, as its last file: the line after the other files */
+    b.len = strlen(head) + (size_t)FILES * strlen(line + strlen("piece q 6d - 1\n"));
+    snprintf(line, sizeof line, "file f00000 1 00000000 " SHA "\npiece q 6d - 1\n");
+    assert_int_equal(st_buf_append(&b, line, strlen(line) + 1), ST_OK);
+    assert_int_equal(parse_body((const char *)b.data, &err), ST_INVALID_ARGUMENT);
+    snprintf(line, sizeof line, "line %d: file repeated in its piece", 9 + FILES + 1);
+    if (!strstr(err.msg, line))
+        fail_msg("want \"%s\", got \"%s\"", line, err.msg);
+    st_buf_free(&b);
+}
+
 /* The same checks on an export of the SHA-256 layout (version 2, files/<sha256>): still read by
  * verify and import. */
 static void test_backup_dir_version2(void **state) {
@@ -404,6 +435,7 @@ int main(void) {
         cmocka_unit_test(test_backup_dir_manifest_changed_refused),
         cmocka_unit_test(test_backup_dir_unfinished_refused),
         cmocka_unit_test(test_backup_dir_hostile_manifest_refused),
+        cmocka_unit_test(test_backup_dir_many_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
