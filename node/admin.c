@@ -562,6 +562,67 @@ static st_code check_mods(const node_table *t, pb_mod **mods, size_t n_mods, st_
     return rc;
 }
 
+#define PURGE_BATCH_ROWS 256 /* rows per durable write of a family purge */
+#define PURGE_ROUNDS_MAX 4   /* passes over a table whose tablets split or move meanwhile */
+
+/* Writes the DeleteFromFamily of each row in keys (offs[i]: where row i starts) at version: one
+ * durable write for the batch rather than one fsync per row. */
+static st_code purge_flush(sto_db *db, uint64_t id, const sto_mut *del, uint64_t version,
+                           uint32_t origin, const st_buf *keys, const size_t *offs, size_t n_rows,
+                           st_err *err) {
+    if (n_rows == 0)
+        return ST_OK;
+    sto_row_mut rows[PURGE_BATCH_ROWS];
+    for (size_t i = 0; i < n_rows; i++)
+        rows[i] = (sto_row_mut){
+            .tablet_id = id,
+            .row = st_slice_make(keys->data + offs[i],
+                                 (i + 1 < n_rows ? offs[i + 1] : keys->len) - offs[i]),
+            .muts = del,
+            .n_muts = 1,
+            .version = version,
+            .commit_ts_us = (uint64_t)STO_VERSION_TS_US(version),
+            .origin = origin,
+            .flags = STO_ROW_REPLICATED};
+    return sto_write(db, rows, n_rows, NULL, err);
+}
+
+/* Deletes family's cells in tablet id (st) at version. Thread-safe: storage only. */
+static st_code purge_tablet(sto_db *db, uint64_t id, sto_tablet *st, const char *family,
+                            uint64_t version, uint32_t origin, st_err *err) {
+    sto_mut del = {.type = STO_MUT_DEL_FAMILY, .family = st_slice_cstr(family)};
+    sto_snapshot *snap = NULL;
+    sto_iter *it = NULL;
+    sto_range all = {0};
+    st_code rc = sto_snapshot_new(st, &snap, err);
+    if (rc == ST_OK)
+        rc = sto_iter_new(snap, &all, false, &it, err);
+    st_buf keys;
+    st_buf_init(&keys);
+    size_t offs[PURGE_BATCH_ROWS], n_rows = 0;
+    sto_cell cell;
+    while (rc == ST_OK && (rc = sto_iter_next(it, &cell, err)) == ST_OK) {
+        if (!st_slice_eq(cell.family, del.family))
+            continue;
+        offs[n_rows++] = keys.len;
+        if (st_buf_append(&keys, cell.row.data, cell.row.len) != ST_OK)
+            rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory purging a family");
+        sto_iter_skip_row(it);
+        if (rc == ST_OK && n_rows == PURGE_BATCH_ROWS) {
+            rc = purge_flush(db, id, &del, version, origin, &keys, offs, n_rows, err);
+            n_rows = 0;
+            st_buf_reset(&keys);
+        }
+    }
+    if (rc == ST_NOT_FOUND)
+        rc = purge_flush(db, id, &del, version, origin, &keys, offs, n_rows, err);
+    st_buf_free(&keys);
+    sto_iter_free(it);
+    if (snap)
+        sto_snapshot_free(snap);
+    return rc;
+}
+
 /* Writes a DeleteFromFamily for every row of the table holding cells of family, so a dropped
  * family's data is gone (and does not come back if the family is created again). A schema
  * change, not a data change: every node of every cluster purges its own rows when the router
@@ -569,52 +630,146 @@ static st_code check_mods(const node_table *t, pb_mod **mods, size_t n_mods, st_
  * below node_write, leave no change-stream record (change streams do not capture schema changes,
  * docs/changestreams.md). */
 st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_err *err) {
-    sto_mut del = {.type = STO_MUT_DEL_FAMILY, .family = st_slice_cstr(family)};
+    uint64_t version = node_next_version(n);
     st_code rc = ST_OK;
-    for (size_t i = 0; rc == ST_OK && i < t->n; i++) {
-        sto_snapshot *snap;
-        sto_iter *it;
-        rc = sto_snapshot_new(t->v[i].st, &snap, err);
-        if (rc != ST_OK)
-            break;
-        sto_range all = {0};
-        rc = sto_iter_new(snap, &all, false, &it, err);
-        if (rc != ST_OK) {
-            sto_snapshot_free(snap);
-            break;
-        }
-        sto_cell cell;
-        while ((rc = sto_iter_next(it, &cell, err)) == ST_OK) {
-            if (!st_slice_eq(cell.family, del.family))
-                continue;
-            sto_row_mut row = {.tablet_id = t->v[i].id,
-                               .row = cell.row,
-                               .muts = &del,
-                               .n_muts = 1,
-                               .version = node_next_version(n),
-                               .origin = n->opts.cluster_num,
-                               .flags = STO_ROW_REPLICATED};
-            row.commit_ts_us = (uint64_t)STO_VERSION_TS_US(row.version);
-            rc = sto_write(n->db, &row, 1, NULL, err);
-            if (rc != ST_OK)
-                break;
-            sto_iter_skip_row(it);
-        }
-        if (rc == ST_NOT_FOUND)
-            rc = ST_OK;
-        sto_iter_free(it);
-        sto_snapshot_free(snap);
-    }
+    for (size_t i = 0; rc == ST_OK && i < t->n; i++)
+        rc = purge_tablet(n->db, t->v[i].id, t->v[i].st, family, version, n->opts.cluster_num, err);
     return rc;
 }
 
-static st_code apply_mod(node_ctx *n, node_table *t, const pb_mod *m, st_err *err) {
+/* ---- purges on a job thread ----
+ * A purge scans every row of the table: seconds for a large one (300,000 rows held the loop for
+ * 66 s when each row was its own durable write), so schema changes that drop families purge on
+ * a job. The caller has already taken the families out of the catalog in memory, so no write to
+ * them arrives meanwhile; one version, taken on the loop at the start, covers every delete, so a
+ * family created again meanwhile keeps its new cells. A tablet split or dropped meanwhile leaves
+ * no trace in storage's view of the old tablet: the table's tablets are then purged again. */
+
+typedef struct purge_arg {
+    char table[NODE_TABLE_NAME_MAX + 1];
+    char (*fams)[NODE_FAMILY_NAME_MAX + 1];
+    size_t n_fams;
+    uint64_t version;
+    int round;
+    uint64_t *ids;
+    sto_tablet **sts;
+    size_t n_ids;
+    node_purge_done_fn done;
+    void *done_arg;
+} purge_arg;
+
+static void purge_arg_free(purge_arg *a) {
+    free(a->fams);
+    free(a->ids);
+    free(a->sts);
+    free(a);
+}
+
+static void purge_work(node_job *j) {
+    purge_arg *a = j->arg;
+    j->rc = ST_OK;
+    for (size_t i = 0; j->rc == ST_OK && i < a->n_ids; i++)
+        for (size_t f = 0; j->rc == ST_OK && f < a->n_fams; f++)
+            j->rc = purge_tablet(j->n->db, a->ids[i], a->sts[i], a->fams[f], a->version,
+                                 j->n->opts.cluster_num, &j->err);
+}
+
+/* True when a tablet the job purged is no longer served (split, dropped or moved meanwhile). */
+static bool purge_vanished(node_ctx *n, const purge_arg *a) {
+    for (size_t i = 0; i < a->n_ids; i++)
+        if (!node_tablet_by_id(n, a->ids[i], NULL))
+            return true;
+    return false;
+}
+
+static st_code purge_start(node_ctx *n, rpc_call *call, purge_arg *a, st_err *err);
+
+static void purge_done(node_job *j) {
+    purge_arg *a = j->arg;
+    node_ctx *n = j->n;
+    st_code rc = j->rc;
+    if (rc == ST_NOT_FOUND || (rc == ST_OK && purge_vanished(n, a))) {
+        rc = ST_OK;
+        if (++a->round < PURGE_ROUNDS_MAX) {
+            if ((rc = purge_start(n, j->call, a, &j->err)) == ST_OK) {
+                free(j);
+                return;
+            }
+        } else {
+            rc = st_err_set(&j->err, ST_UNAVAILABLE,
+                            "the tablets of %s kept splitting or moving while a dropped "
+                            "family's cells were deleted; retry",
+                            a->table);
+        }
+    }
+    a->done(n, j->call, rc, rc == ST_OK ? NULL : j->err.msg, a->done_arg);
+    purge_arg_free(a);
+    free(j);
+}
+
+/* Captures the table's tablets of this moment and starts a job over them; a is the job's. */
+static st_code purge_start(node_ctx *n, rpc_call *call, purge_arg *a, st_err *err) {
+    node_tablets *t = node_tablets_find(n, a->table);
+    size_t count = t ? t->n : 0;
+    node_job *j = calloc(1, sizeof *j);
+    uint64_t *ids = calloc(count ? count : 1, sizeof *ids);
+    sto_tablet **sts = calloc(count ? count : 1, sizeof *sts);
+    if (!j || !ids || !sts) {
+        free(j);
+        free(ids);
+        free(sts);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory dropping a family");
+    }
+    free(a->ids);
+    free(a->sts);
+    a->ids = ids;
+    a->sts = sts;
+    for (size_t i = 0; i < count; i++) {
+        ids[i] = t->v[i].id;
+        sts[i] = t->v[i].st;
+    }
+    a->n_ids = count;
+    *j = (node_job){.n = n, .call = call, .work = purge_work, .done = purge_done, .arg = a};
+    st_code rc = node_job_start(j, err);
+    if (rc != ST_OK)
+        free(j);
+    return rc;
+}
+
+st_code node_family_purge_start(node_ctx *n, rpc_call *call, const char *table,
+                                const char *const *fams, size_t n_fams, node_purge_done_fn done,
+                                void *arg, st_err *err) {
+    purge_arg *a = calloc(1, sizeof *a);
+    if (a)
+        a->fams = calloc(n_fams ? n_fams : 1, sizeof *a->fams);
+    if (!a || !a->fams) {
+        free(a);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory dropping a family");
+    }
+    snprintf(a->table, sizeof a->table, "%s", table);
+    for (size_t i = 0; i < n_fams; i++)
+        snprintf(a->fams[i], sizeof a->fams[i], "%s", fams[i]);
+    a->n_fams = n_fams;
+    a->version = node_next_version(n);
+    a->done = done;
+    a->done_arg = arg;
+    st_code rc = purge_start(n, call, a, err);
+    if (rc != ST_OK)
+        purge_arg_free(a);
+    return rc;
+}
+
+/* Applies m to the catalog entry t in memory; a dropped family is added to *dropped (its cells
+ * are deleted afterwards, node_family_purge_start). */
+static st_code apply_mod(node_table *t, const pb_mod *m, const char **dropped, size_t *n_dropped,
+                         st_err *err) {
     const char *id = m->id;
     if (m->mod_case ==
         GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP) {
         st_code rc = node_table_family_drop(t, id, err);
-        node_tablets *tt = node_tablets_find(n, t->name);
-        return rc == ST_OK && tt ? node_family_purge(n, tt, id, err) : rc;
+        if (rc == ST_OK)
+            dropped[(*n_dropped)++] = id;
+        return rc;
     }
     const Google__Bigtable__Admin__V2__ColumnFamily *cf =
         m->mod_case ==
@@ -627,6 +782,32 @@ static st_code apply_mod(node_ctx *n, node_table *t, const pb_mod *m, st_err *er
         rc = node_table_family_set(t, id, &gc, err);
     node_gc_free(&gc);
     return rc;
+}
+
+/* The end of ModifyColumnFamilies once the dropped families' cells are gone: the catalog is
+ * saved, the GC rules pushed and the table answered. */
+static void mcf_finish(node_ctx *n, rpc_call *call, st_code code, const char *msg, void *arg) {
+    const char *name = arg;
+    st_err err = {0};
+    node_table *meta = node_catalog_find(n->catalog, name);
+    if (code == ST_OK && !meta)
+        code = st_err_set(&err, ST_NOT_FOUND, "table \"%s\" was deleted meanwhile", name);
+    else if (code != ST_OK)
+        st_err_set(&err, code, "%s", msg);
+    if (code == ST_OK)
+        code = node_catalog_save(n->catalog, &err);
+    if (code == ST_OK)
+        code = node_table_push_gc(n, meta, &err);
+    if (code != ST_OK) {
+        node_fail(call, code, "%s", err.msg);
+        return;
+    }
+    pb_table *pt = node_table_to_pb(meta, false, rpc_call_arena(call));
+    if (!pt) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    node_reply(call, &pt->base);
 }
 
 void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -658,135 +839,293 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
         node_gc_free(&gc);
     }
     st_code rc = check_mods(meta, req->modifications, req->n_modifications, &err);
+    const char **dropped =
+        st_arena_alloc(rpc_call_arena(call), (req->n_modifications + 1) * sizeof *dropped);
+    size_t n_dropped = 0;
+    if (rc == ST_OK && !dropped)
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory");
     for (size_t i = 0; rc == ST_OK && i < req->n_modifications; i++)
-        rc = apply_mod(n, meta, req->modifications[i], &err);
-    if (rc == ST_OK)
-        rc = node_catalog_save(n->catalog, &err);
-    if (rc == ST_OK)
-        rc = node_table_push_gc(n, meta, &err);
-    if (rc != ST_OK) {
+        rc = apply_mod(meta, req->modifications[i], dropped, &n_dropped, &err);
+    node_tablets *t = node_tablets_find(n, meta->name);
+    if (rc == ST_OK && n_dropped && t && t->n)
+        rc = node_family_purge_start(n, call, meta->name, dropped, n_dropped, mcf_finish, req->name,
+                                     &err);
+    else if (rc == ST_OK)
+        mcf_finish(n, call, ST_OK, NULL, req->name);
+    if (rc != ST_OK)
         node_fail(call, rc, "%s", err.msg);
-        return;
-    }
-    pb_table *pt = node_table_to_pb(meta, false, rpc_call_arena(call));
-    if (!pt) {
-        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    node_reply(call, &pt->base);
 }
 
 /* ---- DropRowRange ---- */
 
 /* With change streams on, a dropped row gets a record like a DeleteFromRow: the rows are
  * deleted through node_write (one DeleteFromRow each, DROP_BATCH_ROWS per write) rather than by
- * storage's sto_tablet_drop_prefix. Their history stays (a row delete does not cover it). */
+ * storage's sto_tablet_drop_prefix. Their history stays (a row delete does not cover it).
+ *
+ * node_write belongs to the loop thread, so the scan runs there too, one batch at a time: a
+ * batch scans at most DROP_BATCH_ROWS rows from where the last one stopped, writes them, and the
+ * next starts once that write is done (scanning a whole large table in one turn held the loop for
+ * seconds). Each batch looks up the tablet holding its first row again, so a split or a move
+ * between batches is followed. */
 #define DROP_BATCH_ROWS 256
 
 typedef struct drop_op {
+    node_ctx *n;
     rpc_call *call;
-    size_t pending; /* writes not finished, plus one while scanning */
-    st_code code;
-    char msg[ST_ERR_MSG_MAX];
+    char table[NODE_TABLE_NAME_MAX + 1];
+    st_buf prefix;
+    st_buf from; /* the next batch scans rows >= from */
+    st_buf keys; /* the batch's rows, end to end; offs[i]: where row i starts */
+    size_t offs[DROP_BATCH_ROWS];
+    bool finished; /* the batch being written is the last */
 } drop_op;
 
-static void drop_reply(drop_op *op) {
-    if (op->code != ST_OK) {
-        node_fail(op->call, op->code, "%s", op->msg);
+static void drop_end(drop_op *op, st_code code, const char *msg) {
+    if (code != ST_OK) {
+        node_fail(op->call, code, "%s", msg);
     } else {
         Google__Protobuf__Empty empty;
         google__protobuf__empty__init(&empty);
         node_reply(op->call, &empty.base);
     }
+    st_buf_free(&op->prefix);
+    st_buf_free(&op->from);
+    st_buf_free(&op->keys);
     free(op);
 }
+
+static void drop_batch(drop_op *op);
 
 static void drop_written(node_ctx *n, st_code code, const char *msg, void *arg) {
     (void)n;
     drop_op *op = arg;
-    if (code != ST_OK && op->code == ST_OK) {
-        op->code = code;
-        snprintf(op->msg, sizeof op->msg, "%s", msg ? msg : st_code_name(code));
-    }
-    if (--op->pending == 0)
-        drop_reply(op);
+    if (code != ST_OK)
+        drop_end(op, code, msg ? msg : st_code_name(code));
+    else if (op->finished)
+        drop_end(op, ST_OK, NULL);
+    else
+        drop_batch(op);
 }
 
-/* Writes a DeleteFromRow for each of the rows (keys in keys, n_rows of them) of tablet id. */
-static st_code drop_flush(node_ctx *n, drop_op *op, uint64_t id, st_buf *keys, size_t *offs,
-                          size_t n_rows, st_err *err) {
-    if (n_rows == 0)
-        return ST_OK;
+/* Writes a DeleteFromRow for each of the n_rows rows in op->keys into tablet id. */
+static st_code drop_write(drop_op *op, uint64_t id, size_t n_rows, st_err *err) {
     static const sto_mut del = {.type = STO_MUT_DEL_ROW};
     sto_row_mut rows[DROP_BATCH_ROWS];
-    uint64_t version = node_next_version(n);
+    uint64_t version = node_next_version(op->n);
     for (size_t i = 0; i < n_rows; i++)
         rows[i] = (sto_row_mut){
             .tablet_id = id,
-            .row = st_slice_make(keys->data + offs[i],
-                                 (i + 1 < n_rows ? offs[i + 1] : keys->len) - offs[i]),
+            .row = st_slice_make(op->keys.data + op->offs[i],
+                                 (i + 1 < n_rows ? op->offs[i + 1] : op->keys.len) - op->offs[i]),
             .muts = &del,
             .n_muts = 1,
             .version = version,
             .commit_ts_us = (uint64_t)STO_VERSION_TS_US(version),
             /* shipped to the peer clusters, as storage's own DropRowRange deletes are */
-            .origin = n->opts.cluster_num};
-    st_code rc = node_write(n, rows, n_rows, err, drop_written, op);
-    if (rc == ST_OK)
-        op->pending++;
-    return rc;
+            .origin = op->n->opts.cluster_num};
+    return node_write(op->n, rows, n_rows, err, drop_written, op);
 }
 
-/* Deletes the rows with prefix (empty = all) of one tablet, a batch per write. */
-static st_code drop_tablet_rows(node_ctx *n, drop_op *op, node_tablet *tab, st_slice prefix,
-                                st_err *err) {
+/* Collects up to DROP_BATCH_ROWS rows with the prefix from op->from to the end of tab and moves
+ * op->from past them: just after the last row, or to tab's end once tab has no more. *finished
+ * when no row with the prefix is left after them in the table. */
+static st_code drop_scan(drop_op *op, node_tablet *tab, size_t *n_rows, bool *finished,
+                         st_err *err) {
+    st_slice prefix = st_buf_slice(&op->prefix);
     sto_snapshot *snap = NULL;
     sto_iter *it = NULL;
-    sto_range r = {.start = prefix};
+    sto_range r = {.start = st_buf_slice(&op->from), .end = st_buf_slice(&tab->end)};
     st_code rc = sto_snapshot_new(tab->st, &snap, err);
     if (rc == ST_OK)
         rc = sto_iter_new(snap, &r, false, &it, err);
-    st_buf keys;
-    st_buf_init(&keys);
-    size_t offs[DROP_BATCH_ROWS], n_rows = 0;
+    st_buf_reset(&op->keys);
+    *n_rows = 0;
+    *finished = false;
     sto_cell c;
-    while (rc == ST_OK && (rc = sto_iter_next(it, &c, err)) == ST_OK) {
-        if (c.row.len < prefix.len || memcmp(c.row.data, prefix.data, prefix.len) != 0)
+    while (rc == ST_OK && *n_rows < DROP_BATCH_ROWS && (rc = sto_iter_next(it, &c, err)) == ST_OK) {
+        if (prefix.len &&
+            (c.row.len < prefix.len || memcmp(c.row.data, prefix.data, prefix.len) != 0)) {
+            *finished = true; /* rows sort: none after this one has the prefix */
             break;
-        offs[n_rows++] = keys.len;
-        if (st_buf_append(&keys, c.row.data, c.row.len) != ST_OK)
+        }
+        op->offs[(*n_rows)++] = op->keys.len;
+        if (st_buf_append(&op->keys, c.row.data, c.row.len) != ST_OK)
             rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
         sto_iter_skip_row(it);
-        if (rc == ST_OK && n_rows == DROP_BATCH_ROWS) {
-            rc = drop_flush(n, op, tab->id, &keys, offs, n_rows, err);
-            n_rows = 0;
-            st_buf_reset(&keys);
-        }
     }
-    if (rc == ST_NOT_FOUND || rc == ST_OK)
-        rc = drop_flush(n, op, tab->id, &keys, offs, n_rows, err);
-    st_buf_free(&keys);
-    if (it)
-        sto_iter_free(it);
+    bool tablet_done = rc == ST_NOT_FOUND;
+    if (rc == ST_NOT_FOUND || (rc == ST_OK && *finished))
+        rc = ST_OK;
+    sto_iter_free(it);
     if (snap)
         sto_snapshot_free(snap);
-    return rc;
+    if (rc != ST_OK || *finished)
+        return rc;
+    st_buf_reset(&op->from);
+    if (tablet_done) {
+        *finished = tab->end.len == 0;
+        return st_buf_append(&op->from, tab->end.data, tab->end.len);
+    }
+    size_t last = op->offs[*n_rows - 1]; /* the smallest key after the last row */
+    if (st_buf_append(&op->from, op->keys.data + last, op->keys.len - last) != ST_OK ||
+        st_buf_append(&op->from, "", 1) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+    return ST_OK;
 }
 
-static void drop_recorded(node_ctx *n, rpc_call *call, node_tablets *t, st_slice prefix) {
+/* The tablet holding op->from or, in a gap, the next one (op->from moves to its start); NULL
+ * when no tablet is left. */
+static node_tablet *drop_next_tablet(drop_op *op, node_tablets *t) {
+    st_slice from = st_buf_slice(&op->from);
+    node_tablet *tab = node_tablet_for_row(t, from);
+    if (tab || t->n == 0)
+        return tab;
+    size_t i = node_tablet_index(t, from);
+    if (st_slice_cmp(st_buf_slice(&t->v[i].start), from) <= 0 && ++i == t->n)
+        return NULL;
+    tab = &t->v[i];
+    st_buf_reset(&op->from);
+    return st_buf_append(&op->from, tab->start.data, tab->start.len) == ST_OK ? tab : NULL;
+}
+
+/* One batch: scans until it has rows to write (or nothing is left) and writes them; the write's
+ * completion starts the next batch. */
+static void drop_batch(drop_op *op) {
+    st_err err = {0};
+    node_tablets *t = node_tablets_find(op->n, op->table);
+    bool finished = false;
+    while (t) {
+        node_tablet *tab = drop_next_tablet(op, t);
+        if (!tab)
+            break;
+        size_t n_rows;
+        st_code rc = drop_scan(op, tab, &n_rows, &finished, &err);
+        op->finished = finished;
+        if (rc == ST_OK && n_rows)
+            rc = drop_write(op, tab->id, n_rows, &err);
+        if (rc != ST_OK) {
+            drop_end(op, rc, err.msg);
+            return;
+        }
+        if (n_rows) /* drop_written goes on (and ends the call once finished) */
+            return;
+        if (finished)
+            break;
+    }
+    drop_end(op, ST_OK, NULL);
+}
+
+static void drop_recorded(node_ctx *n, rpc_call *call, const char *table, st_slice prefix) {
     drop_op *op = calloc(1, sizeof *op);
-    if (!op) {
-        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+    if (!op || st_buf_append(&op->prefix, prefix.data, prefix.len) != ST_OK ||
+        st_buf_append(&op->from, prefix.data, prefix.len) != ST_OK) {
+        if (op)
+            drop_end(op, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+        else
+            node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
         return;
     }
+    op->n = n;
     op->call = call;
-    op->pending = 1;
+    snprintf(op->table, sizeof op->table, "%s", table);
+    drop_batch(op);
+}
+
+/* Without change streams storage deletes the rows (sto_tablet_drop_prefix): a scan of every
+ * row with the prefix and a durable write per DROP_BATCH_ROWS of them, seconds for a large
+ * table, so it runs on a job thread. One version for every delete, taken on the loop at the
+ * request: a write made meanwhile has a higher one and survives, as it would have after the
+ * call. A tablet split or dropped meanwhile is gone from storage (NOT_FOUND); the table's
+ * tablets of that moment are then done again (the deletes are idempotent), a few times at most. */
+#define DROP_PREFIX_ROUNDS_MAX 4
+
+typedef struct drop_prefix_arg {
+    char table[NODE_TABLE_NAME_MAX + 1];
+    st_buf prefix;
+    uint64_t version;
+    int round;
+    uint64_t *ids;
+    size_t n_ids;
+    bool vanished; /* a tablet was gone from storage */
+} drop_prefix_arg;
+
+static void drop_prefix_free(drop_prefix_arg *a) {
+    st_buf_free(&a->prefix);
+    free(a->ids);
+    free(a);
+}
+
+static void drop_prefix_work(node_job *j) {
+    drop_prefix_arg *a = j->arg;
+    j->rc = ST_OK;
+    for (size_t i = 0; j->rc == ST_OK && i < a->n_ids; i++) {
+        st_err err = {0};
+        st_code rc =
+            sto_tablet_drop_prefix(j->n->db, a->ids[i], st_buf_slice(&a->prefix), a->version, &err);
+        if (rc == ST_NOT_FOUND)
+            a->vanished = true;
+        else if (rc != ST_OK)
+            j->rc = st_err_set(&j->err, rc, "%s", err.msg);
+    }
+}
+
+static void drop_prefix_start(node_ctx *n, rpc_call *call, const char *table, st_slice prefix,
+                              uint64_t version, int round);
+
+static void drop_prefix_done(node_job *j) {
+    drop_prefix_arg *a = j->arg;
+    node_ctx *n = j->n;
+    rpc_call *call = j->call;
+    st_code rc = j->rc;
+    if (rc == ST_OK && a->vanished && node_tablets_find(n, a->table)) {
+        if (a->round + 1 < DROP_PREFIX_ROUNDS_MAX) {
+            drop_prefix_start(n, call, a->table, st_buf_slice(&a->prefix), a->version,
+                              a->round + 1);
+            drop_prefix_free(a);
+            free(j);
+            return;
+        }
+        rc = st_err_set(&j->err, ST_UNAVAILABLE,
+                        "the tablets of %s kept splitting or moving during DropRowRange; retry",
+                        a->table);
+    }
+    if (rc != ST_OK) {
+        node_fail(call, rc, "%s", j->err.msg);
+    } else {
+        Google__Protobuf__Empty empty;
+        google__protobuf__empty__init(&empty);
+        node_reply(call, &empty.base);
+    }
+    drop_prefix_free(a);
+    free(j);
+}
+
+static void drop_prefix_start(node_ctx *n, rpc_call *call, const char *table, st_slice prefix,
+                              uint64_t version, int round) {
+    node_tablets *t = node_tablets_find(n, table);
+    node_job *j = calloc(1, sizeof *j);
+    drop_prefix_arg *a = calloc(1, sizeof *a);
     st_err err = {0};
-    for (size_t i = 0; op->code == ST_OK && i < t->n; i++)
-        if ((op->code = drop_tablet_rows(n, op, &t->v[i], prefix, &err)) != ST_OK)
-            snprintf(op->msg, sizeof op->msg, "%s", err.msg);
-    if (--op->pending == 0)
-        drop_reply(op);
+    st_code rc = ST_OK;
+    if (!j || !a || (t && t->n && !(a->ids = calloc(t->n, sizeof *a->ids))) ||
+        st_buf_append(&a->prefix, prefix.data, prefix.len) != ST_OK)
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+    if (rc == ST_OK) {
+        snprintf(a->table, sizeof a->table, "%s", table);
+        a->version = version;
+        a->round = round;
+        for (size_t i = 0; t && i < t->n; i++)
+            a->ids[a->n_ids++] = t->v[i].id;
+        *j = (node_job){
+            .n = n, .call = call, .work = drop_prefix_work, .done = drop_prefix_done, .arg = a};
+        rc = node_job_start(j, &err);
+    }
+    if (rc != ST_OK) {
+        node_fail(call, rc, "%s", err.msg);
+        if (a)
+            drop_prefix_free(a);
+        free(j);
+    }
 }
 
 void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -813,23 +1152,12 @@ void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
         node_fail(call, ST_INVALID_ARGUMENT, "set row_key_prefix or delete_all_data_from_table");
         return;
     }
-    st_err err;
     node_table *meta = node_catalog_find(n->catalog, req->name);
     if (meta && meta->cs_retention_us > 0) {
-        drop_recorded(n, call, t, prefix);
+        drop_recorded(n, call, req->name, prefix);
         return;
     }
-    uint64_t version = node_next_version(n);
-    for (size_t i = 0; i < t->n; i++) {
-        st_code rc = sto_tablet_drop_prefix(n->db, t->v[i].id, prefix, version, &err);
-        if (rc != ST_OK) {
-            node_fail(call, rc, "%s", err.msg);
-            return;
-        }
-    }
-    Google__Protobuf__Empty empty;
-    google__protobuf__empty__init(&empty);
-    node_reply(call, &empty.base);
+    drop_prefix_start(n, call, req->name, prefix, node_next_version(n), 0);
 }
 
 /* ---- consistency tokens ----

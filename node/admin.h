@@ -18,8 +18,17 @@ st_code node_table_families_from_pb(node_table *t, const Google__Bigtable__Admin
 Google__Bigtable__Admin__V2__Table *node_table_to_pb(const node_table *t, bool names_only,
                                                      st_arena *a);
 /* Deletes the cells of family in every local tablet of t (a dropped family's data must not come
- * back when it is created again). */
+ * back when it is created again), on the loop thread: node_family_purge_start is the usual way. */
 st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_err *err);
+/* Called on the loop when a purge ended; msg is NULL on success. */
+typedef void (*node_purge_done_fn)(node_ctx *n, rpc_call *call, st_code code, const char *msg,
+                                   void *arg);
+/* As node_family_purge for the families fams of table, on a job thread (node_job): the families
+ * must already be out of the catalog in memory, so no write reaches them meanwhile. done runs on
+ * the loop afterwards unless this returns an error. */
+st_code node_family_purge_start(node_ctx *n, rpc_call *call, const char *table,
+                                const char *const *fams, size_t n_fams, node_purge_done_fn done,
+                                void *arg, st_err *err);
 /* Removes the table from the catalog (saved) and drops its local tablets. NOT_FOUND if absent. */
 st_code node_table_drop(node_ctx *n, const char *name, st_err *err);
 

@@ -7,6 +7,7 @@
 #include "changes.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -129,6 +130,92 @@ static st_code put_table(node_ctx *n, const Google__Bigtable__Admin__V2__Table *
     return rc;
 }
 
+/* The end of PutTable once the families it drops have no cells left (those families are out of
+ * the catalog then, so put_table has nothing more to purge). */
+static void put_finish(node_ctx *n, rpc_call *call, st_code code, const char *msg, void *arg) {
+    const Google__Bigtable__Admin__V2__Table *pt = arg;
+    st_err err = {0};
+    if (code == ST_OK)
+        code = put_table(n, pt, &err);
+    else
+        st_err_set(&err, code, "%s", msg);
+    if (code != ST_OK) {
+        node_fail(call, code, "%s", err.msg);
+        return;
+    }
+    st_log(ST_LOG_INFO, "internal", "put table=%s families=%zu", pt->name, pt->n_column_families);
+    reply_empty(call);
+}
+
+/* The families PutTable drops, taken out of the catalog in memory while their cells are deleted
+ * on a job (node_family_purge_start); a failed purge puts them back, so a retried PutTable purges
+ * them again. */
+typedef struct put_purge {
+    const Google__Bigtable__Admin__V2__Table *pt;
+    node_family *fams; /* name and GC rule of each dropped family */
+    size_t n;
+} put_purge;
+
+static void put_purge_free(put_purge *p) {
+    for (size_t i = 0; i < p->n; i++)
+        node_gc_free(&p->fams[i].gc);
+    free(p->fams);
+    free(p);
+}
+
+static void put_purged(node_ctx *n, rpc_call *call, st_code code, const char *msg, void *arg) {
+    put_purge *p = arg;
+    node_table *meta = node_catalog_find(n->catalog, p->pt->name);
+    for (size_t i = 0; code != ST_OK && meta && i < p->n; i++)
+        node_table_family_set(meta, p->fams[i].name, &p->fams[i].gc, NULL);
+    put_finish(n, call, code, msg, (void *)p->pt);
+    put_purge_free(p);
+}
+
+/* Starts the purge of the families the table has here and pt lacks: NOT_FOUND when there are
+ * none (or no local tablet holds the table). */
+static st_code put_purge_start(node_ctx *n, rpc_call *call,
+                               const Google__Bigtable__Admin__V2__Table *pt, st_err *err) {
+    node_table *meta = node_catalog_find(n->catalog, pt->name);
+    node_tablets *t = meta ? node_tablets_find(n, pt->name) : NULL;
+    if (!t || t->n == 0)
+        return ST_NOT_FOUND;
+    node_table spec;
+    memset(&spec, 0, sizeof spec);
+    put_purge *p = calloc(1, sizeof *p);
+    const char **names = calloc(meta->n_families ? meta->n_families : 1, sizeof *names);
+    if (p)
+        p->fams = calloc(meta->n_families ? meta->n_families : 1, sizeof *p->fams);
+    st_code rc = p && p->fams && names ? node_table_families_from_pb(&spec, pt, err)
+                                       : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; rc == ST_OK && i < meta->n_families; i++) {
+        const node_family *f = &meta->families[i];
+        if (node_table_family(&spec, st_slice_cstr(f->name)))
+            continue;
+        snprintf(p->fams[p->n].name, sizeof p->fams[p->n].name, "%s", f->name);
+        rc = node_gc_copy(&p->fams[p->n].gc, &f->gc, err);
+        if (rc == ST_OK)
+            p->n++;
+    }
+    node_table_deinit(&spec);
+    if (rc == ST_OK && p->n == 0)
+        rc = ST_NOT_FOUND;
+    for (size_t i = 0; rc == ST_OK && i < p->n; i++) {
+        names[i] = p->fams[i].name;
+        node_table_family_drop(meta, p->fams[i].name, NULL);
+    }
+    if (rc == ST_OK) {
+        p->pt = pt;
+        rc = node_family_purge_start(n, call, pt->name, names, p->n, put_purged, p, err);
+        for (size_t i = 0; rc != ST_OK && i < p->n; i++) /* nothing started: put them back */
+            node_table_family_set(meta, p->fams[i].name, &p->fams[i].gc, NULL);
+    }
+    if (rc != ST_OK && p)
+        put_purge_free(p);
+    free(names);
+    return rc;
+}
+
 void node_h_put_table(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Strata__Internal__V1__PutTableRequest *req =
@@ -140,13 +227,11 @@ void node_h_put_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     st_err err = {0};
-    if (put_table(n, req->table, &err) != ST_OK) {
-        node_fail(call, err.code, "%s", err.msg);
-        return;
-    }
-    st_log(ST_LOG_INFO, "internal", "put table=%s families=%zu", req->table->name,
-           req->table->n_column_families);
-    reply_empty(call);
+    st_code rc = put_purge_start(n, call, req->table, &err);
+    if (rc == ST_NOT_FOUND) /* no family to purge */
+        put_finish(n, call, ST_OK, NULL, req->table);
+    else if (rc != ST_OK)
+        node_fail(call, rc, "%s", err.msg);
 }
 
 void node_h_drop_table(rpc_call *call, st_slice req_bytes, void *arg) {

@@ -704,6 +704,7 @@ void node_close(node_ctx *n) {
         node_cs_stop_reports(n); /* compactions must not post to the server once it is gone */
     while (n->rpc && __atomic_load_n(&n->writes_in_flight, __ATOMIC_RELAXED) > 0)
         event_base_loop(n->base, EVLOOP_ONCE);
+    node_jobs_wait(n);     /* before the server: jobs post their answers to it */
     node_backups_close(n); /* before the server: its workers post their answers to it */
     node_repl_stop(n);     /* before the server: its Apply handler uses the replication context */
     if (n->rpc) {

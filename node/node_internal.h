@@ -82,6 +82,7 @@ struct node_ctx {
     size_t read_pool_n;
     struct node_cs *cs;           /* change streams, write side (changes_write.c) */
     struct node_backups *backups; /* backup pieces being made, pulls (backup.c) */
+    int jobs;                     /* node_job threads whose answer has not run yet (job.c) */
     /* How this node dials its peers (replication, moves, backups): with mutual TLS it presents
      * the node certificate (opts.client_ssl_ctx) and requires a strata-node certificate back. */
     rpc_client_opts peer_opts;
@@ -187,6 +188,27 @@ st_code node_row_prepare(node_ctx *n, const char *table, sto_row_mut *row, st_er
 st_code node_mutation_from_pb(node_ctx *n, const node_table *meta,
                               const Google__Bigtable__V2__Mutation *m, int64_t server_ts_us,
                               sto_mut *out, st_err *err);
+
+/* ---- work off the loop thread (job.c) ---- */
+typedef struct node_job node_job;
+typedef void (*node_job_fn)(node_job *j);
+struct node_job {
+    node_ctx *n;
+    rpc_call *call;
+    node_job_fn work, done; /* work on the job's thread, then done on the loop (frees j) */
+    void *arg;
+    st_code rc;
+    st_err err;
+    rpc_post post;
+};
+/* Starts j->work on a thread of its own; j->done(j) runs on the loop afterwards and frees j.
+ * RESOURCE_EXHAUSTED when no thread could start (nothing runs). Loop thread only. */
+st_code node_job_start(node_job *j, st_err *err);
+/* Turns the loop until every job's done has run (node_close, before the server goes). */
+void node_jobs_wait(node_ctx *n);
+/* Tests only: called first on each job's thread, so a test can hold a job while it checks that
+ * the loop still serves calls. NULL in the product. */
+extern void (*node_job_test_hook)(void);
 
 /* ---- row locks (rowlock.c) ----
  * Every write holds its rows from node_write until durable; CheckAndMutateRow and

@@ -118,7 +118,12 @@ int rpc_loop_run(struct event_base *base, unsigned spin_us) {
     return rc < 0 ? -1 : 0;
 }
 
-/* ---- watchdog ---- */
+/* ---- watchdog ----
+ * A late tick says the loop thread was held, not by what. The thread's own run time and
+ * run-queue wait over the gap (schedstat) tell the kinds apart: cpu_ms near blocked_ms is work
+ * done on the loop (a scan, a checksum); runq_ms the machine's other threads holding the CPU; both
+ * small a wait off the CPU: an fsync, a lock or condition, or the process being stopped
+ * (SIGSTOP, a debugger) — the log lines before it tell which. */
 
 #define WATCH_PERIOD_MS 250
 #define WATCH_LATE_MS 1000
@@ -127,7 +132,20 @@ struct rpc_loop_watch {
     struct event *ev;
     int64_t due_us;
     const char *who;
+    int schedstat_fd; /* the loop thread's; -1 when unknown */
+    uint64_t run_ns, wait_ns;
 };
+
+static void watch_sched(rpc_loop_watch *w, uint64_t *run_ns, uint64_t *wait_ns) {
+    char buf[96];
+    ssize_t n = w->schedstat_fd >= 0 ? pread(w->schedstat_fd, buf, sizeof buf - 1, 0) : -1;
+    *run_ns = *wait_ns = 0;
+    if (n <= 0)
+        return;
+    buf[n] = 0;
+    if (sscanf(buf, "%" SCNu64 " %" SCNu64, run_ns, wait_ns) != 2)
+        *run_ns = *wait_ns = 0;
+}
 
 static void watch_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
@@ -135,26 +153,35 @@ static void watch_cb(evutil_socket_t fd, short what, void *arg) {
     rpc_loop_watch *w = arg;
     int64_t now = st_mono_us();
     int64_t late_ms = (now - w->due_us) / 1000;
+    uint64_t run, wait;
+    watch_sched(w, &run, &wait);
     if (late_ms >= WATCH_LATE_MS)
         st_log(ST_LOG_WARN, "rpc",
-               "msg=\"event loop blocked\" process=%s blocked_ms=%" PRId64
+               "msg=\"event loop blocked\" process=%s blocked_ms=%" PRId64 " cpu_ms=%" PRIu64
+               " runq_ms=%" PRIu64
                " why=\"one piece of work held the loop thread; every call of this process "
-               "waited that long\"",
-               w->who, late_ms);
+               "waited that long (cpu_ms: the loop thread computing; runq_ms: waiting for a CPU; "
+               "neither: waiting on a disk, a lock, or the process was stopped)\"",
+               w->who, late_ms, (run - w->run_ns) / 1000000, (wait - w->wait_ns) / 1000000);
+    w->run_ns = run;
+    w->wait_ns = wait;
     w->due_us = now + WATCH_PERIOD_MS * 1000;
 }
 
+/* base's loop runs on the calling thread (the schedstat read is that thread's). */
 rpc_loop_watch *rpc_loop_watch_start(struct event_base *base, const char *who) {
     rpc_loop_watch *w = calloc(1, sizeof *w);
     if (!w)
         return NULL;
     w->who = who;
+    w->schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     w->ev = event_new(base, -1, EV_PERSIST, watch_cb, w);
     struct timeval tv = {0, WATCH_PERIOD_MS * 1000};
     if (!w->ev || event_add(w->ev, &tv) != 0) {
         rpc_loop_watch_stop(w);
         return NULL;
     }
+    watch_sched(w, &w->run_ns, &w->wait_ns);
     w->due_us = st_mono_us() + WATCH_PERIOD_MS * 1000;
     return w;
 }
@@ -164,6 +191,8 @@ void rpc_loop_watch_stop(rpc_loop_watch *w) {
         return;
     if (w->ev)
         event_free(w->ev);
+    if (w->schedstat_fd >= 0)
+        close(w->schedstat_fd);
     free(w);
 }
 

@@ -134,7 +134,8 @@ int rpc_loop_run(struct event_base *base, unsigned spin_us);
 
 /* A watchdog on base's loop: logs a warning each time a timer it keeps fires a second or more
  * late, i.e. some callback held the loop thread that long and every call of the process waited
- * (a router's 3 s keepalive fails a node link blocked that long). NULL when out of memory. */
+ * (a router's 3 s keepalive fails a node link blocked that long), with the loop thread's CPU time
+ * and run-queue wait over the gap. Call it on base's loop thread. NULL when out of memory. */
 typedef struct rpc_loop_watch rpc_loop_watch;
 rpc_loop_watch *rpc_loop_watch_start(struct event_base *base, const char *who);
 void rpc_loop_watch_stop(rpc_loop_watch *w);
