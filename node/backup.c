@@ -21,41 +21,6 @@
 
 #include "repl_glue.h"
 
-/* ---- worker threads ---- */
-
-static void job_on_loop(void *arg) {
-    bk_job *j = arg;
-    node_ctx *n = j->n;
-    j->done(j); /* frees j */
-    n->backups->jobs--;
-}
-
-static void *job_thread(void *arg) {
-    bk_job *j = arg;
-    j->work(j);
-    /* The queue has room but for a burst of a million posts; wait for it rather than lose the
-     * answer (node_backups_close waits for this post). */
-    while (rpc_server_post_item(j->n->rpc, &j->post, job_on_loop, j) != ST_OK)
-        nanosleep(&(struct timespec){0, 1000000}, NULL);
-    return NULL;
-}
-
-st_code bk_job_start(bk_job *j, st_err *err) {
-    pthread_t th;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    j->n->backups->jobs++;
-    int r = pthread_create(&th, &attr, job_thread, j);
-    pthread_attr_destroy(&attr);
-    if (r != 0) {
-        j->n->backups->jobs--;
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED,
-                          "could not start a backup thread (%s); retry later", strerror(r));
-    }
-    return ST_OK;
-}
-
 /* ---- open / close ---- */
 
 st_code node_backups_open(node_ctx *n, st_err *err) {
@@ -87,8 +52,7 @@ void node_backups_close(node_ctx *n) {
         return;
     bk_crc_bg_stop(b);
     bk_pulls_abort(n);
-    while (n->rpc && b->jobs > 0)
-        event_base_loop(n->base, EVLOOP_ONCE);
+    node_jobs_wait(n); /* a pull's end may have started a seal */
     bk_reaper_stop(b); /* after the jobs: their ends may put pieces in the trash */
     for (size_t i = 0; i < b->n_busy; i++)
         free(b->busy[i]);
@@ -174,7 +138,7 @@ static void freeze_arg_free(freeze_arg *a) {
     free(a);
 }
 
-static void freeze_work(bk_job *j) {
+static void freeze_work(node_job *j) {
     freeze_arg *a = j->arg;
     node_ctx *n = j->n;
     st_err *err = &j->err;
@@ -214,7 +178,7 @@ static st_code freeze_seal(node_ctx *n, freeze_arg *a, st_err *err) {
     return rc;
 }
 
-static void freeze_done(bk_job *j) {
+static void freeze_done(node_job *j) {
     freeze_arg *a = j->arg;
     node_ctx *n = j->n;
     if (j->rc == ST_OK && bk_busy_doomed(n, a->final))
@@ -262,16 +226,16 @@ static bool freeze_existing(node_ctx *n, rpc_call *call, const bk_name *b, const
 }
 
 static st_code freeze_start(node_ctx *n, rpc_call *call, freeze_arg *a, st_err *err) {
-    bk_job *j = calloc(1, sizeof *j);
+    node_job *j = calloc(1, sizeof *j);
     if (!j)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a backup");
-    *j = (bk_job){.n = n, .call = call, .work = freeze_work, .done = freeze_done, .arg = a};
+    *j = (node_job){.n = n, .call = call, .work = freeze_work, .done = freeze_done, .arg = a};
     char backup_dir[NODE_BK_PATH_MAX];
     bk_backup_dir(n, &a->name, backup_dir, sizeof backup_dir);
     st_code rc = bk_mkdirs(backup_dir, err);
     if (rc == ST_OK && !bk_busy_add(n, a->final))
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a backup");
-    if (rc == ST_OK && (rc = bk_job_start(j, err)) != ST_OK)
+    if (rc == ST_OK && (rc = node_job_start(j, err)) != ST_OK)
         bk_busy_remove(n, a->final);
     if (rc != ST_OK)
         free(j);

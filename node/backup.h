@@ -9,7 +9,8 @@
  * loop and removed by the reaper thread (backup_reap.c).
  *
  * Modules: backup_store.c (names, paths, the manifest, files and directories), backup.c
- * (BackupTablet, ListBackupPieces, DeleteBackupPieces, restores, the worker threads),
+ * (BackupTablet, ListBackupPieces, DeleteBackupPieces, restores; their work runs on node_job
+ * threads, job.c),
  * backup_xfer.c (ReadBackupFile, WriteBackupFile, SealBackupPiece, PullBackupPiece),
  * backup_reap.c (the trash and its reaper thread). */
 #ifndef NODE_BACKUP_H
@@ -41,7 +42,7 @@ void node_h_pull_backup_piece(rpc_call *call, st_slice req, void *arg);
 /* ---- the node's side (node.c, internal.c) ---- */
 /* At open: the backups tree exists and holds no unsealed leftovers. */
 st_code node_backups_open(node_ctx *n, st_err *err);
-/* At close, before the server goes: waits for the worker threads, ends pulls. */
+/* At close, before the server goes: ends pulls, waits for the node_job threads. */
 void node_backups_close(node_ctx *n);
 /* CreateTablet with restore_backup: a tablet of t for [start, end) made of the local piece. */
 st_code node_backup_restore(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
@@ -146,7 +147,6 @@ struct node_backups {
     char **busy; /* piece directories a worker or a pull is making or changing (loop thread) */
     bool *busy_doomed; /* per busy piece: its backup was deleted meanwhile (bk_busy_doom) */
     size_t n_busy, cap_busy;
-    int jobs;              /* worker threads not yet done (loop thread) */
     struct bk_pull *pulls; /* PullBackupPiece calls in progress (backup_xfer.c) */
     /* the trash and its reaper (backup_reap.c) */
     char trash[NODE_BK_PATH_MAX];
@@ -167,22 +167,6 @@ void bk_busy_remove(node_ctx *n, const char *dir);
  * no record: nothing would ever delete it). The work checks bk_busy_doomed before it answers. */
 void bk_busy_doom(node_ctx *n, const char *dir, bool prefix);
 bool bk_busy_doomed(node_ctx *n, const char *dir);
-
-/* ---- worker threads (backup.c): work runs on its own thread, done on the loop ---- */
-typedef struct bk_job bk_job;
-typedef void (*bk_job_fn)(bk_job *j);
-struct bk_job {
-    node_ctx *n;
-    rpc_call *call;
-    bk_job_fn work, done;
-    void *arg;
-    st_code rc;
-    st_err err;
-    rpc_post post;
-};
-/* Starts j->work on a new thread; j->done(j) runs on the loop afterwards and frees j (with
- * free()). ST_RESOURCE_EXHAUSTED when no thread could start (nothing runs). */
-st_code bk_job_start(bk_job *j, st_err *err);
 
 /* Seals the import directory <piece>.in against p (sizes, CRC32C): the work of SealBackupPiece
  * and of a pull's end. The CRC32C of a file comes from the cache when its chunks were

@@ -568,7 +568,7 @@ typedef struct seal_arg {
     struct bk_pull *pull; /* a pull's end: freed with the job */
 } seal_arg;
 
-static void seal_work(bk_job *j) {
+static void seal_work(node_job *j) {
     seal_arg *a = j->arg;
     size_t read_back = 0;
     j->rc = bk_seal_dir(j->n->backups, a->in, a->final, a->want, j->n->opts.node_num, &a->out,
@@ -586,7 +586,7 @@ static void seal_work(bk_job *j) {
 
 static void pull_free(struct bk_pull *p);
 
-static void seal_done(bk_job *j) {
+static void seal_done(node_job *j) {
     seal_arg *a = j->arg;
     if (bk_busy_doomed(j->n, a->final)) { /* DeleteBackupPieces meanwhile: it must not stay */
         bk_trash(j->n, a->final, NULL, NULL);
@@ -612,14 +612,14 @@ static void seal_done(bk_job *j) {
 static st_code seal_start(node_ctx *n, rpc_call *call, const bk_name *b, bk_piece *want,
                           struct bk_pull *pull, st_err *err) {
     seal_arg *a = calloc(1, sizeof *a);
-    bk_job *j = calloc(1, sizeof *j);
+    node_job *j = calloc(1, sizeof *j);
     st_code rc = a && j ? ST_OK : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
     if (rc == ST_OK) {
         a->want = want;
         a->pull = pull;
         bk_piece_dir(n, b, want->piece, ".in", a->in, sizeof a->in);
         bk_piece_dir(n, b, want->piece, "", a->final, sizeof a->final);
-        *j = (bk_job){.n = n, .call = call, .work = seal_work, .done = seal_done, .arg = a};
+        *j = (node_job){.n = n, .call = call, .work = seal_work, .done = seal_done, .arg = a};
         struct stat sb;
         if (stat(a->in, &sb) != 0)
             rc = st_err_set(err, ST_FAILED_PRECONDITION,
@@ -629,7 +629,7 @@ static st_code seal_start(node_ctx *n, rpc_call *call, const bk_name *b, bk_piec
     }
     if (rc == ST_OK && !pull && !bk_busy_add(n, a->final))
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-    if (rc == ST_OK && (rc = bk_job_start(j, err)) != ST_OK && !pull)
+    if (rc == ST_OK && (rc = node_job_start(j, err)) != ST_OK && !pull)
         bk_busy_remove(n, a->final);
     if (rc != ST_OK) {
         free(a);
