@@ -1095,7 +1095,7 @@ static bool target_skips(const bench_target *t, bench_wl wl) {
 static st_code run_rounds(bench_opts *o, bench_env *env, bench_wl wl, bench_result *res,
                           st_err *err) {
     if (wl == WL_CHANGES) /* Strata only: the emulator has no change streams */
-        return bench_cs_run(&o->cfg, &env->targets[0], &res[0], err);
+        return bench_cs_run(&o->cfg, o->rounds, &env->targets[0], &res[0], err);
     bench_cfg c = o->cfg;
     uint32_t rounds = wl == WL_LOAD ? 1 : o->rounds;
     c.duration_s /= rounds;

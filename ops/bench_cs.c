@@ -15,7 +15,9 @@
  *   3. with --cs-compare, the same live writes on TABLE-nocs (streams off), without a consumer:
  *      the write throughput ratio on / off is the write cost of streams, and the CPU per write
  *      of the servers and of this process (writers, plus the consumer with streams on) in both
- *      phases say where it goes.
+ *      phases say where it goes. With --rounds N (and --duration) steps 2 and 3 alternate in N
+ *      slices of duration/N each, the consumer open throughout (idle in the off slices): a
+ *      drift of the machine over the run then weighs on both sides alike.
  * Failed writes count by gRPC code, failed or retried streams under UNAVAILABLE (or their code),
  * lost or missing changes under VERIFY. */
 #include <event2/event.h>
@@ -58,6 +60,8 @@ struct cs_bench {
     cs_slot *slots;
     uint32_t n_slots, active;
     char table[4 * BENCH_NAME_MAX], params[8 * BENCH_NAME_MAX];
+    char table_on[4 * BENCH_NAME_MAX], table_off[4 * BENCH_NAME_MAX];
+    uint32_t rounds; /* on/off slices each (bench_cs_run) */
     const char *profile;
     rpc_metadata md[2];
     size_t n_md;
@@ -83,6 +87,8 @@ struct cs_bench {
     struct event *guard; /* the backlog phase's */
     uint64_t guard_seen; /* backlog changes received at its last check */
     struct event *rss_timer;
+    double off_s;  /* time of the streams-off writes */
+    bool off_done; /* they alternated with the live ones */
 };
 
 static int64_t mono_ns(void) {
@@ -349,7 +355,7 @@ static st_code consumer_start(cs_bench *b, int64_t start_us, int64_t stop_us, st
     snprintf(addr, sizeof addr, strchr(b->t->host, ':') ? "[%s]:%u" : "%s:%u", b->t->host,
              b->t->port);
     ops_cs_opts o = {.addr = addr,
-                     .table = b->table,
+                     .table = b->table_on,
                      .app_profile = b->profile,
                      .start_us = start_us,
                      .end_us = stop_us,
@@ -427,21 +433,54 @@ static void phase_backlog(cs_bench *b, st_err *err) {
     }
 }
 
+/* One stretch of writes with streams on: latencies and acknowledgements kept for matching,
+ * time and CPU added to the streams-on figures. */
+static void slice_on(cs_bench *b, double duration_s) {
+    const bench_cfg *cfg = b->cfg;
+    snprintf(b->table, sizeof b->table, "%s", b->table_on);
+    b->live = true;
+    double cpu0, cpu1, self0 = self_cpu_s();
+    bool cpu_ok = procs_cpu(b->t, &cpu0);
+    int64_t t0 = mono_ns();
+    write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, duration_s);
+    b->res->elapsed_s += (double)(mono_ns() - t0) / 1e9;
+    b->res->cs_cpu_ok = b->res->cs_cpu_ok && cpu_ok && procs_cpu(b->t, &cpu1);
+    b->res->cs_on_cpu_s += b->res->cs_cpu_ok ? cpu1 - cpu0 : 0;
+    b->res->cs_on_client_cpu_s += self_cpu_s() - self0;
+    b->live = false;
+}
+
+/* One stretch of the same writes on TABLE-nocs (streams off): the write cost ratio's other
+ * side. */
+static void slice_off(cs_bench *b, double duration_s) {
+    const bench_cfg *cfg = b->cfg;
+    snprintf(b->table, sizeof b->table, "%s", b->table_off);
+    uint64_t ok0 = b->ok;
+    double cpu0, cpu1, self0 = self_cpu_s();
+    bool cpu_ok = procs_cpu(b->t, &cpu0);
+    int64_t t0 = mono_ns();
+    write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, duration_s);
+    b->off_s += (double)(mono_ns() - t0) / 1e9;
+    b->res->cs_cpu_ok = b->res->cs_cpu_ok && cpu_ok && procs_cpu(b->t, &cpu1);
+    b->res->cs_off_cpu_s += b->res->cs_cpu_ok ? cpu1 - cpu0 : 0;
+    b->res->cs_off_client_cpu_s += self_cpu_s() - self0;
+    b->res->cs_off_calls += b->ok - ok0;
+    b->res->cs_off_ops_s = b->off_s > 0 ? (double)b->res->cs_off_calls / b->off_s : 0;
+}
+
 static void phase_live(cs_bench *b, st_err *err) {
     const bench_cfg *cfg = b->cfg;
     b->live_first = b->next_seq;
     if (consumer_start(b, st_wall_us(), 0, err) != ST_OK)
         return;
-    b->live = true;
-    double cpu0, cpu1, self0 = self_cpu_s();
-    bool cpu_ok = procs_cpu(b->t, &cpu0);
-    int64_t t0 = mono_ns();
-    write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, cfg->duration_s);
-    b->res->elapsed_s = (double)(mono_ns() - t0) / 1e9;
-    b->res->cs_cpu_ok = cpu_ok && procs_cpu(b->t, &cpu1);
-    b->res->cs_on_cpu_s = b->res->cs_cpu_ok ? cpu1 - cpu0 : 0;
-    b->res->cs_on_client_cpu_s = self_cpu_s() - self0;
-    b->live = false;
+    b->res->cs_cpu_ok = true;
+    uint32_t slices = b->rounds > 1 && cfg->cs_compare && !cfg->requests ? b->rounds : 1;
+    for (uint32_t k = 0; k < slices && !bench_stop_requested(); k++) {
+        slice_on(b, cfg->duration_s / slices);
+        if (slices > 1)
+            slice_off(b, cfg->duration_s / slices);
+    }
+    b->off_done = slices > 1;
     b->grace_over = false;
     b->grace = evtimer_new(b->base, grace_cb, b);
     struct timeval tv = {BENCH_CS_GRACE_MS / 1000, 0};
@@ -462,24 +501,6 @@ static void phase_live(cs_bench *b, st_err *err) {
                  (unsigned long long)lost);
         count_error(b, BENCH_ERR_VERIFY, what);
     }
-}
-
-/* The same live writes on TABLE-nocs, streams off: write ops/s for the cost ratio. */
-static void phase_off(cs_bench *b) {
-    const bench_cfg *cfg = b->cfg;
-    snprintf(b->table, sizeof b->table, "projects/%s/instances/%s/tables/%s-nocs", cfg->project,
-             cfg->instance, cfg->table);
-    uint64_t ok0 = b->ok;
-    double cpu0, cpu1, self0 = self_cpu_s();
-    bool cpu_ok = procs_cpu(b->t, &cpu0);
-    int64_t t0 = mono_ns();
-    write_phase(b, cfg->requests ? b->next_seq + cfg->requests : 0, cfg->duration_s);
-    double s = (double)(mono_ns() - t0) / 1e9;
-    b->res->cs_cpu_ok = b->res->cs_cpu_ok && cpu_ok && procs_cpu(b->t, &cpu1);
-    b->res->cs_off_cpu_s = b->res->cs_cpu_ok ? cpu1 - cpu0 : 0;
-    b->res->cs_off_client_cpu_s = self_cpu_s() - self0;
-    b->res->cs_off_calls = b->ok - ok0;
-    b->res->cs_off_ops_s = s > 0 ? (double)(b->ok - ok0) / s : 0;
 }
 
 /* ---- setup ---- */
@@ -505,8 +526,11 @@ static st_code tables_prepare(const bench_cfg *cfg, const bench_target *t, st_er
 
 static st_code cs_setup(cs_bench *b, st_err *err) {
     const bench_cfg *cfg = b->cfg;
-    snprintf(b->table, sizeof b->table, "projects/%s/instances/%s/tables/%s-cs", cfg->project,
+    snprintf(b->table_on, sizeof b->table_on, "projects/%s/instances/%s/tables/%s-cs", cfg->project,
              cfg->instance, cfg->table);
+    snprintf(b->table_off, sizeof b->table_off, "projects/%s/instances/%s/tables/%s-nocs",
+             cfg->project, cfg->instance, cfg->table);
+    snprintf(b->table, sizeof b->table, "%s", b->table_on);
     b->profile = cfg->cs_profile[0] ? cfg->cs_profile : cfg->app_profile;
     snprintf(b->params, sizeof b->params, "app_profile_id=%s", b->profile);
     b->n_md = bench_md_fill(b->md, b->params, b->t);
@@ -559,7 +583,8 @@ static void cs_teardown(cs_bench *b) {
     st_buf_free(&b->req);
 }
 
-st_code bench_cs_run(const bench_cfg *cfg, bench_target *t, bench_result *res, st_err *err) {
+st_code bench_cs_run(const bench_cfg *cfg, uint32_t rounds, bench_target *t, bench_result *res,
+                     st_err *err) {
     memset(res, 0, sizeof(*res));
     ops_hist_init(&res->hist);
     ops_hist_init(&res->lag);
@@ -573,6 +598,7 @@ st_code bench_cs_run(const bench_cfg *cfg, bench_target *t, bench_result *res, s
     if (!b)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
     b->cfg = cfg;
+    b->rounds = rounds;
     b->t = t;
     b->res = res;
     st_buf_init(&b->req);
@@ -581,8 +607,9 @@ st_code bench_cs_run(const bench_cfg *cfg, bench_target *t, bench_result *res, s
         phase_backlog(b, err);
     if (rc == ST_OK && err->code == ST_OK && !bench_stop_requested())
         phase_live(b, err);
-    if (rc == ST_OK && err->code == ST_OK && cfg->cs_compare && !bench_stop_requested())
-        phase_off(b);
+    if (rc == ST_OK && err->code == ST_OK && cfg->cs_compare && !b->off_done &&
+        !bench_stop_requested())
+        slice_off(b, cfg->duration_s); /* after the live phase (one slice each) */
     rc = err->code;
     consumer_end(b);
     cs_teardown(b);

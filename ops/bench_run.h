@@ -166,7 +166,10 @@ st_code bench_run_workload(const bench_cfg *cfg, bench_target *t, bench_wl wl, b
  * cs_compare, TABLE-nocs; fills res (writes of the live phase in calls/hist, the stream in
  * cs_*). An error return means it could not run at all (streams cannot be turned on...). */
 #define BENCH_CS_BACKLOG_DEFAULT 10000
-st_code bench_cs_run(const bench_cfg *cfg, bench_target *t, bench_result *res, st_err *err);
+/* rounds > 1 with cs_compare and a duration: the streams-on and streams-off writes alternate in
+ * that many slices each (the consumer stays open), so the machine's drift weighs on both. */
+st_code bench_cs_run(const bench_cfg *cfg, uint32_t rounds, bench_target *t, bench_result *res,
+                     st_err *err);
 /* ---- a local instance (bench_up.c): one started with `strata up` in a temporary dir, or an
  * existing one named by its directory ---- */
 #define BENCH_UP_WAIT_S 120 /* `strata up` gets this long to bring every process up */

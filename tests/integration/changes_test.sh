@@ -14,6 +14,8 @@
 #   6. garbage collection: three versions of a cell, `cbt setgcpolicy ... maxversions=1`, then
 #      east-0 with 1 MiB memtables and 6 MB of writes (flushes, compactions): a
 #      GARBAGE_COLLECTION record for the row, with a delete_column per dropped version.
+#   7. `strata bench --workload changes --cs-compare --rounds 2`: the streams-on and -off writes
+#      alternate; both sides wrote, and every live write came out of the stream.
 # Every step is bounded (timeouts, polling with a hang guard) and fails with what was expected.
 # Usage: changes_test.sh PATH/TO/strata
 set -u
@@ -196,4 +198,21 @@ for l in open(sys.argv[1]):
         assert all(m["op"] == "delete_column" for m in c["mods"]), c' "$TMPD/6.out" ||
   fail "GC records are malformed: $(grep GARBAGE "$TMPD/6.out")"
 echo "ok: $(grep -c GARBAGE_COLLECTION "$TMPD/6.out") GC record(s)"
+
+echo "== 7. strata bench --workload changes --cs-compare --rounds 2: on and off alternate"
+timeout 300 "$STRATA" bench --dir "$DIR" --table csb --workload changes --cs-profile oneast \
+  --duration 2 --rounds 2 --cs-compare --cs-backlog 0 --conns 1 --streams 4 --no-lag --quiet \
+  >"$TMPD/7.bench" 2>&1 || fail "bench with alternating phases: $(tail -3 "$TMPD/7.bench")"
+kv=$(grep '^strata-bench ' "$TMPD/7.bench")
+for want in changes.strata.cs.lost=0 changes.strata.errors=0 rounds=2; do
+  echo "$kv" | grep -q " $want " || fail "bench with alternating phases: expected $want in: $kv"
+done
+python3 -c '
+import sys
+kv = dict(w.split("=", 1) for w in sys.argv[1].split() if "=" in w)
+on, off = int(kv["changes.strata.calls"]), float(kv["changes.strata.cs.off_ops_s"])
+assert on > 0 and off > 0 and float(kv["changes.strata.cs.write_cost_ratio"]) > 0, kv
+assert int(kv["changes.strata.cs.samples"]) == on, kv' "$kv" ||
+  fail "bench with alternating phases: a side wrote nothing or changes went missing: $kv"
+echo "ok: $(grep -E '^writes:' "$TMPD/7.bench")"
 echo "PASS"
