@@ -7,8 +7,8 @@
 #     good), a fresh stream gets every row, the router stays within its documented bound
 #     (docs/changestreams.md, Router memory: 1.5 x (B + N x (M + W)) with B the 256 MiB budget,
 #     N the streams, M one message, W the 128 KiB window of change stream links: 497 MB here;
-#     measured 365 MB, and 669 MB before the streams' backlogs counted in the budget) and the
-#     node within NODE_LIMIT_MB (default 1024; measured about 490 MB); RSS is not checked under
+#     measured 398 MB, and 669 MB before the streams' backlogs counted in the budget) and the
+#     node within NODE_LIMIT_MB (default 1024; measured 570-600 MB); RSS is not checked under
 #     AddressSanitizer;
 #   - a second router with --max-change-streams 20: 20 unread streams are relayed, the 21st is
 #     RESOURCE_EXHAUSTED, and streams are served again once the client closed them;
@@ -16,7 +16,7 @@
 #     and --max-queued-response-bytes 16m, 299 unread streams of rows of 1 MiB (and the fresh
 #     stream that reads them all), so every stream holds the largest message a node sends
 #     (256 KiB of values, NODE_CS_MSG_VALUE_BYTES): the router grows by at most
-#     1.5 x (16 MiB + 300 x (257 KiB + 128 KiB)) = 193 MB (measured 136 MB; 362 MB with the
+#     1.5 x (16 MiB + 300 x (257 KiB + 128 KiB)) = 193 MB (measured 152 MB; 362 MB with the
 #     messages of 1 MiB nodes sent before);
 #   - change streams turned off while a stream is open: the stream ends FAILED_PRECONDITION,
 #     new ones too; a table that never had streams answers FAILED_PRECONDITION;
