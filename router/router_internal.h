@@ -70,9 +70,11 @@ struct event;
 #define RTR_LONG_CLIENTS_MAX 64
 /* Change streams (changes.c; docs/changestreams.md, "Router memory"): the default of
  * --max-change-streams, the HTTP/2 stream window of the change stream links to the nodes (what a
- * node may still send on a paused stream) and the largest spare buffer a stream keeps. */
+ * node may still send on a paused stream; large enough that a group commit's burst of records
+ * goes out without waiting for a WINDOW_UPDATE, docs/changestreams.md, "Syscalls and wake-ups
+ * per change") and the largest spare buffer a stream keeps. */
 #define RTR_CS_STREAMS_MAX_DEFAULT 1024
-#define RTR_CS_STREAM_WINDOW_BYTES ((int32_t)64 << 10)
+#define RTR_CS_STREAM_WINDOW_BYTES ((int32_t)128 << 10)
 #define RTR_CS_SPARE_BYTES ((size_t)128 << 10)
 #define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
 #define RTR_TABLETS_MAX ((size_t)1 << 20)        /* tablets in one cluster's map */

@@ -6,9 +6,9 @@
 #     the router's one connection to the node, so every write through the router waited for
 #     good), a fresh stream gets every row, the router stays within its documented bound
 #     (docs/changestreams.md, Router memory: 1.5 x (B + N x (M + W)) with B the 256 MiB budget,
-#     N the streams, M one message, W the 64 KiB window of change stream links: 459 MB here;
-#     measured 365 MB, and 669 MB before the streams' backlogs counted in the budget) and the
-#     node within NODE_LIMIT_MB (default 1024; measured about 490 MB); RSS is not checked under
+#     N the streams, M one message, W the 128 KiB window of change stream links: 497 MB here;
+#     measured 398 MB, and 669 MB before the streams' backlogs counted in the budget) and the
+#     node within NODE_LIMIT_MB (default 1024; measured 570-600 MB); RSS is not checked under
 #     AddressSanitizer;
 #   - a second router with --max-change-streams 20: 20 unread streams are relayed, the 21st is
 #     RESOURCE_EXHAUSTED, and streams are served again once the client closed them;
@@ -16,7 +16,7 @@
 #     and --max-queued-response-bytes 16m, 299 unread streams of rows of 1 MiB (and the fresh
 #     stream that reads them all), so every stream holds the largest message a node sends
 #     (256 KiB of values, NODE_CS_MSG_VALUE_BYTES): the router grows by at most
-#     1.5 x (16 MiB + 300 x (257 KiB + 64 KiB)) = 165 MB (measured 136 MB; 362 MB with the
+#     1.5 x (16 MiB + 300 x (257 KiB + 128 KiB)) = 193 MB (measured 152 MB; 362 MB with the
 #     messages of 1 MiB nodes sent before);
 #   - change streams turned off while a stream is open: the stream ends FAILED_PRECONDITION,
 #     new ones too; a table that never had streams answers FAILED_PRECONDITION;
@@ -28,9 +28,9 @@ set -u
 STRATA=$1
 NODE_LIMIT=${2:-1024}
 STREAMS=400 ROWS=80 BYTES=65536
-# The router's bound in MB: 1.5 x (256 MiB + STREAMS x (message + 64 KiB)), a message being the
+# The router's bound in MB: 1.5 x (256 MiB + STREAMS x (message + 128 KiB)), a message being the
 # value plus at most 1 KiB of record around it.
-LIMIT=$(((3 * (256 * 1024 + STREAMS * (BYTES / 1024 + 1 + 64)) / 2) / 1024))
+LIMIT=$(((3 * (256 * 1024 + STREAMS * (BYTES / 1024 + 1 + 128)) / 2) / 1024))
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 77; }
 ATTACK="python3 $(dirname "$0")/cs_attack.py"
@@ -51,7 +51,7 @@ $ATTACK cap "${ROUTER_ADDR##*:}" 20 || fail "--max-change-streams"
 # The bound at its worst, scaled down (docs/router.md, Memory): every stream at the cap holds a
 # message of the largest size while the budget is spent.
 WSTREAMS=300 WROWS=6 WBYTES=$((1 << 20)) WBUDGET_KB=$((16 * 1024)) WMSG_KB=$((256 + 1))
-WLIMIT=$(((3 * (WBUDGET_KB + WSTREAMS * (WMSG_KB + 64)) / 2) / 1024))
+WLIMIT=$(((3 * (WBUDGET_KB + WSTREAMS * (WMSG_KB + 128)) / 2) / 1024))
 [ "$LIMIT" = 100000 ] && WLIMIT=100000
 start_router "$DIR/topology" "$TMPD/router3.log" --max-change-streams $WSTREAMS \
   --max-queued-response-bytes $((WBUDGET_KB * 1024))
