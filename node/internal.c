@@ -135,11 +135,14 @@ static st_code put_table(node_ctx *n, const Google__Bigtable__Admin__V2__Table *
 }
 
 /* The end of PutTable once the families it drops have no cells left (purged: those families are
- * out of the catalog then, and a family pt lacks that is there again was created meanwhile). */
+ * out of the catalog then, and a family pt lacks that is there again was created meanwhile). A
+ * table dropped during the purge is not made again: DeleteTable came later. */
 static void put_finish(node_ctx *n, rpc_call *call, st_code code, const char *msg,
                        const Google__Bigtable__Admin__V2__Table *pt, bool purged) {
     st_err err = {0};
-    if (code == ST_OK)
+    if (code == ST_OK && purged && !node_catalog_find(n->catalog, pt->name))
+        code = st_err_set(&err, ST_NOT_FOUND, "table \"%s\" was deleted meanwhile", pt->name);
+    else if (code == ST_OK)
         code = put_table(n, pt, !purged, &err);
     else
         st_err_set(&err, code, "%s", msg);

@@ -400,6 +400,12 @@ static void schema_pushed(adm_op *op) {
         create_tablets(op);
         return;
     }
+    /* A DeleteTable that ran meanwhile (the nodes may take long to drop a family's cells) removed
+     * the record: writing it now would bring back a table without tablets. */
+    if (!rtr_meta_find(&op->r->meta, RTR_META_KIND_TABLE, op->name)) {
+        op_finish(op, ST_NOT_FOUND, "the table was deleted while its schema changed");
+        return;
+    }
     st_slice pb = st_buf_slice(&op->table_pb);
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, modify_recorded, op);
 }
