@@ -14,4 +14,7 @@ instance_init drop_race
   { cat "$TMPD/up.log"; fail "strata up failed"; }
 timeout 240 python3 "$(dirname "$0")/hostile/drop_race.py" "$PORT" "$DIR" "$CBT" ||
   fail "drop_race.py failed"
+# Every process stops cleanly (a sanitizer build reports leaks and errors at exit).
+"$STRATA" down --dir "$DIR" >"$TMPD/down.log" 2>&1 || { cat "$TMPD/down.log"; fail "strata down failed"; }
+grep -l "Sanitizer" "$DIR"/logs/*.log && fail "a sanitizer report"
 echo "PASS"

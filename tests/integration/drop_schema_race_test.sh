@@ -70,4 +70,7 @@ C ls | grep -qx t && fail "C: the deleted table is listed again"
 C createtable t families=f >/dev/null || fail "C: the deleted table's name cannot be used again"
 [ "$(C count t | tail -n1)" = 0 ] || fail "C: the table created again is not empty"
 "$STRATA" status --dir "$DIR" >"$TMPD/status" 2>&1 || { cat "$TMPD/status"; fail "an instance process is down"; }
+# Every process stops cleanly (a sanitizer build reports leaks and errors at exit).
+"$STRATA" down --dir "$DIR" >"$TMPD/down.log" 2>&1 || { cat "$TMPD/down.log"; fail "strata down failed"; }
+grep -l "Sanitizer" "$DIR"/logs/*.log && fail "a sanitizer report"
 echo "PASS"
