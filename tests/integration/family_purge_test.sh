@@ -23,11 +23,7 @@ check() { # WHAT CONDITION...
   local what=$1; shift
   if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
 }
-cbtq() { # ARGS... (against NODE_ADDR)
-  BIGTABLE_EMULATOR_HOST=$NODE_ADDR timeout 60 "$CBT" -project p -instance i "$@" 2>&1 |
-    grep -v 'creds flag unset'
-  return "${PIPESTATUS[0]}"
-}
+cbtq() { cbtr "$NODE_ADDR" "$@"; }
 count() { cbtq count t | tail -n1; }
 load() { # fills family f of table t with ROWS rows
   cbtq import t "$CSV" column-family=f batch-size=1000 workers=2 >/dev/null ||
