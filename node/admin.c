@@ -702,6 +702,9 @@ static void purge_done(node_job *j) {
                             a->table);
         }
     }
+    node_table *meta = node_catalog_find(n->catalog, a->table);
+    for (size_t f = 0; meta && f < a->n_fams; f++) /* a failed purge puts its family back */
+        node_table_purge_end(meta, a->fams[f], rc != ST_OK);
     a->done(n, j->call, rc, rc == ST_OK ? NULL : j->err.msg, a->done_arg);
     purge_arg_free(a);
     free(j);
@@ -766,7 +769,7 @@ static st_code apply_mod(node_table *t, const pb_mod *m, const char **dropped, s
     const char *id = m->id;
     if (m->mod_case ==
         GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP) {
-        st_code rc = node_table_family_drop(t, id, err);
+        st_code rc = node_table_purge_begin(t, id, err);
         if (rc == ST_OK)
             dropped[(*n_dropped)++] = id;
         return rc;
@@ -847,10 +850,14 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
     for (size_t i = 0; rc == ST_OK && i < req->n_modifications; i++)
         rc = apply_mod(meta, req->modifications[i], dropped, &n_dropped, &err);
     node_tablets *t = node_tablets_find(n, meta->name);
-    if (rc == ST_OK && n_dropped && t && t->n)
+    bool purge = rc == ST_OK && n_dropped && t && t->n;
+    if (purge)
         rc = node_family_purge_start(n, call, meta->name, dropped, n_dropped, mcf_finish, req->name,
                                      &err);
-    else if (rc == ST_OK)
+    /* Without a purge (or when it could not start) the dropped families' entries end here. */
+    for (size_t i = 0; (!purge || rc != ST_OK) && i < n_dropped; i++)
+        node_table_purge_end(meta, dropped[i], rc != ST_OK);
+    if (rc == ST_OK && !purge)
         mcf_finish(n, call, ST_OK, NULL, req->name);
     if (rc != ST_OK)
         node_fail(call, rc, "%s", err.msg);

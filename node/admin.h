@@ -23,9 +23,11 @@ st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_e
 /* Called on the loop when a purge ended; msg is NULL on success. */
 typedef void (*node_purge_done_fn)(node_ctx *n, rpc_call *call, st_code code, const char *msg,
                                    void *arg);
-/* As node_family_purge for the families fams of table, on a job thread (node_job): the families
- * must already be out of the catalog in memory, so no write reaches them meanwhile. done runs on
- * the loop afterwards unless this returns an error. */
+/* As node_family_purge for the families fams of table, on a job thread (node_job): each family
+ * must already be purging (node_table_purge_begin), so no write reaches it meanwhile while the
+ * saved catalog keeps it. When the job ends each family's purging entry ends (a failed purge
+ * puts the family back), then done runs on the loop; unless this returns an error, in which case
+ * the caller ends the entries. */
 st_code node_family_purge_start(node_ctx *n, rpc_call *call, const char *table,
                                 const char *const *fams, size_t n_fams, node_purge_done_fn done,
                                 void *arg, st_err *err);

@@ -95,6 +95,23 @@ static st_code put_gc(st_buf *b, const node_gc *g) {
     return rc;
 }
 
+static bool family_in(const node_family *v, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* How many of the first n purging entries are saved as families: a family being purged stays
+ * on disk until its purge ends, once, and not when it was created again meanwhile. */
+static size_t purging_saved(const node_table *t, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += !family_in(t->families, t->n_families, t->purging[i].name) &&
+             !family_in(t->purging, i, t->purging[i].name);
+    return k;
+}
+
 static st_code put_table(st_buf *b, const node_table *t) {
     st_code rc = put_str(b, t->name);
     if (rc == ST_OK)
@@ -106,11 +123,18 @@ static st_code put_table(st_buf *b, const node_table *t) {
     if (rc == ST_OK)
         rc = st_buf_append_varint64(b, (uint64_t)t->cs_since_us);
     if (rc == ST_OK)
-        rc = st_buf_append_varint64(b, t->n_families);
+        rc = st_buf_append_varint64(b, t->n_families + purging_saved(t, t->n_purging));
     for (size_t i = 0; rc == ST_OK && i < t->n_families; i++) {
         rc = put_str(b, t->families[i].name);
         if (rc == ST_OK)
             rc = put_gc(b, &t->families[i].gc);
+    }
+    for (size_t i = 0; rc == ST_OK && i < t->n_purging; i++) {
+        if (purging_saved(t, i + 1) == purging_saved(t, i))
+            continue;
+        rc = put_str(b, t->purging[i].name);
+        if (rc == ST_OK)
+            rc = put_gc(b, &t->purging[i].gc);
     }
     return rc;
 }
@@ -173,6 +197,9 @@ void node_table_deinit(node_table *t) {
     for (size_t i = 0; i < t->n_families; i++)
         node_gc_free(&t->families[i].gc);
     free(t->families);
+    for (size_t i = 0; i < t->n_purging; i++)
+        node_gc_free(&t->purging[i].gc);
+    free(t->purging);
     memset(t, 0, sizeof *t);
 }
 
@@ -418,4 +445,43 @@ st_code node_table_family_drop(node_table *t, const char *name, st_err *err) {
     memmove(f, f + 1, (t->n_families - i - 1) * sizeof *f);
     t->n_families--;
     return ST_OK;
+}
+
+st_code node_table_purge_begin(node_table *t, const char *name, st_err *err) {
+    node_family *f = node_table_family(t, st_slice_cstr(name)), *p = NULL;
+    for (size_t i = 0; !f && i < t->n_purging; i++)
+        if (strcmp(t->purging[i].name, name) == 0)
+            p = &t->purging[i];
+    if (!f && !p)
+        return st_err_set(err, ST_NOT_FOUND, "column family %s not found in %s", name, t->name);
+    node_family entry;
+    memset(&entry, 0, sizeof entry);
+    snprintf(entry.name, sizeof entry.name, "%s", name);
+    st_code rc = node_gc_copy(&entry.gc, f ? &f->gc : &p->gc, err);
+    if (rc != ST_OK)
+        return rc;
+    node_family *v = realloc(t->purging, (t->n_purging + 1) * sizeof *v);
+    if (!v) {
+        node_gc_free(&entry.gc);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory dropping a family");
+    }
+    t->purging = v;
+    v[t->n_purging++] = entry;
+    if (f)
+        node_table_family_drop(t, name, NULL);
+    return ST_OK;
+}
+
+void node_table_purge_end(node_table *t, const char *name, bool restore) {
+    for (size_t i = t->n_purging; i-- > 0;) {
+        node_family *p = &t->purging[i];
+        if (strcmp(p->name, name) != 0)
+            continue;
+        if (restore && !node_table_family(t, st_slice_cstr(name)))
+            node_table_family_set(t, name, &p->gc, NULL);
+        node_gc_free(&p->gc);
+        memmove(p, p + 1, (t->n_purging - i - 1) * sizeof *p);
+        t->n_purging--;
+        return;
+    }
 }

@@ -43,6 +43,12 @@ typedef struct node_table {
     int64_t cs_since_us;
     node_family *families;
     size_t n_families;
+    /* Families whose cells a job is deleting (node_family_purge_start), one entry per running
+     * purge: out of `families`, so no write reaches them, yet saved with the table, so a node
+     * that stops before the purge ends still has the family on disk and the drop can be retried
+     * (docs/cluster.md, "Work off the loop"). */
+    node_family *purging;
+    size_t n_purging;
 } node_table;
 
 typedef struct node_catalog node_catalog;
@@ -74,6 +80,12 @@ void node_table_deinit(node_table *t);
 node_family *node_table_family(node_table *t, st_slice name);
 st_code node_table_family_set(node_table *t, const char *name, const node_gc *gc, st_err *err);
 st_code node_table_family_drop(node_table *t, const char *name, st_err *err);
+/* A purge of family name begins: the family leaves `families` for `purging` (a family already
+ * purging gets one more entry). NOT_FOUND when it is in neither. */
+st_code node_table_purge_begin(node_table *t, const char *name, st_err *err);
+/* A purge of family name ended: its entry goes; with restore (the purge failed) the family is
+ * back in `families` unless it was created again meanwhile. */
+void node_table_purge_end(node_table *t, const char *name, bool restore);
 
 /* GC trees: deep copy (dst is overwritten) and free; validation against the limits above. */
 st_code node_gc_copy(node_gc *dst, const node_gc *src, st_err *err);

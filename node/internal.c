@@ -84,10 +84,13 @@ void node_h_get_status(rpc_call *call, st_slice req_bytes, void *arg) {
 
 /* ---- PutTable, DropTable ---- */
 
-/* Makes meta's families those of spec: families spec lacks are dropped with their data. */
-static st_code put_families(node_ctx *n, node_table *meta, node_table *spec, st_err *err) {
+/* Makes meta's families those of spec: families spec lacks are dropped with their data, unless
+ * !drop: after this PutTable's purge, a family spec lacks was created by a later schema change
+ * while the purge ran, and keeps its new cells. */
+static st_code put_families(node_ctx *n, node_table *meta, node_table *spec, bool drop,
+                            st_err *err) {
     st_code rc = ST_OK;
-    for (size_t i = meta->n_families; rc == ST_OK && i-- > 0;) {
+    for (size_t i = drop ? meta->n_families : 0; rc == ST_OK && i-- > 0;) {
         char fam[NODE_FAMILY_NAME_MAX + 1];
         snprintf(fam, sizeof fam, "%s", meta->families[i].name);
         if (node_table_family(spec, st_slice_cstr(fam)))
@@ -103,7 +106,8 @@ static st_code put_families(node_ctx *n, node_table *meta, node_table *spec, st_
 }
 
 /* Creates or updates the catalog entry and map entry of a table from its Table message. */
-static st_code put_table(node_ctx *n, const Google__Bigtable__Admin__V2__Table *pt, st_err *err) {
+static st_code put_table(node_ctx *n, const Google__Bigtable__Admin__V2__Table *pt, bool drop,
+                         st_err *err) {
     st_code rc = node_check_table_name(pt->name, err);
     node_table spec;
     memset(&spec, 0, sizeof spec);
@@ -116,7 +120,7 @@ static st_code put_table(node_ctx *n, const Google__Bigtable__Admin__V2__Table *
     if (rc == ST_OK && !meta)
         rc = node_catalog_add(n->catalog, pt->name, st_wall_us(), &meta, err);
     if (rc == ST_OK)
-        rc = put_families(n, meta, &spec, err);
+        rc = put_families(n, meta, &spec, drop, err);
     node_table_deinit(&spec);
     if (rc != ST_OK)
         return rc;
@@ -130,13 +134,16 @@ static st_code put_table(node_ctx *n, const Google__Bigtable__Admin__V2__Table *
     return rc;
 }
 
-/* The end of PutTable once the families it drops have no cells left (those families are out of
- * the catalog then, so put_table has nothing more to purge). */
-static void put_finish(node_ctx *n, rpc_call *call, st_code code, const char *msg, void *arg) {
-    const Google__Bigtable__Admin__V2__Table *pt = arg;
+/* The end of PutTable once the families it drops have no cells left (purged: those families are
+ * out of the catalog then, and a family pt lacks that is there again was created meanwhile). A
+ * table dropped during the purge is not made again: DeleteTable came later. */
+static void put_finish(node_ctx *n, rpc_call *call, st_code code, const char *msg,
+                       const Google__Bigtable__Admin__V2__Table *pt, bool purged) {
     st_err err = {0};
-    if (code == ST_OK)
-        code = put_table(n, pt, &err);
+    if (code == ST_OK && purged && !node_catalog_find(n->catalog, pt->name))
+        code = st_err_set(&err, ST_NOT_FOUND, "table \"%s\" was deleted meanwhile", pt->name);
+    else if (code == ST_OK)
+        code = put_table(n, pt, !purged, &err);
     else
         st_err_set(&err, code, "%s", msg);
     if (code != ST_OK) {
@@ -147,9 +154,10 @@ static void put_finish(node_ctx *n, rpc_call *call, st_code code, const char *ms
     reply_empty(call);
 }
 
-/* The families PutTable drops, taken out of the catalog in memory while their cells are deleted
- * on a job (node_family_purge_start); a failed purge puts them back, so a retried PutTable purges
- * them again. */
+/* The families PutTable drops, purging (node_table_purge_begin) while their cells are deleted on
+ * a job (node_family_purge_start); a failed purge puts them back, so a retried PutTable purges
+ * them again. A family another PutTable is purging already is purged again by this one (the
+ * deletes are idempotent): this call answers only once every cell older than it is gone. */
 typedef struct put_purge {
     const Google__Bigtable__Admin__V2__Table *pt;
     node_family *fams; /* name and GC rule of each dropped family */
@@ -165,11 +173,23 @@ static void put_purge_free(put_purge *p) {
 
 static void put_purged(node_ctx *n, rpc_call *call, st_code code, const char *msg, void *arg) {
     put_purge *p = arg;
-    node_table *meta = node_catalog_find(n->catalog, p->pt->name);
-    for (size_t i = 0; code != ST_OK && meta && i < p->n; i++)
-        node_table_family_set(meta, p->fams[i].name, &p->fams[i].gc, NULL);
-    put_finish(n, call, code, msg, (void *)p->pt);
+    put_finish(n, call, code, msg, p->pt, true);
     put_purge_free(p);
+}
+
+/* Adds f to p unless spec keeps it or p has it. */
+static st_code put_purge_add(put_purge *p, const node_table *spec, const node_family *f,
+                             st_err *err) {
+    if (node_table_family((node_table *)spec, st_slice_cstr(f->name)))
+        return ST_OK;
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->fams[i].name, f->name) == 0)
+            return ST_OK;
+    snprintf(p->fams[p->n].name, sizeof p->fams[p->n].name, "%s", f->name);
+    st_code rc = node_gc_copy(&p->fams[p->n].gc, &f->gc, err);
+    if (rc == ST_OK)
+        p->n++;
+    return rc;
 }
 
 /* Starts the purge of the families the table has here and pt lacks: NOT_FOUND when there are
@@ -182,34 +202,31 @@ static st_code put_purge_start(node_ctx *n, rpc_call *call,
         return ST_NOT_FOUND;
     node_table spec;
     memset(&spec, 0, sizeof spec);
+    size_t cap = meta->n_families + meta->n_purging + 1, begun = 0;
     put_purge *p = calloc(1, sizeof *p);
-    const char **names = calloc(meta->n_families ? meta->n_families : 1, sizeof *names);
+    const char **names = calloc(cap, sizeof *names);
     if (p)
-        p->fams = calloc(meta->n_families ? meta->n_families : 1, sizeof *p->fams);
+        p->fams = calloc(cap, sizeof *p->fams);
     st_code rc = p && p->fams && names ? node_table_families_from_pb(&spec, pt, err)
                                        : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-    for (size_t i = 0; rc == ST_OK && i < meta->n_families; i++) {
-        const node_family *f = &meta->families[i];
-        if (node_table_family(&spec, st_slice_cstr(f->name)))
-            continue;
-        snprintf(p->fams[p->n].name, sizeof p->fams[p->n].name, "%s", f->name);
-        rc = node_gc_copy(&p->fams[p->n].gc, &f->gc, err);
-        if (rc == ST_OK)
-            p->n++;
-    }
+    for (size_t i = 0; rc == ST_OK && i < meta->n_families; i++)
+        rc = put_purge_add(p, &spec, &meta->families[i], err);
+    for (size_t i = 0; rc == ST_OK && i < meta->n_purging; i++)
+        rc = put_purge_add(p, &spec, &meta->purging[i], err);
     node_table_deinit(&spec);
     if (rc == ST_OK && p->n == 0)
         rc = ST_NOT_FOUND;
-    for (size_t i = 0; rc == ST_OK && i < p->n; i++) {
-        names[i] = p->fams[i].name;
-        node_table_family_drop(meta, p->fams[i].name, NULL);
+    while (rc == ST_OK && begun < p->n) {
+        names[begun] = p->fams[begun].name;
+        if ((rc = node_table_purge_begin(meta, p->fams[begun].name, err)) == ST_OK)
+            begun++;
     }
     if (rc == ST_OK) {
         p->pt = pt;
         rc = node_family_purge_start(n, call, pt->name, names, p->n, put_purged, p, err);
-        for (size_t i = 0; rc != ST_OK && i < p->n; i++) /* nothing started: put them back */
-            node_table_family_set(meta, p->fams[i].name, &p->fams[i].gc, NULL);
     }
+    for (size_t i = 0; rc != ST_OK && i < begun; i++) /* nothing started: put them back */
+        node_table_purge_end(meta, p->fams[i].name, true);
     if (rc != ST_OK && p)
         put_purge_free(p);
     free(names);
@@ -229,7 +246,7 @@ void node_h_put_table(rpc_call *call, st_slice req_bytes, void *arg) {
     st_err err = {0};
     st_code rc = put_purge_start(n, call, req->table, &err);
     if (rc == ST_NOT_FOUND) /* no family to purge */
-        put_finish(n, call, ST_OK, NULL, req->table);
+        put_finish(n, call, ST_OK, NULL, req->table, false);
     else if (rc != ST_OK)
         node_fail(call, rc, "%s", err.msg);
 }

@@ -400,6 +400,12 @@ static void schema_pushed(adm_op *op) {
         create_tablets(op);
         return;
     }
+    /* A DeleteTable that ran meanwhile (the nodes may take long to drop a family's cells) removed
+     * the record: writing it now would bring back a table without tablets. */
+    if (!rtr_meta_find(&op->r->meta, RTR_META_KIND_TABLE, op->name)) {
+        op_finish(op, ST_NOT_FOUND, "the table was deleted while its schema changed");
+        return;
+    }
     st_slice pb = st_buf_slice(&op->table_pb);
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, modify_recorded, op);
 }
@@ -798,13 +804,69 @@ void rtr_h_update_table(rpc_call *call, st_slice req_bytes, void *arg) {
  * delete to the other clusters, so every cluster's stream records a dropped row once, with that
  * cluster as its source, as for a DeleteFromRow sent there (docs/changestreams.md). */
 
+/* A tablet that moves while the nodes drop takes its rows to a node that may have been asked
+ * before they arrived (or not at all): after the nodes answered, the maps are refreshed, and when
+ * the table's tablets are no longer those the drop was sent to (or one is moving), the drop is
+ * sent again to the nodes holding them now, at most DROP_ROUNDS_MAX times. A write acknowledged
+ * before the call was made is older than every node's delete; one made after it returned is
+ * newer; those made meanwhile may go either way. */
+#define DROP_ROUNDS_MAX 8
+#define DROP_MOVING_WAIT_MS 100
+
 typedef struct drop_op {
     rtr_ctx *r;
     rpc_call *call;
     st_slice req;
     char name[RTR_TABLE_NAME_MAX + 1];
     const rtr_cluster *only; /* the one cluster asked, or NULL for every cluster */
+    uint64_t sent_to;        /* drop_tablets of the maps the last round was sent by */
+    int round;
 } drop_op;
+
+/* A digest of the table's tablets (id and node) in the clusters asked; *moving when one of them
+ * is being moved. */
+static uint64_t drop_tablets(const drop_op *op, bool *moving) {
+    const rtr_ctx *r = op->r;
+    uint64_t h = 1469598103934665603ULL;
+    *moving = false;
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        if (op->only && op->only != &r->clusters[c])
+            continue;
+        const rtr_tmap_table *t = rtr_tmap_find(r->clusters[c].map, op->name);
+        for (size_t i = 0; t && i < t->n; i++) {
+            h = (h ^ t->v[i].id) * 1099511628211ULL;
+            h = (h ^ (c << 32 | t->v[i].node)) * 1099511628211ULL;
+            *moving |= t->v[i].moving;
+        }
+    }
+    return h;
+}
+
+static void drop_send(void *arg);
+
+/* Fresh maps, then the drop again. */
+static void drop_resend(void *arg) {
+    drop_op *op = arg;
+    if (rtr_refresh_all(op->r, drop_send, op) != ST_OK)
+        drop_send(op);
+}
+
+static void drop_checked(void *arg) {
+    drop_op *op = arg;
+    bool moving;
+    if (drop_tablets(op, &moving) == op->sent_to && !moving) {
+        Google__Protobuf__Empty empty;
+        google__protobuf__empty__init(&empty);
+        rtr_reply(op->call, &empty.base);
+        free(op);
+    } else if (++op->round >= DROP_ROUNDS_MAX) {
+        rpc_call_finish(op->call, ST_UNAVAILABLE,
+                        "the table's tablets kept moving during DropRowRange; retry");
+        free(op);
+    } else if (!moving || rtr_later_add(op->r, DROP_MOVING_WAIT_MS, drop_resend, op) != ST_OK) {
+        drop_send(op);
+    }
+}
 
 static void drop_done(rtr_fan *f, void *arg) {
     drop_op *op = arg;
@@ -813,19 +875,19 @@ static void drop_done(rtr_fan *f, void *arg) {
     rtr_fan_free(f);
     if (rc != ST_OK) {
         rpc_call_finish(op->call, rc, err.msg);
-    } else {
-        Google__Protobuf__Empty empty;
-        google__protobuf__empty__init(&empty);
-        rtr_reply(op->call, &empty.base);
+        free(op);
+    } else if (rtr_refresh_all(op->r, drop_checked, op) != ST_OK) {
+        drop_checked(op);
     }
-    free(op);
 }
 
 static void drop_send(void *arg) {
     drop_op *op = arg;
     rtr_ctx *r = op->r;
     bool holds[ST_TOPO_CLUSTERS_MAX][ST_TOPO_NODES_MAX] = {{false}};
+    bool moving;
     size_t n = 0;
+    op->sent_to = drop_tablets(op, &moving);
     for (size_t c = 0; c < r->n_clusters; c++) {
         if (op->only && op->only != &r->clusters[c])
             continue;
@@ -892,7 +954,7 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    *op = (drop_op){r, call, req_bytes, "", NULL};
+    *op = (drop_op){.r = r, .call = call, .req = req_bytes};
     snprintf(op->name, sizeof op->name, "%s", req->name);
     if (rtr_cs_enabled(t) && drop_source(r, call, op) != ST_OK)
         return;

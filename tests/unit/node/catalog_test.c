@@ -151,6 +151,55 @@ static void test_catalog_change_stream_roundtrip(void **state) {
     node_catalog_free(c);
 }
 
+/* Saves c, reopens it from dir and returns the number of families of table "s" there. */
+static size_t families_on_disk(node_catalog *c, st_env *env, const char *dir) {
+    st_err err;
+    assert_int_equal(node_catalog_save(c, &err), ST_OK);
+    node_catalog *back;
+    assert_int_equal(node_catalog_open(env, dir, &back, &err), ST_OK);
+    node_table *t = node_catalog_find(back, "projects/p/instances/i/tables/s");
+    assert_non_null(t);
+    size_t n = t->n_families;
+    node_catalog_free(back);
+    return n;
+}
+
+/* A family being purged is out of the table in memory but saved with it until every purge of
+ * it ended (once, also when it was created again meanwhile); a failed purge puts it back. */
+static void test_catalog_purging_family_saved(void **state) {
+    (void)state;
+    char dir[512];
+    tmpdir(dir, sizeof dir, "purge");
+    st_env *env = st_env_posix();
+    st_err err;
+    node_catalog *c;
+    assert_int_equal(node_catalog_open(env, dir, &c, &err), ST_OK);
+    node_table *t;
+    assert_int_equal(node_catalog_add(c, "projects/p/instances/i/tables/s", 9, &t, &err), ST_OK);
+    node_gc none = {.kind = STO_GC_NONE};
+    assert_int_equal(node_table_family_set(t, "f", &none, &err), ST_OK);
+    assert_int_equal(node_table_family_set(t, "g", &none, &err), ST_OK);
+    assert_int_equal(node_table_purge_begin(t, "f", &err), ST_OK);
+    assert_int_equal(node_table_purge_begin(t, "f", &err), ST_OK); /* a second drop joins */
+    assert_int_equal(node_table_purge_begin(t, "h", &err), ST_NOT_FOUND);
+    assert_null(node_table_family(t, st_slice_cstr("f")));
+    assert_int_equal(families_on_disk(c, env, dir), 2);
+    assert_int_equal(node_table_family_set(t, "f", &none, &err), ST_OK); /* created again */
+    assert_int_equal(families_on_disk(c, env, dir), 2);
+    node_table_purge_end(t, "f", false);
+    assert_int_equal(families_on_disk(c, env, dir), 2);
+    assert_int_equal(node_table_family_drop(t, "f", &err), ST_OK);
+    assert_int_equal(families_on_disk(c, env, dir), 2); /* the other purge still runs */
+    node_table_purge_end(t, "f", false);
+    assert_int_equal(families_on_disk(c, env, dir), 1);
+    assert_int_equal(node_table_purge_begin(t, "g", &err), ST_OK);
+    node_table_purge_end(t, "g", true); /* failed: back */
+    assert_non_null(node_table_family(t, st_slice_cstr("g")));
+    assert_int_equal(t->n_purging, 0);
+    assert_int_equal(families_on_disk(c, env, dir), 1);
+    node_catalog_free(c);
+}
+
 /* A version 1 file (before change streams) still opens: its tables have streams off. */
 static void test_catalog_reads_version_1(void **state) {
     (void)state;
@@ -210,6 +259,7 @@ int main(void) {
         cmocka_unit_test(test_catalog_corruption_is_data_loss),
         cmocka_unit_test(test_catalog_change_stream_roundtrip),
         cmocka_unit_test(test_catalog_reads_version_1),
+        cmocka_unit_test(test_catalog_purging_family_saved),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
