@@ -160,6 +160,9 @@ st_code node_tablet_map(node_tablets *t, sto_tablet *st) {
     memset(nt, 0, sizeof *nt);
     nt->id = info.id;
     nt->st = st;
+    /* the size check looks at it once: a tablet loaded at start, moved in or restored may be
+     * over the split threshold with no write to come */
+    nt->written = true;
     if (st_buf_append(&nt->start, info.start.data, info.start.len) != ST_OK ||
         st_buf_append(&nt->end, info.end.data, info.end.len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;

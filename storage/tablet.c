@@ -132,6 +132,7 @@ void sto_tablet_info_get(sto_tablet *t, sto_tablet_info *out) {
     out->flushed_lsn = t->flushed_lsn;
     out->sst_count = (int)t->n_ssts;
     out->read_only = t->read_only;
+    out->writes_in_flight = atomic_load(&t->inflight) > 0;
     pthread_mutex_unlock(&t->mu);
 }
 

@@ -171,7 +171,8 @@ typedef struct sto_tablet_info {
     uint64_t approx_bytes; /* SSTables + memtable */
     uint64_t flushed_lsn;
     int sst_count;
-    bool read_only; /* set after corruption was met */
+    bool read_only;        /* set after corruption was met */
+    bool writes_in_flight; /* writes in the commit log, not in the memtable yet */
 } sto_tablet_info;
 
 st_code sto_tablet_create(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
