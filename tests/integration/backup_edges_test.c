@@ -47,38 +47,10 @@ static Google__Longrunning__Operation *op_unpack(const st_buf *b) {
     return google__longrunning__operation__unpack(NULL, b->len, b->data);
 }
 
-/* CreateBackup of table t as id, expiring expire_s from now; hot_s > 0: HOT, turning STANDARD
- * hot_s from now. The operation's name into op. */
+/* CreateBackup of table t as id (ci_create_backup). */
 static st_code create_backup(const char *id, int64_t expire_s, int64_t hot_s, char *op, size_t cap,
                              st_err *st) {
-    Google__Protobuf__Timestamp exp, hot;
-    google__protobuf__timestamp__init(&exp);
-    google__protobuf__timestamp__init(&hot);
-    exp.seconds = st_wall_us() / 1000000 + expire_s;
-    hot.seconds = st_wall_us() / 1000000 + hot_s;
-    pb_backup b;
-    google__bigtable__admin__v2__backup__init(&b);
-    b.source_table = INST "/tables/t";
-    b.expire_time = &exp;
-    if (hot_s > 0) {
-        b.backup_type = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT;
-        b.hot_to_standard_time = &hot;
-    }
-    Google__Bigtable__Admin__V2__CreateBackupRequest req;
-    google__bigtable__admin__v2__create_backup_request__init(&req);
-    req.parent = CLUSTER;
-    req.backup_id = (char *)id;
-    req.backup = &b;
-    st_buf resp;
-    st_buf_init(&resp);
-    st_code rc = bt_call_pb(ci_router, TA "CreateBackup", &req.base, 30000, &resp, st);
-    Google__Longrunning__Operation *o = rc == ST_OK ? op_unpack(&resp) : NULL;
-    if (o)
-        snprintf(op, cap, "%s", o->name);
-    if (o)
-        google__longrunning__operation__free_unpacked(o, NULL);
-    st_buf_free(&resp);
-    return rc == ST_OK && !o ? ST_INTERNAL : rc;
+    return ci_create_backup(CLUSTER, INST "/tables/t", id, expire_s, hot_s, op, cap, st);
 }
 
 static st_code op_wait(const char *name, char *msg, size_t cap) {

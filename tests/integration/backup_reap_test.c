@@ -74,29 +74,9 @@ static int backup_state(void) {
 
 /* CreateBackup id of t: the operation's name into op (the call answered, the backup CREATING). */
 static void start_backup(const char *id, char *op, size_t cap) {
-    Google__Protobuf__Timestamp exp;
-    google__protobuf__timestamp__init(&exp);
-    exp.seconds = st_wall_us() / 1000000 + 86400;
-    Google__Bigtable__Admin__V2__Backup b;
-    google__bigtable__admin__v2__backup__init(&b);
-    b.source_table = INST "/tables/t";
-    b.expire_time = &exp;
-    Google__Bigtable__Admin__V2__CreateBackupRequest req;
-    google__bigtable__admin__v2__create_backup_request__init(&req);
-    req.parent = g_cluster;
-    req.backup_id = (char *)id;
-    req.backup = &b;
-    st_buf resp;
-    st_buf_init(&resp);
     st_err st;
-    if (bt_call_pb(ci_router, TA "CreateBackup", &req.base, 30000, &resp, &st) != ST_OK)
+    if (ci_create_backup(g_cluster, INST "/tables/t", id, 86400, 0, op, cap, &st) != ST_OK)
         ci_fail("CreateBackup %s: %s", id, st.msg);
-    Google__Longrunning__Operation *o =
-        google__longrunning__operation__unpack(NULL, resp.len, resp.data);
-    snprintf(op, cap, "%s", o ? o->name : "");
-    if (o)
-        google__longrunning__operation__free_unpacked(o, NULL);
-    st_buf_free(&resp);
 }
 
 static void create_b1(void) {

@@ -79,28 +79,7 @@ static Google__Longrunning__Operation *op_unpack(const st_buf *b) {
 }
 
 static st_code create_backup(const char *id, char *op_name, size_t cap, st_err *st) {
-    Google__Protobuf__Timestamp exp;
-    google__protobuf__timestamp__init(&exp);
-    exp.seconds = st_wall_us() / 1000000 + 24 * 3600;
-    Google__Bigtable__Admin__V2__Backup b;
-    google__bigtable__admin__v2__backup__init(&b);
-    b.source_table = INST "/tables/t";
-    b.expire_time = &exp;
-    Google__Bigtable__Admin__V2__CreateBackupRequest req;
-    google__bigtable__admin__v2__create_backup_request__init(&req);
-    req.parent = CLUSTER;
-    req.backup_id = (char *)id;
-    req.backup = &b;
-    st_buf resp;
-    st_buf_init(&resp);
-    st_code rc = bt_call_pb(ci_router, TA "CreateBackup", &req.base, 30000, &resp, st);
-    Google__Longrunning__Operation *op = rc == ST_OK ? op_unpack(&resp) : NULL;
-    if (op)
-        snprintf(op_name, cap, "%s", op->name);
-    if (op)
-        google__longrunning__operation__free_unpacked(op, NULL);
-    st_buf_free(&resp);
-    return rc == ST_OK && !op ? ST_INTERNAL : rc;
+    return ci_create_backup(CLUSTER, INST "/tables/t", id, 24 * 3600, 0, op_name, cap, st);
 }
 
 static st_code restore(const char *table_id, const char *backup_id, char *op_name, size_t cap,

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/longrunning/operations.pb-c.h"
 
 char ci_dir[BT_PATH_MAX];
@@ -187,4 +188,40 @@ st_code ci_op_wait(const char *name, int polls, char *msg, size_t cap) {
         usleep(100 * 1000);
     }
     ci_fail("operation %s not done after %d polls", name, polls);
+}
+
+st_code ci_create_backup(const char *cluster, const char *table, const char *id, int64_t expire_s,
+                         int64_t hot_s, char *op, size_t cap, st_err *st) {
+    Google__Protobuf__Timestamp exp, hot;
+    google__protobuf__timestamp__init(&exp);
+    google__protobuf__timestamp__init(&hot);
+    exp.seconds = st_wall_us() / 1000000 + expire_s;
+    hot.seconds = st_wall_us() / 1000000 + hot_s;
+    Google__Bigtable__Admin__V2__Backup b;
+    google__bigtable__admin__v2__backup__init(&b);
+    b.source_table = (char *)table;
+    b.expire_time = &exp;
+    if (hot_s > 0) {
+        b.backup_type = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT;
+        b.hot_to_standard_time = &hot;
+    }
+    Google__Bigtable__Admin__V2__CreateBackupRequest req;
+    google__bigtable__admin__v2__create_backup_request__init(&req);
+    req.parent = (char *)cluster;
+    req.backup_id = (char *)id;
+    req.backup = &b;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_code rc = bt_call_pb(ci_router, "/google.bigtable.admin.v2.BigtableTableAdmin/CreateBackup",
+                            &req.base, 30000, &resp, st);
+    Google__Longrunning__Operation *o =
+        rc == ST_OK ? google__longrunning__operation__unpack(NULL, resp.len, resp.data) : NULL;
+    if (o)
+        snprintf(op, cap, "%s", o->name);
+    else if (rc == ST_OK)
+        rc = st_err_set(st, ST_INTERNAL, "CreateBackup answered no Operation");
+    if (o)
+        google__longrunning__operation__free_unpacked(o, NULL);
+    st_buf_free(&resp);
+    return rc;
 }

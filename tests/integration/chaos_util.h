@@ -47,5 +47,10 @@ int ci_op_poll(const char *name, st_code *code, char *msg, size_t cap);
 /* ci_op_poll every 100 ms until done (no answer, as while the router restarts, is retried): the
  * operation's code; fails the test after polls polls (a hang guard, not a timing check). */
 st_code ci_op_wait(const char *name, int polls, char *msg, size_t cap);
+/* CreateBackup through the router: table (a full name) as backup id of cluster (a full name),
+ * expiring expire_s from now; hot_s > 0: HOT, turning STANDARD hot_s from now. The running
+ * operation's name into op. */
+st_code ci_create_backup(const char *cluster, const char *table, const char *id, int64_t expire_s,
+                         int64_t hot_s, char *op, size_t cap, st_err *st);
 
 #endif
