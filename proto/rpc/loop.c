@@ -51,23 +51,23 @@ typedef struct loop_state {
     bool contended;
 } loop_state;
 
-/* The run-queue wait of this thread so far (the second field of schedstat), or false. */
-static bool read_wait_ns(int fd, uint64_t *wait_ns) {
+/* A thread's run time and run-queue wait so far (schedstat's first two fields, from its open
+ * file fd), or false. */
+static bool read_schedstat(int fd, uint64_t *run_ns, uint64_t *wait_ns) {
     char buf[96];
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
     if (n <= 0)
         return false;
     buf[n] = 0;
-    uint64_t run;
-    return sscanf(buf, "%" SCNu64 " %" SCNu64, &run, wait_ns) == 2;
+    return sscanf(buf, "%" SCNu64 " %" SCNu64, run_ns, wait_ns) == 2;
 }
 
 /* now: st_mono_us. schedstat counts nanoseconds. */
 static bool loop_contended(loop_state *ls, int64_t now) {
     if (ls->schedstat_fd < 0 || now - ls->checked_us < POLL_CHECK_US)
         return ls->contended;
-    uint64_t wait;
-    if (read_wait_ns(ls->schedstat_fd, &wait)) {
+    uint64_t run, wait;
+    if (read_schedstat(ls->schedstat_fd, &run, &wait)) {
         ls->contended =
             (int64_t)(wait - ls->wait_ns) * POLL_CONTENDED_DIV > (now - ls->checked_us) * 1000;
         ls->wait_ns = wait;
@@ -137,13 +137,7 @@ struct rpc_loop_watch {
 };
 
 static void watch_sched(rpc_loop_watch *w, uint64_t *run_ns, uint64_t *wait_ns) {
-    char buf[96];
-    ssize_t n = w->schedstat_fd >= 0 ? pread(w->schedstat_fd, buf, sizeof buf - 1, 0) : -1;
-    *run_ns = *wait_ns = 0;
-    if (n <= 0)
-        return;
-    buf[n] = 0;
-    if (sscanf(buf, "%" SCNu64 " %" SCNu64, run_ns, wait_ns) != 2)
+    if (!read_schedstat(w->schedstat_fd, run_ns, wait_ns))
         *run_ns = *wait_ns = 0;
 }
 
