@@ -382,8 +382,9 @@ static bool values_to_refs(sto_mut *muts, size_t n) {
  * by reference; the same bytes when it has none). */
 typedef struct rec_ref {
     size_t table, row, row_len, qual, value, value_len, stored, stored_len;
-    bool body;  /* the ring's is the record's DataChange but for its end (node_cs_rec.body) */
-    size_t mut; /* index of the record's SetCell in w->muts */
+    st_slice origin; /* the stored record when it is the origin's (origin_record), else empty */
+    bool body;       /* the ring's is the record's DataChange but for its end (node_cs_rec.body) */
+    size_t mut;      /* index of the record's SetCell in w->muts */
 } rec_ref;
 
 static st_code append_cstr(st_buf *b, const char *s, size_t *off) {
@@ -404,12 +405,36 @@ static st_code ring_encode(node_ctx *n, node_cs_write *w, const sto_row_mut *rec
     return rc == ST_NOT_FOUND ? sto_row_mut_encode(&w->data, rec) : rc;
 }
 
+/* The record cell a replicated row of user mutations came with: the origin cluster's record of
+ * the same row mutation, which is what this cluster's own record would hold (the same mutations,
+ * version, commit time and origin; values by reference alike), so it is stored again under this
+ * cluster's stamp rather than built anew. Empty when there is not exactly one. */
+static st_slice origin_record(const sto_row_mut *r) {
+    st_slice found = st_slice_make(NULL, 0);
+    if (!(r->flags & STO_ROW_REPLICATED))
+        return found;
+    size_t n_sys = 0, n_user = 0;
+    for (size_t i = 0; i < r->n_muts; i++) {
+        const sto_mut *m = &r->muts[i];
+        if (!is_system(m)) {
+            n_user++;
+        } else if (++n_sys == 1 && m->type == STO_MUT_SET_CELL && m->value.len > 0 &&
+                   st_slice_eq(m->family, st_slice_make(NODE_CS_FAMILY, NODE_CS_FAMILY_LEN)) &&
+                   m->qualifier.len == NODE_CS_QUALIFIER_LEN) {
+            found = m->value;
+        }
+    }
+    return n_sys == 1 && n_user > 0 ? found : st_slice_make(NULL, 0);
+}
+
 /* Encodes the record of row r (index k of the write) into w->data. */
 static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *meta,
                             const sto_row_mut *r, node_write_kind mode, uint32_t k, rec_ref *ref,
                             st_err *err) {
     node_cs *cs = n->cs;
-    st_code rc = mode == NODE_WRITE_GC ? ST_OK : record_muts(cs, meta, r);
+    ref->origin =
+        w->ringless && mode == NODE_WRITE_RECORD ? origin_record(r) : st_slice_make(NULL, 0);
+    st_code rc = mode == NODE_WRITE_GC || ref->origin.len ? ST_OK : record_muts(cs, meta, r);
     sto_row_mut rec = {.row = r->row,
                        .version = r->version,
                        .commit_ts_us = r->commit_ts_us,
@@ -444,6 +469,10 @@ static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *met
     if (rc == ST_OK && !w->ringless)
         rc = ring_encode(n, w, &rec, &ref->body);
     ref->value_len = w->data.len - ref->value;
+    if (ref->origin.len)
+        return rc == ST_OK ? ST_OK
+                           : st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                                        "out of memory building a change record");
     /* storage's (values by reference), when it differs */
     bool refs = rc == ST_OK && mode != NODE_WRITE_GC &&
                 values_to_refs((sto_mut *)cs->scratch.data, rec.n_muts);
@@ -502,12 +531,14 @@ static void write_finalize(node_cs_write *w, const rec_ref *refs) {
         rec->row = st_slice_make(w->data.data + f->row, f->row_len);
         rec->value = st_slice_make(w->data.data + f->value, f->value_len);
         rec->body = f->body;
+        st_slice stored =
+            f->origin.len ? f->origin : st_slice_make(w->data.data + f->stored, f->stored_len);
         w->muts[f->mut] =
             (sto_mut){.type = STO_MUT_SET_CELL,
                       .family = st_slice_make(NODE_CS_FAMILY, NODE_CS_FAMILY_LEN),
                       .qualifier = st_slice_make(w->data.data + f->qual, NODE_CS_QUALIFIER_LEN),
                       .ts_us = w->stamp,
-                      .value = st_slice_make(w->data.data + f->stored, f->stored_len)};
+                      .value = stored};
     }
 }
 
