@@ -43,6 +43,7 @@ struct adm_op {
     /* CreateTable: holds the table id's claim (rtr_bk_reserve_table) with this token */
     bool claimed;
     char claim[RTR_OP_NAME_MAX + 1];
+    bool gated; /* holds the table's gate (admin_gate.c) */
 };
 
 static adm_op *op_new(rtr_ctx *r, rpc_call *call, const char *name) {
@@ -77,6 +78,8 @@ static void op_finish(adm_op *op, st_code code, const char *msg) {
         rtr_reply(op->call, op->reply);
     else
         rpc_call_finish(op->call, code, msg);
+    if (op->gated)
+        rtr_gate_leave(op->r, op->call);
     st_buf_free(&op->table_pb);
     st_buf_free(&op->put_req);
     st_buf_free(&op->old_put);
@@ -578,32 +581,46 @@ static void delete_recorded(void *arg, st_code code, const char *msg) {
     op_finish(op, code, msg);
 }
 
-void rtr_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
-    rtr_ctx *r = arg;
-    Google__Bigtable__Admin__V2__DeleteTableRequest *req = (void *)rtr_unpack(
-        call, &google__bigtable__admin__v2__delete_table_request__descriptor, req_bytes);
-    if (!req)
-        return;
+/* The op of a schema change holding the table's gate, or NULL (answered). */
+static adm_op *gated_op(rtr_ctx *r, rpc_call *call, const char *name) {
+    adm_op *op = op_new(r, call, name);
+    if (op)
+        op->gated = true;
+    return op;
+}
+
+static bool delete_start(rtr_ctx *r, rpc_call *call,
+                         const Google__Bigtable__Admin__V2__DeleteTableRequest *req) {
     const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->name);
     pb_table *t = rec ? unpack_table(call, rec) : NULL;
     if (!t)
-        return;
+        return false;
     if (t->deletion_protection) {
         rtr_fail(call, ST_FAILED_PRECONDITION,
                  "table %s has deletion protection; turn it off before deleting", req->name);
-        return;
+        return false;
     }
-    adm_op *op = op_new(r, call, req->name);
+    adm_op *op = gated_op(r, call, req->name);
     if (!op)
-        return;
+        return false;
     Google__Protobuf__Empty *empty = st_arena_alloc(rpc_call_arena(call), sizeof *empty);
     if (!empty) {
         op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
+        return true;
     }
     google__protobuf__empty__init(empty);
     op->reply = &empty->base;
     rtr_meta_write(r, RTR_META_KIND_TABLE, op->name, NULL, delete_recorded, op);
+    return true;
+}
+
+void rtr_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__DeleteTableRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__delete_table_request__descriptor, req_bytes);
+    if (req && rtr_gate_enter(r, req->name, call, req_bytes, rtr_h_delete_table) &&
+        !delete_start(r, call, req))
+        rtr_gate_leave(r, call);
 }
 
 /* ---- ModifyColumnFamilies ---- */
@@ -664,33 +681,39 @@ static st_code apply_mod(pb_table *t, const pb_mod *m, st_arena *a, st_err *err)
     }
 }
 
-void rtr_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg) {
-    rtr_ctx *r = arg;
-    Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req = (void *)rtr_unpack(
-        call, &google__bigtable__admin__v2__modify_column_families_request__descriptor, req_bytes);
-    if (!req)
-        return;
+static bool modify_start(rtr_ctx *r, rpc_call *call,
+                         const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req) {
     const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->name);
     pb_table *t = rec ? unpack_table(call, rec) : NULL;
     if (!t)
-        return;
+        return false;
     st_arena *a = rpc_call_arena(call);
     st_err err = {0};
     for (size_t i = 0; i < req->n_modifications; i++)
         if (apply_mod(t, req->modifications[i], a, &err) != ST_OK) {
             rtr_fail(call, err.code, "%s", err.msg);
-            return;
+            return false;
         }
     if (normalize_families(t, a, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
-        return;
+        return false;
     }
-    adm_op *op = op_new(r, call, req->name);
+    adm_op *op = gated_op(r, call, req->name);
     if (!op)
-        return;
+        return false;
     op->table = t;
     op->reply = &t->base;
     push_schema(op);
+    return true;
+}
+
+void rtr_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__modify_column_families_request__descriptor, req_bytes);
+    if (req && rtr_gate_enter(r, req->name, call, req_bytes, rtr_h_modify_column_families) &&
+        !modify_start(r, call, req))
+        rtr_gate_leave(r, call);
 }
 
 /* ---- UpdateTable: change streams and deletion protection ---- */
@@ -764,9 +787,35 @@ static st_code update_apply(pb_table *t, const pb_table *src, const Google__Prot
 
 /* UpdateTable: the new table goes to every node of every cluster (PutTable, as
  * ModifyColumnFamilies), then to the metadata record; the answer is a finished Operation. */
+static bool update_start(rtr_ctx *r, rpc_call *call,
+                         const Google__Bigtable__Admin__V2__UpdateTableRequest *req) {
+    int64_t start_us = st_wall_us();
+    const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->table->name);
+    pb_table *t = rec ? unpack_table(call, rec) : NULL;
+    if (!t)
+        return false;
+    st_err err = {0};
+    if (update_apply(t, req->table, req->update_mask, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return false;
+    }
+    adm_op *op = gated_op(r, call, req->table->name);
+    if (!op)
+        return false;
+    /* PutTableRequest{table = 1}: the stored bytes as they are. */
+    if (rtr_wire_put_bytes(&op->old_put, 1, st_slice_make(rec->pb, rec->len)) != ST_OK) {
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return true;
+    }
+    op->table = t;
+    op->update = true;
+    op->start_us = start_us;
+    push_schema(op);
+    return true;
+}
+
 void rtr_h_update_table(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
-    int64_t start_us = st_wall_us();
     Google__Bigtable__Admin__V2__UpdateTableRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__admin__v2__update_table_request__descriptor, req_bytes);
     if (!req)
@@ -775,27 +824,9 @@ void rtr_h_update_table(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, ST_INVALID_ARGUMENT, "table must be set, with its name");
         return;
     }
-    const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->table->name);
-    pb_table *t = rec ? unpack_table(call, rec) : NULL;
-    if (!t)
-        return;
-    st_err err = {0};
-    adm_op *op = NULL;
-    if (update_apply(t, req->table, req->update_mask, &err) != ST_OK) {
-        rtr_fail(call, err.code, "%s", err.msg);
-        return;
-    }
-    if (!(op = op_new(r, call, req->table->name)))
-        return;
-    /* PutTableRequest{table = 1}: the stored bytes as they are. */
-    if (rtr_wire_put_bytes(&op->old_put, 1, st_slice_make(rec->pb, rec->len)) != ST_OK) {
-        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    op->table = t;
-    op->update = true;
-    op->start_us = start_us;
-    push_schema(op);
+    if (rtr_gate_enter(r, req->table->name, call, req_bytes, rtr_h_update_table) &&
+        !update_start(r, call, req))
+        rtr_gate_leave(r, call);
 }
 
 /* ---- DropRowRange: every node holding tablets of the table, in every cluster ----

@@ -346,6 +346,7 @@ void rtr_close(rtr_ctx *r) {
     rtr_later_flush(r);
     rtr_node_disconnect_all(r);
     rtr_later_flush(r);
+    rtr_gates_close(r);
     for (size_t c = 0; c < r->n_clusters; c++) {
         rtr_tmap_free(r->clusters[c].map);
         free(r->clusters[c].waiters);

@@ -468,6 +468,7 @@ struct rtr_ctx {
     struct rtr_fo *fo;              /* cluster health and failover state (health.c, failover.h) */
     struct rtr_bk *bk;              /* backups and their operations (backup.h) */
     struct rtr_auth *auth;          /* tokens, roles, audit log (auth.c) */
+    struct rtr_gate *gates;         /* tables with a schema change running (admin_gate.c) */
 };
 
 /* ---- conn.c ---- */
@@ -655,6 +656,20 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req, void *arg);
 void rtr_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg);
 void rtr_h_check_consistency(rpc_call *call, st_slice req, void *arg);
 void rtr_h_update_table(rpc_call *call, st_slice req, void *arg);
+
+/* ---- admin_gate.c: one schema change of a table at a time ---- */
+
+typedef struct rtr_gate rtr_gate;
+typedef void (*rtr_gate_fn)(rpc_call *call, st_slice req, void *arg);
+/* Whether call may change table's schema now (it then owns the table's gate until
+ * rtr_gate_leave). Else the call waits (fn(call, req, r) runs again when its turn comes) or was
+ * answered (UNAVAILABLE: too many waiting; out of memory). */
+bool rtr_gate_enter(rtr_ctx *r, const char *table, rpc_call *call, st_slice req, rtr_gate_fn fn);
+/* owner answered its call (it may be freed): the next waiting call's turn at its gate, if it
+ * held one. */
+void rtr_gate_leave(rtr_ctx *r, rpc_call *owner);
+/* At close: waiting calls are answered UNAVAILABLE, gates freed. */
+void rtr_gates_close(rtr_ctx *r);
 /* changes.c: change streams (docs/changestreams.md, "The router") */
 void rtr_h_generate_partitions(rpc_call *call, st_slice req, void *arg);
 void rtr_h_read_change_stream(rpc_call *call, st_slice req, void *arg);
