@@ -83,4 +83,7 @@ for a in $NODES; do
   case $out in *NotFound* | *"not found"*) ;; *) fail "node $a still has table t1: $out" ;; esac
 done
 echo "deletetable racing createfamily: no table left"
+# Every process stops cleanly (a sanitizer build reports leaks and errors at exit).
+"$STRATA" down --dir "$DIR" >"$TMPD/down.log" 2>&1 || { cat "$TMPD/down.log"; fail "strata down failed"; }
+grep -l "Sanitizer" "$DIR"/logs/*.log && fail "a sanitizer report"
 echo "PASS"
