@@ -50,6 +50,7 @@ typedef struct ch_run {
     char msg[ST_ERR_MSG_MAX];
     uint32_t ckpt_crc; /* of the last checkpoint written, to skip identical rewrites */
     bool ckpt_written, ckpt_failed;
+    bool resumed; /* the start came from --checkpoint, not --from */
     int64_t start_mono_us, last_progress_us;
     uint64_t last_records;
 } ch_run;
@@ -393,6 +394,7 @@ static bool load_checkpoint(ch_run *r, ops_cs_pos **pos, size_t *n) {
         fprintf(stderr, "strata changes: %s\n", err.msg);
         return false;
     }
+    r->resumed = true;
     if (!r->a.quiet)
         fprintf(stderr, "strata changes: resuming %zu partition(s) from %s%s\n", *n,
                 r->a.checkpoint, r->a.from ? " (--from ignored)" : "");
@@ -421,7 +423,10 @@ static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size
     if (sigterm)
         event_add(sigterm, NULL);
     event_base_dispatch(r->base);
-    if (!r->out_failed)
+    /* A run that failed before its first checkpoint leaves none: its start was refused (or
+     * never reached), and a file holding that start would make every later run resume from it,
+     * ignoring a corrected --from. */
+    if (!r->out_failed && (r->code == ST_OK || r->ckpt_written))
         checkpoint(r);
     progress(r, true);
     if (tick)
@@ -437,6 +442,11 @@ static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size
     event_base_loop(r->base, EVLOOP_NONBLOCK);
     if (r->code != ST_OK) {
         fprintf(stderr, "strata changes: %s\n", r->msg);
+        if (r->resumed && r->code == ST_INVALID_ARGUMENT)
+            fprintf(stderr,
+                    "strata changes: the start came from the checkpoint %s (--from is ignored "
+                    "while it exists); delete it to start from --from\n",
+                    r->a.checkpoint);
         return 1;
     }
     return 0;
@@ -466,7 +476,8 @@ static bool check_times(const ch_run *r, int64_t now, int64_t *from, int64_t *un
                 r->a.from);
         return false;
     }
-    if (*until && *until <= *from && !r->a.checkpoint) {
+    /* Without --from a resumed checkpoint gives the start, which may be before --until. */
+    if (*until && *until <= *from && (r->a.from || !r->a.checkpoint)) {
         fprintf(stderr, "strata changes: --until must be after --from\n");
         return false;
     }
