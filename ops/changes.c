@@ -218,8 +218,18 @@ static uint32_t positions_crc(const ops_cs_pos *p, size_t n) {
     return crc;
 }
 
+/* Whether the server answered the start: a record, a heartbeat or a finished partition. */
+static bool start_accepted(const ch_run *r) {
+    ops_cs_stats s;
+    ops_cs_stats_get(r->cs, &s);
+    return s.records || s.done || s.min_watermark_us;
+}
+
 static void checkpoint(ch_run *r) {
-    if (!r->a.checkpoint || r->ckpt_failed || !flush_output(r))
+    /* A start not answered yet may still be refused (a server retrying a node can take seconds
+     * to): a checkpoint holding it would make the next run repeat the refusal. */
+    if (!r->a.checkpoint || r->ckpt_failed || (!r->ckpt_written && !start_accepted(r)) ||
+        !flush_output(r))
         return;
     ops_cs_pos *pos;
     size_t n;

@@ -15,9 +15,10 @@
 #      older than the table's history (it used to say it did not match the table's partitions);
 #   6. stdout closed (>&-): refused before anything is opened (the checkpoint's lock file, or
 #      the router connection, would otherwise take descriptor 1 and receive the changes);
-#   7. a --from the server refuses (before the table's history) leaves no checkpoint (it used to
-#      leave one holding that start, so every later run resumed from it and failed alike, whatever
-#      --from said); a checkpoint whose start is refused is named as the cause; --until before
+#   7. a --from the server refuses (before the table's history) leaves no checkpoint, also when
+#      the refusal comes after seconds of retries (the node killed with kill -9, then restarted):
+#      it used to leave one holding that start, so every later run resumed from it and failed
+#      alike, whatever --from said; a checkpoint whose start is refused is named as the cause; --until before
 #      --from with a --checkpoint that does not exist yet is refused at once (it was sent).
 # Skips (77) without python3.
 # Usage: cs_hostile3_cli_test.sh PATH/TO/strata
@@ -120,6 +121,25 @@ rc=$?
 [ ! -e "$TMPD/ckr" ] || fail "the refused run left a checkpoint: $(cat "$TMPD/ckr")"
 FROM2=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
 cslib write || fail "writing rows after streams were turned on again"
+# The same while the node is down: the command retries (UNAVAILABLE) for seconds before the
+# refusal, and its periodic checkpoint (every second) used to write the start meanwhile.
+kill -9 "$(cat "$DIR/run/east-0.pid")"
+"$STRATA" changes --dir "$DIR" --table cs --from -1h --checkpoint "$TMPD/ckr" >"$TMPD/h.out" \
+  2>"$TMPD/h.err" &
+C=$!
+PIDS+=("$C")
+# Five retries: at least 0.1 + 0.2 + 0.4 + 0.8 s of backoff, past the first periodic checkpoint.
+until [ "$(grep -c 'retrying' "$TMPD/h.err")" -ge 5 ]; do
+  kill -0 "$C" 2>/dev/null || { cat "$TMPD/h.err"; fail "the command ended while the node was down"; }
+  sleep 0.1
+done
+"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up2.out" 2>&1 ||
+  { cat "$TMPD/up2.out"; fail "strata up after kill -9"; }
+wait "$C"
+rc=$?
+[ $rc -eq 1 ] && grep -q "the oldest change" "$TMPD/h.err" ||
+  { cat "$TMPD/h.err"; fail "--from an hour ago was not refused once the node was back (exit $rc)"; }
+[ ! -e "$TMPD/ckr" ] || fail "the run refused after retries left a checkpoint: $(cat "$TMPD/ckr")"
 timeout 30 "${CH[@]}" --from "$FROM2" --checkpoint "$TMPD/ckr" >"$TMPD/h.out" 2>"$TMPD/h.err" &&
   [ "$(wc -l <"$TMPD/h.out")" -eq 3 ] ||
   { cat "$TMPD/h.err"; fail "the corrected --from did not read the 3 changes: $(cat "$TMPD/h.out")"; }
