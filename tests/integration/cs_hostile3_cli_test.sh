@@ -19,7 +19,8 @@
 #      the refusal comes after seconds of retries (the node killed with kill -9, then restarted):
 #      it used to leave one holding that start, so every later run resumed from it and failed
 #      alike, whatever --from said; a checkpoint whose start is refused is named as the cause; --until before
-#      --from with a --checkpoint that does not exist yet is refused at once (it was sent).
+#      --from with a --checkpoint that does not exist yet is refused at once (it was sent);
+#   8. --enable with --disable: refused (streams used to be turned on, --disable ignored).
 # Skips (77) without python3.
 # Usage: cs_hostile3_cli_test.sh PATH/TO/strata
 set -u
@@ -156,4 +157,10 @@ rc=$?
 # its start kept in the new checkpoint.
 [ $rc -eq 2 ] && grep -q -- "--until must be after --from" "$TMPD/h.err" && [ ! -e "$TMPD/ckn" ] ||
   { cat "$TMPD/h.err"; fail "--until before --from with a new --checkpoint was not refused (exit $rc)"; }
+echo "== 8. --enable and --disable together"
+"$STRATA" changes --dir "$DIR" --table cs --enable 1d --disable >"$TMPD/i.out" 2>"$TMPD/i.err"
+rc=$?
+# It used to turn streams on and ignore --disable.
+[ $rc -eq 2 ] && grep -q "contradict" "$TMPD/i.err" ||
+  { cat "$TMPD/i.err"; fail "--enable 1d --disable was not refused (exit $rc)"; }
 echo "PASS"
