@@ -50,6 +50,7 @@ typedef struct ch_run {
     char msg[ST_ERR_MSG_MAX];
     uint32_t ckpt_crc; /* of the last checkpoint written, to skip identical rewrites */
     bool ckpt_written, ckpt_failed;
+    bool resumed; /* the start came from --checkpoint, not --from */
     int64_t start_mono_us, last_progress_us;
     uint64_t last_records;
 } ch_run;
@@ -126,6 +127,10 @@ static int parse_args(int argc, char **argv, ch_args *a) {
     }
     if (!a->table) {
         fprintf(stderr, "strata changes: --table is required (see strata changes --help)\n");
+        return 2;
+    }
+    if (a->enable && a->disable) { /* one of them would be dropped without a word */
+        fprintf(stderr, "strata changes: --enable and --disable contradict each other: give one\n");
         return 2;
     }
     return 0;
@@ -217,8 +222,18 @@ static uint32_t positions_crc(const ops_cs_pos *p, size_t n) {
     return crc;
 }
 
+/* Whether the server answered the start: a record, a heartbeat or a finished partition. */
+static bool start_accepted(const ch_run *r) {
+    ops_cs_stats s;
+    ops_cs_stats_get(r->cs, &s);
+    return s.records || s.done || s.min_watermark_us;
+}
+
 static void checkpoint(ch_run *r) {
-    if (!r->a.checkpoint || r->ckpt_failed || !flush_output(r))
+    /* A start not answered yet may still be refused (a server retrying a node can take seconds
+     * to): a checkpoint holding it would make the next run repeat the refusal. */
+    if (!r->a.checkpoint || r->ckpt_failed || (!r->ckpt_written && !start_accepted(r)) ||
+        !flush_output(r))
         return;
     ops_cs_pos *pos;
     size_t n;
@@ -393,6 +408,7 @@ static bool load_checkpoint(ch_run *r, ops_cs_pos **pos, size_t *n) {
         fprintf(stderr, "strata changes: %s\n", err.msg);
         return false;
     }
+    r->resumed = true;
     if (!r->a.quiet)
         fprintf(stderr, "strata changes: resuming %zu partition(s) from %s%s\n", *n,
                 r->a.checkpoint, r->a.from ? " (--from ignored)" : "");
@@ -421,7 +437,10 @@ static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size
     if (sigterm)
         event_add(sigterm, NULL);
     event_base_dispatch(r->base);
-    if (!r->out_failed)
+    /* A run that failed before its first checkpoint leaves none: its start was refused (or
+     * never reached), and a file holding that start would make every later run resume from it,
+     * ignoring a corrected --from. */
+    if (!r->out_failed && (r->code == ST_OK || r->ckpt_written))
         checkpoint(r);
     progress(r, true);
     if (tick)
@@ -437,6 +456,11 @@ static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size
     event_base_loop(r->base, EVLOOP_NONBLOCK);
     if (r->code != ST_OK) {
         fprintf(stderr, "strata changes: %s\n", r->msg);
+        if (r->resumed && r->code == ST_INVALID_ARGUMENT)
+            fprintf(stderr,
+                    "strata changes: the start came from the checkpoint %s (--from is ignored "
+                    "while it exists); delete it to start from --from\n",
+                    r->a.checkpoint);
         return 1;
     }
     return 0;
@@ -466,7 +490,8 @@ static bool check_times(const ch_run *r, int64_t now, int64_t *from, int64_t *un
                 r->a.from);
         return false;
     }
-    if (*until && *until <= *from && !r->a.checkpoint) {
+    /* Without --from a resumed checkpoint gives the start, which may be before --until. */
+    if (*until && *until <= *from && (r->a.from || !r->a.checkpoint)) {
         fprintf(stderr, "strata changes: --until must be after --from\n");
         return false;
     }

@@ -401,17 +401,24 @@ st_code ops_cs_ckpt_read(const char *path, const char *table, ops_cs_pos **pos, 
                          st_err *err) {
     *pos = NULL;
     *n = 0;
-    FILE *f = fopen(path, "r");
-    if (!f)
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, for good. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return st_err_set(err, errno == ENOENT ? ST_NOT_FOUND : ST_UNAVAILABLE,
                           "cannot read the checkpoint %s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && !S_ISREG(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+        close(fd);
         return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "checkpoint %s is not a regular file (a directory?): give the path of "
-                          "a file, which strata changes creates",
+                          "checkpoint %s is not a regular file (a directory or a FIFO?): give "
+                          "the path of a file, which strata changes creates",
                           path);
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "cannot read the checkpoint %s: %s", path,
+                          strerror(errno));
     }
     char *line = malloc(CKPT_LINE_MAX);
     size_t cap = 0, lineno = 0;

@@ -14,7 +14,13 @@
 #   5. a checkpoint from before streams were turned off and on: the error says the checkpoint is
 #      older than the table's history (it used to say it did not match the table's partitions);
 #   6. stdout closed (>&-): refused before anything is opened (the checkpoint's lock file, or
-#      the router connection, would otherwise take descriptor 1 and receive the changes).
+#      the router connection, would otherwise take descriptor 1 and receive the changes);
+#   7. a --from the server refuses (before the table's history) leaves no checkpoint, also when
+#      the refusal comes after seconds of retries (the node killed with kill -9, then restarted):
+#      it used to leave one holding that start, so every later run resumed from it and failed
+#      alike, whatever --from said; a checkpoint whose start is refused is named as the cause; --until before
+#      --from with a --checkpoint that does not exist yet is refused at once (it was sent);
+#   8. --enable with --disable: refused (streams used to be turned on, --disable ignored).
 # Skips (77) without python3.
 # Usage: cs_hostile3_cli_test.sh PATH/TO/strata
 set -u
@@ -105,4 +111,56 @@ timeout 30 "${CH[@]}" --from "$FROM" --checkpoint "$TMPD/ckc" >&- 2>"$TMPD/g.err
 rc=$?
 [ $rc -eq 2 ] && grep -q "stdout is closed" "$TMPD/g.err" && [ ! -e "$TMPD/ckc" ] ||
   { cat "$TMPD/g.err"; fail "strata changes with stdout closed was not refused (exit $rc)"; }
+echo "== 7. a start the server refuses leaves no checkpoint; --until before --from"
+# Streams were turned on again in 5, so an hour ago is before the table's history.
+timeout 30 "${CH[@]}" --from -1h --checkpoint "$TMPD/ckr" >"$TMPD/h.out" 2>"$TMPD/h.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "the oldest change" "$TMPD/h.err" ||
+  { cat "$TMPD/h.err"; fail "--from an hour ago, before the history, was not refused (exit $rc)"; }
+# It used to write that start to the checkpoint, so the corrected --from below was ignored and
+# every later run failed the same way.
+[ ! -e "$TMPD/ckr" ] || fail "the refused run left a checkpoint: $(cat "$TMPD/ckr")"
+FROM2=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
+cslib write || fail "writing rows after streams were turned on again"
+# The same while the node is down: the command retries (UNAVAILABLE) for seconds before the
+# refusal, and its periodic checkpoint (every second) used to write the start meanwhile.
+kill -9 "$(cat "$DIR/run/east-0.pid")"
+"$STRATA" changes --dir "$DIR" --table cs --from -1h --checkpoint "$TMPD/ckr" >"$TMPD/h.out" \
+  2>"$TMPD/h.err" &
+C=$!
+PIDS+=("$C")
+# Five retries: at least 0.1 + 0.2 + 0.4 + 0.8 s of backoff, past the first periodic checkpoint.
+until [ "$(grep -c 'retrying' "$TMPD/h.err")" -ge 5 ]; do
+  kill -0 "$C" 2>/dev/null || { cat "$TMPD/h.err"; fail "the command ended while the node was down"; }
+  sleep 0.1
+done
+"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up2.out" 2>&1 ||
+  { cat "$TMPD/up2.out"; fail "strata up after kill -9"; }
+wait "$C"
+rc=$?
+[ $rc -eq 1 ] && grep -q "the oldest change" "$TMPD/h.err" ||
+  { cat "$TMPD/h.err"; fail "--from an hour ago was not refused once the node was back (exit $rc)"; }
+[ ! -e "$TMPD/ckr" ] || fail "the run refused after retries left a checkpoint: $(cat "$TMPD/ckr")"
+timeout 30 "${CH[@]}" --from "$FROM2" --checkpoint "$TMPD/ckr" >"$TMPD/h.out" 2>"$TMPD/h.err" &&
+  [ "$(wc -l <"$TMPD/h.out")" -eq 3 ] ||
+  { cat "$TMPD/h.err"; fail "the corrected --from did not read the 3 changes: $(cat "$TMPD/h.out")"; }
+[ -s "$TMPD/ckr" ] || fail "the run that read wrote no checkpoint"
+# A checkpoint whose start the server refuses names itself as the cause (--from is ignored).
+(head -1 "$TMPD/ckr" && echo "s - - 1") >"$TMPD/ckold"
+timeout 30 "${CH[@]}" --from "$FROM2" --checkpoint "$TMPD/ckold" >"$TMPD/h.out" 2>"$TMPD/h.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "the start came from the checkpoint" "$TMPD/h.err" ||
+  { cat "$TMPD/h.err"; fail "a refused start from a checkpoint did not name the checkpoint (exit $rc)"; }
+timeout 30 "${CH[@]}" --from -1m --until -2m --checkpoint "$TMPD/ckn" >"$TMPD/h.out" 2>"$TMPD/h.err"
+rc=$?
+# It used to be sent (the check was skipped with any --checkpoint), refused by the server, and
+# its start kept in the new checkpoint.
+[ $rc -eq 2 ] && grep -q -- "--until must be after --from" "$TMPD/h.err" && [ ! -e "$TMPD/ckn" ] ||
+  { cat "$TMPD/h.err"; fail "--until before --from with a new --checkpoint was not refused (exit $rc)"; }
+echo "== 8. --enable and --disable together"
+"$STRATA" changes --dir "$DIR" --table cs --enable 1d --disable >"$TMPD/i.out" 2>"$TMPD/i.err"
+rc=$?
+# It used to turn streams on and ignore --disable.
+[ $rc -eq 2 ] && grep -q "contradict" "$TMPD/i.err" ||
+  { cat "$TMPD/i.err"; fail "--enable 1d --disable was not refused (exit $rc)"; }
 echo "PASS"

@@ -3,8 +3,8 @@
  * 3339 with fractions and offsets, `now`, relative forms) and the RFC 3339 µs output; the JSON
  * line of a change (printable UTF-8 as escaped strings, anything else base64 under "_b64",
  * GC records, delete ranges); base64 against RFC 4648's vectors; and the checkpoint file: a
- * round trip of binary keys and tokens, refused for another table or a damaged line, and no
- * temporary file left behind.
+ * round trip of binary keys and tokens, refused for another table, a damaged line or a FIFO,
+ * and no temporary file left behind.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -226,6 +227,11 @@ static void test_checkpoint_round_trip(void **state) {
     /* a missing file is NOT_FOUND: the first run starts from --from */
     snprintf(tmp, sizeof tmp, "%s/none", dir);
     assert_int_equal(ops_cs_ckpt_read(tmp, table, &out, &n, &err), ST_NOT_FOUND);
+    /* a FIFO is refused as not a file (opening it used to wait for a writer, for good) */
+    snprintf(tmp, sizeof tmp, "%s/fifo", dir);
+    assert_int_equal(mkfifo(tmp, 0600), 0);
+    assert_int_equal(ops_cs_ckpt_read(tmp, table, &out, &n, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "not a regular file"));
     for (size_t i = 0; i < 3; i++)
         ops_cs_pos_free(&in[i]);
     tu_rmrf(dir);
