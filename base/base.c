@@ -333,6 +333,18 @@ void st_log(st_log_level level, const char *module, const char *fmt, ...) {
     pthread_mutex_unlock(&log_mu);
 }
 
+bool st_ratelimit_pass(st_ratelimit *rl, uint64_t *suppressed) {
+    int64_t now = st_mono_us();
+    int64_t next = __atomic_load_n(&rl->next_us, __ATOMIC_RELAXED);
+    if (now < next || !__atomic_compare_exchange_n(&rl->next_us, &next, now + ST_LOG_INTERVAL_US,
+                                                   false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        __atomic_fetch_add(&rl->suppressed, 1, __ATOMIC_RELAXED);
+        return false;
+    }
+    *suppressed = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
+    return true;
+}
+
 void st_assert_fail(const char *expr, const char *file, int line) {
     fprintf(stderr, "strata: assertion failed: %s at %s:%d\n", expr, file, line);
     abort();

@@ -258,7 +258,9 @@ static void group_failed(sto_log *log, log_entry *batch, size_t bytes, st_code r
         log->segs[log->n_segs - 1].bytes += bytes;
     log->stats.failed_groups++;
     pthread_mutex_unlock(&log->mu);
-    st_log(ST_LOG_WARN, "log", "event=group_failed code=%s msg=\"%s\"", st_code_name(rc), err->msg);
+    /* a full disk fails every group until space is freed: hundreds a second */
+    ST_LOG_LIMITED(ST_LOG_WARN, "log", "event=group_failed code=%s msg=\"%s\"", st_code_name(rc),
+                   err->msg);
     for (log_entry *e = batch; e; e = e->next)
         if (e->done)
             e->done(rc, 0, err, e->arg);

@@ -17,15 +17,15 @@
 #include "rpc_internal.h"
 
 /* libevent's warnings mostly come from one socket or connection (a failed accept, a failed
- * read), so a peer can make them repeat: they pass at the rate of RPC_LOG_LIMITED. */
+ * read), so a peer can make them repeat: they pass at the rate of ST_LOG_LIMITED. */
 static void libevent_log_cb(int severity, const char *msg) {
-    static rpc_ratelimit rl;
+    static st_ratelimit rl;
     uint64_t suppressed;
     if (severity < EVENT_LOG_WARN) {
         st_log(ST_LOG_DEBUG, "libevent", "msg=\"%s\"", msg);
         return;
     }
-    if (rpc_ratelimit_pass(&rl, &suppressed))
+    if (st_ratelimit_pass(&rl, &suppressed))
         st_log(severity >= EVENT_LOG_ERR ? ST_LOG_ERROR : ST_LOG_WARN, "libevent",
                "msg=\"%s\" suppressed=%llu", msg, (unsigned long long)suppressed);
 }

@@ -111,18 +111,6 @@ void rpc_conn_slot_put(void) {
     ST_ASSERT(was > 0);
 }
 
-bool rpc_ratelimit_pass(rpc_ratelimit *rl, uint64_t *suppressed) {
-    int64_t now = st_mono_us();
-    int64_t next = __atomic_load_n(&rl->next_us, __ATOMIC_RELAXED);
-    if (now < next || !__atomic_compare_exchange_n(&rl->next_us, &next, now + RPC_LOG_INTERVAL_US,
-                                                   false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-        __atomic_fetch_add(&rl->suppressed, 1, __ATOMIC_RELAXED);
-        return false;
-    }
-    *suppressed = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
-    return true;
-}
-
 /* ---- flags ---- */
 
 /* A non-negative integer with an optional binary suffix (k, m, g) when `sized`. */

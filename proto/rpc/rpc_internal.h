@@ -226,23 +226,8 @@ void rpc_queued_sub(size_t n);
 bool rpc_conn_slot_take(uint32_t max);
 void rpc_conn_slot_put(void);
 
-/* Log lines a peer can make repeat (one per connection, per failed accept) pass at most once per
- * RPC_LOG_INTERVAL_US per call site, saying how many were suppressed since the last. */
-#define RPC_LOG_INTERVAL_US ((int64_t)10 * 1000000)
-typedef struct rpc_ratelimit {
-    int64_t next_us;     /* st_mono_us before which lines are suppressed */
-    uint64_t suppressed; /* since the last line */
-} rpc_ratelimit;
-/* True when a line may be logged now; *suppressed then receives the count. Any thread. */
-bool rpc_ratelimit_pass(rpc_ratelimit *rl, uint64_t *suppressed);
-/* st_log(level, "rpc", fmt ...) through a rate limit of its own; fmt takes at least one
- * argument and gets " suppressed=N" appended. */
-#define RPC_LOG_LIMITED(level, fmt, ...)                                                           \
-    do {                                                                                           \
-        static rpc_ratelimit rl_;                                                                  \
-        uint64_t sup_;                                                                             \
-        if (rpc_ratelimit_pass(&rl_, &sup_))                                                       \
-            st_log(level, "rpc", fmt " suppressed=%llu", __VA_ARGS__, (unsigned long long)sup_);   \
-    } while (0)
+/* Log lines a peer can make repeat (one per connection, per failed accept): rate-limited per call
+ * site (ST_LOG_LIMITED). */
+#define RPC_LOG_LIMITED(level, fmt, ...) ST_LOG_LIMITED(level, "rpc", fmt, __VA_ARGS__)
 
 #endif

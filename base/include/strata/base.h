@@ -136,6 +136,25 @@ void st_log_set_level(st_log_level min_level);
 void st_log(st_log_level level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A line a peer, a client or a full disk can make repeat passes once per ST_LOG_INTERVAL_US per
+ * call site, saying how many were suppressed since the last. */
+#define ST_LOG_INTERVAL_US ((int64_t)10 * 1000000)
+typedef struct st_ratelimit {
+    int64_t next_us;     /* st_mono_us before which lines are suppressed */
+    uint64_t suppressed; /* since the last line */
+} st_ratelimit;
+/* True when a line may be logged now; *suppressed then receives the count. Any thread. */
+bool st_ratelimit_pass(st_ratelimit *rl, uint64_t *suppressed);
+/* st_log(level, module, fmt ...) through a rate limit of its own; fmt takes at least one
+ * argument and gets " suppressed=N" appended. */
+#define ST_LOG_LIMITED(level, module, fmt, ...)                                                    \
+    do {                                                                                           \
+        static st_ratelimit rl_;                                                                   \
+        uint64_t sup_;                                                                             \
+        if (st_ratelimit_pass(&rl_, &sup_))                                                        \
+            st_log(level, module, fmt " suppressed=%llu", __VA_ARGS__, (unsigned long long)sup_);  \
+    } while (0)
+
 /* Stays on in release builds: crashing beats corrupting stored data. Never for bad input. */
 #define ST_ASSERT(cond)                                                                            \
     do {                                                                                           \
