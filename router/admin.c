@@ -618,8 +618,10 @@ void rtr_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__Admin__V2__DeleteTableRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__admin__v2__delete_table_request__descriptor, req_bytes);
-    if (req && rtr_gate_enter(r, req->name, call, req_bytes, rtr_h_delete_table) &&
-        !delete_start(r, call, req))
+    if (!req)
+        rtr_gate_leave(r, call); /* answered: the gate goes on if it was this call's turn */
+    else if (rtr_gate_enter(r, req->name, call, req_bytes, rtr_h_delete_table) &&
+             !delete_start(r, call, req))
         rtr_gate_leave(r, call);
 }
 
@@ -711,8 +713,10 @@ void rtr_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg)
     rtr_ctx *r = arg;
     Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__admin__v2__modify_column_families_request__descriptor, req_bytes);
-    if (req && rtr_gate_enter(r, req->name, call, req_bytes, rtr_h_modify_column_families) &&
-        !modify_start(r, call, req))
+    if (!req)
+        rtr_gate_leave(r, call); /* answered: the gate goes on if it was this call's turn */
+    else if (rtr_gate_enter(r, req->name, call, req_bytes, rtr_h_modify_column_families) &&
+             !modify_start(r, call, req))
         rtr_gate_leave(r, call);
 }
 
@@ -818,10 +822,10 @@ void rtr_h_update_table(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__Admin__V2__UpdateTableRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__admin__v2__update_table_request__descriptor, req_bytes);
-    if (!req)
-        return;
-    if (!req->table) {
-        rtr_fail(call, ST_INVALID_ARGUMENT, "table must be set, with its name");
+    if (!req || !req->table) {
+        if (req)
+            rtr_fail(call, ST_INVALID_ARGUMENT, "table must be set, with its name");
+        rtr_gate_leave(r, call); /* answered: the gate goes on if it was this call's turn */
         return;
     }
     if (rtr_gate_enter(r, req->table->name, call, req_bytes, rtr_h_update_table) &&
