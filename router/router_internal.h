@@ -657,13 +657,13 @@ void rtr_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg);
 void rtr_h_check_consistency(rpc_call *call, st_slice req, void *arg);
 void rtr_h_update_table(rpc_call *call, st_slice req, void *arg);
 
-/* ---- admin_gate.c: one schema change of a table at a time ---- */
+/* ---- admin_gate.c: one schema change of a table (or change of an app profile) at a time ---- */
 
 typedef struct rtr_gate rtr_gate;
 typedef void (*rtr_gate_fn)(rpc_call *call, st_slice req, void *arg);
-/* Whether call may change table's schema now (it then owns the table's gate until
- * rtr_gate_leave). Else the call waits (fn(call, req, r) runs again when its turn comes) or was
- * answered (UNAVAILABLE: too many waiting; out of memory). */
+/* Whether call may change table (a full table or app profile name) now (it then owns the table's
+ * gate until rtr_gate_leave). Else the call waits (fn(call, req, r) runs again when its turn comes)
+ * or was answered (UNAVAILABLE: too many waiting; out of memory). */
 bool rtr_gate_enter(rtr_ctx *r, const char *table, rpc_call *call, st_slice req, rtr_gate_fn fn);
 /* owner answered its call (it may be freed): the next waiting call's turn at its gate, if it
  * held one. */
