@@ -10,8 +10,9 @@
  * ahead left it, once that call has answered. A waiting call that is cancelled, or whose deadline
  * passes, is dropped when its turn comes.
  *
- * A gate is keyed by a full resource name: changes of an app profile (profiles.c) and UpdateBackup
- * / DeleteBackup (backup.c) use it the same way, keyed by the profile's or the backup's name. */
+ * A gate is keyed by a full resource name: a table's SetIamPolicy (iam.c) waits at the table's
+ * gate too, and changes of an app profile (profiles.c) and UpdateBackup / DeleteBackup
+ * (backup.c) use gates keyed by the profile's or the backup's name. */
 #include <stdlib.h>
 #include <string.h>
 
