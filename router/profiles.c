@@ -467,6 +467,7 @@ typedef struct prof_op {
     prof_kind kind;
     char id[RTR_PROFILE_ID_MAX + 1];
     st_buf pb; /* the stored profile (create, update) */
+    bool had;  /* compared: this router's copy had a record, the compare expects it */
 } prof_op;
 
 /* UpdateAppProfile's answer: a finished operation, also kept for GetOperation. */
@@ -513,10 +514,49 @@ static void prof_written(void *arg, st_code code, const char *message) {
     free(op);
 }
 
-/* Gives p its full name and a new etag, serializes it and writes the record (p NULL: delete).
+/* The compare-and-set of a create or an etag-checked update: stored in every cluster only if the
+ * first cluster's record is still the one this router read, so that another router's change in
+ * between is not overwritten (docs/router.md, App profiles). */
+static void prof_compared(void *arg, st_code code, const char *message, bool matched) {
+    prof_op *op = arg;
+    if (code != ST_OK) {
+        prof_written(op, code, message);
+    } else if (matched != op->had) {
+        bool create = op->kind == PROF_CREATE;
+        prof_written(op, create ? ST_ALREADY_EXISTS : ST_ABORTED,
+                     create ? "it was created through another router meanwhile"
+                            : "it was changed through another router meanwhile: read it again "
+                              "and retry");
+    } else {
+        st_slice pb = st_buf_slice(&op->pb);
+        rtr_meta_write(op->r, RTR_META_KIND_PROFILE, op->id, &pb, prof_written, op);
+    }
+}
+
+static void prof_compare(prof_op *op) {
+    rtr_ctx *r = op->r;
+    const rtr_meta_rec *rec = rtr_meta_find(&r->meta, RTR_META_KIND_PROFILE, op->id);
+    st_slice expect = rec ? st_slice_make(rec->pb, rec->len) : (st_slice){0};
+    st_slice pb = st_buf_slice(&op->pb);
+    op->had = rec != NULL;
+    st_buf key;
+    st_buf_init(&key);
+    st_code rc = rtr_meta_row_key(RTR_META_KIND_PROFILE, op->id, &key);
+    if (rc == ST_OK)
+        rc = rtr_meta_cas(r, st_buf_slice(&key), rec ? &expect : NULL, &pb, prof_compared, op);
+    st_buf_free(&key);
+    if (rc != ST_OK)
+        prof_written(op, rc,
+                     rc == ST_UNAVAILABLE ? "the first cluster's metadata, where profile changes "
+                                            "are compared, is not reachable: retry"
+                                          : "out of memory");
+}
+
+/* Gives p its full name and a new etag, serializes it and writes the record (p NULL: delete);
+ * compare: only if the first cluster's record is still this router's (prof_compare).
  * False: the call was answered without a write (the caller leaves the gate). */
 static bool prof_store(rtr_ctx *r, rpc_call *call, prof_kind kind, const char *id,
-                       rtr_pb_profile *p) {
+                       rtr_pb_profile *p, bool compare) {
     prof_op *op = calloc(1, sizeof *op);
     if (!op) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -545,7 +585,10 @@ static bool prof_store(rtr_ctx *r, rpc_call *call, prof_kind kind, const char *i
         }
     }
     st_slice pb = st_buf_slice(&op->pb);
-    rtr_meta_write(r, RTR_META_KIND_PROFILE, id, p ? &pb : NULL, prof_written, op);
+    if (compare)
+        prof_compare(op);
+    else
+        rtr_meta_write(r, RTR_META_KIND_PROFILE, id, p ? &pb : NULL, prof_written, op);
     return true;
 }
 
@@ -585,7 +628,7 @@ static bool create_start(rtr_ctx *r, rpc_call *call,
         return false;
     }
     return prof_check(r, call, req->app_profile_id, req->app_profile, req->ignore_warnings) &&
-           prof_store(r, call, PROF_CREATE, req->app_profile_id, req->app_profile);
+           prof_store(r, call, PROF_CREATE, req->app_profile_id, req->app_profile, true);
 }
 
 void rtr_h_create_app_profile(rpc_call *call, st_slice bytes, void *arg) {
@@ -730,7 +773,7 @@ static bool update_start(rtr_ctx *r, rpc_call *call,
         return false;
     }
     return prof_check(r, call, id, cur, req->ignore_warnings) &&
-           prof_store(r, call, PROF_UPDATE, id, cur);
+           prof_store(r, call, PROF_UPDATE, id, cur, req->app_profile->etag[0] != '\0');
 }
 
 void rtr_h_update_app_profile(rpc_call *call, st_slice bytes, void *arg) {
@@ -777,7 +820,7 @@ void rtr_h_delete_app_profile(rpc_call *call, st_slice bytes, void *arg) {
     if (!rtr_meta_find(&r->meta, RTR_META_KIND_PROFILE, id)) {
         fail_not_found(call, r, id);
         rtr_gate_leave(r, call);
-    } else if (!prof_store(r, call, PROF_DELETE, id, NULL)) {
+    } else if (!prof_store(r, call, PROF_DELETE, id, NULL, false)) {
         rtr_gate_leave(r, call);
     }
 }

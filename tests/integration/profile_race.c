@@ -6,13 +6,17 @@
  *           at once, 5 rounds: both changes are in the stored profile;
  *   delete: 3 updates and a DeleteAppProfile at once, 5 rounds: once the delete answered OK the
  *           profile is NOT_FOUND.
- *   profile_race ADDR
+ *   across: with a second router, a create of one id and then an update carrying one etag
+ *           through both routers at once, 3 rounds: one OK, the other ALREADY_EXISTS / ABORTED
+ *           (the store is a compare-and-set on the first cluster's record);
+ *   profile_race ADDR [ADDR_B]
  * Prints one line per check and "PASS" or "FAIL"; exit 0 on PASS, 1 on FAIL, 2 on bad usage.
  * The call deadline (30 s) is a hang guard only. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "strata/rpc.h"
@@ -222,15 +226,58 @@ static bool phase_delete(const char *addr) {
     return pass;
 }
 
+/* Waits until b shows profile id with a's etag (its metadata reloads every second); into etag. */
+static bool same_etag(const char *a, const char *b, const char *id, char *etag, size_t cap) {
+    for (int i = 0; i < 600; i++) { /* hang guard: a minute */
+        pb_profile *pa = NULL, *pb = NULL;
+        bool same =
+            get(a, id, &pa) == ST_OK && get(b, id, &pb) == ST_OK && strcmp(pa->etag, pb->etag) == 0;
+        if (same)
+            snprintf(etag, cap, "%s", pa->etag);
+        if (pa)
+            google__bigtable__admin__v2__app_profile__free_unpacked(pa, NULL);
+        if (pb)
+            google__bigtable__admin__v2__app_profile__free_unpacked(pb, NULL);
+        if (same)
+            return true;
+        usleep(100 * 1000);
+    }
+    printf("across: the routers never agreed on profile %s\n", id);
+    return false;
+}
+
+static bool phase_across(const char *a, const char *b) {
+    bool pass = true;
+    for (int round = 1; round <= 3; round++) {
+        char id[16], etag[64];
+        snprintf(id, sizeof id, "x%d", round);
+        caller c[2] = {make(a, CREATE, id, "a", ""), make(b, CREATE, id, "b", "")};
+        run(c, 2);
+        printf("across %d: create through A %s, B %s\n", round, st_code_name(c[0].code),
+               st_code_name(c[1].code));
+        pass = pass && count(c, 2, ST_OK) == 1 && count(c, 2, ST_ALREADY_EXISTS) == 1;
+        if (!same_etag(a, b, id, etag, sizeof etag))
+            return false;
+        caller u[2] = {make(a, UPDATE_DESC, id, "ua", etag), make(b, UPDATE_DESC, id, "ub", etag)};
+        run(u, 2);
+        printf("across %d: update with etag %s through A %s, B %s\n", round, etag,
+               st_code_name(u[0].code), st_code_name(u[1].code));
+        pass = pass && count(u, 2, ST_OK) == 1 && count(u, 2, ST_ABORTED) == 1;
+    }
+    return pass;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: profile_race ADDR\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: profile_race ADDR [ADDR_B]\n");
         return 2;
     }
     bool pass = phase_create(argv[1]);
     pass = phase_etag(argv[1]) && pass;
     pass = phase_fields(argv[1]) && pass;
     pass = phase_delete(argv[1]) && pass;
+    if (argc == 3)
+        pass = phase_across(argv[1], argv[2]) && pass;
     printf("%s\n", pass ? "PASS" : "FAIL");
     return pass ? 0 : 1;
 }

@@ -7,6 +7,8 @@
 # of the description and one of the routing could undo each other, and an update overlapping a
 # DeleteAppProfile could write the profile back after the delete answered OK. Now the changes of
 # one profile run one at a time (docs/router.md, "Changes of one app profile run one at a time").
+# Through two routers at once, a create of one id or updates carrying one etag: exactly one
+# succeeds (compare-and-set on the first cluster's record).
 # Usage: profile_race_test.sh PATH/TO/strata-node PATH/TO/strata-router PATH/TO/profile_race
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -27,8 +29,9 @@ node = $EAST $dir/east
 zone = zone-b
 node = $WEST $dir/west
 TOPO
-start_router "$dir/topology" "$dir/r1.log"
-"$RACE" "$ROUTER_ADDR"
+start_router "$dir/topology" "$dir/r1.log"; R1=$ROUTER_ADDR
+start_router "$dir/topology" "$dir/r2.log"; R2=$ROUTER_ADDR
+"$RACE" "$R1" "$R2"
 rc=$?
 if grep -l 'Sanitizer' "$dir"/*.log; then echo "FAIL: sanitizer report"; rc=1; fi
 [ $rc = 0 ] && echo "PASS" || { echo "FAILED"; tail -n 20 "$dir/r1.log"; }
