@@ -236,15 +236,8 @@ static void cas_done(void *arg, st_code code, const char *message, bool matched)
  * the call was answered without a compare. */
 static bool cas_send(set_op *op) {
     rtr_ctx *r = op->r;
-    const rtr_meta_rec *rec = rtr_meta_find(&r->meta, RTR_META_KIND_IAM, op->resource);
-    st_slice expect = rec ? st_slice_make(rec->pb, rec->len) : (st_slice){0};
-    op->had = rec != NULL;
-    st_buf key;
-    st_buf_init(&key);
-    st_code rc = rtr_meta_row_key(RTR_META_KIND_IAM, op->resource, &key);
-    if (rc == ST_OK)
-        rc = rtr_meta_cas(r, st_buf_slice(&key), rec ? &expect : NULL, &op->pb, cas_done, op);
-    st_buf_free(&key);
+    st_code rc =
+        rtr_meta_cas_cached(r, RTR_META_KIND_IAM, op->resource, &op->pb, cas_done, op, &op->had);
     if (rc == ST_OK)
         return true;
     rtr_fail(op->call, rc != ST_UNAVAILABLE ? ST_RESOURCE_EXHAUSTED : ST_UNAVAILABLE,

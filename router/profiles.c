@@ -534,17 +534,9 @@ static void prof_compared(void *arg, st_code code, const char *message, bool mat
 }
 
 static void prof_compare(prof_op *op) {
-    rtr_ctx *r = op->r;
-    const rtr_meta_rec *rec = rtr_meta_find(&r->meta, RTR_META_KIND_PROFILE, op->id);
-    st_slice expect = rec ? st_slice_make(rec->pb, rec->len) : (st_slice){0};
     st_slice pb = st_buf_slice(&op->pb);
-    op->had = rec != NULL;
-    st_buf key;
-    st_buf_init(&key);
-    st_code rc = rtr_meta_row_key(RTR_META_KIND_PROFILE, op->id, &key);
-    if (rc == ST_OK)
-        rc = rtr_meta_cas(r, st_buf_slice(&key), rec ? &expect : NULL, &pb, prof_compared, op);
-    st_buf_free(&key);
+    st_code rc =
+        rtr_meta_cas_cached(op->r, RTR_META_KIND_PROFILE, op->id, &pb, prof_compared, op, &op->had);
     if (rc != ST_OK)
         prof_written(op, rc,
                      rc == ST_UNAVAILABLE ? "the first cluster's metadata, where profile changes "

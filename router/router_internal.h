@@ -631,6 +631,11 @@ typedef void (*rtr_meta_cas_fn)(void *arg, st_code code, const char *message, bo
  * RESOURCE_EXHAUSTED when memory runs out. */
 st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
                      rtr_meta_cas_fn done, void *arg);
+/* rtr_meta_cas of record (kind, name) setting pb, expecting what this router's copy holds (no
+ * record when it holds none); *had: whether it held one, so the record was as read (and pb
+ * stored) when done's matched == *had. */
+st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
+                            rtr_meta_cas_fn done, void *arg, bool *had);
 /* Reads row key of the first cluster's metadata table there, not from this router's copy (which
  * another router's write of a moment ago may not have reached): found and the row's latest m:v
  * value. Returns as rtr_meta_cas. */
