@@ -8,7 +8,11 @@
  * a gate: the call holding it runs; a call that finds it taken waits in its queue (its request
  * kept in the call's arena) and its handler runs again from the start, on the record as the call
  * ahead left it, once that call has answered. A waiting call that is cancelled, or whose deadline
- * passes, is dropped when its turn comes. */
+ * passes, is dropped when its turn comes.
+ *
+ * A gate is keyed by a full resource name: a table's SetIamPolicy (iam.c) waits at the table's
+ * gate too, and changes of an app profile (profiles.c) and UpdateBackup / DeleteBackup
+ * (backup.c) use gates keyed by the profile's or the backup's name. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,8 +48,7 @@ static rtr_gate **gate_slot(rtr_ctx *r, const char *table) {
 static bool gate_wait_add(rtr_ctx *r, rtr_gate *g, rpc_call *call, st_slice req, rtr_gate_fn fn) {
     if (g->n_wait >= RTR_GATE_WAIT_MAX) {
         rtr_fail(call, ST_UNAVAILABLE,
-                 "%u schema changes of table %s are already waiting for the one running: retry "
-                 "later",
+                 "%u changes of %s are already waiting for the one running: retry later",
                  RTR_GATE_WAIT_MAX, g->table);
         return false;
     }

@@ -473,6 +473,7 @@ void rtr_h_list_backups(rpc_call *call, st_slice bytes, void *arg) {
 /* ---- UpdateBackup ---- */
 
 typedef struct bk_write {
+    rtr_ctx *r;
     rpc_call *call;
     st_buf pb;
     rtr_pb_backup *reply; /* call arena */
@@ -485,8 +486,40 @@ static void update_written(void *arg, st_code code, const char *msg) {
     else
         rtr_fail(w->call, code, "could not store the backup's new expire_time: %s",
                  msg ? msg : st_code_name(code));
+    rtr_gate_leave(w->r, w->call);
     st_buf_free(&w->pb);
     free(w);
+}
+
+/* UpdateBackup holding the backup's gate: false when answered without a write. */
+static bool update_start(rtr_ctx *r, rpc_call *call,
+                         const Google__Bigtable__Admin__V2__UpdateBackupRequest *req) {
+    rtr_pb_bkrec *rec = rec_or_fail(r, call, req->backup->name, NULL);
+    if (!rec)
+        return false;
+    st_err err = {0};
+    bool copy = rec->backup->source_backup && rec->backup->source_backup[0];
+    if (rtr_bk_check_expire(rtr_bk_ts_us(req->backup->expire_time), st_wall_us(),
+                            copy ? RTR_BK_COPY_EXPIRE_MAX_US : RTR_BK_EXPIRE_MAX_US,
+                            &err) != ST_OK) {
+        fail_err(call, &err);
+        return false;
+    }
+    rec->backup->expire_time = req->backup->expire_time;
+    bk_write *w = calloc(1, sizeof *w);
+    if (!w) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return false;
+    }
+    *w = (bk_write){r, call, {0}, rec->backup};
+    st_buf_init(&w->pb);
+    if (rtr_bk_rec_pack(rec, &w->pb) != ST_OK) {
+        update_written(w, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return true; /* answered, gate left */
+    }
+    st_slice pb = st_buf_slice(&w->pb);
+    rtr_meta_write(r, RTR_META_KIND_BACKUP, rec->backup->name, &pb, update_written, w);
+    return true;
 }
 
 void rtr_h_update_backup(rpc_call *call, st_slice bytes, void *arg) {
@@ -509,66 +542,69 @@ void rtr_h_update_backup(rpc_call *call, st_slice bytes, void *arg) {
                      req->update_mask->paths[i]);
             return;
         }
-    rtr_pb_bkrec *rec = rec_or_fail(r, call, req->backup->name, NULL);
-    if (!rec)
-        return;
-    st_err err = {0};
-    bool copy = rec->backup->source_backup && rec->backup->source_backup[0];
-    if (rtr_bk_check_expire(rtr_bk_ts_us(req->backup->expire_time), st_wall_us(),
-                            copy ? RTR_BK_COPY_EXPIRE_MAX_US : RTR_BK_EXPIRE_MAX_US,
-                            &err) != ST_OK) {
-        fail_err(call, &err);
-        return;
-    }
-    rec->backup->expire_time = req->backup->expire_time;
-    bk_write *w = calloc(1, sizeof *w);
-    if (!w) {
-        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    *w = (bk_write){call, {0}, rec->backup};
-    st_buf_init(&w->pb);
-    if (rtr_bk_rec_pack(rec, &w->pb) != ST_OK) {
-        update_written(w, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    st_slice pb = st_buf_slice(&w->pb);
-    rtr_meta_write(r, RTR_META_KIND_BACKUP, rec->backup->name, &pb, update_written, w);
+    /* One change of a backup at a time: an update read before a delete must not write the
+     * record back after it (docs/backups.md, "Changes of one backup"). */
+    if (rtr_gate_enter(r, req->backup->name, call, bytes, rtr_h_update_backup) &&
+        !update_start(r, call, req))
+        rtr_gate_leave(r, call);
 }
 
 /* ---- DeleteBackup ---- */
 
+typedef struct bk_del_call {
+    rtr_ctx *r;
+    rpc_call *call;
+} bk_del_call;
+
 static void delete_done(void *arg, st_code code, const char *msg) {
-    rpc_call *call = arg;
+    bk_del_call *d = arg; /* in the call's arena: read before the call is answered */
+    rtr_ctx *r = d->r;
+    rpc_call *call = d->call;
     if (code != ST_OK) {
         rtr_fail(call, code, "could not delete the backup's record: %s",
                  msg ? msg : st_code_name(code));
-        return;
+    } else {
+        Google__Protobuf__Empty e;
+        google__protobuf__empty__init(&e);
+        reply_pb(call, &e.base);
     }
-    Google__Protobuf__Empty e;
-    google__protobuf__empty__init(&e);
-    reply_pb(call, &e.base);
+    rtr_gate_leave(r, call);
 }
 
-void rtr_h_delete_backup(rpc_call *call, st_slice bytes, void *arg) {
-    rtr_ctx *r = arg;
-    Google__Bigtable__Admin__V2__DeleteBackupRequest *req = (void *)rtr_unpack(
-        call, &google__bigtable__admin__v2__delete_backup_request__descriptor, bytes);
-    rtr_pb_bkrec *rec = req ? rec_or_fail(r, call, req->name, NULL) : NULL;
+/* DeleteBackup holding the backup's gate: false when answered without a delete. */
+static bool delete_start(rtr_ctx *r, rpc_call *call,
+                         const Google__Bigtable__Admin__V2__DeleteBackupRequest *req) {
+    rtr_pb_bkrec *rec = rec_or_fail(r, call, req->name, NULL);
     if (!rec)
-        return;
+        return false;
     const char *maker = rtr_bk_job_of_backup(r, req->name);
     if (!maker && rtr_bk_busy(r, req->name)) {
         rtr_fail(call, ST_FAILED_PRECONDITION,
                  "backup %s is being restored or copied: delete it once that operation is done "
                  "(ListOperations shows it)",
                  req->name);
-        return;
+        return false;
     }
+    bk_del_call *d = st_arena_alloc(rpc_call_arena(call), sizeof *d);
+    if (!d) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return false;
+    }
+    *d = (bk_del_call){r, call};
     if (maker) /* a backup still being made: its operation stops and cleans up */
         rtr_bk_job_cancel(r, maker, "the backup was deleted while it was being created");
     st_log(ST_LOG_INFO, "router", "backup %s: deleted", req->name);
-    rtr_bk_delete(r, req->name, delete_done, call);
+    rtr_bk_delete(r, req->name, delete_done, d);
+    return true;
+}
+
+void rtr_h_delete_backup(rpc_call *call, st_slice bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Google__Bigtable__Admin__V2__DeleteBackupRequest *req = (void *)rtr_unpack(
+        call, &google__bigtable__admin__v2__delete_backup_request__descriptor, bytes);
+    if (req && rtr_gate_enter(r, req->name, call, bytes, rtr_h_delete_backup) &&
+        !delete_start(r, call, req))
+        rtr_gate_leave(r, call);
 }
 
 /* ---- RestoreTable ---- */

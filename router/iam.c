@@ -191,12 +191,14 @@ typedef struct set_op {
 } set_op;
 
 static void set_recorded(void *arg, st_code code, const char *msg) {
-    set_op *op = arg;
-    if (code != ST_OK) {
-        rtr_fail(op->call, code, "could not store the policy: %s", msg ? msg : "");
-        return;
-    }
-    rtr_reply(op->call, &op->policy->base);
+    set_op *op = arg; /* in the call's arena: read before the call is answered */
+    rtr_ctx *r = op->r;
+    rpc_call *call = op->call;
+    if (code != ST_OK)
+        rtr_fail(call, code, "could not store the policy: %s", msg ? msg : "");
+    else
+        rtr_reply(call, &op->policy->base);
+    rtr_gate_leave(r, call);
 }
 
 /* ---- the compare-and-set in the metadata table ---- */
@@ -207,72 +209,74 @@ static void cas_done(void *arg, st_code code, const char *message, bool matched)
     set_op *op = arg;
     /* With a record expected, stored when the predicate matched; without, when it did not. */
     bool stored = matched == op->had;
+    rtr_ctx *r = op->r;
+    rpc_call *call = op->call;
     if (code != ST_OK) {
-        rtr_fail(op->call, code,
+        rtr_fail(call, code,
                  "could not store the policy in the metadata of cluster %s (the first of the "
                  "topology, where policy changes are compared and set): %s; retry when it is "
                  "reachable",
-                 op->r->clusters[0].topo->id, message);
+                 r->clusters[0].topo->id, message);
+        rtr_gate_leave(r, call);
         return;
     }
     if (!stored) {
-        rtr_fail(op->call, ST_ABORTED,
+        rtr_fail(call, ST_ABORTED,
                  "the policy of %s was changed concurrently (through another router): read it "
                  "again with GetIamPolicy, apply the change and set it again",
                  op->resource);
+        rtr_gate_leave(r, call);
         return;
     }
     /* Every cluster's copy and this router's cache, as any metadata write. */
     rtr_meta_write(op->r, RTR_META_KIND_IAM, op->resource, &op->pb, set_recorded, op);
 }
 
-/* Stores op's policy if the first cluster's record still holds what this router read. */
-static void cas_send(set_op *op) {
+/* Stores op's policy if the first cluster's record still holds what this router read; false when
+ * the call was answered without a compare. */
+static bool cas_send(set_op *op) {
     rtr_ctx *r = op->r;
-    const rtr_meta_rec *rec = rtr_meta_find(&r->meta, RTR_META_KIND_IAM, op->resource);
-    st_slice expect = rec ? st_slice_make(rec->pb, rec->len) : (st_slice){0};
-    op->had = rec != NULL;
-    st_buf key;
-    st_buf_init(&key);
-    st_code rc = rtr_meta_row_key(RTR_META_KIND_IAM, op->resource, &key);
+    st_code rc =
+        rtr_meta_cas_cached(r, RTR_META_KIND_IAM, op->resource, &op->pb, cas_done, op, &op->had);
     if (rc == ST_OK)
-        rc = rtr_meta_cas(r, st_buf_slice(&key), rec ? &expect : NULL, &op->pb, cas_done, op);
-    st_buf_free(&key);
-    if (rc == ST_OK)
-        return;
+        return true;
     rtr_fail(op->call, rc != ST_UNAVAILABLE ? ST_RESOURCE_EXHAUSTED : ST_UNAVAILABLE,
              rc != ST_UNAVAILABLE ? "out of memory storing the policy"
                                   : "no tablet of the metadata table is known in cluster %s, where "
                                     "policy changes are compared and set: retry when it is "
                                     "reachable",
              r->clusters[0].topo->id);
+    return false;
 }
 
-static void set_policy(rpc_call *call, st_slice req_bytes, rtr_ctx *r, bool table) {
-    Google__Iam__V1__SetIamPolicyRequest *req =
-        (void *)rtr_unpack(call, &google__iam__v1__set_iam_policy_request__descriptor, req_bytes);
-    if (!req || !resource_check(r, call, req->resource, table))
-        return;
+static void h_set_table_policy(rpc_call *call, st_slice req, void *arg);
+
+/* Sets the policy of req's resource; false when answered without a store. */
+static bool set_start(rpc_call *call, rtr_ctx *r, Google__Iam__V1__SetIamPolicyRequest *req,
+                      bool table) {
+    if (!resource_check(r, call, req->resource, table))
+        return false;
     st_err err = {0};
     if (!req->policy) {
         rtr_fail(call, ST_INVALID_ARGUMENT, "SetIamPolicy needs a policy");
-        return;
+        return false;
     }
     if (bindings_check(req->policy, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
-        return;
+        return false;
     }
     pb_policy *cur = policy_load(r, call, req->resource);
     if (!cur)
-        return;
+        return false;
     const ProtobufCBinaryData *e = &req->policy->etag;
     if (e->len && (e->len != cur->etag.len || memcmp(e->data, cur->etag.data, e->len))) {
         rtr_fail(call, ST_ABORTED,
                  "the policy of %s changed since it was read (etag mismatch): read it again "
                  "with GetIamPolicy, apply the change and set it again",
                  req->resource);
-        return;
+        return false;
     }
+    bool checked = e->len != 0; /* before etag_next replaces the request's etag (e) */
     pb_policy *p = req->policy;
     p->version = 1;
     etag_next(call, p, cur);
@@ -281,16 +285,31 @@ static void set_policy(rpc_call *call, st_slice req_bytes, rtr_ctx *r, bool tabl
     uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len ? len : 1);
     if (!op || !buf || !p->etag.len) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
+        return false;
     }
     protobuf_c_message_pack(&p->base, buf);
     *op = (set_op){call, r, req->resource, p, st_slice_make(buf, len), false};
     st_log(ST_LOG_INFO, "router", "msg=\"IAM policy set\" resource=%s bindings=%zu", req->resource,
            p->n_bindings);
-    if (e->len)
-        cas_send(op);
-    else /* no etag: replace whatever is there, as Cloud IAM does */
-        rtr_meta_write(r, RTR_META_KIND_IAM, req->resource, &op->pb, set_recorded, op);
+    if (checked)
+        return cas_send(op);
+    /* no etag: replace whatever is there, as Cloud IAM does */
+    rtr_meta_write(r, RTR_META_KIND_IAM, req->resource, &op->pb, set_recorded, op);
+    return true;
+}
+
+/* A table's policy is changed on the table's gate (admin_gate.c), as its schema: a set that read
+ * the table before a DeleteTable would store its policy after the delete had forgotten the
+ * table's, and a later table of that name would start with it (docs/auth.md). */
+static void set_policy(rpc_call *call, st_slice req_bytes, rtr_ctx *r, bool table) {
+    Google__Iam__V1__SetIamPolicyRequest *req =
+        (void *)rtr_unpack(call, &google__iam__v1__set_iam_policy_request__descriptor, req_bytes);
+    if (!req)
+        return;
+    if (table && !rtr_gate_enter(r, req->resource, call, req_bytes, h_set_table_policy))
+        return;
+    if (!set_start(call, r, req, table))
+        rtr_gate_leave(r, call);
 }
 
 static void h_set_instance_policy(rpc_call *call, st_slice req, void *arg) {

@@ -703,6 +703,20 @@ st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_
     return ST_OK;
 }
 
+st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
+                            rtr_meta_cas_fn done, void *arg, bool *had) {
+    const rtr_meta_rec *rec = rtr_meta_find(&r->meta, kind, name);
+    st_slice expect = rec ? st_slice_make(rec->pb, rec->len) : (st_slice){0};
+    *had = rec != NULL;
+    st_buf key;
+    st_buf_init(&key);
+    st_code rc = rtr_meta_row_key(kind, name, &key);
+    if (rc == ST_OK)
+        rc = rtr_meta_cas(r, st_buf_slice(&key), rec ? &expect : NULL, pb, done, arg);
+    st_buf_free(&key);
+    return rc;
+}
+
 /* ---- one row of the first cluster's metadata, read there (not from the cache) ---- */
 
 typedef struct meta_get {

@@ -467,6 +467,7 @@ typedef struct prof_op {
     prof_kind kind;
     char id[RTR_PROFILE_ID_MAX + 1];
     st_buf pb; /* the stored profile (create, update) */
+    bool had;  /* compared: this router's copy had a record, the compare expects it */
 } prof_op;
 
 /* UpdateAppProfile's answer: a finished operation, also kept for GetOperation. */
@@ -508,17 +509,50 @@ static void prof_written(void *arg, st_code code, const char *message) {
            : op->kind == PROF_UPDATE ? "update"
                                      : "delete",
            st_code_name(code));
+    rtr_gate_leave(op->r, op->call);
     st_buf_free(&op->pb);
     free(op);
 }
 
-/* Gives p its full name and a new etag, serializes it and writes the record (p NULL: delete). */
-static void prof_store(rtr_ctx *r, rpc_call *call, prof_kind kind, const char *id,
-                       rtr_pb_profile *p) {
+/* The compare-and-set of a create or an etag-checked update: stored in every cluster only if the
+ * first cluster's record is still the one this router read, so that another router's change in
+ * between is not overwritten (docs/router.md, App profiles). */
+static void prof_compared(void *arg, st_code code, const char *message, bool matched) {
+    prof_op *op = arg;
+    if (code != ST_OK) {
+        prof_written(op, code, message);
+    } else if (matched != op->had) {
+        bool create = op->kind == PROF_CREATE;
+        prof_written(op, create ? ST_ALREADY_EXISTS : ST_ABORTED,
+                     create ? "it was created through another router meanwhile"
+                            : "it was changed through another router meanwhile: read it again "
+                              "and retry");
+    } else {
+        st_slice pb = st_buf_slice(&op->pb);
+        rtr_meta_write(op->r, RTR_META_KIND_PROFILE, op->id, &pb, prof_written, op);
+    }
+}
+
+static void prof_compare(prof_op *op) {
+    st_slice pb = st_buf_slice(&op->pb);
+    st_code rc =
+        rtr_meta_cas_cached(op->r, RTR_META_KIND_PROFILE, op->id, &pb, prof_compared, op, &op->had);
+    if (rc != ST_OK)
+        prof_written(op, rc,
+                     rc == ST_UNAVAILABLE ? "the first cluster's metadata, where profile changes "
+                                            "are compared, is not reachable: retry"
+                                          : "out of memory");
+}
+
+/* Gives p its full name and a new etag, serializes it and writes the record (p NULL: delete);
+ * compare: only if the first cluster's record is still this router's (prof_compare).
+ * False: the call was answered without a write (the caller leaves the gate). */
+static bool prof_store(rtr_ctx *r, rpc_call *call, prof_kind kind, const char *id,
+                       rtr_pb_profile *p, bool compare) {
     prof_op *op = calloc(1, sizeof *op);
     if (!op) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
+        return false;
     }
     *op = (prof_op){.r = r, .call = call, .kind = kind};
     snprintf(op->id, sizeof op->id, "%s", id);
@@ -539,11 +573,25 @@ static void prof_store(rtr_ctx *r, rpc_call *call, prof_kind kind, const char *i
             st_buf_free(&op->pb);
             free(op);
             rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-            return;
+            return false;
         }
     }
     st_slice pb = st_buf_slice(&op->pb);
-    rtr_meta_write(r, RTR_META_KIND_PROFILE, id, p ? &pb : NULL, prof_written, op);
+    if (compare)
+        prof_compare(op);
+    else
+        rtr_meta_write(r, RTR_META_KIND_PROFILE, id, p ? &pb : NULL, prof_written, op);
+    return true;
+}
+
+/* Whether call may change profile id now: changes of one profile run one at a time, each on
+ * the record as the one before left it (admin_gate.c; docs/router.md, App profiles). Else the
+ * call waits and fn runs again when its turn comes, or it was answered. */
+static bool prof_gate(rtr_ctx *r, rpc_call *call, const char *id, st_slice bytes, rtr_gate_fn fn) {
+    char name[RTR_PROFILE_NAME_MAX + 1];
+    snprintf(name, sizeof name, "projects/%s/instances/%s/appProfiles/%s", r->topo.project,
+             r->topo.instance, id);
+    return rtr_gate_enter(r, name, call, bytes, fn);
 }
 
 /* Validation plus, unless ignored, the safety warning; fails the call and returns false. */
@@ -555,6 +603,24 @@ static bool prof_check(rtr_ctx *r, rpc_call *call, const char *id, const rtr_pb_
         return true;
     rtr_fail(call, err.code, "%s", err.msg);
     return false;
+}
+
+/* CreateAppProfile holding the profile's gate: false when answered without a write. */
+static bool create_start(rtr_ctx *r, rpc_call *call,
+                         const Google__Bigtable__Admin__V2__CreateAppProfileRequest *req) {
+    st_buf scratch;
+    st_buf_init(&scratch);
+    st_slice old;
+    bool exists = rtr_profile_lookup(r, req->app_profile_id, &scratch, &old);
+    st_buf_free(&scratch);
+    if (exists) {
+        rtr_fail(call, ST_ALREADY_EXISTS,
+                 "App profile projects/%s/instances/%s/appProfiles/%s already exists.",
+                 r->topo.project, r->topo.instance, req->app_profile_id);
+        return false;
+    }
+    return prof_check(r, call, req->app_profile_id, req->app_profile, req->ignore_warnings) &&
+           prof_store(r, call, PROF_CREATE, req->app_profile_id, req->app_profile, true);
 }
 
 void rtr_h_create_app_profile(rpc_call *call, st_slice bytes, void *arg) {
@@ -579,20 +645,9 @@ void rtr_h_create_app_profile(rpc_call *call, st_slice bytes, void *arg) {
         rtr_fail(call, ST_INVALID_ARGUMENT, "app_profile must be set");
         return;
     }
-    st_buf scratch;
-    st_buf_init(&scratch);
-    st_slice old;
-    bool exists = rtr_profile_lookup(r, req->app_profile_id, &scratch, &old);
-    st_buf_free(&scratch);
-    if (exists) {
-        rtr_fail(call, ST_ALREADY_EXISTS,
-                 "App profile projects/%s/instances/%s/appProfiles/%s already exists.",
-                 r->topo.project, r->topo.instance, req->app_profile_id);
-        return;
-    }
-    if (!prof_check(r, call, req->app_profile_id, req->app_profile, req->ignore_warnings))
-        return;
-    prof_store(r, call, PROF_CREATE, req->app_profile_id, req->app_profile);
+    if (prof_gate(r, call, req->app_profile_id, bytes, rtr_h_create_app_profile) &&
+        !create_start(r, call, req))
+        rtr_gate_leave(r, call);
 }
 
 void rtr_h_get_app_profile(rpc_call *call, st_slice bytes, void *arg) {
@@ -679,6 +734,40 @@ void rtr_h_list_app_profiles(rpc_call *call, st_slice bytes, void *arg) {
     st_buf_free(&out);
 }
 
+/* UpdateAppProfile holding the profile's gate: false when answered without a write. */
+static bool update_start(rtr_ctx *r, rpc_call *call,
+                         const Google__Bigtable__Admin__V2__UpdateAppProfileRequest *req,
+                         const char *id) {
+    st_buf scratch;
+    st_buf_init(&scratch);
+    st_slice pb;
+    rtr_pb_profile *cur = NULL;
+    if (!rtr_profile_lookup(r, id, &scratch, &pb))
+        fail_not_found(call, r, id);
+    else
+        cur = unpack_stored(call, id, pb);
+    st_buf_free(&scratch);
+    if (!cur)
+        return false;
+    /* Optimistic concurrency: an etag that is not the stored one means a change in between. */
+    if (req->app_profile->etag[0] && strcmp(req->app_profile->etag, cur->etag) != 0) {
+        rtr_fail(call, ST_ABORTED,
+                 "app profile '%s' changed since etag %s was read (now %s): read it "
+                 "again and retry",
+                 id, req->app_profile->etag, cur->etag);
+        return false;
+    }
+    st_err err = {0};
+    if (rtr_profile_apply_mask(cur, req->app_profile,
+                               req->update_mask ? req->update_mask->paths : NULL,
+                               req->update_mask ? req->update_mask->n_paths : 0, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return false;
+    }
+    return prof_check(r, call, id, cur, req->ignore_warnings) &&
+           prof_store(r, call, PROF_UPDATE, id, cur, req->app_profile->etag[0] != '\0');
+}
+
 void rtr_h_update_app_profile(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__Admin__V2__UpdateAppProfileRequest *req = (void *)rtr_unpack(
@@ -695,34 +784,8 @@ void rtr_h_update_app_profile(rpc_call *call, st_slice bytes, void *arg) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
-    st_buf scratch;
-    st_buf_init(&scratch);
-    st_slice pb;
-    rtr_pb_profile *cur = NULL;
-    if (!rtr_profile_lookup(r, id, &scratch, &pb))
-        fail_not_found(call, r, id);
-    else
-        cur = unpack_stored(call, id, pb);
-    st_buf_free(&scratch);
-    if (!cur)
-        return;
-    /* Optimistic concurrency: an etag that is not the stored one means a change in between. */
-    if (req->app_profile->etag[0] && strcmp(req->app_profile->etag, cur->etag) != 0) {
-        rtr_fail(call, ST_ABORTED,
-                 "app profile '%s' changed since etag %s was read (now %s): read it "
-                 "again and retry",
-                 id, req->app_profile->etag, cur->etag);
-        return;
-    }
-    if (rtr_profile_apply_mask(cur, req->app_profile,
-                               req->update_mask ? req->update_mask->paths : NULL,
-                               req->update_mask ? req->update_mask->n_paths : 0, &err) != ST_OK) {
-        rtr_fail(call, err.code, "%s", err.msg);
-        return;
-    }
-    if (!prof_check(r, call, id, cur, req->ignore_warnings))
-        return;
-    prof_store(r, call, PROF_UPDATE, id, cur);
+    if (prof_gate(r, call, id, bytes, rtr_h_update_app_profile) && !update_start(r, call, req, id))
+        rtr_gate_leave(r, call);
 }
 
 void rtr_h_delete_app_profile(rpc_call *call, st_slice bytes, void *arg) {
@@ -744,9 +807,12 @@ void rtr_h_delete_app_profile(rpc_call *call, st_slice bytes, void *arg) {
                  "profile id use it (update it instead)");
         return;
     }
+    if (!prof_gate(r, call, id, bytes, rtr_h_delete_app_profile))
+        return;
     if (!rtr_meta_find(&r->meta, RTR_META_KIND_PROFILE, id)) {
         fail_not_found(call, r, id);
-        return;
+        rtr_gate_leave(r, call);
+    } else if (!prof_store(r, call, PROF_DELETE, id, NULL, false)) {
+        rtr_gate_leave(r, call);
     }
-    prof_store(r, call, PROF_DELETE, id, NULL);
 }

@@ -631,6 +631,11 @@ typedef void (*rtr_meta_cas_fn)(void *arg, st_code code, const char *message, bo
  * RESOURCE_EXHAUSTED when memory runs out. */
 st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
                      rtr_meta_cas_fn done, void *arg);
+/* rtr_meta_cas of record (kind, name) setting pb, expecting what this router's copy holds (no
+ * record when it holds none); *had: whether it held one, so the record was as read (and pb
+ * stored) when done's matched == *had. */
+st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
+                            rtr_meta_cas_fn done, void *arg, bool *had);
 /* Reads row key of the first cluster's metadata table there, not from this router's copy (which
  * another router's write of a moment ago may not have reached): found and the row's latest m:v
  * value. Returns as rtr_meta_cas. */
@@ -657,13 +662,13 @@ void rtr_h_generate_consistency_token(rpc_call *call, st_slice req, void *arg);
 void rtr_h_check_consistency(rpc_call *call, st_slice req, void *arg);
 void rtr_h_update_table(rpc_call *call, st_slice req, void *arg);
 
-/* ---- admin_gate.c: one schema change of a table at a time ---- */
+/* ---- admin_gate.c: one schema change of a table (or change of an app profile) at a time ---- */
 
 typedef struct rtr_gate rtr_gate;
 typedef void (*rtr_gate_fn)(rpc_call *call, st_slice req, void *arg);
-/* Whether call may change table's schema now (it then owns the table's gate until
- * rtr_gate_leave). Else the call waits (fn(call, req, r) runs again when its turn comes) or was
- * answered (UNAVAILABLE: too many waiting; out of memory). */
+/* Whether call may change table (a full table or app profile name) now (it then owns the table's
+ * gate until rtr_gate_leave). Else the call waits (fn(call, req, r) runs again when its turn comes)
+ * or was answered (UNAVAILABLE: too many waiting; out of memory). */
 bool rtr_gate_enter(rtr_ctx *r, const char *table, rpc_call *call, st_slice req, rtr_gate_fn fn);
 /* owner answered its call (it may be freed): the next waiting call's turn at its gate, if it
  * held one. */

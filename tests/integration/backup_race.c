@@ -5,7 +5,9 @@
  * accepted and the other answer ALREADY_EXISTS (the name is taken with a compare-and-set in the
  * metadata table, not checked against each router's own copy). Stale rounds send through A and
  * right after through B, whose copy of the metadata has not been reloaded yet: B must still
- * answer ALREADY_EXISTS.
+ * answer ALREADY_EXISTS. Update rounds send three UpdateBackup (expire_time) and a DeleteBackup of
+ * one READY backup through router A at once: once the delete answered OK the backup must stay
+ * NOT_FOUND (an update that read the record before the delete used to write it back).
  *   backup_race ADDR_A ADDR_B ROUNDS
  * Prints one line per round and "PASS" or "FAIL"; exit 0 on PASS, 1 on FAIL, 2 on bad usage.
  * The call deadlines are hang guards only. */
@@ -272,6 +274,80 @@ static bool round_run(const char *a, const char *b, int n, bool stale) {
     return pass;
 }
 
+static st_slice update_req(const char *name, int64_t s) {
+    Google__Protobuf__Timestamp exp = ts_from_now(s);
+    Google__Bigtable__Admin__V2__Backup b;
+    google__bigtable__admin__v2__backup__init(&b);
+    b.name = (char *)name;
+    b.expire_time = &exp;
+    char *paths[1] = {(char *)"expire_time"};
+    Google__Protobuf__FieldMask mask;
+    google__protobuf__field_mask__init(&mask);
+    mask.n_paths = 1;
+    mask.paths = paths;
+    Google__Bigtable__Admin__V2__UpdateBackupRequest req;
+    google__bigtable__admin__v2__update_backup_request__init(&req);
+    req.backup = &b;
+    req.update_mask = &mask;
+    return pack(&req.base);
+}
+
+static st_code get_backup(const char *addr, const char *name) {
+    Google__Bigtable__Admin__V2__GetBackupRequest req;
+    google__bigtable__admin__v2__get_backup_request__init(&req);
+    req.name = (char *)name;
+    racer s = {.addr = addr, .method = TA "GetBackup", .req = pack(&req.base)};
+    send_req(&s);
+    st_buf_free(&s.resp);
+    free((void *)s.req.data);
+    return s.code;
+}
+
+/* Three UpdateBackup and a DeleteBackup of one READY backup through a at once: once the delete
+ * answered OK, the backup is NOT_FOUND. */
+static bool update_delete_round(const char *a, const char *b, int n) {
+    char id[64], name[256];
+    snprintf(id, sizeof id, "u%d", n);
+    snprintf(name, sizeof name, CLUSTER "/backups/%s", id);
+    racer mk = {.addr = a, .method = TA "CreateBackup", .req = create_req(id)};
+    send_req(&mk);
+    st_buf_free(&mk.resp);
+    free((void *)mk.req.data);
+    if (mk.code != ST_OK || !ready_on_both(a, b, name)) {
+        printf("update round %d: CreateBackup %s %s\n", n, st_code_name(mk.code), mk.msg);
+        return false;
+    }
+    Google__Bigtable__Admin__V2__DeleteBackupRequest del;
+    google__bigtable__admin__v2__delete_backup_request__init(&del);
+    del.name = name;
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 4);
+    racer s[4];
+    for (int i = 0; i < 4; i++)
+        s[i] = (racer){.addr = a,
+                       .method = TA "UpdateBackup",
+                       .go = &go,
+                       .req = update_req(name, 48 * 3600 + i)};
+    free((void *)s[3].req.data);
+    s[3].method = TA "DeleteBackup";
+    s[3].req = pack(&del.base);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, racer_main, &s[i]);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < 4; i++) {
+        st_buf_free(&s[i].resp);
+        free((void *)s[i].req.data);
+    }
+    st_code after = get_backup(a, name);
+    printf("update round %d: updates %s %s %s, delete %s, then GetBackup %s\n", n,
+           st_code_name(s[0].code), st_code_name(s[1].code), st_code_name(s[2].code),
+           st_code_name(s[3].code), st_code_name(after));
+    return s[3].code == ST_OK && after == ST_NOT_FOUND;
+}
+
 int main(int argc, char **argv) {
     if (argc != 4 || atoi(argv[3]) < 1) {
         fprintf(stderr, "usage: backup_race ADDR_A ADDR_B ROUNDS\n");
@@ -283,6 +359,8 @@ int main(int argc, char **argv) {
     for (int r = 1; r <= atoi(argv[3]); r++)
         pass = round_run(argv[1], argv[2], r, false) && pass;
     pass = round_run(argv[1], argv[2], 1, true) && pass;
+    for (int r = 1; r <= atoi(argv[3]); r++)
+        pass = update_delete_round(argv[1], argv[2], r) && pass;
     printf("%s\n", pass ? "PASS" : "FAIL");
     return pass ? 0 : 1;
 }

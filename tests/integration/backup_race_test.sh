@@ -3,7 +3,8 @@
 # CopyBackup, RestoreTable and BeginImport calls for the same id at the same moment: exactly one
 # is accepted and the other answers ALREADY_EXISTS (the name is taken with a compare-and-set in
 # the metadata table); also when the second router's copy of the metadata is stale
-# (backup_race).
+# (backup_race); and three UpdateBackup calls with a DeleteBackup of one backup at once leave it
+# deleted (an update that read the record before the delete used to write it back).
 # Usage: backup_race_test.sh strata-node strata-router backup_race
 set -u
 . "$(dirname "$0")/lib.sh"

@@ -3,7 +3,12 @@
  * etag), then sets two different policies carrying that etag through router A and router B at
  * the same moment (two threads released together): exactly one must succeed and the other end
  * ABORTED. A last round sets through A and then at once through B with the same etag: B's copy
- * of the metadata has not been reloaded yet, and B must still answer ABORTED.
+ * of the metadata has not been reloaded yet, and B must still answer ABORTED. Delete rounds send
+ * three SetIamPolicy of table t and a DeleteTable of t through A at once, then create t again:
+ * the new table must start without a policy (a set that read the old table used to store its
+ * policy after the delete had forgotten the table's). A blind round sets two policies without an
+ * etag through A and B at once: both succeed (no etag replaces whatever is there; every set used
+ * to be compared with the record its router read, and one ended ABORTED).
  *   iam_race ADDR_A ADDR_B ROUNDS
  * Prints one line per round and "PASS" or "FAIL"; exit 0 on PASS, 1 on FAIL, 2 on bad usage.
  * The call deadline (30 s) is a hang guard only. */
@@ -13,17 +18,22 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/iam/v1/iam_policy.pb-c.h"
 #include "google/iam/v1/policy.pb-c.h"
 #include "strata/rpc.h"
 
 #define IA "/google.bigtable.admin.v2.BigtableInstanceAdmin/"
+#define TA "/google.bigtable.admin.v2.BigtableTableAdmin/"
+#define TABLE "projects/p/instances/i/tables/t"
 #define INSTANCE "projects/p/instances/i"
 #define TIMEOUT_MS 30000
 #define ETAG_MAX 64
 
 typedef struct setter {
     const char *addr;
+    const char *resource; /* INSTANCE when NULL; with delete: DeleteTable of TABLE instead */
+    bool delete;
     char member[64];
     char etag[ETAG_MAX];
     pthread_barrier_t *go;
@@ -71,14 +81,21 @@ static void set_policy(setter *s) {
     p.etag = (ProtobufCBinaryData){strlen(s->etag), (uint8_t *)s->etag};
     Google__Iam__V1__SetIamPolicyRequest req;
     google__iam__v1__set_iam_policy_request__init(&req);
-    req.resource = (char *)INSTANCE;
+    req.resource = (char *)(s->resource ? s->resource : INSTANCE);
     req.policy = &p;
+    Google__Bigtable__Admin__V2__DeleteTableRequest del;
+    google__bigtable__admin__v2__delete_table_request__init(&del);
+    del.name = (char *)TABLE;
     uint8_t buf[512];
-    size_t len = google__iam__v1__set_iam_policy_request__pack(&req, buf);
+    size_t len = s->delete ? google__bigtable__admin__v2__delete_table_request__pack(&del, buf)
+                           : google__iam__v1__set_iam_policy_request__pack(&req, buf);
+    const char *method = s->delete     ? TA "DeleteTable"
+                         : s->resource ? TA "SetIamPolicy"
+                                       : IA "SetIamPolicy";
     st_buf resp;
     st_buf_init(&resp);
     st_err err = {0};
-    s->code = rpc_blocking_unary(s->addr, NULL, IA "SetIamPolicy", st_slice_make(buf, len), NULL, 0,
+    s->code = rpc_blocking_unary(s->addr, NULL, method, st_slice_make(buf, len), NULL, 0,
                                  TIMEOUT_MS, &resp, &err);
     snprintf(s->msg, sizeof s->msg, "%s", err.msg);
     st_buf_free(&resp);
@@ -132,6 +149,26 @@ static bool race_round(const char *a, const char *b, int round) {
     return ok == 1 && aborted == 1;
 }
 
+/* Without etags through a and b at once: both succeed. */
+static bool blind_round(const char *a, const char *b) {
+    char etag[ETAG_MAX];
+    if (!converged(a, b, etag))
+        return false;
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 2);
+    setter s[2] = {{.addr = a, .go = &go}, {.addr = b, .go = &go}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(s[i].member, sizeof s[i].member, "user:blind-%c", 'a' + i);
+        pthread_create(&th[i], NULL, setter_main, &s[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+    printf("blind: no etag: A %s, B %s\n", st_code_name(s[0].code), st_code_name(s[1].code));
+    return s[0].code == ST_OK && s[1].code == ST_OK;
+}
+
 /* A then B, one after the other, with the same etag: B's copy is stale, B must refuse. */
 static bool stale_round(const char *a, const char *b) {
     char etag[ETAG_MAX];
@@ -148,6 +185,79 @@ static bool stale_round(const char *a, const char *b) {
     return s[0].code == ST_OK && s[1].code == ST_ABORTED;
 }
 
+static st_code create_table(const char *addr) {
+    Google__Bigtable__Admin__V2__Table t;
+    google__bigtable__admin__v2__table__init(&t);
+    Google__Bigtable__Admin__V2__CreateTableRequest req;
+    google__bigtable__admin__v2__create_table_request__init(&req);
+    req.parent = (char *)INSTANCE;
+    req.table_id = (char *)"t";
+    req.table = &t;
+    uint8_t buf[256];
+    size_t len = google__bigtable__admin__v2__create_table_request__pack(&req, buf);
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err err = {0};
+    st_code rc = rpc_blocking_unary(addr, NULL, TA "CreateTable", st_slice_make(buf, len), NULL, 0,
+                                    TIMEOUT_MS, &resp, &err);
+    st_buf_free(&resp);
+    return rc;
+}
+
+/* The number of bindings of table t's policy (-1 on failure). */
+static int table_bindings(const char *addr) {
+    Google__Iam__V1__GetIamPolicyRequest req;
+    google__iam__v1__get_iam_policy_request__init(&req);
+    req.resource = (char *)TABLE;
+    uint8_t buf[128];
+    size_t len = google__iam__v1__get_iam_policy_request__pack(&req, buf);
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err err = {0};
+    int n = -1;
+    if (rpc_blocking_unary(addr, NULL, TA "GetIamPolicy", st_slice_make(buf, len), NULL, 0,
+                           TIMEOUT_MS, &resp, &err) == ST_OK) {
+        Google__Iam__V1__Policy *p = google__iam__v1__policy__unpack(NULL, resp.len, resp.data);
+        n = p ? (int)p->n_bindings : -1;
+        if (p)
+            google__iam__v1__policy__free_unpacked(p, NULL);
+    }
+    st_buf_free(&resp);
+    return n;
+}
+
+/* SetIamPolicy of t three times and DeleteTable of t at once through a; then t again: it must
+ * have no policy. */
+static bool delete_round(const char *a, int round) {
+    if (create_table(a) != ST_OK) {
+        printf("delete %d: CreateTable t failed\n", round);
+        return false;
+    }
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 4);
+    setter s[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        s[i] = (setter){.addr = a, .resource = TABLE, .delete = i == 3, .go = &go};
+        snprintf(s[i].member, sizeof s[i].member, "user:del%d-%d", round, i);
+        pthread_create(&th[i], NULL, setter_main, &s[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+    st_code again = create_table(a);
+    int n = table_bindings(a);
+    printf("delete %d: sets %s %s %s, delete %s; new table t: %s, %d bindings\n", round,
+           st_code_name(s[0].code), st_code_name(s[1].code), st_code_name(s[2].code),
+           st_code_name(s[3].code), st_code_name(again), n);
+    for (int i = 0; i < 4; i++)
+        if (s[i].code != ST_OK && s[i].code != ST_NOT_FOUND)
+            printf("  %d: %s\n", i, s[i].msg);
+    setter del = {.addr = a, .delete = true};
+    set_policy(&del); /* DeleteTable, for the next round */
+    return s[3].code == ST_OK && again == ST_OK && n == 0 && del.code == ST_OK;
+}
+
 int main(int argc, char **argv) {
     if (argc != 4 || atoi(argv[3]) < 1) {
         fprintf(stderr, "usage: iam_race ADDR_A ADDR_B ROUNDS\n");
@@ -157,6 +267,10 @@ int main(int argc, char **argv) {
     for (int r = 1; r <= atoi(argv[3]); r++)
         pass = race_round(argv[1], argv[2], r) && pass;
     pass = stale_round(argv[1], argv[2]) && pass;
+    for (int r = 1; r <= 3; r++)
+        pass = blind_round(argv[1], argv[2]) && pass;
+    for (int r = 1; r <= atoi(argv[3]); r++)
+        pass = delete_round(argv[1], r) && pass;
     printf("%s\n", pass ? "PASS" : "FAIL");
     return pass ? 0 : 1;
 }

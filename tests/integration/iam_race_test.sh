@@ -2,7 +2,9 @@
 # iam_race_test.sh — two strata-routers of one instance (one node) take SetIamPolicy calls with
 # the same etag at the same moment: exactly one stores its policy, the other ends ABORTED (the
 # store is a compare-and-set in the metadata table, not a check against each router's own copy);
-# and a router whose copy is stale refuses an etag another router already used (iam_race).
+# and a router whose copy is stale refuses an etag another router already used; two sets without
+# an etag at once both succeed; sets of a table's policy racing its DeleteTable leave no policy
+# to a table created again under that name (iam_race).
 # Usage: iam_race_test.sh strata-node strata-router iam_race
 set -u
 . "$(dirname "$0")/lib.sh"
