@@ -41,28 +41,35 @@ typedef struct setter {
     char msg[sizeof(((st_err *)0)->msg)];
 } setter;
 
-/* The etag the router at addr reports for the instance ("" on failure). */
-static void get_etag(const char *addr, char *out) {
+/* resource's policy as the router at addr answers GetIamPolicy (method: IA or TA), or NULL. */
+static Google__Iam__V1__Policy *get_policy(const char *addr, const char *method,
+                                           const char *resource) {
     Google__Iam__V1__GetIamPolicyRequest req;
     google__iam__v1__get_iam_policy_request__init(&req);
-    req.resource = (char *)INSTANCE;
+    req.resource = (char *)resource;
     uint8_t buf[128];
     size_t len = google__iam__v1__get_iam_policy_request__pack(&req, buf);
     st_buf resp;
     st_buf_init(&resp);
     st_err err = {0};
-    out[0] = '\0';
-    if (rpc_blocking_unary(addr, NULL, IA "GetIamPolicy", st_slice_make(buf, len), NULL, 0,
-                           TIMEOUT_MS, &resp, &err) == ST_OK) {
-        Google__Iam__V1__Policy *p = google__iam__v1__policy__unpack(NULL, resp.len, resp.data);
-        if (p && p->etag.len < ETAG_MAX) {
-            memcpy(out, p->etag.data, p->etag.len);
-            out[p->etag.len] = '\0';
-        }
-        if (p)
-            google__iam__v1__policy__free_unpacked(p, NULL);
-    }
+    Google__Iam__V1__Policy *p = NULL;
+    if (rpc_blocking_unary(addr, NULL, method, st_slice_make(buf, len), NULL, 0, TIMEOUT_MS, &resp,
+                           &err) == ST_OK)
+        p = google__iam__v1__policy__unpack(NULL, resp.len, resp.data);
     st_buf_free(&resp);
+    return p;
+}
+
+/* The etag the router at addr reports for the instance ("" on failure). */
+static void get_etag(const char *addr, char *out) {
+    Google__Iam__V1__Policy *p = get_policy(addr, IA "GetIamPolicy", INSTANCE);
+    out[0] = '\0';
+    if (p && p->etag.len < ETAG_MAX) {
+        memcpy(out, p->etag.data, p->etag.len);
+        out[p->etag.len] = '\0';
+    }
+    if (p)
+        google__iam__v1__policy__free_unpacked(p, NULL);
 }
 
 static void set_policy(setter *s) {
@@ -206,23 +213,10 @@ static st_code create_table(const char *addr) {
 
 /* The number of bindings of table t's policy (-1 on failure). */
 static int table_bindings(const char *addr) {
-    Google__Iam__V1__GetIamPolicyRequest req;
-    google__iam__v1__get_iam_policy_request__init(&req);
-    req.resource = (char *)TABLE;
-    uint8_t buf[128];
-    size_t len = google__iam__v1__get_iam_policy_request__pack(&req, buf);
-    st_buf resp;
-    st_buf_init(&resp);
-    st_err err = {0};
-    int n = -1;
-    if (rpc_blocking_unary(addr, NULL, TA "GetIamPolicy", st_slice_make(buf, len), NULL, 0,
-                           TIMEOUT_MS, &resp, &err) == ST_OK) {
-        Google__Iam__V1__Policy *p = google__iam__v1__policy__unpack(NULL, resp.len, resp.data);
-        n = p ? (int)p->n_bindings : -1;
-        if (p)
-            google__iam__v1__policy__free_unpacked(p, NULL);
-    }
-    st_buf_free(&resp);
+    Google__Iam__V1__Policy *p = get_policy(addr, TA "GetIamPolicy", TABLE);
+    int n = p ? (int)p->n_bindings : -1;
+    if (p)
+        google__iam__v1__policy__free_unpacked(p, NULL);
     return n;
 }
 

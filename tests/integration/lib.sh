@@ -87,6 +87,24 @@ start_member() {
     exit 1
 }
 
+# two_clusters DIR: one node per cluster (east: node 1, west: node 2) in DIR/east and DIR/west,
+# and DIR/topology naming them (project p, instance i); sets EAST and WEST to their addresses.
+two_clusters() {
+  local dir=$1
+  start_member "$dir/east" 1; EAST=$NODE_ADDR
+  start_member "$dir/west" 2; WEST=$NODE_ADDR
+  cat >"$dir/topology" <<TOPO
+project = p
+instance = i
+[cluster east]
+zone = zone-a
+node = $EAST $dir/east
+[cluster west]
+zone = zone-b
+node = $WEST $dir/west
+TOPO
+}
+
 # start_router TOPOLOGY LOG [ARGS...] -> sets ROUTER_PID and ROUTER_ADDR: a strata-router
 # ($ROUTER_BIN) on a free loopback port, with the extra ARGS. Exits the test if it never listens.
 start_router() {

@@ -17,18 +17,7 @@ ROUTER_BIN=$2
 RACE=$3
 
 dir=$(make_tmp)
-start_member "$dir/east" 1; EAST=$NODE_ADDR
-start_member "$dir/west" 2; WEST=$NODE_ADDR
-cat >"$dir/topology" <<TOPO
-project = p
-instance = i
-[cluster east]
-zone = zone-a
-node = $EAST $dir/east
-[cluster west]
-zone = zone-b
-node = $WEST $dir/west
-TOPO
+two_clusters "$dir"
 start_router "$dir/topology" "$dir/r1.log"; R1=$ROUTER_ADDR
 start_router "$dir/topology" "$dir/r2.log"; R2=$ROUTER_ADDR
 "$RACE" "$R1" "$R2"
