@@ -211,25 +211,23 @@ static void cas_done(void *arg, st_code code, const char *message, bool matched)
     bool stored = matched == op->had;
     rtr_ctx *r = op->r;
     rpc_call *call = op->call;
-    if (code != ST_OK) {
+    if (code == ST_OK && stored) {
+        /* Every cluster's copy and this router's cache, as any metadata write. */
+        rtr_meta_write(r, RTR_META_KIND_IAM, op->resource, &op->pb, set_recorded, op);
+        return;
+    }
+    if (code != ST_OK)
         rtr_fail(call, code,
                  "could not store the policy in the metadata of cluster %s (the first of the "
                  "topology, where policy changes are compared and set): %s; retry when it is "
                  "reachable",
                  r->clusters[0].topo->id, message);
-        rtr_gate_leave(r, call);
-        return;
-    }
-    if (!stored) {
+    else
         rtr_fail(call, ST_ABORTED,
                  "the policy of %s was changed concurrently (through another router): read it "
                  "again with GetIamPolicy, apply the change and set it again",
                  op->resource);
-        rtr_gate_leave(r, call);
-        return;
-    }
-    /* Every cluster's copy and this router's cache, as any metadata write. */
-    rtr_meta_write(op->r, RTR_META_KIND_IAM, op->resource, &op->pb, set_recorded, op);
+    rtr_gate_leave(r, call);
 }
 
 /* Stores op's policy if the first cluster's record still holds what this router read; false when

@@ -24,18 +24,7 @@ fail() {
   tail -n 30 "$dir/r.log" >&2
   exit 1
 }
-start_member "$dir/n1" 1; N1=$NODE_ADDR; N1_PID=$NODE_PID
-start_member "$dir/n2" 2; N2=$NODE_ADDR
-cat >"$dir/topology" <<TOPO
-project = p
-instance = i
-[cluster east]
-zone = zone-a
-node = $N1 $dir/n1
-[cluster west]
-zone = zone-b
-node = $N2 $dir/n2
-TOPO
+two_clusters "$dir"; N1=$EAST; N1_PID=$EAST_PID
 start_router "$dir/topology" "$dir/r.log"; R=$ROUTER_ADDR
 bk() { timeout 120 "$STRATA" backup --endpoint "$R" --quiet "$@"; }
 
@@ -77,7 +66,7 @@ out=$(cbtr "$R" createtable t3 "families=cf") && fail "createtable t3 succeeded:
 echo ok
 
 echo "== 3. first cluster back: the same ids work, once"
-start_member "$dir/n1" 1 "$N1"
+start_member "$dir/east" 1 "$N1"
 for i in $(seq 1 300); do # until the router reaches it again
   bk create t --cluster west --id b1 --expire 1d --wait >"$dir/3.out" 2>&1 && break
   grep -q 'UNAVAILABLE' "$dir/3.out" || fail "create b1 after the restart: $(cat "$dir/3.out")"

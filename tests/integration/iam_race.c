@@ -115,6 +115,20 @@ static void *setter_main(void *arg) {
     return NULL;
 }
 
+/* Runs the n setters' calls at once (each on its own thread, released together). */
+static void run_at_once(setter *s, int n) {
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, (unsigned)n);
+    pthread_t th[8];
+    for (int i = 0; i < n; i++) {
+        s[i].go = &go;
+        pthread_create(&th[i], NULL, setter_main, &s[i]);
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+}
+
 /* Waits until both routers report the same etag (their metadata reloads converge), into out. */
 static bool converged(const char *a, const char *b, char *out) {
     char eb[ETAG_MAX];
@@ -134,18 +148,12 @@ static bool race_round(const char *a, const char *b, int round) {
         printf("round %d: the routers never agreed on the policy's etag\n", round);
         return false;
     }
-    pthread_barrier_t go;
-    pthread_barrier_init(&go, NULL, 2);
-    setter s[2] = {{.addr = a, .go = &go}, {.addr = b, .go = &go}};
-    pthread_t th[2];
+    setter s[2] = {{.addr = a}, {.addr = b}};
     for (int i = 0; i < 2; i++) {
         snprintf(s[i].member, sizeof s[i].member, "user:r%d-%c", round, 'a' + i);
         snprintf(s[i].etag, sizeof s[i].etag, "%s", etag);
-        pthread_create(&th[i], NULL, setter_main, &s[i]);
     }
-    for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
-    pthread_barrier_destroy(&go);
+    run_at_once(s, 2);
     int ok = (s[0].code == ST_OK) + (s[1].code == ST_OK);
     int aborted = (s[0].code == ST_ABORTED) + (s[1].code == ST_ABORTED);
     printf("round %d: etag %s: A %s, B %s\n", round, etag, st_code_name(s[0].code),
@@ -161,17 +169,10 @@ static bool blind_round(const char *a, const char *b) {
     char etag[ETAG_MAX];
     if (!converged(a, b, etag))
         return false;
-    pthread_barrier_t go;
-    pthread_barrier_init(&go, NULL, 2);
-    setter s[2] = {{.addr = a, .go = &go}, {.addr = b, .go = &go}};
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++) {
-        snprintf(s[i].member, sizeof s[i].member, "user:blind-%c", 'a' + i);
-        pthread_create(&th[i], NULL, setter_main, &s[i]);
-    }
+    setter s[2] = {{.addr = a}, {.addr = b}};
     for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
-    pthread_barrier_destroy(&go);
+        snprintf(s[i].member, sizeof s[i].member, "user:blind-%c", 'a' + i);
+    run_at_once(s, 2);
     printf("blind: no etag: A %s, B %s\n", st_code_name(s[0].code), st_code_name(s[1].code));
     return s[0].code == ST_OK && s[1].code == ST_OK;
 }
@@ -227,18 +228,12 @@ static bool delete_round(const char *a, int round) {
         printf("delete %d: CreateTable t failed\n", round);
         return false;
     }
-    pthread_barrier_t go;
-    pthread_barrier_init(&go, NULL, 4);
     setter s[4];
-    pthread_t th[4];
     for (int i = 0; i < 4; i++) {
-        s[i] = (setter){.addr = a, .resource = TABLE, .delete = i == 3, .go = &go};
+        s[i] = (setter){.addr = a, .resource = TABLE, .delete = i == 3};
         snprintf(s[i].member, sizeof s[i].member, "user:del%d-%d", round, i);
-        pthread_create(&th[i], NULL, setter_main, &s[i]);
     }
-    for (int i = 0; i < 4; i++)
-        pthread_join(th[i], NULL);
-    pthread_barrier_destroy(&go);
+    run_at_once(s, 4);
     st_code again = create_table(a);
     int n = table_bindings(a);
     printf("delete %d: sets %s %s %s, delete %s; new table t: %s, %d bindings\n", round,

@@ -88,10 +88,11 @@ start_member() {
 }
 
 # two_clusters DIR: one node per cluster (east: node 1, west: node 2) in DIR/east and DIR/west,
-# and DIR/topology naming them (project p, instance i); sets EAST and WEST to their addresses.
+# and DIR/topology naming them (project p, instance i); sets EAST and WEST to their addresses,
+# EAST_PID to the east node's pid.
 two_clusters() {
   local dir=$1
-  start_member "$dir/east" 1; EAST=$NODE_ADDR
+  start_member "$dir/east" 1; EAST=$NODE_ADDR; EAST_PID=$NODE_PID
   start_member "$dir/west" 2; WEST=$NODE_ADDR
   cat >"$dir/topology" <<TOPO
 project = p

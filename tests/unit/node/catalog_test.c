@@ -123,22 +123,30 @@ static void test_catalog_corruption_is_data_loss(void **state) {
     env->ops->remove(env, path, NULL);
 }
 
+/* A fresh catalog in a new directory dir (named after tag) holding table "s" with family "f"
+ * (no GC); *t is the table. */
+static node_catalog *catalog_with_s(char *dir, size_t cap, const char *tag, node_table **t) {
+    tmpdir(dir, cap, tag);
+    st_err err;
+    node_catalog *c;
+    assert_int_equal(node_catalog_open(st_env_posix(), dir, &c, &err), ST_OK);
+    assert_int_equal(node_catalog_add(c, "projects/p/instances/i/tables/s", 9, t, &err), ST_OK);
+    node_gc none = {.kind = STO_GC_NONE};
+    assert_int_equal(node_table_family_set(*t, "f", &none, &err), ST_OK);
+    return c;
+}
+
 /* Change stream settings survive a save and reopen. */
 static void test_catalog_change_stream_roundtrip(void **state) {
     (void)state;
     char dir[512];
-    tmpdir(dir, sizeof dir, "cs");
     st_env *env = st_env_posix();
     st_err err;
-    node_catalog *c;
-    assert_int_equal(node_catalog_open(env, dir, &c, &err), ST_OK);
     node_table *t;
-    assert_int_equal(node_catalog_add(c, "projects/p/instances/i/tables/s", 9, &t, &err), ST_OK);
+    node_catalog *c = catalog_with_s(dir, sizeof dir, "cs", &t);
     t->cs_retention_us = 3LL * 86400 * 1000000;
     t->cs_since_us = 1234567890123LL;
     t->deletion_protection = true;
-    node_gc none = {.kind = STO_GC_NONE};
-    assert_int_equal(node_table_family_set(t, "f", &none, &err), ST_OK);
     assert_int_equal(node_catalog_save(c, &err), ST_OK);
     node_catalog_free(c);
     assert_int_equal(node_catalog_open(env, dir, &c, &err), ST_OK);
@@ -169,15 +177,11 @@ static size_t families_on_disk(node_catalog *c, st_env *env, const char *dir) {
 static void test_catalog_purging_family_saved(void **state) {
     (void)state;
     char dir[512];
-    tmpdir(dir, sizeof dir, "purge");
     st_env *env = st_env_posix();
     st_err err;
-    node_catalog *c;
-    assert_int_equal(node_catalog_open(env, dir, &c, &err), ST_OK);
     node_table *t;
-    assert_int_equal(node_catalog_add(c, "projects/p/instances/i/tables/s", 9, &t, &err), ST_OK);
+    node_catalog *c = catalog_with_s(dir, sizeof dir, "purge", &t);
     node_gc none = {.kind = STO_GC_NONE};
-    assert_int_equal(node_table_family_set(t, "f", &none, &err), ST_OK);
     assert_int_equal(node_table_family_set(t, "g", &none, &err), ST_OK);
     assert_int_equal(node_table_purge_begin(t, "f", &err), ST_OK);
     assert_int_equal(node_table_purge_begin(t, "f", &err), ST_OK); /* a second drop joins */
