@@ -43,16 +43,24 @@ static void enc_buf_give(st_buf *buf) {
     st_buf_init(buf);
 }
 
-/* Frames n rows as records with lsn and crc left for the commit thread. */
-static st_code entry_encode(log_entry *e, const sto_row_mut *rows, size_t n, st_err *err) {
-    for (size_t i = 0; i < n; i++) {
-        size_t at = e->buf.len, bound;
-        uint8_t zero[LOG_REC_HDR_BYTES] = {0};
-        /* One allocation for header and row (the encoder's own reserve then finds room). Best
-         * effort: a row the encoder refuses gets its error from the encoder. */
+/* Room for n rows' records, reserved at once: a batch of many rows (a replicated one) grown
+ * record by record was copied over and over by realloc. Best effort: a row the encoder refuses
+ * gets its error from the encoder. */
+static void entry_reserve(log_entry *e, const sto_row_mut *rows, size_t n) {
+    size_t total = 0, bound;
+    for (size_t i = 0; i < n; i++)
         if (rows[i].n_muts <= STO_ROW_MUTS_MAX && sto_row_mut_bound(&rows[i], &bound) &&
             bound <= STO_LOG_RECORD_BYTES_MAX)
-            (void)st_buf_reserve(&e->buf, LOG_REC_HDR_BYTES + bound);
+            total += LOG_REC_HDR_BYTES + bound;
+    (void)st_buf_reserve(&e->buf, total);
+}
+
+/* Frames n rows as records with lsn and crc left for the commit thread. */
+static st_code entry_encode(log_entry *e, const sto_row_mut *rows, size_t n, st_err *err) {
+    entry_reserve(e, rows, n);
+    for (size_t i = 0; i < n; i++) {
+        size_t at = e->buf.len;
+        uint8_t zero[LOG_REC_HDR_BYTES] = {0};
         st_code rc = st_buf_append(&e->buf, zero, sizeof zero);
         if (rc == ST_OK)
             rc = sto_row_mut_encode(&e->buf, &rows[i]);
