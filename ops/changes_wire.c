@@ -113,6 +113,7 @@ static bool chunk_check(st_slice s, ops_cs_wire_dc *dc) {
     bool bad = false, has_info = false, last = false, has_mut = false, is_set = false;
     uint64_t size = 0, offset = 0;
     size_t vlen = 0;
+    st_slice mut = {0};
     while (field_next(&w, &f, &bad)) {
         if (f.num == 1 && f.type == WT_LEN) {
             has_info = true;
@@ -129,13 +130,15 @@ static bool chunk_check(st_slice s, ops_cs_wire_dc *dc) {
             }
         } else if (f.num == 2 && f.type == WT_LEN) {
             has_mut = true;
-            bad = bad || !mutation_value_len(f.s, &vlen, &is_set);
+            mut = f.s;
         }
     }
     if (bad || !has_mut)
         return false;
     if (!dc->chunk_open && !has_info)
-        return true;
+        return true; /* a whole mutation: its value is not looked at */
+    if (!mutation_value_len(mut, &vlen, &is_set))
+        return false;
     if (!has_info || !is_set || offset != dc->chunk_got || (!dc->chunk_open && offset != 0))
         return false;
     dc->chunk_got += vlen;
