@@ -37,7 +37,11 @@ static bool field_next(wire *w, wire_field *f, bool *bad) {
     if (w->p >= w->end)
         return false;
     uint64_t key, len;
-    if (!varint(w, &key) || (key >> 3) == 0 || (key >> 3) > UINT32_MAX)
+    if (*w->p < 0x80) /* a field number below 16: the key is one byte */
+        key = *w->p++;
+    else if (!varint(w, &key))
+        return !(*bad = true);
+    if ((key >> 3) == 0 || (key >> 3) > UINT32_MAX)
         return !(*bad = true);
     f->num = (uint32_t)(key >> 3);
     f->type = (uint32_t)(key & 7);
