@@ -177,6 +177,9 @@ def cap(port, most, maddr):
         if other_ends(base, router_cs(maddr)[1]):
             break
         relayed = router_cs(maddr)[0]
+        if relayed < most:
+            print('  only %d of %d unread streams relayed after 60 s' % (relayed, most))
+            break
         _, st, why = rcall(port, BT + 'ReadChangeStream', bounded, limit=30)
         name = CODE_NAMES.get(st, st)
         want[name] = want.get(name, 0) + 1
