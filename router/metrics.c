@@ -85,6 +85,9 @@ void rtr_metrics_render(rtr_ctx *r, prom_out *o) {
                "Tablet moves by the balancer that failed.", r->bal_failed);
     one_sample(o, "strata_router_tables", "gauge", "Tables in the instance metadata.",
                r->meta.n_tables);
+    one_sample(o, "strata_router_change_streams", "gauge",
+               "ReadChangeStream calls relayed now (refused past --max-change-streams).",
+               r->cs_streams);
     prom_process(o);
 }
 

@@ -9,9 +9,11 @@ hostile/cslib.py. Prints "ok: WHAT" or "FAIL: WHAT ..."; exit status 1 when a ca
       waited), other clients are served, a fresh stream from before the writes gets every row,
       and the router grows by at most LIMIT_MB, the node by at most NODE_LIMIT_MB (default
       LIMIT_MB; both printed).
-  cs_attack.py cap PORT MAX
-      against a router started with --max-change-streams MAX: MAX unread streams are relayed, the
-      next one is RESOURCE_EXHAUSTED, and once the client closed them new streams are served.
+  cs_attack.py cap PORT MAX METRICS_ADDR
+      against a router started with --max-change-streams MAX and --metrics METRICS_ADDR: MAX
+      unread streams are relayed (strata_router_change_streams), the next one is
+      RESOURCE_EXHAUSTED, no unread stream ended but for a failed node link, and once the client
+      closed them new streams are served.
   cs_attack.py disable PORT
       a stream is open when change streams are turned off: it ends with a clean status, and a
       new stream of the table is FAILED_PRECONDITION; ReadChangeStream of a table that never had
@@ -19,10 +21,10 @@ hostile/cslib.py. Prints "ok: WHAT" or "FAIL: WHAT ..."; exit status 1 when a ca
   cs_attack.py inputs PORT
       malformed tokens, times, heartbeats and partitions: each INVALID_ARGUMENT.
 """
-import os, socket, sys, threading, time
+import os, re, socket, sys, threading, time, urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
 from cslib import *
-from h2raw import Conn, grpc_msg
+from h2raw import Conn, grpc_msg, DATA, HEADERS, RST
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sec_attack import grpc_status
 
@@ -99,26 +101,99 @@ def flood(port, rpid, npid, streams, rows, nbytes, limit_mb, node_limit_mb=None)
     for c in conns: c.s.close()
 
 
-def cap(port, most):
+def router_cs(maddr):
+    """(ReadChangeStream calls the router relays now, {code: its finished ReadChangeStream
+    calls}) from the router's /metrics."""
+    text = urllib.request.urlopen('http://%s/metrics' % maddr, timeout=10).read().decode()
+    m = re.search(r'^strata_router_change_streams (\d+)', text, re.M)
+    codes = {}
+    for h in re.finditer(r'strata_rpc_server_handled_total\{([^}]*)\} (\d+)', text):
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', h.group(1)))
+        if lab.get('method') == 'ReadChangeStream' and int(h.group(2)):
+            codes[lab['code']] = int(h.group(2))
+    return (int(m.group(1)) if m else -1), codes
+
+
+def ended(c, sids, wait=0.2):
+    """The streams of sids that ended on c (END_STREAM or RST_STREAM) among the frames that
+    arrive within wait seconds. No window is returned: the streams stay unread."""
+    gone = set()
+    c.s.settimeout(wait)
+    try:
+        while True:
+            t, fl, s, _ = c.read_frame()
+            if s in sids and (t == RST or (t in (DATA, HEADERS) and fl & 1)):
+                gone.add(s)
+    except (socket.timeout, BlockingIOError):
+        pass
+    return gone
+
+
+CODE_NAMES = {'0': 'OK', '8': 'RESOURCE_EXHAUSTED', '14': 'UNAVAILABLE'}
+
+
+def other_ends(base, now):
+    """ReadChangeStream calls that ended with a status no step of cap() accounts for."""
+    return [k for k in now if now[k] != base.get(k, 0) and k not in CODE_NAMES.values()]
+
+
+def cap(port, most, maddr):
     """MAX unread streams on one connection, then one more: RESOURCE_EXHAUSTED; the slots come
-    back when the client goes away."""
+    back when the client goes away. The next stream is asked for only once the router's
+    strata_router_change_streams says it relays all MAX (they arrive on their own connection,
+    possibly after it). A stream that a failed node link ended meanwhile (UNAVAILABLE, e.g. its
+    node's loop stalled past the link's keepalive: docs/changestreams.md, The router) gave its
+    slot back: it is opened again, as a client resuming would, and the next one asked for again;
+    the router's count of finished ReadChangeStream calls must show no other end of an unread
+    stream."""
     T = 'cscap%d' % (now_us() % 100000)
-    rcall(port, ADMIN + 'CreateTable', fld(1, INST) + fld(2, T) + fld(3, fld(3, fld(1, 'cf') + fld(2, b'')) +
-                                                              fld(8, fld(1, fld(1, 86400)))))
+    _, st, why = rcall(port, ADMIN + 'CreateTable', fld(1, INST) + fld(2, T) + fld(3, fld(3, fld(1, 'cf') + fld(2, b'')) +
+                                                                          fld(8, fld(1, fld(1, 86400)))))
+    if st != '0':
+        expect('CreateTable', False, str((st, why)))
+        return
     t0 = now_us()
-    c = Conn(port, timeout=30)
-    for i in range(most):
-        sid = c.headers(BT + 'ReadChangeStream')
-        c.data(sid, grpc_msg(cs_req(T, start_us=t0, hb_s=1)))
+    req = cs_req(T, start_us=t0, hb_s=1)
     bounded = cs_req(T, start_us=t0, end_us=t0 + 1000)  # ends at once with CloseStream OK
-    st = None
-    for _ in range(100):  # the streams above reach the router first on their own connection: poll
-        _, st, why = rcall(port, BT + 'ReadChangeStream', bounded, limit=30)
-        if st == '8':
+    _, base = router_cs(maddr)
+    want = {}  # the finished calls the router should count: each poll's status, the ended streams
+    c = Conn(port, timeout=30)
+    held = set()
+    st = why = None
+    for _ in range(5):
+        deadline = time.time() + 60
+        while True:
+            gone = ended(c, held, 0.05)
+            held -= gone
+            want['UNAVAILABLE'] = want.get('UNAVAILABLE', 0) + len(gone)
+            if gone and other_ends(base, router_cs(maddr)[1]):
+                break  # not a failed link: reported below, not replaced
+            while len(held) < most:
+                sid = c.headers(BT + 'ReadChangeStream')
+                c.data(sid, grpc_msg(req))  # and never read: no window is returned
+                held.add(sid)
+            if router_cs(maddr)[0] >= most or time.time() > deadline:
+                break
+        if other_ends(base, router_cs(maddr)[1]):
             break
-        time.sleep(0.1)
+        relayed = router_cs(maddr)[0]
+        if relayed < most:
+            print('  only %d of %d unread streams relayed after 60 s' % (relayed, most))
+            break
+        _, st, why = rcall(port, BT + 'ReadChangeStream', bounded, limit=30)
+        name = CODE_NAMES.get(st, st)
+        want[name] = want.get(name, 0) + 1
+        after = router_cs(maddr)[0]
+        print('  %d of %d streams relayed, stream %d: %s, then %d relayed' % (relayed, most, most + 1, st, after))
+        if st == '8' or (st == '0' and after >= most) or st not in CODE_NAMES:
+            break  # refused, or served past the cap: decided
     expect('stream %d past --max-change-streams %d is RESOURCE_EXHAUSTED' % (most + 1, most), st == '8',
            str((st, why)))
+    relayed, got = router_cs(maddr)  # one scrape: the count and the calls agree
+    want['UNAVAILABLE'] = want.get('UNAVAILABLE', 0) + most - relayed  # ended, not replaced
+    got = dict((k, got.get(k, 0) - base.get(k, 0)) for k in got if got.get(k, 0) != base.get(k, 0))
+    want = dict((k, v) for k, v in want.items() if v)
+    expect('no unread stream ended but for a failed node link', got == want, 'calls ended %s, expected %s' % (got, want))
     c.s.close()
     for _ in range(100):  # the router frees the slots once it sees the connection gone: poll
         _, st, why = rcall(port, BT + 'ReadChangeStream', bounded, limit=30)
@@ -200,7 +275,7 @@ def inputs(port):
 def main():
     cmd, port = sys.argv[1], int(sys.argv[2])
     if cmd == 'flood': flood(port, int(sys.argv[3]), int(sys.argv[4]), *map(int, sys.argv[5:10]))
-    elif cmd == 'cap': cap(port, int(sys.argv[3]))
+    elif cmd == 'cap': cap(port, int(sys.argv[3]), sys.argv[4])
     elif cmd == 'disable': disable(port)
     elif cmd == 'inputs': inputs(port)
     else: sys.exit('unknown command ' + cmd)
