@@ -57,6 +57,10 @@
 #define CS_END_RECHECK_US 10000
 /* The next turn after the loop's next poll of the sockets (read.c, READ_TURN_DELAY_US). */
 #define CS_TURN_DELAY_US 1
+/* Reader turns of one node run back to back for at most CS_BURST_US before the loop serves its
+ * sockets; a gap of CS_BURST_GAP_US between turns ends a burst (turn_may_run). */
+#define CS_BURST_US 20000
+#define CS_BURST_GAP_US 500
 /* One record's decoding and message structs (values are not copied into it): a small block,
  * rewound after every record and kept for the reader's life (st_arena_reset), so a record costs
  * no malloc; a record that needed more gives the extra blocks back at once. */
@@ -135,6 +139,8 @@ struct cs_reader {
     st_err fail;  /* a failure inside the ring callback */
     node_cs_watcher watcher;
     bool watching, waiting_writable, writable_cb_set;
+    bool put_off;           /* its last turn waited for the loop (turn_may_run) ... */
+    uint64_t put_off_burst; /* ... in this burst */
     struct event *timer;
     st_arena arena; /* one record's decoding and messages */
     st_buf msg;
@@ -160,6 +166,7 @@ struct cs_reader {
 };
 
 static void cs_turn(cs_reader *r);
+static void cs_turn_run(cs_reader *r);
 
 /* ---- small helpers ---- */
 
@@ -299,7 +306,7 @@ static void arm(cs_reader *r, int64_t delay_us) {
  * does not starve the loop (the turn's own continuation is a timer). */
 static void on_watch(node_cs_watcher *w) {
     cs_reader *r = (cs_reader *)((char *)w - offsetof(cs_reader, watcher));
-    if (!r->waiting_writable)
+    if (!r->waiting_writable && !r->put_off) /* a reader put off runs once the loop polled */
         event_active(r->timer, EV_TIMEOUT, 0);
 }
 
@@ -985,13 +992,45 @@ static void idle(cs_reader *r) {
     arm(r, delay);
 }
 
+/* Whether r's turn may run now, else it was put off: one write can wake every reader of its
+ * table (hundreds of streams, each turn sending up to CS_TURN_SEND_BYTES), and their turns
+ * would otherwise run in one pass of the loop, holding writes, reads and the router's health
+ * checks for as long (seconds under AddressSanitizer). Turns that follow each other within
+ * CS_BURST_GAP_US form a burst; past CS_BURST_US of it, the remaining turns go to a timer,
+ * which fires once the loop has polled its sockets. The first of them to fire starts the next
+ * burst, so a reader is never put off twice in a row by the same burst. */
+static bool turn_may_run(cs_reader *r) {
+    node_ctx *n = r->n;
+    int64_t now = st_mono_us();
+    bool fresh = now - n->cs_burst_last_us > CS_BURST_GAP_US ||
+                 (r->put_off && r->put_off_burst == n->cs_burst);
+    r->put_off = false;
+    if (fresh) {
+        n->cs_burst++;
+        n->cs_burst_start_us = now;
+        return true;
+    }
+    if (now - n->cs_burst_start_us <= CS_BURST_US)
+        return true;
+    r->put_off = true;
+    r->put_off_burst = n->cs_burst;
+    arm(r, CS_TURN_DELAY_US);
+    return false;
+}
+
 static void cs_turn(cs_reader *r) {
     if (rpc_call_cancelled(r->call)) {
         cs_end(r, ST_CANCELLED, NULL);
         return;
     }
-    if (r->waiting_writable)
-        return; /* on_writable goes on */
+    if (r->waiting_writable || !turn_may_run(r))
+        return; /* on_writable or the timer goes on */
+    node_ctx *n = r->n;
+    cs_turn_run(r); /* may free r */
+    n->cs_burst_last_us = st_mono_us();
+}
+
+static void cs_turn_run(cs_reader *r) {
     st_err err;
     st_err_clear(&err);
     r->turn_records = r->turn_cells = 0;

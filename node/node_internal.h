@@ -80,7 +80,11 @@ struct node_ctx {
     struct repl_ctx *repl;        /* replication (repl_glue.c); NULL without --config */
     struct read_state *read_pool; /* idle ReadRows states kept for reuse (read.c) */
     size_t read_pool_n;
-    struct node_cs *cs;           /* change streams, write side (changes_write.c) */
+    struct node_cs *cs; /* change streams, write side (changes_write.c) */
+    /* Change stream reader turns running back to back (changes_read.c, turn_may_run): since
+     * when, when the last one ended (st_mono_us), and which burst it is. */
+    int64_t cs_burst_start_us, cs_burst_last_us;
+    uint64_t cs_burst;
     struct node_backups *backups; /* backup pieces being made, pulls (backup.c) */
     int jobs;                     /* node_job threads whose answer has not run yet (job.c) */
     /* How this node dials its peers (replication, moves, backups): with mutual TLS it presents
