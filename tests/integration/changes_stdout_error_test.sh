@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# changes_stdout_error_test.sh — `strata changes` whose stdout fails to write (a full disk:
+# /dev/full answers every write with ENOSPC), on `strata up --clusters 1 --nodes 1`:
+#   1. a run without --checkpoint exits 1 naming the write error (it used to exit 0, the changes
+#      lost);
+#   2. a --checkpoint run leaves no checkpoint, and one resumed from a checkpoint leaves it as
+#      it was: the next run to a good file prints the changes the failed run lost (the failed
+#      run used to write a checkpoint past them, so they were skipped for good);
+#   3. a --follow run ends with exit 1 instead of following with its output going nowhere.
+# Skips (77) without python3.
+# Usage: changes_stdout_error_test.sh PATH/TO/strata
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+STRATA=$1
+command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
+[ -w /dev/full ] || { echo "/dev/full missing: skipped"; exit 77; }
+instance_init changes_stdout_error
+"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up.out" 2>&1 ||
+  { cat "$TMPD/up.out"; fail "strata up"; }
+# cslib create | write K...: table cs with streams on; rows K... written.
+cslib() {
+  HERE=$HERE python3 - "$PORT" "$@" <<'EOF'
+import os, sys
+sys.path.insert(0, os.path.join(os.environ['HERE'], 'hostile'))
+from cslib import create_cs, mutate, set_cell
+port = int(sys.argv[1])
+if sys.argv[2] == 'create':
+    assert create_cs(port, 'cs')[2] == 'end'
+for k in sys.argv[3:] if sys.argv[2] == 'write' else ():
+    assert mutate(port, 'cs', k, [set_cell('cf', 'q', 'v' + k)])[2] == 'end'
+EOF
+}
+cslib create || fail "creating table cs"
+FROM=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
+cslib write a b c || fail "writing rows"
+CH=("$STRATA" changes --dir "$DIR" --table cs --quiet)
+CK=$TMPD/ck
+rows() { python3 -c 'import json,sys; print(" ".join(json.loads(l)["row"] for l in sys.stdin))' <"$1"; }
+
+echo "== 1. stdout on a full disk"
+timeout 60 "${CH[@]}" --from "$FROM" --until now >/dev/full 2>"$TMPD/1.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "cannot write to stdout" "$TMPD/1.err" ||
+  { cat "$TMPD/1.err"; fail "a run whose output failed exited $rc without naming the error"; }
+
+echo "== 2. the checkpoint does not pass what was lost"
+timeout 60 "${CH[@]}" --from "$FROM" --until now --checkpoint "$CK" >/dev/full 2>"$TMPD/2.err"
+rc=$?
+[ $rc -eq 1 ] || { cat "$TMPD/2.err"; fail "a --checkpoint run whose output failed exited $rc"; }
+[ ! -e "$CK" ] || fail "a run that printed nothing left a checkpoint: $(cat "$CK")"
+timeout 60 "${CH[@]}" --from "$FROM" --until now --checkpoint "$CK" >"$TMPD/2a.out" 2>"$TMPD/2a.err" ||
+  { cat "$TMPD/2a.err"; fail "the run to a file failed"; }
+[ "$(rows "$TMPD/2a.out")" = "a b c" ] || fail "the run to a file printed $(rows "$TMPD/2a.out")"
+cp "$CK" "$TMPD/ck.before"
+cslib write d e || fail "writing rows d e"
+timeout 60 "${CH[@]}" --until now --checkpoint "$CK" >/dev/full 2>"$TMPD/2b.err"
+rc=$?
+[ $rc -eq 1 ] || { cat "$TMPD/2b.err"; fail "a resumed run whose output failed exited $rc"; }
+cmp -s "$CK" "$TMPD/ck.before" || fail "the failed run moved the checkpoint past d and e"
+timeout 60 "${CH[@]}" --until now --checkpoint "$CK" >"$TMPD/2c.out" 2>"$TMPD/2c.err" ||
+  { cat "$TMPD/2c.err"; fail "the resumed run to a file failed"; }
+[ "$(rows "$TMPD/2c.out")" = "d e" ] || fail "the resumed run printed $(rows "$TMPD/2c.out"), not d e"
+
+echo "== 3. --follow to a full disk ends"
+"${CH[@]}" --from "$FROM" --follow --checkpoint "$TMPD/ck3" >/dev/full 2>"$TMPD/3.err" &
+F=$!
+PIDS+=("$F")
+for _ in $(seq 1 300); do kill -0 "$F" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$F" 2>/dev/null; then
+  kill "$F"
+  fail "strata changes --follow went on following with its output failing"
+fi
+wait "$F"
+rc=$?
+[ $rc -eq 1 ] || { cat "$TMPD/3.err"; fail "--follow whose output failed exited $rc"; }
+[ ! -e "$TMPD/ck3" ] || fail "--follow whose output failed left a checkpoint"
+echo "PASS"
