@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# changes_stdout_error_test.sh — `strata changes` whose stdout fails to write (a full disk:
-# /dev/full answers every write with ENOSPC), on `strata up --clusters 1 --nodes 1`:
+# stdout_error_test.sh — `strata` commands whose stdout fails to write (a full disk: /dev/full
+# answers every write with ENOSPC), on `strata up --clusters 1 --nodes 1`; first `strata changes`:
 #   1. a run without --checkpoint exits 1 naming the write error (it used to exit 0, the changes
 #      lost);
 #   2. a --checkpoint run leaves no checkpoint, and one resumed from a checkpoint leaves it as
 #      it was: the next run to a good file prints the changes the failed run lost (the failed
 #      run used to write a checkpoint past them, so they were skipped for good);
-#   3. a --follow run ends with exit 1 instead of following with its output going nowhere.
+#   3. a --follow run ends with exit 1 instead of following with its output going nowhere;
+#   4. `strata backup list`, `describe` and `strata status` exit 1 (they exited 0, so a script
+#      writing `strata backup list --json >FILE` on a full disk took a cut file for the list),
+#      while `| head -1` is still a normal end.
 # Skips (77) without python3.
-# Usage: changes_stdout_error_test.sh PATH/TO/strata
+# Usage: stdout_error_test.sh PATH/TO/strata
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 STRATA=$1
 command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
 [ -w /dev/full ] || { echo "/dev/full missing: skipped"; exit 77; }
-instance_init changes_stdout_error
+instance_init stdout_error
 "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up.out" 2>&1 ||
   { cat "$TMPD/up.out"; fail "strata up"; }
 # cslib create | write K...: table cs with streams on; rows K... written.
@@ -75,4 +78,18 @@ wait "$F"
 rc=$?
 [ $rc -eq 1 ] || { cat "$TMPD/3.err"; fail "--follow whose output failed exited $rc"; }
 [ ! -e "$TMPD/ck3" ] || fail "--follow whose output failed left a checkpoint"
+
+echo "== 4. backup list, describe and status"
+"$STRATA" backup create cs --dir "$DIR" --id b1 --wait --quiet >/dev/null 2>"$TMPD/4.err" ||
+  { cat "$TMPD/4.err"; fail "strata backup create"; }
+for cmd in "backup list" "backup list --json" "backup describe b1" "status"; do
+  # shellcheck disable=SC2086 # cmd holds the subcommand and its flags
+  timeout 60 "$STRATA" $cmd --dir "$DIR" >/dev/full 2>"$TMPD/4.err"
+  rc=$?
+  [ $rc -eq 1 ] && grep -q "cannot write to stdout" "$TMPD/4.err" ||
+    { cat "$TMPD/4.err"; fail "strata $cmd to a full disk exited $rc without naming the error"; }
+done
+timeout 60 "$STRATA" backup list --dir "$DIR" 2>"$TMPD/4.err" | head -1 >/dev/null
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || { cat "$TMPD/4.err"; fail "strata backup list | head -1 exited $rc"; }
 echo "PASS"
