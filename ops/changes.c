@@ -129,6 +129,10 @@ static int parse_args(int argc, char **argv, ch_args *a) {
         fprintf(stderr, "strata changes: --table is required (see strata changes --help)\n");
         return 2;
     }
+    if (a->checkpoint && !a->checkpoint[0]) { /* "" would lock ".lock" here, then fail to write */
+        fprintf(stderr, "strata changes: --checkpoint needs a file name\n");
+        return 2;
+    }
     if (a->enable && a->disable) { /* one of them would be dropped without a word */
         fprintf(stderr, "strata changes: --enable and --disable contradict each other: give one\n");
         return 2;

@@ -20,7 +20,8 @@
 #      it used to leave one holding that start, so every later run resumed from it and failed
 #      alike, whatever --from said; a checkpoint whose start is refused is named as the cause; --until before
 #      --from with a --checkpoint that does not exist yet is refused at once (it was sent);
-#   8. --enable with --disable: refused (streams used to be turned on, --disable ignored).
+#   8. --enable with --disable: refused (streams used to be turned on, --disable ignored);
+#   9. an empty --checkpoint: refused (exit 2) before anything is locked or read.
 # Skips (77) without python3.
 # Usage: cs_hostile3_cli_test.sh PATH/TO/strata
 set -u
@@ -163,4 +164,11 @@ rc=$?
 # It used to turn streams on and ignore --disable.
 [ $rc -eq 2 ] && grep -q "contradict" "$TMPD/i.err" ||
   { cat "$TMPD/i.err"; fail "--enable 1d --disable was not refused (exit $rc)"; }
+echo "== 9. an empty --checkpoint"
+ABS=$(cd "$(dirname "$STRATA")" && pwd)/$(basename "$STRATA")
+(cd "$TMPD" && timeout 30 "$ABS" "${CH[@]:1}" --from "$FROM" --checkpoint "" >"$TMPD/j.out" 2>"$TMPD/j.err")
+rc=$?
+# It used to lock .lock in the working directory, read the stream, then fail to write "".
+[ $rc -eq 2 ] && [ ! -e "$TMPD/.lock" ] ||
+  { cat "$TMPD/j.err"; fail "--checkpoint '' was not refused (exit $rc)"; }
 echo "PASS"
