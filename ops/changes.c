@@ -202,13 +202,14 @@ static bool on_change(const ops_cs_change *c, void *arg) {
 }
 
 /* Everything printed so far reaches the file (or pipe) before a checkpoint says so. The error
- * flag stays set after a failed flush, whose lines are gone even if the next flush succeeds. */
+ * flag stays set after a failed flush, whose lines are gone even if the next flush succeeds;
+ * so are the pages of a failed fsync, which the next fsync no longer reports. */
 static bool flush_output(ch_run *r) {
-    if (fflush(stdout) != 0 || ferror(stdout)) {
+    if (fflush(stdout) != 0 || ferror(stdout) || (r->out_is_file && fsync(STDOUT_FILENO) != 0)) {
         out_error(r, errno);
         return false;
     }
-    return !r->out_is_file || fsync(STDOUT_FILENO) == 0;
+    return true;
 }
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg) {
