@@ -21,7 +21,9 @@
 #      alike, whatever --from said; a checkpoint whose start is refused is named as the cause; --until before
 #      --from with a --checkpoint that does not exist yet is refused at once (it was sent);
 #   8. --enable with --disable: refused (streams used to be turned on, --disable ignored);
-#   9. an empty --checkpoint: refused (exit 2) before anything is locked or read.
+#   9. an empty --checkpoint: refused (exit 2) before anything is locked or read;
+#  10. a stale FILE.tmp that is a symbolic link (to a file kept as it is) or a FIFO (no hang): the
+#      checkpoint is written as a new file.
 # Skips (77) without python3.
 # Usage: cs_hostile3_cli_test.sh PATH/TO/strata
 set -u
@@ -171,4 +173,18 @@ rc=$?
 # It used to lock .lock in the working directory, read the stream, then fail to write "".
 [ $rc -eq 2 ] && [ ! -e "$TMPD/.lock" ] ||
   { cat "$TMPD/j.err"; fail "--checkpoint '' was not refused (exit $rc)"; }
+echo "== 10. a stale FILE.tmp that is a symbolic link or a FIFO"
+echo precious >"$TMPD/victim"
+ln -s "$TMPD/victim" "$TMPD/ckl.tmp"
+timeout 30 "${CH[@]}" --from "$FROM2" --until now --checkpoint "$TMPD/ckl" >"$TMPD/k.out" 2>"$TMPD/k.err" ||
+  { cat "$TMPD/k.err"; fail "a run with a symbolic link as FILE.tmp failed"; }
+# It used to write the checkpoint through the link, over the file it points to.
+[ "$(cat "$TMPD/victim")" = precious ] || fail "the checkpoint overwrote the file FILE.tmp links to"
+grep -q strata-changes-checkpoint "$TMPD/ckl" || fail "no checkpoint written: $(cat "$TMPD/ckl")"
+mkfifo "$TMPD/ckf.tmp"
+timeout 30 "${CH[@]}" --from "$FROM2" --until now --checkpoint "$TMPD/ckf" >"$TMPD/k.out" 2>"$TMPD/k.err"
+rc=$?
+# It used to wait for a reader of the FIFO forever.
+[ $rc -eq 0 ] && grep -q strata-changes-checkpoint "$TMPD/ckf" ||
+  { cat "$TMPD/k.err"; fail "a run with a FIFO as FILE.tmp exited $rc without a checkpoint"; }
 echo "PASS"
