@@ -9,27 +9,11 @@
 # Skips (77) without python3.
 # Usage: backup_restore_to_test.sh PATH/TO/strata
 set -u
-HERE=$(cd "$(dirname "$0")" && pwd)
-. "$HERE/lib.sh"
+. "$(dirname "$0")/lib.sh"
 STRATA=$1
 command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
-instance_init backup_restore_to
-"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up.out" 2>&1 ||
-  { cat "$TMPD/up.out"; fail "strata up"; }
-# py create T | exists T: make table T, or print 1/0 for whether GetTable finds it.
-py() {
-  HERE=$HERE python3 - "$PORT" "$@" <<'EOF'
-import os, sys
-sys.path.insert(0, os.path.join(os.environ['HERE'], 'hostile'))
-from cslib import ADMIN, call, create_cs, fld, tname
-port, what, t = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-if what == 'create':
-    assert create_cs(port, t, retention=0)[2] == 'end'
-else:
-    print(1 if call(port, ADMIN + 'GetTable', fld(1, tname(t)))[0] else 0)
-EOF
-}
-py create t || fail "creating table t"
+up_single backup_restore_to
+cs_py create t 0 || fail "creating table t"
 BK=("$STRATA" backup --dir "$DIR" --quiet)
 "${BK[@]}" create t --id b1 --wait >/dev/null 2>"$TMPD/c.err" || { cat "$TMPD/c.err"; fail "backup create"; }
 
@@ -37,18 +21,18 @@ echo "== 1. --to a/b"
 "${BK[@]}" restore b1 --to a/b --wait >/dev/null 2>"$TMPD/1.err"
 rc=$?
 [ $rc -eq 2 ] || { cat "$TMPD/1.err"; fail "restore --to a/b exited $rc, not 2"; }
-[ "$(py exists b)" = 0 ] || fail "restore --to a/b made table b"
+[ "$(cs_py exists b)" = 0 ] || fail "restore --to a/b made table b"
 
 echo "== 2. --to a table of another instance"
 "${BK[@]}" restore b1 --to projects/p/instances/other/tables/t2 --wait >/dev/null 2>"$TMPD/2.err"
 rc=$?
 [ $rc -ne 0 ] && grep -q -- --target "$TMPD/2.err" ||
   { cat "$TMPD/2.err"; fail "restore --to another instance's table exited $rc without naming --target"; }
-[ "$(py exists t2)" = 0 ] || fail "restore --to projects/p/instances/other/tables/t2 made t2 here"
+[ "$(cs_py exists t2)" = 0 ] || fail "restore --to projects/p/instances/other/tables/t2 made t2 here"
 
 echo "== 3. a full table name of this instance, and a table id"
 "${BK[@]}" restore b1 --to projects/p/instances/i/tables/t3 --wait >/dev/null 2>"$TMPD/3.err" ||
   { cat "$TMPD/3.err"; fail "restore --to projects/p/instances/i/tables/t3"; }
 "${BK[@]}" restore b1 --to t4 --wait >/dev/null 2>"$TMPD/3.err" || { cat "$TMPD/3.err"; fail "restore --to t4"; }
-[ "$(py exists t3)$(py exists t4)" = 11 ] || fail "t3 or t4 was not restored"
+[ "$(cs_py exists t3)$(cs_py exists t4)" = 11 ] || fail "t3 or t4 was not restored"
 echo "PASS"

@@ -9,19 +9,11 @@
 # Skips (77) without python3.
 # Usage: backup_update_expire_test.sh PATH/TO/strata
 set -u
-HERE=$(cd "$(dirname "$0")" && pwd)
-. "$HERE/lib.sh"
+. "$(dirname "$0")/lib.sh"
 STRATA=$1
 command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
-instance_init backup_update_expire
-"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up.out" 2>&1 ||
-  { cat "$TMPD/up.out"; fail "strata up"; }
-HERE=$HERE python3 - "$PORT" <<'EOF' || fail "creating table t"
-import os, sys
-sys.path.insert(0, os.path.join(os.environ['HERE'], 'hostile'))
-from cslib import create_cs
-assert create_cs(int(sys.argv[1]), 't', retention=0)[2] == 'end'
-EOF
+up_single backup_update_expire
+cs_py create t 0 || fail "creating table t"
 BK=("$STRATA" backup --dir "$DIR" --quiet)
 "${BK[@]}" create t --id b1 --wait >/dev/null 2>"$TMPD/c.err" || { cat "$TMPD/c.err"; fail "backup create"; }
 START=$("${BK[@]}" describe b1 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["start_time"])')

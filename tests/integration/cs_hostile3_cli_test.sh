@@ -31,27 +31,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 STRATA=$1
 command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
-instance_init cs_hostile3_cli
-"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up.out" 2>&1 ||
-  { cat "$TMPD/up.out"; fail "strata up"; }
-# cslib ACTION: "create" makes table cs (streams on), "write" writes rows a, m and z.
-cslib() {
-  HERE=$HERE python3 - "$PORT" "$1" <<'EOF'
-import os, sys
-sys.path.insert(0, os.path.join(os.environ['HERE'], 'hostile'))
-from cslib import create_cs, mutate, set_cell
-port = int(sys.argv[1])
-if sys.argv[2] == 'create':
-    _, st, why = create_cs(port, 'cs')
-    assert why == 'end', why
-for k in ('a', 'm', 'z') if sys.argv[2] == 'write' else ():
-    _, st, why = mutate(port, 'cs', k, [set_cell('cf', 'q', 'v' + k)])
-    assert why == 'end', why
-EOF
-}
-cslib create || fail "creating table cs"
+up_single cs_hostile3_cli
+cs_py create cs || fail "creating table cs"
 FROM=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
-cslib write || fail "writing rows"
+cs_py write cs a m z || fail "writing rows"
 CH=("$STRATA" changes --dir "$DIR" --table cs --quiet)
 CK=$TMPD/ck
 
@@ -124,7 +107,7 @@ rc=$?
 # every later run failed the same way.
 [ ! -e "$TMPD/ckr" ] || fail "the refused run left a checkpoint: $(cat "$TMPD/ckr")"
 FROM2=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
-cslib write || fail "writing rows after streams were turned on again"
+cs_py write cs a m z || fail "writing rows after streams were turned on again"
 # The same while the node is down: the command retries (UNAVAILABLE) for seconds before the
 # refusal, and its periodic checkpoint (every second) used to write the start meanwhile.
 kill -9 "$(cat "$DIR/run/east-0.pid")"

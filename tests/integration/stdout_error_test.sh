@@ -13,30 +13,14 @@
 # Skips (77) without python3.
 # Usage: stdout_error_test.sh PATH/TO/strata
 set -u
-HERE=$(cd "$(dirname "$0")" && pwd)
-. "$HERE/lib.sh"
+. "$(dirname "$0")/lib.sh"
 STRATA=$1
 command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
 [ -w /dev/full ] || { echo "/dev/full missing: skipped"; exit 77; }
-instance_init stdout_error
-"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up.out" 2>&1 ||
-  { cat "$TMPD/up.out"; fail "strata up"; }
-# cslib create | write K...: table cs with streams on; rows K... written.
-cslib() {
-  HERE=$HERE python3 - "$PORT" "$@" <<'EOF'
-import os, sys
-sys.path.insert(0, os.path.join(os.environ['HERE'], 'hostile'))
-from cslib import create_cs, mutate, set_cell
-port = int(sys.argv[1])
-if sys.argv[2] == 'create':
-    assert create_cs(port, 'cs')[2] == 'end'
-for k in sys.argv[3:] if sys.argv[2] == 'write' else ():
-    assert mutate(port, 'cs', k, [set_cell('cf', 'q', 'v' + k)])[2] == 'end'
-EOF
-}
-cslib create || fail "creating table cs"
+up_single stdout_error
+cs_py create cs || fail "creating table cs"
 FROM=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
-cslib write a b c || fail "writing rows"
+cs_py write cs a b c || fail "writing rows"
 CH=("$STRATA" changes --dir "$DIR" --table cs --quiet)
 CK=$TMPD/ck
 rows() { python3 -c 'import json,sys; print(" ".join(json.loads(l)["row"] for l in sys.stdin))' <"$1"; }
@@ -56,7 +40,7 @@ timeout 60 "${CH[@]}" --from "$FROM" --until now --checkpoint "$CK" >"$TMPD/2a.o
   { cat "$TMPD/2a.err"; fail "the run to a file failed"; }
 [ "$(rows "$TMPD/2a.out")" = "a b c" ] || fail "the run to a file printed $(rows "$TMPD/2a.out")"
 cp "$CK" "$TMPD/ck.before"
-cslib write d e || fail "writing rows d e"
+cs_py write cs d e || fail "writing rows d e"
 timeout 60 "${CH[@]}" --until now --checkpoint "$CK" >/dev/full 2>"$TMPD/2b.err"
 rc=$?
 [ $rc -eq 1 ] || { cat "$TMPD/2b.err"; fail "a resumed run whose output failed exited $rc"; }
