@@ -298,11 +298,7 @@ static void put_probe_done(rtr_fan *f, void *arg) {
     fan_nodes(op, RTR_NODE "PutTable", st_buf_slice(&op->put_req), true, put_rest_done);
 }
 
-static void push_schema(adm_op *op) {
-    if (pack_schema(op) != ST_OK) {
-        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
+static void put_probe(adm_op *op) {
     rtr_fan *f = rtr_fan_new(op->r, 1, RTR_ADMIN_TIMEOUT_MS, put_probe_done, op);
     if (!f) {
         op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -311,6 +307,32 @@ static void push_schema(adm_op *op) {
     rtr_fan_call(f, 0, &op->r->clusters[0].nodes[0], RTR_NODE "PutTable",
                  st_buf_slice(&op->put_req));
     rtr_fan_seal(f);
+}
+
+static void reach_done(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    st_err err = {0};
+    st_code rc = rtr_fan_first_error(f, &err);
+    rtr_fan_free(f);
+    if (rc != ST_OK) {
+        st_err_prefix(&err, "the change was made on no node (retry once every node is back): ");
+        op_finish(op, rc, err.msg);
+        return;
+    }
+    put_probe(op);
+}
+
+/* Every node answers GetStatus before the schema goes out, so a node already down fails the
+ * change before any node took it. Taken by some nodes only, a change the record does not hold
+ * would stay done there: turning streams off deletes a node's history, dropping a family its
+ * cells, while the record and the other nodes keep the old schema. A node that dies between the
+ * two rounds can still leave it half done. */
+static void push_schema(adm_op *op) {
+    if (pack_schema(op) != ST_OK) {
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    fan_nodes(op, RTR_NODE "GetStatus", st_slice_make("", 0), false, reach_done);
 }
 
 /* ---- CreateTable ---- */
