@@ -128,21 +128,25 @@ static void free_fan(rtr_fan *f, void *arg) {
     rtr_fan_free(f);
 }
 
-/* DropTable on every node, not waited for (rollback and DeleteTable's cleanup). */
-static void drop_everywhere(rtr_ctx *r, const char *name) {
+/* DropTableRequest{name} into buf (RTR_TABLE_NAME_MAX + 16 bytes). */
+static st_slice pack_drop(const char *name, uint8_t *buf) {
     Strata__Internal__V1__DropTableRequest req;
     strata__internal__v1__drop_table_request__init(&req);
     req.name = (char *)name;
+    return st_slice_make(buf, strata__internal__v1__drop_table_request__pack(&req, buf));
+}
+
+/* DropTable on every node, not waited for (rollback and DeleteTable's cleanup). */
+static void drop_everywhere(rtr_ctx *r, const char *name) {
     uint8_t buf[RTR_TABLE_NAME_MAX + 16];
-    size_t len = strata__internal__v1__drop_table_request__pack(&req, buf);
+    st_slice drop = pack_drop(name, buf);
     rtr_fan *f = rtr_fan_new(r, count_nodes(r), RTR_ADMIN_TIMEOUT_MS, free_fan, NULL);
     if (!f)
         return;
     size_t k = 0;
     for (size_t c = 0; c < r->n_clusters; c++)
         for (size_t i = 0; i < r->clusters[c].n_nodes; i++)
-            rtr_fan_call(f, k++, &r->clusters[c].nodes[i], RTR_NODE "DropTable",
-                         st_slice_make(buf, len));
+            rtr_fan_call(f, k++, &r->clusters[c].nodes[i], RTR_NODE "DropTable", drop);
     rtr_fan_seal(f);
 }
 
@@ -435,8 +439,23 @@ static void schema_pushed(adm_op *op) {
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, modify_recorded, op);
 }
 
+static void leftovers_dropped(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    st_err err = {0};
+    st_code rc = rtr_fan_first_error(f, &err);
+    rtr_fan_free(f);
+    if (rc != ST_OK) {
+        op_finish(op, rc, err.msg);
+        return;
+    }
+    push_schema(op);
+}
+
 /* The table id is claimed against a RestoreTable or CreateTable of it through another router
- * (rtr_bk_reserve_table): only then are tablets made. */
+ * (rtr_bk_reserve_table): only then are tablets made, after DropTable of the name on every node.
+ * The claim makes whatever a node holds under the name a leftover: the tablets (rows and change
+ * history) a DeleteTable could not drop on a node that was down, which the new table would
+ * otherwise take over there. */
 static void create_reserved(void *arg, st_code code, const char *msg) {
     adm_op *op = arg;
     if (code != ST_OK) {
@@ -449,7 +468,8 @@ static void create_reserved(void *arg, st_code code, const char *msg) {
         return;
     }
     op->claimed = true;
-    push_schema(op);
+    uint8_t buf[RTR_TABLE_NAME_MAX + 16];
+    fan_nodes(op, RTR_NODE "DropTable", pack_drop(op->name, buf), false, leftovers_dropped);
 }
 
 static const char *create_check(rtr_ctx *r,
