@@ -676,6 +676,29 @@ static int cmd_copy(bk_ctx *c) {
     return rc == ST_OK ? 0 : 1;
 }
 
+/* Whether --to names one table: an id (the router checks its characters), or
+ * projects/P/instances/I/tables/T, whose P and I then replace the project and instance. A
+ * name of another shape is refused rather than cut at its last '/' (`--to a/b` restored into
+ * table b, and another instance's full name into this instance's table). */
+static bool restore_to(bk_ctx *c) {
+    const char *to = c->a.to;
+    char p[sizeof c->project], i[sizeof c->instance];
+    int n = 0;
+    if (strncmp(to, "projects/", 9) != 0 && to[0] && !strchr(to, '/'))
+        return true;
+    if (sscanf(to, "projects/%127[^/]/instances/%127[^/]/tables/%n", p, i, &n) == 2 && n > 0 &&
+        to[n] && !strchr(to + n, '/')) {
+        snprintf(c->project, sizeof c->project, "%s", p);
+        snprintf(c->instance, sizeof c->instance, "%s", i);
+        return true;
+    }
+    fprintf(stderr,
+            "strata backup restore: --to '%s' is not a table: give a table id or "
+            "projects/P/instances/I/tables/T\n",
+            to);
+    return false;
+}
+
 static int cmd_restore(bk_ctx *c) {
     char name[BK_RES_MAX], parent[BK_RES_MAX];
     if (c->a.n_pos != 1 || !c->a.to) {
@@ -688,6 +711,8 @@ static int cmd_restore(bk_ctx *c) {
     snprintf(c->instance, sizeof c->instance, "%s", c->home_instance);
     bool named = bk_backup_name(c, c->a.pos[0], name, sizeof name);
     snprintf(c->instance, sizeof c->instance, "%s", target);
+    if (named && !restore_to(c))
+        return 2;
     if (named && c->a.target)
         return bk_restore_across(c, name);
     if (!named ||

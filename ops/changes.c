@@ -129,6 +129,10 @@ static int parse_args(int argc, char **argv, ch_args *a) {
         fprintf(stderr, "strata changes: --table is required (see strata changes --help)\n");
         return 2;
     }
+    if (a->checkpoint && !a->checkpoint[0]) { /* "" would lock ".lock" here, then fail to write */
+        fprintf(stderr, "strata changes: --checkpoint needs a file name\n");
+        return 2;
+    }
     if (a->enable && a->disable) { /* one of them would be dropped without a word */
         fprintf(stderr, "strata changes: --enable and --disable contradict each other: give one\n");
         return 2;
@@ -162,6 +166,23 @@ static bool resolve_target(ch_run *r, char *addr, size_t cap) {
 
 /* ---- output and checkpoint ---- */
 
+/* A write or flush of stdout failed with ERR: EPIPE (the reader went away, | head) is a
+ * normal end; anything else (a full disk) fails the run. Either way the stream stops and no
+ * checkpoint is written past it: stdio drops the buffered lines a failed flush did not write. */
+static void out_error(ch_run *r, int err) {
+    if (r->out_closed || r->out_failed)
+        return;
+    if (err == EPIPE) {
+        r->out_closed = true;
+    } else {
+        r->out_failed = true;
+        r->code = ST_UNAVAILABLE;
+        snprintf(r->msg, sizeof r->msg, "cannot write to stdout: %s", strerror(err));
+    }
+    if (r->cs)
+        ops_cs_stop(r->cs);
+}
+
 static bool on_change(const ops_cs_change *c, void *arg) {
     ch_run *r = arg;
     st_buf_reset(&r->line);
@@ -171,13 +192,7 @@ static bool on_change(const ops_cs_change *c, void *arg) {
         return false;
     }
     if (fwrite(r->line.data, 1, r->line.len, stdout) != r->line.len) {
-        if (errno == EPIPE) {
-            r->out_closed = true; /* the reader went away (| head): a normal end */
-        } else {
-            r->out_failed = true;
-            r->code = ST_UNAVAILABLE;
-            snprintf(r->msg, sizeof r->msg, "cannot write to stdout: %s", strerror(errno));
-        }
+        out_error(r, errno);
         return false;
     }
     struct timeval now = {0, 0};
@@ -186,24 +201,21 @@ static bool on_change(const ops_cs_change *c, void *arg) {
     return true;
 }
 
+/* Everything printed so far reaches the file (or pipe) before a checkpoint says so. The error
+ * flag stays set after a failed flush, whose lines are gone even if the next flush succeeds;
+ * so are the pages of a failed fsync, which the next fsync no longer reports. */
+static bool flush_output(ch_run *r) {
+    if (fflush(stdout) != 0 || ferror(stdout) || (r->out_is_file && fsync(STDOUT_FILENO) != 0)) {
+        out_error(r, errno);
+        return false;
+    }
+    return true;
+}
+
 static void flush_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
-    ch_run *r = arg;
-    if (fflush(stdout) != 0 && errno == EPIPE && !r->out_closed) {
-        r->out_closed = true; /* the reader went away (| head): a normal end */
-        ops_cs_stop(r->cs);
-    }
-}
-
-/* Everything printed so far reaches the file (or pipe) before a checkpoint says so. */
-static bool flush_output(ch_run *r) {
-    if (fflush(stdout) != 0) {
-        if (errno == EPIPE)
-            r->out_closed = true;
-        return false;
-    }
-    return !r->out_is_file || fsync(STDOUT_FILENO) == 0;
+    flush_output(arg);
 }
 
 static uint32_t positions_crc(const ops_cs_pos *p, size_t n) {
@@ -437,6 +449,7 @@ static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size
     if (sigterm)
         event_add(sigterm, NULL);
     event_base_dispatch(r->base);
+    flush_output(r); /* the last lines too: a run whose output failed does not end well */
     /* A run that failed before its first checkpoint leaves none: its start was refused (or
      * never reached), and a file holding that start would make every later run resume from it,
      * ignoring a corrected --from. */

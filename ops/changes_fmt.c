@@ -292,12 +292,24 @@ static st_code fsync_dir_of(const char *path) {
     return rc == 0 ? ST_OK : ST_UNAVAILABLE;
 }
 
+/* FILE.tmp as a new file: a stale one goes first (FILE.lock, held, says no other run writes it),
+ * so a symbolic link left there is not written through, nor a FIFO waited on. */
+static FILE *ckpt_tmp_open(const char *tmp) {
+    if (unlink(tmp) != 0 && errno != ENOENT)
+        return NULL;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0)
+        close(fd);
+    return f;
+}
+
 st_code ops_cs_ckpt_write(const char *path, const char *table, const ops_cs_pos *pos, size_t n,
                           st_err *err) {
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
         return st_err_set(err, ST_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = ckpt_tmp_open(tmp);
     if (!f)
         return st_err_set(err, ST_UNAVAILABLE,
                           "cannot write the checkpoint %s: %s (check the "

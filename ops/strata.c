@@ -1,9 +1,13 @@
 /* ops/strata.c — the `strata` command-line tool: `strata <command> [flags]`. Each command is
  * one row of the table below (name, entry point, one-line summary); adding a command (up, down,
  * status, failover, chaos, backup...) is adding its row. */
+#include <errno.h>
+#include <stdbool.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "backup_dir.h"
@@ -66,6 +70,23 @@ static int cmd_help(int argc, char **argv) {
     return c->run(2, sub);
 }
 
+/* Whether stdout is a pipe whose reader went away (`| head -1`): not a failure of the command. */
+static bool stdout_reader_gone(void) {
+    struct pollfd p = {.fd = STDOUT_FILENO, .events = 0};
+    return errno == EPIPE || (poll(&p, 1, 0) == 1 && (p.revents & POLLERR));
+}
+
+/* The command's exit code, 1 when what it printed did not all reach stdout (a full disk): a
+ * script reading `strata backup list --json >FILE` must not take a cut file for the list. */
+static int stdout_checked(int rc) {
+    errno = 0;
+    if ((fflush(stdout) == 0 && !ferror(stdout)) || stdout_reader_gone())
+        return rc;
+    fprintf(stderr, "strata: cannot write to stdout%s%s\n", errno ? ": " : "",
+            errno ? strerror(errno) : "");
+    return rc ? rc : 1;
+}
+
 int main(int argc, char **argv) {
     /* A server that refuses a call's TLS handshake, or dies mid-call, closes the socket under
      * the command's writes: that is an error to report, not a reason to die. */
@@ -86,5 +107,5 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    return c->run(argc - 1, argv + 1);
+    return stdout_checked(c->run(argc - 1, argv + 1));
 }

@@ -36,7 +36,7 @@ typedef struct up_opts {
     const char *dir_flag, *config, *bin_dir;
     int port, clusters, nodes, wait_s;
     long long split_bytes; /* 0: not given (the topology's value stays) */
-    bool shape_given, no_router;
+    bool shape_given, no_router, port_given;
     bool metrics; /* --metrics: every process serves /metrics on a free port (docs/metrics.md) */
     bool no_unix; /* --no-unix: nodes serve TCP only, so the router reaches them over TCP */
     bool secure;  /* --secure: mutual TLS, certificates and principals in DIR/secure */
@@ -147,6 +147,7 @@ static int up_parse(int argc, char **argv, up_opts *o) {
         else if (!strcmp(a, "--port")) {
             ok = parse_int(a, v, 1, 65535, &x);
             o->port = (int)x;
+            o->port_given = true;
         } else if (!strcmp(a, "--wait-s")) {
             ok = parse_int(a, v, 1, 3600, &x);
             o->wait_s = (int)x;
@@ -298,7 +299,10 @@ static bool up_topo_reuse(up_ctx *c) {
                 c->dir, t->n_clusters, c->dir);
         return false;
     }
-    t->n_routers = 0; /* the router follows --port on every start */
+    /* The router keeps its address unless --port moves it: started without --port after `strata
+     * down`, it used to move to 8086, away from the clients of the instance. */
+    if (c->o.port_given)
+        t->n_routers = 0;
     return true;
 }
 

@@ -128,21 +128,25 @@ static void free_fan(rtr_fan *f, void *arg) {
     rtr_fan_free(f);
 }
 
-/* DropTable on every node, not waited for (rollback and DeleteTable's cleanup). */
-static void drop_everywhere(rtr_ctx *r, const char *name) {
+/* DropTableRequest{name} into buf (RTR_TABLE_NAME_MAX + 16 bytes). */
+static st_slice pack_drop(const char *name, uint8_t *buf) {
     Strata__Internal__V1__DropTableRequest req;
     strata__internal__v1__drop_table_request__init(&req);
     req.name = (char *)name;
+    return st_slice_make(buf, strata__internal__v1__drop_table_request__pack(&req, buf));
+}
+
+/* DropTable on every node, not waited for (rollback and DeleteTable's cleanup). */
+static void drop_everywhere(rtr_ctx *r, const char *name) {
     uint8_t buf[RTR_TABLE_NAME_MAX + 16];
-    size_t len = strata__internal__v1__drop_table_request__pack(&req, buf);
+    st_slice drop = pack_drop(name, buf);
     rtr_fan *f = rtr_fan_new(r, count_nodes(r), RTR_ADMIN_TIMEOUT_MS, free_fan, NULL);
     if (!f)
         return;
     size_t k = 0;
     for (size_t c = 0; c < r->n_clusters; c++)
         for (size_t i = 0; i < r->clusters[c].n_nodes; i++)
-            rtr_fan_call(f, k++, &r->clusters[c].nodes[i], RTR_NODE "DropTable",
-                         st_slice_make(buf, len));
+            rtr_fan_call(f, k++, &r->clusters[c].nodes[i], RTR_NODE "DropTable", drop);
     rtr_fan_seal(f);
 }
 
@@ -298,11 +302,7 @@ static void put_probe_done(rtr_fan *f, void *arg) {
     fan_nodes(op, RTR_NODE "PutTable", st_buf_slice(&op->put_req), true, put_rest_done);
 }
 
-static void push_schema(adm_op *op) {
-    if (pack_schema(op) != ST_OK) {
-        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
+static void put_probe(adm_op *op) {
     rtr_fan *f = rtr_fan_new(op->r, 1, RTR_ADMIN_TIMEOUT_MS, put_probe_done, op);
     if (!f) {
         op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -311,6 +311,32 @@ static void push_schema(adm_op *op) {
     rtr_fan_call(f, 0, &op->r->clusters[0].nodes[0], RTR_NODE "PutTable",
                  st_buf_slice(&op->put_req));
     rtr_fan_seal(f);
+}
+
+static void reach_done(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    st_err err = {0};
+    st_code rc = rtr_fan_first_error(f, &err);
+    rtr_fan_free(f);
+    if (rc != ST_OK) {
+        st_err_prefix(&err, "the change was made on no node (retry once every node is back): ");
+        op_finish(op, rc, err.msg);
+        return;
+    }
+    put_probe(op);
+}
+
+/* Every node answers GetStatus before the schema goes out, so a node already down fails the
+ * change before any node took it. Taken by some nodes only, a change the record does not hold
+ * would stay done there: turning streams off deletes a node's history, dropping a family its
+ * cells, while the record and the other nodes keep the old schema. A node that dies between the
+ * two rounds can still leave it half done. */
+static void push_schema(adm_op *op) {
+    if (pack_schema(op) != ST_OK) {
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    fan_nodes(op, RTR_NODE "GetStatus", st_slice_make("", 0), false, reach_done);
 }
 
 /* ---- CreateTable ---- */
@@ -413,8 +439,23 @@ static void schema_pushed(adm_op *op) {
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, modify_recorded, op);
 }
 
+static void leftovers_dropped(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    st_err err = {0};
+    st_code rc = rtr_fan_first_error(f, &err);
+    rtr_fan_free(f);
+    if (rc != ST_OK) {
+        op_finish(op, rc, err.msg);
+        return;
+    }
+    push_schema(op);
+}
+
 /* The table id is claimed against a RestoreTable or CreateTable of it through another router
- * (rtr_bk_reserve_table): only then are tablets made. */
+ * (rtr_bk_reserve_table): only then are tablets made, after DropTable of the name on every node.
+ * The claim makes whatever a node holds under the name a leftover: the tablets (rows and change
+ * history) a DeleteTable could not drop on a node that was down, which the new table would
+ * otherwise take over there. */
 static void create_reserved(void *arg, st_code code, const char *msg) {
     adm_op *op = arg;
     if (code != ST_OK) {
@@ -427,7 +468,8 @@ static void create_reserved(void *arg, st_code code, const char *msg) {
         return;
     }
     op->claimed = true;
-    push_schema(op);
+    uint8_t buf[RTR_TABLE_NAME_MAX + 16];
+    fan_nodes(op, RTR_NODE "DropTable", pack_drop(op->name, buf), false, leftovers_dropped);
 }
 
 static const char *create_check(rtr_ctx *r,

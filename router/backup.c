@@ -499,7 +499,10 @@ static bool update_start(rtr_ctx *r, rpc_call *call,
         return false;
     st_err err = {0};
     bool copy = rec->backup->source_backup && rec->backup->source_backup[0];
-    if (rtr_bk_check_expire(rtr_bk_ts_us(req->backup->expire_time), st_wall_us(),
+    /* Bounded from the backup's creation (its copy or import here), as Cloud Bigtable bounds it,
+     * not from now: a backup 2 days old takes at most 88 more days. */
+    int64_t created = rec->created_us ? rec->created_us : st_wall_us();
+    if (rtr_bk_check_expire(rtr_bk_ts_us(req->backup->expire_time), created,
                             copy ? RTR_BK_COPY_EXPIRE_MAX_US : RTR_BK_EXPIRE_MAX_US,
                             &err) != ST_OK) {
         fail_err(call, &err);

@@ -20,7 +20,10 @@
 #      it used to leave one holding that start, so every later run resumed from it and failed
 #      alike, whatever --from said; a checkpoint whose start is refused is named as the cause; --until before
 #      --from with a --checkpoint that does not exist yet is refused at once (it was sent);
-#   8. --enable with --disable: refused (streams used to be turned on, --disable ignored).
+#   8. --enable with --disable: refused (streams used to be turned on, --disable ignored);
+#   9. an empty --checkpoint: refused (exit 2) before anything is locked or read;
+#  10. a stale FILE.tmp that is a symbolic link (to a file kept as it is) or a FIFO (no hang): the
+#      checkpoint is written as a new file.
 # Skips (77) without python3.
 # Usage: cs_hostile3_cli_test.sh PATH/TO/strata
 set -u
@@ -28,27 +31,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 STRATA=$1
 command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
-instance_init cs_hostile3_cli
-"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up.out" 2>&1 ||
-  { cat "$TMPD/up.out"; fail "strata up"; }
-# cslib ACTION: "create" makes table cs (streams on), "write" writes rows a, m and z.
-cslib() {
-  HERE=$HERE python3 - "$PORT" "$1" <<'EOF'
-import os, sys
-sys.path.insert(0, os.path.join(os.environ['HERE'], 'hostile'))
-from cslib import create_cs, mutate, set_cell
-port = int(sys.argv[1])
-if sys.argv[2] == 'create':
-    _, st, why = create_cs(port, 'cs')
-    assert why == 'end', why
-for k in ('a', 'm', 'z') if sys.argv[2] == 'write' else ():
-    _, st, why = mutate(port, 'cs', k, [set_cell('cf', 'q', 'v' + k)])
-    assert why == 'end', why
-EOF
-}
-cslib create || fail "creating table cs"
+up_single cs_hostile3_cli
+cs_py create cs || fail "creating table cs"
 FROM=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
-cslib write || fail "writing rows"
+cs_py write cs a m z || fail "writing rows"
 CH=("$STRATA" changes --dir "$DIR" --table cs --quiet)
 CK=$TMPD/ck
 
@@ -121,7 +107,7 @@ rc=$?
 # every later run failed the same way.
 [ ! -e "$TMPD/ckr" ] || fail "the refused run left a checkpoint: $(cat "$TMPD/ckr")"
 FROM2=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)
-cslib write || fail "writing rows after streams were turned on again"
+cs_py write cs a m z || fail "writing rows after streams were turned on again"
 # The same while the node is down: the command retries (UNAVAILABLE) for seconds before the
 # refusal, and its periodic checkpoint (every second) used to write the start meanwhile.
 kill -9 "$(cat "$DIR/run/east-0.pid")"
@@ -163,4 +149,25 @@ rc=$?
 # It used to turn streams on and ignore --disable.
 [ $rc -eq 2 ] && grep -q "contradict" "$TMPD/i.err" ||
   { cat "$TMPD/i.err"; fail "--enable 1d --disable was not refused (exit $rc)"; }
+echo "== 9. an empty --checkpoint"
+ABS=$(cd "$(dirname "$STRATA")" && pwd)/$(basename "$STRATA")
+(cd "$TMPD" && timeout 30 "$ABS" "${CH[@]:1}" --from "$FROM" --checkpoint "" >"$TMPD/j.out" 2>"$TMPD/j.err")
+rc=$?
+# It used to lock .lock in the working directory, read the stream, then fail to write "".
+[ $rc -eq 2 ] && [ ! -e "$TMPD/.lock" ] ||
+  { cat "$TMPD/j.err"; fail "--checkpoint '' was not refused (exit $rc)"; }
+echo "== 10. a stale FILE.tmp that is a symbolic link or a FIFO"
+echo precious >"$TMPD/victim"
+ln -s "$TMPD/victim" "$TMPD/ckl.tmp"
+timeout 30 "${CH[@]}" --from "$FROM2" --until now --checkpoint "$TMPD/ckl" >"$TMPD/k.out" 2>"$TMPD/k.err" ||
+  { cat "$TMPD/k.err"; fail "a run with a symbolic link as FILE.tmp failed"; }
+# It used to write the checkpoint through the link, over the file it points to.
+[ "$(cat "$TMPD/victim")" = precious ] || fail "the checkpoint overwrote the file FILE.tmp links to"
+grep -q strata-changes-checkpoint "$TMPD/ckl" || fail "no checkpoint written: $(cat "$TMPD/ckl")"
+mkfifo "$TMPD/ckf.tmp"
+timeout 30 "${CH[@]}" --from "$FROM2" --until now --checkpoint "$TMPD/ckf" >"$TMPD/k.out" 2>"$TMPD/k.err"
+rc=$?
+# It used to wait for a reader of the FIFO forever.
+[ $rc -eq 0 ] && grep -q strata-changes-checkpoint "$TMPD/ckf" ||
+  { cat "$TMPD/k.err"; fail "a run with a FIFO as FILE.tmp exited $rc without a checkpoint"; }
 echo "PASS"

@@ -139,6 +139,33 @@ instance_init() {
   trap instance_teardown EXIT
 }
 
+# up_single NAME: instance_init NAME, then `strata up --clusters 1 --nodes 1` ($STRATA); fails
+# the test when it does not start.
+up_single() {
+  instance_init "$1"
+  "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up.out" 2>&1 ||
+    { cat "$TMPD/up.out"; fail "strata up"; }
+}
+
+# cs_py create T [RETENTION_S] | write T K... | exists T: through hostile/cslib.py (python3) on
+# the router at $PORT: makes table T (family cf, change streams kept RETENTION_S, default a day,
+# 0 for off), writes rows K... (cf:q = vK), or prints 1 or 0 for whether table T exists.
+cs_py() {
+  HOSTILE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/hostile python3 - "$PORT" "$@" <<'EOF'
+import os, sys
+sys.path.insert(0, os.environ['HOSTILE'])
+from cslib import ADMIN, call, create_cs, fld, mutate, set_cell, tname
+port, what, t, rest = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+if what == 'create':
+    assert create_cs(port, t, retention=int(rest[0]) if rest else 86400)[2] == 'end'
+elif what == 'write':
+    for k in rest:
+        assert mutate(port, t, k, [set_cell('cf', 'q', 'v' + k)])[2] == 'end'
+else:
+    print(1 if call(port, ADMIN + 'GetTable', fld(1, tname(t)))[0] else 0)
+EOF
+}
+
 instance_teardown() {
   "$STRATA" down --dir "$DIR" >/dev/null 2>&1
   rm -rf "$TMPD"
