@@ -26,6 +26,7 @@
 #define RTR_BK_HOUR_US (3600LL * 1000000)
 #define RTR_BK_DAY_US (24 * RTR_BK_HOUR_US)
 #define RTR_BK_EXPIRE_MIN_US (6 * RTR_BK_HOUR_US)      /* expire_time: 6 hours ... */
+#define RTR_BK_EXPIRE_SLACK_US (10 * 1000000LL)        /* ... less up to 10 s of transit */
 #define RTR_BK_EXPIRE_MAX_US (90 * RTR_BK_DAY_US)      /* ... to 90 days after creation */
 #define RTR_BK_COPY_EXPIRE_MAX_US (30 * RTR_BK_DAY_US) /* copies: at most 30 days */
 #define RTR_BK_HOT_MIN_US (24 * RTR_BK_HOUR_US)        /* hot_to_standard_time: 24 h at least */
