@@ -280,6 +280,9 @@ st_code ops_bk_manifest_write(const char *dir, const ops_bk_manifest *m, st_err 
 st_code ops_bk_manifest_load(const char *dir, ops_bk_manifest *m, st_err *err) {
     char path[4096];
     ops_bk_manifest_init(m);
+    if (!dir[0])
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "the export directory is empty: name the directory an export wrote");
     if (!path_fmt(path, sizeof path, err, "%s/%s", dir, OPS_BK_MANIFEST))
         return ST_INVALID_ARGUMENT;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK); /* a FIFO must not block */

@@ -294,6 +294,8 @@ static const char *hint(st_code code, const char *msg) {
     if (code == ST_INVALID_ARGUMENT && msg && strstr(msg, "token"))
         return "the checkpoint does not match the table's partitions; delete it to start over "
                "from --from";
+    if (code == ST_INVALID_ARGUMENT && msg && strstr(msg, "table name"))
+        return "check --table (a table id, or projects/P/instances/I/tables/T)";
     if (code == ST_INVALID_ARGUMENT)
         return "check --from / --until (within the table's retention, after streams were turned "
                "on, not in the future)";
