@@ -290,16 +290,24 @@ static void put_rest_done(rtr_fan *f, void *arg) {
     schema_pushed(op);
 }
 
-static void put_probe_done(rtr_fan *f, void *arg) {
-    adm_op *op = arg;
+/* Frees f; false when one of its calls failed, after finishing op with that failure (its
+ * message after `before`, when given). */
+static bool fan_ok(rtr_fan *f, adm_op *op, const char *before) {
     st_err err = {0};
     st_code rc = rtr_fan_first_error(f, &err);
     rtr_fan_free(f);
-    if (rc != ST_OK) {
-        op_finish(op, rc, err.msg);
-        return;
-    }
-    fan_nodes(op, RTR_NODE "PutTable", st_buf_slice(&op->put_req), true, put_rest_done);
+    if (rc == ST_OK)
+        return true;
+    if (before)
+        st_err_prefix(&err, "%s", before);
+    op_finish(op, rc, err.msg);
+    return false;
+}
+
+static void put_probe_done(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    if (fan_ok(f, op, NULL))
+        fan_nodes(op, RTR_NODE "PutTable", st_buf_slice(&op->put_req), true, put_rest_done);
 }
 
 static void put_probe(adm_op *op) {
@@ -315,15 +323,8 @@ static void put_probe(adm_op *op) {
 
 static void reach_done(rtr_fan *f, void *arg) {
     adm_op *op = arg;
-    st_err err = {0};
-    st_code rc = rtr_fan_first_error(f, &err);
-    rtr_fan_free(f);
-    if (rc != ST_OK) {
-        st_err_prefix(&err, "the change was made on no node (retry once every node is back): ");
-        op_finish(op, rc, err.msg);
-        return;
-    }
-    put_probe(op);
+    if (fan_ok(f, op, "the change was made on no node (retry once every node is back): "))
+        put_probe(op);
 }
 
 /* Every node answers GetStatus before the schema goes out, so a node already down fails the
@@ -441,14 +442,8 @@ static void schema_pushed(adm_op *op) {
 
 static void leftovers_dropped(rtr_fan *f, void *arg) {
     adm_op *op = arg;
-    st_err err = {0};
-    st_code rc = rtr_fan_first_error(f, &err);
-    rtr_fan_free(f);
-    if (rc != ST_OK) {
-        op_finish(op, rc, err.msg);
-        return;
-    }
-    push_schema(op);
+    if (fan_ok(f, op, NULL))
+        push_schema(op);
 }
 
 /* The table id is claimed against a RestoreTable or CreateTable of it through another router
