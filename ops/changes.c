@@ -201,21 +201,34 @@ static bool on_change(const ops_cs_change *c, void *arg) {
     return true;
 }
 
-/* Everything printed so far reaches the file (or pipe) before a checkpoint says so. The error
- * flag stays set after a failed flush, whose lines are gone even if the next flush succeeds;
- * so are the pages of a failed fsync, which the next fsync no longer reports. */
-static bool flush_output(ch_run *r) {
-    if (fflush(stdout) != 0 || ferror(stdout) || (r->out_is_file && fsync(STDOUT_FILENO) != 0)) {
+/* Everything printed so far handed to the kernel. The error flag stays set after a failed
+ * flush, whose lines are gone even if the next flush succeeds. */
+static bool flush_stdio(ch_run *r) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
         out_error(r, errno);
         return false;
     }
     return true;
 }
 
+/* Everything printed so far reaches the file (or pipe) before a checkpoint says so: the pages
+ * of a failed fsync are gone too, and the next fsync no longer reports them. */
+static bool flush_output(ch_run *r) {
+    if (!flush_stdio(r))
+        return false;
+    if (r->out_is_file && fsync(STDOUT_FILENO) != 0) {
+        out_error(r, errno);
+        return false;
+    }
+    return true;
+}
+
+/* After the changes at hand are written: stdio only (an fsync per batch of changes would cost
+ * the disk a flush each time; checkpoints and the end of the run make it durable). */
 static void flush_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
-    flush_output(arg);
+    flush_stdio(arg);
 }
 
 static uint32_t positions_crc(const ops_cs_pos *p, size_t n) {

@@ -366,8 +366,8 @@ static void part_free(cs_part *p) {
 /* The part's position becomes `token` over its whole range. */
 static bool part_set_token(cs_part *p, const char *token) {
     /* The usual case, once per change: the one position the partition resumes from gets its
-     * next token, which fits where the last one was (tokens of a stream differ in their
-     * position, not their length), so nothing is allocated. */
+     * next token, which mostly fits where the last one was (a stream's tokens differ in their
+     * position, rarely in their length), so nothing is allocated. */
     ops_cs_pos *cur = p->n_from == 1 ? &p->from[0] : NULL;
     size_t len = strlen(token);
     if (cur && cur->token && strlen(cur->token) >= len && buf_eq(&cur->start, &p->start) &&

@@ -332,12 +332,16 @@ static void reach_done(rtr_fan *f, void *arg) {
  * would stay done there: turning streams off deletes a node's history, dropping a family its
  * cells, while the record and the other nodes keep the old schema. A node that dies between the
  * two rounds can still leave it half done. */
+static bool schema_packed(adm_op *op) {
+    if (pack_schema(op) == ST_OK)
+        return true;
+    op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+    return false;
+}
+
 static void push_schema(adm_op *op) {
-    if (pack_schema(op) != ST_OK) {
-        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    fan_nodes(op, RTR_NODE "GetStatus", st_slice_make("", 0), false, reach_done);
+    if (schema_packed(op))
+        fan_nodes(op, RTR_NODE "GetStatus", st_slice_make("", 0), false, reach_done);
 }
 
 /* ---- CreateTable ---- */
@@ -440,10 +444,12 @@ static void schema_pushed(adm_op *op) {
     rtr_meta_write(op->r, RTR_META_KIND_TABLE, op->name, &pb, modify_recorded, op);
 }
 
+/* Every node answered the DropTable round: the schema goes out without push_schema's GetStatus
+ * round, which would only ask them again. */
 static void leftovers_dropped(rtr_fan *f, void *arg) {
     adm_op *op = arg;
-    if (fan_ok(f, op, NULL))
-        push_schema(op);
+    if (fan_ok(f, op, NULL) && schema_packed(op))
+        put_probe(op);
 }
 
 /* The table id is claimed against a RestoreTable or CreateTable of it through another router
