@@ -116,6 +116,7 @@ struct cs_reader {
     node_ctx *n;
     rpc_call *call;
     char table[NODE_TABLE_NAME_MAX + 1];
+    uint32_t table_tag; /* btu_cs_table_tag(table), in every token */
     uint64_t tablet_id;
     int64_t since_us; /* the table's cs_since_us when the stream began */
     st_buf start, end;
@@ -236,6 +237,8 @@ static const char *token_text(cs_reader *r) {
             r->pos.has_y = false; /* nothing is replicated here: a version 1 token */
         else
             btu_cs_pos_set_bound(&r->pos, r->n->opts.cluster_num, y);
+        r->pos.has_table = true; /* refused if handed to another table's stream */
+        r->pos.table = r->table_tag;
         token_format(r);
     }
     return r->token;
@@ -1145,7 +1148,8 @@ static st_code start_pos(node_ctx *n, const node_table *meta,
         return ST_OK;
     }
     const Google__Bigtable__V2__StreamContinuationTokens *tk = req->continuation_tokens;
-    st_code rc = btu_cs_tokens_merge(tk->tokens, tk->n_tokens, part, a, pos, err);
+    st_code rc = btu_cs_tokens_merge(tk->tokens, tk->n_tokens, part,
+                                     btu_cs_table_tag(st_slice_cstr(meta->name)), a, pos, err);
     /* A token of another cluster (a failover): writes that cluster had not applied by its W
      * may have entered this one before W; they were all committed after its applied bound Y,
      * so the stream starts at Y (records between come again: at least once). A bound older
@@ -1212,6 +1216,7 @@ static cs_reader *reader_new(node_ctx *n, rpc_call *call, const node_table *meta
     node_cs_readers_add(n, 1); /* records go to the ring from now on */
     r->call = call;
     snprintf(r->table, sizeof r->table, "%s", meta->name);
+    r->table_tag = btu_cs_table_tag(st_slice_cstr(r->table));
     r->since_us = meta->cs_since_us;
     st_arena_init(&r->arena, CS_ARENA_BLOCK_BYTES);
     st_arena_init(&r->hold.arena, CS_HOLD_ARENA_BYTES);

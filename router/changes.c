@@ -104,7 +104,8 @@ static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, st_ar
     if (req->start_from_case ==
         GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_CONTINUATION_TOKENS) {
         const Google__Bigtable__V2__StreamContinuationTokens *t = req->continuation_tokens;
-        return btu_cs_tokens_merge(t ? t->tokens : NULL, t ? t->n_tokens : 0, part, a, out, err);
+        return btu_cs_tokens_merge(t ? t->tokens : NULL, t ? t->n_tokens : 0, part,
+                                   btu_cs_table_tag(st_slice_cstr(req->table_name)), a, out, err);
     }
     int64_t us = st_wall_us();
     if (req->start_from_case ==
@@ -717,6 +718,8 @@ static void rcs_close(rcs_op *op, const rtr_tablet *v, size_t n) {
     if (op->token.len &&
         btu_cs_token_parse(st_slice_make(op->token.data, op->token.len - 1), &last, NULL) == ST_OK)
         from = &last;
+    from->has_table = true; /* as the node's tokens: refused by another table's stream */
+    from->table = btu_cs_table_tag(st_slice_cstr(op->req->table_name));
     char *text = st_arena_alloc(a, BTU_CS_TOKEN_MAX);
     if (text)
         btu_cs_token_format(from, text);

@@ -2,6 +2,7 @@
  * functions: the node and the router parse and check tokens with the same rules. */
 #include "strata/cstoken.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,20 @@
 
 /* ---- positions and token text ---- */
 
+uint32_t btu_cs_table_tag(st_slice table) {
+    size_t from = table.len;
+    while (from > 0 && table.data[from - 1] != '/')
+        from--;
+    uint32_t h = 2166136261u; /* FNV-1a: small, stable across builds and machines */
+    for (size_t i = from; i < table.len; i++)
+        h = (h ^ table.data[i]) * 16777619u;
+    return h;
+}
+
 void btu_cs_pos_live(btu_cs_pos *p, int64_t w) {
     p->w = w;
+    p->has_table = false;
+    p->table = 0;
     p->scan = false;
     p->h = 0;
     p->has_y = false;
@@ -52,8 +65,9 @@ static st_code bad_token(st_slice text, st_err *err) {
     return st_err_set(err, ST_INVALID_ARGUMENT,
                       "invalid change stream continuation token '%s': expected 1.W, 1.W.H.K, "
                       "2.C.Y.W or 2.C.Y.W.H.K (Y <= W < H decimal microseconds, C a cluster "
-                      "number, K a row key in lower-case hex) as ReadChangeStream sent it; "
-                      "resume with a token the stream returned, or with start_time",
+                      "number, K a row key in lower-case hex), optionally after tT. (T the "
+                      "table's tag in 8 hex digits), as ReadChangeStream sent it; resume with a "
+                      "token the stream returned, or with start_time",
                       shown);
 }
 
@@ -98,6 +112,26 @@ static bool parse_hex_key(const uint8_t *s, const uint8_t *end, btu_cs_pos *out)
     return true;
 }
 
+/* "tT." with T 8 lower-case hex digits, when the text starts with 't'; advances *p. */
+static bool parse_table(const uint8_t **p, const uint8_t *end, btu_cs_pos *out) {
+    const uint8_t *s = *p;
+    if (s == end || *s != 't')
+        return true;
+    if (end - s < 10 || s[9] != '.')
+        return false;
+    uint32_t v = 0;
+    for (int i = 1; i <= 8; i++) {
+        int d = hex_val(s[i]);
+        if (d < 0)
+            return false;
+        v = v << 4 | (uint32_t)d;
+    }
+    out->has_table = true;
+    out->table = v;
+    *p = s + 10;
+    return true;
+}
+
 /* "C.Y." of a version 2 token (C below 2^32); advances *p. */
 static bool parse_bound(const uint8_t **p, const uint8_t *end, btu_cs_pos *out) {
     int64_t c, y;
@@ -113,11 +147,13 @@ st_code btu_cs_token_parse(st_slice text, btu_cs_pos *out, st_err *err) {
     const uint8_t *p = text.data, *end = text.data + text.len;
     size_t vlen = sizeof CS_TOKEN_VERSION - 1;
     int64_t w;
-    bool v2 = text.len >= vlen && memcmp(p, CS_TOKEN_VERSION2, vlen) == 0;
-    if (!v2 && (text.len < vlen || memcmp(p, CS_TOKEN_VERSION, vlen) != 0))
+    btu_cs_pos_live(out, 0);
+    if (!parse_table(&p, end, out))
+        return bad_token(text, err);
+    bool v2 = end - p >= (ptrdiff_t)vlen && memcmp(p, CS_TOKEN_VERSION2, vlen) == 0;
+    if (!v2 && (end - p < (ptrdiff_t)vlen || memcmp(p, CS_TOKEN_VERSION, vlen) != 0))
         return bad_token(text, err);
     p += vlen;
-    btu_cs_pos_live(out, 0);
     if (v2 && !parse_bound(&p, end, out))
         return bad_token(text, err);
     if (!parse_dec(&p, end, &w) || (v2 && out->y > w))
@@ -170,8 +206,15 @@ static size_t put_i64(char *out, int64_t v) {
 
 size_t btu_cs_token_format(const btu_cs_pos *p, char out[BTU_CS_TOKEN_MAX]) {
     static const char digits[] = "0123456789abcdef";
-    size_t k = 2;
-    memcpy(out, p->has_y ? CS_TOKEN_VERSION2 : CS_TOKEN_VERSION, k);
+    size_t k = 0;
+    if (p->has_table) {
+        out[k++] = 't';
+        for (int sh = 28; sh >= 0; sh -= 4)
+            out[k++] = digits[(p->table >> sh) & 15];
+        out[k++] = '.';
+    }
+    memcpy(out + k, p->has_y ? CS_TOKEN_VERSION2 : CS_TOKEN_VERSION, 2);
+    k += 2;
     if (p->has_y) {
         k += btu_cs_dec(out + k, p->cluster);
         out[k++] = '.';
@@ -281,7 +324,8 @@ static int part_cmp(const void *a, const void *b) {
 }
 
 static st_code token_at(Google__Bigtable__V2__StreamContinuationToken *const *tokens, size_t i,
-                        st_arena *arena, btu_key_range *r, btu_cs_pos *pos, st_err *err) {
+                        uint32_t table_tag, st_arena *arena, btu_key_range *r, btu_cs_pos *pos,
+                        st_err *err) {
     char what[64];
     snprintf(what, sizeof what, "continuation_tokens[%zu].partition", i);
     if (tokens[i] == NULL)
@@ -289,6 +333,12 @@ static st_code token_at(Google__Bigtable__V2__StreamContinuationToken *const *to
     st_code rc = btu_cs_partition_range(tokens[i]->partition, what, arena, r, err);
     if (rc == ST_OK)
         rc = btu_cs_token_parse(st_slice_cstr(tokens[i]->token), pos, err);
+    if (rc == ST_OK && pos->has_table && pos->table != table_tag)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "continuation_tokens[%zu] was handed out by the change stream of "
+                          "another table: resume each table from its own tokens, or with "
+                          "start_time",
+                          i);
     return rc;
 }
 
@@ -342,8 +392,8 @@ static void merge_positions(const cs_part *parts, size_t n, btu_cs_pos *out) {
 }
 
 st_code btu_cs_tokens_merge(Google__Bigtable__V2__StreamContinuationToken *const *tokens, size_t n,
-                            const btu_key_range *partition, st_arena *arena, btu_cs_pos *out,
-                            st_err *err) {
+                            const btu_key_range *partition, uint32_t table_tag, st_arena *arena,
+                            btu_cs_pos *out, st_err *err) {
     if (n == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "continuation_tokens holds no token: pass the tokens the stream "
@@ -354,7 +404,7 @@ st_code btu_cs_tokens_merge(Google__Bigtable__V2__StreamContinuationToken *const
                           BTU_CS_TOKENS_MAX);
     btu_key_range r;
     if (n == 1) {
-        st_code rc = token_at(tokens, 0, arena, &r, out, err);
+        st_code rc = token_at(tokens, 0, table_tag, arena, &r, out, err);
         if (rc == ST_OK && !btu_cs_range_eq(&r, partition))
             return not_covered(partition, "the token's partition is", &r, err);
         return rc;
@@ -363,7 +413,7 @@ st_code btu_cs_tokens_merge(Google__Bigtable__V2__StreamContinuationToken *const
     if (parts == NULL)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading the tokens");
     for (size_t i = 0; i < n; i++) {
-        st_code rc = token_at(tokens, i, arena, &parts[i].r, out, err);
+        st_code rc = token_at(tokens, i, table_tag, arena, &parts[i].r, out, err);
         if (rc != ST_OK)
             return rc;
         parts[i].w = out->w;

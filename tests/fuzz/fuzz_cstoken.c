@@ -41,7 +41,8 @@ static void fuzz_merge(const Google__Bigtable__V2__ReadChangeStreamRequest *req,
             GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_CONTINUATION_TOKENS)
         return;
     const Google__Bigtable__V2__StreamContinuationTokens *t = req->continuation_tokens;
-    if (btu_cs_tokens_merge(t->tokens, t->n_tokens, &part, a, &pos, NULL) != ST_OK)
+    if (btu_cs_tokens_merge(t->tokens, t->n_tokens, &part, btu_cs_table_tag(st_slice_cstr("t")), a,
+                            &pos, NULL) != ST_OK)
         return;
     bool seen = false;
     for (size_t i = 0; i < t->n_tokens; i++) {

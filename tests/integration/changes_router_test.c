@@ -30,6 +30,7 @@
 #include "chaos_util.h"
 #include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/longrunning/operations.pb-c.h"
+#include "strata/cstoken.h"
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/rpc.h"
 
@@ -406,13 +407,21 @@ static void expect_parts(const char *what, const parts *p, const char *const *wa
     CHECK(ok, "%s: partitions differ", what);
 }
 
-static void expect_tokens(const char *what, const parts *p, const char *const *want) {
+/* want: "range=token" with the token as it would be untagged; the router's tokens carry the
+ * tag of table (btu_cs_table_tag) before it. */
+static void expect_tokens(const char *what, const char *table, const parts *p,
+                          const char *const *want) {
     size_t n = 0;
     while (want[n])
         n++;
     bool ok = p->n_tokens == n && p->close_code == ST_OUT_OF_RANGE;
-    for (size_t i = 0; ok && i < n; i++)
-        ok = strcmp(p->tokens[i], want[i]) == 0;
+    uint32_t tag = btu_cs_table_tag(st_slice_cstr(table));
+    for (size_t i = 0; ok && i < n; i++) {
+        const char *eq = strchr(want[i], '=');
+        char full[256];
+        snprintf(full, sizeof full, "%.*s=t%08x.%s", (int)(eq - want[i]), want[i], tag, eq + 1);
+        ok = strcmp(p->tokens[i], full) == 0;
+    }
     printf("%-62s %zu token(s) status %d %s\n", what, p->n_tokens, p->close_code,
            ok ? "ok" : "WRONG");
     for (size_t i = 0; !ok && i < p->n_tokens; i++)
@@ -650,6 +659,14 @@ static void data_cases(void) {
                 read_changes("cs2", "", "g", "p", 0, other_tok, &p, &st), &st, ST_INVALID_ARGUMENT,
                 "partition");
 
+    /* A token the stream of table plain2 handed out names that table: refused for cs2. */
+    char foreign[64];
+    snprintf(foreign, sizeof foreign, "t%08x.1.5", btu_cs_table_tag(st_slice_cstr("plain2")));
+    const char *const foreign_tok[] = {"g", "p", foreign, NULL};
+    expect_code("ReadChangeStream with another table's token",
+                read_changes("cs2", "", "g", "p", 0, foreign_tok, &p, &st), &st,
+                ST_INVALID_ARGUMENT, "another table");
+
     /* A split on the node: partitions follow the tablets, and the old partition is closed. */
     split_tablet("cs2", "g", "k");
     expect_code("Partitions of cs2 after splitting g..p at k", partitions("cs2", "", &p, &st), &st,
@@ -670,19 +687,19 @@ static void data_cases(void) {
     expect_parts("  CloseStream new partitions", &p, kids);
     static const char *const kid_toks[] = {"g..k=1.1699999999999999", "k..p=1.1699999999999999",
                                            NULL};
-    expect_tokens("  CloseStream tokens 1.(T-1)", &p, kid_toks);
+    expect_tokens("  CloseStream tokens 1.(T-1)", "cs2", &p, kid_toks);
     static const char *const tok[] = {"g", "p", "1.500.900.6a", NULL};
     expect_code("ReadChangeStream g..p (split) from a token",
                 read_changes("cs2", "", "g", "p", 0, tok, &p, &st), &st, ST_OK, NULL);
     static const char *const kid_toks2[] = {"g..k=1.500.900.6a", "k..p=1.500.900.6a", NULL};
-    expect_tokens("  CloseStream: the token as it was, for each child", &p, kid_toks2);
+    expect_tokens("  CloseStream: the token as it was, for each child", "cs2", &p, kid_toks2);
     expect_code("ReadChangeStream b..h (spans two tablets)",
                 read_changes("cs2", "", "b", "h", t0, NULL, &p, &st), &st, ST_OK, NULL);
     static const char *const spans[] = {"b..g", "g..h", NULL};
     expect_parts("  CloseStream new partitions: the pieces of b..h", &p, spans);
     static const char *const span_toks[] = {"b..g=1.1699999999999999", "g..h=1.1699999999999999",
                                             NULL};
-    expect_tokens("  CloseStream tokens for the pieces of b..h", &p, span_toks);
+    expect_tokens("  CloseStream tokens for the pieces of b..h", "cs2", &p, span_toks);
 
     follow_close_case();
     stale_map_case();

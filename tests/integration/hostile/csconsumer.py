@@ -130,7 +130,8 @@ class Stream(Checks):
             lines = open(self.ck_path).read().split('\n')[1:]
         except OSError:
             return []
-        return [bytes.fromhex(p[3]).decode().split('.') for p in map(str.split, lines) if len(p) == 4 and p[0] == 't']
+        toks = [bytes.fromhex(p[3]).decode().split('.') for p in map(str.split, lines) if len(p) == 4 and p[0] == 't']
+        return [tok[1:] if tok[0].startswith('t') else tok for tok in toks]  # without the table tag
 
     def checkpoint_times(self):
         """The W (microseconds) of every token of the checkpoint file."""

@@ -185,7 +185,56 @@ static st_code merge(st_arena *a, Google__Bigtable__V2__StreamContinuationToken 
     btu_key_range want;
     assert_int_equal(btu_cs_partition_range(part(a, start, false, end, false), "p", a, &want, NULL),
                      ST_OK);
-    return btu_cs_tokens_merge(v, n, &want, a, pos, err);
+    return btu_cs_tokens_merge(v, n, &want, btu_cs_table_tag(S("t")), a, pos, err);
+}
+
+/* Tokens a stream hands out name their table: accepted for it, refused for any other. */
+static void test_cstoken_table_tag(void **state) {
+    (void)state;
+    uint32_t tag = btu_cs_table_tag(S("t"));
+    assert_int_equal(btu_cs_table_tag(S("projects/p/instances/i/tables/t")), tag);
+    assert_int_not_equal(btu_cs_table_tag(S("u")), tag);
+    btu_cs_pos p;
+    btu_cs_pos_live(&p, 5);
+    p.has_table = true;
+    p.table = tag;
+    char text[BTU_CS_TOKEN_MAX], other[BTU_CS_TOKEN_MAX];
+    btu_cs_token_format(&p, text);
+    assert_int_equal(text[0], 't');
+    roundtrip(text);
+    roundtrip("t0000000a.2.3.4.5.9.6b");
+    p.table = btu_cs_table_tag(S("u"));
+    btu_cs_token_format(&p, other);
+    st_arena a;
+    st_arena_init(&a, 4096);
+    btu_cs_pos pos;
+    st_err err = {0};
+    Google__Bigtable__V2__StreamContinuationToken *v[2] = {tok(&a, "", "", text)};
+    assert_int_equal(merge(&a, v, 1, "", "", &pos, &err), ST_OK);
+    assert_int_equal(pos.w, 5);
+    v[0] = tok(&a, "", "", other);
+    assert_int_equal(merge(&a, v, 1, "", "", &pos, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "another table"));
+    v[0] = tok(&a, "", "m", text);
+    v[1] = tok(&a, "m", "", other);
+    assert_int_equal(merge(&a, v, 2, "", "", &pos, &err), ST_INVALID_ARGUMENT);
+    v[1] = tok(&a, "m", "", "1.7"); /* untagged tokens stay valid */
+    assert_int_equal(merge(&a, v, 2, "", "", &pos, &err), ST_OK);
+    static const char *const bad[] = {"t.1.5",
+                                      "t0000000.1.5",
+                                      "t0000000g.1.5",
+                                      "t0000000A.1.5",
+                                      "t00000000",
+                                      "t00000000.",
+                                      "t00000000.3.5",
+                                      "t00000000t0000000.1.5",
+                                      "t00000000.t00000000.1.5",
+                                      " t00000000.1.5",
+                                      NULL};
+    for (size_t i = 0; bad[i]; i++)
+        if (btu_cs_token_parse(S(bad[i]), &p, &err) != ST_INVALID_ARGUMENT)
+            fail_msg("accepted '%s'", bad[i]);
+    st_arena_deinit(&a);
 }
 
 static void test_cstoken_merge_one(void **state) {
@@ -295,9 +344,9 @@ static void test_cstoken_v2(void **state) {
     }
     /* The longest token fits BTU_CS_TOKEN_MAX and formats back. */
     size_t n = 2 * BTU_ROW_KEY_MAX;
-    char *t = malloc(80 + n + 1);
+    char *t = malloc(90 + n + 1);
     assert_non_null(t);
-    int k = snprintf(t, 80, "2.4294967295.9223372036854775806.9223372036854775806.%s.",
+    int k = snprintf(t, 90, "tffffffff.2.4294967295.9223372036854775806.9223372036854775806.%s.",
                      "9223372036854775807");
     memset(t + k, 'f', n);
     t[k + (int)n] = 0;
@@ -541,6 +590,7 @@ int main(void) {
         cmocka_unit_test(test_cstoken_check_times),
         cmocka_unit_test(test_cstoken_parse_live_and_scan),
         cmocka_unit_test(test_cstoken_refuses_anything_else),
+        cmocka_unit_test(test_cstoken_table_tag),
         cmocka_unit_test(test_cstoken_partition_range),
         cmocka_unit_test(test_cstoken_merge_one),
         cmocka_unit_test(test_cstoken_merge_several),

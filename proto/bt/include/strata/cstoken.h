@@ -11,16 +11,18 @@
  *               other cluster committed at or before Y (docs/changestreams.md, Failover). Read on
  *               another cluster, the stream starts at Y instead of W.
  * W, H and Y are decimal microseconds (0 <= W < H, no sign, no leading zero), C a decimal below
- * 2^32, K is the row key in lower-case hex (1..BTU_ROW_KEY_MAX bytes). Anything else is refused
- * with INVALID_ARGUMENT, so every accepted token formats back to the same text. */
+ * 2^32, K is the row key in lower-case hex (1..BTU_ROW_KEY_MAX bytes). Any of these forms may
+ * start with "tT." where T is the table's tag (btu_cs_table_tag) in 8 lower-case hex digits: the
+ * tokens a stream hands out carry it, and a tagged token is refused for another table. Anything
+ * else is refused with INVALID_ARGUMENT, so every accepted token formats back to the same text. */
 #ifndef STRATA_CSTOKEN_H
 #define STRATA_CSTOKEN_H
 
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "strata/btutil.h"
 
-/* Longest token text, NUL included: "2." C "." Y "." W "." H "." then the key in hex. */
-#define BTU_CS_TOKEN_MAX (2 + 10 + 1 + 19 + 1 + 19 + 1 + 19 + 1 + 2 * BTU_ROW_KEY_MAX + 1)
+/* Longest token text, NUL included: "tT." "2." C "." Y "." W "." H "." then the key in hex. */
+#define BTU_CS_TOKEN_MAX (10 + 2 + 10 + 1 + 19 + 1 + 19 + 1 + 19 + 1 + 2 * BTU_ROW_KEY_MAX + 1)
 /* Most tokens one ReadChangeStream request may carry (a merge of that many partitions). */
 #define BTU_CS_TOKENS_MAX 10000
 
@@ -32,11 +34,18 @@ typedef struct btu_cs_pos {
     bool has_y;       /* a version 2 token: the two fields below are set */
     uint32_t cluster; /* has_y: the number of the cluster that issued the position */
     int64_t y;        /* has_y: that cluster's applied bound then (0 <= y <= w) */
+    bool has_table;   /* the token named its table: the field below is set */
+    uint32_t table;   /* has_table: the table's tag (btu_cs_table_tag) */
     size_t key_len;   /* scan: rows <= key delivered their records in (w, h] */
     uint8_t key[BTU_ROW_KEY_MAX];
 } btu_cs_pos;
 
-/* Sets p to the live position "1.w" (no cluster, no applied bound). */
+/* The tag tokens of table carry: a hash of its id (the text after the last '/' of a full
+ * "projects/P/instances/I/tables/T" name, which is the id itself when there is no '/'). It tells
+ * tables apart, not versions of one table: a table dropped and created again has the same tag. */
+uint32_t btu_cs_table_tag(st_slice table);
+
+/* Sets p to the live position "1.w" (no cluster, no applied bound, no table). */
 void btu_cs_pos_live(btu_cs_pos *p, int64_t w);
 
 /* Marks p as issued by cluster number `cluster` whose applied bound is y (a version 2 token);
@@ -87,11 +96,12 @@ bool btu_cs_range_eq(const btu_key_range *a, const btu_key_range *b);
  * at least once); when all were issued by one cluster it keeps that cluster and the smallest Y,
  * when they come from several clusters (or mix versions) the start is the smallest of every W
  * and Y, without a bound, so it is safe on any cluster. INVALID_ARGUMENT saying what does
- * not match for anything else (no token, more than BTU_CS_TOKENS_MAX, a bad token or partition);
- * RESOURCE_EXHAUSTED when memory runs out (arena holds the scratch). */
+ * not match for anything else (no token, more than BTU_CS_TOKENS_MAX, a bad token or partition,
+ * a token tagged for a table whose tag is not table_tag); RESOURCE_EXHAUSTED when memory runs out
+ * (arena holds the scratch). */
 st_code btu_cs_tokens_merge(Google__Bigtable__V2__StreamContinuationToken *const *tokens, size_t n,
-                            const btu_key_range *partition, st_arena *arena, btu_cs_pos *out,
-                            st_err *err);
+                            const btu_key_range *partition, uint32_t table_tag, st_arena *arena,
+                            btu_cs_pos *out, st_err *err);
 
 /* A Timestamp as microseconds since the epoch: rounded up to the next microsecond when round_up
  * (a start time: records at or after it), down otherwise. INVALID_ARGUMENT naming field for
