@@ -153,6 +153,12 @@ bool node_cs_ring_mapped(const node_ctx *n);
  * them below a fresh stamp taken now. */
 void node_cs_range_arrived(node_ctx *n, const char *table, st_slice start, st_slice end);
 
+/* The table's tablets here changed (a split, a tablet dropped after its move), the table was
+ * deleted, or its streams were turned off or on: its readers are woken, so each sees at once
+ * whether its partition still holds (CloseStream, NOT_FOUND, FAILED_PRECONDITION) instead of at
+ * its next heartbeat, up to a day later; after a move no write reaches this node to wake it. */
+void node_cs_table_changed(node_ctx *n, const char *table);
+
 /* ---- read side ---- */
 
 /* The data API handlers (registered in server.c). */

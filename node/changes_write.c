@@ -146,6 +146,7 @@ void node_cs_set_retention(node_ctx *n, node_table *meta, int64_t retention_us) 
     if (retention_us <= 0)
         meta->cs_since_us = 0;
     meta->cs_retention_us = retention_us > 0 ? retention_us : 0;
+    node_cs_table_changed(n, meta->name);
 }
 
 Google__Bigtable__Admin__V2__ChangeStreamConfig *node_cs_config_to_pb(const node_table *meta,
@@ -840,6 +841,17 @@ static void wake_watchers(node_cs *cs, const node_cs_write *w) {
     for (node_cs_watcher *x = cs->watchers, *next; x; x = next) {
         next = x->next; /* x may unwatch itself */
         if (write_has_table(w, x->table))
+            x->fn(x);
+    }
+}
+
+void node_cs_table_changed(node_ctx *n, const char *table) {
+    node_cs *cs = n->cs;
+    if (!cs)
+        return;
+    for (node_cs_watcher *x = cs->watchers, *next; x; x = next) {
+        next = x->next;
+        if (strcmp(x->table, table) == 0)
             x->fn(x);
     }
 }

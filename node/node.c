@@ -131,6 +131,7 @@ void node_tablet_unmap(node_tablets *t, size_t i) {
 st_code node_tablet_drop(node_ctx *n, node_tablets *t, size_t i, st_err *err) {
     uint64_t id = t->v[i].id;
     node_tablet_unmap(t, i);
+    node_cs_table_changed(n, t->name);
     return sto_tablet_drop(n->db, id, err);
 }
 
@@ -297,6 +298,7 @@ node_tablets *node_tables_add(node_ctx *n, const char *name) {
 
 /* Removes a table's map entry (its tablets must already be dropped from storage). */
 void node_tables_remove(node_ctx *n, node_tablets *t) {
+    node_cs_table_changed(n, t->name);
     tablets_free(t);
     size_t i = (size_t)(t - n->tables);
     memmove(&n->tables[i], &n->tables[i + 1], (n->n_tables - i - 1) * sizeof *n->tables);

@@ -3,6 +3,7 @@
  * makes a split a metadata change (the halves share the parent's SSTables) after flushing the
  * memtable, so it runs on the loop thread once that flush is short; the halves stay on this node
  * (moving one is the router's decision: MoveTablet). */
+#include "changes.h"
 #include "node_internal.h"
 #include "repl_glue.h"
 
@@ -81,8 +82,10 @@ st_code node_tablet_split(node_ctx *n, node_tablets *t, size_t i, st_slice want,
     }
     if (rc == ST_OK)
         rc = sto_tablet_split(n->db, parent, st_buf_slice(&key), halves[0], halves[1], err);
-    if (rc == ST_OK)
+    if (rc == ST_OK) {
         rc = map_halves(n, t, i, halves, err);
+        node_cs_table_changed(n, t->name);
+    }
     node_table *meta = node_catalog_find(n->catalog, t->name);
     if (rc == ST_OK && meta)
         rc = node_table_push_gc(n, meta, err);

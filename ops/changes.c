@@ -509,6 +509,12 @@ static bool check_times(const ch_run *r, int64_t now, int64_t *from, int64_t *un
                         "--checkpoint FILE, or --follow for new changes only\n");
         return false;
     }
+    /* An --until of 0 would read as none (end_us 0: no end), and --follow run forever. */
+    if (r->a.until && *until <= 0) {
+        fprintf(stderr, "strata changes: --until %s is not after 1970-01-01T00:00:00Z\n",
+                r->a.until);
+        return false;
+    }
     if (r->a.from && *from > now) {
         fprintf(stderr,
                 "strata changes: --from %s is in the future: give a time at or before "

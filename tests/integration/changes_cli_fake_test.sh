@@ -9,7 +9,9 @@
 #   3. --until: only the changes before it;
 #   4. --follow --checkpoint killed with kill -9, 50 more writes, resumed from the checkpoint:
 #      the 50 new changes, not a restart from the beginning; SIGTERM ends --follow with 0;
-#   5. a table without streams: exit 1 with what to do.
+#   5. a table without streams: exit 1 with what to do;
+#   6. --until at the epoch (1970-01-01T00:00:00Z) with --follow, or with a checkpoint: refused
+#      (it used to be taken for no --until at all: --follow then ran forever).
 # Usage: changes_cli_fake_test.sh PATH/TO/strata PATH/TO/changes_fake_server
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -106,4 +108,15 @@ rc=$?
 [ $rc -eq 1 ] || bad "streams off: exit $rc, expected 1"
 grep -q 'turn change streams on' "$tmp/5.out" || bad "streams off: no hint: $(cat "$tmp/5.out")"
 echo "ok: $(tail -1 "$tmp/5.out")"
+
+echo "== 6. --until at the epoch"
+for extra in --follow "--checkpoint $CK"; do
+  # shellcheck disable=SC2086 # two words on purpose
+  timeout 10 "$STRATA" changes --endpoint "$ADDR" --table "$TABLE" --quiet $extra \
+    --until 1970-01-01T00:00:00Z >"$tmp/6.out" 2>"$tmp/6.err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--until" "$tmp/6.err" ||
+    bad "--until at the epoch with $extra: exit $rc, $(count "$tmp/6.out") changes: $(cat "$tmp/6.err")"
+done
+echo "ok: $(cat "$tmp/6.err")"
 echo "PASS"
