@@ -266,6 +266,12 @@ static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest
                           "backup and schema must be set (from the export's manifest)");
     if (import_fields(req->backup, err) != ST_OK)
         return err->code;
+    st_err why = {0};
+    if (btu_schema_check(req->schema, &why) != ST_OK) /* else every restore of it would fail */
+        return st_err_set(err, why.code,
+                          "schema: %s (no table could have it: the export's manifest is damaged "
+                          "or forged; export it again)",
+                          why.msg);
     return check_pieces(req->pieces, req->n_pieces, err);
 }
 
