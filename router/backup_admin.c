@@ -192,6 +192,8 @@ static void imp_written(void *arg, st_code code, const char *msg) {
         rtr_reply(op->call, &op->rec->backup->base);
     else
         reply_layout(op->r, op->call, op->rec, op->cluster);
+    if (op->finish)
+        rtr_gate_leave(op->r, op->call); /* FinishImport held the backup's gate */
     st_buf_free(&op->pb);
     free(op);
 }
@@ -416,6 +418,7 @@ static void fin_listed(rtr_fan *f, void *arg) {
                      : !got                         ? "not sealed"
                                                     : "sealed with other files than planned",
                      n ? n->addr : "?");
+            rtr_gate_leave(op->r, op->call);
             rtr_fan_free(f);
             free(op);
             return;
@@ -433,20 +436,19 @@ static void fin_listed(rtr_fan *f, void *arg) {
     free(op);
 }
 
-void rtr_h_finish_import(rpc_call *call, st_slice bytes, void *arg) {
-    rtr_ctx *r = arg;
-    Strata__Internal__V1__FinishImportRequest *req =
-        (void *)rtr_unpack(call, &strata__internal__v1__finish_import_request__descriptor, bytes);
+/* FinishImport holding the backup's gate: false when answered without starting. */
+static bool finish_start(rtr_ctx *r, rpc_call *call,
+                         const Strata__Internal__V1__FinishImportRequest *req) {
     size_t ci;
-    rtr_pb_bkrec *rec = req ? find_or_fail(r, call, req->name, &ci) : NULL;
+    rtr_pb_bkrec *rec = find_or_fail(r, call, req->name, &ci);
     if (!rec)
-        return;
+        return false;
     if (rec->backup->state == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY ||
         rec->operation[0]) {
         rtr_fail(call, ST_FAILED_PRECONDITION, "backup %s is not an import in progress (it is %s)",
                  req->name,
                  rec->operation[0] ? "being made by CreateBackup or CopyBackup" : "READY");
-        return;
+        return false;
     }
     rtr_cluster *c = &r->clusters[ci];
     fin_op *op = calloc(1, sizeof *op);
@@ -454,7 +456,7 @@ void rtr_h_finish_import(rpc_call *call, st_slice bytes, void *arg) {
     if (!f) {
         free(op);
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
+        return false;
     }
     *op = (fin_op){r, call, rec, ci};
     Strata__Internal__V1__ListBackupPiecesRequest lr;
@@ -465,4 +467,17 @@ void rtr_h_finish_import(rpc_call *call, st_slice bytes, void *arg) {
     for (size_t i = 0; i < c->n_nodes; i++)
         rtr_fan_call(f, i, &c->nodes[i], RTR_NODE "ListBackupPieces", st_slice_make(buf, len));
     rtr_fan_seal(f);
+    return true;
+}
+
+/* One change of a backup at a time (docs/backups.md, "Changes of one backup"): a DeleteBackup
+ * answered while the pieces were being listed must not see the record written READY after it
+ * (pieces gone, every restore failing), nor an UpdateBackup meanwhile be overwritten. */
+void rtr_h_finish_import(rpc_call *call, st_slice bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Strata__Internal__V1__FinishImportRequest *req =
+        (void *)rtr_unpack(call, &strata__internal__v1__finish_import_request__descriptor, bytes);
+    if (req && rtr_gate_enter(r, req->name, call, bytes, rtr_h_finish_import) &&
+        !finish_start(r, call, req))
+        rtr_gate_leave(r, call);
 }
