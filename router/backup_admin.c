@@ -126,10 +126,31 @@ static st_code check_piece_ids(pb_piece **v, size_t n, st_err *err) {
 }
 
 /* Pieces with valid distinct ids that cover the key space exactly once. */
+/* Each piece's size_bytes becomes the sum of its files' sizes, whatever the request said: the
+ * backup's size_bytes adds them up, and a sum past INT64_MAX (or a client's own figure) would
+ * show as a negative or absurd size in GetBackup and ListBackups filters. */
+static st_code sum_piece_sizes(pb_piece **v, size_t n, st_err *err) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t sum = 0;
+        for (size_t j = 0; j < v[i]->n_files; j++) {
+            sum += v[i]->files[j]->size;
+            if (v[i]->files[j]->size > INT64_MAX || sum > INT64_MAX || total + sum > INT64_MAX)
+                return st_err_set(err, ST_INVALID_ARGUMENT,
+                                  "the file sizes add up past 2^63-1 bytes at file %s of piece "
+                                  "%s: the export's manifest is damaged or forged",
+                                  v[i]->files[j]->name, v[i]->piece);
+        }
+        v[i]->size_bytes = sum;
+        total += sum;
+    }
+    return ST_OK;
+}
+
 static st_code check_pieces(pb_piece **v, size_t n, st_err *err) {
     if (n == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT, "an import needs at least one piece");
-    if (check_piece_ids(v, n, err) != ST_OK)
+    if (check_piece_ids(v, n, err) != ST_OK || sum_piece_sizes(v, n, err) != ST_OK)
         return err->code;
     qsort(v, n, sizeof *v, piece_cmp);
     st_slice at = st_slice_make(NULL, 0);

@@ -9,6 +9,8 @@
 #   - two families of one name; bytes that are no Table at all.
 # Before, verify said "verified" for all of them and import made a READY backup that no restore
 # could ever use (PutTable refused the schema on every node at restore time).
+# A piece whose size_bytes is not its files' sum (sent straight to BeginImport) is recorded with
+# the sum: the backup's size was 2^64-1 pieces' worth wrapped (ListBackups: "16777216.0 TiB").
 # A valid schema (family cf, a GC rule, change streams kept a day) still verifies, and its
 # BeginImport makes a backup (CREATING; the forged ones must make none).
 # Usage: backup_schema_test.sh PATH/TO/strata
@@ -91,29 +93,34 @@ done
 
 echo "== 2. the router's BeginImport refuses them too"
 up_single bkschema
-begin() { # begin ID KIND: BeginImport of one piece with schema KIND; prints the status code
+begin() { # begin ID KIND [SIZE]: BeginImport of one piece (size_bytes SIZE, default 400: its one
+  # file's size) with schema KIND; prints how the call ended
   HOSTILE=$(cd "$(dirname "$0")" && pwd)/hostile python3 -c "$PYLIB"'
 sys.path.insert(0, os.environ["HOSTILE"])
 from cslib import call, fld
-port, bid, kind, cl = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+port, bid, kind, cl, size = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 ts = lambda us: fld(1, us // 10**6)
 import time
 now = int(time.time() * 1e6)
 backup = fld(2, "projects/p/instances/i/tables/t") + fld(3, ts(now + 7 * 86400 * 10**6)) + \
     fld(4, ts(now - 10**6)) + fld(5, ts(now)) + fld(11, 1)
-piece = fld(2, "p0") + fld(6, fld(1, "000001.sst") + fld(2, 400) + fld(3, 1)) + fld(7, 400) + fld(8, now)
+piece = fld(2, "p0") + fld(6, fld(1, "000001.sst") + fld(2, 400) + fld(3, 1)) + fld(7, size) + fld(8, now)
 req = fld(1, "projects/p/instances/i/clusters/" + cl) + fld(2, bid) + fld(3, backup) + \
     ld(4, SCHEMAS[kind]) + fld(5, piece)
 data, st, why = call(port, "/strata.internal.v1.BackupAdmin/BeginImport", req)
 print(why)  # the status is Huffman-coded: the outcome is judged by ListBackups below
-' "$PORT" "$1" "$2" "$cl"
+' "$PORT" "$1" "$2" "$cl" "${3:-400}"
 }
 cl=$(sed -n 's/^\[cluster \(.*\)\]$/\1/p' "$DIR/topology" | head -n1)
 for k in badname gcneg agneg gcdeep cshuge cszero dup good; do
   [ "$(begin "x$k" "$k")" = end ] || fail "BeginImport x$k: no answer"
 done
+# a piece whose size_bytes is not its files' sum (2^64-1: the backup's size wrapped negative)
+[ "$(begin ysize good 18446744073709551615)" = end ] || fail "BeginImport ysize: no answer"
 "$STRATA" backup list --dir "$DIR" >"$tmp/list" 2>&1 || fail "list: $(cat "$tmp/list")"
 grep -q '^xgood ' "$tmp/list" || fail "the valid BeginImport made no backup: $(cat "$tmp/list")"
 grep -v '^xgood ' "$tmp/list" | grep -q '^x' && fail "BeginImport accepted forged schemas: $(cat "$tmp/list")"
 echo "ok: BeginImport made xgood only"
+grep -q '^ysize .* 400 B ' "$tmp/list" || fail "ysize's size is not its file's 400 B: $(grep ysize "$tmp/list")"
+echo "ok: a piece's size_bytes is its files' sum"
 echo "PASS"
