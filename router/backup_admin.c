@@ -125,7 +125,6 @@ static st_code check_piece_ids(pb_piece **v, size_t n, st_err *err) {
     return rc;
 }
 
-/* Pieces with valid distinct ids that cover the key space exactly once. */
 /* Each piece's size_bytes becomes the sum of its files' sizes, whatever the request said: the
  * backup's size_bytes adds them up, and a sum past INT64_MAX (or a client's own figure) would
  * show as a negative or absurd size in GetBackup and ListBackups filters. */
@@ -147,6 +146,7 @@ static st_code sum_piece_sizes(pb_piece **v, size_t n, st_err *err) {
     return ST_OK;
 }
 
+/* Pieces with valid distinct ids that cover the key space exactly once, their sizes summed. */
 static st_code check_pieces(pb_piece **v, size_t n, st_err *err) {
     if (n == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT, "an import needs at least one piece");
