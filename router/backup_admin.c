@@ -397,7 +397,7 @@ static pb_listed **listed_by_node(rtr_fan *f, size_t n_nodes, st_arena *a) {
                          &strata__internal__v1__list_backup_pieces_response__descriptor, &al, msg,
                          NULL)
                    : NULL;
-        if (v[i])
+        if (v[i] && v[i]->n_pieces > 1) /* a node holding none answers pieces NULL */
             qsort(v[i]->pieces, v[i]->n_pieces, sizeof *v[i]->pieces, piece_id_cmp);
     }
     return v;

@@ -8,6 +8,8 @@
 # Now FinishImport holds the backup's gate (as UpdateBackup and DeleteBackup do), so the delete
 # waits for it and removes the finished backup: in the end the backup is gone and so are its
 # pieces, or, if it is still listed, it is READY with its piece on the node and restores.
+# The second node's empty listing (no piece there) also made FinishImport qsort a NULL array,
+# which the sanitizer build stops the router for.
 # Usage: backup_finish_delete_test.sh PATH/TO/strata
 set -u
 . "$(dirname "$0")/lib.sh"
