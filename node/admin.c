@@ -16,6 +16,11 @@ typedef Google__Bigtable__Admin__V2__Table pb_table;
 
 #define ADMIN_SPLITS_MAX 1000 /* initial_splits accepted by CreateTable */
 
+/* An import's schema is checked against these limits before it reaches a node (btutil.h). */
+_Static_assert(NODE_GC_DEPTH_MAX == BTU_GC_DEPTH_MAX && NODE_GC_NODES_MAX == BTU_GC_RULES_MAX &&
+                   NODE_FAMILIES_MAX == BTU_FAMILIES_MAX,
+               "the node's schema limits and btu_schema_check's must agree");
+
 /* ---- GC rules: protobuf <-> catalog ---- */
 
 st_code node_gc_from_pb(const pb_gc *r, node_gc *out, int depth, st_err *err) {

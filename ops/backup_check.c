@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backup_dir.h"
+#include "strata/btutil.h"
 
 /* Frozen instants are the nodes' clocks, start and end the router's: allow this much skew. */
 #define BK_CLOCK_SKEW_US (3600LL * 1000000)
@@ -136,10 +137,32 @@ static st_code check_piece(const ops_bk_manifest *m, size_t i, const char *what,
     return ST_OK;
 }
 
+/* The schema a restore installs on every node: a Table the nodes' PutTable accepts, or no
+ * restore of the import could ever succeed. */
+static st_code check_schema(const ops_bk_manifest *m, const char *what, st_err *err) {
+    st_err why = {0};
+    Google__Bigtable__Admin__V2__Table *t = (void *)btu_pb_unpack(
+        &google__bigtable__admin__v2__table__descriptor, NULL, st_buf_slice(&m->schema), &why);
+    if (t)
+        btu_schema_check(t, &why);
+    else if (why.code == ST_OK)
+        st_err_set(&why, ST_INVALID_ARGUMENT, "not a google.bigtable.admin.v2.Table");
+    if (t)
+        protobuf_c_message_free_unpacked(&t->base, NULL);
+    if (why.code == ST_OK)
+        return ST_OK;
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "%s: field schema: %s (no table could have it: forged or damaged, export "
+                      "it again)",
+                      what, why.msg);
+}
+
 st_code ops_bk_manifest_check(const ops_bk_manifest *m, const char *what, st_err *err) {
     st_code rc = check_names(m, what, err);
     if (rc == ST_OK)
         rc = check_times(m, what, err);
+    if (rc == ST_OK)
+        rc = check_schema(m, what, err);
     if (rc != ST_OK)
         return rc;
     if (m->n_pieces == 0)

@@ -86,6 +86,17 @@ uint64_t ops_bk_manifest_bytes(const ops_bk_manifest *m) {
     return n;
 }
 
+uint64_t ops_bk_manifest_stored_bytes(const ops_bk_manifest *m) {
+    if (m->version < 3)
+        return ops_bk_manifest_bytes(m);
+    uint64_t n = 0;
+    for (size_t i = 0; i < m->n_pieces; i++)
+        for (size_t j = 0; j < m->pieces[i].n_files; j++)
+            if (!strcmp(m->pieces[i].files[j].at, m->pieces[i].id))
+                n += m->pieces[i].files[j].size;
+    return n;
+}
+
 size_t ops_bk_manifest_files(const ops_bk_manifest *m) {
     size_t n = 0;
     for (size_t i = 0; i < m->n_pieces; i++)

@@ -77,6 +77,9 @@ ops_bk_piece *ops_bk_manifest_add_piece(ops_bk_manifest *m, const char *id, st_s
 ops_bk_file *ops_bk_piece_add_file(ops_bk_piece *p, const ops_bk_file *f);
 uint64_t ops_bk_manifest_bytes(const ops_bk_manifest *m); /* sum of file sizes */
 size_t ops_bk_manifest_files(const ops_bk_manifest *m);
+/* The bytes stored once in the export (version 3: the files each piece holds itself, not those
+ * it shares with an earlier piece); versions 1 and 2: the sum of file sizes. */
+uint64_t ops_bk_manifest_stored_bytes(const ops_bk_manifest *m);
 
 /* Names the format allows (exactly what the parser accepts, so an export never writes a
  * manifest it would refuse). */

@@ -382,27 +382,37 @@ static st_code export_layout(bk_xfer *x, const char *dir,
     return rc;
 }
 
+/* The bytes the pieces list and, when fewer, the bytes stored once (pieces of one node share
+ * files): the rate is of the bytes actually moved, not of the listed ones, which a split table
+ * makes several times larger. */
 static void print_summary(const bk_ctx *c, const char *verb, const char *name, const char *dir,
                           const ops_bk_manifest *m, const ops_progress *p) {
     if (c->nested) /* a step of restore --target, which prints its own line */
         return;
     double secs = (double)(st_mono_us() - p->start_us) / 1e6;
-    uint64_t bytes = ops_bk_manifest_bytes(m);
+    uint64_t bytes = ops_bk_manifest_bytes(m), stored = ops_bk_manifest_stored_bytes(m);
     if (c->a.json) {
         printf("{\"%s\":", verb);
         bk_json_str(name);
         printf(",\"dir\":");
         bk_json_str(dir);
-        printf(",\"pieces\":%zu,\"files\":%zu,\"bytes\":%llu,\"seconds\":%.3f}\n", m->n_pieces,
-               ops_bk_manifest_files(m), (unsigned long long)bytes, secs);
+        printf(",\"pieces\":%zu,\"files\":%zu,\"bytes\":%llu,\"stored_bytes\":%llu,"
+               "\"seconds\":%.3f}\n",
+               m->n_pieces, ops_bk_manifest_files(m), (unsigned long long)bytes,
+               (unsigned long long)stored, secs);
         return;
     }
-    char size[32], rate[32];
+    char size[32], once[48] = "", rate[32];
     ops_progress_bytes(bytes, size, sizeof size);
-    ops_progress_bytes(secs > 0 ? (uint64_t)((double)bytes / secs) : 0, rate, sizeof rate);
-    printf("%s %s %s %s: %zu pieces, %zu files, %s in %.1f s (%s/s)\n", verb, name,
+    if (stored < bytes) {
+        char s[32];
+        ops_progress_bytes(stored, s, sizeof s);
+        snprintf(once, sizeof once, " (%s stored once)", s);
+    }
+    ops_progress_bytes(secs > 0 ? (uint64_t)((double)stored / secs) : 0, rate, sizeof rate);
+    printf("%s %s %s %s: %zu pieces, %zu files, %s%s in %.1f s (%s/s)\n", verb, name,
            !strcmp(verb, "exported") ? "into" : "from", dir, m->n_pieces, ops_bk_manifest_files(m),
-           size, secs, rate);
+           size, once, secs, rate);
 }
 
 int bk_export(bk_ctx *c) {

@@ -230,9 +230,7 @@ st_code rtr_cs_config_check(Google__Bigtable__Admin__V2__ChangeStreamConfig **cf
         return ST_OK;
     }
     const Google__Protobuf__Duration *d = (*cfg)->retention_period;
-    if (d->seconds >= RTR_CS_RETENTION_MIN_S && d->nanos >= 0 && d->nanos < 1000000000 &&
-        (d->seconds < RTR_CS_RETENTION_MAX_S ||
-         (d->seconds == RTR_CS_RETENTION_MAX_S && !d->nanos)))
+    if (btu_cs_retention_ok(d))
         return ST_OK;
     return st_err_set(err, ST_INVALID_ARGUMENT,
                       "change_stream_config.retention_period is %lld.%09ds: change stream "

@@ -125,11 +125,32 @@ static st_code check_piece_ids(pb_piece **v, size_t n, st_err *err) {
     return rc;
 }
 
-/* Pieces with valid distinct ids that cover the key space exactly once. */
+/* Each piece's size_bytes becomes the sum of its files' sizes, whatever the request said: the
+ * backup's size_bytes adds them up, and a sum past INT64_MAX (or a client's own figure) would
+ * show as a negative or absurd size in GetBackup and ListBackups filters. */
+static st_code sum_piece_sizes(pb_piece **v, size_t n, st_err *err) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t sum = 0;
+        for (size_t j = 0; j < v[i]->n_files; j++) {
+            sum += v[i]->files[j]->size;
+            if (v[i]->files[j]->size > INT64_MAX || sum > INT64_MAX || total + sum > INT64_MAX)
+                return st_err_set(err, ST_INVALID_ARGUMENT,
+                                  "the file sizes add up past 2^63-1 bytes at file %s of piece "
+                                  "%s: the export's manifest is damaged or forged",
+                                  v[i]->files[j]->name, v[i]->piece);
+        }
+        v[i]->size_bytes = sum;
+        total += sum;
+    }
+    return ST_OK;
+}
+
+/* Pieces with valid distinct ids that cover the key space exactly once, their sizes summed. */
 static st_code check_pieces(pb_piece **v, size_t n, st_err *err) {
     if (n == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT, "an import needs at least one piece");
-    if (check_piece_ids(v, n, err) != ST_OK)
+    if (check_piece_ids(v, n, err) != ST_OK || sum_piece_sizes(v, n, err) != ST_OK)
         return err->code;
     qsort(v, n, sizeof *v, piece_cmp);
     st_slice at = st_slice_make(NULL, 0);
@@ -192,6 +213,8 @@ static void imp_written(void *arg, st_code code, const char *msg) {
         rtr_reply(op->call, &op->rec->backup->base);
     else
         reply_layout(op->r, op->call, op->rec, op->cluster);
+    if (op->finish)
+        rtr_gate_leave(op->r, op->call); /* FinishImport held the backup's gate */
     st_buf_free(&op->pb);
     free(op);
 }
@@ -266,6 +289,12 @@ static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest
                           "backup and schema must be set (from the export's manifest)");
     if (import_fields(req->backup, err) != ST_OK)
         return err->code;
+    st_err why = {0};
+    if (btu_schema_check(req->schema, &why) != ST_OK) /* else every restore of it would fail */
+        return st_err_set(err, why.code,
+                          "schema: %s (no table could have it: the export's manifest is damaged "
+                          "or forged; export it again)",
+                          why.msg);
     return check_pieces(req->pieces, req->n_pieces, err);
 }
 
@@ -368,7 +397,7 @@ static pb_listed **listed_by_node(rtr_fan *f, size_t n_nodes, st_arena *a) {
                          &strata__internal__v1__list_backup_pieces_response__descriptor, &al, msg,
                          NULL)
                    : NULL;
-        if (v[i])
+        if (v[i] && v[i]->n_pieces > 1) /* a node holding none answers pieces NULL */
             qsort(v[i]->pieces, v[i]->n_pieces, sizeof *v[i]->pieces, piece_id_cmp);
     }
     return v;
@@ -410,6 +439,7 @@ static void fin_listed(rtr_fan *f, void *arg) {
                      : !got                         ? "not sealed"
                                                     : "sealed with other files than planned",
                      n ? n->addr : "?");
+            rtr_gate_leave(op->r, op->call);
             rtr_fan_free(f);
             free(op);
             return;
@@ -427,20 +457,19 @@ static void fin_listed(rtr_fan *f, void *arg) {
     free(op);
 }
 
-void rtr_h_finish_import(rpc_call *call, st_slice bytes, void *arg) {
-    rtr_ctx *r = arg;
-    Strata__Internal__V1__FinishImportRequest *req =
-        (void *)rtr_unpack(call, &strata__internal__v1__finish_import_request__descriptor, bytes);
+/* FinishImport holding the backup's gate: false when answered without starting. */
+static bool finish_start(rtr_ctx *r, rpc_call *call,
+                         const Strata__Internal__V1__FinishImportRequest *req) {
     size_t ci;
-    rtr_pb_bkrec *rec = req ? find_or_fail(r, call, req->name, &ci) : NULL;
+    rtr_pb_bkrec *rec = find_or_fail(r, call, req->name, &ci);
     if (!rec)
-        return;
+        return false;
     if (rec->backup->state == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY ||
         rec->operation[0]) {
         rtr_fail(call, ST_FAILED_PRECONDITION, "backup %s is not an import in progress (it is %s)",
                  req->name,
                  rec->operation[0] ? "being made by CreateBackup or CopyBackup" : "READY");
-        return;
+        return false;
     }
     rtr_cluster *c = &r->clusters[ci];
     fin_op *op = calloc(1, sizeof *op);
@@ -448,7 +477,7 @@ void rtr_h_finish_import(rpc_call *call, st_slice bytes, void *arg) {
     if (!f) {
         free(op);
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
+        return false;
     }
     *op = (fin_op){r, call, rec, ci};
     Strata__Internal__V1__ListBackupPiecesRequest lr;
@@ -459,4 +488,17 @@ void rtr_h_finish_import(rpc_call *call, st_slice bytes, void *arg) {
     for (size_t i = 0; i < c->n_nodes; i++)
         rtr_fan_call(f, i, &c->nodes[i], RTR_NODE "ListBackupPieces", st_slice_make(buf, len));
     rtr_fan_seal(f);
+    return true;
+}
+
+/* One change of a backup at a time (docs/backups.md, "Changes of one backup"): a DeleteBackup
+ * answered while the pieces were being listed must not see the record written READY after it
+ * (pieces gone, every restore failing), nor an UpdateBackup meanwhile be overwritten. */
+void rtr_h_finish_import(rpc_call *call, st_slice bytes, void *arg) {
+    rtr_ctx *r = arg;
+    Strata__Internal__V1__FinishImportRequest *req =
+        (void *)rtr_unpack(call, &strata__internal__v1__finish_import_request__descriptor, bytes);
+    if (req && rtr_gate_enter(r, req->name, call, bytes, rtr_h_finish_import) &&
+        !finish_start(r, call, req))
+        rtr_gate_leave(r, call);
 }

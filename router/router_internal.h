@@ -578,8 +578,8 @@ extern uint64_t rtr_retries_total;
 bool rtr_retry_allowed(int attempts, st_code code, const char *message);
 
 /* ---- admin.c: change stream configuration (docs/changestreams.md) ---- */
-#define RTR_CS_RETENTION_MIN_S (24LL * 3600)     /* change_stream_config.retention_period */
-#define RTR_CS_RETENTION_MAX_S (7LL * 24 * 3600) /* ... 1 to 7 days, as Cloud Bigtable */
+#define RTR_CS_RETENTION_MIN_S BTU_CS_RETENTION_MIN_S /* change_stream_config.retention_period */
+#define RTR_CS_RETENTION_MAX_S BTU_CS_RETENTION_MAX_S /* ... 1 to 7 days, as Cloud Bigtable */
 /* A config without retention_period means change streams off: *cfg becomes NULL. A retention
  * outside [1 day, 7 days] is INVALID_ARGUMENT. */
 st_code rtr_cs_config_check(Google__Bigtable__Admin__V2__ChangeStreamConfig **cfg, st_err *err);

@@ -113,7 +113,11 @@ done
 stored=$(ls "$TMPD/sp-exp/files" | wc -l)
 [ "$stored" -eq "$distinct" ] || fail "files/ holds $stored files for $distinct distinct contents"
 [ "$listed" -gt "$distinct" ] || fail "no piece shares a file after $try tries ($listed listed, $distinct distinct): sp did not split"
-"$STRATA" backup verify "$TMPD/sp-exp" --quiet >/dev/null 2>"$TMPD/5v.err" || fail "verify s1: $(cat "$TMPD/5v.err")"
+"$STRATA" backup verify "$TMPD/sp-exp" --quiet --json >"$TMPD/5v.json" 2>"$TMPD/5v.err" || fail "verify s1: $(cat "$TMPD/5v.err")"
+# the summary gives the bytes stored once (what was moved and what DIR holds) beside the listed
+on_disk=$(find "$TMPD/sp-exp/files" -type f -printf '%s\n' | awk '{ n += $1 } END { print n }')
+python3 -c 'import json, sys; v = json.load(open(sys.argv[1])); sys.exit(not (v["stored_bytes"] == int(sys.argv[2]) < v["bytes"]))' \
+  "$TMPD/5v.json" "$on_disk" || fail "verify's summary: $(cat "$TMPD/5v.json"), files/ holds $on_disk bytes"
 bkb import "$TMPD/sp-exp" >"$TMPD/5i.out" 2>&1 || fail "import s1: $(cat "$TMPD/5i.out")"
 inodes=$(find "$DIRB"/*-0/backups/i/*/s1 -name '*.sst' -printf '%i\n' | sort -u | wc -l)
 [ "$inodes" -eq "$distinct" ] ||

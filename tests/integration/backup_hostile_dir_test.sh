@@ -32,7 +32,7 @@ files = {"p0": [("000001.sst", b"first piece " * 40)], "p1": [("000002.sst", b"s
 lines = ["strata-backup-export 1", "backup projects/p/instances/i/clusters/c1/backups/h1",
          "source_table projects/p/instances/i/tables/t", "backup_type 1",
          "start_us 1796420000000000", "end_us 1796420000180000", "expire_us 1797024800000000",
-         "schema 0a2070726f6a65637473"]
+         "schema 0a0174"]
 ranges = {"p0": ("-", "6d"), "p1": ("6d", "-")}
 for piece in ("p0", "p1"):
     os.makedirs(os.path.join(d, "pieces", piece))

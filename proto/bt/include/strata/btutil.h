@@ -62,6 +62,24 @@ bool btu_id_valid(const char *id, size_t max, bool allow_lead_punct);
 bool btu_table_id_valid(const char *id);
 bool btu_family_valid(const char *family);
 
+/* ---- table schemas ---- */
+#define BTU_FAMILIES_MAX 1000 /* column families of one table */
+#define BTU_GC_DEPTH_MAX 16   /* a GC rule's nesting below its root */
+#define BTU_GC_RULES_MAX 256  /* rules in one family's GC tree; Bigtable caps it at 500 B */
+#define BTU_CS_RETENTION_MIN_S (24LL * 3600)     /* change_stream_config.retention_period: */
+#define BTU_CS_RETENTION_MAX_S (7LL * 24 * 3600) /* 1 to 7 days, as Cloud Bigtable */
+
+/* Whether a change stream retention lies in [BTU_CS_RETENTION_MIN_S, BTU_CS_RETENTION_MAX_S]
+ * with nanos in [0, 1e9). */
+bool btu_cs_retention_ok(const Google__Protobuf__Duration *d);
+
+/* Whether t's schema is one the nodes' PutTable accepts: at most BTU_FAMILIES_MAX families,
+ * each named by btu_family_valid and listed once, GC rules as the node takes them
+ * (max_num_versions >= 1, max_age not negative, at most BTU_GC_DEPTH_MAX levels and
+ * BTU_GC_RULES_MAX rules), change streams off or kept 1 to 7 days. INVALID_ARGUMENT naming the
+ * family or field. A schema read back from an export is checked with it before an import. */
+st_code btu_schema_check(const Google__Bigtable__Admin__V2__Table *t, st_err *err);
+
 /* Splits a table name "projects/P/instances/I/tables/T" (at most max bytes) into its project,
  * instance and table id (slices into name). P and I are non-empty and slash-free; T follows
  * btu_table_id_valid (Bigtable's [_a-zA-Z0-9][-_.a-zA-Z0-9]*, 1..BTU_TABLE_ID_MAX). Any of the

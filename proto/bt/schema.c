@@ -1,0 +1,90 @@
+/* schema.c — whether a Table's schema is one CreateTable could have made (btutil.h). A backup's
+ * schema comes back from an export directory, where a forged or damaged manifest could hold any
+ * Table; the CLI and the router check it before an import, with the node's PutTable rules, so
+ * no backup becomes READY that no restore could ever install. */
+#include <string.h>
+
+#include "strata/btutil.h"
+
+typedef Google__Bigtable__Admin__V2__GcRule pb_gc;
+
+static st_code gc_check(const char *fam, const pb_gc *r, int depth, size_t *rules, st_err *err) {
+    if (!r)
+        return ST_OK;
+    if (depth > BTU_GC_DEPTH_MAX || ++*rules > BTU_GC_RULES_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "family %s: GC rule too large: at most %d levels and %d rules", fam,
+                          BTU_GC_DEPTH_MAX, BTU_GC_RULES_MAX);
+    pb_gc **kids = NULL;
+    size_t n = 0;
+    switch (r->rule_case) {
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE__NOT_SET:
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS:
+        if (r->max_num_versions < 1)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "family %s: GC rule max_num_versions must be at least 1, got %d", fam,
+                              r->max_num_versions);
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_AGE:
+        if (!r->max_age || r->max_age->seconds < 0 || r->max_age->nanos < 0)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "family %s: GC rule max_age must be positive", fam);
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_INTERSECTION:
+        if (r->intersection) {
+            kids = r->intersection->rules;
+            n = r->intersection->n_rules;
+        }
+        break;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_UNION:
+        if (r->union_) {
+            kids = r->union_->rules;
+            n = r->union_->n_rules;
+        }
+        break;
+    default:
+        return st_err_set(err, ST_INVALID_ARGUMENT, "family %s: unknown GC rule kind %d", fam,
+                          (int)r->rule_case);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (gc_check(fam, kids[i], depth + 1, rules, err) != ST_OK)
+            return err->code;
+    return ST_OK;
+}
+
+bool btu_cs_retention_ok(const Google__Protobuf__Duration *d) {
+    return d->seconds >= BTU_CS_RETENTION_MIN_S && d->nanos >= 0 && d->nanos < 1000000000 &&
+           (d->seconds < BTU_CS_RETENTION_MAX_S ||
+            (d->seconds == BTU_CS_RETENTION_MAX_S && !d->nanos));
+}
+
+static st_code cs_check(const Google__Bigtable__Admin__V2__ChangeStreamConfig *c, st_err *err) {
+    if (!c || !c->retention_period || btu_cs_retention_ok(c->retention_period))
+        return ST_OK; /* off, or kept 1 to 7 days */
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "change_stream_config.retention_period is %llds: it must be between 1 and "
+                      "7 days",
+                      (long long)c->retention_period->seconds);
+}
+
+st_code btu_schema_check(const Google__Bigtable__Admin__V2__Table *t, st_err *err) {
+    if (t->n_column_families > BTU_FAMILIES_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "%zu column families: at most %d",
+                          t->n_column_families, BTU_FAMILIES_MAX);
+    for (size_t i = 0; i < t->n_column_families; i++) {
+        const char *fam = t->column_families[i]->key;
+        if (!fam || !btu_family_valid(fam))
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "invalid column family name '%s': use 1-%d of [-_.a-zA-Z0-9]",
+                              fam ? fam : "", BTU_FAMILY_NAME_MAX);
+        for (size_t j = 0; j < i; j++) /* at most BTU_FAMILIES_MAX: quadratic is fine */
+            if (!strcmp(fam, t->column_families[j]->key))
+                return st_err_set(err, ST_INVALID_ARGUMENT, "column family %s listed twice", fam);
+        const Google__Bigtable__Admin__V2__ColumnFamily *cf = t->column_families[i]->value;
+        size_t rules = 0;
+        if (cf && gc_check(fam, cf->gc_rule, 0, &rules, err) != ST_OK)
+            return err->code;
+    }
+    return cs_check(t->change_stream_config, err);
+}
