@@ -30,41 +30,28 @@ st_code node_gc_from_pb(const pb_gc *r, node_gc *out, int depth, st_err *err) {
     if (depth > NODE_GC_DEPTH_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "GC rule nested deeper than %d levels",
                           NODE_GC_DEPTH_MAX);
-    Google__Bigtable__Admin__V2__GcRule **kids = NULL;
-    size_t n_kids = 0;
+    pb_gc *const *kids;
+    size_t n_kids;
+    st_code rc = btu_gc_rule_level(r, &kids, &n_kids, err);
+    if (rc != ST_OK)
+        return rc;
     switch (r->rule_case) {
-    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE__NOT_SET:
-        return ST_OK;
     case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS:
-        if (r->max_num_versions < 1)
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "GC rule max_num_versions must be at least 1, got %d",
-                              r->max_num_versions);
         out->kind = STO_GC_MAX_VERSIONS;
         out->max_versions = r->max_num_versions;
         return ST_OK;
     case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_AGE:
-        if (!r->max_age || r->max_age->seconds < 0 || r->max_age->nanos < 0)
-            return st_err_set(err, ST_INVALID_ARGUMENT, "GC rule max_age must be positive");
         out->kind = STO_GC_MAX_AGE;
         out->max_age_us = r->max_age->seconds * 1000000 + r->max_age->nanos / 1000;
         return ST_OK;
     case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_INTERSECTION:
         out->kind = STO_GC_INTERSECTION;
-        if (r->intersection) {
-            kids = r->intersection->rules;
-            n_kids = r->intersection->n_rules;
-        }
         break;
     case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_UNION:
         out->kind = STO_GC_UNION;
-        if (r->union_) {
-            kids = r->union_->rules;
-            n_kids = r->union_->n_rules;
-        }
         break;
     default:
-        return st_err_set(err, ST_INVALID_ARGUMENT, "unknown GC rule kind %d", (int)r->rule_case);
+        return ST_OK; /* unset: no rule */
     }
     if (n_kids > NODE_GC_NODES_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "GC rule has more than %d parts",
@@ -74,7 +61,7 @@ st_code node_gc_from_pb(const pb_gc *r, node_gc *out, int depth, st_err *err) {
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a GC rule");
     out->n_children = n_kids;
     for (size_t i = 0; i < n_kids; i++) {
-        st_code rc = node_gc_from_pb(kids[i], &out->children[i], depth + 1, err);
+        rc = node_gc_from_pb(kids[i], &out->children[i], depth + 1, err);
         if (rc != ST_OK) {
             node_gc_free(out);
             return rc;

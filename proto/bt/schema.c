@@ -8,6 +8,39 @@
 
 typedef Google__Bigtable__Admin__V2__GcRule pb_gc;
 
+st_code btu_gc_rule_level(const pb_gc *r, pb_gc *const **kids, size_t *n, st_err *err) {
+    *kids = NULL;
+    *n = 0;
+    switch (r->rule_case) {
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE__NOT_SET:
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS:
+        if (r->max_num_versions < 1)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "GC rule max_num_versions must be at least 1, got %d",
+                              r->max_num_versions);
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_AGE:
+        if (!r->max_age || r->max_age->seconds < 0 || r->max_age->nanos < 0)
+            return st_err_set(err, ST_INVALID_ARGUMENT, "GC rule max_age must be positive");
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_INTERSECTION:
+        if (r->intersection) {
+            *kids = r->intersection->rules;
+            *n = r->intersection->n_rules;
+        }
+        return ST_OK;
+    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_UNION:
+        if (r->union_) {
+            *kids = r->union_->rules;
+            *n = r->union_->n_rules;
+        }
+        return ST_OK;
+    default:
+        return st_err_set(err, ST_INVALID_ARGUMENT, "unknown GC rule kind %d", (int)r->rule_case);
+    }
+}
+
 static st_code gc_check(const char *fam, const pb_gc *r, int depth, size_t *rules, st_err *err) {
     if (!r)
         return ST_OK;
@@ -15,37 +48,11 @@ static st_code gc_check(const char *fam, const pb_gc *r, int depth, size_t *rule
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "family %s: GC rule too large: at most %d levels and %d rules", fam,
                           BTU_GC_DEPTH_MAX, BTU_GC_RULES_MAX);
-    pb_gc **kids = NULL;
-    size_t n = 0;
-    switch (r->rule_case) {
-    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE__NOT_SET:
-        return ST_OK;
-    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS:
-        if (r->max_num_versions < 1)
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "family %s: GC rule max_num_versions must be at least 1, got %d", fam,
-                              r->max_num_versions);
-        return ST_OK;
-    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_AGE:
-        if (!r->max_age || r->max_age->seconds < 0 || r->max_age->nanos < 0)
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "family %s: GC rule max_age must be positive", fam);
-        return ST_OK;
-    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_INTERSECTION:
-        if (r->intersection) {
-            kids = r->intersection->rules;
-            n = r->intersection->n_rules;
-        }
-        break;
-    case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_UNION:
-        if (r->union_) {
-            kids = r->union_->rules;
-            n = r->union_->n_rules;
-        }
-        break;
-    default:
-        return st_err_set(err, ST_INVALID_ARGUMENT, "family %s: unknown GC rule kind %d", fam,
-                          (int)r->rule_case);
+    pb_gc *const *kids;
+    size_t n;
+    if (btu_gc_rule_level(r, &kids, &n, err) != ST_OK) {
+        st_err_prefix(err, "family %s: ", fam);
+        return err->code;
     }
     for (size_t i = 0; i < n; i++)
         if (gc_check(fam, kids[i], depth + 1, rules, err) != ST_OK)

@@ -80,6 +80,14 @@ bool btu_cs_retention_ok(const Google__Protobuf__Duration *d);
  * family or field. A schema read back from an export is checked with it before an import. */
 st_code btu_schema_check(const Google__Bigtable__Admin__V2__Table *t, st_err *err);
 
+/* One level of GC rule r, checked as CreateTable does: a leaf's value (max_num_versions >= 1,
+ * max_age not negative) or, for a union or intersection, its rules in *kids[0..*n) (none for a
+ * leaf or an unset rule). INVALID_ARGUMENT for a bad value or an unknown kind. The node's catalog
+ * conversion and btu_schema_check walk the tree with it. */
+st_code btu_gc_rule_level(const Google__Bigtable__Admin__V2__GcRule *r,
+                          Google__Bigtable__Admin__V2__GcRule *const **kids, size_t *n,
+                          st_err *err);
+
 /* Splits a table name "projects/P/instances/I/tables/T" (at most max bytes) into its project,
  * instance and table id (slices into name). P and I are non-empty and slash-free; T follows
  * btu_table_id_valid (Bigtable's [_a-zA-Z0-9][-_.a-zA-Z0-9]*, 1..BTU_TABLE_ID_MAX). Any of the
