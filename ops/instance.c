@@ -208,6 +208,15 @@ size_t ops_inst_pid_names(const char *dir, char names[][OPS_NAME_MAX], size_t ma
     return n;
 }
 
+st_code ops_inst_node_status(const char *addr, st_buf *resp, bool *serving) {
+    st_err status = {0};
+    st_code rc = rpc_blocking_unary(addr, ops_secure_node_opts(addr),
+                                    "/strata.internal.v1.Node/GetStatus", st_slice_make("", 0),
+                                    NULL, 0, OPS_NODE_STATUS_TIMEOUT_MS, resp, &status);
+    *serving = rc == ST_OK || rc == ST_UNIMPLEMENTED;
+    return rc;
+}
+
 /* Non-blocking connect bounded by timeout_ms; the host is resolved once (loopback in practice). */
 bool ops_inst_tcp_ready(const char *addr, int timeout_ms) {
     char host[ST_TOPO_ADDR_MAX + 1], port_s[8];

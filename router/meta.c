@@ -5,6 +5,7 @@
  * OperationRecord.
  * Writes go to every cluster's copy; reads come from the first cluster that answers; the cache
  * is re-read every meta_refresh_ms so other routers' changes show. See docs/router.md. */
+#include "instance.h"
 #include "router_internal.h"
 
 #include <event2/event.h>
@@ -677,10 +678,24 @@ static void cas_done(rtr_fan *f, void *arg) {
     c.done(c.arg, code, code == ST_OK ? NULL : err.msg, matched);
 }
 
+/* Where compare-and-sets run: the first cluster, in topology order, that is healthy and whose
+ * tablet map has the metadata table; the first cluster when none is. Compare-and-sets are what
+ * keeps two routers from overwriting each other's profile and IAM changes, and they must keep
+ * working while the first cluster is lost: that is when `strata failover` repoints profiles away
+ * from it. Routers that agree on health compare in the same cluster; during an outage two routers
+ * that disagree may compare in different ones (docs/router.md, App profiles). */
+static size_t cas_cluster(rtr_ctx *r) {
+    for (size_t i = 0; i < r->n_clusters; i++)
+        if (r->clusters[i].map && rtr_tmap_find(r->clusters[i].map, RTR_META_TABLE) &&
+            rtr_cluster_healthy(&r->clusters[i]))
+            return i;
+    return 0;
+}
+
 st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
                      rtr_meta_cas_fn done, void *arg) {
-    const rtr_tmap_table *t =
-        r->clusters[0].map ? rtr_tmap_find(r->clusters[0].map, RTR_META_TABLE) : NULL;
+    rtr_cluster *cl = &r->clusters[cas_cluster(r)];
+    const rtr_tmap_table *t = cl->map ? rtr_tmap_find(cl->map, RTR_META_TABLE) : NULL;
     size_t k = t ? rtr_tmap_row(t, key) : SIZE_MAX;
     if (k == SIZE_MAX)
         return ST_UNAVAILABLE;
@@ -696,8 +711,7 @@ st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_
         return ST_RESOURCE_EXHAUSTED;
     }
     *c = (meta_cas){done, arg};
-    rtr_fan_call(f, 0, &r->clusters[0].nodes[t->v[k].node], RTR_BT "CheckAndMutateRow",
-                 st_buf_slice(&req));
+    rtr_fan_call(f, 0, &cl->nodes[t->v[k].node], RTR_BT "CheckAndMutateRow", st_buf_slice(&req));
     st_buf_free(&req);
     rtr_fan_seal(f);
     return ST_OK;
