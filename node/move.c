@@ -170,6 +170,23 @@ static void move_unary(node_move *m, const char *method, const ProtobufCMessage 
         move_fail(m, ST_UNAVAILABLE, "the target's connection is gone");
 }
 
+/* CreateTablet of the moving tablet's range on the target: its incoming copy, or (incoming
+ * false) the activation of that copy. */
+static void move_create(node_move *m, bool incoming, rpc_unary_done_fn done) {
+    node_tablet *tab = node_tablet_by_id(m->n, m->id, NULL);
+    if (!tab) {
+        move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
+        return;
+    }
+    Strata__Internal__V1__CreateTabletRequest req;
+    strata__internal__v1__create_tablet_request__init(&req);
+    req.table_name = m->table;
+    req.start_key = (ProtobufCBinaryData){tab->start.len, tab->start.data};
+    req.end_key = (ProtobufCBinaryData){tab->end.len, tab->end.data};
+    req.incoming = incoming;
+    move_unary(m, "CreateTablet", &req.base, done);
+}
+
 /* ---- the end ---- */
 
 static void move_send_clock(node_move *m);
@@ -260,17 +277,7 @@ static void activate_done(st_code code, const char *msg, st_slice resp, void *ar
  * killed before it keeps the range and nothing is acknowledged on a partial copy; a target
  * restarted before it drops the copy (docs/cluster.md, Moves). */
 static void move_activate(node_move *m) {
-    node_tablet *tab = node_tablet_by_id(m->n, m->id, NULL);
-    if (!tab) {
-        move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
-        return;
-    }
-    Strata__Internal__V1__CreateTabletRequest req;
-    strata__internal__v1__create_tablet_request__init(&req);
-    req.table_name = m->table;
-    req.start_key = (ProtobufCBinaryData){tab->start.len, tab->start.data};
-    req.end_key = (ProtobufCBinaryData){tab->end.len, tab->end.data};
-    move_unary(m, "CreateTablet", &req.base, activate_done);
+    move_create(m, false, activate_done);
 }
 
 /* Before the drop: the peer clusters must have every log record of the tablet. Its last one is
@@ -558,18 +565,7 @@ static void put_done(st_code code, const char *msg, st_slice resp, void *arg) {
         move_fail(m, code, msg ? msg : "PutTable failed on the target");
         return;
     }
-    node_tablet *tab = node_tablet_by_id(m->n, m->id, NULL);
-    if (!tab) {
-        move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
-        return;
-    }
-    Strata__Internal__V1__CreateTabletRequest req;
-    strata__internal__v1__create_tablet_request__init(&req);
-    req.table_name = m->table;
-    req.start_key = (ProtobufCBinaryData){tab->start.len, tab->start.data};
-    req.end_key = (ProtobufCBinaryData){tab->end.len, tab->end.data};
-    req.incoming = true; /* not served there until activated (move_activate) */
-    move_unary(m, "CreateTablet", &req.base, create_done);
+    move_create(m, true, create_done); /* not served there until activated (move_activate) */
 }
 
 static void move_put_table(node_move *m) {
