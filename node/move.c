@@ -626,8 +626,9 @@ void node_h_move_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
                   n->opts.node_num);
         return;
     }
-    if (tab->moving) {
-        node_fail(call, ST_FAILED_PRECONDITION, "tablet %" PRIu64 " is already moving", req->id);
+    if (tab->moving || tab->incoming) {
+        node_fail(call, ST_FAILED_PRECONDITION, "tablet %" PRIu64 " is %s", req->id,
+                  tab->moving ? "already moving" : "a move's copy, not yet activated");
         return;
     }
     st_err err = {0};
