@@ -336,6 +336,23 @@ static st_code drop_incoming_overlaps(node_ctx *n, node_tablets *t, st_slice sta
     return dropped ? node_incoming_save(n, err) : ST_OK;
 }
 
+/* Marks tab incoming (a new copy) or not (its activation), durably before the answer: a node
+ * restarted drops the copies DATA/incoming names. When the file cannot be written, an activation
+ * is undone (the source keeps the range) and a new copy is dropped again (a restart would serve
+ * it), so memory and file never disagree in the direction that serves a partial copy. */
+static st_code set_incoming(node_ctx *n, node_tablets *t, node_tablet *tab, bool incoming,
+                            st_err *err) {
+    tab->incoming = incoming;
+    st_code rc = node_incoming_save(n, err);
+    if (rc == ST_OK)
+        return ST_OK;
+    if (incoming)
+        (void)node_tablet_drop(n, t, (size_t)(tab - t->v), NULL);
+    else
+        tab->incoming = true;
+    return rc;
+}
+
 /* The local tablet with exactly [start, end) (a retried CreateTablet), NULL if none; an
  * overlapping one is FAILED_PRECONDITION. */
 static st_code find_same_range(node_tablets *t, st_slice start, st_slice end, node_tablet **same,
@@ -392,10 +409,8 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     if (rc == ST_OK && !same)
         rc = node_table_push_gc(n, node_catalog_find(n->catalog, t->name), &err);
     node_tablet *tab = rc == ST_OK ? &t->v[node_tablet_index(t, start)] : NULL;
-    if (tab && (activate || (!same && req->incoming))) {
-        tab->incoming = !activate; /* durable before the answer: a restart drops a copy */
-        rc = node_incoming_save(n, &err);
-    }
+    if (tab && (activate || (!same && req->incoming)))
+        rc = set_incoming(n, t, tab, !activate, &err);
     if (rc != ST_OK) {
         node_fail(call, rc, "%s", err.msg);
         return;
