@@ -7,8 +7,8 @@
 # reached became unreadable (9,758 of 20,000 rows counted), and the copy blocked later moves of
 # the range to that node for good. Now the copy is `incoming` until the source activates it: the
 # write made while the source is down must be refused or stay readable, all 20,000 rows must be
-# counted after the restart, and a new move of the tablet to the same node must succeed (the
-# leftover is replaced). Skips (77) without cbt or python3.
+# counted after the restart, the target restarted must drop the leftover copy (DATA/incoming),
+# and a new move of the tablet to the same node must succeed. Skips (77) without cbt or python3.
 set -u
 . "$(dirname "$0")/lib.sh"
 NODE_BIN=$1
@@ -18,7 +18,7 @@ command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
 HOSTILE=$(cd "$(dirname "$0")" && pwd)/hostile
 D=$(make_tmp)
 start_member "$D/a" 1 127.0.0.1:0; A=$NODE_ADDR; A_PID=$NODE_PID
-start_member "$D/b" 2 127.0.0.1:0; B=$NODE_ADDR
+start_member "$D/b" 2 127.0.0.1:0; B=$NODE_ADDR; B_PID=$NODE_PID
 printf 'project = p\ninstance = i\n[cluster east]\nzone = z\nnode = %s %s/a\nnode = %s %s/b\n' \
   "$A" "$D" "$B" "$D" >"$D/topology"
 start_router "$D/topology" "$D/router.log" --balance off
@@ -66,6 +66,16 @@ if [ "$acked" = 1 ] && ! grep -q '"acked"' <<<"$out"; then
 fi
 n=$(cbtr "$R" -timeout 60s count t)
 [ "$n" = "20000" ] || { echo "FAIL: rows after the restart: $n"; exit 1; }
+# The target restarted drops the copy DATA/incoming names.
+kill "$B_PID"
+wait "$B_PID" 2>/dev/null
+start_member "$D/b" 2 "$B" # returns at once: the log has the first run's "listening" line
+for _ in $(seq 1 200); do
+  [ "$(grep -c 'listening on' "$D/b.log")" -ge 2 ] && break
+  sleep 0.1
+done
+grep -q "the copy of a move that did not complete" "$D/b.log" ||
+  { tail -n 20 "$D/b.log"; cat "$D/b/incoming"; echo "FAIL: the restarted target did not drop the leftover copy"; exit 1; }
 python3 - "$HOSTILE" "${A##*:}" "${B##*:}" <<'EOF2' || { echo "FAIL: moving the tablet again"; exit 1; }
 import sys
 sys.path.insert(0, sys.argv[1])
