@@ -244,15 +244,19 @@ static void move_answer(node_move *m) {
     move_defer(m, move_free, 0);
 }
 
+/* The target's CreateTablet answer, NULL when the call failed or the answer is unreadable. */
+static Strata__Internal__V1__Tablet *answer_tablet(st_code code, st_slice resp) {
+    return code == ST_OK
+               ? (void *)btu_pb_unpack(&strata__internal__v1__tablet__descriptor, NULL, resp, NULL)
+               : NULL;
+}
+
 /* The target's answer to the activation: its tablet, now served (no longer incoming). */
 static void activate_done(st_code code, const char *msg, st_slice resp, void *arg) {
     node_move *m = arg;
     if (m->aborting)
         return;
-    Strata__Internal__V1__Tablet *t =
-        code == ST_OK
-            ? (void *)btu_pb_unpack(&strata__internal__v1__tablet__descriptor, NULL, resp, NULL)
-            : NULL;
+    Strata__Internal__V1__Tablet *t = answer_tablet(code, resp);
     bool ok = t && t->id == m->target_id && !t->incoming;
     if (t)
         strata__internal__v1__tablet__free_unpacked(t, NULL);
@@ -531,10 +535,7 @@ static void create_done(st_code code, const char *msg, st_slice resp, void *arg)
     node_move *m = arg;
     if (m->aborting)
         return;
-    Strata__Internal__V1__Tablet *t =
-        code == ST_OK
-            ? (void *)btu_pb_unpack(&strata__internal__v1__tablet__descriptor, NULL, resp, NULL)
-            : NULL;
+    Strata__Internal__V1__Tablet *t = answer_tablet(code, resp);
     if (!t) {
         move_fail(m, code == ST_OK ? ST_INTERNAL : code,
                   msg ? msg : "unreadable CreateTablet answer");
