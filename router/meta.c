@@ -856,12 +856,13 @@ static void cas_done(rtr_fan *f, void *arg) {
     c.done(c.arg, code, code == ST_OK ? NULL : err.msg, matched);
 }
 
-/* Where compare-and-sets run: the first cluster, in topology order, that is healthy and whose
- * tablet map has the metadata table; the first cluster when none is. Compare-and-sets are what
- * keeps two routers from overwriting each other's profile and IAM changes, and they must keep
- * working while the first cluster is lost: that is when `strata failover` repoints profiles away
- * from it. Routers that agree on health compare in the same cluster; during an outage two routers
- * that disagree may compare in different ones (docs/router.md, App profiles). */
+/* Where compare-and-sets of cached records (app profiles, IAM policies) run: the first cluster,
+ * in topology order, that is healthy and whose tablet map has the metadata table; the first
+ * cluster when none is. They keep two routers from overwriting each other's changes, and must
+ * keep working while the first cluster is lost: that is when `strata failover` repoints profiles
+ * away from it (backup names and claims stay in the first cluster: rtr_meta_cas). Routers that
+ * agree on health compare in the same cluster; during an outage two routers that disagree may
+ * compare in different ones (docs/router.md, App profiles). */
 static size_t cas_cluster(rtr_ctx *r) {
     for (size_t i = 0; i < r->n_clusters; i++)
         if (r->clusters[i].map && rtr_tmap_find(r->clusters[i].map, RTR_META_TABLE) &&
@@ -870,9 +871,8 @@ static size_t cas_cluster(rtr_ctx *r) {
     return 0;
 }
 
-st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
-                     rtr_meta_cas_fn done, void *arg) {
-    rtr_cluster *cl = &r->clusters[cas_cluster(r)];
+static st_code cas_in(rtr_ctx *r, rtr_cluster *cl, st_slice key, const st_slice *expect,
+                      const st_slice *pb, rtr_meta_cas_fn done, void *arg) {
     const rtr_tmap_table *t = cl->map ? rtr_tmap_find(cl->map, RTR_META_TABLE) : NULL;
     size_t k = t ? rtr_tmap_row(t, key) : SIZE_MAX;
     if (k == SIZE_MAX)
@@ -895,6 +895,11 @@ st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_
     return ST_OK;
 }
 
+st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
+                     rtr_meta_cas_fn done, void *arg) {
+    return cas_in(r, &r->clusters[0], key, expect, pb, done, arg);
+}
+
 st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
                             rtr_meta_cas_fn done, void *arg, bool *had) {
     const rtr_meta_rec *rec = rtr_meta_find(&r->meta, kind, name);
@@ -904,7 +909,8 @@ st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, co
     st_buf_init(&key);
     st_code rc = rtr_meta_row_key(kind, name, &key);
     if (rc == ST_OK)
-        rc = rtr_meta_cas(r, st_buf_slice(&key), rec ? &expect : NULL, pb, done, arg);
+        rc = cas_in(r, &r->clusters[cas_cluster(r)], st_buf_slice(&key), rec ? &expect : NULL, pb,
+                    done, arg);
     st_buf_free(&key);
     return rc;
 }

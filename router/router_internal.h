@@ -641,7 +641,9 @@ st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_
                      rtr_meta_cas_fn done, void *arg);
 /* rtr_meta_cas of record (kind, name) setting pb, expecting what this router's copy holds (no
  * record when it holds none); *had: whether it held one, so the record was as read (and pb
- * stored) when done's matched == *had. */
+ * stored) when done's matched == *had. It runs in the first healthy cluster (topology order),
+ * not always the first: app profiles and IAM policies stay changeable while the first cluster
+ * is lost (docs/router.md, App profiles). */
 st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
                             rtr_meta_cas_fn done, void *arg, bool *had);
 /* Reads row key of the first cluster's metadata table there, not from this router's copy (which
