@@ -32,8 +32,9 @@ static pb_tablet *tablet_to_pb(const node_tablets *t, const node_tablet *tab, st
     p->end_key = (ProtobufCBinaryData){info.end.len, (uint8_t *)info.end.data};
     p->approx_bytes = info.approx_bytes;
     p->sst_count = (uint32_t)info.sst_count;
-    p->read_only = info.read_only || tab->moving;
+    p->read_only = info.read_only || tab->moving || tab->incoming;
     p->moving = tab->moving;
+    p->incoming = tab->incoming;
     return p;
 }
 
@@ -309,6 +310,49 @@ static bool ranges_overlap(st_slice s1, st_slice e1, st_slice s2, st_slice e2) {
     return (e1.len == 0 || st_slice_cmp(s2, e1) < 0) && (e2.len == 0 || st_slice_cmp(s1, e2) < 0);
 }
 
+/* Drops the incoming tablets (copies of moves that did not complete) overlapping [start, end),
+ * except one of exactly that range when keep_same: a new copy or tablet replaces such leftovers,
+ * which would otherwise refuse it for good. */
+static st_code drop_incoming_overlaps(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
+                                      bool keep_same, st_err *err) {
+    bool dropped = false;
+    for (size_t i = 0; i < t->n;) {
+        node_tablet *v = &t->v[i];
+        st_slice ts = st_buf_slice(&v->start), te = st_buf_slice(&v->end);
+        bool same = st_slice_eq(ts, start) && st_slice_eq(te, end);
+        if (!v->incoming || (same && keep_same) || !ranges_overlap(ts, te, start, end)) {
+            i++;
+            continue;
+        }
+        st_log(ST_LOG_INFO, "internal",
+               "table=%s tablet=%" PRIu64 " dropped: the copy of a move "
+               "that did not complete",
+               t->name, v->id);
+        st_code rc = node_tablet_drop(n, t, i, err);
+        if (rc != ST_OK)
+            return rc;
+        dropped = true;
+    }
+    return dropped ? node_incoming_save(n, err) : ST_OK;
+}
+
+/* Marks tab incoming (a new copy) or not (its activation), durably before the answer: a node
+ * restarted drops the copies DATA/incoming names. When the file cannot be written, an activation
+ * is undone (the source keeps the range) and a new copy is dropped again (a restart would serve
+ * it), so memory and file never disagree in the direction that serves a partial copy. */
+static st_code set_incoming(node_ctx *n, node_tablets *t, node_tablet *tab, bool incoming,
+                            st_err *err) {
+    tab->incoming = incoming;
+    st_code rc = node_incoming_save(n, err);
+    if (rc == ST_OK)
+        return ST_OK;
+    if (incoming)
+        (void)node_tablet_drop(n, t, (size_t)(tab - t->v), NULL);
+    else
+        tab->incoming = true;
+    return rc;
+}
+
 /* The local tablet with exactly [start, end) (a retried CreateTablet), NULL if none; an
  * overlapping one is FAILED_PRECONDITION. */
 static st_code find_same_range(node_tablets *t, st_slice start, st_slice end, node_tablet **same,
@@ -352,20 +396,30 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     node_tablet *same = NULL;
     st_code rc = check_range(start, end, &err);
     if (rc == ST_OK)
+        rc = drop_incoming_overlaps(n, t, start, end, !req->incoming && !req->restore_backup[0],
+                                    &err);
+    if (rc == ST_OK)
         rc = find_same_range(t, start, end, &same, &err);
+    bool activate =
+        rc == ST_OK && same && same->incoming && !req->incoming && !req->restore_backup[0];
     if (rc == ST_OK && !same && req->restore_backup[0])
         rc = node_backup_restore(n, t, start, end, req->restore_backup, req->restore_piece, &err);
     else if (rc == ST_OK && !same)
         rc = node_tablet_create(n, t, start, end, &err);
     if (rc == ST_OK && !same)
         rc = node_table_push_gc(n, node_catalog_find(n->catalog, t->name), &err);
+    node_tablet *tab = rc == ST_OK ? &t->v[node_tablet_index(t, start)] : NULL;
+    if (tab && (activate || (!same && req->incoming)))
+        rc = set_incoming(n, t, tab, !activate, &err);
     if (rc != ST_OK) {
         node_fail(call, rc, "%s", err.msg);
         return;
     }
-    node_tablet *tab = &t->v[node_tablet_index(t, start)];
     st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " %s", t->name, tab->id,
-           same ? "exists" : "created");
+           activate        ? "activated"
+           : same          ? "exists"
+           : req->incoming ? "created incoming"
+                           : "created");
     pb_tablet *p = tablet_to_pb(t, tab, rpc_call_arena(call));
     if (!p) {
         node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");

@@ -349,6 +349,8 @@ int main(int argc, char **argv) {
     node_ctx *n;
     if (!base || node_open(base, &o, &n, &err) != ST_OK) {
         fprintf(stderr, "strata-node: %s\n", err.msg[0] ? err.msg : "could not start");
+        if (base) /* a port in use ends here: leak reports would bury the reason in the log */
+            event_base_free(base);
         SSL_CTX_free(tls.server);
         SSL_CTX_free(tls.client);
         return 1;

@@ -170,10 +170,28 @@ static void move_unary(node_move *m, const char *method, const ProtobufCMessage 
         move_fail(m, ST_UNAVAILABLE, "the target's connection is gone");
 }
 
+/* CreateTablet of the moving tablet's range on the target: its incoming copy, or (incoming
+ * false) the activation of that copy. */
+static void move_create(node_move *m, bool incoming, rpc_unary_done_fn done) {
+    node_tablet *tab = node_tablet_by_id(m->n, m->id, NULL);
+    if (!tab) {
+        move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
+        return;
+    }
+    Strata__Internal__V1__CreateTabletRequest req;
+    strata__internal__v1__create_tablet_request__init(&req);
+    req.table_name = m->table;
+    req.start_key = (ProtobufCBinaryData){tab->start.len, tab->start.data};
+    req.end_key = (ProtobufCBinaryData){tab->end.len, tab->end.data};
+    req.incoming = incoming;
+    move_unary(m, "CreateTablet", &req.base, done);
+}
+
 /* ---- the end ---- */
 
 static void move_send_clock(node_move *m);
 static void move_answer(node_move *m);
+static void move_activate(node_move *m);
 
 static void move_finish(node_move *m) {
     node_tablets *t;
@@ -226,6 +244,46 @@ static void move_answer(node_move *m) {
     move_defer(m, move_free, 0);
 }
 
+/* The target's CreateTablet answer, NULL when the call failed or the answer is unreadable. */
+static Strata__Internal__V1__Tablet *answer_tablet(st_code code, st_slice resp) {
+    return code == ST_OK
+               ? (void *)btu_pb_unpack(&strata__internal__v1__tablet__descriptor, NULL, resp, NULL)
+               : NULL;
+}
+
+/* The target's answer to the activation: its tablet, now served (no longer incoming). */
+static void activate_done(st_code code, const char *msg, st_slice resp, void *arg) {
+    node_move *m = arg;
+    if (m->aborting)
+        return;
+    Strata__Internal__V1__Tablet *t = answer_tablet(code, resp);
+    bool ok = t && t->id == m->target_id && !t->incoming;
+    if (t)
+        strata__internal__v1__tablet__free_unpacked(t, NULL);
+    if (!ok) {
+        move_fail(m, code == ST_OK ? ST_ABORTED : code,
+                  code == ST_OK ? "the target did not activate its copy"
+                  : msg         ? msg
+                                : "");
+        return;
+    }
+    st_buf_reset(&m->target_tablet);
+    if (st_buf_append(&m->target_tablet, resp.data, resp.len) != ST_OK) {
+        move_fail(m, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    move_finish(m);
+}
+
+/* The copy is complete and the peers have the tablet's writes: the target starts serving its
+ * copy (a CreateTablet of the same range, not incoming), then this node drops its own. Until the
+ * activation the target's copy takes no client write and routers leave it out, so a source
+ * killed before it keeps the range and nothing is acknowledged on a partial copy; a target
+ * restarted before it drops the copy (docs/cluster.md, Moves). */
+static void move_activate(node_move *m) {
+    move_create(m, false, activate_done);
+}
+
 /* Before the drop: the peer clusters must have every log record of the tablet. Its last one is
  * at or below both positions read here (every write to it finished before the snapshot). The
  * shippers name a record's table through the live tablet, so a record still unshipped at the
@@ -240,7 +298,7 @@ static void move_wait_shipped(node_move *m) {
     }
     uint32_t behind = 0;
     if (node_repl_shipped(m->n, m->ship_lsn, &behind)) {
-        move_finish(m);
+        move_activate(m);
         return;
     }
     if (now - m->ship_wait_from_us > (int64_t)MOVE_SHIP_WAIT_MS * 1000) {
@@ -477,10 +535,7 @@ static void create_done(st_code code, const char *msg, st_slice resp, void *arg)
     node_move *m = arg;
     if (m->aborting)
         return;
-    Strata__Internal__V1__Tablet *t =
-        code == ST_OK
-            ? (void *)btu_pb_unpack(&strata__internal__v1__tablet__descriptor, NULL, resp, NULL)
-            : NULL;
+    Strata__Internal__V1__Tablet *t = answer_tablet(code, resp);
     if (!t) {
         move_fail(m, code == ST_OK ? ST_INTERNAL : code,
                   msg ? msg : "unreadable CreateTablet answer");
@@ -511,17 +566,7 @@ static void put_done(st_code code, const char *msg, st_slice resp, void *arg) {
         move_fail(m, code, msg ? msg : "PutTable failed on the target");
         return;
     }
-    node_tablet *tab = node_tablet_by_id(m->n, m->id, NULL);
-    if (!tab) {
-        move_fail(m, ST_ABORTED, "the tablet was dropped during the move");
-        return;
-    }
-    Strata__Internal__V1__CreateTabletRequest req;
-    strata__internal__v1__create_tablet_request__init(&req);
-    req.table_name = m->table;
-    req.start_key = (ProtobufCBinaryData){tab->start.len, tab->start.data};
-    req.end_key = (ProtobufCBinaryData){tab->end.len, tab->end.data};
-    move_unary(m, "CreateTablet", &req.base, create_done);
+    move_create(m, true, create_done); /* not served there until activated (move_activate) */
 }
 
 static void move_put_table(node_move *m) {
@@ -582,8 +627,9 @@ void node_h_move_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
                   n->opts.node_num);
         return;
     }
-    if (tab->moving) {
-        node_fail(call, ST_FAILED_PRECONDITION, "tablet %" PRIu64 " is already moving", req->id);
+    if (tab->moving || tab->incoming) {
+        node_fail(call, ST_FAILED_PRECONDITION, "tablet %" PRIu64 " is %s", req->id,
+                  tab->moving ? "already moving" : "a move's copy, not yet activated");
         return;
     }
     st_err err = {0};
@@ -648,9 +694,10 @@ static st_code copy_row_prepare(node_ctx *n, node_tablets *t, const node_tablet 
                           "and origin %u",
                           (unsigned long long)out->version, (unsigned long long)out->commit_ts_us,
                           out->origin);
-    node_tablet *w = node_tablet_for_write(t, out->row);
-    if (!w || w->id != tab->id)
+    node_tablet *w = node_tablet_for_row(t, out->row); /* incoming too: the copy's own target */
+    if (!w || w->id != tab->id || w->moving)
         return node_not_owner(n, err, t->name, out->row);
+    w->written = true;
     out->tablet_id = tab->id;
     out->flags = STO_ROW_REPLICATED; /* the source ships its own log, never the target */
     return ST_OK;

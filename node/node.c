@@ -67,7 +67,7 @@ node_tablet *node_tablet_for_row(node_tablets *t, st_slice row) {
 
 node_tablet *node_tablet_for_write(node_tablets *t, st_slice row) {
     node_tablet *tab = node_tablet_for_row(t, row);
-    if (!tab || tab->moving)
+    if (!tab || tab->moving || tab->incoming)
         return NULL;
     tab->written = true;
     return tab;
@@ -215,6 +215,58 @@ st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slic
     return ST_OK;
 }
 
+st_code node_incoming_save(node_ctx *n, st_err *err) {
+    st_buf b;
+    st_buf_init(&b);
+    char line[32];
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < n->n_tables; i++)
+        for (size_t j = 0; rc == ST_OK && j < n->tables[i].n; j++)
+            if (n->tables[i].v[j].incoming) {
+                int len =
+                    snprintf(line, sizeof line, "%llu\n", (unsigned long long)n->tables[i].v[j].id);
+                rc = st_buf_append(&b, line, (size_t)len);
+            }
+    char path[sizeof n->data_dir + sizeof NODE_INCOMING_FILE + 1];
+    snprintf(path, sizeof path, "%s/%s", n->data_dir, NODE_INCOMING_FILE);
+    if (rc != ST_OK)
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory saving %s", path);
+    else
+        rc = st_env_write_atomic(st_env_posix(), path, b.len ? (const void *)b.data : "", b.len,
+                                 err);
+    st_buf_free(&b);
+    return rc;
+}
+
+/* The tablets DATA/incoming names: copies of moves that never completed (their source kept the
+ * range), dropped at start. A missing file names none. */
+static void drop_incoming(node_ctx *n) {
+    char path[sizeof n->data_dir + sizeof NODE_INCOMING_FILE + 1];
+    snprintf(path, sizeof path, "%s/%s", n->data_dir, NODE_INCOMING_FILE);
+    st_buf b;
+    st_buf_init(&b);
+    st_err err = {0};
+    if (st_env_read_all(st_env_posix(), path, &b, &err) == ST_OK &&
+        st_buf_append(&b, "", 1) == ST_OK) {
+        for (char *p = (char *)b.data; *p;) {
+            char *end;
+            unsigned long long id = strtoull(p, &end, 10);
+            if (end == p)
+                break;
+            node_tablets *t;
+            node_tablet *tab = node_tablet_by_id(n, id, &t);
+            if (tab) {
+                st_log(ST_LOG_WARN, "node",
+                       "dropping tablet %llu: the copy of a move that did not complete", id);
+                (void)node_tablet_drop(n, t, (size_t)(tab - t->v), NULL);
+            }
+            p = *end ? end + 1 : end;
+        }
+        (void)node_incoming_save(n, &err);
+    }
+    st_buf_free(&b);
+}
+
 /* Builds the table -> tablets map from the catalog and storage's tablets; drops orphan tablets
  * (a crash between the two records) and, on a standalone node, gives a table without tablets its
  * first one (a cluster member's tablets come from the internal service only). */
@@ -238,6 +290,7 @@ static st_code load_tablets(node_ctx *n, st_err *err) {
     if (ls.rc != ST_OK)
         return st_err_set(err, ls.rc, "out of memory loading tablets");
     node_catalog_reserve_tablet_ids(n->catalog, ls.max_counter);
+    drop_incoming(n);
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < count; i++) {
         if (n->tables[i].n == 0 && !node_in_cluster(n))

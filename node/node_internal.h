@@ -37,6 +37,7 @@ typedef struct node_tablet {
     sto_tablet *st;
     st_buf start, end; /* [start, end); empty end = unbounded */
     bool moving;       /* MoveTablet is copying it away: writes get strata-not-owner, reads work */
+    bool incoming;     /* a move's copy not yet activated: only CopyRows writes it (move.c) */
     bool written;      /* written since the size-based split check last looked at it */
     uint8_t split_waits;          /* checks in a row that found its split not yet quick (split.c) */
     uint64_t writes, writes_mark; /* rows written (node_row_prepare); at the last metrics tick */
@@ -121,6 +122,11 @@ st_code node_tablet_map(node_tablets *t, sto_tablet *st);
 void node_tablet_unmap(node_tablets *t, size_t i);
 /* Drops map entry i and its storage tablet. */
 st_code node_tablet_drop(node_ctx *n, node_tablets *t, size_t i, st_err *err);
+/* DATA/incoming: the ids of the tablets that are a move's copy not yet activated, one per line,
+ * rewritten (atomically) from the map whenever that set changes; a node that starts with one of
+ * them drops it, as its source still owns the range (docs/cluster.md, Moves). */
+#define NODE_INCOMING_FILE "incoming"
+st_code node_incoming_save(node_ctx *n, st_err *err);
 /* Splits tablet i of t at key (empty = sto_tablet_mid_key) into two tablets with fresh ids
  * (ids[0] left, ids[1] right; may be NULL). FAILED_PRECONDITION for a moving tablet or one with
  * too few rows, INVALID_ARGUMENT for a key outside (start, end). Pointers into t->v are

@@ -68,7 +68,7 @@ static st_code split_key(node_tablet *tab, st_slice want, st_buf *key, st_err *e
 st_code node_tablet_split(node_ctx *n, node_tablets *t, size_t i, st_slice want, uint64_t ids[2],
                           st_err *err) {
     node_tablet *tab = &t->v[i];
-    if (tab->moving)
+    if (tab->moving || tab->incoming)
         return st_err_set(err, ST_FAILED_PRECONDITION,
                           "tablet %" PRIu64 " is being moved; split it after the move", tab->id);
     st_buf key;
@@ -102,7 +102,7 @@ st_code node_tablet_split(node_ctx *n, node_tablets *t, size_t i, st_slice want,
 /* Splits tablet i of t if it was written and is over the threshold; true when it split. */
 static bool split_if_large(node_ctx *n, node_tablets *t, size_t i) {
     node_tablet *tab = &t->v[i];
-    if (!tab->written || tab->moving)
+    if (!tab->written || tab->moving || tab->incoming)
         return false;
     tab->written = false;
     sto_tablet_info info;

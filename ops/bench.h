@@ -145,9 +145,6 @@ typedef struct ops_proc_stat {
 
 /* false if the process is gone or /proc is unreadable. */
 bool ops_proc_stat_read(pid_t pid, ops_proc_stat *out);
-/* Processes holding a TCP socket listening on this port (from /proc/net/tcp{,6} and the
- * /proc/PID/fd links we may read). Returns how many were stored in pids (at most max). */
-size_t ops_proc_find_listeners(uint16_t port, pid_t *pids, size_t max);
 
 /* ---- child servers (the emulator, a local strata-node) ---- */
 #define OPS_ADDR_MAX 280

@@ -28,8 +28,10 @@ static void failover_usage(FILE *out) {
             "allow_transactional_writes), through the router of the local instance in DIR\n"
             "(default $STRATA_HOME, else ~/.strata/local), and prints the profile before and\n"
             "after. Multi-cluster profiles fail over by themselves and are refused.\n"
-            "  --force   skip the router's warning check (another profile allows single-row\n"
-            "            transactions on a different cluster)\n"
+            "CLUSTER must have every node answering (a cluster with a dead node cannot\n"
+            "serve that node's rows).\n"
+            "  --force   skip that check and the router's warning check (another profile\n"
+            "            allows single-row transactions on a different cluster)\n"
             "Writes the old cluster acknowledged but has not replicated yet reach CLUSTER when\n"
             "replication catches up (`cbt waitforreplication TABLE` waits for it).\n");
 }
@@ -131,6 +133,32 @@ static bool update_profile(const char *router, const fo_profile *cur, const char
     return ok;
 }
 
+/* Whether every node of the cluster answers GetStatus; those that do not are printed. Pointing
+ * a single-cluster profile at a cluster with a dead node fails that node's rows, and at a dead
+ * cluster every request of the profile (single-cluster profiles never move by themselves), so
+ * the command refuses it unless forced. */
+static bool cluster_serving(const st_topology *t, const char *cluster) {
+    const st_topo_cluster *c = st_topology_cluster(t, cluster);
+    size_t down = 0;
+    for (size_t j = 0; c && j < c->n_nodes; j++) {
+        bool serving = false;
+        (void)ops_inst_node_status(c->nodes[j].addr, NULL, &serving);
+        if (!serving) {
+            char name[OPS_NAME_MAX];
+            ops_inst_node_name(t, (size_t)(c - t->clusters), j, name);
+            fprintf(stderr, "strata failover: %s of %s (%s) does not answer\n", name, cluster,
+                    c->nodes[j].addr);
+            down++;
+        }
+    }
+    if (c && down)
+        fprintf(stderr,
+                "strata failover: %zu of %zu node(s) of %s do not answer: its rows on them "
+                "would fail for every client of the profile\n",
+                down, c->n_nodes, cluster);
+    return c && down == 0;
+}
+
 typedef struct fo_args {
     const char *dir_flag, *profile, *cluster;
     bool force;
@@ -215,6 +243,11 @@ int ops_failover_main(int argc, char **argv) {
     } else if (!strcmp(before->single_cluster_routing->cluster_id, a.cluster)) {
         printf("%s already routes to %s: nothing to do\n", a.profile, a.cluster);
         rc = 0;
+    } else if (!cluster_serving(&topo, a.cluster) && !a.force) {
+        fprintf(stderr,
+                "strata failover: %s left on %s (`strata status` shows the nodes; "
+                "--force points it at %s anyway)\n",
+                a.profile, before->single_cluster_routing->cluster_id, a.cluster);
     } else if (update_profile(router, before, a.cluster, a.force)) {
         fo_profile *after = get_profile(router, name);
         if (after) {

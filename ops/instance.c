@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #define OPS_LOG_TAIL_BYTES_MAX 8192 /* read at most this much from a log's end */
+#define OPS_LISTENERS_MAX 16        /* processes sharing one listening port (SO_REUSEPORT) */
 
 bool ops_fmt(char *out, size_t cap, const char *fmt, ...) {
     va_list ap;
@@ -205,6 +206,15 @@ size_t ops_inst_pid_names(const char *dir, char names[][OPS_NAME_MAX], size_t ma
     }
     closedir(d);
     return n;
+}
+
+st_code ops_inst_node_status(const char *addr, st_buf *resp, bool *serving) {
+    st_err status = {0};
+    st_code rc = rpc_blocking_unary(addr, ops_secure_node_opts(addr),
+                                    "/strata.internal.v1.Node/GetStatus", st_slice_make("", 0),
+                                    NULL, 0, OPS_NODE_STATUS_TIMEOUT_MS, resp, &status);
+    *serving = rc == ST_OK || rc == ST_UNIMPLEMENTED;
+    return rc;
 }
 
 /* Non-blocking connect bounded by timeout_ms; the host is resolved once (loopback in practice). */
@@ -505,6 +515,23 @@ pid_t ops_inst_spawn(const char *dir, const char *name, char *const argv[], cons
     return pid;
 }
 
+/* Whether pid is what listens on addr's port. Another program that took the port while the
+ * process was stopped answers the connect too, and the new process then exits ("Address already
+ * in use") a moment later: counting that as ready reported a dead node as started. When /proc
+ * shows no listener at all (not readable), the connect is trusted. */
+static bool listener_is(pid_t pid, const char *addr) {
+    char host[ST_TOPO_ADDR_MAX + 1];
+    uint16_t port;
+    pid_t pids[OPS_LISTENERS_MAX];
+    if (!st_addr_split(addr, host, sizeof host, &port))
+        return true;
+    size_t n = ops_proc_find_listeners(port, pids, OPS_LISTENERS_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (pids[i] == pid)
+            return true;
+    return n == 0;
+}
+
 ops_wait ops_inst_wait_ready(const char *dir, const char *name, pid_t pid, const char *addr,
                              int wait_s, int *status) {
     struct timespec nap = {0, OPS_POLL_MS * 1000000L};
@@ -512,7 +539,7 @@ ops_wait ops_inst_wait_ready(const char *dir, const char *name, pid_t pid, const
     for (;;) {
         if (waitpid(pid, status, WNOHANG) == pid)
             return OPS_EXITED;
-        if (ops_inst_tcp_ready(addr, 200)) {
+        if (ops_inst_tcp_ready(addr, 200) && listener_is(pid, addr)) {
             /* The port answers; make sure it is our process answering, still alive. */
             if (waitpid(pid, status, WNOHANG) == pid)
                 return OPS_EXITED;

@@ -78,6 +78,12 @@ bool ops_inst_tcp_ready(const char *addr, int timeout_ms);
 /* Prints the last lines of path to stderr, indented, for failure reports. */
 void ops_inst_log_tail(const char *path, int lines);
 
+/* GetStatus of the node at addr (host:port or unix:PATH) within OPS_NODE_STATUS_TIMEOUT_MS, its
+ * reply in resp (may be NULL); *serving: the node answered (UNIMPLEMENTED too: an older build,
+ * serving without GetStatus). `strata status` and `strata failover` ask it. */
+#define OPS_NODE_STATUS_TIMEOUT_MS 2000 /* a healthy node answers in milliseconds */
+st_code ops_inst_node_status(const char *addr, st_buf *resp, bool *serving);
+
 /* ---- starting processes (`strata up`, `strata chaos restart-cluster`) ---- */
 #define OPS_ARGV_MAX 32
 #define OPS_POLL_MS 50

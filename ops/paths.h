@@ -1,12 +1,14 @@
 /* paths.h — file-system paths the `strata` commands share (paths.c): where the Strata binaries
  * are, and instance directories made absolute so that every command, whatever its working
- * directory, names the same files the same way. */
+ * directory, names the same files the same way; and which process listens on a port. */
 #ifndef OPS_PATHS_H
 #define OPS_PATHS_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* True when path is a regular file this process may execute. */
 bool ops_executable(const char *path);
@@ -29,5 +31,10 @@ bool ops_path_absolute(const char *path, char *out, size_t cap);
 #define OPS_DIR_MODE 0700
 /* fopen(path, "w") creating the file owner-only (an existing file keeps its mode). */
 FILE *ops_fopen_private(const char *path);
+
+/* Processes holding a TCP socket listening on this port (from /proc/net/tcp{,6} and the
+ * /proc/PID/fd links we may read; listeners.c). Returns how many were stored in pids (at most
+ * max); 0 also when /proc tells nothing. */
+size_t ops_proc_find_listeners(uint16_t port, pid_t *pids, size_t max);
 
 #endif

@@ -68,23 +68,12 @@ static void fill_pid(const char *dir, const char *name, char *out, size_t cap, b
         snprintf(out, cap, "%d(gone)", (int)pid);
 }
 
-/* GetStatus at addr (host:port or unix:PATH), its reply in resp (may be NULL); *serving: the
- * node answered (UNIMPLEMENTED too: an older build, serving without GetStatus). */
-static st_code node_get_status(const char *addr, st_buf *resp, bool *serving) {
-    st_err status = {0};
-    st_code rc =
-        rpc_blocking_unary(addr, ops_secure_node_opts(addr), "/strata.internal.v1.Node/GetStatus",
-                           st_slice_make("", 0), NULL, 0, STATUS_RPC_TIMEOUT_MS, resp, &status);
-    *serving = rc == ST_OK || rc == ST_UNIMPLEMENTED;
-    return rc;
-}
-
 /* GetStatus then ListTablets; health words: ok, down (no answer), or the gRPC code. */
 static void probe_node(const st_topo_node *n, node_row *row) {
     st_buf resp;
     st_buf_init(&resp);
     st_err status = {0};
-    st_code rc = node_get_status(n->addr, &resp, &row->ok);
+    st_code rc = ops_inst_node_status(n->addr, &resp, &row->ok);
     if (rc == ST_OK) {
         Strata__Internal__V1__NodeStatus *s =
             (void *)btu_pb_unpack(&strata__internal__v1__node_status__descriptor, NULL,
@@ -300,7 +289,7 @@ static void status_sockets(const status_ctx *c) {
                 continue;
             snprintf(addr, sizeof addr, "%s%s", RPC_UNIX_PREFIX, path);
             bool serving;
-            (void)node_get_status(addr, NULL, &serving);
+            (void)ops_inst_node_status(addr, NULL, &serving);
             served += serving;
         }
     if (served)

@@ -56,6 +56,8 @@ static void refresh_add(repl_shipper *s, const Strata__Internal__V1__ListTablets
                         uint32_t dest) {
     for (size_t i = 0; i < resp->n_tablets && s->refresh_ok; i++) {
         const Strata__Internal__V1__Tablet *t = resp->tablets[i];
+        if (t->incoming)
+            continue; /* a move's copy, refusing writes until its source activates it */
         if (s->n_new_map >= REPL_PEER_TABLETS_MAX) {
             s->refresh_ok = false;
             shipper_set_error(s, ST_RESOURCE_EXHAUSTED, "peer tablet map over its maximum");

@@ -139,7 +139,7 @@ static void bal_decide(const rtr_cluster *c, pb_list *const *lists, bal_pick *p)
         for (size_t k = 0; k < lists[i]->n_tablets; k++) {
             const pb_tablet *t = lists[i]->tablets[k];
             moving = moving || t->moving; /* a move of any table, the metadata's too */
-            if (balanced_table(c->ctx, t->table_name)) {
+            if (balanced_table(c->ctx, t->table_name) && !t->incoming) {
                 src[n] = t;
                 v[n++] = (rtr_bal_tablet){t->table_name, t->id,        t->approx_bytes,
                                           (uint32_t)i,   t->read_only, t->moving};

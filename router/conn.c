@@ -437,6 +437,8 @@ static bool collect_tablets(const rtr_cluster *c, const rtr_fan_res *res, uint32
         return false;
     *keep = m;
     for (size_t i = 0; i < m->n_tablets; i++) {
+        if (m->tablets[i]->incoming)
+            continue; /* a move's copy, partial until its source activates it */
         if (*n == *cap) {
             size_t nc = *cap ? 2 * *cap : 64;
             rtr_tablet_in *v = nc <= RTR_TABLETS_MAX ? realloc(*in, nc * sizeof *v) : NULL;

@@ -5,6 +5,7 @@
  * OperationRecord.
  * Writes go to every cluster's copy; reads come from the first cluster that answers; the cache
  * is re-read every meta_refresh_ms so other routers' changes show. See docs/router.md. */
+#include "instance.h"
 #include "router_internal.h"
 
 #include <event2/event.h>
@@ -171,6 +172,8 @@ st_code rtr_meta_feed(rtr_meta *m, st_slice msg) {
         const Google__Bigtable__V2__ReadRowsResponse__CellChunk *c = r->chunks[i];
         if (c->row_key.len) {
             key = st_slice_make(c->row_key.data, c->row_key.len);
+            if (m->seed_key && st_slice_eq(key, st_slice_make(m->seed_key, strlen(m->seed_key))))
+                m->seed_pending = true;
             st_buf_reset(&value);
             cell = 0;
         }
@@ -200,6 +203,8 @@ typedef struct meta_load {
     rtr_ctx *r;
     size_t cluster, tablet;
     rtr_meta m;
+    char seed_key[sizeof RTR_META_SEED_PREFIX + ST_TOPO_ID_MAX]; /* of the cluster read */
+    bool *pending; /* per cluster: its copy waits to be seeded (NULL: not asked) */
     uint64_t gen_at_start;
     st_code feed_rc;
     void (*done)(void *arg, st_code code);
@@ -238,7 +243,8 @@ static void load_finish(meta_load *l, st_code code) {
     rtr_ctx *r = l->r;
     if (code == ST_OK && l->gen_at_start == r->meta_gen) {
         rtr_meta_free(&r->meta);
-        r->meta = l->m; /* the new cache */
+        l->m.seed_key = NULL; /* points into l */
+        r->meta = l->m;       /* the new cache */
         r->meta_loaded = true;
     } else {
         rtr_meta_free(&l->m);
@@ -269,6 +275,12 @@ static void load_done(rpc_ccall *call, st_code code, const char *message, void *
         load_fail_cluster(l, message ? message : st_code_name(code));
         return;
     }
+    if (l->m.seed_pending) {
+        if (l->pending)
+            l->pending[l->cluster] = true;
+        load_fail_cluster(l, "its copy waits to be seeded from another cluster's");
+        return;
+    }
     l->tablet++;
     load_next(l);
 }
@@ -294,6 +306,8 @@ static void load_next(meta_load *l) {
     st_err err = {0};
     l->feed_rc = ST_OK;
     const rtr_tablet *tb = &t->v[l->tablet];
+    snprintf(l->seed_key, sizeof l->seed_key, "%s%s", RTR_META_SEED_PREFIX, c->topo->id);
+    l->m.seed_key = l->seed_key;
     rpc_ccall *call = NULL;
     if (load_request(tb, &req) == ST_OK)
         call = rtr_node_call(&c->nodes[tb->node], RTR_BT "ReadRows", st_buf_slice(&req), NULL, 0,
@@ -303,24 +317,29 @@ static void load_next(meta_load *l) {
         load_fail_cluster(l, err.msg[0] ? err.msg : "out of memory");
 }
 
-static void meta_load_start(rtr_ctx *r, void (*done)(void *arg, st_code code), void *arg) {
+static void meta_load_start(rtr_ctx *r, bool *pending, void (*done)(void *arg, st_code code),
+                            void *arg) {
     meta_load *l = calloc(1, sizeof *l);
     if (!l) {
         if (done)
             done(arg, ST_RESOURCE_EXHAUSTED);
         return;
     }
-    *l = (meta_load){.r = r, .gen_at_start = r->meta_gen, .done = done, .arg = arg};
+    *l = (meta_load){
+        .r = r, .pending = pending, .gen_at_start = r->meta_gen, .done = done, .arg = arg};
     r->meta_loading = true;
     load_next(l);
 }
 
 /* ---- bootstrap: the metadata table in every cluster ---- */
 
+static st_code mutate_request(st_slice key, const st_slice *pb, st_buf *out);
+
 typedef struct meta_boot {
     rtr_ctx *r;
     size_t n_clusters_todo;
     size_t todo[ST_TOPO_CLUSTERS_MAX];
+    bool pending[ST_TOPO_CLUSTERS_MAX]; /* copies to seed (their marker found or written) */
     void (*done)(void *arg, st_code code);
     void *arg;
 } meta_boot;
@@ -358,9 +377,17 @@ static void boot_load_done(void *arg, st_code code) {
     done(a, code);
 }
 
+static void boot_load(meta_boot *b);
+static void seed_mark(meta_boot *b);
+
 static void boot_refreshed(void *arg) {
     meta_boot *b = arg;
-    meta_load_start(b->r, boot_load_done, b);
+    /* Copies made now while another cluster had one are marked before anything is read, so
+     * that a router that stops half-way seeds them at its next start (boot_loaded). */
+    if (b->n_clusters_todo > 0 && b->n_clusters_todo < b->r->n_clusters)
+        seed_mark(b);
+    else
+        boot_load(b);
 }
 
 /* CreateTablet ALREADY_EXISTS means another router made it first: fine. */
@@ -373,7 +400,7 @@ static void boot_tablets_done(rtr_fan *f, void *arg) {
     rtr_fan_free(f);
     /* The maps must show the new tablets before the load looks for them. */
     if (rtr_refresh_all(b->r, boot_refreshed, b) != ST_OK)
-        meta_load_start(b->r, boot_load_done, b);
+        boot_refreshed(b);
 }
 
 static void boot_schemas_done(rtr_fan *f, void *arg) {
@@ -387,13 +414,165 @@ static void boot_schemas_done(rtr_fan *f, void *arg) {
     size_t len = strata__internal__v1__create_tablet_request__pack(&req, buf);
     rtr_fan *g = rtr_fan_new(r, b->n_clusters_todo, RTR_ADMIN_TIMEOUT_MS, boot_tablets_done, b);
     if (!g) {
-        meta_load_start(r, boot_load_done, b);
+        boot_load(b);
         return;
     }
     for (size_t i = 0; i < b->n_clusters_todo; i++)
         rtr_fan_call(g, i, &r->clusters[b->todo[i]].nodes[0], RTR_NODE "CreateTablet",
                      st_slice_make(buf, len));
     rtr_fan_seal(g);
+}
+
+/* ---- seeding a copy that lost its records ---- */
+
+/* A MutateRow of the metadata row key (pb: SetCell m:v at server time, NULL: DeleteFromRow) to
+ * cluster c's node holding that row, as call i of f; false when no tablet of it is known. */
+static bool seed_call(rtr_fan *f, size_t i, size_t c, st_slice key, const st_slice *pb) {
+    rtr_ctx *r = f->ctx;
+    const rtr_tmap_table *t =
+        r->clusters[c].map ? rtr_tmap_find(r->clusters[c].map, RTR_META_TABLE) : NULL;
+    size_t k = t ? rtr_tmap_row(t, key) : SIZE_MAX;
+    st_buf req;
+    st_buf_init(&req);
+    bool ok = k != SIZE_MAX && mutate_request(key, pb, &req) == ST_OK;
+    if (ok)
+        rtr_fan_call(f, i, &r->clusters[c].nodes[t->v[k].node], RTR_BT "MutateRow",
+                     st_buf_slice(&req));
+    else
+        f->res[i].code =
+            st_err_set(&f->res[i].err, ST_UNAVAILABLE, "no tablet of the metadata table is known");
+    st_buf_free(&req);
+    return ok;
+}
+
+static size_t seed_n_pending(const meta_boot *b) {
+    size_t n = 0;
+    for (size_t c = 0; c < b->r->n_clusters; c++)
+        n += b->pending[c];
+    return n;
+}
+
+/* True when every call of f succeeded; the failures are logged with what. */
+static bool seed_fan_ok(rtr_fan *f, const char *what) {
+    bool ok = true;
+    for (size_t i = 0; i < f->n; i++)
+        if (f->res[i].code != ST_OK) {
+            if (ok)
+                st_log(ST_LOG_WARN, "router", "metadata seeding: %s failed: %s", what,
+                       f->res[i].err.msg);
+            ok = false;
+        }
+    return ok;
+}
+
+/* One MutateRow of the copy's own marker row (pb) or of its removal (NULL) per pending copy. */
+static void seed_marker(meta_boot *b, const st_slice *pb, rtr_fan_done_fn done) {
+    rtr_ctx *r = b->r;
+    rtr_fan *f = rtr_fan_new(r, seed_n_pending(b), RTR_ADMIN_TIMEOUT_MS, done, b);
+    if (!f) {
+        boot_load_done(b, ST_RESOURCE_EXHAUSTED);
+        return;
+    }
+    size_t i = 0;
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        if (!b->pending[c])
+            continue;
+        char key[sizeof RTR_META_SEED_PREFIX + ST_TOPO_ID_MAX];
+        snprintf(key, sizeof key, "%s%s", RTR_META_SEED_PREFIX, r->clusters[c].topo->id);
+        seed_call(f, i++, c, st_slice_make(key, strlen(key)), pb);
+    }
+    rtr_fan_seal(f);
+}
+
+static void seed_unmarked(rtr_fan *f, void *arg) {
+    meta_boot *b = arg;
+    (void)seed_fan_ok(f, "removing the marker");
+    rtr_fan_free(f);
+    memset(b->pending, 0, sizeof b->pending);
+    meta_load_start(b->r, NULL, boot_load_done, b); /* now from the first cluster again */
+}
+
+static void seed_written(rtr_fan *f, void *arg) {
+    meta_boot *b = arg;
+    bool ok = seed_fan_ok(f, "copying a record");
+    rtr_fan_free(f);
+    if (!ok) { /* the marker stays: the next start tries again; the cache is good */
+        boot_load_done(b, ST_OK);
+        return;
+    }
+    st_log(ST_LOG_INFO, "router", "metadata seeded into %zu cluster(s)", seed_n_pending(b));
+    seed_marker(b, NULL, seed_unmarked);
+}
+
+/* Every record of the cache (loaded from a copy that is not pending) into every pending copy. */
+static void seed_records(meta_boot *b) {
+    rtr_ctx *r = b->r;
+    size_t n = 0, i = 0, *cnt;
+    for (int k = 0; k < RTR_META_KINDS; k++) {
+        (void)recs(&r->meta, (rtr_meta_kind)k, &cnt);
+        n += *cnt;
+    }
+    rtr_fan *f = rtr_fan_new(r, n * seed_n_pending(b), RTR_ADMIN_TIMEOUT_MS, seed_written, b);
+    if (!f) {
+        boot_load_done(b, ST_OK);
+        return;
+    }
+    st_buf key;
+    st_buf_init(&key);
+    for (int k = 0; k < RTR_META_KINDS; k++) {
+        rtr_meta_rec **v = recs(&r->meta, (rtr_meta_kind)k, &cnt);
+        for (size_t j = 0; j < *cnt; j++) {
+            st_slice pb = st_slice_make((*v)[j].pb, (*v)[j].len);
+            st_buf_reset(&key);
+            bool have_key = rtr_meta_row_key((rtr_meta_kind)k, (*v)[j].name, &key) == ST_OK;
+            for (size_t c = 0; c < r->n_clusters; c++) {
+                if (!b->pending[c])
+                    continue;
+                if (have_key)
+                    seed_call(f, i, c, st_buf_slice(&key), &pb);
+                else
+                    f->res[i].code =
+                        st_err_set(&f->res[i].err, ST_RESOURCE_EXHAUSTED, "out of memory");
+                i++;
+            }
+        }
+    }
+    st_buf_free(&key);
+    rtr_fan_seal(f);
+}
+
+/* The load skipped pending copies: when it found a good one, copy it into them. */
+static void boot_loaded(void *arg, st_code code) {
+    meta_boot *b = arg;
+    if (code != ST_OK || seed_n_pending(b) == 0) {
+        boot_load_done(b, code);
+        return;
+    }
+    for (size_t c = 0; c < b->r->n_clusters; c++)
+        if (b->pending[c])
+            st_log(ST_LOG_WARN, "router",
+                   "cluster=%s lost its metadata copy (its first node started with no data): "
+                   "copying every record into it",
+                   b->r->clusters[c].topo->id);
+    seed_records(b);
+}
+
+static void boot_load(meta_boot *b) {
+    meta_load_start(b->r, b->pending, boot_loaded, b);
+}
+
+static void seed_marked(rtr_fan *f, void *arg) {
+    meta_boot *b = arg;
+    (void)seed_fan_ok(f, "writing the marker");
+    rtr_fan_free(f);
+    boot_load(b);
+}
+
+static void seed_mark(meta_boot *b) {
+    for (size_t i = 0; i < b->n_clusters_todo; i++)
+        b->pending[b->todo[i]] = true;
+    st_slice one = st_slice_make("1", 1);
+    seed_marker(b, &one, seed_marked);
 }
 
 void rtr_meta_bootstrap(rtr_ctx *r, void (*done)(void *arg, st_code code), void *arg) {
@@ -410,14 +589,14 @@ void rtr_meta_bootstrap(rtr_ctx *r, void (*done)(void *arg, st_code code), void 
             n_calls += r->clusters[c].n_nodes;
         }
     if (b->n_clusters_todo == 0) {
-        meta_load_start(r, boot_load_done, b);
+        boot_load(b);
         return;
     }
     uint8_t buf[256];
     size_t len = put_table_request(buf, sizeof buf);
     rtr_fan *f = rtr_fan_new(r, n_calls, RTR_ADMIN_TIMEOUT_MS, boot_schemas_done, b);
     if (!f) {
-        meta_load_start(r, boot_load_done, b);
+        boot_load(b);
         return;
     }
     size_t k = 0;
@@ -437,7 +616,7 @@ static void meta_tick(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     rtr_ctx *r = arg;
     if (!r->meta_loading && !r->closing)
-        meta_load_start(r, NULL, NULL);
+        meta_load_start(r, NULL, NULL, NULL);
 }
 
 st_code rtr_meta_start_timer(rtr_ctx *r, st_err *err) {
@@ -482,13 +661,12 @@ static void mutation_init(const st_slice *pb, Google__Bigtable__V2__Mutation__Se
     mut->set_cell = set;
 }
 
-/* MutateRow on the metadata table: SetCell m:v (server time) or DeleteFromRow. */
-static st_code write_request(const meta_write *w, st_slice key, st_buf *out) {
+/* MutateRow on the metadata table: SetCell m:v (server time) of *pb, DeleteFromRow when NULL. */
+static st_code mutate_request(st_slice key, const st_slice *pb, st_buf *out) {
     Google__Bigtable__V2__Mutation__SetCell set;
     Google__Bigtable__V2__Mutation__DeleteFromRow del;
     Google__Bigtable__V2__Mutation mut;
-    st_slice pb = st_buf_slice(&w->pb);
-    mutation_init(w->del ? NULL : &pb, &set, &del, &mut);
+    mutation_init(pb, &set, &del, &mut);
     Google__Bigtable__V2__Mutation *muts[1] = {&mut};
     Google__Bigtable__V2__MutateRowRequest req;
     google__bigtable__v2__mutate_row_request__init(&req);
@@ -541,12 +719,13 @@ static void write_done(rtr_fan *f, void *arg) {
 
 static void write_send(meta_write *w) {
     rtr_ctx *r = w->r;
+    st_slice pb = st_buf_slice(&w->pb);
     st_buf key, req;
     st_buf_init(&key);
     st_buf_init(&req);
     rtr_fan *f = rtr_fan_new(r, r->n_clusters, RTR_ADMIN_TIMEOUT_MS, write_done, w);
     if (!f || rtr_meta_row_key(w->kind, w->name, &key) != ST_OK ||
-        write_request(w, st_buf_slice(&key), &req) != ST_OK) {
+        mutate_request(st_buf_slice(&key), w->del ? NULL : &pb, &req) != ST_OK) {
         rtr_fan_free(f);
         st_buf_free(&key);
         st_buf_free(&req);
@@ -677,10 +856,24 @@ static void cas_done(rtr_fan *f, void *arg) {
     c.done(c.arg, code, code == ST_OK ? NULL : err.msg, matched);
 }
 
-st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
-                     rtr_meta_cas_fn done, void *arg) {
-    const rtr_tmap_table *t =
-        r->clusters[0].map ? rtr_tmap_find(r->clusters[0].map, RTR_META_TABLE) : NULL;
+/* Where compare-and-sets of cached records (app profiles, IAM policies) run: the first cluster,
+ * in topology order, that is healthy and whose tablet map has the metadata table; the first
+ * cluster when none is. They keep two routers from overwriting each other's changes, and must
+ * keep working while the first cluster is lost: that is when `strata failover` repoints profiles
+ * away from it (backup names and claims stay in the first cluster: rtr_meta_cas). Routers that
+ * agree on health compare in the same cluster; during an outage two routers that disagree may
+ * compare in different ones (docs/router.md, App profiles). */
+static size_t cas_cluster(rtr_ctx *r) {
+    for (size_t i = 0; i < r->n_clusters; i++)
+        if (r->clusters[i].map && rtr_tmap_find(r->clusters[i].map, RTR_META_TABLE) &&
+            rtr_cluster_healthy(&r->clusters[i]))
+            return i;
+    return 0;
+}
+
+static st_code cas_in(rtr_ctx *r, rtr_cluster *cl, st_slice key, const st_slice *expect,
+                      const st_slice *pb, rtr_meta_cas_fn done, void *arg) {
+    const rtr_tmap_table *t = cl->map ? rtr_tmap_find(cl->map, RTR_META_TABLE) : NULL;
     size_t k = t ? rtr_tmap_row(t, key) : SIZE_MAX;
     if (k == SIZE_MAX)
         return ST_UNAVAILABLE;
@@ -696,11 +889,15 @@ st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_
         return ST_RESOURCE_EXHAUSTED;
     }
     *c = (meta_cas){done, arg};
-    rtr_fan_call(f, 0, &r->clusters[0].nodes[t->v[k].node], RTR_BT "CheckAndMutateRow",
-                 st_buf_slice(&req));
+    rtr_fan_call(f, 0, &cl->nodes[t->v[k].node], RTR_BT "CheckAndMutateRow", st_buf_slice(&req));
     st_buf_free(&req);
     rtr_fan_seal(f);
     return ST_OK;
+}
+
+st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
+                     rtr_meta_cas_fn done, void *arg) {
+    return cas_in(r, &r->clusters[0], key, expect, pb, done, arg);
 }
 
 st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
@@ -712,7 +909,8 @@ st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, co
     st_buf_init(&key);
     st_code rc = rtr_meta_row_key(kind, name, &key);
     if (rc == ST_OK)
-        rc = rtr_meta_cas(r, st_buf_slice(&key), rec ? &expect : NULL, pb, done, arg);
+        rc = cas_in(r, &r->clusters[cas_cluster(r)], st_buf_slice(&key), rec ? &expect : NULL, pb,
+                    done, arg);
     st_buf_free(&key);
     return rc;
 }

@@ -42,6 +42,12 @@ struct event;
 #define RTR_META_TABLE "projects/_strata/instances/_strata/tables/metadata"
 #define RTR_META_FAMILY "m"
 #define RTR_META_QUALIFIER "v"
+/* The row (this prefix and the cluster id) a router writes into a cluster's metadata copy it had
+ * to create while another cluster's copy existed (the cluster's first node lost its data), and
+ * deletes once it copied every record there: loads skip a copy holding the row naming its own
+ * cluster. Named per cluster because the metadata table replicates: the other copies receive
+ * the row too and must not take it for theirs (meta.c, docs/router.md). */
+#define RTR_META_SEED_PREFIX "seed/pending/"
 #define RTR_META_TABLE_PREFIX "table/"
 #define RTR_META_PROFILE_PREFIX "profile/"
 #define RTR_META_BACKUP_PREFIX "backup/"
@@ -346,6 +352,8 @@ typedef struct rtr_meta {
     size_t n_ops;
     rtr_meta_rec *iams; /* IAM policies (auth.c) by resource name; google.iam.v1.Policy */
     size_t n_iams;
+    const char *seed_key; /* set by the loader: this copy's own RTR_META_SEED_PREFIX row */
+    bool seed_pending;    /* the copy read holds seed_key: not to be served from */
 } rtr_meta;
 
 typedef enum rtr_meta_kind {
@@ -633,7 +641,9 @@ st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_
                      rtr_meta_cas_fn done, void *arg);
 /* rtr_meta_cas of record (kind, name) setting pb, expecting what this router's copy holds (no
  * record when it holds none); *had: whether it held one, so the record was as read (and pb
- * stored) when done's matched == *had. */
+ * stored) when done's matched == *had. It runs in the first healthy cluster (topology order),
+ * not always the first: app profiles and IAM policies stay changeable while the first cluster
+ * is lost (docs/router.md, App profiles). */
 st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
                             rtr_meta_cas_fn done, void *arg, bool *had);
 /* Reads row key of the first cluster's metadata table there, not from this router's copy (which

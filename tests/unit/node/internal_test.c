@@ -12,7 +12,8 @@
  * the target's commit log, read with sto_log_reader: same cells, same versions, every record
  * STO_ROW_REPLICATED, a row written by two mutations arrives as two row mutations), a CopyRows
  * with an older version loses against a copied cell and a newer one wins, and the source answers
- * strata-not-owner; DropTablet and DropTable.
+ * strata-not-owner; a move's incoming copy is refused to clients and moves until activated;
+ * DropTablet and DropTable.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -106,12 +107,15 @@ static void put_table(const node_env *e, const char *name) {
     assert_int_equal(call(e, IN "PutTable", &req.base, NULL, &status), ST_OK);
 }
 
-/* CreateTablet [start, end); returns the id (0 when refused, *rc says why). */
-static uint64_t create_tablet(const node_env *e, const char *table, const char *start,
-                              const char *end, st_code *rc_out) {
+/* CreateTablet [start, end), a move's incoming copy or its activation when incoming is given;
+ * returns the id (0 when refused, *rc says why), *incoming_out what the answer says. */
+static uint64_t create_tablet_in(const node_env *e, const char *table, const char *start,
+                                 const char *end, bool incoming, st_code *rc_out,
+                                 bool *incoming_out) {
     Strata__Internal__V1__CreateTabletRequest req;
     strata__internal__v1__create_tablet_request__init(&req);
     req.table_name = (char *)table;
+    req.incoming = incoming;
     req.start_key = (ProtobufCBinaryData){strlen(start), (uint8_t *)start};
     req.end_key = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
     st_buf resp;
@@ -124,12 +128,20 @@ static uint64_t create_tablet(const node_env *e, const char *table, const char *
             strata__internal__v1__tablet__unpack(NULL, resp.len, resp.data);
         assert_non_null(t);
         id = t->id;
+        if (incoming_out)
+            *incoming_out = t->incoming;
         strata__internal__v1__tablet__free_unpacked(t, NULL);
     }
     st_buf_free(&resp);
     if (rc_out)
         *rc_out = rc;
     return id;
+}
+
+/* CreateTablet [start, end); returns the id (0 when refused, *rc says why). */
+static uint64_t create_tablet(const node_env *e, const char *table, const char *start,
+                              const char *end, st_code *rc_out) {
+    return create_tablet_in(e, table, start, end, false, rc_out, NULL);
 }
 
 /* ListTablets of one table (caller frees with ..._free_unpacked). */
@@ -720,6 +732,57 @@ static void test_internal_move(void **state) {
     assert_int_equal(mutate_row(&A, TABLE, "c", &status), ST_OK);
 }
 
+/* DATA/incoming of node e, as text ("" when absent). */
+static void incoming_file(const node_env *e, char *out, size_t cap) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/incoming", e->dir);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* A move's copy (CreateTablet incoming): listed incoming and read_only, recorded in
+ * DATA/incoming, refusing client writes and MoveTablet; an incoming CreateTablet over it replaces
+ * it; CreateTablet of the same range without incoming activates it (same id, file emptied), and
+ * it takes writes. */
+static void test_internal_incoming(void **state) {
+    (void)state;
+    const char *tbl = TABLE "incoming";
+    put_table(&B, tbl);
+    st_code rc;
+    bool inc = false;
+    uint64_t first = create_tablet_in(&B, tbl, "", "", true, &rc, &inc);
+    assert_int_equal(rc, ST_OK);
+    assert_true(inc);
+    char text[256], want[64];
+    incoming_file(&B, text, sizeof text);
+    snprintf(want, sizeof want, "%llu\n", (unsigned long long)first);
+    assert_string_equal(text, want);
+    Strata__Internal__V1__ListTabletsResponse *r = list_tablets(&B, tbl);
+    assert_int_equal(r->n_tablets, 1);
+    assert_true(r->tablets[0]->incoming && r->tablets[0]->read_only);
+    strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+    st_err status;
+    assert_not_owner(mutate_row(&B, tbl, "k", &status), &status);
+    Strata__Internal__V1__MoveTabletRequest mv;
+    strata__internal__v1__move_tablet_request__init(&mv);
+    mv.id = first;
+    mv.target = A.addr;
+    assert_int_equal(call(&B, IN "MoveTablet", &mv.base, NULL, &status), ST_FAILED_PRECONDITION);
+    uint64_t second = create_tablet_in(&B, tbl, "", "", true, &rc, &inc);
+    assert_int_equal(rc, ST_OK);
+    assert_true(second != first && inc); /* the leftover was replaced */
+    assert_int_equal(tablet_count(&B, tbl), 1);
+    assert_int_equal(create_tablet_in(&B, tbl, "", "", false, &rc, &inc), second);
+    assert_int_equal(rc, ST_OK);
+    assert_false(inc);
+    incoming_file(&B, text, sizeof text);
+    assert_string_equal(text, "");
+    assert_int_equal(mutate_row(&B, tbl, "k", &status), ST_OK);
+}
+
 static void test_internal_drop(void **state) {
     (void)state;
     Strata__Internal__V1__DropTabletRequest dt;
@@ -764,6 +827,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_internal_split_then_read),
         cmocka_unit_test(test_internal_auto_split),
         cmocka_unit_test(test_internal_move),
+        cmocka_unit_test(test_internal_incoming),
         cmocka_unit_test(test_internal_drop),
     };
     g_failures = cmocka_run_group_tests(tests, NULL, NULL);
