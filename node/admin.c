@@ -2,6 +2,7 @@
  * and consistency tokens. Admin calls are rare and run to completion on the loop thread. */
 #include "admin.h"
 #include "changes.h"
+#include "repl_glue.h"
 #include "strata/btutil.h"
 
 #include "google/longrunning/operations.pb-c.h"
@@ -345,6 +346,7 @@ st_code node_table_drop(node_ctx *n, const char *name, st_err *err) {
     if (rc != ST_OK)
         return rc;
     drop_table_tablets(n, name);
+    node_repl_table_dropped(n, name);
     node_cs_tables_changed(n);
     st_log(ST_LOG_INFO, "admin", "deleted table=%s", name);
     return ST_OK;

@@ -31,6 +31,22 @@ void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table) {
     (void)id;
     (void)table;
 }
+st_code node_repl_tablet_retire(node_ctx *n, uint64_t id, const char *table, st_err *err) {
+    (void)n;
+    (void)id;
+    (void)table;
+    (void)err;
+    return ST_OK;
+}
+void node_repl_tablet_retire_done(node_ctx *n, uint64_t id, bool gone) {
+    (void)n;
+    (void)id;
+    (void)gone;
+}
+void node_repl_table_dropped(node_ctx *n, const char *table) {
+    (void)n;
+    (void)table;
+}
 bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind) {
     (void)n;
     (void)lsn;
@@ -184,6 +200,18 @@ void node_repl_stop(node_ctx *n) {
 
 void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table) {
     repl_tablet_named(n->repl, id, table);
+}
+
+st_code node_repl_tablet_retire(node_ctx *n, uint64_t id, const char *table, st_err *err) {
+    return repl_tablet_retire(n->repl, id, table, err);
+}
+
+void node_repl_tablet_retire_done(node_ctx *n, uint64_t id, bool gone) {
+    repl_tablet_retire_done(n->repl, id, gone);
+}
+
+void node_repl_table_dropped(node_ctx *n, const char *table) {
+    repl_table_dropped(n->repl, table);
 }
 
 void node_repl_notify(node_ctx *n) {

@@ -80,8 +80,14 @@ st_code node_tablet_split(node_ctx *n, node_tablets *t, size_t i, st_slice want,
         halves[1] = node_tablet_new_id(n);
         rc = node_catalog_save(n->catalog, err);
     }
+    /* Durable before the parent's id vanishes: its unshipped records need it after a restart. */
+    bool retired = false;
+    if (rc == ST_OK)
+        retired = (rc = node_repl_tablet_retire(n, parent, t->name, err)) == ST_OK;
     if (rc == ST_OK)
         rc = sto_tablet_split(n->db, parent, st_buf_slice(&key), halves[0], halves[1], err);
+    if (retired)
+        node_repl_tablet_retire_done(n, parent, rc == ST_OK);
     if (rc == ST_OK) {
         rc = map_halves(n, t, i, halves, err);
         node_cs_table_changed(n, t->name);

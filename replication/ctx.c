@@ -89,6 +89,17 @@ void repl_names_refresh(repl_ctx *r) {
     sto_tablet_list(r->o.db, name_add, r);
 }
 
+void repl_names_forget(repl_ctx *r, const char *table) {
+    size_t k = 0;
+    for (size_t i = 0; i < r->n_names; i++) {
+        if (strcmp(r->names[i].table, table) == 0)
+            free(r->names[i].table);
+        else
+            r->names[k++] = r->names[i]; /* keeps the id order */
+    }
+    r->n_names = k;
+}
+
 void repl_notify_commit(repl_ctx *r) {
     for (size_t i = 0; r && i < r->n_shippers; i++)
         repl_shipper_wake(r->shippers[i]);
@@ -153,6 +164,8 @@ st_code repl_open(const repl_opts *opts, repl_ctx **out, st_err *err) {
         if (rc == ST_OK)
             r->n_shippers++;
     }
+    if (rc == ST_OK)
+        rc = repl_retired_load(r, err);
     if (rc != ST_OK) {
         repl_close(r);
         return rc;
@@ -181,6 +194,7 @@ void repl_close(repl_ctx *r) {
     for (size_t i = 0; i < r->n_names; i++)
         free(r->names[i].table);
     free(r->names);
+    repl_retired_free(r);
     free(r);
 }
 

@@ -23,6 +23,13 @@ typedef struct repl_name {
     char *table;
 } repl_name;
 
+/* A split parent whose records may still be unshipped (retired.c): lsn is the log's last lsn
+ * once the split is done (every record of the tablet is at or below it), 0 while it runs. */
+typedef struct repl_retired {
+    uint64_t id, lsn;
+    char *table;
+} repl_retired;
+
 /* The applied bound of change-stream tokens (applied.c): pairs of (this node's resolved stamp,
  * the bound Y that held then), in a ring in increasing order of both. */
 typedef struct repl_applied_pair {
@@ -53,6 +60,8 @@ struct repl_ctx {
     size_t n_conns;
     repl_name *names;
     size_t n_names;
+    repl_retired *retired;
+    size_t n_retired;
     bool closing;
     bool link_cut[ST_TOPO_CLUSTERS_MAX + 1]; /* by cluster number (repl_links_set) */
     repl_applied applied;
@@ -66,6 +75,14 @@ rpc_client *repl_conn_get(repl_ctx *r, const char *addr, st_err *err);
 const char *repl_tablet_table(repl_ctx *r, uint64_t tablet_id, bool refresh);
 /* Learns every live tablet's table from storage. */
 void repl_names_refresh(repl_ctx *r);
+/* Forgets every tablet of table (it was deleted): its records still in the log are not shipped,
+ * least of all into a table created again under the same name. */
+void repl_names_forget(repl_ctx *r, const char *table);
+
+/* retired.c: loads <state_dir>/retired-tablets (after the shippers opened: their recorded
+ * positions prune it) and names its tablets; frees the list at close. */
+st_code repl_retired_load(repl_ctx *r, st_err *err);
+void repl_retired_free(repl_ctx *r);
 
 /* shipper.c */
 st_code repl_shipper_open(repl_ctx *r, const st_topo_cluster *peer, repl_shipper **out,
