@@ -24,7 +24,7 @@
 #include "strata/rpc.h"
 
 #define CHAOS_WAIT_S_DEFAULT 60  /* per node, as `strata up` */
-#define CHAOS_KILL_WAIT_MS 10000 /* the kernel reaps a SIGKILLed process in milliseconds */
+#define CHAOS_KILL_WAIT_MS 10000 /* until a SIGKILLed node has exited and released its data dir */
 #define CHAOS_LOG_TAIL_LINES 20
 
 typedef struct chaos_ctx {
@@ -189,16 +189,6 @@ static int chaos_heal(chaos_ctx *c) {
 
 /* ---- killing and restarting ---- */
 
-static bool chaos_wait_gone(pid_t pid) {
-    struct timespec nap = {0, OPS_POLL_MS * 1000000L};
-    for (long waited = 0; waited < CHAOS_KILL_WAIT_MS; waited += OPS_POLL_MS) {
-        if (!ops_inst_pid_alive(pid))
-            return true;
-        nanosleep(&nap, NULL);
-    }
-    return false;
-}
-
 static int chaos_kill(chaos_ctx *c) {
     int i = chaos_cluster(c, c->args[0]);
     if (i < 0)
@@ -214,7 +204,7 @@ static int chaos_kill(chaos_ctx *c) {
             printf("  %-12s not running\n", name);
             continue;
         }
-        if (kill(pid, SIGKILL) != 0 || !chaos_wait_gone(pid)) {
+        if (kill(pid, SIGKILL) != 0 || !ops_inst_pid_wait_gone(pid, CHAOS_KILL_WAIT_MS)) {
             fprintf(stderr, "strata chaos: cannot kill %s (pid %d): %s\n", name, (int)pid,
                     errno == EPERM ? "not allowed (run as its owner)" : "it is still there");
             failed++;
