@@ -42,11 +42,11 @@ tid = [t for t in tablets_on(a, 't')][0][0]
 threading.Thread(target=lambda: call(a, '/strata.internal.v1.Node/MoveTablet',
                  fld(1, tid) + fld(2, '127.0.0.1:%d' % b), limit=60), daemon=True).start()
 for _ in range(500):
-    if tablets_on(b, 't'): break
+    if tablets_on(b, 't', incoming=True): break
     time.sleep(0.01)
 time.sleep(0.2)
 os.kill(a_pid, signal.SIGKILL)
-print('source killed with the target listing %s' % tablets_on(b, 't'))
+print('source killed with the target listing %s' % tablets_on(b, 't', incoming=True))
 EOF
 wait "$A_PID" 2>/dev/null
 sleep 2

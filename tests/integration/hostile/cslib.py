@@ -255,16 +255,17 @@ def topology_nodes(d):
     return nodes
 
 
-def tablets_on(nport, table):
+def tablets_on(nport, table, incoming=False):
     """The tablets of table on the node at nport that serve it: [(id, start, end)], b'' for an
-    open end. A move's incoming copy (Tablet.incoming = 9) serves nothing and is left out."""
+    open end. A move's incoming copy (Tablet.incoming = 9) serves nothing and is left out, unless
+    incoming is true."""
     data, st, why = call(nport, '/strata.internal.v1.Node/ListTablets', fld(1, tname(table)), limit=10)
     out = []
     for m in msgs(data):
         for f, _, v in fields(m):
             if f == 1:
                 t = dict((a, b) for a, _, b in fields(v))
-                if t.get(2, b'').decode().endswith('/' + table) and not t.get(9):
+                if t.get(2, b'').decode().endswith('/' + table) and (incoming or not t.get(9)):
                     out.append((t.get(1), t.get(3, b''), t.get(4, b'')))
     return out
 
