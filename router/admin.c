@@ -1076,6 +1076,7 @@ typedef struct cons_op {
     rtr_ctx *r;
     rpc_call *call;
     rtr_cluster *c;
+    const char *table; /* CheckConsistency: the table's name (call arena) */
 } cons_op;
 
 static void token_done(rtr_fan *f, void *arg) {
@@ -1131,7 +1132,7 @@ static cons_op *cons_new(rtr_ctx *r, rpc_call *call, rtr_cluster *c, size_t n, r
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return NULL;
     }
-    *op = (cons_op){r, call, c};
+    *op = (cons_op){.r = r, .call = call, .c = c};
     return op;
 }
 
@@ -1154,6 +1155,26 @@ void rtr_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, void *
     for (size_t i = 0; i < c->n_nodes; i++)
         rtr_fan_call(f, i, &c->nodes[i], RTR_TA "GenerateConsistencyToken", req_bytes);
     rtr_fan_seal(f);
+}
+
+static void check_reply(cons_op *op, bool consistent) {
+    Google__Bigtable__Admin__V2__CheckConsistencyResponse resp;
+    google__bigtable__admin__v2__check_consistency_response__init(&resp);
+    resp.consistent = consistent;
+    rtr_reply(op->call, &resp.base);
+    free(op);
+}
+
+/* The nodes' answers said consistent: so is the table only if every cluster holds all its rows
+ * on fresh maps. A node of a peer cluster started again on an empty data directory holds none of
+ * the table's tablets, while its peers' positions say it took every write: without this check
+ * the token would pass with that cluster's copy gone (docs/formats/replication.md). */
+static void check_covered(void *arg) {
+    cons_op *op = arg;
+    bool all = true;
+    for (size_t i = 0; all && i < op->r->n_clusters; i++)
+        all = rtr_tmap_covers_all(rtr_tmap_find(op->r->clusters[i].map, op->table));
+    check_reply(op, all);
 }
 
 static void check_done(rtr_fan *f, void *arg) {
@@ -1179,13 +1200,12 @@ static void check_done(rtr_fan *f, void *arg) {
     rtr_fan_free(f);
     if (rc != ST_OK) {
         rpc_call_finish(op->call, rc, err.msg);
-    } else {
-        Google__Bigtable__Admin__V2__CheckConsistencyResponse resp;
-        google__bigtable__admin__v2__check_consistency_response__init(&resp);
-        resp.consistent = consistent;
-        rtr_reply(op->call, &resp.base);
+        free(op);
+    } else if (!consistent) {
+        check_reply(op, false);
+    } else if (rtr_refresh_all(op->r, check_covered, op) != ST_OK) {
+        check_covered(op);
     }
-    free(op);
 }
 
 /* Parses "strata1:<cluster>:<lsn>,<lsn>,..." into the cluster and the per-node lsns. */
@@ -1236,8 +1256,12 @@ void rtr_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg) {
             return;
         }
     rtr_fan *f;
-    if (!cons_new(r, call, c, n, check_done, &f))
+    cons_op *op = cons_new(r, call, c, n, check_done, &f);
+    if (!op)
         return;
+    op->table = st_arena_dup(a, req->name, strlen(req->name) + 1);
+    if (!op->table)
+        op->table = ""; /* no map holds it: answered not consistent */
     for (size_t i = 0; i < n; i++) {
         req->consistency_token = lsns[i];
         size_t len = google__bigtable__admin__v2__check_consistency_request__get_packed_size(req);

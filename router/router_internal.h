@@ -134,6 +134,8 @@ typedef struct rtr_tablet_in {
 rtr_tmap *rtr_tmap_build(const rtr_tablet_in *in, size_t n);
 void rtr_tmap_free(rtr_tmap *m); /* NULL is fine */
 const rtr_tmap_table *rtr_tmap_find(const rtr_tmap *m, const char *table);
+/* Whether t's tablets hold every row: from the empty key to the unbounded end, without a gap. */
+bool rtr_tmap_covers_all(const rtr_tmap_table *t);
 /* Index of the tablet holding row, or SIZE_MAX (no tablet covers it). */
 size_t rtr_tmap_row(const rtr_tmap_table *t, st_slice row);
 

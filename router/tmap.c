@@ -107,6 +107,15 @@ void rtr_tmap_free(rtr_tmap *m) {
     free(m);
 }
 
+bool rtr_tmap_covers_all(const rtr_tmap_table *t) {
+    if (!t || t->n == 0 || t->v[0].start.len != 0 || t->v[t->n - 1].end.len != 0)
+        return false;
+    for (size_t i = 1; i < t->n; i++)
+        if (!st_slice_eq(t->v[i - 1].end, t->v[i].start))
+            return false;
+    return true;
+}
+
 const rtr_tmap_table *rtr_tmap_find(const rtr_tmap *m, const char *table) {
     size_t lo = 0, hi = m ? m->n_tables : 0;
     while (lo < hi) {

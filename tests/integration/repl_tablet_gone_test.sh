@@ -8,6 +8,8 @@
 # 2. Delete and create again: east takes rows of table t while cut from west, t is deleted and
 #    created again, the link heals. The old rows must not appear in the new t on west (the
 #    shipper still knew the old tablet's table by name and sent them into the new table).
+# 3. West's node wiped and started again: it holds none of t's tablets while east's positions
+#    say it took every write; the consistency check must not say yes.
 # Usage: repl_tablet_gone_test.sh PATH/TO/strata
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -77,4 +79,10 @@ until_count "$WEST" t 3 || fail "west's new t does not hold exactly the new rows
 [ "$(consistent t)" = true ] || fail "not consistent after heal"
 [ "$(count "$WEST" t)" = 3 ] || fail "rows of the deleted table reached the new one on west"
 [ "$(count "$EAST" t)" = 3 ] || fail "east's new t changed"
+
+echo "== 3. west's node started again on an empty data directory"
+"$STRATA" chaos kill-cluster west --dir "$DIR" >/dev/null || fail "kill west"
+rm -rf "$DIR/west-0"
+"$STRATA" chaos restart-cluster west --dir "$DIR" >/dev/null || fail "restart west"
+[ "$(consistent t)" = false ] || fail "consistent while west's node holds none of t"
 echo "PASS"
