@@ -402,14 +402,32 @@ void rtr_later_flush(rtr_ctx *r) {
 
 /* ---- tablet-map refresh ---- */
 
+static st_code refresh_start(rtr_cluster *c);
+
+/* Runs the waiters the finished refresh served. Those that asked while it was in flight get the
+ * next one: its nodes may have answered before what they wait to see (a move that started, a
+ * drop that ended), and a map older than their question would tell them what they knew. */
 static void refresh_waiters_run(rtr_cluster *c) {
-    rtr_waiter *w = c->waiters;
-    size_t n = c->n_waiters;
-    c->waiters = NULL;
-    c->n_waiters = c->cap_waiters = 0;
+    size_t n = c->n_served;
+    rtr_waiter *w = n ? malloc(n * sizeof *w) : NULL;
+    if (n && !w) { /* no memory to split the list: serve everyone with this map */
+        n = c->n_waiters;
+        w = c->waiters;
+        c->waiters = NULL;
+        c->n_waiters = c->cap_waiters = 0;
+    } else if (n) {
+        memcpy(w, c->waiters, n * sizeof *w);
+        memmove(c->waiters, c->waiters + n, (c->n_waiters - n) * sizeof *w);
+        c->n_waiters -= n;
+    }
+    c->n_served = 0;
     for (size_t i = 0; i < n; i++)
         w[i].fn(w[i].arg);
     free(w);
+    if (!c->refreshing && c->n_waiters > 0 && refresh_start(c) != ST_OK) {
+        c->n_served = c->n_waiters; /* no refresh: serve them with this map */
+        refresh_waiters_run(c);
+    }
 }
 
 /* True for the target's copy of the range the balancer is moving in this cluster: partial until
@@ -527,24 +545,32 @@ static st_code add_waiter(rtr_cluster *c, void (*fn)(void *arg), void *arg) {
     return ST_OK;
 }
 
-st_code rtr_cluster_refresh(rtr_cluster *c, void (*fn)(void *arg), void *arg) {
-    if (add_waiter(c, fn, arg) != ST_OK)
-        return ST_RESOURCE_EXHAUSTED;
-    if (c->refreshing)
-        return ST_OK;
+/* Sends ListTablets to every node of c for the waiters registered so far. */
+static st_code refresh_start(rtr_cluster *c) {
     Strata__Internal__V1__ListTabletsRequest req;
     strata__internal__v1__list_tablets_request__init(&req);
     uint8_t buf[8];
     size_t len = strata__internal__v1__list_tablets_request__pack(&req, buf);
     rtr_fan *f = rtr_fan_new(c->ctx, c->n_nodes, RTR_ADMIN_TIMEOUT_MS, refresh_done, c);
-    if (!f) {
-        c->n_waiters--;
+    if (!f)
         return ST_RESOURCE_EXHAUSTED;
-    }
     c->refreshing = f;
+    c->n_served = c->n_waiters;
     for (size_t i = 0; i < c->n_nodes; i++)
         rtr_fan_call(f, i, &c->nodes[i], RTR_NODE "ListTablets", st_slice_make(buf, len));
     rtr_fan_seal(f);
+    return ST_OK;
+}
+
+st_code rtr_cluster_refresh(rtr_cluster *c, void (*fn)(void *arg), void *arg) {
+    if (add_waiter(c, fn, arg) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    if (c->refreshing)
+        return ST_OK; /* served by the next refresh (refresh_waiters_run) */
+    if (refresh_start(c) != ST_OK) {
+        c->n_waiters--;
+        return ST_RESOURCE_EXHAUSTED;
+    }
     return ST_OK;
 }
 

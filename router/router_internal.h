@@ -441,8 +441,10 @@ struct rtr_cluster {
     rtr_tmap *map;    /* never NULL after open */
     uint64_t map_gen; /* bumped by every refresh */
     rtr_fan *refreshing;
+    /* callers of rtr_cluster_refresh; the first n_served asked before the refresh in flight
+     * sent its ListTablets, the others wait for the next one */
     rtr_waiter *waiters;
-    size_t n_waiters, cap_waiters;
+    size_t n_waiters, cap_waiters, n_served;
     uint32_t rr_next;       /* round robin for new tablets */
     rtr_inflight *inflight; /* multi-cluster parts in flight here (health.c moves them) */
     rtr_bal_cluster bal;    /* balance.c */
