@@ -1022,6 +1022,9 @@ static void test_rpc_limits_out_of_descriptors(void **state) {
 }
 
 int main(void) {
+    /* As strata-node and strata-router do: a peer that closed (a refused or timed-out client
+     * connection of these tests) must not kill the in-process server that writes to it. */
+    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rpc_limits_out_of_descriptors),
         cmocka_unit_test(test_rpc_limits_flags),
