@@ -18,15 +18,10 @@ bad() { echo "FAIL: $*" >&2; exit 1; }
 
 # mkexport DIR [SIZE_OF_FIRST_FILE]: a valid export of two pieces p0 [-, "m") and p1 ["m", -).
 mkexport() {
-  python3 - "$1" "${2:-}" <<'PY'
+  python3 - "$1" "${2:-}" "$(cd "$(dirname "$0")" && pwd)" <<'PY'
 import hashlib, os, sys
-def crc32c(data, crc=0):
-    crc ^= 0xffffffff
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82f63b78 & -(crc & 1))
-    return crc ^ 0xffffffff
+sys.path.insert(0, sys.argv[3])
+from bk_manifest import crc32c, signed
 d, size0 = sys.argv[1], sys.argv[2]
 files = {"p0": [("000001.sst", b"first piece " * 40)], "p1": [("000002.sst", b"second piece " * 30)]}
 lines = ["strata-backup-export 1", "backup projects/p/instances/i/clusters/c1/backups/h1",
@@ -41,9 +36,7 @@ for piece in ("p0", "p1"):
         open(os.path.join(d, "pieces", piece, name), "wb").write(data)
         size = size0 if (piece == "p0" and size0) else str(len(data))
         lines.append("file %s %s %08x %s" % (name, size, crc32c(data), hashlib.sha256(data).hexdigest()))
-text = ("\n".join(lines) + "\n").encode()
-text += b"end %08x %s\n" % (crc32c(text), hashlib.sha256(text).hexdigest().encode())
-open(os.path.join(d, "MANIFEST"), "wb").write(text)
+open(os.path.join(d, "MANIFEST"), "wb").write(signed(lines))
 PY
 }
 

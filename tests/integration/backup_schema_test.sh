@@ -23,15 +23,11 @@ bad() { echo "FAIL: $*" >&2; exit 1; }
 
 # schema KIND: the hex of a packed google.bigtable.admin.v2.Table. mkexport DIR HEX: a valid
 # format-3 export of one piece holding one file, with that schema, signed.
+export BK_PYLIB_DIR="$(cd "$(dirname "$0")" && pwd)"
 PYLIB='
-import hashlib, os, sys
-def crc32c(data, crc=0):
-    crc ^= 0xffffffff
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82f63b78 & -(crc & 1))
-    return crc ^ 0xffffffff
+import os, sys
+sys.path.insert(0, os.environ["BK_PYLIB_DIR"])
+from bk_manifest import crc32c, signed
 def varint(n):
     out = b""
     while True:
@@ -70,9 +66,7 @@ lines = ["strata-backup-export 3", "backup projects/p/instances/i/clusters/c1/ba
          "start_us 1796420000000000", "end_us 1796420000180000", "expire_us 1797024800000000",
          "schema " + schema, "piece p0 - - 1796420000050000",
          "file 000001.sst %d %08x p0" % (len(data), crc32c(data))]
-text = ("\n".join(lines) + "\n").encode()
-text += b"end %08x %s\n" % (crc32c(text), hashlib.sha256(text).hexdigest().encode())
-open(os.path.join(d, "MANIFEST"), "wb").write(text)' "$1" "$2"
+open(os.path.join(d, "MANIFEST"), "wb").write(signed(lines))' "$1" "$2"
 }
 
 echo "== 1. verify and import refuse forged schemas (no server)"
