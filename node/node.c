@@ -693,7 +693,15 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     n->start_us = st_mono_us();
     snprintf(n->data_dir, sizeof n->data_dir, "%s", opts->data_dir);
     st_env *env = st_env_posix();
-    st_code rc = env->ops->mkdirs(env, n->data_dir, err);
+    /* The port first: a second node started on a taken port fails before it creates, locks or
+     * recovers anything. Connections are refused until the node is ready (listen below). */
+    rpc_server_opts so = {.ssl_ctx = opts->ssl_ctx, .unix_peer_role = RPC_ROLE_ROUTER};
+    n->rpc = rpc_server_new(base, &so, err);
+    st_code rc = n->rpc
+                     ? rpc_server_bind(n->rpc, opts->listen_host, opts->listen_port, &n->port, err)
+                     : (err ? err->code : ST_INTERNAL);
+    if (rc == ST_OK)
+        rc = env->ops->mkdirs(env, n->data_dir, err);
     if (rc == ST_OK)
         rc = lock_data_dir(n, env, err);
     char cat_path[4200];
@@ -718,18 +726,16 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     if (rc == ST_OK) {
         /* The Unix socket (a router on this host) is plaintext in an owner-only directory:
          * only the node's own user reaches it, and that user holds the keys anyway. */
-        rpc_server_opts so = {.ssl_ctx = opts->ssl_ctx, .unix_peer_role = RPC_ROLE_ROUTER};
         n->peer_opts = (rpc_client_opts){.ssl_ctx = opts->client_ssl_ctx,
                                          .peer_role = opts->client_ssl_ctx ? RPC_ROLE_NODE : NULL};
-        n->rpc = rpc_server_new(base, &so, err);
-        rc = n->rpc ? node_server_register(n, err) : (err ? err->code : ST_INTERNAL);
-        if (n->rpc && opts->ssl_ctx) /* who may call what (access.c) */
+        rc = node_server_register(n, err);
+        if (opts->ssl_ctx) /* who may call what (access.c) */
             rpc_server_set_guard(n->rpc, node_access_guard, n);
     }
     if (rc == ST_OK)
         rc = node_repl_start(n, err);
     if (rc == ST_OK)
-        rc = rpc_server_listen(n->rpc, opts->listen_host, opts->listen_port, &n->port, err);
+        rc = rpc_server_listen_bound(n->rpc, err);
     if (rc == ST_OK)
         rc = node_split_timer_start(n, err);
     if (rc != ST_OK) {

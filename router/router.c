@@ -262,7 +262,9 @@ static st_code start_connect(rtr_ctx *r, st_err *err) {
     }
 }
 
-static st_code start_listen(rtr_ctx *r, st_err *err) {
+/* Claims the listen address before anything touches the nodes, so a second router started on a
+ * taken port fails at once; connections are refused until start_listen. */
+static st_code start_bind(rtr_ctx *r, st_err *err) {
     char host[ST_TOPO_ADDR_MAX + 1] = "127.0.0.1";
     uint16_t port = 8086;
     if (r->opts.listen_host) {
@@ -274,7 +276,7 @@ static st_code start_listen(rtr_ctx *r, st_err *err) {
                           r->topo.routers[0]);
     }
     snprintf(r->listen_host, sizeof r->listen_host, "%s", host);
-    return rpc_server_listen(r->rpc, host, port, &r->port, err);
+    return rpc_server_bind(r->rpc, host, port, &r->port, err);
 }
 
 st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, st_err *err) {
@@ -288,10 +290,12 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
     if (!r->opts.change_streams_max)
         r->opts.change_streams_max = RTR_CS_STREAMS_MAX_DEFAULT;
     r->base = base;
-    st_code rc = init_clusters(r, err);
     rpc_server_opts so = {.ssl_ctx = opts->ssl_ctx};
-    if (rc == ST_OK && !(r->rpc = rpc_server_new(base, &so, err)))
-        rc = err ? err->code : ST_INTERNAL;
+    st_code rc = (r->rpc = rpc_server_new(base, &so, err)) ? ST_OK : err ? err->code : ST_INTERNAL;
+    if (rc == ST_OK)
+        rc = start_bind(r, err);
+    if (rc == ST_OK)
+        rc = init_clusters(r, err);
     if (rc == ST_OK)
         rc = register_methods(r, err);
     if (rc == ST_OK)
@@ -303,7 +307,7 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
     if (rc == ST_OK)
         rc = rtr_meta_start_timer(r, err);
     if (rc == ST_OK)
-        rc = start_listen(r, err);
+        rc = rpc_server_listen_bound(r->rpc, err);
     if (rc == ST_OK)
         rc = rtr_bk_start(r, err); /* needs the listen address: names this router's operations */
     if (rc == ST_OK)

@@ -56,6 +56,9 @@ struct rpc_server {
     size_t methods_len;
     struct evconnlistener *listeners[RPC_LISTENERS_MAX];
     size_t listeners_len;
+    /* TCP sockets bound by rpc_server_bind that do not listen yet (rpc_server_listen_bound). */
+    int bound[RPC_LISTENERS_MAX];
+    size_t bound_len;
     /* Unix-domain listeners' socket files, removed by rpc_server_free when still ours (same
      * device and inode as bound: a later server may have replaced the file meanwhile). */
     struct {

@@ -118,11 +118,9 @@ static bool listener_keep(rpc_server *s, struct evconnlistener *l, st_err *err) 
     return true;
 }
 
-st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16_t *bound_port,
-                          st_err *err) {
-    if (s->listeners_len == RPC_LISTENERS_MAX)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "too many listeners (max %d)",
-                          RPC_LISTENERS_MAX);
+/* A TCP socket bound to host:port (SO_REUSEADDR, as a listener's), not listening yet. */
+static st_code bind_tcp(const char *host, uint16_t port, int *fd_out, uint16_t *bound_port,
+                        st_err *err) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -133,26 +131,64 @@ st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16
     if (gai != 0)
         return st_err_set(err, ST_UNAVAILABLE, "cannot resolve listen address %s: %s",
                           host ? host : "*", gai_strerror(gai));
-    struct evconnlistener *l = NULL;
-    for (struct addrinfo *ai = res; ai && !l; ai = ai->ai_next)
-        l = evconnlistener_new_bind(s->base, accept_cb, s,
-                                    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
-                                        LEV_OPT_CLOSE_ON_EXEC,
-                                    -1, ai->ai_addr, (int)ai->ai_addrlen);
+    int fd = -1, e = 0, one = 1;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+                        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0)) {
+            e = errno;
+            close(fd);
+            fd = -1;
+        } else if (fd < 0) {
+            e = errno;
+        }
+    }
     freeaddrinfo(res);
-    if (!l)
+    if (fd < 0)
         return st_err_set(err, ST_UNAVAILABLE, "cannot listen on %s:%u: %s; is the port in use?",
-                          host ? host : "*", port, strerror(errno));
-    if (!listener_keep(s, l, err))
-        return ST_RESOURCE_EXHAUSTED;
+                          host ? host : "*", port, strerror(e));
     if (bound_port) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
-        getsockname(evconnlistener_get_fd(l), (struct sockaddr *)&ss, &sl);
+        getsockname(fd, (struct sockaddr *)&ss, &sl);
         *bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                                : ntohs(((struct sockaddr_in *)&ss)->sin_port);
     }
+    *fd_out = fd;
     return ST_OK;
+}
+
+st_code rpc_server_bind(rpc_server *s, const char *host, uint16_t port, uint16_t *bound_port,
+                        st_err *err) {
+    if (s->listeners_len + s->bound_len >= RPC_LISTENERS_MAX)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "too many listeners (max %d)",
+                          RPC_LISTENERS_MAX);
+    int fd;
+    st_code rc = bind_tcp(host, port, &fd, bound_port, err);
+    if (rc == ST_OK)
+        s->bound[s->bound_len++] = fd;
+    return rc;
+}
+
+st_code rpc_server_listen_bound(rpc_server *s, st_err *err) {
+    while (s->bound_len > 0) {
+        int fd = s->bound[0];
+        struct evconnlistener *l = evconnlistener_new(
+            s->base, accept_cb, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+        if (!l)
+            return st_err_set(err, ST_UNAVAILABLE, "cannot listen on a bound socket: %s",
+                              strerror(errno));
+        memmove(s->bound, s->bound + 1, --s->bound_len * sizeof s->bound[0]);
+        if (!listener_keep(s, l, err))
+            return ST_RESOURCE_EXHAUSTED;
+    }
+    return ST_OK;
+}
+
+st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16_t *bound_port,
+                          st_err *err) {
+    st_code rc = rpc_server_bind(s, host, port, bound_port, err);
+    return rc == ST_OK ? rpc_server_listen_bound(s, err) : rc;
 }
 
 /* ---- Unix-domain listeners ---- */
@@ -242,7 +278,7 @@ static st_code unix_owner_only(const rpc_server *s, const char *path, st_err *er
 }
 
 st_code rpc_server_listen_unix(rpc_server *s, const char *path, st_err *err) {
-    if (s->listeners_len == RPC_LISTENERS_MAX)
+    if (s->listeners_len + s->bound_len >= RPC_LISTENERS_MAX)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "too many listeners (max %d)",
                           RPC_LISTENERS_MAX);
     struct sockaddr_un sa;
@@ -280,6 +316,9 @@ void rpc_server_listeners_free(rpc_server *s) {
     for (size_t i = 0; i < s->listeners_len; i++)
         evconnlistener_free(s->listeners[i]);
     s->listeners_len = 0;
+    for (size_t i = 0; i < s->bound_len; i++)
+        close(s->bound[i]);
+    s->bound_len = 0;
     unix_paths_remove(s);
     if (s->accept_ev)
         event_free(s->accept_ev);

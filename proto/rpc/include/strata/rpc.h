@@ -102,6 +102,13 @@ st_code rpc_server_add_method(rpc_server *s, const char *path, rpc_handler_fn ha
  * times for several listeners. */
 st_code rpc_server_listen(rpc_server *s, const char *host, uint16_t port, uint16_t *bound_port,
                           st_err *err);
+/* The same in two steps, so a process can claim its port before it starts work that must not
+ * run twice (a second process on a taken port then fails before touching anything): bind
+ * reserves host:port (connections are refused meanwhile), listen_bound starts accepting on every
+ * address bound so far. */
+st_code rpc_server_bind(rpc_server *s, const char *host, uint16_t port, uint16_t *bound_port,
+                        st_err *err);
+st_code rpc_server_listen_bound(rpc_server *s, st_err *err);
 /* Also listens on a Unix-domain stream socket at path (same HTTP/2 and gRPC; meant for
  * processes on one host, e.g. strata-router -> strata-node, saving the TCP/IP stack on every
  * message). A socket file already at path that no process accepts on (left by a crash) is
