@@ -74,7 +74,7 @@ static size_t down_signal(down_ctx *c) {
             ops_inst_pid_remove(c->dir, c->names[i]);
             continue;
         }
-        if (kill(pid, SIGTERM) != 0 && errno == EPERM) {
+        if (ops_inst_term(pid) != 0 && errno == EPERM) {
             fprintf(stderr, "strata down: not allowed to stop %s (pid %d): run as its owner\n",
                     c->names[i], (int)pid);
             continue;

@@ -175,6 +175,14 @@ bool ops_inst_pid_alive(pid_t pid) {
     return ours && !leaving; /* one killed with SIGKILL lives on for a moment: it has stopped */
 }
 
+int ops_inst_term(pid_t pid) {
+    int rc = kill(pid, SIGTERM), e = errno;
+    if (rc == 0)
+        kill(pid, SIGCONT);
+    errno = e;
+    return rc;
+}
+
 bool ops_inst_pid_wait_gone(pid_t pid, int wait_ms) {
     struct timespec nap = {0, OPS_POLL_MS * 1000000L};
     for (int ms = 0;; ms += OPS_POLL_MS) {

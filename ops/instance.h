@@ -68,6 +68,10 @@ bool ops_inst_pid_alive(pid_t pid);
  * node's data directory lock, its listening socket), and a process started in its place would
  * find them taken. True when gone (or not ours), false when still there after wait_ms. */
 bool ops_inst_pid_wait_gone(pid_t pid, int wait_ms);
+/* Asks pid to stop: SIGTERM, then SIGCONT, so a process stopped with SIGSTOP (or ^Z) wakes to
+ * handle it and exits cleanly at once instead of sitting out the caller's grace period until its
+ * SIGKILL. kill()'s result for the SIGTERM (errno set on -1). */
+int ops_inst_term(pid_t pid);
 
 /* Lists the names of the pid files in DIR/run (without ".pid"); returns how many (at most max). */
 size_t ops_inst_pid_names(const char *dir, char names[][OPS_NAME_MAX], size_t max);

@@ -197,7 +197,7 @@ static void restart_usage(FILE *out) {
 /* SIGTERM, up to RESTART_STOP_GRACE_S for it to go, then SIGKILL. False if it stays. */
 static bool rs_stop(const rs_ctx *c, const char *name, pid_t pid) {
     printf("  %-12s stopping (pid %d)\n", name, (int)pid);
-    if (kill(pid, SIGTERM) != 0 && errno != ESRCH) {
+    if (ops_inst_term(pid) != 0 && errno != ESRCH) {
         fprintf(stderr, "%s: cannot signal %s (pid %d): %s\n", c->who, name, (int)pid,
                 strerror(errno));
         return false;

@@ -429,7 +429,7 @@ static bool up_log_says_in_use(const up_ctx *c, const up_proc *p) {
 static void up_stop_all(up_ctx *c) {
     for (size_t i = 0; i < c->n_procs; i++)
         if (c->procs[i].pid > 0)
-            kill(c->procs[i].pid, SIGTERM);
+            ops_inst_term(c->procs[i].pid);
     struct timespec nap = {0, OPS_POLL_MS * 1000000L};
     for (long waited = 0; waited < UP_STOP_GRACE_MS; waited += OPS_POLL_MS) {
         bool any = false;

@@ -4,7 +4,8 @@
 # start (exit 1, naming the bind failure) instead of "ready" — they used to take the other
 # program's answer to their connect for the node listening, while the node had already exited
 # with "Address already in use". Once the port is free, `strata restart` starts it and the data
-# written before is served. One cluster of one node. Skips (77) without python3 or cbt.
+# written before is served. A node stopped with SIGSTOP is restarted cleanly (SIGTERM and
+# SIGCONT), not killed after the grace period. One cluster of one node. Skips (77) without python3 or cbt.
 # Usage: ops_port_taken_test.sh PATH/TO/strata
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -52,4 +53,18 @@ wait "$HOLDER" 2>/dev/null
 "$STRATA" up --dir "$DIR" >/dev/null 2>&1 || fail "strata up (router) after the restart"
 out=$(cbtr "127.0.0.1:$PORT" -timeout 20s lookup t r1) || fail "lookup r1: $out"
 grep -q '"before"' <<<"$out" || fail "r1 lost: $out"
+
+# A node stopped with SIGSTOP is woken (SIGCONT after the SIGTERM) and shuts down cleanly; it
+# used to sit out the 30 s grace period and be killed with SIGKILL.
+echo "== strata restart of a node stopped with SIGSTOP"
+NLOG="$DIR/logs/east-0.log"
+OLD=$(cat "$DIR/run/east-0.pid")
+before=$(grep -c "shutting down" "$NLOG")
+kill -STOP "$OLD"
+"$STRATA" restart east-0 --dir "$DIR" >"$TMPD/restart3.out" 2>&1 ||
+  { kill -CONT "$OLD" 2>/dev/null; cat "$TMPD/restart3.out"; fail "strata restart of a stopped node"; }
+after=$(grep -c "shutting down" "$NLOG")
+[ "$after" -gt "$before" ] || { cat "$TMPD/restart3.out"; fail "the stopped node did not shut down cleanly (killed?)"; }
+out=$(cbtr "127.0.0.1:$PORT" -timeout 20s lookup t r1) || fail "lookup r1 after the restart: $out"
+grep -q '"before"' <<<"$out" || fail "r1 lost after the restart: $out"
 echo "PASS"
