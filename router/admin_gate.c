@@ -12,7 +12,9 @@
  *
  * A gate is keyed by a full resource name: a table's SetIamPolicy (iam.c) waits at the table's
  * gate too, and changes of an app profile (profiles.c) and UpdateBackup / DeleteBackup
- * (backup.c) use gates keyed by the profile's or the backup's name. */
+ * (backup.c) use gates keyed by the profile's or the backup's name; the backup sweep deletes an
+ * expired backup only while holding its gate (rtr_gate_take), so an UpdateBackup answered OK is
+ * never undone by a delete already under way. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +34,7 @@ typedef struct gate_wait {
 
 struct rtr_gate {
     char *table;
-    rpc_call *owner; /* the call running now */
+    const void *owner; /* the call running now (or the backup sweep's delete, rtr_gate_take) */
     gate_wait *head, *tail;
     size_t n_wait;
     struct rtr_gate *next;
@@ -92,6 +94,23 @@ bool rtr_gate_enter(rtr_ctx *r, const char *table, rpc_call *call, st_slice req,
     return true;
 }
 
+bool rtr_gate_take(rtr_ctx *r, const char *name, const void *owner) {
+    rtr_gate **slot = gate_slot(r, name);
+    if (*slot)
+        return false;
+    rtr_gate *g = calloc(1, sizeof *g);
+    char *copy = strdup(name);
+    if (!g || !copy) {
+        free(g);
+        free(copy);
+        return false;
+    }
+    g->table = copy;
+    g->owner = owner;
+    *slot = g;
+    return true;
+}
+
 static void gate_next(rtr_ctx *r, rtr_gate *g);
 
 /* The next waiting call's turn: its handler runs again (it enters the gate it now owns). */
@@ -128,7 +147,7 @@ static void gate_next(rtr_ctx *r, rtr_gate *g) {
         gate_run(w);
 }
 
-void rtr_gate_leave(rtr_ctx *r, rpc_call *owner) {
+void rtr_gate_leave(rtr_ctx *r, const void *owner) {
     rtr_gate *g = r->gates;
     while (g && g->owner != owner)
         g = g->next;

@@ -263,6 +263,33 @@ static void forget_done(void *arg, st_code code, const char *msg) {
 }
 
 /* Collects first, acts after: the actions change r->meta (possibly at once). */
+/* The sweep's delete holds the backup's gate: an UpdateBackup or DeleteBackup running now makes
+ * the sweep leave the backup for its next round (which looks at the record as that call left
+ * it), and one arriving during the delete waits and then finds the backup gone. */
+typedef struct sweep_del {
+    rtr_ctx *r;
+} sweep_del;
+
+static void sweep_deleted(void *arg, st_code code, const char *msg) {
+    sweep_del *d = arg;
+    if (code != ST_OK)
+        st_log(ST_LOG_WARN, "router", "expired backup not deleted (next sweep retries): %s",
+               msg ? msg : st_code_name(code));
+    rtr_gate_leave(d->r, d);
+    free(d);
+}
+
+static void sweep_delete(rtr_ctx *r, const char *name) {
+    sweep_del *d = malloc(sizeof *d);
+    if (!d || !rtr_gate_take(r, name, d)) {
+        free(d);
+        return;
+    }
+    d->r = r;
+    st_log(ST_LOG_INFO, "router", "backup %s expired (or was abandoned): deleting it", name);
+    rtr_bk_delete(r, name, sweep_deleted, d);
+}
+
 void rtr_bk_sweep(rtr_ctx *r) {
     if (!r->bk || !r->meta_loaded)
         return;
@@ -283,9 +310,7 @@ void rtr_bk_sweep(rtr_ctx *r) {
         if (v[i].what == 0) {
             rtr_bk_reap(r, v[i].name, v[i].rec);
         } else if (v[i].what == 1) {
-            st_log(ST_LOG_INFO, "router", "backup %s expired (or was abandoned): deleting it",
-                   v[i].name);
-            rtr_bk_delete(r, v[i].name, NULL, NULL);
+            sweep_delete(r, v[i].name);
         } else {
             char *nm = strdup(v[i].name);
             if (nm)

@@ -684,9 +684,13 @@ typedef void (*rtr_gate_fn)(rpc_call *call, st_slice req, void *arg);
  * gate until rtr_gate_leave). Else the call waits (fn(call, req, r) runs again when its turn comes)
  * or was answered (UNAVAILABLE: too many waiting; out of memory). */
 bool rtr_gate_enter(rtr_ctx *r, const char *table, rpc_call *call, st_slice req, rtr_gate_fn fn);
+/* Takes name's gate for owner (not a call: work of the router's own, e.g. the backup sweep)
+ * only when nobody holds it; false, with nothing queued, when it is taken (or out of memory).
+ * Calls arriving meanwhile wait as for a call; rtr_gate_leave(r, owner) gives it up. */
+bool rtr_gate_take(rtr_ctx *r, const char *name, const void *owner);
 /* owner answered its call (it may be freed): the next waiting call's turn at its gate, if it
  * held one. */
-void rtr_gate_leave(rtr_ctx *r, rpc_call *owner);
+void rtr_gate_leave(rtr_ctx *r, const void *owner);
 /* At close: waiting calls are answered UNAVAILABLE, gates freed. */
 void rtr_gates_close(rtr_ctx *r);
 /* changes.c: change streams (docs/changestreams.md, "The router") */

@@ -1,7 +1,8 @@
 /*
  * The pure parts of the router's backups (router/backup_filter.c): backup ids and names,
  * expire_time bounds, ListBackups' filter language (comparisons over every documented field,
- * AND / OR / NOT, parentheses, times) and order_by (default start_time desc, ties by name).
+ * AND / OR / NOT, parentheses, times) and order_by (default start_time desc, ties by name);
+ * and the gate the backup sweep takes for its deletes (router/admin_gate.c, rtr_gate_take).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "backup.h"
+#include "router_internal.h"
 
 static st_topology topo(void) {
     st_topology t;
@@ -314,11 +316,30 @@ static void test_visible(void **state) {
     assert_true(rtr_bk_visible(&rec, &op)); /* done without error: its record turns READY */
 }
 
+/* The sweep takes a backup's gate only when no call holds it, and gives it back. */
+static void test_gate_take(void **state) {
+    (void)state;
+    rtr_ctx *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    int sweep1, sweep2;
+    const char *b = "projects/p/instances/i/clusters/east/backups/b";
+    assert_true(rtr_gate_take(r, b, &sweep1));
+    assert_false(rtr_gate_take(r, b, &sweep2)); /* held: the second sweep leaves it */
+    assert_true(rtr_gate_take(r, "projects/p/instances/i/clusters/east/backups/c", &sweep2));
+    rtr_gate_leave(r, &sweep1);
+    assert_true(rtr_gate_take(r, b, &sweep1)); /* free again */
+    rtr_gate_leave(r, &sweep1);
+    rtr_gate_leave(r, &sweep2);
+    assert_null(r->gates); /* nothing left behind */
+    free(r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids_and_names), cmocka_unit_test(test_expire_bounds),
         cmocka_unit_test(test_filter),        cmocka_unit_test(test_filter_size),
         cmocka_unit_test(test_order_by),      cmocka_unit_test(test_visible),
+        cmocka_unit_test(test_gate_take),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
