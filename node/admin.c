@@ -338,17 +338,92 @@ void node_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
     node_reply(call, &resp.base);
 }
 
-st_code node_table_drop(node_ctx *n, const char *name, st_err *err) {
+/* ---- dropping a table ----
+ * Dropping a tablet in storage waits for a flush of it that is running (a memtable's worth of
+ * SSTable written), so the table's tablets are unmapped on the loop (no call reaches them from
+ * then on) and dropped from storage on a job; the call is answered once they are gone. */
+
+typedef struct table_drop {
+    char *name;
+    uint64_t *ids;
+    size_t n_ids;
+} table_drop;
+
+static void table_drop_free(table_drop *d) {
+    free(d->name);
+    free(d->ids);
+    free(d);
+}
+
+static void table_drop_work(node_job *j) {
+    table_drop *d = j->arg;
+    for (size_t i = 0; i < d->n_ids; i++)
+        sto_tablet_drop(j->n->db, d->ids[i], NULL);
+}
+
+/* On the loop, after the storage drops: as before them, nothing of the table is left to ship. */
+static void table_drop_finish(node_ctx *n, rpc_call *call, const char *name) {
+    node_repl_table_dropped(n, name);
+    node_cs_tables_changed(n);
+    st_log(ST_LOG_INFO, "admin", "deleted table=%s", name);
+    Google__Protobuf__Empty empty;
+    google__protobuf__empty__init(&empty);
+    node_reply(call, &empty.base);
+}
+
+static void table_drop_done(node_job *j) {
+    table_drop *d = j->arg;
+    table_drop_finish(j->n, j->call, d->name);
+    table_drop_free(d);
+    free(j);
+}
+
+/* The table's tablet ids of this moment. */
+static table_drop *table_drop_new(node_ctx *n, const char *name) {
+    node_tablets *t = node_tablets_find(n, name);
+    size_t count = t ? t->n : 0;
+    table_drop *d = calloc(1, sizeof *d);
+    if (d) {
+        d->name = strdup(name);
+        d->ids = calloc(count ? count : 1, sizeof *d->ids);
+    }
+    if (!d || !d->name || !d->ids) {
+        if (d)
+            table_drop_free(d);
+        return NULL;
+    }
+    for (size_t i = 0; i < count; i++)
+        d->ids[i] = t->v[i].id;
+    d->n_ids = count;
+    return d;
+}
+
+st_code node_table_drop_start(node_ctx *n, rpc_call *call, const char *name, st_err *err) {
+    table_drop *d = table_drop_new(n, name);
+    if (!d)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory deleting table %s", name);
     /* Catalog first: a crash after it leaves orphan tablets, which the next start drops. */
     st_code rc = node_catalog_remove(n->catalog, name, err);
     if (rc == ST_OK)
         rc = node_catalog_save(n->catalog, err);
-    if (rc != ST_OK)
+    if (rc != ST_OK) {
+        table_drop_free(d);
         return rc;
-    drop_table_tablets(n, name);
-    node_repl_table_dropped(n, name);
-    node_cs_tables_changed(n);
-    st_log(ST_LOG_INFO, "admin", "deleted table=%s", name);
+    }
+    node_tablets *t = node_tablets_find(n, name);
+    if (t) /* no call reaches its tablets from now on */
+        node_tables_remove(n, t);
+    node_job *j = calloc(1, sizeof *j);
+    if (j) {
+        *j = (node_job){
+            .n = n, .call = call, .work = table_drop_work, .done = table_drop_done, .arg = d};
+        if (node_job_start(j, NULL) == ST_OK)
+            return ST_OK;
+        free(j);
+    }
+    table_drop_work(&(node_job){.n = n, .arg = d}); /* no thread: here, as before */
+    table_drop_finish(n, call, name);
+    table_drop_free(d);
     return ST_OK;
 }
 
@@ -367,13 +442,8 @@ void node_h_delete_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     st_err err;
-    if (node_table_drop(n, req->name, &err) != ST_OK) {
+    if (node_table_drop_start(n, call, req->name, &err) != ST_OK)
         node_fail(call, err.code, "%s", err.msg);
-        return;
-    }
-    Google__Protobuf__Empty empty;
-    google__protobuf__empty__init(&empty);
-    node_reply(call, &empty.base);
 }
 
 /* ---- UpdateTable ----

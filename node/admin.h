@@ -31,8 +31,11 @@ typedef void (*node_purge_done_fn)(node_ctx *n, rpc_call *call, st_code code, co
 st_code node_family_purge_start(node_ctx *n, rpc_call *call, const char *table,
                                 const char *const *fams, size_t n_fams, node_purge_done_fn done,
                                 void *arg, st_err *err);
-/* Removes the table from the catalog (saved) and drops its local tablets. NOT_FOUND if absent. */
-st_code node_table_drop(node_ctx *n, const char *name, st_err *err);
+/* Removes the table from the catalog (saved) and drops its local tablets, the storage part on a
+ * job (a running flush of a tablet is waited for there, not on the loop); call is answered
+ * (google.protobuf.Empty) when they are gone. On an error nothing changed and call is not
+ * answered. NOT_FOUND if absent. */
+st_code node_table_drop_start(node_ctx *n, rpc_call *call, const char *name, st_err *err);
 
 /* Sets a table's change stream retention (0 = off) and/or deletion protection, saves the catalog
  * and pushes the GC rules (UpdateTable). */

@@ -259,11 +259,10 @@ void node_h_drop_table(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!req)
         return;
     st_err err = {0};
-    if (node_catalog_find(n->catalog, req->name) && node_table_drop(n, req->name, &err) != ST_OK) {
+    if (!node_catalog_find(n->catalog, req->name))
+        reply_empty(call);
+    else if (node_table_drop_start(n, call, req->name, &err) != ST_OK)
         node_fail(call, err.code, "%s", err.msg);
-        return;
-    }
-    reply_empty(call);
 }
 
 /* ---- ListTablets ---- */

@@ -26,7 +26,7 @@ for n in ("taken", "node"):
     threading.Thread(target=hold, args=(n,), daemon=True).start()
 time.sleep(600)' >"$TMPD/holder.out" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 1 50); do [ "$(grep -c '^[a-z]* [0-9]*$' "$TMPD/holder.out")" -eq 2 ] && break; sleep 0.1; done
+for _ in $(seq 1 600); do [ "$(grep -c '^[a-z]* [0-9]*$' "$TMPD/holder.out")" -eq 2 ] && break; sleep 0.1; done
 TAKEN=$(sed -n 's/^taken \([0-9]*\)$/\1/p' "$TMPD/holder.out")
 NODEP=$(sed -n 's/^node \([0-9]*\)$/\1/p' "$TMPD/holder.out")
 [ -n "$TAKEN" ] && [ -n "$NODEP" ] || fail "the port holders did not start"

@@ -6,7 +6,8 @@
  * rows outside the prefix left. Before the drop ran on a job the call answered without any job
  * (the whole scan and its durable writes held the loop), which this test reports as a failure.
  * With change streams on, DropRowRange deletes batch by batch on the loop: checked across
- * batches, tablets and the end of the prefix, and for a whole table.
+ * batches, tablets and the end of the prefix, and for a whole table. DeleteTable drops its
+ * tablets from storage on a job as well.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -372,6 +373,40 @@ static void test_drop_row_range_in_batches(void **state) {
     assert_int_equal(count_rows(table), 0);
 }
 
+static st_code delete_table(const char *table) {
+    Google__Bigtable__Admin__V2__DeleteTableRequest req;
+    google__bigtable__admin__v2__delete_table_request__init(&req);
+    req.name = (char *)table;
+    st_err status;
+    return unary(ADMIN "DeleteTable", &req.base, &status);
+}
+
+/* DeleteTable drops its tablets from storage on a job (a drop waits for a running flush of the
+ * tablet): meanwhile the loop serves another table, and the deleted one is gone at once. */
+static void test_delete_table_leaves_the_loop_free(void **state) {
+    (void)state;
+    const char *gone = PARENT "/tables/gone", *kept = PARENT "/tables/kept";
+    create_table("gone", "m", 0);
+    create_table("kept", NULL, 0);
+    mutate_row(gone, "a");
+    mutate_row(gone, "z");
+    mutate_row(kept, "a");
+    held_call h = {.fn = delete_table, .table = gone};
+    pthread_t th;
+    bool on_job = held_start(&h, &th);
+    if (on_job) {
+        mutate_row(kept, "b");
+        assert_int_equal(count_rows(kept), 2);
+        assert_int_equal(delete_table(gone), ST_NOT_FOUND); /* out of the catalog already */
+    }
+    held_end(th);
+    assert_true(on_job); /* else the tablets were dropped on the loop thread */
+    assert_int_equal(h.rc, ST_OK);
+    create_table("gone", NULL, 0); /* the name is free: a new, empty table */
+    assert_int_equal(count_rows(gone), 0);
+    assert_int_equal(count_rows(kept), 2);
+}
+
 static int g_failures;
 
 static void *client_main(void *arg) {
@@ -380,6 +415,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_drop_row_range_leaves_the_loop_free),
         cmocka_unit_test(test_drop_row_range_in_batches),
         cmocka_unit_test(test_drop_family_leaves_the_loop_free),
+        cmocka_unit_test(test_delete_table_leaves_the_loop_free),
     };
     g_failures = cmocka_run_group_tests(tests, NULL, NULL);
     event_base_loopbreak(g_base);
