@@ -7,6 +7,7 @@
 #include "changes.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -409,6 +410,8 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     if (rc == ST_OK && !same)
         rc = node_table_push_gc(n, node_catalog_find(n->catalog, t->name), &err);
     node_tablet *tab = rc == ST_OK ? &t->v[node_tablet_index(t, start)] : NULL;
+    if (tab && !same && req->incoming && n->move_test.kill_created)
+        raise(SIGKILL); /* a test of a target killed right after creating a move's copy */
     if (tab && (activate || (!same && req->incoming)))
         rc = set_incoming(n, t, tab, !activate, &err);
     if (rc != ST_OK) {

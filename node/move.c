@@ -23,6 +23,7 @@
 #include "changes.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,24 @@ struct node_move {
     uint64_t ship_lsn;         /* the peers must have the log up to here before the drop */
 };
 
+void node_move_test_load(node_ctx *n) {
+    const char *env = getenv(NODE_MOVE_TEST_ENV);
+    node_move_test *t = &n->move_test;
+    for (const char *p = env; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        if (strncmp(p, "hold_ms=", 8) == 0)
+            t->hold_ms = atoi(p + 8);
+        else if (strncmp(p, "incoming_idle_ms=", 17) == 0)
+            t->incoming_idle_ms = atoi(p + 17);
+        else if (strncmp(p, "kill=activated", 14) == 0)
+            t->kill_activated = true;
+        else if (strncmp(p, "kill=created", 12) == 0)
+            t->kill_created = true;
+    }
+    if (env && *env)
+        st_log(ST_LOG_WARN, "move", "%s=%s: test faults in moves (unset it in production)",
+               NODE_MOVE_TEST_ENV, env);
+}
+
 static void move_run(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
@@ -88,7 +107,7 @@ static void move_run(evutil_socket_t fd, short what, void *arg) {
 /* Runs step(m) from the loop after delay_ms (never inside an rpc_client callback's stack). */
 static void move_defer(node_move *m, move_step_fn step, int delay_ms) {
     m->step = step;
-    struct timeval tv = {0, delay_ms * 1000};
+    struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
     evtimer_add(m->ev, &tv);
 }
 
@@ -267,6 +286,8 @@ static void activate_done(st_code code, const char *msg, st_slice resp, void *ar
                                 : "");
         return;
     }
+    if (m->n->move_test.kill_activated)
+        raise(SIGKILL); /* a test of a source killed between the activation and its drop */
     st_buf_reset(&m->target_tablet);
     if (st_buf_append(&m->target_tablet, resp.data, resp.len) != ST_OK) {
         move_fail(m, ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -495,8 +516,8 @@ static void move_send_batch(node_move *m) {
         move_fail(m, rc, err.msg[0] ? err.msg : "reading the tablet failed");
         return;
     }
-    if (cells == 0) {
-        move_wait_shipped(m);
+    if (cells == 0) { /* copied: a test may hold the move here (NODE_MOVE_TEST_ENV) */
+        move_defer(m, move_wait_shipped, m->n->move_test.hold_ms);
         return;
     }
     m->cells_copied += cells;

@@ -719,6 +719,7 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
         rc = node_cs_open(n, err);
     if (rc == ST_OK)
         rc = load_tablets(n, err);
+    node_move_test_load(n);
     if (rc == ST_OK)
         rc = node_backups_open(n, err);
     if (rc == ST_OK && !(n->rowlocks = node_rowlocks_new()))

@@ -51,6 +51,19 @@ typedef struct node_tablets {
     size_t n;
 } node_tablets;
 
+/* Fault settings for tests of moves, from the environment variable STRATA_TEST_MOVE (a comma
+ * separated list, read at open; never set in production): hold_ms=N makes a source wait N ms
+ * between the end of the copy and the activation; kill=activated makes a source kill itself
+ * (SIGKILL) once the target activated its copy, before dropping its own tablet; kill=created
+ * makes a target kill itself after creating an incoming copy in storage, before answering;
+ * incoming_idle_ms=N replaces NODE_INCOMING_IDLE_MS. */
+#define NODE_MOVE_TEST_ENV "STRATA_TEST_MOVE"
+typedef struct node_move_test {
+    int hold_ms;
+    int incoming_idle_ms;
+    bool kill_activated, kill_created;
+} node_move_test;
+
 /* Tablet ids: (node_num << NODE_TABLET_ID_COUNTER_BITS) | a per-node counter (the catalog's). */
 #define NODE_TABLET_ID_COUNTER_BITS 40
 
@@ -78,6 +91,7 @@ struct node_ctx {
     int64_t start_us;             /* st_mono_us at open (GetStatus uptime) */
     struct event *split_timer;    /* size-based split checks; NULL when split_bytes is 0 */
     struct node_move *moves;      /* MoveTablet copies in progress (move.c) */
+    node_move_test move_test;     /* test-only faults (NODE_MOVE_TEST_ENV) */
     struct repl_ctx *repl;        /* replication (repl_glue.c); NULL without --config */
     struct read_state *read_pool; /* idle ReadRows states kept for reuse (read.c) */
     size_t read_pool_n;
@@ -137,6 +151,8 @@ st_code node_tablet_split(node_ctx *n, node_tablets *t, size_t i, st_slice key, 
  * call twice. */
 st_code node_split_timer_start(node_ctx *n, st_err *err);
 void node_split_timer_stop(node_ctx *n);
+/* Reads NODE_MOVE_TEST_ENV into n->move_test (open). */
+void node_move_test_load(node_ctx *n);
 /* Ends every move in progress (node_close): they fail, their tablets stay here. */
 void node_moves_abort(node_ctx *n);
 /* Pushes a table's family GC rules to all its tablets (after open and ModifyColumnFamilies). */
