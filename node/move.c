@@ -45,6 +45,9 @@
  * well below a router's retry budget for strata-not-owner (about 30 s). */
 #define MOVE_SHIP_WAIT_MS 10000
 #define NODE_COPY_ROWS_MAX 10000 /* row mutations accepted in one CopyRows */
+#define MOVE_RESOLVE_TIMEOUT_MS 10000
+#define MOVE_RESOLVE_POLL_MS 1000  /* between questions to an unreachable target */
+#define MOVE_RESOLVE_START_MS 5000 /* at most this long at start before the node listens */
 #define MOVE_HOST_MAX 256
 #define MOVE_ARENA_BLOCK_BYTES ((size_t)256 << 10)
 
@@ -67,9 +70,11 @@ struct node_move {
     st_buf target_tablet; /* the target's CreateTablet answer (a Tablet message) */
     uint64_t target_id;
     bool target_created;
-    bool aborting;     /* node_close: callbacks do nothing */
-    bool answered;     /* the MoveTablet call is finished */
-    bool entry_failed; /* the target refused a copied row */
+    bool recorded;          /* named in DATA/outgoing: the activation may have happened */
+    uint32_t resolve_tries; /* questions to the target about the activation (move_resolve) */
+    bool aborting;          /* node_close: callbacks do nothing */
+    bool answered;          /* the MoveTablet call is finished */
+    bool entry_failed;      /* the target refused a copied row */
     sto_snapshot *snap;
     sto_iter *it;
     st_arena arena;      /* the batch being built and sent */
@@ -136,6 +141,46 @@ static void move_unmark(node_move *m) {
         tab->moving = false;
 }
 
+/* ---- DATA/outgoing: moves whose activation may have happened ----
+ * One line per move, "<tablet id> <target's tablet id> <target host:port>", written (atomically)
+ * before the activation is sent and rewritten once the outcome is known. A source restarted with
+ * a line for a tablet it still holds asks the target what became of the copy (move_resolve)
+ * before serving the tablet again: killed between the activation and its own drop, it would
+ * otherwise serve the range next to the target's activated copy. */
+
+static st_code outgoing_save(node_ctx *n, st_err *err) {
+    st_buf b;
+    st_buf_init(&b);
+    char line[MOVE_HOST_MAX + 64];
+    st_code rc = ST_OK;
+    for (node_move *m = n->moves; rc == ST_OK && m; m = m->next)
+        if (m->recorded) {
+            int len = snprintf(line, sizeof line, "%" PRIu64 " %" PRIu64 " %s\n", m->id,
+                               m->target_id, m->target);
+            rc = st_buf_append(&b, line, (size_t)len);
+        }
+    char path[sizeof n->data_dir + sizeof NODE_OUTGOING_FILE + 1];
+    snprintf(path, sizeof path, "%s/%s", n->data_dir, NODE_OUTGOING_FILE);
+    if (rc != ST_OK)
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory saving %s", path);
+    else
+        rc = st_env_write_atomic(st_env_posix(), path, b.len ? (const void *)b.data : "", b.len,
+                                 err);
+    st_buf_free(&b);
+    return rc;
+}
+
+/* Takes m's line out of DATA/outgoing (the outcome is known). A failure is logged: the next
+ * start asks the target again, which is harmless. */
+static void move_unrecord(node_move *m) {
+    if (!m->recorded)
+        return;
+    m->recorded = false;
+    st_err err = {0};
+    if (outgoing_save(m->n, &err) != ST_OK)
+        st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": %s", m->id, err.msg);
+}
+
 static void cleanup_done(st_code code, const char *msg, st_slice resp, void *arg) {
     (void)resp;
     node_move *m = arg;
@@ -154,10 +199,12 @@ static void cleanup_done(st_code code, const char *msg, st_slice resp, void *arg
 static void move_fail(node_move *m, st_code code, const char *msg) {
     st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " target=%s failed after %" PRIu64 " cells: %s",
            m->id, m->target, m->cells_copied, msg);
-    m->answered = true;
     move_unmark(m);
-    node_fail(m->call, code == ST_OK ? ST_INTERNAL : code, "moving tablet %" PRIu64 " to %s: %s",
-              m->id, m->target, msg);
+    move_unrecord(m); /* the activation was not sent */
+    if (!m->answered)
+        node_fail(m->call, code == ST_OK ? ST_INTERNAL : code,
+                  "moving tablet %" PRIu64 " to %s: %s", m->id, m->target, msg);
+    m->answered = true;
     if (m->target_created) {
         Strata__Internal__V1__DropTabletRequest req;
         strata__internal__v1__drop_tablet_request__init(&req);
@@ -211,6 +258,7 @@ static void move_create(node_move *m, bool incoming, rpc_unary_done_fn done) {
 static void move_send_clock(node_move *m);
 static void move_answer(node_move *m);
 static void move_activate(node_move *m);
+static void move_resolve_start(node_move *m, st_code code, const char *msg);
 
 static void move_finish(node_move *m) {
     node_tablets *t;
@@ -223,6 +271,7 @@ static void move_finish(node_move *m) {
     if (node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK)
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " copied but not dropped here: %s", m->id,
                err.msg);
+    move_unrecord(m);
     st_log(ST_LOG_INFO, "move",
            "table=%s tablet=%" PRIu64 " moved to %s as %" PRIu64 " cells=%" PRIu64, m->table, m->id,
            m->target, m->target_id, m->cells_copied);
@@ -256,10 +305,12 @@ static void move_send_clock(node_move *m) {
 }
 
 static void move_answer(node_move *m) {
+    if (!m->answered) {
+        st_code rc = rpc_call_send(m->call, st_buf_slice(&m->target_tablet));
+        rpc_call_finish(m->call, rc == ST_OK ? ST_OK : ST_CANCELLED,
+                        rc == ST_OK ? NULL : "response could not be sent");
+    }
     m->answered = true;
-    st_code rc = rpc_call_send(m->call, st_buf_slice(&m->target_tablet));
-    rpc_call_finish(m->call, rc == ST_OK ? ST_OK : ST_CANCELLED,
-                    rc == ST_OK ? NULL : "response could not be sent");
     move_defer(m, move_free, 0);
 }
 
@@ -279,11 +330,11 @@ static void activate_done(st_code code, const char *msg, st_slice resp, void *ar
     bool ok = t && t->id == m->target_id && !t->incoming;
     if (t)
         strata__internal__v1__tablet__free_unpacked(t, NULL);
-    if (!ok) {
-        move_fail(m, code == ST_OK ? ST_ABORTED : code,
-                  code == ST_OK ? "the target did not activate its copy"
-                  : msg         ? msg
-                                : "");
+    if (!ok) { /* it may still have activated (an answer lost): the target is asked */
+        move_resolve_start(m, code == ST_OK ? ST_ABORTED : code,
+                           code == ST_OK ? "the target did not activate its copy"
+                           : msg         ? msg
+                                         : "");
         return;
     }
     if (m->n->move_test.kill_activated)
@@ -302,6 +353,17 @@ static void activate_done(st_code code, const char *msg, st_slice resp, void *ar
  * killed before it keeps the range and nothing is acknowledged on a partial copy; a target
  * restarted before it drops the copy (docs/cluster.md, Moves). */
 static void move_activate(node_move *m) {
+    if (!rpc_client_alive(m->client)) { /* so the activation cannot have been sent */
+        move_fail(m, ST_UNAVAILABLE, "the connection to the target failed");
+        return;
+    }
+    m->recorded = true;
+    st_err err = {0};
+    if (outgoing_save(m->n, &err) != ST_OK) {
+        m->recorded = false;
+        move_fail(m, err.code, err.msg);
+        return;
+    }
     move_create(m, false, activate_done);
 }
 
@@ -332,6 +394,153 @@ static void move_wait_shipped(node_move *m) {
         return;
     }
     move_defer(m, move_wait_shipped, MOVE_SHIP_POLL_MS);
+}
+
+/* ---- the activation's outcome, asked of the target ----
+ * After an activation without a clear answer, and at start for each DATA/outgoing line: the
+ * tablet stays marked moving (reads go on, writes get strata-not-owner) while the target is
+ * asked, once a second, for its tablets of the table:
+ *   - the copy listed and active, or active tablets over the range (the copy split since): the
+ *     activation happened; the tablet is dropped here;
+ *   - the copy listed incoming: dropped there (DropTablet); the tablet stays here;
+ *   - nothing over the range: the copy never became active (a target restarted drops its
+ *     incoming copies); the tablet stays here. */
+
+static bool pb_overlaps(const Strata__Internal__V1__Tablet *t, st_slice start, st_slice end) {
+    st_slice ts = st_slice_make(t->start_key.data, t->start_key.len);
+    st_slice te = st_slice_make(t->end_key.data, t->end_key.len);
+    return (te.len == 0 || st_slice_cmp(start, te) < 0) &&
+           (end.len == 0 || st_slice_cmp(ts, end) < 0);
+}
+
+static void move_resolve(node_move *m);
+
+/* The activation did not happen: the tablet serves writes here again. */
+static void resolve_kept(node_move *m) {
+    st_log(ST_LOG_WARN, "move",
+           "table=%s tablet=%" PRIu64 ": the copy on %s was not activated; the tablet stays here",
+           m->table, m->id, m->target);
+    move_unmark(m);
+    move_unrecord(m);
+    move_defer(m, move_free, 0);
+}
+
+/* The activation happened: the tablet is the target's. */
+static void resolve_moved(node_move *m) {
+    node_tablets *t;
+    node_tablet *tab = node_tablet_by_id(m->n, m->id, &t);
+    st_err err = {0};
+    if (tab && node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK)
+        st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": not dropped: %s", m->id, err.msg);
+    st_log(ST_LOG_WARN, "move",
+           "table=%s tablet=%" PRIu64 ": the copy on %s was activated; dropped here", m->table,
+           m->id, m->target);
+    move_unrecord(m);
+    move_send_clock(m);
+}
+
+static void resolve_retry(node_move *m, const char *why) {
+    if (m->resolve_tries++ % 30 == 0)
+        st_log(ST_LOG_WARN, "move",
+               "tablet=%" PRIu64 " stays read-only until %s answers whether it activated the "
+               "move's copy: %s",
+               m->id, m->target, why);
+    move_defer(m, move_resolve, MOVE_RESOLVE_POLL_MS);
+}
+
+static void resolve_dropped(st_code code, const char *msg, st_slice resp, void *arg) {
+    (void)resp;
+    node_move *m = arg;
+    if (m->aborting)
+        return;
+    if (code == ST_OK || code == ST_NOT_FOUND)
+        resolve_kept(m);
+    else
+        resolve_retry(m, msg ? msg : st_code_name(code));
+}
+
+/* What the target's ListTablets answer says about the copy (see above). */
+static void resolve_listed(st_code code, const char *msg, st_slice resp, void *arg) {
+    node_move *m = arg;
+    if (m->aborting)
+        return;
+    Strata__Internal__V1__ListTabletsResponse *r =
+        code == ST_OK
+            ? (void *)btu_pb_unpack(&strata__internal__v1__list_tablets_response__descriptor, NULL,
+                                    resp, NULL)
+            : NULL;
+    node_tablet *tab = node_tablet_by_id(m->n, m->id, NULL);
+    if (!r || !tab) {
+        if (r)
+            strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+        if (!tab) { /* gone here already (the drop ran before a kill): nothing to decide */
+            move_unrecord(m);
+            move_defer(m, move_free, 0);
+        } else {
+            resolve_retry(m, msg ? msg : "unreadable ListTablets answer");
+        }
+        return;
+    }
+    bool copy_incoming = false, active = false;
+    for (size_t i = 0; i < r->n_tablets; i++) {
+        const Strata__Internal__V1__Tablet *t = r->tablets[i];
+        if (t->id == m->target_id && t->incoming)
+            copy_incoming = true;
+        else if (!t->incoming && pb_overlaps(t, st_buf_slice(&tab->start), st_buf_slice(&tab->end)))
+            active = true;
+    }
+    strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+    if (active) {
+        resolve_moved(m);
+    } else if (copy_incoming) {
+        Strata__Internal__V1__DropTabletRequest req;
+        strata__internal__v1__drop_tablet_request__init(&req);
+        req.id = m->target_id;
+        uint8_t buf[16];
+        size_t len = protobuf_c_message_pack(&req.base, buf);
+        if (rpc_client_unary(m->client, NODE_SVC "DropTablet", st_slice_make(buf, len), NULL, 0,
+                             MOVE_RESOLVE_TIMEOUT_MS, resolve_dropped, m) != ST_OK)
+            resolve_retry(m, "the target's connection is gone");
+    } else {
+        resolve_kept(m);
+    }
+}
+
+static rpc_client *move_dial(node_ctx *n, const char *target, st_err *err);
+
+static void move_resolve(node_move *m) {
+    if (!rpc_client_alive(m->client)) { /* a failed connection stays failed: dial again */
+        st_err err = {0};
+        rpc_client *c = move_dial(m->n, m->target, &err);
+        if (!c) {
+            resolve_retry(m, err.msg);
+            return;
+        }
+        rpc_client_free(m->client);
+        m->client = c;
+    }
+    Strata__Internal__V1__ListTabletsRequest req;
+    strata__internal__v1__list_tablets_request__init(&req);
+    req.table_name = m->table;
+    size_t len = protobuf_c_message_get_packed_size(&req.base);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf)
+        protobuf_c_message_pack(&req.base, buf);
+    if (!buf || rpc_client_unary(m->client, NODE_SVC "ListTablets", st_slice_make(buf, len), NULL,
+                                 0, MOVE_RESOLVE_TIMEOUT_MS, resolve_listed, m) != ST_OK)
+        resolve_retry(m, buf ? "the target's connection is gone" : "out of memory");
+    free(buf);
+}
+
+/* The activation's answer was an error or never came: the call hears it, the tablet stays
+ * marked, and the target is asked what became of the copy. */
+static void move_resolve_start(node_move *m, st_code code, const char *msg) {
+    st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " target=%s: activation unconfirmed: %s", m->id,
+           m->target, msg);
+    if (!m->answered)
+        node_fail(m->call, code, "moving tablet %" PRIu64 " to %s: %s", m->id, m->target, msg);
+    m->answered = true;
+    move_defer(m, move_resolve, 0);
 }
 
 /* ---- copying: CopyRows batches ----
@@ -606,14 +815,19 @@ static void move_put_table(node_move *m) {
 
 /* ---- the handler ---- */
 
-static node_move *move_new(node_ctx *n, rpc_call *call, const node_tablets *t,
-                           const node_tablet *tab, const char *target, st_err *err) {
+/* A connection to target ("host:port"); NULL with err set. */
+static rpc_client *move_dial(node_ctx *n, const char *target, st_err *err) {
     char host[MOVE_HOST_MAX];
     uint16_t port;
     if (!st_addr_split(target, host, sizeof host, &port) || port == 0) {
         st_err_set(err, ST_INVALID_ARGUMENT, "target '%s' is not host:port", target);
         return NULL;
     }
+    return rpc_client_new(n->base, host, port, &n->peer_opts, err);
+}
+
+static node_move *move_new(node_ctx *n, rpc_call *call, const node_tablets *t,
+                           const node_tablet *tab, const char *target, st_err *err) {
     node_move *m = calloc(1, sizeof *m);
     if (!m || !(m->ev = evtimer_new(n->base, move_run, m))) {
         free(m);
@@ -627,7 +841,7 @@ static node_move *move_new(node_ctx *n, rpc_call *call, const node_tablets *t,
     snprintf(m->target, sizeof m->target, "%s", target);
     st_buf_init(&m->target_tablet);
     st_arena_init(&m->arena, MOVE_ARENA_BLOCK_BYTES);
-    m->client = rpc_client_new(n->base, host, port, &n->peer_opts, err);
+    m->client = move_dial(n, target, err);
     if (!m->client) {
         move_free(m);
         return NULL;
@@ -666,6 +880,81 @@ void node_h_move_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     st_log(ST_LOG_INFO, "move", "table=%s tablet=%" PRIu64 " to %s: started", t->name, m->id,
            m->target);
     move_put_table(m);
+}
+
+/* One DATA/outgoing line: the tablet, if still here, stays marked moving until the target has
+ * said what became of its copy (move_resolve). */
+static void resume_one(node_ctx *n, uint64_t id, uint64_t target_id, const char *target) {
+    node_tablets *t;
+    node_tablet *tab = node_tablet_by_id(n, id, &t);
+    if (!tab)
+        return; /* dropped before the kill */
+    tab->moving = true;
+    st_err err = {0};
+    node_move *m = move_new(n, NULL, t, tab, target, &err);
+    if (!m) {
+        st_log(ST_LOG_ERROR, "move",
+               "tablet=%" PRIu64 " stays read-only: cannot ask %s whether it activated the "
+               "move's copy: %s",
+               id, target, err.msg);
+        return;
+    }
+    m->target_id = target_id;
+    m->recorded = m->answered = true;
+    m->next = n->moves;
+    n->moves = m;
+    st_log(ST_LOG_INFO, "move",
+           "table=%s tablet=%" PRIu64 ": asking %s whether it activated the move's copy", m->table,
+           id, target);
+    move_defer(m, move_resolve, 0);
+}
+
+static bool resume_pending(const node_ctx *n) {
+    for (const node_move *m = n->moves; m; m = m->next)
+        if (m->recorded)
+            return true;
+    return false;
+}
+
+static void resume_deadline(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    *(bool *)arg = true;
+}
+
+st_code node_moves_resume(node_ctx *n, st_err *err) {
+    char path[sizeof n->data_dir + sizeof NODE_OUTGOING_FILE + 1];
+    snprintf(path, sizeof path, "%s/%s", n->data_dir, NODE_OUTGOING_FILE);
+    st_buf b;
+    st_buf_init(&b);
+    st_err rerr = {0};
+    if (st_env_read_all(st_env_posix(), path, &b, &rerr) != ST_OK || b.len == 0) {
+        st_buf_free(&b);
+        return ST_OK; /* no file, or no move was activating */
+    }
+    st_code rc = st_buf_append(&b, "", 1);
+    for (char *p = (char *)b.data; rc == ST_OK && *p;) {
+        unsigned long long id, target_id;
+        char target[MOVE_HOST_MAX + 8];
+        if (sscanf(p, "%llu %llu %263s", &id, &target_id, target) == 3)
+            resume_one(n, id, target_id, target);
+        p += strcspn(p, "\n");
+        p += *p == '\n';
+    }
+    st_buf_free(&b);
+    if (rc == ST_OK)
+        rc = outgoing_save(n, err); /* the lines of tablets no longer here go */
+    /* Before the node listens, as long as the targets answer promptly: until then the tablets
+     * are read-only here, and their reads may miss writes the target took meanwhile. */
+    bool late = false;
+    struct event *ev = evtimer_new(n->base, resume_deadline, &late);
+    struct timeval tv = {MOVE_RESOLVE_START_MS / 1000, 0};
+    if (ev && evtimer_add(ev, &tv) == 0)
+        while (!late && resume_pending(n))
+            event_base_loop(n->base, EVLOOP_ONCE);
+    if (ev)
+        event_free(ev);
+    return rc;
 }
 
 void node_moves_abort(node_ctx *n) {

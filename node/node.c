@@ -736,6 +736,8 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     if (rc == ST_OK)
         rc = node_repl_start(n, err);
     if (rc == ST_OK)
+        rc = node_moves_resume(n, err);
+    if (rc == ST_OK)
         rc = rpc_server_listen_bound(n->rpc, err);
     if (rc == ST_OK)
         rc = node_split_timer_start(n, err);

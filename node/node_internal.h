@@ -156,6 +156,11 @@ void node_split_timer_stop(node_ctx *n);
 void node_drops_abort(node_ctx *n);
 /* Reads NODE_MOVE_TEST_ENV into n->move_test (open). */
 void node_move_test_load(node_ctx *n);
+/* DATA/outgoing: the moves whose activation was sent and whose outcome is not known yet, one
+ * per line (move.c); at open their tablets stay read-only until the target says whether it
+ * activated the copy (docs/cluster.md, Moves). */
+#define NODE_OUTGOING_FILE "outgoing"
+st_code node_moves_resume(node_ctx *n, st_err *err);
 /* Ends every move in progress (node_close): they fail, their tablets stay here. */
 void node_moves_abort(node_ctx *n);
 /* Pushes a table's family GC rules to all its tablets (after open and ModifyColumnFamilies). */

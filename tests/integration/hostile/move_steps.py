@@ -198,6 +198,8 @@ elif case == 'activated':
     time.sleep(3)
     h = held(T)
     expect('one node serves the range', len(h) == 1, h)
+    expect('the restarted source learned of the activation and dropped its tablet',
+           'was activated; dropped here' in open(os.path.join(d, 'a.log')).read())
     load(T, 10, prefix='n')
     k = keys(T)
     expect('every row is read', k is not None and len(k) == N + 10,
