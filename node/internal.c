@@ -337,19 +337,13 @@ static st_code drop_incoming_overlaps(node_ctx *n, node_tablets *t, st_slice sta
     return dropped ? node_incoming_save(n, err) : ST_OK;
 }
 
-/* Marks tab incoming (a new copy) or not (its activation), durably before the answer: a node
- * restarted drops the copies DATA/incoming names. When the file cannot be written, an activation
- * is undone (the source keeps the range) and a new copy is dropped again (a restart would serve
- * it), so memory and file never disagree in the direction that serves a partial copy. */
-static st_code set_incoming(node_ctx *n, node_tablets *t, node_tablet *tab, bool incoming,
-                            st_err *err) {
-    tab->incoming = incoming;
+/* Activates a move's copy durably before the answer (DATA/incoming rewritten without it). When
+ * the file cannot be written the copy stays incoming and the call fails, so the source keeps the
+ * range. (A new copy is named in the file before storage has it: node_tablet_create_as.) */
+static st_code activate_copy(node_ctx *n, node_tablet *tab, st_err *err) {
+    tab->incoming = false;
     st_code rc = node_incoming_save(n, err);
-    if (rc == ST_OK)
-        return ST_OK;
-    if (incoming)
-        (void)node_tablet_drop(n, t, (size_t)(tab - t->v), NULL);
-    else
+    if (rc != ST_OK)
         tab->incoming = true;
     return rc;
 }
@@ -406,14 +400,14 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     if (rc == ST_OK && !same && req->restore_backup[0])
         rc = node_backup_restore(n, t, start, end, req->restore_backup, req->restore_piece, &err);
     else if (rc == ST_OK && !same)
-        rc = node_tablet_create(n, t, start, end, &err);
+        rc = node_tablet_create_as(n, t, start, end, req->incoming, &err);
     if (rc == ST_OK && !same)
         rc = node_table_push_gc(n, node_catalog_find(n->catalog, t->name), &err);
     node_tablet *tab = rc == ST_OK ? &t->v[node_tablet_index(t, start)] : NULL;
     if (tab && !same && req->incoming && n->move_test.kill_created)
         raise(SIGKILL); /* a test of a target killed right after creating a move's copy */
-    if (tab && (activate || (!same && req->incoming)))
-        rc = set_incoming(n, t, tab, !activate, &err);
+    if (tab && activate)
+        rc = activate_copy(n, tab, &err);
     if (rc != ST_OK) {
         node_fail(call, rc, "%s", err.msg);
         return;

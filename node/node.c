@@ -200,10 +200,16 @@ static void load_one(const sto_tablet_info *info, void *arg) {
         ls->rc = node_tablet_map(t, st);
 }
 
-st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
-                           st_err *err) {
+static st_code incoming_save(node_ctx *n, uint64_t extra, st_err *err);
+
+st_code node_tablet_create_as(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
+                              bool incoming, st_err *err) {
     uint64_t id = node_tablet_new_id(n);
     st_code rc = node_catalog_save(n->catalog, err);
+    /* An incoming copy is named in DATA/incoming before storage has it, so a node killed
+     * between the two drops it at its next start instead of serving it. */
+    if (rc == ST_OK && incoming)
+        rc = incoming_save(n, id, err);
     sto_tablet *st = NULL;
     if (rc == ST_OK)
         rc = sto_tablet_create(n->db, id, st_slice_cstr(t->name), start, end, &st, err);
@@ -211,15 +217,30 @@ st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slic
         return rc;
     if (node_tablet_map(t, st) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a tablet");
+    t->v[node_tablet_index(t, start)].incoming = incoming;
     node_repl_tablet_named(n, id, t->name);
     return ST_OK;
 }
 
+st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
+                           st_err *err) {
+    return node_tablet_create_as(n, t, start, end, false, err);
+}
+
 st_code node_incoming_save(node_ctx *n, st_err *err) {
+    return incoming_save(n, 0, err);
+}
+
+/* DATA/incoming from the map, plus tablet id extra (not yet in the map) unless 0. */
+static st_code incoming_save(node_ctx *n, uint64_t extra, st_err *err) {
     st_buf b;
     st_buf_init(&b);
     char line[32];
     st_code rc = ST_OK;
+    if (extra) {
+        int len = snprintf(line, sizeof line, "%llu\n", (unsigned long long)extra);
+        rc = st_buf_append(&b, line, (size_t)len);
+    }
     for (size_t i = 0; rc == ST_OK && i < n->n_tables; i++)
         for (size_t j = 0; rc == ST_OK && j < n->tables[i].n; j++)
             if (n->tables[i].v[j].incoming) {

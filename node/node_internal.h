@@ -167,6 +167,9 @@ void node_moves_abort(node_ctx *n);
 st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err);
 /* Creates a storage tablet [start, end) for the table and adds it to the map. */
 st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end, st_err *err);
+/* As node_tablet_create; incoming: a move's copy, named in DATA/incoming before it exists. */
+st_code node_tablet_create_as(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
+                              bool incoming, st_err *err);
 /* Adds an empty map entry for a new table (NULL when out of memory); removes one whose tablets
  * were dropped. Pointers to entries are invalidated by both. */
 node_tablets *node_tables_add(node_ctx *n, const char *name);
