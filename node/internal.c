@@ -376,6 +376,40 @@ static st_code check_range(st_slice start, st_slice end, st_err *err) {
     return ST_OK;
 }
 
+/* A move's activation (CreateTabletRequest.activate): never creates a tablet, so a copy dropped
+ * meanwhile (a restart, or idle) is NOT_FOUND and its source keeps the range. */
+static void activate_only(node_ctx *n, rpc_call *call, node_tablets *t,
+                          const Strata__Internal__V1__CreateTabletRequest *req) {
+    node_tablets *tt;
+    node_tablet *tab = node_tablet_by_id(n, req->activate, &tt);
+    st_slice start = st_slice_make(req->start_key.data, req->start_key.len);
+    st_slice end = st_slice_make(req->end_key.data, req->end_key.len);
+    if (!tab || tt != t || !st_slice_eq(st_buf_slice(&tab->start), start) ||
+        !st_slice_eq(st_buf_slice(&tab->end), end)) {
+        node_fail(call, ST_NOT_FOUND,
+                  "tablet %" PRIu64 ", the copy this move would activate, is not on node %u "
+                  "(dropped at a restart, or as idle)",
+                  req->activate, n->opts.node_num);
+        return;
+    }
+    if (n->move_test.kill_activating)
+        raise(SIGKILL); /* a test: the activation never happened, its answer never comes */
+    st_err err = {0};
+    if (tab->incoming && activate_copy(n, tab, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    if (n->move_test.kill_answering)
+        raise(SIGKILL); /* a test: the activation happened, its answer never comes */
+    st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " activated", t->name, tab->id);
+    pb_tablet *p = tablet_to_pb(t, tab, rpc_call_arena(call));
+    if (!p) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    node_reply(call, &p->base);
+}
+
 void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Strata__Internal__V1__CreateTabletRequest *req = (void *)node_unpack(
@@ -385,6 +419,10 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     node_tablets *t = node_table_or_fail(n, call, req->table_name, NULL);
     if (!t)
         return;
+    if (req->activate) {
+        activate_only(n, call, t, req);
+        return;
+    }
     st_slice start = st_slice_make(req->start_key.data, req->start_key.len);
     st_slice end = st_slice_make(req->end_key.data, req->end_key.len);
     st_err err = {0};

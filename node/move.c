@@ -96,6 +96,10 @@ void node_move_test_load(node_ctx *n) {
             t->kill_activated = true;
         else if (strncmp(p, "kill=created", 12) == 0)
             t->kill_created = true;
+        else if (strncmp(p, "kill=activating", 15) == 0)
+            t->kill_activating = true;
+        else if (strncmp(p, "kill=answering", 14) == 0)
+            t->kill_answering = true;
     }
     if (env && *env)
         st_log(ST_LOG_WARN, "move", "%s=%s: test faults in moves (unset it in production)",
@@ -250,6 +254,7 @@ static void move_create(node_move *m, bool incoming, rpc_unary_done_fn done) {
     req.start_key = (ProtobufCBinaryData){tab->start.len, tab->start.data};
     req.end_key = (ProtobufCBinaryData){tab->end.len, tab->end.data};
     req.incoming = incoming;
+    req.activate = incoming ? 0 : m->target_id; /* never a new tablet in place of a lost copy */
     move_unary(m, "CreateTablet", &req.base, done);
 }
 
@@ -974,11 +979,21 @@ void node_moves_abort(node_ctx *n) {
 typedef struct copy_op {
     rpc_call *call;
     uint32_t n;
+    uint64_t tablet_id;
 } copy_op;
 
+/* A CopyRows into tablet id starts (delta 1) or ends (-1): an incoming copy is not idle. */
+static void copy_track(node_ctx *n, uint64_t id, int delta) {
+    node_tablet *tab = node_tablet_by_id(n, id, NULL);
+    if (!tab)
+        return;
+    tab->copies += (uint32_t)delta;
+    tab->copy_touch_us = st_mono_us();
+}
+
 static void copy_rows_durable(node_ctx *n, st_code code, const char *msg, void *arg) {
-    (void)n;
     copy_op *op = arg;
+    copy_track(n, op->tablet_id, -1);
     if (code != ST_OK) {
         node_fail(op->call, code, "copying rows: %s", msg ? msg : st_code_name(code));
         return;
@@ -1052,6 +1067,7 @@ void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     op->call = call;
     op->n = (uint32_t)req->n_rows;
+    op->tablet_id = tab->id;
     st_err err = {0};
     int64_t max_ts = req->clock_us;
     for (size_t i = 0; i < req->n_rows; i++) {
@@ -1071,11 +1087,64 @@ void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     if (max_ts > n->hlc_last_us)
         n->hlc_last_us = max_ts;
     node_cs_range_arrived(n, t->name, st_buf_slice(&tab->start), st_buf_slice(&tab->end));
+    copy_track(n, tab->id, 1);
     if (req->n_rows == 0) {
         copy_rows_durable(n, ST_OK, NULL, op);
         return;
     }
     if (node_write_mode(n, rows, req->n_rows, NODE_WRITE_COPY, &err, copy_rows_durable, op) !=
-        ST_OK)
+        ST_OK) {
+        copy_track(n, op->tablet_id, -1);
         node_fail(call, err.code, "copying rows: %s", err.msg);
+    }
+}
+
+/* ---- incoming copies abandoned by their source ---- */
+
+static int incoming_idle_ms(const node_ctx *n) {
+    return n->move_test.incoming_idle_ms > 0 ? n->move_test.incoming_idle_ms
+                                             : NODE_INCOMING_IDLE_MS;
+}
+
+/* Drops the incoming copies idle longer than incoming_idle_ms with no CopyRows in flight. */
+static void incoming_check(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    node_ctx *n = arg;
+    int64_t now = st_mono_us(), idle_us = (int64_t)incoming_idle_ms(n) * 1000;
+    bool dropped = false;
+    for (size_t i = 0; i < n->n_tables; i++) {
+        node_tablets *t = &n->tables[i];
+        for (size_t j = 0; j < t->n;) {
+            node_tablet *tab = &t->v[j];
+            if (!tab->incoming || tab->copies || now - tab->copy_touch_us <= idle_us) {
+                j++;
+                continue;
+            }
+            st_log(ST_LOG_WARN, "move",
+                   "table=%s tablet=%" PRIu64 " dropped: a move's copy that took no rows for "
+                   "%d ms (its source gave up)",
+                   t->name, tab->id, incoming_idle_ms(n));
+            (void)node_tablet_drop(n, t, j, NULL);
+            dropped = true;
+        }
+    }
+    st_err err = {0};
+    if (dropped && node_incoming_save(n, &err) != ST_OK)
+        st_log(ST_LOG_WARN, "move", "%s", err.msg);
+}
+
+st_code node_incoming_timer_start(node_ctx *n, st_err *err) {
+    int ms = incoming_idle_ms(n) / 4 < 1000 ? incoming_idle_ms(n) / 4 : 1000;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    n->incoming_timer = event_new(n->base, -1, EV_PERSIST, incoming_check, n);
+    if (!n->incoming_timer || event_add(n->incoming_timer, &tv) != 0)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "could not start the incoming copy check");
+    return ST_OK;
+}
+
+void node_incoming_timer_stop(node_ctx *n) {
+    if (n->incoming_timer)
+        event_free(n->incoming_timer);
+    n->incoming_timer = NULL;
 }

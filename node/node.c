@@ -218,6 +218,7 @@ st_code node_tablet_create_as(node_ctx *n, node_tablets *t, st_slice start, st_s
     if (node_tablet_map(t, st) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a tablet");
     t->v[node_tablet_index(t, start)].incoming = incoming;
+    t->v[node_tablet_index(t, start)].copy_touch_us = st_mono_us();
     node_repl_tablet_named(n, id, t->name);
     return ST_OK;
 }
@@ -762,6 +763,8 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
         rc = rpc_server_listen_bound(n->rpc, err);
     if (rc == ST_OK)
         rc = node_split_timer_start(n, err);
+    if (rc == ST_OK)
+        rc = node_incoming_timer_start(n, err);
     if (rc != ST_OK) {
         node_close(n);
         return rc;
@@ -787,6 +790,7 @@ void node_close(node_ctx *n) {
      * call; one more loop pass lets cancelled scans free their snapshots; then storage closes. */
     n->closing = true;
     node_split_timer_stop(n);
+    node_incoming_timer_stop(n);
     node_moves_abort(n);
     node_drops_abort(n);
     if (n->cs)

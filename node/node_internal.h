@@ -38,7 +38,9 @@ typedef struct node_tablet {
     st_buf start, end; /* [start, end); empty end = unbounded */
     bool moving;       /* MoveTablet is copying it away: writes get strata-not-owner, reads work */
     bool incoming;     /* a move's copy not yet activated: only CopyRows writes it (move.c) */
-    bool written;      /* written since the size-based split check last looked at it */
+    uint32_t copies;   /* CopyRows writes to it not yet finished (incoming copies) */
+    int64_t copy_touch_us;        /* st_mono_us of its creation or last CopyRows (the idle drop) */
+    bool written;                 /* written since the size-based split check last looked at it */
     uint8_t split_waits;          /* checks in a row that found its split not yet quick (split.c) */
     uint64_t writes, writes_mark; /* rows written (node_row_prepare); at the last metrics tick */
 } node_tablet;
@@ -56,12 +58,14 @@ typedef struct node_tablets {
  * between the end of the copy and the activation; kill=activated makes a source kill itself
  * (SIGKILL) once the target activated its copy, before dropping its own tablet; kill=created
  * makes a target kill itself after creating an incoming copy in storage, before answering;
+ * kill=activating / kill=answering make a target kill itself on the activation, before it /
+ * after it is durable (before the answer);
  * incoming_idle_ms=N replaces NODE_INCOMING_IDLE_MS. */
 #define NODE_MOVE_TEST_ENV "STRATA_TEST_MOVE"
 typedef struct node_move_test {
     int hold_ms;
     int incoming_idle_ms;
-    bool kill_activated, kill_created;
+    bool kill_activated, kill_created, kill_activating, kill_answering;
 } node_move_test;
 
 /* Tablet ids: (node_num << NODE_TABLET_ID_COUNTER_BITS) | a per-node counter (the catalog's). */
@@ -92,6 +96,7 @@ struct node_ctx {
     struct event *split_timer;     /* size-based split checks; NULL when split_bytes is 0 */
     struct node_move *moves;       /* MoveTablet copies in progress (move.c) */
     node_move_test move_test;      /* test-only faults (NODE_MOVE_TEST_ENV) */
+    struct event *incoming_timer;  /* drops incoming copies idle too long (move.c) */
     struct drop_op *drops_waiting; /* DropRowRanges waiting for a move to end (admin.c) */
     struct repl_ctx *repl;         /* replication (repl_glue.c); NULL without --config */
     struct read_state *read_pool;  /* idle ReadRows states kept for reuse (read.c) */
@@ -161,6 +166,13 @@ void node_move_test_load(node_ctx *n);
  * activated the copy (docs/cluster.md, Moves). */
 #define NODE_OUTGOING_FILE "outgoing"
 st_code node_moves_resume(node_ctx *n, st_err *err);
+/* An incoming copy that took no CopyRows for this long is dropped: its source gave up (killed,
+ * stopped, or its DropTablet never arrived). A live source never leaves it idle that long (its
+ * calls time out after 2 minutes; it waits at most 10 s for its peers before the activation). */
+#define NODE_INCOMING_IDLE_MS 300000
+/* Starts the idle check of incoming copies (open); stop is safe to call twice. */
+st_code node_incoming_timer_start(node_ctx *n, st_err *err);
+void node_incoming_timer_stop(node_ctx *n);
 /* Ends every move in progress (node_close): they fail, their tablets stay here. */
 void node_moves_abort(node_ctx *n);
 /* Pushes a table's family GC rules to all its tablets (after open and ModifyColumnFamilies). */

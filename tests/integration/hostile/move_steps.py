@@ -11,6 +11,10 @@ activated  A kills itself (SIGKILL) after B activated its copy, before A drops i
            restarted: one node serves the range, every row is read, writes work.
 created    B kills itself after creating the incoming copy in storage, before answering; B
            restarted must not serve the leftover copy, and the range can be moved there again.
+activating B kills itself on receiving the activation, before it; answering: after it (durable),
+answering  before the answer. The move fails at once; A's tablet takes no write until B is back
+           and A learned from it what became of the copy: one node serves the range afterwards
+           (A with activating, B with answering), every row is read, writes work.
 idle       A is killed with kill -9 while it holds the move (its copy on B incoming); B must drop
            the abandoned copy once it has been idle for incoming_idle_ms (2 s here).
 """
@@ -63,7 +67,8 @@ def stop(name, sig=signal.SIGTERM):
 
 
 FAULTS = {'drop': ('hold_ms=4000', ''), 'activated': ('kill=activated', ''),
-          'created': ('', 'kill=created'), 'idle': ('hold_ms=20000', 'incoming_idle_ms=2000')}
+          'created': ('', 'kill=created'), 'activating': ('', 'kill=activating'),
+          'answering': ('', 'kill=answering'), 'idle': ('hold_ms=20000', 'incoming_idle_ms=2000')}
 fa, fb = FAULTS[case]
 A = start_node('a', 1, faults=fa)
 B = start_node('b', 2, faults=fb)
@@ -81,6 +86,12 @@ def node_move(src, dst, tid, limit=60):
     data, st, why = call(src, '/strata.internal.v1.Node/MoveTablet',
                          fld(1, tid) + fld(2, '127.0.0.1:%d' % dst), limit=limit)
     return why == 'end' and (st or 0) == 0 and len(data) > 5, st, why
+
+
+def moving_on(port, table):
+    data, st, why = call(port, '/strata.internal.v1.Node/ListTablets', fld(1, tname(table)), limit=10)
+    return any(dict((a, b) for a, _, b in fields(v)).get(8)
+               for m in msgs(data) for f, _, v in fields(m) if f == 1)
 
 
 def held(table):
@@ -220,6 +231,23 @@ elif case == 'created':
     expect('every row is read', k is not None and len(k) == N + 10,
            '%s rows' % (len(k) if k is not None else k))
     expect('the range moves there again', node_move(A, B, tid)[0])
+elif case in ('activating', 'answering'):
+    expect('create', create_cs(R, T)[2] == 'end')
+    load(T, N)
+    tid = to_a(T)
+    print('move:', node_move(A, B, tid, limit=30))
+    procs.pop('b').wait(30)  # it killed itself on the activation
+    time.sleep(1)
+    expect('A keeps its tablet moving (no writes) while B cannot say what became of the copy',
+           moving_on(A, T))
+    B = start_node('b', 2, port=B)
+    time.sleep(3)
+    h = held(T)
+    expect('one node serves the range', len(h) == 1 and h[0][0] == ('a' if case == 'activating' else 'b'), h)
+    load(T, 10, prefix='n')
+    k = keys(T)
+    expect('every row is read', k is not None and len(k) == N + 10,
+           '%s rows' % (len(k) if k is not None else k))
 elif case == 'idle':
     expect('create', create_cs(R, T)[2] == 'end')
     load(T, N)
