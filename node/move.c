@@ -889,11 +889,11 @@ void node_h_move_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
 
 /* One DATA/outgoing line: the tablet, if still here, stays marked moving until the target has
  * said what became of its copy (move_resolve). */
-static void resume_one(node_ctx *n, uint64_t id, uint64_t target_id, const char *target) {
+static bool resume_one(node_ctx *n, uint64_t id, uint64_t target_id, const char *target) {
     node_tablets *t;
     node_tablet *tab = node_tablet_by_id(n, id, &t);
     if (!tab)
-        return; /* dropped before the kill */
+        return true; /* dropped before the kill */
     tab->moving = true;
     st_err err = {0};
     node_move *m = move_new(n, NULL, t, tab, target, &err);
@@ -902,7 +902,7 @@ static void resume_one(node_ctx *n, uint64_t id, uint64_t target_id, const char 
                "tablet=%" PRIu64 " stays read-only: cannot ask %s whether it activated the "
                "move's copy: %s",
                id, target, err.msg);
-        return;
+        return false;
     }
     m->target_id = target_id;
     m->recorded = m->answered = true;
@@ -912,6 +912,7 @@ static void resume_one(node_ctx *n, uint64_t id, uint64_t target_id, const char 
            "table=%s tablet=%" PRIu64 ": asking %s whether it activated the move's copy", m->table,
            id, target);
     move_defer(m, move_resolve, 0);
+    return true;
 }
 
 static bool resume_pending(const node_ctx *n) {
@@ -938,16 +939,17 @@ st_code node_moves_resume(node_ctx *n, st_err *err) {
         return ST_OK; /* no file, or no move was activating */
     }
     st_code rc = st_buf_append(&b, "", 1);
+    bool all = true; /* a line not taken up is not dropped from the file by this save */
     for (char *p = (char *)b.data; rc == ST_OK && *p;) {
         unsigned long long id, target_id;
         char target[MOVE_HOST_MAX + 8];
         if (sscanf(p, "%llu %llu %263s", &id, &target_id, target) == 3)
-            resume_one(n, id, target_id, target);
+            all = resume_one(n, id, target_id, target) && all;
         p += strcspn(p, "\n");
         p += *p == '\n';
     }
     st_buf_free(&b);
-    if (rc == ST_OK)
+    if (rc == ST_OK && all)
         rc = outgoing_save(n, err); /* the lines of tablets no longer here go */
     /* Before the node listens, as long as the targets answer promptly: until then the tablets
      * are read-only here, and their reads may miss writes the target took meanwhile. */
