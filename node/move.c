@@ -163,13 +163,7 @@ static st_code outgoing_save(node_ctx *n, st_err *err) {
                                m->target_id, m->target);
             rc = st_buf_append(&b, line, (size_t)len);
         }
-    char path[sizeof n->data_dir + sizeof NODE_OUTGOING_FILE + 1];
-    snprintf(path, sizeof path, "%s/%s", n->data_dir, NODE_OUTGOING_FILE);
-    if (rc != ST_OK)
-        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory saving %s", path);
-    else
-        rc = st_env_write_atomic(st_env_posix(), path, b.len ? (const void *)b.data : "", b.len,
-                                 err);
+    rc = node_data_file_save(n, NODE_OUTGOING_FILE, rc, &b, err);
     st_buf_free(&b);
     return rc;
 }
@@ -183,6 +177,17 @@ static void move_unrecord(node_move *m) {
     st_err err = {0};
     if (outgoing_save(m->n, &err) != ST_OK)
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": %s", m->id, err.msg);
+}
+
+/* DropTablet of the target's copy; done runs with m. */
+static st_code move_drop_copy(node_move *m, int timeout_ms, rpc_unary_done_fn done) {
+    Strata__Internal__V1__DropTabletRequest req;
+    strata__internal__v1__drop_tablet_request__init(&req);
+    req.id = m->target_id;
+    uint8_t buf[16];
+    size_t len = protobuf_c_message_pack(&req.base, buf);
+    return rpc_client_unary(m->client, NODE_SVC "DropTablet", st_slice_make(buf, len), NULL, 0,
+                            timeout_ms, done, m);
 }
 
 static void cleanup_done(st_code code, const char *msg, st_slice resp, void *arg) {
@@ -209,16 +214,8 @@ static void move_fail(node_move *m, st_code code, const char *msg) {
         node_fail(m->call, code == ST_OK ? ST_INTERNAL : code,
                   "moving tablet %" PRIu64 " to %s: %s", m->id, m->target, msg);
     m->answered = true;
-    if (m->target_created) {
-        Strata__Internal__V1__DropTabletRequest req;
-        strata__internal__v1__drop_tablet_request__init(&req);
-        req.id = m->target_id;
-        uint8_t buf[16];
-        size_t len = protobuf_c_message_pack(&req.base, buf);
-        if (rpc_client_unary(m->client, NODE_SVC "DropTablet", st_slice_make(buf, len), NULL, 0,
-                             MOVE_RPC_TIMEOUT_MS, cleanup_done, m) == ST_OK)
-            return;
-    }
+    if (m->target_created && move_drop_copy(m, MOVE_RPC_TIMEOUT_MS, cleanup_done) == ST_OK)
+        return;
     move_defer(m, move_free, 0);
 }
 
@@ -498,13 +495,7 @@ static void resolve_listed(st_code code, const char *msg, st_slice resp, void *a
     if (active) {
         resolve_moved(m);
     } else if (copy_incoming) {
-        Strata__Internal__V1__DropTabletRequest req;
-        strata__internal__v1__drop_tablet_request__init(&req);
-        req.id = m->target_id;
-        uint8_t buf[16];
-        size_t len = protobuf_c_message_pack(&req.base, buf);
-        if (rpc_client_unary(m->client, NODE_SVC "DropTablet", st_slice_make(buf, len), NULL, 0,
-                             MOVE_RESOLVE_TIMEOUT_MS, resolve_dropped, m) != ST_OK)
+        if (move_drop_copy(m, MOVE_RESOLVE_TIMEOUT_MS, resolve_dropped) != ST_OK)
             resolve_retry(m, "the target's connection is gone");
     } else {
         resolve_kept(m);

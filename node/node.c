@@ -249,15 +249,19 @@ static st_code incoming_save(node_ctx *n, uint64_t extra, st_err *err) {
                     snprintf(line, sizeof line, "%llu\n", (unsigned long long)n->tables[i].v[j].id);
                 rc = st_buf_append(&b, line, (size_t)len);
             }
-    char path[sizeof n->data_dir + sizeof NODE_INCOMING_FILE + 1];
-    snprintf(path, sizeof path, "%s/%s", n->data_dir, NODE_INCOMING_FILE);
-    if (rc != ST_OK)
-        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory saving %s", path);
-    else
-        rc = st_env_write_atomic(st_env_posix(), path, b.len ? (const void *)b.data : "", b.len,
-                                 err);
+    rc = node_data_file_save(n, NODE_INCOMING_FILE, rc, &b, err);
     st_buf_free(&b);
     return rc;
+}
+
+st_code node_data_file_save(node_ctx *n, const char *name, st_code built, const st_buf *b,
+                            st_err *err) {
+    char path[sizeof n->data_dir + 32];
+    snprintf(path, sizeof path, "%s/%s", n->data_dir, name);
+    if (built != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory saving %s", path);
+    return st_env_write_atomic(st_env_posix(), path, b->len ? (const void *)b->data : "", b->len,
+                               err);
 }
 
 /* The tablets DATA/incoming names: copies of moves that never completed (their source kept the

@@ -147,6 +147,10 @@ st_code node_tablet_drop(node_ctx *n, node_tablets *t, size_t i, st_err *err);
  * them drops it, as its source still owns the range (docs/cluster.md, Moves). */
 #define NODE_INCOMING_FILE "incoming"
 st_code node_incoming_save(node_ctx *n, st_err *err);
+/* Writes b as DATA/name (atomically, synced); built is how building b went (not ST_OK: out of
+ * memory, nothing written). */
+st_code node_data_file_save(node_ctx *n, const char *name, st_code built, const st_buf *b,
+                            st_err *err);
 /* Splits tablet i of t at key (empty = sto_tablet_mid_key) into two tablets with fresh ids
  * (ids[0] left, ids[1] right; may be NULL). FAILED_PRECONDITION for a moving tablet or one with
  * too few rows, INVALID_ARGUMENT for a key outside (start, end). Pointers into t->v are

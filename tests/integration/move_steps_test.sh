@@ -11,3 +11,9 @@ D=$(make_tmp)
 timeout 240 python3 "$(dirname "$0")/hostile/move_steps.py" "$1" "$2" "$3" "$D"
 rc=$?
 [ "$rc" = 0 ] || { tail -n 30 "$D"/a.log "$D"/b.log; exit 1; }
+# Every process stopped cleanly at the end (a sanitizer build reports leaks and errors at exit).
+if grep -l "Sanitizer" "$D"/*.log; then
+  grep -h -A 30 "Sanitizer" "$D"/*.log | head -n 60
+  exit 1
+fi
+echo PASS
