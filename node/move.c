@@ -3,13 +3,15 @@
  * steps chained by RPC completions and a per-move timer, so no step holds the loop for long:
  *
  *   mark moving (writes now get strata-not-owner; reads go on)
- *   -> PutTable on the target (the table's schema) -> CreateTablet (same range; the target picks
- *   its own id) -> wait until every write started before the mark has finished (storage completes
+ *   -> PutTable on the target (the table's schema) -> CreateTablet incoming (same range; the
+ *   target picks its own id) -> wait until every write started before the mark has finished (storage completes
  *   writes in order, so a counter suffices) -> snapshot + iterator -> CopyRows batches: per row
  *   and version one row mutation of SetCells that keeps the cells' version, commit time and
  *   origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each)
- *   -> wait until every peer cluster has this node's log records of the tablet -> drop here ->
- *   pass this node's clock to the target (an empty CopyRows) -> answer with the target's Tablet.
+ *   -> wait until every peer cluster has this node's log records of the tablet -> record the
+ *   move in DATA/outgoing -> activate the copy (CreateTablet with `activate`) -> drop here ->
+ *   take the record out -> pass this node's clock to the target (an empty CopyRows) -> answer
+ *   with the target's Tablet.
  *
  * The copy reads system families too, so the tablet's change history (docs/changestreams.md)
  * moves with it; the target applies the copies without making change records of them, and each
@@ -18,7 +20,9 @@
  * Also the target's side, CopyRows (node_h_copy_rows).
  *
  * On failure the tablet stays here and writable again, the call gets the error, and the target's
- * half-filled tablet is dropped (best effort). A move outlives a cancelled MoveTablet call. */
+ * half-filled tablet is dropped (best effort). An activation without a clear answer, and a
+ * record found at start, are settled by asking the target (move_resolve). A move outlives a
+ * cancelled MoveTablet call. Also the idle drop of incoming copies (incoming_check). */
 #include "admin.h"
 #include "changes.h"
 
