@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 typedef Google__Bigtable__Admin__V2__GcRule pb_gc;
 typedef Google__Bigtable__Admin__V2__Table pb_table;
 
@@ -937,8 +939,17 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
  * batch scans at most DROP_BATCH_ROWS rows from where the last one stopped, writes them, and the
  * next starts once that write is done (scanning a whole large table in one turn held the loop for
  * seconds). Each batch looks up the tablet holding its first row again, so a split or a move
- * between batches is followed. */
+ * between batches is followed.
+ *
+ * Moves (docs/cluster.md, Moves): a move's incoming copy is skipped, as this node does not own
+ * its range yet (its source does, and the drop reaches the copy's rows there or, once the copy
+ * is activated, here again through the router's next round). A tablet moving away is waited for
+ * (polled every DROP_MOVE_POLL_MS, at most DROP_MOVE_WAIT_MS, then UNAVAILABLE): its deletes
+ * would land in a copy about to be dropped after the snapshot was taken, and a move that fails
+ * gives the tablet back, whose rows must then be dropped here. */
 #define DROP_BATCH_ROWS 256
+#define DROP_MOVE_POLL_MS 20
+#define DROP_MOVE_WAIT_MS 20000 /* below a router's 30 s for an admin call to a node */
 
 typedef struct drop_op {
     node_ctx *n;
@@ -948,10 +959,25 @@ typedef struct drop_op {
     st_buf from; /* the next batch scans rows >= from */
     st_buf keys; /* the batch's rows, end to end; offs[i]: where row i starts */
     size_t offs[DROP_BATCH_ROWS];
-    bool finished; /* the batch being written is the last */
+    bool finished;        /* the batch being written is the last */
+    struct event *ev;     /* the next look while a tablet of the range is moving away */
+    int64_t wait_from_us; /* st_mono_us when that wait began; 0 when not waiting */
+    struct drop_op *next; /* in n->drops_waiting while ev is pending */
 } drop_op;
 
+static void drop_unwait(drop_op *op) {
+    struct drop_op **p = &op->n->drops_waiting;
+    while (*p && *p != op)
+        p = &(*p)->next;
+    if (*p)
+        *p = op->next;
+    op->next = NULL;
+}
+
 static void drop_end(drop_op *op, st_code code, const char *msg) {
+    drop_unwait(op);
+    if (op->ev)
+        event_free(op->ev);
     if (code != ST_OK) {
         node_fail(op->call, code, "%s", msg);
     } else {
@@ -1061,6 +1087,39 @@ static node_tablet *drop_next_tablet(drop_op *op, node_tablets *t) {
 
 /* One batch: scans until it has rows to write (or nothing is left) and writes them; the write's
  * completion starts the next batch. */
+static void drop_wake(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    drop_op *op = arg;
+    drop_unwait(op);
+    drop_batch(op);
+}
+
+/* Looks again in DROP_MOVE_POLL_MS, as tab is moving away (see above); false when the call has
+ * waited long enough and ended. */
+static bool drop_wait_move(drop_op *op, const node_tablet *tab) {
+    int64_t now = st_mono_us();
+    if (op->wait_from_us == 0)
+        op->wait_from_us = now;
+    if (now - op->wait_from_us > (int64_t)DROP_MOVE_WAIT_MS * 1000) {
+        char msg[NODE_TABLE_NAME_MAX + 96];
+        snprintf(msg, sizeof msg,
+                 "tablet %" PRIu64 " of %s is still being moved; retry the DropRowRange", tab->id,
+                 op->table);
+        drop_end(op, ST_UNAVAILABLE, msg);
+        return false;
+    }
+    struct timeval tv = {0, DROP_MOVE_POLL_MS * 1000};
+    if (!op->ev && !(op->ev = evtimer_new(op->n->base, drop_wake, op))) {
+        drop_end(op, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+        return false;
+    }
+    evtimer_add(op->ev, &tv);
+    op->next = op->n->drops_waiting;
+    op->n->drops_waiting = op;
+    return true;
+}
+
 static void drop_batch(drop_op *op) {
     st_err err = {0};
     node_tablets *t = node_tablets_find(op->n, op->table);
@@ -1069,6 +1128,21 @@ static void drop_batch(drop_op *op) {
         node_tablet *tab = drop_next_tablet(op, t);
         if (!tab)
             break;
+        if (tab->moving) {
+            (void)drop_wait_move(op, tab);
+            return;
+        }
+        op->wait_from_us = 0;
+        if (tab->incoming) { /* not this node's range yet (see above): on past it */
+            st_buf_reset(&op->from);
+            if (st_buf_append(&op->from, tab->end.data, tab->end.len) != ST_OK) {
+                drop_end(op, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+                return;
+            }
+            if (tab->end.len == 0)
+                break;
+            continue;
+        }
         size_t n_rows;
         st_code rc = drop_scan(op, tab, &n_rows, &finished, &err);
         op->finished = finished;
@@ -1084,6 +1158,12 @@ static void drop_batch(drop_op *op) {
             break;
     }
     drop_end(op, ST_OK, NULL);
+}
+
+void node_drops_abort(node_ctx *n) {
+    while (n->drops_waiting)
+        drop_end(n->drops_waiting, ST_UNAVAILABLE,
+                 "the node is shutting down; retry the DropRowRange");
 }
 
 static void drop_recorded(node_ctx *n, rpc_call *call, const char *table, st_slice prefix) {
@@ -1186,7 +1266,8 @@ static void drop_prefix_start(node_ctx *n, rpc_call *call, const char *table, st
         a->version = version;
         a->round = round;
         for (size_t i = 0; t && i < t->n; i++)
-            a->ids[a->n_ids++] = t->v[i].id;
+            if (!t->v[i].incoming) /* not this node's range yet (DropRowRange above) */
+                a->ids[a->n_ids++] = t->v[i].id;
         *j = (node_job){
             .n = n, .call = call, .work = drop_prefix_work, .done = drop_prefix_done, .arg = a};
         rc = node_job_start(j, &err);

@@ -7,6 +7,7 @@
 #include "changes.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -335,19 +336,13 @@ static st_code drop_incoming_overlaps(node_ctx *n, node_tablets *t, st_slice sta
     return dropped ? node_incoming_save(n, err) : ST_OK;
 }
 
-/* Marks tab incoming (a new copy) or not (its activation), durably before the answer: a node
- * restarted drops the copies DATA/incoming names. When the file cannot be written, an activation
- * is undone (the source keeps the range) and a new copy is dropped again (a restart would serve
- * it), so memory and file never disagree in the direction that serves a partial copy. */
-static st_code set_incoming(node_ctx *n, node_tablets *t, node_tablet *tab, bool incoming,
-                            st_err *err) {
-    tab->incoming = incoming;
+/* Activates a move's copy durably before the answer (DATA/incoming rewritten without it). When
+ * the file cannot be written the copy stays incoming and the call fails, so the source keeps the
+ * range. (A new copy is named in the file before storage has it: node_tablet_create_as.) */
+static st_code activate_copy(node_ctx *n, node_tablet *tab, st_err *err) {
+    tab->incoming = false;
     st_code rc = node_incoming_save(n, err);
-    if (rc == ST_OK)
-        return ST_OK;
-    if (incoming)
-        (void)node_tablet_drop(n, t, (size_t)(tab - t->v), NULL);
-    else
+    if (rc != ST_OK)
         tab->incoming = true;
     return rc;
 }
@@ -380,6 +375,40 @@ static st_code check_range(st_slice start, st_slice end, st_err *err) {
     return ST_OK;
 }
 
+/* A move's activation (CreateTabletRequest.activate): never creates a tablet, so a copy dropped
+ * meanwhile (a restart, or idle) is NOT_FOUND and its source keeps the range. */
+static void activate_only(node_ctx *n, rpc_call *call, node_tablets *t,
+                          const Strata__Internal__V1__CreateTabletRequest *req) {
+    node_tablets *tt;
+    node_tablet *tab = node_tablet_by_id(n, req->activate, &tt);
+    st_slice start = st_slice_make(req->start_key.data, req->start_key.len);
+    st_slice end = st_slice_make(req->end_key.data, req->end_key.len);
+    if (!tab || tt != t || !st_slice_eq(st_buf_slice(&tab->start), start) ||
+        !st_slice_eq(st_buf_slice(&tab->end), end)) {
+        node_fail(call, ST_NOT_FOUND,
+                  "tablet %" PRIu64 ", the copy this move would activate, is not on node %u "
+                  "(dropped at a restart, or as idle)",
+                  req->activate, n->opts.node_num);
+        return;
+    }
+    if (n->move_test.kill_activating)
+        raise(SIGKILL); /* a test: the activation never happened, its answer never comes */
+    st_err err = {0};
+    if (tab->incoming && activate_copy(n, tab, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
+    if (n->move_test.kill_answering)
+        raise(SIGKILL); /* a test: the activation happened, its answer never comes */
+    st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " activated", t->name, tab->id);
+    pb_tablet *p = tablet_to_pb(t, tab, rpc_call_arena(call));
+    if (!p) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    node_reply(call, &p->base);
+}
+
 void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Strata__Internal__V1__CreateTabletRequest *req = (void *)node_unpack(
@@ -389,6 +418,10 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     node_tablets *t = node_table_or_fail(n, call, req->table_name, NULL);
     if (!t)
         return;
+    if (req->activate) {
+        activate_only(n, call, t, req);
+        return;
+    }
     st_slice start = st_slice_make(req->start_key.data, req->start_key.len);
     st_slice end = st_slice_make(req->end_key.data, req->end_key.len);
     st_err err = {0};
@@ -404,12 +437,14 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     if (rc == ST_OK && !same && req->restore_backup[0])
         rc = node_backup_restore(n, t, start, end, req->restore_backup, req->restore_piece, &err);
     else if (rc == ST_OK && !same)
-        rc = node_tablet_create(n, t, start, end, &err);
+        rc = node_tablet_create_as(n, t, start, end, req->incoming, &err);
     if (rc == ST_OK && !same)
         rc = node_table_push_gc(n, node_catalog_find(n->catalog, t->name), &err);
     node_tablet *tab = rc == ST_OK ? &t->v[node_tablet_index(t, start)] : NULL;
-    if (tab && (activate || (!same && req->incoming)))
-        rc = set_incoming(n, t, tab, !activate, &err);
+    if (tab && !same && req->incoming && n->move_test.kill_created)
+        raise(SIGKILL); /* a test of a target killed right after creating a move's copy */
+    if (tab && activate)
+        rc = activate_copy(n, tab, &err);
     if (rc != ST_OK) {
         node_fail(call, rc, "%s", err.msg);
         return;

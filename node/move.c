@@ -3,13 +3,15 @@
  * steps chained by RPC completions and a per-move timer, so no step holds the loop for long:
  *
  *   mark moving (writes now get strata-not-owner; reads go on)
- *   -> PutTable on the target (the table's schema) -> CreateTablet (same range; the target picks
- *   its own id) -> wait until every write started before the mark has finished (storage completes
+ *   -> PutTable on the target (the table's schema) -> CreateTablet incoming (same range; the
+ *   target picks its own id) -> wait until every write started before the mark has finished (storage completes
  *   writes in order, so a counter suffices) -> snapshot + iterator -> CopyRows batches: per row
  *   and version one row mutation of SetCells that keeps the cells' version, commit time and
  *   origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each)
- *   -> wait until every peer cluster has this node's log records of the tablet -> drop here ->
- *   pass this node's clock to the target (an empty CopyRows) -> answer with the target's Tablet.
+ *   -> wait until every peer cluster has this node's log records of the tablet -> record the
+ *   move in DATA/outgoing -> activate the copy (CreateTablet with `activate`) -> drop here ->
+ *   take the record out -> pass this node's clock to the target (an empty CopyRows) -> answer
+ *   with the target's Tablet.
  *
  * The copy reads system families too, so the tablet's change history (docs/changestreams.md)
  * moves with it; the target applies the copies without making change records of them, and each
@@ -18,11 +20,14 @@
  * Also the target's side, CopyRows (node_h_copy_rows).
  *
  * On failure the tablet stays here and writable again, the call gets the error, and the target's
- * half-filled tablet is dropped (best effort). A move outlives a cancelled MoveTablet call. */
+ * half-filled tablet is dropped (best effort). An activation without a clear answer, and a
+ * record found at start, are settled by asking the target (move_resolve). A move outlives a
+ * cancelled MoveTablet call. Also the idle drop of incoming copies (incoming_check). */
 #include "admin.h"
 #include "changes.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +49,9 @@
  * well below a router's retry budget for strata-not-owner (about 30 s). */
 #define MOVE_SHIP_WAIT_MS 10000
 #define NODE_COPY_ROWS_MAX 10000 /* row mutations accepted in one CopyRows */
+#define MOVE_RESOLVE_TIMEOUT_MS 10000
+#define MOVE_RESOLVE_POLL_MS 1000  /* between questions to an unreachable target */
+#define MOVE_RESOLVE_START_MS 5000 /* at most this long at start before the node listens */
 #define MOVE_HOST_MAX 256
 #define MOVE_ARENA_BLOCK_BYTES ((size_t)256 << 10)
 
@@ -66,9 +74,11 @@ struct node_move {
     st_buf target_tablet; /* the target's CreateTablet answer (a Tablet message) */
     uint64_t target_id;
     bool target_created;
-    bool aborting;     /* node_close: callbacks do nothing */
-    bool answered;     /* the MoveTablet call is finished */
-    bool entry_failed; /* the target refused a copied row */
+    bool recorded;          /* named in DATA/outgoing: the activation may have happened */
+    uint32_t resolve_tries; /* questions to the target about the activation (move_resolve) */
+    bool aborting;          /* node_close: callbacks do nothing */
+    bool answered;          /* the MoveTablet call is finished */
+    bool entry_failed;      /* the target refused a copied row */
     sto_snapshot *snap;
     sto_iter *it;
     st_arena arena;      /* the batch being built and sent */
@@ -77,6 +87,28 @@ struct node_move {
     int64_t ship_wait_from_us; /* st_mono_us when the wait for the shippers began */
     uint64_t ship_lsn;         /* the peers must have the log up to here before the drop */
 };
+
+void node_move_test_load(node_ctx *n) {
+    const char *env = getenv(NODE_MOVE_TEST_ENV);
+    node_move_test *t = &n->move_test;
+    for (const char *p = env; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        if (strncmp(p, "hold_ms=", 8) == 0)
+            t->hold_ms = atoi(p + 8);
+        else if (strncmp(p, "incoming_idle_ms=", 17) == 0)
+            t->incoming_idle_ms = atoi(p + 17);
+        else if (strncmp(p, "kill=activated", 14) == 0)
+            t->kill_activated = true;
+        else if (strncmp(p, "kill=created", 12) == 0)
+            t->kill_created = true;
+        else if (strncmp(p, "kill=activating", 15) == 0)
+            t->kill_activating = true;
+        else if (strncmp(p, "kill=answering", 14) == 0)
+            t->kill_answering = true;
+    }
+    if (env && *env)
+        st_log(ST_LOG_WARN, "move", "%s=%s: test faults in moves (unset it in production)",
+               NODE_MOVE_TEST_ENV, env);
+}
 
 static void move_run(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
@@ -88,7 +120,7 @@ static void move_run(evutil_socket_t fd, short what, void *arg) {
 /* Runs step(m) from the loop after delay_ms (never inside an rpc_client callback's stack). */
 static void move_defer(node_move *m, move_step_fn step, int delay_ms) {
     m->step = step;
-    struct timeval tv = {0, delay_ms * 1000};
+    struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
     evtimer_add(m->ev, &tv);
 }
 
@@ -117,6 +149,51 @@ static void move_unmark(node_move *m) {
         tab->moving = false;
 }
 
+/* ---- DATA/outgoing: moves whose activation may have happened ----
+ * One line per move, "<tablet id> <target's tablet id> <target host:port>", written (atomically)
+ * before the activation is sent and rewritten once the outcome is known. A source restarted with
+ * a line for a tablet it still holds asks the target what became of the copy (move_resolve)
+ * before serving the tablet again: killed between the activation and its own drop, it would
+ * otherwise serve the range next to the target's activated copy. */
+
+static st_code outgoing_save(node_ctx *n, st_err *err) {
+    st_buf b;
+    st_buf_init(&b);
+    char line[MOVE_HOST_MAX + 64];
+    st_code rc = ST_OK;
+    for (node_move *m = n->moves; rc == ST_OK && m; m = m->next)
+        if (m->recorded) {
+            int len = snprintf(line, sizeof line, "%" PRIu64 " %" PRIu64 " %s\n", m->id,
+                               m->target_id, m->target);
+            rc = st_buf_append(&b, line, (size_t)len);
+        }
+    rc = node_data_file_save(n, NODE_OUTGOING_FILE, rc, &b, err);
+    st_buf_free(&b);
+    return rc;
+}
+
+/* Takes m's line out of DATA/outgoing (the outcome is known). A failure is logged: the next
+ * start asks the target again, which is harmless. */
+static void move_unrecord(node_move *m) {
+    if (!m->recorded)
+        return;
+    m->recorded = false;
+    st_err err = {0};
+    if (outgoing_save(m->n, &err) != ST_OK)
+        st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": %s", m->id, err.msg);
+}
+
+/* DropTablet of the target's copy; done runs with m. */
+static st_code move_drop_copy(node_move *m, int timeout_ms, rpc_unary_done_fn done) {
+    Strata__Internal__V1__DropTabletRequest req;
+    strata__internal__v1__drop_tablet_request__init(&req);
+    req.id = m->target_id;
+    uint8_t buf[16];
+    size_t len = protobuf_c_message_pack(&req.base, buf);
+    return rpc_client_unary(m->client, NODE_SVC "DropTablet", st_slice_make(buf, len), NULL, 0,
+                            timeout_ms, done, m);
+}
+
 static void cleanup_done(st_code code, const char *msg, st_slice resp, void *arg) {
     (void)resp;
     node_move *m = arg;
@@ -135,20 +212,14 @@ static void cleanup_done(st_code code, const char *msg, st_slice resp, void *arg
 static void move_fail(node_move *m, st_code code, const char *msg) {
     st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " target=%s failed after %" PRIu64 " cells: %s",
            m->id, m->target, m->cells_copied, msg);
-    m->answered = true;
     move_unmark(m);
-    node_fail(m->call, code == ST_OK ? ST_INTERNAL : code, "moving tablet %" PRIu64 " to %s: %s",
-              m->id, m->target, msg);
-    if (m->target_created) {
-        Strata__Internal__V1__DropTabletRequest req;
-        strata__internal__v1__drop_tablet_request__init(&req);
-        req.id = m->target_id;
-        uint8_t buf[16];
-        size_t len = protobuf_c_message_pack(&req.base, buf);
-        if (rpc_client_unary(m->client, NODE_SVC "DropTablet", st_slice_make(buf, len), NULL, 0,
-                             MOVE_RPC_TIMEOUT_MS, cleanup_done, m) == ST_OK)
-            return;
-    }
+    move_unrecord(m); /* the activation was not sent */
+    if (!m->answered)
+        node_fail(m->call, code == ST_OK ? ST_INTERNAL : code,
+                  "moving tablet %" PRIu64 " to %s: %s", m->id, m->target, msg);
+    m->answered = true;
+    if (m->target_created && move_drop_copy(m, MOVE_RPC_TIMEOUT_MS, cleanup_done) == ST_OK)
+        return;
     move_defer(m, move_free, 0);
 }
 
@@ -184,6 +255,7 @@ static void move_create(node_move *m, bool incoming, rpc_unary_done_fn done) {
     req.start_key = (ProtobufCBinaryData){tab->start.len, tab->start.data};
     req.end_key = (ProtobufCBinaryData){tab->end.len, tab->end.data};
     req.incoming = incoming;
+    req.activate = incoming ? 0 : m->target_id; /* never a new tablet in place of a lost copy */
     move_unary(m, "CreateTablet", &req.base, done);
 }
 
@@ -192,6 +264,7 @@ static void move_create(node_move *m, bool incoming, rpc_unary_done_fn done) {
 static void move_send_clock(node_move *m);
 static void move_answer(node_move *m);
 static void move_activate(node_move *m);
+static void move_resolve_start(node_move *m, st_code code, const char *msg);
 
 static void move_finish(node_move *m) {
     node_tablets *t;
@@ -204,6 +277,7 @@ static void move_finish(node_move *m) {
     if (node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK)
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " copied but not dropped here: %s", m->id,
                err.msg);
+    move_unrecord(m);
     st_log(ST_LOG_INFO, "move",
            "table=%s tablet=%" PRIu64 " moved to %s as %" PRIu64 " cells=%" PRIu64, m->table, m->id,
            m->target, m->target_id, m->cells_copied);
@@ -237,10 +311,12 @@ static void move_send_clock(node_move *m) {
 }
 
 static void move_answer(node_move *m) {
+    if (!m->answered) {
+        st_code rc = rpc_call_send(m->call, st_buf_slice(&m->target_tablet));
+        rpc_call_finish(m->call, rc == ST_OK ? ST_OK : ST_CANCELLED,
+                        rc == ST_OK ? NULL : "response could not be sent");
+    }
     m->answered = true;
-    st_code rc = rpc_call_send(m->call, st_buf_slice(&m->target_tablet));
-    rpc_call_finish(m->call, rc == ST_OK ? ST_OK : ST_CANCELLED,
-                    rc == ST_OK ? NULL : "response could not be sent");
     move_defer(m, move_free, 0);
 }
 
@@ -260,13 +336,15 @@ static void activate_done(st_code code, const char *msg, st_slice resp, void *ar
     bool ok = t && t->id == m->target_id && !t->incoming;
     if (t)
         strata__internal__v1__tablet__free_unpacked(t, NULL);
-    if (!ok) {
-        move_fail(m, code == ST_OK ? ST_ABORTED : code,
-                  code == ST_OK ? "the target did not activate its copy"
-                  : msg         ? msg
-                                : "");
+    if (!ok) { /* it may still have activated (an answer lost): the target is asked */
+        move_resolve_start(m, code == ST_OK ? ST_ABORTED : code,
+                           code == ST_OK ? "the target did not activate its copy"
+                           : msg         ? msg
+                                         : "");
         return;
     }
+    if (m->n->move_test.kill_activated)
+        raise(SIGKILL); /* a test of a source killed between the activation and its drop */
     st_buf_reset(&m->target_tablet);
     if (st_buf_append(&m->target_tablet, resp.data, resp.len) != ST_OK) {
         move_fail(m, ST_RESOURCE_EXHAUSTED, "out of memory");
@@ -281,6 +359,17 @@ static void activate_done(st_code code, const char *msg, st_slice resp, void *ar
  * killed before it keeps the range and nothing is acknowledged on a partial copy; a target
  * restarted before it drops the copy (docs/cluster.md, Moves). */
 static void move_activate(node_move *m) {
+    if (!rpc_client_alive(m->client)) { /* so the activation cannot have been sent */
+        move_fail(m, ST_UNAVAILABLE, "the connection to the target failed");
+        return;
+    }
+    m->recorded = true;
+    st_err err = {0};
+    if (outgoing_save(m->n, &err) != ST_OK) {
+        m->recorded = false;
+        move_fail(m, err.code, err.msg);
+        return;
+    }
     move_create(m, false, activate_done);
 }
 
@@ -311,6 +400,147 @@ static void move_wait_shipped(node_move *m) {
         return;
     }
     move_defer(m, move_wait_shipped, MOVE_SHIP_POLL_MS);
+}
+
+/* ---- the activation's outcome, asked of the target ----
+ * After an activation without a clear answer, and at start for each DATA/outgoing line: the
+ * tablet stays marked moving (reads go on, writes get strata-not-owner) while the target is
+ * asked, once a second, for its tablets of the table:
+ *   - the copy listed and active, or active tablets over the range (the copy split since): the
+ *     activation happened; the tablet is dropped here;
+ *   - the copy listed incoming: dropped there (DropTablet); the tablet stays here;
+ *   - nothing over the range: the copy never became active (a target restarted drops its
+ *     incoming copies); the tablet stays here. */
+
+static bool pb_overlaps(const Strata__Internal__V1__Tablet *t, st_slice start, st_slice end) {
+    st_slice ts = st_slice_make(t->start_key.data, t->start_key.len);
+    st_slice te = st_slice_make(t->end_key.data, t->end_key.len);
+    return (te.len == 0 || st_slice_cmp(start, te) < 0) &&
+           (end.len == 0 || st_slice_cmp(ts, end) < 0);
+}
+
+static void move_resolve(node_move *m);
+
+/* The activation did not happen: the tablet serves writes here again. */
+static void resolve_kept(node_move *m) {
+    st_log(ST_LOG_WARN, "move",
+           "table=%s tablet=%" PRIu64 ": the copy on %s was not activated; the tablet stays here",
+           m->table, m->id, m->target);
+    move_unmark(m);
+    move_unrecord(m);
+    move_defer(m, move_free, 0);
+}
+
+/* The activation happened: the tablet is the target's. */
+static void resolve_moved(node_move *m) {
+    node_tablets *t;
+    node_tablet *tab = node_tablet_by_id(m->n, m->id, &t);
+    st_err err = {0};
+    if (tab && node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK)
+        st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": not dropped: %s", m->id, err.msg);
+    st_log(ST_LOG_WARN, "move",
+           "table=%s tablet=%" PRIu64 ": the copy on %s was activated; dropped here", m->table,
+           m->id, m->target);
+    move_unrecord(m);
+    move_send_clock(m);
+}
+
+static void resolve_retry(node_move *m, const char *why) {
+    if (m->resolve_tries++ % 30 == 0)
+        st_log(ST_LOG_WARN, "move",
+               "tablet=%" PRIu64 " stays read-only until %s answers whether it activated the "
+               "move's copy: %s",
+               m->id, m->target, why);
+    move_defer(m, move_resolve, MOVE_RESOLVE_POLL_MS);
+}
+
+static void resolve_dropped(st_code code, const char *msg, st_slice resp, void *arg) {
+    (void)resp;
+    node_move *m = arg;
+    if (m->aborting)
+        return;
+    if (code == ST_OK || code == ST_NOT_FOUND)
+        resolve_kept(m);
+    else
+        resolve_retry(m, msg ? msg : st_code_name(code));
+}
+
+/* What the target's ListTablets answer says about the copy (see above). */
+static void resolve_listed(st_code code, const char *msg, st_slice resp, void *arg) {
+    node_move *m = arg;
+    if (m->aborting)
+        return;
+    Strata__Internal__V1__ListTabletsResponse *r =
+        code == ST_OK
+            ? (void *)btu_pb_unpack(&strata__internal__v1__list_tablets_response__descriptor, NULL,
+                                    resp, NULL)
+            : NULL;
+    node_tablet *tab = node_tablet_by_id(m->n, m->id, NULL);
+    if (!r || !tab) {
+        if (r)
+            strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+        if (!tab) { /* gone here already (the drop ran before a kill): nothing to decide */
+            move_unrecord(m);
+            move_defer(m, move_free, 0);
+        } else {
+            resolve_retry(m, msg ? msg : "unreadable ListTablets answer");
+        }
+        return;
+    }
+    bool copy_incoming = false, active = false;
+    for (size_t i = 0; i < r->n_tablets; i++) {
+        const Strata__Internal__V1__Tablet *t = r->tablets[i];
+        if (t->id == m->target_id && t->incoming)
+            copy_incoming = true;
+        else if (!t->incoming && pb_overlaps(t, st_buf_slice(&tab->start), st_buf_slice(&tab->end)))
+            active = true;
+    }
+    strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+    if (active) {
+        resolve_moved(m);
+    } else if (copy_incoming) {
+        if (move_drop_copy(m, MOVE_RESOLVE_TIMEOUT_MS, resolve_dropped) != ST_OK)
+            resolve_retry(m, "the target's connection is gone");
+    } else {
+        resolve_kept(m);
+    }
+}
+
+static rpc_client *move_dial(node_ctx *n, const char *target, st_err *err);
+
+static void move_resolve(node_move *m) {
+    if (!rpc_client_alive(m->client)) { /* a failed connection stays failed: dial again */
+        st_err err = {0};
+        rpc_client *c = move_dial(m->n, m->target, &err);
+        if (!c) {
+            resolve_retry(m, err.msg);
+            return;
+        }
+        rpc_client_free(m->client);
+        m->client = c;
+    }
+    Strata__Internal__V1__ListTabletsRequest req;
+    strata__internal__v1__list_tablets_request__init(&req);
+    req.table_name = m->table;
+    size_t len = protobuf_c_message_get_packed_size(&req.base);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf)
+        protobuf_c_message_pack(&req.base, buf);
+    if (!buf || rpc_client_unary(m->client, NODE_SVC "ListTablets", st_slice_make(buf, len), NULL,
+                                 0, MOVE_RESOLVE_TIMEOUT_MS, resolve_listed, m) != ST_OK)
+        resolve_retry(m, buf ? "the target's connection is gone" : "out of memory");
+    free(buf);
+}
+
+/* The activation's answer was an error or never came: the call hears it, the tablet stays
+ * marked, and the target is asked what became of the copy. */
+static void move_resolve_start(node_move *m, st_code code, const char *msg) {
+    st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " target=%s: activation unconfirmed: %s", m->id,
+           m->target, msg);
+    if (!m->answered)
+        node_fail(m->call, code, "moving tablet %" PRIu64 " to %s: %s", m->id, m->target, msg);
+    m->answered = true;
+    move_defer(m, move_resolve, 0);
 }
 
 /* ---- copying: CopyRows batches ----
@@ -495,8 +725,8 @@ static void move_send_batch(node_move *m) {
         move_fail(m, rc, err.msg[0] ? err.msg : "reading the tablet failed");
         return;
     }
-    if (cells == 0) {
-        move_wait_shipped(m);
+    if (cells == 0) { /* copied: a test may hold the move here (NODE_MOVE_TEST_ENV) */
+        move_defer(m, move_wait_shipped, m->n->move_test.hold_ms);
         return;
     }
     m->cells_copied += cells;
@@ -585,14 +815,19 @@ static void move_put_table(node_move *m) {
 
 /* ---- the handler ---- */
 
-static node_move *move_new(node_ctx *n, rpc_call *call, const node_tablets *t,
-                           const node_tablet *tab, const char *target, st_err *err) {
+/* A connection to target ("host:port"); NULL with err set. */
+static rpc_client *move_dial(node_ctx *n, const char *target, st_err *err) {
     char host[MOVE_HOST_MAX];
     uint16_t port;
     if (!st_addr_split(target, host, sizeof host, &port) || port == 0) {
         st_err_set(err, ST_INVALID_ARGUMENT, "target '%s' is not host:port", target);
         return NULL;
     }
+    return rpc_client_new(n->base, host, port, &n->peer_opts, err);
+}
+
+static node_move *move_new(node_ctx *n, rpc_call *call, const node_tablets *t,
+                           const node_tablet *tab, const char *target, st_err *err) {
     node_move *m = calloc(1, sizeof *m);
     if (!m || !(m->ev = evtimer_new(n->base, move_run, m))) {
         free(m);
@@ -606,7 +841,7 @@ static node_move *move_new(node_ctx *n, rpc_call *call, const node_tablets *t,
     snprintf(m->target, sizeof m->target, "%s", target);
     st_buf_init(&m->target_tablet);
     st_arena_init(&m->arena, MOVE_ARENA_BLOCK_BYTES);
-    m->client = rpc_client_new(n->base, host, port, &n->peer_opts, err);
+    m->client = move_dial(n, target, err);
     if (!m->client) {
         move_free(m);
         return NULL;
@@ -647,6 +882,83 @@ void node_h_move_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     move_put_table(m);
 }
 
+/* One DATA/outgoing line: the tablet, if still here, stays marked moving until the target has
+ * said what became of its copy (move_resolve). */
+static bool resume_one(node_ctx *n, uint64_t id, uint64_t target_id, const char *target) {
+    node_tablets *t;
+    node_tablet *tab = node_tablet_by_id(n, id, &t);
+    if (!tab)
+        return true; /* dropped before the kill */
+    tab->moving = true;
+    st_err err = {0};
+    node_move *m = move_new(n, NULL, t, tab, target, &err);
+    if (!m) {
+        st_log(ST_LOG_ERROR, "move",
+               "tablet=%" PRIu64 " stays read-only: cannot ask %s whether it activated the "
+               "move's copy: %s",
+               id, target, err.msg);
+        return false;
+    }
+    m->target_id = target_id;
+    m->recorded = m->answered = true;
+    m->next = n->moves;
+    n->moves = m;
+    st_log(ST_LOG_INFO, "move",
+           "table=%s tablet=%" PRIu64 ": asking %s whether it activated the move's copy", m->table,
+           id, target);
+    move_defer(m, move_resolve, 0);
+    return true;
+}
+
+static bool resume_pending(const node_ctx *n) {
+    for (const node_move *m = n->moves; m; m = m->next)
+        if (m->recorded)
+            return true;
+    return false;
+}
+
+static void resume_deadline(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    *(bool *)arg = true;
+}
+
+st_code node_moves_resume(node_ctx *n, st_err *err) {
+    char path[sizeof n->data_dir + sizeof NODE_OUTGOING_FILE + 1];
+    snprintf(path, sizeof path, "%s/%s", n->data_dir, NODE_OUTGOING_FILE);
+    st_buf b;
+    st_buf_init(&b);
+    st_err rerr = {0};
+    if (st_env_read_all(st_env_posix(), path, &b, &rerr) != ST_OK || b.len == 0) {
+        st_buf_free(&b);
+        return ST_OK; /* no file, or no move was activating */
+    }
+    st_code rc = st_buf_append(&b, "", 1);
+    bool all = true; /* a line not taken up is not dropped from the file by this save */
+    for (char *p = (char *)b.data; rc == ST_OK && *p;) {
+        unsigned long long id, target_id;
+        char target[MOVE_HOST_MAX + 8];
+        if (sscanf(p, "%llu %llu %263s", &id, &target_id, target) == 3)
+            all = resume_one(n, id, target_id, target) && all;
+        p += strcspn(p, "\n");
+        p += *p == '\n';
+    }
+    st_buf_free(&b);
+    if (rc == ST_OK && all)
+        rc = outgoing_save(n, err); /* the lines of tablets no longer here go */
+    /* Before the node listens, as long as the targets answer promptly: until then the tablets
+     * are read-only here, and their reads may miss writes the target took meanwhile. */
+    bool late = false;
+    struct event *ev = evtimer_new(n->base, resume_deadline, &late);
+    struct timeval tv = {MOVE_RESOLVE_START_MS / 1000, 0};
+    if (ev && evtimer_add(ev, &tv) == 0)
+        while (!late && resume_pending(n))
+            event_base_loop(n->base, EVLOOP_ONCE);
+    if (ev)
+        event_free(ev);
+    return rc;
+}
+
 void node_moves_abort(node_ctx *n) {
     while (n->moves) {
         node_move *m = n->moves;
@@ -664,11 +976,21 @@ void node_moves_abort(node_ctx *n) {
 typedef struct copy_op {
     rpc_call *call;
     uint32_t n;
+    uint64_t tablet_id;
 } copy_op;
 
+/* A CopyRows into tablet id starts (delta 1) or ends (-1): an incoming copy is not idle. */
+static void copy_track(node_ctx *n, uint64_t id, int delta) {
+    node_tablet *tab = node_tablet_by_id(n, id, NULL);
+    if (!tab)
+        return;
+    tab->copies += (uint32_t)delta;
+    tab->copy_touch_us = st_mono_us();
+}
+
 static void copy_rows_durable(node_ctx *n, st_code code, const char *msg, void *arg) {
-    (void)n;
     copy_op *op = arg;
+    copy_track(n, op->tablet_id, -1);
     if (code != ST_OK) {
         node_fail(op->call, code, "copying rows: %s", msg ? msg : st_code_name(code));
         return;
@@ -742,6 +1064,7 @@ void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     op->call = call;
     op->n = (uint32_t)req->n_rows;
+    op->tablet_id = tab->id;
     st_err err = {0};
     int64_t max_ts = req->clock_us;
     for (size_t i = 0; i < req->n_rows; i++) {
@@ -761,11 +1084,64 @@ void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     if (max_ts > n->hlc_last_us)
         n->hlc_last_us = max_ts;
     node_cs_range_arrived(n, t->name, st_buf_slice(&tab->start), st_buf_slice(&tab->end));
+    copy_track(n, tab->id, 1);
     if (req->n_rows == 0) {
         copy_rows_durable(n, ST_OK, NULL, op);
         return;
     }
     if (node_write_mode(n, rows, req->n_rows, NODE_WRITE_COPY, &err, copy_rows_durable, op) !=
-        ST_OK)
+        ST_OK) {
+        copy_track(n, op->tablet_id, -1);
         node_fail(call, err.code, "copying rows: %s", err.msg);
+    }
+}
+
+/* ---- incoming copies abandoned by their source ---- */
+
+static int incoming_idle_ms(const node_ctx *n) {
+    return n->move_test.incoming_idle_ms > 0 ? n->move_test.incoming_idle_ms
+                                             : NODE_INCOMING_IDLE_MS;
+}
+
+/* Drops the incoming copies idle longer than incoming_idle_ms with no CopyRows in flight. */
+static void incoming_check(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    node_ctx *n = arg;
+    int64_t now = st_mono_us(), idle_us = (int64_t)incoming_idle_ms(n) * 1000;
+    bool dropped = false;
+    for (size_t i = 0; i < n->n_tables; i++) {
+        node_tablets *t = &n->tables[i];
+        for (size_t j = 0; j < t->n;) {
+            node_tablet *tab = &t->v[j];
+            if (!tab->incoming || tab->copies || now - tab->copy_touch_us <= idle_us) {
+                j++;
+                continue;
+            }
+            st_log(ST_LOG_WARN, "move",
+                   "table=%s tablet=%" PRIu64 " dropped: a move's copy that took no rows for "
+                   "%d ms (its source gave up)",
+                   t->name, tab->id, incoming_idle_ms(n));
+            (void)node_tablet_drop(n, t, j, NULL);
+            dropped = true;
+        }
+    }
+    st_err err = {0};
+    if (dropped && node_incoming_save(n, &err) != ST_OK)
+        st_log(ST_LOG_WARN, "move", "%s", err.msg);
+}
+
+st_code node_incoming_timer_start(node_ctx *n, st_err *err) {
+    int ms = incoming_idle_ms(n) / 4 < 1000 ? incoming_idle_ms(n) / 4 : 1000;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    n->incoming_timer = event_new(n->base, -1, EV_PERSIST, incoming_check, n);
+    if (!n->incoming_timer || event_add(n->incoming_timer, &tv) != 0)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "could not start the incoming copy check");
+    return ST_OK;
+}
+
+void node_incoming_timer_stop(node_ctx *n) {
+    if (n->incoming_timer)
+        event_free(n->incoming_timer);
+    n->incoming_timer = NULL;
 }

@@ -200,10 +200,16 @@ static void load_one(const sto_tablet_info *info, void *arg) {
         ls->rc = node_tablet_map(t, st);
 }
 
-st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
-                           st_err *err) {
+static st_code incoming_save(node_ctx *n, uint64_t extra, st_err *err);
+
+st_code node_tablet_create_as(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
+                              bool incoming, st_err *err) {
     uint64_t id = node_tablet_new_id(n);
     st_code rc = node_catalog_save(n->catalog, err);
+    /* An incoming copy is named in DATA/incoming before storage has it, so a node killed
+     * between the two drops it at its next start instead of serving it. */
+    if (rc == ST_OK && incoming)
+        rc = incoming_save(n, id, err);
     sto_tablet *st = NULL;
     if (rc == ST_OK)
         rc = sto_tablet_create(n->db, id, st_slice_cstr(t->name), start, end, &st, err);
@@ -211,15 +217,31 @@ st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slic
         return rc;
     if (node_tablet_map(t, st) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a tablet");
+    t->v[node_tablet_index(t, start)].incoming = incoming;
+    t->v[node_tablet_index(t, start)].copy_touch_us = st_mono_us();
     node_repl_tablet_named(n, id, t->name);
     return ST_OK;
 }
 
+st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
+                           st_err *err) {
+    return node_tablet_create_as(n, t, start, end, false, err);
+}
+
 st_code node_incoming_save(node_ctx *n, st_err *err) {
+    return incoming_save(n, 0, err);
+}
+
+/* DATA/incoming from the map, plus tablet id extra (not yet in the map) unless 0. */
+static st_code incoming_save(node_ctx *n, uint64_t extra, st_err *err) {
     st_buf b;
     st_buf_init(&b);
     char line[32];
     st_code rc = ST_OK;
+    if (extra) {
+        int len = snprintf(line, sizeof line, "%llu\n", (unsigned long long)extra);
+        rc = st_buf_append(&b, line, (size_t)len);
+    }
     for (size_t i = 0; rc == ST_OK && i < n->n_tables; i++)
         for (size_t j = 0; rc == ST_OK && j < n->tables[i].n; j++)
             if (n->tables[i].v[j].incoming) {
@@ -227,15 +249,19 @@ st_code node_incoming_save(node_ctx *n, st_err *err) {
                     snprintf(line, sizeof line, "%llu\n", (unsigned long long)n->tables[i].v[j].id);
                 rc = st_buf_append(&b, line, (size_t)len);
             }
-    char path[sizeof n->data_dir + sizeof NODE_INCOMING_FILE + 1];
-    snprintf(path, sizeof path, "%s/%s", n->data_dir, NODE_INCOMING_FILE);
-    if (rc != ST_OK)
-        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory saving %s", path);
-    else
-        rc = st_env_write_atomic(st_env_posix(), path, b.len ? (const void *)b.data : "", b.len,
-                                 err);
+    rc = node_data_file_save(n, NODE_INCOMING_FILE, rc, &b, err);
     st_buf_free(&b);
     return rc;
+}
+
+st_code node_data_file_save(node_ctx *n, const char *name, st_code built, const st_buf *b,
+                            st_err *err) {
+    char path[sizeof n->data_dir + 32];
+    snprintf(path, sizeof path, "%s/%s", n->data_dir, name);
+    if (built != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory saving %s", path);
+    return st_env_write_atomic(st_env_posix(), path, b->len ? (const void *)b->data : "", b->len,
+                               err);
 }
 
 /* The tablets DATA/incoming names: copies of moves that never completed (their source kept the
@@ -719,6 +745,7 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
         rc = node_cs_open(n, err);
     if (rc == ST_OK)
         rc = load_tablets(n, err);
+    node_move_test_load(n);
     if (rc == ST_OK)
         rc = node_backups_open(n, err);
     if (rc == ST_OK && !(n->rowlocks = node_rowlocks_new()))
@@ -735,9 +762,13 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
     if (rc == ST_OK)
         rc = node_repl_start(n, err);
     if (rc == ST_OK)
+        rc = node_moves_resume(n, err);
+    if (rc == ST_OK)
         rc = rpc_server_listen_bound(n->rpc, err);
     if (rc == ST_OK)
         rc = node_split_timer_start(n, err);
+    if (rc == ST_OK)
+        rc = node_incoming_timer_start(n, err);
     if (rc != ST_OK) {
         node_close(n);
         return rc;
@@ -763,7 +794,9 @@ void node_close(node_ctx *n) {
      * call; one more loop pass lets cancelled scans free their snapshots; then storage closes. */
     n->closing = true;
     node_split_timer_stop(n);
+    node_incoming_timer_stop(n);
     node_moves_abort(n);
+    node_drops_abort(n);
     if (n->cs)
         node_cs_stop_reports(n); /* compactions must not post to the server once it is gone */
     while (n->rpc && __atomic_load_n(&n->writes_in_flight, __ATOMIC_RELAXED) > 0)

@@ -38,7 +38,9 @@ typedef struct node_tablet {
     st_buf start, end; /* [start, end); empty end = unbounded */
     bool moving;       /* MoveTablet is copying it away: writes get strata-not-owner, reads work */
     bool incoming;     /* a move's copy not yet activated: only CopyRows writes it (move.c) */
-    bool written;      /* written since the size-based split check last looked at it */
+    uint32_t copies;   /* CopyRows writes to it not yet finished (incoming copies) */
+    int64_t copy_touch_us;        /* st_mono_us of its creation or last CopyRows (the idle drop) */
+    bool written;                 /* written since the size-based split check last looked at it */
     uint8_t split_waits;          /* checks in a row that found its split not yet quick (split.c) */
     uint64_t writes, writes_mark; /* rows written (node_row_prepare); at the last metrics tick */
 } node_tablet;
@@ -50,6 +52,21 @@ typedef struct node_tablets {
     node_tablet *v;
     size_t n;
 } node_tablets;
+
+/* Fault settings for tests of moves, from the environment variable STRATA_TEST_MOVE (a comma
+ * separated list, read at open; never set in production): hold_ms=N makes a source wait N ms
+ * between the end of the copy and the activation; kill=activated makes a source kill itself
+ * (SIGKILL) once the target activated its copy, before dropping its own tablet; kill=created
+ * makes a target kill itself after creating an incoming copy in storage, before answering;
+ * kill=activating / kill=answering make a target kill itself on the activation, before it /
+ * after it is durable (before the answer);
+ * incoming_idle_ms=N replaces NODE_INCOMING_IDLE_MS. */
+#define NODE_MOVE_TEST_ENV "STRATA_TEST_MOVE"
+typedef struct node_move_test {
+    int hold_ms;
+    int incoming_idle_ms;
+    bool kill_activated, kill_created, kill_activating, kill_answering;
+} node_move_test;
 
 /* Tablet ids: (node_num << NODE_TABLET_ID_COUNTER_BITS) | a per-node counter (the catalog's). */
 #define NODE_TABLET_ID_COUNTER_BITS 40
@@ -75,11 +92,14 @@ struct node_ctx {
     /* The highest log position of a node_write whose completion ran (loop thread): a move
      * waits for the peer clusters to have everything up to it before dropping its tablet. */
     uint64_t written_lsn_max;
-    int64_t start_us;             /* st_mono_us at open (GetStatus uptime) */
-    struct event *split_timer;    /* size-based split checks; NULL when split_bytes is 0 */
-    struct node_move *moves;      /* MoveTablet copies in progress (move.c) */
-    struct repl_ctx *repl;        /* replication (repl_glue.c); NULL without --config */
-    struct read_state *read_pool; /* idle ReadRows states kept for reuse (read.c) */
+    int64_t start_us;              /* st_mono_us at open (GetStatus uptime) */
+    struct event *split_timer;     /* size-based split checks; NULL when split_bytes is 0 */
+    struct node_move *moves;       /* MoveTablet copies in progress (move.c) */
+    node_move_test move_test;      /* test-only faults (NODE_MOVE_TEST_ENV) */
+    struct event *incoming_timer;  /* drops incoming copies idle too long (move.c) */
+    struct drop_op *drops_waiting; /* DropRowRanges waiting for a move to end (admin.c) */
+    struct repl_ctx *repl;         /* replication (repl_glue.c); NULL without --config */
+    struct read_state *read_pool;  /* idle ReadRows states kept for reuse (read.c) */
     size_t read_pool_n;
     struct node_cs *cs; /* change streams, write side (changes_write.c) */
     /* Change stream reader turns running back to back (changes_read.c, turn_may_run): since
@@ -127,6 +147,10 @@ st_code node_tablet_drop(node_ctx *n, node_tablets *t, size_t i, st_err *err);
  * them drops it, as its source still owns the range (docs/cluster.md, Moves). */
 #define NODE_INCOMING_FILE "incoming"
 st_code node_incoming_save(node_ctx *n, st_err *err);
+/* Writes b as DATA/name (atomically, synced); built is how building b went (not ST_OK: out of
+ * memory, nothing written). */
+st_code node_data_file_save(node_ctx *n, const char *name, st_code built, const st_buf *b,
+                            st_err *err);
 /* Splits tablet i of t at key (empty = sto_tablet_mid_key) into two tablets with fresh ids
  * (ids[0] left, ids[1] right; may be NULL). FAILED_PRECONDITION for a moving tablet or one with
  * too few rows, INVALID_ARGUMENT for a key outside (start, end). Pointers into t->v are
@@ -137,12 +161,31 @@ st_code node_tablet_split(node_ctx *n, node_tablets *t, size_t i, st_slice key, 
  * call twice. */
 st_code node_split_timer_start(node_ctx *n, st_err *err);
 void node_split_timer_stop(node_ctx *n);
+/* Ends the DropRowRanges waiting for a move (node_close): their calls fail UNAVAILABLE. */
+void node_drops_abort(node_ctx *n);
+/* Reads NODE_MOVE_TEST_ENV into n->move_test (open). */
+void node_move_test_load(node_ctx *n);
+/* DATA/outgoing: the moves whose activation was sent and whose outcome is not known yet, one
+ * per line (move.c); at open their tablets stay read-only until the target says whether it
+ * activated the copy (docs/cluster.md, Moves). */
+#define NODE_OUTGOING_FILE "outgoing"
+st_code node_moves_resume(node_ctx *n, st_err *err);
+/* An incoming copy that took no CopyRows for this long is dropped: its source gave up (killed,
+ * stopped, or its DropTablet never arrived). A live source never leaves it idle that long (its
+ * calls time out after 2 minutes; it waits at most 10 s for its peers before the activation). */
+#define NODE_INCOMING_IDLE_MS 300000
+/* Starts the idle check of incoming copies (open); stop is safe to call twice. */
+st_code node_incoming_timer_start(node_ctx *n, st_err *err);
+void node_incoming_timer_stop(node_ctx *n);
 /* Ends every move in progress (node_close): they fail, their tablets stay here. */
 void node_moves_abort(node_ctx *n);
 /* Pushes a table's family GC rules to all its tablets (after open and ModifyColumnFamilies). */
 st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err);
 /* Creates a storage tablet [start, end) for the table and adds it to the map. */
 st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end, st_err *err);
+/* As node_tablet_create; incoming: a move's copy, named in DATA/incoming before it exists. */
+st_code node_tablet_create_as(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
+                              bool incoming, st_err *err);
 /* Adds an empty map entry for a new table (NULL when out of memory); removes one whose tablets
  * were dropped. Pointers to entries are invalidated by both. */
 node_tablets *node_tables_add(node_ctx *n, const char *name);

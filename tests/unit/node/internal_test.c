@@ -783,6 +783,68 @@ static void test_internal_incoming(void **state) {
     assert_int_equal(mutate_row(&B, tbl, "k", &status), ST_OK);
 }
 
+/* The source's activation of copy id (CreateTablet with `activate`): *rc_out, *incoming_out. */
+static void activate_tablet(const node_env *e, const char *table, const char *start,
+                            const char *end, uint64_t id, st_code *rc_out, bool *incoming_out) {
+    Strata__Internal__V1__CreateTabletRequest req;
+    strata__internal__v1__create_tablet_request__init(&req);
+    req.table_name = (char *)table;
+    req.activate = id;
+    req.start_key = (ProtobufCBinaryData){strlen(start), (uint8_t *)start};
+    req.end_key = (ProtobufCBinaryData){strlen(end), (uint8_t *)end};
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err status;
+    *rc_out = call(e, IN "CreateTablet", &req.base, &resp, &status);
+    if (*rc_out == ST_OK) {
+        Strata__Internal__V1__Tablet *t =
+            strata__internal__v1__tablet__unpack(NULL, resp.len, resp.data);
+        assert_non_null(t);
+        assert_int_equal(t->id, id);
+        *incoming_out = t->incoming;
+        strata__internal__v1__tablet__free_unpacked(t, NULL);
+    }
+    st_buf_free(&resp);
+}
+
+/* An activation names its copy: another id or another range is NOT_FOUND, a copy dropped
+ * meanwhile (a restart, or idle) is NOT_FOUND and no tablet is created in its place (one used to
+ * be, empty, which its source then took for its activated copy); the copy itself is activated,
+ * and a repeated activation answers it again. */
+static void test_internal_activate_by_id(void **state) {
+    (void)state;
+    const char *tbl = TABLE "activate";
+    put_table(&B, tbl);
+    st_code rc;
+    bool inc = true;
+    uint64_t copy = create_tablet_in(&B, tbl, "a", "m", true, &rc, &inc);
+    assert_int_equal(rc, ST_OK);
+    activate_tablet(&B, tbl, "a", "m", copy + 1, &rc, &inc);
+    assert_int_equal(rc, ST_NOT_FOUND);
+    activate_tablet(&B, tbl, "a", "z", copy, &rc, &inc);
+    assert_int_equal(rc, ST_NOT_FOUND);
+    Strata__Internal__V1__DropTabletRequest dt;
+    strata__internal__v1__drop_tablet_request__init(&dt);
+    dt.id = copy;
+    st_err status;
+    assert_int_equal(call(&B, IN "DropTablet", &dt.base, NULL, &status), ST_OK);
+    activate_tablet(&B, tbl, "a", "m", copy, &rc, &inc);
+    assert_int_equal(rc, ST_NOT_FOUND);
+    assert_int_equal(tablet_count(&B, tbl), 0);
+    copy = create_tablet_in(&B, tbl, "a", "m", true, &rc, &inc);
+    assert_int_equal(rc, ST_OK);
+    for (int i = 0; i < 2; i++) {
+        inc = true;
+        activate_tablet(&B, tbl, "a", "m", copy, &rc, &inc);
+        assert_int_equal(rc, ST_OK);
+        assert_false(inc);
+    }
+    char text[256];
+    incoming_file(&B, text, sizeof text);
+    assert_string_equal(text, "");
+    assert_int_equal(tablet_count(&B, tbl), 1);
+}
+
 static void test_internal_drop(void **state) {
     (void)state;
     Strata__Internal__V1__DropTabletRequest dt;
@@ -828,6 +890,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_internal_auto_split),
         cmocka_unit_test(test_internal_move),
         cmocka_unit_test(test_internal_incoming),
+        cmocka_unit_test(test_internal_activate_by_id),
         cmocka_unit_test(test_internal_drop),
     };
     g_failures = cmocka_run_group_tests(tests, NULL, NULL);
