@@ -709,7 +709,16 @@ st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_e
  * a job. The caller has already taken the families out of the catalog in memory, so no write to
  * them arrives meanwhile; one version, taken on the loop at the start, covers every delete, so a
  * family created again meanwhile keeps its new cells. A tablet split or dropped meanwhile leaves
- * no trace in storage's view of the old tablet: the table's tablets are then purged again. */
+ * no trace in storage's view of the old tablet: the table's tablets are then purged again.
+ *
+ * Moves: a purge also writes into a tablet moving away and into a move's incoming copy, and the
+ * copy may or may not carry those deletes. So a purge that ends while a tablet of the table is
+ * moving or incoming waits for the move to end (polled every PURGE_MOVE_POLL_MS, at most
+ * PURGE_MOVE_WAIT_MS, then UNAVAILABLE) and purges the table's tablets again: on the target the
+ * activated copy is then purged like any tablet, so no cell of the dropped family comes back
+ * with it (to show again in a family created anew under its name). */
+#define PURGE_MOVE_POLL_MS 20
+#define PURGE_MOVE_WAIT_MS 20000 /* below a router's 30 s for an admin call to a node */
 
 typedef struct purge_arg {
     char table[NODE_TABLE_NAME_MAX + 1];
@@ -722,9 +731,29 @@ typedef struct purge_arg {
     size_t n_ids;
     node_purge_done_fn done;
     void *done_arg;
+    /* while waiting for a move of one of the table's tablets to end */
+    node_ctx *n;
+    rpc_call *call;
+    struct event *ev;
+    int64_t wait_from_us;   /* st_mono_us when the wait began; 0 when not waiting */
+    struct purge_arg *next; /* in n->purges_waiting while ev is pending */
 } purge_arg;
 
+static void purge_unwait(purge_arg *a) {
+    if (!a->n)
+        return;
+    struct purge_arg **p = &a->n->purges_waiting;
+    while (*p && *p != a)
+        p = &(*p)->next;
+    if (*p)
+        *p = a->next;
+    a->next = NULL;
+}
+
 static void purge_arg_free(purge_arg *a) {
+    purge_unwait(a);
+    if (a->ev)
+        event_free(a->ev);
     free(a->fams);
     free(a->ids);
     free(a->sts);
@@ -750,30 +779,90 @@ static bool purge_vanished(node_ctx *n, const purge_arg *a) {
 
 static st_code purge_start(node_ctx *n, rpc_call *call, purge_arg *a, st_err *err);
 
+/* Ends the purge: its families' purging entries end (a failed purge puts them back) and its
+ * caller's done answers. */
+static void purge_finish(node_ctx *n, rpc_call *call, purge_arg *a, st_code rc, const char *msg) {
+    node_table *meta = node_catalog_find(n->catalog, a->table);
+    for (size_t f = 0; meta && f < a->n_fams; f++)
+        node_table_purge_end(meta, a->fams[f], rc != ST_OK);
+    a->done(n, call, rc, rc == ST_OK ? NULL : msg, a->done_arg);
+    purge_arg_free(a);
+}
+
+static bool table_in_move(node_ctx *n, const char *table) {
+    node_tablets *t = node_tablets_find(n, table);
+    for (size_t i = 0; t && i < t->n; i++)
+        if (t->v[i].moving || t->v[i].incoming)
+            return true;
+    return false;
+}
+
+static void purge_wake(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    purge_arg *a = arg;
+    purge_unwait(a);
+    st_err err = {0};
+    if (purge_start(a->n, a->call, a, &err) != ST_OK)
+        purge_finish(a->n, a->call, a, err.code, err.msg);
+}
+
+/* Purges the table again in PURGE_MOVE_POLL_MS, as one of its tablets is moving (see above),
+ * or ends the purge UNAVAILABLE once it has waited long enough. */
+static void purge_wait_move(node_ctx *n, rpc_call *call, purge_arg *a) {
+    int64_t now = st_mono_us();
+    if (a->wait_from_us == 0)
+        a->wait_from_us = now;
+    if (now - a->wait_from_us > (int64_t)PURGE_MOVE_WAIT_MS * 1000) {
+        char msg[NODE_TABLE_NAME_MAX + 96];
+        snprintf(msg, sizeof msg, "a tablet of %s is still being moved; retry dropping the family",
+                 a->table);
+        purge_finish(n, call, a, ST_UNAVAILABLE, msg);
+        return;
+    }
+    a->n = n;
+    a->call = call;
+    if (!a->ev && !(a->ev = evtimer_new(n->base, purge_wake, a))) {
+        purge_finish(n, call, a, ST_RESOURCE_EXHAUSTED, "out of memory dropping a family");
+        return;
+    }
+    struct timeval tv = {0, PURGE_MOVE_POLL_MS * 1000};
+    evtimer_add(a->ev, &tv);
+    a->next = n->purges_waiting;
+    n->purges_waiting = a;
+}
+
 static void purge_done(node_job *j) {
     purge_arg *a = j->arg;
     node_ctx *n = j->n;
+    rpc_call *call = j->call;
     st_code rc = j->rc;
+    st_err err = j->err;
+    free(j);
+    if ((rc == ST_OK || rc == ST_NOT_FOUND) && table_in_move(n, a->table)) {
+        purge_wait_move(n, call, a);
+        return;
+    }
+    a->wait_from_us = 0;
     if (rc == ST_NOT_FOUND || (rc == ST_OK && purge_vanished(n, a))) {
         rc = ST_OK;
         if (++a->round < PURGE_ROUNDS_MAX) {
-            if ((rc = purge_start(n, j->call, a, &j->err)) == ST_OK) {
-                free(j);
+            if ((rc = purge_start(n, call, a, &err)) == ST_OK)
                 return;
-            }
         } else {
-            rc = st_err_set(&j->err, ST_UNAVAILABLE,
+            rc = st_err_set(&err, ST_UNAVAILABLE,
                             "the tablets of %s kept splitting or moving while a dropped "
                             "family's cells were deleted; retry",
                             a->table);
         }
     }
-    node_table *meta = node_catalog_find(n->catalog, a->table);
-    for (size_t f = 0; meta && f < a->n_fams; f++) /* a failed purge puts its family back */
-        node_table_purge_end(meta, a->fams[f], rc != ST_OK);
-    a->done(n, j->call, rc, rc == ST_OK ? NULL : j->err.msg, a->done_arg);
-    purge_arg_free(a);
-    free(j);
+    purge_finish(n, call, a, rc, err.msg);
+}
+
+void node_purges_abort(node_ctx *n) {
+    while (n->purges_waiting)
+        purge_finish(n, n->purges_waiting->call, n->purges_waiting, ST_UNAVAILABLE,
+                     "the node is shutting down; retry dropping the family");
 }
 
 /* Captures the table's tablets of this moment and starts a job over them; a is the job's. */

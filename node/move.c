@@ -4,10 +4,10 @@
  *
  *   mark moving (writes now get strata-not-owner; reads go on)
  *   -> PutTable on the target (the table's schema) -> CreateTablet incoming (same range; the
- *   target picks its own id) -> wait until every write started before the mark has finished (storage completes
- *   writes in order, so a counter suffices) -> snapshot + iterator -> CopyRows batches: per row
- *   and version one row mutation of SetCells that keeps the cells' version, commit time and
- *   origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each)
+ *   target picks its own id) -> wait until every write started before the mark has finished
+ * (storage completes writes in order, so a counter suffices) -> snapshot + iterator -> CopyRows
+ * batches: per row and version one row mutation of SetCells that keeps the cells' version, commit
+ * time and origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each)
  *   -> wait until every peer cluster has this node's log records of the tablet -> record the
  *   move in DATA/outgoing -> activate the copy (CreateTablet with `activate`) -> drop here ->
  *   take the record out -> pass this node's clock to the target (an empty CopyRows) -> answer
@@ -96,6 +96,8 @@ void node_move_test_load(node_ctx *n) {
             t->hold_ms = atoi(p + 8);
         else if (strncmp(p, "incoming_idle_ms=", 17) == 0)
             t->incoming_idle_ms = atoi(p + 17);
+        else if (strncmp(p, "batch_ms=", 9) == 0)
+            t->batch_ms = atoi(p + 9);
         else if (strncmp(p, "kill=activated", 14) == 0)
             t->kill_activated = true;
         else if (strncmp(p, "kill=created", 12) == 0)
@@ -699,7 +701,7 @@ static void copy_done(st_code code, const char *msg, st_slice resp, void *arg) {
         move_fail(m, ST_INTERNAL, "the target did not apply every copied row");
         return;
     }
-    move_defer(m, move_send_batch, 0);
+    move_defer(m, move_send_batch, m->n->move_test.batch_ms); /* 0 but in tests */
 }
 
 static void move_send_batch(node_move *m) {

@@ -17,6 +17,9 @@ answering  before the answer. The move fails at once; A's tablet takes no write 
            (A with activating, B with answering), every row is read, writes work.
 idle       A is killed with kill -9 while it holds the move (its copy on B incoming); B must drop
            the abandoned copy once it has been idle for incoming_idle_ms (2 s here).
+family     A waits 3 s between copy batches; family g is dropped through the router while the
+           move is half-way: B's purge must also cover the rows copied after it (it waits for
+           the move to end and purges again), so g created anew is empty on every row.
 """
 import os, signal, subprocess, sys, threading, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -68,7 +71,8 @@ def stop(name, sig=signal.SIGTERM):
 
 FAULTS = {'drop': ('hold_ms=4000', ''), 'activated': ('kill=activated', ''),
           'created': ('', 'kill=created'), 'activating': ('', 'kill=activating'),
-          'answering': ('', 'kill=answering'), 'idle': ('hold_ms=20000', 'incoming_idle_ms=2000')}
+          'answering': ('', 'kill=answering'), 'idle': ('hold_ms=20000', 'incoming_idle_ms=2000'),
+          'family': ('batch_ms=3000', '')}
 fa, fb = FAULTS[case]
 A = start_node('a', 1, faults=fa)
 B = start_node('b', 2, faults=fb)
@@ -263,6 +267,36 @@ elif case == 'idle':
     k = keys(T)
     expect('every row is read', k is not None and len(k) == N,
            '%s rows' % (len(k) if k is not None else k))
+elif case == 'family':
+    F = 6000  # two cells a row: two copy batches of at most 10,000 cells
+    expect('create', create_cs(R, T, families=('cf', 'g'), retention=0)[2] == 'end')
+    for b in range(0, F, 250):
+        body = fld(1, tname(T)) + b''.join(
+            fld(2, fld(1, 'r%05d' % j) + fld(2, set_cell('cf', 'q', 'v')) + fld(2, set_cell('g', 'q', 'w')))
+            for j in range(b, min(F, b + 250)))
+        data, st, why = call(R, BT + 'MutateRows', body)
+        if why != 'end' or st:
+            sys.exit('FAIL: loading: %s %s' % (why, st))
+    tid = to_a(T)
+    res = {}
+    th = start_move(A, B, tid, res)
+    time.sleep(1.0)  # the first batch is on B; A waits 3 s before the second
+    drop_g = fld(1, tname(T)) + fld(2, fld(1, 'g') + fld(4, 1))
+    data, st, why = call(R, ADMIN + 'ModifyColumnFamilies', drop_g, limit=60)
+    expect('family g dropped during the move', why == 'end' and not st, (why, st))
+    th.join()
+    expect('the move succeeded', res['r'][0], res['r'])
+    add_g = fld(1, tname(T)) + fld(2, fld(1, 'g') + fld(2, b''))
+    data, st, why = call(R, ADMIN + 'ModifyColumnFamilies', add_g, limit=60)
+    expect('family g created again', why == 'end' and not st, (why, st))
+    for fam, want in (('cf', F), ('g', 0)):
+        body = fld(1, tname(T)) + fld(3, fld(5, fam))  # filter: family_name_regex_filter
+        data, st, why = call(R, BT + 'ReadRows', body, limit=60)
+        n = sum(1 for m in msgs(data) for f, _, v in fields(m) if f == 1)
+        expect('%d cells of family %s' % (want, fam), why == 'end' and not st and n == want,
+               '%s chunks (%s %s)' % (n, why, st))
+    k = keys(T)
+    expect('every row is read', k is not None and len(k) == F, '%s rows' % (len(k) if k is not None else k))
 for name in list(procs):
     stop(name)
 print('FAIL' if bad else 'PASS')
