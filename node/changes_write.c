@@ -319,15 +319,27 @@ static node_table *row_meta(node_ctx *n, const sto_row_mut *r, node_write_kind m
     return meta && meta->cs_retention_us > 0 ? meta : NULL;
 }
 
+/* Whether row r's DeleteFromRows can each become one DeleteFromFamily per family of the table
+ * within a row mutation's bound (STO_ROW_MUTS_MAX). A write of that many mutations is valid
+ * (the API's limit is the same), so its record must not refuse it: it then keeps them as
+ * DeleteFromRow, which readers expand to the families the table has when they read it. */
+static bool del_rows_expand(const node_table *meta, const sto_row_mut *r) {
+    size_t total = 0;
+    for (size_t i = 0; i < r->n_muts; i++)
+        total += r->muts[i].type == STO_MUT_DEL_ROW ? meta->n_families : 1;
+    return total <= STO_ROW_MUTS_MAX;
+}
+
 /* The mutations a record holds for row r: the user's (a DeleteFromRow as one DeleteFromFamily
- * per family of the table), into cs->scratch. */
+ * per family of the table, del_rows_expand), into cs->scratch. */
 static st_code record_muts(node_cs *cs, const node_table *meta, const sto_row_mut *r) {
     st_buf_reset(&cs->scratch);
+    bool expand = del_rows_expand(meta, r);
     for (size_t i = 0; i < r->n_muts; i++) {
         const sto_mut *m = &r->muts[i];
         if (is_system(m))
             continue;
-        if (m->type != STO_MUT_DEL_ROW) {
+        if (m->type != STO_MUT_DEL_ROW || !expand) {
             if (st_buf_append(&cs->scratch, m, sizeof *m) != ST_OK)
                 return ST_RESOURCE_EXHAUSTED;
             continue;
@@ -348,6 +360,8 @@ static bool cell_kept(const sto_mut *muts, size_t n, size_t i) {
     const sto_mut *s = &muts[i];
     for (size_t j = i + 1; j < n; j++) {
         const sto_mut *m = &muts[j];
+        if (m->type == STO_MUT_DEL_ROW) /* kept unexpanded (del_rows_expand) */
+            return false;
         if (!st_slice_eq(m->family, s->family))
             continue;
         if (m->type == STO_MUT_DEL_FAMILY)
@@ -488,8 +502,8 @@ static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *met
     }
     if (rc == ST_INVALID_ARGUMENT)
         return st_err_set(err, rc,
-                          "row mutation too large for its change record (at most %u mutations "
-                          "after a DeleteFromRow becomes one delete per family)",
+                          "row mutation too large for its change record (more than %u "
+                          "mutations)",
                           STO_ROW_MUTS_MAX);
     if (rc != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building a change record");

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""cs_hostile4.py — change stream records at the API's limits, through the router of `strata up
+--clusters 2 --nodes 1` (cs_hostile4_test.sh), on top of hostile/cslib.py. Prints "ok: WHAT" or
+"FAIL: WHAT ..."; exit status 1 when a case failed.
+
+  cs_hostile4.py limits PORT DIR STRATA
+      a MutateRow of 100,000 mutations (the API's limit) on a table with change streams on and
+      five families: 100,000 SetCells, and a DeleteFromRow with 99,999 SetCells. Both are
+      accepted as on a table without streams (they were INVALID_ARGUMENT: the row's record cell
+      made 100,001 mutations, and the DeleteFromRow's five DeleteFromFamily more), and each
+      record holds them all (the DeleteFromRow as one DeleteFromFamily per family): live on
+      east, on west, and from storage after kill -9 and a restart of east's node.
+"""
+import os, subprocess, sys, time
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
+from cslib import *
+from h2raw import Conn, grpc_msg
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sec_attack import grpc_status
+
+failed = []
+FAMS = ('cf', 'f2', 'f3', 'f4', 'f5')
+
+
+def expect(what, ok, detail=''):
+    print(('ok: %s %s' % (what, detail)) if ok else 'FAIL: %s %s' % (what, detail))
+    if not ok: failed.append(what)
+
+
+def rcall(port, path, body, limit=60):
+    """One call on a new connection: (response bytes, grpc-status as a string)."""
+    c = Conn(port, timeout=limit)
+    sid = c.headers(path)
+    c.data_fc(sid, grpc_msg(body))
+    data, hdrs, why = c.wait_end(sid, limit)
+    c.s.close()
+    st = grpc_status(data, hdrs, why)
+    return data, ('0' if st == 'end' else st)
+
+
+def profile(port, name, cluster):
+    body = (fld(1, INST) + fld(2, name) + fld(3, fld(6, fld(1, cluster))) + fld(4, 1))
+    return rcall(port, '/google.bigtable.admin.v2.BigtableInstanceAdmin/CreateAppProfile', body)[1]
+
+
+def records(port, table, start, prof):
+    """{row: {kind: count}, ...} of the records of table from start to now through prof."""
+    data, st = rcall(port, BT + 'ReadChangeStream',
+                     cs_req(table, partition=rng(), start_us=start, end_us=now_us(), profile=prof), limit=120)
+    out = {}
+    for e in decode(data):
+        if e[0] == 'rec':
+            kinds = {}
+            for c in e[5]:
+                k = c[0] if c[0] != 'delfam' else 'delfam:' + c[1].decode()
+                kinds[k] = kinds.get(k, 0) + 1
+            out.setdefault(e[1].decode(), []).append(kinds)
+    return out, st
+
+
+def restart(d, strata, name):
+    subprocess.run(['kill', '-9', open(os.path.join(d, 'run', name + '.pid')).read().strip()])
+    subprocess.run([strata, 'up', '--dir', d], capture_output=True)
+
+
+def limits(port, d, strata):
+    for name, cluster in (('oneast', 'east'), ('onwest', 'west')):
+        expect('profile ' + name, profile(port, name, cluster) == '0')
+    t_on, t_off = 'lim_on', 'lim_off'
+    for t, ret in ((t_on, 86400), (t_off, 0)):
+        expect('create ' + t, create_cs(port, t, families=FAMS, retention=ret)[2] == 'end')
+    rows = {'full': [set_cell('cf', b'q%d' % i, b'v', 1000) for i in range(100000)],
+            'delrow': [fld(4, b'')] + [set_cell('cf', b'q%d' % i, b'v', 1000) for i in range(99999)]}
+    want = {'full': [{'set': 100000}],
+            'delrow': [dict([('set', 99999)] + [('delfam:' + f, 1) for f in FAMS])]}
+    start = now_us()
+    for t in (t_off, t_on):
+        for row, muts in rows.items():
+            body = fld(1, tname(t)) + fld(2, row) + b''.join(fld(3, m) for m in muts)
+            st = rcall(port, BT + 'MutateRow', body, limit=120)[1]
+            expect('MutateRow %s of %d mutations on %s' % (row, len(muts), t), st == '0', 'status ' + st)
+    for where, prof in (('live on east', 'oneast'), ('on west', 'onwest'), ('from storage on east', 'oneast')):
+        if where == 'on west':
+            time.sleep(2)  # replication
+        if where.startswith('from storage'):
+            restart(d, strata, 'east-0')
+        for _ in range(40):
+            got, st = records(port, t_on, start, prof)
+            if st == '0' and len(got) == 2: break
+            time.sleep(0.5)
+        expect('records %s' % where, got == want, 'got %s' % got)
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == 'limits':
+        limits(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    else:
+        sys.exit('unknown mode ' + mode)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == '__main__':
+    main()
