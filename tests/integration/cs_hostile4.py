@@ -10,6 +10,13 @@
       made 100,001 mutations, and the DeleteFromRow's five DeleteFromFamily more), and each
       record holds them all (the DeleteFromRow as one DeleteFromFamily per family): live on
       east, on west, and from storage after kill -9 and a restart of east's node.
+  cs_hostile4.py bigrow PORT DIR STRATA
+      a MutateRow of 257 SetCells of about 540 KB (139 MB) on a table with change streams on:
+      accepted as without streams (it was INVALID_ARGUMENT: a row mutation of more than 256
+      mutations kept every value in its record, and the row with its record passed the log
+      record's 256 MiB), and a row of 300 small SetCells with a column written twice and a
+      family deleted after its cells (values that must stay in the record): every value comes
+      back whole, live on east, on west, and from storage after kill -9 of east's node.
 """
 import os, subprocess, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
@@ -20,6 +27,7 @@ from sec_attack import grpc_status
 
 failed = []
 FAMS = ('cf', 'f2', 'f3', 'f4', 'f5')
+CHUNK = 256 << 10  # the largest value chunk a DataChange carries
 
 
 def expect(what, ok, detail=''):
@@ -65,7 +73,7 @@ def restart(d, strata, name):
 
 def limits(port, d, strata):
     for name, cluster in (('oneast', 'east'), ('onwest', 'west')):
-        expect('profile ' + name, profile(port, name, cluster) == '0')
+        expect('profile ' + name, profile(port, name, cluster) in ('0', '6'))  # or ALREADY_EXISTS
     t_on, t_off = 'lim_on', 'lim_off'
     for t, ret in ((t_on, 86400), (t_off, 0)):
         expect('create ' + t, create_cs(port, t, families=FAMS, retention=ret)[2] == 'end')
@@ -91,10 +99,63 @@ def limits(port, d, strata):
         expect('records %s' % where, got == want, 'got %s' % got)
 
 
+def values(port, table, start, prof):
+    """{row: [(family, qualifier, value length), ...]} of the SetCells of table's records."""
+    data, st = rcall(port, BT + 'ReadChangeStream',
+                     cs_req(table, partition=rng(), start_us=start, end_us=now_us(), profile=prof), limit=180)
+    out = {}
+    for e in decode(data):
+        if e[0] != 'rec':
+            continue
+        cells = out.setdefault(e[1].decode(), [])
+        for c in e[5]:
+            if c[0] != 'set':
+                continue
+            cell = (c[1].decode(), c[2].decode(), c[4])
+            # a value's chunks (256 KiB each but the last) come one after the other
+            if cells and cells[-1][:2] == cell[:2] and cells[-1][2] and cells[-1][2] % CHUNK == 0:
+                cells[-1] = cell[:2] + (cells[-1][2] + cell[2],)
+            else:
+                cells.append(cell)
+    return out, st
+
+
+def bigrow(port, d, strata):
+    for name, cluster in (('oneast', 'east'), ('onwest', 'west')):
+        expect('profile ' + name, profile(port, name, cluster) in ('0', '6'))  # or ALREADY_EXISTS
+    t = 'big_on'
+    expect('create ' + t, create_cs(port, t, families=('cf', 'f2'))[2] == 'end')
+    start = now_us()
+    big = [('cf', 'q%d' % i, 540000 + i) for i in range(257)]
+    body = fld(1, tname(t)) + fld(2, 'big') + b''.join(
+        fld(3, set_cell(f, q.encode(), b'%c' % (65 + n % 26) * n, 1000)) for f, q, n in big)
+    st = rcall(port, BT + 'MutateRow', body, limit=180)[1]
+    expect('MutateRow of 257 cells, %d bytes' % len(body), st == '0', 'status ' + st)
+    small = [('cf', 'q%d' % i, 100 + i) for i in range(300)] + [('cf', 'dup', 200), ('cf', 'dup', 300)]
+    small += [('f2', 'gone%d' % i, 150 + i) for i in range(3)]
+    muts = [set_cell(f, q.encode(), b'v' * n, 1000) for f, q, n in small] + [fld(3, fld(1, 'f2'))]
+    st = rcall(port, BT + 'MutateRow', fld(1, tname(t)) + fld(2, 'small') + b''.join(fld(3, m) for m in muts))[1]
+    expect('MutateRow of 306 mutations', st == '0', 'status ' + st)
+    want = {'big': big, 'small': small}
+    for where, prof in (('live on east', 'oneast'), ('on west', 'onwest'), ('from storage on east', 'oneast')):
+        if where == 'on west':
+            time.sleep(3)  # replication
+        if where.startswith('from storage'):
+            restart(d, strata, 'east-0')
+        for _ in range(40):
+            got, st = values(port, t, start, prof)
+            if st == '0' and len(got) == 2: break
+            time.sleep(0.5)
+        expect('values %s' % where, got == want,
+               'differ: %s' % [(r, [x for x in got.get(r, []) if x not in w][:4]) for r, w in want.items()])
+
+
 def main():
     mode = sys.argv[1]
     if mode == 'limits':
         limits(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    elif mode == 'bigrow':
+        bigrow(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     else:
         sys.exit('unknown mode ' + mode)
     sys.exit(1 if failed else 0)
