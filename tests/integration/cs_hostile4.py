@@ -21,9 +21,8 @@
 import os, subprocess, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
 from cslib import *
-from h2raw import Conn, grpc_msg
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sec_attack import grpc_status
+from cs_attack import rcall  # one call on a new connection: (bytes, grpc-status, end reason)
 
 failed = []
 FAMS = ('cf', 'f2', 'f3', 'f4', 'f5')
@@ -35,17 +34,6 @@ def expect(what, ok, detail=''):
     if not ok: failed.append(what)
 
 
-def rcall(port, path, body, limit=60):
-    """One call on a new connection: (response bytes, grpc-status as a string)."""
-    c = Conn(port, timeout=limit)
-    sid = c.headers(path)
-    c.data_fc(sid, grpc_msg(body))
-    data, hdrs, why = c.wait_end(sid, limit)
-    c.s.close()
-    st = grpc_status(data, hdrs, why)
-    return data, ('0' if st == 'end' else st)
-
-
 def profile(port, name, cluster):
     body = (fld(1, INST) + fld(2, name) + fld(3, fld(6, fld(1, cluster))) + fld(4, 1))
     return rcall(port, '/google.bigtable.admin.v2.BigtableInstanceAdmin/CreateAppProfile', body)[1]
@@ -53,7 +41,7 @@ def profile(port, name, cluster):
 
 def records(port, table, start, prof):
     """{row: {kind: count}, ...} of the records of table from start to now through prof."""
-    data, st = rcall(port, BT + 'ReadChangeStream',
+    data, st, _ = rcall(port, BT + 'ReadChangeStream',
                      cs_req(table, partition=rng(), start_us=start, end_us=now_us(), profile=prof), limit=120)
     out = {}
     for e in decode(data):
@@ -64,6 +52,22 @@ def records(port, table, start, prof):
                 kinds[k] = kinds.get(k, 0) + 1
             out.setdefault(e[1].decode(), []).append(kinds)
     return out, st
+
+
+def check_everywhere(d, strata, read, want):
+    """read(profile) -> (result, status) compared with want: live on east, on west, and from
+    storage on east after kill -9 and a restart of its node."""
+    for where, prof in (('live on east', 'oneast'), ('on west', 'onwest'), ('from storage on east', 'oneast')):
+        if where == 'on west':
+            time.sleep(3)  # replication
+        if where.startswith('from storage'):
+            restart(d, strata, 'east-0')
+        for _ in range(40):
+            got, st = read(prof)
+            if st == '0' and len(got) == len(want): break
+            time.sleep(0.5)
+        expect('records %s' % where, got == want,
+               'differ: %s' % [(r, [x for x in got.get(r, []) if x not in w][:4]) for r, w in want.items()])
 
 
 def restart(d, strata, name):
@@ -87,21 +91,12 @@ def limits(port, d, strata):
             body = fld(1, tname(t)) + fld(2, row) + b''.join(fld(3, m) for m in muts)
             st = rcall(port, BT + 'MutateRow', body, limit=120)[1]
             expect('MutateRow %s of %d mutations on %s' % (row, len(muts), t), st == '0', 'status ' + st)
-    for where, prof in (('live on east', 'oneast'), ('on west', 'onwest'), ('from storage on east', 'oneast')):
-        if where == 'on west':
-            time.sleep(2)  # replication
-        if where.startswith('from storage'):
-            restart(d, strata, 'east-0')
-        for _ in range(40):
-            got, st = records(port, t_on, start, prof)
-            if st == '0' and len(got) == 2: break
-            time.sleep(0.5)
-        expect('records %s' % where, got == want, 'got %s' % got)
+    check_everywhere(d, strata, lambda prof: records(port, t_on, start, prof), want)
 
 
 def values(port, table, start, prof):
     """{row: [(family, qualifier, value length), ...]} of the SetCells of table's records."""
-    data, st = rcall(port, BT + 'ReadChangeStream',
+    data, st, _ = rcall(port, BT + 'ReadChangeStream',
                      cs_req(table, partition=rng(), start_us=start, end_us=now_us(), profile=prof), limit=180)
     out = {}
     for e in decode(data):
@@ -137,17 +132,7 @@ def bigrow(port, d, strata):
     st = rcall(port, BT + 'MutateRow', fld(1, tname(t)) + fld(2, 'small') + b''.join(fld(3, m) for m in muts))[1]
     expect('MutateRow of 306 mutations', st == '0', 'status ' + st)
     want = {'big': big, 'small': small}
-    for where, prof in (('live on east', 'oneast'), ('on west', 'onwest'), ('from storage on east', 'oneast')):
-        if where == 'on west':
-            time.sleep(3)  # replication
-        if where.startswith('from storage'):
-            restart(d, strata, 'east-0')
-        for _ in range(40):
-            got, st = values(port, t, start, prof)
-            if st == '0' and len(got) == 2: break
-            time.sleep(0.5)
-        expect('values %s' % where, got == want,
-               'differ: %s' % [(r, [x for x in got.get(r, []) if x not in w][:4]) for r, w in want.items()])
+    check_everywhere(d, strata, lambda prof: values(port, t, start, prof), want)
 
 
 def main():
