@@ -17,6 +17,13 @@
       record's 256 MiB), and a row of 300 small SetCells with a column written twice and a
       family deleted after its cells (values that must stay in the record): every value comes
       back whole, live on east, on west, and from storage after kill -9 of east's node.
+  cs_hostile4.py manyrefs PORT DIR STRATA
+      256 writes of 256 cells of 64 bytes to one row (65,536 values by reference), then a
+      catch-up read from storage after kill -9 of east's node: every record with every value.
+      The reader compared each of the row's cells with every reference it held (4 billion
+      comparisons in one turn): the node answered nothing for seconds, the router dropped its
+      link (no answer to a keepalive PING within 3 s) and the stream ended UNAVAILABLE with
+      nothing delivered, at every retry.
 """
 import os, subprocess, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
@@ -135,12 +142,36 @@ def bigrow(port, d, strata):
     check_everywhere(d, strata, lambda prof: values(port, t, start, prof), want)
 
 
+def manyrefs(port, d, strata):
+    t = 'manyrefs'
+    expect('create ' + t, create_cs(port, t)[2] == 'end')
+    start = now_us()
+    for w in range(256):
+        body = fld(1, tname(t)) + fld(2, 'hot') + b''.join(
+            fld(3, set_cell('cf', b'q%d-%d' % (w, i), b'v' * 64, 1000)) for i in range(256))
+        st = rcall(port, BT + 'MutateRow', body)[1]
+        if st != '0':
+            return expect('write %d of 256 cells' % w, False, 'status ' + st)
+    restart(d, strata, 'east-0')
+    for _ in range(40):  # the router reconnects to the restarted node: UNAVAILABLE until then
+        data, st, _ = rcall(port, BT + 'ReadChangeStream',
+                            cs_req(t, partition=rng(), start_us=start, end_us=now_us()), limit=120)
+        recs = [e for e in decode(data) if e[0] == 'rec']
+        if recs or st != '14': break
+        time.sleep(0.5)
+    full = sum(1 for e in recs for c in e[5] if c[0] == 'set' and c[4] == 64)
+    expect('catch-up of 256 records holding 65,536 values by reference', st == '0' and full == 65536,
+           'status %s, %d records, %d values of 64 bytes' % (st, len(recs), full))
+
+
 def main():
     mode = sys.argv[1]
     if mode == 'limits':
         limits(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'bigrow':
         bigrow(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    elif mode == 'manyrefs':
+        manyrefs(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     else:
         sys.exit('unknown mode ' + mode)
     sys.exit(1 if failed else 0)
