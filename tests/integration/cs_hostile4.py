@@ -24,7 +24,15 @@
       comparisons in one turn): the node answered nothing for seconds, the router dropped its
       link (no answer to a keepalive PING within 3 s) and the stream ended UNAVAILABLE with
       nothing delivered, at every retry.
+  cs_hostile4.py mirror PORT DIR STRATA [SEED [WRITES]]
+      random writes of every kind (MutateRow, MutateRows, both branches of CheckAndMutateRow,
+      ReadModifyWriteRow; SetCells with server and fixed timestamps, values from 0 bytes to
+      300 KB, every delete shape; binary row keys and empty qualifiers) to a table with change
+      streams on; its stream, applied as MutateRows to a table without streams, must leave both
+      reading the same cells (every version, every value): read live, then from storage after
+      kill -9 of the node (values by reference) into an emptied copy.
 """
+import random
 import os, subprocess, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
 from cslib import *
@@ -61,14 +69,14 @@ def records(port, table, start, prof):
     return out, st
 
 
-def check_everywhere(d, strata, read, want):
+def check_everywhere(port, d, strata, read, want):
     """read(profile) -> (result, status) compared with want: live on east, on west, and from
     storage on east after kill -9 and a restart of its node."""
     for where, prof in (('live on east', 'oneast'), ('on west', 'onwest'), ('from storage on east', 'oneast')):
         if where == 'on west':
             time.sleep(3)  # replication
         if where.startswith('from storage'):
-            restart(d, strata, 'east-0')
+            restart(d, strata, 'east-0', port)
         for _ in range(40):
             got, st = read(prof)
             if st == '0' and len(got) == len(want): break
@@ -77,9 +85,14 @@ def check_everywhere(d, strata, read, want):
                'differ: %s' % [(r, [x for x in got.get(r, []) if x not in w][:4]) for r, w in want.items()])
 
 
-def restart(d, strata, name):
+def restart(d, strata, name, port):
+    """kill -9 of node name, strata up again, and back once the router reads through it."""
     subprocess.run(['kill', '-9', open(os.path.join(d, 'run', name + '.pid')).read().strip()])
     subprocess.run([strata, 'up', '--dir', d], capture_output=True)
+    for _ in range(60):
+        if rcall(port, BT + 'ReadRows', fld(1, tname('ready')) + fld(4, 1), limit=10)[1] == '0':
+            return
+        time.sleep(0.5)
 
 
 def limits(port, d, strata):
@@ -98,7 +111,7 @@ def limits(port, d, strata):
             body = fld(1, tname(t)) + fld(2, row) + b''.join(fld(3, m) for m in muts)
             st = rcall(port, BT + 'MutateRow', body, limit=120)[1]
             expect('MutateRow %s of %d mutations on %s' % (row, len(muts), t), st == '0', 'status ' + st)
-    check_everywhere(d, strata, lambda prof: records(port, t_on, start, prof), want)
+    check_everywhere(port, d, strata, lambda prof: records(port, t_on, start, prof), want)
 
 
 def values(port, table, start, prof):
@@ -139,7 +152,7 @@ def bigrow(port, d, strata):
     st = rcall(port, BT + 'MutateRow', fld(1, tname(t)) + fld(2, 'small') + b''.join(fld(3, m) for m in muts))[1]
     expect('MutateRow of 306 mutations', st == '0', 'status ' + st)
     want = {'big': big, 'small': small}
-    check_everywhere(d, strata, lambda prof: values(port, t, start, prof), want)
+    check_everywhere(port, d, strata, lambda prof: values(port, t, start, prof), want)
 
 
 def manyrefs(port, d, strata):
@@ -152,7 +165,7 @@ def manyrefs(port, d, strata):
         st = rcall(port, BT + 'MutateRow', body)[1]
         if st != '0':
             return expect('write %d of 256 cells' % w, False, 'status ' + st)
-    restart(d, strata, 'east-0')
+    restart(d, strata, 'east-0', port)
     for _ in range(40):  # the router reconnects to the restarted node: UNAVAILABLE until then
         data, st, _ = rcall(port, BT + 'ReadChangeStream',
                             cs_req(t, partition=rng(), start_us=start, end_us=now_us()), limit=120)
@@ -164,14 +177,157 @@ def manyrefs(port, d, strata):
            'status %s, %d records, %d values of 64 bytes' % (st, len(recs), full))
 
 
+def mirror_write(port, src, rnd, n):
+    rows = [b'r%02d' % i for i in range(12)] + [b'\x00', b'\xff\xfe']
+    quals = [b'', b'a', b'b', b'\x00q']
+
+    def val():
+        size = rnd.choice([0, 1, 10, 63, 64, 100, 300, 70000, 300000])
+        return bytes(rnd.randrange(256) for _ in range(min(size, 64))) * (size // 64) + bytes(size % 64)
+
+    def mut():
+        k, f, q = rnd.random(), rnd.choice(('cf', 'f2')), rnd.choice(quals)
+        if k < 0.9:
+            return set_cell(f, q, val(), rnd.choice([-1, 0, 1000, 2000, 3000, 5000]))
+        if k < 0.97:
+            a, b = sorted(rnd.sample([0, 1000, 2000, 3000, 5000, 6000], 2))
+            r = rnd.choice([b'', fld(1, a) + fld(2, b), fld(1, a), fld(2, b)])
+            return fld(2, fld(1, f) + fld(2, q) + (fld(3, r) if r else b''))
+        return fld(3, fld(1, f)) if k < 0.995 else fld(4, b'')
+
+    ok = 0
+    for _ in range(n):
+        r, k = rnd.choice(rows), rnd.random()
+        if k < 0.6:
+            path, body = 'MutateRow', fld(2, r) + b''.join(fld(3, mut()) for _ in range(rnd.randint(1, 5)))
+        elif k < 0.75:
+            path, body = 'MutateRows', b''.join(
+                fld(2, fld(1, rnd.choice(rows)) + b''.join(fld(2, mut()) for _ in range(rnd.randint(1, 3))))
+                for _ in range(rnd.randint(1, 4)))
+        elif k < 0.87:
+            pred = fld(8, b'cf') if rnd.random() < 0.5 else fld(9, b'a')  # family / qualifier regex
+            path, body = 'CheckAndMutateRow', fld(2, r) + fld(6, pred) + b''.join(
+                fld(4, mut()) for _ in range(rnd.randint(0, 2))) + b''.join(fld(5, mut()) for _ in range(rnd.randint(0, 2)))
+        else:
+            op = fld(3, b'xy' * rnd.randint(1, 40)) if rnd.random() < 0.5 else fld(4, rnd.randint(-5, 5))
+            path, body = 'ReadModifyWriteRow', fld(2, r) + fld(3, fld(1, rnd.choice(('cf', 'f2'))) + fld(2, rnd.choice(quals)) + op)
+        ok += rcall(port, BT + path, fld(1, tname(src)) + body)[1] == '0'
+    return ok
+
+
+def mirror_records(port, table, start, end, prof=None):
+    """[(row, [(kind, {field: value}), ...])] of table's stream, chunked values joined."""
+    data, st, _ = rcall(port, BT + 'ReadChangeStream',
+                        cs_req(table, partition=rng(), start_us=start, end_us=end, profile=prof), limit=120)
+    recs, cur, chunk = [], None, None
+    for m in msgs(data):
+        for num, _, v in fields(m):
+            if num != 1:
+                continue
+            d, mods = {}, []
+            for f, _, x in fields(v):
+                if f != 6:
+                    d[f] = x
+                    continue
+                ch = dict((a, b) for a, _, b in fields(x))
+                kind, _, body = list(fields(ch[2]))[0]
+                info = dict((a, b) for a, _, b in fields(ch[1])) if 1 in ch else None
+                mods.append((kind, dict((a, b) for a, _, b in fields(body)), info))
+            if d.get(1) != 3:  # not CONTINUATION
+                cur = (d.get(3), [])
+            for kind, body, info in mods:
+                if kind == 1 and info is not None:
+                    if not info.get(2):
+                        chunk = dict(body)
+                        chunk[4] = b''
+                    chunk[4] += body.get(4, b'')
+                    if info.get(3):
+                        cur[1].append((1, chunk))
+                    continue
+                cur[1].append((kind, body))
+            if d.get(8):
+                recs.append(cur)
+    return recs, st
+
+
+def mirror_apply(port, dst, recs):
+    bad = 0
+    for row, mods in recs:
+        muts = []
+        for kind, b in mods:
+            if kind == 1:
+                muts.append(set_cell(b[1], b.get(2, b''), b.get(4, b''), b.get(3, 0)))
+            elif kind == 2:
+                r = dict((a, x) for a, _, x in fields(b.get(3, b'')))
+                rr = (fld(1, r[1]) if r.get(1) else b'') + (fld(2, r[2]) if r.get(2) else b'')
+                muts.append(fld(2, fld(1, b[1]) + fld(2, b.get(2, b'')) + (fld(3, rr) if rr else b'')))
+            else:
+                muts.append(fld(3, fld(1, b[1])))
+        bad += rcall(port, BT + 'MutateRow', fld(1, tname(dst)) + fld(2, row) + b''.join(fld(3, m) for m in muts))[1] != '0'
+    return bad
+
+
+def mirror_cells(port, table):
+    """[(row, family, qualifier, timestamp, value length, value hash)] as ReadRows returns them."""
+    import hashlib
+    data, st, _ = rcall(port, BT + 'ReadRows', fld(1, tname(table)), limit=60)
+    cells, row, fam, q, pend = [], None, None, None, None
+    for m in msgs(data):
+        for num, _, v in fields(m):
+            if num != 1:
+                continue
+            c = dict((f, x) for f, _, x in fields(v))
+            row = c.get(1, row)
+            fam = dict((a, x) for a, _, x in fields(c[2])).get(1) if 2 in c else fam
+            q = dict((a, x) for a, _, x in fields(c[3])).get(1, b'') if 3 in c else q
+            if pend is None:
+                pend = [row, fam, q, c.get(4, 0), b'']
+            pend[4] += c.get(5, b'')
+            if not c.get(6):  # the cell's last chunk
+                cells.append(tuple(pend[:4]) + (len(pend[4]), hashlib.sha1(pend[4]).hexdigest()))
+                pend = None
+    return cells
+
+
+def mirror(port, d, strata, seed=1, n=400):
+    rnd = random.Random(seed)
+    src, dst = 'mirror%d_src' % seed, 'mirror%d_dst' % seed
+    for t, ret in ((src, 86400), (dst, 0)):
+        fams = fld(3, fld(1, 'cf') + fld(2, fld(1, fld(1, 3)))) + fld(3, fld(1, 'f2') + fld(2, b''))  # cf: 3 versions
+        cfg = fld(8, fld(1, fld(1, ret))) if ret else b''
+        expect('create ' + t, rcall(port, ADMIN + 'CreateTable', fld(1, INST) + fld(2, t) + fld(3, fams + cfg))[1] == '0')
+    start = now_us()
+    ok = mirror_write(port, src, rnd, n)
+    end = now_us()
+    expect('profile onwest', profile(port, 'onwest', 'west') in ('0', '6'))
+    for where, prof in (('live', None), ('on west', 'onwest'), ('from storage', None)):
+        if where == 'on west':
+            time.sleep(3)  # replication
+        if where == 'from storage':
+            restart(d, strata, 'east-0', port)
+        for _ in range(40 if prof or where != 'live' else 0):  # the copy emptied again
+            if rcall(port, ADMIN + 'DropRowRange', fld(1, tname(dst)) + fld(3, 1))[1] == '0': break
+            time.sleep(0.5)
+        recs, st = mirror_records(port, src, start, now_us() if prof else end, prof)
+        bad = mirror_apply(port, dst, recs)
+        a, b = mirror_cells(port, src), mirror_cells(port, dst)
+        expect('%s: %d of %d writes, %d records applied (%d refused), the copy reads the same %d cells' % (
+            where, ok, n, len(recs), bad, len(a)), st == '0' and bad == 0 and a == b,
+            'status %s; only in the table: %s; only in the copy: %s' % (
+                st, sorted(set(a) - set(b))[:4], sorted(set(b) - set(a))[:4]))
+
+
 def main():
     mode = sys.argv[1]
+    create_cs(int(sys.argv[2]), 'ready', retention=0)  # read by restart(); ALREADY_EXISTS after the first
     if mode == 'limits':
         limits(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'bigrow':
         bigrow(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'manyrefs':
         manyrefs(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    elif mode == 'mirror':
+        mirror(int(sys.argv[2]), sys.argv[3], sys.argv[4], *[int(a) for a in sys.argv[5:7]])
     else:
         sys.exit('unknown mode ' + mode)
     sys.exit(1 if failed else 0)
