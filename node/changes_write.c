@@ -1120,6 +1120,12 @@ static void gc_batch_unlink(node_cs *cs, cs_gc_batch *b) {
     pthread_mutex_unlock(&cs->gc_lock);
 }
 
+/* The time range of a GC record's DeleteFromColumn: [ts, ts + 1 ms). Cells have millisecond
+ * timestamps, so it deletes that one cell, as [ts, ts + 1) did, and unlike that range it is a
+ * mutation Bigtable accepts (ranges are in milliseconds too): a consumer that copies the stream
+ * into another table can apply GC records as they come. */
+#define CS_GC_RANGE_US 1000
+
 static void gc_written(node_ctx *n, st_code code, const char *msg, void *arg) {
     (void)n;
     if (code != ST_OK)
@@ -1146,7 +1152,7 @@ static size_t gc_rows(node_ctx *n, cs_gc_batch *b, sto_row_mut *rows, sto_mut *m
                             .family = c->family,
                             .qualifier = c->qualifier,
                             .ts_start_us = c->ts_us,
-                            .ts_end_us = c->ts_us + 1};
+                            .ts_end_us = c->ts_us + CS_GC_RANGE_US};
         rows[count - 1].n_muts++;
     }
     return count;
