@@ -26,8 +26,9 @@
 #define NODE_CS_REC_REFS 0x100u
 /* SetCell values of at least this many bytes are stored by reference. */
 #define NODE_CS_REF_MIN_BYTES 64
-/* Rows with more mutations than this keep every value in the record (checking which SetCells a
- * later mutation of the same row mutation overwrites or deletes is quadratic). */
+/* Rows with more mutations than this reference only the SetCells that are alone in their column
+ * (checking which SetCells a later mutation of the same row mutation overwrites or deletes is
+ * quadratic; this is sorted instead). */
 #define NODE_CS_REF_MUTS_MAX 256
 
 /* Retention limits of change_stream_config (microseconds). */

@@ -93,7 +93,7 @@ typedef struct cs_held {
 } cs_held;
 
 typedef struct cs_ref {
-    size_t rec, mut; /* a SetCell whose value is still to be found: held[rec].row.muts[mut] */
+    sto_mut *m; /* a SetCell of a held record whose value is to be found (in cs_hold.arena) */
 } cs_ref;
 
 typedef struct cs_reader cs_reader;
@@ -107,8 +107,12 @@ typedef struct cs_hold {
     bool flushing;
     size_t sent;
     void (*last_pos)(cs_reader *r);
+    /* The held SetCells by reference, sorted by family, qualifier and timestamp before the
+     * first lookup (a row's cells each find theirs by a binary search: a row may hold 100,000
+     * of them); unresolved: those no cell has matched yet. */
     cs_ref *refs;
-    size_t n_refs, cap_refs;
+    size_t n_refs, cap_refs, unresolved;
+    bool sorted;
     size_t bytes;
 } cs_hold;
 
@@ -462,7 +466,8 @@ static st_code send_pending_pausable(cs_reader *r, st_err *err) {
 
 static void hold_clear(cs_hold *h) {
     st_arena_deinit(&h->arena);
-    h->n = h->n_refs = h->bytes = h->sent = 0;
+    h->n = h->n_refs = h->unresolved = h->bytes = h->sent = 0;
+    h->sorted = false;
     h->flushing = false;
     h->last_pos = NULL;
 }
@@ -496,7 +501,9 @@ static st_code hold_add(cs_reader *r, int64_t stamp, st_slice value, st_err *err
             h->refs = v;
             h->cap_refs = cap;
         }
-        h->refs[h->n_refs++] = (cs_ref){h->n, i};
+        h->refs[h->n_refs++] = (cs_ref){(sto_mut *)&x->row.muts[i]};
+        h->unresolved++;
+        h->sorted = false;
     }
     h->n++;
     h->bytes += value.len;
@@ -507,23 +514,44 @@ oom:
                       "token");
 }
 
+/* Orders SetCells by family, qualifier and timestamp. */
+static int cell_cmp(st_slice fa, st_slice qa, int64_t ta, const sto_mut *b) {
+    int c = st_slice_cmp(fa, b->family);
+    if (c == 0)
+        c = st_slice_cmp(qa, b->qualifier);
+    return c ? c : (ta > b->ts_us) - (ta < b->ts_us);
+}
+
+static int ref_cmp(const void *a, const void *b) {
+    const sto_mut *x = ((const cs_ref *)a)->m;
+    return cell_cmp(x->family, x->qualifier, x->ts_us, ((const cs_ref *)b)->m);
+}
+
 /* A user cell of the held row: the value of every held SetCell that references it (same
- * family, qualifier and timestamp: the value the cell has now, docs/changestreams.md). */
+ * family, qualifier and timestamp: the value the cell has now, docs/changestreams.md). A row's
+ * cells are distinct, so each reference is matched at most once. */
 static st_code hold_match(cs_hold *h, const sto_cell *c, st_err *err) {
+    if (!h->sorted) {
+        qsort(h->refs, h->n_refs, sizeof *h->refs, ref_cmp);
+        h->sorted = true;
+    }
+    size_t lo = 0, hi = h->n_refs; /* the first reference at or after the cell */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cell_cmp(c->family, c->qualifier, c->ts_us, h->refs[mid].m) > 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     const void *v = NULL; /* one copy of the value for every record naming the cell */
-    for (size_t i = 0; i < h->n_refs;) {
-        sto_mut *m = (sto_mut *)&h->v[h->refs[i].rec].row.muts[h->refs[i].mut];
-        if (m->ts_us != c->ts_us || !st_slice_eq(m->qualifier, c->qualifier) ||
-            !st_slice_eq(m->family, c->family)) {
-            i++;
-            continue;
-        }
+    for (; lo < h->n_refs && cell_cmp(c->family, c->qualifier, c->ts_us, h->refs[lo].m) == 0;
+         lo++) {
         if (!v && c->value.len && !(v = st_arena_dup(&h->arena, c->value.data, c->value.len)))
             return st_err_set(err, ST_RESOURCE_EXHAUSTED,
                               "out of memory reading a referenced value; resume from the last "
                               "continuation token");
-        m->value = st_slice_make(v, c->value.len);
-        h->refs[i] = h->refs[--h->n_refs];
+        h->refs[lo].m->value = st_slice_make(v, c->value.len);
+        h->unresolved -= h->unresolved > 0;
     }
     return ST_OK;
 }
@@ -535,7 +563,7 @@ static st_code hold_lookup(cs_reader *r, st_err *err) {
     sto_iter *it = NULL;
     st_code rc = sto_iter_new_flags(r->snap, &range, false, STO_ITER_USER, &it, err);
     sto_cell c;
-    while (rc == ST_OK && r->hold.n_refs && (rc = sto_iter_next(it, &c, err)) == ST_OK)
+    while (rc == ST_OK && r->hold.unresolved && (rc = sto_iter_next(it, &c, err)) == ST_OK)
         rc = hold_match(&r->hold, &c, err);
     if (it)
         sto_iter_free(it);
@@ -778,7 +806,7 @@ static st_code scan_cell(cs_reader *r, const sto_cell *c, st_err *err) {
     if (!st_slice_eq(c->row, S(&r->scan_row)) && (rc = scan_next_row(r, c->row, err)) != ST_OK)
         return rc;
     if (!sto_family_is_system(c->family)) /* after the row's records */
-        return r->hold.n_refs ? hold_match(&r->hold, c, err) : ST_OK;
+        return r->hold.unresolved ? hold_match(&r->hold, c, err) : ST_OK;
     int64_t stamp;
     if (!record_stamp(c, &stamp) || stamp <= r->pos.w || stamp > r->scan_h)
         return ST_OK;

@@ -319,15 +319,27 @@ static node_table *row_meta(node_ctx *n, const sto_row_mut *r, node_write_kind m
     return meta && meta->cs_retention_us > 0 ? meta : NULL;
 }
 
+/* Whether row r's DeleteFromRows can each become one DeleteFromFamily per family of the table
+ * within a row mutation's bound (STO_ROW_MUTS_MAX). A write of that many mutations is valid
+ * (the API's limit is the same), so its record must not refuse it: it then keeps them as
+ * DeleteFromRow, which readers expand to the families the table has when they read it. */
+static bool del_rows_expand(const node_table *meta, const sto_row_mut *r) {
+    size_t total = 0;
+    for (size_t i = 0; i < r->n_muts; i++)
+        total += r->muts[i].type == STO_MUT_DEL_ROW ? meta->n_families : 1;
+    return total <= STO_ROW_MUTS_MAX;
+}
+
 /* The mutations a record holds for row r: the user's (a DeleteFromRow as one DeleteFromFamily
- * per family of the table), into cs->scratch. */
+ * per family of the table, del_rows_expand), into cs->scratch. */
 static st_code record_muts(node_cs *cs, const node_table *meta, const sto_row_mut *r) {
     st_buf_reset(&cs->scratch);
+    bool expand = del_rows_expand(meta, r);
     for (size_t i = 0; i < r->n_muts; i++) {
         const sto_mut *m = &r->muts[i];
         if (is_system(m))
             continue;
-        if (m->type != STO_MUT_DEL_ROW) {
+        if (m->type != STO_MUT_DEL_ROW || !expand) {
             if (st_buf_append(&cs->scratch, m, sizeof *m) != ST_OK)
                 return ST_RESOURCE_EXHAUSTED;
             continue;
@@ -348,6 +360,8 @@ static bool cell_kept(const sto_mut *muts, size_t n, size_t i) {
     const sto_mut *s = &muts[i];
     for (size_t j = i + 1; j < n; j++) {
         const sto_mut *m = &muts[j];
+        if (m->type == STO_MUT_DEL_ROW) /* kept unexpanded (del_rows_expand) */
+            return false;
         if (!st_slice_eq(m->family, s->family))
             continue;
         if (m->type == STO_MUT_DEL_FAMILY)
@@ -363,11 +377,89 @@ static bool cell_kept(const sto_mut *muts, size_t n, size_t i) {
     return true;
 }
 
+/* A mutation of a large row mutation and its index, sorted by its names (values_to_refs_many). */
+typedef struct mut_at {
+    const sto_mut *m;
+    size_t i;
+} mut_at;
+
+static int mut_at_cmp(const void *a, const void *b) {
+    const mut_at *x = a, *y = b;
+    int c = st_slice_cmp(x->m->family, y->m->family);
+    if (c == 0)
+        c = st_slice_cmp(x->m->qualifier, y->m->qualifier);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+static int fam_at_cmp(const void *a, const void *b) {
+    const mut_at *x = a, *y = b;
+    int c = st_slice_cmp(x->m->family, y->m->family);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+static bool mut_at_same_column(const mut_at *x, const mut_at *y) {
+    return st_slice_eq(x->m->family, y->m->family) && st_slice_eq(x->m->qualifier, y->m->qualifier);
+}
+
+/* Whether a DeleteFromFamily of family comes after index i: fams sorted by family, then index. */
+static bool family_deleted_after(const mut_at *fams, size_t n, st_slice family, size_t i) {
+    size_t lo = 0, hi = n; /* the first entry past family */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (st_slice_cmp(fams[mid].m->family, family) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && st_slice_eq(fams[lo - 1].m->family, family) && fams[lo - 1].i > i;
+}
+
+/* values_to_refs for a row mutation of more than NODE_CS_REF_MUTS_MAX mutations, in n log n
+ * (cell_kept for each SetCell would be quadratic): a SetCell is referenced when it is the only
+ * mutation of its column and no DeleteFromFamily of its family or DeleteFromRow follows it.
+ * Without references, such a row's record doubled its values, and a row of more than 128 MiB
+ * of them passed the log record's bound with streams on only. */
+static bool values_to_refs_many(sto_mut *muts, size_t n) {
+    mut_at *v = malloc(n * sizeof *v);
+    if (!v)
+        return false; /* the values stay in the record */
+    size_t n_cols = 0, n_fams = n, last_del_row = 0;
+    bool del_row = false;
+    for (size_t i = 0; i < n; i++) {
+        if (muts[i].type == STO_MUT_DEL_ROW) {
+            del_row = true;
+            last_del_row = i;
+        } else if (muts[i].type == STO_MUT_DEL_FAMILY) {
+            v[--n_fams] = (mut_at){&muts[i], i};
+        } else {
+            v[n_cols++] = (mut_at){&muts[i], i};
+        }
+    }
+    mut_at *fams = v + n_fams;
+    n_fams = n - n_fams;
+    qsort(v, n_cols, sizeof *v, mut_at_cmp);
+    qsort(fams, n_fams, sizeof *fams, fam_at_cmp);
+    bool any = false;
+    for (size_t k = 0; k < n_cols; k++) {
+        sto_mut *m = (sto_mut *)v[k].m;
+        if (m->type != STO_MUT_SET_CELL || m->value.len < NODE_CS_REF_MIN_BYTES ||
+            (k > 0 && mut_at_same_column(&v[k - 1], &v[k])) ||
+            (k + 1 < n_cols && mut_at_same_column(&v[k], &v[k + 1])) ||
+            (del_row && last_del_row > v[k].i) ||
+            family_deleted_after(fams, n_fams, m->family, v[k].i))
+            continue;
+        m->value = st_slice_make(NULL, 0);
+        any = true;
+    }
+    free(v);
+    return any;
+}
+
 /* Empties the values the stored record keeps by reference (docs/changestreams.md, Values by
  * reference); whether there was any. */
 static bool values_to_refs(sto_mut *muts, size_t n) {
     if (n > NODE_CS_REF_MUTS_MAX)
-        return false;
+        return values_to_refs_many(muts, n);
     bool any = false;
     for (size_t i = 0; i < n; i++)
         if (muts[i].type == STO_MUT_SET_CELL && muts[i].value.len >= NODE_CS_REF_MIN_BYTES &&
@@ -488,8 +580,8 @@ static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *met
     }
     if (rc == ST_INVALID_ARGUMENT)
         return st_err_set(err, rc,
-                          "row mutation too large for its change record (at most %u mutations "
-                          "after a DeleteFromRow becomes one delete per family)",
+                          "row mutation too large for its change record (more than %u "
+                          "mutations)",
                           STO_ROW_MUTS_MAX);
     if (rc != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building a change record");
@@ -1028,6 +1120,12 @@ static void gc_batch_unlink(node_cs *cs, cs_gc_batch *b) {
     pthread_mutex_unlock(&cs->gc_lock);
 }
 
+/* The time range of a GC record's DeleteFromColumn: [ts, ts + 1 ms). Cells have millisecond
+ * timestamps, so it deletes that one cell, as [ts, ts + 1) did, and unlike that range it is a
+ * mutation Bigtable accepts (ranges are in milliseconds too): a consumer that copies the stream
+ * into another table can apply GC records as they come. */
+#define CS_GC_RANGE_US 1000
+
 static void gc_written(node_ctx *n, st_code code, const char *msg, void *arg) {
     (void)n;
     if (code != ST_OK)
@@ -1054,7 +1152,7 @@ static size_t gc_rows(node_ctx *n, cs_gc_batch *b, sto_row_mut *rows, sto_mut *m
                             .family = c->family,
                             .qualifier = c->qualifier,
                             .ts_start_us = c->ts_us,
-                            .ts_end_us = c->ts_us + 1};
+                            .ts_end_us = c->ts_us + CS_GC_RANGE_US};
         rows[count - 1].n_muts++;
     }
     return count;

@@ -65,6 +65,26 @@ static bool parse_relative(const char *s, int64_t now_us, int64_t *out) {
     return false;
 }
 
+/* Whether s has a digit where shape has 'd' and the same character elsewhere ('?' any): sscanf's
+ * %u would also take a sign or blanks ("2026-+1-04" as January). */
+static bool digits_at(const char *s, const char *shape) {
+    for (; *shape; s++, shape++) {
+        if (*shape == 'd' ? !(*s >= '0' && *s <= '9') : *shape != '?' && *s != *shape)
+            return false;
+        if (!*s)
+            return false;
+    }
+    return true;
+}
+
+/* Days of month mo (1..12) of year y: a date past them (February 30) is refused rather than
+ * read as a day of the next month. */
+static unsigned days_in_month(unsigned y, unsigned mo) {
+    static const unsigned days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return mo == 2 && leap ? 29 : days[mo - 1];
+}
+
 /* Fraction ".123456" (up to 9 digits, beyond microseconds truncated) and the zone. */
 static bool parse_zone(const char *s, int64_t *frac_us, int64_t *offset_s) {
     *frac_us = 0;
@@ -84,8 +104,8 @@ static bool parse_zone(const char *s, int64_t *frac_us, int64_t *offset_s) {
     }
     unsigned hh, mm;
     int used = 0;
-    if ((*s != '+' && *s != '-') || sscanf(s + 1, "%2u:%2u%n", &hh, &mm, &used) != 2 || used != 5 ||
-        s[6] || hh > 23 || mm > 59)
+    if ((*s != '+' && *s != '-') || !digits_at(s + 1, "dd:dd") ||
+        sscanf(s + 1, "%2u:%2u%n", &hh, &mm, &used) != 2 || used != 5 || s[6] || hh > 23 || mm > 59)
         return false;
     *offset_s = (*s == '-' ? -1 : 1) * (int64_t)(hh * 3600 + mm * 60);
     return true;
@@ -102,8 +122,10 @@ bool ops_cs_time_parse(const char *text, int64_t now_us, int64_t *out_us) {
         return parse_relative(text, now_us, out_us);
     unsigned y, mo, d, h, mi, sec;
     int used = 0;
-    if (sscanf(text, "%4u-%2u-%2u%*[Tt]%2u:%2u:%2u%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6 ||
-        used != 19 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
+    if (!digits_at(text, "dddd-dd-dd?dd:dd:dd") ||
+        sscanf(text, "%4u-%2u-%2u%*[Tt]%2u:%2u:%2u%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6 ||
+        used != 19 || mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 ||
+        sec > 60)
         return false;
     int64_t frac, offset;
     if (!parse_zone(text + used, &frac, &offset))

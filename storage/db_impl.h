@@ -42,7 +42,7 @@
 #define STO_RETRY_MIN_US 50000      /* first retry of a failed flush */
 #define STO_RETRY_MAX_US 5000000    /* backoff cap for failed flushes/compactions */
 #define STO_WRITE_ROWS_MAX 1000000  /* row mutations per sto_write call */
-#define STO_MUTS_PER_ROW_MAX 100000 /* mutations per row mutation */
+#define STO_MUTS_PER_ROW_MAX 100001 /* mutations per row mutation: STO_ROW_MUTS_MAX */
 #define STO_RO_MSG_MAX ST_ERR_MSG_MAX
 /* A tablet with tables gets a full compaction at least this often (engine clock), so old
  * tombstones and max-versions garbage go even when the table count stays low. */

@@ -13,7 +13,8 @@
 #      it with status 0;
 #   6. garbage collection: three versions of a cell, `cbt setgcpolicy ... maxversions=1`, then
 #      east-0 with 1 MiB memtables and 6 MB of writes (flushes, compactions): a
-#      GARBAGE_COLLECTION record for the row, with a delete_column per dropped version.
+#      GARBAGE_COLLECTION record for the row, with a delete_column per dropped version whose range
+#      is [ts, ts + 1 ms) (a mutation a copy of the table can apply).
 #   7. `strata bench --workload changes --cs-compare --rounds 2`: the streams-on and -off writes
 #      alternate; both sides wrote, and every live write came out of the stream.
 # Every step is bounded (timeouts, polling with a hang guard) and fails with what was expected.
@@ -195,7 +196,10 @@ for l in open(sys.argv[1]):
     c = json.loads(l)
     if c["type"] == "GARBAGE_COLLECTION":
         assert c["row"] == "g" and c["cluster"] == "", c
-        assert all(m["op"] == "delete_column" for m in c["mods"]), c' "$TMPD/6.out" ||
+        assert all(m["op"] == "delete_column" for m in c["mods"]), c
+        # each range is one cell and a valid mutation (milliseconds), so a copy can apply it
+        assert all(m.get("start_timestamp", 0) % 1000 == 0 and
+                   m["end_timestamp"] == m.get("start_timestamp", 0) + 1000 for m in c["mods"]), c' "$TMPD/6.out" ||
   fail "GC records are malformed: $(grep GARBAGE "$TMPD/6.out")"
 echo "ok: $(grep -c GARBAGE_COLLECTION "$TMPD/6.out") GC record(s)"
 

@@ -133,7 +133,9 @@ typedef struct sto_row_mut {
 #define STO_ROW_KEY_MAX 4096
 #define STO_QUALIFIER_MAX 16384
 #define STO_VALUE_MAX (100u << 20)
-#define STO_ROW_MUTS_MAX 100000u /* mutations in one row mutation */
+/* Mutations in one row mutation: the API's 100,000 and, on a table with change streams, the
+ * row's change record cell, which is written in the same row mutation (docs/changestreams.md). */
+#define STO_ROW_MUTS_MAX 100001u
 
 /* ---- the row mutation encoding (docs/formats/log.md, row mutation payload) ----
  * The payload of a commit log record; replication and tablet moves carry the same bytes. */

@@ -38,6 +38,8 @@ static void test_time_parse(void **state) {
     assert_int_equal(t, 1796416777LL * 1000000);
     assert_true(ops_cs_time_parse("2000-02-29T00:00:00Z", 0, &t));
     assert_int_equal(t, 951782400LL * 1000000);
+    assert_true(ops_cs_time_parse("2024-02-29T00:00:00Z", 0, &t));
+    assert_true(ops_cs_time_parse("2026-12-31T23:59:59Z", 0, &t));
     int64_t now = 1000LL * 1000000;
     assert_true(ops_cs_time_parse("now", now, &t));
     assert_int_equal(t, now);
@@ -49,18 +51,17 @@ static void test_time_parse(void **state) {
     assert_int_equal(t, now + 7200LL * 1000000);
     assert_true(ops_cs_time_parse("-1d", now, &t));
     assert_int_equal(t, now - 86400LL * 1000000);
-    const char *bad[] = {"",
-                         "yesterday",
-                         "-10",
-                         "-m",
-                         "-10x",
-                         "2026-12-04",
-                         "2026-12-04T20:39:37",
-                         "2026-13-04T20:39:37Z",
-                         "2026-12-04T20:39:37.Z",
-                         "2026-12-04T20:39:37+1:00",
-                         "2026-12-04T20:39:37Zjunk",
-                         "2026-12-04 20:39:37Z"};
+    const char *bad[] = {"", "yesterday", "-10", "-m", "-10x", "2026-12-04", "2026-12-04T20:39:37",
+                         "2026-13-04T20:39:37Z", "2026-12-04T20:39:37.Z",
+                         "2026-12-04T20:39:37+1:00", "2026-12-04T20:39:37Zjunk",
+                         "2026-12-04 20:39:37Z",
+                         /* days a month does not have: they used to roll over silently
+                          * (February 30 read as March 2) */
+                         "2026-02-29T00:00:00Z", "2026-02-30T00:00:00Z", "2100-02-29T00:00:00Z",
+                         "2026-04-31T00:00:00Z", "2026-11-31T00:00:00Z",
+                         /* signs and blanks are not digits */
+                         "2026-+1-04T20:39:37Z", "+026-12-04T20:39:37Z", "2026-12-04T+1:39:37Z",
+                         "2026-12-04T20:39:37+-1:00", "2026-12-04T20:39:37+01:+0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_false(ops_cs_time_parse(bad[i], now, &t));
 }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# cs_hostile4_test.sh — change stream records at the limits, on `strata up --clusters 2
+# --nodes 1` (cs_hostile4.py, one instance for the modes given, default limits bigrow manyrefs):
+#   limits:   a MutateRow of 100,000 mutations, with and without a DeleteFromRow, is accepted on
+#             a table with change streams on and recorded whole;
+#   bigrow:   one of 257 cells holding 139 MB too, and a row of 306 mutations keeps in its record
+#             the values it overwrites or deletes itself; both read back live, on the second
+#             cluster and from storage;
+#   manyrefs: a catch-up read of a row holding 65,536 values by reference delivers them;
+#   mirror:   a copy made by applying the stream of 400 random writes of every kind reads as the
+#             table does (live, on the second cluster, from storage).
+# Skips (77) without python3.
+# Usage: cs_hostile4_test.sh PATH/TO/strata [MODE...]
+set -u
+STRATA=$1
+shift
+MODES=${*:-limits bigrow manyrefs}
+. "$(dirname "$0")/lib.sh"
+command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 77; }
+instance_init cshostile4
+"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 2 --nodes 1 >"$TMPD/up.out" 2>&1 ||
+  { cat "$TMPD/up.out"; fail "strata up"; }
+for mode in $MODES; do
+  echo "== $mode"
+  timeout 240 python3 "$(dirname "$0")/cs_hostile4.py" "$mode" "$PORT" "$DIR" "$STRATA" ||
+    fail "cs_hostile4.py $mode failed (see its FAIL lines above)"
+done
+echo "PASS"
