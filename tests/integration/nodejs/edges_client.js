@@ -91,8 +91,23 @@ async function dropAfterWrite() {
   }
 }
 
+// Cloud Bigtable answers an increment of a cell that is not 8 bytes with FAILED_PRECONDITION.
+async function incrementNotCounter() {
+  await data.mutateRow({tableName: TN('edges_dc'), rowKey: B('n'),
+    mutations: [set('b', 's', 'abc', 1000)]});
+  let code = 0;
+  try {
+    await data.readModifyWriteRow({tableName: TN('edges_dc'), rowKey: B('n'),
+      rules: [{familyName: 'b', columnQualifier: B('s'), incrementAmount: 1}]});
+  } catch (e) {
+    code = e.code;
+  }
+  check('increment_not_8_bytes', code === 9, 'code ' + code);
+}
+
 (async () => {
   await dropCreate();
+  await incrementNotCounter();
   await dropAfterWrite();
   process.exit(failed ? 1 : 0);
 })().catch(e => {
