@@ -242,7 +242,9 @@ static st_code append_stats(read_state *r) {
     google__bigtable__v2__request_stats__init(&stats);
     it.rows_seen_count = r->rows_seen;
     it.rows_returned_count = r->rows_returned;
-    it.cells_seen_count = r->cells_seen;
+    /* A read stopped by rows_limit has read the first cell of the next row, whose row it never
+     * saw: not counted, as rows_seen does not count that row (nor the emulator that cell). */
+    it.cells_seen_count = r->cells_seen - (r->row_open ? r->row_cells : 0);
     it.cells_returned_count = r->cells_returned;
     int64_t us = st_mono_us() - r->start_us;
     lat.seconds = us / 1000000;

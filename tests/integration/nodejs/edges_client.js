@@ -105,8 +105,46 @@ async function incrementNotCounter() {
   check('increment_not_8_bytes', code === 9, 'code ' + code);
 }
 
+// REQUEST_STATS_FULL over a table of three tablets: one request_stats, in the last message, for
+// the whole read (each tablet's own stats used to reach the client, the last one counted).
+async function statsAcrossTablets() {
+  await admin.createTable({parent: INST, tableId: 'edges_st', table: {columnFamilies: {cf: {}}},
+    initialSplits: [{key: B('r10')}, {key: B('r20')}]});
+  const entries = [];
+  for (let i = 0; i < 30; i++) {
+    entries.push({rowKey: B('r' + String(i).padStart(2, '0')), mutations: [set('cf', 'q', 'v', 1000)]});
+  }
+  await new Promise((resolve, reject) => data.mutateRows({tableName: TN('edges_st'), entries})
+    .on('data', () => {}).on('error', reject).on('end', resolve));
+  const got = await new Promise((resolve, reject) => {
+    const out = {rows: 0, stats: [], msgs: 0};
+    const s = data.readRows({tableName: TN('edges_st'), requestStatsView: 'REQUEST_STATS_FULL',
+      filter: {rowKeyRegexFilter: B('r.[05]')}}, {retry: null});
+    s.on('data', r => {
+      out.msgs++;
+      out.rows += r.chunks.filter(c => c.commitRow).length;
+      if (r.requestStats) out.stats.push([out.msgs, r.requestStats.fullReadStatsView.readIterationStats]);
+    });
+    s.on('error', reject);
+    s.on('end', () => resolve(out));
+  });
+  const it = got.stats.length === 1 && got.stats[0][0] === got.msgs ? got.stats[0][1] : null;
+  const lim = await new Promise((resolve, reject) => {
+    let st = null;
+    data.readRows({tableName: TN('edges_st'), requestStatsView: 'REQUEST_STATS_FULL', rowsLimit: 2},
+      {retry: null}).on('data', r => { st = r.requestStats || st; })
+      .on('error', reject).on('end', () => resolve(st.fullReadStatsView.readIterationStats));
+  });
+  check('request_stats_rows_limit', +lim.rowsSeenCount === 2 && +lim.cellsSeenCount === 2,
+    JSON.stringify(lim));
+  check('request_stats_across_tablets', got.rows === 6 && it && +it.rowsSeenCount === 30 &&
+    +it.rowsReturnedCount === 6 && +it.cellsSeenCount === 30 && +it.cellsReturnedCount === 6,
+    JSON.stringify(got));
+}
+
 (async () => {
   await dropCreate();
+  await statsAcrossTablets();
   await incrementNotCounter();
   await dropAfterWrite();
   process.exit(failed ? 1 : 0);
