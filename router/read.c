@@ -254,7 +254,7 @@ static void rr_cancelled(rpc_call *call, void *arg) {
  * once, alone in the read's last message. */
 #define RR_STATS_VIEW_FIELD 6 /* ReadRowsRequest.request_stats_view */
 #define RR_STATS_FULL 2       /* RequestStatsView.REQUEST_STATS_FULL */
-#define RR_STATS_FIELD 3      /* ReadRowsResponse.request_stats */
+#define RR_STATS_FIELD BTU_READ_STATS_FIELD
 
 static bool rr_wants_stats(st_slice req) {
     const uint8_t *p = req.data, *end = rtr_slice_end(req);
@@ -297,37 +297,11 @@ static bool rr_stats_take(rr_op *op, st_slice msg) {
 
 /* The summed stats as the read's last message. */
 static st_code rr_stats_emit(rr_op *op) {
-    Google__Bigtable__V2__ReadIterationStats it;
-    Google__Protobuf__Duration lat;
-    Google__Bigtable__V2__RequestLatencyStats ls;
-    Google__Bigtable__V2__FullReadStatsView view;
-    Google__Bigtable__V2__RequestStats stats;
-    google__bigtable__v2__read_iteration_stats__init(&it);
-    google__protobuf__duration__init(&lat);
-    google__bigtable__v2__request_latency_stats__init(&ls);
-    google__bigtable__v2__full_read_stats_view__init(&view);
-    google__bigtable__v2__request_stats__init(&stats);
-    it.rows_seen_count = (int64_t)op->seen_rows;
-    it.rows_returned_count = (int64_t)op->ret_rows;
-    it.cells_seen_count = (int64_t)op->seen_cells;
-    it.cells_returned_count = (int64_t)op->ret_cells;
-    int64_t us = st_mono_us() - op->start_us;
-    lat.seconds = us / 1000000;
-    lat.nanos = (int32_t)(us % 1000000) * 1000;
-    ls.frontend_server_latency = &lat;
-    view.read_iteration_stats = &it;
-    view.request_latency_stats = &ls;
-    stats.stats_view_case = GOOGLE__BIGTABLE__V2__REQUEST_STATS__STATS_VIEW_FULL_READ_STATS_VIEW;
-    stats.full_read_stats_view = &view;
-    uint8_t buf[256]; /* five varints and a duration */
-    size_t len = protobuf_c_message_pack(&stats.base, buf);
-    st_buf out;
-    st_buf_init(&out);
-    st_code rc = rtr_wire_put_bytes(&out, RR_STATS_FIELD, st_slice_make(buf, len));
-    if (rc == ST_OK)
-        rc = rr_emit(op, NULL, st_buf_slice(&out));
-    st_buf_free(&out);
-    return rc;
+    btu_read_stats st = {(int64_t)op->seen_rows, (int64_t)op->ret_rows, (int64_t)op->seen_cells,
+                         (int64_t)op->ret_cells};
+    uint8_t buf[BTU_READ_STATS_BYTES_MAX];
+    size_t len = btu_read_stats_pack(&st, st_mono_us() - op->start_us, buf);
+    return rr_emit(op, NULL, st_slice_make(buf, len));
 }
 
 /* The read is over: the stats when asked for, then OK once the backlog is out. */

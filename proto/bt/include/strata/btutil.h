@@ -136,4 +136,14 @@ ProtobufCMessage *btu_pb_unpack_lift(const ProtobufCMessageDescriptor *desc,
                                      ProtobufCAllocator *alloc, st_slice bytes, uint32_t field,
                                      st_slice *lifted, st_err *err);
 
+/* ---- ReadRows request stats (stats.c) ---- */
+#define BTU_READ_STATS_FIELD 3       /* ReadRowsResponse.request_stats */
+#define BTU_READ_STATS_BYTES_MAX 128 /* the field as btu_read_stats_pack writes it, at most */
+typedef struct btu_read_stats {
+    int64_t rows_seen, rows_returned, cells_seen, cells_returned;
+} btu_read_stats;
+/* Writes into buf (BTU_READ_STATS_BYTES_MAX bytes) the ReadRowsResponse field request_stats, a
+ * FullReadStatsView of s and latency_us; returns its length. */
+size_t btu_read_stats_pack(const btu_read_stats *s, int64_t latency_us, uint8_t *buf);
+
 #endif
