@@ -755,10 +755,12 @@ static rtr_node *node_at(rtr_ctx *r, size_t k) {
 
 static void sync_check(void *arg);
 
-static void sync_checked(rtr_fan *f, void *arg) {
-    adm_op *op = arg;
-    bool all = true;
-    for (size_t i = 0; i < f->n && f->res[i].code == ST_OK; i++) {
+/* The fan's CheckConsistency answers: the first failed call's code, else whether every node said
+ * consistent (INTERNAL for an unreadable answer). */
+static st_code fan_consistent(rtr_fan *f, bool *consistent, st_err *err) {
+    st_code rc = rtr_fan_first_error(f, err);
+    *consistent = true;
+    for (size_t i = 0; rc == ST_OK && i < f->n; i++) {
         size_t off = 0;
         st_slice msg;
         Google__Bigtable__Admin__V2__CheckConsistencyResponse *m = NULL;
@@ -766,12 +768,25 @@ static void sync_checked(rtr_fan *f, void *arg) {
             m = (void *)btu_pb_unpack(
                 &google__bigtable__admin__v2__check_consistency_response__descriptor, NULL, msg,
                 NULL);
-        all = all && m && m->consistent;
-        if (m)
-            google__bigtable__admin__v2__check_consistency_response__free_unpacked(m, NULL);
+        if (!m)
+            return st_err_set(err, ST_INTERNAL, "a node sent an unreadable consistency answer");
+        *consistent = *consistent && m->consistent;
+        google__bigtable__admin__v2__check_consistency_response__free_unpacked(m, NULL);
     }
-    if (!fan_ok(f, op, "waiting for replication before dropping column families: "))
+    return rc;
+}
+
+static void sync_checked(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    st_err err = {0};
+    bool all;
+    st_code rc = fan_consistent(f, &all, &err);
+    rtr_fan_free(f);
+    if (rc != ST_OK) {
+        st_err_prefix(&err, "waiting for replication before dropping column families: ");
+        op_finish(op, rc, err.msg);
         return;
+    }
     if (all)
         push_schema(op);
     else if (++op->sync_rounds >= RTR_DROP_SYNC_ROUNDS)
@@ -1344,23 +1359,8 @@ static void check_covered(void *arg) {
 static void check_done(rtr_fan *f, void *arg) {
     cons_op *op = arg;
     st_err err = {0};
-    st_code rc = rtr_fan_first_error(f, &err);
-    bool consistent = true;
-    for (size_t i = 0; rc == ST_OK && i < f->n; i++) {
-        size_t off = 0;
-        st_slice msg;
-        Google__Bigtable__Admin__V2__CheckConsistencyResponse *m = NULL;
-        if (rtr_fan_next_msg(&f->res[i], &off, &msg))
-            m = (void *)btu_pb_unpack(
-                &google__bigtable__admin__v2__check_consistency_response__descriptor, NULL, msg,
-                NULL);
-        if (!m) {
-            rc = st_err_set(&err, ST_INTERNAL, "a node sent an unreadable consistency answer");
-            break;
-        }
-        consistent = consistent && m->consistent;
-        google__bigtable__admin__v2__check_consistency_response__free_unpacked(m, NULL);
-    }
+    bool consistent;
+    st_code rc = fan_consistent(f, &consistent, &err);
     rtr_fan_free(f);
     if (rc != ST_OK) {
         rpc_call_finish(op->call, rc, err.msg);
