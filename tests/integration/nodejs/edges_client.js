@@ -142,8 +142,23 @@ async function statsAcrossTablets() {
     JSON.stringify(got));
 }
 
+// A GC rule serializes to at most 500 bytes (Cloud Bigtable); the emulator takes any size.
+async function gcRuleSize() {
+  const union = n => ({union: {rules: Array.from({length: n}, (_, i) => ({maxNumVersions: i + 1}))}});
+  const code = async fn => { try { await fn(); return 0; } catch (e) { return e.code; } };
+  const ct = n => code(() => admin.createTable({parent: INST, tableId: 'edges_gc' + n,
+    table: {columnFamilies: {f: {gcRule: union(n)}}}}));
+  check('gc_rule_400_bytes', await ct(100) === 0, 'refused');
+  const big = await ct(200);
+  check('gc_rule_800_bytes_create_table', big === 3, 'code ' + big);
+  const mod = await code(() => admin.modifyColumnFamilies({name: TN('edges_gc100'),
+    modifications: [{id: 'g', create: {gcRule: union(200)}}]}));
+  check('gc_rule_800_bytes_modify', mod === 3, 'code ' + mod);
+}
+
 (async () => {
   await dropCreate();
+  await gcRuleSize();
   await statsAcrossTablets();
   await incrementNotCounter();
   await dropAfterWrite();
