@@ -335,6 +335,8 @@ static bool rr_limit_reached(const rr_op *op) {
 
 static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
     rr_op *op = arg;
+    if (op->limit_hit && !op->stalled && op->want_stats && op->last.code == ST_OK)
+        rr_stats_take(op, msg); /* the node's stats may follow the row that reached the limit */
     if (op->limit_hit || op->stalled)
         return;
     if (op->idle && evtimer_pending(op->idle, NULL))
