@@ -230,36 +230,14 @@ static size_t batch_bytes(const read_state *r) {
 }
 
 static st_code append_stats(read_state *r) {
-    Google__Bigtable__V2__ReadIterationStats it;
-    Google__Protobuf__Duration lat;
-    Google__Bigtable__V2__RequestLatencyStats ls;
-    Google__Bigtable__V2__FullReadStatsView view;
-    Google__Bigtable__V2__RequestStats stats;
-    google__bigtable__v2__read_iteration_stats__init(&it);
-    google__protobuf__duration__init(&lat);
-    google__bigtable__v2__request_latency_stats__init(&ls);
-    google__bigtable__v2__full_read_stats_view__init(&view);
-    google__bigtable__v2__request_stats__init(&stats);
-    it.rows_seen_count = r->rows_seen;
-    it.rows_returned_count = r->rows_returned;
-    it.cells_seen_count = r->cells_seen;
-    it.cells_returned_count = r->cells_returned;
-    int64_t us = st_mono_us() - r->start_us;
-    lat.seconds = us / 1000000;
-    lat.nanos = (int32_t)(us % 1000000) * 1000;
-    ls.frontend_server_latency = &lat;
-    view.read_iteration_stats = &it;
-    view.request_latency_stats = &ls;
-    stats.stats_view_case = GOOGLE__BIGTABLE__V2__REQUEST_STATS__STATS_VIEW_FULL_READ_STATS_VIEW;
-    stats.full_read_stats_view = &view;
-    size_t len = protobuf_c_message_get_packed_size(&stats.base);
-    if (batch_open(r) != ST_OK || st_buf_reserve(&r->batch, 1 + ST_VARINT64_MAX + len) != ST_OK)
+    /* A read stopped by rows_limit has read the first cell of the next row, whose row it never
+     * saw: not counted, as rows_seen does not count that row (nor the emulator that cell). */
+    btu_read_stats st = {r->rows_seen, r->rows_returned,
+                         r->cells_seen - (r->row_open ? r->row_cells : 0), r->cells_returned};
+    if (batch_open(r) != ST_OK || st_buf_reserve(&r->batch, BTU_READ_STATS_BYTES_MAX) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
-    uint8_t *p = r->batch.data + r->batch.len;
-    *p++ = (3 << 3) | 2; /* ReadRowsResponse.request_stats */
-    p += st_put_varint64(p, len);
-    p += protobuf_c_message_pack(&stats.base, p);
-    r->batch.len = (size_t)(p - r->batch.data);
+    r->batch.len +=
+        btu_read_stats_pack(&st, st_mono_us() - r->start_us, r->batch.data + r->batch.len);
     return ST_OK;
 }
 

@@ -342,10 +342,12 @@ static st_code rmw_apply(node_ctx *n, rmw_op *op, node_row_cell *cells, size_t c
         if (rule->rule_case ==
             GOOGLE__BIGTABLE__V2__READ_MODIFY_WRITE_RULE__RULE_INCREMENT_AMOUNT) {
             if (r->value.len != 8 && !(r->ts_us < 0 && r->value.len == 0))
-                return st_err_set(err, ST_INVALID_ARGUMENT,
-                                  "Error in element #%zu : cannot increment a value of %zu bytes: "
-                                  "an increment needs a 64-bit big-endian integer",
-                                  i, r->value.len);
+                /* Cloud Bigtable's code and wording: the request is fine, the cell is not. */
+                return st_err_set(err, ST_FAILED_PRECONDITION,
+                                  "Cannot increment a value of %zu bytes (rule #%zu, family=%s). "
+                                  "The increment operation can only be performed on 64-bit "
+                                  "values",
+                                  r->value.len, i, rule->family_name);
             uint64_t v = r->value.len == 8 ? st_get_be64(r->value.data) : 0;
             v += (uint64_t)rule->increment_amount;
             uint8_t be[8];

@@ -18,6 +18,11 @@
 #include "strata/cstoken.h"
 #include "strata/internal/v1/node.pb-c.h"
 
+/* A family drop first waits for replication to catch up (drop_sync): a check every
+ * RTR_DROP_SYNC_MS, at most RTR_DROP_SYNC_ROUNDS times, then UNAVAILABLE. */
+#define RTR_DROP_SYNC_MS 50
+#define RTR_DROP_SYNC_ROUNDS 600
+
 /* Split intervals whose tablets CreateTable creates at a time in each cluster (create_tablets). */
 #define RTR_CREATE_TABLETS_BATCH 16
 
@@ -30,6 +35,9 @@ struct adm_op {
     rpc_call *call;
     char name[RTR_TABLE_NAME_MAX + 1];
     pb_table *table;  /* the schema being written (call arena) */
+    pb_table *next;   /* ModifyColumnFamilies: the schema to write once table is recorded */
+    char **tokens;    /* ModifyColumnFamilies dropping families: each node's consistency token */
+    int sync_rounds;  /* CheckConsistency rounds asked so far (drop_sync) */
     st_buf table_pb;  /* serialized table */
     st_buf put_req;   /* serialized PutTableRequest */
     bool create;      /* CreateTable (else ModifyColumnFamilies or UpdateTable) */
@@ -202,6 +210,15 @@ static st_code normalize_families(pb_table *t, st_arena *a, st_err *err) {
         if (strcmp(t->column_families[i - 1]->key, t->column_families[i]->key) == 0)
             return st_err_set(err, ST_ALREADY_EXISTS, "column family %s already exists",
                               t->column_families[i]->key);
+    return ST_OK;
+}
+
+/* CreateTable's GC rules against Cloud Bigtable's size limit (btu_gc_rule_size_check). */
+static st_code gc_sizes_check(const pb_table *t, st_err *err) {
+    for (size_t i = 0; i < t->n_column_families; i++)
+        if (btu_gc_rule_size_check(t->column_families[i]->key,
+                                   t->column_families[i]->value->gc_rule, err) != ST_OK)
+            return err->code;
     return ST_OK;
 }
 
@@ -424,6 +441,12 @@ static void modify_recorded(void *arg, st_code code, const char *msg) {
     adm_op *op = arg;
     if (code != ST_OK)
         st_log(ST_LOG_WARN, "router", "table=%s schema pushed but not recorded: %s", op->name, msg);
+    if (code == ST_OK && op->next) { /* the drops are done: now the call's whole change */
+        op->table = op->next;
+        op->next = NULL;
+        push_schema(op);
+        return;
+    }
     op_finish(op, code, msg);
 }
 
@@ -514,7 +537,7 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     if (rtr_cs_config_check(&t->change_stream_config, &err) != ST_OK ||
-        normalize_families(t, a, &err) != ST_OK) {
+        normalize_families(t, a, &err) != ST_OK || gc_sizes_check(t, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
@@ -702,6 +725,8 @@ static st_code apply_mod(pb_table *t, const pb_mod *m, st_arena *a, st_err *err)
         if (!btu_family_valid(m->id))
             return st_err_set(err, ST_INVALID_ARGUMENT,
                               "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]", m->id);
+        if (m->create && btu_gc_rule_size_check(m->id, m->create->gc_rule, err) != ST_OK)
+            return err->code;
         if (at >= 0)
             return st_err_set(err, ST_ALREADY_EXISTS, "column family %s already exists", m->id);
         return family_add(t, m->id, m->create, a) == ST_OK
@@ -710,6 +735,8 @@ static st_code apply_mod(pb_table *t, const pb_mod *m, st_arena *a, st_err *err)
     case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_UPDATE:
         if (at < 0)
             return st_err_set(err, ST_NOT_FOUND, "column family %s not found", m->id);
+        if (m->update && btu_gc_rule_size_check(m->id, m->update->gc_rule, err) != ST_OK)
+            return err->code;
         t->column_families[at]->value = m->update;
         return ST_OK;
     case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP:
@@ -724,11 +751,170 @@ static st_code apply_mod(pb_table *t, const pb_mod *m, st_arena *a, st_err *err)
     }
 }
 
+/* ---- a family drop waits for replication (docs/cluster.md, "Dropping a family") ----
+ * A write acknowledged in one cluster before the drop may still be on its way to another. Arriving
+ * there after that cluster purged the family, it would survive the drop and show again once the
+ * family is created again. So every node's consistency token (its writes so far, replicated to
+ * every peer) is taken, and the schema goes out once all of them are reached. */
+
+static rtr_node *node_at(rtr_ctx *r, size_t k) {
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        if (k < r->clusters[c].n_nodes)
+            return &r->clusters[c].nodes[k];
+        k -= r->clusters[c].n_nodes;
+    }
+    return NULL;
+}
+
+static void sync_check(void *arg);
+
+/* The fan's CheckConsistency answers: the first failed call's code, else whether every node said
+ * consistent (INTERNAL for an unreadable answer). */
+static st_code fan_consistent(rtr_fan *f, bool *consistent, st_err *err) {
+    st_code rc = rtr_fan_first_error(f, err);
+    *consistent = true;
+    for (size_t i = 0; rc == ST_OK && i < f->n; i++) {
+        size_t off = 0;
+        st_slice msg;
+        Google__Bigtable__Admin__V2__CheckConsistencyResponse *m = NULL;
+        if (rtr_fan_next_msg(&f->res[i], &off, &msg))
+            m = (void *)btu_pb_unpack(
+                &google__bigtable__admin__v2__check_consistency_response__descriptor, NULL, msg,
+                NULL);
+        if (!m)
+            return st_err_set(err, ST_INTERNAL, "a node sent an unreadable consistency answer");
+        *consistent = *consistent && m->consistent;
+        google__bigtable__admin__v2__check_consistency_response__free_unpacked(m, NULL);
+    }
+    return rc;
+}
+
+static void sync_checked(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    st_err err = {0};
+    bool all;
+    st_code rc = fan_consistent(f, &all, &err);
+    rtr_fan_free(f);
+    if (rc != ST_OK) {
+        st_err_prefix(&err, "waiting for replication before dropping column families: ");
+        op_finish(op, rc, err.msg);
+        return;
+    }
+    if (all)
+        push_schema(op);
+    else if (++op->sync_rounds >= RTR_DROP_SYNC_ROUNDS)
+        op_finish(op, ST_UNAVAILABLE,
+                  "replication between the clusters has not caught up, so the column families "
+                  "were not dropped (their cells could come back from another cluster); retry");
+    else if (rtr_later_add(op->r, RTR_DROP_SYNC_MS, sync_check, op) != ST_OK)
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+static void sync_check(void *arg) {
+    adm_op *op = arg;
+    size_t n = count_nodes(op->r);
+    rtr_fan *f = rtr_fan_new(op->r, n, RTR_ADMIN_TIMEOUT_MS, sync_checked, op);
+    if (!f) {
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    st_arena *a = rpc_call_arena(op->call);
+    Google__Bigtable__Admin__V2__CheckConsistencyRequest req;
+    google__bigtable__admin__v2__check_consistency_request__init(&req);
+    req.name = op->name;
+    for (size_t k = 0; k < n; k++) {
+        req.consistency_token = op->tokens[k];
+        size_t len = google__bigtable__admin__v2__check_consistency_request__get_packed_size(&req);
+        uint8_t *buf = st_arena_alloc(a, len ? len : 1);
+        if (!buf) {
+            f->res[k].code = st_err_set(&f->res[k].err, ST_RESOURCE_EXHAUSTED, "out of memory");
+            continue;
+        }
+        google__bigtable__admin__v2__check_consistency_request__pack(&req, buf);
+        rtr_fan_call(f, k, node_at(op->r, k), RTR_TA "CheckConsistency", st_slice_make(buf, len));
+    }
+    rtr_fan_seal(f);
+}
+
+static void sync_tokens(rtr_fan *f, void *arg) {
+    adm_op *op = arg;
+    st_arena *a = rpc_call_arena(op->call);
+    op->tokens = st_arena_alloc(a, (f->n ? f->n : 1) * sizeof *op->tokens);
+    for (size_t i = 0; op->tokens && i < f->n && f->res[i].code == ST_OK; i++) {
+        size_t off = 0;
+        st_slice msg;
+        Google__Bigtable__Admin__V2__GenerateConsistencyTokenResponse *m = NULL;
+        if (rtr_fan_next_msg(&f->res[i], &off, &msg))
+            m = (void *)btu_pb_unpack(
+                &google__bigtable__admin__v2__generate_consistency_token_response__descriptor, NULL,
+                msg, NULL);
+        op->tokens[i] =
+            m ? st_arena_dup(a, m->consistency_token, strlen(m->consistency_token) + 1) : NULL;
+        if (m)
+            google__bigtable__admin__v2__generate_consistency_token_response__free_unpacked(m,
+                                                                                            NULL);
+        if (!op->tokens[i])
+            f->res[i].code = st_err_set(&f->res[i].err, ST_INTERNAL,
+                                        "a node sent no readable consistency token");
+    }
+    if (!op->tokens && f->n)
+        f->res[0].code = st_err_set(&f->res[0].err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (fan_ok(f, op, "waiting for replication before dropping column families: "))
+        sync_check(op);
+}
+
+/* push_schema, after replication caught up when the call drops a family of a replicated table. */
+static void drop_sync(adm_op *op, bool drops) {
+    if (!drops || op->r->n_clusters < 2) {
+        push_schema(op);
+        return;
+    }
+    Google__Bigtable__Admin__V2__GenerateConsistencyTokenRequest req;
+    google__bigtable__admin__v2__generate_consistency_token_request__init(&req);
+    req.name = op->name;
+    size_t len =
+        google__bigtable__admin__v2__generate_consistency_token_request__get_packed_size(&req);
+    uint8_t *buf = st_arena_alloc(rpc_call_arena(op->call), len ? len : 1);
+    if (!buf) {
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    google__bigtable__admin__v2__generate_consistency_token_request__pack(&req, buf);
+    fan_nodes(op, RTR_TA "GenerateConsistencyToken", st_slice_make(buf, len), false, sync_tokens);
+}
+
+static bool dropped_in(const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req,
+                       const char *id) {
+    for (size_t i = 0; i < req->n_modifications; i++)
+        if (req->modifications[i]->mod_case ==
+                GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP &&
+            strcmp(req->modifications[i]->id, id) == 0)
+            return true;
+    return false;
+}
+
+/* A family the call drops and creates again must lose its cells, but the schema before and the
+ * one after both hold it, so the nodes would see no drop. Returns the schema before without such
+ * families (the nodes purge them, then take the final schema), or NULL when there are none. */
+static pb_table *drops_first(pb_table *t, const pb_table *after,
+                             const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req) {
+    size_t kept = 0;
+    for (size_t i = 0; i < t->n_column_families; i++) {
+        const char *id = t->column_families[i]->key;
+        if (!dropped_in(req, id) || family_index(after, id) < 0)
+            t->column_families[kept++] = t->column_families[i];
+    }
+    bool any = kept < t->n_column_families;
+    t->n_column_families = kept;
+    return any ? t : NULL;
+}
+
 static bool modify_start(rtr_ctx *r, rpc_call *call,
                          const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req) {
     const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->name);
     pb_table *t = rec ? unpack_table(call, rec) : NULL;
-    if (!t)
+    pb_table *before = rec ? unpack_table(call, rec) : NULL;
+    if (!t || !before)
         return false;
     st_arena *a = rpc_call_arena(call);
     st_err err = {0};
@@ -744,9 +930,15 @@ static bool modify_start(rtr_ctx *r, rpc_call *call,
     adm_op *op = gated_op(r, call, req->name);
     if (!op)
         return false;
-    op->table = t;
+    bool drops = false; /* the call drops a family the table has */
+    for (size_t i = 0; i < before->n_column_families; i++)
+        drops = drops || dropped_in(req, before->column_families[i]->key);
+    op->table = drops_first(before, t, req);
+    op->next = op->table ? t : NULL;
+    if (!op->table)
+        op->table = t;
     op->reply = &t->base;
-    push_schema(op);
+    drop_sync(op, drops);
     return true;
 }
 
@@ -1180,23 +1372,8 @@ static void check_covered(void *arg) {
 static void check_done(rtr_fan *f, void *arg) {
     cons_op *op = arg;
     st_err err = {0};
-    st_code rc = rtr_fan_first_error(f, &err);
-    bool consistent = true;
-    for (size_t i = 0; rc == ST_OK && i < f->n; i++) {
-        size_t off = 0;
-        st_slice msg;
-        Google__Bigtable__Admin__V2__CheckConsistencyResponse *m = NULL;
-        if (rtr_fan_next_msg(&f->res[i], &off, &msg))
-            m = (void *)btu_pb_unpack(
-                &google__bigtable__admin__v2__check_consistency_response__descriptor, NULL, msg,
-                NULL);
-        if (!m) {
-            rc = st_err_set(&err, ST_INTERNAL, "a node sent an unreadable consistency answer");
-            break;
-        }
-        consistent = consistent && m->consistent;
-        google__bigtable__admin__v2__check_consistency_response__free_unpacked(m, NULL);
-    }
+    bool consistent;
+    st_code rc = fan_consistent(f, &consistent, &err);
     rtr_fan_free(f);
     if (rc != ST_OK) {
         rpc_call_finish(op->call, rc, err.msg);

@@ -63,6 +63,9 @@ typedef struct rr_op {
     rtr_inflight link;  /* multi-cluster: in its cluster's in-flight list during a node call */
     struct event *idle; /* multi-cluster: a node silent this long is given up (failover.h) */
     bool stalled;       /* the node call was cancelled by the idle timer */
+    bool want_stats;    /* REQUEST_STATS_FULL: the node calls' stats are summed (rr_stats_take) */
+    uint64_t seen_rows, ret_rows, seen_cells, ret_cells;
+    int64_t start_us; /* st_mono_us() at the call's start, for the stats' latency */
 } rr_op;
 
 static void rr_step(void *arg);
@@ -244,19 +247,103 @@ static void rr_cancelled(rpc_call *call, void *arg) {
     /* RR_TIMER: the timer (or refresh) callback sees the cancellation. */
 }
 
+/* ---- request_stats (REQUEST_STATS_FULL): one for the whole read ----
+ * Every node call ends with the stats of its own part. Passed on as they came, a read over
+ * several tablets gave the client one per tablet, and the client kept the last: a scan that
+ * returned 100 rows reported 0 returned (the last tablet's). They are summed here instead and sent
+ * once, alone in the read's last message. */
+#define RR_STATS_VIEW_FIELD 6 /* ReadRowsRequest.request_stats_view */
+#define RR_STATS_FULL 2       /* RequestStatsView.REQUEST_STATS_FULL */
+#define RR_STATS_FIELD BTU_READ_STATS_FIELD
+
+static bool rr_wants_stats(st_slice req) {
+    const uint8_t *p = req.data, *end = rtr_slice_end(req);
+    uint32_t num, wt;
+    uint64_t v;
+    st_slice b;
+    bool full = false;
+    while (rtr_wire_scan(&p, end, &num, &wt, &v, &b) == 1)
+        if (num == RR_STATS_VIEW_FIELD && wt == 0)
+            full = v == RR_STATS_FULL;
+    return full;
+}
+
+/* Adds the request_stats msg carries to op's sums; true when it carried some. */
+static bool rr_stats_take(rr_op *op, st_slice msg) {
+    const uint8_t *p = msg.data, *end = rtr_slice_end(msg);
+    uint32_t num, wt;
+    uint64_t v;
+    st_slice b;
+    bool has = false;
+    while (rtr_wire_scan(&p, end, &num, &wt, &v, &b) == 1) {
+        if (num != RR_STATS_FIELD || wt != 2)
+            continue;
+        has = true;
+        Google__Bigtable__V2__RequestStats *rs =
+            google__bigtable__v2__request_stats__unpack(NULL, b.len, b.data);
+        const Google__Bigtable__V2__ReadIterationStats *it =
+            rs && rs->full_read_stats_view ? rs->full_read_stats_view->read_iteration_stats : NULL;
+        if (it) {
+            op->seen_rows += (uint64_t)it->rows_seen_count;
+            op->ret_rows += (uint64_t)it->rows_returned_count;
+            op->seen_cells += (uint64_t)it->cells_seen_count;
+            op->ret_cells += (uint64_t)it->cells_returned_count;
+        }
+        if (rs)
+            google__bigtable__v2__request_stats__free_unpacked(rs, NULL);
+    }
+    return has;
+}
+
+/* The summed stats as the read's last message. */
+static st_code rr_stats_emit(rr_op *op) {
+    btu_read_stats st = {(int64_t)op->seen_rows, (int64_t)op->ret_rows, (int64_t)op->seen_cells,
+                         (int64_t)op->ret_cells};
+    uint8_t buf[BTU_READ_STATS_BYTES_MAX];
+    size_t len = btu_read_stats_pack(&st, st_mono_us() - op->start_us, buf);
+    return rr_emit(op, NULL, st_slice_make(buf, len));
+}
+
+/* The read is over: the stats when asked for, then OK once the backlog is out. */
+static void rr_end(rr_op *op) {
+    if (op->want_stats && rr_stats_emit(op) != ST_OK) {
+        rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory building request stats");
+        return;
+    }
+    op->want_stats = false;
+    op->complete = true;
+    rr_continue(op);
+}
+
+/* msg (a node's) to the client, without its request_stats when the read sums them. */
+static st_code rr_relay(rr_op *op, rpc_ccall *call, st_slice msg) {
+    if (!op->want_stats || !rr_stats_take(op, msg))
+        return rr_emit(op, call, msg);
+    static const uint32_t stats_field[] = {RR_STATS_FIELD};
+    st_buf rest;
+    st_buf_init(&rest);
+    st_code rc = rtr_wire_copy_except(&rest, msg, stats_field, 1);
+    if (rc == ST_OK && rest.len > 0)
+        rc = rr_emit(op, NULL, st_buf_slice(&rest));
+    st_buf_free(&rest);
+    return rc;
+}
+
 static bool rr_limit_reached(const rr_op *op) {
     return op->limit > 0 && op->track.committed >= (uint64_t)op->limit;
 }
 
 static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
     rr_op *op = arg;
+    if (op->limit_hit && !op->stalled && op->want_stats && op->last.code == ST_OK)
+        rr_stats_take(op, msg); /* the node's stats may follow the row that reached the limit */
     if (op->limit_hit || op->stalled)
         return;
     if (op->idle && evtimer_pending(op->idle, NULL))
         rr_idle_arm(op); /* the node is alive: restart its silence clock */
     st_code rc = rtr_rr_track_feed(&op->track, msg, op->reversed);
     if (rc == ST_OK)
-        rc = rr_emit(op, call, msg);
+        rc = rr_relay(op, call, msg);
     if (rc != ST_OK) {
         st_err_set(&op->last, rc, "could not relay rows from node");
         op->limit_hit = true; /* stop taking answers; rr_done reports op->last */
@@ -375,7 +462,8 @@ static void rr_tablet_done(rr_op *op) {
     st_slice next;
     op->attempts = 0;
     if (!rtr_read_next_pos(&tb, op->reversed, &next)) {
-        op->complete = true;
+        rr_end(op);
+        return;
     } else if (set_buf(&op->pos, next) != ST_OK) {
         rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
@@ -434,8 +522,7 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
         return;
     }
     if (op->limit_hit) {
-        op->complete = true;
-        rr_continue(op);
+        rr_end(op);
         return;
     }
     if (stalled) {
@@ -587,7 +674,7 @@ static void rr_no_tablets(rr_op *op) {
 static void rr_step(void *arg) {
     rr_op *op = arg;
     if (rr_limit_reached(op)) {
-        rr_free(op, ST_OK, NULL);
+        rr_end(op);
         return;
     }
     if (!rr_gate(op))
@@ -607,7 +694,7 @@ static void rr_step(void *arg) {
         return;
     }
     if (rc == ST_NOT_FOUND) {
-        rr_free(op, ST_OK, NULL);
+        rr_end(op);
         return;
     }
     if (rc == ST_UNAVAILABLE) {
@@ -689,7 +776,9 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
                   .reversed = req.reversed,
                   .limit = req.limit,
                   .req = req_bytes,
-                  .fp = fp};
+                  .fp = fp,
+                  .want_stats = rr_wants_stats(req_bytes),
+                  .start_us = st_mono_us()};
     st_buf_init(&op->head);
     st_buf_init(&op->pos);
     st_buf_init(&op->cur_start);

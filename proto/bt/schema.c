@@ -41,6 +41,15 @@ st_code btu_gc_rule_level(const pb_gc *r, pb_gc *const **kids, size_t *n, st_err
     }
 }
 
+st_code btu_gc_rule_size_check(const char *fam, const pb_gc *r, st_err *err) {
+    size_t len = r ? google__bigtable__admin__v2__gc_rule__get_packed_size(r) : 0;
+    if (len <= BTU_GC_RULE_BYTES_MAX)
+        return ST_OK;
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "family %s: the GC rule serializes to %zu bytes, over the limit of %d", fam,
+                      len, BTU_GC_RULE_BYTES_MAX);
+}
+
 static st_code gc_check(const char *fam, const pb_gc *r, int depth, size_t *rules, st_err *err) {
     if (!r)
         return ST_OK;

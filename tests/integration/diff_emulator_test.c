@@ -1060,7 +1060,7 @@ static const err_case ERR_CASES[] = {
      "the emulator answers UNKNOWN (a plain Go error)", e_delete_range_reversed},
     {"CheckAndMutateRow with no mutations", ST_INVALID_ARGUMENT,
      "the emulator accepts it (docs/bigtable.md, filter rule 6)", e_check_and_mutate_nothing},
-    {"ReadModifyWriteRow increment of a 1-byte value", ST_INVALID_ARGUMENT,
+    {"ReadModifyWriteRow increment of a 1-byte value", ST_FAILED_PRECONDITION,
      "the emulator answers UNKNOWN (a plain Go error)", e_increment_non_counter},
 };
 

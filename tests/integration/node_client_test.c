@@ -399,7 +399,7 @@ static void test_node_client_read_modify_write(void **state) {
     set1(f, "rmw", "r", "cf", "odd", 1000, "abc");
     inc.qualifier = S("odd");
     expect_code(bt_read_modify_write(&f->c, "rmw", S("r"), &inc, 1, NULL, false, &st),
-                ST_INVALID_ARGUMENT, &st, "increment of a 3-byte value");
+                ST_FAILED_PRECONDITION, &st, "increment of a 3-byte value");
     inc.family = "nofam";
     expect_code(bt_read_modify_write(&f->c, "rmw", S("r"), &inc, 1, NULL, false, &st), ST_NOT_FOUND,
                 &st, "RMW unknown family");

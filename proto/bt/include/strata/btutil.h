@@ -63,9 +63,10 @@ bool btu_table_id_valid(const char *id);
 bool btu_family_valid(const char *family);
 
 /* ---- table schemas ---- */
-#define BTU_FAMILIES_MAX 1000 /* column families of one table */
-#define BTU_GC_DEPTH_MAX 16   /* a GC rule's nesting below its root */
-#define BTU_GC_RULES_MAX 256  /* rules in one family's GC tree; Bigtable caps it at 500 B */
+#define BTU_FAMILIES_MAX 1000     /* column families of one table */
+#define BTU_GC_DEPTH_MAX 16       /* a GC rule's nesting below its root */
+#define BTU_GC_RULES_MAX 256      /* rules in one family's GC tree; Bigtable caps it at 500 B */
+#define BTU_GC_RULE_BYTES_MAX 500 /* a new GC rule, serialized (Cloud Bigtable's limit) */
 #define BTU_CS_RETENTION_MIN_S (24LL * 3600)     /* change_stream_config.retention_period: */
 #define BTU_CS_RETENTION_MAX_S (7LL * 24 * 3600) /* 1 to 7 days, as Cloud Bigtable */
 
@@ -135,5 +136,21 @@ ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, Protobuf
 ProtobufCMessage *btu_pb_unpack_lift(const ProtobufCMessageDescriptor *desc,
                                      ProtobufCAllocator *alloc, st_slice bytes, uint32_t field,
                                      st_slice *lifted, st_err *err);
+
+/* INVALID_ARGUMENT naming family fam when the GC rule r serializes to more than
+ * BTU_GC_RULE_BYTES_MAX bytes. For rules a request brings: schemas stored before the limit was
+ * checked keep theirs. */
+st_code btu_gc_rule_size_check(const char *fam, const Google__Bigtable__Admin__V2__GcRule *r,
+                               st_err *err);
+
+/* ---- ReadRows request stats (stats.c) ---- */
+#define BTU_READ_STATS_FIELD 3       /* ReadRowsResponse.request_stats */
+#define BTU_READ_STATS_BYTES_MAX 128 /* the field as btu_read_stats_pack writes it, at most */
+typedef struct btu_read_stats {
+    int64_t rows_seen, rows_returned, cells_seen, cells_returned;
+} btu_read_stats;
+/* Writes into buf (BTU_READ_STATS_BYTES_MAX bytes) the ReadRowsResponse field request_stats, a
+ * FullReadStatsView of s and latency_us; returns its length. */
+size_t btu_read_stats_pack(const btu_read_stats *s, int64_t latency_us, uint8_t *buf);
 
 #endif

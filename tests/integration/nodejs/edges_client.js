@@ -1,0 +1,169 @@
+// edges_client.js — edge cases of the data and table admin API where Strata once answered
+// differently from Cloud Bigtable (and the official emulator), through the official Node.js
+// client's generated clients against BIGTABLE_EMULATOR_HOST. Each case prints `ok NAME` or
+// `FAIL NAME: detail`; exit 1 when one failed. Reads go through the app profiles named in
+// argv (one per cluster), so every cluster's copy is checked.
+'use strict';
+const {Bigtable, v2} = require('@google-cloud/bigtable');
+
+const bt = new Bigtable({projectId: 'p'});
+const data = new v2.BigtableClient(bt.options.BigtableClient);
+const admin = new v2.BigtableTableAdminClient(bt.options.BigtableTableAdminClient);
+const INST = 'projects/p/instances/i';
+const TN = t => INST + '/tables/' + t;
+const PROFILES = process.argv.slice(2).length ? process.argv.slice(2) : [''];
+const B = s => Buffer.from(s);
+let failed = 0;
+
+function check(name, cond, detail) {
+  console.log(cond ? 'ok ' + name : 'FAIL ' + name + ': ' + detail);
+  if (!cond) failed++;
+}
+
+// The cells of every row as "key fam:qual=value ...", through one app profile.
+function cells(table, appProfileId) {
+  return new Promise((resolve, reject) => {
+    const out = [];
+    let row = null;
+    const s = data.readRows({tableName: TN(table), appProfileId}, {retry: null});
+    s.on('data', r => {
+      for (const c of r.chunks) {
+        if (c.rowKey && c.rowKey.length && (!row || row.done)) row = {k: String(c.rowKey), c: []};
+        if (c.familyName) row.f = c.familyName.value;
+        if (c.qualifier) row.q = String(c.qualifier.value);
+        row.c.push(row.f + ':' + row.q + '=' + String(c.value));
+        if (c.commitRow) {
+          out.push([row.k].concat(row.c).join(' '));
+          row.done = true;
+        }
+      }
+    });
+    s.on('error', reject);
+    s.on('end', () => resolve(out.join('; ')));
+  });
+}
+
+const set = (f, q, v, ts) => ({setCell: {familyName: f, columnQualifier: B(q), value: B(v),
+  timestampMicros: ts}});
+
+async function table(id, families) {
+  const columnFamilies = {};
+  for (const f of families) columnFamilies[f] = {};
+  await admin.createTable({parent: INST, tableId: id, table: {columnFamilies}});
+}
+
+// ModifyColumnFamilies applies its modifications in order: a family dropped and created again
+// in one call starts empty, like one dropped by one call and created by the next.
+async function dropCreate() {
+  await table('edges_dc', ['a', 'b']);
+  await data.mutateRow({tableName: TN('edges_dc'), rowKey: B('r'),
+    mutations: [set('a', 'q', 'old', 1000), set('b', 'q', 'keep', 1000)]});
+  await admin.modifyColumnFamilies({name: TN('edges_dc'), modifications: [
+    {id: 'a', drop: true}, {id: 'a', create: {gcRule: {maxNumVersions: 1}}}]});
+  for (const p of PROFILES) {
+    const got = await cells('edges_dc', p);
+    check('drop_create_same_family/' + (p || 'default'), got === 'r b:q=keep', got);
+  }
+  await data.mutateRow({tableName: TN('edges_dc'), rowKey: B('r'),
+    mutations: [set('a', 'q', 'new', 2000)]});
+  const got = await cells('edges_dc', PROFILES[0]);
+  check('drop_create_then_write', got === 'r a:q=new b:q=keep', got);
+}
+
+// A drop right after a write: the write may still be on its way to the other cluster, and must
+// not land there after the purge (it would show again once the family is created again).
+async function dropAfterWrite() {
+  await table('edges_dw', ['a', 'b']);
+  const entries = [];
+  for (let i = 0; i < 500; i++) {
+    entries.push({rowKey: B('r' + String(i).padStart(3, '0')),
+      mutations: [set('a', 'q', 'old', 1000), set('b', 'q', 'keep', 1000)]});
+  }
+  await new Promise((resolve, reject) => data.mutateRows({tableName: TN('edges_dw'), entries})
+    .on('data', () => {}).on('error', reject).on('end', resolve));
+  await admin.modifyColumnFamilies({name: TN('edges_dw'), modifications: [{id: 'a', drop: true}]});
+  await admin.modifyColumnFamilies({name: TN('edges_dw'), modifications: [{id: 'a', create: {}}]});
+  for (const p of PROFILES) {
+    const got = (await cells('edges_dw', p)).split('; ');
+    const back = got.filter(r => r.includes(' a:'));
+    check('drop_after_write/' + (p || 'default'), got.length === 500 && !back.length,
+      got.length + ' rows, ' + back.length + ' with family a, e.g. ' + back[0]);
+  }
+}
+
+// Cloud Bigtable answers an increment of a cell that is not 8 bytes with FAILED_PRECONDITION.
+async function incrementNotCounter() {
+  await data.mutateRow({tableName: TN('edges_dc'), rowKey: B('n'),
+    mutations: [set('b', 's', 'abc', 1000)]});
+  let code = 0;
+  try {
+    await data.readModifyWriteRow({tableName: TN('edges_dc'), rowKey: B('n'),
+      rules: [{familyName: 'b', columnQualifier: B('s'), incrementAmount: 1}]});
+  } catch (e) {
+    code = e.code;
+  }
+  check('increment_not_8_bytes', code === 9, 'code ' + code);
+}
+
+// REQUEST_STATS_FULL over a table of three tablets: one request_stats, in the last message, for
+// the whole read (each tablet's own stats used to reach the client, the last one counted).
+async function statsAcrossTablets() {
+  await admin.createTable({parent: INST, tableId: 'edges_st', table: {columnFamilies: {cf: {}}},
+    initialSplits: [{key: B('r10')}, {key: B('r20')}]});
+  const entries = [];
+  for (let i = 0; i < 30; i++) {
+    entries.push({rowKey: B('r' + String(i).padStart(2, '0')), mutations: [set('cf', 'q', 'v', 1000)]});
+  }
+  await new Promise((resolve, reject) => data.mutateRows({tableName: TN('edges_st'), entries})
+    .on('data', () => {}).on('error', reject).on('end', resolve));
+  const got = await new Promise((resolve, reject) => {
+    const out = {rows: 0, stats: [], msgs: 0};
+    const s = data.readRows({tableName: TN('edges_st'), requestStatsView: 'REQUEST_STATS_FULL',
+      filter: {rowKeyRegexFilter: B('r.[05]')}}, {retry: null});
+    s.on('data', r => {
+      out.msgs++;
+      out.rows += r.chunks.filter(c => c.commitRow).length;
+      if (r.requestStats) out.stats.push([out.msgs, r.requestStats.fullReadStatsView.readIterationStats]);
+    });
+    s.on('error', reject);
+    s.on('end', () => resolve(out));
+  });
+  const it = got.stats.length === 1 && got.stats[0][0] === got.msgs ? got.stats[0][1] : null;
+  const lim = await new Promise((resolve, reject) => {
+    let st = null;
+    data.readRows({tableName: TN('edges_st'), requestStatsView: 'REQUEST_STATS_FULL', rowsLimit: 2},
+      {retry: null}).on('data', r => { st = r.requestStats || st; })
+      .on('error', reject).on('end', () => resolve(st.fullReadStatsView.readIterationStats));
+  });
+  check('request_stats_rows_limit', +lim.rowsSeenCount === 2 && +lim.cellsSeenCount === 2,
+    JSON.stringify(lim));
+  check('request_stats_across_tablets', got.rows === 6 && it && +it.rowsSeenCount === 30 &&
+    +it.rowsReturnedCount === 6 && +it.cellsSeenCount === 30 && +it.cellsReturnedCount === 6,
+    JSON.stringify(got));
+}
+
+// A GC rule serializes to at most 500 bytes (Cloud Bigtable); the emulator takes any size.
+async function gcRuleSize() {
+  const union = n => ({union: {rules: Array.from({length: n}, (_, i) => ({maxNumVersions: i + 1}))}});
+  const code = async fn => { try { await fn(); return 0; } catch (e) { return e.code; } };
+  const ct = n => code(() => admin.createTable({parent: INST, tableId: 'edges_gc' + n,
+    table: {columnFamilies: {f: {gcRule: union(n)}}}}));
+  check('gc_rule_400_bytes', await ct(100) === 0, 'refused');
+  const big = await ct(200);
+  check('gc_rule_800_bytes_create_table', big === 3, 'code ' + big);
+  const mod = await code(() => admin.modifyColumnFamilies({name: TN('edges_gc100'),
+    modifications: [{id: 'g', create: {gcRule: union(200)}}]}));
+  check('gc_rule_800_bytes_modify', mod === 3, 'code ' + mod);
+}
+
+(async () => {
+  await dropCreate();
+  await gcRuleSize();
+  await statsAcrossTablets();
+  await incrementNotCounter();
+  await dropAfterWrite();
+  process.exit(failed ? 1 : 0);
+})().catch(e => {
+  console.log('FAIL unexpected error: ' + (e.stack || e));
+  process.exit(1);
+});
