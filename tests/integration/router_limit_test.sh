@@ -7,7 +7,10 @@
 # rows_limit N-1 meet "strata-not-owner" on the old node, refresh, retry and reach the limit:
 # each must return exactly N-1 rows in order and no error. (The router used to end such a read
 # with the not-owner answer of the try it had got past: a FAILED_PRECONDITION the client does
-# not retry, after every row had been sent.) Skips (77) without cbt, node or the client package.
+# not retry, after every row had been sent.) Before that, once the nodes stopped splitting,
+# SampleRowKeys through a fourth router started before the table filled must name the same keys
+# as through the first (it used to ask only the nodes of its stale map, leaving out every tablet
+# moved since). Skips (77) without cbt, node or the client package.
 # Usage: router_limit_test.sh PATH/TO/strata
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -36,7 +39,8 @@ BIGTABLE_EMULATOR_HOST=127.0.0.1:$PORT timeout 60 "$CBT" -project p -instance i 
 RCMD=$(grep -o 'strata up starts router: .*' "$DIR/logs/router.log" | tail -1 | sed 's/^strata up starts router: //')
 P2=$(free_port)
 P3=$(free_port)
-for p in "$P2" "$P3"; do
+P4=$(free_port)
+for p in "$P2" "$P3" "$P4"; do
   # shellcheck disable=SC2086 # the logged command line is split into its words on purpose
   ${RCMD% --listen *} --listen "127.0.0.1:$p" --balance off >"$TMPD/router-$p.log" 2>&1 &
   PIDS+=("$!")
@@ -52,6 +56,31 @@ for _ in $(seq 1 100); do
 done
 [ $moved = 1 ] || fail "the balancer moved no tablet (tablets: $(grep -c 'module=split' "$DIR"/logs/*.log))"
 grep -m1 'module=balance cluster=' "$DIR/logs/router.log"
+
+echo "== SampleRowKeys through a router whose map is stale, once the nodes stopped splitting"
+splits() { cat "$DIR"/logs/east-*.log | grep -c 'module=split table='; }
+last=$(splits)
+for _ in $(seq 1 20); do
+  sleep 5
+  now=$(splits)
+  [ "$now" = "$last" ] && break
+  last=$now
+done
+# The fourth router's answer is compared with the first's taken just before and just after it;
+# when those two differ, a split came between: take all three again.
+same=0
+for _ in 1 2 3 4 5; do
+  a=$(js "127.0.0.1:$PORT" samples t) || fail "SampleRowKeys through the first router: $a"
+  b=$(js "127.0.0.1:$P4" samples t) || fail "SampleRowKeys through the fourth router: $b"
+  c=$(js "127.0.0.1:$PORT" samples t) || fail "SampleRowKeys through the first router: $c"
+  [ "$a" = "$c" ] || { sleep 2; continue; }
+  echo "first router:  $a"
+  echo "fourth router: $b"
+  [ "$a" = "$b" ] || fail "SampleRowKeys through the fourth router leaves out tablets"
+  same=1
+  break
+done
+[ $same = 1 ] || fail "the tablets kept splitting: no stable SampleRowKeys answer to compare"
 
 echo "== rows_limit $((N - 1)) through the routers whose maps are stale"
 js "127.0.0.1:$P2" scan t "$N" $((N - 1)) forward || fail "the forward limited scan failed"

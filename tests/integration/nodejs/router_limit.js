@@ -3,6 +3,7 @@
 //   scan TABLE N LIMIT [forward|reversed]: a forward scan and a reversed scan (the generated client, as
 //   client_test.js sends it), each with rows_limit LIMIT, must end without error with exactly
 //   min(LIMIT, N) rows, the first (last) ones in order.
+//   samples TABLE: the row keys of SampleRowKeys, one JSON array.
 // Exit 0 when every expectation held, 1 otherwise (the failures go to stderr).
 'use strict';
 const {Bigtable, v2} = require('@google-cloud/bigtable');
@@ -76,5 +77,6 @@ async function scan() {
 
 (async () => {
   if (WHAT === 'write') await write();
+  else if (WHAT === 'samples') console.log(JSON.stringify((await table.sampleRowKeys())[0].map(x => String(x.key))));
   else process.exitCode = (await scan()) ? 1 : 0;
 })().catch(e => { console.error(`ERROR ${e.code} ${e.message}`); process.exit(2); });
