@@ -620,5 +620,11 @@ void rtr_h_sample_row_keys(rpc_call *call, st_slice req_bytes, void *arg) {
                    .plan = plan,
                    .table = req->table_name,
                    .req = req_bytes};
-    srk_send(op);
+    /* The answer is only as complete as the map: a node asked about a table answers for the
+     * tablets it holds, so a tablet moved since this router's last refresh (by another router's
+     * balancer: nothing tells this one) would be left out, its rows and bytes missing from the
+     * samples. Learn the map first (one ListTablets round, shared with waiting requests). */
+    if (rtr_health_cluster_refuses(r, op->c->idx) ||
+        rtr_cluster_refresh(op->c, srk_send, op) != ST_OK)
+        srk_send(op);
 }

@@ -47,11 +47,13 @@ typedef struct rr_op {
     bool paused;    /* the node call is paused (flow control) until the client takes the backlog */
     bool limit_hit; /* rows_limit was reached (the node ends its call by itself), or relaying
                        failed (the node call was cancelled) */
-    bool complete;  /* every row was read: finish once the backlog is out */
-    rtr_msgq backlog; /* messages waiting for the client */
-    size_t held;      /* backlog bytes counted in the queued-response budget (rpc_call_hold) */
-    st_buf fwd;       /* a node message's buffer taken to pass on without a copy (rr_emit) */
-    bool writable_cb; /* rr_writable is registered (once a backlog formed) */
+    bool relay_failed; /* relaying failed: op->last says why. op->last alone does not tell, it
+                          also keeps the failure of an earlier try that a retry got past */
+    bool complete;     /* every row was read: finish once the backlog is out */
+    rtr_msgq backlog;  /* messages waiting for the client */
+    size_t held;       /* backlog bytes counted in the queued-response budget (rpc_call_hold) */
+    st_buf fwd;        /* a node message's buffer taken to pass on without a copy (rr_emit) */
+    bool writable_cb;  /* rr_writable is registered (once a backlog formed) */
     int attempts;
     uint64_t gen;
     st_err last;
@@ -346,6 +348,7 @@ static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
         rc = rr_relay(op, call, msg);
     if (rc != ST_OK) {
         st_err_set(&op->last, rc, "could not relay rows from node");
+        op->relay_failed = true;
         op->limit_hit = true; /* stop taking answers; rr_done reports op->last */
         op->complete = false;
         rpc_ccall_cancel(call);
@@ -517,7 +520,7 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
         rr_free(op, ST_CANCELLED, NULL);
         return;
     }
-    if (op->limit_hit && op->last.code != ST_OK) {
+    if (op->relay_failed) {
         rr_free(op, op->last.code, op->last.msg);
         return;
     }

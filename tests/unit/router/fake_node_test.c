@@ -2,6 +2,7 @@
  * Proves the router's behaviour against nodes that misbehave, with a real router (rtr_open) and
  * fake nodes (rpc_server instances answering the few node methods the router uses) on one event
  * loop in one process:
+ *   - a ReadRows with rows_limit that a retry got past (a strata-not-owner refusal) ends OK;
  *   - a ReadRows with rows_limit never resets its node stream (the node ends it by itself; a
  *     node's HTTP/2 layer closes a connection that resets too many streams per second);
  *   - a request in flight alone when its node's connection dropped (a query of death) is not
@@ -71,6 +72,7 @@ typedef struct fake_node {
     bool slow_status; /* GetStatus answers only after FN_SLOW_STATUS_MS (a busy node) */
     bool hold;        /* FN_HOLD reads are held until the node dies */
     int held_reads;
+    int not_owner_left;  /* data reads still to refuse with strata-not-owner (a moved tablet) */
     fn_pending *pending; /* calls answered later (fn_later), finished at the latest by fx_close */
 } fake_node;
 
@@ -312,6 +314,11 @@ static void fn_read_rows(rpc_call *call, st_slice req, void *arg) {
         return;
     }
     n->data_reads++;
+    if (n->not_owner_left > 0) {
+        n->not_owner_left--;
+        rpc_call_finish(call, ST_FAILED_PRECONDITION, ST_NOT_OWNER_PREFIX " the tablet moved");
+        return;
+    }
     if (n->hold && memmem(req.data, req.len, FN_HOLD, strlen(FN_HOLD))) {
         n->held_reads++;
         fn_later(n, call, FN_HOLD_MS);
@@ -667,6 +674,22 @@ static void test_fake_node_rows_limit_never_resets_node_streams(void **state) {
     fx_close(&fx);
 }
 
+/* A limited read that a node refused once with strata-not-owner (its tablet moved), and that
+ * the retry then brought to its limit, ends OK: the refusal of the earlier try is not its
+ * outcome. */
+static void test_fake_node_rows_limit_after_not_owner_ends_ok(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, 1);
+    fx.nodes[0].not_owner_left = 1;
+    read_res res;
+    fx_read(&fx, FN_TABLE, "", NULL, 5, &res);
+    assert_int_equal(fx.nodes[0].not_owner_left, 0); /* the refusal did happen */
+    assert_int_equal(res.code, ST_OK);
+    assert_int_equal(res.messages, 5);
+    fx_close(&fx);
+}
+
 static void test_fake_node_query_of_death_does_not_spread(void **state) {
     (void)state;
     fixture fx;
@@ -953,6 +976,7 @@ int main(void) {
     st_log_set_level(ST_LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fake_node_rows_limit_never_resets_node_streams),
+        cmocka_unit_test(test_fake_node_rows_limit_after_not_owner_ends_ok),
         cmocka_unit_test(test_fake_node_query_of_death_does_not_spread),
         cmocka_unit_test(test_fake_node_mutate_rows_query_of_death_does_not_spread),
         cmocka_unit_test(test_fake_node_dead_cluster_fails_fast),
