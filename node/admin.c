@@ -703,6 +703,73 @@ st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_e
     return rc;
 }
 
+/* ---- waiting for a move to end ----
+ * A DropRowRange or a family purge that meets a tablet of its table being moved looks again
+ * every MOVE_WAIT_POLL_MS, for at most MOVE_WAIT_MS, and then fails UNAVAILABLE (each says below
+ * why it waits). Waiters are listed on the node, so node_close can end them. */
+#define MOVE_WAIT_POLL_MS 20
+#define MOVE_WAIT_MS 20000 /* below a router's 30 s for an admin call to a node */
+
+struct node_move_waiter {
+    node_ctx *n;
+    void (*again)(node_move_waiter *w);   /* the next look */
+    void (*closing)(node_move_waiter *w); /* the node closes: the call ends UNAVAILABLE */
+    struct event *ev;
+    int64_t from_us;        /* st_mono_us when the wait began; 0 when not waiting */
+    node_move_waiter *next; /* in n->move_waiters while ev is pending */
+};
+
+static void waiter_unlist(node_move_waiter *w) {
+    if (!w->n)
+        return;
+    node_move_waiter **p = &w->n->move_waiters;
+    while (*p && *p != w)
+        p = &(*p)->next;
+    if (*p)
+        *p = w->next;
+    w->next = NULL;
+}
+
+static void waiter_free(node_move_waiter *w) {
+    waiter_unlist(w);
+    if (w->ev)
+        event_free(w->ev);
+    w->ev = NULL;
+}
+
+static void waiter_fire(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    node_move_waiter *w = arg;
+    waiter_unlist(w);
+    w->again(w);
+}
+
+/* Schedules w->again in MOVE_WAIT_POLL_MS (ST_OK); UNAVAILABLE once w has waited MOVE_WAIT_MS,
+ * RESOURCE_EXHAUSTED when out of memory: nothing is scheduled then, the caller ends its call. */
+static st_code waiter_wait(node_move_waiter *w) {
+    int64_t now = st_mono_us();
+    if (w->from_us == 0)
+        w->from_us = now;
+    if (now - w->from_us > (int64_t)MOVE_WAIT_MS * 1000)
+        return ST_UNAVAILABLE;
+    if (!w->ev && !(w->ev = evtimer_new(w->n->base, waiter_fire, w)))
+        return ST_RESOURCE_EXHAUSTED;
+    struct timeval tv = {0, MOVE_WAIT_POLL_MS * 1000};
+    evtimer_add(w->ev, &tv);
+    w->next = w->n->move_waiters;
+    w->n->move_waiters = w;
+    return ST_OK;
+}
+
+void node_move_waiters_abort(node_ctx *n) {
+    while (n->move_waiters) {
+        node_move_waiter *w = n->move_waiters;
+        waiter_unlist(w);
+        w->closing(w);
+    }
+}
+
 /* ---- purges on a job thread ----
  * A purge scans every row of the table: seconds for a large one (300,000 rows held the loop for
  * 66 s when each row was its own durable write), so schema changes that drop families purge on
@@ -713,14 +780,11 @@ st_code node_family_purge(node_ctx *n, node_tablets *t, const char *family, st_e
  *
  * Moves: a purge also writes into a tablet moving away and into a move's incoming copy, and the
  * copy may or may not carry those deletes. So a purge that ends while a tablet of the table is
- * moving or incoming waits for the move to end (polled every PURGE_MOVE_POLL_MS, at most
- * PURGE_MOVE_WAIT_MS, then UNAVAILABLE) and purges the table's tablets again: on the target the
- * activated copy is then purged like any tablet, so no cell of the dropped family comes back
- * with it (to show again in a family created anew under its name). */
-#define PURGE_MOVE_POLL_MS 20
-#define PURGE_MOVE_WAIT_MS 20000 /* below a router's 30 s for an admin call to a node */
-
+ * moving or incoming waits for the move to end (as above) and purges the table's tablets
+ * again: on the target the activated copy is then purged like any tablet, so no cell of the
+ * dropped family comes back with it (to show again in a family created anew under its name). */
 typedef struct purge_arg {
+    node_move_waiter wait; /* first: waiter_fire's w is the purge */
     char table[NODE_TABLE_NAME_MAX + 1];
     char (*fams)[NODE_FAMILY_NAME_MAX + 1];
     size_t n_fams;
@@ -731,29 +795,11 @@ typedef struct purge_arg {
     size_t n_ids;
     node_purge_done_fn done;
     void *done_arg;
-    /* while waiting for a move of one of the table's tablets to end */
-    node_ctx *n;
-    rpc_call *call;
-    struct event *ev;
-    int64_t wait_from_us;   /* st_mono_us when the wait began; 0 when not waiting */
-    struct purge_arg *next; /* in n->purges_waiting while ev is pending */
+    rpc_call *call; /* while waiting for a move of one of the table's tablets to end */
 } purge_arg;
 
-static void purge_unwait(purge_arg *a) {
-    if (!a->n)
-        return;
-    struct purge_arg **p = &a->n->purges_waiting;
-    while (*p && *p != a)
-        p = &(*p)->next;
-    if (*p)
-        *p = a->next;
-    a->next = NULL;
-}
-
 static void purge_arg_free(purge_arg *a) {
-    purge_unwait(a);
-    if (a->ev)
-        event_free(a->ev);
+    waiter_free(&a->wait);
     free(a->fams);
     free(a->ids);
     free(a->sts);
@@ -797,39 +843,33 @@ static bool table_in_move(node_ctx *n, const char *table) {
     return false;
 }
 
-static void purge_wake(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    purge_arg *a = arg;
-    purge_unwait(a);
+static void purge_again(node_move_waiter *w) {
+    purge_arg *a = (purge_arg *)w;
     st_err err = {0};
-    if (purge_start(a->n, a->call, a, &err) != ST_OK)
-        purge_finish(a->n, a->call, a, err.code, err.msg);
+    if (purge_start(w->n, a->call, a, &err) != ST_OK)
+        purge_finish(w->n, a->call, a, err.code, err.msg);
 }
 
-/* Purges the table again in PURGE_MOVE_POLL_MS, as one of its tablets is moving (see above),
- * or ends the purge UNAVAILABLE once it has waited long enough. */
+static void purge_closing(node_move_waiter *w) {
+    purge_arg *a = (purge_arg *)w;
+    purge_finish(w->n, a->call, a, ST_UNAVAILABLE,
+                 "the node is shutting down; retry dropping the family");
+}
+
+/* Purges the table again in a moment, as one of its tablets is moving (see above), or ends the
+ * purge UNAVAILABLE once it has waited long enough. */
 static void purge_wait_move(node_ctx *n, rpc_call *call, purge_arg *a) {
-    int64_t now = st_mono_us();
-    if (a->wait_from_us == 0)
-        a->wait_from_us = now;
-    if (now - a->wait_from_us > (int64_t)PURGE_MOVE_WAIT_MS * 1000) {
+    a->wait = (node_move_waiter){n, purge_again, purge_closing, a->wait.ev, a->wait.from_us, NULL};
+    a->call = call;
+    st_code rc = waiter_wait(&a->wait);
+    if (rc == ST_RESOURCE_EXHAUSTED) {
+        purge_finish(n, call, a, rc, "out of memory dropping a family");
+    } else if (rc != ST_OK) {
         char msg[NODE_TABLE_NAME_MAX + 96];
         snprintf(msg, sizeof msg, "a tablet of %s is still being moved; retry dropping the family",
                  a->table);
-        purge_finish(n, call, a, ST_UNAVAILABLE, msg);
-        return;
+        purge_finish(n, call, a, rc, msg);
     }
-    a->n = n;
-    a->call = call;
-    if (!a->ev && !(a->ev = evtimer_new(n->base, purge_wake, a))) {
-        purge_finish(n, call, a, ST_RESOURCE_EXHAUSTED, "out of memory dropping a family");
-        return;
-    }
-    struct timeval tv = {0, PURGE_MOVE_POLL_MS * 1000};
-    evtimer_add(a->ev, &tv);
-    a->next = n->purges_waiting;
-    n->purges_waiting = a;
 }
 
 static void purge_done(node_job *j) {
@@ -843,7 +883,7 @@ static void purge_done(node_job *j) {
         purge_wait_move(n, call, a);
         return;
     }
-    a->wait_from_us = 0;
+    a->wait.from_us = 0;
     if (rc == ST_NOT_FOUND || (rc == ST_OK && purge_vanished(n, a))) {
         rc = ST_OK;
         if (++a->round < PURGE_ROUNDS_MAX) {
@@ -857,12 +897,6 @@ static void purge_done(node_job *j) {
         }
     }
     purge_finish(n, call, a, rc, err.msg);
-}
-
-void node_purges_abort(node_ctx *n) {
-    while (n->purges_waiting)
-        purge_finish(n, n->purges_waiting->call, n->purges_waiting, ST_UNAVAILABLE,
-                     "the node is shutting down; retry dropping the family");
 }
 
 /* Captures the table's tablets of this moment and starts a job over them; a is the job's. */
@@ -1033,40 +1067,24 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
  * Moves (docs/cluster.md, Moves): a move's incoming copy is skipped, as this node does not own
  * its range yet (its source does, and the drop reaches the copy's rows there or, once the copy
  * is activated, here again through the router's next round). A tablet moving away is waited for
- * (polled every DROP_MOVE_POLL_MS, at most DROP_MOVE_WAIT_MS, then UNAVAILABLE): its deletes
- * would land in a copy about to be dropped after the snapshot was taken, and a move that fails
- * gives the tablet back, whose rows must then be dropped here. */
+ * (as a purge waits for a move, above): its deletes would land in a copy about to be dropped
+ * after the snapshot was taken, and a move that fails gives the tablet back, whose rows must
+ * then be dropped here. */
 #define DROP_BATCH_ROWS 256
-#define DROP_MOVE_POLL_MS 20
-#define DROP_MOVE_WAIT_MS 20000 /* below a router's 30 s for an admin call to a node */
 
 typedef struct drop_op {
-    node_ctx *n;
+    node_move_waiter wait; /* first: waiter_fire's w is the drop; wait.n is the node */
     rpc_call *call;
     char table[NODE_TABLE_NAME_MAX + 1];
     st_buf prefix;
     st_buf from; /* the next batch scans rows >= from */
     st_buf keys; /* the batch's rows, end to end; offs[i]: where row i starts */
     size_t offs[DROP_BATCH_ROWS];
-    bool finished;        /* the batch being written is the last */
-    struct event *ev;     /* the next look while a tablet of the range is moving away */
-    int64_t wait_from_us; /* st_mono_us when that wait began; 0 when not waiting */
-    struct drop_op *next; /* in n->drops_waiting while ev is pending */
+    bool finished; /* the batch being written is the last */
 } drop_op;
 
-static void drop_unwait(drop_op *op) {
-    struct drop_op **p = &op->n->drops_waiting;
-    while (*p && *p != op)
-        p = &(*p)->next;
-    if (*p)
-        *p = op->next;
-    op->next = NULL;
-}
-
 static void drop_end(drop_op *op, st_code code, const char *msg) {
-    drop_unwait(op);
-    if (op->ev)
-        event_free(op->ev);
+    waiter_free(&op->wait);
     if (code != ST_OK) {
         node_fail(op->call, code, "%s", msg);
     } else {
@@ -1097,7 +1115,7 @@ static void drop_written(node_ctx *n, st_code code, const char *msg, void *arg) 
 static st_code drop_write(drop_op *op, uint64_t id, size_t n_rows, st_err *err) {
     static const sto_mut del = {.type = STO_MUT_DEL_ROW};
     sto_row_mut rows[DROP_BATCH_ROWS];
-    uint64_t version = node_next_version(op->n);
+    uint64_t version = node_next_version(op->wait.n);
     for (size_t i = 0; i < n_rows; i++)
         rows[i] = (sto_row_mut){
             .tablet_id = id,
@@ -1108,8 +1126,8 @@ static st_code drop_write(drop_op *op, uint64_t id, size_t n_rows, st_err *err) 
             .version = version,
             .commit_ts_us = (uint64_t)STO_VERSION_TS_US(version),
             /* shipped to the peer clusters, as storage's own DropRowRange deletes are */
-            .origin = op->n->opts.cluster_num};
-    return node_write(op->n, rows, n_rows, err, drop_written, op);
+            .origin = op->wait.n->opts.cluster_num};
+    return node_write(op->wait.n, rows, n_rows, err, drop_written, op);
 }
 
 /* Collects up to DROP_BATCH_ROWS rows with the prefix from op->from to the end of tab and moves
@@ -1176,52 +1194,42 @@ static node_tablet *drop_next_tablet(drop_op *op, node_tablets *t) {
 
 /* One batch: scans until it has rows to write (or nothing is left) and writes them; the write's
  * completion starts the next batch. */
-static void drop_wake(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    drop_op *op = arg;
-    drop_unwait(op);
-    drop_batch(op);
+static void drop_again(node_move_waiter *w) {
+    drop_batch((drop_op *)w);
 }
 
-/* Looks again in DROP_MOVE_POLL_MS, as tab is moving away (see above); false when the call has
- * waited long enough and ended. */
-static bool drop_wait_move(drop_op *op, const node_tablet *tab) {
-    int64_t now = st_mono_us();
-    if (op->wait_from_us == 0)
-        op->wait_from_us = now;
-    if (now - op->wait_from_us > (int64_t)DROP_MOVE_WAIT_MS * 1000) {
+static void drop_closing(node_move_waiter *w) {
+    drop_end((drop_op *)w, ST_UNAVAILABLE, "the node is shutting down; retry the DropRowRange");
+}
+
+/* Looks again in a moment, as tab is moving away (see above), or ends the call once it has
+ * waited long enough. */
+static void drop_wait_move(drop_op *op, const node_tablet *tab) {
+    st_code rc = waiter_wait(&op->wait);
+    if (rc == ST_RESOURCE_EXHAUSTED) {
+        drop_end(op, rc, "out of memory dropping rows");
+    } else if (rc != ST_OK) {
         char msg[NODE_TABLE_NAME_MAX + 96];
         snprintf(msg, sizeof msg,
                  "tablet %" PRIu64 " of %s is still being moved; retry the DropRowRange", tab->id,
                  op->table);
-        drop_end(op, ST_UNAVAILABLE, msg);
-        return false;
+        drop_end(op, rc, msg);
     }
-    struct timeval tv = {0, DROP_MOVE_POLL_MS * 1000};
-    if (!op->ev && !(op->ev = evtimer_new(op->n->base, drop_wake, op))) {
-        drop_end(op, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
-        return false;
-    }
-    evtimer_add(op->ev, &tv);
-    op->next = op->n->drops_waiting;
-    op->n->drops_waiting = op;
-    return true;
 }
 
 static void drop_batch(drop_op *op) {
     st_err err = {0};
-    node_tablets *t = node_tablets_find(op->n, op->table);
+    node_tablets *t = node_tablets_find(op->wait.n, op->table);
     bool finished = false;
     while (t) {
         node_tablet *tab = drop_next_tablet(op, t);
         if (!tab)
             break;
         if (tab->moving) {
-            (void)drop_wait_move(op, tab);
+            drop_wait_move(op, tab);
             return;
         }
-        op->wait_from_us = 0;
+        op->wait.from_us = 0;
         if (tab->incoming) { /* not this node's range yet (see above): on past it */
             st_buf_reset(&op->from);
             if (st_buf_append(&op->from, tab->end.data, tab->end.len) != ST_OK) {
@@ -1249,12 +1257,6 @@ static void drop_batch(drop_op *op) {
     drop_end(op, ST_OK, NULL);
 }
 
-void node_drops_abort(node_ctx *n) {
-    while (n->drops_waiting)
-        drop_end(n->drops_waiting, ST_UNAVAILABLE,
-                 "the node is shutting down; retry the DropRowRange");
-}
-
 static void drop_recorded(node_ctx *n, rpc_call *call, const char *table, st_slice prefix) {
     drop_op *op = calloc(1, sizeof *op);
     if (!op || st_buf_append(&op->prefix, prefix.data, prefix.len) != ST_OK ||
@@ -1265,7 +1267,7 @@ static void drop_recorded(node_ctx *n, rpc_call *call, const char *table, st_sli
             node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
         return;
     }
-    op->n = n;
+    op->wait = (node_move_waiter){.n = n, .again = drop_again, .closing = drop_closing};
     op->call = call;
     snprintf(op->table, sizeof op->table, "%s", table);
     drop_batch(op);

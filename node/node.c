@@ -796,8 +796,7 @@ void node_close(node_ctx *n) {
     node_split_timer_stop(n);
     node_incoming_timer_stop(n);
     node_moves_abort(n);
-    node_drops_abort(n);
-    node_purges_abort(n);
+    node_move_waiters_abort(n);
     if (n->cs)
         node_cs_stop_reports(n); /* compactions must not post to the server once it is gone */
     while (n->rpc && __atomic_load_n(&n->writes_in_flight, __ATOMIC_RELAXED) > 0)

@@ -94,15 +94,15 @@ struct node_ctx {
     /* The highest log position of a node_write whose completion ran (loop thread): a move
      * waits for the peer clusters to have everything up to it before dropping its tablet. */
     uint64_t written_lsn_max;
-    int64_t start_us;                 /* st_mono_us at open (GetStatus uptime) */
-    struct event *split_timer;        /* size-based split checks; NULL when split_bytes is 0 */
-    struct node_move *moves;          /* MoveTablet copies in progress (move.c) */
-    node_move_test move_test;         /* test-only faults (NODE_MOVE_TEST_ENV) */
-    struct event *incoming_timer;     /* drops incoming copies idle too long (move.c) */
-    struct drop_op *drops_waiting;    /* DropRowRanges waiting for a move to end (admin.c) */
-    struct purge_arg *purges_waiting; /* family purges waiting for a move to end (admin.c) */
-    struct repl_ctx *repl;            /* replication (repl_glue.c); NULL without --config */
-    struct read_state *read_pool;     /* idle ReadRows states kept for reuse (read.c) */
+    int64_t start_us;                      /* st_mono_us at open (GetStatus uptime) */
+    struct event *split_timer;             /* size-based split checks; NULL when split_bytes is 0 */
+    struct node_move *moves;               /* MoveTablet copies in progress (move.c) */
+    node_move_test move_test;              /* test-only faults (NODE_MOVE_TEST_ENV) */
+    struct event *incoming_timer;          /* drops incoming copies idle too long (move.c) */
+    struct node_move_waiter *move_waiters; /* DropRowRanges and family purges waiting for a move
+                                              to end (admin.c) */
+    struct repl_ctx *repl;                 /* replication (repl_glue.c); NULL without --config */
+    struct read_state *read_pool;          /* idle ReadRows states kept for reuse (read.c) */
     size_t read_pool_n;
     struct node_cs *cs; /* change streams, write side (changes_write.c) */
     /* Change stream reader turns running back to back (changes_read.c, turn_may_run): since
@@ -164,10 +164,10 @@ st_code node_tablet_split(node_ctx *n, node_tablets *t, size_t i, st_slice key, 
  * call twice. */
 st_code node_split_timer_start(node_ctx *n, st_err *err);
 void node_split_timer_stop(node_ctx *n);
-/* Ends the DropRowRanges waiting for a move (node_close): their calls fail UNAVAILABLE. */
-void node_drops_abort(node_ctx *n);
-/* Ends the family purges waiting for a move UNAVAILABLE (node_close). */
-void node_purges_abort(node_ctx *n);
+typedef struct node_move_waiter node_move_waiter; /* admin.c */
+/* Ends the DropRowRanges and family purges waiting for a move (node_close): their calls fail
+ * UNAVAILABLE. */
+void node_move_waiters_abort(node_ctx *n);
 /* Reads NODE_MOVE_TEST_ENV into n->move_test (open). */
 void node_move_test_load(node_ctx *n);
 /* DATA/outgoing: the moves whose activation was sent and whose outcome is not known yet, one

@@ -71,33 +71,8 @@ static bool gate_wait_add(rtr_ctx *r, rtr_gate *g, rpc_call *call, st_slice req,
     return true;
 }
 
-bool rtr_gate_enter(rtr_ctx *r, const char *table, rpc_call *call, st_slice req, rtr_gate_fn fn) {
-    rtr_gate **slot = gate_slot(r, table);
-    rtr_gate *g = *slot;
-    if (g && g->owner == call)
-        return true; /* its turn came (gate_run) */
-    if (g) {
-        gate_wait_add(r, g, call, req, fn);
-        return false;
-    }
-    g = calloc(1, sizeof *g);
-    char *name = strdup(table);
-    if (!g || !name) {
-        free(g);
-        free(name);
-        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return false;
-    }
-    g->table = name;
-    g->owner = call;
-    *slot = g;
-    return true;
-}
-
-bool rtr_gate_take(rtr_ctx *r, const char *name, const void *owner) {
-    rtr_gate **slot = gate_slot(r, name);
-    if (*slot)
-        return false;
+/* A gate held by owner put in the free slot; false when out of memory. */
+static bool gate_new(rtr_gate **slot, const char *name, const void *owner) {
     rtr_gate *g = calloc(1, sizeof *g);
     char *copy = strdup(name);
     if (!g || !copy) {
@@ -109,6 +84,27 @@ bool rtr_gate_take(rtr_ctx *r, const char *name, const void *owner) {
     g->owner = owner;
     *slot = g;
     return true;
+}
+
+bool rtr_gate_enter(rtr_ctx *r, const char *table, rpc_call *call, st_slice req, rtr_gate_fn fn) {
+    rtr_gate **slot = gate_slot(r, table);
+    rtr_gate *g = *slot;
+    if (g && g->owner == call)
+        return true; /* its turn came (gate_run) */
+    if (g) {
+        gate_wait_add(r, g, call, req, fn);
+        return false;
+    }
+    if (!gate_new(slot, table, call)) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return false;
+    }
+    return true;
+}
+
+bool rtr_gate_take(rtr_ctx *r, const char *name, const void *owner) {
+    rtr_gate **slot = gate_slot(r, name);
+    return !*slot && gate_new(slot, name, owner);
 }
 
 static void gate_next(rtr_ctx *r, rtr_gate *g);
