@@ -12,23 +12,26 @@ STRATA=$1
 BIN=$(dirname "$STRATA")/..
 command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
 TMPD=$(make_tmp)
+DIR=$TMPD # fail() shows the logs under $DIR
 
-# One listener stands for the taken port, another for a node of the topology; each counts the
-# connections it accepts.
+# One listener stands for the taken port, another for a node of the topology; both are bound
+# before their one line "ports TAKEN NODE ready" is printed (a line read half-written has no
+# "ready"), and each then counts the connections it accepts.
 python3 -c '
 import socket, sys, threading, time
-def hold(name):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
-    print(name, s.getsockname()[1], flush=True)
+socks = []
+for _ in range(2):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64); socks.append(s)
+def hold(s, name):
     while True:
         c, _ = s.accept(); print(name, "accepted", flush=True); c.close()
-for n in ("taken", "node"):
-    threading.Thread(target=hold, args=(n,), daemon=True).start()
+print("ports %d %d ready" % (socks[0].getsockname()[1], socks[1].getsockname()[1]), flush=True)
+for s, n in zip(socks, ("taken", "node")):
+    threading.Thread(target=hold, args=(s, n), daemon=True).start()
 time.sleep(600)' >"$TMPD/holder.out" 2>&1 &
 PIDS+=($!)
-for _ in $(seq 1 600); do [ "$(grep -c '^[a-z]* [0-9]*$' "$TMPD/holder.out")" -eq 2 ] && break; sleep 0.1; done
-TAKEN=$(sed -n 's/^taken \([0-9]*\)$/\1/p' "$TMPD/holder.out")
-NODEP=$(sed -n 's/^node \([0-9]*\)$/\1/p' "$TMPD/holder.out")
+PORTS=$(wait_line "$TMPD/holder.out" '^ports [0-9]+ [0-9]+ ready$') || fail "the port holders did not start"
+read -r _ TAKEN NODEP _ <<<"$PORTS"
 [ -n "$TAKEN" ] && [ -n "$NODEP" ] || fail "the port holders did not start"
 
 cat >"$TMPD/topology" <<TOPO
