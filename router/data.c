@@ -90,6 +90,7 @@ static void fwd_send(void *arg);
 static void fwd_finish(fwd_op *op, st_code code, const char *msg) {
     rtr_inflight_unlink(&op->link);
     if (code == ST_OK) {
+        rtr_qod_served(op->r, op->fp);
         st_code rc = rpc_call_send(op->call, op->resp);
         rpc_call_finish(op->call, rc, rc == ST_OK ? NULL : "could not send the response");
     } else {
@@ -170,18 +171,6 @@ static void fwd_after_failure(fwd_op *op, st_code code) {
     fwd_finish(op, code, op->last.msg);
 }
 
-/* A drop under the request alone, RTR_QOD_CORRELATE_MS ago: did another node go down with it? */
-static void fwd_qod_settled(void *arg) {
-    fwd_op *op = arg;
-    if (op->r->closing || rpc_call_cancelled(op->call) ||
-        rtr_qod_settle(op->r, op->fp, op->node, op->drop_us, &op->moved_once, &op->last) ==
-            RTR_QOD_REFUSE) {
-        fwd_finish(op, op->last.code, op->last.msg);
-        return;
-    }
-    fwd_after_failure(op, ST_UNAVAILABLE);
-}
-
 static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
     fwd_op *op = arg;
     op->inflight = NULL;
@@ -215,9 +204,6 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
         rtr_qod_verdict v =
             rtr_qod_dropped(op->r, op->fp, lost, op->node, rtr_qod_drop_id(op->node, op->conn_id),
                             op->drop_us, &op->moved_once, &op->last);
-        if (v == RTR_QOD_WAIT &&
-            rtr_later_add(op->r, RTR_QOD_CORRELATE_MS, fwd_qod_settled, op) == ST_OK)
-            return;
         if (v != RTR_QOD_GO) {
             fwd_finish(op, op->last.code, op->last.msg);
             return;

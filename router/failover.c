@@ -176,7 +176,17 @@ uint64_t rtr_qod_fingerprint(const char *path, st_slice req) {
     return fp ? fp : 1; /* 0 marks a free slot */
 }
 
+/* Empties a suspect's slot. */
+static void qod_forget(rtr_fo *fo, rtr_qod_suspect *s) {
+    memset(s, 0, sizeof *s);
+    fo->qod_live--;
+}
+
+/* Every request asks (rtr_qod_refused, rtr_qod_served): with no suspect, which is nearly
+ * always, that costs one comparison instead of a pass over the table. */
 static rtr_qod_suspect *qod_find(rtr_fo *fo, uint64_t fp, bool add) {
+    if (!add && fo->qod_live == 0)
+        return NULL;
     rtr_qod_suspect *oldest = &fo->qod[0];
     int64_t now = st_mono_us();
     for (size_t i = 0; i < RTR_QOD_SUSPECTS_MAX; i++) {
@@ -184,7 +194,7 @@ static rtr_qod_suspect *qod_find(rtr_fo *fo, uint64_t fp, bool add) {
         bool stale =
             s->fp && s->refuse_until < now && now - s->last_us > (int64_t)RTR_QOD_FORGET_MS * 1000;
         if (stale)
-            memset(s, 0, sizeof *s);
+            qod_forget(fo, s);
         if (s->fp == fp)
             return s;
         if (!s->fp || (oldest->fp && s->last_us < oldest->last_us))
@@ -192,9 +202,17 @@ static rtr_qod_suspect *qod_find(rtr_fo *fo, uint64_t fp, bool add) {
     }
     if (!add)
         return NULL;
-    memset(oldest, 0, sizeof *oldest); /* full: the longest-quiet suspect makes room */
+    if (oldest->fp)
+        qod_forget(fo, oldest); /* full: the longest-quiet suspect makes room */
     oldest->fp = fp;
+    fo->qod_live++;
     return oldest;
+}
+
+void rtr_qod_served(rtr_ctx *r, uint64_t fp) {
+    rtr_qod_suspect *s = r->fo ? qod_find(r->fo, fp, false) : NULL;
+    if (s && s->refuse_until <= st_mono_us())
+        qod_forget(r->fo, s);
 }
 
 bool rtr_qod_refused(rtr_ctx *r, uint64_t fp, st_err *err) {
@@ -211,22 +229,8 @@ bool rtr_qod_refused(rtr_ctx *r, uint64_t fp, st_err *err) {
     return true;
 }
 
-/* True when a node other than n went down within RTR_QOD_CORRELATE_MS of drop_us. */
-static bool qod_correlated(const rtr_ctx *r, const rtr_node *n, int64_t drop_us) {
-    for (size_t c = 0; c < r->n_clusters; c++)
-        for (size_t i = 0; i < r->clusters[c].n_nodes; i++) {
-            const rtr_health_node *h = &r->fo->nodes[c][i];
-            int64_t d = h->down_since_us - drop_us;
-            if (&r->clusters[c].nodes[i] != n && h->down && d <= RTR_QOD_CORRELATE_MS * 1000 &&
-                d >= -RTR_QOD_CORRELATE_MS * 1000)
-                return true;
-        }
-    return false;
-}
-
 static rtr_qod_verdict qod_refuse(rtr_qod_suspect *s, bool alone, st_err *err) {
-    int64_t refuse_ms =
-        s->drops + s->crowd > 1 ? RTR_QOD_REPEAT_REFUSE_MS : RTR_QOD_ALONE_REFUSE_MS;
+    int64_t refuse_ms = RTR_QOD_REPEAT_REFUSE_MS;
     s->refuse_until = st_mono_us() + refuse_ms * 1000;
     st_log(ST_LOG_WARN, "router",
            "msg=\"possible query of death: not sent again\" node=%s drops=%u alone=%s "
@@ -234,10 +238,10 @@ static rtr_qod_verdict qod_refuse(rtr_qod_suspect *s, bool alone, st_err *err) {
            s->node, s->drops + s->crowd, alone ? "yes" : "no", (unsigned long long)s->fp,
            (long long)(refuse_ms / 1000));
     st_err_set(err, ST_INTERNAL,
-               "the connection to node %s dropped while it served this request%s, possibly a "
-               "query of death: not sent to another node; the same request is refused for %lld "
-               "s (check that node's log for a crash)",
-               s->node, alone ? " alone" : " (a second time)", (long long)(refuse_ms / 1000));
+               "the connection to node %s dropped while it served this request%s, after an "
+               "earlier drop under it: possibly a query of death, not sent to another node; the "
+               "same request is refused for %lld s (check that node's log for a crash)",
+               s->node, alone ? " alone" : "", (long long)(refuse_ms / 1000));
     return RTR_QOD_REFUSE;
 }
 
@@ -269,27 +273,10 @@ rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const
         return qod_refuse(s, lost_with <= 1, err);
     if (lost_with <= 1 && s->drops > 1) /* alone in a second drop */
         return qod_refuse(s, true, err);
-    if (lost_with <= 1 && !qod_correlated(r, node, drop_us))
-        return RTR_QOD_WAIT;
-    *moved_once = true; /* among other calls: no evidence against this request by itself */
+    /* One drop is no evidence against the request: a node killed under a single call (an
+     * operator's kill -9, a test's chaos) looks the same as one the request crashed. */
+    *moved_once = true;
     return RTR_QOD_GO;
-}
-
-rtr_qod_verdict rtr_qod_settle(rtr_ctx *r, uint64_t fp, const rtr_node *node, int64_t drop_us,
-                               bool *moved_once, st_err *err) {
-    if (!r->fo)
-        return RTR_QOD_GO;
-    if (qod_correlated(r, node, drop_us)) {
-        *moved_once = true;
-        return RTR_QOD_GO;
-    }
-    rtr_qod_suspect *s = qod_find(r->fo, fp, true);
-    if (!s->drops) { /* forgotten meanwhile (the table was full): count this drop again */
-        s->drops = 1;
-        s->last_us = drop_us;
-        snprintf(s->node, sizeof s->node, "%s", node->addr);
-    }
-    return qod_refuse(s, true, err);
 }
 
 /* ---- idempotent writes ---- */

@@ -24,10 +24,8 @@
 #define RTR_SILENCE_TICK_MS 100
 /* Query-of-death guard (failover.c, docs/router.md "Queries of death"). */
 #define RTR_QOD_SUSPECTS_MAX 256        /* requests remembered after a connection drop */
-#define RTR_QOD_ALONE_REFUSE_MS 30000   /* refused after a drop under it alone */
 #define RTR_QOD_REPEAT_REFUSE_MS 600000 /* refused after a second drop under it */
 #define RTR_QOD_FORGET_MS 600000        /* a suspect with one drop is forgotten after this */
-#define RTR_QOD_CORRELATE_MS 1000 /* another node down this close to a drop: not the request */
 
 /* ---- health.c ---- */
 /* Per-node health as the router sees it. A node is down after a failed probe or a request that
@@ -72,6 +70,7 @@ typedef struct rtr_fo {
     int64_t ts_last_us; /* last timestamp assigned to a write (never decreases) */
     uint64_t failovers; /* requests moved to another cluster, for logs */
     rtr_qod_suspect qod[RTR_QOD_SUSPECTS_MAX];
+    size_t qod_live; /* slots of qod in use */
 } rtr_fo;
 
 /* Starts the probes (every probe_ms, rtr_opts.probe_ms or RTR_PROBE_MS_DEFAULT); every node
@@ -178,24 +177,20 @@ int64_t rtr_plan_attempt_ms(const rtr_plan *p, int64_t timeout_ms);
 
 /* ---- failover.c: queries of death ----
  * A request whose node connection dropped while it was in flight (reset or EOF, not a clean
- * status) may have killed the node. Such an attempt is never moved on blindly:
- *   - dropped with other calls in flight, or while another node went down within
- *     RTR_QOD_CORRELATE_MS (a killed cluster, a lost host: the node died for another reason):
- *     it moves on (to the next cluster, or retried) once;
- *   - dropped under it alone with no other node going down around it (checked again after
- *     RTR_QOD_CORRELATE_MS, the probes' time to notice): it goes nowhere else, the client gets
- *     INTERNAL, and the same request (same method and bytes) is refused for
- *     RTR_QOD_ALONE_REFUSE_MS;
- *   - a second drop under the same request refuses it for RTR_QOD_REPEAT_REFUSE_MS: the same
- *     attempt dropped twice, or the request alone in a drop after an earlier drop of any kind.
+ * status) may have killed the node, or the node may have died for another reason (kill -9, out
+ * of memory, a lost host), which nothing the router sees tells apart. So:
+ *   - the first drop under a request lets it move on (to the next cluster, or retried) once, as
+ *     any UNAVAILABLE, whether it was alone on the connection or among other calls;
+ *   - a second drop under the same request refuses it with INTERNAL for
+ *     RTR_QOD_REPEAT_REFUSE_MS: the same attempt dropped twice, or the request alone on its
+ *     connection in a drop for the second time (a later retry of the client);
+ *   - the request served once (rtr_qod_served) clears the evidence: a query of death never is.
  * Identical requests lost in one drop (a hot row) count once: one drop is one piece of evidence
- * per fingerprint, and a drop among other calls counts only once the request is later alone in
- * a drop.
- * So a query of death takes down one node (two when it arrives among other load), not every
- * cluster in turn. */
+ * per fingerprint.
+ * So a query of death takes down at most two nodes, not every cluster in turn, and a node killed
+ * under a single request costs that request nothing but a retry, however often it happens. */
 typedef enum rtr_qod_verdict {
     RTR_QOD_GO,     /* move on or retry as usual */
-    RTR_QOD_WAIT,   /* ask rtr_qod_settle after RTR_QOD_CORRELATE_MS */
     RTR_QOD_REFUSE, /* end the request with err */
 } rtr_qod_verdict;
 uint64_t rtr_qod_fingerprint(const char *path, st_slice req);
@@ -204,14 +199,13 @@ uint64_t rtr_qod_fingerprint(const char *path, st_slice req);
 uint64_t rtr_qod_drop_id(const rtr_node *node, uint64_t conn_id);
 /* True (err set: INTERNAL naming the reason) while requests with fingerprint fp are refused. */
 bool rtr_qod_refused(rtr_ctx *r, uint64_t fp, st_err *err);
+/* A request with fingerprint fp was served: drops it was in before were not its doing. */
+void rtr_qod_served(rtr_ctx *r, uint64_t fp);
 /* An attempt of request fp ended because node's connection dropped under it (drop id drop,
  * rtr_qod_drop_id) and lost_with sent calls (rpc_ccall_conn_lost) at drop_us (st_mono_us).
  * *moved_once: the request already moved on after such a drop (set here when it may again). */
 rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const rtr_node *node,
                                 uint64_t drop, int64_t drop_us, bool *moved_once, st_err *err);
-/* After a WAIT: GO when another node went down around drop_us, else REFUSE (err set). */
-rtr_qod_verdict rtr_qod_settle(rtr_ctx *r, uint64_t fp, const rtr_node *node, int64_t drop_us,
-                               bool *moved_once, st_err *err);
 
 /* ---- failover.c: idempotent writes ---- */
 /* The timestamp the router gives a write's SetCells with timestamp_micros -1: wall clock in

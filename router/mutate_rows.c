@@ -42,7 +42,6 @@ typedef struct mr_group {
     struct mr_group *prev, *next; /* in op->groups */
     uint64_t conn_id;             /* node's rtr_node.conn_id when the call was sent */
     int64_t drop_us;              /* its connection dropped under it then (st_mono_us) */
-    const char *lost_msg;         /* the call's status message then (call arena) */
 } mr_group;
 
 static void mr_round(void *arg);
@@ -121,6 +120,8 @@ static void mr_round_over(mr_op *op) {
         mr_round(op);
         return;
     }
+    if (!again) /* every entry has its answer: no node died of this request */
+        rtr_qod_served(op->r, op->fp);
     st_code why = not_owner ? ST_FAILED_PRECONDITION : ST_UNAVAILABLE;
     if (!again || (!not_owner && rtr_plan_dark(op->r, &op->plan)) ||
         !rtr_retry_allowed(op->attempts, why, not_owner ? ST_NOT_OWNER_PREFIX : NULL) ||
@@ -179,22 +180,10 @@ static void mr_group_end(mr_group *g) {
         mr_round_over(op);
 }
 
-/* A drop under the group alone, RTR_QOD_CORRELATE_MS ago: did another node go down with it? */
-static void mr_qod_settled(void *arg) {
-    mr_group *g = arg;
-    mr_op *op = g->op;
-    st_err err = {0};
-    if (rtr_qod_settle(op->r, op->fp, g->node, g->drop_us, &op->moved_once, &err) == RTR_QOD_REFUSE)
-        mr_group_refuse(g, &err);
-    else
-        mr_group_status(g, ST_UNAVAILABLE, g->lost_msg, false);
-    mr_group_end(g);
-}
-
 /* The group's node connection dropped under it, with lost sent calls: the same query-of-death
  * rule as the other requests (failover.h), applied to the group's entries. True when the group
- * is settled here or waits for mr_qod_settled; false: settle it as usual. */
-static bool mr_qod(mr_group *g, size_t lost, const char *message) {
+ * is refused here; false: settle it as usual. */
+static bool mr_qod(mr_group *g, size_t lost) {
     mr_op *op = g->op;
     st_err err = {0};
     g->drop_us = st_mono_us();
@@ -203,12 +192,6 @@ static bool mr_qod(mr_group *g, size_t lost, const char *message) {
                         g->drop_us, &op->moved_once, &err);
     if (v == RTR_QOD_GO)
         return false;
-    if (v == RTR_QOD_WAIT) {
-        g->lost_msg = st_arena_dup(rpc_call_arena(op->call), message, strlen(message) + 1);
-        if (g->lost_msg && rtr_later_add(op->r, RTR_QOD_CORRELATE_MS, mr_qod_settled, g) == ST_OK)
-            return true;
-        st_err_set(&err, ST_UNAVAILABLE, "%s", message); /* out of memory: not moved on */
-    }
     mr_group_refuse(g, &err);
     mr_group_end(g);
     return true;
@@ -232,7 +215,7 @@ static void mr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     if (fate != RTR_CALL_REFUSED) /* refused by the node's GOAWAY: the node is up */
         rtr_health_report(g->node, code);
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
-    if (lost > 0 && mr_qod(g, lost, message ? message : ""))
+    if (lost > 0 && mr_qod(g, lost))
         return;
     mr_group_status(g, code, message, unprocessed);
     mr_group_end(g);

@@ -74,6 +74,8 @@ static void rr_step(void *arg);
 
 static void rr_free(rr_op *op, st_code code, const char *msg) {
     rtr_inflight_unlink(&op->link);
+    if (code == ST_OK)
+        rtr_qod_served(op->r, op->fp);
     rpc_call_unhold(op->call, op->held);
     rpc_call_finish(op->call, code, msg);
     st_buf_free(&op->head);
@@ -490,22 +492,6 @@ static void rr_after_failure(rr_op *op, st_code code, bool stalled) {
     rr_free(op, code, op->last.msg);
 }
 
-/* A drop under the read alone, RTR_QOD_CORRELATE_MS ago: did another node go down with it? */
-static void rr_qod_settled(void *arg) {
-    rr_op *op = arg;
-    op->wait = RR_IDLE;
-    if (rpc_call_cancelled(op->call) || op->r->closing) {
-        rr_free(op, ST_CANCELLED, NULL);
-        return;
-    }
-    if (rtr_qod_settle(op->r, op->fp, op->node, op->drop_us, &op->moved_once, &op->last) ==
-        RTR_QOD_REFUSE) {
-        rr_free(op, op->last.code, op->last.msg);
-        return;
-    }
-    rr_after_failure(op, ST_UNAVAILABLE, false);
-}
-
 static void rr_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
     rr_op *op = arg;
     op->inflight = NULL;
@@ -558,12 +544,6 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
         rtr_qod_verdict v =
             rtr_qod_dropped(op->r, op->fp, lost, op->node, rtr_qod_drop_id(op->node, op->conn_id),
                             op->drop_us, &op->moved_once, &op->last);
-        if (v == RTR_QOD_WAIT) {
-            op->wait = RR_TIMER;
-            if (rtr_later_add(op->r, RTR_QOD_CORRELATE_MS, rr_qod_settled, op) != ST_OK)
-                rr_free(op, op->last.code, op->last.msg);
-            return;
-        }
         if (v == RTR_QOD_REFUSE) {
             rr_free(op, op->last.code, op->last.msg);
             return;
