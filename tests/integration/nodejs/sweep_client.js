@@ -173,7 +173,7 @@ const R_ROWS = [
 async function setup(s) {
   await makeTable(s, R, ['cf1', 'cf2', 'cf3'], R_SPLITS);
   for (const [k, m] of R_ROWS) await s.data.mutateRow({tableName: TN(R), rowKey: B(k), mutations: m});
-  await makeTable(s, M, ['cf1', 'cf2']);
+  await makeTable(s, M, ['cf1', 'cf2'], ['b5', 'c', 'm2', 'w']);
   await makeTable(s, EMPTY, ['cf1']);
 }
 
@@ -224,6 +224,14 @@ rowsCase('range/nested_unordered', [], [{startKeyClosed: 'd'}, {startKeyClosed: 
   {startKeyOpen: 'd', endKeyClosed: 'e'}]);
 rowsCase('range/one_valid_one_reversed', [], [{startKeyClosed: 'a', endKeyOpen: 'b'},
   {startKeyClosed: 'e', endKeyOpen: 'd'}]);
+rowsCase('range/split_keys_open', [], [{startKeyOpen: 'b', endKeyOpen: 'c\x00'}]);
+rowsCase('range/split_keys_closed', [], [{startKeyClosed: 'c', endKeyClosed: 'c\x00'}]);
+rowsCase('range/split_key_closed_end', [], [{startKeyOpen: 'c\x00', endKeyClosed: 'e'}]);
+rowsCase('reversed/split_keys', [], [{startKeyOpen: 'b', endKeyClosed: 'e'}], {reversed: true,
+  rowsLimit: 4});
+rowsCase('reversed/split_keys_filtered', [], [{startKeyClosed: 'b', endKeyClosed: 'e'}],
+  {reversed: true, rowsLimit: 2, filter: {familyNameRegexFilter: 'cf1'}});
+rowsCase('range/start_open_ff', [], [{startKeyOpen: '\xff'}]);
 rowsCase('keys/duplicates', ['b', 'b', 'a'], []);
 rowsCase('keys/missing', ['zz', 'b0'], []);
 rowsCase('keys/empty_key', [''], []);
@@ -575,6 +583,10 @@ bulkCase('bulk/no_mutations_entry', [entry('b7', [set('cf1', 'q', 'v', 1000)]), 
 bulkCase('bulk/reversed_delete_entry', [entry('b9', [set('cf1', 'q', 'v', 1000)]),
   entry('b10', [delCol('cf1', 'q', {startTimestampMicros: 3000, endTimestampMicros: 2000})])],
 ['b9', 'b10']);
+bulkCase('bulk/across_tablets', [entry('z1', [set('cf1', 'q', 'v', 1000)]),
+  entry('a1', [set('nope', 'q', 'v', 1000)]), entry('m1x', [set('cf1', 'q', 'v', 1000)]),
+  entry('b1x', [set('cf1', 'q', 'v', 1500)]), entry('y9', [set('cf2', 'q', 'v', 1000)]),
+  entry('c0', [set('cf1', 'q', 'v', 1000)])], ['z1', 'a1', 'm1x', 'b1x', 'y9', 'c0']);
 bulkCase('bulk/no_entries', [], ['none']);
 bulkCase('bulk/all_entries_fail', [entry('b12', [set('nope', 'q', 'v', 1000)]),
   entry('b13', [set('cf1', 'q', 'v', 1500)])], ['b12', 'b13']);
@@ -665,6 +677,9 @@ const DIFFERENCES = {
     'an entry fails with MutateRow\'s code (the emulator: INTERNAL)'),
   'bulk/empty_key_entry': D([[0, 3], ['b6: cf1:q@1000=v']],
     'an entry fails with MutateRow\'s code (the emulator: INTERNAL)'),
+  'bulk/across_tablets': D([[0, 5, 0, 3, 0, 0], ['c0: cf1:q@1000=v', 'm1x: cf1:q@1000=v',
+    'y9: cf2:q@1000=v', 'z1: cf1:q@1000=v']],
+  'an entry fails with MutateRow\'s code (the emulator: INTERNAL)'),
   'bulk/all_entries_fail': D([[5, 3], []],
     'an entry fails with MutateRow\'s code (the emulator: INTERNAL)'),
   'bulk/no_mutations_entry': D([[0, 3], ['b7: cf1:q@1000=v']],
