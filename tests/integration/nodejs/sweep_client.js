@@ -9,10 +9,10 @@
 // Where the emulator is known to differ from Cloud Bigtable, the case lists Cloud Bigtable's
 // answer in DIFFERENCES: Strata must give exactly that answer, and the emulator's answer is
 // printed but not compared (docs/bigtable.md, "Where Strata and the emulator differ", says why
-// each is Cloud Bigtable's). With argv[3] = "-" only Strata runs, against those answers and
-// against the emulator's recorded ones where a case has no difference.
+// each is Cloud Bigtable's). With argv[3] = "-" only Strata runs, checked against those answers
+// only. SWEEP_ONLY=REGEX runs the cases whose names match; SWEEP_VERBOSE=1 prints each answer.
 //
-// Output: `ok NAME`, `known NAME: emulator ...` or `FAIL NAME: strata ... emulator ...`; exit 1
+// Output: `ok NAME`, `known NAME (RULE): strata ... emulator ...` or `FAIL NAME: ...`; exit 1
 // when a case failed. Timestamps the server picks (SetCell -1, ReadModifyWriteRow) are checked
 // to be multiples of 1000 within an hour of the local clock and shown as "now".
 'use strict';
