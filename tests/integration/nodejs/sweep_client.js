@@ -340,6 +340,12 @@ filterCase('filter/ts_range_reversed', tsRange(3000, 1000));
 filterCase('filter/ts_range_not_millis', tsRange(1500, 2500));
 filterCase('filter/ts_range_negative', tsRange(-1000, 2000));
 filterCase('filter/pass_all', PASS, ['a']);
+filterCase('filter/duplicates_then_column_limit', chain(inter(PASS, PASS),
+  {cellsPerColumnLimitFilter: 1}), ['e']);
+filterCase('filter/duplicates_then_row_limit', chain(inter(PASS, PASS),
+  {cellsPerRowLimitFilter: 3}), ['e']);
+filterCase('filter/duplicates_then_row_offset', chain(inter(PASS, PASS),
+  {cellsPerRowOffsetFilter: 1}), ['e']);
 filterCase('filter/interleave_block_pass', inter(BLOCK, PASS), ['b']);
 filterCase('filter/chain_pass_block', chain(PASS, BLOCK), ['b']);
 filterCase('filter/label_then_strip', chain(label('la'), STRIP), ['b']);
