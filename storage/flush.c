@@ -292,8 +292,11 @@ static void note_result(sto_tablet *t, st_code rc, const st_err *e) {
     if (t->backoff_us > STO_RETRY_MAX_US)
         t->backoff_us = STO_RETRY_MAX_US;
     t->retry_at_us = st_mono_us() + t->backoff_us;
-    st_log(ST_LOG_WARN, "storage", "event=background_failed tablet=%" PRIu64 " code=%s msg=\"%s\"",
-           t->id, st_code_name(rc), e->msg);
+    /* Every tablet retries on its own backoff (at most STO_RETRY_MAX_US): on a full disk a node
+     * of many tablets would log a line per tablet every few seconds. */
+    ST_LOG_LIMITED(ST_LOG_WARN, "storage",
+                   "event=background_failed tablet=%" PRIu64 " code=%s msg=\"%s\"", t->id,
+                   st_code_name(rc), e->msg);
 }
 
 st_code sto_tablet_flush_imms(sto_db *db, sto_tablet *t, st_err *err) {
