@@ -147,7 +147,7 @@ echo "== 3. kill -9 on a full disk, restart refused, then restart with room"
 fill_until_full t d "$OK"
 kill -9 "$(pid_of east-0)"
 sleep 0.5
-"$STRATA" up --dir "$DIR" >"$TMPD/up3.out" 2>&1
+"$STRATA" up --dir "$DIR" >"$TMPD/up3.out" 2>&1 && fail "strata up said it started east-0 on a full disk"
 grep -q 'No space left on device; free disk space and retry' "$TMPD/up3.out" ||
   fail "the restart on a full disk did not say why: $(cat "$TMPD/up3.out")"
 sleep 1
