@@ -57,9 +57,11 @@ static st_code pos_record(repl_shipper *s, uint64_t lsn) {
         rc = st_env_write_atomic(st_env_posix(), s->pos_path, text, (size_t)len, &err);
         if (rc == ST_OK)
             rc = sto_log_hold(s->r->o.db, s->holder, lsn, &err);
-        if (rc != ST_OK) /* shipping goes on; a restart would resend more; retried later */
-            st_log(ST_LOG_WARN, "repl", "peer=%s recording position %" PRIu64 " failed: %s", s->id,
-                   lsn, err.msg);
+        /* Shipping goes on; a restart would resend more; retried every hold interval, so a
+         * full disk would repeat this line twice a second for as long as it stays full. */
+        if (rc != ST_OK)
+            ST_LOG_LIMITED(ST_LOG_WARN, "repl", "peer=%s recording position %" PRIu64 " failed: %s",
+                           s->id, lsn, err.msg);
         pthread_mutex_lock(&s->pmu);
         if (rc == ST_OK)
             s->durable_next = lsn;

@@ -292,8 +292,11 @@ static void note_result(sto_tablet *t, st_code rc, const st_err *e) {
     if (t->backoff_us > STO_RETRY_MAX_US)
         t->backoff_us = STO_RETRY_MAX_US;
     t->retry_at_us = st_mono_us() + t->backoff_us;
-    st_log(ST_LOG_WARN, "storage", "event=background_failed tablet=%" PRIu64 " code=%s msg=\"%s\"",
-           t->id, st_code_name(rc), e->msg);
+    /* Every tablet retries on its own backoff (at most STO_RETRY_MAX_US): on a full disk a node
+     * of many tablets would log a line per tablet every few seconds. */
+    ST_LOG_LIMITED(ST_LOG_WARN, "storage",
+                   "event=background_failed tablet=%" PRIu64 " code=%s msg=\"%s\"", t->id,
+                   st_code_name(rc), e->msg);
 }
 
 st_code sto_tablet_flush_imms(sto_db *db, sto_tablet *t, st_err *err) {
@@ -379,6 +382,17 @@ static bool any_imm_locked(sto_db *db) {
     return false;
 }
 
+/* Whether the log must shrink: past log_max_unflushed_bytes, or its commits fail for lack of
+ * space. A tablet written once long ago (the instance's metadata) keeps every segment after
+ * its record until the bound; a disk that fills up before that would stay full for good,
+ * holding segments whose records other tablets flushed. Flushing the tablets with the oldest
+ * records lets the trim after the flush give that space back, at the cost of a small table. */
+static bool log_over_bound(sto_db *db) {
+    if (db->o.log_max_unflushed_bytes && sto_log_bytes(db->log) > db->o.log_max_unflushed_bytes)
+        return true;
+    return sto_log_out_of_space(db->log);
+}
+
 void sto_flush_check_pressure(sto_db *db) {
     if (atomic_load(&db->manifest_dirty)) { /* peek; rechecked under meta_mu */
         pthread_mutex_lock(&db->meta_mu);
@@ -390,8 +404,7 @@ void sto_flush_check_pressure(sto_db *db) {
     }
     long long mem = atomic_load(&db->mem_bytes);
     bool mem_over = mem > 0 && (size_t)mem > db->o.memtable_budget_bytes;
-    bool log_over =
-        db->o.log_max_unflushed_bytes && sto_log_bytes(db->log) > db->o.log_max_unflushed_bytes;
+    bool log_over = log_over_bound(db);
     if (!mem_over && !log_over)
         return;
     uint64_t oldest = sto_log_oldest_lsn(db->log), last = sto_log_last_durable_lsn(db->log);

@@ -110,6 +110,13 @@ uint64_t sto_log_bytes(sto_log *log) {
     return sum;
 }
 
+bool sto_log_out_of_space(sto_log *log) {
+    pthread_mutex_lock(&log->mu);
+    bool v = log->out_of_space;
+    pthread_mutex_unlock(&log->mu);
+    return v;
+}
+
 uint64_t sto_log_oldest_lsn(sto_log *log) {
     pthread_mutex_lock(&log->mu);
     uint64_t v = log->n_segs ? log->segs[0].first_lsn : log->durable_lsn + 1;

@@ -97,7 +97,10 @@ st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto
  * it may trail a done callback by a moment); 0 until the log is positioned (by sto_log_replay or
  * the first append). */
 uint64_t sto_log_last_durable_lsn(sto_log *log);
-uint64_t sto_log_bytes(sto_log *log);      /* bytes in live segments */
+uint64_t sto_log_bytes(sto_log *log); /* bytes in live segments */
+/* Whether the last group commit failed for lack of space (ST_RESOURCE_EXHAUSTED): true from such
+ * a failure until a group succeeds. */
+bool sto_log_out_of_space(sto_log *log);
 uint64_t sto_log_oldest_lsn(sto_log *log); /* first lsn still stored */
 /* The first lsn of the segment holding lsn (the oldest segment when lsn is before it): the
  * oldest segment a trim to keep_from = lsn keeps. 0 when the log has no segment. */

@@ -233,6 +233,7 @@ static void group_succeeded(sto_log *log, log_entry *batch, size_t bytes, uint64
     log->stats.groups++;
     log->stats.records += n;
     log->last_group_us = st_mono_us();
+    log->out_of_space = false;
     pthread_mutex_unlock(&log->mu);
     for (log_entry *e = batch; e; e = e->next)
         if (e->done)
@@ -257,6 +258,7 @@ static void group_failed(sto_log *log, log_entry *batch, size_t bytes, st_code r
     if (opened && log->n_segs > 0)
         log->segs[log->n_segs - 1].bytes += bytes;
     log->stats.failed_groups++;
+    log->out_of_space = rc == ST_RESOURCE_EXHAUSTED; /* the flush threads free flushed log */
     pthread_mutex_unlock(&log->mu);
     /* a full disk fails every group until space is freed: hundreds a second */
     ST_LOG_LIMITED(ST_LOG_WARN, "log", "event=group_failed code=%s msg=\"%s\"", st_code_name(rc),

@@ -94,6 +94,7 @@ struct sto_log {
     pthread_t writer;
     st_code failed;        /* sticky: positioning found the last segment corrupt */
     int64_t last_group_us; /* st_mono_us when the last group finished */
+    bool out_of_space;     /* the last group failed with ST_RESOURCE_EXHAUSTED (full disk) */
     /* Trimmed segments whose files are still to be removed (first lsns, oldest first), by the
      * remover thread (started by the first trim) or, when it cannot start, by the trimmer. */
     uint64_t *rm;

@@ -312,6 +312,70 @@ static void test_compaction_memory_and_log_pressure_flush(void **state) {
     tu_rmrf(dir);
 }
 
+/* A tablet written once long ago pins every log segment after its record, however much of the
+ * log other tablets flushed. A node whose disk filled up before the unflushed log reached
+ * log_max_unflushed_bytes stayed full for good, its flushed log segments kept (64 MiB of a
+ * 128 MiB disk in a run of full_disk_test's steps). Commits failing for lack of space now count
+ * as log pressure: the pinning tablet is flushed and the segments go. */
+static void test_compaction_full_disk_frees_flushed_log(void **state) {
+    (void)state;
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "compaction_full_log");
+    st_env *fenv = st_env_fault_new(st_env_posix());
+    sto_options o;
+    tu_small_options(&o);
+    o.env = fenv;
+    o.memtable_bytes = 64u << 20;           /* nothing freezes on its own */
+    o.log_max_unflushed_bytes = 1ull << 40; /* far beyond the disk */
+    o.log_segment_bytes = 64u << 10;
+    sto_db *db;
+    st_err err;
+    assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
+    assert_int_equal(sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""),
+                                       ST_SLICE_LIT("b"), NULL, &err),
+                     ST_OK);
+    assert_int_equal(sto_tablet_create(db, 2, ST_SLICE_LIT("t"), ST_SLICE_LIT("b"),
+                                       ST_SLICE_LIT(""), NULL, &err),
+                     ST_OK);
+    assert_int_equal(tu_set(db, 1, "a", "f", "q", 1, "pin", V(1)), ST_OK);
+    char row[32], val[4096];
+    memset(val, 'v', sizeof val - 1);
+    val[sizeof val - 1] = 0;
+    for (int i = 0; i < 200; i++) {
+        snprintf(row, sizeof row, "b%05d", i);
+        assert_int_equal(tu_set(db, 2, row, "f", "q", 1, val, V(i + 2)), ST_OK);
+    }
+    assert_int_equal(sto_tablet_flush(db, 2, &err), ST_OK);
+    sto_stats st;
+    sto_db_stats(db, &st);
+    assert_true(st.log_bytes > 8 * o.log_segment_bytes); /* tablet 1 pins it */
+    st_log_set_level(ST_LOG_ERROR);
+    st_env_fault_set(fenv, 0, ST_RESOURCE_EXHAUSTED);
+    assert_int_equal(tu_set(db, 2, "c", "f", "q", 1, val, V(300)), ST_RESOURCE_EXHAUSTED);
+    /* room for a small table and the manifest, not known to the log until a commit succeeds */
+    st_env_fault_set(fenv, -1, ST_OK);
+    do { /* no deadline: CTest's timeout catches a log that is never trimmed */
+        usleep(10000);
+        sto_db_stats(db, &st);
+    } while (st.log_bytes > 2 * o.log_segment_bytes);
+    st_log_set_level(ST_LOG_INFO);
+    sto_db_close(db);
+    assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
+    st_buf a;
+    st_buf_init(&a);
+    assert_int_equal(tu_dump(db, 1, &a), ST_OK);
+    assert_non_null(strstr((char *)a.data, "a f:q"));
+    assert_int_equal(tu_dump(db, 2, &a), ST_OK);
+    int rows = 0;
+    for (const char *p = (char *)a.data; *p; p = strchr(p, '\n') + 1)
+        rows++;
+    assert_int_equal(rows, 200);
+    st_buf_free(&a);
+    sto_db_close(db);
+    fenv->ops->destroy(fenv);
+    tu_rmrf(dir);
+}
+
 /* With no writes and a single table, the periodic full compaction still drops tombstones once
  * they pass the grace period (the engine clock is moved by hand; the test waits for the worker). */
 static void test_compaction_periodic_full_drops_tombstones(void **state) {
@@ -597,6 +661,7 @@ int main(void) {
         cmocka_unit_test(test_compaction_gc_applied),
         cmocka_unit_test(test_compaction_disk_full_no_loss),
         cmocka_unit_test(test_compaction_memory_and_log_pressure_flush),
+        cmocka_unit_test(test_compaction_full_disk_frees_flushed_log),
         cmocka_unit_test(test_compaction_periodic_full_drops_tombstones),
         cmocka_unit_test(test_compaction_sequential_tables_one_run),
         cmocka_unit_test(test_compaction_trivial_move),
