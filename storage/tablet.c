@@ -195,13 +195,15 @@ static void release_exclusive(sto_db *db, sto_tablet *t) {
     pthread_rwlock_unlock(&t->gate);
 }
 
-/* t->mu held, t unlisted: frees its memtables, active one included, now rather than at close.
- * A dead tablet stays allocated until close (other threads may still hold the pointer), so a
- * memtable kept with it would grow a long-lived node by one memtable (its arena blocks, 80 KiB
- * and more) per dropped or split tablet. A NULL active memtable is what readers take for "gone"
- * (sto_snapshot_new); writers stop at the dead flag under the gate, so none applies to it.
- * Returns the frozen memtables' accounted bytes. */
-static long long release_memtables_locked(sto_tablet *t) {
+/* t->mu held, t unlisted: frees its memtables, active one included, and its GC rules now rather
+ * than at close. A dead tablet stays allocated until close (other threads may still hold the
+ * pointer), so what it kept would grow a long-lived node per dropped or split tablet: a memtable
+ * is 80 KiB and more of arena blocks, the GC rules ~4 KiB (node churn, docs/operations.md). A
+ * NULL active memtable is what readers take for "gone" (sto_snapshot_new); snapshots hold their
+ * own reference on the rules; writers stop at the dead flag under the gate, and flushes and
+ * compactions pick no dead tablet, so none touches either again. Returns the frozen memtables'
+ * accounted bytes. */
+static long long release_memory_locked(sto_tablet *t) {
     long long bytes = 0;
     for (size_t i = 0; i < t->n_imm; i++) {
         bytes += (long long)t->imm[i].bytes;
@@ -214,6 +216,8 @@ static long long release_memtables_locked(sto_tablet *t) {
     if (t->active)
         sto_memtable_unref(t->active);
     t->active = NULL;
+    sto_gc_set_unref(t->gc);
+    t->gc = NULL;
     return bytes;
 }
 
@@ -227,7 +231,7 @@ static void retire(sto_db *db, sto_tablet *t) {
     sto_tsst *ssts = t->ssts;
     t->ssts = NULL;
     t->n_ssts = t->cap_ssts = 0;
-    long long bytes = (long long)t->active_bytes + release_memtables_locked(t);
+    long long bytes = (long long)t->active_bytes + release_memory_locked(t);
     t->active_bytes = 0;
     atomic_store(&t->n_imm_hint, 0);
     sto_tablet_update_hints_locked(t);

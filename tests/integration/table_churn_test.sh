@@ -3,9 +3,10 @@
 # x 1 node + router), cycles of create table (2 families, 2 splits, change streams on) / write 100
 # rows / read them / read the change stream / delete table (hostile/table_churn.py) leave every
 # process with the open files and threads it had after the first cycles, its anonymous memory
-# growing by less than CHURN_KB_PER_CYCLE per cycle (a dropped tablet used to keep its memtable
-# until the node stopped: ~98 KiB per cycle of 3 tablets), the data directories without files of
-# the deleted tables, and the logs without warnings that come back every cycle.
+# growing by less than CHURN_KB_PER_CYCLE (16 KiB) per cycle (a dropped tablet used to keep its
+# memtable and GC rules until the node stopped: ~98 KiB per cycle of 3 tablets), the data
+# directories without files of the deleted tables, and the logs without warnings that come back
+# every cycle.
 # Usage: table_churn_test.sh PATH/TO/strata
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -16,7 +17,7 @@ if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 77; }
 WARM=${CHURN_WARM:-10}
 CYCLES=${CHURN_CYCLES:-40}
-KB_PER_CYCLE=${CHURN_KB_PER_CYCLE:-48}
+KB_PER_CYCLE=${CHURN_KB_PER_CYCLE:-16}
 
 instance_init table_churn
 FAIL_TAIL_LINES=10
