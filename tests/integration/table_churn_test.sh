@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # table_churn_test.sh — a long-lived instance must not grow with churn: on `strata up` (2 clusters
 # x 1 node + router), cycles of create table (2 families, 2 splits, change streams on) / write 100
-# rows / read them / read the change stream / delete table (hostile/table_churn.py) leave every
-# process with the open files and threads it had after the first cycles, its anonymous memory
-# growing by less than CHURN_KB_PER_CYCLE (16 KiB) per cycle (a dropped tablet used to keep its
-# memtable and GC rules until the node stopped: ~98 KiB per cycle of 3 tablets), the data
-# directories without files of the deleted tables, and the logs without warnings that come back
-# every cycle.
+# rows / read them / read the change stream / delete table, and of an app profile created,
+# updated and deleted (hostile/table_churn.py), leave every process with the open files and
+# threads it had after the first cycles, its anonymous memory growing by less than
+# CHURN_KB_PER_CYCLE (16 KiB) per cycle (a dropped tablet used to keep its memtable and GC rules
+# until the node stopped: ~98 KiB per cycle of 3 tablets), the data directories without files of
+# the deleted tables, and the logs without warnings that come back every cycle.
 # Usage: table_churn_test.sh PATH/TO/strata
 set -u
 . "$(dirname "$0")/lib.sh"

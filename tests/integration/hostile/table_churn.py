@@ -2,10 +2,13 @@
 CreateTable (families cf1, cf2; splits r030, r060; with CS=1 change streams kept a day),
 MutateRows of 100 rows (a cell in each family), ReadRows of all of them, with CS=1 `strata
 changes` ($STRATA, on the instance in DIR) over the table's life, which must show the 100 rows,
-then DeleteTable. Exits 1 at the first call that fails, naming the cycle and the call."""
+then DeleteTable; and an app profile created (single-cluster, east), updated (to multi-cluster),
+read and deleted. Exits 1 at the first call that fails, naming the cycle and the call."""
 import os, subprocess, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cslib import ADMIN, BT, INST, call, fld, now_us, rfc3339, row_keys, tname
+from cslib import ADMIN, BT, INST, call, create_profile, fld, now_us, rfc3339, row_keys, tname
+
+IA = '/google.bigtable.admin.v2.BigtableInstanceAdmin/'
 
 port, d, first, last, cs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == '1'
 
@@ -18,6 +21,16 @@ def ok(what, c, res):
 
 def cell(fam, q, v):
     return fld(1, fld(1, fam) + fld(2, q) + fld(3, -1) + fld(4, v))
+
+
+def profile_cycle(c):
+    name = INST + '/appProfiles/churn%d' % c
+    ok('CreateAppProfile', c, create_profile(port, 'churn%d' % c, 'east'))
+    prof = fld(1, name) + fld(3, 'cycle %d' % c) + fld(5, b'')  # multi-cluster routing
+    mask = fld(2, fld(1, 'description') + fld(1, 'multi_cluster_routing_use_any'))
+    ok('UpdateAppProfile', c, call(port, IA + 'UpdateAppProfile', fld(1, prof) + mask + fld(3, 1)))
+    ok('GetAppProfile', c, call(port, IA + 'GetAppProfile', fld(1, name)))
+    ok('DeleteAppProfile', c, call(port, IA + 'DeleteAppProfile', fld(1, name) + fld(2, 1)))
 
 
 for c in range(first, last + 1):
@@ -39,3 +52,4 @@ for c in range(first, last + 1):
         if len(p.stdout.splitlines()) != 100:
             sys.exit('cycle %d: strata changes printed %d changes, not 100: %s' % (c, len(p.stdout.splitlines()), p.stderr[-300:]))
     ok('DeleteTable', c, call(port, ADMIN + 'DeleteTable', fld(1, tname(t))))
+    profile_cycle(c)
