@@ -257,9 +257,34 @@ static void load_finish(meta_load *l, st_code code) {
         done(arg, code);
 }
 
+/* The metadata is read again every second, and a cluster with a node down fails every read:
+ * one warning per failure was ~86,400 lines a day. So: the first failure, then one line every
+ * RTR_META_FAIL_LOG_EVERY_MS counting those skipped, and one when reads work again. */
+#define RTR_META_FAIL_LOG_EVERY_MS 60000
+
+static void meta_fail_log(rtr_cluster *c, const char *why) {
+    int64_t now = st_mono_us();
+    if (c->meta_fail_log_us && now - c->meta_fail_log_us < RTR_META_FAIL_LOG_EVERY_MS * 1000LL) {
+        c->meta_fail_skipped++;
+        return;
+    }
+    st_log(ST_LOG_WARN, "router", "metadata read from cluster=%s failed: %s similar_skipped=%llu",
+           c->topo->id, why, (unsigned long long)c->meta_fail_skipped);
+    c->meta_fail_skipped = 0;
+    c->meta_fail_log_us = now ? now : 1;
+}
+
+static void meta_ok_log(rtr_cluster *c) {
+    if (!c->meta_fail_log_us)
+        return;
+    st_log(ST_LOG_INFO, "router", "metadata read from cluster=%s works again similar_skipped=%llu",
+           c->topo->id, (unsigned long long)c->meta_fail_skipped);
+    c->meta_fail_log_us = 0;
+    c->meta_fail_skipped = 0;
+}
+
 static void load_fail_cluster(meta_load *l, const char *why) {
-    st_log(ST_LOG_WARN, "router", "metadata read from cluster=%s failed: %s",
-           l->r->clusters[l->cluster].topo->id, why);
+    meta_fail_log(&l->r->clusters[l->cluster], why);
     rtr_meta_free(&l->m);
     l->cluster++;
     l->tablet = 0;
@@ -298,6 +323,7 @@ static void load_next(meta_load *l) {
         return;
     }
     if (l->tablet >= t->n) {
+        meta_ok_log(c);
         load_finish(l, ST_OK);
         return;
     }

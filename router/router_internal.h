@@ -448,6 +448,10 @@ struct rtr_cluster {
     uint32_t rr_next;       /* round robin for new tablets */
     rtr_inflight *inflight; /* multi-cluster parts in flight here (health.c moves them) */
     rtr_bal_cluster bal;    /* balance.c */
+    /* meta.c: while metadata reads from this cluster fail, when the last warning went out
+     * (monotonic; 0 = reads work) and how many failures were not logged since */
+    int64_t meta_fail_log_us;
+    uint64_t meta_fail_skipped;
 };
 
 typedef struct rtr_later rtr_later;
