@@ -4,7 +4,7 @@
 # rows / read them / read the change stream / delete table, and of an app profile created,
 # updated and deleted (hostile/table_churn.py), leave every process with the open files and
 # threads it had after the first cycles, its anonymous memory growing by less than
-# CHURN_KB_PER_CYCLE (16 KiB) per cycle (a dropped tablet used to keep its memtable and GC rules
+# CHURN_KB_PER_CYCLE (20 KiB) per cycle (a dropped tablet used to keep its memtable and GC rules
 # until the node stopped: ~98 KiB per cycle of 3 tablets), the data directories without files of
 # the deleted tables, and the logs without warnings that come back every cycle.
 # Usage: table_churn_test.sh PATH/TO/strata
@@ -16,8 +16,8 @@ HOSTILE=$(cd "$(dirname "$0")" && pwd)/hostile
 if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 77; }
 WARM=${CHURN_WARM:-10}
-CYCLES=${CHURN_CYCLES:-40}
-KB_PER_CYCLE=${CHURN_KB_PER_CYCLE:-16}
+CYCLES=${CHURN_CYCLES:-60}
+KB_PER_CYCLE=${CHURN_KB_PER_CYCLE:-20}
 
 instance_init table_churn
 FAIL_TAIL_LINES=10
