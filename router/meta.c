@@ -3,8 +3,9 @@
  * and "op/<operation name>" whose one cell (family m, qualifier v) holds the serialized
  * google.bigtable.admin.v2.Table / AppProfile or strata.internal.v1.BackupRecord /
  * OperationRecord.
- * Writes go to every cluster's copy; reads come from the first cluster that answers; the cache
- * is re-read every meta_refresh_ms so other routers' changes show. See docs/router.md. */
+ * Writes go to every cluster's copy; reads take the first cluster that answers, with newer
+ * versions of its records from the other healthy clusters; the cache is re-read every
+ * meta_refresh_ms so other routers' changes show. See docs/router.md. */
 #include "instance.h"
 #include "router_internal.h"
 
