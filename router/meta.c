@@ -3,8 +3,9 @@
  * and "op/<operation name>" whose one cell (family m, qualifier v) holds the serialized
  * google.bigtable.admin.v2.Table / AppProfile or strata.internal.v1.BackupRecord /
  * OperationRecord.
- * Writes go to every cluster's copy; reads come from the first cluster that answers; the cache
- * is re-read every meta_refresh_ms so other routers' changes show. See docs/router.md. */
+ * Writes go to every cluster's copy; reads take the first cluster that answers, with newer
+ * versions of its records from the other healthy clusters; the cache is re-read every
+ * meta_refresh_ms so other routers' changes show. See docs/router.md. */
 #include "instance.h"
 #include "router_internal.h"
 
@@ -91,6 +92,7 @@ st_code rtr_meta_put(rtr_meta *m, rtr_meta_kind kind, const char *name, st_slice
         free((*v)[i].pb);
         (*v)[i].pb = copy;
         (*v)[i].len = pb.len;
+        (*v)[i].ts_us = 0;
         return ST_OK;
     }
     char *nm = strdup(name);
@@ -107,7 +109,7 @@ st_code rtr_meta_put(rtr_meta *m, rtr_meta_kind kind, const char *name, st_slice
     }
     *v = nv;
     memmove(&nv[i + 1], &nv[i], (*n - i) * sizeof *nv);
-    nv[i] = (rtr_meta_rec){nm, copy, pb.len};
+    nv[i] = (rtr_meta_rec){nm, copy, pb.len, 0};
     (*n)++;
     return ST_OK;
 }
@@ -123,6 +125,32 @@ void rtr_meta_del(rtr_meta *m, rtr_meta_kind kind, const char *name) {
     free((*v)[i].pb);
     memmove(&(*v)[i], &(*v)[i + 1], (*n - i - 1) * sizeof **v);
     (*n)--;
+}
+
+/* A record as read from a copy, with its cell's timestamp (rtr_meta_merge_newer compares them). */
+static st_code put_loaded(rtr_meta *m, rtr_meta_kind kind, const char *name, st_slice pb,
+                          int64_t ts_us) {
+    st_code rc = rtr_meta_put(m, kind, name, pb);
+    if (rc == ST_OK)
+        ((rtr_meta_rec *)rtr_meta_find(m, kind, name))->ts_us = ts_us;
+    return rc;
+}
+
+st_code rtr_meta_merge_newer(rtr_meta *base, const rtr_meta *other) {
+    for (int k = 0; k < RTR_META_KINDS; k++) {
+        size_t *n;
+        const rtr_meta_rec *v = *recs((rtr_meta *)other, (rtr_meta_kind)k, &n);
+        for (size_t i = 0; i < *n; i++) {
+            const rtr_meta_rec *b = rtr_meta_find(base, (rtr_meta_kind)k, v[i].name);
+            if (!b || b->ts_us >= v[i].ts_us)
+                continue; /* absent: maybe deleted since (no tombstones); or not newer */
+            st_code rc = put_loaded(base, (rtr_meta_kind)k, v[i].name,
+                                    st_slice_make(v[i].pb, v[i].len), v[i].ts_us);
+            if (rc != ST_OK)
+                return rc;
+        }
+    }
+    return ST_OK;
 }
 
 static const char *kind_prefix(rtr_meta_kind kind) {
@@ -168,6 +196,7 @@ st_code rtr_meta_feed(rtr_meta *m, st_slice msg) {
     st_buf value;
     st_buf_init(&value);
     int cell = 0; /* 0: no cell yet, 1: first cell's value continues, 2: first cell complete */
+    int64_t ts_us = 0;
     for (size_t i = 0; i < r->n_chunks && rc == ST_OK; i++) {
         const Google__Bigtable__V2__ReadRowsResponse__CellChunk *c = r->chunks[i];
         if (c->row_key.len) {
@@ -179,6 +208,8 @@ st_code rtr_meta_feed(rtr_meta *m, st_slice msg) {
         }
         /* Only the first (latest) cell counts; later chunks of other cells are skipped. */
         if (cell < 2) {
+            if (cell == 0)
+                ts_us = c->timestamp_micros;
             if (st_buf_append(&value, c->value.data, c->value.len) != ST_OK)
                 rc = ST_RESOURCE_EXHAUSTED;
             cell = c->value_size > 0 ? 1 : 2;
@@ -189,7 +220,7 @@ st_code rtr_meta_feed(rtr_meta *m, st_slice msg) {
             char name[RTR_TABLE_NAME_MAX + 1];
             rtr_meta_kind kind;
             if (rtr_meta_parse_row_key(key, &kind, name, sizeof name))
-                rc = rtr_meta_put(m, kind, name, st_buf_slice(&value));
+                rc = put_loaded(m, kind, name, st_buf_slice(&value), ts_us);
         }
     }
     st_buf_free(&value);
@@ -202,7 +233,9 @@ st_code rtr_meta_feed(rtr_meta *m, st_slice msg) {
 typedef struct meta_load {
     rtr_ctx *r;
     size_t cluster, tablet;
-    rtr_meta m;
+    rtr_meta m;    /* the copy being read */
+    rtr_meta base; /* the first complete copy, with newer records of later copies merged in */
+    bool have_base;
     char seed_key[sizeof RTR_META_SEED_PREFIX + ST_TOPO_ID_MAX]; /* of the cluster read */
     bool *pending; /* per cluster: its copy waits to be seeded (NULL: not asked) */
     uint64_t gen_at_start;
@@ -241,13 +274,14 @@ static void load_msg(rpc_ccall *call, st_slice msg, void *arg) {
 
 static void load_finish(meta_load *l, st_code code) {
     rtr_ctx *r = l->r;
+    rtr_meta_free(&l->m);
     if (code == ST_OK && l->gen_at_start == r->meta_gen) {
         rtr_meta_free(&r->meta);
-        l->m.seed_key = NULL; /* points into l */
-        r->meta = l->m;       /* the new cache */
+        l->base.seed_key = NULL; /* points into l */
+        r->meta = l->base;       /* the new cache */
         r->meta_loaded = true;
     } else {
-        rtr_meta_free(&l->m);
+        rtr_meta_free(&l->base);
     }
     r->meta_loading = false;
     void (*done)(void *, st_code) = l->done;
@@ -310,13 +344,41 @@ static void load_done(rpc_ccall *call, st_code code, const char *message, void *
     load_next(l);
 }
 
+/* A cluster's copy was read completely. The first such copy is the base (records it lacks stay
+ * absent: without tombstones a record missing there may have been deleted). Later copies are
+ * read too, for newer versions only: when the first cluster comes back from an outage its copy
+ * lacks the writes made meanwhile (a `strata failover` away from it, above all) until
+ * replication brings them, and serving it alone sent every router's requests back to the
+ * cluster the operator had just moved them from, for as long as replication took. */
+static void copy_read(meta_load *l) {
+    if (!l->have_base) {
+        l->base = l->m; /* taken over: l->m is cleared below, not freed */
+        l->base.seed_key = NULL;
+        l->have_base = true;
+    } else {
+        if (rtr_meta_merge_newer(&l->base, &l->m) != ST_OK)
+            st_log(ST_LOG_WARN, "router", "metadata of cluster=%s not compared: out of memory",
+                   l->r->clusters[l->cluster].topo->id);
+        rtr_meta_free(&l->m);
+    }
+    memset(&l->m, 0, sizeof l->m);
+    l->cluster++;
+    l->tablet = 0;
+    load_next(l);
+}
+
 static void load_next(meta_load *l) {
     rtr_ctx *r = l->r;
     if (l->cluster >= r->n_clusters || r->closing) {
-        load_finish(l, ST_UNAVAILABLE);
+        load_finish(l, l->have_base && !r->closing ? ST_OK : ST_UNAVAILABLE);
         return;
     }
     rtr_cluster *c = &r->clusters[l->cluster];
+    if (l->have_base && !rtr_cluster_healthy(c)) { /* a hung copy must not hold up the reload */
+        l->cluster++;
+        load_next(l);
+        return;
+    }
     const rtr_tmap_table *t = rtr_tmap_find(c->map, RTR_META_TABLE);
     if (!t || t->n == 0) {
         load_fail_cluster(l, "no tablet of the metadata table is known");
@@ -324,7 +386,7 @@ static void load_next(meta_load *l) {
     }
     if (l->tablet >= t->n) {
         meta_ok_log(c);
-        load_finish(l, ST_OK);
+        copy_read(l);
         return;
     }
     st_buf req;

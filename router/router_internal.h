@@ -341,6 +341,7 @@ typedef struct rtr_meta_rec {
     char *name;  /* full table name, app profile id, full backup name or operation name */
     uint8_t *pb; /* serialized google.bigtable.admin.v2.Table / AppProfile */
     size_t len;
+    int64_t ts_us; /* the cell's timestamp as loaded (0: written by this router, not loaded) */
 } rtr_meta_rec;
 
 typedef struct rtr_meta {
@@ -373,6 +374,11 @@ const rtr_meta_rec *rtr_meta_find(const rtr_meta *m, rtr_meta_kind kind, const c
  * instance holds RTR_META_RECORDS_MAX records. */
 st_code rtr_meta_put(rtr_meta *m, rtr_meta_kind kind, const char *name, st_slice pb);
 void rtr_meta_del(rtr_meta *m, rtr_meta_kind kind, const char *name);
+/* Replaces each record of base by other's version of it when other's cell is newer (ts_us):
+ * a cluster that missed a write while it was down still holds the old version until
+ * replication brings it the new one, and must not win over the copies that took the write.
+ * Records base lacks are not added (base may have seen their deletion). */
+st_code rtr_meta_merge_newer(rtr_meta *base, const rtr_meta *other);
 /* The metadata row key of a record ("table/<name>", "profile/<id>"). */
 st_code rtr_meta_row_key(rtr_meta_kind kind, const char *name, st_buf *out);
 /* Parses a row key; false for keys that are not records (ignored, for forward compatibility). */

@@ -3,7 +3,8 @@
  * replaces, finds and deletes tables and app profiles separately; row keys encode and parse
  * back ("table/<name>", "profile/<id>"), and keys that are not records are ignored; and a
  * metadata ReadRows answer — whole rows, one cell each, a value split over chunks, a second older
- * version — fills the cache with the latest value of each record.
+ * version — fills the cache with the latest value of each record; and merging a second
+ * cluster's copy takes only its newer versions of records the first copy holds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -135,10 +136,40 @@ static void test_meta_feed_takes_latest_cell_of_each_row(void **state) {
     assert_non_null(t);
     assert_int_equal(t->len, 8);
     assert_memory_equal(t->pb, "schema-1", 8);
+    assert_int_equal(t->ts_us, 2000); /* the latest cell's timestamp, for merges */
     assert_int_equal(rtr_meta_find(&m, RTR_META_KIND_PROFILE, "default")->len, 4);
     uint8_t junk[] = {0x0a, 0x7f};
     assert_int_equal(rtr_meta_feed(&m, st_slice_make(junk, sizeof junk)), ST_INTERNAL);
     rtr_meta_free(&m);
+}
+
+/* Puts a record as a load would have read it: with its cell timestamp. */
+static void put_at(rtr_meta *m, const char *name, const char *v, int64_t ts) {
+    assert_int_equal(rtr_meta_put(m, RTR_META_KIND_PROFILE, name, st_slice_cstr(v)), ST_OK);
+    ((rtr_meta_rec *)rtr_meta_find(m, RTR_META_KIND_PROFILE, name))->ts_us = ts;
+}
+
+static void test_meta_merge_takes_newer_versions_only(void **state) {
+    (void)state;
+    rtr_meta first = {0}, other = {0};
+    put_at(&first, "moved", "east", 10); /* stale: the failover wrote 20 while it was down */
+    put_at(&first, "same", "a", 30);     /* newer than the other copy's */
+    put_at(&first, "kept", "k", 5);      /* the other copy lacks it */
+    put_at(&other, "moved", "west", 20);
+    put_at(&other, "same", "old", 25);
+    put_at(&other, "gone", "g", 40); /* the first copy lacks it: maybe deleted, not added */
+    assert_int_equal(rtr_meta_merge_newer(&first, &other), ST_OK);
+    const rtr_meta_rec *r = rtr_meta_find(&first, RTR_META_KIND_PROFILE, "moved");
+    assert_int_equal(r->len, 4);
+    assert_memory_equal(r->pb, "west", 4);
+    assert_int_equal(r->ts_us, 20);
+    r = rtr_meta_find(&first, RTR_META_KIND_PROFILE, "same");
+    assert_memory_equal(r->pb, "a", 1);
+    assert_non_null(rtr_meta_find(&first, RTR_META_KIND_PROFILE, "kept"));
+    assert_null(rtr_meta_find(&first, RTR_META_KIND_PROFILE, "gone"));
+    assert_int_equal(first.n_profiles, 3);
+    rtr_meta_free(&first);
+    rtr_meta_free(&other);
 }
 
 int main(void) {
@@ -146,6 +177,7 @@ int main(void) {
         cmocka_unit_test(test_meta_records_put_find_del),
         cmocka_unit_test(test_meta_row_keys_round_trip),
         cmocka_unit_test(test_meta_feed_takes_latest_cell_of_each_row),
+        cmocka_unit_test(test_meta_merge_takes_newer_versions_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
