@@ -69,7 +69,6 @@ typedef struct fwd_op {
     const char *table;
     bool idempotent;
     bool moved_once;  /* moved on once after a node connection dropped under it */
-    int64_t drop_us;  /* when it last did (st_mono_us) */
     uint64_t conn_id; /* op->node's rtr_node.conn_id when this attempt was sent */
     bool map_checked; /* the table had no tablet here: the map was refreshed once since */
     int attempts;
@@ -200,10 +199,9 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
     }
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
     if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
-        op->drop_us = st_mono_us();
         rtr_qod_verdict v =
             rtr_qod_dropped(op->r, op->fp, lost, op->node, rtr_qod_drop_id(op->node, op->conn_id),
-                            op->drop_us, &op->moved_once, &op->last);
+                            st_mono_us(), &op->moved_once, &op->last);
         if (v != RTR_QOD_GO) {
             fwd_finish(op, op->last.code, op->last.msg);
             return;

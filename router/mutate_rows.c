@@ -41,7 +41,6 @@ typedef struct mr_group {
     rpc_ccall *call;
     struct mr_group *prev, *next; /* in op->groups */
     uint64_t conn_id;             /* node's rtr_node.conn_id when the call was sent */
-    int64_t drop_us;              /* its connection dropped under it then (st_mono_us) */
 } mr_group;
 
 static void mr_round(void *arg);
@@ -186,10 +185,9 @@ static void mr_group_end(mr_group *g) {
 static bool mr_qod(mr_group *g, size_t lost) {
     mr_op *op = g->op;
     st_err err = {0};
-    g->drop_us = st_mono_us();
     rtr_qod_verdict v =
         rtr_qod_dropped(op->r, op->fp, lost, g->node, rtr_qod_drop_id(g->node, g->conn_id),
-                        g->drop_us, &op->moved_once, &err);
+                        st_mono_us(), &op->moved_once, &err);
     if (v == RTR_QOD_GO)
         return false;
     mr_group_refuse(g, &err);

@@ -59,7 +59,6 @@ typedef struct rr_op {
     st_err last;
     uint64_t fp;        /* rtr_qod_fingerprint of the client's request */
     bool moved_once;    /* moved on once after a node connection dropped under it */
-    int64_t drop_us;    /* when it last did (st_mono_us) */
     uint64_t conn_id;   /* op->node's rtr_node.conn_id when this attempt was sent */
     bool map_checked;   /* the table had no tablet here: the map was refreshed once since */
     rtr_inflight link;  /* multi-cluster: in its cluster's in-flight list during a node call */
@@ -540,10 +539,9 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
     if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
         rtr_health_report(op->node, code);
-        op->drop_us = st_mono_us();
         rtr_qod_verdict v =
             rtr_qod_dropped(op->r, op->fp, lost, op->node, rtr_qod_drop_id(op->node, op->conn_id),
-                            op->drop_us, &op->moved_once, &op->last);
+                            st_mono_us(), &op->moved_once, &op->last);
         if (v == RTR_QOD_REFUSE) {
             rr_free(op, op->last.code, op->last.msg);
             return;
