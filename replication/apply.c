@@ -2,8 +2,9 @@
  * mutation that keeps its origin's version, commit timestamp and origin cluster, marks it
  * STO_ROW_REPLICATED (so it is never shipped onward) and writes the batch through the node's
  * write path, answering once it is durable. Storage's versions make this idempotent and
- * order-independent: a SetCell keeps the highest version of a cell, a delete covers only lower
- * versions. Also GetPositions. Loop thread only. */
+ * order-independent for the cells: a SetCell keeps the highest version of a cell, a delete
+ * covers only lower versions; the change stream's order is kept by order.c, which starts each
+ * source node's calls in its log's order. Also GetPositions. Loop thread only. */
 #include "repl_internal.h"
 
 #include <stdio.h>
@@ -63,21 +64,73 @@ static void reply(rpc_call *call, const ProtobufCMessage *msg) {
     rpc_call_finish(call, rc, rc == ST_OK ? NULL : "response could not be sent");
 }
 
-typedef struct apply_op {
-    rpc_call *call;
-    uint32_t n;
-} apply_op;
-
 static void apply_durable(st_code code, const char *msg, void *arg) {
-    apply_op *op = arg;
+    repl_apply_op *op = arg;
     if (code != ST_OK) {
+        repl_order_failed(op->r, op, true);
         rpc_call_finish(op->call, code, msg);
         return;
     }
     Strata__Internal__V1__ApplyResponse resp;
     strata__internal__v1__apply_response__init(&resp);
-    resp.applied = op->n;
+    resp.applied = (uint32_t)op->req->n_rows;
     reply(op->call, &resp.base);
+}
+
+/* Routes the rows now (a call that waited its turn may find its tablets split or moved) and
+ * starts their write: ST_OK, or the code and message that refuse the call. */
+static st_code apply_write(repl_ctx *r, repl_apply_op *op, st_err *err) {
+    const Strata__Internal__V1__ApplyRequest *req = op->req;
+    if (r->closing)
+        return st_err_set(err, ST_UNAVAILABLE, "replication is shutting down");
+    if (repl_link_cut(r, req->source_cluster))
+        return st_err_set(err, ST_UNAVAILABLE,
+                          "strata-link-cut: replication from this cluster is cut (`strata chaos "
+                          "partition`); `strata chaos heal` restores it");
+    st_arena *arena = rpc_call_arena(op->call);
+    sto_row_mut *rows = st_arena_alloc(arena, (req->n_rows ? req->n_rows : 1) * sizeof *rows);
+    if (!rows)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory applying a batch");
+    uint64_t max_ts = 0;
+    for (size_t i = 0; i < req->n_rows; i++) {
+        const Strata__Internal__V1__ReplicatedRow *rr = req->rows[i];
+        st_code rc = repl_apply_prepare(&r->ops, r->o.node, rr->table_name,
+                                        st_slice_make(rr->row_mutation.data, rr->row_mutation.len),
+                                        arena, &rows[i], err);
+        if (rc != ST_OK)
+            return rc;
+        if (rows[i].commit_ts_us > max_ts)
+            max_ts = rows[i].commit_ts_us;
+    }
+    if (req->n_rows == 0) {
+        apply_durable(ST_OK, NULL, op);
+        return ST_OK;
+    }
+    if (r->ops.observe_ts)
+        r->ops.observe_ts(r->o.node, max_ts);
+    return r->ops.write(r->o.node, rows, req->n_rows, err, apply_durable, op);
+}
+
+void repl_apply_start(repl_ctx *r, repl_apply_op *op) {
+    st_err err = {0};
+    /* op is answered (and its call released) once durable, maybe inside apply_write: only
+     * what repl_order needs is read after it */
+    repl_apply_op done = *op;
+    if (apply_write(r, op, &err) != ST_OK) {
+        repl_order_failed(r, &done, false);
+        rpc_call_finish(done.call, err.code, err.msg);
+        return;
+    }
+    repl_order_started(r, &done);
+}
+
+/* The source node's index in repl_order, REPL_ORDER_NONE when it names none of the topology's
+ * nodes (then its calls are applied as they come). */
+static size_t order_source(const Strata__Internal__V1__ApplyRequest *req) {
+    if (req->source_cluster == 0 || req->source_cluster > ST_TOPO_CLUSTERS_MAX ||
+        req->source_node == 0 || req->source_node > ST_TOPO_NODES_MAX)
+        return REPL_ORDER_NONE;
+    return (size_t)(req->source_cluster - 1) * ST_TOPO_NODES_MAX + (req->source_node - 1);
 }
 
 void repl_h_apply(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -95,46 +148,18 @@ void repl_h_apply(rpc_call *call, st_slice req_bytes, void *arg) {
         rpc_call_finish(call, ST_INVALID_ARGUMENT, "ApplyRequest over the row maximum");
         return;
     }
-    if (r->closing) {
-        rpc_call_finish(call, ST_UNAVAILABLE, "replication is shutting down");
-        return;
-    }
-    if (repl_link_cut(r, req->source_cluster)) {
-        rpc_call_finish(call, ST_UNAVAILABLE,
-                        "strata-link-cut: replication from this cluster is cut (`strata "
-                        "chaos partition`); `strata chaos heal` restores it");
-        return;
-    }
-    apply_op *op = st_arena_alloc(arena, sizeof *op);
-    sto_row_mut *rows = st_arena_alloc(arena, (req->n_rows ? req->n_rows : 1) * sizeof *rows);
-    if (!op || !rows) {
+    repl_apply_op *op = st_arena_alloc(arena, sizeof *op);
+    if (!op) {
         rpc_call_finish(call, ST_RESOURCE_EXHAUSTED, "out of memory applying a batch");
         return;
     }
+    op->r = r;
     op->call = call;
-    op->n = (uint32_t)req->n_rows;
-    uint64_t max_ts = 0;
-    for (size_t i = 0; i < req->n_rows; i++) {
-        const Strata__Internal__V1__ReplicatedRow *rr = req->rows[i];
-        st_code rc = repl_apply_prepare(&r->ops, r->o.node, rr->table_name,
-                                        st_slice_make(rr->row_mutation.data, rr->row_mutation.len),
-                                        arena, &rows[i], &err);
-        if (rc != ST_OK) {
-            rpc_call_finish(call, rc, err.msg);
-            return;
-        }
-        if (rows[i].commit_ts_us > max_ts)
-            max_ts = rows[i].commit_ts_us;
-    }
-    if (req->n_rows == 0) {
-        apply_durable(ST_OK, NULL, op);
-        return;
-    }
-    if (r->ops.observe_ts)
-        r->ops.observe_ts(r->o.node, max_ts);
-    st_code rc = r->ops.write(r->o.node, rows, req->n_rows, &err, apply_durable, op);
-    if (rc != ST_OK)
-        rpc_call_finish(call, rc, err.msg);
+    op->req = req;
+    op->src = order_source(req);
+    op->after_lsn = req->after_lsn;
+    op->next_lsn = req->next_lsn;
+    repl_order_admit(r, op);
 }
 
 /* ---- GetPositions ---- */

@@ -181,6 +181,7 @@ void repl_close(repl_ctx *r) {
     if (!r)
         return;
     r->closing = true;
+    repl_order_close(r);
     /* Freeing the clients runs every outstanding call's done callback (CANCELLED) while the
      * shippers still exist; then the shippers record their positions and go. */
     for (size_t i = 0; i < r->n_conns; i++)

@@ -1,7 +1,8 @@
 /* repl_internal.h — what replication's files share (private to replication/).
  * ctx.c: the per-node context, client pool, tablet names, GetPositions, gather;
  * shipper.c, shipper_pos.c, shipper_batch.c: one shipper per peer cluster (shipper_internal.h says
- * which part is where); apply.c: the receiving side (Apply). */
+ * which part is where); apply.c: the receiving side (Apply); order.c: the order in which each
+ * sending node's Apply calls start. */
 #ifndef REPL_INTERNAL_H
 #define REPL_INTERNAL_H
 
@@ -47,6 +48,33 @@ typedef struct repl_applied {
     int64_t y;            /* the smallest acknowledged commit time of the round so far */
 } repl_applied;
 
+/* One Apply call (apply.c), kept in its call's arena; parked by order.c until the call of the
+ * same source node it must follow has started here. */
+typedef struct repl_apply_op {
+    struct repl_ctx *r;
+    rpc_call *call;
+    const struct Strata__Internal__V1__ApplyRequest *req;
+    size_t src; /* repl_order index of its source node; REPL_ORDER_NONE: unordered */
+    uint64_t after_lsn, next_lsn;      /* the request's */
+    struct repl_apply_op *prev, *next; /* repl_order.parked while parked */
+    int64_t parked_us;                 /* monotonic; 0 = not parked */
+} repl_apply_op;
+
+#define REPL_ORDER_SOURCES (ST_TOPO_CLUSTERS_MAX * ST_TOPO_NODES_MAX)
+#define REPL_ORDER_NONE ((size_t)-1)
+
+/* The order of Apply calls (order.c): per source node, the end of its furthest batch whose
+ * write started here (0: none since this process started, or since such a write failed), and
+ * the calls waiting for an earlier batch of their source, oldest first. */
+typedef struct repl_order {
+    uint64_t started_next[REPL_ORDER_SOURCES];
+    uint8_t parked_of[REPL_ORDER_SOURCES]; /* calls parked per source node */
+    repl_apply_op *head, *tail;
+    size_t n_parked;
+    struct event *ev; /* refuses calls parked for REPL_APPLY_PARK_MS */
+    bool releasing;
+} repl_order;
+
 struct repl_ctx {
     repl_opts o; /* pointers below replace the caller's */
     st_topology topo;
@@ -65,6 +93,7 @@ struct repl_ctx {
     bool closing;
     bool link_cut[ST_TOPO_CLUSTERS_MAX + 1]; /* by cluster number (repl_links_set) */
     repl_applied applied;
+    repl_order order;
 };
 
 /* The pooled client for addr, (re)created when absent or dead; NULL with err when it cannot be
@@ -103,6 +132,17 @@ void repl_applied_close(repl_ctx *r);
 
 /* apply.c */
 void repl_h_apply(rpc_call *call, st_slice req, void *arg);
+/* Starts writing op's rows (order.c calls it when op's turn comes); finishes the call itself. */
+void repl_apply_start(repl_ctx *r, repl_apply_op *op);
+
+/* order.c: Apply calls of one source node start in the order of its log (docs/formats/
+ * replication.md, Apply order). admit starts op now or parks it; started and failed report
+ * what became of a started op (failed: before its write started, or its write failed after);
+ * close refuses the parked calls. */
+void repl_order_admit(repl_ctx *r, repl_apply_op *op);
+void repl_order_started(repl_ctx *r, const repl_apply_op *op);
+void repl_order_failed(repl_ctx *r, const repl_apply_op *op, bool write_started);
+void repl_order_close(repl_ctx *r);
 void repl_h_get_positions(rpc_call *call, st_slice req, void *arg);
 /* ctx.c */
 void repl_h_set_links(rpc_call *call, st_slice req, void *arg);

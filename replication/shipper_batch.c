@@ -160,6 +160,7 @@ void shipper_batch_reset(ship_batch *b) {
     b->last_table = NULL;
     b->pending = 0;
     b->failed = false;
+    b->unacked_dests = 0;
     b->state = B_FREE;
 }
 
@@ -182,7 +183,8 @@ static bool refresh_worthy(st_code code, const char *msg) {
 
 static void apply_done(st_code code, const char *message, st_slice resp, void *arg) {
     (void)resp;
-    ship_batch *b = arg;
+    ship_call *c = arg;
+    ship_batch *b = c->b;
     repl_shipper *s = b->s;
     if (code != ST_OK) {
         b->failed = true;
@@ -192,12 +194,30 @@ static void apply_done(st_code code, const char *message, st_slice resp, void *a
             if (refresh_worthy(code, message))
                 s->map_stale = true;
         }
+    } else {
+        for (size_t i = 0; i < b->n_rows; i++)
+            if (b->rows[i].dest == c->dest)
+                b->rows[i].acked = true;
+        b->unacked_dests &= ~((uint64_t)1 << c->dest);
     }
     if (--b->pending == 0 && !s->r->closing)
         batch_complete(s, b);
 }
 
-/* Sends the rows going to peer node dest as one Apply call. */
+/* The end of the latest batch before b with rows for peer node dest that it has not
+ * acknowledged; 0 when there is none (ApplyRequest.after_lsn). */
+static uint64_t after_lsn(const repl_shipper *s, const ship_batch *b, uint32_t dest) {
+    size_t pos = ((size_t)(b - s->batches) + REPL_INFLIGHT_BATCHES_MAX - s->head) %
+                 REPL_INFLIGHT_BATCHES_MAX;
+    while (pos-- > 0) {
+        const ship_batch *e = &s->batches[(s->head + pos) % REPL_INFLIGHT_BATCHES_MAX];
+        if (e->unacked_dests & ((uint64_t)1 << dest))
+            return e->next_lsn;
+    }
+    return 0;
+}
+
+/* Sends the rows going to peer node dest (but those it acknowledged before) as one Apply. */
 static st_code send_dest(repl_shipper *s, ship_batch *b, uint32_t dest, size_t count, st_err *err) {
     Strata__Internal__V1__ReplicatedRow *rows = calloc(count, sizeof *rows);
     Strata__Internal__V1__ReplicatedRow **ptrs = calloc(count, sizeof *ptrs);
@@ -209,7 +229,7 @@ static st_code send_dest(repl_shipper *s, ship_batch *b, uint32_t dest, size_t c
     }
     size_t k = 0;
     for (size_t i = 0; i < b->n_rows; i++) {
-        if (b->rows[i].dest != dest)
+        if (b->rows[i].dest != dest || b->rows[i].acked)
             continue;
         strata__internal__v1__replicated_row__init(&rows[k]);
         rows[k].table_name = (char *)b->rows[i].table;
@@ -225,6 +245,8 @@ static st_code send_dest(repl_shipper *s, ship_batch *b, uint32_t dest, size_t c
     req.source_node = s->r->o.node_num;
     req.n_rows = k;
     req.rows = ptrs;
+    req.next_lsn = b->next_lsn;
+    req.after_lsn = after_lsn(s, b, dest);
     size_t len = strata__internal__v1__apply_request__get_packed_size(&req);
     if (!(buf = malloc(len ? len : 1))) {
         st_err_set(err, rc, "out of memory building an Apply request");
@@ -232,8 +254,9 @@ static st_code send_dest(repl_shipper *s, ship_batch *b, uint32_t dest, size_t c
     }
     strata__internal__v1__apply_request__pack(&req, buf);
     rpc_client *c = repl_conn_get(s->r, s->addrs[dest], err);
+    b->calls[dest] = (ship_call){b, dest};
     rc = c ? rpc_client_unary(c, PATH_APPLY, st_slice_make(buf, len), NULL, 0,
-                              s->r->o.rpc_timeout_ms, apply_done, b)
+                              s->r->o.rpc_timeout_ms, apply_done, &b->calls[dest])
            : (err ? err->code : ST_UNAVAILABLE);
     if (c && rc != ST_OK)
         st_err_set(err, ST_UNAVAILABLE, "could not start an Apply call to %s", s->addrs[dest]);
@@ -267,17 +290,23 @@ void shipper_send_batch(repl_shipper *s, ship_batch *b) {
     b->state = B_SENDING;
     b->failed = false;
     b->pending = 1; /* held while starting the calls */
+    /* Rows acknowledged by a call before keep their node: the rest are routed afresh. */
     size_t per_dest[ST_TOPO_NODES_MAX] = {0};
+    b->unacked_dests = 0;
     for (size_t i = 0; i < b->n_rows; i++) {
+        if (b->rows[i].acked)
+            continue;
         int d = s->n_nodes == 1 ? 0 : map_lookup(s, b->rows[i].table, b->rows[i].row);
         if (d < 0) {
             s->map_stale = true;
             b->failed = true;
+            b->unacked_dests = UINT64_MAX; /* not all known: later batches wait for it */
             shipper_set_error(s, ST_FAILED_PRECONDITION,
                               "no tablet of the peer cluster covers a row; refreshing its map");
             break;
         }
         b->rows[i].dest = (uint32_t)d;
+        b->unacked_dests |= (uint64_t)1 << d;
         per_dest[d]++;
     }
     for (uint32_t d = 0; !b->failed && d < s->n_nodes; d++) {
@@ -423,6 +452,7 @@ static st_code batch_take(repl_shipper *s, ship_batch *b, uint64_t lsn, st_slice
     r->lsn = lsn;
     r->commit_ts_us = row.commit_ts_us;
     r->dest = 0;
+    r->acked = false;
     b->n_rows++;
     b->bytes += enc.len;
     return ST_OK;

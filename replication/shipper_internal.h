@@ -23,9 +23,18 @@ typedef struct ship_row {
     st_slice enc;      /* the row mutation, log payload encoding */
     uint64_t lsn, commit_ts_us;
     uint32_t dest; /* index of the peer node */
+    bool acked;    /* durable on it: a resent batch leaves the row out */
 } ship_row;
 
-typedef struct ship_batch {
+typedef struct ship_batch ship_batch;
+
+/* One Apply call of a batch: the argument of its completion. */
+typedef struct ship_call {
+    ship_batch *b;
+    uint32_t dest;
+} ship_call;
+
+struct ship_batch {
     repl_shipper *s;
     int state;
     uint64_t first_lsn, next_lsn; /* covers records [first_lsn, next_lsn) */
@@ -37,7 +46,12 @@ typedef struct ship_batch {
     const char *last_table;
     uint32_t pending; /* Apply calls outstanding */
     bool failed;
-} ship_batch;
+    /* Peer nodes with rows of it not acknowledged yet (every bit while its rows are not all
+     * routed): a later batch's call to one of them must follow this batch's (after_lsn). */
+    uint64_t unacked_dests;
+    ship_call calls[ST_TOPO_NODES_MAX];
+};
+_Static_assert(ST_TOPO_NODES_MAX <= 64, "ship_batch.unacked_dests holds a bit per peer node");
 
 typedef struct peer_tablet {
     char *table;

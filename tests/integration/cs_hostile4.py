@@ -24,6 +24,12 @@
       comparisons in one turn): the node answered nothing for seconds, the router dropped its
       link (no answer to a keepalive PING within 3 s) and the stream ended UNAVAILABLE with
       nothing delivered, at every retry.
+  cs_hostile4.py order PORT DIR STRATA
+      4 writers, each writing one row 48 times through a single-cluster profile, values of 1.5 MB
+      and 10 bytes alternating, each write acknowledged before the next: the second cluster's
+      stream gives each row's records in the order written. A shipper keeps several batches in
+      flight, and a small batch sent after a large one reached the peer node first and was
+      applied first, so two writes of a row came out of that cluster's stream swapped.
   cs_hostile4.py mirror PORT DIR STRATA [SEED [WRITES]]
       random writes of every kind (MutateRow, MutateRows, both branches of CheckAndMutateRow,
       ReadModifyWriteRow; SetCells with server and fixed timestamps, values from 0 bytes to
@@ -328,6 +334,46 @@ def mirror(port, d, strata, seed=1, n=400):
             'status %s; only in the table: %s; only in the copy: %s' % (
                 st, sorted(set(a) - set(b))[:4], sorted(set(b) - set(a))[:4]))
 
+def order(port, d, strata):
+    """Writes of one row, each acknowledged before the next, come out of the second cluster's
+    stream in the order they were made, when large and small batches alternate on the link."""
+    import threading
+    for name, cluster in (('oneast', 'east'), ('onwest', 'west')):
+        expect('profile ' + name, profile(port, name, cluster) in ('0', '6'))  # or ALREADY_EXISTS
+    t, rows, n = 'order_on', ['o%d' % w for w in range(4)], 48
+    expect('create ' + t, create_cs(port, t)[2] == 'end')
+    start = now_us()
+    bad = []
+
+    def writer(row):
+        for i in range(n):
+            size = 1500000 if i % 2 == 0 else 10
+            body = fld(1, tname(t)) + fld(2, row) + fld(3, set_cell('cf', b'q', b'x' * size, (i + 1) * 1000))
+            st = write(port, body + fld(4, 'oneast'))
+            if st != '0':
+                bad.append((row, i, st))
+    threads = [threading.Thread(target=writer, args=(r,)) for r in rows]
+    for th in threads: th.start()
+    for th in threads: th.join()
+    expect('%d writes to each of %d rows' % (n, len(rows)), not bad, str(bad[:4]))
+    want = dict((r, [(i + 1) * 1000 for i in range(n)]) for r in rows)
+    for where, prof in (('on east', 'oneast'), ('on west', 'onwest')):
+        for _ in range(40):
+            data, st, _ = rcall(port, BT + 'ReadChangeStream',
+                                cs_req(t, partition=rng(), start_us=start, end_us=now_us(), profile=prof), limit=120)
+            got = {}
+            for e in decode(data):
+                if e[0] != 'rec':
+                    continue
+                seq = got.setdefault(e[1].decode(), [])
+                for c in e[5]:
+                    if c[0] == 'set' and (not seq or seq[-1] != c[3]):  # a value's chunks: one cell
+                        seq.append(c[3])
+            if st == '0' and all(len(got.get(r, [])) >= n for r in rows): break
+            time.sleep(0.5)
+        expect('records %s in the order written' % where, st == '0' and got == want,
+               'status %s: %s' % (st, [(r, got.get(r, [])[:12]) for r in rows if got.get(r) != want[r]][:2]))
+
 
 def main():
     mode = sys.argv[1]
@@ -336,6 +382,8 @@ def main():
         limits(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'bigrow':
         bigrow(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    elif mode == 'order':
+        order(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'manyrefs':
         manyrefs(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'mirror':

@@ -7,6 +7,8 @@
 #             the values it overwrites or deletes itself; both read back live, on the second
 #             cluster and from storage;
 #   manyrefs: a catch-up read of a row holding 65,536 values by reference delivers them;
+#   order:    writes of a row, large and small alternating, come out of the second cluster's
+#             stream in the order written;
 #   mirror:   a copy made by applying the stream of 400 random writes of every kind reads as the
 #             table does (live, on the second cluster, from storage).
 # Skips (77) without python3.

@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "strata/internal/v1/node.pb-c.h"
+#include "strata/internal/v1/replication.pb-c.h"
 #include "strata/replication.h"
 #include "strata/topology.h"
 #include "sto_test_util.h"
@@ -36,6 +37,7 @@ typedef struct west {
     repl_ctx *rw;
     bool refuse; /* answer every write with UNAVAILABLE (a peer that is down) */
     uint64_t writes;
+    st_buf applied; /* the row keys of its writes, in the order they started: "r0001,r0002," */
     /* Rows this node owns: [lo, hi) ("" = unbounded), answered by ListTablets; others get
      * strata-not-owner. */
     char lo[16], hi[16];
@@ -133,6 +135,10 @@ static st_code write_west(void *node, const sto_row_mut *rows, size_t n, st_err 
     op->done = done;
     op->arg = arg;
     w->writes++;
+    for (size_t i = 0; i < n; i++) {
+        st_buf_append(&w->applied, rows[i].row.data, rows[i].row.len);
+        st_buf_append_byte(&w->applied, ',');
+    }
     st_code rc = sto_write_async(w->db, rows, n, err, wop_durable, op);
     if (rc != ST_OK)
         free(op);
@@ -258,6 +264,7 @@ static void env_close(env *e) {
     for (size_t i = 0; i < e->n_west; i++) {
         sto_db_close(e->w[i].db);
         tu_rmrf(e->w[i].dir);
+        st_buf_free(&e->w[i].applied);
     }
     event_base_free(e->base);
     tu_rmrf(e->dir_e);
@@ -600,6 +607,156 @@ static void test_shipper_routes_by_peer_tablet_map(void **state) {
     env_close(&e);
 }
 
+/* ---- the order of Apply calls ---- */
+
+typedef struct apply_call {
+    bool done;
+    st_code code;
+} apply_call;
+
+static void apply_call_done(st_code code, const char *message, st_slice resp, void *arg) {
+    (void)message;
+    (void)resp;
+    apply_call *c = arg;
+    c->done = true;
+    c->code = code;
+}
+
+/* Starts an Apply from east's node 1 of one row (table, key) with the given log positions. */
+static void send_apply(rpc_client *c, const char *table, const char *key, uint64_t after,
+                       uint64_t next, apply_call *out) {
+    sto_mut m = tu_set_mut("cf", "a", 1000, key);
+    uint64_t ts = (uint64_t)st_wall_us();
+    sto_row_mut row = tu_row(EAST_TABLET, key, &m, 1, STO_VERSION(ts, 1));
+    row.commit_ts_us = ts;
+    row.origin = 1;
+    st_buf enc;
+    st_buf_init(&enc);
+    assert_int_equal(sto_row_mut_encode(&enc, &row), ST_OK);
+    Strata__Internal__V1__ReplicatedRow rr;
+    strata__internal__v1__replicated_row__init(&rr);
+    rr.table_name = (char *)table;
+    rr.row_mutation.data = enc.data;
+    rr.row_mutation.len = enc.len;
+    Strata__Internal__V1__ReplicatedRow *rp = &rr;
+    Strata__Internal__V1__ApplyRequest req;
+    strata__internal__v1__apply_request__init(&req);
+    req.source_cluster = 1;
+    req.source_node = 1;
+    req.n_rows = 1;
+    req.rows = &rp;
+    req.after_lsn = after;
+    req.next_lsn = next;
+    uint8_t buf[512];
+    size_t len = strata__internal__v1__apply_request__pack(&req, buf);
+    *out = (apply_call){0};
+    assert_int_equal(rpc_client_unary(c, "/strata.internal.v1.Replication/Apply",
+                                      st_slice_make(buf, len), NULL, 0, 10000, apply_call_done,
+                                      out),
+                     ST_OK);
+    st_buf_free(&enc);
+}
+
+static apply_call *g_wait[4];
+static bool calls_done(env *e) {
+    (void)e;
+    for (size_t i = 0; i < 4 && g_wait[i]; i++)
+        if (!g_wait[i]->done)
+            return false;
+    return true;
+}
+
+static void wait_calls(env *e, apply_call *a, apply_call *b) {
+    g_wait[0] = a;
+    g_wait[1] = b;
+    g_wait[2] = NULL;
+    run_until(e, calls_done);
+}
+
+static bool applied_is(env *e, const char *want) {
+    return e->w[0].applied.len == strlen(want) &&
+           memcmp(e->w[0].applied.data, want, strlen(want)) == 0;
+}
+
+/* A node applies each source node's batches in the order of that node's log, whatever order
+ * they arrive in: a call naming an earlier batch (after_lsn) waits until a batch of its source
+ * ending there started; when that earlier batch fails here, the calls waiting for it are
+ * refused ABORTED (the shipper sends them again in order); a waiting call whose client goes away
+ * ends there. */
+static void test_apply_keeps_source_log_order(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    st_err err;
+    rpc_client *c = rpc_client_new(e.base, "127.0.0.1", e.w[0].port, NULL, &err);
+    assert_non_null(c);
+    apply_call a, b;
+    send_apply(c, TABLE, "r0002", 10, 20, &b); /* the later batch arrives first */
+    run_turns(&e, 20);
+    assert_false(b.done);
+    assert_int_equal(e.w[0].writes, 0);
+    send_apply(c, TABLE, "r0001", 0, 10, &a);
+    wait_calls(&e, &a, &b);
+    assert_int_equal(a.code, ST_OK);
+    assert_int_equal(b.code, ST_OK);
+    assert_true(applied_is(&e, "r0001,r0002,"));
+    /* a batch already covered starts at once; an old shipper's call (after_lsn 0) too */
+    send_apply(c, TABLE, "r0003", 15, 30, &a);
+    send_apply(c, TABLE, "r0004", 0, 0, &b);
+    wait_calls(&e, &a, &b);
+    assert_int_equal(a.code, ST_OK);
+    assert_int_equal(b.code, ST_OK);
+    /* the earlier batch fails here: the one waiting for it is refused */
+    send_apply(c, TABLE, "r0006", 40, 50, &b);
+    run_turns(&e, 10);
+    assert_false(b.done);
+    send_apply(c, "projects/p/instances/i/tables/gone", "r0005", 30, 40, &a);
+    wait_calls(&e, &a, &b);
+    assert_int_equal(a.code, ST_NOT_FOUND);
+    assert_int_equal(b.code, ST_ABORTED);
+    assert_true(applied_is(&e, "r0001,r0002,r0003,r0004,"));
+    /* a waiting call whose client goes away: nothing is applied, nothing leaks */
+    send_apply(c, TABLE, "r0008", 70, 80, &b);
+    run_turns(&e, 10);
+    assert_false(b.done);
+    rpc_client_free(c);
+    run_turns(&e, 10);
+    assert_true(applied_is(&e, "r0001,r0002,r0003,r0004,"));
+    env_close(&e);
+}
+
+static bool west0_applied_its_rows(env *e) {
+    repl_peer_stats st;
+    repl_peer_stats_get(e->re, 0, &st);
+    return e->w[0].applied.len >= 20 * 6 && st.backing_off;
+}
+
+/* A batch whose rows go to two peer nodes, one of which refuses: the batch is sent again to
+ * that node only, so the other one applies each row once (its change stream gets no duplicate
+ * records), and everything arrives once the refusing node is back. */
+static void test_shipper_resends_to_failed_nodes_only(void **state) {
+    (void)state;
+    static const char *const splits[] = {"", "r0020", ""};
+    env e;
+    env_open_n(&e, 2, splits);
+    e.w[1].refuse = true;
+    write_rows(&e, 0, 40, false);
+    east_open(&e);
+    run_until(&e, west0_applied_its_rows);
+    uint64_t writes = e.w[0].writes;
+    run_turns(&e, 60); /* several resends to the refusing node */
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_true(st.rpcs_failed >= 2);
+    assert_int_equal(e.w[0].writes, writes);
+    e.w[1].refuse = false;
+    run_until(&e, east_caught_up);
+    assert_int_equal(e.w[0].writes, writes);
+    assert_int_equal(e.w[0].applied.len, 20 * 6);
+    assert_west_matches_east(&e);
+    env_close(&e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shipper_delivers_and_skips_replicated),
@@ -609,6 +766,8 @@ int main(void) {
         cmocka_unit_test(test_shipper_fills_origin_and_skips_invalid),
         cmocka_unit_test(test_shipper_link_cut_and_restored),
         cmocka_unit_test(test_shipper_applied_bound),
+        cmocka_unit_test(test_apply_keeps_source_log_order),
+        cmocka_unit_test(test_shipper_resends_to_failed_nodes_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
