@@ -49,15 +49,15 @@ struct event_base;
 #define REPL_SEND_GAP_US 1000         /* a shipper starts new batches at most this often */
 #define REPL_MAP_REFRESH_MS 10000     /* peer tablet maps are refreshed at least this often */
 #define REPL_APPLY_ROWS_MAX 10000     /* rows accepted in one Apply request */
+#define REPL_PEER_TABLETS_MAX 1000000 /* entries kept of one peer cluster's tablet map */
+#define REPL_TABLET_NAMES_MAX 100000  /* tablet id -> table names remembered */
+#define REPL_HOLDER_PREFIX "repl:"
 /* An Apply call waiting for an earlier batch of its source node (ApplyRequest.after_lsn) is
  * refused ABORTED after this long, and beyond this many waiting calls (or
  * REPL_INFLIGHT_BATCHES_MAX of one source node, which a shipper never exceeds): its sender
  * sends the batches again in order. */
 #define REPL_APPLY_PARK_MS 5000
 #define REPL_APPLY_PARKED_MAX 256
-#define REPL_PEER_TABLETS_MAX 1000000 /* entries kept of one peer cluster's tablet map */
-#define REPL_TABLET_NAMES_MAX 100000  /* tablet id -> table names remembered */
-#define REPL_HOLDER_PREFIX "repl:"
 /* The applied bound of change-stream tokens (repl_applied_bound): while streams are read, the
  * peer clusters' positions are asked every REPL_APPLIED_POLL_MS (each call given
  * REPL_APPLIED_TIMEOUT_MS), until nobody asked for the bound for REPL_APPLIED_IDLE_MS; the last
