@@ -7,11 +7,12 @@
  * one response batch (~NODE_READ_BATCH_BYTES), or scanned NODE_READ_TURN_ROWS rows or
  * NODE_READ_TURN_CELLS cells, or opened NODE_READ_TURN_RANGES ranges of the row set, or read
  * NODE_READ_TURN_BLOCK_BYTES of blocks from disk (a turn may end inside a row: the row being
- * assembled waits in the state); the next turn is scheduled on a libevent timer that fires
- * after the loop's next poll of the sockets (schedule_turn), so other connections' events run in
- * between. When the call's send queue is full the scan keeps its iterator and snapshot and waits
- * for rpc_call_set_writable_cb. A cancelled call (reset, connection loss, deadline) frees
- * everything at the next opportunity.
+ * assembled waits in the state), or encoded NODE_READ_TURN_CELLS cells of a complete row (a row
+ * of millions of cells is encoded over many turns, then sent whole: row_emit); the next turn is
+ * scheduled on a libevent timer that fires after the loop's next poll of the sockets
+ * (schedule_turn), so other connections' events run in between. When the call's send queue is full
+ * the scan keeps its iterator and snapshot and waits for rpc_call_set_writable_cb. A cancelled call
+ * (reset, connection loss, deadline) frees everything at the next opportunity.
  *
  * Errors. Request problems: INVALID_ARGUMENT / NOT_FOUND / UNIMPLEMENTED before any data. A row
  * over NODE_READ_ROW_BYTES_MAX: FAILED_PRECONDITION, worded as Cloud Bigtable does. Storage errors
@@ -657,7 +658,9 @@ static void read_release_storage(read_state *r) {
 /* Waits for the call to have room (its own queue, and the process's queued-response budget):
  * the RPC layer calls on_writable once it has. Nothing this read produced stays outside the
  * call's queue meanwhile, and its row buffers and storage iterator are given back, so a read
- * whose client does not read holds no more than what the budget counts, plus its state. */
+ * whose client does not read holds no more than what the budget counts, plus its state (a row
+ * being encoded does not wait for room, see turn_yield, except when the call's own queue is
+ * full: it is kept then). */
 static void read_wait(read_state *r) {
     r->waiting_writable = true;
     r->in_turn = false;
