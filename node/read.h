@@ -110,10 +110,6 @@ size_t node_read_row_encoded_bytes(st_slice key, const node_cell *const *cells, 
  * RESOURCE_EXHAUSTED if memory runs out (out unchanged then). */
 st_code node_read_encode_row(st_buf *out, st_slice key, const node_cell *const *cells, size_t n,
                              size_t value_chunk_bytes, st_err *err);
-/* As node_read_encode_row when the caller already has node_read_row_encoded_bytes of the same
- * row (bytes; checked with an assertion), so the row is not measured twice. */
-st_code node_read_encode_row_sized(st_buf *out, st_slice key, const node_cell *const *cells,
-                                   size_t n, size_t value_chunk_bytes, size_t bytes, st_err *err);
 /* Appends the CellChunks of n >= 1 consecutive cells of a row, so a large row can be encoded a
  * part at a time: prev is the cell before them (NULL: they are the row's first, and the first
  * chunk carries key), last puts commit_row on their last chunk. The parts of a row encoded in

@@ -27,8 +27,8 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
+#include "btclient.h"
 #include "read.h"
 #include "sto_test_util.h"
 #include "strata/node.h"
@@ -36,6 +36,7 @@
 #include "strata/storage.h"
 
 #define TABLE "projects/p/instances/i/tables/t"
+#define S(lit) ST_SLICE_LIT(lit)
 #define TIMEOUT_MS 600000
 /* The big row: enough cells for many turns of both kinds. */
 #define BIG_CELLS (20 * NODE_READ_TURN_CELLS)
@@ -53,107 +54,36 @@ typedef struct env {
 
 static env E;
 
-static st_code unary(const char *path, const ProtobufCMessage *req) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(req, buf);
-    st_buf resp;
-    st_buf_init(&resp);
-    st_err status;
-    st_code rc = rpc_blocking_unary(E.addr, NULL, path, st_slice_make(buf, len), NULL, 0,
-                                    TIMEOUT_MS, &resp, &status);
-    if (rc != ST_OK)
-        fprintf(stderr, "%s: %s\n", path, status.msg);
-    st_buf_free(&resp);
-    free(buf);
-    return rc;
-}
-
-static st_code create_table(void) {
-    Google__Bigtable__Admin__V2__ColumnFamily cf;
-    google__bigtable__admin__v2__column_family__init(&cf);
-    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry fam;
-    google__bigtable__admin__v2__table__column_families_entry__init(&fam);
-    fam.key = "f";
-    fam.value = &cf;
-    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *fams[1] = {&fam};
-    Google__Bigtable__Admin__V2__Table table;
-    google__bigtable__admin__v2__table__init(&table);
-    table.n_column_families = 1;
-    table.column_families = fams;
-    Google__Bigtable__Admin__V2__CreateTableRequest req;
-    google__bigtable__admin__v2__create_table_request__init(&req);
-    req.parent = "projects/p/instances/i";
-    req.table_id = "t";
-    req.table = &table;
-    return unary("/google.bigtable.admin.v2.BigtableTableAdmin/CreateTable", &req.base);
-}
-
 /* Cells first..first+n-1 of row "big": qualifier qNNNNNNNN, value "v". */
-static st_code write_cells(size_t first, size_t n) {
-    Google__Bigtable__V2__Mutation__SetCell *sc = calloc(n, sizeof *sc);
-    Google__Bigtable__V2__Mutation *m = calloc(n, sizeof *m);
-    Google__Bigtable__V2__Mutation **mp = calloc(n, sizeof *mp);
-    char(*q)[16] = calloc(n, sizeof *q);
+static st_code write_cells(const bt_client *bc, bt_muts *m, size_t first, size_t n) {
+    bt_muts_reset(m);
     for (size_t i = 0; i < n; i++) {
-        snprintf(q[i], sizeof q[i], "q%08zu", first + i);
-        google__bigtable__v2__mutation__set_cell__init(&sc[i]);
-        sc[i].family_name = "f";
-        sc[i].column_qualifier = (ProtobufCBinaryData){9, (uint8_t *)q[i]};
-        sc[i].timestamp_micros = 1000;
-        sc[i].value = (ProtobufCBinaryData){1, (uint8_t *)"v"};
-        google__bigtable__v2__mutation__init(&m[i]);
-        m[i].mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
-        m[i].set_cell = &sc[i];
-        mp[i] = &m[i];
+        char q[16];
+        snprintf(q, sizeof q, "q%08zu", first + i);
+        bt_muts_set(m, "f", st_slice_cstr(q), 1000, S("v"));
     }
-    Google__Bigtable__V2__MutateRowRequest req;
-    google__bigtable__v2__mutate_row_request__init(&req);
-    req.table_name = TABLE;
-    req.row_key = (ProtobufCBinaryData){3, (uint8_t *)"big"};
-    req.n_mutations = n;
-    req.mutations = mp;
-    st_code rc = unary("/google.bigtable.v2.Bigtable/MutateRow", &req.base);
-    free(sc);
-    free(m);
-    free(mp);
-    free(q);
-    return rc;
+    return bt_mutate_row(bc, "t", S("big"), m, NULL);
 }
 
-/* Row key with one cell "q" = "v". */
-static st_code write_small(const char *key) {
-    Google__Bigtable__V2__Mutation__SetCell sc;
-    google__bigtable__v2__mutation__set_cell__init(&sc);
-    sc.family_name = "f";
-    sc.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"q"};
-    sc.timestamp_micros = 1000;
-    sc.value = (ProtobufCBinaryData){1, (uint8_t *)"v"};
-    Google__Bigtable__V2__Mutation m;
-    google__bigtable__v2__mutation__init(&m);
-    m.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
-    m.set_cell = &sc;
-    Google__Bigtable__V2__Mutation *mp = &m;
-    Google__Bigtable__V2__MutateRowRequest req;
-    google__bigtable__v2__mutate_row_request__init(&req);
-    req.table_name = TABLE;
-    req.row_key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
-    req.n_mutations = 1;
-    req.mutations = &mp;
-    return unary("/google.bigtable.v2.Bigtable/MutateRow", &req.base);
-}
-
+/* Rows "a" and "c" with one cell "q" = "v", and "big" with E.cells cells. */
 static void *setup_main(void *arg) {
     (void)arg;
-    st_code rc = create_table();
+    bt_client bc;
+    bt_client_init(&bc, E.addr);
+    bc.timeout_ms = TIMEOUT_MS;
+    bt_muts m;
+    bt_muts_init(&m);
+    bt_muts_set(&m, "f", S("q"), 1000, S("v"));
+    st_code rc = bt_create_table(&bc, "t", "f", NULL);
     if (rc == ST_OK)
-        rc = write_small("a");
+        rc = bt_mutate_row(&bc, "t", S("a"), &m, NULL);
     if (rc == ST_OK)
-        rc = write_small("c");
+        rc = bt_mutate_row(&bc, "t", S("c"), &m, NULL);
     for (size_t i = 0; rc == ST_OK && i < E.cells; i += MUTATIONS_PER_CALL) {
         size_t n = E.cells - i < MUTATIONS_PER_CALL ? E.cells - i : MUTATIONS_PER_CALL;
-        rc = write_cells(i, n);
+        rc = write_cells(&bc, &m, i, n);
     }
+    bt_muts_deinit(&m);
     if (rc != ST_OK)
         E.setup_failures++;
     event_base_loopbreak(E.base);
