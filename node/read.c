@@ -7,11 +7,12 @@
  * one response batch (~NODE_READ_BATCH_BYTES), or scanned NODE_READ_TURN_ROWS rows or
  * NODE_READ_TURN_CELLS cells, or opened NODE_READ_TURN_RANGES ranges of the row set, or read
  * NODE_READ_TURN_BLOCK_BYTES of blocks from disk (a turn may end inside a row: the row being
- * assembled waits in the state); the next turn is scheduled on a libevent timer that fires
- * after the loop's next poll of the sockets (schedule_turn), so other connections' events run in
- * between. When the call's send queue is full the scan keeps its iterator and snapshot and waits
- * for rpc_call_set_writable_cb. A cancelled call (reset, connection loss, deadline) frees
- * everything at the next opportunity.
+ * assembled waits in the state), or encoded NODE_READ_TURN_CELLS cells of a complete row (a row
+ * of millions of cells is encoded over many turns, then sent whole: row_emit); the next turn is
+ * scheduled on a libevent timer that fires after the loop's next poll of the sockets
+ * (schedule_turn), so other connections' events run in between. When the call's send queue is full
+ * the scan keeps its iterator and snapshot and waits for rpc_call_set_writable_cb. A cancelled call
+ * (reset, connection loss, deadline) frees everything at the next opportunity.
  *
  * Errors. Request problems: INVALID_ARGUMENT / NOT_FOUND / UNIMPLEMENTED before any data. A row
  * over NODE_READ_ROW_BYTES_MAX: FAILED_PRECONDITION, worded as Cloud Bigtable does. Storage errors
@@ -59,9 +60,19 @@ typedef struct read_state {
     int64_t turn_rows, turn_cells0, turn_pieces0;
     uint64_t turn_bytes0;
 
-    bool row_open; /* the row being assembled (its buffers are below) */
+    bool row_open; /* the row being assembled or sent (its buffers are below) */
     size_t row_bytes;
     int64_t row_cells; /* cells of the open row counted in cells_seen */
+    /* A complete row is encoded into rowenc a part per turn (row_emit): emit_out, the filter's
+     * result (NULL: the row's cells as assembled), emit_n cells, emit_next encoded so far. */
+    bool emitting;
+    const node_cell *const *emit_out;
+    size_t emit_n, emit_next;
+    size_t emit_bytes; /* node_read_cell_bytes of the cells encoded, plus the key */
+    /* The first cell of the row after the one going out, counted in cells_seen and not yet
+     * added; its slices are the iterator's, valid until its next call. */
+    bool pending;
+    sto_cell pending_cell;
     st_rng rng;
 
     bool scanned_unreported;
@@ -81,6 +92,7 @@ typedef struct read_state {
     st_buf cellp;       /* const node_cell *[]: the row's cells as row_finish hands them on */
     st_arena row_arena; /* filter results and scratch (only filters allocate here) */
     st_buf batch;       /* ReadRowsResponse wire bytes: chunks of whole rows */
+    st_buf rowenc;      /* the chunks of the row being encoded, after RPC_SEND_HEADROOM bytes */
     st_buf scanned_key; /* last row processed but not returned (filtered out) */
 } read_state;
 
@@ -96,6 +108,7 @@ static void read_bufs_free(read_state *r) {
     st_buf_free(&r->rowdata);
     st_buf_free(&r->cellp);
     st_buf_free(&r->batch);
+    st_buf_free(&r->rowenc);
     st_buf_free(&r->scanned_key);
     st_arena_deinit(&r->row_arena);
 }
@@ -131,6 +144,7 @@ static void read_free(read_state *r) {
     buf_recycle(&r->rowdata);
     buf_recycle(&r->cellp);
     buf_recycle(&r->batch);
+    buf_recycle(&r->rowenc);
     buf_recycle(&r->scanned_key);
     st_arena_deinit(&r->row_arena);
     r->pool_next = n->read_pool;
@@ -232,8 +246,8 @@ static size_t batch_bytes(const read_state *r) {
 static st_code append_stats(read_state *r) {
     /* A read stopped by rows_limit has read the first cell of the next row, whose row it never
      * saw: not counted, as rows_seen does not count that row (nor the emulator that cell). */
-    btu_read_stats st = {r->rows_seen, r->rows_returned,
-                         r->cells_seen - (r->row_open ? r->row_cells : 0), r->cells_returned};
+    int64_t unseen = (r->row_open ? r->row_cells : 0) + (r->pending ? 1 : 0);
+    btu_read_stats st = {r->rows_seen, r->rows_returned, r->cells_seen - unseen, r->cells_returned};
     if (batch_open(r) != ST_OK || st_buf_reserve(&r->batch, BTU_READ_STATS_BYTES_MAX) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     r->batch.len +=
@@ -313,10 +327,11 @@ static void count_read_bytes(read_state *r) {
     r->snap_bytes = now;
 }
 
-/* Whether the turn has done its share of ranges or block reads (the rows and cells bounds are
- * checked between rows, in read_turn). */
+/* Whether the turn has done its share of cells, ranges or block reads (checked between two cells,
+ * so a row of millions of cells is assembled over many turns; rows are counted in read_turn). */
 static bool turn_spent(const read_state *r) {
-    return r->pieces - r->turn_pieces0 >= NODE_READ_TURN_RANGES ||
+    return r->cells_seen - r->turn_cells0 >= NODE_READ_TURN_CELLS ||
+           r->pieces - r->turn_pieces0 >= NODE_READ_TURN_RANGES ||
            r->read_bytes - r->turn_bytes0 >= NODE_READ_TURN_BLOCK_BYTES;
 }
 
@@ -350,12 +365,16 @@ static void row_release(read_state *r) {
     st_buf_free(&r->celloff);
     st_buf_free(&r->rowdata);
     st_buf_free(&r->cellp);
+    st_buf_free(&r->rowenc);
     st_arena_deinit(&r->row_arena);
 }
 
 static void row_reset(read_state *r) {
     r->row_open = false;
     r->row_bytes = 0;
+    r->emitting = false;
+    r->emit_out = NULL;
+    buf_recycle(&r->rowenc);
     buf_recycle(&r->cellv);
     buf_recycle(&r->celloff);
     buf_recycle(&r->rowdata);
@@ -430,98 +449,157 @@ static st_code row_start(read_state *r, st_slice key, st_err *err) {
     return ST_OK;
 }
 
-/* Points the row's cells at their bytes in rowdata, now that the row is complete. */
-static void row_cells_settle(read_state *r) {
+/* Points cells [from, to) of the row at their bytes in rowdata, now that the row is complete. */
+static void row_cells_settle(read_state *r, size_t from, size_t to) {
     node_cell *cells = (node_cell *)(void *)r->cellv.data;
     const cell_off *off = (const cell_off *)(const void *)r->celloff.data;
-    size_t n = r->cellv.len / sizeof(node_cell);
     static const uint8_t none[1];
     const uint8_t *base = r->rowdata.data ? r->rowdata.data : none; /* every cell empty */
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = from; i < to; i++) {
         cells[i].family.data = base + off[i].family;
         cells[i].qualifier.data = base + off[i].qualifier;
         cells[i].value.data = base + off[i].value;
     }
 }
 
-/* Filters (row-level filters) and encodes the open row into the batch, then resets it. */
-static st_code row_finish(read_state *r, st_err *err) {
-    row_cells_settle(r);
-    size_t n = r->cellv.len / sizeof(node_cell);
+/* Moves the encoded row into the batch. A row is never split across messages (read.h); a large
+ * one goes in a message of its own rather than being copied behind the rows batched. */
+static st_code row_commit(read_state *r, st_err *err) {
+    size_t enc = r->rowenc.len - RPC_SEND_HEADROOM;
+    size_t batched = batch_bytes(r);
+    if (batched > 0 &&
+        (enc > NODE_READ_BATCH_BYTES ||
+         batched + enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT) &&
+        send_batch(r) != ST_OK)
+        return st_err_set(err, ST_CANCELLED, "the call ended while sending");
+    if (batch_bytes(r) == 0) {
+        st_buf t = r->batch;
+        r->batch = r->rowenc;
+        r->rowenc = t;
+    } else if (st_buf_append(&r->batch, r->rowenc.data + RPC_SEND_HEADROOM, enc) != ST_OK) {
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory encoding a row");
+    }
+    r->rows_returned++;
+    r->cells_returned += (int64_t)r->emit_n;
+    r->scanned_unreported = false;
+    row_reset(r);
+    return ST_OK;
+}
+
+/* The next part of the cells going out, as pointers: the filter's result, or the assembled cells
+ * settled a part at a time (cellp holds the pointers). */
+static const node_cell *const *emit_part(read_state *r, size_t from, size_t to,
+                                         const node_cell **prev) {
+    if (r->emit_out) {
+        *prev = from ? r->emit_out[from - 1] : NULL;
+        return r->emit_out + from;
+    }
+    if (st_buf_reserve(&r->cellp, (to - from) * sizeof(node_cell *)) != ST_OK)
+        return NULL;
+    row_cells_settle(r, from, to);
     const node_cell *cells = (const node_cell *)(const void *)r->cellv.data;
-    const node_cell *const *out = NULL;
-    size_t out_n = 0;
+    const node_cell **v = (const node_cell **)(void *)r->cellp.data;
+    for (size_t i = from; i < to; i++)
+        v[i - from] = &cells[i];
+    *prev = from ? &cells[from - 1] : NULL;
+    return v;
+}
+
+/* Encodes the next NODE_READ_TURN_CELLS cells of the complete row into rowenc, so a row of
+ * millions of cells does not hold the loop: READ_TURN_OVER while cells remain, then the row goes
+ * into the batch. The size limits are checked as the row is encoded. */
+static st_code row_emit(read_state *r, st_err *err) {
+    size_t from = r->emit_next;
+    size_t to = r->emit_n - from > NODE_READ_TURN_CELLS ? from + NODE_READ_TURN_CELLS : r->emit_n;
+    const node_cell *prev;
+    const node_cell *const *part = emit_part(r, from, to, &prev);
+    if (part == NULL)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory encoding a row");
+    for (size_t i = 0; i < to - from; i++)
+        r->emit_bytes += node_read_cell_bytes(part[i]);
+    if (r->emit_bytes > NODE_READ_ROW_BYTES_MAX)
+        return row_too_large(r, r->emit_bytes, err);
+    st_code rc =
+        node_read_encode_cells(&r->rowenc, st_buf_slice(&r->row_key), prev, part, to - from,
+                               to == r->emit_n, NODE_READ_VALUE_CHUNK_BYTES, err);
+    if (rc != ST_OK)
+        return rc;
+    size_t enc = r->rowenc.len - RPC_SEND_HEADROOM;
+    if (enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT)
+        return row_too_large(r, enc, err);
+    r->emit_next = to;
+    return to < r->emit_n ? READ_TURN_OVER : row_commit(r, err);
+}
+
+/* The open row is complete: row-level filters run on it (in one piece), then it is encoded and
+ * sent (row_emit). A row with no cells left is only remembered for last_scanned_row_key. */
+static st_code row_finish(read_state *r, st_err *err) {
+    size_t n = r->cellv.len / sizeof(node_cell);
     st_slice key = st_buf_slice(&r->row_key);
     st_code rc = ST_OK;
     r->rows_seen++;
+    r->emit_out = NULL;
+    r->emit_n = n;
     if (r->filter && !r->per_cell) {
+        row_cells_settle(r, 0, n);
         node_filter_ctx fc = filter_ctx(r);
-        rc = node_filter_eval(r->filter, key, cells, n, &fc, &out, &out_n, err);
-    } else if (n > 0) {
-        if (st_buf_reserve(&r->cellp, n * sizeof(node_cell *)) != ST_OK)
-            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory assembling a row");
-        const node_cell **v = (const node_cell **)(void *)r->cellp.data;
-        for (size_t i = 0; i < n; i++)
-            v[i] = &cells[i];
-        out = v;
-        out_n = n;
+        rc = node_filter_eval(r->filter, key, (const node_cell *)(const void *)r->cellv.data, n,
+                              &fc, &r->emit_out, &r->emit_n, err);
     }
-    if (rc == ST_OK && out_n == 0) { /* scanned, nothing returned: remember for last_scanned */
+    if (rc == ST_OK && r->emit_n == 0) { /* scanned, nothing returned: remember for last_scanned */
         st_buf_reset(&r->scanned_key);
         r->scanned_unreported = st_buf_append(&r->scanned_key, key.data, key.len) == ST_OK;
-    } else if (rc == ST_OK) {
-        size_t bytes = key.len;
-        for (size_t i = 0; i < out_n; i++)
-            bytes += node_read_cell_bytes(out[i]);
-        size_t enc = node_read_row_encoded_bytes(key, out, out_n, NODE_READ_VALUE_CHUNK_BYTES);
-        if (bytes > NODE_READ_ROW_BYTES_MAX ||
-            enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT)
-            return row_too_large(r, bytes > enc ? bytes : enc, err);
-        /* A row is never split across messages: send what is batched if both would not fit. */
-        if (batch_bytes(r) + enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT &&
-            send_batch(r) != ST_OK)
-            return st_err_set(err, ST_CANCELLED, "the call ended while sending");
-        if (batch_open(r) != ST_OK)
-            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory encoding a row");
-        rc = node_read_encode_row_sized(&r->batch, key, out, out_n, NODE_READ_VALUE_CHUNK_BYTES,
-                                        enc, err);
-        if (rc == ST_OK) {
-            r->rows_returned++;
-            r->cells_returned += (int64_t)out_n;
-            r->scanned_unreported = false;
-        }
     }
-    row_reset(r);
-    return rc;
+    if (rc != ST_OK || r->emit_n == 0) {
+        row_reset(r);
+        return rc;
+    }
+    static const uint8_t room[RPC_SEND_HEADROOM];
+    st_buf_reset(&r->rowenc);
+    if (st_buf_append(&r->rowenc, room, sizeof room) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory encoding a row");
+    r->emitting = true;
+    r->emit_next = 0;
+    r->emit_bytes = key.len;
+    return row_emit(r, err);
 }
 
 /* Reads until one row is complete and encoded (or dropped). ST_NOT_FOUND at the end of the scan,
- * READ_TURN_OVER when the turn is spent (the open row, if any, stays open for the next turn). */
+ * READ_TURN_OVER when the turn is spent (the row being assembled or encoded waits for the next
+ * turn). */
 static st_code read_row(read_state *r, st_err *err) {
+    if (r->emitting)
+        return row_emit(r, err);
     for (;;) {
         sto_cell c;
-        st_code rc = next_cell(r, &c, err);
-        if (rc == ST_NOT_FOUND)
-            return r->row_open ? row_finish(r, err) : ST_NOT_FOUND;
-        /* Between two pieces the open row is complete (a row lies in one piece): send it now
-         * rather than after the turns the next pieces may take. */
-        if (rc == READ_TURN_OVER && r->row_open && r->it == NULL)
-            return row_finish(r, err);
-        if (rc != ST_OK)
-            return rc;
-        r->cells_seen++;
-        bool new_row = !r->row_open || !st_slice_eq(c.row, st_buf_slice(&r->row_key));
-        r->row_cells = new_row ? 1 : r->row_cells + 1;
-        bool finished = false;
-        if (new_row && r->row_open) {
-            rc = row_finish(r, err);
-            finished = true;
+        st_code rc = ST_OK;
+        if (r->pending) {
+            c = r->pending_cell;
+            r->pending = false;
+        } else {
+            rc = next_cell(r, &c, err);
+            if (rc == ST_NOT_FOUND)
+                return r->row_open ? row_finish(r, err) : ST_NOT_FOUND;
+            /* Between two pieces the open row is complete (a row lies in one piece): send it
+             * now rather than after the turns the next pieces may take. */
+            if (rc == READ_TURN_OVER && r->row_open && r->it == NULL)
+                return row_finish(r, err);
+            if (rc != ST_OK)
+                return rc;
+            r->cells_seen++;
         }
-        if (rc == ST_OK && new_row)
+        bool new_row = !r->row_open || !st_slice_eq(c.row, st_buf_slice(&r->row_key));
+        if (new_row && r->row_open) { /* c waits while the row before it goes out */
+            r->pending_cell = c;
+            r->pending = true;
+            return row_finish(r, err);
+        }
+        r->row_cells = new_row ? 1 : r->row_cells + 1;
+        if (new_row)
             rc = row_start(r, c.row, err);
         if (rc == ST_OK)
             rc = row_add(r, &c, err);
-        if (rc != ST_OK || finished)
+        if (rc != ST_OK)
             return rc;
     }
 }
@@ -553,6 +631,16 @@ static void read_fail(read_state *r, const st_err *err) {
  * not promise one snapshot for a whole scan, and the router resumes scans in new calls anyway).
  * Kept when the position cannot be told (no row open inside a piece). */
 static void read_release_storage(read_state *r) {
+    if (r->emitting) /* the pending cell, if any, lives in the iterator */
+        return;
+    if (r->it && r->pending) { /* the row after the one just sent: read again from its start */
+        if (node_scan_rewind(&r->scan, r->pending_cell.row) != ST_OK)
+            return;
+        sto_iter_free(r->it);
+        r->it = NULL;
+        r->pending = false;
+        r->cells_seen--;
+    }
     if (r->it) {
         if (!r->row_open || node_scan_rewind(&r->scan, st_buf_slice(&r->row_key)) != ST_OK)
             return;
@@ -570,7 +658,9 @@ static void read_release_storage(read_state *r) {
 /* Waits for the call to have room (its own queue, and the process's queued-response budget):
  * the RPC layer calls on_writable once it has. Nothing this read produced stays outside the
  * call's queue meanwhile, and its row buffers and storage iterator are given back, so a read
- * whose client does not read holds no more than what the budget counts, plus its state. */
+ * whose client does not read holds no more than what the budget counts, plus its state (a row
+ * being encoded does not wait for room, see turn_yield, except when the call's own queue is
+ * full: it is kept then). */
 static void read_wait(read_state *r) {
     r->waiting_writable = true;
     r->in_turn = false;
@@ -599,7 +689,9 @@ static void turn_yield(read_state *r) {
         read_end(r, ST_CANCELLED, NULL);
         return;
     }
-    if (!rpc_call_writable(r->call)) {
+    /* A row being encoded goes on whether or not the call has room: it sends nothing until it
+     * is complete, and dropping it to wait would start its encoding over. */
+    if (!r->emitting && !rpc_call_writable(r->call)) {
         read_wait(r);
         return;
     }
@@ -634,7 +726,7 @@ static void read_turn(read_state *r) {
             return;
         }
         /* No room (a scheduled turn, or the first): produce nothing until there is. */
-        if (r->turn_rows == 0 && !rpc_call_writable(r->call)) {
+        if (r->turn_rows == 0 && !r->emitting && !rpc_call_writable(r->call)) {
             read_wait(r);
             return;
         }

@@ -36,7 +36,8 @@
 /* Room kept in a response message for everything besides the chunks (key, stats). */
 #define NODE_READ_MESSAGE_SLACK_BYTES ((size_t)64 << 10)
 /* Work per event-loop turn, so one huge scan cannot starve other clients: a turn ends after a
- * response batch was sent, or after this many rows or cells were scanned. */
+ * response batch was sent, or after this many rows or cells were scanned (cells also inside a
+ * row); a complete row is encoded at most NODE_READ_TURN_CELLS cells per turn. */
 #define NODE_READ_TURN_ROWS 1000
 #define NODE_READ_TURN_CELLS 20000
 /* Rows and cells do not measure every read: a row set of many ranges that hold no rows returns
@@ -109,10 +110,13 @@ size_t node_read_row_encoded_bytes(st_slice key, const node_cell *const *cells, 
  * RESOURCE_EXHAUSTED if memory runs out (out unchanged then). */
 st_code node_read_encode_row(st_buf *out, st_slice key, const node_cell *const *cells, size_t n,
                              size_t value_chunk_bytes, st_err *err);
-/* As node_read_encode_row when the caller already has node_read_row_encoded_bytes of the same
- * row (bytes; checked with an assertion), so the row is not measured twice. */
-st_code node_read_encode_row_sized(st_buf *out, st_slice key, const node_cell *const *cells,
-                                   size_t n, size_t value_chunk_bytes, size_t bytes, st_err *err);
+/* Appends the CellChunks of n >= 1 consecutive cells of a row, so a large row can be encoded a
+ * part at a time: prev is the cell before them (NULL: they are the row's first, and the first
+ * chunk carries key), last puts commit_row on their last chunk. The parts of a row encoded in
+ * order are the bytes node_read_encode_row writes for it. Errors as node_read_encode_row. */
+st_code node_read_encode_cells(st_buf *out, st_slice key, const node_cell *prev,
+                               const node_cell *const *cells, size_t n, bool last,
+                               size_t value_chunk_bytes, st_err *err);
 /* Appends ReadRowsResponse.last_scanned_row_key (field 2). */
 st_code node_read_encode_last_scanned(st_buf *out, st_slice key);
 /* Bytes a row holds for the NODE_READ_ROW_BYTES_MAX check: key, names, values and labels. */

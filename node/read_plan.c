@@ -322,12 +322,12 @@ static void sink_cell(row_sink *s, chunk first, const node_cell *cell, bool last
     }
 }
 
-static void sink_row(row_sink *s, st_slice key, const node_cell *const *cells, size_t n,
-                     size_t piece) {
+/* Cells cells[0..n) of a row, after prev (NULL: they start the row, which carries its key). */
+static void sink_cells(row_sink *s, st_slice key, const node_cell *prev,
+                       const node_cell *const *cells, size_t n, bool last, size_t piece) {
     for (size_t i = 0; i < n; i++) {
         const node_cell *c = cells[i];
-        const node_cell *prev = i ? cells[i - 1] : NULL;
-        chunk first = {.key = i == 0 ? key : st_slice_make(NULL, 0)};
+        chunk first = {.key = prev == NULL ? key : st_slice_make(NULL, 0)};
         bool fam_changed = prev == NULL || !st_slice_eq(prev->family, c->family);
         /* The Go chunkReader rejects a family without a qualifier, so a family change always
          * carries the qualifier too. */
@@ -335,8 +335,14 @@ static void sink_row(row_sink *s, st_slice key, const node_cell *const *cells, s
             first.family = &c->family;
         if (fam_changed || !st_slice_eq(prev->qualifier, c->qualifier))
             first.qualifier = &c->qualifier;
-        sink_cell(s, first, c, i + 1 == n, piece);
+        sink_cell(s, first, c, last && i + 1 == n, piece);
+        prev = c;
     }
+}
+
+static void sink_row(row_sink *s, st_slice key, const node_cell *const *cells, size_t n,
+                     size_t piece) {
+    sink_cells(s, key, NULL, cells, n, true, piece);
 }
 
 size_t node_read_row_encoded_bytes(st_slice key, const node_cell *const *cells, size_t n,
@@ -346,28 +352,39 @@ size_t node_read_row_encoded_bytes(st_slice key, const node_cell *const *cells, 
     return s.bytes;
 }
 
-st_code node_read_encode_row(st_buf *out, st_slice key, const node_cell *const *cells, size_t n,
-                             size_t value_chunk_bytes, st_err *err) {
-    size_t bytes = node_read_row_encoded_bytes(key, cells, n, value_chunk_bytes);
-    return node_read_encode_row_sized(out, key, cells, n, value_chunk_bytes, bytes, err);
-}
-
-st_code node_read_encode_row_sized(st_buf *out, st_slice key, const node_cell *const *cells,
-                                   size_t n, size_t value_chunk_bytes, size_t bytes, st_err *err) {
+/* Writes cells as sink_cells does, bytes long (measured by the caller). */
+static st_code encode_cells_sized(st_buf *out, st_slice key, const node_cell *prev,
+                                  const node_cell *const *cells, size_t n, bool last, size_t piece,
+                                  size_t bytes, st_err *err) {
     ST_ASSERT(n > 0 && key.len > 0);
     for (size_t i = 0; i < n; i++)
         if (cells[i]->value.len > INT32_MAX)
             return st_err_set(err, ST_INTERNAL, "a cell value of %zu bytes cannot be encoded",
                               cells[i]->value.len);
-    size_t piece = value_chunk_bytes ? value_chunk_bytes : SIZE_MAX;
     if (st_buf_reserve(out, bytes) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory encoding a %zu-byte row",
                           bytes);
     row_sink s = {0, out->data + out->len};
-    sink_row(&s, key, cells, n, piece);
+    sink_cells(&s, key, prev, cells, n, last, piece);
     ST_ASSERT((size_t)(s.p - (out->data + out->len)) == bytes);
     out->len += bytes;
     return ST_OK;
+}
+
+st_code node_read_encode_row(st_buf *out, st_slice key, const node_cell *const *cells, size_t n,
+                             size_t value_chunk_bytes, st_err *err) {
+    size_t piece = value_chunk_bytes ? value_chunk_bytes : SIZE_MAX;
+    size_t bytes = node_read_row_encoded_bytes(key, cells, n, value_chunk_bytes);
+    return encode_cells_sized(out, key, NULL, cells, n, true, piece, bytes, err);
+}
+
+st_code node_read_encode_cells(st_buf *out, st_slice key, const node_cell *prev,
+                               const node_cell *const *cells, size_t n, bool last,
+                               size_t value_chunk_bytes, st_err *err) {
+    size_t piece = value_chunk_bytes ? value_chunk_bytes : SIZE_MAX;
+    row_sink m = {0, NULL};
+    sink_cells(&m, key, prev, cells, n, last, piece);
+    return encode_cells_sized(out, key, prev, cells, n, last, piece, m.bytes, err);
 }
 
 st_code node_read_encode_last_scanned(st_buf *out, st_slice key) {

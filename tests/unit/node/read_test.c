@@ -357,6 +357,41 @@ static void test_read_encode_splits_large_values(void **state) {
     st_buf_free(&b);
 }
 
+/* A row encoded a part at a time (node_read_encode_cells, as read.c sends a row of many cells)
+ * is byte for byte the row encoded whole, for every way of cutting it, values split included. */
+static void test_read_encode_in_parts_matches_whole(void **state) {
+    (void)state;
+    st_slice labels[1] = {S("lbl")};
+    node_cell cells[] = {cell("a", "q1", 3000, "v1"),   cell("a", "q1", 2000, "0123456789"),
+                         cell("a", "q2", 1000, ""),     cell("b", "q2", 0, "x"),
+                         cell("b", "q3", 5000, "yyyy"), cell("c", "", 7, "z")};
+    cells[2].labels = labels;
+    cells[2].n_labels = 1;
+    size_t n = sizeof cells / sizeof cells[0];
+    const node_cell *v[CELLS_MAX];
+    for (size_t i = 0; i < n; i++)
+        v[i] = &cells[i];
+    size_t piece = 4; /* "0123456789" and "yyyy" span chunks */
+    st_buf whole, parts;
+    st_buf_init(&whole);
+    st_buf_init(&parts);
+    encode(&whole, "row", cells, n, piece);
+    st_err err;
+    for (size_t step = 1; step <= n; step++) {
+        st_buf_reset(&parts);
+        for (size_t from = 0; from < n; from += step) {
+            size_t to = from + step < n ? from + step : n;
+            assert_int_equal(node_read_encode_cells(&parts, S("row"), from ? v[from - 1] : NULL,
+                                                    v + from, to - from, to == n, piece, &err),
+                             ST_OK);
+        }
+        assert_int_equal(parts.len, whole.len);
+        assert_memory_equal(parts.data, whole.data, whole.len);
+    }
+    st_buf_free(&whole);
+    st_buf_free(&parts);
+}
+
 static void test_read_encode_last_scanned(void **state) {
     (void)state;
     st_buf b;
@@ -1099,6 +1134,7 @@ int main(void) {
         cmocka_unit_test(test_read_encode_presence_rules),
         cmocka_unit_test(test_read_encode_empty_names_are_present),
         cmocka_unit_test(test_read_encode_splits_large_values),
+        cmocka_unit_test(test_read_encode_in_parts_matches_whole),
         cmocka_unit_test(test_read_encode_last_scanned),
         cmocka_unit_test(test_read_encode_random_round_trips),
         cmocka_unit_test(test_read_reader_rejects_bad_streams),
