@@ -462,6 +462,15 @@ static void row_cells_settle(read_state *r, size_t from, size_t to) {
     }
 }
 
+/* The row went into the batch. */
+static st_code row_done(read_state *r) {
+    r->rows_returned++;
+    r->cells_returned += (int64_t)r->emit_n;
+    r->scanned_unreported = false;
+    row_reset(r);
+    return ST_OK;
+}
+
 /* Moves the encoded row into the batch. A row is never split across messages (read.h); a large
  * one goes in a message of its own rather than being copied behind the rows batched. */
 static st_code row_commit(read_state *r, st_err *err) {
@@ -479,11 +488,7 @@ static st_code row_commit(read_state *r, st_err *err) {
     } else if (st_buf_append(&r->batch, r->rowenc.data + RPC_SEND_HEADROOM, enc) != ST_OK) {
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory encoding a row");
     }
-    r->rows_returned++;
-    r->cells_returned += (int64_t)r->emit_n;
-    r->scanned_unreported = false;
-    row_reset(r);
-    return ST_OK;
+    return row_done(r);
 }
 
 /* The next part of the cells going out, as pointers: the filter's result, or the assembled cells
@@ -505,6 +510,34 @@ static const node_cell *const *emit_part(read_state *r, size_t from, size_t to,
     return v;
 }
 
+/* The row, of at most NODE_READ_TURN_CELLS cells, encoded straight into the batch (most rows:
+ * no copy through rowenc). When the batch then holds too much for one message, the row comes out
+ * again and goes into the next one (that is one row per batch at most). */
+static st_code row_emit_whole(read_state *r, const node_cell *const *cells, st_err *err) {
+    st_slice key = st_buf_slice(&r->row_key);
+    for (int attempt = 0;; attempt++) {
+        if (batch_open(r) != ST_OK)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory encoding a row");
+        size_t before = r->batch.len, batched = batch_bytes(r);
+        st_code rc = node_read_encode_cells(&r->batch, key, NULL, cells, r->emit_n, true,
+                                            NODE_READ_VALUE_CHUNK_BYTES, err);
+        size_t enc = r->batch.len - before;
+        if (rc != ST_OK || enc + NODE_READ_MESSAGE_SLACK_BYTES > RPC_MESSAGE_BYTES_MAX_DEFAULT) {
+            r->batch.len = before;
+            return rc != ST_OK ? rc : row_too_large(r, enc, err);
+        }
+        bool alone = batched == 0 || attempt > 0;
+        if (alone ||
+            (enc <= NODE_READ_BATCH_BYTES &&
+             batched + enc + NODE_READ_MESSAGE_SLACK_BYTES <= RPC_MESSAGE_BYTES_MAX_DEFAULT))
+            break;
+        r->batch.len = before;
+        if (send_batch(r) != ST_OK)
+            return st_err_set(err, ST_CANCELLED, "the call ended while sending");
+    }
+    return row_done(r);
+}
+
 /* Encodes the next NODE_READ_TURN_CELLS cells of the complete row into rowenc, so a row of
  * millions of cells does not hold the loop: READ_TURN_OVER while cells remain, then the row goes
  * into the batch. The size limits are checked as the row is encoded. */
@@ -519,6 +552,8 @@ static st_code row_emit(read_state *r, st_err *err) {
         r->emit_bytes += node_read_cell_bytes(part[i]);
     if (r->emit_bytes > NODE_READ_ROW_BYTES_MAX)
         return row_too_large(r, r->emit_bytes, err);
+    if (from == 0 && to == r->emit_n)
+        return row_emit_whole(r, part, err);
     st_code rc =
         node_read_encode_cells(&r->rowenc, st_buf_slice(&r->row_key), prev, part, to - from,
                                to == r->emit_n, NODE_READ_VALUE_CHUNK_BYTES, err);
@@ -556,7 +591,7 @@ static st_code row_finish(read_state *r, st_err *err) {
     }
     static const uint8_t room[RPC_SEND_HEADROOM];
     st_buf_reset(&r->rowenc);
-    if (st_buf_append(&r->rowenc, room, sizeof room) != ST_OK)
+    if (r->emit_n > NODE_READ_TURN_CELLS && st_buf_append(&r->rowenc, room, sizeof room) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory encoding a row");
     r->emitting = true;
     r->emit_next = 0;
