@@ -1999,7 +1999,9 @@ static void test_log_checkpoint_close_and_idle(void **state) {
     env->ops->destroy(env);
 
     env = st_env_mem_new();
-    sto_log_options o = {.env = env, .sync = true, .checkpoint_idle_us = 1000};
+    /* Idle long enough that no checkpoint comes between the groups below, even on a loaded
+     * machine (one would name an earlier group and end the wait for the last one's). */
+    sto_log_options o = {.env = env, .sync = true, .checkpoint_idle_us = 300000};
     assert_int_equal(sto_log_open(LOGDIR, &o, &log, &err), ST_OK);
     assert_int_equal(sto_log_replay(log, 1, NULL, NULL, &err), ST_OK);
     assert_int_equal(append_ids(log, 1, 1, 300, NULL), ST_OK);
@@ -2009,7 +2011,7 @@ static void test_log_checkpoint_close_and_idle(void **state) {
         assert_int_equal(append_ids(log, g, 1, 300, NULL), ST_OK);
     }
     sto_log_stats st = {0};
-    for (int i = 0; i < 100000 && st.ckpt_syncs == 0; i++) { /* poll: it comes after 1 ms */
+    for (int i = 0; i < 100000 && st.ckpt_syncs == 0; i++) { /* poll: it comes after 0.3 s */
         usleep(1000);
         sto_log_stats_get(log, &st);
     }
