@@ -18,6 +18,7 @@
 #include "repl_internal.h"
 
 #include <event2/event.h>
+#include <inttypes.h>
 #include <stdlib.h>
 
 static bool turn_came(const repl_order *o, const repl_apply_op *op) {
@@ -71,10 +72,17 @@ static void on_expiry(evutil_socket_t fd, short what, void *arg) {
     repl_ctx *r = arg;
     repl_order *o = &r->order;
     int64_t limit = st_mono_us() - (int64_t)REPL_APPLY_PARK_MS * 1000;
-    while (o->head && o->head->parked_us <= limit)
+    uint64_t before = o->expired;
+    for (; o->head && o->head->parked_us <= limit; o->expired++)
         refuse(o, o->head,
                "an earlier batch of the sending node did not reach this node in time; its "
                "shipper sends the batches again in order");
+    if (o->expired > before)
+        st_log(ST_LOG_WARN, "repl",
+               "refused %" PRIu64 " Apply call(s) whose earlier batch did not come within %d ms "
+               "(%" PRIu64 " so far): their shipper backs off and sends them again in order, "
+               "which delays replication from it",
+               o->expired - before, REPL_APPLY_PARK_MS, o->expired);
     schedule_expiry(r);
 }
 
@@ -166,4 +174,8 @@ void repl_order_close(repl_ctx *r) {
     if (o->ev)
         event_free(o->ev);
     o->ev = NULL;
+}
+
+uint64_t repl_apply_expired(const repl_ctx *r) {
+    return r->order.expired;
 }

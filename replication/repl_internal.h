@@ -71,6 +71,7 @@ typedef struct repl_order {
     uint8_t parked_of[REPL_ORDER_SOURCES]; /* calls parked per source node */
     repl_apply_op *head, *tail;
     size_t n_parked;
+    uint64_t expired; /* refused after waiting REPL_APPLY_PARK_MS */
     struct event *ev; /* refuses calls parked for REPL_APPLY_PARK_MS */
     bool releasing;
 } repl_order;

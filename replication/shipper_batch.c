@@ -217,10 +217,11 @@ static uint64_t after_lsn(const repl_shipper *s, const ship_batch *b, uint32_t d
     return 0;
 }
 
-/* Sends the rows going to peer node dest (but those it acknowledged before) as one Apply. */
+/* Sends the rows going to peer node dest (but those it acknowledged before) as one Apply, which
+ * may have none (a mark that the batch passed, see shipper_send_batch). */
 static st_code send_dest(repl_shipper *s, ship_batch *b, uint32_t dest, size_t count, st_err *err) {
-    Strata__Internal__V1__ReplicatedRow *rows = calloc(count, sizeof *rows);
-    Strata__Internal__V1__ReplicatedRow **ptrs = calloc(count, sizeof *ptrs);
+    Strata__Internal__V1__ReplicatedRow *rows = calloc(count ? count : 1, sizeof *rows);
+    Strata__Internal__V1__ReplicatedRow **ptrs = calloc(count ? count : 1, sizeof *ptrs);
     st_code rc = ST_RESOURCE_EXHAUSTED;
     uint8_t *buf = NULL;
     if (!rows || !ptrs) {
@@ -292,6 +293,7 @@ void shipper_send_batch(repl_shipper *s, ship_batch *b) {
     b->pending = 1; /* held while starting the calls */
     /* Rows acknowledged by a call before keep their node: the rest are routed afresh. */
     size_t per_dest[ST_TOPO_NODES_MAX] = {0};
+    uint64_t waited_on = b->unacked_dests; /* later batches' calls may wait for it there */
     b->unacked_dests = 0;
     for (size_t i = 0; i < b->n_rows; i++) {
         if (b->rows[i].acked)
@@ -309,9 +311,15 @@ void shipper_send_batch(repl_shipper *s, ship_batch *b) {
         b->unacked_dests |= (uint64_t)1 << d;
         per_dest[d]++;
     }
+    /* A node that had rows of it before and has none now (its tablets moved) gets an Apply of
+     * no rows: the calls of later batches waiting there for this one start then, instead of
+     * being refused after REPL_APPLY_PARK_MS. */
+    uint64_t nodes = s->n_nodes >= 64 ? UINT64_MAX : ((uint64_t)1 << s->n_nodes) - 1;
+    uint64_t marks = b->failed ? 0 : waited_on & ~b->unacked_dests & nodes;
+    b->unacked_dests |= marks; /* until the empty Apply is acknowledged */
     for (uint32_t d = 0; !b->failed && d < s->n_nodes; d++) {
         st_err err = {0};
-        if (!per_dest[d])
+        if (!per_dest[d] && !(marks & ((uint64_t)1 << d)))
             continue;
         if (send_dest(s, b, d, per_dest[d], &err) != ST_OK) {
             b->failed = true;

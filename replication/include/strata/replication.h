@@ -232,6 +232,10 @@ typedef struct repl_peer_stats {
 size_t repl_peer_count(const repl_ctx *r);
 /* Peer i (0 <= i < repl_peer_count) into out. */
 void repl_peer_stats_get(repl_ctx *r, size_t i, repl_peer_stats *out);
+/* Apply calls this node refused because the earlier batch of their sender they waited for did
+ * not start here within REPL_APPLY_PARK_MS (docs/formats/replication.md, Apply order): each
+ * costs its sender a backoff and a resend, so it should stay 0 while links are healthy. */
+uint64_t repl_apply_expired(const repl_ctx *r);
 /* This node's positions (what GetPositions answers). */
 void repl_positions_local(repl_ctx *r, repl_node_positions *out);
 

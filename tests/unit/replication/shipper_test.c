@@ -757,6 +757,36 @@ static void test_shipper_resends_to_failed_nodes_only(void **state) {
     env_close(&e);
 }
 
+/* Rows move to another peer node behind the shipper's map: the batch sent by the old map fails
+ * there (strata-not-owner) and is sent again to the new owner, the next batch goes to the old
+ * node, and every row arrives where it belongs with no Apply call refused for waiting
+ * REPL_APPLY_PARK_MS (each such refusal costs the link a backoff and seconds of lag). Where a
+ * later batch's call reached the old node before the first batch was sent again, it waits there
+ * for that batch, which then sends the old node an Apply of no rows to let it start; on one event
+ * loop the first refusal comes back before the next batch leaves, so this test covers the move
+ * and the accounting, not that interleaving. */
+static void test_shipper_moved_rows_release_waiting_calls(void **state) {
+    (void)state;
+    static const char *const splits[] = {"", "r0020", ""};
+    env e;
+    env_open_n(&e, 2, splits);
+    write_rows(&e, 20, 5, false);
+    east_open(&e);
+    run_until(&e, east_caught_up);                  /* the shipper has the peer's map */
+    snprintf(e.w[0].hi, sizeof e.w[0].hi, "r0010"); /* r0010.. move to the second node */
+    snprintf(e.w[1].lo, sizeof e.w[1].lo, "r0010");
+    write_rows(&e, 10, 7, false); /* one batch, sent to the first node by the old map */
+    write_rows(&e, 0, 7, false);  /* the next, for the first node: waits for the one before */
+    run_until(&e, east_caught_up);
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_true(st.rpcs_failed >= 1); /* the not-owner answer */
+    assert_int_equal(repl_apply_expired(e.w[0].rw), 0);
+    assert_int_equal(repl_apply_expired(e.w[1].rw), 0);
+    assert_west_matches_east(&e);
+    env_close(&e);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shipper_delivers_and_skips_replicated),
@@ -768,6 +798,7 @@ int main(void) {
         cmocka_unit_test(test_shipper_applied_bound),
         cmocka_unit_test(test_apply_keeps_source_log_order),
         cmocka_unit_test(test_shipper_resends_to_failed_nodes_only),
+        cmocka_unit_test(test_shipper_moved_rows_release_waiting_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
