@@ -163,7 +163,7 @@ st_code rpc_server_bind(rpc_server *s, const char *host, uint16_t port, uint16_t
     if (s->listeners_len + s->bound_len >= RPC_LISTENERS_MAX)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "too many listeners (max %d)",
                           RPC_LISTENERS_MAX);
-    int fd;
+    int fd = -1; /* set when bind_tcp succeeds (the compiler cannot see it at -O3) */
     st_code rc = bind_tcp(host, port, &fd, bound_port, err);
     if (rc == ST_OK)
         s->bound[s->bound_len++] = fd;
