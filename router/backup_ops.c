@@ -281,11 +281,13 @@ static void sweep_deleted(void *arg, st_code code, const char *msg) {
 
 static void sweep_delete(rtr_ctx *r, const char *name) {
     sweep_del *d = malloc(sizeof *d);
-    if (!d || !rtr_gate_take(r, name, d)) {
+    if (!d)
+        return;
+    d->r = r;
+    if (!rtr_gate_take(r, name, d)) {
         free(d);
         return;
     }
-    d->r = r;
     st_log(ST_LOG_INFO, "router", "backup %s expired (or was abandoned): deleting it", name);
     rtr_bk_delete(r, name, sweep_deleted, d);
 }
