@@ -137,7 +137,14 @@ no_crash
 
 echo "== 2. filler removed: writes succeed without a restart"
 rm -f "$EAST/filler"
-js full_disk.js fill t oneast b 40 "$OK" 1 >"$TMPD/fill2.out" || fail "fill after: $(cat "$TMPD/fill2.out")"
+# As the error says, retry: the freed space is first taken by the flushes that failed while the
+# disk was full (seen once under AddressSanitizer: 34 of 40 writes, then No space left).
+for try in 1 2 3; do
+  js full_disk.js fill t oneast b 40 "$OK" 1 >"$TMPD/fill2.out" || fail "fill after: $(cat "$TMPD/fill2.out")"
+  grep -q '^ok 40$' "$TMPD/fill2.out" && break
+  echo "try $try: $(cat "$TMPD/fill2.out")"
+  sleep 3
+done
 grep -q '^ok 40$' "$TMPD/fill2.out" || fail "writes after space was freed: $(cat "$TMPD/fill2.out")"
 js full_disk.js consistent t >"$TMPD/cons.out" || fail "CheckConsistency: $(cat "$TMPD/cons.out")"
 check_rows oneast "$OK" "east, space freed"
