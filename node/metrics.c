@@ -208,6 +208,13 @@ static void render_repl(node_ctx *n, prom_out *o) {
     repl_family(o, p, "strata_replication_backing_off", "gauge",
                 "1 while shipping to the peer cluster waits after a failure.", 5);
     free(p);
+    /* receiving side: a peer's batch that waited its turn past the bound (docs/formats/
+     * replication.md, Apply order) and was refused; the peer resends, so only a rising count
+     * says something is wrong (a peer node failing part-way through its writes) */
+    gauge(o, "strata_replication_apply_refused_total", "counter",
+          "Apply calls from peer clusters refused after waiting for an earlier batch of their "
+          "sender.",
+          repl_apply_expired(n->repl));
 #else
     (void)n;
     (void)o;

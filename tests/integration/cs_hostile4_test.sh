@@ -20,11 +20,19 @@ MODES=${*:-limits bigrow manyrefs}
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "python3 not installed: skipping"; exit 77; }
 instance_init cshostile4
-"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 2 --nodes 1 >"$TMPD/up.out" 2>&1 ||
+"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 2 --nodes 1 --metrics >"$TMPD/up.out" 2>&1 ||
   { cat "$TMPD/up.out"; fail "strata up"; }
 for mode in $MODES; do
   echo "== $mode"
   timeout 240 python3 "$(dirname "$0")/cs_hostile4.py" "$mode" "$PORT" "$DIR" "$STRATA" ||
     fail "cs_hostile4.py $mode failed (see its FAIL lines above)"
 done
+# The second cluster's node counts the peer's Apply calls it refused after waiting for an
+# earlier batch (docs/metrics.md); the order mode's writes must have needed none of them.
+page=$(python3 -c 'import sys,urllib.request; print(urllib.request.urlopen("http://"+sys.argv[1]+"/metrics",timeout=10).read().decode())' \
+  "$(cat "$DIR/run/west-0.metrics")") || fail "GET /metrics of west-0"
+refused=$(awk '$1 == "strata_replication_apply_refused_total" { print $2 }' <<<"$page")
+echo "west-0 strata_replication_apply_refused_total=${refused:-missing}"
+[ -n "$refused" ] || fail "west-0 does not report strata_replication_apply_refused_total"
+case " $MODES " in *" order "*) [ "$refused" = 0 ] || fail "west-0 refused $refused Apply calls in order mode" ;; esac
 echo "PASS"
