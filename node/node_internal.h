@@ -51,6 +51,10 @@ typedef struct node_tablets {
      * member's may leave gaps (rows served by other nodes), or be none at all. */
     node_tablet *v;
     size_t n;
+    /* DropRowRange jobs deleting its rows in storage right now (streams off, admin.c): no move
+     * of its tablets starts meanwhile (move.c), as a copy taken then would keep rows the job
+     * deletes here afterwards. */
+    uint32_t drop_jobs;
 } node_tablets;
 
 /* Fault settings for tests of moves, from the environment variable STRATA_TEST_MOVE (a comma
@@ -165,6 +169,9 @@ st_code node_tablet_split(node_ctx *n, node_tablets *t, size_t i, st_slice key, 
 st_code node_split_timer_start(node_ctx *n, st_err *err);
 void node_split_timer_stop(node_ctx *n);
 typedef struct node_move_waiter node_move_waiter; /* admin.c */
+/* True while a DropRowRange job deletes rows of table here (streams off, admin.c): a move of
+ * one of its tablets waits for it before it starts (move.c). */
+bool node_table_dropping(node_ctx *n, const char *table);
 /* Ends the DropRowRanges and family purges waiting for a move (node_close): their calls fail
  * UNAVAILABLE. */
 void node_move_waiters_abort(node_ctx *n);
