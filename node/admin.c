@@ -1083,15 +1083,20 @@ typedef struct drop_op {
     bool finished; /* the batch being written is the last */
 } drop_op;
 
+/* A DropRowRange's answer: Empty when code is OK, else the error. */
+static void drop_answer(rpc_call *call, st_code code, const char *msg) {
+    if (code != ST_OK) {
+        node_fail(call, code, "%s", msg);
+        return;
+    }
+    Google__Protobuf__Empty empty;
+    google__protobuf__empty__init(&empty);
+    node_reply(call, &empty.base);
+}
+
 static void drop_end(drop_op *op, st_code code, const char *msg) {
     waiter_free(&op->wait);
-    if (code != ST_OK) {
-        node_fail(op->call, code, "%s", msg);
-    } else {
-        Google__Protobuf__Empty empty;
-        google__protobuf__empty__init(&empty);
-        node_reply(op->call, &empty.base);
-    }
+    drop_answer(op->call, code, msg);
     st_buf_free(&op->prefix);
     st_buf_free(&op->from);
     st_buf_free(&op->keys);
@@ -1285,7 +1290,7 @@ static void drop_recorded(node_ctx *n, rpc_call *call, const char *table, st_sli
  * while the job runs, or before it starts, keeps rows the job then deletes only here. So a job
  * and a move of the same table exclude each other on this node: the job starts once no tablet of
  * the table is moving away (waiting as above, at most MOVE_WAIT_MS, then UNAVAILABLE), and a
- * move of one of its tablets waits until no job of the table runs (drop_jobs, move.c). A tablet
+ * move of one of its tablets waits until no job of the table runs (n->drop_jobs, move.c). A tablet
  * that moved away before the job started is the router's: its next round reaches the target. */
 #define DROP_PREFIX_ROUNDS_MAX 4
 
@@ -1298,19 +1303,14 @@ typedef struct drop_prefix_arg {
     int round;
     uint64_t *ids;
     size_t n_ids;
-    bool vanished; /* a tablet was gone from storage */
+    bool vanished;                /* a tablet was gone from storage */
+    struct drop_prefix_arg *next; /* in n->drop_jobs while the job runs */
 } drop_prefix_arg;
 
 /* Answers the call (OK when code is) and frees a. */
 static void drop_prefix_end(drop_prefix_arg *a, st_code code, const char *msg) {
     waiter_free(&a->wait);
-    if (code != ST_OK) {
-        node_fail(a->call, code, "%s", msg);
-    } else {
-        Google__Protobuf__Empty empty;
-        google__protobuf__empty__init(&empty);
-        node_reply(a->call, &empty.base);
-    }
+    drop_answer(a->call, code, msg);
     st_buf_free(&a->prefix);
     free(a->ids);
     free(a);
@@ -1337,10 +1337,12 @@ static void drop_prefix_done(node_job *j) {
     st_code rc = j->rc;
     st_err err = j->err;
     free(j);
-    node_tablets *t = node_tablets_find(a->wait.n, a->table);
-    if (t && t->drop_jobs > 0) /* 0 when the table was deleted and made again meanwhile */
-        t->drop_jobs--;
-    if (rc == ST_OK && a->vanished && t) {
+    drop_prefix_arg **p = &a->wait.n->drop_jobs;
+    while (*p && *p != a)
+        p = &(*p)->next;
+    if (*p)
+        *p = a->next;
+    if (rc == ST_OK && a->vanished && node_tablets_find(a->wait.n, a->table)) {
         if (++a->round < DROP_PREFIX_ROUNDS_MAX) {
             drop_prefix_run(a);
             return;
@@ -1409,8 +1411,8 @@ static void drop_prefix_run(drop_prefix_arg *a) {
         drop_prefix_end(a, rc, err.msg);
         return;
     }
-    if (t)
-        t->drop_jobs++;
+    a->next = n->drop_jobs;
+    n->drop_jobs = a;
 }
 
 static void drop_prefix_start(node_ctx *n, rpc_call *call, const char *table, st_slice prefix) {
@@ -1430,9 +1432,11 @@ static void drop_prefix_start(node_ctx *n, rpc_call *call, const char *table, st
     drop_prefix_run(a);
 }
 
-bool node_table_dropping(node_ctx *n, const char *table) {
-    const node_tablets *t = node_tablets_find(n, table);
-    return t && t->drop_jobs > 0;
+bool node_table_dropping(const node_ctx *n, const char *table) {
+    for (const drop_prefix_arg *a = n->drop_jobs; a; a = a->next)
+        if (strcmp(a->table, table) == 0)
+            return true;
+    return false;
 }
 
 void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
