@@ -1083,15 +1083,20 @@ typedef struct drop_op {
     bool finished; /* the batch being written is the last */
 } drop_op;
 
+/* A DropRowRange's answer: Empty when code is OK, else the error. */
+static void drop_answer(rpc_call *call, st_code code, const char *msg) {
+    if (code != ST_OK) {
+        node_fail(call, code, "%s", msg);
+        return;
+    }
+    Google__Protobuf__Empty empty;
+    google__protobuf__empty__init(&empty);
+    node_reply(call, &empty.base);
+}
+
 static void drop_end(drop_op *op, st_code code, const char *msg) {
     waiter_free(&op->wait);
-    if (code != ST_OK) {
-        node_fail(op->call, code, "%s", msg);
-    } else {
-        Google__Protobuf__Empty empty;
-        google__protobuf__empty__init(&empty);
-        node_reply(op->call, &empty.base);
-    }
+    drop_answer(op->call, code, msg);
     st_buf_free(&op->prefix);
     st_buf_free(&op->from);
     st_buf_free(&op->keys);
@@ -1278,20 +1283,34 @@ static void drop_recorded(node_ctx *n, rpc_call *call, const char *table, st_sli
  * table, so it runs on a job thread. One version for every delete, taken on the loop at the
  * request: a write made meanwhile has a higher one and survives, as it would have after the
  * call. A tablet split or dropped meanwhile is gone from storage (NOT_FOUND); the table's
- * tablets of that moment are then done again (the deletes are idempotent), a few times at most. */
+ * tablets of that moment are then done again (the deletes are idempotent), a few times at most.
+ *
+ * Moves (docs/cluster.md, "DropRowRange on a node during a move"): the job's deletes bypass
+ * node_write, so a move's drain of in-flight writes does not wait for them, and a copy taken
+ * while the job runs, or before it starts, keeps rows the job then deletes only here. So a job
+ * and a move of the same table exclude each other on this node: the job starts once no tablet of
+ * the table is moving away (waiting as above, at most MOVE_WAIT_MS, then UNAVAILABLE), and a
+ * move of one of its tablets waits until no job of the table runs (n->drop_jobs, move.c). A tablet
+ * that moved away before the job started is the router's: its next round reaches the target. */
 #define DROP_PREFIX_ROUNDS_MAX 4
 
 typedef struct drop_prefix_arg {
+    node_move_waiter wait; /* first: waiter_fire's w is the drop; wait.n is the node */
+    rpc_call *call;
     char table[NODE_TABLE_NAME_MAX + 1];
     st_buf prefix;
     uint64_t version;
     int round;
     uint64_t *ids;
     size_t n_ids;
-    bool vanished; /* a tablet was gone from storage */
+    bool vanished;                /* a tablet was gone from storage */
+    struct drop_prefix_arg *next; /* in n->drop_jobs while the job runs */
 } drop_prefix_arg;
 
-static void drop_prefix_free(drop_prefix_arg *a) {
+/* Answers the call (OK when code is) and frees a. */
+static void drop_prefix_end(drop_prefix_arg *a, st_code code, const char *msg) {
+    waiter_free(&a->wait);
+    drop_answer(a->call, code, msg);
     st_buf_free(&a->prefix);
     free(a->ids);
     free(a);
@@ -1311,64 +1330,113 @@ static void drop_prefix_work(node_job *j) {
     }
 }
 
-static void drop_prefix_start(node_ctx *n, rpc_call *call, const char *table, st_slice prefix,
-                              uint64_t version, int round);
+static void drop_prefix_run(drop_prefix_arg *a);
 
 static void drop_prefix_done(node_job *j) {
     drop_prefix_arg *a = j->arg;
-    node_ctx *n = j->n;
-    rpc_call *call = j->call;
     st_code rc = j->rc;
-    if (rc == ST_OK && a->vanished && node_tablets_find(n, a->table)) {
-        if (a->round + 1 < DROP_PREFIX_ROUNDS_MAX) {
-            drop_prefix_start(n, call, a->table, st_buf_slice(&a->prefix), a->version,
-                              a->round + 1);
-            drop_prefix_free(a);
-            free(j);
+    st_err err = j->err;
+    free(j);
+    drop_prefix_arg **p = &a->wait.n->drop_jobs;
+    while (*p && *p != a)
+        p = &(*p)->next;
+    if (*p)
+        *p = a->next;
+    if (rc == ST_OK && a->vanished && node_tablets_find(a->wait.n, a->table)) {
+        if (++a->round < DROP_PREFIX_ROUNDS_MAX) {
+            drop_prefix_run(a);
             return;
         }
-        rc = st_err_set(&j->err, ST_UNAVAILABLE,
+        rc = st_err_set(&err, ST_UNAVAILABLE,
                         "the tablets of %s kept splitting or moving during DropRowRange; retry",
                         a->table);
     }
-    if (rc != ST_OK) {
-        node_fail(call, rc, "%s", j->err.msg);
-    } else {
-        Google__Protobuf__Empty empty;
-        google__protobuf__empty__init(&empty);
-        node_reply(call, &empty.base);
-    }
-    drop_prefix_free(a);
-    free(j);
+    drop_prefix_end(a, rc, err.msg);
 }
 
-static void drop_prefix_start(node_ctx *n, rpc_call *call, const char *table, st_slice prefix,
-                              uint64_t version, int round) {
-    node_tablets *t = node_tablets_find(n, table);
+static void drop_prefix_again(node_move_waiter *w) {
+    drop_prefix_run((drop_prefix_arg *)w);
+}
+
+static void drop_prefix_closing(node_move_waiter *w) {
+    drop_prefix_end((drop_prefix_arg *)w, ST_UNAVAILABLE,
+                    "the node is shutting down; retry the DropRowRange");
+}
+
+/* The first tablet of t moving away, or NULL. */
+static const node_tablet *moving_tablet(const node_tablets *t) {
+    for (size_t i = 0; t && i < t->n; i++)
+        if (t->v[i].moving)
+            return &t->v[i];
+    return NULL;
+}
+
+/* Starts the job over the table's tablets of this moment once none is moving away (see above);
+ * ends the call when it cannot. */
+static void drop_prefix_run(drop_prefix_arg *a) {
+    node_ctx *n = a->wait.n;
+    node_tablets *t = node_tablets_find(n, a->table);
+    const node_tablet *moving = moving_tablet(t);
+    if (moving) {
+        st_code rc = waiter_wait(&a->wait);
+        char msg[NODE_TABLE_NAME_MAX + 96];
+        snprintf(msg, sizeof msg,
+                 "tablet %" PRIu64 " of %s is still being moved; retry the DropRowRange",
+                 moving->id, a->table);
+        if (rc != ST_OK)
+            drop_prefix_end(a, rc,
+                            rc == ST_RESOURCE_EXHAUSTED ? "out of memory dropping rows" : msg);
+        return;
+    }
+    a->wait.from_us = 0;
+    a->vanished = false;
+    a->n_ids = 0;
+    free(a->ids);
+    a->ids = t && t->n ? calloc(t->n, sizeof *a->ids) : NULL;
     node_job *j = calloc(1, sizeof *j);
-    drop_prefix_arg *a = calloc(1, sizeof *a);
     st_err err = {0};
     st_code rc = ST_OK;
-    if (!j || !a || (t && t->n && !(a->ids = calloc(t->n, sizeof *a->ids))) ||
-        st_buf_append(&a->prefix, prefix.data, prefix.len) != ST_OK)
+    if (!j || (t && t->n && !a->ids))
         rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+    for (size_t i = 0; rc == ST_OK && t && i < t->n; i++)
+        if (!t->v[i].incoming) /* not this node's range yet (DropRowRange above) */
+            a->ids[a->n_ids++] = t->v[i].id;
     if (rc == ST_OK) {
-        snprintf(a->table, sizeof a->table, "%s", table);
-        a->version = version;
-        a->round = round;
-        for (size_t i = 0; t && i < t->n; i++)
-            if (!t->v[i].incoming) /* not this node's range yet (DropRowRange above) */
-                a->ids[a->n_ids++] = t->v[i].id;
         *j = (node_job){
-            .n = n, .call = call, .work = drop_prefix_work, .done = drop_prefix_done, .arg = a};
+            .n = n, .call = a->call, .work = drop_prefix_work, .done = drop_prefix_done, .arg = a};
         rc = node_job_start(j, &err);
     }
     if (rc != ST_OK) {
-        node_fail(call, rc, "%s", err.msg);
-        if (a)
-            drop_prefix_free(a);
         free(j);
+        drop_prefix_end(a, rc, err.msg);
+        return;
     }
+    a->next = n->drop_jobs;
+    n->drop_jobs = a;
+}
+
+static void drop_prefix_start(node_ctx *n, rpc_call *call, const char *table, st_slice prefix) {
+    drop_prefix_arg *a = calloc(1, sizeof *a);
+    if (!a || st_buf_append(&a->prefix, prefix.data, prefix.len) != ST_OK) {
+        if (a)
+            st_buf_free(&a->prefix);
+        free(a);
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory dropping rows");
+        return;
+    }
+    a->wait =
+        (node_move_waiter){.n = n, .again = drop_prefix_again, .closing = drop_prefix_closing};
+    a->call = call;
+    snprintf(a->table, sizeof a->table, "%s", table);
+    a->version = node_next_version(n);
+    drop_prefix_run(a);
+}
+
+bool node_table_dropping(const node_ctx *n, const char *table) {
+    for (const drop_prefix_arg *a = n->drop_jobs; a; a = a->next)
+        if (strcmp(a->table, table) == 0)
+            return true;
+    return false;
 }
 
 void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -1400,7 +1468,7 @@ void node_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
         drop_recorded(n, call, req->name, prefix);
         return;
     }
-    drop_prefix_start(n, call, req->name, prefix, node_next_version(n), 0);
+    drop_prefix_start(n, call, req->name, prefix);
 }
 
 /* ---- consistency tokens ----

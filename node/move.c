@@ -43,6 +43,11 @@
 #define MOVE_BATCH_BYTES ((size_t)4 << 20) /* cell bytes per CopyRows (one cell may exceed) */
 #define MOVE_RPC_TIMEOUT_MS 120000
 #define MOVE_DRAIN_POLL_MS 1
+/* Before marking a tablet: how often and how long a move looks again while a DropRowRange job of
+ * its table runs here (move_begin); then it fails UNAVAILABLE and its caller moves it again
+ * later (the balancer at its next look). */
+#define MOVE_DROP_POLL_MS 20
+#define MOVE_DROP_WAIT_MS 20000
 #define MOVE_SHIP_POLL_MS 20
 /* Longest wait, after the copy, for the peer clusters to have the tablet's log records; then the
  * move fails (the tablet stays and takes writes again). Writes are held meanwhile, so it stays
@@ -71,6 +76,8 @@ struct node_move {
     struct event *ev; /* runs `step` (deferred work, polling) */
     move_step_fn step;
     uint64_t drain_until; /* writes_started when the tablet was marked */
+    bool marked;          /* this move set the tablet's `moving` (move_begin, resume_one) */
+    int64_t begin_us;     /* st_mono_us of the MoveTablet call (the wait in move_begin) */
     st_buf target_tablet; /* the target's CreateTablet answer (a Tablet message) */
     uint64_t target_id;
     bool target_created;
@@ -146,9 +153,10 @@ static void move_free(node_move *m) {
 }
 
 static void move_unmark(node_move *m) {
-    node_tablet *tab = node_tablet_by_id(m->n, m->id, NULL);
+    node_tablet *tab = m->marked ? node_tablet_by_id(m->n, m->id, NULL) : NULL;
     if (tab)
         tab->moving = false;
+    m->marked = false;
 }
 
 /* ---- DATA/outgoing: moves whose activation may have happened ----
@@ -851,6 +859,45 @@ static node_move *move_new(node_ctx *n, rpc_call *call, const node_tablets *t,
     return m;
 }
 
+/* Marks the tablet moving and starts the move, once no DropRowRange job of its table runs here
+ * (node_table_dropping): the job's deletes bypass node_write, so the drain of in-flight writes
+ * would not wait for them, and a copy taken while it runs keeps rows it deletes only here
+ * (docs/cluster.md, "DropRowRange on a node during a move"). A drop does not start while the
+ * tablet is marked, so once marked the move runs as before. */
+static void move_begin(node_move *m) {
+    node_ctx *n = m->n;
+    node_tablets *t;
+    node_tablet *tab = node_tablet_by_id(n, m->id, &t);
+    if (!tab) {
+        move_fail(m, ST_NOT_FOUND, "the tablet is no longer served here (split or dropped)");
+        return;
+    }
+    if (tab->moving || tab->incoming) {
+        move_fail(m, ST_FAILED_PRECONDITION,
+                  tab->moving ? "already moving" : "a move's copy, not yet activated");
+        return;
+    }
+    if (node_table_dropping(n, t->name)) {
+        if (st_mono_us() - m->begin_us > (int64_t)MOVE_DROP_WAIT_MS * 1000) {
+            move_fail(m, ST_UNAVAILABLE,
+                      "a DropRowRange of its table kept deleting rows here; move it again later");
+            return;
+        }
+        if (m->step != move_begin)
+            st_log(ST_LOG_INFO, "move",
+                   "table=%s tablet=%" PRIu64 " to %s: waits for a DropRowRange of the table",
+                   t->name, m->id, m->target);
+        move_defer(m, move_begin, MOVE_DROP_POLL_MS);
+        return;
+    }
+    tab->moving = true;
+    m->marked = true;
+    m->drain_until = n->writes_started;
+    st_log(ST_LOG_INFO, "move", "table=%s tablet=%" PRIu64 " to %s: started", t->name, m->id,
+           m->target);
+    move_put_table(m);
+}
+
 void node_h_move_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Strata__Internal__V1__MoveTabletRequest *req = (void *)node_unpack(
@@ -875,13 +922,10 @@ void node_h_move_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
         node_fail(call, err.code, "%s", err.msg);
         return;
     }
-    tab->moving = true;
-    m->drain_until = n->writes_started;
+    m->begin_us = st_mono_us();
     m->next = n->moves;
     n->moves = m;
-    st_log(ST_LOG_INFO, "move", "table=%s tablet=%" PRIu64 " to %s: started", t->name, m->id,
-           m->target);
-    move_put_table(m);
+    move_begin(m);
 }
 
 /* One DATA/outgoing line: the tablet, if still here, stays marked moving until the target has
@@ -902,7 +946,7 @@ static bool resume_one(node_ctx *n, uint64_t id, uint64_t target_id, const char 
         return false;
     }
     m->target_id = target_id;
-    m->recorded = m->answered = true;
+    m->marked = m->recorded = m->answered = true;
     m->next = n->moves;
     n->moves = m;
     st_log(ST_LOG_INFO, "move",

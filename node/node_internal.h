@@ -101,8 +101,11 @@ struct node_ctx {
     struct event *incoming_timer;          /* drops incoming copies idle too long (move.c) */
     struct node_move_waiter *move_waiters; /* DropRowRanges and family purges waiting for a move
                                               to end (admin.c) */
-    struct repl_ctx *repl;                 /* replication (repl_glue.c); NULL without --config */
-    struct read_state *read_pool;          /* idle ReadRows states kept for reuse (read.c) */
+    /* DropRowRange jobs deleting rows in storage right now (streams off, admin.c): no move of a
+     * tablet of their tables starts meanwhile (move.c, node_table_dropping). */
+    struct drop_prefix_arg *drop_jobs;
+    struct repl_ctx *repl;        /* replication (repl_glue.c); NULL without --config */
+    struct read_state *read_pool; /* idle ReadRows states kept for reuse (read.c) */
     size_t read_pool_n;
     struct node_cs *cs; /* change streams, write side (changes_write.c) */
     /* Change stream reader turns running back to back (changes_read.c, turn_may_run): since
@@ -165,6 +168,9 @@ st_code node_tablet_split(node_ctx *n, node_tablets *t, size_t i, st_slice key, 
 st_code node_split_timer_start(node_ctx *n, st_err *err);
 void node_split_timer_stop(node_ctx *n);
 typedef struct node_move_waiter node_move_waiter; /* admin.c */
+/* True while a DropRowRange job deletes rows of table here (streams off, admin.c): a move of
+ * one of its tablets waits for it before it starts (move.c). */
+bool node_table_dropping(const node_ctx *n, const char *table);
 /* Ends the DropRowRanges and family purges waiting for a move (node_close): their calls fail
  * UNAVAILABLE. */
 void node_move_waiters_abort(node_ctx *n);
