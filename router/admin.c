@@ -1075,7 +1075,10 @@ void rtr_h_update_table(rpc_call *call, st_slice req_bytes, void *arg) {
 /* A tablet that moves while the nodes drop takes its rows to a node that may have been asked
  * before they arrived (or not at all): after the nodes answered, the maps are refreshed, and when
  * the table's tablets are no longer those the drop was sent to (or one is moving), the drop is
- * sent again to the nodes holding them now, at most DROP_ROUNDS_MAX times. A write acknowledged
+ * sent again to the nodes holding them now, at most DROP_ROUNDS_MAX times. A tablet kept from an
+ * earlier map because its node did not answer the refresh (`stale`) counts as moving: that node
+ * may have started a move since, whose copy would keep the rows, so the drop is not answered OK
+ * on its word. A write acknowledged
  * before the call was made is older than every node's delete; one made after it returned is
  * newer; those made meanwhile may go either way. */
 #define DROP_ROUNDS_MAX 8
@@ -1092,7 +1095,7 @@ typedef struct drop_op {
 } drop_op;
 
 /* A digest of the table's tablets (id and node) in the clusters asked; *moving when one of them
- * is being moved. */
+ * is being moved or was not confirmed by its node in the last refresh. */
 static uint64_t drop_tablets(const drop_op *op, bool *moving) {
     const rtr_ctx *r = op->r;
     uint64_t h = 1469598103934665603ULL;
@@ -1104,7 +1107,7 @@ static uint64_t drop_tablets(const drop_op *op, bool *moving) {
         for (size_t i = 0; t && i < t->n; i++) {
             h = (h ^ t->v[i].id) * 1099511628211ULL;
             h = (h ^ (c << 32 | t->v[i].node)) * 1099511628211ULL;
-            *moving |= t->v[i].moving;
+            *moving |= t->v[i].moving || t->v[i].stale;
         }
     }
     return h;
@@ -1129,7 +1132,8 @@ static void drop_checked(void *arg) {
         free(op);
     } else if (++op->round >= DROP_ROUNDS_MAX) {
         rpc_call_finish(op->call, ST_UNAVAILABLE,
-                        "the table's tablets kept moving during DropRowRange; retry");
+                        "the table's tablets kept moving during DropRowRange, or a node holding "
+                        "them did not list them; retry");
         free(op);
     } else if (!moving || rtr_later_add(op->r, DROP_MOVING_WAIT_MS, drop_resend, op) != ST_OK) {
         drop_send(op);

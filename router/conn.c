@@ -472,7 +472,8 @@ static bool collect_tablets(const rtr_cluster *c, const rtr_fan_res *res, uint32
                                         t->id,
                                         node,
                                         t->read_only || is_move_target(c, node, t),
-                                        t->moving};
+                                        t->moving,
+                                        false};
     }
     return true;
 }
@@ -497,7 +498,7 @@ static bool keep_old(const rtr_cluster *c, const rtr_fan *f, rtr_tablet_in **in,
             }
             /* read_only marks them as second choice against fresh reports. */
             (*in)[(*n)++] = (rtr_tablet_in){
-                old->tables[t].name, tb->start, tb->end, tb->id, tb->node, true, false};
+                old->tables[t].name, tb->start, tb->end, tb->id, tb->node, true, false, true};
         }
     return true;
 }

@@ -101,6 +101,7 @@ typedef struct rtr_tablet {
     uint32_t node; /* index into the cluster's nodes */
     bool read_only;
     bool moving; /* being moved away: reads go here, writes wait for the move to end */
+    bool stale;  /* kept from the previous map: its node did not answer the last refresh */
 } rtr_tablet;
 
 typedef struct rtr_tmap_table {
@@ -124,6 +125,7 @@ typedef struct rtr_tablet_in {
     uint32_t node;
     bool read_only;
     bool moving; /* the source of a move in progress (read_only is set too) */
+    bool stale;  /* kept from the previous map (its node did not answer) */
 } rtr_tablet_in;
 
 /* Builds a map from reported tablets (any order). Where tablets overlap (a move in progress, a

@@ -50,6 +50,7 @@ static bool add_tablet(rtr_tmap *m, rtr_tmap_table *t, const rtr_tablet_in *in) 
     tb->node = in->node;
     tb->read_only = in->read_only;
     tb->moving = in->moving;
+    tb->stale = in->stale;
     /* A read-only tablet that survived the overlap check is still the only copy known. */
     t->n++;
     return ok;

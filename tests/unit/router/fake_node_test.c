@@ -22,7 +22,9 @@
  *     network partition does) is failed by the rpc client's keepalive PING with UNAVAILABLE,
  *     not left hanging until the call's deadline, and a multi-cluster read whose cluster goes
  *     silent is served by the other cluster (the router finds the link silent: calls open,
- *     nothing received for RTR_SILENT_MS).
+ *     nothing received for RTR_SILENT_MS);
+ *   - a DropRowRange is not answered OK while a node holding the table's tablets fails to list
+ *     them afterwards (a move it started could not be seen).
  * Each test starts its own nodes and router on ephemeral loopback ports.
  */
 #include <setjmp.h>
@@ -75,6 +77,10 @@ typedef struct fake_node {
     int held_reads;
     int not_owner_left;  /* data reads still to refuse with strata-not-owner (a moved tablet) */
     fn_pending *pending; /* calls answered later (fn_later), finished at the latest by fx_close */
+    int drops;           /* DropRowRange calls answered */
+    int lists_fail_ms;   /* after the first DropRowRange, ListTablets fails for this long */
+    int64_t lists_fail_until_us;
+    int lists_failed;
 } fake_node;
 
 /* A TCP proxy in front of a node that can start dropping everything silently. */
@@ -138,6 +144,11 @@ static void fn_get_status(rpc_call *call, st_slice req, void *arg) {
 static void fn_list_tablets(rpc_call *call, st_slice req, void *arg) {
     (void)req;
     fake_node *n = arg;
+    if (st_mono_us() < n->lists_fail_until_us) { /* busy, or a lost connection */
+        n->lists_failed++;
+        rpc_call_finish(call, ST_UNAVAILABLE, "the node could not list its tablets");
+        return;
+    }
     Strata__Internal__V1__Tablet t[3], *tp[3];
     const char *names[3] = {RTR_META_TABLE, FN_TABLE, FN_TABLE2};
     size_t k = n->cluster == 1 ? 3 : 2;
@@ -152,6 +163,14 @@ static void fn_list_tablets(rpc_call *call, st_slice req, void *arg) {
     resp.n_tablets = k;
     resp.tablets = tp;
     fn_reply(call, &resp.base);
+}
+
+static void fn_drop_row_range(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    fake_node *n = arg;
+    if (++n->drops == 1 && n->lists_fail_ms)
+        n->lists_fail_until_us = st_mono_us() + (int64_t)n->lists_fail_ms * 1000;
+    fn_reply(call, NULL);
 }
 
 /* One committed row: key, family f, qualifier q, value v. */
@@ -387,6 +406,8 @@ static void fn_start_on(fake_node *n, struct event_base *base, int cluster, uint
     assert_int_equal(rpc_server_add_method(n->srv, RTR_BT "MutateRow", fn_empty, n), ST_OK);
     assert_int_equal(rpc_server_add_method(n->srv, RTR_BT "ReadRows", fn_read_rows, n), ST_OK);
     assert_int_equal(rpc_server_add_method(n->srv, RTR_BT "MutateRows", fn_mutate_rows, n), ST_OK);
+    assert_int_equal(rpc_server_add_method(n->srv, RTR_TA "DropRowRange", fn_drop_row_range, n),
+                     ST_OK);
     assert_int_equal(rpc_server_listen(n->srv, "127.0.0.1", port, &n->port, &err), ST_OK);
 }
 
@@ -653,7 +674,47 @@ static void fx_mutate_rows(fixture *fx, const char *profile, const char *row, re
     fx_wait(fx, res, 1);
 }
 
+/* A whole-table DropRowRange through the router. */
+static void fx_drop_all(fixture *fx, read_res *res) {
+    Google__Bigtable__Admin__V2__DropRowRangeRequest req;
+    google__bigtable__admin__v2__drop_row_range_request__init(&req);
+    req.name = (char *)FN_TABLE;
+    req.target_case =
+        GOOGLE__BIGTABLE__ADMIN__V2__DROP_ROW_RANGE_REQUEST__TARGET_DELETE_ALL_DATA_FROM_TABLE;
+    req.delete_all_data_from_table = true;
+    uint8_t buf[512];
+    size_t len = google__bigtable__admin__v2__drop_row_range_request__pack(&req, buf);
+    memset(res, 0, sizeof *res);
+    assert_non_null(rpc_client_call(fx->client, RTR_TA "DropRowRange", st_slice_make(buf, len),
+                                    NULL, 0, 60000, rd_msg, rd_done, res));
+    fx_wait(fx, res, 1);
+}
+
 /* ---- tests ---- */
+
+/* After the nodes dropped the rows, the router checks that the table's tablets are still those
+ * it sent the drop to (a move meanwhile would carry old rows to a node not asked). A node whose
+ * ListTablets fails then is not taken at its old word: the drop is sent again once it lists its
+ * tablets (the first case), and fails UNAVAILABLE when it never does (the second). */
+static void test_fake_node_drop_waits_for_a_confirmed_map(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, 1);
+    fx.nodes[0].lists_fail_ms = 300;
+    read_res res;
+    fx_drop_all(&fx, &res);
+    assert_int_equal(res.code, ST_OK);
+    assert_true(fx.nodes[0].lists_failed > 0); /* the check did meet a failed listing */
+    assert_true(fx.nodes[0].drops >= 2);       /* and sent the drop again after it */
+    fx_close(&fx);
+
+    fx_open(&fx, 1);
+    fx.nodes[0].lists_fail_ms = 600000;
+    fx_drop_all(&fx, &res);
+    assert_int_equal(res.code, ST_UNAVAILABLE);
+    assert_non_null(strstr(res.msg, "did not list them"));
+    fx_close(&fx);
+}
 
 static void test_fake_node_rows_limit_never_resets_node_streams(void **state) {
     (void)state;
@@ -1021,6 +1082,7 @@ static void test_fake_node_connection_failures_logged_once_per_peer(void **state
 int main(void) {
     st_log_set_level(ST_LOG_WARN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fake_node_drop_waits_for_a_confirmed_map),
         cmocka_unit_test(test_fake_node_rows_limit_never_resets_node_streams),
         cmocka_unit_test(test_fake_node_rows_limit_after_not_owner_ends_ok),
         cmocka_unit_test(test_fake_node_query_of_death_does_not_spread),

@@ -26,7 +26,8 @@
 
 static rtr_tablet_in tin(const char *table, const char *start, const char *end, uint32_t node,
                          bool ro) {
-    return (rtr_tablet_in){table, st_slice_cstr(start), st_slice_cstr(end), 0, node, ro, false};
+    return (rtr_tablet_in){table, st_slice_cstr(start), st_slice_cstr(end), 0, node, ro, false,
+                           false};
 }
 
 /* The source of a move in progress, as ListTablets reports it (read_only and moving). */
