@@ -20,6 +20,7 @@
 
 #include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/bigtable/v2/feature_flags.pb-c.h"
+#include "strata/internal/v1/node.pb-c.h"
 #include "strata/rpc.h"
 #include "tu_tmp.h"
 
@@ -87,6 +88,30 @@ st_code bt_call_pb(const char *addr, const char *path, const ProtobufCMessage *r
     st_buf_free(&ignore);
     st_buf_free(&body);
     return rc;
+}
+
+st_code bt_node_put_table(const char *addr, const char *name, const char *family,
+                          uint32_t max_versions, int timeout_ms, st_err *st) {
+    Google__Bigtable__Admin__V2__GcRule rule;
+    google__bigtable__admin__v2__gc_rule__init(&rule);
+    rule.rule_case = GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS;
+    rule.max_num_versions = (int32_t)max_versions;
+    Google__Bigtable__Admin__V2__ColumnFamily cf;
+    google__bigtable__admin__v2__column_family__init(&cf);
+    cf.gc_rule = max_versions ? &rule : NULL;
+    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry fam, *fams[1] = {&fam};
+    google__bigtable__admin__v2__table__column_families_entry__init(&fam);
+    fam.key = (char *)family;
+    fam.value = &cf;
+    Google__Bigtable__Admin__V2__Table table;
+    google__bigtable__admin__v2__table__init(&table);
+    table.name = (char *)name;
+    table.n_column_families = 1;
+    table.column_families = fams;
+    Strata__Internal__V1__PutTableRequest req;
+    strata__internal__v1__put_table_request__init(&req);
+    req.table = &table;
+    return bt_call_pb(addr, "/strata.internal.v1.Node/PutTable", &req.base, timeout_ms, NULL, st);
 }
 
 /* URL-encodes the table name for x-goog-request-params, as the Go client does. */

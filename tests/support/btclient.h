@@ -120,6 +120,11 @@ st_code bt_read_modify_write(const bt_client *c, const char *table, st_slice row
  * this client has no function for. */
 st_code bt_call_pb(const char *addr, const char *path, const ProtobufCMessage *req, int timeout_ms,
                    st_buf *resp, st_err *st);
+/* PutTable of a node's internal service (strata.internal.v1.Node): table `name` (full name) with
+ * the one family `family`, keeping at most max_versions versions (0: no GC rule), no change
+ * streams. For tests that drive a node without the router. */
+st_code bt_node_put_table(const char *addr, const char *name, const char *family,
+                          uint32_t max_versions, int timeout_ms, st_err *st);
 
 /* Appends one "key<TAB>offset\n" line (key escaped like row keys) per SampleRowKeys answer. */
 st_code bt_sample_row_keys(const bt_client *c, const char *table, st_buf *dump, size_t *n_keys,

@@ -28,6 +28,7 @@
 #include <signal.h>
 #include <time.h>
 
+#include "btclient.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "node_internal.h"
@@ -60,37 +61,13 @@ static node_env S, T;
 
 static st_code call(const node_env *e, const char *path, const ProtobufCMessage *req, st_buf *resp,
                     st_err *status) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(req, buf);
-    st_buf ignore;
-    st_buf_init(&ignore);
-    st_code rc = rpc_blocking_unary(e->addr, NULL, path, st_slice_make(buf, len), NULL, 0,
-                                    TIMEOUT_MS, resp ? resp : &ignore, status);
-    st_buf_free(&ignore);
-    free(buf);
-    return rc;
+    return bt_call_pb(e->addr, path, req, TIMEOUT_MS, resp, status);
 }
 
 /* Table name on S with family f (no change streams) and one tablet over every row: its id. */
 static uint64_t table_on_s(const char *name) {
-    Google__Bigtable__Admin__V2__ColumnFamily cf;
-    google__bigtable__admin__v2__column_family__init(&cf);
-    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry fam;
-    google__bigtable__admin__v2__table__column_families_entry__init(&fam);
-    fam.key = "f";
-    fam.value = &cf;
-    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *fams[1] = {&fam};
-    Google__Bigtable__Admin__V2__Table table;
-    google__bigtable__admin__v2__table__init(&table);
-    table.name = (char *)name;
-    table.n_column_families = 1;
-    table.column_families = fams;
-    Strata__Internal__V1__PutTableRequest put;
-    strata__internal__v1__put_table_request__init(&put);
-    put.table = &table;
     st_err status;
-    assert_int_equal(call(&S, IN "PutTable", &put.base, NULL, &status), ST_OK);
+    assert_int_equal(bt_node_put_table(S.addr, name, "f", 0, TIMEOUT_MS, &status), ST_OK);
     Strata__Internal__V1__CreateTabletRequest req;
     strata__internal__v1__create_tablet_request__init(&req);
     req.table_name = (char *)name;

@@ -30,6 +30,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "btclient.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "sto_test_util.h"
@@ -65,16 +66,7 @@ static node_env A, B; /* A: node 1; B: node 2, splits above 64 KiB */
 
 static st_code call(const node_env *e, const char *path, const ProtobufCMessage *req, st_buf *resp,
                     st_err *status) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(req, buf);
-    st_buf ignore;
-    st_buf_init(&ignore);
-    st_code rc = rpc_blocking_unary(e->addr, NULL, path, st_slice_make(buf, len), NULL, 0,
-                                    TIMEOUT_MS, resp ? resp : &ignore, status);
-    st_buf_free(&ignore);
-    free(buf);
-    return rc;
+    return bt_call_pb(e->addr, path, req, TIMEOUT_MS, resp, status);
 }
 
 static void assert_not_owner(st_code rc, const st_err *status) {
@@ -83,28 +75,8 @@ static void assert_not_owner(st_code rc, const st_err *status) {
 }
 
 static void put_table(const node_env *e, const char *name) {
-    Google__Bigtable__Admin__V2__GcRule rule;
-    google__bigtable__admin__v2__gc_rule__init(&rule);
-    rule.rule_case = GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_NUM_VERSIONS;
-    rule.max_num_versions = 3;
-    Google__Bigtable__Admin__V2__ColumnFamily cf;
-    google__bigtable__admin__v2__column_family__init(&cf);
-    cf.gc_rule = &rule;
-    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry fam;
-    google__bigtable__admin__v2__table__column_families_entry__init(&fam);
-    fam.key = "f";
-    fam.value = &cf;
-    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *fams[1] = {&fam};
-    Google__Bigtable__Admin__V2__Table table;
-    google__bigtable__admin__v2__table__init(&table);
-    table.name = (char *)name;
-    table.n_column_families = 1;
-    table.column_families = fams;
-    Strata__Internal__V1__PutTableRequest req;
-    strata__internal__v1__put_table_request__init(&req);
-    req.table = &table;
     st_err status;
-    assert_int_equal(call(e, IN "PutTable", &req.base, NULL, &status), ST_OK);
+    assert_int_equal(bt_node_put_table(e->addr, name, "f", 3, TIMEOUT_MS, &status), ST_OK);
 }
 
 /* CreateTablet [start, end), a move's incoming copy or its activation when incoming is given;

@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include "btclient.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "node_internal.h"
@@ -60,16 +61,7 @@ static void hold_job(void) {
 /* ---- RPC helpers ---- */
 
 static st_code unary(const char *path, const ProtobufCMessage *req, st_err *status) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(req, buf);
-    st_buf resp;
-    st_buf_init(&resp);
-    st_code rc = rpc_blocking_unary(g_addr, NULL, path, st_slice_make(buf, len), NULL, 0,
-                                    TIMEOUT_MS, &resp, status);
-    st_buf_free(&resp);
-    free(buf);
-    return rc;
+    return bt_call_pb(g_addr, path, req, TIMEOUT_MS, NULL, status);
 }
 
 /* A table with families f and g, split at split (NULL: one tablet), change streams kept
@@ -228,23 +220,8 @@ static st_code modify_family(const char *table, const char *family, bool drop) {
 
 /* PutTable (internal service) giving table the one family f: g is dropped with its cells. */
 static st_code put_table_f_only(const char *table) {
-    Google__Bigtable__Admin__V2__ColumnFamily cf;
-    google__bigtable__admin__v2__column_family__init(&cf);
-    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry fam;
-    google__bigtable__admin__v2__table__column_families_entry__init(&fam);
-    fam.key = "f";
-    fam.value = &cf;
-    Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *fams[1] = {&fam};
-    Google__Bigtable__Admin__V2__Table t;
-    google__bigtable__admin__v2__table__init(&t);
-    t.name = (char *)table;
-    t.n_column_families = 1;
-    t.column_families = fams;
-    Strata__Internal__V1__PutTableRequest req;
-    strata__internal__v1__put_table_request__init(&req);
-    req.table = &t;
     st_err status;
-    return unary("/strata.internal.v1.Node/PutTable", &req.base, &status);
+    return bt_node_put_table(g_addr, table, "f", 0, TIMEOUT_MS, &status);
 }
 
 /* ---- holding a job while the loop is checked ---- */

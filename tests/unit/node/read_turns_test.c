@@ -24,6 +24,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include "btclient.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "read.h"
@@ -52,18 +53,10 @@ static env E;
 /* ---- setup through blocking calls, from a thread while the loop runs ---- */
 
 static st_code unary(const char *path, const ProtobufCMessage *req) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(req, buf);
-    st_buf resp;
-    st_buf_init(&resp);
     st_err status;
-    st_code rc = rpc_blocking_unary(E.addr, NULL, path, st_slice_make(buf, len), NULL, 0,
-                                    TIMEOUT_MS, &resp, &status);
+    st_code rc = bt_call_pb(E.addr, path, req, TIMEOUT_MS, NULL, &status);
     if (rc != ST_OK)
         fprintf(stderr, "%s: %s\n", path, status.msg);
-    st_buf_free(&resp);
-    free(buf);
     return rc;
 }
 

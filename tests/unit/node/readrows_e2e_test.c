@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include "btclient.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
 #include "sto_test_util.h"
@@ -225,16 +226,7 @@ static void expect_row(int i, size_t *cells, size_t *bytes, uint64_t *hash) {
 /* ---- RPC helpers ---- */
 
 static st_code unary(const char *path, const ProtobufCMessage *req, st_err *status) {
-    size_t len = protobuf_c_message_get_packed_size(req);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(req, buf);
-    st_buf resp;
-    st_buf_init(&resp);
-    st_code rc = rpc_blocking_unary(E.addr, NULL, path, st_slice_make(buf, len), NULL, 0,
-                                    TIMEOUT_MS, &resp, status);
-    st_buf_free(&resp);
-    free(buf);
-    return rc;
+    return bt_call_pb(E.addr, path, req, TIMEOUT_MS, NULL, status);
 }
 
 static void ignore_msg(st_slice msg, void *arg) {
