@@ -83,57 +83,34 @@ static uint64_t table_on_s(const char *name) {
     return id;
 }
 
+/* ROWS rows of one cell each, written to table on S (a full name under PARENT). */
 static void write_rows(const char *table) {
+    bt_client c;
+    bt_client_init(&c, S.addr);
+    bt_muts m;
+    bt_muts_init(&m);
+    bt_muts_set(&m, "f", ST_SLICE_LIT("q"), -1, ST_SLICE_LIT("v"));
     for (int i = 0; i < ROWS; i++) {
         char key[16];
         snprintf(key, sizeof key, "r%05d", i);
-        Google__Bigtable__V2__Mutation__SetCell sc;
-        google__bigtable__v2__mutation__set_cell__init(&sc);
-        sc.family_name = "f";
-        sc.column_qualifier = (ProtobufCBinaryData){1, (uint8_t *)"q"};
-        sc.timestamp_micros = -1;
-        sc.value = (ProtobufCBinaryData){1, (uint8_t *)"v"};
-        Google__Bigtable__V2__Mutation m;
-        google__bigtable__v2__mutation__init(&m);
-        m.mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
-        m.set_cell = &sc;
-        Google__Bigtable__V2__Mutation *ms[1] = {&m};
-        Google__Bigtable__V2__MutateRowRequest req;
-        google__bigtable__v2__mutate_row_request__init(&req);
-        req.table_name = (char *)table;
-        req.row_key = (ProtobufCBinaryData){strlen(key), (uint8_t *)key};
-        req.n_mutations = 1;
-        req.mutations = ms;
         st_err status;
-        assert_int_equal(call(&S, BT "MutateRow", &req.base, NULL, &status), ST_OK);
+        assert_int_equal(bt_mutate_row(&c, table + strlen(PARENT), st_slice_cstr(key), &m, &status),
+                         ST_OK);
     }
-}
-
-static void count_chunks(st_slice msg, void *arg) {
-    size_t *rows = arg;
-    Google__Bigtable__V2__ReadRowsResponse *r =
-        google__bigtable__v2__read_rows_response__unpack(NULL, msg.len, msg.data);
-    assert_non_null(r);
-    for (size_t i = 0; i < r->n_chunks; i++)
-        *rows += r->chunks[i]->row_status_case ==
-                 GOOGLE__BIGTABLE__V2__READ_ROWS_RESPONSE__CELL_CHUNK__ROW_STATUS_COMMIT_ROW;
-    google__bigtable__v2__read_rows_response__free_unpacked(r, NULL);
+    bt_muts_deinit(&m);
 }
 
 /* The rows of a full scan of table on node e. */
 static size_t count_rows(const node_env *e, const char *table) {
-    Google__Bigtable__V2__ReadRowsRequest req;
-    google__bigtable__v2__read_rows_request__init(&req);
-    req.table_name = (char *)table;
-    size_t len = protobuf_c_message_get_packed_size(&req.base);
-    uint8_t *buf = malloc(len + 1);
-    protobuf_c_message_pack(&req.base, buf);
+    bt_client c;
+    bt_client_init(&c, e->addr);
+    bt_read_req req = {0};
+    st_buf dump;
+    st_buf_init(&dump);
     size_t rows = 0;
     st_err status;
-    assert_int_equal(rpc_blocking_stream(e->addr, NULL, BT "ReadRows", st_slice_make(buf, len),
-                                         NULL, 0, TIMEOUT_MS, count_chunks, &rows, &status),
-                     ST_OK);
-    free(buf);
+    assert_int_equal(bt_read_dump(&c, table + strlen(PARENT), &req, &dump, &rows, &status), ST_OK);
+    st_buf_free(&dump);
     return rows;
 }
 
