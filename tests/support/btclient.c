@@ -90,6 +90,18 @@ st_code bt_call_pb(const char *addr, const char *path, const ProtobufCMessage *r
     return rc;
 }
 
+ProtobufCMessage *bt_call_unpack(const char *addr, const char *path, const ProtobufCMessage *req,
+                                 const ProtobufCMessageDescriptor *resp_desc, int timeout_ms,
+                                 st_err *st) {
+    st_buf resp;
+    st_buf_init(&resp);
+    ProtobufCMessage *m = NULL;
+    if (bt_call_pb(addr, path, req, timeout_ms, &resp, st) == ST_OK)
+        m = protobuf_c_message_unpack(resp_desc, NULL, resp.len, resp.data);
+    st_buf_free(&resp);
+    return m;
+}
+
 st_code bt_node_put_table(const char *addr, const char *name, const char *family,
                           uint32_t max_versions, int timeout_ms, st_err *st) {
     Google__Bigtable__Admin__V2__GcRule rule;

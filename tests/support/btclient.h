@@ -120,6 +120,12 @@ st_code bt_read_modify_write(const bt_client *c, const char *table, st_slice row
  * this client has no function for. */
 st_code bt_call_pb(const char *addr, const char *path, const ProtobufCMessage *req, int timeout_ms,
                    st_buf *resp, st_err *st);
+/* bt_call_pb, then the answer unpacked as resp_desc's message (free it with
+ * protobuf_c_message_free_unpacked); NULL when the call failed (st says why) or the answer does
+ * not parse. */
+ProtobufCMessage *bt_call_unpack(const char *addr, const char *path, const ProtobufCMessage *req,
+                                 const ProtobufCMessageDescriptor *resp_desc, int timeout_ms,
+                                 st_err *st);
 /* PutTable of a node's internal service (strata.internal.v1.Node): table `name` (full name) with
  * the one family `family`, keeping at most max_versions versions (0: no GC rule), no change
  * streams. For tests that drive a node without the router. */

@@ -71,15 +71,12 @@ static uint64_t table_on_s(const char *name) {
     Strata__Internal__V1__CreateTabletRequest req;
     strata__internal__v1__create_tablet_request__init(&req);
     req.table_name = (char *)name;
-    st_buf resp;
-    st_buf_init(&resp);
-    assert_int_equal(call(&S, IN "CreateTablet", &req.base, &resp, &status), ST_OK);
     Strata__Internal__V1__Tablet *t =
-        strata__internal__v1__tablet__unpack(NULL, resp.len, resp.data);
+        (void *)bt_call_unpack(S.addr, IN "CreateTablet", &req.base,
+                               &strata__internal__v1__tablet__descriptor, TIMEOUT_MS, &status);
     assert_non_null(t);
     uint64_t id = t->id;
-    strata__internal__v1__tablet__free_unpacked(t, NULL);
-    st_buf_free(&resp);
+    protobuf_c_message_free_unpacked(&t->base, NULL);
     return id;
 }
 
@@ -123,12 +120,10 @@ static listed list(const node_env *e, const char *table) {
     Strata__Internal__V1__ListTabletsRequest req;
     strata__internal__v1__list_tablets_request__init(&req);
     req.table_name = (char *)table;
-    st_buf resp;
-    st_buf_init(&resp);
     st_err status;
-    assert_int_equal(call(e, IN "ListTablets", &req.base, &resp, &status), ST_OK);
-    Strata__Internal__V1__ListTabletsResponse *r =
-        strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data);
+    Strata__Internal__V1__ListTabletsResponse *r = (void *)bt_call_unpack(
+        e->addr, IN "ListTablets", &req.base,
+        &strata__internal__v1__list_tablets_response__descriptor, TIMEOUT_MS, &status);
     assert_non_null(r);
     listed l = {0, 0, 0};
     for (size_t i = 0; i < r->n_tablets; i++) {
@@ -137,7 +132,6 @@ static listed list(const node_env *e, const char *table) {
         l.incoming += r->tablets[i]->incoming;
     }
     strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
-    st_buf_free(&resp);
     return l;
 }
 

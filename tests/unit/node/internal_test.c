@@ -122,14 +122,11 @@ static Strata__Internal__V1__ListTabletsResponse *list_tablets(const node_env *e
     Strata__Internal__V1__ListTabletsRequest req;
     strata__internal__v1__list_tablets_request__init(&req);
     req.table_name = (char *)table;
-    st_buf resp;
-    st_buf_init(&resp);
     st_err status;
-    assert_int_equal(call(e, IN "ListTablets", &req.base, &resp, &status), ST_OK);
-    Strata__Internal__V1__ListTabletsResponse *r =
-        strata__internal__v1__list_tablets_response__unpack(NULL, resp.len, resp.data);
+    Strata__Internal__V1__ListTabletsResponse *r = (void *)bt_call_unpack(
+        e->addr, IN "ListTablets", &req.base,
+        &strata__internal__v1__list_tablets_response__descriptor, TIMEOUT_MS, &status);
     assert_non_null(r);
-    st_buf_free(&resp);
     return r;
 }
 
