@@ -117,6 +117,7 @@ typedef struct cs_hold {
 } cs_hold;
 
 struct cs_reader {
+    size_t kept; /* the request's bytes, kept with the call (n->cs_kept_bytes) */
     node_ctx *n;
     rpc_call *call;
     char table[NODE_TABLE_NAME_MAX + 1];
@@ -262,6 +263,7 @@ static void scan_free(cs_reader *r) {
 
 static void cs_free(cs_reader *r) {
     node_cs_readers_add(r->n, -1);
+    r->n->cs_kept_bytes -= r->kept;
     if (r->watching)
         node_cs_unwatch(r->n, &r->watcher);
     if (r->timer)
@@ -1276,6 +1278,12 @@ static st_code reader_setup(cs_reader *r, const node_table *meta, btu_key_range 
 
 void node_h_read_change_stream(rpc_call *call, st_slice bytes, void *arg) {
     node_ctx *n = arg;
+    st_err err;
+    st_err_clear(&err);
+    if (btu_cs_request_keepable(bytes.len, n->cs_kept_bytes, &err) != ST_OK) {
+        node_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     Google__Bigtable__V2__ReadChangeStreamRequest *req =
         (Google__Bigtable__V2__ReadChangeStreamRequest *)node_unpack(
             call, &google__bigtable__v2__read_change_stream_request__descriptor, bytes);
@@ -1291,8 +1299,9 @@ void node_h_read_change_stream(rpc_call *call, st_slice bytes, void *arg) {
         node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory starting the change stream");
         return;
     }
-    st_err err;
-    st_err_clear(&err);
+    r->kept = bytes.len; /* the request stays in the call's memory: cs_free counts it out */
+    n->cs_kept_bytes += r->kept;
+    rpc_call_request_kept(call);
     if (reader_setup(r, meta, &part, req, &err) != ST_OK || !buf_set(&r->start, part.start) ||
         !buf_set(&r->end, part.end)) {
         cs_end(r, err.code != ST_OK ? err.code : ST_RESOURCE_EXHAUSTED,

@@ -297,6 +297,7 @@ static void rcs_step(rcs_op *op);
 
 static void rcs_free(rcs_op *op, st_code code, const char *msg) {
     op->r->cs_streams--;
+    op->r->cs_kept_bytes -= op->req_bytes.len;
     rpc_call_unhold(op->call, op->held);
     rpc_call_finish(op->call, code, msg);
     st_buf_free(&op->backlog.buf);
@@ -802,6 +803,11 @@ static void rcs_step(rcs_op *op) {
 
 void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
+    st_err err = {0};
+    if (btu_cs_request_keepable(req_bytes.len, r->cs_kept_bytes, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     pb_rcs_req *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__read_change_stream_request__descriptor, req_bytes);
     rtr_cluster *c = req ? cs_route(r, call, req->table_name, req->app_profile_id) : NULL;
@@ -809,7 +815,6 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     st_arena *a = rpc_call_arena(call);
     btu_key_range part;
-    st_err err = {0};
     if (btu_cs_partition_range(req->partition, "partition", a, &part, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
@@ -833,6 +838,8 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     r->cs_streams++; /* rcs_free counts it out */
+    r->cs_kept_bytes += req_bytes.len;
+    rpc_call_request_kept(call); /* counted in cs_kept_bytes instead */
     op->r = r;
     op->call = call;
     op->c = c;

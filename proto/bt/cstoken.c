@@ -251,6 +251,22 @@ static void range_text(char *out, size_t cap, const btu_key_range *r) {
              r->end.len ? "\"" : "");
 }
 
+st_code btu_cs_request_keepable(size_t len, size_t kept, st_err *err) {
+    if (len > BTU_CS_REQUEST_BYTES_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "a ReadChangeStream request of %zu bytes is over the limit of %zu KiB "
+                          "(it is kept as long as its stream is open): read the partition with "
+                          "fewer continuation tokens, e.g. one stream per token's partition",
+                          len, BTU_CS_REQUEST_BYTES_MAX >> 10);
+    if (kept + len > BTU_CS_KEPT_REQUESTS_MAX)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                          "the open change streams' requests hold %zu KiB, and this one's %zu "
+                          "bytes would pass their limit of %zu MiB: close streams that are not "
+                          "read, retry later, or send smaller requests",
+                          kept >> 10, len, BTU_CS_KEPT_REQUESTS_MAX >> 20);
+    return ST_OK;
+}
+
 st_code btu_cs_partition_range(const Google__Bigtable__V2__StreamPartition *p, const char *what,
                                st_arena *arena, btu_key_range *out, st_err *err) {
     if (p == NULL)

@@ -219,6 +219,15 @@ const char *rpc_call_peer(const rpc_call *call) {
 st_arena *rpc_call_arena(rpc_call *call) {
     return &call->arena;
 }
+
+void rpc_call_request_kept(rpc_call *call) {
+    size_t n = call->request_bytes < call->mem_reserved ? call->request_bytes : call->mem_reserved;
+    if (call->conn)
+        call->conn->request_bytes -= call->request_bytes;
+    call->request_bytes = 0;
+    rpc_mem_release(n);
+    call->mem_reserved -= n;
+}
 int64_t rpc_call_deadline_us(const rpc_call *call) {
     return call->deadline_us;
 }

@@ -388,6 +388,66 @@ def order(port, d, strata):
                'status %s: %s' % (st, [(r, got.get(r, [])[:12]) for r in rows if got.get(r) != want[r]][:2]))
 
 
+def open_stream(port, req):
+    """A ReadChangeStream of request bytes req on a connection of its own, left open: (the
+    connection, 'open' once a Heartbeat came or the grpc-status it ended with)."""
+    c = Conn(port, timeout=60)
+    sid = c.headers(BT + 'ReadChangeStream')
+    c.data_fc(sid, grpc_msg(req))
+    a = time.time()
+    while time.time() - a < 20:
+        t, fl, s, p = c.read_frame()
+        if s != sid:
+            continue
+        if t == 0 and p:
+            return c, 'open'
+        if fl & 1:
+            return c, 'ended'
+    return c, 'silent'
+
+
+def padded(base, size):
+    """base (a ReadChangeStream request) with an unknown field 99 making it size bytes."""
+    req = base + fld(99, b'\0' * max(0, size - len(base) - 6))
+    return base + fld(99, b'\0' * max(0, size - len(base) - 6 - (len(req) - size)))
+
+
+def small_write_ok(port, table, what):
+    d, st, msg, err = ncall(port, BT + 'MutateRow', fld(1, tname(table)) + fld(2, 'w') +
+                            fld(3, set_cell('cf', 'q', 'v')), limit=20)
+    expect('%s: a small MutateRow is served (status %s %s)' % (what, st, (msg or '')[:160]),
+           st == 0)
+
+
+def budget(port, d, strata):
+    """Open streams keep their requests (the router re-sends them to nodes) but not the
+    process's buffered-request budget (--max-buffered-request-bytes, 256 MiB), which is for
+    requests on their way in: two open streams of 128 MiB requests refused every other call of
+    every client. A request over 1 MiB is refused; requests of open streams are held to 32 MiB
+    in all (RESOURCE_EXHAUSTED past it), and other calls go on meanwhile."""
+    t = 'budget'
+    create_cs(port, t)
+    time.sleep(0.3)
+    base = cs_req(t, hb_s=1)
+    big = [open_stream(port, padded(base, 128 << 20)) for _ in range(2)]
+    expect('128 MiB requests are refused', all(r != 'open' for _, r in big), str(big))
+    small_write_ok(port, t, 'two 128 MiB stream requests sent')
+    for c, _ in big:
+        c.s.close()
+    streams = [open_stream(port, padded(base, 1000 << 10)) for _ in range(36)]
+    opened = sum(1 for _, r in streams if r == 'open')
+    print('streams of 1000 KiB requests: %d of 36 open' % opened, flush=True)
+    expect('streams of 1000 KiB requests open up to the 32 MiB bound (%d)' % opened,
+           28 <= opened <= 33)
+    small_write_ok(port, t, '%d streams of 1000 KiB requests open' % opened)
+    for c, _ in streams:
+        c.s.close()
+    time.sleep(1)
+    c, r = open_stream(port, padded(base, 1000 << 10))
+    expect('a stream opens again once the others closed (%s)' % (r,), r == 'open')
+    c.s.close()
+
+
 def main():
     mode = sys.argv[1]
     create_cs(int(sys.argv[2]), 'ready', retention=0)  # read by restart(); ALREADY_EXISTS after the first
@@ -399,6 +459,8 @@ def main():
         order(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'manyrefs':
         manyrefs(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    elif mode == 'budget':
+        budget(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'mirror':
         mirror(int(sys.argv[2]), sys.argv[3], sys.argv[4], *[int(a) for a in sys.argv[5:7]])
     else:

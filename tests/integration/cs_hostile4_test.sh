@@ -9,6 +9,8 @@
 #   manyrefs: a catch-up read of a row holding 65,536 values by reference delivers them;
 #   order:    writes of a row, large and small alternating, come out of the second cluster's
 #             stream in the order written;
+#   budget:   open streams keep their requests out of the buffered-request budget: two of
+#             128 MiB are refused and other calls go on; 1000 KiB ones open up to 32 MiB in all;
 #   mirror:   a copy made by applying the stream of 400 random writes of every kind reads as the
 #             table does (live, on the second cluster, from storage).
 # Skips (77) without python3.

@@ -25,6 +25,15 @@
 #define BTU_CS_TOKEN_MAX (10 + 2 + 10 + 1 + 19 + 1 + 19 + 1 + 19 + 1 + 2 * BTU_ROW_KEY_MAX + 1)
 /* Most tokens one ReadChangeStream request may carry (a merge of that many partitions). */
 #define BTU_CS_TOKENS_MAX 10000
+/* A ReadChangeStream request is kept for its stream's life (a router re-sends it to the nodes
+ * holding its partition): one request of more bytes is refused INVALID_ARGUMENT, and a process
+ * keeps at most BTU_CS_KEPT_REQUESTS_MAX bytes of open streams' requests (more streams are
+ * refused RESOURCE_EXHAUSTED). 1 MiB holds a partition and 60 tokens of 4 KiB row keys. */
+#define BTU_CS_REQUEST_BYTES_MAX ((size_t)1 << 20)
+#define BTU_CS_KEPT_REQUESTS_MAX ((size_t)32 << 20)
+/* Whether a request of len bytes may start a stream while kept bytes of requests are kept:
+ * INVALID_ARGUMENT or RESOURCE_EXHAUSTED (with a message saying what to do) when not. */
+st_code btu_cs_request_keepable(size_t len, size_t kept, st_err *err);
 
 /* A reader's position in a partition's history. */
 typedef struct btu_cs_pos {

@@ -241,6 +241,12 @@ const char *rpc_call_path(const rpc_call *call);
 const char *rpc_call_peer(const rpc_call *call);
 /* The call's arena, freed when the call is released: unpack the request through it. */
 st_arena *rpc_call_arena(rpc_call *call);
+/* For a handler that keeps its call open long after the request arrived (a stream that lasts as
+ * long as its client reads): the request's bytes leave the process's and the connection's
+ * request budgets (--max-buffered-request-bytes), which are for requests on their way in, and
+ * the handler answers for them in a bound of its own. Without it a few open streams with large
+ * requests would hold the whole budget and every other call would be refused. */
+void rpc_call_request_kept(rpc_call *call);
 /* Monotonic deadline in microseconds (st_mono_us clock) from grpc-timeout; 0 if none. */
 int64_t rpc_call_deadline_us(const rpc_call *call);
 /* True once the peer reset the stream, the connection died or the deadline passed: stop working,
