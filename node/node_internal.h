@@ -107,7 +107,7 @@ struct node_ctx {
     struct repl_ctx *repl;        /* replication (repl_glue.c); NULL without --config */
     struct read_state *read_pool; /* idle ReadRows states kept for reuse (read.c) */
     size_t read_pool_n;
-    struct node_cs *cs; /* change streams, write side (changes_write.c) */
+    struct node_cs *cs;   /* change streams, write side (changes_write.c) */
     size_t cs_kept_bytes; /* open ReadChangeStream calls' requests (changes_read.c) */
     /* Change stream reader turns running back to back (changes_read.c, turn_may_run): since
      * when, when the last one ended (st_mono_us), and which burst it is. */

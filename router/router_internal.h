@@ -466,7 +466,7 @@ typedef struct rtr_later rtr_later;
 
 struct rtr_ctx {
     rtr_opts opts;
-    uint32_t cs_streams; /* ReadChangeStream calls relayed now (changes.c) */
+    uint32_t cs_streams;  /* ReadChangeStream calls relayed now (changes.c) */
     size_t cs_kept_bytes; /* their requests' bytes, kept for their lives (changes.c) */
     st_topology topo;
     struct event_base *base;
