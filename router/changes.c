@@ -96,8 +96,8 @@ static void overlapping(const rtr_tmap_table *t, btu_key_range part, size_t *fir
  * and merged by the codec (one token as it is; several by their smallest W); start_time T as
  * "1.(T-1)"; no start at all as the router's clock now minus one. INVALID_ARGUMENT for bad
  * tokens or times. */
-static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, st_arena *a,
-                         btu_cs_pos *out, st_err *err) {
+static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, int64_t retention_us,
+                         st_arena *a, btu_cs_pos *out, st_err *err) {
     st_code rc = btu_cs_check_times(req, err); /* before a CloseStream can answer */
     if (rc != ST_OK)
         return rc;
@@ -111,9 +111,22 @@ static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, st_ar
     if (req->start_from_case ==
             GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME &&
         req->start_time) {
+        int64_t now = us;
         rc = btu_cs_time_us(req->start_time, "start_time", true, &us, err);
         if (rc != ST_OK)
             return rc;
+        /* as the node does, before a CloseStream hands out tokens at that time: a node moves a
+         * token past what it has resolved back to it (delivering writes made before the start),
+         * and refuses one older than its history as a token, not as the start_time it was */
+        if (us > now)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "start_time is %" PRId64 " s in the future: start at or before now",
+                              (us - now + 999999) / 1000000);
+        if (us < now - retention_us)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "start_time is %" PRId64 " s ago, before the table's retention of "
+                              "%" PRId64 " s: start within it",
+                              (now - us) / 1000000, retention_us / 1000000);
     }
     btu_cs_pos_live(out, us > 0 ? us - 1 : 0);
     return ST_OK;
@@ -122,8 +135,10 @@ static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, st_ar
 /* ---- checks shared by both methods ---- */
 
 /* The table exists and has change streams on, the profile uses single-cluster routing: its
- * cluster. Fails the call otherwise. */
-static rtr_cluster *cs_route(rtr_ctx *r, rpc_call *call, const char *table, const char *profile) {
+ * cluster, and the table's retention into *retention_us (may be NULL). Fails the call
+ * otherwise. */
+static rtr_cluster *cs_route(rtr_ctx *r, rpc_call *call, const char *table, const char *profile,
+                             int64_t *retention_us) {
     const rtr_meta_rec *rec = rtr_table_or_fail(r, call, table);
     if (!rec)
         return NULL;
@@ -159,6 +174,10 @@ static rtr_cluster *cs_route(rtr_ctx *r, rpc_call *call, const char *table, cons
                  "(change_stream_config.retention_period of 1 to 7 days)",
                  table);
         return NULL;
+    }
+    if (retention_us) {
+        const Google__Protobuf__Duration *d = t->change_stream_config->retention_period;
+        *retention_us = d->seconds * 1000000 + d->nanos / 1000;
     }
     return c;
 }
@@ -251,7 +270,7 @@ void rtr_h_generate_partitions(rpc_call *call, st_slice req_bytes, void *arg) {
     Google__Bigtable__V2__GenerateInitialChangeStreamPartitionsRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__generate_initial_change_stream_partitions_request__descriptor,
         req_bytes);
-    rtr_cluster *c = req ? cs_route(r, call, req->table_name, req->app_profile_id) : NULL;
+    rtr_cluster *c = req ? cs_route(r, call, req->table_name, req->app_profile_id, NULL) : NULL;
     if (!c)
         return;
     gp_op *op = calloc(1, sizeof *op);
@@ -810,7 +829,9 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     pb_rcs_req *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__read_change_stream_request__descriptor, req_bytes);
-    rtr_cluster *c = req ? cs_route(r, call, req->table_name, req->app_profile_id) : NULL;
+    int64_t retention_us = 0;
+    rtr_cluster *c =
+        req ? cs_route(r, call, req->table_name, req->app_profile_id, &retention_us) : NULL;
     if (!c)
         return;
     st_arena *a = rpc_call_arena(call);
@@ -832,7 +853,7 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    if (start_pos(req, &part, a, &op->start, &err) != ST_OK) {
+    if (start_pos(req, &part, retention_us, a, &op->start, &err) != ST_OK) {
         free(op);
         rtr_fail(call, err.code, "%s", err.msg);
         return;

@@ -448,6 +448,25 @@ def budget(port, d, strata):
     c.s.close()
 
 
+def starts(port, d, strata):
+    """A start_time in the future or before the table's retention is INVALID_ARGUMENT for a
+    partition spanning tablets too: the router answered such a request with a CloseStream whose
+    tokens sat at that time, which the nodes then read from their resolved stamp (writes made
+    before the start_time delivered) or refused as tokens."""
+    t = 'starts'
+    create_cs(port, t)
+    split_tablets([n for n in topology_nodes(d) if n[0].startswith('east')], t, 'g')
+    ncs(port, cs_req(t, partition=rng('c', 'p'), end_us=now_us() + 10**6), limit=4)  # map fresh
+    for what, start in (('60 s in the future', now_us() + 60 * 10**6),
+                        ('2 days ago (retention 1 day)', now_us() - 2 * 86400 * 10**6)):
+        for part, shape in ((rng('g'), 'one tablet'), (rng('c', 'p'), 'two tablets')):
+            ev, st, msg, err = ncs(port, cs_req(t, partition=part, start_us=start), limit=6)
+            closes = [e for e in ev or [] if e[0] == 'close']
+            expect('start_time %s, partition over %s: INVALID_ARGUMENT (status %s %s, %d '
+                   'CloseStream)' % (what, shape, st, (msg or '')[:100], len(closes)),
+                   st == 3 and not closes)
+
+
 def main():
     mode = sys.argv[1]
     create_cs(int(sys.argv[2]), 'ready', retention=0)  # read by restart(); ALREADY_EXISTS after the first
@@ -459,6 +478,8 @@ def main():
         order(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'manyrefs':
         manyrefs(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    elif mode == 'starts':
+        starts(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'budget':
         budget(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'mirror':

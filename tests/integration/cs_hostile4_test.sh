@@ -9,6 +9,8 @@
 #   manyrefs: a catch-up read of a row holding 65,536 values by reference delivers them;
 #   order:    writes of a row, large and small alternating, come out of the second cluster's
 #             stream in the order written;
+#   starts:   a start_time in the future or before retention is refused for a partition spanning
+#             tablets too (not answered with a CloseStream at that time);
 #   budget:   open streams keep their requests out of the buffered-request budget: two of
 #             128 MiB are refused and other calls go on; 1000 KiB ones open up to 32 MiB in all;
 #   mirror:   a copy made by applying the stream of 400 random writes of every kind reads as the
