@@ -251,6 +251,15 @@ static void range_text(char *out, size_t cap, const btu_key_range *r) {
              r->end.len ? "\"" : "");
 }
 
+/* A partition's bound is at most a row key long, except the key just above a row key of the
+ * longest length (the key and a 0 byte) as an inclusive start or an exclusive end: the form
+ * btu_cs_partition_set gives a range ending at (or starting after) such a key, which a CloseStream
+ * hands out and its client sends back. */
+static bool bound_len_ok(st_slice k, bool successor_form) {
+    return k.len <= BTU_ROW_KEY_MAX || (successor_form && k.len == BTU_ROW_KEY_MAX + 1 &&
+                                        k.data[BTU_ROW_KEY_MAX] == 0);
+}
+
 st_code btu_cs_request_keepable(size_t len, size_t kept, st_err *err) {
     if (len > BTU_CS_REQUEST_BYTES_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT,
@@ -285,7 +294,7 @@ st_code btu_cs_partition_range(const Google__Bigtable__V2__StreamPartition *p, c
         e_closed = r->end_key_case == GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_CLOSED;
         e = bin(e_closed ? r->end_key_closed : r->end_key_open);
     }
-    if (s.len > BTU_ROW_KEY_MAX || e.len > BTU_ROW_KEY_MAX)
+    if (!bound_len_ok(s, !s_open) || !bound_len_ok(e, !e_closed))
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "%s has a row key over %d bytes, longer than any row key", what,
                           BTU_ROW_KEY_MAX);

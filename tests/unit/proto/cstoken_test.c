@@ -168,6 +168,23 @@ static void test_cstoken_partition_range(void **state) {
     assert_true(st_slice_eq(r.start, S("k1")));
     assert_int_equal(r.end.len, 0);
     assert_int_equal(rr.end_key_case, GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY__NOT_SET);
+    /* A range closed at a row key of the longest length ends just above it: that bound, one
+     * byte longer than a row key, reads back (a CloseStream hands it out), and only that one. */
+    char *k = st_arena_alloc(&a, BTU_ROW_KEY_MAX + 2);
+    memset(k, 'z', BTU_ROW_KEY_MAX);
+    k[BTU_ROW_KEY_MAX] = 0;
+    k[BTU_ROW_KEY_MAX + 1] = 0;
+    Google__Bigtable__V2__StreamPartition *closed = part(&a, "c", false, "", false);
+    closed->row_range->end_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_CLOSED;
+    closed->row_range->end_key_closed = (ProtobufCBinaryData){BTU_ROW_KEY_MAX, (uint8_t *)k};
+    assert_int_equal(btu_cs_partition_range(closed, "p", &a, &r, NULL), ST_OK);
+    assert_int_equal(r.end.len, BTU_ROW_KEY_MAX + 1);
+    btu_cs_partition_set(&p, &rr, r.start, r.end);
+    btu_key_range again;
+    assert_int_equal(btu_cs_partition_range(&p, "p", &a, &again, &err), ST_OK);
+    assert_true(btu_cs_range_eq(&r, &again));
+    rr.end_key_open.data[BTU_ROW_KEY_MAX] = 'z'; /* not the key above a row key */
+    assert_int_equal(btu_cs_partition_range(&p, "p", &a, &again, &err), ST_INVALID_ARGUMENT);
     st_arena_deinit(&a);
 }
 
