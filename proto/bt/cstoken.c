@@ -256,8 +256,8 @@ static void range_text(char *out, size_t cap, const btu_key_range *r) {
  * btu_cs_partition_set gives a range ending at (or starting after) such a key, which a CloseStream
  * hands out and its client sends back. */
 static bool bound_len_ok(st_slice k, bool successor_form) {
-    return k.len <= BTU_ROW_KEY_MAX || (successor_form && k.len == BTU_ROW_KEY_MAX + 1 &&
-                                        k.data[BTU_ROW_KEY_MAX] == 0);
+    return k.len <= BTU_ROW_KEY_MAX ||
+           (successor_form && k.len == BTU_ROW_KEY_MAX + 1 && k.data[BTU_ROW_KEY_MAX] == 0);
 }
 
 st_code btu_cs_request_keepable(size_t len, size_t kept, st_err *err) {
