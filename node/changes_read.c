@@ -117,7 +117,8 @@ typedef struct cs_hold {
 } cs_hold;
 
 struct cs_reader {
-    size_t kept; /* the request's bytes, kept with the call (n->cs_kept_bytes) */
+    int64_t wm_sent; /* the last low watermark sent (watermark) */
+    size_t kept;     /* the request's bytes, kept with the call (n->cs_kept_bytes) */
     node_ctx *n;
     rpc_call *call;
     char table[NODE_TABLE_NAME_MAX + 1];
@@ -224,6 +225,25 @@ static void token_format(cs_reader *r) {
     r->token_has_y = p->has_y;
     r->token_cluster = p->cluster;
     r->token_y = p->y;
+}
+
+/* The low watermark sent with the position: no record still to come has an earlier commit time.
+ * This cluster's own writes come at stamps above the position, and a write's stamp is at or
+ * below its rows' commit times (write_stamp). Writes of other clusters come when replication
+ * brings them, with their origin's commit time: with peer clusters the watermark is also held at
+ * the applied bound Y of the position (every write committed elsewhere at or before Y was
+ * applied here at or below it), so it waits for a peer that is behind or cut off instead of
+ * passing the writes it has not delivered yet. Before the node knows a bound for the position
+ * (0: its first poll of the peers has not answered, or the position predates every bound it
+ * kept) the position stands for it, as without peers; a stream's watermark never goes back. */
+static int64_t watermark(cs_reader *r) {
+    int64_t wm = r->pos.w, y = node_repl_applied_bound(r->n, r->pos.w);
+    if (y > 0 && y < wm)
+        wm = y;
+    if (wm < r->wm_sent)
+        wm = r->wm_sent;
+    r->wm_sent = wm;
+    return wm;
 }
 
 /* The current position's token. Live, the records of one write share it: formatted once. With
@@ -376,7 +396,7 @@ static void arena_recycle(cs_reader *r) {
  * current position. It never pauses inside: a message past the turn's share ends the turn after
  * it, as the last message of any record does. */
 static st_code send_body(cs_reader *r, st_slice body, st_err *err) {
-    st_code rc = node_cs_encode_prebuilt(&r->msg, body, token_text(r), r->pos.w);
+    st_code rc = node_cs_encode_prebuilt(&r->msg, body, token_text(r), watermark(r));
     if (rc == ST_OK && (rc = emit(&r->msg, r)) == NODE_CS_PAUSE)
         rc = ST_OK;
     if (rc != ST_OK)
@@ -399,7 +419,7 @@ static st_code send_change(cs_reader *r, const sto_row_mut *row, st_err *err) {
                         (row->flags & STO_ROW_GC) != 0,
                         node_cs_cluster_id(r->n, row->origin, buf, sizeof buf),
                         token_text(r),
-                        r->pos.w,
+                        watermark(r),
                         NULL,
                         0};
     size_t next = r->out_next;
@@ -639,7 +659,7 @@ static st_code pending_keep(cs_reader *r, st_err *err) {
 
 static st_code send_heartbeat(cs_reader *r) {
     st_code rc =
-        node_cs_encode_heartbeat(&r->msg, S(&r->start), S(&r->end), token_text(r), r->pos.w);
+        node_cs_encode_heartbeat(&r->msg, S(&r->start), S(&r->end), token_text(r), watermark(r));
     if (rc == ST_OK)
         rc = rpc_call_send_buf(r->call, &r->msg);
     buf_recycle(&r->msg);

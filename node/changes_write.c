@@ -70,6 +70,7 @@ typedef struct cs_gc_batch {
 typedef struct node_cs {
     int64_t start_stamp;  /* records at or below it may predate this process */
     int64_t resolved;     /* the last resolved stamp handed out */
+    int64_t last_stamp;   /* the last stamp handed out (write_stamp, node_cs_next_stamp) */
     int64_t evicted_upto; /* the ring dropped every record at or below it */
     int64_t lost_stamp;   /* atomic: highest stamp whose completion never reached the loop */
     /* stamps of writes in flight, oldest first (a circular queue) */
@@ -118,7 +119,32 @@ const char *node_cs_cluster_id(node_ctx *n, uint32_t origin, char *buf, size_t c
 int64_t node_cs_next_stamp(node_ctx *n) {
     int64_t now = st_wall_us();
     n->hlc_last_us = now > n->hlc_last_us ? now : n->hlc_last_us + 1;
+    if (n->cs)
+        n->cs->last_stamp = n->hlc_last_us;
     return n->hlc_last_us;
+}
+
+/* A write's stamp orders it in this cluster's history and is the position its records leave a
+ * reader at, which is also the low watermark the reader sends. Its rows got their commit times
+ * (versions) just before, on this loop, and a stamp taken after them would pass them: a reader
+ * at the stamp of a write of several rows, or at the resolved stamp below one in flight, sent a
+ * watermark above commit times still to come. So the stamp is the earliest commit time of the
+ * write's own rows when that is above every stamp and resolved stamp handed out, else (rows
+ * replicated from another cluster, a drop's rows of a version taken at its call) the next
+ * stamp. */
+static int64_t write_stamp(node_ctx *n, const sto_row_mut *rows, size_t count,
+                           node_table *const *metas) {
+    node_cs *cs = n->cs;
+    int64_t first = INT64_MAX;
+    for (size_t i = 0; i < count; i++)
+        if (metas[i] && !(rows[i].flags & STO_ROW_REPLICATED) &&
+            (int64_t)rows[i].commit_ts_us < first)
+            first = (int64_t)rows[i].commit_ts_us;
+    int64_t floor = cs->last_stamp > cs->resolved ? cs->last_stamp : cs->resolved;
+    if (first == INT64_MAX || first <= floor)
+        return node_cs_next_stamp(n);
+    cs->last_stamp = first;
+    return first;
 }
 
 st_code node_cs_retention_from_pb(const Google__Bigtable__Admin__V2__ChangeStreamConfig *c,
@@ -723,7 +749,7 @@ st_code node_cs_write_prepare(node_ctx *n, const sto_row_mut *rows, size_t count
         if (!w) {
             rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory preparing a write");
         } else {
-            w->stamp = recorded ? node_cs_next_stamp(n) : 0;
+            w->stamp = recorded ? write_stamp(n, rows, count, metas) : 0;
             w->ringless = n->cs->readers == 0 && st_mono_us() >= n->cs->ring_until;
             rc = write_build(n, w, rows, count, metas, mode, err);
             if (rc != ST_OK) {
