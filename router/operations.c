@@ -201,22 +201,28 @@ static int ref_cmp(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-/* Kept and stored operations whose name starts with prefix (each once), newest first. */
-static op_ref *collect(rtr_ctx *r, const char *prefix, size_t *n) {
+/* Whether op names an operation of resource (the request's name, "operations/<resource>") or
+ * of a resource under it: op is resource + "/" + more. A string prefix would let backup "b" list
+ * the operations of backups "b1" and "bx". */
+static bool op_under(const char *op, const char *resource, size_t rlen) {
+    return strncmp(op, resource, rlen) == 0 && op[rlen] == '/' && op[rlen + 1];
+}
+
+/* Kept and stored operations of resource (rlen bytes; op_under), each once, newest first. */
+static op_ref *collect(rtr_ctx *r, const char *resource, size_t rlen, size_t *n) {
     const rtr_ops *o = rtr_inst_of(r)->ops;
-    size_t plen = strlen(prefix);
     op_ref *v = malloc((o->n + r->meta.n_ops + 1) * sizeof *v);
     *n = 0;
     if (!v)
         return NULL;
     for (size_t i = 0; i < o->n; i++)
-        if (strncmp(o->v[i].name, prefix, plen) == 0)
+        if (op_under(o->v[i].name, resource, rlen))
             v[(*n)++] = (op_ref){o->v[i].name, name_id(o->v[i].name),
                                  st_slice_make(o->v[i].pb, o->v[i].len)};
     for (size_t i = 0; i < r->meta.n_ops; i++) {
         const rtr_meta_rec *m = &r->meta.ops[i];
         st_slice pb;
-        if (strncmp(m->name, prefix, plen) == 0 && !find(o, m->name) &&
+        if (op_under(m->name, resource, rlen) && !find(o, m->name) &&
             rtr_bk_op_of_record(st_slice_make(m->pb, m->len), &pb))
             v[(*n)++] = (op_ref){m->name, name_id(m->name), pb};
     }
@@ -224,9 +230,10 @@ static op_ref *collect(rtr_ctx *r, const char *prefix, size_t *n) {
     return v;
 }
 
-/* Operations whose name starts with the request's name ("operations/projects/p/instances/i"),
- * newest first; page_token is the decimal count of operations already returned. filter is
- * not supported (INVALID_ARGUMENT when set). */
+/* The operations of the request's name ("operations/<resource>": those named
+ * "operations/<resource>/<n>" and those of resources under it, op_under), newest first;
+ * page_token is the decimal count of operations already returned. filter is not supported
+ * (INVALID_ARGUMENT when set). */
 void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Longrunning__ListOperationsRequest *req =
@@ -243,10 +250,19 @@ void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
         rtr_fail(call, ST_INVALID_ARGUMENT, "invalid page_token '%s'", req->page_token);
         return;
     }
+    size_t rlen = strlen(req->name);
+    while (rlen && req->name[rlen - 1] == '/') /* "operations/x/" is "operations/x" */
+        rlen--;
+    if (!rlen) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "name must be set: operations/<resource>, e.g. operations/projects/P/instances/I "
+                 "for every operation of the instance");
+        return;
+    }
     size_t max =
         req->page_size > 0 && req->page_size < RTR_OPS_MAX ? (size_t)req->page_size : RTR_OPS_MAX;
     size_t n;
-    op_ref *v = collect(r, req->name, &n);
+    op_ref *v = collect(r, req->name, rlen, &n);
     st_buf out;
     st_buf_init(&out);
     st_code rc = v ? ST_OK : ST_RESOURCE_EXHAUSTED;
