@@ -1030,7 +1030,9 @@ void node_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg
         }
         node_gc_free(&gc);
     }
-    st_code rc = check_mods(meta, req->modifications, req->n_modifications, &err);
+    st_code rc = btu_drop_protection_check(meta->name, meta->deletion_protection, req, &err);
+    if (rc == ST_OK)
+        rc = check_mods(meta, req->modifications, req->n_modifications, &err);
     const char **dropped =
         st_arena_alloc(rpc_call_arena(call), (req->n_modifications + 1) * sizeof *dropped);
     size_t n_dropped = 0;

@@ -621,7 +621,11 @@ static st_code seal_start(node_ctx *n, rpc_call *call, const bk_name *b, bk_piec
         bk_piece_dir(n, b, want->piece, "", a->final, sizeof a->final);
         *j = (node_job){.n = n, .call = call, .work = seal_work, .done = seal_done, .arg = a};
         struct stat sb;
-        if (stat(a->in, &sb) != 0)
+        /* A piece of an empty tablet lists no file, so no WriteBackupFile made its directory:
+         * the seal makes it. A piece that lists files still needs each one written. */
+        if (!pull && want->n_files == 0 && stat(a->in, &sb) != 0)
+            rc = bk_mkdirs(a->in, err);
+        if (rc == ST_OK && stat(a->in, &sb) != 0)
             rc = st_err_set(err, ST_FAILED_PRECONDITION,
                             "no file of piece %s was written: send them with WriteBackupFile "
                             "first",

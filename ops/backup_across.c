@@ -49,6 +49,13 @@ static void use_creds(const char *dir) {
     "; a secure destination (TLS, tokens) must be named by its directory, --target DIR: its "      \
     "nodes accept only its admin certificate, which only the directory holds"
 
+/* The hint, for a destination named by HOST:PORT that refused or could not be reached (a secure
+ * one's nodes refuse the plaintext or foreign caller so); other failures have their own cause. */
+static const char *secure_hint(const bk_ctx *t, st_code code) {
+    return !t->a.dir && (code == ST_UNAVAILABLE || code == ST_UNAUTHENTICATED) ? BK_SECURE_HINT
+                                                                               : "";
+}
+
 /* The source's credentials: the instance of --dir (or the default one) unless only --endpoint. */
 static const char *source_dir(const bk_ctx *c) {
     return !c->a.endpoint || c->a.dir ? (c->a.dir ? c->a.dir : "") : NULL;
@@ -115,7 +122,7 @@ static bool target_resolve(const bk_ctx *c, bk_ctx *t) {
     use_creds(NULL);
     if (first_cluster(t, &err) != ST_OK) {
         fprintf(stderr, "strata backup restore: the destination router %s: %s%s\n", tg, err.msg,
-                err.code == ST_UNAVAILABLE || err.code == ST_UNAUTHENTICATED ? BK_SECURE_HINT : "");
+                secure_hint(t, err.code));
         return false;
     }
     return true;
@@ -193,7 +200,7 @@ static st_code across_run(bk_ctx *c, bk_ctx *t, const char *name, const char *xd
         return st_err_set(err, ST_UNAVAILABLE,
                           "the import into the destination failed (above); nothing was left "
                           "there%s",
-                          t->a.dir ? "" : BK_SECURE_HINT);
+                          secure_hint(t, i.failed));
     char temp[BK_RES_MAX];
     if (!ops_fmt(temp, sizeof temp, "projects/%s/instances/%s/clusters/%s/backups/%s", t->project,
                  t->instance, t->cluster, temp_id))

@@ -50,6 +50,7 @@ typedef struct bk_ctx {
     char home_instance[128]; /* the topology's (or "i"): restore's source, not --instance */
     char cluster[128];       /* --cluster, else the instance's first cluster */
     bool nested;             /* a step of another subcommand: no summary line of its own */
+    st_code failed;          /* a nested import's failure: restore --target's hint depends on it */
 } bk_ctx;
 
 /* One connection kept open for many calls (reconnected once when it died). */

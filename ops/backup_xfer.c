@@ -926,6 +926,7 @@ int bk_import(bk_ctx *c) {
         print_summary(c, "imported", ((Google__Bigtable__Admin__V2__Backup *)done)->name, dir, &m,
                       &x.prog);
     } else {
+        c->failed = rc;
         bk_fail(c, &err);
     }
     if (done)

@@ -918,6 +918,10 @@ static bool modify_start(rtr_ctx *r, rpc_call *call,
         return false;
     st_arena *a = rpc_call_arena(call);
     st_err err = {0};
+    if (btu_drop_protection_check(req->name, t->deletion_protection, req, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return false;
+    }
     for (size_t i = 0; i < req->n_modifications; i++)
         if (apply_mod(t, req->modifications[i], a, &err) != ST_OK) {
             rtr_fail(call, err.code, "%s", err.msg);

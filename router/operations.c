@@ -201,22 +201,28 @@ static int ref_cmp(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-/* Kept and stored operations whose name starts with prefix (each once), newest first. */
-static op_ref *collect(rtr_ctx *r, const char *prefix, size_t *n) {
+/* Whether op names an operation of resource (the request's name, "operations/<resource>") or
+ * of a resource under it: op is resource + "/" + more. A string prefix would let backup "b" list
+ * the operations of backups "b1" and "bx". */
+static bool op_under(const char *op, const char *resource, size_t rlen) {
+    return strncmp(op, resource, rlen) == 0 && op[rlen] == '/' && op[rlen + 1];
+}
+
+/* Kept and stored operations of resource (rlen bytes; op_under), each once, newest first. */
+static op_ref *collect(rtr_ctx *r, const char *resource, size_t rlen, size_t *n) {
     const rtr_ops *o = rtr_inst_of(r)->ops;
-    size_t plen = strlen(prefix);
     op_ref *v = malloc((o->n + r->meta.n_ops + 1) * sizeof *v);
     *n = 0;
     if (!v)
         return NULL;
     for (size_t i = 0; i < o->n; i++)
-        if (strncmp(o->v[i].name, prefix, plen) == 0)
+        if (op_under(o->v[i].name, resource, rlen))
             v[(*n)++] = (op_ref){o->v[i].name, name_id(o->v[i].name),
                                  st_slice_make(o->v[i].pb, o->v[i].len)};
     for (size_t i = 0; i < r->meta.n_ops; i++) {
         const rtr_meta_rec *m = &r->meta.ops[i];
         st_slice pb;
-        if (strncmp(m->name, prefix, plen) == 0 && !find(o, m->name) &&
+        if (op_under(m->name, resource, rlen) && !find(o, m->name) &&
             rtr_bk_op_of_record(st_slice_make(m->pb, m->len), &pb))
             v[(*n)++] = (op_ref){m->name, name_id(m->name), pb};
     }
@@ -224,9 +230,91 @@ static op_ref *collect(rtr_ctx *r, const char *prefix, size_t *n) {
     return v;
 }
 
-/* Operations whose name starts with the request's name ("operations/projects/p/instances/i"),
- * newest first; page_token is the decimal count of operations already returned. filter is
- * not supported (INVALID_ARGUMENT when set). */
+/* Page tokens: "o1" + 8 hex digits (a CRC32C of the request's name: a token only continues the
+ * listing it came from) + the hex of the name of the last operation returned. The next page
+ * starts after where that operation sorts, so operations started or deleted between pages do not
+ * shift the pages (as ListBackups' tokens, docs/backups.md "Pages"). */
+#define OPS_TOKEN_PREFIX "o1"
+#define OPS_TOKEN_HEAD (sizeof OPS_TOKEN_PREFIX - 1 + 8)
+
+static char *token_make(uint32_t crc, const char *last) {
+    size_t len = strlen(last);
+    char *tok = malloc(OPS_TOKEN_HEAD + 2 * len + 1);
+    if (!tok)
+        return NULL;
+    snprintf(tok, OPS_TOKEN_HEAD + 1, OPS_TOKEN_PREFIX "%08x", (unsigned)crc);
+    for (size_t i = 0; i < len; i++)
+        snprintf(tok + OPS_TOKEN_HEAD + 2 * i, 3, "%02x", (unsigned)(uint8_t)last[i]);
+    return tok;
+}
+
+static int hex_val(char ch) {
+    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+}
+
+/* The name of the previous page's last operation (malloc'd) into *last, or INVALID_ARGUMENT for
+ * a token that is not one of ours, or one of a listing of another resource. */
+static st_code token_parse(const char *tok, uint32_t crc, const char *resource, size_t rlen,
+                           char **last, st_err *err) {
+    size_t len = strlen(tok);
+    char want[OPS_TOKEN_HEAD + 1];
+    snprintf(want, sizeof want, OPS_TOKEN_PREFIX "%08x", (unsigned)crc);
+    bool ok = len > OPS_TOKEN_HEAD && (len - OPS_TOKEN_HEAD) % 2 == 0 &&
+              strncmp(tok, OPS_TOKEN_PREFIX, strlen(OPS_TOKEN_PREFIX)) == 0;
+    if (ok && strncmp(tok, want, OPS_TOKEN_HEAD) != 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "page_token belongs to a listing of another name: repeat the request of "
+                          "the previous page with its next_page_token");
+    char *name = ok ? malloc((len - OPS_TOKEN_HEAD) / 2 + 1) : NULL;
+    size_t n = 0;
+    for (size_t i = OPS_TOKEN_HEAD; name && i < len; i += 2) {
+        int hi = hex_val(tok[i]), lo = hex_val(tok[i + 1]);
+        name[n++] = (char)(hi << 4 | lo);
+        ok = ok && hi >= 0 && lo >= 0 && name[n - 1];
+    }
+    if (name)
+        name[n] = 0;
+    if (ok && name && op_under(name, resource, rlen)) {
+        *last = name;
+        return ST_OK;
+    }
+    free(name);
+    return st_err_set(err, ok && !name ? ST_RESOURCE_EXHAUSTED : ST_INVALID_ARGUMENT,
+                      "invalid page_token: pass the next_page_token of the previous page "
+                      "unchanged, or an empty one for the first page");
+}
+
+/* The index in the sorted v of the first operation after last (NULL: 0). */
+static size_t list_resume(const op_ref *v, size_t n, const char *last) {
+    if (!last)
+        return 0;
+    op_ref key = {last, name_id(last), {0}};
+    size_t i = 0;
+    while (i < n && ref_cmp(&v[i], &key) <= 0)
+        i++;
+    return i;
+}
+
+/* One page of v from skip: at most max operations, and the token of the next page when more
+ * follow. */
+static st_code list_page(const op_ref *v, size_t n, size_t skip, size_t max, uint32_t crc,
+                         st_buf *out) {
+    st_code rc = ST_OK;
+    for (size_t i = skip; rc == ST_OK && i < n; i++) {
+        if (i - skip == max) {
+            char *tok = token_make(crc, v[i - 1].name);
+            rc = tok ? rtr_wire_put_bytes(out, 2, st_slice_cstr(tok)) : ST_RESOURCE_EXHAUSTED;
+            free(tok);
+            break;
+        }
+        rc = rtr_wire_put_bytes(out, 1, v[i].pb);
+    }
+    return rc;
+}
+
+/* The operations of the request's name ("operations/<resource>": those named
+ * "operations/<resource>/<n>" and those of resources under it, op_under), newest first, in
+ * pages (token_make). filter is not supported (INVALID_ARGUMENT when set). */
 void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Longrunning__ListOperationsRequest *req =
@@ -237,34 +325,44 @@ void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
         rtr_fail(call, ST_INVALID_ARGUMENT, "ListOperations filters are not supported");
         return;
     }
-    char *end = NULL;
-    unsigned long long skip = req->page_token[0] ? strtoull(req->page_token, &end, 10) : 0;
-    if (end && *end) {
-        rtr_fail(call, ST_INVALID_ARGUMENT, "invalid page_token '%s'", req->page_token);
+    if (req->page_size < 0) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "negative page_size %d: use 0 (the default, %d) or more", req->page_size,
+                 RTR_OPS_MAX);
+        return;
+    }
+    size_t rlen = strlen(req->name);
+    while (rlen && req->name[rlen - 1] == '/') /* "operations/x/" is "operations/x" */
+        rlen--;
+    if (!rlen) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "name must be set: operations/<resource>, e.g. operations/projects/P/instances/I "
+                 "for every operation of the instance");
+        return;
+    }
+    uint32_t crc = st_crc32c(0, req->name, rlen);
+    char *last = NULL;
+    st_err err = {0};
+    if (req->page_token[0] &&
+        token_parse(req->page_token, crc, req->name, rlen, &last, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
     size_t max =
         req->page_size > 0 && req->page_size < RTR_OPS_MAX ? (size_t)req->page_size : RTR_OPS_MAX;
     size_t n;
-    op_ref *v = collect(r, req->name, &n);
+    op_ref *v = collect(r, req->name, rlen, &n);
     st_buf out;
     st_buf_init(&out);
-    st_code rc = v ? ST_OK : ST_RESOURCE_EXHAUSTED;
-    for (size_t i = skip; rc == ST_OK && i < n; i++) {
-        if (i - skip == max) {
-            char tok[32];
-            snprintf(tok, sizeof tok, "%zu", i);
-            rc = rtr_wire_put_bytes(&out, 2, st_slice_cstr(tok));
-            break;
-        }
-        rc = rtr_wire_put_bytes(&out, 1, v[i].pb);
-    }
+    st_code rc =
+        v ? list_page(v, n, list_resume(v, n, last), max, crc, &out) : ST_RESOURCE_EXHAUSTED;
     if (rc == ST_OK)
         reply_bytes(call, st_buf_slice(&out));
     else
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     st_buf_free(&out);
     free(v);
+    free(last);
 }
 
 static void deleted(void *arg, st_code code, const char *msg) {

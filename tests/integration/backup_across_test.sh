@@ -10,7 +10,10 @@
 #      temporary directory in $TMPDIR;
 #   4. refusals leave nothing behind: into an existing table (ALREADY_EXISTS, nothing copied),
 #      from a backup that does not exist; RestoreTable through A's router naming another
-#      instance is NOT_FOUND and names `--target`.
+#      instance is NOT_FOUND and names `--target`;
+#   5. a backup with an empty piece (table em split at "m", one row "a", so tablet [m, -) has no
+#      row): its export imports into B (the empty piece is sealed with no file) and it restores
+#      there, through `import` + RestoreTable and through `restore --target HOST:PORT`.
 # Skips (77) without cbt or python3.
 # Usage: backup_across_test.sh PATH/TO/strata
 set -u
@@ -103,6 +106,27 @@ grep -qx bk4 "$TMPD/4.ls" && fail "bk4 exists on B after a failed restore"
 bka restore b1 --to bk5 --instance other --wait >"$TMPD/4c.out" 2>&1 && fail "RestoreTable into another instance through A succeeded"
 grep -q "NOT_FOUND\|not served by this router" "$TMPD/4c.out" && grep -q -- "--target" "$TMPD/4c.out" ||
   fail "RestoreTable naming another instance: $(cat "$TMPD/4c.out")"
+echo ok
+
+echo "== 5. a backup with an empty piece imports and restores"
+cbtat "$PORT" createtable em "families=cf" splits=m || fail "createtable em"
+cbtat "$PORT" set em a cf:c=v1 >/dev/null || fail "cbt set em"
+cbtat "$PORT" read em >"$TMPD/em.read" || fail "cbt read em on A"
+bka create em --id e1 --wait >"$TMPD/5.out" 2>&1 || fail "create e1: $(cat "$TMPD/5.out")"
+bka export e1 "$TMPD/exe" >"$TMPD/5x.out" 2>&1 || fail "export e1: $(cat "$TMPD/5x.out")"
+[ "$(grep -c '^piece ' "$TMPD/exe/MANIFEST")" -eq 2 ] || fail "e1 has not 2 pieces: $(cat "$TMPD/exe/MANIFEST")"
+bkb import "$TMPD/exe" --as e1 >"$TMPD/5i.out" 2>&1 || fail "import of a backup with an empty piece: $(cat "$TMPD/5i.out")"
+bkb describe e1 --json | python3 -c '
+import json, sys
+b = json.load(sys.stdin)
+assert b["state"] == "READY", b' || fail "e1 on B not READY: $(bkb describe e1)"
+bkb restore e1 --to em2 --wait >"$TMPD/5r.out" 2>&1 || fail "restore e1 on B: $(cat "$TMPD/5r.out")"
+cbtat "$PORTB" read em2 >"$TMPD/em2.read" || fail "cbt read em2 on B"
+diff "$TMPD/em.read" "$TMPD/em2.read" >"$TMPD/5.diff" || fail "em2 on B differs from em on A: $(cat "$TMPD/5.diff")"
+bka restore e1 --to em3 --target "127.0.0.1:$PORTB" >"$TMPD/5t.out" 2>&1 || fail "restore --target of e1: $(cat "$TMPD/5t.out")"
+cbtat "$PORTB" read em3 >"$TMPD/em3.read" || fail "cbt read em3 on B"
+diff "$TMPD/em.read" "$TMPD/em3.read" >"$TMPD/5t.diff" || fail "em3 on B differs from em on A: $(cat "$TMPD/5t.diff")"
+no_leftovers "restore --target of a backup with an empty piece"
 echo ok
 if grep -l 'Sanitizer' "$TMPD"/*.out "$DIR"/logs/*.log "$DIRB"/logs/*.log 2>/dev/null; then fail "sanitizer report"; fi
 echo PASS

@@ -7,7 +7,9 @@
  *     restores the same rows; PullBackupPiece copies it there under another backup name;
  *   - hostile names (.., /, over-long, wrong instance) are INVALID_ARGUMENT; a missing tablet,
  *     piece or file NOT_FOUND; an out-of-order chunk FAILED_PRECONDITION; a seal with a wrong
- *     CRC DATA_LOSS naming the file; an oversized chunk INVALID_ARGUMENT;
+ *     CRC DATA_LOSS naming the file; an oversized chunk INVALID_ARGUMENT; a seal of a piece
+ *     listing a file never written FAILED_PRECONDITION, of one listing no file (an empty
+ *     tablet's) OK with nothing written;
  *   - kill -9 during a BackupTablet, then a restart: the piece is whole or absent, and unsealed
  *     leftovers are gone; DeleteBackupPieces removes pieces;
  *   - a file received in chunks is sealed without being read back, also when its chunks came
@@ -397,6 +399,22 @@ static void test_write_rules(void) {
     expect_code("SealBackupPiece right size and CRC", rc, &st, ST_OK, NULL);
     rc = unary(1, "SealBackupPiece", &p.base, NULL, &st);
     expect_code("SealBackupPiece again (idempotent)", rc, &st, ST_OK, NULL);
+    /* Nothing written: a piece that lists a file is refused, one that lists none (an empty
+     * tablet's) is sealed empty, also when retried. */
+    p.piece = "nothing";
+    rc = unary(1, "SealBackupPiece", &p.base, NULL, &st);
+    expect_code("SealBackupPiece of a listed file never written", rc, &st, ST_FAILED_PRECONDITION,
+                "was written");
+    p.n_files = 0;
+    rc = unary(1, "SealBackupPiece", &p.base, NULL, &st);
+    expect_code("SealBackupPiece of a piece of no file", rc, &st, ST_OK, NULL);
+    rc = unary(1, "SealBackupPiece", &p.base, NULL, &st);
+    expect_code("SealBackupPiece of a piece of no file again", rc, &st, ST_OK, NULL);
+    pb_piece *empty = list_piece(1, B3, "nothing");
+    CHECK(empty && empty->n_files == 0, "the piece of no file is not listed sealed and empty");
+    strata__internal__v1__backup_piece__free_unpacked(empty, NULL);
+    p.piece = "w";
+    p.n_files = 1;
     c.data = (ProtobufCBinaryData){sizeof data, data};
     c.file = "x.sst";
     rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);

@@ -4,6 +4,8 @@
 # nodejs-deps) against a `strata up` instance (clusters east and west, two nodes each): every
 # backup method of the client (nodejs/backup_client.js), then the operations after a router
 # restart: ListOperations still lists the backup's operation and GetOperation answers it done.
+# Between the two, nodejs/ops_list_client.js: ListOperations of one backup lists only its own
+# operations, and its pages do not shift when an operation starts between them.
 # Skips (77) without node or the installed client package.
 # Usage: backup_nodejs_test.sh PATH/TO/strata
 set -u
@@ -30,6 +32,14 @@ rc=$?
 cat "$TMPD/js.out"
 grep -v -e MetadataLookupWarning -e trace-warnings "$TMPD/js.err" >&2
 [ $rc = 0 ] || fail "backup_client.js failed (exit $rc)"
+
+echo "== ListOperations: one resource's operations, pages that name where they ended"
+NODE_PATH="$CACHE/node_modules" timeout 300 node "$(dirname "$JS")/ops_list_client.js" \
+  >"$TMPD/ops.out" 2>"$TMPD/ops.err"
+rc=$?
+cat "$TMPD/ops.out"
+grep -v -e MetadataLookupWarning -e trace-warnings "$TMPD/ops.err" >&2
+[ $rc = 0 ] || fail "ops_list_client.js failed (exit $rc)"
 
 echo "== the operations after a router restart"
 # lro.js: ListOperations / GetOperation through the client's generated operations client, tried

@@ -156,8 +156,35 @@ async function gcRuleSize() {
   check('gc_rule_800_bytes_modify', mod === 3, 'code ' + mod);
 }
 
+// deletion_protection covers a table's column families (Cloud Bigtable): dropping one is
+// FAILED_PRECONDITION naming the protection, and its cells stay in every cluster; adding a family
+// to a protected table is allowed.
+async function dropProtected() {
+  await admin.createTable({parent: INST, tableId: 'edges_dp',
+    table: {columnFamilies: {cf: {}, keep: {}}, deletionProtection: true}});
+  await data.mutateRow({tableName: TN('edges_dp'), rowKey: B('r'),
+    mutations: [set('cf', 'c', 'v', 1000), set('keep', 'c', 'w', 1000)]});
+  let err = null;
+  try {
+    await admin.modifyColumnFamilies({name: TN('edges_dp'), modifications: [{id: 'cf', drop: true}]});
+  } catch (e) {
+    err = e;
+  }
+  check('drop_family_protected_refused', err && err.code === 9 &&
+    /deletion_protection/.test(err.details), err ? err.code + ' ' + err.details : 'answered OK');
+  for (const p of PROFILES) {
+    const got = await cells('edges_dp', p);
+    check('drop_family_protected_cells_' + (p || 'default'), got === 'r cf:c=v keep:c=w', got);
+  }
+  const [t] = await admin.modifyColumnFamilies({name: TN('edges_dp'),
+    modifications: [{id: 'more', create: {}}]});
+  check('create_family_protected', Object.keys(t.columnFamilies).sort().join() === 'cf,keep,more',
+    Object.keys(t.columnFamilies).join());
+}
+
 (async () => {
   await dropCreate();
+  await dropProtected();
   await gcRuleSize();
   await statsAcrossTablets();
   await incrementNotCounter();

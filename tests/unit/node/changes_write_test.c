@@ -474,7 +474,24 @@ static void test_cs_update_table(void **state) {
     del.name = TBL("u");
     st_err status;
     assert_int_equal(call(&S, TA "DeleteTable", &del.base, NULL, &status), ST_FAILED_PRECONDITION);
+    /* ... and the drop of a column family (Cloud Bigtable's protection covers them too). */
+    Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification drop;
+    google__bigtable__admin__v2__modify_column_families_request__modification__init(&drop);
+    drop.id = "g";
+    drop.mod_case =
+        GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP;
+    drop.drop = true;
+    Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification *mods[1] = {&drop};
+    Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest mcf;
+    google__bigtable__admin__v2__modify_column_families_request__init(&mcf);
+    mcf.name = TBL("u");
+    mcf.n_modifications = 1;
+    mcf.modifications = mods;
+    assert_int_equal(call(&S, TA "ModifyColumnFamilies", &mcf.base, NULL, &status),
+                     ST_FAILED_PRECONDITION);
+    assert_non_null(strstr(status.msg, "deletion_protection"));
     assert_int_equal(update_table(&S, TBL("u"), "deletion_protection", 0, false, NULL), ST_OK);
+    assert_int_equal(call(&S, TA "ModifyColumnFamilies", &mcf.base, NULL, &status), ST_OK);
     /* The config mask without a config: streams off. */
     assert_int_equal(update_table(&S, TBL("u"), "change_stream_config", 0, false, NULL), ST_OK);
     assert_int_equal(get_retention(&S, TBL("u")), 0);

@@ -81,6 +81,14 @@ bool btu_cs_retention_ok(const Google__Protobuf__Duration *d);
  * family or field. A schema read back from an export is checked with it before an import. */
 st_code btu_schema_check(const Google__Bigtable__Admin__V2__Table *t, st_err *err);
 
+/* FAILED_PRECONDITION, naming the family, when req drops a column family of table and the table
+ * has deletion_protection (Cloud Bigtable's protection covers the table's families, not only the
+ * table). Checked before anything changes, by the router and by a node answering the call. */
+st_code
+btu_drop_protection_check(const char *table, bool protection,
+                          const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req,
+                          st_err *err);
+
 /* One level of GC rule r, checked as CreateTable does: a leaf's value (max_num_versions >= 1,
  * max_age not negative) or, for a union or intersection, its rules in *kids[0..*n) (none for a
  * leaf or an unset rule). INVALID_ARGUMENT for a bad value or an unknown kind. The node's catalog
