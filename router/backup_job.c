@@ -1004,20 +1004,17 @@ static void temp_deleted(rtr_fan *f, void *arg) {
         restore_end(j);
 }
 
-static void restore_refreshed(void *arg) {
-    bk_job *j = arg;
-    if (!job_back(j))
-        return;
-    /* The temporary pieces' files are linked into the tablets: the pieces can go. */
+/* DeleteBackupPieces of the restore's temporary pieces on the nodes of every cluster but the
+ * target's (every cluster when it is not known: where none were pulled the node has none).
+ * False when no call was made (nothing to do, or out of memory). */
+static bool temp_delete(bk_job *j, void (*done)(rtr_fan *, void *)) {
     rtr_ctx *r = j->r;
     size_t n = 0;
     for (size_t c = 0; c < r->n_clusters; c++)
         n += &r->clusters[c] == j->cluster ? 0 : r->clusters[c].n_nodes;
-    rtr_fan *f = n ? rtr_fan_new(r, n, RTR_ADMIN_TIMEOUT_MS, temp_deleted, j) : NULL;
-    if (!f) {
-        restore_end(j);
-        return;
-    }
+    rtr_fan *f = n ? rtr_fan_new(r, n, RTR_ADMIN_TIMEOUT_MS, done, j) : NULL;
+    if (!f)
+        return false;
     j->pending++;
     size_t k = 0;
     for (size_t c = 0; c < r->n_clusters; c++) {
@@ -1032,6 +1029,16 @@ static void restore_refreshed(void *arg) {
                          st_slice_make(buf, blen));
     }
     rtr_fan_seal(f);
+    return true;
+}
+
+static void restore_refreshed(void *arg) {
+    bk_job *j = arg;
+    if (!job_back(j))
+        return;
+    /* The temporary pieces' files are linked into the tablets: the pieces can go. */
+    if (!temp_delete(j, temp_deleted))
+        restore_end(j);
 }
 
 static void restore_recorded(void *arg, st_code code, const char *msg) {
@@ -1072,6 +1079,19 @@ static void restore_step(bk_job *j) {
 
 /* ---- cleanup of a dead router's operation (BK_REAP) ---- */
 
+/* A restore whose router stopped after recording the table: its temporary pieces were perhaps
+ * not deleted yet (they hold links to the table's files and no call names them), so they are
+ * deleted now, and the operation ends with the table. */
+static void reap_temp_deleted(rtr_fan *f, void *arg) {
+    bk_job *j = arg;
+    log_fan_errors(j, f);
+    rtr_fan_free(f);
+    if (!job_back(j))
+        return;
+    job_end(j, ST_OK, NULL, RTR_TYPE_URL_PREFIX "google.bigtable.admin.v2.Table",
+            st_buf_slice(&j->schema));
+}
+
 /* The operation holds the name (checked by reap_run): committed work is its response, the rest
  * is removed as a failure's. */
 static void reap_owned(bk_job *j) {
@@ -1092,8 +1112,11 @@ static void reap_owned(bk_job *j) {
     } else {
         const rtr_meta_rec *t = rtr_meta_find(&j->r->meta, RTR_META_KIND_TABLE, j->table);
         if (t) { /* the record was written: the restore committed */
-            job_end(j, ST_OK, NULL, RTR_TYPE_URL_PREFIX "google.bigtable.admin.v2.Table",
-                    st_slice_make(t->pb, t->len));
+            st_buf_reset(&j->schema);
+            if (st_buf_append(&j->schema, t->pb, t->len) != ST_OK ||
+                !temp_delete(j, reap_temp_deleted))
+                job_end(j, ST_OK, NULL, RTR_TYPE_URL_PREFIX "google.bigtable.admin.v2.Table",
+                        st_slice_make(t->pb, t->len));
             return;
         }
     }
