@@ -227,6 +227,30 @@ st_code rtr_profile_validate(const st_topology *t, const rtr_pb_profile *p, st_e
                           "the app profile must set a routing policy: single_cluster_routing or "
                           "multi_cluster_routing_use_any");
     }
+    /* enums are open in proto3: a value no Bigtable release defines would be stored and handed
+     * back as it came (Cloud Bigtable refuses it) */
+    int prio = 0, owner = 0; /* 0, UNSPECIFIED, when not given */
+    if (p->isolation_case == GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ISOLATION_PRIORITY)
+        prio = (int)p->priority;
+    if (p->isolation_case ==
+            GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ISOLATION_STANDARD_ISOLATION &&
+        p->standard_isolation)
+        prio = (int)p->standard_isolation->priority;
+    if (p->isolation_case ==
+            GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ISOLATION_DATA_BOOST_ISOLATION_READ_ONLY &&
+        p->data_boost_isolation_read_only)
+        owner = (int)p->data_boost_isolation_read_only->compute_billing_owner;
+    if (prio > (int)GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__PRIORITY__PRIORITY_HIGH || prio < 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "unknown priority %d: give PRIORITY_LOW (1), PRIORITY_MEDIUM (2) or "
+                          "PRIORITY_HIGH (3)",
+                          prio);
+    if (owner >
+            (int)
+                GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__DATA_BOOST_ISOLATION_READ_ONLY__COMPUTE_BILLING_OWNER__HOST_PAYS ||
+        owner < 0)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "unknown compute_billing_owner %d: give HOST_PAYS (1)", owner);
     if (p->isolation_case ==
             GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ISOLATION_DATA_BOOST_ISOLATION_READ_ONLY &&
         (!s || s->allow_transactional_writes))

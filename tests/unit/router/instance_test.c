@@ -290,6 +290,24 @@ static void test_profiles_validate(void **state) {
         GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ISOLATION_DATA_BOOST_ISOLATION_READ_ONLY;
     p.data_boost_isolation_read_only = &db;
     assert_int_equal(rtr_profile_validate(&t, &p, &err), ST_OK);
+    db.compute_billing_owner = 7; /* no such owner */
+    assert_int_equal(rtr_profile_validate(&t, &p, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "compute_billing_owner"));
+
+    /* Isolation priorities: the defined ones only (enums are open on the wire). */
+    Google__Bigtable__Admin__V2__AppProfile__StandardIsolation si;
+    google__bigtable__admin__v2__app_profile__standard_isolation__init(&si);
+    mk_single(&p, &s, "east", false);
+    p.isolation_case = GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ISOLATION_STANDARD_ISOLATION;
+    p.standard_isolation = &si;
+    si.priority = GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__PRIORITY__PRIORITY_HIGH;
+    assert_int_equal(rtr_profile_validate(&t, &p, &err), ST_OK);
+    si.priority = 99;
+    assert_int_equal(rtr_profile_validate(&t, &p, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "priority 99"));
+    p.isolation_case = GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ISOLATION_PRIORITY;
+    p.priority = -2;
+    assert_int_equal(rtr_profile_validate(&t, &p, &err), ST_INVALID_ARGUMENT);
 
     char *desc = malloc(RTR_PROFILE_DESC_MAX + 2);
     memset(desc, 'd', RTR_PROFILE_DESC_MAX + 1);
