@@ -140,6 +140,11 @@ static void reply_bytes(rpc_call *call, st_slice msg) {
 }
 
 static void fail_unknown(rpc_call *call, const char *name) {
+    if (!name || !name[0]) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "name must be set: the operation's name, as its starting call answered it");
+        return;
+    }
     rtr_fail(call, ST_NOT_FOUND,
              "operation %s not found: backup operations are kept for 7 days; others only by "
              "the router that started them, its last %d",

@@ -7,7 +7,8 @@
 //   - page tokens name where a page ended: an operation started between two pages does not make
 //     the next page repeat one, nor one deleted make it skip one; walking pages of one lists
 //     every operation once;
-//   - a malformed token ("-1", "abc") and one of another name's listing are INVALID_ARGUMENT.
+//   - a malformed token ("-1", "abc") and one of another name's listing are INVALID_ARGUMENT;
+//   - GetOperation, CancelOperation and DeleteOperation without a name are INVALID_ARGUMENT.
 // Prints `ok NAME` or `FAIL NAME: detail` per check; exit 1 when one failed.
 'use strict';
 const {Bigtable} = require('@google-cloud/bigtable');
@@ -88,6 +89,10 @@ async function code(promise) {
   }
   const other = await code(list(`${BK}/${t}`, {pageToken: r1.nextPageToken}));
   check('page_token_other_name', other === 3, 'code ' + other);
+  for (const m of ['getOperation', 'cancelOperation', 'deleteOperation']) {
+    const c = await code(ops[m]({name: ''}, O));
+    check('empty_name_' + m, c === 3, 'code ' + c);
+  }
   process.exit(failed ? 1 : 0);
 })().catch((e) => {
   console.log('FAIL unexpected error: ' + (e.stack || e));
