@@ -501,7 +501,8 @@ static void test_cs_update_table(void **state) {
 static void assert_set_record(const rec *r, const char *row, const char *fam) {
     assert_string_equal(r->row, row);
     assert_int_equal(r->ts, r->stamp);
-    assert_true((int64_t)r->commit_ts < r->stamp);
+    /* the stamp is the earliest commit time of the write's own rows (write_stamp) */
+    assert_true((int64_t)r->commit_ts >= r->stamp);
     assert_int_equal(r->flags, 0);
     assert_int_equal(r->n_muts, 1);
     assert_int_equal(r->types[0], STO_MUT_SET_CELL);
@@ -549,6 +550,8 @@ static void test_cs_records_per_method(void **state) {
     assert_set_record(&r[1], "r2", "f");
     assert_set_record(&r[2], "r3", "f");
     assert_int_equal(r[1].stamp, r[2].stamp); /* one write, two rows: indexes 0 and 1 */
+    assert_int_equal((int64_t)r[1].commit_ts, r[1].stamp); /* its first row's commit time */
+    assert_true(r[2].commit_ts > r[1].commit_ts);
     assert_int_equal(r[1].index, 0);
     assert_int_equal(r[2].index, 1);
     assert_set_record(&r[3], "r1", "g"); /* CheckAndMutateRow */
