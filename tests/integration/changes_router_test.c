@@ -641,7 +641,7 @@ static void data_cases(void) {
     static const char *const three[] = {"..g", "g..p", "p..", NULL};
     expect_parts("  = its tablets", &p, three);
 
-    int64_t t0 = 1700000000000000LL;
+    int64_t t0 = (st_wall_us() / 1000000 - 10) * 1000000; /* within retention (1 day) */
     expect_code("ReadChangeStream with streams off",
                 read_changes("plain", "", "", "", t0, NULL, &p, &st), &st, ST_FAILED_PRECONDITION,
                 NULL);
@@ -685,8 +685,12 @@ static void data_cases(void) {
                 read_changes("cs2", "", "g", "p", t0, NULL, &p, &st), &st, ST_OK, NULL);
     static const char *const kids[] = {"g..k", "k..p", NULL};
     expect_parts("  CloseStream new partitions", &p, kids);
-    static const char *const kid_toks[] = {"g..k=1.1699999999999999", "k..p=1.1699999999999999",
-                                           NULL};
+    char tk[4][96]; /* the pieces' tokens: 1.(T-1) */
+    snprintf(tk[0], sizeof tk[0], "g..k=1.%" PRId64, t0 - 1);
+    snprintf(tk[1], sizeof tk[1], "k..p=1.%" PRId64, t0 - 1);
+    snprintf(tk[2], sizeof tk[2], "b..g=1.%" PRId64, t0 - 1);
+    snprintf(tk[3], sizeof tk[3], "g..h=1.%" PRId64, t0 - 1);
+    const char *const kid_toks[] = {tk[0], tk[1], NULL};
     expect_tokens("  CloseStream tokens 1.(T-1)", "cs2", &p, kid_toks);
     static const char *const tok[] = {"g", "p", "1.500.900.6a", NULL};
     expect_code("ReadChangeStream g..p (split) from a token",
@@ -697,8 +701,7 @@ static void data_cases(void) {
                 read_changes("cs2", "", "b", "h", t0, NULL, &p, &st), &st, ST_OK, NULL);
     static const char *const spans[] = {"b..g", "g..h", NULL};
     expect_parts("  CloseStream new partitions: the pieces of b..h", &p, spans);
-    static const char *const span_toks[] = {"b..g=1.1699999999999999", "g..h=1.1699999999999999",
-                                            NULL};
+    const char *const span_toks[] = {tk[2], tk[3], NULL};
     expect_tokens("  CloseStream tokens for the pieces of b..h", "cs2", &p, span_toks);
 
     follow_close_case();

@@ -340,7 +340,7 @@ static void fx_read(fixture *fx, const char *start, const char *end, cs_res *res
     btu_cs_partition_set(&part, &rr, st_slice_cstr(start), st_slice_cstr(end));
     Google__Protobuf__Timestamp ts;
     google__protobuf__timestamp__init(&ts);
-    ts.seconds = 1700000000;
+    ts.seconds = st_wall_us() / 1000000 - 10; /* within the table's retention */
     Google__Bigtable__V2__ReadChangeStreamRequest req;
     google__bigtable__v2__read_change_stream_request__init(&req);
     req.table_name = CF_TABLE;
