@@ -72,6 +72,7 @@ typedef struct freeze_arg {
     bk_name name;
     char piece[NODE_BK_NAME_MAX + 1];
     char table[NODE_TABLE_NAME_MAX + 1];
+    char incarnation[NODE_BK_INCARNATION_MAX + 1];
     st_buf start, end;
     uint64_t tablet_id;
     int64_t frozen_wall_us, freeze_us, total_us; /* when the freeze ended; how long it took */
@@ -104,6 +105,7 @@ static st_code freeze_describe(node_ctx *n, freeze_arg *a, const sto_backup_file
     p->start_key = (ProtobufCBinaryData){a->start.len, a->start.data};
     p->end_key = (ProtobufCBinaryData){a->end.len, a->end.data};
     p->node_num = n->opts.node_num;
+    p->incarnation = a->incarnation;
     p->files = fv;
     p->n_files = nf;
     st_code rc = ST_OK;
@@ -209,17 +211,26 @@ static st_code same_instance(const bk_name *b, const char *table, st_err *err) {
                       b->full, table);
 }
 
-/* An existing piece answers a retried BackupTablet; one of another table is a conflict. */
-static bool freeze_existing(node_ctx *n, rpc_call *call, const bk_name *b, const char *piece,
-                            const char *table) {
+/* True when an existing piece answered the call (a retried BackupTablet of the same making) or
+ * failed it (a piece of another table). A piece of another making, or of none (made before pieces
+ * kept theirs), when the caller names its making, is a leftover of a deleted backup of the same id
+ * whose removal missed this node: it goes, and the tablet is frozen anew. */
+static bool freeze_existing(node_ctx *n, rpc_call *call, const freeze_arg *a) {
     bk_piece *p = NULL;
     st_err err = {0};
-    if (bk_piece_load(n, b, piece, rpc_call_arena(call), &p, &err) != ST_OK)
+    if (bk_piece_load(n, &a->name, a->piece, rpc_call_arena(call), &p, &err) != ST_OK)
         return false;
-    if (strcmp(p->table_name, table) != 0)
+    bool dropped = false;
+    st_code rc = bk_leftover_drop(n, &a->name, a->piece, a->final, p->incarnation, a->incarnation,
+                                  &dropped, &err);
+    if (rc != ST_OK)
+        node_fail(call, rc, "%s", err.msg);
+    if (rc != ST_OK || dropped)
+        return rc != ST_OK;
+    if (strcmp(p->table_name, a->table) != 0)
         node_fail(call, ST_ALREADY_EXISTS,
-                  "piece %s of backup %s already holds table %s; pick another piece id", piece,
-                  b->full, p->table_name);
+                  "piece %s of backup %s already holds table %s; pick another piece id", a->piece,
+                  a->name.full, p->table_name);
     else
         node_reply(call, &p->base);
     return true;
@@ -261,6 +272,8 @@ void node_h_backup_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     st_code rc = bk_name_parse(req->backup, &a->name, &err);
     if (rc == ST_OK)
         rc = bk_piece_check(req->piece, &err);
+    if (rc == ST_OK)
+        rc = bk_incarnation_check(req->incarnation, &err);
     if (rc == ST_OK && !(tab = node_tablet_by_id(n, req->tablet_id, &t)))
         rc = st_err_set(&err, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u",
                         req->tablet_id, n->opts.node_num);
@@ -269,6 +282,7 @@ void node_h_backup_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     if (rc == ST_OK) {
         snprintf(a->piece, sizeof a->piece, "%s", req->piece);
         snprintf(a->table, sizeof a->table, "%s", t->name);
+        snprintf(a->incarnation, sizeof a->incarnation, "%s", req->incarnation);
         bk_piece_dir(n, &a->name, a->piece, "", a->final, sizeof a->final);
         bk_piece_dir(n, &a->name, a->piece, ".tmp", a->tmp, sizeof a->tmp);
         if (bk_busy(n, a->final))
@@ -276,7 +290,7 @@ void node_h_backup_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
                             "piece %s of backup %s is being made or changed now; retry", a->piece,
                             a->name.full);
     }
-    if (rc == ST_OK && freeze_existing(n, call, &a->name, a->piece, a->table)) {
+    if (rc == ST_OK && freeze_existing(n, call, a)) {
         freeze_arg_free(a);
         return;
     }

@@ -126,8 +126,8 @@ static void pieces_deleted(rtr_fan *f, void *arg) {
     for (size_t i = 0; i < f->n; i++)
         if (f->res[i].node && f->res[i].code != ST_OK)
             st_log(ST_LOG_WARN, "router",
-                   "deleting the pieces of backup %s on %s failed: %s (the next delete or the "
-                   "node's restart removes them)",
+                   "deleting the pieces of backup %s on %s failed: %s (they stay on that node's "
+                   "disk; a later backup of the same id does not use them, docs/backups.md)",
                    name, f->res[i].node->addr, f->res[i].err.msg);
     rtr_fan_free(f);
     free(name);
