@@ -959,11 +959,12 @@ void node_h_pull_backup_piece(rpc_call *call, st_slice req_bytes, void *arg) {
                      : st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory pulling a piece");
     bk_piece *have = NULL;
     bool dropped = false;
-    if (rc == ST_OK &&
-        bk_piece_load(n, &p->dst, p->piece, rpc_call_arena(call), &have, NULL) == ST_OK)
+    bool here = rc == ST_OK &&
+                bk_piece_load(n, &p->dst, p->piece, rpc_call_arena(call), &have, NULL) == ST_OK;
+    if (here)
         rc = bk_leftover_drop(n, &p->dst, p->piece, p->final, have->incarnation, p->incarnation,
                               &dropped, &err);
-    if (rc == ST_OK && have && !dropped) {
+    if (rc == ST_OK && here && !dropped) {
         node_reply(call, &have->base); /* here already: a retried pull of the same making */
         pull_free(p);
         return;
