@@ -437,6 +437,32 @@ static st_code delete_all(node_ctx *n, const bk_name *b, st_err *err) {
     return bk_trash(n, dir, b->project, err);
 }
 
+/* The pieces of one making of the backup: a late delete, by a router that missed this node when
+ * the backup was deleted; a newer backup of the same id (another making) keeps its pieces. */
+static st_code delete_making(node_ctx *n, const bk_name *b, const char *incarnation, int *gone,
+                             st_err *err) {
+    char dir[NODE_BK_PATH_MAX];
+    bk_backup_dir(n, b, dir, sizeof dir);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    st_code rc = ST_OK;
+    while (rc == ST_OK && d && (e = readdir(d)) != NULL) {
+        bk_piece *p = NULL;
+        char path[NODE_BK_PATH_MAX];
+        bk_piece_dir(n, b, e->d_name, "", path, sizeof path);
+        if (bk_piece_check(e->d_name, NULL) != ST_OK || bk_busy(n, path) ||
+            bk_piece_load(n, b, e->d_name, NULL, &p, NULL) != ST_OK)
+            continue;
+        if (strcmp(p->incarnation, incarnation) == 0 &&
+            (rc = bk_trash(n, path, NULL, err)) == ST_OK)
+            (*gone)++;
+        bk_piece_free(p);
+    }
+    if (d)
+        closedir(d);
+    return rc;
+}
+
 void node_h_delete_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Strata__Internal__V1__DeleteBackupPiecesRequest *req = (void *)node_unpack(
@@ -462,6 +488,11 @@ void node_h_delete_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) 
             rc = bk_trash(n, path, NULL, &err);
         if (rc == ST_OK)
             rc = delete_import(n, &b, req->piece, &err);
+    } else if (rc == ST_OK && req->incarnation[0]) {
+        int gone = 0;
+        rc = delete_making(n, &b, req->incarnation, &gone, &err);
+        st_log(ST_LOG_INFO, "backup", "event=making_deleted backup=%s incarnation=%s pieces=%d",
+               b.full, req->incarnation, gone);
     } else if (rc == ST_OK) {
         rc = delete_all(n, &b, &err);
     }

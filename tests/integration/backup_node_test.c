@@ -2,7 +2,8 @@
  * Proves backups on real strata-node processes (docs/backups.md, "On a node"):
  *   - BackupTablet freezes a tablet (idempotent per piece and making); writes after it are not in
  *     the piece; a piece of another making (a leftover of a deleted backup of the same id) is
- *     replaced by a new freeze or pull, never answered;
+ *     replaced by a new freeze or pull, never answered; DeleteBackupPieces of one making leaves
+ *     another making's pieces;
  *     PutTable + CreateTablet(restore_backup, restore_piece) makes a table whose rows are exactly
  *     the frozen ones, also after a restart of the node;
  *   - ReadBackupFile / WriteBackupFile / SealBackupPiece copy the piece to a second node, where it
@@ -1038,6 +1039,22 @@ static void test_incarnation(uint64_t id) {
     expect_code("PullBackupPiece of making y over making x's", rc, &st, ST_OK, NULL);
     CHECK(pb && strcmp(pb->incarnation, "op-y") == 0 && old && pb->frozen_us == old->frozen_us,
           "making y got making x's pulled piece");
+    /* a late delete of one making leaves another making's piece of the same id */
+    Strata__Internal__V1__DeleteBackupPiecesRequest d =
+        STRATA__INTERNAL__V1__DELETE_BACKUP_PIECES_REQUEST__INIT;
+    d.backup = B6;
+    d.incarnation = "op-a";
+    rc = unary(0, "DeleteBackupPieces", &d.base, NULL, &st);
+    expect_code("DeleteBackupPieces of making a", rc, &st, ST_OK, NULL);
+    pb_piece *kept = list_piece(0, B6, "q0");
+    CHECK(kept, "the delete of making a removed making c's piece");
+    piece_free(kept);
+    d.incarnation = "op-c";
+    rc = unary(0, "DeleteBackupPieces", &d.base, NULL, &st);
+    expect_code("DeleteBackupPieces of making c", rc, &st, ST_OK, NULL);
+    kept = list_piece(0, B6, "q0");
+    CHECK(!kept, "the delete of making c left its piece");
+    piece_free(kept);
     pb_piece *all[] = {old, a, a2, b, none, pa, pb};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         piece_free(all[i]);
