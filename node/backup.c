@@ -437,29 +437,53 @@ static st_code delete_all(node_ctx *n, const bk_name *b, st_err *err) {
     return bk_trash(n, dir, b->project, err);
 }
 
+/* One entry of a backup directory in a late delete: true when it is a sealed piece of the making
+ * (not being made or pulled now). */
+static bool making_piece(node_ctx *n, const bk_name *b, const char *entry,
+                         const char *incarnation) {
+    char path[NODE_BK_PATH_MAX];
+    bk_piece_dir(n, b, entry, "", path, sizeof path);
+    bk_piece *p = NULL;
+    if (bk_piece_check(entry, NULL) != ST_OK || bk_busy(n, path) ||
+        bk_piece_load(n, b, entry, NULL, &p, NULL) != ST_OK)
+        return false;
+    bool mine = strcmp(p->incarnation, incarnation) == 0;
+    bk_piece_free(p);
+    return mine;
+}
+
 /* The pieces of one making of the backup: a late delete, by a router that missed this node when
- * the backup was deleted; a newer backup of the same id (another making) keeps its pieces. */
+ * the backup was deleted; a newer backup of the same id (another making, an import, a piece in
+ * the making) keeps its entries. When the directory holds nothing else it goes in one rename, as
+ * a whole delete; otherwise piece by piece. */
 static st_code delete_making(node_ctx *n, const bk_name *b, const char *incarnation, int *gone,
                              st_err *err) {
     char dir[NODE_BK_PATH_MAX];
     bk_backup_dir(n, b, dir, sizeof dir);
-    DIR *d = opendir(dir);
-    struct dirent *e;
     st_code rc = ST_OK;
-    while (rc == ST_OK && d && (e = readdir(d)) != NULL) {
-        bk_piece *p = NULL;
-        char path[NODE_BK_PATH_MAX];
-        bk_piece_dir(n, b, e->d_name, "", path, sizeof path);
-        if (bk_piece_check(e->d_name, NULL) != ST_OK || bk_busy(n, path) ||
-            bk_piece_load(n, b, e->d_name, NULL, &p, NULL) != ST_OK)
-            continue;
-        if (strcmp(p->incarnation, incarnation) == 0 &&
-            (rc = bk_trash(n, path, NULL, err)) == ST_OK)
-            (*gone)++;
-        bk_piece_free(p);
+    for (int pass = 0; pass < 2 && rc == ST_OK; pass++) {
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        bool other = false;
+        while (rc == ST_OK && d && (e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            bool mine = making_piece(n, b, e->d_name, incarnation);
+            other |= !mine;
+            (*gone) += mine;
+            if (pass == 1 && mine) {
+                char path[NODE_BK_PATH_MAX];
+                bk_piece_dir(n, b, e->d_name, "", path, sizeof path);
+                rc = bk_trash(n, path, NULL, err);
+            }
+        }
+        if (d)
+            closedir(d);
+        if (pass == 0 && !other)
+            return *gone ? delete_all(n, b, err) : ST_OK;
+        if (pass == 0)
+            *gone = 0;
     }
-    if (d)
-        closedir(d);
     return rc;
 }
 

@@ -44,4 +44,5 @@ grep -ho 'event=leftover_piece_removed backup=[^ ]* piece=[^ ]*' "$DIR"/logs/*.l
 echo "== late deletes the router's sweep sent"
 grep -ho 'late delete of backup [^ ]*' "$DIR"/logs/router.log | sort | uniq -c
 grep -q 'late delete of backup' "$DIR"/logs/router.log || fail "the router logged no late delete"
+grep -ho 'event=making_deleted .*' "$DIR"/logs/*.log | sed 's/^/  on a node: /'
 echo "PASS"
