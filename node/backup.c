@@ -72,6 +72,7 @@ typedef struct freeze_arg {
     bk_name name;
     char piece[NODE_BK_NAME_MAX + 1];
     char table[NODE_TABLE_NAME_MAX + 1];
+    char incarnation[NODE_BK_INCARNATION_MAX + 1];
     st_buf start, end;
     uint64_t tablet_id;
     int64_t frozen_wall_us, freeze_us, total_us; /* when the freeze ended; how long it took */
@@ -104,6 +105,7 @@ static st_code freeze_describe(node_ctx *n, freeze_arg *a, const sto_backup_file
     p->start_key = (ProtobufCBinaryData){a->start.len, a->start.data};
     p->end_key = (ProtobufCBinaryData){a->end.len, a->end.data};
     p->node_num = n->opts.node_num;
+    p->incarnation = a->incarnation;
     p->files = fv;
     p->n_files = nf;
     st_code rc = ST_OK;
@@ -209,17 +211,26 @@ static st_code same_instance(const bk_name *b, const char *table, st_err *err) {
                       b->full, table);
 }
 
-/* An existing piece answers a retried BackupTablet; one of another table is a conflict. */
-static bool freeze_existing(node_ctx *n, rpc_call *call, const bk_name *b, const char *piece,
-                            const char *table) {
+/* True when an existing piece answered the call (a retried BackupTablet of the same making) or
+ * failed it (a piece of another table). A piece of another making, or of none (made before pieces
+ * kept theirs), when the caller names its making, is a leftover of a deleted backup of the same id
+ * whose removal missed this node: it goes, and the tablet is frozen anew. */
+static bool freeze_existing(node_ctx *n, rpc_call *call, const freeze_arg *a) {
     bk_piece *p = NULL;
     st_err err = {0};
-    if (bk_piece_load(n, b, piece, rpc_call_arena(call), &p, &err) != ST_OK)
+    if (bk_piece_load(n, &a->name, a->piece, rpc_call_arena(call), &p, &err) != ST_OK)
         return false;
-    if (strcmp(p->table_name, table) != 0)
+    bool dropped = false;
+    st_code rc = bk_leftover_drop(n, &a->name, a->piece, a->final, p->incarnation, a->incarnation,
+                                  &dropped, &err);
+    if (rc != ST_OK)
+        node_fail(call, rc, "%s", err.msg);
+    if (rc != ST_OK || dropped)
+        return rc != ST_OK;
+    if (strcmp(p->table_name, a->table) != 0)
         node_fail(call, ST_ALREADY_EXISTS,
-                  "piece %s of backup %s already holds table %s; pick another piece id", piece,
-                  b->full, p->table_name);
+                  "piece %s of backup %s already holds table %s; pick another piece id", a->piece,
+                  a->name.full, p->table_name);
     else
         node_reply(call, &p->base);
     return true;
@@ -261,6 +272,8 @@ void node_h_backup_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     st_code rc = bk_name_parse(req->backup, &a->name, &err);
     if (rc == ST_OK)
         rc = bk_piece_check(req->piece, &err);
+    if (rc == ST_OK)
+        rc = bk_incarnation_check(req->incarnation, &err);
     if (rc == ST_OK && !(tab = node_tablet_by_id(n, req->tablet_id, &t)))
         rc = st_err_set(&err, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by node %u",
                         req->tablet_id, n->opts.node_num);
@@ -269,6 +282,7 @@ void node_h_backup_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     if (rc == ST_OK) {
         snprintf(a->piece, sizeof a->piece, "%s", req->piece);
         snprintf(a->table, sizeof a->table, "%s", t->name);
+        snprintf(a->incarnation, sizeof a->incarnation, "%s", req->incarnation);
         bk_piece_dir(n, &a->name, a->piece, "", a->final, sizeof a->final);
         bk_piece_dir(n, &a->name, a->piece, ".tmp", a->tmp, sizeof a->tmp);
         if (bk_busy(n, a->final))
@@ -276,7 +290,7 @@ void node_h_backup_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
                             "piece %s of backup %s is being made or changed now; retry", a->piece,
                             a->name.full);
     }
-    if (rc == ST_OK && freeze_existing(n, call, &a->name, a->piece, a->table)) {
+    if (rc == ST_OK && freeze_existing(n, call, a)) {
         freeze_arg_free(a);
         return;
     }
@@ -423,6 +437,56 @@ static st_code delete_all(node_ctx *n, const bk_name *b, st_err *err) {
     return bk_trash(n, dir, b->project, err);
 }
 
+/* One entry of a backup directory in a late delete: true when it is a sealed piece of the making
+ * (not being made or pulled now). */
+static bool making_piece(node_ctx *n, const bk_name *b, const char *entry,
+                         const char *incarnation) {
+    char path[NODE_BK_PATH_MAX];
+    bk_piece_dir(n, b, entry, "", path, sizeof path);
+    bk_piece *p = NULL;
+    if (bk_piece_check(entry, NULL) != ST_OK || bk_busy(n, path) ||
+        bk_piece_load(n, b, entry, NULL, &p, NULL) != ST_OK)
+        return false;
+    bool mine = strcmp(p->incarnation, incarnation) == 0;
+    bk_piece_free(p);
+    return mine;
+}
+
+/* The pieces of one making of the backup: a late delete, by a router that missed this node when
+ * the backup was deleted; a newer backup of the same id (another making, an import, a piece in
+ * the making) keeps its entries. When the directory holds nothing else it goes in one rename, as
+ * a whole delete; otherwise piece by piece. */
+static st_code delete_making(node_ctx *n, const bk_name *b, const char *incarnation, int *gone,
+                             st_err *err) {
+    char dir[NODE_BK_PATH_MAX];
+    bk_backup_dir(n, b, dir, sizeof dir);
+    st_code rc = ST_OK;
+    for (int pass = 0; pass < 2 && rc == ST_OK; pass++) {
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        bool other = false;
+        while (rc == ST_OK && d && (e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            bool mine = making_piece(n, b, e->d_name, incarnation);
+            other |= !mine;
+            (*gone) += mine;
+            if (pass == 1 && mine) {
+                char path[NODE_BK_PATH_MAX];
+                bk_piece_dir(n, b, e->d_name, "", path, sizeof path);
+                rc = bk_trash(n, path, NULL, err);
+            }
+        }
+        if (d)
+            closedir(d);
+        if (pass == 0 && !other)
+            return *gone ? delete_all(n, b, err) : ST_OK;
+        if (pass == 0)
+            *gone = 0;
+    }
+    return rc;
+}
+
 void node_h_delete_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Strata__Internal__V1__DeleteBackupPiecesRequest *req = (void *)node_unpack(
@@ -448,6 +512,11 @@ void node_h_delete_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) 
             rc = bk_trash(n, path, NULL, &err);
         if (rc == ST_OK)
             rc = delete_import(n, &b, req->piece, &err);
+    } else if (rc == ST_OK && req->incarnation[0]) {
+        int gone = 0;
+        rc = delete_making(n, &b, req->incarnation, &gone, &err);
+        st_log(ST_LOG_INFO, "backup", "event=making_deleted backup=%s incarnation=%s pieces=%d",
+               b.full, req->incarnation, gone);
     } else if (rc == ST_OK) {
         rc = delete_all(n, &b, &err);
     }

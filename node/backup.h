@@ -25,6 +25,7 @@
 #define NODE_BK_NAME_MAX 64                   /* bytes of one name component, piece or file id */
 #define NODE_BK_FILES_MAX 100000              /* files in one piece */
 #define NODE_BK_PATH_MAX 4400
+#define NODE_BK_INCARNATION_MAX 1024 /* bytes of a piece's incarnation (an operation name) */
 #define NODE_BK_MANIFEST "PIECE"
 
 typedef Strata__Internal__V1__BackupPiece bk_piece;
@@ -60,6 +61,13 @@ typedef struct bk_name {
 st_code bk_name_parse(const char *name, bk_name *out, st_err *err);
 /* INVALID_ARGUMENT unless piece is [A-Za-z0-9_-]{1,64}. */
 st_code bk_piece_check(const char *piece, st_err *err);
+/* INVALID_ARGUMENT unless a piece's incarnation is at most NODE_BK_INCARNATION_MAX bytes. */
+st_code bk_incarnation_check(const char *incarnation, st_err *err);
+/* A sealed piece (at final, of making have) found by a call of making want: when want is set and
+ * differs, the piece is a leftover of a deleted backup of the same id and goes to the trash
+ * (*dropped). A call without a making (older routers) takes any piece. */
+st_code bk_leftover_drop(node_ctx *n, const bk_name *b, const char *piece, const char *final,
+                         const char *have, const char *want, bool *dropped, st_err *err);
 /* INVALID_ARGUMENT unless file is [A-Za-z0-9_-]{1,64}.sst. */
 st_code bk_file_check(const char *file, st_err *err);
 

@@ -84,6 +84,24 @@ st_code bk_piece_check(const char *piece, st_err *err) {
     return ST_OK;
 }
 
+st_code bk_incarnation_check(const char *incarnation, st_err *err) {
+    if (strlen(incarnation) <= NODE_BK_INCARNATION_MAX)
+        return ST_OK;
+    return st_err_set(err, ST_INVALID_ARGUMENT, "a piece's incarnation is over %d bytes",
+                      NODE_BK_INCARNATION_MAX);
+}
+
+st_code bk_leftover_drop(node_ctx *n, const bk_name *b, const char *piece, const char *final,
+                         const char *have, const char *want, bool *dropped, st_err *err) {
+    *dropped = want[0] && strcmp(have ? have : "", want) != 0;
+    if (!*dropped)
+        return ST_OK;
+    st_log(ST_LOG_INFO, "backup",
+           "event=leftover_piece_removed backup=%s piece=%s incarnation=%s wanted=%s", b->full,
+           piece, have && have[0] ? have : "-", want);
+    return bk_trash(n, final, NULL, err);
+}
+
 st_code bk_file_check(const char *file, st_err *err) {
     size_t n = strlen(file);
     bool ok = n > 4 && n - 4 <= NODE_BK_NAME_MAX && strcmp(file + n - 4, ".sst") == 0;

@@ -688,6 +688,7 @@ typedef struct bk_pull {
     bk_name src, dst;
     char piece[NODE_BK_NAME_MAX + 1];
     char source[BK_HOST_MAX + 8];
+    char incarnation[NODE_BK_INCARNATION_MAX + 1]; /* the making asking; kept with the piece */
     char in[NODE_BK_PATH_MAX], final[NODE_BK_PATH_MAX];
     bk_piece *want; /* the source's manifest, renamed to dst (malloc'd) */
     size_t file;    /* the file being read */
@@ -832,6 +833,19 @@ static void pull_next_file(bk_pull *p) {
         pull_fail(p, ST_UNAVAILABLE, "the source's connection is gone", NULL);
 }
 
+/* The source's manifest becomes this piece's: its backup's name here and the making that pulls it
+ * (not the source's). */
+static st_code want_rename(bk_pull *p, st_err *err) {
+    free(p->want->backup);
+    if (p->want->incarnation != protobuf_c_empty_string)
+        free(p->want->incarnation);
+    p->want->backup = strdup(p->dst.full);
+    p->want->incarnation = strdup(p->incarnation);
+    if (p->want->backup && p->want->incarnation)
+        return ST_OK;
+    return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+}
+
 /* The source's manifest of the piece, checked as a seal would check it, renamed to dst. */
 static st_code pull_take_manifest(bk_pull *p, st_slice resp, st_err *err) {
     Strata__Internal__V1__ListBackupPiecesResponse *r = (void *)btu_pb_unpack(
@@ -847,12 +861,10 @@ static st_code pull_take_manifest(bk_pull *p, st_slice resp, st_err *err) {
         bk_name check;
         p->want = piece_copy(r->pieces[i]);
         rc = p->want ? ST_OK : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-        if (rc == ST_OK) {
-            free(p->want->backup);
-            p->want->backup = strdup(p->dst.full);
-            rc = p->want->backup ? seal_validate(p->want, &check, err)
-                                 : st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-        }
+        if (rc == ST_OK)
+            rc = want_rename(p, err);
+        if (rc == ST_OK)
+            rc = seal_validate(p->want, &check, err);
         break;
     }
     protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -909,12 +921,15 @@ static st_code pull_check(node_ctx *n, const Strata__Internal__V1__PullBackupPie
         rc = bk_name_parse(req->backup[0] ? req->backup : req->source_backup, &p->dst, err);
     if (rc == ST_OK)
         rc = bk_piece_check(req->piece, err);
+    if (rc == ST_OK)
+        rc = bk_incarnation_check(req->incarnation, err);
     if (rc == ST_OK && strlen(req->source) > BK_HOST_MAX)
         rc = st_err_set(err, ST_INVALID_ARGUMENT, "source address over %d bytes", BK_HOST_MAX);
     if (rc != ST_OK)
         return rc;
     snprintf(p->piece, sizeof p->piece, "%s", req->piece);
     snprintf(p->source, sizeof p->source, "%s", req->source);
+    snprintf(p->incarnation, sizeof p->incarnation, "%s", req->incarnation);
     bk_piece_dir(n, &p->dst, p->piece, ".in", p->in, sizeof p->in);
     bk_piece_dir(n, &p->dst, p->piece, "", p->final, sizeof p->final);
     if (bk_busy(n, p->final))
@@ -943,9 +958,14 @@ void node_h_pull_backup_piece(rpc_call *call, st_slice req_bytes, void *arg) {
                      ? pull_check(n, req, p, &err)
                      : st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory pulling a piece");
     bk_piece *have = NULL;
-    if (rc == ST_OK &&
-        bk_piece_load(n, &p->dst, p->piece, rpc_call_arena(call), &have, NULL) == ST_OK) {
-        node_reply(call, &have->base); /* here already: a retried pull */
+    bool dropped = false;
+    bool here = rc == ST_OK &&
+                bk_piece_load(n, &p->dst, p->piece, rpc_call_arena(call), &have, NULL) == ST_OK;
+    if (here)
+        rc = bk_leftover_drop(n, &p->dst, p->piece, p->final, have->incarnation, p->incarnation,
+                              &dropped, &err);
+    if (rc == ST_OK && here && !dropped) {
+        node_reply(call, &have->base); /* here already: a retried pull of the same making */
         pull_free(p);
         return;
     }

@@ -878,6 +878,7 @@ void rtr_bk_close(rtr_ctx *r) {
     if (!bk)
         return;
     rtr_bk_jobs_free(r);
+    rtr_bk_leftovers_free(r);
     if (bk->sweep_timer)
         event_free(bk->sweep_timer);
     free(bk);

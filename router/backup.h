@@ -210,7 +210,8 @@ typedef struct rtr_bk {
     char owner[ST_TOPO_ADDR_MAX + 40];
     int64_t started_us;
     uint64_t restore_seq;
-    int64_t expiry_ahead_us; /* STRATA_BACKUP_TEST_EXPIRY_AHEAD_S (tests only; 0 otherwise) */
+    int64_t expiry_ahead_us;       /* STRATA_BACKUP_TEST_EXPIRY_AHEAD_S (tests only; 0 otherwise) */
+    struct bk_leftover *leftovers; /* deletes a node missed: retried by the sweep (backup_ops.c) */
 } rtr_bk;
 /* Tests of the expiry sweep: the sweep treats expire times as if this many seconds more had
  * passed (docs/operations.md); read once at start. */
@@ -221,6 +222,8 @@ st_code rtr_bk_open(rtr_ctx *r, st_err *err);
 st_code rtr_bk_start(rtr_ctx *r, st_err *err);
 /* Runs the sweep once: leases, dead operations, expired backups (backup_ops.c). */
 void rtr_bk_sweep(rtr_ctx *r);
+/* Forgets the deletes still to retry (at close). */
+void rtr_bk_leftovers_free(rtr_ctx *r);
 void rtr_bk_close(rtr_ctx *r);
 
 /* ---- handlers ---- */

@@ -616,7 +616,8 @@ static void create_refreshed(void *arg) {
         req.tablet_id = j->freeze[i].id;
         req.backup = j->backup;
         req.piece = piece;
-        uint8_t buf[RTR_BK_NAME_MAX + 128];
+        req.incarnation = j->op_name; /* a leftover piece of an earlier making is not reused */
+        uint8_t buf[RTR_BK_NAME_MAX + RTR_OP_NAME_MAX + 128];
         size_t len = strata__internal__v1__backup_tablet_request__pack(&req, buf);
         rtr_fan_call(f, i, j->freeze[i].node, RTR_NODE "BackupTablet", st_slice_make(buf, len));
     }
@@ -716,6 +717,7 @@ static st_code task_request(bk_task *t, st_buf *out, const char **path) {
         pull.source_backup = (char *)src_name;
         pull.piece = p->piece;
         pull.backup = (char *)t->as;
+        pull.incarnation = j->op_name;
         m = &pull.base;
         *path = RTR_NODE "PullBackupPiece";
     } else {

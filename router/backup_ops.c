@@ -116,65 +116,195 @@ void rtr_bk_op_store(rtr_ctx *r, const char *name, st_slice op, bool done_op, in
 typedef struct bk_del {
     rtr_ctx *r;
     char *name;
+    char *incarnation; /* the record's operation: what a late delete may remove */
     size_t cluster;
     rtr_meta_done_fn done;
     void *arg;
 } bk_del;
 
+/* A delete of a backup's pieces that a node missed (down, unreachable). The router re-sends it,
+ * limited to the deleted backup's making, at every sweep until the node answers: a newer backup
+ * of the same id made meanwhile keeps its pieces. Kept in memory only (docs/backups.md). */
+typedef struct bk_leftover {
+    struct bk_leftover *next;
+    char *name, *incarnation;
+    size_t cluster, node;
+} bk_leftover;
+
+/* What a fan of DeleteBackupPieces works for (the request's strings). */
+typedef struct del_fan {
+    char *name, *incarnation;
+    size_t cluster;
+    bool retry; /* a late delete of one leftover */
+} del_fan;
+
+static void del_fan_free(del_fan *d) {
+    if (d) {
+        free(d->name);
+        free(d->incarnation);
+        free(d);
+    }
+}
+
+static del_fan *del_fan_new(const char *name, const char *incarnation, size_t cluster) {
+    del_fan *d = calloc(1, sizeof *d);
+    if (d) {
+        d->name = strdup(name);
+        d->incarnation = strdup(incarnation ? incarnation : "");
+        d->cluster = cluster;
+    }
+    if (d && (!d->name || !d->incarnation)) {
+        del_fan_free(d);
+        d = NULL;
+    }
+    return d;
+}
+
+static bool leftover_is(const bk_leftover *l, const del_fan *d, size_t node) {
+    return l->cluster == d->cluster && l->node == node && strcmp(l->name, d->name) == 0 &&
+           strcmp(l->incarnation, d->incarnation) == 0;
+}
+
+static void leftover_add(rtr_ctx *r, const del_fan *d, size_t node) {
+    for (bk_leftover *l = r->bk->leftovers; l; l = l->next)
+        if (leftover_is(l, d, node))
+            return;
+    bk_leftover *l = calloc(1, sizeof *l);
+    if (l && (l->name = strdup(d->name)) && (l->incarnation = strdup(d->incarnation))) {
+        *l = (bk_leftover){r->bk->leftovers, l->name, l->incarnation, d->cluster, node};
+        r->bk->leftovers = l;
+        return;
+    }
+    if (l)
+        free(l->name);
+    free(l);
+}
+
+static void leftover_drop(rtr_ctx *r, const del_fan *d, size_t node) {
+    for (bk_leftover **pp = &r->bk->leftovers; *pp; pp = &(*pp)->next)
+        if (leftover_is(*pp, d, node)) {
+            bk_leftover *l = *pp;
+            *pp = l->next;
+            free(l->name);
+            free(l->incarnation);
+            free(l);
+            return;
+        }
+}
+
+void rtr_bk_leftovers_free(rtr_ctx *r) {
+    while (r->bk && r->bk->leftovers) {
+        bk_leftover *l = r->bk->leftovers;
+        r->bk->leftovers = l->next;
+        free(l->name);
+        free(l->incarnation);
+        free(l);
+    }
+}
+
 static void pieces_deleted(rtr_fan *f, void *arg) {
-    char *name = arg;
-    for (size_t i = 0; i < f->n; i++)
-        if (f->res[i].node && f->res[i].code != ST_OK)
-            st_log(ST_LOG_WARN, "router",
-                   "deleting the pieces of backup %s on %s failed: %s (the next delete or the "
-                   "node's restart removes them)",
-                   name, f->res[i].node->addr, f->res[i].err.msg);
+    del_fan *d = arg;
+    rtr_ctx *r = f->ctx;
+    for (size_t i = 0; i < f->n; i++) {
+        if (!f->res[i].node)
+            continue;
+        size_t node = (size_t)(f->res[i].node - r->clusters[d->cluster].nodes);
+        bool keep = !r->closing && r->bk && d->incarnation[0];
+        if (f->res[i].code == ST_OK && keep && d->retry) {
+            st_log(ST_LOG_INFO, "router", "late delete of backup %s (making %s) on %s done",
+                   d->name, d->incarnation, f->res[i].node->addr);
+            leftover_drop(r, d, node);
+        } else if (f->res[i].code != ST_OK && !d->retry) {
+            st_log(ST_LOG_WARN, "router", "deleting the pieces of backup %s on %s failed: %s (%s)",
+                   d->name, f->res[i].node->addr, f->res[i].err.msg,
+                   keep ? "the sweep retries it while this router runs"
+                        : "they stay on that node's disk; a later backup of the same id does "
+                          "not use them, docs/backups.md");
+            if (keep)
+                leftover_add(r, d, node);
+        }
+    }
     rtr_fan_free(f);
-    free(name);
+    del_fan_free(d);
+}
+
+/* DeleteBackupPieces of d's backup on the nodes [from, to) of its cluster (d goes with the fan). */
+static void pieces_delete(rtr_ctx *r, del_fan *d, size_t from, size_t to) {
+    rtr_cluster *c = &r->clusters[d->cluster];
+    Strata__Internal__V1__DeleteBackupPiecesRequest req;
+    strata__internal__v1__delete_backup_pieces_request__init(&req);
+    req.backup = d->name;
+    req.incarnation = d->retry ? d->incarnation : "";
+    uint8_t buf[RTR_BK_NAME_MAX + RTR_OP_NAME_MAX + 32];
+    size_t len = strata__internal__v1__delete_backup_pieces_request__pack(&req, buf);
+    rtr_fan *f = rtr_fan_new(r, to - from, RTR_ADMIN_TIMEOUT_MS, pieces_deleted, d);
+    if (!f) {
+        del_fan_free(d);
+        return;
+    }
+    for (size_t i = from; i < to; i++)
+        rtr_fan_call(f, i - from, &c->nodes[i], RTR_NODE "DeleteBackupPieces",
+                     st_slice_make(buf, len));
+    rtr_fan_seal(f);
+}
+
+/* From the sweep: every delete a node missed, again, limited to its making. */
+static void leftovers_retry(rtr_ctx *r) {
+    for (bk_leftover *l = r->bk->leftovers; l; l = l->next) {
+        del_fan *d = del_fan_new(l->name, l->incarnation, l->cluster);
+        if (!d)
+            return;
+        d->retry = true;
+        pieces_delete(r, d, l->node, l->node + 1);
+    }
 }
 
 static void del_recorded(void *arg, st_code code, const char *msg) {
     bk_del *d = arg;
     rtr_ctx *r = d->r;
     if (code == ST_OK && !r->closing) {
-        rtr_cluster *c = &r->clusters[d->cluster];
-        Strata__Internal__V1__DeleteBackupPiecesRequest req;
-        strata__internal__v1__delete_backup_pieces_request__init(&req);
-        req.backup = d->name;
-        uint8_t buf[RTR_BK_NAME_MAX + 32];
-        size_t len = strata__internal__v1__delete_backup_pieces_request__pack(&req, buf);
-        char *nm = strdup(d->name);
-        rtr_fan *f =
-            nm ? rtr_fan_new(r, c->n_nodes, RTR_ADMIN_TIMEOUT_MS, pieces_deleted, nm) : NULL;
-        if (!f)
-            free(nm);
-        for (size_t i = 0; f && i < c->n_nodes; i++)
-            rtr_fan_call(f, i, &c->nodes[i], RTR_NODE "DeleteBackupPieces",
-                         st_slice_make(buf, len));
+        del_fan *f = del_fan_new(d->name, d->incarnation, d->cluster);
         if (f)
-            rtr_fan_seal(f);
+            pieces_delete(r, f, 0, r->clusters[d->cluster].n_nodes);
     }
     if (d->done)
         d->done(d->arg, code, msg);
     free(d->name);
+    free(d->incarnation);
     free(d);
+}
+
+/* The operation that made the backup's record (empty for an import or a record not found). */
+static char *record_making(rtr_ctx *r, const char *name) {
+    const rtr_meta_rec *m = rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name);
+    st_arena a;
+    st_arena_init(&a, 4096);
+    rtr_pb_bkrec *rec = m ? rtr_bk_rec_unpack(st_slice_make(m->pb, m->len), &a) : NULL;
+    char *out = strdup(rec && rec->operation ? rec->operation : "");
+    st_arena_deinit(&a);
+    return out;
 }
 
 void rtr_bk_delete(rtr_ctx *r, const char *name, rtr_meta_done_fn done, void *arg) {
     size_t ci;
     char id[RTR_BK_ID_MAX + 1];
     bk_del *d = calloc(1, sizeof *d);
-    if (d)
+    if (d) {
         d->name = strdup(name);
-    if (!d || !d->name || rtr_bk_parse_name(&r->topo, name, &ci, id, sizeof id, NULL) != ST_OK) {
-        if (d)
+        d->incarnation = record_making(r, name);
+    }
+    if (!d || !d->name || !d->incarnation ||
+        rtr_bk_parse_name(&r->topo, name, &ci, id, sizeof id, NULL) != ST_OK) {
+        if (d) {
             free(d->name);
+            free(d->incarnation);
+        }
         free(d);
         if (done)
             done(arg, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    *d = (bk_del){r, d->name, ci, done, arg};
+    *d = (bk_del){r, d->name, d->incarnation, ci, done, arg};
     rtr_meta_write(r, RTR_META_KIND_BACKUP, name, NULL, del_recorded, d);
 }
 
@@ -296,6 +426,7 @@ void rtr_bk_sweep(rtr_ctx *r) {
     if (!r->bk || !r->meta_loaded)
         return;
     rtr_bk_jobs_renew(r);
+    leftovers_retry(r);
     int64_t now = st_wall_us();
     sweep_item *v = NULL;
     size_t n = 0;

@@ -1,6 +1,9 @@
 /*
  * Proves backups on real strata-node processes (docs/backups.md, "On a node"):
- *   - BackupTablet freezes a tablet (idempotent per piece); writes after it are not in the piece;
+ *   - BackupTablet freezes a tablet (idempotent per piece and making); writes after it are not in
+ *     the piece; a piece of another making (a leftover of a deleted backup of the same id) is
+ *     replaced by a new freeze or pull, never answered; DeleteBackupPieces of one making leaves
+ *     another making's pieces;
  *     PutTable + CreateTablet(restore_backup, restore_piece) makes a table whose rows are exactly
  *     the frozen ones, also after a restart of the node;
  *   - ReadBackupFile / WriteBackupFile / SealBackupPiece copy the piece to a second node, where it
@@ -152,13 +155,15 @@ static uint64_t first_tablet(int node, const char *table) {
     return id;
 }
 
-static st_code backup_tablet(int node, uint64_t id, const char *backup, const char *piece,
-                             pb_piece **out, st_err *st) {
+/* BackupTablet asked by the making `incarnation` ("": none, as an earlier router asks). */
+static st_code backup_tablet_of(int node, uint64_t id, const char *backup, const char *piece,
+                                const char *incarnation, pb_piece **out, st_err *st) {
     Strata__Internal__V1__BackupTabletRequest req =
         STRATA__INTERNAL__V1__BACKUP_TABLET_REQUEST__INIT;
     req.tablet_id = id;
     req.backup = (char *)backup;
     req.piece = (char *)piece;
+    req.incarnation = (char *)incarnation;
     st_buf resp;
     st_buf_init(&resp);
     st_code rc = unary(node, "BackupTablet", &req.base, &resp, st);
@@ -167,6 +172,11 @@ static st_code backup_tablet(int node, uint64_t id, const char *backup, const ch
                            : NULL;
     st_buf_free(&resp);
     return rc;
+}
+
+static st_code backup_tablet(int node, uint64_t id, const char *backup, const char *piece,
+                             pb_piece **out, st_err *st) {
+    return backup_tablet_of(node, id, backup, piece, "", out, st);
 }
 
 /* PutTable `table` (family cf) on node, then CreateTablet restoring the piece for all rows. */
@@ -967,6 +977,89 @@ static void test_background_crc(void) {
         strata__internal__v1__backup_piece__free_unpacked(p, NULL);
 }
 
+#define B6 INST "/clusters/c1/backups/b6"
+#define B7 INST "/clusters/c1/backups/b7"
+
+static void piece_free(pb_piece *p) {
+    if (p)
+        strata__internal__v1__backup_piece__free_unpacked(p, NULL);
+}
+
+static st_code pull_of(const char *incarnation, pb_piece **out, st_err *st) {
+    Strata__Internal__V1__PullBackupPieceRequest pull =
+        STRATA__INTERNAL__V1__PULL_BACKUP_PIECE_REQUEST__INIT;
+    pull.source = g_node[0].addr;
+    pull.source_backup = B6;
+    pull.piece = "q0";
+    pull.backup = B7;
+    pull.incarnation = (char *)incarnation;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_code rc = unary(1, "PullBackupPiece", &pull.base, &resp, st);
+    *out =
+        rc == ST_OK ? strata__internal__v1__backup_piece__unpack(NULL, resp.len, resp.data) : NULL;
+    st_buf_free(&resp);
+    return rc;
+}
+
+/* A piece answers a call of its own making (or of none), never one of another making: that finds
+ * a leftover of a deleted backup of the same id, which is replaced by a new freeze or pull
+ * (docs/backups.md, "Pieces left behind"). A piece of no making is replaced too. */
+static void test_incarnation(uint64_t id) {
+    pb_piece *old = NULL, *a = NULL, *a2 = NULL, *b = NULL, *none = NULL, *pa = NULL, *pb = NULL;
+    st_err st = {0};
+    st_code rc = backup_tablet_of(0, id, B6, "q0", "", &old, &st);
+    expect_code("BackupTablet of no making", rc, &st, ST_OK, NULL);
+    rc = backup_tablet_of(0, id, B6, "q0", "op-a", &a, &st);
+    expect_code("BackupTablet of making a over a piece of none", rc, &st, ST_OK, NULL);
+    CHECK(old && a && a->frozen_us > old->frozen_us && strcmp(a->incarnation, "op-a") == 0,
+          "making a got the piece of no making");
+    rc = backup_tablet_of(0, id, B6, "q0", "op-a", &a2, &st);
+    expect_code("BackupTablet of making a again", rc, &st, ST_OK, NULL);
+    CHECK(a && a2 && a2->frozen_us == a->frozen_us, "the retry of making a froze anew");
+    rc = backup_tablet_of(0, id, B6, "q0", "op-b", &b, &st);
+    expect_code("BackupTablet of making b", rc, &st, ST_OK, NULL);
+    CHECK(a && b && b->frozen_us > a->frozen_us && strcmp(b->incarnation, "op-b") == 0,
+          "making b got making a's piece");
+    rc = backup_tablet_of(0, id, B6, "q0", "", &none, &st);
+    expect_code("BackupTablet of no making over making b's", rc, &st, ST_OK, NULL);
+    CHECK(b && none && none->frozen_us == b->frozen_us, "a call of no making froze anew");
+    rc = pull_of("op-x", &pa, &st);
+    expect_code("PullBackupPiece of making x", rc, &st, ST_OK, NULL);
+    CHECK(pa && strcmp(pa->incarnation, "op-x") == 0 && b && pa->frozen_us == b->frozen_us,
+          "the pulled piece is not making x's copy of b's piece");
+    piece_free(pa);
+    rc = pull_of("op-x", &pa, &st);
+    expect_code("PullBackupPiece of making x again", rc, &st, ST_OK, NULL);
+    CHECK(pa && strcmp(pa->incarnation, "op-x") == 0, "the retried pull changed the piece");
+    piece_free(old);
+    rc = backup_tablet_of(0, id, B6, "q0", "op-c", &old, &st);
+    expect_code("BackupTablet of making c", rc, &st, ST_OK, NULL);
+    rc = pull_of("op-y", &pb, &st);
+    expect_code("PullBackupPiece of making y over making x's", rc, &st, ST_OK, NULL);
+    CHECK(pb && strcmp(pb->incarnation, "op-y") == 0 && old && pb->frozen_us == old->frozen_us,
+          "making y got making x's pulled piece");
+    /* a late delete of one making leaves another making's piece of the same id */
+    Strata__Internal__V1__DeleteBackupPiecesRequest d =
+        STRATA__INTERNAL__V1__DELETE_BACKUP_PIECES_REQUEST__INIT;
+    d.backup = B6;
+    d.incarnation = "op-a";
+    rc = unary(0, "DeleteBackupPieces", &d.base, NULL, &st);
+    expect_code("DeleteBackupPieces of making a", rc, &st, ST_OK, NULL);
+    pb_piece *kept = list_piece(0, B6, "q0");
+    CHECK(kept, "the delete of making a removed making c's piece");
+    piece_free(kept);
+    d.incarnation = "op-c";
+    rc = unary(0, "DeleteBackupPieces", &d.base, NULL, &st);
+    expect_code("DeleteBackupPieces of making c", rc, &st, ST_OK, NULL);
+    kept = list_piece(0, B6, "q0");
+    CHECK(!kept, "the delete of making c left its piece");
+    piece_free(kept);
+    pb_piece *all[] = {old, a, a2, b, none, pa, pb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        piece_free(all[i]);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || access(argv[1], X_OK) != 0) {
         printf("SKIP: usage: backup_node_test PATH/TO/strata-node\n");
@@ -1049,6 +1142,7 @@ int main(int argc, char **argv) {
     CHECK(now.len == frozen.len && memcmp(now.data, frozen.data, now.len) == 0,
           "pulled rows differ from the frozen ones");
 
+    test_incarnation(id);
     test_write_rules();
     test_links();
     test_any_order();
