@@ -193,20 +193,6 @@ static void buf_recycle(st_buf *b) {
         st_buf_reset(b);
 }
 
-/* "2026-12-04T20:39:37.123456Z" for messages. */
-static void time_text(int64_t us, char *out, size_t cap) {
-    time_t s = (time_t)(us / 1000000);
-    struct tm tm;
-    if (us < 0 || !gmtime_r(&s, &tm)) {
-        snprintf(out, cap, "%" PRId64 "us", us);
-        return;
-    }
-    char day[24];
-    if (strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
-        day[0] = 0;
-    snprintf(out, cap, "%.20s.%06dZ", day, (int)(us % 1000000));
-}
-
 /* Formats the current position's token. Live tokens mostly differ from the last one in their W
  * only (the bound moves four times a second): the rest of the text is kept. */
 static void token_format(cs_reader *r) {
@@ -1173,22 +1159,15 @@ static st_code start_pos(node_ctx *n, const node_table *meta,
     int64_t oldest = now - meta->cs_retention_us;
     oldest = oldest > meta->cs_since_us ? oldest : meta->cs_since_us;
     char t1[40], t2[40];
-    time_text(oldest, t2, sizeof t2);
+    btu_cs_time_text(oldest, t2, sizeof t2);
     if (req->start_from_case ==
         GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME) {
         int64_t t;
         st_code rc = btu_cs_time_us(req->start_time, "start_time", true, &t, err);
+        if (rc == ST_OK)
+            rc = btu_cs_start_time_check(t, now, oldest, meta->name, err);
         if (rc != ST_OK)
             return rc;
-        time_text(t, t1, sizeof t1);
-        if (t > now)
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "start_time %s is in the future: start at or before now", t1);
-        if (t < oldest)
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "start_time %s is before %s, the oldest change table %s still "
-                              "holds (its retention, or when change streams were turned on)",
-                              t1, t2, meta->name);
         btu_cs_pos_live(pos, t - 1);
         return ST_OK;
     }
@@ -1215,7 +1194,7 @@ static st_code start_pos(node_ctx *n, const node_table *meta,
     if (rc == ST_OK && pos->w > resolved)
         btu_cs_pos_live(pos, resolved);
     if (rc == ST_OK && pos->w < oldest - 1) {
-        time_text(pos->w, t1, sizeof t1);
+        btu_cs_time_text(pos->w, t1, sizeof t1);
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "the continuation token's time %s is before %s, the oldest change "
                           "table %s still holds (its retention, or when change streams were "

@@ -113,20 +113,13 @@ static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, int64
         req->start_time) {
         int64_t now = us;
         rc = btu_cs_time_us(req->start_time, "start_time", true, &us, err);
-        if (rc != ST_OK)
-            return rc;
         /* as the node does, before a CloseStream hands out tokens at that time: a node moves a
          * token past what it has resolved back to it (delivering writes made before the start),
          * and refuses one older than its history as a token, not as the start_time it was */
-        if (us > now)
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "start_time is %" PRId64 " s in the future: start at or before now",
-                              (us - now + 999999) / 1000000);
-        if (us < now - retention_us)
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "start_time is %" PRId64 " s ago, before the table's retention of "
-                              "%" PRId64 " s: start within it",
-                              (now - us) / 1000000, retention_us / 1000000);
+        if (rc == ST_OK)
+            rc = btu_cs_start_time_check(us, now, now - retention_us, req->table_name, err);
+        if (rc != ST_OK)
+            return rc;
     }
     btu_cs_pos_live(out, us > 0 ? us - 1 : 0);
     return ST_OK;

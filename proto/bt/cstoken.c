@@ -2,10 +2,12 @@
  * functions: the node and the router parse and check tokens with the same rules. */
 #include "strata/cstoken.h"
 
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CS_TOKEN_VERSION "1."
 #define CS_TOKEN_VERSION2 "2." /* with the issuing cluster and its applied bound */
@@ -467,6 +469,35 @@ st_code btu_cs_time_us(const Google__Protobuf__Timestamp *t, const char *field, 
     if (round_up && t->nanos % 1000 != 0)
         us++;
     *out = us;
+    return ST_OK;
+}
+
+void btu_cs_time_text(int64_t us, char *out, size_t cap) {
+    time_t s = (time_t)(us / 1000000);
+    struct tm tm;
+    if (us < 0 || !gmtime_r(&s, &tm)) {
+        snprintf(out, cap, "%" PRId64 "us", us);
+        return;
+    }
+    char day[24];
+    if (strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+        day[0] = 0;
+    snprintf(out, cap, "%.20s.%06dZ", day, (int)(us % 1000000));
+}
+
+st_code btu_cs_start_time_check(int64_t t, int64_t now, int64_t oldest, const char *table,
+                                st_err *err) {
+    char t1[40], t2[40];
+    btu_cs_time_text(t, t1, sizeof t1);
+    if (t > now)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "start_time %s is in the future: start at or before now", t1);
+    btu_cs_time_text(oldest, t2, sizeof t2);
+    if (t < oldest)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "start_time %s is before %s, the oldest change table %s still "
+                          "holds (its retention, or when change streams were turned on)",
+                          t1, t2, table);
     return ST_OK;
 }
 

@@ -125,6 +125,13 @@ st_code btu_cs_time_us(const Google__Protobuf__Timestamp *t, const char *field, 
  * or a heartbeat_duration that is negative or not a valid Duration (nanos outside 0..999999999
  * or of the other sign than seconds). */
 st_code btu_cs_check_times(const Google__Bigtable__V2__ReadChangeStreamRequest *req, st_err *err);
+/* "2026-12-04T20:39:37.123456Z" (UTC) for messages; out of cap bytes (32 hold any). */
+void btu_cs_time_text(int64_t us, char *out, size_t cap);
+/* A start_time t (µs) for a stream of table read now (µs), whose history holds nothing before
+ * oldest: INVALID_ARGUMENT when t is in the future or before oldest. The router checks it before
+ * it answers a partition spanning tablets with a CloseStream at t, the node before it reads. */
+st_code btu_cs_start_time_check(int64_t t, int64_t now, int64_t oldest, const char *table,
+                                st_err *err);
 
 /* Microseconds as a Timestamp. */
 void btu_cs_time_set(Google__Protobuf__Timestamp *t, int64_t us);
