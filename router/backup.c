@@ -337,10 +337,10 @@ static st_code list_collect(rtr_ctx *r, size_t ci, const rtr_bk_filter *f, const
     return ST_OK;
 }
 
-/* ListBackups page tokens: "b1" + 8 hex digits (a CRC32C of parent, filter and order_by: a
- * token only continues the listing it came from) + the hex of a Backup holding the sort fields
- * of the last backup returned. The next page starts after where that backup sorts, so backups
- * created or deleted between pages (the last one returned included) do not shift the pages. */
+/* ListBackups page tokens (rtr_page_token_make): "b1", a CRC32C of parent, filter and order_by,
+ * and a Backup holding the sort fields of the last backup returned. The next page starts after
+ * where that backup sorts, so backups created or deleted between pages (the last one returned
+ * included) do not shift the pages. */
 #define BK_TOKEN_PREFIX "b1"
 
 static uint32_t list_query_crc(const Google__Bigtable__Admin__V2__ListBackupsRequest *req) {
@@ -360,45 +360,26 @@ static char *token_make(st_arena *a, uint32_t crc, const rtr_pb_backup *last) {
     k.expire_time = last->expire_time;
     k.size_bytes = last->size_bytes;
     st_slice pb = pack_arena(a, &k.base);
-    char *tok = st_arena_alloc(a, 2 * pb.len + 16);
-    if (!tok || !pb.data)
-        return NULL;
-    int n = snprintf(tok, 16, BK_TOKEN_PREFIX "%08x", (unsigned)crc);
-    for (size_t i = 0; i < pb.len; i++)
-        snprintf(tok + n + 2 * i, 3, "%02x", ((const uint8_t *)pb.data)[i]);
-    return tok;
-}
-
-static int hex_val(char ch) {
-    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+    return pb.data ? rtr_page_token_make(a, BK_TOKEN_PREFIX, crc, pb) : NULL;
 }
 
 /* The last backup of the previous page, or NULL (INVALID_ARGUMENT in err) for a token that is
  * not one of ours or belongs to another parent, filter or order_by. */
 static rtr_pb_backup *token_parse(rtr_ctx *r, st_arena *a, const char *tok, uint32_t crc,
                                   st_err *err) {
-    size_t len = strlen(tok), pre = strlen(BK_TOKEN_PREFIX) + 8;
-    char want[16];
-    snprintf(want, sizeof want, BK_TOKEN_PREFIX "%08x", (unsigned)crc);
-    uint8_t *pb = len > pre && len % 2 == 0 ? st_arena_alloc(a, (len - pre) / 2) : NULL;
-    bool ok = pb && !strncmp(tok, BK_TOKEN_PREFIX, strlen(BK_TOKEN_PREFIX));
-    if (ok && strncmp(tok, want, pre) != 0) {
+    st_slice pb;
+    rtr_token_rc trc = rtr_page_token_parse(a, tok, BK_TOKEN_PREFIX, crc, &pb);
+    if (trc == RTR_TOKEN_OTHER) {
         st_err_set(err, ST_INVALID_ARGUMENT,
                    "page_token belongs to a listing with another parent, filter or order_by: "
                    "repeat the request of the previous page with its next_page_token");
         return NULL;
     }
-    for (size_t i = pre; ok && i < len; i += 2) {
-        int hi = hex_val(tok[i]), lo = hex_val(tok[i + 1]);
-        ok = hi >= 0 && lo >= 0;
-        if (ok)
-            pb[(i - pre) / 2] = (uint8_t)(hi << 4 | lo);
-    }
+    bool ok = trc == RTR_TOKEN_OK;
     ProtobufCAllocator al = {arena_alloc, arena_free, a};
-    rtr_pb_backup *b =
-        ok ? (rtr_pb_backup *)btu_pb_unpack(&google__bigtable__admin__v2__backup__descriptor, &al,
-                                            st_slice_make(pb, (len - pre) / 2), NULL)
-           : NULL;
+    rtr_pb_backup *b = ok ? (rtr_pb_backup *)btu_pb_unpack(
+                                &google__bigtable__admin__v2__backup__descriptor, &al, pb, NULL)
+                          : NULL;
     size_t ci;
     char id[RTR_BK_ID_MAX + 1];
     if (b && rtr_bk_parse_name(&r->topo, b->name, &ci, id, sizeof id, NULL) == ST_OK)

@@ -235,56 +235,28 @@ static op_ref *collect(rtr_ctx *r, const char *resource, size_t rlen, size_t *n)
     return v;
 }
 
-/* Page tokens: "o1" + 8 hex digits (a CRC32C of the request's name: a token only continues the
- * listing it came from) + the hex of the name of the last operation returned. The next page
- * starts after where that operation sorts, so operations started or deleted between pages do not
- * shift the pages (as ListBackups' tokens, docs/backups.md "Pages"). */
+/* Page tokens (rtr_page_token_make): "o1", a CRC32C of the request's name, and the name of the
+ * last operation returned; the next page starts after where that operation sorts, so operations
+ * started or deleted between pages do not shift the pages (as ListBackups' tokens, docs/backups.md
+ * "Pages"). */
 #define OPS_TOKEN_PREFIX "o1"
-#define OPS_TOKEN_HEAD (sizeof OPS_TOKEN_PREFIX - 1 + 8)
 
-static char *token_make(uint32_t crc, const char *last) {
-    size_t len = strlen(last);
-    char *tok = malloc(OPS_TOKEN_HEAD + 2 * len + 1);
-    if (!tok)
-        return NULL;
-    snprintf(tok, OPS_TOKEN_HEAD + 1, OPS_TOKEN_PREFIX "%08x", (unsigned)crc);
-    for (size_t i = 0; i < len; i++)
-        snprintf(tok + OPS_TOKEN_HEAD + 2 * i, 3, "%02x", (unsigned)(uint8_t)last[i]);
-    return tok;
-}
-
-static int hex_val(char ch) {
-    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-}
-
-/* The name of the previous page's last operation (malloc'd) into *last, or INVALID_ARGUMENT for
- * a token that is not one of ours, or one of a listing of another resource. */
-static st_code token_parse(const char *tok, uint32_t crc, const char *resource, size_t rlen,
-                           char **last, st_err *err) {
-    size_t len = strlen(tok);
-    char want[OPS_TOKEN_HEAD + 1];
-    snprintf(want, sizeof want, OPS_TOKEN_PREFIX "%08x", (unsigned)crc);
-    bool ok = len > OPS_TOKEN_HEAD && (len - OPS_TOKEN_HEAD) % 2 == 0 &&
-              strncmp(tok, OPS_TOKEN_PREFIX, strlen(OPS_TOKEN_PREFIX)) == 0;
-    if (ok && strncmp(tok, want, OPS_TOKEN_HEAD) != 0)
+/* The name of the previous page's last operation (arena memory) into *last, or INVALID_ARGUMENT
+ * for a token that is not one of ours, or one of a listing of another resource. */
+static st_code token_parse(st_arena *a, const char *tok, uint32_t crc, const char *resource,
+                           size_t rlen, const char **last, st_err *err) {
+    st_slice name;
+    rtr_token_rc trc = rtr_page_token_parse(a, tok, OPS_TOKEN_PREFIX, crc, &name);
+    if (trc == RTR_TOKEN_OTHER)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "page_token belongs to a listing of another name: repeat the request of "
                           "the previous page with its next_page_token");
-    char *name = ok ? malloc((len - OPS_TOKEN_HEAD) / 2 + 1) : NULL;
-    size_t n = 0;
-    for (size_t i = OPS_TOKEN_HEAD; name && i < len; i += 2) {
-        int hi = hex_val(tok[i]), lo = hex_val(tok[i + 1]);
-        name[n++] = (char)(hi << 4 | lo);
-        ok = ok && hi >= 0 && lo >= 0 && name[n - 1];
-    }
-    if (name)
-        name[n] = 0;
-    if (ok && name && op_under(name, resource, rlen)) {
-        *last = name;
+    if (trc == RTR_TOKEN_OK && !memchr(name.data, 0, name.len) &&
+        op_under((const char *)name.data, resource, rlen)) {
+        *last = (const char *)name.data;
         return ST_OK;
     }
-    free(name);
-    return st_err_set(err, ok && !name ? ST_RESOURCE_EXHAUSTED : ST_INVALID_ARGUMENT,
+    return st_err_set(err, trc == RTR_TOKEN_NOMEM ? ST_RESOURCE_EXHAUSTED : ST_INVALID_ARGUMENT,
                       "invalid page_token: pass the next_page_token of the previous page "
                       "unchanged, or an empty one for the first page");
 }
@@ -302,14 +274,13 @@ static size_t list_resume(const op_ref *v, size_t n, const char *last) {
 
 /* One page of v from skip: at most max operations, and the token of the next page when more
  * follow. */
-static st_code list_page(const op_ref *v, size_t n, size_t skip, size_t max, uint32_t crc,
-                         st_buf *out) {
+static st_code list_page(st_arena *a, const op_ref *v, size_t n, size_t skip, size_t max,
+                         uint32_t crc, st_buf *out) {
     st_code rc = ST_OK;
     for (size_t i = skip; rc == ST_OK && i < n; i++) {
         if (i - skip == max) {
-            char *tok = token_make(crc, v[i - 1].name);
+            char *tok = rtr_page_token_make(a, OPS_TOKEN_PREFIX, crc, st_slice_cstr(v[i - 1].name));
             rc = tok ? rtr_wire_put_bytes(out, 2, st_slice_cstr(tok)) : ST_RESOURCE_EXHAUSTED;
-            free(tok);
             break;
         }
         rc = rtr_wire_put_bytes(out, 1, v[i].pb);
@@ -319,7 +290,7 @@ static st_code list_page(const op_ref *v, size_t n, size_t skip, size_t max, uin
 
 /* The operations of the request's name ("operations/<resource>": those named
  * "operations/<resource>/<n>" and those of resources under it, op_under), newest first, in
- * pages (token_make). filter is not supported (INVALID_ARGUMENT when set). */
+ * pages (token_parse). filter is not supported (INVALID_ARGUMENT when set). */
 void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Longrunning__ListOperationsRequest *req =
@@ -346,10 +317,11 @@ void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
         return;
     }
     uint32_t crc = st_crc32c(0, req->name, rlen);
-    char *last = NULL;
+    st_arena *a = rpc_call_arena(call);
+    const char *last = NULL;
     st_err err = {0};
     if (req->page_token[0] &&
-        token_parse(req->page_token, crc, req->name, rlen, &last, &err) != ST_OK) {
+        token_parse(a, req->page_token, crc, req->name, rlen, &last, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
@@ -360,14 +332,13 @@ void rtr_h_list_operations(rpc_call *call, st_slice bytes, void *arg) {
     st_buf out;
     st_buf_init(&out);
     st_code rc =
-        v ? list_page(v, n, list_resume(v, n, last), max, crc, &out) : ST_RESOURCE_EXHAUSTED;
+        v ? list_page(a, v, n, list_resume(v, n, last), max, crc, &out) : ST_RESOURCE_EXHAUSTED;
     if (rc == ST_OK)
         reply_bytes(call, st_buf_slice(&out));
     else
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
     st_buf_free(&out);
     free(v);
-    free(last);
 }
 
 static void deleted(void *arg, st_code code, const char *msg) {

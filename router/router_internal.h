@@ -254,6 +254,19 @@ bool rtr_wire_next(const uint8_t **p, const uint8_t *end, rtr_wire_field *f, boo
 st_code rtr_wire_copy_except(st_buf *out, st_slice msg, const uint32_t *skip, size_t n_skip);
 st_code rtr_wire_put_bytes(st_buf *out, uint32_t num, st_slice v);
 st_code rtr_wire_put_varint(st_buf *out, uint32_t num, uint64_t v);
+/* Page tokens of the router's listings (pagetoken.c): prefix (at most 15 characters), a CRC32C
+ * of the listing's query, the hex of last (where the page ended); arena memory, NULL when memory
+ * runs out. */
+char *rtr_page_token_make(st_arena *a, const char *prefix, uint32_t crc, st_slice last);
+typedef enum {
+    RTR_TOKEN_OK,
+    RTR_TOKEN_BAD,   /* not a token of this listing kind */
+    RTR_TOKEN_OTHER, /* a token of the same kind, for another query */
+    RTR_TOKEN_NOMEM,
+} rtr_token_rc;
+/* Where the previous page ended into *last (arena memory, followed by a 0 byte). */
+rtr_token_rc rtr_page_token_parse(st_arena *a, const char *tok, const char *prefix, uint32_t crc,
+                                  st_slice *last);
 /* Appends a RowSet as field `num` (ranges as start_key_closed / end_key_open). */
 st_code rtr_wire_put_rowset(st_buf *out, uint32_t num, const btu_rowset *rs);
 
