@@ -594,26 +594,29 @@ void rtr_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_reply(call, &t->base);
 }
 
-/* ListTables pages: the token is TABLES_TOKEN_PREFIX and the last table name of the previous
- * page; the next page starts after it (table records are kept sorted by name), so tables made or
- * deleted between pages shift nothing. */
-#define TABLES_TOKEN_PREFIX "t1."
+/* ListTables pages (rtr_page_token_make): "t1", a CRC32C of the parent, and the last table name
+ * of the previous page; the next page starts after it (table records are kept sorted by name),
+ * so tables made or deleted between pages shift nothing. */
+#define TABLES_TOKEN_PREFIX "t1"
 
-static st_code tables_page(const Google__Bigtable__Admin__V2__ListTablesRequest *req, size_t plen,
-                           const char **after, st_err *err) {
+static st_code tables_page(st_arena *a, const Google__Bigtable__Admin__V2__ListTablesRequest *req,
+                           size_t plen, const char **after, st_err *err) {
     if (req->page_size < 0)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "page_size must not be negative (0 lists every table)");
     const char *t = req->page_token;
     if (!t || !t[0])
         return ST_OK;
-    size_t k = strlen(TABLES_TOKEN_PREFIX);
-    if (strncmp(t, TABLES_TOKEN_PREFIX, k) != 0 || strncmp(t + k, req->parent, plen) != 0 ||
-        strncmp(t + k + plen, "/tables/", 8) != 0)
+    st_slice last;
+    rtr_token_rc trc =
+        rtr_page_token_parse(a, t, TABLES_TOKEN_PREFIX, st_crc32c(0, req->parent, plen), &last);
+    if (trc == RTR_TOKEN_NOMEM)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (trc != RTR_TOKEN_OK)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "invalid page_token: pass the next_page_token of the previous page, "
                           "with the same parent, unchanged");
-    *after = t + k;
+    *after = (const char *)last.data;
     return ST_OK;
 }
 
@@ -638,7 +641,7 @@ void rtr_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     size_t plen = strlen(req->parent);
     const char *after = NULL;
-    if (tables_page(req, plen, &after, &err) != ST_OK) {
+    if (tables_page(a, req, plen, &after, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
@@ -650,16 +653,13 @@ void rtr_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
             continue;
         if (req->page_size > 0 && resp.n_tables == (size_t)req->page_size) {
             /* more follow: the token names the last table of this page (records are sorted) */
-            const char *last = resp.tables[resp.n_tables - 1]->name;
-            size_t k = strlen(TABLES_TOKEN_PREFIX), n = strlen(last);
-            char *tok = st_arena_alloc(a, k + n + 1);
-            if (!tok) {
+            resp.next_page_token =
+                rtr_page_token_make(a, TABLES_TOKEN_PREFIX, st_crc32c(0, req->parent, plen),
+                                    st_slice_cstr(resp.tables[resp.n_tables - 1]->name));
+            if (!resp.next_page_token) {
                 rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
                 return;
             }
-            memcpy(tok, TABLES_TOKEN_PREFIX, k);
-            memcpy(tok + k, last, n + 1);
-            resp.next_page_token = tok;
             break;
         }
         pb_table *t = full ? unpack_table(call, rec) : name_only(a, rec->name);
