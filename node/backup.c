@@ -460,30 +460,34 @@ static st_code delete_making(node_ctx *n, const bk_name *b, const char *incarnat
                              st_err *err) {
     char dir[NODE_BK_PATH_MAX];
     bk_backup_dir(n, b, dir, sizeof dir);
+    st_buf mine; /* the making's entries, each with its NUL: each manifest is read once */
+    st_buf_init(&mine);
+    bool other = false;
     st_code rc = ST_OK;
-    for (int pass = 0; pass < 2 && rc == ST_OK; pass++) {
-        DIR *d = opendir(dir);
-        struct dirent *e;
-        bool other = false;
-        while (rc == ST_OK && d && (e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            bool mine = making_piece(n, b, e->d_name, incarnation);
-            other |= !mine;
-            (*gone) += mine;
-            if (pass == 1 && mine) {
-                char path[NODE_BK_PATH_MAX];
-                bk_piece_dir(n, b, e->d_name, "", path, sizeof path);
-                rc = bk_trash(n, path, NULL, err);
-            }
-        }
-        if (d)
-            closedir(d);
-        if (pass == 0 && !other)
-            return *gone ? delete_all(n, b, err) : ST_OK;
-        if (pass == 0)
-            *gone = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (rc == ST_OK && d && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (!making_piece(n, b, e->d_name, incarnation))
+            other = true;
+        else if (st_buf_append(&mine, e->d_name, strlen(e->d_name) + 1) != ST_OK)
+            rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        else
+            (*gone)++;
     }
+    if (d)
+        closedir(d);
+    if (rc == ST_OK && !other && *gone)
+        rc = delete_all(n, b, err);
+    for (size_t off = 0; rc == ST_OK && other && off < mine.len;) {
+        const char *entry = (const char *)mine.data + off;
+        char path[NODE_BK_PATH_MAX];
+        bk_piece_dir(n, b, entry, "", path, sizeof path);
+        rc = bk_trash(n, path, NULL, err);
+        off += strlen(entry) + 1;
+    }
+    st_buf_free(&mine);
     return rc;
 }
 

@@ -180,26 +180,26 @@ static void leftover_add(rtr_ctx *r, const del_fan *d, size_t node) {
     free(l);
 }
 
+/* Unlinks *pp and frees it. */
+static void leftover_remove(bk_leftover **pp) {
+    bk_leftover *l = *pp;
+    *pp = l->next;
+    free(l->name);
+    free(l->incarnation);
+    free(l);
+}
+
 static void leftover_drop(rtr_ctx *r, const del_fan *d, size_t node) {
     for (bk_leftover **pp = &r->bk->leftovers; *pp; pp = &(*pp)->next)
         if (leftover_is(*pp, d, node)) {
-            bk_leftover *l = *pp;
-            *pp = l->next;
-            free(l->name);
-            free(l->incarnation);
-            free(l);
+            leftover_remove(pp);
             return;
         }
 }
 
 void rtr_bk_leftovers_free(rtr_ctx *r) {
-    while (r->bk && r->bk->leftovers) {
-        bk_leftover *l = r->bk->leftovers;
-        r->bk->leftovers = l->next;
-        free(l->name);
-        free(l->incarnation);
-        free(l);
-    }
+    while (r->bk && r->bk->leftovers)
+        leftover_remove(&r->bk->leftovers);
 }
 
 static void pieces_deleted(rtr_fan *f, void *arg) {
