@@ -213,25 +213,6 @@ static void token_format(cs_reader *r) {
     r->token_y = p->y;
 }
 
-/* The low watermark sent with the position: no record still to come has an earlier commit time.
- * This cluster's own writes come at stamps above the position, and a write's stamp is at or
- * below its rows' commit times (write_stamp). Writes of other clusters come when replication
- * brings them, with their origin's commit time: with peer clusters the watermark is also held at
- * the applied bound Y of the position (every write committed elsewhere at or before Y was
- * applied here at or below it), so it waits for a peer that is behind or cut off instead of
- * passing the writes it has not delivered yet. Before the node knows a bound for the position
- * (0: its first poll of the peers has not answered, or the position predates every bound it
- * kept) the position stands for it, as without peers; a stream's watermark never goes back. */
-static int64_t watermark(cs_reader *r) {
-    int64_t wm = r->pos.w, y = node_repl_applied_bound(r->n, r->pos.w);
-    if (y > 0 && y < wm)
-        wm = y;
-    if (wm < r->wm_sent)
-        wm = r->wm_sent;
-    r->wm_sent = wm;
-    return wm;
-}
-
 /* The current position's token. Live, the records of one write share it: formatted once. With
  * peer clusters it carries this cluster's number and the applied bound at the position (a
  * version 2 token), so that another cluster can resume from it (docs/changestreams.md,
@@ -253,6 +234,26 @@ static const char *token_text(cs_reader *r) {
         token_format(r);
     }
     return r->token;
+}
+
+/* The low watermark sent with the position: no record still to come has an earlier commit time.
+ * This cluster's own writes come at stamps above the position, and a write's stamp is at or
+ * below its rows' commit times (write_stamp). Writes of other clusters come when replication
+ * brings them, with their origin's commit time: with peer clusters the watermark is also held at
+ * the applied bound Y the position's token carries (every write committed elsewhere at or before
+ * Y was applied here at or below the position), so it waits for a peer that is behind or cut off
+ * instead of passing the writes it has not delivered yet. Before the node knows a bound (0: its
+ * first poll of the peers has not answered, or the position predates every bound it kept) the
+ * position stands for it, as without peers; a stream's watermark never goes back. */
+static int64_t watermark(cs_reader *r) {
+    (void)token_text(r); /* the position's bound, looked up once per position */
+    int64_t wm = r->pos.w;
+    if (r->pos.has_y && r->pos.cluster == r->n->opts.cluster_num && r->pos.y > 0 && r->pos.y < wm)
+        wm = r->pos.y;
+    if (wm < r->wm_sent)
+        wm = r->wm_sent;
+    r->wm_sent = wm;
+    return wm;
 }
 
 /* ---- lifecycle ---- */
