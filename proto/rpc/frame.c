@@ -24,6 +24,27 @@ void rpc_frame_prefix(uint8_t out[5], uint32_t len) {
     out[4] = (uint8_t)len;
 }
 
+bool rpc_frames_check(st_slice frames, size_t bytes_max, size_t *n, st_slice *last) {
+    const uint8_t *p = frames.data, *end = frames.len ? frames.data + frames.len : frames.data;
+    size_t count = 0;
+    st_slice l = st_slice_make(NULL, 0);
+    while (p < end) {
+        if ((size_t)(end - p) < 5 || p[0] != 0)
+            return false;
+        size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        if (len > bytes_max || len > (size_t)(end - p) - 5)
+            return false;
+        l = st_slice_make(p + 5, len);
+        p += 5 + len;
+        count++;
+    }
+    if (n)
+        *n = count;
+    if (last)
+        *last = l;
+    return true;
+}
+
 /* Validates a complete prefix and sets msg_len. */
 static st_code deframer_prefix_done(rpc_deframer *d, st_err *err) {
     uint8_t flag = d->prefix[0];

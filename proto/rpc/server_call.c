@@ -601,6 +601,54 @@ st_code rpc_call_send_buf(rpc_call *call, st_buf *msg) {
     return call_queued(call, RPC_SEND_HEADROOM + len);
 }
 
+/* Whether frames may be queued as they are: ST_OK, or rpc_call_send_framed's error. */
+static st_code call_framed_check(const rpc_call *call, st_slice frames) {
+    st_code rc = call_send_check(call, frames.len);
+    if (rc != ST_OK)
+        return rc;
+    if (!rpc_frames_check(frames, call->conn->srv->opts.message_bytes_max, NULL, NULL))
+        return ST_INVALID_ARGUMENT;
+    return ST_OK;
+}
+
+st_code rpc_call_send_framed(rpc_call *call, st_slice frames) {
+    st_code rc = call_framed_check(call, frames);
+    if (rc != ST_OK || frames.len == 0)
+        return rc;
+    size_t queued = rpc_call_queued_bytes(call);
+    h2_conn_out_settle(call->conn); /* the queue may be moved below */
+    if (call->out_off > 0 && call->out_off >= call->out.len / 2) {
+        memmove(call->out.data, call->out.data + call->out_off, queued);
+        call->out.len = queued;
+        call->out_off = 0;
+    }
+    if (st_buf_append(&call->out, frames.data, frames.len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    return call_queued(call, frames.len);
+}
+
+st_code rpc_call_send_framed_buf(rpc_call *call, st_buf *buf, size_t off) {
+    if (off > buf->len)
+        return ST_INVALID_ARGUMENT;
+    st_slice frames = st_slice_make(buf->data + off, buf->len - off);
+    if (rpc_call_queued_bytes(call) > 0 || frames.len == 0) { /* behind others: copied */
+        st_code rc = rpc_call_send_framed(call, frames);
+        if (rc == ST_OK)
+            st_buf_reset(buf);
+        return rc;
+    }
+    st_code rc = call_framed_check(call, frames);
+    if (rc != ST_OK)
+        return rc;
+    h2_conn_out_settle(call->conn); /* the old queue's memory goes back to the caller */
+    st_buf old = call->out;
+    call->out = *buf;
+    call->out_off = off;
+    *buf = old;
+    st_buf_reset(buf);
+    return call_queued(call, frames.len);
+}
+
 void rpc_call_finish(rpc_call *call, st_code code, const char *message) {
     if (!call->cancelled)
         call_finish_internal(call, code, message);

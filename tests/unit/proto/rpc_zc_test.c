@@ -8,7 +8,9 @@
  * raw HTTP/2 client with a tiny receive buffer that stops reading for a while, so the server's
  * writes are partial and the rest goes through the bufferevent. Large request bodies (sent by the
  * client from the call's own allocation) are echoed intact, also beside a cancelled one. No
- * wall-clock assertions. */
+ * wall-clock assertions. rpc_call_send_framed(_buf) queue messages a proxy received already framed
+ * (the buffer handed over from an offset, or copied behind queued ones) and refuse, queueing
+ * nothing, bytes that are not whole plain messages within the maximum. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -128,6 +130,61 @@ static void h_sendbuf(rpc_call *call, st_slice req, void *arg) {
     rpc_call_finish(call, ST_OK, NULL);
 }
 
+/* Appends message i of a Big stream with its gRPC prefix (flag byte `flag`). */
+static void framed_add(st_buf *b, uint32_t i, uint8_t flag) {
+    size_t n = big_size(i);
+    uint8_t p[5] = {flag, (uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+    ST_ASSERT(st_buf_append(b, p, 5) == ST_OK);
+    for (size_t off = 0; off < n; off++) {
+        uint8_t c = big_byte(i, off);
+        ST_ASSERT(st_buf_append(b, &c, 1) == ST_OK);
+    }
+}
+
+typedef struct framed_seen {
+    st_code rc_swap, rc_copy, rc_cut, rc_flag, rc_big;
+    bool swap_emptied, swap_queued_right, refused_queued_nothing;
+} framed_seen;
+static framed_seen fseen;
+
+/* Sends Big messages 4-6 framed, from offset 7 of a buffer (an empty queue: handed over), then
+ * message 7 framed (copied behind), and tries malformed frames; records what happened. */
+static void h_sendframed(rpc_call *call, st_slice req, void *arg) {
+    (void)req;
+    (void)arg;
+    st_buf a, b;
+    st_buf_init(&a);
+    st_buf_init(&b);
+    ST_ASSERT(st_buf_append(&a, "0123456", 7) == ST_OK); /* a head the proxy skips */
+    for (uint32_t i = 4; i <= 6; i++)
+        framed_add(&a, i, 0);
+    size_t framed = a.len - 7;
+    fseen.rc_swap = rpc_call_send_framed_buf(call, &a, 7);
+    fseen.swap_emptied = a.len == 0;
+    fseen.swap_queued_right = rpc_call_queued_bytes(call) == framed;
+    framed_add(&b, 7, 0);
+    fseen.rc_copy = rpc_call_send_framed(call, st_buf_slice(&b));
+    size_t queued = rpc_call_queued_bytes(call);
+    st_buf_reset(&b);
+    framed_add(&b, 8, 0);
+    b.len--; /* the last message cut short */
+    fseen.rc_cut = rpc_call_send_framed(call, st_buf_slice(&b));
+    st_buf_reset(&b);
+    framed_add(&b, 1, 0);
+    framed_add(&b, 2, 1); /* compressed */
+    fseen.rc_flag = rpc_call_send_framed_buf(call, &b, 0);
+    st_buf_reset(&b);
+    uint8_t over[5 + 16] = {
+        0, (uint8_t)((ZC_MESSAGE_BYTES_MAX + 1) >> 24), (uint8_t)((ZC_MESSAGE_BYTES_MAX + 1) >> 16),
+        (uint8_t)((ZC_MESSAGE_BYTES_MAX + 1) >> 8), (uint8_t)(ZC_MESSAGE_BYTES_MAX + 1)};
+    fseen.rc_big = rpc_call_send_framed(call, st_slice_make(over, sizeof over));
+    fseen.refused_queued_nothing = rpc_call_queued_bytes(call) == queued;
+    st_buf_free(&a);
+    st_buf_free(&b);
+    atomic_store_explicit(&seen_ready, true, memory_order_release);
+    rpc_call_finish(call, ST_OK, NULL);
+}
+
 /* Big: request = first message index (4, LE) + message count (4, LE). Produces with
  * rpc_call_send_buf while writable, reusing the buffer each send hands back. */
 typedef struct big_job {
@@ -213,6 +270,7 @@ static int fixture_setup(void **state) {
     assert_non_null(f->srv);
     assert_int_equal(rpc_server_add_method(f->srv, "/z.Z/SendBuf", h_sendbuf, NULL), ST_OK);
     assert_int_equal(rpc_server_add_method(f->srv, "/z.Z/Big", h_big, NULL), ST_OK);
+    assert_int_equal(rpc_server_add_method(f->srv, "/z.Z/SendFramed", h_sendframed, NULL), ST_OK);
     assert_int_equal(rpc_server_add_method(f->srv, "/z.Z/Echo", h_echo, NULL), ST_OK);
     assert_int_equal(rpc_server_listen(f->srv, "127.0.0.1", 0, &f->port, &err), ST_OK);
     snprintf(f->addr, sizeof(f->addr), "127.0.0.1:%u", f->port);
@@ -292,6 +350,28 @@ static void test_rpc_zc_send_buf_swaps_or_copies(void **state) {
     assert_true(seen.short_untouched);
     assert_int_equal(seen.rc_big, ST_RESOURCE_EXHAUSTED);
     assert_true(seen.big_untouched);
+    assert_queue_drained(f);
+}
+
+static void test_rpc_zc_send_framed_hands_over_or_copies(void **state) {
+    fixture *f = *state;
+    st_err status = {0};
+    atomic_store_explicit(&seen_ready, false, memory_order_release);
+    collect c = {.first = 4, .bad_at = SIZE_MAX};
+    assert_int_equal(rpc_blocking_stream(f->addr, NULL, "/z.Z/SendFramed", ST_SLICE_LIT("x"), NULL,
+                                         0, 30000, collect_msg, &c, &status),
+                     ST_OK);
+    assert_true(atomic_load_explicit(&seen_ready, memory_order_acquire));
+    assert_int_equal(c.got, 4); /* messages 4-7, each whole and in order */
+    assert_int_equal(c.bad_at, SIZE_MAX);
+    assert_int_equal(fseen.rc_swap, ST_OK);
+    assert_true(fseen.swap_emptied);
+    assert_true(fseen.swap_queued_right);
+    assert_int_equal(fseen.rc_copy, ST_OK);
+    assert_int_equal(fseen.rc_cut, ST_INVALID_ARGUMENT);
+    assert_int_equal(fseen.rc_flag, ST_INVALID_ARGUMENT);
+    assert_int_equal(fseen.rc_big, ST_INVALID_ARGUMENT);
+    assert_true(fseen.refused_queued_nothing);
     assert_queue_drained(f);
 }
 
@@ -509,6 +589,7 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rpc_zc_send_buf_swaps_or_copies),
+        cmocka_unit_test(test_rpc_zc_send_framed_hands_over_or_copies),
         cmocka_unit_test(test_rpc_zc_large_streams_intact_in_order),
         cmocka_unit_test(test_rpc_zc_slow_reader_gets_everything_in_order),
         cmocka_unit_test(test_rpc_zc_large_requests_and_cancel),

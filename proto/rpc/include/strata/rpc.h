@@ -271,6 +271,20 @@ st_code rpc_call_send(rpc_call *call, st_slice msg);
  * On any error msg is untouched. Errors: those of rpc_call_send, and INVALID_ARGUMENT when msg is
  * shorter than the headroom. */
 st_code rpc_call_send_buf(rpc_call *call, st_buf *msg);
+/* Queues messages that are already gRPC-framed (a proxy relaying a batch a backend framed for
+ * its client): frames is a whole number of complete, uncompressed messages, each a 5-byte prefix
+ * and its bytes, none over the server's message maximum (rpc_frames_check), copied behind the
+ * queued ones. Errors: those of rpc_call_send for their total, and INVALID_ARGUMENT (nothing
+ * queued) when frames is not such a sequence. */
+st_code rpc_call_send_framed(rpc_call *call, st_slice frames);
+/* As rpc_call_send_framed for the bytes of buf from off on, handing buf over as
+ * rpc_call_send_buf does when nothing is queued (buf then comes back empty with the queue's
+ * previous memory); on any error buf is untouched. */
+st_code rpc_call_send_framed_buf(rpc_call *call, st_buf *buf, size_t off);
+/* Whether frames is a whole number of complete, uncompressed gRPC messages (flag byte 0, a
+ * 4-byte big-endian length, the bytes), none longer than bytes_max; then their count into *n
+ * and the last one's bytes into *last (either may be NULL; an empty frames is zero messages). */
+bool rpc_frames_check(st_slice frames, size_t bytes_max, size_t *n, st_slice *last);
 /* True while the call may queue a message: its queued response bytes are below
  * send_queue_bytes_max and the process's queued-response budget allows it (rpc_limits,
  * queued_response_bytes_max). A call refused by the budget while it has a writable callback
