@@ -151,6 +151,12 @@ struct cs_reader {
     struct event *timer;
     st_arena arena; /* one record's decoding and messages */
     st_buf msg;
+    /* The router asked for batches (BTU_CS_BATCH_HEADER): a turn's DataChange messages gather
+     * in batch (the outer message's headroom and head, then each message framed) and go out as
+     * one message when the turn ends, when a heartbeat or CloseStream follows, or once it holds
+     * BTU_CS_BATCH_BYTES (batch_flush). */
+    bool batching;
+    st_buf batch;
     char token[BTU_CS_TOKEN_MAX];
     bool token_live; /* token holds the live token of token_w */
     int64_t token_w;
@@ -286,11 +292,16 @@ static void cs_free(cs_reader *r) {
     free(r->hold.v);
     free(r->hold.refs);
     st_buf_free(&r->msg);
+    st_buf_free(&r->batch);
     st_arena_deinit(&r->arena);
     free(r);
 }
 
+static st_code batch_flush(cs_reader *r);
+
 static void cs_end(cs_reader *r, st_code code, const char *msg) {
+    if (code != ST_CANCELLED)
+        (void)batch_flush(r); /* what was sent before the end goes out before it */
     if (code != ST_OK && code != ST_CANCELLED)
         st_log(ST_LOG_DEBUG, "changes", "table=%s code=%s msg=\"%s\"", r->table, st_code_name(code),
                msg ? msg : "");
@@ -337,10 +348,59 @@ static void on_writable(rpc_call *call, void *arg) {
 
 /* ---- sending ---- */
 
+/* Sends the batch as one message: its head (BTU_CS_BATCH_TAG and the frames' length as a varint
+ * of exactly 5 bytes) is written now, in the room left for it. Nothing to do when empty. */
+static st_code batch_flush(cs_reader *r) {
+    const size_t head = RPC_SEND_HEADROOM + BTU_CS_BATCH_HEAD_BYTES;
+    if (r->batch.len <= head)
+        return ST_OK;
+    size_t n = r->batch.len - head;
+    uint8_t *h = r->batch.data + RPC_SEND_HEADROOM;
+    h[0] = BTU_CS_BATCH_TAG;
+    for (int i = 0; i < 4; i++)
+        h[1 + i] = (uint8_t)(((n >> (7 * i)) & 0x7f) | 0x80);
+    h[5] = (uint8_t)((n >> 28) & 0x7f);
+    st_code rc = rpc_call_send_buf(r->call, &r->batch);
+    buf_recycle(&r->batch);
+    return rc == ST_OK ? ST_OK : ST_CANCELLED;
+}
+
+/* Adds the message in msg (rpc_call_send_buf's layout) to the batch, framed as the client is to
+ * receive it; a batch that would pass BTU_CS_BATCH_BYTES with it goes out first, and one that
+ * reaches it goes out after it (so a batch holds at most that, or one larger message). */
+static st_code batch_add(cs_reader *r, st_buf *msg) {
+    const size_t head = RPC_SEND_HEADROOM + BTU_CS_BATCH_HEAD_BYTES;
+    size_t len = msg->len - RPC_SEND_HEADROOM;
+    if (r->batch.len > head && r->batch.len - head + msg->len > BTU_CS_BATCH_BYTES &&
+        batch_flush(r) != ST_OK)
+        return ST_CANCELLED;
+    if (r->batch.len < head) {
+        st_buf_reset(&r->batch);
+        if (st_buf_reserve(&r->batch, head + msg->len) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+        r->batch.len = head;
+    }
+    uint8_t *p = msg->data;
+    p[0] = 0;
+    p[1] = (uint8_t)(len >> 24);
+    p[2] = (uint8_t)(len >> 16);
+    p[3] = (uint8_t)(len >> 8);
+    p[4] = (uint8_t)len;
+    if (st_buf_append(&r->batch, msg->data, msg->len) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    st_buf_reset(msg);
+    if (r->batch.len - head >= BTU_CS_BATCH_BYTES)
+        return batch_flush(r);
+    return ST_OK;
+}
+
 static st_code emit(st_buf *msg, void *arg) {
     cs_reader *r = arg;
     size_t len = msg->len;
-    if (rpc_call_send_buf(r->call, msg) != ST_OK)
+    st_code src = r->batching ? batch_add(r, msg) : rpc_call_send_buf(r->call, msg);
+    if (src == ST_RESOURCE_EXHAUSTED && r->batching)
+        return src;
+    if (src != ST_OK)
         return ST_CANCELLED;
     r->turn_sent += len;
     /* One message per turn past the turn's share, none past the call's bound: a record of
@@ -645,8 +705,10 @@ static st_code pending_keep(cs_reader *r, st_err *err) {
 }
 
 static st_code send_heartbeat(cs_reader *r) {
-    st_code rc =
-        node_cs_encode_heartbeat(&r->msg, S(&r->start), S(&r->end), token_text(r), watermark(r));
+    st_code rc = batch_flush(r);
+    if (rc == ST_OK)
+        rc = node_cs_encode_heartbeat(&r->msg, S(&r->start), S(&r->end), token_text(r),
+                                      watermark(r));
     if (rc == ST_OK)
         rc = rpc_call_send_buf(r->call, &r->msg);
     buf_recycle(&r->msg);
@@ -942,7 +1004,9 @@ static void close_stream(cs_reader *r, st_code code, const char *msg, const node
     }
     r->pending.set = false; /* not sent: the new partitions' readers send it */
     hold_clear(&r->hold);
-    st_code rc = node_cs_encode_close(&r->msg, code, msg, pieces, n, token_text(r));
+    st_code rc = batch_flush(r);
+    if (rc == ST_OK)
+        rc = node_cs_encode_close(&r->msg, code, msg, pieces, n, token_text(r));
     free(pieces);
     if (rc == ST_OK)
         rc = rpc_call_send_buf(r->call, &r->msg);
@@ -1088,6 +1152,9 @@ static void cs_turn_run(cs_reader *r) {
         if (rc == ST_OK)
             rc = work(r, &err);
     }
+    /* The turn's records go out together; a call that ended meanwhile ends the reader. */
+    if (batch_flush(r) != ST_OK && (rc == ST_OK || rc == CS_MORE || rc == CS_BLOCKED))
+        rc = st_err_set(&err, ST_CANCELLED, "the call ended while sending");
     st_arena_reset(&r->arena); /* one block at most, reused by the next turn */
     if (rc == CS_BLOCKED) {
         wait_writable(r);
@@ -1299,6 +1366,8 @@ void node_h_read_change_stream(rpc_call *call, st_slice bytes, void *arg) {
         node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory starting the change stream");
         return;
     }
+    const char *batch = rpc_call_header(call, BTU_CS_BATCH_HEADER);
+    r->batching = batch && strcmp(batch, "1") == 0;
     r->kept = bytes.len; /* the request stays in the call's memory: cs_free counts it out */
     n->cs_kept_bytes += r->kept;
     rpc_call_request_kept(call);

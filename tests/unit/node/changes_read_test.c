@@ -20,7 +20,10 @@
  * - one record of 12 MiB written while a live client does not read, from the ring (node S) and
  *   from storage (node R, whose ring is smaller than the record, as a cell over the 64 MiB ring
  *   is in production): the node queues about the call's bound, not the record (its messages go
- *   out over several turns), and the client then gets the whole value, once.
+ *   out over several turns), and the client then gets the whole value, once;
+ * - a stream asked for batches (x-strata-cs-batch, as the router asks) gets a turn's records
+ *   in one message of framed messages, and those are byte for byte the messages the same
+ *   stream without the header gets one by one (which holds no batch).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -961,6 +964,109 @@ static void test_cs_read_huge_record_slow_client(void **state) {
 
 /* ---- harness ---- */
 
+/* The messages of a stream, each as a 4-byte length and its bytes; a batch's messages are
+ * unpacked into it as if they had come one by one. */
+typedef struct raw_stream {
+    st_buf all;
+    size_t batches, batched, messages;
+    bool bad;
+} raw_stream;
+
+static void raw_add(raw_stream *r, const uint8_t *p, size_t len) {
+    uint8_t l[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
+    st_buf_append(&r->all, l, 4);
+    st_buf_append(&r->all, p, len);
+    r->messages++;
+}
+
+static void raw_msg(st_slice msg, void *arg) {
+    raw_stream *r = arg;
+    if (msg.len == 0 || msg.data[0] != BTU_CS_BATCH_TAG) {
+        raw_add(r, msg.data, msg.len);
+        return;
+    }
+    r->batches++;
+    uint64_t n = 0;
+    for (int i = 0; i < 5; i++)
+        n |= (uint64_t)(msg.data[1 + i] & 0x7f) << (7 * i);
+    if (msg.len < BTU_CS_BATCH_HEAD_BYTES || n != msg.len - BTU_CS_BATCH_HEAD_BYTES) {
+        r->bad = true;
+        return;
+    }
+    const uint8_t *p = msg.data + BTU_CS_BATCH_HEAD_BYTES, *end = msg.data + msg.len;
+    while (p < end) {
+        size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        if (end - p < 5 || p[0] != 0 || len > (size_t)(end - p) - 5 ||
+            p[5] != BTU_CS_BATCH_INNER_TAG) {
+            r->bad = true;
+            return;
+        }
+        raw_add(r, p + 5, len);
+        r->batched++;
+        p += 5 + len;
+    }
+}
+
+static void test_cs_read_batches_hold_the_plain_messages(void **state) {
+    (void)state;
+    table_pb tb;
+    table_pb_init(&tb, NULL, 0);
+    Google__Bigtable__Admin__V2__CreateTableRequest creq;
+    google__bigtable__admin__v2__create_table_request__init(&creq);
+    creq.parent = PARENT;
+    creq.table_id = "batch";
+    creq.table = &tb.t;
+    st_err status;
+    assert_int_equal(call(&S, TA "CreateTable", &creq.base, NULL, &status), ST_OK);
+    int64_t t0 = st_wall_us() + 1000;
+    while (st_wall_us() <= t0)
+        usleep(500);
+    char key[16];
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        assert_int_equal(put(&S, TBL("batch"), key, (1000 + i) * 1000), ST_OK);
+    }
+    int64_t t1 = st_wall_us();
+    Google__Bigtable__V2__ReadChangeStreamRequest req;
+    google__bigtable__v2__read_change_stream_request__init(&req);
+    req.table_name = TBL("batch");
+    Google__Bigtable__V2__StreamPartition p;
+    Google__Bigtable__V2__RowRange rr;
+    btu_cs_partition_set(&p, &rr, st_slice_cstr(""), st_slice_cstr(""));
+    req.partition = &p;
+    Google__Protobuf__Timestamp st, et;
+    btu_cs_time_set(&st, t0);
+    btu_cs_time_set(&et, t1);
+    req.start_from_case = GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_REQUEST__START_FROM_START_TIME;
+    req.start_time = &st;
+    req.end_time = &et;
+    uint8_t buf[512];
+    size_t len = protobuf_c_message_pack(&req.base, buf);
+    raw_stream plain = {0}, batched = {0};
+    st_buf_init(&plain.all);
+    st_buf_init(&batched.all);
+    assert_int_equal(rpc_blocking_stream(S.addr, NULL, BT "ReadChangeStream",
+                                         st_slice_make(buf, len), NULL, 0, TIMEOUT_MS, raw_msg,
+                                         &plain, &status),
+                     ST_OK);
+    rpc_metadata md = {BTU_CS_BATCH_HEADER, "1"};
+    assert_int_equal(rpc_blocking_stream(S.addr, NULL, BT "ReadChangeStream",
+                                         st_slice_make(buf, len), &md, 1, TIMEOUT_MS, raw_msg,
+                                         &batched, &status),
+                     ST_OK);
+    assert_false(plain.bad);
+    assert_false(batched.bad);
+    assert_int_equal(plain.batches, 0);
+    assert_int_equal(plain.messages, 201); /* the records and CloseStream */
+    assert_true(batched.batches > 0);
+    assert_true(batched.batched > batched.batches); /* several records per batch */
+    assert_int_equal(batched.messages, plain.messages);
+    assert_int_equal(batched.all.len, plain.all.len);
+    assert_memory_equal(batched.all.data, plain.all.data, plain.all.len);
+    st_buf_free(&plain.all);
+    st_buf_free(&batched.all);
+}
+
 static int g_failures;
 
 static void *client_main(void *arg) {
@@ -972,6 +1078,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_cs_read_live_slow_client),
         cmocka_unit_test(test_cs_read_values_by_reference),
         cmocka_unit_test(test_cs_read_huge_record_slow_client),
+        cmocka_unit_test(test_cs_read_batches_hold_the_plain_messages),
     };
     g_failures = cmocka_run_group_tests(tests, NULL, NULL);
     event_base_loopbreak(g_base);

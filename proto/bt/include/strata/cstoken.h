@@ -31,6 +31,23 @@
  * refused RESOURCE_EXHAUSTED). 1 MiB holds a partition and 60 tokens of 4 KiB row keys. */
 #define BTU_CS_REQUEST_BYTES_MAX ((size_t)1 << 20)
 #define BTU_CS_KEPT_REQUESTS_MAX ((size_t)32 << 20)
+/* The batched node -> router link (docs/changestreams.md, The router): a ReadChangeStream call
+ * whose request metadata has BTU_CS_BATCH_HEADER "1" (only a router sends it) may get, besides
+ * plain responses, batches. A batch is one gRPC message that is a ReadChangeStreamResponse
+ * holding only field BTU_CS_BATCH_FIELD (bytes, never a field of the public message), written
+ * as its tag and a varint of exactly 5 bytes (BTU_CS_BATCH_HEAD_BYTES in all, so the node can
+ * write the head once the batch is complete), whose bytes are complete gRPC-framed
+ * ReadChangeStreamResponses, each a DataChange message (its first byte
+ * BTU_CS_BATCH_INNER_TAG): exactly the messages the client is to receive, in order. A batch
+ * holds at most BTU_CS_BATCH_BYTES of messages, or a single larger one. Heartbeats and
+ * CloseStream stay plain messages. */
+#define BTU_CS_BATCH_HEADER "x-strata-cs-batch"
+#define BTU_CS_BATCH_FIELD 15
+#define BTU_CS_BATCH_TAG ((BTU_CS_BATCH_FIELD << 3) | 2)
+#define BTU_CS_BATCH_HEAD_BYTES 6
+#define BTU_CS_BATCH_INNER_TAG ((1 << 3) | 2)
+#define BTU_CS_BATCH_BYTES ((size_t)128 << 10)
+
 /* Whether a request of len bytes may start a stream while kept bytes of requests are kept:
  * INVALID_ARGUMENT or RESOURCE_EXHAUSTED (with a message saying what to do) when not. */
 st_code btu_cs_request_keepable(size_t len, size_t kept, st_err *err);
