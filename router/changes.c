@@ -372,6 +372,37 @@ static st_code rcs_emit(rcs_op *op, rpc_ccall *from, st_slice msg) {
     return ST_OK;
 }
 
+/* A batch from the node (strata/cstoken.h, BTU_CS_BATCH_HEADER): its messages go to the client
+ * as they are framed, in one append to its queue; behind a backlog each of them joins it (a
+ * backlog holds whole messages). frames was checked (batch_track). */
+static st_code rcs_emit_batch(rcs_op *op, rpc_ccall *from, st_slice frames) {
+    if (rcs_backlog(op) > 0) {
+        st_code rc = rcs_drain(op);
+        if (rc != ST_OK)
+            return rc;
+    }
+    if (rcs_backlog(op) == 0 && rpc_call_writable(op->call)) {
+        st_code rc =
+            from && rpc_ccall_msg_take(from, &op->fwd)
+                ? rpc_call_send_framed_buf(op->call, &op->fwd, (size_t)(frames.data - op->fwd.data))
+                : rpc_call_send_framed(op->call, frames);
+        rcs_hold_sync(op);
+        return rc;
+    }
+    for (const uint8_t *p = frames.data, *end = rtr_slice_end(frames); p < end;) {
+        size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        if (rtr_msgq_push(&op->backlog, st_slice_make(p + 5, len)) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+        p += 5 + len;
+    }
+    rcs_hold_sync(op);
+    if (!op->writable_cb) {
+        op->writable_cb = true;
+        rpc_call_set_writable_cb(op->call, rcs_writable, op);
+    }
+    return ST_OK;
+}
+
 /* Ends the stream with code once every message queued reached the client. */
 static void rcs_end(rcs_op *op, st_code code, const char *msg) {
     op->complete = true;
@@ -509,6 +540,58 @@ static st_code rcs_track(rcs_op *op, st_slice msg) {
     return rc < 0 ? ST_INTERNAL : ST_OK;
 }
 
+/* The largest message the router's clients may be sent (--max-message-bytes). */
+static size_t rtr_cs_message_max(void) {
+    rpc_limits l;
+    rpc_limits_get(&l);
+    return l.message_bytes_max;
+}
+
+/* Whether msg is a batch (its first byte is BTU_CS_BATCH_TAG): 1 with its framed messages in
+ * *frames, 0 for a plain message, -1 for a batch whose head does not match its length. */
+static int batch_of(st_slice msg, st_slice *frames) {
+    if (msg.len == 0 || msg.data[0] != BTU_CS_BATCH_TAG)
+        return 0;
+    if (msg.len < BTU_CS_BATCH_HEAD_BYTES)
+        return -1;
+    uint64_t n = 0;
+    for (int i = 0; i < 5; i++)
+        n |= (uint64_t)(msg.data[1 + i] & 0x7f) << (7 * i);
+    if ((msg.data[5] & 0x80) || n != msg.len - BTU_CS_BATCH_HEAD_BYTES)
+        return -1;
+    *frames = st_slice_make(msg.data + BTU_CS_BATCH_HEAD_BYTES, n);
+    return 1;
+}
+
+/* Checks a batch's frames (each a complete, uncompressed message of at most max bytes holding
+ * a DataChange, at least one) and follows the stream's position in them. Only the last message
+ * is read when it ends a record (it carries the batch's last token); a batch that stops inside a
+ * record is read whole, since its last token is in an earlier message. INTERNAL when the frames
+ * are not so. */
+static st_code batch_track(rcs_op *op, st_slice frames, size_t max) {
+    const uint8_t *p = frames.data, *end = rtr_slice_end(frames);
+    st_slice last = st_slice_make(NULL, 0);
+    while (p < end) {
+        if (end - p < 6 || p[0] != 0)
+            return ST_INTERNAL;
+        size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        if (len == 0 || len > max || len > (size_t)(end - p) - 5 || p[5] != BTU_CS_BATCH_INNER_TAG)
+            return ST_INTERNAL;
+        last = st_slice_make(p + 5, len);
+        p += 5 + len;
+    }
+    if (!last.data)
+        return ST_INTERNAL;
+    st_code rc = rcs_track(op, last);
+    bool whole = op->in_record;
+    for (p = frames.data; rc == ST_OK && whole && p < end;) {
+        size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        rc = rcs_track(op, st_slice_make(p + 5, len));
+        p += 5 + len;
+    }
+    return rc;
+}
+
 /* A live stream never finishes by itself: its principal is checked again with every message
  * (records and heartbeats), so a token rotated or removed, or a role revoked, ends it rather than
  * leaving it reading the table's changes for as long as the client stays connected. */
@@ -536,8 +619,20 @@ static void rcs_msg(rpc_ccall *call, st_slice msg, void *arg) {
         return;
     }
     op->attempts = 0; /* the stream makes progress: retries count afresh */
-    st_code rc = rcs_track(op, msg);
-    if (rc == ST_OK)
+    st_slice frames;
+    int batch = batch_of(msg, &frames);
+    if (batch < 0 || (batch > 0 && batch_track(op, frames, rtr_cs_message_max()) != ST_OK)) {
+        char text[RPC_GRPC_MESSAGE_MAX];
+        snprintf(text, sizeof text,
+                 "node %s sent a change stream batch that is not well formed (a bad message "
+                 "prefix or length): resume from the last token received",
+                 op->node ? op->node->addr : "?");
+        rcs_end(op, ST_INTERNAL, text);
+        rpc_ccall_cancel(call);
+        return;
+    }
+    st_code rc = batch ? rcs_emit_batch(op, call, frames) : rcs_track(op, msg);
+    if (rc == ST_OK && !batch)
         rc = rcs_emit(op, call, msg);
     if (rc != ST_OK) {
         rcs_end(op, rc, "could not relay the change stream from its node");
@@ -697,6 +792,7 @@ static void rcs_send(rcs_op *op, const rtr_tablet *tb) {
     }
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
+    md[n_md++] = (rpc_metadata){BTU_CS_BATCH_HEADER, "1"}; /* a turn's records in one message */
     st_err err = {0};
     op->node = &op->c->nodes[tb->node];
     op->wait = RCS_NODE;

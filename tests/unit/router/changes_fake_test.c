@@ -9,7 +9,14 @@
  *   - a node that answers strata-not-owner in the middle of a record ends the client's stream
  *     with UNAVAILABLE (resuming would repeat the start of the record);
  *   - a node whose connection drops under the stream ends it with UNAVAILABLE at once;
- *   - GenerateInitialChangeStreamPartitions answers the tablets of the fake node.
+ *   - GenerateInitialChangeStreamPartitions answers the tablets of the fake node;
+ *   - the router asks its node for batches (x-strata-cs-batch), and a batch of framed messages
+ *     reaches the client as the same messages a plain stream gives; the router follows the
+ *     token of a batch's last record (resuming after it), or of its last complete record when
+ *     the batch stops inside one (then a node's end is one in the middle of a record);
+ *   - a batch whose inner prefix is malformed (a length past the batch, a flag byte, a message
+ *     that is no DataChange, a head whose length is wrong) ends the client's stream with
+ *     INTERNAL after what came before it, and the router goes on serving.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,7 +44,18 @@ typedef enum cf_mode {
     CF_NOT_OWNER_ONCE, /* first call: a record, then strata-not-owner; later calls: CF_STREAM */
     CF_NOT_OWNER_MID,  /* the start of a record (not done), then strata-not-owner */
     CF_DROP,           /* a record, then the node goes away */
+    CF_BATCH,          /* CF_STREAM with the two records in one batch */
+    CF_BATCH_ONCE,     /* first call: a batch of two records, then strata-not-owner */
+    CF_BATCH_MID,      /* a batch of a record and the start of another, then strata-not-owner */
+    CF_BATCH_BAD,      /* a record, then a batch malformed as `bad` says */
 } cf_mode;
+
+typedef enum cf_bad {
+    CF_BAD_LENGTH, /* an inner prefix announcing more bytes than the batch holds */
+    CF_BAD_FLAG,   /* an inner prefix with flag byte 1 (compressed) */
+    CF_BAD_INNER,  /* an inner message that is a Heartbeat */
+    CF_BAD_HEAD,   /* the batch's head announcing one byte less than it holds */
+} cf_bad;
 
 typedef struct cf_node {
     struct event_base *base;
@@ -48,6 +66,8 @@ typedef struct cf_node {
     char last_req[256]; /* how the last call started: "start_time" or "token=<text>" */
     struct event *die_ev;
     rpc_call *dying;
+    cf_bad bad;
+    bool asked_batch; /* the last call had x-strata-cs-batch: 1 */
 } cf_node;
 
 /* ---- the fake node ---- */
@@ -151,7 +171,7 @@ static void cf_read_rows(rpc_call *call, st_slice req, void *arg) {
 }
 
 /* A DataChange message for row; token set (and done) on a record's last message. */
-static void cf_send_change(rpc_call *call, const char *row, const char *token) {
+static size_t cf_pack_change(uint8_t *buf, const char *row, const char *token) {
     Google__Bigtable__V2__ReadChangeStreamResponse__DataChange dc;
     google__bigtable__v2__read_change_stream_response__data_change__init(&dc);
     dc.type = GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__DATA_CHANGE__TYPE__USER;
@@ -166,7 +186,40 @@ static void cf_send_change(rpc_call *call, const char *row, const char *token) {
     r.stream_record_case =
         GOOGLE__BIGTABLE__V2__READ_CHANGE_STREAM_RESPONSE__STREAM_RECORD_DATA_CHANGE;
     r.data_change = &dc;
-    cf_send(call, &r.base);
+    return protobuf_c_message_pack(&r.base, buf);
+}
+
+static void cf_send_change(rpc_call *call, const char *row, const char *token) {
+    uint8_t buf[512];
+    rpc_call_send(call, st_slice_make(buf, cf_pack_change(buf, row, token)));
+}
+
+/* A batch (strata/cstoken.h) of the records rows[i] with tokens[i] (NULL: not done), each framed
+ * as the client is to receive it, malformed as bad says when broken. */
+static void cf_send_batch(rpc_call *call, const char *const *rows, const char *const *tokens,
+                          size_t n, bool broken, cf_bad bad) {
+    uint8_t buf[4096];
+    size_t len = BTU_CS_BATCH_HEAD_BYTES;
+    for (size_t i = 0; i < n; i++) {
+        size_t m = cf_pack_change(buf + len + 5, rows[i], tokens[i]);
+        buf[len] = 0;
+        buf[len + 1] = buf[len + 2] = 0;
+        buf[len + 3] = (uint8_t)(m >> 8);
+        buf[len + 4] = (uint8_t)m;
+        if (broken && i == n - 1 && bad == CF_BAD_LENGTH)
+            buf[len + 4] = (uint8_t)(m + 1);
+        if (broken && i == n - 1 && bad == CF_BAD_FLAG)
+            buf[len] = 1;
+        len += 5 + m;
+    }
+    if (broken && bad == CF_BAD_INNER)
+        buf[BTU_CS_BATCH_HEAD_BYTES + 5] = (2 << 3) | 2; /* field 2: a Heartbeat */
+    size_t n_frames = len - BTU_CS_BATCH_HEAD_BYTES - (broken && bad == CF_BAD_HEAD ? 1 : 0);
+    buf[0] = BTU_CS_BATCH_TAG;
+    for (int i = 0; i < 4; i++)
+        buf[1 + i] = (uint8_t)(((n_frames >> (7 * i)) & 0x7f) | 0x80);
+    buf[5] = (uint8_t)((n_frames >> 28) & 0x7f);
+    rpc_call_send(call, st_slice_make(buf, len));
 }
 
 static void cf_send_heartbeat(rpc_call *call, const char *token) {
@@ -209,6 +262,35 @@ static void cf_read_change_stream(rpc_call *call, st_slice req, void *arg) {
         snprintf(n->last_req, sizeof n->last_req, "start_time");
     google__bigtable__v2__read_change_stream_request__free_unpacked(r, NULL);
     n->calls++;
+    const char *b = rpc_call_header(call, BTU_CS_BATCH_HEADER);
+    n->asked_batch = b && strcmp(b, "1") == 0;
+    static const char *const rows[] = {"a", "b"};
+    if (n->mode == CF_BATCH_ONCE && n->calls == 1) {
+        static const char *const tokens[] = {"1.10", "1.15"};
+        cf_send_batch(call, rows, tokens, 2, false, CF_BAD_LENGTH);
+        rpc_call_finish(call, ST_FAILED_PRECONDITION, ST_NOT_OWNER_PREFIX " tablet moved");
+        return;
+    }
+    if (n->mode == CF_BATCH_MID) {
+        static const char *const tokens[] = {"1.10", NULL};
+        cf_send_batch(call, rows, tokens, 2, false, CF_BAD_LENGTH);
+        rpc_call_finish(call, ST_FAILED_PRECONDITION, ST_NOT_OWNER_PREFIX " tablet moved");
+        return;
+    }
+    if (n->mode == CF_BATCH_BAD) {
+        static const char *const tokens[] = {"1.20", "1.30"};
+        cf_send_change(call, "a", "1.10");
+        cf_send_batch(call, rows, tokens, 2, true, n->bad);
+        return; /* left open: the router must end the stream itself */
+    }
+    if (n->mode == CF_BATCH) {
+        static const char *const brows[] = {"b", "c"};
+        static const char *const tokens[] = {"1.20", "1.30"};
+        cf_send_batch(call, brows, tokens, 2, false, CF_BAD_LENGTH);
+        cf_send_heartbeat(call, "1.40");
+        rpc_call_finish(call, ST_OK, NULL);
+        return;
+    }
     if (n->mode == CF_NOT_OWNER_ONCE && n->calls == 1) {
         cf_send_change(call, "a", "1.10");
         rpc_call_finish(call, ST_FAILED_PRECONDITION, ST_NOT_OWNER_PREFIX " tablet moved");
@@ -447,6 +529,64 @@ static void test_changes_partitions_are_the_tablets(void **state) {
     fx_close(&fx);
 }
 
+static void test_changes_batch_reaches_client_as_plain_messages(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, CF_BATCH);
+    cs_res res;
+    fx_read(&fx, "", CF_SPLIT, &res);
+    assert_int_equal(res.code, ST_OK);
+    assert_true(fx.node.asked_batch);
+    assert_string_equal(res.seen, "change b 1.20|change c 1.30|heartbeat 1.40|");
+    fx_close(&fx);
+}
+
+static void test_changes_batch_token_is_its_last_record(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, CF_BATCH_ONCE);
+    cs_res res;
+    fx_read(&fx, CF_SPLIT, "", &res);
+    assert_int_equal(res.code, ST_OK);
+    assert_string_equal(res.seen,
+                        "change a 1.10|change b 1.15|change b 1.20|change c 1.30|heartbeat 1.40|");
+    assert_int_equal(fx.node.calls, 2);
+    assert_string_equal(fx.node.last_req, "token=1.15");
+    fx_close(&fx);
+}
+
+static void test_changes_batch_ending_mid_record_is_unavailable(void **state) {
+    (void)state;
+    fixture fx;
+    fx_open(&fx, CF_BATCH_MID);
+    cs_res res;
+    fx_read(&fx, CF_SPLIT, "", &res);
+    assert_int_equal(res.code, ST_UNAVAILABLE);
+    assert_non_null(strstr(res.msg, "middle of a record"));
+    assert_int_equal(fx.node.calls, 1);
+    fx_close(&fx);
+}
+
+static void test_changes_malformed_batch_ends_stream(void **state) {
+    (void)state;
+    static const cf_bad bads[] = {CF_BAD_LENGTH, CF_BAD_FLAG, CF_BAD_INNER, CF_BAD_HEAD};
+    for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
+        fixture fx;
+        fx_open(&fx, CF_BATCH_BAD);
+        fx.node.bad = bads[i];
+        cs_res res;
+        fx_read(&fx, "", CF_SPLIT, &res);
+        assert_int_equal(res.code, ST_INTERNAL);
+        assert_non_null(strstr(res.msg, "not well formed"));
+        assert_string_equal(res.seen, "change a 1.10|"); /* nothing of the batch */
+        fx.node.mode = CF_STREAM;                        /* the router still serves */
+        fx_read(&fx, "", CF_SPLIT, &res);
+        assert_int_equal(res.code, ST_OK);
+        assert_string_equal(res.seen, "change b 1.20|change c 1.30|heartbeat 1.40|");
+        fx_close(&fx);
+    }
+}
+
 int main(void) {
     st_log_set_level(ST_LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -455,6 +595,10 @@ int main(void) {
         cmocka_unit_test(test_changes_not_owner_mid_record_is_unavailable),
         cmocka_unit_test(test_changes_connection_drop_is_unavailable),
         cmocka_unit_test(test_changes_partitions_are_the_tablets),
+        cmocka_unit_test(test_changes_batch_reaches_client_as_plain_messages),
+        cmocka_unit_test(test_changes_batch_token_is_its_last_record),
+        cmocka_unit_test(test_changes_batch_ending_mid_record_is_unavailable),
+        cmocka_unit_test(test_changes_malformed_batch_ends_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
