@@ -248,6 +248,11 @@ static void cf_die_cb(evutil_socket_t fd, short what, void *arg) {
     n->dying = NULL;
 }
 
+static void cf_cancelled(rpc_call *call, void *arg) {
+    (void)arg;
+    rpc_call_finish(call, ST_CANCELLED, NULL); /* only releases it */
+}
+
 static void cf_read_change_stream(rpc_call *call, st_slice req, void *arg) {
     cf_node *n = arg;
     Google__Bigtable__V2__ReadChangeStreamRequest *r =
@@ -281,7 +286,8 @@ static void cf_read_change_stream(rpc_call *call, st_slice req, void *arg) {
         static const char *const tokens[] = {"1.20", "1.30"};
         cf_send_change(call, "a", "1.10");
         cf_send_batch(call, rows, tokens, 2, true, n->bad);
-        return; /* left open: the router must end the stream itself */
+        rpc_call_set_cancel_cb(call, cf_cancelled, NULL); /* the router must end it itself */
+        return;
     }
     if (n->mode == CF_BATCH) {
         static const char *const brows[] = {"b", "c"};
