@@ -23,6 +23,9 @@
  * scan sends, may stop between two of its messages (a 100 MiB cell): the next turn resumes it
  * before anything else is sent (resume_record).
  *
+ * A router asks for batches (BTU_CS_BATCH_HEADER): a turn's DataChange messages then go out as
+ * one message holding them framed for the client (batch_flush), so the call queues once per turn.
+ *
  * Heartbeats go out every heartbeat_duration without other tokens; the stream ends with
  * CloseStream OK once the position passes end_time, and with CloseStream OUT_OF_RANGE (new
  * partitions and a token for each) when its tablet split, merged or moved away. A cancelled call

@@ -4,7 +4,9 @@
  * cluster of the (single-cluster) app profile, from a freshly refreshed tablet map.
  *
  * ReadChangeStream: a partition within one tablet (usually equal to it) goes to the node that
- * holds it and every answer streams through until the node ends the stream. A partition that
+ * holds it and every answer streams through until the node ends the stream (asked for batches, the
+ * node sends a turn's records as one message of framed responses, appended to the client's call
+ * as they are: rcs_emit_batch). A partition that
  * spans several tablets (a split, or a range the client chose) is answered by the router, on a
  * tablet map refreshed first (a map older than the split would name tablets that no longer
  * exist): CloseStream OUT_OF_RANGE with the partition's piece in each overlapping tablet as a
