@@ -1283,10 +1283,13 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
 }
 
 /* ---- consistency tokens ----
- * A token is "strata1:<cluster number>:<lsn of node 1>,<lsn of node 2>,..." over the nodes of the
- * cluster serving the request, in topology order: every write acknowledged before the token was
- * made is at or below its node's lsn. CheckConsistency asks each node about its own lsn; with peer
- * clusters a node's part also waits for replication (docs/formats/replication.md). */
+ * A token is "strata1:<cluster number>:<lsn of node 1>,<lsn of node 2>,...:<table tag>" over the
+ * nodes of the cluster serving the request, in topology order: every write acknowledged before the
+ * token was made is at or below its node's lsn. The tag (8 hex digits of a hash of the table
+ * id) ties the token to its table, as Cloud Bigtable's tokens are: CheckConsistency of another
+ * table's token is INVALID_ARGUMENT rather than an answer about the wrong table. CheckConsistency
+ * asks each node about its own lsn; with peer clusters a node's part also waits for replication
+ * (docs/formats/replication.md). */
 
 #define TOKEN_PREFIX "strata1:"
 /* A node that replicates answers the cross-cluster token of docs/formats/replication.md (never
@@ -1319,8 +1322,16 @@ typedef struct cons_op {
     rtr_ctx *r;
     rpc_call *call;
     rtr_cluster *c;
-    const char *table; /* CheckConsistency: the table's name (call arena) */
+    const char *table; /* the table's name (call arena) */
 } cons_op;
+
+/* The tag that ties a token to a table: a hash of its table id (the name's last part, so the
+ * same table named through another project or instance path gets the same tag). */
+static uint32_t token_tag(const char *name) {
+    const char *id = strrchr(name, '/');
+    id = id ? id + 1 : name;
+    return (uint32_t)st_hash64(id, strlen(id), 0x7461626c65);
+}
 
 static void token_done(rtr_fan *f, void *arg) {
     cons_op *op = arg;
@@ -1352,7 +1363,9 @@ static void token_done(rtr_fan *f, void *arg) {
         google__bigtable__admin__v2__generate_consistency_token_response__free_unpacked(m, NULL);
     }
     rtr_fan_free(f);
-    if (rc == ST_OK && st_buf_append_byte(&tok, 0) != ST_OK)
+    char tag[16];
+    snprintf(tag, sizeof tag, ":%08x", token_tag(op->table));
+    if (rc == ST_OK && st_buf_append(&tok, tag, strlen(tag) + 1) != ST_OK)
         rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory");
     if (rc != ST_OK) {
         rpc_call_finish(op->call, rc, err.msg);
@@ -1393,8 +1406,10 @@ void rtr_h_generate_consistency_token(rpc_call *call, st_slice req_bytes, void *
         return;
     }
     rtr_fan *f;
-    if (!cons_new(r, call, c, c->n_nodes, token_done, &f))
+    cons_op *op = cons_new(r, call, c, c->n_nodes, token_done, &f);
+    if (!op)
         return;
+    op->table = req->name; /* the request lives as long as the call */
     for (size_t i = 0; i < c->n_nodes; i++)
         rtr_fan_call(f, i, &c->nodes[i], RTR_TA "GenerateConsistencyToken", req_bytes);
     rtr_fan_seal(f);
@@ -1436,9 +1451,11 @@ static void check_done(rtr_fan *f, void *arg) {
     }
 }
 
-/* Parses "strata1:<cluster>:<lsn>,<lsn>,..." into the cluster and the per-node lsns. */
-static bool token_parse(rtr_ctx *r, const char *tok, rtr_cluster **c, char **lsns, size_t *n,
-                        st_arena *a) {
+/* Parses "strata1:<cluster>:<lsn>,<lsn>,...:<tag>" into the cluster and the per-node lsns.
+ * *other: the token is well formed but was made for another table than table. */
+static bool token_parse(rtr_ctx *r, const char *tok, const char *table, rtr_cluster **c,
+                        char **lsns, size_t *n, bool *other, st_arena *a) {
+    *other = false;
     if (strncmp(tok, TOKEN_PREFIX, strlen(TOKEN_PREFIX)) != 0)
         return false;
     char *end;
@@ -1452,6 +1469,11 @@ static bool token_parse(rtr_ctx *r, const char *tok, rtr_cluster **c, char **lsn
     if (!*c)
         return false;
     char *list = st_arena_dup(a, end + 1, strlen(end + 1) + 1);
+    char *tag = list ? strrchr(list, ':') : NULL;
+    if (!tag || strlen(tag + 1) != 8 || strspn(tag + 1, "0123456789abcdef") != 8)
+        return false;
+    *tag++ = 0;
+    *other = strtoul(tag, NULL, 16) != token_tag(table);
     *n = 0;
     for (char *save = NULL, *p = list ? strtok_r(list, ",", &save) : NULL; p;
          p = strtok_r(NULL, ",", &save)) {
@@ -1472,9 +1494,18 @@ void rtr_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_cluster *c;
     char *lsns[ST_TOPO_NODES_MAX];
     size_t n;
-    if (!token_parse(r, req->consistency_token, &c, lsns, &n, a)) {
-        rtr_fail(call, ST_INVALID_ARGUMENT, "invalid consistency token '%s'",
+    bool other;
+    if (!token_parse(r, req->consistency_token, req->name, &c, lsns, &n, &other, a)) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "invalid consistency token '%s': pass a token GenerateConsistencyToken made",
                  req->consistency_token);
+        return;
+    }
+    if (other) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "consistency token '%s' was made for another table than %s: generate one for "
+                 "this table",
+                 req->consistency_token, req->name);
         return;
     }
     st_err err = {0};

@@ -2,6 +2,7 @@
  * schema comes back from an export directory, where a forged or damaged manifest could hold any
  * Table; the CLI and the router check it before an import, with the node's PutTable rules, so
  * no backup becomes READY that no restore could ever install. */
+#include <inttypes.h>
 #include <string.h>
 
 #include "strata/btutil.h"
@@ -21,8 +22,16 @@ st_code btu_gc_rule_level(const pb_gc *r, pb_gc *const **kids, size_t *n, st_err
                               r->max_num_versions);
         return ST_OK;
     case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_AGE:
-        if (!r->max_age || r->max_age->seconds < 0 || r->max_age->nanos < 0)
-            return st_err_set(err, ST_INVALID_ARGUMENT, "GC rule max_age must be positive");
+        /* Bigtable's floor: an age under 1 ms (0 included) would hide every cell as soon as it
+         * is written, so every write would succeed and nothing would ever be readable. */
+        if (!r->max_age || r->max_age->seconds < 0 || r->max_age->nanos < 0 ||
+            r->max_age->nanos > 999999999 || r->max_age->seconds > BTU_DURATION_SECONDS_MAX ||
+            (r->max_age->seconds == 0 && r->max_age->nanos < 1000000))
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "GC rule max_age must be at least 1 ms (seconds %" PRId64
+                              ", nanos %d): set a longer age, or no max_age to keep cells",
+                              (int64_t)(r->max_age ? r->max_age->seconds : 0),
+                              r->max_age ? r->max_age->nanos : 0);
         return ST_OK;
     case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_INTERSECTION:
         if (r->intersection) {

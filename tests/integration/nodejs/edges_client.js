@@ -154,6 +154,35 @@ async function gcRuleSize() {
   const mod = await code(() => admin.modifyColumnFamilies({name: TN('edges_gc100'),
     modifications: [{id: 'g', create: {gcRule: union(200)}}]}));
   check('gc_rule_800_bytes_modify', mod === 3, 'code ' + mod);
+  // max_age is at least 1 ms (Cloud Bigtable): a shorter one would hide every cell written.
+  for (const [name, age] of [['0', {}], ['500ns', {nanos: 500}], ['999us', {nanos: 999000}]]) {
+    const c = await code(() => admin.createTable({parent: INST, tableId: 'edges_age' + name,
+      table: {columnFamilies: {f: {gcRule: {maxAge: age}}}}}));
+    check('gc_max_age_' + name + '_create_table', c === 3, 'code ' + c);
+  }
+  const age = await code(() => admin.modifyColumnFamilies({name: TN('edges_gc100'),
+    modifications: [{id: 'a', create: {gcRule: {maxAge: {}}}}]}));
+  check('gc_max_age_0_modify', age === 3, 'code ' + age);
+  const ms = await code(() => admin.createTable({parent: INST, tableId: 'edges_age1ms',
+    table: {columnFamilies: {f: {gcRule: {maxAge: {nanos: 1000000}}}}}}));
+  check('gc_max_age_1ms_create_table', ms === 0, 'code ' + ms);
+}
+
+// A consistency token belongs to its table (Cloud Bigtable): checking it on another table is
+// INVALID_ARGUMENT, not an answer about the wrong table; on its own table it still works.
+async function tokenOtherTable() {
+  for (const id of ['tok_a', 'tok_b']) await table(id, ['cf']);
+  const [tok] = await admin.generateConsistencyToken({name: TN('tok_a')});
+  let err = null;
+  try {
+    await admin.checkConsistency({name: TN('tok_b'), consistencyToken: tok.consistencyToken});
+  } catch (e) {
+    err = e;
+  }
+  check('token_other_table', err && err.code === 3, err ? err.code + ' ' + err.details : 'answered');
+  const [own] = await admin.checkConsistency({name: TN('tok_a'),
+    consistencyToken: tok.consistencyToken});
+  check('token_own_table', typeof own.consistent === 'boolean', JSON.stringify(own));
 }
 
 // deletion_protection covers a table's column families (Cloud Bigtable): dropping one is
@@ -226,6 +255,7 @@ async function listTablesPages() {
   await dropCreate();
   await dropProtected();
   await gcRuleSize();
+  await tokenOtherTable();
   await statsAcrossTablets();
   await incrementNotCounter();
   await dropAfterWrite();

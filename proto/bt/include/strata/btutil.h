@@ -67,6 +67,7 @@ bool btu_family_valid(const char *family);
 #define BTU_GC_DEPTH_MAX 16       /* a GC rule's nesting below its root */
 #define BTU_GC_RULES_MAX 256      /* rules in one family's GC tree; Bigtable caps it at 500 B */
 #define BTU_GC_RULE_BYTES_MAX 500 /* a new GC rule, serialized (Cloud Bigtable's limit) */
+#define BTU_DURATION_SECONDS_MAX 315576000000LL  /* google.protobuf.Duration: 10,000 years */
 #define BTU_CS_RETENTION_MIN_S (24LL * 3600)     /* change_stream_config.retention_period: */
 #define BTU_CS_RETENTION_MAX_S (7LL * 24 * 3600) /* 1 to 7 days, as Cloud Bigtable */
 
