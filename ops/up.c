@@ -784,13 +784,22 @@ static int up_already(up_ctx *c) {
                err.msg);
         return 0;
     }
+    /* Said whether or not something is started: a script asking for another port or shape is
+     * told, not left to find out when it cannot connect. */
+    char want[32];
+    snprintf(want, sizeof want, ":%d", c->o.port);
+    bool other_port =
+        c->o.port_given &&
+        !(c->topo.n_routers && strlen(c->topo.routers[0]) > strlen(want) &&
+          !strcmp(c->topo.routers[0] + strlen(c->topo.routers[0]) - strlen(want), want));
+    if (c->o.config || c->o.shape_given || c->o.split_bytes || other_port)
+        printf("(the instance runs: --config, --port, --clusters, --nodes and --split-bytes are "
+               "ignored; `strata down --dir %s` first to change them, or pass another --dir)\n",
+               c->dir);
     if (up_all_alive(c)) {
         up_print_endpoint(c, true);
         return 0;
     }
-    if (c->o.config || c->o.shape_given || c->o.split_bytes)
-        printf("(the instance runs: --config, --clusters, --nodes and --split-bytes are ignored; "
-               "`strata down` first to change them)\n");
     int rc = ops_inst_start_missing(c->dir, c->o.bin_dir, c->o.wait_s);
     if (rc == 0) {
         printf("\n");

@@ -50,6 +50,13 @@ PIDS_BEFORE=$(cat "$DIR"/run/*.pid | sort)
 AGAIN=$("$STRATA" up --dir "$DIR" --port "$PORT" "${BIN_ARGS[@]}") || fail "second up failed"
 echo "$AGAIN" | grep -q "Already running" || fail "second up did not say it is running"
 [ "$(cat "$DIR"/run/*.pid | sort)" = "$PIDS_BEFORE" ] || fail "second up changed the processes"
+if echo "$AGAIN" | grep -q "are ignored"; then fail "second up on the same port said flags are ignored"; fi
+# another port or shape for a running instance is said to be ignored, not silently dropped
+AGAIN=$("$STRATA" up --dir "$DIR" --port $((PORT + 1)) --nodes 2 "${BIN_ARGS[@]}") ||
+  fail "up with other flags failed"
+echo "$AGAIN" | grep -q -- "--port, --clusters, --nodes and --split-bytes are ignored" ||
+  fail "up with another port did not say it is ignored: $AGAIN"
+[ "$(cat "$DIR"/run/*.pid | sort)" = "$PIDS_BEFORE" ] || fail "up with other flags changed the processes"
 
 echo "== strata down"
 "$STRATA" down --dir "$DIR" || fail "strata down failed"
