@@ -16,7 +16,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* mkdtemp, nftw */
 #endif
+#include <dirent.h>
+#include <errno.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +222,30 @@ static st_code across_run(bk_ctx *c, bk_ctx *t, const char *name, const char *xd
     return rc;
 }
 
+/* A restore killed (kill -9, a crash) leaves its temporary copy of the backup behind. Each
+ * restore names its directory with its pid, so the next one removes those of restores no longer
+ * running (of this user), and one killed restore does not keep the space of a whole backup. */
+static void sweep_leftovers(const char *base) {
+    DIR *d = opendir(base);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[4096];
+        struct stat st;
+        long pid;
+        char rest[16];
+        if (sscanf(e->d_name, "strata-restore-%ld-%15s", &pid, rest) != 2 || pid <= 0 ||
+            (kill((pid_t)pid, 0) == 0 || errno != ESRCH) ||
+            !ops_fmt(path, sizeof path, "%s/%s", base, e->d_name) || lstat(path, &st) != 0 ||
+            !S_ISDIR(st.st_mode) || st.st_uid != getuid())
+            continue;
+        nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        fprintf(stderr, "strata backup restore: removed %s, left by a restore that was stopped\n",
+                path);
+    }
+    if (d)
+        closedir(d);
+}
+
 int bk_restore_across(bk_ctx *c, const char *name) {
     static bk_ctx t; /* the destination */
     if (!target_resolve(c, &t))
@@ -230,8 +257,10 @@ int bk_restore_across(bk_ctx *c, const char *name) {
              (int)getpid());
     if (!ops_fmt(table, sizeof table, "projects/%s/instances/%s/tables/%s", t.project, t.instance,
                  table_id) ||
-        !ops_fmt(tmp, sizeof tmp, "%s/strata-restore-XXXXXX", base && *base ? base : "/tmp"))
+        !ops_fmt(tmp, sizeof tmp, "%s/strata-restore-%d-XXXXXX", base && *base ? base : "/tmp",
+                 (int)getpid()))
         return 2;
+    sweep_leftovers(base && *base ? base : "/tmp");
     st_err err = {0};
     st_code rc = target_free(&t, table, &err);
     use_creds(source_dir(c));

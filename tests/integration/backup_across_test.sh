@@ -88,9 +88,17 @@ grep -q "restored .*/backups/b1 into projects/p/instances/i/tables/bk2" "$TMPD/3
 cbtat "$PORTB" read bk2 >"$TMPD/b2.read" || fail "cbt read bk2 on B"
 diff "$TMPD/a.read" "$TMPD/b2.read" >"$TMPD/3.diff" || fail "bk2 on B differs from bk on A: $(cat "$TMPD/3.diff")"
 no_leftovers "restore --target DIR"
+# the copy a killed restore left (its pid is gone) is removed by the next restore; a running
+# restore's (this shell's pid) is not
+sh -c 'exit 0' & DEADPID=$!; wait $DEADPID
+mkdir -p "$TMPDIR/strata-restore-$DEADPID-abcdef/x" "$TMPDIR/strata-restore-$$-ghijkl"
+echo leftover >"$TMPDIR/strata-restore-$DEADPID-abcdef/x/piece"
 bka restore b1 --to bk3 --target "127.0.0.1:$PORTB" --json >"$TMPD/3b.out" 2>&1 || fail "restore --target H:P: $(cat "$TMPD/3b.out")"
 cbtat "$PORTB" read bk3 >"$TMPD/b3.read" || fail "cbt read bk3 on B"
 diff "$TMPD/a.read" "$TMPD/b3.read" >"$TMPD/3b.diff" || fail "bk3 on B differs from bk on A: $(cat "$TMPD/3b.diff")"
+[ -d "$TMPDIR/strata-restore-$$-ghijkl" ] || fail "a running restore's directory was removed"
+grep -q "removed .*strata-restore-$DEADPID-abcdef" "$TMPD/3b.out" || fail "the leftover was not reported: $(cat "$TMPD/3b.out")"
+rmdir "$TMPDIR/strata-restore-$$-ghijkl"
 no_leftovers "restore --target H:P"
 echo "ok: $(grep -c '^----' "$TMPD/b2.read") rows identical, twice"
 
