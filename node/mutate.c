@@ -100,6 +100,11 @@ st_code node_mutation_from_pb(node_ctx *n, const node_table *meta, const pb_mut 
         out->type = STO_MUT_DEL_ROW;
         return ST_OK;
     default:
+        /* add_to_cell 5, merge_to_cell 6 upstream: a valid request Strata cannot carry out */
+        if (btu_pb_has_unknown(&m->base, 5) || btu_pb_has_unknown(&m->base, 6))
+            return st_err_set(err, ST_UNIMPLEMENTED,
+                              "AddToCell and MergeToCell (aggregate column families) are not "
+                              "supported: use SetCell, or ReadModifyWriteRow to increment");
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "mutation has no supported kind set (SetCell, DeleteFromColumn, "
                           "DeleteFromFamily, DeleteFromRow)");

@@ -213,11 +213,12 @@ static st_code normalize_families(pb_table *t, st_arena *a, st_err *err) {
     return ST_OK;
 }
 
-/* CreateTable's GC rules against Cloud Bigtable's size limit (btu_gc_rule_size_check). */
-static st_code gc_sizes_check(const pb_table *t, st_err *err) {
+/* CreateTable's families: GC rules within Cloud Bigtable's size limit, no aggregate family
+ * (btu_family_check). */
+static st_code families_check(const pb_table *t, st_err *err) {
     for (size_t i = 0; i < t->n_column_families; i++)
-        if (btu_gc_rule_size_check(t->column_families[i]->key,
-                                   t->column_families[i]->value->gc_rule, err) != ST_OK)
+        if (btu_family_check(t->column_families[i]->key, t->column_families[i]->value, err) !=
+            ST_OK)
             return err->code;
     return ST_OK;
 }
@@ -537,7 +538,7 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     if (rtr_cs_config_check(&t->change_stream_config, &err) != ST_OK ||
-        normalize_families(t, a, &err) != ST_OK || gc_sizes_check(t, &err) != ST_OK) {
+        normalize_families(t, a, &err) != ST_OK || families_check(t, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
@@ -768,7 +769,7 @@ static st_code apply_mod(pb_table *t, const pb_mod *m, st_arena *a, st_err *err)
         if (!btu_family_valid(m->id))
             return st_err_set(err, ST_INVALID_ARGUMENT,
                               "invalid column family name '%s': use 1-64 of [-_.a-zA-Z0-9]", m->id);
-        if (m->create && btu_gc_rule_size_check(m->id, m->create->gc_rule, err) != ST_OK)
+        if (btu_family_check(m->id, m->create, err) != ST_OK)
             return err->code;
         if (at >= 0)
             return st_err_set(err, ST_ALREADY_EXISTS, "column family %s already exists", m->id);
@@ -778,7 +779,7 @@ static st_code apply_mod(pb_table *t, const pb_mod *m, st_arena *a, st_err *err)
     case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_UPDATE:
         if (at < 0)
             return st_err_set(err, ST_NOT_FOUND, "column family %s not found", m->id);
-        if (m->update && btu_gc_rule_size_check(m->id, m->update->gc_rule, err) != ST_OK)
+        if (btu_family_check(m->id, m->update, err) != ST_OK)
             return err->code;
         t->column_families[at]->value = m->update;
         return ST_OK;

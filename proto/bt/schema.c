@@ -59,6 +59,29 @@ st_code btu_gc_rule_size_check(const char *fam, const pb_gc *r, st_err *err) {
                       len, BTU_GC_RULE_BYTES_MAX);
 }
 
+bool btu_pb_has_unknown(const ProtobufCMessage *m, uint32_t num) {
+    for (unsigned i = 0; m && i < m->n_unknown_fields; i++)
+        if (m->unknown_fields[i].tag == num)
+            return true;
+    return false;
+}
+
+/* ColumnFamily.value_type in the upstream API: the type of an aggregate family. */
+#define FAMILY_VALUE_TYPE_FIELD 3
+
+st_code btu_family_check(const char *fam, const Google__Bigtable__Admin__V2__ColumnFamily *cf,
+                         st_err *err) {
+    if (!cf)
+        return ST_OK;
+    if (btu_pb_has_unknown(&cf->base, FAMILY_VALUE_TYPE_FIELD))
+        return st_err_set(err, ST_UNIMPLEMENTED,
+                          "column family %s has a value_type: aggregate column families "
+                          "(AddToCell, MergeToCell) are not supported; create the family without "
+                          "value_type and keep counters with ReadModifyWriteRow increments",
+                          fam);
+    return btu_gc_rule_size_check(fam, cf->gc_rule, err);
+}
+
 static st_code gc_check(const char *fam, const pb_gc *r, int depth, size_t *rules, st_err *err) {
     if (!r)
         return ST_OK;
@@ -110,6 +133,8 @@ st_code btu_schema_check(const Google__Bigtable__Admin__V2__Table *t, st_err *er
         size_t rules = 0;
         if (cf && gc_check(fam, cf->gc_rule, 0, &rules, err) != ST_OK)
             return err->code;
+        if (cf && btu_pb_has_unknown(&cf->base, FAMILY_VALUE_TYPE_FIELD))
+            return btu_family_check(fam, cf, err);
     }
     return cs_check(t->change_stream_config, err);
 }

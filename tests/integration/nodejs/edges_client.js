@@ -168,6 +168,26 @@ async function gcRuleSize() {
   check('gc_max_age_1ms_create_table', ms === 0, 'code ' + ms);
 }
 
+// Aggregate column families (value_type) and their AddToCell / MergeToCell are not supported:
+// the family is refused UNIMPLEMENTED when it is made, and AddToCell too, rather than a schema
+// accepted whose every write then fails INVALID_ARGUMENT.
+async function aggregatesRefused() {
+  const code = async fn => { try { await fn(); return 0; } catch (e) { return e.code; } };
+  const sum = {valueType: {aggregateType: {inputType: {int64Type: {encoding: {bigEndianBytes: {}}}},
+    sum: {}}}};
+  const c = await code(() => admin.createTable({parent: INST, tableId: 'edges_agg',
+    table: {columnFamilies: {sum, plain: {}}}}));
+  check('aggregate_family_create_table', c === 12, 'code ' + c);
+  await table('edges_agg2', ['cf']);
+  const m = await code(() => admin.modifyColumnFamilies({name: TN('edges_agg2'),
+    modifications: [{id: 'sum', create: sum}]}));
+  check('aggregate_family_modify', m === 12, 'code ' + m);
+  const a = await code(() => data.mutateRow({tableName: TN('edges_agg2'), rowKey: B('r'),
+    mutations: [{addToCell: {familyName: 'cf', columnQualifier: {rawValue: B('c')},
+      timestamp: {rawTimestampMicros: 1000}, input: {intValue: 5}}}]}, {retry: null}));
+  check('add_to_cell_refused', a === 12, 'code ' + a);
+}
+
 // A consistency token belongs to its table (Cloud Bigtable): checking it on another table is
 // INVALID_ARGUMENT, not an answer about the wrong table; on its own table it still works.
 async function tokenOtherTable() {
@@ -256,6 +276,7 @@ async function listTablesPages() {
   await dropProtected();
   await gcRuleSize();
   await tokenOtherTable();
+  await aggregatesRefused();
   await statsAcrossTablets();
   await incrementNotCounter();
   await dropAfterWrite();

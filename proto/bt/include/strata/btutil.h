@@ -151,6 +151,14 @@ ProtobufCMessage *btu_pb_unpack_lift(const ProtobufCMessageDescriptor *desc,
  * checked keep theirs. */
 st_code btu_gc_rule_size_check(const char *fam, const Google__Bigtable__Admin__V2__GcRule *r,
                                st_err *err);
+/* A column family a request brings: its GC rule's size (btu_gc_rule_size_check), and
+ * UNIMPLEMENTED for a value_type (aggregate families: their AddToCell / MergeToCell are not
+ * supported, so the family is refused rather than accepted and every write to it failing). */
+st_code btu_family_check(const char *fam, const Google__Bigtable__Admin__V2__ColumnFamily *cf,
+                         st_err *err);
+/* Whether message m carries an unknown field numbered num (a field of the upstream API that
+ * Strata's protos leave out). */
+bool btu_pb_has_unknown(const ProtobufCMessage *m, uint32_t num);
 
 /* ---- ReadRows request stats (stats.c) ---- */
 #define BTU_READ_STATS_FIELD 3       /* ReadRowsResponse.request_stats */
