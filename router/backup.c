@@ -55,6 +55,47 @@ bool rtr_bk_shown(rtr_ctx *r, const rtr_pb_bkrec *rec) {
     return false;
 }
 
+typedef struct bk_file_ref {
+    uint32_t node;
+    const Strata__Internal__V1__BackupFile *f;
+} bk_file_ref;
+
+static int file_ref_cmp(const void *pa, const void *pb) {
+    const bk_file_ref *a = pa, *b = pb;
+    if (a->node != b->node)
+        return a->node < b->node ? -1 : 1;
+    int c = strcmp(a->f->name, b->f->name);
+    if (c)
+        return c;
+    if (a->f->size != b->f->size)
+        return a->f->size < b->f->size ? -1 : 1;
+    return a->f->crc32c < b->f->crc32c ? -1 : a->f->crc32c > b->f->crc32c;
+}
+
+int64_t rtr_bk_stored_bytes(Strata__Internal__V1__BackupPiece *const *pieces, size_t n) {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += pieces[i]->n_files;
+    bk_file_ref *v = total ? malloc(total * sizeof *v) : NULL;
+    uint64_t sum = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < pieces[i]->n_files; j++) {
+            if (v)
+                v[k++] = (bk_file_ref){pieces[i]->node_num, pieces[i]->files[j]};
+            else /* out of memory: the pieces' sum, as before */
+                sum += pieces[i]->files[j]->size;
+        }
+    if (v) {
+        qsort(v, k, sizeof *v, file_ref_cmp);
+        for (size_t i = 0; i < k; i++)
+            if (i == 0 || file_ref_cmp(&v[i - 1], &v[i]) != 0)
+                sum += v[i].f->size;
+        free(v);
+    }
+    return sum > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)sum;
+}
+
 st_code rtr_bk_rec_pack(const rtr_pb_bkrec *rec, st_buf *out) {
     size_t len = strata__internal__v1__backup_record__get_packed_size(rec);
     st_buf_reset(out);

@@ -105,6 +105,10 @@ rtr_pb_bkrec *rtr_bk_find(rtr_ctx *r, const char *name, st_arena *a);
 /* rtr_bk_visible with the operation as this router's GetOperation answers it. */
 bool rtr_bk_shown(rtr_ctx *r, const rtr_pb_bkrec *rec);
 st_code rtr_bk_rec_pack(const rtr_pb_bkrec *rec, st_buf *out);
+/* A backup's size_bytes: the bytes of its distinct files. Pieces of one node share files (a
+ * split's children keep their parent's SSTables), so a file listed by several pieces of a node
+ * counts once; a sum of the pieces' sizes made a split table's backup many times its size. */
+int64_t rtr_bk_stored_bytes(Strata__Internal__V1__BackupPiece *const *pieces, size_t n);
 /* GetTable with REPLICATION_VIEW or FULL: every cluster READY (a table exists in every cluster
  * from its creation). */
 st_code rtr_bk_cluster_states(rtr_ctx *r, Google__Bigtable__Admin__V2__Table *t, st_arena *a);

@@ -335,14 +335,13 @@ void rtr_h_begin_import(rpc_call *call, st_slice bytes, void *arg) {
         b->backup_type = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__STANDARD;
     if (b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT)
         b->hot_to_standard_time = NULL; /* kept as exported for a HOT one, even if past */
-    b->size_bytes = 0;
     rtr_cluster *c = &r->clusters[ci];
     for (size_t i = 0; i < req->n_pieces; i++) {
         pb_piece *p = req->pieces[i];
         p->backup = name;
         p->node_num = c->nodes[i % c->n_nodes].num; /* spread over the cluster's nodes */
-        b->size_bytes += (int64_t)p->size_bytes;
     }
+    b->size_bytes = rtr_bk_stored_bytes(req->pieces, req->n_pieces);
     rtr_pb_bkrec *rec = st_arena_alloc(a, sizeof *rec);
     if (!rec) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");

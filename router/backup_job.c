@@ -664,10 +664,7 @@ static void ready_record(bk_job *j) {
     rtr_pb_bkrec *now = rtr_bk_rec_unpack(st_slice_make(cur->pb, cur->len), &j->arena);
     if (now && now->backup->expire_time) /* UpdateBackup meanwhile */
         j->rec->backup->expire_time = now->backup->expire_time;
-    int64_t size = 0;
-    for (size_t i = 0; i < j->n_pieces; i++)
-        size += (int64_t)j->pieces[i]->size_bytes;
-    j->rec->backup->size_bytes = size;
+    j->rec->backup->size_bytes = rtr_bk_stored_bytes(j->pieces, j->n_pieces);
     j->rec->backup->state = GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY;
     j->rec->pieces = j->pieces;
     j->rec->n_pieces = j->n_pieces;

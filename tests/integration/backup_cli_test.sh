@@ -118,6 +118,10 @@ stored=$(ls "$TMPD/sp-exp/files" | wc -l)
 on_disk=$(find "$TMPD/sp-exp/files" -type f -printf '%s\n' | awk '{ n += $1 } END { print n }')
 python3 -c 'import json, sys; v = json.load(open(sys.argv[1])); sys.exit(not (v["stored_bytes"] == int(sys.argv[2]) < v["bytes"]))' \
   "$TMPD/5v.json" "$on_disk" || fail "verify's summary: $(cat "$TMPD/5v.json"), files/ holds $on_disk bytes"
+# the backup's size_bytes is what it stores (each shared file once), not the pieces' sum
+bka describe s1 --json >"$TMPD/5d.json" || fail "describe s1"
+python3 -c 'import json, sys; v = json.load(open(sys.argv[1])); sys.exit(int(v.get("sizeBytes", v.get("size_bytes", -1))) != int(sys.argv[2]))' \
+  "$TMPD/5d.json" "$on_disk" || fail "size_bytes of s1: $(cat "$TMPD/5d.json"), its distinct files hold $on_disk bytes"
 bkb import "$TMPD/sp-exp" >"$TMPD/5i.out" 2>&1 || fail "import s1: $(cat "$TMPD/5i.out")"
 inodes=$(find "$DIRB"/*-0/backups/i/*/s1 -name '*.sst' -printf '%i\n' | sort -u | wc -l)
 [ "$inodes" -eq "$distinct" ] ||
