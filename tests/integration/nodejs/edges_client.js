@@ -186,6 +186,19 @@ async function aggregatesRefused() {
     mutations: [{addToCell: {familyName: 'cf', columnQualifier: {rawValue: B('c')},
       timestamp: {rawTimestampMicros: 1000}, input: {intValue: 5}}}]}, {retry: null}));
   check('add_to_cell_refused', a === 12, 'code ' + a);
+  // a family update changes gc_rule only: another update_mask path is refused, and what the
+  // mask leaves out of the message is not applied
+  const upd = (paths, gcRule) => code(() => admin.modifyColumnFamilies({name: TN('edges_agg2'),
+    modifications: [{id: 'cf', update: {gcRule, ...sum}, updateMask: {paths}}]}));
+  const bad = await upd(['nonsense'], {maxNumVersions: 1});
+  check('update_mask_unknown_path', bad === 3, 'code ' + bad);
+  const vt = await upd(['value_type'], {maxNumVersions: 1});
+  check('update_mask_value_type', vt === 12, 'code ' + vt);
+  const gc = await upd(['gc_rule'], {maxNumVersions: 2});
+  const [t] = await admin.getTable({name: TN('edges_agg2')});
+  const cf = t.columnFamilies.cf;
+  check('update_mask_gc_rule', gc === 0 && cf.gcRule && cf.gcRule.maxNumVersions === 2 &&
+    !cf.valueType, 'code ' + gc + ' ' + JSON.stringify(cf));
 }
 
 // A consistency token belongs to its table (Cloud Bigtable): checking it on another table is
