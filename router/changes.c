@@ -6,7 +6,7 @@
  * ReadChangeStream: a partition within one tablet (usually equal to it) goes to the node that
  * holds it and every answer streams through until the node ends the stream (asked for batches, the
  * node sends a turn's records as one message of framed responses, appended to the client's call
- * as they are: rcs_emit_batch). A partition that
+ * as they are: rcs_emit). A partition that
  * spans several tablets (a split, or a range the client chose) is answered by the router, on a
  * tablet map refreshed first (a map older than the split would name tablets that no longer
  * exist): CloseStream OUT_OF_RANGE with the partition's piece in each overlapping tablet as a
@@ -350,53 +350,41 @@ static st_code rcs_drain(rcs_op *op) {
 
 static void rcs_writable(rpc_call *call, void *arg);
 
-/* As read.c's rr_emit: straight to the client while it takes messages, else into the backlog. */
-static st_code rcs_emit(rcs_op *op, rpc_ccall *from, st_slice msg) {
-    if (rcs_backlog(op) > 0) {
-        st_code rc = rcs_drain(op);
-        if (rc != ST_OK)
-            return rc;
-    }
-    if (rcs_backlog(op) == 0 && rpc_call_writable(op->call)) {
-        st_code rc = from && rpc_ccall_msg_take(from, &op->fwd)
-                         ? rpc_call_send_buf(op->call, &op->fwd)
-                         : rpc_call_send(op->call, msg);
-        rcs_hold_sync(op); /* frees a large spare buffer */
-        return rc;
-    }
-    if (rtr_msgq_push(&op->backlog, msg) != ST_OK)
-        return ST_RESOURCE_EXHAUSTED;
-    rcs_hold_sync(op);
-    if (!op->writable_cb) {
-        op->writable_cb = true;
-        rpc_call_set_writable_cb(op->call, rcs_writable, op);
-    }
-    return ST_OK;
-}
-
-/* A batch from the node (strata/cstoken.h, BTU_CS_BATCH_HEADER): its messages go to the client
- * as they are framed, in one append to its queue; behind a backlog each of them joins it (a
- * backlog holds whole messages). frames was checked (batch_track). */
-static st_code rcs_emit_batch(rcs_op *op, rpc_ccall *from, st_slice frames) {
-    if (rcs_backlog(op) > 0) {
-        st_code rc = rcs_drain(op);
-        if (rc != ST_OK)
-            return rc;
-    }
-    if (rcs_backlog(op) == 0 && rpc_call_writable(op->call)) {
-        st_code rc =
-            from && rpc_ccall_msg_take(from, &op->fwd)
-                ? rpc_call_send_framed_buf(op->call, &op->fwd, (size_t)(frames.data - op->fwd.data))
-                : rpc_call_send_framed(op->call, frames);
-        rcs_hold_sync(op);
-        return rc;
-    }
-    for (const uint8_t *p = frames.data, *end = rtr_slice_end(frames); p < end;) {
+/* Queues msg's messages behind the backlog (a backlog holds whole messages): msg itself, or
+ * each message of a batch's frames (framed). */
+static st_code rcs_backlog_push(rcs_op *op, st_slice msg, bool framed) {
+    if (!framed)
+        return rtr_msgq_push(&op->backlog, msg);
+    for (const uint8_t *p = msg.data, *end = rtr_slice_end(msg); p < end;) {
         size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
         if (rtr_msgq_push(&op->backlog, st_slice_make(p + 5, len)) != ST_OK)
             return ST_RESOURCE_EXHAUSTED;
         p += 5 + len;
     }
+    return ST_OK;
+}
+
+/* As read.c's rr_emit: straight to the client while it takes messages, else into the backlog.
+ * framed: msg is a batch's frames from the node (strata/cstoken.h, BTU_CS_BATCH_HEADER, checked
+ * by batch_track), appended to the client's queue as they are framed. */
+static st_code rcs_emit(rcs_op *op, rpc_ccall *from, st_slice msg, bool framed) {
+    if (rcs_backlog(op) > 0) {
+        st_code rc = rcs_drain(op);
+        if (rc != ST_OK)
+            return rc;
+    }
+    if (rcs_backlog(op) == 0 && rpc_call_writable(op->call)) {
+        bool take = from && rpc_ccall_msg_take(from, &op->fwd);
+        size_t off = take ? (size_t)(msg.data - op->fwd.data) : 0;
+        st_code rc =
+            framed ? (take ? rpc_call_send_framed_buf(op->call, &op->fwd, off)
+                           : rpc_call_send_framed(op->call, msg))
+                   : (take ? rpc_call_send_buf(op->call, &op->fwd) : rpc_call_send(op->call, msg));
+        rcs_hold_sync(op); /* frees a large spare buffer */
+        return rc;
+    }
+    if (rcs_backlog_push(op, msg, framed) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
     rcs_hold_sync(op);
     if (!op->writable_cb) {
         op->writable_cb = true;
@@ -633,9 +621,9 @@ static void rcs_msg(rpc_ccall *call, st_slice msg, void *arg) {
         rpc_ccall_cancel(call);
         return;
     }
-    st_code rc = batch ? rcs_emit_batch(op, call, frames) : rcs_track(op, msg);
-    if (rc == ST_OK && !batch)
-        rc = rcs_emit(op, call, msg);
+    st_code rc = batch ? ST_OK : rcs_track(op, msg);
+    if (rc == ST_OK)
+        rc = batch ? rcs_emit(op, call, frames, true) : rcs_emit(op, call, msg, false);
     if (rc != ST_OK) {
         rcs_end(op, rc, "could not relay the change stream from its node");
         rpc_ccall_cancel(call);
@@ -871,7 +859,7 @@ static void rcs_close(rcs_op *op, const rtr_tablet *v, size_t n) {
         rcs_end(op, ST_RESOURCE_EXHAUSTED, "out of memory");
     } else {
         google__bigtable__v2__read_change_stream_response__pack(&resp, buf);
-        st_code rc = rcs_emit(op, NULL, st_slice_make(buf, len));
+        st_code rc = rcs_emit(op, NULL, st_slice_make(buf, len), false);
         rcs_end(op, rc, rc == ST_OK ? NULL : "could not send CloseStream");
     }
     rcs_continue(op);

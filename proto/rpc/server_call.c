@@ -558,10 +558,9 @@ static st_code call_queued(rpc_call *call, size_t n) {
     return ST_OK;
 }
 
-st_code rpc_call_send(rpc_call *call, st_slice msg) {
-    st_code rc = call_send_check(call, msg.len);
-    if (rc != ST_OK)
-        return rc;
+/* Before bytes are appended to the queue: once its sent front is half of it, the unsent rest
+ * moves to the start, so a long stream's queue does not grow without end. */
+static void out_compact(rpc_call *call) {
     size_t queued = rpc_call_queued_bytes(call);
     h2_conn_out_settle(call->conn); /* the queue may be moved below */
     if (call->out_off > 0 && call->out_off >= call->out.len / 2) {
@@ -569,6 +568,13 @@ st_code rpc_call_send(rpc_call *call, st_slice msg) {
         call->out.len = queued;
         call->out_off = 0;
     }
+}
+
+st_code rpc_call_send(rpc_call *call, st_slice msg) {
+    st_code rc = call_send_check(call, msg.len);
+    if (rc != ST_OK)
+        return rc;
+    out_compact(call);
     uint8_t prefix[RPC_SEND_HEADROOM];
     rpc_frame_prefix(prefix, (uint32_t)msg.len);
     if (st_buf_reserve(&call->out, RPC_SEND_HEADROOM + msg.len) != ST_OK)
@@ -615,13 +621,7 @@ st_code rpc_call_send_framed(rpc_call *call, st_slice frames) {
     st_code rc = call_framed_check(call, frames);
     if (rc != ST_OK || frames.len == 0)
         return rc;
-    size_t queued = rpc_call_queued_bytes(call);
-    h2_conn_out_settle(call->conn); /* the queue may be moved below */
-    if (call->out_off > 0 && call->out_off >= call->out.len / 2) {
-        memmove(call->out.data, call->out.data + call->out_off, queued);
-        call->out.len = queued;
-        call->out_off = 0;
-    }
+    out_compact(call);
     if (st_buf_append(&call->out, frames.data, frames.len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     return call_queued(call, frames.len);
