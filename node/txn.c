@@ -310,35 +310,77 @@ static void rmw_durable(node_ctx *n, st_code code, const char *msg, void *arg) {
     rmw_free_results(op);
 }
 
-/* The newest current value of a column: an earlier rule's result, else the stored cell. */
-static rmw_result *rmw_column(rmw_op *op, node_row_cell *cells, size_t count, st_slice fam,
-                              st_slice qual) {
-    for (size_t i = 0; i < op->n_res; i++)
-        if (st_slice_eq(op->res[i].family, fam) && st_slice_eq(op->res[i].qualifier, qual))
-            return &op->res[i];
-    rmw_result *r = &op->res[op->n_res++];
-    memset(r, 0, sizeof *r);
-    r->family = fam;
-    r->qualifier = qual;
-    for (size_t i = 0; i < count; i++) {
-        if (st_slice_eq(cells[i].family, fam) && st_slice_eq(cells[i].qualifier, qual)) {
-            /* Cells come newest first within a column. */
-            st_buf_append(&r->value, cells[i].value.data, cells[i].value.len);
-            r->ts_us = cells[i].ts_us;
-            return r;
-        }
-    }
-    r->ts_us = -1; /* no cell yet */
-    return r;
+/* A column and where it was met: a rule's index, or a cell's position in the row. */
+typedef struct rmw_key {
+    st_slice family, qualifier;
+    size_t at;
+} rmw_key;
+
+static int rmw_key_cmp(const void *pa, const void *pb) {
+    const rmw_key *a = pa, *b = pb;
+    int c = st_slice_cmp(a->family, b->family);
+    if (c == 0)
+        c = st_slice_cmp(a->qualifier, b->qualifier);
+    return c ? c : (a->at > b->at) - (a->at < b->at);
 }
 
-static st_code rmw_apply(node_ctx *n, rmw_op *op, node_row_cell *cells, size_t count, st_err *err) {
+/* One result per column the rules name, in family and qualifier order (the order a Row lists
+ * them), each starting from its column's newest stored cell; slot[i] is rule i's result. Both
+ * sides are sorted and merged, so a request of 100,000 rules on a row of many cells costs
+ * n log n: comparing each rule with every earlier result and every cell held the node's loop
+ * for a minute. */
+static st_code rmw_columns(rmw_op *op, node_row_cell *cells, size_t count, size_t *slot,
+                           st_arena *a, st_err *err) {
+    rmw_key *rk = st_arena_alloc(a, op->n_rules * sizeof *rk);
+    rmw_key *ck = st_arena_alloc(a, (count ? count : 1) * sizeof *ck);
+    if (!rk || !ck)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; i < op->n_rules; i++)
+        rk[i] = (rmw_key){
+            st_slice_cstr(op->rules[i]->family_name),
+            st_slice_make(op->rules[i]->column_qualifier.data, op->rules[i]->column_qualifier.len),
+            i};
+    for (size_t i = 0; i < count; i++)
+        ck[i] = (rmw_key){cells[i].family, cells[i].qualifier, i};
+    qsort(rk, op->n_rules, sizeof *rk, rmw_key_cmp);
+    qsort(ck, count, sizeof *ck, rmw_key_cmp); /* a column's newest cell first: rows list so */
+    size_t c = 0;
+    for (size_t i = 0; i < op->n_rules; i++) {
+        if (i == 0 || st_slice_cmp(rk[i].family, rk[i - 1].family) ||
+            st_slice_cmp(rk[i].qualifier, rk[i - 1].qualifier)) {
+            rmw_result *r = &op->res[op->n_res++];
+            memset(r, 0, sizeof *r);
+            r->family = rk[i].family;
+            r->qualifier = rk[i].qualifier;
+            r->ts_us = -1; /* no cell yet */
+            rmw_key want = {r->family, r->qualifier, 0};
+            while (c < count && rmw_key_cmp(&ck[c], &want) < 0)
+                c++;
+            if (c < count && !st_slice_cmp(ck[c].family, r->family) &&
+                !st_slice_cmp(ck[c].qualifier, r->qualifier)) {
+                const node_row_cell *cell = &cells[ck[c].at];
+                if (st_buf_append(&r->value, cell->value.data, cell->value.len) != ST_OK)
+                    return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+                r->ts_us = cell->ts_us;
+            }
+        }
+        slot[rk[i].at] = op->n_res - 1;
+    }
+    return ST_OK;
+}
+
+static st_code rmw_apply(node_ctx *n, rmw_op *op, node_row_cell *cells, size_t count, st_arena *a,
+                         st_err *err) {
     int64_t now = node_server_ts_us(n);
+    size_t *slot = st_arena_alloc(a, op->n_rules * sizeof *slot);
+    if (!slot)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    st_code rc = rmw_columns(op, cells, count, slot, a, err);
+    if (rc != ST_OK)
+        return rc;
     for (size_t i = 0; i < op->n_rules; i++) {
         const Google__Bigtable__V2__ReadModifyWriteRule *rule = op->rules[i];
-        st_slice fam = st_slice_cstr(rule->family_name);
-        st_slice qual = st_slice_make(rule->column_qualifier.data, rule->column_qualifier.len);
-        rmw_result *r = rmw_column(op, cells, count, fam, qual);
+        rmw_result *r = &op->res[slot[i]];
         if (rule->rule_case ==
             GOOGLE__BIGTABLE__V2__READ_MODIFY_WRITE_RULE__RULE_INCREMENT_AMOUNT) {
             if (r->value.len != 8 && !(r->ts_us < 0 && r->value.len == 0))
@@ -376,7 +418,7 @@ static void rmw_locked(node_ctx *n, void *arg) {
     node_tablet *tab = node_write_tablet(n, op->table, op->row, &err);
     st_code rc = tab ? node_read_row(tab, op->row, &scratch, &cells, &count, &err) : err.code;
     if (rc == ST_OK)
-        rc = rmw_apply(n, op, cells, count, &err);
+        rc = rmw_apply(n, op, cells, count, &scratch, &err);
     st_arena_deinit(&scratch);
     sto_mut *muts =
         rc == ST_OK ? st_arena_alloc(rpc_call_arena(op->call), op->n_res * sizeof *muts) : NULL;

@@ -201,6 +201,30 @@ async function aggregatesRefused() {
     !cf.valueType, 'code ' + gc + ' ' + JSON.stringify(cf));
 }
 
+// A ReadModifyWriteRow of 100,000 rules (the documented maximum), half of them on columns an
+// earlier rule named, answers with one cell per column in qualifier order; the node used to
+// compare each rule with every earlier column and every cell, held its loop for about a minute
+// and the call ended UNAVAILABLE (the router dropped the silent node) with every cell written.
+async function rmwManyRules() {
+  await table('edges_rmw', ['cf']);
+  const q = i => B('q' + String(i).padStart(6, '0'));
+  const rules = Array.from({length: 100000}, (_, i) => ({familyName: 'cf',
+    columnQualifier: q(i % 50000), appendValue: B(i < 50000 ? 'a' : 'b')}));
+  let got;
+  try {
+    const [r] = await data.readModifyWriteRow({tableName: TN('edges_rmw'), rowKey: B('big'), rules},
+      {timeout: 600000, retry: null});
+    const cols = r.row.families[0].columns;
+    const sorted = cols.every((c, i) => i === 0 || Buffer.compare(cols[i - 1].qualifier,
+      c.qualifier) < 0);
+    const values = cols.every(c => c.cells[0].value.toString() === 'ab');
+    got = `${r.row.families.length} ${cols.length} ${sorted} ${values}`;
+  } catch (e) {
+    got = 'code ' + e.code + ' ' + e.details;
+  }
+  check('rmw_100000_rules', got === '1 50000 true true', got);
+}
+
 // A consistency token belongs to its table (Cloud Bigtable): checking it on another table is
 // INVALID_ARGUMENT, not an answer about the wrong table; on its own table it still works.
 async function tokenOtherTable() {
@@ -290,6 +314,7 @@ async function listTablesPages() {
   await gcRuleSize();
   await tokenOtherTable();
   await aggregatesRefused();
+  await rmwManyRules();
   await statsAcrossTablets();
   await incrementNotCounter();
   await dropAfterWrite();
