@@ -41,7 +41,15 @@ bool ops_inst_dir(const char *flag, char *out, size_t cap) {
     const char *sh = getenv("STRATA_HOME");
     char given[OPS_PATH_MAX];
     int n;
-    if (flag && *flag)
+    /* An empty --dir is a script's unset variable far more often than a wish for the default:
+     * taken as the default, `strata down --dir "$DIR" --purge` deleted another instance. */
+    if (flag && !*flag) {
+        fprintf(stderr, "strata: --dir is empty (an unset variable?): give the instance's "
+                        "directory, or leave --dir out for the default ($STRATA_HOME, else "
+                        "~/.strata/local)\n");
+        return false;
+    }
+    if (flag)
         n = snprintf(given, sizeof given, "%s", flag);
     else if (sh && *sh)
         n = snprintf(given, sizeof given, "%s", sh);

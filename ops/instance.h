@@ -41,7 +41,7 @@ int ops_restart_main(int argc, char **argv);  /* restart.c */
 int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s);
 
 /* The instance directory: flag if given, else $STRATA_HOME, else $HOME/.strata/local. False (with
- * a message on stderr) when none can be formed. */
+ * a message on stderr) when none can be formed, or flag is empty (never the default). */
 bool ops_inst_dir(const char *flag, char *out, size_t cap);
 /* Loads the topology of the instance in ops_inst_dir(flag) for a command (cmd, e.g. "strata
  * backup") that reaches its router. False (with a message on stderr saying what to do) when

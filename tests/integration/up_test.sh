@@ -58,6 +58,14 @@ echo "$AGAIN" | grep -q -- "--port, --clusters, --nodes and --split-bytes are ig
   fail "up with another port did not say it is ignored: $AGAIN"
 [ "$(cat "$DIR"/run/*.pid | sort)" = "$PIDS_BEFORE" ] || fail "up with other flags changed the processes"
 
+echo "== an empty --dir is refused, never taken as the default instance"
+if STRATA_HOME="$DIR" "$STRATA" down --dir "" --purge >"$DIR.empty.out" 2>&1; then
+  fail "down --dir '' --purge ran: $(cat "$DIR.empty.out")"
+fi
+grep -q -- "--dir is empty" "$DIR.empty.out" || fail "down --dir '' said: $(cat "$DIR.empty.out")"
+[ "$(cat "$DIR"/run/*.pid | sort)" = "$PIDS_BEFORE" ] || fail "down --dir '' touched the instance"
+rm -f "$DIR.empty.out"
+
 echo "== strata down"
 "$STRATA" down --dir "$DIR" || fail "strata down failed"
 for p in $PIDS_BEFORE; do
