@@ -295,19 +295,61 @@ void ops_inst_log_tail(const char *path, int lines) {
     }
 }
 
-static unsigned long long disk_total; /* nftw has no user argument; CLI is single-threaded */
+/* nftw has no user argument; the CLI is single-threaded. */
+static unsigned long long disk_total;
+typedef struct disk_link {
+    dev_t dev;
+    ino_t ino;
+    unsigned long long bytes;
+} disk_link;
+static disk_link *disk_links; /* files of several links: counted once at the end */
+static size_t disk_n_links, disk_cap_links;
 
 static int disk_visit(const char *p, const struct stat *st, int type, struct FTW *ftw) {
     (void)p;
     (void)ftw;
-    if (type == FTW_F)
-        disk_total += (unsigned long long)st->st_blocks * 512ULL;
+    if (type != FTW_F)
+        return 0;
+    unsigned long long bytes = (unsigned long long)st->st_blocks * 512ULL;
+    if (st->st_nlink < 2) {
+        disk_total += bytes;
+        return 0;
+    }
+    if (disk_n_links == disk_cap_links) {
+        size_t cap = disk_cap_links ? disk_cap_links * 2 : 256;
+        disk_link *v = realloc(disk_links, cap * sizeof *v);
+        if (!v) { /* out of memory: counted as often as it is met */
+            disk_total += bytes;
+            return 0;
+        }
+        disk_links = v;
+        disk_cap_links = cap;
+    }
+    disk_links[disk_n_links++] = (disk_link){st->st_dev, st->st_ino, bytes};
     return 0;
 }
 
+static int link_cmp(const void *pa, const void *pb) {
+    const disk_link *a = pa, *b = pb;
+    if (a->dev != b->dev)
+        return a->dev < b->dev ? -1 : 1;
+    return (a->ino > b->ino) - (a->ino < b->ino);
+}
+
+/* As du: a file hard-linked several times (backups, restored tables and split children share
+ * SSTables) counts once, or a node's data would read many times what its disk holds. */
 unsigned long long ops_inst_disk_bytes(const char *path) {
     disk_total = 0;
+    disk_n_links = 0;
     nftw(path, disk_visit, 16, FTW_PHYS);
+    if (disk_n_links)
+        qsort(disk_links, disk_n_links, sizeof *disk_links, link_cmp);
+    for (size_t i = 0; i < disk_n_links; i++)
+        if (i == 0 || link_cmp(&disk_links[i - 1], &disk_links[i]) != 0)
+            disk_total += disk_links[i].bytes;
+    free(disk_links);
+    disk_links = NULL;
+    disk_n_links = disk_cap_links = 0;
     return disk_total;
 }
 
