@@ -3,7 +3,7 @@
 # running (docs/operations.md, "strata backup"): the message says so and what to do, and does not
 # blame TLS (it used to add "a router that serves TLS only ... needs --dir DIR or --tls-ca" to
 # every UNAVAILABLE, --dir given or not):
-#   1. router killed: `backup list` says no router is listening and names
+#   1. router killed: `backup list` (and `changes --enable`) say no router is listening and name
 #      `strata up --dir DIR`;
 #   2. `restore --wait` whose router is killed while the CLI polls the operation: after a minute of
 #      polling, the CLI says the router stopped answering, how the operation ends (the router's
@@ -36,6 +36,9 @@ out=$(bk list 2>&1)
 expect_match "list: connection refused, not running, start it" \
   "Connection refused.*not running.*strata up --dir $DIR" "$out"
 expect_no "list: TLS is not blamed" 'TLS' "$out"
+out=$(timeout 60 "$STRATA" changes --dir "$DIR" --table t --enable 1d 2>&1)
+expect_match "changes --enable: not running" "not running.*strata up --dir $DIR" "$out"
+expect_no "changes --enable: TLS is not blamed" 'TLS' "$out"
 "$STRATA" up --dir "$DIR" >/dev/null 2>&1 || fail "strata up (the router again)"
 
 echo "== 2. restore --wait, the router killed under it"
