@@ -286,6 +286,9 @@ typedef struct node_tls {
 static bool node_tls_open(node_tls *t, st_err *err) {
     if (!t->cert)
         return true;
+    /* every peer would refuse an expired certificate: stop here, saying so, not start "ready" */
+    if (rpc_tls_cert_current(t->cert, err) != ST_OK)
+        return false;
     t->server = rpc_tls_server_ctx_new(t->cert, t->key, t->ca, err);
     t->client = t->server ? rpc_tls_client_ctx_new(t->ca, t->cert, t->key, err) : NULL;
     return t->client != NULL;

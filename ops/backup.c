@@ -2,7 +2,6 @@
  * router's Cloud Bigtable admin API (docs/backups.md, docs/operations.md "Backups with strata
  * backup"); export, import and verify are in backup_xfer.c. Human output by default, --json for
  * scripts; results on stdout, progress and errors on stderr. */
-#include <errno.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,58 +124,6 @@ static int parse_args(int argc, char **argv, bk_args *a, const char **sub) {
     return 0;
 }
 
-/* The token of --token-file: its first line without surrounding blanks; a "ROLE TOKEN" line (as
- * in DIR/secure/tokens) gives its last word. False after printing why. */
-static bool token_file_read(const char *path, char *out, size_t cap) {
-    char line[OPS_SECURE_TOKEN_MAX + 64] = "";
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr,
-                "strata backup: cannot read --token-file %s: %s (give a file holding the "
-                "router's bearer token)\n",
-                path, strerror(errno));
-        return false;
-    }
-    bool got = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    size_t n = got ? strcspn(line, "\r\n") : 0;
-    while (n && (line[n - 1] == ' ' || line[n - 1] == '\t'))
-        n--;
-    line[n] = '\0';
-    const char *tok = strrchr(line, ' ');
-    tok = tok ? tok + 1 : line + strspn(line, " \t");
-    if (!tok[0] || strlen(tok) >= cap) {
-        fprintf(stderr,
-                "strata backup: --token-file %s holds no token on its first line (want "
-                "TOKEN, or ROLE TOKEN as in DIR/secure/tokens)\n",
-                path);
-        return false;
-    }
-    snprintf(out, cap, "%s", tok);
-    return true;
-}
-
-/* --tls-ca, --token and --token-file over the credentials of a secure instance in --dir. */
-static bool credentials(const bk_args *a) {
-    static char token[OPS_SECURE_TOKEN_MAX]; /* ops_secure_override copies it; off the stack */
-    if (a->token && a->token_file) {
-        fprintf(stderr, "strata backup: give --token or --token-file, not both\n");
-        return false;
-    }
-    if (a->tls_ca && access(a->tls_ca, R_OK) != 0) {
-        fprintf(stderr,
-                "strata backup: cannot read --tls-ca %s: %s (give the PEM file of the CA "
-                "that signed the router's certificate, e.g. DIR/secure/ca.pem)\n",
-                a->tls_ca, strerror(errno));
-        return false;
-    }
-    if (a->token_file && !token_file_read(a->token_file, token, sizeof token))
-        return false;
-    if (a->tls_ca || a->token || a->token_file)
-        ops_secure_override(a->tls_ca, a->token_file ? token : a->token);
-    return true;
-}
-
 /* The router's address, project, instance and default cluster. False after printing why. */
 static bool resolve(bk_ctx *c) {
     const bk_args *a = &c->a;
@@ -198,7 +145,8 @@ static bool resolve(bk_ctx *c) {
              a->endpoint && !a->dir ? "i" : topo.instance);
     if (a->cluster)
         snprintf(c->cluster, sizeof c->cluster, "%s", a->cluster);
-    return credentials(a); /* after ops_inst_topology: it names the instance's credentials */
+    /* after ops_inst_topology: it names the instance's credentials, which the flags override */
+    return ops_secure_flags("strata backup", a->tls_ca, a->token, a->token_file);
 }
 
 const char *bk_leaf(const char *name) {
@@ -341,6 +289,18 @@ static bool op_wait_retry(int64_t *since) {
     return now - *since < (int64_t)BK_WAIT_UNAVAILABLE_MS * 1000;
 }
 
+/* --wait gave up on a router that stayed unreachable: how the operation ended is not known
+ * here, so say how to find out (docs/backups.md: a router's sweep ends it when one runs). */
+static void op_wait_lost(const bk_ctx *c, const char *name) {
+    fprintf(stderr,
+            "strata backup %s: no answer from the router for %d s, so how operation %s ends is "
+            "unknown: once a router runs again it ends it (done if its work had committed, else "
+            "ABORTED with its partial work removed); check with `strata backup list` (a backup "
+            "or copy) or `cbt ls` (a restore), and run the command again if the result is "
+            "missing\n",
+            c->sub, BK_WAIT_UNAVAILABLE_MS / 1000, name);
+}
+
 st_code bk_op_wait(const bk_ctx *c, Google__Longrunning__Operation *op,
                    Google__Longrunning__Operation **out, st_err *err) {
     ops_progress p;
@@ -373,6 +333,8 @@ st_code bk_op_wait(const bk_ctx *c, Google__Longrunning__Operation *op,
     }
     bool ok = rc == ST_OK && cur->result_case != GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
     ops_progress_finish(&p, ok);
+    if (rc == ST_UNAVAILABLE)
+        op_wait_lost(c, name);
     if (rc == ST_OK && !ok)
         rc =
             st_err_set(err, cur->error && cur->error->code ? (st_code)cur->error->code : ST_UNKNOWN,

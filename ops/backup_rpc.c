@@ -97,26 +97,20 @@ static void wait_done(rpc_ccall *call, st_code code, const char *message, void *
     event_base_loopbreak(w->base);
 }
 
-/* What to do about a router's refusal that credentials explain ("" otherwise). */
-static const char *router_hint(const bk_conn *k, st_code code) {
+/* " (what to do)" about a failure that credentials or a stopped router explain, "" otherwise:
+ * a node's from the admin certificate, a router's from ops_router_hint. Valid until the next
+ * call. */
+static const char *router_hint(const bk_conn *k, st_code code, const char *msg) {
+    static char out[ST_ERR_MSG_MAX];
     if (!k->router && code == ST_UNAVAILABLE && k->opts)
         return " (a secure instance's nodes accept only its admin certificate: give --dir DIR "
                "of the instance)";
-    if (!k->router)
+    const char *h =
+        k->router ? ops_router_hint(code, msg, k->opts && k->opts->ssl_ctx, k->n_md > 0) : "";
+    if (!h[0])
         return "";
-    if (code == ST_UNAUTHENTICATED && !k->n_md)
-        return " (no bearer token was sent: give --token-file FILE or --token TOKEN, or --dir DIR "
-               "of the secure instance, whose DIR/secure/tokens has an admin token)";
-    if (code == ST_UNAUTHENTICATED)
-        return " (the router refused the token: it may have been rotated or removed; give a "
-               "current one with --token-file FILE or --token TOKEN)";
-    if (code == ST_PERMISSION_DENIED && k->n_md)
-        return " (the token's principal lacks that role: use a token with the admin role, the "
-               "\"admin\" line of DIR/secure/tokens)";
-    if (code == ST_UNAVAILABLE && !k->opts)
-        return " (a router that serves TLS only, as `strata up --secure` starts it, needs --dir "
-               "DIR of its instance or --tls-ca CA.pem)";
-    return "";
+    snprintf(out, sizeof out, " (%s)", h);
+    return out;
 }
 
 /* Starts the call (reconnecting once if the connection died) and runs the loop until it ends. */
@@ -141,7 +135,7 @@ static st_code run_call(bk_conn *k, const char *method, st_slice req, int64_t ti
         return st_err_set(err, w->cb_err.code, "%s", w->cb_err.msg);
     if (w->code != ST_OK)
         return st_err_set(err, w->code, "%s at %s: %s: %s%s", bk_leaf(method), k->addr,
-                          st_code_name(w->code), w->msg, router_hint(k, w->code));
+                          st_code_name(w->code), w->msg, router_hint(k, w->code, w->msg));
     return ST_OK;
 }
 

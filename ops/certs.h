@@ -53,5 +53,29 @@ const rpc_metadata *ops_secure_md(size_t *n);
 void ops_secure_override(const char *ca_path, const char *token);
 /* The first token of role in DIR/secure/tokens ("admin", "writer", "reader") into out. */
 bool ops_secure_token(const char *inst_dir, const char *role, char *out, size_t cap);
+/* --tls-ca FILE, --token TOKEN and --token-file FILE of a command that talks to a router
+ * (cmd: "strata backup"), each NULL when not given: checked, then ops_secure_override. A token
+ * file holds TOKEN, or a "ROLE TOKEN" line as DIR/secure/tokens does, on its first line. False
+ * after printing why they cannot be used. */
+bool ops_secure_flags(const char *cmd, const char *tls_ca, const char *token,
+                      const char *token_file);
+
+/* ---- why a call to a router failed (secure.c) ---- */
+typedef enum ops_router_fail {
+    OPS_ROUTER_FAIL_OTHER = 0, /* nothing below: retry, or read the message */
+    OPS_ROUTER_FAIL_DOWN,      /* the connect failed: no router listens at the address */
+    OPS_ROUTER_FAIL_TLS,       /* closed at the TLS handshake (or right at the start) */
+    OPS_ROUTER_FAIL_TOKEN,     /* UNAUTHENTICATED or PERMISSION_DENIED */
+} ops_router_fail;
+
+/* Classifies a failed router call by its code and message (the rpc layer's "connection to A
+ * failed: WHY"); tls: whether the call spoke TLS. A plaintext call the router closed before
+ * answering counts as TLS: a router that serves TLS only does that, but so may a router that
+ * is stopping, so callers that had answers before treat it as transient. */
+ops_router_fail ops_router_fail_of(st_code code, const char *msg, bool tls);
+/* What the failure ops_router_fail_of names means and what to pass or do, as a sentence
+ * without a final period ("" for OPS_ROUTER_FAIL_OTHER); token: whether the call carried a
+ * bearer token. Valid until the next call (a static buffer: it names the instance directory). */
+const char *ops_router_hint(st_code code, const char *msg, bool tls, bool token);
 
 #endif

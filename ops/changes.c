@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "certs.h"
 #include "changes.h"
 #include "instance.h"
 #include "strata/topology.h"
@@ -33,6 +34,7 @@
 typedef struct ch_args {
     const char *table, *endpoint, *dir, *profile, *project, *instance;
     const char *from, *until, *checkpoint, *enable;
+    const char *tls_ca, *token, *token_file; /* a secure router (ops_secure_flags) */
     bool follow, quiet, disable;
     int64_t heartbeat_s;
 } ch_args;
@@ -58,6 +60,7 @@ typedef struct ch_run {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: strata changes --table T [--endpoint HOST:PORT | --dir DIR] [--app-profile P]\n"
+            "                      [--tls-ca FILE] [--token-file FILE | --token TOKEN]\n"
             "                      [--from TIME] [--until TIME] [--follow] [--checkpoint FILE]\n"
             "                      [--heartbeat-s N] [--project P --instance I] [--quiet]\n"
             "Prints the change stream of table T as JSON lines on stdout, one change per line:\n"
@@ -77,6 +80,10 @@ static void usage(FILE *out) {
             "                     keep it updated (atomically, after the output it covers was\n"
             "                     flushed): a resumed run repeats changes, never skips one\n"
             "  --heartbeat-s N    heartbeat interval asked from the server (default 2)\n"
+            "  --tls-ca FILE      the CA of a TLS router (default: DIR/secure/ca.pem of a secure\n"
+            "                     instance in --dir)\n"
+            "  --token-file FILE  the bearer token for the router (default: the admin token of\n"
+            "                     DIR/secure/tokens); --token TOKEN gives it on the command line\n"
             "  --quiet            no progress on stderr\n"
             "Turning streams on or off (UpdateTable through the router, then exit):\n"
             "  --enable RETENTION keep changes for RETENTION (1d to 7d; e.g. 1d, 36h)\n"
@@ -100,6 +107,9 @@ static int parse_args(int argc, char **argv, ch_args *a) {
                             : !strcmp(f, "--until")       ? &a->until
                             : !strcmp(f, "--checkpoint")  ? &a->checkpoint
                             : !strcmp(f, "--enable")      ? &a->enable
+                            : !strcmp(f, "--tls-ca")      ? &a->tls_ca
+                            : !strcmp(f, "--token")       ? &a->token
+                            : !strcmp(f, "--token-file")  ? &a->token_file
                                                           : NULL;
         uint64_t n;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -161,7 +171,8 @@ static bool resolve_target(ch_run *r, char *addr, size_t cap) {
                : ops_fmt(r->table, sizeof r->table, "projects/%s/instances/%s/tables/%s", project,
                          instance, a->table)))
         return false;
-    return true;
+    /* after ops_inst_topology: it names the instance's credentials, which the flags override */
+    return ops_secure_flags("strata changes", a->tls_ca, a->token, a->token_file);
 }
 
 /* ---- output and checkpoint ---- */
@@ -350,11 +361,23 @@ static void on_retry(const char *msg, void *arg) {
 
 /* ---- turning streams on and off ---- */
 
+/* The value of the authorization header of a secure instance (or --token), NULL: none. */
+static const char *authorization(void) {
+    size_t n;
+    const rpc_metadata *md = ops_secure_md(&n);
+    return n ? md->value : NULL;
+}
+
 /* UpdateTable with change_stream_config (retention_us 0: off). Exit code. */
 static int update_table(const char *addr, const char *table, int64_t retention_us) {
     st_err err = {0};
-    if (ops_cs_set_retention(addr, table, retention_us, &err) != ST_OK) {
-        fprintf(stderr, "strata changes: %s\n", err.msg);
+    const rpc_client_opts *copts = ops_secure_router_opts();
+    if (ops_cs_set_retention_auth(addr, copts, authorization(), table, retention_us, &err) !=
+        ST_OK) {
+        const char *h =
+            ops_router_hint(err.code, err.msg, copts && copts->ssl_ctx, authorization() != NULL);
+        fprintf(stderr, "strata changes: %s%s%s%s\n", err.msg, h[0] ? " (" : "", h,
+                h[0] ? ")" : "");
         return 1;
     }
     if (retention_us)
@@ -549,6 +572,7 @@ int ops_changes_main(int argc, char **argv) {
     char addr[512];
     if (!resolve_target(r, addr, sizeof addr))
         return 1;
+    st_log_set_level(ST_LOG_WARN); /* a failed connection is said once, in the error */
     if (r->a.enable || r->a.disable)
         return admin(r, addr);
     ops_cs_pos *pos;
@@ -559,7 +583,6 @@ int ops_changes_main(int argc, char **argv) {
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
-    st_log_set_level(ST_LOG_WARN);
     struct stat st;
     r->out_is_file = fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode);
     r->tty = isatty(STDERR_FILENO);
@@ -578,7 +601,9 @@ int ops_changes_main(int argc, char **argv) {
                      .on_change = on_change,
                      .on_done = on_done,
                      .on_retry = on_retry,
-                     .arg = r};
+                     .arg = r,
+                     .copts = ops_secure_router_opts(),
+                     .authorization = authorization()};
     r->base = event_base_new();
     int rc = 1;
     if (!r->base)

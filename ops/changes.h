@@ -148,10 +148,8 @@ st_code ops_cs_positions(const ops_cs *cs, ops_cs_pos **pos, size_t *n);
 void ops_cs_free(ops_cs *cs);
 
 /* UpdateTable through the router at addr (blocking): change streams on with this retention, or
- * off when retention_us is 0. err says what failed. */
-st_code ops_cs_set_retention(const char *addr, const char *table, int64_t retention_us,
-                             st_err *err);
-/* The same over TLS (copts, NULL = plaintext) with an authorization header (NULL = none). */
+ * off when retention_us is 0, over TLS (copts, NULL = plaintext) with an authorization header
+ * (NULL = none). err says what failed. */
 st_code ops_cs_set_retention_auth(const char *addr, const rpc_client_opts *copts,
                                   const char *authorization, const char *table,
                                   int64_t retention_us, st_err *err);

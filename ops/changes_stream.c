@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "certs.h"
 #include "changes.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
@@ -88,6 +89,7 @@ struct ops_cs {
     struct event *gen_timer, *done_timer;
     size_t open_calls;
     bool finishing, done_sent;
+    bool answered; /* the router answered a call: a connection it closes later is a restart */
     st_code final_code;
     char final_msg[ST_ERR_MSG_MAX];
     uint64_t records, retries;
@@ -280,8 +282,23 @@ static int64_t backoff_ms(uint32_t failures) {
     return ms < CS_BACKOFF_MAX_MS ? ms : CS_BACKOFF_MAX_MS;
 }
 
+static bool cs_tls(const ops_cs *cs) {
+    return cs->o.copts && cs->o.copts->ssl_ctx;
+}
+
+/* A failure that credentials explain and retrying cannot fix: UNAUTHENTICATED and
+ * PERMISSION_DENIED (not retryable anyway), and a connection closed at the TLS handshake before
+ * the router ever answered (after an answer, that is a router restarting: retried). */
+static bool creds_failure(const ops_cs *cs, st_code code, const char *msg) {
+    ops_router_fail f = ops_router_fail_of(code, msg, cs_tls(cs));
+    return f == OPS_ROUTER_FAIL_TOKEN || (f == OPS_ROUTER_FAIL_TLS && !cs->answered);
+}
+
 /* What to do about a call that failed for good, for the person reading the message. */
-static const char *hint(st_code code, const char *msg) {
+static const char *hint(const ops_cs *cs, st_code code, const char *msg) {
+    const char *creds = ops_router_hint(code, msg, cs_tls(cs), cs->o.authorization != NULL);
+    if (creds[0] && creds_failure(cs, code, msg))
+        return creds;
     if (code == ST_FAILED_PRECONDITION)
         return "turn change streams on for the table (UpdateTable with change_stream_config, "
                "docs/changestreams.md)";
@@ -616,7 +633,7 @@ static bool close_stream(cs_part *p,
     }
     if (code != ST_OUT_OF_RANGE) {
         finish(cs, code, "ReadChangeStream closed a partition with %s: %s; %s", st_code_name(code),
-               c->status && c->status->message ? c->status->message : "", hint(code, NULL));
+               c->status && c->status->message ? c->status->message : "", hint(cs, code, NULL));
         return true;
     }
     p->state = P_GONE;
@@ -697,6 +714,7 @@ static void part_msg(rpc_ccall *call, st_slice msg, void *arg) {
     if (p->state != P_OPEN)
         return;
     const char *why = NULL;
+    p->cs->answered = true;
     if (p->cs->o.keys_only && part_msg_light(p, msg, &why)) {
         p->failures = 0;
         part_msg_failed(p, why);
@@ -763,9 +781,10 @@ static void part_done(rpc_ccall *call, st_code code, const char *message, void *
         check_all_done(cs);
         return;
     }
-    if (p->state == P_OPEN && code != ST_OK && !retryable(code)) {
+    if (p->state == P_OPEN && code != ST_OK &&
+        (!retryable(code) || creds_failure(cs, code, message))) {
         finish(cs, code, "ReadChangeStream failed: %s: %s; %s", st_code_name(code),
-               message ? message : "", hint(code, message));
+               message ? message : "", hint(cs, code, message));
         return;
     }
     p->failures++;
@@ -915,7 +934,8 @@ static void gen_done(rpc_ccall *call, st_code code, const char *message, void *a
         cs->wanted = NULL;
         cs->n_wanted = 0;
     }
-    if (code != ST_OK && retryable(code)) {
+    cs->answered = cs->answered || code == ST_OK;
+    if (code != ST_OK && retryable(code) && !creds_failure(cs, code, message)) {
         cs->retries++;
         if (cs->o.on_retry) {
             char line[ST_ERR_MSG_MAX];
@@ -930,7 +950,7 @@ static void gen_done(rpc_ccall *call, st_code code, const char *message, void *a
     }
     if (code != ST_OK) {
         finish(cs, code, "GenerateInitialChangeStreamPartitions failed: %s: %s; %s",
-               st_code_name(code), message ? message : "", hint(code, message));
+               st_code_name(code), message ? message : "", hint(cs, code, message));
         return;
     }
     /* every initial partition starts from start_us: a position of its own */
@@ -1110,11 +1130,6 @@ void ops_cs_free(ops_cs *cs) {
 }
 
 /* ---- turning streams on and off ---- */
-
-st_code ops_cs_set_retention(const char *addr, const char *table, int64_t retention_us,
-                             st_err *err) {
-    return ops_cs_set_retention_auth(addr, NULL, NULL, table, retention_us, err);
-}
 
 st_code ops_cs_set_retention_auth(const char *addr, const rpc_client_opts *copts,
                                   const char *authorization, const char *table,

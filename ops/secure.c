@@ -5,6 +5,7 @@
  * The state is process-wide (a documented exception to "no global mutable state"): a CLI run
  * works on one instance directory, which ops_inst_dir records once, and every command's RPC
  * helpers read the same credentials. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -131,4 +132,127 @@ const rpc_metadata *ops_secure_md(size_t *n) {
     secure_load();
     *n = g_sec.md.name ? 1 : 0;
     return *n ? &g_sec.md : NULL;
+}
+
+/* ---- credentials on the command line ---- */
+
+/* The token of --token-file: its first line without surrounding blanks; a "ROLE TOKEN" line (as
+ * in DIR/secure/tokens) gives its last word. False after printing why. */
+static bool token_file_read(const char *cmd, const char *path, char *out, size_t cap) {
+    char line[OPS_SECURE_TOKEN_MAX + 64] = "";
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr,
+                "%s: cannot read --token-file %s: %s (give a file holding the router's bearer "
+                "token)\n",
+                cmd, path, strerror(errno));
+        return false;
+    }
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    size_t n = got ? strcspn(line, "\r\n") : 0;
+    while (n && (line[n - 1] == ' ' || line[n - 1] == '\t'))
+        n--;
+    line[n] = '\0';
+    const char *tok = strrchr(line, ' ');
+    tok = tok ? tok + 1 : line + strspn(line, " \t");
+    if (!tok[0] || strlen(tok) >= cap) {
+        fprintf(stderr,
+                "%s: --token-file %s holds no token on its first line (want TOKEN, or ROLE "
+                "TOKEN as in DIR/secure/tokens)\n",
+                cmd, path);
+        return false;
+    }
+    snprintf(out, cap, "%s", tok);
+    return true;
+}
+
+bool ops_secure_flags(const char *cmd, const char *tls_ca, const char *token,
+                      const char *token_file) {
+    char from_file[OPS_SECURE_TOKEN_MAX];
+    if (token && token_file) {
+        fprintf(stderr, "%s: give --token or --token-file, not both\n", cmd);
+        return false;
+    }
+    if (tls_ca && access(tls_ca, R_OK) != 0) {
+        fprintf(stderr,
+                "%s: cannot read --tls-ca %s: %s (give the PEM file of the CA that signed the "
+                "router's certificate, e.g. DIR/secure/ca.pem)\n",
+                cmd, tls_ca, strerror(errno));
+        return false;
+    }
+    if (token_file && !token_file_read(cmd, token_file, from_file, sizeof from_file))
+        return false;
+    if (tls_ca || token || token_file) /* it copies them: from_file may leave the stack */
+        ops_secure_override(tls_ca, token_file ? from_file : token);
+    return true;
+}
+
+/* ---- why a call to a router failed ---- */
+
+ops_router_fail ops_router_fail_of(st_code code, const char *msg, bool tls) {
+    if (code == ST_UNAUTHENTICATED || code == ST_PERMISSION_DENIED)
+        return OPS_ROUTER_FAIL_TOKEN;
+    if (code != ST_UNAVAILABLE || !msg)
+        return OPS_ROUTER_FAIL_OTHER;
+    if (strstr(msg, "connect failed"))
+        return OPS_ROUTER_FAIL_DOWN;
+    /* TLS: the handshake's own reason (an unknown CA, an expired certificate) or the wrong
+     * role; plaintext: a TLS-only router closes the connection at the HTTP/2 preface. */
+    if (tls ? strstr(msg, "TLS handshake failed") || strstr(msg, "server's certificate names")
+            : strstr(msg, "connection closed by the server") != NULL)
+        return OPS_ROUTER_FAIL_TLS;
+    return OPS_ROUTER_FAIL_OTHER;
+}
+
+/* The instance directory for a hint: the one --dir (or $STRATA_HOME) named, else "DIR". */
+static const char *hint_dir(void) {
+    return g_sec.dir[0] ? g_sec.dir : "DIR";
+}
+
+static const char *hint_tls(bool tls, char *out, size_t cap) {
+    if (tls)
+        snprintf(out, cap,
+                 "the TLS handshake with the router failed: give --tls-ca FILE, the CA that "
+                 "signed the router's certificate (DIR/secure/ca.pem of a `strata up --secure` "
+                 "instance), or --dir DIR of its instance");
+    else if (g_sec.on)
+        snprintf(out, cap,
+                 "%s is a secure instance but its CA could not be loaded (see above): give "
+                 "--tls-ca FILE",
+                 hint_dir());
+    else
+        snprintf(out, cap,
+                 "the router closed the connection before answering: a router that serves TLS "
+                 "only, as `strata up --secure` starts it, needs --dir DIR of its instance, or "
+                 "--tls-ca CA.pem and --token-file FILE");
+    return out;
+}
+
+const char *ops_router_hint(st_code code, const char *msg, bool tls, bool token) {
+    static char out[OPS_CERTS_PATH_MAX + 256];
+    secure_load();
+    switch (ops_router_fail_of(code, msg, tls)) {
+    case OPS_ROUTER_FAIL_TOKEN:
+        if (code == ST_PERMISSION_DENIED)
+            return "the token's principal lacks the role this call needs: use a token with the "
+                   "admin role (the \"admin\" line of DIR/secure/tokens), or grant the role "
+                   "(`strata auth grant`)";
+        return token ? "the router refused the token: it may have been rotated or removed; give "
+                       "a current one with --token-file FILE or --token TOKEN"
+                     : "no bearer token was sent: give --token-file FILE or --token TOKEN, or "
+                       "--dir DIR of the secure instance, whose DIR/secure/tokens has an admin "
+                       "token";
+    case OPS_ROUTER_FAIL_TLS:
+        return hint_tls(tls, out, sizeof out);
+    case OPS_ROUTER_FAIL_DOWN:
+        snprintf(out, sizeof out,
+                 "no router is listening there: it is not running, or --endpoint names the "
+                 "wrong address; start it with `strata up --dir %s`, then run the command again",
+                 hint_dir());
+        return out;
+    case OPS_ROUTER_FAIL_OTHER:
+        break;
+    }
+    return "";
 }

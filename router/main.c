@@ -165,9 +165,27 @@ static int run(struct event_base *base, const rtr_opts *o, tls_files *tls) {
     return 0;
 }
 
+/* The router's own certificates are valid now: clients and nodes would refuse one that has
+ * expired (or is not yet valid), so the router stops with the dates and what to do instead of
+ * starting "ready" and failing every connection. */
+static bool tls_certs_current(const tls_files *t) {
+    const char *certs[] = {t->cert, t->int_cert};
+    for (size_t i = 0; i < 2; i++) {
+        st_err err = {0};
+        if (certs[i] && (i == 0 || !t->cert || strcmp(certs[i], t->cert)) &&
+            rpc_tls_cert_current(certs[i], &err) != ST_OK) {
+            fprintf(stderr, "strata-router: %s\n", err.msg);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Checks the TLS flags and loads the files before anything else starts, so a bad file stops the
  * router at once with the reason. 0 when fine (or no TLS asked for). */
 static int tls_open(tls_files *t) {
+    if (!tls_certs_current(t))
+        return 1;
     if (t->int_cert || t->int_key || t->int_ca) {
         if (!t->int_cert && !t->int_key) { /* one certificate for both sides */
             t->int_cert = t->cert;

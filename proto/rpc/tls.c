@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
 #include "rpc_internal.h"
@@ -263,4 +264,67 @@ st_code rpc_tls_client_ctx_reload(SSL_CTX *ctx, const char *ca_path, const char 
         SSL_CTX_set_cert_store(ctx, store);
     }
     return tls_client_load(ctx, ca_path, cert_path, key_path, err);
+}
+
+/* An ASN1_TIME as "2021-01-01 00:00:00 GMT" (OpenSSL's ISO 8601 form). */
+static void tls_time_text(const ASN1_TIME *t, char *out, size_t cap) {
+    BIO *b = BIO_new(BIO_s_mem());
+    int n = b && ASN1_TIME_print_ex(b, t, ASN1_DTFLGS_ISO8601) == 1 ? BIO_read(b, out, (int)cap - 1)
+                                                                    : -1;
+    out[n > 0 ? n : 0] = '\0';
+    if (n <= 0)
+        snprintf(out, cap, "(unreadable)");
+    BIO_free(b);
+}
+
+/* What to do about a certificate out of its validity: a new one from the same CA; for one that
+ * `strata up --secure` made (DIR/secure/NAME.pem), the commands that make it again. */
+static void tls_renew_text(const char *cert_path, char *out, size_t cap) {
+    static const char sub[] = "/secure/";
+    const char *slash = strrchr(cert_path, '/');
+    size_t sub_len = sizeof sub - 1;
+    size_t dir_len = slash ? (size_t)(slash - cert_path) + 1 : 0; /* with the slash */
+    if (dir_len > sub_len && !memcmp(cert_path + dir_len - sub_len, sub, sub_len)) {
+        int inst = (int)(dir_len - sub_len);
+        snprintf(out, cap,
+                 "; `strata up --secure` made it: delete it and its .key, then `strata down "
+                 "--dir %.*s` and `strata up --dir %.*s --secure` make new ones from the same CA",
+                 inst, cert_path, inst, cert_path);
+    } else {
+        snprintf(out, cap,
+                 "; issue a new one from the same CA and start again with it "
+                 "(docs/security.md, Certificates)");
+    }
+}
+
+st_code rpc_tls_cert_current(const char *cert_path, st_err *err) {
+    if (!tls_file_readable("certificate", cert_path, err))
+        return err ? err->code : ST_INVALID_ARGUMENT;
+    FILE *f = fopen(cert_path, "r");
+    X509 *x = f ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
+    if (f)
+        fclose(f);
+    if (!x) {
+        ERR_clear_error();
+        return st_err_set(err, ST_INVALID_ARGUMENT, "%s holds no PEM certificate", cert_path);
+    }
+    /* X509_cmp_current_time: -1 when the time is before now, 1 after, 0 on a malformed time */
+    int before = X509_cmp_current_time(X509_get0_notBefore(x));
+    int after = X509_cmp_current_time(X509_get0_notAfter(x));
+    st_code rc = ST_OK;
+    if (before >= 0 || after <= 0) {
+        char nb[64], na[64];
+        tls_time_text(X509_get0_notBefore(x), nb, sizeof nb);
+        tls_time_text(X509_get0_notAfter(x), na, sizeof na);
+        char renew[ST_ERR_MSG_MAX];
+        tls_renew_text(cert_path, renew, sizeof renew);
+        rc = st_err_set(err, ST_FAILED_PRECONDITION, "the certificate %s %s: valid from %s to %s%s",
+                        cert_path,
+                        after < 0    ? "has expired"
+                        : before > 0 ? "is not yet valid (check this host's clock)"
+                                     : "has a malformed validity date",
+                        nb, na, renew);
+    }
+    X509_free(x);
+    return rc;
 }

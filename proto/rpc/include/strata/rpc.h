@@ -504,6 +504,13 @@ void rpc_server_set_guard(rpc_server *s, rpc_guard_fn fn, void *arg);
 st_code rpc_tls_client_ctx_reload(struct ssl_ctx_st *ctx, const char *ca_path,
                                   const char *cert_path, const char *key_path, st_err *err);
 
+/* Whether the first certificate of the PEM file cert_path is valid now (notBefore <= now <=
+ * notAfter, as X509_cmp_current_time compares them): ST_OK; FAILED_PRECONDITION when it has
+ * expired or is not yet valid, err naming the file and both dates; INVALID_ARGUMENT when the
+ * file holds no certificate. A process checks its own certificate at start with it, so one
+ * that every peer would refuse stops it with the reason instead of starting "ready". */
+st_code rpc_tls_cert_current(const char *cert_path, st_err *err);
+
 /* Make a caller-built context usable: ALPN h2 (server: select; client: offer), TLS >= 1.2. */
 st_code rpc_tls_server_ctx_prepare(struct ssl_ctx_st *ctx, st_err *err);
 st_code rpc_tls_client_ctx_prepare(struct ssl_ctx_st *ctx, st_err *err);
