@@ -33,6 +33,20 @@ done
 echo "$STATUS" | grep -Eq "^router +127\.0\.0\.1:$PORT +[0-9]+ +ok" || fail "router not healthy"
 echo "$STATUS" | grep -q "4 of 4 nodes healthy, 1 of 1 routers healthy" || fail "summary line"
 
+echo "== status counts a hard-linked file once (backups and split children share SSTables)"
+data_mib() { # DATA of node $1 in MiB
+  "$STRATA" status --dir "$DIR" | awk -v n="$1" '$3 == n { for (i = 2; i <= NF; i++) if ($i ~ /^(B|KiB|MiB|GiB)$/) {
+    u = $i; f = (u == "KiB") ? 1/1024 : (u == "MiB") ? 1 : (u == "GiB") ? 1024 : 1/1048576
+    printf "%d\n", $(i-1) * f; exit } }'
+}
+BEFORE=$(data_mib east-0)
+head -c $((16 << 20)) /dev/urandom >"$DIR/east-0/linked.test"
+for i in 1 2 3 4 5 6 7; do ln "$DIR/east-0/linked.test" "$DIR/east-0/linked.test.$i"; done
+AFTER=$(data_mib east-0)
+rm -f "$DIR"/east-0/linked.test*
+[ -n "$BEFORE" ] && [ "$AFTER" -ge $((BEFORE + 15)) ] && [ "$AFTER" -le $((BEFORE + 24)) ] ||
+  fail "DATA of east-0 went from $BEFORE to $AFTER MiB with 16 MiB linked 8 times"
+
 echo "== cbt through the router"
 export BIGTABLE_EMULATOR_HOST=127.0.0.1:$PORT
 C=("$CBT" -project p -instance i)
