@@ -565,8 +565,10 @@ static st_code batch_track(rcs_op *op, st_slice frames, size_t max) {
         if (end - p < 6 || p[0] != 0)
             return ST_INTERNAL;
         size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
-        if (len == 0 || len > max || len > (size_t)(end - p) - 5 || p[5] != BTU_CS_BATCH_INNER_TAG)
+        if (len == 0 || len > (size_t)(end - p) - 5 || p[5] != BTU_CS_BATCH_INNER_TAG)
             return ST_INTERNAL;
+        if (len > max)
+            return ST_OUT_OF_RANGE; /* well formed, but more than this router may send */
         last = st_slice_make(p + 5, len);
         p += 5 + len;
     }
@@ -611,13 +613,26 @@ static void rcs_msg(rpc_ccall *call, st_slice msg, void *arg) {
     op->attempts = 0; /* the stream makes progress: retries count afresh */
     st_slice frames;
     int batch = batch_of(msg, &frames);
-    if (batch < 0 || (batch > 0 && batch_track(op, frames, rtr_cs_message_max()) != ST_OK)) {
+    size_t max = rtr_cs_message_max();
+    st_code bad = batch < 0       ? ST_INTERNAL
+                  : batch         ? batch_track(op, frames, max)
+                  : msg.len > max ? ST_OUT_OF_RANGE
+                                  : ST_OK;
+    if (bad != ST_OK) {
         char text[RPC_GRPC_MESSAGE_MAX];
-        snprintf(text, sizeof text,
-                 "node %s sent a change stream batch that is not well formed (a bad message "
-                 "prefix or length): resume from the last token received",
-                 op->node ? op->node->addr : "?");
-        rcs_end(op, ST_INTERNAL, text);
+        if (bad == ST_OUT_OF_RANGE) /* the router's own bound, not the node's fault */
+            snprintf(text, sizeof text,
+                     "a change stream message is larger than this router's --max-message-bytes "
+                     "(%zu): a change with values up to 256 KiB per message needs at least 1 MiB; "
+                     "restart the router with a larger --max-message-bytes, then resume from the "
+                     "last token received",
+                     max);
+        else
+            snprintf(text, sizeof text,
+                     "node %s sent a change stream batch that is not well formed (a bad message "
+                     "prefix or length): resume from the last token received",
+                     op->node ? op->node->addr : "?");
+        rcs_end(op, bad == ST_OUT_OF_RANGE ? ST_FAILED_PRECONDITION : ST_INTERNAL, text);
         rpc_ccall_cancel(call);
         return;
     }
