@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -126,6 +127,34 @@ void ops_inst_pid_remove(const char *dir, const char *name) {
     char path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
     pid_path(dir, name, path, sizeof path);
     unlink(path);
+}
+
+void ops_inst_pid_remove_if(const char *dir, const char *name, pid_t pid) {
+    if (ops_inst_pid_read(dir, name) == pid)
+        ops_inst_pid_remove(dir, name);
+}
+
+int ops_inst_lock(const char *dir, const char *who) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            fprintf(stderr, "%s: no instance in %s: start one with `strata up`\n", who, dir);
+        else
+            fprintf(stderr, "%s: cannot open %s: %s\n", who, dir, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        printf("Waiting for another `strata up`, `strata restart` or `strata chaos "
+               "restart-cluster` in %s to finish...\n",
+               dir);
+        fflush(stdout);
+        if (flock(fd, LOCK_EX) != 0) {
+            fprintf(stderr, "%s: cannot lock %s: %s\n", who, dir, strerror(errno));
+            close(fd);
+            return -1;
+        }
+    }
+    return fd;
 }
 
 /* What /proc says of process pid: *ours when its command starts "strata", *leaving when it is on

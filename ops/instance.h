@@ -60,6 +60,19 @@ pid_t ops_inst_pid_read(const char *dir, const char *name);
 /* Writes DIR/run/<name>.pid (atomically). False on failure. */
 bool ops_inst_pid_write(const char *dir, const char *name, pid_t pid);
 void ops_inst_pid_remove(const char *dir, const char *name);
+/* Removes DIR/run/<name>.pid only while it still holds pid (the process the caller stopped or
+ * saw die): a pid file another command wrote meanwhile names a live process, and without it no
+ * command could find (stop) that process. */
+void ops_inst_pid_remove_if(const char *dir, const char *name, pid_t pid);
+
+/* The instance lock: an exclusive flock of DIR itself (nothing left behind to purge), taken by
+ * `strata up`, `strata restart` and `strata chaos restart-cluster` for their whole run, so they
+ * never race on DIR/topology and the pid files (two restarts of one process each stopping the
+ * other's start, then removing the pid file of the one left running). A second command waits
+ * (said on stdout) for the first to finish. Close-on-exec: the processes started do not hold
+ * it. Returns the descriptor (close it to unlock), or -1 after a message on stderr (who: the
+ * command, e.g. "strata restart"; a missing DIR is "no instance"). */
+int ops_inst_lock(const char *dir, const char *who);
 /* True if pid is a live process that looks like ours (its command starts "strata"), so a pid
  * reused by something else after a crash is not mistaken for a Strata process. */
 bool ops_inst_pid_alive(pid_t pid);

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -436,7 +435,7 @@ static void up_stop_all(up_ctx *c) {
         for (size_t i = 0; i < c->n_procs; i++) {
             up_proc *p = &c->procs[i];
             if (p->pid > 0 && waitpid(p->pid, NULL, WNOHANG) == p->pid) {
-                ops_inst_pid_remove(c->dir, p->name);
+                ops_inst_pid_remove_if(c->dir, p->name, p->pid);
                 p->pid = 0;
             }
             any |= p->pid > 0;
@@ -449,7 +448,7 @@ static void up_stop_all(up_ctx *c) {
         if (c->procs[i].pid > 0) {
             kill(c->procs[i].pid, SIGKILL);
             waitpid(c->procs[i].pid, NULL, 0);
-            ops_inst_pid_remove(c->dir, c->procs[i].name);
+            ops_inst_pid_remove_if(c->dir, c->procs[i].name, c->procs[i].pid);
             c->procs[i].pid = 0;
         }
 }
@@ -468,8 +467,8 @@ static void up_report_failure(up_ctx *c, up_proc *p, ops_wait w, int status) {
                 WIFSIGNALED(status) ? WTERMSIG(status) : 0, up_proc_addr(c, p));
     ops_inst_log_tail(log_path, UP_LOG_TAIL_LINES);
     if (w == OPS_EXITED) {
+        ops_inst_pid_remove_if(c->dir, p->name, p->pid);
         p->pid = 0; /* already reaped */
-        ops_inst_pid_remove(c->dir, p->name);
     }
 }
 
@@ -520,13 +519,14 @@ static bool up_await(up_ctx *c, up_proc *p) {
  * 0: none is (stale pid files removed, a fresh start). */
 static int up_running_state(up_ctx *c) {
     static char names[OPS_PROCS_MAX][OPS_NAME_MAX]; /* CLI: one instance of this at a time */
+    static pid_t pids[OPS_PROCS_MAX];
     size_t n = ops_inst_pid_names(c->dir, names, OPS_PROCS_MAX), alive = 0;
     for (size_t i = 0; i < n; i++)
-        alive += ops_inst_pid_alive(ops_inst_pid_read(c->dir, names[i]));
+        alive += ops_inst_pid_alive(pids[i] = ops_inst_pid_read(c->dir, names[i]));
     if (n == 0 || alive == 0) {
         static const ops_partition none; /* nodes start with every replication link open */
         for (size_t i = 0; i < n; i++)
-            ops_inst_pid_remove(c->dir, names[i]);
+            ops_inst_pid_remove_if(c->dir, names[i], pids[i]);
         ops_inst_partition_write(c->dir, &none);
         return 0;
     }
@@ -848,27 +848,16 @@ static int up_run(up_ctx *c) {
     return 0;
 }
 
-/* Two `strata up` on one directory would race on its topology and pid files: the directory is
- * locked (flock on the directory itself, so nothing is left behind to purge) for the whole run.
- * A second `strata up` waits, then finds the instance running. The descriptor is close-on-exec:
- * the started processes do not hold the lock. Returns the descriptor, or -1 after a message. */
+/* The instance lock (ops_inst_lock) for the whole run; the directory is made first. A second
+ * `strata up` waits, then finds the instance running. Returns the descriptor, or -1 after a
+ * message. */
 static int up_lock(const up_ctx *c) {
-    int fd = mkdir_p(c->dir) ? open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (fd < 0) {
+    if (!mkdir_p(c->dir)) {
         fprintf(stderr, "strata up: cannot create %s: %s (choose a writable --dir)\n", c->dir,
                 strerror(errno));
         return -1;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        printf("Waiting for another `strata up` in %s to finish...\n", c->dir);
-        fflush(stdout);
-        if (flock(fd, LOCK_EX) != 0) {
-            fprintf(stderr, "strata up: cannot lock %s: %s\n", c->dir, strerror(errno));
-            close(fd);
-            return -1;
-        }
-    }
-    return fd;
+    return ops_inst_lock(c->dir, "strata up");
 }
 
 static int up_run_locked(up_ctx *c) {
