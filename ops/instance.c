@@ -4,6 +4,7 @@
  * Everything here is best effort and bounded: it serves commands a person types. */
 #include "instance.h"
 #include "certs.h"
+#include "google/bigtable/v2/bigtable.pb-c.h"
 #include "paths.h"
 #include "strata/internal/v1/replication.pb-c.h"
 
@@ -252,6 +253,32 @@ st_code ops_inst_node_status(const char *addr, st_buf *resp, bool *serving) {
                                     NULL, 0, OPS_NODE_STATUS_TIMEOUT_MS, resp, &status);
     *serving = rc == ST_OK || rc == ST_UNIMPLEMENTED;
     return rc;
+}
+
+st_code ops_inst_router_ping(const st_topology *t, const char *addr) {
+    char name[ST_TOPO_ID_MAX * 2 + 32];
+    snprintf(name, sizeof name, "projects/%s/instances/%s", t->project, t->instance);
+    Google__Bigtable__V2__PingAndWarmRequest req =
+        GOOGLE__BIGTABLE__V2__PING_AND_WARM_REQUEST__INIT;
+    req.name = name;
+    uint8_t buf[sizeof name + 16];
+    size_t len = google__bigtable__v2__ping_and_warm_request__pack(&req, buf);
+    st_buf resp;
+    st_buf_init(&resp);
+    size_t n_md;
+    const rpc_metadata *md = ops_secure_md(&n_md);
+    st_code rc = rpc_blocking_unary(
+        addr, ops_secure_router_opts(), "/google.bigtable.v2.Bigtable/PingAndWarm",
+        st_slice_make(buf, len), md, n_md, OPS_NODE_STATUS_TIMEOUT_MS, &resp, NULL);
+    st_buf_free(&resp);
+    return rc;
+}
+
+bool ops_inst_not_answering(st_code rc, const char *addr) {
+    /* A hung or stopped process still has its listening socket: the kernel accepts the
+     * connection and the call waits out its deadline. No connection at all from a live process:
+     * it is starting, or closed its listener. */
+    return rc == ST_DEADLINE_EXCEEDED || (rc == ST_UNAVAILABLE && !ops_inst_tcp_ready(addr, 500));
 }
 
 /* Non-blocking connect bounded by timeout_ms; the host is resolved once (loopback in practice). */

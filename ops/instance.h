@@ -100,6 +100,16 @@ void ops_inst_log_tail(const char *path, int lines);
  * serving without GetStatus). `strata status` and `strata failover` ask it. */
 #define OPS_NODE_STATUS_TIMEOUT_MS 2000 /* a healthy node answers in milliseconds */
 st_code ops_inst_node_status(const char *addr, st_buf *resp, bool *serving);
+/* PingAndWarm of the topology's instance at router addr, within OPS_NODE_STATUS_TIMEOUT_MS (with
+ * the admin token and CA of a secure instance): what client libraries send first, so any gRPC
+ * answer (OK, or UNIMPLEMENTED from an older build) means the router serves. The call's end. */
+st_code ops_inst_router_ping(const st_topology *t, const char *addr);
+/* True when rc, the end of a call above to a process whose pid is alive, says it does not answer
+ * at all (hung, stopped with SIGSTOP, or still starting): no reply in time, or no connection.
+ * Not for a port that takes connections and refuses the call at once (UNAVAILABLE: TLS
+ * trouble), which a restart would not mend. `strata status` and `strata up` say it, and suggest
+ * `strata restart NAME`. */
+bool ops_inst_not_answering(st_code rc, const char *addr);
 
 /* ---- starting processes (`strata up`, `strata chaos restart-cluster`) ---- */
 #define OPS_ARGV_MAX 32

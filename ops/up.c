@@ -551,6 +551,48 @@ static bool up_all_alive(up_ctx *c) {
     return true;
 }
 
+/* Whether process name, alive, answers at addr (ops_inst_not_answering); says so when not. */
+static bool up_answers(const up_ctx *c, const char *name, const char *addr, bool router) {
+    pid_t pid = ops_inst_pid_read(c->dir, name);
+    if (!ops_inst_pid_alive(pid))
+        return true; /* not running: a start's failure is reported where it happens */
+    bool serving = false;
+    st_code rc =
+        router ? ops_inst_router_ping(&c->topo, addr) : ops_inst_node_status(addr, NULL, &serving);
+    if (!ops_inst_not_answering(rc, addr))
+        return true;
+    fprintf(stderr,
+            "strata up: %s (pid %d) runs but does not answer on %s (hung, stopped by a signal, "
+            "or still starting): `strata restart %s%s%s` restarts it\n",
+            name, (int)pid, addr, name, c->o.dir_flag ? " --dir " : "",
+            c->o.dir_flag ? c->dir : "");
+    return false;
+}
+
+/* True when every live process of DIR/topology answers. `strata up` leaves a running process
+ * alone, so one that is hung (or stopped with SIGSTOP) would stay so while up said "Already
+ * running": it is named instead, with the command that mends it. */
+static bool up_all_answer(const up_ctx *c) {
+    bool ok = true;
+    for (size_t i = 0; i < c->topo.n_clusters; i++)
+        for (size_t j = 0; j < c->topo.clusters[i].n_nodes; j++) {
+            char name[OPS_NAME_MAX];
+            ops_inst_node_name(&c->topo, i, j, name);
+            ok &= up_answers(c, name, c->topo.clusters[i].nodes[j].addr, false);
+        }
+    for (size_t r = 0; r < c->topo.n_routers; r++) {
+        char name[OPS_NAME_MAX];
+        ops_inst_router_name(r, name);
+        ok &= up_answers(c, name, c->topo.routers[r], true);
+    }
+    if (!ok)
+        fprintf(stderr,
+                "strata up: the instance in %s is not fully serving (see above); "
+                "`strata status` shows it.\n",
+                c->dir);
+    return ok;
+}
+
 static bool mkdir_p(const char *path) {
     char buf[OPS_PATH_MAX + 16];
     if (!ops_fmt(buf, sizeof buf, "%s", path))
@@ -796,11 +838,17 @@ static int up_already(up_ctx *c) {
         printf("(the instance runs: --config, --port, --clusters, --nodes and --split-bytes are "
                "ignored; `strata down --dir %s` first to change them, or pass another --dir)\n",
                c->dir);
+    signal(SIGPIPE, SIG_IGN);       /* a node dying mid-call must not end this command */
+    st_log_set_level(ST_LOG_ERROR); /* a process that does not answer is said in a sentence */
     if (up_all_alive(c)) {
+        if (!up_all_answer(c))
+            return 1;
         up_print_endpoint(c, true);
         return 0;
     }
     int rc = ops_inst_start_missing(c->dir, c->o.bin_dir, c->o.wait_s);
+    if (rc == 0 && !up_all_answer(c))
+        rc = 1;
     if (rc == 0) {
         printf("\n");
         up_print_endpoint(c, false);
