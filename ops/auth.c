@@ -3,9 +3,14 @@
  * watches the file) or at SIGHUP. */
 #include "auth.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "instance.h"
 #include "strata/auth.h"
@@ -197,6 +202,50 @@ static st_code run_cmd(st_auth_db *db, const auth_args *a, bool *changed, st_err
                       c);
 }
 
+#define AUTH_LOCK_WAIT_MS 30000 /* another `strata auth` holds it for milliseconds */
+#define AUTH_LOCK_POLL_MS 50
+#define AUTH_LOCK_SAY_MS 1000 /* a wait this long is said, so a stuck holder is visible */
+
+/* Every change loads the whole file, edits it and saves it over the old one: two commands at
+ * once would each save their own edit over the other's (a revoked principal back in force, a
+ * printed token never saved). So a change holds an exclusive flock of FILE.lock from load to
+ * save. Not FILE itself: the save renames a new file over it, which another command would then
+ * lock while this one still holds the old inode. FILE.lock stays (removing it would reopen that
+ * race). auth_lock returns the descriptor, or -1 with err set. */
+static st_code auth_lock_wait(int fd, const char *path, const char *lock, st_err *err) {
+    struct timespec nap = {0, AUTH_LOCK_POLL_MS * 1000000L};
+    for (int ms = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; ms += AUTH_LOCK_POLL_MS) {
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return st_err_set(err, ST_INTERNAL, "cannot lock %s: %s", lock, strerror(errno));
+        if (ms >= AUTH_LOCK_WAIT_MS)
+            return st_err_set(err, ST_UNAVAILABLE,
+                              "another `strata auth` has held %s for %d s; nothing was changed: "
+                              "try again when it is done",
+                              lock, AUTH_LOCK_WAIT_MS / 1000);
+        if (ms == AUTH_LOCK_SAY_MS)
+            fprintf(stderr, "strata auth: waiting for another `strata auth` on %s...\n", path);
+        nanosleep(&nap, NULL);
+    }
+    return ST_OK;
+}
+
+static int auth_lock(const char *path, st_err *err) {
+    char lock[OPS_PATH_MAX + 8];
+    if (!ops_fmt(lock, sizeof lock, "%s.lock", path)) {
+        st_err_set(err, ST_INVALID_ARGUMENT, "path too long: %.200s", path);
+        return -1;
+    }
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        st_err_set(err, ST_INTERNAL, "cannot open %s: %s", lock, strerror(errno));
+        return -1;
+    }
+    if (auth_lock_wait(fd, path, lock, err) == ST_OK)
+        return fd;
+    close(fd);
+    return -1;
+}
+
 int ops_auth_main(int argc, char **argv) {
     auth_args a = {0};
     int urc = args_parse(argc, argv, &a);
@@ -205,7 +254,9 @@ int ops_auth_main(int argc, char **argv) {
     st_auth_db db;
     st_auth_db_init(&db);
     st_err err = {0};
-    st_code rc = st_auth_load(a.path, &db, &err);
+    /* list reads one file, which a save replaces whole (renamed over it): no lock needed. */
+    int lock_fd = strcmp(a.cmd, "list") ? auth_lock(a.path, &err) : -2;
+    st_code rc = lock_fd == -1 ? err.code : st_auth_load(a.path, &db, &err);
     if (rc == ST_NOT_FOUND) /* a first principal creates the file */
         rc = ST_OK;
     bool changed = false;
@@ -213,6 +264,8 @@ int ops_auth_main(int argc, char **argv) {
         rc = run_cmd(&db, &a, &changed, &err);
     if (rc == ST_OK && changed)
         rc = st_auth_save(a.path, &db, &err);
+    if (lock_fd >= 0)
+        close(lock_fd); /* after the save: the next command loads what this one saved */
     st_auth_db_free(&db);
     if (rc != ST_OK) {
         fprintf(stderr, "strata auth: %s\n", err.msg);

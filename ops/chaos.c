@@ -219,8 +219,8 @@ static int chaos_kill(chaos_ctx *c) {
     return failed ? 1 : 0;
 }
 
-static void chaos_report_failure(const chaos_ctx *c, const char *name, const char *addr, ops_wait w,
-                                 int status) {
+static void chaos_report_failure(const chaos_ctx *c, const char *name, const char *addr, pid_t pid,
+                                 ops_wait w, int status) {
     if (w == OPS_TIMEOUT)
         fprintf(stderr, "strata chaos: %s did not listen on %s within %ds\n", name, addr,
                 c->wait_s);
@@ -235,7 +235,7 @@ static void chaos_report_failure(const chaos_ctx *c, const char *name, const cha
     snprintf(log_path, sizeof log_path, "%s/logs/%s.log", c->dir, name);
     ops_inst_log_tail(log_path, CHAOS_LOG_TAIL_LINES);
     if (w == OPS_EXITED)
-        ops_inst_pid_remove(c->dir, name);
+        ops_inst_pid_remove_if(c->dir, name, pid);
 }
 
 static int chaos_restart(chaos_ctx *c) {
@@ -276,7 +276,7 @@ static int chaos_restart(chaos_ctx *c) {
         ops_wait w =
             ops_inst_wait_ready(c->dir, name, pids[j], cl->nodes[j].addr, c->wait_s, &status);
         if (w != OPS_READY) {
-            chaos_report_failure(c, name, cl->nodes[j].addr, w, status);
+            chaos_report_failure(c, name, cl->nodes[j].addr, pids[j], w, status);
             ok = false;
             continue;
         }
@@ -331,6 +331,20 @@ static int chaos_run(chaos_ctx *c) {
     return chaos_heal(c);
 }
 
+/* restart-cluster runs under the instance lock (ops_inst_lock), from reading the pid files to
+ * writing the new ones: two at once, or one beside `strata up`, would each start a node the
+ * other starts too, and the loser's pid file removal would leave the winner's node running
+ * without one. The second waits, then finds the nodes running. */
+static int chaos_run_locked(chaos_ctx *c) {
+    int fd = strcmp(c->verb, "restart-cluster") ? -2 : ops_inst_lock(c->dir, "strata chaos");
+    if (fd == -1)
+        return 1;
+    int rc = chaos_run(c);
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
 int ops_chaos_main(int argc, char **argv) {
     chaos_ctx *c = calloc(1, sizeof *c); /* the topology is large: not the stack */
     if (!c) {
@@ -339,7 +353,7 @@ int ops_chaos_main(int argc, char **argv) {
     }
     int rc = chaos_parse(argc, argv, c);
     if (rc < 0)
-        rc = ops_inst_dir(c->dir_flag, c->dir, sizeof c->dir) ? chaos_run(c) : 2;
+        rc = ops_inst_dir(c->dir_flag, c->dir, sizeof c->dir) ? chaos_run_locked(c) : 2;
     free(c);
     return rc;
 }

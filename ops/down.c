@@ -71,7 +71,7 @@ static size_t down_signal(down_ctx *c) {
     for (size_t i = 0; i < n; i++) {
         pid_t pid = ops_inst_pid_read(c->dir, c->names[i]);
         if (!ops_inst_pid_alive(pid)) {
-            ops_inst_pid_remove(c->dir, c->names[i]);
+            ops_inst_pid_remove_if(c->dir, c->names[i], pid);
             continue;
         }
         if (ops_inst_term(pid) != 0 && errno == EPERM) {
@@ -95,7 +95,7 @@ static size_t down_wait(down_ctx *c) {
         size_t left = 0;
         for (size_t i = 0; i < c->n; i++) {
             if (c->pids[i] && !ops_inst_pid_alive(c->pids[i])) {
-                ops_inst_pid_remove(c->dir, c->names[i]);
+                ops_inst_pid_remove_if(c->dir, c->names[i], c->pids[i]);
                 c->pids[i] = 0;
             }
             left += c->pids[i] != 0;

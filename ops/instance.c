@@ -4,6 +4,7 @@
  * Everything here is best effort and bounded: it serves commands a person types. */
 #include "instance.h"
 #include "certs.h"
+#include "google/bigtable/v2/bigtable.pb-c.h"
 #include "paths.h"
 #include "strata/internal/v1/replication.pb-c.h"
 
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -136,6 +138,34 @@ void ops_inst_pid_remove(const char *dir, const char *name) {
     unlink(path);
 }
 
+void ops_inst_pid_remove_if(const char *dir, const char *name, pid_t pid) {
+    if (ops_inst_pid_read(dir, name) == pid)
+        ops_inst_pid_remove(dir, name);
+}
+
+int ops_inst_lock(const char *dir, const char *who) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            fprintf(stderr, "%s: no instance in %s: start one with `strata up`\n", who, dir);
+        else
+            fprintf(stderr, "%s: cannot open %s: %s\n", who, dir, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        printf("Waiting for another `strata up`, `strata restart` or `strata chaos "
+               "restart-cluster` in %s to finish...\n",
+               dir);
+        fflush(stdout);
+        if (flock(fd, LOCK_EX) != 0) {
+            fprintf(stderr, "%s: cannot lock %s: %s\n", who, dir, strerror(errno));
+            close(fd);
+            return -1;
+        }
+    }
+    return fd;
+}
+
 /* What /proc says of process pid: *ours when its command starts "strata", *leaving when it is on
  * its way out (SIGKILL pending, or exiting: PF_EXITING, zombies included), *busy while threads
  * other than a zombie leader remain (they still hold its files, its data directory lock among
@@ -231,6 +261,32 @@ st_code ops_inst_node_status(const char *addr, st_buf *resp, bool *serving) {
                                     NULL, 0, OPS_NODE_STATUS_TIMEOUT_MS, resp, &status);
     *serving = rc == ST_OK || rc == ST_UNIMPLEMENTED;
     return rc;
+}
+
+st_code ops_inst_router_ping(const st_topology *t, const char *addr) {
+    char name[ST_TOPO_ID_MAX * 2 + 32];
+    snprintf(name, sizeof name, "projects/%s/instances/%s", t->project, t->instance);
+    Google__Bigtable__V2__PingAndWarmRequest req =
+        GOOGLE__BIGTABLE__V2__PING_AND_WARM_REQUEST__INIT;
+    req.name = name;
+    uint8_t buf[sizeof name + 16];
+    size_t len = google__bigtable__v2__ping_and_warm_request__pack(&req, buf);
+    st_buf resp;
+    st_buf_init(&resp);
+    size_t n_md;
+    const rpc_metadata *md = ops_secure_md(&n_md);
+    st_code rc = rpc_blocking_unary(
+        addr, ops_secure_router_opts(), "/google.bigtable.v2.Bigtable/PingAndWarm",
+        st_slice_make(buf, len), md, n_md, OPS_NODE_STATUS_TIMEOUT_MS, &resp, NULL);
+    st_buf_free(&resp);
+    return rc;
+}
+
+bool ops_inst_not_answering(st_code rc, const char *addr) {
+    /* A hung or stopped process still has its listening socket: the kernel accepts the
+     * connection and the call waits out its deadline. No connection at all from a live process:
+     * it is starting, or closed its listener. */
+    return rc == ST_DEADLINE_EXCEEDED || (rc == ST_UNAVAILABLE && !ops_inst_tcp_ready(addr, 500));
 }
 
 /* Non-blocking connect bounded by timeout_ms; the host is resolved once (loopback in practice). */

@@ -60,6 +60,19 @@ pid_t ops_inst_pid_read(const char *dir, const char *name);
 /* Writes DIR/run/<name>.pid (atomically). False on failure. */
 bool ops_inst_pid_write(const char *dir, const char *name, pid_t pid);
 void ops_inst_pid_remove(const char *dir, const char *name);
+/* Removes DIR/run/<name>.pid only while it still holds pid (the process the caller stopped or
+ * saw die): a pid file another command wrote meanwhile names a live process, and without it no
+ * command could find (stop) that process. */
+void ops_inst_pid_remove_if(const char *dir, const char *name, pid_t pid);
+
+/* The instance lock: an exclusive flock of DIR itself (nothing left behind to purge), taken by
+ * `strata up`, `strata restart` and `strata chaos restart-cluster` for their whole run, so they
+ * never race on DIR/topology and the pid files (two restarts of one process each stopping the
+ * other's start, then removing the pid file of the one left running). A second command waits
+ * (said on stdout) for the first to finish. Close-on-exec: the processes started do not hold
+ * it. Returns the descriptor (close it to unlock), or -1 after a message on stderr (who: the
+ * command, e.g. "strata restart"; a missing DIR is "no instance"). */
+int ops_inst_lock(const char *dir, const char *who);
 /* True if pid is a live process that looks like ours (its command starts "strata"), so a pid
  * reused by something else after a crash is not mistaken for a Strata process. */
 bool ops_inst_pid_alive(pid_t pid);
@@ -87,6 +100,16 @@ void ops_inst_log_tail(const char *path, int lines);
  * serving without GetStatus). `strata status` and `strata failover` ask it. */
 #define OPS_NODE_STATUS_TIMEOUT_MS 2000 /* a healthy node answers in milliseconds */
 st_code ops_inst_node_status(const char *addr, st_buf *resp, bool *serving);
+/* PingAndWarm of the topology's instance at router addr, within OPS_NODE_STATUS_TIMEOUT_MS (with
+ * the admin token and CA of a secure instance): what client libraries send first, so any gRPC
+ * answer (OK, or UNIMPLEMENTED from an older build) means the router serves. The call's end. */
+st_code ops_inst_router_ping(const st_topology *t, const char *addr);
+/* True when rc, the end of a call above to a process whose pid is alive, says it does not answer
+ * at all (hung, stopped with SIGSTOP, or still starting): no reply in time, or no connection.
+ * Not for a port that takes connections and refuses the call at once (UNAVAILABLE: TLS
+ * trouble), which a restart would not mend. `strata status` and `strata up` say it, and suggest
+ * `strata restart NAME`. */
+bool ops_inst_not_answering(st_code rc, const char *addr);
 
 /* ---- starting processes (`strata up`, `strata chaos restart-cluster`) ---- */
 #define OPS_ARGV_MAX 32

@@ -127,7 +127,7 @@ static bool rs_await(rs_ctx *c, rs_proc *p) {
     snprintf(log_path, sizeof log_path, "%s/logs/%s.log", c->dir, p->name);
     ops_inst_log_tail(log_path, RESTART_LOG_TAIL_LINES);
     if (w == OPS_EXITED)
-        ops_inst_pid_remove(c->dir, p->name);
+        ops_inst_pid_remove_if(c->dir, p->name, p->pid);
     return false;
 }
 
@@ -166,7 +166,7 @@ int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s) {
                 fprintf(stderr, "strata up: %s (pid %d) is stopping but still there after %d s\n",
                         all[k].name, (int)pid, c->wait_s);
             if (pid)
-                ops_inst_pid_remove(c->dir, all[k].name);
+                ops_inst_pid_remove_if(c->dir, all[k].name, pid);
             c->procs[c->n_procs++] = all[k];
         }
         printf("The instance in %s is partly running: starting its %zu stopped process(es), "
@@ -218,7 +218,7 @@ static bool rs_stop(const rs_ctx *c, const char *name, pid_t pid) {
                 (int)pid);
         return false;
     }
-    ops_inst_pid_remove(c->dir, name);
+    ops_inst_pid_remove_if(c->dir, name, pid);
     return true;
 }
 
@@ -278,11 +278,23 @@ static int restart_run(rs_ctx *c, const char *name) {
     if (ops_inst_pid_alive(old) && !rs_stop(c, name, old))
         return 1;
     if (!ops_inst_pid_alive(old) && old)
-        ops_inst_pid_remove(c->dir, name);
+        ops_inst_pid_remove_if(c->dir, name, old);
     if (!rs_start(c))
         return 1;
     printf("Restarted %s.\n", name);
     return 0;
+}
+
+/* Under the instance lock, from reading the old pid to writing the new one: two restarts at once
+ * would each stop the other's start, and the loser would remove the pid file of the process left
+ * running (which `strata down` then could not find). The second waits, then restarts again. */
+static int restart_run_locked(rs_ctx *c, const char *name) {
+    int fd = ops_inst_lock(c->dir, c->who);
+    if (fd < 0)
+        return 1;
+    int rc = restart_run(c, name);
+    close(fd);
+    return rc;
 }
 
 int ops_restart_main(int argc, char **argv) {
@@ -296,7 +308,7 @@ int ops_restart_main(int argc, char **argv) {
     const char *name = NULL;
     int rc = restart_parse(argc, argv, c, &name);
     if (rc < 0)
-        rc = ops_inst_dir(c->dir_flag, c->dir, sizeof c->dir) ? restart_run(c, name) : 2;
+        rc = ops_inst_dir(c->dir_flag, c->dir, sizeof c->dir) ? restart_run_locked(c, name) : 2;
     free(c);
     return rc;
 }

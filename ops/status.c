@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "google/bigtable/v2/bigtable.pb-c.h"
 #include "instance.h"
 #include "certs.h"
 #include "strata/btutil.h"
@@ -18,7 +17,6 @@
 #include "strata/rpc.h"
 
 #define STATUS_RPC_TIMEOUT_MS 2000 /* a healthy node answers in milliseconds */
-#define STATUS_NAME_MAX 160        /* "projects/P/instances/I" */
 
 /* One node's replication link to one peer cluster, as its GetPositions said. */
 typedef enum link_state {
@@ -32,7 +30,7 @@ typedef enum link_state {
 /* What one node said. */
 typedef struct node_row {
     char pid[24];
-    char health[40];
+    char health[48]; /* "not answering (process PID runs)" at most */
     char tablets[16];
     char data[24];
     bool ok;
@@ -44,6 +42,8 @@ typedef struct node_row {
 typedef struct status_ctx {
     const char *dir_flag;
     char dir[OPS_PATH_MAX];
+    char hung[OPS_PROCS_MAX][OPS_NAME_MAX]; /* processes that run but do not answer */
+    size_t n_hung;
     st_topology topo;
     ops_partition part; /* DIR/run/partition: replication links cut by `strata chaos` */
     node_row rows[ST_TOPO_CLUSTERS_MAX][ST_TOPO_NODES_MAX];
@@ -57,19 +57,31 @@ static void status_usage(FILE *out) {
                  "~/.strata/local). Exit status 0 when every process is healthy, 1 otherwise.\n");
 }
 
-static void fill_pid(const char *dir, const char *name, char *out, size_t cap, bool *alive) {
+/* The PID cell; returns the pid when it is alive, else 0. */
+static pid_t fill_pid(const char *dir, const char *name, char *out, size_t cap) {
     pid_t pid = ops_inst_pid_read(dir, name);
-    *alive = ops_inst_pid_alive(pid);
+    bool alive = ops_inst_pid_alive(pid);
     if (pid == 0)
         snprintf(out, cap, "-");
-    else if (*alive)
+    else if (alive)
         snprintf(out, cap, "%d", (int)pid);
     else
         snprintf(out, cap, "%d(gone)", (int)pid);
+    return alive ? pid : 0;
 }
 
-/* GetStatus then ListTablets; health words: ok, down (no answer), or the gRPC code. */
-static void probe_node(const st_topo_node *n, node_row *row) {
+/* A live process that does not answer (ops_inst_not_answering): its health words, and its name
+ * kept for the hint at the end. "down" would send the operator to `strata up`, which leaves a
+ * running process alone. */
+static void mark_hung(status_ctx *c, const char *name, pid_t pid, char *health, size_t cap) {
+    snprintf(health, cap, "not answering (process %d runs)", (int)pid);
+    if (c->n_hung < OPS_PROCS_MAX)
+        snprintf(c->hung[c->n_hung++], OPS_NAME_MAX, "%s", name);
+}
+
+/* GetStatus then ListTablets; health words: ok, down (no answer), or the gRPC code. Returns
+ * GetStatus's end. */
+static st_code probe_node(const st_topo_node *n, node_row *row) {
     st_buf resp;
     st_buf_init(&resp);
     st_err status = {0};
@@ -105,6 +117,7 @@ static void probe_node(const st_topo_node *n, node_row *row) {
         }
     }
     st_buf_free(&resp);
+    return rc;
 }
 
 /* Replication: the lag column's title (two clusters or more). */
@@ -170,10 +183,11 @@ static void status_probe(status_ctx *c) {
             const st_topo_node *n = &t->clusters[i].nodes[j];
             node_row *row = &c->rows[i][j];
             char name[OPS_NAME_MAX];
-            bool alive;
             ops_inst_node_name(t, i, j, name);
-            fill_pid(c->dir, name, row->pid, sizeof row->pid, &alive);
-            probe_node(n, row);
+            pid_t pid = fill_pid(c->dir, name, row->pid, sizeof row->pid);
+            st_code rc = probe_node(n, row);
+            if (pid && !row->ok && ops_inst_not_answering(rc, n->addr))
+                mark_hung(c, name, pid, row->health, sizeof row->health);
             probe_repl(c, i, n, row);
             if (n->data_dir[0])
                 ops_inst_fmt_bytes(ops_inst_disk_bytes(n->data_dir), row->data, sizeof row->data);
@@ -256,8 +270,13 @@ static void status_clusters(status_ctx *c) {
 
 static void status_nodes(status_ctx *c) {
     const st_topology *t = &c->topo;
-    printf("%-10s %-8s %-12s %-22s %-14s %-13s %-8s %-10s", "CLUSTER", "ZONE", "NODE", "ADDRESS",
-           "PID", "HEALTH", "TABLETS", "DATA");
+    int hw = 13; /* HEALTH's width: wider when a row says "not answering (process PID runs)" */
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++)
+            if ((int)strlen(c->rows[i][j].health) > hw)
+                hw = (int)strlen(c->rows[i][j].health);
+    printf("%-10s %-8s %-12s %-22s %-14s %-*s %-8s %-10s", "CLUSTER", "ZONE", "NODE", "ADDRESS",
+           "PID", hw, "HEALTH", "TABLETS", "DATA");
     repl_header(c);
     printf("\n");
     for (size_t i = 0; i < t->n_clusters; i++)
@@ -266,8 +285,8 @@ static void status_nodes(status_ctx *c) {
             const node_row *row = &c->rows[i][j];
             char name[OPS_NAME_MAX];
             ops_inst_node_name(t, i, j, name);
-            printf("%-10s %-8s %-12s %-22s %-14s %-13s %-8s %-10s", t->clusters[i].id,
-                   t->clusters[i].zone, name, n->addr, row->pid, row->health, row->tablets,
+            printf("%-10s %-8s %-12s %-22s %-14s %-*s %-8s %-10s", t->clusters[i].id,
+                   t->clusters[i].zone, name, n->addr, row->pid, hw, row->health, row->tablets,
                    row->data);
             if (t->n_clusters >= 2)
                 repl_cells(row);
@@ -300,28 +319,20 @@ static void status_sockets(const status_ctx *c) {
                ops_inst_no_unix(c->dir) ? " (strata up --no-unix)" : "");
 }
 
-/* PingAndWarm is what client libraries send first; any gRPC answer means the router serves. */
-static const char *probe_router(const status_ctx *c, const char *addr, bool *ok) {
-    char name[STATUS_NAME_MAX];
-    snprintf(name, sizeof name, "projects/%s/instances/%s", c->topo.project, c->topo.instance);
-    Google__Bigtable__V2__PingAndWarmRequest req =
-        GOOGLE__BIGTABLE__V2__PING_AND_WARM_REQUEST__INIT;
-    req.name = name;
-    uint8_t buf[STATUS_NAME_MAX + 16];
-    size_t len = google__bigtable__v2__ping_and_warm_request__pack(&req, buf);
-    st_buf resp;
-    st_buf_init(&resp);
-    size_t n_md;
-    const rpc_metadata *md = ops_secure_md(&n_md);
-    st_code rc = rpc_blocking_unary(
-        addr, ops_secure_router_opts(), "/google.bigtable.v2.Bigtable/PingAndWarm",
-        st_slice_make(buf, len), md, n_md, STATUS_RPC_TIMEOUT_MS, &resp, NULL);
-    st_buf_free(&resp);
+/* PingAndWarm (ops_inst_router_ping): health words ok, ok (no ping), not answering (a live
+ * process), no gRPC (the port accepts but does not speak gRPC), down, or the gRPC code. */
+static const char *probe_router(status_ctx *c, const char *name, pid_t pid, const char *addr,
+                                char *out, size_t cap, bool *ok) {
+    st_code rc = ops_inst_router_ping(&c->topo, addr);
     *ok = rc == ST_OK || rc == ST_UNIMPLEMENTED;
     if (rc == ST_OK)
         return "ok";
     if (rc == ST_UNIMPLEMENTED)
         return "ok (no ping)";
+    if (pid && ops_inst_not_answering(rc, addr)) {
+        mark_hung(c, name, pid, out, cap);
+        return out;
+    }
     if (rc == ST_UNAVAILABLE || rc == ST_DEADLINE_EXCEEDED)
         return ops_inst_tcp_ready(addr, 500) ? "no gRPC" : "down";
     return st_code_name(rc);
@@ -335,14 +346,22 @@ static void status_routers(status_ctx *c) {
     }
     printf("\n%-12s %-22s %-14s %s\n", "ROUTER", "ADDRESS", "PID", "HEALTH");
     for (size_t r = 0; r < t->n_routers; r++) {
-        char name[OPS_NAME_MAX], pid[24];
-        bool alive, ok;
+        char name[OPS_NAME_MAX], pid[24], words[48];
+        bool ok;
         ops_inst_router_name(r, name);
-        fill_pid(c->dir, name, pid, sizeof pid, &alive);
-        const char *health = probe_router(c, t->routers[r], &ok);
+        pid_t live = fill_pid(c->dir, name, pid, sizeof pid);
+        const char *health = probe_router(c, name, live, t->routers[r], words, sizeof words, &ok);
         c->routers_ok += ok;
         printf("%-12s %-22s %-14s %s\n", name, t->routers[r], pid, health);
     }
+}
+
+/* `strata up` leaves a running process alone, so a hung one needs `strata restart`: said. */
+static void status_hung_hint(const status_ctx *c) {
+    for (size_t i = 0; i < c->n_hung; i++)
+        printf("%s runs but does not answer (hung, stopped by a signal, or still starting): "
+               "`strata restart %s%s%s` restarts it.\n",
+               c->hung[i], c->hung[i], c->dir_flag ? " --dir " : "", c->dir_flag ? c->dir : "");
 }
 
 static int status_run(status_ctx *c) {
@@ -379,6 +398,7 @@ static int status_run(status_ctx *c) {
                 strata__internal__v1__positions__free_unpacked(c->rows[i][j].pos, NULL);
     printf("\n%zu of %zu nodes healthy, %zu of %zu routers healthy.\n", c->nodes_ok, c->nodes_total,
            c->routers_ok, c->topo.n_routers);
+    status_hung_hint(c);
     if (!all)
         printf("Each process's log is %s/logs/<name>.log; `strata up%s%s` starts whatever is "
                "stopped (`strata restart NAME` one process).\n",

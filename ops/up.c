@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -436,7 +435,7 @@ static void up_stop_all(up_ctx *c) {
         for (size_t i = 0; i < c->n_procs; i++) {
             up_proc *p = &c->procs[i];
             if (p->pid > 0 && waitpid(p->pid, NULL, WNOHANG) == p->pid) {
-                ops_inst_pid_remove(c->dir, p->name);
+                ops_inst_pid_remove_if(c->dir, p->name, p->pid);
                 p->pid = 0;
             }
             any |= p->pid > 0;
@@ -449,7 +448,7 @@ static void up_stop_all(up_ctx *c) {
         if (c->procs[i].pid > 0) {
             kill(c->procs[i].pid, SIGKILL);
             waitpid(c->procs[i].pid, NULL, 0);
-            ops_inst_pid_remove(c->dir, c->procs[i].name);
+            ops_inst_pid_remove_if(c->dir, c->procs[i].name, c->procs[i].pid);
             c->procs[i].pid = 0;
         }
 }
@@ -468,8 +467,8 @@ static void up_report_failure(up_ctx *c, up_proc *p, ops_wait w, int status) {
                 WIFSIGNALED(status) ? WTERMSIG(status) : 0, up_proc_addr(c, p));
     ops_inst_log_tail(log_path, UP_LOG_TAIL_LINES);
     if (w == OPS_EXITED) {
+        ops_inst_pid_remove_if(c->dir, p->name, p->pid);
         p->pid = 0; /* already reaped */
-        ops_inst_pid_remove(c->dir, p->name);
     }
 }
 
@@ -520,13 +519,14 @@ static bool up_await(up_ctx *c, up_proc *p) {
  * 0: none is (stale pid files removed, a fresh start). */
 static int up_running_state(up_ctx *c) {
     static char names[OPS_PROCS_MAX][OPS_NAME_MAX]; /* CLI: one instance of this at a time */
+    static pid_t pids[OPS_PROCS_MAX];
     size_t n = ops_inst_pid_names(c->dir, names, OPS_PROCS_MAX), alive = 0;
     for (size_t i = 0; i < n; i++)
-        alive += ops_inst_pid_alive(ops_inst_pid_read(c->dir, names[i]));
+        alive += ops_inst_pid_alive(pids[i] = ops_inst_pid_read(c->dir, names[i]));
     if (n == 0 || alive == 0) {
         static const ops_partition none; /* nodes start with every replication link open */
         for (size_t i = 0; i < n; i++)
-            ops_inst_pid_remove(c->dir, names[i]);
+            ops_inst_pid_remove_if(c->dir, names[i], pids[i]);
         ops_inst_partition_write(c->dir, &none);
         return 0;
     }
@@ -549,6 +549,48 @@ static bool up_all_alive(up_ctx *c) {
             return false;
     }
     return true;
+}
+
+/* Whether process name, alive, answers at addr (ops_inst_not_answering); says so when not. */
+static bool up_answers(const up_ctx *c, const char *name, const char *addr, bool router) {
+    pid_t pid = ops_inst_pid_read(c->dir, name);
+    if (!ops_inst_pid_alive(pid))
+        return true; /* not running: a start's failure is reported where it happens */
+    bool serving = false;
+    st_code rc =
+        router ? ops_inst_router_ping(&c->topo, addr) : ops_inst_node_status(addr, NULL, &serving);
+    if (!ops_inst_not_answering(rc, addr))
+        return true;
+    fprintf(stderr,
+            "strata up: %s (pid %d) runs but does not answer on %s (hung, stopped by a signal, "
+            "or still starting): `strata restart %s%s%s` restarts it\n",
+            name, (int)pid, addr, name, c->o.dir_flag ? " --dir " : "",
+            c->o.dir_flag ? c->dir : "");
+    return false;
+}
+
+/* True when every live process of DIR/topology answers. `strata up` leaves a running process
+ * alone, so one that is hung (or stopped with SIGSTOP) would stay so while up said "Already
+ * running": it is named instead, with the command that mends it. */
+static bool up_all_answer(const up_ctx *c) {
+    bool ok = true;
+    for (size_t i = 0; i < c->topo.n_clusters; i++)
+        for (size_t j = 0; j < c->topo.clusters[i].n_nodes; j++) {
+            char name[OPS_NAME_MAX];
+            ops_inst_node_name(&c->topo, i, j, name);
+            ok &= up_answers(c, name, c->topo.clusters[i].nodes[j].addr, false);
+        }
+    for (size_t r = 0; r < c->topo.n_routers; r++) {
+        char name[OPS_NAME_MAX];
+        ops_inst_router_name(r, name);
+        ok &= up_answers(c, name, c->topo.routers[r], true);
+    }
+    if (!ok)
+        fprintf(stderr,
+                "strata up: the instance in %s is not fully serving (see above); "
+                "`strata status` shows it.\n",
+                c->dir);
+    return ok;
 }
 
 static bool mkdir_p(const char *path) {
@@ -796,11 +838,17 @@ static int up_already(up_ctx *c) {
         printf("(the instance runs: --config, --port, --clusters, --nodes and --split-bytes are "
                "ignored; `strata down --dir %s` first to change them, or pass another --dir)\n",
                c->dir);
+    signal(SIGPIPE, SIG_IGN);       /* a node dying mid-call must not end this command */
+    st_log_set_level(ST_LOG_ERROR); /* a process that does not answer is said in a sentence */
     if (up_all_alive(c)) {
+        if (!up_all_answer(c))
+            return 1;
         up_print_endpoint(c, true);
         return 0;
     }
     int rc = ops_inst_start_missing(c->dir, c->o.bin_dir, c->o.wait_s);
+    if (rc == 0 && !up_all_answer(c))
+        rc = 1;
     if (rc == 0) {
         printf("\n");
         up_print_endpoint(c, false);
@@ -848,27 +896,16 @@ static int up_run(up_ctx *c) {
     return 0;
 }
 
-/* Two `strata up` on one directory would race on its topology and pid files: the directory is
- * locked (flock on the directory itself, so nothing is left behind to purge) for the whole run.
- * A second `strata up` waits, then finds the instance running. The descriptor is close-on-exec:
- * the started processes do not hold the lock. Returns the descriptor, or -1 after a message. */
+/* The instance lock (ops_inst_lock) for the whole run; the directory is made first. A second
+ * `strata up` waits, then finds the instance running. Returns the descriptor, or -1 after a
+ * message. */
 static int up_lock(const up_ctx *c) {
-    int fd = mkdir_p(c->dir) ? open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (fd < 0) {
+    if (!mkdir_p(c->dir)) {
         fprintf(stderr, "strata up: cannot create %s: %s (choose a writable --dir)\n", c->dir,
                 strerror(errno));
         return -1;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        printf("Waiting for another `strata up` in %s to finish...\n", c->dir);
-        fflush(stdout);
-        if (flock(fd, LOCK_EX) != 0) {
-            fprintf(stderr, "strata up: cannot lock %s: %s\n", c->dir, strerror(errno));
-            close(fd);
-            return -1;
-        }
-    }
-    return fd;
+    return ops_inst_lock(c->dir, "strata up");
 }
 
 static int up_run_locked(up_ctx *c) {
