@@ -22,12 +22,7 @@ expect_match() { # WHAT REGEX GOT
 bk() { timeout 120 "$STRATA" backup --dir "$DIR" --quiet "$@" 2>&1; }
 bke() { timeout 120 "$STRATA" backup --endpoint "127.0.0.1:$PORT" --cluster east --quiet "$@" 2>&1; }
 
-"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 --secure >"$TMPD/up.out" 2>&1 ||
-  { cat "$TMPD/up.out"; fail "strata up --secure"; }
-S=$DIR/secure
-line=$(grep -E '^  cbt ' "$TMPD/up.out" | sed 's/^  //; s/ ls$//')
-read -r -a cmd <<<"${line/#cbt/$CBT}"
-cbts() { env -u BIGTABLE_EMULATOR_HOST timeout 60 "${cmd[@]}" "$@" 2>&1; }
+up_secure_single
 cbts createtable t families=cf >/dev/null || fail "cbt createtable: $(cbts createtable t families=cf)"
 cbts set t r1 cf:c=secure-one >/dev/null || fail "cbt set r1"
 cbts set t r2 cf:c=secure-two >/dev/null || fail "cbt set r2"

@@ -26,12 +26,7 @@ now() { date -u +%Y-%m-%dT%H:%M:%S.%6NZ; }
 ch() { timeout 60 "$STRATA" changes --table cs --quiet "$@" 2>&1; }
 che() { ch --endpoint "127.0.0.1:$PORT" "$@"; }
 
-"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 --secure >"$TMPD/up.out" 2>&1 ||
-  { cat "$TMPD/up.out"; fail "strata up --secure"; }
-S=$DIR/secure
-line=$(grep -E '^  cbt ' "$TMPD/up.out" | sed 's/^  //; s/ ls$//')
-read -r -a cmd <<<"${line/#cbt/$CBT}"
-cbts() { env -u BIGTABLE_EMULATOR_HOST timeout 60 "${cmd[@]}" "$@" 2>&1; }
+up_secure_single
 cbts createtable cs families=cf >/dev/null || fail "cbt createtable: $(cbts createtable cs families=cf)"
 
 echo "== 1. --dir: --enable, then the rows written"

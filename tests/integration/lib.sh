@@ -147,6 +147,19 @@ up_single() {
     { cat "$TMPD/up.out"; fail "strata up"; }
 }
 
+# up_secure_single: `strata up --secure --clusters 1 --nodes 1` in $DIR on $PORT (after
+# instance_init); sets S (DIR/secure) and cbts ARGS... (cbt with the command line up printed:
+# its CA and admin token). Fails the test when it does not start.
+up_secure_single() {
+  "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 --secure >"$TMPD/up.out" 2>&1 ||
+    { cat "$TMPD/up.out"; fail "strata up --secure"; }
+  S=$DIR/secure
+  local line
+  line=$(grep -E '^  cbt ' "$TMPD/up.out" | sed 's/^  //; s/ ls$//')
+  read -r -a SECURE_CBT <<<"${line/#cbt/$CBT}"
+}
+cbts() { env -u BIGTABLE_EMULATOR_HOST timeout 60 "${SECURE_CBT[@]}" "$@" 2>&1; }
+
 # cs_py create T [RETENTION_S] | write T K... | exists T: through hostile/cslib.py (python3) on
 # the router at $PORT: makes table T (family cf, change streams kept RETENTION_S, default a day,
 # 0 for off), writes rows K... (cf:q = vK), or prints 1 or 0 for whether table T exists.
