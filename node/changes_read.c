@@ -159,6 +159,8 @@ struct cs_reader {
      * one message when the turn ends, when a heartbeat or CloseStream follows, or once it holds
      * BTU_CS_BATCH_BYTES (batch_flush). */
     bool batching;
+    size_t batch_max; /* the frames a batch may hold: BTU_CS_BATCH_BYTES, less under a smaller
+                       * --max-message-bytes, since the batch goes out as one message */
     st_buf batch;
     char token[BTU_CS_TOKEN_MAX];
     bool token_live; /* token holds the live token of token_w */
@@ -369,14 +371,16 @@ static st_code batch_flush(cs_reader *r) {
 }
 
 /* Adds the message in msg (rpc_call_send_buf's layout) to the batch, framed as the client is to
- * receive it; a batch that would pass BTU_CS_BATCH_BYTES with it goes out first, and one that
- * reaches it goes out after it (so a batch holds at most that, or one larger message). */
+ * receive it; a batch that would pass batch_max with it goes out first, and one that reaches it
+ * goes out after it. A message that alone is larger goes out plain, after the batch. */
 static st_code batch_add(cs_reader *r, st_buf *msg) {
     const size_t head = RPC_SEND_HEADROOM + BTU_CS_BATCH_HEAD_BYTES;
     size_t len = msg->len - RPC_SEND_HEADROOM;
-    if (r->batch.len > head && r->batch.len - head + msg->len > BTU_CS_BATCH_BYTES &&
+    if (r->batch.len > head && r->batch.len - head + msg->len > r->batch_max &&
         batch_flush(r) != ST_OK)
         return ST_CANCELLED;
+    if (msg->len > r->batch_max)
+        return rpc_call_send_buf(r->call, msg) == ST_OK ? ST_OK : ST_CANCELLED;
     if (r->batch.len < head) {
         st_buf_reset(&r->batch);
         if (st_buf_reserve(&r->batch, head + msg->len) != ST_OK)
@@ -392,7 +396,7 @@ static st_code batch_add(cs_reader *r, st_buf *msg) {
     if (st_buf_append(&r->batch, msg->data, msg->len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     st_buf_reset(msg);
-    if (r->batch.len - head >= BTU_CS_BATCH_BYTES)
+    if (r->batch.len - head >= r->batch_max)
         return batch_flush(r);
     return ST_OK;
 }
@@ -1371,6 +1375,12 @@ void node_h_read_change_stream(rpc_call *call, st_slice bytes, void *arg) {
     }
     const char *batch = rpc_call_header(call, BTU_CS_BATCH_HEADER);
     r->batching = batch && strcmp(batch, "1") == 0;
+    rpc_limits lim;
+    rpc_limits_get(&lim);
+    size_t room = lim.message_bytes_max > BTU_CS_BATCH_HEAD_BYTES
+                      ? lim.message_bytes_max - BTU_CS_BATCH_HEAD_BYTES
+                      : 0;
+    r->batch_max = room < BTU_CS_BATCH_BYTES ? room : BTU_CS_BATCH_BYTES;
     r->kept = bytes.len; /* the request stays in the call's memory: cs_free counts it out */
     n->cs_kept_bytes += r->kept;
     rpc_call_request_kept(call);

@@ -527,15 +527,24 @@ static void call_fail(rpc_call *call, st_code code, const char *msg) {
 }
 
 /* Whether a message of len bytes may be queued now: ST_OK, or rpc_call_send's error. */
-static st_code call_send_check(const rpc_call *call, size_t len) {
+/* Whether len more bytes may join the call's queue: the queue's bound (send_queue_bytes_max plus
+ * one maximum message). */
+static st_code call_queue_check(const rpc_call *call, size_t len) {
     h2_conn *conn = call->conn;
     if (!conn || call->finished || call->cancelled)
         return ST_CANCELLED;
     const rpc_server_opts *o = &conn->srv->opts;
-    if (len > o->message_bytes_max ||
-        rpc_call_queued_bytes(call) + len > o->send_queue_bytes_max + o->message_bytes_max)
+    if (rpc_call_queued_bytes(call) + len > o->send_queue_bytes_max + o->message_bytes_max)
         return ST_RESOURCE_EXHAUSTED;
     return ST_OK;
+}
+
+/* A message of len bytes: within the message maximum, and the queue's bound. */
+static st_code call_send_check(const rpc_call *call, size_t len) {
+    st_code rc = call_queue_check(call, len);
+    if (rc == ST_OK && len > call->conn->srv->opts.message_bytes_max)
+        rc = ST_RESOURCE_EXHAUSTED;
+    return rc;
 }
 
 /* n framed bytes were added to the call's queue: count them and get them sent. */
@@ -609,7 +618,8 @@ st_code rpc_call_send_buf(rpc_call *call, st_buf *msg) {
 
 /* Whether frames may be queued as they are: ST_OK, or rpc_call_send_framed's error. */
 static st_code call_framed_check(const rpc_call *call, st_slice frames) {
-    st_code rc = call_send_check(call, frames.len);
+    /* each message against the message maximum (rpc_frames_check), their sum against the queue */
+    st_code rc = call_queue_check(call, frames.len);
     if (rc != ST_OK)
         return rc;
     if (!rpc_frames_check(frames, call->conn->srv->opts.message_bytes_max, NULL, NULL))

@@ -39,7 +39,7 @@
       kill -9 of the node (values by reference) into an emptied copy.
 """
 import random
-import os, subprocess, sys, time
+import os, socket, subprocess, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
 from cslib import *
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -467,6 +467,53 @@ def starts(port, d, strata):
                    st == 3 and not closes)
 
 
+def maxmsg(port, d, strata):
+    """A second router with --max-message-bytes 100000 over the instance: a burst of 300 records
+    of 1 KB (one batch of the node of about 128 KiB, each message 1.1 KB) is relayed whole (the
+    batch was checked as one message against the per-message limit: nothing relayed, RESOURCE
+    _EXHAUSTED at every resume), and a record of a 250 KB value, over that router's limit, ends
+    the stream FAILED_PRECONDITION naming the flag (it was INTERNAL blaming the node)."""
+    router = os.path.join(os.path.dirname(os.path.realpath(strata)), '..', 'router', 'strata-router')
+    profile(port, 'oneast', 'east')  # ALREADY_EXISTS after another mode made it
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    rport = sock.getsockname()[1]
+    sock.close()
+    log = open(os.path.join(d, 'logs', 'router-maxmsg.log'), 'w')
+    proc = subprocess.Popen([router, '--config', os.path.join(d, 'topology'), '--listen',
+                             '127.0.0.1:%d' % rport, '--max-message-bytes', '100000'],
+                            stdout=log, stderr=log)
+    try:
+        t = 'maxmsg'
+        create_cs(port, t)
+        time.sleep(1.2)
+        start = now_us()
+        entries = b''.join(fld(2, fld(1, b'r%04d' % i) + fld(2, set_cell('cf', 'q', b'v' * 1000)))
+                           for i in range(300))
+        st = rcall(port, BT + 'MutateRows', fld(1, tname(t)) + entries, limit=60)[1]
+        expect('MutateRows of 300 rows of 1 KB', st == '0', 'status %s' % st)
+        mid = now_us()
+        expect('a 250 KB value', write(port, fld(1, tname(t)) + fld(2, b'big') +
+                                       fld(3, set_cell('cf', 'q', b'w' * 250000))) == '0')
+        end = now_us()
+        for _ in range(40):
+            ev, st, msg, _ = ncs(rport, cs_req(t, partition=rng(), start_us=start, end_us=mid,
+                                               profile='oneast'), limit=30)
+            if st != 14:
+                break
+            time.sleep(0.5)  # the new router still learning the tablet map
+        recs = [e for e in ev or [] if e[0] == 'rec']
+        expect('300 records of 1 KB through a router with --max-message-bytes 100000 (status %s '
+               '%s, %d records)' % (st, msg, len(recs)), st == 0 and len({e[1] for e in recs}) == 300)
+        ev, st, msg, _ = ncs(rport, cs_req(t, partition=rng(), start_us=mid, end_us=end,
+                                           profile='oneast'), limit=30)
+        expect('a record over that router\'s limit: FAILED_PRECONDITION naming the flag (status %s '
+               '%s)' % (st, msg), st == 9 and '--max-message-bytes' in (msg or ''))
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def main():
     mode = sys.argv[1]
     create_cs(int(sys.argv[2]), 'ready', retention=0)  # read by restart(); ALREADY_EXISTS after the first
@@ -482,6 +529,8 @@ def main():
         starts(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'budget':
         budget(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    elif mode == 'maxmsg':
+        maxmsg(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif mode == 'mirror':
         mirror(int(sys.argv[2]), sys.argv[3], sys.argv[4], *[int(a) for a in sys.argv[5:7]])
     else:

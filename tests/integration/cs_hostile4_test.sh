@@ -13,6 +13,8 @@
 #             tablets too (not answered with a CloseStream at that time);
 #   budget:   open streams keep their requests out of the buffered-request budget: two of
 #             128 MiB are refused and other calls go on; 1000 KiB ones open up to 32 MiB in all;
+#   maxmsg:   a router with --max-message-bytes 100000 relays a burst of small records whole and
+#             ends a larger record FAILED_PRECONDITION naming the flag;
 #   mirror:   a copy made by applying the stream of 400 random writes of every kind reads as the
 #             table does (live, on the second cluster, from storage).
 # Skips (77) without python3.

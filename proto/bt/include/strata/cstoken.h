@@ -39,8 +39,9 @@
  * write the head once the batch is complete), whose bytes are complete gRPC-framed
  * ReadChangeStreamResponses, each a DataChange message (its first byte
  * BTU_CS_BATCH_INNER_TAG): exactly the messages the client is to receive, in order. A batch
- * holds at most BTU_CS_BATCH_BYTES of messages, or a single larger one. Heartbeats and
- * CloseStream stay plain messages. */
+ * holds at most BTU_CS_BATCH_BYTES of messages (less when the node's --max-message-bytes is
+ * smaller: the batch is one message); a message larger than that, heartbeats and CloseStream go
+ * out as plain messages. */
 #define BTU_CS_BATCH_HEADER "x-strata-cs-batch"
 #define BTU_CS_BATCH_FIELD 15
 #define BTU_CS_BATCH_TAG ((BTU_CS_BATCH_FIELD << 3) | 2)
