@@ -72,13 +72,17 @@ static void usage(FILE *out) {
             "  --dir DIR          a local instance (default $STRATA_HOME, else ~/.strata/local)\n"
             "  --app-profile P    app profile with single-cluster routing: which cluster's stream\n"
             "  --from TIME        start (RFC 3339, `now`, or relative: -10m, -2h, -1d, -30s);\n"
-            "                     default now with --follow; required without it\n"
+            "                     default now with --follow; required without it, unless the\n"
+            "                     --checkpoint FILE exists\n"
             "  --until TIME       stop at TIME (also with --follow)\n"
             "  --follow           keep reading new changes until Ctrl-C (or --until); without it\n"
             "                     stop once every partition caught up to the start of the command\n"
             "  --checkpoint FILE  resume from FILE when it exists (--from is then ignored), and\n"
             "                     keep it updated (atomically, after the output it covers was\n"
-            "                     flushed): a resumed run repeats changes, never skips one\n"
+            "                     flushed): a resumed run repeats changes, never skips one.\n"
+            "                     A FILE that does not exist is refused without --from or\n"
+            "                     --follow (a start at now would skip every earlier change);\n"
+            "                     with --follow alone it starts at now and says so\n"
             "  --heartbeat-s N    heartbeat interval asked from the server (default 2)\n"
             "  --tls-ca FILE      the CA of a TLS router (default: DIR/secure/ca.pem of a secure\n"
             "                     instance in --dir)\n"
@@ -433,18 +437,48 @@ static bool lock_checkpoint(ch_run *r) {
     return true;
 }
 
-/* Positions of --checkpoint when the file exists; false after printing why it cannot be used. */
-static bool load_checkpoint(ch_run *r, ops_cs_pos **pos, size_t *n) {
+/* --checkpoint FILE does not exist (a first run, a lost file, a run that failed before its first
+ * checkpoint). Starting at now would skip every earlier change for good, and a cron line
+ * without --from would do so on every loss without a word: a one-shot run needs --from to say
+ * where to start; --follow starts at now, its default, and says what that skips. 0 go on, 2
+ * refused. */
+static int checkpoint_missing(const ch_run *r) {
+    const char *ck = r->a.checkpoint;
+    if (r->a.from) {
+        if (!r->a.quiet)
+            fprintf(stderr,
+                    "strata changes: checkpoint %s does not exist yet: starting at --from %s\n", ck,
+                    r->a.from);
+        return 0;
+    }
+    if (r->a.follow) {
+        fprintf(stderr,
+                "strata changes: checkpoint %s does not exist: starting at now; changes before "
+                "now are not read: pass --from TIME for a first run\n",
+                ck);
+        return 0;
+    }
+    fprintf(stderr,
+            "strata changes: checkpoint %s does not exist (a first run, or the file was lost): "
+            "give --from TIME for where to start (e.g. --from -1d; the table keeps changes for "
+            "its retention); later runs resume from %s\n",
+            ck, ck);
+    return 2;
+}
+
+/* Positions of --checkpoint when the file exists. 0 go on, 1 it cannot be used, 2 bad usage
+ * (after printing why). */
+static int load_checkpoint(ch_run *r, ops_cs_pos **pos, size_t *n) {
     *pos = NULL;
     *n = 0;
     if (!r->a.checkpoint)
-        return true;
+        return 0;
     if (!lock_checkpoint(r))
-        return false;
+        return 1;
     st_err err = {0};
     st_code rc = ops_cs_ckpt_read(r->a.checkpoint, r->table, pos, n, &err);
     if (rc == ST_NOT_FOUND)
-        return true;
+        return checkpoint_missing(r);
     if (rc == ST_OK)
         rc = ops_cs_ckpt_check(r->a.checkpoint, *pos, *n, &err);
     if (rc != ST_OK) {
@@ -454,13 +488,13 @@ static bool load_checkpoint(ch_run *r, ops_cs_pos **pos, size_t *n) {
         *pos = NULL;
         *n = 0;
         fprintf(stderr, "strata changes: %s\n", err.msg);
-        return false;
+        return 1;
     }
     r->resumed = true;
     if (!r->a.quiet)
         fprintf(stderr, "strata changes: resuming %zu partition(s) from %s%s\n", *n,
                 r->a.checkpoint, r->a.from ? " (--from ignored)" : "");
-    return true;
+    return 0;
 }
 
 static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size_t n) {
@@ -577,10 +611,11 @@ int ops_changes_main(int argc, char **argv) {
         return admin(r, addr);
     ops_cs_pos *pos;
     size_t n;
-    if (!load_checkpoint(r, &pos, &n)) {
+    int lrc = load_checkpoint(r, &pos, &n);
+    if (lrc) {
         if (r->lock_fd >= 0)
             close(r->lock_fd);
-        return 1;
+        return lrc;
     }
     signal(SIGPIPE, SIG_IGN);
     struct stat st;
