@@ -37,6 +37,7 @@
  * quiet healthy stream is never taken for a stalled one. */
 #define CH_STALL_S_DEFAULT 60
 #define CH_STALL_ENV "STRATA_CHANGES_STALL_S"
+#define CH_TICK_LATE_US 5000000LL /* ticks come every second: a later one means a blocked loop */
 
 typedef struct ch_args {
     const char *table, *endpoint, *dir, *profile, *project, *instance;
@@ -65,6 +66,7 @@ typedef struct ch_run {
     char addr[512], dir[1024]; /* the router, and the instance to name in advice ("DIR": none) */
     int64_t stall_us;          /* how long without an answer is a stall */
     int64_t answer_mono_us;    /* when the router last answered (or the run started) */
+    int64_t tick_mono_us;      /* the last watch_stall */
     uint64_t answers;          /* ops_cs_stats.answers then */
     bool stall_said, stalled;  /* --follow told of a stall; a one-shot run gave up on one */
     char last_retry[256];      /* the last transient failure, to name in the stall message */
@@ -391,6 +393,12 @@ static void watch_stall(ch_run *r) {
     ops_cs_stats s;
     ops_cs_stats_get(r->cs, &s);
     int64_t now = st_mono_us();
+    /* A loop that did not turn (stdout blocked by a slow reader, the command stopped by Ctrl-Z)
+     * read nothing: that silence was ours, not the router's. */
+    bool late = r->tick_mono_us && now - r->tick_mono_us > CH_TICK_LATE_US;
+    r->tick_mono_us = now;
+    if (late)
+        r->answer_mono_us = now;
     if (s.answers != r->answers) {
         if (r->stall_said)
             fprintf(stderr, "%sstrata changes: the router at %s answers again\n",

@@ -10,7 +10,7 @@
 #   3. --follow with the router hung, then continued: says once that the router does not answer,
 #      keeps going, says it answers again and prints a change written after; SIGTERM ends it 0;
 #   4. a healthy one-shot run with the short bound: every change, exit 0 (the bound never ends a
-#      stream that makes progress).
+#      stream that makes progress), also when the command itself was stopped past the bound.
 # Skips (77) without python3.
 # Usage: changes_router_stall_test.sh PATH/TO/strata
 set -u
@@ -94,4 +94,14 @@ echo "== 4. a healthy one-shot run"
 timeout 60 "${CH[@]}" --from "$FROM" >"$TMPD/d.out" 2>"$TMPD/d.err" ||
   { cat "$TMPD/d.err"; fail "a healthy one-shot run failed"; }
 [ "$(grep -c '"row"' "$TMPD/d.out")" -eq 4 ] || { cat "$TMPD/d.out"; fail "not the 4 changes"; }
+# The command itself stopped (Ctrl-Z) for longer than the bound: its own silence is no stall.
+"${CH[@]}" --from "$FROM" --until +12s >"$TMPD/f.out" 2>"$TMPD/f.err" &
+GPID=$!
+PIDS+=("$GPID")
+sleep 1
+kill -STOP "$GPID"
+sleep 6
+kill -CONT "$GPID"
+wait "$GPID" || { cat "$TMPD/f.err"; fail "a run stopped and continued failed"; }
+[ "$(grep -c '"row"' "$TMPD/f.out")" -eq 4 ] || { cat "$TMPD/f.out"; fail "not the 4 changes after a stop"; }
 echo "PASS"
