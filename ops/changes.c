@@ -30,6 +30,14 @@
 #define CH_PROGRESS_TTY_MS 1000
 #define CH_PROGRESS_PLAIN_S 10
 #define CH_NAME_MAX 1024
+/* A run that hears nothing from the router (no change, heartbeat or finished stream) for this
+ * long while retrying gives up without --follow (a batch job must end; 60 s as `strata backup
+ * --wait`), and with --follow says once that the router is not answering. The hidden variable
+ * STRATA_CHANGES_STALL_S (tests only) shortens it. Heartbeats come every --heartbeat-s, so a
+ * quiet healthy stream is never taken for a stalled one. */
+#define CH_STALL_S_DEFAULT 60
+#define CH_STALL_ENV "STRATA_CHANGES_STALL_S"
+#define CH_TICK_LATE_US 5000000LL /* ticks come every second: a later one means a blocked loop */
 
 typedef struct ch_args {
     const char *table, *endpoint, *dir, *profile, *project, *instance;
@@ -55,6 +63,13 @@ typedef struct ch_run {
     bool resumed; /* the start came from --checkpoint, not --from */
     int64_t start_mono_us, last_progress_us;
     uint64_t last_records;
+    char addr[512], dir[1024]; /* the router, and the instance to name in advice ("DIR": none) */
+    int64_t stall_us;          /* how long without an answer is a stall */
+    int64_t answer_mono_us;    /* when the router last answered (or the run started) */
+    int64_t tick_mono_us;      /* the last watch_stall */
+    uint64_t answers;          /* ops_cs_stats.answers then */
+    bool stall_said, stalled;  /* --follow told of a stall; a one-shot run gave up on one */
+    char last_retry[256];      /* the last transient failure, to name in the stall message */
 } ch_run;
 
 static void usage(FILE *out) {
@@ -72,13 +87,19 @@ static void usage(FILE *out) {
             "  --dir DIR          a local instance (default $STRATA_HOME, else ~/.strata/local)\n"
             "  --app-profile P    app profile with single-cluster routing: which cluster's stream\n"
             "  --from TIME        start (RFC 3339, `now`, or relative: -10m, -2h, -1d, -30s);\n"
-            "                     default now with --follow; required without it\n"
+            "                     default now with --follow; required without it, unless the\n"
+            "                     --checkpoint FILE exists\n"
             "  --until TIME       stop at TIME (also with --follow)\n"
-            "  --follow           keep reading new changes until Ctrl-C (or --until); without it\n"
-            "                     stop once every partition caught up to the start of the command\n"
+            "  --follow           keep reading new changes until Ctrl-C (or --until), retrying\n"
+            "                     while the router does not answer (said on stderr after 60 s);\n"
+            "                     without it stop once every partition caught up to the start of\n"
+            "                     the command, or fail (exit 1) after 60 s without an answer\n"
             "  --checkpoint FILE  resume from FILE when it exists (--from is then ignored), and\n"
             "                     keep it updated (atomically, after the output it covers was\n"
-            "                     flushed): a resumed run repeats changes, never skips one\n"
+            "                     flushed): a resumed run repeats changes, never skips one.\n"
+            "                     A FILE that does not exist is refused without --from or\n"
+            "                     --follow (a start at now would skip every earlier change);\n"
+            "                     with --follow alone it starts at now and says so\n"
             "  --heartbeat-s N    heartbeat interval asked from the server (default 2)\n"
             "  --tls-ca FILE      the CA of a TLS router (default: DIR/secure/ca.pem of a secure\n"
             "                     instance in --dir)\n"
@@ -163,6 +184,10 @@ static bool resolve_target(ch_run *r, char *addr, size_t cap) {
         instance = a->instance ? a->instance : topo.instance;
         if (!a->endpoint)
             snprintf(addr, cap, "%s", topo.routers[0]);
+        if (!ops_inst_dir(a->dir, r->dir, sizeof r->dir))
+            return false;
+    } else {
+        snprintf(r->dir, sizeof r->dir, "DIR");
     }
     if (a->endpoint)
         snprintf(addr, cap, "%s", a->endpoint);
@@ -325,6 +350,86 @@ static bool out_gone(const ch_run *r) {
     return !r->out_is_file && poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP));
 }
 
+/* ---- a router that does not answer ---- */
+
+/* CH_STALL_S_DEFAULT (or STRATA_CHANGES_STALL_S), and never under two heartbeats: a stream
+ * with no change answers only with heartbeats. */
+static int64_t stall_bound_us(int64_t heartbeat_s) {
+    const char *env = getenv(CH_STALL_ENV);
+    uint64_t s = CH_STALL_S_DEFAULT;
+    if (env && !st_parse_u64(env, 1, CH_HEARTBEAT_S_MAX, &s))
+        s = CH_STALL_S_DEFAULT;
+    int64_t min = 2 * heartbeat_s + 1;
+    return ((int64_t)s > min ? (int64_t)s : min) * 1000000LL;
+}
+
+/* The router failure classifier tells a router that is not running (connection refused) from
+ * one that hangs or cannot reach a node. */
+static const char *stall_why(const ch_run *r) {
+    const rpc_client_opts *copts = ops_secure_router_opts();
+    bool down = ops_router_fail_of(ST_UNAVAILABLE, r->last_retry, copts && copts->ssl_ctx) ==
+                OPS_ROUTER_FAIL_DOWN;
+    return down ? "nothing listens there (the router is not running)"
+                : "the router hangs, or cannot reach a node";
+}
+
+/* What to check and do, on its own line: the stall message before it names the cause. */
+static void stall_advice(const ch_run *r) {
+    const char *d = r->dir, *ck = r->a.checkpoint;
+    const char *again = r->a.follow       ? ""
+                        : r->ckpt_written ? "; then run this command again: it resumes from "
+                        : ck              ? "; then run this command again (no checkpoint was "
+                                            "written yet: it starts at --from)"
+                                          : "; then run this command again";
+    fprintf(stderr,
+            "strata changes: check with `strata status --dir %s`; start what is down with "
+            "`strata up --dir %s`, or `strata restart router --dir %s` if the router hangs%s%s\n",
+            d, d, d, again, !r->a.follow && r->ckpt_written ? ck : "");
+}
+
+/* Any answer from the router restarts the clock: a stream that makes progress never stalls.
+ * Without one for r->stall_us, a one-shot run ends (exit 1) and --follow says so once. */
+static void watch_stall(ch_run *r) {
+    ops_cs_stats s;
+    ops_cs_stats_get(r->cs, &s);
+    int64_t now = st_mono_us();
+    /* A loop that did not turn (stdout blocked by a slow reader, the command stopped by Ctrl-Z)
+     * read nothing: that silence was ours, not the router's. */
+    bool late = r->tick_mono_us && now - r->tick_mono_us > CH_TICK_LATE_US;
+    r->tick_mono_us = now;
+    if (late)
+        r->answer_mono_us = now;
+    if (s.answers != r->answers) {
+        if (r->stall_said)
+            fprintf(stderr, "%sstrata changes: the router at %s answers again\n",
+                    r->tty ? "\n" : "", r->addr);
+        r->answers = s.answers;
+        r->answer_mono_us = now;
+        r->stall_said = false;
+        return;
+    }
+    if (now - r->answer_mono_us < r->stall_us || r->stall_said || r->stalled)
+        return;
+    long long secs = (now - r->answer_mono_us) / 1000000;
+    const char *last = r->last_retry[0] ? r->last_retry : "none: the calls are waiting";
+    if (r->a.follow) {
+        fprintf(stderr,
+                "%sstrata changes: no answer from the router at %s for %lld s: %s; last error: "
+                "%s. Still retrying\n",
+                r->tty ? "\n" : "", r->addr, secs, stall_why(r), last);
+        stall_advice(r);
+        r->stall_said = true;
+        return;
+    }
+    r->stalled = true;
+    r->code = ST_UNAVAILABLE;
+    snprintf(r->msg, sizeof r->msg,
+             "no answer from the router at %.120s for %lld s: %s; last error: %.150s. Without "
+             "--follow the command gives up",
+             r->addr, secs, stall_why(r), last);
+    ops_cs_stop(r->cs);
+}
+
 static void tick_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
@@ -334,6 +439,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg) {
         ops_cs_stop(r->cs);
         return;
     }
+    watch_stall(r);
     checkpoint(r);
     progress(r, false);
 }
@@ -355,6 +461,11 @@ static void on_done(st_code code, const char *msg, void *arg) {
 
 static void on_retry(const char *msg, void *arg) {
     ch_run *r = arg;
+    /* kept without its "; retrying..." tail: the stall message says what happens next */
+    snprintf(r->last_retry, sizeof r->last_retry, "%s", msg);
+    char *tail = strstr(r->last_retry, "; re");
+    if (tail)
+        *tail = '\0';
     if (!r->a.quiet)
         fprintf(stderr, "%sstrata changes: %s\n", r->tty ? "\n" : "", msg);
 }
@@ -433,18 +544,48 @@ static bool lock_checkpoint(ch_run *r) {
     return true;
 }
 
-/* Positions of --checkpoint when the file exists; false after printing why it cannot be used. */
-static bool load_checkpoint(ch_run *r, ops_cs_pos **pos, size_t *n) {
+/* --checkpoint FILE does not exist (a first run, a lost file, a run that failed before its first
+ * checkpoint). Starting at now would skip every earlier change for good, and a cron line
+ * without --from would do so on every loss without a word: a one-shot run needs --from to say
+ * where to start; --follow starts at now, its default, and says what that skips. 0 go on, 2
+ * refused. */
+static int checkpoint_missing(const ch_run *r) {
+    const char *ck = r->a.checkpoint;
+    if (r->a.from) {
+        if (!r->a.quiet)
+            fprintf(stderr,
+                    "strata changes: checkpoint %s does not exist yet: starting at --from %s\n", ck,
+                    r->a.from);
+        return 0;
+    }
+    if (r->a.follow) {
+        fprintf(stderr,
+                "strata changes: checkpoint %s does not exist: starting at now; changes before "
+                "now are not read: pass --from TIME for a first run\n",
+                ck);
+        return 0;
+    }
+    fprintf(stderr,
+            "strata changes: checkpoint %s does not exist (a first run, or the file was lost): "
+            "give --from TIME for where to start (e.g. --from -1d; the table keeps changes for "
+            "its retention); later runs resume from %s\n",
+            ck, ck);
+    return 2;
+}
+
+/* Positions of --checkpoint when the file exists. 0 go on, 1 it cannot be used, 2 bad usage
+ * (after printing why). */
+static int load_checkpoint(ch_run *r, ops_cs_pos **pos, size_t *n) {
     *pos = NULL;
     *n = 0;
     if (!r->a.checkpoint)
-        return true;
+        return 0;
     if (!lock_checkpoint(r))
-        return false;
+        return 1;
     st_err err = {0};
     st_code rc = ops_cs_ckpt_read(r->a.checkpoint, r->table, pos, n, &err);
     if (rc == ST_NOT_FOUND)
-        return true;
+        return checkpoint_missing(r);
     if (rc == ST_OK)
         rc = ops_cs_ckpt_check(r->a.checkpoint, *pos, *n, &err);
     if (rc != ST_OK) {
@@ -454,13 +595,13 @@ static bool load_checkpoint(ch_run *r, ops_cs_pos **pos, size_t *n) {
         *pos = NULL;
         *n = 0;
         fprintf(stderr, "strata changes: %s\n", err.msg);
-        return false;
+        return 1;
     }
     r->resumed = true;
     if (!r->a.quiet)
         fprintf(stderr, "strata changes: resuming %zu partition(s) from %s%s\n", *n,
                 r->a.checkpoint, r->a.from ? " (--from ignored)" : "");
-    return true;
+    return 0;
 }
 
 static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size_t n) {
@@ -510,6 +651,8 @@ static int run_loop(ch_run *r, const ops_cs_opts *o, const ops_cs_pos *pos, size
                     "strata changes: the start came from the checkpoint %s (--from is ignored "
                     "while it exists); delete it to start from --from\n",
                     r->a.checkpoint);
+        if (r->stalled)
+            stall_advice(r);
         return 1;
     }
     return 0;
@@ -569,24 +712,26 @@ int ops_changes_main(int argc, char **argv) {
                         "(the changes are printed there)\n");
         return 2;
     }
-    char addr[512];
-    if (!resolve_target(r, addr, sizeof addr))
+    char *addr = r->addr;
+    if (!resolve_target(r, addr, sizeof r->addr))
         return 1;
     st_log_set_level(ST_LOG_WARN); /* a failed connection is said once, in the error */
     if (r->a.enable || r->a.disable)
         return admin(r, addr);
     ops_cs_pos *pos;
     size_t n;
-    if (!load_checkpoint(r, &pos, &n)) {
+    int lrc = load_checkpoint(r, &pos, &n);
+    if (lrc) {
         if (r->lock_fd >= 0)
             close(r->lock_fd);
-        return 1;
+        return lrc;
     }
     signal(SIGPIPE, SIG_IGN);
     struct stat st;
     r->out_is_file = fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode);
     r->tty = isatty(STDERR_FILENO);
-    r->start_mono_us = st_mono_us();
+    r->start_mono_us = r->answer_mono_us = st_mono_us();
+    r->stall_us = stall_bound_us(r->a.heartbeat_s);
     ops_cs_opts o = {.addr = addr,
                      .table = r->table,
                      .app_profile = r->a.profile ? r->a.profile : "",

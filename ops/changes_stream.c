@@ -93,6 +93,7 @@ struct ops_cs {
     st_code final_code;
     char final_msg[ST_ERR_MSG_MAX];
     uint64_t records, retries;
+    uint64_t answers; /* messages and clean ends from the router: `strata changes` sees stalls */
     st_buf req;
     st_buf token;      /* keys_only: the token of the message being handled, NUL-terminated */
     st_arena pb_arena; /* the response being handled (part_msg) */
@@ -715,6 +716,7 @@ static void part_msg(rpc_ccall *call, st_slice msg, void *arg) {
         return;
     const char *why = NULL;
     p->cs->answered = true;
+    p->cs->answers++;
     if (p->cs->o.keys_only && part_msg_light(p, msg, &why)) {
         p->failures = 0;
         part_msg_failed(p, why);
@@ -776,6 +778,7 @@ static void part_done(rpc_ccall *call, st_code code, const char *message, void *
         return;
     }
     part_reset_change(p);
+    cs->answers += code == ST_OK;
     if (p->state == P_OPEN && code == ST_OK && cs->o.end_us && p->wm_us >= cs->o.end_us) {
         p->state = P_DONE;
         check_all_done(cs);
@@ -935,6 +938,7 @@ static void gen_done(rpc_ccall *call, st_code code, const char *message, void *a
         cs->n_wanted = 0;
     }
     cs->answered = cs->answered || code == ST_OK;
+    cs->answers += code == ST_OK;
     if (code != ST_OK && retryable(code) && !creds_failure(cs, code, message)) {
         cs->retries++;
         if (cs->o.on_retry) {
@@ -1072,6 +1076,7 @@ void ops_cs_stats_get(const ops_cs *cs, ops_cs_stats *out) {
     memset(out, 0, sizeof *out);
     out->records = cs->records;
     out->retries = cs->retries;
+    out->answers = cs->answers;
     for (const cs_part *p = cs->parts; p; p = p->next) {
         if (p->state == P_GONE)
             continue;
