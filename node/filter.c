@@ -791,6 +791,40 @@ st_code node_filter_eval(const node_filter *f, st_slice row_key, const node_cell
 
 /* ---- streaming helpers ---- */
 
+size_t node_filter_weight(const node_filter *f) {
+    if (f == NULL)
+        return 1;
+    switch (f->kind) {
+    case NODE_FILTER_CHAIN:
+    case NODE_FILTER_INTERLEAVE: {
+        size_t w = 1;
+        for (size_t i = 0; i < f->u.list.count; i++)
+            w += node_filter_weight(f->u.list.subs[i]);
+        return w;
+    }
+    case NODE_FILTER_CONDITION:
+        return 1 + node_filter_weight(f->u.cond.predicate) + node_filter_weight(f->u.cond.on_true) +
+               node_filter_weight(f->u.cond.on_false);
+    case NODE_FILTER_ROW_KEY_REGEX:
+    case NODE_FILTER_FAMILY_NAME_REGEX:
+    case NODE_FILTER_COLUMN_QUALIFIER_REGEX:
+    case NODE_FILTER_VALUE_REGEX:
+        return NODE_FILTER_REGEX_WEIGHT;
+    default:
+        return 1;
+    }
+}
+
+st_code node_filter_row_work_check(size_t w, size_t cells, st_err *err) {
+    if (cells <= NODE_FILTER_ROW_WORK_MAX / w)
+        return ST_OK;
+    return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+                      "the filter (work %zu per cell) over a row of %zu cells is more than one "
+                      "evaluation may take (%zu cells x work): use a simpler filter, or narrow the "
+                      "row first with a chain that starts with family, column or timestamp filters",
+                      w, cells, NODE_FILTER_ROW_WORK_MAX);
+}
+
 bool node_filter_is_per_cell(const node_filter *f) {
     if (f == NULL)
         return true;

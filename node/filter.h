@@ -151,6 +151,22 @@ void node_filter_release(node_filter *f);
  * tree). */
 st_code node_filter_validate(node_filter *f, st_err *err);
 
+/* The work of applying f to one cell, in units of a simple test (a range, a limit): the sum over
+ * its nodes, a regex counting NODE_FILTER_REGEX_WEIGHT. Readers bound the work of one loop turn
+ * by it (cells x weight): a 20 KB filter of 1,800 chained regexes costs 1,800 times what a single
+ * test does per cell, and counting cells alone let one turn run for half a minute. */
+#define NODE_FILTER_REGEX_WEIGHT 4
+size_t node_filter_weight(const node_filter *f);
+/* Work (cells x weight) a filter may take over one row evaluated in one piece: a row-level filter
+ * (interleave, condition, cells_per_*) over a complete row, a CheckAndMutateRow predicate. More is
+ * RESOURCE_EXHAUSTED: one such evaluation holds the node's loop, and a 20 KB filter over a row of
+ * 100,000 cells held it for tens of seconds. 8 M is a simple filter over a row of millions of
+ * cells, a few hundred milliseconds. */
+#define NODE_FILTER_ROW_WORK_MAX ((size_t)8 << 20)
+/* The error for a row of cells past NODE_FILTER_ROW_WORK_MAX with a filter of weight w (its
+ * node_filter_weight): what, and what to do. */
+st_code node_filter_row_work_check(size_t w, size_t cells, st_err *err);
+
 /* True when f can be applied one cell at a time as cells stream by (every node is a chain or a
  * per-cell test/transformer: regexes, ranges, pass/block_all, strip_value, apply_label). The
  * read path may then skip materialising the row; node_filter_cell_apply does the work. */

@@ -110,7 +110,10 @@ static st_code cam_match(node_tablet *tab, cam_op *op, st_err *err) {
         node_filter_ctx fctx = {.arena = &scratch, .rng = &rng};
         const node_cell *const *out;
         size_t out_n = 0;
-        rc = node_filter_eval(op->predicate, op->row, nc, count, &fctx, &out, &out_n, err);
+        /* before anything is written: the client learns the predicate was not evaluated */
+        rc = node_filter_row_work_check(node_filter_weight(op->predicate), count, err);
+        if (rc == ST_OK)
+            rc = node_filter_eval(op->predicate, op->row, nc, count, &fctx, &out, &out_n, err);
         op->matched = rc == ST_OK && out_n > 0;
     }
     st_arena_deinit(&scratch);
