@@ -315,38 +315,195 @@ st_code sto_memtable_put(sto_memtable *m, st_slice ikey, st_slice value, uint64_
 
 /* ---- applying row mutations ---- */
 
-/* Where the last deletes of a row mutation are (SIZE_MAX = none). */
-typedef struct mt_dels {
-    size_t last_row_del, last_del;
-} mt_dels;
+/* A SET_CELL or DEL_COLUMN of a row mutation, to sort by column and then by list position. */
+typedef struct mt_cov_ent {
+    const sto_mut *m;
+    size_t idx;
+} mt_cov_ent;
 
-/* Whether a later delete of the same row mutation covers SET_CELL muts[i]: within one mutation
- * all entries share one version, so "later delete wins" has to be settled here, by not writing
- * the cell at all (Bigtable applies a row's mutations in list order). A row delete does not cover
- * system families (strata/storage.h). */
-static bool mt_set_is_deleted_later(const sto_row_mut *row, size_t i, const mt_dels *dels) {
-    const sto_mut *s = &row->muts[i];
-    if (dels->last_row_del != SIZE_MAX && dels->last_row_del > i &&
-        !sto_family_is_system(s->family))
-        return true;
-    if (dels->last_del == SIZE_MAX || dels->last_del < i)
-        return false; /* the common case: no delete after this cell */
-    for (size_t j = i + 1; j <= dels->last_del; j++) {
-        const sto_mut *d = &row->muts[j];
-        if (d->type == STO_MUT_SET_CELL || !st_slice_eq(d->family, s->family))
-            continue;
-        if (d->type == STO_MUT_DEL_FAMILY)
-            return true;
-        if (d->type == STO_MUT_DEL_COLUMN && st_slice_eq(d->qualifier, s->qualifier) &&
-            s->ts_us >= d->ts_start_us && s->ts_us < d->ts_end_us)
-            return true;
+static int mt_cov_ent_cmp(const void *pa, const void *pb) {
+    const mt_cov_ent *a = pa, *b = pb;
+    int c = st_slice_cmp(a->m->family, b->m->family);
+    if (!c)
+        c = st_slice_cmp(a->m->qualifier, b->m->qualifier);
+    if (!c)
+        c = a->idx < b->idx ? -1 : a->idx > b->idx;
+    return c;
+}
+
+static int mt_cov_fam_cmp(const void *pa, const void *pb) {
+    const mt_cov_ent *a = pa, *b = pb;
+    int c = st_slice_cmp(a->m->family, b->m->family);
+    if (!c)
+        c = a->idx < b->idx ? -1 : a->idx > b->idx;
+    return c;
+}
+
+static int mt_i64_cmp(const void *pa, const void *pb) {
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return a < b ? -1 : a > b;
+}
+
+/* The first i in [0, n) with v[i] >= x, or n. */
+static size_t mt_lower_bound(const int64_t *v, size_t n, int64_t x) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return false;
+    return lo;
+}
+
+/* The first unmarked slot >= x (slots marked point onward; n = none), compressing the path. */
+static size_t mt_next_unmarked(size_t *next, size_t x) {
+    size_t r = x;
+    while (next[r] != r)
+        r = next[r];
+    while (next[x] != r) {
+        size_t up = next[x];
+        next[x] = r;
+        x = up;
+    }
+    return r;
+}
+
+/* Settles the SET_CELLs of one column, ents[0..n) sorted by list position (SET_CELLs and
+ * DEL_COLUMNs of the same family and qualifier): walking from the end, each DEL_COLUMN marks the
+ * distinct timestamps of the column's cells it holds, each SET_CELL is removed when its timestamp
+ * is marked. Every timestamp is marked once (next[] skips the marked ones), so the column costs
+ * O(n log n) however many deletes and ranges it has. ts, marked and next have room for n (+1). */
+static void mt_cov_column(const mt_cov_ent *ents, size_t n, bool *removed, int64_t *ts,
+                          bool *marked, size_t *next) {
+    size_t k = 0;
+    bool any_del = false;
+    for (size_t i = 0; i < n; i++) {
+        if (ents[i].m->type == STO_MUT_SET_CELL)
+            ts[k++] = ents[i].m->ts_us;
+        else if (k)
+            any_del = true; /* a delete after one of the cells */
+    }
+    if (!any_del)
+        return;
+    qsort(ts, k, sizeof *ts, mt_i64_cmp);
+    size_t u = 0;
+    for (size_t i = 0; i < k; i++)
+        if (u == 0 || ts[u - 1] != ts[i])
+            ts[u++] = ts[i];
+    for (size_t i = 0; i <= u; i++) {
+        next[i] = i;
+        if (i < u)
+            marked[i] = false;
+    }
+    for (size_t i = n; i-- > 0;) {
+        const sto_mut *m = ents[i].m;
+        if (m->type == STO_MUT_SET_CELL) {
+            if (marked[mt_lower_bound(ts, u, m->ts_us)])
+                removed[ents[i].idx] = true;
+            continue;
+        }
+        if (m->ts_end_us <= m->ts_start_us)
+            continue;
+        size_t hi = mt_lower_bound(ts, u, m->ts_end_us);
+        for (size_t x = mt_next_unmarked(next, mt_lower_bound(ts, u, m->ts_start_us)); x < hi;
+             x = mt_next_unmarked(next, x + 1)) {
+            marked[x] = true;
+            next[x] = x + 1;
+        }
+    }
+}
+
+/* Within one row mutation all entries share one version, so "later delete wins" has to be
+ * settled here, by not writing a SetCell that a later delete covers (Bigtable applies a row's
+ * mutations in list order): a DeleteFromFamily of its family, a DeleteFromColumn of its column
+ * whose range holds its timestamp, or a DeleteFromRow unless the family is a system one
+ * (strata/storage.h). Sorting the SetCells and deletes by column keeps this O(n log n). */
+st_code sto_memtable_sets_removed(const sto_row_mut *row, bool **out) {
+    *out = NULL;
+    size_t first_set = SIZE_MAX, last_del = SIZE_MAX, n_ents = 0, n_fam_dels = 0;
+    for (size_t i = 0; i < row->n_muts; i++) {
+        sto_mut_type t = row->muts[i].type;
+        if (t == STO_MUT_SET_CELL && first_set == SIZE_MAX)
+            first_set = i;
+        if (t == STO_MUT_SET_CELL || t == STO_MUT_DEL_COLUMN)
+            n_ents++;
+        if (t == STO_MUT_DEL_FAMILY)
+            n_fam_dels++;
+        if (t == STO_MUT_DEL_COLUMN || t == STO_MUT_DEL_FAMILY || t == STO_MUT_DEL_ROW)
+            last_del = i;
+    }
+    if (first_set == SIZE_MAX || last_del == SIZE_MAX || last_del < first_set)
+        return ST_OK; /* the common case: no delete after a cell, nothing to allocate */
+    bool *removed = calloc(row->n_muts, sizeof *removed);
+    mt_cov_ent *ents = malloc((n_ents + n_fam_dels) * sizeof *ents);
+    int64_t *ts = malloc(n_ents * sizeof *ts);
+    bool *marked = malloc(n_ents * sizeof *marked);
+    size_t *next = malloc((n_ents + 1) * sizeof *next);
+    if (!removed || !ents || !ts || !marked || !next) {
+        free(removed);
+        free(ents);
+        free(ts);
+        free(marked);
+        free(next);
+        return ST_RESOURCE_EXHAUSTED;
+    }
+    /* A row delete: the last one covers every cell before it but those of system families. */
+    size_t last_row_del = SIZE_MAX;
+    for (size_t i = 0; i < row->n_muts; i++)
+        if (row->muts[i].type == STO_MUT_DEL_ROW)
+            last_row_del = i;
+    /* Family deletes: sorted by family, the last of each family covers its cells before it. */
+    mt_cov_ent *fams = ents + n_ents;
+    size_t e = 0, f = 0;
+    for (size_t i = 0; i < row->n_muts; i++) {
+        const sto_mut *m = &row->muts[i];
+        if (m->type == STO_MUT_SET_CELL || m->type == STO_MUT_DEL_COLUMN)
+            ents[e++] = (mt_cov_ent){m, i};
+        else if (m->type == STO_MUT_DEL_FAMILY)
+            fams[f++] = (mt_cov_ent){m, i};
+    }
+    qsort(fams, f, sizeof *fams, mt_cov_fam_cmp);
+    qsort(ents, e, sizeof *ents, mt_cov_ent_cmp);
+    for (size_t i = 0; i < row->n_muts; i++) {
+        const sto_mut *s = &row->muts[i];
+        if (s->type != STO_MUT_SET_CELL)
+            continue;
+        if (last_row_del != SIZE_MAX && last_row_del > i && !sto_family_is_system(s->family)) {
+            removed[i] = true;
+            continue;
+        }
+        /* The first family delete of a greater family, less one: the last of s's family. */
+        size_t lo = 0, hi = f;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (st_slice_cmp(fams[mid].m->family, s->family) <= 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo > 0 && st_slice_eq(fams[lo - 1].m->family, s->family) && fams[lo - 1].idx > i)
+            removed[i] = true;
+    }
+    for (size_t a = 0, b; a < e; a = b) {
+        for (b = a + 1; b < e && st_slice_eq(ents[b].m->family, ents[a].m->family) &&
+                        st_slice_eq(ents[b].m->qualifier, ents[a].m->qualifier);
+             b++)
+            ;
+        mt_cov_column(ents + a, b - a, removed, ts, marked, next);
+    }
+    free(ents);
+    free(ts);
+    free(marked);
+    free(next);
+    *out = removed;
+    return ST_OK;
 }
 
 /* Fills k for muts[i]; false when the mutation writes nothing (an empty time range, or a cell a
- * later delete of the same mutation removes). */
-static bool mt_mut_key(const sto_row_mut *row, size_t i, const mt_dels *dels, sto_key *k) {
+ * later delete of the same mutation removes: removed, NULL = none). */
+static bool mt_mut_key(const sto_row_mut *row, size_t i, const bool *removed, sto_key *k) {
     const sto_mut *mu = &row->muts[i];
     memset(k, 0, sizeof *k);
     k->row = row->row;
@@ -357,7 +514,7 @@ static bool mt_mut_key(const sto_row_mut *row, size_t i, const mt_dels *dels, st
     case STO_MUT_SET_CELL:
         k->kind = STO_KEY_CELL;
         k->ts_us = mu->ts_us;
-        return !mt_set_is_deleted_later(row, i, dels);
+        return !(removed && removed[i]);
     case STO_MUT_DEL_COLUMN:
         k->kind = STO_KEY_COLUMN_DEL;
         /* Stored cells have ts >= 0, so a negative start means the same as 0. */
@@ -377,27 +534,27 @@ static bool mt_mut_key(const sto_row_mut *row, size_t i, const mt_dels *dels, st
 /* Encodes every key first (into m->key_buf, as offsets) so a bad mutation fails before anything
  * is inserted; only running out of memory can stop the inserts half-way. */
 st_code sto_memtable_apply(sto_memtable *m, const sto_row_mut *row, uint64_t lsn) {
-    mt_dels dels = {SIZE_MAX, SIZE_MAX};
-    for (size_t i = 0; i < row->n_muts; i++) {
+    for (size_t i = 0; i < row->n_muts; i++)
         if (row->muts[i].type < STO_MUT_SET_CELL || row->muts[i].type > STO_MUT_DEL_ROW)
             return ST_INVALID_ARGUMENT;
-        if (row->muts[i].type == STO_MUT_DEL_ROW)
-            dels.last_row_del = i;
-        if (row->muts[i].type != STO_MUT_SET_CELL)
-            dels.last_del = i;
-    }
+    bool *removed;
+    st_code rc = sto_memtable_sets_removed(row, &removed);
+    if (rc != ST_OK)
+        return rc;
     st_buf_reset(&m->key_buf);
-    for (size_t i = 0; i < row->n_muts; i++) {
+    for (size_t i = 0; i < row->n_muts && rc == ST_OK; i++) {
         sto_key k;
         size_t start = m->key_buf.len;
         /* Each key is preceded by its length so the second pass can find it. */
-        st_code rc = st_buf_append_fixed64(&m->key_buf, 0);
-        if (rc != ST_OK)
-            return rc;
-        if (mt_mut_key(row, i, &dels, &k) && (rc = sto_key_encode(&m->key_buf, &k)) != ST_OK)
-            return rc;
+        if ((rc = st_buf_append_fixed64(&m->key_buf, 0)) != ST_OK)
+            break;
+        if (mt_mut_key(row, i, removed, &k))
+            rc = sto_key_encode(&m->key_buf, &k);
         st_put_fixed64(m->key_buf.data + start, m->key_buf.len - start - 8);
     }
+    free(removed);
+    if (rc != ST_OK)
+        return rc;
     size_t pos = 0;
     for (size_t i = 0; i < row->n_muts; i++) {
         uint64_t klen = st_get_fixed64(m->key_buf.data + pos);
@@ -407,8 +564,7 @@ st_code sto_memtable_apply(sto_memtable *m, const sto_row_mut *row, uint64_t lsn
             continue;
         st_slice value =
             row->muts[i].type == STO_MUT_SET_CELL ? row->muts[i].value : st_slice_make(NULL, 0);
-        st_code rc = sto_memtable_put(m, key, value, lsn);
-        if (rc != ST_OK)
+        if ((rc = sto_memtable_put(m, key, value, lsn)) != ST_OK)
             return rc;
     }
     return ST_OK;

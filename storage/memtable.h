@@ -33,4 +33,10 @@ sto_kviter *sto_memtable_iter_new(sto_memtable *m, uint64_t max_lsn);
  * ST_RESOURCE_EXHAUSTED if memory runs out (entries may be partly written). */
 st_code sto_memtable_apply(sto_memtable *m, const sto_row_mut *row, uint64_t lsn);
 
+/* Which SetCells of row a later delete of the same row mutation removes (the rule of
+ * sto_memtable_apply): *out = an array of row->n_muts flags to free(), or NULL (nothing
+ * allocated) when no delete follows a SetCell. O(n log n) in the number of mutations.
+ * ST_RESOURCE_EXHAUSTED if memory runs out. */
+st_code sto_memtable_sets_removed(const sto_row_mut *row, bool **out);
+
 #endif
