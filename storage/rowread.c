@@ -20,6 +20,15 @@ typedef struct vis_col_del {
     int64_t start_us, end_us;
 } vis_col_del;
 
+/* A column may hold any number of tombstones (one mutation can write 100,000 disjoint ranges),
+ * and comparing every pair would make each read of the row quadratic. So: a new tombstone is
+ * compared for redundancy with the last VIS_DELS_REDUNDANT_WINDOW kept ones only (a redundant
+ * tombstone left unmarked is merely kept, which changes no answer); and a cell is checked
+ * against the kept tombstones one by one only up to VIS_DELS_SCAN_MAX of them, past which
+ * vis_col_hidden sweeps them in O(log n) per cell (see there). */
+#define VIS_DELS_REDUNDANT_WINDOW 16
+#define VIS_DELS_SCAN_MAX 16
+
 /* What an entry is worth, given everything before it in its row. */
 typedef enum vis_verdict {
     VIS_CELL,           /* visible cell */
@@ -44,6 +53,12 @@ typedef struct vis_state {
     st_buf qual;
     vis_col_del *dels; /* the column's tombstones that are not redundant; grows with the data */
     size_t n_dels, cap_dels;
+    /* The sweep over dels (vis_col_hidden), for columns with more than VIS_DELS_SCAN_MAX. */
+    bool sweep_on;     /* dels is sorted by end descending; heap and sweep_next are valid */
+    int64_t sweep_ts;  /* the timestamp of the last cell swept */
+    size_t sweep_next; /* dels[0, sweep_next) have entered the heap (end_us > sweep_ts) */
+    vis_col_del *heap; /* max-heap by version of tombstones with end_us > sweep_ts */
+    size_t n_heap, cap_heap;
     bool have_ts; /* last_ts holds the previous cell's timestamp in this column */
     int64_t last_ts;
     int64_t rank; /* visible cells of the column so far (for max-versions) */
@@ -66,6 +81,7 @@ static void vis_deinit(vis_state *vs) {
     st_buf_free(&vs->col_prefix);
     st_buf_free(&vs->qual);
     free(vs->dels);
+    free(vs->heap);
 }
 
 static void vis_row_start(vis_state *vs) {
@@ -125,18 +141,27 @@ static st_code vis_column(vis_state *vs, st_slice key, const sto_key_parts *pt) 
     if (rc != ST_OK)
         return rc;
     vs->n_dels = 0;
+    vs->sweep_on = false;
     vs->have_ts = false;
     vs->rank = 0;
     return ST_OK;
 }
 
 /* A column tombstone matters unless the family threshold or a kept column tombstone with a
- * version at least as high and a wider time range already implies it. */
+ * version at least as high and a wider time range already implies it. Only the last
+ * VIS_DELS_REDUNDANT_WINDOW kept tombstones are looked at: one implied by an older kept one is
+ * kept too, which is safe (what it hides, the one implying it hides as well, and a full
+ * compaction that drops that one by version drops this one too) and costs only its entry. */
 static st_code vis_column_del(vis_state *vs, const sto_key_parts *pt, vis_verdict *out) {
     *out = VIS_TOMB_REDUNDANT;
     if (pt->version <= vs->fam_thr || pt->del_start_us >= pt->del_end_us)
         return ST_OK;
-    for (size_t i = 0; i < vs->n_dels; i++) {
+    /* Key order puts a column's tombstones before its cells, so the sweep has not started; were
+     * that ever broken, restarting it at the next cell keeps the answers right. */
+    vs->sweep_on = false;
+    size_t from =
+        vs->n_dels > VIS_DELS_REDUNDANT_WINDOW ? vs->n_dels - VIS_DELS_REDUNDANT_WINDOW : 0;
+    for (size_t i = from; i < vs->n_dels; i++) {
         const vis_col_del *d = &vs->dels[i];
         if (d->version >= pt->version && d->start_us <= pt->del_start_us &&
             pt->del_end_us <= d->end_us)
@@ -155,27 +180,106 @@ static st_code vis_column_del(vis_state *vs, const sto_key_parts *pt, vis_verdic
     return ST_OK;
 }
 
-static vis_verdict vis_cell(vis_state *vs, const sto_key_parts *pt) {
+static int vis_del_end_desc(const void *a, const void *b) {
+    int64_t x = ((const vis_col_del *)a)->end_us, y = ((const vis_col_del *)b)->end_us;
+    return (x < y) - (x > y);
+}
+
+static void vis_heap_push(vis_state *vs, vis_col_del d) {
+    size_t i = vs->n_heap++;
+    while (i > 0 && vs->heap[(i - 1) / 2].version < d.version) {
+        vs->heap[i] = vs->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    vs->heap[i] = d;
+}
+
+static void vis_heap_pop(vis_state *vs) {
+    vis_col_del last = vs->heap[--vs->n_heap];
+    size_t n = vs->n_heap, i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && vs->heap[c + 1].version > vs->heap[c].version)
+            c++;
+        if (vs->heap[c].version <= last.version)
+            break;
+        vs->heap[i] = vs->heap[c];
+        i = c;
+    }
+    if (n)
+        vs->heap[i] = last;
+}
+
+/* Whether a kept column tombstone d with d.start_us <= ts < d.end_us and d.version > version
+ * exists. Up to VIS_DELS_SCAN_MAX tombstones: one by one. Past that, a sweep that relies on a
+ * column's cells coming newest first (key order, docs/formats/keys.md): at the column's first
+ * cell the tombstones are sorted by end descending; as ts decreases, those with end > ts join a
+ * max-heap by version and stay (end > ts holds for every later, older cell), and the top is
+ * dropped while its start > ts (it cannot cover this or any older cell). The top then covers ts
+ * and has the highest version of the heap, which holds every tombstone covering ts: the cell is
+ * hidden iff that version is above the cell's. O(n log n) per column and O(log n) amortised per
+ * cell, instead of O(n) per cell. A cell newer than the last one swept (which key order rules
+ * out) is answered one by one, so the answer never depends on that order. */
+static st_code vis_col_hidden(vis_state *vs, int64_t ts, uint64_t version, bool *hidden) {
+    *hidden = false;
+    if (vs->n_dels <= VIS_DELS_SCAN_MAX || (vs->sweep_on && ts > vs->sweep_ts)) {
+        for (size_t i = 0; i < vs->n_dels; i++) {
+            const vis_col_del *d = &vs->dels[i];
+            if (version < d->version && ts >= d->start_us && ts < d->end_us) {
+                *hidden = true;
+                break;
+            }
+        }
+        return ST_OK;
+    }
+    if (!vs->sweep_on) {
+        if (vs->cap_heap < vs->n_dels) {
+            vis_col_del *h = realloc(vs->heap, vs->n_dels * sizeof *h);
+            if (!h)
+                return ST_RESOURCE_EXHAUSTED;
+            vs->heap = h;
+            vs->cap_heap = vs->n_dels;
+        }
+        qsort(vs->dels, vs->n_dels, sizeof *vs->dels, vis_del_end_desc);
+        vs->n_heap = 0;
+        vs->sweep_next = 0;
+        vs->sweep_on = true;
+    }
+    vs->sweep_ts = ts;
+    while (vs->sweep_next < vs->n_dels && vs->dels[vs->sweep_next].end_us > ts)
+        vis_heap_push(vs, vs->dels[vs->sweep_next++]);
+    while (vs->n_heap > 0 && vs->heap[0].start_us > ts)
+        vis_heap_pop(vs);
+    *hidden = vs->n_heap > 0 && vs->heap[0].version > version;
+    return ST_OK;
+}
+
+static st_code vis_cell(vis_state *vs, const sto_key_parts *pt, vis_verdict *out) {
     /* Entries of one cell come highest version first: only the first can count. */
-    if (vs->have_ts && vs->last_ts == pt->ts_us)
-        return VIS_SHADOWED;
+    if (vs->have_ts && vs->last_ts == pt->ts_us) {
+        *out = VIS_SHADOWED;
+        return ST_OK;
+    }
     vs->have_ts = true;
     vs->last_ts = pt->ts_us;
+    *out = VIS_HIDDEN;
     if (pt->version < vs->fam_thr)
-        return VIS_HIDDEN;
-    for (size_t i = 0; i < vs->n_dels; i++) {
-        const vis_col_del *d = &vs->dels[i];
-        if (pt->version < d->version && pt->ts_us >= d->start_us && pt->ts_us < d->end_us)
-            return VIS_HIDDEN;
-    }
+        return ST_OK;
+    bool hidden;
+    st_code rc = vis_col_hidden(vs, pt->ts_us, pt->version, &hidden);
+    if (rc != ST_OK || hidden)
+        return rc;
     vs->rank++;
+    *out = VIS_CELL;
     if (!vs->rule)
-        return VIS_CELL;
+        return ST_OK;
     if (sto_gc_rule_garbage(vs->rule, vs->rank, pt->ts_us, vs->now_us, false))
-        return VIS_GC_AGE;
-    if (sto_gc_rule_garbage(vs->rule, vs->rank, pt->ts_us, vs->now_us, true))
-        return VIS_GC_VERSIONS;
-    return VIS_CELL;
+        *out = VIS_GC_AGE;
+    else if (sto_gc_rule_garbage(vs->rule, vs->rank, pt->ts_us, vs->now_us, true))
+        *out = VIS_GC_VERSIONS;
+    return ST_OK;
 }
 
 /* Classifies one entry of the current row (the caller calls vis_row_start on a new row). */
@@ -199,8 +303,7 @@ static st_code vis_feed(vis_state *vs, st_slice key, const sto_key_parts *pt, vi
         return rc;
     if (pt->kind == STO_KEY_COLUMN_DEL)
         return vis_column_del(vs, pt, out);
-    *out = vis_cell(vs, pt);
-    return ST_OK;
+    return vis_cell(vs, pt, out);
 }
 
 static st_code rr_bad_key(st_err *err, st_slice key) {
@@ -502,7 +605,7 @@ static size_t rr_kept_bytes(const sto_rowreader *r) {
     const st_buf *bs[] = {&r->start_enc,     &r->end_enc,  &r->row_prefix,    &r->row,
                           &r->last_scanned,  &r->seek_key, &r->vs.fam_prefix, &r->vs.fam_name,
                           &r->vs.col_prefix, &r->vs.qual};
-    size_t n = r->vs.cap_dels * sizeof *r->vs.dels;
+    size_t n = (r->vs.cap_dels + r->vs.cap_heap) * sizeof *r->vs.dels;
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++)
         n += bs[i]->cap;
     return n;
@@ -528,6 +631,8 @@ static sto_rowreader *rr_take(void) {
     }
     r->vs.dels = keep.vs.dels;
     r->vs.cap_dels = keep.vs.cap_dels;
+    r->vs.heap = keep.vs.heap;
+    r->vs.cap_heap = keep.vs.cap_heap;
     return r;
 }
 

@@ -56,7 +56,9 @@ void sto_rowreader_free(sto_rowreader *r);
  * (forward only: seek_first then next; seek, seek_last and prev make it fail with ST_INTERNAL).
  * Tombstones whose version is below drop_tombstones_below are dropped when full; a tombstone that
  * a kept tombstone of the same or a wider scope with a version at least as high makes redundant
- * is dropped always. A malformed key ends it with ST_DATA_LOSS. NULL if memory runs out. */
+ * is dropped always (a column tombstone: when that one is among the last 16 kept in its column;
+ * otherwise it is kept, harmlessly). A malformed key ends it with ST_DATA_LOSS. NULL if memory
+ * runs out. */
 sto_kviter *sto_compact_iter_new(sto_kviter *merged, sto_gc_set *gc, int64_t now_us, bool full,
                                  uint64_t drop_tombstones_below);
 

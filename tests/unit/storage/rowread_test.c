@@ -459,8 +459,33 @@ static bool m_covers(const m_entry *d, const m_entry *c) {
            (d->qual == c->qual && c->ts >= d->start && c->ts < d->end);
 }
 
-/* One random row mutation, applied to memtable `which` (and maybe replayed into another), and
- * recorded in the model with Bigtable's in-order meaning. */
+/* Applies one row mutation (me[i] as muts[i], all of one row and version) to a random memtable
+ * of fx, maybe replays it into another, and records it in the model with Bigtable's in-order
+ * meaning. */
+static void m_apply(m_world *w, fixture *fx, st_rng *rng, const m_entry *me, const sto_mut *muts,
+                    size_t n) {
+    sto_row_mut r = {.row = m_row(me[0].row), .muts = muts, .n_muts = n, .version = me[0].version};
+    size_t which = (size_t)st_rng_below(rng, fx->n);
+    assert_int_equal(sto_memtable_apply(fx->mt[which], &r, ++fx->lsn), ST_OK);
+    if (fx->n > 1 && st_rng_below(rng, 8) == 0) /* a replay of the same mutation elsewhere */
+        assert_int_equal(sto_memtable_apply(fx->mt[(which + 1) % fx->n], &r, ++fx->lsn), ST_OK);
+    for (size_t i = 0; i < n; i++) {
+        bool dropped = false;
+        for (size_t j = i + 1; j < n && me[i].type == STO_MUT_SET_CELL; j++) {
+            bool same_cell = me[j].type == STO_MUT_SET_CELL && me[j].fam == me[i].fam &&
+                             me[j].qual == me[i].qual && me[j].ts == me[i].ts;
+            if (same_cell || m_covers(&me[j], &me[i]))
+                dropped = true;
+        }
+        if (!dropped) {
+            assert_true(w->n < M_ENTRIES_MAX);
+            w->e[w->n++] = me[i];
+        }
+    }
+}
+
+/* One random row mutation, applied to a random memtable (and maybe replayed into another), and
+ * recorded in the model. */
 static void m_mutate(m_world *w, fixture *fx, st_rng *rng, uint64_t version) {
     sto_mut muts[5];
     m_entry me[5];
@@ -491,24 +516,7 @@ static void m_mutate(m_world *w, fixture *fx, st_rng *rng, uint64_t version) {
                             .ts_end_us = e->end,
                             .value = st_slice_cstr(e->value)};
     }
-    sto_row_mut r = {.row = m_row(row), .muts = muts, .n_muts = n, .version = version};
-    size_t which = (size_t)st_rng_below(rng, fx->n);
-    assert_int_equal(sto_memtable_apply(fx->mt[which], &r, ++fx->lsn), ST_OK);
-    if (fx->n > 1 && st_rng_below(rng, 8) == 0) /* a replay of the same mutation elsewhere */
-        assert_int_equal(sto_memtable_apply(fx->mt[(which + 1) % fx->n], &r, ++fx->lsn), ST_OK);
-    for (size_t i = 0; i < n; i++) {
-        bool dropped = false;
-        for (size_t j = i + 1; j < n && me[i].type == STO_MUT_SET_CELL; j++) {
-            bool same_cell = me[j].type == STO_MUT_SET_CELL && me[j].fam == me[i].fam &&
-                             me[j].qual == me[i].qual && me[j].ts == me[i].ts;
-            if (same_cell || m_covers(&me[j], &me[i]))
-                dropped = true;
-        }
-        if (!dropped) {
-            assert_true(w->n < M_ENTRIES_MAX);
-            w->e[w->n++] = me[i];
-        }
-    }
+    m_apply(w, fx, rng, me, muts, n);
 }
 
 static bool m_gc(const sto_gc_rule *r, int64_t rank, int64_t ts, int64_t now) {
@@ -860,6 +868,199 @@ static void test_rowread_random_vs_model(void **state) {
     free(v);
 }
 
+/* Many column tombstones per column, where the reader stops checking a cell against each kept
+ * tombstone and sweeps them (rowread.c, vis_col_hidden), and compares a new tombstone with only
+ * the last few kept ones: random rows of one or two columns with up to hundreds of tombstones
+ * (disjoint, overlapping or repeating ranges, some unbounded; versions in random order; a
+ * mutation's deletes share its version) and cells (timestamps on and off range bounds, the same
+ * timestamp written by several mutations), against the model's plain rule, forward, reverse,
+ * with skips and through compactions. */
+static void test_rowread_many_column_tombstones_vs_model(void **state) {
+    (void)state;
+    uint64_t seed = st_test_seed("test_rowread_many_column_tombstones_vs_model");
+    st_rng rng;
+    st_rng_seed(&rng, seed);
+    m_world *w = malloc(sizeof *w);
+    m_view *v = malloc(sizeof *v);
+    assert_non_null(w);
+    assert_non_null(v);
+    st_buf got, want;
+    st_buf_init(&got);
+    st_buf_init(&want);
+    size_t dropped = 0;
+    for (int round = 0; round < 300; round++) {
+        fixture fx;
+        fx_init(&fx, 1 + (size_t)st_rng_below(&rng, 4));
+        w->n = 0;
+        int row = (int)st_rng_below(&rng, N_ROWS);
+        unsigned mode = (unsigned)st_rng_below(&rng, 3); /* disjoint, overlapping, repeating */
+        int n_fams = 1 + (int)st_rng_below(&rng, 2), n_quals = 1 + (int)st_rng_below(&rng, 2);
+        size_t n_muts = 1 + (size_t)st_rng_below(&rng, 60);
+        uint64_t versions[64];
+        for (size_t i = 0; i < n_muts; i++)
+            versions[i] = i + 1;
+        for (size_t i = n_muts; i > 1; i--) {
+            size_t j = (size_t)st_rng_below(&rng, i);
+            uint64_t t = versions[i - 1];
+            versions[i - 1] = versions[j];
+            versions[j] = t;
+        }
+        for (size_t m = 0; m < n_muts; m++) {
+            sto_mut muts[12];
+            m_entry me[12];
+            size_t n = 1 + (size_t)st_rng_below(&rng, 12);
+            for (size_t i = 0; i < n; i++) {
+                m_entry *e = &me[i];
+                memset(e, 0, sizeof *e);
+                unsigned k = (unsigned)st_rng_below(&rng, 40);
+                e->type = k < 24   ? STO_MUT_DEL_COLUMN
+                          : k < 38 ? STO_MUT_SET_CELL
+                          : k < 39 ? STO_MUT_DEL_FAMILY
+                                   : STO_MUT_DEL_ROW;
+                e->row = row;
+                e->fam = (int)st_rng_below(&rng, (uint64_t)n_fams);
+                e->qual = (int)st_rng_below(&rng, (uint64_t)n_quals);
+                /* Cells on every half unit, so some sit exactly on a range's start or end. */
+                e->ts = (int64_t)st_rng_below(&rng, 140) * 500;
+                if (mode == 0) { /* disjoint unit ranges [2u, 2u + 1) */
+                    e->start = (int64_t)st_rng_below(&rng, 35) * 2000;
+                    e->end = e->start + 1000;
+                } else if (mode == 1) { /* anything: overlapping, nested, empty, unbounded */
+                    e->start = (int64_t)st_rng_below(&rng, 70) * 1000 - 500;
+                    e->end = st_rng_below(&rng, 10) == 0
+                                 ? STO_TS_END_INF
+                                 : e->start + (int64_t)st_rng_below(&rng, 20) * 500;
+                } else { /* few distinct ranges, each deleted again and again */
+                    unsigned r = (unsigned)st_rng_below(&rng, 24);
+                    e->start = (int64_t)(r % 8) * 7000;
+                    e->end = r >= 20 ? STO_TS_END_INF : e->start + (int64_t)(1 + r / 8) * 3000;
+                }
+                e->version = versions[m];
+                snprintf(e->value, sizeof e->value, "v%llu.%zu", (unsigned long long)e->version, i);
+                muts[i] = (sto_mut){.type = e->type,
+                                    .family = m_fam(e->fam),
+                                    .qualifier = m_qual(e->qual),
+                                    .ts_us = e->ts,
+                                    .ts_start_us = e->start,
+                                    .ts_end_us = e->end,
+                                    .value = st_slice_cstr(e->value)};
+            }
+            m_apply(w, &fx, &rng, me, muts, n);
+        }
+        m_rules mr;
+        m_rules_make(&mr, &rng);
+        int64_t now = (int64_t)st_rng_below(&rng, 72) * 1000;
+        m_visible(w, mr.by_fam, now, v);
+        sto_range all = {0};
+        for (int reverse = 0; reverse < 2; reverse++) {
+            m_dump(w, v, &all, reverse, &want);
+            read_dump(fx_merged(&fx), mr.set, now, &all, reverse, &got);
+            expect_same(&got, &want, seed, round, reverse ? "reverse read" : "forward read");
+        }
+        check_skips(&fx, w, v, &mr, now, st_rng_below(&rng, 2), &rng);
+        m_dump(w, v, &all, false, &want);
+        check_compactions(&fx, &mr, now, &want, seed, round, n_muts, &rng, &dropped);
+        sto_gc_set_unref(mr.set);
+        fx_free(&fx);
+    }
+    assert_true(dropped > 0);
+    st_buf_free(&got);
+    st_buf_free(&want);
+    free(w);
+    free(v);
+}
+
+/* One mutation of 100,000 disjoint column tombstones [2i + 2, 2i + 3) ms (version 100) on one
+ * column, and cells every 7 ms of the span, half older than the tombstones and half newer: each
+ * cell is visible iff it is newer or its timestamp is in no range. Read forward and reverse,
+ * and compacted (partial: tombstones kept, hidden cells dropped; full with every tombstone past
+ * its grace: only the visible cells), read back. Linear per read since the sweep; before it, a
+ * read of this row checked every cell and every tombstone against every kept tombstone. */
+#define MANY_DELS 100000
+#define MANY_SPAN_MS (2 * MANY_DELS + 4)
+#define MANY_STEP_MS 7
+#define MANY_BATCH 1000
+
+static uint64_t many_version(int64_t j) {
+    return (j / MANY_STEP_MS / MANY_BATCH) % 2 ? 150 : 50;
+}
+
+static bool many_visible(int64_t j) {
+    bool covered = j % 2 == 0 && j >= 2 && j <= 2 * MANY_DELS;
+    return many_version(j) > 100 || !covered;
+}
+
+/* Reads every cell: they must be the visible ones, in order; returns how many. */
+static size_t many_read(sto_kviter *merged, bool reverse) {
+    sto_rowreader *r;
+    assert_int_equal(sto_rowreader_new(merged, NULL, 0, NULL, reverse, STO_ITER_USER, &r, NULL),
+                     ST_OK);
+    /* One row, so reverse reads it as forward does: cells newest first, each below `next`. */
+    int64_t next = MANY_SPAN_MS;
+    size_t n = 0;
+    sto_cell c;
+    while (sto_rowreader_next(r, &c, NULL) == ST_OK) {
+        assert_int_equal(c.ts_us % 1000, 0);
+        int64_t j = c.ts_us / 1000;
+        assert_true(j < next && j % MANY_STEP_MS == 0);
+        for (int64_t k = j + MANY_STEP_MS; k < next; k += MANY_STEP_MS)
+            assert_false(many_visible(k)); /* a visible cell was left out */
+        assert_true(many_visible(j));
+        assert_int_equal(c.version, many_version(j));
+        next = j;
+        n++;
+    }
+    for (int64_t k = 0; k < next; k += MANY_STEP_MS)
+        assert_false(many_visible(k));
+    sto_rowreader_free(r);
+    return n;
+}
+
+static void test_rowread_many_disjoint_column_tombstones(void **state) {
+    (void)state;
+    fixture fx;
+    fx_init(&fx, 1);
+    sto_mut *muts = calloc(MANY_DELS, sizeof *muts);
+    assert_non_null(muts);
+    for (int64_t i = 0; i < MANY_DELS; i++)
+        muts[i] = (sto_mut){.type = STO_MUT_DEL_COLUMN,
+                            .family = ST_SLICE_LIT("f"),
+                            .qualifier = ST_SLICE_LIT("c"),
+                            .ts_start_us = (2 * i + 2) * 1000,
+                            .ts_end_us = (2 * i + 3) * 1000};
+    fx_apply(&fx, 0, "r", 100, muts, MANY_DELS);
+    size_t visible = 0, n = 0;
+    for (int64_t j = 0; j < MANY_SPAN_MS; j += MANY_STEP_MS) {
+        muts[n++] = (sto_mut){.type = STO_MUT_SET_CELL,
+                              .family = ST_SLICE_LIT("f"),
+                              .qualifier = ST_SLICE_LIT("c"),
+                              .ts_us = j * 1000,
+                              .value = ST_SLICE_LIT("v")};
+        visible += many_visible(j);
+        if (n == MANY_BATCH || j + MANY_STEP_MS >= MANY_SPAN_MS) {
+            fx_apply(&fx, 0, "r", many_version(j), muts, n);
+            n = 0;
+        }
+    }
+    free(muts);
+    assert_true(visible > 0 && visible < MANY_SPAN_MS / MANY_STEP_MS);
+    assert_int_equal(many_read(fx_merged(&fx), false), visible);
+    assert_int_equal(many_read(fx_merged(&fx), true), visible);
+
+    m_rules none = {0};
+    size_t kept;
+    fixture out = {.n = 1};
+    out.mt[0] = compact_into(fx_merged(&fx), &none, 0, false, UINT64_MAX, &kept);
+    assert_int_equal(kept, MANY_DELS + visible);
+    assert_int_equal(many_read(fx_merged(&out), false), visible);
+    fx_free(&out);
+    out.mt[0] = compact_into(fx_merged(&fx), &none, 0, true, UINT64_MAX, &kept);
+    assert_int_equal(kept, visible);
+    assert_int_equal(many_read(fx_merged(&out), false), visible);
+    fx_free(&out);
+    fx_free(&fx);
+}
+
 static void test_rowread_compaction_drops(void **state) {
     (void)state;
     fixture fx;
@@ -897,6 +1098,8 @@ int main(void) {
         cmocka_unit_test(test_rowread_corrupt_key_is_data_loss),
         cmocka_unit_test(test_rowread_compaction_drops),
         cmocka_unit_test(test_rowread_random_vs_model),
+        cmocka_unit_test(test_rowread_many_column_tombstones_vs_model),
+        cmocka_unit_test(test_rowread_many_disjoint_column_tombstones),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
