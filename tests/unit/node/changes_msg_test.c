@@ -36,6 +36,7 @@ typedef struct sink {
     size_t fail_n;    /* ... for message number fail_n (1-based; 0 = never) */
     bool pause;       /* take each message and pause after it (NODE_CS_PAUSE) */
     size_t calls;     /* node_cs_encode_change calls encode made */
+    size_t arena_max; /* most scratch one call took (arena bytes) */
     st_buf first;     /* the bytes of the first message of the last record encoded */
     size_t first_at;  /* its index in msgs */
 } sink;
@@ -120,12 +121,15 @@ static st_code encode(const node_cs_change *c, size_t value_bytes, sink *s) {
     st_buf msg;
     st_arena_init(&a, 4096);
     st_buf_init(&msg);
-    size_t next = 0;
+    node_cs_pos pos = {0};
     st_code rc;
     s->first_at = s->n;
     do { /* a paused record goes on from the chunk it names, as the reader does in a later turn */
         s->calls++;
-        rc = node_cs_encode_change(c, value_bytes, &a, &msg, collect, s, &next);
+        rc = node_cs_encode_change(c, value_bytes, &a, &msg, collect, s, &pos);
+        if (a.total_bytes > s->arena_max)
+            s->arena_max = a.total_bytes;
+        st_arena_reset(&a); /* as the reader does after each call */
     } while (rc == NODE_CS_PAUSE);
     if (rc == ST_OK)
         check_body(c, value_bytes, &s->first, s->n - s->first_at);
