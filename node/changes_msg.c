@@ -148,31 +148,27 @@ static void chunk_lengths(cs_chunk *c) {
     c->len = (c->info ? f_len(c->info_len, true) : 0) + f_len(c->mut, true);
 }
 
-/* The chunks of mutation sm into out (mut_chunks of them). */
-static void mut_to_chunks(const node_cs_change *c, const sto_mut *sm, size_t value_bytes,
-                          cs_chunk *out) {
-    size_t n = mut_chunks(sm, value_bytes, c->n_families);
-    for (size_t k = 0; k < n; k++) {
-        cs_chunk *x = &out[k];
-        memset(x, 0, sizeof *x);
-        x->type = sm->type == STO_MUT_DEL_ROW ? STO_MUT_DEL_FAMILY : sm->type;
-        x->family = sm->type == STO_MUT_DEL_ROW ? st_slice_cstr(c->families[k]) : sm->family;
-        x->qualifier = sm->qualifier;
-        x->ts = sm->ts_us;
-        x->ts_start = sm->ts_start_us;
-        x->ts_end = sm->ts_end_us == STO_TS_END_INF ? 0 : sm->ts_end_us;
-        x->value = sm->value;
-        if (sm->type == STO_MUT_SET_CELL && sm->value.len > value_bytes) {
-            size_t off = k * value_bytes;
-            size_t len = sm->value.len - off < value_bytes ? sm->value.len - off : value_bytes;
-            x->info = true;
-            x->size = (uint64_t)(int32_t)sm->value.len; /* values are at most 100 MiB */
-            x->off = off;
-            x->last = off + len == sm->value.len;
-            x->value = st_slice_make(sm->value.data + off, len);
-        }
-        chunk_lengths(x);
+/* Chunk k of mutation sm (k < mut_chunks of it) into x. */
+static void mut_chunk(const node_cs_change *c, const sto_mut *sm, size_t value_bytes, size_t k,
+                      cs_chunk *x) {
+    memset(x, 0, sizeof *x);
+    x->type = sm->type == STO_MUT_DEL_ROW ? STO_MUT_DEL_FAMILY : sm->type;
+    x->family = sm->type == STO_MUT_DEL_ROW ? st_slice_cstr(c->families[k]) : sm->family;
+    x->qualifier = sm->qualifier;
+    x->ts = sm->ts_us;
+    x->ts_start = sm->ts_start_us;
+    x->ts_end = sm->ts_end_us == STO_TS_END_INF ? 0 : sm->ts_end_us;
+    x->value = sm->value;
+    if (sm->type == STO_MUT_SET_CELL && sm->value.len > value_bytes) {
+        size_t off = k * value_bytes;
+        size_t len = sm->value.len - off < value_bytes ? sm->value.len - off : value_bytes;
+        x->info = true;
+        x->size = (uint64_t)(int32_t)sm->value.len; /* values are at most 100 MiB */
+        x->off = off;
+        x->last = off + len == sm->value.len;
+        x->value = st_slice_make(sm->value.data + off, len);
     }
+    chunk_lengths(x);
 }
 
 static uint8_t *w_chunk(uint8_t *p, const cs_chunk *c) {
@@ -286,53 +282,71 @@ static st_code emit_msg(cs_enc *e, const cs_chunk *chunks, size_t n, bool first,
     return e->emit(e->msg, e->arg);
 }
 
-/* The chunks of c into *out (arena memory when more than fit in one[4]) and their count. */
-static st_code record_chunks(const node_cs_change *c, size_t value_bytes, st_arena *arena,
-                             cs_chunk *one, cs_chunk **out, size_t *total) {
+/* The record's chunk at pos, moving pos past mutations that have none (a DeleteFromRow of a
+ * table without families); false at the record's end. */
+static bool chunk_at(const node_cs_change *c, size_t value_bytes, node_cs_pos *pos, cs_chunk *x) {
     const sto_row_mut *row = c->row;
-    size_t n = 0;
-    for (size_t i = 0; i < row->n_muts; i++)
-        n += mut_chunks(&row->muts[i], value_bytes, c->n_families);
-    *total = n;
-    *out = n <= 4 ? one : st_arena_alloc(arena, n * sizeof **out);
-    if (n && !*out)
-        return ST_RESOURCE_EXHAUSTED;
-    size_t k = 0;
-    for (size_t i = 0; i < row->n_muts; i++) {
-        mut_to_chunks(c, &row->muts[i], value_bytes, *out + k);
-        k += mut_chunks(&row->muts[i], value_bytes, c->n_families);
+    while (pos->mut < row->n_muts &&
+           pos->sub >= mut_chunks(&row->muts[pos->mut], value_bytes, c->n_families)) {
+        pos->mut++;
+        pos->sub = 0;
     }
-    return ST_OK;
+    if (pos->mut >= row->n_muts)
+        return false;
+    mut_chunk(c, &row->muts[pos->mut], value_bytes, pos->sub, x);
+    return true;
+}
+
+static void pos_step(node_cs_pos *pos) {
+    pos->chunk++;
+    pos->sub++;
 }
 
 st_code node_cs_encode_change(const node_cs_change *c, size_t value_bytes, st_arena *arena,
-                              st_buf *msg, node_cs_emit_fn emit, void *arg, size_t *next) {
-    cs_chunk one[4], *chunks;
-    size_t total;
-    st_code rc = record_chunks(c, value_bytes, arena, one, &chunks, &total);
-    if (rc != ST_OK || total == 0 || *next >= total) {
-        *next = rc == ST_OK ? total : *next;
-        return rc;
-    }
-    /* Messages are cut greedily from each message's first chunk, so a record resumed at *next
-     * (the first chunk of a message) is cut as it would have been in one go. */
+                              st_buf *msg, node_cs_emit_fn emit, void *arg, node_cs_pos *pos) {
+    /* Only the message being cut is held as chunks, built from pos: a record resumed in many
+     * turns (a row mutation of millions of mods) costs each turn what it sends, not the whole
+     * record again, and the scratch is bounded by one message's chunks. Messages are cut
+     * greedily from each message's first chunk, so a record resumed at pos (the first chunk of
+     * a message) is cut as it would have been in one go. */
     cs_enc e = {c, msg, emit, arg};
-    size_t from = *next, cost = 0;
-    for (size_t i = from; i < total; i++) {
-        size_t cc = chunk_cost(&chunks[i]);
-        if (i > from && cost + cc > value_bytes + CS_CHUNK_OVERHEAD_BYTES) {
-            rc = emit_msg(&e, chunks + from, i - from, from == 0, false);
+    cs_chunk one[4], *win = one, x;
+    size_t cap = 4, n = 0, cost = 0;
+    node_cs_pos from = *pos, at = *pos; /* the message's first chunk; the next chunk */
+    st_code rc;
+    while (chunk_at(c, value_bytes, &at, &x)) {
+        if (n == 0)
+            from = at; /* past mutations without chunks */
+        size_t cc = chunk_cost(&x);
+        if (n > 0 && cost + cc > value_bytes + CS_CHUNK_OVERHEAD_BYTES) {
+            rc = emit_msg(&e, win, n, from.chunk == 0, false);
             if (rc != ST_OK) {
-                *next = rc == NODE_CS_PAUSE ? i : from;
+                *pos = rc == NODE_CS_PAUSE ? at : from;
                 return rc;
             }
-            from = i;
-            cost = 0;
+            from = at;
+            n = cost = 0;
         }
+        if (n == cap) { /* at most one message's chunks: value_bytes / 32 + 1 */
+            cs_chunk *w = st_arena_alloc(arena, 2 * cap * sizeof *w);
+            if (!w) {
+                *pos = from;
+                return ST_RESOURCE_EXHAUSTED;
+            }
+            memcpy(w, win, n * sizeof *w);
+            win = w;
+            cap *= 2;
+        }
+        win[n++] = x;
         cost += cc;
+        pos_step(&at);
     }
-    rc = emit_msg(&e, chunks + from, total - from, from == 0, true);
-    *next = rc == ST_OK || rc == NODE_CS_PAUSE ? total : from;
+    if (n == 0) { /* no mutation, or the record was sent */
+        *pos = at;
+        return ST_OK;
+    }
+    rc = emit_msg(&e, win, n, from.chunk == 0, true);
+    *pos = rc == ST_OK || rc == NODE_CS_PAUSE ? at : from;
     return rc == NODE_CS_PAUSE ? ST_OK : rc;
 }
 
@@ -357,7 +371,7 @@ st_code node_cs_encode_body(const node_cs_change *c, size_t value_bytes, st_buf 
         if (m->type == STO_MUT_DEL_ROW || mut_chunks(m, value_bytes, 0) != 1 ||
             n == NODE_CS_BODY_CHUNKS_MAX)
             return ST_NOT_FOUND;
-        mut_to_chunks(c, m, value_bytes, &chunks[n++]);
+        mut_chunk(c, m, value_bytes, 0, &chunks[n++]);
     }
     if (n == 0 || !one_message(chunks, n, value_bytes))
         return ST_NOT_FOUND;

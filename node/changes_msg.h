@@ -43,16 +43,23 @@ typedef struct node_cs_change {
 typedef st_code (*node_cs_emit_fn)(st_buf *msg, void *arg);
 #define NODE_CS_PAUSE ST_ABORTED
 
+/* Where a record's sending stands: its chunk number chunk, chunk sub of mutation mut. {0}: the
+ * record's first chunk. */
+typedef struct node_cs_pos {
+    size_t chunk, mut, sub;
+} node_cs_pos;
+
 /* Encodes c as DataChange messages of at most value_bytes bytes of values each (chunks of at most
- * value_bytes), calling emit once per message in order, from the message that begins with chunk
- * *next (0: the record's first). On return *next is the first chunk not yet sent, which is the
- * record's chunk count once every message went out. Scratch from arena (the caller frees it after
+ * value_bytes), calling emit once per message in order, from the message that begins at *pos
+ * ({0}: the record's first chunk). On return *pos is the first chunk not yet sent, whose chunk is
+ * the record's chunk count once every message went out; resuming costs what is sent, not the
+ * chunks before *pos. Scratch from arena (the caller frees it after
  * the call), msg is the buffer the messages are packed into. Returns ST_OK when the record's last
  * message went out (also for a record with no mutation: nothing is sent), NODE_CS_PAUSE when emit
- * paused before it (call again with the same c and *next to go on), emit's other codes, or
+ * paused before it (call again with the same c and *pos to go on), emit's other codes, or
  * RESOURCE_EXHAUSTED when memory runs out. */
 st_code node_cs_encode_change(const node_cs_change *c, size_t value_bytes, st_arena *arena,
-                              st_buf *msg, node_cs_emit_fn emit, void *arg, size_t *next);
+                              st_buf *msg, node_cs_emit_fn emit, void *arg, node_cs_pos *pos);
 
 /* A record that goes out as one message — at most NODE_CS_BODY_CHUNKS_MAX mutations, none a
  * DeleteFromRow, within value_bytes — is the same message for every reader but for its last

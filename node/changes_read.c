@@ -172,10 +172,11 @@ struct cs_reader {
     uint32_t token_cluster;
     int64_t token_y;
     /* A record of several messages goes out over several turns (docs/changestreams.md, Sending
-     * large records): out_next is the first chunk of the record being sent that has not gone
-     * out (0: no record is in the middle of being sent), out_pause whether the sending code may
+     * large records): out_pos is the first chunk of the record being sent that has not gone
+     * out (chunk 0: no record is in the middle of being sent), kept so that each turn encodes
+     * only what it sends, out_pause whether the sending code may
      * pause the record now. The record is pending's (live) or the hold's (a scan). */
-    size_t out_next;
+    node_cs_pos out_pos;
     bool out_pause;
     /* The scan's cell read before a flush paused: handled first in the next turn. */
     bool stashed;
@@ -463,9 +464,9 @@ static st_code send_body(cs_reader *r, st_slice body, st_err *err) {
     return rc;
 }
 
-/* Sends one decoded record with the token of the current position, from chunk out_next (a record
+/* Sends one decoded record with the token of the current position, from chunk out_pos (a record
  * paused in an earlier turn goes on where it stopped). With out_pause the record may pause
- * between two messages: CS_MORE or CS_BLOCKED then (out_next says where it goes on), and nothing
+ * between two messages: CS_MORE or CS_BLOCKED then (out_pos says where it goes on), and nothing
  * else may be sent on the call until it is resumed with the same record and position. */
 static st_code send_change(cs_reader *r, const sto_row_mut *row, st_err *err) {
     char buf[32];
@@ -476,11 +477,11 @@ static st_code send_change(cs_reader *r, const sto_row_mut *row, st_err *err) {
                         watermark(r),
                         NULL,
                         0};
-    size_t next = r->out_next;
+    node_cs_pos pos = r->out_pos;
     st_code rc = row_families(r, row, &c);
     if (rc == ST_OK)
-        rc = node_cs_encode_change(&c, NODE_CS_MSG_VALUE_BYTES, &r->arena, &r->msg, emit, r, &next);
-    r->out_next = rc == NODE_CS_PAUSE ? next : 0;
+        rc = node_cs_encode_change(&c, NODE_CS_MSG_VALUE_BYTES, &r->arena, &r->msg, emit, r, &pos);
+    r->out_pos = rc == NODE_CS_PAUSE ? pos : (node_cs_pos){0};
     if (rc == NODE_CS_PAUSE)
         rc = rpc_call_writable(r->call) ? CS_MORE : CS_BLOCKED;
     else if (rc != ST_OK)
@@ -489,7 +490,7 @@ static st_code send_change(cs_reader *r, const sto_row_mut *row, st_err *err) {
                                       : "out of memory encoding a change record");
     arena_recycle(r);
     buf_recycle(&r->msg);
-    if (r->out_next == 0)
+    if (r->out_pos.chunk == 0)
         r->turn_records++;
     r->hb_due = st_mono_us() + r->hb_us;
     return rc;
@@ -677,7 +678,7 @@ static st_code hold_flush(cs_reader *r, void (*last_pos)(cs_reader *r), st_err *
 /* A record paused in an earlier turn goes on before anything else is sent on the call. ST_OK
  * once no record is paused. */
 static st_code resume_record(cs_reader *r, st_err *err) {
-    if (r->out_next == 0)
+    if (r->out_pos.chunk == 0)
         return ST_OK;
     if (!rpc_call_writable(r->call))
         return CS_BLOCKED;
@@ -1166,7 +1167,7 @@ static void cs_turn_run(cs_reader *r) {
     if (rc == CS_BLOCKED) {
         wait_writable(r);
     } else if (rc == CS_MORE) {
-        if (r->out_next == 0 && st_mono_us() >= r->hb_due && rpc_call_writable(r->call) &&
+        if (r->out_pos.chunk == 0 && st_mono_us() >= r->hb_due && rpc_call_writable(r->call) &&
             send_heartbeat(r) != ST_OK)
             cs_end(r, ST_CANCELLED, NULL);
         else

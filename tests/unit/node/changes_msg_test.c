@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +37,7 @@ typedef struct sink {
     size_t fail_n;    /* ... for message number fail_n (1-based; 0 = never) */
     bool pause;       /* take each message and pause after it (NODE_CS_PAUSE) */
     size_t calls;     /* node_cs_encode_change calls encode made */
+    size_t arena_max; /* most scratch one call took (arena bytes) */
     st_buf first;     /* the bytes of the first message of the last record encoded */
     size_t first_at;  /* its index in msgs */
 } sink;
@@ -120,12 +122,15 @@ static st_code encode(const node_cs_change *c, size_t value_bytes, sink *s) {
     st_buf msg;
     st_arena_init(&a, 4096);
     st_buf_init(&msg);
-    size_t next = 0;
+    node_cs_pos pos = {0};
     st_code rc;
     s->first_at = s->n;
     do { /* a paused record goes on from the chunk it names, as the reader does in a later turn */
         s->calls++;
-        rc = node_cs_encode_change(c, value_bytes, &a, &msg, collect, s, &next);
+        rc = node_cs_encode_change(c, value_bytes, &a, &msg, collect, s, &pos);
+        if (a.total_bytes > s->arena_max)
+            s->arena_max = a.total_bytes;
+        st_arena_reset(&a); /* as the reader does after each call */
     } while (rc == NODE_CS_PAUSE);
     if (rc == ST_OK)
         check_body(c, value_bytes, &s->first, s->n - s->first_at);
@@ -339,6 +344,93 @@ static void test_changes_msg_budget_and_del_row(void **state) {
     sink_free(&s);
 }
 
+static void same_msgs(const sink *x, const sink *y) {
+    assert_int_equal(x->n, y->n);
+    for (size_t i = 0; i < x->n; i++) {
+        size_t a = google__bigtable__v2__read_change_stream_response__get_packed_size(x->msgs[i]);
+        size_t b = google__bigtable__v2__read_change_stream_response__get_packed_size(y->msgs[i]);
+        assert_int_equal(a, b);
+        uint8_t *p = malloc(a), *q = malloc(b);
+        google__bigtable__v2__read_change_stream_response__pack(x->msgs[i], p);
+        google__bigtable__v2__read_change_stream_response__pack(y->msgs[i], q);
+        assert_memory_equal(p, q, a);
+        free(p);
+        free(q);
+    }
+}
+
+/* A record of 200,000 mods (2,000 DeleteFromRow over 100 families, a value of three chunks in
+ * the middle) paused after every message comes out as in one go, every chunk in order, and each
+ * call's scratch stays within one message's chunks: a resumed record is not cut into chunks again
+ * from its start (it took the whole record's chunk array, some 27 MB, per call). */
+static void test_changes_msg_huge_record_resumed(void **state) {
+    (void)state;
+    enum { FAMS = 100, ROWS = 2000 };
+    char names[FAMS][4];
+    const char *fams[FAMS];
+    for (size_t i = 0; i < FAMS; i++) {
+        snprintf(names[i], sizeof names[i], "f%02zu", i);
+        fams[i] = names[i];
+    }
+    size_t big = 2 * NODE_CS_MSG_VALUE_BYTES + 5;
+    uint8_t *v = calloc(1, big);
+    sto_mut *m = calloc(ROWS + 2, sizeof *m);
+    assert_non_null(v);
+    assert_non_null(m);
+    for (size_t i = 0; i < ROWS + 2; i++)
+        m[i] = (sto_mut){.type = STO_MUT_DEL_ROW};
+    m[ROWS / 2] = (sto_mut){.type = STO_MUT_SET_CELL,
+                            .family = S("f07"),
+                            .qualifier = S("big"),
+                            .ts_us = 3000,
+                            .value = st_slice_make(v, big)};
+    m[ROWS + 1] = (sto_mut){.type = STO_MUT_DEL_COLUMN,
+                            .family = S("f01"),
+                            .qualifier = S("q"),
+                            .ts_start_us = 1000,
+                            .ts_end_us = 2000};
+    sto_row_mut row = {.row = S("r"), .muts = m, .n_muts = ROWS + 2, .commit_ts_us = 9};
+    node_cs_change c = {&row, false, "east", "1.9", 9, fams, FAMS};
+    sink whole = {0}, paused = {.pause = true};
+    assert_int_equal(encode(&c, NODE_CS_MSG_VALUE_BYTES, &whole), ST_OK);
+    assert_int_equal(encode(&c, NODE_CS_MSG_VALUE_BYTES, &paused), ST_OK);
+    assert_int_equal(whole.calls, 1);
+    assert_true(paused.n > 20);
+    assert_int_equal(paused.calls, paused.n);
+    same_msgs(&whole, &paused);
+    assert_true(paused.arena_max <= 8u << 20);
+    /* Every chunk in the record's order. */
+    size_t mut = 0, sub = 0, total = 0;
+    for (size_t i = 0; i < paused.n; i++) {
+        cs_data *d = dc(&paused, i);
+        assert_int_equal(d->done, i + 1 == paused.n);
+        for (size_t k = 0; k < d->n_chunks; k++, total++) {
+            Google__Bigtable__V2__Mutation *x = d->chunks[k]->mutation;
+            if (mut == ROWS / 2) {
+                assert_non_null(x->set_cell);
+                assert_int_equal(d->chunks[k]->chunk_info->chunked_value_offset,
+                                 sub * NODE_CS_MSG_VALUE_BYTES);
+                if (++sub == 3)
+                    mut++, sub = 0;
+            } else if (mut == ROWS + 1) {
+                assert_non_null(x->delete_from_column);
+                mut++;
+            } else {
+                assert_non_null(x->delete_from_family);
+                assert_string_equal(x->delete_from_family->family_name, fams[sub]);
+                if (++sub == FAMS)
+                    mut++, sub = 0;
+            }
+        }
+    }
+    assert_int_equal(mut, ROWS + 2);
+    assert_int_equal(total, ROWS * FAMS + 3 + 1);
+    sink_free(&whole);
+    sink_free(&paused);
+    free(m);
+    free(v);
+}
+
 /* Every field's edge values (empty strings and keys, zero and large times, a negative nanos
  * part, unbounded and bounded DeleteFromColumn ends, DeleteFromFamily, a value exactly at and
  * one past the chunk size, an origin past 127) come out as protobuf-c packs them (collect). */
@@ -450,6 +542,7 @@ int main(void) {
         cmocka_unit_test(test_changes_msg_chunked_value),
         cmocka_unit_test(test_changes_msg_paused_record),
         cmocka_unit_test(test_changes_msg_budget_and_del_row),
+        cmocka_unit_test(test_changes_msg_huge_record_resumed),
         cmocka_unit_test(test_changes_msg_wire_forms),
         cmocka_unit_test(test_changes_msg_heartbeat_and_close),
     };
