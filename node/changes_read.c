@@ -388,12 +388,7 @@ static st_code batch_add(cs_reader *r, st_buf *msg) {
             return ST_RESOURCE_EXHAUSTED;
         r->batch.len = head;
     }
-    uint8_t *p = msg->data;
-    p[0] = 0;
-    p[1] = (uint8_t)(len >> 24);
-    p[2] = (uint8_t)(len >> 16);
-    p[3] = (uint8_t)(len >> 8);
-    p[4] = (uint8_t)len;
+    rpc_frame_prefix(msg->data, (uint32_t)len);
     if (st_buf_append(&r->batch, msg->data, msg->len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
     st_buf_reset(msg);

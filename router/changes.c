@@ -356,7 +356,7 @@ static st_code rcs_backlog_push(rcs_op *op, st_slice msg, bool framed) {
     if (!framed)
         return rtr_msgq_push(&op->backlog, msg);
     for (const uint8_t *p = msg.data, *end = rtr_slice_end(msg); p < end;) {
-        size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        size_t len = rpc_frame_len(p);
         if (rtr_msgq_push(&op->backlog, st_slice_make(p + 5, len)) != ST_OK)
             return ST_RESOURCE_EXHAUSTED;
         p += 5 + len;
@@ -564,7 +564,7 @@ static st_code batch_track(rcs_op *op, st_slice frames, size_t max) {
     while (p < end) {
         if (end - p < 6 || p[0] != 0)
             return ST_INTERNAL;
-        size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        size_t len = rpc_frame_len(p);
         if (len == 0 || len > (size_t)(end - p) - 5 || p[5] != BTU_CS_BATCH_INNER_TAG)
             return ST_INTERNAL;
         if (len > max)
@@ -577,7 +577,7 @@ static st_code batch_track(rcs_op *op, st_slice frames, size_t max) {
     st_code rc = rcs_track(op, last);
     bool whole = op->in_record;
     for (p = frames.data; rc == ST_OK && whole && p < end;) {
-        size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        size_t len = rpc_frame_len(p);
         rc = rcs_track(op, st_slice_make(p + 5, len));
         p += 5 + len;
     }

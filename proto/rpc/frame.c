@@ -24,6 +24,10 @@ void rpc_frame_prefix(uint8_t out[5], uint32_t len) {
     out[4] = (uint8_t)len;
 }
 
+size_t rpc_frame_len(const uint8_t p[5]) {
+    return ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+}
+
 bool rpc_frames_check(st_slice frames, size_t bytes_max, size_t *n, st_slice *last) {
     const uint8_t *p = frames.data, *end = frames.len ? frames.data + frames.len : frames.data;
     size_t count = 0;
@@ -31,7 +35,7 @@ bool rpc_frames_check(st_slice frames, size_t bytes_max, size_t *n, st_slice *la
     while (p < end) {
         if ((size_t)(end - p) < 5 || p[0] != 0)
             return false;
-        size_t len = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+        size_t len = rpc_frame_len(p);
         if (len > bytes_max || len > (size_t)(end - p) - 5)
             return false;
         l = st_slice_make(p + 5, len);

@@ -37,8 +37,6 @@ st_code rpc_deframer_feed(rpc_deframer *d, const uint8_t *data, size_t len, st_e
 bool rpc_deframer_take(rpc_deframer *d, st_buf *out);
 /* At end of stream: INTERNAL when a message was cut short, else ST_OK. */
 st_code rpc_deframer_finish(const rpc_deframer *d, st_err *err);
-/* Writes the 5-byte prefix for a plain message of len bytes. */
-void rpc_frame_prefix(uint8_t out[5], uint32_t len);
 
 /* grpc-timeout text ("100m", "5S", "2H"...) to microseconds; false if malformed. */
 bool rpc_timeout_parse(const char *text, size_t len, int64_t *timeout_us);

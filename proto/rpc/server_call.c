@@ -883,7 +883,7 @@ static size_t request_announced(const rpc_call *call, const uint8_t *data, size_
     uint8_t p[5];
     memcpy(p, d->prefix, d->prefix_len);
     memcpy(p + d->prefix_len, data, 5 - d->prefix_len);
-    size_t n = ((size_t)p[1] << 24) | ((size_t)p[2] << 16) | ((size_t)p[3] << 8) | p[4];
+    size_t n = rpc_frame_len(p);
     return n > d->bytes_max ? 0 : 5 + n;
 }
 

@@ -281,6 +281,10 @@ st_code rpc_call_send_framed(rpc_call *call, st_slice frames);
  * rpc_call_send_buf does when nothing is queued (buf then comes back empty with the queue's
  * previous memory); on any error buf is untouched. */
 st_code rpc_call_send_framed_buf(rpc_call *call, st_buf *buf, size_t off);
+/* A gRPC message's 5-byte prefix: written for a plain message of len bytes, and its length read
+ * back (the flag byte, p[0], is the caller's to check). */
+void rpc_frame_prefix(uint8_t out[5], uint32_t len);
+size_t rpc_frame_len(const uint8_t p[5]);
 /* Whether frames is a whole number of complete, uncompressed gRPC messages (flag byte 0, a
  * 4-byte big-endian length, the bytes), none longer than bytes_max; then their count into *n
  * and the last one's bytes into *last (either may be NULL; an empty frames is zero messages). */
