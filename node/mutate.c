@@ -358,6 +358,13 @@ void node_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
         node_fail(call, ST_INVALID_ARGUMENT, "No entries provided");
         return;
     }
+    if (req->n_entries > NODE_MUTATIONS_MAX) {
+        node_fail(call, ST_INVALID_ARGUMENT,
+                  "Too many entries: %zu provided; limit %d (each entry needs at least one "
+                  "mutation)",
+                  req->n_entries, NODE_MUTATIONS_MAX);
+        return;
+    }
     size_t total = 0;
     for (size_t i = 0; i < req->n_entries; i++)
         total += req->entries[i]->n_mutations;

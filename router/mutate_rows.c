@@ -350,6 +350,13 @@ static void mr_round(void *arg) {
 static st_code mr_check(size_t n_entries, size_t n_mutations, st_err *err) {
     if (n_entries == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT, "No entries provided");
+    /* Each entry needs a mutation, so more entries than mutations allowed cannot all be valid;
+     * refused here, before the router lays out a routing record per entry. */
+    if (n_entries > RTR_MUTATIONS_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "Too many entries: %zu provided; limit %d (each entry needs at least one "
+                          "mutation)",
+                          n_entries, RTR_MUTATIONS_MAX);
     if (n_mutations > RTR_MUTATIONS_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "Too many mutations: %zu provided; limit %d",
                           n_mutations, RTR_MUTATIONS_MAX);

@@ -7,7 +7,9 @@
  * and succeed; deeper ones end with INVALID_ARGUMENT
  * "message nesting exceeds 64 levels", and after each the process is still running and answers a
  * plain ReadRows. The bytes are built without recursion (tests/support/pbnest.h): protobuf-c
- * itself could not pack them. Before the bound, 5,000 levels crashed both processes.
+ * itself could not pack them. Before the bound, 5,000 levels crashed both processes. Requests of
+ * millions of empty elements (MutateRows entries, MutateRow mutations, unknown fields) are
+ * refused INVALID_ARGUMENT by both, which stay within 1 GiB of memory.
  * Usage: pbdepth_test PATH/TO/strata-node PATH/TO/strata-router [TEST-PATTERN] */
 #include <setjmp.h>
 #include <signal.h>
@@ -355,6 +357,77 @@ static void test_pbdepth_replication_apply(void **state) {
     st_buf_free(&req);
 }
 
+/* ---- wide requests: millions of tiny elements ---- */
+
+/* The process's peak resident set in MiB (VmHWM), 0 if unknown. */
+static long peak_rss_mib(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *fp = fopen(path, "r");
+    long kb = 0;
+    while (fp && fgets(line, sizeof line, fp))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+            break;
+    if (fp)
+        fclose(fp);
+    return kb / 1024;
+}
+
+/* req plus count copies of the bytes elem. */
+static void repeat(st_buf *req, const uint8_t *elem, size_t len, size_t count) {
+    assert_int_equal(st_buf_reserve(req, len * count), ST_OK);
+    for (size_t i = 0; i < count; i++)
+        assert_int_equal(st_buf_append(req, elem, len), ST_OK);
+}
+
+/* A request of count empty repeated elements (or unknown varint fields) must be refused
+ * INVALID_ARGUMENT with a message holding `want`, by the router and by the node. */
+static bool expect_wide(fixture *f, const char *path, const uint8_t *elem, size_t len, size_t count,
+                        const char *want) {
+    const bt_client *targets[] = {&f->via_router, &f->via_node};
+    bool ok = true;
+    for (size_t t = 0; t < 2; t++) {
+        st_buf req;
+        st_buf_init(&req);
+        bt_pb_put_bytes(&req, 1, S(TABLE));
+        repeat(&req, elem, len, count);
+        char after[256];
+        snprintf(after, sizeof after, "%s of %zu elements (%zu bytes) to the %s", path, count,
+                 req.len, t ? "node" : "router");
+        st_err st;
+        st_code rc = call(targets[t], path, &req, &st);
+        st_buf_free(&req);
+        assert_alive(f, targets[t], after);
+        bool right = rc == ST_INVALID_ARGUMENT && strstr(st.msg, want);
+        print_message("%s%s: %s %s\n", right ? "" : "WRONG ANSWER: ", after, st_code_name(rc),
+                      st.msg);
+        ok = ok && right;
+    }
+    return ok;
+}
+
+/* An empty MutateRows entry is 2 bytes and took about 100 unpacked: a 48 MiB request of them
+ * took 5 GB in the router and 7 GB in the node and held both for a minute. Every such request is
+ * now refused before it is laid out, and neither process grows past a few hundred MiB. */
+static void test_pbdepth_wide_requests(void **state) {
+    fixture *f = *state;
+    static const uint8_t entry[] = {0x12, 0x00};    /* MutateRowsRequest.entries {} */
+    static const uint8_t mutation[] = {0x1a, 0x00}; /* MutateRowRequest.mutations {} */
+    static const uint8_t unknown[] = {0x78, 0x00};  /* field 15, varint 0 */
+    size_t wrong = 0;
+    wrong += !expect_wide(f, DATA_SVC "MutateRows", entry, 2, 150000, "Too many entries");
+    wrong += !expect_wide(f, DATA_SVC "MutateRows", entry, 2, 20000000, "");
+    wrong += !expect_wide(f, DATA_SVC "MutateRow", mutation, 2, 16000000, "too many small");
+    wrong += !expect_wide(f, DATA_SVC "ReadRows", unknown, 2, 20000000, "too many small");
+    assert_int_equal(wrong, 0); /* the WRONG ANSWER lines above say which */
+    bt_proc *procs[] = {&f->east, &f->router};
+    for (size_t i = 0; i < 2; i++) {
+        long mib = peak_rss_mib(procs[i]->pid);
+        print_message("%s peak RSS %ld MiB\n", i ? "router" : "node", mib);
+        assert_true(mib < 1024);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s PATH/TO/strata-node PATH/TO/strata-router [TEST-PATTERN]\n",
@@ -373,6 +446,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_pbdepth_modify_families_gc_rules),
         cmocka_unit_test(test_pbdepth_node_put_table),
         cmocka_unit_test(test_pbdepth_replication_apply),
+        cmocka_unit_test(test_pbdepth_wide_requests),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -5,7 +5,9 @@
  * refused by protobuf-c too (so it never turns away a message protobuf-c would take); that unknown
  * fields are skipped whatever they hold; and that packed repeated fields are checked the way
  * protobuf-c reads them (through a descriptor written here, since our .proto files have none);
- * and that btu_pb_unpack_lift leaves a bytes field in place and checks the rest the same way. */
+ * that what unpacking would allocate is bounded (millions of empty elements are refused, the
+ * API's largest requests of small cells are not); and that btu_pb_unpack_lift leaves a bytes field
+ * in place and checks the rest the same way. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -420,6 +422,56 @@ static void test_pb_unpack_lift(void **state) {
     assert_int_equal(lifted.len, 0);
 }
 
+/* The unpacked-size bound: the API's largest requests of small cells pass (100,000 SetCells in
+ * one MutateRow, 100,000 one-cell MutateRows entries), a few million empty entries, empty
+ * mutations or unknown fields do not. */
+static void test_pbcheck_wide_messages(void **state) {
+    (void)state;
+    static const ProtobufCMessageDescriptor *rows_desc =
+        &google__bigtable__v2__mutate_rows_request__descriptor;
+    static const ProtobufCMessageDescriptor *row_desc =
+        &google__bigtable__v2__mutate_row_request__descriptor;
+    st_buf cell, mut, entry, b;
+    st_buf_init(&cell);
+    st_buf_init(&mut);
+    st_buf_init(&entry);
+    st_buf_init(&b);
+    bt_pb_put_bytes(&cell, 1, st_slice_cstr("cf"));
+    bt_pb_put_bytes(&cell, 2, st_slice_cstr("q"));
+    bt_pb_put_varint(&cell, 3, 1000);
+    bt_pb_put_bytes(&mut, 1, st_slice_make(cell.data, cell.len)); /* Mutation.set_cell */
+    bt_pb_put_bytes(&entry, 1, st_slice_cstr("row-key-0001"));
+    bt_pb_put_bytes(&entry, 2, st_slice_make(mut.data, mut.len));
+    st_err err;
+    bt_pb_put_bytes(&b, 1, st_slice_cstr("projects/p/instances/i/tables/t"));
+    for (size_t i = 0; i < 100000; i++)
+        bt_pb_put_bytes(&b, 2, st_slice_make(entry.data, entry.len));
+    assert_int_equal(check(rows_desc, &b, 0, &err), ST_OK);
+    st_buf_reset(&b);
+    bt_pb_put_bytes(&b, 1, st_slice_cstr("projects/p/instances/i/tables/t"));
+    bt_pb_put_bytes(&b, 2, st_slice_cstr("row"));
+    for (size_t i = 0; i < 100000; i++)
+        bt_pb_put_bytes(&b, 3, st_slice_make(mut.data, mut.len));
+    assert_int_equal(check(row_desc, &b, 0, &err), ST_OK);
+    static const struct {
+        const ProtobufCMessageDescriptor *const *desc;
+        uint8_t elem[2];
+    } wide[] = {{&rows_desc, {0x12, 0x00}}, {&row_desc, {0x1a, 0x00}}, {&row_desc, {0x78, 0x00}}};
+    for (size_t k = 0; k < sizeof wide / sizeof wide[0]; k++) {
+        st_buf_reset(&b);
+        for (size_t i = 0; i < 2000000; i++)
+            assert_int_equal(st_buf_append(&b, wide[k].elem, 2), ST_OK);
+        st_err_clear(&err);
+        assert_int_equal(btu_pb_check(*wide[k].desc, st_slice_make(b.data, b.len), 0, &err),
+                         ST_INVALID_ARGUMENT);
+        assert_non_null(strstr(err.msg, "too many small elements"));
+    }
+    st_buf_free(&cell);
+    st_buf_free(&mut);
+    st_buf_free(&entry);
+    st_buf_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pbcheck_depth_at_and_over_the_limit),
@@ -431,6 +483,7 @@ int main(void) {
         cmocka_unit_test(test_pbcheck_packed_fields),
         cmocka_unit_test(test_pbcheck_packed_requests_pass),
         cmocka_unit_test(test_pb_unpack_lift),
+        cmocka_unit_test(test_pbcheck_wide_messages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -117,6 +117,9 @@ st_code btu_table_name_parse(const char *name, size_t max, st_slice *project, st
  * within tens of KiB. */
 #define BTU_PB_DEPTH_MAX 64
 
+/* What unpacking a message may allocate: this plus twice its encoding (btu_pb_check). */
+#define BTU_PB_UNPACK_SLACK_BYTES ((uint64_t)64 << 20)
+
 /* Scans bytes as an encoding of desc without recursion and without allocating: ST_OK, or
  * INVALID_ARGUMENT with "message nesting exceeds N levels ..." when messages nest deeper than
  * depth_max levels (0 or more than BTU_PB_DEPTH_MAX means BTU_PB_DEPTH_MAX), or "malformed ..."
@@ -127,7 +130,9 @@ st_code btu_table_name_parse(const char *name, size_t max, st_slice *project, st
  * INVALID_ARGUMENT "invalid <type>: field <f> of <type> holds a NUL byte ..." for a string field
  * with a NUL byte inside, which protobuf-c would hand over cut at the NUL ("dur\0evil" as "dur":
  * another table, family or app profile). Never refuses other bytes protobuf-c accepts that nest
- * within depth_max. Unknown fields are skipped, not descended into. */
+ * within depth_max. Unknown fields are skipped, not descended into. Also INVALID_ARGUMENT "...
+ * holds too many small elements" when protobuf-c would allocate more than BTU_PB_UNPACK_SLACK_BYTES
+ * plus twice bytes.len to unpack it (millions of empty submessages or unknown fields). */
 st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, unsigned depth_max,
                      st_err *err);
 
