@@ -336,7 +336,7 @@ static int chaos_run(chaos_ctx *c) {
  * other starts too, and the loser's pid file removal would leave the winner's node running
  * without one. The second waits, then finds the nodes running. */
 static int chaos_run_locked(chaos_ctx *c) {
-    int fd = strcmp(c->verb, "restart-cluster") ? -2 : ops_inst_lock(c->dir, "strata chaos");
+    int fd = strcmp(c->verb, "restart-cluster") ? -2 : ops_inst_lock(c->dir, "strata chaos", false);
     if (fd == -1)
         return 1;
     int rc = chaos_run(c);

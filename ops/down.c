@@ -1,12 +1,14 @@
 /* ops/down.c — `strata down`: stops a local instance started by `strata up`. Every process named
  * by a pid file in DIR/run gets SIGTERM (nodes then flush and close cleanly), a bounded wait, and
- * SIGKILL if it is still there; pid files are removed. Data stays unless --purge is given. */
+ * SIGKILL if it is still there; pid files are removed. Data stays unless --purge is given. It
+ * holds the instance lock while it runs, as `strata up` and `strata restart` do. */
 #include <errno.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -204,6 +206,26 @@ static int down_run(down_ctx *c) {
     return c->purge ? down_purge(c) : 0;
 }
 
+/* Under the instance lock (ops_inst_lock), from reading the pid files to removing them: a `down`
+ * beside a `strata restart` (or `chaos restart-cluster`) found the old process gone and the new
+ * one not recorded yet, said "Stopped." and left the new one running; beside a `strata up`, it
+ * stopped the processes started so far and the up failed halfway. Now it waits for the other
+ * command and stops what that one left running. A DIR that does not exist has nothing to stop. */
+static int down_run_locked(down_ctx *c) {
+    struct stat st;
+    if (stat(c->dir, &st) != 0 && errno == ENOENT)
+        return down_run(c);
+    int fd = ops_inst_lock(c->dir, "strata down", false);
+    if (fd < 0) { /* removed meanwhile (another down --purge): nothing runs there */
+        if (stat(c->dir, &st) != 0 && errno == ENOENT)
+            return down_run(c);
+        return 1;
+    }
+    int rc = down_run(c);
+    close(fd);
+    return rc;
+}
+
 int ops_down_main(int argc, char **argv) {
     down_ctx *c = calloc(1, sizeof *c);
     if (!c) {
@@ -212,7 +234,7 @@ int ops_down_main(int argc, char **argv) {
     }
     int rc = down_parse(argc, argv, c);
     if (rc < 0)
-        rc = ops_inst_dir(c->dir_flag, c->dir, sizeof c->dir) ? down_run(c) : 2;
+        rc = ops_inst_dir(c->dir_flag, c->dir, sizeof c->dir) ? down_run_locked(c) : 2;
     free(c);
     return rc;
 }

@@ -29,6 +29,7 @@
 
 #define OPS_LOG_TAIL_BYTES_MAX 8192 /* read at most this much from a log's end */
 #define OPS_LISTENERS_MAX 16        /* processes sharing one listening port (SO_REUSEPORT) */
+#define OPS_LOCK_ATTEMPTS_MAX 8     /* DIR removed under a waiting lock (down --purge): lock anew */
 
 bool ops_fmt(char *out, size_t cap, const char *fmt, ...) {
     va_list ap;
@@ -143,7 +144,22 @@ void ops_inst_pid_remove_if(const char *dir, const char *name, pid_t pid) {
         ops_inst_pid_remove(dir, name);
 }
 
-int ops_inst_lock(const char *dir, const char *who) {
+/* Whether fd (an open directory) is still what dir names: `strata down --purge` removes DIR
+ * while it holds the lock, and a command that waited on the removed directory's lock would
+ * otherwise go on beside one that locks the directory made anew. */
+static bool lock_current(int fd, const char *dir) {
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* One attempt: open (making dir first when create), flock, and check the lock is still on dir.
+ * Returns the descriptor, -1 after a message, or -2 to try again (dir was removed or replaced
+ * while this waited). */
+static int lock_once(const char *dir, const char *who, bool create, bool *said) {
+    if (create && mkdir(dir, OPS_DIR_MODE) != 0 && errno != EEXIST) {
+        fprintf(stderr, "%s: cannot create %s: %s\n", who, dir, strerror(errno));
+        return -1;
+    }
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT)
@@ -153,9 +169,11 @@ int ops_inst_lock(const char *dir, const char *who) {
         return -1;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        printf("Waiting for another `strata up`, `strata restart` or `strata chaos "
-               "restart-cluster` in %s to finish...\n",
-               dir);
+        if (!*said)
+            printf("Waiting for another `strata up`, `strata down`, `strata restart` or `strata "
+                   "chaos restart-cluster` in %s to finish...\n",
+                   dir);
+        *said = true;
         fflush(stdout);
         if (flock(fd, LOCK_EX) != 0) {
             fprintf(stderr, "%s: cannot lock %s: %s\n", who, dir, strerror(errno));
@@ -163,7 +181,21 @@ int ops_inst_lock(const char *dir, const char *who) {
             return -1;
         }
     }
-    return fd;
+    if (lock_current(fd, dir))
+        return fd;
+    close(fd);
+    return -2;
+}
+
+int ops_inst_lock(const char *dir, const char *who, bool create) {
+    bool said = false;
+    for (int attempt = 0; attempt < OPS_LOCK_ATTEMPTS_MAX; attempt++) {
+        int fd = lock_once(dir, who, create, &said);
+        if (fd != -2)
+            return fd;
+    }
+    fprintf(stderr, "%s: %s keeps being removed and made again: try again\n", who, dir);
+    return -1;
 }
 
 /* What /proc says of process pid: *ours when its command starts "strata", *leaving when it is on

@@ -66,13 +66,16 @@ void ops_inst_pid_remove(const char *dir, const char *name);
 void ops_inst_pid_remove_if(const char *dir, const char *name, pid_t pid);
 
 /* The instance lock: an exclusive flock of DIR itself (nothing left behind to purge), taken by
- * `strata up`, `strata restart` and `strata chaos restart-cluster` for their whole run, so they
- * never race on DIR/topology and the pid files (two restarts of one process each stopping the
- * other's start, then removing the pid file of the one left running). A second command waits
- * (said on stdout) for the first to finish. Close-on-exec: the processes started do not hold
- * it. Returns the descriptor (close it to unlock), or -1 after a message on stderr (who: the
- * command, e.g. "strata restart"; a missing DIR is "no instance"). */
-int ops_inst_lock(const char *dir, const char *who);
+ * `strata up`, `strata down`, `strata restart` and `strata chaos restart-cluster` for their whole
+ * run, so they never race on DIR/topology and the pid files (two restarts of one process each
+ * stopping the other's start, then removing the pid file of the one left running; a `down`
+ * between a restart's stop and its start, leaving the new process running after "Stopped.").
+ * A second command waits (said on stdout) for the first to finish. A DIR removed while the
+ * command waited (`strata down --purge`) is locked again as it is then (create: made anew, for
+ * `strata up`; else "no instance"). Close-on-exec: the processes started do not hold it.
+ * Returns the descriptor (close it to unlock), or -1 after a message on stderr (who: the
+ * command, e.g. "strata restart"; a missing DIR is "no instance" unless create). */
+int ops_inst_lock(const char *dir, const char *who, bool create);
 /* True if pid is a live process that looks like ours (its command starts "strata"), so a pid
  * reused by something else after a crash is not mistaken for a Strata process. */
 bool ops_inst_pid_alive(pid_t pid);

@@ -289,7 +289,7 @@ static int restart_run(rs_ctx *c, const char *name) {
  * would each stop the other's start, and the loser would remove the pid file of the process left
  * running (which `strata down` then could not find). The second waits, then restarts again. */
 static int restart_run_locked(rs_ctx *c, const char *name) {
-    int fd = ops_inst_lock(c->dir, c->who);
+    int fd = ops_inst_lock(c->dir, c->who, false);
     if (fd < 0)
         return 1;
     int rc = restart_run(c, name);

@@ -905,7 +905,7 @@ static int up_lock(const up_ctx *c) {
                 strerror(errno));
         return -1;
     }
-    return ops_inst_lock(c->dir, "strata up");
+    return ops_inst_lock(c->dir, "strata up", true);
 }
 
 static int up_run_locked(up_ctx *c) {
