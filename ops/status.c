@@ -3,6 +3,7 @@
  * (ListTablets) and data size on disk; then the routers (PingAndWarm) and whether the nodes
  * serve the Unix sockets routers use. Exit status 0 only when everything answers, so scripts and
  * tests can wait on it. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,9 @@
 #include "strata/rpc.h"
 
 #define STATUS_RPC_TIMEOUT_MS 2000 /* a healthy node answers in milliseconds */
+/* Processes probed at once: every probe of a process that does not answer waits out its
+ * deadline, so one after another several hung processes held the answer for tens of seconds. */
+#define STATUS_PROBE_THREADS_MAX 32
 
 /* One node's replication link to one peer cluster, as its GetPositions said. */
 typedef enum link_state {
@@ -34,10 +38,21 @@ typedef struct node_row {
     char tablets[16];
     char data[24];
     bool ok;
+    pid_t live;                            /* the process's pid when it is alive, else 0 */
+    bool hung;                             /* alive, but does not answer (ops_inst_not_answering) */
+    bool unix_ok;                          /* answers GetStatus through DATA/node.sock too */
     Strata__Internal__V1__Positions *pos;  /* GetPositions (NULL: no answer); freed at the end */
     bool repl_unimplemented;               /* the node serves no Replication service */
     link_state link[ST_TOPO_CLUSTERS_MAX]; /* by cluster index of the topology */
 } node_row;
+
+/* What one router said. */
+typedef struct router_row {
+    char pid[24];
+    char health[48];
+    pid_t live;
+    bool ok;
+} router_row;
 
 typedef struct status_ctx {
     const char *dir_flag;
@@ -47,7 +62,9 @@ typedef struct status_ctx {
     st_topology topo;
     ops_partition part; /* DIR/run/partition: replication links cut by `strata chaos` */
     node_row rows[ST_TOPO_CLUSTERS_MAX][ST_TOPO_NODES_MAX];
+    router_row routers[ST_TOPO_ROUTERS_MAX];
     size_t nodes_ok, nodes_total, routers_ok;
+    size_t n_jobs, next_job; /* the probes: nodes in topology order, then routers */
 } status_ctx;
 
 static void status_usage(FILE *out) {
@@ -176,26 +193,116 @@ static void repl_cells(const node_row *row) {
     }
 }
 
+/* Whether the node answers GetStatus through its Unix socket DATA/node.sock, which routers on
+ * this host use instead of TCP (docs/router.md, Unix sockets). */
+static bool probe_unix(const st_topo_node *n) {
+    char path[ST_TOPO_PATH_MAX + 16], addr[ST_TOPO_PATH_MAX + 32];
+    if (!st_topo_node_sock_path(n->data_dir, path, sizeof path) || access(path, F_OK) != 0)
+        return false;
+    snprintf(addr, sizeof addr, "%s%s", RPC_UNIX_PREFIX, path);
+    bool serving;
+    (void)ops_inst_node_status(addr, NULL, &serving);
+    return serving;
+}
+
+/* Every call to node j of cluster i, on a probe thread: row is this node's alone. */
+static void probe_node_all(status_ctx *c, size_t i, size_t j) {
+    const st_topo_node *n = &c->topo.clusters[i].nodes[j];
+    node_row *row = &c->rows[i][j];
+    st_code rc = probe_node(n, row);
+    row->hung = row->live && !row->ok && ops_inst_not_answering(rc, n->addr);
+    probe_repl(c, i, n, row);
+    /* one that does not answer over TCP does not over its socket either: not waited for twice */
+    row->unix_ok = row->ok && c->topo.n_routers > 0 && probe_unix(n);
+}
+
+/* PingAndWarm (ops_inst_router_ping) of router r, on a probe thread: health words ok, ok (no
+ * ping), no gRPC (the port accepts but does not speak gRPC), down, or the gRPC code; a live
+ * process that does not answer is marked hung (its words are written after the threads end). */
+static void probe_router(status_ctx *c, size_t r) {
+    router_row *row = &c->routers[r];
+    const char *addr = c->topo.routers[r];
+    st_code rc = ops_inst_router_ping(&c->topo, addr);
+    row->ok = rc == ST_OK || rc == ST_UNIMPLEMENTED;
+    const char *words = rc == ST_OK                                          ? "ok"
+                        : rc == ST_UNIMPLEMENTED                             ? "ok (no ping)"
+                        : row->live && ops_inst_not_answering(rc, addr)      ? ""
+                        : rc != ST_UNAVAILABLE && rc != ST_DEADLINE_EXCEEDED ? st_code_name(rc)
+                        : ops_inst_tcp_ready(addr, 500)                      ? "no gRPC"
+                                                                             : "down";
+    snprintf(row->health, sizeof row->health, "%s", words);
+}
+
+/* A probe thread: takes the next process until none is left. Each job writes only its own row. */
+static void *probe_thread(void *arg) {
+    status_ctx *c = arg;
+    for (;;) {
+        size_t k = __atomic_fetch_add(&c->next_job, 1, __ATOMIC_RELAXED);
+        if (k >= c->n_jobs)
+            return NULL;
+        if (k >= c->nodes_total) {
+            probe_router(c, k - c->nodes_total);
+            continue;
+        }
+        for (size_t i = 0; i < c->topo.n_clusters; k -= c->topo.clusters[i++].n_nodes)
+            if (k < c->topo.clusters[i].n_nodes) {
+                probe_node_all(c, i, k);
+                break;
+            }
+    }
+}
+
+/* Runs every probe on up to STATUS_PROBE_THREADS_MAX threads at once, so the answer comes within
+ * about one call's deadline however many processes hang (one after another, each hung one
+ * added its deadlines); the calling thread helps. */
+static void probe_all(status_ctx *c) {
+    pthread_t th[STATUS_PROBE_THREADS_MAX];
+    size_t n_th = 0;
+    (void)ops_secure_on(); /* the credentials are loaded once, before the threads read them */
+    c->n_jobs = c->nodes_total + c->topo.n_routers;
+    while (n_th < STATUS_PROBE_THREADS_MAX && n_th + 1 < c->n_jobs &&
+           pthread_create(&th[n_th], NULL, probe_thread, c) == 0)
+        n_th++;
+    probe_thread(c);
+    for (size_t k = 0; k < n_th; k++)
+        pthread_join(th[k], NULL);
+}
+
 static void status_probe(status_ctx *c) {
     const st_topology *t = &c->topo;
+    char name[OPS_NAME_MAX];
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
+            node_row *row = &c->rows[i][j];
+            ops_inst_node_name(t, i, j, name);
+            row->live = fill_pid(c->dir, name, row->pid, sizeof row->pid);
+            c->nodes_total++;
+        }
+    for (size_t r = 0; r < t->n_routers; r++) {
+        ops_inst_router_name(r, name);
+        c->routers[r].live = fill_pid(c->dir, name, c->routers[r].pid, sizeof c->routers[r].pid);
+    }
+    probe_all(c);
     for (size_t i = 0; i < t->n_clusters; i++)
         for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
             const st_topo_node *n = &t->clusters[i].nodes[j];
             node_row *row = &c->rows[i][j];
-            char name[OPS_NAME_MAX];
             ops_inst_node_name(t, i, j, name);
-            pid_t pid = fill_pid(c->dir, name, row->pid, sizeof row->pid);
-            st_code rc = probe_node(n, row);
-            if (pid && !row->ok && ops_inst_not_answering(rc, n->addr))
-                mark_hung(c, name, pid, row->health, sizeof row->health);
-            probe_repl(c, i, n, row);
-            if (n->data_dir[0])
+            if (row->hung)
+                mark_hung(c, name, row->live, row->health, sizeof row->health);
+            if (n->data_dir[0]) /* disk use: one walk at a time (ops_inst_disk_bytes) */
                 ops_inst_fmt_bytes(ops_inst_disk_bytes(n->data_dir), row->data, sizeof row->data);
             else
                 snprintf(row->data, sizeof row->data, "-");
-            c->nodes_total++;
             c->nodes_ok += row->ok;
         }
+    for (size_t r = 0; r < t->n_routers; r++) {
+        router_row *row = &c->routers[r];
+        ops_inst_router_name(r, name);
+        if (!row->health[0])
+            mark_hung(c, name, row->live, row->health, sizeof row->health);
+        c->routers_ok += row->ok;
+    }
 }
 
 /* The link from cluster i to cluster k, over i's nodes: a link is open only when every node of i
@@ -295,21 +402,14 @@ static void status_nodes(status_ctx *c) {
 }
 
 /* How the routers of this host reach the nodes: through DATA/node.sock where a node serves it
- * (checked with a GetStatus through the socket), else TCP (docs/router.md, Unix sockets). */
+ * (probe_unix), else TCP (docs/router.md, Unix sockets). */
 static void status_sockets(const status_ctx *c) {
     const st_topology *t = &c->topo;
     size_t total = 0, served = 0;
-    char path[ST_TOPO_PATH_MAX + 16], addr[ST_TOPO_PATH_MAX + 32];
     for (size_t i = 0; i < t->n_clusters; i++)
         for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
             total++;
-            const char *d = t->clusters[i].nodes[j].data_dir;
-            if (!st_topo_node_sock_path(d, path, sizeof path) || access(path, F_OK) != 0)
-                continue;
-            snprintf(addr, sizeof addr, "%s%s", RPC_UNIX_PREFIX, path);
-            bool serving;
-            (void)ops_inst_node_status(addr, NULL, &serving);
-            served += serving;
+            served += c->rows[i][j].unix_ok;
         }
     if (served)
         printf("\nRouter links: Unix sockets (%s) to %zu of %zu nodes%s.\n", ST_TOPO_NODE_SOCK_NAME,
@@ -319,26 +419,7 @@ static void status_sockets(const status_ctx *c) {
                ops_inst_no_unix(c->dir) ? " (strata up --no-unix)" : "");
 }
 
-/* PingAndWarm (ops_inst_router_ping): health words ok, ok (no ping), not answering (a live
- * process), no gRPC (the port accepts but does not speak gRPC), down, or the gRPC code. */
-static const char *probe_router(status_ctx *c, const char *name, pid_t pid, const char *addr,
-                                char *out, size_t cap, bool *ok) {
-    st_code rc = ops_inst_router_ping(&c->topo, addr);
-    *ok = rc == ST_OK || rc == ST_UNIMPLEMENTED;
-    if (rc == ST_OK)
-        return "ok";
-    if (rc == ST_UNIMPLEMENTED)
-        return "ok (no ping)";
-    if (pid && ops_inst_not_answering(rc, addr)) {
-        mark_hung(c, name, pid, out, cap);
-        return out;
-    }
-    if (rc == ST_UNAVAILABLE || rc == ST_DEADLINE_EXCEEDED)
-        return ops_inst_tcp_ready(addr, 500) ? "no gRPC" : "down";
-    return st_code_name(rc);
-}
-
-static void status_routers(status_ctx *c) {
+static void status_routers(const status_ctx *c) {
     const st_topology *t = &c->topo;
     if (t->n_routers == 0) {
         printf("\nNo router in this topology: clients connect to a node directly.\n");
@@ -346,13 +427,10 @@ static void status_routers(status_ctx *c) {
     }
     printf("\n%-12s %-22s %-14s %s\n", "ROUTER", "ADDRESS", "PID", "HEALTH");
     for (size_t r = 0; r < t->n_routers; r++) {
-        char name[OPS_NAME_MAX], pid[24], words[48];
-        bool ok;
+        char name[OPS_NAME_MAX];
         ops_inst_router_name(r, name);
-        pid_t live = fill_pid(c->dir, name, pid, sizeof pid);
-        const char *health = probe_router(c, name, live, t->routers[r], words, sizeof words, &ok);
-        c->routers_ok += ok;
-        printf("%-12s %-22s %-14s %s\n", name, t->routers[r], pid, health);
+        printf("%-12s %-22s %-14s %s\n", name, t->routers[r], c->routers[r].pid,
+               c->routers[r].health);
     }
 }
 
