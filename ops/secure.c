@@ -95,7 +95,17 @@ static void secure_load(void) {
     st_err err = {0};
     SSL_CTX_free(g_sec.ctx);
     g_sec.ctx = rpc_tls_client_ctx_new(ca, cert[0] ? cert : NULL, key[0] ? key : NULL, &err);
-    if (!g_sec.ctx && g_sec.ca_flag[0])
+    /* Without the admin certificate the nodes refuse the handshake, but the router asks for
+     * none: its calls still verify it against the CA (`strata status` then says what is
+     * missing instead of calling a running router "no gRPC"). */
+    if (!g_sec.ctx && cert[0] && !g_sec.ca_flag[0] &&
+        (g_sec.ctx = rpc_tls_client_ctx_new(ca, NULL, NULL, NULL)) != NULL)
+        fprintf(stderr,
+                "strata: %s is a secure instance but its admin certificate cannot be used: %s "
+                "(the nodes will refuse this command; `strata down`, then `strata up --secure` "
+                "there makes missing certificates again)\n",
+                g_sec.dir, err.msg);
+    else if (!g_sec.ctx && g_sec.ca_flag[0])
         fprintf(stderr,
                 "strata: the CA file %s cannot be used: %s (give the PEM file of the CA "
                 "that signed the router's certificate)\n",
@@ -103,7 +113,8 @@ static void secure_load(void) {
     else if (!g_sec.ctx)
         fprintf(stderr,
                 "strata: %s is a secure instance but its admin credentials cannot be used: %s "
-                "(run `strata up --secure` there again to recreate missing certificates)\n",
+                "(`strata down`, then `strata up --secure` there makes missing certificates "
+                "again)\n",
                 g_sec.dir, err.msg);
     g_sec.node = (rpc_client_opts){.ssl_ctx = g_sec.ctx, .peer_role = RPC_ROLE_NODE};
     /* a CA given by hand may have signed a router certificate without Strata's role in it */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "instance.h"
@@ -41,6 +42,7 @@ typedef struct node_row {
     pid_t live;                            /* the process's pid when it is alive, else 0 */
     bool hung;                             /* alive, but does not answer (ops_inst_not_answering) */
     bool unix_ok;                          /* answers GetStatus through DATA/node.sock too */
+    st_code rc;                            /* GetStatus's end */
     Strata__Internal__V1__Positions *pos;  /* GetPositions (NULL: no answer); freed at the end */
     bool repl_unimplemented;               /* the node serves no Replication service */
     link_state link[ST_TOPO_CLUSTERS_MAX]; /* by cluster index of the topology */
@@ -52,7 +54,16 @@ typedef struct router_row {
     char health[48];
     pid_t live;
     bool ok;
+    st_code rc; /* PingAndWarm's end */
 } router_row;
+
+/* A secure instance (DIR/secure exists: `strata up --secure`) missing what this command needs
+ * to reach its processes: the CA to verify them, the admin certificate the nodes ask for, the
+ * admin token the router asks for (when it checks tokens: DIR/secure/principals). */
+typedef struct creds_gap {
+    bool ca, admin_cert, token;
+    size_t unchecked; /* live processes status could not authenticate to */
+} creds_gap;
 
 typedef struct status_ctx {
     const char *dir_flag;
@@ -65,6 +76,7 @@ typedef struct status_ctx {
     router_row routers[ST_TOPO_ROUTERS_MAX];
     size_t nodes_ok, nodes_total, routers_ok;
     size_t n_jobs, next_job; /* the probes: nodes in topology order, then routers */
+    creds_gap gap;
 } status_ctx;
 
 static void status_usage(FILE *out) {
@@ -193,6 +205,40 @@ static void repl_cells(const node_row *row) {
     }
 }
 
+/* DIR/secure/FILE exists. */
+static bool secure_has(const status_ctx *c, const char *file) {
+    char path[OPS_PATH_MAX + 64];
+    return ops_fmt(path, sizeof path, "%s/%s/%s", c->dir, OPS_SECURE_SUBDIR, file) &&
+           access(path, F_OK) == 0;
+}
+
+/* What of a secure instance's credentials is missing (nothing for a plaintext one). */
+static void creds_check(status_ctx *c) {
+    char path[OPS_PATH_MAX + 16], token[OPS_SECURE_TOKEN_MAX];
+    struct stat st;
+    if (!ops_fmt(path, sizeof path, "%s/%s", c->dir, OPS_SECURE_SUBDIR) || stat(path, &st) != 0 ||
+        !S_ISDIR(st.st_mode))
+        return;
+    c->gap.ca = !secure_has(c, "ca.pem");
+    c->gap.admin_cert = !secure_has(c, "admin.pem") || !secure_has(c, "admin.key");
+    c->gap.token =
+        secure_has(c, "principals") && !ops_secure_token(c->dir, "admin", token, sizeof token);
+}
+
+/* How a call ends that the process refused for want of credentials: without the CA the call
+ * goes in plaintext, which a TLS port closes (UNAVAILABLE); without the token the router says
+ * UNAUTHENTICATED. */
+static bool creds_refused(st_code rc) {
+    return rc == ST_UNAVAILABLE || rc == ST_UNAUTHENTICATED || rc == ST_PERMISSION_DENIED;
+}
+
+/* A live process status could not authenticate to: its health words. "down" would send the
+ * operator to `strata up` for a process that runs. */
+static void mark_unchecked(status_ctx *c, pid_t pid, char *health, size_t cap) {
+    snprintf(health, cap, "cannot authenticate (process %d runs)", (int)pid);
+    c->gap.unchecked++;
+}
+
 /* Whether the node answers GetStatus through its Unix socket DATA/node.sock, which routers on
  * this host use instead of TCP (docs/router.md, Unix sockets). */
 static bool probe_unix(const st_topo_node *n) {
@@ -209,11 +255,13 @@ static bool probe_unix(const st_topo_node *n) {
 static void probe_node_all(status_ctx *c, size_t i, size_t j) {
     const st_topo_node *n = &c->topo.clusters[i].nodes[j];
     node_row *row = &c->rows[i][j];
-    st_code rc = probe_node(n, row);
+    st_code rc = row->rc = probe_node(n, row);
     row->hung = row->live && !row->ok && ops_inst_not_answering(rc, n->addr);
     probe_repl(c, i, n, row);
-    /* one that does not answer over TCP does not over its socket either: not waited for twice */
-    row->unix_ok = row->ok && c->topo.n_routers > 0 && probe_unix(n);
+    /* One that does not answer over TCP does not over its socket either: not waited for twice.
+     * One that refused TCP for want of credentials is asked there (plaintext: none needed). */
+    bool blind = !row->ok && row->live && !row->hung && (c->gap.ca || c->gap.admin_cert);
+    row->unix_ok = (row->ok || blind) && c->topo.n_routers > 0 && probe_unix(n);
 }
 
 /* PingAndWarm (ops_inst_router_ping) of router r, on a probe thread: health words ok, ok (no
@@ -222,7 +270,7 @@ static void probe_node_all(status_ctx *c, size_t i, size_t j) {
 static void probe_router(status_ctx *c, size_t r) {
     router_row *row = &c->routers[r];
     const char *addr = c->topo.routers[r];
-    st_code rc = ops_inst_router_ping(&c->topo, addr);
+    st_code rc = row->rc = ops_inst_router_ping(&c->topo, addr);
     row->ok = rc == ST_OK || rc == ST_UNIMPLEMENTED;
     const char *words = rc == ST_OK                                          ? "ok"
                         : rc == ST_UNIMPLEMENTED                             ? "ok (no ping)"
@@ -290,6 +338,9 @@ static void status_probe(status_ctx *c) {
             ops_inst_node_name(t, i, j, name);
             if (row->hung)
                 mark_hung(c, name, row->live, row->health, sizeof row->health);
+            else if (!row->ok && row->live && (c->gap.ca || c->gap.admin_cert) &&
+                     creds_refused(row->rc))
+                mark_unchecked(c, row->live, row->health, sizeof row->health);
             if (n->data_dir[0]) /* disk use: one walk at a time (ops_inst_disk_bytes) */
                 ops_inst_fmt_bytes(ops_inst_disk_bytes(n->data_dir), row->data, sizeof row->data);
             else
@@ -301,6 +352,8 @@ static void status_probe(status_ctx *c) {
         ops_inst_router_name(r, name);
         if (!row->health[0])
             mark_hung(c, name, row->live, row->health, sizeof row->health);
+        else if (!row->ok && row->live && (c->gap.ca || c->gap.token) && creds_refused(row->rc))
+            mark_unchecked(c, row->live, row->health, sizeof row->health);
         c->routers_ok += row->ok;
     }
 }
@@ -442,6 +495,48 @@ static void status_hung_hint(const status_ctx *c) {
                c->hung[i], c->hung[i], c->dir_flag ? " --dir " : "", c->dir_flag ? c->dir : "");
 }
 
+/* What is missing, what it means for the table above, and what to do. */
+static void status_creds_hint(const status_ctx *c) {
+    const creds_gap *g = &c->gap;
+    const char *d = c->dir;
+    if (!g->ca && !g->admin_cert && !g->token)
+        return;
+    printf("\n%s is a secure instance (`strata up --secure`), but", d);
+    if (g->ca)
+        printf(" %s/secure/ca.pem, its CA, is missing", d);
+    if (g->admin_cert)
+        printf("%s %s/secure/admin.pem or admin.key, the certificate status shows the nodes, %s "
+               "missing",
+               g->ca ? ";" : "", d, g->ca ? "are" : "is");
+    if (g->token)
+        printf("%s %s/secure/tokens has no admin token (the router checks tokens)",
+               g->ca || g->admin_cert ? ";" : "", d);
+    printf(". Status cannot authenticate to %s, so %zu running process(es) show \"cannot "
+           "authenticate\": they run (their pid is alive), but whether they serve is unknown.\n",
+           g->ca           ? "its processes"
+           : g->admin_cert ? "its nodes"
+                           : "its router",
+           g->unchecked);
+    if (g->ca)
+        printf("  ca.pem: put it back (it is the file clients were given: `cbt -cert-file`); "
+               "processes keep the CA they loaded at start. If it is lost: `strata down --dir %s`, "
+               "move %s/secure/*.pem and *.key aside (keep tokens and principals), then `strata "
+               "up --secure --dir %s` makes a new CA and certificates (data is kept; clients "
+               "need the new ca.pem). Without ca.pem, a start without --secure would run the "
+               "instance in plaintext.\n",
+               d, d, d);
+    if (g->admin_cert && !g->ca)
+        printf("  admin.pem: put it back, or `strata down --dir %s` and `strata up --secure "
+               "--dir %s`, which makes it again (signed by the instance's CA; data is kept).\n",
+               d, d);
+    if (g->token)
+        printf("  tokens: put the file back (only the tokens' hashes are kept, in principals), "
+               "or give the admin principal a new token, which replaces its old one: (umask "
+               "077; echo \"admin $(strata auth rotate admin --dir %s)\" >%s/secure/tokens); "
+               "the router takes it within a second.\n",
+               d, d);
+}
+
 static int status_run(status_ctx *c) {
     char path[OPS_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/topology", c->dir);
@@ -463,6 +558,7 @@ static int status_run(status_ctx *c) {
     printf("Instance %s/%s in %s\n\n", c->topo.project, c->topo.instance, c->dir);
     if (!ops_inst_partition_read(c->dir, &c->part))
         printf("(%s/run/partition is unreadable: `strata chaos heal` resets it)\n\n", c->dir);
+    creds_check(c);
     status_probe(c);
     status_clusters(c);
     status_nodes(c);
@@ -477,7 +573,8 @@ static int status_run(status_ctx *c) {
     printf("\n%zu of %zu nodes healthy, %zu of %zu routers healthy.\n", c->nodes_ok, c->nodes_total,
            c->routers_ok, c->topo.n_routers);
     status_hung_hint(c);
-    if (!all)
+    status_creds_hint(c);
+    if (!all && c->nodes_ok + c->routers_ok + c->gap.unchecked < c->nodes_total + c->topo.n_routers)
         printf("Each process's log is %s/logs/<name>.log; `strata up%s%s` starts whatever is "
                "stopped (`strata restart NAME` one process).\n",
                c->dir, c->dir_flag ? " --dir " : "", c->dir_flag ? c->dir : "");
