@@ -5,6 +5,7 @@
  * accepts connections, and prints the endpoint. If anything fails it stops what it started and
  * shows the failing process's log. Running it again on a running instance changes nothing. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -36,9 +37,10 @@ typedef struct up_opts {
     int port, clusters, nodes, wait_s;
     long long split_bytes; /* 0: not given (the topology's value stays) */
     bool shape_given, no_router, port_given;
-    bool metrics; /* --metrics: every process serves /metrics on a free port (docs/metrics.md) */
-    bool no_unix; /* --no-unix: nodes serve TCP only, so the router reaches them over TCP */
-    bool secure;  /* --secure: mutual TLS, certificates and principals in DIR/secure */
+    bool metrics;    /* --metrics: every process serves /metrics on a free port (docs/metrics.md) */
+    bool no_metrics; /* --no-metrics: turns off the metrics an earlier --metrics recorded */
+    bool no_unix;    /* --no-unix: nodes serve TCP only, so the router reaches them over TCP */
+    bool secure;     /* --secure: mutual TLS, certificates and principals in DIR/secure */
 } up_opts;
 
 /* One process we start: a node (cluster ci, node ni) or a router (ri). */
@@ -63,7 +65,7 @@ static void up_usage(FILE *out) {
     fprintf(out,
             "usage: strata up [--dir DIR] [--port PORT] [--clusters N] [--nodes M]\n"
             "                 [--split-bytes N] [--config FILE] [--bin-dir DIR] [--wait-s S]\n"
-            "                 [--no-router] [--metrics] [--no-unix] [--secure]\n"
+            "                 [--no-router] [--metrics | --no-metrics] [--no-unix] [--secure]\n"
             "Starts a local Strata instance in the background: N clusters (default 2: east, west,\n"
             "then zone-3, ...) of M strata-node processes each (default 3) and one strata-router\n"
             "on 127.0.0.1:PORT (default 8086, the emulator's port).\n"
@@ -77,7 +79,9 @@ static void up_usage(FILE *out) {
             "  --wait-s S       how long to wait for each process to listen (default %d)\n"
             "  --no-router      start only the nodes (debugging)\n"
             "  --metrics        every process serves Prometheus metrics on a free loopback port,\n"
-            "                   shown below and kept in DIR/run/<name>.metrics (docs/metrics.md)\n"
+            "                   shown below and kept in DIR/run/<name>.metrics (docs/metrics.md);\n"
+            "                   later starts keep them (and their ports, when free)\n"
+            "  --no-metrics     start without the metrics an earlier --metrics recorded\n"
             "  --no-unix        TCP between the router and the nodes; by default each node also\n"
             "                   serves a Unix socket DATA/node.sock, which the router uses\n"
             "                   (faster on one host; docs/router.md, Unix sockets)\n"
@@ -125,6 +129,9 @@ static int up_parse(int argc, char **argv, up_opts *o) {
         } else if (!strcmp(a, "--metrics")) {
             o->metrics = true;
             continue;
+        } else if (!strcmp(a, "--no-metrics")) {
+            o->no_metrics = true;
+            continue;
         } else if (!strcmp(a, "--no-unix")) {
             o->no_unix = true;
             continue;
@@ -167,6 +174,10 @@ static int up_parse(int argc, char **argv, up_opts *o) {
         }
         if (!ok)
             return 2;
+    }
+    if (o->metrics && o->no_metrics) {
+        fprintf(stderr, "strata up: --metrics and --no-metrics contradict each other: give one\n");
+        return 2;
     }
     return -1;
 }
@@ -374,8 +385,22 @@ static void up_log_path(const up_ctx *c, const up_proc *p, char *out, size_t cap
     snprintf(out, cap, "%s/logs/%s.log", c->dir, p->name);
 }
 
-/* With --metrics: picks a free loopback port for p's /metrics and records it in
- * DIR/run/<name>.metrics (the command line reads it there); without: removes a stale record. */
+/* The address DIR/run/<name>.metrics records ("" when none). */
+static void up_metrics_read(const up_ctx *c, const char *name, char *addr, size_t cap) {
+    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
+    snprintf(path, sizeof path, "%s/run/%s.metrics", c->dir, name);
+    FILE *f = fopen(path, "r");
+    addr[0] = '\0';
+    if (f && !fgets(addr, (int)cap, f))
+        addr[0] = '\0';
+    if (f)
+        fclose(f);
+    addr[strcspn(addr, "\r\n")] = '\0';
+}
+
+/* With --metrics: p's /metrics port, recorded in DIR/run/<name>.metrics (the command line reads
+ * it there): the one recorded before when it is still free, so scrapers keep their targets,
+ * else a free loopback port. Without: removes the record (--no-metrics). */
 static bool up_metrics_record(up_ctx *c, up_proc *p) {
     char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], addr[ST_TOPO_ADDR_MAX + 1] = "";
     snprintf(path, sizeof path, "%s/run/%s.metrics", c->dir, p->name);
@@ -383,14 +408,47 @@ static bool up_metrics_record(up_ctx *c, up_proc *p) {
         unlink(path);
         return true;
     }
+    up_metrics_read(c, p->name, addr, sizeof addr);
+    bool keep = addr[0] && port_free(addr) && !addr_used(&c->topo, addr, NULL);
     FILE *f = NULL;
-    if (!pick_port(&c->topo, addr, sizeof addr) || !(f = ops_fopen_private(path))) {
+    if ((!keep && !pick_port(&c->topo, addr, sizeof addr)) || !(f = ops_fopen_private(path))) {
         fprintf(stderr, "strata up: cannot set up %s's metrics port (%s): %s\n", p->name, path,
                 strerror(errno));
         return false;
     }
     fprintf(f, "%s\n", addr);
     return fclose(f) == 0;
+}
+
+/* An instance started with --metrics keeps them on its later starts (as --secure, --split-bytes
+ * and its router's port are kept): a plain `strata up` after `strata down` used to drop every
+ * process's /metrics, and scrapers found nothing. Recorded in DIR/run/<name>.metrics, which
+ * `strata down` leaves; --no-metrics turns them off. */
+static void up_metrics_keep(up_ctx *c) {
+    static char names[OPS_PROCS_MAX][OPS_NAME_MAX]; /* CLI: one instance of this at a time */
+    char run[OPS_PATH_MAX + 8], addr[ST_TOPO_ADDR_MAX + 1];
+    if (c->o.metrics || c->o.no_metrics)
+        return;
+    snprintf(run, sizeof run, "%s/run", c->dir);
+    DIR *d = opendir(run);
+    struct dirent *e;
+    size_t n = 0;
+    while (d && n < OPS_PROCS_MAX && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l > 8 && l - 8 < OPS_NAME_MAX && !strcmp(e->d_name + l - 8, ".metrics")) {
+            memcpy(names[n], e->d_name, l - 8);
+            names[n++][l - 8] = '\0';
+        }
+    }
+    if (d)
+        closedir(d);
+    for (size_t i = 0; i < n && !c->o.metrics; i++) {
+        up_metrics_read(c, names[i], addr, sizeof addr);
+        c->o.metrics = addr[0] != '\0';
+    }
+    if (c->o.metrics)
+        printf("Metrics stay on (the instance was started with --metrics; --no-metrics turns "
+               "them off).\n");
 }
 
 /* Starts p with the command line every start of it uses (ops_inst_node_cmdline). */
@@ -880,6 +938,7 @@ static int up_run(up_ctx *c) {
         }
         return up_already(c);
     }
+    up_metrics_keep(c);
     if (!up_find_bins(c) || !up_make_dirs(c) || !up_topo_build(c) || !up_check_ports(c) ||
         !up_topo_save(c) || !up_unix_setup(c) || (c->o.secure && !up_secure_setup(c)))
         return 1;
