@@ -27,6 +27,15 @@
 #define CS_BACKOFF_MIN_MS 100
 #define CS_BACKOFF_MAX_MS 5000
 #define CS_GEN_TIMEOUT_MS 30000
+/* A partition whose stream failed this many times in a row (no message in between) makes the
+ * consumer ask the router about the table itself (GenerateInitialChangeStreamPartitions), again
+ * at each later failure (one such call at a time; failures then come CS_BACKOFF_MAX_MS apart):
+ * an error that only looks transient (UNAVAILABLE "no tablet holds the partition" for a table
+ * deleted or with streams turned off) ends the command with what the table's answer says,
+ * instead of being retried without end while the other partitions' heartbeats keep the run
+ * looking alive. */
+#define CS_PROBE_FAILURES 4
+#define CS_RANGE_TEXT_MAX 176 /* "partition [\"a\", \"b\")" with keys cut to fit */
 #define CS_PARAMS_MAX 2048
 #define CS_ADMIN_TIMEOUT_MS 60000
 #define CS_UPDATE_TABLE "/google.bigtable.admin.v2.BigtableTableAdmin/UpdateTable"
@@ -57,7 +66,8 @@ typedef struct cs_part {
     part_state state;
     rpc_ccall *call;
     struct event *timer;
-    uint32_t failures; /* consecutive, for the backoff */
+    uint32_t failures;                   /* consecutive, for the backoff */
+    char last_error[ST_ERR_MSG_MAX / 2]; /* the last failure, for the probe's message */
     int64_t wm_us;
     /* the change being assembled */
     bool in_change, in_chunk;
@@ -87,6 +97,9 @@ struct ops_cs {
     rpc_ccall *gen_call;
     uint32_t gen_failures;
     struct event *gen_timer, *done_timer;
+    rpc_ccall *probe_call; /* GenerateInitial... asked for a partition that keeps failing */
+    cs_part *probe_part;   /* that partition (parts live until ops_cs_free) */
+    struct event *probe_timer;
     size_t open_calls;
     bool finishing, done_sent;
     bool answered; /* the router answered a call: a connection it closes later is a restart */
@@ -174,6 +187,37 @@ static bool buf_eq(const st_buf *a, const st_buf *b) {
     return st_slice_eq(st_buf_slice(a), st_buf_slice(b));
 }
 
+/* A row key for a message: printable ASCII in quotes (cut at 48 bytes), else hex. */
+static void key_fmt(const st_buf *k, char *out, size_t cap) {
+    bool printable = true;
+    for (size_t i = 0; i < k->len && printable; i++)
+        printable = k->data[i] >= 0x20 && k->data[i] < 0x7f && k->data[i] != '"';
+    size_t n = k->len > 48 ? 48 : k->len;
+    if (printable) {
+        snprintf(out, cap, "\"%.*s%s\"", (int)n, (const char *)k->data, k->len > n ? "..." : "");
+        return;
+    }
+    size_t used = (size_t)snprintf(out, cap, "0x");
+    for (size_t i = 0; i < n && used + 3 < cap; i++)
+        used += (size_t)snprintf(out + used, cap - used, "%02x", k->data[i]);
+    if (k->len > n && used + 4 < cap)
+        snprintf(out + used, cap - used, "...");
+}
+
+/* "partition [\"a\", \"b\")", "partition [start of table, \"b\")", ... for messages. */
+static void range_fmt(const st_buf *start, const st_buf *end, char *out, size_t cap) {
+    char a[80], b[80]; /* fit CS_RANGE_TEXT_MAX with the words around them */
+    if (start->len)
+        key_fmt(start, a, sizeof a);
+    else
+        snprintf(a, sizeof a, "start of table");
+    if (end->len)
+        key_fmt(end, b, sizeof b);
+    else
+        snprintf(b, sizeof b, "end of table");
+    snprintf(out, cap, "partition [%s, %s)", a, b);
+}
+
 /* ---- the end of the consumer ---- */
 
 static void done_cb(evutil_socket_t fd, short what, void *arg) {
@@ -190,6 +234,9 @@ static void done_cb(evutil_socket_t fd, short what, void *arg) {
 static void cancel_all(ops_cs *cs) {
     if (cs->gen_call)
         rpc_ccall_cancel(cs->gen_call);
+    if (cs->probe_call)
+        rpc_ccall_cancel(cs->probe_call);
+    evtimer_del(cs->probe_timer);
     for (cs_part *p = cs->parts; p; p = p->next) {
         if (p->call)
             rpc_ccall_cancel(p->call);
@@ -322,6 +369,65 @@ static const char *hint(const ops_cs *cs, st_code code, const char *msg) {
     if (code == ST_UNIMPLEMENTED)
         return "this server does not serve change streams; point --endpoint at a Strata router";
     return "see the server's log";
+}
+
+/* ---- a partition that keeps failing: is the table still there? ---- */
+
+static bool gen_request(ops_cs *cs);
+
+static void probe_msg(rpc_ccall *call, st_slice msg, void *arg) {
+    (void)call;
+    (void)msg;
+    (void)arg; /* the partitions themselves are not needed: only whether the table answers */
+}
+
+static void probe_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)call;
+    ops_cs *cs = arg;
+    cs_part *p = cs->probe_part;
+    cs->probe_call = NULL;
+    cs->open_calls--;
+    if (cs->finishing) {
+        struct timeval tv = {0, 0};
+        evtimer_add(cs->done_timer, &tv);
+        return;
+    }
+    cs->answers += code == ST_OK;
+    if (code == ST_OK || (retryable(code) && !creds_failure(cs, code, message)) || !p)
+        return; /* the table is there (or the router does not say): the retries go on */
+    char range[CS_RANGE_TEXT_MAX];
+    range_fmt(&p->start, &p->end, range, sizeof range);
+    finish(cs, code,
+           "%s keeps failing (%u times in a row, last: %s), and the table itself now answers %s: "
+           "%s: the error is permanent, not retried; %s",
+           range, p->failures, p->last_error, st_code_name(code), message ? message : "",
+           hint(cs, code, message));
+}
+
+static void probe_timer_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    ops_cs *cs = arg;
+    st_err err = {0};
+    rpc_client *c = cs->finishing || cs->probe_call ? NULL : client_get(cs, &err);
+    if (!c || !gen_request(cs))
+        return; /* tried again at the partition's next failures */
+    rpc_metadata md[2];
+    size_t n_md = cs_md(cs, md);
+    cs->probe_call = rpc_client_call(c, CS_PATH_GEN, st_buf_slice(&cs->req), md, n_md,
+                                     CS_GEN_TIMEOUT_MS, probe_msg, probe_done, cs);
+    cs->open_calls += cs->probe_call != NULL;
+}
+
+/* After p failed again: from CS_PROBE_FAILURES failures in a row on, ask about the table (from a
+ * timer: nothing starts inside an rpc callback). */
+static void probe_maybe(cs_part *p) {
+    ops_cs *cs = p->cs;
+    if (p->failures < CS_PROBE_FAILURES || cs->probe_call || evtimer_pending(cs->probe_timer, NULL))
+        return;
+    cs->probe_part = p;
+    struct timeval tv = {0, 0};
+    evtimer_add(cs->probe_timer, &tv);
 }
 
 /* ---- one partition ---- */
@@ -633,7 +739,9 @@ static bool close_stream(cs_part *p,
         return true;
     }
     if (code != ST_OUT_OF_RANGE) {
-        finish(cs, code, "ReadChangeStream closed a partition with %s: %s; %s", st_code_name(code),
+        char range[CS_RANGE_TEXT_MAX];
+        range_fmt(&p->start, &p->end, range, sizeof range);
+        finish(cs, code, "ReadChangeStream closed %s with %s: %s; %s", range, st_code_name(code),
                c->status && c->status->message ? c->status->message : "", hint(cs, code, NULL));
         return true;
     }
@@ -784,23 +892,34 @@ static void part_done(rpc_ccall *call, st_code code, const char *message, void *
         check_all_done(cs);
         return;
     }
+    char range[CS_RANGE_TEXT_MAX];
+    range_fmt(&p->start, &p->end, range, sizeof range);
     if (p->state == P_OPEN && code != ST_OK &&
         (!retryable(code) || creds_failure(cs, code, message))) {
-        finish(cs, code, "ReadChangeStream failed: %s: %s; %s", st_code_name(code),
-               message ? message : "", hint(cs, code, message));
+        finish(cs, code,
+               "ReadChangeStream of %s failed for good: %s: %s (not retried: the error is "
+               "permanent); %s",
+               range, st_code_name(code), message ? message : "", hint(cs, code, message));
         return;
     }
     p->failures++;
     cs->retries++;
-    if (code != ST_OK && cs->o.on_retry) {
-        char line[ST_ERR_MSG_MAX];
-        snprintf(line, sizeof line,
-                 "a partition stream ended with %s: %s; retrying from its last "
-                 "token",
-                 st_code_name(code), message ? message : "");
-        cs->o.on_retry(line, cs->o.arg);
+    int64_t ms = backoff_ms(p->failures);
+    if (code != ST_OK) {
+        snprintf(p->last_error, sizeof p->last_error, "%s: %s", st_code_name(code),
+                 message ? message : "");
+        if (cs->o.on_retry) {
+            char line[ST_ERR_MSG_MAX];
+            snprintf(line, sizeof line,
+                     "%s ended with %s: %s; retrying from its last token in %.1f s (failure %u "
+                     "in a row)",
+                     range, st_code_name(code), message ? message : "", (double)ms / 1000,
+                     p->failures);
+            cs->o.on_retry(line, cs->o.arg);
+        }
+        probe_maybe(p);
     }
-    part_schedule(p, backoff_ms(p->failures));
+    part_schedule(p, ms);
 }
 
 static bool part_request(cs_part *p) {
@@ -972,9 +1091,8 @@ static void gen_done(rpc_ccall *call, st_code code, const char *message, void *a
     }
 }
 
-static void gen_start(ops_cs *cs) {
-    if (cs->finishing)
-        return;
+/* GenerateInitialChangeStreamPartitions of the table into cs->req; false when out of memory. */
+static bool gen_request(ops_cs *cs) {
     Google__Bigtable__V2__GenerateInitialChangeStreamPartitionsRequest req;
     google__bigtable__v2__generate_initial_change_stream_partitions_request__init(&req);
     req.table_name = cs->table;
@@ -982,15 +1100,24 @@ static void gen_start(ops_cs *cs) {
     size_t len =
         google__bigtable__v2__generate_initial_change_stream_partitions_request__get_packed_size(
             &req);
-    st_err err = {0};
-    rpc_client *c = client_get(cs, &err);
     st_buf_reset(&cs->req);
-    if (!c || st_buf_reserve(&cs->req, len + 1) != ST_OK) {
-        finish(cs, ST_UNAVAILABLE, "cannot reach %s: %s", cs->addr, err.msg);
-        return;
-    }
+    if (st_buf_reserve(&cs->req, len + 1) != ST_OK)
+        return false;
     cs->req.len = google__bigtable__v2__generate_initial_change_stream_partitions_request__pack(
         &req, cs->req.data);
+    return true;
+}
+
+static void gen_start(ops_cs *cs) {
+    if (cs->finishing)
+        return;
+    st_err err = {0};
+    rpc_client *c = client_get(cs, &err);
+    if (!c || !gen_request(cs)) {
+        finish(cs, ST_UNAVAILABLE, "cannot reach %s: %s", cs->addr,
+               err.msg[0] ? err.msg : "out of memory");
+        return;
+    }
     rpc_metadata md[2];
     size_t n_md = cs_md(cs, md);
     cs->gen_call = rpc_client_call(c, CS_PATH_GEN, st_buf_slice(&cs->req), md, n_md,
@@ -1037,7 +1164,9 @@ ops_cs *ops_cs_new(struct event_base *base, const ops_cs_opts *opts, st_err *err
     cs->addr = strdup(opts->addr);
     cs->gen_timer = evtimer_new(base, gen_timer_cb, cs);
     cs->done_timer = evtimer_new(base, done_cb, cs);
-    if (!cs->table || !cs->profile || !cs->addr || !cs->gen_timer || !cs->done_timer) {
+    cs->probe_timer = evtimer_new(base, probe_timer_cb, cs);
+    if (!cs->table || !cs->profile || !cs->addr || !cs->gen_timer || !cs->done_timer ||
+        !cs->probe_timer) {
         ops_cs_free(cs);
         st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
         return NULL;
@@ -1125,6 +1254,8 @@ void ops_cs_free(ops_cs *cs) {
         event_free(cs->gen_timer);
     if (cs->done_timer)
         event_free(cs->done_timer);
+    if (cs->probe_timer)
+        event_free(cs->probe_timer);
     st_buf_free(&cs->req);
     st_buf_free(&cs->token);
     st_arena_deinit(&cs->pb_arena);

@@ -10,9 +10,14 @@
  *     delivered), every record of the partition after it, then live ones as they come; a
  *     heartbeat every 100 ms with token and watermark; past end_time CloseStream OK.
  * With --drop-every N each stream ends with UNAVAILABLE after sending N records (a node going
- * away), so clients must resume from their last token.
+ * away), so clients must resume from their last token. With --fail-partition CODE every
+ * ReadChangeStream of the second partition ([SPLIT, "")) ends at once with that gRPC code (a
+ * number; 14, UNAVAILABLE, says what a router says of a partition no tablet holds), whatever the
+ * table's state, while the first one streams and heartbeats. UpdateTable without
+ * change_stream_config turns streams off: GenerateInitial... and new streams then answer
+ * FAILED_PRECONDITION (streams already open go on, as a node's would for a while).
  * Prints "fake listening on 127.0.0.1:PORT" and serves until killed.
- *   changes_fake_server [--drop-every N] */
+ *   changes_fake_server [--drop-every N] [--fail-partition CODE] */
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +59,7 @@ typedef struct fake {
     int64_t last_commit_us;
     reader readers[FAKE_READERS_MAX];
     uint64_t drop_every;
+    int fail_code; /* --fail-partition: the second partition's streams end with it (0: none) */
 } fake;
 
 static fake F; /* one per process: the handlers' shared state */
@@ -85,6 +91,9 @@ static void h_update_table(rpc_call *call, st_slice req, void *arg) {
     if (q && q->table && q->table->change_stream_config && F.n_tables < FAKE_TABLES_MAX &&
         !streams_on(q->table->name))
         snprintf(F.tables[F.n_tables++], sizeof F.tables[0], "%s", q->table->name);
+    for (size_t i = 0; q && q->table && !q->table->change_stream_config && i < F.n_tables; i++)
+        if (!strcmp(F.tables[i], q->table->name)) /* streams off */
+            memmove(F.tables[i], F.tables[--F.n_tables], sizeof F.tables[0]);
     if (q)
         google__bigtable__admin__v2__update_table_request__free_unpacked(q, NULL);
     Google__Longrunning__Operation op;
@@ -262,8 +271,18 @@ static void h_mutate_row(rpc_call *call, st_slice req, void *arg) {
 }
 
 static void h_generate(rpc_call *call, st_slice req, void *arg) {
-    (void)req;
     (void)arg;
+    Google__Bigtable__V2__GenerateInitialChangeStreamPartitionsRequest *q =
+        google__bigtable__v2__generate_initial_change_stream_partitions_request__unpack(
+            NULL, req.len, req.data);
+    bool on = q && streams_on(q->table_name);
+    if (q)
+        google__bigtable__v2__generate_initial_change_stream_partitions_request__free_unpacked(
+            q, NULL);
+    if (!on) {
+        rpc_call_finish(call, ST_FAILED_PRECONDITION, "fake: change streams are off for the table");
+        return;
+    }
     const char *b[] = {"", FAKE_SPLIT, FAKE_SPLIT, ""};
     for (int i = 0; i < 2; i++) {
         Google__Bigtable__V2__RowRange rr;
@@ -334,6 +353,18 @@ static void h_read(rpc_call *call, st_slice req, void *arg) {
             google__bigtable__v2__read_change_stream_request__free_unpacked(q, NULL);
         return;
     }
+    const Google__Bigtable__V2__RowRange *fr = q->partition->row_range;
+    if (F.fail_code && fr->start_key_closed.len == strlen(FAKE_SPLIT) &&
+        !memcmp(fr->start_key_closed.data, FAKE_SPLIT, strlen(FAKE_SPLIT))) {
+        rpc_call_finish(call, (st_code)F.fail_code,
+                        F.fail_code == ST_UNAVAILABLE
+                            ? "fake: no tablet of the table holds some rows of the partition (a "
+                              "tablet is being moved, or the cluster has no copy of the table): "
+                              "retry"
+                            : "fake: this partition fails");
+        google__bigtable__v2__read_change_stream_request__free_unpacked(q, NULL);
+        return;
+    }
     if (!streams_on(q->table_name)) {
         rpc_call_finish(call, ST_FAILED_PRECONDITION, "fake: change streams are off for the table");
         google__bigtable__v2__read_change_stream_request__free_unpacked(q, NULL);
@@ -366,11 +397,16 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 3 && !strcmp(argv[1], "--drop-every"))
-        F.drop_every = strtoull(argv[2], NULL, 10);
-    else if (argc != 1) {
-        fprintf(stderr, "usage: changes_fake_server [--drop-every N]\n");
-        return 2;
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 < argc && !strcmp(argv[i], "--drop-every"))
+            F.drop_every = strtoull(argv[i + 1], NULL, 10);
+        else if (i + 1 < argc && !strcmp(argv[i], "--fail-partition"))
+            F.fail_code = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr,
+                    "usage: changes_fake_server [--drop-every N] [--fail-partition CODE]\n");
+            return 2;
+        }
     }
     F.base = event_base_new();
     st_err err = {0};
