@@ -166,7 +166,9 @@ static void mutate_durable(node_ctx *n, st_code code, const char *msg, void *arg
 static void mutate_locked(node_ctx *n, void *arg) {
     mutate_op *op = arg;
     st_err err = {0};
-    st_code rc = node_row_prepare(n, op->table, &op->row, &err);
+    st_code rc = node_write_fence_check(op->call, &err);
+    if (rc == ST_OK)
+        rc = node_row_prepare(n, op->table, &op->row, &err);
     if (rc == ST_OK)
         rc = node_write(n, &op->row, 1, &err, mutate_durable, op);
     if (rc != ST_OK) {
@@ -267,7 +269,12 @@ static void rows_durable(node_ctx *n, st_code code, const char *msg, void *arg) 
  * written, so a router refreshes its map and resends the entries to their owners. */
 static void rows_write(node_ctx *n, rows_op *op) {
     st_err err = {0};
-    st_code rc = ST_OK;
+    st_code rc = node_write_fence_check(op->call, &err);
+    if (rc != ST_OK) { /* the whole call, so that the router sends every entry elsewhere */
+        rows_release(n, op);
+        node_fail(op->call, rc, "%s", err.msg);
+        return;
+    }
     for (size_t i = 0; rc == ST_OK && i < op->n_rows; i++)
         rc = node_row_prepare(n, op->table, &op->rows[i], &err);
     if (rc == ST_FAILED_PRECONDITION) {

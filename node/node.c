@@ -554,6 +554,28 @@ node_tablet *node_write_tablet(node_ctx *n, const char *table, st_slice row, st_
     return tab;
 }
 
+st_code node_write_fence_check(rpc_call *call, st_err *err) {
+    const char *v = rpc_call_header(call, BTU_WRITE_BY_HEADER);
+    if (!v)
+        return ST_OK;
+    char *end;
+    long long by = strtoll(v, &end, 10);
+    if (end == v || *end)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "malformed %s header \"%.40s\"",
+                          BTU_WRITE_BY_HEADER, v);
+    int64_t late_us = st_wall_us() - (int64_t)by;
+    if (late_us <= 0)
+        return ST_OK;
+    st_log(ST_LOG_WARN, "node",
+           "refused a write that reached this node %lld ms after its router's deadline for it "
+           "(the node was paused or its clock is ahead of the router's)",
+           (long long)(late_us / 1000));
+    return st_err_set(err, ST_DEADLINE_EXCEEDED,
+                      "the write reached this node %lld ms after its router's deadline for it "
+                      "(the router may have sent it to another cluster meanwhile): not applied",
+                      (long long)(late_us / 1000));
+}
+
 st_code node_row_prepare(node_ctx *n, const char *table, sto_row_mut *row, st_err *err) {
     node_tablet *tab = node_write_tablet(n, table, row->row, err);
     if (!tab)

@@ -246,6 +246,11 @@ node_tablet *node_write_tablet(node_ctx *n, const char *table, st_slice row, st_
 /* Fills in what a row mutation gets at commit: its tablet (as node_write_tablet, same errors), a
  * fresh version, the commit time and the origin. */
 st_code node_row_prepare(node_ctx *n, const char *table, sto_row_mut *row, st_err *err);
+/* A multi-cluster write carries its router's fence (BTU_WRITE_BY_HEADER, docs/router.md,
+ * Failover): DEADLINE_EXCEEDED when this node's clock has passed it, checked just before the
+ * write takes its versions, so a write that reaches a node after the router may have sent it to
+ * another cluster is never applied. ST_OK without the header. */
+st_code node_write_fence_check(rpc_call *call, st_err *err);
 
 /* Converts one data-API mutation to storage's form; strings point into the protobuf message.
  * server_ts_us resolves SetCell timestamp -1. INVALID_ARGUMENT with a message for a bad one

@@ -78,6 +78,9 @@ typedef struct fwd_op {
     rpc_ccall *inflight; /* the node call of the attempt */
     bool stalled;        /* cancelled because its cluster turned unhealthy */
     rtr_inflight link;   /* multi-cluster: in its cluster's in-flight list during a node call */
+    rtr_fence fence;     /* multi-cluster: attempts that may still apply (failover.h) */
+    int64_t attempt_fence_us;
+    char fence_text[RTR_FENCE_TEXT_BYTES];
     st_err last;
     /* A peeked table name (longer ones go to the call's arena); small enough that the op stays
      * within malloc's per-thread cache (about 1 KiB). */
@@ -187,6 +190,7 @@ static void fwd_done(rpc_ccall *call, st_code code, const char *message, void *a
     /* Never processed: any request may go again. Refused by the node's GOAWAY, the node is not
      * to blame; never sent because the connect failed, it is unreachable. */
     rtr_call_fate fate = rtr_call_fate_of(call, code);
+    rtr_fence_ended(&op->fence, op->attempt_fence_us, code, fate == RTR_CALL_SENT);
     if (fate == RTR_CALL_REFUSED) {
         fwd_retry(op);
         return;
@@ -227,6 +231,12 @@ static bool fwd_gate(fwd_op *op) {
 
 static void fwd_send(void *arg) {
     fwd_op *op = arg;
+    int64_t wait_ms = rtr_fence_wait_ms(&op->fence);
+    if (wait_ms > 0) { /* an earlier attempt may still apply until then */
+        if (op->r->closing || rtr_later_add(op->r, wait_ms, fwd_send, op) != ST_OK)
+            fwd_finish(op, op->last.code, op->last.msg);
+        return;
+    }
     if (!fwd_gate(op))
         return;
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
@@ -259,6 +269,9 @@ static void fwd_send(void *arg) {
     timeout = rtr_plan_attempt_ms(&op->plan, timeout);
     rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
     size_t n_md = rtr_forward_headers(op->call, md);
+    op->attempt_fence_us = 0;
+    if (op->plan.multi && op->idempotent)
+        rtr_fence_attempt(timeout, &op->attempt_fence_us, op->fence_text, md, &n_md);
     op->node = &op->c->nodes[t->v[k].node];
     op->inflight = rtr_node_call(op->node, op->path, op->req, md, n_md, timeout, fwd_msg, fwd_done,
                                  op, &op->last);
@@ -309,6 +322,8 @@ static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *pl
     op->inflight = NULL;
     op->stalled = false;
     op->link = (rtr_inflight){0};
+    op->fence = (rtr_fence){0};
+    op->attempt_fence_us = 0;
     op->fp = fp;
     op->attempts = 0;
     op->gen = 0;

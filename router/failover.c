@@ -281,6 +281,25 @@ rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const
 
 /* ---- idempotent writes ---- */
 
+/* ---- write fences ---- */
+
+void rtr_fence_attempt(int64_t timeout_ms, int64_t *attempt_us, char text[RTR_FENCE_TEXT_BYTES],
+                       rpc_metadata *md, size_t *n_md) {
+    *attempt_us = st_wall_us() + timeout_ms * 1000;
+    snprintf(text, RTR_FENCE_TEXT_BYTES, "%lld", (long long)*attempt_us);
+    md[(*n_md)++] = (rpc_metadata){BTU_WRITE_BY_HEADER, text};
+}
+
+void rtr_fence_ended(rtr_fence *f, int64_t attempt_us, st_code code, bool sent) {
+    if (code != ST_OK && sent && attempt_us > f->pending_us)
+        f->pending_us = attempt_us;
+}
+
+int64_t rtr_fence_wait_ms(const rtr_fence *f) {
+    int64_t left = f->pending_us - st_wall_us();
+    return left > 0 ? left / 1000 + 1 : 0;
+}
+
 int64_t rtr_fo_write_ts(rtr_ctx *r) {
     int64_t ts = st_wall_us() / 1000 * 1000;
     if (!r->fo)

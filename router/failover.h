@@ -207,6 +207,26 @@ void rtr_qod_served(rtr_ctx *r, uint64_t fp);
 rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const rtr_node *node,
                                 uint64_t drop, int64_t drop_us, bool *moved_once, st_err *err);
 
+/* ---- failover.c: write fences ----
+ * A multi-cluster write attempt is sent with a fence (BTU_WRITE_BY_HEADER): its deadline on the
+ * wall clock, after which the node refuses it. Before the write goes to any node again after an
+ * attempt that may have reached its node and did not succeed, the router waits until that
+ * attempt's fence has passed: a delete or a stamped SetCell applied late by a node that was
+ * frozen (a paused VM, a stopped process) would otherwise take a version newer than writes the
+ * client made, and was acknowledged, after it moved to another cluster. */
+typedef struct rtr_fence {
+    int64_t pending_us; /* the latest fence of attempts that may still apply; 0: none */
+} rtr_fence;
+#define RTR_FENCE_TEXT_BYTES 24
+/* The fence of an attempt sent now with timeout_ms: *attempt_us, and its header in md[*n_md]
+ * (md has room for it), its value written into text, which must live as long as the call. */
+void rtr_fence_attempt(int64_t timeout_ms, int64_t *attempt_us, char text[RTR_FENCE_TEXT_BYTES],
+                       rpc_metadata *md, size_t *n_md);
+/* An attempt with fence attempt_us ended with code; sent: it may have reached its node. */
+void rtr_fence_ended(rtr_fence *f, int64_t attempt_us, st_code code, bool sent);
+/* Milliseconds to wait before the write may be sent again (0: at once). */
+int64_t rtr_fence_wait_ms(const rtr_fence *f);
+
 /* ---- failover.c: idempotent writes ---- */
 /* The timestamp the router gives a write's SetCells with timestamp_micros -1: wall clock in
  * microseconds at millisecond granularity, never below the previous one. */

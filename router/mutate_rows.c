@@ -31,6 +31,7 @@ typedef struct mr_op {
     struct mr_group *groups; /* node calls in flight */
     bool stalled;            /* they were cancelled because their cluster turned unhealthy */
     rtr_inflight link;       /* multi-cluster: in its cluster's in-flight list during a round */
+    rtr_fence fence;         /* multi-cluster: groups that may still apply (failover.h) */
 } mr_op;
 
 typedef struct mr_group {
@@ -41,6 +42,8 @@ typedef struct mr_group {
     rpc_ccall *call;
     struct mr_group *prev, *next; /* in op->groups */
     uint64_t conn_id;             /* node's rtr_node.conn_id when the call was sent */
+    int64_t fence_us;             /* multi-cluster: the node refuses the call after this */
+    char fence_text[RTR_FENCE_TEXT_BYTES];
 } mr_group;
 
 static void mr_round(void *arg);
@@ -210,6 +213,7 @@ static void mr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     }
     rtr_call_fate fate = rtr_call_fate_of(call, code);
     bool unprocessed = fate != RTR_CALL_SENT;
+    rtr_fence_ended(&op->fence, g->fence_us, code, !unprocessed);
     if (fate != RTR_CALL_REFUSED) /* refused by the node's GOAWAY: the node is up */
         rtr_health_report(g->node, code);
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
@@ -245,6 +249,8 @@ static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int6
         *g = (mr_group){.op = op, .node = node, .idx = idx, .n = n};
         rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
         size_t n_md = rtr_forward_headers(op->call, md);
+        if (op->plan.multi && op->idempotent)
+            rtr_fence_attempt(timeout, &g->fence_us, g->fence_text, md, &n_md);
         op->groups_pending++;
         g->call = rtr_node_call(node, RTR_BT "MutateRows", req, md, n_md, timeout, mr_msg, mr_done,
                                 g, &err);
@@ -307,6 +313,12 @@ static bool mr_gate(mr_op *op) {
 
 static void mr_round(void *arg) {
     mr_op *op = arg;
+    int64_t wait_ms = rtr_fence_wait_ms(&op->fence);
+    if (wait_ms > 0) { /* an earlier group may still apply until then */
+        if (op->r->closing || rtr_later_add(op->r, wait_ms, mr_round, op) != ST_OK)
+            mr_reply(op);
+        return;
+    }
     if (!mr_gate(op))
         return;
     int64_t timeout;

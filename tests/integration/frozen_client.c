@@ -4,9 +4,10 @@
  * for MutateRows the first failed entry's status) and exits 0 whenever the call ran, 2 on bad
  * usage. Instance projects/p/instances/i; the client's deadline is 60 s (a hang guard: the test
  * asserts on the status and message, never on time).
- *   frozen_client ADDR TABLE_ID PROFILE_ID read|write|writes
+ *   frozen_client ADDR TABLE_ID PROFILE_ID read|write|writes|delete|deletes
  *     read: ReadRows of the whole table; write: MutateRow of row w (cf:c at server time);
- *     writes: MutateRows of rows wa and wb. */
+ *     writes: MutateRows of rows wa and wb; delete, deletes: the same with DeleteFromRow. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,8 +23,18 @@ static Google__Bigtable__V2__Mutation__SetCell set_cell = {
     .timestamp_micros = -1,
     .value = {1, (uint8_t *)"v"}};
 
+static Google__Bigtable__V2__Mutation__DeleteFromRow delete_row = {
+    .base = PROTOBUF_C_MESSAGE_INIT(&google__bigtable__v2__mutation__delete_from_row__descriptor)};
+
+static bool g_delete; /* the calls delete the rows instead of setting cf:c */
+
 static void init_mutation(Google__Bigtable__V2__Mutation *m) {
     google__bigtable__v2__mutation__init(m);
+    if (g_delete) {
+        m->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_DELETE_FROM_ROW;
+        m->delete_from_row = &delete_row;
+        return;
+    }
     m->mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
     m->set_cell = &set_cell;
 }
@@ -119,21 +130,25 @@ static st_code call_writes(const char *addr, const char *table, const char *prof
 
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: frozen_client ADDR TABLE_ID PROFILE_ID read|write|writes\n");
+        fprintf(stderr, "usage: frozen_client ADDR TABLE_ID PROFILE_ID "
+                        "read|write|writes|delete|deletes\n");
         return 2;
     }
     char table[512];
     snprintf(table, sizeof table, "projects/p/instances/i/tables/%s", argv[2]);
     st_err st = {0};
     st_code rc;
+    g_delete = strncmp(argv[4], "delete", 6) == 0;
     if (strcmp(argv[4], "read") == 0)
         rc = call_read(argv[1], table, argv[3], &st);
-    else if (strcmp(argv[4], "write") == 0)
+    else if (strcmp(argv[4], "write") == 0 || strcmp(argv[4], "delete") == 0)
         rc = call_write(argv[1], table, argv[3], &st);
-    else if (strcmp(argv[4], "writes") == 0)
+    else if (strcmp(argv[4], "writes") == 0 || strcmp(argv[4], "deletes") == 0)
         rc = call_writes(argv[1], table, argv[3], &st);
     else {
-        fprintf(stderr, "frozen_client: unknown call '%s' (read, write or writes)\n", argv[4]);
+        fprintf(stderr,
+                "frozen_client: unknown call '%s' (read, write, writes, delete or deletes)\n",
+                argv[4]);
         return 2;
     }
     printf("%s %s\n", st_code_name(rc), rc == ST_OK ? "" : st.msg);

@@ -62,6 +62,13 @@ bool btu_id_valid(const char *id, size_t max, bool allow_lead_punct);
 bool btu_table_id_valid(const char *id);
 bool btu_family_valid(const char *family);
 
+/* ---- write fences (docs/router.md, Failover: writes that arrive late) ----
+ * A multi-cluster write the router sends carries BTU_WRITE_BY_HEADER: the wall-clock time in
+ * microseconds (decimal) after which the node must not apply it, because the router may by then
+ * have given up on the attempt and sent the write to another cluster. A node whose clock is past
+ * it refuses the write DEADLINE_EXCEEDED before anything is written. */
+#define BTU_WRITE_BY_HEADER "x-strata-write-by-us"
+
 /* ---- table schemas ---- */
 #define BTU_FAMILIES_MAX 1000     /* column families of one table */
 #define BTU_GC_DEPTH_MAX 16       /* a GC rule's nesting below its root */
