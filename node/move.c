@@ -8,8 +8,9 @@
  * (storage completes writes in order, so a counter suffices) -> snapshot + iterator -> CopyRows
  * batches: per row and version one row mutation of SetCells that keeps the cells' version, commit
  * time and origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each)
- *   -> wait until every peer cluster has this node's log records of the tablet -> record the
- *   move in DATA/outgoing -> activate the copy (CreateTablet with `activate`) -> drop here ->
+ *   -> wait (briefly) until every peer cluster has this node's log records of the tablet, else
+ *   retire the tablet so they are shipped after the drop -> record the move in DATA/outgoing ->
+ *   activate the copy (CreateTablet with `activate`) -> drop here ->
  *   take the record out -> pass this node's clock to the target (an empty CopyRows) -> answer
  *   with the target's Tablet.
  *
@@ -49,10 +50,14 @@
 #define MOVE_DROP_POLL_MS 20
 #define MOVE_DROP_WAIT_MS 20000
 #define MOVE_SHIP_POLL_MS 20
-/* Longest wait, after the copy, for the peer clusters to have the tablet's log records; then the
- * move fails (the tablet stays and takes writes again). Writes are held meanwhile, so it stays
- * well below a router's retry budget for strata-not-owner (about 30 s). */
-#define MOVE_SHIP_WAIT_MS 10000
+/* Longest wait, after the copy, for the peer clusters to have the tablet's log records. Writes
+ * to the tablet are held meanwhile, so it is short: past it the move goes on and the tablet is
+ * retired (replication/retired.c), so its records still unshipped reach the peers after the
+ * drop, as a split parent's do. The wait only keeps, while the peers keep up, the order in which
+ * a peer applies a row's writes made just before the move (here) and just after (on the
+ * target). It used to be 10 s and a failed move: two clusters moving the same range at once
+ * each refused the other's replicated writes to it, so both moves held writes 10 s and failed. */
+#define MOVE_SHIP_WAIT_MS 250
 #define NODE_COPY_ROWS_MAX 10000 /* row mutations accepted in one CopyRows */
 #define MOVE_RESOLVE_TIMEOUT_MS 10000
 #define MOVE_RESOLVE_POLL_MS 1000  /* between questions to an unreachable target */
@@ -93,6 +98,8 @@ struct node_move {
     uint64_t cells_copied;
     int64_t ship_wait_from_us; /* st_mono_us when the wait for the shippers began */
     uint64_t ship_lsn;         /* the peers must have the log up to here before the drop */
+    bool unshipped;            /* the wait ended with records of the tablet still unshipped */
+    bool retired;              /* named in the retired tablets (node_repl_tablet_retire) */
 };
 
 void node_move_test_load(node_ctx *n) {
@@ -193,6 +200,14 @@ static void move_unrecord(node_move *m) {
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": %s", m->id, err.msg);
 }
 
+/* The tablet's retirement ends: gone, its records stay named until every peer has them; kept
+ * here, the entry goes (the live tablet names its table). */
+static void move_unretire(node_move *m, bool gone) {
+    if (m->retired)
+        node_repl_tablet_retire_done(m->n, m->id, gone);
+    m->retired = false;
+}
+
 /* DropTablet of the target's copy; done runs with m. */
 static st_code move_drop_copy(node_move *m, int timeout_ms, rpc_unary_done_fn done) {
     Strata__Internal__V1__DropTabletRequest req;
@@ -224,6 +239,7 @@ static void move_fail(node_move *m, st_code code, const char *msg) {
            m->id, m->target, m->cells_copied, msg);
     move_unmark(m);
     move_unrecord(m); /* the activation was not sent */
+    move_unretire(m, false);
     if (!m->answered)
         node_fail(m->call, code == ST_OK ? ST_INTERNAL : code,
                   "moving tablet %" PRIu64 " to %s: %s", m->id, m->target, msg);
@@ -284,9 +300,11 @@ static void move_finish(node_move *m) {
         return;
     }
     st_err err = {0};
-    if (node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK)
+    bool dropped = node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) == ST_OK;
+    if (!dropped)
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " copied but not dropped here: %s", m->id,
                err.msg);
+    move_unretire(m, dropped);
     move_unrecord(m);
     st_log(ST_LOG_INFO, "move",
            "table=%s tablet=%" PRIu64 " moved to %s as %" PRIu64 " cells=%" PRIu64, m->table, m->id,
@@ -373,8 +391,17 @@ static void move_activate(node_move *m) {
         move_fail(m, ST_UNAVAILABLE, "the connection to the target failed");
         return;
     }
-    m->recorded = true;
     st_err err = {0};
+    /* Records of the tablet a peer has not acknowledged yet: the shippers keep its table's name
+     * after the drop, across restarts too (the retired tablets file), and send them later. */
+    if (m->unshipped) {
+        if (node_repl_tablet_retire(m->n, m->id, m->table, &err) != ST_OK) {
+            move_fail(m, err.code, err.msg);
+            return;
+        }
+        m->retired = true;
+    }
+    m->recorded = true;
     if (outgoing_save(m->n, &err) != ST_OK) {
         m->recorded = false;
         move_fail(m, err.code, err.msg);
@@ -383,10 +410,13 @@ static void move_activate(node_move *m) {
     move_create(m, false, activate_done);
 }
 
-/* Before the drop: the peer clusters must have every log record of the tablet. Its last one is
- * at or below both positions read here (every write to it finished before the snapshot). The
- * shippers name a record's table through the live tablet, so a record still unshipped at the
- * drop would never reach the peers; and the target never ships the copy (it is replicated). */
+/* Before the drop: do the peer clusters have every log record of the tablet? Its last one is at
+ * or below both positions read here (every write to it finished before the snapshot). The
+ * shippers name a record's table through the live tablet, and the target never ships the copy
+ * (it is replicated), so records still unshipped after MOVE_SHIP_WAIT_MS are kept named by
+ * retiring the tablet (move_activate). The wait never fails the move: a peer cluster may lag
+ * for any length of time, and a peer moving the same range refuses this node's replicated
+ * writes to it until its own move ended. */
 static void move_wait_shipped(node_move *m) {
     int64_t now = st_mono_us();
     if (m->ship_wait_from_us == 0) { /* fixed once, so a busy log is not a moving target */
@@ -401,12 +431,12 @@ static void move_wait_shipped(node_move *m) {
         return;
     }
     if (now - m->ship_wait_from_us > (int64_t)MOVE_SHIP_WAIT_MS * 1000) {
-        char msg[160];
-        snprintf(msg, sizeof msg,
-                 "peer cluster %u has not received the tablet's writes yet "
-                 "(replication lag); the tablet stays here, retry the move later",
-                 behind);
-        move_fail(m, ST_UNAVAILABLE, msg);
+        st_log(ST_LOG_INFO, "move",
+               "table=%s tablet=%" PRIu64 ": peer cluster %u lacks some of the tablet's writes; "
+               "they are shipped after the move",
+               m->table, m->id, behind);
+        m->unshipped = true;
+        move_activate(m);
         return;
     }
     move_defer(m, move_wait_shipped, MOVE_SHIP_POLL_MS);
@@ -438,6 +468,7 @@ static void resolve_kept(node_move *m) {
            m->table, m->id, m->target);
     move_unmark(m);
     move_unrecord(m);
+    move_unretire(m, false);
     move_defer(m, move_free, 0);
 }
 
@@ -446,8 +477,10 @@ static void resolve_moved(node_move *m) {
     node_tablets *t;
     node_tablet *tab = node_tablet_by_id(m->n, m->id, &t);
     st_err err = {0};
-    if (tab && node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK)
+    bool kept = tab && node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK;
+    if (kept)
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": not dropped: %s", m->id, err.msg);
+    move_unretire(m, !kept);
     st_log(ST_LOG_WARN, "move",
            "table=%s tablet=%" PRIu64 ": the copy on %s was activated; dropped here", m->table,
            m->id, m->target);
