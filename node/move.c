@@ -1,13 +1,15 @@
 /* move.c — MoveTablet: copies a local tablet's visible cells (with their timestamps and
- * versions) to another node, then drops the tablet here. Asynchronous on the loop thread, in
- * steps chained by RPC completions and a per-move timer, so no step holds the loop for long:
+ * versions) and its tombstones to another node, then drops the tablet here. Asynchronous on the
+ * loop thread, in steps chained by RPC completions and a per-move timer, so no step holds the
+ * loop for long:
  *
  *   mark moving (writes now get strata-not-owner; reads go on)
  *   -> PutTable on the target (the table's schema) -> CreateTablet incoming (same range; the
  *   target picks its own id) -> wait until every write started before the mark has finished
  * (storage completes writes in order, so a counter suffices) -> snapshot + iterator -> CopyRows
  * batches: per row and version one row mutation of SetCells that keeps the cells' version, commit
- * time and origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each)
+ * time and origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each),
+ * then the tombstones the same way (one row mutation of one delete each, with its version)
  *   -> wait (briefly) until every peer cluster has this node's log records of the tablet, else
  *   retire the tablet so they are shipped after the drop -> record the move in DATA/outgoing ->
  *   activate the copy (CreateTablet with `activate`) -> drop here ->
@@ -42,6 +44,9 @@
 
 #define MOVE_BATCH_CELLS 10000             /* cells (so also rows) per CopyRows */
 #define MOVE_BATCH_BYTES ((size_t)4 << 20) /* cell bytes per CopyRows (one cell may exceed) */
+/* Entries (visible or not) one turn of the tombstone copy looks at, so a tablet of many cells
+ * and few tombstones does not hold the loop for its whole scan at once. */
+#define MOVE_TOMB_SCAN_MAX 100000
 #define MOVE_RPC_TIMEOUT_MS 120000
 #define MOVE_DRAIN_POLL_MS 1
 /* Before marking a tablet: how often and how long a move looks again while a DropRowRange job of
@@ -93,9 +98,11 @@ struct node_move {
     bool entry_failed;      /* the target refused a copied row */
     sto_snapshot *snap;
     sto_iter *it;
-    st_arena arena;      /* the batch being built and sent */
-    uint32_t batch_rows; /* row mutations in the batch in flight */
+    sto_tomb_iter *tombs; /* after the cells: the tombstones (move_send_batch) */
+    st_arena arena;       /* the batch being built and sent */
+    uint32_t batch_rows;  /* row mutations in the batch in flight */
     uint64_t cells_copied;
+    uint64_t tombs_copied;
     int64_t ship_wait_from_us; /* st_mono_us when the wait for the shippers began */
     uint64_t ship_lsn;         /* the peers must have the log up to here before the drop */
     bool unshipped;            /* the wait ended with records of the tablet still unshipped */
@@ -150,6 +157,7 @@ static void move_free(node_move *m) {
         rpc_client_free(m->client); /* outstanding callbacks run now and see `aborting` */
     if (m->it)
         sto_iter_free(m->it);
+    sto_tomb_iter_free(m->tombs);
     if (m->snap)
         sto_snapshot_free(m->snap);
     if (m->ev)
@@ -307,8 +315,9 @@ static void move_finish(node_move *m) {
     move_unretire(m, dropped);
     move_unrecord(m);
     st_log(ST_LOG_INFO, "move",
-           "table=%s tablet=%" PRIu64 " moved to %s as %" PRIu64 " cells=%" PRIu64, m->table, m->id,
-           m->target, m->target_id, m->cells_copied);
+           "table=%s tablet=%" PRIu64 " moved to %s as %" PRIu64 " cells=%" PRIu64
+           " tombstones=%" PRIu64,
+           m->table, m->id, m->target, m->target_id, m->cells_copied, m->tombs_copied);
     move_send_clock(m);
 }
 
@@ -615,21 +624,11 @@ static int cell_version_cmp(const void *a, const void *b) {
     return x->version < y->version ? -1 : x->version > y->version;
 }
 
-/* One row mutation of SetCells sharing a version, encoded into the batch. */
-static st_code batch_encode(batch *b, const copy_cell *cells, size_t n) {
-    st_buf_reset(&b->muts);
-    for (size_t i = 0; i < n; i++) {
-        sto_mut mu = {.type = STO_MUT_SET_CELL,
-                      .family = cells[i].family,
-                      .qualifier = cells[i].qualifier,
-                      .ts_us = cells[i].ts_us,
-                      .value = cells[i].value};
-        if (st_buf_append(&b->muts, &mu, sizeof mu) != ST_OK)
-            return ST_RESOURCE_EXHAUSTED;
-    }
-    uint64_t v = cells[0].version;
-    sto_row_mut row = {.row = st_buf_slice(&b->row),
-                       .muts = (const sto_mut *)b->muts.data,
+/* One row mutation of muts[0, n) with version v (its commit time and origin), encoded into the
+ * batch. */
+static st_code batch_encode_row(batch *b, st_slice key, const sto_mut *muts, size_t n, uint64_t v) {
+    sto_row_mut row = {.row = key,
+                       .muts = muts,
                        .n_muts = n,
                        .version = v,
                        .commit_ts_us = (uint64_t)STO_VERSION_TS_US(v),
@@ -642,6 +641,22 @@ static st_code batch_encode(batch *b, const copy_cell *cells, size_t n) {
         return ST_RESOURCE_EXHAUSTED;
     bin.len = b->enc.len;
     return st_buf_append(&b->rows, &bin, sizeof bin);
+}
+
+/* One row mutation of SetCells sharing a version, encoded into the batch. */
+static st_code batch_encode(batch *b, const copy_cell *cells, size_t n) {
+    st_buf_reset(&b->muts);
+    for (size_t i = 0; i < n; i++) {
+        sto_mut mu = {.type = STO_MUT_SET_CELL,
+                      .family = cells[i].family,
+                      .qualifier = cells[i].qualifier,
+                      .ts_us = cells[i].ts_us,
+                      .value = cells[i].value};
+        if (st_buf_append(&b->muts, &mu, sizeof mu) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+    }
+    return batch_encode_row(b, st_buf_slice(&b->row), (const sto_mut *)b->muts.data, n,
+                            cells[0].version);
 }
 
 /* Encodes the gathered cells of the current row: one row mutation per version. */
@@ -707,6 +722,36 @@ static st_code batch_fill(node_move *m, batch *b, st_err *err) {
     return rc;
 }
 
+/* Fills b with the tombstones that follow, each as a row mutation of its one delete with its
+ * version: a delete then covers at the target exactly what it covered here, also the older
+ * writes that reach the target later by replication from a peer cluster (one that applied them
+ * before this delete, so it hides them too). Without them such a write became visible on the
+ * target only, and the clusters differed for good. A tombstone and the cells of its own write
+ * share a version, and a delete never covers its own version, so the order of the copies does
+ * not matter. *end once the scan is over; b may stay empty meanwhile (MOVE_TOMB_SCAN_MAX). */
+static st_code batch_fill_tombs(node_move *m, batch *b, bool *end, st_err *err) {
+    size_t scan = MOVE_TOMB_SCAN_MAX;
+    *end = false;
+    while (b->cells < MOVE_BATCH_CELLS && b->bytes < MOVE_BATCH_BYTES && scan > 0) {
+        sto_tombstone t;
+        bool found = false;
+        st_code rc = sto_tomb_iter_next(m->tombs, &scan, &t, &found, err);
+        if (rc == ST_NOT_FOUND) {
+            *end = true;
+            return ST_OK;
+        }
+        if (rc != ST_OK)
+            return rc;
+        if (!found)
+            return ST_OK; /* the next turn goes on */
+        if (batch_encode_row(b, t.row, &t.mut, 1, t.version) != ST_OK)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building a copy batch");
+        b->cells++;
+        b->bytes += t.row.len + t.mut.family.len + t.mut.qualifier.len;
+    }
+    return ST_OK;
+}
+
 /* The CopyRows request of b, packed into the arena. */
 static st_slice batch_pack(node_move *m, batch *b) {
     Strata__Internal__V1__CopyRowsRequest req;
@@ -755,7 +800,8 @@ static void move_send_batch(node_move *m) {
     st_buf_init(&b.enc);
     st_buf_init(&b.muts);
     st_err err = {0};
-    st_code rc = batch_fill(m, &b, &err);
+    bool tombs = m->tombs != NULL, end = false;
+    st_code rc = tombs ? batch_fill_tombs(m, &b, &end, &err) : batch_fill(m, &b, &err);
     st_slice req = rc == ST_OK && b.cells ? batch_pack(m, &b) : st_slice_make(NULL, 0);
     size_t cells = b.cells;
     m->batch_rows = (uint32_t)(b.rows.len / sizeof(ProtobufCBinaryData));
@@ -768,11 +814,26 @@ static void move_send_batch(node_move *m) {
         move_fail(m, rc, err.msg[0] ? err.msg : "reading the tablet failed");
         return;
     }
+    if (cells == 0 && !tombs) { /* the cells are copied: then the tombstones */
+        rc = sto_tomb_iter_new(m->snap, &m->tombs, &err);
+        if (rc != ST_OK)
+            move_fail(m, rc, err.msg);
+        else
+            move_defer(m, move_send_batch, 0);
+        return;
+    }
+    if (cells == 0 && !end) { /* a turn's scan found none: the loop takes other work first */
+        move_defer(m, move_send_batch, 0);
+        return;
+    }
     if (cells == 0) { /* copied: a test may hold the move here (NODE_MOVE_TEST_ENV) */
         move_defer(m, move_wait_shipped, m->n->move_test.hold_ms);
         return;
     }
-    m->cells_copied += cells;
+    if (tombs)
+        m->tombs_copied += cells;
+    else
+        m->cells_copied += cells;
     if (!req.data || rpc_client_unary(m->client, NODE_SVC "CopyRows", req, NULL, 0,
                                       MOVE_RPC_TIMEOUT_MS, copy_done, m) != ST_OK)
         move_fail(m, ST_UNAVAILABLE, "could not send a copy batch to the target");

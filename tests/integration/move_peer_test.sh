@@ -3,7 +3,9 @@
 # writes, on `strata up --clusters 2 --nodes 2` (cases in hostile/move_peer.py):
 #   lag   both clusters move the same range at once while the link heals (each moving tablet
 #         refuses the other's replicated writes), and again across a kill -9 of both clusters:
-#         both moves succeed and every row reaches both clusters.
+#         both moves succeed and every row reaches both clusters;
+#   tomb  deletes in east of rows west wrote earlier, east's tablet moved before west's writes
+#         arrive: the deletes still cover them on east after the move.
 # Skips (77) without python3.
 set -u
 . "$(dirname "$0")/lib.sh"

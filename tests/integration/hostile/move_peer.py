@@ -12,6 +12,11 @@ lag   (nodes started with STRATA_TEST_MOVE=hold_ms=1500: each move holds 1.5 s a
          10 s, holding writes, and fail UNAVAILABLE), and every row must reach both clusters.
       2. The same while the link stays cut, then both clusters killed (-9) and restarted before
          the heal: the rows the moved tablets left unshipped must still reach the peer.
+tomb  West writes rows r1..r4 while cut from east; east then deletes r1 (DeleteFromRow), r2's
+      family (DeleteFromFamily) and r3's column (DeleteFromColumn), later than west's writes,
+      and moves its tablet; the link heals. West's writes reach east's moved tablet after the
+      move: the deletes must still cover them there, as they do on west. Both clusters must end
+      with r4 only (the move used to copy visible cells only, so east showed r1..r3 forever).
 """
 import os, subprocess, sys, threading, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,6 +63,11 @@ def write(cluster, table, keys):
     n, p, _ = owner(cluster, table)
     for k in keys:
         ok_call(mutate(p, table, k, [set_cell('cf', 'q', 'v' + k)]), 'write %s on %s' % (k, n))
+
+
+def delete(cluster, table, key, mut):
+    n, p, _ = owner(cluster, table)
+    ok_call(mutate(p, table, key, [mut]), 'delete in %s on %s' % (key, n))
 
 
 def move(cluster, table, out):
@@ -137,6 +147,19 @@ if case == 'lag':
     chaos('heal')
     want = sorted(want + ['f%02d' % i for i in range(20)] + ['x%02d' % i for i in range(20)])
     converge('m', want)
+elif case == 'tomb':
+    create('t')
+    chaos('partition', 'east', 'west')
+    write('west', 't', ['r1', 'r2', 'r3', 'r4'])
+    time.sleep(0.05)  # east's deletes commit later than west's writes
+    delete('east', 't', 'r1', fld(4, b''))
+    delete('east', 't', 'r2', fld(3, fld(1, 'cf')))
+    delete('east', 't', 'r3', fld(2, fld(1, 'cf') + fld(2, 'q')))
+    out = {}
+    move('east', 't', out)
+    expect('move in east', out['east'][0], 'status %s' % (out['east'][1],))
+    chaos('heal')
+    converge('t', ['r4'])
 else:
     sys.exit('unknown case ' + case)
 
