@@ -1,15 +1,18 @@
 /* move.c — MoveTablet: copies a local tablet's visible cells (with their timestamps and
- * versions) to another node, then drops the tablet here. Asynchronous on the loop thread, in
- * steps chained by RPC completions and a per-move timer, so no step holds the loop for long:
+ * versions) and its tombstones to another node, then drops the tablet here. Asynchronous on the
+ * loop thread, in steps chained by RPC completions and a per-move timer, so no step holds the
+ * loop for long:
  *
  *   mark moving (writes now get strata-not-owner; reads go on)
  *   -> PutTable on the target (the table's schema) -> CreateTablet incoming (same range; the
  *   target picks its own id) -> wait until every write started before the mark has finished
  * (storage completes writes in order, so a counter suffices) -> snapshot + iterator -> CopyRows
  * batches: per row and version one row mutation of SetCells that keeps the cells' version, commit
- * time and origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each)
- *   -> wait until every peer cluster has this node's log records of the tablet -> record the
- *   move in DATA/outgoing -> activate the copy (CreateTablet with `activate`) -> drop here ->
+ * time and origin, logged by the target as replicated (MOVE_BATCH_CELLS / MOVE_BATCH_BYTES each),
+ * then the tombstones the same way (one row mutation of one delete each, with its version)
+ *   -> wait (briefly) until every peer cluster has this node's log records of the tablet, else
+ *   retire the tablet so they are shipped after the drop -> record the move in DATA/outgoing ->
+ *   activate the copy (CreateTablet with `activate`) -> drop here ->
  *   take the record out -> pass this node's clock to the target (an empty CopyRows) -> answer
  *   with the target's Tablet.
  *
@@ -41,6 +44,9 @@
 
 #define MOVE_BATCH_CELLS 10000             /* cells (so also rows) per CopyRows */
 #define MOVE_BATCH_BYTES ((size_t)4 << 20) /* cell bytes per CopyRows (one cell may exceed) */
+/* Entries (visible or not) one turn of the tombstone copy looks at, so a tablet of many cells
+ * and few tombstones does not hold the loop for its whole scan at once. */
+#define MOVE_TOMB_SCAN_MAX 100000
 #define MOVE_RPC_TIMEOUT_MS 120000
 #define MOVE_DRAIN_POLL_MS 1
 /* Before marking a tablet: how often and how long a move looks again while a DropRowRange job of
@@ -49,10 +55,14 @@
 #define MOVE_DROP_POLL_MS 20
 #define MOVE_DROP_WAIT_MS 20000
 #define MOVE_SHIP_POLL_MS 20
-/* Longest wait, after the copy, for the peer clusters to have the tablet's log records; then the
- * move fails (the tablet stays and takes writes again). Writes are held meanwhile, so it stays
- * well below a router's retry budget for strata-not-owner (about 30 s). */
-#define MOVE_SHIP_WAIT_MS 10000
+/* Longest wait, after the copy, for the peer clusters to have the tablet's log records. Writes
+ * to the tablet are held meanwhile, so it is short: past it the move goes on and the tablet is
+ * retired (replication/retired.c), so its records still unshipped reach the peers after the
+ * drop, as a split parent's do. The wait only keeps, while the peers keep up, the order in which
+ * a peer applies a row's writes made just before the move (here) and just after (on the
+ * target). It used to be 10 s and a failed move: two clusters moving the same range at once
+ * each refused the other's replicated writes to it, so both moves held writes 10 s and failed. */
+#define MOVE_SHIP_WAIT_MS 250
 #define NODE_COPY_ROWS_MAX 10000 /* row mutations accepted in one CopyRows */
 #define MOVE_RESOLVE_TIMEOUT_MS 10000
 #define MOVE_RESOLVE_POLL_MS 1000  /* between questions to an unreachable target */
@@ -88,11 +98,15 @@ struct node_move {
     bool entry_failed;      /* the target refused a copied row */
     sto_snapshot *snap;
     sto_iter *it;
-    st_arena arena;      /* the batch being built and sent */
-    uint32_t batch_rows; /* row mutations in the batch in flight */
+    sto_tomb_iter *tombs; /* after the cells: the tombstones (move_send_batch) */
+    st_arena arena;       /* the batch being built and sent */
+    uint32_t batch_rows;  /* row mutations in the batch in flight */
     uint64_t cells_copied;
+    uint64_t tombs_copied;
     int64_t ship_wait_from_us; /* st_mono_us when the wait for the shippers began */
     uint64_t ship_lsn;         /* the peers must have the log up to here before the drop */
+    bool unshipped;            /* the wait ended with records of the tablet still unshipped */
+    bool retired;              /* named in the retired tablets (node_repl_tablet_retire) */
 };
 
 void node_move_test_load(node_ctx *n) {
@@ -143,6 +157,7 @@ static void move_free(node_move *m) {
         rpc_client_free(m->client); /* outstanding callbacks run now and see `aborting` */
     if (m->it)
         sto_iter_free(m->it);
+    sto_tomb_iter_free(m->tombs);
     if (m->snap)
         sto_snapshot_free(m->snap);
     if (m->ev)
@@ -193,6 +208,14 @@ static void move_unrecord(node_move *m) {
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": %s", m->id, err.msg);
 }
 
+/* The tablet's retirement ends: gone, its records stay named until every peer has them; kept
+ * here, the entry goes (the live tablet names its table). */
+static void move_unretire(node_move *m, bool gone) {
+    if (m->retired)
+        node_repl_tablet_retire_done(m->n, m->id, gone);
+    m->retired = false;
+}
+
 /* DropTablet of the target's copy; done runs with m. */
 static st_code move_drop_copy(node_move *m, int timeout_ms, rpc_unary_done_fn done) {
     Strata__Internal__V1__DropTabletRequest req;
@@ -224,6 +247,7 @@ static void move_fail(node_move *m, st_code code, const char *msg) {
            m->id, m->target, m->cells_copied, msg);
     move_unmark(m);
     move_unrecord(m); /* the activation was not sent */
+    move_unretire(m, false);
     if (!m->answered)
         node_fail(m->call, code == ST_OK ? ST_INTERNAL : code,
                   "moving tablet %" PRIu64 " to %s: %s", m->id, m->target, msg);
@@ -284,13 +308,16 @@ static void move_finish(node_move *m) {
         return;
     }
     st_err err = {0};
-    if (node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK)
+    bool dropped = node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) == ST_OK;
+    if (!dropped)
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " copied but not dropped here: %s", m->id,
                err.msg);
+    move_unretire(m, dropped);
     move_unrecord(m);
     st_log(ST_LOG_INFO, "move",
-           "table=%s tablet=%" PRIu64 " moved to %s as %" PRIu64 " cells=%" PRIu64, m->table, m->id,
-           m->target, m->target_id, m->cells_copied);
+           "table=%s tablet=%" PRIu64 " moved to %s as %" PRIu64 " cells=%" PRIu64
+           " tombstones=%" PRIu64,
+           m->table, m->id, m->target, m->target_id, m->cells_copied, m->tombs_copied);
     move_send_clock(m);
 }
 
@@ -373,8 +400,17 @@ static void move_activate(node_move *m) {
         move_fail(m, ST_UNAVAILABLE, "the connection to the target failed");
         return;
     }
-    m->recorded = true;
     st_err err = {0};
+    /* Records of the tablet a peer has not acknowledged yet: the shippers keep its table's name
+     * after the drop, across restarts too (the retired tablets file), and send them later. */
+    if (m->unshipped) {
+        if (node_repl_tablet_retire(m->n, m->id, m->table, &err) != ST_OK) {
+            move_fail(m, err.code, err.msg);
+            return;
+        }
+        m->retired = true;
+    }
+    m->recorded = true;
     if (outgoing_save(m->n, &err) != ST_OK) {
         m->recorded = false;
         move_fail(m, err.code, err.msg);
@@ -383,10 +419,13 @@ static void move_activate(node_move *m) {
     move_create(m, false, activate_done);
 }
 
-/* Before the drop: the peer clusters must have every log record of the tablet. Its last one is
- * at or below both positions read here (every write to it finished before the snapshot). The
- * shippers name a record's table through the live tablet, so a record still unshipped at the
- * drop would never reach the peers; and the target never ships the copy (it is replicated). */
+/* Before the drop: do the peer clusters have every log record of the tablet? Its last one is at
+ * or below both positions read here (every write to it finished before the snapshot). The
+ * shippers name a record's table through the live tablet, and the target never ships the copy
+ * (it is replicated), so records still unshipped after MOVE_SHIP_WAIT_MS are kept named by
+ * retiring the tablet (move_activate). The wait never fails the move: a peer cluster may lag
+ * for any length of time, and a peer moving the same range refuses this node's replicated
+ * writes to it until its own move ended. */
 static void move_wait_shipped(node_move *m) {
     int64_t now = st_mono_us();
     if (m->ship_wait_from_us == 0) { /* fixed once, so a busy log is not a moving target */
@@ -401,12 +440,12 @@ static void move_wait_shipped(node_move *m) {
         return;
     }
     if (now - m->ship_wait_from_us > (int64_t)MOVE_SHIP_WAIT_MS * 1000) {
-        char msg[160];
-        snprintf(msg, sizeof msg,
-                 "peer cluster %u has not received the tablet's writes yet "
-                 "(replication lag); the tablet stays here, retry the move later",
-                 behind);
-        move_fail(m, ST_UNAVAILABLE, msg);
+        st_log(ST_LOG_INFO, "move",
+               "table=%s tablet=%" PRIu64 ": peer cluster %u lacks some of the tablet's writes; "
+               "they are shipped after the move",
+               m->table, m->id, behind);
+        m->unshipped = true;
+        move_activate(m);
         return;
     }
     move_defer(m, move_wait_shipped, MOVE_SHIP_POLL_MS);
@@ -438,6 +477,7 @@ static void resolve_kept(node_move *m) {
            m->table, m->id, m->target);
     move_unmark(m);
     move_unrecord(m);
+    move_unretire(m, false);
     move_defer(m, move_free, 0);
 }
 
@@ -446,8 +486,10 @@ static void resolve_moved(node_move *m) {
     node_tablets *t;
     node_tablet *tab = node_tablet_by_id(m->n, m->id, &t);
     st_err err = {0};
-    if (tab && node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK)
+    bool kept = tab && node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK;
+    if (kept)
         st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": not dropped: %s", m->id, err.msg);
+    move_unretire(m, !kept);
     st_log(ST_LOG_WARN, "move",
            "table=%s tablet=%" PRIu64 ": the copy on %s was activated; dropped here", m->table,
            m->id, m->target);
@@ -582,21 +624,11 @@ static int cell_version_cmp(const void *a, const void *b) {
     return x->version < y->version ? -1 : x->version > y->version;
 }
 
-/* One row mutation of SetCells sharing a version, encoded into the batch. */
-static st_code batch_encode(batch *b, const copy_cell *cells, size_t n) {
-    st_buf_reset(&b->muts);
-    for (size_t i = 0; i < n; i++) {
-        sto_mut mu = {.type = STO_MUT_SET_CELL,
-                      .family = cells[i].family,
-                      .qualifier = cells[i].qualifier,
-                      .ts_us = cells[i].ts_us,
-                      .value = cells[i].value};
-        if (st_buf_append(&b->muts, &mu, sizeof mu) != ST_OK)
-            return ST_RESOURCE_EXHAUSTED;
-    }
-    uint64_t v = cells[0].version;
-    sto_row_mut row = {.row = st_buf_slice(&b->row),
-                       .muts = (const sto_mut *)b->muts.data,
+/* One row mutation of muts[0, n) with version v (its commit time and origin), encoded into the
+ * batch. */
+static st_code batch_encode_row(batch *b, st_slice key, const sto_mut *muts, size_t n, uint64_t v) {
+    sto_row_mut row = {.row = key,
+                       .muts = muts,
                        .n_muts = n,
                        .version = v,
                        .commit_ts_us = (uint64_t)STO_VERSION_TS_US(v),
@@ -609,6 +641,22 @@ static st_code batch_encode(batch *b, const copy_cell *cells, size_t n) {
         return ST_RESOURCE_EXHAUSTED;
     bin.len = b->enc.len;
     return st_buf_append(&b->rows, &bin, sizeof bin);
+}
+
+/* One row mutation of SetCells sharing a version, encoded into the batch. */
+static st_code batch_encode(batch *b, const copy_cell *cells, size_t n) {
+    st_buf_reset(&b->muts);
+    for (size_t i = 0; i < n; i++) {
+        sto_mut mu = {.type = STO_MUT_SET_CELL,
+                      .family = cells[i].family,
+                      .qualifier = cells[i].qualifier,
+                      .ts_us = cells[i].ts_us,
+                      .value = cells[i].value};
+        if (st_buf_append(&b->muts, &mu, sizeof mu) != ST_OK)
+            return ST_RESOURCE_EXHAUSTED;
+    }
+    return batch_encode_row(b, st_buf_slice(&b->row), (const sto_mut *)b->muts.data, n,
+                            cells[0].version);
 }
 
 /* Encodes the gathered cells of the current row: one row mutation per version. */
@@ -674,6 +722,36 @@ static st_code batch_fill(node_move *m, batch *b, st_err *err) {
     return rc;
 }
 
+/* Fills b with the tombstones that follow, each as a row mutation of its one delete with its
+ * version: a delete then covers at the target exactly what it covered here, also the older
+ * writes that reach the target later by replication from a peer cluster (one that applied them
+ * before this delete, so it hides them too). Without them such a write became visible on the
+ * target only, and the clusters differed for good. A tombstone and the cells of its own write
+ * share a version, and a delete never covers its own version, so the order of the copies does
+ * not matter. *end once the scan is over; b may stay empty meanwhile (MOVE_TOMB_SCAN_MAX). */
+static st_code batch_fill_tombs(node_move *m, batch *b, bool *end, st_err *err) {
+    size_t scan = MOVE_TOMB_SCAN_MAX;
+    *end = false;
+    while (b->cells < MOVE_BATCH_CELLS && b->bytes < MOVE_BATCH_BYTES && scan > 0) {
+        sto_tombstone t;
+        bool found = false;
+        st_code rc = sto_tomb_iter_next(m->tombs, &scan, &t, &found, err);
+        if (rc == ST_NOT_FOUND) {
+            *end = true;
+            return ST_OK;
+        }
+        if (rc != ST_OK)
+            return rc;
+        if (!found)
+            return ST_OK; /* the next turn goes on */
+        if (batch_encode_row(b, t.row, &t.mut, 1, t.version) != ST_OK)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory building a copy batch");
+        b->cells++;
+        b->bytes += t.row.len + t.mut.family.len + t.mut.qualifier.len;
+    }
+    return ST_OK;
+}
+
 /* The CopyRows request of b, packed into the arena. */
 static st_slice batch_pack(node_move *m, batch *b) {
     Strata__Internal__V1__CopyRowsRequest req;
@@ -722,7 +800,8 @@ static void move_send_batch(node_move *m) {
     st_buf_init(&b.enc);
     st_buf_init(&b.muts);
     st_err err = {0};
-    st_code rc = batch_fill(m, &b, &err);
+    bool tombs = m->tombs != NULL, end = false;
+    st_code rc = tombs ? batch_fill_tombs(m, &b, &end, &err) : batch_fill(m, &b, &err);
     st_slice req = rc == ST_OK && b.cells ? batch_pack(m, &b) : st_slice_make(NULL, 0);
     size_t cells = b.cells;
     m->batch_rows = (uint32_t)(b.rows.len / sizeof(ProtobufCBinaryData));
@@ -735,11 +814,26 @@ static void move_send_batch(node_move *m) {
         move_fail(m, rc, err.msg[0] ? err.msg : "reading the tablet failed");
         return;
     }
+    if (cells == 0 && !tombs) { /* the cells are copied: then the tombstones */
+        rc = sto_tomb_iter_new(m->snap, &m->tombs, &err);
+        if (rc != ST_OK)
+            move_fail(m, rc, err.msg);
+        else
+            move_defer(m, move_send_batch, 0);
+        return;
+    }
+    if (cells == 0 && !end) { /* a turn's scan found none: the loop takes other work first */
+        move_defer(m, move_send_batch, 0);
+        return;
+    }
     if (cells == 0) { /* copied: a test may hold the move here (NODE_MOVE_TEST_ENV) */
         move_defer(m, move_wait_shipped, m->n->move_test.hold_ms);
         return;
     }
-    m->cells_copied += cells;
+    if (tombs)
+        m->tombs_copied += cells;
+    else
+        m->cells_copied += cells;
     if (!req.data || rpc_client_unary(m->client, NODE_SVC "CopyRows", req, NULL, 0,
                                       MOVE_RPC_TIMEOUT_MS, copy_done, m) != ST_OK)
         move_fail(m, ST_UNAVAILABLE, "could not send a copy batch to the target");

@@ -184,7 +184,7 @@ void node_move_test_load(node_ctx *n);
 st_code node_moves_resume(node_ctx *n, st_err *err);
 /* An incoming copy that took no CopyRows for this long is dropped: its source gave up (killed,
  * stopped, or its DropTablet never arrived). A live source never leaves it idle that long (its
- * calls time out after 2 minutes; it waits at most 10 s for its peers before the activation). */
+ * calls time out after 2 minutes; it waits at most 250 ms for its peers before the activation). */
 #define NODE_INCOMING_IDLE_MS 300000
 /* Starts the idle check of incoming copies (open); stop is safe to call twice. */
 st_code node_incoming_timer_start(node_ctx *n, st_err *err);

@@ -25,8 +25,8 @@ bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind);
 /* A tablet was made here (create, split): replication learns its table at once (see
  * repl_tablet_named). No-op without replication. */
 void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table);
-/* Around a split of tablet id (repl_tablet_retire, repl_tablet_retire_done) and after a table
- * was deleted (repl_table_dropped). No-ops without replication. */
+/* Around a split or a move of tablet id (repl_tablet_retire, repl_tablet_retire_done) and after a
+ * table was deleted (repl_table_dropped). No-ops without replication. */
 st_code node_repl_tablet_retire(node_ctx *n, uint64_t id, const char *table, st_err *err);
 void node_repl_tablet_retire_done(node_ctx *n, uint64_t id, bool gone);
 void node_repl_table_dropped(node_ctx *n, const char *table);

@@ -1,10 +1,11 @@
-/* retired.c — tablets that stopped existing here while their table lives on (split parents).
+/* retired.c — tablets that stopped existing here while their table lives on (split parents, and
+ * tablets moved away before the peers had all their records).
  * A log record names its tablet only, and the shipper finds the table through the tablet. The
  * names learned in memory are lost at a restart, and storage lists live tablets only, so after a
  * split and a restart the parent's unshipped records looked like records of a dropped table and
  * were skipped for good (and consistency tokens then said yes). The retired ids are therefore
  * kept in <state_dir>/retired-tablets until every peer has recorded a position past the
- * parent's last record. Loop thread only. */
+ * tablet's last record. Loop thread only. */
 #include "repl_internal.h"
 #include "shipper_internal.h"
 

@@ -325,3 +325,100 @@ void sto_iter_free(sto_iter *it) {
     sto_rowreader_free(it->rr);
     free(it);
 }
+
+/* ---- tombstones (a tablet move's copy) ---- */
+
+struct sto_tomb_iter {
+    sto_tablet *t;
+    sto_kviter *m;
+    st_buf scratch; /* components of the key returned last, when they held escaped bytes */
+    st_buf last;    /* the key returned last: several sources may hold the same tombstone */
+    bool started;
+    bool unseen; /* the merge stands at an entry not looked at yet */
+};
+
+st_code sto_tomb_iter_new(sto_snapshot *s, sto_tomb_iter **out, st_err *err) {
+    key_bounds b;
+    st_code rc = bounds_init(&b, NULL);
+    sto_kviter *m = rc == ST_OK ? tablet_snapshot_merge(s, &b, NULL) : NULL;
+    bounds_free(&b);
+    sto_tomb_iter *it = calloc(1, sizeof *it);
+    if (!m || !it) {
+        if (m)
+            m->ops->free(m);
+        free(it);
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting a tombstone scan");
+    }
+    it->t = s->t;
+    it->m = m;
+    st_buf_init(&it->scratch);
+    st_buf_init(&it->last);
+    *out = it;
+    return ST_OK;
+}
+
+/* The tombstone of decoded key k as a row mutation's delete. */
+static void tomb_fill(const sto_key *k, sto_tombstone *out) {
+    memset(out, 0, sizeof *out);
+    out->row = k->row;
+    out->version = k->version;
+    out->mut.type = k->kind == STO_KEY_ROW_DEL      ? STO_MUT_DEL_ROW
+                    : k->kind == STO_KEY_FAMILY_DEL ? STO_MUT_DEL_FAMILY
+                                                    : STO_MUT_DEL_COLUMN;
+    if (k->kind != STO_KEY_ROW_DEL)
+        out->mut.family = k->family;
+    if (k->kind == STO_KEY_COLUMN_DEL) {
+        out->mut.qualifier = k->qualifier;
+        out->mut.ts_start_us = k->del_start_us;
+        out->mut.ts_end_us = k->del_end_us;
+    }
+}
+
+st_code sto_tomb_iter_next(sto_tomb_iter *it, size_t *entries_left, sto_tombstone *out, bool *found,
+                           st_err *err) {
+    sto_kviter *m = it->m;
+    *found = false;
+    if (!it->started) {
+        m->ops->seek_first(m);
+        it->started = true;
+    } else if (!it->unseen && m->ops->valid(m)) {
+        m->ops->next(m); /* past the tombstone returned last */
+    }
+    it->unseen = true;
+    for (; m->ops->valid(m); m->ops->next(m)) {
+        if (*entries_left == 0)
+            return ST_OK; /* *found false: the caller comes back to this entry */
+        --*entries_left;
+        st_slice key = m->ops->key(m);
+        sto_key k;
+        if (!sto_key_decode(key, &k, &it->scratch)) {
+            sto_tablet_mark_read_only(it->t, ST_DATA_LOSS, "corrupt key met by a tombstone scan");
+            return st_err_set(err, ST_DATA_LOSS,
+                              "malformed internal key (%zu bytes) in a memtable or SSTable; the "
+                              "tablet's data is corrupt: restore it from a replica or backup",
+                              key.len);
+        }
+        if (k.kind != STO_KEY_CELL && !st_slice_eq(key, st_buf_slice(&it->last))) {
+            st_buf_reset(&it->last);
+            if (st_buf_append(&it->last, key.data, key.len) != ST_OK)
+                return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory in a tombstone scan");
+            if (!sto_key_decode(st_buf_slice(&it->last), &k, &it->scratch))
+                return st_err_set(err, ST_INTERNAL, "a tombstone's key changed while copied");
+            tomb_fill(&k, out);
+            it->unseen = false;
+            *found = true;
+            return ST_OK;
+        }
+    }
+    st_code rc = m->ops->status(m, err);
+    return rc == ST_OK ? ST_NOT_FOUND : rc;
+}
+
+void sto_tomb_iter_free(sto_tomb_iter *it) {
+    if (!it)
+        return;
+    it->m->ops->free(it->m);
+    st_buf_free(&it->scratch);
+    st_buf_free(&it->last);
+    free(it);
+}

@@ -190,10 +190,11 @@ bool repl_link_cut(const repl_ctx *r, uint32_t cluster_num);
  * or be dropped before its records are shipped, after which storage no longer knows its table.
  * Names are kept until close (at most REPL_TABLET_NAMES_MAX). Loop thread; NULL r is fine. */
 void repl_tablet_named(repl_ctx *r, uint64_t tablet_id, const char *table);
-/* A split is about to make tablet_id (of table) vanish while its table lives on: records it
- * left in the log must still reach the peers after a restart, when storage no longer knows it.
- * Durable (<state_dir>/retired-tablets) when it returns ST_OK; a split must not run otherwise.
- * Then repl_tablet_retire_done with gone = whether the split happened. No-op without peers.
+/* A split, or a move whose peers lack some of the tablet's records, is about to make tablet_id
+ * (of table) vanish while its table lives on: records it left in the log must still reach the
+ * peers after a restart, when storage no longer knows it. Durable (<state_dir>/retired-tablets)
+ * when it returns ST_OK; the split or the move's activation must not run otherwise. Then
+ * repl_tablet_retire_done with gone = whether the tablet was dropped. No-op without peers.
  * Kept until every peer recorded a position past the tablet's last record. Loop thread. */
 st_code repl_tablet_retire(repl_ctx *r, uint64_t tablet_id, const char *table, st_err *err);
 void repl_tablet_retire_done(repl_ctx *r, uint64_t tablet_id, bool gone);

@@ -28,6 +28,7 @@ typedef struct sto_db sto_db;
 typedef struct sto_tablet sto_tablet;
 typedef struct sto_snapshot sto_snapshot;
 typedef struct sto_iter sto_iter;
+typedef struct sto_tomb_iter sto_tomb_iter;
 typedef struct sto_log_reader sto_log_reader;
 
 /* ---- options ---- */
@@ -341,6 +342,29 @@ st_code sto_iter_next(sto_iter *it, sto_cell *cell, st_err *err);
 /* Skips the rest of the current row (the next call starts at the next row). */
 void sto_iter_skip_row(sto_iter *it);
 void sto_iter_free(sto_iter *it);
+
+/* One tombstone (a delete's entry, docs/formats/keys.md) as the row mutation that makes it:
+ * type STO_MUT_DEL_ROW, STO_MUT_DEL_FAMILY (family set) or STO_MUT_DEL_COLUMN (family,
+ * qualifier, ts_start_us, ts_end_us set) of row, with the version of the write that made it.
+ * Slices are valid until the next call on the iterator. */
+typedef struct sto_tombstone {
+    st_slice row;
+    sto_mut mut;
+    uint64_t version;
+} sto_tombstone;
+
+/* Iterates the tombstones of the snapshot's tablet that compaction has kept so far, rows
+ * ascending (system families too), each once. A tablet move copies them with its visible cells,
+ * so a delete keeps covering older writes that reach the tablet's new node later (replicated
+ * from a peer cluster). The iterator steps over every cell entry, visible or not: each next
+ * looks at most *entries_left entries, and takes those it looked at off the count. */
+st_code sto_tomb_iter_new(sto_snapshot *s, sto_tomb_iter **out, st_err *err);
+/* ST_OK with *found: the next tombstone in *out; ST_OK without it: *entries_left is down to 0
+ * and none was found, call again (with a new count); ST_NOT_FOUND at the end; ST_DATA_LOSS /
+ * ST_INTERNAL on a bad block. */
+st_code sto_tomb_iter_next(sto_tomb_iter *it, size_t *entries_left, sto_tombstone *out, bool *found,
+                           st_err *err);
+void sto_tomb_iter_free(sto_tomb_iter *it);
 
 /* Approximate row keys splitting the tablet into chunks of about every_bytes (SampleRowKeys);
  * fn gets each key and the approximate bytes before it. */
