@@ -222,6 +222,7 @@ void rpc_server_stats_get(rpc_server *s, rpc_server_stats *out) {
     out->calls_refused_memory = __atomic_load_n(&s->stats.calls_refused_memory, __ATOMIC_RELAXED);
     out->calls_slow = __atomic_load_n(&s->stats.calls_slow, __ATOMIC_RELAXED);
     out->conns_refused = __atomic_load_n(&s->stats.conns_refused, __ATOMIC_RELAXED);
+    out->conns_evicted = __atomic_load_n(&s->stats.conns_evicted, __ATOMIC_RELAXED);
     out->conns_idle_closed = __atomic_load_n(&s->stats.conns_idle_closed, __ATOMIC_RELAXED);
     out->conns_handshake_closed =
         __atomic_load_n(&s->stats.conns_handshake_closed, __ATOMIC_RELAXED);
@@ -263,7 +264,11 @@ void rpc_server_metrics_render(rpc_server *s, prom_out *o) {
          "Calls ended because their request arrived slower than the minimum rate.",
          offsetof(rpc_server_stats, calls_slow)},
         {"strata_rpc_server_connections_refused_total", "counter",
-         "Connections refused at the connection limit.", offsetof(rpc_server_stats, conns_refused)},
+         "Connections refused at the connection limit (every connection had a call open).",
+         offsetof(rpc_server_stats, conns_refused)},
+        {"strata_rpc_server_connections_evicted_total", "counter",
+         "Idle connections closed at the connection limit to admit a new connection.",
+         offsetof(rpc_server_stats, conns_evicted)},
         {"strata_rpc_server_connections_idle_closed_total", "counter",
          "Connections closed after the idle timeout.",
          offsetof(rpc_server_stats, conns_idle_closed)},

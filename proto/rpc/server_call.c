@@ -128,6 +128,8 @@ static rpc_call *call_new(h2_conn *conn, int32_t stream_id) {
     call->slow_mark_us = call->start_us;
     st_arena_init(&call->arena, RPC_CALL_ARENA_BLOCK_BYTES);
     rpc_deframer_init(&call->deframer, conn->srv->opts.message_bytes_max);
+    if (!conn->calls)
+        h2_conn_idle_leave(conn); /* a connection with a call open is never evicted */
     call->next = conn->calls;
     if (conn->calls)
         conn->calls->prev = call;
@@ -172,7 +174,7 @@ void rpc_call_detach(rpc_call *call) {
         call->next->prev = call->prev;
     call->prev = call->next = NULL;
     if (!conn->calls)
-        conn->idle_since_us = st_mono_us();
+        h2_conn_idle_mark(conn);
     conn->request_bytes -= call->request_bytes;
     call->request_bytes = 0;
     STAT_SUB(srv, queued_bytes, call->out.len - call->out_off);
@@ -970,7 +972,8 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK) &&
         !conn->ready) { /* the preface (checked by nghttp2) and the first SETTINGS are in */
         conn->ready = true;
-        conn->idle_since_us = st_mono_us();
+        if (!conn->calls)
+            h2_conn_idle_mark(conn);
     }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;

@@ -88,6 +88,7 @@ void h2_conn_close(h2_conn *conn) {
     h2_wbuf_drop(&conn->wbuf); /* unwritten output is lost anyway; it must not pin the calls */
     while (conn->calls)
         rpc_call_detach(conn->calls); /* nghttp2_session_del runs no stream-close callbacks */
+    h2_conn_idle_leave(conn);         /* after the calls: the last one ending lists it again */
     if (conn->read_ev)
         event_free(conn->read_ev); /* before the bufferevent closes the socket */
     if (conn->session)
@@ -110,11 +111,40 @@ void h2_conn_close(h2_conn *conn) {
     free(conn);
 }
 
+void h2_conn_idle_leave(h2_conn *conn) {
+    if (!conn->idle_listed)
+        return;
+    rpc_server *srv = conn->srv;
+    if (conn->idle_prev)
+        conn->idle_prev->idle_next = conn->idle_next;
+    else
+        srv->idle_head = conn->idle_next;
+    if (conn->idle_next)
+        conn->idle_next->idle_prev = conn->idle_prev;
+    else
+        srv->idle_tail = conn->idle_prev;
+    conn->idle_prev = conn->idle_next = NULL;
+    conn->idle_listed = false;
+}
+
+void h2_conn_idle_mark(h2_conn *conn) {
+    rpc_server *srv = conn->srv;
+    conn->idle_since_us = st_mono_us();
+    h2_conn_idle_leave(conn);
+    conn->idle_prev = srv->idle_tail; /* the clock only goes forward: the list stays sorted */
+    if (srv->idle_tail)
+        srv->idle_tail->idle_next = conn;
+    else
+        srv->idle_head = conn;
+    srv->idle_tail = conn;
+    conn->idle_listed = true;
+}
+
 /* The peer sent something: a connection without calls is idle only from now on (the idle
  * timeout counts neither open calls nor traffic, e.g. keepalive PINGs). */
 static void conn_heard(h2_conn *conn) {
     if (!conn->calls)
-        conn->idle_since_us = st_mono_us();
+        h2_conn_idle_mark(conn);
 }
 
 static bool conn_feed(void *arg, const uint8_t *data, size_t len) {
@@ -234,6 +264,24 @@ static void conn_goaway_close(h2_conn *conn, const char *why) {
     h2_conn_close(conn);
 }
 
+bool h2_conn_evict_idle(rpc_server *srv) {
+    h2_conn *conn = srv->idle_head;
+    if (!conn)
+        return false;
+    STAT_ADD(srv, conns_evicted, 1);
+    RPC_LOG_LIMITED(ST_LOG_INFO,
+                    "msg=\"at the connection limit: closing the longest idle connection to admit "
+                    "a new one\" max=%u idle_ms=%lld peer=%s hint=\"raise --max-connections (and "
+                    "ulimit -n) if clients keep many idle connections\"",
+                    srv->limits.connections_max,
+                    (long long)((st_mono_us() - conn->idle_since_us) / 1000), conn->peer);
+    if (conn->ready) /* a client that reads it reconnects on its next call */
+        conn_goaway_close(conn, "server at its connection limit: closing idle connections");
+    else /* mid-handshake (TLS or the HTTP/2 preface): nothing to say a GOAWAY in yet */
+        h2_conn_close(conn);
+    return true;
+}
+
 static void conn_timer_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
@@ -336,6 +384,7 @@ void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
     if (srv->conns)
         srv->conns->prev = conn;
     srv->conns = conn;
+    h2_conn_idle_mark(conn); /* idle from its accept until its first call */
     STAT_ADD(srv, conns_accepted, 1);
     STAT_ADD(srv, conns_open, 1);
     int one = 1;

@@ -68,6 +68,9 @@ struct rpc_server {
     } unix_files[RPC_LISTENERS_MAX];
     size_t unix_len;
     h2_conn *conns;
+    /* The connections without calls, longest idle first (idle_since_us ascending): at the
+     * connection limit the first is closed to admit a new connection (h2_conn_evict_idle). */
+    h2_conn *idle_head, *idle_tail;
     pthread_mutex_t post_mu;
     rpc_post *post_head, *post_tail;
     size_t post_len;
@@ -118,6 +121,8 @@ struct h2_conn {
     bool ready;            /* the client's preface and SETTINGS arrived */
     bool tick_ready;       /* the timer runs at conn_tick_ready */
     bool slot;             /* holds one of the process's connection slots */
+    bool idle_listed;      /* in srv's idle list (idle_prev, idle_next) */
+    h2_conn *idle_prev, *idle_next;
     char peer[RPC_CALL_PEER_MAX + 1]; /* "ip:port", "[ip6]:port" or "unix" (rpc_call_peer) */
     bool role_known;                  /* peer_role was read from the peer's certificate */
     char peer_role[RPC_ROLE_MAX + 1];
@@ -190,6 +195,15 @@ const rpc_method_ent *rpc_server_method_find(const rpc_server *srv, const char *
 void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr);
 /* The one close function every connection failure reaches: detaches its calls, frees it. */
 void h2_conn_close(h2_conn *conn);
+/* conn has no calls: it is idle from now on (idle_since_us), and last in its server's idle
+ * list. */
+void h2_conn_idle_mark(h2_conn *conn);
+/* conn's first call started: it leaves its server's idle list. */
+void h2_conn_idle_leave(h2_conn *conn);
+/* At the connection limit: closes the server's longest idle connection (no call open, nothing
+ * heard for the longest time; a TLS handshake in progress counts as idle) so that a new one can
+ * be admitted. False when every connection has a call open. */
+bool h2_conn_evict_idle(rpc_server *srv);
 /* Hands nghttp2's output to the socket; false when the connection is done or failed. */
 bool h2_conn_flush(h2_conn *conn);
 /* User code queued output: flush it from the loop (re-activating an active event is a no-op). */

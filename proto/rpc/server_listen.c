@@ -1,6 +1,7 @@
 /* server_listen.c — the server's listeners (TCP and Unix-domain) and accepting: the process's
- * connection limit (a GOAWAY for connections past it), and pausing the listeners when accept()
- * runs out of descriptors instead of retrying at once. */
+ * connection limit (the longest idle connection closed to make room, a GOAWAY for connections
+ * past it when none is idle), and pausing the listeners when accept() runs out of descriptors
+ * instead of retrying at once. */
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -24,10 +25,11 @@
 
 /* ---- accepting ---- */
 
-/* At connections_max: a SETTINGS and a GOAWAY written straight to the new socket (no session is
- * made for it), then closed, so a client learns it was refused rather than cut off. A TLS client
- * gets only the close: plaintext frames would read to it as a server speaking no TLS at all
- * ("wrong version number"), sending its operator after certificates instead of the limit. */
+/* At connections_max with every connection busy: a SETTINGS and a GOAWAY written straight to the
+ * new socket (no session is made for it), then closed, so a client learns it was refused rather
+ * than cut off. A TLS client gets only the close: plaintext frames would read to it as a server
+ * speaking no TLS at all ("wrong version number"), sending its operator after certificates
+ * instead of the limit. */
 static void conn_refuse(rpc_server *srv, int fd, bool tls) {
     static const char debug[] = "server at its connection limit (--max-connections)";
     STAT_ADD(srv, conns_refused, 1); /* counted before the peer can see the close */
@@ -97,7 +99,11 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     (void)addrlen;
     rpc_server *srv = arg;
     srv->accept_backoff_ms = 0;
-    if (!rpc_conn_slot_take(srv->limits.connections_max)) {
+    /* At the limit, the longest idle connection makes room: a crowd of connections that hold
+     * no call (opened and left, or kept with PINGs) cannot lock new clients out. Only when every
+     * connection has a call open is the new one refused. */
+    if (!rpc_conn_slot_take(srv->limits.connections_max) &&
+        !(h2_conn_evict_idle(srv) && rpc_conn_slot_take(srv->limits.connections_max))) {
         conn_refuse(srv, fd,
                     srv->opts.ssl_ctx && !(addr->sa_family == AF_UNIX && srv->opts.unix_peer_role));
         return;

@@ -3,7 +3,12 @@
  * le="+Inf" equal to _count, the RPC server's per-method records land in the right code and
  * latency bucket (bounds inclusive), and, end to end, a real rpc_server on a loopback port
  * counts OK, failed and unknown-method calls, which a GET /metrics on the same event_base then
- * serves (404 for other paths, 405 for other methods). No timing assertions. */
+ * serves (404 for other paths, 405 for other methods). The listener is bounded: at its
+ * connection cap the oldest connection still sending its request is closed for a new one, a
+ * request trickling in is closed at its deadline whatever arrives, and out of descriptors (a
+ * forked child with a low RLIMIT_NOFILE) it pauses accepting instead of spinning and serves
+ * again as its deadlines free descriptors. No timing assertions: waits poll with generous
+ * bounds. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,8 +21,15 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -307,6 +319,299 @@ static void test_metrics_http_port_in_use(void **state) {
     event_base_free(base);
 }
 
+/* ---- the listener's bounds ---- */
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A blocking loopback connection with a 30 s receive timeout (a hang fails the test). */
+static int tcp_connect(uint16_t port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A slowloris: a request whose headers never end. */
+static int trickler(uint16_t port) {
+    static const char start[] = "GET /metrics HTTP/1.1\r\nX: ";
+    int fd = tcp_connect(port);
+    assert_true(fd >= 0);
+    assert_int_equal(send(fd, start, sizeof start - 1, MSG_NOSIGNAL), (ssize_t)sizeof start - 1);
+    return fd;
+}
+
+/* The server closed fd (EOF or reset; not the receive timeout). */
+static bool closed_by_server(int fd, int flags) {
+    char buf[512];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof buf, flags)) > 0)
+        ;
+    return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static void render_small(prom_out *o, void *arg) {
+    (void)arg;
+    prom_printf(o, "up 1\n");
+}
+
+typedef struct bounded {
+    e2e e;
+    uint16_t port;
+} bounded;
+
+static void bounded_start(bounded *b, uint32_t conns_max, uint32_t request_ms) {
+    st_err err = {0};
+    b->e.base = event_base_new();
+    b->e.srv = rpc_server_new(b->e.base, NULL, &err); /* only to stop the loop (rpc_server_post) */
+    assert_non_null(b->e.srv);
+    b->e.http = metrics_http_start(b->e.base, "127.0.0.1", 0, render_small, NULL, &b->port, &err);
+    assert_non_null(b->e.http);
+    metrics_http_set_limits(b->e.http, conns_max, request_ms);
+    assert_int_equal(pthread_create(&b->e.th, NULL, loop_thread, &b->e), 0);
+}
+
+/* Stops the loop (so the listener's stats may be read here) and returns them. */
+static metrics_http_stats bounded_stop(bounded *b) {
+    assert_int_equal(rpc_server_post(b->e.srv, loop_stop, b->e.base), ST_OK);
+    pthread_join(b->e.th, NULL);
+    metrics_http_stats st;
+    metrics_http_stats_get(b->e.http, &st);
+    metrics_http_free(b->e.http);
+    rpc_server_free(b->e.srv);
+    event_base_loop(b->e.base, EVLOOP_NONBLOCK);
+    event_base_free(b->e.base);
+    return st;
+}
+
+/* Ten slowloris connections against a cap of 4: each new one closes the oldest still sending
+ * its request, so the first six are closed and the last four held; a scrape then closes the
+ * oldest of those and is answered. Before, every connection was kept (as long as bytes kept
+ * coming, and here until the 10 s inactivity timeout closed them all). */
+static void test_metrics_http_connection_cap(void **state) {
+    (void)state;
+    bounded b = {0};
+    bounded_start(&b, 4, 600000);
+    enum { N = 10 };
+    int fd[N];
+    for (int i = 0; i < N; i++)
+        fd[i] = trickler(b.port);
+    st_buf page;
+    st_buf_init(&page);
+    http_get(b.port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", &page);
+    assert_non_null(strstr((const char *)page.data, "HTTP/1.1 200"));
+    assert_non_null(strstr((const char *)page.data, "up 1"));
+    st_buf_free(&page);
+    for (int i = 0; i < N - 3; i++)
+        assert_true(closed_by_server(fd[i], 0));
+    for (int i = N - 3; i < N; i++)
+        assert_false(closed_by_server(fd[i], MSG_DONTWAIT));
+    metrics_http_stats st = bounded_stop(&b);
+    print_message("accepted=%llu open=%llu evicted=%llu refused=%llu\n",
+                  (unsigned long long)st.accepted, (unsigned long long)st.open,
+                  (unsigned long long)st.evicted, (unsigned long long)st.refused);
+    assert_int_equal(st.accepted, N + 1);
+    assert_int_equal(st.evicted, N - 3);
+    assert_int_equal(st.refused, 0);
+    for (int i = 0; i < N; i++)
+        close(fd[i]);
+}
+
+/* A request trickling in, a byte every 20 ms (each resetting an inactivity timeout), is closed
+ * at its absolute deadline; a scrape is answered afterwards. */
+static void test_metrics_http_request_deadline(void **state) {
+    (void)state;
+    bounded b = {0};
+    bounded_start(&b, 0, 300);
+    int fd = trickler(b.port);
+    bool closed = false;
+    for (int i = 0; i < 1500 && !closed; i++) { /* up to 30 s */
+        if (send(fd, "a", 1, MSG_NOSIGNAL) != 1)
+            break; /* closed: the reset says so */
+        sleep_ms(20);
+        closed = closed_by_server(fd, MSG_DONTWAIT);
+    }
+    assert_true(closed || closed_by_server(fd, 0));
+    close(fd);
+    st_buf page;
+    st_buf_init(&page);
+    http_get(b.port, "HEAD /metrics HTTP/1.0\r\n\r\n", &page);
+    assert_non_null(strstr((const char *)page.data, "HTTP/1.0 200"));
+    assert_null(strstr((const char *)page.data, "up 1")); /* HEAD: no body */
+    st_buf_free(&page);
+    metrics_http_stats st = bounded_stop(&b);
+    assert_int_equal(st.timed_out, 1);
+}
+
+/* ---- out of descriptors, in a forked child ---- */
+
+static metrics_http *child_http; /* the child's listener, read by its page (child only) */
+
+static void render_stats(prom_out *o, void *arg) {
+    (void)arg;
+    metrics_http_stats st;
+    metrics_http_stats_get(child_http, &st);
+    prom_printf(o, "accept_errors %llu\n", (unsigned long long)st.accept_errors);
+}
+
+static int open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 64;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* The child: a metrics listener whose cap (64) is above the descriptors it may open (12 more
+ * than it starts with), requests due within 300 ms. Writes its port to wfd, serves until killed. */
+static void fd_child(int wfd) {
+    struct event_base *base = event_base_new();
+    uint16_t port = 0;
+    st_err err = {0};
+    child_http =
+        base ? metrics_http_start(base, "127.0.0.1", 0, render_stats, NULL, &port, &err) : NULL;
+    if (!child_http)
+        _exit(3);
+    metrics_http_set_limits(child_http, 64, 300);
+    struct rlimit rl = {(rlim_t)open_fds() + 12, (rlim_t)open_fds() + 12};
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        _exit(4);
+    if (write(wfd, &port, sizeof port) != sizeof port)
+        _exit(5);
+    close(wfd);
+    event_base_dispatch(base);
+    _exit(0);
+}
+
+static long child_cpu_ticks(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) != 2)
+        return -1;
+    return ut + st;
+}
+
+#define FD_FLOOD 40
+
+typedef struct fd_result {
+    bool flood_ok;    /* every slowloris connection was made */
+    bool scraped;     /* a scrape was answered 200 while they kept trickling */
+    long long errors; /* accept errors the page reported */
+    long cpu;         /* child CPU ticks over the first second of the flood */
+} fd_result;
+
+/* Trickles a byte into every open fd[i] (closed ones are left at -1). */
+static void trickle_all(int *fd, int n) {
+    for (int i = 0; i < n; i++)
+        if (fd[i] >= 0 && send(fd[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN) {
+            close(fd[i]);
+            fd[i] = -1;
+        }
+}
+
+/* The parent's side: no assertions here, so the child is always killed before they run. */
+static void fd_drive(pid_t pid, uint16_t port, fd_result *r) {
+    int fd[FD_FLOOD];
+    r->flood_ok = true;
+    for (int i = 0; i < FD_FLOOD; i++) {
+        static const char start[] = "GET /metrics HTTP/1.1\r\nX: ";
+        fd[i] = tcp_connect(port); /* completes in the kernel's backlog */
+        r->flood_ok =
+            r->flood_ok && fd[i] >= 0 && send(fd[i], start, sizeof start - 1, MSG_NOSIGNAL) > 0;
+    }
+    long cpu0 = child_cpu_ticks(pid);
+    for (int i = 0; i < 10; i++) {
+        trickle_all(fd, FD_FLOOD);
+        sleep_ms(100);
+    }
+    r->cpu = child_cpu_ticks(pid) - cpu0;
+    /* A scrape behind them in the backlog, while they go on trickling (up to 60 s). */
+    static const char get[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    int s = tcp_connect(port);
+    st_buf page;
+    st_buf_init(&page);
+    if (s >= 0 && send(s, get, sizeof get - 1, MSG_NOSIGNAL) == (ssize_t)sizeof get - 1) {
+        char buf[4096];
+        ssize_t n = -1;
+        for (int i = 0; i < 600 && n != 0; i++) {
+            trickle_all(fd, FD_FLOOD);
+            while ((n = recv(s, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+                st_buf_append(&page, buf, (size_t)n);
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+                break;
+            if (n != 0)
+                sleep_ms(100);
+        }
+    }
+    st_buf_append_byte(&page, 0);
+    const char *p = (const char *)page.data;
+    const char *e = strstr(p, "accept_errors ");
+    r->scraped = strstr(p, "HTTP/1.1 200") != NULL && e;
+    r->errors = e ? atoll(e + 14) : -1;
+    st_buf_free(&page);
+    if (s >= 0)
+        close(s);
+    for (int i = 0; i < FD_FLOOD; i++)
+        if (fd[i] >= 0)
+            close(fd[i]);
+}
+
+/* Slowloris connections past the process's descriptors: the listener pauses accepting (a few
+ * failed accepts, not a spin), their deadlines free the descriptors, and a scrape queued behind
+ * them is answered while they still trickle. Before, the connections held every descriptor for
+ * as long as they trickled and accept() failed in a loop (60-100 % of a core). */
+static void test_metrics_http_out_of_descriptors(void **state) {
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives the test */
+        fd_child(p[1]);
+    }
+    close(p[1]);
+    uint16_t port = 0;
+    bool started = read(p[0], &port, sizeof port) == (ssize_t)sizeof port;
+    close(p[0]);
+    fd_result r = {0};
+    if (started)
+        fd_drive(pid, port, &r);
+    kill(pid, SIGKILL);
+    int ws;
+    waitpid(pid, &ws, 0);
+    print_message("%d slowloris connections on 12 descriptors: accept errors=%lld child cpu=%ld "
+                  "ticks in 1 s\n",
+                  FD_FLOOD, r.errors, r.cpu);
+    assert_true(started);
+    assert_true(r.flood_ok);
+    assert_true(r.scraped);
+    assert_true(r.errors >= 1);  /* it did run out */
+    assert_true(r.errors <= 50); /* paused: a spinning accept fails ~10^5 times a second */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_metrics_escape_label),
@@ -314,6 +619,9 @@ int main(void) {
         cmocka_unit_test(test_metrics_rpc_record_buckets),
         cmocka_unit_test(test_metrics_http_end_to_end),
         cmocka_unit_test(test_metrics_http_port_in_use),
+        cmocka_unit_test(test_metrics_http_connection_cap),
+        cmocka_unit_test(test_metrics_http_request_deadline),
+        cmocka_unit_test(test_metrics_http_out_of_descriptors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,12 +1,13 @@
 /* rpc_limits_test proves the servers' process-wide limits (rpc_limits in strata/rpc.h) against a
  * real server on a loopback ephemeral port (its loop on a background thread), with small limits:
  * large concurrent requests past the buffered-bytes budget are refused with RESOURCE_EXHAUSTED
- * while the admitted ones complete; connections past the connection limit get a GOAWAY and are
- * closed; idle connections, connections that never finish the HTTP/2 preface, and requests that
- * trickle in are closed or ended after their timeouts; and a server out of file descriptors
- * (RLIMIT_NOFILE lowered in a forked child) pauses accepting instead of spinning, logs a bounded
- * number of lines, and serves again once descriptors are free. Waits poll; the only assertions on
- * counts over time allow orders of magnitude of slack. */
+ * while the admitted ones complete; at the connection limit the longest idle connection is closed
+ * to admit a new one, and a new connection finding every connection busy gets a GOAWAY; idle
+ * connections, connections that never finish the HTTP/2 preface, and requests that trickle in are
+ * closed or ended after their timeouts; and a server out of file descriptors (RLIMIT_NOFILE lowered
+ * in a forked child) pauses accepting instead of spinning, logs a bounded number of lines, and
+ * serves again once descriptors are free. Waits poll; the only assertions on counts over time allow
+ * orders of magnitude of slack. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -662,18 +663,40 @@ static void test_rpc_limits_reader_served_past_budget(void **state) {
     fixture_stop(f);
 }
 
-/* Past the connection limit a new connection gets SETTINGS + GOAWAY and is closed; once one
- * closes, new ones are served again. */
+static bool one_done(void *arg) {
+    return ((results *)arg)->done == 1;
+}
+
+/* Turns base (a client's loop) until the handler holds n calls (or a generous bound passes). */
+static bool held_reach(struct event_base *base, fixture *f, int n) {
+    for (int i = 0; i < 30000 && __atomic_load_n(&f->sv.held_n, __ATOMIC_ACQUIRE) < n; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        sleep_ms(1);
+    }
+    return __atomic_load_n(&f->sv.held_n, __ATOMIC_ACQUIRE) == n;
+}
+
+/* Past the connection limit with a call open on every connection, a new connection gets
+ * SETTINGS + GOAWAY and is closed (nothing is idle, nothing is closed for it); once the calls
+ * ended, new ones are served again. */
 static void test_rpc_limits_connection_limit(void **state) {
     (void)state;
     rpc_limits l;
     rpc_limits_default(&l);
     l.connections_max = 3;
     fixture *f = fixture_start(&l);
-    int fds[3];
-    for (int i = 0; i < 3; i++)
-        fds[i] = raw_ready_conn(f->port);
-    assert_true(WAIT_STAT(f, conns_open, 3));
+    struct event_base *base = event_base_new();
+    rpc_client *c[3];
+    results r = {0};
+    for (int i = 0; i < 3; i++) {
+        c[i] = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+        assert_non_null(c[i]);
+        assert_int_equal(
+            rpc_client_unary(c[i], "/t.T/Hold", ST_SLICE_LIT("h"), NULL, 0, 60000, on_unary, &r),
+            ST_OK);
+    }
+    assert_true(held_reach(base, f, 3));
+    assert_int_equal(stats_of(f).conns_open, 3);
     int extra = raw_tcp_connect(f->port, 0);
     assert_true(extra >= 0);
     bool goaway;
@@ -681,19 +704,85 @@ static void test_rpc_limits_connection_limit(void **state) {
     assert_true(goaway);
     close(extra);
     assert_int_equal(stats_of(f).conns_refused, 1);
-    close(fds[0]);
-    assert_true(WAIT_STAT(f, conns_open, 2));
+    assert_int_equal(stats_of(f).conns_evicted, 0);
+    assert_int_equal(rpc_server_post(f->sv.srv, hold_release, &f->sv), ST_OK);
+    for (int i = 0; i < 30000 && r.done < 3; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        sleep_ms(1);
+    }
+    assert_int_equal(r.ok, 3);
     st_err status = {0};
     assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0, 0,
                                         NULL, &status),
                      ST_OK);
-    close(fds[1]);
-    close(fds[2]);
+    for (int i = 0; i < 3; i++)
+        rpc_client_free(c[i]);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
     fixture_stop(f);
 }
 
-static bool one_done(void *arg) {
-    return ((results *)arg)->done == 1;
+/* At the connection limit a crowd of idle connections does not lock new clients out: the
+ * connection idle the longest (no call open, nothing heard for the longest time; one still in
+ * its handshake counts as idle) is closed with a GOAWAY to admit the new one. A PING counts as
+ * hearing from the peer, a connection with a call open is never closed, and nothing is refused.
+ * Before, every new connection was refused for as long as the idle ones stayed. */
+static void test_rpc_limits_connection_limit_evicts_idle(void **state) {
+    (void)state;
+    rpc_limits l;
+    rpc_limits_default(&l);
+    l.connections_max = 4;
+    fixture *f = fixture_start(&l);
+    struct event_base *base = event_base_new();
+    rpc_client *busy = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    assert_non_null(busy);
+    results r = {0};
+    assert_int_equal(
+        rpc_client_unary(busy, "/t.T/Hold", ST_SLICE_LIT("h"), NULL, 0, 60000, on_unary, &r),
+        ST_OK);
+    assert_true(held_reach(base, f, 1));
+    int a = raw_ready_conn(f->port);
+    send_ping(a);
+    assert_true(ping_acked(a));
+    int b = raw_ready_conn(f->port);
+    send_ping(b);
+    assert_true(ping_acked(b));
+    int hs = raw_tcp_connect(f->port, 0); /* sends nothing: still in its handshake */
+    assert_true(hs >= 0);
+    assert_true(WAIT_STAT(f, conns_open, 4));
+    send_ping(a); /* a was heard last: b, then hs, have been idle longest */
+    assert_true(ping_acked(a));
+    bool goaway;
+    int n1 = raw_ready_conn(f->port);
+    assert_true(read_to_eof(b, &goaway));
+    assert_true(goaway);
+    assert_true(WAIT_STAT(f, conns_evicted, 1));
+    int n2 = raw_ready_conn(f->port);
+    assert_true(read_to_eof(hs, &goaway));
+    assert_true(WAIT_STAT(f, conns_evicted, 2));
+    st_err status = {0}; /* a client's call: a is idle longest now */
+    assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0, 0,
+                                        NULL, &status),
+                     ST_OK);
+    assert_true(read_to_eof(a, &goaway));
+    assert_true(goaway);
+    assert_int_equal(stats_of(f).conns_evicted, 3);
+    assert_int_equal(stats_of(f).conns_refused, 0);
+    /* The busy connection kept its call through it all. */
+    send_ping(n1);
+    assert_true(ping_acked(n1));
+    assert_int_equal(rpc_server_post(f->sv.srv, hold_release, &f->sv), ST_OK);
+    assert_true(run_until(base, one_done, &r));
+    assert_int_equal(r.ok, 1);
+    close(a);
+    close(b);
+    close(hs);
+    close(n1);
+    close(n2);
+    rpc_client_free(busy);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    fixture_stop(f);
 }
 
 /* A connection without calls or traffic is closed after the idle timeout; one with a call open
@@ -1034,6 +1123,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_client_pause),
         cmocka_unit_test(test_rpc_limits_reader_served_past_budget),
         cmocka_unit_test(test_rpc_limits_connection_limit),
+        cmocka_unit_test(test_rpc_limits_connection_limit_evicts_idle),
         cmocka_unit_test(test_rpc_limits_idle_timeout),
         cmocka_unit_test(test_rpc_limits_handshake_timeout),
         cmocka_unit_test(test_rpc_limits_slow_request),

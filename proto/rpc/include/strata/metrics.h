@@ -2,7 +2,8 @@
  *   - writers for the Prometheus text exposition format, version 0.0.4 (prom_*),
  *   - the RPC server's per-method counters and latency histograms (rpc_server_metrics_render),
  *   - process CPU and memory from /proc/self (prom_process),
- *   - a tiny HTTP listener (libevent's evhttp) serving GET /metrics on the process's event_base.
+ *   - a tiny HTTP/1.x listener serving GET /metrics on the process's event_base, bounded in
+ *     connections, time per request and descriptors (metrics_http.c).
  *
  * Threading: everything runs on the event_base's loop thread (the RPC server records its
  * metrics there too, so nothing here takes a lock). */
@@ -20,8 +21,10 @@ struct rpc_server;
 
 #define PROM_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 #define METRICS_PAGE_BYTES_MAX ((size_t)16 << 20) /* one rendered /metrics page */
-#define METRICS_HTTP_TIMEOUT_S 10                 /* an idle or slow scraper is dropped */
+#define METRICS_HTTP_TIMEOUT_S 10                 /* an answer not written within it is dropped */
 #define METRICS_HTTP_HEADERS_BYTES_MAX 8192       /* request headers of one scrape */
+#define METRICS_HTTP_CONNECTIONS_MAX 64u /* scrapers at once (fewer under a small ulimit -n) */
+#define METRICS_HTTP_REQUEST_MS 5000u    /* from accept to the end of the request's headers */
 
 /* ---- the text format ---- */
 /* A page being written: the first failure (out of memory, page over METRICS_PAGE_BYTES_MAX) is
@@ -78,5 +81,19 @@ metrics_http *metrics_http_start(struct event_base *base, const char *host, uint
                                  metrics_render_fn render, void *arg, uint16_t *bound_port,
                                  st_err *err);
 void metrics_http_free(metrics_http *m); /* NULL is fine */
+/* What a listener holds and has closed (loop thread). */
+typedef struct metrics_http_stats {
+    uint64_t accepted;      /* connections accepted */
+    uint64_t open;          /* connections open now (at most the cap) */
+    uint64_t evicted;       /* closed at the cap (not being answered) to admit a new one */
+    uint64_t refused;       /* closed at accept with a 503: at the cap, every connection answered */
+    uint64_t timed_out;     /* closed: request not complete within its deadline */
+    uint64_t accept_errors; /* accept() failures (out of descriptors: the listener pauses) */
+} metrics_http_stats;
+void metrics_http_stats_get(const metrics_http *m, metrics_http_stats *out);
+/* Replaces the cap on connections (METRICS_HTTP_CONNECTIONS_MAX, or 1/16 of ulimit -n when
+ * fewer, at least 4) and the request deadline (METRICS_HTTP_REQUEST_MS) for connections
+ * accepted from now on; 0 keeps a value. Loop thread. */
+void metrics_http_set_limits(metrics_http *m, uint32_t conns_max, uint32_t request_ms);
 
 #endif

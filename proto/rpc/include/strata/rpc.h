@@ -80,6 +80,7 @@ typedef struct rpc_server_stats {
     uint64_t calls_refused_memory;   /* refused: buffered_request_bytes_max reached */
     uint64_t calls_slow;             /* ended: their request arrived too slowly */
     uint64_t conns_refused;          /* closed at accept: connections_max reached */
+    uint64_t conns_evicted;          /* idle, closed at connections_max to admit a new connection */
     uint64_t conns_idle_closed;      /* closed after idle_timeout_ms without calls */
     uint64_t conns_handshake_closed; /* closed: no preface+SETTINGS within handshake_timeout_ms */
     uint64_t accept_errors;          /* accept() failures (EMFILE...): each pauses the listeners */
