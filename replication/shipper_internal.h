@@ -22,8 +22,9 @@ typedef struct ship_row {
     st_slice row;      /* in the batch arena */
     st_slice enc;      /* the row mutation, log payload encoding */
     uint64_t lsn, commit_ts_us;
-    uint32_t dest; /* index of the peer node */
-    bool acked;    /* durable on it: a resent batch leaves the row out */
+    uint64_t tablet_id; /* its record's: the row goes only while this tablet is of its table */
+    uint32_t dest;      /* index of the peer node */
+    bool acked;         /* durable on it: a resent batch leaves the row out */
 } ship_row;
 
 typedef struct ship_batch ship_batch;

@@ -9,7 +9,9 @@
  * rows go to their owners by the peer's tablet map (ListTablets), refreshed after
  * strata-not-owner; a link cut by repl_links_set (strata chaos partition) ships nothing and the
  * receiving end refuses Apply until both ends are restored; the applied bound of change-stream
- * tokens follows the peer's acknowledged commit time (repl_applied_bound). The loop runs until a
+ * tokens follows the peer's acknowledged commit time (repl_applied_bound); rows read before
+ * their table was deleted here are not sent once a table of the same name is created again
+ * (repl_table_dropped, a new tablet). The loop runs until a
  * condition holds; a generous iteration cap only guards against hangs. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -419,6 +421,48 @@ static void test_shipper_backs_off_and_recovers(void **state) {
     env_close(&e);
 }
 
+/* The node's table exists by name: it was deleted and created again (new tablets). */
+static bool table_exists_always(void *node, const char *table) {
+    (void)node;
+    return strcmp(table, TABLE) == 0;
+}
+static const repl_node_ops east_recreated_ops = {
+    .route = route_east, .write = write_never, .table_exists = table_exists_always};
+
+/* Backing off with every call sent so far refused: none is under way (one peer node). */
+static bool west_refused_all(env *e) {
+    repl_peer_stats st;
+    repl_peer_stats_get(e->re, 0, &st);
+    return st.backing_off && st.rpcs_failed >= 2 && st.rpcs_failed == st.batches_sent;
+}
+
+/* Rows read into batches that the peer refused, then their table deleted here and created
+ * again under the same name (a new tablet): the batches sent again leave the old rows out,
+ * although a table of that name exists (they used to enter the new table on the peer). */
+static void test_shipper_drops_rows_of_recreated_table(void **state) {
+    (void)state;
+    env e;
+    g_east_ops = &east_recreated_ops;
+    env_open(&e);
+    e.w[0].refuse = true;
+    write_rows(&e, 0, 20, false);
+    east_open(&e);
+    run_until(&e, west_refused_all);
+    repl_table_dropped(e.re, TABLE);
+    st_err err;
+    assert_int_equal(sto_tablet_drop(e.east_db, EAST_TABLET, &err), ST_OK);
+    sto_tablet *t;
+    assert_int_equal(sto_tablet_create(e.east_db, EAST_TABLET + 1, st_slice_cstr(TABLE),
+                                       st_slice_cstr(""), st_slice_cstr(""), &t, &err),
+                     ST_OK);
+    repl_tablet_named(e.re, EAST_TABLET + 1, TABLE);
+    e.w[0].refuse = false;
+    run_until(&e, east_caught_up);
+    assert_int_equal(e.w[0].applied.len, 0); /* no row of the deleted table reached west */
+    env_close(&e);
+    g_east_ops = &east_ops;
+}
+
 static bool east_refused_by_cut(env *e) {
     repl_peer_stats st;
     repl_peer_stats_get(e->re, 0, &st);
@@ -799,6 +843,7 @@ int main(void) {
         cmocka_unit_test(test_apply_keeps_source_log_order),
         cmocka_unit_test(test_shipper_resends_to_failed_nodes_only),
         cmocka_unit_test(test_shipper_moved_rows_release_waiting_calls),
+        cmocka_unit_test(test_shipper_drops_rows_of_recreated_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
