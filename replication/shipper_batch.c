@@ -297,6 +297,18 @@ static void drop_deleted_tables(repl_shipper *s, ship_batch *b) {
     b->n_rows = kept;
 }
 
+bool shipper_table_in_flight(const repl_shipper *s, const char *table) {
+    for (size_t k = 0; k < s->count; k++) {
+        const ship_batch *b = &s->batches[(s->head + k) % REPL_INFLIGHT_BATCHES_MAX];
+        if (b->state != B_SENDING || b->pending == 0)
+            continue;
+        for (size_t i = 0; i < b->n_rows; i++)
+            if (!b->rows[i].acked && strcmp(b->rows[i].table, table) == 0)
+                return true;
+    }
+    return false;
+}
+
 /* Routes the batch's rows and starts one Apply per peer node they go to. */
 void shipper_send_batch(repl_shipper *s, ship_batch *b) {
     drop_deleted_tables(s, b);

@@ -138,5 +138,7 @@ void shipper_start_refresh(repl_shipper *s);
 void shipper_batch_reset(ship_batch *b);
 void shipper_send_batch(repl_shipper *s, ship_batch *b);
 st_code shipper_read_batch(repl_shipper *s, ship_batch *b, st_err *err);
+/* Whether a batch with an unacknowledged row of table has Apply calls under way. */
+bool shipper_table_in_flight(const repl_shipper *s, const char *table);
 
 #endif

@@ -11,7 +11,8 @@
  * receiving end refuses Apply until both ends are restored; the applied bound of change-stream
  * tokens follows the peer's acknowledged commit time (repl_applied_bound); rows read before
  * their table was deleted here are not sent once a table of the same name is created again
- * (repl_table_dropped, a new tablet). The loop runs until a
+ * (repl_table_dropped, a new tablet), and repl_table_shipping says whether a call with such rows
+ * is still under way. The loop runs until a
  * condition holds; a generous iteration cap only guards against hangs. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,6 +39,10 @@ typedef struct west {
     uint16_t port;
     repl_ctx *rw;
     bool refuse; /* answer every write with UNAVAILABLE (a peer that is down) */
+    bool hold;   /* start no write: keep it in held until the test lets it go */
+    struct wop *held[8];
+    const sto_row_mut *held_rows[8];
+    size_t held_n[8], n_held;
     uint64_t writes;
     st_buf applied; /* the row keys of its writes, in the order they started: "r0001,r0002," */
     /* Rows this node owns: [lo, hi) ("" = unbounded), answered by ListTablets; others get
@@ -136,6 +141,13 @@ static st_code write_west(void *node, const sto_row_mut *rows, size_t n, st_err 
     op->w = w;
     op->done = done;
     op->arg = arg;
+    if (w->hold) { /* the rows live in the call's arena until it is answered */
+        assert_true(w->n_held < 8);
+        w->held[w->n_held] = op;
+        w->held_rows[w->n_held] = rows;
+        w->held_n[w->n_held++] = n;
+        return ST_OK;
+    }
     w->writes++;
     for (size_t i = 0; i < n; i++) {
         st_buf_append(&w->applied, rows[i].row.data, rows[i].row.len);
@@ -461,6 +473,41 @@ static void test_shipper_drops_rows_of_recreated_table(void **state) {
     assert_int_equal(e.w[0].applied.len, 0); /* no row of the deleted table reached west */
     env_close(&e);
     g_east_ops = &east_ops;
+}
+
+static bool west_holds_a_call(env *e) {
+    return e->w[0].n_held > 0;
+}
+static bool east_ships_nothing_of_table(env *e) {
+    return !repl_table_shipping(e->re, TABLE);
+}
+
+/* An Apply call with rows of a table under way when the table is dropped here: the node's
+ * DropTable answer waits for repl_table_shipping to turn false, which it does once the call
+ * ended (then no CreateTable of the name can have reached the peer before the call). */
+static void test_shipper_table_shipping_until_calls_end(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    e.w[0].hold = true;
+    write_rows(&e, 0, 5, false);
+    east_open(&e);
+    assert_false(repl_table_shipping(e.re, TABLE));
+    run_until(&e, west_holds_a_call);
+    repl_table_dropped(e.re, TABLE);
+    assert_true(repl_table_shipping(e.re, TABLE));
+    assert_false(repl_table_shipping(e.re, "projects/p/instances/i/tables/other"));
+    west *w = &e.w[0];
+    w->hold = false;
+    for (size_t i = 0; i < w->n_held; i++) {
+        st_err err;
+        assert_int_equal(
+            sto_write_async(w->db, w->held_rows[i], w->held_n[i], &err, wop_durable, w->held[i]),
+            ST_OK);
+    }
+    w->n_held = 0;
+    run_until(&e, east_ships_nothing_of_table);
+    env_close(&e);
 }
 
 static bool east_refused_by_cut(env *e) {
@@ -844,6 +891,7 @@ int main(void) {
         cmocka_unit_test(test_shipper_resends_to_failed_nodes_only),
         cmocka_unit_test(test_shipper_moved_rows_release_waiting_calls),
         cmocka_unit_test(test_shipper_drops_rows_of_recreated_table),
+        cmocka_unit_test(test_shipper_table_shipping_until_calls_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
