@@ -363,14 +363,69 @@ static void table_drop_work(node_job *j) {
         sto_tablet_drop(j->n->db, d->ids[i], NULL);
 }
 
+static void table_drop_reply(rpc_call *call) {
+    Google__Protobuf__Empty empty;
+    google__protobuf__empty__init(&empty);
+    node_reply(call, &empty.base);
+}
+
+/* A DropTable answer held until no Apply call with rows of the table is under way to a peer:
+ * the router gives the peers a table created again under the name only after every node
+ * answered its DropTable, so such a call cannot reach the new table there
+ * (docs/formats/replication.md, Tablets that vanish). */
+typedef struct drop_hold {
+    node_ctx *n;
+    rpc_call *call;
+    char *name;
+    struct event *ev;
+    int64_t until_us; /* monotonic: answered then in any case */
+} drop_hold;
+
+#define NODE_DROP_HOLD_POLL_MS 5
+#define NODE_DROP_HOLD_MS_MAX 10000 /* beyond an Apply call's usual life; never forever */
+
+static void drop_hold_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    drop_hold *h = arg;
+    bool shipping = node_repl_table_shipping(h->n, h->name);
+    if (shipping && st_mono_us() < h->until_us) {
+        struct timeval tv = {0, NODE_DROP_HOLD_POLL_MS * 1000};
+        evtimer_add(h->ev, &tv);
+        return;
+    }
+    if (shipping)
+        st_log(ST_LOG_WARN, "admin",
+               "table=%s dropped; an Apply call with its rows was still under way to a peer after "
+               "%d ms",
+               h->name, NODE_DROP_HOLD_MS_MAX);
+    table_drop_reply(h->call);
+    event_free(h->ev);
+    free(h->name);
+    free(h);
+}
+
 /* On the loop, after the storage drops: as before them, nothing of the table is left to ship. */
 static void table_drop_finish(node_ctx *n, rpc_call *call, const char *name) {
     node_repl_table_dropped(n, name);
     node_cs_tables_changed(n);
     st_log(ST_LOG_INFO, "admin", "deleted table=%s", name);
-    Google__Protobuf__Empty empty;
-    google__protobuf__empty__init(&empty);
-    node_reply(call, &empty.base);
+    if (!node_repl_table_shipping(n, name)) {
+        table_drop_reply(call);
+        return;
+    }
+    drop_hold *h = calloc(1, sizeof *h);
+    if (h && (h->name = strdup(name)) && (h->ev = evtimer_new(n->base, drop_hold_tick, h))) {
+        h->n = n;
+        h->call = call;
+        h->until_us = st_mono_us() + (int64_t)NODE_DROP_HOLD_MS_MAX * 1000;
+        drop_hold_tick(-1, 0, h);
+        return;
+    }
+    if (h)
+        free(h->name);
+    free(h);
+    table_drop_reply(call); /* out of memory: answered as before */
 }
 
 static void table_drop_done(node_job *j) {

@@ -47,6 +47,11 @@ void node_repl_table_dropped(node_ctx *n, const char *table) {
     (void)n;
     (void)table;
 }
+bool node_repl_table_shipping(node_ctx *n, const char *table) {
+    (void)n;
+    (void)table;
+    return false;
+}
 bool node_repl_shipped(node_ctx *n, uint64_t lsn, uint32_t *behind) {
     (void)n;
     (void)lsn;
@@ -212,6 +217,10 @@ void node_repl_tablet_retire_done(node_ctx *n, uint64_t id, bool gone) {
 
 void node_repl_table_dropped(node_ctx *n, const char *table) {
     repl_table_dropped(n->repl, table);
+}
+
+bool node_repl_table_shipping(node_ctx *n, const char *table) {
+    return repl_table_shipping(n->repl, table);
 }
 
 void node_repl_notify(node_ctx *n) {

@@ -30,6 +30,9 @@ void node_repl_tablet_named(node_ctx *n, uint64_t id, const char *table);
 st_code node_repl_tablet_retire(node_ctx *n, uint64_t id, const char *table, st_err *err);
 void node_repl_tablet_retire_done(node_ctx *n, uint64_t id, bool gone);
 void node_repl_table_dropped(node_ctx *n, const char *table);
+/* Whether an Apply call carrying rows of the dropped table is still under way to a peer
+ * (repl_table_shipping). False without replication. */
+bool node_repl_table_shipping(node_ctx *n, const char *table);
 
 /* The id of cluster number cluster_num in the topology (--config); NULL without one, or for a
  * number outside it. Change streams name a record's origin cluster with it. */

@@ -177,6 +177,13 @@ void repl_table_dropped(repl_ctx *r, const char *table) {
                table, err.msg);
 }
 
+bool repl_table_shipping(repl_ctx *r, const char *table) {
+    for (size_t i = 0; r && i < r->n_shippers; i++)
+        if (shipper_table_in_flight(r->shippers[i], table))
+            return true;
+    return false;
+}
+
 void repl_retired_free(repl_ctx *r) {
     while (r->n_retired)
         retired_remove_at(r, r->n_retired - 1);

@@ -268,24 +268,48 @@ out:
     return rc;
 }
 
-/* Routes the batch's rows and starts one Apply per peer node they go to. */
-/* Removes the rows of tables deleted here since they were read (see repl_node_ops). */
+/* Whether row r still belongs to a live table here. The table's name is not enough: a table
+ * deleted here and created again under the same name exists, but the row's tablet was dropped
+ * with the old one (tablet ids are never reused), and its name forgotten (repl_table_dropped).
+ * A split parent's name is kept (retired.c), so its rows still go. */
+static bool row_table_live(repl_shipper *s, const ship_row *r) {
+    const char *named = repl_tablet_table(s->r, r->tablet_id, false);
+    if (!named || strcmp(named, r->table) != 0)
+        return false;
+    return !s->r->ops.table_exists || s->r->ops.table_exists(s->r->o.node, r->table);
+}
+
+/* Removes the rows of tables deleted here since they were read, also when a table of the same
+ * name was created since: the peers deleted that table too, and would refuse the rows for ever
+ * or, once the new table exists there, take them into it. */
 static void drop_deleted_tables(repl_shipper *s, ship_batch *b) {
-    if (!s->r->ops.table_exists)
-        return;
     size_t kept = 0;
     for (size_t i = 0; i < b->n_rows; i++) {
-        if (s->r->ops.table_exists(s->r->o.node, b->rows[i].table)) {
+        if (row_table_live(s, &b->rows[i])) {
             b->rows[kept++] = b->rows[i];
             continue;
         }
         s->records_skipped++;
-        st_log(ST_LOG_DEBUG, "repl", "peer=%s lsn=%" PRIu64 ": table %s deleted, not shipped",
-               s->id, b->rows[i].lsn, b->rows[i].table);
+        st_log(ST_LOG_DEBUG, "repl",
+               "peer=%s lsn=%" PRIu64 ": tablet %" PRIu64 " of table %s deleted, not shipped",
+               s->id, b->rows[i].lsn, b->rows[i].tablet_id, b->rows[i].table);
     }
     b->n_rows = kept;
 }
 
+bool shipper_table_in_flight(const repl_shipper *s, const char *table) {
+    for (size_t k = 0; k < s->count; k++) {
+        const ship_batch *b = &s->batches[(s->head + k) % REPL_INFLIGHT_BATCHES_MAX];
+        if (b->state != B_SENDING || b->pending == 0)
+            continue;
+        for (size_t i = 0; i < b->n_rows; i++)
+            if (!b->rows[i].acked && strcmp(b->rows[i].table, table) == 0)
+                return true;
+    }
+    return false;
+}
+
+/* Routes the batch's rows and starts one Apply per peer node they go to. */
 void shipper_send_batch(repl_shipper *s, ship_batch *b) {
     drop_deleted_tables(s, b);
     b->state = B_SENDING;
@@ -459,6 +483,7 @@ static st_code batch_take(repl_shipper *s, ship_batch *b, uint64_t lsn, st_slice
         r->row.len = row.row.len;
     r->lsn = lsn;
     r->commit_ts_us = row.commit_ts_us;
+    r->tablet_id = row.tablet_id;
     r->dest = 0;
     r->acked = false;
     b->n_rows++;

@@ -22,8 +22,9 @@ typedef struct ship_row {
     st_slice row;      /* in the batch arena */
     st_slice enc;      /* the row mutation, log payload encoding */
     uint64_t lsn, commit_ts_us;
-    uint32_t dest; /* index of the peer node */
-    bool acked;    /* durable on it: a resent batch leaves the row out */
+    uint64_t tablet_id; /* its record's: the row goes only while this tablet is of its table */
+    uint32_t dest;      /* index of the peer node */
+    bool acked;         /* durable on it: a resent batch leaves the row out */
 } ship_row;
 
 typedef struct ship_batch ship_batch;
@@ -137,5 +138,7 @@ void shipper_start_refresh(repl_shipper *s);
 void shipper_batch_reset(ship_batch *b);
 void shipper_send_batch(repl_shipper *s, ship_batch *b);
 st_code shipper_read_batch(repl_shipper *s, ship_batch *b, st_err *err);
+/* Whether a batch with an unacknowledged row of table has Apply calls under way. */
+bool shipper_table_in_flight(const repl_shipper *s, const char *table);
 
 #endif

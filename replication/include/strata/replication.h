@@ -202,6 +202,11 @@ void repl_tablet_retire_done(repl_ctx *r, uint64_t tablet_id, bool gone);
  * delete it too), and a table created again under the name does not receive them. Loop
  * thread; NULL r is fine. */
 void repl_table_dropped(repl_ctx *r, const char *table);
+/* Whether an Apply call with rows of table, sent before it was dropped here, is still under way
+ * to a peer (it could reach a peer that has meanwhile created the table again). The node
+ * answers its DropTable once this is false (bounded), so the CreateTable that follows cannot
+ * give the peers the new table before such a call ended. Loop thread; NULL r: false. */
+bool repl_table_shipping(repl_ctx *r, const char *table);
 /* A local write became durable: shippers that are idle look for it at the next loop turn rather
  * than at their next poll (REPL_POLL_MS), so replication lag does not wait out the poll period.
  * Cheap; coalesces many writes into one look. Loop thread. */

@@ -9,7 +9,10 @@
  * rows go to their owners by the peer's tablet map (ListTablets), refreshed after
  * strata-not-owner; a link cut by repl_links_set (strata chaos partition) ships nothing and the
  * receiving end refuses Apply until both ends are restored; the applied bound of change-stream
- * tokens follows the peer's acknowledged commit time (repl_applied_bound). The loop runs until a
+ * tokens follows the peer's acknowledged commit time (repl_applied_bound); rows read before
+ * their table was deleted here are not sent once a table of the same name is created again
+ * (repl_table_dropped, a new tablet), and repl_table_shipping says whether a call with such rows
+ * is still under way. The loop runs until a
  * condition holds; a generous iteration cap only guards against hangs. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +39,10 @@ typedef struct west {
     uint16_t port;
     repl_ctx *rw;
     bool refuse; /* answer every write with UNAVAILABLE (a peer that is down) */
+    bool hold;   /* start no write: keep it in held until the test lets it go */
+    struct wop *held[8];
+    const sto_row_mut *held_rows[8];
+    size_t held_n[8], n_held;
     uint64_t writes;
     st_buf applied; /* the row keys of its writes, in the order they started: "r0001,r0002," */
     /* Rows this node owns: [lo, hi) ("" = unbounded), answered by ListTablets; others get
@@ -134,6 +141,13 @@ static st_code write_west(void *node, const sto_row_mut *rows, size_t n, st_err 
     op->w = w;
     op->done = done;
     op->arg = arg;
+    if (w->hold) { /* the rows live in the call's arena until it is answered */
+        assert_true(w->n_held < 8);
+        w->held[w->n_held] = op;
+        w->held_rows[w->n_held] = rows;
+        w->held_n[w->n_held++] = n;
+        return ST_OK;
+    }
     w->writes++;
     for (size_t i = 0; i < n; i++) {
         st_buf_append(&w->applied, rows[i].row.data, rows[i].row.len);
@@ -416,6 +430,83 @@ static void test_shipper_backs_off_and_recovers(void **state) {
     assert_false(st.backing_off);
     assert_int_equal(st.backoff_ms, 0);
     assert_west_matches_east(&e);
+    env_close(&e);
+}
+
+/* The node's table exists by name: it was deleted and created again (new tablets). */
+static bool table_exists_always(void *node, const char *table) {
+    (void)node;
+    return strcmp(table, TABLE) == 0;
+}
+static const repl_node_ops east_recreated_ops = {
+    .route = route_east, .write = write_never, .table_exists = table_exists_always};
+
+/* Backing off with every call sent so far refused: none is under way (one peer node). */
+static bool west_refused_all(env *e) {
+    repl_peer_stats st;
+    repl_peer_stats_get(e->re, 0, &st);
+    return st.backing_off && st.rpcs_failed >= 2 && st.rpcs_failed == st.batches_sent;
+}
+
+/* Rows read into batches that the peer refused, then their table deleted here and created
+ * again under the same name (a new tablet): the batches sent again leave the old rows out,
+ * although a table of that name exists (they used to enter the new table on the peer). */
+static void test_shipper_drops_rows_of_recreated_table(void **state) {
+    (void)state;
+    env e;
+    g_east_ops = &east_recreated_ops;
+    env_open(&e);
+    e.w[0].refuse = true;
+    write_rows(&e, 0, 20, false);
+    east_open(&e);
+    run_until(&e, west_refused_all);
+    repl_table_dropped(e.re, TABLE);
+    st_err err;
+    assert_int_equal(sto_tablet_drop(e.east_db, EAST_TABLET, &err), ST_OK);
+    sto_tablet *t;
+    assert_int_equal(sto_tablet_create(e.east_db, EAST_TABLET + 1, st_slice_cstr(TABLE),
+                                       st_slice_cstr(""), st_slice_cstr(""), &t, &err),
+                     ST_OK);
+    repl_tablet_named(e.re, EAST_TABLET + 1, TABLE);
+    e.w[0].refuse = false;
+    run_until(&e, east_caught_up);
+    assert_int_equal(e.w[0].applied.len, 0); /* no row of the deleted table reached west */
+    env_close(&e);
+    g_east_ops = &east_ops;
+}
+
+static bool west_holds_a_call(env *e) {
+    return e->w[0].n_held > 0;
+}
+static bool east_ships_nothing_of_table(env *e) {
+    return !repl_table_shipping(e->re, TABLE);
+}
+
+/* An Apply call with rows of a table under way when the table is dropped here: the node's
+ * DropTable answer waits for repl_table_shipping to turn false, which it does once the call
+ * ended (then no CreateTable of the name can have reached the peer before the call). */
+static void test_shipper_table_shipping_until_calls_end(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    e.w[0].hold = true;
+    write_rows(&e, 0, 5, false);
+    east_open(&e);
+    assert_false(repl_table_shipping(e.re, TABLE));
+    run_until(&e, west_holds_a_call);
+    repl_table_dropped(e.re, TABLE);
+    assert_true(repl_table_shipping(e.re, TABLE));
+    assert_false(repl_table_shipping(e.re, "projects/p/instances/i/tables/other"));
+    west *w = &e.w[0];
+    w->hold = false;
+    for (size_t i = 0; i < w->n_held; i++) {
+        st_err err;
+        assert_int_equal(
+            sto_write_async(w->db, w->held_rows[i], w->held_n[i], &err, wop_durable, w->held[i]),
+            ST_OK);
+    }
+    w->n_held = 0;
+    run_until(&e, east_ships_nothing_of_table);
     env_close(&e);
 }
 
@@ -799,6 +890,8 @@ int main(void) {
         cmocka_unit_test(test_apply_keeps_source_log_order),
         cmocka_unit_test(test_shipper_resends_to_failed_nodes_only),
         cmocka_unit_test(test_shipper_moved_rows_release_waiting_calls),
+        cmocka_unit_test(test_shipper_drops_rows_of_recreated_table),
+        cmocka_unit_test(test_shipper_table_shipping_until_calls_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
