@@ -276,11 +276,11 @@ static void fan_msg(rpc_ccall *call, st_slice msg, void *arg) {
 }
 
 static void fan_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    (void)call;
     fan_slot *s = arg;
     rtr_fan *f = s->f;
     rtr_fan_res *res = &f->res[s->i];
     free(s);
+    res->unsent = code != ST_OK && rtr_call_fate_of(call, code) != RTR_CALL_SENT;
     if (res->code != ST_RESOURCE_EXHAUSTED)
         res->code = code;
     if (code != ST_OK)
@@ -302,6 +302,7 @@ void rtr_fan_call(rtr_fan *f, size_t i, rtr_node *node, const char *path, st_sli
     f->pending++;
     if (!rtr_node_call(node, path, req, NULL, 0, f->timeout_ms, fan_msg, fan_done, s, &res->err)) {
         res->code = res->err.code ? res->err.code : ST_UNAVAILABLE;
+        res->unsent = true;
         f->pending--;
         free(s);
     }

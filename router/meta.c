@@ -6,6 +6,7 @@
  * Writes go to every cluster's copy; reads take the first cluster that answers, with newer
  * versions of its records from the other healthy clusters; the cache is re-read every
  * meta_refresh_ms so other routers' changes show. See docs/router.md. */
+#include "failover.h"
 #include "instance.h"
 #include "router_internal.h"
 
@@ -918,14 +919,55 @@ static st_code cas_request(st_slice key, const st_slice *expect, const st_slice 
     return ST_OK;
 }
 
+/* A compare-and-set in flight. One of cached records (rtr_meta_cas_cached) that could not reach
+ * its cluster's node goes once more to each other cluster that is healthy then: the first
+ * cluster dying is when `strata failover` repoints profiles, and the router may not have noticed
+ * yet (the request, unsent, changed nothing there). */
 typedef struct meta_cas {
     rtr_meta_cas_fn done;
     void *arg;
+    rtr_ctx *r;
+    bool cached;
+    uint32_t tried; /* clusters tried, by index (cached records) */
+    st_buf key, expect, pb;
+    bool has_expect, has_pb; /* without pb: delete the record */
 } meta_cas;
 
+static void cas_free(meta_cas *c) {
+    st_buf_free(&c->key);
+    st_buf_free(&c->expect);
+    st_buf_free(&c->pb);
+    free(c);
+}
+
+static st_code cas_send(meta_cas *c, rtr_cluster *cl);
+
+/* The next healthy cluster holding the metadata table that c has not tried; NULL when none. */
+static rtr_cluster *cas_next_cluster(meta_cas *c) {
+    rtr_ctx *r = c->r;
+    for (size_t i = 0; i < r->n_clusters && i < 32; i++)
+        if (!(c->tried & (1u << i)) && r->clusters[i].map &&
+            rtr_tmap_find(r->clusters[i].map, RTR_META_TABLE) &&
+            rtr_cluster_healthy(&r->clusters[i]))
+            return &r->clusters[i];
+    return NULL;
+}
+
 static void cas_done(rtr_fan *f, void *arg) {
-    meta_cas c = *(meta_cas *)arg;
-    free(arg);
+    meta_cas *cp = arg;
+    if (cp->cached && f->res[0].code != ST_OK && f->res[0].unsent) {
+        rtr_health_report(f->res[0].node, ST_UNAVAILABLE); /* its cluster is not healthy now */
+        rtr_cluster *next = cas_next_cluster(cp);
+        if (next && cas_send(cp, next) == ST_OK) {
+            rtr_fan_free(f);
+            return;
+        }
+    }
+    meta_cas c = *cp;
+    free(cp);
+    st_buf_free(&c.key);
+    st_buf_free(&c.expect);
+    st_buf_free(&c.pb);
     st_err err = {0};
     st_code code = rtr_fan_first_error(f, &err);
     size_t off = 0;
@@ -959,33 +1001,57 @@ static size_t cas_cluster(rtr_ctx *r) {
     return 0;
 }
 
-static st_code cas_in(rtr_ctx *r, rtr_cluster *cl, st_slice key, const st_slice *expect,
-                      const st_slice *pb, rtr_meta_cas_fn done, void *arg) {
+/* Sends c's compare-and-set to cl's node of the row. c stays the caller's on failure. */
+static st_code cas_send(meta_cas *c, rtr_cluster *cl) {
+    st_slice key = st_buf_slice(&c->key), expect = st_buf_slice(&c->expect);
+    st_slice pb = st_buf_slice(&c->pb);
     const rtr_tmap_table *t = cl->map ? rtr_tmap_find(cl->map, RTR_META_TABLE) : NULL;
     size_t k = t ? rtr_tmap_row(t, key) : SIZE_MAX;
     if (k == SIZE_MAX)
         return ST_UNAVAILABLE;
     st_buf req;
     st_buf_init(&req);
-    meta_cas *c = malloc(sizeof *c);
-    rtr_fan *f = c && cas_request(key, expect, pb, &req) == ST_OK
-                     ? rtr_fan_new(r, 1, RTR_ADMIN_TIMEOUT_MS, cas_done, c)
-                     : NULL;
+    rtr_fan *f =
+        cas_request(key, c->has_expect ? &expect : NULL, c->has_pb ? &pb : NULL, &req) == ST_OK
+            ? rtr_fan_new(c->r, 1, RTR_ADMIN_TIMEOUT_MS, cas_done, c)
+            : NULL;
     if (!f) {
-        free(c);
         st_buf_free(&req);
         return ST_RESOURCE_EXHAUSTED;
     }
-    *c = (meta_cas){done, arg};
+    if (cl->idx < 32)
+        c->tried |= 1u << cl->idx;
     rtr_fan_call(f, 0, &cl->nodes[t->v[k].node], RTR_BT "CheckAndMutateRow", st_buf_slice(&req));
     st_buf_free(&req);
     rtr_fan_seal(f);
     return ST_OK;
 }
 
+static st_code cas_in(rtr_ctx *r, rtr_cluster *cl, st_slice key, const st_slice *expect,
+                      const st_slice *pb, bool cached, rtr_meta_cas_fn done, void *arg) {
+    meta_cas *c = calloc(1, sizeof *c);
+    if (!c)
+        return ST_RESOURCE_EXHAUSTED;
+    *c = (meta_cas){
+        .done = done, .arg = arg, .r = r, .cached = cached, .has_expect = expect, .has_pb = pb};
+    st_buf_init(&c->key);
+    st_buf_init(&c->expect);
+    st_buf_init(&c->pb);
+    st_code rc = st_buf_append(&c->key, key.data, key.len);
+    if (rc == ST_OK && expect)
+        rc = st_buf_append(&c->expect, expect->data, expect->len);
+    if (rc == ST_OK && pb)
+        rc = st_buf_append(&c->pb, pb->data, pb->len);
+    if (rc == ST_OK)
+        rc = cas_send(c, cl);
+    if (rc != ST_OK)
+        cas_free(c);
+    return rc;
+}
+
 st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,
                      rtr_meta_cas_fn done, void *arg) {
-    return cas_in(r, &r->clusters[0], key, expect, pb, done, arg);
+    return cas_in(r, &r->clusters[0], key, expect, pb, false, done, arg);
 }
 
 st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
@@ -998,7 +1064,7 @@ st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, co
     st_code rc = rtr_meta_row_key(kind, name, &key);
     if (rc == ST_OK)
         rc = cas_in(r, &r->clusters[cas_cluster(r)], st_buf_slice(&key), rec ? &expect : NULL, pb,
-                    done, arg);
+                    true, done, arg);
     st_buf_free(&key);
     return rc;
 }

@@ -538,6 +538,7 @@ void rtr_node_disconnect_all(rtr_ctx *r);
 typedef struct rtr_fan_res {
     rtr_node *node;
     st_code code;
+    bool unsent; /* failed without reaching the node (connect failed, refused by its GOAWAY) */
     st_err err;  /* message of a failed call */
     st_buf msgs; /* response messages, each prefixed with its varint length */
 } rtr_fan_res;

@@ -7,6 +7,8 @@
 #    the router compared the profile's etag on the first cluster's metadata only, so the update
 #    failed UNAVAILABLE for as long as that cluster was down; it now compares on the first
 #    healthy cluster. Polls (bounded) for the router to see the kill; no timing assertions.
+# 3. the same at once after the kill, before the router's probes noticed (three rounds): the
+#    compare-and-set that cannot reach the dead cluster's node goes to the next healthy one.
 # Skips (77) without cbt.
 # Usage: failover_dead_test.sh PATH/TO/strata
 set -u
@@ -14,7 +16,7 @@ set -u
 STRATA=$1
 [ -n "$CBT" ] || { echo "cbt missing: skipped"; exit 77; }
 instance_init failover_dead
-"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 2 --nodes 1 >"$TMPD/up.out" 2>&1 ||
+"$STRATA" up --dir "$DIR" --port "$PORT" --clusters 2 --nodes 3 >"$TMPD/up.out" 2>&1 ||
   { cat "$TMPD/up.out"; fail "strata up"; }
 cbtr "127.0.0.1:$PORT" createappprofile i prof d route-to=east >/dev/null || fail "createappprofile"
 routes_to() { cbtr "127.0.0.1:$PORT" getappprofile i prof | grep -q "cluster_id:\"$1\""; }
@@ -42,4 +44,35 @@ for _ in $(seq 1 40); do
 done
 [ "$ok" = 1 ] || { cat "$TMPD/fo4.out"; fail "strata failover away from the dead east never succeeded"; }
 routes_to west || fail "the profile does not route to west after the failover"
+
+echo "== failover at once after the first cluster died"
+# Right after the kill the router may not have noticed yet: its compare-and-set went to the dead
+# cluster's metadata and the failover failed UNAVAILABLE "could not store app profile" (the
+# request never reached a node, so it now goes to the next healthy cluster).
+# east restarted, the profile back on it, and the router seeing east healthy again (its log).
+east_back() {
+  local ups
+  ups=$(grep -c "cluster=east health=up" "$DIR/logs/router.log")
+  "$STRATA" chaos restart-cluster east --dir "$DIR" >/dev/null || fail "restart-cluster east"
+  ok=0
+  for _ in $(seq 1 40); do
+    if "$STRATA" failover prof east --dir "$DIR" >"$TMPD/fo5.out" 2>&1; then ok=1; break; fi
+    sleep 0.5
+  done
+  [ "$ok" = 1 ] || { cat "$TMPD/fo5.out"; fail "strata failover back to the restarted east"; }
+  for _ in $(seq 1 100); do
+    [ "$(grep -c "cluster=east health=up" "$DIR/logs/router.log")" -gt "$ups" ] && return
+    sleep 0.2
+  done
+  fail "the router never saw east healthy again"
+}
+east_back
+for round in 1 2 3; do
+  "$STRATA" chaos kill-cluster east --dir "$DIR" >/dev/null || fail "kill-cluster east ($round)"
+  "$STRATA" failover prof west --dir "$DIR" >"$TMPD/fo6.out" 2>&1 ||
+    { cat "$TMPD/fo6.out"; fail "strata failover right after east died failed (round $round)"; }
+  routes_to west || fail "the profile does not route to west (round $round)"
+  [ $round = 3 ] && break
+  east_back
+done
 echo "PASS"
