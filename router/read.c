@@ -9,8 +9,13 @@
  * it was sent (bytes queued or backlogged), or the backlog passes RTR_READ_BACKLOG_BYTES, the node
  * call is paused with HTTP/2 flow control (rpc_ccall_pause; the idle timer is off meanwhile): the
  * node's stream stalls after at most the client's stream window (256 KiB) and goes on once the
- * client has taken those bytes. Nothing is reset (a node accepts only so many stream resets per
- * second before it closes the whole connection).
+ * client has taken those bytes. A paused call holds a stream slot of the node connection, which
+ * every call to that node shares: at most RTR_READ_PAUSED_PER_NODE reads stay paused on one node;
+ * past that a read parks instead: its node call is cancelled (freeing the slot and the window)
+ * and the read goes on after the last row relayed, as a resumption, once its client has taken
+ * every byte it was sent. Parks are rationed (a node accepts only so many stream resets per
+ * second before it closes the whole connection): with the node's park bucket empty a read
+ * pauses past the share.
  *
  * Resumption: "strata-not-owner" answers and lost node connections (after a tablet-map refresh,
  * bounded retries) resume after the last row delivered: the client never sees a row twice, and a
@@ -23,7 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum rr_wait { RR_IDLE, RR_NODE, RR_TIMER, RR_WRITABLE } rr_wait;
+/* RR_PARKED: no node call; the read goes on once its client took what it was sent (rr_unpark). */
+typedef enum rr_wait { RR_IDLE, RR_NODE, RR_TIMER, RR_WRITABLE, RR_PARKED } rr_wait;
 
 typedef struct rr_op {
     rtr_ctx *r;
@@ -44,9 +50,11 @@ typedef struct rr_op {
     rtr_rr_track track;
     rpc_ccall *inflight;
     rr_wait wait;
-    bool paused;    /* the node call is paused (flow control) until the client takes the backlog */
-    bool limit_hit; /* rows_limit was reached (the node ends its call by itself), or relaying
-                       failed (the node call was cancelled) */
+    bool paused;       /* the node call is paused (flow control) until the client takes the backlog;
+                          counted in op->node->reads_paused */
+    bool parking;      /* the node call was cancelled to park the read (rr_pause) */
+    bool limit_hit;    /* rows_limit was reached (the node ends its call by itself), or relaying
+                          failed (the node call was cancelled) */
     bool relay_failed; /* relaying failed: op->last says why. op->last alone does not tell, it
                           also keeps the failure of an earlier try that a retry got past */
     bool complete;     /* every row was read: finish once the backlog is out */
@@ -57,21 +65,32 @@ typedef struct rr_op {
     int attempts;
     uint64_t gen;
     st_err last;
-    uint64_t fp;        /* rtr_qod_fingerprint of the client's request */
-    bool moved_once;    /* moved on once after a node connection dropped under it */
-    uint64_t conn_id;   /* op->node's rtr_node.conn_id when this attempt was sent */
-    bool map_checked;   /* the table had no tablet here: the map was refreshed once since */
-    rtr_inflight link;  /* multi-cluster: in its cluster's in-flight list during a node call */
-    struct event *idle; /* multi-cluster: a node silent this long is given up (failover.h) */
-    bool stalled;       /* the node call was cancelled by the idle timer */
-    bool want_stats;    /* REQUEST_STATS_FULL: the node calls' stats are summed (rr_stats_take) */
+    uint64_t fp;          /* rtr_qod_fingerprint of the client's request */
+    bool moved_once;      /* moved on once after a node connection dropped under it */
+    uint64_t conn_id;     /* op->node's rtr_node.conn_id when this attempt was sent */
+    bool map_checked;     /* the table had no tablet here: the map was refreshed once since */
+    rtr_inflight link;    /* multi-cluster: in its cluster's in-flight list during a node call */
+    struct event *idle;   /* multi-cluster: a node silent this long is given up (failover.h) */
+    bool stalled;         /* the node call was cancelled by the idle timer */
+    struct event *repark; /* paused past its node's share with no park token: tries again */
+    bool want_stats;      /* REQUEST_STATS_FULL: the node calls' stats are summed (rr_stats_take) */
     uint64_t seen_rows, ret_rows, seen_cells, ret_cells;
     int64_t start_us; /* st_mono_us() at the call's start, for the stats' latency */
 } rr_op;
 
 static void rr_step(void *arg);
 
+/* The node call is no longer paused. */
+static void rr_unpaused(rr_op *op) {
+    if (op->paused && op->node->reads_paused > 0)
+        op->node->reads_paused--;
+    op->paused = false;
+    if (op->repark)
+        evtimer_del(op->repark);
+}
+
 static void rr_free(rr_op *op, st_code code, const char *msg) {
+    rr_unpaused(op);
     rtr_inflight_unlink(&op->link);
     if (code == ST_OK)
         rtr_qod_served(op->r, op->fp);
@@ -86,6 +105,8 @@ static void rr_free(rr_op *op, st_code code, const char *msg) {
     rtr_rr_track_deinit(&op->track);
     if (op->idle)
         event_free(op->idle);
+    if (op->repark)
+        event_free(op->repark);
     free(op);
 }
 
@@ -205,21 +226,95 @@ static bool rr_should_pause(rr_op *op) {
     return (b > 0 || rpc_call_queued_bytes(op->call) > 0) && rpc_call_over_budget(op->call);
 }
 
-static void rr_pause(rr_op *op, rpc_ccall *call) {
-    st_log(ST_LOG_DEBUG, "router", "read table=%s paused: client slow, backlog=%zu bytes",
+/* Takes one token of node's park bucket (a stream reset it may be sent); false when empty. */
+static bool rr_park_token(rtr_node *n) {
+    int64_t now = st_mono_us();
+    if (n->park_at_us == 0)
+        n->park_tokens = RTR_READ_PARK_BURST;
+    else
+        n->park_tokens += (double)(now - n->park_at_us) * RTR_READ_PARK_PER_S / 1e6;
+    if (n->park_tokens > RTR_READ_PARK_BURST)
+        n->park_tokens = RTR_READ_PARK_BURST;
+    n->park_at_us = now > 0 ? now : 1;
+    if (n->park_tokens < 1)
+        return false;
+    n->park_tokens -= 1;
+    return true;
+}
+
+/* Cancels the node call of a read whose client does not take what it is sent: the read parks
+ * (rr_done). */
+static void rr_park(rr_op *op, rpc_ccall *call) {
+    st_log(ST_LOG_DEBUG, "router", "read table=%s parked: client slow, backlog=%zu bytes",
            op->table, backlog_bytes(op));
-    op->paused = true;
-    rpc_ccall_pause(call);
+    rr_unpaused(op);
+    op->parking = true;
+    rpc_ccall_cancel(call);
+}
+
+static void rr_repark_arm(rr_op *op);
+
+/* A read paused past its node's share when the park bucket was empty parks once there is a
+ * token, unless the node is back within its share meanwhile. */
+static void rr_repark_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    rr_op *op = arg;
+    if (op->wait != RR_NODE || !op->paused || !op->inflight ||
+        op->node->reads_paused <= RTR_READ_PAUSED_PER_NODE)
+        return;
+    if (rr_park_token(op->node))
+        rr_park(op, op->inflight);
+    else
+        rr_repark_arm(op);
+}
+
+static void rr_repark_arm(rr_op *op) {
+    if (!op->repark && !(op->repark = evtimer_new(op->r->base, rr_repark_cb, op)))
+        return; /* out of memory: it stays paused */
+    struct timeval tv = {RTR_READ_REPARK_MS / 1000, (RTR_READ_REPARK_MS % 1000) * 1000};
+    evtimer_add(op->repark, &tv);
+}
+
+/* The client does not take what it is sent: the node call pauses (flow control), or, when its
+ * node already has its share of paused reads, is cancelled and the read parks. */
+static void rr_pause(rr_op *op, rpc_ccall *call) {
     if (!op->writable_cb) { /* rr_writable resumes it once the client took its bytes */
         op->writable_cb = true;
         rpc_call_set_writable_cb(op->call, rr_writable, op);
     }
     if (op->idle) /* the node falls silent on purpose: not a reason to move on */
         evtimer_del(op->idle);
+    bool over = op->node->reads_paused >= RTR_READ_PAUSED_PER_NODE;
+    if (over && rr_park_token(op->node)) {
+        rr_park(op, call);
+        return;
+    }
+    st_log(ST_LOG_DEBUG, "router", "read table=%s paused: client slow, backlog=%zu bytes",
+           op->table, backlog_bytes(op));
+    op->paused = true;
+    op->node->reads_paused++;
+    rpc_ccall_pause(call);
+    if (over)
+        rr_repark_arm(op);
+}
+
+/* A parked read goes on once its client has taken every byte it was sent: a read whose client
+ * takes a little at a time does not make its node start and cancel a call each time. */
+static void rr_unpark(rr_op *op) {
+    st_code rc = rr_drain(op);
+    if (rc != ST_OK) {
+        rr_free(op, rc, "could not send rows");
+        return;
+    }
+    if (backlog_bytes(op) == 0 && rpc_call_queued_bytes(op->call) == 0) {
+        op->wait = RR_IDLE;
+        rr_continue(op);
+    }
 }
 
 static void rr_resume(rr_op *op) {
-    op->paused = false;
+    rr_unpaused(op);
     rpc_ccall_resume(op->inflight);
     if (op->idle)
         rr_idle_arm(op);
@@ -231,6 +326,8 @@ static void rr_writable(rpc_call *call, void *arg) {
     if (op->wait == RR_WRITABLE) {
         op->wait = RR_IDLE;
         rr_continue(op);
+    } else if (op->wait == RR_PARKED) {
+        rr_unpark(op);
     } else if (op->wait == RR_NODE) {
         st_code rc = rr_drain(op);
         if (rc != ST_OK && op->inflight)
@@ -245,7 +342,7 @@ static void rr_cancelled(rpc_call *call, void *arg) {
     rr_op *op = arg;
     if (op->wait == RR_NODE && op->inflight)
         rpc_ccall_cancel(op->inflight); /* rr_done cleans up */
-    else if (op->wait == RR_WRITABLE || op->wait == RR_IDLE)
+    else if (op->wait == RR_WRITABLE || op->wait == RR_IDLE || op->wait == RR_PARKED)
         rr_free(op, ST_CANCELLED, NULL);
     /* RR_TIMER: the timer (or refresh) callback sees the cancellation. */
 }
@@ -340,7 +437,7 @@ static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
     rr_op *op = arg;
     if (op->limit_hit && !op->stalled && op->want_stats && op->last.code == ST_OK)
         rr_stats_take(op, msg); /* the node's stats may follow the row that reached the limit */
-    if (op->limit_hit || op->stalled)
+    if (op->limit_hit || op->stalled || op->parking)
         return;
     if (op->idle && evtimer_pending(op->idle, NULL))
         rr_idle_arm(op); /* the node is alive: restart its silence clock */
@@ -500,7 +597,9 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
         evtimer_del(op->idle);
     bool stalled = op->stalled;
     op->stalled = false;
-    op->paused = false; /* the node call is over: the next one starts unpaused */
+    rr_unpaused(op); /* the node call is over: the next one starts unpaused */
+    bool parking = op->parking;
+    op->parking = false;
     if (rpc_call_cancelled(op->call) || op->r->closing) {
         rr_free(op, ST_CANCELLED, NULL);
         return;
@@ -511,6 +610,15 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
     }
     if (op->limit_hit) {
         rr_end(op);
+        return;
+    }
+    if (parking) { /* goes on after the last row relayed, as after a failure, without one */
+        if (rr_resume_pos(op) != ST_OK || rr_reset_open_row(op) != ST_OK) {
+            rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+            return;
+        }
+        op->wait = RR_PARKED;
+        rr_unpark(op);
         return;
     }
     if (stalled) {

@@ -82,6 +82,18 @@ struct event;
 #define RTR_CS_STREAMS_MAX_DEFAULT 1024
 #define RTR_CS_STREAM_WINDOW_BYTES ((int32_t)128 << 10)
 #define RTR_CS_SPARE_BYTES ((size_t)128 << 10)
+/* ReadRows node calls paused for clients that stop reading hold a stream slot (and window) of
+ * their node connection: at most RTR_READ_PAUSED_PER_NODE per node stay paused (a quarter of a
+ * node's default 256 streams per connection); past it a read parks instead: its node call is
+ * cancelled and issued again, after the last row relayed, once its client took what it was sent
+ * (read.c). A park resets a stream, which nodes allow a peer a burst of 1000 of, then 33 a
+ * second: parks take tokens of a bucket per node (RTR_READ_PARK_BURST, refilled at
+ * RTR_READ_PARK_PER_S); with none left a read pauses past the share and tries again every
+ * RTR_READ_REPARK_MS. */
+#define RTR_READ_PAUSED_PER_NODE 64
+#define RTR_READ_REPARK_MS 1000
+#define RTR_READ_PARK_BURST 800
+#define RTR_READ_PARK_PER_S 25
 #define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
 #define RTR_TABLETS_MAX ((size_t)1 << 20)        /* tablets in one cluster's map */
 #define RTR_WAITERS_MAX 65536                    /* requests parked on one map refresh */
@@ -422,6 +434,10 @@ struct rtr_node {
      * they never take the stream slots of the regular client (rtr_node_call_long) */
     rpc_client *long_clients[RTR_LONG_CLIENTS_MAX];
     size_t n_long;
+    /* read.c: ReadRows node calls paused now, and the park bucket (RTR_READ_PAUSED_PER_NODE) */
+    uint32_t reads_paused;
+    double park_tokens;
+    int64_t park_at_us; /* st_mono_us() of the bucket's last refill; 0 = never used (full) */
 };
 
 /* The balancer's state in one cluster (balance.c). While `moving`, the target's copy of the

@@ -15,6 +15,9 @@
   hold.py stall-then-read PORT TABLE CONNS STREAMS PIDS LIMIT_MB ROWS BYTES
       readers, then a scan from another connection must return every row (written by write)
       while they stall, then the readers read: every stream must end with every row
+  hold.py serve-while-stalled PORT TABLE CONNS STREAMS PIDS LIMIT_MB ROWS BYTES
+      readers, then a MutateRow and a one-row ReadRows from another connection must each answer
+      within 20 s while they stall, then as stall-then-read
   hold.py timed PORT TABLE PROFILE N MAX_MS   N ReadRows one after another; exit 1 if one took
       longer than MAX_MS
 Both hold modes then sample the VmRSS of every pid in PIDS (comma-separated) every 0.5 s until it
@@ -107,14 +110,16 @@ def hold(port, conns_n, streams, table, pids, limit):
     return watch(conns, pids, limit)
 
 
-def drain(conns, rows, size):
+def drain(conns, rows, size, plan=None):
     """Opens every held stream's window wide and reads them to their end: exit 0 when each
     stream ended, brought at least ROWS x SIZE bytes and every row key r000000.. exactly once
-    (the values are random: a key shows up in them with odds of 2^-56), 1 otherwise."""
+    (a key is counted where a chunk's row_key field holds it: the values are random, and a key
+    with that tag shows up in them with odds of 2^-72), 1 otherwise. plan: (stream index on its
+    connection) -> the keys that stream must bring, in that order (rows_limit, reversed)."""
     import re, struct
     from h2raw import frame, DATA, WINUP, RST, GOAWAY
-    want, bad, key = rows * size, 0, re.compile(rb'r\d{6}')
-    expect = {('r%06d' % i).encode(): 1 for i in range(rows)}
+    bad, key = 0, re.compile(rb'\n\x07(r\d{6})')
+    all_keys = [('r%06d' % i).encode() for i in range(rows)]
     for c in conns:
         got, ended, keys, tail = {}, set(), {}, {}
         sids = list(range(1, c.next, 2))
@@ -130,13 +135,15 @@ def drain(conns, rows, size):
                 seen = tail.get(sid, b'') + p  # a key cut across two frames is whole here
                 for k in key.findall(seen):
                     keys.setdefault(sid, {})[k] = keys.get(sid, {}).get(k, 0) + 1
-                tail[sid] = seen[-6:]  # shorter than a key: no key is counted twice
+                tail[sid] = seen[-8:]  # shorter than a tagged key: none is counted twice
                 if p: c.s.sendall(frame(WINUP, 0, 0, struct.pack('>I', len(p))))
             if t == RST or (fl & 1 and t in (DATA, 1)): ended.add(sid)
-        short = [s for s in sids if got.get(s, 0) < want or keys.get(s) != expect]
+        order = {s: (plan or {}).get((s - 1) // 2, all_keys) for s in sids}
+        short = [s for s in sids if got.get(s, 0) < len(order[s]) * size or
+                 keys.get(s) != {k: 1 for k in order[s]} or list(keys.get(s, {})) != order[s]]
         bad += len(short)
         if short:
-            k = keys.get(short[0], {})
+            k, expect = keys.get(short[0], {}), {k: 1 for k in order[short[0]]}
             print('%d streams ended short or with rows missing or repeated, e.g. stream %d: %d bytes, '
                   'rows %s' % (len(short), short[0], got.get(short[0], 0),
                                {x.decode(): n for x, n in sorted(k.items()) if expect.get(x) != n} or 'none'))
@@ -158,6 +165,51 @@ def stall_then_read(port, conns_n, streams, table, pids, limit, rows, size):
     if check(port, table, rows, size) != 0:
         print('a scan from another connection failed while the readers stall'); return 1
     return drain(conns, rows, size)
+
+
+def serve_while_stalled(port, conns_n, streams, table, pids, limit, rows, size):
+    """readers (all on one connection when conns_n is 1), then: a MutateRow and a ReadRows of one
+    row from another connection must answer within 20 s each while the readers stall (the
+    router's connection to the node is shared by every call to it); then as stall_then_read."""
+    from h2raw import status_of
+    # every fourth scan each: forward, reversed, forward with a rows_limit, reversed with one
+    keys, limit_n = [('r%06d' % i).encode() for i in range(rows)], rows - rows // 4
+    plan = {i: [keys, keys[::-1], keys[:limit_n], keys[::-1][:limit_n]][i % 4] for i in range(streams)}
+    conns = []
+    for _ in range(conns_n):
+        c = Conn(port)
+        for i in range(streams):  # FeatureFlags{reverse_scans: true}: a client that may reverse
+            sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows', extra=[('bigtable-features', 'CAE=')])
+            req = fld(1, TABLE_PREFIX + table)
+            if i % 4 >= 2: req += fld(4, limit_n)
+            if i % 2: req += fld(7, 1)
+            c.data(sid, grpc_msg(req))
+        conns.append(c)
+    if watch(conns, pids, limit) != 0: return 1
+    c = Conn(port)
+    t0 = time.time()
+    sid = c.headers('/google.bigtable.v2.Bigtable/MutateRow')
+    cell = fld(1, 'cf') + fld(2, 'q') + fld(3, 1000) + fld(4, b'probe')
+    c.data_fc(sid, grpc_msg(fld(1, TABLE_PREFIX + table) + fld(2, 'probe') + fld(3, fld(1, cell))))
+    _, hdrs, why = c.wait_end(sid, 20)
+    ms = (time.time() - t0) * 1000
+    st = status_of(hdrs)  # crude: empty when the status is Huffman-coded
+    if why != 'end' or (st and st[0] != '0'):
+        print('MutateRow through the router while %d scans stall: %s %s after %.0f ms' %
+              (conns_n * streams, why, status_of(hdrs), ms)); return 1
+    print('MutateRow answered in %.0f ms while %d scans stall' % (ms, conns_n * streams))
+    t0 = time.time()
+    sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')
+    c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table) + fld(2, fld(1, 'r000000'))))
+    data, hdrs, why = c.wait_end(sid, 20)
+    ms = (time.time() - t0) * 1000
+    if why != 'end' or b'r000000' not in data:
+        print('ReadRows of one row through the router while %d scans stall: %s after %.0f ms' %
+              (conns_n * streams, why, ms)); return 1
+    print('ReadRows of one row answered in %.0f ms while %d scans stall' % (ms, conns_n * streams))
+    if check(port, table, rows, size) != 0:
+        print('a scan from another connection failed while the readers stall'); return 1
+    return drain(conns, rows, size, plan)
 
 
 def timed_reads(port, table, profile, n):
@@ -259,6 +311,8 @@ def main(a):
     if a[0] == 'readers': return hold(int(a[1]), int(a[3]), int(a[4]), a[2], a[5].split(','), int(a[6]))
     if a[0] == 'stall-then-read':
         return stall_then_read(int(a[1]), int(a[3]), int(a[4]), a[2], a[5].split(','), int(a[6]), int(a[7]), int(a[8]))
+    if a[0] == 'serve-while-stalled':
+        return serve_while_stalled(int(a[1]), int(a[3]), int(a[4]), a[2], a[5].split(','), int(a[6]), int(a[7]), int(a[8]))
     if a[0] == 'metadata': return hold(int(a[1]), int(a[2]), int(a[3]), None, a[4].split(','), int(a[5]))
     print(__doc__); return 2
 
