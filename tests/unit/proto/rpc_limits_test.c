@@ -353,6 +353,16 @@ static void test_rpc_limits_size_flags(void **state) {
     assert_int_equal(rpc_limits_flag(&l, "--max-streams-per-connection", "0", &err), -1);
     assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "1k", &err), -1);
     assert_non_null(strstr(err.msg, "--max-header-bytes"));
+    /* Above 64 KiB nghttp2 could not decode one large value (it closes the connection): refused
+     * at startup, saying why. */
+    assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "64k", &err), 1);
+    assert_int_equal(l.header_bytes_max, RPC_HEADER_BYTES_LIMIT);
+    assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "65537", &err), -1);
+    assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "1m", &err), -1);
+    assert_non_null(strstr(err.msg, "--max-header-bytes"));
+    assert_non_null(strstr(err.msg, "65536"));
+    assert_non_null(strstr(err.msg, "single metadata name or value longer than 64 KiB"));
+    assert_int_equal(l.header_bytes_max, RPC_HEADER_BYTES_LIMIT);
     assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "8k", &err), 1);
     assert_int_equal(rpc_limits_flag(&l, "--max-message-bytes", "4k", &err), 1);
     assert_int_equal(l.message_bytes_max, 4096);
