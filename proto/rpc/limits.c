@@ -160,8 +160,9 @@ int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *
          offsetof(rpc_limits, queued_response_bytes_max), sizeof(size_t)},
         {"--max-streams-per-connection", false, 1, INT32_MAX, 1,
          offsetof(rpc_limits, streams_per_conn_max), sizeof(uint32_t)},
-        /* HTTP/2 carries SETTINGS values in 32 bits; below the minimum no gRPC call fits */
-        {"--max-header-bytes", true, RPC_HEADER_BYTES_MIN, UINT32_MAX, 1,
+        /* below the minimum no gRPC call fits; above the limit the HTTP/2 library cannot decode
+         * one large value (RPC_HEADER_BYTES_LIMIT) */
+        {"--max-header-bytes", true, RPC_HEADER_BYTES_MIN, RPC_HEADER_BYTES_LIMIT, 1,
          offsetof(rpc_limits, header_bytes_max), sizeof(size_t)},
         /* the gRPC prefix carries a message length in 32 bits */
         {"--max-message-bytes", true, 1, UINT32_MAX, 1, offsetof(rpc_limits, message_bytes_max),
@@ -172,10 +173,15 @@ int rpc_limits_flag(rpc_limits *l, const char *flag, const char *value, st_err *
             continue;
         uint64_t v;
         if (!parse_u64(value, f[i].sized, f[i].max, &v) || v < f[i].min) {
+            bool hdr = f[i].off == offsetof(rpc_limits, header_bytes_max);
             st_err_set(err, ST_INVALID_ARGUMENT,
-                       "%s takes an integer from %llu to %llu%s, not '%s'", f[i].name,
+                       "%s takes an integer from %llu to %llu%s, not '%s'%s", f[i].name,
                        (unsigned long long)f[i].min, (unsigned long long)f[i].max,
-                       f[i].sized ? " (k, m or g suffix allowed)" : "", value ? value : "");
+                       f[i].sized ? " (k, m or g suffix allowed)" : "", value ? value : "",
+                       hdr ? ": the HTTP/2 header decoder (nghttp2) refuses any single metadata "
+                             "name or value longer than 64 KiB by closing the whole connection, "
+                             "so a larger limit could not be honoured"
+                           : "");
             return -1;
         }
         v *= f[i].scale;

@@ -136,6 +136,8 @@ rpc_server *rpc_server_new(struct event_base *base, const rpc_server_opts *opts,
         s->opts.streams_max = RPC_STREAMS_MAX_DEFAULT;
     if (s->limits.header_bytes_max < RPC_HEADER_BYTES_MIN)
         s->limits.header_bytes_max = RPC_HEADER_BYTES_MAX;
+    if (s->limits.header_bytes_max > RPC_HEADER_BYTES_LIMIT)
+        s->limits.header_bytes_max = RPC_HEADER_BYTES_LIMIT; /* what nghttp2 can decode */
     pthread_mutex_init(&s->post_mu, NULL);
     rpc_metrics_init(&s->metrics);
     s->post_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <nghttp2/nghttp2.h>
 
@@ -697,10 +698,30 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     return 0;
 }
 
-static bool content_type_ok(const uint8_t *v, size_t len) {
-    static const char ct[] = "application/grpc";
-    size_t n = sizeof(ct) - 1;
-    return len >= n && memcmp(v, ct, n) == 0 && (len == n || v[n] == '+' || v[n] == ';');
+/* Classifies a request's content-type (RPC_CT_*). gRPC's is "application/grpc", optionally
+ * with "+CODEC" and ";parameters"; media types compare case-insensitively (RFC 9110, 8.3.1).
+ * The server speaks only the proto codec ("application/grpc" means proto too): another codec is
+ * a gRPC request it cannot decode, not a foreign media type. */
+static uint8_t content_type_kind(const uint8_t *v, size_t len, char *codec, size_t codec_size) {
+    static const char base[] = "application/grpc";
+    size_t n = sizeof(base) - 1;
+    if (len < n || strncasecmp((const char *)v, base, n) != 0)
+        return RPC_CT_BAD;
+    if (len == n || v[n] == ';')
+        return RPC_CT_PROTO;
+    if (v[n] != '+')
+        return RPC_CT_BAD;
+    const uint8_t *sub = v + n + 1;
+    size_t sublen = 0;
+    while (n + 1 + sublen < len && sub[sublen] != ';')
+        sublen++;
+    if (sublen == 5 && strncasecmp((const char *)sub, "proto", 5) == 0)
+        return RPC_CT_PROTO;
+    size_t keep = sublen < codec_size - 1 ? sublen : codec_size - 1;
+    for (size_t i = 0; i < keep; i++)
+        codec[i] = sub[i] >= 0x20 && sub[i] < 0x7f ? (char)sub[i] : '?';
+    codec[keep] = 0;
+    return RPC_CT_CODEC;
 }
 
 /* Reserves n bytes of request metadata beyond the call's inline text in the process's budget
@@ -798,7 +819,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         return 0;
     }
     if (namelen == 12 && memcmp(name, "content-type", 12) == 0) {
-        call->saw_content_type = content_type_ok(value, valuelen);
+        call->content_type = content_type_kind(value, valuelen, call->codec, sizeof call->codec);
         return 0;
     }
     if (namelen == 12 && memcmp(name, "grpc-timeout", 12) == 0) {
@@ -821,9 +842,19 @@ static void request_headers_done(h2_conn *conn, rpc_call *call) {
         call_fail(call, ST_UNIMPLEMENTED, "gRPC requires the POST method");
         return;
     }
-    if (!call->saw_content_type) {
+    if (call->content_type == RPC_CT_BAD) {
         call->http_status = 415;
         call_fail(call, ST_INVALID_ARGUMENT, "content-type must be application/grpc");
+        return;
+    }
+    if (call->content_type == RPC_CT_CODEC) {
+        /* As gRPC's own servers answer: HTTP 200, INTERNAL. */
+        char msg[128];
+        snprintf(msg, sizeof msg,
+                 "no codec registered for content-subtype '%s': this server speaks only "
+                 "application/grpc+proto",
+                 call->codec);
+        call_fail(call, ST_INTERNAL, msg);
         return;
     }
     if (call->early.code != ST_OK) {

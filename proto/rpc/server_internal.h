@@ -19,6 +19,10 @@
     __atomic_fetch_sub(&(srv)->stats.field, (uint64_t)(n), __ATOMIC_RELAXED)
 #define RPC_LISTENERS_MAX 8
 #define RPC_METHODS_MAX 1024
+/* rpc_call.content_type */
+#define RPC_CT_BAD 0        /* missing, or not gRPC's media type: HTTP 415 */
+#define RPC_CT_PROTO 1      /* application/grpc, application/grpc+proto */
+#define RPC_CT_CODEC 2      /* application/grpc+OTHER: a codec the server does not speak */
 #define CONN_TICK_MS_MIN 5u /* connection timers fire at most this often */
 #define CONN_TICK_MS_MAX 60000u
 
@@ -148,7 +152,9 @@ struct rpc_call {
     size_t hdr_text_used; /* of hdr_text */
     st_err early;         /* a header problem found while parsing, reported at END_HEADERS */
     int http_status;
-    bool saw_post, saw_content_type;
+    bool saw_post;
+    uint8_t content_type; /* RPC_CT_*: what the request's content-type said */
+    char codec[32];       /* the codec it named when RPC_CT_CODEC (cut, for the error) */
     int64_t deadline_us;
     struct event *deadline_ev; /* NULL, or the timer at the end of the call's allocation */
     rpc_deframer deframer;

@@ -92,6 +92,10 @@ int raw_tcp_connect(uint16_t port, int rcvbuf) {
 }
 
 nghttp2_session *raw_session(raw_call *r, bool big_windows) {
+    return raw_session_ex(r, big_windows, 0);
+}
+
+nghttp2_session *raw_session_ex(raw_call *r, bool big_windows, size_t header_block_max) {
     nghttp2_session_callbacks *cbs;
     nghttp2_session *s = NULL;
     if (nghttp2_session_callbacks_new(&cbs) != 0)
@@ -100,7 +104,15 @@ nghttp2_session *raw_session(raw_call *r, bool big_windows) {
     nghttp2_session_callbacks_set_on_header_callback(cbs, raw_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, raw_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, raw_close);
-    int rv = nghttp2_session_client_new(&s, cbs, r);
+    nghttp2_option *opt = NULL;
+    if (header_block_max && nghttp2_option_new(&opt) != 0) {
+        nghttp2_session_callbacks_del(cbs);
+        return NULL;
+    }
+    if (opt)
+        nghttp2_option_set_max_send_header_block_length(opt, header_block_max);
+    int rv = nghttp2_session_client_new2(&s, cbs, r, opt);
+    nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
     if (rv != 0)
         return NULL;

@@ -29,6 +29,10 @@ int raw_tcp_connect(uint16_t port, int rcvbuf);
  * connection windows at the maximum, so only the socket holds the server back. */
 nghttp2_session *raw_session(raw_call *r, bool big_windows);
 
+/* raw_session, sending header blocks of up to header_block_max bytes (0: nghttp2's default,
+ * 64 KiB, which it checks against the metadata's length before Huffman coding). */
+nghttp2_session *raw_session_ex(raw_call *r, bool big_windows, size_t header_block_max);
+
 /* raw_session's body reader, for nghttp2_data_provider.read_callback. */
 ssize_t raw_body(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length, uint32_t *flags,
                  nghttp2_data_source *src, void *u);

@@ -353,6 +353,16 @@ static void test_rpc_limits_size_flags(void **state) {
     assert_int_equal(rpc_limits_flag(&l, "--max-streams-per-connection", "0", &err), -1);
     assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "1k", &err), -1);
     assert_non_null(strstr(err.msg, "--max-header-bytes"));
+    /* Above 64 KiB nghttp2 could not decode one large value (it closes the connection): refused
+     * at startup, saying why. */
+    assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "64k", &err), 1);
+    assert_int_equal(l.header_bytes_max, RPC_HEADER_BYTES_LIMIT);
+    assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "65537", &err), -1);
+    assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "1m", &err), -1);
+    assert_non_null(strstr(err.msg, "--max-header-bytes"));
+    assert_non_null(strstr(err.msg, "65536"));
+    assert_non_null(strstr(err.msg, "single metadata name or value longer than 64 KiB"));
+    assert_int_equal(l.header_bytes_max, RPC_HEADER_BYTES_LIMIT);
     assert_int_equal(rpc_limits_flag(&l, "--max-header-bytes", "8k", &err), 1);
     assert_int_equal(rpc_limits_flag(&l, "--max-message-bytes", "4k", &err), 1);
     assert_int_equal(l.message_bytes_max, 4096);
@@ -371,6 +381,58 @@ static void test_rpc_limits_size_flags(void **state) {
     assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", st_slice_make(big, 4000), NULL,
                                         0, 10000, NULL, &status),
                      ST_OK);
+    fixture_stop(f);
+}
+
+/* One raw call on s (with r's body) and the optional x-big metadata; its grpc-status. */
+static int raw_echo(nghttp2_session *s, raw_call *r, const char *big) {
+    nghttp2_nv nva[] = {
+        {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":path", (uint8_t *)"/t.T/Echo", 5, 9, 0},
+        {(uint8_t *)":authority", (uint8_t *)"localhost", 10, 9, 0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+        {(uint8_t *)"x-big", (uint8_t *)big, 5, big ? strlen(big) : 0, 0},
+    };
+    r->closed = false;
+    r->grpc_status = -1;
+    r->body_off = 0;
+    nghttp2_data_provider prd = {.read_callback = raw_body};
+    assert_true(nghttp2_submit_request(s, NULL, nva, big ? 6 : 5, &prd, NULL) > 0);
+    uint8_t buf[16384];
+    while (!r->closed) {
+        if (nghttp2_session_send(s) != 0)
+            break;
+        ssize_t n = recv(r->fd, buf, sizeof buf, 0);
+        if (n <= 0 || nghttp2_session_mem_recv(s, buf, (size_t)n) < 0)
+            break;
+    }
+    return r->grpc_status;
+}
+
+/* One metadata value of 70,000 characters, past --max-header-bytes, on a connection: an HPACK
+ * encoder Huffman-codes it (about 44 KB on the wire, under nghttp2's 64 KiB per-string decoder
+ * limit), so only its call ends, RESOURCE_EXHAUSTED, and the next call on the same connection
+ * is served. */
+static void test_rpc_limits_one_large_value(void **state) {
+    (void)state;
+    rpc_limits l;
+    rpc_limits_default(&l);
+    fixture *f = fixture_start(&l);
+    static char big[70001];
+    memset(big, 'a', sizeof big - 1);
+    static const uint8_t body[] = {0, 0, 0, 0, 1, 'x'};
+    raw_call r = {.fd = raw_tcp_connect(f->port, 0), .body = body, .body_len = sizeof body};
+    assert_true(r.fd >= 0);
+    st_buf_init(&r.data);
+    nghttp2_session *s = raw_session_ex(&r, false, (size_t)1 << 20);
+    assert_non_null(s);
+    assert_int_equal(raw_echo(s, &r, big), ST_RESOURCE_EXHAUSTED);
+    assert_int_equal(raw_echo(s, &r, NULL), ST_OK);
+    assert_int_equal(stats_of(f).conns_open, 1);
+    nghttp2_session_del(s);
+    close(r.fd);
+    st_buf_free(&r.data);
     fixture_stop(f);
 }
 
@@ -1128,6 +1190,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_limits_handshake_timeout),
         cmocka_unit_test(test_rpc_limits_slow_request),
         cmocka_unit_test(test_rpc_limits_size_flags),
+        cmocka_unit_test(test_rpc_limits_one_large_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1000,9 +1000,26 @@ static void test_rpc_bad_frames_end_stream_or_connection(void **state) {
     /* Wrong content-type. */
     assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "text/plain", body, len, 1000, NULL),
                      ST_INVALID_ARGUMENT);
-    /* A content-type with a codec suffix is fine. */
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpcx", body, len, 1000, NULL),
+                     ST_INVALID_ARGUMENT);
+    /* The proto codec, named or not, in any case (media types are case-insensitive). */
     assert_int_equal(
         raw_h2_call(f->port, "/t.T/Echo", "application/grpc+proto", body, len, 1000, NULL), ST_OK);
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "APPLICATION/GRPC", body, len, 1000, NULL),
+                     ST_OK);
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "Application/gRPC+Proto;charset=x", body,
+                                 len, 1000, NULL),
+                     ST_OK);
+    /* Another codec is refused as gRPC servers do (INTERNAL), not decoded as protobuf. */
+    st_buf refused;
+    st_buf_init(&refused);
+    assert_int_equal(
+        raw_h2_call(f->port, "/t.T/Echo", "application/grpc+json", body, len, 1000, &refused),
+        ST_INTERNAL);
+    assert_int_equal(refused.len, 0);
+    st_buf_free(&refused);
+    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc+", body, len, 1000, NULL),
+                     ST_INTERNAL);
     /* And a second, ordinary client is still served. */
     st_err status = {0};
     assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("still"), NULL, 0,

@@ -35,10 +35,15 @@ struct ssl_st;     /* OpenSSL's SSL */
 #define RPC_SEND_QUEUE_BYTES_DEFAULT ((size_t)1 << 20)    /* per call: "writable" below this */
 #define RPC_STREAMS_MAX_DEFAULT 256u                      /* SETTINGS_MAX_CONCURRENT_STREAMS */
 #define RPC_HEADER_BYTES_MAX ((size_t)64 << 10)           /* default request metadata per call */
-#define RPC_HEADERS_COUNT_MAX 64u                         /* request metadata entries per stream */
-#define RPC_POST_QUEUE_MAX ((size_t)1 << 20)              /* pending rpc_server_post functions */
-#define RPC_GRPC_MESSAGE_MAX 1024                         /* bytes of grpc-message text kept */
-#define RPC_REFUSED_RETRIES_MAX 8 /* client resubmits of a request refused unprocessed */
+/* The most --max-header-bytes can be. nghttp2's HPACK decoder refuses a name or value whose
+ * encoded string is longer than 64 KiB (NGHTTP2_HD_MAX_NV, fixed at build time) with a
+ * COMPRESSION_ERROR that ends the whole connection; an encoder that Huffman-codes only what it
+ * shortens (RFC 7541 encoders do) never sends a longer string for metadata within this limit. */
+#define RPC_HEADER_BYTES_LIMIT ((size_t)64 << 10)
+#define RPC_HEADERS_COUNT_MAX 64u            /* request metadata entries per stream */
+#define RPC_POST_QUEUE_MAX ((size_t)1 << 20) /* pending rpc_server_post functions */
+#define RPC_GRPC_MESSAGE_MAX 1024            /* bytes of grpc-message text kept */
+#define RPC_REFUSED_RETRIES_MAX 8            /* client resubmits of a request refused unprocessed */
 #define RPC_SEND_HEADROOM 5 /* bytes free at the front of an rpc_call_send_buf message (prefix) */
 
 #define RPC_UNIX_PATH_MAX 107   /* a Unix socket path's bytes: sun_path holds 108 with the NUL */
@@ -228,7 +233,7 @@ size_t rpc_queued_response_bytes(void);
     "--max-queued-response-bytes N  response bytes queued by all calls before producers wait\n"    \
     "                        (default 256 MiB)\n"                                                  \
     "--max-streams-per-connection N  calls open at once on one connection (default 256)\n"         \
-    "--max-header-bytes N    request metadata bytes per call (default 64 KiB, min 4 KiB)\n"        \
+    "--max-header-bytes N    request metadata bytes per call (4 KiB to 64 KiB, default 64 KiB)\n"  \
     "--max-message-bytes N   bytes of one gRPC message (default 256 MiB)\n"
 
 /* ---- the server side of one call (loop thread only) ---- */
