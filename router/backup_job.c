@@ -765,6 +765,12 @@ static void task_stage_done(bk_task *t) {
     }
 }
 
+/* The id at the end of a backup's name. */
+static const char *id_of(const char *name) {
+    const char *s = strrchr(name, '/');
+    return s ? s + 1 : name;
+}
+
 static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg) {
     (void)call;
     bk_task *t = arg;
@@ -775,7 +781,7 @@ static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg)
         code = ST_OK; /* the tablet of an earlier attempt of this step */
     if (code == ST_OK && !j->failing) {
         task_stage_done(t);
-    } else if (!j->failing && !fatal_code(code) && ++t->attempts &&
+    } else if (!j->failing && !fatal_code(code) && code != ST_NOT_FOUND && ++t->attempts &&
                st_mono_us() - j->progress_us <= (int64_t)RTR_BK_STALL_MS * 1000) {
         /* a node restarting or a piece busy: again, until nothing progressed for the bound */
         j->pending++;
@@ -785,10 +791,17 @@ static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg)
         job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     } else if (!j->failing) {
-        job_fail(j, code, "%s of piece %s on node %s failed: %s",
-                 t->stage == 0 ? "PullBackupPiece" : "CreateTablet",
-                 (j->kind == BK_COPY ? j->src : j->rec)->pieces[t->piece]->piece, t->to->addr,
-                 msg ? msg : st_code_name(code));
+        /* NOT_FOUND: the piece is gone from its node (a node never loses a sealed piece by
+         * itself), so retrying for the stall bound only delays the same answer */
+        const rtr_pb_bkrec *src = j->kind == BK_COPY ? j->src : j->rec;
+        job_fail(j, code, "%s of piece %s on node %s failed: %s%s%s%s",
+                 t->stage == 0 ? "PullBackupPiece" : "CreateTablet", src->pieces[t->piece]->piece,
+                 t->to->addr, msg ? msg : st_code_name(code),
+                 code == ST_NOT_FOUND ? " (the backup is damaged: delete it with `strata backup "
+                                        "delete "
+                                      : "",
+                 code == ST_NOT_FOUND ? id_of(src->backup->name) : "",
+                 code == ST_NOT_FOUND ? "` and back the table up again)" : "");
     }
     if (j->failing) {
         job_fail(j, j->fail_code, "%s", j->fail_msg);
