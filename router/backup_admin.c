@@ -170,102 +170,6 @@ static st_code check_pieces(pb_piece **v, size_t n, st_err *err) {
     return ST_OK;
 }
 
-/* ---- placement ---- */
-
-typedef struct imp_ref {
-    const Strata__Internal__V1__BackupFile *f;
-    size_t piece;
-} imp_ref;
-
-static int imp_ref_cmp(const void *pa, const void *pb) {
-    const imp_ref *a = pa, *b = pb;
-    int c = strcmp(a->f->name, b->f->name);
-    if (c)
-        return c;
-    if (a->f->size != b->f->size)
-        return a->f->size < b->f->size ? -1 : 1;
-    return a->f->crc32c < b->f->crc32c ? -1 : a->f->crc32c > b->f->crc32c;
-}
-
-static size_t uf_root(size_t *up, size_t i) {
-    while (up[i] != i) {
-        up[i] = up[up[i]];
-        i = up[i];
-    }
-    return i;
-}
-
-typedef struct imp_group {
-    size_t root;
-    uint64_t bytes;
-} imp_group;
-
-static int imp_group_cmp(const void *pa, const void *pb) {
-    const imp_group *a = pa, *b = pb;
-    if (a->bytes != b->bytes)
-        return a->bytes > b->bytes ? -1 : 1;
-    return (a->root > b->root) - (a->root < b->root);
-}
-
-/* Puts the pieces on the cluster's nodes. Pieces that list the same file (name, size, CRC32C:
- * the children of a split keep their parent's SSTables whole) go to the same node, where the
- * import stores the file once and hard-links it into the others, as the exporting cluster did:
- * spread over nodes, each sharer's node held its own copy (up to the pieces' sum instead of
- * the backup's size). Groups go largest first to the node with the fewest bytes so far. Out of
- * memory: round robin, as before. */
-static void place_pieces(const rtr_cluster *c, pb_piece **v, size_t n) {
-    size_t nref = 0;
-    for (size_t i = 0; i < n; i++)
-        nref += v[i]->n_files;
-    size_t *up = malloc((n ? n : 1) * sizeof *up);
-    imp_ref *refs = malloc((nref ? nref : 1) * sizeof *refs);
-    imp_group *g = malloc((n ? n : 1) * sizeof *g);
-    uint64_t *load = calloc(c->n_nodes ? c->n_nodes : 1, sizeof *load);
-    if (!up || !refs || !g || !load) {
-        for (size_t i = 0; i < n; i++)
-            v[i]->node_num = c->nodes[i % c->n_nodes].num;
-        goto out;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        up[i] = i;
-        for (size_t j = 0; j < v[i]->n_files; j++)
-            refs[k++] = (imp_ref){v[i]->files[j], i};
-    }
-    qsort(refs, nref, sizeof *refs, imp_ref_cmp);
-    for (size_t i = 1; i < nref; i++)
-        if (imp_ref_cmp(&refs[i - 1], &refs[i]) == 0) {
-            size_t a = uf_root(up, refs[i - 1].piece), b = uf_root(up, refs[i].piece);
-            if (a != b)
-                up[a > b ? a : b] = a < b ? a : b;
-        }
-    for (size_t i = 0; i < n; i++) {
-        size_t r = uf_root(up, i);
-        g[i] = (imp_group){i, 0};
-        g[r].bytes += v[i]->size_bytes;
-    }
-    size_t ng = 0; /* the roots, in place at the front */
-    for (size_t i = 0; i < n; i++)
-        if (up[i] == i)
-            g[ng++] = (imp_group){i, g[i].bytes};
-    qsort(g, ng, sizeof *g, imp_group_cmp);
-    for (size_t x = 0; x < ng; x++) {
-        size_t best = 0;
-        for (size_t m = 1; m < c->n_nodes; m++)
-            if (load[m] < load[best])
-                best = m;
-        load[best] += g[x].bytes;
-        v[g[x].root]->node_num = c->nodes[best].num;
-    }
-    for (size_t i = 0; i < n; i++)
-        v[i]->node_num = v[uf_root(up, i)]->node_num;
-out:
-    free(up);
-    free(refs);
-    free(g);
-    free(load);
-}
-
 typedef struct imp_op {
     rtr_ctx *r;
     rpc_call *call;
@@ -434,7 +338,14 @@ void rtr_h_begin_import(rpc_call *call, st_slice bytes, void *arg) {
     rtr_cluster *c = &r->clusters[ci];
     for (size_t i = 0; i < req->n_pieces; i++)
         req->pieces[i]->backup = name;
-    place_pieces(c, req->pieces, req->n_pieces); /* sharers together, groups spread */
+    size_t *slot = st_arena_alloc(a, (req->n_pieces ? req->n_pieces : 1) * sizeof *slot);
+    if (!slot) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    rtr_bk_place(req->pieces, req->n_pieces, c->n_nodes, slot); /* sharers together */
+    for (size_t i = 0; i < req->n_pieces; i++)
+        req->pieces[i]->node_num = c->nodes[slot[i]].num;
     b->size_bytes = rtr_bk_stored_bytes(req->pieces, req->n_pieces);
     rtr_pb_bkrec *rec = st_arena_alloc(a, sizeof *rec);
     if (!rec) {
