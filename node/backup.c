@@ -58,6 +58,7 @@ void node_backups_close(node_ctx *n) {
         free(b->busy[i]);
     free(b->busy);
     free(b->busy_doomed);
+    free(b->pulled);
     free(b->crcs);
     free(b->rx);
     pthread_cond_destroy(&b->crc_cv);

@@ -155,7 +155,9 @@ struct node_backups {
     char **busy; /* piece directories a worker or a pull is making or changing (loop thread) */
     bool *busy_doomed; /* per busy piece: its backup was deleted meanwhile (bk_busy_doom) */
     size_t n_busy, cap_busy;
-    struct bk_pull *pulls; /* PullBackupPiece calls in progress (backup_xfer.c) */
+    struct bk_pull *pulls;    /* PullBackupPiece calls in progress (backup_xfer.c) */
+    struct bk_pulled *pulled; /* files pulled lately, for links (backup_xfer.c; loop thread) */
+    size_t n_pulled, next_pulled;
     /* the trash and its reaper (backup_reap.c) */
     char trash[NODE_BK_PATH_MAX];
     uint64_t trash_seq; /* loop thread */

@@ -246,13 +246,18 @@ static st_code manifest_decode(const char *path, st_slice d, st_arena *a, bk_pie
             st_crc32c(0, d.data + BK_HEADER_BYTES, d.len - BK_HEADER_BYTES))
         return st_err_set(err, ST_DATA_LOSS,
                           "piece manifest %s is damaged (magic, version, length or checksum): "
-                          "delete the piece (DeleteBackupPieces) and back the table up again",
+                          "delete the backup (`strata backup delete ID`) and back the table up "
+                          "again",
                           path);
     ProtobufCAllocator alloc = {arena_alloc, arena_free, a};
     *out = strata__internal__v1__backup_piece__unpack(a ? &alloc : NULL, d.len - BK_HEADER_BYTES,
                                                       d.data + BK_HEADER_BYTES);
     if (!*out)
-        return st_err_set(err, ST_DATA_LOSS, "piece manifest %s does not decode", path);
+        return st_err_set(
+            err, ST_DATA_LOSS,
+            "piece manifest %s does not decode: delete the backup (`strata backup delete ID`) and "
+            "back the table up again",
+            path);
     return ST_OK;
 }
 

@@ -697,6 +697,7 @@ typedef struct bk_pull {
     st_err err;
     bool aborting, sealing;
     bool answered;    /* the call is finished */
+    bool reading;     /* a ReadBackupFile of want->files[file] is under way */
     bool owns_busy;   /* final is in the busy list for this pull */
     struct event *ev; /* runs step from the loop, outside the client's callbacks */
     void (*step)(struct bk_pull *p);
@@ -710,10 +711,14 @@ static void pull_run(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* Runs step(p) from the loop soon; freeing p cancels it (so does node close). */
-static void pull_defer(bk_pull *p, void (*step)(bk_pull *p)) {
+static void pull_defer_us(bk_pull *p, void (*step)(bk_pull *p), long us) {
     p->step = step;
-    struct timeval tv = {0, 0};
+    struct timeval tv = {0, us};
     evtimer_add(p->ev, &tv);
+}
+
+static void pull_defer(bk_pull *p, void (*step)(bk_pull *p)) {
+    pull_defer_us(p, step, 0);
 }
 
 static void pull_unlist(bk_pull *p) {
@@ -750,6 +755,87 @@ static void pull_fail(bk_pull *p, st_code code, const char *fmt, const char *det
 
 static void pull_next_file(bk_pull *p);
 
+/* A file a pull wrote whole: which backup here, from which source node, in which piece. The
+ * children of a split keep their parent's files whole, so the pieces of one backup that land on
+ * this node often list the same file of the same source node: the later pulls link it (as an
+ * import does) instead of reading and writing it again, which had made a copy or a restore
+ * into another cluster take up to the pieces' sum of bytes instead of the backup's size. Kept
+ * in memory for the last BK_PULLED_MAX files (pulls of one backup run close together, in key
+ * order, so a split's halves come near each other); after a restart a file is pulled again. */
+#define BK_PULLED_MAX 1024
+typedef struct bk_pulled {
+    char backup[sizeof(((bk_name *)0)->full)];
+    char source[BK_HOST_MAX + 8];
+    char piece[NODE_BK_NAME_MAX + 1];
+    char file[NODE_BK_NAME_MAX + 1];
+    uint64_t size;
+    uint32_t crc32c;
+} bk_pulled;
+
+static void pulled_add(bk_pull *p, const Strata__Internal__V1__BackupFile *f) {
+    node_backups *b = p->n->backups;
+    if (!b->pulled && !(b->pulled = calloc(BK_PULLED_MAX, sizeof *b->pulled)))
+        return; /* out of memory: only no links */
+    bk_pulled *e = &b->pulled[b->next_pulled];
+    b->next_pulled = (b->next_pulled + 1) % BK_PULLED_MAX;
+    if (b->n_pulled < BK_PULLED_MAX)
+        b->n_pulled++;
+    snprintf(e->backup, sizeof e->backup, "%s", p->dst.full);
+    snprintf(e->source, sizeof e->source, "%s", p->source);
+    snprintf(e->piece, sizeof e->piece, "%s", p->piece);
+    snprintf(e->file, sizeof e->file, "%s", f->name);
+    e->size = f->size;
+    e->crc32c = f->crc32c;
+}
+
+/* Links file f of the pull's piece to the same file another piece of the same backup pulled
+ * here from the same source node (being pulled or sealed); true when linked and checked (size
+ * and CRC32C: the cache has it from the chunks' way in, so nothing is read back). */
+static bool pull_link(bk_pull *p, const Strata__Internal__V1__BackupFile *f) {
+    node_backups *b = p->n->backups;
+    char dst[NODE_BK_PATH_MAX + 80], src[NODE_BK_PATH_MAX + 80], pdir[NODE_BK_PATH_MAX];
+    snprintf(dst, sizeof dst, "%s/%s", p->in, f->name);
+    for (size_t i = 0; i < b->n_pulled; i++) {
+        const bk_pulled *e = &b->pulled[i];
+        if (e->size != f->size || e->crc32c != f->crc32c || strcmp(e->file, f->name) ||
+            strcmp(e->piece, p->piece) == 0 || strcmp(e->source, p->source) ||
+            strcmp(e->backup, p->dst.full))
+            continue;
+        static const char *const where[] = {".in", ""};
+        for (size_t w = 0; w < 2; w++) {
+            bk_piece_dir(p->n, &p->dst, e->piece, where[w], pdir, sizeof pdir);
+            snprintf(src, sizeof src, "%s/%s", pdir, e->file);
+            unlink(dst);
+            if (link(src, dst) != 0)
+                continue;
+            uint64_t size = 0;
+            uint32_t crc = 0;
+            bool read = false;
+            if (bk_file_crc_cached(b, dst, &size, &crc, &read, NULL) == ST_OK && size == f->size &&
+                crc == f->crc32c)
+                return true;
+            unlink(dst); /* another file by that name now: read it from the source */
+        }
+    }
+    return false;
+}
+
+/* Another pull of the same backup here is reading file f from the same source node now: this
+ * one waits for it and links the file then (pulls run 8 at a time, and the halves of a split
+ * are pulled together). Only a pull that is reading is waited for, so no two wait on each
+ * other; one that fails stops reading, and the waiter reads the file itself. */
+static bool pull_wait_for(const bk_pull *p, const Strata__Internal__V1__BackupFile *f) {
+    for (const bk_pull *o = p->n->backups->pulls; o; o = o->next) {
+        if (o == p || !o->reading || o->aborting || !o->want || o->file >= o->want->n_files)
+            continue;
+        const Strata__Internal__V1__BackupFile *g = o->want->files[o->file];
+        if (g->size == f->size && g->crc32c == f->crc32c && !strcmp(g->name, f->name) &&
+            !strcmp(o->source, p->source) && !strcmp(o->dst.full, p->dst.full))
+            return true;
+    }
+    return false;
+}
+
 static void pull_msg(rpc_ccall *cc, st_slice msg, void *arg) {
     bk_pull *p = arg;
     if (p->aborting || p->fail != ST_OK)
@@ -780,6 +866,7 @@ static void pull_msg(rpc_ccall *cc, st_slice msg, void *arg) {
 static void pull_read_done(rpc_ccall *cc, st_code code, const char *message, void *arg) {
     (void)cc;
     bk_pull *p = arg;
+    p->reading = false;
     if (p->aborting)
         return;
     const Strata__Internal__V1__BackupFile *f = p->want->files[p->file];
@@ -795,6 +882,7 @@ static void pull_read_done(rpc_ccall *cc, st_code code, const char *message, voi
         pull_fail(p, ST_DATA_LOSS, "a file ended short: ", f->name);
         return;
     }
+    pulled_add(p, f);
     p->file++;
     pull_defer(p, pull_next_file); /* it may free the client: leave its callback first */
 }
@@ -819,6 +907,15 @@ static void pull_next_file(bk_pull *p) {
         }
         return;
     }
+    if (pull_link(p, p->want->files[p->file])) { /* here already, for another piece */
+        p->file++;
+        pull_defer(p, pull_next_file);
+        return;
+    }
+    if (pull_wait_for(p, p->want->files[p->file])) {
+        pull_defer_us(p, pull_next_file, 20000);
+        return;
+    }
     Strata__Internal__V1__ReadBackupFileRequest r;
     strata__internal__v1__read_backup_file_request__init(&r);
     r.backup = p->src.full;
@@ -831,6 +928,8 @@ static void pull_next_file(bk_pull *p) {
     if (!rpc_client_call(p->client, NODE_SVC "ReadBackupFile", st_slice_make(buf, len), NULL, 0, 0,
                          pull_msg, pull_read_done, p))
         pull_fail(p, ST_UNAVAILABLE, "the source's connection is gone", NULL);
+    else
+        p->reading = true;
 }
 
 /* The source's manifest becomes this piece's: its backup's name here and the making that pulls it

@@ -11,6 +11,7 @@
  * the pieces that list it again, SealBackupPiece, FinishImport; on any failure (a damaged file, a
  * node down, Ctrl-C) the backup is deleted, so nothing half-imported stays. Both read formats 1
  * and 2 too (ops_bk_file_path). */
+#include <errno.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
@@ -415,6 +416,11 @@ static void print_summary(const bk_ctx *c, const char *verb, const char *name, c
            size, once, secs, rate);
 }
 
+/* The error is a file system out of space (or of quota). */
+static bool no_room(const st_err *err) {
+    return strstr(err->msg, strerror(ENOSPC)) || strstr(err->msg, strerror(EDQUOT));
+}
+
 int bk_export(bk_ctx *c) {
     char name[BK_RES_MAX];
     if (c->a.n_pos != 2) {
@@ -449,9 +455,18 @@ int bk_export(bk_ctx *c) {
                           c->a.quiet);
         rc = export_layout(&x, dir, l, &m, &err);
         ops_progress_finish(&x.prog, rc == ST_OK);
-        if (rc != ST_OK && err.code != ST_ALREADY_EXISTS)
+        if (rc != ST_OK && err.code != ST_ALREADY_EXISTS && !c->nested)
             st_err_prefix(&err,
                           "%s is incomplete (no MANIFEST; remove it and export again): ", dir);
+        else if (rc != ST_OK && c->nested && no_room(&err))
+            /* restore --target's temporary copy, which it removes: where to make room */
+            st_err_prefix(&err,
+                          "no room in $TMPDIR for the temporary copy of the backup: free "
+                          "space there, or point TMPDIR at a file system with room for %llu "
+                          "bytes: ",
+                          (unsigned long long)(l->backup && l->backup->size_bytes > 0
+                                                   ? (uint64_t)l->backup->size_bytes
+                                                   : layout_bytes(l)));
     }
     if (rc == ST_OK)
         print_summary(c, "exported", name, dir, &m, &x.prog);

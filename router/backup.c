@@ -96,6 +96,94 @@ int64_t rtr_bk_stored_bytes(Strata__Internal__V1__BackupPiece *const *pieces, si
     return sum > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)sum;
 }
 
+typedef struct place_ref {
+    const Strata__Internal__V1__BackupFile *f;
+    uint32_t node;
+    size_t piece;
+} place_ref;
+
+static int place_ref_cmp(const void *pa, const void *pb) {
+    const place_ref *a = pa, *b = pb;
+    if (a->node != b->node)
+        return a->node < b->node ? -1 : 1;
+    return file_ref_cmp(&(bk_file_ref){0, a->f}, &(bk_file_ref){0, b->f});
+}
+
+static size_t uf_root(size_t *up, size_t i) {
+    while (up[i] != i) {
+        up[i] = up[up[i]];
+        i = up[i];
+    }
+    return i;
+}
+
+typedef struct place_group {
+    size_t root;
+    uint64_t bytes;
+} place_group;
+
+static int place_group_cmp(const void *pa, const void *pb) {
+    const place_group *a = pa, *b = pb;
+    if (a->bytes != b->bytes)
+        return a->bytes > b->bytes ? -1 : 1;
+    return (a->root > b->root) - (a->root < b->root);
+}
+
+void rtr_bk_place(Strata__Internal__V1__BackupPiece *const *v, size_t n, size_t n_nodes,
+                  size_t *slot) {
+    size_t nref = 0;
+    for (size_t i = 0; i < n; i++)
+        nref += v[i]->n_files;
+    size_t *up = malloc((n ? n : 1) * sizeof *up);
+    place_ref *refs = malloc((nref ? nref : 1) * sizeof *refs);
+    place_group *g = malloc((n ? n : 1) * sizeof *g);
+    uint64_t *load = calloc(n_nodes ? n_nodes : 1, sizeof *load);
+    if (!up || !refs || !g || !load || n_nodes == 0) {
+        for (size_t i = 0; i < n; i++)
+            slot[i] = n_nodes ? i % n_nodes : 0;
+        goto out;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        up[i] = i;
+        for (size_t j = 0; j < v[i]->n_files; j++)
+            refs[k++] = (place_ref){v[i]->files[j], v[i]->node_num, i};
+    }
+    qsort(refs, nref, sizeof *refs, place_ref_cmp);
+    for (size_t i = 1; i < nref; i++)
+        if (place_ref_cmp(&refs[i - 1], &refs[i]) == 0) {
+            size_t a = uf_root(up, refs[i - 1].piece), b = uf_root(up, refs[i].piece);
+            if (a != b) /* the root stays the group's first piece */
+                up[a > b ? a : b] = a < b ? a : b;
+        }
+    for (size_t i = 0; i < n; i++) { /* a group's bytes at its root, which precedes it */
+        size_t r = uf_root(up, i);
+        g[i] = (place_group){i, 0};
+        for (size_t j = 0; j < v[i]->n_files; j++)
+            g[r].bytes += v[i]->files[j]->size;
+    }
+    size_t ng = 0; /* the roots, in place at the front */
+    for (size_t i = 0; i < n; i++)
+        if (up[i] == i)
+            g[ng++] = (place_group){i, g[i].bytes};
+    qsort(g, ng, sizeof *g, place_group_cmp);
+    for (size_t x = 0; x < ng; x++) {
+        size_t best = 0;
+        for (size_t m = 1; m < n_nodes; m++)
+            if (load[m] < load[best])
+                best = m;
+        load[best] += g[x].bytes;
+        slot[g[x].root] = best;
+    }
+    for (size_t i = 0; i < n; i++)
+        slot[i] = slot[uf_root(up, i)];
+out:
+    free(up);
+    free(refs);
+    free(g);
+    free(load);
+}
+
 st_code rtr_bk_rec_pack(const rtr_pb_bkrec *rec, st_buf *out) {
     size_t len = strata__internal__v1__backup_record__get_packed_size(rec);
     st_buf_reset(out);

@@ -109,6 +109,15 @@ st_code rtr_bk_rec_pack(const rtr_pb_bkrec *rec, st_buf *out);
  * split's children keep their parent's SSTables), so a file listed by several pieces of a node
  * counts once; a sum of the pieces' sizes made a split table's backup many times its size. */
 int64_t rtr_bk_stored_bytes(Strata__Internal__V1__BackupPiece *const *pieces, size_t n);
+/* The node (an index below n_nodes) of each of the n pieces in slot: pieces that list the same
+ * file (their node_num, the file's name, size and CRC32C: the halves of a split keep their
+ * parent's SSTables whole) together, so the destination stores the file once and links it into
+ * the others; each such group, largest first, on the node with the fewest bytes so far. Spread
+ * round robin instead, a shared file was written once per node a sharer landed on. Used by
+ * BeginImport (node_num 0: by content), CopyBackup and the pulls of a restore into the other
+ * clusters. */
+void rtr_bk_place(Strata__Internal__V1__BackupPiece *const *pieces, size_t n, size_t n_nodes,
+                  size_t *slot);
 /* GetTable with REPLICATION_VIEW or FULL: every cluster READY (a table exists in every cluster
  * from its creation). */
 st_code rtr_bk_cluster_states(rtr_ctx *r, Google__Bigtable__Admin__V2__Table *t, st_arena *a);

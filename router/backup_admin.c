@@ -336,11 +336,16 @@ void rtr_h_begin_import(rpc_call *call, st_slice bytes, void *arg) {
     if (b->backup_type != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__BACKUP_TYPE__HOT)
         b->hot_to_standard_time = NULL; /* kept as exported for a HOT one, even if past */
     rtr_cluster *c = &r->clusters[ci];
-    for (size_t i = 0; i < req->n_pieces; i++) {
-        pb_piece *p = req->pieces[i];
-        p->backup = name;
-        p->node_num = c->nodes[i % c->n_nodes].num; /* spread over the cluster's nodes */
+    for (size_t i = 0; i < req->n_pieces; i++)
+        req->pieces[i]->backup = name;
+    size_t *slot = st_arena_alloc(a, (req->n_pieces ? req->n_pieces : 1) * sizeof *slot);
+    if (!slot) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
     }
+    rtr_bk_place(req->pieces, req->n_pieces, c->n_nodes, slot); /* sharers together */
+    for (size_t i = 0; i < req->n_pieces; i++)
+        req->pieces[i]->node_num = c->nodes[slot[i]].num;
     b->size_bytes = rtr_bk_stored_bytes(req->pieces, req->n_pieces);
     rtr_pb_bkrec *rec = st_arena_alloc(a, sizeof *rec);
     if (!rec) {

@@ -10,11 +10,12 @@
  * space exactly once, end_time is recorded and the backup is READY. A range no node froze for
  * RTR_BK_STALL_MS fails the operation, and every piece made is deleted.
  *
- * CopyBackup: PullBackupPiece of every piece onto the destination cluster's nodes, round robin.
+ * CopyBackup: PullBackupPiece of every piece onto the destination cluster's nodes (rtr_bk_place:
+ * pieces sharing a file on one node).
  * RestoreTable: DropTable of the target first (a half-table of an earlier try that died: it has
  * no record, so nobody sees it), PutTable everywhere, then per piece: in the backup's cluster
  * CreateTablet(restore) on the node holding it; in every other cluster PullBackupPiece onto a
- * node (round robin) under a temporary backup name, then CreateTablet(restore) there. The table
+ * node (rtr_bk_place) under a temporary backup name, then CreateTablet(restore) there. The table
  * record is written last: the table is invisible until then. Temporary pieces are deleted after.
  *
  * Every job counts its callbacks in flight (pending): when the router closes, the last callback
@@ -765,6 +766,12 @@ static void task_stage_done(bk_task *t) {
     }
 }
 
+/* The id at the end of a backup's name. */
+static const char *id_of(const char *name) {
+    const char *s = strrchr(name, '/');
+    return s ? s + 1 : name;
+}
+
 static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg) {
     (void)call;
     bk_task *t = arg;
@@ -775,7 +782,7 @@ static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg)
         code = ST_OK; /* the tablet of an earlier attempt of this step */
     if (code == ST_OK && !j->failing) {
         task_stage_done(t);
-    } else if (!j->failing && !fatal_code(code) && ++t->attempts &&
+    } else if (!j->failing && !fatal_code(code) && code != ST_NOT_FOUND && ++t->attempts &&
                st_mono_us() - j->progress_us <= (int64_t)RTR_BK_STALL_MS * 1000) {
         /* a node restarting or a piece busy: again, until nothing progressed for the bound */
         j->pending++;
@@ -785,10 +792,17 @@ static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg)
         job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     } else if (!j->failing) {
-        job_fail(j, code, "%s of piece %s on node %s failed: %s",
-                 t->stage == 0 ? "PullBackupPiece" : "CreateTablet",
-                 (j->kind == BK_COPY ? j->src : j->rec)->pieces[t->piece]->piece, t->to->addr,
-                 msg ? msg : st_code_name(code));
+        /* NOT_FOUND: the piece is gone from its node (a node never loses a sealed piece by
+         * itself), so retrying for the stall bound only delays the same answer */
+        const rtr_pb_bkrec *src = j->kind == BK_COPY ? j->src : j->rec;
+        job_fail(j, code, "%s of piece %s on node %s failed: %s%s%s%s",
+                 t->stage == 0 ? "PullBackupPiece" : "CreateTablet", src->pieces[t->piece]->piece,
+                 t->to->addr, msg ? msg : st_code_name(code),
+                 code == ST_NOT_FOUND ? " (the backup is damaged: delete it with `strata backup "
+                                        "delete "
+                                      : "",
+                 code == ST_NOT_FOUND ? id_of(src->backup->name) : "",
+                 code == ST_NOT_FOUND ? "` and back the table up again)" : "");
     }
     if (j->failing) {
         job_fail(j, j->fail_code, "%s", j->fail_msg);
@@ -853,16 +867,18 @@ static void copy_run(bk_job *j) {
     if (rtr_bk_parse_name(&j->r->topo, s->backup->name, &ci, id, sizeof id, NULL) == ST_OK)
         src_c = &j->r->clusters[ci];
     j->tasks = calloc(s->n_pieces ? s->n_pieces : 1, sizeof *j->tasks);
-    if (!j->tasks || !src_c) {
+    size_t *slot = st_arena_alloc(&j->arena, (s->n_pieces ? s->n_pieces : 1) * sizeof *slot);
+    if (!j->tasks || !src_c || !slot) {
         job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
+    rtr_bk_place(s->pieces, s->n_pieces, j->cluster->n_nodes, slot); /* sharers together */
     for (size_t i = 0; i < s->n_pieces; i++) {
         bk_task *t = &j->tasks[j->n_tasks++];
         *t = (bk_task){.job = j, .piece = i, .as = j->backup};
         st_buf_init(&t->resp);
         t->from = rtr_bk_node(src_c, s->pieces[i]->node_num);
-        t->to = &j->cluster->nodes[i % j->cluster->n_nodes];
+        t->to = &j->cluster->nodes[slot[i]];
         if (!t->from) {
             job_fail(j, ST_FAILED_PRECONDITION,
                      "node %u holding piece %s of backup %s is no longer in the topology",
@@ -945,13 +961,14 @@ static void restore_fan(bk_job *j) {
 }
 
 /* One task per piece per cluster: restored on the holder in the backup's cluster, pulled onto a
- * node (round robin) and restored there in every other cluster. */
+ * node (rtr_bk_place) and restored there in every other cluster. */
 static void restore_tasks(bk_job *j) {
     rtr_ctx *r = j->r;
     rtr_pb_bkrec *s = j->rec;
     j->tasks = calloc(s->n_pieces * r->n_clusters + 1, sizeof *j->tasks);
     char *names = st_arena_alloc(&j->arena, r->n_clusters * (RTR_BK_NAME_MAX + 1));
-    if (!j->tasks || !names) {
+    size_t *slot = st_arena_alloc(&j->arena, (s->n_pieces ? s->n_pieces : 1) * sizeof *slot);
+    if (!j->tasks || !names || !slot) {
         job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
@@ -962,6 +979,8 @@ static void restore_tasks(bk_job *j) {
             snprintf(as, RTR_BK_NAME_MAX + 1, "%s", s->backup->name);
         else
             temp_name(j, cl, as, RTR_BK_NAME_MAX + 1);
+        if (cl != j->cluster) /* pieces sharing a file pulled onto one node, linked there */
+            rtr_bk_place(s->pieces, s->n_pieces, cl->n_nodes, slot);
         for (size_t i = 0; i < s->n_pieces; i++) {
             bk_task *t = &j->tasks[j->n_tasks++];
             *t = (bk_task){.job = j, .piece = i, .as = as, .stage = 1};
@@ -973,7 +992,7 @@ static void restore_tasks(bk_job *j) {
                          s->pieces[i]->node_num, s->pieces[i]->piece, s->backup->name);
                 return;
             }
-            t->to = cl == j->cluster ? holder : &cl->nodes[i % cl->n_nodes];
+            t->to = cl == j->cluster ? holder : &cl->nodes[slot[i]];
             if (cl != j->cluster) {
                 t->from = holder;
                 t->stage = 0;

@@ -476,7 +476,7 @@ static st_code manifest_missing_check(sto_db *db, st_err *err) {
                           "be found; restore this node's data from a replica or a backup, or "
                           "start with --accept-data-loss to start empty (the old files are "
                           "deleted)",
-                          path, segs, ssts);
+                          db->dir, segs, ssts);
     st_log(ST_LOG_ERROR, "storage",
            "event=manifest_missing_accepted segments=%zu ssts=%zu msg=\"%s is missing: every "
            "tablet and row it listed is lost; starting empty\"",
