@@ -35,6 +35,7 @@ struct rtr_leftover {
     lo_table *cur; /* found in this round */
     size_t n_cur, at;
     char claim[RTR_OP_NAME_MAX + 1]; /* the claim held for cur[at] */
+    size_t copy;                     /* the cluster whose metadata copy is read next */
 };
 
 static void tables_free(lo_table *v, size_t n) {
@@ -101,12 +102,65 @@ static void dropped(rtr_fan *f, void *arg) {
     next_table(lo);
 }
 
-/* The claim on cur[at] is held and the first cluster's metadata has no record of it. */
+/* Gives the claim on cur[at] back (unless closing) and goes on with the next table. */
+static void give_back_next(rtr_leftover *lo) {
+    char *what = lo->r->closing ? NULL : strdup(lo->claim);
+    if (what)
+        rtr_bk_unclaim(lo->r, lo->cur[lo->at].name, what, claim_given_back, what);
+    lo->at++;
+    next_table(lo);
+}
+
+static void drop_send(rtr_leftover *lo);
+static void copy_next(rtr_leftover *lo);
+
+/* The record of cur[at] in the metadata copy of cluster lo->copy: any copy holding it (a copy
+ * that missed a CreateTable, or whose first cluster's copy lost its records), or one that
+ * cannot be read, and nothing is dropped. */
+static void copy_read(void *arg, st_code code, const char *msg, bool found, st_slice value) {
+    rtr_leftover *lo = arg;
+    (void)value;
+    if (code != ST_OK || found) {
+        st_log(ST_LOG_INFO, "router", "table=%s: not dropped as a leftover: %s in cluster=%s",
+               lo->cur[lo->at].name,
+               code == ST_OK ? "recorded"
+               : msg         ? msg
+                             : st_code_name(code),
+               lo->r->clusters[lo->copy].topo->id);
+        give_back_next(lo);
+        return;
+    }
+    lo->copy++;
+    copy_next(lo);
+}
+
+static void copy_next(rtr_leftover *lo) {
+    rtr_ctx *r = lo->r;
+    if (r->closing) {
+        lo->at++;
+        next_table(lo);
+        return;
+    }
+    if (lo->copy >= r->n_clusters) {
+        drop_send(lo);
+        return;
+    }
+    st_buf key;
+    st_buf_init(&key);
+    st_code rc = rtr_meta_row_key(RTR_META_KIND_TABLE, lo->cur[lo->at].name, &key);
+    if (rc == ST_OK)
+        rc = rtr_meta_get_in(r, lo->copy, st_buf_slice(&key), copy_read, lo);
+    st_buf_free(&key);
+    if (rc != ST_OK)
+        give_back_next(lo);
+}
+
+/* The claim on cur[at] is held and the first cluster's metadata has no record of it: the other
+ * clusters' copies are read too. */
 static void reserved(void *arg, st_code code, const char *msg) {
     rtr_leftover *lo = arg;
     lo_table *t = &lo->cur[lo->at];
-    rtr_ctx *r = lo->r;
-    if (code != ST_OK || r->closing) {
+    if (code != ST_OK || lo->r->closing) {
         if (code != ST_OK && code != ST_ALREADY_EXISTS)
             st_log(ST_LOG_DEBUG, "router", "table=%s: leftover check: %s", t->name,
                    msg ? msg : st_code_name(code));
@@ -116,16 +170,20 @@ static void reserved(void *arg, st_code code, const char *msg) {
         next_table(lo);
         return;
     }
+    lo->copy = 1;
+    copy_next(lo);
+}
+
+/* Every copy lacks the record and the claim is held: DropTable on the nodes that listed it. */
+static void drop_send(rtr_leftover *lo) {
+    rtr_ctx *r = lo->r;
+    lo_table *t = &lo->cur[lo->at];
     size_t n = 0;
     for (size_t c = 0; c < r->n_clusters; c++)
         n += r->clusters[c].n_nodes;
     rtr_fan *f = rtr_fan_new(r, n, RTR_ADMIN_TIMEOUT_MS, dropped, lo);
     if (!f) {
-        char *what = strdup(lo->claim);
-        if (what)
-            rtr_bk_unclaim(r, t->name, what, claim_given_back, what);
-        lo->at++;
-        next_table(lo);
+        give_back_next(lo);
         return;
     }
     Strata__Internal__V1__DropTableRequest req;

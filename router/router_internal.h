@@ -697,6 +697,8 @@ st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, co
 typedef void (*rtr_meta_get_fn)(void *arg, st_code code, const char *message, bool found,
                                 st_slice value);
 st_code rtr_meta_get(rtr_ctx *r, st_slice key, rtr_meta_get_fn done, void *arg);
+/* rtr_meta_get in the copy of cluster number cluster. */
+st_code rtr_meta_get_in(rtr_ctx *r, size_t cluster, st_slice key, rtr_meta_get_fn done, void *arg);
 
 /* ---- handlers ---- */
 void rtr_h_read_rows(rpc_call *call, st_slice req, void *arg);
