@@ -272,6 +272,15 @@ static void round_start(rtr_leftover *lo) {
     rtr_ctx *r = lo->r;
     if (lo->busy || r->closing || !r->meta_loaded)
         return;
+    /* Metadata recording no table at all is more likely a copy that lost its records (a first
+     * node back with an empty disk, in an instance of one cluster) than an instance whose every
+     * table was deleted: nothing is dropped then. */
+    if (r->meta.n_tables == 0) {
+        tables_free(lo->prev, lo->n_prev);
+        lo->prev = NULL;
+        lo->n_prev = 0;
+        return;
+    }
     size_t n = 0;
     for (size_t c = 0; c < r->n_clusters; c++)
         n += r->clusters[c].n_nodes;
