@@ -64,6 +64,7 @@ static void node_good(rtr_fo *fo, const rtr_node *n) {
     st_log(ST_LOG_DEBUG, "router", "node=%s up after_ms=%lld", n->addr,
            (long long)((st_mono_us() - h->down_since_us) / 1000));
     cluster_update(fo, n->cluster, NULL);
+    rtr_leftover_kick(n->ctx); /* it may hold tables deleted while it was down */
 }
 
 /* True while the node's connection is up and has received bytes within the probe deadline: a

@@ -1139,8 +1139,14 @@ static st_code get_request(st_slice key, st_buf *out) {
 }
 
 st_code rtr_meta_get(rtr_ctx *r, st_slice key, rtr_meta_get_fn done, void *arg) {
-    const rtr_tmap_table *t =
-        r->clusters[0].map ? rtr_tmap_find(r->clusters[0].map, RTR_META_TABLE) : NULL;
+    return rtr_meta_get_in(r, 0, key, done, arg);
+}
+
+st_code rtr_meta_get_in(rtr_ctx *r, size_t cluster, st_slice key, rtr_meta_get_fn done, void *arg) {
+    if (cluster >= r->n_clusters)
+        return ST_UNAVAILABLE;
+    rtr_cluster *c = &r->clusters[cluster];
+    const rtr_tmap_table *t = c->map ? rtr_tmap_find(c->map, RTR_META_TABLE) : NULL;
     size_t k = t ? rtr_tmap_row(t, key) : SIZE_MAX;
     if (k == SIZE_MAX)
         return ST_UNAVAILABLE;
@@ -1156,7 +1162,7 @@ st_code rtr_meta_get(rtr_ctx *r, st_slice key, rtr_meta_get_fn done, void *arg) 
         return ST_RESOURCE_EXHAUSTED;
     }
     *g = (meta_get){done, arg};
-    rtr_fan_call(f, 0, &r->clusters[0].nodes[t->v[k].node], RTR_BT "ReadRows", st_buf_slice(&req));
+    rtr_fan_call(f, 0, &c->nodes[t->v[k].node], RTR_BT "ReadRows", st_buf_slice(&req));
     st_buf_free(&req);
     rtr_fan_seal(f);
     return ST_OK;

@@ -314,6 +314,8 @@ st_code rtr_open(struct event_base *base, const rtr_opts *opts, rtr_ctx **out, s
         rc = rtr_balance_start(r, err); /* needs the listen address */
     if (rc == ST_OK)
         rc = rtr_health_start(r, err); /* cluster health probes (failover) */
+    if (rc == ST_OK)
+        rc = rtr_leftover_start(r, err); /* tables deleted while a node was down */
     if (rc != ST_OK) {
         rtr_close(r);
         return rc;
@@ -339,6 +341,7 @@ void rtr_close(rtr_ctx *r) {
         return;
     r->closing = true;
     rtr_balance_stop(r);
+    rtr_leftover_stop(r);
     if (r->meta_timer)
         event_free(r->meta_timer);
     r->meta_timer = NULL;
@@ -356,7 +359,8 @@ void rtr_close(rtr_ctx *r) {
         free(r->clusters[c].waiters);
         st_buf_free(&r->clusters[c].bal.start);
     }
-    rtr_bk_close(r); /* after the clients: the jobs' last callbacks freed them */
+    rtr_bk_close(r);      /* after the clients: the jobs' last callbacks freed them */
+    rtr_leftover_free(r); /* after the clients: its last round ended in their callbacks */
     rtr_meta_free(&r->meta);
     rtr_instance_close(r);
     rtr_health_stop(r); /* after the clients: their last callbacks see r->closing */

@@ -66,6 +66,10 @@ struct event;
 #define RTR_BALANCE_MS_DEFAULT 2000       /* tablet balancer period */
 #define RTR_MOVE_TIMEOUT_MS 600000        /* one MoveTablet call (copies a tablet) */
 #define RTR_INTERNAL_TABLE_PREFIX "projects/_strata/" /* never balanced */
+/* leftover.c: every node's tables are compared with the metadata this often; a table found
+ * without a record is dropped once found so on consecutive rounds this far apart. */
+#define RTR_LEFTOVER_MS 5000
+#define RTR_LEFTOVER_APART_MS 3000
 #define RTR_RECONNECT_BACKOFF_MIN_MS 50
 #define RTR_RECONNECT_BACKOFF_MAX_MS 2000
 #define RTR_NODE_KEEPALIVE_MS 250 /* PING period on node links with calls open (health.c) */
@@ -523,6 +527,7 @@ struct rtr_ctx {
     struct rtr_bk *bk;              /* backups and their operations (backup.h) */
     struct rtr_auth *auth;          /* tokens, roles, audit log (auth.c) */
     struct rtr_gate *gates;         /* tables with a schema change running (admin_gate.c) */
+    struct rtr_leftover *leftover;  /* tables deleted while a node was down (leftover.c) */
 };
 
 /* ---- conn.c ---- */
@@ -668,6 +673,16 @@ void rtr_balance_stop(rtr_ctx *r);
 void rtr_meta_bootstrap(rtr_ctx *r, void (*done)(void *arg, st_code code), void *arg);
 /* Starts the periodic reload. */
 st_code rtr_meta_start_timer(rtr_ctx *r, st_err *err);
+
+/* ---- leftover.c ---- */
+typedef struct rtr_leftover rtr_leftover;
+/* Tables a node holds that the metadata no longer has (a DeleteTable while the node was down)
+ * are dropped on it: a round every RTR_LEFTOVER_MS, and one at rtr_leftover_kick (a node is up
+ * again). Stop ends the rounds (at close); free after the node clients are gone. */
+st_code rtr_leftover_start(rtr_ctx *r, st_err *err);
+void rtr_leftover_kick(rtr_ctx *r);
+void rtr_leftover_stop(rtr_ctx *r);
+void rtr_leftover_free(rtr_ctx *r);
 /* Writes (pb non-NULL) or deletes (pb NULL) one record in every cluster's metadata table and the
  * cache; done(arg, code, message) runs when every cluster answered (OK when at least the first
  * reachable cluster took it; see docs/router.md). */
@@ -699,6 +714,8 @@ st_code rtr_meta_cas_cached(rtr_ctx *r, rtr_meta_kind kind, const char *name, co
 typedef void (*rtr_meta_get_fn)(void *arg, st_code code, const char *message, bool found,
                                 st_slice value);
 st_code rtr_meta_get(rtr_ctx *r, st_slice key, rtr_meta_get_fn done, void *arg);
+/* rtr_meta_get in the copy of cluster number cluster. */
+st_code rtr_meta_get_in(rtr_ctx *r, size_t cluster, st_slice key, rtr_meta_get_fn done, void *arg);
 
 /* ---- handlers ---- */
 void rtr_h_read_rows(rpc_call *call, st_slice req, void *arg);
