@@ -133,6 +133,18 @@ st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_f
     sto_tablet *t;
     if (sto_tablet_get(db, id, &t) != ST_OK)
         return st_err_set(err, ST_NOT_FOUND, "tablet %" PRIu64 " is not served by this node", id);
+    /* A tablet held read-only for damage would make a backup whose restores fail to read. */
+    pthread_mutex_lock(&t->mu);
+    bool damaged = t->read_only;
+    char why[sizeof t->ro_msg];
+    snprintf(why, sizeof why, "%s", t->ro_msg);
+    pthread_mutex_unlock(&t->mu);
+    if (damaged)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "tablet %" PRIu64 " is held read-only after damage was found (%s): "
+                          "its backup would restore the damage; restore the table from an "
+                          "earlier backup or repair the node first",
+                          id, why);
     sto_sst **refs = NULL;
     st_code rc = freeze(db, t, files, &refs, n, err);
     if (rc == ST_OK)

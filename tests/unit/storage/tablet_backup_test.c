@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "db_impl.h"
 #include "sto_test_util.h"
 
 #define SYS ST_SLICE_LIT("\0changes")
@@ -191,6 +192,11 @@ static void test_errors(void **state) {
                                         ST_SLICE_LIT(""), missing, 1, NULL, &err),
                      ST_NOT_FOUND);
     assert_int_equal(sto_tablet_get(f->db, 5, &t), ST_NOT_FOUND);
+    /* a tablet held read-only for damage is not backed up */
+    sto_tablet_mark_read_only(t, ST_DATA_LOSS, "checksum mismatch in test.sst");
+    assert_int_equal(sto_tablet_backup(f->db, 1, f->bk, &files, &n, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "checksum mismatch in test.sst"));
+    assert_null(files);
     const char *one[1] = {junk};
     assert_int_equal(sto_tablet_restore(f->db, 1, ST_SLICE_LIT("r"), ST_SLICE_LIT(""),
                                         ST_SLICE_LIT(""), one, 1, NULL, &err),
