@@ -285,13 +285,27 @@ rtr_qod_verdict rtr_qod_dropped(rtr_ctx *r, uint64_t fp, size_t lost_with, const
 
 void rtr_fence_attempt(int64_t timeout_ms, int64_t *attempt_us, char text[RTR_FENCE_TEXT_BYTES],
                        rpc_metadata *md, size_t *n_md) {
+    /* At most RTR_FO_ATTEMPT_MS even where the attempt may take longer (the plan's last
+     * cluster gets the client's whole deadline): a resend never waits longer than that, and a
+     * write reaching its node later is refused there and sent again with a new fence. */
+    if (timeout_ms > RTR_FO_ATTEMPT_MS)
+        timeout_ms = RTR_FO_ATTEMPT_MS;
     *attempt_us = st_wall_us() + timeout_ms * 1000;
     snprintf(text, RTR_FENCE_TEXT_BYTES, "%lld", (long long)*attempt_us);
     md[(*n_md)++] = (rpc_metadata){BTU_WRITE_BY_HEADER, text};
 }
 
+/* The codes that leave open whether the node applied the write: the router gave up on the
+ * attempt (its deadline, its cluster turned unhealthy), the connection was lost, or the node
+ * failed in an unexpected way. Any other answer is the node's own refusal, made before the
+ * write took its versions (a tablet that moved or split, a bad request, a full disk). */
+static bool fence_outcome_open(st_code code) {
+    return code == ST_UNAVAILABLE || code == ST_DEADLINE_EXCEEDED || code == ST_CANCELLED ||
+           code == ST_UNKNOWN || code == ST_INTERNAL;
+}
+
 void rtr_fence_ended(rtr_fence *f, int64_t attempt_us, st_code code, bool sent) {
-    if (code != ST_OK && sent && attempt_us > f->pending_us)
+    if (sent && fence_outcome_open(code) && attempt_us > f->pending_us)
         f->pending_us = attempt_us;
 }
 

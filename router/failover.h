@@ -222,7 +222,10 @@ typedef struct rtr_fence {
  * (md has room for it), its value written into text, which must live as long as the call. */
 void rtr_fence_attempt(int64_t timeout_ms, int64_t *attempt_us, char text[RTR_FENCE_TEXT_BYTES],
                        rpc_metadata *md, size_t *n_md);
-/* An attempt with fence attempt_us ended with code; sent: it may have reached its node. */
+/* An attempt with fence attempt_us ended with code; sent: it may have reached its node. Only an
+ * attempt whose outcome is open (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, UNKNOWN, INTERNAL)
+ * holds back the resend: a node's refusal (strata-not-owner after a move or split, ...) means
+ * nothing was written, and the write goes again at once. */
 void rtr_fence_ended(rtr_fence *f, int64_t attempt_us, st_code code, bool sent);
 /* Milliseconds to wait before the write may be sent again (0: at once). */
 int64_t rtr_fence_wait_ms(const rtr_fence *f);

@@ -393,6 +393,38 @@ static void test_failover_write_ts_never_decreases(void **state) {
     ctx_free(r);
 }
 
+/* Write fences (docs/router.md, Write fences): a fence is at most RTR_FO_ATTEMPT_MS ahead, even
+ * for an attempt allowed the client's whole deadline; only attempts whose outcome is open hold
+ * back the resend, a node's own refusal does not. */
+static void test_failover_write_fences(void **state) {
+    (void)state;
+    rpc_metadata md[2];
+    size_t n_md = 0;
+    char text[RTR_FENCE_TEXT_BYTES];
+    int64_t before = st_wall_us(), fence;
+    rtr_fence_attempt(60000, &fence, text, md, &n_md);
+    assert_int_equal(n_md, 1);
+    assert_string_equal(md[0].name, BTU_WRITE_BY_HEADER);
+    assert_int_equal(strtoll(md[0].value, NULL, 10), fence);
+    assert_true(fence >= before + (int64_t)RTR_FO_ATTEMPT_MS * 1000);
+    assert_true(fence <= st_wall_us() + (int64_t)RTR_FO_ATTEMPT_MS * 1000);
+    rtr_fence f = {0};
+    static const st_code refusals[] = {ST_FAILED_PRECONDITION, ST_NOT_FOUND, ST_INVALID_ARGUMENT,
+                                       ST_RESOURCE_EXHAUSTED, ST_OK};
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
+        rtr_fence_ended(&f, fence, refusals[i], true);
+    assert_int_equal(rtr_fence_wait_ms(&f), 0);
+    rtr_fence_ended(&f, fence, ST_UNAVAILABLE, false); /* never reached its node */
+    assert_int_equal(rtr_fence_wait_ms(&f), 0);
+    static const st_code open[] = {ST_UNAVAILABLE, ST_DEADLINE_EXCEEDED, ST_CANCELLED};
+    for (size_t i = 0; i < sizeof open / sizeof open[0]; i++) {
+        f = (rtr_fence){0};
+        rtr_fence_ended(&f, fence, open[i], true);
+        int64_t wait = rtr_fence_wait_ms(&f);
+        assert_true(wait > 0 && wait <= RTR_FO_ATTEMPT_MS + 1);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover_prefer_order_and_subset),
@@ -403,6 +435,7 @@ int main(void) {
         cmocka_unit_test(test_failover_stamp_mutate_row),
         cmocka_unit_test(test_failover_stamp_mutate_rows),
         cmocka_unit_test(test_failover_write_ts_never_decreases),
+        cmocka_unit_test(test_failover_write_fences),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
