@@ -122,7 +122,7 @@ static void fwd_after_backoff(void *arg) {
 
 static void fwd_retry(fwd_op *op) {
     if (op->last.code == ST_UNAVAILABLE && rtr_plan_dark(op->r, &op->plan)) {
-        rtr_cluster_unreachable(op->c, &op->last, &op->last);
+        rtr_plan_unreachable(op->r, &op->plan, op->c, &op->last, &op->last);
         fwd_finish(op, op->last.code, op->last.msg);
         return;
     }

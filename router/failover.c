@@ -138,13 +138,34 @@ rtr_plan_gate rtr_plan_gate_check(rtr_ctx *r, rtr_plan *p, st_err *err) {
             st_err why = {0};
             st_err_set(&why, ST_UNAVAILABLE, "%s; no node answered a health probe since",
                        rtr_health_cluster_why(r, c->idx));
-            rtr_cluster_unreachable(c, &why, err);
+            rtr_plan_unreachable(r, p, c, &why, err);
             for (size_t i = 0; i < p->n; i++)
                 if (!rtr_health_cluster_refuses(r, p->order[i]))
                     return RTR_GATE_RETRY;
             return RTR_GATE_END;
         }
     return RTR_GATE_GO;
+}
+
+st_code rtr_plan_unreachable(const rtr_ctx *r, const rtr_plan *p, const rtr_cluster *c,
+                             const st_err *last, st_err *err) {
+    if (!p->multi || p->n < 2)
+        return rtr_cluster_unreachable(c, last, err);
+    char why[sizeof last->msg]; /* last may be err itself */
+    snprintf(why, sizeof why, "%s", last && last->msg[0] ? last->msg : "none");
+    if (strstr(why, " has a reachable node; ")) /* said already */
+        return st_err_set(err, ST_UNAVAILABLE, "%s", why);
+    char names[ST_TOPO_CLUSTERS_MAX * (ST_TOPO_ID_MAX + 2) + 1];
+    size_t used = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < p->n && used < sizeof names; i++)
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                                 r->clusters[p->order[i]].topo->id);
+    return st_err_set(err, ST_UNAVAILABLE,
+                      "no cluster of this multi-cluster app profile (%s) has a reachable node; "
+                      "their nodes are down or unreachable (last error: %s). Retry later: "
+                      "requests go to the first of them whose nodes answer again",
+                      names, why);
 }
 
 void rtr_plan_restart(rtr_ctx *r, rtr_plan *p) {

@@ -165,6 +165,11 @@ typedef enum rtr_plan_gate {
 /* A cluster that refuses (rtr_health_cluster_refuses) is not sent to: a multi-cluster plan moves
  * past it; when none is left err gets UNAVAILABLE "cluster X has no reachable node; ...". */
 rtr_plan_gate rtr_plan_gate_check(rtr_ctx *r, rtr_plan *p, st_err *err);
+/* Sets err to UNAVAILABLE for a request whose plan has no reachable cluster: for a multi-cluster
+ * plan "no cluster of this multi-cluster app profile (east, west) has a reachable node; ...",
+ * else rtr_cluster_unreachable of the plan's cluster c. */
+st_code rtr_plan_unreachable(const rtr_ctx *r, const rtr_plan *p, const rtr_cluster *c,
+                             const st_err *last, st_err *err);
 /* Back to the first cluster, healthy ones first as of now (after a backoff, once every
  * candidate failed). */
 void rtr_plan_restart(rtr_ctx *r, rtr_plan *p);

@@ -529,7 +529,7 @@ static void rr_after_backoff(void *arg) {
 
 static void rr_retry(rr_op *op) {
     if (op->last.code == ST_UNAVAILABLE && rtr_plan_dark(op->r, &op->plan)) {
-        rtr_cluster_unreachable(op->c, &op->last, &op->last);
+        rtr_plan_unreachable(op->r, &op->plan, op->c, &op->last, &op->last);
         rr_free(op, op->last.code, op->last.msg);
         return;
     }

@@ -17,8 +17,10 @@ CLIENT=$2
 if [ -z "$CBT" ]; then echo "cbt not installed: skipping"; exit 77; fi
 instance_init frozen_cluster
 WEST=
+EAST=
 finish() {
   [ -n "$WEST" ] && kill -CONT "$WEST" 2>/dev/null
+  [ -n "$EAST" ] && kill -CONT "$EAST" 2>/dev/null
   instance_teardown
 }
 trap finish EXIT
@@ -51,6 +53,25 @@ for op in read write writes; do
   echo "frozen west, $op via any: $out"
   [ "${out%% *}" = OK ] || fail "$op via a multi-cluster profile while west is frozen: $out"
 done
+
+# Both clusters frozen: a multi-cluster profile has nowhere to go, and says so (it used to
+# advise "a multi-cluster app profile or strata failover", which the client already had or
+# cannot use).
+EAST=$(cat "$DIR/run/east-0.pid")
+kill -STOP "$EAST"
+for _ in $(seq 1 150); do # hang guard: the probes take about a second
+  grep -q "cluster=east health=down" "$DIR/logs/router.log" && break
+  sleep 0.2
+done
+for op in read write writes; do
+  out=$(call any $op)
+  echo "both frozen, $op via any: $out"
+  case "$out" in
+  "UNAVAILABLE no cluster of this multi-cluster app profile ("*") has a reachable node"*) ;;
+  *) kill -CONT "$EAST"; fail "$op via any with both clusters frozen: got: $out" ;;
+  esac
+done
+kill -CONT "$EAST"
 
 kill -CONT "$WEST"
 for op in read write writes; do
