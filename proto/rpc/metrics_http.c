@@ -5,8 +5,10 @@
  * bounded like the gRPC listener's: evhttp kept every connection a peer opened for as long as a
  * byte arrived every few seconds, and retried a failing accept() at once. Here:
  *   - at most conns_max connections (METRICS_HTTP_CONNECTIONS_MAX, fewer under a small
- *     ulimit -n); at the cap the oldest connection still sending its request (or done with) is
- *     closed to admit the new one, and a new one finding every connection answering gets a 503;
+ *     ulimit -n); at the cap the oldest connection done with (its answer written), or open for
+ *     evict_grace_ms without a complete request (a slowloris), is closed to admit the new one;
+ *     when there is none the new one gets a 503, so scrapers arriving in a burst, accepted
+ *     before their requests are read, never close one another silently;
  *   - each request must be complete within request_ms of its accept, whatever trickles in, and
  *     its answer written within METRICS_HTTP_TIMEOUT_S; one request per connection
  *     ("Connection: close"), so neither deadline is ever renewed;
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -46,6 +49,7 @@ struct metrics_http {
     void *arg;
     uint32_t conns_max;
     uint32_t request_ms;
+    uint32_t evict_grace_ms;
     mconn *head, *tail; /* open connections, oldest first */
     metrics_http_stats stats;
 };
@@ -54,6 +58,7 @@ struct mconn {
     metrics_http *m;
     struct bufferevent *bev;
     struct event *timer; /* the request's deadline, then the answer's */
+    int64_t opened_us;   /* st_mono_us at accept */
     bool answered;       /* the request was read and its answer queued */
     bool shut;           /* the answer is written and our side shut: waiting for the peer's close */
     bool peer_done;      /* the peer shut its side while the answer was being written */
@@ -125,16 +130,20 @@ static void conn_answer_page(mconn *c, int minor, bool head) {
     st_buf_free(&page);
 }
 
-/* The path of a request target (origin form "/p?q", or absolute form "http://host/p?q") is
- * exactly /metrics. */
+/* The path of a request target is exactly /metrics: origin form "/metrics" (then "?query" or
+ * "#fragment" may follow), or absolute form "http://host/metrics..." / "https://...". Only a
+ * target starting with the scheme is absolute: a "://" later in the path or the query is not. */
 static bool target_is_metrics(const char *t, size_t len) {
     const char *end = t + len;
-    const char *scheme = memchr(t, ':', len);
-    if (scheme && end - scheme > 3 && memcmp(scheme, "://", 3) == 0) {
-        const char *slash = memchr(scheme + 3, '/', (size_t)(end - scheme - 3));
-        if (!slash)
-            return false;
-        t = slash;
+    size_t skip = 0;
+    if (len >= 7 && strncasecmp(t, "http://", 7) == 0)
+        skip = 7;
+    else if (len >= 8 && strncasecmp(t, "https://", 8) == 0)
+        skip = 8;
+    if (skip) { /* the authority ends at the path, the query or the fragment */
+        t += skip;
+        while (t < end && *t != '/' && *t != '?' && *t != '#')
+            t++;
     }
     size_t n = 0;
     while (t + n < end && t[n] != '?' && t[n] != '#')
@@ -265,6 +274,7 @@ static void conn_open(metrics_http *m, int fd) {
         free(c);
         return;
     }
+    c->opened_us = st_mono_us();
     c->prev = m->tail;
     if (m->tail)
         m->tail->next = c;
@@ -281,24 +291,28 @@ static void conn_open(metrics_http *m, int fd) {
 
 /* ---- accepting ---- */
 
-/* At the cap: the oldest connection still sending its request, or done with (its answer written,
- * waiting for the peer to close), makes room. False when every connection is being answered. */
+/* At the cap: the oldest connection done with (its answer written, waiting for the peer to
+ * close), or still without a complete request evict_grace_ms after its accept, makes room.
+ * False when there is none: every connection is being answered or is too young to judge (its
+ * request may simply not have been read yet). */
 static bool evict_oldest(metrics_http *m) {
+    int64_t young = st_mono_us() - (int64_t)m->evict_grace_ms * 1000;
     for (mconn *c = m->head; c; c = c->next) {
-        if (c->answered && !c->shut)
+        if (c->answered ? !c->shut : c->opened_us > young)
             continue;
         m->stats.evicted++;
         ST_LOG_LIMITED(ST_LOG_INFO, "metrics",
                        "msg=\"metrics listener at its connection cap: closing the oldest "
-                       "connection not being answered\" max=%u",
-                       m->conns_max);
+                       "connection without a complete request (or already answered)\" max=%u "
+                       "grace_ms=%u",
+                       m->conns_max, m->evict_grace_ms);
         conn_close(c);
         return true;
     }
     return false;
 }
 
-/* Every connection is being answered: a 503 written straight to the new socket, then closed. */
+/* No connection could make room: a 503 written straight to the new socket, then closed. */
 static void refuse(metrics_http *m, int fd) {
     static const char r[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
                             "Retry-After: 1\r\nConnection: close\r\n\r\n";
@@ -420,6 +434,7 @@ metrics_http *metrics_http_start(struct event_base *base, const char *host, uint
     m->arg = arg;
     m->conns_max = conns_max_auto();
     m->request_ms = METRICS_HTTP_REQUEST_MS;
+    m->evict_grace_ms = METRICS_HTTP_EVICT_GRACE_MS;
     const char *h = host && host[0] ? host : "0.0.0.0";
     int e;
     if (!(m->listener = listen_on(m, h, port, &e))) {
@@ -441,6 +456,10 @@ void metrics_http_set_limits(metrics_http *m, uint32_t conns_max, uint32_t reque
         m->conns_max = conns_max;
     if (request_ms)
         m->request_ms = request_ms;
+}
+
+void metrics_http_set_evict_grace(metrics_http *m, uint32_t grace_ms) {
+    m->evict_grace_ms = grace_ms;
 }
 
 void metrics_http_stats_get(const metrics_http *m, metrics_http_stats *out) {

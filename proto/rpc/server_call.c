@@ -1002,7 +1002,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     h2_conn *conn = user_data;
     if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK) &&
         !conn->ready) { /* the preface (checked by nghttp2) and the first SETTINGS are in */
-        conn->ready = true;
+        h2_conn_handshake_done(conn);
         if (!conn->calls)
             h2_conn_idle_mark(conn);
     }

@@ -77,6 +77,39 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
 
 /* ---- connections ---- */
 
+static void conn_hs_leave(h2_conn *conn) {
+    if (!conn->hs_listed)
+        return;
+    rpc_server *srv = conn->srv;
+    if (conn->hs_prev)
+        conn->hs_prev->hs_next = conn->hs_next;
+    else
+        srv->hs_head = conn->hs_next;
+    if (conn->hs_next)
+        conn->hs_next->hs_prev = conn->hs_prev;
+    else
+        srv->hs_tail = conn->hs_prev;
+    conn->hs_prev = conn->hs_next = NULL;
+    conn->hs_listed = false;
+}
+
+/* A new connection: last in its server's handshake list (accepted_us only goes forward). */
+static void conn_hs_enter(h2_conn *conn) {
+    rpc_server *srv = conn->srv;
+    conn->hs_prev = srv->hs_tail;
+    if (srv->hs_tail)
+        srv->hs_tail->hs_next = conn;
+    else
+        srv->hs_head = conn;
+    srv->hs_tail = conn;
+    conn->hs_listed = true;
+}
+
+void h2_conn_handshake_done(h2_conn *conn) {
+    conn->ready = true;
+    conn_hs_leave(conn);
+}
+
 void h2_conn_close(h2_conn *conn) {
     rpc_server *srv = conn->srv;
     if (conn->prev)
@@ -89,6 +122,7 @@ void h2_conn_close(h2_conn *conn) {
     while (conn->calls)
         rpc_call_detach(conn->calls); /* nghttp2_session_del runs no stream-close callbacks */
     h2_conn_idle_leave(conn);         /* after the calls: the last one ending lists it again */
+    conn_hs_leave(conn);
     if (conn->read_ev)
         event_free(conn->read_ev); /* before the bufferevent closes the socket */
     if (conn->session)
@@ -265,7 +299,20 @@ static void conn_goaway_close(h2_conn *conn, const char *why) {
 }
 
 bool h2_conn_evict_idle(rpc_server *srv) {
-    h2_conn *conn = srv->idle_head;
+    h2_conn *conn = srv->hs_head;
+    if (conn) { /* a peer that has not finished its handshake never outranks a client */
+        STAT_ADD(srv, conns_evicted, 1);
+        RPC_LOG_LIMITED(ST_LOG_INFO,
+                        "msg=\"at the connection limit: closing the oldest connection still in "
+                        "its handshake to admit a new one\" max=%u age_ms=%lld peer=%s "
+                        "hint=\"many connections that never complete TLS or the HTTP/2 preface "
+                        "are a connect flood or a client speaking the wrong protocol\"",
+                        srv->limits.connections_max,
+                        (long long)((st_mono_us() - conn->accepted_us) / 1000), conn->peer);
+        h2_conn_close(conn); /* nothing to say a GOAWAY in yet */
+        return true;
+    }
+    conn = srv->idle_head; /* every connection listed here is established */
     if (!conn)
         return false;
     STAT_ADD(srv, conns_evicted, 1);
@@ -275,10 +322,8 @@ bool h2_conn_evict_idle(rpc_server *srv) {
                     "ulimit -n) if clients keep many idle connections\"",
                     srv->limits.connections_max,
                     (long long)((st_mono_us() - conn->idle_since_us) / 1000), conn->peer);
-    if (conn->ready) /* a client that reads it reconnects on its next call */
-        conn_goaway_close(conn, "server at its connection limit: closing idle connections");
-    else /* mid-handshake (TLS or the HTTP/2 preface): nothing to say a GOAWAY in yet */
-        h2_conn_close(conn);
+    /* a client that reads it reconnects on its next call */
+    conn_goaway_close(conn, "server at its connection limit: closing idle connections");
     return true;
 }
 
@@ -385,6 +430,7 @@ void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
         srv->conns->prev = conn;
     srv->conns = conn;
     h2_conn_idle_mark(conn); /* idle from its accept until its first call */
+    conn_hs_enter(conn);     /* and in its handshake until the client's preface and SETTINGS */
     STAT_ADD(srv, conns_accepted, 1);
     STAT_ADD(srv, conns_open, 1);
     int one = 1;

@@ -75,6 +75,10 @@ struct rpc_server {
     /* The connections without calls, longest idle first (idle_since_us ascending): at the
      * connection limit the first is closed to admit a new connection (h2_conn_evict_idle). */
     h2_conn *idle_head, *idle_tail;
+    /* The connections still in their handshake (TLS, or the client's HTTP/2 preface and
+     * SETTINGS not yet in), oldest first (accepted_us ascending): at the connection limit the
+     * first of these is closed before any established connection. */
+    h2_conn *hs_head, *hs_tail;
     pthread_mutex_t post_mu;
     rpc_post *post_head, *post_tail;
     size_t post_len;
@@ -127,6 +131,8 @@ struct h2_conn {
     bool slot;             /* holds one of the process's connection slots */
     bool idle_listed;      /* in srv's idle list (idle_prev, idle_next) */
     h2_conn *idle_prev, *idle_next;
+    bool hs_listed; /* in srv's handshake list (hs_prev, hs_next) until ready */
+    h2_conn *hs_prev, *hs_next;
     char peer[RPC_CALL_PEER_MAX + 1]; /* "ip:port", "[ip6]:port" or "unix" (rpc_call_peer) */
     bool role_known;                  /* peer_role was read from the peer's certificate */
     char peer_role[RPC_ROLE_MAX + 1];
@@ -206,9 +212,12 @@ void h2_conn_close(h2_conn *conn);
 void h2_conn_idle_mark(h2_conn *conn);
 /* conn's first call started: it leaves its server's idle list. */
 void h2_conn_idle_leave(h2_conn *conn);
-/* At the connection limit: closes the server's longest idle connection (no call open, nothing
- * heard for the longest time; a TLS handshake in progress counts as idle) so that a new one can
- * be admitted. False when every connection has a call open. */
+/* The client's preface and SETTINGS arrived: conn is ready and leaves the handshake list. */
+void h2_conn_handshake_done(h2_conn *conn);
+/* At the connection limit: closes a connection so that a new one can be admitted. The oldest
+ * connection still in its handshake (TLS, or no HTTP/2 preface and SETTINGS yet) goes first;
+ * only when there is none, the established connection idle the longest (no call open, nothing
+ * heard for the longest time). False when every connection has a call open. */
 bool h2_conn_evict_idle(rpc_server *srv);
 /* Hands nghttp2's output to the socket; false when the connection is done or failed. */
 bool h2_conn_flush(h2_conn *conn);

@@ -1,7 +1,7 @@
 /* server_listen.c — the server's listeners (TCP and Unix-domain) and accepting: the process's
- * connection limit (the longest idle connection closed to make room, a GOAWAY for connections
- * past it when none is idle), and pausing the listeners when accept() runs out of descriptors
- * instead of retrying at once. */
+ * connection limit (a connection still in its handshake, else the longest idle one, closed to
+ * make room, a GOAWAY for connections past it when none is idle), and pausing the listeners when
+ * accept() runs out of descriptors instead of retrying at once. */
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -99,9 +99,11 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     (void)addrlen;
     rpc_server *srv = arg;
     srv->accept_backoff_ms = 0;
-    /* At the limit, the longest idle connection makes room: a crowd of connections that hold
-     * no call (opened and left, or kept with PINGs) cannot lock new clients out. Only when every
-     * connection has a call open is the new one refused. */
+    /* At the limit, the oldest connection still in its handshake makes room, else the longest
+     * idle one: a crowd of connections that hold no call (opened and left, or kept with PINGs)
+     * cannot lock new clients out, and a connect flood that never speaks only displaces itself,
+     * not established clients between calls. Only when every connection has a call open is the
+     * new one refused. */
     if (!rpc_conn_slot_take(srv->limits.connections_max) &&
         !(h2_conn_evict_idle(srv) && rpc_conn_slot_take(srv->limits.connections_max))) {
         conn_refuse(srv, fd,

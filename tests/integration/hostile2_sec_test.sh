@@ -13,9 +13,9 @@
 #      change to the removed principal for as long as it stayed connected;
 #   3. a second router on the instance with --max-connections 16 and short handshake, slow-client
 #      and idle timeouts (hostile2_limits.py): stalled handshakes past every slot (each new
-#      client closes the connection idle longest and is served), a trickled ClientHello, a header
-#      block left open, a body trickled a byte a second, while an established connection keeps
-#      being served.
+#      client closes the oldest stalled handshake and is served, the established connection is
+#      kept), a trickled ClientHello, a header block left open, a body trickled a byte a second,
+#      while an established connection keeps being served.
 # Usage: hostile2_sec_test.sh PATH/TO/strata (skips, 77, without cbt, python3 or openssl)
 set -u
 . "$(dirname "$0")/lib.sh"

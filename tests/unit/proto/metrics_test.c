@@ -370,7 +370,8 @@ typedef struct bounded {
     uint16_t port;
 } bounded;
 
-static void bounded_start(bounded *b, uint32_t conns_max, uint32_t request_ms) {
+/* A listener whose loop is not running yet (bounded_run starts it). */
+static void bounded_make(bounded *b, uint32_t conns_max, uint32_t request_ms) {
     st_err err = {0};
     b->e.base = event_base_new();
     b->e.srv = rpc_server_new(b->e.base, NULL, &err); /* only to stop the loop (rpc_server_post) */
@@ -378,7 +379,15 @@ static void bounded_start(bounded *b, uint32_t conns_max, uint32_t request_ms) {
     b->e.http = metrics_http_start(b->e.base, "127.0.0.1", 0, render_small, NULL, &b->port, &err);
     assert_non_null(b->e.http);
     metrics_http_set_limits(b->e.http, conns_max, request_ms);
+}
+
+static void bounded_run(bounded *b) {
     assert_int_equal(pthread_create(&b->e.th, NULL, loop_thread, &b->e), 0);
+}
+
+static void bounded_start(bounded *b, uint32_t conns_max, uint32_t request_ms) {
+    bounded_make(b, conns_max, request_ms);
+    bounded_run(b);
 }
 
 /* Stops the loop (so the listener's stats may be read here) and returns them. */
@@ -394,14 +403,17 @@ static metrics_http_stats bounded_stop(bounded *b) {
     return st;
 }
 
-/* Ten slowloris connections against a cap of 4: each new one closes the oldest still sending
- * its request, so the first six are closed and the last four held; a scrape then closes the
- * oldest of those and is answered. Before, every connection was kept (as long as bytes kept
- * coming, and here until the 10 s inactivity timeout closed them all). */
+/* Ten slowloris connections against a cap of 4 (no grace: any connection without a complete
+ * request may be closed): each new one closes the oldest still sending its request, so the first
+ * six are closed and the last four held; a scrape then closes the oldest of those and is
+ * answered. Before, every connection was kept (as long as bytes kept coming, and here until the
+ * 10 s inactivity timeout closed them all). */
 static void test_metrics_http_connection_cap(void **state) {
     (void)state;
     bounded b = {0};
-    bounded_start(&b, 4, 600000);
+    bounded_make(&b, 4, 600000);
+    metrics_http_set_evict_grace(b.e.http, 0);
+    bounded_run(&b);
     enum { N = 10 };
     int fd[N];
     for (int i = 0; i < N; i++)
@@ -451,6 +463,85 @@ static void test_metrics_http_request_deadline(void **state) {
     st_buf_free(&page);
     metrics_http_stats st = bounded_stop(&b);
     assert_int_equal(st.timed_out, 1);
+}
+
+/* A burst of complete scrapes over the cap, all accepted before any request is read (they
+ * wait in the backlog until the loop starts): each gets 200 or 503, none a silent close. The
+ * connections are younger than the eviction grace, so the ones past the cap are refused rather
+ * than closing older ones whose requests simply had not been read. Before, each accept past the
+ * cap closed the oldest connection unanswered. */
+static void test_metrics_http_burst_answered(void **state) {
+    (void)state;
+    enum { CAP = 4, N = 10 };
+    static const char get[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    bounded b = {0};
+    bounded_make(&b, CAP, 600000);
+    int fd[N];
+    for (int i = 0; i < N; i++) {
+        fd[i] = tcp_connect(b.port); /* completes in the kernel's backlog */
+        assert_true(fd[i] >= 0);
+        assert_int_equal(send(fd[i], get, sizeof get - 1, MSG_NOSIGNAL), (ssize_t)sizeof get - 1);
+    }
+    bounded_run(&b);
+    int ok = 0, busy = 0;
+    for (int i = 0; i < N; i++) {
+        st_buf in;
+        st_buf_init(&in);
+        char buf[4096];
+        ssize_t n;
+        while ((n = recv(fd[i], buf, sizeof buf, 0)) > 0)
+            st_buf_append(&in, buf, (size_t)n);
+        st_buf_append_byte(&in, 0);
+        const char *p = (const char *)in.data;
+        print_message("scrape %d: %.24s\n", i, p);
+        if (strncmp(p, "HTTP/1.1 200", 12) == 0)
+            ok++;
+        else if (strncmp(p, "HTTP/1.1 503", 12) == 0 && strstr(p, "Retry-After: 1\r\n"))
+            busy++;
+        st_buf_free(&in);
+        close(fd[i]);
+    }
+    metrics_http_stats st = bounded_stop(&b);
+    assert_int_equal(ok + busy, N);
+    assert_int_equal(ok, CAP);
+    assert_int_equal(st.refused, N - CAP);
+    assert_int_equal(st.evicted, 0);
+}
+
+/* Only /metrics is the page: a "://" in the path or the query does not make a target absolute;
+ * only one starting with http:// or https:// is. */
+static void test_metrics_http_target(void **state) {
+    (void)state;
+    static const struct {
+        const char *target;
+        const char *want;
+    } cases[] = {
+        {"/metrics", "HTTP/1.0 200"},
+        {"/metrics?x=1", "HTTP/1.0 200"},
+        {"/metrics#a", "HTTP/1.0 200"},
+        {"http://h:1/metrics", "HTTP/1.0 200"},
+        {"HTTPS://h/metrics?u=1", "HTTP/1.0 200"},
+        {"/foo?u=http://x/metrics", "HTTP/1.0 404"},
+        {"/a:///metrics", "HTTP/1.0 404"},
+        {"x://h/metrics", "HTTP/1.0 404"},
+        {"http://h?u=/metrics", "HTTP/1.0 404"},
+        {"http://h", "HTTP/1.0 404"},
+        {"//metrics", "HTTP/1.0 404"},
+        {"/metrics/", "HTTP/1.0 404"},
+    };
+    bounded b = {0};
+    bounded_start(&b, 0, 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char req[256];
+        snprintf(req, sizeof req, "GET %s HTTP/1.0\r\n\r\n", cases[i].target);
+        st_buf page;
+        st_buf_init(&page);
+        http_get(b.port, req, &page);
+        print_message("%s -> %.12s\n", cases[i].target, (const char *)page.data);
+        assert_int_equal(strncmp((const char *)page.data, cases[i].want, 12), 0);
+        st_buf_free(&page);
+    }
+    bounded_stop(&b);
 }
 
 /* ---- out of descriptors, in a forked child ---- */
@@ -621,6 +712,8 @@ int main(void) {
         cmocka_unit_test(test_metrics_http_port_in_use),
         cmocka_unit_test(test_metrics_http_connection_cap),
         cmocka_unit_test(test_metrics_http_request_deadline),
+        cmocka_unit_test(test_metrics_http_burst_answered),
+        cmocka_unit_test(test_metrics_http_target),
         cmocka_unit_test(test_metrics_http_out_of_descriptors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -784,11 +784,11 @@ static void test_rpc_limits_connection_limit(void **state) {
     fixture_stop(f);
 }
 
-/* At the connection limit a crowd of idle connections does not lock new clients out: the
- * connection idle the longest (no call open, nothing heard for the longest time; one still in
- * its handshake counts as idle) is closed with a GOAWAY to admit the new one. A PING counts as
- * hearing from the peer, a connection with a call open is never closed, and nothing is refused.
- * Before, every new connection was refused for as long as the idle ones stayed. */
+/* At the connection limit a crowd of idle connections does not lock new clients out. A
+ * connection still in its handshake goes first, whatever its age against the established ones;
+ * then the established connection idle the longest (no call open, nothing heard for the longest
+ * time) is closed with a GOAWAY to admit the new one. A PING counts as hearing from the peer, a
+ * connection with a call open is never closed, and nothing is refused. */
 static void test_rpc_limits_connection_limit_evicts_idle(void **state) {
     (void)state;
     rpc_limits l;
@@ -812,16 +812,20 @@ static void test_rpc_limits_connection_limit_evicts_idle(void **state) {
     int hs = raw_tcp_connect(f->port, 0); /* sends nothing: still in its handshake */
     assert_true(hs >= 0);
     assert_true(WAIT_STAT(f, conns_open, 4));
-    send_ping(a); /* a was heard last: b, then hs, have been idle longest */
+    send_ping(a); /* a was heard last: b has been idle longest of the established ones */
     assert_true(ping_acked(a));
     bool goaway;
-    int n1 = raw_ready_conn(f->port);
+    int n1 = raw_ready_conn(f->port); /* hs, the youngest, goes: it never finished its handshake */
+    assert_true(read_to_eof(hs, &goaway));
+    assert_true(WAIT_STAT(f, conns_evicted, 1));
+    send_ping(n1);
+    assert_true(ping_acked(n1));
+    int n2 = raw_ready_conn(f->port); /* every connection established: b, idle longest, goes */
     assert_true(read_to_eof(b, &goaway));
     assert_true(goaway);
-    assert_true(WAIT_STAT(f, conns_evicted, 1));
-    int n2 = raw_ready_conn(f->port);
-    assert_true(read_to_eof(hs, &goaway));
     assert_true(WAIT_STAT(f, conns_evicted, 2));
+    send_ping(n2);
+    assert_true(ping_acked(n2));
     st_err status = {0}; /* a client's call: a is idle longest now */
     assert_int_equal(rpc_blocking_unary(f->addr, NULL, "/t.T/Echo", ST_SLICE_LIT("x"), NULL, 0, 0,
                                         NULL, &status),
@@ -844,6 +848,51 @@ static void test_rpc_limits_connection_limit_evicts_idle(void **state) {
     rpc_client_free(busy);
     event_base_loop(base, EVLOOP_NONBLOCK);
     event_base_free(base);
+    fixture_stop(f);
+}
+
+/* A flood of TCP connections that never send the HTTP/2 preface, at the connection limit, only
+ * displaces itself (oldest first): established clients idle between calls keep their
+ * connections. Before, each new socket closed the longest idle connection, which was the
+ * established client's, so a connect flood cut legitimate clients off. */
+static void test_rpc_limits_connect_flood_spares_established(void **state) {
+    (void)state;
+    enum { FLOOD = 24 };
+    rpc_limits l;
+    rpc_limits_default(&l);
+    l.connections_max = 4;
+    fixture *f = fixture_start(&l);
+    int legit[2];
+    for (int i = 0; i < 2; i++) {
+        legit[i] = raw_ready_conn(f->port);
+        send_ping(legit[i]);
+        assert_true(ping_acked(legit[i]));
+    }
+    int mute[FLOOD];
+    for (int i = 0; i < FLOOD; i++) {
+        mute[i] = raw_tcp_connect(f->port, 0); /* sends nothing */
+        assert_true(mute[i] >= 0);
+        assert_true(WAIT_STAT(f, conns_accepted, (uint64_t)(2 + i + 1)));
+    }
+    assert_true(WAIT_STAT(f, conns_evicted, FLOOD - 2));
+    assert_int_equal(stats_of(f).conns_refused, 0);
+    for (int i = 0; i < 2; i++) { /* both established connections still served */
+        send_ping(legit[i]);
+        assert_true(ping_acked(legit[i]));
+    }
+    bool goaway;
+    for (int i = 0; i < FLOOD - 2; i++) /* the oldest flood sockets were closed */
+        assert_true(read_to_eof(mute[i], &goaway));
+    uint8_t byte;
+    for (int i = FLOOD - 2; i < FLOOD; i++) { /* the two newest are still open */
+        drain(mute[i]);
+        assert_int_equal(recv(mute[i], &byte, 1, MSG_DONTWAIT), -1);
+    }
+    assert_int_equal(stats_of(f).conns_open, 4);
+    for (int i = 0; i < FLOOD; i++)
+        close(mute[i]);
+    for (int i = 0; i < 2; i++)
+        close(legit[i]);
     fixture_stop(f);
 }
 
@@ -1186,6 +1235,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_limits_reader_served_past_budget),
         cmocka_unit_test(test_rpc_limits_connection_limit),
         cmocka_unit_test(test_rpc_limits_connection_limit_evicts_idle),
+        cmocka_unit_test(test_rpc_limits_connect_flood_spares_established),
         cmocka_unit_test(test_rpc_limits_idle_timeout),
         cmocka_unit_test(test_rpc_limits_handshake_timeout),
         cmocka_unit_test(test_rpc_limits_slow_request),

@@ -25,6 +25,9 @@ struct rpc_server;
 #define METRICS_HTTP_HEADERS_BYTES_MAX 8192       /* request headers of one scrape */
 #define METRICS_HTTP_CONNECTIONS_MAX 64u /* scrapers at once (fewer under a small ulimit -n) */
 #define METRICS_HTTP_REQUEST_MS 5000u    /* from accept to the end of the request's headers */
+/* At the cap, a connection without a complete request is closed for a new one only once open
+ * this long (a burst of scrapers not yet read gets 503s instead of silent closes). */
+#define METRICS_HTTP_EVICT_GRACE_MS 1000u
 
 /* ---- the text format ---- */
 /* A page being written: the first failure (out of memory, page over METRICS_PAGE_BYTES_MAX) is
@@ -85,8 +88,9 @@ void metrics_http_free(metrics_http *m); /* NULL is fine */
 typedef struct metrics_http_stats {
     uint64_t accepted;      /* connections accepted */
     uint64_t open;          /* connections open now (at most the cap) */
-    uint64_t evicted;       /* closed at the cap (not being answered) to admit a new one */
-    uint64_t refused;       /* closed at accept with a 503: at the cap, every connection answered */
+    uint64_t evicted;       /* closed at the cap to admit a new one: request incomplete past
+                               the grace, or answer written */
+    uint64_t refused;       /* closed at accept with a 503: at the cap, none could be closed */
     uint64_t timed_out;     /* closed: request not complete within its deadline */
     uint64_t accept_errors; /* accept() failures (out of descriptors: the listener pauses) */
 } metrics_http_stats;
@@ -95,5 +99,8 @@ void metrics_http_stats_get(const metrics_http *m, metrics_http_stats *out);
  * fewer, at least 4) and the request deadline (METRICS_HTTP_REQUEST_MS) for connections
  * accepted from now on; 0 keeps a value. Loop thread. */
 void metrics_http_set_limits(metrics_http *m, uint32_t conns_max, uint32_t request_ms);
+/* Replaces METRICS_HTTP_EVICT_GRACE_MS (0: any connection without a complete request may be
+ * closed at the cap, however young). Loop thread. */
+void metrics_http_set_evict_grace(metrics_http *m, uint32_t grace_ms);
 
 #endif
