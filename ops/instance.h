@@ -37,8 +37,18 @@ int ops_failover_main(int argc, char **argv); /* failover.c */
 int ops_chaos_main(int argc, char **argv);    /* chaos.c */
 int ops_restart_main(int argc, char **argv);  /* restart.c */
 /* `strata up` on a partly running instance (restart.c): starts every process of DIR/topology
- * without a live pid, as `strata up` would, and leaves the running ones alone. Exit code. */
-int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s);
+ * without a live pid, as `strata up` would, and leaves the running ones alone. metrics: 0 keeps
+ * each started process's DIR/run/<name>.metrics as recorded, 1 (--metrics) records one for each,
+ * -1 (--no-metrics) drops theirs. Exit code. */
+int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int metrics);
+
+/* Ports (up.c). True when addr is the address of a node or router of t (other than the string
+ * skip points to). */
+bool ops_inst_addr_used(const st_topology *t, const char *addr, const char *skip);
+/* A free loopback port not in t into addr ("127.0.0.1:P"); false when none could be had. */
+bool ops_inst_pick_port(const st_topology *t, char *addr, size_t cap);
+/* False only when something already listens on addr. */
+bool ops_inst_port_free(const char *addr);
 
 /* The instance directory: flag if given, else $STRATA_HOME, else $HOME/.strata/local. False (with
  * a message on stderr) when none can be formed, or flag is empty (never the default). */
