@@ -610,6 +610,40 @@ static bool up_all_alive(up_ctx *c) {
     return true;
 }
 
+/* --metrics / --no-metrics on a running instance: a running process keeps what it was started
+ * with (its command line), so the flag reaches it only at its next start; said when a running
+ * process differs from the flag (it used to be "Already running" and nothing more). What is
+ * started now follows the flag (ops_inst_start_missing). */
+static void up_metrics_running_note(const up_ctx *c) {
+    if (!c->o.metrics && !c->o.no_metrics)
+        return;
+    size_t differ = 0, n = c->topo.n_routers;
+    for (size_t i = 0; i < c->topo.n_clusters; i++)
+        n += c->topo.clusters[i].n_nodes;
+    for (size_t k = 0, i = 0, j = 0; k < n; k++) {
+        char name[OPS_NAME_MAX], addr[ST_TOPO_ADDR_MAX + 1];
+        while (i < c->topo.n_clusters && j >= c->topo.clusters[i].n_nodes) {
+            i++;
+            j = 0;
+        }
+        if (i < c->topo.n_clusters)
+            ops_inst_node_name(&c->topo, i, j++, name);
+        else
+            ops_inst_router_name(k - (n - c->topo.n_routers), name);
+        if (!ops_inst_pid_alive(ops_inst_pid_read(c->dir, name)))
+            continue;
+        up_metrics_read(c, name, addr, sizeof addr);
+        differ += (addr[0] != '\0') == c->o.no_metrics;
+    }
+    if (!differ)
+        return;
+    const char *flag = c->o.metrics ? "--metrics" : "--no-metrics";
+    printf("(the instance runs: %zu running process(es) keep running %s metrics; %s takes effect "
+           "at the next start of each process: `strata down --dir %s` then `strata up --dir %s "
+           "%s`)\n",
+           differ, c->o.metrics ? "without" : "with", flag, c->dir, c->dir, flag);
+}
+
 /* Whether process name, alive, answers at addr (ops_inst_not_answering); says so when not. */
 static bool up_answers(const up_ctx *c, const char *name, const char *addr, bool router) {
     pid_t pid = ops_inst_pid_read(c->dir, name);
@@ -899,6 +933,7 @@ static int up_already(up_ctx *c) {
                c->dir);
     signal(SIGPIPE, SIG_IGN);       /* a node dying mid-call must not end this command */
     st_log_set_level(ST_LOG_ERROR); /* a process that does not answer is said in a sentence */
+    up_metrics_running_note(c);
     if (up_all_alive(c)) {
         if (!up_all_answer(c))
             return 1;
