@@ -186,6 +186,15 @@ static bool resolve_target(ch_run *r, char *addr, size_t cap) {
             snprintf(addr, cap, "%s", topo.routers[0]);
         if (!ops_inst_dir(a->dir, r->dir, sizeof r->dir))
             return false;
+        /* Its pid files say nothing runs: said at once (it used to retry "Connection refused"
+         * for 60 s, or forever with --follow). */
+        if (!a->endpoint && ops_inst_all_stopped(r->dir, &topo)) {
+            fprintf(stderr,
+                    "strata changes: the instance in %s is not running (no node or router of it "
+                    "runs): start it with `strata up --dir %s`, then run this again\n",
+                    r->dir, r->dir);
+            return false;
+        }
     } else {
         snprintf(r->dir, sizeof r->dir, "DIR");
     }

@@ -89,6 +89,10 @@ int ops_inst_lock(const char *dir, const char *who, bool create);
 /* True if pid is a live process that looks like ours (its command starts "strata"), so a pid
  * reused by something else after a crash is not mistaken for a Strata process. */
 bool ops_inst_pid_alive(pid_t pid);
+/* True when DIR is an instance `strata up` ran (DIR/run exists) and no node or router of t has a
+ * live pid: the instance is stopped, and a command that needs it says so at once (`strata up`)
+ * instead of retrying connections it knows nobody answers. */
+bool ops_inst_all_stopped(const char *dir, const st_topology *t);
 /* Waits up to wait_ms for a process of ours that stopped (ops_inst_pid_alive false: killed,
  * exiting, a zombie) to be gone with all its threads: until then it still holds its files (a
  * node's data directory lock, its listening socket), and a process started in its place would

@@ -359,6 +359,18 @@ static int restart_run(rs_ctx *c, const char *name) {
         fprintf(stderr, "\n");
         return 2;
     }
+    /* A router reads the instance's metadata from the nodes at start: with none running it
+     * waited 15 s and exited. Said at once. */
+    bool node_runs = false;
+    for (size_t k = 0; k < n && !node_runs; k++)
+        node_runs = !all[k].is_router && ops_inst_pid_alive(ops_inst_pid_read(c->dir, all[k].name));
+    if (c->procs[0].is_router && !node_runs) {
+        fprintf(stderr,
+                "strata restart: the nodes of the instance in %s are stopped, and %s needs them "
+                "to start: `strata up --dir %s` starts the whole instance\n",
+                c->dir, name, c->dir);
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     st_log_set_level(ST_LOG_ERROR);
     printf("Restarting %s of the instance in %s (log %s/logs/%s.log):\n", name, c->dir, c->dir,
