@@ -42,6 +42,14 @@ int ops_restart_main(int argc, char **argv);  /* restart.c */
  * -1 (--no-metrics) drops theirs. Exit code. */
 int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int metrics);
 
+/* Before a start of process name (restart.c): its metrics port as the full `strata up` chooses
+ * it. metrics as ops_inst_start_missing's: -1 drops DIR/run/<name>.metrics; with a record (or 1)
+ * the recorded port while it is free (and not force), else a free loopback port, recorded and
+ * said on stdout ("metrics address changed"). A process is never left stopped because of its
+ * metrics port. False after a message on stderr (who: the command). */
+bool ops_inst_metrics_port(const char *dir, const st_topology *t, const char *name, const char *who,
+                           int metrics, bool force);
+
 /* Ports (up.c). True when addr is the address of a node or router of t (other than the string
  * skip points to). */
 bool ops_inst_addr_used(const st_topology *t, const char *addr, const char *skip);

@@ -95,14 +95,10 @@ static bool rs_find_bins(rs_ctx *c) {
     return false;
 }
 
-static void rs_metrics_path(const rs_ctx *c, const rs_proc *p, char *out, size_t cap) {
-    snprintf(out, cap, "%s/run/%s.metrics", c->dir, p->name);
-}
-
 /* The address DIR/run/<name>.metrics records ("" when none). */
-static void rs_metrics_read(const rs_ctx *c, const rs_proc *p, char *addr, size_t cap) {
+static void rs_metrics_read(const char *dir, const char *name, char *addr, size_t cap) {
     char path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
-    rs_metrics_path(c, p, path, sizeof path);
+    snprintf(path, sizeof path, "%s/run/%s.metrics", dir, name);
     FILE *f = fopen(path, "r");
     addr[0] = '\0';
     if (f && !fgets(addr, (int)cap, f))
@@ -112,45 +108,42 @@ static void rs_metrics_read(const rs_ctx *c, const rs_proc *p, char *addr, size_
     addr[strcspn(addr, "\r\n")] = '\0';
 }
 
-/* p's metrics port before a start, as the full `strata up` chooses it: none with --no-metrics
- * (the record is dropped); else the recorded port while it is free, so scrapers keep their
- * target, else (taken by another program, or force) a free loopback port, recorded and said. A
- * process is never left stopped because of its metrics port. */
-static bool rs_metrics_port(rs_ctx *c, rs_proc *p, bool force) {
+bool ops_inst_metrics_port(const char *dir, const st_topology *t, const char *name, const char *who,
+                           int metrics, bool force) {
     char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], addr[ST_TOPO_ADDR_MAX + 1], old[sizeof addr];
-    rs_metrics_path(c, p, path, sizeof path);
-    if (c->metrics < 0) {
+    snprintf(path, sizeof path, "%s/run/%s.metrics", dir, name);
+    if (metrics < 0) {
         if (unlink(path) == 0)
-            printf("  %-12s metrics off (--no-metrics)\n", p->name);
+            printf("  %-12s metrics off (--no-metrics)\n", name);
         return true;
     }
-    rs_metrics_read(c, p, addr, sizeof addr);
-    if (!addr[0] && c->metrics == 0)
+    rs_metrics_read(dir, name, addr, sizeof addr);
+    if (!addr[0] && metrics == 0)
         return true;
-    if (addr[0] && !force && ops_inst_port_free(addr) && !ops_inst_addr_used(&c->topo, addr, NULL))
+    if (addr[0] && !force && ops_inst_port_free(addr) && !ops_inst_addr_used(t, addr, NULL))
         return true;
     snprintf(old, sizeof old, "%s", addr);
     FILE *f = NULL;
-    if (!ops_inst_pick_port(&c->topo, addr, sizeof addr) || !(f = ops_fopen_private(path))) {
-        fprintf(stderr, "%s: cannot set up %s's metrics port (%s): %s\n", c->who, p->name, path,
+    if (!ops_inst_pick_port(t, addr, sizeof addr) || !(f = ops_fopen_private(path))) {
+        fprintf(stderr, "%s: cannot set up %s's metrics port (%s): %s\n", who, name, path,
                 strerror(errno));
         return false;
     }
     fprintf(f, "%s\n", addr);
     if (fclose(f) != 0) {
-        fprintf(stderr, "%s: cannot write %s: %s\n", c->who, path, strerror(errno));
+        fprintf(stderr, "%s: cannot write %s: %s\n", who, path, strerror(errno));
         return false;
     }
     if (old[0])
         printf("  %-12s metrics address changed: %s is taken by another program; now "
                "http://%s/metrics (recorded in %s: point scrapers there)\n",
-               p->name, old, addr, path);
+               name, old, addr, path);
     fflush(stdout);
     return true;
 }
 
 static bool rs_spawn(rs_ctx *c, rs_proc *p, bool new_metrics_port) {
-    if (!rs_metrics_port(c, p, new_metrics_port))
+    if (!ops_inst_metrics_port(c->dir, &c->topo, p->name, c->who, c->metrics, new_metrics_port))
         return false;
     ops_cmdline cl;
     if (p->is_router)
@@ -192,7 +185,7 @@ static bool rs_await(rs_ctx *c, rs_proc *p) {
     }
     if (w == OPS_READY) {
         char addr[ST_TOPO_ADDR_MAX + 1];
-        rs_metrics_read(c, p, addr, sizeof addr);
+        rs_metrics_read(c->dir, p->name, addr, sizeof addr);
         printf("  %-12s %-22s ready (pid %d)", p->name, rs_addr(c, p), (int)p->pid);
         if (addr[0])
             printf("  metrics http://%s/metrics", addr);
