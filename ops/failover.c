@@ -82,7 +82,8 @@ static fo_profile *get_profile(const char *router, const char *name, bool quiet)
 }
 
 /* One UpdateAppProfile; true when the operation it answers is done without error. *rc_out: the
- * call's end; an UNAVAILABLE refusal is left to the caller (retry) when quiet_unavailable. */
+ * call's end, UNAVAILABLE only for a refusal left unsaid to the caller to retry (with
+ * quiet_unavailable; said, and reported as INTERNAL, otherwise). */
 static bool update_once(const char *router, const fo_profile *cur, const char *cluster, bool force,
                         bool quiet_unavailable, st_code *rc_out, char *why, size_t why_cap) {
     Google__Bigtable__Admin__V2__AppProfile__SingleClusterRouting s;
@@ -126,7 +127,13 @@ static bool update_once(const char *router, const fo_profile *cur, const char *c
                                             st_slice_make(resp.data, resp.len), NULL)
                     : NULL;
     bool ok = op && op->done && op->result_case != GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
-    *rc_out = rc;
+    /* UNAVAILABLE from the router itself (not listening, TLS trouble) is not the router failing
+     * to reach a cluster: a retry would not mend it, and it is said at once. */
+    const rpc_client_opts *copts = ops_secure_router_opts();
+    if (rc == ST_UNAVAILABLE &&
+        ops_router_fail_of(rc, st.msg, copts && copts->ssl_ctx) != OPS_ROUTER_FAIL_OTHER)
+        quiet_unavailable = false;
+    *rc_out = rc == ST_UNAVAILABLE && !quiet_unavailable ? ST_INTERNAL : rc; /* no retry */
     snprintf(why, why_cap, "%s", st.msg);
     if (rc != ST_OK && !(rc == ST_UNAVAILABLE && quiet_unavailable))
         fprintf(stderr, "strata failover: UpdateAppProfile refused: %s: %s%s\n", st_code_name(rc),
