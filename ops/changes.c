@@ -36,6 +36,8 @@
  * STRATA_CHANGES_STALL_S (tests only) shortens it. Heartbeats come every --heartbeat-s, so a
  * quiet healthy stream is never taken for a stalled one. */
 #define CH_STALL_S_DEFAULT 60
+#define CH_RETENTION_MIN_US (86400LL * 1000000) /* --enable: what the router takes */
+#define CH_RETENTION_MAX_US (7 * 86400LL * 1000000)
 #define CH_STALL_ENV "STRATA_CHANGES_STALL_S"
 #define CH_TICK_LATE_US 5000000LL /* ticks come every second: a later one means a blocked loop */
 
@@ -186,6 +188,15 @@ static bool resolve_target(ch_run *r, char *addr, size_t cap) {
             snprintf(addr, cap, "%s", topo.routers[0]);
         if (!ops_inst_dir(a->dir, r->dir, sizeof r->dir))
             return false;
+        /* Its pid files say nothing runs: said at once (it used to retry "Connection refused"
+         * for 60 s, or forever with --follow). */
+        if (!a->endpoint && ops_inst_all_stopped(r->dir, &topo)) {
+            fprintf(stderr,
+                    "strata changes: the instance in %s is not running (no node or router of it "
+                    "runs): start it with `strata up --dir %s`, then run this again\n",
+                    r->dir, r->dir);
+            return false;
+        }
     } else {
         snprintf(r->dir, sizeof r->dir, "DIR");
     }
@@ -508,6 +519,14 @@ static int admin(ch_run *r, const char *addr) {
             fprintf(stderr,
                     "strata changes: bad --enable '%s': a retention such as 1d, 36h or "
                     "7d\n",
+                    r->a.enable);
+            return 2;
+        }
+        /* The router's own refusal names the API ("leave change_stream_config unset"). */
+        if (retention < CH_RETENTION_MIN_US || retention > CH_RETENTION_MAX_US) {
+            fprintf(stderr,
+                    "strata changes: --enable %s: change streams keep 1d to 7d of changes (e.g. "
+                    "--enable 1d, 36h, 7d); --disable turns them off\n",
                     r->a.enable);
             return 2;
         }

@@ -348,8 +348,8 @@ static const char *hint(const ops_cs *cs, st_code code, const char *msg) {
     if (creds[0] && creds_failure(cs, code, msg))
         return creds;
     if (code == ST_FAILED_PRECONDITION)
-        return "turn change streams on for the table (UpdateTable with change_stream_config, "
-               "docs/changestreams.md)";
+        return "turn change streams on for the table: `strata changes --table TABLE --enable "
+               "1d` keeps a day of changes from then on (1d to 7d; docs/changestreams.md)";
     if (code == ST_INVALID_ARGUMENT && msg && strstr(msg, "multi"))
         return "use an app profile with single-cluster routing (--app-profile)";
     if (code == ST_INVALID_ARGUMENT && msg && strstr(msg, "token") && strstr(msg, "oldest"))

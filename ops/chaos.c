@@ -261,6 +261,8 @@ static int chaos_restart(chaos_ctx *c) {
         }
         ops_cmdline cmd;
         long off;
+        if (!ops_inst_metrics_port(c->dir, &c->topo, name, "strata chaos", 0, false))
+            return 1;
         ops_inst_node_cmdline(&cmd, c->dir, c->node_bin, &c->topo, (size_t)i, j);
         if (!(pids[j] = ops_inst_spawn(c->dir, name, cmd.argv, "strata chaos", &off)))
             return 1;

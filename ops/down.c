@@ -190,7 +190,10 @@ static int down_purge(down_ctx *c) {
 static int down_run(down_ctx *c) {
     static const ops_partition none; /* stopped nodes forget their cut links: so does the file */
     size_t live = down_signal(c);
-    if (live == 0)
+    struct stat st;
+    if (live == 0 && stat(c->dir, &st) != 0 && errno == ENOENT)
+        printf("There is no Strata instance in %s (no such directory): nothing to stop.\n", c->dir);
+    else if (live == 0)
         printf("No Strata process is running in %s.\n", c->dir);
     else {
         printf("Stopping %zu process(es) in %s:", live, c->dir);

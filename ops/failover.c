@@ -7,6 +7,7 @@
  * The router that took the update routes by it at once, other routers within about a second. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/longrunning/operations.pb-c.h"
@@ -18,6 +19,10 @@
 #define FAILOVER_RPC_TIMEOUT_MS 30000 /* an admin call through the router */
 #define FAILOVER_NAME_MAX 256
 #define FAILOVER_IA "/google.bigtable.admin.v2.BigtableInstanceAdmin/"
+/* UpdateAppProfile answered UNAVAILABLE (the router could not reach the profile's cluster: a
+ * frozen or cut-off zone it has not marked down yet) is sent again for this long. */
+#define FAILOVER_RETRY_MS 15000
+#define FAILOVER_RETRY_PAUSE_MS 1000
 
 typedef Google__Bigtable__Admin__V2__AppProfile fo_profile;
 
@@ -49,8 +54,8 @@ static void describe(const fo_profile *p, const char *when) {
     printf("%-7s %s: multi-cluster routing (etag %s)\n", when, p->name, p->etag);
 }
 
-/* GetAppProfile; NULL after printing why. Free with ..._free_unpacked. */
-static fo_profile *get_profile(const char *router, const char *name) {
+/* GetAppProfile; NULL after printing why (unless quiet). Free with ..._free_unpacked. */
+static fo_profile *get_profile(const char *router, const char *name, bool quiet) {
     Google__Bigtable__Admin__V2__GetAppProfileRequest req;
     google__bigtable__admin__v2__get_app_profile_request__init(&req);
     req.name = (char *)name;
@@ -69,16 +74,18 @@ static fo_profile *get_profile(const char *router, const char *name) {
         !(p = (void *)btu_pb_unpack(&google__bigtable__admin__v2__app_profile__descriptor, NULL,
                                     st_slice_make(resp.data, resp.len), NULL)))
         fprintf(stderr, "strata failover: the router sent an unreadable app profile\n");
-    else if (rc != ST_OK)
+    else if (rc != ST_OK && !quiet)
         fprintf(stderr, "strata failover: GetAppProfile %s at %s: %s: %s\n", name, router,
                 st_code_name(rc), st.msg);
     st_buf_free(&resp);
     return p;
 }
 
-/* UpdateAppProfile; true when the operation it answers is done without error. */
-static bool update_profile(const char *router, const fo_profile *cur, const char *cluster,
-                           bool force) {
+/* One UpdateAppProfile; true when the operation it answers is done without error. *rc_out: the
+ * call's end, UNAVAILABLE only for a refusal left unsaid to the caller to retry (with
+ * quiet_unavailable; said, and reported as INTERNAL, otherwise). */
+static bool update_once(const char *router, const fo_profile *cur, const char *cluster, bool force,
+                        bool quiet_unavailable, st_code *rc_out, char *why, size_t why_cap) {
     Google__Bigtable__Admin__V2__AppProfile__SingleClusterRouting s;
     google__bigtable__admin__v2__app_profile__single_cluster_routing__init(&s);
     s.cluster_id = (char *)cluster;
@@ -120,16 +127,82 @@ static bool update_profile(const char *router, const fo_profile *cur, const char
                                             st_slice_make(resp.data, resp.len), NULL)
                     : NULL;
     bool ok = op && op->done && op->result_case != GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
-    if (rc != ST_OK)
+    /* UNAVAILABLE from the router itself (not listening, TLS trouble) is not the router failing
+     * to reach a cluster: a retry would not mend it, and it is said at once. */
+    const rpc_client_opts *copts = ops_secure_router_opts();
+    if (rc == ST_UNAVAILABLE &&
+        ops_router_fail_of(rc, st.msg, copts && copts->ssl_ctx) != OPS_ROUTER_FAIL_OTHER)
+        quiet_unavailable = false;
+    *rc_out = rc == ST_UNAVAILABLE && !quiet_unavailable ? ST_INTERNAL : rc; /* no retry */
+    snprintf(why, why_cap, "%s", st.msg);
+    if (rc != ST_OK && !(rc == ST_UNAVAILABLE && quiet_unavailable))
         fprintf(stderr, "strata failover: UpdateAppProfile refused: %s: %s%s\n", st_code_name(rc),
                 st.msg,
                 rc == ST_FAILED_PRECONDITION && !force ? "\n(--force skips this check)" : "");
-    else if (!ok)
+    else if (rc == ST_OK && !ok)
         fprintf(stderr, "strata failover: the update did not finish: %s\n",
                 op && op->error && op->error->message ? op->error->message : "no operation");
     if (op)
         google__longrunning__operation__free_unpacked(op, NULL);
     st_buf_free(&resp);
+    return ok;
+}
+
+/* Whether p routes to cluster (single-cluster routing). */
+static bool routes_to(const fo_profile *p, const char *cluster) {
+    return p->routing_policy_case ==
+               GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ROUTING_POLICY_SINGLE_CLUSTER_ROUTING &&
+           p->single_cluster_routing && !strcmp(p->single_cluster_routing->cluster_id, cluster);
+}
+
+/* UpdateAppProfile, sent again for up to FAILOVER_RETRY_MS while the router answers UNAVAILABLE:
+ * right after every node of the profile's cluster froze (SIGSTOP, a paused VM, a network black
+ * hole) the router still counts the cluster up, fails to store the profile there ("no answer to
+ * a keepalive PING"), and marks it down a few seconds later; the operator's first command used
+ * to fail then and the same command succeed a moment after. Before each new attempt the profile
+ * is read again: an attempt that stored it although its answer was lost is seen (done), a change
+ * made by someone else meanwhile stops the command, and the fresh etag is sent. */
+static bool update_profile(const char *router, const char *name, const fo_profile *before,
+                           const char *cluster, bool force) {
+    int64_t deadline = st_mono_us() + (int64_t)FAILOVER_RETRY_MS * 1000;
+    const char *from = before->single_cluster_routing->cluster_id;
+    fo_profile *fresh = NULL;
+    const fo_profile *cur = before;
+    bool ok = false;
+    for (int attempt = 1;; attempt++) {
+        st_code rc = ST_OK;
+        char why[512] = "";
+        bool last = st_mono_us() >= deadline;
+        ok = update_once(router, cur, cluster, force, !last, &rc, why, sizeof why);
+        if (ok || rc != ST_UNAVAILABLE || last)
+            break;
+        fprintf(stderr,
+                "strata failover: the router could not store the profile (UNAVAILABLE: %s): it has "
+                "probably not yet noticed that %s is down; retrying (attempt %d, for up to %d s)\n",
+                why, from, attempt + 1, FAILOVER_RETRY_MS / 1000);
+        struct timespec nap = {FAILOVER_RETRY_PAUSE_MS / 1000,
+                               (FAILOVER_RETRY_PAUSE_MS % 1000) * 1000000L};
+        nanosleep(&nap, NULL);
+        fo_profile *again = get_profile(router, name, true);
+        if (!again)
+            continue; /* send the one read before */
+        if (fresh)
+            google__bigtable__admin__v2__app_profile__free_unpacked(fresh, NULL);
+        cur = fresh = again;
+        if (routes_to(cur, cluster)) { /* an attempt stored it; its answer was lost */
+            ok = true;
+            break;
+        }
+        if (!routes_to(cur, from)) {
+            fprintf(stderr,
+                    "strata failover: %s changed meanwhile (not by this command): left as "
+                    "it is\n",
+                    name);
+            break;
+        }
+    }
+    if (fresh)
+        google__bigtable__admin__v2__app_profile__free_unpacked(fresh, NULL);
     return ok;
 }
 
@@ -228,7 +301,7 @@ int ops_failover_main(int argc, char **argv) {
     if (!ops_fmt(name, sizeof name, "projects/%s/instances/%s/appProfiles/%s", topo.project,
                  topo.instance, a.profile))
         return 2;
-    fo_profile *before = get_profile(router, name);
+    fo_profile *before = get_profile(router, name, false);
     if (!before)
         return 1;
     describe(before, "before:");
@@ -248,8 +321,8 @@ int ops_failover_main(int argc, char **argv) {
                 "strata failover: %s left on %s (`strata status` shows the nodes; "
                 "--force points it at %s anyway)\n",
                 a.profile, before->single_cluster_routing->cluster_id, a.cluster);
-    } else if (update_profile(router, before, a.cluster, a.force)) {
-        fo_profile *after = get_profile(router, name);
+    } else if (update_profile(router, name, before, a.cluster, a.force)) {
+        fo_profile *after = get_profile(router, name, false);
         if (after) {
             describe(after, "after:");
             google__bigtable__admin__v2__app_profile__free_unpacked(after, NULL);

@@ -245,6 +245,25 @@ bool ops_inst_pid_alive(pid_t pid) {
     return ours && !leaving; /* one killed with SIGKILL lives on for a moment: it has stopped */
 }
 
+bool ops_inst_all_stopped(const char *dir, const st_topology *t) {
+    char path[OPS_PATH_MAX + 8], name[OPS_NAME_MAX];
+    struct stat st;
+    if (!ops_fmt(path, sizeof path, "%s/run", dir) || stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return false;
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
+            ops_inst_node_name(t, i, j, name);
+            if (ops_inst_pid_alive(ops_inst_pid_read(dir, name)))
+                return false;
+        }
+    for (size_t r = 0; r < t->n_routers; r++) {
+        ops_inst_router_name(r, name);
+        if (ops_inst_pid_alive(ops_inst_pid_read(dir, name)))
+            return false;
+    }
+    return true;
+}
+
 int ops_inst_term(pid_t pid) {
     int rc = kill(pid, SIGTERM), e = errno;
     if (rc == 0)

@@ -37,8 +37,26 @@ int ops_failover_main(int argc, char **argv); /* failover.c */
 int ops_chaos_main(int argc, char **argv);    /* chaos.c */
 int ops_restart_main(int argc, char **argv);  /* restart.c */
 /* `strata up` on a partly running instance (restart.c): starts every process of DIR/topology
- * without a live pid, as `strata up` would, and leaves the running ones alone. Exit code. */
-int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s);
+ * without a live pid, as `strata up` would, and leaves the running ones alone. metrics: 0 keeps
+ * each started process's DIR/run/<name>.metrics as recorded, 1 (--metrics) records one for each,
+ * -1 (--no-metrics) drops theirs. Exit code. */
+int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int metrics);
+
+/* Before a start of process name (restart.c): its metrics port as the full `strata up` chooses
+ * it. metrics as ops_inst_start_missing's: -1 drops DIR/run/<name>.metrics; with a record (or 1)
+ * the recorded port while it is free (and not force), else a free loopback port, recorded and
+ * said on stdout ("metrics address changed"). A process is never left stopped because of its
+ * metrics port. False after a message on stderr (who: the command). */
+bool ops_inst_metrics_port(const char *dir, const st_topology *t, const char *name, const char *who,
+                           int metrics, bool force);
+
+/* Ports (up.c). True when addr is the address of a node or router of t (other than the string
+ * skip points to). */
+bool ops_inst_addr_used(const st_topology *t, const char *addr, const char *skip);
+/* A free loopback port not in t into addr ("127.0.0.1:P"); false when none could be had. */
+bool ops_inst_pick_port(const st_topology *t, char *addr, size_t cap);
+/* False only when something already listens on addr. */
+bool ops_inst_port_free(const char *addr);
 
 /* The instance directory: flag if given, else $STRATA_HOME, else $HOME/.strata/local. False (with
  * a message on stderr) when none can be formed, or flag is empty (never the default). */
@@ -79,6 +97,10 @@ int ops_inst_lock(const char *dir, const char *who, bool create);
 /* True if pid is a live process that looks like ours (its command starts "strata"), so a pid
  * reused by something else after a crash is not mistaken for a Strata process. */
 bool ops_inst_pid_alive(pid_t pid);
+/* True when DIR is an instance `strata up` ran (DIR/run exists) and no node or router of t has a
+ * live pid: the instance is stopped, and a command that needs it says so at once (`strata up`)
+ * instead of retrying connections it knows nobody answers. */
+bool ops_inst_all_stopped(const char *dir, const st_topology *t);
 /* Waits up to wait_ms for a process of ours that stopped (ops_inst_pid_alive false: killed,
  * exiting, a zombie) to be gone with all its threads: until then it still holds its files (a
  * node's data directory lock, its listening socket), and a process started in its place would

@@ -18,18 +18,21 @@
 #define RESTART_WAIT_S_DEFAULT 60 /* per process, as `strata up` */
 #define RESTART_STOP_GRACE_S 30   /* as `strata down`: a node flushes before it exits */
 #define RESTART_LOG_TAIL_LINES 20
+#define RESTART_METRICS_ATTEMPTS 3 /* a metrics port taken between our check and the bind */
 
 /* One process of the topology: node ni of cluster ci, or router ri. */
 typedef struct rs_proc {
     char name[OPS_NAME_MAX];
     bool is_router;
     size_t ci, ni, ri;
-    pid_t pid; /* started by us; 0 before */
+    pid_t pid;       /* started by us; 0 before */
+    long log_offset; /* where this start's output begins in its log */
 } rs_proc;
 
 typedef struct rs_ctx {
     const char *dir_flag, *bin_dir, *who;
     int wait_s;
+    int metrics; /* ops_inst_start_missing's: 0 as recorded, 1 --metrics, -1 --no-metrics */
     char dir[OPS_PATH_MAX];
     char node_bin[OPS_PATH_MAX], router_bin[OPS_PATH_MAX];
     st_topology topo;
@@ -92,23 +95,102 @@ static bool rs_find_bins(rs_ctx *c) {
     return false;
 }
 
-static bool rs_spawn(rs_ctx *c, rs_proc *p) {
+/* The address DIR/run/<name>.metrics records ("" when none). */
+static void rs_metrics_read(const char *dir, const char *name, char *addr, size_t cap) {
+    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
+    snprintf(path, sizeof path, "%s/run/%s.metrics", dir, name);
+    FILE *f = fopen(path, "r");
+    addr[0] = '\0';
+    if (f && !fgets(addr, (int)cap, f))
+        addr[0] = '\0';
+    if (f)
+        fclose(f);
+    addr[strcspn(addr, "\r\n")] = '\0';
+}
+
+bool ops_inst_metrics_port(const char *dir, const st_topology *t, const char *name, const char *who,
+                           int metrics, bool force) {
+    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], addr[ST_TOPO_ADDR_MAX + 1], old[sizeof addr];
+    snprintf(path, sizeof path, "%s/run/%s.metrics", dir, name);
+    if (metrics < 0) {
+        if (unlink(path) == 0)
+            printf("  %-12s metrics off (--no-metrics)\n", name);
+        return true;
+    }
+    rs_metrics_read(dir, name, addr, sizeof addr);
+    if (!addr[0] && metrics == 0)
+        return true;
+    if (addr[0] && !force && ops_inst_port_free(addr) && !ops_inst_addr_used(t, addr, NULL))
+        return true;
+    snprintf(old, sizeof old, "%s", addr);
+    FILE *f = NULL;
+    if (!ops_inst_pick_port(t, addr, sizeof addr) || !(f = ops_fopen_private(path))) {
+        fprintf(stderr, "%s: cannot set up %s's metrics port (%s): %s\n", who, name, path,
+                strerror(errno));
+        return false;
+    }
+    fprintf(f, "%s\n", addr);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", who, path, strerror(errno));
+        return false;
+    }
+    if (old[0])
+        printf("  %-12s metrics address changed: %s is taken by another program; now "
+               "http://%s/metrics (recorded in %s: point scrapers there)\n",
+               name, old, addr, path);
+    fflush(stdout);
+    return true;
+}
+
+static bool rs_spawn(rs_ctx *c, rs_proc *p, bool new_metrics_port) {
+    if (!ops_inst_metrics_port(c->dir, &c->topo, p->name, c->who, c->metrics, new_metrics_port))
+        return false;
     ops_cmdline cl;
-    long off;
     if (p->is_router)
         ops_inst_router_cmdline(&cl, c->dir, c->router_bin, &c->topo, p->ri);
     else
         ops_inst_node_cmdline(&cl, c->dir, c->node_bin, &c->topo, p->ci, p->ni);
-    p->pid = ops_inst_spawn(c->dir, p->name, cl.argv, c->who, &off);
+    p->pid = ops_inst_spawn(c->dir, p->name, cl.argv, c->who, &p->log_offset);
     return p->pid > 0;
 }
 
-/* Waits for p to listen; says why not, with the end of its log. A node gets the partition. */
+/* True if this start's log says its metrics port was taken (another program bound it after our
+ * check): it is then started again on another. */
+static bool rs_log_says_metrics_in_use(const rs_ctx *c, const rs_proc *p) {
+    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], buf[4096];
+    snprintf(path, sizeof path, "%s/logs/%s.log", c->dir, p->name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    fseek(f, p->log_offset, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, "cannot serve metrics") && strstr(buf, "in use");
+}
+
+/* Waits for p to listen; says why not, with the end of its log. A node gets the partition. A
+ * process that exits because its metrics port was taken is started again on another. */
 static bool rs_await(rs_ctx *c, rs_proc *p) {
     int status = 0;
-    ops_wait w = ops_inst_wait_ready(c->dir, p->name, p->pid, rs_addr(c, p), c->wait_s, &status);
+    ops_wait w;
+    for (int attempt = 1;; attempt++) {
+        w = ops_inst_wait_ready(c->dir, p->name, p->pid, rs_addr(c, p), c->wait_s, &status);
+        if (w != OPS_EXITED || attempt >= RESTART_METRICS_ATTEMPTS ||
+            !rs_log_says_metrics_in_use(c, p))
+            break;
+        ops_inst_pid_remove_if(c->dir, p->name, p->pid);
+        if (!rs_spawn(c, p, true))
+            return false;
+    }
     if (w == OPS_READY) {
-        printf("  %-12s %-22s ready (pid %d)\n", p->name, rs_addr(c, p), (int)p->pid);
+        char addr[ST_TOPO_ADDR_MAX + 1];
+        rs_metrics_read(c->dir, p->name, addr, sizeof addr);
+        printf("  %-12s %-22s ready (pid %d)", p->name, rs_addr(c, p), (int)p->pid);
+        if (addr[0])
+            printf("  metrics http://%s/metrics", addr);
+        printf("\n");
+        fflush(stdout);
         if (p->is_router || c->part.n == 0)
             return true;
         return ops_inst_set_links(&c->topo, &c->part, p->ci, p->ni, false) == 0;
@@ -136,23 +218,23 @@ static bool rs_start(rs_ctx *c) {
     bool ok = rs_find_bins(c);
     for (size_t k = 0; ok && k < c->n_procs; k++)
         if (!c->procs[k].is_router)
-            ok = rs_spawn(c, &c->procs[k]);
+            ok = rs_spawn(c, &c->procs[k], false);
     for (size_t k = 0; k < c->n_procs; k++)
         if (!c->procs[k].is_router && c->procs[k].pid > 0)
             ok &= rs_await(c, &c->procs[k]);
     for (size_t k = 0; ok && k < c->n_procs; k++)
         if (c->procs[k].is_router)
-            ok = rs_spawn(c, &c->procs[k]) && rs_await(c, &c->procs[k]);
+            ok = rs_spawn(c, &c->procs[k], false) && rs_await(c, &c->procs[k]);
     return ok;
 }
 
-int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s) {
+int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int metrics) {
     rs_ctx *c = calloc(1, sizeof *c); /* the topology is large: not the stack */
     if (!c) {
         fprintf(stderr, "strata up: out of memory\n");
         return 1;
     }
-    *c = (rs_ctx){.bin_dir = bin_dir, .who = "strata up", .wait_s = wait_s};
+    *c = (rs_ctx){.bin_dir = bin_dir, .who = "strata up", .wait_s = wait_s, .metrics = metrics};
     snprintf(c->dir, sizeof c->dir, "%s", dir);
     int rc = 1;
     if (rs_load(c)) {
@@ -269,6 +351,18 @@ static int restart_run(rs_ctx *c, const char *name) {
             fprintf(stderr, " %s", all[k].name);
         fprintf(stderr, "\n");
         return 2;
+    }
+    /* A router reads the instance's metadata from the nodes at start: with none running it
+     * waited 15 s and exited. Said at once. */
+    bool node_runs = false;
+    for (size_t k = 0; k < n && !node_runs; k++)
+        node_runs = !all[k].is_router && ops_inst_pid_alive(ops_inst_pid_read(c->dir, all[k].name));
+    if (c->procs[0].is_router && !node_runs) {
+        fprintf(stderr,
+                "strata restart: the nodes of the instance in %s are stopped, and %s needs them "
+                "to start: `strata up --dir %s` starts the whole instance\n",
+                c->dir, name, c->dir);
+        return 1;
     }
     signal(SIGPIPE, SIG_IGN);
     st_log_set_level(ST_LOG_ERROR);

@@ -62,7 +62,9 @@ typedef struct router_row {
  * admin token the router asks for (when it checks tokens: DIR/secure/principals). */
 typedef struct creds_gap {
     bool ca, admin_cert, token;
-    size_t unchecked; /* live processes status could not authenticate to */
+    const char *admin_missing; /* with admin_cert: "admin.pem", "admin.key" or both */
+    bool token_refused;        /* the router answered UNAUTHENTICATED to the admin token held */
+    size_t unchecked;          /* live processes status could not authenticate to */
 } creds_gap;
 
 typedef struct status_ctx {
@@ -220,7 +222,11 @@ static void creds_check(status_ctx *c) {
         !S_ISDIR(st.st_mode))
         return;
     c->gap.ca = !secure_has(c, "ca.pem");
-    c->gap.admin_cert = !secure_has(c, "admin.pem") || !secure_has(c, "admin.key");
+    bool pem = secure_has(c, "admin.pem"), key = secure_has(c, "admin.key");
+    c->gap.admin_cert = !pem || !key;
+    c->gap.admin_missing = !pem && !key ? "admin.pem and admin.key"
+                           : !pem       ? "admin.pem"
+                                        : "admin.key";
     c->gap.token =
         secure_has(c, "principals") && !ops_secure_token(c->dir, "admin", token, sizeof token);
 }
@@ -354,6 +360,8 @@ static void status_probe(status_ctx *c) {
             mark_hung(c, name, row->live, row->health, sizeof row->health);
         else if (!row->ok && row->live && (c->gap.ca || c->gap.token) && creds_refused(row->rc))
             mark_unchecked(c, row->live, row->health, sizeof row->health);
+        else if (row->rc == ST_UNAUTHENTICATED && !c->gap.ca && !c->gap.token)
+            c->gap.token_refused = c->gap.token_refused || secure_has(c, "tokens");
         c->routers_ok += row->ok;
     }
 }
@@ -499,15 +507,20 @@ static void status_hung_hint(const status_ctx *c) {
 static void status_creds_hint(const status_ctx *c) {
     const creds_gap *g = &c->gap;
     const char *d = c->dir;
+    if (g->token_refused)
+        printf("\nThe router refuses the admin token in %s/secure/tokens (UNAUTHENTICATED): it was "
+               "rotated or edited since. `strata auth rotate admin --dir %s` gives the admin "
+               "principal a new token and writes it there (the old one stops working); the router "
+               "takes it within a second.\n",
+               d, d);
     if (!g->ca && !g->admin_cert && !g->token)
         return;
     printf("\n%s is a secure instance (`strata up --secure`), but", d);
     if (g->ca)
         printf(" %s/secure/ca.pem, its CA, is missing", d);
     if (g->admin_cert)
-        printf("%s %s/secure/admin.pem or admin.key, the certificate status shows the nodes, %s "
-               "missing",
-               g->ca ? ";" : "", d, g->ca ? "are" : "is");
+        printf("%s %s/secure/%s (the admin certificate status presents to the nodes) %s missing",
+               g->ca ? ";" : "", d, g->admin_missing, strchr(g->admin_missing, ' ') ? "are" : "is");
     if (g->token)
         printf("%s %s/secure/tokens has no admin token (the router checks tokens)",
                g->ca || g->admin_cert ? ";" : "", d);
@@ -526,9 +539,10 @@ static void status_creds_hint(const status_ctx *c) {
                "instance in plaintext.\n",
                d, d, d);
     if (g->admin_cert && !g->ca)
-        printf("  admin.pem: put it back, or `strata down --dir %s` and `strata up --secure "
-               "--dir %s`, which makes it again (signed by the instance's CA; data is kept).\n",
-               d, d);
+        printf("  %s: put it back, or `strata down --dir %s` and `strata up --secure "
+               "--dir %s`, which makes the admin certificate again (signed by the instance's CA; "
+               "data is kept).\n",
+               g->admin_missing, d, d);
     if (g->token)
         printf("  tokens: put the file back (only the tokens' hashes are kept, in principals), "
                "or give the admin principal a new token, which replaces its old one: (umask "

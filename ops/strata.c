@@ -62,6 +62,8 @@ static int cmd_help(int argc, char **argv) {
         return 0;
     }
     const strata_cmd *c = cmd_find(argv[1]);
+    if (!c)
+        fprintf(stderr, "strata help: unknown command '%s'\n\n", argv[1]);
     if (!c || c->run == cmd_help) {
         usage(c ? stdout : stderr);
         return c ? 0 : 2;

@@ -206,7 +206,7 @@ static bool up_find_bins(up_ctx *c) {
 
 /* ---- ports ---- */
 
-static bool addr_used(const st_topology *t, const char *addr, const char *skip) {
+bool ops_inst_addr_used(const st_topology *t, const char *addr, const char *skip) {
     for (size_t i = 0; i < t->n_clusters; i++)
         for (size_t j = 0; j < t->clusters[i].n_nodes; j++)
             if (t->clusters[i].nodes[j].addr != skip && !strcmp(t->clusters[i].nodes[j].addr, addr))
@@ -219,7 +219,7 @@ static bool addr_used(const st_topology *t, const char *addr, const char *skip) 
 
 /* A free loopback port: bind port 0 and close. Another process may take it before our node binds
  * it; the start loop notices and picks again. */
-static bool pick_port(const st_topology *t, char *addr, size_t cap) {
+bool ops_inst_pick_port(const st_topology *t, char *addr, size_t cap) {
     for (int attempt = 0; attempt < 16; attempt++) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
@@ -233,7 +233,7 @@ static bool pick_port(const st_topology *t, char *addr, size_t cap) {
             return false;
         char cand[ST_TOPO_ADDR_MAX + 1];
         snprintf(cand, sizeof cand, "127.0.0.1:%u", ntohs(sa.sin_port));
-        if (!addr_used(t, cand, addr)) {
+        if (!ops_inst_addr_used(t, cand, addr)) {
             snprintf(addr, cap, "%s", cand);
             return true;
         }
@@ -242,7 +242,7 @@ static bool pick_port(const st_topology *t, char *addr, size_t cap) {
 }
 
 /* False only when something already listens there (other errors: let the process report). */
-static bool port_free(const char *addr) {
+bool ops_inst_port_free(const char *addr) {
     char host[ST_TOPO_ADDR_MAX + 1];
     uint16_t port;
     if (!st_addr_split(addr, host, sizeof host, &port))
@@ -284,7 +284,7 @@ static bool up_topo_generate(up_ctx *c) {
             st_topo_node *n = &cl->nodes[cl->n_nodes++];
             n->num = (uint32_t)(i * c->o.nodes + j + 1);
             ops_fmt(n->data_dir, sizeof n->data_dir, "%s/%s-%d", c->dir, cl->id, j);
-            if (!pick_port(t, n->addr, sizeof n->addr)) {
+            if (!ops_inst_pick_port(t, n->addr, sizeof n->addr)) {
                 fprintf(stderr, "strata up: cannot find a free loopback port: %s\n",
                         strerror(errno));
                 return false;
@@ -409,9 +409,10 @@ static bool up_metrics_record(up_ctx *c, up_proc *p) {
         return true;
     }
     up_metrics_read(c, p->name, addr, sizeof addr);
-    bool keep = addr[0] && port_free(addr) && !addr_used(&c->topo, addr, NULL);
+    bool keep = addr[0] && ops_inst_port_free(addr) && !ops_inst_addr_used(&c->topo, addr, NULL);
     FILE *f = NULL;
-    if ((!keep && !pick_port(&c->topo, addr, sizeof addr)) || !(f = ops_fopen_private(path))) {
+    if ((!keep && !ops_inst_pick_port(&c->topo, addr, sizeof addr)) ||
+        !(f = ops_fopen_private(path))) {
         fprintf(stderr, "strata up: cannot set up %s's metrics port (%s): %s\n", p->name, path,
                 strerror(errno));
         return false;
@@ -557,7 +558,7 @@ static bool up_await(up_ctx *c, up_proc *p) {
         if (w == OPS_EXITED && p->picked_port && attempt < UP_BIND_ATTEMPTS_MAX &&
             up_log_says_in_use(c, p)) {
             char *addr = up_proc_addr(c, p);
-            if (!pick_port(&c->topo, addr, ST_TOPO_ADDR_MAX + 1)) {
+            if (!ops_inst_pick_port(&c->topo, addr, ST_TOPO_ADDR_MAX + 1)) {
                 up_report_failure(c, p, w, status);
                 return false;
             }
@@ -607,6 +608,40 @@ static bool up_all_alive(up_ctx *c) {
             return false;
     }
     return true;
+}
+
+/* --metrics / --no-metrics on a running instance: a running process keeps what it was started
+ * with (its command line), so the flag reaches it only at its next start; said when a running
+ * process differs from the flag (it used to be "Already running" and nothing more). What is
+ * started now follows the flag (ops_inst_start_missing). */
+static void up_metrics_running_note(const up_ctx *c) {
+    if (!c->o.metrics && !c->o.no_metrics)
+        return;
+    size_t differ = 0, n = c->topo.n_routers;
+    for (size_t i = 0; i < c->topo.n_clusters; i++)
+        n += c->topo.clusters[i].n_nodes;
+    for (size_t k = 0, i = 0, j = 0; k < n; k++) {
+        char name[OPS_NAME_MAX], addr[ST_TOPO_ADDR_MAX + 1];
+        while (i < c->topo.n_clusters && j >= c->topo.clusters[i].n_nodes) {
+            i++;
+            j = 0;
+        }
+        if (i < c->topo.n_clusters)
+            ops_inst_node_name(&c->topo, i, j++, name);
+        else
+            ops_inst_router_name(k - (n - c->topo.n_routers), name);
+        if (!ops_inst_pid_alive(ops_inst_pid_read(c->dir, name)))
+            continue;
+        up_metrics_read(c, name, addr, sizeof addr);
+        differ += (addr[0] != '\0') == c->o.no_metrics;
+    }
+    if (!differ)
+        return;
+    const char *flag = c->o.metrics ? "--metrics" : "--no-metrics";
+    printf("(the instance runs: %zu running process(es) keep running %s metrics; %s takes effect "
+           "at the next start of each process: `strata down --dir %s` then `strata up --dir %s "
+           "%s`)\n",
+           differ, c->o.metrics ? "without" : "with", flag, c->dir, c->dir, flag);
 }
 
 /* Whether process name, alive, answers at addr (ops_inst_not_answering); says so when not. */
@@ -707,7 +742,7 @@ static bool up_unix_setup(up_ctx *c) {
 static bool up_check_ports(up_ctx *c) {
     st_topology *t = &c->topo;
     for (size_t r = 0; r < t->n_routers; r++)
-        if (!port_free(t->routers[r])) {
+        if (!ops_inst_port_free(t->routers[r])) {
             fprintf(stderr,
                     "strata up: %s is already in use (another Strata instance, or the "
                     "Bigtable emulator?): stop it, or choose another port with --port "
@@ -718,7 +753,7 @@ static bool up_check_ports(up_ctx *c) {
     for (size_t i = 0; i < t->n_clusters; i++)
         for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
             st_topo_node *n = &t->clusters[i].nodes[j];
-            if (port_free(n->addr))
+            if (ops_inst_port_free(n->addr))
                 continue;
             if (c->o.config) {
                 fprintf(stderr,
@@ -727,7 +762,7 @@ static bool up_check_ports(up_ctx *c) {
                         n->addr, c->o.config);
                 return false;
             }
-            if (!pick_port(t, n->addr, sizeof n->addr)) {
+            if (!ops_inst_pick_port(t, n->addr, sizeof n->addr)) {
                 fprintf(stderr, "strata up: cannot find a free loopback port\n");
                 return false;
             }
@@ -898,13 +933,17 @@ static int up_already(up_ctx *c) {
                c->dir);
     signal(SIGPIPE, SIG_IGN);       /* a node dying mid-call must not end this command */
     st_log_set_level(ST_LOG_ERROR); /* a process that does not answer is said in a sentence */
+    up_metrics_running_note(c);
     if (up_all_alive(c)) {
         if (!up_all_answer(c))
             return 1;
         up_print_endpoint(c, true);
         return 0;
     }
-    int rc = ops_inst_start_missing(c->dir, c->o.bin_dir, c->o.wait_s);
+    int rc = ops_inst_start_missing(c->dir, c->o.bin_dir, c->o.wait_s,
+                                    c->o.metrics      ? 1
+                                    : c->o.no_metrics ? -1
+                                                      : 0);
     if (rc == 0 && !up_all_answer(c))
         rc = 1;
     if (rc == 0) {

@@ -9,9 +9,11 @@
 #   3. --until: only the changes before it;
 #   4. --follow --checkpoint killed with kill -9, 50 more writes, resumed from the checkpoint:
 #      the 50 new changes, not a restart from the beginning; SIGTERM ends --follow with 0;
-#   5. a table without streams: exit 1 with what to do;
+#   5. a table without streams: exit 1 with what to do (`strata changes --enable 1d`, not the
+#      UpdateTable field it used to name);
 #   6. --until at the epoch (1970-01-01T00:00:00Z) with --follow, or with a checkpoint: refused
-#      (it used to be taken for no --until at all: --follow then ran forever).
+#      (it used to be taken for no --until at all: --follow then ran forever);
+#   7. --enable 8d: exit 2 in the CLI's words (the router's named change_stream_config).
 # Usage: changes_cli_fake_test.sh PATH/TO/strata PATH/TO/changes_fake_server
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -106,7 +108,8 @@ timeout 60 "$STRATA" changes --endpoint "$ADDR" --table projects/strata/instance
   --from -1h >"$tmp/5.out" 2>&1
 rc=$?
 [ $rc -eq 1 ] || bad "streams off: exit $rc, expected 1"
-grep -q 'turn change streams on' "$tmp/5.out" || bad "streams off: no hint: $(cat "$tmp/5.out")"
+grep -q 'turn change streams on for the table: `strata changes --table TABLE --enable 1d`' "$tmp/5.out" ||
+  bad "streams off: no hint naming --enable: $(cat "$tmp/5.out")"
 echo "ok: $(tail -1 "$tmp/5.out")"
 
 echo "== 6. --until at the epoch"
@@ -119,4 +122,12 @@ for extra in --follow "--checkpoint $CK"; do
     bad "--until at the epoch with $extra: exit $rc, $(count "$tmp/6.out") changes: $(cat "$tmp/6.err")"
 done
 echo "ok: $(cat "$tmp/6.err")"
+
+echo "== 7. --enable out of range"
+timeout 10 "$STRATA" changes --endpoint "$ADDR" --table "$TABLE" --enable 8d >"$tmp/7.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--enable 8d: change streams keep 1d to 7d of changes" "$tmp/7.out" &&
+  ! grep -q change_stream_config "$tmp/7.out" ||
+  bad "--enable 8d: exit $rc, not the CLI's words: $(cat "$tmp/7.out")"
+echo "ok: $(cat "$tmp/7.out")"
 echo "PASS"

@@ -3,8 +3,10 @@
 # DIR/secure/ca.pem, admin certificate or tokens file is missing: the processes run, status cannot
 # authenticate to them, and it says so ("cannot authenticate (process PID runs)", what is missing
 # and what to do) instead of calling running nodes "down" (ca.pem: it spoke plaintext to TLS
-# ports) or the router "UNAUTHENTICATED" (tokens) or "no gRPC" (admin.pem). The advice for a lost
-# tokens file is followed and status is healthy again.
+# ports) or the router "UNAUTHENTICATED" (tokens) or "no gRPC" (admin.pem). The footer names the
+# admin file that is missing (admin.key used to be called admin.pem). An admin token the router
+# refuses (edited or rotated elsewhere) is said with the command that mends it (there was no hint
+# at all). The advice for a lost or refused token is followed and status is healthy again.
 # Usage: status_secure_missing_test.sh PATH/TO/strata
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -43,9 +45,33 @@ mv "$S/admin.pem" "$TMPD/admin.pem"
 status_fails "admin.pem"
 unchecked east-0 "admin.pem"
 grep -E '^router .* ok$' "$TMPD/st.out" >/dev/null || { cat "$TMPD/st.out"; fail "admin.pem: router not ok"; }
-grep -F "admin.pem or admin.key" "$TMPD/st.out" >/dev/null || { cat "$TMPD/st.out"; fail "admin.pem: not named"; }
+grep -F "$S/admin.pem (the admin certificate status presents to the nodes) is missing" "$TMPD/st.out" >/dev/null &&
+  grep -F "  admin.pem: put it back" "$TMPD/st.out" >/dev/null || { cat "$TMPD/st.out"; fail "admin.pem: not named"; }
 mv "$TMPD/admin.pem" "$S/admin.pem"
 echo "ok: admin.pem missing: the nodes cannot be authenticated to, the router is ok"
+
+echo "== admin.key missing"
+mv "$S/admin.key" "$TMPD/admin.key"
+status_fails "admin.key"
+unchecked east-0 "admin.key"
+grep -F "$S/admin.key (the admin certificate status presents to the nodes) is missing" "$TMPD/st.out" >/dev/null &&
+  grep -F "  admin.key: put it back" "$TMPD/st.out" >/dev/null && ! grep -F "admin.pem" "$TMPD/st.out" >/dev/null ||
+  { cat "$TMPD/st.out"; fail "admin.key: the footer does not name admin.key (alone)"; }
+mv "$TMPD/admin.key" "$S/admin.key"
+echo "ok: admin.key missing: named"
+
+echo "== wrong admin token"
+cp "$S/tokens" "$TMPD/tokens.good"
+sed -i 's/^admin .*/admin st1_0000/' "$S/tokens"
+status_fails "wrong token"
+grep -F "The router refuses the admin token in $S/tokens (UNAUTHENTICATED)" "$TMPD/st.out" >/dev/null &&
+  grep -F "strata auth rotate admin --dir $DIR" "$TMPD/st.out" >/dev/null ||
+  { cat "$TMPD/st.out"; fail "wrong token: no hint"; }
+# the advice, as printed
+"$STRATA" auth rotate admin --dir "$DIR" >/dev/null || fail "strata auth rotate admin"
+for _ in $(seq 1 50); do "$STRATA" status --dir "$DIR" >"$TMPD/st.out" 2>&1 && break; sleep 0.2; done
+"$STRATA" status --dir "$DIR" >"$TMPD/st.out" 2>&1 || { cat "$TMPD/st.out"; fail "status after strata auth rotate admin"; }
+echo "ok: wrong admin token: said, and the advice mends it"
 
 echo "== tokens missing"
 mv "$S/tokens" "$TMPD/tokens"
