@@ -388,9 +388,11 @@ static void up_log_path(const up_ctx *c, const up_proc *p, char *out, size_t cap
 /* The address DIR/run/<name>.metrics records ("" when none). */
 static void up_metrics_read(const up_ctx *c, const char *name, char *addr, size_t cap) {
     char path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
-    snprintf(path, sizeof path, "%s/run/%s.metrics", c->dir, name);
-    FILE *f = fopen(path, "r");
     addr[0] = '\0';
+    int w = snprintf(path, sizeof path, "%s/run/%s.metrics", c->dir, name);
+    if (w < 0 || (size_t)w >= sizeof path)
+        return;
+    FILE *f = fopen(path, "r");
     if (f && !fgets(addr, (int)cap, f))
         addr[0] = '\0';
     if (f)
