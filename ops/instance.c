@@ -632,6 +632,20 @@ void ops_inst_router_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
     a[n] = NULL;
 }
 
+bool ops_inst_log_says(const char *dir, const char *name, long offset, const char *a,
+                       const char *b) {
+    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], buf[4096];
+    int w = snprintf(path, sizeof path, "%s/logs/%s.log", dir, name);
+    FILE *f = w > 0 && (size_t)w < sizeof path ? fopen(path, "r") : NULL;
+    if (!f)
+        return false;
+    fseek(f, offset, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, a) && (!b || strstr(buf, b));
+}
+
 pid_t ops_inst_spawn(const char *dir, const char *name, char *const argv[], const char *who,
                      long *log_offset) {
     char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];

@@ -180,6 +180,11 @@ void ops_inst_router_cmdline(ops_cmdline *cl, const char *dir, const char *bin,
 pid_t ops_inst_spawn(const char *dir, const char *name, char *const argv[], const char *who,
                      long *log_offset);
 
+/* Whether DIR/logs/<name>.log, read from offset (ops_inst_spawn's *log_offset) for at most 4 KiB,
+ * holds a (and b, when not NULL): what a start that just failed said about why. */
+bool ops_inst_log_says(const char *dir, const char *name, long offset, const char *a,
+                       const char *b);
+
 typedef enum ops_wait { OPS_READY, OPS_EXITED, OPS_TIMEOUT } ops_wait;
 /* Waits until pid (a child of this process) accepts connections at addr, exits (*status from
  * waitpid), or wait_s passes, with a progress line every OPS_PROGRESS_EVERY_S seconds so a slow

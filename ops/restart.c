@@ -157,16 +157,7 @@ static bool rs_spawn(rs_ctx *c, rs_proc *p, bool new_metrics_port) {
 /* True if this start's log says its metrics port was taken (another program bound it after our
  * check): it is then started again on another. */
 static bool rs_log_says_metrics_in_use(const rs_ctx *c, const rs_proc *p) {
-    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], buf[4096];
-    snprintf(path, sizeof path, "%s/logs/%s.log", c->dir, p->name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    fseek(f, p->log_offset, SEEK_SET);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return strstr(buf, "cannot serve metrics") && strstr(buf, "in use");
+    return ops_inst_log_says(c->dir, p->name, p->log_offset, "cannot serve metrics", "in use");
 }
 
 /* Waits for p to listen; says why not, with the end of its log. A node gets the partition. A

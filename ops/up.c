@@ -473,16 +473,8 @@ static ops_wait up_wait_ready(up_ctx *c, up_proc *p, int *status) {
 
 /* True if this attempt's log says the listen address was taken (we then pick another port). */
 static bool up_log_says_in_use(const up_ctx *c, const up_proc *p) {
-    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16], buf[4096];
-    up_log_path(c, p, path, sizeof path);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    fseek(f, p->log_offset, SEEK_SET);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return strstr(buf, "in use") || strstr(buf, "EADDRINUSE");
+    return ops_inst_log_says(c->dir, p->name, p->log_offset, "in use", NULL) ||
+           ops_inst_log_says(c->dir, p->name, p->log_offset, "EADDRINUSE", NULL);
 }
 
 /* Terminates every started process: SIGTERM, a bounded wait, then SIGKILL. */

@@ -829,15 +829,6 @@ static st_code apply_mod(pb_table *t, const pb_mod *m, st_arena *a, st_err *err)
  * family is created again. So every node's consistency token (its writes so far, replicated to
  * every peer) is taken, and the schema goes out once all of them are reached. */
 
-static rtr_node *node_at(rtr_ctx *r, size_t k) {
-    for (size_t c = 0; c < r->n_clusters; c++) {
-        if (k < r->clusters[c].n_nodes)
-            return &r->clusters[c].nodes[k];
-        k -= r->clusters[c].n_nodes;
-    }
-    return NULL;
-}
-
 static void sync_check(void *arg);
 
 /* The fan's CheckConsistency answers: the first failed call's code, else whether every node said
@@ -903,7 +894,8 @@ static void sync_check(void *arg) {
             continue;
         }
         google__bigtable__admin__v2__check_consistency_request__pack(&req, buf);
-        rtr_fan_call(f, k, node_at(op->r, k), RTR_TA "CheckConsistency", st_slice_make(buf, len));
+        rtr_fan_call(f, k, rtr_node_at(op->r, k), RTR_TA "CheckConsistency",
+                     st_slice_make(buf, len));
     }
     rtr_fan_seal(f);
 }

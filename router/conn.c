@@ -238,6 +238,15 @@ typedef struct fan_slot {
     size_t i;
 } fan_slot;
 
+rtr_node *rtr_node_at(rtr_ctx *r, size_t k) {
+    for (size_t c = 0; c < r->n_clusters; c++) {
+        if (k < r->clusters[c].n_nodes)
+            return &r->clusters[c].nodes[k];
+        k -= r->clusters[c].n_nodes;
+    }
+    return NULL;
+}
+
 rtr_fan *rtr_fan_new(rtr_ctx *r, size_t n, int64_t timeout_ms, rtr_fan_done_fn done, void *arg) {
     rtr_fan *f = calloc(1, sizeof *f);
     if (!f)

@@ -44,15 +44,6 @@ static void tables_free(lo_table *v, size_t n) {
     free(v);
 }
 
-static rtr_node *node_at(rtr_ctx *r, size_t k) {
-    for (size_t c = 0; c < r->n_clusters; c++) {
-        if (k < r->clusters[c].n_nodes)
-            return &r->clusters[c].nodes[k];
-        k -= r->clusters[c].n_nodes;
-    }
-    return NULL;
-}
-
 static const lo_table *in_prev(const rtr_leftover *lo, const char *name) {
     for (size_t i = 0; i < lo->n_prev; i++)
         if (strcmp(lo->prev[i].name, name) == 0)
@@ -193,7 +184,7 @@ static void drop_send(rtr_leftover *lo) {
     st_slice drop = st_slice_make(buf, strata__internal__v1__drop_table_request__pack(&req, buf));
     for (size_t k = 0; k < n; k++) {
         if (t->on[k])
-            rtr_fan_call(f, k, node_at(r, k), RTR_NODE "DropTable", drop);
+            rtr_fan_call(f, k, rtr_node_at(r, k), RTR_NODE "DropTable", drop);
         else
             f->res[k].code = ST_OK; /* res[k].node stays NULL: not asked */
     }
@@ -293,7 +284,7 @@ static void round_start(rtr_leftover *lo) {
     uint8_t buf[8];
     st_slice list = st_slice_make(buf, strata__internal__v1__list_tablets_request__pack(&req, buf));
     for (size_t k = 0; k < n; k++)
-        rtr_fan_call(f, k, node_at(r, k), RTR_NODE "ListTablets", list);
+        rtr_fan_call(f, k, rtr_node_at(r, k), RTR_NODE "ListTablets", list);
     rtr_fan_seal(f);
 }
 

@@ -553,6 +553,9 @@ rpc_ccall *rtr_node_call_long(rtr_node *node, const char *path, st_slice req,
 typedef enum rtr_call_fate { RTR_CALL_SENT, RTR_CALL_REFUSED, RTR_CALL_UNREACHED } rtr_call_fate;
 rtr_call_fate rtr_call_fate_of(const rpc_ccall *call, st_code code);
 void rtr_node_disconnect_all(rtr_ctx *r);
+/* The k-th node of the instance, counting every cluster's nodes in topology order (fan-outs to
+ * every node); NULL past the last. */
+rtr_node *rtr_node_at(rtr_ctx *r, size_t k);
 
 /* Fan-out of calls in parallel; done runs once every call ended (from the loop, or from
  * rtr_fan_seal when every call failed to start). The done callback frees with rtr_fan_free. */
