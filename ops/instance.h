@@ -49,6 +49,8 @@ int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int
  * metrics port. False after a message on stderr (who: the command). */
 bool ops_inst_metrics_port(const char *dir, const st_topology *t, const char *name, const char *who,
                            int metrics, bool force);
+/* The address DIR/run/<name>.metrics records into addr ("" when none). */
+void ops_inst_metrics_read(const char *dir, const char *name, char *addr, size_t cap);
 
 /* Ports (up.c). True when addr is the address of a node or router of t (other than the string
  * skip points to). */

@@ -95,12 +95,13 @@ static bool rs_find_bins(rs_ctx *c) {
     return false;
 }
 
-/* The address DIR/run/<name>.metrics records ("" when none). */
-static void rs_metrics_read(const char *dir, const char *name, char *addr, size_t cap) {
+void ops_inst_metrics_read(const char *dir, const char *name, char *addr, size_t cap) {
     char path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
-    snprintf(path, sizeof path, "%s/run/%s.metrics", dir, name);
-    FILE *f = fopen(path, "r");
     addr[0] = '\0';
+    int w = snprintf(path, sizeof path, "%s/run/%s.metrics", dir, name);
+    if (w < 0 || (size_t)w >= sizeof path)
+        return;
+    FILE *f = fopen(path, "r");
     if (f && !fgets(addr, (int)cap, f))
         addr[0] = '\0';
     if (f)
@@ -117,7 +118,7 @@ bool ops_inst_metrics_port(const char *dir, const st_topology *t, const char *na
             printf("  %-12s metrics off (--no-metrics)\n", name);
         return true;
     }
-    rs_metrics_read(dir, name, addr, sizeof addr);
+    ops_inst_metrics_read(dir, name, addr, sizeof addr);
     if (!addr[0] && metrics == 0)
         return true;
     if (addr[0] && !force && ops_inst_port_free(addr) && !ops_inst_addr_used(t, addr, NULL))
@@ -176,7 +177,7 @@ static bool rs_await(rs_ctx *c, rs_proc *p) {
     }
     if (w == OPS_READY) {
         char addr[ST_TOPO_ADDR_MAX + 1];
-        rs_metrics_read(c->dir, p->name, addr, sizeof addr);
+        ops_inst_metrics_read(c->dir, p->name, addr, sizeof addr);
         printf("  %-12s %-22s ready (pid %d)", p->name, rs_addr(c, p), (int)p->pid);
         if (addr[0])
             printf("  metrics http://%s/metrics", addr);

@@ -385,21 +385,6 @@ static void up_log_path(const up_ctx *c, const up_proc *p, char *out, size_t cap
     snprintf(out, cap, "%s/logs/%s.log", c->dir, p->name);
 }
 
-/* The address DIR/run/<name>.metrics records ("" when none). */
-static void up_metrics_read(const up_ctx *c, const char *name, char *addr, size_t cap) {
-    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
-    addr[0] = '\0';
-    int w = snprintf(path, sizeof path, "%s/run/%s.metrics", c->dir, name);
-    if (w < 0 || (size_t)w >= sizeof path)
-        return;
-    FILE *f = fopen(path, "r");
-    if (f && !fgets(addr, (int)cap, f))
-        addr[0] = '\0';
-    if (f)
-        fclose(f);
-    addr[strcspn(addr, "\r\n")] = '\0';
-}
-
 /* With --metrics: p's /metrics port, recorded in DIR/run/<name>.metrics (the command line reads
  * it there): the one recorded before when it is still free, so scrapers keep their targets,
  * else a free loopback port. Without: removes the record (--no-metrics). */
@@ -410,7 +395,7 @@ static bool up_metrics_record(up_ctx *c, up_proc *p) {
         unlink(path);
         return true;
     }
-    up_metrics_read(c, p->name, addr, sizeof addr);
+    ops_inst_metrics_read(c->dir, p->name, addr, sizeof addr);
     bool keep = addr[0] && ops_inst_port_free(addr) && !ops_inst_addr_used(&c->topo, addr, NULL);
     FILE *f = NULL;
     if ((!keep && !ops_inst_pick_port(&c->topo, addr, sizeof addr)) ||
@@ -446,7 +431,7 @@ static void up_metrics_keep(up_ctx *c) {
     if (d)
         closedir(d);
     for (size_t i = 0; i < n && !c->o.metrics; i++) {
-        up_metrics_read(c, names[i], addr, sizeof addr);
+        ops_inst_metrics_read(c->dir, names[i], addr, sizeof addr);
         c->o.metrics = addr[0] != '\0';
     }
     if (c->o.metrics)
@@ -626,7 +611,7 @@ static void up_metrics_running_note(const up_ctx *c) {
             ops_inst_router_name(k - (n - c->topo.n_routers), name);
         if (!ops_inst_pid_alive(ops_inst_pid_read(c->dir, name)))
             continue;
-        up_metrics_read(c, name, addr, sizeof addr);
+        ops_inst_metrics_read(c->dir, name, addr, sizeof addr);
         differ += (addr[0] != '\0') == c->o.no_metrics;
     }
     if (!differ)

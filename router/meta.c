@@ -928,27 +928,29 @@ typedef struct meta_cas {
     void *arg;
     rtr_ctx *r;
     bool cached;
-    uint32_t tried; /* clusters tried, by index (cached records) */
-    st_buf key, expect, pb;
-    bool has_expect, has_pb; /* without pb: delete the record */
+    uint32_t tried;  /* clusters tried, by index (cached records) */
+    st_buf key, req; /* the record's row key; the CheckAndMutateRow, as sent */
 } meta_cas;
 
 static void cas_free(meta_cas *c) {
     st_buf_free(&c->key);
-    st_buf_free(&c->expect);
-    st_buf_free(&c->pb);
+    st_buf_free(&c->req);
     free(c);
 }
 
 static st_code cas_send(meta_cas *c, rtr_cluster *cl);
 
-/* The next healthy cluster holding the metadata table that c has not tried; NULL when none. */
+/* A cluster compare-and-sets of cached records may run in: healthy, and its tablet map has the
+ * metadata table. */
+static bool cas_usable(rtr_cluster *cl) {
+    return cl->map && rtr_tmap_find(cl->map, RTR_META_TABLE) && rtr_cluster_healthy(cl);
+}
+
+/* The next usable cluster that c has not tried; NULL when none. */
 static rtr_cluster *cas_next_cluster(meta_cas *c) {
     rtr_ctx *r = c->r;
     for (size_t i = 0; i < r->n_clusters && i < 32; i++)
-        if (!(c->tried & (1u << i)) && r->clusters[i].map &&
-            rtr_tmap_find(r->clusters[i].map, RTR_META_TABLE) &&
-            rtr_cluster_healthy(&r->clusters[i]))
+        if (!(c->tried & (1u << i)) && cas_usable(&r->clusters[i]))
             return &r->clusters[i];
     return NULL;
 }
@@ -963,11 +965,8 @@ static void cas_done(rtr_fan *f, void *arg) {
             return;
         }
     }
-    meta_cas c = *cp;
-    free(cp);
-    st_buf_free(&c.key);
-    st_buf_free(&c.expect);
-    st_buf_free(&c.pb);
+    meta_cas c = *cp; /* done and arg */
+    cas_free(cp);
     st_err err = {0};
     st_code code = rtr_fan_first_error(f, &err);
     size_t off = 0;
@@ -995,34 +994,23 @@ static void cas_done(rtr_fan *f, void *arg) {
  * compare in different ones (docs/router.md, App profiles). */
 static size_t cas_cluster(rtr_ctx *r) {
     for (size_t i = 0; i < r->n_clusters; i++)
-        if (r->clusters[i].map && rtr_tmap_find(r->clusters[i].map, RTR_META_TABLE) &&
-            rtr_cluster_healthy(&r->clusters[i]))
+        if (cas_usable(&r->clusters[i]))
             return i;
     return 0;
 }
 
 /* Sends c's compare-and-set to cl's node of the row. c stays the caller's on failure. */
 static st_code cas_send(meta_cas *c, rtr_cluster *cl) {
-    st_slice key = st_buf_slice(&c->key), expect = st_buf_slice(&c->expect);
-    st_slice pb = st_buf_slice(&c->pb);
     const rtr_tmap_table *t = cl->map ? rtr_tmap_find(cl->map, RTR_META_TABLE) : NULL;
-    size_t k = t ? rtr_tmap_row(t, key) : SIZE_MAX;
+    size_t k = t ? rtr_tmap_row(t, st_buf_slice(&c->key)) : SIZE_MAX;
     if (k == SIZE_MAX)
         return ST_UNAVAILABLE;
-    st_buf req;
-    st_buf_init(&req);
-    rtr_fan *f =
-        cas_request(key, c->has_expect ? &expect : NULL, c->has_pb ? &pb : NULL, &req) == ST_OK
-            ? rtr_fan_new(c->r, 1, RTR_ADMIN_TIMEOUT_MS, cas_done, c)
-            : NULL;
-    if (!f) {
-        st_buf_free(&req);
+    rtr_fan *f = rtr_fan_new(c->r, 1, RTR_ADMIN_TIMEOUT_MS, cas_done, c);
+    if (!f)
         return ST_RESOURCE_EXHAUSTED;
-    }
     if (cl->idx < 32)
         c->tried |= 1u << cl->idx;
-    rtr_fan_call(f, 0, &cl->nodes[t->v[k].node], RTR_BT "CheckAndMutateRow", st_buf_slice(&req));
-    st_buf_free(&req);
+    rtr_fan_call(f, 0, &cl->nodes[t->v[k].node], RTR_BT "CheckAndMutateRow", st_buf_slice(&c->req));
     rtr_fan_seal(f);
     return ST_OK;
 }
@@ -1032,16 +1020,12 @@ static st_code cas_in(rtr_ctx *r, rtr_cluster *cl, st_slice key, const st_slice 
     meta_cas *c = calloc(1, sizeof *c);
     if (!c)
         return ST_RESOURCE_EXHAUSTED;
-    *c = (meta_cas){
-        .done = done, .arg = arg, .r = r, .cached = cached, .has_expect = expect, .has_pb = pb};
+    *c = (meta_cas){.done = done, .arg = arg, .r = r, .cached = cached};
     st_buf_init(&c->key);
-    st_buf_init(&c->expect);
-    st_buf_init(&c->pb);
+    st_buf_init(&c->req);
     st_code rc = st_buf_append(&c->key, key.data, key.len);
-    if (rc == ST_OK && expect)
-        rc = st_buf_append(&c->expect, expect->data, expect->len);
-    if (rc == ST_OK && pb)
-        rc = st_buf_append(&c->pb, pb->data, pb->len);
+    if (rc == ST_OK && cas_request(key, expect, pb, &c->req) != ST_OK)
+        rc = ST_RESOURCE_EXHAUSTED;
     if (rc == ST_OK)
         rc = cas_send(c, cl);
     if (rc != ST_OK)
