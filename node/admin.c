@@ -670,6 +670,8 @@ static st_code check_mods(const node_table *t, pb_mod **mods, size_t n_mods, st_
                 rc = st_err_set(err, ST_NOT_FOUND, "column family %s not found", id);
             break;
         case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP:
+            if (!btu_mod_drops(mods[m]))
+                break;
             if (at == count)
                 rc = st_err_set(err, ST_NOT_FOUND, "column family %s not found", id);
             else
@@ -1013,6 +1015,8 @@ static st_code apply_mod(node_table *t, const pb_mod *m, const char **dropped, s
     const char *id = m->id;
     if (m->mod_case ==
         GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP) {
+        if (!btu_mod_drops(m))
+            return ST_OK;
         st_code rc = node_table_purge_begin(t, id, err);
         if (rc == ST_OK)
             dropped[(*n_dropped)++] = id;

@@ -812,6 +812,8 @@ static st_code apply_mod(pb_table *t, const pb_mod *m, st_arena *a, st_err *err)
             return st_err_set(err, ST_NOT_FOUND, "column family %s not found", m->id);
         return update_family(t->column_families[at], m, a, err);
     case GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP:
+        if (!btu_mod_drops(m))
+            return ST_OK;
         if (at < 0)
             return st_err_set(err, ST_NOT_FOUND, "column family %s not found", m->id);
         memmove(&t->column_families[at], &t->column_families[at + 1],
@@ -950,9 +952,7 @@ static void drop_sync(adm_op *op, bool drops) {
 static bool dropped_in(const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req,
                        const char *id) {
     for (size_t i = 0; i < req->n_modifications; i++)
-        if (req->modifications[i]->mod_case ==
-                GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP &&
-            strcmp(req->modifications[i]->id, id) == 0)
+        if (btu_mod_drops(req->modifications[i]) && strcmp(req->modifications[i]->id, id) == 0)
             return true;
     return false;
 }

@@ -139,13 +139,18 @@ st_code btu_schema_check(const Google__Bigtable__Admin__V2__Table *t, st_err *er
     return cs_check(t->change_stream_config, err);
 }
 
+bool btu_mod_drops(const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification *m) {
+    return m->mod_case ==
+               GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP &&
+           m->drop;
+}
+
 st_code
 btu_drop_protection_check(const char *table, bool protection,
                           const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req,
                           st_err *err) {
     for (size_t i = 0; protection && i < req->n_modifications; i++)
-        if (req->modifications[i]->mod_case ==
-            GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP)
+        if (btu_mod_drops(req->modifications[i]))
             return st_err_set(err, ST_FAILED_PRECONDITION,
                               "table %s has deletion_protection, which forbids dropping its column "
                               "families (%s): turn it off first (UpdateTable, update_mask "

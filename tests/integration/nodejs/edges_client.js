@@ -70,6 +70,33 @@ async function dropCreate() {
   check('drop_create_then_write', got === 'r a:q=new b:q=keep', got);
 }
 
+// `drop: false` asks for nothing: the emulator changes nothing, and so does Strata (it once
+// dropped the family and every cell in it), also on a protected table and beside a create.
+async function dropFalse() {
+  await table('edges_df', ['cf', 'keep']);
+  await data.mutateRow({tableName: TN('edges_df'), rowKey: B('r'),
+    mutations: [set('cf', 'a', 'precious', 1000), set('keep', 'a', 'x', 1000)]});
+  const [t] = await admin.modifyColumnFamilies({name: TN('edges_df'),
+    modifications: [{id: 'cf', drop: false}, {id: 'nosuch', drop: false}, {id: 'more', create: {}}]});
+  check('drop_false_schema', Object.keys(t.columnFamilies).sort().join() === 'cf,keep,more',
+    Object.keys(t.columnFamilies).join());
+  for (const p of PROFILES) {
+    const got = await cells('edges_df', p);
+    check('drop_false_cells/' + (p || 'default'), got === 'r cf:a=precious keep:a=x', got);
+  }
+  await admin.updateTable({table: {name: TN('edges_df'), deletionProtection: true},
+    updateMask: {paths: ['deletion_protection']}});
+  let err = null;
+  try {
+    await admin.modifyColumnFamilies({name: TN('edges_df'), modifications: [{id: 'cf', drop: false}]});
+  } catch (e) {
+    err = e;
+  }
+  check('drop_false_protected', !err, err ? err.code + ' ' + err.details : '');
+  await admin.updateTable({table: {name: TN('edges_df'), deletionProtection: false},
+    updateMask: {paths: ['deletion_protection']}});
+}
+
 // A drop right after a write: the write may still be on its way to the other cluster, and must
 // not land there after the purge (it would show again once the family is created again).
 async function dropAfterWrite() {
@@ -348,6 +375,7 @@ async function listTablesPages() {
 (async () => {
   await listTablesPages();
   await dropCreate();
+  await dropFalse();
   await dropProtected();
   await gcRuleSize();
   await tokenOtherTable();

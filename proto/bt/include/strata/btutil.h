@@ -89,6 +89,10 @@ bool btu_cs_retention_ok(const Google__Protobuf__Duration *d);
  * family or field. A schema read back from an export is checked with it before an import. */
 st_code btu_schema_check(const Google__Bigtable__Admin__V2__Table *t, st_err *err);
 
+/* Whether m drops its column family: `drop: true`. A `drop: false` asks for nothing and changes
+ * nothing, as the emulator reads it (it used to drop the family and all its cells). */
+bool btu_mod_drops(const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification *m);
+
 /* FAILED_PRECONDITION, naming the family, when req drops a column family of table and the table
  * has deletion_protection (Cloud Bigtable's protection covers the table's families, not only the
  * table). Checked before anything changes, by the router and by a node answering the call. */
