@@ -139,7 +139,8 @@ st_code btu_schema_check(const Google__Bigtable__Admin__V2__Table *t, st_err *er
     return cs_check(t->change_stream_config, err);
 }
 
-bool btu_mod_drops(const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification *m) {
+bool btu_mod_drops(
+    const Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest__Modification *m) {
     return m->mod_case ==
                GOOGLE__BIGTABLE__ADMIN__V2__MODIFY_COLUMN_FAMILIES_REQUEST__MODIFICATION__MOD_DROP &&
            m->drop;
