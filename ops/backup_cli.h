@@ -91,6 +91,15 @@ st_code bk_conn_call(bk_conn *k, const char *method, const ProtobufCMessage *req
 st_code bk_conn_stream(bk_conn *k, const char *method, const ProtobufCMessage *req,
                        bool (*on_msg)(st_slice msg, void *arg, st_err *err), void *arg,
                        int64_t timeout_ms, st_err *err);
+/* A node call failed at the TLS handshake (the node refused this process's certificate, or this
+ * process the node's): no retry changes that, unlike a node restarting. */
+bool bk_tls_refused(st_code code, const char *msg);
+/* err = what (a call, "ReadBackupFile F of piece P") at node addr failed its TLS handshake, with
+ * OpenSSL's reason from msg and what to do (ops_secure_node_refused: a secure instance's nodes
+ * accept only its admin certificate; flag names how to give the instance, "--dir DIR").
+ * Returns UNAVAILABLE. */
+st_code bk_node_refused(const char *what, const char *addr, const char *msg, const char *flag,
+                        st_err *err);
 /* bk_conn_call on a connection of its own to the router. */
 st_code bk_router_call(const bk_ctx *c, const char *method, const ProtobufCMessage *req,
                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,

@@ -111,8 +111,13 @@ st_code ops_bk_manifest_check(const ops_bk_manifest *m, const char *what, st_err
 bool ops_bk_file_path(const char *dir, const ops_bk_manifest *m, const ops_bk_piece *p,
                       const ops_bk_file *f, char *out, size_t cap, st_err *err);
 
-/* Creates dir (which must not exist, or be empty) and dir/files (version 2) or dir/pieces. */
-st_code ops_bk_dir_create(const char *dir, int version, st_err *err);
+/* Creates dir (which must not exist, or be empty) and dir/files (version 2) or dir/pieces;
+ * *made: dir did not exist (ops_bk_dir_remove removes it then). ALREADY_EXISTS when dir holds
+ * anything; on any failure nothing it made is left. */
+st_code ops_bk_dir_create(const char *dir, int version, bool *made, st_err *err);
+/* Removes what an export that failed wrote into dir (files/ or pieces/ and the manifest), and
+ * dir itself when made; true when that left nothing of the export (dir gone or empty). */
+bool ops_bk_dir_remove(const char *dir, int version, bool made);
 
 /* One file being written: under a temporary name, checksummed as it goes (CRC32C; SHA-256 too
  * before version 3); version 2 renames it to its digest at close, version 3 to

@@ -3,7 +3,8 @@
  * export directory, so the node reads, the network carries and this process checksums and
  * writes at the same time, and no single stream's flow-control window bounds the whole export.
  * A stream that drops (UNAVAILABLE, ABORTED, DEADLINE_EXCEEDED) resumes from the byte it reached,
- * BK_READ_RETRIES times with backoff. */
+ * BK_READ_RETRIES times with backoff; a refused TLS handshake (bk_tls_refused) is not a drop and
+ * ends the export at once. */
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,7 +125,7 @@ static void fetch_done(rpc_ccall *call, st_code code, const char *message, void 
         fetch_end(f, f->rc, &f->err);
     } else if (code == ST_OK) {
         fetch_close(f);
-    } else if (f->attempt < BK_READ_RETRIES && !*f->fr->stop &&
+    } else if (f->attempt < BK_READ_RETRIES && !*f->fr->stop && !bk_tls_refused(code, message) &&
                (code == ST_UNAVAILABLE || code == ST_ABORTED || code == ST_DEADLINE_EXCEEDED)) {
         ops_progress_note(f->fr->prog, "ReadBackupFile %s at %s: %s: %s (retrying from byte %llu)",
                           f->job->file, f->fr->k->addr, st_code_name(code), message,
@@ -134,8 +135,13 @@ static void fetch_done(rpc_ccall *call, st_code code, const char *message, void 
         event_base_once(f->fr->k->base, -1, EV_TIMEOUT, fetch_retry_cb, f, &tv);
     } else {
         st_err err;
-        st_err_set(&err, code, "ReadBackupFile %s of piece %s at %s: %s: %s", f->job->file,
-                   f->job->piece, f->fr->k->addr, st_code_name(code), message);
+        char what[2 * OPS_BK_NAME_MAX + 64];
+        snprintf(what, sizeof what, "ReadBackupFile %s of piece %s", f->job->file, f->job->piece);
+        if (f->fr->k->opts && bk_tls_refused(code, message))
+            bk_node_refused(what, f->fr->k->addr, message, "--dir DIR", &err);
+        else
+            st_err_set(&err, code, "%s at %s: %s: %s", what, f->fr->k->addr, st_code_name(code),
+                       message);
         ops_bk_out_abort(&f->out);
         fetch_end(f, code, &err);
     }

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -63,18 +64,47 @@ static bool dir_empty(const char *dir) {
     return empty;
 }
 
-st_code ops_bk_dir_create(const char *dir, int version, st_err *err) {
+st_code ops_bk_dir_create(const char *dir, int version, bool *made, st_err *err) {
     char p[4096];
-    if (mkdir(dir, 0755) != 0 && !(errno == EEXIST && dir_empty(dir)))
+    *made = mkdir(dir, 0755) == 0;
+    if (!*made && !(errno == EEXIST && dir_empty(dir)))
         return errno == EEXIST
                    ? st_err_set(err, ST_ALREADY_EXISTS,
                                 "%s exists and is not empty: export into a new directory", dir)
                    : io_err(err, "cannot create", dir);
+    st_code rc = ST_OK;
     if (!path_fmt(p, sizeof p, err, "%s/%s", dir, version >= 2 ? OPS_BK_FILES : OPS_BK_PIECES))
-        return ST_INVALID_ARGUMENT;
-    if (mkdir(p, 0755) != 0)
-        return io_err(err, "cannot create", p);
-    return ST_OK;
+        rc = ST_INVALID_ARGUMENT;
+    else if (mkdir(p, 0755) != 0)
+        rc = io_err(err, "cannot create", p);
+    if (rc != ST_OK && *made)
+        rmdir(dir);
+    return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    if (flag == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0; /* on with the others: what stays is found after */
+}
+
+bool ops_bk_dir_remove(const char *dir, int version, bool made) {
+    char sub[4096], man[4096], tmp[4096];
+    if (!path_fmt(sub, sizeof sub, NULL, "%s/%s", dir,
+                  version >= 2 ? OPS_BK_FILES : OPS_BK_PIECES) ||
+        !path_fmt(man, sizeof man, NULL, "%s/%s", dir, OPS_BK_MANIFEST) ||
+        !path_fmt(tmp, sizeof tmp, NULL, "%s%s", man, OPS_BK_TMP_SUFFIX))
+        return false;
+    nftw(sub, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    unlink(tmp);
+    unlink(man); /* written last: only there when its directory's fsync failed */
+    if (made)
+        return rmdir(dir) == 0;
+    return dir_empty(dir);
 }
 
 bool ops_bk_file_path(const char *dir, const ops_bk_manifest *m, const ops_bk_piece *p,

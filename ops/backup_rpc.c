@@ -1,6 +1,7 @@
 /* ops/backup_rpc.c — gRPC calls of `strata backup` on a kept connection (backup_cli.h): an
  * export or import makes one call per MiB to the same node, so a connection per call (as
  * rpc_blocking_unary does) would cost a handshake per MiB. */
+#include <ctype.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,16 +98,48 @@ static void wait_done(rpc_ccall *call, st_code code, const char *message, void *
     event_base_loopbreak(w->base);
 }
 
-/* " (what to do)" about a failure that credentials or a stopped router explain, "" otherwise:
- * a node's from the admin certificate, a router's from ops_router_hint. Valid until the next
- * call. */
+bool bk_tls_refused(st_code code, const char *msg) {
+    /* the rpc layer's "TLS handshake failed: ...", or under TLS 1.3, where the client's side of
+     * the handshake ends before the server has checked the client's certificate, "TLS error:
+     * ... alert ..." (the server's refusal arriving as an alert) */
+    return code == ST_UNAVAILABLE && msg &&
+           (strstr(msg, "TLS handshake failed") ||
+            (strstr(msg, "TLS error") && strstr(msg, " alert ")));
+}
+
+/* OpenSSL's reason in the rpc layer's message: "error:0A00045C:SSL routines::tlsv13 alert
+ * certificate required: <the fix for a node or router>" gives "tlsv13 alert certificate
+ * required", without the fix, which names flags of strata-node and strata-router; the whole
+ * message when it holds no OpenSSL error. */
+static void tls_reason(const char *msg, char *out, size_t cap) {
+    const char *p = strstr(msg, "error:");
+    while (p && !isxdigit((unsigned char)p[6])) /* "TLS error: error:0A000418:..." */
+        p = strstr(p + 1, "error:");
+    for (int i = 0; p && i < 4; i++) { /* past "error:CODE:LIBRARY:FUNCTION:" */
+        p = strchr(p, ':');
+        if (p)
+            p++;
+    }
+    if (p)
+        snprintf(out, cap, "%.*s", (int)strcspn(p, ":"), p);
+    else
+        snprintf(out, cap, "%s", msg);
+}
+
+st_code bk_node_refused(const char *what, const char *addr, const char *msg, const char *flag,
+                        st_err *err) {
+    char reason[256];
+    tls_reason(msg, reason, sizeof reason);
+    return st_err_set(err, ST_UNAVAILABLE,
+                      "%s at %s: the TLS handshake with the node failed (%s): %s", what, addr,
+                      reason, ops_secure_node_refused(flag));
+}
+
+/* " (what to do)" about a failed router call that credentials or a stopped router explain, ""
+ * otherwise (ops_router_hint). Valid until the next call. */
 static const char *router_hint(const bk_conn *k, st_code code, const char *msg) {
     static char out[ST_ERR_MSG_MAX];
-    if (!k->router && code == ST_UNAVAILABLE && k->opts)
-        return " (a secure instance's nodes accept only its admin certificate: give --dir DIR "
-               "of the instance)";
-    const char *h =
-        k->router ? ops_router_hint(code, msg, k->opts && k->opts->ssl_ctx, k->n_md > 0) : "";
+    const char *h = ops_router_hint(code, msg, k->opts && k->opts->ssl_ctx, k->n_md > 0);
     if (!h[0])
         return "";
     snprintf(out, sizeof out, " (%s)", h);
@@ -133,9 +166,12 @@ static st_code run_call(bk_conn *k, const char *method, st_slice req, int64_t ti
         ;
     if (w->stopped)
         return st_err_set(err, w->cb_err.code, "%s", w->cb_err.msg);
+    if (w->code != ST_OK && !k->router && k->opts && bk_tls_refused(w->code, w->msg))
+        return bk_node_refused(bk_leaf(method), k->addr, w->msg, "--dir DIR", err);
     if (w->code != ST_OK)
         return st_err_set(err, w->code, "%s at %s: %s: %s%s", bk_leaf(method), k->addr,
-                          st_code_name(w->code), w->msg, router_hint(k, w->code, w->msg));
+                          st_code_name(w->code), w->msg,
+                          k->router ? router_hint(k, w->code, w->msg) : "");
     return ST_OK;
 }
 

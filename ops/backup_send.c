@@ -246,9 +246,7 @@ static void link_done(st_code code, const char *message, st_slice response, void
     if (code != ST_OK)
         send_fail(s, code, "WriteBackupFile (link of %s) at %s: %s: %s", s->f->name, sr->k->addr,
                   st_code_name(code), message);
-    else
-        ops_progress_add(sr->prog, s->f->size);
-    s->started = code == ST_OK;
+    s->started = code == ST_OK; /* a link moves no bytes: the progress counts none */
     send_settle(s);
     send_pump(sr);
 }

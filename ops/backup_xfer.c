@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "backup_cli.h"
+#include "certs.h"
 #include "instance.h"
 #include "strata/btutil.h"
 #include "strata/internal/v1/backup_admin.pb-c.h"
@@ -354,14 +355,14 @@ static st_code export_layout(bk_xfer *x, const char *dir,
     const char **job_node = calloc(total + 1, sizeof *job_node);
     if (rc == ST_OK && (!jobs || !job_node))
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    uint64_t fetch_bytes = 0;
     for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++) {
         const Strata__Internal__V1__BackupPiece *bp = l->pieces[i]->piece;
         for (size_t j = 0; j < bp->n_files; j++) {
             size_t k, kj;
-            if (shared_file(&sh, i, j, &k, &kj)) {
-                ops_progress_add(&x->prog, bp->files[j]->size); /* linked, not read */
-                continue;
-            }
+            if (shared_file(&sh, i, j, &k, &kj))
+                continue; /* an earlier piece's file: named again, not read again */
+            fetch_bytes += bp->files[j]->size;
             jobs[n] = (bk_fetch_job){.version = m->version,
                                      .backup = bp->backup,
                                      .piece = bp->piece,
@@ -371,6 +372,9 @@ static st_code export_layout(bk_xfer *x, const char *dir,
             job_node[n++] = l->pieces[i]->node;
         }
     }
+    /* the bar's bytes are the ones moved, as the summary's rate: counting the listed ones, a
+     * split table's export had read 0% with an ETA many times too long, then jumped */
+    ops_progress_total(&x->prog, fetch_bytes);
     if (rc == ST_OK)
         rc = fetch_all(x, dir, l, jobs, n, job_node, err);
     if (rc == ST_OK)
@@ -421,6 +425,40 @@ static bool no_room(const st_err *err) {
     return strstr(err->msg, strerror(ENOSPC)) || strstr(err->msg, strerror(EDQUOT));
 }
 
+/* An export or import moves the files between this process and the nodes, and a secure
+ * instance's nodes accept only its admin certificate: without it the command is refused before
+ * it makes anything (a directory, a CREATING backup), not at its first node call. flag: how the
+ * user names the instance by its directory. */
+static st_code node_creds_check(const char *moved, const char *flag, st_err *err) {
+    const char *why = ops_secure_node_cert_missing(flag);
+    return why[0] ? st_err_set(err, ST_FAILED_PRECONDITION,
+                               "the backup's files are %s the nodes directly, and %s", moved, why)
+                  : ST_OK;
+}
+
+/* After a failed export: removes what it wrote (no export can resume it) and says so in err, or
+ * what to remove when that failed. restore --target's temporary copy is removed by the restore,
+ * which needs to know only where to make room. */
+static void export_undo(const bk_ctx *c, const char *dir, int version, bool made,
+                        const bk_layout *l, st_err *err) {
+    bool gone = ops_bk_dir_remove(dir, version, made);
+    if (c->nested && no_room(err))
+        st_err_prefix(err,
+                      "no room in $TMPDIR for the temporary copy of the backup: free space there, "
+                      "or point TMPDIR at a file system with room for %llu bytes: ",
+                      (unsigned long long)(l->backup && l->backup->size_bytes > 0
+                                               ? (uint64_t)l->backup->size_bytes
+                                               : layout_bytes(l)));
+    else if (c->nested)
+        return;
+    else if (!gone)
+        st_err_prefix(err, "%s is incomplete (no MANIFEST; remove it and export again): ", dir);
+    else if (made)
+        st_err_prefix(err, "export failed, %s removed: ", dir);
+    else
+        st_err_prefix(err, "export failed, what it wrote into %s removed: ", dir);
+}
+
 int bk_export(bk_ctx *c) {
     char name[BK_RES_MAX];
     if (c->a.n_pos != 2) {
@@ -445,28 +483,20 @@ int bk_export(bk_ctx *c) {
     const char *fmt = getenv("STRATA_BACKUP_EXPORT_FORMAT");
     if (fmt && (!strcmp(fmt, "1") || !strcmp(fmt, "2")))
         m.version = fmt[0] - '0';
+    bool made = false;
     st_code rc = bk_router_call(c, BK_SVC_BACKUP "DescribeBackup", &req.base,
                                 &strata__internal__v1__backup_layout__descriptor, &lm, &err);
     if (rc == ST_OK)
-        rc = ops_bk_dir_create(dir, m.version, &err);
+        rc = node_creds_check("read from", "--dir DIR", &err);
+    if (rc == ST_OK)
+        rc = ops_bk_dir_create(dir, m.version, &made, &err);
     if (rc == ST_OK) {
         const Strata__Internal__V1__BackupLayout *l = (void *)lm;
-        ops_progress_init(&x.prog, "strata backup export", OPS_PROGRESS_BYTES, layout_bytes(l),
-                          c->a.quiet);
+        ops_progress_init(&x.prog, "strata backup export", OPS_PROGRESS_BYTES, 0, c->a.quiet);
         rc = export_layout(&x, dir, l, &m, &err);
         ops_progress_finish(&x.prog, rc == ST_OK);
-        if (rc != ST_OK && err.code != ST_ALREADY_EXISTS && !c->nested)
-            st_err_prefix(&err,
-                          "%s is incomplete (no MANIFEST; remove it and export again): ", dir);
-        else if (rc != ST_OK && c->nested && no_room(&err))
-            /* restore --target's temporary copy, which it removes: where to make room */
-            st_err_prefix(&err,
-                          "no room in $TMPDIR for the temporary copy of the backup: free "
-                          "space there, or point TMPDIR at a file system with room for %llu "
-                          "bytes: ",
-                          (unsigned long long)(l->backup && l->backup->size_bytes > 0
-                                                   ? (uint64_t)l->backup->size_bytes
-                                                   : layout_bytes(l)));
+        if (rc != ST_OK)
+            export_undo(c, dir, m.version, made, l, &err);
     }
     if (rc == ST_OK)
         print_summary(c, "exported", name, dir, &m, &x.prog);
@@ -570,20 +600,21 @@ int bk_verify(bk_ctx *c) {
     st_code rc = ops_bk_manifest_load(dir, &m, &err);
     if (rc == ST_OK)
         rc = ops_bk_check_sizes(dir, &m, &err);
-    ops_progress_init(&p, "strata backup verify", OPS_PROGRESS_BYTES, ops_bk_manifest_bytes(&m),
-                      c->a.quiet || rc != ST_OK);
     size_t *off = NULL;
     bool *seen = rc == ST_OK ? seen_before(dir, &m, &off) : NULL;
     if (rc == ST_OK && !seen)
         rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    uint64_t read_bytes = 0; /* each file once: the bar counts what is read */
     for (size_t i = 0; rc == ST_OK && i < m.n_pieces; i++)
-        for (size_t j = 0; rc == ST_OK && j < m.pieces[i].n_files; j++) {
-            if (seen[off[i] + j])
-                ops_progress_add(&p, m.pieces[i].files[j].size);
-            else
+        for (size_t j = 0; j < m.pieces[i].n_files; j++)
+            read_bytes += seen[off[i] + j] ? 0 : m.pieces[i].files[j].size;
+    ops_progress_init(&p, "strata backup verify", OPS_PROGRESS_BYTES, read_bytes,
+                      c->a.quiet || rc != ST_OK);
+    for (size_t i = 0; rc == ST_OK && i < m.n_pieces; i++)
+        for (size_t j = 0; rc == ST_OK && j < m.pieces[i].n_files; j++)
+            if (!seen[off[i] + j])
                 rc = ops_bk_check_file(dir, &m, &m.pieces[i], &m.pieces[i].files[j], progress_chunk,
                                        &p, &err);
-        }
     free(seen);
     free(off);
     ops_progress_finish(&p, rc == ST_OK);
@@ -766,6 +797,38 @@ static bool sent_add(bk_xfer *x, const bk_conn *k, const ops_bk_piece *p, const 
     return true;
 }
 
+/* The bytes the import sends: each file once per node that receives it (the router places the
+ * pieces that share files together, so these are the bytes stored once), where the pieces list
+ * a shared file once each; the others go as links. Counted on the table of files sent, keyed by
+ * a slot of x->nodes per address (not opened), emptied after. */
+static uint64_t import_send_bytes(bk_xfer *x, const Strata__Internal__V1__BackupLayout *l,
+                                  const ops_bk_manifest *m) {
+    const char *addr[BK_NODES_MAX];
+    size_t n = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < l->n_pieces; i++) {
+        const char *node = l->pieces[i]->node;
+        const ops_bk_piece *p =
+            l->pieces[i]->piece && node ? find_piece(m, l->pieces[i]->piece->piece, i) : NULL;
+        size_t k = 0;
+        while (p && k < n && strcmp(addr[k], node))
+            k++;
+        if (p && k == n && n < BK_NODES_MAX)
+            addr[n++] = node;
+        for (size_t j = 0; p && j < p->n_files; j++) {
+            const bk_conn *key = k < n ? &x->nodes[k] : NULL;
+            if (!key || !sent_find(x, key, &p->files[j]))
+                bytes += p->files[j].size;
+            if (key)
+                sent_add(x, key, p, &p->files[j]); /* out of memory: counted again, no harm */
+        }
+    }
+    x->n_sent = 0;
+    if (x->slot)
+        memset(x->slot, 0, x->n_slots * sizeof *x->slot);
+    return bytes;
+}
+
 /* Every file of one piece to its node, checked as read; then the seal. */
 static void seal_done(st_code code, const char *message, st_slice response, void *arg) {
     (void)response;
@@ -885,6 +948,7 @@ static st_code import_run(bk_xfer *x, const char *dir, const ops_bk_manifest *m,
         return rc;
     Strata__Internal__V1__BackupLayout *l = (void *)lm;
     x->m = m;
+    ops_progress_total(&x->prog, import_send_bytes(x, l, m));
     if (l->backup && l->backup->name && l->backup->name[0])
         snprintf(name, sizeof name, "%s", l->backup->name);
     for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++)
@@ -928,9 +992,10 @@ int bk_import(bk_ctx *c) {
     memset(&x, 0, sizeof x);
     x.c = c;
     ProtobufCMessage *done = NULL;
+    if (rc == ST_OK) /* refused before BeginImport creates anything */
+        rc = node_creds_check("written to", c->nested ? "--target DIR" : "--dir DIR", &err);
     if (rc == ST_OK) {
-        ops_progress_init(&x.prog, "strata backup import", OPS_PROGRESS_BYTES,
-                          ops_bk_manifest_bytes(&m), c->a.quiet);
+        ops_progress_init(&x.prog, "strata backup import", OPS_PROGRESS_BYTES, 0, c->a.quiet);
         rc = import_run(&x, dir, &m, id, &done, &err);
         ops_progress_finish(&x.prog, rc == ST_OK);
     }

@@ -60,6 +60,18 @@ bool ops_secure_token(const char *inst_dir, const char *role, char *out, size_t 
 bool ops_secure_flags(const char *cmd, const char *tls_ca, const char *token,
                       const char *token_file);
 
+/* ---- why a node refuses this process (secure.c) ---- */
+/* "" when the nodes can be reached (plaintext, or TLS presenting the admin certificate);
+ * otherwise why they will refuse the handshake and what to do, a sentence without a final
+ * period: a secure instance's nodes accept only its admin certificate (mutual TLS), which
+ * --tls-ca and a token do not give, so the instance must be named by its directory, as flag
+ * says ("--dir DIR"). Valid until the next call (a static buffer). */
+const char *ops_secure_node_cert_missing(const char *flag);
+/* What to do about a node that refused the TLS handshake: ops_secure_node_cert_missing, or,
+ * when the admin certificate was presented, that it is another instance's. Never "" on a
+ * secure instance; valid until the next call. */
+const char *ops_secure_node_refused(const char *flag);
+
 /* ---- why a call to a router failed (secure.c) ---- */
 typedef enum ops_router_fail {
     OPS_ROUTER_FAIL_OTHER = 0, /* nothing below: retry, or read the message */

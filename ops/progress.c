@@ -101,6 +101,10 @@ static void maybe_print(ops_progress *p) {
         print_now(p, now);
 }
 
+void ops_progress_total(ops_progress *p, uint64_t total) {
+    p->total = total;
+}
+
 void ops_progress_add(ops_progress *p, uint64_t n) {
     p->done += n;
     maybe_print(p);

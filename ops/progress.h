@@ -31,6 +31,8 @@ typedef struct ops_progress {
 /* Starts a progress on stderr (tty when isatty(stderr)); total 0 = unknown. */
 void ops_progress_init(ops_progress *p, const char *label, ops_progress_unit unit, uint64_t total,
                        bool quiet);
+/* Sets the total once it is known (after the progress started: its clock runs from the init). */
+void ops_progress_total(ops_progress *p, uint64_t total);
 /* Adds bytes (or sets the percent, OPS_PROGRESS_PERCENT) and prints when the interval passed. */
 void ops_progress_add(ops_progress *p, uint64_t n);
 void ops_progress_set(ops_progress *p, uint64_t done);

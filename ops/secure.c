@@ -17,6 +17,8 @@
 static struct {
     char dir[OPS_CERTS_PATH_MAX];
     bool loaded, on;
+    bool inst; /* dir is a secure instance's (DIR/secure/ca.pem exists) */
+    bool cert; /* ctx presents its admin certificate, which the nodes ask for */
     SSL_CTX *ctx;
     rpc_client_opts node, router;
     char token[OPS_SECURE_TOKEN_MAX];
@@ -59,7 +61,7 @@ bool ops_secure_token(const char *inst_dir, const char *role, char *out, size_t 
 
 /* The CA the servers' certificates must chain to, and the admin certificate (none without a
  * secure instance directory: routers need none, nodes then refuse the handshake). */
-static void secure_paths(char *ca, char *cert, char *key, size_t cap) {
+static bool secure_paths(char *ca, char *cert, char *key, size_t cap) {
     snprintf(ca, cap, "%s/%s/ca.pem", g_sec.dir, OPS_SECURE_SUBDIR);
     snprintf(cert, cap, "%s/%s/admin.pem", g_sec.dir, OPS_SECURE_SUBDIR);
     snprintf(key, cap, "%s/%s/admin.key", g_sec.dir, OPS_SECURE_SUBDIR);
@@ -70,6 +72,7 @@ static void secure_paths(char *ca, char *cert, char *key, size_t cap) {
         ca[0] = '\0';
     if (!inst)
         cert[0] = key[0] = '\0';
+    return inst;
 }
 
 /* Loads the credentials once; a secure instance whose files cannot be read is said once on
@@ -79,8 +82,9 @@ static void secure_load(void) {
         return;
     g_sec.loaded = true;
     char ca[OPS_CERTS_PATH_MAX + 32], cert[OPS_CERTS_PATH_MAX + 32], key[OPS_CERTS_PATH_MAX + 32];
-    secure_paths(ca, cert, key, sizeof ca);
+    g_sec.inst = secure_paths(ca, cert, key, sizeof ca);
     g_sec.on = ca[0] != '\0';
+    g_sec.cert = false;
     g_sec.md = (rpc_metadata){0};
     if (g_sec.token_flag[0])
         snprintf(g_sec.token, sizeof g_sec.token, "%s", g_sec.token_flag);
@@ -95,6 +99,7 @@ static void secure_load(void) {
     st_err err = {0};
     SSL_CTX_free(g_sec.ctx);
     g_sec.ctx = rpc_tls_client_ctx_new(ca, cert[0] ? cert : NULL, key[0] ? key : NULL, &err);
+    g_sec.cert = g_sec.ctx && cert[0];
     /* Without the admin certificate the nodes refuse the handshake, but the router asks for
      * none: its calls still verify it against the CA (`strata status` then says what is
      * missing instead of calling a running router "no gRPC"). */
@@ -143,6 +148,40 @@ const rpc_metadata *ops_secure_md(size_t *n) {
     secure_load();
     *n = g_sec.md.name ? 1 : 0;
     return *n ? &g_sec.md : NULL;
+}
+
+/* ---- what the nodes will refuse ---- */
+
+const char *ops_secure_node_cert_missing(const char *flag) {
+    static char out[2 * OPS_CERTS_PATH_MAX + 512];
+    if (!ops_secure_on() || g_sec.cert)
+        return "";
+    if (g_sec.inst)
+        snprintf(out, sizeof out,
+                 "%s is a secure instance but its admin certificate %s/%s/admin.pem cannot be "
+                 "used (see above), and its nodes accept no other: `strata down`, then `strata "
+                 "up --secure` there makes missing certificates again",
+                 g_sec.dir, g_sec.dir, OPS_SECURE_SUBDIR);
+    else
+        snprintf(out, sizeof out,
+                 "a secure instance's nodes accept only its admin certificate (mutual TLS), "
+                 "which --tls-ca and --token do not give: name the instance by its directory, "
+                 "%s (the one `strata up --secure` made: its %s/admin.pem is that certificate)",
+                 flag, OPS_SECURE_SUBDIR);
+    return out;
+}
+
+const char *ops_secure_node_refused(const char *flag) {
+    static char out[2 * OPS_CERTS_PATH_MAX + 512];
+    const char *missing = ops_secure_node_cert_missing(flag);
+    if (missing[0] || !g_sec.on)
+        return missing;
+    snprintf(out, sizeof out,
+             "it accepts only the admin certificate of its own instance, and this command "
+             "presented %s/%s/admin.pem: name the directory of the instance the node belongs "
+             "to (`strata status --dir %s` checks that one's certificates)",
+             g_sec.dir, OPS_SECURE_SUBDIR, g_sec.dir);
+    return out;
 }
 
 /* ---- credentials on the command line ---- */

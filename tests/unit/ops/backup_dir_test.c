@@ -3,7 +3,8 @@
  * an export that is complete and intact: an export written with ops_bk_out and
  * ops_bk_manifest_write verifies and loads back the same; a flipped byte, a truncated file, a
  * missing file, a changed manifest and an export that stopped before its manifest are each
- * refused with an error naming the bad file; and manifests that are not ones (path traversal in
+ * refused with an error naming the bad file; what a failed export wrote is removed, and nothing
+ * else; and manifests that are not ones (path traversal in
  * piece or file names, hidden or temporary names, repeated or overlapping pieces, a missing
  * header, a wrong version) are refused by the parser before any path is built from them.
  */
@@ -67,7 +68,9 @@ static void write_export(char *dir, size_t cap, ops_bk_manifest *m) {
     st_err err = {0};
     make_dir(test_dir, sizeof test_dir);
     snprintf(dir, cap, "%s/x", test_dir);
-    assert_int_equal(ops_bk_dir_create(dir, g_version, &err), ST_OK);
+    bool made = false;
+    assert_int_equal(ops_bk_dir_create(dir, g_version, &made, &err), ST_OK);
+    assert_true(made);
     ops_bk_manifest_init(m);
     m->version = g_version;
     snprintf(m->backup, sizeof m->backup, "projects/p/instances/i/clusters/c1/backups/b1");
@@ -269,14 +272,57 @@ static void test_backup_dir_unfinished_refused(void **state) {
     st_err err = {0};
     make_dir(test_dir, sizeof test_dir);
     snprintf(dir, sizeof dir, "%s/x", test_dir);
-    assert_int_equal(ops_bk_dir_create(dir, g_version, &err), ST_OK);
+    bool made = false;
+    assert_int_equal(ops_bk_dir_create(dir, g_version, &made, &err), ST_OK);
     ops_bk_out o;
     assert_int_equal(ops_bk_out_open(&o, dir, g_version, "p0", "000001.sst", &err), ST_OK);
     assert_int_equal(ops_bk_out_write(&o, "abc", 3, &err), ST_OK);
     ops_bk_out_abort(&o);
     expect_refused(dir, ST_NOT_FOUND, "MANIFEST");
     /* and a second export into it is refused only if something is there */
-    assert_int_equal(ops_bk_dir_create(dir, g_version, &err), ST_ALREADY_EXISTS);
+    assert_int_equal(ops_bk_dir_create(dir, g_version, &made, &err), ST_ALREADY_EXISTS);
+    assert_false(made);
+    cleanup();
+}
+
+/* An export that failed is removed: the directory it made goes whole; one that was there, empty,
+ * before the export stays, empty again; anything else in a directory is never touched (the
+ * export refuses a directory that is not empty before it writes). */
+static void test_backup_dir_failed_export_removed(void **state) {
+    (void)state;
+    char dir[1100], other[1200];
+    st_err err = {0};
+    struct stat st;
+    bool made = false;
+    make_dir(test_dir, sizeof test_dir);
+    snprintf(dir, sizeof dir, "%s/x", test_dir);
+    for (int round = 0; round < 2; round++) { /* made by the export, then there before */
+        assert_int_equal(ops_bk_dir_create(dir, g_version, &made, &err), ST_OK);
+        assert_int_equal(made, round == 0);
+        ops_bk_out o;
+        assert_int_equal(ops_bk_out_open(&o, dir, g_version, "p0", "000001.sst", &err), ST_OK);
+        assert_int_equal(ops_bk_out_write(&o, "abc", 3, &err), ST_OK);
+        ops_bk_file f = {0};
+        assert_int_equal(ops_bk_out_close(&o, &f, &err), ST_OK);
+        assert_int_equal(ops_bk_out_open(&o, dir, g_version, "p0", "000002.sst", &err), ST_OK);
+        assert_int_equal(ops_bk_out_write(&o, "de", 2, &err), ST_OK); /* still .tmp */
+        assert_true(ops_bk_dir_remove(dir, g_version, made));
+        ops_bk_out_abort(&o);
+        if (round == 0)
+            assert_int_not_equal(stat(dir, &st), 0);
+        else
+            assert_int_equal(rmdir(dir), 0); /* there, and empty */
+        if (round == 0)
+            assert_int_equal(mkdir(dir, 0755), 0);
+    }
+    /* a file that is not the export's keeps the directory (and is kept) */
+    assert_int_equal(ops_bk_dir_create(dir, g_version, &made, &err), ST_OK);
+    snprintf(other, sizeof other, "%s/notes.txt", dir);
+    FILE *fp = fopen(other, "w");
+    assert_non_null(fp);
+    fclose(fp);
+    assert_false(ops_bk_dir_remove(dir, g_version, made));
+    assert_int_equal(stat(other, &st), 0);
     cleanup();
 }
 
@@ -434,6 +480,7 @@ int main(void) {
         cmocka_unit_test(test_backup_dir_version1),
         cmocka_unit_test(test_backup_dir_manifest_changed_refused),
         cmocka_unit_test(test_backup_dir_unfinished_refused),
+        cmocka_unit_test(test_backup_dir_failed_export_removed),
         cmocka_unit_test(test_backup_dir_hostile_manifest_refused),
         cmocka_unit_test(test_backup_dir_many_files),
     };
