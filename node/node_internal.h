@@ -209,6 +209,10 @@ void node_tables_remove(node_ctx *n, node_tablets *t);
 int64_t node_server_ts_us(node_ctx *n);
 /* A fresh version for a local commit: STO_VERSION(hlc_us, cluster_num), strictly increasing. */
 uint64_t node_next_version(node_ctx *n);
+/* How far ahead of this node's wall clock a time it is handed may lie and still move its clock:
+ * a restored piece's freeze instant, the versions of an imported piece's files (past that
+ * instant), a replicated or copied commit time. Clocks of healthy nodes differ by far less. */
+#define NODE_CLOCK_AHEAD_MAX_US (3600LL * 1000000)
 
 /* ---- request helpers ---- */
 /* Unpacks a request with protobuf-c through the call's arena; on failure finishes the call with
