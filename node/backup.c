@@ -576,10 +576,6 @@ static st_code restore_paths(const char *dir, const bk_piece *p, st_arena *a, co
     return ST_OK;
 }
 
-/* How far past this node's clock a restored piece's freeze instant may lie (clock skew between
- * the nodes that froze and restore it stays far below this). */
-#define BK_FROZEN_AHEAD_MAX_US (3600LL * 1000000)
-
 st_code node_backup_restore(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
                             const char *backup, const char *piece, st_err *err) {
     bk_name b;
@@ -594,12 +590,14 @@ st_code node_backup_restore(node_ctx *n, node_tablets *t, st_slice start, st_sli
     if (rc == ST_OK)
         rc = bk_piece_load(n, &b, piece, &a, &p, err);
     /* The clock moves past frozen_us below: a piece from a damaged or forged export must not
-     * throw this node's versions (and every later write's) centuries ahead. */
-    int64_t clock_us = st_wall_us() > n->hlc_last_us ? st_wall_us() : n->hlc_last_us;
-    if (rc == ST_OK && p->frozen_us > clock_us + BK_FROZEN_AHEAD_MAX_US)
+     * throw this node's versions (and every later write's) centuries ahead. The bound is on the
+     * wall clock, as for commit times handed to the node (node_clock_observe): against the
+     * clock itself, each restore could carry it another hour ahead. */
+    int64_t clock_us = st_wall_us();
+    if (rc == ST_OK && p->frozen_us > clock_us + NODE_CLOCK_AHEAD_MAX_US)
         rc = st_err_set(err, ST_DATA_LOSS,
                         "piece %s of %s says it was frozen at %" PRId64 " us since the epoch, more "
-                        "than an hour ahead of this node's clock (%" PRId64 "): its export is "
+                        "than an hour ahead of this node's wall clock (%" PRId64 "): its export is "
                         "damaged or was made where clocks were wrong; delete the backup",
                         piece, backup, p->frozen_us, clock_us);
     if (rc == ST_OK && !range_inside(start, end, p))

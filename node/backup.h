@@ -181,10 +181,13 @@ bool bk_busy_doomed(node_ctx *n, const char *dir);
 /* Seals the import directory <piece>.in against p (sizes, CRC32C): the work of SealBackupPiece
  * and of a pull's end. The CRC32C of a file comes from the cache when its chunks were
  * checksummed on the way in (bk_write_chunk), else the file is read back; each file is fsync'd
- * once. Thread-safe (files and the cache). out is p as stored (malloc'd); *read_back counts
- * the files read back. */
-st_code bk_seal_dir(node_backups *b, const char *in_dir, const char *final_dir, const bk_piece *p,
-                    uint32_t node_num, bk_piece **out, size_t *read_back, st_err *err);
+ * once. Then every file is read through (sto_backup_file_verify: key order, versions no later
+ * than p's frozen_us + NODE_CLOCK_AHEAD_MAX_US): ST_DATA_LOSS naming the file, nothing sealed.
+ * Thread-safe (files and the cache). out is p as stored (malloc'd); *read_back counts the files
+ * read back for their CRC32C. */
+st_code bk_seal_dir(node_backups *b, sto_db *db, const char *in_dir, const char *final_dir,
+                    const bk_piece *p, uint32_t node_num, bk_piece **out, size_t *read_back,
+                    st_err *err);
 /* Appends data at off to file in dir (off 0 starts it anew, as a new file: a link another piece
  * holds to the old one keeps its bytes); FAILED_PRECONDITION when off is not the file's current
  * size. The chunk's CRC32C extends the file's in the cache (bk_crc_write) and its writeback

@@ -484,13 +484,49 @@ static void seal_drop_unlisted(const char *in, const bk_piece *p) {
         closedir(d);
 }
 
-st_code bk_seal_dir(node_backups *b, const char *in, const char *final, const bk_piece *p,
-                    uint32_t node_num, bk_piece **out, size_t *read_back, st_err *err) {
+/* The largest version a file of a piece frozen at frozen_us may hold: its tablet's writes
+ * took versions from a clock at or below frozen_us (the freeze reads the node's clock after
+ * them), give or take the clock skew a restore allows for frozen_us itself. */
+static uint64_t seal_version_max(int64_t frozen_us) {
+    const int64_t top = (INT64_MAX >> STO_VERSION_TIEBREAK_BITS) - NODE_CLOCK_AHEAD_MAX_US;
+    int64_t at = frozen_us < 0 ? 0 : frozen_us > top ? top : frozen_us;
+    return STO_VERSION(at + NODE_CLOCK_AHEAD_MAX_US, STO_ORIGIN_MAX);
+}
+
+/* Reads every listed file through: sizes and CRC32C say a copy is whole, not that its contents
+ * are what a node writes. A file with keys out of order would be served out of order, and one
+ * with versions from the future would hide every later write it meets and, once its tablet
+ * moves or replicates, pull other nodes' clocks forward. */
+static st_code seal_verify_files(sto_db *db, const char *in, const bk_piece *p, st_err *err) {
+    uint64_t version_max = seal_version_max(p->frozen_us);
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < p->n_files; i++) {
+        char path[NODE_BK_PATH_MAX + 80];
+        snprintf(path, sizeof path, "%s/%s", in, p->files[i]->name);
+        rc = sto_backup_file_verify(db, path, version_max, err);
+        if (rc == ST_DATA_LOSS) {
+            char why[ST_ERR_MSG_MAX];
+            snprintf(why, sizeof why, "%s", err->msg);
+            st_err_set(
+                err, ST_DATA_LOSS,
+                "file %s: %s; the export's checksums cannot show this (it was altered): export "
+                "the backup again from its source instance",
+                p->files[i]->name, why);
+        }
+    }
+    return rc;
+}
+
+st_code bk_seal_dir(node_backups *b, sto_db *db, const char *in, const char *final,
+                    const bk_piece *p, uint32_t node_num, bk_piece **out, size_t *read_back,
+                    st_err *err) {
     *out = NULL;
     *read_back = 0;
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < p->n_files; i++)
         rc = seal_check_file(b, in, p->files[i], read_back, err);
+    if (rc == ST_OK)
+        rc = seal_verify_files(db, in, p, err);
     if (rc == ST_OK)
         seal_drop_unlisted(in, p);
     bk_piece *c = rc == ST_OK ? piece_copy(p) : NULL;
@@ -571,8 +607,8 @@ typedef struct seal_arg {
 static void seal_work(node_job *j) {
     seal_arg *a = j->arg;
     size_t read_back = 0;
-    j->rc = bk_seal_dir(j->n->backups, a->in, a->final, a->want, j->n->opts.node_num, &a->out,
-                        &read_back, &j->err);
+    j->rc = bk_seal_dir(j->n->backups, j->n->db, a->in, a->final, a->want, j->n->opts.node_num,
+                        &a->out, &read_back, &j->err);
     for (size_t i = 0; j->rc == ST_OK && i < a->out->n_files; i++) {
         char path[NODE_BK_PATH_MAX + 80];
         snprintf(path, sizeof path, "%s/%s", a->final, a->out->files[i]->name);

@@ -1219,10 +1219,10 @@ void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     /* The clock moves past the copied commit times (as for replicated rows), so a write made
      * here after the move gets a higher version than the cells it overwrites, and past the
      * source's clock and the copied change records' stamps, so records made here come after
-     * them. The ring has none of the copied records: it sends readers of the range to storage
-     * for anything older than now. */
-    if (max_ts > n->hlc_last_us)
-        n->hlc_last_us = max_ts;
+     * them; not by a step of more than an hour past the wall clock, which only a wrong clock or
+     * forged versions make (node_clock_observe). The ring has none of the copied records: it sends
+     * readers of the range to storage for anything older than now. */
+    node_clock_observe(n, max_ts, "a tablet move", t->name);
     node_cs_range_arrived(n, t->name, st_buf_slice(&tab->start), st_buf_slice(&tab->end));
     copy_track(n, tab->id, 1);
     if (req->n_rows == 0) {

@@ -5,6 +5,7 @@
 #include "node_internal.h"
 #include "repl_glue.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -395,6 +396,24 @@ uint64_t node_next_version(node_ctx *n) {
     int64_t now = st_wall_us();
     n->hlc_last_us = now > n->hlc_last_us ? now : n->hlc_last_us + 1;
     return STO_VERSION(n->hlc_last_us, n->opts.cluster_num);
+}
+
+void node_clock_observe(node_ctx *n, int64_t ts_us, const char *what, const char *table) {
+    if (ts_us <= n->hlc_last_us)
+        return;
+    int64_t wall_us = st_wall_us();
+    if (ts_us - wall_us <= NODE_CLOCK_AHEAD_MAX_US) {
+        n->hlc_last_us = ts_us;
+        return;
+    }
+    ST_LOG_LIMITED(ST_LOG_ERROR, "clock",
+                   "event=clock_step_refused source=%s table=%s time_us=%" PRId64
+                   " wall_us=%" PRId64 " ahead_s=%" PRId64
+                   " msg=\"data from %s carries a time more than an hour ahead of this node's "
+                   "clock; the clock stays, the data is applied with its versions (which outrank "
+                   "later writes to the same cells): check the clocks of the peer cluster's and "
+                   "the source node's hosts, and the backups imported into this instance\"",
+                   what, table ? table : "-", ts_us, wall_us, (ts_us - wall_us) / 1000000, what);
 }
 
 /* ---- request helpers ---- */

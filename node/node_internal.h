@@ -209,6 +209,17 @@ void node_tables_remove(node_ctx *n, node_tablets *t);
 int64_t node_server_ts_us(node_ctx *n);
 /* A fresh version for a local commit: STO_VERSION(hlc_us, cluster_num), strictly increasing. */
 uint64_t node_next_version(node_ctx *n);
+/* How far ahead of this node's wall clock a time it is handed may lie and still move its clock:
+ * a restored piece's freeze instant, the versions of an imported piece's files (past that
+ * instant), a replicated or copied commit time. Clocks of healthy nodes differ by far less. */
+#define NODE_CLOCK_AHEAD_MAX_US (3600LL * 1000000)
+/* Moves the clock past ts_us, a commit time or clock reading that came with data from elsewhere
+ * (what: "replication", "a tablet move"; table may be NULL), so later local writes get higher
+ * versions. A time more than NODE_CLOCK_AHEAD_MAX_US past the wall clock (a node whose clock is
+ * wrong, or data with forged versions) does not move it: following it would give every later
+ * write on this node, and every change record, a time from the future. That is logged at error
+ * level (rate-limited); the data is applied with its versions all the same. Loop thread. */
+void node_clock_observe(node_ctx *n, int64_t ts_us, const char *what, const char *table);
 
 /* ---- request helpers ---- */
 /* Unpacks a request with protobuf-c through the call's arena; on failure finishes the call with

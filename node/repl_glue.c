@@ -122,11 +122,11 @@ static st_code glue_write_rows(void *node, const sto_row_mut *rows, size_t count
 }
 
 /* The hybrid logical clock moves past replicated commit times, so a local write after seeing a
- * remote one gets a higher version (and ReadModifyWriteRow never goes back in time). */
+ * remote one gets a higher version (and ReadModifyWriteRow never goes back in time); not by
+ * an absurd step (node_clock_observe). */
 static void glue_observe_ts(void *node, uint64_t commit_ts_us) {
-    node_ctx *n = node;
-    if ((int64_t)commit_ts_us > n->hlc_last_us)
-        n->hlc_last_us = (int64_t)commit_ts_us;
+    int64_t ts = commit_ts_us > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)commit_ts_us;
+    node_clock_observe(node, ts, "replication", NULL);
 }
 
 /* Every local write with a commit time at or below the result is durable: with none in flight,

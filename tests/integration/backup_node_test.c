@@ -356,13 +356,93 @@ static void test_hostile(uint64_t id) {
     expect_code("CreateTablet restoring a missing piece", rc, &st, ST_NOT_FOUND, NULL);
 }
 
+/* ---- SSTables for the seal: it reads every file through, so the bytes sent must be one ---- */
+
+static size_t put_varint(uint8_t *p, uint64_t v) {
+    size_t n = 0;
+    for (; v >= 0x80; v >>= 7)
+        p[n++] = (uint8_t)(v | 0x80);
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+static void put_le(uint8_t *p, uint64_t v, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The block at d[0, len) gets its trailer: type 0 (stored), masked CRC32C of block and type. */
+static size_t seal_block(uint8_t *d, size_t len) {
+    d[len] = 0;
+    put_le(d + len + 1, st_crc_mask(st_crc32c(0, d, len + 1)), 4);
+    return len + 5;
+}
+
+/* One entry (restart point) and the restart array of a one-entry block at d. */
+static size_t one_entry_block(uint8_t *d, const uint8_t *key, size_t klen, const uint8_t *v,
+                              size_t vlen) {
+    size_t n = put_varint(d, 0);
+    n += put_varint(d + n, klen);
+    n += put_varint(d + n, vlen);
+    memcpy(d + n, key, klen);
+    if (vlen)
+        memmove(d + n + klen, v, vlen);
+    n += klen + vlen;
+    put_le(d + n, 0, 4);
+    put_le(d + n + 4, 1, 4);
+    return n + 8;
+}
+
+/* d[0, size) becomes an SSTable (docs/formats/sstable.md) of one cell r f:q at 1000 us with
+ * version 1 << 10 (far below any piece's frozen_us) whose value is a pattern of seed; the bloom
+ * filter's length pads it to exactly size (at least 512) bytes. */
+static void sst_fill(uint8_t *d, size_t size, unsigned seed) {
+    uint8_t key[28] = {'r', 0, 1, 2, 'f', 0, 1, 2, 'q', 0, 1, 2};
+    for (int i = 0; i < 8; i++) {
+        key[12 + i] = (uint8_t)((UINT64_MAX - 1000) >> (56 - 8 * i));
+        key[20 + i] = (uint8_t)((UINT64_MAX - (1u << 10)) >> (56 - 8 * i));
+    }
+    size_t vlen = size - 400, off, hlen, fo, mo, io, ilen;
+    for (size_t i = 0; i < vlen; i++)
+        d[40 + i] = (uint8_t)((i * 2654435761u + seed) >> 11);
+    size_t blen = one_entry_block(d, key, sizeof key, d + 40, vlen);
+    size_t data_end = seal_block(d, blen);
+    uint8_t handle[24], meta[64], index[128];
+    hlen = put_varint(handle, 0);
+    hlen += put_varint(handle + hlen, blen);
+    ilen = one_entry_block(index, key, sizeof key, handle, hlen);
+    size_t mlen = put_varint(meta, sizeof key);
+    memcpy(meta + mlen, key, sizeof key);
+    mlen += sizeof key;
+    mlen += put_varint(meta + mlen, sizeof key);
+    memcpy(meta + mlen, key, sizeof key);
+    mlen += sizeof key;
+    mlen += put_varint(meta + mlen, 1);
+    size_t flen = size - data_end - 5 - (mlen + 5) - (ilen + 5) - 80;
+    fo = data_end;
+    memset(d + fo, 0xff, flen - 1);
+    d[fo + flen - 1] = 6;
+    mo = fo + seal_block(d + fo, flen);
+    memcpy(d + mo, meta, mlen);
+    io = mo + seal_block(d + mo, mlen);
+    memcpy(d + io, index, ilen);
+    off = io + seal_block(d + io, ilen);
+    const uint64_t footer[8] = {io, ilen, fo, flen, mo, mlen, 1, data_end};
+    for (int i = 0; i < 8; i++)
+        put_le(d + off + 8 * i, footer[i], 8);
+    put_le(d + off + 64, 1, 4);
+    put_le(d + off + 68, st_crc_mask(st_crc32c(0, d + off, 68)), 4);
+    put_le(d + off + 72, 0x0031545353415453ull, 8);
+}
+
 static void test_write_rules(void) {
     st_err st = {0};
     Strata__Internal__V1__BackupFileChunk c = STRATA__INTERNAL__V1__BACKUP_FILE_CHUNK__INIT;
     c.backup = B3;
     c.piece = "w";
     c.file = "x.sst";
-    uint8_t data[100] = {1, 2, 3};
+    uint8_t data[600];
+    sst_fill(data, sizeof data, 3);
     c.data = (ProtobufCBinaryData){sizeof data, data};
     c.offset = 5;
     st_code rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
@@ -372,7 +452,7 @@ static void test_write_rules(void) {
     expect_code("WriteBackupFile at 0", rc, &st, ST_OK, NULL);
     c.offset = 50;
     rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
-    expect_code("WriteBackupFile out of order", rc, &st, ST_FAILED_PRECONDITION, "100");
+    expect_code("WriteBackupFile out of order", rc, &st, ST_FAILED_PRECONDITION, "600");
     c.file = "../x.sst";
     c.offset = 0;
     rc = unary(1, "WriteBackupFile", &c.base, NULL, &st);
@@ -585,8 +665,8 @@ static long long log_value(int node, long off, const char *n1, const char *n2, c
 
 static uint8_t *link_data(unsigned seed) {
     uint8_t *d = malloc(LINK_BYTES);
-    for (size_t i = 0; d && i < LINK_BYTES; i++)
-        d[i] = (uint8_t)((i * 2654435761u + seed) >> 11);
+    if (d)
+        sst_fill(d, LINK_BYTES, seed);
     return d;
 }
 
@@ -738,8 +818,8 @@ static st_code put_any_order(const char *piece, const uint8_t *d, const size_t *
 static void test_any_order(void) {
     st_err st = {0};
     uint8_t *d = malloc(ANY_BYTES), *bad = malloc(ANY_BYTES);
-    for (size_t i = 0; i < ANY_BYTES; i++)
-        d[i] = bad[i] = (uint8_t)((i * 2654435761u + 7) >> 13);
+    sst_fill(d, ANY_BYTES, 7);
+    memcpy(bad, d, ANY_BYTES);
     bad[3 * ANY_CHUNK + 5] ^= 0x10;
     uint32_t crc = st_crc32c(0, d, ANY_BYTES);
     long long rb = -1;
@@ -858,7 +938,8 @@ static int trash_entries(int node) {
  * to the node keep answering. A piece of another project that shares the directory stays. */
 static void test_delete_many(void) {
     st_err st = {0};
-    uint8_t data[64] = {7};
+    uint8_t data[512];
+    sst_fill(data, sizeof data, 7);
     uint32_t crc = st_crc32c(0, data, sizeof data);
     st_code rc = ST_OK;
     for (int i = 0; rc == ST_OK && i < MANY_PIECES; i++) {

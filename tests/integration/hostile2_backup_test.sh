@@ -8,7 +8,8 @@
 #      piece, leave no table, and leave the node's clock alone. It used to restore, and the
 #      node's clock (the version of every later write, change-stream times) jumped ahead;
 #   2. exports whose SSTable is garbage or has a flipped byte, each re-signed so every
-#      checksum matches: import accepted, restore refused naming the SSTable, no table left;
+#      checksum matches: the import's seal reads the file through and refuses it naming the
+#      file, no backup or table left;
 #   3. after all that a genuine restore works, and a write to the restored table wins over the
 #      restored cell;
 #   4. ListBackups filters with impossible times and sizes (hostile2_backup_filter.js through the
@@ -94,11 +95,11 @@ echo "ok: $(head -c 300 "$TMPD/1.err")"
 echo "== 2. re-signed SSTables that are garbage or have a flipped byte"
 for c in garbage flip; do
   forge "$TMPD/exp" "$TMPD/$c" "$c" || fail "forge $c"
-  bk import "$TMPD/$c" --as "$c" >/dev/null || fail "import $c"
-  bk restore "$c" --to "r$c" --wait >/dev/null 2>"$TMPD/2.err" && fail "restore of a $c SSTable succeeded"
-  grep -q 'SSTable' "$TMPD/2.err" || fail "restore $c: $(cat "$TMPD/2.err")"
-  cbtq read "r$c" >/dev/null 2>&1 && fail "r$c exists after its restore failed"
-  echo "ok: $c: $(grep -o 'opening SSTable.*' "$TMPD/2.err" | head -c 200)"
+  bk import "$TMPD/$c" --as "$c" >/dev/null 2>"$TMPD/2.err" && fail "import of a $c SSTable succeeded"
+  grep -q 'DATA_LOSS.*file [0-9]*\.sst: ' "$TMPD/2.err" || fail "import $c: $(cat "$TMPD/2.err")"
+  bk restore "$c" --to "r$c" --wait >/dev/null 2>&1 && fail "restore of a refused $c import succeeded"
+  cbtq read "r$c" >/dev/null 2>&1 && fail "r$c exists after its import failed"
+  echo "ok: $c: $(grep -o 'file [0-9]*\.sst: .*' "$TMPD/2.err" | head -c 200)"
 done
 
 echo "== 3. a genuine restore still works, and later writes win"

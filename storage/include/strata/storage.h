@@ -267,6 +267,14 @@ st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_f
  * is not a readable SSTable (nothing is created in either case). */
 st_code sto_tablet_restore(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
                            const char *const *paths, size_t n, sto_tablet **out, st_err *err);
+/* Reads the whole SSTable at path, a file made elsewhere (an imported backup's), and checks what
+ * this engine's writers guarantee and its readers rely on: entries strictly ordered, well-formed
+ * keys, the index, count and key range matching the data, and no version above version_max (a
+ * version from the future would outrank every later write it meets, and move the clocks of the
+ * nodes it is copied to). ST_DATA_LOSS saying what was wrong and where in the file (the caller
+ * names the file); ST_NOT_FOUND for a missing file; other I/O errors as the env reports them.
+ * Reads through no cache. */
+st_code sto_backup_file_verify(sto_db *db, const char *path, uint64_t version_max, st_err *err);
 
 /* ---- writes ---- */
 

@@ -11,8 +11,9 @@
  * keeping each cell's timestamp and version (the source's storage read before the move against
  * the target's commit log, read with sto_log_reader: same cells, same versions, every record
  * STO_ROW_REPLICATED, a row written by two mutations arrives as two row mutations), a CopyRows
- * with an older version loses against a copied cell and a newer one wins, and the source answers
- * strata-not-owner; a move's incoming copy is refused to clients and moves until activated;
+ * with an older version loses against a copied cell and a newer one wins, a copied commit time
+ * ten years ahead does not move the target's clock (one five seconds ahead does), and the source
+ * answers strata-not-owner; a move's incoming copy is refused to clients and moves until activated;
  * DropTablet and DropTable.
  */
 #include <setjmp.h>
@@ -531,6 +532,32 @@ static size_t target_log_cells(node_env *e, uint64_t tablet_id, cell_ver *out, s
     return n;
 }
 
+/* The version of the last local (not copied) write of row in e's commit log, 0 when the reader
+ * does not see one yet. */
+static uint64_t local_version_once(node_env *e, const char *row) {
+    sto_log_reader *r;
+    st_err err;
+    assert_int_equal(sto_log_reader_open(node_db(e->node), 1, &r, &err), ST_OK);
+    sto_log_record rec;
+    uint64_t v = 0;
+    while (sto_log_reader_next(r, &rec, &err) == ST_OK)
+        if (!(rec.row.flags & STO_ROW_REPLICATED) && rec.row.row.len == strlen(row) &&
+            !memcmp(rec.row.row.data, row, strlen(row)))
+            v = rec.row.version;
+    sto_log_reader_close(r);
+    return v;
+}
+
+/* As local_version_once, waiting for the record: without sync the reader's durable end follows
+ * an acknowledged write a moment later. */
+static uint64_t last_local_version(node_env *e, const char *row) {
+    uint64_t v = 0;
+    for (int i = 0; i < 1000 && (v = local_version_once(e, row)) == 0; i++)
+        usleep(10000);
+    assert_true(v != 0);
+    return v;
+}
+
 /* True when the two lists hold the same cells with the same timestamps and versions. */
 static bool same_cells(const cell_ver *a, size_t na, const cell_ver *b, size_t nb) {
     if (na != nb)
@@ -680,6 +707,19 @@ static void test_internal_move(void **state) {
     assert_int_equal(read_range(&B, TABLE, "a0000", "a0001", false, &g, &status), ST_OK);
     assert_int_equal(g.value_len[0], 3 + 2);
     got_free(&g);
+    /* A copied commit time ten years ahead is stored but does not move B's clock (its later
+     * writes keep versions of now); one a few seconds ahead, a host's clock skew, does. */
+    const int64_t hour_us = 3600LL * 1000000, wall_us = st_wall_us();
+    assert_int_equal(copy_cell_first(&B, "a0001", 1000, "far",
+                                     STO_VERSION(wall_us + 87600 * hour_us, CLUSTER_NUM), &status),
+                     ST_OK);
+    assert_int_equal(mutate_row(&B, TABLE, "a0002", &status), ST_OK);
+    assert_true(STO_VERSION_TS_US(last_local_version(&B, "a0002")) < wall_us + hour_us);
+    assert_int_equal(copy_cell_first(&B, "a0001", 1000, "near",
+                                     STO_VERSION(wall_us + 5000000, CLUSTER_NUM), &status),
+                     ST_OK);
+    assert_int_equal(mutate_row(&B, TABLE, "a0003", &status), ST_OK);
+    assert_true(STO_VERSION_TS_US(last_local_version(&B, "a0003")) > wall_us + 5000000);
     free(src);
     free(dst);
     assert_not_owner(read_range(&A, TABLE, "a", mid, false, &g, &status), &status);

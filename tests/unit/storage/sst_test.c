@@ -8,7 +8,10 @@
  * obsolete-file removal and concurrent readers; the index search over keys sharing long prefixes,
  * and the concatenating iterator over disjoint tables read as one stream. Corruption: random byte
  * flips and truncations of a written file make opening or iterating fail with ST_DATA_LOSS, or
- * return correct data — never a crash or wrong data (run under ASan).
+ * return correct data — never a crash or wrong data (run under ASan). sto_sst_verify, the full
+ * check of a file made elsewhere: a table this writer made passes, a version above the bound and
+ * a key that is not an ikey are refused naming the entry (keys out of order cannot be written by
+ * the writer: backup_forged_sst_test forges them).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -23,7 +26,9 @@
 #include <cmocka.h>
 
 #include "block.h"
+#include "key.h"
 #include "sst.h"
+#include "strata/storage.h"
 
 typedef struct ent {
     uint8_t *k, *v;
@@ -368,6 +373,57 @@ static void test_sst_empty_table(void **state) {
     assert_int_equal(it->ops->status(it, NULL), ST_OK);
     it->ops->free(it);
     assert_int_equal(sto_sst_approx_offset(t, ST_SLICE_LIT("x")), 0);
+    sto_sst_unref(t);
+}
+
+/* Cells r0000..r0299 f:q (versions at 1000 + i us) and a row tombstone of r0100 at 5000 us,
+ * through small blocks: verify passes with a bound at 5000 us, is refused one below it. */
+static void test_sst_verify(void **state) {
+    fixture *f = *state;
+    enum { N = 300 };
+    ent es[N + 1];
+    st_buf b;
+    st_buf_init(&b);
+    for (size_t i = 0; i <= N; i++) {
+        char row[16];
+        snprintf(row, sizeof row, "r%04zu", i < N ? i : (size_t)100);
+        sto_key k = {.kind = i < N ? STO_KEY_CELL : STO_KEY_ROW_DEL,
+                     .row = st_slice_cstr(row),
+                     .family = ST_SLICE_LIT("f"),
+                     .qualifier = ST_SLICE_LIT("q"),
+                     .ts_us = 1000,
+                     .version = STO_VERSION(i < N ? 1000 + i : 5000, 1)};
+        st_buf_reset(&b);
+        assert_int_equal(sto_key_encode(&b, &k), ST_OK);
+        es[i] = (ent){.k = malloc(b.len), .kl = b.len, .v = malloc(1), .vl = 1};
+        memcpy(es[i].k, b.data, b.len);
+        es[i].v[0] = 'v';
+    }
+    st_buf_free(&b);
+    qsort(es, N + 1, sizeof *es, ent_cmp);
+    sto_sst_options o = {.block_bytes = 512};
+    write_table(f, es, N + 1, &o);
+    sto_sst *t;
+    st_err err;
+    assert_int_equal(sto_sst_open(f->env, f->path, 3, NULL, &t, &err), ST_OK);
+    assert_int_equal(sto_sst_verify(t, STO_VERSION(5000, STO_ORIGIN_MAX), &err), ST_OK);
+    assert_int_equal(sto_sst_verify(t, STO_VERSION(4999, STO_ORIGIN_MAX), &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "version time 5000 us is past the allowed 4999"));
+    assert_non_null(strstr(err.msg, "data block "));
+    sto_sst_unref(t);
+    for (size_t i = 0; i <= N; i++) {
+        free(es[i].k);
+        free(es[i].v);
+    }
+    ent raw[2] = {{(uint8_t *)"a", (uint8_t *)"1", 1, 1}, {(uint8_t *)"b", (uint8_t *)"2", 1, 1}};
+    write_table(f, raw, 2, NULL);
+    assert_int_equal(sto_sst_open(f->env, f->path, 4, NULL, &t, &err), ST_OK);
+    assert_int_equal(sto_sst_verify(t, UINT64_MAX, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "entry 0: malformed internal key"));
+    sto_sst_unref(t);
+    write_table(f, NULL, 0, NULL);
+    assert_int_equal(sto_sst_open(f->env, f->path, 5, NULL, &t, &err), ST_OK);
+    assert_int_equal(sto_sst_verify(t, 0, &err), ST_OK);
     sto_sst_unref(t);
 }
 
@@ -780,6 +836,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sst_compression_shrinks_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_empty_table, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sst_verify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_single_entry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_large_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sst_rejects_out_of_order_keys, setup, teardown),
