@@ -128,6 +128,8 @@ void shipper_start_backoff(repl_shipper *s);
 
 /* shipper_pos.c */
 st_code shipper_pos_read(repl_shipper *s, uint64_t *lsn, st_err *err);
+/* DATA_LOSS naming the file when lsn lies past the commit log's end + 1. */
+st_code shipper_pos_check(repl_shipper *s, uint64_t lsn, st_err *err);
 uint64_t shipper_durable_get(repl_shipper *s);
 void *shipper_recorder_main(void *arg);
 void shipper_on_persist(evutil_socket_t fd, short what, void *arg);

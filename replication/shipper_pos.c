@@ -38,6 +38,22 @@ st_code shipper_pos_read(repl_shipper *s, uint64_t *lsn, st_err *err) {
     return rc;
 }
 
+/* A position past the log's end names records this node never wrote: a damaged or edited file.
+ * Believed, it would skip every record up to it (acknowledged writes never reach the peer while
+ * the lag reads 0), and its holder, stored in the manifest, would make the next start refuse
+ * the log as cut. Nothing newer than the file's last write can be trusted, so the whole log is
+ * shipped again once the file is removed (replicated rows apply idempotently). */
+st_code shipper_pos_check(repl_shipper *s, uint64_t lsn, st_err *err) {
+    uint64_t end = sto_log_last_lsn(s->r->o.db);
+    if (lsn <= end + 1)
+        return ST_OK;
+    return st_err_set(err, ST_DATA_LOSS,
+                      "replication position file %s names lsn %" PRIu64
+                      ", past the commit log's end at lsn %" PRIu64
+                      " (the file was damaged or edited); remove it to ship the whole log again",
+                      s->pos_path, lsn, end);
+}
+
 uint64_t shipper_durable_get(repl_shipper *s) {
     pthread_mutex_lock(&s->pmu);
     uint64_t v = s->durable_next;

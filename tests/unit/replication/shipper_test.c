@@ -403,6 +403,41 @@ static void test_shipper_resumes_after_restart(void **state) {
     env_close(&e);
 }
 
+/* A position file past the log's end (a damaged or edited file) is refused naming it: believed,
+ * it skipped every record up to it while the lag read 0, and its holder in the manifest made the
+ * next start refuse the log as cut. Removed, the whole log ships again. */
+static void test_shipper_refuses_position_past_log_end(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    write_rows(&e, 0, 30, false);
+    east_open(&e);
+    run_until(&e, east_durable);
+    repl_close(e.re);
+    e.re = NULL;
+    write_rows(&e, 30, 10, false); /* not shipped yet */
+    char path[700], text[64];
+    snprintf(path, sizeof path, "%s/peer-west.pos", e.state_e);
+    int len = snprintf(text, sizeof text, "repl-position v1 %llu\n",
+                       (unsigned long long)sto_log_last_lsn(e.east_db) + 1000);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    repl_opts o;
+    repl_opts_for(&e, &o, true, 0);
+    st_err err = {0};
+    assert_int_equal(repl_open(&o, &e.re, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "peer-west.pos"));
+    assert_non_null(strstr(err.msg, "past the commit log's end"));
+    e.re = NULL;
+    assert_int_equal(unlink(path), 0);
+    east_open(&e);
+    run_until(&e, east_caught_up);
+    assert_west_matches_east(&e); /* the 10 new rows arrived too */
+    env_close(&e);
+}
+
 static bool east_backing_off_long(env *e) {
     repl_peer_stats st;
     repl_peer_stats_get(e->re, 0, &st);
@@ -882,6 +917,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shipper_delivers_and_skips_replicated),
         cmocka_unit_test(test_shipper_resumes_after_restart),
+        cmocka_unit_test(test_shipper_refuses_position_past_log_end),
         cmocka_unit_test(test_shipper_backs_off_and_recovers),
         cmocka_unit_test(test_shipper_routes_by_peer_tablet_map),
         cmocka_unit_test(test_shipper_fills_origin_and_skips_invalid),
