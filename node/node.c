@@ -721,6 +721,51 @@ static st_code lock_data_dir(node_ctx *n, st_env *env, st_err *err) {
     return rc;
 }
 
+/* The numbers a data directory was written under: its tablet ids carry the node number and its
+ * versions and replication positions the cluster number, so a node started on it with other
+ * numbers (one wrong digit on a hand-written command line) would ship its own cluster's log to
+ * itself, never to the cluster it left out, and could hand out tablet ids another node holds.
+ * Recorded at the first start (and by a directory written before the file existed), compared
+ * at every later one. */
+/* 0 is "none": a standalone start (no --cluster-num) of a cluster's directory replicates
+ * nothing and says so (docs/cluster.md), and a standalone directory joining a cluster records
+ * the numbers it gets. */
+static bool numbers_differ(unsigned recorded, unsigned started) {
+    return recorded && started && recorded != started;
+}
+
+static st_code identity_check(node_ctx *n, st_env *env, st_err *err) {
+    char path[4200], want[96];
+    snprintf(path, sizeof path, "%s/IDENTITY", n->data_dir);
+    int len = snprintf(want, sizeof want, "strata-node v1 cluster=%u node=%u\n",
+                       n->opts.cluster_num, n->opts.node_num);
+    st_buf b;
+    st_buf_init(&b);
+    st_code rc = st_env_read_all(env, path, &b, err);
+    if (rc == ST_NOT_FOUND)
+        rc = st_env_write_atomic(env, path, want, (size_t)len, err);
+    else if (rc == ST_OK) {
+        unsigned cluster = 0, node = 0;
+        st_buf_append_byte(&b, 0);
+        if (sscanf((const char *)b.data, "strata-node v1 cluster=%u node=%u", &cluster, &node) != 2)
+            rc = st_err_set(err, ST_DATA_LOSS,
+                            "%s is malformed: remove it and start the node with the numbers "
+                            "this data directory was written under (it records them again)",
+                            path);
+        else if (numbers_differ(node, n->opts.node_num) ||
+                 numbers_differ(cluster, n->opts.cluster_num))
+            rc = st_err_set(err, ST_FAILED_PRECONDITION,
+                            "data directory %s was written as cluster %u node %u but this node "
+                            "was started as cluster %u node %u (--cluster-num, --node-num): start "
+                            "it with its own numbers, or give the new ones an empty --data",
+                            n->data_dir, cluster, node, n->opts.cluster_num, n->opts.node_num);
+        else if ((!cluster && n->opts.cluster_num) || (!node && n->opts.node_num))
+            rc = st_env_write_atomic(env, path, want, (size_t)len, err);
+    }
+    st_buf_free(&b);
+    return rc;
+}
+
 static void count_tablet(const sto_tablet_info *info, void *arg) {
     (void)info;
     (*(size_t *)arg)++;
@@ -771,6 +816,8 @@ st_code node_open(struct event_base *base, const node_opts *opts, node_ctx **out
         rc = env->ops->mkdirs(env, n->data_dir, err);
     if (rc == ST_OK)
         rc = lock_data_dir(n, env, err);
+    if (rc == ST_OK)
+        rc = identity_check(n, env, err);
     char cat_path[4200];
     snprintf(cat_path, sizeof cat_path, "%s/catalog", n->data_dir);
     bool had_catalog = true;

@@ -9,6 +9,8 @@
 # replicating, east's CheckConsistency fails naming west (its Apply is UNIMPLEMENTED) instead
 # of answering "not yet" for ever. Restarted with
 # `--config TOPOLOGY --cluster-num C`, waitforreplication returns and the west node has the row.
+# A data directory started with another cluster or node number than it was written under is
+# refused, naming both.
 # With west killed, `strata status` shows east's link as down, not "open".
 # Usage: handstart_test.sh PATH/TO/strata PATH/TO/strata-node PATH/TO/strata-router
 set -u
@@ -65,6 +67,19 @@ grep -q "cluster-num 2" <(timeout 20 "$NODE_BIN" --data "$EAST_DATA" --cluster-n
   fail "the refusal does not name the cluster"
 timeout 20 "$NODE_BIN" --data "$EAST_DATA" --listen "$EAST" --cluster-num east >/dev/null 2>&1
 [ $? = 2 ] || fail "a non-numeric --cluster-num was accepted"
+
+echo "== a cluster's data directory started with other numbers is refused, naming them"
+# (it would ship its own cluster's log to itself and never to the cluster it left out)
+timeout 20 "$NODE_BIN" --data "$EAST_DATA" --listen "$EAST" --node-num 1 --cluster-num 2 \
+  --config "$TOPO" >"$TMPD/renumbered.log" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "east's data directory started as cluster 2 (exit $rc)"
+grep -q "written as cluster 1 node 1 but this node was started as cluster 2 node 1" \
+  "$TMPD/renumbered.log" || fail "the refusal does not name both numbers: $(cat "$TMPD/renumbered.log")"
+timeout 20 "$NODE_BIN" --data "$EAST_DATA" --listen "$EAST" --node-num 3 >"$TMPD/renumbered.log" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "started as cluster 0 node 3" "$TMPD/renumbered.log" ||
+  fail "east's data directory started as node 3 (exit $rc)"
 
 echo "== nodes without the topology behind a router that has it: never consistent"
 start east "$NODE_BIN" --data "$EAST_DATA" --listen "$EAST" --node-num 1
