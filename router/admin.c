@@ -80,6 +80,8 @@ static void claim_released(void *arg, st_code code, const char *msg) {
 static void op_finish(adm_op *op, st_code code, const char *msg) {
     if (op->claimed) /* the record is written (or the tablets dropped): the id is settled */
         rtr_bk_unclaim(op->r, op->name, op->claim, claim_released, NULL);
+    if (op->create && op->claim[0])
+        rtr_bk_create_end(op->r, op->claim);
     if (code == ST_OK && op->update)
         reply_update_op(op);
     else if (code == ST_OK && op->reply)
@@ -550,7 +552,11 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     op->splits = splits;
     op->n_splits = n_splits;
     op->reply = &t->base;
-    rtr_bk_create_token(r, op->claim, sizeof op->claim);
+    if (!rtr_bk_create_token(r, op->claim, sizeof op->claim)) {
+        op->claim[0] = '\0';
+        op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
     rtr_bk_reserve_table(r, name, op->claim, create_reserved, op);
 }
 

@@ -989,6 +989,9 @@ void rtr_bk_close(rtr_ctx *r) {
         return;
     rtr_bk_jobs_free(r);
     rtr_bk_leftovers_free(r);
+    for (size_t i = 0; i < bk->n_creating; i++)
+        free(bk->creating[i]);
+    free(bk->creating);
     if (bk->sweep_timer)
         event_free(bk->sweep_timer);
     free(bk);

@@ -212,8 +212,12 @@ void rtr_bk_reserve_table(rtr_ctx *r, const char *table, const char *token, rtr_
                           void *arg);
 #define RTR_BK_CREATE_CLAIM "tablecreate/"
 #define RTR_BK_CREATE_CLAIM_TTL_US (15LL * 60 * 1000000)
-/* "tablecreate/<now us>/<router>" into out (cap at least RTR_OP_NAME_MAX + 1). */
-void rtr_bk_create_token(rtr_ctx *r, char *out, size_t cap);
+/* "tablecreate/<now us>/<router>" into out (cap at least RTR_OP_NAME_MAX + 1), and the call is
+ * counted as running until rtr_bk_create_end(token): a claim of this run that no running call
+ * holds was left by one whose claim's write had an open outcome (it timed out on a frozen node
+ * and landed later), and the next reservation of the id releases it. False: out of memory. */
+bool rtr_bk_create_token(rtr_ctx *r, char *out, size_t cap);
+void rtr_bk_create_end(rtr_ctx *r, const char *token);
 
 /* ---- the module (backup.c): rtr_ctx.bk ---- */
 typedef struct rtr_bk {
@@ -225,6 +229,8 @@ typedef struct rtr_bk {
     uint64_t restore_seq;
     int64_t expiry_ahead_us;       /* STRATA_BACKUP_TEST_EXPIRY_AHEAD_S (tests only; 0 otherwise) */
     struct bk_leftover *leftovers; /* deletes a node missed: retried by the sweep (backup_ops.c) */
+    char **creating; /* tokens of the CreateTable calls running (rtr_bk_create_token) */
+    size_t n_creating, cap_creating;
 } rtr_bk;
 /* Tests of the expiry sweep: the sweep treats expire times as if this many seconds more had
  * passed (docs/operations.md); read once at start. */

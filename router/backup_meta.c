@@ -240,9 +240,20 @@ static void stale_released(void *arg, st_code code, const char *msg) {
     reserve_claim(v);
 }
 
+/* Whether token is a CreateTable claim of this run that no running call holds. */
+static bool create_claim_orphaned(rtr_ctx *r, const char *token, const char *owner) {
+    if (strcmp(owner, rtr_bk_owner(r)) != 0)
+        return false;
+    for (size_t i = 0; i < r->bk->n_creating; i++)
+        if (strcmp(r->bk->creating[i], token) == 0)
+            return false;
+    return true;
+}
+
 /* A CreateTable claim ("tablecreate/<us>/<router>") of an earlier run of this router, or older
- * than RTR_BK_CREATE_CLAIM_TTL_US, is one whose router died while creating the table: it is
- * released and the claim tried again. */
+ * than RTR_BK_CREATE_CLAIM_TTL_US, is one whose router died while creating the table; one of
+ * this run that no running call holds was left by a call that failed while its claim's write was
+ * in doubt. Either is released and the claim tried again. */
 static void claim_read(void *arg, st_code code, const char *msg, bool found, st_slice value) {
     bk_reserve *v = arg;
     (void)msg;
@@ -256,9 +267,10 @@ static void claim_read(void *arg, st_code code, const char *msg, bool found, st_
         old[value.len] = '\0';
     }
     const char *owner = create ? strchr(old + pre, '/') : NULL; /* "/host:port/<start us>" */
-    bool stale = owner && sscanf(old + pre, "%lld", &us) == 1 &&
-                 (st_wall_us() - us > RTR_BK_CREATE_CLAIM_TTL_US ||
-                  rtr_bk_owner_is_past_me(v->r, owner + 1));
+    bool stale =
+        owner && sscanf(old + pre, "%lld", &us) == 1 &&
+        (st_wall_us() - us > RTR_BK_CREATE_CLAIM_TTL_US ||
+         rtr_bk_owner_is_past_me(v->r, owner + 1) || create_claim_orphaned(v->r, old, owner + 1));
     if (!stale) {
         reserve_end(v, ST_ALREADY_EXISTS, "another router is creating or restoring it");
         return;
@@ -330,6 +342,29 @@ void rtr_bk_reserve_table(rtr_ctx *r, const char *table, const char *token, rtr_
     reserve_claim(v);
 }
 
-void rtr_bk_create_token(rtr_ctx *r, char *out, size_t cap) {
+bool rtr_bk_create_token(rtr_ctx *r, char *out, size_t cap) {
+    rtr_bk *bk = r->bk;
     snprintf(out, cap, "%s%lld/%s", RTR_BK_CREATE_CLAIM, (long long)st_wall_us(), rtr_bk_owner(r));
+    if (bk->n_creating == bk->cap_creating) {
+        size_t cap2 = bk->cap_creating ? bk->cap_creating * 2 : 8;
+        char **grown = realloc(bk->creating, cap2 * sizeof *grown);
+        if (!grown)
+            return false;
+        bk->creating = grown;
+        bk->cap_creating = cap2;
+    }
+    char *copy = strdup(out);
+    if (copy)
+        bk->creating[bk->n_creating++] = copy;
+    return copy != NULL;
+}
+
+void rtr_bk_create_end(rtr_ctx *r, const char *token) {
+    rtr_bk *bk = r->bk;
+    for (size_t i = 0; i < bk->n_creating; i++)
+        if (strcmp(bk->creating[i], token) == 0) {
+            free(bk->creating[i]);
+            bk->creating[i] = bk->creating[--bk->n_creating];
+            return;
+        }
 }
