@@ -339,9 +339,12 @@ static void put_probe(adm_op *op) {
     rtr_fan_seal(f);
 }
 
+/* What a schema change that stopped before any node took it says before the node's error. */
+#define NO_NODE_CHANGED "the change was made on no node (retry once every node is back): "
+
 static void reach_done(rtr_fan *f, void *arg) {
     adm_op *op = arg;
-    if (fan_ok(f, op, "the change was made on no node (retry once every node is back): "))
+    if (fan_ok(f, op, NO_NODE_CHANGED))
         put_probe(op);
 }
 
@@ -472,7 +475,7 @@ static void schema_pushed(adm_op *op) {
  * round, which would only ask them again. */
 static void leftovers_dropped(rtr_fan *f, void *arg) {
     adm_op *op = arg;
-    if (fan_ok(f, op, NULL) && schema_packed(op))
+    if (fan_ok(f, op, NO_NODE_CHANGED) && schema_packed(op))
         put_probe(op);
 }
 

@@ -908,7 +908,10 @@ static void restore_fan_done(rtr_fan *f, void *arg) {
         return;
     bool stalled = st_mono_us() - j->progress_us > (int64_t)RTR_BK_STALL_MS * 1000;
     if (rc != ST_OK && (fatal_code(rc) || stalled)) {
-        job_fail(j, rc, "could not install the schema of %s on every node: %s", j->table, err.msg);
+        job_fail(j, rc,
+                 "could not install the schema of %s on every node (retry the restore once every "
+                 "node is back; `strata status` shows which is down): %s",
+                 j->table, err.msg);
         return;
     }
     if (rc != ST_OK) { /* a node restarting: the step again, after a pause */

@@ -6,13 +6,16 @@
 #      while the table's record, GetTable and west kept them on; the router's best-effort undo
 #      then started a new, empty history);
 #   2. ModifyColumnFamilies dropping family cf fails, and east keeps row a's cells (east used to
-#      drop them while the record kept the family).
+#      drop them while the record kept the family);
+#   3. CreateTable fails saying the change was made on no node and to retry once every node is
+#      back (it used to give only the unreachable node).
 # Skips (77) without python3.
 # Usage: schema_node_down_test.sh PATH/TO/strata
 set -u
 . "$(dirname "$0")/lib.sh"
 STRATA=$1
 command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
+[ -n "$CBT" ] || { echo "cbt missing: skipped"; exit 77; }
 instance_init schema_node_down
 "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 2 --nodes 1 >"$TMPD/up.out" 2>&1 ||
   { cat "$TMPD/up.out"; fail "strata up"; }
@@ -41,4 +44,10 @@ assert not data, 'ModifyColumnFamilies dropping cf succeeded with a node down'
 rows, _, why = call(port, BT + 'ReadRows', fld(1, tname('cs')))
 assert b'va' in rows, 'east dropped the cells of cf: %r %s' % (rows, why)
 EOF
+echo "== 3. CreateTable with west down says no node took it"
+out=$(cbtr "127.0.0.1:$PORT" createtable t3 families=cf)
+[ $? -ne 0 ] || fail "CreateTable with a node down succeeded: $out"
+case "$out" in *"made on no node (retry once every node is back)"*) ;;
+  *) fail "CreateTable's refusal does not say no node took it: $out" ;; esac
+cbtr "127.0.0.1:$PORT" ls | grep -qx t3 && fail "t3 is listed after the refused CreateTable"
 echo "PASS"
