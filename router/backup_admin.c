@@ -267,6 +267,29 @@ static st_code import_fields(const rtr_pb_backup *b, st_err *err) {
     return ST_OK;
 }
 
+/* ALREADY_EXISTS for a backup id that has a record. An import still CREATING may be running
+ * (another CLI importing now) or cut short; its age lets the operator tell which before deleting
+ * it, since nothing else does. */
+static st_code import_exists(const rtr_meta_rec *m, const char *name, st_err *err) {
+    st_arena a;
+    st_arena_init(&a, 4096);
+    rtr_pb_bkrec *rec = rtr_bk_rec_unpack(st_slice_make(m->pb, m->len), &a);
+    bool importing = rec && (!rec->operation || !rec->operation[0]) &&
+                     rec->backup->state == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING;
+    long long age_s = importing ? (long long)((st_wall_us() - rec->created_us) / 1000000) : 0;
+    st_arena_deinit(&a);
+    if (!importing)
+        return st_err_set(err, ST_ALREADY_EXISTS,
+                          "Backup %s already exists: import under another id (--as ID)", name);
+    return st_err_set(err, ST_ALREADY_EXISTS,
+                      "Backup %s already exists: an import of it began %lld s ago and has not "
+                      "finished (state CREATING). If that import is still running, let it end "
+                      "or import under another id (--as ID); if it was cut short, delete it with "
+                      "`strata backup delete` and import again (an unfinished import is deleted "
+                      "24 h after it began)",
+                      name, age_s);
+}
+
 static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest *req, size_t *ci,
                             char *name, size_t cap, st_err *err) {
     if (rtr_bk_parse_cluster(&r->topo, req->parent, false, ci, err) != ST_OK)
@@ -277,13 +300,14 @@ static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest
                           "letter, a digit or '_' (import --as ID)",
                           req->backup_id, RTR_BK_ID_MAX);
     snprintf(name, cap, "%s/backups/%s", req->parent, req->backup_id);
-    if (rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name) || rtr_bk_job_of_backup(r, name) ||
-        rtr_bk_import_pending(r, name))
+    if (rtr_bk_job_of_backup(r, name) || rtr_bk_import_pending(r, name))
         return st_err_set(err, ST_ALREADY_EXISTS,
-                          "Backup %s already exists: import under another id (--as ID), or, "
-                          "if it is an import that was cut short (state CREATING), delete it "
-                          "with `strata backup delete` and import again",
+                          "Backup %s is being made or imported right now: import under another "
+                          "id (--as ID)",
                           name);
+    const rtr_meta_rec *m = rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name);
+    if (m)
+        return import_exists(m, name, err);
     if (!req->backup || !req->schema)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "backup and schema must be set (from the export's manifest)");

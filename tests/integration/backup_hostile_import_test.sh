@@ -4,10 +4,11 @@
 #   1. an export killed with -9 has no MANIFEST: verify and import refuse it ("not a finished
 #      export"); a new export succeeds;
 #   2. an import killed with -9 after BeginImport leaves the backup CREATING: a retry is refused
-#      ALREADY_EXISTS saying how to get out (delete it, or --as); after `delete` no piece
+#      ALREADY_EXISTS saying how long ago it began and how to get out (delete it, or --as); after `delete` no piece
 #      directory is left on the node and the retry imports it READY;
-#   3. two imports of one id at once: exactly one succeeds, the other is ALREADY_EXISTS, and the
-#      winner is READY and restores to the source's rows;
+#   3. two imports of one id at once: exactly one succeeds, the other is ALREADY_EXISTS (never
+#      told to delete the winner without its age), and the winner is READY and restores to the
+#      source's rows;
 #   4. an import while the node is down fails with an error (no hang); once the node is back a
 #      retry (after deleting what the failure left, if anything) succeeds, and no piece
 #      directory other than the imported backup's is left on the node;
@@ -65,6 +66,8 @@ if [ $? -eq 137 ]; then
   bk import "$TMPD/exp" --as imp1 >/dev/null 2>"$TMPD/2.err" && fail "import over a CREATING imp1 succeeded"
   grep -q 'ALREADY_EXISTS' "$TMPD/2.err" && grep -q 'strata backup delete' "$TMPD/2.err" ||
     fail "the retry does not say how to get out: $(cat "$TMPD/2.err")"
+  grep -q 'an import of it began [0-9]* s ago' "$TMPD/2.err" ||
+    fail "the retry does not say when the unfinished import began: $(cat "$TMPD/2.err")"
   bk delete imp1 >/dev/null || fail "delete of the CREATING imp1"
   [ -z "$(ls -A "$BKD/imp1" 2>/dev/null)" ] || fail "pieces left after delete: $(find "$BKD/imp1")"
   echo "ok: $(cat "$TMPD/2.err")"
@@ -87,6 +90,10 @@ for k in 1 2 3; do
   rb=$?
   [ $((ra + rb)) -eq 1 ] || fail "two imports of twin$k: rc $ra $rb: $(cat "$TMPD/3a" "$TMPD/3b")"
   grep -q ALREADY_EXISTS "$TMPD/3a" "$TMPD/3b" || fail "the loser: $(cat "$TMPD/3a" "$TMPD/3b")"
+  # the loser is not told to delete the winner's running (or finished) import
+  grep -q 'strata backup delete' "$TMPD/3a" "$TMPD/3b" &&
+    ! grep -q 'began [0-9]* s ago' "$TMPD/3a" "$TMPD/3b" &&
+    fail "the loser is told to delete the winner: $(cat "$TMPD/3a" "$TMPD/3b")"
   bk describe "twin$k" | grep -q '^state: *READY' || fail "twin$k not READY: $(bk describe "twin$k" 2>&1)"
 done
 bk restore twin1 --to twint --wait >/dev/null || fail "restore twin1"
