@@ -137,8 +137,12 @@ st_code rtr_policy_parse(st_slice pb, rtr_policy *out, st_err *err) {
     memset(out, 0, sizeof *out);
     const uint8_t *p = pb.data, *end = rtr_slice_end(pb);
     rtr_wire_field f;
-    bool bad;
+    bool bad, data_boost = false;
     while (rtr_wire_next(&p, end, &f, &bad)) {
+        /* isolation oneof: priority 7, data_boost_isolation_read_only 10, standard_isolation 11;
+         * the last member on the wire wins. */
+        if (f.num == 7 || f.num == 10 || f.num == 11)
+            data_boost = f.num == 10 && f.wire_type == 2;
         if ((f.num != 5 && f.num != 6) || f.wire_type != 2)
             continue;
         /* A oneof: the last member on the wire wins. */
@@ -148,6 +152,7 @@ st_code rtr_policy_parse(st_slice pb, rtr_policy *out, st_err *err) {
         if (rc != ST_OK)
             return rc;
     }
+    out->data_boost = data_boost;
     return bad ? st_err_set(err, ST_INVALID_ARGUMENT, "malformed app profile") : ST_OK;
 }
 
@@ -445,8 +450,8 @@ st_code rtr_profile_policy(const rtr_ctx *r, const char *id, rtr_policy *pol, st
 st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transactional,
                           rtr_cluster **out, st_err *err) {
     rtr_plan plan;
-    st_code rc =
-        rtr_route_plan(r, app_profile_id, transactional, st_slice_make(NULL, 0), &plan, err);
+    st_code rc = rtr_route_plan(r, app_profile_id, transactional ? RTR_ACCESS_TXN : RTR_ACCESS_READ,
+                                st_slice_make(NULL, 0), &plan, err);
     if (rc == ST_OK)
         *out = rtr_plan_cluster(r, &plan);
     return rc;
