@@ -772,17 +772,18 @@ static st_code family_add(pb_table *t, const char *id,
 }
 
 /* An update of family e: its gc_rule, the one field a family update changes (Cloud Bigtable
- * treats a missing or empty update_mask so). A mask naming value_type (aggregates) is
- * UNIMPLEMENTED, any other path INVALID_ARGUMENT; fields of the message besides gc_rule are not
- * stored. */
+ * treats a missing or empty update_mask so). A mask naming value_type is
+ * UNIMPLEMENTED (value types are not stored, btu_family_check), any other path INVALID_ARGUMENT;
+ * fields of the message besides gc_rule are not stored. */
 static st_code update_family(Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *e,
                              const pb_mod *m, st_arena *a, st_err *err) {
     for (size_t i = 0; m->update_mask && i < m->update_mask->n_paths; i++) {
         const char *p = m->update_mask->paths[i];
         if (!strcmp(p, "value_type"))
             return st_err_set(err, ST_UNIMPLEMENTED,
-                              "column family %s: update_mask names value_type, but aggregate "
-                              "column families are not supported",
+                              "column family %s: update_mask names value_type, but Strata does "
+                              "not store column family value types (aggregate or not): update "
+                              "gc_rule only",
                               m->id);
         if (strcmp(p, "gc_rule") != 0)
             return st_err_set(err, ST_INVALID_ARGUMENT,
