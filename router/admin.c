@@ -565,15 +565,48 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
 
 /* ---- GetTable, ListTables ---- */
 
-static bool full_view(Google__Bigtable__Admin__V2__Table__View v, bool list) {
-    if (list)
-        return v != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__VIEW_UNSPECIFIED &&
-               v != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
-    return v != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
+/* What a Table.View shows (table.proto): NAME_ONLY the name; SCHEMA_VIEW (GetTable's default)
+ * the stored record (families, granularity, deletion_protection, change_stream_config: the Go
+ * client reads the last two from it); REPLICATION_VIEW the name and cluster_states;
+ * ENCRYPTION_VIEW the name and cluster_states with their encryption_info; FULL all of it.
+ * ListTables' default is NAME_ONLY; STATS_VIEW shows the record (no statistics are kept). */
+typedef struct view_parts {
+    bool record, states, encryption;
+} view_parts;
+
+static view_parts view_of(Google__Bigtable__Admin__V2__Table__View v, bool list) {
+    switch (v) {
+    case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY:
+        return (view_parts){false, false, false};
+    case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__VIEW_UNSPECIFIED:
+        return (view_parts){!list, false, false};
+    case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__REPLICATION_VIEW:
+        return (view_parts){false, true, false};
+    case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__ENCRYPTION_VIEW:
+        return (view_parts){false, true, true};
+    case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__FULL:
+        return (view_parts){true, true, true};
+    default:
+        return (view_parts){true, false, false};
+    }
 }
 
-static pb_table *name_only(st_arena *a, const char *name) {
-    return schema_new(a, name, NULL);
+/* The table of rec as view shows it, in the call's arena; NULL after failing the call. */
+static pb_table *table_view(rtr_ctx *r, rpc_call *call, const rtr_meta_rec *rec, view_parts view) {
+    st_arena *a = rpc_call_arena(call);
+    pb_table *t = view.record ? unpack_table(call, rec) : schema_new(a, rec->name, NULL);
+    if (!t) {
+        if (!view.record) /* unpack_table finished the call */
+            rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    if (!view.record)
+        t->granularity = 0; /* not a field of these views */
+    if (view.states && rtr_bk_cluster_states(r, t, a, view.encryption) != ST_OK) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    return t;
 }
 
 void rtr_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
@@ -583,25 +616,9 @@ void rtr_h_get_table(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!req)
         return;
     const rtr_meta_rec *rec = rtr_table_or_fail(r, call, req->name);
-    if (!rec)
-        return;
-    if (full_view(req->view, false)) {
-        pb_table *t = unpack_table(call, rec); /* on failure the call is finished */
-        bool states = req->view == GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__REPLICATION_VIEW ||
-                      req->view == GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__FULL;
-        if (t && states && rtr_bk_cluster_states(r, t, rpc_call_arena(call)) != ST_OK)
-            rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        else if (t)
-            rtr_reply(call, &t->base);
-        return;
-    }
-    pb_table *t = name_only(rpc_call_arena(call), req->name);
-    if (!t) {
-        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    t->granularity = 0;
-    rtr_reply(call, &t->base);
+    pb_table *t = rec ? table_view(r, call, rec, view_of(req->view, false)) : NULL;
+    if (t)
+        rtr_reply(call, &t->base);
 }
 
 /* ListTables pages (rtr_page_token_make): "t1", a CRC32C of the parent, and the last table name
@@ -655,7 +672,7 @@ void rtr_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
-    bool full = full_view(req->view, true);
+    view_parts view = view_of(req->view, true);
     for (size_t i = 0; i < r->meta.n_tables; i++) {
         const rtr_meta_rec *rec = &r->meta.tables[i];
         if (strncmp(rec->name, req->parent, plen) != 0 ||
@@ -672,15 +689,9 @@ void rtr_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {
             }
             break;
         }
-        pb_table *t = full ? unpack_table(call, rec) : name_only(a, rec->name);
-        if (!t && full)
-            return; /* unpack_table finished the call */
-        if (!t) {
-            rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        pb_table *t = table_view(r, call, rec, view);
+        if (!t)
             return;
-        }
-        if (!full)
-            t->granularity = 0;
         resp.tables[resp.n_tables++] = t;
     }
     rtr_reply(call, &resp.base);
@@ -770,17 +781,18 @@ static st_code family_add(pb_table *t, const char *id,
 }
 
 /* An update of family e: its gc_rule, the one field a family update changes (Cloud Bigtable
- * treats a missing or empty update_mask so). A mask naming value_type (aggregates) is
- * UNIMPLEMENTED, any other path INVALID_ARGUMENT; fields of the message besides gc_rule are not
- * stored. */
+ * treats a missing or empty update_mask so). A mask naming value_type is
+ * UNIMPLEMENTED (value types are not stored, btu_family_check), any other path INVALID_ARGUMENT;
+ * fields of the message besides gc_rule are not stored. */
 static st_code update_family(Google__Bigtable__Admin__V2__Table__ColumnFamiliesEntry *e,
                              const pb_mod *m, st_arena *a, st_err *err) {
     for (size_t i = 0; m->update_mask && i < m->update_mask->n_paths; i++) {
         const char *p = m->update_mask->paths[i];
         if (!strcmp(p, "value_type"))
             return st_err_set(err, ST_UNIMPLEMENTED,
-                              "column family %s: update_mask names value_type, but aggregate "
-                              "column families are not supported",
+                              "column family %s: update_mask names value_type, but Strata does "
+                              "not store column family value types (aggregate or not): update "
+                              "gc_rule only",
                               m->id);
         if (strcmp(p, "gc_rule") != 0)
             return st_err_set(err, ST_INVALID_ARGUMENT,

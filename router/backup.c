@@ -257,10 +257,24 @@ static bool ready_or_fail(rpc_call *call, const rtr_pb_bkrec *rec, const char *w
 
 /* ---- GetTable: cluster states ---- */
 
-st_code rtr_bk_cluster_states(rtr_ctx *r, pb_table *t, st_arena *a) {
+/* One GOOGLE_DEFAULT_ENCRYPTION entry, shared by every cluster state of an answer. */
+static Google__Bigtable__Admin__V2__EncryptionInfo **default_encryption(st_arena *a) {
+    Google__Bigtable__Admin__V2__EncryptionInfo **v = st_arena_alloc(a, sizeof *v);
+    Google__Bigtable__Admin__V2__EncryptionInfo *e = st_arena_alloc(a, sizeof *e);
+    if (!v || !e)
+        return NULL;
+    google__bigtable__admin__v2__encryption_info__init(e);
+    e->encryption_type =
+        GOOGLE__BIGTABLE__ADMIN__V2__ENCRYPTION_INFO__ENCRYPTION_TYPE__GOOGLE_DEFAULT_ENCRYPTION;
+    v[0] = e;
+    return v;
+}
+
+st_code rtr_bk_cluster_states(rtr_ctx *r, pb_table *t, st_arena *a, bool encryption) {
     size_t n = r->n_clusters;
     Google__Bigtable__Admin__V2__Table__ClusterStatesEntry **v = st_arena_alloc(a, n * sizeof *v);
-    if (!v)
+    Google__Bigtable__Admin__V2__EncryptionInfo **enc = encryption ? default_encryption(a) : NULL;
+    if (!v || (encryption && !enc))
         return ST_RESOURCE_EXHAUSTED;
     for (size_t i = 0; i < n; i++) {
         v[i] = st_arena_alloc(a, sizeof *v[i]);
@@ -271,6 +285,8 @@ st_code rtr_bk_cluster_states(rtr_ctx *r, pb_table *t, st_arena *a) {
         google__bigtable__admin__v2__table__cluster_state__init(cs);
         cs->replication_state =
             GOOGLE__BIGTABLE__ADMIN__V2__TABLE__CLUSTER_STATE__REPLICATION_STATE__READY;
+        cs->encryption_info = enc;
+        cs->n_encryption_info = enc ? 1 : 0;
         v[i]->key = (char *)r->clusters[i].topo->id;
         v[i]->value = cs;
     }

@@ -118,9 +118,11 @@ int64_t rtr_bk_stored_bytes(Strata__Internal__V1__BackupPiece *const *pieces, si
  * clusters. */
 void rtr_bk_place(Strata__Internal__V1__BackupPiece *const *pieces, size_t n, size_t n_nodes,
                   size_t *slot);
-/* GetTable with REPLICATION_VIEW or FULL: every cluster READY (a table exists in every cluster
- * from its creation). */
-st_code rtr_bk_cluster_states(rtr_ctx *r, Google__Bigtable__Admin__V2__Table *t, st_arena *a);
+/* GetTable and ListTables with REPLICATION_VIEW, ENCRYPTION_VIEW or FULL: every cluster READY (a
+ * table exists in every cluster from its creation); with encryption, each cluster's
+ * encryption_info says GOOGLE_DEFAULT_ENCRYPTION (Strata has no customer-managed keys). */
+st_code rtr_bk_cluster_states(rtr_ctx *r, Google__Bigtable__Admin__V2__Table *t, st_arena *a,
+                              bool encryption);
 /* The node of a piece: the node numbered num in cluster c (NULL when the topology lost it). */
 rtr_node *rtr_bk_node(rtr_cluster *c, uint32_t num);
 

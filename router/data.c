@@ -13,15 +13,45 @@
 /* Common start of a data request: the table is known and the clusters to try are planned
  * (failover.c; row: the key of a single-row request, for row affinity, else empty). */
 bool rtr_data_route(rtr_ctx *r, rpc_call *call, const char *table, const char *profile,
-                    bool transactional, st_slice row, rtr_plan *plan) {
+                    rtr_access access, st_slice row, rtr_plan *plan) {
     if (!rtr_table_or_fail(r, call, table))
         return false;
     st_err err = {0};
-    if (rtr_route_plan(r, profile ? profile : "", transactional, row, plan, &err) != ST_OK) {
+    if (rtr_route_plan(r, profile ? profile : "", access, row, plan, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return false;
     }
     return true;
+}
+
+/* A view's name in a message, cut to a readable length. */
+#define VIEW_NAME_ARGS(s) (int)((s).len < 200 ? (s).len : 200), (const char *)(s).data
+
+bool rtr_data_view_refused(rpc_call *call, st_slice req, uint32_t authorized_field,
+                           uint32_t materialized_field) {
+    const uint8_t *p = req.data, *end = rtr_slice_end(req);
+    rtr_wire_field f;
+    bool bad;
+    while (rtr_wire_next(&p, end, &f, &bad)) {
+        if (f.wire_type != 2 || f.bytes.len == 0 || f.num == 0)
+            continue;
+        /* Serving the whole table instead would bypass the rows and columns a view limits. */
+        if (f.num == authorized_field) {
+            rtr_fail(call, ST_UNIMPLEMENTED,
+                     "authorized views are not supported: name the table in table_name "
+                     "(authorized_view_name '%.*s')",
+                     VIEW_NAME_ARGS(f.bytes));
+            return true;
+        }
+        if (f.num == materialized_field) {
+            rtr_fail(call, ST_UNIMPLEMENTED,
+                     "materialized views are not supported: read the table in table_name "
+                     "(materialized_view_name '%.*s')",
+                     VIEW_NAME_ARGS(f.bytes));
+            return true;
+        }
+    }
+    return false; /* a malformed request is judged by the unpacking that follows */
 }
 
 /* A multi-cluster write gets its server timestamps here, before the first forwarding, so a
@@ -380,9 +410,10 @@ void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    if (!mutate_row_parse(call, req_bytes, op->table_buf, sizeof op->table_buf, profile_buf,
+    if (rtr_data_view_refused(call, req_bytes, 6, 0) || /* MutateRowRequest */
+        !mutate_row_parse(call, req_bytes, op->table_buf, sizeof op->table_buf, profile_buf,
                           sizeof profile_buf, &table, &profile, &row, &idempotent) ||
-        !rtr_data_route(r, call, table, profile, false, row, &plan)) {
+        !rtr_data_route(r, call, table, profile, RTR_ACCESS_WRITE, row, &plan)) {
         free(op);
         return;
     }
@@ -399,10 +430,12 @@ void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
 
 void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
+    if (rtr_data_view_refused(call, req_bytes, 9, 0)) /* CheckAndMutateRowRequest */
+        return;
     Google__Bigtable__V2__CheckAndMutateRowRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__check_and_mutate_row_request__descriptor, req_bytes);
     rtr_plan plan;
-    if (!req || !rtr_data_route(r, call, req->table_name, req->app_profile_id, true,
+    if (!req || !rtr_data_route(r, call, req->table_name, req->app_profile_id, RTR_ACCESS_TXN,
                                 st_slice_make(NULL, 0), &plan))
         return;
     fwd_start(malloc(sizeof(fwd_op)), r, call, &plan, req->table_name,
@@ -412,10 +445,12 @@ void rtr_h_check_and_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
 
 void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
+    if (rtr_data_view_refused(call, req_bytes, 6, 0)) /* ReadModifyWriteRowRequest */
+        return;
     Google__Bigtable__V2__ReadModifyWriteRowRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__read_modify_write_row_request__descriptor, req_bytes);
     rtr_plan plan;
-    if (!req || !rtr_data_route(r, call, req->table_name, req->app_profile_id, true,
+    if (!req || !rtr_data_route(r, call, req->table_name, req->app_profile_id, RTR_ACCESS_TXN,
                                 st_slice_make(NULL, 0), &plan))
         return;
     fwd_start(malloc(sizeof(fwd_op)), r, call, &plan, req->table_name,
@@ -602,10 +637,12 @@ static void srk_send(void *arg) {
 
 void rtr_h_sample_row_keys(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
+    if (rtr_data_view_refused(call, req_bytes, 4, 5)) /* SampleRowKeysRequest */
+        return;
     Google__Bigtable__V2__SampleRowKeysRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__sample_row_keys_request__descriptor, req_bytes);
     rtr_plan plan;
-    if (!req || !rtr_data_route(r, call, req->table_name, req->app_profile_id, false,
+    if (!req || !rtr_data_route(r, call, req->table_name, req->app_profile_id, RTR_ACCESS_READ,
                                 st_slice_make(NULL, 0), &plan))
         return;
     srk_op *op = calloc(1, sizeof *op);

@@ -66,9 +66,9 @@ static void fo_inputs(rtr_ctx *r, rtr_fo_in *in) {
                             rtr_cluster_healthy(&r->clusters[c])};
 }
 
-static st_code plan_single(rtr_ctx *r, const char *id, const rtr_policy *pol, bool transactional,
+static st_code plan_single(rtr_ctx *r, const char *id, const rtr_policy *pol, rtr_access access,
                            rtr_plan *out, st_err *err) {
-    if (transactional && !pol->allow_transactional_writes)
+    if (access == RTR_ACCESS_TXN && !pol->allow_transactional_writes)
         return st_err_set(err, ST_FAILED_PRECONDITION, RTR_TXN_DENIED_MSG);
     for (size_t c = 0; c < r->n_clusters; c++)
         if (strcmp(r->clusters[c].topo->id, pol->cluster_id) == 0) {
@@ -82,7 +82,7 @@ static st_code plan_single(rtr_ctx *r, const char *id, const rtr_policy *pol, bo
                       id, pol->cluster_id);
 }
 
-st_code rtr_route_plan(rtr_ctx *r, const char *app_profile_id, bool transactional, st_slice row,
+st_code rtr_route_plan(rtr_ctx *r, const char *app_profile_id, rtr_access access, st_slice row,
                        rtr_plan *out, st_err *err) {
     const char *id = app_profile_id && app_profile_id[0] ? app_profile_id : RTR_PROFILE_DEFAULT;
     rtr_policy pol;
@@ -90,12 +90,19 @@ st_code rtr_route_plan(rtr_ctx *r, const char *app_profile_id, bool transactiona
     st_code rc = rtr_profile_policy(r, id, &pol, err);
     if (rc != ST_OK)
         return rc;
+    /* Data Boost serves reads only (Cloud Bigtable refuses writes and deletes through it): a job
+     * handed a read-only profile must not be able to change data. */
+    if (pol.data_boost && access != RTR_ACCESS_READ)
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "app profile '%s' has Data Boost isolation, which is read-only: send "
+                          "writes through a profile with standard isolation",
+                          id);
     if (pol.kind == RTR_ROUTING_SINGLE)
-        return plan_single(r, id, &pol, transactional, out, err);
+        return plan_single(r, id, &pol, access, out, err);
     if (pol.kind != RTR_ROUTING_MULTI)
         return st_err_set(err, ST_INTERNAL, "stored app profile '%s' has no routing policy", id);
     /* Bigtable cannot enable single-row transactions on multi-cluster routing. */
-    if (transactional)
+    if (access == RTR_ACCESS_TXN)
         return st_err_set(err, ST_FAILED_PRECONDITION, RTR_TXN_DENIED_MSG);
     rtr_fo_in in[ST_TOPO_CLUSTERS_MAX];
     fo_inputs(r, in);

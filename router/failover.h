@@ -142,11 +142,19 @@ typedef struct rtr_plan {
     size_t cur; /* index into order of the cluster being tried */
 } rtr_plan;
 
+/* What a data request does to the table, for the profile's rules. */
+typedef enum rtr_access {
+    RTR_ACCESS_READ = 0, /* ReadRows, SampleRowKeys, change streams */
+    RTR_ACCESS_WRITE,    /* MutateRow, MutateRows */
+    RTR_ACCESS_TXN,      /* CheckAndMutateRow, ReadModifyWriteRow: single-row transactions */
+} rtr_access;
+
 /* Plans a request of app_profile_id ("" = default). row: the row key of a single-row request
  * (row affinity), or an empty slice. NOT_FOUND for an unknown profile; FAILED_PRECONDITION when
- * transactional is set and the profile forbids single-row transactions (always on multi-cluster
- * profiles) or when the profile names no cluster of the topology. */
-st_code rtr_route_plan(rtr_ctx *r, const char *app_profile_id, bool transactional, st_slice row,
+ * the request writes (RTR_ACCESS_WRITE, RTR_ACCESS_TXN) through a Data Boost profile (read-only),
+ * when it is a transaction and the profile forbids single-row transactions (always on
+ * multi-cluster profiles), or when the profile names no cluster of the topology. */
+st_code rtr_route_plan(rtr_ctx *r, const char *app_profile_id, rtr_access access, st_slice row,
                        rtr_plan *out, st_err *err);
 rtr_cluster *rtr_plan_cluster(rtr_ctx *r, const rtr_plan *p);
 /* Moves a multi-cluster plan to its next cluster; false (plan unchanged) when none is left or

@@ -249,6 +249,30 @@ static bool cas_send(set_op *op) {
 
 static void h_set_table_policy(rpc_call *call, st_slice req, void *arg);
 
+/* SetIamPolicyRequest.update_mask: only the fields it names change, "bindings, etag" when it is
+ * unset or empty. *bindings tells whether the request's bindings replace the stored ones (the
+ * etag is renewed by every set). Strata models no audit configuration (admin calls go to the
+ * --audit-log file), so a mask naming audit_configs is refused rather than a change dropped. */
+static st_code mask_check(const Google__Protobuf__FieldMask *mask, bool *bindings, st_err *err) {
+    *bindings = !mask || mask->n_paths == 0;
+    for (size_t i = 0; mask && i < mask->n_paths; i++) {
+        const char *path = mask->paths[i];
+        if (strcmp(path, "bindings") == 0)
+            *bindings = true;
+        else if (strcmp(path, "audit_configs") == 0 || strcmp(path, "auditConfigs") == 0)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "update_mask names audit_configs, which Strata does not keep (its "
+                              "audit log is the router's --audit-log file): leave it out of the "
+                              "mask");
+        else if (strcmp(path, "etag") != 0)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "update_mask path \"%.100s\" is not supported: name bindings "
+                              "and etag, or leave the mask empty (the same)",
+                              path);
+    }
+    return ST_OK;
+}
+
 /* Sets the policy of req's resource; false when answered without a store. */
 static bool set_start(rpc_call *call, rtr_ctx *r, Google__Iam__V1__SetIamPolicyRequest *req,
                       bool table) {
@@ -259,7 +283,9 @@ static bool set_start(rpc_call *call, rtr_ctx *r, Google__Iam__V1__SetIamPolicyR
         rtr_fail(call, ST_INVALID_ARGUMENT, "SetIamPolicy needs a policy");
         return false;
     }
-    if (bindings_check(req->policy, &err) != ST_OK) {
+    bool bindings;
+    if (mask_check(req->update_mask, &bindings, &err) != ST_OK ||
+        (bindings && bindings_check(req->policy, &err) != ST_OK)) {
         rtr_fail(call, err.code, "%s", err.msg);
         return false;
     }
@@ -277,6 +303,14 @@ static bool set_start(rpc_call *call, rtr_ctx *r, Google__Iam__V1__SetIamPolicyR
     bool checked = e->len != 0; /* before etag_next replaces the request's etag (e) */
     pb_policy *p = req->policy;
     p->version = 1;
+    if (!bindings) { /* a mask leaving them out keeps every grant */
+        p->n_bindings = cur->n_bindings;
+        p->bindings = cur->bindings;
+    }
+    /* Fields Strata does not model (audit_configs) are outside every accepted mask: they keep
+     * their stored values, as the default mask says. */
+    p->base.n_unknown_fields = cur->base.n_unknown_fields;
+    p->base.unknown_fields = cur->base.unknown_fields;
     etag_next(call, p, cur);
     set_op *op = st_arena_alloc(rpc_call_arena(call), sizeof *op);
     size_t len = protobuf_c_message_get_packed_size(&p->base);

@@ -44,11 +44,12 @@ typedef struct rtr_policy {
     char cluster_ids[ST_TOPO_CLUSTERS_MAX][ST_TOPO_ID_MAX + 1]; /* multi; none = all */
     size_t n_cluster_ids;
     bool row_affinity;
+    bool data_boost; /* isolation data_boost_isolation_read_only: reads only */
 } rtr_policy;
 
-/* Scans a serialized AppProfile for its routing policy (no allocation). INVALID_ARGUMENT for a
- * malformed message, a cluster id longer than ST_TOPO_ID_MAX, or more than ST_TOPO_CLUSTERS_MAX
- * cluster ids. */
+/* Scans a serialized AppProfile for its routing policy and isolation (no allocation).
+ * INVALID_ARGUMENT for a malformed message, a cluster id longer than ST_TOPO_ID_MAX, or more than
+ * ST_TOPO_CLUSTERS_MAX cluster ids. */
 st_code rtr_policy_parse(st_slice profile_pb, rtr_policy *out, st_err *err);
 
 /* ---- names (profiles.c, pure) ---- */

@@ -407,11 +407,12 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_mrs_peek pk;
     const char *table, *profile;
     rtr_plan plan;
-    if (!mutate_rows_parse(call, req_bytes, &pk, &table, &profile))
+    if (rtr_data_view_refused(call, req_bytes, 5, 0) || /* MutateRowsRequest */
+        !mutate_rows_parse(call, req_bytes, &pk, &table, &profile))
         return;
     uint64_t fp = rtr_qod_fingerprint(rpc_call_path(call), req_bytes); /* before stamping */
     st_slice row = pk.n_entries == 1 ? pk.first_row : st_slice_make(NULL, 0);
-    if (!rtr_data_route(r, call, table, profile, false, row, &plan))
+    if (!rtr_data_route(r, call, table, profile, RTR_ACCESS_WRITE, row, &plan))
         return;
     st_err err = {0};
     if (mr_check(pk.n_entries, pk.n_mutations, &err) != ST_OK || rtr_qod_refused(r, fp, &err)) {

@@ -137,8 +137,12 @@ st_code rtr_policy_parse(st_slice pb, rtr_policy *out, st_err *err) {
     memset(out, 0, sizeof *out);
     const uint8_t *p = pb.data, *end = rtr_slice_end(pb);
     rtr_wire_field f;
-    bool bad;
+    bool bad, data_boost = false;
     while (rtr_wire_next(&p, end, &f, &bad)) {
+        /* isolation oneof: priority 7, data_boost_isolation_read_only 10, standard_isolation 11;
+         * the last member on the wire wins. */
+        if (f.num == 7 || f.num == 10 || f.num == 11)
+            data_boost = f.num == 10 && f.wire_type == 2;
         if ((f.num != 5 && f.num != 6) || f.wire_type != 2)
             continue;
         /* A oneof: the last member on the wire wins. */
@@ -148,6 +152,7 @@ st_code rtr_policy_parse(st_slice pb, rtr_policy *out, st_err *err) {
         if (rc != ST_OK)
             return rc;
     }
+    out->data_boost = data_boost;
     return bad ? st_err_set(err, ST_INVALID_ARGUMENT, "malformed app profile") : ST_OK;
 }
 
@@ -445,8 +450,8 @@ st_code rtr_profile_policy(const rtr_ctx *r, const char *id, rtr_policy *pol, st
 st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transactional,
                           rtr_cluster **out, st_err *err) {
     rtr_plan plan;
-    st_code rc =
-        rtr_route_plan(r, app_profile_id, transactional, st_slice_make(NULL, 0), &plan, err);
+    st_code rc = rtr_route_plan(r, app_profile_id, transactional ? RTR_ACCESS_TXN : RTR_ACCESS_READ,
+                                st_slice_make(NULL, 0), &plan, err);
     if (rc == ST_OK)
         *out = rtr_plan_cluster(r, &plan);
     return rc;
@@ -696,10 +701,17 @@ void rtr_h_get_app_profile(rpc_call *call, st_slice bytes, void *arg) {
     st_buf_free(&scratch);
 }
 
-/* ListAppProfiles: profiles in id order after page_token (the last id of the previous page),
- * the built-in default merged in when none is stored. The response is assembled on the wire:
- * field 1 is each stored profile's bytes, field 2 the next page token. */
-static st_code list_page(const rtr_ctx *r, const char *after, size_t max, st_buf *out) {
+/* ListAppProfiles pages (rtr_page_token_make): "p1", a CRC32C of the parent, and the last id of
+ * the previous page; the next page starts after it, so profiles made or deleted between pages
+ * shift nothing. A token this listing did not hand out is refused rather than read as an id: a
+ * mangled token would otherwise list nothing, or skip profiles, without a word. */
+#define PROFILES_TOKEN_PREFIX "p1"
+
+/* Profiles in id order after `after` ("" for the first page), the built-in default merged in
+ * when none is stored. The response is assembled on the wire: field 1 is each stored profile's
+ * bytes, field 2 the next page token (made in arena a for the parent of CRC32C crc). */
+static st_code list_page(const rtr_ctx *r, const char *after, size_t max, st_arena *a, uint32_t crc,
+                         st_buf *out) {
     st_buf def;
     st_buf_init(&def);
     bool need_def = !rtr_meta_find(&r->meta, RTR_META_KIND_PROFILE, RTR_PROFILE_DEFAULT);
@@ -721,7 +733,9 @@ static st_code list_page(const rtr_ctx *r, const char *after, size_t max, st_buf
         if (after[0] && strcmp(id, after) <= 0)
             continue;
         if (n == max) {
-            rc = rtr_wire_put_bytes(out, 2, st_slice_cstr(last));
+            const char *tok =
+                rtr_page_token_make(a, PROFILES_TOKEN_PREFIX, crc, st_slice_cstr(last));
+            rc = tok ? rtr_wire_put_bytes(out, 2, st_slice_cstr(tok)) : ST_RESOURCE_EXHAUSTED;
             break;
         }
         rc = rtr_wire_put_bytes(out, 1, pb);
@@ -730,6 +744,23 @@ static st_code list_page(const rtr_ctx *r, const char *after, size_t max, st_buf
     }
     st_buf_free(&def);
     return rc;
+}
+
+/* Where the page of token starts: *after is left alone for the first page (no token). */
+static st_code list_after(st_arena *a, const char *token, uint32_t crc, const char **after,
+                          st_err *err) {
+    if (!token[0])
+        return ST_OK;
+    st_slice last;
+    rtr_token_rc trc = rtr_page_token_parse(a, token, PROFILES_TOKEN_PREFIX, crc, &last);
+    if (trc == RTR_TOKEN_NOMEM)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (trc != RTR_TOKEN_OK)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "invalid page_token: pass the next_page_token of the previous page, "
+                          "with the same parent, unchanged");
+    *after = (const char *)last.data;
+    return ST_OK;
 }
 
 void rtr_h_list_app_profiles(rpc_call *call, st_slice bytes, void *arg) {
@@ -749,9 +780,16 @@ void rtr_h_list_app_profiles(rpc_call *call, st_slice bytes, void *arg) {
     }
     size_t max = req->page_size > 0 && req->page_size < RTR_LIST_PAGE_MAX ? (size_t)req->page_size
                                                                           : RTR_LIST_PAGE_MAX;
+    st_arena *a = rpc_call_arena(call);
+    uint32_t crc = st_crc32c(0, req->parent, strlen(req->parent));
+    const char *after = "";
+    if (list_after(a, req->page_token, crc, &after, &err) != ST_OK) {
+        rtr_fail(call, err.code, "%s", err.msg);
+        return;
+    }
     st_buf out;
     st_buf_init(&out);
-    if (list_page(r, req->page_token, max, &out) == ST_OK)
+    if (list_page(r, after, max, a, crc, &out) == ST_OK)
         reply_bytes(call, st_buf_slice(&out));
     else
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");

@@ -20,6 +20,7 @@
  * Resumption: "strata-not-owner" answers and lost node connections (after a tablet-map refresh,
  * bounded retries) resume after the last row delivered: the client never sees a row twice, and a
  * row cut short is withdrawn with reset_row first. */
+#include "data.h"
 #include "failover.h"
 #include "router_internal.h"
 
@@ -832,14 +833,16 @@ void rtr_h_read_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     rr_args req;
     rtr_plan plan;
-    if (!rr_parse(call, req_bytes, &req) || !rtr_table_or_fail(r, call, req.table))
+    /* ReadRowsRequest: authorized_view_name 9, materialized_view_name 11 */
+    if (rtr_data_view_refused(call, req_bytes, 9, 11) || !rr_parse(call, req_bytes, &req) ||
+        !rtr_table_or_fail(r, call, req.table))
         return;
     st_err err = {0};
     /* Row affinity applies to reads of exactly one row key. */
     bool one_row = req.rows && req.rows->n_row_keys == 1 && req.rows->n_row_ranges == 0;
     st_slice row = one_row ? st_slice_make(req.rows->row_keys[0].data, req.rows->row_keys[0].len)
                            : st_slice_make(NULL, 0);
-    if (rtr_route_plan(r, req.profile, false, row, &plan, &err) != ST_OK) {
+    if (rtr_route_plan(r, req.profile, RTR_ACCESS_READ, row, &plan, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }

@@ -9,6 +9,30 @@
 
 typedef Google__Bigtable__Admin__V2__GcRule pb_gc;
 
+/* A max_age is a google.protobuf.Duration (seconds within +-BTU_DURATION_SECONDS_MAX, nanos
+ * within +-999,999,999 and of the seconds' sign) of at least 1 ms: Bigtable's floor, since a
+ * shorter age (0 included) would hide every cell as soon as it is written, so every write would
+ * succeed and nothing would ever be readable. The two are told apart: advice to set a longer age
+ * is wrong for one far too long. */
+static st_code max_age_check(const Google__Protobuf__Duration *d, st_err *err) {
+    int64_t s = d ? d->seconds : 0;
+    int32_t ns = d ? d->nanos : 0;
+    if (s > BTU_DURATION_SECONDS_MAX || s < -BTU_DURATION_SECONDS_MAX || ns > 999999999 ||
+        ns < -999999999 || (s > 0 && ns < 0) || (s < 0 && ns > 0))
+        return st_err_set(
+            err, ST_INVALID_ARGUMENT,
+            "GC rule max_age is not a valid google.protobuf.Duration (seconds %" PRId64
+            ", nanos %d): seconds must be within +-%" PRId64
+            " (about 10,000 years) and nanos within 0..999,999,999",
+            s, (int)ns, (int64_t)BTU_DURATION_SECONDS_MAX);
+    if (s < 0 || ns < 0 || (s == 0 && ns < 1000000))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "GC rule max_age must be at least 1 ms (seconds %" PRId64
+                          ", nanos %d): set a longer age, or no max_age to keep cells",
+                          s, (int)ns);
+    return ST_OK;
+}
+
 st_code btu_gc_rule_level(const pb_gc *r, pb_gc *const **kids, size_t *n, st_err *err) {
     *kids = NULL;
     *n = 0;
@@ -22,17 +46,7 @@ st_code btu_gc_rule_level(const pb_gc *r, pb_gc *const **kids, size_t *n, st_err
                               r->max_num_versions);
         return ST_OK;
     case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_MAX_AGE:
-        /* Bigtable's floor: an age under 1 ms (0 included) would hide every cell as soon as it
-         * is written, so every write would succeed and nothing would ever be readable. */
-        if (!r->max_age || r->max_age->seconds < 0 || r->max_age->nanos < 0 ||
-            r->max_age->nanos > 999999999 || r->max_age->seconds > BTU_DURATION_SECONDS_MAX ||
-            (r->max_age->seconds == 0 && r->max_age->nanos < 1000000))
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "GC rule max_age must be at least 1 ms (seconds %" PRId64
-                              ", nanos %d): set a longer age, or no max_age to keep cells",
-                              (int64_t)(r->max_age ? r->max_age->seconds : 0),
-                              r->max_age ? r->max_age->nanos : 0);
-        return ST_OK;
+        return max_age_check(r->max_age, err);
     case GOOGLE__BIGTABLE__ADMIN__V2__GC_RULE__RULE_INTERSECTION:
         if (r->intersection) {
             *kids = r->intersection->rules;
@@ -66,18 +80,98 @@ bool btu_pb_has_unknown(const ProtobufCMessage *m, uint32_t num) {
     return false;
 }
 
-/* ColumnFamily.value_type in the upstream API: the type of an aggregate family. */
+/* ColumnFamily.value_type in the upstream API (a google.bigtable.admin.v2.Type), and the Type
+ * member that makes a family an aggregate. Our ColumnFamily leaves value_type out, so it arrives
+ * as an unknown field. */
 #define FAMILY_VALUE_TYPE_FIELD 3
+#define TYPE_AGGREGATE_FIELD 6
+
+/* Reads a varint at *p (before end); false when malformed. */
+static bool varint_read(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    *v = 0;
+    for (int shift = 0; *p < end && shift < 64; shift += 7) {
+        uint8_t b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/* Skips the value of a field of wire type wt at *p; false when malformed. */
+static bool field_skip(const uint8_t **p, const uint8_t *end, uint32_t wt) {
+    uint64_t v;
+    size_t n;
+    switch (wt) {
+    case 0:
+        return varint_read(p, end, &v);
+    case 1:
+        n = 8;
+        break;
+    case 2:
+        if (!varint_read(p, end, &v) || v > (uint64_t)(end - *p))
+            return false;
+        n = (size_t)v;
+        break;
+    case 5:
+        n = 4;
+        break;
+    default:
+        return false;
+    }
+    if ((size_t)(end - *p) < n)
+        return false;
+    *p += n;
+    return true;
+}
+
+/* Whether the Type message in [p, end) names an aggregate_type (a malformed one counts as
+ * not). */
+static bool type_is_aggregate(const uint8_t *p, const uint8_t *end) {
+    uint64_t tag;
+    while (p < end && varint_read(&p, end, &tag)) {
+        if (tag >> 3 == TYPE_AGGREGATE_FIELD)
+            return true;
+        if (!field_skip(&p, end, (uint32_t)(tag & 7)))
+            return false;
+    }
+    return false;
+}
+
+/* Whether a family's value_type is an aggregate (AddToCell / MergeToCell) rather than a type
+ * annotation such as String, Bytes or Int64. protobuf-c keeps a length-delimited unknown field's
+ * length prefix in its data. */
+static bool value_type_aggregate(const ProtobufCMessage *cf) {
+    for (unsigned i = 0; i < cf->n_unknown_fields; i++) {
+        const ProtobufCMessageUnknownField *u = &cf->unknown_fields[i];
+        const uint8_t *p = u->data, *end = u->data + u->len;
+        uint64_t len;
+        if (u->tag == FAMILY_VALUE_TYPE_FIELD &&
+            u->wire_type == PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED && varint_read(&p, end, &len) &&
+            len == (uint64_t)(end - p) && type_is_aggregate(p, end))
+            return true;
+    }
+    return false;
+}
 
 st_code btu_family_check(const char *fam, const Google__Bigtable__Admin__V2__ColumnFamily *cf,
                          st_err *err) {
     if (!cf)
         return ST_OK;
-    if (btu_pb_has_unknown(&cf->base, FAMILY_VALUE_TYPE_FIELD))
+    if (btu_pb_has_unknown(&cf->base, FAMILY_VALUE_TYPE_FIELD) && value_type_aggregate(&cf->base))
         return st_err_set(err, ST_UNIMPLEMENTED,
-                          "column family %s has a value_type: aggregate column families "
+                          "column family %s has an aggregate value_type: aggregate column families "
                           "(AddToCell, MergeToCell) are not supported; create the family without "
                           "value_type and keep counters with ReadModifyWriteRow increments",
+                          fam);
+    /* A type annotation (String, Bytes, Int64...) changes no write path, but the schema's every
+     * copy (router metadata, node catalogs, backup manifests, exports) would have to keep it:
+     * refused until they all do, saying it is not an aggregate (docs/bigtable.md). */
+    if (btu_pb_has_unknown(&cf->base, FAMILY_VALUE_TYPE_FIELD))
+        return st_err_set(err, ST_UNIMPLEMENTED,
+                          "column family %s has a value_type (a type annotation, not an "
+                          "aggregate): Strata does not store column family value types yet; "
+                          "create the family without value_type (values are bytes either way)",
                           fam);
     return btu_gc_rule_size_check(fam, cf->gc_rule, err);
 }

@@ -175,18 +175,19 @@ static void test_failover_plan_follows_health(void **state) {
     st_err err = {0};
     rtr_plan p;
     store_multi(r, "any", NULL, 0, false);
-    assert_int_equal(rtr_route_plan(r, "any", false, S(""), &p, &err), ST_OK);
+    assert_int_equal(rtr_route_plan(r, "any", RTR_ACCESS_READ, S(""), &p, &err), ST_OK);
     assert_true(p.multi);
     assert_int_equal(p.n, 3);
     assert_ptr_equal(rtr_plan_cluster(r, &p), &r->clusters[0]);
-    assert_int_equal(rtr_route_plan(r, "any", true, S(""), &p, &err), ST_FAILED_PRECONDITION);
+    assert_int_equal(rtr_route_plan(r, "any", RTR_ACCESS_TXN, S(""), &p, &err),
+                     ST_FAILED_PRECONDITION);
     assert_string_equal(err.msg, RTR_TXN_DENIED_MSG);
 
     /* A request failing on one node of east takes east out: east goes last. */
     rtr_health_report(&r->clusters[0].nodes[1], ST_UNAVAILABLE);
     assert_false(rtr_health_cluster_up(r, 0));
     assert_false(rtr_cluster_healthy(&r->clusters[0]));
-    assert_int_equal(rtr_route_plan(r, "any", false, S(""), &p, &err), ST_OK);
+    assert_int_equal(rtr_route_plan(r, "any", RTR_ACCESS_READ, S(""), &p, &err), ST_OK);
     assert_ptr_equal(rtr_plan_cluster(r, &p), &r->clusters[1]);
     assert_true(rtr_plan_next(r, &p, ST_UNAVAILABLE));
     assert_ptr_equal(rtr_plan_cluster(r, &p), &r->clusters[2]);
@@ -201,7 +202,7 @@ static void test_failover_plan_follows_health(void **state) {
     /* A subset; the preferred one down, the plan restarted after it is back. */
     char *ids[] = {"north", "west"};
     store_multi(r, "sub", ids, 2, false);
-    assert_int_equal(rtr_route_plan(r, "sub", false, S(""), &p, &err), ST_OK);
+    assert_int_equal(rtr_route_plan(r, "sub", RTR_ACCESS_READ, S(""), &p, &err), ST_OK);
     assert_int_equal(p.n, 2);
     assert_ptr_equal(rtr_plan_cluster(r, &p), &r->clusters[1]);
     rtr_health_report(&r->clusters[1].nodes[0], ST_DEADLINE_EXCEEDED);
@@ -209,12 +210,12 @@ static void test_failover_plan_follows_health(void **state) {
     assert_ptr_equal(rtr_plan_cluster(r, &p), &r->clusters[2]);
 
     /* Single-cluster profiles (the built-in default: east) never move, even to healthy ones. */
-    assert_int_equal(rtr_route_plan(r, "", true, S("row"), &p, &err), ST_OK);
+    assert_int_equal(rtr_route_plan(r, "", RTR_ACCESS_TXN, S("row"), &p, &err), ST_OK);
     assert_false(p.multi);
     assert_ptr_equal(rtr_plan_cluster(r, &p), &r->clusters[0]);
     assert_false(rtr_plan_next(r, &p, ST_UNAVAILABLE));
     assert_int_equal(rtr_plan_attempt_ms(&p, 60000), 60000);
-    assert_int_equal(rtr_route_plan(r, "nosuch", false, S(""), &p, &err), ST_NOT_FOUND);
+    assert_int_equal(rtr_route_plan(r, "nosuch", RTR_ACCESS_READ, S(""), &p, &err), ST_NOT_FOUND);
     ctx_free(r);
 }
 
@@ -229,16 +230,19 @@ static void test_failover_row_affinity_plan(void **state) {
     for (int i = 0;; i++) {
         assert_true(i < 1000);
         snprintf(key, sizeof key, "row%d", i);
-        assert_int_equal(rtr_route_plan(r, "aff", false, st_slice_cstr(key), &p, &err), ST_OK);
+        assert_int_equal(rtr_route_plan(r, "aff", RTR_ACCESS_READ, st_slice_cstr(key), &p, &err),
+                         ST_OK);
         if (rtr_plan_cluster(r, &p) == &r->clusters[1])
             break;
     }
     rtr_health_report(&r->clusters[1].nodes[0], ST_UNAVAILABLE);
-    assert_int_equal(rtr_route_plan(r, "aff", false, st_slice_cstr(key), &q, &err), ST_OK);
+    assert_int_equal(rtr_route_plan(r, "aff", RTR_ACCESS_READ, st_slice_cstr(key), &q, &err),
+                     ST_OK);
     assert_ptr_equal(rtr_plan_cluster(r, &q), &r->clusters[p.order[1]]);
     r->fo->nodes[1][0].down = false;
     r->fo->clusters[1].up = true;
-    assert_int_equal(rtr_route_plan(r, "aff", false, st_slice_cstr(key), &q, &err), ST_OK);
+    assert_int_equal(rtr_route_plan(r, "aff", RTR_ACCESS_READ, st_slice_cstr(key), &q, &err),
+                     ST_OK);
     assert_ptr_equal(rtr_plan_cluster(r, &q), &r->clusters[1]);
     ctx_free(r);
 }

@@ -162,6 +162,20 @@ static void test_profiles_policy_parse(void **state) {
     assert_int_equal(pol.kind, RTR_ROUTING_SINGLE);
     assert_string_equal(pol.cluster_id, "west");
     assert_true(pol.allow_transactional_writes);
+    assert_false(pol.data_boost);
+
+    /* Data Boost isolation (read-only) is seen beside the routing policy. */
+    Google__Bigtable__Admin__V2__AppProfile__DataBoostIsolationReadOnly db;
+    google__bigtable__admin__v2__app_profile__data_boost_isolation_read_only__init(&db);
+    mk_single(&p, &s, "west", false);
+    p.isolation_case =
+        GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ISOLATION_DATA_BOOST_ISOLATION_READ_ONLY;
+    p.data_boost_isolation_read_only = &db;
+    pack(&p, &b);
+    assert_int_equal(rtr_policy_parse(st_buf_slice(&b), &pol, &err), ST_OK);
+    assert_true(pol.data_boost);
+    assert_string_equal(pol.cluster_id, "west");
+    p.isolation_case = GOOGLE__BIGTABLE__ADMIN__V2__APP_PROFILE__ISOLATION__NOT_SET;
 
     char *ids[] = {"west", "east"};
     mk_multi(&p, &m, ids, 2);
