@@ -347,6 +347,9 @@ static const char *hint(const ops_cs *cs, st_code code, const char *msg) {
     const char *creds = ops_router_hint(code, msg, cs_tls(cs), cs->o.authorization != NULL);
     if (creds[0] && creds_failure(cs, code, msg))
         return creds;
+    if (code == ST_FAILED_PRECONDITION && msg && strstr(msg, "off and on again"))
+        return "start over with --from, without the checkpoint (the changes before streams were "
+               "turned off are gone; if they are off: --enable 1d first)";
     if (code == ST_FAILED_PRECONDITION)
         return "turn change streams on for the table: `strata changes --table TABLE --enable "
                "1d` keeps a day of changes from then on (1d to 7d; docs/changestreams.md)";

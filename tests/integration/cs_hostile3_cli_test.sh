@@ -23,7 +23,9 @@
 #   8. --enable with --disable: refused (streams used to be turned on, --disable ignored);
 #   9. an empty --checkpoint: refused (exit 2) before anything is locked or read;
 #  10. a stale FILE.tmp that is a symbolic link (to a file kept as it is) or a FIFO (no hang): the
-#      checkpoint is written as a new file.
+#      checkpoint is written as a new file;
+#  11. streams turned off and on again under --follow: exit 1 advising to start over with --from
+#      (it advised turning streams on, which they were).
 # Skips (77) without python3.
 # Usage: cs_hostile3_cli_test.sh PATH/TO/strata
 set -u
@@ -170,4 +172,16 @@ rc=$?
 # It used to wait for a reader of the FIFO forever.
 [ $rc -eq 0 ] && grep -q strata-changes-checkpoint "$TMPD/ckf" ||
   { cat "$TMPD/k.err"; fail "a run with a FIFO as FILE.tmp exited $rc without a checkpoint"; }
+echo "== 11. streams turned off and on again under --follow"
+timeout 60 "${CH[@]}" --follow --from now >"$TMPD/l.out" 2>"$TMPD/l.err" &
+FOL=$!
+sleep 2
+"$STRATA" changes --dir "$DIR" --table cs --disable >/dev/null || fail "--disable under --follow"
+"$STRATA" changes --dir "$DIR" --table cs --enable 1d >/dev/null || fail "--enable under --follow"
+wait $FOL
+rc=$?
+# It used to advise turning streams on, which they were.
+[ $rc -eq 1 ] && grep -q "start over with --from" "$TMPD/l.err" &&
+  ! grep -q "turn change streams on for the table" "$TMPD/l.err" ||
+  { cat "$TMPD/l.err"; fail "--follow across streams off and on again: exit $rc, advice above"; }
 echo "PASS"
