@@ -223,7 +223,8 @@ typedef struct rtr_fence {
     int64_t pending_us; /* the latest fence of attempts that may still apply; 0: none */
 } rtr_fence;
 #define RTR_FENCE_TEXT_BYTES 24
-/* The fence of an attempt sent now with timeout_ms: *attempt_us, and its header in md[*n_md]
+/* The fence of an attempt sent now with timeout_ms (0: no deadline; at most RTR_FO_ATTEMPT_MS
+ * either way): *attempt_us, and its header in md[*n_md]
  * (md has room for it), its value written into text, which must live as long as the call. */
 void rtr_fence_attempt(int64_t timeout_ms, int64_t *attempt_us, char text[RTR_FENCE_TEXT_BYTES],
                        rpc_metadata *md, size_t *n_md);

@@ -408,9 +408,14 @@ static void test_failover_write_fences(void **state) {
     assert_int_equal(strtoll(md[0].value, NULL, 10), fence);
     assert_true(fence >= before + (int64_t)RTR_FO_ATTEMPT_MS * 1000);
     assert_true(fence <= st_wall_us() + (int64_t)RTR_FO_ATTEMPT_MS * 1000);
+    /* An attempt without a deadline (0) gets the same fence, not one that has passed already. */
+    n_md = 0;
+    before = st_wall_us();
+    rtr_fence_attempt(0, &fence, text, md, &n_md);
+    assert_true(fence >= before + (int64_t)RTR_FO_ATTEMPT_MS * 1000);
     rtr_fence f = {0};
     static const st_code refusals[] = {ST_FAILED_PRECONDITION, ST_NOT_FOUND, ST_INVALID_ARGUMENT,
-                                       ST_RESOURCE_EXHAUSTED, ST_OK};
+                                       ST_RESOURCE_EXHAUSTED,  ST_DATA_LOSS, ST_OK};
     for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
         rtr_fence_ended(&f, fence, refusals[i], true);
     assert_int_equal(rtr_fence_wait_ms(&f), 0);
