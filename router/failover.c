@@ -181,6 +181,10 @@ bool rtr_fo_error(st_code code) {
     return code == ST_UNAVAILABLE || code == ST_DEADLINE_EXCEEDED;
 }
 
+bool rtr_plan_moves_off_replica(const rtr_plan *p, st_code code) {
+    return code == ST_DATA_LOSS && p->multi && p->cur + 1 < p->n;
+}
+
 int64_t rtr_plan_attempt_ms(const rtr_plan *p, int64_t timeout_ms) {
     if (!p->multi || p->cur + 1 >= p->n)
         return timeout_ms;

@@ -257,6 +257,21 @@ static void test_failover_attempt_deadline(void **state) {
     assert_false(rtr_fo_error(ST_NOT_FOUND));
 }
 
+/* A damaged replica (DATA_LOSS) moves a multi-cluster part on while another cluster remains,
+ * but is no health verdict, and a single-cluster plan keeps the error. */
+static void test_failover_damaged_replica_moves_on(void **state) {
+    (void)state;
+    rtr_plan p = {.multi = true, .n = 2, .cur = 0};
+    assert_true(rtr_plan_moves_off_replica(&p, ST_DATA_LOSS));
+    assert_false(rtr_plan_moves_off_replica(&p, ST_INTERNAL));
+    assert_false(rtr_plan_moves_off_replica(&p, ST_FAILED_PRECONDITION));
+    assert_false(rtr_fo_error(ST_DATA_LOSS)); /* the node stays up */
+    p.cur = 1;                                /* the last cluster's error goes to the client */
+    assert_false(rtr_plan_moves_off_replica(&p, ST_DATA_LOSS));
+    rtr_plan single = {.multi = false, .n = 1, .cur = 0};
+    assert_false(rtr_plan_moves_off_replica(&single, ST_DATA_LOSS));
+}
+
 /* ---- the SetCell timestamp rewrite ---- */
 
 typedef Google__Bigtable__V2__Mutation pb_mut;
@@ -437,6 +452,7 @@ int main(void) {
         cmocka_unit_test(test_failover_plan_follows_health),
         cmocka_unit_test(test_failover_row_affinity_plan),
         cmocka_unit_test(test_failover_attempt_deadline),
+        cmocka_unit_test(test_failover_damaged_replica_moves_on),
         cmocka_unit_test(test_failover_stamp_mutate_row),
         cmocka_unit_test(test_failover_stamp_mutate_rows),
         cmocka_unit_test(test_failover_write_ts_never_decreases),
