@@ -9,7 +9,8 @@
 #    row east delivered. It used to end DATA_LOSS for every multi-cluster client, for good;
 # 2. a MutateRow (cbt set) and a MutateRows (cbt import) of rows of that tablet through the
 #    multi-cluster profile are stored on west, while east's tablet, read-only after the
-#    corruption, refuses them through the east profile (DATA_LOSS), as it should.
+#    corruption, refuses them through the east profile (DATA_LOSS), as it should;
+# 3. `strata status` flags east-0 as holding a tablet read-only after corruption.
 # Skips (77) without cbt.
 # Usage: damaged_replica_test.sh PATH/TO/strata
 set -u
@@ -72,6 +73,10 @@ cbtq read t app-profile=multi >"$TMPD/multi.out" 2>&1 ||
   fail "the multi-cluster scan returned $(rows "$TMPD/multi.out") rows, not 400"
 cmp -s <(grep -v '^ ' "$TMPD/multi.out") <(grep -v '^ ' "$TMPD/west.out") ||
   fail "the multi-cluster scan differs from west's rows"
+# strata status flags the node: it answers, so nothing else showed the damage.
+"$STRATA" status --dir "$DIR" >"$TMPD/status.out" 2>&1
+grep -q "east-0 holds 1 tablet read-only after corruption" "$TMPD/status.out" ||
+  { cat "$TMPD/status.out"; fail "strata status does not flag east-0's read-only tablet"; }
 
 echo "== writes"
 cbtq set t r0123 app-profile=oneast cf:z=east >"$TMPD/set_east.out" 2>&1 &&
