@@ -4,7 +4,8 @@
  * DIR/topology, reads the profile (GetAppProfile), sends UpdateAppProfile with
  * single_cluster_routing = {CLUSTER, the same allow_transactional_writes} and the etag it read
  * (so a concurrent change is refused, not overwritten), and prints the profile before and after.
- * The router that took the update routes by it at once, other routers within about a second. */
+ * An update whose answer is lost is an unknown outcome: the profile is read again. The router
+ * that took the update routes by it at once, other routers within about a second. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -38,7 +39,9 @@ static void failover_usage(FILE *out) {
             "  --force   skip that check and the router's warning check (another profile\n"
             "            allows single-row transactions on a different cluster)\n"
             "Writes the old cluster acknowledged but has not replicated yet reach CLUSTER when\n"
-            "replication catches up (`cbt waitforreplication TABLE` waits for it).\n");
+            "replication catches up (`cbt waitforreplication TABLE` waits for it).\n"
+            "Exit 0 when PROFILE routes to CLUSTER afterwards. An update whose answer is lost\n"
+            "(the router went away) is checked by reading the profile again.\n");
 }
 
 static void describe(const fo_profile *p, const char *when) {
@@ -81,11 +84,29 @@ static fo_profile *get_profile(const char *router, const char *name, bool quiet)
     return p;
 }
 
-/* One UpdateAppProfile; true when the operation it answers is done without error. *rc_out: the
- * call's end, UNAVAILABLE only for a refusal left unsaid to the caller to retry (with
- * quiet_unavailable; said, and reported as INTERNAL, otherwise). */
-static bool update_once(const char *router, const fo_profile *cur, const char *cluster, bool force,
-                        bool quiet_unavailable, st_code *rc_out, char *why, size_t why_cap) {
+/* How one UpdateAppProfile ended. */
+typedef enum fo_outcome {
+    FO_STORED,  /* the router answered a finished operation without error */
+    FO_REFUSED, /* refused, nothing changed: said */
+    FO_BUSY,    /* the router answered UNAVAILABLE: it could not reach the profile's cluster */
+    FO_OPEN,    /* the connection ended, or the deadline passed, after the request may have
+                   reached the router: stored or not, only a new read tells */
+} fo_outcome;
+
+/* Whether a failed call may have reached the router: anything but a connect that failed, a TLS
+ * handshake that did not finish, or a call that never started (nothing was sent then). The
+ * router's own UNAVAILABLE answers are not connection failures (not "connection to ..."). */
+static bool call_may_have_landed(st_code rc, const char *msg) {
+    if (rc == ST_DEADLINE_EXCEEDED)
+        return true;
+    if (rc != ST_UNAVAILABLE || strncmp(msg, "connection to ", 14) != 0)
+        return false;
+    return !strstr(msg, "connect failed") && !strstr(msg, "connect timed out") &&
+           !strstr(msg, "TLS handshake failed") && !strstr(msg, "server's certificate names");
+}
+
+/* The UpdateAppProfile request moving cur to cluster, packed into out. */
+static st_code pack_update(const fo_profile *cur, const char *cluster, bool force, st_buf *out) {
     Google__Bigtable__Admin__V2__AppProfile__SingleClusterRouting s;
     google__bigtable__admin__v2__app_profile__single_cluster_routing__init(&s);
     s.cluster_id = (char *)cluster;
@@ -107,19 +128,30 @@ static bool update_once(const char *router, const fo_profile *cur, const char *c
     req.app_profile = &p;
     req.update_mask = &mask;
     req.ignore_warnings = force;
+    size_t len = google__bigtable__admin__v2__update_app_profile_request__get_packed_size(&req);
+    if (st_buf_reserve(out, len + 1) != ST_OK)
+        return ST_RESOURCE_EXHAUSTED;
+    out->len = google__bigtable__admin__v2__update_app_profile_request__pack(&req, out->data);
+    return ST_OK;
+}
+
+/* One UpdateAppProfile. Says why unless the outcome is FO_BUSY or FO_OPEN (the caller goes on
+ * then); why receives the call's message. quiet_busy false: a router's UNAVAILABLE is said and
+ * FO_REFUSED (the retry time is over). */
+static fo_outcome update_once(const char *router, const fo_profile *cur, const char *cluster,
+                              bool force, bool quiet_busy, char *why, size_t why_cap) {
     st_buf reqb, resp;
     st_buf_init(&reqb);
     st_buf_init(&resp);
-    size_t len = google__bigtable__admin__v2__update_app_profile_request__get_packed_size(&req);
     st_err st = {0};
-    st_code rc = st_buf_reserve(&reqb, len + 1);
+    st_code rc = pack_update(cur, cluster, force, &reqb);
     if (rc == ST_OK) {
-        len = google__bigtable__admin__v2__update_app_profile_request__pack(&req, reqb.data);
         size_t n_md;
         const rpc_metadata *md = ops_secure_md(&n_md);
         rc = rpc_blocking_unary(router, ops_secure_router_opts(), FAILOVER_IA "UpdateAppProfile",
-                                st_slice_make(reqb.data, len), md, n_md, FAILOVER_RPC_TIMEOUT_MS,
-                                &resp, &st);
+                                st_buf_slice(&reqb), md, n_md, FAILOVER_RPC_TIMEOUT_MS, &resp, &st);
+    } else {
+        st_err_set(&st, rc, "out of memory");
     }
     st_buf_free(&reqb);
     Google__Longrunning__Operation *op =
@@ -127,25 +159,28 @@ static bool update_once(const char *router, const fo_profile *cur, const char *c
                                             st_slice_make(resp.data, resp.len), NULL)
                     : NULL;
     bool ok = op && op->done && op->result_case != GOOGLE__LONGRUNNING__OPERATION__RESULT_ERROR;
-    /* UNAVAILABLE from the router itself (not listening, TLS trouble) is not the router failing
-     * to reach a cluster: a retry would not mend it, and it is said at once. */
-    const rpc_client_opts *copts = ops_secure_router_opts();
-    if (rc == ST_UNAVAILABLE &&
-        ops_router_fail_of(rc, st.msg, copts && copts->ssl_ctx) != OPS_ROUTER_FAIL_OTHER)
-        quiet_unavailable = false;
-    *rc_out = rc == ST_UNAVAILABLE && !quiet_unavailable ? ST_INTERNAL : rc; /* no retry */
     snprintf(why, why_cap, "%s", st.msg);
-    if (rc != ST_OK && !(rc == ST_UNAVAILABLE && quiet_unavailable))
+    /* UNAVAILABLE from the router's connection is not the router failing to reach a cluster: a
+     * call that never reached it is refused at once, one that may have is looked up again. */
+    fo_outcome out = ok ? FO_STORED : FO_REFUSED;
+    const rpc_client_opts *copts = ops_secure_router_opts();
+    if (call_may_have_landed(rc, st.msg))
+        out = FO_OPEN;
+    else if (rc == ST_UNAVAILABLE && quiet_busy &&
+             ops_router_fail_of(rc, st.msg, copts && copts->ssl_ctx) == OPS_ROUTER_FAIL_OTHER &&
+             strncmp(st.msg, "connection to ", 14) != 0)
+        out = FO_BUSY;
+    if (out == FO_REFUSED && rc != ST_OK)
         fprintf(stderr, "strata failover: UpdateAppProfile refused: %s: %s%s\n", st_code_name(rc),
                 st.msg,
                 rc == ST_FAILED_PRECONDITION && !force ? "\n(--force skips this check)" : "");
-    else if (rc == ST_OK && !ok)
+    else if (out == FO_REFUSED)
         fprintf(stderr, "strata failover: the update did not finish: %s\n",
                 op && op->error && op->error->message ? op->error->message : "no operation");
     if (op)
         google__longrunning__operation__free_unpacked(op, NULL);
     st_buf_free(&resp);
-    return ok;
+    return out;
 }
 
 /* Whether p routes to cluster (single-cluster routing). */
@@ -155,13 +190,48 @@ static bool routes_to(const fo_profile *p, const char *cluster) {
            p->single_cluster_routing && !strcmp(p->single_cluster_routing->cluster_id, cluster);
 }
 
+static void nap_ms(int ms) {
+    struct timespec nap = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&nap, NULL);
+}
+
+/* The profile read again after an update whose outcome is open (FO_OPEN): asked until
+ * deadline_us (st_mono_us), since a router that died under the update may be restarted
+ * meanwhile; NULL when it never answered. */
+static fo_profile *reread_open(const char *router, const char *name, const char *why,
+                               int64_t deadline_us) {
+    fprintf(stderr,
+            "strata failover: the router's answer to the update was lost (%s): it may have "
+            "stored it; reading %s again (for up to %d s)\n",
+            why, name, FAILOVER_RETRY_MS / 1000);
+    for (;;) {
+        fo_profile *p = get_profile(router, name, true);
+        if (p || st_mono_us() >= deadline_us)
+            return p;
+        nap_ms(FAILOVER_RETRY_PAUSE_MS);
+    }
+}
+
+/* Said when the outcome stays unknown: the router never answered again. */
+static void say_unknown(const char *router, const char *name, const char *cluster) {
+    fprintf(stderr,
+            "strata failover: outcome unknown: the update was sent but the router at %s went "
+            "away before answering and has not answered since, so whether %s now routes to %s "
+            "is not known. Start the router again (`strata up`), then run this command again: "
+            "it says whether the profile already routes to %s (or read it with `cbt "
+            "getappprofile`)\n",
+            router, name, cluster, cluster);
+}
+
 /* UpdateAppProfile, sent again for up to FAILOVER_RETRY_MS while the router answers UNAVAILABLE:
  * right after every node of the profile's cluster froze (SIGSTOP, a paused VM, a network black
  * hole) the router still counts the cluster up, fails to store the profile there ("no answer to
  * a keepalive PING"), and marks it down a few seconds later; the operator's first command used
  * to fail then and the same command succeed a moment after. Before each new attempt the profile
  * is read again: an attempt that stored it although its answer was lost is seen (done), a change
- * made by someone else meanwhile stops the command, and the fresh etag is sent. */
+ * made by someone else meanwhile stops the command, and the fresh etag is sent. An answer lost
+ * with the router's connection (the router killed or restarted under the update) is such an
+ * attempt too: "refused" would be a lie when the router had stored the change. */
 static bool update_profile(const char *router, const char *name, const fo_profile *before,
                            const char *cluster, bool force) {
     int64_t deadline = st_mono_us() + (int64_t)FAILOVER_RETRY_MS * 1000;
@@ -170,26 +240,32 @@ static bool update_profile(const char *router, const char *name, const fo_profil
     const fo_profile *cur = before;
     bool ok = false;
     for (int attempt = 1;; attempt++) {
-        st_code rc = ST_OK;
         char why[512] = "";
         bool last = st_mono_us() >= deadline;
-        ok = update_once(router, cur, cluster, force, !last, &rc, why, sizeof why);
-        if (ok || rc != ST_UNAVAILABLE || last)
+        fo_outcome out = update_once(router, cur, cluster, force, !last, why, sizeof why);
+        ok = out == FO_STORED;
+        if (out == FO_STORED || out == FO_REFUSED)
             break;
-        fprintf(stderr,
-                "strata failover: the router could not store the profile (UNAVAILABLE: %s): it has "
-                "probably not yet noticed that %s is down; retrying (attempt %d, for up to %d s)\n",
-                why, from, attempt + 1, FAILOVER_RETRY_MS / 1000);
-        struct timespec nap = {FAILOVER_RETRY_PAUSE_MS / 1000,
-                               (FAILOVER_RETRY_PAUSE_MS % 1000) * 1000000L};
-        nanosleep(&nap, NULL);
-        fo_profile *again = get_profile(router, name, true);
-        if (!again)
-            continue; /* send the one read before */
+        fo_profile *again = NULL;
+        if (out == FO_BUSY) {
+            fprintf(stderr,
+                    "strata failover: the router could not store the profile (UNAVAILABLE: %s): "
+                    "it has probably not yet noticed that %s is down; retrying (attempt %d, for "
+                    "up to %d s)\n",
+                    why, from, attempt + 1, FAILOVER_RETRY_MS / 1000);
+            nap_ms(FAILOVER_RETRY_PAUSE_MS);
+            if (!(again = get_profile(router, name, true)))
+                continue; /* send the one read before */
+        } else if (!(again = reread_open(router, name, why, deadline))) {
+            say_unknown(router, name, cluster);
+            break;
+        }
         if (fresh)
             google__bigtable__admin__v2__app_profile__free_unpacked(fresh, NULL);
         cur = fresh = again;
         if (routes_to(cur, cluster)) { /* an attempt stored it; its answer was lost */
+            if (out == FO_OPEN)
+                printf("the router stored the update before its answer was lost\n");
             ok = true;
             break;
         }
@@ -294,7 +370,8 @@ int ops_failover_main(int argc, char **argv) {
     int prc = parse_args(argc, argv, &a);
     if (prc)
         return prc == 1 ? 0 : 2;
-    static st_topology topo; /* large: not on the stack */
+    st_log_set_level(ST_LOG_WARN); /* a lost connection is said in a sentence, not log lines */
+    static st_topology topo;       /* large: not on the stack */
     char router[ST_TOPO_ADDR_MAX + 1], name[FAILOVER_NAME_MAX];
     if (!load_instance(&a, &topo, router, sizeof router))
         return 1;

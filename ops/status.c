@@ -35,9 +35,10 @@ typedef enum link_state {
 /* What one node said. */
 typedef struct node_row {
     char pid[24];
-    char health[48]; /* "not answering (process PID runs)" at most */
-    char tablets[16];
+    char health[48];  /* "not answering (process PID runs)" at most */
+    char tablets[48]; /* "N (M ro)" */
     char data[24];
+    size_t damaged; /* tablets read-only after corruption (ListTablets: read_only, not moving) */
     bool ok;
     pid_t live;                            /* the process's pid when it is alive, else 0 */
     bool hung;                             /* alive, but does not answer (ops_inst_not_answering) */
@@ -110,6 +111,15 @@ static void mark_hung(status_ctx *c, const char *name, pid_t pid, char *health, 
         snprintf(c->hung[c->n_hung++], OPS_NAME_MAX, "%s", name);
 }
 
+/* Tablets a node made read-only after finding corruption: read_only without a move or a copy
+ * under way, which set it too (docs/cluster.md). */
+static size_t count_damaged(const Strata__Internal__V1__ListTabletsResponse *l) {
+    size_t n = 0;
+    for (size_t i = 0; i < l->n_tablets; i++)
+        n += l->tablets[i]->read_only && !l->tablets[i]->moving && !l->tablets[i]->incoming;
+    return n;
+}
+
 /* GetStatus then ListTablets; health words: ok, down (no answer), or the gRPC code. Returns
  * GetStatus's end. */
 static st_code probe_node(const st_topo_node *n, node_row *row) {
@@ -143,7 +153,12 @@ static st_code probe_node(const st_topo_node *n, node_row *row) {
                                         NULL, st_slice_make(resp.data, resp.len), NULL)
                 : NULL;
         if (l) {
-            snprintf(row->tablets, sizeof row->tablets, "%zu", l->n_tablets);
+            row->damaged = count_damaged(l);
+            if (row->damaged)
+                snprintf(row->tablets, sizeof row->tablets, "%zu (%zu ro)", l->n_tablets,
+                         row->damaged);
+            else
+                snprintf(row->tablets, sizeof row->tablets, "%zu", l->n_tablets);
             strata__internal__v1__list_tablets_response__free_unpacked(l, NULL);
         }
     }
@@ -503,6 +518,23 @@ static void status_hung_hint(const status_ctx *c) {
                c->hung[i], c->hung[i], c->dir_flag ? " --dir " : "", c->dir_flag ? c->dir : "");
 }
 
+/* Nodes holding tablets read-only after corruption: they answer, so nothing else shows it. */
+static void status_damaged_hint(const status_ctx *c) {
+    const st_topology *t = &c->topo;
+    for (size_t i = 0; i < t->n_clusters; i++)
+        for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
+            size_t n = c->rows[i][j].damaged;
+            char name[OPS_NAME_MAX];
+            ops_inst_node_name(t, i, j, name);
+            if (n)
+                printf("%s holds %zu tablet%s read-only after corruption (ro): reads of %s rows "
+                       "fail DATA_LOSS and writes are refused there; multi-cluster profiles "
+                       "are served by another cluster. %s/logs/%s.log names the damaged file "
+                       "(event=tablet_read_only).\n",
+                       name, n, n == 1 ? "" : "s", n == 1 ? "its" : "their", c->dir, name);
+        }
+}
+
 /* What is missing, what it means for the table above, and what to do. */
 static void status_creds_hint(const status_ctx *c) {
     const creds_gap *g = &c->gap;
@@ -587,6 +619,7 @@ static int status_run(status_ctx *c) {
     printf("\n%zu of %zu nodes healthy, %zu of %zu routers healthy.\n", c->nodes_ok, c->nodes_total,
            c->routers_ok, c->topo.n_routers);
     status_hung_hint(c);
+    status_damaged_hint(c);
     status_creds_hint(c);
     if (!all && c->nodes_ok + c->routers_ok + c->gap.unchecked < c->nodes_total + c->topo.n_routers)
         printf("Each process's log is %s/logs/<name>.log; `strata up%s%s` starts whatever is "

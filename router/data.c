@@ -194,7 +194,9 @@ static void fwd_move(rtr_inflight *f) {
 /* An attempt failed with code (op->last holds the message): the next cluster, a retry, or the
  * end. */
 static void fwd_after_failure(fwd_op *op, st_code code) {
-    if (op->idempotent && rtr_fo_error(code) && fwd_failover(op))
+    bool move = (op->idempotent && rtr_fo_error(code)) ||
+                rtr_plan_moves_off_replica(&op->plan, code); /* refused there, nothing written */
+    if (move && fwd_failover(op))
         return;
     if (rtr_retryable(code, op->last.msg, op->idempotent)) {
         fwd_retry(op);
@@ -583,7 +585,8 @@ static void srk_done(rtr_fan *f, void *arg) {
         if (f->res[i].node)
             rtr_health_report(f->res[i].node, f->res[i].code);
     rtr_fan_free(f);
-    if (rtr_fo_error(rc) && !op->r->closing && rtr_plan_next(op->r, &op->plan, rc)) {
+    bool move = rtr_fo_error(rc) || rtr_plan_moves_off_replica(&op->plan, rc);
+    if (move && !op->r->closing && rtr_plan_next(op->r, &op->plan, rc)) {
         op->c = rtr_plan_cluster(op->r, &op->plan);
         srk_send(op);
         return;

@@ -188,6 +188,10 @@ bool rtr_fo_error(st_code code) {
     return code == ST_UNAVAILABLE || code == ST_DEADLINE_EXCEEDED;
 }
 
+bool rtr_plan_moves_off_replica(const rtr_plan *p, st_code code) {
+    return code == ST_DATA_LOSS && p->multi && p->cur + 1 < p->n;
+}
+
 int64_t rtr_plan_attempt_ms(const rtr_plan *p, int64_t timeout_ms) {
     if (!p->multi || p->cur + 1 >= p->n)
         return timeout_ms;
@@ -315,8 +319,10 @@ void rtr_fence_attempt(int64_t timeout_ms, int64_t *attempt_us, char text[RTR_FE
                        rpc_metadata *md, size_t *n_md) {
     /* At most RTR_FO_ATTEMPT_MS even where the attempt may take longer (the plan's last
      * cluster gets the client's whole deadline): a resend never waits longer than that, and a
-     * write reaching its node later is refused there and sent again with a new fence. */
-    if (timeout_ms > RTR_FO_ATTEMPT_MS)
+     * write reaching its node later is refused there and sent again with a new fence. 0 is an
+     * attempt without a deadline (a client that sets none, on the plan's last cluster): its
+     * fence must not be now, or the node refuses every such write as late. */
+    if (timeout_ms <= 0 || timeout_ms > RTR_FO_ATTEMPT_MS)
         timeout_ms = RTR_FO_ATTEMPT_MS;
     *attempt_us = st_wall_us() + timeout_ms * 1000;
     snprintf(text, RTR_FENCE_TEXT_BYTES, "%lld", (long long)*attempt_us);

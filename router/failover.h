@@ -4,8 +4,9 @@
  * the per-cluster verdict "healthy"), failover.c (the candidate list of a request — its "plan" —,
  * row affinity, per-attempt deadlines, and the SetCell timestamp rewrite that makes writes
  * idempotent before they are first forwarded). data.c and read.c follow a plan: on a
- * connection failure, UNAVAILABLE or a per-attempt DEADLINE_EXCEEDED they move the request to
- * the next cluster of the plan. See docs/router.md, "Failover". */
+ * connection failure, UNAVAILABLE, a per-attempt DEADLINE_EXCEEDED or a damaged replica
+ * (DATA_LOSS) they move the request to the next cluster of the plan. See docs/router.md,
+ * "Failover". */
 #ifndef ROUTER_FAILOVER_H
 #define ROUTER_FAILOVER_H
 
@@ -184,6 +185,14 @@ void rtr_plan_restart(rtr_ctx *r, rtr_plan *p);
 /* True for the failures that move a multi-cluster request to the next cluster: UNAVAILABLE
  * (connection refused, reset or lost; node shutting down) and DEADLINE_EXCEEDED. */
 bool rtr_fo_error(st_code code);
+/* True when a multi-cluster plan moves a part that failed with code on to its next cluster
+ * although the node stays up: DATA_LOSS, the node's answer for a tablet whose stored data is
+ * damaged (a read that met a bad block, a write refused by the tablet that went read-only).
+ * That replica stays broken until an operator repairs it; the other clusters hold their own.
+ * Not a health verdict (the node serves its other tablets), and for a write not an open
+ * outcome: the tablet refuses before the write takes its versions. False for single-cluster
+ * plans and on the plan's last cluster, whose error goes to the client. */
+bool rtr_plan_moves_off_replica(const rtr_plan *p, st_code code);
 /* Deadline of one unary attempt: timeout_ms, but when another cluster remains in a multi-cluster
  * plan at most RTR_FO_ATTEMPT_MS and at most half of it, so the next cluster has time too. */
 int64_t rtr_plan_attempt_ms(const rtr_plan *p, int64_t timeout_ms);
@@ -231,7 +240,8 @@ typedef struct rtr_fence {
     int64_t pending_us; /* the latest fence of attempts that may still apply; 0: none */
 } rtr_fence;
 #define RTR_FENCE_TEXT_BYTES 24
-/* The fence of an attempt sent now with timeout_ms: *attempt_us, and its header in md[*n_md]
+/* The fence of an attempt sent now with timeout_ms (0: no deadline; at most RTR_FO_ATTEMPT_MS
+ * either way): *attempt_us, and its header in md[*n_md]
  * (md has room for it), its value written into text, which must live as long as the call. */
 void rtr_fence_attempt(int64_t timeout_ms, int64_t *attempt_us, char text[RTR_FENCE_TEXT_BYTES],
                        rpc_metadata *md, size_t *n_md);

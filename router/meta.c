@@ -920,9 +920,10 @@ static st_code cas_request(st_slice key, const st_slice *expect, const st_slice 
 }
 
 /* A compare-and-set in flight. One of cached records (rtr_meta_cas_cached) that could not reach
- * its cluster's node goes once more to each other cluster that is healthy then: the first
- * cluster dying is when `strata failover` repoints profiles, and the router may not have noticed
- * yet (the request, unsent, changed nothing there). */
+ * its cluster's node, or whose node could not write its copy, goes once more to each other
+ * cluster that is healthy then: the first cluster dying or its disk filling up is when `strata
+ * failover` repoints profiles away from it, and the router may not have noticed yet (the
+ * request, unsent, changed nothing there) or the node, up, refuses every write. */
 typedef struct meta_cas {
     rtr_meta_cas_fn done;
     void *arg;
@@ -930,6 +931,10 @@ typedef struct meta_cas {
     bool cached;
     uint32_t tried;  /* clusters tried, by index (cached records) */
     st_buf key, req; /* the record's row key; the CheckAndMutateRow, as sent */
+    /* the first node that answered but could not write its copy, and why: the final error
+     * names it */
+    const rtr_node *refused_by;
+    st_err refused;
 } meta_cas;
 
 static void cas_free(meta_cas *c) {
@@ -955,20 +960,64 @@ static rtr_cluster *cas_next_cluster(meta_cas *c) {
     return NULL;
 }
 
+/* The node answered but could not write its copy of the record: a full disk
+ * (RESOURCE_EXHAUSTED), a metadata tablet made read-only by corruption (DATA_LOSS), a failing or
+ * read-only file system (INTERNAL). The copy stays unwritable until an operator acts, while
+ * another cluster's copy can take the compare. Comparing there is safe even if this node did
+ * write: the record is then written to every copy anyway (rtr_meta_write). */
+static bool cas_copy_unwritable(st_code code) {
+    return code == ST_RESOURCE_EXHAUSTED || code == ST_DATA_LOSS || code == ST_INTERNAL;
+}
+
+/* res's failure: the node down (health) or its copy unwritable (said in the final error). */
+static void cas_note_failure(meta_cas *c, const rtr_fan_res *res) {
+    if (res->unsent)
+        rtr_health_report(res->node, ST_UNAVAILABLE); /* its cluster is not healthy now */
+    else if (!c->refused_by) {
+        c->refused_by = res->node;
+        c->refused = res->err;
+        c->refused.code = res->code;
+    }
+}
+
+/* The final error of a compare-and-set whose last attempt failed on node with err: an unwritable
+ * copy met on the way is named, so that the operator knows which cluster to repair. */
+static void cas_final_error(const meta_cas *c, const rtr_node *node, st_err *err) {
+    const rtr_node *by = c->refused_by;
+    if (!by)
+        return;
+    char last[sizeof err->msg];
+    snprintf(last, sizeof last, "%s", err->msg);
+    if (by == node)
+        st_err_set(err, err->code,
+                   "the metadata copy of cluster %s (node %s) cannot be written: %s: %s; no other "
+                   "cluster has a healthy metadata node to take the change instead",
+                   by->cluster->topo->id, by->addr, st_code_name(c->refused.code), last);
+    else
+        st_err_set(err, err->code,
+                   "the metadata copy of cluster %s (node %s) cannot be written (%s: %s), and "
+                   "cluster %s failed too: %s",
+                   by->cluster->topo->id, by->addr, st_code_name(c->refused.code), c->refused.msg,
+                   node->cluster->topo->id, last);
+}
+
 static void cas_done(rtr_fan *f, void *arg) {
     meta_cas *cp = arg;
-    if (cp->cached && f->res[0].code != ST_OK && f->res[0].unsent) {
-        rtr_health_report(f->res[0].node, ST_UNAVAILABLE); /* its cluster is not healthy now */
+    const rtr_fan_res *res = &f->res[0];
+    if (cp->cached && res->code != ST_OK && (res->unsent || cas_copy_unwritable(res->code))) {
+        cas_note_failure(cp, res);
         rtr_cluster *next = cas_next_cluster(cp);
         if (next && cas_send(cp, next) == ST_OK) {
             rtr_fan_free(f);
             return;
         }
     }
-    meta_cas c = *cp; /* done and arg */
+    meta_cas c = *cp; /* done, arg and what was refused */
     cas_free(cp);
     st_err err = {0};
     st_code code = rtr_fan_first_error(f, &err);
+    if (code != ST_OK)
+        cas_final_error(&c, res->node, &err);
     size_t off = 0;
     st_slice msg = {0};
     Google__Bigtable__V2__CheckAndMutateRowResponse *resp =

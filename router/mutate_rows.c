@@ -113,10 +113,12 @@ static void mr_round_over(mr_op *op) {
         if (!op->res[i].final) {
             again = true;
             not_owner = not_owner || st_is_not_owner(op->res[i].code, op->res[i].message);
-            lost = lost || rtr_fo_error(op->res[i].code);
+            lost = lost || rtr_fo_error(op->res[i].code) ||
+                   rtr_plan_moves_off_replica(&op->plan, op->res[i].code);
         }
     /* Entries a cluster could not take move to the plan's next cluster at once (multi-cluster
-     * profiles; the entries are idempotent: their timestamps were assigned before). */
+     * profiles; the entries are idempotent: their timestamps were assigned before; a damaged
+     * tablet refused its entries before writing them). */
     if (lost && !op->r->closing && rtr_plan_next(op->r, &op->plan, ST_UNAVAILABLE)) {
         op->c = rtr_plan_cluster(op->r, &op->plan);
         mr_round(op);
@@ -140,18 +142,21 @@ static void mr_msg(rpc_ccall *call, st_slice msg, void *arg) {
 }
 
 /* Settles the group's entries after its call ended. Entries the node answered (final) keep their
- * status, except per-entry "not owner" answers, which are retried; entries it did not answer take
- * the call's status, non-final (retried) when that status is retryable. */
+ * status, except per-entry "not owner" answers, which are retried, and DATA_LOSS refusals of a
+ * damaged tablet, which a multi-cluster plan sends to its next cluster; entries it did not answer
+ * take the call's status, non-final (retried) when that status is retryable. */
 static void mr_group_status(mr_group *g, st_code code, const char *message, bool unprocessed) {
     mr_op *op = g->op;
     bool retry = code != ST_OK && (unprocessed || rtr_retryable(code, message, op->idempotent) ||
-                                   (op->plan.multi && op->idempotent && rtr_fo_error(code)));
+                                   (op->plan.multi && op->idempotent && rtr_fo_error(code)) ||
+                                   rtr_plan_moves_off_replica(&op->plan, code));
     const char *m =
         message ? st_arena_dup(rpc_call_arena(op->call), message, strlen(message) + 1) : NULL;
     for (size_t i = 0; i < g->n; i++) {
         rtr_entry_result *res = &op->res[g->idx[i]];
         if (res->final) {
-            if (rtr_retryable(res->code, res->message, false))
+            if (rtr_retryable(res->code, res->message, false) ||
+                rtr_plan_moves_off_replica(&op->plan, res->code))
                 res->final = false;
             continue;
         }

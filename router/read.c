@@ -582,6 +582,9 @@ static void rr_after_failure(rr_op *op, st_code code, bool stalled) {
         if (rr_failover(op))
             return;
     }
+    /* A damaged replica of the tablet: the next cluster's goes on after the last row sent. */
+    if (rtr_plan_moves_off_replica(&op->plan, code) && rr_failover(op))
+        return;
     if (rtr_retryable(code, op->last.msg, true)) {
         rr_retry(op);
         return;

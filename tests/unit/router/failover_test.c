@@ -261,6 +261,21 @@ static void test_failover_attempt_deadline(void **state) {
     assert_false(rtr_fo_error(ST_NOT_FOUND));
 }
 
+/* A damaged replica (DATA_LOSS) moves a multi-cluster part on while another cluster remains,
+ * but is no health verdict, and a single-cluster plan keeps the error. */
+static void test_failover_damaged_replica_moves_on(void **state) {
+    (void)state;
+    rtr_plan p = {.multi = true, .n = 2, .cur = 0};
+    assert_true(rtr_plan_moves_off_replica(&p, ST_DATA_LOSS));
+    assert_false(rtr_plan_moves_off_replica(&p, ST_INTERNAL));
+    assert_false(rtr_plan_moves_off_replica(&p, ST_FAILED_PRECONDITION));
+    assert_false(rtr_fo_error(ST_DATA_LOSS)); /* the node stays up */
+    p.cur = 1;                                /* the last cluster's error goes to the client */
+    assert_false(rtr_plan_moves_off_replica(&p, ST_DATA_LOSS));
+    rtr_plan single = {.multi = false, .n = 1, .cur = 0};
+    assert_false(rtr_plan_moves_off_replica(&single, ST_DATA_LOSS));
+}
+
 /* ---- the SetCell timestamp rewrite ---- */
 
 typedef Google__Bigtable__V2__Mutation pb_mut;
@@ -412,9 +427,14 @@ static void test_failover_write_fences(void **state) {
     assert_int_equal(strtoll(md[0].value, NULL, 10), fence);
     assert_true(fence >= before + (int64_t)RTR_FO_ATTEMPT_MS * 1000);
     assert_true(fence <= st_wall_us() + (int64_t)RTR_FO_ATTEMPT_MS * 1000);
+    /* An attempt without a deadline (0) gets the same fence, not one that has passed already. */
+    n_md = 0;
+    before = st_wall_us();
+    rtr_fence_attempt(0, &fence, text, md, &n_md);
+    assert_true(fence >= before + (int64_t)RTR_FO_ATTEMPT_MS * 1000);
     rtr_fence f = {0};
     static const st_code refusals[] = {ST_FAILED_PRECONDITION, ST_NOT_FOUND, ST_INVALID_ARGUMENT,
-                                       ST_RESOURCE_EXHAUSTED, ST_OK};
+                                       ST_RESOURCE_EXHAUSTED,  ST_DATA_LOSS, ST_OK};
     for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++)
         rtr_fence_ended(&f, fence, refusals[i], true);
     assert_int_equal(rtr_fence_wait_ms(&f), 0);
@@ -436,6 +456,7 @@ int main(void) {
         cmocka_unit_test(test_failover_plan_follows_health),
         cmocka_unit_test(test_failover_row_affinity_plan),
         cmocka_unit_test(test_failover_attempt_deadline),
+        cmocka_unit_test(test_failover_damaged_replica_moves_on),
         cmocka_unit_test(test_failover_stamp_mutate_row),
         cmocka_unit_test(test_failover_stamp_mutate_rows),
         cmocka_unit_test(test_failover_write_ts_never_decreases),
