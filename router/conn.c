@@ -120,6 +120,13 @@ static rpc_client *node_client(rtr_node *n, st_err *err) {
             n->retry_at_us = now;
             n->backoff_ms = 0;
         }
+        if (rpc_client_silent(n->client) && !n->mute_since_us) {
+            n->mute_since_us = now;
+            st_log(ST_LOG_WARN, "router",
+                   "node=%s cluster=%s silent: no answer to a keepalive PING within %d ms; calls "
+                   "to it fail at once until it answers again",
+                   n->addr, n->cluster->topo->id, RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT);
+        }
         bury(r, n->client);
         n->client = NULL;
     }
@@ -137,6 +144,33 @@ static rpc_client *node_client(rtr_node *n, st_err *err) {
     if (!n->client)
         st_err_prefix(err, "node %s: ", n->addr);
     return n->client;
+}
+
+/* True (err set) while the node is mute: its last connection went silent, and the one dialled
+ * since (c, NULL during the reconnect backoff) has received nothing. A frozen process (SIGSTOP, a
+ * hung host) keeps its listening socket, so a new connection is accepted by the kernel and a call
+ * sent on it waited for another keepalive timeout; a request retried inside a single-cluster
+ * profile thus waited tens of seconds before its UNAVAILABLE. Its calls are refused instead, and
+ * the idle connection stays open (no calls, no PINGs): the node's first frame on it (the SETTINGS
+ * every HTTP/2 server sends at once) lifts the refusal when the node answers again. */
+static bool node_mute(rtr_node *n, const rpc_client *c, st_err *err) {
+    if (!n->mute_since_us)
+        return false;
+    int64_t now = st_mono_us();
+    if (c && rpc_client_last_read_us(c) > 0) {
+        st_log(ST_LOG_INFO, "router", "node=%s answers again after %lld ms silent", n->addr,
+               (long long)((now - n->mute_since_us) / 1000));
+        n->mute_since_us = 0;
+        return false;
+    }
+    st_err_set(err, ST_UNAVAILABLE,
+               "node %s of cluster %s went silent %lld ms ago (no answer to a keepalive PING "
+               "within %d ms: a frozen or overloaded process, or a network partition) and has "
+               "not answered since; requests to its rows fail at once until it answers again: "
+               "retry later, or restart the node",
+               n->addr, n->cluster->topo->id, (long long)((now - n->mute_since_us) / 1000),
+               RPC_KEEPALIVE_TIMEOUT_MS_DEFAULT);
+    return true;
 }
 
 /* A long-call client of node with room for one more call: the first such live one, else a new
@@ -182,6 +216,8 @@ static rpc_ccall *node_call(rtr_node *node, bool long_call, const char *path, st
         return NULL;
     }
     rpc_client *c = node_client(node, err);
+    if (node_mute(node, c, err))
+        return NULL;
     if (c && long_call)
         c = node_long_client(node, err);
     if (!c)

@@ -1,5 +1,6 @@
 /* mutate_rows.c — MutateRows forwarding: one sub-request per node owning some of the entries,
- * the per-entry results merged back into the caller's order; entries a node no longer owns
+ * the per-entry results mapped back to the caller's indexes and streamed to the client as each
+ * node call ends (a message per finished node, the rest at the end); entries a node no longer owns
  * ("strata-not-owner:") are retried after a tablet-map refresh, bounded (RTR_RETRIES_MAX) with
  * backoff, without the client seeing it. */
 #include "data.h"
@@ -22,6 +23,7 @@ typedef struct mr_op {
     rtr_entry *entries;
     size_t n;
     rtr_entry_result *res;
+    bool *sent; /* the entry's status went to the client (mr_stream_group) */
     bool idempotent;
     int attempts;
     uint64_t gen;
@@ -48,28 +50,72 @@ typedef struct mr_group {
 
 static void mr_round(void *arg);
 
-static void mr_reply(mr_op *op) {
+/* Sends the statuses of the entries idx[0..n) (the caller's indexes, ascending) in one message
+ * and marks them sent. A failure to queue it (the client went away) is the final status's to
+ * report. */
+static st_code mr_send_statuses(mr_op *op, const size_t *idx, size_t n) {
     st_arena *a = rpc_call_arena(op->call);
     Google__Bigtable__V2__MutateRowsResponse resp;
     google__bigtable__v2__mutate_rows_response__init(&resp);
-    resp.entries = st_arena_alloc(a, op->n * sizeof *resp.entries);
-    Google__Bigtable__V2__MutateRowsResponse__Entry *ents = st_arena_alloc(a, op->n * sizeof *ents);
-    Google__Rpc__Status *sts = st_arena_alloc(a, op->n * sizeof *sts);
-    if (!resp.entries || !ents || !sts) {
-        rpc_call_finish(op->call, ST_RESOURCE_EXHAUSTED, "out of memory");
-    } else {
-        for (size_t i = 0; i < op->n; i++) {
-            google__bigtable__v2__mutate_rows_response__entry__init(&ents[i]);
-            google__rpc__status__init(&sts[i]);
-            sts[i].code = (int32_t)op->res[i].code;
-            sts[i].message = (char *)(op->res[i].message ? op->res[i].message : "");
-            ents[i].index = (int64_t)i;
-            ents[i].status = &sts[i];
-            resp.entries[i] = &ents[i];
-        }
-        resp.n_entries = op->n;
-        rtr_reply(op->call, &resp.base);
+    resp.entries = st_arena_alloc(a, n * sizeof *resp.entries);
+    Google__Bigtable__V2__MutateRowsResponse__Entry *ents = st_arena_alloc(a, n * sizeof *ents);
+    Google__Rpc__Status *sts = st_arena_alloc(a, n * sizeof *sts);
+    if (!resp.entries || !ents || !sts)
+        return ST_RESOURCE_EXHAUSTED;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = idx[k];
+        google__bigtable__v2__mutate_rows_response__entry__init(&ents[k]);
+        google__rpc__status__init(&sts[k]);
+        sts[k].code = (int32_t)op->res[i].code;
+        sts[k].message = (char *)(op->res[i].message ? op->res[i].message : "");
+        ents[k].index = (int64_t)i;
+        ents[k].status = &sts[k];
+        resp.entries[k] = &ents[k];
     }
+    resp.n_entries = n;
+    size_t len = protobuf_c_message_get_packed_size(&resp.base);
+    uint8_t *buf = st_arena_alloc(a, len ? len : 1);
+    if (!buf)
+        return ST_RESOURCE_EXHAUSTED;
+    protobuf_c_message_pack(&resp.base, buf);
+    st_code rc = rpc_call_send(op->call, st_slice_make(buf, len));
+    for (size_t k = 0; rc == ST_OK && k < n; k++)
+        op->sent[idx[k]] = true;
+    return rc;
+}
+
+/* The statuses of a finished group's entries that are settled for good go to the client now
+ * rather than with the rest: a node that hangs must not withhold the answers of entries other
+ * nodes applied (a client deadline would lose them, and the client would send them again). An
+ * entry is settled once final: nothing sends it again (mr_owners) nor changes its status. */
+static void mr_stream_group(mr_op *op, const size_t *gidx, size_t gn) {
+    size_t *idx = malloc(gn * sizeof *idx);
+    size_t n = 0;
+    for (size_t k = 0; idx && k < gn; k++)
+        if (op->res[gidx[k]].final && !op->sent[gidx[k]])
+            idx[n++] = gidx[k];
+    if (n > 0) /* the group's indexes ascend (mr_round) */
+        mr_send_statuses(op, idx, n);
+    free(idx); /* out of memory: they go with the last message */
+}
+
+/* The last message (the statuses not sent yet, in the caller's order), then the OK trailer. */
+static void mr_reply(mr_op *op) {
+    size_t *idx = malloc(op->n * sizeof *idx);
+    size_t n = 0;
+    st_code rc = idx ? ST_OK : ST_RESOURCE_EXHAUSTED;
+    for (size_t i = 0; idx && i < op->n; i++)
+        if (!op->sent[i])
+            idx[n++] = i;
+    if (rc == ST_OK && n > 0)
+        rc = mr_send_statuses(op, idx, n);
+    free(idx);
+    if (rc == ST_OK)
+        rpc_call_finish(op->call, ST_OK, NULL);
+    else
+        rpc_call_finish(op->call, rc,
+                        rc == ST_RESOURCE_EXHAUSTED ? "out of memory"
+                                                    : "could not send the response");
     rtr_inflight_unlink(&op->link);
     st_buf_free(&op->head);
     free(op);
@@ -181,6 +227,7 @@ static void mr_group_refuse(mr_group *g, const st_err *err) {
 
 static void mr_group_end(mr_group *g) {
     mr_op *op = g->op;
+    mr_stream_group(op, g->idx, g->n);
     free(g->idx);
     free(g);
     if (--op->groups_pending == 0)
@@ -274,8 +321,11 @@ static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int6
     st_buf_free(&buf);
     if (!ok) {
         rtr_health_report(node, ST_UNAVAILABLE);
+        const char *m = err.msg[0]
+                            ? st_arena_dup(rpc_call_arena(op->call), err.msg, strlen(err.msg) + 1)
+                            : NULL;
         for (size_t i = 0; i < n; i++)
-            op->res[idx[i]] = (rtr_entry_result){ST_UNAVAILABLE, "node unreachable", false};
+            op->res[idx[i]] = (rtr_entry_result){ST_UNAVAILABLE, m ? m : "node unreachable", false};
         free(g);
         free(idx);
     }
@@ -446,7 +496,8 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
                   .fp = fp};
     st_buf_init(&op->head);
     st_code rc = rtr_mutate_rows_split(req_bytes, a, &op->head, &op->entries, &op->n);
-    if (rc == ST_OK && !(op->res = st_arena_alloc(a, op->n * sizeof *op->res)))
+    if (rc == ST_OK && (!(op->res = st_arena_alloc(a, op->n * sizeof *op->res)) ||
+                        !(op->sent = st_arena_alloc(a, op->n * sizeof *op->sent))))
         rc = ST_RESOURCE_EXHAUSTED;
     if (rc != ST_OK) {
         st_buf_free(&op->head);
@@ -455,5 +506,6 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     memset(op->res, 0, op->n * sizeof *op->res);
+    memset(op->sent, 0, op->n * sizeof *op->sent);
     mr_round(op);
 }

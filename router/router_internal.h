@@ -431,6 +431,9 @@ struct rtr_node {
     uint64_t conn_id;    /* this node's connections dialled so far: names the current one */
     int64_t retry_at_us; /* no new connection before this (st_mono_us) */
     int64_t backoff_ms;
+    /* conn.c: st_mono_us when a connection to the node failed silent (no answer to a keepalive
+     * PING) with nothing heard from the node since; 0 otherwise. Calls are refused meanwhile. */
+    int64_t mute_since_us;
     /* conn.c: the client goes through the node's Unix socket; unix_skip: the last such client
      * never connected (a stale socket file), so the next one tries TCP first */
     bool via_unix, unix_skip;

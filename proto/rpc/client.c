@@ -574,6 +574,10 @@ int64_t rpc_client_last_read_us(const rpc_client *c) {
     return c->last_read_us;
 }
 
+bool rpc_client_silent(const rpc_client *c) {
+    return c->silent;
+}
+
 bool rpc_client_connected(const rpc_client *c) {
     return c->connected;
 }

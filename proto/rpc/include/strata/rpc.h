@@ -406,6 +406,10 @@ size_t rpc_client_calls(const rpc_client *c);
 /* st_mono_us of the last bytes received from the server, 0 before any: a call that timed out on
  * a connection that is still receiving met a busy server, not a dead one. */
 int64_t rpc_client_last_read_us(const rpc_client *c);
+/* True once the connection failed because the server sent nothing within the keepalive timeout
+ * after a PING (a frozen process, a partition): unlike a refused or reset connection, a new one
+ * to the same address may connect and then hang just the same. */
+bool rpc_client_silent(const rpc_client *c);
 /* Starts a call: sends the request (one message), with metadata and a deadline (timeout_ms <= 0:
  * none; sent as grpc-timeout and enforced locally). on_msg may be NULL. Returns the call, valid
  * until on_done returns; NULL if the client is dead or memory runs out (then on_done never
