@@ -81,9 +81,10 @@ typedef enum ops_router_fail {
 } ops_router_fail;
 
 /* Classifies a failed router call by its code and message (the rpc layer's "connection to A
- * failed: WHY"); tls: whether the call spoke TLS. A plaintext call the router closed before
- * answering counts as TLS: a router that serves TLS only does that, but so may a router that
- * is stopping, so callers that had answers before treat it as transient. */
+ * failed: WHY"; a message that does not start so is the router's own answer, OTHER, whatever
+ * node connection it quotes); tls: whether the call spoke TLS. A plaintext call the router
+ * closed before answering counts as TLS: a router that serves TLS only does that, but so may a
+ * router that is stopping, so callers that had answers before treat it as transient. */
 ops_router_fail ops_router_fail_of(st_code code, const char *msg, bool tls);
 /* What the failure ops_router_fail_of names means and what to pass or do, as a sentence
  * without a final period ("" for OPS_ROUTER_FAIL_OTHER); token: whether the call carried a

@@ -378,8 +378,9 @@ static int64_t stall_bound_us(int64_t heartbeat_s) {
  * one that hangs or cannot reach a node. */
 static const char *stall_why(const ch_run *r) {
     const rpc_client_opts *copts = ops_secure_router_opts();
-    bool down = ops_router_fail_of(ST_UNAVAILABLE, r->last_retry, copts && copts->ssl_ctx) ==
-                OPS_ROUTER_FAIL_DOWN;
+    const char *code = strstr(r->last_retry, "UNAVAILABLE: "); /* "RANGE ended with CODE: MSG" */
+    bool down = code && ops_router_fail_of(ST_UNAVAILABLE, code + strlen("UNAVAILABLE: "),
+                                           copts && copts->ssl_ctx) == OPS_ROUTER_FAIL_DOWN;
     return down ? "nothing listens there (the router is not running)"
                 : "the router hangs, or cannot reach a node";
 }

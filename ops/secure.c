@@ -240,10 +240,28 @@ bool ops_secure_flags(const char *cmd, const char *tls_ca, const char *token,
 
 /* ---- why a call to a router failed ---- */
 
+/* Where msg reports this process's own connection to the router failing: the rpc layer's
+ * "connection to ADDR failed: WHY", alone or after the CLI's "CALL at ADDR: UNAVAILABLE: ". NULL
+ * for the router's own answers, which quote a node's connection inside their words ("could not
+ * store app profile 'app': connection to unix:... failed: connect failed"): such a router is
+ * up, just unable to reach a node (nodes on this host are reached over Unix sockets, which no
+ * CLI uses for a router). */
+static const char *own_connection(const char *msg) {
+    static const char head[] = "connection to ", coded[] = "UNAVAILABLE: connection to ";
+    if (!msg)
+        return NULL;
+    const char *p = strncmp(msg, head, sizeof head - 1) == 0 ? msg : strstr(msg, coded);
+    if (p && p != msg)
+        p += sizeof coded - sizeof head; /* past "UNAVAILABLE: " */
+    if (p && strncmp(p + sizeof head - 1, "unix:", 5) == 0)
+        return NULL;
+    return p;
+}
+
 ops_router_fail ops_router_fail_of(st_code code, const char *msg, bool tls) {
     if (code == ST_UNAUTHENTICATED || code == ST_PERMISSION_DENIED)
         return OPS_ROUTER_FAIL_TOKEN;
-    if (code != ST_UNAVAILABLE || !msg)
+    if (code != ST_UNAVAILABLE || !(msg = own_connection(msg)))
         return OPS_ROUTER_FAIL_OTHER;
     if (strstr(msg, "connect failed"))
         return OPS_ROUTER_FAIL_DOWN;
@@ -260,8 +278,15 @@ static const char *hint_dir(void) {
     return g_sec.dir[0] ? g_sec.dir : "DIR";
 }
 
-static const char *hint_tls(bool tls, char *out, size_t cap) {
-    if (tls)
+static const char *hint_tls(bool tls, const char *msg, char *out, size_t cap) {
+    /* A plaintext router reads the ClientHello as a bad HTTP/2 preface and closes, or answers
+     * in plaintext, which OpenSSL calls a wrong version number. */
+    if (tls && (strstr(msg, "wrong version number") || strstr(msg, "closed by the server")))
+        snprintf(out, cap,
+                 "the router did not answer TLS: it may serve plaintext (`strata up` without "
+                 "--secure): drop --tls-ca (and the token, which would travel in clear), or point "
+                 "--endpoint at the secure instance's router");
+    else if (tls)
         snprintf(out, cap,
                  "the TLS handshake with the router failed: give --tls-ca FILE, the CA that "
                  "signed the router's certificate (DIR/secure/ca.pem of a `strata up --secure` "
@@ -294,7 +319,7 @@ const char *ops_router_hint(st_code code, const char *msg, bool tls, bool token)
                        "--dir DIR of the secure instance, whose DIR/secure/tokens has an admin "
                        "token";
     case OPS_ROUTER_FAIL_TLS:
-        return hint_tls(tls, out, sizeof out);
+        return hint_tls(tls, msg, out, sizeof out);
     case OPS_ROUTER_FAIL_DOWN:
         snprintf(out, sizeof out,
                  "no router is listening there: it is not running, or --endpoint names the "
@@ -302,6 +327,11 @@ const char *ops_router_hint(st_code code, const char *msg, bool tls, bool token)
                  hint_dir());
         return out;
     case OPS_ROUTER_FAIL_OTHER:
+        /* TLS sent to a plaintext router that closed at the bad preface (or a TLS router
+         * restarting at that moment: the hint says "may") */
+        if (tls && code == ST_UNAVAILABLE && own_connection(msg) &&
+            strstr(msg, "connection closed by the server"))
+            return hint_tls(tls, msg, out, sizeof out);
         break;
     }
     return "";
