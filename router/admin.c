@@ -631,20 +631,8 @@ static st_code tables_page(st_arena *a, const Google__Bigtable__Admin__V2__ListT
     if (req->page_size < 0)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "page_size must not be negative (0 lists every table)");
-    const char *t = req->page_token;
-    if (!t || !t[0])
-        return ST_OK;
-    st_slice last;
-    rtr_token_rc trc =
-        rtr_page_token_parse(a, t, TABLES_TOKEN_PREFIX, st_crc32c(0, req->parent, plen), &last);
-    if (trc == RTR_TOKEN_NOMEM)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-    if (trc != RTR_TOKEN_OK)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "invalid page_token: pass the next_page_token of the previous page, "
-                          "with the same parent, unchanged");
-    *after = (const char *)last.data;
-    return ST_OK;
+    return rtr_page_token_after(a, req->page_token, TABLES_TOKEN_PREFIX,
+                                st_crc32c(0, req->parent, plen), after, err);
 }
 
 void rtr_h_list_tables(rpc_call *call, st_slice req_bytes, void *arg) {

@@ -48,3 +48,19 @@ rtr_token_rc rtr_page_token_parse(st_arena *a, const char *tok, const char *pref
     *last = st_slice_make(b, n);
     return RTR_TOKEN_OK;
 }
+
+st_code rtr_page_token_after(st_arena *a, const char *tok, const char *prefix, uint32_t crc,
+                             const char **after, st_err *err) {
+    if (!tok || !tok[0])
+        return ST_OK;
+    st_slice last;
+    rtr_token_rc trc = rtr_page_token_parse(a, tok, prefix, crc, &last);
+    if (trc == RTR_TOKEN_NOMEM)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    if (trc != RTR_TOKEN_OK)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "invalid page_token: pass the next_page_token of the previous page, "
+                          "with the same parent, unchanged");
+    *after = (const char *)last.data;
+    return ST_OK;
+}

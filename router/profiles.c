@@ -746,23 +746,6 @@ static st_code list_page(const rtr_ctx *r, const char *after, size_t max, st_are
     return rc;
 }
 
-/* Where the page of token starts: *after is left alone for the first page (no token). */
-static st_code list_after(st_arena *a, const char *token, uint32_t crc, const char **after,
-                          st_err *err) {
-    if (!token[0])
-        return ST_OK;
-    st_slice last;
-    rtr_token_rc trc = rtr_page_token_parse(a, token, PROFILES_TOKEN_PREFIX, crc, &last);
-    if (trc == RTR_TOKEN_NOMEM)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-    if (trc != RTR_TOKEN_OK)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "invalid page_token: pass the next_page_token of the previous page, "
-                          "with the same parent, unchanged");
-    *after = (const char *)last.data;
-    return ST_OK;
-}
-
 void rtr_h_list_app_profiles(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__Admin__V2__ListAppProfilesRequest *req = (void *)rtr_unpack(
@@ -783,7 +766,8 @@ void rtr_h_list_app_profiles(rpc_call *call, st_slice bytes, void *arg) {
     st_arena *a = rpc_call_arena(call);
     uint32_t crc = st_crc32c(0, req->parent, strlen(req->parent));
     const char *after = "";
-    if (list_after(a, req->page_token, crc, &after, &err) != ST_OK) {
+    if (rtr_page_token_after(a, req->page_token, PROFILES_TOKEN_PREFIX, crc, &after, &err) !=
+        ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }

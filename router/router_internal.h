@@ -283,6 +283,11 @@ typedef enum {
 /* Where the previous page ended into *last (arena memory, followed by a 0 byte). */
 rtr_token_rc rtr_page_token_parse(st_arena *a, const char *tok, const char *prefix, uint32_t crc,
                                   st_slice *last);
+/* A listing's page start for a name-ordered listing: *after is left alone for an empty token
+ * (the first page), else set to the name the previous page ended with; INVALID_ARGUMENT for a
+ * token not of this prefix and query (crc). */
+st_code rtr_page_token_after(st_arena *a, const char *tok, const char *prefix, uint32_t crc,
+                             const char **after, st_err *err);
 /* Appends a RowSet as field `num` (ranges as start_key_closed / end_key_open). */
 st_code rtr_wire_put_rowset(st_buf *out, uint32_t num, const btu_rowset *rs);
 
