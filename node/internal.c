@@ -269,11 +269,20 @@ void node_h_drop_table(rpc_call *call, st_slice req_bytes, void *arg) {
 /* ---- ListTablets ---- */
 
 /* Appends the tablets of t to resp (room was counted). */
-static st_code list_append(const node_tablets *t, Strata__Internal__V1__ListTabletsResponse *resp,
-                           st_arena *a) {
+/* Appends table t's tablets, and when its copy here was created (routers pin reads by it). */
+static st_code list_append(node_ctx *n, const node_tablets *t,
+                           Strata__Internal__V1__ListTabletsResponse *resp, st_arena *a) {
     for (size_t j = 0; j < t->n; j++)
         if (!(resp->tablets[resp->n_tablets++] = tablet_to_pb(t, &t->v[j], a)))
             return ST_RESOURCE_EXHAUSTED;
+    const node_table *meta = node_catalog_find(n->catalog, t->name);
+    Strata__Internal__V1__TableCreated *tc = st_arena_alloc(a, sizeof *tc);
+    if (!tc)
+        return ST_RESOURCE_EXHAUSTED;
+    strata__internal__v1__table_created__init(tc);
+    tc->name = (char *)t->name;
+    tc->created_us = meta ? meta->create_time_us : 0;
+    resp->tables[resp->n_tables++] = tc;
     return ST_OK;
 }
 
@@ -294,9 +303,10 @@ void node_h_list_tablets(rpc_call *call, st_slice req_bytes, void *arg) {
     resp.node_num = n->opts.node_num;
     st_arena *a = rpc_call_arena(call);
     resp.tablets = st_arena_alloc(a, (count + 1) * sizeof *resp.tablets);
-    st_code rc = resp.tablets ? ST_OK : ST_RESOURCE_EXHAUSTED;
+    resp.tables = st_arena_alloc(a, (last - first + 1) * sizeof *resp.tables);
+    st_code rc = resp.tablets && resp.tables ? ST_OK : ST_RESOURCE_EXHAUSTED;
     for (size_t i = first; rc == ST_OK && i < last; i++)
-        rc = list_append(&n->tables[i], &resp, a);
+        rc = list_append(n, &n->tables[i], &resp, a);
     if (rc != ST_OK) {
         node_fail(call, rc, "out of memory listing tablets");
         return;

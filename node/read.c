@@ -81,6 +81,10 @@ typedef struct read_state {
     int64_t rows_seen, rows_returned, cells_seen, cells_returned;
     int64_t start_us;
 
+    /* When the node's table of this name was created as the read began: one deleted and created
+     * again under the read has another, and the read does not go on in it (table_same). */
+    int64_t table_created_us;
+
     bool in_turn, turn_scheduled, waiting_writable, writable_cb_set;
     struct read_state *pool_next; /* in the node's pool of idle states */
 
@@ -291,10 +295,37 @@ static bool piece_is_one_row(const node_key_range *p) {
            memcmp(p->start.data, p->end.data, p->start.len) == 0;
 }
 
-static st_code open_next_piece(read_state *r, st_err *err) {
+/* When this node's table named table was created; 0 when there is none. */
+static int64_t table_created_us(node_ctx *n, const char *table) {
+    const node_table *meta = node_catalog_find(n->catalog, table);
+    return meta ? meta->create_time_us : 0;
+}
+
+static st_code table_gone(const read_state *r, st_err *err) {
+    return st_err_set(err, ST_NOT_FOUND,
+                      "table \"%s\" was deleted during the read (a table created under its name "
+                      "since is another table); read it again",
+                      r->table);
+}
+
+/* The read's table, unless it was deleted since the read began (it waits for its client between
+ * turns: a table created meanwhile under the same name must not continue it). */
+static node_tablets *table_same(read_state *r) {
     node_tablets *t = node_tablets_find(r->n, r->table);
-    if (t == NULL)
-        return st_err_set(err, ST_NOT_FOUND, "table \"%s\" was deleted during the read", r->table);
+    return t && table_created_us(r->n, r->table) == r->table_created_us ? t : NULL;
+}
+
+/* Returned by open_next_piece (and so by next_cell and read_row) when the read's table was
+ * deleted: err says NOT_FOUND, which the call ends with. Not ST_NOT_FOUND itself: to read_row that
+ * is the end of the scan, and the read used to end OK after part of its rows. */
+#define READ_TABLE_GONE ST_INTERNAL
+
+static st_code open_next_piece(read_state *r, st_err *err) {
+    node_tablets *t = table_same(r);
+    if (t == NULL) {
+        table_gone(r, err);
+        return READ_TABLE_GONE;
+    }
     node_key_range piece;
     size_t i;
     st_code rc = node_scan_next(&r->scan, t->v, t->n, &piece, &i);
@@ -831,6 +862,21 @@ static st_code check_request(node_ctx *n, rpc_call *call,
     return ST_OK;
 }
 
+/* Pins the table the read is in. A router resuming a read in a new call names the table it began
+ * in (BTU_TABLE_CREATED_HEADER, from ListTablets): another one of that name is refused. */
+static st_code pin_table(read_state *r, st_err *err) {
+    r->table_created_us = table_created_us(r->n, r->table);
+    const char *v = rpc_call_header(r->call, BTU_TABLE_CREATED_HEADER);
+    if (!v)
+        return ST_OK;
+    char *end;
+    long long want = strtoll(v, &end, 10);
+    if (end == v || *end)
+        return st_err_set(err, ST_INVALID_ARGUMENT, "malformed %s header \"%.40s\"",
+                          BTU_TABLE_CREATED_HEADER, v);
+    return want == r->table_created_us ? ST_OK : table_gone(r, err);
+}
+
 static read_state *read_state_new(node_ctx *n, rpc_call *call,
                                   const Google__Bigtable__V2__ReadRowsRequest *req) {
     read_state *r = read_state_get(n);
@@ -875,6 +921,8 @@ void node_h_read_rows(rpc_call *call, st_slice bytes, void *arg) {
     st_code rc = node_rowset_from_pb(req->rows, rpc_call_arena(call), &r->rs, &err);
     if (rc == ST_OK)
         rc = node_filter_from_pb(req->filter, rpc_call_arena(call), &r->filter, &err);
+    if (rc == ST_OK)
+        rc = pin_table(r, &err);
     if (rc == ST_OK)
         rc = check_owned(r, t, &err);
     if (rc != ST_OK) {

@@ -549,6 +549,44 @@ static bool keep_old(const rtr_cluster *c, const rtr_fan *f, rtr_tablet_in **in,
     return true;
 }
 
+/* The creation times of every node's tables into v (NULL: only counted): from its answer
+ * (keep[i]), or, for a node that did not answer, as the old map had them. Returns how many. */
+static size_t created_of(const rtr_cluster *c, const rtr_fan *f,
+                         Strata__Internal__V1__ListTabletsResponse *const *keep,
+                         rtr_table_created *v) {
+    size_t n = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->res[i].code == ST_OK) {
+            for (size_t j = 0; keep[i] && j < keep[i]->n_tables; j++, n++)
+                if (v)
+                    v[n] = (rtr_table_created){keep[i]->tables[j]->name, (uint32_t)i,
+                                               keep[i]->tables[j]->created_us};
+            continue;
+        }
+        for (size_t j = 0; c->map && j < c->map->n_created; j++) {
+            if (c->map->created[j].node != i)
+                continue;
+            if (v)
+                v[n] = c->map->created[j];
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Sets the tables' creation times in m (rtr_tmap_set_created); false when memory runs out. */
+static bool collect_created(const rtr_cluster *c, const rtr_fan *f,
+                            Strata__Internal__V1__ListTabletsResponse *const *keep, rtr_tmap *m) {
+    size_t n = created_of(c, f, keep, NULL);
+    rtr_table_created *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return false;
+    created_of(c, f, keep, v);
+    bool ok = rtr_tmap_set_created(m, v, n);
+    free(v);
+    return ok;
+}
+
 static void refresh_done(rtr_fan *f, void *arg) {
     rtr_cluster *c = arg;
     rtr_tablet_in *in = NULL;
@@ -563,6 +601,10 @@ static void refresh_done(rtr_fan *f, void *arg) {
     }
     ok = ok && keep_old(c, f, &in, &n, &cap);
     rtr_tmap *m = ok ? rtr_tmap_build(in, n) : NULL;
+    if (m && !collect_created(c, f, keep, m)) {
+        rtr_tmap_free(m);
+        m = NULL;
+    }
     if (m) {
         rtr_tmap_free(c->map);
         c->map = m;

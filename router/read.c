@@ -19,13 +19,22 @@
  *
  * Resumption: "strata-not-owner" answers and lost node connections (after a tablet-map refresh,
  * bounded retries) resume after the last row delivered: the client never sees a row twice, and a
- * row cut short is withdrawn with reset_row first. */
+ * row cut short is withdrawn with reset_row first.
+ *
+ * A table deleted under a read: a read that resumes (after a park, a failure, or on its next
+ * tablet) is sent again by table name, and a table created meanwhile under the same name must not
+ * continue it. Each node reports when its copy of each table was created (ListTablets); a read
+ * pins that for every node of its cluster as it begins, and sends the node's with every node call
+ * (BTU_TABLE_CREATED_HEADER). A node whose table is another one refuses NOT_FOUND, and a map
+ * that already shows another one fails the read here: the client gets NOT_FOUND, never an OK end
+ * after part of the rows or rows of the later table. */
 #include "data.h"
 #include "failover.h"
 #include "router_internal.h"
 
 #include <event2/event.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +86,9 @@ typedef struct rr_op {
     bool want_stats;      /* REQUEST_STATS_FULL: the node calls' stats are summed (rr_stats_take) */
     uint64_t seen_rows, ret_rows, seen_cells, ret_cells;
     int64_t start_us; /* st_mono_us() at the call's start, for the stats' latency */
+    /* Per node of pin_c: when its copy of the table was created, as first seen (0: not yet). */
+    const rtr_cluster *pin_c;
+    int64_t pinned_us[ST_TOPO_NODES_MAX];
 } rr_op;
 
 static void rr_step(void *arg);
@@ -714,8 +726,14 @@ static void rr_send(rr_op *op, const rtr_tablet *tb) {
         rr_free(op, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    rpc_metadata md[RTR_FORWARD_HEADERS_MAX];
+    rpc_metadata md[RTR_FORWARD_HEADERS_MAX + 1];
     size_t n_md = rtr_forward_headers(op->call, md);
+    char created[24];
+    int64_t pin = tb->node < ST_TOPO_NODES_MAX ? op->pinned_us[tb->node] : 0;
+    if (pin != 0) {
+        snprintf(created, sizeof created, "%lld", (long long)pin);
+        md[n_md++] = (rpc_metadata){BTU_TABLE_CREATED_HEADER, created};
+    }
     op->wait = RR_NODE;
     op->node = &op->c->nodes[tb->node];
     op->inflight = rtr_node_call(op->node, RTR_BT "ReadRows", req, md, n_md, timeout, rr_msg,
@@ -730,6 +748,34 @@ static void rr_send(rr_op *op, const rtr_tablet *tb) {
         if (!rr_failover(op))
             rr_retry(op);
     }
+}
+
+/* Pins the table: when each node of the cluster had its copy created, as the map says when the
+ * read first steps in the cluster (a read that moves to another cluster pins that one's anew).
+ * False when the map now says another for node: the table was deleted and created again since
+ * the read began. */
+static bool rr_pin(rr_op *op, uint32_t node) {
+    const rtr_tmap *m = op->c->map;
+    if (op->pin_c != op->c) {
+        op->pin_c = op->c;
+        for (size_t i = 0; i < ST_TOPO_NODES_MAX; i++)
+            op->pinned_us[i] =
+                i < op->c->n_nodes ? rtr_tmap_created_us(m, op->table, (uint32_t)i) : 0;
+    }
+    int64_t now = rtr_tmap_created_us(m, op->table, node);
+    if (node >= ST_TOPO_NODES_MAX || now == 0)
+        return true;
+    if (op->pinned_us[node] == 0) /* not listed by the node then (it was down) */
+        op->pinned_us[node] = now;
+    return op->pinned_us[node] == now;
+}
+
+static void rr_table_gone(rr_op *op) {
+    st_err_set(&op->last, ST_NOT_FOUND,
+               "table \"%s\" was deleted during the read (a table created under its name since "
+               "is another table); read it again",
+               op->table);
+    rr_free(op, op->last.code, op->last.msg);
 }
 
 /* A cluster none of whose nodes answers is not sent to (health.c): the next cluster of a
@@ -782,6 +828,10 @@ static void rr_step(void *arg) {
     op->gen = op->c->map_gen;
     st_code rc =
         rtr_read_locate(&op->rs, op->reversed, op->has_pos, st_buf_slice(&op->pos), t, &k, &gap);
+    if (rc == ST_OK && !rr_pin(op, t->v[k].node)) {
+        rr_table_gone(op);
+        return;
+    }
     if (rc == ST_OK) {
         rr_send(op, &t->v[k]);
         return;

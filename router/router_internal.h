@@ -126,11 +126,22 @@ typedef struct rtr_tmap_table {
     size_t n;
 } rtr_tmap_table;
 
+/* When a node's copy of a table was created (ListTablets' tables; the node's clock): a table
+ * deleted and created again under its name has another, which is how a read that resumes tells
+ * (read.c). */
+typedef struct rtr_table_created {
+    const char *table;
+    uint32_t node; /* index into the cluster's nodes */
+    int64_t us;
+} rtr_table_created;
+
 /* Immutable once built; a refresh builds a new one and frees the old. */
 typedef struct rtr_tmap {
     st_arena arena;
     rtr_tmap_table *tables; /* sorted by name */
     size_t n_tables;
+    rtr_table_created *created; /* sorted by table, then node */
+    size_t n_created;
 } rtr_tmap;
 
 /* One tablet as a node reported it (input of rtr_tmap_build; memory borrowed). */
@@ -152,6 +163,10 @@ typedef struct rtr_tablet_in {
 rtr_tmap *rtr_tmap_build(const rtr_tablet_in *in, size_t n);
 void rtr_tmap_free(rtr_tmap *m); /* NULL is fine */
 const rtr_tmap_table *rtr_tmap_find(const rtr_tmap *m, const char *table);
+/* Sets m's creation times from v (names copied into m); false when memory runs out. */
+bool rtr_tmap_set_created(rtr_tmap *m, const rtr_table_created *v, size_t n);
+/* When node's copy of table was created, as the map was built; 0 when not known. */
+int64_t rtr_tmap_created_us(const rtr_tmap *m, const char *table, uint32_t node);
 /* Whether t's tablets hold every row: from the empty key to the unbounded end, without a gap. */
 bool rtr_tmap_covers_all(const rtr_tmap_table *t);
 /* Index of the tablet holding row, or SIZE_MAX (no tablet covers it). */

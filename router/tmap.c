@@ -101,6 +101,34 @@ rtr_tmap *rtr_tmap_build(const rtr_tablet_in *in, size_t n) {
     return m;
 }
 
+static int created_cmp(const void *a, const void *b) {
+    const rtr_table_created *x = a, *y = b;
+    int c = strcmp(x->table, y->table);
+    return c ? c : (x->node > y->node) - (x->node < y->node);
+}
+
+bool rtr_tmap_set_created(rtr_tmap *m, const rtr_table_created *v, size_t n) {
+    m->created = st_arena_alloc(&m->arena, (n ? n : 1) * sizeof *m->created);
+    if (!m->created)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = st_arena_dup(&m->arena, v[i].table, strlen(v[i].table) + 1);
+        if (!name)
+            return false;
+        m->created[i] = (rtr_table_created){name, v[i].node, v[i].us};
+    }
+    m->n_created = n;
+    qsort(m->created, n, sizeof *m->created, created_cmp);
+    return true;
+}
+
+int64_t rtr_tmap_created_us(const rtr_tmap *m, const char *table, uint32_t node) {
+    rtr_table_created key = {table, node, 0};
+    const rtr_table_created *hit =
+        m->n_created ? bsearch(&key, m->created, m->n_created, sizeof key, created_cmp) : NULL;
+    return hit ? hit->us : 0;
+}
+
 void rtr_tmap_free(rtr_tmap *m) {
     if (!m)
         return;

@@ -69,6 +69,14 @@ bool btu_family_valid(const char *family);
  * it refuses the write DEADLINE_EXCEEDED before anything is written. */
 #define BTU_WRITE_BY_HEADER "x-strata-write-by-us"
 
+/* ---- table incarnations (docs/router.md, Flow control: a table deleted under a read) ----
+ * A ReadRows the router sends may carry BTU_TABLE_CREATED_HEADER: the creation time (decimal
+ * microseconds) the node reported for the table in ListTablets (Tablet.table_created_us) when the
+ * read began. A node whose table of that name has another one (it was deleted and created again
+ * since) refuses the read NOT_FOUND: the rows of a later table of the same name never continue
+ * a scan of the earlier one. */
+#define BTU_TABLE_CREATED_HEADER "x-strata-table-created-us"
+
 /* ---- table schemas ---- */
 #define BTU_FAMILIES_MAX 1000     /* column families of one table */
 #define BTU_GC_DEPTH_MAX 16       /* a GC rule's nesting below its root */
