@@ -112,6 +112,7 @@ typedef struct fwd_op {
     int64_t attempt_fence_us;
     char fence_text[RTR_FENCE_TEXT_BYTES];
     st_err last;
+    rtr_unserved unserved; /* no node of the cluster served the row (failover.h) */
     /* A peeked table name (longer ones go to the call's arena); small enough that the op stays
      * within malloc's per-thread cache (about 1 KiB). */
     char table_buf[160];
@@ -261,6 +262,18 @@ static bool fwd_gate(fwd_op *op) {
     return g == RTR_GATE_GO;
 }
 
+/* No node of op->c serves the row: the plan's next cluster, a wait for a move, or the error. */
+static void fwd_unserved(fwd_op *op) {
+    rtr_unserved_act a = rtr_unserved_check(&op->plan, op->c, op->table, "this row", st_mono_us(),
+                                            &op->unserved, &op->last);
+    if (a == RTR_UNSERVED_MOVE && fwd_failover(op))
+        return;
+    if (a == RTR_UNSERVED_END)
+        fwd_finish(op, op->last.code, op->last.msg);
+    else
+        fwd_retry(op);
+}
+
 static void fwd_send(void *arg) {
     fwd_op *op = arg;
     int64_t wait_ms = rtr_fence_wait_ms(&op->fence);
@@ -288,9 +301,7 @@ static void fwd_send(void *arg) {
     size_t k = rtr_tmap_row(t, op->row);
     op->gen = op->c->map_gen;
     if (k == SIZE_MAX) {
-        st_err_set(&op->last, ST_UNAVAILABLE, "no node of cluster %s serves this row of table %s",
-                   op->c->topo->id, op->table);
-        fwd_retry(op);
+        fwd_unserved(op);
         return;
     }
     int64_t timeout;
@@ -359,6 +370,7 @@ static void fwd_start(fwd_op *op, rtr_ctx *r, rpc_call *call, const rtr_plan *pl
     op->fp = fp;
     op->attempts = 0;
     op->gen = 0;
+    op->unserved = (rtr_unserved){0};
     op->resp = st_slice_make(NULL, 0);
     st_err_clear(&op->last);
     fwd_send(op);

@@ -197,6 +197,30 @@ bool rtr_plan_moves_off_replica(const rtr_plan *p, st_code code);
  * plan at most RTR_FO_ATTEMPT_MS and at most half of it, so the next cluster has time too. */
 int64_t rtr_plan_attempt_ms(const rtr_plan *p, int64_t timeout_ms);
 
+/* ---- health.c: rows no node of a cluster serves ----
+ * The cluster's tablet map has no tablet for them while it has others of the table (a node came
+ * back with an empty data directory, or a refresh fell between the two ends of a tablet move). A
+ * request part meeting such rows asks rtr_unserved_check what to do. A move leaves such a hole for
+ * one map refresh at most, so a hole seen again after a refresh and RTR_UNSERVED_GRACE_MS is taken
+ * for lost data. */
+#define RTR_UNSERVED_GRACE_MS 500
+typedef struct rtr_unserved {
+    int64_t since_us; /* st_mono_us of the first sighting in cluster; 0: none */
+    uint64_t gen;     /* the cluster's map_gen then */
+    size_t cluster;
+} rtr_unserved;
+typedef enum rtr_unserved_act {
+    RTR_UNSERVED_MOVE, /* multi-cluster: move the part on to the plan's next cluster, unsent */
+    RTR_UNSERVED_WAIT, /* retry as usual (backoff, map refresh): a move may be ending */
+    RTR_UNSERVED_END,  /* end the request with err: the rows are lost to this cluster */
+} rtr_unserved_act;
+/* A part of a request on plan p, in its current cluster c, found rows of table (what: "this
+ * row", "some rows") without a tablet at now_us (st_mono_us). u is the part's own record, zeroed
+ * at its start. err gets FAILED_PRECONDITION naming the cluster and what to do; it is also the
+ * error to end with when the retries run out first. */
+rtr_unserved_act rtr_unserved_check(const rtr_plan *p, const rtr_cluster *c, const char *table,
+                                    const char *what, int64_t now_us, rtr_unserved *u, st_err *err);
+
 /* ---- failover.c: queries of death ----
  * A request whose node connection dropped while it was in flight (reset or EOF, not a clean
  * status) may have killed the node, or the node may have died for another reason (kill -9, out

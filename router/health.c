@@ -162,6 +162,29 @@ st_code rtr_table_not_in_cluster(const rtr_cluster *c, const char *table, st_err
                       table, c->topo->id);
 }
 
+rtr_unserved_act rtr_unserved_check(const rtr_plan *p, const rtr_cluster *c, const char *table,
+                                    const char *what, int64_t now_us, rtr_unserved *u,
+                                    st_err *err) {
+    st_err_set(err, ST_FAILED_PRECONDITION,
+               "no node of cluster %s serves %s of table %s: a node of %s most likely came back "
+               "without its data (an emptied or replaced disk). Route this app profile to "
+               "another cluster (strata failover PROFILE CLUSTER) or use a multi-cluster app "
+               "profile, and restore that node's data directory; `strata status` names the table",
+               c->topo->id, what, table, c->topo->id);
+    /* The rows are unsent: nothing of this part can still apply here (no write fence). */
+    if (p->multi && p->cur + 1 < p->n)
+        return RTR_UNSERVED_MOVE;
+    if (u->since_us == 0 || u->cluster != c->idx) {
+        *u = (rtr_unserved){
+            .since_us = now_us > 0 ? now_us : 1, .gen = c->map_gen, .cluster = c->idx};
+        return RTR_UNSERVED_WAIT;
+    }
+    /* A move's hole lasts one refresh: lost rows are still missing from a later map. */
+    if (c->map_gen == u->gen || now_us - u->since_us < (int64_t)RTR_UNSERVED_GRACE_MS * 1000)
+        return RTR_UNSERVED_WAIT;
+    return RTR_UNSERVED_END;
+}
+
 /* ---- probes ---- */
 
 static void probe_done(rpc_ccall *call, st_code code, const char *message, void *arg) {

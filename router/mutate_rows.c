@@ -34,6 +34,7 @@ typedef struct mr_op {
     bool stalled;            /* they were cancelled because their cluster turned unhealthy */
     rtr_inflight link;       /* multi-cluster: in its cluster's in-flight list during a round */
     rtr_fence fence;         /* multi-cluster: groups that may still apply (failover.h) */
+    rtr_unserved unserved;   /* no node of the cluster served some entries' rows (failover.h) */
 } mr_op;
 
 typedef struct mr_group {
@@ -332,16 +333,36 @@ static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int6
     return ok;
 }
 
+/* The result of an entry whose row no node of op->c serves (rtr_unserved_check, once per round
+ * in *act, message in *msg): open UNAVAILABLE to move a multi-cluster request on at once (the
+ * entries are unsent), open FAILED_PRECONDITION to be retried (its code if the retries run
+ * out), or final once past the grace. */
+static rtr_entry_result mr_unserved(mr_op *op, rtr_unserved_act *act, const char **msg) {
+    if (!*msg) {
+        st_err err = {0};
+        *act = rtr_unserved_check(&op->plan, op->c, op->table, "this row", st_mono_us(),
+                                  &op->unserved, &err);
+        *msg = st_arena_dup(rpc_call_arena(op->call), err.msg, strlen(err.msg) + 1);
+        if (!*msg)
+            *msg = "no node serves this row";
+    }
+    if (*act == RTR_UNSERVED_MOVE)
+        return (rtr_entry_result){ST_UNAVAILABLE, *msg, false};
+    return (rtr_entry_result){ST_FAILED_PRECONDITION, *msg, *act == RTR_UNSERVED_END};
+}
+
 /* Owner node of every entry still to send (SIZE_MAX: none known). */
 static void mr_owners(mr_op *op, size_t *owner, size_t *count) {
     const rtr_tmap_table *t = rtr_tmap_find(op->c->map, op->table);
+    rtr_unserved_act act = RTR_UNSERVED_WAIT;
+    const char *unserved = NULL;
     for (size_t i = 0; i < op->n; i++) {
         owner[i] = SIZE_MAX;
         if (op->res[i].final)
             continue;
         size_t k = rtr_tmap_row(t, op->entries[i].row);
         if (k == SIZE_MAX) {
-            op->res[i] = (rtr_entry_result){ST_UNAVAILABLE, "no node serves this row", false};
+            op->res[i] = mr_unserved(op, &act, &unserved);
             continue;
         }
         owner[i] = t->v[k].node;

@@ -75,6 +75,8 @@ typedef struct rr_op {
     int attempts;
     uint64_t gen;
     st_err last;
+    /* No node of the cluster served some rows (failover.h). */
+    rtr_unserved unserved;
     uint64_t fp;          /* rtr_qod_fingerprint of the client's request */
     bool moved_once;      /* moved on once after a node connection dropped under it */
     uint64_t conn_id;     /* op->node's rtr_node.conn_id when this attempt was sent */
@@ -810,6 +812,19 @@ static void rr_no_tablets(rr_op *op) {
         rr_free(op, op->last.code, op->last.msg);
 }
 
+/* No node of op->c serves the rows the read is at: the plan's next cluster (resuming after the
+ * last row delivered), a wait for a move, or the error. */
+static void rr_unserved(rr_op *op) {
+    rtr_unserved_act a = rtr_unserved_check(&op->plan, op->c, op->table, "some rows", st_mono_us(),
+                                            &op->unserved, &op->last);
+    if (a == RTR_UNSERVED_MOVE && rr_failover(op))
+        return;
+    if (a == RTR_UNSERVED_END)
+        rr_free(op, op->last.code, op->last.msg);
+    else
+        rr_retry(op);
+}
+
 static void rr_step(void *arg) {
     rr_op *op = arg;
     if (rr_limit_reached(op)) {
@@ -841,9 +856,7 @@ static void rr_step(void *arg) {
         return;
     }
     if (rc == ST_UNAVAILABLE) {
-        st_err_set(&op->last, rc, "no node of cluster %s serves the rows of table %s",
-                   op->c->topo->id, op->table);
-        rr_retry(op);
+        rr_unserved(op);
         return;
     }
     if (rc != ST_OK)

@@ -449,6 +449,41 @@ static void test_failover_write_fences(void **state) {
     }
 }
 
+/* Rows no node of a cluster serves (a node back with an empty disk): a multi-cluster part moves
+ * on at once while another cluster remains; otherwise it waits until a map refreshed after the
+ * first sighting still lacks them and the grace has passed, then ends FAILED_PRECONDITION naming
+ * the cluster and the remedy. Times are given, not read from a clock. */
+static void test_failover_unserved_rows(void **state) {
+    (void)state;
+    st_topo_cluster topo = {.id = "east"};
+    rtr_cluster c = {.topo = &topo, .idx = 0, .map_gen = 7};
+    rtr_plan multi = {.multi = true, .n = 2, .cur = 0}, single = {.n = 1};
+    rtr_unserved u = {0};
+    st_err err = {0};
+    assert_int_equal(rtr_unserved_check(&multi, &c, "t", "this row", 1000, &u, &err),
+                     RTR_UNSERVED_MOVE);
+    assert_int_equal(err.code, ST_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "no node of cluster east serves this row of table t"));
+    assert_non_null(strstr(err.msg, "strata failover PROFILE CLUSTER"));
+    multi.cur = 1; /* the plan's last cluster: as a single-cluster plan */
+    assert_int_equal(rtr_unserved_check(&multi, &c, "t", "x", 1000, &u, &err), RTR_UNSERVED_WAIT);
+    int64_t t0 = 1000000, grace_us = (int64_t)RTR_UNSERVED_GRACE_MS * 1000;
+    u = (rtr_unserved){0};
+    assert_int_equal(rtr_unserved_check(&single, &c, "t", "x", t0, &u, &err), RTR_UNSERVED_WAIT);
+    /* Past the grace but on the same map: a refresh must confirm it (a move leaves one). */
+    assert_int_equal(rtr_unserved_check(&single, &c, "t", "x", t0 + 2 * grace_us, &u, &err),
+                     RTR_UNSERVED_WAIT);
+    c.map_gen++;
+    assert_int_equal(rtr_unserved_check(&single, &c, "t", "x", t0 + grace_us - 1, &u, &err),
+                     RTR_UNSERVED_WAIT);
+    assert_int_equal(rtr_unserved_check(&single, &c, "t", "x", t0 + grace_us, &u, &err),
+                     RTR_UNSERVED_END);
+    /* Another cluster starts its own clock. */
+    rtr_cluster west = {.topo = &topo, .idx = 1, .map_gen = 9};
+    assert_int_equal(rtr_unserved_check(&single, &west, "t", "x", t0 + 3 * grace_us, &u, &err),
+                     RTR_UNSERVED_WAIT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover_prefer_order_and_subset),
@@ -461,6 +496,7 @@ int main(void) {
         cmocka_unit_test(test_failover_stamp_mutate_rows),
         cmocka_unit_test(test_failover_write_ts_never_decreases),
         cmocka_unit_test(test_failover_write_fences),
+        cmocka_unit_test(test_failover_unserved_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
