@@ -13,6 +13,7 @@
 
 #include "instance.h"
 #include "certs.h"
+#include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "strata/btutil.h"
 #include "strata/internal/v1/node.pb-c.h"
 #include "strata/internal/v1/replication.pb-c.h"
@@ -40,13 +41,14 @@ typedef struct node_row {
     char data[24];
     size_t damaged; /* tablets read-only after corruption (ListTablets: read_only, not moving) */
     bool ok;
-    pid_t live;                            /* the process's pid when it is alive, else 0 */
-    bool hung;                             /* alive, but does not answer (ops_inst_not_answering) */
-    bool unix_ok;                          /* answers GetStatus through DATA/node.sock too */
-    st_code rc;                            /* GetStatus's end */
-    Strata__Internal__V1__Positions *pos;  /* GetPositions (NULL: no answer); freed at the end */
-    bool repl_unimplemented;               /* the node serves no Replication service */
-    link_state link[ST_TOPO_CLUSTERS_MAX]; /* by cluster index of the topology */
+    pid_t live;                           /* the process's pid when it is alive, else 0 */
+    bool hung;                            /* alive, but does not answer (ops_inst_not_answering) */
+    bool unix_ok;                         /* answers GetStatus through DATA/node.sock too */
+    st_code rc;                           /* GetStatus's end */
+    Strata__Internal__V1__Positions *pos; /* GetPositions (NULL: no answer); freed at the end */
+    Strata__Internal__V1__ListTabletsResponse *tl; /* ListTablets (NULL: no answer); freed too */
+    bool repl_unimplemented;                       /* the node serves no Replication service */
+    link_state link[ST_TOPO_CLUSTERS_MAX];         /* by cluster index of the topology */
 } node_row;
 
 /* What one router said. */
@@ -78,6 +80,7 @@ typedef struct status_ctx {
     node_row rows[ST_TOPO_CLUSTERS_MAX][ST_TOPO_NODES_MAX];
     router_row routers[ST_TOPO_ROUTERS_MAX];
     size_t nodes_ok, nodes_total, routers_ok;
+    size_t unserved;         /* clusters with rows of a table no node serves (status_unserved) */
     size_t n_jobs, next_job; /* the probes: nodes in topology order, then routers */
     creds_gap gap;
 } status_ctx;
@@ -120,12 +123,28 @@ static size_t count_damaged(const Strata__Internal__V1__ListTabletsResponse *l) 
     return n;
 }
 
-/* GetStatus then ListTablets; health words: ok, down (no answer), or the gRPC code. Returns
- * GetStatus's end. */
+/* The node's tablets (ListTablets of every table); NULL when it does not answer. Free with
+ * strata__internal__v1__list_tablets_response__free_unpacked. */
+static Strata__Internal__V1__ListTabletsResponse *list_tablets(const st_topo_node *n) {
+    st_buf resp;
+    st_buf_init(&resp);
+    st_code rc = rpc_blocking_unary(n->addr, ops_secure_node_opts(n->addr),
+                                    "/strata.internal.v1.Node/ListTablets", st_slice_make("", 0),
+                                    NULL, 0, STATUS_RPC_TIMEOUT_MS, &resp, NULL);
+    Strata__Internal__V1__ListTabletsResponse *l =
+        rc == ST_OK
+            ? (void *)btu_pb_unpack(&strata__internal__v1__list_tablets_response__descriptor, NULL,
+                                    st_slice_make(resp.data, resp.len), NULL)
+            : NULL;
+    st_buf_free(&resp);
+    return l;
+}
+
+/* GetStatus then ListTablets (kept in row->tl); health words: ok, down (no answer), or the gRPC
+ * code. Returns GetStatus's end. */
 static st_code probe_node(const st_topo_node *n, node_row *row) {
     st_buf resp;
     st_buf_init(&resp);
-    st_err status = {0};
     st_code rc = ops_inst_node_status(n->addr, &resp, &row->ok);
     if (rc == ST_OK) {
         Strata__Internal__V1__NodeStatus *s =
@@ -142,25 +161,13 @@ static st_code probe_node(const st_topo_node *n, node_row *row) {
         snprintf(row->health, sizeof row->health, "%s", st_code_name(rc));
     }
     snprintf(row->tablets, sizeof row->tablets, "-");
-    if (row->ok) {
-        st_buf_reset(&resp);
-        rc = rpc_blocking_unary(n->addr, ops_secure_node_opts(n->addr),
-                                "/strata.internal.v1.Node/ListTablets", st_slice_make("", 0), NULL,
-                                0, STATUS_RPC_TIMEOUT_MS, &resp, &status);
-        Strata__Internal__V1__ListTabletsResponse *l =
-            rc == ST_OK
-                ? (void *)btu_pb_unpack(&strata__internal__v1__list_tablets_response__descriptor,
-                                        NULL, st_slice_make(resp.data, resp.len), NULL)
-                : NULL;
-        if (l) {
-            row->damaged = count_damaged(l);
-            if (row->damaged)
-                snprintf(row->tablets, sizeof row->tablets, "%zu (%zu ro)", l->n_tablets,
-                         row->damaged);
-            else
-                snprintf(row->tablets, sizeof row->tablets, "%zu", l->n_tablets);
-            strata__internal__v1__list_tablets_response__free_unpacked(l, NULL);
-        }
+    if (row->ok && (row->tl = list_tablets(n)) != NULL) {
+        row->damaged = count_damaged(row->tl);
+        if (row->damaged)
+            snprintf(row->tablets, sizeof row->tablets, "%zu (%zu ro)", row->tl->n_tablets,
+                     row->damaged);
+        else
+            snprintf(row->tablets, sizeof row->tablets, "%zu", row->tl->n_tablets);
     }
     st_buf_free(&resp);
     return rc;
@@ -583,6 +590,202 @@ static void status_creds_hint(const status_ctx *c) {
                d, d);
 }
 
+/* ---- rows of a table no node serves ----
+ * Nodes hold disjoint tablets, so a node that comes back with an empty data directory (a
+ * replaced disk) leaves ranges of its tables with no node in its cluster: every node answers and
+ * looks well, yet requests routed only to that cluster fail for those rows. */
+
+#define STATUS_RECHECK_MS 300 /* a tablet move leaves a range unlisted for an instant */
+
+typedef struct span {
+    const char *table;
+    ProtobufCBinaryData start, end; /* end empty: unbounded */
+} span;
+
+static int key_cmp(ProtobufCBinaryData a, ProtobufCBinaryData b) {
+    size_t n = a.len < b.len ? a.len : b.len;
+    int r = n ? memcmp(a.data, b.data, n) : 0;
+    return r ? r : (a.len > b.len) - (a.len < b.len);
+}
+
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    int r = strcmp(x->table, y->table);
+    return r ? r : key_cmp(x->start, y->start);
+}
+
+/* Ranges of a table no span of v[0..n) (its tablets, sorted) covers: how many, the first in
+ * *gs, *ge (ge empty: unbounded). */
+static size_t span_gaps(const span *v, size_t n, ProtobufCBinaryData *gs, ProtobufCBinaryData *ge) {
+    ProtobufCBinaryData at = {0, NULL}; /* covered from the start up to here */
+    size_t gaps = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (key_cmp(v[i].start, at) > 0 && gaps++ == 0) {
+            *gs = at;
+            *ge = v[i].start;
+        }
+        if (v[i].end.len == 0)
+            return gaps;
+        if (key_cmp(v[i].end, at) > 0)
+            at = v[i].end;
+    }
+    if (gaps++ == 0) {
+        *gs = at;
+        *ge = (ProtobufCBinaryData){0, NULL};
+    }
+    return gaps;
+}
+
+/* Cluster i's tablets (a move's incoming copy left out), sorted; NULL when a node of the cluster
+ * did not list its tablets (its rows are then shown as down, not as lost) or memory ran out. */
+static span *cluster_spans(const status_ctx *c, size_t i, size_t *n) {
+    size_t total = 0;
+    *n = 0;
+    for (size_t j = 0; j < c->topo.clusters[i].n_nodes; j++) {
+        if (!c->rows[i][j].tl)
+            return NULL;
+        total += c->rows[i][j].tl->n_tablets;
+    }
+    span *v = malloc((total ? total : 1) * sizeof *v);
+    for (size_t j = 0; v && j < c->topo.clusters[i].n_nodes; j++)
+        for (size_t k = 0; k < c->rows[i][j].tl->n_tablets; k++) {
+            const Strata__Internal__V1__Tablet *t = c->rows[i][j].tl->tablets[k];
+            if (!t->incoming)
+                v[(*n)++] = (span){t->table_name, t->start_key, t->end_key};
+        }
+    if (v)
+        qsort(v, *n, sizeof *v, span_cmp);
+    return v;
+}
+
+static void print_key(ProtobufCBinaryData k, const char *none) {
+    if (k.len == 0) {
+        printf("%s", none);
+        return;
+    }
+    putchar('"');
+    for (size_t i = 0; i < k.len && i < 40; i++)
+        if (k.data[i] >= 0x20 && k.data[i] < 0x7f && k.data[i] != '"' && k.data[i] != '\\')
+            putchar(k.data[i]);
+        else
+            printf("\\x%02x", k.data[i]);
+    printf("%s\"", k.len > 40 ? "..." : "");
+}
+
+/* Prints (when print) the tables of names[0..n) with rows no node of cluster i serves; returns
+ * how many such tables. */
+static size_t cluster_unserved(const status_ctx *c, size_t i, char *const *names, size_t n,
+                               bool print) {
+    size_t n_spans, found = 0;
+    span *v = cluster_spans(c, i, &n_spans);
+    if (!v)
+        return 0;
+    for (size_t t = 0; t < n; t++) {
+        size_t lo = 0;
+        while (lo < n_spans && strcmp(v[lo].table, names[t]) < 0)
+            lo++;
+        size_t hi = lo;
+        while (hi < n_spans && strcmp(v[hi].table, names[t]) == 0)
+            hi++;
+        ProtobufCBinaryData gs, ge;
+        size_t gaps = span_gaps(v + lo, hi - lo, &gs, &ge);
+        if (gaps == 0)
+            continue;
+        if (print) {
+            const char *id = strstr(names[t], "/tables/");
+            printf("%s: no node serves %s of table %s (%zu range%s; the first from ",
+                   c->topo.clusters[i].id, hi == lo ? "any row" : "some rows",
+                   id ? id + strlen("/tables/") : names[t], gaps, gaps == 1 ? "" : "s");
+            print_key(gs, "the start");
+            printf(" to ");
+            print_key(ge, "the end");
+            printf(").\n");
+        }
+        found++;
+    }
+    free(v);
+    return found;
+}
+
+/* The instance's tables (full names) as the first answering router lists them; NULL without
+ * one. Free with google__bigtable__admin__v2__list_tables_response__free_unpacked. */
+static Google__Bigtable__Admin__V2__ListTablesResponse *router_tables(const status_ctx *c) {
+    char parent[ST_TOPO_ID_MAX * 2 + 32];
+    snprintf(parent, sizeof parent, "projects/%s/instances/%s", c->topo.project, c->topo.instance);
+    Google__Bigtable__Admin__V2__ListTablesRequest req =
+        GOOGLE__BIGTABLE__ADMIN__V2__LIST_TABLES_REQUEST__INIT;
+    req.parent = parent;
+    req.view = GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY;
+    uint8_t buf[sizeof parent + 16];
+    size_t len = google__bigtable__admin__v2__list_tables_request__pack(&req, buf), n_md;
+    const rpc_metadata *md = ops_secure_md(&n_md);
+    for (size_t r = 0; r < c->topo.n_routers; r++) {
+        if (!c->routers[r].ok)
+            continue;
+        st_buf resp;
+        st_buf_init(&resp);
+        st_code rc = rpc_blocking_unary(c->topo.routers[r], ops_secure_router_opts(),
+                                        "/google.bigtable.admin.v2.BigtableTableAdmin/ListTables",
+                                        st_slice_make(buf, len), md, n_md, STATUS_RPC_TIMEOUT_MS,
+                                        &resp, NULL);
+        void *l =
+            rc == ST_OK
+                ? btu_pb_unpack(&google__bigtable__admin__v2__list_tables_response__descriptor,
+                                NULL, st_slice_make(resp.data, resp.len), NULL)
+                : NULL;
+        st_buf_free(&resp);
+        if (l)
+            return l;
+    }
+    return NULL;
+}
+
+/* Cluster i's tablets listed again (a move that was ending when they were first listed). */
+static void cluster_relist(status_ctx *c, size_t i) {
+    for (size_t j = 0; j < c->topo.clusters[i].n_nodes; j++) {
+        node_row *row = &c->rows[i][j];
+        if (row->tl)
+            strata__internal__v1__list_tablets_response__free_unpacked(row->tl, NULL);
+        row->tl = list_tablets(&c->topo.clusters[i].nodes[j]);
+    }
+}
+
+/* Clusters where rows of a table the router lists are in no node's tablets, seen twice
+ * STATUS_RECHECK_MS apart: said under the cluster table, with what it means and what to do. */
+static void status_unserved(status_ctx *c) {
+    Google__Bigtable__Admin__V2__ListTablesResponse *l = router_tables(c);
+    if (!l)
+        return; /* no router answers: the tables are unknown (status says the router is down) */
+    char *names[1024];
+    size_t n = 0;
+    for (size_t t = 0; t < l->n_tables && n < sizeof names / sizeof names[0]; t++)
+        names[n++] = l->tables[t]->name;
+    bool again = false;
+    for (size_t i = 0; i < c->topo.n_clusters; i++)
+        again = again || cluster_unserved(c, i, names, n, false) > 0;
+    if (again)
+        usleep(STATUS_RECHECK_MS * 1000);
+    for (size_t i = 0; again && i < c->topo.n_clusters; i++) {
+        if (cluster_unserved(c, i, names, n, false) == 0)
+            continue;
+        cluster_relist(c, i);
+        if (cluster_unserved(c, i, names, n, true) == 0)
+            continue;
+        const char *id = c->topo.clusters[i].id;
+        printf("  A node of %s most likely came back without its data (an emptied or replaced "
+               "disk). Requests routed only to %s fail for those rows (FAILED_PRECONDITION), and "
+               "replication of them into %s waits (its peers' links show down to %s); "
+               "multi-cluster app profiles serve them from another cluster. Restore that node's "
+               "data directory, or point the single-cluster app profiles routed to %s at another "
+               "cluster: strata failover PROFILE CLUSTER%s%s.\n",
+               id, id, id, id, id, c->dir_flag ? " --dir " : "", c->dir_flag ? c->dir : "");
+        c->unserved++;
+    }
+    if (c->unserved)
+        printf("\n");
+    google__bigtable__admin__v2__list_tables_response__free_unpacked(l, NULL);
+}
+
 static int status_run(status_ctx *c) {
     char path[OPS_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/topology", c->dir);
@@ -607,17 +810,24 @@ static int status_run(status_ctx *c) {
     creds_check(c);
     status_probe(c);
     status_clusters(c);
+    status_unserved(c);
     status_nodes(c);
     status_routers(c);
     if (c->topo.n_routers > 0)
         status_sockets(c);
-    bool all = c->nodes_ok == c->nodes_total && c->routers_ok == c->topo.n_routers;
+    bool all =
+        c->nodes_ok == c->nodes_total && c->routers_ok == c->topo.n_routers && c->unserved == 0;
     for (size_t i = 0; i < c->topo.n_clusters; i++)
-        for (size_t j = 0; j < c->topo.clusters[i].n_nodes; j++)
+        for (size_t j = 0; j < c->topo.clusters[i].n_nodes; j++) {
             if (c->rows[i][j].pos)
                 strata__internal__v1__positions__free_unpacked(c->rows[i][j].pos, NULL);
+            if (c->rows[i][j].tl)
+                strata__internal__v1__list_tablets_response__free_unpacked(c->rows[i][j].tl, NULL);
+        }
     printf("\n%zu of %zu nodes healthy, %zu of %zu routers healthy.\n", c->nodes_ok, c->nodes_total,
            c->routers_ok, c->topo.n_routers);
+    if (c->unserved)
+        printf("Rows of %zu cluster(s) are served by no node: see above.\n", c->unserved);
     status_hung_hint(c);
     status_damaged_hint(c);
     status_creds_hint(c);
