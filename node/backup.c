@@ -339,25 +339,28 @@ static void list_add(list_ctx *c, bk_piece *p) {
     c->v[c->len++] = p;
 }
 
+/* Piece `piece` of the backup directory dir, if it is sealed (an invalid id lists nothing). */
+static void list_one(list_ctx *c, const char *dir, const char *piece) {
+    if (bk_piece_check(piece, NULL) != ST_OK)
+        return;
+    char path[NODE_BK_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, piece);
+    bk_piece *p = NULL;
+    st_err err = {0};
+    if (bk_manifest_read(path, c->a, &p, &err) == ST_OK)
+        list_add(c, p);
+    else if (err.code != ST_NOT_FOUND)
+        st_log(ST_LOG_WARN, "backup", "event=piece_unreadable path=%s msg=\"%s\"", path, err.msg);
+}
+
 /* Pieces of one backup directory: sealed piece directories (dotted names are in the making). */
 static void list_backup_dir(list_ctx *c, const char *dir) {
     DIR *d = opendir(dir);
     if (!d)
         return;
     struct dirent *e;
-    while (c->rc == ST_OK && (e = readdir(d)) != NULL) {
-        if (bk_piece_check(e->d_name, NULL) != ST_OK)
-            continue;
-        char path[NODE_BK_PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        bk_piece *p = NULL;
-        st_err err = {0};
-        if (bk_manifest_read(path, c->a, &p, &err) == ST_OK)
-            list_add(c, p);
-        else if (err.code != ST_NOT_FOUND)
-            st_log(ST_LOG_WARN, "backup", "event=piece_unreadable path=%s msg=\"%s\"", path,
-                   err.msg);
-    }
+    while (c->rc == ST_OK && (e = readdir(d)) != NULL)
+        list_one(c, dir, e->d_name);
     closedir(d);
 }
 
@@ -399,7 +402,10 @@ void node_h_list_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
         }
         c.only = req->backup;
         bk_backup_dir(n, &b, path, sizeof path);
-        list_backup_dir(&c, path);
+        if (req->piece[0])
+            list_one(&c, path, req->piece);
+        else
+            list_backup_dir(&c, path);
     } else {
         bk_root_dir(n, path, sizeof path);
         list_walk(&c, path, sizeof path, 0);
