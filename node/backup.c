@@ -51,6 +51,7 @@ void node_backups_close(node_ctx *n) {
     if (!b)
         return;
     bk_crc_bg_stop(b);
+    node_restores_abort(n);
     bk_pulls_abort(n);
     node_jobs_wait(n); /* a pull's end may have started a seal */
     bk_reaper_stop(b); /* after the jobs: their ends may put pieces in the trash */
@@ -338,25 +339,28 @@ static void list_add(list_ctx *c, bk_piece *p) {
     c->v[c->len++] = p;
 }
 
+/* Piece `piece` of the backup directory dir, if it is sealed (an invalid id lists nothing). */
+static void list_one(list_ctx *c, const char *dir, const char *piece) {
+    if (bk_piece_check(piece, NULL) != ST_OK)
+        return;
+    char path[NODE_BK_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, piece);
+    bk_piece *p = NULL;
+    st_err err = {0};
+    if (bk_manifest_read(path, c->a, &p, &err) == ST_OK)
+        list_add(c, p);
+    else if (err.code != ST_NOT_FOUND)
+        st_log(ST_LOG_WARN, "backup", "event=piece_unreadable path=%s msg=\"%s\"", path, err.msg);
+}
+
 /* Pieces of one backup directory: sealed piece directories (dotted names are in the making). */
 static void list_backup_dir(list_ctx *c, const char *dir) {
     DIR *d = opendir(dir);
     if (!d)
         return;
     struct dirent *e;
-    while (c->rc == ST_OK && (e = readdir(d)) != NULL) {
-        if (bk_piece_check(e->d_name, NULL) != ST_OK)
-            continue;
-        char path[NODE_BK_PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        bk_piece *p = NULL;
-        st_err err = {0};
-        if (bk_manifest_read(path, c->a, &p, &err) == ST_OK)
-            list_add(c, p);
-        else if (err.code != ST_NOT_FOUND)
-            st_log(ST_LOG_WARN, "backup", "event=piece_unreadable path=%s msg=\"%s\"", path,
-                   err.msg);
-    }
+    while (c->rc == ST_OK && (e = readdir(d)) != NULL)
+        list_one(c, dir, e->d_name);
     closedir(d);
 }
 
@@ -398,7 +402,10 @@ void node_h_list_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
         }
         c.only = req->backup;
         bk_backup_dir(n, &b, path, sizeof path);
-        list_backup_dir(&c, path);
+        if (req->piece[0])
+            list_one(&c, path, req->piece);
+        else
+            list_backup_dir(&c, path);
     } else {
         bk_root_dir(n, path, sizeof path);
         list_walk(&c, path, sizeof path, 0);
@@ -576,23 +583,22 @@ static st_code restore_paths(const char *dir, const bk_piece *p, st_arena *a, co
     return ST_OK;
 }
 
-st_code node_backup_restore(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
-                            const char *backup, const char *piece, st_err *err) {
+st_code node_backup_restore_prepare(node_ctx *n, st_slice start, st_slice end, const char *backup,
+                                    const char *piece, st_arena *a, node_bk_restore *out,
+                                    st_err *err) {
     bk_name b;
     st_code rc = bk_name_parse(backup, &b, err);
     if (rc == ST_OK)
         rc = bk_piece_check(piece, err);
-    st_arena a;
-    st_arena_init(&a, 16 << 10);
     bk_piece *p = NULL;
     char dir[NODE_BK_PATH_MAX];
     bk_piece_dir(n, &b, piece, "", dir, sizeof dir);
     if (rc == ST_OK)
-        rc = bk_piece_load(n, &b, piece, &a, &p, err);
-    /* The clock moves past frozen_us below: a piece from a damaged or forged export must not
-     * throw this node's versions (and every later write's) centuries ahead. The bound is on the
-     * wall clock, as for commit times handed to the node (node_clock_observe): against the
-     * clock itself, each restore could carry it another hour ahead. */
+        rc = bk_piece_load(n, &b, piece, a, &p, err);
+    /* The clock moves past frozen_us (node_backup_restored): a piece from a damaged or forged
+     * export must not throw this node's versions (and every later write's) centuries ahead. The
+     * bound is on the wall clock, as for commit times handed to the node (node_clock_observe):
+     * against the clock itself, each restore could carry it another hour ahead. */
     int64_t clock_us = st_wall_us();
     if (rc == ST_OK && p->frozen_us > clock_us + NODE_CLOCK_AHEAD_MAX_US)
         rc = st_err_set(err, ST_DATA_LOSS,
@@ -604,28 +610,23 @@ st_code node_backup_restore(node_ctx *n, node_tablets *t, st_slice start, st_sli
         rc = st_err_set(err, ST_INVALID_ARGUMENT,
                         "the tablet's range must lie inside the range of piece %s of %s", piece,
                         backup);
-    const char **paths = NULL;
     if (rc == ST_OK)
-        rc = restore_paths(dir, p, &a, &paths, err);
-    uint64_t id = node_tablet_new_id(n);
-    if (rc == ST_OK)
-        rc = node_catalog_save(n->catalog, err);
-    sto_tablet *st = NULL;
-    if (rc == ST_OK)
-        rc = sto_tablet_restore(n->db, id, st_slice_cstr(t->name), start, end, paths, p->n_files,
-                                &st, err);
-    if (rc == ST_OK && node_tablet_map(t, st) != ST_OK)
-        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory adding a tablet");
+        rc = restore_paths(dir, p, a, &out->paths, err);
     if (rc == ST_OK) {
-        node_repl_tablet_named(n, id, t->name);
-        /* Writes after the restore must win over the restored cells: the clock moves past the
-         * instant the piece was frozen (its versions are below it). */
-        if (p->frozen_us > n->hlc_last_us)
-            n->hlc_last_us = p->frozen_us;
-        st_log(ST_LOG_INFO, "backup",
-               "event=tablet_restored table=%s tablet=%" PRIu64 " backup=%s piece=%s files=%zu",
-               t->name, id, backup, piece, p->n_files);
+        out->n_paths = p->n_files;
+        out->frozen_us = p->frozen_us;
     }
-    st_arena_deinit(&a);
     return rc;
+}
+
+void node_backup_restored(node_ctx *n, const node_tablets *t, uint64_t id, const char *backup,
+                          const char *piece, const node_bk_restore *r) {
+    node_repl_tablet_named(n, id, t->name);
+    /* Writes after the restore must win over the restored cells: the clock moves past the
+     * instant the piece was frozen (its versions are below it). */
+    if (r->frozen_us > n->hlc_last_us)
+        n->hlc_last_us = r->frozen_us;
+    st_log(ST_LOG_INFO, "backup",
+           "event=tablet_restored table=%s tablet=%" PRIu64 " backup=%s piece=%s files=%zu",
+           t->name, id, backup, piece, r->n_paths);
 }

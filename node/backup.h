@@ -45,9 +45,30 @@ void node_h_pull_backup_piece(rpc_call *call, st_slice req, void *arg);
 st_code node_backups_open(node_ctx *n, st_err *err);
 /* At close, before the server goes: ends pulls, waits for the node_job threads. */
 void node_backups_close(node_ctx *n);
-/* CreateTablet with restore_backup: a tablet of t for [start, end) made of the local piece. */
-st_code node_backup_restore(node_ctx *n, node_tablets *t, st_slice start, st_slice end,
-                            const char *backup, const char *piece, st_err *err);
+/* CreateTablet with restore_backup (internal.c makes the tablets, many with one catalog save
+ * and one storage manifest write): what a tablet [start, end) restored from a local piece is
+ * made of. */
+typedef struct node_bk_restore {
+    const char **paths; /* the piece's files, in read order */
+    size_t n_paths;
+    int64_t frozen_us; /* the piece's freeze instant: the clock moves past it */
+} node_bk_restore;
+/* Checks piece of backup (sealed here, its files present with their sizes, frozen no more than
+ * NODE_CLOCK_AHEAD_MAX_US ahead of the wall clock, its range holding [start, end)) and fills
+ * out, its paths in arena a. INVALID_ARGUMENT, NOT_FOUND, DATA_LOSS with what to do. */
+st_code node_backup_restore_prepare(node_ctx *n, st_slice start, st_slice end, const char *backup,
+                                    const char *piece, st_arena *a, node_bk_restore *out,
+                                    st_err *err);
+/* After tablet id of t was made of the piece: replication learns it, the clock passes the
+ * freeze instant, the restore is logged. Loop thread. */
+void node_backup_restored(node_ctx *n, const node_tablets *t, uint64_t id, const char *backup,
+                          const char *piece, const node_bk_restore *r);
+
+#define NODE_RESTORE_BATCH_MAX 64   /* restored tablets made per loop turn */
+#define NODE_RESTORE_QUEUE_MAX 4096 /* restored tablets waiting; more are UNAVAILABLE (retry) */
+/* At close, before the server goes (node_backups_close): every restore waiting is answered
+ * UNAVAILABLE. */
+void node_restores_abort(node_ctx *n);
 
 /* ---- shared by backup*.c ---- */
 typedef struct bk_name {
@@ -166,6 +187,10 @@ struct node_backups {
     pthread_t reap_thread;
     bool reap_on, reap_wake, reap_stop;
     uint64_t reaped, reaped_pieces; /* trash entries and the pieces in them removed (atomic) */
+    /* CreateTablet calls with restore_backup waiting for their batch (internal.c; loop thread) */
+    struct node_restore_wait *restore_q;
+    size_t n_restore_q, cap_restore_q;
+    struct event *restore_ev; /* a zero timer: the next batch */
 };
 
 /* Pieces being made or changed by a worker or a pull: one key per piece directory. Loop thread. */

@@ -1040,6 +1040,7 @@ static st_code pull_start(bk_pull *p, st_err *err) {
     Strata__Internal__V1__ListBackupPiecesRequest r;
     strata__internal__v1__list_backup_pieces_request__init(&r);
     r.backup = p->src.full;
+    r.piece = p->piece; /* the source reads this piece's manifest only */
     uint8_t buf[1024];
     size_t len = protobuf_c_message_get_packed_size(&r.base);
     protobuf_c_message_pack(&r.base, buf);

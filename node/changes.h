@@ -110,6 +110,9 @@ Google__Bigtable__Admin__V2__ChangeStreamConfig *node_cs_config_to_pb(const node
 /* Recounts the tables with streams on (after a table is added, dropped or changed) and keeps
  * each of their tablets' GC reports registered. */
 void node_cs_tables_changed(node_ctx *n);
+/* As node_cs_tables_changed for one new tablet st of the table meta (the table's count of
+ * streams is unchanged by a tablet). */
+void node_cs_tablet_added(node_ctx *n, const node_table *meta, sto_tablet *st);
 /* Unregisters every tablet's GC report (node_close, before the server goes). */
 void node_cs_stop_reports(node_ctx *n);
 

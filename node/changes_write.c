@@ -232,6 +232,13 @@ void node_cs_tables_changed(node_ctx *n) {
                n->cs->ring_bytes);
 }
 
+void node_cs_tablet_added(node_ctx *n, const node_table *meta, sto_tablet *st) {
+    if (!n->cs || n->closing)
+        return;
+    bool on = meta->cs_retention_us > 0;
+    sto_tablet_set_gc_report(st, on ? gc_report : NULL, on ? n : NULL);
+}
+
 void node_cs_stop_reports(node_ctx *n) {
     for (size_t i = 0; i < n->n_tables; i++)
         for (size_t j = 0; j < n->tables[i].n; j++)

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "strata/internal/v1/node.pb-c.h"
 
 typedef Strata__Internal__V1__Tablet pb_tablet;
@@ -419,6 +421,198 @@ static void activate_only(node_ctx *n, rpc_call *call, node_tablets *t,
     node_reply(call, &p->base);
 }
 
+/* ---- CreateTablet with restore_backup, in batches ----
+ *
+ * A restore asks for one tablet per piece of its backup, thousands of them. Made one by one, each
+ * cost a catalog save and a storage manifest write (a rewrite of every tablet's entry): n^2 for
+ * n tablets, on the loop, which stopped answering the router's keepalives for seconds. The calls
+ * wait in a queue instead; each loop turn makes up to NODE_RESTORE_BATCH_MAX of them with one
+ * catalog save and one manifest write, then lets the loop serve everything else before the next
+ * batch (a zero timer: it runs after the loop has polled the sockets). */
+
+typedef Strata__Internal__V1__CreateTabletRequest ct_req;
+
+typedef struct node_restore_wait {
+    rpc_call *call;
+    const ct_req *req; /* in the call's arena */
+    node_bk_restore r; /* what the tablet is made of, in the call's arena */
+    node_tablets *t;   /* valid during the batch: no table comes or goes meanwhile */
+} node_restore_wait;
+
+static void restore_turn(evutil_socket_t fd, short what, void *arg);
+
+static void restore_enqueue(node_ctx *n, rpc_call *call, const ct_req *req) {
+    node_backups *b = n->backups;
+    if (b->n_restore_q >= NODE_RESTORE_QUEUE_MAX) {
+        node_fail(call, ST_UNAVAILABLE,
+                  "%d restored tablets wait to be made on node %u already; retry later",
+                  NODE_RESTORE_QUEUE_MAX, n->opts.node_num);
+        return;
+    }
+    if (b->n_restore_q == b->cap_restore_q) {
+        size_t cap = b->cap_restore_q ? 2 * b->cap_restore_q : 64;
+        node_restore_wait *q = realloc(b->restore_q, cap * sizeof *q);
+        if (!q) {
+            node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory queueing a restore");
+            return;
+        }
+        b->restore_q = q;
+        b->cap_restore_q = cap;
+    }
+    if (!b->restore_ev && !(b->restore_ev = evtimer_new(n->base, restore_turn, n))) {
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory queueing a restore");
+        return;
+    }
+    b->restore_q[b->n_restore_q++] = (node_restore_wait){.call = call, .req = req};
+    struct timeval now = {0, 0};
+    if (b->n_restore_q == 1)
+        evtimer_add(b->restore_ev, &now);
+}
+
+static st_slice req_start(const ct_req *req) {
+    return st_slice_make(req->start_key.data, req->start_key.len);
+}
+static st_slice req_end(const ct_req *req) {
+    return st_slice_make(req->end_key.data, req->end_key.len);
+}
+
+/* A tablet of this batch (v[0, i)) already takes part of w's range: the router sent a retry
+ * while the first call waited. ABORTED: the retry that follows finds the tablet made. */
+static st_code batch_overlap(const node_restore_wait *v, size_t i, const node_restore_wait *w,
+                             st_err *err) {
+    for (size_t j = 0; j < i; j++)
+        if (v[j].t == w->t && ranges_overlap(req_start(v[j].req), req_end(v[j].req),
+                                             req_start(w->req), req_end(w->req)))
+            return st_err_set(err, ST_ABORTED,
+                              "a restore of an overlapping range of %s is being made now; retry",
+                              w->t->name);
+    return ST_OK;
+}
+
+static void reply_tablet(node_tablets *t, node_tablet *tab, rpc_call *call, const char *what) {
+    st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " %s", t->name, tab->id, what);
+    pb_tablet *p = tablet_to_pb(t, tab, rpc_call_arena(call));
+    if (p)
+        node_reply(call, &p->base);
+    else
+        node_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* Checks v[i] as CreateTablet does, and its piece; true when its tablet is to be made in this
+ * batch, else its call is answered (an error, or the tablet of an earlier try). */
+static bool restore_check(node_ctx *n, node_restore_wait *v, size_t i) {
+    node_restore_wait *w = &v[i];
+    if (rpc_call_cancelled(w->call)) {
+        rpc_call_finish(w->call, ST_CANCELLED, NULL);
+        return false;
+    }
+    w->t = node_table_or_fail(n, w->call, w->req->table_name, NULL);
+    if (!w->t)
+        return false;
+    st_slice start = req_start(w->req), end = req_end(w->req);
+    st_err err = {0};
+    node_tablet *same = NULL;
+    st_code rc = check_range(start, end, &err);
+    if (rc == ST_OK)
+        rc = drop_incoming_overlaps(n, w->t, start, end, false, &err);
+    if (rc == ST_OK)
+        rc = find_same_range(w->t, start, end, &same, &err);
+    if (rc == ST_OK && !same)
+        rc = batch_overlap(v, i, w, &err);
+    if (rc == ST_OK && !same)
+        rc = node_backup_restore_prepare(n, start, end, w->req->restore_backup,
+                                         w->req->restore_piece, rpc_call_arena(w->call), &w->r,
+                                         &err);
+    if (rc != ST_OK)
+        node_fail(w->call, rc, "%s", err.msg);
+    else if (same)
+        reply_tablet(w->t, same, w->call, "exists");
+    w->t = rc == ST_OK && !same ? w->t : NULL;
+    return w->t != NULL;
+}
+
+/* Maps the tablet storage made for w (or answers why it was not made). */
+static void restore_finish(node_ctx *n, node_restore_wait *w, sto_restore_spec *sp) {
+    st_err err = {0};
+    st_code rc = sp->rc;
+    if (rc != ST_OK)
+        err = sp->err;
+    else if (node_tablet_map(w->t, sp->out) != ST_OK)
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory adding a tablet");
+    size_t at = rc == ST_OK ? node_tablet_index(w->t, sp->start) : 0;
+    if (rc == ST_OK) {
+        node_backup_restored(n, w->t, sp->id, w->req->restore_backup, w->req->restore_piece, &w->r);
+        rc = node_tablet_push_gc(n, node_catalog_find(n->catalog, w->t->name), w->t, at, &err);
+    }
+    if (rc != ST_OK)
+        node_fail(w->call, rc, "%s", err.msg);
+    else
+        reply_tablet(w->t, &w->t->v[at], w->call, "created");
+}
+
+/* Makes the tablets of v[0, k) that pass their checks: one catalog save for their ids, one
+ * manifest write for their storage. */
+static void restore_batch(node_ctx *n, node_restore_wait *v, size_t k) {
+    sto_restore_spec *specs = calloc(k, sizeof *specs);
+    node_restore_wait **made = calloc(k, sizeof *made);
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (!specs || !made)
+            node_fail(v[i].call, ST_RESOURCE_EXHAUSTED, "out of memory restoring a tablet");
+        else if (restore_check(n, v, i))
+            made[m++] = &v[i];
+    }
+    for (size_t j = 0; j < m; j++)
+        specs[j] = (sto_restore_spec){.id = node_tablet_new_id(n),
+                                      .table = st_slice_cstr(made[j]->t->name),
+                                      .start = req_start(made[j]->req),
+                                      .end = req_end(made[j]->req),
+                                      .paths = made[j]->r.paths,
+                                      .n_paths = made[j]->r.n_paths};
+    st_err err = {0};
+    st_code rc = m ? node_catalog_save(n->catalog, &err) : ST_OK;
+    if (rc == ST_OK)
+        sto_tablets_restore(n->db, specs, m);
+    for (size_t j = 0; j < m; j++) {
+        if (rc != ST_OK)
+            node_fail(made[j]->call, rc, "%s", err.msg);
+        else
+            restore_finish(n, made[j], &specs[j]);
+    }
+    free(specs);
+    free(made);
+}
+
+static void restore_turn(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    node_ctx *n = arg;
+    node_backups *b = n->backups;
+    size_t k = b->n_restore_q < NODE_RESTORE_BATCH_MAX ? b->n_restore_q : NODE_RESTORE_BATCH_MAX;
+    restore_batch(n, b->restore_q, k);
+    b->n_restore_q -= k;
+    memmove(b->restore_q, b->restore_q + k, b->n_restore_q * sizeof *b->restore_q);
+    struct timeval now = {0, 0};
+    if (b->n_restore_q)
+        evtimer_add(b->restore_ev, &now);
+}
+
+void node_restores_abort(node_ctx *n) {
+    node_backups *b = n->backups;
+    for (size_t i = 0; i < b->n_restore_q; i++)
+        node_fail(b->restore_q[i].call, ST_UNAVAILABLE,
+                  "node %u is stopping: the restore of this tablet was not made; retry once it "
+                  "is back",
+                  n->opts.node_num);
+    b->n_restore_q = 0;
+    free(b->restore_q);
+    b->restore_q = NULL;
+    b->cap_restore_q = 0;
+    if (b->restore_ev)
+        event_free(b->restore_ev);
+    b->restore_ev = NULL;
+}
+
 void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Strata__Internal__V1__CreateTabletRequest *req = (void *)node_unpack(
@@ -432,25 +626,26 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
         activate_only(n, call, t, req);
         return;
     }
+    if (req->restore_backup[0]) {
+        restore_enqueue(n, call, req);
+        return;
+    }
     st_slice start = st_slice_make(req->start_key.data, req->start_key.len);
     st_slice end = st_slice_make(req->end_key.data, req->end_key.len);
     st_err err = {0};
     node_tablet *same = NULL;
     st_code rc = check_range(start, end, &err);
     if (rc == ST_OK)
-        rc = drop_incoming_overlaps(n, t, start, end, !req->incoming && !req->restore_backup[0],
-                                    &err);
+        rc = drop_incoming_overlaps(n, t, start, end, !req->incoming, &err);
     if (rc == ST_OK)
         rc = find_same_range(t, start, end, &same, &err);
-    bool activate =
-        rc == ST_OK && same && same->incoming && !req->incoming && !req->restore_backup[0];
-    if (rc == ST_OK && !same && req->restore_backup[0])
-        rc = node_backup_restore(n, t, start, end, req->restore_backup, req->restore_piece, &err);
-    else if (rc == ST_OK && !same)
-        rc = node_tablet_create_as(n, t, start, end, req->incoming, &err);
+    bool activate = rc == ST_OK && same && same->incoming && !req->incoming;
     if (rc == ST_OK && !same)
-        rc = node_table_push_gc(n, node_catalog_find(n->catalog, t->name), &err);
-    node_tablet *tab = rc == ST_OK ? &t->v[node_tablet_index(t, start)] : NULL;
+        rc = node_tablet_create_as(n, t, start, end, req->incoming, &err);
+    size_t at = rc == ST_OK ? node_tablet_index(t, start) : 0;
+    if (rc == ST_OK && !same)
+        rc = node_tablet_push_gc(n, node_catalog_find(n->catalog, t->name), t, at, &err);
+    node_tablet *tab = rc == ST_OK ? &t->v[at] : NULL;
     if (tab && !same && req->incoming && n->move_test.kill_created)
         raise(SIGKILL); /* a test of a target killed right after creating a move's copy */
     if (tab && activate)

@@ -168,7 +168,19 @@ st_code node_tablet_map(node_tablets *t, sto_tablet *st) {
     if (st_buf_append(&nt->start, info.start.data, info.start.len) != ST_OK ||
         st_buf_append(&nt->end, info.end.data, info.end.len) != ST_OK)
         return ST_RESOURCE_EXHAUSTED;
-    qsort(t->v, t->n, sizeof *t->v, tablet_cmp);
+    /* Into place by binary search, not a sort of the whole map: a restore adds thousands of
+     * tablets one by one, mostly at the end. */
+    node_tablet added = *nt;
+    size_t lo = 0, hi = t->n - 1;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (tablet_cmp(&t->v[mid], &added) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    memmove(&t->v[lo + 1], &t->v[lo], (t->n - 1 - lo) * sizeof *t->v);
+    t->v[lo] = added;
     return ST_OK;
 }
 
@@ -329,10 +341,9 @@ static st_code load_tablets(node_ctx *n, st_err *err) {
     return rc;
 }
 
-st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err) {
-    node_tablets *t = node_tablets_find(n, meta->name);
-    if (!t)
-        return ST_OK;
+/* Sets the table's GC rules on tablets [from, to) of t. */
+static st_code push_gc_range(const node_table *meta, node_tablets *t, size_t from, size_t to,
+                             st_err *err) {
     /* One more rule: change records live as long as the table's retention (0 when streams are
      * off, so compactions drop what is left of a history). */
     sto_family_gc *fams = calloc(meta->n_families + 1, sizeof *fams);
@@ -351,13 +362,26 @@ st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err) {
     fams[meta->n_families].family = st_slice_make(NODE_CS_FAMILY, NODE_CS_FAMILY_LEN);
     fams[meta->n_families].rule =
         (sto_gc_rule){.kind = STO_GC_MAX_AGE, .max_age_us = meta->cs_retention_us};
-    node_cs_tables_changed(n);
     st_code rc = ST_OK;
-    for (size_t i = 0; rc == ST_OK && i < t->n; i++)
+    for (size_t i = from; rc == ST_OK && i < to; i++)
         rc = sto_tablet_set_gc(t->v[i].st, fams, meta->n_families + 1, err);
     free(fams);
     free(scratch);
     return rc;
+}
+
+st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err) {
+    node_tablets *t = node_tablets_find(n, meta->name);
+    if (!t)
+        return ST_OK;
+    node_cs_tables_changed(n);
+    return push_gc_range(meta, t, 0, t->n, err);
+}
+
+st_code node_tablet_push_gc(node_ctx *n, const node_table *meta, node_tablets *t, size_t i,
+                            st_err *err) {
+    node_cs_tablet_added(n, meta, t->v[i].st);
+    return push_gc_range(meta, t, i, i + 1, err);
 }
 
 /* Adds an empty tablet map entry for a new table, keeping the array sorted. */

@@ -193,6 +193,10 @@ void node_incoming_timer_stop(node_ctx *n);
 void node_moves_abort(node_ctx *n);
 /* Pushes a table's family GC rules to all its tablets (after open and ModifyColumnFamilies). */
 st_code node_table_push_gc(node_ctx *n, const node_table *meta, st_err *err);
+/* As node_table_push_gc for the one new tablet i of t (its rules and its change-stream GC
+ * report): pushing to every tablet of the table for each one created cost n^2 for a table of n. */
+st_code node_tablet_push_gc(node_ctx *n, const node_table *meta, node_tablets *t, size_t i,
+                            st_err *err);
 /* Creates a storage tablet [start, end) for the table and adds it to the map. */
 st_code node_tablet_create(node_ctx *n, node_tablets *t, st_slice start, st_slice end, st_err *err);
 /* As node_tablet_create; incoming: a move's copy, named in DATA/incoming before it exists. */

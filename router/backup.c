@@ -120,12 +120,15 @@ static size_t uf_root(size_t *up, size_t i) {
 typedef struct place_group {
     size_t root;
     uint64_t bytes;
+    size_t pieces;
 } place_group;
 
 static int place_group_cmp(const void *pa, const void *pb) {
     const place_group *a = pa, *b = pb;
     if (a->bytes != b->bytes)
         return a->bytes > b->bytes ? -1 : 1;
+    if (a->pieces != b->pieces)
+        return a->pieces > b->pieces ? -1 : 1;
     return (a->root > b->root) - (a->root < b->root);
 }
 
@@ -138,7 +141,8 @@ void rtr_bk_place(Strata__Internal__V1__BackupPiece *const *v, size_t n, size_t 
     place_ref *refs = malloc((nref ? nref : 1) * sizeof *refs);
     place_group *g = malloc((n ? n : 1) * sizeof *g);
     uint64_t *load = calloc(n_nodes ? n_nodes : 1, sizeof *load);
-    if (!up || !refs || !g || !load || n_nodes == 0) {
+    size_t *count = calloc(n_nodes ? n_nodes : 1, sizeof *count);
+    if (!up || !refs || !g || !load || !count || n_nodes == 0) {
         for (size_t i = 0; i < n; i++)
             slot[i] = n_nodes ? i % n_nodes : 0;
         goto out;
@@ -156,23 +160,27 @@ void rtr_bk_place(Strata__Internal__V1__BackupPiece *const *v, size_t n, size_t 
             if (a != b) /* the root stays the group's first piece */
                 up[a > b ? a : b] = a < b ? a : b;
         }
-    for (size_t i = 0; i < n; i++) { /* a group's bytes at its root, which precedes it */
+    for (size_t i = 0; i < n; i++) { /* a group's bytes and pieces at its root, which precedes it */
         size_t r = uf_root(up, i);
-        g[i] = (place_group){i, 0};
+        g[i] = (place_group){i, 0, 0};
+        g[r].pieces++;
         for (size_t j = 0; j < v[i]->n_files; j++)
             g[r].bytes += v[i]->files[j]->size;
     }
     size_t ng = 0; /* the roots, in place at the front */
     for (size_t i = 0; i < n; i++)
         if (up[i] == i)
-            g[ng++] = (place_group){i, g[i].bytes};
+            g[ng++] = (place_group){i, g[i].bytes, g[i].pieces};
     qsort(g, ng, sizeof *g, place_group_cmp);
     for (size_t x = 0; x < ng; x++) {
+        /* Fewest bytes, then fewest pieces: each piece becomes a tablet at a restore, and pieces
+         * holding nothing (all of equal bytes) went to the first node, every one of them. */
         size_t best = 0;
         for (size_t m = 1; m < n_nodes; m++)
-            if (load[m] < load[best])
+            if (load[m] < load[best] || (load[m] == load[best] && count[m] < count[best]))
                 best = m;
         load[best] += g[x].bytes;
+        count[best] += g[x].pieces;
         slot[g[x].root] = best;
     }
     for (size_t i = 0; i < n; i++)
@@ -182,6 +190,7 @@ out:
     free(refs);
     free(g);
     free(load);
+    free(count);
 }
 
 st_code rtr_bk_rec_pack(const rtr_pb_bkrec *rec, st_buf *out) {

@@ -36,8 +36,12 @@
 #define RTR_BK_RETRY_MS 200   /* pause between rounds of a backup that hit a split or move */
 #define RTR_BK_CALL_TIMEOUT_MS 600000 /* one BackupTablet, PullBackupPiece or CreateTablet */
 #define RTR_BK_PARALLEL 8             /* node calls of one operation at a time */
-#define RTR_BK_SWEEP_MS 10000         /* leases renewed, dead operations and expired backups */
-#define RTR_BK_LEASE_MS 60000         /* an operation whose router is silent this long is dead */
+/* Pieces of an import once runs of empty ones are merged: an export holds at most as many
+ * (docs/formats/backup-export.md), a node at most as many tablets, and a restore makes a
+ * tablet of each piece. */
+#define RTR_BK_IMPORT_PIECES_MAX 100000
+#define RTR_BK_SWEEP_MS 10000 /* leases renewed, dead operations and expired backups */
+#define RTR_BK_LEASE_MS 60000 /* an operation whose router is silent this long is dead */
 #define RTR_BK_OP_KEEP_US (7 * RTR_BK_DAY_US)       /* finished operations kept this long */
 #define RTR_BK_IMPORT_KEEP_US (24 * RTR_BK_HOUR_US) /* an import never finished: deleted */
 
@@ -112,7 +116,8 @@ int64_t rtr_bk_stored_bytes(Strata__Internal__V1__BackupPiece *const *pieces, si
 /* The node (an index below n_nodes) of each of the n pieces in slot: pieces that list the same
  * file (their node_num, the file's name, size and CRC32C: the halves of a split keep their
  * parent's SSTables whole) together, so the destination stores the file once and links it into
- * the others; each such group, largest first, on the node with the fewest bytes so far. Spread
+ * the others; each such group, largest first, on the node with the fewest bytes so far (of
+ * those, the fewest pieces: a restore makes a tablet of each). Spread
  * round robin instead, a shared file was written once per node a sharer landed on. Used by
  * BeginImport (node_num 0: by content), CopyBackup and the pulls of a restore into the other
  * clusters. */

@@ -146,8 +146,29 @@ static st_code sum_piece_sizes(pb_piece **v, size_t n, st_err *err) {
     return ST_OK;
 }
 
-/* Pieces with valid distinct ids that cover the key space exactly once, their sizes summed. */
-static st_code check_pieces(pb_piece **v, size_t n, st_err *err) {
+/* Each run of adjacent pieces that hold no file (v sorted by range) becomes its first piece,
+ * stretched to the run's end, frozen at the run's latest instant; *n shrinks. A restore makes a
+ * tablet of each piece, and an export of a table split into many empty ranges (or a forged one)
+ * asked one node for tens of thousands of tablets that hold nothing. */
+static void merge_empty(pb_piece **v, size_t *n) {
+    size_t out = 0;
+    for (size_t i = 0; i < *n; i++) {
+        pb_piece *last = out ? v[out - 1] : NULL;
+        if (last && last->n_files == 0 && v[i]->n_files == 0) {
+            last->end_key = v[i]->end_key;
+            if (v[i]->frozen_us > last->frozen_us)
+                last->frozen_us = v[i]->frozen_us;
+            continue;
+        }
+        v[out++] = v[i];
+    }
+    *n = out;
+}
+
+/* Pieces with valid distinct ids that cover the key space exactly once, their sizes summed,
+ * runs of empty ones merged, at most RTR_BK_IMPORT_PIECES_MAX left. */
+static st_code check_pieces(pb_piece **v, size_t *np, st_err *err) {
+    size_t n = *np;
     if (n == 0)
         return st_err_set(err, ST_INVALID_ARGUMENT, "an import needs at least one piece");
     if (check_piece_ids(v, n, err) != ST_OK || sum_piece_sizes(v, n, err) != ST_OK)
@@ -167,6 +188,14 @@ static st_code check_pieces(pb_piece **v, size_t n, st_err *err) {
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "the pieces do not reach the end of the key space: the export's "
                           "manifest is damaged");
+    merge_empty(v, np);
+    if (*np > RTR_BK_IMPORT_PIECES_MAX)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "the export's %zu pieces are still %zu once runs of empty ones are "
+                          "merged: a restore makes a tablet of each, and an import takes at most "
+                          "%d (what an export holds at most): the export's manifest is damaged or "
+                          "forged",
+                          n, *np, RTR_BK_IMPORT_PIECES_MAX);
     return ST_OK;
 }
 
@@ -319,7 +348,7 @@ static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest
                           "schema: %s (no table could have it: the export's manifest is damaged "
                           "or forged; export it again)",
                           why.msg);
-    return check_pieces(req->pieces, req->n_pieces, err);
+    return check_pieces(req->pieces, &req->n_pieces, err);
 }
 
 void rtr_h_begin_import(rpc_call *call, st_slice bytes, void *arg) {
@@ -336,6 +365,7 @@ void rtr_h_begin_import(rpc_call *call, st_slice bytes, void *arg) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
+    size_t listed = req->n_pieces; /* before runs of empty pieces are merged */
     if (import_check(r, req, &ci, name, RTR_BK_NAME_MAX + 1, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
@@ -383,7 +413,9 @@ void rtr_h_begin_import(rpc_call *call, st_slice bytes, void *arg) {
     rec->n_pieces = req->n_pieces;
     rec->operation = (char *)"";
     rec->created_us = now;
-    st_log(ST_LOG_INFO, "router", "import of backup %s: begun (%zu pieces)", name, req->n_pieces);
+    st_log(ST_LOG_INFO, "router",
+           "import of backup %s: begun (%zu pieces, %zu once runs of empty ones are merged)", name,
+           listed, req->n_pieces);
     imp_store(r, call, rec, ci, false);
 }
 

@@ -165,21 +165,30 @@ st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_f
 /* ---- restore ---- */
 
 typedef struct restore_arg {
-    sto_tablet *t;
+    sto_restore_spec *v;
+    size_t n;
 } restore_arg;
 
+/* Adds every spec that linked its files (rc ST_OK) to the manifest. */
 static st_code restore_edit(sto_mf_state *st, void *arg, st_err *err) {
-    sto_tablet *t = ((restore_arg *)arg)->t;
-    uint64_t *nums = malloc((t->n_ssts ? t->n_ssts : 1) * sizeof *nums);
-    if (!nums)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory writing the manifest");
-    for (size_t i = 0; i < t->n_ssts; i++)
-        nums[i] = t->ssts[i].f->number;
-    st_code rc = sto_mf_add_tablet(st, t->id, st_buf_slice(&t->table), st_buf_slice(&t->start),
-                                   st_buf_slice(&t->end), t->flushed_lsn, t->sys_floor, nums,
-                                   t->n_ssts, err);
-    free(nums);
-    return rc;
+    restore_arg *a = arg;
+    for (size_t k = 0; k < a->n; k++) {
+        sto_tablet *t = a->v[k].rc == ST_OK ? a->v[k].out : NULL;
+        if (!t)
+            continue;
+        uint64_t *nums = malloc((t->n_ssts ? t->n_ssts : 1) * sizeof *nums);
+        if (!nums)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory writing the manifest");
+        for (size_t i = 0; i < t->n_ssts; i++)
+            nums[i] = t->ssts[i].f->number;
+        st_code rc = sto_mf_add_tablet(st, t->id, st_buf_slice(&t->table), st_buf_slice(&t->start),
+                                       st_buf_slice(&t->end), t->flushed_lsn, t->sys_floor, nums,
+                                       t->n_ssts, err);
+        free(nums);
+        if (rc != ST_OK)
+            return rc;
+    }
+    return ST_OK;
 }
 
 /* Undoes restore_link: the files go (no manifest lists them). meta_mu held. */
@@ -199,7 +208,8 @@ static void restore_unlink(sto_db *db, sto_tablet *t) {
     t->n_ssts = 0;
 }
 
-/* Links paths[0, n) into <dir>/sst under new numbers and lists them in t. meta_mu held. */
+/* Links paths[0, n) into <dir>/sst under new numbers and lists them in t (the directory is
+ * synced once for the batch, by the caller). meta_mu held. */
 static st_code restore_link(sto_db *db, sto_tablet *t, const char *const *paths, size_t n,
                             st_err *err) {
     t->ssts = calloc(n ? n : 1, sizeof *t->ssts);
@@ -228,8 +238,6 @@ static st_code restore_link(sto_db *db, sto_tablet *t, const char *const *paths,
         t->sys_floor = n ? nums[n - 1] + 1 : 0;
         for (size_t i = 0; i < t->n_ssts; i++)
             t->ssts[i] = sto_tsst_of(t, t->ssts[i].f);
-        snprintf(to, sizeof to, "%s/sst", db->dir);
-        rc = db->env->ops->sync_dir(db->env, to, err);
     }
     free(nums);
     return rc;
@@ -240,48 +248,104 @@ static uint64_t restore_lsn(sto_db *db) {
     return a > d ? a : d;
 }
 
-st_code sto_tablet_restore(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
-                           const char *const *paths, size_t n, sto_tablet **out, st_err *err) {
-    if (start.len > STO_ROW_KEY_MAX || end.len > STO_ROW_KEY_MAX ||
-        (end.len && st_slice_cmp(start, end) >= 0))
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "a restored tablet's range must be row keys of at most %d bytes, start "
-                          "before end",
-                          STO_ROW_KEY_MAX);
-    pthread_mutex_lock(&db->meta_mu);
+/* Allocates spec's tablet and links its files; its rc and err say why not. meta_mu held. */
+static void restore_prepare(sto_db *db, sto_restore_spec *sp) {
+    st_err *err = &sp->err;
+    sp->out = NULL;
+    if (sp->start.len > STO_ROW_KEY_MAX || sp->end.len > STO_ROW_KEY_MAX ||
+        (sp->end.len && st_slice_cmp(sp->start, sp->end) >= 0)) {
+        sp->rc = st_err_set(err, ST_INVALID_ARGUMENT,
+                            "a restored tablet's range must be row keys of at most %d bytes, "
+                            "start before end",
+                            STO_ROW_KEY_MAX);
+        return;
+    }
     pthread_mutex_lock(&db->mu);
-    bool exists = sto_db_find_locked(db, id) != NULL;
+    bool exists = sto_db_find_locked(db, sp->id) != NULL;
     pthread_mutex_unlock(&db->mu);
     sto_tablet *t = NULL;
-    st_code rc = exists
-                     ? st_err_set(err, ST_ALREADY_EXISTS, "tablet %" PRIu64 " already exists", id)
-                     : sto_tablet_alloc(db, id, table, start, end, &t, err);
-    if (rc == ST_OK)
-        rc = restore_link(db, t, paths, n, err);
-    if (rc == ST_OK) {
+    sp->rc = exists
+                 ? st_err_set(err, ST_ALREADY_EXISTS, "tablet %" PRIu64 " already exists", sp->id)
+                 : sto_tablet_alloc(db, sp->id, sp->table, sp->start, sp->end, &t, err);
+    if (sp->rc == ST_OK)
+        sp->rc = restore_link(db, t, sp->paths, sp->n_paths, err);
+    if (sp->rc == ST_OK) {
         t->flushed_lsn = t->last_applied_lsn = restore_lsn(db);
         pthread_mutex_lock(&t->mu);
         sto_tablet_update_hints_locked(t);
         pthread_mutex_unlock(&t->mu);
-        restore_arg a = {t};
-        rc = sto_manifest_write(db, restore_edit, &a, err);
     }
-    if (rc == ST_OK) {
-        pthread_mutex_lock(&db->mu);
-        rc = sto_db_insert_locked(db, t, err);
-        pthread_mutex_unlock(&db->mu);
-    }
-    if (rc != ST_OK && t) {
+    if (sp->rc != ST_OK && t) {
         restore_unlink(db, t);
         sto_tablet_release(t);
         t = NULL;
     }
+    sp->out = t;
+}
+
+/* Undoes restore_prepare of a spec whose tablet will not be installed. meta_mu held. */
+static void restore_abandon(sto_db *db, sto_restore_spec *sp, st_code rc, const st_err *err) {
+    if (sp->rc != ST_OK)
+        return;
+    restore_unlink(db, sp->out);
+    sto_tablet_release(sp->out);
+    sp->out = NULL;
+    sp->rc = rc;
+    if (err)
+        sp->err = *err;
+}
+
+/* One manifest write for the whole batch: a write per tablet costs a capture and a rewrite of
+ * the node's whole tablet list, so restoring n tablets one by one cost n^2. */
+void sto_tablets_restore(sto_db *db, sto_restore_spec *v, size_t n) {
+    pthread_mutex_lock(&db->meta_mu);
+    size_t ok = 0;
+    for (size_t k = 0; k < n; k++) {
+        pthread_mutex_lock(&db->mu);
+        bool room = db->n_tablets + ok < STO_TABLETS_MAX;
+        pthread_mutex_unlock(&db->mu);
+        if (room)
+            restore_prepare(db, &v[k]);
+        else
+            v[k].rc = st_err_set(&v[k].err, ST_RESOURCE_EXHAUSTED,
+                                 "node holds %d tablets, the maximum", STO_TABLETS_MAX);
+        ok += v[k].rc == ST_OK;
+    }
+    st_err err = {0};
+    restore_arg a = {v, n};
+    char sst[STO_PATH_MAX + 8];
+    snprintf(sst, sizeof sst, "%s/sst", db->dir);
+    st_code rc = ok ? db->env->ops->sync_dir(db->env, sst, &err) : ST_OK; /* the links */
+    if (rc == ST_OK && ok)
+        rc = sto_manifest_write(db, restore_edit, &a, &err);
+    for (size_t k = 0; k < n; k++) {
+        if (rc != ST_OK) {
+            restore_abandon(db, &v[k], rc, &err);
+            continue;
+        }
+        if (v[k].rc != ST_OK)
+            continue;
+        pthread_mutex_lock(&db->mu);
+        st_code irc = sto_db_insert_locked(db, v[k].out, &err);
+        pthread_mutex_unlock(&db->mu);
+        if (irc != ST_OK) /* out of memory: the next manifest write forgets it */
+            restore_abandon(db, &v[k], irc, &err);
+    }
     pthread_mutex_unlock(&db->meta_mu);
-    if (rc == ST_OK && out)
-        *out = t;
-    if (rc == ST_OK)
+    if (ok)
         sto_db_kick(db); /* many restored files may call for a compaction */
-    return rc;
+}
+
+st_code sto_tablet_restore(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
+                           const char *const *paths, size_t n, sto_tablet **out, st_err *err) {
+    sto_restore_spec sp = {
+        .id = id, .table = table, .start = start, .end = end, .paths = paths, .n_paths = n};
+    sto_tablets_restore(db, &sp, 1);
+    if (sp.rc != ST_OK)
+        return st_err_set(err, sp.rc, "%s", sp.err.msg);
+    if (out)
+        *out = sp.out;
+    return ST_OK;
 }
 
 /* The caller names the file: the open's "opening SSTable <path>: " would leave little of the

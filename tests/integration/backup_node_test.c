@@ -20,6 +20,7 @@
  *     link_piece links a file another piece holds (a wrong CRC32C DATA_LOSS, leaving nothing),
  *     and a file restarted at offset 0 leaves a piece that linked it unchanged; kill -9 in the
  *     middle of an import leaves the sealed pieces whole and the unsealed one gone;
+ *   - ListBackupPieces of one piece (what a pull asks) answers that piece only;
  *   - DeleteBackupPieces of a backup of 1,000 pieces answers at once and its files go on the
  *     node's reaper thread while other calls answer; a piece of another project sharing the
  *     backup's directory stays; what a crash left in the trash goes at the next start;
@@ -232,6 +233,31 @@ static pb_piece *list_piece(int node, const char *backup, const char *piece) {
     }
     st_buf_free(&resp);
     return found;
+}
+
+/* How many pieces ListBackupPieces of backup answers when asked for `only` ("" for all); the
+ * first one's id in first (cap bytes). -1 when the call fails. */
+static long list_count(int node, const char *backup, const char *only, char *first, size_t cap) {
+    Strata__Internal__V1__ListBackupPiecesRequest req =
+        STRATA__INTERNAL__V1__LIST_BACKUP_PIECES_REQUEST__INIT;
+    req.backup = (char *)backup;
+    req.piece = (char *)only;
+    st_buf resp;
+    st_buf_init(&resp);
+    st_err st = {0};
+    long n = -1;
+    first[0] = '\0';
+    if (unary(node, "ListBackupPieces", &req.base, &resp, &st) == ST_OK) {
+        Strata__Internal__V1__ListBackupPiecesResponse *r =
+            strata__internal__v1__list_backup_pieces_response__unpack(NULL, resp.len, resp.data);
+        n = r ? (long)r->n_pieces : -1;
+        if (r && r->n_pieces)
+            snprintf(first, cap, "%s", r->pieces[0]->piece);
+        if (r)
+            strata__internal__v1__list_backup_pieces_response__free_unpacked(r, NULL);
+    }
+    st_buf_free(&resp);
+    return n;
 }
 
 /* ---- file copies ---- */
@@ -950,6 +976,15 @@ static void test_delete_many(void) {
             rc = seal_one(1, B5, piece, "x.sst", sizeof data, crc, &st);
     }
     expect_code("1,000 pieces imported", rc, &st, ST_OK, NULL);
+    /* a pull asks for its one piece: the node reads that piece's manifest, not the 1,000 */
+    char first[64];
+    long all = list_count(1, B5, "", first, sizeof first);
+    long one = list_count(1, B5, "m00500", first, sizeof first);
+    CHECK(all == MANY_PIECES, "ListBackupPieces of the backup: %ld pieces, want %d", all,
+          MANY_PIECES);
+    CHECK(one == 1 && strcmp(first, "m00500") == 0,
+          "ListBackupPieces of piece m00500: %ld pieces (first %s), want that one", one, first);
+    CHECK(list_count(1, B5, "nope", first, sizeof first) == 0, "an absent piece is listed");
     rc = put_file(1, Q_B5, "f1", "x.sst", data, sizeof data, &st);
     if (rc == ST_OK)
         rc = seal_one(1, Q_B5, "f1", "x.sst", sizeof data, crc, &st);

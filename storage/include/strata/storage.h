@@ -267,6 +267,22 @@ st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_f
  * is not a readable SSTable (nothing is created in either case). */
 st_code sto_tablet_restore(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
                            const char *const *paths, size_t n, sto_tablet **out, st_err *err);
+/* One tablet of sto_tablets_restore: the arguments of sto_tablet_restore, and its outcome. */
+typedef struct sto_restore_spec {
+    uint64_t id;
+    st_slice table, start, end;
+    const char *const *paths;
+    size_t n_paths;
+    st_code rc;      /* out: as sto_tablet_restore's */
+    st_err err;      /* out: why, when rc is not ST_OK */
+    sto_tablet *out; /* out: the tablet when rc is ST_OK */
+} sto_restore_spec;
+/* sto_tablet_restore of n tablets made durable by one manifest write (a write rewrites the list
+ * of every tablet of the engine, so one per tablet made a restore of n tablets cost n^2). Each
+ * spec (ids distinct) succeeds or fails alone (its rc), except that a failed sync of the links or
+ * manifest write fails them all, leaving no file;
+ * RESOURCE_EXHAUSTED for a tablet past the engine's maximum (100,000). */
+void sto_tablets_restore(sto_db *db, sto_restore_spec *v, size_t n);
 /* Reads the whole SSTable at path, a file made elsewhere (an imported backup's), and checks what
  * this engine's writers guarantee and its readers rely on: entries strictly ordered, well-formed
  * keys, the index, count and key range matching the data, and no version above version_max (a

@@ -6,6 +6,9 @@
  *     reopen; the restored files' system families (another table's change history) are hidden,
  *     also in split children and after a compaction, while history written after the restore is
  *     kept; a failed manifest write leaves no tablet and no file;
+ *   - sto_tablets_restore makes many tablets with one manifest write: a spec that fails (a missing
+ *     file, a used id) fails alone and leaves no file, the others are made and survive a reopen;
+ *     a failed manifest write fails them all and leaves no file;
  *   - links left by a restore that crashed before its manifest write are removed at open, and the
  *     open never touches a backups tree;
  *   - a freeze taken while a writer writes holds a prefix of its writes (each row whole, none
@@ -306,6 +309,90 @@ static void test_failed_manifest_write(void **state) {
     assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
 }
 
+/* ---- many tablets in one batch ---- */
+
+#define BATCH 40
+
+static void test_batch_restore(void **state) {
+    fixture *f = *state;
+    set_user(f, 1, "k05", "5", 1);
+    set_user(f, 1, "k30", "30", 2);
+    char paths[MAX_FILES][700];
+    size_t n = backup(f, 1, paths);
+    const char *pv[MAX_FILES], *missing[1] = {"/nonexistent/00000000000000000001.sst"};
+    for (size_t i = 0; i < n; i++)
+        pv[i] = paths[i];
+    int before = count_sst(f->dir);
+    sto_restore_spec v[BATCH];
+    char keys[BATCH + 1][8];
+    for (int i = 0; i <= BATCH; i++)
+        snprintf(keys[i], sizeof keys[i], "k%02d", i);
+    for (int i = 0; i < BATCH; i++)
+        v[i] = (sto_restore_spec){.id = 100 + (uint64_t)i,
+                                  .table = ST_SLICE_LIT("r"),
+                                  .start = st_slice_cstr(i ? keys[i] : ""),
+                                  .end = st_slice_cstr(i < BATCH - 1 ? keys[i + 1] : ""),
+                                  .paths = pv,
+                                  .n_paths = n};
+    v[7].paths = missing; /* fails alone */
+    v[7].n_paths = 1;
+    v[9].id = 1; /* a used id: fails alone */
+    sto_tablets_restore(f->db, v, BATCH);
+    for (int i = 0; i < BATCH; i++)
+        assert_int_equal(v[i].rc, i == 7 ? ST_NOT_FOUND : i == 9 ? ST_ALREADY_EXISTS : ST_OK);
+    assert_non_null(strstr(v[7].err.msg, "No such file"));
+    assert_int_equal(count_sst(f->dir), before + (BATCH - 2) * (int)n);
+    assert_int_equal(tu_db_reopen(f->dir, &f->o, &f->db), ST_OK);
+    sto_tablet *t;
+    for (int i = 0; i < BATCH; i++)
+        assert_int_equal(sto_tablet_get(f->db, 100 + (uint64_t)i, &t),
+                         i == 7 || i == 9 ? ST_NOT_FOUND : ST_OK);
+    assert_string_equal(dump(f, 105, STO_ITER_USER), "k05 cf:q@1000=5\n|k05 cf:q@1000=5\n|");
+    assert_string_equal(dump(f, 130, STO_ITER_USER), "k30 cf:q@1000=30\n|k30 cf:q@1000=30\n|");
+    assert_string_equal(dump(f, 106, STO_ITER_USER), "||");
+}
+
+static void test_batch_failed_manifest_write(void **state) {
+    fixture *f = *state;
+    set_user(f, 1, "a", "1", 1);
+    char paths[MAX_FILES][700];
+    size_t n = backup(f, 1, paths);
+    sto_db_close(f->db);
+    st_env *fault = st_env_fault_new(st_env_posix());
+    sto_options o = f->o;
+    o.env = fault;
+    st_err err;
+    assert_int_equal(sto_db_open(f->dir, &o, &f->db, &err), ST_OK);
+    int before = count_sst(f->dir);
+    const char *pv[MAX_FILES];
+    for (size_t i = 0; i < n; i++)
+        pv[i] = paths[i];
+    sto_restore_spec v[3];
+    const char *bounds[4] = {"", "b", "c", ""};
+    for (int i = 0; i < 3; i++)
+        v[i] = (sto_restore_spec){.id = 2 + (uint64_t)i,
+                                  .table = ST_SLICE_LIT("r"),
+                                  .start = st_slice_cstr(bounds[i]),
+                                  .end = st_slice_cstr(bounds[i + 1]),
+                                  .paths = pv,
+                                  .n_paths = n};
+    st_env_fault_set(fault, 0, ST_INTERNAL);
+    sto_tablets_restore(f->db, v, 3);
+    st_env_fault_set(fault, -1, ST_OK);
+    sto_tablet *t;
+    for (int i = 0; i < 3; i++) {
+        assert_int_not_equal(v[i].rc, ST_OK);
+        assert_null(v[i].out);
+        assert_int_equal(sto_tablet_get(f->db, 2 + (uint64_t)i, &t), ST_NOT_FOUND);
+    }
+    assert_int_equal(count_sst(f->dir), before);
+    assert_int_equal(tu_db_reopen(f->dir, &o, &f->db), ST_OK);
+    assert_int_equal(sto_tablet_get(f->db, 3, &t), ST_NOT_FOUND);
+    sto_db_close(f->db);
+    fault->ops->destroy(fault);
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+}
+
 /* ---- a freeze under writes ---- */
 
 #define SEQ_ROWS 3000
@@ -374,6 +461,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_system_families_hidden, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_leftovers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_manifest_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_restore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_failed_manifest_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_freeze_under_writes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
