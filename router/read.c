@@ -244,12 +244,14 @@ static bool rr_should_pause(rr_op *op) {
 /* Takes one token of node's park bucket (a stream reset it may be sent); false when empty. */
 static bool rr_park_token(rtr_node *n) {
     int64_t now = st_mono_us();
+    double burst = n->via_unix ? RTR_READ_PARK_UNIX_BURST : RTR_READ_PARK_BURST;
+    double per_s = n->via_unix ? RTR_READ_PARK_UNIX_PER_S : RTR_READ_PARK_PER_S;
     if (n->park_at_us == 0)
-        n->park_tokens = RTR_READ_PARK_BURST;
+        n->park_tokens = burst;
     else
-        n->park_tokens += (double)(now - n->park_at_us) * RTR_READ_PARK_PER_S / 1e6;
-    if (n->park_tokens > RTR_READ_PARK_BURST)
-        n->park_tokens = RTR_READ_PARK_BURST;
+        n->park_tokens += (double)(now - n->park_at_us) * per_s / 1e6;
+    if (n->park_tokens > burst)
+        n->park_tokens = burst;
     n->park_at_us = now > 0 ? now : 1;
     if (n->park_tokens < 1)
         return false;

@@ -98,6 +98,10 @@ struct event;
 #define RTR_READ_REPARK_MS 1000
 #define RTR_READ_PARK_BURST 800
 #define RTR_READ_PARK_PER_S 25
+/* Over a node's Unix socket the node allows its owner's processes 1,000,000 resets, then
+ * 100,000 a second (H2_UNIX_OWNER_RESET_BURST): a park there costs no waiting. */
+#define RTR_READ_PARK_UNIX_BURST 500000
+#define RTR_READ_PARK_UNIX_PER_S 50000
 #define RTR_READ_BACKLOG_BYTES ((size_t)4 << 20) /* ReadRows bytes held when the client is slow */
 #define RTR_TABLETS_MAX ((size_t)1 << 20)        /* tablets in one cluster's map */
 #define RTR_WAITERS_MAX 65536                    /* requests parked on one map refresh */

@@ -267,6 +267,9 @@ static bool h2_session_start(h2_conn *conn) {
     nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
     rpc_call_session_callbacks(cbs);
     nghttp2_option *opt = h2_session_option();
+    if (opt && conn->unix_owner)
+        nghttp2_option_set_stream_reset_rate_limit(opt, H2_UNIX_OWNER_RESET_BURST,
+                                                   H2_UNIX_OWNER_RESETS_PER_S);
     int rv = opt ? nghttp2_session_server_new3(&conn->session, cbs, conn, opt, h2_mem())
                  : NGHTTP2_ERR_NOMEM;
     nghttp2_session_callbacks_del(cbs);
@@ -421,6 +424,8 @@ void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
         close(fd);
         return;
     }
+    /* Without TLS the socket's owner-only directory keeps other users out as well. */
+    conn->unix_owner = is_unix && srv->opts.unix_peer_role;
     if (unix_plain) { /* the socket's permissions stand for a certificate */
         snprintf(conn->peer_role, sizeof conn->peer_role, "%s", srv->opts.unix_peer_role);
         conn->role_known = true;

@@ -53,6 +53,15 @@ static inline void post_set(rpc_post *p, post_fields f) {
 
 typedef struct h2_conn h2_conn;
 
+/* Stream resets a peer may send before nghttp2 closes the connection (its rapid-reset guard:
+ * by default a burst of 1000, then 33 a second). A server's own user on its Unix socket (a
+ * router of this host) gets far more: the router cancels the node calls of reads whose clients
+ * stopped reading, one reset each, and with the default the router had to ration them, so a
+ * client holding some thousands of unread scans kept every other read of the node waiting for
+ * the ration for tens of seconds. */
+#define H2_UNIX_OWNER_RESET_BURST 1000000
+#define H2_UNIX_OWNER_RESETS_PER_S 100000
+
 struct rpc_server {
     struct event_base *base;
     rpc_server_opts opts; /* defaults filled in */
@@ -135,6 +144,7 @@ struct h2_conn {
     h2_conn *hs_prev, *hs_next;
     char peer[RPC_CALL_PEER_MAX + 1]; /* "ip:port", "[ip6]:port" or "unix" (rpc_call_peer) */
     bool role_known;                  /* peer_role was read from the peer's certificate */
+    bool unix_owner; /* a Unix socket of a server with unix_peer_role: the owner's own process */
     char peer_role[RPC_ROLE_MAX + 1];
     void *memo; /* rpc_call_conn_memo: memo_size bytes, cleansed and freed with the connection */
     size_t memo_size;

@@ -212,6 +212,36 @@ def serve_while_stalled(port, conns_n, streams, table, pids, limit, rows, size):
     return drain(conns, rows, size, plan)
 
 
+def stall_sockets(port, table, conns_n, streams, rows):
+    """conns_n connections of `streams` full scans each, whose sockets are never read again
+    (the router's writes to them back up), then ReadRows of one row from another connection,
+    five times a second apart: each must answer within 10 s (calls to the node used to wait for
+    the router's ration of stream resets: about (N - 860) / 25 s for N such scans)."""
+    conns = []
+    for _ in range(conns_n):
+        c = Conn(port)
+        for _ in range(streams):
+            sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')
+            c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table)))
+        conns.append(c)
+    time.sleep(3)  # the scans fill their windows and the router parks or pauses them
+    worst = 0
+    for i in range(5):
+        c = Conn(port)
+        t0 = time.time()
+        sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')
+        c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table) + fld(2, fld(1, 'r%06d' % (i * 7 % rows)))))
+        data, _, why = c.wait_end(sid, 60)
+        ms = (time.time() - t0) * 1000
+        worst = max(worst, ms)
+        if why != 'end' or ('r%06d' % (i * 7 % rows)).encode() not in data:
+            print('ReadRows of one row while %d scans stall: %s after %.0f ms' %
+                  (conns_n * streams, why, ms)); return 1
+        time.sleep(1)
+    print('ReadRows of one row answered within %.0f ms while %d scans stall' % (worst, conns_n * streams))
+    return 0 if worst < 10000 else 1
+
+
 def timed_reads(port, table, profile, n):
     """n ReadRows of TABLE with app profile PROFILE, one after another: prints each one's ms."""
     worst = 0
@@ -305,6 +335,7 @@ def main(a):
     if a[0] == 'rmw-down': return rmw_down(int(a[1]), a[2], a[3], int(a[4]))
     if a[0] == 'rmw-after': return rmw_after(int(a[1]), a[2], a[3], a[4])
     if a[0] == 'create': return create(int(a[1]), a[2])
+    if a[0] == 'stall-sockets': return stall_sockets(int(a[1]), a[2], int(a[3]), int(a[4]), int(a[5]))
     if a[0] == 'check': return check(int(a[1]), a[2], int(a[3]), int(a[4]))
     if a[0] == 'timed': return 1 if timed_reads(int(a[1]), a[2], a[3], int(a[4])) > int(a[5]) else 0
     if a[0] == 'write': return write(int(a[1]), a[2], int(a[3]), int(a[4]))

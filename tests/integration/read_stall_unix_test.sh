@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# read_stall_unix_test.sh — 2,000 full scans whose client never reads its sockets again must not
+# hold up the other reads of their node, through a router that reaches the node over its Unix
+# socket as `strata up` connects them (docs/router.md, "Flow control"). The router cancels the
+# node calls of such scans (parks them), one stream reset each; a node allows a peer 1,000
+# resets and then 33 a second before it closes the connection, so the router rationed its parks
+# and every other read of the node waited about (N - 860) / 25 seconds (29 s here). The node now
+# lets its own user's processes on its Unix socket reset streams at will.
+# Usage: read_stall_unix_test.sh PATH/TO/strata
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+STRATA=$1
+command -v python3 >/dev/null || { echo "python3 missing: skipped"; exit 77; }
+up_single read_stall_unix
+python3 "$HERE/hostile/hold.py" create "$PORT" big || fail "createtable"
+python3 "$HERE/hostile/hold.py" write "$PORT" big 400 5000 || fail "writing the rows"
+echo "== 100 connections x 20 scans never read"
+python3 "$HERE/hostile/hold.py" stall-sockets "$PORT" big 100 20 400 ||
+  fail "reads of the node starved behind the unread scans"
+echo "read_stall_unix_test: passed"
