@@ -569,31 +569,41 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
  * the stored record (families, granularity, deletion_protection, change_stream_config: the Go
  * client reads the last two from it); REPLICATION_VIEW the name and cluster_states;
  * ENCRYPTION_VIEW the name and cluster_states with their encryption_info; FULL all of it.
- * ListTables' default is NAME_ONLY; STATS_VIEW shows the record (no statistics are kept). */
+ * ListTables' default is NAME_ONLY. A view number the enum does not name (STATS_VIEW of other
+ * API versions included: no statistics are kept) is INVALID_ARGUMENT (valid false); it was
+ * answered as SCHEMA_VIEW by GetTable and as NAME_ONLY by ListTables. */
 typedef struct view_parts {
-    bool record, states, encryption;
+    bool record, states, encryption, valid;
 } view_parts;
 
 static view_parts view_of(Google__Bigtable__Admin__V2__Table__View v, bool list) {
     switch (v) {
     case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__NAME_ONLY:
-        return (view_parts){false, false, false};
+        return (view_parts){false, false, false, true};
     case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__VIEW_UNSPECIFIED:
-        return (view_parts){!list, false, false};
+        return (view_parts){!list, false, false, true};
+    case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__SCHEMA_VIEW:
+        return (view_parts){true, false, false, true};
     case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__REPLICATION_VIEW:
-        return (view_parts){false, true, false};
+        return (view_parts){false, true, false, true};
     case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__ENCRYPTION_VIEW:
-        return (view_parts){false, true, true};
+        return (view_parts){false, true, true, true};
     case GOOGLE__BIGTABLE__ADMIN__V2__TABLE__VIEW__FULL:
-        return (view_parts){true, true, true};
+        return (view_parts){true, true, true, true};
     default:
-        return (view_parts){true, false, false};
+        return (view_parts){false, false, false, false};
     }
 }
 
 /* The table of rec as view shows it, in the call's arena; NULL after failing the call. */
 static pb_table *table_view(rtr_ctx *r, rpc_call *call, const rtr_meta_rec *rec, view_parts view) {
     st_arena *a = rpc_call_arena(call);
+    if (!view.valid) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "view is not a Table.View this server knows: use NAME_ONLY (1), SCHEMA_VIEW (2), "
+                 "REPLICATION_VIEW (3), FULL (4) or ENCRYPTION_VIEW (5)");
+        return NULL;
+    }
     pb_table *t = view.record ? unpack_table(call, rec) : schema_new(a, rec->name, NULL);
     if (!t) {
         if (!view.record) /* unpack_table finished the call */

@@ -145,6 +145,11 @@ async function tableViews() {
   check('get_table_replication_view', states(gr) === want && enc(gr) === ',', states(gr));
   const [gs] = await admin.getTable({name: TN('api_v')});
   check('get_table_schema_view', fams(gs) === 'cf' && states(gs) === '', fams(gs));
+  // a view number Table.View does not name is refused by both, not answered as some view
+  const code = async fn => { try { await fn(); return 0; } catch (e) { return e.code; } };
+  const gbad = await code(() => admin.getTable({name: TN('api_v'), view: 99}));
+  const lbad = await code(() => admin.listTables({parent: INST, view: 99}, {autoPaginate: false}));
+  check('table_view_unknown_refused', gbad === 3 && lbad === 3, 'get ' + gbad + ', list ' + lbad);
 }
 
 // Data calls naming an authorized or a materialized view (as the clients send for such an
