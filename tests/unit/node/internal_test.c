@@ -601,20 +601,36 @@ static st_code copy_cell(node_env *e, uint64_t tablet_id, const char *row, int64
     return rc;
 }
 
-/* As copy_cell, to the node's tablet of TABLE that starts with the empty key. B may split it at
- * any moment (its split size is tiny), so a tablet gone in between is looked up again. */
+/* As copy_cell, to the node's tablet of TABLE that holds row, else to the one that starts with
+ * the empty key. B may split it at any moment (its split size is tiny), so a tablet gone, or no
+ * longer holding row, in between is looked up again. */
 static st_code copy_cell_first(node_env *e, const char *row, int64_t ts, const char *value,
                                uint64_t version, st_err *status) {
     st_code rc = ST_NOT_FOUND;
-    for (int tries = 0; rc == ST_NOT_FOUND && tries < 100; tries++) {
-        Strata__Internal__V1__ListTabletsResponse *r = list_tablets(e, TABLE);
-        uint64_t id = 0;
-        for (size_t i = 0; i < r->n_tablets; i++)
-            if (r->tablets[i]->start_key.len == 0)
-                id = r->tablets[i]->id;
-        strata__internal__v1__list_tablets_response__free_unpacked(r, NULL);
+    st_slice r = st_slice_cstr(row);
+    for (int tries = 0; tries < 100; tries++) {
+        Strata__Internal__V1__ListTabletsResponse *l = list_tablets(e, TABLE);
+        uint64_t id = 0, first = 0;
+        for (size_t i = 0; i < l->n_tablets; i++) {
+            const Strata__Internal__V1__Tablet *t = l->tablets[i];
+            st_slice start = {t->start_key.data, t->start_key.len};
+            st_slice end = {t->end_key.data, t->end_key.len};
+            if (st_slice_cmp(start, r) <= 0 && (end.len == 0 || st_slice_cmp(r, end) < 0))
+                id = t->id;
+            if (start.len == 0)
+                first = t->id;
+        }
+        bool held = id != 0;
+        if (!held)
+            id = first;
+        strata__internal__v1__list_tablets_response__free_unpacked(l, NULL);
         assert_true(id != 0);
         rc = copy_cell(e, id, row, ts, value, version, status);
+        bool split_away =
+            rc == ST_NOT_FOUND || (held && rc == ST_FAILED_PRECONDITION &&
+                                   strncmp(status->msg, NOT_OWNER, strlen(NOT_OWNER)) == 0);
+        if (!split_away)
+            break;
     }
     return rc;
 }
