@@ -433,7 +433,7 @@ static const cell_list EMPTY_LIST = {NULL, 0, false};
 
 static st_code charge(eval_state *s, size_t units) {
     if (units > s->budget)
-        return st_err_set(s->err, ST_RESOURCE_EXHAUSTED,
+        return st_err_set(s->err, ST_FAILED_PRECONDITION,
                           "the row filter produced more than %zu intermediate cells for one row; "
                           "use fewer or smaller interleaves",
                           s->ctx->cells_max ? s->ctx->cells_max
@@ -544,7 +544,7 @@ static st_code label_cell(eval_state *s, const node_cell *c, st_slice label, con
                           const node_cell **out) {
     node_cell *copy = cell_copy(s, c);
     if (copy == NULL)
-        return ST_RESOURCE_EXHAUSTED; /* charge or eval_alloc filled err */
+        return s->err->code; /* charge or eval_alloc filled err */
     if (c->n_labels == 0) {
         copy->labels = single; /* shared by every unlabelled cell of this node */
         copy->n_labels = 1;
@@ -583,7 +583,7 @@ static st_code eval_transform(eval_state *s, const node_filter *f, cell_list in,
         } else {
             node_cell *copy = cell_copy(s, c);
             if (copy == NULL)
-                return ST_RESOURCE_EXHAUSTED;
+                return s->err->code; /* charge or eval_alloc filled err */
             copy->value = st_slice_make(NULL, 0);
             o.v[i] = copy;
         }
@@ -818,7 +818,7 @@ size_t node_filter_weight(const node_filter *f) {
 st_code node_filter_row_work_check(size_t w, size_t cells, st_err *err) {
     if (cells <= NODE_FILTER_ROW_WORK_MAX / w)
         return ST_OK;
-    return st_err_set(err, ST_RESOURCE_EXHAUSTED,
+    return st_err_set(err, ST_FAILED_PRECONDITION,
                       "the filter (work %zu per cell) over a row of %zu cells is more than one "
                       "evaluation may take (%zu cells x work): use a simpler filter, or narrow the "
                       "row first with a chain that starts with family, column or timestamp filters",

@@ -16,7 +16,7 @@
  *
  * Errors. Request problems: INVALID_ARGUMENT / NOT_FOUND / UNIMPLEMENTED before any data. A row
  * over NODE_READ_ROW_BYTES_MAX: FAILED_PRECONDITION, worded as Cloud Bigtable does. Storage errors
- * (DATA_LOSS, INTERNAL) and filter budget errors (RESOURCE_EXHAUSTED) end the call with their code
+ * (DATA_LOSS, INTERNAL) and filter budget errors (FAILED_PRECONDITION) end the call with their code
  * after the rows already batched are sent (they are whole rows, so the client can resume after
  * them). Nothing here ends the connection or the process. */
 #include <event2/event.h>
