@@ -514,6 +514,18 @@ static const char *create_check(rtr_ctx *r,
     }
     if (rtr_check_table_name(r, name, err) != ST_OK)
         return NULL;
+    /* Tables keep millisecond timestamps; a number the enum does not name is refused, as the
+     * other enums of the API are, rather than stored as MILLIS without a word. */
+    int g = req->table ? (int)req->table->granularity : 0;
+    if (g !=
+            GOOGLE__BIGTABLE__ADMIN__V2__TABLE__TIMESTAMP_GRANULARITY__TIMESTAMP_GRANULARITY_UNSPECIFIED &&
+        g != GOOGLE__BIGTABLE__ADMIN__V2__TABLE__TIMESTAMP_GRANULARITY__MILLIS) {
+        st_err_set(err, ST_INVALID_ARGUMENT,
+                   "table.granularity %d is not a Table.TimestampGranularity: send MILLIS (1) or "
+                   "leave it unset",
+                   g);
+        return NULL;
+    }
     if (rtr_meta_find(&r->meta, RTR_META_KIND_TABLE, name) || strcmp(name, RTR_META_TABLE) == 0) {
         st_err_set(err, ST_ALREADY_EXISTS, "table \"%s\" already exists", name);
         return NULL;

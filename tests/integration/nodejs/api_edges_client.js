@@ -150,6 +150,16 @@ async function tableViews() {
   const gbad = await code(() => admin.getTable({name: TN('api_v'), view: 99}));
   const lbad = await code(() => admin.listTables({parent: INST, view: 99}, {autoPaginate: false}));
   check('table_view_unknown_refused', gbad === 3 && lbad === 3, 'get ' + gbad + ', list ' + lbad);
+  // so is a TimestampGranularity number the enum does not name (it was stored as MILLIS); MILLIS
+  // itself is taken
+  const g99 = await code(() => admin.createTable({parent: INST, tableId: 'api_g99',
+    table: {granularity: 99, columnFamilies: {cf: {}}}}));
+  const [ex] = await admin.listTables({parent: INST}, {autoPaginate: false});
+  check('create_table_granularity_unknown_refused', g99 === 3 &&
+    !ex.some(t => t.name === TN('api_g99')), 'code ' + g99);
+  const gms = await code(() => admin.createTable({parent: INST, tableId: 'api_gms',
+    table: {granularity: 'MILLIS', columnFamilies: {cf: {}}}}));
+  check('create_table_granularity_millis', gms === 0, 'code ' + gms);
 }
 
 // Data calls naming an authorized or a materialized view (as the clients send for such an
