@@ -51,6 +51,7 @@ void node_backups_close(node_ctx *n) {
     if (!b)
         return;
     bk_crc_bg_stop(b);
+    b->closing = true; /* restores whose files are being checked end UNAVAILABLE */
     node_restores_abort(n);
     bk_pulls_abort(n);
     node_jobs_wait(n); /* a pull's end may have started a seal */
@@ -555,8 +556,8 @@ static bool range_inside(st_slice s, st_slice e, const bk_piece *p) {
     return e.len != 0 && st_slice_cmp(e, pe) <= 0;
 }
 
-/* The piece's file paths, checked to exist with their recorded sizes (a cheap guard: the
- * SSTables' own block checksums catch damage inside). */
+/* The piece's file paths, checked to exist with their recorded sizes (their CRC32Cs were
+ * checked just before, node_backup_restore_verify; a file could have gone since). */
 static st_code restore_paths(const char *dir, const bk_piece *p, st_arena *a, const char ***out,
                              st_err *err) {
     const char **paths = st_arena_alloc(a, (p->n_files ? p->n_files : 1) * sizeof *paths);
@@ -617,6 +618,114 @@ st_code node_backup_restore_prepare(node_ctx *n, st_slice start, st_slice end, c
         out->frozen_us = p->frozen_us;
     }
     return rc;
+}
+
+/* ---- restore: the piece's files checked before the tablet links them ---- */
+
+typedef struct rv_arg {
+    char *backup, *piece;
+    node_bk_verified_fn done;
+    void *arg;
+    size_t files, read; /* files checked; of them, read through (the others read lately) */
+} rv_arg;
+
+/* Checks file f of the piece in dir against its manifest entry. */
+static st_code rv_file(node_ctx *n, const rv_arg *a, const char *dir,
+                       const Strata__Internal__V1__BackupFile *f, bool *read, st_err *err) {
+    if (bk_file_check(f->name, NULL) != ST_OK)
+        return ST_OK; /* node_backup_restore_prepare refuses the piece */
+    char path[NODE_BK_PATH_MAX + 80];
+    snprintf(path, sizeof path, "%s/%s", dir, f->name);
+    uint64_t size = 0;
+    uint32_t crc = 0;
+    st_err why = {0};
+    st_code rc = bk_file_crc_fresh(n->backups, path, &size, &crc, read, &why);
+    if (rc == ST_NOT_FOUND)
+        return ST_OK; /* node_backup_restore_prepare says it is missing */
+    if (rc != ST_OK)
+        return st_err_set(err, rc,
+                          "reading file %s of piece %s of backup %s on node %u to check it: %s; "
+                          "nothing was restored",
+                          f->name, a->piece, a->backup, n->opts.node_num, why.msg);
+    if (size != f->size)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "file %s of piece %s of backup %s on node %u holds %" PRIu64
+                          " bytes, its manifest says %" PRIu64 ": the backup's file is damaged; "
+                          "nothing was restored: restore from another backup, or from a copy of "
+                          "this one in another cluster or an export",
+                          f->name, a->piece, a->backup, n->opts.node_num, size, f->size);
+    if (crc != f->crc32c)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "file %s of piece %s of backup %s on node %u has CRC32C %08x, its "
+                          "manifest says %08x: the backup's file is damaged; nothing was "
+                          "restored: restore from another backup, or from a copy of this one in "
+                          "another cluster or an export",
+                          f->name, a->piece, a->backup, n->opts.node_num, crc, f->crc32c);
+    return ST_OK;
+}
+
+static void rv_work(node_job *j) {
+    rv_arg *a = j->arg;
+    bk_name b;
+    bk_piece *p = NULL;
+    j->rc = ST_OK;
+    if (bk_name_parse(a->backup, &b, NULL) != ST_OK || bk_piece_check(a->piece, NULL) != ST_OK ||
+        bk_piece_load(j->n, &b, a->piece, NULL, &p, NULL) != ST_OK) {
+        bk_piece_free(p);
+        return; /* node_backup_restore_prepare says what is wrong */
+    }
+    char dir[NODE_BK_PATH_MAX];
+    bk_piece_dir(j->n, &b, a->piece, "", dir, sizeof dir);
+    for (size_t i = 0; j->rc == ST_OK && i < p->n_files; i++) {
+        bool read = false;
+        j->rc = rv_file(j->n, a, dir, p->files[i], &read, &j->err);
+        a->files++;
+        a->read += read;
+    }
+    bk_piece_free(p);
+}
+
+static void rv_done(node_job *j) {
+    rv_arg *a = j->arg;
+    if (j->rc == ST_OK) {
+        st_log(ST_LOG_DEBUG, "backup",
+               "event=restore_checked backup=%s piece=%s files=%zu read=%zu", a->backup, a->piece,
+               a->files, a->read);
+        a->done(j->n, j->call, a->arg);
+    } else {
+        st_log(ST_LOG_WARN, "backup", "event=restore_refused backup=%s piece=%s reason=\"%s\"",
+               a->backup, a->piece, j->err.msg);
+        node_fail(j->call, j->rc, "%s", j->err.msg);
+    }
+    free(a->backup);
+    free(a->piece);
+    free(a);
+    free(j);
+}
+
+void node_backup_restore_verify(node_ctx *n, rpc_call *call, const char *backup, const char *piece,
+                                node_bk_verified_fn done, void *arg) {
+    rv_arg *a = calloc(1, sizeof *a);
+    node_job *j = calloc(1, sizeof *j);
+    st_err err = {0};
+    st_code rc = ST_RESOURCE_EXHAUSTED;
+    if (a && j && (a->backup = strdup(backup)) && (a->piece = strdup(piece))) {
+        a->done = done;
+        a->arg = arg;
+        *j = (node_job){.n = n, .call = call, .work = rv_work, .done = rv_done, .arg = a};
+        rc = node_job_start(j, &err);
+    } else {
+        st_err_set(&err, rc, "out of memory checking a piece to restore");
+    }
+    if (rc == ST_OK)
+        return;
+    if (a) {
+        free(a->backup);
+        free(a->piece);
+    }
+    free(a);
+    free(j);
+    node_fail(call, rc, "%s", err.msg);
 }
 
 void node_backup_restored(node_ctx *n, const node_tablets *t, uint64_t id, const char *backup,

@@ -45,6 +45,15 @@ void node_h_pull_backup_piece(rpc_call *call, st_slice req, void *arg);
 st_code node_backups_open(node_ctx *n, st_err *err);
 /* At close, before the server goes: ends pulls, waits for the node_job threads. */
 void node_backups_close(node_ctx *n);
+/* CreateTablet with restore_backup, first: every file of piece of backup is checked against the
+ * size and CRC32C its manifest records (bk_file_crc_fresh: one read of the piece, on a node_job
+ * thread), because the restored tablet links the files as they are and nothing else reads them
+ * whole before clients do. Then done(n, call, arg) runs on the loop; on a mismatch or a read
+ * error the call is answered instead (DATA_LOSS naming the backup, the piece, the file and what
+ * to do). A piece that cannot be loaded passes on: node_backup_restore_prepare says why. */
+typedef void (*node_bk_verified_fn)(node_ctx *n, rpc_call *call, void *arg);
+void node_backup_restore_verify(node_ctx *n, rpc_call *call, const char *backup, const char *piece,
+                                node_bk_verified_fn done, void *arg);
 /* CreateTablet with restore_backup (internal.c makes the tablets, many with one catalog save
  * and one storage manifest write): what a tablet [start, end) restored from a local piece is
  * made of. */
@@ -114,6 +123,13 @@ st_code bk_file_crc(const char *path, uint64_t *size, uint32_t *crc, st_err *err
  * (counted in the freeze counters). */
 st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
                            bool *read, st_err *err);
+/* The CRC32C of the file's bytes as they are now, for a restore (node_backup_restore_verify):
+ * from the cache only when this node read the same file (device, inode, size and modification
+ * time unchanged: SSTables are never rewritten, any write moves the modification time) less than
+ * BK_CRC_TRUST_US ago, else read through now and recorded. *read tells whether it was read. Any
+ * thread. NOT_FOUND when the file is absent, INTERNAL on a read error. */
+st_code bk_file_crc_fresh(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
+                          bool *read, st_err *err);
 /* Files and bytes read for checksums: by freezes, and by the background pass (backup_crc.c). */
 typedef struct bk_crc_stats {
     uint64_t freeze_files, freeze_bytes, bg_files, bg_bytes;
@@ -187,6 +203,7 @@ struct node_backups {
     pthread_t reap_thread;
     bool reap_on, reap_wake, reap_stop;
     uint64_t reaped, reaped_pieces; /* trash entries and the pieces in them removed (atomic) */
+    bool closing; /* node_backups_close began: no restore joins the queue (loop thread) */
     /* CreateTablet calls with restore_backup waiting for their batch (internal.c; loop thread) */
     struct node_restore_wait *restore_q;
     size_t n_restore_q, cap_restore_q;
@@ -207,12 +224,13 @@ bool bk_busy_doomed(node_ctx *n, const char *dir);
  * and of a pull's end. The CRC32C of a file comes from the cache when its chunks were
  * checksummed on the way in (bk_write_chunk), else the file is read back; each file is fsync'd
  * once. Then every file is read through (sto_backup_file_verify: key order, versions no later
- * than p's frozen_us + NODE_CLOCK_AHEAD_MAX_US): ST_DATA_LOSS naming the file, nothing sealed.
+ * than p's frozen_us + NODE_CLOCK_AHEAD_MAX_US): ST_DATA_LOSS naming the file, nothing sealed
+ * (pulled: the files came by PullBackupPiece, whose source checked them, so the advice differs).
  * Thread-safe (files and the cache). out is p as stored (malloc'd); *read_back counts the files
  * read back for their CRC32C. */
 st_code bk_seal_dir(node_backups *b, sto_db *db, const char *in_dir, const char *final_dir,
-                    const bk_piece *p, uint32_t node_num, bk_piece **out, size_t *read_back,
-                    st_err *err);
+                    const bk_piece *p, uint32_t node_num, bool pulled, bk_piece **out,
+                    size_t *read_back, st_err *err);
 /* Appends data at off to file in dir (off 0 starts it anew, as a new file: a link another piece
  * holds to the old one keeps its bytes); FAILED_PRECONDITION when off is not the file's current
  * size. The chunk's CRC32C extends the file's in the cache (bk_crc_write) and its writeback

@@ -33,21 +33,28 @@
 #define BK_CRC_BG_BYTES_PER_S ((uint64_t)128 << 20) /* the pass's read rate bound */
 #define BK_CRC_BG_CHUNK ((size_t)1 << 20)
 #define BK_CRC_RECEIVED_PASSES 3600 /* about an hour at one pass a second */
+/* How long a CRC32C this node computed by reading a file stands for the file's bytes at a
+ * restore (bk_file_crc_fresh): long enough for the pieces of one restore that share a file (a
+ * split's halves, restored close together in key order) to read it once, short enough that the
+ * check speaks of the file as it is now, not as it was when the backup was made. */
+#define BK_CRC_TRUST_US ((int64_t)600 * 1000000)
 
 struct bk_crc_entry {
     uint64_t dev, ino, size;
     int64_t mtime_ns;
     uint32_t crc;
     uint64_t gen; /* the background pass that last saw the file (or the one running) */
+    /* st_mono_us when the file's bytes were last read to compute crc; 0 when crc came from
+     * elsewhere (a manifest, the chunks written) */
+    int64_t read_mono_us;
 };
 
 static bk_crc_entry key_of(const struct stat *sb) {
-    return (bk_crc_entry){(uint64_t)sb->st_dev,
-                          (uint64_t)sb->st_ino,
-                          (uint64_t)sb->st_size,
-                          (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec,
-                          0,
-                          0};
+    return (bk_crc_entry){.dev = (uint64_t)sb->st_dev,
+                          .ino = (uint64_t)sb->st_ino,
+                          .size = (uint64_t)sb->st_size,
+                          .mtime_ns =
+                              (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec};
 }
 
 static bool crc_key(const char *path, bk_crc_entry *k) {
@@ -73,6 +80,9 @@ static bk_crc_entry *crc_find(node_backups *b, const bk_crc_entry *k) {
 static void crc_put(node_backups *b, const bk_crc_entry *k) {
     bk_crc_entry *e = crc_find(b, k);
     if (e) {
+        /* the read time stays with the CRC32C that read found */
+        if (e->crc != k->crc || k->read_mono_us > e->read_mono_us)
+            e->read_mono_us = k->read_mono_us;
         e->crc = k->crc;
         if (e->gen < b->crc_gen) /* a received file's later expiry stays (crc_append) */
             e->gen = b->crc_gen;
@@ -286,6 +296,42 @@ st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, ui
     return ST_OK;
 }
 
+st_code bk_file_crc_fresh(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
+                          bool *read, st_err *err) {
+    bk_crc_entry k, after;
+    *read = false;
+    int64_t now = st_mono_us();
+    bool known = crc_key(path, &k);
+    if (known) {
+        pthread_mutex_lock(&b->crc_mu);
+        const bk_crc_entry *e = crc_find(b, &k);
+        bool hit = e && e->read_mono_us && now - e->read_mono_us <= BK_CRC_TRUST_US;
+        if (hit)
+            *crc = e->crc;
+        pthread_mutex_unlock(&b->crc_mu);
+        if (hit) {
+            *size = k.size;
+            return ST_OK;
+        }
+    }
+    st_code rc = bk_file_crc(path, size, crc, err);
+    if (rc != ST_OK)
+        return rc;
+    *read = true;
+    /* Recorded only when the file did not change while it was read (as the background pass). */
+    if (!known || !crc_key(path, &after) || !same_file(&k, &after) || k.size != *size)
+        return ST_OK;
+    k.crc = *crc;
+    k.read_mono_us = now;
+    pthread_mutex_lock(&b->crc_mu);
+    crc_put(b, &k);
+    bk_crc_entry *e = crc_find(b, &k);
+    if (e && e->gen < b->crc_gen + BK_CRC_RECEIVED_PASSES)
+        e->gen = b->crc_gen + BK_CRC_RECEIVED_PASSES; /* a file only pieces hold: not pruned */
+    pthread_mutex_unlock(&b->crc_mu);
+    return ST_OK;
+}
+
 void bk_crc_counters(node_backups *b, bk_crc_stats *out) {
     pthread_mutex_lock(&b->crc_mu);
     *out = (bk_crc_stats){b->freeze_read_files, b->freeze_read_bytes, b->bg_read_files,
@@ -383,6 +429,7 @@ static bool bg_one(node_backups *b, const char *path, const struct stat *before,
         return true; /* deleted meanwhile (compaction) */
     uint64_t size = 0;
     uint32_t crc = 0;
+    int64_t read_us = st_mono_us();
     bool ok = bg_file_crc(b, fd, buf, &size, &crc);
     close(fd);
     struct stat after;
@@ -395,6 +442,7 @@ static bool bg_one(node_backups *b, const char *path, const struct stat *before,
     if (!same_file(&k, &now) || size != k.size)
         return false; /* still being written: a later pass takes it */
     k.crc = crc;
+    k.read_mono_us = read_us;
     pthread_mutex_lock(&b->crc_mu);
     crc_put(b, &k);
     b->bg_read_files++;

@@ -36,6 +36,11 @@ typedef struct rd_state {
     rpc_call *call;
     int fd;
     uint64_t off, size;
+    /* A read of the whole file checks it on the way (crc, of the bytes sent so far) against its
+     * manifest entry (want_crc) before the last chunk goes: a pull or an export of a damaged
+     * file then fails naming this backup's file, not the copy. */
+    bool whole;
+    uint32_t crc, want_crc, node_num;
     char backup[sizeof(((bk_name *)0)->full)];
     char piece[NODE_BK_NAME_MAX + 1], file[NODE_BK_NAME_MAX + 8];
     st_buf msg; /* RPC_SEND_HEADROOM bytes, then the chunk packed in place */
@@ -96,8 +101,15 @@ static st_code rd_pack(rd_state *s, size_t want) {
     }
     if (!rd_pread_all(s->fd, p + len, want, s->off))
         return errno ? ST_INTERNAL : ST_DATA_LOSS;
+    if (s->whole)
+        s->crc = st_crc32c(s->crc, p + len, want);
     s->msg.len = RPC_SEND_HEADROOM + len + want;
     return ST_OK;
+}
+
+/* The whole file was read and its CRC32C is not its manifest's: the stream ends DATA_LOSS. */
+static bool rd_damaged(const rd_state *s, size_t want) {
+    return s->whole && s->off + want == s->size && s->crc != s->want_crc;
 }
 
 /* Sends one chunk at s->off; false when the stream ended (finished). */
@@ -114,6 +126,19 @@ static bool rd_send_one(rd_state *s) {
                      s->piece, s->off,
                      rc == ST_INTERNAL ? strerror(errno) : "file shorter than when opened");
         rpc_call_finish(s->call, rc, msg);
+        rd_free(s);
+        return false;
+    }
+    if (rd_damaged(s, want)) {
+        char msg[ST_ERR_MSG_MAX + sizeof s->file];
+        snprintf(
+            msg, sizeof msg,
+            "file %s has CRC32C %08x on node %u, its manifest says %08x: the source backup's file "
+            "is damaged, not the copy; use another backup, or a copy of it in another cluster "
+            "or an export",
+            s->file, s->crc, s->node_num, s->want_crc);
+        st_log(ST_LOG_WARN, "backup", "event=backup_file_damaged reason=\"%s\"", msg);
+        rpc_call_finish(s->call, ST_DATA_LOSS, msg);
         rd_free(s);
         return false;
     }
@@ -178,6 +203,9 @@ static st_code rd_open(node_ctx *n, rpc_call *call,
                           "offset %" PRIu64 " is past the end of %s (%" PRIu64 " bytes)",
                           req->offset, req->file, s->size);
     s->off = req->offset;
+    s->whole = req->offset == 0;
+    s->want_crc = f->crc32c;
+    s->node_num = n->opts.node_num;
     snprintf(s->backup, sizeof s->backup, "%s", req->backup);
     snprintf(s->piece, sizeof s->piece, "%s", req->piece);
     snprintf(s->file, sizeof s->file, "%s", req->file);
@@ -439,8 +467,8 @@ static bk_piece *piece_copy(const bk_piece *p) {
 
 /* Checks one listed file of the import directory against the manifest. */
 static st_code seal_check_file(node_backups *b, const char *in,
-                               const Strata__Internal__V1__BackupFile *f, size_t *read_back,
-                               st_err *err) {
+                               const Strata__Internal__V1__BackupFile *f, bool pulled,
+                               size_t *read_back, st_err *err) {
     char path[NODE_BK_PATH_MAX + 80];
     snprintf(path, sizeof path, "%s/%s", in, f->name);
     uint64_t size;
@@ -459,6 +487,14 @@ static st_code seal_check_file(node_backups *b, const char *in,
                           "file %s holds %" PRIu64 " bytes, the manifest says %" PRIu64
                           ": send the file again from offset 0",
                           f->name, size, f->size);
+    /* A pull's source checked the file as it sent it (rd_damaged): what differs here was
+     * damaged on its way or on this node's disk, and the operation that pulled retries. */
+    if (crc != f->crc32c && pulled)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "file %s has CRC32C %08x, the source backup's manifest says %08x: the "
+                          "copy pulled here is damaged (the source's file, if its node checks "
+                          "what it sends, was whole); retry the operation",
+                          f->name, crc, f->crc32c);
     if (crc != f->crc32c)
         return st_err_set(err, ST_DATA_LOSS,
                           "file %s has CRC32C %08x, the manifest says %08x: the copy is damaged; "
@@ -518,13 +554,13 @@ static st_code seal_verify_files(sto_db *db, const char *in, const bk_piece *p, 
 }
 
 st_code bk_seal_dir(node_backups *b, sto_db *db, const char *in, const char *final,
-                    const bk_piece *p, uint32_t node_num, bk_piece **out, size_t *read_back,
-                    st_err *err) {
+                    const bk_piece *p, uint32_t node_num, bool pulled, bk_piece **out,
+                    size_t *read_back, st_err *err) {
     *out = NULL;
     *read_back = 0;
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < p->n_files; i++)
-        rc = seal_check_file(b, in, p->files[i], read_back, err);
+        rc = seal_check_file(b, in, p->files[i], pulled, read_back, err);
     if (rc == ST_OK)
         rc = seal_verify_files(db, in, p, err);
     if (rc == ST_OK)
@@ -608,7 +644,7 @@ static void seal_work(node_job *j) {
     seal_arg *a = j->arg;
     size_t read_back = 0;
     j->rc = bk_seal_dir(j->n->backups, j->n->db, a->in, a->final, a->want, j->n->opts.node_num,
-                        &a->out, &read_back, &j->err);
+                        a->pull != NULL, &a->out, &read_back, &j->err);
     for (size_t i = 0; j->rc == ST_OK && i < a->out->n_files; i++) {
         char path[NODE_BK_PATH_MAX + 80];
         snprintf(path, sizeof path, "%s/%s", a->final, a->out->files[i]->name);

@@ -441,8 +441,17 @@ typedef struct node_restore_wait {
 
 static void restore_turn(evutil_socket_t fd, short what, void *arg);
 
-static void restore_enqueue(node_ctx *n, rpc_call *call, const ct_req *req) {
+/* The piece's files are checked (node_backup_restore_verify): the call joins the queue. */
+static void restore_enqueue(node_ctx *n, rpc_call *call, void *arg) {
+    const ct_req *req = arg;
     node_backups *b = n->backups;
+    if (b->closing) {
+        node_fail(call, ST_UNAVAILABLE,
+                  "node %u is stopping: the restore of this tablet was not made; retry once it "
+                  "is back",
+                  n->opts.node_num);
+        return;
+    }
     if (b->n_restore_q >= NODE_RESTORE_QUEUE_MAX) {
         node_fail(call, ST_UNAVAILABLE,
                   "%d restored tablets wait to be made on node %u already; retry later",
@@ -627,7 +636,8 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     if (req->restore_backup[0]) {
-        restore_enqueue(n, call, req);
+        node_backup_restore_verify(n, call, req->restore_backup, req->restore_piece,
+                                   restore_enqueue, req);
         return;
     }
     st_slice start = st_slice_make(req->start_key.data, req->start_key.len);
