@@ -201,8 +201,8 @@ int ops_inst_lock(const char *dir, const char *who, bool create) {
 /* What /proc says of process pid: *ours when its command starts "strata", *leaving when it is on
  * its way out (SIGKILL pending, or exiting: PF_EXITING, zombies included), *busy while threads
  * other than a zombie leader remain (they still hold its files, its data directory lock among
- * them). False without /proc. */
-static bool pid_proc_state(pid_t pid, bool *ours, bool *leaving, bool *busy) {
+ * them), *state its state letter (R, S, D, T...). False without /proc. */
+static bool pid_proc_state(pid_t pid, bool *ours, bool *leaving, bool *busy, char *state_out) {
     char path[64], buf[2048];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
@@ -216,6 +216,7 @@ static bool pid_proc_state(pid_t pid, bool *ours, bool *leaving, bool *busy) {
     if (!open || !close || close < open || close[1] != ' ')
         return false;
     char state = close[2];
+    *state_out = state;
     unsigned long flags = 0;
     if (sscanf(close + 3, "%*d %*d %*d %*d %*d %lu", &flags) != 1)
         return false;
@@ -240,9 +241,17 @@ bool ops_inst_pid_alive(pid_t pid) {
     if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM))
         return false;
     bool ours, leaving, busy;
-    if (!pid_proc_state(pid, &ours, &leaving, &busy))
+    char state;
+    if (!pid_proc_state(pid, &ours, &leaving, &busy, &state))
         return true;         /* no /proc: trust kill() */
     return ours && !leaving; /* one killed with SIGKILL lives on for a moment: it has stopped */
+}
+
+bool ops_inst_pid_stopped(pid_t pid) {
+    bool ours, leaving, busy;
+    char state = 0;
+    return pid > 0 && pid_proc_state(pid, &ours, &leaving, &busy, &state) &&
+           (state == 'T' || state == 't');
 }
 
 bool ops_inst_all_stopped(const char *dir, const st_topology *t) {
@@ -276,8 +285,9 @@ bool ops_inst_pid_wait_gone(pid_t pid, int wait_ms) {
     struct timespec nap = {0, OPS_POLL_MS * 1000000L};
     for (int ms = 0;; ms += OPS_POLL_MS) {
         bool ours, leaving, busy;
+        char state;
         if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM) ||
-            !pid_proc_state(pid, &ours, &leaving, &busy) || !ours || !busy)
+            !pid_proc_state(pid, &ours, &leaving, &busy, &state) || !ours || !busy)
             return true;
         if (ms >= wait_ms)
             return false;
@@ -369,13 +379,12 @@ bool ops_inst_tcp_ready(const char *addr, int timeout_ms) {
     return ok;
 }
 
-void ops_inst_log_tail(const char *path, int lines) {
-    static char buf[OPS_LOG_TAIL_BYTES_MAX + 1]; /* CLI only: one caller at a time */
+/* The last OPS_LOG_TAIL_BYTES_MAX bytes of path into buf (which holds one more, for the NUL),
+ * trailing newlines cut; their length, or -1 when path cannot be opened. */
+static long log_tail_read(const char *path, char *buf) {
     FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "    (no log at %s)\n", path);
-        return;
-    }
+    if (!f)
+        return -1;
     long start = 0;
     if (fseek(f, 0, SEEK_END) == 0) {
         long size = ftell(f);
@@ -387,6 +396,17 @@ void ops_inst_log_tail(const char *path, int lines) {
     buf[n] = '\0';
     while (n && buf[n - 1] == '\n')
         buf[--n] = '\0';
+    return (long)n;
+}
+
+void ops_inst_log_tail(const char *path, int lines) {
+    static char buf[OPS_LOG_TAIL_BYTES_MAX + 1]; /* CLI only: one caller at a time */
+    long got = log_tail_read(path, buf);
+    if (got < 0) {
+        fprintf(stderr, "    (no log at %s)\n", path);
+        return;
+    }
+    size_t n = (size_t)got;
     if (n == 0) {
         fprintf(stderr, "    (%s is empty)\n", path);
         return;
@@ -400,6 +420,25 @@ void ops_inst_log_tail(const char *path, int lines) {
         nl = strchr(line, '\n');
         fprintf(stderr, "    %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
     }
+}
+
+bool ops_inst_log_start_state(const char *dir, const char *name, bool *listened, char *last,
+                              size_t cap) {
+    static char buf[OPS_LOG_TAIL_BYTES_MAX + 1]; /* CLI only: one caller at a time */
+    char path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
+    long n =
+        ops_fmt(path, sizeof path, "%s/logs/%s.log", dir, name) ? log_tail_read(path, buf) : -1;
+    if (n < 0)
+        return false;
+    /* The latest start is the last "=== <time> <who> starts <name>" line (ops_inst_spawn). */
+    char *from = buf;
+    for (char *p = buf; (p = strstr(p, "\n=== ")); p++)
+        from = p + 1;
+    *listened = strstr(from, " listening on ") != NULL;
+    char *line = strrchr(from, '\n');
+    line = line ? line + 1 : from;
+    snprintf(last, cap, "%.*s", (int)strcspn(line, "\r\n"), line);
+    return true;
 }
 
 /* nftw has no user argument; the CLI is single-threaded. */

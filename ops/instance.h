@@ -39,8 +39,10 @@ int ops_restart_main(int argc, char **argv);  /* restart.c */
 /* `strata up` on a partly running instance (restart.c): starts every process of DIR/topology
  * without a live pid, as `strata up` would, and leaves the running ones alone. metrics: 0 keeps
  * each started process's DIR/run/<name>.metrics as recorded, 1 (--metrics) records one for each,
- * -1 (--no-metrics) drops theirs. Exit code. */
-int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int metrics);
+ * -1 (--no-metrics) drops theirs. routers false: the routers are left stopped (said on stdout),
+ * since a router started while nodes do not answer waits for them and gives up. Exit code. */
+int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int metrics,
+                           bool routers);
 
 /* Before a start of process name (restart.c): its metrics port as the full `strata up` chooses
  * it. metrics as ops_inst_start_missing's: -1 drops DIR/run/<name>.metrics; with a record (or 1)
@@ -103,6 +105,9 @@ bool ops_inst_pid_alive(pid_t pid);
  * live pid: the instance is stopped, and a command that needs it says so at once (`strata up`)
  * instead of retrying connections it knows nobody answers. */
 bool ops_inst_all_stopped(const char *dir, const st_topology *t);
+/* True when pid is stopped by a signal (SIGSTOP, SIGTSTP, Ctrl-Z) or by a debugger: state T or t
+ * in /proc/PID/stat. Such a process answers nothing until continued (`kill -CONT PID`). */
+bool ops_inst_pid_stopped(pid_t pid);
 /* Waits up to wait_ms for a process of ours that stopped (ops_inst_pid_alive false: killed,
  * exiting, a zombie) to be gone with all its threads: until then it still holds its files (a
  * node's data directory lock, its listening socket), and a process started in its place would
@@ -121,6 +126,12 @@ bool ops_inst_tcp_ready(const char *addr, int timeout_ms);
 
 /* Prints the last lines of path to stderr, indented, for failure reports. */
 void ops_inst_log_tail(const char *path, int lines);
+/* What DIR/logs/<name>.log says of the process's latest start (the part after the last "=== ...
+ * starts <name>" line ops_inst_spawn wrote, within the log's last 8 KiB): *listened when it
+ * printed its "listening on" line (a node prints it once its log is replayed), and its last line
+ * into last (cut to cap). False when the log cannot be read. */
+bool ops_inst_log_start_state(const char *dir, const char *name, bool *listened, char *last,
+                              size_t cap);
 
 /* GetStatus of the node at addr (host:port or unix:PATH) within OPS_NODE_STATUS_TIMEOUT_MS, its
  * reply in resp (may be NULL); *serving: the node answered (UNIMPLEMENTED too: an older build,

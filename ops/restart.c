@@ -220,7 +220,8 @@ static bool rs_start(rs_ctx *c) {
     return ok;
 }
 
-int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int metrics) {
+int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int metrics,
+                           bool routers) {
     rs_ctx *c = calloc(1, sizeof *c); /* the topology is large: not the stack */
     if (!c) {
         fprintf(stderr, "strata up: out of memory\n");
@@ -232,10 +233,19 @@ int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int
     if (rs_load(c)) {
         static rs_proc all[OPS_PROCS_MAX]; /* CLI: one call at a time */
         size_t n = rs_all(c, all);
+        size_t held = 0;
         for (size_t k = 0; k < n; k++) {
             pid_t pid = ops_inst_pid_read(c->dir, all[k].name);
             if (ops_inst_pid_alive(pid))
                 continue;
+            if (all[k].is_router && !routers) {
+                printf("  %-12s not started: a router loads the instance's metadata from the "
+                       "nodes, and not every running node answers (see above); `strata up` "
+                       "starts it once they do\n",
+                       all[k].name);
+                held++;
+                continue;
+            }
             if (pid && !ops_inst_pid_wait_gone(pid, c->wait_s * 1000))
                 fprintf(stderr, "strata up: %s (pid %d) is stopping but still there after %d s\n",
                         all[k].name, (int)pid, c->wait_s);
@@ -243,9 +253,10 @@ int ops_inst_start_missing(const char *dir, const char *bin_dir, int wait_s, int
                 ops_inst_pid_remove_if(c->dir, all[k].name, pid);
             c->procs[c->n_procs++] = all[k];
         }
-        printf("The instance in %s is partly running: starting its %zu stopped process(es), "
-               "leaving the %zu running ones alone (logs in %s/logs):\n",
-               c->dir, c->n_procs, n - c->n_procs, c->dir);
+        if (c->n_procs)
+            printf("The instance in %s is partly running: starting its %zu stopped process(es), "
+                   "leaving the %zu running ones alone (logs in %s/logs):\n",
+                   c->dir, c->n_procs, n - c->n_procs - held, c->dir);
         rc = rs_start(c) ? 0 : 1;
         if (rc)
             fprintf(stderr, "strata up: not every stopped process could be started (see above); "

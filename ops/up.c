@@ -3,7 +3,9 @@
  * given by flags or a topology file. It writes DIR/topology, starts every strata-node and the
  * strata-router as daemons (own session, output to DIR/logs, pids in DIR/run), waits until each
  * accepts connections, and prints the endpoint. If anything fails it stops what it started and
- * shows the failing process's log. Running it again on a running instance changes nothing. */
+ * shows the failing process's log. Running it again on a running instance changes nothing: it
+ * starts only what is stopped, and waits for running processes that do not answer yet (a node
+ * still replaying its log) as for those it starts. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -76,7 +78,8 @@ static void up_usage(FILE *out) {
             "                   (default 256 MiB)\n"
             "  --bin-dir DIR    where strata-node and strata-router are (default: next to this\n"
             "                   binary's build tree, then $PATH)\n"
-            "  --wait-s S       how long to wait for each process to listen (default %d)\n"
+            "  --wait-s S       how long to wait for each process to listen, also for one\n"
+            "                   found running but not answering yet (default %d)\n"
             "  --no-router      start only the nodes (debugging)\n"
             "  --metrics        every process serves Prometheus metrics on a free loopback port,\n"
             "                   shown below and kept in DIR/run/<name>.metrics (docs/metrics.md);\n"
@@ -91,7 +94,8 @@ static void up_usage(FILE *out) {
             "                   prints the cbt command line to use (docs/security.md). An\n"
             "                   instance made with --secure stays secure on every start\n"
             "Run again on a running instance: starts whatever of it is stopped (router\n"
-            "included) and leaves the rest alone; `strata restart NAME` restarts one process.\n"
+            "included), waits for running processes still starting, and leaves the rest\n"
+            "alone; `strata restart NAME` restarts one process.\n"
             "Stop it with\n"
             "`strata down`, inspect it with `strata status`.\n",
             UP_WAIT_S_DEFAULT);
@@ -623,45 +627,142 @@ static void up_metrics_running_note(const up_ctx *c) {
            differ, c->o.metrics ? "without" : "with", flag, c->dir, c->dir, flag);
 }
 
-/* Whether process name, alive, answers at addr (ops_inst_not_answering); says so when not. */
-static bool up_answers(const up_ctx *c, const char *name, const char *addr, bool router) {
-    pid_t pid = ops_inst_pid_read(c->dir, name);
-    if (!ops_inst_pid_alive(pid))
-        return true; /* not running: a start's failure is reported where it happens */
+/* ---- processes found running ---- */
+
+/* What became of a process found running that did not answer at once. */
+typedef enum up_live { UP_LIVE_ANSWERS, UP_LIVE_GONE, UP_LIVE_STOPPED, UP_LIVE_SILENT } up_live;
+
+/* One call: GetStatus of a node, PingAndWarm of a router (at most 2 s each). */
+static bool up_probe(const up_ctx *c, const char *addr, bool router) {
     bool serving = false;
     st_code rc =
         router ? ops_inst_router_ping(&c->topo, addr) : ops_inst_node_status(addr, NULL, &serving);
-    if (!ops_inst_not_answering(rc, addr))
-        return true;
-    fprintf(stderr,
-            "strata up: %s (pid %d) runs but does not answer on %s (hung, stopped by a signal, "
-            "or still starting): `strata restart %s%s%s` restarts it\n",
-            name, (int)pid, addr, name, c->o.dir_flag ? " --dir " : "",
-            c->o.dir_flag ? c->dir : "");
-    return false;
+    return !ops_inst_not_answering(rc, addr);
 }
 
-/* True when every live process of DIR/topology answers. `strata up` leaves a running process
- * alone, so one that is hung (or stopped with SIGSTOP) would stay so while up said "Already
- * running": it is named instead, with the command that mends it. */
-static bool up_all_answer(const up_ctx *c) {
-    bool ok = true;
-    for (size_t i = 0; i < c->topo.n_clusters; i++)
-        for (size_t j = 0; j < c->topo.clusters[i].n_nodes; j++) {
-            char name[OPS_NAME_MAX];
-            ops_inst_node_name(&c->topo, i, j, name);
-            ok &= up_answers(c, name, c->topo.clusters[i].nodes[j].addr, false);
+/* Waits up to --wait-s for pid, a process found running (this run did not start it), to answer
+ * at addr, as up_await waits for the processes it starts: one left behind by a `strata up` that
+ * was killed (or a node restarted by hand) may still be replaying its log and serve a moment
+ * later, and calling it hung then sent the operator to restart it in the middle of its recovery.
+ * A process stopped by a signal is not waited for: it answers nothing until it is continued. */
+static up_live up_wait_live(const up_ctx *c, const char *name, pid_t pid, const char *addr,
+                            bool router) {
+    struct timespec nap = {0, OPS_POLL_MS * 1000000L};
+    int64_t start_us = st_mono_us(), next_note_ms = OPS_PROGRESS_EVERY_S * 1000L;
+    for (bool said = false;; nanosleep(&nap, NULL)) {
+        if (!ops_inst_pid_alive(pid))
+            return UP_LIVE_GONE;
+        if (ops_inst_pid_stopped(pid))
+            return UP_LIVE_STOPPED;
+        if (up_probe(c, addr, router)) {
+            if (said)
+                printf("  %-12s %-22s ready (pid %d)\n", name, addr, (int)pid);
+            return UP_LIVE_ANSWERS;
         }
-    for (size_t r = 0; r < c->topo.n_routers; r++) {
-        char name[OPS_NAME_MAX];
-        ops_inst_router_name(r, name);
-        ok &= up_answers(c, name, c->topo.routers[r], true);
+        int64_t waited_ms = (st_mono_us() - start_us) / 1000;
+        if (waited_ms >= c->o.wait_s * 1000LL)
+            return UP_LIVE_SILENT;
+        if (!said)
+            printf("  %-12s %-22s running (pid %d), not answering yet: waiting up to %ds for it "
+                   "(log %s/logs/%s.log)\n",
+                   name, addr, (int)pid, c->o.wait_s, c->dir, name);
+        else if (waited_ms >= next_note_ms) {
+            printf("  ... still waiting for %s to answer on %s (%llds of %ds)\n", name, addr,
+                   (long long)(waited_ms / 1000), c->o.wait_s);
+            next_note_ms += OPS_PROGRESS_EVERY_S * 1000L;
+        }
+        said = true;
+        fflush(stdout);
     }
-    if (!ok)
+}
+
+/* Says why pid, found running, does not answer, with the advice that fits: one that exited is
+ * started again; a stopped process is continued; one still starting (no connection, and no
+ * "listening" line in its log since it was started) is left to finish, since a restart would
+ * begin its recovery again; one that takes connections but answers no call, or no longer
+ * listens, is hung and restarted. */
+static void up_report_live(const up_ctx *c, const char *name, pid_t pid, const char *addr,
+                           bool router, up_live why) {
+    const char *df = c->o.dir_flag ? " --dir " : "", *dv = c->o.dir_flag ? c->dir : "";
+    fflush(stdout); /* in order with the progress lines when both go to one file */
+    if (why == UP_LIVE_GONE) {
         fprintf(stderr,
-                "strata up: the instance in %s is not fully serving (see above); "
-                "`strata status` shows it.\n",
-                c->dir);
+                "strata up: %s (pid %d) exited before it answered on %s (its log %s/logs/%s.log "
+                "says why); `strata up%s%s` starts it again\n",
+                name, (int)pid, addr, c->dir, name, df, dv);
+        return;
+    }
+    if (why == UP_LIVE_STOPPED) {
+        fprintf(stderr,
+                "strata up: %s (pid %d) runs but does not answer on %s: it is stopped by a signal "
+                "(SIGSTOP or Ctrl-Z: state T in /proc/%d/stat): `kill -CONT %d` resumes it, "
+                "`strata restart %s%s%s` restarts it\n",
+                name, (int)pid, addr, (int)pid, (int)pid, name, df, dv);
+        return;
+    }
+    bool listened = true, accepts = ops_inst_tcp_ready(addr, 500);
+    char last[240] = "";
+    bool have_log = ops_inst_log_start_state(c->dir, name, &listened, last, sizeof last);
+    /* Nothing since the start line: its time and who started it say enough, not its argv. */
+    char *argv_at = strncmp(last, "=== ", 4) ? NULL : strstr(last, ": ");
+    if (argv_at)
+        *argv_at = '\0';
+    if (!accepts && have_log && !listened) {
+        fprintf(stderr,
+                "strata up: %s (pid %d) runs but has not listened on %s within %ds: it is still "
+                "starting (%s before it listens; its log has no \"listening\" line since this "
+                "start and ends with \"%s\"). Leave it running: a restart would begin that again. "
+                "`strata up%s%s --wait-s N` waits longer; `strata status%s%s` shows when it "
+                "serves\n",
+                name, (int)pid, addr, c->o.wait_s,
+                router ? "a router loads the instance's metadata from its nodes"
+                       : "a node replays its commit log",
+                last, df, dv, df, dv);
+        return;
+    }
+    fprintf(stderr,
+            "strata up: %s (pid %d) runs but does not answer on %s within %ds: it is hung (%s): "
+            "`strata restart %s%s%s` restarts it\n",
+            name, (int)pid, addr, c->o.wait_s,
+            accepts ? "it takes connections but answers no call"
+                    : "it takes no connection, though its log says it listened",
+            name, df, dv);
+}
+
+/* Whether process name, when alive, answers at addr, waited for as up_wait_live says; says why
+ * not. A process found dead is left to ops_inst_start_missing, and so is one that exits while
+ * waited for when restart (it runs next); otherwise that exit is a failure. */
+static bool up_live_answers(const up_ctx *c, const char *name, const char *addr, bool router,
+                            bool restart) {
+    pid_t pid = ops_inst_pid_read(c->dir, name);
+    if (!ops_inst_pid_alive(pid))
+        return true;
+    up_live why = up_wait_live(c, name, pid, addr, router);
+    if (why == UP_LIVE_GONE && restart)
+        printf("  %-12s %-22s exited before it answered (pid %d): started again below\n", name,
+               addr, (int)pid);
+    else if (why != UP_LIVE_ANSWERS)
+        up_report_live(c, name, pid, addr, router, why);
+    return why == UP_LIVE_ANSWERS || (why == UP_LIVE_GONE && restart);
+}
+
+/* True when every live node (routers: every live router) of DIR/topology answers, each waited
+ * for. `strata up` leaves a running process alone, so one that is hung (or stopped with SIGSTOP)
+ * would stay so while up said "Already running": it is named instead, with what mends it. Nodes
+ * are checked before the missing processes are started, so a node that exits meanwhile is
+ * started with them; routers after. */
+static bool up_live_all_answer(const up_ctx *c, bool routers) {
+    bool ok = true;
+    char name[OPS_NAME_MAX];
+    for (size_t i = 0; !routers && i < c->topo.n_clusters; i++)
+        for (size_t j = 0; j < c->topo.clusters[i].n_nodes; j++) {
+            ops_inst_node_name(&c->topo, i, j, name);
+            ok &= up_live_answers(c, name, c->topo.clusters[i].nodes[j].addr, false, true);
+        }
+    for (size_t r = 0; routers && r < c->topo.n_routers; r++) {
+        ops_inst_router_name(r, name);
+        ok &= up_live_answers(c, name, c->topo.routers[r], true, false);
+    }
     return ok;
 }
 
@@ -913,21 +1014,28 @@ static int up_already(up_ctx *c) {
     signal(SIGPIPE, SIG_IGN);       /* a node dying mid-call must not end this command */
     st_log_set_level(ST_LOG_ERROR); /* a process that does not answer is said in a sentence */
     up_metrics_running_note(c);
-    if (up_all_alive(c)) {
-        if (!up_all_answer(c))
-            return 1;
-        up_print_endpoint(c, true);
-        return 0;
-    }
-    int rc = ops_inst_start_missing(c->dir, c->o.bin_dir, c->o.wait_s,
-                                    c->o.metrics      ? 1
-                                    : c->o.no_metrics ? -1
-                                                      : 0);
-    if (rc == 0 && !up_all_answer(c))
+    /* The nodes found running first (a router started meanwhile would find them silent), then
+     * whatever is missing, then the routers that were running. */
+    bool nodes_ok = up_live_all_answer(c, false), all_alive = up_all_alive(c);
+    int rc = all_alive ? 0
+                       : ops_inst_start_missing(c->dir, c->o.bin_dir, c->o.wait_s,
+                                                c->o.metrics      ? 1
+                                                : c->o.no_metrics ? -1
+                                                                  : 0,
+                                                nodes_ok);
+    bool ok = up_live_all_answer(c, true) && nodes_ok && up_all_alive(c);
+    if (rc == 0 && !ok) {
+        fflush(stdout);
+        fprintf(stderr,
+                "strata up: the instance in %s is not fully serving (see above); "
+                "`strata status` shows it.\n",
+                c->dir);
         rc = 1;
+    }
     if (rc == 0) {
-        printf("\n");
-        up_print_endpoint(c, false);
+        if (!all_alive)
+            printf("\n");
+        up_print_endpoint(c, all_alive);
     }
     return rc;
 }
