@@ -483,11 +483,15 @@ static int link_cmp(const void *pa, const void *pb) {
 }
 
 /* As du: a file hard-linked several times (backups, restored tables and split children share
- * SSTables) counts once, or a node's data would read many times what its disk holds. */
+ * SSTables) counts once, or a node's data would read many times what its disk holds. A data
+ * directory that is itself a symbolic link (the usual way to put a node on a disk of its own) is
+ * followed; links inside it are not (FTW_PHYS), as the node never makes any. */
 unsigned long long ops_inst_disk_bytes(const char *path) {
     disk_total = 0;
     disk_n_links = 0;
-    nftw(path, disk_visit, 16, FTW_PHYS);
+    char *real = realpath(path, NULL);
+    nftw(real ? real : path, disk_visit, 16, FTW_PHYS);
+    free(real);
     if (disk_n_links)
         qsort(disk_links, disk_n_links, sizeof *disk_links, link_cmp);
     for (size_t i = 0; i < disk_n_links; i++)

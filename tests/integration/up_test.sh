@@ -34,10 +34,14 @@ echo "$STATUS" | grep -Eq "^router +127\.0\.0\.1:$PORT +[0-9]+ +ok" || fail "rou
 echo "$STATUS" | grep -q "4 of 4 nodes healthy, 1 of 1 routers healthy" || fail "summary line"
 
 echo "== status counts a hard-linked file once (backups and split children share SSTables)"
-data_mib() { # DATA of node $1 in MiB
+data_kib() { # DATA of node $1 in KiB
   "$STRATA" status --dir "$DIR" | awk -v n="$1" '$3 == n { for (i = 2; i <= NF; i++) if ($i ~ /^(B|KiB|MiB|GiB)$/) {
-    u = $i; f = (u == "KiB") ? 1/1024 : (u == "MiB") ? 1 : (u == "GiB") ? 1024 : 1/1048576
+    u = $i; f = (u == "KiB") ? 1 : (u == "MiB") ? 1024 : (u == "GiB") ? 1048576 : 1/1024
     printf "%d\n", $(i-1) * f; exit } }'
+}
+data_mib() { # DATA of node $1 in MiB
+  local k
+  k=$(data_kib "$1") && [ -n "$k" ] && echo $((k / 1024))
 }
 BEFORE=$(data_mib east-0)
 head -c $((16 << 20)) /dev/urandom >"$DIR/east-0/linked.test"
@@ -90,6 +94,14 @@ done
 [ -z "$(ls -A "$DIR/run")" ] || fail "pid files left: $(ls "$DIR/run")"
 [ -d "$DIR/east-0" ] || fail "down removed data without --purge"
 if "$STRATA" status --dir "$DIR" >/dev/null 2>&1; then fail "status says healthy after down"; fi
+
+echo "== status follows a data directory that is a symbolic link (a node on a disk of its own)"
+STOPPED=$(data_kib east-0)
+mv "$DIR/east-0" "$DIR/east-0.disk" && ln -s "$DIR/east-0.disk" "$DIR/east-0" || fail "symlink"
+LINKED=$(data_kib east-0)
+rm "$DIR/east-0" && mv "$DIR/east-0.disk" "$DIR/east-0" || fail "undo the symlink"
+[ -n "$STOPPED" ] && [ "$STOPPED" -gt 0 ] && [ "$LINKED" = "$STOPPED" ] ||
+  fail "DATA of east-0 through a symlink: $LINKED KiB, $STOPPED KiB without"
 
 echo "== strata down --purge"
 "$STRATA" down --dir "$DIR" --purge || fail "down --purge failed"
