@@ -879,3 +879,148 @@ st_code node_filter_cell_apply(const node_filter *f, st_slice row_key, const nod
     eval_state s = {.ctx = ctx, .key = row_key, .err = err, .budget = SIZE_MAX};
     return cell_apply(&s, f, cell, out);
 }
+
+/* ---- streaming a filter's head ---- */
+
+static bool kind_counts(node_filter_kind kind) {
+    return kind == NODE_FILTER_CELLS_PER_COLUMN_LIMIT || kind == NODE_FILTER_CELLS_PER_ROW_LIMIT ||
+           kind == NODE_FILTER_CELLS_PER_ROW_OFFSET;
+}
+
+/* Whether every node of f can be applied cell by cell with a count kept per row or column. */
+static bool is_streamable(const node_filter *f) {
+    if (f == NULL)
+        return true;
+    if (f->kind == NODE_FILTER_CHAIN) {
+        for (size_t i = 0; i < f->u.list.count; i++)
+            if (!is_streamable(f->u.list.subs[i]))
+                return false;
+        return true;
+    }
+    return kind_counts(f->kind) || node_filter_is_per_cell(f);
+}
+
+/* Stages of streamable f, nested chains flattened, appended at s->stages[s->n...]. */
+static void stream_add(node_filter_stream *s, const node_filter *f) {
+    if (f == NULL)
+        return;
+    if (f->kind == NODE_FILTER_CHAIN) {
+        for (size_t i = 0; i < f->u.list.count; i++)
+            stream_add(s, f->u.list.subs[i]);
+        return;
+    }
+    s->stages[s->n++] = (node_filter_stage){f, 0, 0};
+    s->weight += node_filter_weight(f);
+    s->by_column |= f->kind == NODE_FILTER_CELLS_PER_COLUMN_LIMIT;
+}
+
+/* Leaf nodes of streamable f: the most stages it can make. */
+static size_t stream_leaves(const node_filter *f) {
+    if (f == NULL || f->kind != NODE_FILTER_CHAIN)
+        return 1;
+    size_t n = 0;
+    for (size_t i = 0; i < f->u.list.count; i++)
+        n += stream_leaves(f->u.list.subs[i]);
+    return n;
+}
+
+st_code node_filter_stream_init(node_filter_stream *s, const node_filter *f, st_arena *arena) {
+    memset(s, 0, sizeof *s);
+    st_buf_init(&s->last_column);
+    if (f == NULL)
+        return ST_OK;
+    if (f->kind != NODE_FILTER_CHAIN || is_streamable(f)) {
+        if (!is_streamable(f)) {
+            s->rest = f;
+            return ST_OK;
+        }
+        s->stages = st_arena_alloc(arena, stream_leaves(f) * sizeof *s->stages);
+        if (s->stages == NULL)
+            return ST_RESOURCE_EXHAUSTED;
+        stream_add(s, f);
+        return ST_OK;
+    }
+    /* A chain that needs the whole row somewhere: its streamable subs[0..k) are the head. */
+    node_filter *const *subs = f->u.list.subs;
+    size_t count = f->u.list.count, k = 0, leaves = 0;
+    for (; k < count && is_streamable(subs[k]); k++)
+        leaves += stream_leaves(subs[k]);
+    if (leaves > 0) {
+        s->stages = st_arena_alloc(arena, leaves * sizeof *s->stages);
+        if (s->stages == NULL)
+            return ST_RESOURCE_EXHAUSTED;
+    }
+    for (size_t i = 0; i < k; i++)
+        stream_add(s, subs[i]);
+    s->rest = k == 0           ? f
+              : count - k == 1 ? subs[k]
+                               : node_filter_list(arena, NODE_FILTER_CHAIN, subs + k, count - k);
+    return s->rest ? ST_OK : ST_RESOURCE_EXHAUSTED;
+}
+
+void node_filter_stream_deinit(node_filter_stream *s) {
+    st_buf_free(&s->last_column);
+}
+
+void node_filter_stream_row_start(node_filter_stream *s) {
+    s->column = 0;
+    st_buf_reset(&s->last_column);
+    for (size_t i = 0; i < s->n; i++) {
+        s->stages[i].seen = 0;
+        s->stages[i].column = 0;
+    }
+}
+
+/* Numbers c's column within the row (a new number when it differs from the last cell's): the
+ * iterator's slices die at its next call, so the last column is kept as a copy. */
+static st_code stream_column(node_filter_stream *s, const node_cell *c, st_err *err) {
+    const st_buf *b = &s->last_column;
+    uint64_t flen = c->family.len;
+    if (s->column > 0 && b->len == sizeof flen + c->family.len + c->qualifier.len &&
+        memcmp(b->data, &flen, sizeof flen) == 0 &&
+        memcmp(b->data + sizeof flen, c->family.data, c->family.len) == 0 &&
+        memcmp(b->data + sizeof flen + c->family.len, c->qualifier.data, c->qualifier.len) == 0)
+        return ST_OK;
+    s->column++;
+    st_buf_reset(&s->last_column);
+    if (st_buf_append(&s->last_column, &flen, sizeof flen) != ST_OK ||
+        st_buf_append(&s->last_column, c->family.data, c->family.len) != ST_OK ||
+        st_buf_append(&s->last_column, c->qualifier.data, c->qualifier.len) != ST_OK)
+        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory filtering a row");
+    return ST_OK;
+}
+
+/* Whether a counting stage passes the next cell of its input on (column: the cell's). */
+static bool stage_count(node_filter_stage *st, uint64_t column) {
+    if (st->f->kind == NODE_FILTER_CELLS_PER_COLUMN_LIMIT && st->column != column) {
+        st->column = column;
+        st->seen = 0;
+    }
+    int64_t place = st->seen++;
+    if (st->f->kind == NODE_FILTER_CELLS_PER_ROW_OFFSET)
+        return place >= st->f->u.count;
+    return place < st->f->u.count;
+}
+
+st_code node_filter_stream_cell(node_filter_stream *s, st_slice row_key, const node_cell *cell,
+                                node_filter_ctx *ctx, const node_cell **out, st_err *err) {
+    if (s->by_column) {
+        st_code rc = stream_column(s, cell, err);
+        if (rc != ST_OK)
+            return rc;
+    }
+    eval_state es = {.ctx = ctx, .key = row_key, .err = err, .budget = SIZE_MAX};
+    const node_cell *c = cell;
+    for (size_t i = 0; i < s->n && c != NULL; i++) {
+        node_filter_stage *st = &s->stages[i];
+        if (kind_counts(st->f->kind)) {
+            c = stage_count(st, s->column) ? c : NULL;
+            continue;
+        }
+        st_code rc = cell_apply(&es, st->f, c, &c);
+        if (rc != ST_OK)
+            return rc;
+    }
+    *out = c;
+    return ST_OK;
+}

@@ -204,6 +204,45 @@ st_code node_filter_eval(const node_filter *f, st_slice row_key, const node_cell
 st_code node_filter_cell_apply(const node_filter *f, st_slice row_key, const node_cell *cell,
                                node_filter_ctx *ctx, const node_cell **out, st_err *err);
 
+/* ---- streaming a filter's head while a row is assembled ----
+ * A reader that assembles a row for a filter applies the filter's head to each cell as it
+ * arrives and keeps only what the head passes on; node_filter_eval then runs the rest over the
+ * kept cells. The head is the filter itself when it is built only of per-cell filters, the
+ * counting filters (cells_per_column_limit, cells_per_row_limit, cells_per_row_offset) and
+ * chains of them; otherwise the longest leading run of such filters in a root chain (nested
+ * chains of such filters count). A chain is sequential composition and a counting filter keeps
+ * cells by their place in its input, so the result is the same; what the head drops (versions
+ * past a limit, cells of other columns) never takes the reader's memory. The rest starts at the
+ * first filter that needs the whole row (interleave, condition, sink, row_sample). */
+typedef struct node_filter_stage {
+    const node_filter *f; /* a per-cell filter or a counting one */
+    int64_t seen;         /* cells counted: in the row, or in the column of `column` */
+    uint64_t column; /* the column counted (cells_per_column_limit): node_filter_stream.column */
+} node_filter_stage;
+
+typedef struct node_filter_stream {
+    node_filter_stage *stages; /* the head, in order */
+    size_t n;
+    const node_filter *rest; /* evaluated over the kept row; NULL when the head is all of it */
+    size_t weight;           /* node_filter_weight of the head: work per cell arriving */
+    bool by_column;          /* a stage counts per column: columns are told apart */
+    uint64_t column;         /* number of the current column in the row, from 1 */
+    st_buf last_column;      /* family length (8 bytes), family, qualifier of the last cell */
+} node_filter_stream;
+
+/* Splits prepared f (NULL: no filter) into head and rest. Stages and any chain node made for the
+ * rest come from arena; f and arena must outlive the stream. ST_RESOURCE_EXHAUSTED when memory
+ * runs out. Free with node_filter_stream_deinit. */
+st_code node_filter_stream_init(node_filter_stream *s, const node_filter *f, st_arena *arena);
+void node_filter_stream_deinit(node_filter_stream *s);
+/* Before a row's first cell. */
+void node_filter_stream_row_start(node_filter_stream *s);
+/* Applies the head to the row's next cell (cells in Bigtable order): *out is the cell to keep
+ * (the input itself, or a transformed copy in ctx->arena), or NULL when the head drops it.
+ * ST_RESOURCE_EXHAUSTED only when memory runs out. */
+st_code node_filter_stream_cell(node_filter_stream *s, st_slice row_key, const node_cell *cell,
+                                node_filter_ctx *ctx, const node_cell **out, st_err *err);
+
 /* Bigtable cell order: family asc, qualifier asc (bytes), timestamp desc. <0, 0, >0. */
 int node_cell_cmp(const node_cell *a, const node_cell *b);
 

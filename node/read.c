@@ -41,11 +41,13 @@ typedef struct read_state {
     node_ctx *n;
     rpc_call *call;
     char table[NODE_TABLE_NAME_MAX + 1];
-    node_rowset rs;       /* in the call's arena */
-    node_filter *filter;  /* prepared; NULL = whole rows */
-    bool per_cell;        /* filter applied cell by cell as cells stream by */
-    size_t filter_weight; /* node_filter_weight(filter) */
-    int64_t cell_work;    /* what one cell counts against NODE_READ_TURN_CELLS (filter_cell_work) */
+    node_rowset rs;      /* in the call's arena */
+    node_filter *filter; /* prepared; NULL = whole rows */
+    /* The filter's head, applied to each cell as it arrives, so the row holds only what it keeps;
+     * its rest (stream.rest, NULL: none) runs over the complete row (node_filter_stream_init). */
+    node_filter_stream stream;
+    size_t rest_weight; /* node_filter_weight(stream.rest) */
+    int64_t cell_work;  /* what one cell counts against NODE_READ_TURN_CELLS (filter_cell_work) */
     bool reversed, stats_full, last_scanned_ok;
     int64_t rows_limit; /* 0 = none */
 
@@ -135,6 +137,7 @@ static void read_free(read_state *r) {
     if (r->snap)
         sto_snapshot_free(r->snap);
     node_filter_release(r->filter);
+    node_filter_stream_deinit(&r->stream);
     node_ctx *n = r->n;
     if (n->read_pool_n >= NODE_READ_POOL_MAX) {
         read_bufs_free(r);
@@ -416,28 +419,53 @@ static void row_reset(read_state *r) {
         st_arena_deinit(&r->row_arena);
 }
 
-static st_code row_too_large(read_state *r, size_t bytes, st_err *err) {
-    char key[96];
+/* The row key as printable text for a message (other bytes as '?', long keys cut with "..."). */
+static void row_key_text(const read_state *r, char *out, size_t cap) {
     size_t k = 0;
     st_slice rk = st_buf_slice(&r->row_key);
-    for (size_t i = 0; i < rk.len && k + 4 < sizeof key; i++)
-        key[k++] = rk.data[i] >= 0x20 && rk.data[i] < 0x7f ? (char)rk.data[i] : '?';
-    key[k] = 0;
+    for (size_t i = 0; i < rk.len && k + 4 < cap; i++)
+        out[k++] = rk.data[i] >= 0x20 && rk.data[i] < 0x7f ? (char)rk.data[i] : '?';
+    if (k < rk.len) {
+        memcpy(out + k, "...", 3);
+        k += 3;
+    }
+    out[k] = 0;
+}
+
+/* The data the read returns for the row passed NODE_READ_ROW_BYTES_MAX at `bytes`. */
+static st_code row_too_large(read_state *r, size_t bytes, st_err *err) {
+    char key[100];
+    row_key_text(r, key, sizeof key);
     return st_err_set(err, ST_FAILED_PRECONDITION,
-                      "Error while reading table '%s' : Read returned %zuMiB from row '%s%s' "
+                      "Error while reading table '%s' : Read returned %zuMiB from row '%s' "
                       "which exceeds the limit of %zuMiB. Make sure you are setting an "
                       "appropriate request filter to retrieve only recent versions and only the "
                       "columns you want.",
-                      r->table, bytes >> 20, key, k < rk.len ? "..." : "",
-                      NODE_READ_ROW_BYTES_MAX >> 20);
+                      r->table, bytes >> 20, key, NODE_READ_ROW_BYTES_MAX >> 20);
 }
 
-/* What a cell counts against a turn's NODE_READ_TURN_CELLS: 1, or with a per-cell filter heavier
- * than READ_CELL_WORK_FREE its weight's share of it (node_filter_weight): a filter of 1,800
- * chained regexes ran 20,000 cells x 1,800 regexes in one turn, tens of seconds. */
+/* The cells the filter's head kept for the part that needs the whole row (stream.rest) passed
+ * NODE_READ_ROW_BYTES_MAX: they would be held in memory at once, whatever the rest returns. */
+static st_code row_too_large_for_filter(read_state *r, st_err *err) {
+    char key[100];
+    row_key_text(r, key, sizeof key);
+    return st_err_set(err, ST_FAILED_PRECONDITION,
+                      "Error while reading table '%s' : row '%s' holds more than %zuMiB for the "
+                      "row filter's %s, which needs the whole row in memory. Begin the filter "
+                      "with a chain of filters that narrow the row cell by cell (family, column, "
+                      "timestamp range or value filters, cells_per_column_limit, "
+                      "cells_per_row_limit): only the cells they keep are held.",
+                      r->table, key, NODE_READ_ROW_BYTES_MAX >> 20,
+                      node_filter_kind_name(r->stream.rest->kind));
+}
+
+/* What a cell counts against a turn's NODE_READ_TURN_CELLS: 1, or when the filter's head (applied
+ * to every cell) is heavier than READ_CELL_WORK_FREE its weight's share of it (node_filter_weight):
+ * a filter of 1,800 chained regexes ran 20,000 cells x 1,800 regexes in one turn, tens of
+ * seconds. */
 #define READ_CELL_WORK_FREE 16
 static int64_t filter_cell_work(const read_state *r) {
-    size_t w = r->per_cell ? r->filter_weight : 1;
+    size_t w = r->filter ? r->stream.weight : 1;
     return w > READ_CELL_WORK_FREE ? (int64_t)(w / READ_CELL_WORK_FREE) : 1;
 }
 
@@ -456,22 +484,25 @@ static bool rowdata_add(read_state *r, st_slice v, size_t *off) {
     return st_buf_append(&r->rowdata, v.data, v.len) == ST_OK;
 }
 
-/* Adds a cell to the open row: through a per-cell filter when there is one, its bytes copied
- * into rowdata (the iterator's slices die at its next call). rowdata may move while the row
- * grows, so cells keep offsets until row_finish points them at the final copy. */
+/* Adds a cell to the open row: through the filter's head when there is a filter (the cells it
+ * drops never take memory), its bytes copied into rowdata (the iterator's slices die at its next
+ * call). rowdata may move while the row grows, so cells keep offsets until row_finish points them
+ * at the final copy. What the row holds is bounded by NODE_READ_ROW_BYTES_MAX: it is what the
+ * read returns, or what the filter's rest is given. */
 static st_code row_add(read_state *r, const sto_cell *sc, st_err *err) {
     node_cell in = {sc->family, sc->qualifier, sc->ts_us, sc->value, NULL, 0};
     const node_cell *c = &in;
-    if (r->per_cell) {
+    if (r->filter) {
         node_filter_ctx fc = filter_ctx(r);
         st_code rc =
-            node_filter_cell_apply(r->filter, st_buf_slice(&r->row_key), &in, &fc, &c, err);
+            node_filter_stream_cell(&r->stream, st_buf_slice(&r->row_key), &in, &fc, &c, err);
         if (rc != ST_OK || c == NULL)
             return rc;
     }
     size_t bytes = node_read_cell_bytes(c);
-    if (r->row_bytes + bytes + r->row_key.len > NODE_READ_ROW_BYTES_MAX)
-        return row_too_large(r, r->row_bytes + bytes + r->row_key.len, err);
+    size_t held = r->row_bytes + bytes + r->row_key.len;
+    if (held > NODE_READ_ROW_BYTES_MAX)
+        return r->stream.rest ? row_too_large_for_filter(r, err) : row_too_large(r, held, err);
     node_cell copy = *c;
     cell_off off;
     if (!rowdata_add(r, c->family, &off.family) || !rowdata_add(r, c->qualifier, &off.qualifier) ||
@@ -488,6 +519,7 @@ static st_code row_start(read_state *r, st_slice key, st_err *err) {
     if (st_buf_append(&r->row_key, key.data, key.len) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory assembling a row");
     r->row_open = true;
+    node_filter_stream_row_start(&r->stream);
     return ST_OK;
 }
 
@@ -608,8 +640,9 @@ static st_code row_emit(read_state *r, st_err *err) {
     return to < r->emit_n ? READ_TURN_OVER : row_commit(r, err);
 }
 
-/* The open row is complete: row-level filters run on it (in one piece), then it is encoded and
- * sent (row_emit). A row with no cells left is only remembered for last_scanned_row_key. */
+/* The open row is complete: the part of the filter that needs the whole row runs on it (in one
+ * piece), then it is encoded and sent (row_emit). A row with no cells left is only remembered for
+ * last_scanned_row_key. */
 static st_code row_finish(read_state *r, st_err *err) {
     size_t n = r->cellv.len / sizeof(node_cell);
     st_slice key = st_buf_slice(&r->row_key);
@@ -617,13 +650,14 @@ static st_code row_finish(read_state *r, st_err *err) {
     r->rows_seen++;
     r->emit_out = NULL;
     r->emit_n = n;
-    if (r->filter && !r->per_cell) {
+    if (r->stream.rest) {
         row_cells_settle(r, 0, n);
         node_filter_ctx fc = filter_ctx(r);
-        rc = node_filter_row_work_check(r->filter_weight, n, err);
+        rc = node_filter_row_work_check(r->rest_weight, n, err);
         if (rc == ST_OK)
-            rc = node_filter_eval(r->filter, key, (const node_cell *)(const void *)r->cellv.data, n,
-                                  &fc, &r->emit_out, &r->emit_n, err);
+            rc = node_filter_eval(r->stream.rest, key,
+                                  (const node_cell *)(const void *)r->cellv.data, n, &fc,
+                                  &r->emit_out, &r->emit_n, err);
     }
     if (rc == ST_OK && r->emit_n == 0) { /* scanned, nothing returned: remember for last_scanned */
         st_buf_reset(&r->scanned_key);
@@ -921,6 +955,9 @@ void node_h_read_rows(rpc_call *call, st_slice bytes, void *arg) {
     st_code rc = node_rowset_from_pb(req->rows, rpc_call_arena(call), &r->rs, &err);
     if (rc == ST_OK)
         rc = node_filter_from_pb(req->filter, rpc_call_arena(call), &r->filter, &err);
+    if (rc == ST_OK &&
+        node_filter_stream_init(&r->stream, r->filter, rpc_call_arena(call)) != ST_OK)
+        rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory preparing the row filter");
     if (rc == ST_OK)
         rc = pin_table(r, &err);
     if (rc == ST_OK)
@@ -929,8 +966,7 @@ void node_h_read_rows(rpc_call *call, st_slice bytes, void *arg) {
         read_end(r, err.code, err.msg);
         return;
     }
-    r->per_cell = r->filter != NULL && node_filter_is_per_cell(r->filter);
-    r->filter_weight = node_filter_weight(r->filter);
+    r->rest_weight = node_filter_weight(r->stream.rest);
     r->cell_work = filter_cell_work(r);
     node_scan_restart(&r->scan, &r->rs, r->reversed);
     rpc_call_set_cancel_cb(call, on_cancel, r);

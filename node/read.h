@@ -29,7 +29,8 @@
 #define NODE_READ_VALUE_CHUNK_BYTES ((size_t)1 << 20)
 /* A ReadRowsResponse is sent once its chunks reach this size (whole rows only). */
 #define NODE_READ_BATCH_BYTES ((size_t)1 << 20)
-/* Largest row a read returns (after the filter), and largest row materialised for a row-level
+/* Largest row a read returns (after the filter), and largest row held while it is assembled:
+ * the cells the filter's head keeps as they arrive (node_filter_stream_*), all of them without a
  * filter. Cloud Bigtable: "Rows which exceed 256MiB in size cannot be read in full" and
  * FAILED_PRECONDITION "Read returned N MiB from row '...' which exceeds the limit of 256MiB". */
 #define NODE_READ_ROW_BYTES_MAX ((size_t)256 << 20)

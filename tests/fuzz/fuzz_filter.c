@@ -3,7 +3,8 @@
  * input bytes, rows with arbitrary family/qualifier/value bytes.
  * Properties: no crash or leak; prepare fails only with INVALID_ARGUMENT; evaluation fails only
  * with RESOURCE_EXHAUSTED (the budget); the output is in Bigtable order; for per-cell filters the
- * streaming path (node_filter_cell_apply) yields exactly the evaluated cells. */
+ * streaming path (node_filter_cell_apply) yields exactly the evaluated cells, and so does a
+ * filter's head streamed cell by cell followed by its rest (node_filter_stream_*). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -154,6 +155,40 @@ static void check_streaming(const node_filter *f, st_slice key, const node_cell 
     ST_ASSERT(k == out_n);
 }
 
+/* The filter's head streamed cell by cell, then its rest over the kept cells (the read path's way
+ * of assembling a row), yields exactly the evaluated cells. rng_seed: the full evaluation's. */
+static void check_head_rest(const node_filter *f, st_slice key, const node_cell *cells, size_t n,
+                            node_filter_ctx *ctx, uint64_t rng_seed, const node_cell *const *out,
+                            size_t out_n) {
+    node_filter_stream s;
+    node_cell *kept = st_arena_alloc(ctx->arena, (n + 1) * sizeof *kept);
+    if (kept == NULL || node_filter_stream_init(&s, f, ctx->arena) != ST_OK)
+        return; /* out of memory: nothing to compare */
+    node_filter_stream_row_start(&s);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const node_cell *c;
+        if (node_filter_stream_cell(&s, key, &cells[i], ctx, &c, NULL) != ST_OK) {
+            node_filter_stream_deinit(&s);
+            return;
+        }
+        if (c != NULL)
+            kept[k++] = *c;
+    }
+    st_rng_seed(ctx->rng, rng_seed); /* row_sample draws as in the full evaluation */
+    const node_cell *const *res = NULL;
+    size_t res_n = k;
+    st_err err;
+    bool ok =
+        s.rest == NULL || node_filter_eval(s.rest, key, kept, k, ctx, &res, &res_n, &err) == ST_OK;
+    if (ok) {
+        ST_ASSERT(res_n == out_n);
+        for (size_t i = 0; i < res_n; i++)
+            ST_ASSERT(same_cell(s.rest ? res[i] : &kept[i], out[i]));
+    }
+    node_filter_stream_deinit(&s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_in z = {data, data + size, FUZZ_NODES_MAX};
     st_arena arena;
@@ -180,6 +215,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             ST_ASSERT(node_cell_cmp(out[i - 1], out[i]) <= 0);
         if (node_filter_is_per_cell(f))
             check_streaming(f, key, cells, n, &ctx, out, out_n);
+        check_head_rest(f, key, cells, n, &ctx, size, out, out_n);
     } else {
         ST_ASSERT(rc == ST_RESOURCE_EXHAUSTED);
     }

@@ -6,7 +6,9 @@
  * characters), Bigtable's validation rules and their error messages, hostile regexes and hostile
  * nesting, deterministic row sampling, and the evaluation budget. A randomized test (STRATA_SEED)
  * compares the evaluator, which shares and compacts buffers in place, against a naive model that
- * copies everything, and checks the per-cell streaming path against full evaluation.
+ * copies everything, and checks the per-cell streaming path against full evaluation, and so the
+ * head of any filter streamed cell by cell with its rest evaluated over what the head kept (the
+ * read path's way to hold only those cells of a row).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -878,12 +880,138 @@ static bool cells_equal(const node_cell *a, const node_cell *b) {
     return true;
 }
 
+/* Streams cells[0..n) through f's head and evaluates its rest over what the head kept; fails
+ * unless that gives want[0..want_n). Returns whether the head had any stage. */
+static bool stream_matches(const node_filter *f, st_slice key, const node_cell *cells, size_t n,
+                           node_filter_ctx *ctx, const node_cell *const *want, size_t want_n) {
+    node_filter_stream s;
+    assert_int_equal(node_filter_stream_init(&s, f, ctx->arena), ST_OK);
+    node_filter_stream_row_start(&s);
+    node_cell *kept = st_arena_alloc(ctx->arena, (n + 1) * sizeof *kept);
+    assert_non_null(kept);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const node_cell *c;
+        assert_int_equal(node_filter_stream_cell(&s, key, &cells[i], ctx, &c, NULL), ST_OK);
+        if (c != NULL)
+            kept[k++] = *c;
+    }
+    const node_cell *const *out;
+    size_t out_n = k;
+    st_err err;
+    if (s.rest != NULL) {
+        assert_int_equal(node_filter_eval(s.rest, key, kept, k, ctx, &out, &out_n, &err), ST_OK);
+        assert_int_equal(out_n, want_n);
+        for (size_t i = 0; i < out_n; i++)
+            assert_true(cells_equal(out[i], want[i]));
+    } else {
+        assert_int_equal(k, want_n);
+        for (size_t i = 0; i < k; i++)
+            assert_true(cells_equal(&kept[i], want[i]));
+    }
+    bool staged = s.n > 0;
+    node_filter_stream_deinit(&s);
+    return staged;
+}
+
+/* Which part of a filter is streamed while a row is assembled, and what the head keeps. */
+static node_filter_stream plan(fixture *fx, node_filter *f) {
+    st_err err;
+    if (f != NULL && node_filter_prepare(f, &err) != ST_OK)
+        fail_msg("prepare failed: %s", err.msg);
+    node_filter_stream s;
+    assert_int_equal(node_filter_stream_init(&s, f, &fx->arena), ST_OK);
+    return s;
+}
+
+/* The fixture row through the head of s, rendered. */
+static const char *stream_run(fixture *fx, node_filter_stream *s) {
+    node_filter_ctx ctx = {.arena = &fx->arena, .rng = &fx->rng};
+    size_t len = 0;
+    fx->out[0] = '\0';
+    node_filter_stream_row_start(s);
+    for (size_t i = 0; i < fx->n; i++) {
+        const node_cell *c;
+        assert_int_equal(node_filter_stream_cell(s, S("row"), &fx->cells[i], &ctx, &c, NULL),
+                         ST_OK);
+        if (c != NULL)
+            render_cell(fx->out, sizeof fx->out, &len, c);
+    }
+    return fx->out;
+}
+
+static void test_filter_stream_head_and_rest(void **state) {
+    (void)state;
+    fixture *fx = fx_new();
+    add_standard_row(fx);
+    node_filter_stream s = plan(fx, NULL);
+    assert_int_equal(s.n, 0);
+    assert_null(s.rest);
+    node_filter_stream_deinit(&s);
+
+    /* The latest version of each column: nothing left for the whole row. */
+    s = plan(fx, cnt(fx, NODE_FILTER_CELLS_PER_COLUMN_LIMIT, 1));
+    assert_int_equal(s.n, 1);
+    assert_null(s.rest);
+    assert_string_equal(stream_run(fx, &s), "a:x@3=v3 a:y@5=w5 b:x@4=z4 b:z@7=");
+    /* A second row starts counting afresh. */
+    assert_string_equal(stream_run(fx, &s), "a:x@3=v3 a:y@5=w5 b:x@4=z4 b:z@7=");
+    node_filter_stream_deinit(&s);
+
+    /* Keys only, as the Node client asks: one cell, stripped. */
+    s = plan(fx, chain2(fx, cnt(fx, NODE_FILTER_CELLS_PER_ROW_LIMIT, 1),
+                        kind(fx, NODE_FILTER_STRIP_VALUE)));
+    assert_int_equal(s.n, 2);
+    assert_null(s.rest);
+    assert_string_equal(stream_run(fx, &s), "a:x@3=");
+    node_filter_stream_deinit(&s);
+
+    /* Limits count their own input: the qualifier filter comes first. */
+    s = plan(fx, chain3(fx, qual(fx, "x"), cnt(fx, NODE_FILTER_CELLS_PER_ROW_OFFSET, 1),
+                        cnt(fx, NODE_FILTER_CELLS_PER_COLUMN_LIMIT, 1)));
+    assert_string_equal(stream_run(fx, &s), "a:x@2=v2 b:x@4=z4");
+    node_filter_stream_deinit(&s);
+
+    /* A nested chain of such filters is part of the head; the interleave onward is the rest. */
+    node_filter *inter = inter2(fx, fam(fx, "a"), label(fx, "l"));
+    node_filter *strip = kind(fx, NODE_FILTER_STRIP_VALUE);
+    node_filter *head = chain2(fx, qual(fx, "x"), cnt(fx, NODE_FILTER_CELLS_PER_COLUMN_LIMIT, 2));
+    s = plan(fx, chain3(fx, head, inter, strip));
+    assert_int_equal(s.n, 2);
+    assert_non_null(s.rest);
+    assert_int_equal(s.rest->kind, NODE_FILTER_CHAIN);
+    assert_int_equal(s.rest->u.list.count, 2);
+    assert_ptr_equal(s.rest->u.list.subs[0], inter);
+    assert_ptr_equal(s.rest->u.list.subs[1], strip);
+    assert_string_equal(stream_run(fx, &s), "a:x@3=v3 a:x@2=v2 b:x@4=z4");
+    node_filter_stream_deinit(&s);
+
+    /* One filter after the head is the rest itself; nothing streamable first: all of it. */
+    node_filter *cond = node_filter_condition(&fx->arena, fam(fx, "b"), NULL, NULL);
+    s = plan(fx, chain2(fx, fam(fx, "a"), cond));
+    assert_int_equal(s.n, 1);
+    assert_ptr_equal(s.rest, cond);
+    node_filter_stream_deinit(&s);
+    node_filter *sample = node_filter_row_sample(&fx->arena, 0.5);
+    node_filter *f = chain2(fx, sample, cnt(fx, NODE_FILTER_CELLS_PER_COLUMN_LIMIT, 1));
+    s = plan(fx, f);
+    assert_int_equal(s.n, 0);
+    assert_ptr_equal(s.rest, f);
+    node_filter_stream_deinit(&s);
+    f = inter2(fx, cnt(fx, NODE_FILTER_CELLS_PER_COLUMN_LIMIT, 1), label(fx, "l"));
+    s = plan(fx, f);
+    assert_int_equal(s.n, 0);
+    assert_ptr_equal(s.rest, f);
+    node_filter_stream_deinit(&s);
+    fx_free(fx);
+}
+
 static void test_filter_matches_naive_model(void **state) {
     (void)state;
     uint64_t seed = st_test_seed("test_filter_matches_naive_model");
     st_rng gen, rng_eval, rng_model;
     st_rng_seed(&gen, seed);
-    int valid = 0, nonempty = 0, per_cell = 0;
+    int valid = 0, nonempty = 0, per_cell = 0, streamed = 0;
     for (int iter = 0; iter < 3000; iter++) {
         st_arena a;
         st_arena_init(&a, 1 << 14);
@@ -936,9 +1064,15 @@ static void test_filter_matches_naive_model(void **state) {
             }
             assert_int_equal(k, out_n);
         }
+        /* So does the head streamed cell by cell, then the rest over the cells it kept. */
+        st_rng rng_stream;
+        st_rng_seed(&rng_stream, s2);
+        node_filter_ctx sctx = {.arena = &a, .rng = &rng_stream};
+        streamed += stream_matches(f, key, cells, n, &sctx, out, out_n);
         node_filter_release(f);
         st_arena_deinit(&a);
     }
+    assert_true(streamed > 500);
     assert_true(valid > 1000);
     assert_true(nonempty > 300);
     assert_true(per_cell > 100);
@@ -961,6 +1095,7 @@ int main(void) {
         cmocka_unit_test(test_filter_hostile_regex),
         cmocka_unit_test(test_filter_row_sample_is_deterministic),
         cmocka_unit_test(test_filter_budget_stops_exponential_interleaves),
+        cmocka_unit_test(test_filter_stream_head_and_rest),
         cmocka_unit_test(test_filter_matches_naive_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
