@@ -87,7 +87,30 @@ typedef struct freeze_arg {
     char *names;
 } freeze_arg;
 
-/* The piece message for files linked into a.tmp: sizes and CRC32C read back from the links. */
+/* A file the freeze linked is damaged (err says how): its tablet goes read-only, as a read of the
+ * bad block would make it, and the backup fails naming the live file. Only the file's own
+ * checksums can tell: its CRC32C in the piece would be of the damaged bytes, so every later check
+ * of the backup (copy, export, verify, restore) would pass and restores hold the damage. */
+static st_code freeze_damaged(node_ctx *n, const freeze_arg *a, const char *name, st_err *err) {
+    char why[ST_ERR_MSG_MAX], live[NODE_BK_PATH_MAX + 40];
+    snprintf(why, sizeof why, "%s", err->msg);
+    snprintf(live, sizeof live, "%s/%s", n->backups->sst_dir, name);
+    st_err ro;
+    st_err_set(&ro, ST_DATA_LOSS, "SSTable %s failed its check for a backup: %s", live, why);
+    sto_tablet_mark_damaged(n->db, a->tablet_id, ro.msg);
+    st_log(ST_LOG_ERROR, "backup",
+           "event=backup_damaged_sst backup=%s tablet=%" PRIu64 " table=%s path=%s reason=\"%s\"",
+           a->name.full, a->tablet_id, a->table, live, why);
+    /* what to do before the detail: routers add their context in front, and cut at 512 bytes */
+    return st_err_set(err, ST_DATA_LOSS,
+                      "SSTable %s is damaged on this node, its tablet read-only here now "
+                      "(`strata status` lists it): restore the tablet from the other cluster or "
+                      "a backup (%s)",
+                      live, why);
+}
+
+/* The piece message for files linked into a.tmp: sizes and CRC32C read back from the links, each
+ * file checked through as an SSTable (bk_sst_crc_checked). */
 static st_code freeze_describe(node_ctx *n, freeze_arg *a, const sto_backup_file *files, size_t nf,
                                bk_piece **out, st_err *err) {
     bk_piece *p = calloc(1, sizeof *p);
@@ -120,7 +143,9 @@ static st_code freeze_describe(node_ctx *n, freeze_arg *a, const sto_backup_file
         char path[NODE_BK_PATH_MAX + 40];
         snprintf(path, sizeof path, "%s/%s", a->tmp, fs[i].name);
         bool read = false;
-        rc = bk_file_crc_cached(n->backups, path, &fs[i].size, &fs[i].crc32c, &read, err);
+        rc = bk_sst_crc_checked(n->backups, path, &fs[i].size, &fs[i].crc32c, &read, err);
+        if (rc == ST_DATA_LOSS)
+            rc = freeze_damaged(n, a, fs[i].name, err);
         p->size_bytes += fs[i].size;
         a->crc_read_files += read;
         a->crc_read_bytes += read ? fs[i].size : 0;
@@ -196,8 +221,8 @@ static void freeze_done(node_job *j) {
     if (j->rc == ST_OK)
         node_reply(j->call, &a->out->base);
     else
-        node_fail(j->call, j->rc, "backing up tablet %" PRIu64 " as piece %s of %s: %s",
-                  a->tablet_id, a->piece, a->name.full, j->err.msg);
+        /* the router names the backup and the table: the room is the node's reason's */
+        node_fail(j->call, j->rc, "backing up tablet %" PRIu64 ": %s", a->tablet_id, j->err.msg);
     freeze_arg_free(a);
     free(j);
 }

@@ -130,6 +130,12 @@ st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, ui
  * thread. NOT_FOUND when the file is absent, INTERNAL on a read error. */
 st_code bk_file_crc_fresh(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
                           bool *read, st_err *err);
+/* The CRC32C of a live SSTable (a freeze's link of it) for a piece, from the cache only when the
+ * file was found sound; otherwise the file is read for it and then checked through
+ * (sto_backup_file_verify), the verdict cached. ST_DATA_LOSS saying what is wrong in the file
+ * (the caller names it); I/O errors as bk_file_crc's. Worker threads. */
+st_code bk_sst_crc_checked(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
+                           bool *read, st_err *err);
 /* Files and bytes read for checksums: by freezes, and by the background pass (backup_crc.c). */
 typedef struct bk_crc_stats {
     uint64_t freeze_files, freeze_bytes, bg_files, bg_bytes;
@@ -189,6 +195,7 @@ struct node_backups {
     bool crc_stop, crc_thread_on;
     pthread_t crc_thread;
     char sst_dir[NODE_BK_PATH_MAX];
+    sto_db *db;  /* checks the SSTables the pass and freezes read (bk_sst_crc_checked) */
     char **busy; /* piece directories a worker or a pull is making or changing (loop thread) */
     bool *busy_doomed; /* per busy piece: its backup was deleted meanwhile (bk_busy_doom) */
     size_t n_busy, cap_busy;

@@ -13,7 +13,13 @@
  * number reused by a new file after a delete comes with another modification time. An SSTable
  * is written by appends only, so a file still being written changes size: the pass records a
  * CRC only when the file's stat before and after the read agree with the bytes read, and skips
- * files modified in the last BK_CRC_BG_SETTLE_NS (a writer is most likely still at them). */
+ * files modified in the last BK_CRC_BG_SETTLE_NS (a writer is most likely still at them).
+ *
+ * A CRC32C only says a later copy is the same bytes, so a file damaged before its backup would
+ * be blessed with a matching one. Whoever reads a live SSTable for its CRC therefore also checks
+ * it through (sto_backup_file_verify: every block's checksum, the footer, index and key order)
+ * right after, while its pages are still cached, and the entry records the outcome: a freeze takes
+ * a cached CRC only from a file found sound, and reads and checks anything else itself. */
 #include "backup.h"
 
 #include <dirent.h>
@@ -26,6 +32,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "strata/storage.h"
 
 #define BK_CRC_CACHE_MAX 200000
 #define BK_CRC_BG_INTERVAL_MS 1000                  /* between two passes */
@@ -43,11 +51,14 @@ struct bk_crc_entry {
     uint64_t dev, ino, size;
     int64_t mtime_ns;
     uint32_t crc;
-    uint64_t gen; /* the background pass that last saw the file (or the one running) */
+    uint64_t gen;  /* the background pass that last saw the file (or the one running) */
+    uint8_t state; /* bk_sst_state: whether the file was checked through as an SSTable */
     /* st_mono_us when the file's bytes were last read to compute crc; 0 when crc came from
      * elsewhere (a manifest, the chunks written) */
     int64_t read_mono_us;
 };
+
+typedef enum bk_sst_state { BK_SST_UNCHECKED = 0, BK_SST_SOUND, BK_SST_DAMAGED } bk_sst_state;
 
 static bk_crc_entry key_of(const struct stat *sb) {
     return (bk_crc_entry){.dev = (uint64_t)sb->st_dev,
@@ -83,6 +94,8 @@ static void crc_put(node_backups *b, const bk_crc_entry *k) {
         /* the read time stays with the CRC32C that read found */
         if (e->crc != k->crc || k->read_mono_us > e->read_mono_us)
             e->read_mono_us = k->read_mono_us;
+        if (e->crc != k->crc || k->state != BK_SST_UNCHECKED) /* same bytes: same verdict */
+            e->state = k->state;
         e->crc = k->crc;
         if (e->gen < b->crc_gen) /* a received file's later expiry stays (crc_append) */
             e->gen = b->crc_gen;
@@ -102,14 +115,20 @@ static void crc_put(node_backups *b, const bk_crc_entry *k) {
     b->crcs[b->n_crcs++].gen = b->crc_gen;
 }
 
-void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t crc) {
+static void crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t crc,
+                         bk_sst_state state) {
     bk_crc_entry k;
     if (!crc_key(path, &k) || k.size != size)
         return;
     k.crc = crc;
+    k.state = (uint8_t)state;
     pthread_mutex_lock(&b->crc_mu);
     crc_put(b, &k);
     pthread_mutex_unlock(&b->crc_mu);
+}
+
+void bk_crc_remember(node_backups *b, const char *path, uint64_t size, uint32_t crc) {
+    crc_remember(b, path, size, crc, BK_SST_UNCHECKED);
 }
 
 /* A chunk written at the end of a file whose CRC32C so far the cache knows (or that was empty). */
@@ -131,6 +150,8 @@ static void crc_append(node_backups *b, const struct stat *before, const struct 
     if (e) { /* the entry follows the file as it grows: one entry per file, not per chunk */
         e->dev = n.dev, e->ino = n.ino, e->size = n.size, e->mtime_ns = n.mtime_ns;
         e->crc = n.crc;
+        e->state = BK_SST_UNCHECKED;
+        e->read_mono_us = 0; /* computed from the chunks, not read back: never trusted */
     } else {
         crc_put(b, &n);
         e = crc_find(b, &n);
@@ -268,6 +289,14 @@ void bk_crc_write(node_backups *b, const struct stat *before, const struct stat 
     pthread_mutex_unlock(&b->crc_mu);
 }
 
+/* Counts a file a freeze read back. */
+static void freeze_read(node_backups *b, uint64_t size) {
+    pthread_mutex_lock(&b->crc_mu);
+    b->freeze_read_files++;
+    b->freeze_read_bytes += size;
+    pthread_mutex_unlock(&b->crc_mu);
+}
+
 st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
                            bool *read, st_err *err) {
     bk_crc_entry k;
@@ -289,10 +318,7 @@ st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, ui
         return rc;
     *read = true;
     bk_crc_remember(b, path, *size, *crc);
-    pthread_mutex_lock(&b->crc_mu);
-    b->freeze_read_files++;
-    b->freeze_read_bytes += *size;
-    pthread_mutex_unlock(&b->crc_mu);
+    freeze_read(b, *size);
     return ST_OK;
 }
 
@@ -330,6 +356,35 @@ st_code bk_file_crc_fresh(node_backups *b, const char *path, uint64_t *size, uin
         e->gen = b->crc_gen + BK_CRC_RECEIVED_PASSES; /* a file only pieces hold: not pruned */
     pthread_mutex_unlock(&b->crc_mu);
     return ST_OK;
+}
+
+st_code bk_sst_crc_checked(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
+                           bool *read, st_err *err) {
+    bk_crc_entry k;
+    *read = false;
+    if (crc_key(path, &k)) {
+        pthread_mutex_lock(&b->crc_mu);
+        const bk_crc_entry *e = crc_find(b, &k);
+        bool hit = e && e->state == BK_SST_SOUND;
+        if (hit)
+            *crc = e->crc;
+        pthread_mutex_unlock(&b->crc_mu);
+        if (hit) {
+            *size = k.size;
+            return ST_OK;
+        }
+    }
+    /* Two reads: the CRC32C's, then the check's from the page cache (the check reads by block,
+     * the footer and index first, so it cannot ride on the sequential read). */
+    st_code rc = bk_file_crc(path, size, crc, err);
+    if (rc != ST_OK)
+        return rc;
+    *read = true;
+    freeze_read(b, *size);
+    rc = sto_backup_file_verify(b->db, path, UINT64_MAX, err);
+    if (rc == ST_OK || rc == ST_DATA_LOSS)
+        crc_remember(b, path, *size, *crc, rc == ST_OK ? BK_SST_SOUND : BK_SST_DAMAGED);
+    return rc;
 }
 
 void bk_crc_counters(node_backups *b, bk_crc_stats *out) {
@@ -441,8 +496,17 @@ static bool bg_one(node_backups *b, const char *path, const struct stat *before,
     now = key_of(&after);
     if (!same_file(&k, &now) || size != k.size)
         return false; /* still being written: a later pass takes it */
+    st_err err = {0};
+    st_code rc = sto_backup_file_verify(b->db, path, UINT64_MAX, &err);
+    if (rc == ST_NOT_FOUND)
+        return true; /* deleted meanwhile */
+    if (rc != ST_OK && rc != ST_DATA_LOSS)
+        return false;       /* out of memory, an I/O error: a later pass tries again */
+    if (rc == ST_DATA_LOSS) /* its tablet's next backup fails, naming the file */
+        st_log(ST_LOG_ERROR, "backup", "event=sst_damaged path=%s reason=\"%s\"", path, err.msg);
     k.crc = crc;
     k.read_mono_us = read_us;
+    k.state = rc == ST_OK ? BK_SST_SOUND : BK_SST_DAMAGED;
     pthread_mutex_lock(&b->crc_mu);
     crc_put(b, &k);
     b->bg_read_files++;
@@ -451,15 +515,17 @@ static bool bg_one(node_backups *b, const char *path, const struct stat *before,
     return true;
 }
 
-/* True when the cache knows the file; marks it seen by this pass. */
+/* True when the cache knows the file and whether it is sound; marks it seen by this pass. A CRC
+ * known from a piece's manifest or an import's chunks is of bytes never checked as an SSTable. */
 static bool bg_known(node_backups *b, const struct stat *sb) {
     bk_crc_entry k = key_of(sb);
     pthread_mutex_lock(&b->crc_mu);
     bk_crc_entry *e = crc_find(b, &k);
     if (e && e->gen < b->crc_gen)
         e->gen = b->crc_gen;
+    bool known = e != NULL && e->state != BK_SST_UNCHECKED;
     pthread_mutex_unlock(&b->crc_mu);
-    return e != NULL;
+    return known;
 }
 
 /* Drops the entries of files this pass did not see (compacted away, or only in pieces): a
@@ -535,6 +601,7 @@ static void *bg_thread(void *arg) {
 st_code bk_crc_bg_start(node_ctx *n, st_err *err) {
     node_backups *b = n->backups;
     snprintf(b->sst_dir, sizeof b->sst_dir, "%s/storage/sst", n->data_dir);
+    b->db = n->db;
     int r = pthread_create(&b->crc_thread, NULL, bg_thread, b);
     if (r != 0)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED,

@@ -162,6 +162,14 @@ st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_f
     return rc;
 }
 
+st_code sto_tablet_mark_damaged(sto_db *db, uint64_t id, const char *why) {
+    sto_tablet *t;
+    if (sto_tablet_get(db, id, &t) != ST_OK)
+        return ST_NOT_FOUND;
+    sto_tablet_mark_read_only(t, ST_DATA_LOSS, why);
+    return ST_OK;
+}
+
 /* ---- restore ---- */
 
 typedef struct restore_arg {

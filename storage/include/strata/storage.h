@@ -257,6 +257,10 @@ typedef struct sto_backup_file {
  * ST_DATA_LOSS for a damaged tablet; on any error no link is left in dir. */
 st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_file **files,
                           size_t *n, st_err *err);
+/* Holds tablet id read-only for damage found outside storage's own reads (a backup that checked
+ * one of its SSTables): as a read meeting a bad block does, why is kept for `strata status`.
+ * ST_NOT_FOUND when the tablet is not here. */
+st_code sto_tablet_mark_damaged(sto_db *db, uint64_t id, const char *why);
 /* Creates tablet id for rows [start, end) of table from SSTables at paths (read order, as
  * sto_tablet_backup listed them): links them into the engine's sst directory under new file
  * numbers (no copy; same file system), restricts reads to the range and makes the tablet durable
