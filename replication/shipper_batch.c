@@ -359,11 +359,15 @@ void shipper_send_batch(repl_shipper *s, ship_batch *b) {
 }
 
 /* Opens the log reader at read_next. When the records there were trimmed (replication was
- * configured after the log had moved on), starts at the oldest record still stored: what was
- * trimmed cannot be shipped, and the operator is told. */
+ * configured after the log had moved on) or skipped as damaged at the node's start (no holder
+ * needed them then: docs/formats/log.md), starts at the oldest record still readable: the others
+ * cannot be shipped, and the operator is told why. */
 static st_code reader_open(repl_shipper *s, st_err *err) {
     sto_db *db = s->r->o.db;
-    st_code rc = sto_log_reader_open(db, s->read_next, &s->reader, err);
+    st_err why = {0};
+    st_code rc = sto_log_reader_open(db, s->read_next, &s->reader, &why);
+    if (rc != ST_OK && err)
+        *err = why;
     if (rc != ST_OUT_OF_RANGE || s->count > 0)
         return rc;
     uint64_t lo = s->read_next, hi = sto_log_last_lsn(s->r->o.db) + 1;
@@ -378,9 +382,9 @@ static st_code reader_open(repl_shipper *s, st_err *err) {
         }
     }
     st_log(ST_LOG_ERROR, "repl",
-           "peer=%s: log records %" PRIu64 "..%" PRIu64 " were trimmed before they were "
-           "shipped; the peer lacks them (copy the data over, e.g. by backup and restore)",
-           s->id, s->read_next, lo - 1);
+           "peer=%s: log records %" PRIu64 "..%" PRIu64 " cannot be shipped (%s); the peer "
+           "lacks them (copy the data over, e.g. by backup and restore)",
+           s->id, s->read_next, lo - 1, why.msg);
     s->read_next = s->acked_next = lo;
     return sto_log_reader_open(db, s->read_next, &s->reader, err);
 }

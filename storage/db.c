@@ -510,6 +510,38 @@ static st_code log_segments_check(sto_db *db, st_err *err) {
     return ST_OK;
 }
 
+/* The lowest lsn anyone still needs, known from the manifest before the log is read: replay
+ * starts at replay_from (every tablet's flushed point), and each log holder (a peer cluster's
+ * shipper, from the first record the peer has not acknowledged) reads from its position. Damage
+ * wholly below it costs nothing and does not stop the open (docs/formats/log.md). A holder's
+ * position in the manifest is never ahead of the one the holder keeps elsewhere (the shipper
+ * writes its position file first), so this errs towards keeping. */
+static uint64_t log_needed_from(const sto_db *db, uint64_t replay_from) {
+    uint64_t need = replay_from;
+    for (size_t i = 0; i < db->n_holders; i++)
+        if (db->holders[i].lsn < need)
+            need = db->holders[i].lsn;
+    return need;
+}
+
+/* Holders below records the replay skipped as damaged (the operator accepted that loss: the
+ * log refuses it otherwise) move past them, recorded by the manifest write that ends the open:
+ * those records cannot be read, and holding them would make the next start refuse again. */
+static void holders_past_skip(sto_db *db) {
+    uint64_t readable = sto_log_readable_from(db->log);
+    for (size_t i = 0; i < db->n_holders; i++) {
+        if (db->holders[i].lsn >= readable)
+            continue;
+        st_log(ST_LOG_ERROR, "storage",
+               "event=log_holder_records_lost holder=%s holder_lsn=%" PRIu64
+               " readable_from=%" PRIu64 " msg=\"the holder had not read damaged log records "
+               "that were skipped (accepted data loss): it cannot have lsn %" PRIu64 "..%" PRIu64
+               "\"",
+               db->holders[i].name, db->holders[i].lsn, readable, db->holders[i].lsn, readable - 1);
+        db->holders[i].lsn = readable;
+    }
+}
+
 static st_code db_recover(sto_db *db, st_err *err) {
     uint64_t from = 1;
     st_code rc = manifest_missing_check(db, err);
@@ -522,7 +554,8 @@ static st_code db_recover(sto_db *db, st_err *err) {
     sto_log_options lo = {.env = db->env,
                           .sync = db->o.sync,
                           .segment_bytes = db->o.log_segment_bytes,
-                          .accept_data_loss = db->o.accept_data_loss};
+                          .accept_data_loss = db->o.accept_data_loss,
+                          .needed_from = log_needed_from(db, from)};
     rc = sto_log_open(logdir, &lo, &db->log, err);
     if (rc == ST_OK)
         rc = log_segments_check(db, err);
@@ -538,6 +571,7 @@ static st_code db_recover(sto_db *db, st_err *err) {
                                                         the advice at their end must fit */
         return rc;
     }
+    holders_past_skip(db);
     uint64_t last = sto_log_last_durable_lsn(db->log);
     atomic_store(&db->applied_lsn, last);
     rc = log_end_check(db, last, err);
@@ -710,6 +744,11 @@ static st_code hold_change(sto_db *db, const char *holder, uint64_t lsn, bool re
     if (!holder || !holder[0] || strlen(holder) >= STO_HOLDER_NAME_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "log holder name must be 1..%d bytes",
                           STO_HOLDER_NAME_MAX - 1);
+    /* Records recovery skipped as damaged can never be read: holding them would only make the
+     * next start count them as needed and refuse it. */
+    uint64_t readable = db->log ? sto_log_readable_from(db->log) : 0;
+    if (!remove && lsn < readable)
+        lsn = readable;
     hold_arg h = {holder, lsn, remove};
     pthread_mutex_lock(&db->meta_mu);
     st_code rc = sto_manifest_write(db, hold_edit, &h, err);

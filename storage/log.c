@@ -29,6 +29,7 @@ st_code sto_log_open(const char *dir, const sto_log_options *opts, sto_log **out
     log->env = opts->env ? opts->env : st_env_posix();
     log->sync = opts->sync;
     log->accept_data_loss = opts->accept_data_loss;
+    log->needed_from = opts->needed_from;
     log->ckpt_idle_us =
         opts->checkpoint_idle_us ? opts->checkpoint_idle_us : LOG_CKPT_IDLE_US_DEFAULT;
     log->segment_bytes = opts->segment_bytes ? opts->segment_bytes : STO_LOG_SEGMENT_BYTES_DEFAULT;
@@ -120,6 +121,13 @@ bool sto_log_out_of_space(sto_log *log) {
 uint64_t sto_log_oldest_lsn(sto_log *log) {
     pthread_mutex_lock(&log->mu);
     uint64_t v = log->n_segs ? log->segs[0].first_lsn : log->durable_lsn + 1;
+    pthread_mutex_unlock(&log->mu);
+    return v;
+}
+
+uint64_t sto_log_readable_from(sto_log *log) {
+    pthread_mutex_lock(&log->mu);
+    uint64_t v = log->readable_from;
     pthread_mutex_unlock(&log->mu);
     return v;
 }

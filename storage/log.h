@@ -8,7 +8,9 @@
  * corrupt record at the tail of the last segment ends recovery there (it was never acknowledged);
  * corruption before the tail is ST_DATA_LOSS — also in the last segment, where records carry
  * their group's first lsn so that a good record of a later group after a bad one proves the bad
- * one was acknowledged (docs/formats/log.md, reading rules). Segments are preallocated and their
+ * one was acknowledged (docs/formats/log.md, reading rules) — unless the damaged records are
+ * ones nobody needs any more (below sto_log_options.needed_from): those are skipped with a
+ * warning and read as trimmed from then on. Segments are preallocated and their
  * header records that size, so a last segment that got shorter (cut by something other than the
  * log) is told from a torn write: ST_DATA_LOSS unless the caller accepts the loss. Each
  * segment's header page also holds a checkpoint of the last durable lsn (written with each group,
@@ -46,6 +48,12 @@ typedef struct sto_log_options {
      * last group with an fdatasync of its own (docs/formats/log.md, checkpoints). 0: 100 ms;
      * negative: never (tests that damage the last group as a crash right after it would). */
     int64_t checkpoint_idle_us;
+    /* The lowest lsn anyone still needs: the replay point (every tablet's flushed point has
+     * passed the records below it) and every log holder's position. A damaged stretch of records
+     * lying wholly below it is skipped with a warning (event=log_damage_skipped) instead of
+     * failing sto_log_replay, and cursors treat it like trimmed records (ST_OUT_OF_RANGE below
+     * the first record after it). 0 or 1: every record is needed (damage is ST_DATA_LOSS). */
+    uint64_t needed_from;
 } sto_log_options;
 
 /* Called once the group holding the records is durable (or failed), on the commit thread or on the
@@ -68,7 +76,9 @@ void sto_log_close(sto_log *log);
  * torn tail is not rewritten: appends continue in a new segment and the torn bytes are ignored from
  * then on; after a clean end (only reserved zeros follow the last record) appends continue in the
  * same segment (docs/formats/log.md). ST_DATA_LOSS for a bad record before the tail (in the last
- * segment: one that a good record of a later group follows), and for a last segment cut short
+ * segment: one that a good record of a later group follows) unless the damaged stretch lies
+ * wholly below the log's needed_from (then skipped: event=log_damage_skipped, and
+ * sto_log_readable_from names the first record after it), and for a last segment cut short
  * or whose checkpoint names records it no longer holds (both unless accept_data_loss);
  * ST_FAILED_PRECONDITION once appends started. */
 st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
@@ -102,6 +112,9 @@ uint64_t sto_log_bytes(sto_log *log); /* bytes in live segments */
  * a failure until a group succeeds. */
 bool sto_log_out_of_space(sto_log *log);
 uint64_t sto_log_oldest_lsn(sto_log *log); /* first lsn still stored */
+/* The first lsn after the last damaged stretch recovery skipped (sto_log_options.needed_from):
+ * records before it cannot be read, as if trimmed. 0 when none was skipped. */
+uint64_t sto_log_readable_from(sto_log *log);
 /* The first lsn of the segment holding lsn (the oldest segment when lsn is before it): the
  * oldest segment a trim to keep_from = lsn keeps. 0 when the log has no segment. */
 uint64_t sto_log_segment_first(sto_log *log, uint64_t lsn);

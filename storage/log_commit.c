@@ -65,7 +65,7 @@ st_code log_segment_create(sto_log *log, uint64_t first_lsn, st_err *err) {
         return rc;
     }
     pthread_mutex_lock(&log->mu);
-    log_seg s = {first_lsn, first_lsn - 1, LOG_SEG_PAGE_BYTES, LOG_SEG_PAGE_BYTES};
+    log_seg s = {first_lsn, first_lsn - 1, LOG_SEG_PAGE_BYTES, LOG_SEG_PAGE_BYTES, 0, 0};
     if (log->n_segs > 0 && log->segs[log->n_segs - 1].first_lsn == first_lsn) {
         log->segs[log->n_segs - 1] = s;
         __atomic_add_fetch(&log->segs_gen, 1, __ATOMIC_RELEASE);

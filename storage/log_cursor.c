@@ -18,6 +18,7 @@ struct sto_log_cursor {
      * cursor last asked it (under its lock) while segs_gen was gen: until either runs out the
      * cursor reads without taking the lock (one lock per run of records, not per record). */
     uint64_t avail_last, gen;
+    uint64_t seen_lsn; /* the last record read in the open segment (its first lsn - 1: none) */
     rec_reader rd;
     st_arena arena;
 };
@@ -27,7 +28,16 @@ st_code sto_log_cursor_open(sto_log *log, uint64_t from_lsn, sto_log_cursor **ou
         from_lsn = 1;
     pthread_mutex_lock(&log->mu);
     uint64_t oldest = log->n_segs ? log->segs[0].first_lsn : log->durable_lsn + 1;
+    uint64_t readable = log->readable_from;
     pthread_mutex_unlock(&log->mu);
+    /* Like trimmed records: recovery found them damaged and skipped them (docs/formats/log.md). */
+    if (from_lsn < readable && readable > oldest)
+        return st_err_set(err, ST_OUT_OF_RANGE,
+                          "commit log records before lsn %" PRIu64
+                          " cannot be read (asked from %" PRIu64 "): damaged records among "
+                          "them were skipped when the node started (event=log_damage_skipped, "
+                          "or log_data_loss_accepted reason=holders)",
+                          readable, from_lsn);
     if (from_lsn < oldest)
         return st_err_set(err, ST_OUT_OF_RANGE,
                           "commit log records before lsn %" PRIu64
@@ -82,6 +92,7 @@ static st_code cursor_switch(sto_log_cursor *c, uint64_t first_lsn, st_err *err)
         return st_err_set(err, ST_DATA_LOSS, "commit log segment %s: %s", c->rd.path, why);
     c->seg_first = first_lsn;
     c->off = c->rd.data_off;
+    c->seen_lsn = first_lsn - 1;
     return ST_OK;
 }
 
@@ -92,14 +103,52 @@ static st_code cursor_refresh(sto_log_cursor *c, st_err *err) {
     uint64_t durable = 0;
     c->avail_last = 0;
     st_code rc = cursor_locate(c, &seg, &durable, err);
-    if (rc == ST_OK && seg.first_lsn != c->seg_first)
+    if (rc == ST_OK && seg.first_lsn != c->seg_first) {
         rc = cursor_switch(c, seg.first_lsn, err);
+        /* Damaged records recovery skipped lie before skip_off: read from there (cursors never
+         * ask for the records before skip_lsn, see sto_log_cursor_open). */
+        if (rc == ST_OK && seg.skip_lsn && c->next_lsn >= seg.skip_lsn) {
+            c->off = seg.skip_off;
+            c->seen_lsn = seg.skip_lsn - 1;
+        }
+    }
     if (rc != ST_OK)
         return rc;
     /* Only the durable part of the segment; an old segment of unknown extent is read up to its
      * size, and lsns keep the cursor from going past its last needed record. */
     c->rd.limit = seg.good_bytes != UINT64_MAX ? seg.good_bytes : c->seg_size;
     c->avail_last = durable < seg.last_lsn ? durable : seg.last_lsn;
+    return ST_OK;
+}
+
+/* A bad record at c->off while the cursor walks from its segment's start to the record it was
+ * asked for: one below it, which this reader does not need (records in a segment older than the
+ * one recovery started reading in were not checked at the start: docs/formats/log.md). Goes on at
+ * the first good record of a later group after it, when that one is not past the wanted record;
+ * else ST_DATA_LOSS, as for any bad record. */
+static st_code cursor_seek_past(sto_log_cursor *c, const char *why, st_err *err) {
+    bool found = false;
+    uint64_t at = 0;
+    rec_view v = {0};
+    st_code rc = log_later_group_find(&c->rd, c->off, c->seen_lsn, &found, &at, &v, err);
+    if (rc != ST_OK)
+        return rc;
+    if (!found || v.lsn > c->next_lsn) {
+        c->avail_last = 0; /* ask the log again next time */
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s: %s at offset %" PRIu64 " (lsn %" PRIu64
+                          ") while seeking lsn %" PRIu64 ", and no good record of a later group "
+                          "up to it follows",
+                          c->rd.path, why, c->off, c->seen_lsn + 1, c->next_lsn);
+    }
+    st_log(ST_LOG_WARN, "log",
+           "event=log_damage_passed segment=%s bad_offset=%" PRIu64 " resume_offset=%" PRIu64
+           " first_lsn=%" PRIu64 " last_lsn=%" PRIu64 " reading_from=%" PRIu64
+           " reason=\"%s\" msg=\"a reader went past damaged commit log records below the ones "
+           "it reads\"",
+           c->rd.path, c->off, at, c->seen_lsn + 1, v.lsn - 1, c->next_lsn, why);
+    c->off = at;
+    c->seen_lsn = v.lsn - 1;
     return ST_OK;
 }
 
@@ -120,6 +169,11 @@ st_code sto_log_cursor_next_raw(sto_log_cursor *c, uint64_t *lsn, st_slice *payl
             return rc;
         if (st == REC_OK && v.lsn > c->next_lsn)
             st = REC_BAD, v.why = "lsn gap";
+        if (st == REC_BAD && c->seen_lsn + 1 < c->next_lsn) {
+            if ((rc = cursor_seek_past(c, v.why, err)) != ST_OK)
+                return rc;
+            continue;
+        }
         if (st != REC_OK) {
             c->avail_last = 0; /* ask the log again next time */
             return st_err_set(
@@ -128,6 +182,7 @@ st_code sto_log_cursor_next_raw(sto_log_cursor *c, uint64_t *lsn, st_slice *payl
                 c->rd.path, st == REC_END ? "end of segment" : v.why, c->off, c->next_lsn);
         }
         c->off = v.next_off;
+        c->seen_lsn = v.lsn;
         if (v.lsn < c->next_lsn)
             continue; /* skipping from the segment start to from_lsn */
         *lsn = v.lsn;

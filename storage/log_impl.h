@@ -43,6 +43,9 @@ typedef struct log_seg {
     uint64_t last_lsn;
     uint64_t good_bytes;
     uint64_t bytes; /* file size as far as known, for sto_log_bytes */
+    /* Recovery skipped damaged records nobody needed (docs/formats/log.md): the segment reads
+     * again from record skip_lsn at offset skip_off. 0: nothing skipped. */
+    uint64_t skip_lsn, skip_off;
 } log_seg;
 
 /* One sto_log_append call: its framed records, lsn and crc filled in by the commit thread. */
@@ -70,6 +73,7 @@ struct sto_log {
     st_env *env;
     bool sync;
     bool accept_data_loss;
+    uint64_t needed_from; /* sto_log_options.needed_from */
     size_t segment_bytes;
     int64_t ckpt_idle_us; /* < 0: no idle checkpoints */
     char dir[LOG_PATH_MAX];
@@ -84,6 +88,8 @@ struct sto_log {
     log_entry *head, *tail;
     size_t queued_bytes;  /* queued and in flight */
     uint64_t durable_lsn; /* published to cursors after the done callbacks */
+    /* sto_log_readable_from: set by recovery, before any cursor exists. */
+    uint64_t readable_from;
     bool closing, appends_started, replaying;
     /* Bumped (atomically, under mu) whenever segments leave the list or one is replaced, so a
      * cursor can keep reading without the lock until the list changes under it. */
@@ -182,6 +188,11 @@ st_code log_segs_load(sto_log *log, st_err *err);
 
 /* Scans only the last segment to find where appends go (appends without a replay). */
 st_code log_position_lazily(sto_log *log, st_err *err);
+/* A bad record at bad_off of the segment open in r follows good records up to lsn last: finds
+ * the first good record after it of a later group (*found, its offset *at and view *v), which
+ * proves the bad record was acknowledged (recovery) and is where reading can go on. */
+st_code log_later_group_find(rec_reader *r, uint64_t bad_off, uint64_t last, bool *found,
+                             uint64_t *at, rec_view *v, st_err *err);
 
 /* ---- log_commit.c (the current writer only) ---- */
 

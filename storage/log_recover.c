@@ -20,6 +20,7 @@ typedef struct scan_result {
     /* The last segment has bytes other than reserved zeros after good_bytes (or was cut short):
      * appends go to a new segment. Not torn: they continue at good_bytes. */
     bool torn;
+    uint64_t skip_lsn, skip_off; /* the last damaged stretch skipped (log_seg.skip_lsn) */
 } scan_result;
 
 typedef struct scan_ctx {
@@ -105,23 +106,24 @@ static bool tail_later_group(const uint8_t *h, uint64_t y, uint64_t bad_off, uin
            len <= STO_LOG_RECORD_BYTES_MAX && len <= limit - y - LOG_REC_HDR_BYTES;
 }
 
-/* The last segment has a bad record at bad_off after good records up to lsn last. A crash during
- * a group's write (before its fdatasync returned: never acknowledged) leaves any mix of good and
- * bad records of that one group, but a group is written only after the previous one's sync
- * returned. So a good record of a LATER group anywhere after bad_off proves the bad record was
- * durable and acknowledged: corruption, ST_DATA_LOSS. Records may start at any offset, so every
- * offset is tried (cheap header checks first, then the checksum); the work is bounded by the
- * segment's size, and zero runs (preallocation) are skipped in bulk. */
-static st_code tail_check(scan_ctx *c, uint64_t bad_off, uint64_t last, const char *bad_why,
-                          st_err *err) {
-    rec_reader *r = &c->rd;
+/* A bad record at bad_off follows good records up to lsn last (log_impl.h). A crash during a
+ * group's write (before its fdatasync returned: never acknowledged) leaves any mix of good and bad
+ * records of that one group, but a group is written only after the previous one's sync returned. So
+ * a good record of a LATER group anywhere after bad_off proves the bad record was durable and
+ * acknowledged: damage, not a torn tail. Finds the first such record (*found, its offset *at and
+ * view *v). Records may start at any offset, so every offset is tried (cheap header checks
+ * first, then the checksum); the work is bounded by the segment's size, and zero runs
+ * (preallocation) are skipped in bulk. */
+st_code log_later_group_find(rec_reader *r, uint64_t bad_off, uint64_t last, bool *found,
+                             uint64_t *at, rec_view *v, st_err *err) {
     uint64_t torn_first = last + 1;
+    *found = false;
     for (uint64_t y = bad_off + 1;; y++) {
         st_code rc = tail_skip_zeros(r, &y, err);
         if (rc != ST_OK)
             return rc;
         if (y > r->limit || r->limit - y < LOG_REC_HDR_BYTES)
-            return ST_OK; /* a torn tail: nothing of a later group follows */
+            return ST_OK; /* nothing of a later group follows */
         const uint8_t *h = NULL;
         if ((rc = log_reader_fill(r, y, LOG_REC_HDR_BYTES, &h, err)) != ST_OK)
             return rc;
@@ -130,19 +132,41 @@ static st_code tail_check(scan_ctx *c, uint64_t bad_off, uint64_t last, const ch
         if (!tail_later_group(h, y, bad_off, torn_first, r->limit))
             continue;
         rec_status st;
-        rec_view v = {0};
-        if ((rc = log_reader_next(r, y, &st, &v, err)) != ST_OK)
+        if ((rc = log_reader_next(r, y, &st, v, err)) != ST_OK)
             return rc;
         if (st != REC_OK)
             continue;
-        return st_err_set(err, ST_DATA_LOSS,
-                          "commit log segment %s: %s at offset %" PRIu64 " (lsn %" PRIu64
-                          " expected), but a good record of a later group (lsn %" PRIu64
-                          ", group from lsn %" PRIu64 ") follows at offset %" PRIu64
-                          ": acknowledged records are damaged, not a torn tail; restore the "
-                          "node from a replica",
-                          r->path, bad_why, bad_off, torn_first, v.lsn, v.group_first, y);
+        *found = true;
+        *at = y;
+        return ST_OK;
     }
+}
+
+/* A damaged stretch of records, lsn last+1 .. v->lsn-1 in bytes bad_off .. at, that replay does
+ * not need (every tablet's flushed point has passed it: its rows are in SSTables). When no log
+ * holder needs it either, the trim would have removed it were it not in a segment still needed
+ * for later records: a warning. When a holder (a peer cluster's shipper) had not read it yet,
+ * the operator accepted that loss (accepted): an error naming it. The scan goes on at the later
+ * record; readers are kept from the stretch (log_seg.skip_lsn). */
+static void scan_skip_damage(scan_ctx *c, scan_result *res, uint64_t bad_off, uint64_t last,
+                             const char *why, uint64_t at, const rec_view *v, bool accepted) {
+    if (accepted)
+        st_log(ST_LOG_ERROR, "log",
+               "event=log_data_loss_accepted reason=holders segment=%s bad_offset=%" PRIu64
+               " resume_offset=%" PRIu64 " first_lsn=%" PRIu64 " last_lsn=%" PRIu64
+               " needed_from=%" PRIu64 " damage=\"%s\" msg=\"damaged commit log records whose "
+               "rows are in SSTables but that a log holder (a peer cluster's shipper) had not "
+               "read are skipped: the holder cannot have them\"",
+               c->rd.path, bad_off, at, last + 1, v->lsn - 1, c->log->needed_from, why);
+    else
+        st_log(ST_LOG_WARN, "log",
+               "event=log_damage_skipped segment=%s bad_offset=%" PRIu64 " resume_offset=%" PRIu64
+               " first_lsn=%" PRIu64 " last_lsn=%" PRIu64 " needed_from=%" PRIu64 " reason=\"%s\" "
+               "msg=\"damaged commit log records that no tablet and no log holder needs any more "
+               "(their rows are in SSTables); skipped, and no reader can ask for them\"",
+               c->rd.path, bad_off, at, last + 1, v->lsn - 1, c->log->needed_from, why);
+    res->skip_lsn = v->lsn;
+    res->skip_off = at;
 }
 
 /* Sets *zero when every byte of [off, limit) is zero: reserved space no record reached. */
@@ -265,9 +289,63 @@ static st_code seg_created_empty(scan_ctx *c, const scan_result *res, bool *empt
     return rc;
 }
 
+/* A bad record at off after good records up to lsn last. In the last segment, without a good
+ * record of a later group after it, it starts the torn tail (*later false: the log ends here).
+ * Such a record after it (or, in an earlier segment, any bad record) means damaged records:
+ * skipped when they all lie below what anyone needs, or below what replay needs when the
+ * operator accepted data loss (*later true, *off the later record's offset, res->skip_lsn its
+ * lsn), else ST_DATA_LOSS. */
+static st_code scan_bad_record(scan_ctx *c, scan_result *res, bool is_last, uint64_t stop_lsn,
+                               uint64_t *off_io, uint64_t last, const char *why, bool *later,
+                               st_err *err) {
+    uint64_t off = *off_io, at = 0, need = c->log->needed_from;
+    /* Records below the replay point are in SSTables: only log holders may need them (known
+     * only when the caller said who needs what: needed_from). */
+    uint64_t flushed_below = need > 0 && c->fn ? c->from_lsn : need;
+    rec_view v = {0};
+    bool found = false;
+    st_code rc = ST_OK;
+    *later = false;
+    if (is_last || last + 1 < flushed_below)
+        rc = log_later_group_find(&c->rd, off, last, &found, &at, &v, err);
+    if (rc != ST_OK || (is_last && !found))
+        return rc;
+    bool own = found && (is_last || v.lsn <= stop_lsn);
+    bool holders_only = own && v.lsn > need && v.lsn <= flushed_below;
+    if ((own && v.lsn <= need) || (holders_only && c->log->accept_data_loss)) {
+        scan_skip_damage(c, res, off, last, why, at, &v, holders_only);
+        *later = true;
+        *off_io = at;
+        return ST_OK;
+    }
+    if (holders_only)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s: %s at offset %" PRIu64 ": records lsn %" PRIu64
+                          "..%" PRIu64 " are damaged; their rows are in SSTables, but a log holder "
+                          "(a peer cluster's shipper, from lsn %" PRIu64 ") has not read them, so "
+                          "the peer lacks them and restoring this node from it would lose them. "
+                          "Start with --accept-data-loss to skip them (then copy the tables over "
+                          "to the peer, e.g. by backup and restore)",
+                          c->rd.path, why, off, last + 1, v.lsn - 1, need);
+    if (found && is_last)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s: %s at offset %" PRIu64 " (lsn %" PRIu64
+                          " expected), but a good record of a later group (lsn %" PRIu64
+                          ", group from lsn %" PRIu64 ") follows at offset %" PRIu64
+                          ": acknowledged records are damaged, not a torn tail; restore the "
+                          "node from a replica",
+                          c->rd.path, why, off, last + 1, v.lsn, v.group_first, at);
+    return st_err_set(err, ST_DATA_LOSS,
+                      "commit log segment %s: %s at offset %" PRIu64 " (lsn %" PRIu64
+                      " expected) before the end of the log; restore "
+                      "the node from a replica",
+                      c->rd.path, why, off, last + 1);
+}
+
 /* Reads one segment's records in order. For a non-last segment, records first..stop_lsn must all
  * be good and later bytes are ignored; in the last segment the first bad record ends the log,
- * unless a good record of a later group follows it (tail_check). */
+ * unless a good record of a later group follows it; damaged records that nobody needs are skipped
+ * (scan_bad_record). */
 static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint64_t stop_lsn,
                             scan_result *res, st_err *err) {
     const char *why;
@@ -301,23 +379,24 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
             st = REC_BAD;
             v.why = "record has an unexpected lsn";
         }
-        if (st != REC_OK && is_last) {
-            if (st == REC_BAD && (rc = tail_check(c, off, expect - 1, v.why, err)) != ST_OK)
+        if (st == REC_BAD) {
+            bool later = false;
+            rc = scan_bad_record(c, res, is_last, stop_lsn, &off, expect - 1, v.why, &later, err);
+            if (rc != ST_OK)
                 return rc;
-            break;
+            if (!later)
+                break; /* the last segment's torn tail */
+            expect = res->skip_lsn - 1;
+            continue;
         }
+        if (st == REC_END && is_last)
+            break;
         if (st == REC_END)
             return st_err_set(err, ST_DATA_LOSS,
                               "commit log segment %s ends after lsn %" PRIu64
                               " but the next segment starts at lsn %" PRIu64 ": records are "
                               "missing; restore the node from a replica",
                               c->rd.path, expect - 1, stop_lsn + 1);
-        if (st == REC_BAD)
-            return st_err_set(err, ST_DATA_LOSS,
-                              "commit log segment %s: %s at offset %" PRIu64 " (lsn %" PRIu64
-                              " expected) before the end of the log; restore "
-                              "the node from a replica",
-                              c->rd.path, v.why, off, expect);
         if (c->fn && v.lsn >= c->from_lsn && (rc = scan_deliver(c, &v, err)) != ST_OK)
             return rc;
         res->last_lsn = v.lsn;
@@ -328,6 +407,14 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
 
 /* ---- positioning ---- */
 
+/* Under mu: keeps readers of segment s from the damaged records its scan skipped. */
+static void seg_note_skip(sto_log *log, log_seg *s, const scan_result *res) {
+    s->skip_lsn = res->skip_lsn;
+    s->skip_off = res->skip_off;
+    if (res->skip_lsn > log->readable_from)
+        log->readable_from = res->skip_lsn;
+}
+
 /* Sets the writer after a scan of the last segment (or an empty directory). */
 static void position_apply(sto_log *log, bool have_seg, const scan_result *res) {
     pthread_mutex_lock(&log->mu);
@@ -336,6 +423,7 @@ static void position_apply(sto_log *log, bool have_seg, const scan_result *res) 
         log->wstate = W_NEW_SEGMENT;
     } else {
         log_seg *s = &log->segs[log->n_segs - 1];
+        seg_note_skip(log, s, res);
         s->last_lsn = res->last_lsn;
         s->good_bytes = res->good_bytes;
         s->bytes = res->file_bytes;
@@ -394,6 +482,7 @@ static st_code replay_segments(sto_log *log, scan_ctx *c, size_t i0, size_t n, s
         if (!last) {
             pthread_mutex_lock(&log->mu);
             log->segs[i].good_bytes = res.good_bytes;
+            seg_note_skip(log, &log->segs[i], &res);
             pthread_mutex_unlock(&log->mu);
         }
     }

@@ -240,7 +240,8 @@ static st_code list_one(const char *name, void *arg) {
     uint64_t lsn = seg_name_lsn(name);
     if (lsn == 0)
         return ST_OK; /* not a segment (a temporary or foreign file) */
-    if (log->n_segs >= LOG_SEGMENTS_MAX || !log_segs_push(log, (log_seg){lsn, 0, UINT64_MAX, 0}))
+    if (log->n_segs >= LOG_SEGMENTS_MAX ||
+        !log_segs_push(log, (log_seg){lsn, 0, UINT64_MAX, 0, 0, 0}))
         return ST_RESOURCE_EXHAUSTED;
     return ST_OK;
 }

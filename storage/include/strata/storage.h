@@ -158,8 +158,9 @@ bool sto_row_mut_decode(st_slice data, sto_row_mut *row, st_arena *arena);
 
 /* Opens (creating when absent) the engine in dir and recovers: replays the commit log after each
  * tablet's flushed point; a torn tail record is discarded (never acknowledged). ST_DATA_LOSS for
- * damaged acknowledged records, among them a last log segment cut short unless
- * accept_data_loss. Options are copied. */
+ * damaged acknowledged records still needed (by replay or a log holder), among them a last log
+ * segment cut short unless accept_data_loss; damaged records nobody needs are skipped with a
+ * warning (event=log_damage_skipped). Options are copied. */
 st_code sto_db_open(const char *dir, const sto_options *opts, sto_db **out, st_err *err);
 /* Waits for background work to stop and closes. Unflushed data stays in the log. */
 void sto_db_close(sto_db *db);
@@ -421,7 +422,11 @@ st_code sto_log_reader_next(sto_log_reader *r, sto_log_record *rec, st_err *err)
 st_code sto_log_reader_next_raw(sto_log_reader *r, uint64_t *lsn, st_slice *payload, st_err *err);
 void sto_log_reader_close(sto_log_reader *r);
 /* Registers or moves a named holder (durably): log segments holding records with lsn >= lsn are
- * kept until every holder and every tablet's flushed point has passed them. */
+ * kept until every holder and every tablet's flushed point has passed them. A holder is a reader
+ * that needs those records: damage in them fails the next sto_db_open (ST_DATA_LOSS), while
+ * damage below every holder and flushed point is skipped, and the skipped records are then
+ * unreadable (sto_log_reader_open: ST_OUT_OF_RANGE, as for trimmed ones; a hold below them is
+ * recorded at the first readable record). */
 st_code sto_log_hold(sto_db *db, const char *holder, uint64_t lsn, st_err *err);
 st_code sto_log_release(sto_db *db, const char *holder, st_err *err);
 uint64_t sto_log_last_lsn(sto_db *db); /* the lsn of the last durable record (0 = none) */
