@@ -297,22 +297,42 @@ static void freeze_read(node_backups *b, uint64_t size) {
     pthread_mutex_unlock(&b->crc_mu);
 }
 
+/* Which cached CRC32Cs a caller takes (crc_lookup). */
+typedef enum bk_crc_trust {
+    BK_TRUST_ANY,   /* any: the file is the same (dev, inode, size, mtime) */
+    BK_TRUST_FRESH, /* read by this node less than BK_CRC_TRUST_US ago */
+    BK_TRUST_SOUND, /* checked through as an SSTable and found sound */
+} bk_crc_trust;
+
+/* The cached CRC32C of path the caller trusts, with its size: true on a hit. *k: path's key
+ * (valid when *known). */
+static bool crc_lookup(node_backups *b, const char *path, bk_crc_trust trust, int64_t now,
+                       bk_crc_entry *k, bool *known, uint64_t *size, uint32_t *crc) {
+    *known = crc_key(path, k);
+    if (!*known)
+        return false;
+    pthread_mutex_lock(&b->crc_mu);
+    const bk_crc_entry *e = crc_find(b, k);
+    bool hit =
+        e &&
+        (trust == BK_TRUST_ANY ||
+         (trust == BK_TRUST_FRESH && e->read_mono_us && now - e->read_mono_us <= BK_CRC_TRUST_US) ||
+         (trust == BK_TRUST_SOUND && e->state == BK_SST_SOUND));
+    if (hit)
+        *crc = e->crc;
+    pthread_mutex_unlock(&b->crc_mu);
+    if (hit)
+        *size = k->size;
+    return hit;
+}
+
 st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
                            bool *read, st_err *err) {
     bk_crc_entry k;
+    bool known;
     *read = false;
-    if (crc_key(path, &k)) {
-        pthread_mutex_lock(&b->crc_mu);
-        const bk_crc_entry *e = crc_find(b, &k);
-        bool hit = e != NULL;
-        if (hit)
-            *crc = e->crc;
-        pthread_mutex_unlock(&b->crc_mu);
-        if (hit) {
-            *size = k.size;
-            return ST_OK;
-        }
-    }
+    if (crc_lookup(b, path, BK_TRUST_ANY, 0, &k, &known, size, crc))
+        return ST_OK;
     st_code rc = bk_file_crc(path, size, crc, err);
     if (rc != ST_OK)
         return rc;
@@ -325,21 +345,11 @@ st_code bk_file_crc_cached(node_backups *b, const char *path, uint64_t *size, ui
 st_code bk_file_crc_fresh(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
                           bool *read, st_err *err) {
     bk_crc_entry k, after;
+    bool known;
     *read = false;
     int64_t now = st_mono_us();
-    bool known = crc_key(path, &k);
-    if (known) {
-        pthread_mutex_lock(&b->crc_mu);
-        const bk_crc_entry *e = crc_find(b, &k);
-        bool hit = e && e->read_mono_us && now - e->read_mono_us <= BK_CRC_TRUST_US;
-        if (hit)
-            *crc = e->crc;
-        pthread_mutex_unlock(&b->crc_mu);
-        if (hit) {
-            *size = k.size;
-            return ST_OK;
-        }
-    }
+    if (crc_lookup(b, path, BK_TRUST_FRESH, now, &k, &known, size, crc))
+        return ST_OK;
     st_code rc = bk_file_crc(path, size, crc, err);
     if (rc != ST_OK)
         return rc;
@@ -361,19 +371,10 @@ st_code bk_file_crc_fresh(node_backups *b, const char *path, uint64_t *size, uin
 st_code bk_sst_crc_checked(node_backups *b, const char *path, uint64_t *size, uint32_t *crc,
                            bool *read, st_err *err) {
     bk_crc_entry k;
+    bool known;
     *read = false;
-    if (crc_key(path, &k)) {
-        pthread_mutex_lock(&b->crc_mu);
-        const bk_crc_entry *e = crc_find(b, &k);
-        bool hit = e && e->state == BK_SST_SOUND;
-        if (hit)
-            *crc = e->crc;
-        pthread_mutex_unlock(&b->crc_mu);
-        if (hit) {
-            *size = k.size;
-            return ST_OK;
-        }
-    }
+    if (crc_lookup(b, path, BK_TRUST_SOUND, 0, &k, &known, size, crc))
+        return ST_OK;
     /* Two reads: the CRC32C's, then the check's from the page cache (the check reads by block,
      * the footer and index first, so it cannot ride on the sequential read). */
     st_code rc = bk_file_crc(path, size, crc, err);
