@@ -156,8 +156,8 @@ static void drop_pending_add(node_ctx *n, uint64_t id, bool incoming, const st_e
     d->backoff_ms = 1000;
     d->next_try_us = st_mono_us() + (int64_t)d->backoff_ms * 1000;
     st_log(ST_LOG_WARN, "node",
-           "tablet %" PRIu64 " is no longer served, but storage could not drop it: %s; the drop "
-           "is retried until it succeeds (free disk space)",
+           "tablet %" PRIu64 " is no longer served, but storage could not drop it: %s; the node "
+           "retries the drop until it succeeds",
            id, why && why->msg[0] ? why->msg : "unknown error");
 }
 
