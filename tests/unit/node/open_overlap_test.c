@@ -6,6 +6,10 @@
  * the next open the older one must be dropped (not mapped, gone from storage) and the newer ones
  * served. Before, both were mapped and the node answered rows of the range from the stale copy
  * (an empty copy of a failed move: reads OK without the rows).
+ *
+ * Also: a DATA/outgoing line marked "moved" (a tablet moved away whose drop storage refused)
+ * drops the tablet at open without asking the target; before, the tablet stayed mapped
+ * (read-only, its reads served) while the node asked an unreachable target.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -96,10 +100,39 @@ static void test_older_overlapped_tablet_dropped_at_open(void **state) {
     tu_rmrf(dir);
 }
 
+static void test_moved_line_drops_at_open(void **state) {
+    (void)state;
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "open_moved");
+    node_ctx *n = open_node(dir);
+    node_tablets *t = add_table(n);
+    uint64_t moved = create(n, t, "", "");
+    node_close(n);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, NODE_OUTGOING_FILE);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    /* The target cannot be reached: only the mark can settle it. */
+    fprintf(f, "%llu 2199023255553 127.0.0.1:1 moved\n", (unsigned long long)moved);
+    fclose(f);
+
+    n = open_node(dir);
+    t = node_tablets_find(n, TABLE);
+    assert_int_equal(t->n, 0);
+    assert_false(in_storage(n, moved));
+    node_close(n);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    assert_int_equal(fgetc(f), EOF); /* the line went with the tablet */
+    fclose(f);
+    tu_rmrf(dir);
+}
+
 int main(void) {
     g_base = event_base_new();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_older_overlapped_tablet_dropped_at_open),
+        cmocka_unit_test(test_moved_line_drops_at_open),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     event_base_free(g_base);
