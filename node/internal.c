@@ -701,7 +701,10 @@ void node_h_drop_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     st_err err = {0};
     if (node_tablet_drop(n, t, (size_t)(tab - t->v), &err) != ST_OK) {
-        node_fail(call, err.code, "%s", err.msg);
+        node_fail(call, err.code, "%s%s", err.msg,
+                  node_drop_pending_find(n, req->id)
+                      ? "; the tablet is no longer served and the node retries its drop"
+                      : "");
         return;
     }
     st_log(ST_LOG_INFO, "internal", "table=%s tablet=%" PRIu64 " dropped", t->name, req->id);

@@ -181,6 +181,8 @@ static void move_unmark(node_move *m) {
  * before serving the tablet again: killed between the activation and its own drop, it would
  * otherwise serve the range next to the target's activated copy. */
 
+#define OUTGOING_MOVED "moved"
+
 static st_code outgoing_save(node_ctx *n, st_err *err) {
     st_buf b;
     st_buf_init(&b);
@@ -192,9 +194,34 @@ static st_code outgoing_save(node_ctx *n, st_err *err) {
                                m->target_id, m->target);
             rc = st_buf_append(&b, line, (size_t)len);
         }
+    /* A tablet moved away whose drop is pending keeps its line, marked "moved" (the activation
+     * is known): restarted before the drop, the node drops it at once, never serving it next to
+     * the target's. Where the marked line cannot be written, the unmarked one stays and the
+     * target is asked again. Older builds read the first three fields only. */
+    for (size_t i = 0; rc == ST_OK && i < n->n_drops; i++)
+        if (n->drops[i].target_id) {
+            const node_drop_pending *d = &n->drops[i];
+            int len = snprintf(line, sizeof line, "%" PRIu64 " %" PRIu64 " %s %s\n", d->id,
+                               d->target_id, d->target, OUTGOING_MOVED);
+            rc = st_buf_append(&b, line, (size_t)len);
+        }
     rc = node_data_file_save(n, NODE_OUTGOING_FILE, rc, &b, err);
     st_buf_free(&b);
     return rc;
+}
+
+/* Tablet id moved to target (as target_id) but its drop is pending (node_tablet_drop): the
+ * pending drop takes over the move's DATA/outgoing line, kept until storage dropped the tablet. */
+static void drop_keeps_line(node_ctx *n, uint64_t id, uint64_t target_id, const char *target) {
+    node_drop_pending *d = node_drop_pending_find(n, id);
+    if (!d)
+        return;
+    d->target_id = target_id;
+    snprintf(d->target, sizeof d->target, "%s", target);
+}
+
+static void move_hand_line_to_drop(node_move *m) {
+    drop_keeps_line(m->n, m->id, m->target_id, m->target);
 }
 
 /* Takes m's line out of DATA/outgoing (the outcome is known). A failure is logged: the next
@@ -309,9 +336,12 @@ static void move_finish(node_move *m) {
     }
     st_err err = {0};
     bool dropped = node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) == ST_OK;
-    if (!dropped)
-        st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 " copied but not dropped here: %s", m->id,
+    if (!dropped) {
+        st_log(ST_LOG_WARN, "move",
+               "tablet=%" PRIu64 " copied but not dropped here yet (no longer served): %s", m->id,
                err.msg);
+        move_hand_line_to_drop(m);
+    }
     move_unretire(m, dropped);
     move_unrecord(m);
     st_log(ST_LOG_INFO, "move",
@@ -487,8 +517,11 @@ static void resolve_moved(node_move *m) {
     node_tablet *tab = node_tablet_by_id(m->n, m->id, &t);
     st_err err = {0};
     bool kept = tab && node_tablet_drop(m->n, t, (size_t)(tab - t->v), &err) != ST_OK;
-    if (kept)
-        st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": not dropped: %s", m->id, err.msg);
+    if (kept) {
+        st_log(ST_LOG_WARN, "move", "tablet=%" PRIu64 ": not dropped yet (no longer served): %s",
+               m->id, err.msg);
+        move_hand_line_to_drop(m);
+    }
     move_unretire(m, !kept);
     st_log(ST_LOG_WARN, "move",
            "table=%s tablet=%" PRIu64 ": the copy on %s was activated; dropped here", m->table,
@@ -1023,14 +1056,25 @@ void node_h_move_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
 }
 
 /* One DATA/outgoing line: the tablet, if still here, stays marked moving until the target has
- * said what became of its copy (move_resolve). */
-static bool resume_one(node_ctx *n, uint64_t id, uint64_t target_id, const char *target) {
+ * said what became of its copy (move_resolve); a line marked moved (the activation was known,
+ * the drop failed) drops it at once. */
+static bool resume_one(node_ctx *n, uint64_t id, uint64_t target_id, const char *target,
+                       bool moved) {
     node_tablets *t;
     node_tablet *tab = node_tablet_by_id(n, id, &t);
     if (!tab)
         return true; /* dropped before the kill */
-    tab->moving = true;
     st_err err = {0};
+    if (moved) {
+        st_log(ST_LOG_WARN, "move",
+               "table=%s tablet=%" PRIu64 ": moved to %s as %" PRIu64 " before a restart, its "
+               "drop had failed; dropped now, not served",
+               t->name, id, target, target_id);
+        if (node_tablet_drop(n, t, (size_t)(tab - t->v), &err) != ST_OK)
+            drop_keeps_line(n, id, target_id, target);
+        return true;
+    }
+    tab->moving = true;
     node_move *m = move_new(n, NULL, t, tab, target, &err);
     if (!m) {
         st_log(ST_LOG_ERROR, "move",
@@ -1077,11 +1121,13 @@ st_code node_moves_resume(node_ctx *n, st_err *err) {
     bool all = true; /* a line not taken up is not dropped from the file by this save */
     for (char *p = (char *)b.data; rc == ST_OK && *p;) {
         unsigned long long id, target_id;
-        char target[MOVE_HOST_MAX + 8];
-        if (sscanf(p, "%llu %llu %263s", &id, &target_id, target) == 3)
-            all = resume_one(n, id, target_id, target) && all;
-        p += strcspn(p, "\n");
-        p += *p == '\n';
+        char target[MOVE_HOST_MAX + 8], mark[8] = "";
+        char *eol = p + strcspn(p, "\n");
+        bool last = *eol == '\0';
+        *eol = '\0'; /* the optional mark is read from this line only */
+        if (sscanf(p, "%llu %llu %263s %7s", &id, &target_id, target, mark) >= 3)
+            all = resume_one(n, id, target_id, target, strcmp(mark, OUTGOING_MOVED) == 0) && all;
+        p = last ? eol : eol + 1;
     }
     st_buf_free(&b);
     if (rc == ST_OK && all)
@@ -1269,6 +1315,48 @@ static void incoming_check(evutil_socket_t fd, short what, void *arg) {
     st_err err = {0};
     if (dropped && node_incoming_save(n, &err) != ST_OK)
         st_log(ST_LOG_WARN, "move", "%s", err.msg);
+    node_drops_retry(n);
+}
+
+/* ---- drops storage has not made yet (node_tablet_drop) ---- */
+
+#define DROP_RETRY_MAX_MS 60000
+
+/* Removes pending drop i; the files naming it are rewritten (a failure is harmless: the next
+ * start finds the tablet gone from storage and ignores the name). */
+static void drop_pending_done(node_ctx *n, size_t i) {
+    node_drop_pending d = n->drops[i];
+    memmove(&n->drops[i], &n->drops[i + 1], (n->n_drops - i - 1) * sizeof *n->drops);
+    n->n_drops--;
+    st_log(ST_LOG_INFO, "node", "tablet=%" PRIu64 " dropped (a retry of its failed drop)", d.id);
+    st_err err = {0};
+    if (d.incoming && node_incoming_save(n, &err) != ST_OK)
+        st_log(ST_LOG_WARN, "node", "%s", err.msg);
+    if (d.target_id && outgoing_save(n, &err) != ST_OK)
+        st_log(ST_LOG_WARN, "node", "%s", err.msg);
+}
+
+void node_drops_retry(node_ctx *n) {
+    int64_t now = st_mono_us();
+    for (size_t i = 0; i < n->n_drops;) {
+        node_drop_pending *d = &n->drops[i];
+        if (now < d->next_try_us) {
+            i++;
+            continue;
+        }
+        st_err err = {0};
+        st_code rc = sto_tablet_drop(n->db, d->id, &err);
+        if (rc == ST_OK || rc == ST_NOT_FOUND) {
+            drop_pending_done(n, i);
+            continue;
+        }
+        st_log(ST_LOG_WARN, "node", "tablet=%" PRIu64 ": its drop failed again: %s", d->id,
+               err.msg);
+        d->backoff_ms =
+            d->backoff_ms * 2 < DROP_RETRY_MAX_MS ? d->backoff_ms * 2 : DROP_RETRY_MAX_MS;
+        d->next_try_us = now + (int64_t)d->backoff_ms * 1000;
+        i++;
+    }
 }
 
 st_code node_incoming_timer_start(node_ctx *n, st_err *err) {

@@ -129,11 +129,49 @@ void node_tablet_unmap(node_tablets *t, size_t i) {
     t->n--;
 }
 
+node_drop_pending *node_drop_pending_find(node_ctx *n, uint64_t id) {
+    for (size_t i = 0; i < n->n_drops; i++)
+        if (n->drops[i].id == id)
+            return &n->drops[i];
+    return NULL;
+}
+
+/* A drop storage refused: the tablet is out of the map already (so never served), and it stays
+ * accounted for here until a retry succeeds (move.c, node_drops_retry). Out of memory it is
+ * only logged: a restart still finds it (DATA/incoming, DATA/outgoing, the overlap check). */
+static void drop_pending_add(node_ctx *n, uint64_t id, bool incoming, const st_err *why) {
+    if (node_drop_pending_find(n, id))
+        return;
+    node_drop_pending *v = realloc(n->drops, (n->n_drops + 1) * sizeof *v);
+    if (!v) {
+        st_log(ST_LOG_ERROR, "node", "tablet %" PRIu64 ": out of memory keeping its failed drop",
+               id);
+        return;
+    }
+    n->drops = v;
+    node_drop_pending *d = &v[n->n_drops++];
+    memset(d, 0, sizeof *d);
+    d->id = id;
+    d->incoming = incoming;
+    d->backoff_ms = 1000;
+    d->next_try_us = st_mono_us() + (int64_t)d->backoff_ms * 1000;
+    st_log(ST_LOG_WARN, "node",
+           "tablet %" PRIu64 " is no longer served, but storage could not drop it: %s; the node "
+           "retries the drop until it succeeds",
+           id, why && why->msg[0] ? why->msg : "unknown error");
+}
+
 st_code node_tablet_drop(node_ctx *n, node_tablets *t, size_t i, st_err *err) {
     uint64_t id = t->v[i].id;
+    bool incoming = t->v[i].incoming;
     node_tablet_unmap(t, i);
     node_cs_table_changed(n, t->name);
-    return sto_tablet_drop(n->db, id, err);
+    st_err local = {0};
+    st_err *e = err ? err : &local;
+    st_code rc = sto_tablet_drop(n->db, id, e);
+    if (rc != ST_OK && rc != ST_NOT_FOUND)
+        drop_pending_add(n, id, incoming, e);
+    return rc;
 }
 
 static int tablet_cmp(const void *a, const void *b) {
@@ -262,6 +300,12 @@ static st_code incoming_save(node_ctx *n, uint64_t extra, st_err *err) {
                     snprintf(line, sizeof line, "%llu\n", (unsigned long long)n->tables[i].v[j].id);
                 rc = st_buf_append(&b, line, (size_t)len);
             }
+    /* A copy whose drop is pending stays named: a restart drops it rather than serving it. */
+    for (size_t i = 0; rc == ST_OK && i < n->n_drops; i++)
+        if (n->drops[i].incoming) {
+            int len = snprintf(line, sizeof line, "%llu\n", (unsigned long long)n->drops[i].id);
+            rc = st_buf_append(&b, line, (size_t)len);
+        }
     rc = node_data_file_save(n, NODE_INCOMING_FILE, rc, &b, err);
     st_buf_free(&b);
     return rc;
@@ -297,6 +341,7 @@ static void drop_incoming(node_ctx *n) {
             if (tab) {
                 st_log(ST_LOG_WARN, "node",
                        "dropping tablet %llu: the copy of a move that did not complete", id);
+                tab->incoming = true; /* a drop storage refuses keeps it named (incoming_save) */
                 (void)node_tablet_drop(n, t, (size_t)(tab - t->v), NULL);
             }
             p = *end ? end + 1 : end;
@@ -304,6 +349,55 @@ static void drop_incoming(node_ctx *n) {
         (void)node_incoming_save(n, &err);
     }
     st_buf_free(&b);
+}
+
+static bool tablets_overlap(const node_tablet *a, const node_tablet *b) {
+    return (a->end.len == 0 || st_slice_cmp(st_buf_slice(&b->start), st_buf_slice(&a->end)) < 0) &&
+           (b->end.len == 0 || st_slice_cmp(st_buf_slice(&a->start), st_buf_slice(&b->end)) < 0);
+}
+
+static uint64_t id_counter(uint64_t id) {
+    return id & (((uint64_t)1 << NODE_TABLET_ID_COUNTER_BITS) - 1);
+}
+
+/* Sets newer[i] to the id of a newer tablet of t (sorted by start) overlapping tablet i, else 0:
+ * every pair is seen from its first member's forward scan, which stops at the first tablet
+ * starting past its end. */
+static void mark_overlapped(const node_tablets *t, uint64_t *newer) {
+    for (size_t i = 0; i < t->n; i++)
+        for (size_t j = i + 1; j < t->n && tablets_overlap(&t->v[i], &t->v[j]); j++) {
+            bool i_older = id_counter(t->v[i].id) < id_counter(t->v[j].id);
+            newer[i_older ? i : j] = t->v[i_older ? j : i].id;
+        }
+}
+
+/* Two tablets of one table whose ranges overlap are never both served. Such a pair is left by a
+ * drop that storage did not make (a full disk) under a build that forgot the tablet: a tablet is
+ * only ever created over a range no mapped tablet of this node overlaps (CreateTablet, splits,
+ * restores), so of two overlapping tablets the older one (lower id counter: the counter only
+ * grows, whatever the node number) was already out of the map, dropped in intent, when the newer
+ * one was made. It was a move's copy never activated (empty or partial), a tablet moved away
+ * (stale since), or a split's parent. Serving it would answer reads without rows the newer one
+ * holds and take writes into a dead copy, so it is dropped (a pending drop if storage still
+ * refuses). */
+static void drop_overlaps(node_ctx *n) {
+    for (size_t k = 0; k < n->n_tables; k++) {
+        node_tablets *t = &n->tables[k];
+        uint64_t *newer = t->n > 1 ? calloc(t->n, sizeof *newer) : NULL;
+        if (!newer)
+            continue;
+        mark_overlapped(t, newer);
+        for (size_t i = t->n; i-- > 0;) {
+            if (!newer[i])
+                continue;
+            st_log(ST_LOG_ERROR, "node",
+                   "table=%s tablet=%" PRIu64 ": dropped, not served: newer tablet %" PRIu64
+                   " of this node overlaps its range (an earlier drop of it did not reach storage)",
+                   t->name, t->v[i].id, newer[i]);
+            (void)node_tablet_drop(n, t, i, NULL);
+        }
+        free(newer);
+    }
 }
 
 /* Builds the table -> tablets map from the catalog and storage's tablets; drops orphan tablets
@@ -330,6 +424,7 @@ static st_code load_tablets(node_ctx *n, st_err *err) {
         return st_err_set(err, ls.rc, "out of memory loading tablets");
     node_catalog_reserve_tablet_ids(n->catalog, ls.max_counter);
     drop_incoming(n);
+    drop_overlaps(n);
     st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < count; i++) {
         if (n->tables[i].n == 0 && !node_in_cluster(n))
@@ -927,6 +1022,7 @@ void node_close(node_ctx *n) {
     for (size_t i = 0; i < n->n_tables; i++)
         tablets_free(&n->tables[i]);
     free(n->tables);
+    free(n->drops);
     node_catalog_free(n->catalog);
     node_rowlocks_free(n->rowlocks);
     st_env_posix()->ops->unlock(n->data_lock); /* last: the data directory is free again */

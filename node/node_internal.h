@@ -73,6 +73,21 @@ typedef struct node_move_test {
 /* Tablet ids: (node_num << NODE_TABLET_ID_COUNTER_BITS) | a per-node counter (the catalog's). */
 #define NODE_TABLET_ID_COUNTER_BITS 40
 
+/* A tablet out of the map whose drop storage has not made yet (its manifest could not be
+ * written, e.g. a full disk): never served again, retried with backoff (move.c,
+ * node_drops_retry) and still named where a restart looks for it, so a restart cannot bring it
+ * back as a served tablet: in DATA/incoming when it was a move's copy not yet activated, in
+ * DATA/outgoing (the move's line) when its range moved to another node (docs/cluster.md). */
+#define NODE_DROP_TARGET_MAX 264
+typedef struct node_drop_pending {
+    uint64_t id;
+    bool incoming;                     /* a move's copy: named in DATA/incoming */
+    uint64_t target_id;                /* moved away: its DATA/outgoing line, when nonzero */
+    char target[NODE_DROP_TARGET_MAX]; /* ... and the target's host:port */
+    int64_t next_try_us;               /* st_mono_us of the next attempt */
+    int backoff_ms;                    /* doubles per failed attempt, up to a minute */
+} node_drop_pending;
+
 struct node_ctx {
     node_opts opts;
     char data_dir[4096];
@@ -94,11 +109,13 @@ struct node_ctx {
     /* The highest log position of a node_write whose completion ran (loop thread): a move
      * waits for the peer clusters to have everything up to it before dropping its tablet. */
     uint64_t written_lsn_max;
-    int64_t start_us;                      /* st_mono_us at open (GetStatus uptime) */
-    struct event *split_timer;             /* size-based split checks; NULL when split_bytes is 0 */
-    struct node_move *moves;               /* MoveTablet copies in progress (move.c) */
-    node_move_test move_test;              /* test-only faults (NODE_MOVE_TEST_ENV) */
-    struct event *incoming_timer;          /* drops incoming copies idle too long (move.c) */
+    int64_t start_us;             /* st_mono_us at open (GetStatus uptime) */
+    struct event *split_timer;    /* size-based split checks; NULL when split_bytes is 0 */
+    struct node_move *moves;      /* MoveTablet copies in progress (move.c) */
+    node_move_test move_test;     /* test-only faults (NODE_MOVE_TEST_ENV) */
+    struct event *incoming_timer; /* drops incoming copies idle too long (move.c) */
+    node_drop_pending *drops;     /* drops storage has not made yet (node_tablet_drop) */
+    size_t n_drops;
     struct node_move_waiter *move_waiters; /* DropRowRanges and family purges waiting for a move
                                               to end (admin.c) */
     /* DropRowRange jobs deleting rows in storage right now (streams off, admin.c): no move of a
@@ -147,8 +164,11 @@ node_tablet *node_tablet_by_id(node_ctx *n, uint64_t id, node_tablets **table);
 st_code node_tablet_map(node_tablets *t, sto_tablet *st);
 /* Removes map entry i (storage's tablet is the caller's business). */
 void node_tablet_unmap(node_tablets *t, size_t i);
-/* Drops map entry i and its storage tablet. */
+/* Drops map entry i and its storage tablet. The entry leaves the map in any case; when storage
+ * fails the tablet becomes a pending drop (n->drops), retried until it succeeds. */
 st_code node_tablet_drop(node_ctx *n, node_tablets *t, size_t i, st_err *err);
+/* The pending drop of tablet id, NULL when none. */
+node_drop_pending *node_drop_pending_find(node_ctx *n, uint64_t id);
 /* DATA/incoming: the ids of the tablets that are a move's copy not yet activated, one per line,
  * rewritten (atomically) from the map whenever that set changes; a node that starts with one of
  * them drops it, as its source still owns the range (docs/cluster.md, Moves). */
@@ -189,6 +209,8 @@ st_code node_moves_resume(node_ctx *n, st_err *err);
 /* Starts the idle check of incoming copies (open); stop is safe to call twice. */
 st_code node_incoming_timer_start(node_ctx *n, st_err *err);
 void node_incoming_timer_stop(node_ctx *n);
+/* Tries again the pending drops whose time has come (the incoming copy check's timer). */
+void node_drops_retry(node_ctx *n);
 /* Ends every move in progress (node_close): they fail, their tablets stay here. */
 void node_moves_abort(node_ctx *n);
 /* Pushes a table's family GC rules to all its tablets (after open and ModifyColumnFamilies). */
