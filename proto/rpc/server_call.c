@@ -731,7 +731,7 @@ static uint8_t content_type_kind(const uint8_t *v, size_t len, char *codec, size
 static bool header_reserve(rpc_call *call, size_t n) {
     rpc_server *srv = call->conn->srv;
     size_t max = srv->limits.buffered_request_bytes_max;
-    if (rpc_mem_reserve(n, max)) {
+    if (rpc_mem_reserve(n, max, call->mem_reserved)) {
         call->mem_reserved += n;
         return true;
     }
@@ -920,30 +920,59 @@ static size_t request_announced(const rpc_call *call, const uint8_t *data, size_
     return n > d->bytes_max ? 0 : 5 + n;
 }
 
-/* Grows the call's reservation to want bytes, in its connection's and the process's budgets.
- * The whole announced message is reserved when its prefix arrives, so a call that does not fit
- * is refused before it buffers anything, and the ones admitted can complete. False when refused
- * (the call is failed). */
+/* Fails call because the budget cannot hold its request of size bytes (announced, prefix
+ * included). */
+static void call_refuse_memory(h2_conn *conn, rpc_call *call, size_t size) {
+    size_t max = conn->srv->limits.buffered_request_bytes_max;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "the server is buffering %zu MiB of requests and this %zu MiB request would pass "
+             "its limit of %zu MiB (--max-buffered-request-bytes): retry later or send smaller "
+             "requests",
+             rpc_mem_buffered() >> 20, (size + (1 << 20) - 1) >> 20, max >> 20);
+    STAT_ADD(conn->srv, calls_refused_memory, 1);
+    call_fail(call, ST_RESOURCE_EXHAUSTED, msg);
+}
+
+static void call_refuse_conn(rpc_call *call) {
+    call_fail(call, ST_RESOURCE_EXHAUSTED,
+              "this connection buffers too many request bytes: spread large requests over "
+              "several connections or send them one after another");
+}
+
+/* At the message's prefix: refuses a request of announced bytes that the bytes already
+ * buffered leave no room for, before it sends them. Nothing is reserved here: a length costs
+ * its sender nothing, so reserving it would let one stream that announces a large message and
+ * trickles it hold the whole budget against every other call. False when refused. */
+static bool call_admit(h2_conn *conn, rpc_call *call, size_t announced) {
+    size_t max = conn->srv->limits.buffered_request_bytes_max;
+    size_t cur = rpc_mem_buffered();
+    if (conn->request_bytes + announced > H2_CONN_REQUEST_BYTES_MAX) {
+        call_refuse_conn(call);
+        return false;
+    }
+    if (cur > call->mem_reserved && (announced > max || cur > max - announced)) {
+        call_refuse_memory(conn, call, announced);
+        return false;
+    }
+    return true;
+}
+
+/* Grows the call's reservation to the request bytes it has received, in its connection's and
+ * the process's budgets, so that the budget follows what is buffered. When the new bytes do not
+ * fit, the call is failed and its share given back: pausing its stream instead (no more
+ * flow-control window) would let large requests that each hold part of the budget wait on one
+ * another until the slow-request rule ends them all. False when refused. */
 static bool call_reserve(h2_conn *conn, rpc_call *call, size_t want) {
     if (want <= call->request_bytes)
         return true;
     size_t more = want - call->request_bytes;
-    size_t max = conn->srv->limits.buffered_request_bytes_max;
     if (conn->request_bytes + more > H2_CONN_REQUEST_BYTES_MAX) {
-        call_fail(call, ST_RESOURCE_EXHAUSTED,
-                  "this connection buffers too many request bytes: spread large requests over "
-                  "several connections or send them one after another");
+        call_refuse_conn(call);
         return false;
     }
-    if (!rpc_mem_reserve(more, max)) {
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "the server is buffering %zu MiB of requests and %zu MiB more would pass its "
-                 "limit of %zu MiB (--max-buffered-request-bytes): retry later or send smaller "
-                 "requests",
-                 rpc_mem_buffered() >> 20, (more + (1 << 20) - 1) >> 20, max >> 20);
-        STAT_ADD(conn->srv, calls_refused_memory, 1);
-        call_fail(call, ST_RESOURCE_EXHAUSTED, msg);
+    if (!rpc_mem_reserve(more, conn->srv->limits.buffered_request_bytes_max, call->mem_reserved)) {
+        call_refuse_memory(conn, call, call->announced_bytes > want ? call->announced_bytes : want);
         return false;
     }
     conn->request_bytes += more;
@@ -960,9 +989,13 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
     if (!call || call->finished || call->dispatched)
         return 0; /* nghttp2 still returns the flow-control window */
     size_t announced = request_announced(call, data, len);
+    if (announced) {
+        call->announced_bytes = announced;
+        if (!call_admit(conn, call, announced))
+            return 0;
+    }
     call->request_received += len;
-    size_t want = call->request_received > announced ? call->request_received : announced;
-    if (!call_reserve(conn, call, want))
+    if (!call_reserve(conn, call, call->request_received))
         return 0;
     st_err err = {0};
     st_code rc = rpc_deframer_feed(&call->deframer, data, len, &err, request_msg, call);

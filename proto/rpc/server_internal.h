@@ -179,6 +179,7 @@ struct rpc_call {
     size_t request_bytes;    /* reserved in conn->request_bytes (given back when detached) */
     size_t mem_reserved;     /* reserved in the process's budget (given back when released) */
     size_t request_received; /* request DATA bytes so far */
+    size_t announced_bytes;  /* the request as its message prefix announced it (prefix incl.) */
     int64_t slow_mark_us;    /* the slow-request check's window start ... */
     size_t slow_mark_bytes;  /* ... and request_received then */
     bool headers_done;       /* the request's header block ended (END_HEADERS) */

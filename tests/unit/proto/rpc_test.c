@@ -341,6 +341,40 @@ static void test_rpc_deframer_any_split(void **state) {
     }
 }
 
+/* The reassembly buffer follows the bytes that arrived, never the announced length alone (a
+ * stream announcing 200 MiB and sending 10 bytes must not map 200 MiB), and a message that
+ * arrives whole ends in a buffer of exactly its size. */
+static void test_rpc_deframer_grows_with_arrivals(void **state) {
+    (void)state;
+    static uint8_t chunk[7000];
+    memset(chunk, 'c', sizeof chunk);
+    rpc_deframer d;
+    rpc_deframer_init(&d, (size_t)256 << 20);
+    uint8_t pre[5];
+    rpc_frame_prefix(pre, 200u << 20);
+    collected c = {0};
+    assert_int_equal(rpc_deframer_feed(&d, pre, 5, NULL, collect, &c), ST_OK);
+    assert_int_equal(rpc_deframer_feed(&d, chunk, 10, NULL, collect, &c), ST_OK);
+    assert_true(d.msg.cap <= (size_t)64 << 10);
+    for (int i = 0; i < 150; i++) /* about 1 MiB */
+        assert_int_equal(rpc_deframer_feed(&d, chunk, sizeof chunk, NULL, collect, &c), ST_OK);
+    assert_true(d.msg.cap <= (size_t)2 << 20);
+    rpc_deframer_deinit(&d);
+    size_t whole = (size_t)300 << 10;
+    rpc_deframer_init(&d, (size_t)1 << 20);
+    rpc_frame_prefix(pre, (uint32_t)whole);
+    assert_int_equal(rpc_deframer_feed(&d, pre, 5, NULL, collect, &c), ST_OK);
+    for (size_t off = 0; off < whole; off += sizeof chunk) {
+        size_t n = whole - off < sizeof chunk ? whole - off : sizeof chunk;
+        assert_int_equal(rpc_deframer_feed(&d, chunk, n, NULL, collect, &c), ST_OK);
+        if (off + n < whole)
+            assert_true(d.msg.cap < 2 * (5 + off + n) + ((size_t)64 << 10));
+    }
+    assert_int_equal(c.n, 1);
+    assert_int_equal(c.lens[0], whole);
+    rpc_deframer_deinit(&d);
+}
+
 static void test_rpc_deframer_rejects_bad_input(void **state) {
     (void)state;
     rpc_deframer d;
@@ -1448,6 +1482,7 @@ int main(void) {
     st_log_set_level(getenv("RPC_TEST_DEBUG") ? ST_LOG_DEBUG : ST_LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rpc_deframer_any_split),
+        cmocka_unit_test(test_rpc_deframer_grows_with_arrivals),
         cmocka_unit_test(test_rpc_deframer_rejects_bad_input),
         cmocka_unit_test(test_rpc_timeout_and_message_encodings),
         cmocka_unit_test(test_rpc_unary_echo_and_metadata),
