@@ -56,8 +56,10 @@ static st_code deframer_prefix_done(rpc_deframer *d, st_err *err) {
     uint32_t len = ((uint32_t)d->prefix[1] << 24) | ((uint32_t)d->prefix[2] << 16) |
                    ((uint32_t)d->prefix[3] << 8) | (uint32_t)d->prefix[4];
     if (flag == 1)
-        return st_err_set(err, ST_UNIMPLEMENTED,
-                          "compressed gRPC message but no grpc-encoding was negotiated");
+        return st_err_set(
+            err, ST_UNIMPLEMENTED,
+            "compressed gRPC message but no grpc-encoding names its compression: send "
+            "uncompressed messages (identity)");
     if (flag != 0)
         return st_err_set(err, ST_INTERNAL, "bad gRPC message flag byte 0x%02x", flag);
     if (len > d->bytes_max)

@@ -169,6 +169,7 @@ struct rpc_call {
     st_err early;         /* a header problem found while parsing, reported at END_HEADERS */
     int http_status;
     bool saw_post;
+    uint8_t pseudo_seen;  /* bit i: the i-th of :method :path :scheme :authority arrived */
     uint8_t content_type; /* RPC_CT_*: what the request's content-type said */
     char codec[32];       /* the codec it named when RPC_CT_CODEC (cut, for the error) */
     int64_t deadline_us;
