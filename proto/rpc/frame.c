@@ -1,5 +1,6 @@
 /* gRPC message framing, grpc-timeout and grpc-message encodings: pure functions on bytes, shared
  * by server and client and fed directly by the fuzz target. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "frame.h"
@@ -55,8 +56,10 @@ static st_code deframer_prefix_done(rpc_deframer *d, st_err *err) {
     uint32_t len = ((uint32_t)d->prefix[1] << 24) | ((uint32_t)d->prefix[2] << 16) |
                    ((uint32_t)d->prefix[3] << 8) | (uint32_t)d->prefix[4];
     if (flag == 1)
-        return st_err_set(err, ST_UNIMPLEMENTED,
-                          "compressed gRPC message but no grpc-encoding was negotiated");
+        return st_err_set(
+            err, ST_UNIMPLEMENTED,
+            "compressed gRPC message but no grpc-encoding names its compression: send "
+            "uncompressed messages (identity)");
     if (flag != 0)
         return st_err_set(err, ST_INTERNAL, "bad gRPC message flag byte 0x%02x", flag);
     if (len > d->bytes_max)
@@ -93,6 +96,28 @@ bool rpc_deframer_take(rpc_deframer *d, st_buf *out) {
     return true;
 }
 
+/* The first buffer of a message reassembled from several chunks, when it is larger. */
+#define DEFRAMER_FIRST_BYTES ((size_t)64 << 10)
+
+/* Makes room in d->msg for n more bytes of the message. The buffer doubles with the bytes that
+ * arrived, up to the announced size, rather than taking that size at once: a length costs its
+ * sender nothing, and streams that announce large messages and send a byte of each would
+ * otherwise make the process map memory (and address space) they never fill. */
+static bool deframer_room(rpc_deframer *d, size_t n) {
+    st_buf *b = &d->msg;
+    size_t need = b->len + n, whole = 5 + (size_t)d->msg_len;
+    if (need <= b->cap)
+        return true;
+    size_t cap = b->cap >= DEFRAMER_FIRST_BYTES / 2 ? b->cap * 2 : DEFRAMER_FIRST_BYTES;
+    cap = cap < need ? need : cap > whole ? whole : cap;
+    uint8_t *p = realloc(b->data, cap);
+    if (!p)
+        return false;
+    b->data = p;
+    b->cap = cap;
+    return true;
+}
+
 /* Bytes of the message reassembled so far (d->msg holds the prefix before them). */
 static size_t deframer_have(const rpc_deframer *d) {
     return d->msg.len > 5 ? d->msg.len - 5 : 0;
@@ -124,9 +149,8 @@ st_code rpc_deframer_feed(rpc_deframer *d, const uint8_t *data, size_t len, st_e
         /* Zero-copy fast path: a whole message inside this chunk, nothing buffered yet. */
         if (d->msg.len == 0 && n == d->msg_len) {
             rc = deframer_deliver(d, st_slice_make(data, n), false, on_msg, arg);
-        } else if ((d->msg.len == 0 && /* the whole message at once: no growing copies */
-                    (st_buf_reserve(&d->msg, 5 + (size_t)d->msg_len) != ST_OK ||
-                     st_buf_append(&d->msg, d->prefix, 5) != ST_OK)) ||
+        } else if (!deframer_room(d, (d->msg.len == 0 ? 5 : 0) + n) ||
+                   (d->msg.len == 0 && st_buf_append(&d->msg, d->prefix, 5) != ST_OK) ||
                    st_buf_append(&d->msg, data, n) != ST_OK) {
             return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reassembling message");
         } else if (deframer_have(d) == d->msg_len) {

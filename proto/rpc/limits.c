@@ -75,12 +75,13 @@ uint32_t rpc_connections_max_auto(void) {
     return n > 0 ? (uint32_t)n : 1;
 }
 
-bool rpc_mem_reserve(size_t n, size_t max) {
+bool rpc_mem_reserve(size_t n, size_t max, size_t own) {
     size_t cur = __atomic_load_n(&g_buffered, __ATOMIC_RELAXED);
     do {
-        /* Alone, a call is always admitted: a budget below the message maximum must not refuse
-         * every large message outright, and one message is bounded by that maximum anyway. */
-        if (cur != 0 && (n > max || cur > max - n))
+        /* Alone (everything buffered is its own), a call is always admitted: a budget below the
+         * message maximum must not refuse every large message outright, and one message is
+         * bounded by that maximum anyway. */
+        if (cur > own && (n > max || cur > max - n))
             return false;
     } while (!__atomic_compare_exchange_n(&g_buffered, &cur, cur + n, true, __ATOMIC_RELAXED,
                                           __ATOMIC_RELAXED));

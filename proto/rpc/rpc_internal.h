@@ -214,9 +214,10 @@ void h2_logging_init(void);
 /* ---- process-wide limits (limits.c) ---- */
 /* The automatic connections_max: 3/4 of RLIMIT_NOFILE, at most RPC_CONNECTIONS_MAX_AUTO. */
 uint32_t rpc_connections_max_auto(void);
-/* Reserves n request bytes in the process's budget; false (nothing reserved) when that would
- * pass max, unless nothing is reserved at all (one call is always admitted). Any thread. */
-bool rpc_mem_reserve(size_t n, size_t max);
+/* Reserves n more request bytes for a call holding own bytes of the process's budget; false
+ * (nothing reserved) when that would pass max, unless the call holds everything reserved (one
+ * call is always admitted). Any thread. */
+bool rpc_mem_reserve(size_t n, size_t max, size_t own);
 void rpc_mem_release(size_t n);
 size_t rpc_mem_buffered(void);
 /* Counts response bytes queued by server calls (rpc_queued_response_bytes). */

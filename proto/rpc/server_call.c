@@ -473,11 +473,16 @@ static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
     return 0;
 }
 
+/* Every response names the only message encoding this server accepts: gRPC clients that honour
+ * grpc-accept-encoding then stop compressing (HPACK indexes it: a byte per response). */
+#define ACCEPT_ENCODING_NV H2_NV("grpc-accept-encoding", "identity")
+
 static int submit_headers(h2_conn *conn, rpc_call *call, bool with_body) {
     nghttp2_data_provider prd = {.source = {.ptr = call}, .read_callback = data_read_cb};
-    nghttp2_nv nva[] = {H2_NV(":status", "200"), H2_NV("content-type", "application/grpc")};
+    nghttp2_nv nva[] = {H2_NV(":status", "200"), H2_NV("content-type", "application/grpc"),
+                        ACCEPT_ENCODING_NV};
     call->headers_sent = true;
-    return nghttp2_submit_response(conn->session, call->stream_id, nva, 2, with_body ? &prd : NULL);
+    return nghttp2_submit_response(conn->session, call->stream_id, nva, 3, with_body ? &prd : NULL);
 }
 
 /* A response with no messages: one HEADERS frame carrying the status (gRPC "trailers-only"). */
@@ -485,9 +490,10 @@ static int submit_trailers_only(h2_conn *conn, rpc_call *call) {
     const char *code = status_text(call->code_text, (int)call->status);
     const char *http = status_text(call->http_text, call->http_status);
     nghttp2_nv nva[] = {H2_NV(":status", http), H2_NV("content-type", "application/grpc"),
-                        H2_NV("grpc-status", code), H2_NV("grpc-message", call->status_msg)};
+                        ACCEPT_ENCODING_NV, H2_NV("grpc-status", code),
+                        H2_NV("grpc-message", call->status_msg)};
     call->headers_sent = true;
-    return nghttp2_submit_response(conn->session, call->stream_id, nva, call->status_msg[0] ? 4 : 3,
+    return nghttp2_submit_response(conn->session, call->stream_id, nva, call->status_msg[0] ? 5 : 4,
                                    NULL);
 }
 
@@ -731,7 +737,7 @@ static uint8_t content_type_kind(const uint8_t *v, size_t len, char *codec, size
 static bool header_reserve(rpc_call *call, size_t n) {
     rpc_server *srv = call->conn->srv;
     size_t max = srv->limits.buffered_request_bytes_max;
-    if (rpc_mem_reserve(n, max)) {
+    if (rpc_mem_reserve(n, max, call->mem_reserved)) {
         call->mem_reserved += n;
         return true;
     }
@@ -804,6 +810,24 @@ static void header_store(rpc_call *call, const uint8_t *name, size_t namelen, co
         call->path = v;
 }
 
+/* RFC 9113 (8.3) makes a request that repeats a pseudo-header malformed; nghttp2 does not check
+ * it here (no_http_messaging). Kept as the last value, a second :path would run another method
+ * than the one a proxy or a log reading the first saw: such a request is refused whole. */
+static void pseudo_header_seen(rpc_call *call, const uint8_t *name, size_t namelen) {
+    static const char *const names[] = {":method", ":path", ":scheme", ":authority"};
+    for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strlen(names[i]) != namelen || memcmp(names[i], name, namelen) != 0)
+            continue;
+        if ((call->pseudo_seen & (1u << i)) && call->early.code == ST_OK)
+            st_err_set(&call->early, ST_INVALID_ARGUMENT,
+                       "the request repeats the %s pseudo-header, which HTTP/2 forbids: send "
+                       "each pseudo-header once",
+                       names[i]);
+        call->pseudo_seen |= (uint8_t)(1u << i);
+        return;
+    }
+}
+
 static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
                      size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
                      void *user_data) {
@@ -814,6 +838,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     rpc_call *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (!call)
         return 0;
+    if (namelen > 0 && name[0] == ':')
+        pseudo_header_seen(call, name, namelen);
     if (namelen == 7 && memcmp(name, ":method", 7) == 0) {
         call->saw_post = valuelen == 4 && memcmp(value, "POST", 4) == 0;
         return 0;
@@ -920,36 +946,76 @@ static size_t request_announced(const rpc_call *call, const uint8_t *data, size_
     return n > d->bytes_max ? 0 : 5 + n;
 }
 
-/* Grows the call's reservation to want bytes, in its connection's and the process's budgets.
- * The whole announced message is reserved when its prefix arrives, so a call that does not fit
- * is refused before it buffers anything, and the ones admitted can complete. False when refused
- * (the call is failed). */
+/* Fails call because the budget cannot hold its request of size bytes (announced, prefix
+ * included). */
+static void call_refuse_memory(h2_conn *conn, rpc_call *call, size_t size) {
+    size_t max = conn->srv->limits.buffered_request_bytes_max;
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "the server is buffering %zu MiB of requests and this %zu MiB request would pass "
+             "its limit of %zu MiB (--max-buffered-request-bytes): retry later or send smaller "
+             "requests",
+             rpc_mem_buffered() >> 20, (size + (1 << 20) - 1) >> 20, max >> 20);
+    STAT_ADD(conn->srv, calls_refused_memory, 1);
+    call_fail(call, ST_RESOURCE_EXHAUSTED, msg);
+}
+
+static void call_refuse_conn(rpc_call *call) {
+    call_fail(call, ST_RESOURCE_EXHAUSTED,
+              "this connection buffers too many request bytes: spread large requests over "
+              "several connections or send them one after another");
+}
+
+/* At the message's prefix: refuses a request of announced bytes that the bytes already
+ * buffered leave no room for, before it sends them. Nothing is reserved here: a length costs
+ * its sender nothing, so reserving it would let one stream that announces a large message and
+ * trickles it hold the whole budget against every other call. False when refused. */
+static bool call_admit(h2_conn *conn, rpc_call *call, size_t announced) {
+    size_t max = conn->srv->limits.buffered_request_bytes_max;
+    size_t cur = rpc_mem_buffered();
+    if (conn->request_bytes + announced > H2_CONN_REQUEST_BYTES_MAX) {
+        call_refuse_conn(call);
+        return false;
+    }
+    if (cur > call->mem_reserved && (announced > max || cur > max - announced)) {
+        call_refuse_memory(conn, call, announced);
+        return false;
+    }
+    return true;
+}
+
+/* Grows the call's reservation to the request bytes it has received, in its connection's and
+ * the process's budgets, so that the budget follows what is buffered. When the new bytes do not
+ * fit, the call is failed and its share given back: pausing its stream instead (no more
+ * flow-control window) would let large requests that each hold part of the budget wait on one
+ * another until the slow-request rule ends them all. False when refused. */
 static bool call_reserve(h2_conn *conn, rpc_call *call, size_t want) {
     if (want <= call->request_bytes)
         return true;
     size_t more = want - call->request_bytes;
-    size_t max = conn->srv->limits.buffered_request_bytes_max;
     if (conn->request_bytes + more > H2_CONN_REQUEST_BYTES_MAX) {
-        call_fail(call, ST_RESOURCE_EXHAUSTED,
-                  "this connection buffers too many request bytes: spread large requests over "
-                  "several connections or send them one after another");
+        call_refuse_conn(call);
         return false;
     }
-    if (!rpc_mem_reserve(more, max)) {
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "the server is buffering %zu MiB of requests and %zu MiB more would pass its "
-                 "limit of %zu MiB (--max-buffered-request-bytes): retry later or send smaller "
-                 "requests",
-                 rpc_mem_buffered() >> 20, (more + (1 << 20) - 1) >> 20, max >> 20);
-        STAT_ADD(conn->srv, calls_refused_memory, 1);
-        call_fail(call, ST_RESOURCE_EXHAUSTED, msg);
+    if (!rpc_mem_reserve(more, conn->srv->limits.buffered_request_bytes_max, call->mem_reserved)) {
+        call_refuse_memory(conn, call, call->announced_bytes > want ? call->announced_bytes : want);
         return false;
     }
     conn->request_bytes += more;
     call->request_bytes += more;
     call->mem_reserved += more;
     return true;
+}
+
+/* The deframer refuses every compressed message (this server decompresses none): name the
+ * encoding the client compressed with, so that it knows which setting to turn off. */
+static void compressed_error(const rpc_call *call, st_err *err) {
+    const char *enc = rpc_call_header(call, "grpc-encoding");
+    if (enc && enc[0] && strcmp(enc, "identity") != 0)
+        st_err_set(err, ST_UNIMPLEMENTED,
+                   "grpc-encoding \"%.64s\" is not supported: send uncompressed messages "
+                   "(identity)",
+                   enc);
 }
 
 static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id,
@@ -960,14 +1026,20 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream
     if (!call || call->finished || call->dispatched)
         return 0; /* nghttp2 still returns the flow-control window */
     size_t announced = request_announced(call, data, len);
+    if (announced) {
+        call->announced_bytes = announced;
+        if (!call_admit(conn, call, announced))
+            return 0;
+    }
     call->request_received += len;
-    size_t want = call->request_received > announced ? call->request_received : announced;
-    if (!call_reserve(conn, call, want))
+    if (!call_reserve(conn, call, call->request_received))
         return 0;
     st_err err = {0};
     st_code rc = rpc_deframer_feed(&call->deframer, data, len, &err, request_msg, call);
     if (rc == ST_INVALID_ARGUMENT && err.code == ST_OK)
         st_err_set(&err, rc, "more than one request message: client streaming is unsupported");
+    if (rc == ST_UNIMPLEMENTED)
+        compressed_error(call, &err);
     if (rc != ST_OK)
         call_fail(call, rc, err.msg);
     return 0;

@@ -169,6 +169,7 @@ struct rpc_call {
     st_err early;         /* a header problem found while parsing, reported at END_HEADERS */
     int http_status;
     bool saw_post;
+    uint8_t pseudo_seen;  /* bit i: the i-th of :method :path :scheme :authority arrived */
     uint8_t content_type; /* RPC_CT_*: what the request's content-type said */
     char codec[32];       /* the codec it named when RPC_CT_CODEC (cut, for the error) */
     int64_t deadline_us;
@@ -179,6 +180,7 @@ struct rpc_call {
     size_t request_bytes;    /* reserved in conn->request_bytes (given back when detached) */
     size_t mem_reserved;     /* reserved in the process's budget (given back when released) */
     size_t request_received; /* request DATA bytes so far */
+    size_t announced_bytes;  /* the request as its message prefix announced it (prefix incl.) */
     int64_t slow_mark_us;    /* the slow-request check's window start ... */
     size_t slow_mark_bytes;  /* ... and request_received then */
     bool headers_done;       /* the request's header block ended (END_HEADERS) */

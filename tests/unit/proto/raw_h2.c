@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -48,10 +49,13 @@ static int raw_header(nghttp2_session *s, const nghttp2_frame *fr, const uint8_t
     (void)s;
     (void)fr;
     (void)flags;
-    (void)valuelen;
     raw_call *r = u;
     if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0)
         r->grpc_status = atoi((const char *)value);
+    if (namelen == 12 && memcmp(name, "grpc-message", 12) == 0)
+        snprintf(r->grpc_message, sizeof r->grpc_message, "%.*s", (int)valuelen, value);
+    if (namelen == 20 && memcmp(name, "grpc-accept-encoding", 20) == 0)
+        snprintf(r->accept_encoding, sizeof r->accept_encoding, "%.*s", (int)valuelen, value);
     if (namelen == 7 && memcmp(name, ":status", 7) == 0)
         r->http_status = atoi((const char *)value);
     return 0;

@@ -17,8 +17,10 @@ typedef struct raw_call {
     size_t body_len, body_off, chunk; /* chunk 0: as large as nghttp2 allows */
     int grpc_status;                  /* -1 until the trailers arrive */
     int http_status;
-    bool closed; /* the stream closed */
-    st_buf data; /* response DATA bytes (still gRPC-framed) */
+    char grpc_message[256];   /* as sent (percent-encoded), cut to fit */
+    char accept_encoding[64]; /* grpc-accept-encoding, cut to fit */
+    bool closed;              /* the stream closed */
+    st_buf data;              /* response DATA bytes (still gRPC-framed) */
 } raw_call;
 
 /* A blocking socket connected to 127.0.0.1:port, 30 s receive timeout (a hang fails the test);

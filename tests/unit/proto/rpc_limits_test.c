@@ -436,9 +436,10 @@ static void test_rpc_limits_one_large_value(void **state) {
     fixture_stop(f);
 }
 
-/* Four concurrent 3 MiB requests on four connections against a budget of 8 MiB: the announced
- * lengths are reserved as the prefixes arrive, so exactly two are admitted (and held by the
- * handler) and two are refused at once; the budget is given back when the calls end. */
+/* Four concurrent 3 MiB requests on four connections against a budget of 8 MiB: each call
+ * reserves its bytes as they arrive and is refused when they do not fit, giving its share back,
+ * so exactly two complete (and are held by the handler) and two are refused; the budget is given
+ * back when the calls end. */
 static void test_rpc_limits_buffered_request_bytes(void **state) {
     (void)state;
     rpc_limits l;

@@ -251,23 +251,29 @@ static int tcp_connect(uint16_t port) {
     return fd;
 }
 
-/* One call with the given body cut into DATA frames of `chunk` bytes; returns grpc-status. */
-static int raw_h2_call(uint16_t port, const char *path, const char *content_type,
-                       const uint8_t *body, size_t len, size_t chunk, st_buf *resp_data) {
+/* One call with the given body cut into DATA frames of `chunk` bytes, the usual request headers
+ * then n_extra more (appended as given); returns grpc-status, the response's DATA into
+ * resp_data and its headers into out when given. */
+static int raw_h2_call_ex(uint16_t port, const char *path, const char *content_type,
+                          const nghttp2_nv *extra, size_t n_extra, const uint8_t *body, size_t len,
+                          size_t chunk, st_buf *resp_data, raw_call *out) {
     raw_call r = {
         .fd = tcp_connect(port), .body = body, .body_len = len, .chunk = chunk, .grpc_status = -1};
     st_buf_init(&r.data);
     nghttp2_session *s = raw_session(&r, false);
     assert_non_null(s);
-    nghttp2_nv nva[] = {
+    nghttp2_nv nva[8] = {
         {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0},
         {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
         {(uint8_t *)":path", (uint8_t *)path, 5, strlen(path), 0},
         {(uint8_t *)":authority", (uint8_t *)"localhost", 10, 9, 0},
         {(uint8_t *)"content-type", (uint8_t *)content_type, 12, strlen(content_type), 0},
     };
+    assert_true(n_extra <= 3);
+    for (size_t i = 0; i < n_extra; i++)
+        nva[5 + i] = extra[i];
     nghttp2_data_provider prd = {.read_callback = raw_body};
-    assert_true(nghttp2_submit_request(s, NULL, nva, 5, &prd, NULL) > 0);
+    assert_true(nghttp2_submit_request(s, NULL, nva, 5 + n_extra, &prd, NULL) > 0);
     uint8_t buf[16384];
     while (!r.closed) {
         if (nghttp2_session_send(s) != 0)
@@ -281,7 +287,14 @@ static int raw_h2_call(uint16_t port, const char *path, const char *content_type
     if (resp_data)
         st_buf_append(resp_data, r.data.data, r.data.len);
     st_buf_free(&r.data);
+    if (out)
+        *out = r;
     return r.grpc_status;
+}
+
+static int raw_h2_call(uint16_t port, const char *path, const char *content_type,
+                       const uint8_t *body, size_t len, size_t chunk, st_buf *resp_data) {
+    return raw_h2_call_ex(port, path, content_type, NULL, 0, body, len, chunk, resp_data, NULL);
 }
 
 static size_t frame_msg(uint8_t *out, const void *msg, size_t len) {
@@ -339,6 +352,40 @@ static void test_rpc_deframer_any_split(void **state) {
         assert_int_equal(c.first[2], 'b');
         rpc_deframer_deinit(&d);
     }
+}
+
+/* The reassembly buffer follows the bytes that arrived, never the announced length alone (a
+ * stream announcing 200 MiB and sending 10 bytes must not map 200 MiB), and a message that
+ * arrives whole ends in a buffer of exactly its size. */
+static void test_rpc_deframer_grows_with_arrivals(void **state) {
+    (void)state;
+    static uint8_t chunk[7000];
+    memset(chunk, 'c', sizeof chunk);
+    rpc_deframer d;
+    rpc_deframer_init(&d, (size_t)256 << 20);
+    uint8_t pre[5];
+    rpc_frame_prefix(pre, 200u << 20);
+    collected c = {0};
+    assert_int_equal(rpc_deframer_feed(&d, pre, 5, NULL, collect, &c), ST_OK);
+    assert_int_equal(rpc_deframer_feed(&d, chunk, 10, NULL, collect, &c), ST_OK);
+    assert_true(d.msg.cap <= (size_t)64 << 10);
+    for (int i = 0; i < 150; i++) /* about 1 MiB */
+        assert_int_equal(rpc_deframer_feed(&d, chunk, sizeof chunk, NULL, collect, &c), ST_OK);
+    assert_true(d.msg.cap <= (size_t)2 << 20);
+    rpc_deframer_deinit(&d);
+    size_t whole = (size_t)300 << 10;
+    rpc_deframer_init(&d, (size_t)1 << 20);
+    rpc_frame_prefix(pre, (uint32_t)whole);
+    assert_int_equal(rpc_deframer_feed(&d, pre, 5, NULL, collect, &c), ST_OK);
+    for (size_t off = 0; off < whole; off += sizeof chunk) {
+        size_t n = whole - off < sizeof chunk ? whole - off : sizeof chunk;
+        assert_int_equal(rpc_deframer_feed(&d, chunk, n, NULL, collect, &c), ST_OK);
+        if (off + n < whole)
+            assert_true(d.msg.cap < 2 * (5 + off + n) + ((size_t)64 << 10));
+    }
+    assert_int_equal(c.n, 1);
+    assert_int_equal(c.lens[0], whole);
+    rpc_deframer_deinit(&d);
 }
 
 static void test_rpc_deframer_rejects_bad_input(void **state) {
@@ -992,11 +1039,39 @@ static void test_rpc_bad_frames_end_stream_or_connection(void **state) {
     size_t len2 = len + frame_msg(body + len, "again", 5);
     assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len2, 1000, NULL),
                      ST_INVALID_ARGUMENT);
-    /* A compressed message without negotiated compression. */
+    /* A compressed message without negotiated compression; named when the client named it, and
+     * every response says which encoding the server accepts. */
     body[0] = 1;
-    assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "application/grpc", body, len, 1000, NULL),
+    raw_call out;
+    assert_int_equal(raw_h2_call_ex(f->port, "/t.T/Echo", "application/grpc", NULL, 0, body, len,
+                                    1000, NULL, &out),
                      ST_UNIMPLEMENTED);
+    assert_non_null(strstr(out.grpc_message, "no grpc-encoding names its compression"));
+    assert_string_equal(out.accept_encoding, "identity");
+    nghttp2_nv gzip = {(uint8_t *)"grpc-encoding", (uint8_t *)"gzip", 13, 4, 0};
+    assert_int_equal(raw_h2_call_ex(f->port, "/t.T/Echo", "application/grpc", &gzip, 1, body, len,
+                                    1000, NULL, &out),
+                     ST_UNIMPLEMENTED);
+    assert_string_equal(out.grpc_message,
+                        "grpc-encoding \"gzip\" is not supported: send uncompressed messages "
+                        "(identity)");
     body[0] = 0;
+    /* An uncompressed message may come with grpc-encoding named (the flag says per message). */
+    assert_int_equal(raw_h2_call_ex(f->port, "/t.T/Echo", "application/grpc", &gzip, 1, body, len,
+                                    1000, NULL, &out),
+                     ST_OK);
+    assert_string_equal(out.accept_encoding, "identity");
+    /* A repeated pseudo-header makes the request malformed (RFC 9113, 8.3): refused, not run
+     * with the last value. */
+    nghttp2_nv path2 = {(uint8_t *)":path", (uint8_t *)"/t.T/Fail", 5, 9, 0};
+    assert_int_equal(raw_h2_call_ex(f->port, "/t.T/Echo", "application/grpc", &path2, 1, body, len,
+                                    1000, NULL, &out),
+                     ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(out.grpc_message, "repeats the :path pseudo-header"));
+    nghttp2_nv method2 = {(uint8_t *)":method", (uint8_t *)"POST", 7, 4, 0};
+    assert_int_equal(raw_h2_call_ex(f->port, "/t.T/Echo", "application/grpc", &method2, 1, body,
+                                    len, 1000, NULL, &out),
+                     ST_INVALID_ARGUMENT);
     /* Wrong content-type. */
     assert_int_equal(raw_h2_call(f->port, "/t.T/Echo", "text/plain", body, len, 1000, NULL),
                      ST_INVALID_ARGUMENT);
@@ -1448,6 +1523,7 @@ int main(void) {
     st_log_set_level(getenv("RPC_TEST_DEBUG") ? ST_LOG_DEBUG : ST_LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rpc_deframer_any_split),
+        cmocka_unit_test(test_rpc_deframer_grows_with_arrivals),
         cmocka_unit_test(test_rpc_deframer_rejects_bad_input),
         cmocka_unit_test(test_rpc_timeout_and_message_encodings),
         cmocka_unit_test(test_rpc_unary_echo_and_metadata),
