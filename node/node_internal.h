@@ -124,6 +124,14 @@ struct node_ctx {
     struct repl_ctx *repl;        /* replication (repl_glue.c); NULL without --config */
     struct read_state *read_pool; /* idle ReadRows states kept for reuse (read.c) */
     size_t read_pool_n;
+    /* ReadRows turns waiting for the next loop pass, oldest first, and the timer that runs them
+     * (read.c, schedule_turn); the loop pass (libevent's cached time) whose turns took
+     * read_pass_us so far (read.c, pass_has_room); whether the queue waited in the last pass. */
+    struct read_state *read_turns_head, *read_turns_tail;
+    size_t read_turns_n;
+    struct event *read_turns_ev;
+    bool read_turns_put_off;
+    int64_t read_pass_at, read_pass_us;
     struct node_cs *cs;   /* change streams, write side (changes_write.c) */
     size_t cs_kept_bytes; /* open ReadChangeStream calls' requests (changes_read.c) */
     /* Change stream reader turns running back to back (changes_read.c, turn_may_run): since

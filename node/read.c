@@ -8,9 +8,10 @@
  * NODE_READ_TURN_CELLS cells, or opened NODE_READ_TURN_RANGES ranges of the row set, or read
  * NODE_READ_TURN_BLOCK_BYTES of blocks from disk (a turn may end inside a row: the row being
  * assembled waits in the state), or encoded NODE_READ_TURN_CELLS cells of a complete row (a row
- * of millions of cells is encoded over many turns, then sent whole: row_emit); the next turn is
- * scheduled on a libevent timer that fires after the loop's next poll of the sockets
- * (schedule_turn), so other connections' events run in between. When the call's send queue is full
+ * of millions of cells is encoded over many turns, then sent whole: row_emit); the next turn
+ * waits in the node's queue of turns for the loop's next pass, after its poll of the sockets, and
+ * one pass runs turns for at most about NODE_READ_PASS_US (schedule_turn, on_turns), so other
+ * connections' events run in between however many reads are due. When the call's send queue is full
  * the scan keeps its iterator and snapshot and waits for rpc_call_set_writable_cb. A cancelled call
  * (reset, connection loss, deadline) frees everything at the next opportunity.
  *
@@ -88,6 +89,7 @@ typedef struct read_state {
     int64_t table_created_us;
 
     bool in_turn, turn_scheduled, waiting_writable, writable_cb_set;
+    struct read_state *turn_next; /* in the node's queue of turns for the next pass */
     struct read_state *pool_next; /* in the node's pool of idle states */
 
     /* Kept when the state goes back to the pool (read_state_get resets everything above this
@@ -105,6 +107,8 @@ typedef struct read_state {
 } read_state;
 
 static void read_turn(read_state *r);
+static void read_fail(read_state *r, const st_err *err);
+static read_state *turns_pop(node_ctx *n);
 
 /* ---- lifecycle ---- */
 
@@ -177,6 +181,12 @@ static read_state *read_state_get(node_ctx *n) {
 }
 
 void node_read_pool_free(node_ctx *n) {
+    /* Reads still queued for a turn belong to calls the server cancelled: their turns end them. */
+    while (n->read_turns_head)
+        read_turn(turns_pop(n));
+    if (n->read_turns_ev)
+        event_free(n->read_turns_ev);
+    n->read_turns_ev = NULL;
     while (n->read_pool) {
         read_state *r = n->read_pool;
         n->read_pool = r->pool_next;
@@ -204,36 +214,122 @@ static void on_cancel(rpc_call *call, void *arg) {
     read_end(r, ST_CANCELLED, NULL);
 }
 
+/* ---- turns ----
+ * A read's next turn waits for the loop's next pass, after the loop polled its sockets, so other
+ * clients' calls are served between two turns. The turns due run from one node-wide queue, oldest
+ * first, until they took NODE_READ_PASS_US of the pass; the others wait for the next pass. A
+ * first turn and one resumed by room to send run at once while the pass has time left, so a
+ * point read costs no extra pass. So a pass runs one turn over its share (two when the queue was
+ * put off in the pass before: at least one queued turn runs every other pass, however many new
+ * reads come), however many reads are due: turns over 100 MiB values no longer add up in one
+ * pass, and the loop polls its sockets between them. */
+
+/* One microsecond, not a zero timeout: libevent's zero-timeout event runs in the same pass over
+ * the active events, before the loop polls again. One microsecond puts it in the timer heap,
+ * which the loop looks at only after the poll. */
+#define READ_TURN_DELAY_US 1
+
+/* Whether the reads' turns of this pass of the loop took less than NODE_READ_PASS_US. libevent
+ * caches the time once a pass, after its poll, so a new cached time is a new pass. */
+static bool pass_has_room(node_ctx *n) {
+    struct timeval tv;
+    if (event_base_gettimeofday_cached(n->base, &tv) == 0) {
+        int64_t at = (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+        if (at != n->read_pass_at) {
+            n->read_pass_at = at;
+            n->read_pass_us = 0;
+        }
+    }
+    return n->read_pass_us < NODE_READ_PASS_US;
+}
+
+/* Runs one turn of r and counts its time against the pass (r may be freed). */
+static void run_turn(read_state *r) {
+    node_ctx *n = r->n;
+    int64_t t0 = st_mono_us();
+    read_turn(r);
+    n->read_pass_us += st_mono_us() - t0;
+}
+
+static read_state *turns_pop(node_ctx *n) {
+    read_state *r = n->read_turns_head;
+    n->read_turns_head = r->turn_next;
+    if (n->read_turns_head == NULL)
+        n->read_turns_tail = NULL;
+    n->read_turns_n--;
+    r->turn_next = NULL;
+    r->turn_scheduled = false;
+    return r;
+}
+
+static void turns_arm(node_ctx *n) {
+    struct timeval soon = {0, READ_TURN_DELAY_US};
+    if (!event_pending(n->read_turns_ev, EV_TIMEOUT, NULL))
+        event_add(n->read_turns_ev, &soon);
+}
+
+/* The turns queued before this pass, oldest first, while the pass has room; turns scheduled
+ * by them wait for the next pass. */
+static void on_turns(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    node_ctx *n = arg;
+    size_t due = n->read_turns_n;
+    for (size_t i = 0; i < due && n->read_turns_head; i++) {
+        /* A pass whose share went to turns run at once leaves the queue for the next one, but
+         * never twice in a row: the queued reads go on however many new ones come. */
+        if (!pass_has_room(n) && (i > 0 || !n->read_turns_put_off)) {
+            n->read_turns_put_off = i == 0;
+            break;
+        }
+        n->read_turns_put_off = false;
+        run_turn(turns_pop(n));
+    }
+    if (n->read_turns_head)
+        turns_arm(n);
+}
+
+/* Queues r's next turn for the next pass of the loop. */
+static st_code schedule_turn(read_state *r) {
+    node_ctx *n = r->n;
+    if (n->read_turns_ev == NULL) {
+        n->read_turns_ev = event_new(n->base, -1, 0, on_turns, n);
+        if (n->read_turns_ev == NULL)
+            return ST_RESOURCE_EXHAUSTED;
+    }
+    r->turn_next = NULL;
+    if (n->read_turns_tail)
+        n->read_turns_tail->turn_next = r;
+    else
+        n->read_turns_head = r;
+    n->read_turns_tail = r;
+    n->read_turns_n++;
+    r->turn_scheduled = true;
+    turns_arm(n);
+    return ST_OK;
+}
+
+/* A turn that need not wait for a poll (a read's first, or one resumed by room to send): now
+ * while this pass has room, else queued. */
+static void turn_soon(read_state *r) {
+    if (pass_has_room(r->n)) {
+        run_turn(r);
+        return;
+    }
+    if (schedule_turn(r) != ST_OK) {
+        st_err err;
+        st_err_set(&err, ST_RESOURCE_EXHAUSTED, "could not schedule the next part of the read");
+        read_fail(r, &err);
+    }
+}
+
 static void on_writable(rpc_call *call, void *arg) {
     (void)call;
     read_state *r = arg;
     if (!r->waiting_writable)
         return;
     r->waiting_writable = false;
-    read_turn(r);
-}
-
-static void on_turn(evutil_socket_t fd, short what, void *arg) {
-    (void)fd;
-    (void)what;
-    read_state *r = arg;
-    r->turn_scheduled = false;
-    read_turn(r);
-}
-
-/* The next turn runs after the loop has polled the sockets once. Not a zero timeout: libevent's
- * event_base_once activates a zero-timeout event at once, in the same pass over the active
- * events, so a read's turns would run back to back and no other connection would be served
- * until the read ended. One microsecond puts the event in the timer heap, which the loop looks at
- * only after the poll. */
-#define READ_TURN_DELAY_US 1
-
-static st_code schedule_turn(read_state *r) {
-    struct timeval soon = {0, READ_TURN_DELAY_US};
-    if (event_base_once(r->n->base, -1, EV_TIMEOUT, on_turn, r, &soon) != 0)
-        return ST_RESOURCE_EXHAUSTED;
-    r->turn_scheduled = true;
-    return ST_OK;
+    turn_soon(r);
 }
 
 /* ---- output ---- */
@@ -970,5 +1066,5 @@ void node_h_read_rows(rpc_call *call, st_slice bytes, void *arg) {
     r->cell_work = filter_cell_work(r);
     node_scan_restart(&r->scan, &r->rs, r->reversed);
     rpc_call_set_cancel_cb(call, on_cancel, r);
-    read_turn(r);
+    turn_soon(r);
 }

@@ -49,6 +49,11 @@
  * read one block over the bound. */
 #define NODE_READ_TURN_RANGES 256
 #define NODE_READ_TURN_BLOCK_BYTES ((uint64_t)8 << 20)
+/* Loop time the reads' turns may take in one pass of the node's event loop before the other
+ * reads' turns wait for the next pass, after the loop polled its sockets again: a turn over one
+ * 100 MiB block takes a few hundred milliseconds, and N of them in one pass held every other call
+ * of the node (and the router's keepalive PING) for N times that. */
+#define NODE_READ_PASS_US 5000
 /* Most row keys plus ranges accepted in one RowSet (a 1 MiB request holds fewer). */
 #define NODE_READ_ROWSET_MAX BTU_ROWSET_MAX
 
