@@ -914,11 +914,24 @@ static bool stream_matches(const node_filter *f, st_slice key, const node_cell *
     return staged;
 }
 
+/* The filters plan prepared (their compiled regexes), released at the end of the test. */
+static node_filter *planned[16];
+static size_t n_planned;
+
+static void planned_release(void) {
+    while (n_planned > 0)
+        node_filter_release(planned[--n_planned]);
+}
+
 /* Which part of a filter is streamed while a row is assembled, and what the head keeps. */
 static node_filter_stream plan(fixture *fx, node_filter *f) {
     st_err err;
     if (f != NULL && node_filter_prepare(f, &err) != ST_OK)
         fail_msg("prepare failed: %s", err.msg);
+    if (f != NULL) {
+        assert_true(n_planned < sizeof planned / sizeof planned[0]);
+        planned[n_planned++] = f;
+    }
     node_filter_stream s;
     assert_int_equal(node_filter_stream_init(&s, f, &fx->arena), ST_OK);
     return s;
@@ -1003,6 +1016,7 @@ static void test_filter_stream_head_and_rest(void **state) {
     assert_int_equal(s.n, 0);
     assert_ptr_equal(s.rest, f);
     node_filter_stream_deinit(&s);
+    planned_release();
     fx_free(fx);
 }
 
