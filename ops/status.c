@@ -209,8 +209,10 @@ static void probe_repl(const status_ctx *c, size_t ci, const st_topo_node *n, no
 }
 
 /* Per node, the lag to each peer cluster: "<peer>: <records> rec <bytes> <seconds>s", with
- * "backoff" while the shipper retries after an error, "CUT" while the link is cut; "off" for a
- * node that does not replicate (no --config), "-" when the node does not answer. */
+ * "backoff (<last error>)" while the shipper retries after an error (the error tells a peer that
+ * does not answer from damaged log records that stop the shipping for good), "CUT" while the link
+ * is cut; "off" for a node that does not replicate (no --config), "-" when the node does not
+ * answer. */
 static void repl_cells(const node_row *row) {
     const Strata__Internal__V1__Positions *p = row->pos;
     if (!p) {
@@ -223,9 +225,13 @@ static void repl_cells(const node_row *row) {
         const Strata__Internal__V1__PeerPosition *pp = p->peers[i];
         char bytes[32];
         ops_inst_fmt_bytes(pp->bytes_behind, bytes, sizeof bytes);
-        printf("%s%s: %llu rec %s %.1fs%s%s", i ? ", " : " ", pp->cluster_id,
+        printf("%s%s: %llu rec %s %.1fs%s", i ? ", " : " ", pp->cluster_id,
                (unsigned long long)pp->records_behind, bytes, (double)pp->time_behind_us / 1e6,
-               pp->link_cut ? " CUT" : "", pp->backing_off && !pp->link_cut ? " backoff" : "");
+               pp->link_cut ? " CUT" : "");
+        if (pp->backing_off && !pp->link_cut)
+            printf(" backoff%s%s%s", pp->last_error && pp->last_error[0] ? " (" : "",
+                   pp->last_error ? pp->last_error : "",
+                   pp->last_error && pp->last_error[0] ? ")" : "");
     }
 }
 

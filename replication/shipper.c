@@ -54,6 +54,31 @@ void shipper_set_error(repl_shipper *s, st_code code, const char *msg) {
                  (int)(sizeof s->last_error - (size_t)n - 1), msg ? msg : "");
 }
 
+/* Records the shipper needs cannot be read (damaged: docs/formats/log.md): unlike a peer that
+ * does not answer, this does not pass by itself, and the peer gets nothing more until the operator
+ * acts. Said at ERROR once a retry (a fresh reader) fails again at the same lsn — a first failure
+ * can be a passing one, a reader meeting a record as it is being written — and then at most once
+ * per REPL_DATA_LOSS_LOG_US per peer; the message (in last_error, shown by `strata status`) names
+ * the segment and the lsns. */
+static void shipper_warn_data_loss(repl_shipper *s) {
+    if (s->last_code != ST_DATA_LOSS)
+        return;
+    if (s->data_loss_lsn != s->read_next) {
+        s->data_loss_lsn = s->read_next;
+        return;
+    }
+    int64_t now = st_mono_us();
+    if (s->data_loss_logged_us && now - s->data_loss_logged_us < REPL_DATA_LOSS_LOG_US)
+        return;
+    s->data_loss_logged_us = now;
+    st_log(ST_LOG_ERROR, "repl",
+           "event=repl_log_unreadable peer=%s read_next=%" PRIu64 " error=\"%s\" msg=\"replication "
+           "to this peer is stopped: commit log records it has not received are damaged; the "
+           "peer lacks their rows and every later one. Copy the tables to that cluster (backup "
+           "and restore) and see docs/operations.md, damaged commit log\"",
+           s->id, s->read_next, s->last_error);
+}
+
 void shipper_start_backoff(repl_shipper *s) {
     if (s->backing_off || s->r->closing)
         return;
@@ -64,6 +89,7 @@ void shipper_start_backoff(repl_shipper *s) {
     evtimer_add(s->ev_backoff, &tv);
     st_log(ST_LOG_DEBUG, "repl", "peer=%s backoff_ms=%u error=\"%s\"", s->id, s->backoff_ms,
            s->last_error);
+    shipper_warn_data_loss(s);
 }
 
 static void retire(repl_shipper *s) {

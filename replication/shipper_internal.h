@@ -116,7 +116,12 @@ struct repl_shipper {
     uint64_t rows_shipped, records_skipped, batches_sent, rpcs_failed, map_refreshes;
     st_code last_code; /* of last_error; ST_OK when none */
     char last_error[256];
+    int64_t data_loss_logged_us; /* monotonic: last ERROR line for unreadable records (0: none) */
+    uint64_t data_loss_lsn;      /* read_next at the last DATA_LOSS read (0: none) */
 };
+
+/* Unreadable log records the shipper needs are logged at ERROR at most this often per peer. */
+#define REPL_DATA_LOSS_LOG_US (60 * 1000 * 1000LL)
 
 /* shipper.c */
 /* Runs the pump after delay_ms, unless a pump is already due no later. */

@@ -524,22 +524,27 @@ static uint64_t log_needed_from(const sto_db *db, uint64_t replay_from) {
     return need;
 }
 
-/* Holders below records the replay skipped as damaged (the operator accepted that loss: the
- * log refuses it otherwise) move past them, recorded by the manifest write that ends the open:
- * those records cannot be read, and holding them would make the next start refuse again. */
-static void holders_past_skip(sto_db *db) {
-    uint64_t readable = sto_log_readable_from(db->log);
-    for (size_t i = 0; i < db->n_holders; i++) {
-        if (db->holders[i].lsn >= readable)
-            continue;
-        st_log(ST_LOG_ERROR, "storage",
-               "event=log_holder_records_lost holder=%s holder_lsn=%" PRIu64
-               " readable_from=%" PRIu64 " msg=\"the holder had not read damaged log records "
-               "that were skipped (accepted data loss): it cannot have lsn %" PRIu64 "..%" PRIu64
-               "\"",
-               db->holders[i].name, db->holders[i].lsn, readable, db->holders[i].lsn, readable - 1);
-        db->holders[i].lsn = readable;
-    }
+/* Holders below damaged records the replay skipped although they needed them (the operator
+ * accepted that loss: the log refuses it otherwise) stay where they are: they still get every
+ * intact record, and their readers jump the damaged ones (sto_log_hole). Until a holder has
+ * passed them, a restart counts them as needed again and needs the flag again
+ * (docs/operations.md). */
+static void holders_report_holes(sto_db *db) {
+    uint64_t lo = 0, hi = 0;
+    for (size_t k = 0; sto_log_hole(db->log, k, &lo, &hi); k++)
+        for (size_t i = 0; i < db->n_holders; i++) {
+            uint64_t h = db->holders[i].lsn;
+            if (h >= hi)
+                continue;
+            st_log(ST_LOG_ERROR, "storage",
+                   "event=log_holder_records_lost holder=%s holder_lsn=%" PRIu64
+                   " lost_first=%" PRIu64 " lost_last=%" PRIu64
+                   " msg=\"the holder had not read damaged log records that were skipped "
+                   "(accepted data loss): it loses lsn %" PRIu64 "..%" PRIu64 " and gets every "
+                   "other record; copy the affected tables to that cluster (backup and restore). "
+                   "Until it has passed them a restart needs --accept-data-loss again\"",
+                   db->holders[i].name, h, h > lo ? h : lo, hi - 1, h > lo ? h : lo, hi - 1);
+        }
 }
 
 static st_code db_recover(sto_db *db, st_err *err) {
@@ -571,7 +576,7 @@ static st_code db_recover(sto_db *db, st_err *err) {
                                                         the advice at their end must fit */
         return rc;
     }
-    holders_past_skip(db);
+    holders_report_holes(db);
     uint64_t last = sto_log_last_durable_lsn(db->log);
     atomic_store(&db->applied_lsn, last);
     rc = log_end_check(db, last, err);
@@ -744,8 +749,8 @@ static st_code hold_change(sto_db *db, const char *holder, uint64_t lsn, bool re
     if (!holder || !holder[0] || strlen(holder) >= STO_HOLDER_NAME_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT, "log holder name must be 1..%d bytes",
                           STO_HOLDER_NAME_MAX - 1);
-    /* Records recovery skipped as damaged can never be read: holding them would only make the
-     * next start count them as needed and refuse it. */
+    /* Records recovery skipped as damaged when nobody needed them can never be read: holding
+     * them would only make the next start count them as needed and refuse it. */
     uint64_t readable = db->log ? sto_log_readable_from(db->log) : 0;
     if (!remove && lsn < readable)
         lsn = readable;

@@ -84,6 +84,7 @@ void sto_log_close(sto_log *log) {
     log_writer_close_file(log);
     st_buf_free(&log->group);
     free(log->segs);
+    free(log->holes);
     free(log->rm);
     pthread_cond_destroy(&log->rm_done_cv);
     pthread_cond_destroy(&log->rm_cv);
@@ -130,6 +131,14 @@ uint64_t sto_log_readable_from(sto_log *log) {
     uint64_t v = log->readable_from;
     pthread_mutex_unlock(&log->mu);
     return v;
+}
+
+bool sto_log_hole(sto_log *log, size_t i, uint64_t *lsn, uint64_t *next_lsn) {
+    if (i >= log->n_holes) /* fixed once recovery is over: no lock */
+        return false;
+    *lsn = log->holes[i].lsn;
+    *next_lsn = log->holes[i].next_lsn;
+    return true;
 }
 
 uint64_t sto_log_segment_first(sto_log *log, uint64_t lsn) {

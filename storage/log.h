@@ -112,9 +112,14 @@ uint64_t sto_log_bytes(sto_log *log); /* bytes in live segments */
  * a failure until a group succeeds. */
 bool sto_log_out_of_space(sto_log *log);
 uint64_t sto_log_oldest_lsn(sto_log *log); /* first lsn still stored */
-/* The first lsn after the last damaged stretch recovery skipped (sto_log_options.needed_from):
- * records before it cannot be read, as if trimmed. 0 when none was skipped. */
+/* The first lsn after the last damaged stretch recovery skipped because nobody needed it
+ * (sto_log_options.needed_from): records before it cannot be read, as if trimmed. 0 when none
+ * was skipped. Stretches skipped with accept_data_loss are holes instead (sto_log_hole). */
 uint64_t sto_log_readable_from(sto_log *log);
+/* Hole i (from 0) of the damaged stretches recovery skipped although a log holder had not read
+ * them (accept_data_loss): records lsn..next_lsn-1. Readers below it read up to it and go on at
+ * next_lsn, losing only those records. false past the last. */
+bool sto_log_hole(sto_log *log, size_t i, uint64_t *lsn, uint64_t *next_lsn);
 /* The first lsn of the segment holding lsn (the oldest segment when lsn is before it): the
  * oldest segment a trim to keep_from = lsn keeps. 0 when the log has no segment. */
 uint64_t sto_log_segment_first(sto_log *log, uint64_t lsn);

@@ -35,8 +35,8 @@ st_code sto_log_cursor_open(sto_log *log, uint64_t from_lsn, sto_log_cursor **ou
         return st_err_set(err, ST_OUT_OF_RANGE,
                           "commit log records before lsn %" PRIu64
                           " cannot be read (asked from %" PRIu64 "): damaged records among "
-                          "them were skipped when the node started (event=log_damage_skipped, "
-                          "or log_data_loss_accepted reason=holders)",
+                          "them were skipped when the node started, when nobody needed them "
+                          "(event=log_damage_skipped)",
                           readable, from_lsn);
     if (from_lsn < oldest)
         return st_err_set(err, ST_OUT_OF_RANGE,
@@ -152,6 +152,33 @@ static st_code cursor_seek_past(sto_log_cursor *c, const char *why, st_err *err)
     return ST_OK;
 }
 
+/* A bad record at c->off that starts a hole (damaged records skipped with accept_data_loss
+ * although a log holder needed them: log_hole): goes on at the good record after it, the records
+ * the reader wanted in it being lost (said at ERROR: a peer cluster lacks their rows). false when
+ * no hole starts there. Holes are fixed once recovery is over: read without the lock. */
+static bool cursor_jump_hole(sto_log_cursor *c) {
+    const log_hole *h = NULL;
+    for (size_t i = 0; i < c->log->n_holes && !h; i++)
+        if (c->log->holes[i].lsn == c->seen_lsn + 1 && c->log->holes[i].seg_first == c->seg_first)
+            h = &c->log->holes[i];
+    if (!h)
+        return false;
+    if (c->next_lsn < h->next_lsn) {
+        uint64_t lost = c->next_lsn > h->lsn ? c->next_lsn : h->lsn;
+        st_log(ST_LOG_ERROR, "log",
+               "event=log_hole_passed segment=%s bad_offset=%" PRIu64 " resume_offset=%" PRIu64
+               " first_lsn=%" PRIu64 " last_lsn=%" PRIu64 " msg=\"a reader (a peer cluster's "
+               "shipper) went past damaged commit log records skipped with --accept-data-loss: "
+               "the peer lacks lsn %" PRIu64 "..%" PRIu64 "; copy the affected tables to it "
+               "(backup and restore)\"",
+               c->rd.path, c->off, h->off, h->lsn, h->next_lsn - 1, lost, h->next_lsn - 1);
+        c->next_lsn = h->next_lsn;
+    }
+    c->off = h->off;
+    c->seen_lsn = h->next_lsn - 1;
+    return true;
+}
+
 st_code sto_log_cursor_next_raw(sto_log_cursor *c, uint64_t *lsn, st_slice *payload, st_err *err) {
     if (c->next_lsn > c->avail_last ||
         __atomic_load_n(&c->log->segs_gen, __ATOMIC_ACQUIRE) != c->gen) {
@@ -169,6 +196,8 @@ st_code sto_log_cursor_next_raw(sto_log_cursor *c, uint64_t *lsn, st_slice *payl
             return rc;
         if (st == REC_OK && v.lsn > c->next_lsn)
             st = REC_BAD, v.why = "lsn gap";
+        if (st == REC_BAD && cursor_jump_hole(c))
+            continue;
         if (st == REC_BAD && c->seen_lsn + 1 < c->next_lsn) {
             if ((rc = cursor_seek_past(c, v.why, err)) != ST_OK)
                 return rc;

@@ -48,6 +48,15 @@ typedef struct log_seg {
     uint64_t skip_lsn, skip_off;
 } log_seg;
 
+/* A damaged stretch of records, lsn lsn..next_lsn-1, that recovery skipped because only log
+ * holders needed them and the operator accepted their loss (accept_data_loss): a hole that
+ * readers jump, going on at record next_lsn at offset off of the segment from lsn seg_first.
+ * Unlike damage nobody needed (readable_from) the records before it stay readable: a holder below
+ * it loses only the damaged records (docs/formats/log.md). */
+typedef struct log_hole {
+    uint64_t lsn, next_lsn, seg_first, off;
+} log_hole;
+
 /* One sto_log_append call: its framed records, lsn and crc filled in by the commit thread. */
 typedef struct log_entry {
     struct log_entry *next;
@@ -90,6 +99,9 @@ struct sto_log {
     uint64_t durable_lsn; /* published to cursors after the done callbacks */
     /* sto_log_readable_from: set by recovery, before any cursor exists. */
     uint64_t readable_from;
+    /* Accepted holes, in lsn order: set by recovery before any cursor exists, fixed after. */
+    log_hole *holes;
+    size_t n_holes;
     bool closing, appends_started, replaying;
     /* Bumped (atomically, under mu) whenever segments leave the list or one is replaced, so a
      * cursor can keep reading without the lock until the list changes under it. */

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- scanning segments (replay and positioning) ---- */
@@ -21,6 +22,7 @@ typedef struct scan_result {
      * appends go to a new segment. Not torn: they continue at good_bytes. */
     bool torn;
     uint64_t skip_lsn, skip_off; /* the last damaged stretch skipped (log_seg.skip_lsn) */
+    uint64_t unneeded_next;      /* after the last one nobody needed (sto_log_readable_from) */
 } scan_result;
 
 typedef struct scan_ctx {
@@ -30,7 +32,8 @@ typedef struct scan_ctx {
     uint64_t from_lsn;
     replay_fn fn;
     void *arg;
-    bool dropped; /* a cut-short last segment's loss was accepted */
+    bool dropped;       /* a cut-short last segment's loss was accepted */
+    uint64_t seg_first; /* of the segment being scanned */
 } scan_ctx;
 
 static st_code scan_deliver(scan_ctx *c, const rec_view *v, st_err *err) {
@@ -146,27 +149,42 @@ st_code log_later_group_find(rec_reader *r, uint64_t bad_off, uint64_t last, boo
  * not need (every tablet's flushed point has passed it: its rows are in SSTables). When no log
  * holder needs it either, the trim would have removed it were it not in a segment still needed
  * for later records: a warning. When a holder (a peer cluster's shipper) had not read it yet,
- * the operator accepted that loss (accepted): an error naming it. The scan goes on at the later
- * record; readers are kept from the stretch (log_seg.skip_lsn). */
-static void scan_skip_damage(scan_ctx *c, scan_result *res, uint64_t bad_off, uint64_t last,
-                             const char *why, uint64_t at, const rec_view *v, bool accepted) {
-    if (accepted)
+ * the operator accepted that loss (accepted): an error naming it, and the stretch becomes a
+ * hole that readers jump (log_hole), the records before it staying readable. The scan goes on at
+ * the later record; readers are kept from the stretch (log_seg.skip_lsn). */
+static st_code scan_skip_damage(scan_ctx *c, scan_result *res, uint64_t bad_off, uint64_t last,
+                                const char *why, uint64_t at, const rec_view *v, bool accepted,
+                                st_err *err) {
+    bool known = false; /* a segment scanned twice (replay, then positioning) */
+    for (size_t i = 0; i < c->log->n_holes; i++)
+        known |= c->log->holes[i].lsn == last + 1;
+    if (accepted && !known) {
+        log_hole *h = realloc(c->log->holes, (c->log->n_holes + 1) * sizeof *h);
+        if (!h)
+            return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        c->log->holes = h;
+        h[c->log->n_holes++] = (log_hole){last + 1, v->lsn, c->seg_first, at};
         st_log(ST_LOG_ERROR, "log",
                "event=log_data_loss_accepted reason=holders segment=%s bad_offset=%" PRIu64
                " resume_offset=%" PRIu64 " first_lsn=%" PRIu64 " last_lsn=%" PRIu64
                " needed_from=%" PRIu64 " damage=\"%s\" msg=\"damaged commit log records whose "
                "rows are in SSTables but that a log holder (a peer cluster's shipper) had not "
-               "read are skipped: the holder cannot have them\"",
-               c->rd.path, bad_off, at, last + 1, v->lsn - 1, c->log->needed_from, why);
-    else
+               "read are skipped: the holder reads the records before them, then loses lsn "
+               "%" PRIu64 "..%" PRIu64 "\"",
+               c->rd.path, bad_off, at, last + 1, v->lsn - 1, c->log->needed_from, why, last + 1,
+               v->lsn - 1);
+    } else if (!accepted) {
         st_log(ST_LOG_WARN, "log",
                "event=log_damage_skipped segment=%s bad_offset=%" PRIu64 " resume_offset=%" PRIu64
                " first_lsn=%" PRIu64 " last_lsn=%" PRIu64 " needed_from=%" PRIu64 " reason=\"%s\" "
                "msg=\"damaged commit log records that no tablet and no log holder needs any more "
                "(their rows are in SSTables); skipped, and no reader can ask for them\"",
                c->rd.path, bad_off, at, last + 1, v->lsn - 1, c->log->needed_from, why);
+        res->unneeded_next = v->lsn;
+    }
     res->skip_lsn = v->lsn;
     res->skip_off = at;
+    return ST_OK;
 }
 
 /* Sets *zero when every byte of [off, limit) is zero: reserved space no record reached. */
@@ -313,7 +331,8 @@ static st_code scan_bad_record(scan_ctx *c, scan_result *res, bool is_last, uint
     bool own = found && (is_last || v.lsn <= stop_lsn);
     bool holders_only = own && v.lsn > need && v.lsn <= flushed_below;
     if ((own && v.lsn <= need) || (holders_only && c->log->accept_data_loss)) {
-        scan_skip_damage(c, res, off, last, why, at, &v, holders_only);
+        if ((rc = scan_skip_damage(c, res, off, last, why, at, &v, holders_only, err)) != ST_OK)
+            return rc;
         *later = true;
         *off_io = at;
         return ST_OK;
@@ -351,6 +370,7 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
     const char *why;
     memset(res, 0, sizeof *res);
     res->last_lsn = first_lsn - 1;
+    c->seg_first = first_lsn;
     st_code rc = log_reader_open_seg(&c->rd, c->log, first_lsn, &res->file_bytes, &why, err);
     if (rc != ST_OK)
         return rc;
@@ -411,8 +431,8 @@ static st_code scan_segment(scan_ctx *c, uint64_t first_lsn, bool is_last, uint6
 static void seg_note_skip(sto_log *log, log_seg *s, const scan_result *res) {
     s->skip_lsn = res->skip_lsn;
     s->skip_off = res->skip_off;
-    if (res->skip_lsn > log->readable_from)
-        log->readable_from = res->skip_lsn;
+    if (res->unneeded_next > log->readable_from)
+        log->readable_from = res->unneeded_next;
 }
 
 /* Sets the writer after a scan of the last segment (or an empty directory). */

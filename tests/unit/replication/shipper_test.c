@@ -14,10 +14,13 @@
  * (repl_table_dropped, a new tablet), and repl_table_shipping says whether a call with such rows
  * is still under way. The loop runs until a
  * condition holds; a generous iteration cap only guards against hangs. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -465,6 +468,72 @@ static void test_shipper_backs_off_and_recovers(void **state) {
     assert_false(st.backing_off);
     assert_int_equal(st.backoff_ms, 0);
     assert_west_matches_east(&e);
+    env_close(&e);
+}
+
+static void run_turns(env *e, int n);
+
+/* ERROR lines of the shipper's unreadable-records event, counted. */
+static int g_unreadable_lines;
+static void unreadable_sink(st_log_level level, const char *module, const char *line, void *arg) {
+    (void)module;
+    (void)arg;
+    if (level == ST_LOG_ERROR && strstr(line, "event=repl_log_unreadable") &&
+        strstr(line, "DATA_LOSS"))
+        g_unreadable_lines++;
+}
+
+/* Flips one byte in the middle of the records of east's (only) log segment. */
+static void east_log_damage(env *e) {
+    char dir[600], path[900] = "";
+    snprintf(dir, sizeof dir, "%s/log", e->dir_e);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d));)
+        if (strstr(de->d_name, ".log"))
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    closedir(d);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    unsigned char buf[1 << 16];
+    ssize_t n = pread(fd, buf, sizeof buf, 0);
+    assert_true(n > 0);
+    ssize_t end = n;
+    while (end > 0 && buf[end - 1] == 0)
+        end--;
+    off_t at = (4096 + end) / 2; /* past the header page, among the records */
+    assert_true(at < end);
+    buf[at] ^= 0x5a;
+    assert_int_equal(pwrite(fd, &buf[at], 1, at), 1);
+    close(fd);
+}
+
+static bool east_backing_off_long_quiet(env *e) {
+    repl_peer_stats st;
+    repl_peer_stats_get(e->re, 0, &st);
+    return st.backing_off && st.backoff_ms >= 40;
+}
+
+/* Damaged records the shipper needs stop the shipping for good, unlike a peer that does not
+ * answer: said at ERROR (once per minute, not once per retry), and the reason is in the stats
+ * that `strata status` prints. */
+static void test_shipper_reports_unreadable_records(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    write_rows(&e, 0, 200, false);
+    east_log_damage(&e);
+    g_unreadable_lines = 0;
+    st_log_set_sink(unreadable_sink, NULL);
+    east_open(&e);
+    run_until(&e, east_backing_off_long_quiet); /* 5, 10, 20, 40 ms: four failed reads */
+    run_turns(&e, 50);
+    st_log_set_sink(NULL, NULL);
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_int_equal(g_unreadable_lines, 1);
+    assert_non_null(strstr(st.last_error, "DATA_LOSS"));
+    assert_true(st.acked_next_lsn < sto_log_last_lsn(e.east_db));
     env_close(&e);
 }
 
@@ -919,6 +988,7 @@ int main(void) {
         cmocka_unit_test(test_shipper_resumes_after_restart),
         cmocka_unit_test(test_shipper_refuses_position_past_log_end),
         cmocka_unit_test(test_shipper_backs_off_and_recovers),
+        cmocka_unit_test(test_shipper_reports_unreadable_records),
         cmocka_unit_test(test_shipper_routes_by_peer_tablet_map),
         cmocka_unit_test(test_shipper_fills_origin_and_skips_invalid),
         cmocka_unit_test(test_shipper_link_cut_and_restored),
