@@ -24,49 +24,12 @@ family     A waits 3 s between copy batches; family g is dropped through the rou
 import os, signal, subprocess, sys, threading, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cslib import *
+from moverig import Rig
 
 case, node_bin, router_bin, d = sys.argv[1:5]
-procs = {}
-bad = []
-
-
-def expect(what, ok, detail=''):
-    print('%s: %s %s' % ('ok' if ok else 'FAIL', what, detail))
-    if not ok:
-        bad.append(what)
-
-
-def wait_listen(log, since=0):
-    for _ in range(300):
-        try:
-            text = open(log).read()[since:]
-        except FileNotFoundError:
-            text = ''
-        for line in text.splitlines():
-            if 'listening on 127.0.0.1:' in line:
-                return int(line.split('listening on 127.0.0.1:')[1].split()[0].strip(',;'))
-        time.sleep(0.1)
-    sys.exit('FAIL: %s never listened' % log)
-
-
-def start_node(name, num, port=0, faults=''):
-    log = os.path.join(d, name + '.log')
-    since = os.path.getsize(log) if os.path.exists(log) else 0
-    env = dict(os.environ)
-    env.pop('STRATA_TEST_MOVE', None)
-    if faults:
-        env['STRATA_TEST_MOVE'] = faults
-    procs[name] = subprocess.Popen([node_bin, '--data', os.path.join(d, name), '--listen',
-                                    '127.0.0.1:%d' % port, '--node-num', str(num)],
-                                   stdout=open(log, 'a'), stderr=subprocess.STDOUT, env=env)
-    return wait_listen(log, since)
-
-
-def stop(name, sig=signal.SIGTERM):
-    p = procs.pop(name, None)
-    if p:
-        p.send_signal(sig)
-        p.wait(60)
+rig = Rig(node_bin, router_bin, d)
+procs, bad = rig.procs, rig.bad
+expect, wait_listen, start_node, stop = rig.expect, rig.wait_listen, rig.start_node, rig.stop
 
 
 FAULTS = {'drop': ('hold_ms=4000', ''), 'activated': ('kill=activated', ''),
@@ -76,14 +39,7 @@ FAULTS = {'drop': ('hold_ms=4000', ''), 'activated': ('kill=activated', ''),
 fa, fb = FAULTS[case]
 A = start_node('a', 1, faults=fa)
 B = start_node('b', 2, faults=fb)
-with open(os.path.join(d, 'topology'), 'w') as f:
-    f.write('project = p\ninstance = i\n[cluster east]\nzone = z\nnode = 127.0.0.1:%d %s/a\n'
-            'node = 127.0.0.1:%d %s/b\n' % (A, d, B, d))
-rlog = os.path.join(d, 'router.log')
-procs['router'] = subprocess.Popen([router_bin, '--config', os.path.join(d, 'topology'), '--listen',
-                                    '127.0.0.1:0', '--balance', 'off'],
-                                   stdout=open(rlog, 'w'), stderr=subprocess.STDOUT)
-R = wait_listen(rlog)
+R = rig.start_router(A, B)
 
 
 def node_move(src, dst, tid, limit=60):
