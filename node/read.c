@@ -309,18 +309,23 @@ static st_code schedule_turn(read_state *r) {
     return ST_OK;
 }
 
+/* schedule_turn, the read failed when it cannot be: whether it was scheduled. */
+static bool schedule_or_fail(read_state *r) {
+    if (schedule_turn(r) == ST_OK)
+        return true;
+    st_err err;
+    st_err_set(&err, ST_RESOURCE_EXHAUSTED, "could not schedule the next part of the read");
+    read_fail(r, &err);
+    return false;
+}
+
 /* A turn that need not wait for a poll (a read's first, or one resumed by room to send): now
  * while this pass has room, else queued. */
 static void turn_soon(read_state *r) {
-    if (pass_has_room(r->n)) {
+    if (pass_has_room(r->n))
         run_turn(r);
-        return;
-    }
-    if (schedule_turn(r) != ST_OK) {
-        st_err err;
-        st_err_set(&err, ST_RESOURCE_EXHAUSTED, "could not schedule the next part of the read");
-        read_fail(r, &err);
-    }
+    else
+        schedule_or_fail(r);
 }
 
 static void on_writable(rpc_call *call, void *arg) {
@@ -904,12 +909,8 @@ static void turn_yield(read_state *r) {
         read_wait(r);
         return;
     }
-    if (schedule_turn(r) != ST_OK) {
-        st_err err;
-        st_err_set(&err, ST_RESOURCE_EXHAUSTED, "could not schedule the next part of the read");
-        read_fail(r, &err);
+    if (!schedule_or_fail(r))
         return;
-    }
     r->in_turn = false;
 }
 
