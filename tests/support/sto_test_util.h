@@ -5,6 +5,7 @@
 #ifndef STO_TEST_UTIL_H
 #define STO_TEST_UTIL_H
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,37 @@ static inline st_code tu_dump(sto_db *db, uint64_t tablet, st_buf *out) {
     if (sto_tablet_get(db, tablet, &t) != ST_OK)
         return ST_NOT_FOUND;
     return tu_dump_range(t, NULL, false, out);
+}
+
+/* XORs the byte at off of path with 0x5a (damage the checksums must catch): false when the file
+ * cannot be opened. */
+static inline bool tu_flip_byte(const char *path, long off) {
+    FILE *f = fopen(path, "r+b");
+    if (!f)
+        return false;
+    fseek(f, off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+    return true;
+}
+
+/* The path of the first (smallest name) commit log segment of the storage directory dir into
+ * out: false when there is none. */
+static inline bool tu_first_log_segment(const char *dir, char *out, size_t cap) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/log", dir);
+    DIR *d = opendir(path);
+    out[0] = 0;
+    if (!d)
+        return false;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".log") && (!out[0] || strcmp(e->d_name, out + strlen(path) + 1) < 0))
+            snprintf(out, cap, "%s/%s", path, e->d_name);
+    closedir(d);
+    return out[0] != 0;
 }
 
 #endif

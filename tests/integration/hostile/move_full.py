@@ -56,17 +56,6 @@ def load(table, first, n, prefix='r'):
             sys.exit('FAIL: loading %s: %s %s' % (table, why, st))
 
 
-def keys(table):
-    """Row keys read through the router (refreshing its map first, retrying not-owner)."""
-    for _ in range(20):
-        call(R, BT + 'GenerateInitialChangeStreamPartitions', fld(1, tname(table)))
-        k, why = row_keys(R, table)
-        if why == 'end':
-            return k
-        time.sleep(0.3)
-    return None
-
-
 def on_a(table):
     """The table's only tablet, moved onto A if the router put it on B."""
     for _ in range(3):
@@ -82,6 +71,7 @@ def on_a(table):
 A = start_node('a', 1, faults='batch_ms=2000' if case == 'target' else 'hold_ms=3000')
 B = start_node('b', 2)
 R = rig.start_router(A, B)
+keys = rig.keys
 
 
 def fill(node, leave):

@@ -40,6 +40,7 @@ fa, fb = FAULTS[case]
 A = start_node('a', 1, faults=fa)
 B = start_node('b', 2, faults=fb)
 R = rig.start_router(A, B)
+keys = rig.keys
 
 
 def node_move(src, dst, tid, limit=60):
@@ -78,17 +79,6 @@ def load(table, n, prefix='r'):
         data, st, why = call(R, BT + 'MutateRows', body)
         if why != 'end' or st:
             sys.exit('FAIL: loading %s: %s %s' % (table, why, st))
-
-
-def keys(table):
-    """Row keys read through the router (refreshing its map first, retrying not-owner)."""
-    for _ in range(20):
-        call(R, BT + 'GenerateInitialChangeStreamPartitions', fld(1, tname(table)))
-        k, why = row_keys(R, table)
-        if why == 'end':
-            return k
-        time.sleep(0.3)
-    return None
 
 
 def drop_all(port, table):

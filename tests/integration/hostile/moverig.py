@@ -3,6 +3,8 @@ and B (node 2), of one cluster behind a router with the balancer off, started fr
 under test in a directory of their own, with the checks' verdicts collected."""
 import os, signal, subprocess, sys, time
 
+from cslib import BT, call, fld, row_keys, tname
+
 
 class Rig:
     def __init__(self, node_bin, router_bin, d):
@@ -53,7 +55,18 @@ class Rig:
         self.procs['router'] = subprocess.Popen(
             [self.router_bin, '--config', topo, '--listen', '127.0.0.1:0', '--balance', 'off'],
             stdout=open(rlog, 'w'), stderr=subprocess.STDOUT)
-        return self.wait_listen(rlog)
+        self.router = self.wait_listen(rlog)
+        return self.router
+
+    def keys(self, table):
+        """Row keys read through the router (refreshing its map first, retrying not-owner)."""
+        for _ in range(20):
+            call(self.router, BT + 'GenerateInitialChangeStreamPartitions', fld(1, tname(table)))
+            k, why = row_keys(self.router, table)
+            if why == 'end':
+                return k
+            time.sleep(0.3)
+        return None
 
     def stop(self, name, sig=signal.SIGTERM):
         p = self.procs.pop(name, None)

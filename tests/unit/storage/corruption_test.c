@@ -46,16 +46,6 @@ static long file_size(const char *path) {
     return stat(path, &st) == 0 ? (long)st.st_size : -1;
 }
 
-static void flip(const char *path, long off) {
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
-    fseek(f, off, SEEK_SET);
-    int c = fgetc(f);
-    fseek(f, off, SEEK_SET);
-    fputc(c ^ 0x5a, f);
-    fclose(f);
-}
-
 static void copy_dir(const char *from, const char *to) {
     char cmd[1400];
     snprintf(cmd, sizeof cmd, "cp -r %s/. %s", from, to);
@@ -180,7 +170,7 @@ static void test_corruption_sst_flips(void **state) {
         snprintf(path, sizeof path, "%s/sst/%s", dir, victim);
         long size = file_size(path);
         for (int k = 0; k < 3; k++)
-            flip(path, (long)st_rng_below(&rng, (uint64_t)size));
+            assert_true(tu_flip_byte(path, (long)st_rng_below(&rng, (uint64_t)size)));
         sto_db *db;
         st_err err;
         assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
@@ -227,20 +217,6 @@ static void test_corruption_missing_sst(void **state) {
     free(p);
 }
 
-static void find_log_segment(const char *dir, char *out, size_t cap) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/log", dir);
-    DIR *d = opendir(path);
-    assert_non_null(d);
-    struct dirent *e;
-    out[0] = 0;
-    while ((e = readdir(d)))
-        if (strstr(e->d_name, ".log") && (!out[0] || strcmp(e->d_name, out + strlen(path) + 1) < 0))
-            snprintf(out, cap, "%s/%s", path, e->d_name);
-    closedir(d);
-    assert_true(out[0] != 0);
-}
-
 static void test_corruption_log_flips(void **state) {
     (void)state;
     st_log_set_level(ST_LOG_ERROR + 1);
@@ -267,9 +243,9 @@ static void test_corruption_log_flips(void **state) {
             assert_int_equal(tu_set(db, 1, "b", "f", "q", i, big, V(1000 + i)), ST_OK);
         sto_db_close(db);
         char seg[700];
-        find_log_segment(dir, seg, sizeof seg);
+        assert_true(tu_first_log_segment(dir, seg, sizeof seg));
         long size = file_size(seg);
-        flip(seg, (long)st_rng_below(&rng, (uint64_t)size));
+        assert_true(tu_flip_byte(seg, (long)st_rng_below(&rng, (uint64_t)size)));
         st_err_clear(&err);
         st_code rc = sto_db_open(dir, &o, &db, &err);
         assert_true(rc == ST_OK || rc == ST_DATA_LOSS);
@@ -370,7 +346,7 @@ static void test_corruption_log_flips_last_segment(void **state) {
         long off = round % 4 == 3
                        ? final_start + (long)st_rng_below(&rng, (uint64_t)(used - final_start))
                        : 4096 + (long)st_rng_below(&rng, (uint64_t)(final_start - 4096));
-        flip(seg, off);
+        assert_true(tu_flip_byte(seg, off));
         st_err_clear(&err);
         st_code rc = sto_db_open(dir, &o, &db, &err);
         if (off < final_start || round % 4 == 3) {
@@ -407,7 +383,7 @@ static void test_corruption_manifest(void **state) {
     make_pristine(p);
     char path[1200];
     snprintf(path, sizeof path, "%s/MANIFEST", p->dir);
-    flip(path, file_size(path) / 2);
+    assert_true(tu_flip_byte(path, file_size(path) / 2));
     sto_options o;
     tu_small_options(&o);
     sto_db *db = NULL;

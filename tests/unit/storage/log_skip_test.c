@@ -23,31 +23,6 @@
 #define V(ts) STO_VERSION((ts), 0)
 #define ROWS 200 /* per phase; one write (one log group) per row */
 
-static void flip(const char *path, long off) {
-    FILE *f = fopen(path, "r+b");
-    assert_non_null(f);
-    fseek(f, off, SEEK_SET);
-    int c = fgetc(f);
-    fseek(f, off, SEEK_SET);
-    fputc(c ^ 0x5a, f);
-    fclose(f);
-}
-
-/* Path of the first (smallest name) log segment into out. */
-static void first_log_segment(const char *dir, char *out, size_t cap) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/log", dir);
-    DIR *d = opendir(path);
-    assert_non_null(d);
-    struct dirent *e;
-    out[0] = 0;
-    while ((e = readdir(d)))
-        if (strstr(e->d_name, ".log") && (!out[0] || strcmp(e->d_name, out + strlen(path) + 1) < 0))
-            snprintf(out, cap, "%s/%s", path, e->d_name);
-    closedir(d);
-    assert_true(out[0] != 0);
-}
-
 static int count_segments(const char *dir) {
     char path[600];
     snprintf(path, sizeof path, "%s/log", dir);
@@ -115,7 +90,7 @@ static void make_db(layout *l, bool hold) {
         ST_OK);
     if (hold)
         assert_int_equal(sto_log_hold(db, "repl:west", 1, &err), ST_OK);
-    first_log_segment(l->dir, l->seg, sizeof l->seg);
+    assert_true(tu_first_log_segment(l->dir, l->seg, sizeof l->seg));
     l->a_lo = 4096;
     write_rows(db, "a", ROWS, 0, 200);
     l->a_hi = used_bytes(l->seg);
@@ -164,7 +139,7 @@ static void test_unneeded_damage_skipped(void **state) {
     for (int k = 1; k <= 5; k++) { /* spread over the records: headers, lengths, payloads */
         layout l;
         make_db(&l, false);
-        flip(l.seg, l.a_lo + (l.a_hi - l.a_lo) * k / 6);
+        assert_true(tu_flip_byte(l.seg, l.a_lo + (l.a_hi - l.a_lo) * k / 6));
         sto_options o;
         options(&o);
         sto_db *db;
@@ -216,7 +191,7 @@ static void test_damage_needed_by_replay_refused(void **state) {
     (void)state;
     layout l;
     make_db(&l, false);
-    flip(l.seg, l.b_lo + (l.b_hi - l.b_lo) / 2);
+    assert_true(tu_flip_byte(l.seg, l.b_lo + (l.b_hi - l.b_lo) / 2));
     expect_refused(&l, false, "later group");
     expect_refused(&l, true, "later group");
     st_buf_free(&l.want);
@@ -258,7 +233,7 @@ static void test_damage_needed_by_holder(void **state) {
     (void)state;
     layout l;
     make_db(&l, true);
-    flip(l.seg, l.a_lo + (l.a_hi - l.a_lo) / 2);
+    assert_true(tu_flip_byte(l.seg, l.a_lo + (l.a_hi - l.a_lo) / 2));
     expect_refused(&l, false, "log holder");
     expect_refused(&l, false, "--accept-data-loss");
     sto_options o;
@@ -299,7 +274,7 @@ static void test_holder_reads_past_old_damage(void **state) {
     assert_int_equal(
         sto_tablet_create(db, 1, ST_SLICE_LIT("t"), ST_SLICE_LIT(""), ST_SLICE_LIT(""), NULL, &err),
         ST_OK);
-    first_log_segment(dir, seg, sizeof seg);
+    assert_true(tu_first_log_segment(dir, seg, sizeof seg));
     write_rows(db, "a", ROWS, 0, 200);
     long a_hi = used_bytes(seg);
     assert_int_equal(sto_log_hold(db, "repl:west", ROWS - 10, &err), ST_OK);
@@ -311,7 +286,7 @@ static void test_holder_reads_past_old_damage(void **state) {
     assert_int_equal(tu_dump(db, 1, &want), ST_OK);
     sto_db_close(db);
     assert_true(count_segments(dir) > 1);
-    flip(seg, 4096 + (a_hi - 4096) / 4);
+    assert_true(tu_flip_byte(seg, 4096 + (a_hi - 4096) / 4));
     assert_int_equal(sto_db_open(dir, &o, &db, &err), ST_OK);
     check_rows(db, (char *)want.data);
     sto_log_reader *r = NULL;
