@@ -281,17 +281,33 @@ static void test_crash_leftovers(void **state) {
     assert_int_equal(sb.st_nlink, 2);
 }
 
+/* The fixture's db opened again over a fault env (*o: its options), for a manifest write made to
+ * fail: the env, which reopen_without_fault destroys. */
+static st_env *reopen_with_fault(fixture *f, sto_options *o) {
+    sto_db_close(f->db);
+    st_env *fault = st_env_fault_new(st_env_posix());
+    *o = f->o;
+    o->env = fault;
+    st_err err;
+    assert_int_equal(sto_db_open(f->dir, o, &f->db, &err), ST_OK);
+    return fault;
+}
+
+static void reopen_without_fault(fixture *f, st_env *fault) {
+    sto_db_close(f->db);
+    fault->ops->destroy(fault);
+    st_err err;
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+}
+
 static void test_failed_manifest_write(void **state) {
     fixture *f = *state;
     set_user(f, 1, "a", "1", 1);
     char paths[MAX_FILES][700];
     size_t n = backup(f, 1, paths);
-    sto_db_close(f->db);
-    st_env *fault = st_env_fault_new(st_env_posix());
-    sto_options o = f->o;
-    o.env = fault;
+    sto_options o;
+    st_env *fault = reopen_with_fault(f, &o);
     st_err err;
-    assert_int_equal(sto_db_open(f->dir, &o, &f->db, &err), ST_OK);
     int before = count_sst(f->dir);
     st_env_fault_set(fault, 0, ST_INTERNAL);
     const char *pv[1] = {paths[0]};
@@ -304,9 +320,7 @@ static void test_failed_manifest_write(void **state) {
     assert_int_equal(count_sst(f->dir), before);
     assert_int_equal(tu_db_reopen(f->dir, &o, &f->db), ST_OK);
     assert_int_equal(sto_tablet_get(f->db, 2, &t), ST_NOT_FOUND);
-    sto_db_close(f->db);
-    fault->ops->destroy(fault);
-    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+    reopen_without_fault(f, fault);
 }
 
 /* ---- many tablets in one batch ---- */
@@ -357,12 +371,8 @@ static void test_batch_failed_manifest_write(void **state) {
     set_user(f, 1, "a", "1", 1);
     char paths[MAX_FILES][700];
     size_t n = backup(f, 1, paths);
-    sto_db_close(f->db);
-    st_env *fault = st_env_fault_new(st_env_posix());
-    sto_options o = f->o;
-    o.env = fault;
-    st_err err;
-    assert_int_equal(sto_db_open(f->dir, &o, &f->db, &err), ST_OK);
+    sto_options o;
+    st_env *fault = reopen_with_fault(f, &o);
     int before = count_sst(f->dir);
     const char *pv[MAX_FILES];
     for (size_t i = 0; i < n; i++)
@@ -388,9 +398,7 @@ static void test_batch_failed_manifest_write(void **state) {
     assert_int_equal(count_sst(f->dir), before);
     assert_int_equal(tu_db_reopen(f->dir, &o, &f->db), ST_OK);
     assert_int_equal(sto_tablet_get(f->db, 3, &t), ST_NOT_FOUND);
-    sto_db_close(f->db);
-    fault->ops->destroy(fault);
-    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+    reopen_without_fault(f, fault);
 }
 
 /* ---- a freeze under writes ---- */
