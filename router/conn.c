@@ -1,6 +1,7 @@
 /* conn.c — the router's links to its nodes: one rpc_client per node (through the node's Unix
  * socket when it has one on this host, else TCP), replaced with a backoff when it dies, plus
- * clients of their own for change streams (rtr_node_call_long); fan-out
+ * one for scans (rtr_node_call_scan) and clients of their own for change streams
+ * (rtr_node_call_long); fan-out
  * of calls to many nodes; delayed callbacks; the per-cluster tablet-map refresh (ListTablets on
  * every node), coalesced so a burst of "not owner" answers costs one refresh. */
 #include "router_internal.h"
@@ -205,9 +206,25 @@ static rpc_client *node_long_client(rtr_node *n, st_err *err) {
     return c;
 }
 
-/* Starts a call on node's regular client, or with long_call on a long-call client (which needs
- * the regular one too: reachability and the reconnect backoff). */
-static rpc_ccall *node_call(rtr_node *node, bool long_call, const char *path, st_slice req,
+/* The scan client of node, dialled anew (same transport as the regular client, which is live)
+ * when it died. */
+static rpc_client *node_scan_client(rtr_node *n, st_err *err) {
+    if (n->scan_client && rpc_client_alive(n->scan_client))
+        return n->scan_client;
+    if (n->scan_client)
+        bury(n->ctx, n->scan_client);
+    n->scan_client = node_dial_via(n, n->via_unix, 0, err);
+    n->scan_conn_id++;
+    if (!n->scan_client)
+        st_err_prefix(err, "node %s: ", n->addr);
+    return n->scan_client;
+}
+
+typedef enum { CALL_REGULAR, CALL_LONG, CALL_SCAN } call_kind;
+
+/* Starts a call on node's regular client, or on a long-call or the scan client (which need the
+ * regular one too: reachability and the reconnect backoff). */
+static rpc_ccall *node_call(rtr_node *node, call_kind kind, const char *path, st_slice req,
                             const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
                             rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
                             st_err *err) {
@@ -218,8 +235,10 @@ static rpc_ccall *node_call(rtr_node *node, bool long_call, const char *path, st
     rpc_client *c = node_client(node, err);
     if (node_mute(node, c, err))
         return NULL;
-    if (c && long_call)
+    if (c && kind == CALL_LONG)
         c = node_long_client(node, err);
+    else if (c && kind == CALL_SCAN)
+        c = node_scan_client(node, err);
     if (!c)
         return NULL;
     rpc_ccall *call = rpc_client_call(c, path, req, md, md_count, timeout_ms, on_msg, on_done, arg);
@@ -231,14 +250,27 @@ static rpc_ccall *node_call(rtr_node *node, bool long_call, const char *path, st
 rpc_ccall *rtr_node_call(rtr_node *node, const char *path, st_slice req, const rpc_metadata *md,
                          size_t md_count, int64_t timeout_ms, rpc_ccall_msg_fn on_msg,
                          rpc_ccall_done_fn on_done, void *arg, st_err *err) {
-    return node_call(node, false, path, req, md, md_count, timeout_ms, on_msg, on_done, arg, err);
+    return node_call(node, CALL_REGULAR, path, req, md, md_count, timeout_ms, on_msg, on_done, arg,
+                     err);
+}
+
+rpc_ccall *rtr_node_call_scan(rtr_node *node, const char *path, st_slice req,
+                              const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
+                              rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
+                              uint64_t *conn_id, st_err *err) {
+    rpc_ccall *call =
+        node_call(node, CALL_SCAN, path, req, md, md_count, timeout_ms, on_msg, on_done, arg, err);
+    /* Apart from the regular connections' ids in rtr_qod_drop_id's 40 bits. */
+    *conn_id = node->scan_conn_id | (uint64_t)1 << 39;
+    return call;
 }
 
 rpc_ccall *rtr_node_call_long(rtr_node *node, const char *path, st_slice req,
                               const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
                               rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
                               st_err *err) {
-    return node_call(node, true, path, req, md, md_count, timeout_ms, on_msg, on_done, arg, err);
+    return node_call(node, CALL_LONG, path, req, md, md_count, timeout_ms, on_msg, on_done, arg,
+                     err);
 }
 
 rtr_call_fate rtr_call_fate_of(const rpc_ccall *call, st_code code) {
@@ -254,6 +286,9 @@ void rtr_node_disconnect_all(rtr_ctx *r) {
             if (n->client)
                 rpc_client_free(n->client); /* runs outstanding done callbacks (CANCELLED) */
             n->client = NULL;
+            if (n->scan_client)
+                rpc_client_free(n->scan_client);
+            n->scan_client = NULL;
             for (size_t k = 0; k < n->n_long; k++)
                 rpc_client_free(n->long_clients[k]);
             n->n_long = 0;

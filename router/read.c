@@ -740,9 +740,14 @@ static void rr_send(rr_op *op, const rtr_tablet *tb) {
     }
     op->wait = RR_NODE;
     op->node = &op->c->nodes[tb->node];
-    op->inflight = rtr_node_call(op->node, RTR_BT "ReadRows", req, md, n_md, timeout, rr_msg,
-                                 rr_done, op, &op->last);
-    op->conn_id = op->node->conn_id;
+    if (btu_rowset_is_point(&op->rs, BTU_ROWSET_POINT_KEYS_MAX)) {
+        op->inflight = rtr_node_call(op->node, RTR_BT "ReadRows", req, md, n_md, timeout, rr_msg,
+                                     rr_done, op, &op->last);
+        op->conn_id = op->node->conn_id;
+    } else {
+        op->inflight = rtr_node_call_scan(op->node, RTR_BT "ReadRows", req, md, n_md, timeout,
+                                          rr_msg, rr_done, op, &op->conn_id, &op->last);
+    }
     st_buf_free(&buf);
     if (op->inflight)
         rr_idle_arm(op);

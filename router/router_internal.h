@@ -465,6 +465,9 @@ struct rtr_node {
      * they never take the stream slots of the regular client (rtr_node_call_long) */
     rpc_client *long_clients[RTR_LONG_CLIENTS_MAX];
     size_t n_long;
+    /* conn.c: the client for scans (rtr_node_call_scan), and its connections dialled so far */
+    rpc_client *scan_client;
+    uint64_t scan_conn_id;
     /* read.c: ReadRows node calls paused now, and the park bucket (RTR_READ_PAUSED_PER_NODE) */
     uint32_t reads_paused;
     double park_tokens;
@@ -571,6 +574,15 @@ rpc_ccall *rtr_node_call_long(rtr_node *node, const char *path, st_slice req,
                               const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
                               rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
                               st_err *err);
+/* rtr_node_call for a ReadRows that is not a point read (btu_rowset_is_point): it goes over the
+ * node's scan connection, so that scans waiting for one of its stream slots (2,000 scans of
+ * clients that never read, parked and issued again in turn) never queue ahead of the node's
+ * other calls, which the regular connection carries. *conn_id is set to the id of the
+ * connection the call went on (for rtr_qod_drop_id). */
+rpc_ccall *rtr_node_call_scan(rtr_node *node, const char *path, st_slice req,
+                              const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
+                              rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
+                              uint64_t *conn_id, st_err *err);
 /* How a node call that ended UNAVAILABLE relates to its node (only inside its on_done):
  * RTR_CALL_SENT: the request may have reached the node (a lost connection, a status);
  * RTR_CALL_REFUSED: the node took the connection but refused the call unprocessed (its GOAWAY):

@@ -15,6 +15,18 @@ st_code btu_key_successor(st_arena *arena, st_slice k, st_slice *out) {
     return ST_OK;
 }
 
+bool btu_rowset_is_point(const btu_rowset *rs, size_t max) {
+    if (rs->n == 0 || rs->n > max)
+        return false;
+    for (size_t i = 0; i < rs->n; i++) {
+        st_slice a = rs->v[i].start, b = rs->v[i].end;
+        if (a.len == 0 || b.len != a.len + 1 || b.data[a.len] != 0 ||
+            memcmp(a.data, b.data, a.len) != 0)
+            return false;
+    }
+    return true;
+}
+
 static st_slice bin(ProtobufCBinaryData b) {
     return st_slice_make(b.data, b.len);
 }

@@ -5,7 +5,10 @@
 # node calls of such scans (parks them), one stream reset each; a node allows a peer 1,000
 # resets and then 33 a second before it closes the connection, so the router rationed its parks
 # and every other read of the node waited about (N - 860) / 25 seconds (29 s here). The node now
-# lets its own user's processes on its Unix socket reset streams at will.
+# lets its own user's processes on its Unix socket reset streams at will. Then the other calls
+# waited for a stream slot behind the scans on the router's one connection to the node (9-12 s
+# under AddressSanitizer); scans now have a connection of their own (docs/router.md, "Scans have
+# a connection of their own"), and a one-row read and a write must answer within 3 s.
 # Usage: read_stall_unix_test.sh PATH/TO/strata
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -7,7 +7,9 @@
  * key order, sends each tablet only ranges inside it, and covers exactly the rows of the row set
  * — checked against brute-force membership over a small key universe with random tablet
  * boundaries and random row sets. Resuming from a mid-tablet position (after the last row
- * delivered) never revisits rows. Randomized tests take STRATA_SEED.
+ * delivered) never revisits rows. A point read (row keys only, at most
+ * BTU_ROWSET_POINT_KEYS_MAX) is told from a scan, which the router sends on another connection.
+ * Randomized tests take STRATA_SEED.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -302,12 +304,56 @@ static void test_tmap_walk_matches_brute_force(void **state) {
     }
 }
 
+/* btu_rowset_is_point over the row set of keys[0..n) plus, with range, the range [b, c). */
+static bool point_of(const char *const *keys, size_t n, bool range) {
+    ProtobufCBinaryData k[BTU_ROWSET_POINT_KEYS_MAX + 1];
+    for (size_t i = 0; i < n; i++)
+        k[i] = (ProtobufCBinaryData){strlen(keys[i]), (uint8_t *)(uintptr_t)keys[i]};
+    Google__Bigtable__V2__RowRange r, *rp = &r;
+    google__bigtable__v2__row_range__init(&r);
+    r.start_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__START_KEY_START_KEY_CLOSED;
+    r.start_key_closed = (ProtobufCBinaryData){1, (uint8_t *)"b"};
+    r.end_key_case = GOOGLE__BIGTABLE__V2__ROW_RANGE__END_KEY_END_KEY_OPEN;
+    r.end_key_open = (ProtobufCBinaryData){1, (uint8_t *)"c"};
+    Google__Bigtable__V2__RowSet pb = GOOGLE__BIGTABLE__V2__ROW_SET__INIT;
+    pb.n_row_keys = n;
+    pb.row_keys = k;
+    pb.n_row_ranges = range ? 1 : 0;
+    pb.row_ranges = &rp;
+    st_arena a;
+    st_arena_init(&a, 1024);
+    btu_rowset rs;
+    st_err err;
+    assert_int_equal(btu_rowset_from_pb(&pb, &a, &rs, &err), ST_OK);
+    bool point = btu_rowset_is_point(&rs, BTU_ROWSET_POINT_KEYS_MAX);
+    st_arena_deinit(&a);
+    return point;
+}
+
+static void test_rowset_point_reads_and_scans(void **state) {
+    (void)state;
+    static const char *const two[] = {"r2", "r1"};
+    assert_true(point_of(two, 2, false));
+    assert_false(point_of(two, 2, true));  /* a range besides the keys */
+    assert_false(point_of(NULL, 0, false)); /* every row */
+    assert_false(point_of(NULL, 0, true));
+    const char *many[BTU_ROWSET_POINT_KEYS_MAX + 1];
+    char text[BTU_ROWSET_POINT_KEYS_MAX + 1][8];
+    for (size_t i = 0; i <= BTU_ROWSET_POINT_KEYS_MAX; i++) {
+        snprintf(text[i], sizeof text[i], "k%03zu", i);
+        many[i] = text[i];
+    }
+    assert_true(point_of(many, BTU_ROWSET_POINT_KEYS_MAX, false));
+    assert_false(point_of(many, BTU_ROWSET_POINT_KEYS_MAX + 1, false));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tmap_build_sorts_and_drops_overlaps),
         cmocka_unit_test(test_tmap_build_prefers_move_source),
         cmocka_unit_test(test_tmap_row_reports_gaps),
         cmocka_unit_test(test_tmap_walk_matches_brute_force),
+        cmocka_unit_test(test_rowset_point_reads_and_scans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

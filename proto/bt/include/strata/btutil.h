@@ -19,6 +19,8 @@
 #define BTU_FAMILY_NAME_MAX 64 /* family names: [-_.a-zA-Z0-9]+ */
 /* Most row keys plus ranges accepted in one RowSet (a 1 MiB request holds fewer). */
 #define BTU_ROWSET_MAX ((size_t)1 << 20)
+/* Most row keys of a point read as the router tells it from a scan (btu_rowset_is_point). */
+#define BTU_ROWSET_POINT_KEYS_MAX 100
 
 /* [start, end) over row keys; empty start = first row, empty end = unbounded. */
 typedef struct btu_key_range {
@@ -50,6 +52,9 @@ bool btu_range_is_empty(const btu_key_range *r);
 /* k followed by one zero byte (the smallest key greater than k), allocated from arena;
  * RESOURCE_EXHAUSTED when memory runs out. */
 st_code btu_key_successor(st_arena *arena, st_slice k, st_slice *out);
+/* Whether rs selects row keys only (each range is [k, k + "\0")), 1..max of them: a point read,
+ * whose work is bounded, as opposed to a scan. */
+bool btu_rowset_is_point(const btu_rowset *rs, size_t max);
 
 /* CreateTable's initial_splits: sorted, without duplicates or empty keys, in arena memory (the
  * keys point into req). INVALID_ARGUMENT for more than max splits or a key over BTU_ROW_KEY_MAX. */
