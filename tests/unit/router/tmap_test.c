@@ -334,7 +334,7 @@ static void test_rowset_point_reads_and_scans(void **state) {
     (void)state;
     static const char *const two[] = {"r2", "r1"};
     assert_true(point_of(two, 2, false));
-    assert_false(point_of(two, 2, true));  /* a range besides the keys */
+    assert_false(point_of(two, 2, true));   /* a range besides the keys */
     assert_false(point_of(NULL, 0, false)); /* every row */
     assert_false(point_of(NULL, 0, true));
     const char *many[BTU_ROWSET_POINT_KEYS_MAX + 1];
