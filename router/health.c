@@ -71,9 +71,14 @@ static void node_good(rtr_fo *fo, const rtr_node *n) {
  * call that timed out there waited behind the node's other work (a busy node, many streams on
  * the connection), which is no reason to move traffic away. A silent connection is detected by
  * the rpc client's keepalive PINGs instead. */
+static bool link_answering(const rpc_client *c) {
+    return c && rpc_client_alive(c) &&
+           rpc_client_last_read_us(c) > st_mono_us() - RTR_PROBE_TIMEOUT_MS * 1000;
+}
+
+/* Either connection: a scan times out on the scan connection. */
 static bool node_answering(const rtr_node *n) {
-    return n->client && rpc_client_alive(n->client) &&
-           rpc_client_last_read_us(n->client) > st_mono_us() - RTR_PROBE_TIMEOUT_MS * 1000;
+    return link_answering(n->client) || link_answering(n->scan_client);
 }
 
 void rtr_health_report(rtr_node *n, st_code code) {
@@ -231,6 +236,16 @@ static void probe_tick(evutil_socket_t fd, short what, void *arg) {
             probe_node(fo, &r->clusters[c].nodes[i]);
 }
 
+/* Whether c is a live connection with calls open; *heard then lowered to its last read. */
+static bool link_busy(const rpc_client *c, int64_t *heard) {
+    if (!c || !rpc_client_alive(c) || rpc_client_calls(c) == 0)
+        return false;
+    int64_t at = rpc_client_last_read_us(c);
+    if (at < *heard)
+        *heard = at;
+    return true;
+}
+
 /* ---- silent links ----
  * The probes need their 1 s deadline to tell a dead node from a busy one; a request waiting on a
  * link that went silent (a partition dropping packets, a frozen process) needs to know sooner.
@@ -238,15 +253,20 @@ static void probe_tick(evutil_socket_t fd, short what, void *arg) {
  * node always sends something within about that, however long its requests take: nothing for
  * RTR_SILENT_MS with calls open means the link is silent. The node's health is left to the
  * probes (a hiccup of half a second must not refuse single-cluster requests); only multi-cluster
- * parts move, and are placed after healthy clusters, until the link receives again. */
+ * parts move, and are placed after healthy clusters, until the link receives again. The regular
+ * and the scan connection count alike (a node with only scans open goes silent too): the one
+ * that received last the longest ago decides. */
 static void silence_check(rtr_fo *fo, rtr_node *n, int64_t now) {
     rtr_health_node *h = hnode(fo, n);
-    bool busy = n->client && rpc_client_alive(n->client) && rpc_client_calls(n->client) > 0;
+    int64_t heard = INT64_MAX;
+    bool busy = link_busy(n->client, &heard);
+    busy |= link_busy(n->scan_client, &heard);
     if (!busy)
         h->busy_since_us = 0;
     else if (!h->busy_since_us)
         h->busy_since_us = now;
-    int64_t heard = busy ? rpc_client_last_read_us(n->client) : 0;
+    if (!busy)
+        heard = 0;
     if (heard < h->busy_since_us)
         heard = h->busy_since_us;
     bool silent = busy && now - heard >= (int64_t)RTR_SILENT_MS * 1000;
