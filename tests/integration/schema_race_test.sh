@@ -54,16 +54,20 @@ done
 echo "16 concurrent createfamily: all 16 families on the router and both nodes"
 
 # Deletes of f1-f8 and GC policies of f9-f16, all at once.
+# Each call's exit status goes to its log's last line, so a failure says whether the call
+# itself failed (and how) or succeeded without taking effect.
 for i in $(seq 1 8); do
-  cbtr "$R" deletefamily t1 "f$i" >"$TMPD/del.$i.log" &
-  cbtr "$R" setgcpolicy t1 "f$((i + 8))" maxversions=$i >"$TMPD/gc.$i.log" &
+  { cbtr "$R" deletefamily t1 "f$i"; echo "exit status $?"; } >"$TMPD/del.$i.log" 2>&1 &
+  { cbtr "$R" setgcpolicy t1 "f$((i + 8))" maxversions=$i; echo "exit status $?"; } \
+    >"$TMPD/gc.$i.log" 2>&1 &
 done
 wait
 LS=$(cbtr "$R" ls t1)
 for i in $(seq 1 8); do
-  echo "$LS" | grep -q "^f$i[[:space:]]" && fail "family f$i still listed after its deletefamily: $LS"
+  echo "$LS" | grep -q "^f$i[[:space:]]" &&
+    fail "family f$i still listed after its deletefamily ($(tr '\n' ' ' <"$TMPD/del.$i.log")): $LS"
   echo "$LS" | grep -q "^f$((i + 8))[[:space:]].*versions() > $i[[:space:]]" ||
-    fail "family f$((i + 8)) lacks its GC policy maxversions=$i: $LS"
+    fail "family f$((i + 8)) lacks its GC policy maxversions=$i ($(tr '\n' ' ' <"$TMPD/gc.$i.log")): $LS"
 done
 for i in 1 8; do
   for a in $NODES; do
