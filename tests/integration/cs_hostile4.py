@@ -34,7 +34,8 @@
       a start_time in the future or 2 days ago is INVALID_ARGUMENT for one tablet and for a
       partition over two (not a CloseStream at that time); the start 2 days ago names as the
       oldest change the time streams were turned on (it named now minus the retention, and a
-      retry just after that was refused again), and a start just after the bound named is read.
+      retry just after that was refused again), and a start just after the bound named is read;
+      a retention_period that is not a valid Duration is refused as such.
   cs_hostile4.py mirror PORT DIR STRATA [SEED [WRITES]]
       random writes of every kind (MutateRow, MutateRows, both branches of CheckAndMutateRow,
       ReadModifyWriteRow; SetCells with server and fixed timestamps, values from 0 bytes to
@@ -490,6 +491,25 @@ def starts_before_history(port, d, strata, t, on_us):
            p.returncode == 1 and b is not None and on_us <= b <= on_us + 30 * 10**6)
 
 
+def bad_retentions(port, t):
+    """A retention_period that is not a valid google.protobuf.Duration (nanos outside
+    [0, 1e9) with positive seconds) is INVALID_ARGUMENT saying so, in CreateTable and
+    UpdateTable; it printed as another value (86400 s and -1 ns as 86400.000000001 s). A valid
+    Duration out of range still names its value."""
+    mask = fld(2, fld(1, 'change_stream_config.retention_period'))
+    for secs, nanos, want in ((86400, -1, 'not a valid Duration'),
+                              (86400, 2 * 10**9, 'not a valid Duration'),
+                              (8 * 86400, 5, 'is 691200.000000005s')):
+        cfg = fld(8, fld(1, fld(1, secs) + fld(2, nanos)))
+        for what, path, body in (
+                ('CreateTable', 'CreateTable', fld(1, INST) + fld(2, t + 'bad') + fld(3, cfg)),
+                ('UpdateTable', 'UpdateTable', fld(1, fld(1, tname(t)) + cfg) + mask)):
+            _, st, msg, _ = ncall(port, ADMIN + path, body)
+            expect('%s with retention {%d s, %d ns}: INVALID_ARGUMENT "%s" (status %s %s)'
+                   % (what, secs, nanos, want, st, (msg or '')[:200]),
+                   st == 3 and want in (msg or ''))
+
+
 def starts(port, d, strata):
     """A start_time in the future or before the table's retention is INVALID_ARGUMENT for a
     partition spanning tablets too: the router answered such a request with a CloseStream whose
@@ -509,6 +529,7 @@ def starts(port, d, strata):
                    'CloseStream)' % (what, shape, st, (msg or '')[:100], len(closes)),
                    st == 3 and not closes)
     starts_before_history(port, d, strata, t, on_us)
+    bad_retentions(port, t)
 
 
 def maxmsg(port, d, strata):
