@@ -244,6 +244,14 @@ static pb_table *schema_new(st_arena *a, const char *name, const pb_table *spec)
 
 /* ---- change stream configuration (docs/changestreams.md) ---- */
 
+/* Whether d is a google.protobuf.Duration as its definition allows: nanos within
+ * +-999,999,999 and, with seconds not zero, of the same sign as seconds. */
+static bool duration_valid(const Google__Protobuf__Duration *d) {
+    if (d->nanos <= -1000000000 || d->nanos >= 1000000000)
+        return false;
+    return !(d->seconds > 0 && d->nanos < 0) && !(d->seconds < 0 && d->nanos > 0);
+}
+
 st_code rtr_cs_config_check(Google__Bigtable__Admin__V2__ChangeStreamConfig **cfg, st_err *err) {
     if (!*cfg || !(*cfg)->retention_period) {
         *cfg = NULL; /* no retention: change streams off */
@@ -252,12 +260,25 @@ st_code rtr_cs_config_check(Google__Bigtable__Admin__V2__ChangeStreamConfig **cf
     const Google__Protobuf__Duration *d = (*cfg)->retention_period;
     if (btu_cs_retention_ok(d))
         return ST_OK;
+    /* An invalid Duration has no value to print: seconds.nanos would show another number. */
+    if (!duration_valid(d))
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "change_stream_config.retention_period {seconds: %lld, nanos: %d} is not "
+                          "a valid Duration (nanos must be within +-999,999,999 and of the sign "
+                          "of seconds): give the retention as seconds from %lld (1 day) to %lld "
+                          "(7 days), nanos 0 to 999,999,999",
+                          (long long)d->seconds, (int)d->nanos, (long long)RTR_CS_RETENTION_MIN_S,
+                          (long long)RTR_CS_RETENTION_MAX_S);
+    bool neg = d->seconds < 0 || d->nanos < 0; /* valid: both of that sign */
     return st_err_set(err, ST_INVALID_ARGUMENT,
-                      "change_stream_config.retention_period is %lld.%09ds: change stream "
+                      "change_stream_config.retention_period is %s%llu.%09ds: change stream "
                       "retention must be between 1 day (%llds) and 7 days (%llds); leave "
                       "change_stream_config unset to turn change streams off",
-                      (long long)d->seconds, (int)(d->nanos < 0 ? -d->nanos : d->nanos),
-                      (long long)RTR_CS_RETENTION_MIN_S, (long long)RTR_CS_RETENTION_MAX_S);
+                      neg ? "-" : "",
+                      d->seconds < 0 ? 0ULL - (unsigned long long)d->seconds
+                                     : (unsigned long long)d->seconds,
+                      (int)(d->nanos < 0 ? -d->nanos : d->nanos), (long long)RTR_CS_RETENTION_MIN_S,
+                      (long long)RTR_CS_RETENTION_MAX_S);
 }
 
 bool rtr_cs_enabled(const Google__Bigtable__Admin__V2__Table *t) {

@@ -97,9 +97,10 @@ static void overlapping(const rtr_tmap_table *t, btu_key_range part, size_t *fir
 /* Where the request starts (docs/changestreams.md, "Tokens"): its continuation tokens, checked
  * and merged by the codec (one token as it is; several by their smallest W); start_time T as
  * "1.(T-1)"; no start at all as the router's clock now minus one. INVALID_ARGUMENT for bad
- * tokens or times. */
+ * tokens or times. A start_time before the retention window is refused too, but into *stale
+ * (its code set) with ST_OK returned: the node names the table's real bound (see rcs_op). */
 static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, int64_t retention_us,
-                         st_arena *a, btu_cs_pos *out, st_err *err) {
+                         st_arena *a, btu_cs_pos *out, st_err *err, st_err *stale) {
     st_code rc = btu_cs_check_times(req, err); /* before a CloseStream can answer */
     if (rc != ST_OK)
         return rc;
@@ -119,9 +120,11 @@ static st_code start_pos(const pb_rcs_req *req, const btu_key_range *part, int64
          * token past what it has resolved back to it (delivering writes made before the start),
          * and refuses one older than its history as a token, not as the start_time it was */
         if (rc == ST_OK)
-            rc = btu_cs_start_time_check(us, now, now - retention_us, req->table_name, err);
+            rc = btu_cs_start_time_check(us, now, INT64_MIN, req->table_name, err); /* future */
         if (rc != ST_OK)
             return rc;
+        if (us < now - retention_us)
+            btu_cs_start_time_check(us, now, now - retention_us, req->table_name, stale);
     }
     btu_cs_pos_live(out, us > 0 ? us - 1 : 0);
     return ST_OK;
@@ -305,6 +308,12 @@ typedef struct rcs_op {
     int attempts;
     uint64_t gen;
     bool map_checked; /* the map was refreshed once before answering CloseStream */
+    /* The start_time is before the retention window (stale: the router's refusal). The
+     * history also begins when streams were turned on, which only the nodes know, so a node
+     * holding the partition's first rows is asked (it checks the start before the partition)
+     * and its refusal is relayed; anything else it answers ends the call with stale. */
+    bool probe;
+    st_err stale;
 } rcs_op;
 
 static void rcs_step(rcs_op *op);
@@ -396,7 +405,10 @@ static st_code rcs_emit(rcs_op *op, rpc_ccall *from, st_slice msg, bool framed) 
 /* Ends the stream with code once every message queued reached the client. */
 static void rcs_end(rcs_op *op, st_code code, const char *msg) {
     op->complete = true;
-    st_err_set(&op->end, code, "%s", msg ? msg : "");
+    if (op->probe && code != ST_INVALID_ARGUMENT)
+        op->end = op->stale;
+    else
+        st_err_set(&op->end, code, "%s", msg ? msg : "");
 }
 
 static void rcs_continue(rcs_op *op) {
@@ -603,6 +615,11 @@ static void rcs_msg(rpc_ccall *call, st_slice msg, void *arg) {
     rcs_op *op = arg;
     if (op->complete)
         return;
+    if (op->probe) { /* the node took the start_time (its clock is behind): refuse it here */
+        rcs_end(op, ST_OK, NULL);
+        rpc_ccall_cancel(call);
+        return;
+    }
     st_code denied;
     const char *why;
     if (!rcs_still_allowed(op, &denied, &why)) {
@@ -706,7 +723,9 @@ static void rcs_retry(rcs_op *op, st_code code, const char *msg) {
 /* How a node call that ended with code leaves the stream: its end (rcs_end), or a retry after
  * a fresh map (returns false: the retry continues the stream). */
 static bool rcs_outcome(rcs_op *op, rpc_ccall *call, st_code code, const char *message) {
-    if (code == ST_OK || op->closed) {
+    if (op->probe) {
+        rcs_end(op, code, message); /* the node's refusal, or stale: never retried */
+    } else if (code == ST_OK || op->closed) {
         if (op->closed) /* the node split or merged the tablet: see its new tablets now */
             rcs_map_renew(op->c);
         rcs_end(op, code, message);
@@ -886,6 +905,15 @@ static void rcs_step(rcs_op *op) {
     bool covered;
     overlapping(t, op->part, &first, &n, &covered);
     op->gen = op->c->map_gen;
+    if (op->probe && n > 0) {
+        rcs_send(op, &t->v[first]);
+        return;
+    }
+    if (op->probe) { /* no node to ask: stale */
+        rcs_end(op, ST_OK, NULL);
+        rcs_continue(op);
+        return;
+    }
     if (!covered) {
         char msg[RTR_TABLE_NAME_MAX + 256];
         snprintf(msg, sizeof msg,
@@ -947,7 +975,7 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    if (start_pos(req, &part, retention_us, a, &op->start, &err) != ST_OK) {
+    if (start_pos(req, &part, retention_us, a, &op->start, &err, &op->stale) != ST_OK) {
         free(op);
         rtr_fail(call, err.code, "%s", err.msg);
         return;
@@ -961,6 +989,7 @@ void rtr_h_read_change_stream(rpc_call *call, st_slice req_bytes, void *arg) {
     op->req = req;
     op->req_bytes = req_bytes;
     op->part = part;
+    op->probe = op->stale.code != ST_OK;
     st_buf_init(&op->backlog.buf);
     st_buf_init(&op->fwd);
     st_buf_init(&op->token);

@@ -30,6 +30,12 @@
       stream gives each row's records in the order written. A shipper keeps several batches in
       flight, and a small batch sent after a large one reached the peer node first and was
       applied first, so two writes of a row came out of that cluster's stream swapped.
+  cs_hostile4.py starts PORT DIR STRATA
+      a start_time in the future or 2 days ago is INVALID_ARGUMENT for one tablet and for a
+      partition over two (not a CloseStream at that time); the start 2 days ago names as the
+      oldest change the time streams were turned on (it named now minus the retention, and a
+      retry just after that was refused again), and a start just after the bound named is read;
+      a retention_period that is not a valid Duration is refused as such.
   cs_hostile4.py mirror PORT DIR STRATA [SEED [WRITES]]
       random writes of every kind (MutateRow, MutateRows, both branches of CheckAndMutateRow,
       ReadModifyWriteRow; SetCells with server and fixed timestamps, values from 0 bytes to
@@ -38,7 +44,7 @@
       reading the same cells (every version, every value): read live, then from storage after
       kill -9 of the node (values by reference) into an emptied copy.
 """
-import random
+import calendar, random, re
 import os, socket, subprocess, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
 from cslib import *
@@ -448,12 +454,69 @@ def budget(port, d, strata):
     c.s.close()
 
 
+def bound_of(msg):
+    """The time a start_time refusal names as the oldest change held, in microseconds."""
+    m = re.search(r'is before (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z, the oldest change',
+                  msg or '')
+    if not m:
+        return None
+    day = calendar.timegm(time.strptime(m.group(1), '%Y-%m-%dT%H:%M:%S'))
+    return day * 10**6 + int(float(m.group(2) or 0) * 10**6)
+
+
+def starts_before_history(port, d, strata, t, on_us):
+    """Streams on since on_us with a day of retention: a start 2 days ago is refused naming the
+    time streams were turned on (the later bound), by the router for one tablet and for two, and
+    by `strata changes --from`; a start just after that bound is read. The router named now minus
+    the retention, and the retry just after it was refused again, naming the other bound."""
+    start = now_us() - 2 * 86400 * 10**6
+    for part, shape in ((rng('g'), 'one tablet'), (rng('c', 'p'), 'two tablets')):
+        _, st, msg, _ = ncs(port, cs_req(t, partition=part, start_us=start), limit=6)
+        b = bound_of(msg)
+        expect('start_time 2 days ago, partition over %s: the bound named is when streams were '
+               'turned on (%s s after it; status %s %s)' % (
+                   shape, None if b is None else (b - on_us) / 1e6, st, (msg or '')[:160]),
+               st == 3 and b is not None and on_us <= b <= on_us + 30 * 10**6)
+        if b is None:
+            continue
+        ev, st, msg, _ = ncs(port, cs_req(t, partition=part, start_us=b + 10**6,
+                                          end_us=now_us()), limit=10)
+        expect('a start_time just after that bound, over %s, is read (status %s %s)'
+               % (shape, st, (msg or '')[:160]), st == 0)
+    p = subprocess.run([strata, 'changes', '--dir', d, '--table', t, '--from', '-2d'],
+                       capture_output=True, text=True, timeout=60)
+    b = bound_of(p.stderr)
+    expect('strata changes --from -2d names when streams were turned on (exit %d: %s)'
+           % (p.returncode, p.stderr.strip()[:200]),
+           p.returncode == 1 and b is not None and on_us <= b <= on_us + 30 * 10**6)
+
+
+def bad_retentions(port, t):
+    """A retention_period that is not a valid google.protobuf.Duration (nanos outside
+    [0, 1e9) with positive seconds) is INVALID_ARGUMENT saying so, in CreateTable and
+    UpdateTable; it printed as another value (86400 s and -1 ns as 86400.000000001 s). A valid
+    Duration out of range still names its value."""
+    mask = fld(2, fld(1, 'change_stream_config.retention_period'))
+    for secs, nanos, want in ((86400, -1, 'not a valid Duration'),
+                              (86400, 2 * 10**9, 'not a valid Duration'),
+                              (8 * 86400, 5, 'is 691200.000000005s')):
+        cfg = fld(8, fld(1, fld(1, secs) + fld(2, nanos)))
+        for what, path, body in (
+                ('CreateTable', 'CreateTable', fld(1, INST) + fld(2, t + 'bad') + fld(3, cfg)),
+                ('UpdateTable', 'UpdateTable', fld(1, fld(1, tname(t)) + cfg) + mask)):
+            _, st, msg, _ = ncall(port, ADMIN + path, body)
+            expect('%s with retention {%d s, %d ns}: INVALID_ARGUMENT "%s" (status %s %s)'
+                   % (what, secs, nanos, want, st, (msg or '')[:200]),
+                   st == 3 and want in (msg or ''))
+
+
 def starts(port, d, strata):
     """A start_time in the future or before the table's retention is INVALID_ARGUMENT for a
     partition spanning tablets too: the router answered such a request with a CloseStream whose
     tokens sat at that time, which the nodes then read from their resolved stamp (writes made
     before the start_time delivered) or refused as tokens."""
     t = 'starts'
+    on_us = now_us()
     create_cs(port, t)
     split_tablets([n for n in topology_nodes(d) if n[0].startswith('east')], t, 'g')
     ncs(port, cs_req(t, partition=rng('c', 'p'), end_us=now_us() + 10**6), limit=4)  # map fresh
@@ -465,6 +528,8 @@ def starts(port, d, strata):
             expect('start_time %s, partition over %s: INVALID_ARGUMENT (status %s %s, %d '
                    'CloseStream)' % (what, shape, st, (msg or '')[:100], len(closes)),
                    st == 3 and not closes)
+    starts_before_history(port, d, strata, t, on_us)
+    bad_retentions(port, t)
 
 
 def maxmsg(port, d, strata):

@@ -10,7 +10,10 @@
 #   order:    writes of a row, large and small alternating, come out of the second cluster's
 #             stream in the order written;
 #   starts:   a start_time in the future or before retention is refused for a partition spanning
-#             tablets too (not answered with a CloseStream at that time);
+#             tablets too (not answered with a CloseStream at that time); one before the history
+#             names the time streams were turned on (router and `strata changes --from`), and a
+#             start just after it is read; a retention_period that is not a valid Duration is
+#             refused as such by CreateTable and UpdateTable;
 #   budget:   open streams keep their requests out of the buffered-request budget: two of
 #             128 MiB are refused and other calls go on; 1000 KiB ones open up to 32 MiB in all;
 #   maxmsg:   a router with --max-message-bytes 100000 relays a burst of small records whole and
