@@ -136,7 +136,7 @@ node_filter *node_filter_label(st_arena *arena, st_slice label);
  * returns ST_INVALID_ARGUMENT (or ST_RESOURCE_EXHAUSTED when memory runs out) with a message
  * naming the field, e.g. "Error in field 'row_key_regex_filter' : missing ): (a", and leaves no
  * regex compiled. Rules: chain/interleave need >= 2 filters; at most one sub-filter of a chain
- * may contain apply_label (a condition's predicate does not count); no sink anywhere under a
+ * may contain apply_label (a label in a condition's predicate counts too); no sink anywhere under a
  * condition; nesting depth <= NODE_FILTER_DEPTH_MAX; row_key and family regexes non-empty;
  * family regex without ':'; regexes compile within NODE_RE2_MEM_BYTES_MAX; row_sample in
  * (0, 1); offset >= 0, limits > 0; timestamps >= 0; column_range has a family; labels

@@ -1,7 +1,8 @@
 /*
  * Proves the RowFilter module follows Bigtable's semantics: every filter kind on small rows whose
  * expected output is written out by hand (cells rendered as "fam:qual@ts=value[labels]"), the
- * sink example from data.proto, labels, limits and offsets counting interleave duplicates, regex
+ * sink example from data.proto, labels (a condition's predicate never returns its own), the
+ * order of an interleave's copies of one cell, limits and offsets counting them, regex
  * full-match semantics on raw bytes ('.' skips '\n', '\C' is any byte, high bytes are single
  * characters), Bigtable's validation rules and their error messages, hostile regexes and hostile
  * nesting, deterministic row sampling, and the evaluation budget. A randomized test (STRATA_SEED)
@@ -224,6 +225,32 @@ static void test_filter_interleave_merges_in_row_order(void **state) {
     fx_free(fx);
 }
 
+static void test_filter_interleave_duplicates_keep_branch_order(void **state) {
+    (void)state;
+    fixture *fx = fx_new();
+    /* One column of many versions through interleave(pass_all, strip_value): each version's two
+     * copies come in branch order, the value first, however long the column (the emulator sorts
+     * a column's cells with an unstable sort, so its order varies past a dozen cells). */
+    static const char *const values[] = {"v9", "v8", "v7", "v6", "v5", "v4", "v3", "v2", "v1"};
+    for (int i = 0; i < 9; i++)
+        add(fx, "a", "q", 9 - i, values[i]);
+    char want[RENDER_BYTES];
+    size_t len = 0;
+    for (int i = 0; i < 9; i++)
+        len += (size_t)snprintf(want + len, sizeof want - len, "%sa:q@%d=%s a:q@%d=", i ? " " : "",
+                                9 - i, values[i], 9 - i);
+    node_filter *f = inter2(fx, kind(fx, NODE_FILTER_PASS_ALL), kind(fx, NODE_FILTER_STRIP_VALUE));
+    assert_string_equal(run(fx, f), want);
+    /* Swapping the branches swaps each pair. */
+    len = 0;
+    for (int i = 0; i < 9; i++)
+        len += (size_t)snprintf(want + len, sizeof want - len, "%sa:q@%d= a:q@%d=%s", i ? " " : "",
+                                9 - i, 9 - i, values[i]);
+    f = inter2(fx, kind(fx, NODE_FILTER_STRIP_VALUE), kind(fx, NODE_FILTER_PASS_ALL));
+    assert_string_equal(run(fx, f), want);
+    fx_free(fx);
+}
+
 static void test_filter_condition_picks_a_branch(void **state) {
     (void)state;
     fixture *fx = fx_new();
@@ -245,6 +272,16 @@ static void test_filter_condition_picks_a_branch(void **state) {
     /* A missing predicate passes everything, so the true branch runs. */
     cond = node_filter_condition(&fx->arena, NULL, qual(fx, "z"), NULL);
     assert_string_equal(run(fx, cond), "b:z@7=");
+    /* The predicate only picks the branch: its cells, labels included, are never returned, at
+     * any depth (nested conditions, an interleave of conditions). */
+    node_filter *inner = node_filter_condition(&fx->arena, label(fx, "p1"),
+                                               chain2(fx, qual(fx, "y"), label(fx, "p2")), NULL);
+    cond = node_filter_condition(&fx->arena, inner, qual(fx, "z"), label(fx, "f"));
+    assert_string_equal(run(fx, cond), "b:z@7=");
+    node_filter *left = node_filter_condition(&fx->arena, label(fx, "p"), qual(fx, "y"), NULL);
+    node_filter *right = node_filter_condition(
+        &fx->arena, chain2(fx, label(fx, "p"), fam(fx, "nope")), NULL, qual(fx, "z"));
+    assert_string_equal(run(fx, inter2(fx, left, right)), "a:y@5=w5 b:z@7=");
     /* Inside a chain the condition sees the narrowed row. */
     cond = node_filter_condition(&fx->arena, fam(fx, "b"), kind(fx, NODE_FILTER_PASS_ALL),
                                  kind(fx, NODE_FILTER_STRIP_VALUE));
@@ -1097,6 +1134,7 @@ int main(void) {
         cmocka_unit_test(test_filter_pass_block_and_null),
         cmocka_unit_test(test_filter_chain_is_sequential),
         cmocka_unit_test(test_filter_interleave_merges_in_row_order),
+        cmocka_unit_test(test_filter_interleave_duplicates_keep_branch_order),
         cmocka_unit_test(test_filter_condition_picks_a_branch),
         cmocka_unit_test(test_filter_sink_bypasses_later_filters),
         cmocka_unit_test(test_filter_labels_and_strip),
