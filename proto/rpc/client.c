@@ -85,6 +85,8 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     rpc_client *c = arg;
+    if (!c->dead && c->held_head)
+        rpc_ccall_held_run(c); /* cancelled ones end, and streams freed go to the next */
     if (!c->dead && !client_flush(c))
         client_fail(c, c->fail_msg);
     else if (!c->dead && c->draining && c->n_calls == 0)
@@ -127,6 +129,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
                "go to a new one\" peer=%s error=%s last_stream=%d",
                c->peer, nghttp2_http2_strerror(frame->goaway.error_code),
                frame->goaway.last_stream_id);
+        rpc_ccall_held_run(c); /* the held calls will not go on this connection */
     }
     /* Our request may still be going out when the server has answered (e.g. it refused an
      * oversized request): stop sending, as gRPC clients do. */

@@ -19,6 +19,7 @@
  * Names are lower case, as HTTP/2 requires (nghttp2 would otherwise lower-case its copy). */
 
 static bool ccall_submit(rpc_client *c, rpc_ccall *call);
+static void held_unlink(rpc_client *c, rpc_ccall *call);
 
 /* ---- the per-thread cache of call allocations ----
  * A call is one allocation of a few KiB (ccall_alloc), beyond malloc's per-thread cache: ended
@@ -90,6 +91,8 @@ void rpc_ccall_complete(rpc_ccall *call, st_code code, const char *message) {
     if (call->next)
         call->next->prev = call->prev;
     c->n_calls--;
+    if (call->held)
+        held_unlink(c, call);
     if (call->deadline_ev)
         event_del(call->deadline_ev);
     if (c->session && call->stream_id > 0)
@@ -285,6 +288,7 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
     rpc_ccall *call = nghttp2_session_get_stream_user_data(session, stream_id);
     if (!call)
         return 0;
+    c->n_open--;
     bool refused = error_code == NGHTTP2_REFUSED_STREAM && !call->got_status &&
                    call->http_status == 0 && call->deframer.messages == 0 && !call->cancelled &&
                    !call->deadline_hit && call->local.code == ST_OK;
@@ -301,6 +305,7 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
             return 0;
     }
     ccall_stream_closed(call, error_code);
+    rpc_ccall_held_run(c); /* a stream is free */
     return 0;
 }
 
@@ -322,7 +327,9 @@ static int on_frame_not_send(nghttp2_session *session, const nghttp2_frame *fram
         if (!call->cancelled && !call->deadline_hit)
             st_err_set(&call->local, ST_UNAVAILABLE, "request to %s not sent: %s", c->peer,
                        nghttp2_strerror(lib_error));
+        c->n_open--;
         ccall_stream_closed(call, NGHTTP2_CANCEL);
+        rpc_ccall_held_run(c);
         break;
     }
     return 0;
@@ -359,6 +366,11 @@ static void ccall_deadline_cb(evutil_socket_t fd, short what, void *arg) {
     rpc_ccall *call = arg;
     rpc_client *c = call->c;
     call->deadline_hit = true;
+    if (call->held) { /* never sent: nothing to reset */
+        call->unprocessed = true;
+        rpc_ccall_complete(call, ST_DEADLINE_EXCEEDED, "deadline exceeded");
+        return;
+    }
     if (call->stream_id > 0 && c->session)
         nghttp2_submit_rst_stream(c->session, NGHTTP2_FLAG_NONE, call->stream_id, NGHTTP2_CANCEL);
     rpc_client_kick(c);
@@ -369,7 +381,9 @@ void rpc_ccall_cancel(rpc_ccall *call) {
         return;
     call->cancelled = true;
     rpc_client *c = call->c;
-    if (call->stream_id > 0 && c->session)
+    if (call->held)
+        c->held_cancelled++; /* ended from the loop (rpc_ccall_held_run) */
+    else if (call->stream_id > 0 && c->session)
         nghttp2_submit_rst_stream(c->session, NGHTTP2_FLAG_NONE, call->stream_id, NGHTTP2_CANCEL);
     rpc_client_kick(c);
 }
@@ -404,7 +418,72 @@ static bool ccall_submit(rpc_client *c, rpc_ccall *call) {
     nghttp2_data_provider prd = {.source = {.ptr = call}, .read_callback = body_read_cb};
     call->stream_id =
         nghttp2_submit_request(c->session, NULL, nva, nfixed + call->md_count, &prd, call);
-    return call->stream_id > 0;
+    if (call->stream_id <= 0)
+        return false;
+    c->n_open++;
+    return true;
+}
+
+/* ---- calls held for a stream ---- */
+
+/* Streams the server lets this client open at once (nghttp2 reports "unlimited" until the
+ * server's SETTINGS arrived: requests past its limit are then refused and sent again). */
+static size_t streams_max(const rpc_client *c) {
+    return nghttp2_session_get_remote_settings(c->session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+}
+
+static void held_unlink(rpc_client *c, rpc_ccall *call) {
+    if (call->held_prev)
+        call->held_prev->held_next = call->held_next;
+    else
+        c->held_head = call->held_next;
+    if (call->held_next)
+        call->held_next->held_prev = call->held_prev;
+    else
+        c->held_tail = call->held_prev;
+    call->held_prev = call->held_next = NULL;
+    call->held = false;
+    if (call->cancelled)
+        c->held_cancelled--;
+}
+
+/* Sends the request now when a stream is free and no call waits before it, else holds it. */
+static bool ccall_start(rpc_client *c, rpc_ccall *call) {
+    if (!c->held_head && c->n_open < streams_max(c))
+        return ccall_submit(c, call);
+    call->held = true;
+    call->held_prev = c->held_tail;
+    call->held_next = NULL;
+    if (c->held_tail)
+        c->held_tail->held_next = call;
+    else
+        c->held_head = call;
+    c->held_tail = call;
+    return true;
+}
+
+void rpc_ccall_held_run(rpc_client *c) {
+    for (rpc_ccall *call = c->held_head, *next; call && c->held_cancelled > 0; call = next) {
+        next = call->held_next;
+        if (call->cancelled) {
+            call->unprocessed = true;
+            rpc_ccall_complete(call, ST_CANCELLED, "cancelled by the client");
+        }
+    }
+    while (c->held_head && (c->draining || c->n_open < streams_max(c))) {
+        rpc_ccall *call = c->held_head;
+        held_unlink(c, call);
+        call->unprocessed = true; /* until its HEADERS go out (on_frame_send) */
+        if (call->cancelled)      /* by a call ended above */
+            rpc_ccall_complete(call, ST_CANCELLED, "cancelled by the client");
+        else if (c->draining)
+            rpc_ccall_complete(call, ST_UNAVAILABLE,
+                               "the connection is closing (GOAWAY); the request was not sent");
+        else if (!ccall_submit(c, call))
+            rpc_ccall_complete(call, ST_UNAVAILABLE, "the request could not be submitted");
+        else
+            call->unprocessed = false;
+    }
 }
 
 static size_t align16(size_t n) {
@@ -481,7 +560,7 @@ rpc_ccall *rpc_client_call(rpc_client *c, const char *path, st_slice request,
             call->deadline_ev = NULL; /* never assigned: nothing to delete */
         ok = call->deadline_ev && evtimer_add(call->deadline_ev, &tv) == 0;
     }
-    if (!ok || !ccall_submit(c, call)) {
+    if (!ok || !ccall_start(c, call)) {
         if (call->deadline_ev)
             event_del(call->deadline_ev); /* harmless if it was never added */
         rpc_deframer_deinit(&call->deframer);

@@ -43,6 +43,14 @@ struct rpc_client {
     int64_t ping_sent_us;
     bool silent;    /* failed by the keepalive: a silent peer, not a drop (rpc_ccall_conn_lost) */
     size_t n_calls; /* calls not yet completed */
+    /* Calls whose stream is open (submitted to nghttp2, not yet closed), and the calls held back
+     * here, oldest first, while the server's SETTINGS_MAX_CONCURRENT_STREAMS are all open
+     * (client_call.c, ccall_start): a held call has no stream yet, so its cancellation or
+     * deadline ends it here without a frame (a RST_STREAM for a stream the server never saw
+     * is a connection error), and the next one goes as soon as a stream closes. */
+    size_t n_open;
+    rpc_ccall *held_head, *held_tail;
+    size_t held_cancelled; /* held calls cancelled, to be ended from the loop (flush_cb) */
 };
 
 struct rpc_ccall {
@@ -79,6 +87,8 @@ struct rpc_ccall {
     bool paused;
     size_t unconsumed;
     rpc_ccall *prev, *next;
+    bool held; /* waiting in the client's held list for a stream (rpc_client.held_head) */
+    rpc_ccall *held_prev, *held_next;
 };
 
 /* Where output goes (h2_out_add): wbuf once connected or under TLS (plaintext waits there for
@@ -93,6 +103,9 @@ void rpc_client_kick(rpc_client *c);
 
 /* client_call.c: ends a call (unlinks it, runs its on_done, frees or caches its allocation). */
 void rpc_ccall_complete(rpc_ccall *call, st_code code, const char *message);
+/* client_call.c: ends the held calls that were cancelled, and starts held calls while streams
+ * are free (or ends them unprocessed once the connection is draining). From the loop only. */
+void rpc_ccall_held_run(rpc_client *c);
 /* client_call.c: installs the session callbacks that serve the calls' streams. */
 void rpc_ccall_session_callbacks(nghttp2_session_callbacks *cbs);
 

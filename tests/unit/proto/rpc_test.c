@@ -896,6 +896,88 @@ static void cancel_done(rpc_ccall *call, st_code code, const char *message, void
     cc->code = code;
 }
 
+/* Calls past the server's SETTINGS_MAX_CONCURRENT_STREAMS wait in the client without a stream:
+ * their deadlines and cancellations end them there, with no frame sent (a RST_STREAM for a
+ * stream the server never saw is a connection error, and the server closed the connection with
+ * every call on it), and the connection carries on. */
+typedef struct held_ctx {
+    int done, deadline, cancelled, unprocessed, ok;
+} held_ctx;
+
+static void held_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
+    (void)message;
+    held_ctx *h = arg;
+    h->done++;
+    h->deadline += code == ST_DEADLINE_EXCEEDED;
+    h->cancelled += code == ST_CANCELLED;
+    h->ok += code == ST_OK;
+    h->unprocessed += rpc_ccall_unprocessed(call);
+}
+
+static void held_unary_done(st_code code, const char *message, st_slice resp, void *arg) {
+    (void)message;
+    (void)resp;
+    held_ctx *h = arg;
+    h->done++;
+    h->ok += code == ST_OK;
+}
+
+static void held_wait(struct event_base *base, held_ctx *h, int n) {
+    while (h->done < n && event_base_loop(base, EVLOOP_ONCE) == 0)
+        ;
+}
+
+static void test_rpc_held_calls_end_without_frames(void **state) {
+    (void)state;
+    rpc_server_opts opts = {.streams_max = 8};
+    fixture *f = fixture_start(&opts);
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    held_ctx first = {0}, busy = {0}, held = {0}, after = {0};
+    /* One call first, so the server's SETTINGS (8 streams) are known. */
+    assert_int_equal(rpc_client_unary(c, "/t.T/Echo", ST_SLICE_LIT("a"), NULL, 0, 30000,
+                                      held_unary_done, &first),
+                     ST_OK);
+    held_wait(base, &first, 1);
+    assert_int_equal(first.ok, 1);
+    rpc_ccall *never[8];
+    for (int i = 0; i < 8; i++)
+        assert_non_null(never[i] = rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 0,
+                                                   NULL, held_done, &busy));
+    enum { N = 20 };
+    for (int i = 0; i < N; i++) {
+        assert_non_null(rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 200, NULL,
+                                        held_done, &held));
+        rpc_ccall *k =
+            rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 0, NULL, held_done, &held);
+        assert_non_null(k);
+        rpc_ccall_cancel(k);
+    }
+    held_wait(base, &held, 2 * N);
+    assert_int_equal(held.deadline, N);
+    assert_int_equal(held.cancelled, N);
+    assert_int_equal(held.unprocessed, 2 * N);
+    assert_int_equal(busy.done, 0); /* the calls with a stream go on */
+    assert_true(rpc_client_alive(c));
+    for (int i = 0; i < 8; i++)
+        rpc_ccall_cancel(never[i]);
+    held_wait(base, &busy, 8);
+    assert_int_equal(rpc_client_unary(c, "/t.T/Echo", ST_SLICE_LIT("b"), NULL, 0, 30000,
+                                      held_unary_done, &after),
+                     ST_OK);
+    held_wait(base, &after, 1);
+    assert_int_equal(after.ok, 1);
+    assert_true(rpc_client_alive(c));
+    rpc_server_stats stats;
+    rpc_server_stats_get(f->srv, &stats);
+    assert_int_equal(stats.conns_accepted, 1);
+    assert_int_equal(stats.calls_started, 1 + 8 + 1); /* the held calls never reached it */
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    fixture_stop(f);
+}
+
 /* rpc_server_post_item: entries embedded in the poster's objects run on the loop in posting order,
  * interleaved with rpc_server_post's own; an entry's function may free the object holding it
  * (ASan checks the server does not touch it afterwards). */
@@ -1537,6 +1619,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_stream_cancel_midway),
         cmocka_unit_test(test_rpc_deadline_cancels_server_call),
         cmocka_unit_test(test_rpc_deadlines_on_queued_calls),
+        cmocka_unit_test(test_rpc_held_calls_end_without_frames),
         cmocka_unit_test(test_rpc_client_cancel_reaches_handler),
         cmocka_unit_test(test_rpc_post_item_in_order),
         cmocka_unit_test(test_rpc_bad_frames_end_stream_or_connection),
