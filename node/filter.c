@@ -8,6 +8,7 @@
  * a row without bound. */
 #include "filter.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 /* ---- builders ---- */
@@ -815,14 +816,50 @@ size_t node_filter_weight(const node_filter *f) {
     }
 }
 
-st_code node_filter_row_work_check(size_t w, size_t cells, st_err *err) {
-    if (cells <= NODE_FILTER_ROW_WORK_MAX / w)
+static size_t value_regexes(const node_filter *f) {
+    if (f == NULL)
+        return 0;
+    switch (f->kind) {
+    case NODE_FILTER_CHAIN:
+    case NODE_FILTER_INTERLEAVE: {
+        size_t n = 0;
+        for (size_t i = 0; i < f->u.list.count; i++)
+            n += value_regexes(f->u.list.subs[i]);
+        return n;
+    }
+    case NODE_FILTER_CONDITION:
+        return value_regexes(f->u.cond.predicate) + value_regexes(f->u.cond.on_true) +
+               value_regexes(f->u.cond.on_false);
+    case NODE_FILTER_VALUE_REGEX:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+node_filter_cost node_filter_cost_of(const node_filter *f) {
+    node_filter_cost c = {node_filter_weight(f), value_regexes(f)};
+    return c;
+}
+
+uint64_t node_filter_work(node_filter_cost c, size_t cells, size_t value_bytes) {
+    return (uint64_t)cells * c.weight +
+           (uint64_t)c.value_regexes * value_bytes / NODE_FILTER_REGEX_BYTES_PER_UNIT;
+}
+
+st_code node_filter_row_work_check(node_filter_cost c, size_t cells, size_t value_bytes,
+                                   st_err *err) {
+    uint64_t work = node_filter_work(c, cells, value_bytes);
+    if (work <= NODE_FILTER_ROW_WORK_MAX)
         return ST_OK;
     return st_err_set(err, ST_FAILED_PRECONDITION,
-                      "the filter (work %zu per cell) over a row of %zu cells is more than one "
-                      "evaluation may take (%zu cells x work): use a simpler filter, or narrow the "
-                      "row first with a chain that starts with family, column or timestamp filters",
-                      w, cells, NODE_FILTER_ROW_WORK_MAX);
+                      "the row filter over a row of %zu cells (%zu bytes of values) is %" PRIu64
+                      " units of work (%zu per cell, %zu value regexes), more than the %" PRIu64
+                      " one evaluation may take on the node: use fewer regexes (a column, value "
+                      "or timestamp range costs a fraction of one), or in a read narrow the row "
+                      "first with a chain that starts with such ranges or cells_per_column_limit",
+                      cells, value_bytes, work, c.weight, c.value_regexes,
+                      NODE_FILTER_ROW_WORK_MAX);
 }
 
 bool node_filter_is_per_cell(const node_filter *f) {
@@ -911,6 +948,7 @@ static void stream_add(node_filter_stream *s, const node_filter *f) {
     }
     s->stages[s->n++] = (node_filter_stage){f, 0, 0};
     s->weight += node_filter_weight(f);
+    s->value_regexes += value_regexes(f);
     s->by_column |= f->kind == NODE_FILTER_CELLS_PER_COLUMN_LIMIT;
 }
 

@@ -151,21 +151,37 @@ void node_filter_release(node_filter *f);
  * tree). */
 st_code node_filter_validate(node_filter *f, st_err *err);
 
-/* The work of applying f to one cell, in units of a simple test (a range, a limit): the sum over
- * its nodes, a regex counting NODE_FILTER_REGEX_WEIGHT. Readers bound the work of one loop turn
- * by it (cells x weight): a 20 KB filter of 1,800 chained regexes costs 1,800 times what a single
- * test does per cell, and counting cells alone let one turn run for half a minute. */
-#define NODE_FILTER_REGEX_WEIGHT 4
+/* The work of applying f to one cell, in units of a simple test applied to a cell (a range, a
+ * limit, a step of an interleave's merge: up to about 25 ns): the sum over its nodes, a regex
+ * counting NODE_FILTER_REGEX_WEIGHT, what one match of a short subject costs (300 to 700 ns
+ * measured). Readers bound the work of one loop turn by it (cells x weight): a 20 KB filter of
+ * 1,800 chained regexes costs thousands of times what a single test does per cell, and counting
+ * cells alone let one turn run for half a minute. */
+#define NODE_FILTER_REGEX_WEIGHT 16
 size_t node_filter_weight(const node_filter *f);
-/* Work (cells x weight) a filter may take over one row evaluated in one piece: a row-level filter
- * (interleave, condition, cells_per_*) over a complete row, a CheckAndMutateRow predicate. More is
- * RESOURCE_EXHAUSTED: one such evaluation holds the node's loop, and a 20 KB filter over a row of
- * 100,000 cells held it for tens of seconds. 8 M is a simple filter over a row of millions of
- * cells, a few hundred milliseconds. */
-#define NODE_FILTER_ROW_WORK_MAX ((size_t)8 << 20)
-/* The error for a row of cells past NODE_FILTER_ROW_WORK_MAX with a filter of weight w (its
- * node_filter_weight): what, and what to do. */
-st_code node_filter_row_work_check(size_t w, size_t cells, st_err *err);
+/* A value regex also reads the whole value of every cell it is given (RE2 is linear in the
+ * subject, 2 to 7 ns a byte): its work grows by one unit every this many bytes of value. */
+#define NODE_FILTER_REGEX_BYTES_PER_UNIT 4
+/* What f costs: per cell, and per byte of value (its value regexes). */
+typedef struct node_filter_cost {
+    size_t weight;        /* node_filter_weight(f) */
+    size_t value_regexes; /* value_regex_filter nodes of f */
+} node_filter_cost;
+node_filter_cost node_filter_cost_of(const node_filter *f);
+/* Work of a filter of cost c over cells cells holding value_bytes bytes of values:
+ * cells x weight + value_regexes x value_bytes / NODE_FILTER_REGEX_BYTES_PER_UNIT. */
+uint64_t node_filter_work(node_filter_cost c, size_t cells, size_t value_bytes);
+/* Work a filter may take over one row evaluated in one piece on the node's event loop: a
+ * row-level filter (interleave, condition, sink, row_sample) over a complete row, a
+ * CheckAndMutateRow predicate. Tens of milliseconds: every call of the node, and the router's
+ * keepalive PING, waits for it; at 8 Mi units with a regex counted 4, a CheckAndMutateRow of 300
+ * value regexes over 6,000 cells held the loop 0.7 s a call, and a few such callers stalled every
+ * client of the node for seconds. Past it: FAILED_PRECONDITION (node_filter_row_work_check). */
+#define NODE_FILTER_ROW_WORK_MAX ((uint64_t)2 << 20)
+/* ST_OK when a filter of cost c over a row of cells cells and value_bytes bytes of values is
+ * within NODE_FILTER_ROW_WORK_MAX; else FAILED_PRECONDITION saying what, and what to do. */
+st_code node_filter_row_work_check(node_filter_cost c, size_t cells, size_t value_bytes,
+                                   st_err *err);
 
 /* True when f can be applied one cell at a time as cells stream by (every node is a chain or a
  * per-cell test/transformer: regexes, ranges, pass/block_all, strip_value, apply_label). The
@@ -225,6 +241,7 @@ typedef struct node_filter_stream {
     size_t n;
     const node_filter *rest; /* evaluated over the kept row; NULL when the head is all of it */
     size_t weight;           /* node_filter_weight of the head: work per cell arriving */
+    size_t value_regexes;    /* of the head: work per byte of value (node_filter_cost) */
     bool by_column;          /* a stage counts per column: columns are told apart */
     uint64_t column;         /* number of the current column in the row, from 1 */
     st_buf last_column;      /* family length (8 bytes), family, qualifier of the last cell */

@@ -5,15 +5,17 @@
  *
  * Flow control and fairness. Work happens in turns on the loop thread. A turn ends after it sent
  * one response batch (~NODE_READ_BATCH_BYTES), or scanned NODE_READ_TURN_ROWS rows or
- * NODE_READ_TURN_CELLS cells, or opened NODE_READ_TURN_RANGES ranges of the row set, or read
- * NODE_READ_TURN_BLOCK_BYTES of blocks from disk (a turn may end inside a row: the row being
- * assembled waits in the state), or encoded NODE_READ_TURN_CELLS cells of a complete row (a row
- * of millions of cells is encoded over many turns, then sent whole: row_emit); the next turn
- * waits in the node's queue of turns for the loop's next pass, after its poll of the sockets, and
- * one pass runs turns for at most about NODE_READ_PASS_US (schedule_turn, on_turns), so other
- * connections' events run in between however many reads are due. When the call's send queue is full
- * the scan keeps its iterator and snapshot and waits for rpc_call_set_writable_cb. A cancelled call
- * (reset, connection loss, deadline) frees everything at the next opportunity.
+ * NODE_READ_TURN_CELLS cells (fewer under a heavy filter: a turn counts the work of the filter's
+ * head on each cell and of its rest on each row, turn_spent), or opened NODE_READ_TURN_RANGES
+ * ranges of the row set, or read NODE_READ_TURN_BLOCK_BYTES of blocks from disk (a turn may end
+ * inside a row: the row being assembled waits in the state), or encoded NODE_READ_TURN_CELLS cells
+ * of a complete row (a row of millions of cells is encoded over many turns, then sent whole:
+ * row_emit); the next turn waits in the node's queue of turns for the loop's next pass, after its
+ * poll of the sockets, and one pass runs turns for at most about NODE_READ_PASS_US (schedule_turn,
+ * on_turns), so other connections' events run in between however many reads are due. When the
+ * call's send queue is full the scan keeps its iterator and snapshot and waits for
+ * rpc_call_set_writable_cb. A cancelled call (reset, connection loss, deadline) frees everything at
+ * the next opportunity.
  *
  * Errors. Request problems: INVALID_ARGUMENT / NOT_FOUND / UNIMPLEMENTED before any data. A row
  * over NODE_READ_ROW_BYTES_MAX: FAILED_PRECONDITION, worded as Cloud Bigtable does. Storage errors
@@ -47,8 +49,7 @@ typedef struct read_state {
     /* The filter's head, applied to each cell as it arrives, so the row holds only what it keeps;
      * its rest (stream.rest, NULL: none) runs over the complete row (node_filter_stream_init). */
     node_filter_stream stream;
-    size_t rest_weight; /* node_filter_weight(stream.rest) */
-    int64_t cell_work;  /* what one cell counts against NODE_READ_TURN_CELLS (filter_cell_work) */
+    node_filter_cost rest_cost; /* of stream.rest: its work over a row (row_finish) */
     bool reversed, stats_full, last_scanned_ok;
     int64_t rows_limit; /* 0 = none */
 
@@ -59,15 +60,16 @@ typedef struct read_state {
     bool scan_done;
 
     /* Work done, for the turn bounds: counted over the whole read, compared with the values
-     * at the turn's start. */
+     * at the turn's start. work: cells read and the filter run on them (READ_TURN_WORK). */
     int64_t pieces;
-    uint64_t read_bytes;
-    int64_t turn_rows, turn_cells0, turn_pieces0;
-    uint64_t turn_bytes0;
+    uint64_t read_bytes, work;
+    int64_t turn_rows, turn_pieces0;
+    uint64_t turn_bytes0, turn_work0;
 
     bool row_open; /* the row being assembled or sent (its buffers are below) */
     size_t row_bytes;
-    int64_t row_cells; /* cells of the open row counted in cells_seen */
+    size_t row_value_bytes; /* of the cells kept (the work of a value regex grows with them) */
+    int64_t row_cells;      /* cells of the open row counted in cells_seen */
     /* A complete row is encoded into rowenc a part per turn (row_emit): emit_out, the filter's
      * result (NULL: the row's cells as assembled), emit_n cells, emit_next encoded so far. */
     bool emitting;
@@ -464,10 +466,16 @@ static void count_read_bytes(read_state *r) {
     r->snap_bytes = now;
 }
 
-/* Whether the turn has done its share of cells, ranges or block reads (checked between two cells,
+/* A turn's share of work (cell_work, row_finish), in the units of node_filter_weight: a cell
+ * read counts at least READ_CELL_WORK_FREE, so a turn without a heavy filter reads
+ * NODE_READ_TURN_CELLS cells. */
+#define READ_CELL_WORK_FREE 16
+#define READ_TURN_WORK ((uint64_t)NODE_READ_TURN_CELLS * READ_CELL_WORK_FREE)
+
+/* Whether the turn has done its share of work, ranges or block reads (checked between two cells,
  * so a row of millions of cells is assembled over many turns; rows are counted in read_turn). */
 static bool turn_spent(const read_state *r) {
-    return (r->cells_seen - r->turn_cells0) * r->cell_work >= NODE_READ_TURN_CELLS ||
+    return r->work - r->turn_work0 >= READ_TURN_WORK ||
            r->pieces - r->turn_pieces0 >= NODE_READ_TURN_RANGES ||
            r->read_bytes - r->turn_bytes0 >= NODE_READ_TURN_BLOCK_BYTES;
 }
@@ -509,6 +517,7 @@ static void row_release(read_state *r) {
 static void row_reset(read_state *r) {
     r->row_open = false;
     r->row_bytes = 0;
+    r->row_value_bytes = 0;
     r->emitting = false;
     r->emit_out = NULL;
     buf_recycle(&r->rowenc);
@@ -560,14 +569,14 @@ static st_code row_too_large_for_filter(read_state *r, st_err *err) {
                       node_filter_kind_name(r->stream.rest->kind));
 }
 
-/* What a cell counts against a turn's NODE_READ_TURN_CELLS: 1, or when the filter's head (applied
- * to every cell) is heavier than READ_CELL_WORK_FREE its weight's share of it (node_filter_weight):
- * a filter of 1,800 chained regexes ran 20,000 cells x 1,800 regexes in one turn, tens of
- * seconds. */
-#define READ_CELL_WORK_FREE 16
-static int64_t filter_cell_work(const read_state *r) {
-    size_t w = r->filter ? r->stream.weight : 1;
-    return w > READ_CELL_WORK_FREE ? (int64_t)(w / READ_CELL_WORK_FREE) : 1;
+/* What reading a cell with a value of value_len bytes counts against the turn's READ_TURN_WORK:
+ * READ_CELL_WORK_FREE, or the work of the filter's head (applied to every cell) when that is
+ * more: a filter of 1,800 chained regexes ran 20,000 cells x 1,800 regexes in one turn, tens of
+ * seconds. The rest's work is counted when it runs over the row (row_finish). */
+static uint64_t cell_work(const read_state *r, size_t value_len) {
+    node_filter_cost head = {r->stream.weight, r->stream.value_regexes};
+    uint64_t w = r->filter ? node_filter_work(head, 1, value_len) : 0;
+    return w > READ_CELL_WORK_FREE ? w : READ_CELL_WORK_FREE;
 }
 
 static node_filter_ctx filter_ctx(read_state *r) {
@@ -612,6 +621,7 @@ static st_code row_add(read_state *r, const sto_cell *sc, st_err *err) {
         st_buf_append(&r->cellv, &copy, sizeof copy) != ST_OK)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory assembling a row");
     r->row_bytes += bytes;
+    r->row_value_bytes += c->value.len;
     return ST_OK;
 }
 
@@ -742,8 +752,9 @@ static st_code row_emit(read_state *r, st_err *err) {
 }
 
 /* The open row is complete: the part of the filter that needs the whole row runs on it (in one
- * piece), then it is encoded and sent (row_emit). A row with no cells left is only remembered for
- * last_scanned_row_key. */
+ * piece, within NODE_FILTER_ROW_WORK_MAX, and its work counts against the turn: an interleave of
+ * 300 regexes ran over 1,000 rows in one turn, seconds), then it is encoded and sent (row_emit).
+ * A row with no cells left is only remembered for last_scanned_row_key. */
 static st_code row_finish(read_state *r, st_err *err) {
     size_t n = r->cellv.len / sizeof(node_cell);
     st_slice key = st_buf_slice(&r->row_key);
@@ -754,7 +765,8 @@ static st_code row_finish(read_state *r, st_err *err) {
     if (r->stream.rest) {
         row_cells_settle(r, 0, n);
         node_filter_ctx fc = filter_ctx(r);
-        rc = node_filter_row_work_check(r->rest_weight, n, err);
+        r->work += node_filter_work(r->rest_cost, n, r->row_value_bytes);
+        rc = node_filter_row_work_check(r->rest_cost, n, r->row_value_bytes, err);
         if (rc == ST_OK)
             rc = node_filter_eval(r->stream.rest, key,
                                   (const node_cell *)(const void *)r->cellv.data, n, &fc,
@@ -801,6 +813,7 @@ static st_code read_row(read_state *r, st_err *err) {
             if (rc != ST_OK)
                 return rc;
             r->cells_seen++;
+            r->work += cell_work(r, c.value.len);
         }
         bool new_row = !r->row_open || !st_slice_eq(c.row, st_buf_slice(&r->row_key));
         if (new_row && r->row_open) { /* c waits while the row before it goes out */
@@ -922,7 +935,7 @@ static bool turn_done(const read_state *r) {
 
 static void read_turn(read_state *r) {
     r->turn_rows = 0;
-    r->turn_cells0 = r->cells_seen;
+    r->turn_work0 = r->work;
     r->turn_pieces0 = r->pieces;
     r->turn_bytes0 = r->read_bytes;
     r->in_turn = true;
@@ -1063,8 +1076,7 @@ void node_h_read_rows(rpc_call *call, st_slice bytes, void *arg) {
         read_end(r, err.code, err.msg);
         return;
     }
-    r->rest_weight = node_filter_weight(r->stream.rest);
-    r->cell_work = filter_cell_work(r);
+    r->rest_cost = node_filter_cost_of(r->stream.rest);
     node_scan_restart(&r->scan, &r->rs, r->reversed);
     rpc_call_set_cancel_cb(call, on_cancel, r);
     turn_soon(r);

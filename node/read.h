@@ -38,7 +38,8 @@
 #define NODE_READ_MESSAGE_SLACK_BYTES ((size_t)64 << 10)
 /* Work per event-loop turn, so one huge scan cannot starve other clients: a turn ends after a
  * response batch was sent, or after this many rows or cells were scanned (cells also inside a
- * row); a complete row is encoded at most NODE_READ_TURN_CELLS cells per turn. */
+ * row; under a filter heavier than a few simple tests, as many cells as the filter's work allows:
+ * read.c, turn_spent); a complete row is encoded at most NODE_READ_TURN_CELLS cells per turn. */
 #define NODE_READ_TURN_ROWS 1000
 #define NODE_READ_TURN_CELLS 20000
 /* Rows and cells do not measure every read: a row set of many ranges that hold no rows returns

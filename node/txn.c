@@ -102,16 +102,21 @@ static st_code cam_match(node_tablet *tab, cam_op *op, st_err *err) {
     if (rc == ST_OK && !nc)
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
     if (rc == ST_OK) {
-        for (size_t i = 0; i < count; i++)
+        size_t value_bytes = 0;
+        for (size_t i = 0; i < count; i++) {
             nc[i] = (node_cell){
                 cells[i].family, cells[i].qualifier, cells[i].ts_us, cells[i].value, NULL, 0};
+            value_bytes += cells[i].value.len;
+        }
         st_rng rng;
         st_rng_seed(&rng, (uint64_t)st_mono_us());
         node_filter_ctx fctx = {.arena = &scratch, .rng = &rng};
         const node_cell *const *out;
         size_t out_n = 0;
-        /* before anything is written: the client learns the predicate was not evaluated */
-        rc = node_filter_row_work_check(node_filter_weight(op->predicate), count, err);
+        /* Runs on the loop in one piece, so its work is bounded (docs/filters.md); refused before
+         * anything is written: the client learns the predicate was not evaluated. */
+        rc =
+            node_filter_row_work_check(node_filter_cost_of(op->predicate), count, value_bytes, err);
         if (rc == ST_OK)
             rc = node_filter_eval(op->predicate, op->row, nc, count, &fctx, &out, &out_n, err);
         op->matched = rc == ST_OK && out_n > 0;

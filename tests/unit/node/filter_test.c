@@ -614,6 +614,43 @@ static void test_filter_row_sample_is_deterministic(void **state) {
     fx_free(fx);
 }
 
+/* The work one evaluation over a row may take counts each regex at its cost and each value
+ * regex per byte of value: an interleave of 300 value regexes over 6,000 cells of 58 bytes held
+ * the node's loop 0.7 s and must be refused; a light filter over 100,000 cells still fits. */
+static void test_filter_row_work_counts_regexes_and_value_bytes(void **state) {
+    (void)state;
+    fixture *fx = fx_new();
+    node_filter *subs[300];
+    for (int i = 0; i < 300; i++)
+        subs[i] = rx(fx, NODE_FILTER_VALUE_REGEX, ".*x{5,}.*");
+    node_filter *heavy = node_filter_list(&fx->arena, NODE_FILTER_INTERLEAVE, subs, 300);
+    node_filter_cost c = node_filter_cost_of(heavy);
+    assert_int_equal(c.weight, 1 + 300 * NODE_FILTER_REGEX_WEIGHT);
+    assert_int_equal(c.value_regexes, 300);
+    st_err err;
+    st_err_clear(&err);
+    assert_int_equal(node_filter_row_work_check(c, 6000, 6000 * 58, &err), ST_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "units of work"));
+    assert_non_null(strstr(err.msg, "use fewer regexes"));
+    /* A condition counts its predicate and both branches. */
+    node_filter *cond = node_filter_condition(&fx->arena, rx(fx, NODE_FILTER_VALUE_REGEX, "v"),
+                                              kind(fx, NODE_FILTER_PASS_ALL), heavy);
+    assert_int_equal(node_filter_cost_of(cond).value_regexes, 301);
+    /* The light filter of edges_nodejs_test over 100,000 one-byte values fits. */
+    node_filter *light =
+        inter2(fx, rx(fx, NODE_FILTER_VALUE_REGEX, "v"), kind(fx, NODE_FILTER_BLOCK_ALL));
+    assert_int_equal(node_filter_row_work_check(node_filter_cost_of(light), 100000, 100000, &err),
+                     ST_OK);
+    /* One value regex over 100 cells: fine over 100-byte values, not over 1 MiB values. */
+    node_filter_cost one = node_filter_cost_of(rx(fx, NODE_FILTER_VALUE_REGEX, "v.*"));
+    assert_int_equal(node_filter_row_work_check(one, 100, 100 * 100, &err), ST_OK);
+    assert_int_equal(node_filter_row_work_check(one, 100, (size_t)100 << 20, &err),
+                     ST_FAILED_PRECONDITION);
+    assert_true(node_filter_work(one, 100, 400) ==
+                100 * NODE_FILTER_REGEX_WEIGHT + 400 / NODE_FILTER_REGEX_BYTES_PER_UNIT);
+    fx_free(fx);
+}
+
 static void test_filter_budget_stops_exponential_interleaves(void **state) {
     (void)state;
     fixture *fx = fx_new();
@@ -1147,6 +1184,7 @@ int main(void) {
         cmocka_unit_test(test_filter_hostile_regex),
         cmocka_unit_test(test_filter_row_sample_is_deterministic),
         cmocka_unit_test(test_filter_budget_stops_exponential_interleaves),
+        cmocka_unit_test(test_filter_row_work_counts_regexes_and_value_bytes),
         cmocka_unit_test(test_filter_stream_head_and_rest),
         cmocka_unit_test(test_filter_matches_naive_model),
     };
