@@ -265,6 +265,13 @@ rpc_ccall *rtr_node_call_scan(rtr_node *node, const char *path, st_slice req,
     return call;
 }
 
+size_t rtr_node_lost_beside(const rtr_node *node) {
+    const rpc_client *c = node->client;
+    if (!c)
+        return 0;
+    return rpc_client_alive(c) || rpc_client_draining(c) ? rpc_client_calls(c) : rpc_client_lost(c);
+}
+
 rpc_ccall *rtr_node_call_long(rtr_node *node, const char *path, st_slice req,
                               const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
                               rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,

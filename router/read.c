@@ -80,6 +80,7 @@ typedef struct rr_op {
     uint64_t fp;          /* rtr_qod_fingerprint of the client's request */
     bool moved_once;      /* moved on once after a node connection dropped under it */
     uint64_t conn_id;     /* op->node's rtr_node.conn_id when this attempt was sent */
+    bool scan_conn;       /* this attempt went on the node's scan connection */
     bool map_checked;     /* the table had no tablet here: the map was refreshed once since */
     rtr_inflight link;    /* multi-cluster: in its cluster's in-flight list during a node call */
     struct event *idle;   /* multi-cluster: a node silent this long is given up (failover.h) */
@@ -665,6 +666,8 @@ static void rr_done(rpc_ccall *call, st_code code, const char *message, void *ar
         return;
     }
     size_t lost = code == ST_UNAVAILABLE ? rpc_ccall_conn_lost(call) : 0;
+    if (lost > 0 && op->scan_conn)
+        lost += rtr_node_lost_beside(op->node);
     if (lost > 0) { /* the node's connection dropped under the call: a query of death? */
         rtr_health_report(op->node, code);
         rtr_qod_verdict v =
@@ -740,7 +743,8 @@ static void rr_send(rr_op *op, const rtr_tablet *tb) {
     }
     op->wait = RR_NODE;
     op->node = &op->c->nodes[tb->node];
-    if (btu_rowset_is_point(&op->rs, BTU_ROWSET_POINT_KEYS_MAX)) {
+    op->scan_conn = !btu_rowset_is_point(&op->rs, BTU_ROWSET_POINT_KEYS_MAX);
+    if (!op->scan_conn) {
         op->inflight = rtr_node_call(op->node, RTR_BT "ReadRows", req, md, n_md, timeout, rr_msg,
                                      rr_done, op, &op->last);
         op->conn_id = op->node->conn_id;

@@ -583,6 +583,11 @@ rpc_ccall *rtr_node_call_scan(rtr_node *node, const char *path, st_slice req,
                               const rpc_metadata *md, size_t md_count, int64_t timeout_ms,
                               rpc_ccall_msg_fn on_msg, rpc_ccall_done_fn on_done, void *arg,
                               uint64_t *conn_id, st_err *err);
+/* For a call lost with the node's scan connection: the calls lost with, or still out on, the
+ * node's regular connection, which the same crash takes (or took) too. A scan alone on the
+ * scan connection is then not "alone in the drop" when the node died under other calls
+ * (rtr_qod_dropped). */
+size_t rtr_node_lost_beside(const rtr_node *node);
 /* How a node call that ended UNAVAILABLE relates to its node (only inside its on_done):
  * RTR_CALL_SENT: the request may have reached the node (a lost connection, a status);
  * RTR_CALL_REFUSED: the node took the connection but refused the call unprocessed (its GOAWAY):

@@ -164,6 +164,7 @@ static void client_fail(rpc_client *c, const char *why) {
         call->sent = call->sent && c->connected;
         sent += call->sent;
     }
+    c->lost = c->silent ? 0 : sent;
     for (rpc_ccall *call = c->calls; call; call = call->next) {
         call->lost_with = call->sent && !c->silent ? sent : 0;
         call->unprocessed = call->unprocessed || !call->sent;
@@ -571,6 +572,10 @@ bool rpc_client_draining(const rpc_client *c) {
 
 size_t rpc_client_calls(const rpc_client *c) {
     return c->n_calls;
+}
+
+size_t rpc_client_lost(const rpc_client *c) {
+    return c->lost;
 }
 
 int64_t rpc_client_last_read_us(const rpc_client *c) {

@@ -43,6 +43,7 @@ struct rpc_client {
     int64_t ping_sent_us;
     bool silent;    /* failed by the keepalive: a silent peer, not a drop (rpc_ccall_conn_lost) */
     size_t n_calls; /* calls not yet completed */
+    size_t lost;    /* sent calls lost when the connection failed (rpc_client_lost) */
     /* Calls whose stream is open (submitted to nghttp2, not yet closed), and the calls held back
      * here, oldest first, while the server's SETTINGS_MAX_CONCURRENT_STREAMS are all open
      * (client_call.c, ccall_start): a held call has no stream yet, so its cancellation or

@@ -20,6 +20,8 @@
       within 20 s while they stall, then as stall-then-read
   hold.py timed PORT TABLE PROFILE N MAX_MS   N ReadRows one after another; exit 1 if one took
       longer than MAX_MS
+  hold.py scan-range PORT TABLE START END SECS  ReadRows of [START, END); exit 0 if it ended
+      within SECS with at least one row (prints the rows and how the stream ended)
 Both hold modes then sample the VmRSS of every pid in PIDS (comma-separated) every 0.5 s until it
 has been stable for 4 samples (the server has stopped taking memory) or one exceeds LIMIT_MB:
 exit 0 and "bounded" in the first case, exit 1 and "UNBOUNDED" in the second. Exit 2: setup
@@ -257,6 +259,17 @@ def stall_sockets(port, table, conns_n, streams, rows):
     return 0 if worst < 3000 else 1
 
 
+def scan_range(port, table, start, end, secs):
+    """ReadRows of [start, end); 0 when it ended with at least one row."""
+    c = Conn(port)
+    sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')
+    c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table) + fld(2, fld(2, fld(1, start) + fld(3, end)))))
+    data, _, why = c.wait_end(sid, secs)
+    rows = data.count(b'r0')
+    print('scan [%s, %s): %d rows, %s' % (start, end, rows, why))
+    return 0 if why == 'end' and rows > 0 else 1
+
+
 def timed_reads(port, table, profile, n):
     """n ReadRows of TABLE with app profile PROFILE, one after another: prints each one's ms."""
     worst = 0
@@ -350,6 +363,7 @@ def main(a):
     if a[0] == 'rmw-down': return rmw_down(int(a[1]), a[2], a[3], int(a[4]))
     if a[0] == 'rmw-after': return rmw_after(int(a[1]), a[2], a[3], a[4])
     if a[0] == 'create': return create(int(a[1]), a[2])
+    if a[0] == 'scan-range': return scan_range(int(a[1]), a[2], a[3], a[4], float(a[5]))
     if a[0] == 'stall-sockets': return stall_sockets(int(a[1]), a[2], int(a[3]), int(a[4]), int(a[5]))
     if a[0] == 'check': return check(int(a[1]), a[2], int(a[3]), int(a[4]))
     if a[0] == 'timed': return 1 if timed_reads(int(a[1]), a[2], a[3], int(a[4])) > int(a[5]) else 0

@@ -403,6 +403,9 @@ bool rpc_client_alive(const rpc_client *c);
 bool rpc_client_draining(const rpc_client *c);
 /* Calls started and not yet ended. */
 size_t rpc_client_calls(const rpc_client *c);
+/* Once the connection failed: the calls sent on it that were lost with it (see
+ * rpc_ccall_conn_lost); 0 while it is up. */
+size_t rpc_client_lost(const rpc_client *c);
 /* st_mono_us of the last bytes received from the server, 0 before any: a call that timed out on
  * a connection that is still receiving met a busy server, not a dead one. */
 int64_t rpc_client_last_read_us(const rpc_client *c);
