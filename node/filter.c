@@ -11,6 +11,8 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "regex_cost.h"
+
 /* ---- builders ---- */
 
 node_filter *node_filter_new(st_arena *arena, node_filter_kind kind) {
@@ -148,10 +150,40 @@ typedef struct subtree_facts {
     bool has_label;
 } subtree_facts;
 
-static st_code validate_node(node_filter *f, int depth, bool in_condition, subtree_facts *facts,
-                             st_err *err);
+/* State of one node_filter_prepare over the whole tree. */
+typedef struct prepare_ctx {
+    uint64_t compile_work; /* node_regex_cost of the regexes met so far */
+} prepare_ctx;
 
-static st_code compile_regex(node_filter *f, st_err *err) {
+static st_code validate_node(prepare_ctx *pc, node_filter *f, int depth, bool in_condition,
+                             subtree_facts *facts, st_err *err);
+
+/* Charges f's pattern to the filter's compile budget before RE2 sees it: compiling runs on the
+ * node's loop, so past NODE_FILTER_COMPILE_WORK_MAX the filter is refused, naming the regex where
+ * the budget ran out. */
+static st_code charge_regex(prepare_ctx *pc, const node_filter *f, st_err *err) {
+    st_slice pat = f->u.regex.pattern;
+    uint64_t cost = node_regex_cost(pat.data, pat.len);
+    pc->compile_work += cost;
+    if (pc->compile_work <= NODE_FILTER_COMPILE_WORK_MAX)
+        return ST_OK;
+    char shown[48];
+    size_t n = pat.len < sizeof shown - 1 ? pat.len : sizeof shown - 1;
+    for (size_t i = 0; i < n; i++) /* the pattern is bytes; keep the message printable */
+        shown[i] = pat.data[i] >= 0x20 && pat.data[i] < 0x7f ? (char)pat.data[i] : '?';
+    shown[n] = '\0';
+    return st_err_set(
+        err, ST_INVALID_ARGUMENT,
+        "Error in field '%s' : the row filter's regexes up to '%s'%s (this one %" PRIu64
+        " units) need about %" PRIu64 " units of work to compile, more than the %d one filter may "
+        "take: use fewer regexes, shorter repetitions (x{n} is compiled as n copies of x), no "
+        "Unicode classes such as \\pL (values are matched as Latin-1 bytes), or a range filter "
+        "(column_range, value_range) instead of a regex",
+        node_filter_kind_name(f->kind), shown, pat.len > n ? "..." : "", cost, pc->compile_work,
+        NODE_FILTER_COMPILE_WORK_MAX);
+}
+
+static st_code compile_regex(prepare_ctx *pc, node_filter *f, st_err *err) {
     const char *field = node_filter_kind_name(f->kind);
     st_slice pat = f->u.regex.pattern;
     if (f->u.regex.re != NULL)
@@ -164,6 +196,9 @@ static st_code compile_regex(node_filter *f, st_err *err) {
         memchr(pat.data, ':', pat.len) != NULL)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "Error in field '%s' : the regex must not contain ':'", field);
+    st_code rc = charge_regex(pc, f, err);
+    if (rc != ST_OK)
+        return rc;
     char msg[256];
     node_re2_status rs = node_re2_compile(pat.data, pat.len, &f->u.regex.re, msg, sizeof msg);
     if (rs == NODE_RE2_NOMEM)
@@ -184,8 +219,8 @@ static bool label_is_valid(st_slice label) {
     return true;
 }
 
-static st_code validate_list(node_filter *f, int depth, bool in_condition, subtree_facts *facts,
-                             st_err *err) {
+static st_code validate_list(prepare_ctx *pc, node_filter *f, int depth, bool in_condition,
+                             subtree_facts *facts, st_err *err) {
     const char *what = f->kind == NODE_FILTER_CHAIN ? "Chain" : "Interleave";
     if (f->u.list.count < 2)
         return st_err_set(err, ST_INVALID_ARGUMENT, "%s must contain at least two RowFilters",
@@ -195,7 +230,7 @@ static st_code validate_list(node_filter *f, int depth, bool in_condition, subtr
         subtree_facts sub = {false};
         if (f->u.list.subs[i] == NULL)
             continue; /* an unset RowFilter passes everything */
-        st_code rc = validate_node(f->u.list.subs[i], depth + 1, in_condition, &sub, err);
+        st_code rc = validate_node(pc, f->u.list.subs[i], depth + 1, in_condition, &sub, err);
         if (rc != ST_OK)
             return rc;
         labelled += sub.has_label;
@@ -210,13 +245,14 @@ static st_code validate_list(node_filter *f, int depth, bool in_condition, subtr
     return ST_OK;
 }
 
-static st_code validate_condition(node_filter *f, int depth, subtree_facts *facts, st_err *err) {
+static st_code validate_condition(prepare_ctx *pc, node_filter *f, int depth, subtree_facts *facts,
+                                  st_err *err) {
     node_filter *parts[3] = {f->u.cond.predicate, f->u.cond.on_true, f->u.cond.on_false};
     for (int i = 0; i < 3; i++) {
         if (parts[i] == NULL)
             continue;
         subtree_facts sub = {false};
-        st_code rc = validate_node(parts[i], depth + 1, true, &sub, err);
+        st_code rc = validate_node(pc, parts[i], depth + 1, true, &sub, err);
         if (rc != ST_OK)
             return rc;
         facts->has_label |= sub.has_label;
@@ -224,7 +260,8 @@ static st_code validate_condition(node_filter *f, int depth, subtree_facts *fact
     return ST_OK;
 }
 
-static st_code validate_leaf(node_filter *f, bool in_condition, subtree_facts *facts, st_err *err) {
+static st_code validate_leaf(prepare_ctx *pc, node_filter *f, bool in_condition,
+                             subtree_facts *facts, st_err *err) {
     const char *field = node_filter_kind_name(f->kind);
     switch (f->kind) {
     case NODE_FILTER_SINK:
@@ -282,13 +319,13 @@ static st_code validate_leaf(node_filter *f, bool in_condition, subtree_facts *f
         return ST_OK;
     default:
         if (kind_is_regex(f->kind))
-            return compile_regex(f, err);
+            return compile_regex(pc, f, err);
         return st_err_set(err, ST_INVALID_ARGUMENT, "unknown RowFilter kind %d", (int)f->kind);
     }
 }
 
-static st_code validate_node(node_filter *f, int depth, bool in_condition, subtree_facts *facts,
-                             st_err *err) {
+static st_code validate_node(prepare_ctx *pc, node_filter *f, int depth, bool in_condition,
+                             subtree_facts *facts, st_err *err) {
     if (depth > NODE_FILTER_DEPTH_MAX)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "RowFilter nested more than %d levels deep; flatten the filter",
@@ -296,11 +333,11 @@ static st_code validate_node(node_filter *f, int depth, bool in_condition, subtr
     switch (f->kind) {
     case NODE_FILTER_CHAIN:
     case NODE_FILTER_INTERLEAVE:
-        return validate_list(f, depth, in_condition, facts, err);
+        return validate_list(pc, f, depth, in_condition, facts, err);
     case NODE_FILTER_CONDITION:
-        return validate_condition(f, depth, facts, err);
+        return validate_condition(pc, f, depth, facts, err);
     default:
-        return validate_leaf(f, in_condition, facts, err);
+        return validate_leaf(pc, f, in_condition, facts, err);
     }
 }
 
@@ -337,7 +374,8 @@ st_code node_filter_prepare(node_filter *f, st_err *err) {
     if (f == NULL)
         return ST_OK;
     subtree_facts facts = {false};
-    st_code rc = validate_node(f, 0, false, &facts, err);
+    prepare_ctx pc = {0};
+    st_code rc = validate_node(&pc, f, 0, false, &facts, err);
     if (rc != ST_OK)
         node_filter_release(f);
     return rc;

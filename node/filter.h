@@ -36,6 +36,12 @@
 /* Filters may nest (chain, interleave, condition) at most this deep; the root is depth 0
  * (data.proto: "may not be nested ... to a depth of more than 20"). Bounds the C stack. */
 #define NODE_FILTER_DEPTH_MAX 20
+/* Work the regexes of one filter may take to compile, in node_regex_cost units (regex_cost.h:
+ * at most about 0.5 us each on the node's loop, so 25 ms at worst, a few ms for most filters).
+ * Compiling runs on the loop before the call reads anything: 400 regexes (\pL|\pN){300} in a
+ * 9 KB filter held it 0.5 to 2 s for a row that did not exist. Past it: INVALID_ARGUMENT naming
+ * the regex. */
+#define NODE_FILTER_COMPILE_WORK_MAX 50000
 /* Labels: 1..15 characters of [a-z0-9-]. */
 #define NODE_FILTER_LABEL_BYTES_MAX 15
 /* Default budget of cell slots one evaluation may create (intermediate lists plus transformed
@@ -138,7 +144,9 @@ node_filter *node_filter_label(st_arena *arena, st_slice label);
  * regex compiled. Rules: chain/interleave need >= 2 filters; at most one sub-filter of a chain
  * may contain apply_label (a label in a condition's predicate counts too); no sink anywhere under a
  * condition; nesting depth <= NODE_FILTER_DEPTH_MAX; row_key and family regexes non-empty;
- * family regex without ':'; regexes compile within NODE_RE2_MEM_BYTES_MAX; row_sample in
+ * family regex without ':'; the regexes' node_regex_cost sums to at most
+ * NODE_FILTER_COMPILE_WORK_MAX (checked before each is compiled, so a refused filter costs
+ * little); each regex compiles within NODE_RE2_MEM_BYTES_MAX; row_sample in
  * (0, 1); offset >= 0, limits > 0; timestamps >= 0; column_range has a family; labels
  * 1..15 chars of [a-z0-9-]. Preparing an already prepared tree is a no-op returning ST_OK.
  * Not checked here (the proto edge does it): the 20,480-byte size limit, and boolean fields

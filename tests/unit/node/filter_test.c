@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "filter.h"
+#include "regex_cost.h"
 
 #define S(lit) ST_SLICE_LIT(lit)
 #define CELLS_MAX 64
@@ -564,18 +565,21 @@ static void test_filter_hostile_nesting_is_rejected_without_recursion(void **sta
 static void test_filter_hostile_regex(void **state) {
     (void)state;
     fixture *fx = fx_new();
-    /* Nested repetition that would need 10^6 states fails cleanly. */
-    expect_invalid(rx(fx, NODE_FILTER_VALUE_REGEX, "a{1000}{1000}"), ST_INVALID_ARGUMENT,
+    /* Nested repetition past RE2's 1,000 fails with RE2's message; past the compile budget too,
+     * before RE2 sees it. */
+    expect_invalid(rx(fx, NODE_FILTER_VALUE_REGEX, "a{2}{1000}"), ST_INVALID_ARGUMENT,
                    "bad repetition operator");
-    expect_invalid(rx(fx, NODE_FILTER_VALUE_REGEX, "(?:a{1000}){1000}"), ST_INVALID_ARGUMENT,
+    expect_invalid(rx(fx, NODE_FILTER_VALUE_REGEX, "(?:a{2}){1000}"), ST_INVALID_ARGUMENT,
                    "invalid repetition size");
-    /* A legal but enormous program hits the memory bound instead of allocating. */
+    expect_invalid(rx(fx, NODE_FILTER_VALUE_REGEX, "a{1000}{1000}"), ST_INVALID_ARGUMENT,
+                   "to compile");
+    /* A legal but enormous program is refused before it is compiled. */
     size_t reps = 1000, one = strlen("[a-z]{1000}");
     char *big = malloc(reps * one + 1);
     for (size_t i = 0; i < reps; i++)
         memcpy(big + i * one, "[a-z]{1000}", one);
     big[reps * one] = '\0';
-    expect_invalid(rx(fx, NODE_FILTER_VALUE_REGEX, big), ST_INVALID_ARGUMENT, "pattern too large");
+    expect_invalid(rx(fx, NODE_FILTER_VALUE_REGEX, big), ST_INVALID_ARGUMENT, "to compile");
     free(big);
     /* Catastrophic-backtracking patterns stay linear: (a*)*b on 1 MiB of 'a'. */
     size_t len = 1 << 20;
@@ -589,6 +593,98 @@ static void test_filter_hostile_regex(void **state) {
                         "f:q@1=");
     free(val);
     fx_free(fx);
+}
+
+/* An interleave of n value regexes, each `pattern|i` (distinct, as a client would make them). */
+static node_filter *many_regexes(fixture *fx, const char *pattern, size_t n) {
+    node_filter **subs = st_arena_alloc(&fx->arena, n * sizeof *subs);
+    assert_non_null(subs);
+    for (size_t i = 0; i < n; i++) {
+        char *p = st_arena_alloc(&fx->arena, strlen(pattern) + 16);
+        assert_non_null(p);
+        snprintf(p, strlen(pattern) + 16, "%s|%zu", pattern, i);
+        subs[i] = rx(fx, NODE_FILTER_VALUE_REGEX, p);
+    }
+    return node_filter_list(&fx->arena, NODE_FILTER_INTERLEAVE, subs, n);
+}
+
+static void test_filter_compile_work_is_bounded(void **state) {
+    (void)state;
+    fixture *fx = fx_new();
+    add_standard_row(fx);
+    /* 400 regexes (\pL|\pN){300} in 9 KB: the node compiled them for 0.5 to 2 s on its loop. The
+     * refusal names the regex where the budget ran out and says what to do. */
+    expect_invalid(many_regexes(fx, "(\\pL|\\pN){300}", 400), ST_INVALID_ARGUMENT,
+                   "Error in field 'value_regex_filter' : the row filter's regexes up to "
+                   "'(\\pL|\\pN){300}|");
+    expect_invalid(many_regexes(fx, "(\\pL|\\pN){300}", 400), ST_INVALID_ARGUMENT,
+                   "use fewer regexes, shorter repetitions");
+    /* Unicode classes cost their parse even without repetition: 3,000 \pL in one regex. */
+    char *pl = malloc(3 * 3000 + 1);
+    for (size_t i = 0; i < 3000; i++)
+        memcpy(pl + 3 * i, "\\pL", 3);
+    pl[3 * 3000] = '\0';
+    expect_invalid(rx(fx, NODE_FILTER_ROW_KEY_REGEX, pl), ST_INVALID_ARGUMENT,
+                   "Error in field 'row_key_regex_filter'");
+    free(pl);
+    /* The budget is the filter's: in a condition's predicate as anywhere. */
+    expect_invalid(node_filter_condition(&fx->arena, many_regexes(fx, "[a-z]{1000}", 60), NULL,
+                                         kind(fx, NODE_FILTER_PASS_ALL)),
+                   ST_INVALID_ARGUMENT, "more than the 50000 one filter may take");
+    /* Ordinary filters pass: 300 regexes of a usual shape, a cbt-like interleave of 100 columns,
+     * a few Unicode classes, hexadecimal ids. */
+    st_err err;
+    node_filter *f = many_regexes(fx, ".*(a|b|c|d|e|f|g|h|x)+.*[0-9]{2,}.*x{5,}.*", 300);
+    assert_int_equal(node_filter_prepare(f, &err), ST_OK);
+    node_filter_release(f);
+    node_filter *cols[100];
+    for (size_t i = 0; i < 100; i++)
+        cols[i] = chain2(fx, fam(fx, "cf[0-9]"), qual(fx, "col_[0-9a-f]{8}"));
+    f = node_filter_list(&fx->arena, NODE_FILTER_INTERLEAVE, cols, 100);
+    assert_int_equal(node_filter_prepare(f, &err), ST_OK);
+    node_filter_release(f);
+    assert_string_equal(run(fx, chain2(fx, rx(fx, NODE_FILTER_VALUE_REGEX, "\\pL\\pN|[a-z]{1,64}"),
+                                       many_regexes(fx, "[0-9a-f]{32}", 40))),
+                        "");
+    assert_string_equal(run(fx, rx(fx, NODE_FILTER_VALUE_REGEX, "\\pL\\pN")),
+                        "a:x@3=v3 a:x@2=v2 a:x@1=v1 a:y@5=w5 b:x@4=z4");
+    fx_free(fx);
+}
+
+/* The estimate follows RE2's reading of the pattern: repetitions multiply what they repeat
+ * (nested ones multiply each other), braces that are not a repetition are literals, \Q...\E
+ * quotes, Unicode classes cost their parse, and nesting past the limit saturates. */
+static void test_filter_regex_cost_reads_the_pattern(void **state) {
+    (void)state;
+#define COST(lit) node_regex_cost((const uint8_t *)(lit), strlen(lit))
+    uint64_t base = NODE_REGEX_COST_BASE;
+    assert_int_equal(COST("a"), base + 1 + 1);
+    assert_int_equal(COST("a{1000}"), base + 7 + 1000);
+    assert_int_equal(COST("a{2,}"), base + 5 + 3);
+    assert_int_equal(COST("a{2,9}"), base + 6 + 9);
+    assert_int_equal(COST("(?:ab){10}"), base + 10 + 10 * 3); /* ':' and the two letters */
+    assert_int_equal(COST("(?:a{10}){10}"), base + 13 + 10 * 11);
+    assert_int_equal(COST("ab|c{5}"), base + 7 + 2 + 5);
+    assert_int_equal(COST("a\\{1000}"), base + 8 + 7);      /* an escaped brace: literals */
+    assert_int_equal(COST("a{x}"), base + 4 + 4);           /* not a repetition */
+    assert_int_equal(COST("\\Qa{1000}\\E"), base + 11 + 7); /* quoted */
+    assert_int_equal(COST("[a{]{3}"), base + 7 + 3 * 5);    /* a class, repeated */
+    assert_int_equal(COST("[]a]"), base + 4 + 5);           /* a leading ] is a member */
+    assert_int_equal(COST("\\pL"),
+                     base + 3 + NODE_REGEX_COST_UNICODE_PARSE + NODE_REGEX_COST_UNICODE_COPY);
+    assert_int_equal(COST("\\p{Greek}{10}"),
+                     base + 13 + NODE_REGEX_COST_UNICODE_PARSE + 10 * NODE_REGEX_COST_UNICODE_COPY);
+    assert_int_equal(COST("[\\pL0]"),
+                     base + 6 + NODE_REGEX_COST_UNICODE_PARSE + 7 + NODE_REGEX_COST_UNICODE_COPY);
+    assert_int_equal(COST(".{10}"), base + 5 + 20);
+    assert_true(COST("((((a{1000}){1000}){1000}){1000}){1000}") == NODE_REGEX_COST_MAX);
+    assert_int_equal(COST("((a"), base + 3 + 1); /* unclosed: RE2 refuses it, still weighed */
+    size_t deep = NODE_REGEX_COST_DEPTH_MAX + 1;
+    char *p = malloc(deep);
+    memset(p, '(', deep);
+    assert_true(node_regex_cost((const uint8_t *)p, deep) == NODE_REGEX_COST_MAX);
+    free(p);
+#undef COST
 }
 
 static void test_filter_row_sample_is_deterministic(void **state) {
@@ -1182,6 +1278,8 @@ int main(void) {
         cmocka_unit_test(test_filter_validation_rules),
         cmocka_unit_test(test_filter_hostile_nesting_is_rejected_without_recursion),
         cmocka_unit_test(test_filter_hostile_regex),
+        cmocka_unit_test(test_filter_compile_work_is_bounded),
+        cmocka_unit_test(test_filter_regex_cost_reads_the_pattern),
         cmocka_unit_test(test_filter_row_sample_is_deterministic),
         cmocka_unit_test(test_filter_budget_stops_exponential_interleaves),
         cmocka_unit_test(test_filter_row_work_counts_regexes_and_value_bytes),
