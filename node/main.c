@@ -2,7 +2,6 @@
  *   strata-node --data DIR --listen 127.0.0.1:8086
  * then BIGTABLE_EMULATOR_HOST=127.0.0.1:8086 cbt -project p -instance i ls */
 #include <event2/event.h>
-#include <malloc.h>
 #include <openssl/ssl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -329,12 +328,7 @@ int main(int argc, char **argv) {
     unsigned poll_us = args.poll_us;
     o.listen_host = host;
     rpc_limits_set(&args.limits);
-    /* Requests of a MiB or more (a backup import's chunks, bulk MutateRows) come and go all the
-     * time: with glibc's defaults each buffer was a fresh mapping, or a heap top trimmed and
-     * grown again, whose every page faults when first touched (a quarter of the node's CPU while
-     * it received an import). Up to 8 MiB stays on the heap, and up to 32 MiB of it free. */
-    mallopt(M_MMAP_THRESHOLD, 8 << 20);
-    mallopt(M_TRIM_THRESHOLD, 32 << 20);
+    st_heap_tune(); /* requests of a MiB or more come and go all the time */
     signal(SIGPIPE, SIG_IGN);
     static node_tls tls; /* lives as long as the loop (the SIGHUP event's argument) */
     tls = (node_tls){.cert = args.tls_cert, .key = args.tls_key, .ca = args.tls_ca};

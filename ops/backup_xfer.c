@@ -12,7 +12,6 @@
  * node down, Ctrl-C) the backup is deleted, so nothing half-imported stays. Both read formats 1
  * and 2 too (ops_bk_file_path). */
 #include <errno.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,16 +96,10 @@ static void xfer_free(bk_xfer *x) {
     x->n_sent = x->cap_sent = x->n_slots = 0;
 }
 
-/* A transfer allocates and frees a buffer of a MiB or more per chunk (the call's request, the
- * response reassembled): kept on the heap for the next chunk rather than mapped, faulted in page
- * by page and unmapped each time, as glibc does by default with buffers of that size. */
-static void tune_malloc(void) {
-    mallopt(M_MMAP_THRESHOLD, 8 << 20);
-    mallopt(M_TRIM_THRESHOLD, 32 << 20);
-}
-
 static void catch_signals(void) {
-    tune_malloc();
+    /* A transfer allocates and frees a buffer of a MiB or more per chunk (the call's request,
+     * the response reassembled): kept on the heap for the next chunk. */
+    st_heap_tune();
     bk_interrupted = 0;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);

@@ -93,9 +93,11 @@ static void usage(FILE *out) {
             "                     --checkpoint FILE exists\n"
             "  --until TIME       stop at TIME (also with --follow)\n"
             "  --follow           keep reading new changes until Ctrl-C (or --until), retrying\n"
-            "                     while the router does not answer (said on stderr after 60 s);\n"
-            "                     without it stop once every partition caught up to the start of\n"
-            "                     the command, or fail (exit 1) after 60 s without an answer\n"
+            "                     while the router does not answer or a node is down (said on\n"
+            "                     stderr after 60 s); without it stop once every partition\n"
+            "                     caught up to the start of the command, or fail (exit 1) after\n"
+            "                     60 s without progress (a change, heartbeat or finished\n"
+            "                     partition: a node down counts as none)\n"
             "  --checkpoint FILE  resume from FILE when it exists (--from is then ignored), and\n"
             "                     keep it updated (atomically, after the output it covers was\n"
             "                     flushed): a resumed run repeats changes, never skips one.\n"
@@ -374,15 +376,33 @@ static int64_t stall_bound_us(int64_t heartbeat_s) {
     return ((int64_t)s > min ? (int64_t)s : min) * 1000000LL;
 }
 
-/* The router failure classifier tells a router that is not running (connection refused) from
- * one that hangs or cannot reach a node. */
-static const char *stall_why(const ch_run *r) {
+/* How the last failure came about, by the router failure classifier: no router listens, the
+ * connection to it failed otherwise, or the router itself answered UNAVAILABLE (a node that holds
+ * a partition is down; the router still answers from its tablet map). */
+static ops_router_fail last_fail(const ch_run *r, bool *from_router) {
     const rpc_client_opts *copts = ops_secure_router_opts();
     const char *code = strstr(r->last_retry, "UNAVAILABLE: "); /* "RANGE ended with CODE: MSG" */
-    bool down = code && ops_router_fail_of(ST_UNAVAILABLE, code + strlen("UNAVAILABLE: "),
-                                           copts && copts->ssl_ctx) == OPS_ROUTER_FAIL_DOWN;
-    return down ? "nothing listens there (the router is not running)"
-                : "the router hangs, or cannot reach a node";
+    const char *msg = code ? code + strlen("UNAVAILABLE: ") : "";
+    ops_router_fail f = code ? ops_router_fail_of(ST_UNAVAILABLE, msg, copts && copts->ssl_ctx)
+                             : OPS_ROUTER_FAIL_OTHER;
+    *from_router = code && f == OPS_ROUTER_FAIL_OTHER && strncmp(msg, "connection to ", 14) != 0;
+    return f;
+}
+
+static const char *stall_why(const ch_run *r) {
+    bool from_router;
+    if (last_fail(r, &from_router) == OPS_ROUTER_FAIL_DOWN)
+        return "nothing listens there (the router is not running)";
+    return from_router ? "the router answers, but cannot reach a node that holds a partition"
+                       : "the router hangs, or cannot reach a node";
+}
+
+/* What the run went without: an answer at all, or progress of its streams while the router
+ * answered each of them with an error. */
+static const char *stall_what(const ch_run *r) {
+    bool from_router;
+    last_fail(r, &from_router);
+    return from_router ? "progress (a change, a heartbeat or a finished partition)" : "answer";
 }
 
 /* What to check and do, on its own line: the stall message before it names the cause. */
@@ -412,9 +432,12 @@ static void watch_stall(ch_run *r) {
     if (late)
         r->answer_mono_us = now;
     if (s.answers != r->answers) {
+        bool from_router;
+        last_fail(r, &from_router);
         if (r->stall_said)
-            fprintf(stderr, "%sstrata changes: the router at %s answers again\n",
-                    r->tty ? "\n" : "", r->addr);
+            fprintf(stderr, "%sstrata changes: %s %s %s again\n", r->tty ? "\n" : "",
+                    from_router ? "the streams from the router at" : "the router at", r->addr,
+                    from_router ? "make progress" : "answers");
         r->answers = s.answers;
         r->answer_mono_us = now;
         r->stall_said = false;
@@ -426,9 +449,9 @@ static void watch_stall(ch_run *r) {
     const char *last = r->last_retry[0] ? r->last_retry : "none: the calls are waiting";
     if (r->a.follow) {
         fprintf(stderr,
-                "%sstrata changes: no answer from the router at %s for %lld s: %s; last error: "
+                "%sstrata changes: no %s from the router at %s for %lld s: %s; last error: "
                 "%s. Still retrying\n",
-                r->tty ? "\n" : "", r->addr, secs, stall_why(r), last);
+                r->tty ? "\n" : "", stall_what(r), r->addr, secs, stall_why(r), last);
         stall_advice(r);
         r->stall_said = true;
         return;
@@ -436,9 +459,9 @@ static void watch_stall(ch_run *r) {
     r->stalled = true;
     r->code = ST_UNAVAILABLE;
     snprintf(r->msg, sizeof r->msg,
-             "no answer from the router at %.120s for %lld s: %s; last error: %.150s. Without "
+             "no %s from the router at %.120s for %lld s: %s; last error: %.150s. Without "
              "--follow the command gives up",
-             r->addr, secs, stall_why(r), last);
+             stall_what(r), r->addr, secs, stall_why(r), last);
     ops_cs_stop(r->cs);
 }
 

@@ -131,7 +131,7 @@ typedef struct ops_cs_opts {
 typedef struct ops_cs_stats {
     size_t partitions, done;
     uint64_t records, retries;
-    uint64_t answers;         /* responses and clean stream ends from the router: it is answering */
+    uint64_t answers;         /* stream messages and finished partitions: the run makes progress */
     int64_t min_watermark_us; /* over partitions not done; 0 = none known yet */
 } ops_cs_stats;
 

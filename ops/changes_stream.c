@@ -106,7 +106,10 @@ struct ops_cs {
     st_code final_code;
     char final_msg[ST_ERR_MSG_MAX];
     uint64_t records, retries;
-    uint64_t answers; /* messages and clean ends from the router: `strata changes` sees stalls */
+    /* Progress of the streams themselves (a message, a partition finished): `strata changes`
+     * sees stalls. The partition list is not progress: the router serves it from its tablet map
+     * even while every node of the cluster is down. */
+    uint64_t answers;
     st_buf req;
     st_buf token;      /* keys_only: the token of the message being handled, NUL-terminated */
     st_arena pb_arena; /* the response being handled (part_msg) */
@@ -395,7 +398,6 @@ static void probe_done(rpc_ccall *call, st_code code, const char *message, void 
         evtimer_add(cs->done_timer, &tv);
         return;
     }
-    cs->answers += code == ST_OK;
     if (code == ST_OK || (retryable(code) && !creds_failure(cs, code, message)) || !p)
         return; /* the table is there (or the router does not say): the retries go on */
     char range[CS_RANGE_TEXT_MAX];
@@ -889,8 +891,9 @@ static void part_done(rpc_ccall *call, st_code code, const char *message, void *
         return;
     }
     part_reset_change(p);
-    cs->answers += code == ST_OK;
+    /* A clean end is progress only when it finishes the partition; one before is reopened. */
     if (p->state == P_OPEN && code == ST_OK && cs->o.end_us && p->wm_us >= cs->o.end_us) {
+        cs->answers++;
         p->state = P_DONE;
         check_all_done(cs);
         return;
@@ -1060,7 +1063,6 @@ static void gen_done(rpc_ccall *call, st_code code, const char *message, void *a
         cs->n_wanted = 0;
     }
     cs->answered = cs->answered || code == ST_OK;
-    cs->answers += code == ST_OK;
     if (code != ST_OK && retryable(code) && !creds_failure(cs, code, message)) {
         cs->retries++;
         if (cs->o.on_retry) {

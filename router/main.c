@@ -120,6 +120,20 @@ static uint16_t metrics_port;
 /* --poll-us: busy polling after activity before the loop sleeps (rpc_loop_run). */
 static unsigned poll_us = RPC_LOOP_POLL_US_DEFAULT;
 
+/* The heap a burst of calls left free (stalled ReadRows hold over a MiB each: 2,000 of them
+ * 1.8 GB) goes back to the kernel once they end, instead of staying resident for good: checked
+ * every RTR_HEAP_RELEASE_MS, released past RTR_HEAP_KEEP_FREE_BYTES free (docs/router.md,
+ * Memory). */
+#define RTR_HEAP_RELEASE_MS 5000
+#define RTR_HEAP_KEEP_FREE_BYTES (64u << 20)
+
+static void heap_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    (void)arg;
+    st_heap_release(RTR_HEAP_KEEP_FREE_BYTES);
+}
+
 static int run(struct event_base *base, const rtr_opts *o, tls_files *tls) {
     rtr_ctx *r;
     st_err err = {0};
@@ -151,12 +165,18 @@ static int run(struct event_base *base, const rtr_opts *o, tls_files *tls) {
         event_add(sighup, NULL);
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
+    struct event *heap = event_new(base, -1, EV_PERSIST, heap_cb, NULL);
+    struct timeval heap_tv = {RTR_HEAP_RELEASE_MS / 1000, RTR_HEAP_RELEASE_MS % 1000 * 1000};
+    if (heap)
+        event_add(heap, &heap_tv);
     rpc_loop_watch *watch = rpc_loop_watch_start(base, "strata-router");
     rpc_loop_run(base, poll_us);
     rpc_loop_watch_stop(watch);
     st_log(ST_LOG_INFO, "router", "shutting down");
     event_free(sigint);
     event_free(sigterm);
+    if (heap)
+        event_free(heap);
     if (sighup)
         event_free(sighup);
     metrics_http_free(metrics);
@@ -366,6 +386,7 @@ int main(int argc, char **argv) {
     o.node_ssl_ctx = tls.node_ctx;
     rpc_limits_set(&limits);
     signal(SIGPIPE, SIG_IGN);
+    st_heap_tune(); /* node batches of a MiB come and go all the time */
     if (tls.ctx || tls.node_ctx ||
         auth_file) /* a reload asked for while the router starts must not stop it */
         signal(SIGHUP, SIG_IGN);

@@ -163,6 +163,15 @@ bool st_ratelimit_pass(st_ratelimit *rl, uint64_t *suppressed);
     } while (0)
 void st_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
 
+/* ---- the heap (heap.c) ---- */
+
+/* glibc's malloc tuned for buffers of a MiB or more that come and go: call once at start. */
+void st_heap_tune(void);
+/* When more than keep_bytes of the heap are free, returns their pages to the kernel (freed memory
+ * otherwise stays resident). Returns the free bytes found (0 without glibc). Costs a walk of the
+ * free lists: call it from a timer, not per request. */
+size_t st_heap_release(size_t keep_bytes);
+
 /* ---- clocks ---- */
 int64_t st_wall_us(void); /* microseconds since the Unix epoch */
 int64_t st_mono_us(void); /* monotonic microseconds, for durations and deadlines */
