@@ -19,7 +19,7 @@ Compiling runs on the loop before the call reads anything: an interleave of 400 
 Exit 0 on success, 1 on a failed check, 2 on a setup error."""
 import os, select, struct, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
-from h2raw import Conn, fld, grpc_msg, frame, hlit, DATA, HEADERS, PING, SETTINGS
+from h2raw import Conn, frames, fld, grpc_msg, frame, hlit, DATA, HEADERS, PING, SETTINGS
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sec_attack import grpc_status
 
@@ -65,17 +65,6 @@ def bomb():
 
 def read_body(row, filt):
     return fld(1, TABLE) + fld(2, fld(1, row)) + fld(3, filt)
-
-
-def frames(c):
-    d = c.s.recv(1 << 20)
-    if not d:
-        raise EOFError('the node closed a connection')
-    c.buf += d
-    out = []
-    while len(c.buf) >= 9 and len(c.buf) >= 9 + int.from_bytes(c.buf[:3], 'big'):
-        out.append(c.read_frame())
-    return out
 
 
 def burst(port):

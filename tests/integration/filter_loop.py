@@ -20,7 +20,7 @@ Creates table t: ROWS rows of 10 cells of 60 bytes, and row wide of WIDE cells. 
 Exit 0 on success, 1 on a failed check, 2 on a setup error."""
 import os, select, struct, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
-from h2raw import Conn, fld, grpc_msg, frame, DATA, HEADERS, PING, SETTINGS
+from h2raw import Conn, frames, fld, grpc_msg, frame, DATA, HEADERS, PING, SETTINGS
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sec_attack import grpc_status
 
@@ -67,17 +67,6 @@ def setup(port):
 
 def interleave(n):
     return fld(2, b''.join(fld(1, fld(9, PATTERN)) for _ in range(n)))
-
-
-def frames(c):
-    d = c.s.recv(1 << 20)
-    if not d:
-        raise EOFError('the node closed a connection')
-    c.buf += d
-    out = []
-    while len(c.buf) >= 9 and len(c.buf) >= 9 + int.from_bytes(c.buf[:3], 'big'):
-        out.append(c.read_frame())
-    return out
 
 
 def heavy_read(port):

@@ -16,7 +16,7 @@ on their speed (the client answers a PING at once, in far less time than a turn 
 Exit 0 on success, 1 on a failed check, 2 on a setup error."""
 import os, select, struct, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hostile'))
-from h2raw import Conn, fld, grpc_msg, frame, hlit, DATA, HEADERS, PING, SETTINGS
+from h2raw import Conn, frames, fld, grpc_msg, frame, hlit, DATA, HEADERS, PING, SETTINGS
 
 PARENT = 'projects/p/instances/i'
 TABLE = PARENT + '/tables/t'
@@ -41,18 +41,6 @@ def setup(port, mib):
     cell = fld(1, 'f') + fld(2, 'c') + fld(3, 1000) + fld(4, b'v' * (mib << 20))
     if not unary(port, DATA_API + 'MutateRow', fld(1, TABLE) + fld(2, 'big') + fld(3, fld(1, cell))):
         sys.exit('MutateRow of the large cell failed')
-
-
-def frames(c):
-    """The frames already received on c (reads the socket once; c.read_frame acks SETTINGS)."""
-    d = c.s.recv(1 << 20)
-    if not d:
-        raise EOFError('the node closed a connection')
-    c.buf += d
-    out = []
-    while len(c.buf) >= 9 and len(c.buf) >= 9 + int.from_bytes(c.buf[:3], 'big'):
-        out.append(c.read_frame())
-    return out
 
 
 def read_requests(c, n):

@@ -117,6 +117,19 @@ class Conn:
             if fl & 1: return bytes(data), hdrs, 'end'
         return bytes(data), hdrs, 'timeout'
 
+def frames(c):
+    """The frames already received on c: reads the socket once (blocking until something comes),
+    then every whole frame buffered (c.read_frame acks SETTINGS). EOFError when the peer closed."""
+    d = c.s.recv(1 << 20)
+    if not d:
+        raise EOFError('the peer closed the connection')
+    c.buf += d
+    out = []
+    while len(c.buf) >= 9 and len(c.buf) >= 9 + int.from_bytes(c.buf[:3], 'big'):
+        out.append(c.read_frame())
+    return out
+
+
 def status_of(hdrs):
     """Crude: find grpc-status / grpc-message literal strings in raw header blocks (works when
     the server sends literals without Huffman)."""
