@@ -320,6 +320,7 @@ static void fwd_send(void *arg) {
                                  op, &op->last);
     op->conn_id = op->node->conn_id;
     if (op->inflight) {
+        rpc_ccall_set_owner(op->inflight, rpc_call_conn_serial(op->call));
         if (op->plan.multi && op->idempotent && op->plan.cur + 1 < op->plan.n) {
             op->link.move = fwd_move;
             rtr_inflight_link(op->c, &op->link);

@@ -309,6 +309,8 @@ static bool mr_send_group(mr_op *op, rtr_node *node, size_t *idx, size_t n, int6
                                 g, &err);
         g->conn_id = node->conn_id;
         ok = g->call != NULL;
+        if (ok)
+            rpc_ccall_set_owner(g->call, rpc_call_conn_serial(op->call));
         if (!ok) {
             op->groups_pending--;
         } else {

@@ -753,8 +753,10 @@ static void rr_send(rr_op *op, const rtr_tablet *tb) {
                                           rr_msg, rr_done, op, &op->conn_id, &op->last);
     }
     st_buf_free(&buf);
-    if (op->inflight)
+    if (op->inflight) {
+        rpc_ccall_set_owner(op->inflight, rpc_call_conn_serial(op->call));
         rr_idle_arm(op);
+    }
     if (!op->inflight) {
         op->wait = RR_IDLE;
         rtr_health_report(op->node, ST_UNAVAILABLE);

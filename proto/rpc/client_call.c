@@ -20,6 +20,8 @@
 
 static bool ccall_submit(rpc_client *c, rpc_ccall *call);
 static void held_unlink(rpc_client *c, rpc_ccall *call);
+static void group_open(rpc_ccall *call, bool open);
+static void group_leave(rpc_client *c, rpc_ccall *call);
 
 /* ---- the per-thread cache of call allocations ----
  * A call is one allocation of a few KiB (ccall_alloc), beyond malloc's per-thread cache: ended
@@ -93,6 +95,8 @@ void rpc_ccall_complete(rpc_ccall *call, st_code code, const char *message) {
     c->n_calls--;
     if (call->held)
         held_unlink(c, call);
+    if (call->group)
+        group_leave(c, call);
     if (call->deadline_ev)
         event_del(call->deadline_ev);
     if (c->session && call->stream_id > 0)
@@ -289,6 +293,7 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
     if (!call)
         return 0;
     c->n_open--;
+    group_open(call, false);
     bool refused = error_code == NGHTTP2_REFUSED_STREAM && !call->got_status &&
                    call->http_status == 0 && call->deframer.messages == 0 && !call->cancelled &&
                    !call->deadline_hit && call->local.code == ST_OK;
@@ -328,6 +333,7 @@ static int on_frame_not_send(nghttp2_session *session, const nghttp2_frame *fram
             st_err_set(&call->local, ST_UNAVAILABLE, "request to %s not sent: %s", c->peer,
                        nghttp2_strerror(lib_error));
         c->n_open--;
+        group_open(call, false);
         ccall_stream_closed(call, NGHTTP2_CANCEL);
         rpc_ccall_held_run(c);
         break;
@@ -421,7 +427,127 @@ static bool ccall_submit(rpc_client *c, rpc_ccall *call) {
     if (call->stream_id <= 0)
         return false;
     c->n_open++;
+    group_open(call, true);
     return true;
+}
+
+/* ---- owners' groups of held calls ---- */
+
+static size_t hold_bucket(uint64_t owner) {
+    return (size_t)((owner * 0x9E3779B97F4A7C15ull) >> 58) % RPC_HOLD_BUCKETS;
+}
+
+/* The group of owner, created when absent (NULL: out of memory). */
+static rpc_hold_group *hold_group(rpc_client *c, uint64_t owner) {
+    if (owner == 0)
+        return &c->hold_group0;
+    rpc_hold_group **slot = &c->hold_hash[hold_bucket(owner)];
+    for (rpc_hold_group *g = *slot; g; g = g->hash_next)
+        if (g->owner == owner)
+            return g;
+    rpc_hold_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->owner = owner;
+    g->hash_next = *slot;
+    *slot = g;
+    return g;
+}
+
+/* Appends held call to its group's held calls; a group that held none joins the ring last in
+ * turn. */
+static void group_hold(rpc_client *c, rpc_ccall *call) {
+    rpc_hold_group *g = call->group;
+    call->group_prev = g->tail;
+    call->group_next = NULL;
+    if (g->tail) {
+        g->tail->group_next = call;
+        g->tail = call;
+        return;
+    }
+    g->head = g->tail = call;
+    if (!c->hold_ring) {
+        g->ring_prev = g->ring_next = g;
+        c->hold_ring = g;
+        return;
+    }
+    g->ring_next = c->hold_ring;
+    g->ring_prev = c->hold_ring->ring_prev;
+    g->ring_prev->ring_next = g;
+    c->hold_ring->ring_prev = g;
+}
+
+/* Takes held call out of its group's held calls; a group left with none leaves the ring. */
+static void group_unhold(rpc_client *c, rpc_ccall *call) {
+    rpc_hold_group *g = call->group;
+    if (call->group_prev)
+        call->group_prev->group_next = call->group_next;
+    else
+        g->head = call->group_next;
+    if (call->group_next)
+        call->group_next->group_prev = call->group_prev;
+    else
+        g->tail = call->group_prev;
+    call->group_prev = call->group_next = NULL;
+    if (g->head)
+        return;
+    if (g->ring_next == g) {
+        c->hold_ring = NULL;
+    } else {
+        g->ring_prev->ring_next = g->ring_next;
+        g->ring_next->ring_prev = g->ring_prev;
+        if (c->hold_ring == g)
+            c->hold_ring = g->ring_next;
+    }
+    g->ring_prev = g->ring_next = NULL;
+}
+
+/* Call's stream opened (true) or closed: its group's count of open streams. */
+static void group_open(rpc_ccall *call, bool open) {
+    if (call->group_open == open)
+        return;
+    call->group_open = open;
+    if (open)
+        call->group->open++;
+    else
+        call->group->open--;
+}
+
+/* Call leaves its group (held, it must have left its held calls); a group left without
+ * members is freed, but for group 0. */
+static void group_leave(rpc_client *c, rpc_ccall *call) {
+    rpc_hold_group *g = call->group;
+    group_open(call, false);
+    call->group = NULL;
+    if (--g->members > 0 || g == &c->hold_group0)
+        return;
+    rpc_hold_group **slot = &c->hold_hash[hold_bucket(g->owner)];
+    while (*slot != g)
+        slot = &(*slot)->hash_next;
+    *slot = g->hash_next;
+    free(g);
+}
+
+static void group_join(rpc_ccall *call, rpc_hold_group *g) {
+    call->group = g;
+    g->members++;
+}
+
+void rpc_ccall_set_owner(rpc_ccall *call, uint64_t owner) {
+    if (!call->group || call->group->owner == owner)
+        return;
+    rpc_client *c = call->c;
+    rpc_hold_group *g = hold_group(c, owner);
+    if (!g)
+        return; /* out of memory: it stays with the calls without owner */
+    bool open = call->group_open;
+    if (call->held)
+        group_unhold(c, call);
+    group_leave(c, call);
+    group_join(call, g);
+    group_open(call, open);
+    if (call->held)
+        group_hold(c, call);
 }
 
 /* ---- calls held for a stream ---- */
@@ -442,13 +568,16 @@ static void held_unlink(rpc_client *c, rpc_ccall *call) {
     else
         c->held_tail = call->held_prev;
     call->held_prev = call->held_next = NULL;
+    group_unhold(c, call);
     call->held = false;
     if (call->cancelled)
         c->held_cancelled--;
 }
 
-/* Sends the request now when a stream is free and no call waits before it, else holds it. */
+/* Sends the request now when a stream is free and no call waits before it, else holds it (with
+ * the calls without owner until rpc_ccall_set_owner names one). */
 static bool ccall_start(rpc_client *c, rpc_ccall *call) {
+    group_join(call, &c->hold_group0);
     if (!c->held_head && c->n_open < streams_max(c))
         return ccall_submit(c, call);
     call->held = true;
@@ -459,7 +588,19 @@ static bool ccall_start(rpc_client *c, rpc_ccall *call) {
     else
         c->held_head = call;
     c->held_tail = call;
+    group_hold(c, call);
     return true;
+}
+
+/* The next held call to send: the oldest of the group with the fewest streams open, the first
+ * in turn among equals; the turn passes to the group after it. */
+static rpc_ccall *held_next_out(rpc_client *c) {
+    rpc_hold_group *best = c->hold_ring;
+    for (rpc_hold_group *g = best->ring_next; g != c->hold_ring && best->open > 0; g = g->ring_next)
+        if (g->open < best->open)
+            best = g;
+    c->hold_ring = best->ring_next;
+    return best->head;
 }
 
 void rpc_ccall_held_run(rpc_client *c) {
@@ -471,7 +612,7 @@ void rpc_ccall_held_run(rpc_client *c) {
         }
     }
     while (c->held_head && (c->draining || c->n_open < streams_max(c))) {
-        rpc_ccall *call = c->held_head;
+        rpc_ccall *call = held_next_out(c);
         held_unlink(c, call);
         call->unprocessed = true; /* until its HEADERS go out (on_frame_send) */
         if (call->cancelled)      /* by a call ended above */

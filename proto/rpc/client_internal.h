@@ -11,6 +11,19 @@
 #include "rpc_internal.h"
 
 #define RPC_PEER_NAME_MAX 320 /* "unix:" + a socket path, or host:port */
+
+/* The calls of one owner (client_call.c): how many are not completed, how many have a stream,
+ * and those held for a stream, oldest first. */
+#define RPC_HOLD_BUCKETS 64
+typedef struct rpc_hold_group rpc_hold_group;
+struct rpc_hold_group {
+    uint64_t owner;
+    size_t members, open;
+    rpc_ccall *head, *tail;
+    rpc_hold_group *ring_prev, *ring_next; /* in rpc_client.hold_ring while it holds calls */
+    rpc_hold_group *hash_next;             /* in rpc_client.hold_hash (owner != 0) */
+};
+
 struct rpc_client {
     struct event_base *base;
     rpc_client_opts opts;
@@ -52,6 +65,14 @@ struct rpc_client {
     size_t n_open;
     rpc_ccall *held_head, *held_tail;
     size_t held_cancelled; /* held calls cancelled, to be ended from the loop (flush_cb) */
+    /* The calls again, by owner (rpc_ccall_set_owner): a stream that frees goes to the oldest
+     * held call of the owner with the fewest streams open, the next in turn among equals, so
+     * one owner's many calls do not hold back another's. hold_ring (the groups with held calls)
+     * starts at the next in turn; a group is freed with its last call (hold_group0, the calls
+     * without owner, is part of the client). */
+    rpc_hold_group *hold_ring;
+    rpc_hold_group *hold_hash[RPC_HOLD_BUCKETS];
+    rpc_hold_group hold_group0;
 };
 
 struct rpc_ccall {
@@ -90,6 +111,9 @@ struct rpc_ccall {
     rpc_ccall *prev, *next;
     bool held; /* waiting in the client's held list for a stream (rpc_client.held_head) */
     rpc_ccall *held_prev, *held_next;
+    rpc_hold_group *group; /* its owner's group until it completes (from ccall_start) */
+    bool group_open;       /* counted in group->open: it has a stream */
+    rpc_ccall *group_prev, *group_next; /* in group's held calls */
 };
 
 /* Where output goes (h2_out_add): wbuf once connected or under TLS (plaintext waits there for

@@ -219,6 +219,9 @@ const char *rpc_call_path(const rpc_call *call) {
 const char *rpc_call_peer(const rpc_call *call) {
     return call->conn ? call->conn->peer : "";
 }
+uint64_t rpc_call_conn_serial(const rpc_call *call) {
+    return call && call->conn ? call->conn->serial : 0;
+}
 st_arena *rpc_call_arena(rpc_call *call) {
     return &call->arena;
 }

@@ -2,6 +2,7 @@
  * and ONE close function (h2_conn_close) that every failure reaches. Output stops at
  * H2_CONN_OUTPUT_HIGH_WATER_BYTES and resumes when the socket drains. A periodic timer enforces
  * the process's handshake, idle and slow-request timeouts (rpc_limits). */
+#include <stdatomic.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,6 +416,8 @@ void h2_conn_open(rpc_server *srv, int fd, const struct sockaddr *addr) {
     conn->srv = srv;
     conn->slot = true;
     conn->accepted_us = st_mono_us();
+    static _Atomic uint64_t serials;
+    conn->serial = atomic_fetch_add(&serials, 1) + 1;
     conn_peer_name(addr, conn->peer, sizeof conn->peer);
     bool is_unix = addr && addr->sa_family == AF_UNIX;
     bool unix_plain = is_unix && srv->opts.ssl_ctx && srv->opts.unix_peer_role;

@@ -133,6 +133,7 @@ struct h2_conn {
     struct event *read_ev;
     /* Periodic: the handshake, idle and slow-request timeouts (conn_timer_cb). */
     struct event *timer_ev;
+    uint64_t serial;       /* rpc_call_conn_serial: numbered as accepted, from 1 */
     int64_t accepted_us;   /* st_mono_us */
     int64_t idle_since_us; /* when its last call ended or, without calls, it last heard the peer */
     bool ready;            /* the client's preface and SETTINGS arrived */

@@ -139,11 +139,11 @@ instance_init() {
   trap instance_teardown EXIT
 }
 
-# up_single NAME: instance_init NAME, then `strata up --clusters 1 --nodes 1` ($STRATA); fails
-# the test when it does not start.
+# up_single NAME [ARGS...]: instance_init NAME, then `strata up --clusters 1 --nodes 1 ARGS...`
+# ($STRATA); fails the test when it does not start.
 up_single() {
   instance_init "$1"
-  "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 >"$TMPD/up.out" 2>&1 ||
+  "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 "${@:2}" >"$TMPD/up.out" 2>&1 ||
     { cat "$TMPD/up.out"; fail "strata up"; }
 }
 

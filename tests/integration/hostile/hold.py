@@ -214,7 +214,7 @@ def serve_while_stalled(port, conns_n, streams, table, pids, limit, rows, size):
     return drain(conns, rows, size, plan)
 
 
-def stall_sockets(port, table, conns_n, streams, rows):
+def stall_sockets(port, table, conns_n, streams, rows, probe='row'):
     """conns_n connections of `streams` full scans each, whose sockets are never read again
     (the router's writes to them back up), then ReadRows of one row and MutateRow of another
     from another connection, five times a second apart: each must answer within 3 s. Calls to
@@ -235,12 +235,16 @@ def stall_sockets(port, table, conns_n, streams, rows):
         key = 'r%06d' % (i * 7 % rows)
         t0 = time.time()
         sid = c.headers('/google.bigtable.v2.Bigtable/ReadRows')
-        c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table) + fld(2, fld(1, key))))
+        if probe == 'row':
+            rows_set = fld(1, key)
+        else:  # a scan of a few rows: not a point read, so it goes the node's scan connection
+            rows_set = fld(2, fld(1, key) + fld(3, key + '~'))
+        c.data(sid, grpc_msg(fld(1, TABLE_PREFIX + table) + fld(2, rows_set)))
         data, _, why = c.wait_end(sid, 60)
         ms = (time.time() - t0) * 1000
         if why != 'end' or key.encode() not in data:
-            print('ReadRows of one row while %d scans stall: %s after %.0f ms' %
-                  (conns_n * streams, why, ms)); return 1
+            print('ReadRows (%s) while %d scans stall: %s after %.0f ms' %
+                  (probe, conns_n * streams, why, ms)); return 1
         t1 = time.time()
         sid = c.headers('/google.bigtable.v2.Bigtable/MutateRow')
         cell = fld(1, 'cf') + fld(2, 'p') + fld(3, 1000) + fld(4, 'x')
@@ -254,8 +258,8 @@ def stall_sockets(port, table, conns_n, streams, rows):
         times.append('%.0f/%.0f' % (ms, wms))
         worst = max(worst, ms, wms)
         time.sleep(1)
-    print('ReadRows of one row / MutateRow answered within %s ms while %d scans stall' %
-          (' '.join(times), conns_n * streams))
+    print('ReadRows (%s) / MutateRow answered within %s ms while %d scans stall' %
+          (probe, ' '.join(times), conns_n * streams))
     return 0 if worst < 3000 else 1
 
 
@@ -364,7 +368,8 @@ def main(a):
     if a[0] == 'rmw-after': return rmw_after(int(a[1]), a[2], a[3], a[4])
     if a[0] == 'create': return create(int(a[1]), a[2])
     if a[0] == 'scan-range': return scan_range(int(a[1]), a[2], a[3], a[4], float(a[5]))
-    if a[0] == 'stall-sockets': return stall_sockets(int(a[1]), a[2], int(a[3]), int(a[4]), int(a[5]))
+    if a[0] == 'stall-sockets':
+        return stall_sockets(int(a[1]), a[2], int(a[3]), int(a[4]), int(a[5]), *a[6:7])
     if a[0] == 'check': return check(int(a[1]), a[2], int(a[3]), int(a[4]))
     if a[0] == 'timed': return 1 if timed_reads(int(a[1]), a[2], a[3], int(a[4])) > int(a[5]) else 0
     if a[0] == 'write': return write(int(a[1]), a[2], int(a[3]), int(a[4]))

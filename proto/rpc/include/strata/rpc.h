@@ -245,6 +245,9 @@ const char *rpc_call_path(const rpc_call *call);
  * the connection is gone. Valid until the call is released. */
 #define RPC_CALL_PEER_MAX 64
 const char *rpc_call_peer(const rpc_call *call);
+/* A number naming the call's connection, unique in the process (0 once the connection is gone, or
+ * for a NULL call). */
+uint64_t rpc_call_conn_serial(const rpc_call *call);
 /* The call's arena, freed when the call is released: unpack the request through it. */
 st_arena *rpc_call_arena(rpc_call *call);
 /* For a handler that keeps its call open long after the request arrived (a stream that lasts as
@@ -435,6 +438,11 @@ bool rpc_ccall_msg_take(rpc_ccall *call, st_buf *out);
  * back. Any time before on_done. */
 void rpc_ccall_pause(rpc_ccall *call);
 void rpc_ccall_resume(rpc_ccall *call);
+/* Names the owner of a call (a proxy: the connection of the client it serves; 0: none, as a new
+ * call has). Calls past the server's SETTINGS_MAX_CONCURRENT_STREAMS wait in the client, and a
+ * stream that frees goes to the oldest waiting call of the next owner in turn: one owner's many
+ * waiting calls do not hold back another's. Right after rpc_client_call; no effect once sent. */
+void rpc_ccall_set_owner(rpc_ccall *call, uint64_t owner);
 /* Only inside on_done: true when the call ended UNAVAILABLE without the server having processed
  * it (its request was never sent, or the server refused the stream with GOAWAY): a retry cannot
  * apply it twice, whatever the method. */
