@@ -255,6 +255,17 @@ static st_code px_file_size(st_env *env, const char *path, uint64_t *size, st_er
     return ST_OK;
 }
 
+static st_code px_file_id(st_env *env, const char *path, uint64_t *dev, uint64_t *ino,
+                          st_err *err) {
+    (void)env;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return io_err(err, "stat", path, errno);
+    *dev = (uint64_t)st.st_dev;
+    *ino = (uint64_t)st.st_ino;
+    return ST_OK;
+}
+
 static st_code px_list(st_env *env, const char *dir, st_code (*fn)(const char *, void *), void *arg,
                        st_err *err) {
     (void)env;
@@ -371,6 +382,7 @@ static const st_env_ops posix_ops = {
     .pwrite = px_pwrite,
     .lock = px_lock,
     .unlock = px_unlock,
+    .file_id = px_file_id,
 };
 
 /* Constant table: stateless and shared by the whole process. */

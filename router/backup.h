@@ -248,6 +248,11 @@ st_code rtr_bk_open(rtr_ctx *r, st_err *err);
 st_code rtr_bk_start(rtr_ctx *r, st_err *err);
 /* Runs the sweep once: leases, dead operations, expired backups (backup_ops.c). */
 void rtr_bk_sweep(rtr_ctx *r);
+/* A DeleteBackupPieces of backup's pieces of one making (the operation that made them) that node
+ * (index in cluster) missed: the sweep sends it again, limited to that making, until the node
+ * answers (docs/backups.md, "Late deletes"). A making that is empty is not noted. */
+void rtr_bk_leftover_note(rtr_ctx *r, const char *backup, const char *making, size_t cluster,
+                          size_t node);
 /* Forgets the deletes still to retry (at close). */
 void rtr_bk_leftovers_free(rtr_ctx *r);
 void rtr_bk_close(rtr_ctx *r);

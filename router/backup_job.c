@@ -273,17 +273,38 @@ static void job_end(bk_job *j, st_code code, const char *msg, const char *rtype,
 
 static void cleanup_done(bk_job *j);
 
-/* Slots never called (no node) are not failures. */
-static void log_fan_errors(const bk_job *j, const rtr_fan *f) {
-    for (size_t i = 0; i < f->n; i++)
-        if (f->res[i].node && f->res[i].code != ST_OK)
-            st_log(ST_LOG_WARN, "router", "operation %s: cleanup on %s failed: %s", j->op_name,
-                   f->res[i].node->addr, f->res[i].err.msg);
+static void temp_name(const bk_job *j, const rtr_cluster *c, char *out, size_t cap);
+
+/* The failures of a cleanup fan, whose slots i with i % stride == 0 are DeleteBackupPieces (the
+ * others DropTable). Slots never called (no node) are not failures. A node that missed a delete
+ * of pieces (down, or killed during the operation) would keep them for good, since nothing names
+ * them once the operation has ended: the router notes the delete, limited to this operation's
+ * making, and its sweep sends it again until the node answers (late deletes). DropTable needs no
+ * such note: the node drops a table no record names when it comes back. */
+static void cleanup_fan_errors(const bk_job *j, const rtr_fan *f, size_t stride) {
+    for (size_t i = 0; i < f->n; i++) {
+        rtr_node *node = f->res[i].node;
+        if (!node || f->res[i].code == ST_OK)
+            continue;
+        bool pieces = i % stride == 0;
+        st_log(ST_LOG_WARN, "router", "operation %s: cleanup on %s failed: %s%s", j->op_name,
+               node->addr, f->res[i].err.msg,
+               pieces ? " (the sweep deletes the pieces when the node answers again)" : "");
+        if (!pieces)
+            continue;
+        char name[RTR_BK_NAME_MAX + 1];
+        if (j->kind == BK_RESTORE)
+            temp_name(j, node->cluster, name, sizeof name);
+        else
+            snprintf(name, sizeof name, "%s", j->backup);
+        rtr_bk_leftover_note(j->r, name, j->op_name, (size_t)(node->cluster - j->r->clusters),
+                             node->idx);
+    }
 }
 
 static void cleanup_fan_done(rtr_fan *f, void *arg) {
     bk_job *j = arg;
-    log_fan_errors(j, f);
+    cleanup_fan_errors(j, f, 2);
     rtr_fan_free(f);
     if (job_back(j))
         cleanup_done(j);
@@ -772,6 +793,41 @@ static const char *id_of(const char *name) {
     return s ? s + 1 : name;
 }
 
+/* A task's call failed for good: a fatal code, NOT_FOUND, or no progress for RTR_BK_STALL_MS. */
+static void task_fail(bk_task *t, const rpc_ccall *call, st_code code, const char *msg) {
+    bk_job *j = t->job;
+    const rtr_pb_bkrec *src = j->kind == BK_COPY ? j->src : j->rec;
+    const char *step = t->stage == 0 ? "PullBackupPiece" : "CreateTablet";
+    const char *piece = src->pieces[t->piece]->piece;
+    if (code == ST_NOT_FOUND) {
+        /* the piece is gone from its node (a node never loses a sealed piece by itself), so
+         * retrying for the stall bound only delays the same answer */
+        job_fail(j, code,
+                 "%s of piece %s on node %s failed: %s (the backup is damaged: delete it with "
+                 "`strata backup delete %s` and back the table up again)",
+                 step, piece, t->to->addr, msg ? msg : st_code_name(code),
+                 id_of(src->backup->name));
+        return;
+    }
+    if (fatal_code(code)) {
+        job_fail(j, code, "%s of piece %s on node %s failed: %s", step, piece, t->to->addr,
+                 msg ? msg : st_code_name(code));
+        return;
+    }
+    /* Given up: the connection's own words ("reconnecting in N ms") would read as if it still
+     * tried, so a call that found no connection says only that. */
+    const char *what = j->kind == BK_COPY ? "copy" : "restore";
+    job_fail(j, code,
+             "%s of piece %s on node %s made no progress for %d s, so the %s stopped (last "
+             "error: %s); start that node again (`strata status` shows which nodes are down; "
+             "`strata up` restarts those of a local instance) and retry the %s: what it made "
+             "is removed, so the same %s can be used",
+             step, piece, t->to->addr, RTR_BK_STALL_MS / 1000, what,
+             !call && code == ST_UNAVAILABLE ? "the node is unreachable"
+                                             : (msg ? msg : st_code_name(code)),
+             what, j->kind == BK_COPY ? "backup id" : "table id");
+}
+
 static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg) {
     (void)call;
     bk_task *t = arg;
@@ -792,17 +848,7 @@ static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg)
         job_fail(j, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
     } else if (!j->failing) {
-        /* NOT_FOUND: the piece is gone from its node (a node never loses a sealed piece by
-         * itself), so retrying for the stall bound only delays the same answer */
-        const rtr_pb_bkrec *src = j->kind == BK_COPY ? j->src : j->rec;
-        job_fail(j, code, "%s of piece %s on node %s failed: %s%s%s%s",
-                 t->stage == 0 ? "PullBackupPiece" : "CreateTablet", src->pieces[t->piece]->piece,
-                 t->to->addr, msg ? msg : st_code_name(code),
-                 code == ST_NOT_FOUND ? " (the backup is damaged: delete it with `strata backup "
-                                        "delete "
-                                      : "",
-                 code == ST_NOT_FOUND ? id_of(src->backup->name) : "",
-                 code == ST_NOT_FOUND ? "` and back the table up again)" : "");
+        task_fail(t, call, code, msg);
     }
     if (j->failing) {
         job_fail(j, j->fail_code, "%s", j->fail_msg);
@@ -1019,7 +1065,7 @@ static void restore_end(bk_job *j) {
 
 static void temp_deleted(rtr_fan *f, void *arg) {
     bk_job *j = arg;
-    log_fan_errors(j, f);
+    cleanup_fan_errors(j, f, 1);
     rtr_fan_free(f);
     if (job_back(j))
         restore_end(j);
@@ -1105,7 +1151,7 @@ static void restore_step(bk_job *j) {
  * deleted now, and the operation ends with the table. */
 static void reap_temp_deleted(rtr_fan *f, void *arg) {
     bk_job *j = arg;
-    log_fan_errors(j, f);
+    cleanup_fan_errors(j, f, 1);
     rtr_fan_free(f);
     if (!job_back(j))
         return;

@@ -160,18 +160,22 @@ static del_fan *del_fan_new(const char *name, const char *incarnation, size_t cl
     return d;
 }
 
-static bool leftover_is(const bk_leftover *l, const del_fan *d, size_t node) {
-    return l->cluster == d->cluster && l->node == node && strcmp(l->name, d->name) == 0 &&
-           strcmp(l->incarnation, d->incarnation) == 0;
+static bool leftover_is(const bk_leftover *l, const char *name, const char *making, size_t cluster,
+                        size_t node) {
+    return l->cluster == cluster && l->node == node && strcmp(l->name, name) == 0 &&
+           strcmp(l->incarnation, making) == 0;
 }
 
-static void leftover_add(rtr_ctx *r, const del_fan *d, size_t node) {
+void rtr_bk_leftover_note(rtr_ctx *r, const char *backup, const char *making, size_t cluster,
+                          size_t node) {
+    if (r->closing || !r->bk || !making || !making[0])
+        return; /* nothing limits a delete without a making to the pieces that were missed */
     for (bk_leftover *l = r->bk->leftovers; l; l = l->next)
-        if (leftover_is(l, d, node))
+        if (leftover_is(l, backup, making, cluster, node))
             return;
     bk_leftover *l = calloc(1, sizeof *l);
-    if (l && (l->name = strdup(d->name)) && (l->incarnation = strdup(d->incarnation))) {
-        *l = (bk_leftover){r->bk->leftovers, l->name, l->incarnation, d->cluster, node};
+    if (l && (l->name = strdup(backup)) && (l->incarnation = strdup(making))) {
+        *l = (bk_leftover){r->bk->leftovers, l->name, l->incarnation, cluster, node};
         r->bk->leftovers = l;
         return;
     }
@@ -191,7 +195,7 @@ static void leftover_remove(bk_leftover **pp) {
 
 static void leftover_drop(rtr_ctx *r, const del_fan *d, size_t node) {
     for (bk_leftover **pp = &r->bk->leftovers; *pp; pp = &(*pp)->next)
-        if (leftover_is(*pp, d, node)) {
+        if (leftover_is(*pp, d->name, d->incarnation, d->cluster, node)) {
             leftover_remove(pp);
             return;
         }
@@ -221,7 +225,7 @@ static void pieces_deleted(rtr_fan *f, void *arg) {
                         : "they stay on that node's disk; a later backup of the same id does "
                           "not use them, docs/backups.md");
             if (keep)
-                leftover_add(r, d, node);
+                rtr_bk_leftover_note(r, d->name, d->incarnation, d->cluster, node);
         }
     }
     rtr_fan_free(f);

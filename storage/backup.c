@@ -11,10 +11,14 @@
  * changes which files the tablet lists, never a file's bytes.
  *
  * Restoring (sto_tablet_restore) links a backup's files into <dir>/sst under new file numbers
- * and makes a tablet listing them, durable with one manifest write. A crash before that write
- * leaves links no tablet lists: the orphan sweep at the next open removes them. The restored
- * files' system families (the source table's change history) are hidden: the tablet's sys_floor
- * is set above their numbers (db_impl.h), and compactions of the tablet drop those entries. */
+ * and makes a tablet listing them, durable with one manifest write. A file some restored tablet
+ * already lists (the same inode: the split children of the source table share their parent's
+ * files, and so do their pieces) is not linked again: the new tablet lists it under its number,
+ * as split children do, so a backup of the restored table holds it once, under one name. A crash
+ * before the manifest write leaves links no tablet lists: the orphan sweep at the next open
+ * removes them. The restored files' system families (the source table's change history) are
+ * hidden: the tablet's sys_floor is set above their numbers (db_impl.h), and compactions of the
+ * tablet drop those entries. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,11 +203,102 @@ static st_code restore_edit(sto_mf_state *st, void *arg, st_err *err) {
     return ST_OK;
 }
 
-/* Undoes restore_link: the files go (no manifest lists them). meta_mu held. */
+/* ---- restored files by identity: open addressing, linear probing ---- */
+
+static size_t restored_slot(const sto_db *db, uint64_t dev, uint64_t ino) {
+    uint64_t h = (ino ^ (dev * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
+    return (size_t)(h ^ (h >> 31)) & (db->cap_restored - 1);
+}
+
+static sto_file *restored_find(const sto_db *db, uint64_t dev, uint64_t ino) {
+    if (!db->cap_restored)
+        return NULL;
+    for (size_t i = restored_slot(db, dev, ino);; i = (i + 1) & (db->cap_restored - 1)) {
+        sto_file *f = db->restored[i];
+        if (!f || (f->dev == dev && f->ino == ino))
+            return f;
+    }
+}
+
+static void restored_put(sto_db *db, sto_file *f) {
+    size_t i = restored_slot(db, f->dev, f->ino);
+    while (db->restored[i])
+        i = (i + 1) & (db->cap_restored - 1);
+    db->restored[i] = f;
+    db->n_restored++;
+}
+
+/* Without memory the file is simply not shared: the next tablet restored from it gets a link of
+ * its own, as before there was sharing. */
+static void restored_add(sto_db *db, sto_file *f, uint64_t dev, uint64_t ino) {
+    if (2 * (db->n_restored + 1) > db->cap_restored) {
+        size_t cap = db->cap_restored ? 2 * db->cap_restored : 64;
+        sto_file **old = db->restored, **v = calloc(cap, sizeof *v);
+        if (!v)
+            return;
+        size_t old_cap = db->cap_restored;
+        db->restored = v;
+        db->cap_restored = cap;
+        db->n_restored = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i])
+                restored_put(db, old[i]);
+        free(old);
+    }
+    f->has_id = true;
+    f->dev = dev;
+    f->ino = ino;
+    restored_put(db, f);
+}
+
+void sto_restored_forget(sto_db *db, sto_file *f) {
+    if (!f->has_id)
+        return;
+    size_t mask = db->cap_restored - 1, i = restored_slot(db, f->dev, f->ino);
+    while (db->restored[i] != f)
+        i = (i + 1) & mask;
+    db->restored[i] = NULL;
+    db->n_restored--;
+    f->has_id = false;
+    /* the entries after it in its run move up into the hole when their home allows it */
+    for (size_t j = (i + 1) & mask; db->restored[j]; j = (j + 1) & mask) {
+        size_t home = restored_slot(db, db->restored[j]->dev, db->restored[j]->ino);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            db->restored[i] = db->restored[j];
+            db->restored[j] = NULL;
+            i = j;
+        }
+    }
+}
+
+/* The identity of the file at path, when the env can tell. */
+static bool file_id(sto_db *db, const char *path, uint64_t *dev, uint64_t *ino) {
+    return db->env->ops->file_id && db->env->ops->file_id(db->env, path, dev, ino, NULL) == ST_OK;
+}
+
+void sto_restored_load(sto_db *db) {
+    char path[STO_PATH_MAX + 64];
+    for (size_t k = 0; k < db->n_tablets; k++) {
+        const sto_tablet *t = db->tablets[k];
+        for (size_t i = 0; i < t->n_ssts; i++) {
+            sto_file *f = t->ssts[i].f;
+            uint64_t dev, ino;
+            sto_db_sst_path(db, f->number, path, sizeof path);
+            if (t->ssts[i].nosys && f->sst && !f->has_id && file_id(db, path, &dev, &ino) &&
+                !restored_find(db, dev, ino))
+                restored_add(db, f, dev, ino);
+        }
+    }
+}
+
+/* Undoes restore_link: files no other tablet lists go (no manifest lists them). meta_mu held. */
 static void restore_unlink(sto_db *db, sto_tablet *t) {
     char path[STO_PATH_MAX + 64];
     for (size_t i = 0; i < t->n_ssts; i++) {
         sto_file *f = t->ssts[i].f;
+        if (--f->tablet_refs > 0)
+            continue; /* shared with a tablet restored before */
+        sto_restored_forget(db, f);
         sto_db_sst_path(db, f->number, path, sizeof path);
         if (f->sst) {
             sto_sst_mark_obsolete(f->sst); /* removes the file at the last unref */
@@ -216,38 +311,65 @@ static void restore_unlink(sto_db *db, sto_tablet *t) {
     t->n_ssts = 0;
 }
 
-/* Links paths[0, n) into <dir>/sst under new numbers and lists them in t (the directory is
- * synced once for the batch, by the caller). meta_mu held. */
+static bool tablet_lists(const sto_tablet *t, const sto_file *f) {
+    for (size_t i = 0; i < t->n_ssts; i++)
+        if (t->ssts[i].f == f)
+            return true;
+    return false;
+}
+
+/* The file at path for t: the restored file of the same identity when another tablet lists it
+ * (one more reference), else a new link under a new number. meta_mu held. */
+static st_code restore_file(sto_db *db, sto_tablet *t, const char *path, sto_file **out,
+                            st_err *err) {
+    uint64_t dev = 0, ino = 0;
+    bool known = file_id(db, path, &dev, &ino);
+    sto_file *f = known ? restored_find(db, dev, ino) : NULL;
+    if (f && f->tablet_refs > 0 && !tablet_lists(t, f)) {
+        f->tablet_refs++;
+        *out = f;
+        return ST_OK;
+    }
+    char to[STO_PATH_MAX + 64];
+    uint64_t num = sto_db_new_file_number(db);
+    sto_db_sst_path(db, num, to, sizeof to);
+    st_code rc = db->env->ops->link(db->env, path, to, err);
+    if (rc == ST_OK && (rc = sto_file_new(db, num, &f, err)) != ST_OK)
+        db->env->ops->remove(db->env, to, NULL);
+    if (rc != ST_OK)
+        return rc;
+    f->tablet_refs = 1;
+    if (known && !restored_find(db, dev, ino))
+        restored_add(db, f, dev, ino);
+    *out = f;
+    return ST_OK;
+}
+
+/* Lists paths[0, n) in t, each linked into <dir>/sst under a new number unless a restored tablet
+ * lists the same file already (the directory is synced once for the batch, by the caller).
+ * meta_mu held. */
 static st_code restore_link(sto_db *db, sto_tablet *t, const char *const *paths, size_t n,
                             st_err *err) {
     t->ssts = calloc(n ? n : 1, sizeof *t->ssts);
     if (!t->ssts)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory restoring a tablet");
     t->cap_ssts = n ? n : 1;
-    uint64_t *nums = calloc(n ? n : 1, sizeof *nums);
-    if (!nums)
-        return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory restoring a tablet");
-    char to[STO_PATH_MAX + 64];
     st_code rc = ST_OK;
+    uint64_t top = 0;
     for (size_t i = 0; rc == ST_OK && i < n; i++) {
-        nums[i] = sto_db_new_file_number(db);
-        sto_db_sst_path(db, nums[i], to, sizeof to);
-        rc = db->env->ops->link(db->env, paths[i], to, err);
         sto_file *f = NULL;
-        if (rc == ST_OK && (rc = sto_file_new(db, nums[i], &f, err)) != ST_OK)
-            db->env->ops->remove(db->env, to, NULL);
+        rc = restore_file(db, t, paths[i], &f, err);
         if (rc == ST_OK) {
-            f->tablet_refs = 1;
             t->ssts[t->n_ssts++] = (sto_tsst){f, false, true};
+            top = f->number > top ? f->number : top;
         }
     }
     if (rc == ST_OK) {
         /* every restored number is below the floor; files made for t later are above it */
-        t->sys_floor = n ? nums[n - 1] + 1 : 0;
+        t->sys_floor = n ? top + 1 : 0;
         for (size_t i = 0; i < t->n_ssts; i++)
             t->ssts[i] = sto_tsst_of(t, t->ssts[i].f);
     }
-    free(nums);
     return rc;
 }
 

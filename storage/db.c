@@ -220,6 +220,7 @@ void sto_file_drop_ref(sto_db *db, sto_file *f) {
     ST_ASSERT(f->tablet_refs > 0);
     if (--f->tablet_refs > 0)
         return;
+    sto_restored_forget(db, f);
     if (grow((void **)&db->obsolete, &db->cap_obsolete, db->n_obsolete + 1, sizeof(sto_file *)) ==
         ST_OK) {
         db->obsolete[db->n_obsolete++] = f;
@@ -667,6 +668,7 @@ void sto_db_close(sto_db *db) {
     }
     pthread_mutex_unlock(&db->meta_mu);
     free(db->obsolete);
+    free(db->restored);
     free(db->tablets);
     free(db->dead);
     if (db->cache)

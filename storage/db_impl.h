@@ -70,6 +70,10 @@ typedef struct sto_file {
     sto_sst *sst;
     uint64_t bytes;
     int tablet_refs;
+    /* a restored file whose identity (st_env's file_id) is known: it is in db->restored, so
+     * every tablet later restored from a link of the same file lists it under this number */
+    bool has_id;
+    uint64_t dev, ino;
 } sto_file;
 
 /* A tablet's use of a file: wrap when the file holds rows outside the tablet (shared with the
@@ -184,6 +188,8 @@ struct sto_db {
     bool stopping;
     int64_t mem_check_at_us;
     /* under meta_mu */
+    sto_file **restored; /* restored files by identity: a hash set (backup.c), NULL slots free */
+    size_t n_restored, cap_restored;
     sto_file **obsolete; /* unreferenced files awaiting a successful manifest write */
     size_t n_obsolete, cap_obsolete;
     atomic_bool manifest_dirty; /* also peeked without meta_mu by the workers */
@@ -193,6 +199,16 @@ struct sto_db {
     atomic_llong mem_bytes;
     atomic_uint_fast64_t flushes, compactions, stalls_us;
 };
+
+/* ---- backup.c: restored files by identity (meta_mu held, or the engine not yet running) ----
+ * Restoring links each file of a backup piece into the engine. The pieces of one tablet's split
+ * children hold one file (hard links of one inode), and so do restored tablets' own files: each
+ * tablet restored from a link of a file the engine already lists as restored lists that file too
+ * (tablet_refs), as split children share their parent's, instead of a new number per tablet. */
+/* Forgets f (its last tablet let go: the file goes, and its inode may be reused). */
+void sto_restored_forget(sto_db *db, sto_file *f);
+/* After the manifest is loaded: notes every file a tablet lists as restored (sto_tsst.nosys). */
+void sto_restored_load(sto_db *db);
 
 /* ---- db.c ---- */
 sto_tablet *sto_db_find_locked(sto_db *db, uint64_t id); /* db->mu held */

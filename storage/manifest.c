@@ -456,6 +456,7 @@ static st_code load_state(sto_db *db, sto_mf_state *st, uint64_t *replay_from, s
         }
     }
     free(files);
+    sto_restored_load(db);
     db->next_file = st->next_file > max_file ? st->next_file : max_file + 1;
     memcpy(db->holders, st->h, sizeof db->holders);
     db->n_holders = st->n_h;

@@ -70,6 +70,11 @@ typedef struct st_env_ops {
      * have none (their users are tests within one process). */
     st_code (*lock)(st_env *env, const char *path, st_lock **out, int64_t *holder_pid, st_err *err);
     void (*unlock)(st_lock *l); /* l may be NULL; the file stays */
+    /* Optional, NULL when the env has no such thing (added for restored backups, which share
+     * one file among tablets). The file's identity: two paths have the same (dev, ino) exactly
+     * when they name the same file (hard links of it), while it exists. ST_NOT_FOUND when path
+     * does not exist. */
+    st_code (*file_id)(st_env *env, const char *path, uint64_t *dev, uint64_t *ino, st_err *err);
 } st_env_ops;
 
 struct st_env {

@@ -264,12 +264,13 @@ st_code sto_tablet_backup(sto_db *db, uint64_t id, const char *dir, sto_backup_f
 st_code sto_tablet_mark_damaged(sto_db *db, uint64_t id, const char *why);
 /* Creates tablet id for rows [start, end) of table from SSTables at paths (read order, as
  * sto_tablet_backup listed them): links them into the engine's sst directory under new file
- * numbers (no copy; same file system), restricts reads to the range and makes the tablet durable
- * with one manifest write. A crash before that leaves no tablet (the links are orphans, removed at
- * the next open). The files' system families (another table's change history) are hidden from
- * every read of this tablet and of its split children, and its compactions drop them. Errors:
- * ST_ALREADY_EXISTS for a used id, ST_NOT_FOUND for a missing file, ST_DATA_LOSS for a file that
- * is not a readable SSTable (nothing is created in either case). */
+ * numbers (no copy; same file system; a file a restored tablet already lists, the same inode, is
+ * listed under its number instead, as split children share files), restricts reads to the range
+ * and makes the tablet durable with one manifest write. A crash before that leaves no tablet (the
+ * links are orphans, removed at the next open). The files' system families (another table's change
+ * history) are hidden from every read of this tablet and of its split children, and its compactions
+ * drop them. Errors: ST_ALREADY_EXISTS for a used id, ST_NOT_FOUND for a missing file, ST_DATA_LOSS
+ * for a file that is not a readable SSTable (nothing is created in either case). */
 st_code sto_tablet_restore(sto_db *db, uint64_t id, st_slice table, st_slice start, st_slice end,
                            const char *const *paths, size_t n, sto_tablet **out, st_err *err);
 /* One tablet of sto_tablets_restore: the arguments of sto_tablet_restore, and its outcome. */

@@ -7,8 +7,10 @@
  *     also in split children and after a compaction, while history written after the restore is
  *     kept; a failed manifest write leaves no tablet and no file;
  *   - sto_tablets_restore makes many tablets with one manifest write: a spec that fails (a missing
- *     file, a used id) fails alone and leaves no file, the others are made and survive a reopen;
- *     a failed manifest write fails them all and leaves no file;
+ *     file, a used id) fails alone and leaves no file, the others are made, list one link of each
+ *     file between them (as split children share files) and survive a reopen, after which a
+ *     tablet restored from the same files shares them too; a failed manifest write fails them
+ *     all and leaves no file;
  *   - links left by a restore that crashed before its manifest write are removed at open, and the
  *     open never touches a backups tree;
  *   - a freeze taken while a writer writes holds a prefix of its writes (each row whole, none
@@ -355,12 +357,18 @@ static void test_batch_restore(void **state) {
     for (int i = 0; i < BATCH; i++)
         assert_int_equal(v[i].rc, i == 7 ? ST_NOT_FOUND : i == 9 ? ST_ALREADY_EXISTS : ST_OK);
     assert_non_null(strstr(v[7].err.msg, "No such file"));
-    assert_int_equal(count_sst(f->dir), before + (BATCH - 2) * (int)n);
+    /* the tablets share each file, as split children do: one link of it, not one per tablet */
+    assert_int_equal(count_sst(f->dir), before + (int)n);
     assert_int_equal(tu_db_reopen(f->dir, &f->o, &f->db), ST_OK);
     sto_tablet *t;
     for (int i = 0; i < BATCH; i++)
         assert_int_equal(sto_tablet_get(f->db, 100 + (uint64_t)i, &t),
                          i == 7 || i == 9 ? ST_NOT_FOUND : ST_OK);
+    /* after a restart too: the engine finds the restored files again at open */
+    assert_int_equal(sto_tablet_restore(f->db, 200, ST_SLICE_LIT("r2"), ST_SLICE_LIT(""),
+                                        ST_SLICE_LIT(""), pv, n, NULL, NULL),
+                     ST_OK);
+    assert_int_equal(count_sst(f->dir), before + (int)n);
     assert_string_equal(dump(f, 105, STO_ITER_USER), "k05 cf:q@1000=5\n|k05 cf:q@1000=5\n|");
     assert_string_equal(dump(f, 130, STO_ITER_USER), "k30 cf:q@1000=30\n|k30 cf:q@1000=30\n|");
     assert_string_equal(dump(f, 106, STO_ITER_USER), "||");
