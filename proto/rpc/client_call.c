@@ -578,8 +578,12 @@ static void held_unlink(rpc_client *c, rpc_ccall *call) {
  * the calls without owner until rpc_ccall_set_owner names one). */
 static bool ccall_start(rpc_client *c, rpc_ccall *call) {
     group_join(call, &c->hold_group0);
-    if (!c->held_head && c->n_open < streams_max(c))
-        return ccall_submit(c, call);
+    if (!c->held_head && c->n_open < streams_max(c)) {
+        if (ccall_submit(c, call))
+            return true;
+        group_leave(c, call); /* the caller frees it */
+        return false;
+    }
     call->held = true;
     call->held_prev = c->held_tail;
     call->held_next = NULL;
