@@ -269,6 +269,8 @@ static int chaos_restart(chaos_ctx *c) {
         started++;
     }
     bool ok = true;
+    size_t ready = 0;
+    char failed[256] = ""; /* the names of the nodes that did not come up, for the summary */
     for (size_t j = 0; j < cl->n_nodes; j++) {
         if (!pids[j])
             continue;
@@ -279,9 +281,12 @@ static int chaos_restart(chaos_ctx *c) {
             ops_inst_wait_ready(c->dir, name, pids[j], cl->nodes[j].addr, c->wait_s, &status);
         if (w != OPS_READY) {
             chaos_report_failure(c, name, cl->nodes[j].addr, pids[j], w, status);
+            size_t len = strlen(failed);
+            snprintf(failed + len, sizeof failed - len, "%s%s", len ? ", " : "", name);
             ok = false;
             continue;
         }
+        ready++;
         printf("  %-12s %-22s ready (pid %d)\n", name, cl->nodes[j].addr, (int)pids[j]);
         /* A partition recorded while it was down applies to it too. */
         bool cut = false;
@@ -292,6 +297,14 @@ static int chaos_restart(chaos_ctx *c) {
     }
     if (started == 0)
         printf("Every node of %s is running: nothing to restart.\n", cl->id);
+    else if (ready < started && started - ready == 1)
+        printf("Restart failed: %zu of %zu node(s) of %s ready; %s did not come up (its log: "
+               "%s/logs/%s.log).\n",
+               ready, started, cl->id, failed, c->dir, failed);
+    else if (ready < started)
+        printf("Restart failed: %zu of %zu node(s) of %s ready; did not come up: %s (logs in "
+               "%s/logs).\n",
+               ready, started, cl->id, failed, c->dir);
     else
         printf("%s: %zu node(s) of %s started.\n", ok ? "Restarted" : "Restart failed", started,
                cl->id);

@@ -236,7 +236,7 @@ st_code repl_shipper_open(repl_ctx *r, const st_topo_cluster *peer, repl_shipper
         start = 1;
         rc = ST_OK;
     } else if (rc == ST_OK) {
-        rc = shipper_pos_check(s, start, &perr);
+        rc = shipper_pos_check(s, &start, &perr);
     }
     if (rc == ST_OK && (!s->ev_pump || !s->ev_backoff || !s->ev_persist || !s->sync_ok))
         rc = st_err_set(&perr, ST_RESOURCE_EXHAUSTED, "out of memory starting a shipper");

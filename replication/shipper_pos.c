@@ -38,20 +38,54 @@ st_code shipper_pos_read(repl_shipper *s, uint64_t *lsn, st_err *err) {
     return rc;
 }
 
-/* A position past the log's end names records this node never wrote: a damaged or edited file.
- * Believed, it would skip every record up to it (acknowledged writes never reach the peer while
- * the lag reads 0), and its holder, stored in the manifest, would make the next start refuse
- * the log as cut. Nothing newer than the file's last write can be trusted, so the whole log is
- * shipped again once the file is removed (replicated rows apply idempotently). */
-st_code shipper_pos_check(repl_shipper *s, uint64_t lsn, st_err *err) {
+/* Writes the position file (atomically). Does not touch the holder or durable_next. */
+static st_code pos_file_write(repl_shipper *s, uint64_t lsn, st_err *err) {
+    char text[POS_FILE_BYTES_MAX];
+    int len = snprintf(text, sizeof text, "repl-position v1 %" PRIu64 "\n", lsn);
+    return st_env_write_atomic(st_env_posix(), s->pos_path, text, (size_t)len, err);
+}
+
+/* The operator accepted a commit log cut short (--accept-data-loss): the peer had acknowledged
+ * records past the kept end, so every kept record is on it and shipping resumes right after
+ * them (new records take the lost numbers, so resuming at the old position would skip them).
+ * Recorded at once: a later start without the flag then finds a believable file. What the cut
+ * also took and this file cannot bring back: rows the node had received from that peer cluster
+ * and logged after the kept end; its shippers count them as delivered. */
+static st_code pos_clamp_accepted(repl_shipper *s, uint64_t *lsn, uint64_t end, st_err *err) {
+    const st_topology *t = &s->r->topo;
+    uint32_t own = s->r->o.cluster_num;
+    const char *self = own >= 1 && own <= t->n_clusters ? t->clusters[own - 1].id : "?";
+    st_log(ST_LOG_ERROR, "repl",
+           "event=repl_position_clamped peer=%s position_lsn=%" PRIu64 " log_end_lsn=%" PRIu64
+           " resume_lsn=%" PRIu64 " msg=\"the commit log lost lsn %" PRIu64 "..%" PRIu64
+           " (and maybe later ones), which cluster %s had acknowledged (--accept-data-loss): "
+           "shipping to it resumes at lsn %" PRIu64 ". Rows this node had received from %s "
+           "and logged there are gone here too, and %s will not send them again: on each node "
+           "of %s, stop it, remove its replication/peer-%s.pos and start it (it ships its "
+           "retained log again), or copy the tables from %s (backup and restore)\"",
+           s->id, *lsn, end, end + 1, end + 1, *lsn - 1, s->id, end + 1, s->id, s->id, s->id, self,
+           s->id);
+    *lsn = end + 1;
+    return pos_file_write(s, *lsn, err);
+}
+
+/* A position past the log's end names records this node no longer holds. Unless the operator
+ * accepted a cut log (above), the file is damaged or edited: believed, it would skip every
+ * record up to it (acknowledged writes never reach the peer while the lag reads 0), and its
+ * holder, stored in the manifest, would make the next start refuse the log as cut. Nothing
+ * newer than the file's last write can be trusted, so the whole log is shipped again once the
+ * file is removed (replicated rows apply idempotently). */
+st_code shipper_pos_check(repl_shipper *s, uint64_t *lsn, st_err *err) {
     uint64_t end = sto_log_last_lsn(s->r->o.db);
-    if (lsn <= end + 1)
+    if (*lsn <= end + 1)
         return ST_OK;
+    if (s->r->o.accept_data_loss)
+        return pos_clamp_accepted(s, lsn, end, err);
     return st_err_set(err, ST_DATA_LOSS,
                       "replication position file %s names lsn %" PRIu64
                       ", past the commit log's end at lsn %" PRIu64
                       " (the file was damaged or edited); remove it to ship the whole log again",
-                      s->pos_path, lsn, end);
+                      s->pos_path, *lsn, end);
 }
 
 uint64_t shipper_durable_get(repl_shipper *s) {
@@ -67,10 +101,8 @@ static st_code pos_record(repl_shipper *s, uint64_t lsn) {
     pthread_mutex_lock(&s->wmu);
     st_code rc = ST_OK;
     if (lsn > shipper_durable_get(s)) {
-        char text[POS_FILE_BYTES_MAX];
-        int len = snprintf(text, sizeof text, "repl-position v1 %" PRIu64 "\n", lsn);
         st_err err = {0};
-        rc = st_env_write_atomic(st_env_posix(), s->pos_path, text, (size_t)len, &err);
+        rc = pos_file_write(s, lsn, &err);
         if (rc == ST_OK)
             rc = sto_log_hold(s->r->o.db, s->holder, lsn, &err);
         /* Shipping goes on; a restart would resend more; retried every hold interval, so a

@@ -441,6 +441,48 @@ static void test_shipper_refuses_position_past_log_end(void **state) {
     env_close(&e);
 }
 
+/* The same file on a node started with --accept-data-loss (its log cut short after the peer had
+ * acknowledged records past the kept end): shipping resumes right after the log's end, the file
+ * says so at once (a later start without the flag believes it), and new writes reach the peer.
+ * Before, the start failed on the file, and a removed file shipped the whole log again. */
+static void test_shipper_clamps_position_past_log_end_when_loss_accepted(void **state) {
+    (void)state;
+    env e;
+    env_open(&e);
+    write_rows(&e, 0, 30, false);
+    east_open(&e);
+    run_until(&e, east_caught_up);
+    repl_close(e.re);
+    e.re = NULL;
+    char path[700], text[64];
+    snprintf(path, sizeof path, "%s/peer-west.pos", e.state_e);
+    uint64_t end = sto_log_last_lsn(e.east_db);
+    int len =
+        snprintf(text, sizeof text, "repl-position v1 %llu\n", (unsigned long long)end + 1000);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    repl_opts o;
+    repl_opts_for(&e, &o, true, 0);
+    o.accept_data_loss = true;
+    st_err err = {0};
+    assert_int_equal(repl_open(&o, &e.re, &err), ST_OK);
+    repl_peer_stats st;
+    repl_peer_stats_get(e.re, 0, &st);
+    assert_int_equal(st.acked_next_lsn, end + 1);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    unsigned long long recorded = 0;
+    assert_int_equal(fscanf(f, "repl-position v1 %llu", &recorded), 1);
+    fclose(f);
+    assert_int_equal(recorded, end + 1);
+    write_rows(&e, 30, 10, false);
+    run_until(&e, east_caught_up);
+    assert_west_matches_east(&e); /* the new rows arrived */
+    env_close(&e);
+}
+
 static bool east_backing_off_long(env *e) {
     repl_peer_stats st;
     repl_peer_stats_get(e->re, 0, &st);
@@ -987,6 +1029,7 @@ int main(void) {
         cmocka_unit_test(test_shipper_delivers_and_skips_replicated),
         cmocka_unit_test(test_shipper_resumes_after_restart),
         cmocka_unit_test(test_shipper_refuses_position_past_log_end),
+        cmocka_unit_test(test_shipper_clamps_position_past_log_end_when_loss_accepted),
         cmocka_unit_test(test_shipper_backs_off_and_recovers),
         cmocka_unit_test(test_shipper_reports_unreadable_records),
         cmocka_unit_test(test_shipper_routes_by_peer_tablet_map),
