@@ -1,6 +1,7 @@
 /* base.c — status codes, slices, buffers, arenas, logging, clocks, CRC32C, varints, RNG. */
 #include "strata/base.h"
 
+#include <stdarg.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -288,6 +289,20 @@ void *st_arena_dup(st_arena *a, const void *data, size_t len) {
     if (p && len)
         memcpy(p, data, len);
     return p;
+}
+
+char *st_arena_printf(st_arena *a, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *out = n < 0 ? NULL : st_arena_alloc(a, (size_t)n + 1);
+    if (!out)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(out, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return out;
 }
 
 /* ---- logging ---- */

@@ -22,23 +22,13 @@ rtr_inst *rtr_inst_of(rtr_ctx *r) {
 
 /* ---- messages from the topology (call arena) ---- */
 
-static char *arena_printf(st_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static char *arena_printf(st_arena *a, const char *fmt, ...) {
-    char buf[RTR_PROFILE_NAME_MAX + 1];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return st_arena_dup(a, buf, strlen(buf) + 1);
-}
-
 static pb_instance *make_instance(rpc_call *call, const st_topology *t) {
     st_arena *a = rpc_call_arena(call);
     pb_instance *in = st_arena_alloc(a, sizeof *in);
     if (!in)
         return NULL;
     google__bigtable__admin__v2__instance__init(in);
-    in->name = arena_printf(a, "projects/%s/instances/%s", t->project, t->instance);
+    in->name = st_arena_printf(a, "projects/%s/instances/%s", t->project, t->instance);
     in->display_name = (char *)t->instance;
     in->state = GOOGLE__BIGTABLE__ADMIN__V2__INSTANCE__STATE__READY;
     in->type = GOOGLE__BIGTABLE__ADMIN__V2__INSTANCE__TYPE__PRODUCTION;
@@ -52,8 +42,8 @@ static pb_cluster *make_cluster(rpc_call *call, const st_topology *t, const st_t
         return NULL;
     google__bigtable__admin__v2__cluster__init(cl);
     cl->name =
-        arena_printf(a, "projects/%s/instances/%s/clusters/%s", t->project, t->instance, c->id);
-    cl->location = arena_printf(a, "projects/%s/locations/%s", t->project, c->zone);
+        st_arena_printf(a, "projects/%s/instances/%s/clusters/%s", t->project, t->instance, c->id);
+    cl->location = st_arena_printf(a, "projects/%s/locations/%s", t->project, c->zone);
     cl->state = GOOGLE__BIGTABLE__ADMIN__V2__CLUSTER__STATE__READY;
     cl->serve_nodes = (int32_t)c->n_nodes;
     cl->node_scaling_factor =

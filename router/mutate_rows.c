@@ -530,5 +530,8 @@ void rtr_h_mutate_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     }
     memset(op->res, 0, op->n * sizeof *op->res);
     memset(op->sent, 0, op->n * sizeof *op->sent);
+    for (size_t i = 0; i < op->n; i++) /* answered here: the same, whether or not its node is up */
+        if (op->entries[i].invalid)
+            op->res[i] = (rtr_entry_result){ST_INVALID_ARGUMENT, op->entries[i].invalid, true};
     mr_round(op);
 }

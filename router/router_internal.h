@@ -310,10 +310,15 @@ st_code rtr_page_token_after(st_arena *a, const char *tok, const char *prefix, u
 /* Appends a RowSet as field `num` (ranges as start_key_closed / end_key_open). */
 st_code rtr_wire_put_rowset(st_buf *out, uint32_t num, const btu_rowset *rs);
 
-/* MutateRows request entries: each entry's raw bytes (the Entry payload) and its row key. */
+/* MutateRows request entries: each entry's raw bytes (the Entry payload) and its row key, and
+ * what makes it invalid whatever the table (arena text; NULL: nothing seen, the node checks the
+ * rest): an empty or oversized row key, no mutation, a SetCell timestamp that is negative (but
+ * -1) or not whole milliseconds. Such an entry is answered INVALID_ARGUMENT by the router itself,
+ * so it stays so while its node is down, rather than UNAVAILABLE, which clients retry. */
 typedef struct rtr_entry {
     st_slice raw;
     st_slice row;
+    const char *invalid;
 } rtr_entry;
 /* Splits a MutateRowsRequest: entries in order (arena) and every other field (head, appended to
  * out_head). INVALID_ARGUMENT for a malformed request. */

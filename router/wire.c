@@ -121,15 +121,66 @@ st_code rtr_wire_put_rowset(st_buf *out, uint32_t num, const btu_rowset *rs) {
 
 /* ---- MutateRows ---- */
 
-/* The row key (field 1) of a MutateRowsRequest.Entry. */
-static bool entry_row(st_slice entry, st_slice *row) {
+/* The timestamp_micros (field 3) of a SetCell; false when absent (0) or malformed. */
+static bool set_cell_ts(st_slice set_cell, int64_t *ts) {
+    const uint8_t *p = set_cell.data, *end = rtr_slice_end(set_cell);
+    rtr_wire_field f;
+    bool bad = false, found = false;
+    while (rtr_wire_next(&p, end, &f, &bad))
+        if (f.num == 3 && f.wire_type == 0) {
+            *ts = (int64_t)f.varint;
+            found = true;
+        }
+    return found && !bad;
+}
+
+/* The first SetCell (Mutation field 1) timestamp of mutation that the node would refuse, as
+ * text in a (NULL: none, or out of memory: the node then answers). */
+static const char *mutation_invalid(st_slice mutation, size_t i, st_arena *a) {
+    const uint8_t *p = mutation.data, *end = rtr_slice_end(mutation);
+    rtr_wire_field f;
+    bool bad = false;
+    int64_t ts;
+    while (rtr_wire_next(&p, end, &f, &bad)) {
+        if (f.num != 1 || f.wire_type != 2 || !set_cell_ts(f.bytes, &ts) || ts == -1)
+            continue;
+        if (ts < 0)
+            return st_arena_printf(a,
+                                   "Error in element #%zu : SetCell timestamp_micros must not be "
+                                   "negative, got %lld",
+                                   i, (long long)ts);
+        if (ts % 1000 != 0)
+            return st_arena_printf(a,
+                                   "Error in element #%zu : Timestamp granularity mismatch. "
+                                   "Expected a multiple of 1000 (millisecond granularity), but "
+                                   "got %lld.",
+                                   i, (long long)ts);
+    }
+    return NULL;
+}
+
+/* The row key (field 1) of a MutateRowsRequest.Entry, and what makes it invalid (rtr_entry). */
+static bool entry_scan(st_slice entry, rtr_entry *out, st_arena *a) {
     const uint8_t *p = entry.data, *end = rtr_slice_end(entry);
     rtr_wire_field f;
     bool bad = false;
-    *row = st_slice_make(NULL, 0);
-    while (rtr_wire_next(&p, end, &f, &bad))
+    size_t n_muts = 0;
+    out->row = st_slice_make(NULL, 0);
+    out->invalid = NULL;
+    while (rtr_wire_next(&p, end, &f, &bad)) {
         if (f.num == 1 && f.wire_type == 2)
-            *row = f.bytes;
+            out->row = f.bytes;
+        if (f.num == 2 && f.wire_type == 2 && !out->invalid)
+            out->invalid = mutation_invalid(f.bytes, n_muts, a);
+        n_muts += f.num == 2;
+    }
+    if (out->row.len == 0)
+        out->invalid = "row key must not be empty";
+    else if (out->row.len > BTU_ROW_KEY_MAX)
+        out->invalid =
+            st_arena_printf(a, "row key longer than %d bytes (%zu)", BTU_ROW_KEY_MAX, out->row.len);
+    else if (n_muts == 0)
+        out->invalid = "No mutations provided";
     return !bad;
 }
 
@@ -153,7 +204,7 @@ st_code rtr_mutate_rows_split(st_slice req, st_arena *a, st_buf *out_head, rtr_e
                 return ST_RESOURCE_EXHAUSTED;
             continue;
         }
-        if (f.wire_type != 2 || !entry_row(f.bytes, &v[k].row))
+        if (f.wire_type != 2 || !entry_scan(f.bytes, &v[k], a))
             return ST_INVALID_ARGUMENT;
         v[k++].raw = f.bytes;
     }

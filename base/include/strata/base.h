@@ -126,6 +126,8 @@ void st_arena_reset(st_arena *a);
 /* 16-byte aligned; NULL when memory runs out. Valid until st_arena_deinit or st_arena_reset. */
 void *st_arena_alloc(st_arena *a, size_t size);
 void *st_arena_dup(st_arena *a, const void *data, size_t len);
+/* Formatted text in a; NULL when memory runs out. */
+char *st_arena_printf(st_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- logging: key=value text into one swappable sink ---- */
 typedef enum st_log_level { ST_LOG_DEBUG = 0, ST_LOG_INFO, ST_LOG_WARN, ST_LOG_ERROR } st_log_level;

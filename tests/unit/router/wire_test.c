@@ -127,6 +127,63 @@ static size_t pack_answer(const st_code *codes, size_t n, uint8_t *buf) {
     return google__bigtable__v2__mutate_rows_response__pack(&resp, buf);
 }
 
+/* Entries invalid whatever their table are named by the split, so the router answers them itself
+ * (INVALID_ARGUMENT even while their node is down); valid ones, -1 timestamps included, are not. */
+static void test_wire_mutate_rows_split_names_invalid_entries(void **state) {
+    (void)state;
+    Google__Bigtable__V2__MutateRowsRequest req;
+    google__bigtable__v2__mutate_rows_request__init(&req);
+    req.table_name = "projects/p/instances/i/tables/t";
+    enum { N = 6 };
+    static char long_key[BTU_ROW_KEY_MAX + 1];
+    memset(long_key, 'k', sizeof long_key);
+    const char *keys[N] = {"ok", "", "nomuts", "neg", "micros", "server"};
+    int64_t ts[N] = {1000, 1000, 0, -5000, 1234, -1};
+    Google__Bigtable__V2__MutateRowsRequest__Entry ents[N + 1], *pe[N + 1];
+    Google__Bigtable__V2__Mutation mut[N + 1], *pm[N + 1];
+    Google__Bigtable__V2__Mutation__SetCell sc[N + 1];
+    for (size_t i = 0; i <= N; i++) {
+        google__bigtable__v2__mutate_rows_request__entry__init(&ents[i]);
+        google__bigtable__v2__mutation__init(&mut[i]);
+        google__bigtable__v2__mutation__set_cell__init(&sc[i]);
+        sc[i].family_name = "f";
+        sc[i].timestamp_micros = i < N ? ts[i] : 0;
+        mut[i].mutation_case = GOOGLE__BIGTABLE__V2__MUTATION__MUTATION_SET_CELL;
+        mut[i].set_cell = &sc[i];
+        pm[i] = &mut[i];
+        const char *k = i < N ? keys[i] : long_key;
+        size_t klen = i < N ? strlen(k) : sizeof long_key;
+        ents[i].row_key = (ProtobufCBinaryData){klen, (uint8_t *)k};
+        ents[i].mutations = &pm[i];
+        ents[i].n_mutations = i == 2 ? 0 : 1;
+        pe[i] = &ents[i];
+    }
+    req.entries = pe;
+    req.n_entries = N + 1;
+    size_t len = google__bigtable__v2__mutate_rows_request__get_packed_size(&req);
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    google__bigtable__v2__mutate_rows_request__pack(&req, buf);
+    st_arena a;
+    st_arena_init(&a, 4096);
+    st_buf head;
+    st_buf_init(&head);
+    rtr_entry *e;
+    size_t n;
+    assert_int_equal(rtr_mutate_rows_split(st_slice_make(buf, len), &a, &head, &e, &n), ST_OK);
+    assert_int_equal(n, N + 1);
+    assert_null(e[0].invalid);
+    assert_string_equal(e[1].invalid, "row key must not be empty");
+    assert_string_equal(e[2].invalid, "No mutations provided");
+    assert_non_null(strstr(e[3].invalid, "must not be negative, got -5000"));
+    assert_non_null(strstr(e[4].invalid, "Timestamp granularity mismatch"));
+    assert_null(e[5].invalid);
+    assert_non_null(strstr(e[6].invalid, "row key longer than 4096 bytes (4097)"));
+    st_buf_free(&head);
+    st_arena_deinit(&a);
+    free(buf);
+}
+
 static void test_wire_mutate_rows_group_and_merge_in_caller_order(void **state) {
     (void)state;
     const char *keys[] = {"k0", "k1", "k2", "k3", "k4"};
@@ -288,6 +345,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wire_copy_except_keeps_other_fields),
         cmocka_unit_test(test_wire_mutate_rows_group_and_merge_in_caller_order),
+        cmocka_unit_test(test_wire_mutate_rows_split_names_invalid_entries),
         cmocka_unit_test(test_wire_rr_track_counts_rows_and_follows_last_key),
         cmocka_unit_test(test_wire_samples_merge_across_nodes),
     };
