@@ -543,10 +543,12 @@ int bk_export(bk_ctx *c) {
         if (rc != ST_OK)
             export_undo(c, dir, m.version, made, l, &err);
     }
-    if (rc == ST_OK)
+    if (rc == ST_OK) {
         print_summary(c, "exported", name, dir, &m, &x.prog);
-    else
+    } else {
+        bk_not_found_hint(c, c->nested && c->asked ? c->asked : c->a.pos[0], name, &err);
         bk_fail(c, &err);
+    }
     if (lm)
         protobuf_c_message_free_unpacked(lm, NULL);
     xfer_free(&x);

@@ -252,6 +252,13 @@ void rtr_bk_sweep(rtr_ctx *r);
 void rtr_bk_leftovers_free(rtr_ctx *r);
 void rtr_bk_close(rtr_ctx *r);
 
+/* FAILED_PRECONDITION for a call that needs backup rec READY (then: what to do once it is,
+ * "restore it"). An unfinished import (CREATING, no operation) may be running in another CLI
+ * or have been cut short, which never becomes READY: the message says how old it is and how to
+ * delete it, with `strata backup --cluster C delete ID` when C is not the first cluster, the
+ * CLI's default (backup_admin.c). */
+st_code rtr_bk_not_ready(const rtr_ctx *r, const rtr_pb_bkrec *rec, const char *then, st_err *err);
+
 /* ---- handlers ---- */
 void rtr_h_create_backup(rpc_call *call, st_slice req, void *arg);
 void rtr_h_get_backup(rpc_call *call, st_slice req, void *arg);
