@@ -321,12 +321,7 @@ static st_code check_type(const rtr_pb_backup *b, int64_t now, st_err *err) {
                               "backup_type HOT or leave it unset");
         return ST_OK;
     }
-    int64_t h = rtr_bk_ts_us(b->hot_to_standard_time);
-    if (h && h < now + RTR_BK_HOT_MIN_US)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "hot_to_standard_time must be at least 24 hours after the backup's "
-                          "creation");
-    return ST_OK;
+    return rtr_bk_check_hot(rtr_bk_ts_us(b->hot_to_standard_time), now, err);
 }
 
 /* ALREADY_EXISTS for a backup id in use; a record hidden because its creation failed is still
