@@ -174,6 +174,101 @@ bool bk_table_name(const bk_ctx *c, const char *id, char *out, size_t cap) {
     return ops_fmt(out, cap, "projects/%s/instances/%s/tables/%s", c->project, c->instance, id);
 }
 
+/* ---- a backup id not found in its cluster ---- */
+
+/* The other clusters holding a backup of id (the last component of every name the listing
+ * answers compared exactly: the filter matches a substring), comma-separated into out, the
+ * first also into first; how many. parent: projects/P/instances/I/clusters/-. A failed listing
+ * finds none: this is only a hint. */
+static size_t clusters_holding(const bk_ctx *c, const char *parent, const char *id,
+                               const char *name, char *out, size_t cap, char *first, size_t fcap) {
+    char filter[128], token[1024] = "";
+    size_t n = 0, len = 0;
+    snprintf(filter, sizeof filter, "name:\"/backups/%s\"", id);
+    for (int page = 0; page < 10 && (page == 0 || token[0]); page++) {
+        Google__Bigtable__Admin__V2__ListBackupsRequest req;
+        google__bigtable__admin__v2__list_backups_request__init(&req);
+        req.parent = (char *)parent;
+        req.filter = filter;
+        req.page_size = BK_LIST_PAGE;
+        req.page_token = token;
+        ProtobufCMessage *m = NULL;
+        st_err lerr = {0};
+        if (bk_router_call(c, BK_SVC_ADMIN "ListBackups", &req.base,
+                           &google__bigtable__admin__v2__list_backups_response__descriptor, &m,
+                           &lerr) != ST_OK)
+            break;
+        Google__Bigtable__Admin__V2__ListBackupsResponse *r = (void *)m;
+        for (size_t i = 0; i < r->n_backups; i++) {
+            const char *b = r->backups[i]->name ? r->backups[i]->name : "";
+            const char *cl = strstr(b, "/clusters/");
+            if (!cl || strcmp(bk_leaf(b), id) || !strcmp(b, name))
+                continue;
+            int w = (int)strcspn(cl + 10, "/");
+            if (n++ == 0)
+                snprintf(first, fcap, "%.*s", w, cl + 10);
+            if (len < cap)
+                len +=
+                    (size_t)snprintf(out + len, cap - len, "%s%.*s", n > 1 ? ", " : "", w, cl + 10);
+        }
+        snprintf(token, sizeof token, "%s", r->next_page_token ? r->next_page_token : "");
+        protobuf_c_message_free_unpacked(m, NULL);
+    }
+    return n;
+}
+
+/* Appends flag and value to out (nothing when value is NULL). */
+static void cmd_cat(char *out, size_t cap, const char *flag, const char *value) {
+    size_t len = strlen(out);
+    if (value && len < cap)
+        snprintf(out + len, cap - len, "%s%s", flag, value);
+}
+
+/* The command line of this subcommand for backup id in cluster (with --cluster). */
+static void cmd_with_cluster(const bk_ctx *c, const char *cluster, const char *id, char *out,
+                             size_t cap) {
+    const bk_args *a = &c->a;
+    const char *sub = c->nested ? "restore" : c->sub; /* the export of restore --target */
+    snprintf(out, cap, "strata backup");
+    cmd_cat(out, cap, " --dir ", a->dir);
+    cmd_cat(out, cap, " --endpoint ", a->endpoint);
+    cmd_cat(out, cap, " --cluster ", cluster);
+    cmd_cat(out, cap, " ", sub);
+    cmd_cat(out, cap, " ", id);
+    if (!strcmp(sub, "restore") || !strcmp(sub, "copy"))
+        cmd_cat(out, cap, " --to ", a->to);
+    cmd_cat(out, cap, " --target ", a->target);
+    if (!strcmp(sub, "export") && a->n_pos > 1)
+        cmd_cat(out, cap, " ", a->pos[1]);
+    if (!strcmp(sub, "update"))
+        cmd_cat(out, cap, " --expire ", a->expire);
+    cmd_cat(out, cap, a->wait ? " --wait" : "", "");
+}
+
+void bk_not_found_hint(const bk_ctx *c, const char *id, const char *name, st_err *err) {
+    const char *cl = strstr(name, "/clusters/");
+    if (err->code != ST_NOT_FOUND || !strncmp(id, "projects/", 9) || !cl || !strstr(err->msg, name))
+        return;
+    char parent[BK_RES_MAX], list[256] = "", first[128] = "", cmd[1024], msg[ST_ERR_MSG_MAX];
+    snprintf(parent, sizeof parent, "%.*s/clusters/-", (int)(cl - name), name);
+    size_t n = clusters_holding(c, parent, id, name, list, sizeof list, first, sizeof first);
+    if (n == 0)
+        return;
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    if (n > 1) {
+        st_err_set(err, ST_NOT_FOUND,
+                   "%s Backups %s exist in clusters %s (without --cluster, `strata backup` "
+                   "looks in cluster %.*s): name one with --cluster C",
+                   msg, id, list, (int)strcspn(cl + 10, "/"), cl + 10);
+        return;
+    }
+    cmd_with_cluster(c, first, id, cmd, sizeof cmd);
+    st_err_set(err, ST_NOT_FOUND,
+               "%s A backup %s exists in cluster %s (without --cluster, `strata backup` looks "
+               "in cluster %.*s): run `%s`",
+               msg, id, first, (int)strcspn(cl + 10, "/"), cl + 10, cmd);
+}
+
 void bk_fail(const bk_ctx *c, const st_err *err) {
     fprintf(stderr, "strata backup %s: %s\n", c->sub, err->msg);
 }
@@ -526,9 +621,10 @@ static int cmd_list(bk_ctx *c) {
     return rc == ST_OK ? 0 : 1;
 }
 
-/* A call answered with a Backup (GetBackup, UpdateBackup): prints it, or the error; the exit
- * status. */
-static int backup_call_print(bk_ctx *c, const char *method, const ProtobufCMessage *req) {
+/* A call answered with a Backup (GetBackup, UpdateBackup of backup name): prints it, or the
+ * error; the exit status. */
+static int backup_call_print(bk_ctx *c, const char *method, const ProtobufCMessage *req,
+                             const char *name) {
     ProtobufCMessage *m = NULL;
     st_err err = {0};
     st_code rc =
@@ -537,8 +633,10 @@ static int backup_call_print(bk_ctx *c, const char *method, const ProtobufCMessa
         bk_print_backup(c, (Google__Bigtable__Admin__V2__Backup *)m);
     if (m)
         protobuf_c_message_free_unpacked(m, NULL);
-    if (rc != ST_OK)
+    if (rc != ST_OK) {
+        bk_not_found_hint(c, c->a.pos[0], name, &err);
         bk_fail(c, &err);
+    }
     return rc == ST_OK ? 0 : 1;
 }
 
@@ -555,7 +653,7 @@ static int cmd_one(bk_ctx *c, bool del) {
         Google__Bigtable__Admin__V2__GetBackupRequest req;
         google__bigtable__admin__v2__get_backup_request__init(&req);
         req.name = name;
-        return backup_call_print(c, BK_SVC_ADMIN "GetBackup", &req.base);
+        return backup_call_print(c, BK_SVC_ADMIN "GetBackup", &req.base, name);
     }
     Google__Bigtable__Admin__V2__DeleteBackupRequest req;
     google__bigtable__admin__v2__delete_backup_request__init(&req);
@@ -566,8 +664,10 @@ static int cmd_one(bk_ctx *c, bool del) {
         printf("{\"deleted\":\"%s\"}\n", name);
     else if (rc == ST_OK)
         printf("deleted %s\n", name);
-    if (rc != ST_OK)
+    if (rc != ST_OK) {
+        bk_not_found_hint(c, c->a.pos[0], name, &err);
         bk_fail(c, &err);
+    }
     return rc == ST_OK ? 0 : 1;
 }
 
@@ -594,7 +694,7 @@ static int cmd_update(bk_ctx *c) {
     google__bigtable__admin__v2__update_backup_request__init(&req);
     req.backup = &b;
     req.update_mask = &mask;
-    return backup_call_print(c, BK_SVC_ADMIN "UpdateBackup", &req.base);
+    return backup_call_print(c, BK_SVC_ADMIN "UpdateBackup", &req.base, name);
 }
 
 /* copy ID --to CLUSTER [--as NEWID]: CopyBackup into CLUSTER (an id of the instance, or
@@ -633,8 +733,10 @@ static int cmd_copy(bk_ctx *c) {
         google__longrunning__operation__free_unpacked(done, NULL);
     if (rc == ST_OK && c->a.wait) /* the copy as it now stands: READY, with its size */
         rc = show_backup(c, name, &err);
-    if (rc != ST_OK)
+    if (rc != ST_OK) {
+        bk_not_found_hint(c, c->a.pos[0], src, &err);
         bk_fail(c, &err);
+    }
     return rc == ST_OK ? 0 : 1;
 }
 
@@ -675,6 +777,7 @@ static int cmd_restore(bk_ctx *c) {
     snprintf(c->instance, sizeof c->instance, "%s", target);
     if (named && !restore_to(c))
         return 2;
+    c->asked = c->a.pos[0];
     if (named && c->a.target)
         return bk_restore_across(c, name);
     if (!named ||
@@ -699,8 +802,10 @@ static int cmd_restore(bk_ctx *c) {
         printf("{\"restored\":\"%s/tables/%s\",\"backup\":\"%s\"}\n", parent, req.table_id, name);
     else if (rc == ST_OK && c->a.wait)
         printf("restored %s into %s/tables/%s\n", name, parent, req.table_id);
-    if (rc != ST_OK)
+    if (rc != ST_OK) {
+        bk_not_found_hint(c, c->a.pos[0], name, &err);
         bk_fail(c, &err);
+    }
     return rc == ST_OK ? 0 : 1;
 }
 

@@ -116,12 +116,18 @@ static st_code check_piece(const ops_bk_manifest *m, size_t i, const char *what,
                           "%s: piece %s, the first, starts at a key: the pieces leave the keys "
                           "before it out (forged or damaged: export it again)",
                           what, p->id);
-    if (i > 0 &&
-        st_slice_cmp(st_buf_slice(&m->pieces[i - 1].end_key), st_buf_slice(&p->start_key)) != 0)
+    const ops_bk_piece *prev = i > 0 ? &m->pieces[i - 1] : NULL;
+    int c = prev ? st_slice_cmp(st_buf_slice(&prev->end_key), st_buf_slice(&p->start_key)) : 0;
+    if (prev && (!prev->end_key.len || c > 0)) /* sorted by start: prev reaches into p */
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "%s: pieces %s and %s overlap: the pieces hold some keys twice (forged "
+                          "or damaged: export it again)",
+                          what, prev->id, p->id);
+    if (c != 0)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "%s: piece %s does not start where piece %s ends: the pieces leave a "
                           "gap in the key space (forged or damaged: export it again)",
-                          what, p->id, m->pieces[i - 1].id);
+                          what, p->id, prev->id);
     if (i + 1 == m->n_pieces && p->end_key.len)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "%s: piece %s, the last, ends at a key: the pieces leave the keys after "

@@ -50,6 +50,7 @@ typedef struct bk_ctx {
     char home_instance[128]; /* the topology's (or "i"): restore's source, not --instance */
     char cluster[128];       /* --cluster, else the instance's first cluster */
     bool nested;             /* a step of another subcommand: no summary line of its own */
+    const char *asked;       /* restore: the backup as given (its nested export gets the name) */
     st_code failed;          /* a nested import's failure: restore --target's hint depends on it */
 } bk_ctx;
 
@@ -114,6 +115,10 @@ const char *bk_leaf(const char *name);
 /* Printing a Backup (human lines, or one JSON object). */
 void bk_print_backup(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup *b);
 void bk_fail(const bk_ctx *c, const st_err *err);
+/* After a NOT_FOUND for backup name, given as the bare id (taken in --cluster, or the first
+ * cluster): when backups of that id exist in other clusters (ListBackups of clusters/-), adds
+ * to err where, and the command line with --cluster that names one. Nothing otherwise. */
+void bk_not_found_hint(const bk_ctx *c, const char *id, const char *name, st_err *err);
 void bk_json_str(const char *s); /* to stdout */
 
 /* One file of an export to fetch from a node (backup_fetch.c). */

@@ -405,15 +405,11 @@ static st_code parse_header(bk_parse *ps, const bk_line *l) {
     return ok ? ST_OK : bad(ps, l, why);
 }
 
-/* The new piece starts after the previous one ends (pieces sorted, never overlapping). */
-static bool piece_in_order(const ops_bk_manifest *m, const ops_bk_piece *p) {
-    if (p->end_key.len && st_slice_cmp(st_buf_slice(&p->start_key), st_buf_slice(&p->end_key)) >= 0)
-        return false;
-    if (m->n_pieces < 2)
-        return true;
-    const ops_bk_piece *prev = &m->pieces[m->n_pieces - 2];
-    return prev->end_key.len &&
-           st_slice_cmp(st_buf_slice(&prev->end_key), st_buf_slice(&p->start_key)) <= 0;
+/* The piece's range holds at least one key (an empty end is unbounded). Whether the pieces
+ * together cover the key space once is checked after they are sorted (sort_pieces). */
+static bool piece_range_ok(const ops_bk_piece *p) {
+    return !p->end_key.len ||
+           st_slice_cmp(st_buf_slice(&p->start_key), st_buf_slice(&p->end_key)) < 0;
 }
 
 static st_code parse_piece(bk_parse *ps, const bk_line *l) {
@@ -431,8 +427,8 @@ static st_code parse_piece(bk_parse *ps, const bk_line *l) {
     if (!unhex(l->tok[2], OPS_BK_KEY_BYTES_MAX, &p->start_key) ||
         !unhex(l->tok[3], OPS_BK_KEY_BYTES_MAX, &p->end_key))
         return bad(ps, l, "bad key (lower-case hex, or - for none)");
-    if (!piece_in_order(ps->m, p))
-        return bad(ps, l, "piece ranges out of order or overlapping");
+    if (!piece_range_ok(p))
+        return bad(ps, l, "piece range empty (its end is not after its start)");
     return ST_OK;
 }
 
@@ -656,6 +652,28 @@ static st_code piece_ids_ok(bk_parse *ps) {
     return rc;
 }
 
+/* By start key, then end key (unbounded last), then id: only overlapping pieces tie on the
+ * start, and the order among them must not depend on qsort's. */
+static int piece_cmp(const void *a, const void *b) {
+    const ops_bk_piece *x = a, *y = b;
+    int c = st_slice_cmp(st_buf_slice(&x->start_key), st_buf_slice(&y->start_key));
+    if (!c && (!x->end_key.len || !y->end_key.len))
+        c = (int)!x->end_key.len - (int)!y->end_key.len;
+    else if (!c)
+        c = st_slice_cmp(st_buf_slice(&x->end_key), st_buf_slice(&y->end_key));
+    return c ? c : strcmp(x->id, y->id);
+}
+
+/* Exports list their pieces by start key, but some written by earlier releases list those of a
+ * backup copy (CopyBackup) in the order the copy placed them on its nodes; the pieces are the
+ * same, so they are read in any order and sorted here, and ops_bk_manifest_check then refuses
+ * any gap or overlap. Runs after piece_ids_ok, whose "earlier piece" of a file's holder means
+ * earlier in the file as written. */
+static void sort_pieces(ops_bk_manifest *m) {
+    if (m->n_pieces > 1)
+        qsort(m->pieces, m->n_pieces, sizeof *m->pieces, piece_cmp);
+}
+
 st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, ops_bk_manifest *m,
                               st_err *err) {
     ops_bk_manifest_init(m);
@@ -671,6 +689,8 @@ st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, op
     free(ps.slots);
     if (rc == ST_OK)
         rc = piece_ids_ok(&ps);
+    if (rc == ST_OK)
+        sort_pieces(m);
     if (rc == ST_OK) /* the fields against each other (backup_check.c) */
         rc = ops_bk_manifest_check(m, what, err);
     return rc;

@@ -92,13 +92,16 @@ st_code ops_bk_manifest_format(const ops_bk_manifest *m, st_buf *out, st_err *er
 /* Parses text (what = how errors name it: "DIR/MANIFEST"). m is initialised by the call and
  * must be deinit'd whatever the result. Refuses (INVALID_ARGUMENT, naming the line) a bad
  * checksum line, unknown version, names outside the allowed sets (no path can leave the
- * directory), duplicate pieces or files, keys out of order, sizes past the limits. */
+ * directory), duplicate pieces or files, a piece whose range is empty, sizes past the limits.
+ * The pieces may be listed in any order: m holds them sorted by start key, and a gap or an
+ * overlap between them is refused (ops_bk_manifest_check, naming the pieces). */
 st_code ops_bk_manifest_parse(const char *text, size_t len, const char *what, ops_bk_manifest *m,
                               st_err *err);
 
 /* The parsed fields against each other (backup_check.c; ops_bk_manifest_parse calls it):
  * backup and source_table names of one instance, backup_type 1 or 2, start_us <= end_us <
- * expire_us, hot_to_standard_us only for HOT, pieces covering the key space with frozen_us
+ * expire_us, hot_to_standard_us only for HOT, pieces (sorted by start key, as the parser leaves
+ * them) covering the key space once, without gap or overlap, with frozen_us
  * between start and end (an hour of clock skew allowed), sizes summing within int64.
  * INVALID_ARGUMENT naming what and the field. */
 st_code ops_bk_manifest_check(const ops_bk_manifest *m, const char *what, st_err *err);

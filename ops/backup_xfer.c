@@ -327,9 +327,59 @@ static st_code export_assemble(const char *dir, const bk_layout *l, const bk_sha
     return ST_OK;
 }
 
-static st_code export_layout(bk_xfer *x, const char *dir,
-                             const Strata__Internal__V1__BackupLayout *l, ops_bk_manifest *m,
-                             st_err *err) {
+static int loc_key_cmp(ProtobufCBinaryData a, ProtobufCBinaryData b) {
+    return st_slice_cmp(st_slice_make(a.data, a.len), st_slice_make(b.data, b.len));
+}
+
+/* By start key, then end key (unbounded last), then piece id, as the manifest's reader sorts. */
+static int loc_cmp(const void *a, const void *b) {
+    const Strata__Internal__V1__PieceLocation *const *pa = a, *const *pb = b;
+    const Strata__Internal__V1__BackupPiece *x = (*pa)->piece, *y = (*pb)->piece;
+    int c = loc_key_cmp(x->start_key, y->start_key);
+    if (!c && (!x->end_key.len || !y->end_key.len))
+        c = (int)!x->end_key.len - (int)!y->end_key.len;
+    else if (!c)
+        c = loc_key_cmp(x->end_key, y->end_key);
+    return c ? c : strcmp(x->piece, y->piece);
+}
+
+/* Sorts the layout's pieces by start key and checks that they cover the key space once. The
+ * manifest lists the pieces in this order, which is the order its reader wants; DescribeBackup
+ * answers a copy's (CopyBackup) in the order the copy placed them on its nodes, and the export
+ * of a copy had listed them so, which verify and import refused as damaged. A record whose
+ * pieces leave a gap or overlap would make an export no import takes: refused here, before
+ * any file is fetched. */
+static st_code layout_sort(bk_layout *l, const char *name, st_err *err) {
+    qsort(l->pieces, l->n_pieces, sizeof *l->pieces, loc_cmp);
+    char why[2 * OPS_BK_PIECE_ID_MAX + 64] = "";
+    if (l->n_pieces == 0)
+        snprintf(why, sizeof why, "no piece");
+    for (size_t i = 0; !why[0] && i < l->n_pieces; i++) {
+        const Strata__Internal__V1__BackupPiece *p = l->pieces[i]->piece;
+        const Strata__Internal__V1__BackupPiece *q = i > 0 ? l->pieces[i - 1]->piece : NULL;
+        int c = q ? loc_key_cmp(q->end_key, p->start_key) : 0;
+        if (!q && p->start_key.len)
+            snprintf(why, sizeof why, "piece %s, the first, starts at a key", p->piece);
+        else if (q && (!q->end_key.len || c > 0))
+            snprintf(why, sizeof why, "pieces %s and %s overlap", q->piece, p->piece);
+        else if (c < 0)
+            snprintf(why, sizeof why, "a gap between pieces %s and %s", q->piece, p->piece);
+        else if (p->end_key.len && loc_key_cmp(p->start_key, p->end_key) >= 0)
+            snprintf(why, sizeof why, "piece %s holds no key", p->piece);
+        else if (i + 1 == l->n_pieces && p->end_key.len)
+            snprintf(why, sizeof why, "piece %s, the last, ends at a key", p->piece);
+    }
+    if (!why[0])
+        return ST_OK;
+    return st_err_set(err, ST_DATA_LOSS,
+                      "backup %s: its pieces do not cover the table's key space once (%s): its "
+                      "record is damaged and no import would take an export of it; back the "
+                      "table up again",
+                      name, why);
+}
+
+static st_code export_layout(bk_xfer *x, const char *dir, bk_layout *l, const char *name,
+                             ops_bk_manifest *m, st_err *err) {
     st_code rc = manifest_from_layout(l, m, err);
     size_t total = 0, n = 0;
     for (size_t i = 0; rc == ST_OK && i < l->n_pieces; i++) {
@@ -341,6 +391,8 @@ static st_code export_layout(bk_xfer *x, const char *dir,
                 return st_err_set(err, ST_INTERNAL, "DescribeBackup: a file without a name");
         total += pl->piece->n_files;
     }
+    if (rc == ST_OK) /* before share_index: a file's holder is an earlier piece in this order */
+        rc = layout_sort(l, name, err);
     bk_share sh = {NULL, NULL, NULL};
     if (rc == ST_OK)
         rc = share_index(l, total, &sh, err);
@@ -484,17 +536,19 @@ int bk_export(bk_ctx *c) {
     if (rc == ST_OK)
         rc = ops_bk_dir_create(dir, m.version, &made, &err);
     if (rc == ST_OK) {
-        const Strata__Internal__V1__BackupLayout *l = (void *)lm;
+        bk_layout *l = (void *)lm;
         ops_progress_init(&x.prog, "strata backup export", OPS_PROGRESS_BYTES, 0, c->a.quiet);
-        rc = export_layout(&x, dir, l, &m, &err);
+        rc = export_layout(&x, dir, l, name, &m, &err);
         ops_progress_finish(&x.prog, rc == ST_OK);
         if (rc != ST_OK)
             export_undo(c, dir, m.version, made, l, &err);
     }
-    if (rc == ST_OK)
+    if (rc == ST_OK) {
         print_summary(c, "exported", name, dir, &m, &x.prog);
-    else
+    } else {
+        bk_not_found_hint(c, c->nested && c->asked ? c->asked : c->a.pos[0], name, &err);
         bk_fail(c, &err);
+    }
     if (lm)
         protobuf_c_message_free_unpacked(lm, NULL);
     xfer_free(&x);

@@ -254,13 +254,13 @@ static rtr_pb_bkrec *rec_or_fail(rtr_ctx *r, rpc_call *call, const char *name, s
     return rec;
 }
 
-static bool ready_or_fail(rpc_call *call, const rtr_pb_bkrec *rec, const char *what) {
+static bool ready_or_fail(const rtr_ctx *r, rpc_call *call, const rtr_pb_bkrec *rec,
+                          const char *what) {
     if (rec->backup->state == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY)
         return true;
-    rtr_fail(call, ST_FAILED_PRECONDITION,
-             "backup %s is still being created (state CREATING): %s once it is READY "
-             "(GetBackup shows its state)",
-             rec->backup->name, what);
+    st_err err = {0};
+    rtr_bk_not_ready(r, rec, what, &err);
+    rtr_fail(call, err.code, "%s", err.msg);
     return false;
 }
 
@@ -321,12 +321,7 @@ static st_code check_type(const rtr_pb_backup *b, int64_t now, st_err *err) {
                               "backup_type HOT or leave it unset");
         return ST_OK;
     }
-    int64_t h = rtr_bk_ts_us(b->hot_to_standard_time);
-    if (h && h < now + RTR_BK_HOT_MIN_US)
-        return st_err_set(err, ST_INVALID_ARGUMENT,
-                          "hot_to_standard_time must be at least 24 hours after the backup's "
-                          "creation");
-    return ST_OK;
+    return rtr_bk_check_hot(rtr_bk_ts_us(b->hot_to_standard_time), now, err);
 }
 
 /* ALREADY_EXISTS for a backup id in use; a record hidden because its creation failed is still
@@ -826,7 +821,7 @@ void rtr_h_restore_table(rpc_call *call, st_slice bytes, void *arg) {
     }
     size_t ci;
     rtr_pb_bkrec *rec = rec_or_fail(r, call, req->backup, &ci);
-    if (!rec || !ready_or_fail(call, rec, "restore it"))
+    if (!rec || !ready_or_fail(r, call, rec, "restore it"))
         return;
     int64_t now = st_wall_us();
     Google__Bigtable__Admin__V2__BackupInfo *bi = backup_info(a, rec->backup);
@@ -899,7 +894,7 @@ void rtr_h_copy_backup(rpc_call *call, st_slice bytes, void *arg) {
         return;
     }
     rtr_pb_bkrec *src = rec_or_fail(r, call, req->source_backup, &src_ci);
-    if (!src || !ready_or_fail(call, src, "copy it"))
+    if (!src || !ready_or_fail(r, call, src, "copy it"))
         return;
     if (src->backup->source_backup && src->backup->source_backup[0]) {
         rtr_fail(call, ST_FAILED_PRECONDITION,

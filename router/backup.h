@@ -60,9 +60,13 @@ st_code rtr_bk_parse_cluster(const st_topology *t, const char *name, bool allow_
  * RTR_BK_ID_MAX + 1). Errors as rtr_bk_parse_cluster, and INVALID_ARGUMENT for a bad id. */
 st_code rtr_bk_parse_name(const st_topology *t, const char *name, size_t *idx, char *id, size_t cap,
                           st_err *err);
-/* expire_us (0: not set) must lie in [from_us + RTR_BK_EXPIRE_MIN_US, from_us + max_us].
- * INVALID_ARGUMENT naming the bounds otherwise. */
+/* expire_us (0: not set; INT64_MIN: no valid Timestamp, from rtr_bk_ts_us) must lie in
+ * [from_us + RTR_BK_EXPIRE_MIN_US, from_us + max_us]. INVALID_ARGUMENT naming the bounds
+ * otherwise, or saying the Timestamp is not a valid one. */
 st_code rtr_bk_check_expire(int64_t expire_us, int64_t from_us, int64_t max_us, st_err *err);
+/* A HOT backup's hot_to_standard_us (0: not set; INT64_MIN: no valid Timestamp) must be at
+ * least RTR_BK_HOT_MIN_US after now_us. INVALID_ARGUMENT otherwise. */
+st_code rtr_bk_check_hot(int64_t hot_us, int64_t now_us, st_err *err);
 int64_t rtr_bk_ts_us(const Google__Protobuf__Timestamp *t); /* NULL: 0; invalid: INT64_MIN */
 
 /* ---- ListBackups filter and order_by (backup_filter.c, pure) ---- */
@@ -256,6 +260,13 @@ void rtr_bk_leftover_note(rtr_ctx *r, const char *backup, const char *making, si
 /* Forgets the deletes still to retry (at close). */
 void rtr_bk_leftovers_free(rtr_ctx *r);
 void rtr_bk_close(rtr_ctx *r);
+
+/* FAILED_PRECONDITION for a call that needs backup rec READY (then: what to do once it is,
+ * "restore it"). An unfinished import (CREATING, no operation) may be running in another CLI
+ * or have been cut short, which never becomes READY: the message says how old it is and how to
+ * delete it, with `strata backup --cluster C delete ID` when C is not the first cluster, the
+ * CLI's default (backup_admin.c). */
+st_code rtr_bk_not_ready(const rtr_ctx *r, const rtr_pb_bkrec *rec, const char *then, st_err *err);
 
 /* ---- handlers ---- */
 void rtr_h_create_backup(rpc_call *call, st_slice req, void *arg);

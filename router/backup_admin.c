@@ -63,6 +63,57 @@ static void reply_layout(rtr_ctx *r, rpc_call *call, rtr_pb_bkrec *rec, size_t c
     rtr_reply(call, &out.base);
 }
 
+/* ---- a backup not READY ---- */
+
+/* An import's record: CREATING without an operation (CreateBackup and CopyBackup name theirs). */
+static bool import_unfinished(const rtr_pb_bkrec *rec) {
+    return (!rec->operation || !rec->operation[0]) &&
+           rec->backup->state == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING;
+}
+
+/* The command that deletes backup `name`: `strata backup` takes the topology's first cluster
+ * unless given --cluster, so a backup of another cluster is named with it (without it the
+ * command looks in the first cluster and answers NOT_FOUND). */
+static void delete_cmd(const rtr_ctx *r, const char *name, char *out, size_t cap) {
+    const char *cl = strstr(name, "/clusters/"), *id = strrchr(name, '/');
+    size_t n = cl ? strcspn(cl + 10, "/") : 0;
+    bool first = !cl || (strlen(r->topo.clusters[0].id) == n &&
+                         !strncmp(cl + 10, r->topo.clusters[0].id, n));
+    if (first)
+        snprintf(out, cap, "`strata backup delete %s`", id ? id + 1 : name);
+    else
+        snprintf(out, cap, "`strata backup --cluster %.*s delete %s`", (int)n, cl + 10,
+                 id ? id + 1 : name);
+}
+
+/* An import still CREATING may be running (another CLI importing now) or cut short, and one cut
+ * short never becomes READY; its age lets the operator tell which before deleting it, since
+ * nothing else does. err: "<what> <name><tail>: ..." with code; running: what to do while that
+ * import runs. */
+static st_code import_advice(const rtr_ctx *r, const rtr_pb_bkrec *rec, st_code code,
+                             const char *what, const char *tail, const char *running, st_err *err) {
+    char del[RTR_BK_NAME_MAX + 64];
+    delete_cmd(r, rec->backup->name, del, sizeof del);
+    return st_err_set(err, code,
+                      "%s %s%s: an import of it began %lld s ago and has not finished (state "
+                      "CREATING). If that import is still running, %s; if it was cut short it "
+                      "never becomes READY: delete it with %s and import again (an unfinished "
+                      "import is deleted 24 h after it began)",
+                      what, rec->backup->name, tail,
+                      (long long)((st_wall_us() - rec->created_us) / 1000000), running, del);
+}
+
+st_code rtr_bk_not_ready(const rtr_ctx *r, const rtr_pb_bkrec *rec, const char *then, st_err *err) {
+    if (!import_unfinished(rec))
+        return st_err_set(err, ST_FAILED_PRECONDITION,
+                          "backup %s is still being created (state CREATING): %s once it is "
+                          "READY (GetBackup shows its state)",
+                          rec->backup->name, then);
+    char running[128];
+    snprintf(running, sizeof running, "%s once it is READY", then);
+    return import_advice(r, rec, ST_FAILED_PRECONDITION, "backup", "", running, err);
+}
+
 void rtr_h_describe_backup(rpc_call *call, st_slice bytes, void *arg) {
     rtr_ctx *r = arg;
     Strata__Internal__V1__DescribeBackupRequest *req =
@@ -72,9 +123,9 @@ void rtr_h_describe_backup(rpc_call *call, st_slice bytes, void *arg) {
     if (!rec)
         return;
     if (rec->backup->state != GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__READY) {
-        rtr_fail(call, ST_FAILED_PRECONDITION,
-                 "backup %s is still being created (state CREATING): export it once it is READY",
-                 req->name);
+        st_err err = {0};
+        rtr_bk_not_ready(r, rec, "export it", &err);
+        rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
     reply_layout(r, call, rec, ci);
@@ -296,27 +347,20 @@ static st_code import_fields(const rtr_pb_backup *b, st_err *err) {
     return ST_OK;
 }
 
-/* ALREADY_EXISTS for a backup id that has a record. An import still CREATING may be running
- * (another CLI importing now) or cut short; its age lets the operator tell which before deleting
- * it, since nothing else does. */
-static st_code import_exists(const rtr_meta_rec *m, const char *name, st_err *err) {
+/* ALREADY_EXISTS for a backup id that has a record (import_advice for an unfinished import). */
+static st_code import_exists(const rtr_ctx *r, const rtr_meta_rec *m, const char *name,
+                             st_err *err) {
     st_arena a;
     st_arena_init(&a, 4096);
     rtr_pb_bkrec *rec = rtr_bk_rec_unpack(st_slice_make(m->pb, m->len), &a);
-    bool importing = rec && (!rec->operation || !rec->operation[0]) &&
-                     rec->backup->state == GOOGLE__BIGTABLE__ADMIN__V2__BACKUP__STATE__CREATING;
-    long long age_s = importing ? (long long)((st_wall_us() - rec->created_us) / 1000000) : 0;
+    if (rec && import_unfinished(rec))
+        import_advice(r, rec, ST_ALREADY_EXISTS, "Backup", " already exists",
+                      "let it end or import under another id (--as ID)", err);
+    else
+        st_err_set(err, ST_ALREADY_EXISTS,
+                   "Backup %s already exists: import under another id (--as ID)", name);
     st_arena_deinit(&a);
-    if (!importing)
-        return st_err_set(err, ST_ALREADY_EXISTS,
-                          "Backup %s already exists: import under another id (--as ID)", name);
-    return st_err_set(err, ST_ALREADY_EXISTS,
-                      "Backup %s already exists: an import of it began %lld s ago and has not "
-                      "finished (state CREATING). If that import is still running, let it end "
-                      "or import under another id (--as ID); if it was cut short, delete it with "
-                      "`strata backup delete` and import again (an unfinished import is deleted "
-                      "24 h after it began)",
-                      name, age_s);
+    return ST_ALREADY_EXISTS;
 }
 
 static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest *req, size_t *ci,
@@ -336,7 +380,7 @@ static st_code import_check(rtr_ctx *r, Strata__Internal__V1__BeginImportRequest
                           name);
     const rtr_meta_rec *m = rtr_meta_find(&r->meta, RTR_META_KIND_BACKUP, name);
     if (m)
-        return import_exists(m, name, err);
+        return import_exists(r, m, name, err);
     if (!req->backup || !req->schema)
         return st_err_set(err, ST_INVALID_ARGUMENT,
                           "backup and schema must be set (from the export's manifest)");

@@ -94,7 +94,29 @@ static void fmt_time(int64_t us, char *out, size_t cap) {
     strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* A Timestamp rtr_bk_ts_us refused: saying so, rather than which range the time must lie in,
+ * since its seconds alone may well lie there (nanos 2,000,000,000 a day ahead). The rules are
+ * protobuf's for google.protobuf.Timestamp, which Cloud Bigtable applies too. */
+static st_code ts_invalid(const char *field, st_err *err) {
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "%s is not a valid timestamp (nanos must be 0 to 999,999,999; seconds "
+                      "0001-01-01 to 9999-12-31)",
+                      field);
+}
+
+st_code rtr_bk_check_hot(int64_t hot_us, int64_t now_us, st_err *err) {
+    if (hot_us == INT64_MIN)
+        return ts_invalid("hot_to_standard_time", err);
+    if (hot_us && hot_us < now_us + RTR_BK_HOT_MIN_US)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "hot_to_standard_time must be at least 24 hours after the backup's "
+                          "creation");
+    return ST_OK;
+}
+
 st_code rtr_bk_check_expire(int64_t expire_us, int64_t from_us, int64_t max_us, st_err *err) {
+    if (expire_us == INT64_MIN)
+        return ts_invalid("expire_time", err);
     int64_t lo = from_us + RTR_BK_EXPIRE_MIN_US, hi = from_us + max_us;
     /* A client asking for the minimum computes it from its own clock a moment before the
      * request arrives (`strata backup create --expire 6h`): that moment is not held against it. */

@@ -1,8 +1,9 @@
 /*
  * The pure parts of the router's backups (router/backup_filter.c): backup ids and names,
- * expire_time bounds, ListBackups' filter language (comparisons over every documented field,
- * AND / OR / NOT, parentheses, times) and order_by (default start_time desc, ties by name);
- * and the gate the backup sweep takes for its deletes (router/admin_gate.c, rtr_gate_take).
+ * expire_time bounds, invalid Timestamps, ListBackups' filter language (comparisons over every
+ * documented field, AND / OR / NOT, parentheses, times) and order_by (default start_time desc, ties
+ * by name); and the gate the backup sweep takes for its deletes (router/admin_gate.c,
+ * rtr_gate_take).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -107,6 +108,48 @@ static void test_expire_bounds(void **state) {
                      ST_INVALID_ARGUMENT);
     t.nanos = 999999999;
     assert_int_equal(rtr_bk_check_expire(rtr_bk_ts_us(&t), now, RTR_BK_EXPIRE_MAX_US, &err), ST_OK);
+}
+
+/* A Timestamp that is no valid one (nanos outside 0..999,999,999, seconds outside years
+ * 1..9999) is refused as such, for expire_time and hot_to_standard_time alike: its seconds may
+ * lie inside the allowed range, so a message naming the range named the wrong problem. */
+static void test_invalid_timestamp(void **state) {
+    (void)state;
+    int64_t now = 1700000000LL * 1000000;
+    st_err err = {0};
+    Google__Protobuf__Timestamp t = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    static const struct {
+        int64_t seconds;
+        int32_t nanos;
+    } bad[] = {
+        {1700000000LL + 86400, 2000000000},
+        {1700000000LL + 86400, -1},
+        {1700000000LL + 86400, 1999999999},
+        {INT64_MAX, 0},
+        {253402300800LL, 0},
+        {-62135596801LL, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        t.seconds = bad[i].seconds;
+        t.nanos = bad[i].nanos;
+        assert_int_equal(rtr_bk_check_expire(rtr_bk_ts_us(&t), now, RTR_BK_EXPIRE_MAX_US, &err),
+                         ST_INVALID_ARGUMENT);
+        if (!strstr(err.msg, "expire_time is not a valid timestamp (nanos must be 0 to "
+                             "999,999,999; seconds 0001-01-01 to 9999-12-31)"))
+            fail_msg("case %zu: %s", i, err.msg);
+        assert_int_equal(rtr_bk_check_hot(rtr_bk_ts_us(&t), now, &err), ST_INVALID_ARGUMENT);
+        if (!strstr(err.msg, "hot_to_standard_time is not a valid timestamp"))
+            fail_msg("case %zu: %s", i, err.msg);
+    }
+    /* valid ones keep their range checks */
+    t.seconds = now / 1000000 + 3600;
+    t.nanos = 0;
+    assert_int_equal(rtr_bk_check_hot(rtr_bk_ts_us(&t), now, &err), ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "at least 24 hours"));
+    t.seconds = now / 1000000 + 2 * 86400;
+    t.nanos = 999999999;
+    assert_int_equal(rtr_bk_check_hot(rtr_bk_ts_us(&t), now, &err), ST_OK);
+    assert_int_equal(rtr_bk_check_hot(0, now, &err), ST_OK); /* not set */
 }
 
 /* Three backups: b1 (READY, small, 2026-01-01), b2 (CREATING, 2026-01-02), prod (READY, big,
@@ -339,7 +382,7 @@ int main(void) {
         cmocka_unit_test(test_ids_and_names), cmocka_unit_test(test_expire_bounds),
         cmocka_unit_test(test_filter),        cmocka_unit_test(test_filter_size),
         cmocka_unit_test(test_order_by),      cmocka_unit_test(test_visible),
-        cmocka_unit_test(test_gate_take),
+        cmocka_unit_test(test_gate_take),     cmocka_unit_test(test_invalid_timestamp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
