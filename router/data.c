@@ -432,6 +432,14 @@ void rtr_h_mutate_row(rpc_call *call, st_slice req_bytes, void *arg) {
         free(op);
         return;
     }
+    /* Refused here, as for MutateRows entries: the same answer whether or not the node is up. */
+    const char *invalid =
+        row.len ? rtr_mutations_invalid(req_bytes, 3, rpc_call_arena(call)) : NULL;
+    if (invalid) {
+        free(op);
+        rtr_fail(call, ST_INVALID_ARGUMENT, "%s", invalid);
+        return;
+    }
     uint64_t fp = rtr_qod_fingerprint(rpc_call_path(call), req_bytes); /* before stamping */
     if (plan.multi && !idempotent) {
         if (!rtr_data_stamp(r, call, false, &req_bytes)) {

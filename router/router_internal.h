@@ -320,6 +320,10 @@ typedef struct rtr_entry {
     st_slice row;
     const char *invalid;
 } rtr_entry;
+/* What makes the mutations (field `field` of msg: MutateRowRequest 3, MutateRowsRequest.Entry 2)
+ * invalid whatever the table, as text in a: none at all, or a SetCell timestamp that is negative
+ * (but -1) or not whole milliseconds. NULL when nothing is seen (the node checks the rest). */
+const char *rtr_mutations_invalid(st_slice msg, uint32_t field, st_arena *a);
 /* Splits a MutateRowsRequest: entries in order (arena) and every other field (head, appended to
  * out_head). INVALID_ARGUMENT for a malformed request. */
 st_code rtr_mutate_rows_split(st_slice req, st_arena *a, st_buf *out_head, rtr_entry **entries,

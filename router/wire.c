@@ -134,8 +134,8 @@ static bool set_cell_ts(st_slice set_cell, int64_t *ts) {
     return found && !bad;
 }
 
-/* The first SetCell (Mutation field 1) timestamp of mutation that the node would refuse, as
- * text in a (NULL: none, or out of memory: the node then answers). */
+/* What makes mutation i invalid whatever the table: a SetCell (Mutation field 1) timestamp the
+ * node would refuse, as text in a (NULL: none, or out of memory: the node then answers). */
 static const char *mutation_invalid(st_slice mutation, size_t i, st_arena *a) {
     const uint8_t *p = mutation.data, *end = rtr_slice_end(mutation);
     rtr_wire_field f;
@@ -159,28 +159,38 @@ static const char *mutation_invalid(st_slice mutation, size_t i, st_arena *a) {
     return NULL;
 }
 
+const char *rtr_mutations_invalid(st_slice msg, uint32_t field, st_arena *a) {
+    const uint8_t *p = msg.data, *end = rtr_slice_end(msg);
+    rtr_wire_field f;
+    bool bad = false;
+    size_t n_muts = 0;
+    const char *invalid = NULL;
+    while (rtr_wire_next(&p, end, &f, &bad)) {
+        if (f.num != field)
+            continue;
+        if (f.wire_type == 2 && !invalid)
+            invalid = mutation_invalid(f.bytes, n_muts, a);
+        n_muts++;
+    }
+    return n_muts == 0 ? "No mutations provided" : invalid;
+}
+
 /* The row key (field 1) of a MutateRowsRequest.Entry, and what makes it invalid (rtr_entry). */
 static bool entry_scan(st_slice entry, rtr_entry *out, st_arena *a) {
     const uint8_t *p = entry.data, *end = rtr_slice_end(entry);
     rtr_wire_field f;
     bool bad = false;
-    size_t n_muts = 0;
     out->row = st_slice_make(NULL, 0);
-    out->invalid = NULL;
-    while (rtr_wire_next(&p, end, &f, &bad)) {
+    while (rtr_wire_next(&p, end, &f, &bad))
         if (f.num == 1 && f.wire_type == 2)
             out->row = f.bytes;
-        if (f.num == 2 && f.wire_type == 2 && !out->invalid)
-            out->invalid = mutation_invalid(f.bytes, n_muts, a);
-        n_muts += f.num == 2;
-    }
     if (out->row.len == 0)
         out->invalid = "row key must not be empty";
     else if (out->row.len > BTU_ROW_KEY_MAX)
         out->invalid =
             st_arena_printf(a, "row key longer than %d bytes (%zu)", BTU_ROW_KEY_MAX, out->row.len);
-    else if (n_muts == 0)
-        out->invalid = "No mutations provided";
+    else
+        out->invalid = rtr_mutations_invalid(entry, 2, a);
     return !bad;
 }
 

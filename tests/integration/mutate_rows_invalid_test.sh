@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mutate_rows_invalid_test.sh — MutateRows entries that no table accepts (an empty row key, no
 # mutation, a SetCell timestamp that is not whole milliseconds or is negative) are answered
-# INVALID_ARGUMENT by the router itself, also while the node owning their rows is down; a valid
+# INVALID_ARGUMENT by the router itself, also while the node owning their rows is down (as is
+# such a MutateRow: wire_test); a valid
 # entry of that node gets UNAVAILABLE, which clients retry. Such entries used to reach only the
 # node's checks, so with the node down they got UNAVAILABLE too and clients retried a request
 # that can never succeed until their deadline (docs/router.md, Data API).

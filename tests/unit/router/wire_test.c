@@ -179,6 +179,23 @@ static void test_wire_mutate_rows_split_names_invalid_entries(void **state) {
     assert_non_null(strstr(e[4].invalid, "Timestamp granularity mismatch"));
     assert_null(e[5].invalid);
     assert_non_null(strstr(e[6].invalid, "row key longer than 4096 bytes (4097)"));
+    /* A MutateRowRequest (mutations are its field 3) gets the same checks. */
+    Google__Bigtable__V2__MutateRowRequest one;
+    google__bigtable__v2__mutate_row_request__init(&one);
+    one.table_name = req.table_name;
+    one.row_key = ents[0].row_key;
+    uint8_t one_buf[256];
+    size_t one_len = google__bigtable__v2__mutate_row_request__pack(&one, one_buf);
+    assert_string_equal(rtr_mutations_invalid(st_slice_make(one_buf, one_len), 3, &a),
+                        "No mutations provided");
+    one.mutations = &pm[4]; /* timestamp 1234 */
+    one.n_mutations = 1;
+    one_len = google__bigtable__v2__mutate_row_request__pack(&one, one_buf);
+    assert_non_null(strstr(rtr_mutations_invalid(st_slice_make(one_buf, one_len), 3, &a),
+                           "Timestamp granularity mismatch"));
+    one.mutations = &pm[5]; /* -1: the server's time */
+    one_len = google__bigtable__v2__mutate_row_request__pack(&one, one_buf);
+    assert_null(rtr_mutations_invalid(st_slice_make(one_buf, one_len), 3, &a));
     st_buf_free(&head);
     st_arena_deinit(&a);
     free(buf);
