@@ -5,8 +5,13 @@
  *   Bigtable data and table admin (the public APIs)   strata-router, strata-admin
  *   Node service (placement, moves, backups)           strata-router, strata-admin
  *     ListTablets                                      + strata-node (shippers route by it)
- *     CopyRows, PullBackupPiece, ReadBackupFile,       + strata-node (node-to-node copies:
- *     ListBackupPieces                                    a pull lists the source's piece)
+ *     CopyRows                                         + strata-node (a move's source sends
+ *                                                         rows; only into a move's incoming
+ *                                                         copy, node_h_copy_rows checks)
+ *     ReadBackupFile, ListBackupPieces                 + strata-node (a pull reads the source's
+ *                                                         piece; only with the read ticket a
+ *                                                         router obtained for that piece,
+ *                                                         backup_grant.c)
  *   Replication Apply                                  strata-node
  *   Replication GetPositions                           strata-node, strata-admin
  *   Replication SetLinks                               strata-admin (strata chaos)
@@ -35,7 +40,6 @@ static const access_rule rules[] = {
     {"/strata.internal.v1.Replication/", ROLE_ADMIN},
     {"/strata.internal.v1.Node/ListTablets", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"/strata.internal.v1.Node/CopyRows", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
-    {"/strata.internal.v1.Node/PullBackupPiece", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"/strata.internal.v1.Node/ReadBackupFile", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"/strata.internal.v1.Node/ListBackupPieces", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"", ROLE_ROUTER | ROLE_ADMIN},

@@ -61,6 +61,7 @@ void node_backups_close(node_ctx *n) {
     free(b->busy);
     free(b->busy_doomed);
     free(b->pulled);
+    bk_grants_free(b);
     free(b->crcs);
     free(b->rx);
     pthread_cond_destroy(&b->crc_cv);
@@ -417,6 +418,12 @@ void node_h_list_backup_pieces(rpc_call *call, st_slice req_bytes, void *arg) {
         call, &strata__internal__v1__list_backup_pieces_request__descriptor, req_bytes);
     if (!req)
         return;
+    st_err gerr = {0};
+    if (bk_grant_check(n, call, "ListBackupPieces", req->backup, req->piece, req->ticket, &gerr) !=
+        ST_OK) {
+        node_fail(call, gerr.code, "%s", gerr.msg);
+        return;
+    }
     list_ctx c = {.n = n, .a = rpc_call_arena(call), .rc = ST_OK};
     char path[NODE_BK_PATH_MAX];
     if (req->backup[0]) {

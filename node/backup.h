@@ -12,7 +12,7 @@
  * (BackupTablet, ListBackupPieces, DeleteBackupPieces, restores; their work runs on node_job
  * threads, job.c),
  * backup_xfer.c (ReadBackupFile, WriteBackupFile, SealBackupPiece, PullBackupPiece),
- * backup_reap.c (the trash and its reaper thread). */
+ * backup_reap.c (the trash and its reaper thread), backup_grant.c (read tickets for pulls). */
 #ifndef NODE_BACKUP_H
 #define NODE_BACKUP_H
 
@@ -39,6 +39,7 @@ void node_h_read_backup_file(rpc_call *call, st_slice req, void *arg);
 void node_h_write_backup_file(rpc_call *call, st_slice req, void *arg);
 void node_h_seal_backup_piece(rpc_call *call, st_slice req, void *arg);
 void node_h_pull_backup_piece(rpc_call *call, st_slice req, void *arg);
+void node_h_grant_backup_read(rpc_call *call, st_slice req, void *arg);
 
 /* ---- the node's side (node.c, internal.c) ---- */
 /* At open: the backups tree exists and holds no unsealed leftovers. */
@@ -180,6 +181,7 @@ void bk_reaper_stop(node_backups *b); /* at the next piece: the next start finis
 /* The node's backup state (node_ctx.backups). */
 typedef struct bk_crc_entry bk_crc_entry;
 typedef struct bk_rx bk_rx;
+typedef struct bk_grant bk_grant;
 struct node_backups {
     /* CRC32C of SSTables by inode (SSTables are immutable), filled by the background pass and
      * by freezes: a freeze reads only the files neither has seen yet. Shared with the worker
@@ -202,6 +204,7 @@ struct node_backups {
     struct bk_pull *pulls;    /* PullBackupPiece calls in progress (backup_xfer.c) */
     struct bk_pulled *pulled; /* files pulled lately, for links (backup_xfer.c; loop thread) */
     size_t n_pulled, next_pulled;
+    bk_grant *grants; /* read tickets for pulls (backup_grant.c; loop thread; NULL: none yet) */
     /* the trash and its reaper (backup_reap.c) */
     char trash[NODE_BK_PATH_MAX];
     uint64_t trash_seq; /* loop thread */
@@ -216,6 +219,15 @@ struct node_backups {
     size_t n_restore_q, cap_restore_q;
     struct event *restore_ev; /* a zero timer: the next batch */
 };
+
+/* ---- read tickets (backup_grant.c; loop thread) ---- */
+/* ST_OK when call may read piece of backup with what (a method name, for the message): always
+ * for callers whose certificate does not name strata-node, else only with a live ticket
+ * GrantBackupRead made for exactly that (backup, piece); ST_UNAUTHENTICATED otherwise, err
+ * saying what is missing. A use keeps the ticket alive. */
+st_code bk_grant_check(node_ctx *n, rpc_call *call, const char *what, const char *backup,
+                       const char *piece, const char *ticket, st_err *err);
+void bk_grants_free(node_backups *b);
 
 /* Pieces being made or changed by a worker or a pull: one key per piece directory. Loop thread. */
 bool bk_busy(node_ctx *n, const char *dir);

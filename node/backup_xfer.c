@@ -227,7 +227,10 @@ void node_h_read_backup_file(rpc_call *call, st_slice req_bytes, void *arg) {
     s->call = call;
     st_buf_init(&s->msg);
     st_err err = {0};
-    st_code rc = rd_open(n, call, req, s, &err);
+    st_code rc =
+        bk_grant_check(n, call, "ReadBackupFile", req->backup, req->piece, req->ticket, &err);
+    if (rc == ST_OK)
+        rc = rd_open(n, call, req, s, &err);
     if (rc != ST_OK) {
         rd_free(s);
         node_fail(call, rc, "%s", err.msg);
@@ -761,6 +764,7 @@ typedef struct bk_pull {
     char piece[NODE_BK_NAME_MAX + 1];
     char source[BK_HOST_MAX + 8];
     char incarnation[NODE_BK_INCARNATION_MAX + 1]; /* the making asking; kept with the piece */
+    char ticket[80]; /* the source's read ticket for the piece (GrantBackupRead), sent back */
     char in[NODE_BK_PATH_MAX], final[NODE_BK_PATH_MAX];
     bk_piece *want; /* the source's manifest, renamed to dst (malloc'd) */
     size_t file;    /* the file being read */
@@ -993,6 +997,7 @@ static void pull_next_file(bk_pull *p) {
     r.backup = p->src.full;
     r.piece = p->piece;
     r.file = p->want->files[p->file]->name;
+    r.ticket = p->ticket;
     p->off = 0;
     uint8_t buf[1024];
     size_t len = protobuf_c_message_get_packed_size(&r.base);
@@ -1077,6 +1082,7 @@ static st_code pull_start(bk_pull *p, st_err *err) {
     strata__internal__v1__list_backup_pieces_request__init(&r);
     r.backup = p->src.full;
     r.piece = p->piece; /* the source reads this piece's manifest only */
+    r.ticket = p->ticket;
     uint8_t buf[1024];
     size_t len = protobuf_c_message_get_packed_size(&r.base);
     protobuf_c_message_pack(&r.base, buf);
@@ -1097,11 +1103,14 @@ static st_code pull_check(node_ctx *n, const Strata__Internal__V1__PullBackupPie
         rc = bk_incarnation_check(req->incarnation, err);
     if (rc == ST_OK && strlen(req->source) > BK_HOST_MAX)
         rc = st_err_set(err, ST_INVALID_ARGUMENT, "source address over %d bytes", BK_HOST_MAX);
+    if (rc == ST_OK && strlen(req->ticket) >= sizeof p->ticket)
+        rc = st_err_set(err, ST_INVALID_ARGUMENT, "ticket over %zu bytes", sizeof p->ticket - 1);
     if (rc != ST_OK)
         return rc;
     snprintf(p->piece, sizeof p->piece, "%s", req->piece);
     snprintf(p->source, sizeof p->source, "%s", req->source);
     snprintf(p->incarnation, sizeof p->incarnation, "%s", req->incarnation);
+    snprintf(p->ticket, sizeof p->ticket, "%s", req->ticket);
     bk_piece_dir(n, &p->dst, p->piece, ".in", p->in, sizeof p->in);
     bk_piece_dir(n, &p->dst, p->piece, "", p->final, sizeof p->final);
     if (bk_busy(n, p->final))

@@ -552,7 +552,7 @@ ProtobufCMessage *node_unpack(rpc_call *call, const ProtobufCMessageDescriptor *
      * requests without unpacking them, so the node cannot count on it). */
     ProtobufCAllocator alloc = {arena_pb_alloc, arena_pb_free, rpc_call_arena(call)};
     st_err err = {0};
-    ProtobufCMessage *m = btu_pb_unpack(desc, &alloc, bytes, &err);
+    ProtobufCMessage *m = btu_pb_unpack_request(desc, &alloc, bytes, &err);
     if (!m)
         node_fail(call, err.code, "%s", err.msg);
     return m;

@@ -54,6 +54,7 @@ static const method methods[] = {
     {IN "WriteBackupFile", node_h_write_backup_file},
     {IN "SealBackupPiece", node_h_seal_backup_piece},
     {IN "PullBackupPiece", node_h_pull_backup_piece},
+    {IN "GrantBackupRead", node_h_grant_backup_read},
 };
 
 st_code node_server_register(node_ctx *n, st_err *err) {

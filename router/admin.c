@@ -225,6 +225,29 @@ static st_code families_check(const pb_table *t, st_err *err) {
     return ST_OK;
 }
 
+/* Table fields of the upstream API that Strata does not implement, refused at CreateTable rather
+ * than dropped: a user asking for automated backups would believe they are made. Fields 14 and
+ * 15 are not in Strata's table.proto, so they arrive as unknown fields. */
+static st_code table_spec_check(const pb_table *spec, st_err *err) {
+    if (!spec)
+        return ST_OK;
+    if (spec->automated_backup_config_case ==
+        GOOGLE__BIGTABLE__ADMIN__V2__TABLE__AUTOMATED_BACKUP_CONFIG_AUTOMATED_BACKUP_POLICY)
+        return st_err_set(err, ST_UNIMPLEMENTED,
+                          "table.automated_backup_policy: Strata makes no automated backups; "
+                          "create the table without it and back it up with CreateBackup (`strata "
+                          "backup create`, e.g. from cron)");
+    if (btu_pb_has_unknown(&spec->base, 14))
+        return st_err_set(err, ST_UNIMPLEMENTED,
+                          "table.tiered_storage_config: Strata has no tiered storage; create the "
+                          "table without it");
+    if (btu_pb_has_unknown(&spec->base, 15))
+        return st_err_set(err, ST_UNIMPLEMENTED,
+                          "table.row_key_schema: Strata keeps row keys as plain bytes and has no "
+                          "structured row key schema; create the table without it");
+    return ST_OK;
+}
+
 /* A table holding only the schema fields the router keeps. */
 static pb_table *schema_new(st_arena *a, const char *name, const pb_table *spec) {
     pb_table *t = st_arena_alloc(a, sizeof *t);
@@ -567,6 +590,7 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
     size_t n_splits = 0;
     pb_table *t = NULL;
     if (!create_check(r, req, name, sizeof name, &err) ||
+        table_spec_check(req->table, &err) != ST_OK ||
         btu_splits_from_pb(req, RTR_SPLITS_MAX, a, &splits, &n_splits, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;

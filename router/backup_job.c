@@ -11,7 +11,9 @@
  * RTR_BK_STALL_MS fails the operation, and every piece made is deleted.
  *
  * CopyBackup: PullBackupPiece of every piece onto the destination cluster's nodes (rtr_bk_place:
- * pieces sharing a file on one node).
+ * pieces sharing a file on one node). Each pull carries a read ticket for its piece that the
+ * router asked the holding node for just before (GrantBackupRead): without one, a node reads
+ * no other node's backup.
  * RestoreTable: DropTable of the target first (a half-table of an earlier try that died: it has
  * no record, so nobody sees it), PutTable everywhere, then per piece: in the backup's cluster
  * CreateTablet(restore) on the node holding it; in every other cluster PullBackupPiece onto a
@@ -33,15 +35,25 @@
 typedef Strata__Internal__V1__BackupPiece pb_piece;
 typedef Google__Bigtable__Admin__V2__Table pb_table;
 
+/* A task's steps. A pull needs a read ticket from the node holding the piece first: a node
+ * reads another node's piece only with one (docs/security.md, Internal links). */
+typedef enum task_stage {
+    TASK_GRANT,  /* GrantBackupRead on from */
+    TASK_PULL,   /* PullBackupPiece on to, with the ticket */
+    TASK_CREATE, /* CreateTablet(restore) on to (RESTORE only) */
+    TASK_DONE,
+} task_stage;
+
 typedef struct bk_task {
     bk_job *job;
     size_t piece;   /* in the source record */
     rtr_node *from; /* the node holding the piece; NULL: no pull */
     rtr_node *to;   /* where it is pulled to / restored on */
     const char *as; /* the backup name it gets on `to` */
-    int stage;      /* 0 pull, 1 CreateTablet (RESTORE), 2 done */
+    int stage;      /* a task_stage */
     int attempts;
     st_buf resp;
+    char ticket[80]; /* from's read ticket for the piece (GrantBackupRead), for the pull */
 } bk_task;
 
 typedef struct bk_freeze {
@@ -728,15 +740,23 @@ static st_code task_request(bk_task *t, st_buf *out, const char **path) {
     const pb_piece *p = (j->kind == BK_COPY ? j->src : j->rec)->pieces[t->piece];
     const char *src_name = (j->kind == BK_COPY ? j->src : j->rec)->backup->name;
     ProtobufCMessage *m;
+    Strata__Internal__V1__GrantBackupReadRequest grant;
     Strata__Internal__V1__PullBackupPieceRequest pull;
     Strata__Internal__V1__CreateTabletRequest ct;
-    if (t->stage == 0) {
+    if (t->stage == TASK_GRANT) {
+        strata__internal__v1__grant_backup_read_request__init(&grant);
+        grant.backup = (char *)src_name;
+        grant.piece = p->piece;
+        m = &grant.base;
+        *path = RTR_NODE "GrantBackupRead";
+    } else if (t->stage == TASK_PULL) {
         strata__internal__v1__pull_backup_piece_request__init(&pull);
         pull.source = t->from->addr;
         pull.source_backup = (char *)src_name;
         pull.piece = p->piece;
         pull.backup = (char *)t->as;
         pull.incarnation = j->op_name;
+        pull.ticket = t->ticket;
         m = &pull.base;
         *path = RTR_NODE "PullBackupPiece";
     } else {
@@ -757,6 +777,16 @@ static st_code task_request(bk_task *t, st_buf *out, const char **path) {
     return ST_OK;
 }
 
+static rtr_node *task_node(const bk_task *t) {
+    return t->stage == TASK_GRANT ? t->from : t->to;
+}
+
+static const char *task_method(const bk_task *t) {
+    return t->stage == TASK_GRANT  ? "GrantBackupRead"
+           : t->stage == TASK_PULL ? "PullBackupPiece"
+                                   : "CreateTablet";
+}
+
 static void task_msg(rpc_ccall *call, st_slice msg, void *arg) {
     (void)call;
     bk_task *t = arg;
@@ -766,9 +796,31 @@ static void task_msg(rpc_ccall *call, st_slice msg, void *arg) {
 
 static void task_start(void *arg);
 
+/* The ticket of GrantBackupRead's answer into t->ticket. */
+static st_code task_take_ticket(bk_task *t) {
+    st_err err = {0};
+    Strata__Internal__V1__GrantBackupReadResponse *r =
+        (void *)btu_pb_unpack(&strata__internal__v1__grant_backup_read_response__descriptor, NULL,
+                              st_buf_slice(&t->resp), &err);
+    if (!r)
+        return ST_INTERNAL;
+    bool fits = strlen(r->ticket) < sizeof t->ticket;
+    if (fits)
+        snprintf(t->ticket, sizeof t->ticket, "%s", r->ticket);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return fits ? ST_OK : ST_INTERNAL;
+}
+
 static void task_stage_done(bk_task *t) {
     bk_job *j = t->job;
-    if (j->kind == BK_COPY) {
+    if (t->stage == TASK_GRANT) {
+        if (task_take_ticket(t) != ST_OK) {
+            job_fail(j, ST_INTERNAL, "node %s answered GrantBackupRead with an unreadable ticket",
+                     t->from->addr);
+            return;
+        }
+        t->stage = TASK_PULL;
+    } else if (j->kind == BK_COPY) {
         pb_piece *p = piece_unpack(j, st_buf_slice(&t->resp));
         if (!p || add_piece(j, p) != ST_OK) {
             job_fail(j, ST_INTERNAL, "node %s answered PullBackupPiece with an unreadable piece",
@@ -776,12 +828,12 @@ static void task_stage_done(bk_task *t) {
             return;
         }
         p->node_num = t->to->num;
-        t->stage = 2;
+        t->stage = TASK_DONE;
     } else {
         t->stage++;
     }
     j->progress_us = st_mono_us();
-    if (t->stage == 2) {
+    if (t->stage == TASK_DONE) {
         j->done_tasks++;
         job_progress(j, j->done_tasks, j->n_tasks + 1);
     }
@@ -797,7 +849,7 @@ static const char *id_of(const char *name) {
 static void task_fail(bk_task *t, const rpc_ccall *call, st_code code, const char *msg) {
     bk_job *j = t->job;
     const rtr_pb_bkrec *src = j->kind == BK_COPY ? j->src : j->rec;
-    const char *step = t->stage == 0 ? "PullBackupPiece" : "CreateTablet";
+    const char *step = task_method(t);
     const char *piece = src->pieces[t->piece]->piece;
     if (code == ST_NOT_FOUND) {
         /* the piece is gone from its node (a node never loses a sealed piece by itself), so
@@ -805,12 +857,12 @@ static void task_fail(bk_task *t, const rpc_ccall *call, st_code code, const cha
         job_fail(j, code,
                  "%s of piece %s on node %s failed: %s (the backup is damaged: delete it with "
                  "`strata backup delete %s` and back the table up again)",
-                 step, piece, t->to->addr, msg ? msg : st_code_name(code),
+                 step, piece, task_node(t)->addr, msg ? msg : st_code_name(code),
                  id_of(src->backup->name));
         return;
     }
     if (fatal_code(code)) {
-        job_fail(j, code, "%s of piece %s on node %s failed: %s", step, piece, t->to->addr,
+        job_fail(j, code, "%s of piece %s on node %s failed: %s", step, piece, task_node(t)->addr,
                  msg ? msg : st_code_name(code));
         return;
     }
@@ -822,7 +874,7 @@ static void task_fail(bk_task *t, const rpc_ccall *call, st_code code, const cha
              "error: %s); start that node again (`strata status` shows which nodes are down; "
              "`strata up` restarts those of a local instance) and retry the %s: what it made "
              "is removed, so the same %s can be used",
-             step, piece, t->to->addr, RTR_BK_STALL_MS / 1000, what,
+             step, piece, task_node(t)->addr, RTR_BK_STALL_MS / 1000, what,
              !call && code == ST_UNAVAILABLE ? "the node is unreachable"
                                              : (msg ? msg : st_code_name(code)),
              what, j->kind == BK_COPY ? "backup id" : "table id");
@@ -834,13 +886,20 @@ static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg)
     bk_job *j = t->job;
     if (!job_back(j))
         return;
-    if (code == ST_ALREADY_EXISTS && t->stage == 1)
+    if (code == ST_ALREADY_EXISTS && t->stage == TASK_CREATE)
         code = ST_OK; /* the tablet of an earlier attempt of this step */
+    if (code == ST_UNIMPLEMENTED && t->stage == TASK_GRANT) {
+        st_buf_reset(&t->resp); /* a node of a build before read tickets reads without one */
+        code = ST_OK;
+    }
     if (code == ST_OK && !j->failing) {
         task_stage_done(t);
     } else if (!j->failing && !fatal_code(code) && code != ST_NOT_FOUND && ++t->attempts &&
                st_mono_us() - j->progress_us <= (int64_t)RTR_BK_STALL_MS * 1000) {
-        /* a node restarting or a piece busy: again, until nothing progressed for the bound */
+        /* a node restarting or a piece busy: again, until nothing progressed for the bound; a
+         * pull with a new ticket (the source may have restarted and forgotten the old one) */
+        if (t->stage == TASK_PULL)
+            t->stage = TASK_GRANT;
         j->pending++;
         if (rtr_later_add(j->r, rtr_backoff_ms(t->attempts), task_start, t) == ST_OK)
             return;
@@ -854,7 +913,7 @@ static void task_done(rpc_ccall *call, st_code code, const char *msg, void *arg)
         job_fail(j, j->fail_code, "%s", j->fail_msg);
         return;
     }
-    if (t->stage < 2) {
+    if (t->stage < TASK_DONE) {
         j->pending++;
         task_start(t);
         return;
@@ -877,7 +936,7 @@ static void task_start(void *arg) {
     st_err err = {0};
     rpc_ccall *c = NULL;
     if (task_request(t, &req, &path) == ST_OK)
-        c = rtr_node_call(t->to, path, st_buf_slice(&req), NULL, 0, RTR_BK_CALL_TIMEOUT_MS,
+        c = rtr_node_call(task_node(t), path, st_buf_slice(&req), NULL, 0, RTR_BK_CALL_TIMEOUT_MS,
                           task_msg, task_done, t, &err);
     st_buf_free(&req);
     j->pending++;
@@ -921,7 +980,7 @@ static void copy_run(bk_job *j) {
     rtr_bk_place(s->pieces, s->n_pieces, j->cluster->n_nodes, slot); /* sharers together */
     for (size_t i = 0; i < s->n_pieces; i++) {
         bk_task *t = &j->tasks[j->n_tasks++];
-        *t = (bk_task){.job = j, .piece = i, .as = j->backup};
+        *t = (bk_task){.job = j, .piece = i, .as = j->backup, .stage = TASK_GRANT};
         st_buf_init(&t->resp);
         t->from = rtr_bk_node(src_c, s->pieces[i]->node_num);
         t->to = &j->cluster->nodes[slot[i]];
@@ -1032,7 +1091,7 @@ static void restore_tasks(bk_job *j) {
             rtr_bk_place(s->pieces, s->n_pieces, cl->n_nodes, slot);
         for (size_t i = 0; i < s->n_pieces; i++) {
             bk_task *t = &j->tasks[j->n_tasks++];
-            *t = (bk_task){.job = j, .piece = i, .as = as, .stage = 1};
+            *t = (bk_task){.job = j, .piece = i, .as = as, .stage = TASK_CREATE};
             st_buf_init(&t->resp);
             rtr_node *holder = rtr_bk_node(j->cluster, s->pieces[i]->node_num);
             if (!holder) {
@@ -1044,7 +1103,7 @@ static void restore_tasks(bk_job *j) {
             t->to = cl == j->cluster ? holder : &cl->nodes[slot[i]];
             if (cl != j->cluster) {
                 t->from = holder;
-                t->stage = 0;
+                t->stage = TASK_GRANT;
             }
         }
     }

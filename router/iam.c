@@ -358,10 +358,16 @@ static void test_permissions(rpc_call *call, st_slice req_bytes, rtr_ctx *r, boo
         call, &google__iam__v1__test_iam_permissions_request__descriptor, req_bytes);
     if (!req)
         return;
-    st_role role = ST_ROLE_ADMIN; /* without an auth file everyone may do everything */
+    /* Each permission is answered at its own scope, as the calls needing it are checked: on a
+     * table, a table permission from the role there (its grants and policy, and the
+     * instance's), an instance permission (ListTables, CreateTable, app profiles, backups...)
+     * from the instance's role only, so a table's admin is not told it may act on the instance.
+     * Without an auth file everyone may do everything. */
+    st_role role = ST_ROLE_ADMIN, inst_role = ST_ROLE_ADMIN;
     if (rtr_auth_on(r)) {
         const char *who = rtr_auth_principal(r, call);
         role = who ? rtr_auth_role(r, who, table ? req->resource : NULL) : ST_ROLE_NONE;
+        inst_role = who && table ? rtr_auth_role(r, who, NULL) : role;
     }
     /* A principal without a role there gets no permissions whether the table exists or not:
      * NOT_FOUND would tell it which table names exist, which ListTables does not. */
@@ -377,7 +383,7 @@ static void test_permissions(rpc_call *call, st_slice req_bytes, rtr_ctx *r, boo
     }
     for (size_t i = 0; i < req->n_permissions; i++) {
         const st_auth_perm *p = st_auth_perm_find(req->permissions[i]);
-        if (p && p->role <= role)
+        if (p && p->role <= (p->scope == ST_AUTH_SCOPE_TABLE ? role : inst_role))
             resp.permissions[resp.n_permissions++] = req->permissions[i];
     }
     rtr_reply(call, &resp.base);

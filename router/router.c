@@ -62,22 +62,24 @@ static void arena_free(void *data, void *p) {
 }
 
 /* Every request is scanned by btu_pb_check first: protobuf-c recurses once per nested message, and
- * a RowFilter or GC rule nested thousands of levels deep would overflow the stack. */
+ * a RowFilter or GC rule nested thousands of levels deep would overflow the stack. A request's
+ * strings must be UTF-8 too (btu_pb_unpack_request). */
 static ProtobufCMessage *unpack_checked(rpc_call *call, const ProtobufCMessageDescriptor *desc,
-                                        st_slice bytes, st_err *err) {
+                                        st_slice bytes, bool request, st_err *err) {
     ProtobufCAllocator alloc = {arena_alloc, arena_free, rpc_call_arena(call)};
-    return btu_pb_unpack(desc, &alloc, bytes, err);
+    return request ? btu_pb_unpack_request(desc, &alloc, bytes, err)
+                   : btu_pb_unpack(desc, &alloc, bytes, err);
 }
 
 ProtobufCMessage *rtr_unpack_try(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                                  st_slice bytes) {
-    return unpack_checked(call, desc, bytes, NULL);
+    return unpack_checked(call, desc, bytes, false, NULL);
 }
 
 ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                              st_slice bytes) {
     st_err err = {0};
-    ProtobufCMessage *m = unpack_checked(call, desc, bytes, &err);
+    ProtobufCMessage *m = unpack_checked(call, desc, bytes, true, &err);
     if (!m)
         rtr_fail(call, ST_INVALID_ARGUMENT, "could not parse the %s request: %s", desc->short_name,
                  err.msg);

@@ -660,9 +660,12 @@ st_code rtr_profile_route(rtr_ctx *r, const char *app_profile_id, bool transacti
                           rtr_cluster **out, st_err *err);
 
 /* ---- router.c: helpers for handlers ---- */
+/* A request's message, unpacked into the call's arena (strings must be UTF-8:
+ * btu_pb_unpack_request); NULL after failing the call INVALID_ARGUMENT saying why. */
 ProtobufCMessage *rtr_unpack(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                              st_slice bytes);
-/* The same without failing the call: NULL for a malformed message (or out of memory). */
+/* A message without failing the call (and without the UTF-8 check: stored records too): NULL
+ * for a malformed message (or out of memory). */
 ProtobufCMessage *rtr_unpack_try(rpc_call *call, const ProtobufCMessageDescriptor *desc,
                                  st_slice bytes);
 void rtr_reply(rpc_call *call, const ProtobufCMessage *msg);

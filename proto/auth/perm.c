@@ -39,43 +39,47 @@ const char *st_auth_role_iam_name(st_role role) {
 #define R ST_ROLE_READER
 #define W ST_ROLE_WRITER
 #define A ST_ROLE_ADMIN
+#define T ST_AUTH_SCOPE_TABLE
+#define I ST_AUTH_SCOPE_INSTANCE
 
 /* Cloud Bigtable's permission names; the minimum role is what its predefined roles grant
- * (roles/bigtable.reader, .user, .admin), except strata.backups.transfer, Strata's own. */
+ * (roles/bigtable.reader, .user, .admin), except strata.backups.transfer, Strata's own. The
+ * scope is that of the methods needing it (auth_test checks they agree): TestIamPermissions on
+ * a table answers an instance permission from the instance's role. */
 static const st_auth_perm perms[] = {
-    {"bigtable.tables.readRows", R},
-    {"bigtable.tables.sampleRowKeys", R},
-    {"bigtable.tables.readChangeStream", R},
-    {"bigtable.tables.get", R},
-    {"bigtable.tables.list", R},
-    {"bigtable.tables.checkConsistency", R},
-    {"bigtable.tables.generateConsistencyToken", R},
-    {"bigtable.instances.get", R},
-    {"bigtable.instances.list", R},
-    {"bigtable.instances.ping", R},
-    {"bigtable.clusters.get", R},
-    {"bigtable.clusters.list", R},
-    {"bigtable.appProfiles.get", R},
-    {"bigtable.appProfiles.list", R},
-    {"bigtable.backups.get", R},
-    {"bigtable.backups.list", R},
-    {"bigtable.tables.mutateRows", W},
-    {"bigtable.tables.create", A},
-    {"bigtable.tables.delete", A},
-    {"bigtable.tables.update", A},
-    {"bigtable.tables.restore", A},
-    {"bigtable.tables.getIamPolicy", A},
-    {"bigtable.tables.setIamPolicy", A},
-    {"bigtable.instances.update", A},
-    {"bigtable.instances.getIamPolicy", A},
-    {"bigtable.instances.setIamPolicy", A},
-    {"bigtable.appProfiles.create", A},
-    {"bigtable.appProfiles.update", A},
-    {"bigtable.appProfiles.delete", A},
-    {"bigtable.backups.create", A},
-    {"bigtable.backups.update", A},
-    {"bigtable.backups.delete", A},
-    {"strata.backups.transfer", A},
+    {"bigtable.tables.readRows", R, T},
+    {"bigtable.tables.sampleRowKeys", R, T},
+    {"bigtable.tables.readChangeStream", R, T},
+    {"bigtable.tables.get", R, T},
+    {"bigtable.tables.list", R, I},
+    {"bigtable.tables.checkConsistency", R, T},
+    {"bigtable.tables.generateConsistencyToken", R, T},
+    {"bigtable.instances.get", R, I},
+    {"bigtable.instances.list", R, I},
+    {"bigtable.instances.ping", R, I},
+    {"bigtable.clusters.get", R, I},
+    {"bigtable.clusters.list", R, I},
+    {"bigtable.appProfiles.get", R, I},
+    {"bigtable.appProfiles.list", R, I},
+    {"bigtable.backups.get", R, I},
+    {"bigtable.backups.list", R, I},
+    {"bigtable.tables.mutateRows", W, T},
+    {"bigtable.tables.create", A, I},
+    {"bigtable.tables.delete", A, T},
+    {"bigtable.tables.update", A, T},
+    {"bigtable.tables.restore", A, I},
+    {"bigtable.tables.getIamPolicy", A, T},
+    {"bigtable.tables.setIamPolicy", A, T},
+    {"bigtable.instances.update", A, I},
+    {"bigtable.instances.getIamPolicy", A, I},
+    {"bigtable.instances.setIamPolicy", A, I},
+    {"bigtable.appProfiles.create", A, I},
+    {"bigtable.appProfiles.update", A, I},
+    {"bigtable.appProfiles.delete", A, I},
+    {"bigtable.backups.create", A, I},
+    {"bigtable.backups.update", A, I},
+    {"bigtable.backups.delete", A, I},
+    {"strata.backups.transfer", A, I},
 };
 
 #undef R
@@ -86,8 +90,6 @@ static const st_auth_perm perms[] = {
 #define TA "/google.bigtable.admin.v2.BigtableTableAdmin/"
 #define IA "/google.bigtable.admin.v2.BigtableInstanceAdmin/"
 #define LRO "/google.longrunning.Operations/"
-#define T ST_AUTH_SCOPE_TABLE
-#define I ST_AUTH_SCOPE_INSTANCE
 
 /* Every method strata-router serves, sorted by path (st_auth_method_find searches it; auth_test
  * checks the order). */

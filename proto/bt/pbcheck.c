@@ -14,7 +14,9 @@
  * takes as an unknown field and cannot re-encode, and for a NUL byte inside a string field:
  * protobuf-c hands strings over as C strings, so "dur\0evil" would arrive as "dur" and a request
  * meant for one table, family or app profile would act on another (names and ids never hold a
- * NUL, so the request is refused naming the field).
+ * NUL, so the request is refused naming the field). For requests (btu_pb_unpack_request) it also
+ * refuses a string field that is not UTF-8, as proto3 does: stored and sent back, it makes
+ * grpc-go clients fail the whole answer.
  *
  * The scan also bounds what unpacking would allocate. protobuf-c gives every field occurrence a
  * record while it parses the enclosing message, every submessage its struct, every repeated
@@ -44,6 +46,44 @@ typedef struct pbc_frame {
 
 /* pbc_field's answer for a string field holding a NUL byte (btu_pb_check names the field). */
 static const char pbc_nul_in_string[] = "a NUL byte inside a string field";
+/* Its answer for a string field that is not UTF-8, when asked to check (requests). */
+static const char pbc_bad_utf8[] = "a string field that is not UTF-8";
+
+/* Whether p[0..n) is UTF-8 as proto3 strings must be (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), which is what grpc-go and the other protobuf runtimes
+ * check. ASCII, which names and ids are, takes the short path. */
+static bool pbc_utf8(const uint8_t *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = p[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                     : c >= 0xe0 && c <= 0xef ? 3
+                     : c >= 0xf0 && c <= 0xf4 ? 4
+                                              : 0;
+        if (len == 0 || n - i < len)
+            return false;
+        uint8_t lo = 0x80, hi = 0xbf; /* the second byte's range */
+        if (c == 0xe0)
+            lo = 0xa0; /* overlong */
+        else if (c == 0xed)
+            hi = 0x9f; /* surrogates */
+        else if (c == 0xf0)
+            lo = 0x90; /* overlong */
+        else if (c == 0xf4)
+            hi = 0x8f; /* above U+10FFFF */
+        if (p[i + 1] < lo || p[i + 1] > hi)
+            return false;
+        for (size_t k = 2; k < len; k++)
+            if ((p[i + k] & 0xc0) != 0x80)
+                return false;
+        i += len;
+    }
+    return true;
+}
 
 /* A varint of at most max_len bytes wholly before end; 0 if unterminated (protobuf-c's limits:
  * 10 bytes for values, 5 for tags and lengths). */
@@ -100,7 +140,7 @@ static st_code pbc_malformed(st_err *err, const ProtobufCMessageDescriptor *top,
 /* The field at *p inside frame f: on success *p moves past it, and a message-typed field whose
  * bytes follow is returned in *sub (NULL otherwise) with its end in *sub_end. */
 static const char *pbc_field(pbc_frame *f, const uint8_t **p, const ProtobufCFieldDescriptor **sub,
-                             const uint8_t **sub_end, uint64_t *cost) {
+                             const uint8_t **sub_end, uint64_t *cost, bool utf8) {
     uint64_t tag, v;
     size_t n = pbc_varint(*p, f->end, 5, &tag);
     *sub = NULL;
@@ -142,6 +182,8 @@ static const char *pbc_field(pbc_frame *f, const uint8_t **p, const ProtobufCFie
         fd = f->last = protobuf_c_message_descriptor_get_field(f->desc, (unsigned)(tag >> 3));
     if (fd && fd->type == PROTOBUF_C_TYPE_STRING && v > 0 && memchr(q, 0, (size_t)v))
         return pbc_nul_in_string;
+    if (utf8 && fd && fd->type == PROTOBUF_C_TYPE_STRING && !pbc_utf8(q, (size_t)v))
+        return pbc_bad_utf8;
     if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE) {
         *cost += fd->descriptor
                      ? ((const ProtobufCMessageDescriptor *)fd->descriptor)->sizeof_message
@@ -157,8 +199,8 @@ static const char *pbc_field(pbc_frame *f, const uint8_t **p, const ProtobufCFie
     return NULL;
 }
 
-st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, unsigned depth_max,
-                     st_err *err) {
+static st_code pbc_scan(const ProtobufCMessageDescriptor *desc, st_slice bytes, unsigned depth_max,
+                        bool utf8, st_err *err) {
     pbc_frame stack[BTU_PB_DEPTH_MAX];
     if (depth_max == 0 || depth_max > BTU_PB_DEPTH_MAX)
         depth_max = BTU_PB_DEPTH_MAX;
@@ -176,11 +218,17 @@ st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, uns
             return ST_OK;
         const ProtobufCFieldDescriptor *sub;
         const uint8_t *sub_end, *at = p;
-        const char *bad = pbc_field(&stack[n - 1], &p, &sub, &sub_end, &cost);
+        const char *bad = pbc_field(&stack[n - 1], &p, &sub, &sub_end, &cost, utf8);
         if (bad == pbc_nul_in_string)
             return st_err_set(err, ST_INVALID_ARGUMENT,
                               "invalid %s: field %s of %s holds a NUL byte (at byte %zu); names "
                               "and ids never do, and the name would be cut short there: fix it",
+                              desc->name, stack[n - 1].last->name, stack[n - 1].desc->name,
+                              (size_t)(at - base));
+        if (bad == pbc_bad_utf8)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "invalid %s: field %s of %s is not valid UTF-8 (at byte %zu); "
+                              "protobuf strings hold UTF-8 text: send it UTF-8 encoded",
                               desc->name, stack[n - 1].last->name, stack[n - 1].desc->name,
                               (size_t)(at - base));
         if (bad)
@@ -205,9 +253,15 @@ st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, uns
     }
 }
 
-ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
-                                st_slice bytes, st_err *err) {
-    if (btu_pb_check(desc, bytes, BTU_PB_DEPTH_MAX, err) != ST_OK)
+st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, unsigned depth_max,
+                     st_err *err) {
+    return pbc_scan(desc, bytes, depth_max, false, err);
+}
+
+static ProtobufCMessage *pbc_unpack(const ProtobufCMessageDescriptor *desc,
+                                    ProtobufCAllocator *alloc, st_slice bytes, bool utf8,
+                                    st_err *err) {
+    if (pbc_scan(desc, bytes, BTU_PB_DEPTH_MAX, utf8, err) != ST_OK)
         return NULL;
     ProtobufCMessage *m = protobuf_c_message_unpack(desc, alloc, bytes.len, bytes.data);
     if (!m)
@@ -216,6 +270,16 @@ ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, Protobuf
                    "or out of memory); send a valid protobuf encoding",
                    desc->name);
     return m;
+}
+
+ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+                                st_slice bytes, st_err *err) {
+    return pbc_unpack(desc, alloc, bytes, false, err);
+}
+
+ProtobufCMessage *btu_pb_unpack_request(const ProtobufCMessageDescriptor *desc,
+                                        ProtobufCAllocator *alloc, st_slice bytes, st_err *err) {
+    return pbc_unpack(desc, alloc, bytes, true, err);
 }
 
 /* The end of the field whose value starts at p (wire type wt), or NULL when malformed. */

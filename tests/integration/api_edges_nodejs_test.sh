@@ -3,7 +3,8 @@
 # answered unlike Cloud Bigtable's documented behaviour (nodejs/api_edges_client.js): Data Boost
 # profiles read-only, SetIamPolicy's update_mask, Table views in GetTable and ListTables,
 # authorized and materialized view names, ListAppProfiles page tokens, GC max_age Durations,
-# non-aggregate value types. Through the official Node.js client against a `strata up` instance
+# non-aggregate value types, Table fields not implemented (automated_backup_policy, row_key_schema)
+# refused at CreateTable. Through the official Node.js client against a `strata up` instance
 # (clusters east and west, one node each). The client is installed by nodejs_client_test.sh into
 # the build tree's nodejs-deps. Skips (77) without node or the installed client package.
 # Usage: api_edges_nodejs_test.sh PATH/TO/strata

@@ -4,7 +4,8 @@
 # with --auth-file over TLS (sslCreds: the test CA and a bearer token): instance getIamPolicy,
 # setIamPolicy (etag checked: ABORTED when stale), testIamPermissions before and after a binding,
 # bad roles and members refused, a table's policy letting a principal without roles read that
-# table only and going away with the table, no token (UNAUTHENTICATED), internal methods through
+# table only and going away with the table, testIamPermissions on a table answering each
+# permission at its own scope (a table's admin holds none of the instance's), no token (UNAUTHENTICATED), internal methods through
 # the router (never served).
 # Usage: auth_nodejs_test.sh strata-node strata-router strata (skips, 77, without openssl, node or
 # the client package)
@@ -90,6 +91,11 @@ want "nobody reads t2" 7
 want "nobody permissions on t1" "bigtable.tables.readRows"
 want "nobody permissions on t2" OK
 want "nobody permissions on a missing table" OK
+want "table admin permissions on t1" \
+  "bigtable.tables.readRows,bigtable.tables.setIamPolicy,bigtable.tables.update"
+want "table admin lists tables" 7
+want "instance reader permissions on t2" \
+  "bigtable.clusters.get,bigtable.instances.get,bigtable.tables.list,bigtable.tables.readRows"
 want "table recreated bindings" 0
 want "nobody reads recreated t1" 7
 want "table policy of a missing table" 5

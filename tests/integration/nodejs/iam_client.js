@@ -69,6 +69,11 @@ function raw(path, token, req) {
 }
 
 const PERMS = ['bigtable.tables.readRows', 'bigtable.tables.mutateRows', 'bigtable.tables.create'];
+// Table permissions and instance permissions, asked on a table.
+const SCOPED = ['bigtable.tables.readRows', 'bigtable.tables.update', 'bigtable.tables.setIamPolicy',
+                'bigtable.tables.create', 'bigtable.tables.list', 'bigtable.instances.get',
+                'bigtable.instances.setIamPolicy', 'bigtable.backups.create',
+                'bigtable.appProfiles.create', 'bigtable.clusters.get'];
 
 async function main() {
   const admin = client(adminTok).instance('i');
@@ -115,6 +120,16 @@ async function main() {
   show('nobody permissions on t2', await code(nobody.table('t2').testIamPermissions(PERMS)));
   show('nobody permissions on a missing table',
        await code(nobody.table('nope').testIamPermissions(PERMS)));
+  // A table's admin holds the table's permissions there, not the instance's (CreateTable,
+  // ListTables, backups, app profiles, the instance policy: each needs a role on the instance),
+  // and an instance reader asking on a table gets the instance permissions its role holds.
+  await admin.table('t1').setIamPolicy(
+      {bindings: [{role: 'roles/bigtable.admin', members: ['serviceAccount:nobody']}]});
+  const [ta] = await nobody.table('t1').testIamPermissions(SCOPED);
+  show('table admin permissions on t1', ta.sort().join(','));
+  show('table admin lists tables', await code(nobody.getTables()));
+  const [tr] = await reader.table('t2').testIamPermissions(SCOPED);
+  show('instance reader permissions on t2', tr.sort().join(','));
   // A deleted table's policy goes with it: a new table of that name starts without one.
   await admin.table('t1').delete();
   await admin.createTable('t1', {families: ['cf']});

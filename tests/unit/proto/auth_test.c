@@ -237,6 +237,9 @@ static void test_auth_methods(void **state) {
         /* Everything an admin-only permission guards is audited as an admin call. */
         if (p->role == ST_ROLE_ADMIN && !m[i].admin)
             fail_msg("%s is admin-only but not audited", m[i].path);
+        /* TestIamPermissions answers a permission at its own scope: the methods' must agree. */
+        if (p->scope != m[i].scope)
+            fail_msg("%s checks %s at another scope than the permission's", m[i].path, m[i].perm);
     }
     const st_auth_method *rr = st_auth_method_find("/google.bigtable.v2.Bigtable/ReadRows");
     assert_non_null(rr);

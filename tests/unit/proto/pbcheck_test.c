@@ -7,7 +7,7 @@
  * protobuf-c reads them (through a descriptor written here, since our .proto files have none);
  * that what unpacking would allocate is bounded (millions of empty elements are refused, the
  * API's largest requests of small cells are not); and that btu_pb_unpack_lift leaves a bytes field
- * in place and checks the rest the same way. */
+ * in place and checks the rest the same way; and that requests' strings must be UTF-8. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -422,6 +422,58 @@ static void test_pb_unpack_lift(void **state) {
     assert_int_equal(lifted.len, 0);
 }
 
+/* btu_pb_unpack_request refuses a string field that is not UTF-8 (RFC 3629: overlong forms,
+ * surrogates, code points past U+10FFFF, stray or missing continuation bytes), naming the field,
+ * and takes every valid one up to 4 bytes a character; btu_pb_unpack (stored records) takes both.
+ */
+static void test_pbcheck_request_strings_utf8(void **state) {
+    (void)state;
+    static const char *const good[] = {"",
+                                       "abc",
+                                       "caf\xc3\xa9",
+                                       "\xe2\x9c\x93",
+                                       "\xed\x9f\xbf",
+                                       "\xee\x80\x80",
+                                       "\xf0\x9d\x84\x9e",
+                                       "\xf4\x8f\xbf\xbf"};
+    static const char *const bad[] = {"\x80",
+                                      "a\xff",
+                                      "\xc0\xaf",
+                                      "\xc1\xbf",
+                                      "\xe0\x80\xaf",
+                                      "\xed\xa0\x80",
+                                      "\xf0\x80\x80\xaf",
+                                      "\xf4\x90\x80\x80",
+                                      "\xf5\x80\x80\x80",
+                                      "\xe2\x82",
+                                      "\xe2\x82x",
+                                      "\xc3"};
+    const ProtobufCMessageDescriptor *desc =
+        &google__bigtable__admin__v2__create_table_request__descriptor;
+    for (size_t i = 0; i < sizeof good / sizeof good[0] + sizeof bad / sizeof bad[0]; i++) {
+        bool ok = i < sizeof good / sizeof good[0];
+        Google__Bigtable__Admin__V2__CreateTableRequest req;
+        google__bigtable__admin__v2__create_table_request__init(&req);
+        req.parent = "projects/p/instances/i";
+        req.table_id = (char *)(ok ? good[i] : bad[i - sizeof good / sizeof good[0]]);
+        uint8_t buf[128];
+        size_t n = google__bigtable__admin__v2__create_table_request__pack(&req, buf);
+        st_err err = {0};
+        ProtobufCMessage *m = btu_pb_unpack_request(desc, NULL, st_slice_make(buf, n), &err);
+        if (ok != (m != NULL))
+            fail_msg("table id %zu: %s", i, err.msg);
+        if (!ok) {
+            assert_int_equal(err.code, ST_INVALID_ARGUMENT);
+            assert_non_null(strstr(err.msg, "field table_id of"));
+            assert_non_null(strstr(err.msg, "not valid UTF-8"));
+        }
+        protobuf_c_message_free_unpacked(m, NULL);
+        m = btu_pb_unpack(desc, NULL, st_slice_make(buf, n), &err);
+        assert_non_null(m);
+        protobuf_c_message_free_unpacked(m, NULL);
+    }
+}
+
 /* The unpacked-size bound: the API's largest requests of small cells pass (100,000 SetCells in
  * one MutateRow, 100,000 one-cell MutateRows entries), a few million empty entries, empty
  * mutations or unknown fields do not. */
@@ -484,6 +536,7 @@ int main(void) {
         cmocka_unit_test(test_pbcheck_packed_requests_pass),
         cmocka_unit_test(test_pb_unpack_lift),
         cmocka_unit_test(test_pbcheck_wide_messages),
+        cmocka_unit_test(test_pbcheck_request_strings_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -130,8 +130,9 @@ typedef enum st_auth_scope {
     ST_AUTH_SCOPE_ANY,      /* every authenticated principal (TestIamPermissions) */
 } st_auth_scope;
 typedef struct st_auth_perm {
-    const char *name; /* "bigtable.tables.readRows" */
-    st_role role;     /* minimum role */
+    const char *name;    /* "bigtable.tables.readRows" */
+    st_role role;        /* minimum role */
+    st_auth_scope scope; /* TABLE: held through a table's grants too; INSTANCE: the instance's */
 } st_auth_perm;
 typedef struct st_auth_method {
     const char *path; /* "/google.bigtable.v2.Bigtable/ReadRows" */

@@ -166,6 +166,13 @@ st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, uns
  * unpacked. Use it for every message that arrives from another process. */
 ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
                                 st_slice bytes, st_err *err);
+/* btu_pb_unpack of a request a server handles, which also refuses (INVALID_ARGUMENT "invalid
+ * <type>: field <f> of <type> is not valid UTF-8 ...") a string field that is not UTF-8, as
+ * proto3 requires and Cloud Bigtable does: stored and sent back, such a string makes grpc-go
+ * clients (cbt, the Go client) fail the whole answer that carries it. Records already stored are
+ * read with btu_pb_unpack, which does not check, so they stay readable and deletable. */
+ProtobufCMessage *btu_pb_unpack_request(const ProtobufCMessageDescriptor *desc,
+                                        ProtobufCAllocator *alloc, st_slice bytes, st_err *err);
 
 /* btu_pb_unpack of bytes without the length-delimited field number `field` (a top-level bytes
  * field): its last occurrence, as protobuf takes it, is left where it lies and set in *lifted
