@@ -8,6 +8,12 @@
  *     CopyRows                                         + strata-node (a move's source sends
  *                                                         rows; only into a move's incoming
  *                                                         copy, node_h_copy_rows checks)
+ *     PutTable, CreateTablet, DropTablet               + strata-node (a move's source makes
+ *                                                         its copy on the target: PutTable
+ *                                                         purging no family, CreateTablet of
+ *                                                         an incoming copy or activating one,
+ *                                                         DropTablet of an incoming copy;
+ *                                                         internal.c checks)
  *     ReadBackupFile, ListBackupPieces                 + strata-node (a pull reads the source's
  *                                                         piece; only with the read ticket a
  *                                                         router obtained for that piece,
@@ -40,6 +46,9 @@ static const access_rule rules[] = {
     {"/strata.internal.v1.Replication/", ROLE_ADMIN},
     {"/strata.internal.v1.Node/ListTablets", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"/strata.internal.v1.Node/CopyRows", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
+    {"/strata.internal.v1.Node/PutTable", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
+    {"/strata.internal.v1.Node/CreateTablet", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
+    {"/strata.internal.v1.Node/DropTablet", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"/strata.internal.v1.Node/ReadBackupFile", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"/strata.internal.v1.Node/ListBackupPieces", ROLE_ROUTER | ROLE_NODE | ROLE_ADMIN},
     {"", ROLE_ROUTER | ROLE_ADMIN},
@@ -77,6 +86,10 @@ static void roles_text(unsigned mask, char *out, size_t cap) {
                 return;
             used += (size_t)w;
         }
+}
+
+bool node_caller_is_node(rpc_call *call) {
+    return !strcmp(rpc_call_peer_role(call), RPC_ROLE_NODE);
 }
 
 st_code node_access_guard(rpc_call *call, const char *path, void *arg, st_err *err) {

@@ -237,6 +237,24 @@ static st_code put_purge_start(node_ctx *n, rpc_call *call,
     return rc;
 }
 
+/* True when a PutTable of pt would drop a family of the table here (put_purge_start's test,
+ * without starting anything); false when the table is new here or the schema cannot be read (the
+ * PutTable then fails on its own). */
+static bool put_would_purge(node_ctx *n, const Google__Bigtable__Admin__V2__Table *pt) {
+    node_table *meta = node_catalog_find(n->catalog, pt->name);
+    if (!meta)
+        return false;
+    node_table spec;
+    memset(&spec, 0, sizeof spec);
+    st_err err = {0};
+    bool purge = false;
+    if (node_table_families_from_pb(&spec, pt, &err) == ST_OK)
+        for (size_t i = 0; !purge && i < meta->n_families; i++)
+            purge = !node_table_family(&spec, st_slice_cstr(meta->families[i].name));
+    node_table_deinit(&spec);
+    return purge;
+}
+
 void node_h_put_table(rpc_call *call, st_slice req_bytes, void *arg) {
     node_ctx *n = arg;
     Strata__Internal__V1__PutTableRequest *req =
@@ -248,6 +266,14 @@ void node_h_put_table(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     }
     st_err err = {0};
+    if (node_caller_is_node(call) && put_would_purge(n, req->table)) {
+        node_fail(call, ST_PERMISSION_DENIED,
+                  "PutTable from a client whose certificate names strata-node may not drop a "
+                  "family of table %s (a move's source sends the schema the table has); schema "
+                  "changes come from a router (docs/security.md, Internal links)",
+                  req->table->name);
+        return;
+    }
     st_code rc = put_purge_start(n, call, req->table, &err);
     if (rc == ST_NOT_FOUND) /* no family to purge */
         put_finish(n, call, ST_OK, NULL, req->table, false);
@@ -628,6 +654,12 @@ void node_h_create_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
         call, &strata__internal__v1__create_tablet_request__descriptor, req_bytes);
     if (!req)
         return;
+    if (node_caller_is_node(call) && !req->incoming && !req->activate) {
+        node_fail(call, ST_PERMISSION_DENIED,
+                  "CreateTablet from a client whose certificate names strata-node makes only a "
+                  "move's incoming copy or activates one (docs/security.md, Internal links)");
+        return;
+    }
     node_tablets *t = node_table_or_fail(n, call, req->table_name, NULL);
     if (!t)
         return;
@@ -697,6 +729,14 @@ void node_h_drop_tablet(rpc_call *call, st_slice req_bytes, void *arg) {
     if (tab->moving) {
         node_fail(call, ST_FAILED_PRECONDITION,
                   "tablet %" PRIu64 " is being moved; the move drops it when done", tab->id);
+        return;
+    }
+    if (!tab->incoming && node_caller_is_node(call)) {
+        node_fail(call, ST_PERMISSION_DENIED,
+                  "DropTablet from a client whose certificate names strata-node drops only a "
+                  "move's incoming copy, and tablet %" PRIu64 " serves clients (docs/security.md, "
+                  "Internal links)",
+                  tab->id);
         return;
     }
     st_err err = {0};

@@ -1244,7 +1244,7 @@ void node_h_copy_rows(rpc_call *call, st_slice req_bytes, void *arg) {
     /* A move's source sends rows only into the incoming copy it created (then, once the copy is
      * active, only its clock), so a strata-node certificate writes no rows into a tablet that
      * serves clients through this method. */
-    if (req->n_rows && !tab->incoming && !strcmp(rpc_call_peer_role(call), RPC_ROLE_NODE)) {
+    if (req->n_rows && !tab->incoming && node_caller_is_node(call)) {
         node_fail(call, ST_PERMISSION_DENIED,
                   "CopyRows from a client whose certificate names strata-node writes only into a "
                   "move's incoming copy, and tablet %" PRIu64 " is not one (docs/security.md, "

@@ -149,6 +149,9 @@ struct node_ctx {
  * certificates, and the server guard enforcing them (rpc_guard_fn). */
 unsigned node_access_roles(const char *path);
 st_code node_access_guard(rpc_call *call, const char *path, void *arg, st_err *err);
+/* The caller's certificate names strata-node: another node (a move's source, a shipper, a
+ * backup pull), whose calls the handlers of methods shared with routers restrict further. */
+bool node_caller_is_node(rpc_call *call);
 
 /* Tablets of a table; NULL if the table is unknown. */
 node_tablets *node_tablets_find(node_ctx *n, const char *table);

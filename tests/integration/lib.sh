@@ -147,11 +147,11 @@ up_single() {
     { cat "$TMPD/up.out"; fail "strata up"; }
 }
 
-# up_secure_single: `strata up --secure --clusters 1 --nodes 1` in $DIR on $PORT (after
-# instance_init); sets S (DIR/secure) and cbts ARGS... (cbt with the command line up printed:
-# its CA and admin token). Fails the test when it does not start.
+# up_secure_single [ARGS...]: `strata up --secure --clusters 1 --nodes 1 ARGS...` in $DIR on
+# $PORT (after instance_init; a later --nodes wins); sets S (DIR/secure) and cbts ARGS... (cbt
+# with the command line up printed: its CA and admin token). Fails the test when it does not start.
 up_secure_single() {
-  "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 --secure >"$TMPD/up.out" 2>&1 ||
+  "$STRATA" up --dir "$DIR" --port "$PORT" --clusters 1 --nodes 1 --secure "$@" >"$TMPD/up.out" 2>&1 ||
     { cat "$TMPD/up.out"; fail "strata up --secure"; }
   S=$DIR/secure
   local line
