@@ -96,6 +96,10 @@ void sto_log_close(sto_log *log) {
 
 /* ---- accessors ---- */
 
+bool sto_log_tail_lost(sto_log *log) {
+    return log->tail_dropped;
+}
+
 uint64_t sto_log_last_durable_lsn(sto_log *log) {
     pthread_mutex_lock(&log->mu);
     uint64_t v = log->durable_lsn;

@@ -102,6 +102,9 @@ struct sto_log {
     /* Accepted holes, in lsn order: set by recovery before any cursor exists, fixed after. */
     log_hole *holes;
     size_t n_holes;
+    /* Recovery accepted the loss of the last segment's tail (cut short, or acknowledged records
+     * unreadable): sto_log_tail_dropped. Set before any cursor exists. */
+    bool tail_dropped;
     bool closing, appends_started, replaying;
     /* Bumped (atomically, under mu) whenever segments leave the list or one is replaced, so a
      * cursor can keep reading without the lock until the list changes under it. */

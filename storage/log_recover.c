@@ -561,6 +561,8 @@ st_code sto_log_replay(sto_log *log, uint64_t from_lsn,
      * segment now, for the manifest to name. */
     if (rc == ST_OK && (c.dropped || n == 0))
         rc = log_segment_create(log, log->next_lsn, err);
+    if (c.dropped)
+        log->tail_dropped = true;
     log_reader_close(&c.rd);
     st_arena_deinit(&c.arena);
     pthread_mutex_lock(&log->mu);

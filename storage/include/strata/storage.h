@@ -431,6 +431,10 @@ void sto_log_reader_close(sto_log_reader *r);
 st_code sto_log_hold(sto_db *db, const char *holder, uint64_t lsn, st_err *err);
 st_code sto_log_release(sto_db *db, const char *holder, st_err *err);
 uint64_t sto_log_last_lsn(sto_db *db); /* the lsn of the last durable record (0 = none) */
+/* True when this open dropped the end of the commit log (a last segment cut short, or records
+ * its checkpoint calls durable unreadable) because accept_data_loss allowed it: records past
+ * sto_log_last_lsn that readers (a peer's shipper) may have taken are gone. */
+bool sto_log_tail_dropped_at_open(sto_db *db);
 
 /* ---- statistics ---- */
 typedef struct sto_stats {

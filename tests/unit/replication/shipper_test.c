@@ -441,11 +441,11 @@ static void test_shipper_refuses_position_past_log_end(void **state) {
     env_close(&e);
 }
 
-/* The same file on a node started with --accept-data-loss (its log cut short after the peer had
- * acknowledged records past the kept end): shipping resumes right after the log's end, the file
- * says so at once (a later start without the flag believes it), and new writes reach the peer.
- * Before, the start failed on the file, and a removed file shipped the whole log again. */
-static void test_shipper_clamps_position_past_log_end_when_loss_accepted(void **state) {
+/* The same file on a node started with --accept-data-loss whose log was not cut: the flag alone
+ * does not explain a position past the end (the file is damaged), so the start still fails on
+ * it; clamping it would skip every record up to the log's end, which the peer never got. (A real
+ * cut, which the log reports, clamps: repl_log_cut_test.) */
+static void test_shipper_refuses_position_past_intact_log_even_when_loss_accepted(void **state) {
     (void)state;
     env e;
     env_open(&e);
@@ -457,6 +457,7 @@ static void test_shipper_clamps_position_past_log_end_when_loss_accepted(void **
     char path[700], text[64];
     snprintf(path, sizeof path, "%s/peer-west.pos", e.state_e);
     uint64_t end = sto_log_last_lsn(e.east_db);
+    assert_false(sto_log_tail_dropped_at_open(e.east_db));
     int len =
         snprintf(text, sizeof text, "repl-position v1 %llu\n", (unsigned long long)end + 1000);
     FILE *f = fopen(path, "w");
@@ -467,19 +468,9 @@ static void test_shipper_clamps_position_past_log_end_when_loss_accepted(void **
     repl_opts_for(&e, &o, true, 0);
     o.accept_data_loss = true;
     st_err err = {0};
-    assert_int_equal(repl_open(&o, &e.re, &err), ST_OK);
-    repl_peer_stats st;
-    repl_peer_stats_get(e.re, 0, &st);
-    assert_int_equal(st.acked_next_lsn, end + 1);
-    f = fopen(path, "r");
-    assert_non_null(f);
-    unsigned long long recorded = 0;
-    assert_int_equal(fscanf(f, "repl-position v1 %llu", &recorded), 1);
-    fclose(f);
-    assert_int_equal(recorded, end + 1);
-    write_rows(&e, 30, 10, false);
-    run_until(&e, east_caught_up);
-    assert_west_matches_east(&e); /* the new rows arrived */
+    assert_int_equal(repl_open(&o, &e.re, &err), ST_DATA_LOSS);
+    assert_non_null(strstr(err.msg, "past the commit log's end"));
+    e.re = NULL;
     env_close(&e);
 }
 
@@ -1029,7 +1020,7 @@ int main(void) {
         cmocka_unit_test(test_shipper_delivers_and_skips_replicated),
         cmocka_unit_test(test_shipper_resumes_after_restart),
         cmocka_unit_test(test_shipper_refuses_position_past_log_end),
-        cmocka_unit_test(test_shipper_clamps_position_past_log_end_when_loss_accepted),
+        cmocka_unit_test(test_shipper_refuses_position_past_intact_log_even_when_loss_accepted),
         cmocka_unit_test(test_shipper_backs_off_and_recovers),
         cmocka_unit_test(test_shipper_reports_unreadable_records),
         cmocka_unit_test(test_shipper_routes_by_peer_tablet_map),
