@@ -466,6 +466,7 @@ static void group_hold(rpc_client *c, rpc_ccall *call) {
         return;
     }
     g->head = g->tail = call;
+    c->hold_newest = g;
     if (!c->hold_ring) {
         g->ring_prev = g->ring_next = g;
         c->hold_ring = g;
@@ -491,6 +492,8 @@ static void group_unhold(rpc_client *c, rpc_ccall *call) {
     call->group_prev = call->group_next = NULL;
     if (g->head)
         return;
+    if (c->hold_newest == g)
+        c->hold_newest = NULL;
     if (g->ring_next == g) {
         c->hold_ring = NULL;
     } else {
@@ -596,9 +599,16 @@ static bool ccall_start(rpc_client *c, rpc_ccall *call) {
     return true;
 }
 
-/* The next held call to send: the oldest of the group with the fewest streams open, the first
- * in turn among equals; the turn passes to the group after it. */
+/* The next held call to send: every other time, the oldest of the group that joined last, once
+ * (an owner arriving behind a crowd of owners with one call each); otherwise the oldest of the
+ * group with the fewest streams open, the first in turn among equals, whose turn then passes. */
 static rpc_ccall *held_next_out(rpc_client *c) {
+    c->hold_express_turn = !c->hold_express_turn;
+    if (c->hold_express_turn && c->hold_newest) {
+        rpc_hold_group *g = c->hold_newest;
+        c->hold_newest = NULL;
+        return g->head;
+    }
     rpc_hold_group *best = c->hold_ring;
     for (rpc_hold_group *g = best->ring_next; g != c->hold_ring && best->open > 0; g = g->ring_next)
         if (g->open < best->open)

@@ -71,6 +71,11 @@ struct rpc_client {
      * starts at the next in turn; a group is freed with its last call (hold_group0, the calls
      * without owner, is part of the client). */
     rpc_hold_group *hold_ring;
+    /* The group that joined the ring last, until it gets its express turn: every other stream
+     * that frees goes to it (held_next_out), so an owner arriving behind many owners that each
+     * hold one call waits for one stream, not for all of them. */
+    rpc_hold_group *hold_newest;
+    bool hold_express_turn;
     rpc_hold_group *hold_hash[RPC_HOLD_BUCKETS];
     rpc_hold_group hold_group0;
 };

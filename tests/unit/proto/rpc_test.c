@@ -1026,6 +1026,52 @@ static void test_rpc_held_calls_take_turns_by_owner(void **state) {
     fixture_stop(f);
 }
 
+/* An owner arriving behind a crowd of owners that each wait with one call gets one of the next
+ * two streams that free (its express turn), not the stream after all of theirs. */
+static void test_rpc_held_calls_newest_owner_goes_soon(void **state) {
+    (void)state;
+    rpc_server_opts opts = {.streams_max = 8};
+    fixture *f = fixture_start(&opts);
+    struct event_base *base = event_base_new();
+    rpc_client *c = rpc_client_new(base, "127.0.0.1", f->port, NULL, NULL);
+    held_ctx first = {0}, busy = {0}, crowd = {0}, other = {0};
+    assert_int_equal(rpc_client_unary(c, "/t.T/Echo", ST_SLICE_LIT("a"), NULL, 0, 30000,
+                                      held_unary_done, &first),
+                     ST_OK);
+    held_wait(base, &first, 1);
+    enum { CROWD = 20 };
+    rpc_ccall *never[8], *waiting[CROWD];
+    for (int i = 0; i < 8; i++)
+        assert_non_null(never[i] = rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 0,
+                                                   NULL, held_done, &busy));
+    for (int i = 0; i < CROWD; i++) { /* one call per owner, as one connection per scan */
+        assert_non_null(waiting[i] = rpc_client_call(c, "/t.T/Never", ST_SLICE_LIT("x"), NULL, 0, 0,
+                                                     NULL, held_done, &crowd));
+        rpc_ccall_set_owner(waiting[i], 100 + (uint64_t)i);
+    }
+    rpc_ccall *mine =
+        rpc_client_call(c, "/t.T/Echo", ST_SLICE_LIT("b"), NULL, 0, 5000, NULL, held_done, &other);
+    assert_non_null(mine);
+    rpc_ccall_set_owner(mine, 7);
+    for (int i = 0; i < 2; i++) {
+        rpc_ccall_cancel(never[i]);
+        held_wait(base, &busy, i + 1);
+    }
+    held_wait(base, &other, 1);
+    assert_int_equal(other.ok, 1);
+    for (int i = 2; i < 8; i++)
+        rpc_ccall_cancel(never[i]);
+    for (int i = 0; i < CROWD; i++)
+        rpc_ccall_cancel(waiting[i]);
+    held_wait(base, &busy, 8);
+    held_wait(base, &crowd, CROWD);
+    assert_true(rpc_client_alive(c));
+    rpc_client_free(c);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    fixture_stop(f);
+}
+
 /* rpc_server_post_item: entries embedded in the poster's objects run on the loop in posting order,
  * interleaved with rpc_server_post's own; an entry's function may free the object holding it
  * (ASan checks the server does not touch it afterwards). */
@@ -1669,6 +1715,7 @@ int main(void) {
         cmocka_unit_test(test_rpc_deadlines_on_queued_calls),
         cmocka_unit_test(test_rpc_held_calls_end_without_frames),
         cmocka_unit_test(test_rpc_held_calls_take_turns_by_owner),
+        cmocka_unit_test(test_rpc_held_calls_newest_owner_goes_soon),
         cmocka_unit_test(test_rpc_client_cancel_reaches_handler),
         cmocka_unit_test(test_rpc_post_item_in_order),
         cmocka_unit_test(test_rpc_bad_frames_end_stream_or_connection),
