@@ -813,6 +813,9 @@ static st_code task_take_ticket(bk_task *t) {
 
 static void task_stage_done(bk_task *t) {
     bk_job *j = t->job;
+    /* A ticket is no progress: a pull that keeps failing (its node down), each retry after a
+     * fresh ticket, must still end the job after RTR_BK_STALL_MS without progress. */
+    bool granted = t->stage == TASK_GRANT;
     if (t->stage == TASK_GRANT) {
         if (task_take_ticket(t) != ST_OK) {
             job_fail(j, ST_INTERNAL, "node %s answered GrantBackupRead with an unreadable ticket",
@@ -832,7 +835,8 @@ static void task_stage_done(bk_task *t) {
     } else {
         t->stage++;
     }
-    j->progress_us = st_mono_us();
+    if (!granted)
+        j->progress_us = st_mono_us();
     if (t->stage == TASK_DONE) {
         j->done_tasks++;
         job_progress(j, j->done_tasks, j->n_tasks + 1);
