@@ -190,7 +190,6 @@ st_code node_repl_start(node_ctx *n, st_err *err) {
         o.ops = &glue_ops;
         o.node = n;
         o.client_opts = &n->peer_opts; /* mutual TLS to the peer clusters' nodes, if on */
-        o.accept_data_loss = n->opts.accept_data_loss;
         rc = repl_open(&o, &n->repl, err);
     }
     if (rc == ST_OK)

@@ -133,8 +133,9 @@ void shipper_start_backoff(repl_shipper *s);
 
 /* shipper_pos.c */
 st_code shipper_pos_read(repl_shipper *s, uint64_t *lsn, st_err *err);
-/* A position *lsn past the commit log's end + 1: DATA_LOSS naming the file, or, when the operator
- * accepted data loss (a log cut short), *lsn moved to the end + 1 and recorded in the file. */
+/* A position *lsn past the commit log's end + 1: DATA_LOSS naming the file, or, when this start
+ * dropped the log's tail (accepted data loss: sto_log_tail_dropped_at_open), *lsn moved to the
+ * end + 1 and recorded in the file. */
 st_code shipper_pos_check(repl_shipper *s, uint64_t *lsn, st_err *err);
 uint64_t shipper_durable_get(repl_shipper *s);
 void *shipper_recorder_main(void *arg);

@@ -79,9 +79,9 @@ st_code shipper_pos_check(repl_shipper *s, uint64_t *lsn, st_err *err) {
     uint64_t end = sto_log_last_lsn(s->r->o.db);
     if (*lsn <= end + 1)
         return ST_OK;
-    /* Only a cut this start accepted explains the gap: the flag alone does not (a damaged file
-     * on an intact log would skip records the peer never got). */
-    if (s->r->o.accept_data_loss && sto_log_tail_dropped_at_open(s->r->o.db))
+    /* Only a cut this start accepted (--accept-data-loss) explains the gap: the flag alone does
+     * not (a damaged file on an intact log would skip records the peer never got). */
+    if (sto_log_tail_dropped_at_open(s->r->o.db))
         return pos_clamp_accepted(s, lsn, end, err);
     return st_err_set(err, ST_DATA_LOSS,
                       "replication position file %s names lsn %" PRIu64

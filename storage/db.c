@@ -786,12 +786,12 @@ st_code sto_log_release(sto_db *db, const char *holder, st_err *err) {
     return hold_change(db, holder, 0, true, err);
 }
 
-/* The log publishes its durable point after the done callbacks ran, so a write already
- * acknowledged (and applied) may be ahead of it for a moment: report the larger. */
 bool sto_log_tail_dropped_at_open(sto_db *db) {
-    return sto_log_tail_lost(db->log);
+    return sto_log_tail_dropped(db->log);
 }
 
+/* The log publishes its durable point after the done callbacks ran, so a write already
+ * acknowledged (and applied) may be ahead of it for a moment: report the larger. */
 uint64_t sto_log_last_lsn(sto_db *db) {
     uint64_t d = sto_log_last_durable_lsn(db->log), a = atomic_load(&db->applied_lsn);
     return a > d ? a : d;

@@ -96,7 +96,7 @@ void sto_log_close(sto_log *log) {
 
 /* ---- accessors ---- */
 
-bool sto_log_tail_lost(sto_log *log) {
+bool sto_log_tail_dropped(sto_log *log) {
     return log->tail_dropped;
 }
 

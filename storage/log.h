@@ -107,7 +107,8 @@ st_code sto_log_append_wait(sto_log *log, const sto_row_mut *rows, size_t n, sto
  * it may trail a done callback by a moment); 0 until the log is positioned (by sto_log_replay or
  * the first append). */
 uint64_t sto_log_last_durable_lsn(sto_log *log);
-bool sto_log_tail_lost(sto_log *log); /* sto_log_tail_dropped_at_open's answer */
+/* Recovery dropped the last segment's tail (accept_data_loss): sto_log_tail_dropped_at_open. */
+bool sto_log_tail_dropped(sto_log *log);
 uint64_t sto_log_bytes(sto_log *log); /* bytes in live segments */
 /* Whether the last group commit failed for lack of space (ST_RESOURCE_EXHAUSTED): true from such
  * a failure until a group succeeds. */

@@ -161,9 +161,6 @@ typedef struct repl_opts {
     const repl_node_ops *ops; /* copied */
     void *node;
     const rpc_client_opts *client_opts; /* TLS for links to peers; NULL = plaintext */
-    /* The node was started with --accept-data-loss: a position file past the log's end (records
-     * the peer acknowledged were cut from the log) resumes at the end instead of failing. */
-    bool accept_data_loss;
     /* Tuning (0 = the defaults above; tests shrink them). */
     size_t batch_rows_max, batch_bytes_max, inflight_max;
     uint32_t backoff_min_ms, backoff_max_ms, hold_interval_ms, poll_ms, rpc_timeout_ms;

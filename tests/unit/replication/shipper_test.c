@@ -441,10 +441,10 @@ static void test_shipper_refuses_position_past_log_end(void **state) {
     env_close(&e);
 }
 
-/* The same file on a node started with --accept-data-loss whose log was not cut: the flag alone
- * does not explain a position past the end (the file is damaged), so the start still fails on
- * it; clamping it would skip every record up to the log's end, which the peer never got. (A real
- * cut, which the log reports, clamps: repl_log_cut_test.) */
+/* The same file while the log reports no dropped tail (a node started with --accept-data-loss
+ * whose log was not cut): nothing explains a position past the end (the file is damaged), so
+ * the start still fails on it; clamping it would skip every record up to the log's end, which
+ * the peer never got. (A real cut, which the log reports, clamps: repl_log_cut_test.) */
 static void test_shipper_refuses_position_past_intact_log_even_when_loss_accepted(void **state) {
     (void)state;
     env e;
@@ -466,7 +466,6 @@ static void test_shipper_refuses_position_past_intact_log_even_when_loss_accepte
     fclose(f);
     repl_opts o;
     repl_opts_for(&e, &o, true, 0);
-    o.accept_data_loss = true;
     st_err err = {0};
     assert_int_equal(repl_open(&o, &e.re, &err), ST_DATA_LOSS);
     assert_non_null(strstr(err.msg, "past the commit log's end"));
