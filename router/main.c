@@ -238,40 +238,44 @@ static int tls_open(tls_files *t) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    const char *config = NULL, *listen = NULL, *zone = NULL;
-    const char *auth_file = NULL, *audit_log = NULL; /* docs/security.md */
-    uint64_t audit_max = 0;
-    int balance = RTR_BALANCE_AUTO;
-    long long balance_ms = 0;
-    bool no_unix = false;
-    uint64_t cs_max = 0;
-    tls_files tls = {0};
+/* What the command line sets: the flags' values before they become rtr_opts. */
+typedef struct {
+    const char *config, *listen, *zone;
+    const char *auth_file, *audit_log; /* docs/security.md */
+    uint64_t audit_max, cs_max;
+    int balance;
+    long long balance_ms;
+    bool no_unix;
+    tls_files tls;
     rpc_limits limits; /* --max-connections and the other flags of strata/rpc.h */
-    rpc_limits_default(&limits);
+} router_args;
+
+/* Reads the flags into r; returns -1 to go on, else the exit status (after --help, --version
+ * or a bad flag, said on stderr). */
+static int parse_args(int argc, char **argv, router_args *r) {
     st_err lim_err = {0};
     int lim_rc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--config") && v)
-            config = argv[++i];
+            r->config = argv[++i];
         else if (!strcmp(a, "--listen") && v)
-            listen = argv[++i];
+            r->listen = argv[++i];
         else if (!strcmp(a, "--zone") && v)
-            zone = argv[++i];
+            r->zone = argv[++i];
         else if (!strcmp(a, "--tls-cert") && v)
-            tls.cert = argv[++i];
+            r->tls.cert = argv[++i];
         else if (!strcmp(a, "--tls-key") && v)
-            tls.key = argv[++i];
+            r->tls.key = argv[++i];
         else if (!strcmp(a, "--tls-client-ca") && v)
-            tls.client_ca = argv[++i];
+            r->tls.client_ca = argv[++i];
         else if (!strcmp(a, "--auth-file") && v)
-            auth_file = argv[++i];
+            r->auth_file = argv[++i];
         else if (!strcmp(a, "--audit-log") && v)
-            audit_log = argv[++i];
+            r->audit_log = argv[++i];
         else if (!strcmp(a, "--audit-log-max-bytes") && v) {
-            if (!st_parse_u64(argv[++i], 4096, UINT64_MAX, &audit_max)) {
+            if (!st_parse_u64(argv[++i], 4096, UINT64_MAX, &r->audit_max)) {
                 fprintf(stderr,
                         "strata-router: --audit-log-max-bytes takes a whole number of "
                         "bytes, at least 4096, got '%s'\n",
@@ -279,11 +283,11 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--internal-ca") && v)
-            tls.int_ca = argv[++i];
+            r->tls.int_ca = argv[++i];
         else if (!strcmp(a, "--internal-cert") && v)
-            tls.int_cert = argv[++i];
+            r->tls.int_cert = argv[++i];
         else if (!strcmp(a, "--internal-key") && v)
-            tls.int_key = argv[++i];
+            r->tls.int_key = argv[++i];
         else if (!strcmp(a, "--metrics") && v) {
             if (!st_addr_split(argv[++i], metrics_host, sizeof metrics_host, &metrics_port) ||
                 !metrics_host[0]) {
@@ -292,9 +296,9 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--balance") && v) {
             const char *m = argv[++i];
-            balance = !strcmp(m, "on")    ? RTR_BALANCE_ON
-                      : !strcmp(m, "off") ? RTR_BALANCE_OFF
-                                          : RTR_BALANCE_AUTO;
+            r->balance = !strcmp(m, "on")    ? RTR_BALANCE_ON
+                         : !strcmp(m, "off") ? RTR_BALANCE_OFF
+                                             : RTR_BALANCE_AUTO;
             if (strcmp(m, "on") && strcmp(m, "off") && strcmp(m, "auto")) {
                 fprintf(stderr, "strata-router: --balance takes auto, on or off\n");
                 return 2;
@@ -308,7 +312,7 @@ int main(int argc, char **argv) {
                         RTR_BALANCE_MS_MAX, v);
                 return 2;
             }
-            balance_ms = (long long)ms;
+            r->balance_ms = (long long)ms;
         } else if (!strcmp(a, "--poll-us") && v) {
             if (!rpc_loop_poll_parse(argv[++i], &poll_us)) {
                 fprintf(stderr, "strata-router: --poll-us takes 0 to %d (microseconds)\n",
@@ -316,7 +320,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--max-change-streams") && v) {
-            if (!st_parse_u64(argv[++i], 1, UINT32_MAX, &cs_max)) {
+            if (!st_parse_u64(argv[++i], 1, UINT32_MAX, &r->cs_max)) {
                 fprintf(stderr,
                         "strata-router: --max-change-streams takes a whole number from 1 to "
                         "%u, got '%s'\n",
@@ -324,8 +328,8 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--no-unix"))
-            no_unix = true;
-        else if ((lim_rc = rpc_limits_flag(&limits, a, v, &lim_err)) != 0) {
+            r->no_unix = true;
+        else if ((lim_rc = rpc_limits_flag(&r->limits, a, v, &lim_err)) != 0) {
             if (lim_rc < 0) {
                 fprintf(stderr, "strata-router: %s\n", lim_err.msg);
                 return 2;
@@ -345,61 +349,70 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!config) {
+    if (!r->config) {
         fprintf(stderr, "strata-router: --config TOPOLOGY_FILE is required\n");
         usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    router_args a = {.balance = RTR_BALANCE_AUTO};
+    rpc_limits_default(&a.limits);
+    int arg_rc = parse_args(argc, argv, &a);
+    if (arg_rc >= 0)
+        return arg_rc;
     static st_topology topo; /* large: not on the stack */
     st_err err = {0};
-    if (st_topology_load(config, &topo, &err) != ST_OK) {
+    if (st_topology_load(a.config, &topo, &err) != ST_OK) {
         fprintf(stderr, "strata-router: %s\n", err.msg);
         return 1;
     }
     rtr_opts o;
     rtr_opts_default(&o);
     o.topo = &topo;
-    o.balance = balance;
-    o.balance_ms = balance_ms;
-    o.zone = zone;
-    o.no_unix = no_unix;
-    o.change_streams_max = (uint32_t)cs_max;
-    o.auth_file = auth_file;
-    o.audit_log = audit_log;
-    o.audit_log_bytes_max = audit_max;
+    o.balance = a.balance;
+    o.balance_ms = a.balance_ms;
+    o.zone = a.zone;
+    o.no_unix = a.no_unix;
+    o.change_streams_max = (uint32_t)a.cs_max;
+    o.auth_file = a.auth_file;
+    o.audit_log = a.audit_log;
+    o.audit_log_bytes_max = a.audit_max;
     char host[ST_TOPO_ADDR_MAX + 1];
-    if (listen) {
-        if (!st_addr_split(listen, host, sizeof host, &o.listen_port)) {
+    if (a.listen) {
+        if (!st_addr_split(a.listen, host, sizeof host, &o.listen_port)) {
             fprintf(stderr,
                     "strata-router: bad --listen '%s': use HOST:PORT ([::1]:PORT for IPv6)\n",
-                    listen);
+                    a.listen);
             return 2;
         }
         o.listen_host = host;
     }
-    int tls_rc = tls_open(&tls);
+    int tls_rc = tls_open(&a.tls);
     if (tls_rc != 0) {
-        SSL_CTX_free(tls.node_ctx);
+        SSL_CTX_free(a.tls.node_ctx);
         return tls_rc;
     }
-    o.ssl_ctx = tls.ctx;
-    o.node_ssl_ctx = tls.node_ctx;
-    rpc_limits_set(&limits);
+    o.ssl_ctx = a.tls.ctx;
+    o.node_ssl_ctx = a.tls.node_ctx;
+    rpc_limits_set(&a.limits);
     signal(SIGPIPE, SIG_IGN);
     st_heap_tune(); /* node batches of a MiB come and go all the time */
-    if (tls.ctx || tls.node_ctx ||
-        auth_file) /* a reload asked for while the router starts must not stop it */
+    if (a.tls.ctx || a.tls.node_ctx ||
+        a.auth_file) /* a reload asked for while the router starts must not stop it */
         signal(SIGHUP, SIG_IGN);
     struct event_base *base = event_base_new();
     if (!base) {
         fprintf(stderr, "strata-router: could not create the event loop\n");
-        SSL_CTX_free(tls.ctx);
-        SSL_CTX_free(tls.node_ctx);
+        SSL_CTX_free(a.tls.ctx);
+        SSL_CTX_free(a.tls.node_ctx);
         return 1;
     }
-    int rc = run(base, &o, &tls);
+    int rc = run(base, &o, &a.tls);
     event_base_free(base);
-    SSL_CTX_free(tls.ctx);
-    SSL_CTX_free(tls.node_ctx);
+    SSL_CTX_free(a.tls.ctx);
+    SSL_CTX_free(a.tls.node_ctx);
     return rc;
 }
