@@ -100,7 +100,9 @@ static void usage(FILE *out) {
             "                     partition: a node down counts as none)\n"
             "  --checkpoint FILE  resume from FILE when it exists (--from is then ignored), and\n"
             "                     keep it updated (atomically, after the output it covers was\n"
-            "                     flushed): a resumed run repeats changes, never skips one.\n"
+            "                     flushed): a resumed run repeats changes, never skips one;\n"
+            "                     appending to a file that a killed run left in the middle of\n"
+            "                     a line, it first ends that line\n"
             "                     A FILE that does not exist is refused without --from or\n"
             "                     --follow (a start at now would skip every earlier change);\n"
             "                     with --follow alone it starts at now and says so\n"
@@ -248,6 +250,32 @@ static bool on_change(const ops_cs_change *c, void *arg) {
     if (r->flush_ev && !evtimer_pending(r->flush_ev, NULL))
         evtimer_add(r->flush_ev, &now);
     return true;
+}
+
+/* A run killed mid-line (kill -9, power loss) leaves the file it appended to ending in part of a
+ * change; its checkpoint does not cover that change, so this run prints it again. Starting on a
+ * fresh line keeps the repeated change whole on a line of its own, instead of glued to the
+ * fragment where no JSON reader could take it. Pipes cannot be looked back into. */
+static bool end_cut_line(void) {
+    struct stat st;
+    int fl = fcntl(STDOUT_FILENO, F_GETFL);
+    off_t at = fl >= 0 && (fl & O_APPEND) && fstat(STDOUT_FILENO, &st) == 0
+                   ? st.st_size
+                   : lseek(STDOUT_FILENO, 0, SEEK_CUR);
+    /* ">>" opens the file write-only: read its last byte through a descriptor of our own */
+    int fd = at > 0 ? open("/proc/self/fd/1", O_RDONLY | O_CLOEXEC) : -1;
+    char c = '\n';
+    if (fd >= 0) {
+        if (pread(fd, &c, 1, at - 1) != 1)
+            c = '\n';
+        close(fd);
+    }
+    if (c == '\n') /* empty, at a line's start, or not readable: as it is */
+        return true;
+    if (write(STDOUT_FILENO, "\n", 1) == 1)
+        return true;
+    fprintf(stderr, "strata changes: cannot write to stdout: %s\n", strerror(errno));
+    return false;
 }
 
 /* Everything printed so far handed to the kernel. The error flag stays set after a failed
@@ -772,6 +800,8 @@ int ops_changes_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     struct stat st;
     r->out_is_file = fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode);
+    if (r->out_is_file && !end_cut_line())
+        return 1;
     r->tty = isatty(STDERR_FILENO);
     r->start_mono_us = r->answer_mono_us = st_mono_us();
     r->stall_us = stall_bound_us(r->a.heartbeat_s);

@@ -13,7 +13,9 @@
 #      UpdateTable field it used to name);
 #   6. --until at the epoch (1970-01-01T00:00:00Z) with --follow, or with a checkpoint: refused
 #      (it used to be taken for no --until at all: --follow then ran forever);
-#   7. --enable 8d: exit 2 in the CLI's words (the router's named change_stream_config).
+#   7. --enable 8d: exit 2 in the CLI's words (the router's named change_stream_config);
+#   8. appending (>>) to a file a killed run left in the middle of a line: the first change
+#      printed starts a line of its own (it used to be glued to the fragment: no JSON).
 # Usage: changes_cli_fake_test.sh PATH/TO/strata PATH/TO/changes_fake_server
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -130,4 +132,18 @@ rc=$?
   ! grep -q change_stream_config "$tmp/7.out" ||
   bad "--enable 8d: exit $rc, not the CLI's words: $(cat "$tmp/7.out")"
 echo "ok: $(cat "$tmp/7.out")"
+
+echo "== 8. appending after a cut line"
+printf '{"row":"cut in the mid' >"$tmp/8.out"
+"${CH[@]}" --from -1h >>"$tmp/8.out" 2>"$tmp/8.err" || bad "append: $(cat "$tmp/8.err")"
+python3 -c '
+import json, sys
+lines = open(sys.argv[1]).read().split("\n")
+assert lines[0] == "{\"row\":\"cut in the mid", lines[0][:80]
+assert lines[-1] == "", "no newline at the end"
+for l in lines[1:-1]:
+    json.loads(l)
+print(len(lines) - 2)' "$tmp/8.out" >"$tmp/8.n" || bad "appended changes not on lines of their own: $(head -c 300 "$tmp/8.out")"
+[ "$(cat "$tmp/8.n")" -ge 700 ] || bad "appended $(cat "$tmp/8.n") changes, expected at least 700"
+echo "ok: the fragment ended, $(cat "$tmp/8.n") whole changes after it"
 echo "PASS"
