@@ -308,6 +308,7 @@ static void probe_router(status_ctx *c, size_t r) {
     row->ok = rc == ST_OK || rc == ST_UNIMPLEMENTED;
     const char *words = rc == ST_OK                                          ? "ok"
                         : rc == ST_UNIMPLEMENTED                             ? "ok (no ping)"
+                        : rc == ST_NOT_FOUND                                 ? "other instance"
                         : row->live && ops_inst_not_answering(rc, addr)      ? ""
                         : rc != ST_UNAVAILABLE && rc != ST_DEADLINE_EXCEEDED ? st_code_name(rc)
                         : ops_inst_tcp_ready(addr, 500)                      ? "no gRPC"

@@ -4,6 +4,7 @@
  * refresh the cluster's tablet map and retry, bounded (RTR_RETRIES_MAX) with backoff, without the
  * client seeing it. */
 #include "data.h"
+#include "instance.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -481,12 +482,19 @@ void rtr_h_read_modify_write_row(rpc_call *call, st_slice req_bytes, void *arg) 
               rtr_qod_fingerprint(rpc_call_path(call), req_bytes));
 }
 
+/* The instance is checked as in every other call, so a client (or `strata status`) pinging an
+ * address that another instance's router holds learns it instead of an OK. */
 void rtr_h_ping_and_warm(rpc_call *call, st_slice req_bytes, void *arg) {
-    (void)arg;
+    rtr_ctx *r = arg;
     Google__Bigtable__V2__PingAndWarmRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__v2__ping_and_warm_request__descriptor, req_bytes);
     if (!req)
         return;
+    st_err err;
+    if (rtr_check_instance(&r->topo, req->name ? req->name : "", false, &err) != ST_OK) {
+        rtr_fail(call, err.code, "PingAndWarm: %s", err.msg);
+        return;
+    }
     Google__Bigtable__V2__PingAndWarmResponse resp;
     google__bigtable__v2__ping_and_warm_response__init(&resp);
     rtr_reply(call, &resp.base);
