@@ -595,6 +595,7 @@ void rtr_h_create_table(rpc_call *call, st_slice req_bytes, void *arg) {
         rtr_fail(call, err.code, "%s", err.msg);
         return;
     }
+    btu_pb_drop_unknown(&req->base); /* checked above; the schema stored keeps none */
     if (!(t = schema_new(a, name, req->table))) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return;
@@ -1090,6 +1091,7 @@ void rtr_h_modify_column_families(rpc_call *call, st_slice req_bytes, void *arg)
     rtr_ctx *r = arg;
     Google__Bigtable__Admin__V2__ModifyColumnFamiliesRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__admin__v2__modify_column_families_request__descriptor, req_bytes);
+    btu_pb_drop_unknown(req ? &req->base : NULL); /* nothing stored carries what no field reads */
     if (!req)
         rtr_gate_leave(r, call); /* answered: the gate goes on if it was this call's turn */
     else if (rtr_gate_enter(r, req->name, call, req_bytes, rtr_h_modify_column_families) &&
@@ -1199,6 +1201,7 @@ void rtr_h_update_table(rpc_call *call, st_slice req_bytes, void *arg) {
     rtr_ctx *r = arg;
     Google__Bigtable__Admin__V2__UpdateTableRequest *req = (void *)rtr_unpack(
         call, &google__bigtable__admin__v2__update_table_request__descriptor, req_bytes);
+    btu_pb_drop_unknown(req ? &req->base : NULL); /* nothing stored carries what no field reads */
     if (!req || !req->table) {
         if (req)
             rtr_fail(call, ST_INVALID_ARGUMENT, "table must be set, with its name");

@@ -382,6 +382,7 @@ void rtr_h_create_backup(rpc_call *call, st_slice bytes, void *arg) {
         call, &google__bigtable__admin__v2__create_backup_request__descriptor, bytes);
     if (!req)
         return;
+    btu_pb_drop_unknown(&req->base); /* nothing stored carries what no field reads */
     st_arena *a = rpc_call_arena(call);
     int64_t now = st_wall_us();
     char name[RTR_BK_NAME_MAX + 1], op[RTR_OP_NAME_MAX + 1];
@@ -661,6 +662,7 @@ void rtr_h_update_backup(rpc_call *call, st_slice bytes, void *arg) {
         call, &google__bigtable__admin__v2__update_backup_request__descriptor, bytes);
     if (!req)
         return;
+    btu_pb_drop_unknown(&req->base); /* nothing stored carries what no field reads */
     if (!req->backup || !req->update_mask || req->update_mask->n_paths == 0) {
         rtr_fail(call, ST_INVALID_ARGUMENT,
                  "backup (with its name) and update_mask must be set; the only field that can "

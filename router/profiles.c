@@ -658,6 +658,7 @@ void rtr_h_create_app_profile(rpc_call *call, st_slice bytes, void *arg) {
         call, &google__bigtable__admin__v2__create_app_profile_request__descriptor, bytes);
     if (!req)
         return;
+    btu_pb_drop_unknown(&req->base); /* nothing stored carries what no field reads */
     st_err err = {0};
     if (rtr_check_instance(&r->topo, req->parent, false, &err) != ST_OK) {
         rtr_fail(call, err.code, "%s", err.msg);
@@ -820,6 +821,7 @@ void rtr_h_update_app_profile(rpc_call *call, st_slice bytes, void *arg) {
         call, &google__bigtable__admin__v2__update_app_profile_request__descriptor, bytes);
     if (!req)
         return;
+    btu_pb_drop_unknown(&req->base); /* nothing stored carries what no field reads */
     if (!req->app_profile) {
         rtr_fail(call, ST_INVALID_ARGUMENT, "app_profile must be set");
         return;

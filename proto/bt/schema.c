@@ -86,6 +86,44 @@ bool btu_pb_has_unknown(const ProtobufCMessage *m, uint32_t num) {
 #define FAMILY_VALUE_TYPE_FIELD 3
 #define TYPE_AGGREGATE_FIELD 6
 
+/* The unknown fields Strata understands and stores: a family's value_type. */
+static bool unknown_kept(const ProtobufCMessageDescriptor *d, uint32_t num) {
+    return d == &google__bigtable__admin__v2__column_family__descriptor &&
+           num == FAMILY_VALUE_TYPE_FIELD;
+}
+
+/* The message member at field f of m, or NULL (unset, or another oneof member). */
+static ProtobufCMessage *member_msg(ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+    if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+        *(uint32_t *)((char *)m + f->quantifier_offset) != f->id)
+        return NULL;
+    return *(ProtobufCMessage **)((char *)m + f->offset);
+}
+
+void btu_pb_drop_unknown(ProtobufCMessage *m) {
+    if (!m)
+        return;
+    unsigned kept = 0;
+    for (unsigned i = 0; i < m->n_unknown_fields; i++)
+        if (unknown_kept(m->descriptor, m->unknown_fields[i].tag))
+            m->unknown_fields[kept++] = m->unknown_fields[i];
+    m->n_unknown_fields = kept;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        if (f->label != PROTOBUF_C_LABEL_REPEATED) {
+            btu_pb_drop_unknown(member_msg(m, f));
+            continue;
+        }
+        size_t n = *(size_t *)((char *)m + f->quantifier_offset);
+        ProtobufCMessage **v = *(ProtobufCMessage ***)((char *)m + f->offset);
+        for (size_t k = 0; k < n; k++)
+            btu_pb_drop_unknown(v[k]);
+    }
+}
+
 /* Reads a varint at *p (before end); false when malformed. */
 static bool varint_read(const uint8_t **p, const uint8_t *end, uint64_t *v) {
     *v = 0;

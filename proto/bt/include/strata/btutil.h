@@ -195,6 +195,12 @@ st_code btu_family_check(const char *fam, const Google__Bigtable__Admin__V2__Col
 /* Whether message m carries an unknown field numbered num (a field of the upstream API that
  * Strata's protos leave out). */
 bool btu_pb_has_unknown(const ProtobufCMessage *m, uint32_t num);
+/* Forgets the unknown fields of m and of every message in it, but those Strata understands (a
+ * family's value_type), before m is stored: a record must not carry megabytes a client hid in
+ * fields nothing reads. Their bytes stay with the allocator m was unpacked with (meant for arena
+ * allocators, whose memory goes as a whole). Recurses once per nesting level: use on messages
+ * btu_pb_check bounded. */
+void btu_pb_drop_unknown(ProtobufCMessage *m);
 
 /* ---- ReadRows request stats (stats.c) ---- */
 #define BTU_READ_STATS_FIELD 3       /* ReadRowsResponse.request_stats */
