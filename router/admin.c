@@ -392,18 +392,23 @@ static void reach_done(rtr_fan *f, void *arg) {
         put_probe(op);
 }
 
+/* False after finishing op: out of memory, or a record the metadata would refuse, checked before
+ * any node is changed (rtr_meta_write checks it again, after the nodes). */
+static bool schema_packed(adm_op *op) {
+    st_err err = {0};
+    if (pack_schema(op) != ST_OK)
+        st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory");
+    else if (rtr_meta_record_check(RTR_META_KIND_TABLE, op->name, op->table_pb.len, &err) == ST_OK)
+        return true;
+    op_finish(op, err.code, err.msg);
+    return false;
+}
+
 /* Every node answers GetStatus before the schema goes out, so a node already down fails the
  * change before any node took it. Taken by some nodes only, a change the record does not hold
  * would stay done there: turning streams off deletes a node's history, dropping a family its
  * cells, while the record and the other nodes keep the old schema. A node that dies between the
  * two rounds can still leave it half done. */
-static bool schema_packed(adm_op *op) {
-    if (pack_schema(op) == ST_OK)
-        return true;
-    op_finish(op, ST_RESOURCE_EXHAUSTED, "out of memory");
-    return false;
-}
-
 static void push_schema(adm_op *op) {
     if (schema_packed(op))
         fan_nodes(op, RTR_NODE "GetStatus", st_slice_make("", 0), false, reach_done);

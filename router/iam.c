@@ -7,7 +7,9 @@
  * etag: a SetIamPolicy carrying an etag other than the current one ends ABORTED. The store is a
  * compare-and-set (CheckAndMutateRow) on the first cluster's metadata: it succeeds only if the
  * record there is still the one this router compared the etag with, so of two routers setting
- * with the same etag at once exactly one wins and the other ends ABORTED too. */
+ * with the same etag at once exactly one wins and the other ends ABORTED too. A policy is
+ * bounded (bindings without members dropped, IAM_MEMBERS_MAX members, IAM_POLICY_BYTES_MAX
+ * bytes), since every router re-reads every record of the metadata table every second. */
 #include "router_internal.h"
 
 #include <openssl/sha.h>
@@ -23,7 +25,11 @@
 /* Etags are ASCII: the Node.js client turns them into an ASCII string and back. */
 #define IAM_ETAG_BYTES 16     /* hex digits of a SHA-256 prefix */
 #define IAM_ETAG_EMPTY "ACAB" /* of a resource without a policy, as Cloud Bigtable answers */
-#define IAM_BINDINGS_MAX 1500 /* as Cloud IAM's limit on members in one policy */
+#define IAM_MEMBERS_MAX 1500  /* as Cloud IAM's limit on members in one policy */
+/* A stored policy's serialized bytes. Cloud IAM takes policies of "a few tens of KB"; every
+ * router reads every policy of the instance every second (meta.c), so the bound is theirs too.
+ * 1,500 members of typical names take about 40 KB. */
+#define IAM_POLICY_BYTES_MAX (64 * 1024)
 
 typedef Google__Iam__V1__Policy pb_policy;
 typedef Google__Iam__V1__Binding pb_binding;
@@ -129,6 +135,17 @@ static void h_get_table_policy(rpc_call *call, st_slice req, void *arg) {
 
 /* ---- SetIamPolicy ---- */
 
+/* Bindings without members grant nothing: they are dropped, as Cloud IAM drops them, so that
+ * they neither take room in the stored policy (150,000 of them made a 3.75 MB record) nor escape
+ * the member limit. What is left has at most IAM_MEMBERS_MAX bindings. */
+static void bindings_drop_empty(pb_policy *p) {
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_bindings; i++)
+        if (p->bindings[i]->n_members)
+            p->bindings[n++] = p->bindings[i];
+    p->n_bindings = n;
+}
+
 static st_code bindings_check(const pb_policy *p, st_err *err) {
     size_t members = 0;
     for (size_t i = 0; i < p->n_bindings; i++) {
@@ -155,9 +172,12 @@ static st_code bindings_check(const pb_policy *p, st_err *err) {
                                   "serviceAccount:NAME with NAME a principal of the auth file",
                                   m);
         }
-        if ((members += b->n_members) > IAM_BINDINGS_MAX)
-            return st_err_set(err, ST_INVALID_ARGUMENT, "more than %d members in one policy",
-                              IAM_BINDINGS_MAX);
+        if ((members += b->n_members) > IAM_MEMBERS_MAX)
+            return st_err_set(err, ST_INVALID_ARGUMENT,
+                              "more than %d members in one policy (each occurrence of a member "
+                              "counts, as in Cloud IAM): grant roles to fewer principals, or "
+                              "grant a role on the instance instead of on each table",
+                              IAM_MEMBERS_MAX);
     }
     return ST_OK;
 }
@@ -249,6 +269,27 @@ static bool cas_send(set_op *op) {
 
 static void h_set_table_policy(rpc_call *call, st_slice req, void *arg);
 
+/* p serialized into the call's arena, at most IAM_POLICY_BYTES_MAX bytes; false after failing
+ * the call. */
+static bool policy_pack(rpc_call *call, const pb_policy *p, st_slice *out) {
+    size_t len = protobuf_c_message_get_packed_size(&p->base);
+    if (len > IAM_POLICY_BYTES_MAX) {
+        rtr_fail(call, ST_INVALID_ARGUMENT,
+                 "the policy would take %zu bytes, more than the %d a policy may take: grant "
+                 "roles to fewer principals, or to principals of shorter names",
+                 len, IAM_POLICY_BYTES_MAX);
+        return false;
+    }
+    uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len ? len : 1);
+    if (!buf) {
+        rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return false;
+    }
+    protobuf_c_message_pack(&p->base, buf);
+    *out = st_slice_make(buf, len);
+    return true;
+}
+
 /* SetIamPolicyRequest.update_mask: only the fields it names change, "bindings, etag" when it is
  * unset or empty. *bindings tells whether the request's bindings replace the stored ones (the
  * etag is renewed by every set). Strata models no audit configuration (admin calls go to the
@@ -284,6 +325,7 @@ static bool set_start(rpc_call *call, rtr_ctx *r, Google__Iam__V1__SetIamPolicyR
         return false;
     }
     bool bindings;
+    bindings_drop_empty(req->policy);
     if (mask_check(req->update_mask, &bindings, &err) != ST_OK ||
         (bindings && bindings_check(req->policy, &err) != ST_OK)) {
         rtr_fail(call, err.code, "%s", err.msg);
@@ -313,14 +355,14 @@ static bool set_start(rpc_call *call, rtr_ctx *r, Google__Iam__V1__SetIamPolicyR
     p->base.unknown_fields = cur->base.unknown_fields;
     etag_next(call, p, cur);
     set_op *op = st_arena_alloc(rpc_call_arena(call), sizeof *op);
-    size_t len = protobuf_c_message_get_packed_size(&p->base);
-    uint8_t *buf = st_arena_alloc(rpc_call_arena(call), len ? len : 1);
-    if (!op || !buf || !p->etag.len) {
+    st_slice pb;
+    if (!op || !p->etag.len) {
         rtr_fail(call, ST_RESOURCE_EXHAUSTED, "out of memory");
         return false;
     }
-    protobuf_c_message_pack(&p->base, buf);
-    *op = (set_op){call, r, req->resource, p, st_slice_make(buf, len), false};
+    if (!policy_pack(call, p, &pb))
+        return false;
+    *op = (set_op){call, r, req->resource, p, pb, false};
     st_log(ST_LOG_INFO, "router", "msg=\"IAM policy set\" resource=%s bindings=%zu", req->resource,
            p->n_bindings);
     if (checked)

@@ -5,12 +5,14 @@
  * OperationRecord.
  * Writes go to every cluster's copy; reads take the first cluster that answers, with newer
  * versions of its records from the other healthy clusters; the cache is re-read every
- * meta_refresh_ms so other routers' changes show. See docs/router.md. */
+ * meta_refresh_ms so other routers' changes show, which is why every write is bounded
+ * (rtr_meta_record_check). See docs/router.md. */
 #include "failover.h"
 #include "instance.h"
 #include "router_internal.h"
 
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,6 +161,36 @@ static const char *kind_prefix(rtr_meta_kind kind) {
         RTR_META_TABLE_PREFIX, RTR_META_PROFILE_PREFIX, RTR_META_BACKUP_PREFIX, RTR_META_OP_PREFIX,
         RTR_META_IAM_PREFIX};
     return prefixes[kind];
+}
+
+/* ---- record size (pure) ---- */
+
+st_code rtr_meta_record_check(rtr_meta_kind kind, const char *name, size_t len, st_err *err) {
+    static const char *const todo[RTR_META_KINDS] = {
+        "give the table fewer column families or smaller GC rules",
+        "shorten the app profile's description and send only fields Strata knows",
+        "back up a table of fewer tablets", "send a smaller request",
+        "grant roles to fewer principals"};
+    size_t max =
+        kind == RTR_META_KIND_BACKUP ? RTR_META_BACKUP_RECORD_BYTES_MAX : RTR_META_RECORD_BYTES_MAX;
+    if (len <= max)
+        return ST_OK;
+    return st_err_set(err, ST_INVALID_ARGUMENT,
+                      "the metadata record of %.300s would take %zu bytes, more than the %zu a "
+                      "record may take (every router reads the whole metadata table every "
+                      "second): %s",
+                      name, len, max, todo[kind]);
+}
+
+/* rtr_meta_record_check of the record at row key (a row of no kind, such as a backup claim:
+ * RTR_META_RECORD_BYTES_MAX). */
+static st_code key_check(st_slice key, size_t len, st_err *err) {
+    char name[RTR_OP_NAME_MAX + 1]; /* the longest name of any kind */
+    rtr_meta_kind kind = RTR_META_KIND_OP;
+    if (!rtr_meta_parse_row_key(key, &kind, name, sizeof name))
+        snprintf(name, sizeof name, "%.*s", (int)(key.len < 300 ? key.len : 300),
+                 (const char *)key.data);
+    return rtr_meta_record_check(kind, name, len, err);
 }
 
 st_code rtr_meta_row_key(rtr_meta_kind kind, const char *name, st_buf *out) {
@@ -840,6 +872,11 @@ static void write_send(meta_write *w) {
 
 void rtr_meta_write(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
                     rtr_meta_done_fn done, void *arg) {
+    st_err err = {0};
+    if (pb && rtr_meta_record_check(kind, name, pb->len, &err) != ST_OK) {
+        done(arg, err.code, err.msg);
+        return;
+    }
     meta_write *w = calloc(1, sizeof *w);
     if (w) {
         st_buf_init(&w->pb);
@@ -1066,6 +1103,11 @@ static st_code cas_send(meta_cas *c, rtr_cluster *cl) {
 
 static st_code cas_in(rtr_ctx *r, rtr_cluster *cl, st_slice key, const st_slice *expect,
                       const st_slice *pb, bool cached, rtr_meta_cas_fn done, void *arg) {
+    st_err err = {0};
+    if (pb && key_check(key, pb->len, &err) != ST_OK) {
+        done(arg, err.code, err.msg, false);
+        return ST_OK; /* answered: done ran */
+    }
     meta_cas *c = calloc(1, sizeof *c);
     if (!c)
         return ST_RESOURCE_EXHAUSTED;

@@ -55,7 +55,12 @@ struct event;
 #define RTR_META_IAM_PREFIX "iam/" /* then the resource: instance or table full name */
 #define RTR_META_REFRESH_MS_DEFAULT 1000
 #define RTR_META_RECORDS_MAX 100000 /* tables + profiles in the instance */
+/* One record's serialized bytes: every router reads every record of every cluster's copy every
+ * meta_refresh_ms, so a record's size is paid by every router and metadata node each second.
+ * Backup records list their pieces (a few hundred bytes each: tables of thousands of tablets
+ * make records of megabytes), so they get a larger bound (rtr_meta_record_check). */
 #define RTR_META_RECORD_BYTES_MAX ((size_t)1 << 20)
+#define RTR_META_BACKUP_RECORD_BYTES_MAX ((size_t)16 << 20)
 #define RTR_NODE_TIMEOUT_MS_DEFAULT 60000 /* unary calls without a client deadline */
 #define RTR_ADMIN_TIMEOUT_MS 30000        /* internal admin calls */
 #define RTR_START_TIMEOUT_MS 15000        /* rtr_open waits this long for the nodes */
@@ -742,9 +747,14 @@ st_code rtr_leftover_start(rtr_ctx *r, st_err *err);
 void rtr_leftover_kick(rtr_ctx *r);
 void rtr_leftover_stop(rtr_ctx *r);
 void rtr_leftover_free(rtr_ctx *r);
+/* INVALID_ARGUMENT, with what to do in err, when a record (kind, name) of len serialized bytes is
+ * larger than its kind may be (RTR_META_RECORD_BYTES_MAX; backups
+ * RTR_META_BACKUP_RECORD_BYTES_MAX); ST_OK otherwise. Every write below checks it. */
+st_code rtr_meta_record_check(rtr_meta_kind kind, const char *name, size_t len, st_err *err);
 /* Writes (pb non-NULL) or deletes (pb NULL) one record in every cluster's metadata table and the
  * cache; done(arg, code, message) runs when every cluster answered (OK when at least the first
- * reachable cluster took it; see docs/router.md). */
+ * reachable cluster took it; see docs/router.md), or at once when the record is refused
+ * (rtr_meta_record_check) or memory runs out. */
 typedef void (*rtr_meta_done_fn)(void *arg, st_code code, const char *message);
 void rtr_meta_write(rtr_ctx *r, rtr_meta_kind kind, const char *name, const st_slice *pb,
                     rtr_meta_done_fn done, void *arg);
@@ -755,7 +765,8 @@ typedef void (*rtr_meta_cas_fn)(void *arg, st_code code, const char *message, bo
  * m:v cell, and only when it equals *expect if given; the mutation (SetCell pb, or DeleteFromRow
  * when pb is NULL) runs when the predicate matched if expect is given, when it did not (no
  * record) otherwise. The node runs it under the row's lock, so of two routers comparing against
- * the same state exactly one mutates. ST_OK: sent, done follows. Otherwise done is not called:
+ * the same state exactly one mutates. ST_OK: sent, done follows (or ran already, with
+ * INVALID_ARGUMENT, for a pb that rtr_meta_record_check refuses). Otherwise done is not called:
  * UNAVAILABLE when no tablet of the metadata table is known in the first cluster,
  * RESOURCE_EXHAUSTED when memory runs out. */
 st_code rtr_meta_cas(rtr_ctx *r, st_slice key, const st_slice *expect, const st_slice *pb,

@@ -4,7 +4,8 @@
  * back ("table/<name>", "profile/<id>"), and keys that are not records are ignored; and a
  * metadata ReadRows answer — whole rows, one cell each, a value split over chunks, a second older
  * version — fills the cache with the latest value of each record; and merging a second
- * cluster's copy takes only its newer versions of records the first copy holds.
+ * cluster's copy takes only its newer versions of records the first copy holds; and records
+ * are refused past their kind's size bound with a message naming it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -172,12 +173,36 @@ static void test_meta_merge_takes_newer_versions_only(void **state) {
     rtr_meta_free(&other);
 }
 
+static void test_meta_record_check_bounds_each_kind(void **state) {
+    (void)state;
+    st_err err = {0};
+    assert_int_equal(rtr_meta_record_check(RTR_META_KIND_IAM, "t", RTR_META_RECORD_BYTES_MAX, &err),
+                     ST_OK);
+    assert_int_equal(
+        rtr_meta_record_check(RTR_META_KIND_IAM, "t", RTR_META_RECORD_BYTES_MAX + 1, &err),
+        ST_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "more than the 1048576 a record may take"));
+    assert_non_null(strstr(err.msg, "fewer principals"));
+    /* A backup's record lists its pieces: a larger bound. */
+    assert_int_equal(
+        rtr_meta_record_check(RTR_META_KIND_BACKUP, "b", RTR_META_RECORD_BYTES_MAX + 1, &err),
+        ST_OK);
+    assert_int_equal(rtr_meta_record_check(RTR_META_KIND_BACKUP, "b",
+                                           RTR_META_BACKUP_RECORD_BYTES_MAX + 1, &err),
+                     ST_INVALID_ARGUMENT);
+    for (int k = 0; k < RTR_META_KINDS; k++)
+        assert_int_equal(rtr_meta_record_check((rtr_meta_kind)k, "x",
+                                               RTR_META_BACKUP_RECORD_BYTES_MAX + 1, &err),
+                         ST_INVALID_ARGUMENT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_meta_records_put_find_del),
         cmocka_unit_test(test_meta_row_keys_round_trip),
         cmocka_unit_test(test_meta_feed_takes_latest_cell_of_each_row),
         cmocka_unit_test(test_meta_merge_takes_newer_versions_only),
+        cmocka_unit_test(test_meta_record_check_bounds_each_kind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
