@@ -378,9 +378,11 @@ static void progress(ch_run *r, bool final) {
     char lag[32] = "-";
     if (s.min_watermark_us)
         snprintf(lag, sizeof lag, "%.1fs", (double)(st_wall_us() - s.min_watermark_us) / 1e6);
-    fprintf(stderr, "%spartitions %zu (%zu done) records %llu (%.0f/s) lag %s retries %llu%s",
-            r->tty ? "\r" : "strata changes: ", s.partitions, s.done, (unsigned long long)s.records,
-            rate, lag, (unsigned long long)s.retries, r->tty && !final ? "   " : "\n");
+    fprintf(stderr,
+            "%spartitions %zu (%zu done, %zu waiting) records %llu (%.0f/s) lag %s retries %llu%s",
+            r->tty ? "\r" : "strata changes: ", s.partitions, s.done, s.waiting,
+            (unsigned long long)s.records, rate, lag, (unsigned long long)s.retries,
+            r->tty && !final ? "   " : "\n");
     r->last_progress_us = now;
     r->last_records = s.records;
 }
