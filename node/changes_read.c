@@ -254,14 +254,22 @@ static const char *token_text(cs_reader *r) {
  * brings them, with their origin's commit time: with peer clusters the watermark is also held at
  * the applied bound Y the position's token carries (every write committed elsewhere at or before
  * Y was applied here at or below the position), so it waits for a peer that is behind or cut off
- * instead of passing the writes it has not delivered yet. Before the node knows a bound (0: its
- * first poll of the peers has not answered, or the position predates every bound it kept) the
- * position stands for it, as without peers; a stream's watermark never goes back. */
+ * instead of passing the writes it has not delivered yet. While the node knows no bound (0: its
+ * first poll of the peers has not answered, a peer has been unreachable since the node started,
+ * or the position predates every bound it kept) the watermark holds where the stream had it: a
+ * node that just started has the largest backlog of replicated writes still to come, committed
+ * long before its position. A stream that has sent none yet sends 0 (no estimate) then, unless
+ * its token's bound (this cluster's, kept by token_text) says more. A stream's watermark never
+ * goes back. */
 static int64_t watermark(cs_reader *r) {
     (void)token_text(r); /* the position's bound, looked up once per position */
     int64_t wm = r->pos.w;
-    if (r->pos.has_y && r->pos.cluster == r->n->opts.cluster_num && r->pos.y > 0 && r->pos.y < wm)
-        wm = r->pos.y;
+    if (r->pos.has_y && r->pos.cluster == r->n->opts.cluster_num) {
+        if (r->pos.y == 0)
+            wm = r->wm_sent; /* no bound known: hold */
+        else if (r->pos.y < wm)
+            wm = r->pos.y;
+    }
     if (wm < r->wm_sent)
         wm = r->wm_sent;
     r->wm_sent = wm;

@@ -324,11 +324,13 @@ static uint32_t positions_crc(const ops_cs_pos *p, size_t n) {
     return crc;
 }
 
-/* Whether the server answered the start: a record, a heartbeat or a finished partition. */
+/* Whether the server answered the start: a record, a heartbeat or a finished partition (a
+ * heartbeat may carry no watermark: a node with peer clusters sends none before it knows how far
+ * they have replicated). */
 static bool start_accepted(const ch_run *r) {
     ops_cs_stats s;
     ops_cs_stats_get(r->cs, &s);
-    return s.records || s.done || s.min_watermark_us;
+    return s.records || s.done || s.answers;
 }
 
 static void checkpoint(ch_run *r) {
@@ -376,9 +378,11 @@ static void progress(ch_run *r, bool final) {
     char lag[32] = "-";
     if (s.min_watermark_us)
         snprintf(lag, sizeof lag, "%.1fs", (double)(st_wall_us() - s.min_watermark_us) / 1e6);
-    fprintf(stderr, "%spartitions %zu (%zu done) records %llu (%.0f/s) lag %s retries %llu%s",
-            r->tty ? "\r" : "strata changes: ", s.partitions, s.done, (unsigned long long)s.records,
-            rate, lag, (unsigned long long)s.retries, r->tty && !final ? "   " : "\n");
+    fprintf(stderr,
+            "%spartitions %zu (%zu done, %zu waiting) records %llu (%.0f/s) lag %s retries %llu%s",
+            r->tty ? "\r" : "strata changes: ", s.partitions, s.done, s.waiting,
+            (unsigned long long)s.records, rate, lag, (unsigned long long)s.retries,
+            r->tty && !final ? "   " : "\n");
     r->last_progress_us = now;
     r->last_records = s.records;
 }

@@ -130,6 +130,9 @@ typedef struct ops_cs_opts {
 
 typedef struct ops_cs_stats {
     size_t partitions, done;
+    /* Partitions not streaming now: not opened yet, opened without an answer so far (the
+     * server has not taken the call), or waiting to be reopened after a failure. */
+    size_t waiting;
     uint64_t records, retries;
     uint64_t answers;         /* stream messages and finished partitions: the run makes progress */
     int64_t min_watermark_us; /* over partitions not done; 0 = none known yet */

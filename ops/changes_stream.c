@@ -1,5 +1,6 @@
 /* ops/changes_stream.c — the change-stream consumer (ops/changes.h): every partition of a table
- * read at once over one HTTP/2 connection to the router, on one libevent loop.
+ * read at once over HTTP/2 connections to the router (CS_CONN_STREAMS streams each), on one
+ * libevent loop.
  *
  * A partition ("part") knows where it resumes from (`from`: one start time, or the tokens that
  * cover its range) and replaces that position with each token it receives, after the change it
@@ -27,6 +28,12 @@
 #define CS_BACKOFF_MIN_MS 100
 #define CS_BACKOFF_MAX_MS 5000
 #define CS_GEN_TIMEOUT_MS 30000
+/* Calls one connection carries at most. The router lets a connection open 256 streams at once
+ * (SETTINGS_MAX_CONCURRENT_STREAMS, strata-router --max-streams-per-connection); calls past the
+ * server's limit wait in the client until an open one ends, which a --follow stream never does,
+ * so a table of more partitions is spread over more connections. 100 is the least HTTP/2
+ * (RFC 9113, 6.5.2) advises servers to allow. */
+#define CS_CONN_STREAMS 100
 /* A partition whose stream failed this many times in a row (no message in between) makes the
  * consumer ask the router about the table itself (GenerateInitialChangeStreamPartitions), again
  * at each later failure (one such call at a time; failures then come CS_BACKOFF_MAX_MS apart):
@@ -65,6 +72,7 @@ typedef struct cs_part {
     size_t n_from;
     part_state state;
     rpc_ccall *call;
+    bool streaming; /* the open call got a message: the server serves it */
     struct event *timer;
     uint32_t failures;                   /* consecutive, for the backoff */
     char last_error[ST_ERR_MSG_MAX / 2]; /* the last failure, for the probe's message */
@@ -86,8 +94,9 @@ struct ops_cs {
     ops_cs_opts o;
     char *table, *profile, *addr;
     char params[CS_PARAMS_MAX];
-    rpc_client *client;
-    rpc_client **dead; /* replaced clients, freed when their calls are gone */
+    rpc_client **conns; /* live connections, each with up to CS_CONN_STREAMS calls */
+    size_t n_conns;
+    rpc_client **dead; /* failed connections, freed when their calls are gone */
     size_t n_dead;
     cs_part *parts;
     ops_cs_pos *pending; /* tokens of closed parts waiting for a new partition to cover */
@@ -281,9 +290,18 @@ static void check_all_done(ops_cs *cs) {
 
 /* ---- connection ---- */
 
-static rpc_client *client_get(ops_cs *cs, st_err *err) {
-    if (cs->client && rpc_client_alive(cs->client))
-        return cs->client;
+static bool client_push(rpc_client ***v, size_t *n, rpc_client *c) {
+    rpc_client **grown = realloc(*v, (*n + 1) * sizeof(*grown));
+    if (!grown)
+        return false;
+    *v = grown;
+    grown[(*n)++] = c;
+    return true;
+}
+
+/* Frees the failed connections whose calls have ended, and moves the pool's failed ones (which
+ * may still end calls) out of it. False when memory runs out. */
+static bool conns_prune(ops_cs *cs) {
     size_t keep = 0;
     for (size_t i = 0; i < cs->n_dead; i++) {
         if (rpc_client_calls(cs->dead[i]) == 0)
@@ -292,24 +310,39 @@ static rpc_client *client_get(ops_cs *cs, st_err *err) {
             cs->dead[keep++] = cs->dead[i];
     }
     cs->n_dead = keep;
-    if (cs->client) {
-        rpc_client **grown = realloc(cs->dead, (cs->n_dead + 1) * sizeof(*grown));
-        if (!grown) {
-            st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
-            return NULL;
-        }
-        cs->dead = grown;
-        cs->dead[cs->n_dead++] = cs->client;
-        cs->client = NULL;
+    keep = 0;
+    bool ok = true;
+    for (size_t i = 0; i < cs->n_conns; i++) {
+        rpc_client *c = cs->conns[i];
+        if (rpc_client_alive(c) || !(ok = ok && client_push(&cs->dead, &cs->n_dead, c)))
+            cs->conns[keep++] = c; /* out of memory: left in the pool, retired next time */
     }
+    cs->n_conns = keep;
+    return ok;
+}
+
+/* A live connection with room for one more call (CS_CONN_STREAMS), a new one when none has. */
+static rpc_client *client_get(ops_cs *cs, st_err *err) {
+    if (!conns_prune(cs)) {
+        st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < cs->n_conns; i++)
+        if (rpc_client_alive(cs->conns[i]) && rpc_client_calls(cs->conns[i]) < CS_CONN_STREAMS)
+            return cs->conns[i];
     char host[300];
     uint16_t port;
     if (!st_addr_split(cs->addr, host, sizeof host, &port)) {
         st_err_set(err, ST_INVALID_ARGUMENT, "bad address '%s': use HOST:PORT", cs->addr);
         return NULL;
     }
-    cs->client = rpc_client_new(cs->base, host, port, cs->o.copts, err);
-    return cs->client;
+    rpc_client *c = rpc_client_new(cs->base, host, port, cs->o.copts, err);
+    if (c && !client_push(&cs->conns, &cs->n_conns, c)) {
+        rpc_client_free(c);
+        st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+    }
+    return c;
 }
 
 /* A call's metadata: the routing parameters, then the token when there is one. */
@@ -830,6 +863,7 @@ static void part_msg(rpc_ccall *call, st_slice msg, void *arg) {
     const char *why = NULL;
     p->cs->answered = true;
     p->cs->answers++;
+    p->streaming = true;
     if (p->cs->o.keys_only && part_msg_light(p, msg, &why)) {
         p->failures = 0;
         part_msg_failed(p, why);
@@ -1005,6 +1039,7 @@ static void part_open(cs_part *p) {
     rpc_metadata md[2];
     size_t n_md = cs_md(cs, md);
     p->state = P_OPEN;
+    p->streaming = false;
     part_reset_change(p);
     p->call = rpc_client_call(c, CS_PATH_READ, st_buf_slice(&cs->req), md, n_md, 0, part_msg,
                               part_done, p);
@@ -1216,6 +1251,7 @@ void ops_cs_stats_get(const ops_cs *cs, ops_cs_stats *out) {
             continue;
         out->partitions++;
         out->done += p->state == P_DONE;
+        out->waiting += p->state == P_WAIT || (p->state == P_OPEN && !p->streaming);
         if (p->state != P_DONE && p->wm_us &&
             (!out->min_watermark_us || p->wm_us < out->min_watermark_us))
             out->min_watermark_us = p->wm_us;
@@ -1243,10 +1279,11 @@ void ops_cs_free(ops_cs *cs) {
     if (!cs)
         return;
     cs->finishing = true; /* calls cancelled below must not reopen anything */
-    if (cs->client)
-        rpc_client_free(cs->client); /* cancels what is still open */
+    for (size_t i = 0; i < cs->n_conns; i++)
+        rpc_client_free(cs->conns[i]); /* cancels what is still open */
     for (size_t i = 0; i < cs->n_dead; i++)
         rpc_client_free(cs->dead[i]);
+    free(cs->conns);
     free(cs->dead);
     while (cs->parts) {
         cs_part *p = cs->parts;
