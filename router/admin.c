@@ -1388,13 +1388,14 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
 }
 
 /* ---- consistency tokens ----
- * A token is "strata1:<cluster number>:<lsn of node 1>,<lsn of node 2>,...:<table tag>" over the
- * nodes of the cluster serving the request, in topology order: every write acknowledged before the
- * token was made is at or below its node's lsn. The tag (8 hex digits of a hash of the table
- * id) ties the token to its table, as Cloud Bigtable's tokens are: CheckConsistency of another
- * table's token is INVALID_ARGUMENT rather than an answer about the wrong table. CheckConsistency
- * asks each node about its own lsn; with peer clusters a node's part also waits for replication
- * (docs/formats/replication.md). */
+ * A token is "strata1:<cluster number>:<part of node 1>,<part of node 2>,...:<tag>" over the
+ * nodes of the cluster serving the request, in topology order: each part is what the node
+ * answered (its lsn, or with peer clusters every node's lsn: docs/formats/replication.md), and
+ * every write acknowledged before the token was made is at or below its node's lsn. The tag
+ * (token_tag) ties the token to its table, as Cloud Bigtable's tokens are, and guards its text:
+ * CheckConsistency of a token made for another table, altered or written by hand is
+ * INVALID_ARGUMENT rather than an answer about the wrong table, or a part read as something a
+ * node said. CheckConsistency asks each node about its own part. */
 
 #define TOKEN_PREFIX "strata1:"
 /* A node that replicates answers the cross-cluster token of docs/formats/replication.md (never
@@ -1402,6 +1403,9 @@ void rtr_h_drop_row_range(rpc_call *call, st_slice req_bytes, void *arg) {
  * In an instance of several clusters the second means the node ships nothing: no token it is
  * part of may ever be reported consistent. */
 #define TOKEN_LOCAL_DIGITS_MAX 20
+/* The cross-cluster token: "1", then per node of the instance its number in 8 digits and its lsn
+ * in 20. */
+#define TOKEN_ENTRY_DIGITS 28
 
 /* FAILED_PRECONDITION when the instance has other clusters but node's answer tok shows it does
  * not replicate to them (started by hand without --config): naming the node and the peers. */
@@ -1430,12 +1434,14 @@ typedef struct cons_op {
     const char *table; /* the table's name (call arena) */
 } cons_op;
 
-/* The tag that ties a token to a table: a hash of its table id (the name's last part, so the
- * same table named through another project or instance path gets the same tag). */
-static uint32_t token_tag(const char *name) {
+/* The tag: the CRC32C of the table id (the name's last part, so the same table named through
+ * another project or instance path gets the same tag) followed by the len bytes of the token
+ * before it. A token cut, altered, joined from others or made for another table fails it. It is
+ * a checksum, not a signature: it tells the router's tokens from damaged and hand-made ones. */
+static uint32_t token_tag(const char *name, const char *body, size_t len) {
     const char *id = strrchr(name, '/');
     id = id ? id + 1 : name;
-    return (uint32_t)st_hash64(id, strlen(id), 0x7461626c65);
+    return st_crc32c(st_crc32c(0, id, strlen(id)), body, len);
 }
 
 static void token_done(rtr_fan *f, void *arg) {
@@ -1469,7 +1475,8 @@ static void token_done(rtr_fan *f, void *arg) {
     }
     rtr_fan_free(f);
     char tag[16];
-    snprintf(tag, sizeof tag, ":%08x", token_tag(op->table));
+    if (rc == ST_OK)
+        snprintf(tag, sizeof tag, ":%08x", token_tag(op->table, (const char *)tok.data, tok.len));
     if (rc == ST_OK && st_buf_append(&tok, tag, strlen(tag) + 1) != ST_OK)
         rc = st_err_set(&err, ST_RESOURCE_EXHAUSTED, "out of memory");
     if (rc != ST_OK) {
@@ -1556,35 +1563,48 @@ static void check_done(rtr_fan *f, void *arg) {
     }
 }
 
-/* Parses "strata1:<cluster>:<lsn>,<lsn>,...:<tag>" into the cluster and the per-node lsns.
- * *other: the token is well formed but was made for another table than table. */
+/* Whether p is a part a node of the instance answers: with peer clusters the cross-cluster
+ * token ("1", then whole 28-digit entries, at most one per node an instance may have), else the
+ * node's own lsn (token_node_replicates refused anything else when the token was made). */
+static bool token_part_ok(const rtr_ctx *r, const char *p) {
+    size_t len = strlen(p);
+    if (len == 0 || strspn(p, "0123456789") != len)
+        return false;
+    if (r->topo.n_clusters < 2)
+        return len <= TOKEN_LOCAL_DIGITS_MAX;
+    return p[0] == '1' && len > 1 && (len - 1) % TOKEN_ENTRY_DIGITS == 0 &&
+           (len - 1) / TOKEN_ENTRY_DIGITS <= ST_TOPO_CLUSTERS_MAX * ST_TOPO_NODES_MAX;
+}
+
+/* Parses "strata1:<cluster>:<part>,<part>,...:<tag>" into the cluster and one part per node of
+ * it; false for a token this router could not have made for table: another tag (token_tag), an
+ * unknown cluster, another number of parts than the cluster has nodes, or a part no node
+ * answers (token_part_ok). */
 static bool token_parse(rtr_ctx *r, const char *tok, const char *table, rtr_cluster **c,
-                        char **lsns, size_t *n, bool *other, st_arena *a) {
-    *other = false;
-    if (strncmp(tok, TOKEN_PREFIX, strlen(TOKEN_PREFIX)) != 0)
+                        char **parts, size_t *n, st_arena *a) {
+    const char *tag = strrchr(tok, ':');
+    if (strncmp(tok, TOKEN_PREFIX, strlen(TOKEN_PREFIX)) != 0 || !tag || strlen(tag + 1) != 8 ||
+        strspn(tag + 1, "0123456789abcdef") != 8 ||
+        strtoul(tag + 1, NULL, 16) != token_tag(table, tok, (size_t)(tag - tok)))
         return false;
     char *end;
     unsigned long num = strtoul(tok + strlen(TOKEN_PREFIX), &end, 10);
-    if (*end != ':')
+    if (*end != ':' || end >= tag)
         return false;
     *c = NULL;
     for (size_t i = 0; i < r->n_clusters; i++)
         if (r->clusters[i].topo->num == num)
             *c = &r->clusters[i];
-    if (!*c)
+    char *list = *c ? st_arena_alloc(a, (size_t)(tag - end)) : NULL;
+    if (!list)
         return false;
-    char *list = st_arena_dup(a, end + 1, strlen(end + 1) + 1);
-    char *tag = list ? strrchr(list, ':') : NULL;
-    if (!tag || strlen(tag + 1) != 8 || strspn(tag + 1, "0123456789abcdef") != 8)
-        return false;
-    *tag++ = 0;
-    *other = strtoul(tag, NULL, 16) != token_tag(table);
+    memcpy(list, end + 1, (size_t)(tag - end - 1));
+    list[tag - end - 1] = '\0';
     *n = 0;
-    for (char *save = NULL, *p = list ? strtok_r(list, ",", &save) : NULL; p;
-         p = strtok_r(NULL, ",", &save)) {
-        if (*n == (*c)->n_nodes || !*p || strspn(p, "0123456789") != strlen(p))
+    for (char *save = NULL, *p = strtok_r(list, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        if (*n == (*c)->n_nodes || !token_part_ok(r, p))
             return false;
-        lsns[(*n)++] = p;
+        parts[(*n)++] = p;
     }
     return *n == (*c)->n_nodes;
 }
@@ -1597,28 +1617,17 @@ void rtr_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg) {
         return;
     st_arena *a = rpc_call_arena(call);
     rtr_cluster *c;
-    char *lsns[ST_TOPO_NODES_MAX];
+    char *parts[ST_TOPO_NODES_MAX];
     size_t n;
-    bool other;
-    if (!token_parse(r, req->consistency_token, req->name, &c, lsns, &n, &other, a)) {
+    if (!token_parse(r, req->consistency_token, req->name, &c, parts, &n, a)) {
+        size_t len = strlen(req->consistency_token);
         rtr_fail(call, ST_INVALID_ARGUMENT,
-                 "invalid consistency token '%s': pass a token GenerateConsistencyToken made",
-                 req->consistency_token);
+                 "invalid consistency token '%.80s%s': it was not made for table %s by "
+                 "GenerateConsistencyToken (it is cut or altered, made for another table or "
+                 "by an older router); generate one with GenerateConsistencyToken for this table",
+                 req->consistency_token, len > 80 ? "..." : "", req->name);
         return;
     }
-    if (other) {
-        rtr_fail(call, ST_INVALID_ARGUMENT,
-                 "consistency token '%s' was made for another table than %s: generate one for "
-                 "this table",
-                 req->consistency_token, req->name);
-        return;
-    }
-    st_err err = {0};
-    for (size_t i = 0; i < n; i++)
-        if (token_node_replicates(r, &c->nodes[i], lsns[i], &err) != ST_OK) {
-            rtr_fail(call, err.code, "%s", err.msg);
-            return;
-        }
     rtr_fan *f;
     cons_op *op = cons_new(r, call, c, n, check_done, &f);
     if (!op)
@@ -1627,7 +1636,7 @@ void rtr_h_check_consistency(rpc_call *call, st_slice req_bytes, void *arg) {
     if (!op->table)
         op->table = ""; /* no map holds it: answered not consistent */
     for (size_t i = 0; i < n; i++) {
-        req->consistency_token = lsns[i];
+        req->consistency_token = parts[i];
         size_t len = google__bigtable__admin__v2__check_consistency_request__get_packed_size(req);
         uint8_t *buf = st_arena_alloc(a, len ? len : 1);
         if (!buf) {

@@ -3,7 +3,10 @@
  * protobuf-c would copy every value, filter and key into the call's arena for nothing. A peek
  * accepts only plain encodings (each singular field at most once, with its declared wire type,
  * and mutations carrying one kind each); anything else returns false and the handler unpacks
- * the request as before, so odd inputs keep exactly the old answers. Pure. */
+ * the request as before, so odd inputs keep exactly the old answers (a SetCell in two pieces is
+ * refused there, as btu_pb_unpack_request refuses every message field in pieces). What a peek
+ * does not read (a filter, a mutation's body) travels to the node, whose unpacking makes the
+ * same checks: the router and the nodes accept and refuse the same bytes. Pure. */
 #include "router_internal.h"
 
 #include <string.h>

@@ -16,7 +16,12 @@
  * meant for one table, family or app profile would act on another (names and ids never hold a
  * NUL, so the request is refused naming the field). For requests (btu_pb_unpack_request) it also
  * refuses a string field that is not UTF-8, as proto3 does: stored and sent back, it makes
- * grpc-go clients fail the whole answer.
+ * grpc-go clients fail the whole answer. And for requests it refuses a singular message field
+ * (a oneof member included) that occurs more than once in one message: protobuf merges such
+ * pieces, but protobuf-c keeps only the last piece of a oneof member (a Mutation whose set_cell
+ * came in two pieces was stored without the first piece's qualifier and value, and acknowledged)
+ * and fails on some other merges. No encoder writes a field in pieces, so refusing them all, by
+ * the descriptor, is safe where merging would have to be right for every message.
  *
  * The scan also bounds what unpacking would allocate. protobuf-c gives every field occurrence a
  * record while it parses the enclosing message, every submessage its struct, every repeated
@@ -32,13 +37,17 @@
 
 #include "strata/btutil.h"
 
-/* One message being scanned: its descriptor, where its bytes end, and the field last looked up
- * (repeated fields come in runs, as protobuf-c's unpack also assumes). */
+/* One message being scanned: its descriptor, where its bytes end, the field last looked up
+ * (repeated fields come in runs, as protobuf-c's unpack also assumes), and which of its singular
+ * message fields were seen, by index in desc->fields (BTU_PB_FIELDS_MAX bits: pbcheck_test checks
+ * that every message a service takes fits). */
 typedef struct pbc_frame {
     const ProtobufCMessageDescriptor *desc;
     const uint8_t *end;
     const ProtobufCFieldDescriptor *last;
+    uint64_t seen;
 } pbc_frame;
+_Static_assert(BTU_PB_FIELDS_MAX <= 64, "pbc_frame.seen has a bit per field");
 
 /* Unpacked bytes per field occurrence: protobuf-c's scanned-member record (32 bytes on 64-bit)
  * and the repeated element's pointer or the unknown field's record after it. */
@@ -48,6 +57,8 @@ typedef struct pbc_frame {
 static const char pbc_nul_in_string[] = "a NUL byte inside a string field";
 /* Its answer for a string field that is not UTF-8, when asked to check (requests). */
 static const char pbc_bad_utf8[] = "a string field that is not UTF-8";
+/* Its answer for a singular message field seen before in the same message (requests). */
+static const char pbc_twice[] = "a message field in two pieces";
 
 /* Whether p[0..n) is UTF-8 as proto3 strings must be (RFC 3629: no overlong forms, no
  * surrogates, nothing above U+10FFFF), which is what grpc-go and the other protobuf runtimes
@@ -137,10 +148,26 @@ static st_code pbc_malformed(st_err *err, const ProtobufCMessageDescriptor *top,
                       what, offset);
 }
 
+/* Whether fd, a field of frame f, is a singular message field already seen in f's message
+ * (marking it seen). Repeated fields and scalars may recur: the first add elements, and the last
+ * value of a scalar wins, as protobuf-c also takes it. */
+static bool pbc_seen_twice(pbc_frame *f, const ProtobufCFieldDescriptor *fd) {
+    if (fd->type != PROTOBUF_C_TYPE_MESSAGE || fd->label == PROTOBUF_C_LABEL_REPEATED)
+        return false;
+    size_t i = (size_t)(fd - f->desc->fields);
+    if (i >= BTU_PB_FIELDS_MAX)
+        return false; /* no such message in our protos (pbcheck_test) */
+    uint64_t bit = (uint64_t)1 << i;
+    bool twice = (f->seen & bit) != 0;
+    f->seen |= bit;
+    return twice;
+}
+
 /* The field at *p inside frame f: on success *p moves past it, and a message-typed field whose
- * bytes follow is returned in *sub (NULL otherwise) with its end in *sub_end. */
+ * bytes follow is returned in *sub (NULL otherwise) with its end in *sub_end. request: the
+ * checks for requests (UTF-8 strings, message fields in one piece). */
 static const char *pbc_field(pbc_frame *f, const uint8_t **p, const ProtobufCFieldDescriptor **sub,
-                             const uint8_t **sub_end, uint64_t *cost, bool utf8) {
+                             const uint8_t **sub_end, uint64_t *cost, bool request) {
     uint64_t tag, v;
     size_t n = pbc_varint(*p, f->end, 5, &tag);
     *sub = NULL;
@@ -182,8 +209,10 @@ static const char *pbc_field(pbc_frame *f, const uint8_t **p, const ProtobufCFie
         fd = f->last = protobuf_c_message_descriptor_get_field(f->desc, (unsigned)(tag >> 3));
     if (fd && fd->type == PROTOBUF_C_TYPE_STRING && v > 0 && memchr(q, 0, (size_t)v))
         return pbc_nul_in_string;
-    if (utf8 && fd && fd->type == PROTOBUF_C_TYPE_STRING && !pbc_utf8(q, (size_t)v))
+    if (request && fd && fd->type == PROTOBUF_C_TYPE_STRING && !pbc_utf8(q, (size_t)v))
         return pbc_bad_utf8;
+    if (request && fd && pbc_seen_twice(f, fd))
+        return pbc_twice;
     if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE) {
         *cost += fd->descriptor
                      ? ((const ProtobufCMessageDescriptor *)fd->descriptor)->sizeof_message
@@ -199,8 +228,31 @@ static const char *pbc_field(pbc_frame *f, const uint8_t **p, const ProtobufCFie
     return NULL;
 }
 
+/* INVALID_ARGUMENT for pbc_field's answer bad about the field last looked up in frame f, at
+ * byte offset of a request of type desc. */
+static st_code pbc_refuse(st_err *err, const ProtobufCMessageDescriptor *desc, const pbc_frame *f,
+                          const char *bad, size_t offset) {
+    if (bad == pbc_nul_in_string)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "invalid %s: field %s of %s holds a NUL byte (at byte %zu); names "
+                          "and ids never do, and the name would be cut short there: fix it",
+                          desc->name, f->last->name, f->desc->name, offset);
+    if (bad == pbc_bad_utf8)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "invalid %s: field %s of %s is not valid UTF-8 (at byte %zu); "
+                          "protobuf strings hold UTF-8 text: send it UTF-8 encoded",
+                          desc->name, f->last->name, f->desc->name, offset);
+    if (bad == pbc_twice)
+        return st_err_set(err, ST_INVALID_ARGUMENT,
+                          "invalid %s: message field %s of %s occurs more than once (again at "
+                          "byte %zu); Strata does not merge a message sent in pieces: send each "
+                          "message field once, whole, as protobuf encoders do",
+                          desc->name, f->last->name, f->desc->name, offset);
+    return pbc_malformed(err, desc, bad, offset);
+}
+
 static st_code pbc_scan(const ProtobufCMessageDescriptor *desc, st_slice bytes, unsigned depth_max,
-                        bool utf8, st_err *err) {
+                        bool request, st_err *err) {
     pbc_frame stack[BTU_PB_DEPTH_MAX];
     if (depth_max == 0 || depth_max > BTU_PB_DEPTH_MAX)
         depth_max = BTU_PB_DEPTH_MAX;
@@ -210,7 +262,7 @@ static st_code pbc_scan(const ProtobufCMessageDescriptor *desc, st_slice bytes, 
     size_t n = 1;
     uint64_t cost = desc->sizeof_message,
              cost_max = BTU_PB_UNPACK_SLACK_BYTES + 2 * (uint64_t)bytes.len;
-    stack[0] = (pbc_frame){desc, bytes.data + bytes.len, NULL};
+    stack[0] = (pbc_frame){desc, bytes.data + bytes.len, NULL, 0};
     for (;;) {
         while (n > 0 && p == stack[n - 1].end)
             n--;
@@ -218,21 +270,9 @@ static st_code pbc_scan(const ProtobufCMessageDescriptor *desc, st_slice bytes, 
             return ST_OK;
         const ProtobufCFieldDescriptor *sub;
         const uint8_t *sub_end, *at = p;
-        const char *bad = pbc_field(&stack[n - 1], &p, &sub, &sub_end, &cost, utf8);
-        if (bad == pbc_nul_in_string)
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "invalid %s: field %s of %s holds a NUL byte (at byte %zu); names "
-                              "and ids never do, and the name would be cut short there: fix it",
-                              desc->name, stack[n - 1].last->name, stack[n - 1].desc->name,
-                              (size_t)(at - base));
-        if (bad == pbc_bad_utf8)
-            return st_err_set(err, ST_INVALID_ARGUMENT,
-                              "invalid %s: field %s of %s is not valid UTF-8 (at byte %zu); "
-                              "protobuf strings hold UTF-8 text: send it UTF-8 encoded",
-                              desc->name, stack[n - 1].last->name, stack[n - 1].desc->name,
-                              (size_t)(at - base));
+        const char *bad = pbc_field(&stack[n - 1], &p, &sub, &sub_end, &cost, request);
         if (bad)
-            return pbc_malformed(err, desc, bad, (size_t)(at - base));
+            return pbc_refuse(err, desc, &stack[n - 1], bad, (size_t)(at - base));
         if (cost > cost_max)
             return st_err_set(err, ST_INVALID_ARGUMENT,
                               "%s of %zu bytes holds too many small elements: unpacking it would "
@@ -249,7 +289,7 @@ static st_code pbc_scan(const ProtobufCMessageDescriptor *desc, st_slice bytes, 
                               "levels, a GC rule 16)",
                               depth_max, desc->name, sub->name, stack[n - 1].desc->name,
                               (size_t)(at - base));
-        stack[n++] = (pbc_frame){sub->descriptor, sub_end, NULL};
+        stack[n++] = (pbc_frame){sub->descriptor, sub_end, NULL, 0};
     }
 }
 
@@ -259,9 +299,9 @@ st_code btu_pb_check(const ProtobufCMessageDescriptor *desc, st_slice bytes, uns
 }
 
 static ProtobufCMessage *pbc_unpack(const ProtobufCMessageDescriptor *desc,
-                                    ProtobufCAllocator *alloc, st_slice bytes, bool utf8,
+                                    ProtobufCAllocator *alloc, st_slice bytes, bool request,
                                     st_err *err) {
-    if (pbc_scan(desc, bytes, BTU_PB_DEPTH_MAX, utf8, err) != ST_OK)
+    if (pbc_scan(desc, bytes, BTU_PB_DEPTH_MAX, request, err) != ST_OK)
         return NULL;
     ProtobufCMessage *m = protobuf_c_message_unpack(desc, alloc, bytes.len, bytes.data);
     if (!m)

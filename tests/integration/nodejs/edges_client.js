@@ -313,6 +313,58 @@ async function tokenOtherTable() {
   check('token_own_table', typeof own.consistent === 'boolean', JSON.stringify(own));
 }
 
+// CRC32C (Castagnoli, reflected), as the router tags its consistency tokens.
+function crc32c(buf) {
+  let crc = 0xffffffff;
+  for (const b of buf) {
+    crc ^= b;
+    for (let k = 0; k < 8; k++) crc = crc & 1 ? (crc >>> 1) ^ 0x82f63b78 : crc >>> 1;
+  }
+  return (crc ^ 0xffffffff) >>> 0;
+}
+
+// A consistency token the router did not make for the table (cut, altered, parts joined or
+// replaced, another cluster, even with its tag computed again over the forged text) is
+// INVALID_ARGUMENT "invalid consistency token": never an answer, nor a complaint about a healthy
+// node. A genuine one still serves the client's waitForReplication.
+async function tokenForged() {
+  await table('tok_f', ['cf']);
+  await data.mutateRow({tableName: TN('tok_f'), rowKey: B('r'), mutations: [set('cf', 'q', 'v', 1000)]});
+  const [gen] = await admin.generateConsistencyToken({name: TN('tok_f')});
+  const tok = gen.consistencyToken;
+  const p = tok.split(':'); // strata1, cluster, node parts, tag
+  const tagged = body => body + ':' + crc32c(Buffer.from('tok_f' + body)).toString(16).padStart(8, '0');
+  const body = i => v => { const q = p.slice(0, 3); q[i] = v; return q.join(':'); };
+  const part = body(2), cluster = body(1);
+  check('token_tag_recomputed', tagged(p.slice(0, 3).join(':')) === tok, tok);
+  const last = p[3].slice(-1) === '0' ? '1' : '0';
+  const forged = {
+    part_5: part('5') + ':' + p[3], part_0: part('0') + ':' + p[3],
+    part_20_nines: part('9'.repeat(20)) + ':' + p[3], part_twice: part(p[2] + p[2]) + ':' + p[3],
+    parts_two: part(p[2] + ',' + p[2]) + ':' + p[3], zeros_1mib: part('0'.repeat(1 << 20)) + ':' + p[3],
+    cluster_other: cluster(p[1] === '1' ? '2' : '1') + ':' + p[3], cluster_0: cluster('0') + ':' + p[3],
+    tag_changed: tok.slice(0, -1) + last, tag_not_hex: tok.slice(0, -1) + 'g',
+    tag_cut: tok.slice(0, -1), extra_part: tok + ':x', empty: '',
+    retagged_part_5: tagged(part('5')), retagged_part_cut: tagged(part(p[2].slice(0, 28))),
+    retagged_parts_two: tagged(part(p[2] + ',' + p[2])), retagged_cluster_9: tagged(cluster('9')),
+  };
+  for (const [name, t] of Object.entries(forged)) {
+    let err = null;
+    try {
+      await admin.checkConsistency({name: TN('tok_f'), consistencyToken: t});
+    } catch (e) {
+      err = e;
+    }
+    check('token_forged_' + name, err && err.code === 3 &&
+          /invalid consistency token/.test(err.details) && !/does not replicate/.test(err.details),
+          err ? err.code + ' ' + err.details : 'answered');
+  }
+  const [own] = await admin.checkConsistency({name: TN('tok_f'), consistencyToken: tok});
+  check('token_genuine', typeof own.consistent === 'boolean', JSON.stringify(own));
+  const [replicated] = await bt.instance('i').table('tok_f').waitForReplication();
+  check('token_wait_for_replication', replicated === true, String(replicated));
+}
+
 // deletion_protection covers a table's column families (Cloud Bigtable): dropping one is
 // FAILED_PRECONDITION naming the protection, and its cells stay in every cluster; adding a family
 // to a protected table is allowed.
@@ -385,6 +437,7 @@ async function listTablesPages() {
   await dropProtected();
   await gcRuleSize();
   await tokenOtherTable();
+  await tokenForged();
   await aggregatesRefused();
   await rmwManyRules();
   await heavyRowFilters();

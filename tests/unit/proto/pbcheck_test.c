@@ -7,7 +7,9 @@
  * protobuf-c reads them (through a descriptor written here, since our .proto files have none);
  * that what unpacking would allocate is bounded (millions of empty elements are refused, the
  * API's largest requests of small cells are not); and that btu_pb_unpack_lift leaves a bytes field
- * in place and checks the rest the same way; and that requests' strings must be UTF-8. */
+ * in place and checks the rest the same way; that requests' strings must be UTF-8; and that a
+ * request's singular message field (a oneof member included) must come in one piece, in every
+ * message the services take. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,8 +19,13 @@
 
 #include <cmocka.h>
 
+#include "google/bigtable/admin/v2/bigtable_instance_admin.pb-c.h"
 #include "google/bigtable/admin/v2/bigtable_table_admin.pb-c.h"
 #include "google/bigtable/v2/bigtable.pb-c.h"
+#include "google/longrunning/operations.pb-c.h"
+#include "strata/internal/v1/backup_admin.pb-c.h"
+#include "strata/internal/v1/node.pb-c.h"
+#include "strata/internal/v1/replication.pb-c.h"
 #include "pbnest.h"
 #include "strata/btutil.h"
 
@@ -524,6 +531,136 @@ static void test_pbcheck_wide_messages(void **state) {
     st_buf_free(&b);
 }
 
+/* req unpacked as a request: NULL with INVALID_ARGUMENT naming field `what` when refuse, else
+ * taken. Stored records (btu_pb_unpack) are taken either way, as before. */
+static void expect_pieces(const ProtobufCMessageDescriptor *desc, const st_buf *req, bool refuse,
+                          const char *what) {
+    st_err err = {0};
+    ProtobufCMessage *m =
+        btu_pb_unpack_request(desc, NULL, st_slice_make(req->data, req->len), &err);
+    if (refuse != (m == NULL))
+        fail_msg("%s: %s", what, m ? "taken" : err.msg);
+    if (refuse) {
+        assert_int_equal(err.code, ST_INVALID_ARGUMENT);
+        if (!strstr(err.msg, what) || !strstr(err.msg, "occurs more than once"))
+            fail_msg("%s: %s", what, err.msg);
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+    m = btu_pb_unpack(desc, NULL, st_slice_make(req->data, req->len), &err);
+    protobuf_c_message_free_unpacked(m, NULL);
+}
+
+/* A MutateRowRequest of table t, row r, holding the one Mutation mut. */
+static void mutate_row_of(st_buf *out, const st_buf *mut) {
+    st_buf_reset(out);
+    bt_pb_put_bytes(out, 1, st_slice_cstr("projects/p/instances/i/tables/t"));
+    bt_pb_put_bytes(out, 2, st_slice_cstr("r"));
+    bt_pb_put_bytes(out, 3, st_slice_make(mut->data, mut->len));
+}
+
+/* A SetCell split over two occurrences of Mutation.set_cell (protobuf-c kept the last piece only:
+ * a cell without the first piece's qualifier and value was stored and acknowledged), a
+ * CreateTableRequest.table in two pieces, and a RowFilter.Condition.predicate_filter repeated
+ * deep in a filter are refused; repeated fields, a scalar given twice (the last wins) and two
+ * different members of one oneof (the last wins) are taken as protobuf-c takes them. */
+static void test_pbcheck_request_message_fields_once(void **state) {
+    (void)state;
+    st_buf a, b, mut, req;
+    st_buf_init(&a);
+    st_buf_init(&b);
+    st_buf_init(&mut);
+    st_buf_init(&req);
+    const ProtobufCMessageDescriptor *mr = &google__bigtable__v2__mutate_row_request__descriptor;
+    bt_pb_put_bytes(&a, 2, st_slice_cstr("qq")); /* SetCell: qualifier and value */
+    bt_pb_put_bytes(&a, 4, st_slice_cstr("val"));
+    bt_pb_put_bytes(&b, 1, st_slice_cstr("cf")); /* family and timestamp */
+    bt_pb_put_varint(&b, 3, 5000);
+    bt_pb_put_bytes(&mut, 1, st_slice_make(a.data, a.len));
+    bt_pb_put_bytes(&mut, 1, st_slice_make(b.data, b.len));
+    mutate_row_of(&req, &mut);
+    expect_pieces(mr, &req, true, "message field set_cell of google.bigtable.v2.Mutation");
+    st_buf_reset(&mut); /* set_cell, then delete_from_row: the oneof takes the last */
+    bt_pb_put_bytes(&mut, 1, st_slice_make(b.data, b.len));
+    bt_pb_put_bytes(&mut, 4, st_slice_make(NULL, 0));
+    mutate_row_of(&req, &mut);
+    bt_pb_put_bytes(&req, 3, st_slice_make(mut.data, mut.len)); /* repeated mutations */
+    bt_pb_put_bytes(&req, 2, st_slice_cstr("r2"));              /* a scalar again */
+    expect_pieces(mr, &req, false, "mutations");
+    /* CreateTableRequest.table (3) as {granularity 4} then {deletion_protection 9}. */
+    st_buf_reset(&req);
+    bt_pb_put_bytes(&req, 1, st_slice_cstr("projects/p/instances/i"));
+    bt_pb_put_bytes(&req, 2, st_slice_cstr("t"));
+    st_buf_reset(&a);
+    bt_pb_put_varint(&a, 4, 1);
+    bt_pb_put_bytes(&req, 3, st_slice_make(a.data, a.len));
+    st_buf_reset(&a);
+    bt_pb_put_varint(&a, 9, 1);
+    bt_pb_put_bytes(&req, 3, st_slice_make(a.data, a.len));
+    expect_pieces(&google__bigtable__admin__v2__create_table_request__descriptor, &req, true,
+                  "message field table of google.bigtable.admin.v2.CreateTableRequest");
+    /* ReadRowsRequest.filter = chain{filters: [condition{predicate, predicate}]}. */
+    st_buf_reset(&a);
+    bt_pb_put_bytes(&a, 1, st_slice_make(NULL, 0)); /* Condition.predicate_filter */
+    bt_pb_put_bytes(&a, 1, st_slice_make(NULL, 0));
+    st_buf_reset(&b);
+    bt_pb_put_bytes(&b, 3, st_slice_make(a.data, a.len)); /* RowFilter.condition */
+    st_buf_reset(&a);
+    bt_pb_put_bytes(&a, 1, st_slice_make(b.data, b.len)); /* Chain.filters */
+    st_buf_reset(&b);
+    bt_pb_put_bytes(&b, 1, st_slice_make(a.data, a.len)); /* RowFilter.chain */
+    st_buf_reset(&req);
+    bt_pb_put_bytes(&req, 1, st_slice_cstr("projects/p/instances/i/tables/t"));
+    bt_pb_put_bytes(&req, 3, st_slice_make(b.data, b.len));
+    expect_pieces(READ_ROWS, &req, true,
+                  "message field predicate_filter of google.bigtable.v2.RowFilter.Condition");
+    st_buf_free(&a);
+    st_buf_free(&b);
+    st_buf_free(&mut);
+    st_buf_free(&req);
+}
+
+/* Every message a service takes, and every message inside one, declares at most
+ * BTU_PB_FIELDS_MAX fields: the scan's bit per field then covers every singular message field. */
+static void test_pbcheck_request_messages_fit_the_field_bits(void **state) {
+    (void)state;
+    static const ProtobufCServiceDescriptor *const services[] = {
+        &google__bigtable__v2__bigtable__descriptor,
+        &google__bigtable__admin__v2__bigtable_table_admin__descriptor,
+        &google__bigtable__admin__v2__bigtable_instance_admin__descriptor,
+        &google__longrunning__operations__descriptor,
+        &strata__internal__v1__node__descriptor,
+        &strata__internal__v1__replication__descriptor,
+        &strata__internal__v1__backup_admin__descriptor,
+    };
+    const ProtobufCMessageDescriptor *seen[512];
+    size_t n = 0;
+    for (size_t s = 0; s < sizeof services / sizeof services[0]; s++)
+        for (unsigned m = 0; m < services[s]->n_methods; m++) {
+            const ProtobufCMessageDescriptor *in = services[s]->methods[m].input;
+            bool dup = false;
+            for (size_t k = 0; k < n && !dup; k++)
+                dup = seen[k] == in;
+            if (!dup && n < 512)
+                seen[n++] = in;
+        }
+    for (size_t i = 0; i < n; i++) { /* seen grows as the walk finds submessages */
+        if (seen[i]->n_fields > BTU_PB_FIELDS_MAX)
+            fail_msg("%s declares %u fields", seen[i]->name, seen[i]->n_fields);
+        for (unsigned f = 0; f < seen[i]->n_fields; f++) {
+            const ProtobufCFieldDescriptor *fd = &seen[i]->fields[f];
+            if (fd->type != PROTOBUF_C_TYPE_MESSAGE)
+                continue;
+            bool dup = false;
+            for (size_t k = 0; k < n && !dup; k++)
+                dup = seen[k] == fd->descriptor;
+            assert_true(dup || n < 512);
+            if (!dup)
+                seen[n++] = fd->descriptor;
+        }
+    }
+    assert_true(n > 100); /* the walk reached the requests' submessages */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pbcheck_depth_at_and_over_the_limit),
@@ -537,6 +674,8 @@ int main(void) {
         cmocka_unit_test(test_pb_unpack_lift),
         cmocka_unit_test(test_pbcheck_wide_messages),
         cmocka_unit_test(test_pbcheck_request_strings_utf8),
+        cmocka_unit_test(test_pbcheck_request_message_fields_once),
+        cmocka_unit_test(test_pbcheck_request_messages_fit_the_field_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -141,6 +141,10 @@ st_code btu_table_name_parse(const char *name, size_t max, st_slice *project, st
  * within tens of KiB. */
 #define BTU_PB_DEPTH_MAX 64
 
+/* The most fields a message of a request may declare: btu_pb_unpack_request keeps a bit per
+ * field while it scans a message (pbcheck_test checks every message the services take). */
+#define BTU_PB_FIELDS_MAX 64
+
 /* What unpacking a message may allocate: this plus twice its encoding (btu_pb_check). */
 #define BTU_PB_UNPACK_SLACK_BYTES ((uint64_t)64 << 20)
 
@@ -169,8 +173,13 @@ ProtobufCMessage *btu_pb_unpack(const ProtobufCMessageDescriptor *desc, Protobuf
 /* btu_pb_unpack of a request a server handles, which also refuses (INVALID_ARGUMENT "invalid
  * <type>: field <f> of <type> is not valid UTF-8 ...") a string field that is not UTF-8, as
  * proto3 requires and Cloud Bigtable does: stored and sent back, such a string makes grpc-go
- * clients (cbt, the Go client) fail the whole answer that carries it. Records already stored are
- * read with btu_pb_unpack, which does not check, so they stay readable and deletable. */
+ * clients (cbt, the Go client) fail the whole answer that carries it. It also refuses
+ * (INVALID_ARGUMENT "invalid <type>: message field <f> of <type> occurs more than once ...") a
+ * singular message field, oneof members included, sent in several pieces in one message:
+ * protobuf would merge them, protobuf-c keeps only a oneof member's last piece (an acknowledged
+ * write would store another cell than the one sent) and fails some other merges. Records already
+ * stored are read with btu_pb_unpack, which checks neither, so they stay readable and
+ * deletable. */
 ProtobufCMessage *btu_pb_unpack_request(const ProtobufCMessageDescriptor *desc,
                                         ProtobufCAllocator *alloc, st_slice bytes, st_err *err);
 
