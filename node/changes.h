@@ -143,8 +143,26 @@ void node_cs_write_abort(node_ctx *n, node_cs_write *w);
  * or kept by the ring. */
 void node_cs_write_done(node_ctx *n, node_cs_write *w, st_code code);
 /* Its completion could not reach the loop (storage thread): the ring will answer MISS for the
- * stamps up to it; w is freed. */
+ * stamps up to it; w is freed (by the loop, once past it, when it is in flight there). */
 void node_cs_write_lost(node_ctx *n, node_cs_write *w);
+/* Calls fn with the rows of each write with records still in flight (given to storage, not yet
+ * completed), oldest first, stopping at the first code other than ST_OK, which it returns. The
+ * rows' bytes are their callers', valid until the write's done runs (node_write). */
+st_code node_cs_inflight_each(node_ctx *n,
+                              st_code (*fn)(const sto_row_mut *rows, size_t count, void *arg),
+                              void *arg);
+
+/* ---- replicated deletes (changes_survive.c) ---- */
+
+/* Whether row r came by replication and holds a delete of user cells: only such a row can find,
+ * when it is applied here, cells of a higher version that its mutations do not change. */
+bool node_cs_row_deletes(const sto_row_mut *r);
+/* Appends to out (sto_mut) a SetCell for each cell of rows[i]'s row that one of its mutations
+ * reaches (a delete's range, or a SetCell's coordinates) and that stays as it is because its
+ * version is higher: the row as storage has it, then the writes in flight, then rows[0..i-1].
+ * Names and values the read copied go to arena. ST_RESOURCE_EXHAUSTED, or a read's error. */
+st_code node_cs_survivors(node_ctx *n, const sto_row_mut *rows, size_t i, st_arena *arena,
+                          st_buf *out, st_err *err);
 
 /* Sets the ring's size before its first record (tests: eviction with little data); ignored once
  * the ring holds records. */

@@ -37,7 +37,10 @@ struct node_cs_write {
     size_t alloc; /* bytes allocated for it and its arrays (CS_POOL_WRITE_BYTES: reusable) */
     int64_t stamp;
     bool ringless;     /* no stream was open when it was built: the ring skips it */
+    bool queued;       /* in node_cs.fifo (loop thread) */
+    int lost;          /* atomic: its completion never reaches the loop; the fifo frees it */
     size_t n;          /* records */
+    size_t n_rows;     /* rows */
     node_cs_rec *recs; /* pointing into data once the write is built */
     st_buf data;       /* table names, row keys, qualifiers, record values */
     sto_row_mut *rows; /* what storage gets (allocated with w) */
@@ -73,8 +76,9 @@ typedef struct node_cs {
     int64_t last_stamp;   /* the last stamp handed out (write_stamp, node_cs_next_stamp) */
     int64_t evicted_upto; /* the ring dropped every record at or below it */
     int64_t lost_stamp;   /* atomic: highest stamp whose completion never reached the loop */
-    /* stamps of writes in flight, oldest first (a circular queue) */
-    int64_t *fifo;
+    /* writes in flight with records, oldest first (a circular queue): their stamps give the
+     * resolved stamp, their rows what a replicated delete finds (node_cs_inflight_each) */
+    node_cs_write **fifo;
     size_t fifo_head, fifo_n, fifo_cap;
     /* the ring: durable writes' records in one circular buffer, and its blocks oldest first (a
      * circular queue) */
@@ -92,6 +96,8 @@ typedef struct node_cs {
                               reader was never seen) */
     size_t hint_t, hint_j; /* the last tablet found by id: n->tables[hint_t].v[hint_j] */
     st_buf scratch;        /* sto_mut: a record's mutations while encoding */
+    st_buf kept;           /* sto_mut: the SetCells a record of a replicated delete restores */
+    st_arena kept_arena;   /* their names and values */
     node_cs_write *pool[CS_POOL_MAX]; /* completed writes kept for reuse */
     size_t pool_n;
     /* GC batches posted to the loop and not yet run (freed at close if the loop never runs
@@ -252,6 +258,8 @@ st_code node_cs_open(node_ctx *n, st_err *err) {
     if (!cs)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory starting change streams");
     st_buf_init(&cs->scratch);
+    st_buf_init(&cs->kept);
+    st_arena_init(&cs->kept_arena, 4096);
     pthread_mutex_init(&cs->gc_lock, NULL);
     n->cs = cs;
     cs->ring_bytes = CS_RING_BYTES;
@@ -288,6 +296,11 @@ void node_cs_close(node_ctx *n) {
         return;
     ring_free(cs);
     free(cs->blocks);
+    for (size_t i = 0; i < cs->fifo_n; i++) {
+        node_cs_write *w = cs->fifo[(cs->fifo_head + i) % cs->fifo_cap];
+        if (__atomic_load_n(&w->lost, __ATOMIC_ACQUIRE))
+            write_free(w);
+    }
     free(cs->fifo);
     for (size_t i = 0; i < cs->n_arrivals; i++) {
         free(cs->arrivals[i].table);
@@ -296,6 +309,8 @@ void node_cs_close(node_ctx *n) {
     }
     free(cs->arrivals);
     st_buf_free(&cs->scratch);
+    st_buf_free(&cs->kept);
+    st_arena_deinit(&cs->kept_arena);
     while (cs->pool_n)
         write_free(cs->pool[--cs->pool_n]);
     while (cs->gc_pending) {
@@ -553,14 +568,54 @@ static st_slice origin_record(const sto_row_mut *r) {
     return n_sys == 1 && n_user > 0 ? found : st_slice_make(NULL, 0);
 }
 
-/* Encodes the record of row r (index k of the write) into w->data. */
+static void kept_drop(node_cs *cs, const char *why) {
+    st_log(ST_LOG_WARN, "changes",
+           "the record of a replicated delete holds only its own mutations (%s): a consumer "
+           "applying the stream may delete newer cells of its row that the table keeps",
+           why);
+    st_buf_reset(&cs->kept);
+}
+
+/* Into cs->kept: the SetCells restoring the cells of a higher version that replicated row
+ * rows[k] reaches and leaves in place (changes_survive.c), so that its record, applied after the
+ * records of the writes that made them, has the row mutation's effect. Without them (a row that
+ * could not be read) the record holds the row mutation's own mutations, as a local one. */
+static st_code kept_cells(node_ctx *n, const sto_row_mut *rows, uint32_t k, node_write_kind mode,
+                          st_err *err) {
+    node_cs *cs = n->cs;
+    if (cs->kept.cap > CS_POOL_DATA_BYTES) /* a row of many cells: not kept for the next */
+        st_buf_free(&cs->kept);
+    st_buf_reset(&cs->kept);
+    st_arena_reset(&cs->kept_arena);
+    if (mode != NODE_WRITE_RECORD || !node_cs_row_deletes(&rows[k]))
+        return ST_OK;
+    st_err e = {0};
+    st_code rc = node_cs_survivors(n, rows, k, &cs->kept_arena, &cs->kept, &e);
+    if (rc == ST_RESOURCE_EXHAUSTED)
+        return st_err_set(err, rc, "%s; retry", e.msg);
+    if (rc != ST_OK)
+        kept_drop(cs, e.msg);
+    return ST_OK;
+}
+
+/* Encodes the record of row rows[k] (index k of the write) into w->data. */
 static st_code record_build(node_ctx *n, node_cs_write *w, const node_table *meta,
-                            const sto_row_mut *r, node_write_kind mode, uint32_t k, rec_ref *ref,
+                            const sto_row_mut *rows, node_write_kind mode, uint32_t k, rec_ref *ref,
                             st_err *err) {
     node_cs *cs = n->cs;
-    ref->origin =
-        w->ringless && mode == NODE_WRITE_RECORD ? origin_record(r) : st_slice_make(NULL, 0);
-    st_code rc = mode == NODE_WRITE_GC || ref->origin.len ? ST_OK : record_muts(cs, meta, r);
+    const sto_row_mut *r = &rows[k];
+    st_code rc = kept_cells(n, rows, k, mode, err);
+    if (rc != ST_OK)
+        return rc;
+    bool kept = cs->kept.len > 0;
+    ref->origin = w->ringless && mode == NODE_WRITE_RECORD && !kept ? origin_record(r)
+                                                                    : st_slice_make(NULL, 0);
+    if (mode != NODE_WRITE_GC && !ref->origin.len)
+        rc = record_muts(cs, meta, r);
+    if (kept && (cs->scratch.len + cs->kept.len) / sizeof(sto_mut) > STO_ROW_MUTS_MAX)
+        kept_drop(cs, "too many cells to put back for one row mutation");
+    if (rc == ST_OK && cs->kept.len) /* after the row's own: they undo what it did not do */
+        rc = st_buf_append(&cs->scratch, cs->kept.data, cs->kept.len);
     sto_row_mut rec = {.row = r->row,
                        .version = r->version,
                        .commit_ts_us = r->commit_ts_us,
@@ -695,6 +750,9 @@ static node_cs_write *write_new(node_cs *cs, size_t count, size_t n_muts, size_t
     }
     w->stamp = 0;
     w->ringless = false;
+    w->queued = false;
+    w->lost = 0;
+    w->n_rows = count;
     w->rows = (sto_row_mut *)(w + 1);
     w->muts = (sto_mut *)(w->rows + count);
     w->recs = (node_cs_rec *)(w->muts + n_muts);
@@ -723,7 +781,7 @@ static st_code write_build(node_ctx *n, node_cs_write *w, const sto_row_mut *row
     for (size_t i = 0; rc == ST_OK && i < count; i++) {
         row_copy(w, i, &rows[i], metas[i] != NULL, mode, &mi, &refs[k]);
         if (metas[i]) {
-            rc = record_build(n, w, metas[i], &rows[i], mode, (uint32_t)i, &refs[k], err);
+            rc = record_build(n, w, metas[i], rows, mode, (uint32_t)i, &refs[k], err);
             k++;
         }
     }
@@ -774,10 +832,10 @@ st_code node_cs_write_prepare(node_ctx *n, const sto_row_mut *rows, size_t count
 
 /* ---- in flight, resolved ---- */
 
-static st_code fifo_push(node_cs *cs, int64_t stamp) {
+static st_code fifo_push(node_cs *cs, node_cs_write *w) {
     if (cs->fifo_n == cs->fifo_cap) {
         size_t cap = cs->fifo_cap ? cs->fifo_cap * 2 : 64;
-        int64_t *v = malloc(cap * sizeof *v);
+        node_cs_write **v = malloc(cap * sizeof *v);
         if (!v)
             return ST_RESOURCE_EXHAUSTED;
         for (size_t i = 0; i < cs->fifo_n; i++)
@@ -787,16 +845,21 @@ static st_code fifo_push(node_cs *cs, int64_t stamp) {
         cs->fifo_head = 0;
         cs->fifo_cap = cap;
     }
-    cs->fifo[(cs->fifo_head + cs->fifo_n++) % cs->fifo_cap] = stamp;
+    cs->fifo[(cs->fifo_head + cs->fifo_n++) % cs->fifo_cap] = w;
+    w->queued = true;
     return ST_OK;
 }
 
 /* Storage completes writes in order: a completion at `stamp` finishes every earlier one too
- * (even one whose completion was lost). */
+ * (even one whose completion was lost, which only the fifo still holds: freed here). */
 static void fifo_pop_upto(node_cs *cs, int64_t stamp) {
-    while (cs->fifo_n && cs->fifo[cs->fifo_head] <= stamp) {
+    while (cs->fifo_n && cs->fifo[cs->fifo_head]->stamp <= stamp) {
+        node_cs_write *w = cs->fifo[cs->fifo_head];
         cs->fifo_head = (cs->fifo_head + 1) % cs->fifo_cap;
         cs->fifo_n--;
+        w->queued = false;
+        if (__atomic_load_n(&w->lost, __ATOMIC_ACQUIRE))
+            write_free(w);
     }
 }
 
@@ -805,7 +868,7 @@ int64_t node_cs_resolved(node_ctx *n) {
     fifo_pop_upto(cs, __atomic_load_n(&cs->lost_stamp, __ATOMIC_ACQUIRE));
     int64_t r;
     if (cs->fifo_n) {
-        r = cs->fifo[cs->fifo_head] - 1;
+        r = cs->fifo[cs->fifo_head]->stamp - 1;
     } else {
         /* Nothing in flight: now. The clock is moved to it, so later stamps are above. */
         int64_t now = st_wall_us();
@@ -821,7 +884,7 @@ int64_t node_cs_resolved(node_ctx *n) {
 void node_cs_write_started(node_ctx *n, node_cs_write *w) {
     if (!w || w->n == 0)
         return;
-    if (fifo_push(n->cs, w->stamp) != ST_OK) {
+    if (fifo_push(n->cs, w) != ST_OK) {
         /* Without its place in the queue the stamp could be passed while in flight: resolved
          * stays below it until it is done by treating it as lost once it completes. */
         st_log(ST_LOG_ERROR, "changes", "out of memory tracking a write in flight");
@@ -834,21 +897,44 @@ void node_cs_write_started(node_ctx *n, node_cs_write *w) {
 void node_cs_write_abort(node_ctx *n, node_cs_write *w) {
     node_cs *cs = n->cs;
     /* It was the last one started. */
-    if (w && w->n && cs->fifo_n &&
-        cs->fifo[(cs->fifo_head + cs->fifo_n - 1) % cs->fifo_cap] == w->stamp)
+    if (w && w->queued) {
         cs->fifo_n--;
+        w->queued = false;
+    }
     write_release(cs, w);
 }
 
 void node_cs_write_lost(node_ctx *n, node_cs_write *w) {
-    if (w && w->n) {
+    if (!w)
+        return;
+    /* The loop may be reading a queued write's rows (node_cs_inflight_each): it frees it once
+     * it pops it. queued is read here after the loop set it before storage got the write. */
+    bool queued = w->queued, recorded = w->n > 0;
+    int64_t stamp = w->stamp;
+    if (queued) /* w may be freed by the loop from here on */
+        __atomic_store_n(&w->lost, 1, __ATOMIC_RELEASE);
+    if (recorded) {
         int64_t cur = __atomic_load_n(&n->cs->lost_stamp, __ATOMIC_ACQUIRE);
-        while (w->stamp > cur &&
-               !__atomic_compare_exchange_n(&n->cs->lost_stamp, &cur, w->stamp, false,
-                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        while (stamp > cur && !__atomic_compare_exchange_n(&n->cs->lost_stamp, &cur, stamp, false,
+                                                           __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         }
     }
-    write_free(w);
+    if (!queued)
+        write_free(w);
+}
+
+st_code node_cs_inflight_each(node_ctx *n,
+                              st_code (*fn)(const sto_row_mut *rows, size_t count, void *arg),
+                              void *arg) {
+    node_cs *cs = n->cs;
+    fifo_pop_upto(cs, __atomic_load_n(&cs->lost_stamp, __ATOMIC_ACQUIRE));
+    st_code rc = ST_OK;
+    for (size_t i = 0; rc == ST_OK && i < cs->fifo_n; i++) {
+        const node_cs_write *w = cs->fifo[(cs->fifo_head + i) % cs->fifo_cap];
+        if (!__atomic_load_n(&w->lost, __ATOMIC_ACQUIRE))
+            rc = fn(w->rows, w->n_rows, arg);
+    }
+    return rc;
 }
 
 /* ---- the ring ---- */

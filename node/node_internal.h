@@ -284,7 +284,9 @@ node_tablets *node_table_or_fail(node_ctx *n, rpc_call *call, const char *table_
 /* Called on the loop thread when a node_write finished. */
 typedef void (*node_write_done_fn)(node_ctx *n, st_code code, const char *msg, void *arg);
 /* Validates and writes rows (each atomic) through storage's group commit; done runs later on the
- * loop thread. Validation failures are returned directly (done not called). */
+ * loop thread. Validation failures are returned directly (done not called). The bytes the rows
+ * point to (keys, names, values) stay the caller's and must stay valid until done runs: a
+ * replicated delete of the same row reads the writes in flight (node_cs_inflight_each). */
 st_code node_write(node_ctx *n, const sto_row_mut *rows, size_t count, st_err *err,
                    node_write_done_fn done, void *arg);
 

@@ -15,6 +15,8 @@
  * - a compaction that drops cells by a GC rule leads to a GC record (STO_ROW_GC, one
  *   DeleteFromColumn [ts, ts+1) per cell);
  * - a replicated row keeps only this node's record (its origin's record cell is removed);
+ * - a replicated delete that leaves a newer cell of its row (durable, or in flight when the
+ *   delete is prepared) records that cell as a SetCell after the delete;
  * - the record cell comes first in the row storage gets (memtable append path);
  * - the ring keeps the newest records within its size, answers MISS for evicted ones and never
  *   keeps a record larger than itself;
@@ -779,6 +781,121 @@ static void test_cs_replicated_rows(void **state) {
     assert_string_equal(r[0].fams[0], "f");
 }
 
+/* A replicated DeleteFromFamily with a version below a cell of its row (written here before it
+ * arrived) leaves that cell; its record puts it back after the delete, so the records applied in
+ * order give the row's cells. Row d1: the newer write is durable (read from storage); row d2: it
+ * is still in flight when the delete is prepared (the writes in flight). */
+typedef struct rdel_probe {
+    node_ctx *n;
+    const char *row;
+    bool failed, in_flight;
+    int pending;
+    loop_job *job;
+    sto_mut set, del, old;
+    sto_row_mut local, repl, before;
+} rdel_probe;
+
+static void rdel_done(node_ctx *n, st_code code, const char *msg, void *arg) {
+    (void)n;
+    (void)msg;
+    rdel_probe *p = arg;
+    p->failed = p->failed || code != ST_OK;
+    if (--p->pending == 0)
+        job_finish(p->job);
+}
+
+static void rdel_send(rdel_probe *p, const sto_row_mut *row) {
+    st_err err = {0};
+    p->pending++;
+    if (node_write(p->n, row, 1, &err, rdel_done, p) != ST_OK) {
+        p->failed = true;
+        if (--p->pending == 0)
+            job_finish(p->job);
+    }
+}
+
+static void rdel_job(loop_job *j) {
+    rdel_probe *p = j->arg;
+    p->job = j;
+    p->pending = 1; /* this job's own share, released below */
+    st_err err = {0};
+    node_tablet *tab = node_write_tablet(p->n, TBL("r"), st_slice_cstr(p->row), &err);
+    uint64_t id = tab ? tab->id : 0;
+    p->set = tu_set_mut("f", "new", 2000, "N");
+    p->del = (sto_mut){.type = STO_MUT_DEL_FAMILY, .family = st_slice_cstr("f")};
+    uint64_t v = node_next_version(p->n);
+    p->local = (sto_row_mut){.tablet_id = id,
+                             .row = st_slice_cstr(p->row),
+                             .muts = &p->set,
+                             .n_muts = 1,
+                             .version = v,
+                             .commit_ts_us = STO_VERSION_TS_US(v)};
+    /* committed on cluster 7 long before the local write */
+    p->repl = (sto_row_mut){.tablet_id = id,
+                            .row = st_slice_cstr(p->row),
+                            .muts = &p->del,
+                            .n_muts = 1,
+                            .version = STO_VERSION(3000, 7),
+                            .commit_ts_us = 3000,
+                            .origin = 7,
+                            .flags = STO_ROW_REPLICATED};
+    rdel_send(p, &p->local);
+    if (p->in_flight) /* else it comes in a later job, once the local write is durable */
+        rdel_send(p, &p->repl);
+    rdel_done(p->n, ST_OK, NULL, p);
+}
+
+static void rdel_repl_job(loop_job *j) {
+    rdel_probe *p = j->arg;
+    p->job = j;
+    p->pending = 1;
+    rdel_send(p, &p->repl);
+    rdel_done(p->n, ST_OK, NULL, p);
+}
+
+/* A cell of cluster 7 older than the delete, which the delete removes. */
+static void rdel_old_job(loop_job *j) {
+    rdel_probe *p = j->arg;
+    p->job = j;
+    p->pending = 1;
+    st_err err = {0};
+    node_tablet *tab = node_write_tablet(p->n, TBL("r"), st_slice_cstr(p->row), &err);
+    p->old = tu_set_mut("f", "old", 1000, "O");
+    p->before = (sto_row_mut){.tablet_id = tab ? tab->id : 0,
+                              .row = st_slice_cstr(p->row),
+                              .muts = &p->old,
+                              .n_muts = 1,
+                              .version = STO_VERSION(1000, 7),
+                              .commit_ts_us = 1000,
+                              .origin = 7,
+                              .flags = STO_ROW_REPLICATED};
+    rdel_send(p, &p->before);
+    rdel_done(p->n, ST_OK, NULL, p);
+}
+
+static void test_cs_replicated_delete_keeps_newer(void **state) {
+    (void)state;
+    const char *rows[] = {"d1", "d2"};
+    for (int k = 0; k < 2; k++) {
+        rdel_probe p = {.n = S.node, .row = rows[k], .in_flight = k == 1};
+        on_loop(rdel_old_job, &p);
+        on_loop(rdel_job, &p);
+        if (!p.in_flight)
+            on_loop(rdel_repl_job, &p);
+        assert_false(p.failed);
+        rec r[RECS_MAX];
+        assert_int_equal(records(&S, TBL("r"), rows[k], r), 3);
+        assert_int_equal(r[2].origin, 7);
+        assert_int_equal(r[2].commit_ts, 3000);
+        assert_int_equal(r[2].n_muts, 2); /* the delete, then the cell it left */
+        assert_int_equal(r[2].types[0], STO_MUT_DEL_FAMILY);
+        assert_string_equal(r[2].fams[0], "f");
+        assert_int_equal(r[2].types[1], STO_MUT_SET_CELL);
+        assert_string_equal(r[2].fams[1], "f");
+        assert_int_equal(user_cells(&S, TBL("r"), rows[k]), 1); /* f:new only */
+    }
+}
+
 /* The rows storage gets: each recorded row's record cell comes first (its system family sorts
  * before the row's user cells, so rows written in key order append to the memtable), followed by
  * the row's own mutations in their order. */
@@ -985,6 +1102,7 @@ static void *client_main(void *arg) {
         cmocka_unit_test(test_cs_gc_records),
         cmocka_unit_test(test_cs_resolved_and_ring),
         cmocka_unit_test(test_cs_replicated_rows),
+        cmocka_unit_test(test_cs_replicated_delete_keeps_newer),
         cmocka_unit_test(test_cs_record_cell_first),
         cmocka_unit_test(test_cs_ring_eviction),
         cmocka_unit_test(test_cs_move),
