@@ -38,7 +38,7 @@ struct node_cs_write {
     int64_t stamp;
     bool ringless;     /* no stream was open when it was built: the ring skips it */
     bool queued;       /* in node_cs.fifo (loop thread) */
-    int lost;          /* atomic: its completion never reaches the loop; the fifo frees it */
+    int lost;          /* atomic: 1 its completion never reaches the loop, 2 popped from the fifo */
     size_t n;          /* records */
     size_t n_rows;     /* rows */
     node_cs_rec *recs; /* pointing into data once the write is built */
@@ -858,7 +858,8 @@ static void fifo_pop_upto(node_cs *cs, int64_t stamp) {
         cs->fifo_head = (cs->fifo_head + 1) % cs->fifo_cap;
         cs->fifo_n--;
         w->queued = false;
-        if (__atomic_load_n(&w->lost, __ATOMIC_ACQUIRE))
+        /* 2: popped. Whichever of this and node_cs_write_lost comes second frees it. */
+        if (__atomic_exchange_n(&w->lost, 2, __ATOMIC_ACQ_REL) == 1)
             write_free(w);
     }
 }
@@ -911,15 +912,15 @@ void node_cs_write_lost(node_ctx *n, node_cs_write *w) {
      * it pops it. queued is read here after the loop set it before storage got the write. */
     bool queued = w->queued, recorded = w->n > 0;
     int64_t stamp = w->stamp;
-    if (queued) /* w may be freed by the loop from here on */
-        __atomic_store_n(&w->lost, 1, __ATOMIC_RELEASE);
+    /* Not queued, or queued and already popped (lost 2): nobody else frees it. */
+    bool mine = !queued || __atomic_exchange_n(&w->lost, 1, __ATOMIC_ACQ_REL) == 2;
     if (recorded) {
         int64_t cur = __atomic_load_n(&n->cs->lost_stamp, __ATOMIC_ACQUIRE);
         while (stamp > cur && !__atomic_compare_exchange_n(&n->cs->lost_stamp, &cur, stamp, false,
                                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         }
     }
-    if (!queued)
+    if (mine)
         write_free(w);
 }
 
