@@ -385,6 +385,7 @@ int main(int argc, char **argv) {
     rpc_loop_run(base, poll_us);
     rpc_loop_watch_stop(watch);
     st_log(ST_LOG_INFO, "node", "shutting down");
+    node_shutdown(n); /* calls in flight end with a retryable answer, not a dropped connection */
     event_free(sigint);
     event_free(sigterm);
     if (sighup)

@@ -993,6 +993,14 @@ struct sto_db *node_db(node_ctx *n) {
     return n->db;
 }
 
+void node_shutdown(node_ctx *n) {
+    if (n && n->rpc)
+        rpc_server_shutdown(n->rpc,
+                            "the node is shutting down (a restart or a stop); retry the "
+                            "request, it goes to the node's replacement or another node",
+                            NODE_SHUTDOWN_GRACE_MS);
+}
+
 void node_close(node_ctx *n) {
     if (!n)
         return;

@@ -122,6 +122,8 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
      * server accepted finish here. nghttp2 closes the refused streams with REFUSED_STREAM. */
     if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK))
         c->ping_sent_us = 0;
+    if (frame->hd.type == NGHTTP2_GOAWAY)
+        c->goaway_clean = c->goaway_clean || frame->goaway.error_code == NGHTTP2_NO_ERROR;
     if (frame->hd.type == NGHTTP2_GOAWAY && !c->draining) {
         c->draining = true;
         st_log(ST_LOG_INFO, "rpc",
@@ -164,9 +166,10 @@ static void client_fail(rpc_client *c, const char *why) {
         call->sent = call->sent && c->connected;
         sent += call->sent;
     }
-    c->lost = c->silent ? 0 : sent;
+    bool drop = !c->silent && !c->goaway_clean; /* what the two say is no crash under a call */
+    c->lost = drop ? sent : 0;
     for (rpc_ccall *call = c->calls; call; call = call->next) {
-        call->lost_with = call->sent && !c->silent ? sent : 0;
+        call->lost_with = call->sent && drop ? sent : 0;
         call->unprocessed = call->unprocessed || !call->sent;
     }
     while (c->calls)

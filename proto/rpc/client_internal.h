@@ -54,7 +54,10 @@ struct rpc_client {
      * ping_sent_us (0: none) with nothing read since fails the connection after the timeout. */
     struct event *ka_ev;
     int64_t ping_sent_us;
-    bool silent;    /* failed by the keepalive: a silent peer, not a drop (rpc_ccall_conn_lost) */
+    bool silent; /* failed by the keepalive: a silent peer, not a drop (rpc_ccall_conn_lost) */
+    /* The server sent GOAWAY(NO_ERROR): it announced its end (a restart, a stop), so a failure
+     * after it cuts the calls left for that reason, not a crash under them: no drop either. */
+    bool goaway_clean;
     size_t n_calls; /* calls not yet completed */
     size_t lost;    /* sent calls lost when the connection failed (rpc_client_lost) */
     /* Calls whose stream is open (submitted to nghttp2, not yet closed), and the calls held back

@@ -188,6 +188,51 @@ const rpc_method_ent *rpc_server_method_find(const rpc_server *srv, const char *
     return NULL;
 }
 
+/* ---- shutting down ---- */
+
+#define RPC_SHUTDOWN_TICK_MS 10
+
+typedef struct shutdown_run {
+    rpc_server *s;
+    const char *why;
+    int64_t end_calls_us; /* the calls still open then end with UNAVAILABLE */
+    int64_t give_up_us;   /* rpc_server_free closes whatever is left */
+    bool calls_ended;
+} shutdown_run;
+
+static void shutdown_tick_cb(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    shutdown_run *run = arg;
+    int64_t now = st_mono_us();
+    if (!run->calls_ended && now >= run->end_calls_us) {
+        run->calls_ended = true;
+        for (h2_conn *c = run->s->conns; c; c = c->next)
+            rpc_calls_end(c, ST_UNAVAILABLE, run->why);
+    }
+    if (!run->s->conns || now >= run->give_up_us)
+        event_base_loopbreak(run->s->base);
+}
+
+void rpc_server_shutdown(rpc_server *s, const char *why, uint32_t grace_ms) {
+    rpc_server_listeners_free(s);
+    for (h2_conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        h2_conn_goaway(c, why);
+    }
+    if (!s->conns)
+        return;
+    int64_t now = st_mono_us();
+    shutdown_run run = {s, why, now + (int64_t)grace_ms * 500, now + (int64_t)grace_ms * 1000,
+                        false};
+    struct timeval tick = {0, RPC_SHUTDOWN_TICK_MS * 1000};
+    struct event *ev = event_new(s->base, -1, EV_PERSIST, shutdown_tick_cb, &run);
+    if (ev && event_add(ev, &tick) == 0)
+        event_base_loop(s->base, 0); /* also ends early on loopbreak: a second SIGTERM */
+    if (ev)
+        event_free(ev);
+}
+
 void rpc_server_free(rpc_server *s) {
     if (!s)
         return;

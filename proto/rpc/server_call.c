@@ -1119,6 +1119,18 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
     return 0;
 }
 
+void rpc_calls_end(h2_conn *conn, st_code code, const char *why) {
+    for (rpc_call *call = conn->calls, *next; call; call = next) {
+        next = call->next; /* detaching waits for the flush: the list holds still here */
+        if (call->finished)
+            continue;
+        rpc_call_ref(call);
+        call_finish_internal(call, code, why);
+        call_run_cancel(call);
+        rpc_call_unref(call);
+    }
+}
+
 /* ---- slow requests ---- */
 
 /* Ends the calls whose request has not brought the minimum rate over a whole window: a client

@@ -302,6 +302,17 @@ static void conn_goaway_close(h2_conn *conn, const char *why) {
     h2_conn_close(conn);
 }
 
+void h2_conn_goaway(h2_conn *conn, const char *why) {
+    if (!conn->ready) { /* no call yet, and nothing could carry a GOAWAY through a handshake */
+        h2_conn_close(conn);
+        return;
+    }
+    int32_t last = nghttp2_session_get_last_proc_stream_id(conn->session);
+    nghttp2_submit_goaway(conn->session, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR,
+                          (const uint8_t *)why, strlen(why));
+    h2_conn_kick(conn); /* the flush closes it once nothing is left to exchange */
+}
+
 bool h2_conn_evict_idle(rpc_server *srv) {
     h2_conn *conn = srv->hs_head;
     if (conn) { /* a peer that has not finished its handshake never outranks a client */

@@ -247,6 +247,12 @@ void rpc_call_detach(rpc_call *call);
  * False when the connection must close: a request's header block stalled unfinished, and
  * HTTP/2 lets no other frame through until it ends. */
 bool rpc_calls_check_slow(h2_conn *conn, int64_t now);
+/* Ends every unfinished call of conn with code and why, as a deadline would: its trailers follow
+ * what it queued, and its handler is cancelled (server_call.c, for rpc_server_shutdown). */
+void rpc_calls_end(h2_conn *conn, st_code code, const char *why);
+/* Sends conn a GOAWAY (NO_ERROR, why): its client sends no new call on it; the connection closes
+ * once its calls are done. One still in its handshake closes at once (server_conn.c). */
+void h2_conn_goaway(h2_conn *conn, const char *why);
 /* Registers the request and response callbacks of server_call.c on a session's callbacks. */
 void rpc_call_session_callbacks(nghttp2_session_callbacks *cbs);
 /* Closes the listeners and removes the Unix socket files still ours (server_listen.c). */

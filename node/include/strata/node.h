@@ -69,6 +69,14 @@ st_code node_listen_unix(node_ctx *n, const char *path, st_err *err);
 bool node_set_ssl_ctx(node_ctx *n, struct ssl_ctx_st *ctx);
 /* The node's storage engine (tests and tools: storage's calls are thread-safe). */
 struct sto_db *node_db(node_ctx *n);
+/* How long node_shutdown gives the calls in flight and their answers. */
+#define NODE_SHUTDOWN_GRACE_MS 1000
+/* A stop the operator asked for (SIGTERM, SIGINT), before node_close: stops listening, tells
+ * every client (GOAWAY) and ends the calls still open after half the grace with UNAVAILABLE "the
+ * node is shutting down", so routers retry them instead of taking the closed connections for a
+ * crash under the request (docs/router.md, queries of death). Runs the loop for at most
+ * NODE_SHUTDOWN_GRACE_MS. Loop thread only, the loop not running. */
+void node_shutdown(node_ctx *n);
 /* Stops listening, waits for storage to settle and frees. Loop thread only. */
 void node_close(node_ctx *n);
 

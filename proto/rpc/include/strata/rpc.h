@@ -122,6 +122,14 @@ st_code rpc_server_listen_bound(rpc_server *s, st_err *err);
  * INVALID_ARGUMENT when path is empty or longer than RPC_UNIX_PATH_MAX; UNAVAILABLE when path is
  * a live socket of another process, something other than a socket, or cannot be bound. */
 st_code rpc_server_listen_unix(rpc_server *s, const char *path, st_err *err);
+/* Stops the server politely, for a process about to exit (SIGTERM): the listeners close, every
+ * connection gets a GOAWAY (its client sends new calls elsewhere), the calls in flight get half
+ * of grace_ms to finish, and those still open then end with UNAVAILABLE why, which clients
+ * retry. A connection that merely vanished under its calls would look like a crash, which
+ * strata-router counts against the request as a possible query of death. Runs the loop until
+ * every connection has closed or grace_ms passed (a loopbreak, e.g. a second signal, ends it
+ * sooner); rpc_server_free then closes what is left. Loop thread only, the loop not running. */
+void rpc_server_shutdown(rpc_server *s, const char *why, uint32_t grace_ms);
 /* Closes listeners and connections (calls become cancelled; their memory goes when the handler
  * finishes) and frees the server. Pending posted functions are dropped. Loop thread only, with the
  * loop not running a server callback; as for clients, turn the base once before freeing it. */
@@ -450,7 +458,8 @@ bool rpc_ccall_unprocessed(const rpc_ccall *call);
 /* Only inside on_done: 0, or, when the call ended because its connection dropped (reset, EOF,
  * socket error) after its request went out, how many such calls the drop ended (this one
  * included). A drop under a single call points at that call as its cause. A peer gone silent
- * (no keepalive answer) is no drop: 0. */
+ * (no keepalive answer) is no drop, nor is a connection whose server announced its end first
+ * (GOAWAY with NO_ERROR: a stop or a restart, rpc_server_shutdown): 0. */
 size_t rpc_ccall_conn_lost(const rpc_ccall *call);
 /* Only inside on_done: true when the call's connection had been established. False: the
  * connect failed (refused, timed out), so the server was never reached; such a call ends
