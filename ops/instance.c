@@ -171,7 +171,7 @@ static int lock_once(const char *dir, const char *who, bool create, bool *said) 
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         if (!*said)
             printf("Waiting for another `strata up`, `strata down`, `strata restart` or `strata "
-                   "chaos restart-cluster` in %s to finish...\n",
+                   "chaos` in %s to finish...\n",
                    dir);
         *said = true;
         fflush(stdout);
@@ -871,12 +871,8 @@ int ops_inst_set_links(const st_topology *t, const ops_partition *part, size_t i
         }
         return 0;
     }
-    if (rc == ST_UNAVAILABLE || rc == ST_DEADLINE_EXCEEDED) {
-        printf("  %-12s does not answer (down?): the partition is applied when `strata chaos "
-               "restart-cluster %s` or `strata restart %s` starts it\n",
-               name, cl->id, name);
-        return -1;
-    }
+    if (rc == ST_UNAVAILABLE || rc == ST_DEADLINE_EXCEEDED)
+        return -1; /* the caller knows what that means for its command */
     fprintf(stderr, "strata: %s (%s) refused SetLinks: %s: %s%s\n", name, cl->nodes[j].addr,
             st_code_name(rc), err.msg,
             rc == ST_UNIMPLEMENTED ? " (a strata-node built without replication?)" : "");

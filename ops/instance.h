@@ -88,10 +88,12 @@ void ops_inst_pid_remove(const char *dir, const char *name);
 void ops_inst_pid_remove_if(const char *dir, const char *name, pid_t pid);
 
 /* The instance lock: an exclusive flock of DIR itself (nothing left behind to purge), taken by
- * `strata up`, `strata down`, `strata restart` and `strata chaos restart-cluster` for their whole
- * run, so they never race on DIR/topology and the pid files (two restarts of one process each
- * stopping the other's start, then removing the pid file of the one left running; a `down`
- * between a restart's stop and its start, leaving the new process running after "Stopped.").
+ * `strata up`, `strata down`, `strata restart` and every `strata chaos` action for their whole
+ * run, so they never race on DIR/topology, DIR/run/partition and the pid files (two restarts of
+ * one process each stopping the other's start, then removing the pid file of the one left
+ * running; a `down` between a restart's stop and its start, leaving the new process running
+ * after "Stopped."; a heal between a restart's reading of the partition and its node listening,
+ * leaving that node cut).
  * A second command waits (said on stdout) for the first to finish. A DIR removed while the
  * command waited (`strata down --purge`) is locked again as it is then (create: made anew, for
  * `strata up`; else "no instance"). Close-on-exec: the processes started do not hold it.
@@ -221,8 +223,9 @@ bool ops_inst_partition_write(const char *dir, const ops_partition *p);
 /* True if clusters x and y are cut from each other. */
 bool ops_inst_partition_cut(const ops_partition *p, const char *x, const char *y);
 /* Sends node j of cluster i (strata.internal.v1.Replication/SetLinks) the links part cuts for its
- * cluster, printing a line unless quiet. 0: done; 1: the node refused (said on stderr); -1: it
- * does not answer (down: whatever starts it again applies the partition then). */
+ * cluster, printing a line on success unless quiet. 0: done; 1: the node refused (said on
+ * stderr); -1: it does not answer, said by the caller (down, or stopped: what that means depends
+ * on the command). */
 #define OPS_SET_LINKS_TIMEOUT_MS 5000 /* SetLinks answers at once on a live node */
 int ops_inst_set_links(const st_topology *t, const ops_partition *part, size_t i, size_t j,
                        bool quiet);

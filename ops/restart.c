@@ -185,7 +185,14 @@ static bool rs_await(rs_ctx *c, rs_proc *p) {
         fflush(stdout);
         if (p->is_router || c->part.n == 0)
             return true;
-        return ops_inst_set_links(&c->topo, &c->part, p->ci, p->ni, false) == 0;
+        int r = ops_inst_set_links(&c->topo, &c->part, p->ci, p->ni, false);
+        if (r < 0)
+            fprintf(stderr,
+                    "%s: %s listened, then did not answer SetLinks, so the partition in "
+                    "%s/run/partition is not applied to it: see its log, then `strata restart "
+                    "%s`\n",
+                    c->who, p->name, c->dir, p->name);
+        return r == 0;
     }
     if (w == OPS_TIMEOUT)
         fprintf(stderr, "%s: %s (pid %d) did not listen on %s within %ds\n", c->who, p->name,
