@@ -350,6 +350,46 @@ bool ops_inst_not_answering(st_code rc, const char *addr) {
     return rc == ST_DEADLINE_EXCEEDED || (rc == ST_UNAVAILABLE && !ops_inst_tcp_ready(addr, 500));
 }
 
+bool ops_inst_router_pick(const char *cmd, const st_topology *t, const char *dir_flag, char *out,
+                          size_t cap) {
+    if (t->n_routers == 1) { /* no other to try: the command's own call says why it fails */
+        snprintf(out, cap, "%s", t->routers[0]);
+        return true;
+    }
+    char why[ST_TOPO_ROUTERS_MAX][48];
+    for (size_t r = 0; r < t->n_routers; r++) {
+        st_code rc = ops_inst_router_ping(t, t->routers[r]);
+        /* Any answer of the router itself will do: a refused token or TLS trouble is said by
+         * the command's own call, with what to pass. */
+        if (!ops_inst_not_answering(rc, t->routers[r])) {
+            snprintf(out, cap, "%s", t->routers[r]);
+            return true;
+        }
+        if (rc == ST_DEADLINE_EXCEEDED)
+            snprintf(why[r], sizeof why[r], "no answer within %d s",
+                     OPS_NODE_STATUS_TIMEOUT_MS / 1000);
+        else
+            snprintf(why[r], sizeof why[r], "nothing listens");
+    }
+    snprintf(out, cap, "%s", t->routers[0]);
+    if (!cmd)
+        return false;
+    char dir[OPS_PATH_MAX];
+    if (!ops_inst_dir(dir_flag, dir, sizeof dir))
+        snprintf(dir, sizeof dir, "DIR");
+    fprintf(stderr, "%s: none of the instance's %zu routers answers:", cmd, t->n_routers);
+    for (size_t r = 0; r < t->n_routers; r++) {
+        char name[OPS_NAME_MAX];
+        ops_inst_router_name(r, name);
+        fprintf(stderr, "%s %s %s (%s)", r ? ";" : "", name, t->routers[r], why[r]);
+    }
+    fprintf(stderr,
+            ". Start them with `strata up --dir %s` (`strata status --dir %s` shows "
+            "them), then run this again\n",
+            dir, dir);
+    return false;
+}
+
 /* Non-blocking connect bounded by timeout_ms; the host is resolved once (loopback in practice). */
 bool ops_inst_tcp_ready(const char *addr, int timeout_ms) {
     char host[ST_TOPO_ADDR_MAX + 1], port_s[8];

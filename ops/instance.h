@@ -144,6 +144,14 @@ st_code ops_inst_node_status(const char *addr, st_buf *resp, bool *serving);
  * the admin token and CA of a secure instance): what client libraries send first, so any gRPC
  * answer (OK, or UNIMPLEMENTED from an older build) means the router serves. The call's end. */
 st_code ops_inst_router_ping(const st_topology *t, const char *addr);
+/* The router a command talks to when no --endpoint names one, into out: the first of t's routers
+ * that answers PingAndWarm, so the command works through router-1 while the first router is
+ * down or stopped (each that does not answer costs up to OPS_NODE_STATUS_TIMEOUT_MS). A lone
+ * router is not probed: the command's own call says why it fails. When none answers, out holds
+ * the first and false is returned, after saying so on stderr unless cmd (the command) is NULL:
+ * naming each router and how to start them (dir_flag: --dir, for the advice). */
+bool ops_inst_router_pick(const char *cmd, const st_topology *t, const char *dir_flag, char *out,
+                          size_t cap);
 /* True when rc, the end of a call above to a process whose pid is alive, says it does not answer
  * at all (hung, stopped with SIGSTOP, or still starting): no reply in time, or no connection.
  * Not for a port that takes connections and refuses the call at once (UNAVAILABLE: TLS
