@@ -252,16 +252,13 @@ static int chaos_kill(chaos_ctx *c) {
 
 static void chaos_report_failure(const chaos_ctx *c, const char *name, const char *addr, pid_t pid,
                                  ops_wait w, int status) {
+    char how[256];
     if (w == OPS_TIMEOUT)
         fprintf(stderr, "strata chaos: %s did not listen on %s within %ds\n", name, addr,
                 c->wait_s);
     else
-        fprintf(stderr, "strata chaos: %s %s %d before listening on %s\n", name,
-                WIFEXITED(status) ? "exited with status" : "was killed by signal",
-                WIFEXITED(status)     ? WEXITSTATUS(status)
-                : WIFSIGNALED(status) ? WTERMSIG(status)
-                                      : 0,
-                addr);
+        fprintf(stderr, "strata chaos: %s %s before listening on %s\n", name,
+                ops_inst_ended_said(status, how, sizeof how), addr);
     char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
     snprintf(log_path, sizeof log_path, "%s/logs/%s.log", c->dir, name);
     ops_inst_log_tail(log_path, CHAOS_LOG_TAIL_LINES);

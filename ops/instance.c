@@ -350,6 +350,22 @@ bool ops_inst_not_answering(st_code rc, const char *addr) {
     return rc == ST_DEADLINE_EXCEEDED || (rc == ST_UNAVAILABLE && !ops_inst_tcp_ready(addr, 500));
 }
 
+const char *ops_inst_ended_said(int status, char *out, size_t cap) {
+    if (WIFEXITED(status))
+        snprintf(out, cap, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ)
+        snprintf(out, cap,
+                 "was killed by signal %d (SIGXFSZ: a write passed the file-size limit set by "
+                 "`ulimit -f`; raise it, e.g. `ulimit -f unlimited`)",
+                 SIGXFSZ);
+    else if (WIFSIGNALED(status))
+        snprintf(out, cap, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(out, cap, "ended (wait status %d)", status);
+    return out;
+}
+
 bool ops_inst_router_pick(const char *cmd, const st_topology *t, const char *dir_flag, char *out,
                           size_t cap) {
     if (t->n_routers == 1) { /* no other to try: the command's own call says why it fails */

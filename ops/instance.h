@@ -128,6 +128,10 @@ bool ops_inst_tcp_ready(const char *addr, int timeout_ms);
 
 /* Prints the last lines of path to stderr, indented, for failure reports. */
 void ops_inst_log_tail(const char *path, int lines);
+/* How a started process ended, from its wait status, for "NAME %s before listening": "exited
+ * with status 1", "was killed by signal 9 (Killed)"; a file-size limit (SIGXFSZ) is named with
+ * what to do. Returns out. */
+const char *ops_inst_ended_said(int status, char *out, size_t cap);
 /* What DIR/logs/<name>.log says of the process's latest start (the part after the last "=== ...
  * starts <name>" line ops_inst_spawn wrote, within the log's last 8 KiB): *listened when it
  * printed its "listening on" line (a node prints it once its log is replayed), and its last line

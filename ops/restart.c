@@ -197,13 +197,11 @@ static bool rs_await(rs_ctx *c, rs_proc *p) {
     if (w == OPS_TIMEOUT)
         fprintf(stderr, "%s: %s (pid %d) did not listen on %s within %ds\n", c->who, p->name,
                 (int)p->pid, rs_addr(c, p), c->wait_s);
-    else
-        fprintf(stderr, "%s: %s %s %d before listening on %s\n", c->who, p->name,
-                WIFEXITED(status) ? "exited with status" : "was killed by signal",
-                WIFEXITED(status)     ? WEXITSTATUS(status)
-                : WIFSIGNALED(status) ? WTERMSIG(status)
-                                      : 0,
-                rs_addr(c, p));
+    else {
+        char how[256];
+        fprintf(stderr, "%s: %s %s before listening on %s\n", c->who, p->name,
+                ops_inst_ended_said(status, how, sizeof how), rs_addr(c, p));
+    }
     char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
     snprintf(log_path, sizeof log_path, "%s/logs/%s.log", c->dir, p->name);
     ops_inst_log_tail(log_path, RESTART_LOG_TAIL_LINES);

@@ -496,17 +496,14 @@ static void up_stop_all(up_ctx *c) {
 }
 
 static void up_report_failure(up_ctx *c, up_proc *p, ops_wait w, int status) {
-    char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
+    char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16], how[256];
     up_log_path(c, p, log_path, sizeof log_path);
     if (w == OPS_TIMEOUT)
         fprintf(stderr, "strata up: %s (pid %d) did not listen on %s within %ds\n", p->name,
                 (int)p->pid, up_proc_addr(c, p), c->o.wait_s);
-    else if (WIFEXITED(status))
-        fprintf(stderr, "strata up: %s exited with status %d before listening on %s\n", p->name,
-                WEXITSTATUS(status), up_proc_addr(c, p));
     else
-        fprintf(stderr, "strata up: %s was killed by signal %d before listening on %s\n", p->name,
-                WIFSIGNALED(status) ? WTERMSIG(status) : 0, up_proc_addr(c, p));
+        fprintf(stderr, "strata up: %s %s before listening on %s\n", p->name,
+                ops_inst_ended_said(status, how, sizeof how), up_proc_addr(c, p));
     ops_inst_log_tail(log_path, UP_LOG_TAIL_LINES);
     if (w == OPS_EXITED) {
         ops_inst_pid_remove_if(c->dir, p->name, p->pid);
