@@ -33,7 +33,9 @@ static st_code io_err(st_err *err, const char *what, const char *path, int e) {
                                                   : ST_INTERNAL;
     const char *hint = code == ST_RESOURCE_EXHAUSTED ? "; free disk space and retry"
                        : code == ST_NOT_FOUND        ? ""
-                                                     : "; check the disk and permissions";
+                       : e == EFBIG ? "; a file-size limit (`ulimit -f`) is set for this process: "
+                                      "restart it without one (`ulimit -f unlimited`)"
+                                    : "; check the disk and permissions";
     return st_err_set(err, code, "%s %s: %s%s", what, path, strerror(e), hint);
 }
 

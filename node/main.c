@@ -330,6 +330,9 @@ int main(int argc, char **argv) {
     rpc_limits_set(&args.limits);
     st_heap_tune(); /* requests of a MiB or more come and go all the time */
     signal(SIGPIPE, SIG_IGN);
+    /* A write past a file-size limit (`ulimit -f`) fails with EFBIG and is reported like a full
+     * disk, instead of killing the node without a log line. */
+    signal(SIGXFSZ, SIG_IGN);
     static node_tls tls; /* lives as long as the loop (the SIGHUP event's argument) */
     tls = (node_tls){.cert = args.tls_cert, .key = args.tls_key, .ca = args.tls_ca};
     st_err err = {0};

@@ -136,8 +136,9 @@ static bool resolve(bk_ctx *c) {
         snprintf(c->project, sizeof c->project, "%s", a->project ? a->project : topo.project);
         snprintf(c->instance, sizeof c->instance, "%s", a->instance ? a->instance : topo.instance);
         snprintf(c->cluster, sizeof c->cluster, "%s", topo.clusters[0].id);
-        if (!a->endpoint)
-            snprintf(c->addr, sizeof c->addr, "%s", topo.routers[0]);
+        if (!a->endpoint &&
+            !ops_inst_router_pick("strata backup", &topo, a->dir, c->addr, sizeof c->addr))
+            return false;
     }
     if (a->endpoint)
         snprintf(c->addr, sizeof c->addr, "%s", a->endpoint);
@@ -591,9 +592,6 @@ static int cmd_list(bk_ctx *c) {
     size_t n = 0;
     st_err err = {0};
     st_code rc = ST_OK;
-    if (!c->a.json)
-        printf("%-28s %-12s %-20s %-9s %-10s %s\n", "BACKUP", "CLUSTER", "TABLE", "STATE", "SIZE",
-               "EXPIRES");
     do {
         Google__Bigtable__Admin__V2__ListBackupsRequest req;
         google__bigtable__admin__v2__list_backups_request__init(&req);
@@ -609,6 +607,11 @@ static int cmd_list(bk_ctx *c) {
         if (rc != ST_OK)
             break;
         Google__Bigtable__Admin__V2__ListBackupsResponse *r = (void *)m;
+        /* The header once the router answered: on a failure stdout stays empty, so a script
+         * reading it does not take the header alone for "no backups". */
+        if (!c->a.json && !token[0])
+            printf("%-28s %-12s %-20s %-9s %-10s %s\n", "BACKUP", "CLUSTER", "TABLE", "STATE",
+                   "SIZE", "EXPIRES");
         for (size_t i = 0; i < r->n_backups; i++, n++)
             print_list_row(c, r->backups[i], n == 0);
         snprintf(token, sizeof token, "%s", r->next_page_token ? r->next_page_token : "");

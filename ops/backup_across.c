@@ -107,7 +107,8 @@ static bool target_resolve(const bk_ctx *c, bk_ctx *t) {
             return false;
         }
         t->a.dir = tg;
-        snprintf(t->addr, sizeof t->addr, "%s", topo.routers[0]);
+        if (!ops_inst_router_pick("strata backup restore", &topo, tg, t->addr, sizeof t->addr))
+            return false;
         snprintf(t->project, sizeof t->project, "%s", topo.project);
         snprintf(t->instance, sizeof t->instance, "%s", topo.instance);
         snprintf(t->cluster, sizeof t->cluster, "%s", topo.clusters[0].id);

@@ -37,8 +37,11 @@ static bool path_fmt(char *out, size_t cap, st_err *err, const char *fmt, ...) {
 
 static st_code io_err(st_err *err, const char *what, const char *path) {
     int e = errno;
-    return st_err_set(err, e == ENOENT ? ST_NOT_FOUND : ST_UNAVAILABLE, "%s %s: %s", what, path,
-                      strerror(e));
+    return st_err_set(err, e == ENOENT ? ST_NOT_FOUND : ST_UNAVAILABLE, "%s %s: %s%s", what, path,
+                      strerror(e),
+                      e == EFBIG ? " (a file-size limit, `ulimit -f`, is set: raise it, e.g. "
+                                   "`ulimit -f unlimited`)"
+                                 : "");
 }
 
 static st_code fsync_dir(const char *dir, st_err *err) {

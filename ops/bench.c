@@ -13,6 +13,7 @@
 
 #include "bench_run.h"
 #include "certs.h"
+#include "instance.h"
 #include "paths.h"
 #include "strata/topology.h"
 
@@ -530,9 +531,13 @@ static st_code target_instance(bench_opts *o, bench_env *env, bench_target *t, s
     if (rc != ST_OK)
         return rc;
     const st_topology *topo = in->topo;
-    if (!target_set_addr(t, o->target ? o->target : topo->routers[0]))
-        return st_err_set(err, ST_INVALID_ARGUMENT, "bad address '%s': use HOST:PORT",
-                          o->target ? o->target : topo->routers[0]);
+    char router[ST_TOPO_ADDR_MAX + 1];
+    if (!o->target &&
+        !ops_inst_router_pick("strata bench", topo, o->inst_dir, router, sizeof router))
+        return st_err_set(err, ST_UNAVAILABLE, "no router of the instance answers");
+    const char *addr = o->target ? o->target : router;
+    if (!target_set_addr(t, addr))
+        return st_err_set(err, ST_INVALID_ARGUMENT, "bad address '%s': use HOST:PORT", addr);
     bench_inst_procs(in, t, true, true);
     if (!o->names_set) { /* app profiles (the lag probe's) live in the topology's instance */
         snprintf(o->cfg.project, sizeof(o->cfg.project), "%s", topo->project);
@@ -541,7 +546,7 @@ static st_code target_instance(bench_opts *o, bench_env *env, bench_target *t, s
     if (!o->lag_cluster && !o->no_lag && topo->n_clusters > 1)
         o->lag_cluster = topo->clusters[1].id;
     fprintf(stderr, "bench: instance %s: %zu cluster(s), router %s\n", in->dir, topo->n_clusters,
-            topo->routers[0]);
+            addr);
     return ST_OK;
 }
 

@@ -188,8 +188,6 @@ static bool resolve_target(ch_run *r, char *addr, size_t cap) {
             return false;
         project = a->project ? a->project : topo.project;
         instance = a->instance ? a->instance : topo.instance;
-        if (!a->endpoint)
-            snprintf(addr, cap, "%s", topo.routers[0]);
         if (!ops_inst_dir(a->dir, r->dir, sizeof r->dir))
             return false;
         /* Its pid files say nothing runs: said at once (it used to retry "Connection refused"
@@ -201,6 +199,10 @@ static bool resolve_target(ch_run *r, char *addr, size_t cap) {
                     r->dir, r->dir);
             return false;
         }
+        /* None answering leaves the first, which the reading retries (--follow until it
+         * comes back). */
+        if (!a->endpoint)
+            (void)ops_inst_router_pick(NULL, &topo, a->dir, addr, cap);
     } else {
         snprintf(r->dir, sizeof r->dir, "DIR");
     }

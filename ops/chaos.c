@@ -121,9 +121,37 @@ static int chaos_cluster(const chaos_ctx *c, const char *id) {
 
 /* ---- cutting links ---- */
 
-/* Sends node j of cluster i the links the partition file cuts (ops_inst_set_links). */
-static int chaos_set_links(chaos_ctx *c, size_t i, size_t j, bool quiet) {
-    return ops_inst_set_links(&c->topo, &c->part, i, j, quiet);
+/* Says why node j of cluster i did not answer SetLinks and what follows for the links. Under the
+ * instance lock nothing starts a node meanwhile, so a node without a live process starts later
+ * with what DIR/run/partition then says (restart-cluster, `strata restart` and `strata up` apply
+ * it). A live one that does not answer (stopped, hung) keeps the links it had in memory: that is
+ * an error, since the action did not reach it. Returns the node's share of the result (-1: down,
+ * 1: running but not reached). */
+static int chaos_unreached(const chaos_ctx *c, size_t i, size_t j, bool heal) {
+    char name[OPS_NAME_MAX];
+    ops_inst_node_name(&c->topo, i, j, name);
+    pid_t pid = ops_inst_pid_read(c->dir, name);
+    if (!ops_inst_pid_alive(pid)) {
+        if (heal)
+            printf("  %-12s not running: it starts with every link open\n", name);
+        else
+            printf("  %-12s not running: the partition is applied when `strata chaos "
+                   "restart-cluster %s` or `strata restart %s` starts it\n",
+                   name, c->topo.clusters[i].id, name);
+        return -1;
+    }
+    fprintf(stderr,
+            "strata chaos: %s (pid %d) runs but does not answer (stopped? `kill -CONT %d`): it "
+            "keeps the links it had; run `strata chaos %s` again once it answers\n",
+            name, (int)pid, (int)pid, heal ? "heal" : "partition A B");
+    return 1;
+}
+
+/* Sends node j of cluster i the links the partition file cuts (ops_inst_set_links): 0 done,
+ * -1 the node is down (it gets them when it starts), 1 an error said on stderr. */
+static int chaos_set_links(chaos_ctx *c, size_t i, size_t j, bool heal) {
+    int r = ops_inst_set_links(&c->topo, &c->part, i, j, heal);
+    return r < 0 ? chaos_unreached(c, i, j, heal) : r;
 }
 
 /* Applies the partition file to every node of cluster i; false if a node refused. */
@@ -180,10 +208,13 @@ static int chaos_heal(chaos_ctx *c) {
             done += r == 0;
             total++;
         }
-    printf("%s: links restored on %zu of %zu nodes%s.\n",
-           ok ? "Healed" : "Healed, with errors above", done, total,
-           done < total && ok ? " (the others do not answer; they start with every link open)"
-                              : "");
+    if (ok)
+        printf("Healed: links restored on %zu of %zu nodes%s.\n", done, total,
+               done < total ? " (the others are not running; they start with every link open)"
+                            : "");
+    else
+        printf("Not healed: links restored on %zu of %zu nodes; see the errors above.\n", done,
+               total);
     return ok ? 0 : 1;
 }
 
@@ -221,16 +252,13 @@ static int chaos_kill(chaos_ctx *c) {
 
 static void chaos_report_failure(const chaos_ctx *c, const char *name, const char *addr, pid_t pid,
                                  ops_wait w, int status) {
+    char how[256];
     if (w == OPS_TIMEOUT)
         fprintf(stderr, "strata chaos: %s did not listen on %s within %ds\n", name, addr,
                 c->wait_s);
     else
-        fprintf(stderr, "strata chaos: %s %s %d before listening on %s\n", name,
-                WIFEXITED(status) ? "exited with status" : "was killed by signal",
-                WIFEXITED(status)     ? WEXITSTATUS(status)
-                : WIFSIGNALED(status) ? WTERMSIG(status)
-                                      : 0,
-                addr);
+        fprintf(stderr, "strata chaos: %s %s before listening on %s\n", name,
+                ops_inst_ended_said(status, how, sizeof how), addr);
     char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
     snprintf(log_path, sizeof log_path, "%s/logs/%s.log", c->dir, name);
     ops_inst_log_tail(log_path, CHAOS_LOG_TAIL_LINES);
@@ -346,17 +374,18 @@ static int chaos_run(chaos_ctx *c) {
     return chaos_heal(c);
 }
 
-/* restart-cluster runs under the instance lock (ops_inst_lock), from reading the pid files to
- * writing the new ones: two at once, or one beside `strata up`, would each start a node the
- * other starts too, and the loser's pid file removal would leave the winner's node running
- * without one. The second waits, then finds the nodes running. */
+/* Every action runs under the instance lock (ops_inst_lock), from reading the pid files and
+ * DIR/run/partition to the last node reached, so none interleaves with `strata up`, `strata
+ * restart` or another action: restart-cluster beside `up` would start a node the other starts
+ * too; a heal (or partition) between a restart's reading of DIR/run/partition and its node
+ * listening would miss that node, which then starts with the old links; kill-cluster during `up`
+ * would kill a starting node, and `up` then stops everything it started. The second waits. */
 static int chaos_run_locked(chaos_ctx *c) {
-    int fd = strcmp(c->verb, "restart-cluster") ? -2 : ops_inst_lock(c->dir, "strata chaos", false);
-    if (fd == -1)
+    int fd = ops_inst_lock(c->dir, "strata chaos", false);
+    if (fd < 0)
         return 1;
     int rc = chaos_run(c);
-    if (fd >= 0)
-        close(fd);
+    close(fd);
     return rc;
 }
 

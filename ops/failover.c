@@ -1,7 +1,8 @@
 /* ops/failover.c — `strata failover PROFILE CLUSTER`: the operator's manual failover of a
  * single-cluster app profile (Bigtable's "manual failover": multi-cluster profiles fail over by
- * themselves, single-cluster ones are repointed by a person). It reads the router's address from
- * DIR/topology, reads the profile (GetAppProfile), sends UpdateAppProfile with
+ * themselves, single-cluster ones are repointed by a person). It talks to the first router of
+ * DIR/topology that answers (the one the operator needs may be in the lost zone) or to
+ * --endpoint, reads the profile (GetAppProfile), sends UpdateAppProfile with
  * single_cluster_routing = {CLUSTER, the same allow_transactional_writes} and the etag it read
  * (so a concurrent change is refused, not overwritten), and prints the profile before and after.
  * An update whose answer is lost is an unknown outcome: the profile is read again. The router
@@ -29,11 +30,12 @@ typedef Google__Bigtable__Admin__V2__AppProfile fo_profile;
 
 static void failover_usage(FILE *out) {
     fprintf(out,
-            "usage: strata failover PROFILE CLUSTER [--dir DIR] [--force]\n"
+            "usage: strata failover PROFILE CLUSTER [--dir DIR] [--endpoint HOST:PORT] [--force]\n"
             "Points the single-cluster app profile PROFILE at CLUSTER (keeping its\n"
-            "allow_transactional_writes), through the router of the local instance in DIR\n"
-            "(default $STRATA_HOME, else ~/.strata/local), and prints the profile before and\n"
-            "after. Multi-cluster profiles fail over by themselves and are refused.\n"
+            "allow_transactional_writes), through a router of the local instance in DIR\n"
+            "(default $STRATA_HOME, else ~/.strata/local): the first of its topology's routers\n"
+            "that answers, or --endpoint's. Prints the profile before and after.\n"
+            "Multi-cluster profiles fail over by themselves and are refused.\n"
             "CLUSTER must have every node answering (a cluster with a dead node cannot\n"
             "serve that node's rows).\n"
             "  --force   skip that check and the router's warning check (another profile\n"
@@ -57,6 +59,17 @@ static void describe(const fo_profile *p, const char *when) {
     printf("%-7s %s: multi-cluster routing (etag %s)\n", when, p->name, p->etag);
 }
 
+/* Says why GetAppProfile failed, with what to do when the router's connection is the cause
+ * (ops_router_hint: not running, TLS, token). */
+static void fail_said(st_code rc, const char *msg, const char *name, const char *router) {
+    size_t n_md;
+    const rpc_client_opts *copts = ops_secure_router_opts();
+    (void)ops_secure_md(&n_md);
+    const char *hint = ops_router_hint(rc, msg, copts && copts->ssl_ctx, n_md > 0);
+    fprintf(stderr, "strata failover: GetAppProfile %s at %s: %s: %s%s%s\n", name, router,
+            st_code_name(rc), msg, hint[0] ? ": " : "", hint);
+}
+
 /* GetAppProfile; NULL after printing why (unless quiet). Free with ..._free_unpacked. */
 static fo_profile *get_profile(const char *router, const char *name, bool quiet) {
     Google__Bigtable__Admin__V2__GetAppProfileRequest req;
@@ -78,8 +91,7 @@ static fo_profile *get_profile(const char *router, const char *name, bool quiet)
                                     st_slice_make(resp.data, resp.len), NULL)))
         fprintf(stderr, "strata failover: the router sent an unreadable app profile\n");
     else if (rc != ST_OK && !quiet)
-        fprintf(stderr, "strata failover: GetAppProfile %s at %s: %s: %s\n", name, router,
-                st_code_name(rc), st.msg);
+        fail_said(rc, st.msg, name, router);
     st_buf_free(&resp);
     return p;
 }
@@ -309,7 +321,7 @@ static bool cluster_serving(const st_topology *t, const char *cluster) {
 }
 
 typedef struct fo_args {
-    const char *dir_flag, *profile, *cluster;
+    const char *dir_flag, *endpoint, *profile, *cluster;
     bool force;
 } fo_args;
 
@@ -322,6 +334,8 @@ static int parse_args(int argc, char **argv, fo_args *a) {
             return 1;
         } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
             a->dir_flag = argv[++i];
+        } else if (!strcmp(argv[i], "--endpoint") && i + 1 < argc) {
+            a->endpoint = argv[++i];
         } else if (!strcmp(argv[i], "--force")) {
             a->force = true;
         } else if (argv[i][0] != '-' && !a->profile) {
@@ -361,8 +375,11 @@ static bool load_instance(const fo_args *a, st_topology *t, char *router, size_t
         fprintf(stderr, "strata failover: cluster '%s' is not in %s\n", a->cluster, path);
         return false;
     }
-    snprintf(router, cap, "%s", t->routers[0]);
-    return true;
+    if (a->endpoint) {
+        snprintf(router, cap, "%s", a->endpoint);
+        return true;
+    }
+    return ops_inst_router_pick("strata failover", t, a->dir_flag, router, cap);
 }
 
 int ops_failover_main(int argc, char **argv) {

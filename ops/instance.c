@@ -171,7 +171,7 @@ static int lock_once(const char *dir, const char *who, bool create, bool *said) 
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         if (!*said)
             printf("Waiting for another `strata up`, `strata down`, `strata restart` or `strata "
-                   "chaos restart-cluster` in %s to finish...\n",
+                   "chaos` in %s to finish...\n",
                    dir);
         *said = true;
         fflush(stdout);
@@ -348,6 +348,62 @@ bool ops_inst_not_answering(st_code rc, const char *addr) {
      * connection and the call waits out its deadline. No connection at all from a live process:
      * it is starting, or closed its listener. */
     return rc == ST_DEADLINE_EXCEEDED || (rc == ST_UNAVAILABLE && !ops_inst_tcp_ready(addr, 500));
+}
+
+const char *ops_inst_ended_said(int status, char *out, size_t cap) {
+    if (WIFEXITED(status))
+        snprintf(out, cap, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ)
+        snprintf(out, cap,
+                 "was killed by signal %d (SIGXFSZ: a write passed the file-size limit set by "
+                 "`ulimit -f`; raise it, e.g. `ulimit -f unlimited`)",
+                 SIGXFSZ);
+    else if (WIFSIGNALED(status))
+        snprintf(out, cap, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(out, cap, "ended (wait status %d)", status);
+    return out;
+}
+
+bool ops_inst_router_pick(const char *cmd, const st_topology *t, const char *dir_flag, char *out,
+                          size_t cap) {
+    if (t->n_routers == 1) { /* no other to try: the command's own call says why it fails */
+        snprintf(out, cap, "%s", t->routers[0]);
+        return true;
+    }
+    char why[ST_TOPO_ROUTERS_MAX][48];
+    for (size_t r = 0; r < t->n_routers; r++) {
+        st_code rc = ops_inst_router_ping(t, t->routers[r]);
+        /* Any answer of the router itself will do: a refused token or TLS trouble is said by
+         * the command's own call, with what to pass. */
+        if (!ops_inst_not_answering(rc, t->routers[r])) {
+            snprintf(out, cap, "%s", t->routers[r]);
+            return true;
+        }
+        if (rc == ST_DEADLINE_EXCEEDED)
+            snprintf(why[r], sizeof why[r], "no answer within %d s",
+                     OPS_NODE_STATUS_TIMEOUT_MS / 1000);
+        else
+            snprintf(why[r], sizeof why[r], "nothing listens");
+    }
+    snprintf(out, cap, "%s", t->routers[0]);
+    if (!cmd)
+        return false;
+    char dir[OPS_PATH_MAX];
+    if (!ops_inst_dir(dir_flag, dir, sizeof dir))
+        snprintf(dir, sizeof dir, "DIR");
+    fprintf(stderr, "%s: none of the instance's %zu routers answers:", cmd, t->n_routers);
+    for (size_t r = 0; r < t->n_routers; r++) {
+        char name[OPS_NAME_MAX];
+        ops_inst_router_name(r, name);
+        fprintf(stderr, "%s %s %s (%s)", r ? ";" : "", name, t->routers[r], why[r]);
+    }
+    fprintf(stderr,
+            ". Start them with `strata up --dir %s` (`strata status --dir %s` shows "
+            "them), then run this again\n",
+            dir, dir);
+    return false;
 }
 
 /* Non-blocking connect bounded by timeout_ms; the host is resolved once (loopback in practice). */
@@ -871,12 +927,8 @@ int ops_inst_set_links(const st_topology *t, const ops_partition *part, size_t i
         }
         return 0;
     }
-    if (rc == ST_UNAVAILABLE || rc == ST_DEADLINE_EXCEEDED) {
-        printf("  %-12s does not answer (down?): the partition is applied when `strata chaos "
-               "restart-cluster %s` or `strata restart %s` starts it\n",
-               name, cl->id, name);
-        return -1;
-    }
+    if (rc == ST_UNAVAILABLE || rc == ST_DEADLINE_EXCEEDED)
+        return -1; /* the caller knows what that means for its command */
     fprintf(stderr, "strata: %s (%s) refused SetLinks: %s: %s%s\n", name, cl->nodes[j].addr,
             st_code_name(rc), err.msg,
             rc == ST_UNIMPLEMENTED ? " (a strata-node built without replication?)" : "");

@@ -88,10 +88,12 @@ void ops_inst_pid_remove(const char *dir, const char *name);
 void ops_inst_pid_remove_if(const char *dir, const char *name, pid_t pid);
 
 /* The instance lock: an exclusive flock of DIR itself (nothing left behind to purge), taken by
- * `strata up`, `strata down`, `strata restart` and `strata chaos restart-cluster` for their whole
- * run, so they never race on DIR/topology and the pid files (two restarts of one process each
- * stopping the other's start, then removing the pid file of the one left running; a `down`
- * between a restart's stop and its start, leaving the new process running after "Stopped.").
+ * `strata up`, `strata down`, `strata restart` and every `strata chaos` action for their whole
+ * run, so they never race on DIR/topology, DIR/run/partition and the pid files (two restarts of
+ * one process each stopping the other's start, then removing the pid file of the one left
+ * running; a `down` between a restart's stop and its start, leaving the new process running
+ * after "Stopped."; a heal between a restart's reading of the partition and its node listening,
+ * leaving that node cut).
  * A second command waits (said on stdout) for the first to finish. A DIR removed while the
  * command waited (`strata down --purge`) is locked again as it is then (create: made anew, for
  * `strata up`; else "no instance"). Close-on-exec: the processes started do not hold it.
@@ -126,6 +128,10 @@ bool ops_inst_tcp_ready(const char *addr, int timeout_ms);
 
 /* Prints the last lines of path to stderr, indented, for failure reports. */
 void ops_inst_log_tail(const char *path, int lines);
+/* How a started process ended, from its wait status, for "NAME %s before listening": "exited
+ * with status 1", "was killed by signal 9 (Killed)"; a file-size limit (SIGXFSZ) is named with
+ * what to do. Returns out. */
+const char *ops_inst_ended_said(int status, char *out, size_t cap);
 /* What DIR/logs/<name>.log says of the process's latest start (the part after the last "=== ...
  * starts <name>" line ops_inst_spawn wrote, within the log's last 8 KiB): *listened when it
  * printed its "listening on" line (a node prints it once its log is replayed), and its last line
@@ -142,6 +148,14 @@ st_code ops_inst_node_status(const char *addr, st_buf *resp, bool *serving);
  * the admin token and CA of a secure instance): what client libraries send first, so any gRPC
  * answer (OK, or UNIMPLEMENTED from an older build) means the router serves. The call's end. */
 st_code ops_inst_router_ping(const st_topology *t, const char *addr);
+/* The router a command talks to when no --endpoint names one, into out: the first of t's routers
+ * that answers PingAndWarm, so the command works through router-1 while the first router is
+ * down or stopped (each that does not answer costs up to OPS_NODE_STATUS_TIMEOUT_MS). A lone
+ * router is not probed: the command's own call says why it fails. When none answers, out holds
+ * the first and false is returned, after saying so on stderr unless cmd (the command) is NULL:
+ * naming each router and how to start them (dir_flag: --dir, for the advice). */
+bool ops_inst_router_pick(const char *cmd, const st_topology *t, const char *dir_flag, char *out,
+                          size_t cap);
 /* True when rc, the end of a call above to a process whose pid is alive, says it does not answer
  * at all (hung, stopped with SIGSTOP, or still starting): no reply in time, or no connection.
  * Not for a port that takes connections and refuses the call at once (UNAVAILABLE: TLS
@@ -221,8 +235,9 @@ bool ops_inst_partition_write(const char *dir, const ops_partition *p);
 /* True if clusters x and y are cut from each other. */
 bool ops_inst_partition_cut(const ops_partition *p, const char *x, const char *y);
 /* Sends node j of cluster i (strata.internal.v1.Replication/SetLinks) the links part cuts for its
- * cluster, printing a line unless quiet. 0: done; 1: the node refused (said on stderr); -1: it
- * does not answer (down: whatever starts it again applies the partition then). */
+ * cluster, printing a line on success unless quiet. 0: done; 1: the node refused (said on
+ * stderr); -1: it does not answer, said by the caller (down, or stopped: what that means depends
+ * on the command). */
 #define OPS_SET_LINKS_TIMEOUT_MS 5000 /* SetLinks answers at once on a live node */
 int ops_inst_set_links(const st_topology *t, const ops_partition *part, size_t i, size_t j,
                        bool quiet);

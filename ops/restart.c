@@ -185,18 +185,23 @@ static bool rs_await(rs_ctx *c, rs_proc *p) {
         fflush(stdout);
         if (p->is_router || c->part.n == 0)
             return true;
-        return ops_inst_set_links(&c->topo, &c->part, p->ci, p->ni, false) == 0;
+        int r = ops_inst_set_links(&c->topo, &c->part, p->ci, p->ni, false);
+        if (r < 0)
+            fprintf(stderr,
+                    "%s: %s listened, then did not answer SetLinks, so the partition in "
+                    "%s/run/partition is not applied to it: see its log, then `strata restart "
+                    "%s`\n",
+                    c->who, p->name, c->dir, p->name);
+        return r == 0;
     }
     if (w == OPS_TIMEOUT)
         fprintf(stderr, "%s: %s (pid %d) did not listen on %s within %ds\n", c->who, p->name,
                 (int)p->pid, rs_addr(c, p), c->wait_s);
-    else
-        fprintf(stderr, "%s: %s %s %d before listening on %s\n", c->who, p->name,
-                WIFEXITED(status) ? "exited with status" : "was killed by signal",
-                WIFEXITED(status)     ? WEXITSTATUS(status)
-                : WIFSIGNALED(status) ? WTERMSIG(status)
-                                      : 0,
-                rs_addr(c, p));
+    else {
+        char how[256];
+        fprintf(stderr, "%s: %s %s before listening on %s\n", c->who, p->name,
+                ops_inst_ended_said(status, how, sizeof how), rs_addr(c, p));
+    }
     char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
     snprintf(log_path, sizeof log_path, "%s/logs/%s.log", c->dir, p->name);
     ops_inst_log_tail(log_path, RESTART_LOG_TAIL_LINES);

@@ -93,6 +93,9 @@ int main(int argc, char **argv) {
     /* A server that refuses a call's TLS handshake, or dies mid-call, closes the socket under
      * the command's writes: that is an error to report, not a reason to die. */
     signal(SIGPIPE, SIG_IGN);
+    /* Likewise a write past a file-size limit (`ulimit -f`): it fails with EFBIG ("File too
+     * large"), and the command's error path cleans up (an export removes its directory). */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

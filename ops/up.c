@@ -61,6 +61,7 @@ typedef struct up_ctx {
     st_topology topo;
     up_proc procs[OPS_PROCS_MAX];
     size_t n_procs;
+    bool made_dir; /* DIR did not exist before this run */
 } up_ctx;
 
 static void up_usage(FILE *out) {
@@ -496,17 +497,14 @@ static void up_stop_all(up_ctx *c) {
 }
 
 static void up_report_failure(up_ctx *c, up_proc *p, ops_wait w, int status) {
-    char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16];
+    char log_path[OPS_PATH_MAX + OPS_NAME_MAX + 16], how[256];
     up_log_path(c, p, log_path, sizeof log_path);
     if (w == OPS_TIMEOUT)
         fprintf(stderr, "strata up: %s (pid %d) did not listen on %s within %ds\n", p->name,
                 (int)p->pid, up_proc_addr(c, p), c->o.wait_s);
-    else if (WIFEXITED(status))
-        fprintf(stderr, "strata up: %s exited with status %d before listening on %s\n", p->name,
-                WEXITSTATUS(status), up_proc_addr(c, p));
     else
-        fprintf(stderr, "strata up: %s was killed by signal %d before listening on %s\n", p->name,
-                WIFSIGNALED(status) ? WTERMSIG(status) : 0, up_proc_addr(c, p));
+        fprintf(stderr, "strata up: %s %s before listening on %s\n", p->name,
+                ops_inst_ended_said(status, how, sizeof how), up_proc_addr(c, p));
     ops_inst_log_tail(log_path, UP_LOG_TAIL_LINES);
     if (w == OPS_EXITED) {
         ops_inst_pid_remove_if(c->dir, p->name, p->pid);
@@ -821,15 +819,23 @@ static bool up_unix_setup(up_ctx *c) {
  * starts; node ports we picked ourselves are replaced when taken. */
 static bool up_check_ports(up_ctx *c) {
     st_topology *t = &c->topo;
-    for (size_t r = 0; r < t->n_routers; r++)
-        if (!ops_inst_port_free(t->routers[r])) {
+    for (size_t r = 0; r < t->n_routers; r++) {
+        if (ops_inst_port_free(t->routers[r]))
+            continue;
+        if (c->o.config) /* --port does not apply: the file names the routers */
+            fprintf(stderr,
+                    "strata up: router address %s (from %s) is already in use (another Strata "
+                    "instance, this file's perhaps, started with another --dir; or the "
+                    "Bigtable emulator?): stop what listens there or change the file\n",
+                    t->routers[r], c->o.config);
+        else
             fprintf(stderr,
                     "strata up: %s is already in use (another Strata instance, or the "
                     "Bigtable emulator?): stop it, or choose another port with --port "
                     "PORT\n",
                     t->routers[r]);
-            return false;
-        }
+        return false;
+    }
     for (size_t i = 0; i < t->n_clusters; i++)
         for (size_t j = 0; j < t->clusters[i].n_nodes; j++) {
             st_topo_node *n = &t->clusters[i].nodes[j];
@@ -1052,6 +1058,19 @@ static void up_narrow_modes(const up_ctx *c) {
     }
 }
 
+/* Removes what up_make_dirs made in a DIR this run made, while nothing was started: only empty
+ * directories go (rmdir), so whatever was written there stays. */
+static void up_unmake_dirs(const up_ctx *c) {
+    if (!c->made_dir)
+        return;
+    const char *subs[] = {"/logs", "/run", ""};
+    char path[OPS_PATH_MAX + 16];
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        snprintf(path, sizeof path, "%s%s", c->dir, subs[i]);
+        (void)rmdir(path);
+    }
+}
+
 static int up_run(up_ctx *c) {
     up_narrow_modes(c);
     if (up_running_state(c)) {
@@ -1065,9 +1084,13 @@ static int up_run(up_ctx *c) {
         return up_already(c);
     }
     up_metrics_keep(c);
-    if (!up_find_bins(c) || !up_make_dirs(c) || !up_topo_build(c) || !up_check_ports(c) ||
-        !up_topo_save(c) || !up_unix_setup(c) || (c->o.secure && !up_secure_setup(c)))
+    /* The checks come before anything is written, and a DIR this run made is removed again
+     * when they refuse: a refused start leaves no instance directory behind. */
+    if (!up_find_bins(c) || !up_topo_build(c) || !up_check_ports(c) || !up_make_dirs(c) ||
+        !up_topo_save(c) || !up_unix_setup(c) || (c->o.secure && !up_secure_setup(c))) {
+        up_unmake_dirs(c);
         return 1;
+    }
     if (!up_start_nodes(c) || !up_start_routers(c)) {
         fprintf(stderr,
                 "strata up: stopping the processes already started; data in %s is "
@@ -1084,7 +1107,9 @@ static int up_run(up_ctx *c) {
 /* The instance lock (ops_inst_lock) for the whole run; the directory is made first. A second
  * `strata up` waits, then finds the instance running. Returns the descriptor, or -1 after a
  * message. */
-static int up_lock(const up_ctx *c) {
+static int up_lock(up_ctx *c) {
+    struct stat st;
+    c->made_dir = stat(c->dir, &st) != 0;
     if (!mkdir_p(c->dir)) {
         fprintf(stderr, "strata up: cannot create %s: %s (choose a writable --dir)\n", c->dir,
                 strerror(errno));

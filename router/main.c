@@ -399,7 +399,8 @@ int main(int argc, char **argv) {
     o.node_ssl_ctx = a.tls.node_ctx;
     rpc_limits_set(&a.limits);
     signal(SIGPIPE, SIG_IGN);
-    st_heap_tune(); /* node batches of a MiB come and go all the time */
+    signal(SIGXFSZ, SIG_IGN); /* a write past `ulimit -f` fails (EFBIG), not kills the router */
+    st_heap_tune();           /* node batches of a MiB come and go all the time */
     if (a.tls.ctx || a.tls.node_ctx ||
         a.auth_file) /* a reload asked for while the router starts must not stop it */
         signal(SIGHUP, SIG_IGN);

@@ -6,7 +6,9 @@
 # node. Every progress line's total is then the summary's "stored once" figure, not the bytes
 # the pieces list (those had made the bar start at a fraction, read 900 GiB/s and give an ETA
 # several times too long). Run on a terminal (`script`, when installed) so the bar is redrawn
-# every 0.2 s, as an operator sees it; without `script`, the plain lines.
+# every 0.2 s, as an operator sees it; without `script`, the plain lines. Then an export past a
+# file-size limit (`ulimit -f`): it fails with "File too large" and removes its directory (the
+# CLI was killed by SIGXFSZ, leaving a half-written directory).
 # Usage: backup_progress_test.sh PATH/TO/strata
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -63,5 +65,17 @@ on_tty "$STRATA" backup verify "$TMPD/exp" || fail "verify: $(cat "$TMPD/out")"
 check_bar verified verify
 on_tty "$STRATA" backup --dir "$DIR" import "$TMPD/exp" --as s1i || fail "import: $(cat "$TMPD/out")"
 check_bar imported import
+
+echo "== 3. an export past a file-size limit (ulimit -f) fails and removes its directory"
+# half the largest file of the export, in the 1 KiB blocks of `ulimit -f`
+limit=$(($(find "$TMPD/exp/files" -type f -printf '%s\n' | sort -n | tail -1) / 2048 + 1))
+(ulimit -f "$limit" && exec "$STRATA" backup --dir "$DIR" --quiet export s1 "$TMPD/exp2") \
+  >"$TMPD/fz.out" 2>&1
+rc=$?
+[ "$rc" = 1 ] || fail "export under ulimit -f $limit exited $rc (153: killed by SIGXFSZ): $(cat "$TMPD/fz.out")"
+grep -q "File too large (a file-size limit, \`ulimit -f\`, is set" "$TMPD/fz.out" ||
+  fail "the limit is not named: $(cat "$TMPD/fz.out")"
+[ ! -e "$TMPD/exp2" ] || fail "the failed export left $TMPD/exp2: $(ls -R "$TMPD/exp2")"
+echo "ok: $(tail -1 "$TMPD/fz.out")"
 "$STRATA" down --dir "$DIR" >/dev/null 2>&1 || fail "strata down"
 echo PASS

@@ -4,7 +4,7 @@
 # blame TLS (it used to add "a router that serves TLS only ... needs --dir DIR or --tls-ca" to
 # every UNAVAILABLE, --dir given or not):
 #   1. router killed: `backup list` (and `changes --enable`) say no router is listening and name
-#      `strata up --dir DIR`;
+#      `strata up --dir DIR`; list prints nothing on stdout (it printed its header);
 #   2. `restore --wait` whose router is killed while the CLI polls the operation: after a minute of
 #      polling, the CLI says the router stopped answering, how the operation ends (the router's
 #      sweep) and how to check.
@@ -36,6 +36,9 @@ out=$(bk list 2>&1)
 expect_match "list: connection refused, not running, start it" \
   "Connection refused.*not running.*strata up --dir $DIR" "$out"
 expect_no "list: TLS is not blamed" 'TLS' "$out"
+bk list >"$TMPD/list.out" 2>/dev/null && fail "backup list succeeded with the router killed"
+[ ! -s "$TMPD/list.out" ] || fail "backup list printed on stdout although it failed: $(cat "$TMPD/list.out")"
+echo "ok: list: nothing on stdout (no header alone to read as no backups)"
 out=$(timeout 60 "$STRATA" changes --dir "$DIR" --table t --enable 1d 2>&1)
 expect_match "changes --enable: not running" "not running.*strata up --dir $DIR" "$out"
 expect_no "changes --enable: TLS is not blamed" 'TLS' "$out"

@@ -2,7 +2,9 @@
 # up_test.sh — proves `strata up / status / down` manage a whole local instance: up starts 2
 # clusters x 2 nodes and a router in a private directory on a free port, status reports every
 # node and the router healthy, the official cbt CLI creates a table, writes and reads a cell
-# through the router, a second up changes nothing, and down leaves no process behind.
+# through the router, a second up changes nothing, an up of another directory on the running
+# router's port is refused with advice that applies (not --port under --config) and leaves no
+# directory, and down leaves no process behind.
 # Usage: up_test.sh PATH/TO/strata [BIN_DIR]   (BIN_DIR: where strata-node and strata-router are;
 # default: found by strata next to its build tree)
 set -u
@@ -75,6 +77,23 @@ AGAIN=$("$STRATA" up --dir "$DIR" --port $((PORT + 1)) --nodes 2 "${BIN_ARGS[@]}
 echo "$AGAIN" | grep -q -- "--port, --clusters, --nodes and --split-bytes are ignored" ||
   fail "up with another port did not say it is ignored: $AGAIN"
 [ "$(cat "$DIR"/run/*.pid | sort)" = "$PIDS_BEFORE" ] || fail "up with other flags changed the processes"
+
+echo "== another --dir on the running router's port is refused and leaves no directory"
+NEW=$DIR.new
+"$STRATA" up --dir "$NEW" --port "$PORT" --clusters 1 --nodes 1 "${BIN_ARGS[@]}" >"$NEW.out" 2>&1 &&
+  fail "up on a taken router port started: $(cat "$NEW.out")"
+grep -q -- "already in use.*--port PORT" "$NEW.out" || fail "no --port advice: $(cat "$NEW.out")"
+[ ! -e "$NEW" ] || fail "the refused up left $NEW: $(ls -A "$NEW")"
+# under --config the file names the router, so --port is no advice
+printf 'project = p\ninstance = i\n[cluster east]\nzone = zone-a\nnode = 127.0.0.1:%s\n[router]\nlisten = 127.0.0.1:%s\n' \
+  "$(free_port)" "$PORT" >"$NEW.cfg"
+"$STRATA" up --dir "$NEW" --config "$NEW.cfg" "${BIN_ARGS[@]}" >"$NEW.out" 2>&1 &&
+  fail "up --config on a taken router port started: $(cat "$NEW.out")"
+grep -q "router address 127.0.0.1:$PORT (from $NEW.cfg) is already in use.*change the file" "$NEW.out" ||
+  fail "under --config: $(cat "$NEW.out")"
+grep -q -- "--port" "$NEW.out" && fail "under --config the advice names --port: $(cat "$NEW.out")"
+[ ! -e "$NEW" ] || fail "the refused up --config left $NEW: $(ls -A "$NEW")"
+rm -f "$NEW.out" "$NEW.cfg"
 
 echo "== an empty --dir is refused, never taken as the default instance"
 if STRATA_HOME="$DIR" "$STRATA" down --dir "" --purge >"$DIR.empty.out" 2>&1; then
