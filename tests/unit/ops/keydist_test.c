@@ -55,12 +55,15 @@ static void test_keydist_zipf_follows_the_law(void **state) {
         double sd = sqrt(DRAWS * p * (1 - p));
         assert_true(fabs((double)counts[i] - DRAWS * p) < 5 * sd);
     }
-    /* Ranks 3..20: the approximation's error plus noise. The head stays monotone. */
+    /* Ranks 3..20: the approximation's error plus noise. The head stays monotone: rank by rank
+     * up to 10, where neighbours differ by 10% or more (8 standard deviations of a draw of a
+     * million); past it two ranks apart, since neighbours there differ by about 5% of some 8,000
+     * draws, within reach of the noise (a seed once put rank 20 above rank 19). */
     for (uint64_t i = 2; i < 20; i++) {
         double p = 1.0 / (pow((double)(i + 1), OPS_ZIPF_THETA) * zetan);
         double rel = fabs((double)counts[i] / (DRAWS * p) - 1);
         assert_true(rel < (i < 5 ? 0.25 : 0.10));
-        assert_true(counts[i] < counts[i - 1]);
+        assert_true(counts[i] < counts[i < 10 ? i - 1 : i - 2]);
     }
     /* Mass of the top 1% and 10% of ranks. */
     uint64_t top[2] = {0, 0}, lim[2] = {n / 100, n / 10};
