@@ -83,36 +83,25 @@ static st_code add_cell(sv_state *s, const sto_mut *set, uint64_t version, bool 
     return st_buf_append(&s->cells, &c, sizeof c);
 }
 
-/* The row's visible cells the replicated row mutation reaches and does not outrank. */
+/* A visible cell of the row, kept when the replicated row mutation reaches it and does not
+ * outrank it (node_row_each). */
+static st_code keep_cell(const sto_cell *c, void *arg) {
+    sv_state *s = arg;
+    if (c->version <= s->r->version || !row_reaches(s->r, c->family, c->qualifier, c->ts_us))
+        return ST_OK;
+    sto_mut set = {.type = STO_MUT_SET_CELL,
+                   .family = c->family,
+                   .qualifier = c->qualifier,
+                   .ts_us = c->ts_us,
+                   .value = c->value};
+    return add_cell(s, &set, c->version, true);
+}
+
 static st_code read_row(node_ctx *n, sv_state *s, st_err *err) {
     node_tablet *tab = node_tablet_by_id(n, s->r->tablet_id, NULL);
     if (!tab)
         return ST_OK; /* storage will refuse the write */
-    sto_snapshot *snap;
-    st_code rc = sto_snapshot_new(tab->st, &snap, err);
-    if (rc != ST_OK)
-        return rc;
-    sto_range range = {.start = s->r->row, .end = s->r->row, .end_inclusive = true};
-    sto_iter *it;
-    rc = sto_iter_new(snap, &range, false, &it, err);
-    if (rc == ST_OK) {
-        sto_cell c;
-        while (rc == ST_OK && (rc = sto_iter_next(it, &c, err)) == ST_OK) {
-            if (c.version <= s->r->version || !row_reaches(s->r, c.family, c.qualifier, c.ts_us))
-                continue;
-            sto_mut set = {.type = STO_MUT_SET_CELL,
-                           .family = c.family,
-                           .qualifier = c.qualifier,
-                           .ts_us = c.ts_us,
-                           .value = c.value};
-            rc = add_cell(s, &set, c.version, true);
-        }
-        if (rc == ST_NOT_FOUND)
-            rc = ST_OK;
-        sto_iter_free(it);
-    }
-    sto_snapshot_free(snap);
-    return rc;
+    return node_row_each(tab, s->r->row, keep_cell, s, err);
 }
 
 static bool tomb_hides(const sv_state *s, const sto_mut *set, uint64_t version) {

@@ -353,6 +353,11 @@ typedef struct node_row_cell {
     st_slice family, qualifier, value;
     int64_t ts_us;
 } node_row_cell;
+/* Calls fn with each visible cell of one row of tablet tab, in order, from a snapshot taken now
+ * (the cell's bytes live until fn returns); stops at fn's first code other than ST_OK, which it
+ * returns. */
+st_code node_row_each(node_tablet *tab, st_slice row, st_code (*fn)(const sto_cell *c, void *arg),
+                      void *arg, st_err *err);
 /* Reads the visible cells of one row of tablet tab (copies into arena). */
 st_code node_read_row(node_tablet *tab, st_slice row, st_arena *arena, node_row_cell **cells,
                       size_t *n_cells, st_err *err);

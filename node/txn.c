@@ -11,10 +11,8 @@
 
 /* ---- reading one row ---- */
 
-st_code node_read_row(node_tablet *tab, st_slice row, st_arena *arena, node_row_cell **cells,
-                      size_t *n_cells, st_err *err) {
-    *cells = NULL;
-    *n_cells = 0;
+st_code node_row_each(node_tablet *tab, st_slice row, st_code (*fn)(const sto_cell *c, void *arg),
+                      void *arg, st_err *err) {
     sto_snapshot *snap;
     st_code rc = sto_snapshot_new(tab->st, &snap, err);
     if (rc != ST_OK)
@@ -22,43 +20,59 @@ st_code node_read_row(node_tablet *tab, st_slice row, st_arena *arena, node_row_
     sto_range range = {.start = row, .end = row, .end_inclusive = true};
     sto_iter *it;
     rc = sto_iter_new(snap, &range, false, &it, err);
-    if (rc != ST_OK) {
-        sto_snapshot_free(snap);
-        return rc;
-    }
-    size_t cap = 0;
-    sto_cell c;
-    while ((rc = sto_iter_next(it, &c, err)) == ST_OK) {
-        if (*n_cells == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            node_row_cell *v = st_arena_alloc(arena, ncap * sizeof *v);
-            if (!v) {
-                rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a row");
-                break;
-            }
-            if (cap)
-                memcpy(v, *cells, cap * sizeof *v);
-            *cells = v;
-            cap = ncap;
+    if (rc == ST_OK) {
+        sto_cell c;
+        while ((rc = sto_iter_next(it, &c, err)) == ST_OK && (rc = fn(&c, arg)) == ST_OK) {
         }
-        node_row_cell *rc_cell = &(*cells)[(*n_cells)++];
-        rc_cell->family =
-            st_slice_make(st_arena_dup(arena, c.family.data, c.family.len), c.family.len);
-        rc_cell->qualifier =
-            st_slice_make(st_arena_dup(arena, c.qualifier.data, c.qualifier.len), c.qualifier.len);
-        rc_cell->value = st_slice_make(st_arena_dup(arena, c.value.data, c.value.len), c.value.len);
-        rc_cell->ts_us = c.ts_us;
-        if ((c.family.len && !rc_cell->family.data) || (c.value.len && !rc_cell->value.data) ||
-            (c.qualifier.len && !rc_cell->qualifier.data)) {
-            rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory reading a row");
-            break;
-        }
+        if (rc == ST_NOT_FOUND)
+            rc = ST_OK;
+        sto_iter_free(it);
     }
-    if (rc == ST_NOT_FOUND)
-        rc = ST_OK;
-    sto_iter_free(it);
     sto_snapshot_free(snap);
     return rc;
+}
+
+typedef struct row_copy {
+    st_arena *arena;
+    node_row_cell *cells;
+    size_t n, cap;
+} row_copy;
+
+static st_code copy_cell(const sto_cell *c, void *arg) {
+    row_copy *out = arg;
+    if (out->n == out->cap) {
+        size_t ncap = out->cap ? out->cap * 2 : 16;
+        node_row_cell *v = st_arena_alloc(out->arena, ncap * sizeof *v);
+        if (!v)
+            return ST_RESOURCE_EXHAUSTED;
+        if (out->cap)
+            memcpy(v, out->cells, out->cap * sizeof *v);
+        out->cells = v;
+        out->cap = ncap;
+    }
+    node_row_cell *cell = &out->cells[out->n++];
+    cell->family =
+        st_slice_make(st_arena_dup(out->arena, c->family.data, c->family.len), c->family.len);
+    cell->qualifier = st_slice_make(st_arena_dup(out->arena, c->qualifier.data, c->qualifier.len),
+                                    c->qualifier.len);
+    cell->value =
+        st_slice_make(st_arena_dup(out->arena, c->value.data, c->value.len), c->value.len);
+    cell->ts_us = c->ts_us;
+    if ((c->family.len && !cell->family.data) || (c->value.len && !cell->value.data) ||
+        (c->qualifier.len && !cell->qualifier.data))
+        return ST_RESOURCE_EXHAUSTED;
+    return ST_OK;
+}
+
+st_code node_read_row(node_tablet *tab, st_slice row, st_arena *arena, node_row_cell **cells,
+                      size_t *n_cells, st_err *err) {
+    row_copy out = {.arena = arena};
+    st_code code = node_row_each(tab, row, copy_cell, &out, err);
+    *cells = out.cells;
+    *n_cells = out.n;
+    if (code == ST_RESOURCE_EXHAUSTED)
+        return st_err_set(err, code, "out of memory reading a row");
+    return code;
 }
 
 /* ---- CheckAndMutateRow ---- */

@@ -166,11 +166,12 @@ static const char *kind_prefix(rtr_meta_kind kind) {
 /* ---- record size (pure) ---- */
 
 st_code rtr_meta_record_check(rtr_meta_kind kind, const char *name, size_t len, st_err *err) {
-    static const char *const todo[RTR_META_KINDS] = {
-        "give the table fewer column families or smaller GC rules",
-        "shorten the app profile's description and send only fields Strata knows",
-        "back up a table of fewer tablets", "send a smaller request",
-        "grant roles to fewer principals"};
+    static const char *const remedy[RTR_META_KINDS] = {
+        [RTR_META_KIND_TABLE] = "give the table fewer column families or smaller GC rules",
+        [RTR_META_KIND_PROFILE] = "shorten the app profile's description",
+        [RTR_META_KIND_BACKUP] = "back up a table of fewer tablets",
+        [RTR_META_KIND_OP] = "send a smaller request",
+        [RTR_META_KIND_IAM] = "grant roles to fewer principals"};
     size_t max =
         kind == RTR_META_KIND_BACKUP ? RTR_META_BACKUP_RECORD_BYTES_MAX : RTR_META_RECORD_BYTES_MAX;
     if (len <= max)
@@ -179,7 +180,7 @@ st_code rtr_meta_record_check(rtr_meta_kind kind, const char *name, size_t len, 
                       "the metadata record of %.300s would take %zu bytes, more than the %zu a "
                       "record may take (every router reads the whole metadata table every "
                       "second): %s",
-                      name, len, max, todo[kind]);
+                      name, len, max, remedy[kind]);
 }
 
 /* rtr_meta_record_check of the record at row key (a row of no kind, such as a backup claim:

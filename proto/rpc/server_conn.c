@@ -292,12 +292,17 @@ static bool h2_session_start(h2_conn *conn) {
 
 /* ---- connection timeouts ---- */
 
-/* Ends a connection politely: GOAWAY (streams above the last one processed are refused, so a
- * client may retry them elsewhere), written if the socket takes it, then closed. */
-static void conn_goaway_close(h2_conn *conn, const char *why) {
+/* Queues a GOAWAY: streams above the last one processed are refused, so a client may retry
+ * them elsewhere; those below finish. */
+static bool goaway_submit(h2_conn *conn, const char *why) {
     int32_t last = nghttp2_session_get_last_proc_stream_id(conn->session);
-    if (nghttp2_submit_goaway(conn->session, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR,
-                              (const uint8_t *)why, strlen(why)) == 0)
+    return nghttp2_submit_goaway(conn->session, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR,
+                                 (const uint8_t *)why, strlen(why)) == 0;
+}
+
+/* Ends a connection politely: its GOAWAY written if the socket takes it, then closed. */
+static void conn_goaway_close(h2_conn *conn, const char *why) {
+    if (goaway_submit(conn, why))
         h2_conn_flush(conn);
     h2_conn_close(conn);
 }
@@ -307,9 +312,7 @@ void h2_conn_goaway(h2_conn *conn, const char *why) {
         h2_conn_close(conn);
         return;
     }
-    int32_t last = nghttp2_session_get_last_proc_stream_id(conn->session);
-    nghttp2_submit_goaway(conn->session, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR,
-                          (const uint8_t *)why, strlen(why));
+    (void)goaway_submit(conn, why);
     h2_conn_kick(conn); /* the flush closes it once nothing is left to exchange */
 }
 
