@@ -459,9 +459,14 @@ static void rr_msg(rpc_ccall *call, st_slice msg, void *arg) {
         return;
     if (op->idle && evtimer_pending(op->idle, NULL))
         rr_idle_arm(op); /* the node is alive: restart its silence clock */
+    uint64_t committed = op->track.committed;
     st_code rc = rtr_rr_track_feed(&op->track, msg, op->reversed);
     if (rc == ST_OK)
         rc = rr_relay(op, call, msg);
+    /* A row delivered is progress, and a retry resumes after it: a later failure (a second
+     * restart of the node under a long scan) gets the whole retry budget again. */
+    if (rc == ST_OK && op->track.committed > committed)
+        op->attempts = 0;
     if (rc != ST_OK) {
         st_err_set(&op->last, rc, "could not relay rows from node");
         op->relay_failed = true;
