@@ -106,7 +106,8 @@ static void usage(FILE *out) {
             "                     A FILE that does not exist is refused without --from or\n"
             "                     --follow (a start at now would skip every earlier change);\n"
             "                     with --follow alone it starts at now and says so\n"
-            "  --heartbeat-s N    heartbeat interval asked from the server (default 2)\n"
+            "  --heartbeat-s N    heartbeat interval asked from the server, 1 to 3600 s\n"
+            "                     (default 2)\n"
             "  --tls-ca FILE      the CA of a TLS router (default: DIR/secure/ca.pem of a secure\n"
             "                     instance in --dir)\n"
             "  --token-file FILE  the bearer token for the router (default: the admin token of\n"
@@ -148,7 +149,15 @@ static int parse_args(int argc, char **argv, ch_args *a) {
             a->quiet = true;
         } else if (!strcmp(f, "--disable")) {
             a->disable = true;
-        } else if (!strcmp(f, "--heartbeat-s") && v && st_parse_u64(v, 1, CH_HEARTBEAT_S_MAX, &n)) {
+        } else if (!strcmp(f, "--heartbeat-s") && v) {
+            if (!st_parse_u64(v, 1, CH_HEARTBEAT_S_MAX, &n)) {
+                fprintf(stderr,
+                        "strata changes: --heartbeat-s %s: give whole seconds from 1 to %d (the "
+                        "stall bound grows with it: a run that hears nothing for 60 s, or two "
+                        "heartbeats, stops)\n",
+                        v, CH_HEARTBEAT_S_MAX);
+                return 2;
+            }
             a->heartbeat_s = (int64_t)n;
             i++;
         } else if (slot && v) {
@@ -447,10 +456,20 @@ static void stall_advice(const ch_run *r) {
                         : ck              ? "; then run this command again (no checkpoint was "
                                             "written yet: it starts at --from)"
                                           : "; then run this command again";
-    fprintf(stderr,
-            "strata changes: check with `strata status --dir %s`; start what is down with "
-            "`strata up --dir %s`, or `strata restart router --dir %s` if the router hangs%s%s\n",
-            d, d, d, again, !r->a.follow && r->ckpt_written ? ck : "");
+    const char *resume = !r->a.follow && r->ckpt_written ? ck : "";
+    if (r->a.endpoint) /* the instance in --dir may have other routers: --endpoint is the one */
+        fprintf(stderr,
+                "strata changes: check that a router listens at %s (--endpoint) and reaches its "
+                "nodes: `strata status --dir DIR` of its instance lists the routers' addresses and "
+                "what is down; start that with `strata up --dir DIR`, or restart a router that "
+                "hangs%s%s\n",
+                r->addr, again, resume);
+    else
+        fprintf(stderr,
+                "strata changes: check with `strata status --dir %s`; start what is down with "
+                "`strata up --dir %s`, or `strata restart router --dir %s` if the router "
+                "hangs%s%s\n",
+                d, d, d, again, resume);
 }
 
 /* Any answer from the router restarts the clock: a stream that makes progress never stalls.

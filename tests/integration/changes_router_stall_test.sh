@@ -6,7 +6,9 @@
 #      router's address and what to do (strata status, strata restart router, run again), from
 #      the start and after a checkpoint (then: run again, it resumes from it); it used to retry
 #      every 5 s forever, and a router hung mid-run left it waiting without a word;
-#   2. one-shot against an address where nothing listens: exit 1, "the router is not running";
+#   2. one-shot against an address where nothing listens: exit 1, "the router is not running",
+#      advice about that address (--endpoint), with or without --dir; --heartbeat-s outside
+#      1..3600 is refused naming the range;
 #   3. --follow with the router hung, then continued: says once that the router does not answer,
 #      keeps going, says it answers again and prints a change written after; SIGTERM ends it 0;
 #   4. a healthy one-shot run with the short bound: every change, exit 0 (the bound never ends a
@@ -64,6 +66,21 @@ rc=$?
 [ $rc -eq 1 ] && grep -q "no answer from the router at 127.0.0.1:$NOPORT" "$TMPD/b.err" &&
   grep -q "the router is not running" "$TMPD/b.err" ||
   { cat "$TMPD/b.err"; fail "one-shot against a closed port: exit $rc, or no clear message"; }
+# --endpoint names the router: the advice is about that address, never a literal DIR command
+# nor the --dir instance (whose router answers elsewhere).
+timeout 60 "$STRATA" changes --endpoint "127.0.0.1:$NOPORT" --dir "$DIR" --table cs --from -1m \
+  >"$TMPD/b2.out" 2>"$TMPD/b2.err"
+for f in b b2; do
+  grep -q "check that a router listens at 127.0.0.1:$NOPORT (--endpoint)" "$TMPD/$f.err" &&
+    ! grep -q "strata status --dir $DIR" "$TMPD/$f.err" ||
+    { cat "$TMPD/$f.err"; fail "the advice for --endpoint $NOPORT ($f) is not about that router"; }
+done
+for hb in 0 3601 1.5 abc; do
+  "$STRATA" changes --dir "$DIR" --table cs --heartbeat-s "$hb" >/dev/null 2>"$TMPD/hb.err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q -- "--heartbeat-s $hb: give whole seconds from 1 to 3600" "$TMPD/hb.err" ||
+    { cat "$TMPD/hb.err"; fail "--heartbeat-s $hb: exit $rc, or the range is not named"; }
+done
 
 echo "== 3. --follow, router hung then continued"
 "${CH[@]}" --from "$FROM" --follow >"$TMPD/c.out" 2>"$TMPD/c.err" &
