@@ -274,6 +274,31 @@ void bk_fail(const bk_ctx *c, const st_err *err) {
     fprintf(stderr, "strata backup %s: %s\n", c->sub, err->msg);
 }
 
+/* Where the result of this command shows (a restore's table, or the backup itself), for advice
+ * on following an operation or learning an unknown outcome. */
+static const char *result_where(const bk_ctx *c) {
+    static char out[BK_RES_MAX + 128];
+    if (!strcmp(c->sub, "restore"))
+        return "`cbt ls` (the table is listed once the restore has ended)";
+    if (!strcmp(c->sub, "delete") || !strcmp(c->sub, "update"))
+        snprintf(out, sizeof out, "`strata backup describe %s` (%s)",
+                 c->a.n_pos ? c->a.pos[0] : "ID",
+                 c->sub[0] == 'd' ? "NOT_FOUND once deleted" : "its expire time");
+    else
+        snprintf(out, sizeof out, "`strata backup list%s%s` (the backup is CREATING until READY)",
+                 c->a.to ? " --cluster " : "", c->a.to ? c->a.to : "");
+    return out;
+}
+
+void bk_say_unknown(const bk_ctx *c, const char *what) {
+    fprintf(stderr,
+            "strata backup %s: %s. Check with %s once the router answers again (`strata status "
+            "--dir %s` shows it; `strata up --dir %s` starts it if it stopped), and run the "
+            "command again only if it did not take effect (a new one meets ALREADY_EXISTS for "
+            "what the first one made)\n",
+            c->sub, what, result_where(c), ops_hint_dir(), ops_hint_dir());
+}
+
 /* ---- printing ---- */
 
 static void ts_fmt(const Google__Protobuf__Timestamp *t, char out[OPS_CS_TIME_MAX]) {
@@ -388,13 +413,13 @@ static bool op_wait_retry(int64_t *since) {
 /* --wait gave up on a router that stayed unreachable: how the operation ended is not known
  * here, so say how to find out (docs/backups.md: a router's sweep ends it when one runs). */
 static void op_wait_lost(const bk_ctx *c, const char *name) {
-    fprintf(stderr,
-            "strata backup %s: no answer from the router for %d s, so how operation %s ends is "
-            "unknown: once a router runs again it ends it (done if its work had committed, else "
-            "ABORTED with its partial work removed); check with `strata backup list` (a backup "
-            "or copy) or `cbt ls` (a restore), and run the command again if the result is "
-            "missing\n",
-            c->sub, BK_WAIT_UNAVAILABLE_MS / 1000, name);
+    char what[BK_RES_MAX + 256];
+    snprintf(what, sizeof what,
+             "no answer from the router for %d s, so how operation %s ends is unknown: once a "
+             "router runs again it ends it (done if its work had committed, else ABORTED with "
+             "its partial work removed)",
+             BK_WAIT_UNAVAILABLE_MS / 1000, name);
+    bk_say_unknown(c, what);
 }
 
 st_code bk_op_wait(const bk_ctx *c, Google__Longrunning__Operation *op,

@@ -60,6 +60,7 @@ typedef struct bk_conn {
     struct rpc_client *client;
     char addr[512];
     size_t pending;              /* calls started without waiting (an import's seals) */
+    bool lost;                   /* the last call: sent, then no answer (outcome open) */
     bool router;                 /* the router: its TLS and bearer token (certs.h) */
     const rpc_client_opts *opts; /* NULL: plaintext */
     const rpc_metadata *md;      /* sent with every call */
@@ -115,6 +116,10 @@ const char *bk_leaf(const char *name);
 /* Printing a Backup (human lines, or one JSON object). */
 void bk_print_backup(const bk_ctx *c, const Google__Bigtable__Admin__V2__Backup *b);
 void bk_fail(const bk_ctx *c, const st_err *err);
+/* Prints what (why the outcome of this command is not known) and how to learn it, when, and
+ * when to run the command again: for a request whose answer was lost (bk_router_call) and for
+ * --wait giving up on its operation (bk_op_wait). */
+void bk_say_unknown(const bk_ctx *c, const char *what);
 /* After a NOT_FOUND for backup name, given as the bare id (taken in --cluster, or the first
  * cluster): when backups of that id exist in other clusters (ListBackups of clusters/-), adds
  * to err where, and the command line with --cluster that names one. Nothing otherwise. */

@@ -23,6 +23,7 @@ typedef struct bk_wait {
     void *arg;
     st_err cb_err; /* what on_msg said when it stopped the call */
     bool stopped;
+    bool lost; /* failed after its request was sent, with no answer (rpc_ccall_answered) */
 } bk_wait;
 
 rpc_client *bk_conn_client(const bk_conn *k, const char *host, uint16_t port, st_err *err) {
@@ -90,10 +91,11 @@ static void wait_msg(rpc_ccall *call, st_slice msg, void *arg) {
 }
 
 static void wait_done(rpc_ccall *call, st_code code, const char *message, void *arg) {
-    (void)call;
     bk_wait *w = arg;
     w->done = true;
     w->code = code;
+    w->lost =
+        code != ST_OK && !w->stopped && !rpc_ccall_unprocessed(call) && !rpc_ccall_answered(call);
     snprintf(w->msg, sizeof w->msg, "%s", message ? message : "");
     event_base_loopbreak(w->base);
 }
@@ -159,11 +161,13 @@ static st_code run_call(bk_conn *k, const char *method, st_slice req, int64_t ti
             return rc;
     }
     w->base = k->base;
+    k->lost = false;
     if (!rpc_client_call(k->client, method, req, k->md, k->n_md, timeout_ms, wait_msg, wait_done,
                          w))
         return st_err_set(err, ST_UNAVAILABLE, "%s at %s: cannot start the call", method, k->addr);
     while (!w->done && event_base_dispatch(k->base) == 0)
         ;
+    k->lost = w->lost;
     if (w->stopped)
         return st_err_set(err, w->cb_err.code, "%s", w->cb_err.msg);
     if (w->code != ST_OK && !k->router && k->opts && bk_tls_refused(w->code, w->msg))
@@ -226,6 +230,14 @@ st_code bk_conn_stream(bk_conn *k, const char *method, const ProtobufCMessage *r
     return rc;
 }
 
+/* Whether a router method changes something (create, copy, restore, delete, update, import):
+ * a lost answer leaves its outcome open, unlike a read's, which changed nothing. */
+static bool changes_state(const char *method) {
+    const char *m = bk_leaf(method);
+    return strncmp(m, "Get", 3) != 0 && strncmp(m, "List", 4) != 0 &&
+           strncmp(m, "Describe", 8) != 0;
+}
+
 st_code bk_router_call(const bk_ctx *c, const char *method, const ProtobufCMessage *req,
                        const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                        st_err *err) {
@@ -233,6 +245,14 @@ st_code bk_router_call(const bk_ctx *c, const char *method, const ProtobufCMessa
     st_code rc = bk_conn_open_router(&k, c->addr, err);
     if (rc == ST_OK)
         rc = bk_conn_call(&k, method, req, resp_desc, resp, BK_ADMIN_TIMEOUT_MS, err);
+    if (rc != ST_OK && k.lost && changes_state(method)) {
+        char what[1024];
+        snprintf(what, sizeof what,
+                 "outcome unknown: %s was sent to the router at %s, which did not answer, so "
+                 "whether it was carried out is not known (the router may carry it out later)",
+                 bk_leaf(method), c->addr);
+        bk_say_unknown(c, what);
+    }
     bk_conn_close(&k);
     return rc;
 }

@@ -90,5 +90,7 @@ ops_router_fail ops_router_fail_of(st_code code, const char *msg, bool tls);
  * without a final period ("" for OPS_ROUTER_FAIL_OTHER); token: whether the call carried a
  * bearer token. Valid until the next call (a static buffer: it names the instance directory). */
 const char *ops_router_hint(st_code code, const char *msg, bool tls, bool token);
+/* The instance directory for a hint: the one --dir (or $STRATA_HOME) named, else "DIR". */
+const char *ops_hint_dir(void);
 
 #endif

@@ -273,9 +273,13 @@ ops_router_fail ops_router_fail_of(st_code code, const char *msg, bool tls) {
     return OPS_ROUTER_FAIL_OTHER;
 }
 
-/* The instance directory for a hint: the one --dir (or $STRATA_HOME) named, else "DIR". */
 static const char *hint_dir(void) {
     return g_sec.dir[0] ? g_sec.dir : "DIR";
+}
+
+const char *ops_hint_dir(void) {
+    secure_load();
+    return hint_dir();
 }
 
 static const char *hint_tls(bool tls, const char *msg, char *out, size_t cap) {

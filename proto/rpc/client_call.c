@@ -345,6 +345,11 @@ bool rpc_ccall_unprocessed(const rpc_ccall *call) {
     return call->unprocessed;
 }
 
+bool rpc_ccall_answered(const rpc_ccall *call) {
+    /* headers with :status 200 alone are no answer yet: the status may never follow */
+    return call->got_status || (call->http_status != 0 && call->http_status != 200);
+}
+
 size_t rpc_ccall_conn_lost(const rpc_ccall *call) {
     return call->lost_with;
 }

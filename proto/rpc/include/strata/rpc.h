@@ -455,6 +455,11 @@ void rpc_ccall_set_owner(rpc_ccall *call, uint64_t owner);
  * it (its request was never sent, or the server refused the stream with GOAWAY): a retry cannot
  * apply it twice, whatever the method. */
 bool rpc_ccall_unprocessed(const rpc_ccall *call);
+/* Only inside on_done: true when the server answered the call (its gRPC status, or an HTTP
+ * error status, arrived). A call that failed neither answered nor unprocessed was sent and its
+ * answer lost (the connection dropped or went silent, the deadline passed): the server may have
+ * carried it out, or may still. */
+bool rpc_ccall_answered(const rpc_ccall *call);
 /* Only inside on_done: 0, or, when the call ended because its connection dropped (reset, EOF,
  * socket error) after its request went out, how many such calls the drop ended (this one
  * included). A drop under a single call points at that call as its cause. A peer gone silent
