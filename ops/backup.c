@@ -477,7 +477,7 @@ static st_code op_finish(const bk_ctx *c, ProtobufCMessage *started,
         bk_json_str(op->name);
         printf(",\"done\":%s}\n", op->done ? "true" : "false");
     } else {
-        printf("started: operation %s (poll it, or run again with --wait)\n", op->name);
+        printf("started: operation %s; follow it with %s\n", op->name, result_where(c));
     }
     google__longrunning__operation__free_unpacked(op, NULL);
     return ST_OK;
