@@ -67,9 +67,35 @@ static bool dir_empty(const char *dir) {
     return empty;
 }
 
+/* Whether dir/name exists (not followed if a link); *is_dir says whether it is a directory. */
+static bool entry_at(const char *dir, const char *name, bool *is_dir) {
+    char p[4096];
+    struct stat st;
+    if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p || lstat(p, &st) != 0)
+        return false;
+    *is_dir = S_ISDIR(st.st_mode);
+    return true;
+}
+
+/* dir holds what an interrupted export leaves: its files directory (version 1: pieces) without
+ * a MANIFEST. */
+static bool unfinished(const char *dir) {
+    bool d = false;
+    return !entry_at(dir, OPS_BK_MANIFEST, &d) &&
+           ((entry_at(dir, OPS_BK_FILES, &d) && d) || (entry_at(dir, OPS_BK_PIECES, &d) && d));
+}
+
 st_code ops_bk_dir_create(const char *dir, int version, bool *made, st_err *err) {
     char p[4096];
     *made = mkdir(dir, 0755) == 0;
+    int mkdir_errno = errno;
+    if (!*made && mkdir_errno == EEXIST && !dir_empty(dir) && unfinished(dir))
+        return st_err_set(err, ST_ALREADY_EXISTS,
+                          "%s holds an unfinished export (files, no MANIFEST: one that was "
+                          "interrupted), which nothing can resume: remove it (`rm -r %s`) and "
+                          "export again, or export into a new directory",
+                          dir, dir);
+    errno = mkdir_errno;
     if (!*made && !(errno == EEXIST && dir_empty(dir)))
         return errno == EEXIST
                    ? st_err_set(err, ST_ALREADY_EXISTS,
@@ -319,13 +345,19 @@ st_code ops_bk_manifest_load(const char *dir, ops_bk_manifest *m, st_err *err) {
     if (!path_fmt(path, sizeof path, err, "%s/%s", dir, OPS_BK_MANIFEST))
         return ST_INVALID_ARGUMENT;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK); /* a FIFO must not block */
+    int open_errno = errno;
     struct stat st;
+    if (fd < 0 && open_errno == ENOENT && stat(dir, &st) != 0 && errno == ENOENT)
+        return st_err_set(err, ST_NOT_FOUND,
+                          "%s does not exist: name the directory an export wrote", dir);
     if (fd < 0) {
-        if (errno == ENOENT)
+        if (open_errno == ENOENT)
             return st_err_set(err, ST_NOT_FOUND,
                               "%s is missing: %s is not a finished export (an export that was "
-                              "interrupted has no manifest: export again)",
-                              path, dir);
+                              "interrupted has no manifest: remove it with `rm -r %s` and "
+                              "export again)",
+                              path, dir, dir);
+        errno = open_errno;
         return io_err(err, "cannot open", path);
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||

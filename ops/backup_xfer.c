@@ -487,16 +487,22 @@ static st_code node_creds_check(const char *moved, const char *flag, st_err *err
 static void export_undo(const bk_ctx *c, const char *dir, int version, bool made,
                         const bk_layout *l, st_err *err) {
     bool gone = ops_bk_dir_remove(dir, version, made);
+    unsigned long long need = l->backup && l->backup->size_bytes > 0
+                                  ? (unsigned long long)l->backup->size_bytes
+                                  : (unsigned long long)layout_bytes(l);
     if (c->nested && no_room(err))
         st_err_prefix(err,
                       "no room in $TMPDIR for the temporary copy of the backup: free space there, "
                       "or point TMPDIR at a file system with room for %llu bytes: ",
-                      (unsigned long long)(l->backup && l->backup->size_bytes > 0
-                                               ? (uint64_t)l->backup->size_bytes
-                                               : layout_bytes(l)));
-    else if (c->nested)
+                      need);
+    else if (no_room(err))
+        st_err_prefix(err,
+                      "no room for the export: free space on the file system of %s, or export "
+                      "into a new directory on one with room for %llu bytes: ",
+                      dir, need);
+    if (c->nested)
         return;
-    else if (!gone)
+    if (!gone)
         st_err_prefix(err, "%s is incomplete (no MANIFEST; remove it and export again): ", dir);
     else if (made)
         st_err_prefix(err, "export failed, %s removed: ", dir);
