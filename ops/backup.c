@@ -136,6 +136,7 @@ static bool resolve(bk_ctx *c) {
         snprintf(c->project, sizeof c->project, "%s", a->project ? a->project : topo.project);
         snprintf(c->instance, sizeof c->instance, "%s", a->instance ? a->instance : topo.instance);
         snprintf(c->cluster, sizeof c->cluster, "%s", topo.clusters[0].id);
+        c->topo = &topo;
         if (!a->endpoint &&
             !ops_inst_router_pick("strata backup", &topo, a->dir, c->addr, sizeof c->addr))
             return false;

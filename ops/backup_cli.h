@@ -10,6 +10,7 @@
 
 #include "backup_dir.h"
 #include "strata/rpc.h"
+#include "strata/topology.h"
 #include "google/bigtable/admin/v2/table.pb-c.h"
 #include "google/longrunning/operations.pb-c.h"
 #include "progress.h"
@@ -52,6 +53,7 @@ typedef struct bk_ctx {
     bool nested;             /* a step of another subcommand: no summary line of its own */
     const char *asked;       /* restore: the backup as given (its nested export gets the name) */
     st_code failed;          /* a nested import's failure: restore --target's hint depends on it */
+    const st_topology *topo; /* the instance's (--dir), to name its nodes; NULL: --endpoint alone */
 } bk_ctx;
 
 /* One connection kept open for many calls (reconnected once when it died). */

@@ -85,6 +85,41 @@ static st_code node_conn(bk_xfer *x, const char *addr, bk_conn **out, st_err *er
     return rc;
 }
 
+/* The node at addr as `strata status` names it: "node east-1 (ADDR)", or "the node at ADDR"
+ * without the instance's topology (--endpoint alone). */
+static void node_label(const bk_ctx *c, const char *addr, char *out, size_t cap) {
+    for (size_t i = 0; c->topo && i < c->topo->n_clusters; i++)
+        for (size_t j = 0; j < c->topo->clusters[i].n_nodes; j++)
+            if (!strcmp(c->topo->clusters[i].nodes[j].addr, addr)) {
+                char name[OPS_NAME_MAX];
+                ops_inst_node_name(c->topo, i, j, name);
+                snprintf(out, cap, "node %s (%s)", name, addr);
+                return;
+            }
+    snprintf(out, cap, "the node at %s", addr);
+}
+
+/* What to do about a node that does not answer, as the router's own backup errors say it. */
+#define BK_NODE_RESTART                                                                            \
+    "start it again (`strata status` shows which nodes are down; `strata up` restarts those of a " \
+    "local instance)"
+
+/* Whether err is a node of the transfer not answering (UNAVAILABLE naming its address; a
+ * refused TLS handshake says its own remedy); who gets the node's label (node_label). */
+static bool node_down(const bk_xfer *x, const st_err *err, char *who, size_t cap) {
+    if (err->code != ST_UNAVAILABLE || strstr(err->msg, "TLS handshake"))
+        return false;
+    for (size_t i = 0; i < x->n_nodes; i++) {
+        char at[600];
+        snprintf(at, sizeof at, " at %s:", x->nodes[i].addr);
+        if (strstr(err->msg, at)) {
+            node_label(x->c, x->nodes[i].addr, who, cap);
+            return true;
+        }
+    }
+    return false;
+}
+
 static void xfer_free(bk_xfer *x) {
     for (size_t i = 0; i < x->n_nodes; i++)
         bk_conn_close(&x->nodes[i]);
@@ -546,6 +581,12 @@ int bk_export(bk_ctx *c) {
         ops_progress_init(&x.prog, "strata backup export", OPS_PROGRESS_BYTES, 0, c->a.quiet);
         rc = export_layout(&x, dir, l, name, &m, &err);
         ops_progress_finish(&x.prog, rc == ST_OK);
+        char who[700];
+        if (rc != ST_OK && node_down(&x, &err, who, sizeof who))
+            st_err_prefix(&err,
+                          "%s does not answer: " BK_NODE_RESTART " and export again; the call "
+                          "that failed: ",
+                          who);
         if (rc != ST_OK)
             export_undo(c, dir, m.version, made, l, &err);
     }
@@ -975,13 +1016,27 @@ static st_code seals_wait(bk_xfer *x, st_err *err) {
     return ST_OK;
 }
 
-/* DeleteBackup after a failed import; says in err whether it went. */
+/* DeleteBackup after a failed import; says in err whether it went. The router deletes the
+ * record and the pieces on the nodes it reaches; a node that does not answer keeps its pieces
+ * until the router's sweep reaches it again (docs/backups.md, DeleteBackup), so then the files
+ * there are named as left until that node runs. */
 static void import_undo(bk_xfer *x, const char *name, st_err *err) {
     Google__Bigtable__Admin__V2__DeleteBackupRequest req;
     google__bigtable__admin__v2__delete_backup_request__init(&req);
     req.name = (char *)name;
     st_err derr = {0};
-    if (bk_router_call(x->c, BK_SVC_ADMIN "DeleteBackup", &req.base, NULL, NULL, &derr) == ST_OK)
+    char who[700];
+    bool node = node_down(x, err, who, sizeof who);
+    bool gone =
+        bk_router_call(x->c, BK_SVC_ADMIN "DeleteBackup", &req.base, NULL, NULL, &derr) == ST_OK;
+    if (gone && node)
+        st_err_prefix(err,
+                      "import failed: %s does not answer. The partly imported %s was deleted "
+                      "except what it holds there, which the router removes once that node "
+                      "answers again: " BK_NODE_RESTART " and import again; the call that "
+                      "failed: ",
+                      who, bk_leaf(name));
+    else if (gone)
         st_err_prefix(err, "import failed, the partly imported %s was deleted: ", name);
     else
         st_err_prefix(err,

@@ -70,4 +70,19 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=64k tmpfs "$MNT" 2>/dev/null; th
 else
   echo "skipped: not root or no tmpfs"
 fi
+echo "== 4. a node killed under an export and an import"
+bk export b1 "$TMPD/ex" >/dev/null 2>&1 || fail "export b1"
+NODE1=$(grep -o '^node = [^ ]*' "$DIR/topology" | sed -n 2p | cut -d' ' -f3)
+[ -n "$NODE1" ] || fail "no second node in $DIR/topology"
+kill -9 "$(cat "$DIR/run/east-1.pid")" || fail "kill east-1"
+sleep 0.5
+out=$(bk export b1 "$TMPD/ex2" 2>&1) && fail "export with east-1 killed succeeded (no piece there?)"
+expect_match "export: names east-1, start it, export again" \
+  "node east-1 \($NODE1\) does not answer: start it again \(\`strata status\` shows which nodes are down; \`strata up\` restarts those of a local instance\) and export again; the call that failed: .* at $NODE1: UNAVAILABLE" "$out"
+# The router places the pieces over the cluster's nodes; right after the kill it still counts
+# east-1 up, as an import that starts while a node goes down does.
+out=$(bk import "$TMPD/ex" --as i2 2>&1) && fail "import with east-1 killed succeeded (no piece placed there?)"
+expect_match "import: names east-1, what is left, start it, import again" \
+  "import failed: node east-1 \($NODE1\) does not answer. The partly imported i2 was deleted except what it holds there, which the router removes once that node answers again: start it again .* and import again; the call that failed: .* at $NODE1: UNAVAILABLE" "$out"
+expect_no "import: no bare 'was deleted:'" 'was deleted: ' "$out"
 echo PASS
