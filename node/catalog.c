@@ -390,6 +390,10 @@ uint64_t node_catalog_next_tablet_id(node_catalog *c) {
     return c->next_tablet_id++;
 }
 
+uint64_t node_catalog_peek_tablet_id(const node_catalog *c) {
+    return c->next_tablet_id;
+}
+
 void node_catalog_reserve_tablet_ids(node_catalog *c, uint64_t used) {
     if (c->next_tablet_id <= used)
         c->next_tablet_id = used + 1;

@@ -70,6 +70,8 @@ st_code node_catalog_remove(node_catalog *c, const char *name, st_err *err);
 /* Allocates a fresh tablet id counter, never reused (persisted with the next save). The node
  * puts its node number above it (node_tablet_new_id). */
 uint64_t node_catalog_next_tablet_id(node_catalog *c);
+/* The counter the next tablet id will take (as saved, until one is taken). */
+uint64_t node_catalog_peek_tablet_id(const node_catalog *c);
 /* Makes the next counter exceed used (after finding tablets the catalog had not counted). */
 void node_catalog_reserve_tablet_ids(node_catalog *c, uint64_t used);
 

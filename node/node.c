@@ -226,7 +226,10 @@ typedef struct load_state {
     node_ctx *n;
     uint64_t *orphans;
     size_t n_orphans;
-    uint64_t max_counter; /* largest counter part of any id (a node_num change keeps ids apart) */
+    uint64_t max_counter;  /* largest counter part of any id (a node_num change keeps ids apart) */
+    uint64_t catalog_next; /* the catalog's next tablet id counter as read */
+    uint64_t stale_id;     /* an orphan made after the catalog was written (0: none) */
+    char stale_table[NODE_TABLE_NAME_MAX + 1];
     st_code rc;
 } load_state;
 
@@ -240,6 +243,10 @@ static void load_one(const sto_tablet_info *info, void *arg) {
     node_tablets *t = node_tablets_find(ls->n, name);
     sto_tablet *st = NULL;
     if (!t || sto_tablet_get(ls->n->db, info->id, &st) != ST_OK) {
+        if (!t && counter >= ls->catalog_next && !ls->stale_id) {
+            ls->stale_id = info->id;
+            snprintf(ls->stale_table, sizeof ls->stale_table, "%s", name);
+        }
         uint64_t *o = realloc(ls->orphans, (ls->n_orphans + 1) * sizeof *o);
         if (o) {
             ls->orphans = o;
@@ -400,6 +407,31 @@ static void drop_overlaps(node_ctx *n) {
     }
 }
 
+/* A tablet of a table the catalog lacks is a DeleteTable's leftover (the catalog is saved first,
+ * then storage drops the tablets) only if the catalog was written after the tablet was made.
+ * Every tablet id is taken from the catalog's counter, and the catalog holding it is saved
+ * before storage makes the tablet, so an id at or past the saved counter means the catalog
+ * is older than the tablet: an older copy put back, which lacks a table created since. Dropping
+ * the tablet would lose that table's rows for good, so the start is refused as for a missing
+ * catalog. */
+static st_code stale_catalog_check(node_ctx *n, const load_state *ls, st_err *err) {
+    if (!ls->stale_id)
+        return ST_OK;
+    if (!n->opts.accept_data_loss)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s/catalog is older than storage: it lacks table %s, whose tablet "
+                          "%" PRIu64 " was made after the catalog was written (an older copy "
+                          "put back?). Nothing was dropped: restore the catalog that goes with "
+                          "DATA/storage, or start with --accept-data-loss to drop the tablets of "
+                          "tables the catalog lacks",
+                          n->data_dir, ls->stale_table, ls->stale_id);
+    st_log(ST_LOG_ERROR, "node",
+           "%s/catalog is older than storage: dropping tablets of tables it lacks, among them "
+           "table %s (tablet %" PRIu64 "), and every row in them (--accept-data-loss)",
+           n->data_dir, ls->stale_table, ls->stale_id);
+    return ST_OK;
+}
+
 /* Builds the table -> tablets map from the catalog and storage's tablets; drops orphan tablets
  * (a crash between the two records) and, on a standalone node, gives a table without tablets its
  * first one (a cluster member's tablets come from the internal service only). */
@@ -412,20 +444,22 @@ static st_code load_tablets(node_ctx *n, st_err *err) {
     for (size_t i = 0; i < count; i++)
         snprintf(n->tables[i].name, sizeof n->tables[i].name, "%s",
                  node_catalog_at(n->catalog, i)->name);
-    load_state ls = {.n = n, .rc = ST_OK};
+    load_state ls = {.n = n, .catalog_next = node_catalog_peek_tablet_id(n->catalog), .rc = ST_OK};
     sto_tablet_list(n->db, load_one, &ls);
-    for (size_t i = 0; i < ls.n_orphans; i++) {
+    st_code rc = stale_catalog_check(n, &ls, err);
+    for (size_t i = 0; rc == ST_OK && i < ls.n_orphans; i++) {
         st_log(ST_LOG_WARN, "node", "dropping tablet %llu of a table the catalog lacks",
                (unsigned long long)ls.orphans[i]);
         sto_tablet_drop(n->db, ls.orphans[i], NULL);
     }
     free(ls.orphans);
+    if (rc != ST_OK)
+        return rc;
     if (ls.rc != ST_OK)
         return st_err_set(err, ls.rc, "out of memory loading tablets");
     node_catalog_reserve_tablet_ids(n->catalog, ls.max_counter);
     drop_incoming(n);
     drop_overlaps(n);
-    st_code rc = ST_OK;
     for (size_t i = 0; rc == ST_OK && i < count; i++) {
         if (n->tables[i].n == 0 && !node_in_cluster(n))
             rc = node_tablet_create(n, &n->tables[i], st_slice_make("", 0), st_slice_make("", 0),

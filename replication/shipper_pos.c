@@ -4,6 +4,7 @@
 #include "shipper_internal.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,33 +17,64 @@
 
 /* ---- the durable position ---- */
 
+/* The file's text for lsn as written now: "repl-position v2 <lsn> <crc>\n", crc the CRC32C
+ * (8 hex digits) of the text before its space, so a flipped digit that leaves a parsable lsn
+ * below the log's end (believed, it skips acknowledged writes for good) is caught. v1 (no crc)
+ * only to read files written by earlier versions. Returns the length. */
+static size_t pos_format(char *out, size_t cap, int version, uint64_t lsn) {
+    int len = snprintf(out, cap, "repl-position v%d %" PRIu64, version, lsn);
+    if (version >= 2)
+        len += snprintf(out + len, cap - (size_t)len, " %08x",
+                        (unsigned)st_crc32c(0, out, (size_t)len));
+    len += snprintf(out + len, cap - (size_t)len, "\n");
+    return (size_t)len;
+}
+
+/* Parses the file's text: the lsn and the form's version, or 0 when the text is not a position
+ * file at all. A file is believed only if it is byte for byte what pos_format writes for its
+ * lsn, which for v2 includes the checksum; *ok says so. */
+static int pos_parse(const char *text, size_t n, uint64_t *lsn, bool *ok) {
+    unsigned long long v = 0;
+    int version = 0;
+    if (sscanf(text, "repl-position v2 %llu", &v) == 1)
+        version = 2;
+    else if (sscanf(text, "repl-position v1 %llu", &v) == 1)
+        version = 1;
+    char canon[POS_FILE_BYTES_MAX];
+    *lsn = v;
+    *ok = version && v && pos_format(canon, sizeof canon, version, v) == n &&
+          memcmp(canon, text, n) == 0;
+    return version;
+}
+
 st_code shipper_pos_read(repl_shipper *s, uint64_t *lsn, st_err *err) {
     st_buf b;
     st_buf_init(&b);
     st_code rc = st_env_read_all(st_env_posix(), s->pos_path, &b, err);
     if (rc == ST_OK) {
         char text[POS_FILE_BYTES_MAX + 1];
-        unsigned long long v = 0;
         size_t n = b.len < POS_FILE_BYTES_MAX ? b.len : POS_FILE_BYTES_MAX;
         if (n)
             memcpy(text, b.data, n);
         text[n] = '\0';
-        if (sscanf(text, "repl-position v1 %llu", &v) != 1 || v == 0)
+        bool ok = false;
+        int version = b.len <= POS_FILE_BYTES_MAX ? pos_parse(text, n, lsn, &ok) : 0;
+        if (!ok)
             rc = st_err_set(err, ST_DATA_LOSS,
-                            "replication position file %s is malformed; remove it to ship the "
-                            "whole log again",
-                            s->pos_path);
-        *lsn = v;
+                            "replication position file %s is %s (damaged or edited); remove it "
+                            "to ship the whole log again",
+                            s->pos_path, version == 2 ? "not what its checksum says" : "malformed");
     }
     st_buf_free(&b);
     return rc;
 }
 
-/* Writes the position file (atomically). Does not touch the holder or durable_next. */
+/* Writes the position file (atomically), always in the checksummed form. Does not touch the
+ * holder or durable_next. */
 static st_code pos_file_write(repl_shipper *s, uint64_t lsn, st_err *err) {
     char text[POS_FILE_BYTES_MAX];
-    int len = snprintf(text, sizeof text, "repl-position v1 %" PRIu64 "\n", lsn);
-    return st_env_write_atomic(st_env_posix(), s->pos_path, text, (size_t)len, err);
+    size_t len = pos_format(text, sizeof text, 2, lsn);
+    return st_env_write_atomic(st_env_posix(), s->pos_path, text, len, err);
 }
 
 /* The operator accepted a commit log cut short (--accept-data-loss): the peer had acknowledged

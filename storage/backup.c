@@ -494,7 +494,7 @@ st_code sto_backup_file_verify(sto_db *db, const char *path, uint64_t version_ma
     if (rc != ST_OK)
         drop_open_prefix(err, path);
     if (rc == ST_OK)
-        rc = sto_sst_verify(t, version_max, err);
+        rc = sto_sst_verify(t, version_max, NULL, err);
     sto_sst_unref(t);
     return rc;
 }

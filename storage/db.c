@@ -595,8 +595,7 @@ static st_code db_recover(sto_db *db, st_err *err) {
             t->flushed_lsn = t->last_applied_lsn = last;
         }
     }
-    sto_manifest_remove_orphans(db);
-    return ST_OK;
+    return sto_manifest_remove_orphans(db, err);
 }
 
 /* Flushes the memtables the replay froze (they were full) before serving, as LevelDB turns its

@@ -247,8 +247,10 @@ st_code sto_mf_set_holder(sto_mf_state *st, const char *name, uint64_t lsn, bool
                           st_err *err);
 /* Reads the manifest (absent = fresh db) and builds tablets and files; recovery. */
 st_code sto_manifest_load(sto_db *db, uint64_t *replay_from, st_err *err);
-/* Removes SSTable files no tablet lists (crashed flushes and compactions). */
-void sto_manifest_remove_orphans(sto_db *db);
+/* Removes SSTable files no tablet lists (crashed flushes and compactions); refuses (or with
+ * accept_data_loss sets aside) those the manifest never knew that hold writes newer than the log.
+ */
+st_code sto_manifest_remove_orphans(sto_db *db, st_err *err);
 
 /* ---- write.c ---- */
 /* t->mu held: freezes the active memtable when not empty; returns true if it did. */

@@ -496,8 +496,18 @@ typedef struct orphan_ctx {
     sto_db *db;
     uint64_t *live;
     size_t n_live;
+    uint64_t *unknown; /* unlisted tables numbered at or after next_file */
+    size_t n_unknown, cap_unknown;
+    bool oom;
 } orphan_ctx;
 
+static void sst_path(const sto_db *db, uint64_t num, const char *suffix, char *out, size_t cap) {
+    snprintf(out, cap, "%s/sst/%020" PRIu64 ".sst%s", db->dir, num, suffix);
+}
+
+/* Removes leftover .tmp files and unlisted tables below next_file (ones the manifest itself
+ * dropped, a compaction's input or a dropped tablet, before their removal finished); collects
+ * the unlisted ones at or after it, which the manifest never knew. */
 static st_code orphan_fn(const char *name, void *arg) {
     orphan_ctx *c = arg;
     uint64_t num = 0;
@@ -510,6 +520,20 @@ static st_code orphan_fn(const char *name, void *arg) {
         return ST_OK;
     if (is_sst && bsearch(&num, c->live, c->n_live, sizeof(uint64_t), cmp_u64))
         return ST_OK;
+    if (is_sst && num >= c->db->next_file) {
+        if (c->n_unknown == c->cap_unknown) {
+            size_t cap = c->cap_unknown ? c->cap_unknown * 2 : 16;
+            uint64_t *u = realloc(c->unknown, cap * sizeof *u);
+            if (!u) {
+                c->oom = true;
+                return ST_RESOURCE_EXHAUSTED;
+            }
+            c->unknown = u;
+            c->cap_unknown = cap;
+        }
+        c->unknown[c->n_unknown++] = num;
+        return ST_OK;
+    }
     char path[STO_PATH_MAX + 300];
     snprintf(path, sizeof path, "%s/sst/%s", c->db->dir, name);
     st_log(ST_LOG_INFO, "storage", "event=orphan_removed path=%s", path);
@@ -517,19 +541,130 @@ static st_code orphan_fn(const char *name, void *arg) {
     return ST_OK;
 }
 
-void sto_manifest_remove_orphans(sto_db *db) {
+/* The highest version among the commit log's stored records. */
+static st_code log_newest_version(sto_db *db, uint64_t *out, st_err *err) {
+    sto_log_reader *r = NULL;
+    st_code rc = sto_log_reader_open(db, sto_log_oldest_lsn(db->log), &r, err);
+    uint64_t lsn;
+    st_slice payload;
+    *out = 0;
+    while (rc == ST_OK && (rc = sto_log_reader_next_raw(r, &lsn, &payload, err)) == ST_OK) {
+        sto_row_mut m;
+        if (sto_row_mut_peek(payload, &m) && m.version > *out)
+            *out = m.version;
+    }
+    sto_log_reader_close(r);
+    return rc == ST_NOT_FOUND || rc == ST_OUT_OF_RANGE ? ST_OK : rc;
+}
+
+/* The highest entry version of the table at path; 0 when it does not open or verify (a crashed
+ * write's torn output). */
+static uint64_t sst_newest_version(sto_db *db, const char *path) {
+    sto_sst *t = NULL;
+    uint64_t newest = 0;
+    st_err e = {0};
+    if (sto_sst_open(db->env, path, 0, NULL, &t, &e) == ST_OK &&
+        sto_sst_verify(t, UINT64_MAX, &newest, &e) != ST_OK)
+        newest = 0;
+    sto_sst_unref(t);
+    return newest;
+}
+
+/* The first of the collected tables holding a version newer than every log record, or
+ * UINT64_MAX when none does. A flush or compaction that crashed before its manifest write leaves
+ * a table whose entries came from the log or from listed tables, so never newer than the log's
+ * newest record (local writes enter the log in commit order, and the log keeps its last record).
+ * A newer one was listed by a newer manifest: the MANIFEST and log are older copies. */
+static st_code orphans_newer(orphan_ctx *c, size_t *first, uint64_t *newest, uint64_t *log_newest,
+                             st_err *err) {
+    *first = SIZE_MAX;
+    *log_newest = 0;
+    bool log_known = false;
+    char path[STO_PATH_MAX + 320];
+    for (size_t i = 0; i < c->n_unknown && *first == SIZE_MAX; i++) {
+        sst_path(c->db, c->unknown[i], "", path, sizeof path);
+        uint64_t v = sst_newest_version(c->db, path);
+        if (v && !log_known) {
+            st_code rc = log_newest_version(c->db, log_newest, err);
+            if (rc != ST_OK)
+                return rc;
+            log_known = true;
+        }
+        if (v > *log_newest) {
+            *first = i;
+            *newest = v;
+        }
+    }
+    return ST_OK;
+}
+
+/* When one unknown table is newer than the log, none of them can be taken for a crash's
+ * leftover (one may hold the only copy of data whose listed tables a newer manifest had
+ * compacted away): every one is kept. The open is refused, or with accept_data_loss each is
+ * renamed to <name>.aside (never read, never deleted) and the older state is served. */
+static st_code orphans_keep(orphan_ctx *c, size_t first, uint64_t newest, uint64_t log_newest,
+                            st_err *err) {
+    sto_db *db = c->db;
+    char path[STO_PATH_MAX + 320], aside[STO_PATH_MAX + 340];
+    sst_path(db, c->unknown[first], "", path, sizeof path);
+    st_log(ST_LOG_ERROR, "storage",
+           "event=orphan_newer_than_log path=%s next_file=%" PRIu64 " newest_us=%" PRId64
+           " log_newest_us=%" PRId64 " unlisted=%zu",
+           path, db->next_file, STO_VERSION_TS_US(newest), STO_VERSION_TS_US(log_newest),
+           c->n_unknown);
+    if (!db->o.accept_data_loss)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "%s/MANIFEST and the commit log are older than sst/%020" PRIu64
+                          ".sst: the MANIFEST never listed that table, yet it holds writes newer "
+                          "than every log record (older copies put back?). Nothing was deleted: "
+                          "restore the MANIFEST and log that go with the tables, or start with "
+                          "--accept-data-loss to set unlisted tables aside as *.aside and serve "
+                          "the older state (harmless after a crash mid table restore)",
+                          db->dir, c->unknown[first]);
+    for (size_t i = 0; i < c->n_unknown; i++) {
+        sst_path(db, c->unknown[i], "", path, sizeof path);
+        sst_path(db, c->unknown[i], ".aside", aside, sizeof aside);
+        st_code rc = db->env->ops->rename(db->env, path, aside, err);
+        if (rc != ST_OK)
+            return rc;
+        st_log(ST_LOG_ERROR, "storage",
+               "event=orphan_set_aside path=%s msg=\"not listed by the MANIFEST, which is older "
+               "than the tables (accepted data loss): its writes are not served; kept as %s\"",
+               path, aside);
+    }
+    return ST_OK;
+}
+
+st_code sto_manifest_remove_orphans(sto_db *db, st_err *err) {
     size_t total = 0;
     for (size_t i = 0; i < db->n_tablets; i++)
         total += db->tablets[i]->n_ssts;
-    orphan_ctx c = {db, malloc((total ? total : 1) * sizeof(uint64_t)), 0};
-    if (!c.live)
-        return;
-    for (size_t i = 0; i < db->n_tablets; i++)
-        for (size_t j = 0; j < db->tablets[i]->n_ssts; j++)
-            c.live[c.n_live++] = db->tablets[i]->ssts[j].f->number;
-    qsort(c.live, c.n_live, sizeof(uint64_t), cmp_u64);
-    char dir[STO_PATH_MAX + 16];
-    snprintf(dir, sizeof dir, "%s/sst", db->dir);
-    db->env->ops->list(db->env, dir, orphan_fn, &c, NULL);
+    orphan_ctx c = {.db = db, .live = malloc((total ? total : 1) * sizeof(uint64_t))};
+    st_code rc = ST_OK;
+    if (c.live) {
+        for (size_t i = 0; i < db->n_tablets; i++)
+            for (size_t j = 0; j < db->tablets[i]->n_ssts; j++)
+                c.live[c.n_live++] = db->tablets[i]->ssts[j].f->number;
+        qsort(c.live, c.n_live, sizeof(uint64_t), cmp_u64);
+        char dir[STO_PATH_MAX + 16];
+        snprintf(dir, sizeof dir, "%s/sst", db->dir);
+        db->env->ops->list(db->env, dir, orphan_fn, &c, NULL);
+    }
+    if (!c.live || c.oom)
+        rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory listing unlisted SSTables");
+    size_t first = SIZE_MAX;
+    uint64_t newest = 0, log_newest = 0;
+    if (rc == ST_OK)
+        rc = orphans_newer(&c, &first, &newest, &log_newest, err);
+    if (rc == ST_OK && first != SIZE_MAX)
+        rc = orphans_keep(&c, first, newest, log_newest, err);
+    for (size_t i = 0; rc == ST_OK && first == SIZE_MAX && i < c.n_unknown; i++) {
+        char path[STO_PATH_MAX + 320];
+        sst_path(db, c.unknown[i], "", path, sizeof path);
+        st_log(ST_LOG_INFO, "storage", "event=orphan_removed path=%s", path);
+        db->env->ops->remove(db->env, path, NULL);
+    }
     free(c.live);
+    free(c.unknown);
+    return rc;
 }

@@ -72,9 +72,10 @@ void sto_sst_for_each_block(sto_sst *t,
  * well formed (key.h) and greater than the one before it, each block ends with the key its index
  * entry names, the footer's entry count and the meta block's smallest and largest keys match the
  * data, and no entry's version is above version_max. For files made elsewhere, before a tablet
- * lists them (sto_backup_file_verify). ST_DATA_LOSS saying what was wrong and where; an I/O error
- * is the env's code. Format: docs/formats/sstable.md. */
-st_code sto_sst_verify(sto_sst *t, uint64_t version_max, st_err *err);
+ * lists them (sto_backup_file_verify), and for files no tablet lists at open (newest, when not
+ * NULL, gets the highest version of any entry). ST_DATA_LOSS saying what was wrong and where; an
+ * I/O error is the env's code. Format: docs/formats/sstable.md. */
+st_code sto_sst_verify(sto_sst *t, uint64_t version_max, uint64_t *newest, st_err *err);
 
 /* What the iterators of one read share (a tablet snapshot embeds one): the last data block they
  * read that the block cache did not keep, and how much they read from disk.

@@ -14,6 +14,7 @@
 
 typedef struct verify_state {
     uint64_t version_max;
+    uint64_t newest;  /* the highest version seen */
     uint64_t entries; /* seen so far */
     st_buf first;     /* the first entry's ikey */
     st_buf prev;      /* the previous entry's ikey */
@@ -34,6 +35,8 @@ static st_code verify_entry(verify_state *v, st_slice k, st_err *err) {
             err, ST_DATA_LOSS,
             "entry %" PRIu64 ": version time %" PRId64 " us is past the allowed %" PRId64,
             v->entries, STO_VERSION_TS_US(p.version), STO_VERSION_TS_US(v->version_max));
+    if (p.version > v->newest)
+        v->newest = p.version;
     st_buf_reset(&v->prev);
     if (st_buf_append(&v->prev, k.data, k.len) != ST_OK ||
         (v->entries == 0 && st_buf_append(&v->first, k.data, k.len) != ST_OK))
@@ -87,7 +90,7 @@ static st_code verify_totals(const sto_sst *t, const verify_state *v, st_err *er
     return ST_OK;
 }
 
-st_code sto_sst_verify(sto_sst *t, uint64_t version_max, st_err *err) {
+st_code sto_sst_verify(sto_sst *t, uint64_t version_max, uint64_t *newest, st_err *err) {
     verify_state v = {.version_max = version_max};
     st_buf_init(&v.first);
     st_buf_init(&v.prev);
@@ -106,6 +109,8 @@ st_code sto_sst_verify(sto_sst *t, uint64_t version_max, st_err *err) {
     }
     if (rc == ST_OK)
         rc = verify_totals(t, &v, err);
+    if (newest)
+        *newest = v.newest;
     sto_block_iter_deinit(&ix);
     st_buf_free(&v.first);
     st_buf_free(&v.prev);

@@ -406,8 +406,9 @@ static void test_sst_verify(void **state) {
     sto_sst *t;
     st_err err;
     assert_int_equal(sto_sst_open(f->env, f->path, 3, NULL, &t, &err), ST_OK);
-    assert_int_equal(sto_sst_verify(t, STO_VERSION(5000, STO_ORIGIN_MAX), &err), ST_OK);
-    assert_int_equal(sto_sst_verify(t, STO_VERSION(4999, STO_ORIGIN_MAX), &err), ST_DATA_LOSS);
+    assert_int_equal(sto_sst_verify(t, STO_VERSION(5000, STO_ORIGIN_MAX), NULL, &err), ST_OK);
+    assert_int_equal(sto_sst_verify(t, STO_VERSION(4999, STO_ORIGIN_MAX), NULL, &err),
+                     ST_DATA_LOSS);
     assert_non_null(strstr(err.msg, "version time 5000 us is past the allowed 4999"));
     assert_non_null(strstr(err.msg, "data block "));
     sto_sst_unref(t);
@@ -418,12 +419,12 @@ static void test_sst_verify(void **state) {
     ent raw[2] = {{(uint8_t *)"a", (uint8_t *)"1", 1, 1}, {(uint8_t *)"b", (uint8_t *)"2", 1, 1}};
     write_table(f, raw, 2, NULL);
     assert_int_equal(sto_sst_open(f->env, f->path, 4, NULL, &t, &err), ST_OK);
-    assert_int_equal(sto_sst_verify(t, UINT64_MAX, &err), ST_DATA_LOSS);
+    assert_int_equal(sto_sst_verify(t, UINT64_MAX, NULL, &err), ST_DATA_LOSS);
     assert_non_null(strstr(err.msg, "entry 0: malformed internal key"));
     sto_sst_unref(t);
     write_table(f, NULL, 0, NULL);
     assert_int_equal(sto_sst_open(f->env, f->path, 5, NULL, &t, &err), ST_OK);
-    assert_int_equal(sto_sst_verify(t, 0, &err), ST_OK);
+    assert_int_equal(sto_sst_verify(t, 0, NULL, &err), ST_OK);
     sto_sst_unref(t);
 }
 
