@@ -570,27 +570,47 @@ static uint64_t sst_newest_version(sto_db *db, const char *path) {
     return newest;
 }
 
-/* The first of the collected tables holding a version newer than every log record, or
- * UINT64_MAX when none does. A flush or compaction that crashed before its manifest write leaves
- * a table whose entries came from the log or from listed tables, so never newer than the log's
- * newest record (local writes enter the log in commit order, and the log keeps its last record).
- * A newer one was listed by a newer manifest: the MANIFEST and log are older copies. */
-static st_code orphans_newer(orphan_ctx *c, size_t *first, uint64_t *newest, uint64_t *log_newest,
+/* The highest entry version of the listed tables: read whole, so only once an unlisted table
+ * is newer than the log. */
+static uint64_t listed_newest_version(orphan_ctx *c) {
+    char path[STO_PATH_MAX + 320];
+    uint64_t newest = 0;
+    for (size_t i = 0; i < c->n_live; i++) {
+        sst_path(c->db, c->live[i], "", path, sizeof path);
+        uint64_t v = sst_newest_version(c->db, path);
+        newest = v > newest ? v : newest;
+    }
+    return newest;
+}
+
+/* The first of the collected tables holding a version newer than every log record and every
+ * listed table, or SIZE_MAX when none does. A flush or compaction that crashed before its
+ * manifest write leaves a table whose entries came from the log or from listed tables, so never
+ * newer than both. The log alone is no bound: replicated rows carry their origin's commit time
+ * and a move's copied rows their source's, so a flushed table can hold versions above every
+ * record the log kept. A newer one was listed by a newer manifest: the MANIFEST and log are
+ * older copies. *bound is the log's and listed tables' newest version. */
+static st_code orphans_newer(orphan_ctx *c, size_t *first, uint64_t *newest, uint64_t *bound,
                              st_err *err) {
     *first = SIZE_MAX;
-    *log_newest = 0;
-    bool log_known = false;
+    *bound = 0;
+    bool log_known = false, listed_known = false;
     char path[STO_PATH_MAX + 320];
     for (size_t i = 0; i < c->n_unknown && *first == SIZE_MAX; i++) {
         sst_path(c->db, c->unknown[i], "", path, sizeof path);
         uint64_t v = sst_newest_version(c->db, path);
         if (v && !log_known) {
-            st_code rc = log_newest_version(c->db, log_newest, err);
+            st_code rc = log_newest_version(c->db, bound, err);
             if (rc != ST_OK)
                 return rc;
             log_known = true;
         }
-        if (v > *log_newest) {
+        if (v > *bound && !listed_known) {
+            uint64_t listed = listed_newest_version(c);
+            *bound = listed > *bound ? listed : *bound;
+            listed_known = true;
+        }
+        if (v > *bound) {
             *first = i;
             *newest = v;
         }
@@ -602,24 +622,24 @@ static st_code orphans_newer(orphan_ctx *c, size_t *first, uint64_t *newest, uin
  * leftover (one may hold the only copy of data whose listed tables a newer manifest had
  * compacted away): every one is kept. The open is refused, or with accept_data_loss each is
  * renamed to <name>.aside (never read, never deleted) and the older state is served. */
-static st_code orphans_keep(orphan_ctx *c, size_t first, uint64_t newest, uint64_t log_newest,
+static st_code orphans_keep(orphan_ctx *c, size_t first, uint64_t newest, uint64_t bound,
                             st_err *err) {
     sto_db *db = c->db;
     char path[STO_PATH_MAX + 320], aside[STO_PATH_MAX + 340];
     sst_path(db, c->unknown[first], "", path, sizeof path);
     st_log(ST_LOG_ERROR, "storage",
            "event=orphan_newer_than_log path=%s next_file=%" PRIu64 " newest_us=%" PRId64
-           " log_newest_us=%" PRId64 " unlisted=%zu",
-           path, db->next_file, STO_VERSION_TS_US(newest), STO_VERSION_TS_US(log_newest),
-           c->n_unknown);
+           " known_newest_us=%" PRId64 " unlisted=%zu",
+           path, db->next_file, STO_VERSION_TS_US(newest), STO_VERSION_TS_US(bound), c->n_unknown);
     if (!db->o.accept_data_loss)
         return st_err_set(err, ST_DATA_LOSS,
                           "%s/MANIFEST and the commit log are older than sst/%020" PRIu64
                           ".sst: the MANIFEST never listed that table, yet it holds writes newer "
-                          "than every log record (older copies put back?). Nothing was deleted: "
-                          "restore the MANIFEST and log that go with the tables, or start with "
-                          "--accept-data-loss to set unlisted tables aside as *.aside and serve "
-                          "the older state (harmless after a crash mid table restore)",
+                          "than every log record and listed table (older copies put back?). "
+                          "Nothing was deleted: restore the MANIFEST and log that go with the "
+                          "tables, or start with --accept-data-loss to set unlisted tables aside "
+                          "as *.aside and serve the older state (harmless after a crash mid table "
+                          "restore)",
                           db->dir, c->unknown[first]);
     for (size_t i = 0; i < c->n_unknown; i++) {
         sst_path(db, c->unknown[i], "", path, sizeof path);
@@ -653,11 +673,11 @@ st_code sto_manifest_remove_orphans(sto_db *db, st_err *err) {
     if (!c.live || c.oom)
         rc = st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory listing unlisted SSTables");
     size_t first = SIZE_MAX;
-    uint64_t newest = 0, log_newest = 0;
+    uint64_t newest = 0, bound = 0;
     if (rc == ST_OK)
-        rc = orphans_newer(&c, &first, &newest, &log_newest, err);
+        rc = orphans_newer(&c, &first, &newest, &bound, err);
     if (rc == ST_OK && first != SIZE_MAX)
-        rc = orphans_keep(&c, first, newest, log_newest, err);
+        rc = orphans_keep(&c, first, newest, bound, err);
     for (size_t i = 0; rc == ST_OK && first == SIZE_MAX && i < c.n_unknown; i++) {
         char path[STO_PATH_MAX + 320];
         sst_path(db, c.unknown[i], "", path, sizeof path);
