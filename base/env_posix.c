@@ -24,6 +24,7 @@ struct st_rfile {
 
 struct st_lock {
     int fd;
+    int dir_fd; /* the directory holding the file, locked too */
 };
 
 /* Maps errno to a code and a sentence that says what to do. */
@@ -316,34 +317,76 @@ static int64_t lock_holder(int fd) {
     return strtoll(buf, NULL, 10);
 }
 
+/* One flock attempt on fd: 0, or the errno that stopped it. */
+static int flock_nb(int fd) {
+    int r;
+    while ((r = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR)
+        ;
+    return r == 0 ? 0 : errno;
+}
+
+/* The directory holding path, opened for flock (a path with no '/' is in the current one). */
+static int open_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    return open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* The holder's pid from the file at path, or 0 (it may have been removed). */
+static int64_t lock_holder_at(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int64_t pid = lock_holder(fd);
+    close(fd);
+    return pid;
+}
+
+static st_code lock_busy(st_err *err, const char *path, int64_t *holder_pid) {
+    *holder_pid = lock_holder_at(path);
+    return st_err_set(err, ST_FAILED_PRECONDITION, "%s is locked by process %lld", path,
+                      (long long)*holder_pid);
+}
+
 /* flock, not fcntl: fcntl locks belong to the process, so a second open in the same process
- * would succeed, and closing any descriptor of the file would drop the lock. */
+ * would succeed, and closing any descriptor of the file would drop the lock. The directory
+ * holding the file is locked as well: an operator who removes a "stale" lock file would let the
+ * next process lock a new file of the same name, but the directory is the same one. */
 static st_code px_lock(st_env *env, const char *path, st_lock **out, int64_t *holder_pid,
                        st_err *err) {
     (void)env;
     *holder_pid = 0;
+    int dir_fd = open_parent(path);
+    if (dir_fd < 0)
+        return io_err(err, "open the directory of lock file", path, errno);
+    int e = flock_nb(dir_fd);
+    if (e != 0) {
+        close(dir_fd);
+        return e == EWOULDBLOCK ? lock_busy(err, path, holder_pid) : io_err(err, "lock", path, e);
+    }
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, ST_ENV_FILE_MODE);
-    if (fd < 0)
-        return io_err(err, "open lock file", path, errno);
-    int r;
-    while ((r = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR)
-        ;
-    if (r != 0) {
-        int e = errno;
-        if (e == EWOULDBLOCK)
-            *holder_pid = lock_holder(fd);
+    if (fd < 0) {
+        e = errno;
+        close(dir_fd);
+        return io_err(err, "open lock file", path, e);
+    }
+    if ((e = flock_nb(fd)) != 0) {
         close(fd);
-        if (e != EWOULDBLOCK)
-            return io_err(err, "lock", path, e);
-        return st_err_set(err, ST_FAILED_PRECONDITION, "%s is locked by process %lld", path,
-                          (long long)*holder_pid);
+        close(dir_fd);
+        return e == EWOULDBLOCK ? lock_busy(err, path, holder_pid) : io_err(err, "lock", path, e);
     }
     st_lock *l = malloc(sizeof *l);
     if (!l) {
         close(fd);
+        close(dir_fd);
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory locking %s", path);
     }
     l->fd = fd;
+    l->dir_fd = dir_fd;
     /* The pid is only for the message another process prints: failing to write it is harmless. */
     char pid[32];
     int n = snprintf(pid, sizeof pid, "%lld\n", (long long)getpid());
@@ -356,7 +399,8 @@ static st_code px_lock(st_env *env, const char *path, st_lock **out, int64_t *ho
 static void px_unlock(st_lock *l) {
     if (!l)
         return;
-    close(l->fd); /* releases the flock */
+    close(l->fd); /* releases the flocks */
+    close(l->dir_fd);
     free(l);
 }
 
@@ -395,6 +439,14 @@ st_env *st_env_posix(void) {
 }
 
 /* ---- helpers over any env ---- */
+
+const char *st_lock_holder_str(char *buf, size_t cap, int64_t pid) {
+    if (pid > 0)
+        snprintf(buf, cap, "pid %lld", (long long)pid);
+    else
+        snprintf(buf, cap, "pid unknown: its LOCK file was removed");
+    return buf;
+}
 
 st_code st_env_read_all(st_env *env, const char *path, st_buf *out, st_err *err) {
     st_rfile *f;

@@ -236,6 +236,16 @@ static void get_table(reader *r, node_table *t) {
 
 /* ---- load and save ---- */
 
+/* A catalog that cannot be read holds the table definitions of every tablet in storage: the ways
+ * out are those of a missing one (node.c), and the file is kept for whoever can repair it. */
+static st_code catalog_damaged(const node_catalog *c, const char *what, st_err *err) {
+    return st_err_set(err, ST_DATA_LOSS,
+                      "catalog %s: %s: the table definitions are unreadable; restore this node's "
+                      "data from a replica or a backup, or move the file aside and start with "
+                      "--accept-data-loss to drop every tablet storage holds",
+                      c->path, what);
+}
+
 static st_code catalog_decode(node_catalog *c, st_slice data, st_err *err) {
     int version = 0;
     if (data.len >= CATALOG_MAGIC_BYTES + 4)
@@ -243,18 +253,17 @@ static st_code catalog_decode(node_catalog *c, st_slice data, st_err *err) {
                   : memcmp(data.data, CATALOG_MAGIC_V1, CATALOG_MAGIC_BYTES) == 0 ? 1
                                                                                   : 0;
     if (version == 0)
-        return st_err_set(err, ST_DATA_LOSS, "catalog %s: not a Strata catalog (bad magic)",
-                          c->path);
+        return catalog_damaged(c, data.len ? "not a Strata catalog (bad magic)" : "empty file",
+                               err);
     size_t body = data.len - 4;
     uint32_t want = st_crc_unmask(st_get_fixed32(data.data + body));
     if (st_crc32c(0, data.data, body) != want)
-        return st_err_set(err, ST_DATA_LOSS,
-                          "catalog %s: checksum mismatch; restore it from a backup", c->path);
+        return catalog_damaged(c, "checksum mismatch", err);
     reader r = {data.data + CATALOG_MAGIC_BYTES, data.data + body, true, version};
     c->next_tablet_id = get_u64(&r);
     uint64_t n = get_u64(&r);
     if (!r.ok || n > CATALOG_TABLES_MAX)
-        return st_err_set(err, ST_DATA_LOSS, "catalog %s: malformed header", c->path);
+        return catalog_damaged(c, "malformed header", err);
     c->tables = n ? calloc(n, sizeof *c->tables) : NULL;
     if (n && !c->tables)
         return st_err_set(err, ST_RESOURCE_EXHAUSTED, "out of memory loading catalog");
@@ -264,7 +273,7 @@ static st_code catalog_decode(node_catalog *c, st_slice data, st_err *err) {
         c->n++;
     }
     if (!r.ok || r.p != r.end)
-        return st_err_set(err, ST_DATA_LOSS, "catalog %s: malformed table entry", c->path);
+        return catalog_damaged(c, "malformed table entry", err);
     return ST_OK;
 }
 

@@ -866,11 +866,12 @@ static st_code lock_data_dir(node_ctx *n, st_env *env, st_err *err) {
     snprintf(path, sizeof path, "%s/LOCK", n->data_dir);
     int64_t pid = 0;
     st_code rc = env->ops->lock(env, path, &n->data_lock, &pid, err);
+    char who[64];
     if (rc == ST_FAILED_PRECONDITION)
         st_err_set(err, rc,
-                   "data directory %s is in use by another strata-node (pid %lld); stop it or use "
+                   "data directory %s is in use by another strata-node (%s); stop it or use "
                    "another --data",
-                   n->data_dir, (long long)pid);
+                   n->data_dir, st_lock_holder_str(who, sizeof who, pid));
     return rc;
 }
 

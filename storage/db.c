@@ -359,11 +359,12 @@ static st_code lock_dir(sto_db *db, st_err *err) {
     snprintf(path, sizeof path, "%s/LOCK", db->dir);
     int64_t pid = 0;
     st_code rc = db->env->ops->lock(db->env, path, &db->lock, &pid, err);
+    char who[64];
     if (rc == ST_FAILED_PRECONDITION)
         st_err_set(err, rc,
-                   "storage directory %s is in use by another process (pid %lld): stop it, or "
+                   "storage directory %s is in use by another process (%s): stop it, or "
                    "open another directory",
-                   db->dir, (long long)pid);
+                   db->dir, st_lock_holder_str(who, sizeof who, pid));
     return rc;
 }
 

@@ -97,42 +97,43 @@ static st_code tail_skip_zeros(rec_reader *r, uint64_t *y, st_err *err) {
     return ST_OK;
 }
 
-/* True when the header at h could be a record of a group after the torn one that starts at
- * torn_first at offset bad_off: its group begins later, it is not before its group, and the
- * records torn_first .. lsn-1 (each at least a header long) fit between bad_off and y. */
-static bool tail_later_group(const uint8_t *h, uint64_t y, uint64_t bad_off, uint64_t torn_first,
-                             uint64_t limit) {
+/* Which good record a search after a bad one looks for: lsn lo..hi, of a group that begins after
+ * lsn group_after. */
+typedef struct find_want {
+    uint64_t lo, hi, group_after;
+} find_want;
+
+/* True when the header at h could be such a record, given that the bad record at bad_off was
+ * lsn torn_first: its group does not begin after it, and the records torn_first .. lsn-1 (each
+ * at least a header long) fit between bad_off and y. */
+static bool tail_wanted(const uint8_t *h, uint64_t y, uint64_t bad_off, uint64_t torn_first,
+                        const find_want *w, uint64_t limit) {
     uint64_t lsn = st_get_fixed64(h + 8), group_first = st_get_fixed64(h + 16);
     uint32_t len = st_get_fixed32(h + 4);
-    return group_first > torn_first && group_first <= lsn &&
+    return lsn >= w->lo && lsn <= w->hi && group_first > w->group_after && group_first <= lsn &&
            lsn - torn_first <= (y - bad_off) / LOG_REC_HDR_BYTES &&
            len <= STO_LOG_RECORD_BYTES_MAX && len <= limit - y - LOG_REC_HDR_BYTES;
 }
 
-/* A bad record at bad_off follows good records up to lsn last (log_impl.h). A crash during a
- * group's write (before its fdatasync returned: never acknowledged) leaves any mix of good and bad
- * records of that one group, but a group is written only after the previous one's sync returned. So
- * a good record of a LATER group anywhere after bad_off proves the bad record was durable and
- * acknowledged: damage, not a torn tail. Finds the first such record (*found, its offset *at and
- * view *v). Records may start at any offset, so every offset is tried (cheap header checks
- * first, then the checksum); the work is bounded by the segment's size, and zero runs
- * (preallocation) are skipped in bulk. */
-st_code log_later_group_find(rec_reader *r, uint64_t bad_off, uint64_t last, bool *found,
-                             uint64_t *at, rec_view *v, st_err *err) {
-    uint64_t torn_first = last + 1;
+/* Finds the first good record w asks for after the bad record (lsn last + 1) at bad_off: *found,
+ * its offset *at and view *v. Records may start at any offset, so every offset is tried (cheap
+ * header checks first, then the checksum); the work is bounded by the segment's size, and zero
+ * runs (preallocation) are skipped in bulk. */
+static st_code good_after_find(rec_reader *r, uint64_t bad_off, uint64_t last, const find_want *w,
+                               bool *found, uint64_t *at, rec_view *v, st_err *err) {
     *found = false;
     for (uint64_t y = bad_off + 1;; y++) {
         st_code rc = tail_skip_zeros(r, &y, err);
         if (rc != ST_OK)
             return rc;
         if (y > r->limit || r->limit - y < LOG_REC_HDR_BYTES)
-            return ST_OK; /* nothing of a later group follows */
+            return ST_OK; /* nothing wanted follows */
         const uint8_t *h = NULL;
         if ((rc = log_reader_fill(r, y, LOG_REC_HDR_BYTES, &h, err)) != ST_OK)
             return rc;
         if (!h)
             return ST_OK;
-        if (!tail_later_group(h, y, bad_off, torn_first, r->limit))
+        if (!tail_wanted(h, y, bad_off, last + 1, w, r->limit))
             continue;
         rec_status st;
         if ((rc = log_reader_next(r, y, &st, v, err)) != ST_OK)
@@ -143,6 +144,17 @@ st_code log_later_group_find(rec_reader *r, uint64_t bad_off, uint64_t last, boo
         *at = y;
         return ST_OK;
     }
+}
+
+/* A bad record at bad_off follows good records up to lsn last (log_impl.h). A crash during a
+ * group's write (before its fdatasync returned: never acknowledged) leaves any mix of good and bad
+ * records of that one group, but a group is written only after the previous one's sync returned. So
+ * a good record of a LATER group anywhere after bad_off proves the bad record was durable and
+ * acknowledged: damage, not a torn tail. Finds the first such record. */
+st_code log_later_group_find(rec_reader *r, uint64_t bad_off, uint64_t last, bool *found,
+                             uint64_t *at, rec_view *v, st_err *err) {
+    find_want w = {.lo = last + 2, .hi = UINT64_MAX, .group_after = last + 1};
+    return good_after_find(r, bad_off, last, &w, found, at, v, err);
 }
 
 /* A damaged stretch of records, lsn last+1 .. v->lsn-1 in bytes bad_off .. at, that replay does
@@ -245,15 +257,65 @@ static st_code scan_cut_short(scan_ctx *c, scan_result *res, bool zero_tail, st_
     return ST_OK;
 }
 
+/* "lsn A" or "lsn A..B". */
+static const char *lsn_range(char *buf, size_t cap, uint64_t a, uint64_t b) {
+    if (a == b)
+        snprintf(buf, cap, "lsn %" PRIu64, a);
+    else
+        snprintf(buf, cap, "lsn %" PRIu64 "..%" PRIu64, a, b);
+    return buf;
+}
+
+/* Good records after the bad one at res->good_bytes, up to lsn ck: the first such record's lsn
+ * *first (0 when none) and the last of the unbroken run from it, *last. Every record up to ck was
+ * acknowledged, so these are acknowledged records that dropping the tail would drop too. */
+static st_code ckpt_intact_after(scan_ctx *c, const scan_result *res, uint64_t ck, uint64_t *first,
+                                 uint64_t *last, st_err *err) {
+    find_want w = {.lo = res->last_lsn + 2, .hi = ck, .group_after = 0};
+    rec_view v = {0};
+    uint64_t at = 0;
+    bool found = false;
+    *first = *last = 0;
+    st_code rc = good_after_find(&c->rd, res->good_bytes, res->last_lsn, &w, &found, &at, &v, err);
+    if (rc != ST_OK || !found)
+        return rc;
+    *first = *last = v.lsn;
+    while (*last < ck) {
+        rec_status st;
+        if ((rc = log_reader_next(&c->rd, v.next_off, &st, &v, err)) != ST_OK)
+            return rc;
+        if (st != REC_OK || v.lsn != *last + 1)
+            break;
+        *last = v.lsn;
+    }
+    return ST_OK;
+}
+
 /* The last segment's checkpoint says records up to lsn C were durable, that is acknowledged
  * (a slot is written only with an lsn whose group's fdatasync had returned), but its good
  * records end at L < C: records that were acknowledged read back as zeros or garbage (a lost or
- * overwritten page), with nothing later in the file to tell. ST_DATA_LOSS unless the log
- * accepts the loss (then, as for a cut, appends go to a new segment). */
+ * overwritten page, a flipped byte). Good records may follow the damage (*first..*last): they
+ * were acknowledged too, and the message says how many dropping the tail would lose. ST_DATA_LOSS
+ * unless the log accepts the loss (then, as for a cut, appends go to a new segment). */
 static st_code scan_ckpt_lost(scan_ctx *c, scan_result *res, st_err *err) {
     const char *path = c->rd.path;
-    uint64_t l = res->last_lsn, ck = c->rd.ckpt_lsn, x = res->good_bytes;
+    uint64_t l = res->last_lsn, ck = c->rd.ckpt_lsn, x = res->good_bytes, first, last;
     res->torn = true; /* never append after damaged records */
+    st_code rc = ckpt_intact_after(c, res, ck, &first, &last, err);
+    if (rc != ST_OK)
+        return rc;
+    uint64_t intact = first ? last - first + 1 : 0;
+    char bad[64], good[64];
+    if (!c->log->accept_data_loss && intact)
+        return st_err_set(err, ST_DATA_LOSS,
+                          "commit log segment %s: its checkpoint says records up to lsn %" PRIu64
+                          " were made durable (acknowledged), but %s at byte %" PRIu64
+                          " is damaged while %s after it (%" PRIu64 " acknowledged record(s)) "
+                          "read back intact: restore the file or the node from a replica; "
+                          "--accept-data-loss would drop lsn %" PRIu64 "..%" PRIu64
+                          ", those %" PRIu64 " intact acknowledged record(s) included",
+                          path, ck, lsn_range(bad, sizeof bad, l + 1, first - 1), x,
+                          lsn_range(good, sizeof good, first, last), intact, l + 1, ck, intact);
     if (!c->log->accept_data_loss)
         return st_err_set(err, ST_DATA_LOSS,
                           "commit log segment %s: its checkpoint says records up to lsn %" PRIu64
@@ -265,9 +327,11 @@ static st_code scan_ckpt_lost(scan_ctx *c, scan_result *res, st_err *err) {
     st_log(ST_LOG_ERROR, "log",
            "event=log_data_loss_accepted segment=%s reason=checkpoint checkpoint_lsn=%" PRIu64
            " kept_last_lsn=%" PRIu64 " kept_bytes=%" PRIu64 " dropped_from_lsn=%" PRIu64
-           " dropped_records=at_least_%" PRIu64 " msg=\"acknowledged records after lsn %" PRIu64
-           " are unreadable and dropped; appends continue from lsn %" PRIu64 " in a new segment\"",
-           path, ck, l, x, l + 1, ck - l, l, l + 1);
+           " dropped_records=at_least_%" PRIu64 " dropped_intact_records=%" PRIu64
+           " msg=\"acknowledged records after lsn %" PRIu64 " are unreadable or follow an "
+           "unreadable one and are dropped; appends continue from lsn %" PRIu64
+           " in a new segment\"",
+           path, ck, l, x, l + 1, ck - l, intact, l, l + 1);
     c->dropped = true;
     return ST_OK;
 }

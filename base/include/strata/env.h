@@ -65,9 +65,11 @@ typedef struct st_env_ops {
      * absent) and holds it until unlock: another lock of the same path, from another process or
      * from this one, fails with ST_FAILED_PRECONDITION and *holder_pid set to the holder's
      * process id (0 when unknown); the caller words the message (err says "locked by ..."). The
-     * POSIX env uses flock and writes the holder's pid into the file; the lock goes with the
-     * process, so a crash (kill -9) leaves nothing to clean up. The in-memory and fault envs
-     * have none (their users are tests within one process). */
+     * POSIX env uses flock on the file and on the directory holding it (so a removed lock file
+     * does not free the lock; holder_pid is then 0) and writes the holder's pid into the file.
+     * One lock per directory: a second path in the same directory is refused too. The lock goes
+     * with the process, so a crash (kill -9) leaves nothing to clean up. The in-memory and fault
+     * envs have none (their users are tests within one process). */
     st_code (*lock)(st_env *env, const char *path, st_lock **out, int64_t *holder_pid, st_err *err);
     void (*unlock)(st_lock *l); /* l may be NULL; the file stays */
     /* Optional, NULL when the env has no such thing (added for restored backups, which share
@@ -97,6 +99,10 @@ void st_env_mem_crash(st_env *env, bool garble, uint64_t seed);
 st_env *st_env_fault_new(st_env *base);
 void st_env_fault_set(st_env *env, int64_t ops_until_fail, st_code code);
 uint64_t st_env_fault_count(st_env *env); /* how many calls failed so far */
+
+/* "pid N" for a lock's holder_pid, or, for 0, that its lock file (which holds the pid) is gone:
+ * the directory is locked too (POSIX env), so removing the file does not free the lock. */
+const char *st_lock_holder_str(char *buf, size_t cap, int64_t pid);
 
 /* Convenience wrappers (a whole file in, a whole file out atomically via tmp + rename + sync). */
 st_code st_env_read_all(st_env *env, const char *path, st_buf *out, st_err *err);

@@ -725,6 +725,26 @@ static void test_db_second_open_refused(void **state) {
     assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
 }
 
+/* Removing a "stale" LOCK file does not let a second engine in: the directory itself is locked,
+ * and the lock file is written again once the first engine closed. */
+static void test_db_lock_survives_removed_lock_file(void **state) {
+    fixture *f = *state;
+    char path[600];
+    snprintf(path, sizeof path, "%s/LOCK", f->dir);
+    assert_int_equal(unlink(path), 0);
+    sto_db *other = NULL;
+    st_err err;
+    st_err_clear(&err);
+    assert_int_equal(sto_db_open(f->dir, &f->o, &other, &err), ST_FAILED_PRECONDITION);
+    assert_null(other);
+    assert_non_null(strstr(err.msg, "in use by another process (pid unknown: its LOCK file"));
+    sto_db_close(f->db);
+    f->db = NULL;
+    assert_int_equal(sto_db_open(f->dir, &f->o, &f->db, &err), ST_OK);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+}
+
 static int mode_bad; /* nftw's callback takes no argument */
 
 static int mode_fn(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -881,6 +901,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_db_log_trimmed_after_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_empty_ranges_read_big_block_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_second_open_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_db_lock_survives_removed_lock_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_files_owner_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_manifest_removed_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_db_log_removed_refused, setup, teardown),

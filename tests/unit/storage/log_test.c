@@ -1982,6 +1982,61 @@ static void test_log_zeroed_tail_is_data_loss(void **state) {
     env->ops->destroy(env);
 }
 
+/* The offset of record lsn in segment path (records from SEG_DATA, 24-byte headers). */
+static size_t record_off(st_env *env, const char *path, uint64_t lsn) {
+    st_buf b;
+    st_buf_init(&b);
+    assert_int_equal(st_env_read_all(env, path, &b, NULL), ST_OK);
+    size_t off = SEG_DATA;
+    for (uint64_t l = 1; l < lsn; l++) {
+        uint32_t len;
+        assert_true(off + 24 <= b.len);
+        memcpy(&len, b.data + off + 4, sizeof len);
+        off += 24 + len;
+    }
+    uint64_t got;
+    memcpy(&got, b.data + off + 8, sizeof got);
+    assert_int_equal(got, lsn);
+    st_buf_free(&b);
+    return off;
+}
+
+/* One flipped byte in a record of the last group, which the checkpoint names (a close): the
+ * records after it in the group read back intact and were acknowledged. The error names the
+ * damaged record and the intact ones --accept-data-loss would drop; accepting keeps the records
+ * before the damage and logs how many intact ones it dropped. */
+static void test_log_flip_in_checkpointed_group(void **state) {
+    (void)state;
+    st_env *env = st_env_mem_new();
+    sto_log *log;
+    char path[256], want[160];
+    assert_int_equal(log_reopen(env, 0, 1, NULL, &log, NULL), ST_OK);
+    assert_int_equal(append_ids(log, 1, 1, 300, NULL), ST_OK);  /* lsn 1 */
+    assert_int_equal(append_ids(log, 2, 20, 300, NULL), ST_OK); /* lsn 2..21: one group */
+    sto_log_close(log);
+    last_segment(env, path);
+    size_t off = record_off(env, path, 6);
+    flip_byte(env, path, off + 24 + 2);
+    st_err err;
+    assert_int_equal(ck_replay(env, false, NULL, &log, &err), ST_DATA_LOSS);
+    snprintf(want, sizeof want, "lsn 6 at byte %zu is damaged while lsn 7..21 after it (15 ", off);
+    assert_non_null(strstr(err.msg, want));
+    assert_non_null(strstr(err.msg, "--accept-data-loss would drop lsn 6..21, those 15 intact"));
+    sto_log_close(log);
+
+    event_count ec = {.event = "reason=checkpoint"};
+    st_log_set_sink(event_sink, &ec);
+    collected c = {.max_val = 300};
+    assert_int_equal(ck_replay(env, true, &c, &log, &err), ST_OK);
+    st_log_set_sink(quiet_sink, NULL);
+    assert_int_equal(c.n, 5);
+    assert_int_equal(ec.n, 1);
+    assert_non_null(strstr(ec.last, "dropped_intact_records=15"));
+    collected_free(&c);
+    sto_log_close(log);
+    env->ops->destroy(env);
+}
+
 /* The last group is named by a checkpoint too once the log closes, or once it has been idle for
  * checkpoint_idle_us (a sync of its own, counted apart from the groups'): zeros over it are then
  * ST_DATA_LOSS as well. */
@@ -2092,6 +2147,7 @@ int main(void) {
         cmocka_unit_test(test_log_trim_async),
         cmocka_unit_test(test_log_zeroed_tail_is_data_loss),
         cmocka_unit_test(test_log_checkpoint_close_and_idle),
+        cmocka_unit_test(test_log_flip_in_checkpointed_group),
         cmocka_unit_test(test_log_reads_version_3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
