@@ -255,7 +255,8 @@ bool rtr_qod_refused(rtr_ctx *r, uint64_t fp, st_err *err) {
     st_err_set(err, ST_INTERNAL,
                "request refused for %lld more s: the connection to node %s dropped while it "
                "served this request (%u time%s), possibly a query of death; check that node's "
-               "log for a crash before sending it again",
+               "log for a crash before sending it again (no crash there: the node was killed "
+               "under it, and restarting this router ends the refusal)",
                (long long)((s->refuse_until - now) / 1000000 + 1), s->node, s->drops + s->crowd,
                s->drops + s->crowd == 1 ? "" : "s");
     return true;
@@ -272,7 +273,9 @@ static rtr_qod_verdict qod_refuse(rtr_qod_suspect *s, bool alone, st_err *err) {
     st_err_set(err, ST_INTERNAL,
                "the connection to node %s dropped while it served this request%s, after an "
                "earlier drop under it: possibly a query of death, not sent to another node; the "
-               "same request is refused for %lld s (check that node's log for a crash)",
+               "same request is refused for %lld s (check that node's log for a crash; no crash "
+               "there: the node was killed under it twice, and restarting this router ends the "
+               "refusal)",
                s->node, alone ? " alone" : "", (long long)(refuse_ms / 1000));
     return RTR_QOD_REFUSE;
 }
