@@ -461,8 +461,8 @@ static void stall_advice(const ch_run *r) {
         fprintf(stderr,
                 "strata changes: check that a router listens at %s (--endpoint) and reaches its "
                 "nodes: `strata status --dir DIR` of its instance lists the routers' addresses and "
-                "what is down; start that with `strata up --dir DIR`, or restart a router that "
-                "hangs%s%s\n",
+                "what is down; start what is down with `strata up --dir DIR`, or restart a "
+                "router that hangs%s%s\n",
                 r->addr, again, resume);
     else
         fprintf(stderr,
