@@ -501,10 +501,6 @@ typedef struct orphan_ctx {
     bool oom;
 } orphan_ctx;
 
-static void sst_path(const sto_db *db, uint64_t num, const char *suffix, char *out, size_t cap) {
-    snprintf(out, cap, "%s/sst/%020" PRIu64 ".sst%s", db->dir, num, suffix);
-}
-
 /* Removes leftover .tmp files and unlisted tables below next_file (ones the manifest itself
  * dropped, a compaction's input or a dropped tablet, before their removal finished); collects
  * the unlisted ones at or after it, which the manifest never knew. */
@@ -576,7 +572,7 @@ static uint64_t listed_newest_version(orphan_ctx *c) {
     char path[STO_PATH_MAX + 320];
     uint64_t newest = 0;
     for (size_t i = 0; i < c->n_live; i++) {
-        sst_path(c->db, c->live[i], "", path, sizeof path);
+        sto_db_sst_path(c->db, c->live[i], path, sizeof path);
         uint64_t v = sst_newest_version(c->db, path);
         newest = v > newest ? v : newest;
     }
@@ -597,7 +593,7 @@ static st_code orphans_newer(orphan_ctx *c, size_t *first, uint64_t *newest, uin
     bool log_known = false, listed_known = false;
     char path[STO_PATH_MAX + 320];
     for (size_t i = 0; i < c->n_unknown && *first == SIZE_MAX; i++) {
-        sst_path(c->db, c->unknown[i], "", path, sizeof path);
+        sto_db_sst_path(c->db, c->unknown[i], path, sizeof path);
         uint64_t v = sst_newest_version(c->db, path);
         if (v && !log_known) {
             st_code rc = log_newest_version(c->db, bound, err);
@@ -626,7 +622,7 @@ static st_code orphans_keep(orphan_ctx *c, size_t first, uint64_t newest, uint64
                             st_err *err) {
     sto_db *db = c->db;
     char path[STO_PATH_MAX + 320], aside[STO_PATH_MAX + 340];
-    sst_path(db, c->unknown[first], "", path, sizeof path);
+    sto_db_sst_path(db, c->unknown[first], path, sizeof path);
     st_log(ST_LOG_ERROR, "storage",
            "event=orphan_newer_than_log path=%s next_file=%" PRIu64 " newest_us=%" PRId64
            " known_newest_us=%" PRId64 " unlisted=%zu",
@@ -642,8 +638,8 @@ static st_code orphans_keep(orphan_ctx *c, size_t first, uint64_t newest, uint64
                           "restore)",
                           db->dir, c->unknown[first]);
     for (size_t i = 0; i < c->n_unknown; i++) {
-        sst_path(db, c->unknown[i], "", path, sizeof path);
-        sst_path(db, c->unknown[i], ".aside", aside, sizeof aside);
+        sto_db_sst_path(db, c->unknown[i], path, sizeof path);
+        snprintf(aside, sizeof aside, "%s.aside", path);
         st_code rc = db->env->ops->rename(db->env, path, aside, err);
         if (rc != ST_OK)
             return rc;
@@ -680,7 +676,7 @@ st_code sto_manifest_remove_orphans(sto_db *db, st_err *err) {
         rc = orphans_keep(&c, first, newest, bound, err);
     for (size_t i = 0; rc == ST_OK && first == SIZE_MAX && i < c.n_unknown; i++) {
         char path[STO_PATH_MAX + 320];
-        sst_path(db, c.unknown[i], "", path, sizeof path);
+        sto_db_sst_path(db, c.unknown[i], path, sizeof path);
         st_log(ST_LOG_INFO, "storage", "event=orphan_removed path=%s", path);
         db->env->ops->remove(db->env, path, NULL);
     }
